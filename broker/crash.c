@@ -1,0 +1,82 @@
+/*
+ * crash.c: fault injection for crash tests.  IDEM_CRASH_AT=<point> kills
+ * the whole broker (master first, then the worker itself; the other
+ * workers follow through their parent-death signal) with SIGKILL the
+ * first time a worker reaches the point; IDEM_CRASH_WORKER_AT=<point>
+ * kills only that worker.  "First time" is per broker run, kept in the
+ * segment, so a replaced worker does not crash again on the retry.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "idemd.h"
+#include "log.h"
+
+static const char *const crash_point_names[CRASH_POINT_COUNT] = {
+	"after_reserve_durable",
+	"after_task_file_written",
+	"after_task_file_linked",
+	"after_task_created_durable",
+	"after_commit_durable",
+};
+
+static struct {
+	struct shm_segment	*seg;
+	int			 point;		/* -1: none */
+	int			 whole_broker;
+} crash = { NULL, -1, 0 };
+
+static int
+crash_lookup(const char *name)
+{
+	int	i;
+
+	for (i = 0; i < CRASH_POINT_COUNT; i++) {
+		if (strcmp(name, crash_point_names[i]) == 0)
+			return i;
+	}
+	return -1;
+}
+
+int
+crash_init(struct shm_segment *seg, char **cause)
+{
+	const char	*whole = getenv("IDEM_CRASH_AT");
+	const char	*worker = getenv("IDEM_CRASH_WORKER_AT");
+	const char	*name = whole != NULL ? whole : worker;
+
+	crash.seg = seg;
+	crash.point = -1;
+	if (name == NULL || *name == '\0')
+		return 0;
+	if (whole != NULL && worker != NULL) {
+		asprintf(cause, "set IDEM_CRASH_AT or IDEM_CRASH_WORKER_AT, "
+		    "not both");
+		return -1;
+	}
+	if ((crash.point = crash_lookup(name)) == -1) {
+		asprintf(cause, "unknown crash point \"%s\"", name);
+		return -1;
+	}
+	crash.whole_broker = whole != NULL;
+	log_info("fault injection: %s at %s", crash.whole_broker ?
+	    "the broker dies" : "a worker dies", name);
+	return 0;
+}
+
+void
+crash_point(enum crash_point point)
+{
+	if (crash.point != (int)point || crash.seg == NULL)
+		return;
+	if (atomic_exchange(&crash.seg->header->crash_fired, 1) != 0)
+		return;
+	fprintf(stderr, "idemd[%ld]: crash point %s reached: SIGKILL\n",
+	    (long)getpid(), crash_point_names[point]);
+	if (crash.whole_broker)
+		kill(getppid(), SIGKILL);
+	raise(SIGKILL);
+}

@@ -1,0 +1,176 @@
+/*
+ * idemd.h: internal interfaces of the broker, grouped by the file that
+ * owns them.
+ */
+#ifndef IDEMD_H
+#define IDEMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "idem.h"
+#include "protocol.h"
+#include "shm.h"
+
+/* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
+
+#define JOURNAL_MAX_RECORD_BYTES	1024
+
+enum journal_record_type {
+	JOURNAL_RECORD_ENTRY = 1	/* a snapshot of one subtab_entry */
+};
+
+/*
+ * One record.  An ENTRY record carries a submission's facts after a
+ * transition (its key_length bytes of key follow in key[]); a legacy task
+ * or report is an ENTRY with key_length 0 and state COMMITTED, recorded
+ * only so its number is never handed out again.
+ */
+struct journal_record {
+	uint8_t			type;
+	struct subtab_entry	entry;
+	char			key[SUBTAB_MAX_KEY_BYTES];
+};
+
+/* Encode into out; returns the bytes used, 0 if out_size is too small. */
+size_t	journal_encode(const struct journal_record *, uint8_t *out,
+	    size_t out_size);
+
+enum journal_decode_result {
+	JOURNAL_DECODE_OK,
+	JOURNAL_DECODE_SHORT,	/* the record runs past the end of the input */
+	JOURNAL_DECODE_BAD	/* bad magic, length, checksum or field */
+};
+enum journal_decode_result journal_decode(const uint8_t *in, size_t length,
+	    struct journal_record *, size_t *consumed);
+
+struct journal {
+	int		 dir_fd;
+	int		 fd;		/* the segment appended to */
+	char		*dir;
+	uint64_t	 segment;	/* its number */
+	uint64_t	 size;		/* its size: bytes known written */
+};
+
+/* Open (creating dir and first segment if missing) for appending. */
+int	journal_open(struct journal *, const char *dir, char **cause);
+/*
+ * Append all bytes of iov.  A failed or short write truncates the
+ * segment back to its previous size and returns -1 (errno set).
+ */
+int	journal_append(struct journal *, const struct iovec *, int iovcnt,
+	    char **cause);
+/* fdatasync.  A failure is never retried by the caller (see doc). */
+int	journal_sync(struct journal *, char **cause);
+void	journal_close(struct journal *);
+
+typedef int (*journal_apply_fn)(const struct journal_record *, void *arg);
+struct journal_replay_stats {
+	uint64_t	records;
+	uint64_t	bytes;
+	uint64_t	truncated_bytes;	/* torn tail cut off */
+	unsigned	segments;
+};
+/*
+ * Replay every segment of dir in order, calling apply for each record.
+ * An incomplete or invalid record with no valid record after it is a
+ * torn tail: the segment is truncated there (and fsync'd) with a warning
+ * naming file and offset.  An invalid record followed by a valid one is
+ * corruption: -1 with a cause naming file and offset.  A missing dir is
+ * an empty journal.
+ */
+int	journal_replay(const char *dir, journal_apply_fn, void *arg,
+	    struct journal_replay_stats *, char **cause);
+
+/* ---- taskfile.c: TASK and REPORT files in the FCoP workspace ---------- */
+
+#define TASKFILE_TIME_BYTES	32	/* "2026-12-02T12:00:00.123Z" and NUL */
+
+/* "TASK-20261202-007-PM-to-DEV" or "REPORT-..." */
+void	taskfile_format_id(enum subtab_kind, uint32_t date, uint32_t seq,
+	    const char *sender, size_t sender_length, const char *recipient,
+	    size_t recipient_length, char *out, size_t out_size);
+/* "_lifecycle/inbox/<id>.md" or "reports/<id>.md" */
+void	taskfile_format_path(enum subtab_kind, const char *id, char *out,
+	    size_t out_size);
+void	taskfile_format_time(int64_t ms, char out[TASKFILE_TIME_BYTES]);
+int	taskfile_parse_time(const char *, int64_t *ms);
+uint32_t taskfile_date_of(int64_t ms);	/* UTC YYYYMMDD */
+
+struct taskfile_task {
+	const char		*task_id;
+	const struct idem_task	*task;		/* normalized */
+	const char		*created_at;
+	const char		*client_submission_id;	/* NULL: legacy */
+	const char		*request_digest;	/* hex; NULL: legacy */
+};
+/* The TASK file's bytes (malloc'd), exactly as SPEC.md shows. */
+int	taskfile_render_task(const struct taskfile_task *, char **out,
+	    size_t *length);
+
+struct taskfile_report {
+	const char		*report_id;
+	const char		*task_id;
+	const struct idem_report *report;	/* normalized, recipient resolved */
+	const char		*created_at;
+	const char		*client_submission_id;	/* NULL: none */
+	const char		*request_digest;	/* hex; NULL: none */
+};
+int	taskfile_render_report(const struct taskfile_report *, char **out,
+	    size_t *length);
+
+/* Create what is missing of the FCoP topology under the root. */
+int	taskfile_make_topology(int root_fd, char **cause);
+
+/*
+ * Write data durably as dir/name, never replacing a file: a temporary
+ * file created O_EXCL in the same directory, written, fsync'd, link()ed
+ * to name (EEXIST: -1 with errno EEXIST, nothing left behind), unlinked,
+ * and the directory fsync'd.  With task_crash_points, the crash points
+ * after_task_file_written and after_task_file_linked fire.
+ */
+int	taskfile_write_durable(int dir_fd, const char *name, const void *data,
+	    size_t length, int task_crash_points, char **cause);
+
+/*
+ * Where is <id>.md now?  inbox first, then every directory under
+ * _lifecycle/, then history/<date>/<id>/ (under the root and under
+ * _lifecycle/).  1 and the path relative to root, 0 if nowhere, -1 on error.
+ */
+int	taskfile_find(int root_fd, const char *id, char *relpath,
+	    size_t relpath_size);
+
+/* What idem needs from a TASK or REPORT file found on disk. */
+struct taskfile_facts {
+	uint8_t		file_digest[IDEM_SHA256_BYTES];
+	int		has_front_matter;	/* parsed as idem writes it */
+	char		client_submission_id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	int		has_client_submission_id;
+	char		request_digest[IDEM_SHA256_HEX_BYTES + 1];
+	int		has_request_digest;
+	char		created_at[TASKFILE_TIME_BYTES];
+	int64_t		created_at_ms;
+	int		has_created_at;
+};
+int	taskfile_inspect(int root_fd, const char *relpath,
+	    struct taskfile_facts *, char **cause);
+
+/* Highest NNN of <TASK|REPORT>-<date>-NNN-* anywhere a file may be; 0 if none. */
+int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
+	    uint32_t *max_seq);
+
+/* ---- crash.c: fault injection (IDEM_CRASH_AT, IDEM_CRASH_WORKER_AT) --- */
+
+enum crash_point {
+	CRASH_AFTER_RESERVE_DURABLE,
+	CRASH_AFTER_TASK_FILE_WRITTEN,
+	CRASH_AFTER_TASK_FILE_LINKED,
+	CRASH_AFTER_TASK_CREATED_DURABLE,
+	CRASH_AFTER_COMMIT_DURABLE,
+	CRASH_POINT_COUNT
+};
+int	crash_init(struct shm_segment *, char **cause);
+void	crash_point(enum crash_point);
+
+#endif

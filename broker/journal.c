@@ -1,0 +1,1129 @@
+/*
+ * journal.c: the on-disk journal of idemd.  It owns the record and segment
+ * formats (doc/journal.md), appending and syncing the current segment,
+ * and replay at start-up, including cutting off a torn tail.  It never
+ * interprets a record beyond checking that its fields are in range: what a
+ * record means is subtab.c's business.
+ *
+ * DESIGN
+ *
+ * The journal is a directory of segment files "%016llx.jnl", numbered
+ * from 1; each starts with a checksummed file header and holds records
+ * back to back.  A record is a checksummed snapshot of one subtab_entry
+ * and its key, encoded field by field in little-endian, so the format
+ * does not depend on the compiler's struct layout or the host's byte
+ * order.
+ *
+ * Only the last segment is ever appended to.  A segment is sealed (fully
+ * written and fsync'd) before the next one is created, so only the last
+ * segment can end in a torn append; journal_rotate(), when it comes, must
+ * keep that promise: sync the old segment, then create_segment() the next
+ * number (O_EXCL, header, fsync file, fsync directory), then switch.
+ *
+ * Replay maps each segment and decodes record by record.  At the first
+ * record that does not decode it looks further on for any record that
+ * does: if one exists, bytes that were once durable are damaged and
+ * replay stops with a cause naming the file and offset, changing nothing
+ * (the operator decides, not us); if none exists and this is the last
+ * segment, it is the remains of an append that never completed, so was
+ * never acknowledged (acknowledgement waits for the fsync), and it is
+ * cut off with a warning.  Records before the bad one have already been
+ * applied when replay fails: the caller throws away what it built.
+ *
+ * Every function here works on what it is given: no global mutable state.
+ * Callers must have called sodium_init() (idemd's main does); the
+ * entry points that do I/O call it again, which is cheap and harmless.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE		/* asprintf, memmem */
+#endif
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "idemd.h"
+#include "log.h"
+
+/*
+ * The format below is fixed by doc/journal.md.  The sizes of the digest
+ * and role fields come from protocol.h; if one of those ever changes, the
+ * record format changes with it and needs a new format version.
+ */
+_Static_assert(IDEM_SHA256_BYTES == 32, "journal format: digest is 32 bytes");
+_Static_assert(IDEM_MAX_ROLE_BYTES == 16, "journal format: role is 16 bytes");
+_Static_assert(crypto_shorthash_BYTES == 8, "journal format: 8-byte checksum");
+_Static_assert(crypto_shorthash_KEYBYTES == 16, "journal format: 16-byte key");
+
+/*
+ * The checksum key.  It is not a secret: SipHash is used as a fast,
+ * well-distributed checksum, not as a MAC.  Changing it makes every
+ * existing journal unreadable.
+ */
+static const unsigned char journal_checksum_key[crypto_shorthash_KEYBYTES] =
+    "idem-journal-v1";		/* 15 characters and the NUL: 16 bytes */
+
+/*
+ * Record magic.  0xff never occurs in UTF-8, and keys are printable
+ * ASCII, so a key never contains the magic: the forward scan of replay
+ * seldom stops anywhere but at a real record.
+ */
+static const uint8_t journal_record_magic[4] = { 0xff, 'J', 'R', 'C' };
+
+#define RECORD_HEADER_BYTES	16	/* magic, length, checksum */
+#define RECORD_LENGTH_OFFSET	4
+#define RECORD_CHECKSUM_OFFSET	8
+
+/* Payload offsets, doc/journal.md. */
+#define P_TYPE			0
+#define P_KIND			1
+#define P_STATE			2
+#define P_SCHEMA		3
+#define P_SENDER_LENGTH		4
+#define P_RECIPIENT_LENGTH	5
+#define P_KEY_LENGTH		6
+#define P_DATE			8
+#define P_SEQ			12
+#define P_REQUEST_DIGEST	16
+#define P_FILE_DIGEST		48
+#define P_SENDER		80
+#define P_RECIPIENT		96
+#define P_RESERVED_AT		112
+#define P_UPDATED_AT		120
+#define P_CREATED_AT		128
+#define P_PEER_UID		136
+#define P_PEER_PID		140
+#define P_KEY			144
+#define PAYLOAD_FIXED_BYTES	144
+
+#define PAYLOAD_MAX_BYTES	(PAYLOAD_FIXED_BYTES + SUBTAB_MAX_KEY_BYTES)
+_Static_assert(RECORD_HEADER_BYTES + PAYLOAD_MAX_BYTES <=
+    JOURNAL_MAX_RECORD_BYTES, "the largest record fits the limit");
+
+/* Segment file header. */
+static const uint8_t journal_segment_magic[8] = {
+	'I', 'D', 'E', 'M', 'J', 'N', 'L', '\0'
+};
+#define SEGMENT_VERSION		1
+#define SEGMENT_HEADER_BYTES	32
+#define S_MAGIC			0
+#define S_VERSION		8
+#define S_RESERVED		12
+#define S_NUMBER		16
+#define S_CHECKSUM		24
+
+#define SEGMENT_NAME_BYTES	21	/* 16 hex digits, ".jnl", NUL */
+#define SEGMENT_SUFFIX		".jnl"
+
+/* writev at most this many pieces per call (well under IOV_MAX). */
+#define APPEND_IOV_BATCH	64
+
+static void	journal_cause(char **, const char *, ...)
+		    __attribute__((format(printf, 2, 3)));
+
+/*
+ * Set *cause (malloc'd; NULL if even that fails) without disturbing
+ * errno, so every error path can say why and still return the errno of
+ * the call that failed.
+ */
+static void
+journal_cause(char **cause, const char *fmt, ...)
+{
+	va_list	ap;
+	int	saved_errno = errno;
+
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) == -1)
+		*cause = NULL;
+	va_end(ap);
+	errno = saved_errno;
+}
+
+/* ---- little-endian fields ----------------------------------------------- */
+
+static void
+put_u16(uint8_t *p, uint16_t v)
+{
+	p[0] = v;
+	p[1] = v >> 8;
+}
+
+static void
+put_u32(uint8_t *p, uint32_t v)
+{
+	p[0] = v;
+	p[1] = v >> 8;
+	p[2] = v >> 16;
+	p[3] = v >> 24;
+}
+
+static void
+put_u64(uint8_t *p, uint64_t v)
+{
+	put_u32(p, (uint32_t)v);
+	put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint16_t
+get_u16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t
+get_u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	    (uint32_t)p[3] << 24;
+}
+
+static uint64_t
+get_u64(const uint8_t *p)
+{
+	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* ---- records ------------------------------------------------------------ */
+
+/*
+ * The checksum covers the length field and the payload.  They are not
+ * adjacent (the checksum sits between them) and crypto_shorthash has no
+ * incremental API, so they are copied together first.
+ */
+static void
+record_checksum(const uint8_t *length_field, const uint8_t *payload,
+    size_t payload_length, uint8_t out[crypto_shorthash_BYTES])
+{
+	uint8_t	buf[4 + PAYLOAD_MAX_BYTES];
+
+	memcpy(buf, length_field, 4);
+	memcpy(buf + 4, payload, payload_length);
+	crypto_shorthash(out, buf, 4 + payload_length, journal_checksum_key);
+}
+
+/*
+ * Is the entry one that decode accepts?  The encoder checks too: a record
+ * written that replay then rejects would stop the next start-up.
+ */
+static const char *
+entry_invalid(uint8_t type, const struct subtab_entry *e)
+{
+	if (type != JOURNAL_RECORD_ENTRY)
+		return "unknown record type";
+	if (e->kind < SUBTAB_KIND_TASK || e->kind > SUBTAB_KIND_REPORT)
+		return "kind out of range";
+	if (e->state < SUBTAB_RESERVED || e->state > SUBTAB_COMMITTED)
+		return "state out of range";
+	if (e->schema > SUBTAB_SCHEMA_WRITE_REPORT_V1)
+		return "schema out of range";
+	if (e->sender_length > IDEM_MAX_ROLE_BYTES)
+		return "sender too long";
+	if (e->recipient_length > IDEM_MAX_ROLE_BYTES)
+		return "recipient too long";
+	if (e->key_length > SUBTAB_MAX_KEY_BYTES)
+		return "key too long";
+	return NULL;
+}
+
+size_t
+journal_encode(const struct journal_record *r, uint8_t *out, size_t out_size)
+{
+	const struct subtab_entry	*e = &r->entry;
+	uint8_t				*p;
+	size_t				 payload_length, total;
+
+	if (entry_invalid(r->type, e) != NULL) {
+		errno = EINVAL;
+		return 0;
+	}
+	payload_length = PAYLOAD_FIXED_BYTES + e->key_length;
+	total = RECORD_HEADER_BYTES + payload_length;
+	if (out_size < total) {
+		errno = ENOBUFS;
+		return 0;
+	}
+
+	memcpy(out, journal_record_magic, sizeof journal_record_magic);
+	put_u32(out + RECORD_LENGTH_OFFSET, (uint32_t)payload_length);
+
+	/*
+	 * Role bytes past their length are written as zeros whatever the
+	 * struct holds, so the same facts always encode to the same bytes.
+	 */
+	p = out + RECORD_HEADER_BYTES;
+	memset(p, 0, PAYLOAD_FIXED_BYTES);
+	p[P_TYPE] = r->type;
+	p[P_KIND] = e->kind;
+	p[P_STATE] = e->state;
+	p[P_SCHEMA] = e->schema;
+	p[P_SENDER_LENGTH] = e->sender_length;
+	p[P_RECIPIENT_LENGTH] = e->recipient_length;
+	put_u16(p + P_KEY_LENGTH, e->key_length);
+	put_u32(p + P_DATE, e->date);
+	put_u32(p + P_SEQ, e->seq);
+	memcpy(p + P_REQUEST_DIGEST, e->request_digest, IDEM_SHA256_BYTES);
+	memcpy(p + P_FILE_DIGEST, e->file_digest, IDEM_SHA256_BYTES);
+	memcpy(p + P_SENDER, e->sender, e->sender_length);
+	memcpy(p + P_RECIPIENT, e->recipient, e->recipient_length);
+	put_u64(p + P_RESERVED_AT, (uint64_t)e->reserved_at_ms);
+	put_u64(p + P_UPDATED_AT, (uint64_t)e->updated_at_ms);
+	put_u64(p + P_CREATED_AT, (uint64_t)e->created_at_ms);
+	put_u32(p + P_PEER_UID, e->peer_uid);
+	put_u32(p + P_PEER_PID, e->peer_pid);
+	memcpy(p + P_KEY, r->key, e->key_length);
+
+	record_checksum(out + RECORD_LENGTH_OFFSET, p, payload_length,
+	    out + RECORD_CHECKSUM_OFFSET);
+	return total;
+}
+
+static int
+all_zero(const uint8_t *p, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++) {
+		if (p[i] != 0)
+			return 0;
+	}
+	return 1;
+}
+
+/* journal_decode, with the reason for BAD for replay's messages. */
+static enum journal_decode_result
+record_decode(const uint8_t *in, size_t length, struct journal_record *r,
+    size_t *consumed, const char **why)
+{
+	struct subtab_entry	 e;
+	const uint8_t		*p;
+	uint8_t			 sum[crypto_shorthash_BYTES];
+	uint32_t		 payload_length;
+	const char		*invalid;
+
+	*why = "record runs past the end of the file";
+	if (length < RECORD_HEADER_BYTES)
+		return JOURNAL_DECODE_SHORT;
+	if (memcmp(in, journal_record_magic, sizeof journal_record_magic) != 0) {
+		*why = "bad record magic";
+		return JOURNAL_DECODE_BAD;
+	}
+	payload_length = get_u32(in + RECORD_LENGTH_OFFSET);
+	if (payload_length < PAYLOAD_FIXED_BYTES ||
+	    payload_length > PAYLOAD_MAX_BYTES) {
+		*why = "record length out of range";
+		return JOURNAL_DECODE_BAD;
+	}
+	if (length - RECORD_HEADER_BYTES < payload_length)
+		return JOURNAL_DECODE_SHORT;
+
+	p = in + RECORD_HEADER_BYTES;
+	record_checksum(in + RECORD_LENGTH_OFFSET, p, payload_length, sum);
+	if (memcmp(sum, in + RECORD_CHECKSUM_OFFSET, sizeof sum) != 0) {
+		*why = "bad record checksum";
+		return JOURNAL_DECODE_BAD;
+	}
+
+	memset(&e, 0, sizeof e);
+	e.kind = p[P_KIND];
+	e.state = p[P_STATE];
+	e.schema = p[P_SCHEMA];
+	e.sender_length = p[P_SENDER_LENGTH];
+	e.recipient_length = p[P_RECIPIENT_LENGTH];
+	e.key_length = get_u16(p + P_KEY_LENGTH);
+	if ((invalid = entry_invalid(p[P_TYPE], &e)) != NULL) {
+		*why = invalid;
+		return JOURNAL_DECODE_BAD;
+	}
+	if (e.key_length != payload_length - PAYLOAD_FIXED_BYTES) {
+		*why = "key length disagrees with record length";
+		return JOURNAL_DECODE_BAD;
+	}
+	if (!all_zero(p + P_SENDER + e.sender_length,
+	    IDEM_MAX_ROLE_BYTES - e.sender_length) ||
+	    !all_zero(p + P_RECIPIENT + e.recipient_length,
+	    IDEM_MAX_ROLE_BYTES - e.recipient_length)) {
+		*why = "role padding is not zero";
+		return JOURNAL_DECODE_BAD;
+	}
+	e.date = get_u32(p + P_DATE);
+	e.seq = get_u32(p + P_SEQ);
+	memcpy(e.request_digest, p + P_REQUEST_DIGEST, IDEM_SHA256_BYTES);
+	memcpy(e.file_digest, p + P_FILE_DIGEST, IDEM_SHA256_BYTES);
+	memcpy(e.sender, p + P_SENDER, IDEM_MAX_ROLE_BYTES);
+	memcpy(e.recipient, p + P_RECIPIENT, IDEM_MAX_ROLE_BYTES);
+	e.reserved_at_ms = (int64_t)get_u64(p + P_RESERVED_AT);
+	e.updated_at_ms = (int64_t)get_u64(p + P_UPDATED_AT);
+	e.created_at_ms = (int64_t)get_u64(p + P_CREATED_AT);
+	e.peer_uid = get_u32(p + P_PEER_UID);
+	e.peer_pid = get_u32(p + P_PEER_PID);
+
+	/* Only now touch the caller's record: BAD leaves it as it was. */
+	r->type = p[P_TYPE];
+	r->entry = e;
+	memcpy(r->key, p + P_KEY, e.key_length);
+	if (e.key_length < sizeof r->key)
+		memset(r->key + e.key_length, 0, sizeof r->key - e.key_length);
+	*consumed = RECORD_HEADER_BYTES + payload_length;
+	return JOURNAL_DECODE_OK;
+}
+
+enum journal_decode_result
+journal_decode(const uint8_t *in, size_t length, struct journal_record *r,
+    size_t *consumed)
+{
+	const char	*why;
+
+	return record_decode(in, length, r, consumed, &why);
+}
+
+/*
+ * Is there any offset at or after from where a whole record decodes?
+ * Looks for the magic first; a full decode only where it is found.
+ */
+static int
+record_follows(const uint8_t *base, size_t size, size_t from, size_t *at)
+{
+	struct journal_record	 r;
+	const uint8_t		*p;
+	size_t			 consumed;
+	const char		*why;
+
+	while (from < size) {
+		p = memmem(base + from, size - from, journal_record_magic,
+		    sizeof journal_record_magic);
+		if (p == NULL)
+			return 0;
+		from = p - base;
+		if (record_decode(p, size - from, &r, &consumed, &why) ==
+		    JOURNAL_DECODE_OK) {
+			*at = from;
+			return 1;
+		}
+		from++;
+	}
+	return 0;
+}
+
+/* ---- segment files ------------------------------------------------------ */
+
+static void
+segment_name(uint64_t number, char name[SEGMENT_NAME_BYTES])
+{
+	snprintf(name, SEGMENT_NAME_BYTES, "%016" PRIx64 SEGMENT_SUFFIX,
+	    number);
+}
+
+/* Is name a segment ("%016llx.jnl", lower case, number >= 1)? */
+static int
+segment_parse_name(const char *name, uint64_t *number)
+{
+	uint64_t	n = 0;
+	int		i, c;
+
+	if (strlen(name) != SEGMENT_NAME_BYTES - 1 ||
+	    strcmp(name + 16, SEGMENT_SUFFIX) != 0)
+		return 0;
+	for (i = 0; i < 16; i++) {
+		c = (unsigned char)name[i];
+		if (c >= '0' && c <= '9')
+			n = n << 4 | (uint64_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			n = n << 4 | (uint64_t)(c - 'a' + 10);
+		else
+			return 0;
+	}
+	if (n == 0)
+		return 0;
+	*number = n;
+	return 1;
+}
+
+static void
+segment_header_encode(uint64_t number, uint8_t out[SEGMENT_HEADER_BYTES])
+{
+	memcpy(out + S_MAGIC, journal_segment_magic,
+	    sizeof journal_segment_magic);
+	put_u32(out + S_VERSION, SEGMENT_VERSION);
+	put_u32(out + S_RESERVED, 0);
+	put_u64(out + S_NUMBER, number);
+	crypto_shorthash(out + S_CHECKSUM, out, S_CHECKSUM,
+	    journal_checksum_key);
+}
+
+/* NULL if the header is good for segment number, else what is wrong. */
+static const char *
+segment_header_invalid(const uint8_t *in, uint64_t number)
+{
+	uint8_t	sum[crypto_shorthash_BYTES];
+
+	if (memcmp(in + S_MAGIC, journal_segment_magic,
+	    sizeof journal_segment_magic) != 0)
+		return "bad segment magic";
+	crypto_shorthash(sum, in, S_CHECKSUM, journal_checksum_key);
+	if (memcmp(sum, in + S_CHECKSUM, sizeof sum) != 0)
+		return "bad segment header checksum";
+	if (get_u32(in + S_VERSION) != SEGMENT_VERSION)
+		return "unsupported segment format version";
+	if (get_u32(in + S_RESERVED) != 0)
+		return "segment header reserved field is not zero";
+	if (get_u64(in + S_NUMBER) != number)
+		return "segment number in header disagrees with file name";
+	return NULL;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t	x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The segment numbers in the directory, ascending.  Other files are
+ * ignored.  *list is malloc'd (NULL when there are none).
+ */
+static int
+segment_list(int dir_fd, const char *dir, uint64_t **list, size_t *count,
+    char **cause)
+{
+	DIR		*d;
+	struct dirent	*de;
+	uint64_t	*v = NULL, *nv, number;
+	size_t		 n = 0, cap = 0;
+	int		 fd;
+
+	*list = NULL;
+	*count = 0;
+	/* closedir closes the fd it was given: hand it a duplicate. */
+	if ((fd = dup(dir_fd)) == -1) {
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if ((d = fdopendir(fd)) == NULL) {
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	rewinddir(d);
+	for (;;) {
+		errno = 0;
+		if ((de = readdir(d)) == NULL) {
+			if (errno == 0)
+				break;
+			goto fail;
+		}
+		if (!segment_parse_name(de->d_name, &number))
+			continue;
+		if (n == cap) {
+			cap = cap == 0 ? 16 : cap * 2;
+			if ((nv = reallocarray(v, cap, sizeof *v)) == NULL)
+				goto fail;
+			v = nv;
+		}
+		v[n++] = number;
+	}
+	closedir(d);
+	if (n > 1)
+		qsort(v, n, sizeof *v, cmp_u64);
+	*list = v;
+	*count = n;
+	return 0;
+
+fail:
+	journal_cause(cause, "journal %s: listing segments: %s", dir,
+	    strerror(errno));
+	closedir(d);
+	free(v);
+	return -1;
+}
+
+static int
+write_all(int fd, const uint8_t *p, size_t n)
+{
+	ssize_t	w;
+
+	while (n > 0) {
+		if ((w = write(fd, p, n)) == -1) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (w == 0) {
+			errno = EIO;
+			return -1;
+		}
+		p += w;
+		n -= w;
+	}
+	return 0;
+}
+
+/*
+ * Create segment number, durably: O_EXCL (never reuse a name), header,
+ * fsync the file, fsync the directory.  On failure nothing is left
+ * behind (best effort: on a failing disk the unlink may fail too, and
+ * replay then finds a short or bad last segment).  Returns the fd, open
+ * for appending.  journal_open uses it for segment 1; journal_rotate
+ * will use it for the next one.
+ */
+static int
+create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
+{
+	char		name[SEGMENT_NAME_BYTES];
+	uint8_t		header[SEGMENT_HEADER_BYTES];
+	const char	*what;
+	int		fd, saved_errno;
+
+	segment_name(number, name);
+	fd = openat(dir_fd, name,
+	    O_RDWR|O_APPEND|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW, 0600);
+	if (fd == -1) {
+		journal_cause(cause, "journal %s/%s: create: %s", dir, name,
+		    strerror(errno));
+		return -1;
+	}
+	segment_header_encode(number, header);
+	what = "write header";
+	if (write_all(fd, header, sizeof header) == -1)
+		goto fail;
+	what = "fsync";
+	if (fsync(fd) == -1)
+		goto fail;
+	what = "fsync directory";
+	if (fsync(dir_fd) == -1)
+		goto fail;
+	return fd;
+
+fail:
+	saved_errno = errno;
+	close(fd);
+	unlinkat(dir_fd, name, 0);
+	errno = saved_errno;
+	journal_cause(cause, "journal %s/%s: %s: %s", dir, name, what,
+	    strerror(errno));
+	return -1;
+}
+
+/* ---- appending ---------------------------------------------------------- */
+
+/* fsync the directory holding path, so a new entry in it is durable. */
+static int
+sync_parent(const char *path)
+{
+	char	*copy;
+	int	 fd, rv, saved_errno;
+
+	if ((copy = strdup(path)) == NULL)
+		return -1;
+	fd = open(dirname(copy), O_RDONLY|O_DIRECTORY|O_CLOEXEC);
+	saved_errno = errno;
+	free(copy);
+	if (fd == -1) {
+		errno = saved_errno;
+		return -1;
+	}
+	rv = fsync(fd);
+	saved_errno = errno;
+	close(fd);
+	errno = saved_errno;
+	return rv;
+}
+
+int
+journal_open(struct journal *j, const char *dir, char **cause)
+{
+	uint64_t	*list = NULL;
+	size_t		 count;
+	uint8_t		 header[SEGMENT_HEADER_BYTES];
+	char		 name[SEGMENT_NAME_BYTES];
+	const char	*invalid;
+	struct stat	 st;
+	ssize_t		 n;
+	int		 saved_errno;
+
+	memset(j, 0, sizeof *j);
+	j->fd = j->dir_fd = -1;
+	if (sodium_init() < 0) {
+		errno = EIO;
+		journal_cause(cause, "journal %s: libsodium failed to "
+		    "initialise", dir);
+		return -1;
+	}
+	if ((j->dir = strdup(dir)) == NULL) {
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		return -1;
+	}
+
+	/* Only the last component: the state directory is the caller's. */
+	if (mkdir(dir, 0700) == 0) {
+		/* A new directory's own entry must be durable too. */
+		if (sync_parent(dir) == -1) {
+			journal_cause(cause, "journal %s: fsync parent "
+			    "directory: %s", dir, strerror(errno));
+			goto fail;
+		}
+	} else if (errno != EEXIST) {
+		journal_cause(cause, "journal %s: mkdir: %s", dir,
+		    strerror(errno));
+		goto fail;
+	}
+	if ((j->dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC)) == -1) {
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		goto fail;
+	}
+
+	if (segment_list(j->dir_fd, dir, &list, &count, cause) == -1)
+		goto fail;
+	if (count == 0) {
+		j->segment = 1;
+		if ((j->fd = create_segment(j->dir_fd, dir, 1, cause)) == -1)
+			goto fail;
+		j->size = SEGMENT_HEADER_BYTES;
+		return 0;
+	}
+
+	/*
+	 * Append to the highest segment.  Replay has already run and cut
+	 * any torn tail, so its size is the end of its last good record.
+	 */
+	j->segment = list[count - 1];
+	free(list);
+	list = NULL;
+	segment_name(j->segment, name);
+	j->fd = openat(j->dir_fd, name, O_RDWR|O_APPEND|O_CLOEXEC|O_NOFOLLOW);
+	if (j->fd == -1 || fstat(j->fd, &st) == -1) {
+		journal_cause(cause, "journal %s/%s: %s", dir, name,
+		    strerror(errno));
+		goto fail;
+	}
+	if ((n = pread(j->fd, header, sizeof header, 0)) == -1) {
+		journal_cause(cause, "journal %s/%s: read header: %s", dir,
+		    name, strerror(errno));
+		goto fail;
+	}
+	if ((size_t)n < sizeof header)
+		invalid = "shorter than a segment header (replay removes it)";
+	else
+		invalid = segment_header_invalid(header, j->segment);
+	if (invalid != NULL) {
+		errno = EINVAL;
+		journal_cause(cause, "journal %s/%s: %s", dir, name, invalid);
+		goto fail;
+	}
+	j->size = (uint64_t)st.st_size;
+	return 0;
+
+fail:
+	saved_errno = errno;
+	free(list);
+	journal_close(j);
+	errno = saved_errno;
+	return -1;
+}
+
+/*
+ * After a failure that leaves the end of the file unknown (a truncate
+ * that failed) or its durability unknown (a failed fsync), the handle
+ * refuses everything until the journal is reopened: the next append must
+ * not land after bytes of unknown state, and a later fsync that succeeds
+ * would say nothing about the writes the failed one lost.
+ */
+static void
+journal_poison(struct journal *j)
+{
+	if (j->fd != -1)
+		close(j->fd);
+	j->fd = -1;
+}
+
+static int
+journal_unusable(struct journal *j, char **cause)
+{
+	errno = EIO;
+	journal_cause(cause, "journal %s: unusable after an earlier write or "
+	    "fsync failure; reopen it from the journal", j->dir);
+	return -1;
+}
+
+int
+journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
+    char **cause)
+{
+	struct iovec	 batch[APPEND_IOV_BATCH];
+	const uint8_t	*base;
+	size_t		 total = 0, done = 0, offset, skip;
+	ssize_t		 w;
+	int		 i, k, n, saved_errno;
+
+	if (j->fd == -1)
+		return journal_unusable(j, cause);
+	for (i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > SIZE_MAX - total) {
+			errno = EINVAL;
+			journal_cause(cause, "journal %s: append too large",
+			    j->dir);
+			return -1;
+		}
+		total += iov[i].iov_len;
+	}
+
+	/* Piece i is written up to offset; a short write resumes there. */
+	i = 0;
+	offset = 0;
+	while (done < total) {
+		while (offset == iov[i].iov_len) {
+			i++;
+			offset = 0;
+		}
+		for (k = i, n = 0; k < iovcnt && n < APPEND_IOV_BATCH; k++) {
+			base = iov[k].iov_base;
+			skip = k == i ? offset : 0;
+			if (iov[k].iov_len == skip)
+				continue;
+			batch[n].iov_base = (void *)(base + skip);
+			batch[n].iov_len = iov[k].iov_len - skip;
+			n++;
+		}
+		w = writev(j->fd, batch, n);
+		if (w == -1 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			goto fail;
+		}
+		done += (size_t)w;
+		while (w > 0) {
+			if ((size_t)w < iov[i].iov_len - offset) {
+				offset += (size_t)w;
+				w = 0;
+			} else {
+				w -= (ssize_t)(iov[i].iov_len - offset);
+				i++;
+				offset = 0;
+			}
+		}
+	}
+	j->size += total;
+	return 0;
+
+fail:
+	saved_errno = errno;
+	if (ftruncate(j->fd, (off_t)j->size) == -1) {
+		journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
+		    ": write: %s; truncating back to %" PRIu64 " bytes also "
+		    "failed: %s", j->dir, j->segment, strerror(saved_errno),
+		    j->size, strerror(errno));
+		journal_poison(j);
+	} else {
+		journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
+		    ": write at offset %" PRIu64 ": %s", j->dir, j->segment,
+		    j->size, strerror(saved_errno));
+	}
+	errno = saved_errno;
+	return -1;
+}
+
+int
+journal_sync(struct journal *j, char **cause)
+{
+	if (j->fd == -1)
+		return journal_unusable(j, cause);
+	if (fdatasync(j->fd) == 0)
+		return 0;
+	journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
+	    ": fdatasync: %s", j->dir, j->segment, strerror(errno));
+	journal_poison(j);
+	return -1;
+}
+
+void
+journal_close(struct journal *j)
+{
+	if (j->fd != -1)
+		close(j->fd);
+	if (j->dir_fd != -1)
+		close(j->dir_fd);
+	free(j->dir);
+	j->fd = j->dir_fd = -1;
+	j->dir = NULL;
+}
+
+/* ---- replay ------------------------------------------------------------- */
+
+struct replay {
+	const char			*dir;
+	int				 dir_fd;
+	journal_apply_fn		 apply;
+	void				*arg;
+	struct journal_replay_stats	*stats;
+	char				**cause;
+};
+
+/*
+ * Cut the last segment at offset: an append that was never acknowledged.
+ * The fsync makes the cut durable before anything is appended after it.
+ */
+static int
+replay_cut(struct replay *rp, const char *name, uint64_t offset,
+    uint64_t size, const char *why)
+{
+	int	fd, saved_errno;
+
+	log_warnx("journal %s/%s: torn tail at offset %" PRIu64 " (%s): "
+	    "cutting %" PRIu64 " bytes of an append that never completed",
+	    rp->dir, name, offset, why, size - offset);
+	fd = openat(rp->dir_fd, name, O_WRONLY|O_CLOEXEC|O_NOFOLLOW);
+	if (fd == -1 || ftruncate(fd, (off_t)offset) == -1 || fsync(fd) == -1) {
+		saved_errno = errno;
+		if (fd != -1)
+			close(fd);
+		errno = saved_errno;
+		journal_cause(rp->cause, "journal %s/%s: cutting the torn "
+		    "tail at offset %" PRIu64 ": %s", rp->dir, name, offset,
+		    strerror(errno));
+		return -1;
+	}
+	close(fd);
+	rp->stats->truncated_bytes += size - offset;
+	return 0;
+}
+
+/*
+ * The last segment is shorter than a header: its creation was cut short
+ * before the header was synced, so it never held a record.  Remove it:
+ * the segment before it (sealed) is the last again, or, if there is
+ * none, journal_open creates segment 1 afresh.
+ */
+static int
+replay_remove_stub(struct replay *rp, const char *name, uint64_t size)
+{
+	log_warnx("journal %s/%s: segment of %" PRIu64 " bytes is shorter "
+	    "than its header (its creation was interrupted): removing it",
+	    rp->dir, name, size);
+	if (unlinkat(rp->dir_fd, name, 0) == -1 || fsync(rp->dir_fd) == -1) {
+		journal_cause(rp->cause, "journal %s/%s: removing the "
+		    "incomplete segment: %s", rp->dir, name, strerror(errno));
+		return -1;
+	}
+	rp->stats->truncated_bytes += size;
+	return 0;
+}
+
+static int
+replay_corrupt(struct replay *rp, const char *name, uint64_t offset,
+    const char *why, const char *after)
+{
+	errno = EINVAL;
+	journal_cause(rp->cause, "journal corrupt at %s/%s offset %" PRIu64
+	    ": %s (%s; run `idemctl verify` and see doc/journal.md before "
+	    "starting again; do not delete or edit the journal)", rp->dir,
+	    name, offset, why, after);
+	return -1;
+}
+
+/* Replay the records of one mapped segment; see the DESIGN comment. */
+static int
+replay_records(struct replay *rp, const char *name, const uint8_t *map,
+    size_t size, int last, size_t *cut_at, const char **cut_why)
+{
+	struct journal_record	 r;
+	const char		*why;
+	char			 after[128];
+	size_t			 offset, consumed, next;
+	int			 applied;
+
+	*cut_at = size;
+	offset = SEGMENT_HEADER_BYTES;
+	while (offset < size) {
+		if (record_decode(map + offset, size - offset, &r, &consumed,
+		    &why) != JOURNAL_DECODE_OK)
+			break;
+		if ((applied = rp->apply(&r, rp->arg)) != 0) {
+			errno = ECANCELED;
+			journal_cause(rp->cause, "journal replay stopped at "
+			    "%s/%s offset %zu: applying the record failed "
+			    "(%d)", rp->dir, name, offset, applied);
+			return -1;
+		}
+		rp->stats->records++;
+		rp->stats->bytes += consumed;
+		offset += consumed;
+	}
+	if (offset == size)
+		return 0;
+
+	/* A record at offset does not decode: torn tail or corruption? */
+	if (record_follows(map, size, offset + 1, &next)) {
+		snprintf(after, sizeof after, "valid records follow, the "
+		    "first at offset %zu", next);
+		return replay_corrupt(rp, name, offset, why, after);
+	}
+	if (!last) {
+		return replay_corrupt(rp, name, offset, why, "later segments "
+		    "follow, so this one was sealed complete");
+	}
+	*cut_at = offset;
+	*cut_why = why;
+	return 0;
+}
+
+static int
+replay_segment(struct replay *rp, uint64_t number, int last)
+{
+	char		 name[SEGMENT_NAME_BYTES];
+	struct stat	 st;
+	void		*map;
+	const char	*why = NULL;
+	size_t		 size, cut_at;
+	int		 fd, rv, saved_errno;
+
+	segment_name(number, name);
+	fd = openat(rp->dir_fd, name, O_RDONLY|O_CLOEXEC|O_NOFOLLOW);
+	if (fd == -1 || fstat(fd, &st) == -1) {
+		journal_cause(rp->cause, "journal %s/%s: %s", rp->dir, name,
+		    strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		journal_cause(rp->cause, "journal %s/%s: not a regular file",
+		    rp->dir, name);
+		goto fail;
+	}
+	if ((uint64_t)st.st_size > SIZE_MAX) {
+		errno = EFBIG;
+		journal_cause(rp->cause, "journal %s/%s: too large to map",
+		    rp->dir, name);
+		goto fail;
+	}
+	size = (size_t)st.st_size;
+
+	if (size < SEGMENT_HEADER_BYTES) {
+		close(fd);
+		if (last)
+			return replay_remove_stub(rp, name, size);
+		return replay_corrupt(rp, name, 0, "segment shorter than its "
+		    "header", "later segments follow, so it was sealed "
+		    "complete");
+	}
+
+	/* One mapping per segment: no system call per record. */
+	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED) {
+		journal_cause(rp->cause, "journal %s/%s: mmap: %s", rp->dir,
+		    name, strerror(errno));
+		goto fail;
+	}
+	close(fd);
+	madvise(map, size, MADV_SEQUENTIAL);
+
+	if ((why = segment_header_invalid(map, number)) != NULL) {
+		rv = replay_corrupt(rp, name, 0, why, "a segment header is "
+		    "synced before any record is written after it");
+	} else {
+		rp->stats->segments++;
+		rv = replay_records(rp, name, map, size, last, &cut_at, &why);
+	}
+	saved_errno = errno;
+	munmap(map, size);
+	errno = saved_errno;
+	if (rv == -1)
+		return -1;
+	if (cut_at < size)
+		return replay_cut(rp, name, cut_at, size, why);
+	return 0;
+
+fail:
+	saved_errno = errno;
+	if (fd != -1)
+		close(fd);
+	errno = saved_errno;
+	return -1;
+}
+
+int
+journal_replay(const char *dir, journal_apply_fn apply, void *arg,
+    struct journal_replay_stats *stats, char **cause)
+{
+	struct journal_replay_stats	 scratch;
+	struct replay			 rp;
+	uint64_t			*list = NULL;
+	size_t				 count, i;
+	int				 dir_fd, rv = -1, saved_errno;
+
+	if (stats == NULL)
+		stats = &scratch;
+	memset(stats, 0, sizeof *stats);
+	*cause = NULL;
+	if (sodium_init() < 0) {
+		errno = EIO;
+		journal_cause(cause, "journal %s: libsodium failed to "
+		    "initialise", dir);
+		return -1;
+	}
+
+	if ((dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC)) == -1) {
+		if (errno == ENOENT)
+			return 0;	/* never written: an empty journal */
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (segment_list(dir_fd, dir, &list, &count, cause) == -1)
+		goto out;
+
+	/*
+	 * Segments go away oldest first (checkpointing, one day), so a gap
+	 * means records were lost.
+	 */
+	for (i = 1; i < count; i++) {
+		if (list[i] != list[i - 1] + 1) {
+			errno = EINVAL;
+			journal_cause(cause, "journal corrupt in %s: segment "
+			    "%016" PRIx64 SEGMENT_SUFFIX " is missing between "
+			    "%016" PRIx64 " and %016" PRIx64 " (run `idemctl "
+			    "verify` and see doc/journal.md)", dir,
+			    list[i - 1] + 1, list[i - 1], list[i]);
+			goto out;
+		}
+	}
+
+	rp.dir = dir;
+	rp.dir_fd = dir_fd;
+	rp.apply = apply;
+	rp.arg = arg;
+	rp.stats = stats;
+	rp.cause = cause;
+	for (i = 0; i < count; i++) {
+		if (replay_segment(&rp, list[i], i == count - 1) == -1)
+			goto out;
+	}
+	rv = 0;
+
+out:
+	saved_errno = errno;
+	free(list);
+	close(dir_fd);
+	errno = saved_errno;
+	return rv;
+}

@@ -1,0 +1,297 @@
+/*
+ * main.c: idemd start-up.  Options, the root and its lock, the segment
+ * filled by replaying the journal, the listening socket; then the master
+ * takes over (master.c).  Everything that can fail at start-up fails here,
+ * before any worker exists, with a message that says what to do.
+ */
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "log.h"
+#include "worker.h"
+
+static void
+usage(FILE *out, int status)
+{
+	fprintf(out,
+"usage: idemd [--root DIR] [--socket PATH] [--workers N] [--capacity N]\n"
+"             [--inflight-wait-ms N] [--max-connections N] [--ready-fd FD]\n"
+"\n"
+"  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
+"  --socket PATH         Unix socket (default ROOT/%s)\n"
+"  --workers N           worker processes (default %d, at most %d)\n"
+"  --capacity N          submissions the table holds (default %d)\n"
+"  --inflight-wait-ms N  how long an identical call waits (default %d)\n"
+"  --max-connections N   per worker (default %d)\n"
+"  --ready-fd FD         write \"ready\\n\" to FD once serving\n",
+	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
+	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
+	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS);
+	exit(status);
+}
+
+static long
+number_option(const char *name, const char *value, long min, long max)
+{
+	char	*end;
+	long	 n;
+
+	errno = 0;
+	n = strtol(value, &end, 10);
+	if (errno != 0 || *end != '\0' || end == value || n < min || n > max)
+		fatalx("--%s must be a number from %ld to %ld", name, min, max);
+	return n;
+}
+
+static void
+parse_options(struct idemd *d, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "root", required_argument, NULL, 'r' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "capacity", required_argument, NULL, 'c' },
+		{ "inflight-wait-ms", required_argument, NULL, 'i' },
+		{ "max-connections", required_argument, NULL, 'm' },
+		{ "ready-fd", required_argument, NULL, 'R' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int	ch;
+
+	d->root = getenv("IDEM_ROOT") != NULL ? getenv("IDEM_ROOT") :
+	    IDEM_DEFAULT_ROOT;
+	d->worker_count = IDEM_DEFAULT_WORKERS;
+	d->capacity = IDEM_DEFAULT_CAPACITY;
+	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;
+	d->max_connections = IDEM_DEFAULT_MAX_CONNECTIONS;
+	d->ready_fd = -1;
+	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (ch) {
+		case 'r':
+			d->root = optarg;
+			break;
+		case 's':
+			d->socket_path = strdup(optarg);
+			break;
+		case 'w':
+			d->worker_count = (unsigned)number_option("workers",
+			    optarg, 1, IDEM_MAX_WORKERS);
+			break;
+		case 'c':
+			d->capacity = (uint32_t)number_option("capacity",
+			    optarg, 1, 1L << 30);
+			break;
+		case 'i':
+			d->inflight_wait_ms = (int)number_option(
+			    "inflight-wait-ms", optarg, 0, 3600000);
+			break;
+		case 'm':
+			d->max_connections = (int)number_option(
+			    "max-connections", optarg, 1, 1000000);
+			break;
+		case 'R':
+			d->ready_fd = (int)number_option("ready-fd", optarg, 0,
+			    INT_MAX);
+			break;
+		case 'h':
+			usage(stdout, 0);
+			break;
+		case 'V':
+			printf("idemd %s\n", PACKAGE_VERSION);
+			exit(0);
+		default:
+			usage(stderr, 2);
+		}
+	}
+	if (optind != argc)
+		usage(stderr, 2);
+}
+
+/* mkdir -p for the root itself; the topology below is taskfile.c's. */
+static void
+make_root(const char *root)
+{
+	char	*path, *p;
+
+	if ((path = strdup(root)) == NULL)
+		fatal("strdup");
+	for (p = path + 1; *p != '\0'; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) == -1 && errno != EEXIST)
+			fatal("mkdir %s", path);
+		*p = '/';
+	}
+	if (mkdir(path, 0755) == -1 && errno != EEXIST)
+		fatal("mkdir %s", path);
+	free(path);
+}
+
+/* One broker per root: flock the lock file, name the holder if taken. */
+static void
+lock_root(struct idemd *d)
+{
+	char	buf[32];
+	ssize_t	n;
+
+	d->lock_fd = openat(d->root_fd, IDEM_LOCK_NAME,
+	    O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (d->lock_fd == -1)
+		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
+	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) == -1) {
+		if (errno != EWOULDBLOCK)
+			fatal("flock %s/%s", d->root_real, IDEM_LOCK_NAME);
+		n = pread(d->lock_fd, buf, sizeof buf - 1, 0);
+		buf[n > 0 ? n : 0] = '\0';
+		buf[strcspn(buf, "\n")] = '\0';
+		fatalx("%s is in use by another idemd (pid %s); one broker "
+		    "per root", d->root_real, buf[0] != '\0' ? buf : "unknown");
+	}
+	n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+	if (ftruncate(d->lock_fd, 0) == -1 ||
+	    pwrite(d->lock_fd, buf, (size_t)n, 0) != n)
+		log_warn("writing the pid to %s", IDEM_LOCK_NAME);
+}
+
+int
+idemd_scan_max_seq(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
+    void *arg)
+{
+	struct idemd	*d = arg;
+
+	return taskfile_scan_max_seq(d->root_fd, kind, date, max_seq);
+}
+
+static int
+replay_apply(const struct journal_record *r, void *arg)
+{
+	struct idemd	*d = arg;
+
+	seqalloc_note_used(&d->seg, r->entry.kind, r->entry.date,
+	    r->entry.seq);
+	if (r->entry.key_length == 0)
+		return 0;	/* legacy: only its number matters */
+	if (subtab_apply(&d->seg, r->key, r->entry.key_length,
+	    &r->entry) != 0) {
+		log_warn("replay: submission table (capacity %u)",
+		    d->capacity);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+replay(struct idemd *d)
+{
+	struct journal_replay_stats	 stats;
+	char				*dir, *cause = NULL;
+	int64_t				 started = shm_now_ms();
+
+	if (asprintf(&dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR) == -1)
+		fatal("asprintf");
+	memset(&stats, 0, sizeof stats);
+	if (journal_replay(dir, replay_apply, d, &stats, &cause) != 0)
+		fatalx("%s", cause);
+	log_info("replayed %llu records (%llu bytes, %u segments) in %lld ms",
+	    (unsigned long long)stats.records,
+	    (unsigned long long)stats.bytes, stats.segments,
+	    (long long)(shm_now_ms() - started));
+	if (journal_open(&d->journal, dir, &cause) != 0)
+		fatalx("%s", cause);
+	free(dir);
+}
+
+static void
+open_socket(struct idemd *d)
+{
+	struct sockaddr_un	sun;
+	mode_t			old;
+	int			fd;
+
+	if (d->socket_path == NULL && asprintf(&d->socket_path, "%s/%s",
+	    d->root_real, IDEM_SOCKET_NAME) == -1)
+		fatal("asprintf");
+	memset(&sun, 0, sizeof sun);
+	sun.sun_family = AF_UNIX;
+	if (strlen(d->socket_path) >= sizeof sun.sun_path)
+		fatalx("socket path %s is longer than %zu bytes; use --socket",
+		    d->socket_path, sizeof sun.sun_path - 1);
+	strcpy(sun.sun_path, d->socket_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd == -1)
+		fatal("socket");
+	/* We hold the root's lock: a socket file left there is stale. */
+	if (unlink(d->socket_path) == -1 && errno != ENOENT)
+		fatal("unlink %s", d->socket_path);
+	old = umask(0177);
+	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) == -1)
+		fatal("bind %s", d->socket_path);
+	umask(old);
+	if (listen(fd, 1024) == -1)
+		fatal("listen %s", d->socket_path);
+	d->listen_fd = fd;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct idemd	 d;
+	char		*cause = NULL;
+	int		 status;
+
+	log_init("idemd");
+	memset(&d, 0, sizeof d);
+	parse_options(&d, argc, argv);
+	if (sodium_init() < 0)
+		fatalx("libsodium failed to initialise");
+	signal(SIGPIPE, SIG_IGN);
+
+	make_root(d.root);
+	if ((d.root_real = realpath(d.root, NULL)) == NULL)
+		fatal("realpath %s", d.root);
+	if ((d.root_fd = open(d.root_real, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1)
+		fatal("open %s", d.root_real);
+	if (taskfile_make_topology(d.root_fd, &cause) != 0)
+		fatalx("%s", cause);
+	lock_root(&d);
+	if ((d.inbox_fd = openat(d.root_fd, IDEM_INBOX_DIR, O_RDONLY |
+	    O_DIRECTORY | O_CLOEXEC)) == -1)
+		fatal("open %s/%s", d.root_real, IDEM_INBOX_DIR);
+
+	if (shm_create(d.root_real, d.capacity, &d.seg, &cause) != 0)
+		fatalx("%s", cause);
+	d.seg.header->worker_count = d.worker_count;
+	replay(&d);
+	if (crash_init(&d.seg, &cause) != 0)
+		fatalx("%s", cause);
+	if ((d.kick_fd = eventfd(0, EFD_CLOEXEC)) == -1)
+		fatal("eventfd");
+	open_socket(&d);
+
+	status = master_run(&d);
+
+	unlink(d.socket_path);
+	journal_close(&d.journal);
+	shm_destroy(&d.seg);
+	log_info("stopped");
+	return status;
+}

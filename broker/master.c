@@ -1,0 +1,237 @@
+/*
+ * master.c: the master process after start-up.  It forks the workers,
+ * replaces one that dies, runs the journaling thread, and on SIGTERM or
+ * SIGINT drains: workers finish what they hold and exit, the journaler
+ * flushes the rest, and the socket and segment are removed.
+ *
+ * Each worker has a socketpair to the master.  The master's end is how
+ * the journaling thread (and the master itself, when a worker dies)
+ * wakes the worker; the worker's end reading EOF means the master is gone.
+ */
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "worker.h"
+
+/* Respawns faster than this many a second mean something is broken. */
+#define MASTER_RESPAWN_BURST	10
+
+struct master {
+	struct idemd		*d;
+	struct event_base	*base;
+	pid_t			 pids[IDEM_MAX_WORKERS];
+	int			 notify_fds[IDEM_MAX_WORKERS];
+	pthread_mutex_t		 fds_lock;	/* notify_fds: shared with the journaler */
+	int			 stopping;
+	unsigned		 live;
+	int64_t			 burst_started_ms;
+	unsigned		 burst;
+	struct event		*respawn_ev;
+};
+
+static int
+master_broadcast(void *arg)
+{
+	struct master	*m = arg;
+	unsigned	 i;
+
+	pthread_mutex_lock(&m->fds_lock);
+	for (i = 0; i < m->d->worker_count; i++) {
+		/* A full socket already holds a wake-up: EAGAIN is fine. */
+		if (m->notify_fds[i] != -1)
+			(void)send(m->notify_fds[i], "w", 1,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	pthread_mutex_unlock(&m->fds_lock);
+	return 0;
+}
+
+static int
+master_spawn(struct master *m, unsigned index)
+{
+	struct idemd	*d = m->d;
+	uint32_t	 generation;
+	int		 sv[2];
+	unsigned	 i;
+	pid_t		 pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1) {
+		log_warn("socketpair for worker %u", index);
+		return -1;
+	}
+	generation = registry_start(&d->seg, index);
+	pid = fork();
+	if (pid == -1) {
+		log_warn("fork of worker %u", index);
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		/* The worker runs its own loop; drop the master's signals. */
+		event_base_free(m->base);
+		close(sv[0]);
+		for (i = 0; i < d->worker_count; i++) {
+			if (m->notify_fds[i] != -1)
+				close(m->notify_fds[i]);
+		}
+		if (fcntl(sv[1], F_SETFL, O_NONBLOCK) == -1)
+			_exit(1);
+		_exit(worker_main(d, index, generation, sv[1]));
+	}
+	close(sv[1]);
+	if (fcntl(sv[0], F_SETFL, O_NONBLOCK) == -1)
+		log_warn("worker %u notify socket", index);
+	atomic_store(&d->seg.header->workers[index].pid, pid);
+	pthread_mutex_lock(&m->fds_lock);
+	m->notify_fds[index] = sv[0];
+	pthread_mutex_unlock(&m->fds_lock);
+	m->pids[index] = pid;
+	m->live++;
+	log_debug("worker %u started, pid %ld", index, (long)pid);
+	return 0;
+}
+
+static void
+master_spawn_missing(evutil_socket_t fd, short events, void *arg)
+{
+	struct master	*m = arg;
+	struct timeval	 one_second = { 1, 0 };
+	unsigned	 i;
+
+	for (i = 0; i < m->d->worker_count && !m->stopping; i++) {
+		if (m->pids[i] == 0 && master_spawn(m, i) != 0)
+			evtimer_add(m->respawn_ev, &one_second);
+	}
+}
+
+static void
+master_child(evutil_socket_t fd, short events, void *arg)
+{
+	struct master	*m = arg;
+	struct timeval	 one_second = { 1, 0 };
+	int64_t		 now;
+	unsigned	 i;
+	pid_t		 pid;
+	int		 status;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		for (i = 0; i < m->d->worker_count; i++) {
+			if (m->pids[i] == pid)
+				break;
+		}
+		if (i == m->d->worker_count)
+			continue;
+		if (WIFSIGNALED(status))
+			log_warnx("worker %u (pid %ld) killed by signal %d",
+			    i, (long)pid, WTERMSIG(status));
+		else if (WEXITSTATUS(status) != 0 || !m->stopping)
+			log_warnx("worker %u (pid %ld) exited with status %d",
+			    i, (long)pid, WEXITSTATUS(status));
+		/* Its claims lapse now; waiters elsewhere must look again. */
+		registry_exit(&m->d->seg, i);
+		pthread_mutex_lock(&m->fds_lock);
+		close(m->notify_fds[i]);
+		m->notify_fds[i] = -1;
+		pthread_mutex_unlock(&m->fds_lock);
+		m->pids[i] = 0;
+		m->live--;
+		master_broadcast(m);
+		if (m->stopping)
+			continue;
+		atomic_fetch_add(&m->d->seg.header->counters.worker_restarts,
+		    1);
+		now = shm_now_ms();
+		if (now - m->burst_started_ms > 1000) {
+			m->burst_started_ms = now;
+			m->burst = 0;
+		}
+		if (++m->burst > MASTER_RESPAWN_BURST) {
+			log_warnx("workers die too fast; next respawn in 1 s");
+			evtimer_add(m->respawn_ev, &one_second);
+		} else if (master_spawn(m, i) != 0)
+			evtimer_add(m->respawn_ev, &one_second);
+	}
+	if (m->stopping && m->live == 0)
+		event_base_loopbreak(m->base);
+}
+
+static void
+master_terminate(evutil_socket_t fd, short events, void *arg)
+{
+	struct master	*m = arg;
+	unsigned	 i;
+
+	if (m->stopping)
+		return;
+	log_info("signal %d: draining", (int)fd);
+	m->stopping = 1;
+	atomic_store(&m->d->seg.header->shutting_down, 1);
+	for (i = 0; i < m->d->worker_count; i++) {
+		if (m->pids[i] != 0)
+			kill(m->pids[i], SIGTERM);
+	}
+	if (m->live == 0)
+		event_base_loopbreak(m->base);
+}
+
+int
+master_run(struct idemd *d)
+{
+	struct master	 m;
+	struct event	*sigchld, *sigterm, *sigint;
+	unsigned	 i;
+
+	memset(&m, 0, sizeof m);
+	m.d = d;
+	for (i = 0; i < IDEM_MAX_WORKERS; i++)
+		m.notify_fds[i] = -1;
+	pthread_mutex_init(&m.fds_lock, NULL);
+	if ((m.base = event_base_new()) == NULL)
+		fatalx("event_base_new failed");
+	sigchld = evsignal_new(m.base, SIGCHLD, master_child, &m);
+	sigterm = evsignal_new(m.base, SIGTERM, master_terminate, &m);
+	sigint = evsignal_new(m.base, SIGINT, master_terminate, &m);
+	m.respawn_ev = evtimer_new(m.base, master_spawn_missing, &m);
+	if (sigchld == NULL || sigterm == NULL || sigint == NULL ||
+	    m.respawn_ev == NULL)
+		fatalx("cannot create the master's events");
+	event_add(sigchld, NULL);
+	event_add(sigterm, NULL);
+	event_add(sigint, NULL);
+
+	/* Workers first: fork before the journaling thread exists. */
+	for (i = 0; i < d->worker_count; i++) {
+		if (master_spawn(&m, i) != 0)
+			fatalx("cannot start worker %u", i);
+	}
+	if (journaler_start(d, master_broadcast, &m) != 0)
+		fatal("starting the journaling thread");
+	log_info("serving %s on %s with %u workers", d->root_real,
+	    d->socket_path, d->worker_count);
+	if (d->ready_fd != -1) {
+		(void)write(d->ready_fd, "ready\n", 6);
+		close(d->ready_fd);
+		d->ready_fd = -1;
+	}
+
+	event_base_dispatch(m.base);
+
+	journaler_stop();
+	event_free(sigchld);
+	event_free(sigterm);
+	event_free(sigint);
+	event_free(m.respawn_ev);
+	event_base_free(m.base);
+	pthread_mutex_destroy(&m.fds_lock);
+	return atomic_load(&d->seg.header->journal_failed) ? 1 : 0;
+}

@@ -1,0 +1,187 @@
+/*
+ * request.c: turning a request line into a checked JSON object, and
+ * error replies.  Validation is strict and happens before any state
+ * changes: every failure names its wire code, the dotted path of the
+ * field and whether a retry can help.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "worker.h"
+
+int
+request_error_set(struct request_error *err, const char *code,
+    const char *field, const char *fmt, ...)
+{
+	va_list	ap;
+
+	err->code = code;
+	err->retryable = 0;
+	snprintf(err->field, sizeof err->field, "%s", field != NULL ? field : "");
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof err->message, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+void
+request_storage_error(struct request_error *err, int error, const char *what)
+{
+	request_error_set(err, "storage_unavailable", NULL, "%s: %s", what,
+	    strerror(error));
+	err->retryable = 1;
+}
+
+json_t *
+reply_new(int ok, json_t *id)
+{
+	json_t	*reply = json_object();
+
+	json_object_set_new(reply, "ok", json_boolean(ok));
+	if (id != NULL)
+		json_object_set(reply, "id", id);
+	return reply;
+}
+
+json_t *
+reply_error(const struct request_error *err, json_t *id)
+{
+	json_t	*reply = reply_new(0, id), *error;
+
+	json_object_set_new(reply, "action_taken", json_false());
+	error = json_object();
+	json_object_set_new(error, "code", json_string(err->code));
+	json_object_set_new(error, "message", json_string(err->message));
+	if (err->field[0] != '\0')
+		json_object_set_new(error, "field", json_string(err->field));
+	json_object_set_new(error, "retryable", json_boolean(err->retryable));
+	json_object_set_new(reply, "error", error);
+	return reply;
+}
+
+json_t *
+reply_error_simple(json_t *id, const char *code, int retryable,
+    const char *fmt, ...)
+{
+	struct request_error	err;
+	va_list			ap;
+
+	err.code = code;
+	err.retryable = retryable;
+	err.field[0] = '\0';
+	va_start(ap, fmt);
+	vsnprintf(err.message, sizeof err.message, fmt, ap);
+	va_end(ap);
+	return reply_error(&err, id);
+}
+
+json_t *
+request_parse(const char *line, size_t length, struct request_error *err)
+{
+	json_error_t	 error;
+	json_t		*request;
+
+	/*
+	 * NULs inside strings are let through the parser so that they can be
+	 * refused as invalid_request naming the field, as the contract says.
+	 */
+	request = json_loadb(line, length, JSON_REJECT_DUPLICATES |
+	    JSON_ALLOW_NUL, &error);
+	if (request == NULL) {
+		if (json_error_code(&error) == json_error_invalid_utf8)
+			request_error_set(err, "invalid_utf8", NULL,
+			    "the request is not valid UTF-8 (byte %d)",
+			    error.position);
+		else
+			request_error_set(err, "invalid_json", NULL,
+			    "the request is not JSON: %s at byte %d",
+			    error.text, error.position);
+		return NULL;
+	}
+	if (!json_is_object(request)) {
+		request_error_set(err, "invalid_request", NULL,
+		    "a request is a JSON object");
+		json_decref(request);
+		return NULL;
+	}
+	return request;
+}
+
+int
+request_known_keys(json_t *object, const char *path,
+    const char *const *allowed, struct request_error *err)
+{
+	const char		*key;
+	const char *const	*a;
+	json_t			*value;
+
+	json_object_foreach(object, key, value) {
+		for (a = allowed; *a != NULL; a++) {
+			if (strcmp(*a, key) == 0)
+				break;
+		}
+		if (*a == NULL) {
+			if (path[0] != '\0')
+				return request_error_set(err,
+				    "invalid_request", path,
+				    "%s has no field \"%.64s\"", path, key);
+			return request_error_set(err, "invalid_request", key,
+			    "unknown field \"%.64s\"", key);
+		}
+	}
+	return 0;
+}
+
+int
+request_string(json_t *object, const char *key, const char *path,
+    size_t min, size_t max, int nullable, const char **value, size_t *length,
+    struct request_error *err)
+{
+	json_t	*v = json_object_get(object, key);
+	size_t	 n;
+
+	*value = NULL;
+	*length = 0;
+	if (v == NULL || (nullable && json_is_null(v)))
+		return 0;
+	if (!json_is_string(v))
+		return request_error_set(err, "invalid_request", path,
+		    "%s must be a string%s", path, nullable ? " or null" : "");
+	n = json_string_length(v);
+	if (memchr(json_string_value(v), '\0', n) != NULL)
+		return request_error_set(err, "invalid_request", path,
+		    "%s contains a NUL character", path);
+	if (n < min || n > max)
+		return request_error_set(err, "invalid_request", path,
+		    "%s must be %zu to %zu bytes long (it is %zu)", path, min,
+		    max, n);
+	*value = json_string_value(v);
+	*length = n;
+	return 1;
+}
+
+int
+request_submission_id(json_t *request, const char **id,
+    struct request_error *err)
+{
+	size_t	length, i;
+	int	rc;
+
+	rc = request_string(request, "client_submission_id",
+	    "client_submission_id", 1, IDEM_MAX_SUBMISSION_ID_BYTES, 1, id,
+	    &length, err);
+	if (rc <= 0)
+		return rc;
+	for (i = 0; i < length; i++) {
+		unsigned char c = (unsigned char)(*id)[i];
+
+		if (c < 0x21 || c > 0x7e)
+			return request_error_set(err, "invalid_request",
+			    "client_submission_id", "client_submission_id "
+			    "must be printable ASCII without spaces (byte %zu "
+			    "is 0x%02x)", i, c);
+	}
+	return 1;
+}

@@ -1,0 +1,548 @@
+/*
+ * worker.c: a worker process.  A libevent loop accepting connections on
+ * the socket the master opened, reading newline-delimited JSON requests,
+ * and keeping the requests that wait (for the journal, for another
+ * request's claim) parked until the master's journaling thread or a peer
+ * worker wakes it.
+ *
+ * A connection runs one request at a time; later lines wait in its input
+ * buffer, so replies go out in request order.  Every way of losing a
+ * peer ends in conn_free(), which detaches a running request so that it
+ * still completes (its state stays consistent) and only its reply is
+ * dropped.
+ */
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "log.h"
+#include "worker.h"
+
+struct conn {
+	struct worker		*worker;
+	struct bufferevent	*bev;
+	struct pending		*running;
+	uint32_t		 uid;
+	uint32_t		 pid;
+	int			 closing;	/* close once the output is sent */
+	TAILQ_ENTRY(conn)	 entry;
+};
+
+static void	conn_process(struct conn *);
+static void	conn_free(struct conn *);
+
+void
+conn_peer(const struct conn *c, uint32_t *uid, uint32_t *pid)
+{
+	*uid = c != NULL ? c->uid : 0;
+	*pid = c != NULL ? c->pid : 0;
+}
+
+static void
+conn_send(struct conn *c, json_t *reply)
+{
+	char	*text;
+
+	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(reply);
+	if (text == NULL) {
+		log_warnx("cannot serialize a reply");
+		c->closing = 1;
+		return;
+	}
+	bufferevent_write(c->bev, text, strlen(text));
+	bufferevent_write(c->bev, "\n", 1);
+	free(text);
+}
+
+/* ---- Parked requests ----------------------------------------------------- */
+
+struct pending *
+pending_new(struct conn *c, json_t *id)
+{
+	struct pending	*p;
+
+	if ((p = calloc(1, sizeof *p)) == NULL)
+		return NULL;
+	p->worker = c->worker;
+	p->conn = c;
+	p->id = id != NULL ? json_incref(id) : NULL;
+	p->wait = PENDING_RUNNING;
+	c->running = p;
+	return p;
+}
+
+void
+pending_free(struct pending *p)
+{
+	if (p->deadline != NULL)
+		event_free(p->deadline);
+	if (p->op_free != NULL)
+		p->op_free(p->op);
+	json_decref(p->id);
+	free(p);
+}
+
+void
+pending_reply(struct pending *p, json_t *reply)
+{
+	struct conn	*c = p->conn;
+
+	if (c != NULL) {
+		c->running = NULL;
+		conn_send(c, reply);
+		/* Later lines of the connection were waiting for this one. */
+		conn_process(c);
+	} else
+		json_decref(reply);
+	pending_free(p);
+}
+
+static void
+park(struct pending *p, enum pending_wait wait)
+{
+	p->wait = wait;
+	TAILQ_INSERT_TAIL(&p->worker->parked, p, entry);
+}
+
+static void
+unpark(struct pending *p)
+{
+	TAILQ_REMOVE(&p->worker->parked, p, entry);
+	p->wait = PENDING_RUNNING;
+}
+
+static void
+pending_try_append(struct pending *p)
+{
+	struct idemd	*d = p->worker->d;
+	uint64_t	 end;
+
+	if (handoff_append(&d->seg, p->record, p->record_length, &end) != 0) {
+		if (errno == ENOSPC) {
+			/* The journaler's next flush frees room and wakes us. */
+			park(p, PENDING_RING);
+			journaler_kick(d->kick_fd);
+			return;
+		}
+		log_warn("appending to the journal ring");
+		p->journal_failed = 1;
+		p->resume(p);
+		return;
+	}
+	atomic_fetch_add(&d->seg.header->counters.journal_records, 1);
+	p->wait_end = end;
+	park(p, PENDING_DURABLE);
+	journaler_kick(d->kick_fd);
+}
+
+void
+pending_journal(struct pending *p, const struct journal_record *record,
+    pending_resume_fn resume)
+{
+	p->resume = resume;
+	p->journal_failed = 0;
+	p->record_length = journal_encode(record, p->record,
+	    sizeof p->record);
+	if (p->record_length == 0) {
+		log_warnx("a journal record does not fit %zu bytes",
+		    sizeof p->record);
+		p->journal_failed = 1;
+		resume(p);
+		return;
+	}
+	pending_try_append(p);
+}
+
+static void
+pending_deadline(evutil_socket_t fd, short events, void *arg)
+{
+	struct pending	*p = arg;
+
+	if (p->wait != PENDING_CLAIM)
+		return;
+	unpark(p);
+	p->timed_out = 1;
+	p->resume(p);
+}
+
+void
+pending_wait_claim(struct pending *p, pending_resume_fn resume)
+{
+	struct timeval	tv;
+	int		ms = p->worker->d->inflight_wait_ms;
+
+	p->resume = resume;
+	if (p->deadline == NULL) {
+		p->deadline = evtimer_new(p->worker->base, pending_deadline, p);
+		if (p->deadline == NULL) {
+			p->timed_out = 1;
+			resume(p);
+			return;
+		}
+		tv.tv_sec = ms / 1000;
+		tv.tv_usec = (ms % 1000) * 1000;
+		evtimer_add(p->deadline, &tv);
+	}
+	park(p, PENDING_CLAIM);
+}
+
+/* Resume every parked request whose wait is over. */
+static void
+worker_run_parked(struct worker *w)
+{
+	struct shm_header	*h = w->d->seg.header;
+	TAILQ_HEAD(, pending)	 ready = TAILQ_HEAD_INITIALIZER(ready);
+	struct pending		*p, *next;
+	uint64_t		 durable = atomic_load(&h->ring_durable);
+	int			 failed = atomic_load(&h->journal_failed);
+
+	for (p = TAILQ_FIRST(&w->parked); p != NULL; p = next) {
+		next = TAILQ_NEXT(p, entry);
+		if (p->wait == PENDING_DURABLE && durable < p->wait_end &&
+		    !failed)
+			continue;
+		TAILQ_REMOVE(&w->parked, p, entry);
+		TAILQ_INSERT_TAIL(&ready, p, entry);
+	}
+	/* Resuming may park again: on w->parked, not on this list. */
+	while ((p = TAILQ_FIRST(&ready)) != NULL) {
+		TAILQ_REMOVE(&ready, p, entry);
+		switch (p->wait) {
+		case PENDING_DURABLE:
+			p->wait = PENDING_RUNNING;
+			p->journal_failed = durable < p->wait_end;
+			p->resume(p);
+			break;
+		case PENDING_RING:
+			p->wait = PENDING_RUNNING;
+			pending_try_append(p);
+			break;
+		case PENDING_CLAIM:
+			p->wait = PENDING_RUNNING;
+			p->resume(p);
+			break;
+		case PENDING_RUNNING:
+			break;
+		}
+	}
+}
+
+static void
+worker_notified(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+	char		 buf[64];
+	ssize_t		 n;
+
+	for (;;) {
+		n = read(fd, buf, sizeof buf);
+		if (n > 0)
+			continue;
+		if (n == 0) {
+			log_warnx("worker %u: the master is gone; exiting",
+			    w->index);
+			_exit(1);
+		}
+		if (errno == EINTR)
+			continue;
+		break;
+	}
+	worker_run_parked(w);
+}
+
+static void
+worker_local_wake(evutil_socket_t fd, short events, void *arg)
+{
+	worker_run_parked(arg);
+}
+
+void
+worker_wake_all(struct worker *w)
+{
+	event_active(w->local_wake_ev, EV_READ, 0);
+	atomic_store(&w->d->seg.header->wake_requested, 1);
+	journaler_kick(w->d->kick_fd);
+}
+
+/* ---- Connections --------------------------------------------------------- */
+
+static void
+op_hello(struct conn *c, json_t *id)
+{
+	json_t	*reply = reply_new(1, id), *schemas;
+
+	json_object_set_new(reply, "server", json_string("idemd"));
+	json_object_set_new(reply, "version", json_string(PACKAGE_VERSION));
+	json_object_set_new(reply, "protocol",
+	    json_integer(IDEM_PROTOCOL_VERSION));
+	schemas = json_array();
+	json_array_append_new(schemas, json_string(IDEM_SCHEMA_WRITE_TASK_V1));
+	json_object_set_new(reply, "digest_schemas", schemas);
+	conn_send(c, reply);
+}
+
+static void
+conn_dispatch(struct conn *c, const char *line, size_t length)
+{
+	struct request_error	 err;
+	json_t			*request, *id, *op;
+	const char		*name;
+
+	atomic_fetch_add(&c->worker->d->seg.header->workers[
+	    c->worker->index].requests, 1);
+	request = request_parse(line, length, &err);
+	if (request == NULL) {
+		atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
+		conn_send(c, reply_error(&err, NULL));
+		return;
+	}
+	id = json_object_get(request, "id");
+	if (id != NULL && (json_is_object(id) || json_is_array(id))) {
+		request_error_set(&err, "invalid_request", "id",
+		    "id must be a JSON scalar");
+		conn_send(c, reply_error(&err, NULL));
+		goto out;
+	}
+	op = json_object_get(request, "op");
+	if (!json_is_string(op)) {
+		request_error_set(&err, "invalid_request", "op",
+		    "op is required and must be a string");
+		conn_send(c, reply_error(&err, id));
+		goto out;
+	}
+	name = json_string_value(op);
+	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
+	    strcmp(name, "hello") != 0) {
+		conn_send(c, reply_error_simple(id, "shutting_down", 1,
+		    "idemd is shutting down"));
+		goto out;
+	}
+	if (strcmp(name, "hello") == 0)
+		op_hello(c, id);
+	else if (strcmp(name, "write_task") == 0)
+		op_write_task(c, request, id);
+	else {
+		request_error_set(&err, "unknown_op", "op",
+		    "unknown op \"%.64s\"", name);
+		conn_send(c, reply_error(&err, id));
+	}
+out:
+	json_decref(request);
+}
+
+/* Handle complete lines while no request of the connection is running. */
+static void
+conn_process(struct conn *c)
+{
+	struct evbuffer		*input = bufferevent_get_input(c->bev);
+	struct evbuffer_ptr	 eol;
+	struct request_error	 err;
+	size_t			 eol_length, length;
+	char			*line;
+
+	while (c->running == NULL && !c->closing) {
+		eol = evbuffer_search_eol(input, NULL, &eol_length,
+		    EVBUFFER_EOL_LF);
+		if (eol.pos == -1) {
+			if (evbuffer_get_length(input) >= IDEM_MAX_LINE_BYTES)
+				goto too_large;
+			return;
+		}
+		length = (size_t)eol.pos;
+		if (length + 1 > IDEM_MAX_LINE_BYTES)
+			goto too_large;
+		/*
+		 * Take the line out first: a reply can resume this very
+		 * function for the next line before dispatch returns.
+		 */
+		if ((line = malloc(length + 1)) == NULL) {
+			c->closing = 1;
+			return;
+		}
+		evbuffer_remove(input, line, length + 1);
+		conn_dispatch(c, line, length);
+		free(line);
+	}
+	return;
+
+too_large:
+	request_error_set(&err, "too_large", NULL, "a request line is at "
+	    "most %d bytes, newline included", IDEM_MAX_LINE_BYTES);
+	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
+	conn_send(c, reply_error(&err, NULL));
+	c->closing = 1;
+	bufferevent_disable(c->bev, EV_READ);
+	evbuffer_drain(input, evbuffer_get_length(input));
+}
+
+static void
+conn_read(struct bufferevent *bev, void *arg)
+{
+	conn_process(arg);
+}
+
+static void
+conn_written(struct bufferevent *bev, void *arg)
+{
+	struct conn	*c = arg;
+
+	if (c->closing && c->running == NULL)
+		conn_free(c);
+	else if (c->worker->draining && c->running == NULL &&
+	    evbuffer_get_length(bufferevent_get_input(bev)) == 0)
+		conn_free(c);
+}
+
+static void
+conn_event(struct bufferevent *bev, short events, void *arg)
+{
+	if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		conn_free(arg);
+}
+
+static void
+worker_maybe_exit(struct worker *w)
+{
+	if (w->draining && w->conn_count == 0)
+		event_base_loopbreak(w->base);
+}
+
+static void
+conn_free(struct conn *c)
+{
+	struct worker	*w = c->worker;
+
+	if (c->running != NULL)
+		c->running->conn = NULL;	/* it completes; no reply */
+	TAILQ_REMOVE(&w->conns, c, entry);
+	w->conn_count--;
+	bufferevent_free(c->bev);
+	free(c);
+	worker_maybe_exit(w);
+}
+
+static void
+worker_accept(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+	struct conn	*c;
+	struct ucred	 cred;
+	socklen_t	 len = sizeof cred;
+	int		 s;
+
+	for (;;) {
+		s = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (s == -1) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				log_warn("accept");
+			return;
+		}
+		if ((c = calloc(1, sizeof *c)) == NULL) {
+			close(s);
+			continue;
+		}
+		c->worker = w;
+		if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+			c->uid = cred.uid;
+			c->pid = (uint32_t)cred.pid;
+		}
+		c->bev = bufferevent_socket_new(w->base, s,
+		    BEV_OPT_CLOSE_ON_FREE);
+		if (c->bev == NULL) {
+			close(s);
+			free(c);
+			continue;
+		}
+		bufferevent_setcb(c->bev, conn_read, conn_written, conn_event,
+		    c);
+		/* Read no further than one line past the limit. */
+		bufferevent_setwatermark(c->bev, EV_READ, 0,
+		    IDEM_MAX_LINE_BYTES + 1);
+		bufferevent_enable(c->bev, EV_READ);
+		TAILQ_INSERT_TAIL(&w->conns, c, entry);
+		w->conn_count++;
+	}
+}
+
+static void
+worker_terminate(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+	struct conn	*c, *next;
+
+	if (w->draining)
+		return;
+	w->draining = 1;
+	event_del(w->listen_ev);
+	for (c = TAILQ_FIRST(&w->conns); c != NULL; c = next) {
+		next = TAILQ_NEXT(c, entry);
+		if (c->running == NULL && evbuffer_get_length(
+		    bufferevent_get_output(c->bev)) == 0)
+			conn_free(c);
+	}
+	worker_maybe_exit(w);
+}
+
+int
+worker_main(struct idemd *d, unsigned index, uint32_t generation,
+    int notify_fd)
+{
+	struct worker	 w;
+	pid_t		 master = getppid();
+	struct pending	*p;
+
+	/* Die with the master: a worker never outlives it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != master)
+		_exit(1);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGCHLD, SIG_DFL);
+	signal(SIGINT, SIG_IGN);
+
+	memset(&w, 0, sizeof w);
+	w.d = d;
+	w.index = index;
+	w.generation = generation;
+	w.notify_fd = notify_fd;
+	TAILQ_INIT(&w.conns);
+	TAILQ_INIT(&w.parked);
+	if ((w.base = event_base_new()) == NULL)
+		fatalx("worker %u: event_base_new failed", index);
+	w.listen_ev = event_new(w.base, d->listen_fd, EV_READ | EV_PERSIST,
+	    worker_accept, &w);
+	w.notify_ev = event_new(w.base, notify_fd, EV_READ | EV_PERSIST,
+	    worker_notified, &w);
+	w.local_wake_ev = event_new(w.base, -1, 0, worker_local_wake, &w);
+	w.term_ev = evsignal_new(w.base, SIGTERM, worker_terminate, &w);
+	if (w.listen_ev == NULL || w.notify_ev == NULL ||
+	    w.local_wake_ev == NULL || w.term_ev == NULL)
+		fatalx("worker %u: cannot create events", index);
+	event_add(w.listen_ev, NULL);
+	event_add(w.notify_ev, NULL);
+	event_add(w.term_ev, NULL);
+	log_debug("worker %u (generation %u) serving", index, generation);
+
+	event_base_dispatch(w.base);
+
+	while ((p = TAILQ_FIRST(&w.parked)) != NULL) {
+		TAILQ_REMOVE(&w.parked, p, entry);
+		pending_free(p);
+	}
+	event_free(w.listen_ev);
+	event_free(w.notify_ev);
+	event_free(w.local_wake_ev);
+	event_free(w.term_ev);
+	event_base_free(w.base);
+	return 0;
+}

@@ -1,0 +1,153 @@
+/*
+ * worker.h: the broker's process structure and the worker side: the
+ * options and shared handles every process has (struct idemd), the
+ * worker's event loop, connections and parked requests, and the ops.
+ */
+#ifndef IDEMD_WORKER_H
+#define IDEMD_WORKER_H
+
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#include <event2/event.h>
+#include <event2/bufferevent.h>
+#include <jansson.h>
+
+#include "idemd.h"
+
+/* What every process of one broker shares: options, segment, handles. */
+struct idemd {
+	/* Options. */
+	const char		*root;		/* as given */
+	char			*root_real;	/* realpath */
+	char			*socket_path;
+	unsigned		 worker_count;
+	uint32_t		 capacity;
+	int			 inflight_wait_ms;
+	int			 max_connections;
+	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
+
+	/* Handles, opened by the master before forking. */
+	int			 root_fd;
+	int			 inbox_fd;
+	int			 lock_fd;
+	int			 listen_fd;
+	int			 kick_fd;	/* eventfd: wake the journaler */
+	struct shm_segment	 seg;
+	struct journal		 journal;	/* master only */
+};
+
+/* main.c */
+int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
+	    void *arg);
+
+/* master.c */
+int	master_run(struct idemd *);
+
+/* journaler.c: the master's journaling thread */
+int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
+void	journaler_stop(void);
+void	journaler_kick(int kick_fd);
+
+/* worker.c */
+struct worker;
+struct conn;
+struct pending;
+
+typedef void (*pending_resume_fn)(struct pending *);
+
+enum pending_wait {
+	PENDING_RUNNING,	/* not parked */
+	PENDING_DURABLE,	/* for ring_durable >= wait_end */
+	PENDING_RING,		/* for room in the hand-off ring */
+	PENDING_CLAIM		/* for another request to release a submission */
+};
+
+/* One request that waits for something: parked on its worker. */
+struct pending {
+	struct worker		*worker;
+	struct conn		*conn;		/* NULL once the peer is gone */
+	json_t			*id;		/* echoed in the reply */
+	enum pending_wait	 wait;
+	uint64_t		 wait_end;
+	int			 journal_failed;/* the wait ended in a journal failure */
+	int			 timed_out;	/* PENDING_CLAIM past its deadline */
+	pending_resume_fn	 resume;
+	struct event		*deadline;
+	uint8_t			 record[JOURNAL_MAX_RECORD_BYTES];
+	size_t			 record_length;
+	void			*op;		/* the op's own state */
+	void			(*op_free)(void *);
+	TAILQ_ENTRY(pending)	 entry;
+};
+
+struct worker {
+	struct idemd		*d;
+	unsigned		 index;
+	uint32_t		 generation;
+	uint32_t		 next_token;
+	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
+	struct event_base	*base;
+	struct event		*listen_ev;
+	struct event		*notify_ev;
+	struct event		*local_wake_ev;
+	struct event		*term_ev;
+	TAILQ_HEAD(, conn)	 conns;
+	unsigned		 conn_count;
+	TAILQ_HEAD(, pending)	 parked;
+	int			 draining;
+};
+
+int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
+	    int notify_fd);
+struct pending *pending_new(struct conn *, json_t *id);
+void	 pending_free(struct pending *);
+/* Journal a record and park until it is durable, then call resume. */
+void	 pending_journal(struct pending *, const struct journal_record *,
+	    pending_resume_fn);
+/* Park until a claim may have been released (or the deadline passes). */
+void	 pending_wait_claim(struct pending *, pending_resume_fn);
+/* Wake the other parked requests of every worker (a claim was released). */
+void	 worker_wake_all(struct worker *);
+/* Reply on the pending's connection (if still there) and free it. */
+void	 pending_reply(struct pending *, json_t *);
+void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
+
+/* request.c: parsing, validation and replies */
+struct request_error {
+	const char	*code;		/* a wire error code */
+	char		 message[256];
+	char		 field[64];
+	int		 retryable;
+};
+/* {"ok":ok,"id":id} (id left out when NULL), to be filled by the caller. */
+json_t	*reply_new(int ok, json_t *id);
+json_t	*reply_error(const struct request_error *, json_t *id);
+json_t	*reply_error_simple(json_t *id, const char *code, int retryable,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int	 request_error_set(struct request_error *, const char *code,
+	    const char *field, const char *fmt, ...)
+	    __attribute__((format(printf, 4, 5)));
+/* Parse one line: -1 with err for invalid_json / invalid_utf8 / not an object. */
+json_t	*request_parse(const char *line, size_t length,
+	    struct request_error *);
+/* A string field: 0 absent, 1 present (value, length), -1 err set. */
+int	 request_string(json_t *object, const char *key, const char *path,
+	    size_t min, size_t max, int nullable, const char **value,
+	    size_t *length, struct request_error *);
+/* Reject keys of object not in the NULL-terminated allowed list. */
+int	 request_known_keys(json_t *object, const char *path,
+	    const char *const *allowed, struct request_error *);
+int	 request_submission_id(json_t *request, const char **id,
+	    struct request_error *);
+void	 request_storage_error(struct request_error *, int error,
+	    const char *what);
+
+/* write_task.c */
+void	 op_write_task(struct conn *, json_t *request, json_t *id);
+json_t	*receipt_json(struct shm_segment *, const char *key, size_t key_length,
+	    const struct subtab_entry *);
+
+/* ops.c-like small ops live in worker.c: hello */
+
+#endif

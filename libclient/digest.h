@@ -1,0 +1,64 @@
+/*
+ * digest.h: internal interface of libclient/digest.c, shared with the
+ * broker (not installed).  digest.c owns string normalization (CRLF and
+ * lone CR to LF, then NFC via utf8proc), the JCS string encoding, the
+ * write-task-v1 / write-report-v1 canonical forms, and SHA-256 (libsodium).
+ */
+#ifndef IDEM_DIGEST_H
+#define IDEM_DIGEST_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "idem.h"
+#include "protocol.h"
+
+/*
+ * A task with defaults applied and every string normalized.  All strings
+ * live in one allocation owned by the struct; free with
+ * digest_task_normalized_free().
+ */
+struct digest_task_normalized {
+	struct idem_task	 task;		/* no NULL fields except thread_key, parent */
+	size_t			 body_length;	/* body may hold no NUL, but saves a strlen */
+	void			*storage;
+};
+
+/*
+ * Normalize one string: CRLF and lone CR become LF, then Unicode NFC.
+ * Returns a malloc'd NUL-terminated string (its length in *out_length),
+ * or NULL with errno EILSEQ (invalid UTF-8) or ENOMEM.
+ */
+char	*digest_normalize_string(const char *s, size_t length,
+	    size_t *out_length);
+
+/* Apply defaults, normalize; -1 with errno EINVAL, EILSEQ or ENOMEM. */
+int	 digest_task_normalize(const struct idem_task *,
+	    struct digest_task_normalized *);
+void	 digest_task_normalized_free(struct digest_task_normalized *);
+
+/* Canonical bytes of an already normalized task (malloc'd, NUL-terminated). */
+int	 digest_task_canonical_normalized(const struct idem_task *,
+	    char **canonical, size_t *length);
+
+/*
+ * Write s as a JSON string literal the way RFC 8785 does.  With
+ * yaml_safe, also escape as \u00XX / \uXXXX what YAML readers refuse or
+ * fold inside a double-quoted scalar (U+007F..U+009F, U+2028, U+2029,
+ * U+FEFF, U+FFFE, U+FFFF), so the value reads back identical from a
+ * TASK file's front matter.  s must be valid UTF-8.  -1 on write error.
+ */
+int	 digest_write_json_string(FILE *, const char *s, size_t length,
+	    int yaml_safe);
+
+void	 digest_sha256(const void *data, size_t length,
+	    uint8_t out[IDEM_SHA256_BYTES]);
+void	 digest_to_hex(const uint8_t digest[IDEM_SHA256_BYTES],
+	    char hex[IDEM_DIGEST_HEX_SIZE]);
+/* 64 lower-case hex digits to bytes; -1 if not exactly that. */
+int	 digest_from_hex(const char *hex, uint8_t out[IDEM_SHA256_BYTES]);
+
+/* The FCoP role-code grammar ^[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*$, at most 16 bytes. */
+int	 digest_role_code_valid(const char *s, size_t length);
+
+#endif

@@ -1,0 +1,70 @@
+/*
+ * lock.c: the one way to take a lock of the segment.  The mutexes are
+ * robust and process-shared.  When the previous owner died holding one
+ * (EOWNERDEAD), the repair function of the module that owns the guarded
+ * data runs first; only if it succeeds is the mutex marked consistent.  A
+ * failed repair unlocks without marking it, so the mutex becomes
+ * unusable (ENOTRECOVERABLE) rather than trusted.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "log.h"
+#include "shm.h"
+
+int
+shm_lock_init(struct shm_lock *lock)
+{
+	pthread_mutexattr_t	attr;
+	int			error;
+
+	if ((error = pthread_mutexattr_init(&attr)) != 0)
+		goto out;
+	if ((error = pthread_mutexattr_setpshared(&attr,
+	    PTHREAD_PROCESS_SHARED)) != 0 ||
+	    (error = pthread_mutexattr_setrobust(&attr,
+	    PTHREAD_MUTEX_ROBUST)) != 0 ||
+	    (error = pthread_mutex_init(&lock->mutex, &attr)) != 0) {
+		pthread_mutexattr_destroy(&attr);
+		goto out;
+	}
+	pthread_mutexattr_destroy(&attr);
+	return 0;
+out:
+	errno = error;
+	return -1;
+}
+
+int
+shm_lock(struct shm_segment *seg, struct shm_lock *lock,
+    shm_repair_fn repair, const char *what)
+{
+	int	error;
+
+	error = pthread_mutex_lock(&lock->mutex);
+	if (error == 0)
+		return 0;
+	if (error == EOWNERDEAD) {
+		log_warnx("%s lock: its owner died holding it; repairing",
+		    what);
+		if (repair != NULL && repair(seg) != 0) {
+			log_warnx("%s lock: repair failed; the lock stays "
+			    "unusable", what);
+			pthread_mutex_unlock(&lock->mutex);
+			errno = ENOTRECOVERABLE;
+			return -1;
+		}
+		pthread_mutex_consistent(&lock->mutex);
+		return 0;
+	}
+	log_warnx("%s lock: %s", what, strerror(error));
+	errno = error;
+	return -1;
+}
+
+void
+shm_unlock(struct shm_lock *lock)
+{
+	pthread_mutex_unlock(&lock->mutex);
+}

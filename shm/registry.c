@@ -1,0 +1,25 @@
+/*
+ * registry.c: the worker registry.  One cache-line slot per worker
+ * index; the generation changes whenever the worker behind the index
+ * changes, which is what makes the claims of a dead worker lapse.
+ */
+#include "shm.h"
+
+uint32_t
+registry_start(struct shm_segment *seg, unsigned index)
+{
+	struct shm_worker	*w = &seg->header->workers[index];
+
+	atomic_store(&w->pid, 0);
+	return atomic_fetch_add(&w->generation, 1) + 1;
+}
+
+void
+registry_exit(struct shm_segment *seg, unsigned index)
+{
+	struct shm_worker	*w = &seg->header->workers[index];
+
+	/* Bump first: from here on no claim of the dead worker is live. */
+	atomic_fetch_add(&w->generation, 1);
+	atomic_store(&w->pid, 0);
+}

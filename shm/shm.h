@@ -1,0 +1,278 @@
+/*
+ * shm.h: the POSIX shared-memory segment that idemd's master and workers
+ * share: the submission table, task-number allocation, the journal
+ * hand-off ring, the worker registry and the counters.
+ *
+ * DESIGN
+ *
+ * One segment per root, named from a hash of the root's real path.  The
+ * master creates it fresh at start-up (the journal, not the segment, is
+ * the durable truth) and fills it by replaying the journal before any
+ * worker exists; workers inherit the mapping through fork().
+ *
+ * Three robust, process-shared mutexes guard it (lock order: table, then
+ * allocator; the ring lock is never held with another).  Every lock goes
+ * through shm_lock(); a lock whose owner died (EOWNERDEAD) is repaired by
+ * its owner module's repair function before it is marked consistent.
+ * Writers publish last: they fill a slot, then make it reachable with one
+ * store, so a repair has little to guess.
+ *
+ * No lock is ever held across I/O except the rare directory scan of the
+ * allocator on a new date.  Per-submission mutual exclusion across
+ * workers is a claim stored in the slot (worker index, generation,
+ * request token), not a held mutex: a claim is live while the worker's
+ * generation in the registry is unchanged, so a dead worker's claims
+ * lapse when the master reaps it.
+ */
+#ifndef IDEM_SHM_H
+#define IDEM_SHM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "protocol.h"
+
+#define SHM_CACHELINE_BYTES	64
+#define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
+#define SHM_LAYOUT_VERSION	1
+/* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
+#define SHM_HEAP_BYTES_PER_SLOT	56
+#define SHM_RING_BYTES		(8 * 1024 * 1024)
+/* A report's key is its task_id, a newline and the submission id. */
+#define SUBTAB_MAX_KEY_BYTES	(IDEM_MAX_TASK_ID_BYTES + 1 + IDEM_MAX_SUBMISSION_ID_BYTES)
+
+enum subtab_kind {
+	SUBTAB_KIND_TASK = 1,
+	SUBTAB_KIND_REPORT = 2
+};
+#define SUBTAB_KIND_COUNT 2
+
+enum subtab_state {
+	SUBTAB_EMPTY = 0,
+	SUBTAB_RESERVED = 1,
+	SUBTAB_TASK_CREATED = 2,
+	SUBTAB_COMMITTED = 3
+};
+
+enum subtab_schema {
+	SUBTAB_SCHEMA_NONE = 0,		/* legacy: no digest */
+	SUBTAB_SCHEMA_WRITE_TASK_V1 = 1,
+	SUBTAB_SCHEMA_WRITE_REPORT_V1 = 2
+};
+
+/* The durable facts about one submission: what a journal record carries. */
+struct subtab_entry {
+	uint8_t		kind;		/* enum subtab_kind */
+	uint8_t		state;		/* enum subtab_state */
+	uint8_t		schema;		/* enum subtab_schema */
+	uint8_t		sender_length;
+	uint8_t		recipient_length;
+	uint8_t		unused[1];
+	uint16_t	key_length;
+	uint32_t	date;		/* YYYYMMDD, UTC, of the reservation */
+	uint32_t	seq;		/* number within that date */
+	uint8_t		request_digest[IDEM_SHA256_BYTES];
+	uint8_t		file_digest[IDEM_SHA256_BYTES];	/* from task_created on */
+	char		sender[IDEM_MAX_ROLE_BYTES];	/* not NUL-terminated */
+	char		recipient[IDEM_MAX_ROLE_BYTES];
+	int64_t		reserved_at_ms;
+	int64_t		updated_at_ms;
+	int64_t		created_at_ms;	/* the file's created_at */
+	uint32_t	peer_uid;	/* audit: who reserved it (SO_PEERCRED) */
+	uint32_t	peer_pid;
+};
+
+/* Who holds a submission: one request of one worker generation. */
+struct subtab_claim {
+	uint32_t	worker;		/* registry index + 1; 0: unclaimed */
+	uint32_t	generation;
+	uint32_t	token;
+};
+
+struct shm_lock {
+	pthread_mutex_t	mutex;
+} __attribute__((aligned(SHM_CACHELINE_BYTES)));
+
+/* One worker's registry slot, one cache line. */
+struct shm_worker {
+	_Atomic uint32_t	generation;	/* bumped by the master at each (re)start */
+	_Atomic int32_t		pid;		/* 0: no live worker */
+	_Atomic uint64_t	requests;
+	char			pad[SHM_CACHELINE_BYTES - 16];
+} __attribute__((aligned(SHM_CACHELINE_BYTES)));
+
+struct shm_counters {
+	_Atomic uint64_t	created;
+	_Atomic uint64_t	reused;
+	_Atomic uint64_t	conflict;
+	_Atomic uint64_t	legacy_created;
+	_Atomic uint64_t	errors;
+	_Atomic uint64_t	journal_records;
+	_Atomic uint64_t	journal_fsyncs;
+	_Atomic uint64_t	worker_restarts;
+	_Atomic uint64_t	reports_created;
+	_Atomic uint64_t	reports_deduplicated;
+};
+
+struct seqalloc_state {
+	uint32_t	date;		/* the latest date numbers were taken for */
+	uint32_t	next_seq;	/* the next number for that date */
+	uint32_t	scanned_date;	/* the disk was scanned for this date */
+};
+
+/* The segment header.  Everything after it is located by its offsets. */
+struct shm_header {
+	/* Written last by the initialiser, checked by every attacher. */
+	_Atomic uint64_t	magic;
+	uint32_t		layout_version;
+	uint32_t		header_bytes;
+	uint32_t		slot_bytes;
+	uint32_t		cacheline_bytes;
+	uint32_t		capacity;	/* slots */
+	uint32_t		bucket_count;	/* power of two, >= 2 * capacity */
+	uint64_t		heap_bytes;
+	uint64_t		ring_bytes;
+	uint64_t		total_bytes;
+	uint64_t		buckets_offset;
+	uint64_t		slots_offset;
+	uint64_t		heap_offset;
+	uint64_t		ring_offset;
+	int64_t			started_at_ms;
+	uint8_t			hash_key[16];	/* random: SipHash of keys */
+
+	struct shm_lock		table_lock;
+	struct shm_lock		alloc_lock;
+	struct shm_lock		ring_lock;
+
+	/* Table (under table_lock). */
+	uint32_t		slots_used;
+	uint32_t		state_counts[4];	/* by enum subtab_state */
+	uint64_t		heap_used;
+
+	/* Allocator (under alloc_lock), by kind - 1. */
+	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
+
+	/* Journal hand-off (head under ring_lock; the rest atomic). */
+	uint64_t		ring_head;	/* bytes ever appended */
+	_Atomic uint64_t	ring_taken;	/* bytes the journaler has written out */
+	_Atomic uint64_t	ring_durable;	/* bytes known durable */
+	_Atomic uint32_t	journal_failed;	/* a write or fsync failed: refuse writes */
+	_Atomic uint32_t	wake_requested;	/* a worker asks for a broadcast wake */
+
+	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*_AT fires once per broker */
+	_Atomic uint32_t	shutting_down;
+	uint32_t		worker_count;
+	struct shm_worker	workers[IDEM_MAX_WORKERS];
+	struct shm_counters	counters;
+};
+
+/* One slot of the table. */
+struct subtab_slot {
+	_Atomic uint32_t	state;		/* enum subtab_state; EMPTY if unused */
+	uint32_t		key_hash;
+	uint64_t		key_offset;	/* into the heap */
+	struct subtab_entry	entry;
+	struct subtab_claim	claim;
+	_Atomic uint32_t	waiters;	/* someone waits for the claim */
+} __attribute__((aligned(SHM_CACHELINE_BYTES)));
+
+struct shm_segment {
+	struct shm_header	*header;
+	size_t			 size;
+	char			 name[64];	/* "/idem-<16 hex>" */
+	uint32_t		*buckets;
+	struct subtab_slot	*slots;
+	char			*heap;
+	uint8_t			*ring;
+};
+
+/* segment.c */
+void	 shm_name_for_root(const char *root_realpath, char name[64]);
+int	 shm_create(const char *root_realpath, uint32_t capacity,
+	    struct shm_segment *, char **cause);
+int	 shm_attach(const char *root_realpath, struct shm_segment *,
+	    char **cause);
+void	 shm_detach(struct shm_segment *);
+void	 shm_destroy(struct shm_segment *);	/* detach and unlink */
+size_t	 shm_bytes_for_capacity(uint32_t capacity);
+int64_t	 shm_now_ms(void);
+
+/* lock.c */
+typedef int (*shm_repair_fn)(struct shm_segment *);
+int	 shm_lock_init(struct shm_lock *);
+int	 shm_lock(struct shm_segment *, struct shm_lock *, shm_repair_fn,
+	    const char *what);
+void	 shm_unlock(struct shm_lock *);
+
+/* subtab.c */
+enum subtab_verdict {
+	SUBTAB_INSERTED,	/* new slot, claimed by the caller */
+	SUBTAB_CLAIMED,		/* unfinished slot, now claimed by the caller */
+	SUBTAB_DONE,		/* committed and matching: nothing to do */
+	SUBTAB_MISMATCH,	/* bound to another schema or digest */
+	SUBTAB_BUSY,		/* another live request holds it; waiter noted */
+	SUBTAB_FULL,		/* no slot or key space left */
+	SUBTAB_ALLOC_FAILED	/* the number allocator failed (see errno) */
+};
+typedef int (*seqalloc_scan_fn)(enum subtab_kind, uint32_t date,
+	    uint32_t *max_seq, void *arg);
+struct subtab_acquire {
+	/* in */
+	const char		*key;
+	size_t			 key_length;
+	struct subtab_entry	 want;		/* kind, schema, digest, roles, peer */
+	struct subtab_claim	 claim;
+	uint32_t		 today;		/* YYYYMMDD for a new number */
+	seqalloc_scan_fn	 scan;
+	void			*scan_arg;
+	/* out */
+	uint32_t		 slot;
+	struct subtab_entry	 found;		/* the slot's entry after the call */
+};
+int	 subtab_repair(struct shm_segment *);
+enum subtab_verdict subtab_acquire(struct shm_segment *,
+	    struct subtab_acquire *);
+/* Set a claimed slot's entry (state, digests, times, numbers). */
+int	 subtab_update(struct shm_segment *, uint32_t slot,
+	    const struct subtab_claim *, const struct subtab_entry *);
+/* Drop a claim; returns 1 if waiters need a wake. */
+int	 subtab_release(struct shm_segment *, uint32_t slot,
+	    const struct subtab_claim *);
+int	 subtab_lookup(struct shm_segment *, const char *key, size_t key_length,
+	    struct subtab_entry *, uint32_t *slot);
+/* Start-up replay, single-threaded: insert or overwrite by key. */
+int	 subtab_apply(struct shm_segment *, const char *key, size_t key_length,
+	    const struct subtab_entry *);
+/* Copy the key of a slot (NUL-terminated); returns its length. */
+size_t	 subtab_key(struct shm_segment *, uint32_t slot, char *out,
+	    size_t out_size);
+int	 subtab_claim_live(struct shm_segment *, const struct subtab_claim *);
+
+/* seqalloc.c: task and report numbers, never handed out twice. */
+int	 seqalloc_repair(struct shm_segment *);
+int	 seqalloc_next(struct shm_segment *, enum subtab_kind, uint32_t today,
+	    seqalloc_scan_fn, void *arg, uint32_t *date, uint32_t *seq);
+/* Replay: a number seen in the journal is used. */
+void	 seqalloc_note_used(struct shm_segment *, enum subtab_kind,
+	    uint32_t date, uint32_t seq);
+
+/* handoff.c: the ring of encoded journal records, workers to journaler. */
+int	 handoff_repair(struct shm_segment *);
+/* Append one encoded record; -1 with errno ENOSPC when the ring is full. */
+int	 handoff_append(struct shm_segment *, const void *, size_t,
+	    uint64_t *end);
+/* Journaler: the bytes appended but not yet taken, as up to two pieces. */
+int	 handoff_pending(struct shm_segment *, struct iovec iov[2],
+	    uint64_t *end);
+void	 handoff_taken(struct shm_segment *, uint64_t end);
+void	 handoff_durable(struct shm_segment *, uint64_t end);
+
+/* registry.c: worker slots. */
+/* Before fork: a new generation for the index; returns it. */
+uint32_t registry_start(struct shm_segment *, unsigned index);
+void	 registry_exit(struct shm_segment *, unsigned index);
+
+#endif

@@ -1,0 +1,344 @@
+/*
+ * subtab.c: the submission table.  Fixed slots, filled in order and
+ * never freed; an open-addressing index of buckets (slot index + 1, 0 for
+ * empty) sized to at least twice the capacity, so probes stay short; a
+ * heap holding the keys.  Everything here runs under the table lock and
+ * does no I/O.
+ *
+ * An insert publishes last: the key and the slot are written first, then
+ * the bucket that makes the slot reachable, then the counters.  So a
+ * worker that dies mid-insert leaves either an unreachable slot (ignored
+ * and overwritten) or a reachable one whose counters subtab_repair()
+ * completes.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "shm.h"
+
+
+static uint32_t
+hash_key(struct shm_segment *seg, const char *key, size_t length)
+{
+	unsigned char	out[crypto_shorthash_siphash24_BYTES];
+	uint32_t	h;
+
+	crypto_shorthash_siphash24(out, (const unsigned char *)key, length,
+	    seg->header->hash_key);
+	memcpy(&h, out, sizeof h);
+	return h;
+}
+
+static int
+slot_has_key(struct shm_segment *seg, const struct subtab_slot *s,
+    uint32_t hash, const char *key, size_t length)
+{
+	return s->key_hash == hash && s->entry.key_length == length &&
+	    memcmp(seg->heap + s->key_offset, key, length) == 0;
+}
+
+/*
+ * The bucket holding key, or the empty bucket where it would go; *slot is
+ * its slot index or UINT32_MAX.
+ */
+static uint32_t
+probe(struct shm_segment *seg, uint32_t hash, const char *key,
+    size_t length, uint32_t *slot)
+{
+	uint32_t	mask = seg->header->bucket_count - 1;
+	uint32_t	b, v;
+
+	for (b = hash & mask;; b = (b + 1) & mask) {
+		v = seg->buckets[b];
+		if (v == 0) {
+			*slot = UINT32_MAX;
+			return b;
+		}
+		if (v - 1 < seg->header->slots_used &&
+		    slot_has_key(seg, &seg->slots[v - 1], hash, key, length)) {
+			*slot = v - 1;
+			return b;
+		}
+	}
+}
+
+int
+subtab_claim_live(struct shm_segment *seg, const struct subtab_claim *c)
+{
+	if (c->worker == 0 || c->worker > IDEM_MAX_WORKERS)
+		return 0;
+	return atomic_load(&seg->header->workers[c->worker - 1].generation) ==
+	    c->generation;
+}
+
+static int
+claim_equal(const struct subtab_claim *a, const struct subtab_claim *b)
+{
+	return a->worker == b->worker && a->generation == b->generation &&
+	    a->token == b->token;
+}
+
+static void
+count_state(struct shm_header *h, unsigned from, unsigned to)
+{
+	if (from != SUBTAB_EMPTY)
+		h->state_counts[from]--;
+	h->state_counts[to]++;
+}
+
+int
+subtab_repair(struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+	uint32_t		 i, slot;
+
+	/* An insert that reached its bucket but not its counters. */
+	if (h->slots_used < h->capacity) {
+		s = &seg->slots[h->slots_used];
+		if (atomic_load(&s->state) != SUBTAB_EMPTY &&
+		    s->key_offset + s->entry.key_length <= h->heap_bytes) {
+			h->slots_used++;	/* let probe() see it */
+			probe(seg, s->key_hash, seg->heap + s->key_offset,
+			    s->entry.key_length, &slot);
+			if (slot == h->slots_used - 1)
+				h->heap_used = s->key_offset +
+				    s->entry.key_length;
+			else {
+				h->slots_used--;
+				memset(s, 0, sizeof *s);
+			}
+		}
+	}
+	memset(h->state_counts, 0, sizeof h->state_counts);
+	for (i = 0; i < h->slots_used; i++) {
+		unsigned state = atomic_load(&seg->slots[i].state);
+
+		if (state > SUBTAB_COMMITTED)
+			return -1;
+		h->state_counts[state]++;
+	}
+	return 0;
+}
+
+static int
+lock_table(struct shm_segment *seg)
+{
+	return shm_lock(seg, &seg->header->table_lock, subtab_repair, "table");
+}
+
+static void
+unlock_table(struct shm_segment *seg)
+{
+	shm_unlock(&seg->header->table_lock);
+}
+
+/* Make a new slot for key with entry; the caller checked there is room. */
+static uint32_t
+insert(struct shm_segment *seg, uint32_t bucket, uint32_t hash,
+    const char *key, size_t length, const struct subtab_entry *entry,
+    const struct subtab_claim *claim)
+{
+	struct shm_header	*h = seg->header;
+	uint32_t		 index = h->slots_used;
+	struct subtab_slot	*s = &seg->slots[index];
+
+	memcpy(seg->heap + h->heap_used, key, length);
+	s->key_hash = hash;
+	s->key_offset = h->heap_used;
+	s->entry = *entry;
+	s->entry.key_length = (uint16_t)length;
+	if (claim != NULL)
+		s->claim = *claim;
+	else
+		memset(&s->claim, 0, sizeof s->claim);
+	atomic_store(&s->waiters, 0);
+	atomic_store(&s->state, entry->state);
+	seg->buckets[bucket] = index + 1;	/* publish */
+	h->heap_used += length;
+	h->slots_used++;
+	count_state(h, SUBTAB_EMPTY, entry->state);
+	return index;
+}
+
+static int
+has_room(struct shm_segment *seg, size_t length)
+{
+	struct shm_header	*h = seg->header;
+
+	return h->slots_used < h->capacity &&
+	    h->heap_used + length <= h->heap_bytes;
+}
+
+enum subtab_verdict
+subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
+{
+	struct subtab_slot	*s;
+	struct subtab_entry	 entry;
+	enum subtab_verdict	 verdict;
+	uint32_t		 hash, bucket, slot;
+
+	hash = hash_key(seg, a->key, a->key_length);
+	if (lock_table(seg) != 0)
+		return SUBTAB_ALLOC_FAILED;
+	bucket = probe(seg, hash, a->key, a->key_length, &slot);
+	if (slot == UINT32_MAX) {
+		if (!has_room(seg, a->key_length)) {
+			verdict = SUBTAB_FULL;
+			goto out;
+		}
+		entry = a->want;
+		entry.state = SUBTAB_RESERVED;
+		if (seqalloc_next(seg, entry.kind, a->today, a->scan,
+		    a->scan_arg, &entry.date, &entry.seq) != 0) {
+			verdict = SUBTAB_ALLOC_FAILED;
+			goto out;
+		}
+		a->slot = insert(seg, bucket, hash, a->key, a->key_length,
+		    &entry, &a->claim);
+		a->found = seg->slots[a->slot].entry;
+		verdict = SUBTAB_INSERTED;
+		goto out;
+	}
+
+	s = &seg->slots[slot];
+	a->slot = slot;
+	a->found = s->entry;
+	/*
+	 * Wait before judging: an in-flight reservation is not durable yet,
+	 * so not even a conflict may be answered from it.
+	 */
+	if (s->claim.worker != 0 && !claim_equal(&s->claim, &a->claim) &&
+	    subtab_claim_live(seg, &s->claim)) {
+		atomic_store(&s->waiters, 1);
+		verdict = SUBTAB_BUSY;
+	} else if (s->entry.schema != a->want.schema ||
+	    memcmp(s->entry.request_digest, a->want.request_digest,
+	    IDEM_SHA256_BYTES) != 0) {
+		memset(&s->claim, 0, sizeof s->claim);
+		verdict = SUBTAB_MISMATCH;
+	} else if (s->entry.state == SUBTAB_COMMITTED) {
+		memset(&s->claim, 0, sizeof s->claim);
+		verdict = SUBTAB_DONE;
+	} else {
+		s->claim = a->claim;
+		verdict = SUBTAB_CLAIMED;
+	}
+out:
+	unlock_table(seg);
+	return verdict;
+}
+
+int
+subtab_update(struct shm_segment *seg, uint32_t slot,
+    const struct subtab_claim *claim, const struct subtab_entry *entry)
+{
+	struct subtab_slot	*s = &seg->slots[slot];
+	uint16_t		 key_length;
+	int			 rc = 0;
+
+	if (lock_table(seg) != 0)
+		return -1;
+	if (!claim_equal(&s->claim, claim)) {
+		errno = EPERM;
+		rc = -1;
+	} else {
+		key_length = s->entry.key_length;
+		count_state(seg->header, s->entry.state, entry->state);
+		s->entry = *entry;
+		s->entry.key_length = key_length;
+		atomic_store(&s->state, entry->state);
+	}
+	unlock_table(seg);
+	return rc;
+}
+
+int
+subtab_release(struct shm_segment *seg, uint32_t slot,
+    const struct subtab_claim *claim)
+{
+	struct subtab_slot	*s = &seg->slots[slot];
+	int			 wake = 0;
+
+	if (lock_table(seg) != 0)
+		return 1;	/* waking for nothing is harmless */
+	if (claim_equal(&s->claim, claim)) {
+		memset(&s->claim, 0, sizeof s->claim);
+		wake = atomic_exchange(&s->waiters, 0) != 0;
+	}
+	unlock_table(seg);
+	return wake;
+}
+
+int
+subtab_lookup(struct shm_segment *seg, const char *key, size_t length,
+    struct subtab_entry *entry, uint32_t *slot_out)
+{
+	uint32_t	hash, slot;
+
+	hash = hash_key(seg, key, length);
+	if (lock_table(seg) != 0)
+		return -1;
+	probe(seg, hash, key, length, &slot);
+	if (slot != UINT32_MAX) {
+		*entry = seg->slots[slot].entry;
+		if (slot_out != NULL)
+			*slot_out = slot;
+	}
+	unlock_table(seg);
+	return slot != UINT32_MAX;
+}
+
+int
+subtab_apply(struct shm_segment *seg, const char *key, size_t length,
+    const struct subtab_entry *entry)
+{
+	struct subtab_slot	*s;
+	uint32_t		 hash, bucket, slot;
+	uint16_t		 key_length;
+
+	if (length == 0 || length > SUBTAB_MAX_KEY_BYTES ||
+	    entry->state == SUBTAB_EMPTY || entry->state > SUBTAB_COMMITTED) {
+		errno = EINVAL;
+		return -1;
+	}
+	hash = hash_key(seg, key, length);
+	if (lock_table(seg) != 0)
+		return -1;
+	bucket = probe(seg, hash, key, length, &slot);
+	if (slot == UINT32_MAX) {
+		if (!has_room(seg, length)) {
+			unlock_table(seg);
+			errno = ENOSPC;
+			return -1;
+		}
+		insert(seg, bucket, hash, key, length, entry, NULL);
+	} else {
+		s = &seg->slots[slot];
+		key_length = s->entry.key_length;
+		count_state(seg->header, s->entry.state, entry->state);
+		s->entry = *entry;
+		s->entry.key_length = key_length;
+		atomic_store(&s->state, entry->state);
+	}
+	unlock_table(seg);
+	return 0;
+}
+
+size_t
+subtab_key(struct shm_segment *seg, uint32_t slot, char *out,
+    size_t out_size)
+{
+	const struct subtab_slot	*s = &seg->slots[slot];
+	size_t				 n = s->entry.key_length;
+
+	if (out_size == 0)
+		return n;
+	if (n >= out_size)
+		n = out_size - 1;
+	memcpy(out, seg->heap + s->key_offset, n);
+	out[n] = '\0';
+	return s->entry.key_length;
+}

@@ -1,0 +1,565 @@
+/*
+ * test_digest.c: the digest schemes of libclient/digest.c against the
+ * conformance vectors ($IDEM_VECTORS/write-task-v1.json) and against
+ * hand-checked expectations for escaping, normalization, errors, role
+ * codes and hex.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "digest.h"
+
+#define REPORT_TASK_ID	"TASK-20261202-007-PM-to-DEV"
+/* Written by hand from SPEC.md; digest from printf '%s' ... | sha256sum. */
+#define REPORT_CANONICAL \
+	"{\"body\":\"Done.\\nAll good\",\"recipient\":\"PM\",\"sender\":\"DEV\"," \
+	"\"status\":\"done\",\"task_id\":\"" REPORT_TASK_ID "\"}"
+#define REPORT_DIGEST \
+	"84c3faacdb604e51470aee4d9d749d612dbfece8a96aa5678cd9b20003d09737"
+
+/* SHA-256("abc"), FIPS 180-2 appendix B.1. */
+#define ABC_DIGEST \
+	"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+/* digest_write_json_string's output as a malloc'd string. */
+static char *
+encode(const char *s, size_t length, int yaml_safe)
+{
+	char	*buf = NULL;
+	size_t	 size;
+	FILE	*fp;
+
+	fp = open_memstream(&buf, &size);
+	assert_non_null(fp);
+	assert_int_equal(digest_write_json_string(fp, s, length, yaml_safe), 0);
+	assert_int_equal(fclose(fp), 0);
+	return (buf);
+}
+
+static void
+assert_encodes(const char *s, int yaml_safe, const char *expected)
+{
+	char	*got = encode(s, strlen(s), yaml_safe);
+
+	assert_string_equal(got, expected);
+	free(got);
+}
+
+static char *
+normalize(const char *s)
+{
+	char	*n;
+	size_t	 length;
+
+	n = digest_normalize_string(s, strlen(s), &length);
+	assert_non_null(n);
+	assert_int_equal(length, strlen(n));
+	return (n);
+}
+
+/* A vector's string or null; anything else fails the test. */
+static const char *
+vector_string(json_t *task, const char *key)
+{
+	json_t	*v = json_object_get(task, key);
+
+	if (v == NULL || json_is_null(v))
+		return (NULL);
+	assert_true(json_is_string(v));
+	return (json_string_value(v));
+}
+
+static const char **
+vector_list(json_t *task, const char *key, size_t *count)
+{
+	json_t		 *v = json_object_get(task, key), *item;
+	const char	**list;
+	size_t		  i;
+
+	*count = 0;
+	if (v == NULL)
+		return (NULL);
+	assert_true(json_is_array(v));
+	*count = json_array_size(v);
+	list = calloc(*count + 1, sizeof *list);
+	assert_non_null(list);
+	json_array_foreach(v, i, item) {
+		assert_true(json_is_string(item));
+		list[i] = json_string_value(item);
+	}
+	return (list);
+}
+
+static void
+run_vector(json_t *vector)
+{
+	static const char *const known[] = { "sender", "recipient", "subject",
+	    "body", "priority", "risk_level", "thread_key", "parent",
+	    "references", "depends_on" };
+	json_t		*task = json_object_get(vector, "task"), *value;
+	const char	*name, *expected, *key, **refs, **deps;
+	struct idem_task t;
+	char		*canonical, digest[IDEM_DIGEST_HEX_SIZE];
+	size_t		 length, i;
+
+	name = json_string_value(json_object_get(vector, "name"));
+	expected = json_string_value(json_object_get(vector, "canonical"));
+	assert_non_null(name);
+	assert_non_null(expected);
+	assert_true(json_is_object(task));
+
+	/* A field this test does not know would silently drop out. */
+	json_object_foreach(task, key, value) {
+		for (i = 0; i < sizeof known / sizeof known[0]; i++)
+			if (strcmp(key, known[i]) == 0)
+				break;
+		if (i == sizeof known / sizeof known[0])
+			fail_msg("vector %s: unknown task field %s", name, key);
+	}
+
+	memset(&t, 0, sizeof t);
+	t.sender = vector_string(task, "sender");
+	t.recipient = vector_string(task, "recipient");
+	t.subject = vector_string(task, "subject");
+	t.body = vector_string(task, "body");
+	t.priority = vector_string(task, "priority");
+	t.risk_level = vector_string(task, "risk_level");
+	t.thread_key = vector_string(task, "thread_key");
+	t.parent = vector_string(task, "parent");
+	t.references = refs = vector_list(task, "references",
+	    &t.references_count);
+	t.depends_on = deps = vector_list(task, "depends_on",
+	    &t.depends_on_count);
+
+	if (idem_task_canonical(&t, &canonical, &length) != 0)
+		fail_msg("vector %s: canonical failed: %s", name,
+		    strerror(errno));
+	if (length != json_string_length(json_object_get(vector,
+	    "canonical")) || memcmp(canonical, expected, length) != 0)
+		fail_msg("vector %s:\n got      %s\n expected %s", name,
+		    canonical, expected);
+	free(canonical);
+
+	assert_int_equal(idem_task_digest(&t, digest), 0);
+	expected = json_string_value(json_object_get(vector,
+	    "request_digest"));
+	assert_non_null(expected);
+	if (strcmp(digest, expected) != 0)
+		fail_msg("vector %s: digest %s, expected %s", name, digest,
+		    expected);
+	free(refs);
+	free(deps);
+}
+
+static void
+test_conformance_vectors_all_match(void **state)
+{
+	const char	*dir = getenv("IDEM_VECTORS");
+	char		 path[4096];
+	json_t		*root, *vectors, *vector;
+	json_error_t	 jerr;
+	size_t		 i;
+
+	if (dir == NULL)
+		fail_msg("IDEM_VECTORS is not set");
+	snprintf(path, sizeof path, "%s/write-task-v1.json", dir);
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL)
+		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
+	assert_string_equal(json_string_value(json_object_get(root, "schema")),
+	    IDEM_SCHEMA_WRITE_TASK_V1);
+	vectors = json_object_get(root, "vectors");
+	assert_true(json_is_array(vectors));
+	/* A missing or emptied file must not pass. */
+	assert_true(json_array_size(vectors) > 0);
+	json_array_foreach(vectors, i, vector)
+		run_vector(vector);
+	json_decref(root);
+}
+
+static void
+test_jcs_escapes_every_control_char(void **state)
+{
+	char	in[2], expected[16];
+	int	c, yaml_safe;
+
+	for (c = 0x01; c < 0x20; c++) {
+		in[0] = c;
+		in[1] = '\0';
+		switch (c) {
+		case '\b':
+			strcpy(expected, "\"\\b\"");
+			break;
+		case '\t':
+			strcpy(expected, "\"\\t\"");
+			break;
+		case '\n':
+			strcpy(expected, "\"\\n\"");
+			break;
+		case '\f':
+			strcpy(expected, "\"\\f\"");
+			break;
+		case '\r':
+			strcpy(expected, "\"\\r\"");
+			break;
+		default:
+			snprintf(expected, sizeof expected, "\"\\u00%02x\"", c);
+			break;
+		}
+		for (yaml_safe = 0; yaml_safe <= 1; yaml_safe++)
+			assert_encodes(in, yaml_safe, expected);
+	}
+	assert_encodes("\x1b", 0, "\"\\u001b\"");
+	assert_encodes("\x1f", 0, "\"\\u001f\"");
+}
+
+static void
+test_jcs_escapes_quote_backslash_not_slash(void **state)
+{
+	assert_encodes("a\"b\\c/d", 0, "\"a\\\"b\\\\c/d\"");
+	assert_encodes("a\"b\\c/d", 1, "\"a\\\"b\\\\c/d\"");
+	assert_encodes("", 0, "\"\"");
+}
+
+static void
+test_u2028_literal_in_jcs_escaped_in_yaml(void **state)
+{
+	assert_encodes("x\xe2\x80\xa8y", 0, "\"x\xe2\x80\xa8y\"");
+	assert_encodes("x\xe2\x80\xa8y", 1, "\"x\\u2028y\"");
+	assert_encodes("\xe2\x80\xa9", 1, "\"\\u2029\"");
+	assert_encodes("\xef\xbb\xbf", 1, "\"\\ufeff\"");
+	assert_encodes("\xef\xbf\xbe\xef\xbf\xbf", 1, "\"\\ufffe\\uffff\"");
+	assert_encodes("\xef\xbf\xbe\xef\xbf\xbf", 0,
+	    "\"\xef\xbf\xbe\xef\xbf\xbf\"");
+	/* The C1 block ends at U+009F; U+00A0 and the rest stay literal. */
+	assert_encodes("\xc2\x80\xc2\x85\xc2\x9f\xc2\xa0\xc3\xa9", 1,
+	    "\"\\u0080\\u0085\\u009f\xc2\xa0\xc3\xa9\"");
+	assert_encodes("\xc2\x85", 0, "\"\xc2\x85\"");
+	assert_encodes("\xf0\x9f\x9a\x80", 1, "\"\xf0\x9f\x9a\x80\"");
+}
+
+static void
+test_del_escaped_only_in_yaml(void **state)
+{
+	assert_encodes("x\x7fy", 0, "\"x\x7fy\"");
+	assert_encodes("x\x7fy", 1, "\"x\\u007fy\"");
+}
+
+static void
+test_invalid_utf8_is_eilseq(void **state)
+{
+	static const char *const bad[] = {
+		"\xff",			/* never valid */
+		"a\xc3",		/* truncated */
+		"\xc0\xaf",		/* overlong '/' */
+		"\xed\xa0\x80",		/* surrogate U+D800 */
+		"\xf4\x90\x80\x80",	/* past U+10FFFF */
+		"\x80",			/* lone continuation */
+	};
+	struct idem_task	 t = { .sender = "PM", .recipient = "DEV",
+				    .subject = "Fix login" };
+	char			 digest[IDEM_DIGEST_HEX_SIZE];
+	size_t			 i, length;
+	FILE			*fp;
+
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		errno = 0;
+		assert_null(digest_normalize_string(bad[i], strlen(bad[i]),
+		    &length));
+		assert_int_equal(errno, EILSEQ);
+
+		t.body = bad[i];
+		errno = 0;
+		assert_int_equal(idem_task_digest(&t, digest), -1);
+		assert_int_equal(errno, EILSEQ);
+
+		fp = fopen("/dev/null", "w");
+		assert_non_null(fp);
+		errno = 0;
+		assert_int_equal(digest_write_json_string(fp, bad[i],
+		    strlen(bad[i]), 0), -1);
+		assert_int_equal(errno, EILSEQ);
+		fclose(fp);
+	}
+}
+
+static void
+test_missing_required_field_is_einval(void **state)
+{
+	const struct idem_task	 base = { .sender = "PM", .recipient = "DEV",
+				    .subject = "Fix login" };
+	const char		*refs[] = { "a", NULL };
+	struct idem_task	 t;
+	char			 digest[IDEM_DIGEST_HEX_SIZE];
+
+	t = base;
+	t.sender = NULL;
+	errno = 0;
+	assert_int_equal(idem_task_digest(&t, digest), -1);
+	assert_int_equal(errno, EINVAL);
+
+	t = base;
+	t.recipient = NULL;
+	errno = 0;
+	assert_int_equal(idem_task_digest(&t, digest), -1);
+	assert_int_equal(errno, EINVAL);
+
+	t = base;
+	t.subject = NULL;
+	errno = 0;
+	assert_int_equal(idem_task_digest(&t, digest), -1);
+	assert_int_equal(errno, EINVAL);
+
+	t = base;
+	t.references_count = 1;
+	errno = 0;
+	assert_int_equal(idem_task_digest(&t, digest), -1);
+	assert_int_equal(errno, EINVAL);
+
+	t = base;
+	t.depends_on = refs;
+	t.depends_on_count = 2;
+	errno = 0;
+	assert_int_equal(idem_task_digest(&t, digest), -1);
+	assert_int_equal(errno, EINVAL);
+}
+
+static void
+test_normalization_is_idempotent(void **state)
+{
+	static const char *const inputs[] = {
+		"",
+		"plain ascii",
+		"a\r\nb\rc\n\r\r\n",
+		"Cafe\xcc\x81",				/* e + U+0301 */
+		"\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab",	/* Hangul jamo */
+		"\xe2\x84\xab",				/* U+212B ANGSTROM SIGN */
+		"x\xe2\x80\xa8y\xef\xbc\xa1",		/* U+2028, fullwidth A */
+	};
+	char	*once, *twice;
+	size_t	 i;
+
+	for (i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+		once = normalize(inputs[i]);
+		twice = normalize(once);
+		assert_string_equal(once, twice);
+		free(once);
+		free(twice);
+	}
+}
+
+static void
+test_normalization_folds_newlines_and_composes(void **state)
+{
+	char	*n;
+
+	n = normalize("a\r\nb\rc\n\r\r\n");
+	assert_string_equal(n, "a\nb\nc\n\n\n");
+	free(n);
+	n = normalize("Cafe\xcc\x81");
+	assert_string_equal(n, "Caf\xc3\xa9");
+	free(n);
+	/* Singleton decomposition: NFC maps U+212B to U+00C5. */
+	n = normalize("\xe2\x84\xab");
+	assert_string_equal(n, "\xc3\x85");
+	free(n);
+	/* NFC, not NFKC: the fullwidth A stays. */
+	n = normalize("\xef\xbc\xa1");
+	assert_string_equal(n, "\xef\xbc\xa1");
+	free(n);
+}
+
+static void
+test_nfd_and_nfc_give_same_digest(void **state)
+{
+	const char		*nfd_refs[] = { "Cafe\xcc\x81" };
+	const char		*nfc_refs[] = { "Caf\xc3\xa9" };
+	struct idem_task	 nfd = { .sender = "PM", .recipient = "DEV",
+				    .subject = "Cafe\xcc\x81 menu",
+				    .references = nfd_refs,
+				    .references_count = 1 };
+	struct idem_task	 nfc = { .sender = "PM", .recipient = "DEV",
+				    .subject = "Caf\xc3\xa9 menu",
+				    .references = nfc_refs,
+				    .references_count = 1 };
+	char			 a[IDEM_DIGEST_HEX_SIZE];
+	char			 b[IDEM_DIGEST_HEX_SIZE];
+
+	assert_int_equal(idem_task_digest(&nfd, a), 0);
+	assert_int_equal(idem_task_digest(&nfc, b), 0);
+	assert_string_equal(a, b);
+}
+
+static void
+test_task_normalize_applies_defaults(void **state)
+{
+	const char			*refs[] = { "x\r\ny", "Cafe\xcc\x81" };
+	const char			*deps[] = { "TASK-1" };
+	struct idem_task		 t = { .sender = "PM",
+					    .recipient = "DEV",
+					    .subject = "s\r",
+					    .references = refs,
+					    .references_count = 2,
+					    .depends_on = deps,
+					    .depends_on_count = 1 };
+	struct digest_task_normalized	 n;
+	char				*canonical;
+	size_t				 length;
+
+	assert_int_equal(digest_task_normalize(&t, &n), 0);
+	assert_string_equal(n.task.subject, "s\n");
+	assert_string_equal(n.task.body, "");
+	assert_int_equal(n.body_length, 0);
+	assert_string_equal(n.task.priority, "P2");
+	assert_string_equal(n.task.risk_level, "low");
+	assert_null(n.task.thread_key);
+	assert_null(n.task.parent);
+	assert_int_equal(n.task.references_count, 2);
+	assert_string_equal(n.task.references[0], "x\ny");
+	assert_string_equal(n.task.references[1], "Caf\xc3\xa9");
+	assert_int_equal(n.task.depends_on_count, 1);
+	assert_string_equal(n.task.depends_on[0], "TASK-1");
+
+	assert_int_equal(digest_task_canonical_normalized(&n.task, &canonical,
+	    &length), 0);
+	assert_string_equal(canonical, "{\"body\":\"\","
+	    "\"depends_on\":[\"TASK-1\"],\"parent\":null,\"priority\":\"P2\","
+	    "\"recipient\":\"DEV\",\"references\":[\"x\\ny\",\"Caf\xc3\xa9\"],"
+	    "\"risk_level\":\"low\",\"sender\":\"PM\",\"subject\":\"s\\n\","
+	    "\"thread_key\":null}");
+	assert_int_equal(length, strlen(canonical));
+	free(canonical);
+	digest_task_normalized_free(&n);
+	assert_null(n.storage);
+}
+
+static void
+test_report_canonical_and_digest(void **state)
+{
+	struct idem_report	 r = { .sender = "DEV", .recipient = "PM",
+				    .body = "Done.\r\nAll good" };
+	char			*canonical;
+	char			 digest[IDEM_DIGEST_HEX_SIZE];
+	size_t			 length;
+
+	assert_int_equal(idem_report_canonical(REPORT_TASK_ID, &r, &canonical,
+	    &length), 0);
+	assert_string_equal(canonical, REPORT_CANONICAL);
+	assert_int_equal(length, strlen(REPORT_CANONICAL));
+	free(canonical);
+
+	assert_int_equal(idem_report_digest(REPORT_TASK_ID, &r, digest), 0);
+	assert_string_equal(digest, REPORT_DIGEST);
+
+	/* The defaults, given explicitly, change nothing. */
+	r.status = "done";
+	assert_int_equal(idem_report_digest(REPORT_TASK_ID, &r, digest), 0);
+	assert_string_equal(digest, REPORT_DIGEST);
+	r.status = "partial";
+	assert_int_equal(idem_report_digest(REPORT_TASK_ID, &r, digest), 0);
+	assert_string_not_equal(digest, REPORT_DIGEST);
+}
+
+static void
+test_report_requires_recipient(void **state)
+{
+	struct idem_report	r = { .sender = "DEV" };
+	char			digest[IDEM_DIGEST_HEX_SIZE];
+
+	errno = 0;
+	assert_int_equal(idem_report_digest(REPORT_TASK_ID, &r, digest), -1);
+	assert_int_equal(errno, EINVAL);
+	r.recipient = "PM";
+	r.sender = NULL;
+	errno = 0;
+	assert_int_equal(idem_report_digest(REPORT_TASK_ID, &r, digest), -1);
+	assert_int_equal(errno, EINVAL);
+	r.sender = "DEV";
+	errno = 0;
+	assert_int_equal(idem_report_digest(NULL, &r, digest), -1);
+	assert_int_equal(errno, EINVAL);
+	r.body = "\xff";
+	errno = 0;
+	assert_int_equal(idem_report_digest(REPORT_TASK_ID, &r, digest), -1);
+	assert_int_equal(errno, EILSEQ);
+}
+
+static void
+test_role_codes(void **state)
+{
+	static const char *const good[] = { "PM", "DEV_01", "LEAD-QA", "A",
+	    "A-B-C", "X_", "A-_", "ABCDEFGHIJKLMNOP" };
+	static const char *const bad[] = { "pm", "-X", "X-", "A--B", "",
+	    "ABCDEFGHIJKLMNOPQ", "1A", "_A", "A B", "A.B", "Pm" };
+	size_t	i;
+
+	for (i = 0; i < sizeof good / sizeof good[0]; i++)
+		if (!digest_role_code_valid(good[i], strlen(good[i])))
+			fail_msg("%s should be a valid role code", good[i]);
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		if (digest_role_code_valid(bad[i], strlen(bad[i])))
+			fail_msg("\"%s\" should not be a valid role code",
+			    bad[i]);
+	/* The length bounds the check: a NUL inside is not a terminator. */
+	assert_false(digest_role_code_valid("PM\0X", 4));
+	assert_true(digest_role_code_valid("PMX", 2));
+}
+
+static void
+test_hex_round_trip(void **state)
+{
+	uint8_t	sum[IDEM_SHA256_BYTES], back[IDEM_SHA256_BYTES];
+	char	hex[IDEM_DIGEST_HEX_SIZE], bad[IDEM_DIGEST_HEX_SIZE + 1];
+
+	digest_sha256("abc", 3, sum);
+	digest_to_hex(sum, hex);
+	assert_string_equal(hex, ABC_DIGEST);
+	assert_int_equal(digest_from_hex(hex, back), 0);
+	assert_memory_equal(sum, back, sizeof sum);
+
+	strcpy(bad, ABC_DIGEST);
+	bad[0] = 'B';
+	assert_int_equal(digest_from_hex(bad, back), -1);
+	bad[0] = 'g';
+	assert_int_equal(digest_from_hex(bad, back), -1);
+	strcpy(bad, ABC_DIGEST);
+	bad[63] = '\0';
+	assert_int_equal(digest_from_hex(bad, back), -1);
+	strcpy(bad, ABC_DIGEST);
+	strcat(bad, "0");
+	assert_int_equal(digest_from_hex(bad, back), -1);
+	assert_int_equal(digest_from_hex("", back), -1);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_conformance_vectors_all_match),
+		cmocka_unit_test(test_jcs_escapes_every_control_char),
+		cmocka_unit_test(test_jcs_escapes_quote_backslash_not_slash),
+		cmocka_unit_test(test_u2028_literal_in_jcs_escaped_in_yaml),
+		cmocka_unit_test(test_del_escaped_only_in_yaml),
+		cmocka_unit_test(test_invalid_utf8_is_eilseq),
+		cmocka_unit_test(test_missing_required_field_is_einval),
+		cmocka_unit_test(test_normalization_is_idempotent),
+		cmocka_unit_test(test_normalization_folds_newlines_and_composes),
+		cmocka_unit_test(test_nfd_and_nfc_give_same_digest),
+		cmocka_unit_test(test_task_normalize_applies_defaults),
+		cmocka_unit_test(test_report_canonical_and_digest),
+		cmocka_unit_test(test_report_requires_recipient),
+		cmocka_unit_test(test_role_codes),
+		cmocka_unit_test(test_hex_round_trip),
+	};
+
+	return (cmocka_run_group_tests(tests, NULL, NULL));
+}

@@ -1,0 +1,1129 @@
+/*
+ * test_journal.c: unit tests of broker/journal.c: the record codec, the
+ * segment format as doc/journal.md describes it (the tests build bytes
+ * from the document, not from journal.c's helpers), append and replay,
+ * and the line between a torn tail (cut) and corruption (refused).  Each
+ * test runs in a fresh mkdtemp directory.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "idemd.h"
+#include "log.h"
+
+/* From doc/journal.md. */
+#define DOC_SEGMENT_HEADER_BYTES	32
+#define DOC_RECORD_HEADER_BYTES		16
+#define DOC_PAYLOAD_FIXED_BYTES		144
+static const unsigned char doc_key[16] = "idem-journal-v1";
+
+struct fixture {
+	char	root[64];
+	char	dir[96];	/* root/journal: does not exist at first */
+};
+
+struct collected {
+	struct journal_record	*records;
+	size_t			 count;
+	size_t			 cap;
+	size_t			 fail_at;	/* apply fails on this one (1-based) */
+};
+
+static int
+setup(void **state)
+{
+	struct fixture	*f;
+
+	f = calloc(1, sizeof *f);
+	assert_non_null(f);
+	strcpy(f->root, "/tmp/test_journal.XXXXXX");
+	assert_non_null(mkdtemp(f->root));
+	snprintf(f->dir, sizeof f->dir, "%s/journal", f->root);
+	*state = f;
+	return 0;
+}
+
+static void
+remove_dir(const char *path)
+{
+	DIR		*d;
+	struct dirent	*de;
+	struct stat	 st;
+	char		 p[512];
+
+	if ((d = opendir(path)) == NULL)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
+			continue;
+		snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+		if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+			remove_dir(p);
+		else
+			unlink(p);
+	}
+	closedir(d);
+	rmdir(path);
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture	*f = *state;
+
+	remove_dir(f->root);
+	free(f);
+	return 0;
+}
+
+/* A record with every field set, distinct per n. */
+static void
+make_record(struct journal_record *r, unsigned n)
+{
+	struct subtab_entry	*e = &r->entry;
+	int			 len;
+	size_t			 i;
+
+	memset(r, 0, sizeof *r);
+	r->type = JOURNAL_RECORD_ENTRY;
+	e->kind = n % 2 ? SUBTAB_KIND_REPORT : SUBTAB_KIND_TASK;
+	e->state = 1 + n % 3;
+	e->schema = n % 3;
+	memcpy(e->sender, "PM", 2);
+	e->sender_length = 2;
+	memcpy(e->recipient, "DEVELOPER-ABCDEF", 16);	/* the maximum */
+	e->recipient_length = 16;
+	e->date = 20261202 + n;
+	e->seq = 0x01020304u + n;
+	for (i = 0; i < IDEM_SHA256_BYTES; i++) {
+		e->request_digest[i] = (uint8_t)(i + n);
+		e->file_digest[i] = (uint8_t)(0xff - i - n);
+	}
+	e->reserved_at_ms = 1764676800123LL + n;
+	e->updated_at_ms = -1 - (int64_t)n;	/* the sign must survive */
+	e->created_at_ms = INT64_MAX - n;
+	e->peer_uid = 0xfedcba98u - n;
+	e->peer_pid = 0x7fffffffu - n;
+	len = snprintf(r->key, sizeof r->key, "run-%u/step-%u", n, n * 7);
+	e->key_length = (uint16_t)len;
+}
+
+static void
+assert_record_equal(const struct journal_record *a,
+    const struct journal_record *b)
+{
+	const struct subtab_entry	*x = &a->entry, *y = &b->entry;
+
+	assert_int_equal(a->type, b->type);
+	assert_int_equal(x->kind, y->kind);
+	assert_int_equal(x->state, y->state);
+	assert_int_equal(x->schema, y->schema);
+	assert_int_equal(x->sender_length, y->sender_length);
+	assert_int_equal(x->recipient_length, y->recipient_length);
+	assert_int_equal(x->key_length, y->key_length);
+	assert_int_equal(x->date, y->date);
+	assert_int_equal(x->seq, y->seq);
+	assert_memory_equal(x->request_digest, y->request_digest,
+	    IDEM_SHA256_BYTES);
+	assert_memory_equal(x->file_digest, y->file_digest, IDEM_SHA256_BYTES);
+	assert_memory_equal(x->sender, y->sender, x->sender_length);
+	assert_memory_equal(x->recipient, y->recipient, x->recipient_length);
+	assert_true(x->reserved_at_ms == y->reserved_at_ms);
+	assert_true(x->updated_at_ms == y->updated_at_ms);
+	assert_true(x->created_at_ms == y->created_at_ms);
+	assert_int_equal(x->peer_uid, y->peer_uid);
+	assert_int_equal(x->peer_pid, y->peer_pid);
+	assert_memory_equal(a->key, b->key, x->key_length);
+}
+
+static size_t
+encode(unsigned n, uint8_t *out, size_t out_size)
+{
+	struct journal_record	r;
+	size_t			len;
+
+	make_record(&r, n);
+	len = journal_encode(&r, out, out_size);
+	assert_true(len > 0);
+	return len;
+}
+
+static int
+collect(const struct journal_record *r, void *arg)
+{
+	struct collected	*c = arg;
+
+	if (c->fail_at != 0 && c->count + 1 == c->fail_at)
+		return 7;
+	if (c->count == c->cap) {
+		c->cap = c->cap ? c->cap * 2 : 16;
+		c->records = realloc(c->records, c->cap * sizeof *c->records);
+		assert_non_null(c->records);
+	}
+	c->records[c->count++] = *r;
+	return 0;
+}
+
+/* Replay dir; the records seen go to c (reset first). */
+static int
+replay(const char *dir, struct collected *c,
+    struct journal_replay_stats *stats, char **cause)
+{
+	free(c->records);
+	c->records = NULL;
+	c->count = c->cap = 0;
+	*cause = NULL;
+	return journal_replay(dir, collect, c, stats, cause);
+}
+
+static void
+assert_replays(const char *dir, unsigned first, size_t count,
+    uint64_t truncated)
+{
+	struct collected		c = { 0 };
+	struct journal_replay_stats	stats;
+	struct journal_record		want;
+	char				*cause;
+	size_t				i;
+
+	if (replay(dir, &c, &stats, &cause) != 0)
+		fail_msg("replay failed: %s", cause);
+	assert_null(cause);
+	assert_int_equal(c.count, count);
+	assert_int_equal(stats.records, count);
+	assert_int_equal(stats.truncated_bytes, truncated);
+	for (i = 0; i < count; i++) {
+		make_record(&want, first + (unsigned)i);
+		assert_record_equal(&c.records[i], &want);
+	}
+	free(c.records);
+}
+
+/*
+ * Append records first .. first + count - 1, one write each; ends[i] is
+ * the segment size after record first + i.
+ */
+static void
+append_records(struct journal *j, unsigned first, size_t count,
+    uint64_t *ends)
+{
+	uint8_t		buf[JOURNAL_MAX_RECORD_BYTES];
+	struct iovec	iov;
+	char		*cause = NULL;
+	size_t		i;
+
+	for (i = 0; i < count; i++) {
+		iov.iov_base = buf;
+		iov.iov_len = encode(first + (unsigned)i, buf, sizeof buf);
+		if (journal_append(j, &iov, 1, &cause) != 0)
+			fail_msg("append: %s", cause);
+		if (ends != NULL)
+			ends[i] = j->size;
+	}
+	if (journal_sync(j, &cause) != 0)
+		fail_msg("sync: %s", cause);
+}
+
+static void
+segment_path(const struct fixture *f, uint64_t n, char *out, size_t size)
+{
+	snprintf(out, size, "%s/%016" PRIx64 ".jnl", f->dir, n);
+}
+
+static uint8_t *
+read_file(const char *path, size_t *size)
+{
+	struct stat	 st;
+	uint8_t		*p;
+	int		 fd;
+
+	assert_true((fd = open(path, O_RDONLY)) != -1);
+	assert_int_equal(fstat(fd, &st), 0);
+	p = malloc((size_t)st.st_size + 1);
+	assert_non_null(p);
+	assert_int_equal(read(fd, p, (size_t)st.st_size), st.st_size);
+	close(fd);
+	*size = (size_t)st.st_size;
+	return p;
+}
+
+static off_t
+file_size(const char *path)
+{
+	struct stat	st;
+
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_size;
+}
+
+static void
+flip_byte_at(const char *path, off_t offset)
+{
+	uint8_t	b;
+	int	fd;
+
+	assert_true((fd = open(path, O_RDWR)) != -1);
+	assert_int_equal(pread(fd, &b, 1, offset), 1);
+	b ^= 0x5a;
+	assert_int_equal(pwrite(fd, &b, 1, offset), 1);
+	close(fd);
+}
+
+static void
+append_bytes(const char *path, const void *p, size_t n)
+{
+	int	fd;
+
+	assert_true((fd = open(path, O_WRONLY|O_APPEND|O_CREAT, 0600)) != -1);
+	assert_int_equal(write(fd, p, n), (ssize_t)n);
+	close(fd);
+}
+
+static void
+put_le(uint8_t *p, uint64_t v, int bytes)
+{
+	int	i;
+
+	for (i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A segment file header built from doc/journal.md alone. */
+static void
+doc_segment_header(uint64_t number, uint8_t out[DOC_SEGMENT_HEADER_BYTES])
+{
+	memcpy(out, "IDEMJNL", 8);	/* and its NUL */
+	put_le(out + 8, 1, 4);
+	put_le(out + 12, 0, 4);
+	put_le(out + 16, number, 8);
+	crypto_shorthash(out + 24, out, 24, doc_key);
+}
+
+/* ---- the record codec ----------------------------------------------------- */
+
+static void
+round_trip_keeps_every_field(void **state)
+{
+	struct journal_record	in, out;
+	uint8_t			buf[JOURNAL_MAX_RECORD_BYTES];
+	size_t			len, consumed = 0;
+	unsigned		n;
+
+	for (n = 0; n < 6; n++) {	/* every kind, state and schema */
+		make_record(&in, n);
+		len = journal_encode(&in, buf, sizeof buf);
+		assert_int_equal(len, DOC_RECORD_HEADER_BYTES +
+		    DOC_PAYLOAD_FIXED_BYTES + in.entry.key_length);
+		memset(&out, 0xaa, sizeof out);
+		assert_int_equal(journal_decode(buf, len, &out, &consumed),
+		    JOURNAL_DECODE_OK);
+		assert_int_equal(consumed, len);
+		assert_record_equal(&out, &in);
+		assert_int_equal(out.entry.unused[0], 0);
+	}
+
+	/* A key of the maximum length, and an empty one (legacy entry). */
+	make_record(&in, 1);
+	memset(in.key, 'k', SUBTAB_MAX_KEY_BYTES);
+	in.entry.key_length = SUBTAB_MAX_KEY_BYTES;
+	len = journal_encode(&in, buf, sizeof buf);
+	assert_true(len > 0 && len <= JOURNAL_MAX_RECORD_BYTES);
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_OK);
+	assert_record_equal(&out, &in);
+	in.entry.key_length = 0;
+	len = journal_encode(&in, buf, sizeof buf);
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_OK);
+	assert_record_equal(&out, &in);
+}
+
+static void
+encoding_matches_the_document(void **state)
+{
+	struct journal_record	r;
+	uint8_t			buf[JOURNAL_MAX_RECORD_BYTES], sum[8];
+	uint8_t			lp[4 + JOURNAL_MAX_RECORD_BYTES];
+	const uint8_t		*p = buf + DOC_RECORD_HEADER_BYTES;
+	size_t			len, plen;
+
+	make_record(&r, 3);
+	/* Junk past a role's length must not reach the file. */
+	memset(r.entry.sender + 2, 'x', IDEM_MAX_ROLE_BYTES - 2);
+	len = journal_encode(&r, buf, sizeof buf);
+	plen = len - DOC_RECORD_HEADER_BYTES;
+
+	assert_memory_equal(buf, "\xff" "JRC", 4);
+	assert_int_equal(buf[4], plen & 0xff);
+	assert_int_equal(buf[5], plen >> 8);
+	assert_int_equal(buf[6], 0);
+	assert_int_equal(buf[7], 0);
+	memcpy(lp, buf + 4, 4);
+	memcpy(lp + 4, p, plen);
+	crypto_shorthash(sum, lp, 4 + plen, doc_key);
+	assert_memory_equal(buf + 8, sum, 8);
+
+	assert_int_equal(p[0], JOURNAL_RECORD_ENTRY);
+	assert_int_equal(p[1], r.entry.kind);
+	assert_int_equal(p[2], r.entry.state);
+	assert_int_equal(p[3], r.entry.schema);
+	assert_int_equal(p[4], 2);
+	assert_int_equal(p[5], 16);
+	assert_int_equal(p[6] | p[7] << 8, r.entry.key_length);
+	/* seq 0x01020307: little-endian, least significant byte first */
+	assert_memory_equal(p + 12, "\x07\x03\x02\x01", 4);
+	assert_memory_equal(p + 16, r.entry.request_digest, 32);
+	assert_memory_equal(p + 48, r.entry.file_digest, 32);
+	assert_memory_equal(p + 80, "PM\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16);
+	assert_memory_equal(p + 96, "DEVELOPER-ABCDEF", 16);
+	/* updated_at -4: two's complement, all ones above the low byte */
+	assert_memory_equal(p + 120, "\xfc\xff\xff\xff\xff\xff\xff\xff", 8);
+	assert_memory_equal(p + 144, r.key, r.entry.key_length);
+}
+
+static void
+decode_rejects_every_flipped_byte(void **state)
+{
+	static const uint8_t	 flips[] = { 0x01, 0x80, 0xff };
+	struct journal_record	 out;
+	uint8_t			 buf[JOURNAL_MAX_RECORD_BYTES];
+	size_t			 len, i, k, consumed;
+	enum journal_decode_result res;
+
+	len = encode(5, buf, sizeof buf);
+	for (i = 0; i < len; i++) {
+		for (k = 0; k < sizeof flips; k++) {
+			buf[i] ^= flips[k];
+			res = journal_decode(buf, len, &out, &consumed);
+			if (res == JOURNAL_DECODE_OK)
+				fail_msg("flip 0x%02x at byte %zu decoded",
+				    flips[k], i);
+			assert_true(res == JOURNAL_DECODE_BAD ||
+			    res == JOURNAL_DECODE_SHORT);
+			buf[i] ^= flips[k];
+		}
+	}
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_OK);
+}
+
+static void
+decode_is_short_for_every_truncation(void **state)
+{
+	struct journal_record	out;
+	uint8_t			buf[JOURNAL_MAX_RECORD_BYTES];
+	size_t			len, i, consumed;
+
+	len = encode(2, buf, sizeof buf);
+	for (i = 0; i < len; i++) {
+		if (journal_decode(buf, i, &out, &consumed) !=
+		    JOURNAL_DECODE_SHORT)
+			fail_msg("truncation to %zu bytes is not SHORT", i);
+	}
+}
+
+/* Re-seal a hand-edited record as doc/journal.md says. */
+static void
+reseal(uint8_t *rec, size_t len)
+{
+	uint8_t	lp[4 + JOURNAL_MAX_RECORD_BYTES];
+
+	memcpy(lp, rec + 4, 4);
+	memcpy(lp + 4, rec + 16, len - 16);
+	crypto_shorthash(rec + 8, lp, 4 + len - 16, doc_key);
+}
+
+static void
+decode_checks_fields_behind_a_good_checksum(void **state)
+{
+	static const struct {
+		size_t	offset;	/* in the payload */
+		uint8_t	value;
+	} bad[] = {
+		{ 0, 0 }, { 0, 2 },		/* type */
+		{ 1, 0 }, { 1, 3 },		/* kind */
+		{ 2, 0 }, { 2, 4 },		/* state */
+		{ 3, 3 },			/* schema */
+		{ 4, 17 }, { 5, 17 },		/* role lengths */
+		{ 6, 0 },			/* key length vs record length */
+		{ 4, 1 },			/* "M" of "PM" is now padding */
+	};
+	struct journal_record	 out;
+	uint8_t			 good[JOURNAL_MAX_RECORD_BYTES];
+	uint8_t			 buf[JOURNAL_MAX_RECORD_BYTES];
+	size_t			 len, i, consumed;
+
+	len = encode(1, good, sizeof good);
+	memcpy(buf, good, len);
+	reseal(buf, len);
+	assert_memory_equal(buf, good, len);	/* reseal is the real thing */
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		memcpy(buf, good, len);
+		buf[16 + bad[i].offset] = bad[i].value;
+		reseal(buf, len);
+		if (journal_decode(buf, len, &out, &consumed) !=
+		    JOURNAL_DECODE_BAD)
+			fail_msg("payload byte %zu = %u accepted",
+			    bad[i].offset, bad[i].value);
+	}
+
+	/* A length past the limit is BAD, not SHORT: never wait for it. */
+	memcpy(buf, good, len);
+	put_le(buf + 4, JOURNAL_MAX_RECORD_BYTES, 4);
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_BAD);
+}
+
+static void
+encode_refuses_small_buffers_and_bad_fields(void **state)
+{
+	struct journal_record	r;
+	uint8_t			buf[JOURNAL_MAX_RECORD_BYTES];
+	size_t			len;
+
+	make_record(&r, 0);
+	len = journal_encode(&r, buf, sizeof buf);
+	assert_int_equal(journal_encode(&r, buf, len - 1), 0);
+	assert_int_equal(journal_encode(&r, buf, len), len);
+
+	make_record(&r, 0);
+	r.entry.state = SUBTAB_EMPTY;
+	assert_int_equal(journal_encode(&r, buf, sizeof buf), 0);
+	make_record(&r, 0);
+	r.entry.sender_length = IDEM_MAX_ROLE_BYTES + 1;
+	assert_int_equal(journal_encode(&r, buf, sizeof buf), 0);
+	make_record(&r, 0);
+	r.entry.key_length = SUBTAB_MAX_KEY_BYTES + 1;
+	assert_int_equal(journal_encode(&r, buf, sizeof buf), 0);
+}
+
+/* ---- append and replay ---------------------------------------------------- */
+
+static void
+missing_dir_is_an_empty_journal(void **state)
+{
+	struct fixture	*f = *state;
+
+	assert_replays(f->dir, 0, 0, 0);
+	assert_int_equal(access(f->dir, F_OK), -1);	/* not created */
+}
+
+static void
+open_creates_segment_one(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 want[DOC_SEGMENT_HEADER_BYTES], *got;
+	char		*cause = NULL, path[256];
+	size_t		 size;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.segment, 1);
+	assert_int_equal(j.size, DOC_SEGMENT_HEADER_BYTES);
+	journal_close(&j);
+
+	segment_path(f, 1, path, sizeof path);
+	got = read_file(path, &size);
+	doc_segment_header(1, want);
+	assert_int_equal(size, sizeof want);
+	assert_memory_equal(got, want, sizeof want);
+	free(got);
+	assert_replays(f->dir, 0, 0, 0);
+}
+
+static void
+append_then_replay_gives_the_same_records_in_order(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				 buf[200 * JOURNAL_MAX_RECORD_BYTES];
+	struct iovec			 iov[2];
+	char				*cause = NULL, path[256];
+	size_t				 used = 0, half;
+	unsigned			 n;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 50, NULL);
+
+	/* 150 more in one append of two pieces, split mid-record. */
+	for (n = 50; n < 200; n++)
+		used += encode(n, buf + used, sizeof buf - used);
+	half = used / 2 + 7;
+	iov[0].iov_base = buf;
+	iov[0].iov_len = half;
+	iov[1].iov_base = buf + half;
+	iov[1].iov_len = used - half;
+	assert_int_equal(journal_append(&j, iov, 2, &cause), 0);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+
+	assert_replays(f->dir, 0, 200, 0);
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), 0);
+	assert_int_equal(stats.segments, 1);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(stats.bytes + DOC_SEGMENT_HEADER_BYTES,
+	    file_size(path));
+	free(c.records);
+}
+
+static void
+open_appends_after_existing_records(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	char		*cause = NULL, path[256];
+	uint64_t	 ends[3];
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, ends);
+	journal_close(&j);
+
+	assert_replays(f->dir, 0, 3, 0);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.segment, 1);
+	assert_int_equal(j.size, ends[2]);
+	append_records(&j, 3, 2, NULL);
+	journal_close(&j);
+
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(file_size(path), j.size);
+	assert_replays(f->dir, 0, 5, 0);
+}
+
+static void
+torn_tail_is_cut_once(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	char		*cause = NULL, path[256];
+	uint64_t	 ends[10], cut;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 10, ends);
+	journal_close(&j);
+
+	/* Record 10 (index 9) loses its last 30 bytes. */
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(truncate(path, (off_t)ends[9] - 30), 0);
+	cut = ends[9] - 30 - ends[8];
+
+	assert_replays(f->dir, 0, 9, cut);
+	assert_int_equal(file_size(path), ends[8]);
+	assert_replays(f->dir, 0, 9, 0);
+
+	/* And the journal carries on from there. */
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.size, ends[8]);
+	append_records(&j, 9, 1, NULL);
+	journal_close(&j);
+	assert_replays(f->dir, 0, 10, 0);
+}
+
+static void
+torn_tail_of_a_record_header_is_cut(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	char		*cause = NULL, path[256];
+	uint64_t	 ends[3];
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, ends);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(truncate(path, (off_t)ends[1] + 5), 0);
+	assert_replays(f->dir, 0, 2, 5);
+	assert_int_equal(file_size(path), ends[1]);
+}
+
+static void
+garbage_tail_is_cut(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 junk[700], zeros[4096] = { 0 };
+	uint8_t		 rec[JOURNAL_MAX_RECORD_BYTES];
+	char		*cause = NULL, path[256];
+	uint64_t	 ends[10];
+	size_t		 i;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 10, ends);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+
+	for (i = 0; i < sizeof junk; i++)
+		junk[i] = (uint8_t)(i * 37 + 11);
+	append_bytes(path, junk, sizeof junk);
+	assert_replays(f->dir, 0, 10, sizeof junk);
+	assert_int_equal(file_size(path), ends[9]);
+
+	/* Zeros, as a file system may leave after a crash. */
+	append_bytes(path, zeros, sizeof zeros);
+	assert_replays(f->dir, 0, 10, sizeof zeros);
+	assert_int_equal(file_size(path), ends[9]);
+
+	/* A record's magic and header with no payload behind it. */
+	encode(10, rec, sizeof rec);
+	append_bytes(path, rec, 64);
+	assert_replays(f->dir, 0, 10, 64);
+	assert_int_equal(file_size(path), ends[9]);
+}
+
+static void
+corrupt_middle_is_refused_and_left_alone(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				*before, *after;
+	char				*cause = NULL, path[256], want[64];
+	uint64_t			 ends[10];
+	size_t				 size_before, size_after;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 10, ends);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+
+	/* Record 3 starts where record 2 ends. */
+	flip_byte_at(path, (off_t)ends[1] + 40);
+	before = read_file(path, &size_before);
+
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_non_null(cause);
+	snprintf(want, sizeof want, "offset %" PRIu64 ":", ends[1]);
+	if (strstr(cause, want) == NULL || strstr(cause, path) == NULL ||
+	    strstr(cause, "idemctl verify") == NULL)
+		fail_msg("cause does not name %s %s: %s", path, want, cause);
+	assert_int_equal(stats.truncated_bytes, 0);
+	free(cause);
+	free(c.records);
+
+	after = read_file(path, &size_after);
+	assert_int_equal(size_after, size_before);
+	assert_memory_equal(after, before, size_before);
+	free(before);
+	free(after);
+}
+
+static void
+hole_before_valid_records_is_corruption(void **state)
+{
+	struct fixture		*f = *state;
+	struct journal		 j;
+	struct collected	 c = { 0 };
+	uint8_t			 zeros[100] = { 0 };
+	char			*cause = NULL, path[256];
+	uint64_t		 ends[4];
+	int			 fd;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 4, ends);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+
+	/* Record 2 zeroed from its start: records 3 and 4 are intact. */
+	assert_true((fd = open(path, O_WRONLY)) != -1);
+	assert_int_equal(pwrite(fd, zeros, sizeof zeros, (off_t)ends[0]),
+	    (ssize_t)sizeof zeros);
+	close(fd);
+
+	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
+	assert_non_null(strstr(cause, "valid records follow"));
+	assert_int_equal(file_size(path), ends[3]);
+	free(cause);
+	free(c.records);
+}
+
+/* Segment number by hand, holding records first .. first + count - 1. */
+static void
+make_segment(const struct fixture *f, uint64_t number, unsigned first,
+    unsigned count)
+{
+	uint8_t		header[DOC_SEGMENT_HEADER_BYTES];
+	uint8_t		rec[JOURNAL_MAX_RECORD_BYTES];
+	char		path[256];
+	size_t		len;
+	unsigned	n;
+	int		fd;
+
+	segment_path(f, number, path, sizeof path);
+	assert_true((fd = open(path, O_WRONLY|O_CREAT|O_EXCL, 0600)) != -1);
+	doc_segment_header(number, header);
+	assert_int_equal(write(fd, header, sizeof header), sizeof header);
+	for (n = first; n < first + count; n++) {
+		len = encode(n, rec, sizeof rec);
+		assert_int_equal(write(fd, rec, len), (ssize_t)len);
+	}
+	close(fd);
+}
+
+static void
+segments_replay_in_numeric_order(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 5, NULL);
+	journal_close(&j);
+
+	/* Segment 2 by hand, as doc/journal.md describes it. */
+	make_segment(f, 2, 5, 4);
+
+	/* Files that are not segments are none of replay's business. */
+	snprintf(path, sizeof path, "%s/notes.txt", f->dir);
+	append_bytes(path, "hello", 5);
+	snprintf(path, sizeof path, "%s/00000000000000AB.jnl", f->dir);
+	append_bytes(path, "upper case hex is not a segment", 31);
+	snprintf(path, sizeof path, "%s/0000000000000000.jnl", f->dir);
+	append_bytes(path, "segment numbers start at 1", 26);
+
+	assert_replays(f->dir, 0, 9, 0);
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), 0);
+	assert_int_equal(stats.segments, 2);
+	free(c.records);
+
+	/* The journal appends to the highest segment. */
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.segment, 2);
+	append_records(&j, 9, 1, NULL);
+	journal_close(&j);
+	assert_replays(f->dir, 0, 10, 0);
+}
+
+static void
+torn_tail_in_an_earlier_segment_is_corruption(void **state)
+{
+	struct fixture		*f = *state;
+	struct journal		 j;
+	struct collected	 c = { 0 };
+	char			*cause = NULL, path[256], want[64];
+	uint64_t		 ends[5];
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 5, ends);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(truncate(path, (off_t)ends[4] - 10), 0);
+	make_segment(f, 2, 5, 3);
+
+	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
+	snprintf(want, sizeof want, "offset %" PRIu64 ":", ends[3]);
+	if (strstr(cause, path) == NULL || strstr(cause, want) == NULL)
+		fail_msg("cause does not name %s %s: %s", path, want, cause);
+	assert_int_equal(file_size(path), ends[4] - 10);	/* untouched */
+	free(cause);
+	free(c.records);
+}
+
+static void
+missing_segment_is_corruption(void **state)
+{
+	struct fixture		*f = *state;
+	struct journal		 j;
+	struct collected	 c = { 0 };
+	char			*cause = NULL;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 2, NULL);
+	journal_close(&j);
+	make_segment(f, 3, 2, 2);	/* and no segment 2 */
+
+	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
+	assert_non_null(strstr(cause, "0000000000000002.jnl is missing"));
+	assert_int_equal(c.count, 0);	/* refused before any apply */
+	free(cause);
+	free(c.records);
+}
+
+static void
+bad_segment_header_is_corruption(void **state)
+{
+	struct fixture		*f = *state;
+	struct journal		 j;
+	struct collected	 c = { 0 };
+	char			*cause = NULL, path[256];
+	off_t			 size;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 2, NULL);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	size = file_size(path);
+	flip_byte_at(path, 17);		/* the segment number */
+
+	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
+	assert_non_null(strstr(cause, "offset 0:"));
+	assert_int_equal(file_size(path), size);
+	free(cause);
+	cause = NULL;
+	assert_int_equal(journal_open(&j, f->dir, &cause), -1);
+	assert_non_null(cause);
+	free(cause);
+	free(c.records);
+}
+
+static void
+short_last_segment_is_removed(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 header[DOC_SEGMENT_HEADER_BYTES];
+	char		*cause = NULL, path[256];
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	journal_close(&j);
+
+	/* Segment 2's creation stopped 12 bytes into its header. */
+	doc_segment_header(2, header);
+	segment_path(f, 2, path, sizeof path);
+	append_bytes(path, header, 12);
+
+	assert_replays(f->dir, 0, 3, 12);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.segment, 1);
+	journal_close(&j);
+
+	/* Segment 1 itself, empty: journal_open starts afresh. */
+	remove_dir(f->dir);
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	segment_path(f, 1, path, sizeof path);
+	append_bytes(path, "", 0);
+	assert_replays(f->dir, 0, 0, 0);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.size, DOC_SEGMENT_HEADER_BYTES);
+	journal_close(&j);
+}
+
+static void
+apply_failure_stops_replay(void **state)
+{
+	struct fixture		*f = *state;
+	struct journal		 j;
+	struct collected	 c = { 0 };
+	char			*cause = NULL;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 6, NULL);
+	journal_close(&j);
+
+	c.fail_at = 4;
+	cause = NULL;
+	assert_int_equal(journal_replay(f->dir, collect, &c, NULL, &cause),
+	    -1);
+	assert_int_equal(c.count, 3);
+	assert_non_null(strstr(cause, "applying the record failed"));
+	free(cause);
+	free(c.records);
+}
+
+/* ---- append failures ------------------------------------------------------ */
+
+/*
+ * A real short write: the file size limit lets part of the append out,
+ * then refuses the rest with EFBIG.  The segment must be cut back.
+ */
+static void
+short_write_is_truncated_back(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	struct rlimit	 saved, limit;
+	uint8_t		 buf[4 * JOURNAL_MAX_RECORD_BYTES];
+	struct iovec	 iov;
+	char		*cause = NULL, path[256];
+	uint64_t	 size;
+	size_t		 used = 0;
+	unsigned	 n;
+	int		 rv, saved_errno;
+	void		(*old)(int);
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	size = j.size;
+
+	for (n = 3; n < 7; n++)
+		used += encode(n, buf + used, sizeof buf - used);
+	iov.iov_base = buf;
+	iov.iov_len = used;
+
+	old = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	limit = saved;
+	limit.rlim_cur = size + used / 2;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &limit), 0);
+	rv = journal_append(&j, &iov, 1, &cause);
+	saved_errno = errno;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	signal(SIGXFSZ, old);
+
+	assert_int_equal(rv, -1);
+	assert_int_equal(saved_errno, EFBIG);
+	assert_non_null(cause);
+	free(cause);
+	cause = NULL;
+	assert_int_equal(j.size, size);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(file_size(path), size);
+
+	/* The truncate worked, so the journal goes on. */
+	assert_int_equal(journal_append(&j, &iov, 1, &cause), 0);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+	assert_replays(f->dir, 0, 7, 0);
+}
+
+/*
+ * The segment's fd swapped for a read-only one: the write fails, and so
+ * does the truncate, so the handle refuses everything after.
+ */
+static void
+failed_write_and_truncate_poison_the_handle(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 buf[JOURNAL_MAX_RECORD_BYTES];
+	struct iovec	 iov;
+	char		*cause = NULL, path[256];
+	uint64_t	 size;
+	int		 ro;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 2, NULL);
+	size = j.size;
+	segment_path(f, 1, path, sizeof path);
+	assert_true((ro = open(path, O_RDONLY)) != -1);
+	assert_int_equal(dup2(ro, j.fd), j.fd);
+	close(ro);
+
+	iov.iov_base = buf;
+	iov.iov_len = encode(2, buf, sizeof buf);
+	assert_int_equal(journal_append(&j, &iov, 1, &cause), -1);
+	assert_int_equal(errno, EBADF);
+	assert_non_null(strstr(cause, "truncating back"));
+	free(cause);
+	cause = NULL;
+	assert_int_equal(j.size, size);
+	assert_int_equal(file_size(path), size);
+
+	assert_int_equal(journal_append(&j, &iov, 1, &cause), -1);
+	assert_int_equal(errno, EIO);
+	free(cause);
+	cause = NULL;
+	assert_int_equal(journal_sync(&j, &cause), -1);
+	assert_int_equal(errno, EIO);
+	free(cause);
+	journal_close(&j);
+	assert_replays(f->dir, 0, 2, 0);
+}
+
+/* fdatasync on a pipe fails (EINVAL): a failed sync is never retried. */
+static void
+failed_sync_poisons_the_handle(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 buf[JOURNAL_MAX_RECORD_BYTES];
+	struct iovec	 iov;
+	char		*cause = NULL;
+	int		 p[2];
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(dup2(p[1], j.fd), j.fd);
+	close(p[0]);
+	close(p[1]);
+
+	assert_int_equal(journal_sync(&j, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_non_null(strstr(cause, "fdatasync"));
+	free(cause);
+	cause = NULL;
+
+	iov.iov_base = buf;
+	iov.iov_len = encode(0, buf, sizeof buf);
+	assert_int_equal(journal_append(&j, &iov, 1, &cause), -1);
+	assert_int_equal(errno, EIO);
+	free(cause);
+	cause = NULL;
+	assert_int_equal(journal_sync(&j, &cause), -1);
+	free(cause);
+	journal_close(&j);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+		T(round_trip_keeps_every_field),
+		T(encoding_matches_the_document),
+		T(decode_rejects_every_flipped_byte),
+		T(decode_is_short_for_every_truncation),
+		T(decode_checks_fields_behind_a_good_checksum),
+		T(encode_refuses_small_buffers_and_bad_fields),
+		T(missing_dir_is_an_empty_journal),
+		T(open_creates_segment_one),
+		T(append_then_replay_gives_the_same_records_in_order),
+		T(open_appends_after_existing_records),
+		T(torn_tail_is_cut_once),
+		T(torn_tail_of_a_record_header_is_cut),
+		T(garbage_tail_is_cut),
+		T(corrupt_middle_is_refused_and_left_alone),
+		T(hole_before_valid_records_is_corruption),
+		T(segments_replay_in_numeric_order),
+		T(torn_tail_in_an_earlier_segment_is_corruption),
+		T(missing_segment_is_corruption),
+		T(bad_segment_header_is_corruption),
+		T(short_last_segment_is_removed),
+		T(apply_failure_stops_replay),
+		T(short_write_is_truncated_back),
+		T(failed_write_and_truncate_poison_the_handle),
+		T(failed_sync_poisons_the_handle),
+#undef T
+	};
+
+	log_init("test_journal");
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
