@@ -163,17 +163,17 @@ journal_cause(char **cause, const char *fmt, ...)
 static void
 put_u16(uint8_t *p, uint16_t v)
 {
-	p[0] = v;
-	p[1] = v >> 8;
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
 }
 
 static void
 put_u32(uint8_t *p, uint32_t v)
 {
-	p[0] = v;
-	p[1] = v >> 8;
-	p[2] = v >> 16;
-	p[3] = v >> 24;
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
 }
 
 static void
@@ -412,7 +412,7 @@ record_follows(const uint8_t *base, size_t size, size_t from, size_t *at)
 		    sizeof journal_record_magic);
 		if (p == NULL)
 			return 0;
-		from = p - base;
+		from = (size_t)(p - base);
 		if (record_decode(p, size - from, &r, &consumed, &why) ==
 		    JOURNAL_DECODE_OK) {
 			*at = from;
@@ -573,7 +573,7 @@ write_all(int fd, const uint8_t *p, size_t n)
 			return -1;
 		}
 		p += w;
-		n -= w;
+		n -= (size_t)w;
 	}
 	return 0;
 }
@@ -948,7 +948,7 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
     size_t size, int last, size_t *cut_at, const char **cut_why)
 {
 	struct journal_record	 r;
-	const char		*why;
+	const char		*why = NULL;
 	char			 after[128];
 	size_t			 offset, consumed, next;
 	int			 applied;
@@ -995,7 +995,7 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 	struct stat	 st;
 	void		*map;
 	const char	*why = NULL;
-	size_t		 size, cut_at;
+	size_t		 size, cut_at = 0;
 	int		 fd, rv, saved_errno;
 
 	segment_name(number, name);

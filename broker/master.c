@@ -79,6 +79,8 @@ master_spawn(struct master *m, unsigned index)
 	if (pid == 0) {
 		/* The worker runs its own loop; drop the master's signals. */
 		event_base_free(m->base);
+		if (d->ready_fd != -1)
+			close(d->ready_fd);
 		close(sv[0]);
 		for (i = 0; i < d->worker_count; i++) {
 			if (m->notify_fds[i] != -1)

@@ -153,8 +153,7 @@ pending_journal(struct pending *p, const struct journal_record *record,
 	p->record_length = journal_encode(record, p->record,
 	    sizeof p->record);
 	if (p->record_length == 0) {
-		log_warnx("a journal record does not fit %zu bytes",
-		    sizeof p->record);
+		log_warn("encoding a journal record");
 		p->journal_failed = 1;
 		resume(p);
 		return;

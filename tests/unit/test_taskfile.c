@@ -363,7 +363,7 @@ test_render_task_escapes_subject_on_one_line(void **state)
 	task.subject = subject;
 	assert_int_equal(taskfile_render_task(&tf, &out, &length), 0);
 
-	/* The front matter has 19 lines less the two digest lines. */
+	/* No raw character that YAML would fold or refuse is left. */
 	fm_end = strstr(out + 4, "\n---\n");
 	assert_non_null(fm_end);
 	*fm_end = '\0';
@@ -485,7 +485,7 @@ test_time_round_trip(void **state)
 {
 	static const int64_t	 times[] = {
 		0, 1, 999, 1000, TEST_TIME_MS, INT64_C(1709251199999),
-		-1, INT64_C(253402300799999)
+		-1, INT64_C(-62167219200000), INT64_C(253402300799999)
 	};
 	char			 s[TASKFILE_TIME_BYTES];
 	int64_t			 ms;
@@ -506,6 +506,9 @@ test_time_round_trip(void **state)
 		assert_int_equal(taskfile_parse_time(s, &ms), 0);
 		assert_int_equal(ms, times[i]);
 	}
+
+	taskfile_format_time(INT64_C(-62167219200000), s);
+	assert_string_equal(s, "0000-01-01T00:00:00.000Z");
 
 	assert_int_equal(taskfile_date_of(TEST_TIME_MS), 20261202);
 	assert_int_equal(taskfile_date_of(0), 19700101);
@@ -604,6 +607,12 @@ test_write_durable_never_replaces(void **state)
 
 	back = read_file(root, "_lifecycle/inbox/a.md", &length);
 	assert_int_equal(length, 5);
+	/* A name that is not one directory entry is refused up front. */
+	errno = 0;
+	assert_int_equal(taskfile_write_durable(dir_fd, "../a.md", "x", 1, 0,
+	    &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	free(cause);
 	assert_memory_equal(back, "first", 5);
 	free(back);
 	assert_int_equal(count_entries(root, "_lifecycle/inbox", &hidden), 1);

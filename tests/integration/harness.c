@@ -1,0 +1,307 @@
+/*
+ * harness.c: see harness.h.
+ */
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define HARNESS_START_TIMEOUT_MS	20000
+
+static void
+die(const char *what)
+{
+	fprintf(stderr, "harness: %s: %s\n", what, strerror(errno));
+	abort();
+}
+
+void
+harness_fresh_root(struct broker *b)
+{
+	const char	*tmp = getenv("TMPDIR");
+
+	memset(b, 0, sizeof *b);
+	snprintf(b->root, sizeof b->root, "%s/idem-test-XXXXXX",
+	    tmp != NULL ? tmp : "/tmp");
+	if (mkdtemp(b->root) == NULL)
+		die("mkdtemp");
+	snprintf(b->socket, sizeof b->socket, "%s/.idem/idemd.sock", b->root);
+	snprintf(b->log, sizeof b->log, "%s.log", b->root);
+}
+
+int
+harness_start(struct broker *b, const char *const *args,
+    const char *const *env)
+{
+	const char	*idemd = getenv("IDEMD");
+	const char	*argv[32];
+	char		 buf[16];
+	struct pollfd	 pfd;
+	int		 ready[2], logfd, n = 0, i;
+	ssize_t		 got;
+
+	if (idemd == NULL)
+		idemd = "broker/idemd";
+	if (pipe(ready) == -1)
+		die("pipe");
+	argv[n++] = idemd;
+	argv[n++] = "--root";
+	argv[n++] = b->root;
+	argv[n++] = "--ready-fd";
+	argv[n++] = "3";
+	for (i = 0; args != NULL && args[i] != NULL && n < 30; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+
+	b->pid = fork();
+	if (b->pid == -1)
+		die("fork");
+	if (b->pid == 0) {
+		close(ready[0]);
+		if (dup2(ready[1], 3) == -1)
+			_exit(127);
+		logfd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (logfd != -1)
+			dup2(logfd, 2);
+		for (i = 0; env != NULL && env[i] != NULL; i++)
+			putenv((char *)env[i]);
+		execv(idemd, (char *const *)argv);
+		_exit(127);
+	}
+	close(ready[1]);
+	pfd.fd = ready[0];
+	pfd.events = POLLIN;
+	got = 0;
+	if (poll(&pfd, 1, HARNESS_START_TIMEOUT_MS) == 1)
+		got = read(ready[0], buf, sizeof buf);
+	close(ready[0]);
+	if (got == 6 && memcmp(buf, "ready\n", 6) == 0)
+		return 0;
+	/* It exited (or hung): reap it so the caller sees the status. */
+	kill(b->pid, SIGKILL);
+	harness_wait_dead(b);
+	return -1;
+}
+
+static void
+wait_root_lock(struct broker *b)
+{
+	char	path[400];
+	int	fd;
+
+	/* Workers die with the master but hold the lock until they do. */
+	snprintf(path, sizeof path, "%s/.idem/idemd.lock", b->root);
+	if ((fd = open(path, O_RDWR | O_CLOEXEC)) == -1)
+		return;
+	while (flock(fd, LOCK_EX) == -1 && errno == EINTR)
+		;
+	close(fd);
+}
+
+void
+harness_wait_dead(struct broker *b)
+{
+	int	status;
+
+	if (b->pid == 0)
+		return;
+	while (waitpid(b->pid, &status, 0) == -1) {
+		if (errno != EINTR)
+			die("waitpid");
+	}
+	b->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) :
+	    128 + WTERMSIG(status);
+	b->pid = 0;
+	wait_root_lock(b);
+}
+
+int
+harness_stop(struct broker *b)
+{
+	if (b->pid == 0)
+		return -1;
+	kill(b->pid, SIGTERM);
+	harness_wait_dead(b);
+	return b->exit_status;
+}
+
+void
+harness_kill(struct broker *b)
+{
+	if (b->pid == 0)
+		return;
+	kill(b->pid, SIGKILL);
+	harness_wait_dead(b);
+}
+
+int
+harness_workers(struct broker *b, pid_t *pids, int max)
+{
+	char	 path[64];
+	FILE	*f;
+	long	 pid;
+	int	 n = 0;
+
+	snprintf(path, sizeof path, "/proc/%ld/task/%ld/children",
+	    (long)b->pid, (long)b->pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return 0;
+	while (n < max && fscanf(f, "%ld", &pid) == 1)
+		pids[n++] = (pid_t)pid;
+	fclose(f);
+	return n;
+}
+
+struct idem_conn *
+harness_connect(struct broker *b)
+{
+	struct idem_error	 err;
+	struct idem_conn	*c;
+
+	if ((c = idem_connect(b->socket, &err)) == NULL)
+		fprintf(stderr, "harness: connect %s: %s\n", b->socket,
+		    err.message);
+	return c;
+}
+
+json_t *
+harness_call_line(struct idem_conn *c, const char *line)
+{
+	struct idem_error	 err;
+	json_error_t		 jerr;
+	json_t			*reply;
+	char			*response = NULL;
+
+	if (idem_call_raw(c, line, &response, &err) != 0)
+		return NULL;
+	reply = json_loads(response, 0, &jerr);
+	free(response);
+	return reply;
+}
+
+json_t *
+harness_call(struct idem_conn *c, json_t *request)
+{
+	char	*line;
+	json_t	*reply;
+
+	line = json_dumps(request, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(request);
+	if (line == NULL)
+		return NULL;
+	reply = harness_call_line(c, line);
+	free(line);
+	return reply;
+}
+
+static int
+count_in(const char *dir, int depth)
+{
+	DIR		*d;
+	struct dirent	*e;
+	char		 path[1024];
+	int		 n = 0;
+
+	if ((d = opendir(dir)) == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		if (e->d_type == DT_DIR && depth > 0)
+			n += count_in(path, depth - 1);
+		else if (e->d_type == DT_REG &&
+		    strncmp(e->d_name, "TASK-", 5) == 0 &&
+		    strlen(e->d_name) > 3 &&
+		    strcmp(e->d_name + strlen(e->d_name) - 3, ".md") == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+int
+harness_count_tasks(const struct broker *b)
+{
+	char	path[400];
+	int	n;
+
+	snprintf(path, sizeof path, "%s/_lifecycle", b->root);
+	n = count_in(path, 3);
+	snprintf(path, sizeof path, "%s/history", b->root);
+	return n + count_in(path, 3);
+}
+
+char *
+harness_read(const struct broker *b, const char *relpath)
+{
+	char	 path[1024], *data;
+	FILE	*f;
+	long	 size;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
+	if ((f = fopen(path, "rb")) == NULL)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	rewind(f);
+	data = malloc((size_t)size + 1);
+	if (data != NULL && fread(data, 1, (size_t)size, f) != (size_t)size) {
+		free(data);
+		data = NULL;
+	}
+	if (data != NULL)
+		data[size] = '\0';
+	fclose(f);
+	return data;
+}
+
+void
+harness_cleanup(struct broker *b)
+{
+	char	cmd[700];
+
+	if (b->pid != 0)
+		harness_stop(b);
+	if (getenv("IDEM_TEST_KEEP") != NULL)
+		return;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", b->root, b->log);
+	if (system(cmd) != 0)
+		fprintf(stderr, "harness: could not remove %s\n", b->root);
+}
+
+json_t *
+harness_write_task(const char *id, const char *subject)
+{
+	json_t	*request;
+
+	request = json_pack("{s:s, s:{s:s, s:s, s:s, s:s}}",
+	    "op", "write_task",
+	    "task", "sender", "PM", "recipient", "DEV", "subject", subject,
+	    "body", "Steps:\n1. reproduce\n2. fix\n");
+	if (id != NULL)
+		json_object_set_new(request, "client_submission_id",
+		    json_string(id));
+	return request;
+}
+
+char *
+harness_receipt_text(json_t *reply)
+{
+	json_t	*receipt = json_object_get(reply, "receipt");
+
+	if (receipt == NULL)
+		return NULL;
+	return json_dumps(receipt, JSON_COMPACT | JSON_PRESERVE_ORDER);
+}

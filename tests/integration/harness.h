@@ -1,0 +1,59 @@
+/*
+ * harness.h: running a real idemd for integration tests.  Each broker
+ * gets a fresh temporary root; start-up is awaited through --ready-fd
+ * (no sleeping), and a restart after a kill waits on the root's lock.
+ */
+#ifndef IDEM_TEST_HARNESS_H
+#define IDEM_TEST_HARNESS_H
+
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "idem.h"
+
+struct broker {
+	pid_t	pid;		/* the master; 0 when not running */
+	char	root[256];
+	char	socket[320];
+	char	log[320];
+	int	exit_status;	/* of the last stop, wait or kill */
+};
+
+/* A fresh root under $TMPDIR (or /tmp). */
+void	 harness_fresh_root(struct broker *);
+/*
+ * Start idemd on b->root with extra arguments (NULL-terminated, may be
+ * NULL) and environment entries "NAME=value" (NULL-terminated, may be
+ * NULL).  Returns 0 once it is serving, -1 if it exited first.
+ */
+int	 harness_start(struct broker *, const char *const *args,
+	    const char *const *env);
+/* SIGTERM and wait: returns the exit status. */
+int	 harness_stop(struct broker *);
+/* SIGKILL the master, wait for it and for its workers (the root lock). */
+void	 harness_kill(struct broker *);
+/* Wait for a broker that is dying on its own (IDEM_CRASH_AT). */
+void	 harness_wait_dead(struct broker *);
+/* The worker pids (children of the master); returns how many. */
+int	 harness_workers(struct broker *, pid_t *pids, int max);
+
+struct idem_conn *harness_connect(struct broker *);
+/* Send a JSON request (consumed), return the parsed reply (or NULL). */
+json_t	*harness_call(struct idem_conn *, json_t *request);
+/* Send a raw line, return the parsed reply (or NULL). */
+json_t	*harness_call_line(struct idem_conn *, const char *line);
+
+/* TASK-*.md files anywhere under _lifecycle/ (and history trees). */
+int	 harness_count_tasks(const struct broker *);
+/* Read a whole file relative to the root (malloc'd, NUL-terminated). */
+char	*harness_read(const struct broker *, const char *relpath);
+/* Remove the root (call at the end of a passing test). */
+void	 harness_cleanup(struct broker *);
+
+/* A write_task request for submission id (NULL: legacy) and subject. */
+json_t	*harness_write_task(const char *id, const char *subject);
+/* The receipt of a reply, serialized compactly in order (malloc'd). */
+char	*harness_receipt_text(json_t *reply);
+
+#endif

@@ -1,0 +1,449 @@
+/*
+ * test_subtab.c: the shared-memory segment: table reserve, lookup, claims
+ * and full; a process that dies holding a lock (and one that dies in the
+ * middle of an insert) leaves the table usable and correct; numbers are
+ * never handed out twice; the journal hand-off ring.
+ */
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "shm.h"
+
+struct fixture {
+	struct shm_segment	seg;
+	char			root[64];
+};
+
+static int
+setup_capacity(void **state, uint32_t capacity)
+{
+	struct fixture	*f = calloc(1, sizeof *f);
+	char		*cause = NULL;
+
+	assert_non_null(f);
+	assert_true(sodium_init() >= 0);
+	snprintf(f->root, sizeof f->root, "/idem-test-subtab-%ld",
+	    (long)getpid());
+	if (shm_create(f->root, capacity, &f->seg, &cause) != 0)
+		fail_msg("shm_create: %s", cause);
+	*state = f;
+	return 0;
+}
+
+static int
+setup(void **state)
+{
+	return setup_capacity(state, 64);
+}
+
+static int
+setup_tiny(void **state)
+{
+	return setup_capacity(state, 3);
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture	*f = *state;
+
+	shm_destroy(&f->seg);
+	free(f);
+	return 0;
+}
+
+static struct subtab_acquire
+request(const char *key, uint8_t digest_byte, uint32_t worker,
+    uint32_t generation, uint32_t token)
+{
+	struct subtab_acquire	a;
+
+	memset(&a, 0, sizeof a);
+	a.key = key;
+	a.key_length = strlen(key);
+	a.want.kind = SUBTAB_KIND_TASK;
+	a.want.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	memset(a.want.request_digest, digest_byte, IDEM_SHA256_BYTES);
+	memcpy(a.want.sender, "PM", 2);
+	a.want.sender_length = 2;
+	memcpy(a.want.recipient, "DEV", 3);
+	a.want.recipient_length = 3;
+	a.claim.worker = worker;
+	a.claim.generation = generation;
+	a.claim.token = token;
+	a.today = 20261202;
+	return a;
+}
+
+static uint32_t
+start_worker(struct fixture *f, unsigned index)
+{
+	return registry_start(&f->seg, index);
+}
+
+static void
+test_reserve_then_lookup(void **state)
+{
+	struct fixture		*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a = request("run-42/step-3", 7, 1, gen, 1);
+	struct subtab_entry	 e;
+	uint32_t		 slot;
+	char			 key[64];
+
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	assert_int_equal(a.found.state, SUBTAB_RESERVED);
+	assert_int_equal(a.found.date, 20261202);
+	assert_int_equal(a.found.seq, 1);
+	assert_int_equal(subtab_lookup(&f->seg, "run-42/step-3", 13, &e,
+	    &slot), 1);
+	assert_int_equal(slot, a.slot);
+	assert_int_equal(e.seq, 1);
+	assert_int_equal(subtab_key(&f->seg, slot, key, sizeof key), 13);
+	assert_string_equal(key, "run-42/step-3");
+	assert_int_equal(subtab_lookup(&f->seg, "run-42/step-4", 13, &e,
+	    NULL), 0);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_RESERVED], 1);
+}
+
+static void
+test_claim_excludes_others_until_released(void **state)
+{
+	struct fixture		*f = *state;
+	uint32_t		 g0 = start_worker(f, 0), g1 = start_worker(f, 1);
+	struct subtab_acquire	 first = request("id-1", 1, 1, g0, 1);
+	struct subtab_acquire	 second = request("id-1", 1, 2, g1, 1);
+	struct subtab_acquire	 third = request("id-1", 1, 2, g1, 2);
+	struct subtab_entry	 done;
+
+	assert_int_equal(subtab_acquire(&f->seg, &first), SUBTAB_INSERTED);
+	/* A live claim makes even a matching request wait. */
+	assert_int_equal(subtab_acquire(&f->seg, &second), SUBTAB_BUSY);
+	assert_int_equal(atomic_load(&f->seg.slots[first.slot].waiters), 1);
+
+	done = first.found;
+	done.state = SUBTAB_COMMITTED;
+	assert_int_equal(subtab_update(&f->seg, first.slot, &first.claim,
+	    &done), 0);
+	/* Only the claimer may update. */
+	assert_int_equal(subtab_update(&f->seg, first.slot, &second.claim,
+	    &done), -1);
+	assert_int_equal(subtab_release(&f->seg, first.slot, &first.claim), 1);
+	assert_int_equal(subtab_acquire(&f->seg, &third), SUBTAB_DONE);
+	assert_int_equal(third.found.seq, first.found.seq);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_COMMITTED], 1);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_RESERVED], 0);
+}
+
+static void
+test_mismatch_and_dead_claim(void **state)
+{
+	struct fixture		*f = *state;
+	uint32_t		 g0 = start_worker(f, 0), g1 = start_worker(f, 1);
+	struct subtab_acquire	 first = request("id-2", 1, 1, g0, 1);
+	struct subtab_acquire	 other = request("id-2", 9, 2, g1, 1);
+	struct subtab_acquire	 retry = request("id-2", 1, 2, g1, 2);
+
+	assert_int_equal(subtab_acquire(&f->seg, &first), SUBTAB_INSERTED);
+	/* Worker 0 dies: its claim lapses with its generation. */
+	registry_exit(&f->seg, 0);
+	assert_int_equal(subtab_acquire(&f->seg, &other), SUBTAB_MISMATCH);
+	assert_int_equal(subtab_acquire(&f->seg, &retry), SUBTAB_CLAIMED);
+	assert_int_equal(retry.found.state, SUBTAB_RESERVED);
+	assert_int_equal(retry.found.seq, first.found.seq);
+}
+
+static void
+test_full_loses_nothing(void **state)
+{
+	struct fixture		*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a;
+	struct subtab_entry	 e;
+	char			 key[16];
+	int			 i;
+
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		a = request(key, 1, 1, gen, (uint32_t)i + 1);
+		assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	}
+	a = request("k3", 1, 1, gen, 9);
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_FULL);
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		assert_int_equal(subtab_lookup(&f->seg, key, strlen(key), &e,
+		    NULL), 1);
+		assert_int_equal(e.seq, (uint32_t)i + 1);
+	}
+	/* The failed insert took no number. */
+	assert_int_equal(f->seg.header->alloc[0].next_seq, 4);
+}
+
+static void
+test_owner_death_under_lock(void **state)
+{
+	struct fixture		*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a = request("after-death", 3, 1, gen, 1);
+	struct subtab_entry	 e;
+	pid_t			 pid;
+	int			 status;
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pthread_mutex_lock(&f->seg.header->table_lock.mutex);
+		_exit(0);	/* dies holding the table lock */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	assert_int_equal(subtab_lookup(&f->seg, "after-death", 11, &e, NULL),
+	    1);
+	/* Marked consistent: it works again and again. */
+	assert_int_equal(pthread_mutex_trylock(
+	    &f->seg.header->table_lock.mutex), 0);
+	pthread_mutex_unlock(&f->seg.header->table_lock.mutex);
+}
+
+/*
+ * In a child: do what an insert does under the table lock, up to and
+ * (with publish) including the store of the bucket, then die holding the
+ * lock before the counters move.
+ */
+static void
+die_mid_insert(struct fixture *f, const char *key, int publish)
+{
+	struct shm_header	*h = f->seg.header;
+	struct subtab_slot	*s = &f->seg.slots[h->slots_used];
+	unsigned char		 out[crypto_shorthash_siphash24_BYTES];
+	uint32_t		 hash, mask = h->bucket_count - 1, b;
+	size_t			 length = strlen(key);
+
+	pthread_mutex_lock(&h->table_lock.mutex);
+	crypto_shorthash_siphash24(out, (const unsigned char *)key, length,
+	    h->hash_key);
+	memcpy(&hash, out, sizeof hash);
+	memcpy(f->seg.heap + h->heap_used, key, length);
+	s->key_hash = hash;
+	s->key_offset = h->heap_used;
+	memset(&s->entry, 0, sizeof s->entry);
+	s->entry.kind = SUBTAB_KIND_TASK;
+	s->entry.state = SUBTAB_RESERVED;
+	s->entry.key_length = (uint16_t)length;
+	atomic_store(&s->state, SUBTAB_RESERVED);
+	if (publish) {
+		for (b = hash & mask; f->seg.buckets[b] != 0; b = (b + 1) & mask)
+			;
+		f->seg.buckets[b] = h->slots_used + 1;
+	}
+	_exit(0);
+}
+
+static void
+run_death_mid_insert(struct fixture *f, int publish)
+{
+	struct shm_header	*h = f->seg.header;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a = request("before", 1, 1, gen, 1);
+	struct subtab_acquire	 c = request("after", 1, 1, gen, 2);
+	struct subtab_entry	 e;
+	uint64_t		 heap_before;
+	pid_t			 pid;
+	int			 status;
+
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	heap_before = h->heap_used;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		die_mid_insert(f, "torn", publish);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+
+	/* The first lock after the death repairs. */
+	assert_int_equal(subtab_lookup(&f->seg, "torn", 4, &e, NULL),
+	    publish ? 1 : 0);
+	assert_int_equal(h->slots_used, publish ? 2 : 1);
+	assert_int_equal(h->heap_used, heap_before + (publish ? 4 : 0));
+	assert_int_equal(h->state_counts[SUBTAB_RESERVED], publish ? 2 : 1);
+	assert_int_equal(subtab_lookup(&f->seg, "before", 6, &e, NULL), 1);
+	/* And the table goes on working. */
+	assert_int_equal(subtab_acquire(&f->seg, &c), SUBTAB_INSERTED);
+	assert_int_equal(subtab_lookup(&f->seg, "after", 5, &e, NULL), 1);
+	assert_int_equal(h->slots_used, publish ? 3 : 2);
+}
+
+static void
+test_owner_death_mid_insert_published(void **state)
+{
+	run_death_mid_insert(*state, 1);
+}
+
+static void
+test_owner_death_mid_insert_unpublished(void **state)
+{
+	run_death_mid_insert(*state, 0);
+}
+
+static void
+test_numbers_never_repeat(void **state)
+{
+	struct fixture	*f = *state;
+	uint32_t	 date, seq, last = 0;
+	int		 i;
+
+	for (i = 0; i < 100; i++) {
+		assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK,
+		    20261202, NULL, NULL, &date, &seq), 0);
+		assert_int_equal(date, 20261202);
+		assert_true(seq > last);
+		last = seq;
+	}
+	/* Replay saw a higher number: it is skipped. */
+	seqalloc_note_used(&f->seg, SUBTAB_KIND_TASK, 20261202, 500);
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261202,
+	    NULL, NULL, &date, &seq), 0);
+	assert_int_equal(seq, 501);
+	/* A new day starts at 1; reports count on their own. */
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261203,
+	    NULL, NULL, &date, &seq), 0);
+	assert_int_equal(date, 20261203);
+	assert_int_equal(seq, 1);
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_REPORT, 20261203,
+	    NULL, NULL, &date, &seq), 0);
+	assert_int_equal(seq, 1);
+	/* The clock stepping back keeps the later date. */
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261202,
+	    NULL, NULL, &date, &seq), 0);
+	assert_int_equal(date, 20261203);
+	assert_int_equal(seq, 2);
+}
+
+static int
+scan_says_41(enum subtab_kind kind, uint32_t date, uint32_t *max, void *arg)
+{
+	int	*calls = arg;
+
+	(*calls)++;
+	*max = date == 20261202 ? 41 : 0;
+	return 0;
+}
+
+static void
+test_numbers_skip_disk(void **state)
+{
+	struct fixture	*f = *state;
+	uint32_t	 date, seq;
+	int		 calls = 0;
+
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261202,
+	    scan_says_41, &calls, &date, &seq), 0);
+	assert_int_equal(seq, 42);
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261202,
+	    scan_says_41, &calls, &date, &seq), 0);
+	assert_int_equal(seq, 43);
+	assert_int_equal(calls, 1);	/* once per date */
+}
+
+static void
+test_ring_wraps_and_fills(void **state)
+{
+	struct fixture	*f = *state;
+	struct iovec	 iov[2];
+	uint8_t		 chunk[1000], out[1000];
+	uint64_t	 end, pending_end, ring = f->seg.header->ring_bytes;
+	uint64_t	 appended = 0;
+	int		 n;
+
+	memset(chunk, 0xab, sizeof chunk);
+	/* Fill the ring to the brim: the next append is refused. */
+	while (appended + sizeof chunk <= ring) {
+		assert_int_equal(handoff_append(&f->seg, chunk, sizeof chunk,
+		    &end), 0);
+		appended += sizeof chunk;
+		assert_int_equal(end, appended);
+	}
+	assert_int_equal(handoff_append(&f->seg, chunk, sizeof chunk, &end),
+	    -1);
+	assert_int_equal(errno, ENOSPC);
+	n = handoff_pending(&f->seg, iov, &pending_end);
+	assert_int_equal(n, 1);
+	assert_int_equal(pending_end, appended);
+	handoff_taken(&f->seg, pending_end);
+	handoff_durable(&f->seg, pending_end);
+
+	/* Now one record straddles the end of the ring. */
+	memset(chunk, 0x5c, sizeof chunk);
+	chunk[0] = 1;
+	chunk[sizeof chunk - 1] = 2;
+	assert_int_equal(handoff_append(&f->seg, chunk, sizeof chunk, &end),
+	    0);
+	n = handoff_pending(&f->seg, iov, &pending_end);
+	assert_int_equal(pending_end, end);
+	assert_int_equal(n, ring % sizeof chunk == 0 ? 1 : 2);
+	memcpy(out, iov[0].iov_base, iov[0].iov_len);
+	if (n == 2)
+		memcpy(out + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+	assert_memory_equal(out, chunk, sizeof chunk);
+}
+
+static void
+test_attach_checks_layout(void **state)
+{
+	struct fixture		*f = *state;
+	struct shm_segment	 other;
+	char			*cause = NULL;
+
+	assert_int_equal(shm_attach(f->root, &other, &cause), 0);
+	assert_int_equal(other.header->capacity, f->seg.header->capacity);
+	shm_detach(&other);
+	/* A segment whose layout differs is refused. */
+	f->seg.header->slot_bytes++;
+	assert_int_equal(shm_attach(f->root, &other, &cause), -1);
+	assert_non_null(cause);
+	free(cause);
+	f->seg.header->slot_bytes--;
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_reserve_then_lookup,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_claim_excludes_others_until_released, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_mismatch_and_dead_claim,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_loses_nothing,
+		    setup_tiny, teardown),
+		cmocka_unit_test_setup_teardown(test_owner_death_under_lock,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_owner_death_mid_insert_published, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_owner_death_mid_insert_unpublished, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_numbers_never_repeat,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_numbers_skip_disk,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ring_wraps_and_fills,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_attach_checks_layout,
+		    setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
