@@ -1,0 +1,17 @@
+#!/bin/sh
+# Install what idem needs to build and test on Debian 12, if missing.
+set -eu
+packages="build-essential autoconf automake libtool pkg-config libevent-dev
+libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev python3"
+missing=""
+for p in $packages; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+	    missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "installing:$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq $missing >/dev/null
+fi
