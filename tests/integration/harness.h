@@ -51,6 +51,27 @@ char	*harness_read(const struct broker *, const char *relpath);
 /* Remove the root (call at the end of a passing test). */
 void	 harness_cleanup(struct broker *);
 
+/*
+ * If the test is still running after this many seconds (0: disarm),
+ * SIGKILL every broker the harness started and exit: a hung broker
+ * fails the test instead of hanging make check.
+ */
+void	 harness_watchdog(unsigned seconds);
+/* Today's UTC date, YYYYMMDD, the date idemd puts in task ids. */
+void	 harness_today(char out[9]);
+/* Create a file relative to the root with its directories (0 or -1). */
+int	 harness_write(const struct broker *, const char *relpath,
+	    const char *data);
+/*
+ * A bare stream to the broker, close-on-exec, for what idem_conn will
+ * not do (leaving a reply unread, watching for the end of the stream).
+ */
+int	 harness_raw_connect(const struct broker *);
+/* Send one line (the newline is added); 0 or -1. */
+int	 harness_raw_send(int fd, const char *line);
+/* Read one line (malloc'd, without its newline); NULL at end of stream. */
+char	*harness_raw_read_line(int fd);
+
 /* A write_task request for submission id (NULL: legacy) and subject. */
 json_t	*harness_write_task(const char *id, const char *subject);
 /* The receipt of a reply, serialized compactly in order (malloc'd). */
