@@ -141,6 +141,9 @@ int	taskfile_write_durable(int dir_fd, const char *name, const void *data,
 int	taskfile_find(int root_fd, const char *id, char *relpath,
 	    size_t relpath_size);
 
+/* Remove temporaries a crash left in dir; start-up only. */
+int	taskfile_sweep_temporaries(int dir_fd, unsigned *removed);
+
 /* What idem needs from a TASK or REPORT file found on disk. */
 struct taskfile_facts {
 	uint8_t		file_digest[IDEM_SHA256_BYTES];

@@ -255,6 +255,7 @@ main(int argc, char **argv)
 {
 	struct idemd	 d;
 	char		*cause = NULL;
+	unsigned	 swept;
 	int		 status;
 
 	log_init("idemd");
@@ -276,6 +277,11 @@ main(int argc, char **argv)
 	if ((d.inbox_fd = openat(d.root_fd, IDEM_INBOX_DIR, O_RDONLY |
 	    O_DIRECTORY | O_CLOEXEC)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_INBOX_DIR);
+	if (taskfile_sweep_temporaries(d.inbox_fd, &swept) != 0)
+		fatal("sweeping %s/%s", d.root_real, IDEM_INBOX_DIR);
+	if (swept > 0)
+		log_info("removed %u temporary files a crash left in %s", swept,
+		    IDEM_INBOX_DIR);
 
 	if (shm_create(d.root_real, d.capacity, &d.seg, &cause) != 0)
 		fatalx("%s", cause);

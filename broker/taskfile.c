@@ -1144,3 +1144,37 @@ taskfile_scan_max_seq(int root_fd, enum subtab_kind kind, uint32_t date,
 	}
 	return (0);
 }
+
+/*
+ * Remove the temporary files a crash left in dir (".TASK-*.md.tmp.*" and
+ * ".REPORT-*.md.tmp.*": only the names taskfile_write_durable makes).
+ * Run at start-up, under the root's lock, before any worker exists.
+ */
+int
+taskfile_sweep_temporaries(int dir_fd, unsigned *removed)
+{
+	DIR		*dir;
+	struct dirent	*e;
+	int		 fd;
+
+	*removed = 0;
+	if ((fd = dup(dir_fd)) == -1)
+		return (-1);
+	if ((dir = fdopendir(fd)) == NULL) {
+		close(fd);
+		return (-1);
+	}
+	rewinddir(dir);
+	while ((e = readdir(dir)) != NULL) {
+		if ((strncmp(e->d_name, ".TASK-", 6) != 0 &&
+		    strncmp(e->d_name, ".REPORT-", 8) != 0) ||
+		    strstr(e->d_name, ".md.tmp.") == NULL)
+			continue;
+		if (unlinkat(dir_fd, e->d_name, 0) == 0)
+			(*removed)++;
+		else if (errno != ENOENT)
+			log_warn("cannot remove temporary file %s", e->d_name);
+	}
+	closedir(dir);
+	return (0);
+}

@@ -396,8 +396,7 @@ conn_written(struct bufferevent *bev, void *arg)
 
 	if (c->closing && c->running == NULL)
 		conn_free(c);
-	else if (c->worker->draining && c->running == NULL &&
-	    evbuffer_get_length(bufferevent_get_input(bev)) == 0)
+	else if (c->worker->draining && c->running == NULL)
 		conn_free(c);
 }
 

@@ -2,7 +2,9 @@
  * harness.c: see harness.h.
  */
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include <dirent.h>
@@ -13,11 +15,64 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
 
 #define HARNESS_START_TIMEOUT_MS	20000
+/* Brokers running at once in one test (a second one is started by hand). */
+#define HARNESS_MAX_BROKERS		8
+
+/* What the watchdog kills: read from a signal handler, hence volatile. */
+static volatile sig_atomic_t	harness_pids[HARNESS_MAX_BROKERS];
+
+static void
+note_started(pid_t pid)
+{
+	int	i;
+
+	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
+		if (harness_pids[i] == 0) {
+			harness_pids[i] = pid;
+			return;
+		}
+	}
+}
+
+static void
+note_gone(pid_t pid)
+{
+	int	i;
+
+	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
+		if (harness_pids[i] == pid)
+			harness_pids[i] = 0;
+	}
+}
+
+static void
+watchdog_fired(int sig)
+{
+	static const char	msg[] = "harness: watchdog: test hung; "
+	    "killing its brokers\n";
+	int			i;
+
+	(void)sig;
+	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
+		if (harness_pids[i] != 0)
+			kill((pid_t)harness_pids[i], SIGKILL);
+	}
+	(void)write(2, msg, sizeof msg - 1);
+	_exit(2);
+}
+
+void
+harness_watchdog(unsigned seconds)
+{
+	signal(SIGALRM, watchdog_fired);
+	alarm(seconds);
+}
 
 static void
 die(const char *what)
@@ -79,6 +134,7 @@ harness_start(struct broker *b, const char *const *args,
 		execv(idemd, (char *const *)argv);
 		_exit(127);
 	}
+	note_started(b->pid);
 	close(ready[1]);
 	pfd.fd = ready[0];
 	pfd.events = POLLIN;
@@ -122,6 +178,7 @@ harness_wait_dead(struct broker *b)
 	}
 	b->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) :
 	    128 + WTERMSIG(status);
+	note_gone(b->pid);
 	b->pid = 0;
 	wait_root_lock(b);
 }
@@ -210,7 +267,9 @@ count_in(const char *dir, int depth)
 {
 	DIR		*d;
 	struct dirent	*e;
+	struct stat	 st;
 	char		 path[1024];
+	unsigned char	 type;
 	int		 n = 0;
 
 	if ((d = opendir(dir)) == NULL)
@@ -219,9 +278,14 @@ count_in(const char *dir, int depth)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-		if (e->d_type == DT_DIR && depth > 0)
+		type = e->d_type;
+		/* Some file systems leave the type to stat. */
+		if (type == DT_UNKNOWN && lstat(path, &st) == 0)
+			type = S_ISDIR(st.st_mode) ? DT_DIR :
+			    S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+		if (type == DT_DIR && depth > 0)
 			n += count_in(path, depth - 1);
-		else if (e->d_type == DT_REG &&
+		else if (type == DT_REG &&
 		    strncmp(e->d_name, "TASK-", 5) == 0 &&
 		    strlen(e->d_name) > 3 &&
 		    strcmp(e->d_name + strlen(e->d_name) - 3, ".md") == 0)
@@ -251,7 +315,7 @@ harness_read(const struct broker *b, const char *relpath)
 	long	 size;
 
 	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
-	if ((f = fopen(path, "rb")) == NULL)
+	if ((f = fopen(path, "rbe")) == NULL)
 		return NULL;
 	fseek(f, 0, SEEK_END);
 	size = ftell(f);
@@ -304,4 +368,111 @@ harness_receipt_text(json_t *reply)
 	if (receipt == NULL)
 		return NULL;
 	return json_dumps(receipt, JSON_COMPACT | JSON_PRESERVE_ORDER);
+}
+
+void
+harness_today(char out[9])
+{
+	time_t		now = time(NULL);
+	struct tm	tm;
+
+	gmtime_r(&now, &tm);
+	strftime(out, 9, "%Y%m%d", &tm);
+}
+
+int
+harness_write(const struct broker *b, const char *relpath, const char *data)
+{
+	char	 path[1024], *p;
+	size_t	 length = strlen(data);
+	int	 fd;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
+	for (p = path + strlen(b->root) + 1; (p = strchr(p, '/')) != NULL;
+	    p++) {
+		*p = '\0';
+		if (mkdir(path, 0755) == -1 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd == -1)
+		return -1;
+	if (write(fd, data, length) != (ssize_t)length) {
+		close(fd);
+		return -1;
+	}
+	return close(fd);
+}
+
+int
+harness_raw_connect(const struct broker *b)
+{
+	struct sockaddr_un	sun;
+	int			fd;
+
+	memset(&sun, 0, sizeof sun);
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof sun.sun_path, "%s", b->socket);
+	/* Close-on-exec: a broker started later must not keep it open. */
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&sun, sizeof sun) == -1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int
+harness_raw_send(int fd, const char *line)
+{
+	size_t	length = strlen(line), done = 0;
+	ssize_t	n;
+
+	while (done <= length) {
+		if (done == length)
+			n = send(fd, "\n", 1, MSG_NOSIGNAL);
+		else
+			n = send(fd, line + done, length - done, MSG_NOSIGNAL);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+char *
+harness_raw_read_line(int fd)
+{
+	char	*line = NULL, *grown;
+	size_t	 length = 0, size = 0;
+	ssize_t	 n;
+	char	 c;
+
+	/* A byte at a time: nothing past the line is taken from the stream. */
+	for (;;) {
+		n = read(fd, &c, 1);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			free(line);
+			return NULL;
+		}
+		if (length + 1 >= size) {
+			size = size == 0 ? 256 : size * 2;
+			if ((grown = realloc(line, size)) == NULL) {
+				free(line);
+				return NULL;
+			}
+			line = grown;
+		}
+		if (c == '\n')
+			break;
+		line[length++] = c;
+	}
+	line[length] = '\0';
+	return line;
 }
