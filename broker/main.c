@@ -282,6 +282,11 @@ main(int argc, char **argv)
 	if (swept > 0)
 		log_info("removed %u temporary files a crash left in %s", swept,
 		    IDEM_INBOX_DIR);
+	if ((d.reports_fd = openat(d.root_fd, IDEM_REPORTS_DIR, O_RDONLY |
+	    O_DIRECTORY | O_CLOEXEC)) == -1)
+		fatal("open %s/%s", d.root_real, IDEM_REPORTS_DIR);
+	if (taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
+		fatal("sweeping %s/%s", d.root_real, IDEM_REPORTS_DIR);
 
 	if (shm_create(d.root_real, d.capacity, &d.seg, &cause) != 0)
 		fatalx("%s", cause);

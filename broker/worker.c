@@ -63,6 +63,18 @@ conn_send(struct conn *c, json_t *reply)
 	free(text);
 }
 
+void
+conn_reply(struct conn *c, json_t *reply)
+{
+	conn_send(c, reply);
+}
+
+struct idemd *
+conn_idemd(struct conn *c)
+{
+	return c->worker->d;
+}
+
 /* ---- Parked requests ----------------------------------------------------- */
 
 struct pending *
@@ -285,6 +297,8 @@ op_hello(struct conn *c, json_t *id)
 	    json_integer(IDEM_PROTOCOL_VERSION));
 	schemas = json_array();
 	json_array_append_new(schemas, json_string(IDEM_SCHEMA_WRITE_TASK_V1));
+	json_array_append_new(schemas,
+	    json_string(IDEM_SCHEMA_WRITE_REPORT_V1));
 	json_object_set_new(reply, "digest_schemas", schemas);
 	conn_send(c, reply);
 }
@@ -329,6 +343,14 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		op_hello(c, id);
 	else if (strcmp(name, "write_task") == 0)
 		op_write_task(c, request, id);
+	else if (strcmp(name, "write_report") == 0)
+		op_write_report(c, request, id);
+	else if (strcmp(name, "get_submission") == 0)
+		op_get_submission(c, request, id);
+	else if (strcmp(name, "diagnose") == 0)
+		op_diagnose(c, request, id);
+	else if (strcmp(name, "stats") == 0)
+		op_stats(c, request, id);
 	else {
 		request_error_set(&err, "unknown_op", "op",
 		    "unknown op \"%.64s\"", name);

@@ -30,6 +30,7 @@ struct idemd {
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;
 	int			 inbox_fd;
+	int			 reports_fd;
 	int			 lock_fd;
 	int			 listen_fd;
 	int			 kick_fd;	/* eventfd: wake the journaler */
@@ -112,6 +113,9 @@ void	 worker_wake_all(struct worker *);
 /* Reply on the pending's connection (if still there) and free it. */
 void	 pending_reply(struct pending *, json_t *);
 void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
+/* Send a reply now (the request did not wait). */
+void	 conn_reply(struct conn *, json_t *);
+struct idemd *conn_idemd(struct conn *);
 
 /* request.c: parsing, validation and replies */
 struct request_error {
@@ -143,11 +147,52 @@ int	 request_submission_id(json_t *request, const char **id,
 void	 request_storage_error(struct request_error *, int error,
 	    const char *what);
 
+/* submission.c: the reserved -> task_created -> committed machine */
+struct submission;
+struct submission_ops {
+	enum subtab_kind	 kind;
+	uint8_t			 schema;	/* enum subtab_schema */
+	int			 crash_points;	/* IDEM_CRASH_* fire (tasks) */
+	const char		*id_key;	/* "task_id" or "report_id" */
+	int			(*dir_fd)(struct idemd *);
+	/* The file's bytes for s->name at time now (malloc'd). */
+	int			(*render)(struct submission *, int64_t now,
+				    char **data, size_t *length);
+	/* The success reply; created: this call wrote the file. */
+	void			(*answer)(struct pending *, int created);
+};
+struct submission {
+	const struct submission_ops *ops;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 key_length;	/* 0: legacy */
+	const char		*submission_id;	/* inside key; NULL: legacy */
+	uint8_t			 digest[IDEM_SHA256_BYTES];
+	char			 digest_hex[IDEM_DIGEST_HEX_SIZE];
+	struct subtab_entry	 entry;		/* the op fills the roles */
+	struct subtab_claim	 claim;
+	int			 claimed;
+	uint32_t		 slot;
+	int			 fresh;		/* this call reserved */
+	int			 recovered;
+	int			 wrote_file;
+	char			 name[IDEM_MAX_TASK_ID_BYTES + 16];
+};
+/* p->op is a struct submission (first member of the op's state). */
+void	 submission_start(struct pending *);
+const char *submission_state_name(unsigned);
+const char *submission_schema_name(unsigned);
+
 /* write_task.c */
 void	 op_write_task(struct conn *, json_t *request, json_t *id);
-json_t	*receipt_json(struct shm_segment *, const char *key, size_t key_length,
+json_t	*receipt_json(const char *key, size_t key_length,
 	    const struct subtab_entry *);
 
-/* ops.c-like small ops live in worker.c: hello */
+/* write_report.c */
+void	 op_write_report(struct conn *, json_t *request, json_t *id);
+
+/* ops.c: get_submission, diagnose, stats */
+void	 op_get_submission(struct conn *, json_t *request, json_t *id);
+void	 op_diagnose(struct conn *, json_t *request, json_t *id);
+void	 op_stats(struct conn *, json_t *request, json_t *id);
 
 #endif

@@ -246,6 +246,19 @@ int	 subtab_lookup(struct shm_segment *, const char *key, size_t key_length,
 /* Start-up replay, single-threaded: insert or overwrite by key. */
 int	 subtab_apply(struct shm_segment *, const char *key, size_t key_length,
 	    const struct subtab_entry *);
+/* A copy of one slot, for diagnostics. */
+struct subtab_row {
+	struct subtab_entry	entry;
+	int			claimed;	/* by a live request */
+	char			key[SUBTAB_MAX_KEY_BYTES + 1];
+};
+/*
+ * Copy the slots of one kind (only the unfinished ones if asked; malloc'd
+ * rows, free them) and count that kind's slots by state.
+ */
+int	 subtab_snapshot(struct shm_segment *, enum subtab_kind,
+	    int unfinished_only, struct subtab_row **, size_t *count,
+	    uint32_t state_counts[4]);
 /* Copy the key of a slot (NUL-terminated); returns its length. */
 size_t	 subtab_key(struct shm_segment *, uint32_t slot, char *out,
 	    size_t out_size);

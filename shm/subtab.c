@@ -342,3 +342,48 @@ subtab_key(struct shm_segment *seg, uint32_t slot, char *out,
 	out[n] = '\0';
 	return s->entry.key_length;
 }
+
+int
+subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
+    int unfinished_only, struct subtab_row **rows_out, size_t *count_out,
+    uint32_t state_counts[4])
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_row	*rows = NULL, *grown;
+	size_t			 count = 0, size = 0;
+	uint32_t		 i;
+	const struct subtab_slot *s;
+
+	memset(state_counts, 0, 4 * sizeof *state_counts);
+	if (lock_table(seg) != 0)
+		return -1;
+	for (i = 0; i < h->slots_used; i++) {
+		s = &seg->slots[i];
+		if (s->entry.kind != kind)
+			continue;
+		state_counts[s->entry.state & 3]++;
+		if (unfinished_only && s->entry.state == SUBTAB_COMMITTED)
+			continue;
+		if (count == size) {
+			size = size == 0 ? 16 : 2 * size;
+			grown = realloc(rows, size * sizeof *rows);
+			if (grown == NULL) {
+				unlock_table(seg);
+				free(rows);
+				return -1;
+			}
+			rows = grown;
+		}
+		rows[count].entry = s->entry;
+		rows[count].claimed = s->claim.worker != 0 &&
+		    subtab_claim_live(seg, &s->claim);
+		memcpy(rows[count].key, seg->heap + s->key_offset,
+		    s->entry.key_length);
+		rows[count].key[s->entry.key_length] = '\0';
+		count++;
+	}
+	unlock_table(seg);
+	*rows_out = rows;
+	*count_out = count;
+	return 0;
+}

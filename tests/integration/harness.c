@@ -413,7 +413,11 @@ harness_raw_connect(const struct broker *b)
 
 	memset(&sun, 0, sizeof sun);
 	sun.sun_family = AF_UNIX;
-	snprintf(sun.sun_path, sizeof sun.sun_path, "%s", b->socket);
+	if (strlen(b->socket) >= sizeof sun.sun_path) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(sun.sun_path, b->socket, strlen(b->socket));
 	/* Close-on-exec: a broker started later must not keep it open. */
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
 		return -1;

@@ -1,0 +1,245 @@
+/*
+ * ops.c: the read-only ops: get_submission, diagnose and stats.  They
+ * read the table and the workspace and change nothing; diagnose in
+ * particular never deletes, repairs or recreates anything.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "digest.h"
+#include "log.h"
+#include "worker.h"
+
+#define DIAGNOSE_DEFAULT_STALE_AFTER_MS	30000
+
+static const char *const get_submission_keys[] = {
+	"op", "id", "client_submission_id", NULL
+};
+static const char *const diagnose_keys[] = {
+	"op", "id", "stale_after_ms", NULL
+};
+static const char *const stats_keys[] = { "op", "id", NULL };
+
+static void
+reply_invalid(struct conn *c, json_t *id, struct request_error *err)
+{
+	atomic_fetch_add(&conn_idemd(c)->seg.header->counters.errors, 1);
+	conn_reply(c, reply_error(err, id));
+}
+
+static json_t *
+time_json(int64_t ms)
+{
+	char	at[TASKFILE_TIME_BYTES];
+
+	taskfile_format_time(ms, at);
+	return json_string(at);
+}
+
+void
+op_get_submission(struct conn *c, json_t *request, json_t *id)
+{
+	struct request_error	 err;
+	struct idemd		*d = conn_idemd(c);
+	struct subtab_entry	 e;
+	const char		*key;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t			*reply, *s;
+	int			 rc;
+
+	if (request_known_keys(request, "", get_submission_keys, &err) != 0 ||
+	    (rc = request_submission_id(request, &key, &err)) < 0) {
+		reply_invalid(c, id, &err);
+		return;
+	}
+	if (rc == 0) {
+		request_error_set(&err, "invalid_request",
+		    "client_submission_id", "client_submission_id is required");
+		reply_invalid(c, id, &err);
+		return;
+	}
+	rc = subtab_lookup(&d->seg, key, strlen(key), &e, NULL);
+	if (rc < 0 || (rc == 1 && e.kind != SUBTAB_KIND_TASK))
+		rc = rc < 0 ? -1 : 0;
+	if (rc < 0) {
+		conn_reply(c, reply_error_simple(id, "internal", 1,
+		    "the submission table is unusable"));
+		return;
+	}
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "found", json_boolean(rc == 1));
+	if (rc == 1) {
+		taskfile_format_id(e.kind, e.date, e.seq, e.sender,
+		    e.sender_length, e.recipient, e.recipient_length, task_id,
+		    sizeof task_id);
+		taskfile_format_path(e.kind, task_id, path, sizeof path);
+		digest_to_hex(e.request_digest, hex);
+		s = json_object();
+		json_object_set_new(s, "client_submission_id",
+		    json_string(key));
+		json_object_set_new(s, "state",
+		    json_string(submission_state_name(e.state)));
+		json_object_set_new(s, "digest_schema",
+		    json_string(submission_schema_name(e.schema)));
+		json_object_set_new(s, "request_digest", json_string(hex));
+		json_object_set_new(s, "task_id", json_string(task_id));
+		json_object_set_new(s, "task_path", json_string(path));
+		json_object_set_new(s, "reserved_at",
+		    time_json(e.reserved_at_ms));
+		json_object_set_new(s, "updated_at", time_json(e.updated_at_ms));
+		if (e.state == SUBTAB_COMMITTED)
+			json_object_set_new(s, "receipt",
+			    receipt_json(key, strlen(key), &e));
+		json_object_set_new(reply, "submission", s);
+	}
+	conn_reply(c, reply);
+}
+
+/* Facts about one unfinished submission: read-only. */
+static json_t *
+diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
+    int64_t stale_after_ms)
+{
+	const struct subtab_entry *e = &row->entry;
+	struct taskfile_facts	 facts;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 found_path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	char			*cause = NULL;
+	int64_t			 age = now - e->updated_at_ms;
+	int			 found, inspected = 0;
+	json_t			*j = json_object();
+
+	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, task_id,
+	    sizeof task_id);
+	taskfile_format_path(e->kind, task_id, path, sizeof path);
+	found = taskfile_find(d->root_fd, task_id, found_path,
+	    sizeof found_path);
+	if (found == 1) {
+		if (taskfile_inspect(d->root_fd, found_path, &facts,
+		    &cause) == 0)
+			inspected = 1;
+		else {
+			log_warnx("diagnose: %s", cause);
+			free(cause);
+		}
+	}
+	json_object_set_new(j, "client_submission_id", json_string(row->key));
+	json_object_set_new(j, "state",
+	    json_string(submission_state_name(e->state)));
+	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
+	json_object_set_new(j, "task_id", json_string(task_id));
+	json_object_set_new(j, "task_path", json_string(path));
+	json_object_set_new(j, "task_exists", found < 0 ? json_null() :
+	    json_boolean(found == 1));
+	digest_to_hex(e->request_digest, hex);
+	if (!inspected)
+		json_object_set_new(j, "request_digest_matches", json_null());
+	else
+		json_object_set_new(j, "request_digest_matches", json_boolean(
+		    facts.has_request_digest &&
+		    strcmp(facts.request_digest, hex) == 0));
+	if (e->state == SUBTAB_RESERVED)
+		json_object_set_new(j, "file_digest_matches", json_null());
+	else
+		json_object_set_new(j, "file_digest_matches", json_boolean(
+		    inspected && memcmp(facts.file_digest, e->file_digest,
+		    IDEM_SHA256_BYTES) == 0));
+	json_object_set_new(j, "in_flight", json_boolean(row->claimed));
+	json_object_set_new(j, "stalled", json_boolean(age > stale_after_ms));
+	return j;
+}
+
+void
+op_diagnose(struct conn *c, json_t *request, json_t *id)
+{
+	struct request_error	 err;
+	struct idemd		*d = conn_idemd(c);
+	struct subtab_row	*rows;
+	size_t			 count, i;
+	uint32_t		 counts[4];
+	int64_t			 stale_after_ms = DIAGNOSE_DEFAULT_STALE_AFTER_MS;
+	int64_t			 now = shm_now_ms();
+	json_t			*v, *reply, *entries, *j;
+
+	if (request_known_keys(request, "", diagnose_keys, &err) != 0) {
+		reply_invalid(c, id, &err);
+		return;
+	}
+	v = json_object_get(request, "stale_after_ms");
+	if (v != NULL) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0) {
+			request_error_set(&err, "invalid_request",
+			    "stale_after_ms", "stale_after_ms must be a "
+			    "non-negative integer");
+			reply_invalid(c, id, &err);
+			return;
+		}
+		stale_after_ms = json_integer_value(v);
+	}
+	if (subtab_snapshot(&d->seg, SUBTAB_KIND_TASK, 1, &rows, &count,
+	    counts) != 0) {
+		conn_reply(c, reply_error_simple(id, "internal", 1,
+		    "cannot read the submission table: %s", strerror(errno)));
+		return;
+	}
+	entries = json_array();
+	for (i = 0; i < count; i++)
+		json_array_append_new(entries, diagnose_entry(d, &rows[i], now,
+		    stale_after_ms));
+	free(rows);
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "entries", entries);
+	j = json_object();
+	json_object_set_new(j, "reserved", json_integer(counts[SUBTAB_RESERVED]));
+	json_object_set_new(j, "task_created",
+	    json_integer(counts[SUBTAB_TASK_CREATED]));
+	json_object_set_new(j, "committed",
+	    json_integer(counts[SUBTAB_COMMITTED]));
+	json_object_set_new(reply, "counts", j);
+	conn_reply(c, reply);
+}
+
+void
+op_stats(struct conn *c, json_t *request, json_t *id)
+{
+	struct request_error	 err;
+	struct idemd		*d = conn_idemd(c);
+	struct shm_header	*h = d->seg.header;
+	struct shm_counters	*k = &h->counters;
+	json_t			*reply;
+	unsigned		 i, workers = 0;
+
+	if (request_known_keys(request, "", stats_keys, &err) != 0) {
+		reply_invalid(c, id, &err);
+		return;
+	}
+	for (i = 0; i < h->worker_count; i++) {
+		if (atomic_load(&h->workers[i].pid) != 0)
+			workers++;
+	}
+	reply = reply_new(1, id);
+#define STAT(name, value) json_object_set_new(reply, name, \
+	json_integer((json_int_t)(value)))
+	STAT("created", atomic_load(&k->created));
+	STAT("reused", atomic_load(&k->reused));
+	STAT("conflict", atomic_load(&k->conflict));
+	STAT("legacy_created", atomic_load(&k->legacy_created));
+	STAT("reports_created", atomic_load(&k->reports_created));
+	STAT("reports_deduplicated", atomic_load(&k->reports_deduplicated));
+	STAT("errors", atomic_load(&k->errors));
+	STAT("journal_records", atomic_load(&k->journal_records));
+	STAT("journal_fsyncs", atomic_load(&k->journal_fsyncs));
+	STAT("table_used", h->slots_used);
+	STAT("table_capacity", h->capacity);
+	STAT("workers", workers);
+	STAT("worker_restarts", atomic_load(&k->worker_restarts));
+	STAT("uptime_ms", shm_now_ms() - h->started_at_ms);
+#undef STAT
+	conn_reply(c, reply);
+}

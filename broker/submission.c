@@ -1,0 +1,557 @@
+/*
+ * submission.c: the state machine that makes one creation idempotent,
+ * shared by write_task (TASK files) and write_report (REPORT files).
+ *
+ * DESIGN
+ *
+ * A submission goes reserved -> task_created -> committed, and each step
+ * is a journal record that is durable before the next step starts:
+ *
+ *   acquire     look the key up and claim it (shm table, one lock)
+ *   reserve     RESERVE record durable          [after_reserve_durable]
+ *   file        file written, linked, directory fsync'd
+ *                 [after_task_file_written] [after_task_file_linked]
+ *   created     TASK_CREATED record durable     [after_task_created_durable]
+ *   commit      COMMIT record durable           [after_commit_durable]
+ *   reply
+ *
+ * (The bracketed fault-injection points fire for tasks only.)  The claim
+ * makes check, reserve and create exclusive per key across all workers;
+ * an identical request arriving meanwhile parks until the claim is
+ * released and then finds the committed result.  A request that finds an
+ * unfinished submission whose claimer is gone (a retry after a crash)
+ * claims it, records its state again (so that it is durable whatever the
+ * dead claimer managed) and continues by the recovery rules of SPEC.md.
+ * Every step is a function that either finishes the request or parks it
+ * with the next step as its continuation.
+ *
+ * Without a submission id (legacy), a file is written under a fresh
+ * number and one record keeps the number from being handed out again.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "digest.h"
+#include "log.h"
+#include "worker.h"
+
+static void	sub_acquire(struct pending *);
+static void	sub_reserved(struct pending *);
+static void	sub_resolve_reserved(struct pending *);
+static void	sub_write_file(struct pending *);
+static void	sub_file_recorded(struct pending *);
+static void	sub_recover_created(struct pending *);
+static void	sub_committed(struct pending *);
+static void	sub_legacy(struct pending *);
+static void	sub_legacy_done(struct pending *);
+
+static struct submission *
+sub_of(struct pending *p)
+{
+	return p->op;
+}
+
+static struct idemd *
+idemd_of(struct pending *p)
+{
+	return p->worker->d;
+}
+
+const char *
+submission_state_name(unsigned state)
+{
+	switch (state) {
+	case SUBTAB_RESERVED:
+		return "reserved";
+	case SUBTAB_TASK_CREATED:
+		return "task_created";
+	case SUBTAB_COMMITTED:
+		return "committed";
+	}
+	return "empty";
+}
+
+const char *
+submission_schema_name(unsigned schema)
+{
+	switch (schema) {
+	case SUBTAB_SCHEMA_WRITE_TASK_V1:
+		return IDEM_SCHEMA_WRITE_TASK_V1;
+	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
+		return IDEM_SCHEMA_WRITE_REPORT_V1;
+	}
+	return NULL;
+}
+
+static void
+sub_release(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+
+	if (!s->claimed)
+		return;
+	s->claimed = 0;
+	if (subtab_release(&idemd_of(p)->seg, s->slot, &s->claim))
+		worker_wake_all(p->worker);
+}
+
+static void
+sub_fail(struct pending *p, json_t *reply)
+{
+	sub_release(p);
+	atomic_fetch_add(&idemd_of(p)->seg.header->counters.errors, 1);
+	pending_reply(p, reply);
+}
+
+static void
+sub_fail_storage(struct pending *p, int error, const char *what)
+{
+	struct request_error	err;
+
+	request_storage_error(&err, error, what);
+	sub_fail(p, reply_error(&err, p->id));
+}
+
+static void
+sub_lost_claim(struct pending *p)
+{
+	sub_fail(p, reply_error_simple(p->id, "internal", 1,
+	    "lost the claim on the submission"));
+}
+
+static void
+sub_conflict(struct pending *p, const char *reason, const char *message)
+{
+	struct submission	*s = sub_of(p);
+	const struct subtab_entry *e = &s->entry;
+	const char		*schema = submission_schema_name(e->schema);
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t			*reply, *error, *existing;
+
+	sub_release(p);
+	atomic_fetch_add(&idemd_of(p)->seg.header->counters.conflict, 1);
+	reply = reply_new(0, p->id);
+	json_object_set_new(reply, "disposition", json_string("conflict"));
+	json_object_set_new(reply, "action_taken", json_false());
+	error = json_object();
+	json_object_set_new(error, "code", json_string("conflict"));
+	json_object_set_new(error, "reason", json_string(reason));
+	json_object_set_new(error, "message", json_string(message));
+	json_object_set_new(error, "retryable", json_false());
+	json_object_set_new(reply, "error", error);
+	existing = json_object();
+	json_object_set_new(existing, "client_submission_id",
+	    json_string(s->submission_id));
+	json_object_set_new(existing, "state",
+	    json_string(submission_state_name(e->state)));
+	json_object_set_new(existing, "digest_schema",
+	    schema != NULL ? json_string(schema) : json_null());
+	digest_to_hex(e->request_digest, hex);
+	json_object_set_new(existing, "request_digest", json_string(hex));
+	json_object_set_new(existing, s->ops->id_key, json_string(s->name));
+	json_object_set_new(reply, "existing", existing);
+	pending_reply(p, reply);
+}
+
+static void
+sub_answer(struct pending *p, int created)
+{
+	sub_release(p);
+	sub_of(p)->ops->answer(p, created);
+}
+
+static void
+sub_journal(struct pending *p, pending_resume_fn next)
+{
+	struct submission	*s = sub_of(p);
+	struct journal_record	 record;
+
+	memset(&record, 0, sizeof record);
+	record.type = JOURNAL_RECORD_ENTRY;
+	record.entry = s->entry;
+	record.entry.key_length = (uint16_t)s->key_length;
+	memcpy(record.key, s->key, s->key_length);
+	pending_journal(p, &record, next);
+}
+
+static void
+sub_set_name(struct submission *s)
+{
+	const struct subtab_entry *e = &s->entry;
+
+	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, s->name,
+	    sizeof s->name);
+	if (e->seq == 1000)
+		log_warnx("%s numbers for %08u passed 999; FCoP readers "
+		    "parse three digits only", s->ops->id_key, e->date);
+}
+
+static void
+sub_crash_point(struct submission *s, enum crash_point point)
+{
+	if (s->ops->crash_points)
+		crash_point(point);
+}
+
+static int
+sub_journal_failed(struct pending *p)
+{
+	if (!p->journal_failed)
+		return 0;
+	sub_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	    "the journal could not be made durable"));
+	return 1;
+}
+
+void
+submission_start(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+
+	if (atomic_load(&d->seg.header->journal_failed)) {
+		sub_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+		    "the journal failed; writes resume when the broker has "
+		    "reopened its state"));
+		return;
+	}
+	s->entry.kind = s->ops->kind;
+	s->entry.reserved_at_ms = shm_now_ms();
+	s->entry.updated_at_ms = s->entry.reserved_at_ms;
+	conn_peer(p->conn, &s->entry.peer_uid, &s->entry.peer_pid);
+	s->claim.worker = p->worker->index + 1;
+	s->claim.generation = p->worker->generation;
+	s->claim.token = ++p->worker->next_token;
+	if (s->submission_id == NULL) {
+		s->entry.schema = SUBTAB_SCHEMA_NONE;
+		sub_legacy(p);
+	} else {
+		s->entry.schema = s->ops->schema;
+		memcpy(s->entry.request_digest, s->digest, IDEM_SHA256_BYTES);
+		sub_acquire(p);
+	}
+}
+
+static void
+sub_acquire(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct subtab_acquire	 a;
+
+	if (p->timed_out) {
+		sub_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		    "an identical submission is still in flight after %d ms",
+		    d->inflight_wait_ms));
+		return;
+	}
+	memset(&a, 0, sizeof a);
+	a.key = s->key;
+	a.key_length = s->key_length;
+	a.want = s->entry;
+	a.claim = s->claim;
+	a.today = taskfile_date_of(shm_now_ms());
+	a.scan = idemd_scan_max_seq;
+	a.scan_arg = d;
+
+	switch (subtab_acquire(&d->seg, &a)) {
+	case SUBTAB_INSERTED:
+		s->claimed = 1;
+		s->slot = a.slot;
+		s->entry = a.found;
+		s->fresh = 1;
+		sub_set_name(s);
+		sub_journal(p, sub_reserved);
+		return;
+	case SUBTAB_CLAIMED:
+		/* Record the state again: the last claimer may have died
+		 * before its record was durable. */
+		s->claimed = 1;
+		s->slot = a.slot;
+		s->entry = a.found;
+		sub_set_name(s);
+		sub_journal(p, a.found.state == SUBTAB_RESERVED ?
+		    sub_reserved : sub_recover_created);
+		return;
+	case SUBTAB_DONE:
+		s->entry = a.found;
+		sub_set_name(s);
+		sub_answer(p, 0);
+		return;
+	case SUBTAB_MISMATCH:
+		s->entry = a.found;
+		sub_set_name(s);
+		if (a.found.schema != a.want.schema)
+			sub_conflict(p, "schema_mismatch", "the submission id "
+			    "is bound to another digest schema");
+		else
+			sub_conflict(p, "digest_mismatch", "the submission id "
+			    "is bound to a request with another digest");
+		return;
+	case SUBTAB_BUSY:
+		pending_wait_claim(p, sub_acquire);
+		return;
+	case SUBTAB_FULL:
+		sub_fail(p, reply_error_simple(p->id, "table_full", 0,
+		    "the submission table is full (capacity %u); restart "
+		    "idemd with a larger --capacity", d->capacity));
+		return;
+	case SUBTAB_ALLOC_FAILED:
+		sub_fail_storage(p, errno, "allocating a number");
+		return;
+	}
+}
+
+/* RESERVE is durable. */
+static void
+sub_reserved(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+
+	if (sub_journal_failed(p))
+		return;
+	sub_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
+	if (s->fresh)
+		sub_write_file(p);
+	else
+		sub_resolve_reserved(p);
+}
+
+/* A retry of a reservation: the file may or may not be there. */
+static void
+sub_resolve_reserved(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct taskfile_facts	 facts;
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	char			*cause = NULL;
+	int			 found;
+
+	s->recovered = 1;
+	found = taskfile_find(d->root_fd, s->name, path, sizeof path);
+	if (found < 0) {
+		sub_fail_storage(p, errno, "looking for the file");
+		return;
+	}
+	if (found == 0) {
+		sub_write_file(p);
+		return;
+	}
+	if (taskfile_inspect(d->root_fd, path, &facts, &cause) != 0) {
+		log_warnx("%s", cause);
+		free(cause);
+		sub_fail_storage(p, errno, "reading the file");
+		return;
+	}
+	if (!facts.has_client_submission_id || !facts.has_request_digest ||
+	    strcmp(facts.client_submission_id, s->submission_id) != 0 ||
+	    strcmp(facts.request_digest, s->digest_hex) != 0) {
+		log_warnx("submission %s: %s is not the file it reserved",
+		    s->submission_id, path);
+		sub_conflict(p, "target_mismatch", "the reserved path holds "
+		    "a file of another submission or writer");
+		return;
+	}
+	/* Adopt the file the interrupted call put in place. */
+	memcpy(s->entry.file_digest, facts.file_digest, IDEM_SHA256_BYTES);
+	s->entry.created_at_ms = facts.has_created_at ? facts.created_at_ms :
+	    shm_now_ms();
+	s->entry.state = SUBTAB_TASK_CREATED;
+	s->entry.updated_at_ms = shm_now_ms();
+	sub_journal(p, sub_file_recorded);
+}
+
+/* Render and write the file; EEXIST (the name is taken) returned as is. */
+static int
+sub_put_file(struct pending *p, int64_t now, char **cause)
+{
+	struct submission	*s = sub_of(p);
+	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
+	char			*data;
+	size_t			 length;
+	int			 rc, error;
+
+	if (s->ops->render(s, now, &data, &length) != 0) {
+		asprintf(cause, "rendering %s: %s", s->name, strerror(errno));
+		return -1;
+	}
+	snprintf(name, sizeof name, "%s.md", s->name);
+	rc = taskfile_write_durable(s->ops->dir_fd(idemd_of(p)), name, data,
+	    length, s->ops->crash_points, cause);
+	error = errno;
+	if (rc == 0)
+		digest_sha256(data, length, s->entry.file_digest);
+	free(data);
+	errno = error;
+	return rc;
+}
+
+static void
+sub_write_file(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+	char			*cause = NULL;
+	int64_t			 now = shm_now_ms();
+
+	if (sub_put_file(p, now, &cause) != 0) {
+		if (errno != EEXIST) {
+			log_warnx("submission %s: %s", s->submission_id, cause);
+			free(cause);
+			sub_fail_storage(p, errno, "writing the file");
+			return;
+		}
+		free(cause);
+		if (!s->fresh) {
+			/* Someone put a file there since we looked. */
+			sub_resolve_reserved(p);
+			return;
+		}
+		/*
+		 * Another FCoP writer took the name while this first call
+		 * was in flight; nothing was promised yet, so move to a
+		 * fresh number and reserve it durably before writing.
+		 */
+		if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(now),
+		    idemd_scan_max_seq, d, &s->entry.date,
+		    &s->entry.seq) != 0) {
+			sub_fail_storage(p, errno, "allocating a number");
+			return;
+		}
+		log_warnx("%s was taken by another writer; submission %s "
+		    "moves to number %u", s->name, s->submission_id,
+		    s->entry.seq);
+		sub_set_name(s);
+		if (subtab_update(&d->seg, s->slot, &s->claim, &s->entry) != 0) {
+			sub_lost_claim(p);
+			return;
+		}
+		sub_journal(p, sub_reserved);
+		return;
+	}
+	s->wrote_file = 1;
+	s->entry.created_at_ms = now;
+	s->entry.state = SUBTAB_TASK_CREATED;
+	s->entry.updated_at_ms = shm_now_ms();
+	sub_journal(p, sub_file_recorded);
+}
+
+/* TASK_CREATED is durable. */
+static void
+sub_file_recorded(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+
+	if (sub_journal_failed(p))
+		return;
+	if (subtab_update(&idemd_of(p)->seg, s->slot, &s->claim,
+	    &s->entry) != 0) {
+		sub_lost_claim(p);
+		return;
+	}
+	sub_crash_point(s, CRASH_AFTER_TASK_CREATED_DURABLE);
+	s->entry.state = SUBTAB_COMMITTED;
+	s->entry.updated_at_ms = shm_now_ms();
+	sub_journal(p, sub_committed);
+}
+
+/* A retry of task_created, its state recorded again: is the file there? */
+static void
+sub_recover_created(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	int			 found;
+
+	if (sub_journal_failed(p))
+		return;
+	s->recovered = 1;
+	found = taskfile_find(idemd_of(p)->root_fd, s->name, path,
+	    sizeof path);
+	if (found < 0) {
+		sub_fail_storage(p, errno, "looking for the file");
+		return;
+	}
+	if (found == 0) {
+		log_warnx("submission %s: %s was created but is nowhere in "
+		    "the workspace", s->submission_id, s->name);
+		sub_conflict(p, "task_missing", "the submission's file was "
+		    "created but is gone");
+		return;
+	}
+	s->entry.state = SUBTAB_COMMITTED;
+	s->entry.updated_at_ms = shm_now_ms();
+	sub_journal(p, sub_committed);
+}
+
+/* COMMIT is durable. */
+static void
+sub_committed(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+
+	if (sub_journal_failed(p))
+		return;
+	if (subtab_update(&idemd_of(p)->seg, s->slot, &s->claim,
+	    &s->entry) != 0) {
+		sub_lost_claim(p);
+		return;
+	}
+	sub_crash_point(s, CRASH_AFTER_COMMIT_DURABLE);
+	sub_answer(p, s->wrote_file);
+}
+
+/* Legacy: no submission id, a new file every time. */
+static void
+sub_legacy(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+	char			*cause = NULL;
+	int64_t			 now;
+	int			 attempt;
+
+	for (attempt = 0;; attempt++) {
+		if (attempt == 1000) {
+			sub_fail(p, reply_error_simple(p->id, "internal", 1,
+			    "every number tried was taken by another writer"));
+			return;
+		}
+		now = shm_now_ms();
+		if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(now),
+		    idemd_scan_max_seq, d, &s->entry.date,
+		    &s->entry.seq) != 0) {
+			sub_fail_storage(p, errno, "allocating a number");
+			return;
+		}
+		sub_set_name(s);
+		if (sub_put_file(p, now, &cause) == 0)
+			break;
+		if (errno != EEXIST) {
+			log_warnx("legacy %s: %s", s->ops->id_key, cause);
+			free(cause);
+			sub_fail_storage(p, errno, "writing the file");
+			return;
+		}
+		free(cause);
+		cause = NULL;
+	}
+	s->wrote_file = 1;
+	s->entry.created_at_ms = now;
+	s->entry.state = SUBTAB_COMMITTED;
+	s->entry.updated_at_ms = now;
+	/* Recorded so that the number is never handed out again. */
+	sub_journal(p, sub_legacy_done);
+}
+
+static void
+sub_legacy_done(struct pending *p)
+{
+	if (sub_journal_failed(p))
+		return;
+	sub_answer(p, 1);
+}

@@ -1,0 +1,299 @@
+/*
+ * write_report.c: the write_report op.  A report is deduplicated by
+ * (task_id, client_submission_id) and the write-report-v1 digest of its
+ * normalized content, through the same durable state machine as tasks
+ * (submission.c); without an id every call writes a new REPORT file.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "digest.h"
+#include "log.h"
+#include "worker.h"
+
+struct write_report {
+	struct submission	 sub;		/* first: p->op */
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 1];
+	struct idem_report	 report;	/* normalized */
+	/* Owned copies: the request is freed while the report is written. */
+	char			*body;		/* normalized */
+	char			 sender[IDEM_MAX_ROLE_BYTES + 1];
+	char			 recipient[IDEM_MAX_ROLE_BYTES + 1];
+	char			 status[16];
+};
+
+static const char *const report_request_keys[] = {
+	"op", "id", "task_id", "client_submission_id", "report", "meta", NULL
+};
+static const char *const report_keys[] = {
+	"sender", "recipient", "status", "body", NULL
+};
+static const char *const report_statuses[] = {
+	"done", "partial", "blocked", "failed", NULL
+};
+
+static void
+write_report_free(void *arg)
+{
+	struct write_report	*wr = arg;
+
+	free(wr->body);
+	free(wr);
+}
+
+/*
+ * TASK-YYYYMMDD-NNN-SENDER-to-RECIPIENT, strictly: the id names a file
+ * we look for, so nothing but that shape may pass.  The sender is copied
+ * out: it is the default recipient of a report.
+ */
+static int
+task_id_valid(const char *id, size_t length, char sender[IDEM_MAX_ROLE_BYTES + 1])
+{
+	const char	*p = id, *end = id + length, *to, *digits;
+
+	if (length > IDEM_MAX_TASK_ID_BYTES || strncmp(p, "TASK-", 5) != 0)
+		return 0;
+	p += 5;
+	for (digits = p; p < end && *p >= '0' && *p <= '9'; p++)
+		;
+	if (p - digits != 8 || p == end || *p++ != '-')
+		return 0;
+	for (digits = p; p < end && *p >= '0' && *p <= '9'; p++)
+		;
+	if (p - digits < 3 || p == end || *p++ != '-')
+		return 0;
+	/* Role codes are upper case: the first "-to-" is the separator. */
+	if ((to = strstr(p, "-to-")) == NULL || to >= end)
+		return 0;
+	if (!digest_role_code_valid(p, (size_t)(to - p)) ||
+	    !digest_role_code_valid(to + 4, (size_t)(end - to - 4)))
+		return 0;
+	memcpy(sender, p, (size_t)(to - p));
+	sender[to - p] = '\0';
+	return 1;
+}
+
+static int
+report_role(json_t *report, const char *key, const char *path,
+    const char **value, struct request_error *err)
+{
+	size_t	length;
+	int	rc;
+
+	rc = request_string(report, key, path, 1, IDEM_MAX_ROLE_BYTES, 0,
+	    value, &length, err);
+	if (rc < 0)
+		return -1;
+	if (rc > 0 && !digest_role_code_valid(*value, length))
+		return request_error_set(err, "invalid_request", path,
+		    "%s must be an FCoP role code such as PM or DEV_01", path);
+	return rc;
+}
+
+static int
+write_report_parse(struct write_report *wr, json_t *request,
+    struct request_error *err)
+{
+	struct submission	*sub = &wr->sub;
+	const char		*task_id, *id, *body, *status, *sender;
+	const char		*recipient;
+	char			 task_sender[IDEM_MAX_ROLE_BYTES + 1];
+	size_t			 length, body_length;
+	json_t			*report, *meta;
+	char			*canonical;
+	int			 rc;
+
+	if (request_known_keys(request, "", report_request_keys, err) != 0)
+		return -1;
+	rc = request_string(request, "task_id", "task_id", 1,
+	    IDEM_MAX_TASK_ID_BYTES, 0, &task_id, &length, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 0)
+		return request_error_set(err, "invalid_request", "task_id",
+		    "task_id is required");
+	if (!task_id_valid(task_id, length, task_sender))
+		return request_error_set(err, "invalid_request", "task_id",
+		    "task_id must name a task, TASK-YYYYMMDD-NNN-SENDER-to-"
+		    "RECIPIENT");
+	memcpy(wr->task_id, task_id, length + 1);
+	if (request_submission_id(request, &id, err) < 0)
+		return -1;
+	meta = json_object_get(request, "meta");
+	if (meta != NULL && !json_is_object(meta))
+		return request_error_set(err, "invalid_request", "meta",
+		    "meta must be an object");
+	report = json_object_get(request, "report");
+	if (report == NULL)
+		return request_error_set(err, "invalid_request", "report",
+		    "report is required");
+	if (!json_is_object(report))
+		return request_error_set(err, "invalid_request", "report",
+		    "report must be an object");
+	if (request_known_keys(report, "report", report_keys, err) != 0)
+		return -1;
+	rc = report_role(report, "sender", "report.sender", &sender, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 0)
+		return request_error_set(err, "invalid_request",
+		    "report.sender", "report.sender is required");
+	if (report_role(report, "recipient", "report.recipient", &recipient,
+	    err) < 0)
+		return -1;
+	snprintf(wr->sender, sizeof wr->sender, "%s", sender);
+	snprintf(wr->recipient, sizeof wr->recipient, "%s",
+	    recipient != NULL ? recipient : task_sender);
+	wr->report.sender = wr->sender;
+	wr->report.recipient = wr->recipient;
+	if (request_string(report, "status", "report.status", 1, 16, 0,
+	    &status, &length, err) < 0)
+		return -1;
+	if (status == NULL)
+		status = "done";
+	else {
+		const char *const *s;
+
+		for (s = report_statuses; *s != NULL; s++)
+			if (strcmp(*s, status) == 0)
+				break;
+		if (*s == NULL)
+			return request_error_set(err, "invalid_request",
+			    "report.status", "report.status must be done, "
+			    "partial, blocked or failed");
+	}
+	snprintf(wr->status, sizeof wr->status, "%s", status);
+	wr->report.status = wr->status;
+	if (request_string(report, "body", "report.body", 0,
+	    IDEM_MAX_BODY_BYTES, 0, &body, &body_length, err) < 0)
+		return -1;
+	wr->body = digest_normalize_string(body != NULL ? body : "",
+	    body != NULL ? body_length : 0, &body_length);
+	if (wr->body == NULL)
+		return request_error_set(err, errno == EILSEQ ? "invalid_utf8" :
+		    "internal", "report.body", "report.body could not be "
+		    "normalized");
+	wr->report.body = wr->body;
+	if (idem_report_canonical(wr->task_id, &wr->report, &canonical,
+	    &length) != 0)
+		return request_error_set(err, "internal", NULL,
+		    "canonical form: %s", strerror(errno));
+	digest_sha256(canonical, length, sub->digest);
+	free(canonical);
+	digest_to_hex(sub->digest, sub->digest_hex);
+
+	/* The dedup key: the task, then the submission id. */
+	if (id != NULL) {
+		length = strlen(wr->task_id);
+		memcpy(sub->key, wr->task_id, length);
+		sub->key[length] = '\n';
+		memcpy(sub->key + length + 1, id, strlen(id) + 1);
+		sub->key_length = length + 1 + strlen(id);
+		sub->submission_id = sub->key + length + 1;
+	}
+	return 0;
+}
+
+static int
+write_report_dir_fd(struct idemd *d)
+{
+	return d->reports_fd;
+}
+
+static int
+write_report_render(struct submission *sub, int64_t now, char **data,
+    size_t *length)
+{
+	struct write_report	*wr = (struct write_report *)sub;
+	struct taskfile_report	 rf;
+	char			 at[TASKFILE_TIME_BYTES];
+
+	taskfile_format_time(now, at);
+	rf.report_id = sub->name;
+	rf.task_id = wr->task_id;
+	rf.report = &wr->report;
+	rf.created_at = at;
+	rf.client_submission_id = sub->submission_id;
+	rf.request_digest = sub->submission_id != NULL ? sub->digest_hex :
+	    NULL;
+	return taskfile_render_report(&rf, data, length);
+}
+
+static void
+write_report_answer(struct pending *p, int created)
+{
+	struct submission	*sub = p->op;
+	struct shm_counters	*counters = &p->worker->d->seg.header->counters;
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	json_t			*reply;
+
+	atomic_fetch_add(created ? &counters->reports_created :
+	    &counters->reports_deduplicated, 1);
+	taskfile_format_path(SUBTAB_KIND_REPORT, sub->name, path, sizeof path);
+	reply = reply_new(1, p->id);
+	json_object_set_new(reply, "deduplicated", json_boolean(!created));
+	json_object_set_new(reply, "report_id", json_string(sub->name));
+	json_object_set_new(reply, "report_path", json_string(path));
+	if (sub->recovered)
+		json_object_set_new(reply, "recovered", json_true());
+	pending_reply(p, reply);
+}
+
+static const struct submission_ops write_report_ops = {
+	.kind = SUBTAB_KIND_REPORT,
+	.schema = SUBTAB_SCHEMA_WRITE_REPORT_V1,
+	.crash_points = 0,
+	.id_key = "report_id",
+	.dir_fd = write_report_dir_fd,
+	.render = write_report_render,
+	.answer = write_report_answer,
+};
+
+void
+op_write_report(struct conn *conn, json_t *request, json_t *id)
+{
+	struct request_error	 err;
+	struct write_report	*wr;
+	struct pending		*p;
+	struct idemd		*d = conn_idemd(conn);
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	int			 found;
+
+	p = pending_new(conn, id);
+	wr = calloc(1, sizeof *wr);
+	if (p == NULL || wr == NULL) {
+		free(wr);
+		if (p != NULL)
+			pending_reply(p, reply_error_simple(id, "internal", 1,
+			    "out of memory"));
+		return;
+	}
+	p->op = wr;
+	p->op_free = write_report_free;
+	wr->sub.ops = &write_report_ops;
+	if (write_report_parse(wr, request, &err) != 0) {
+		atomic_fetch_add(&d->seg.header->counters.errors, 1);
+		pending_reply(p, reply_error(&err, p->id));
+		return;
+	}
+	found = taskfile_find(d->root_fd, wr->task_id, path, sizeof path);
+	if (found <= 0) {
+		atomic_fetch_add(&d->seg.header->counters.errors, 1);
+		if (found < 0)
+			request_storage_error(&err, errno, "looking for the task");
+		else
+			request_error_set(&err, "task_not_found", "task_id",
+			    "no task %s in the workspace", wr->task_id);
+		pending_reply(p, reply_error(&err, p->id));
+		return;
+	}
+	wr->sub.entry.sender_length = (uint8_t)strlen(wr->report.sender);
+	memcpy(wr->sub.entry.sender, wr->report.sender,
+	    wr->sub.entry.sender_length);
+	wr->sub.entry.recipient_length = (uint8_t)strlen(wr->report.recipient);
+	memcpy(wr->sub.entry.recipient, wr->report.recipient,
+	    wr->sub.entry.recipient_length);
+	submission_start(p);
+}

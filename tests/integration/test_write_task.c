@@ -1,0 +1,1151 @@
+/*
+ * test_write_task.c: write_task against a real idemd over its socket.
+ * Each test runs its own broker on a fresh root and judges by what is
+ * authoritative: the TASK files on disk and the receipts, byte for byte.
+ * Nothing here sleeps to synchronise; it waits on replies, on the
+ * broker's exit, on a pipe or on inotify.
+ */
+#include <sys/inotify.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "integration/harness.h"
+
+/* A test that takes longer than this is hung: the watchdog ends it. */
+#define TEST_WATCHDOG_SECONDS	60
+/* How long to wait for an event that must come (a guard, not a pause). */
+#define TEST_EVENT_TIMEOUT_MS	20000
+#define TEST_CONCURRENT_CALLS	8
+#define TEST_BODY		"Steps:\n1. reproduce\n2. fix\n"
+
+/* ---- Fixtures and helpers ------------------------------------------------ */
+
+static int
+setup(void **state)
+{
+	struct broker	*b;
+
+	if ((b = calloc(1, sizeof *b)) == NULL)
+		return -1;
+	harness_fresh_root(b);
+	harness_watchdog(TEST_WATCHDOG_SECONDS);
+	*state = b;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct broker	*b = *state;
+
+	harness_watchdog(0);
+	/* A failed test leaves its root (and log) behind to be looked at. */
+	if (b->root[0] != '\0')
+		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
+	if (b->pid != 0) {
+		if (b->pid > 0)
+			kill(b->pid, SIGCONT);
+		harness_kill(b);
+	}
+	free(b);
+	return 0;
+}
+
+/* The end of a passing test. */
+static void
+finish(struct broker *b)
+{
+	harness_cleanup(b);
+	b->root[0] = '\0';
+}
+
+static void
+start(struct broker *b, const char *const *args)
+{
+	assert_int_equal(harness_start(b, args, NULL), 0);
+}
+
+/* One request on a connection of its own. */
+static json_t *
+call(struct broker *b, json_t *request)
+{
+	struct idem_conn	*c;
+	json_t			*reply;
+
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call(c, request);
+	idem_close(c);
+	assert_non_null(reply);
+	return reply;
+}
+
+static json_t *
+submit(struct broker *b, const char *id, const char *subject)
+{
+	return call(b, harness_write_task(id, subject));
+}
+
+static const char *
+str(json_t *object, const char *key)
+{
+	json_t	*v = json_object_get(object, key);
+
+	assert_true(json_is_string(v));
+	return json_string_value(v);
+}
+
+static const char *
+receipt_str(json_t *reply, const char *key)
+{
+	return str(json_object_get(reply, "receipt"), key);
+}
+
+static const char *
+error_str(json_t *reply, const char *key)
+{
+	return str(json_object_get(reply, "error"), key);
+}
+
+static void
+assert_bool(json_t *object, const char *key, int expected)
+{
+	json_t	*v = json_object_get(object, key);
+
+	assert_true(json_is_boolean(v));
+	assert_int_equal(json_is_true(v), expected);
+}
+
+/* ok, disposition, action_taken, idempotent and recovered (absent: 0). */
+static void
+assert_outcome(json_t *reply, const char *disposition, int action_taken,
+    int idempotent, int recovered)
+{
+	json_t	*rec = json_object_get(reply, "recovered");
+
+	assert_bool(reply, "ok", 1);
+	assert_string_equal(str(reply, "disposition"), disposition);
+	assert_bool(reply, "action_taken", action_taken);
+	assert_bool(reply, "idempotent", idempotent);
+	if (recovered)
+		assert_true(json_is_true(rec));
+	else
+		assert_null(rec);
+	assert_string_equal(receipt_str(reply, "state"), "committed");
+}
+
+static void
+assert_error(json_t *reply, const char *code, int retryable)
+{
+	assert_bool(reply, "ok", 0);
+	assert_bool(reply, "action_taken", 0);
+	assert_string_equal(error_str(reply, "code"), code);
+	assert_bool(json_object_get(reply, "error"), "retryable", retryable);
+}
+
+/* The NNN of TASK-YYYYMMDD-NNN-...; -1 if the id does not have one. */
+static long
+task_number(const char *task_id)
+{
+	char	*end;
+	long	 n;
+
+	if (strncmp(task_id, "TASK-", 5) != 0 || strlen(task_id) < 18 ||
+	    task_id[13] != '-')
+		return -1;
+	n = strtol(task_id + 14, &end, 10);
+	if (end - (task_id + 14) < 3 || *end != '-')
+		return -1;
+	return n;
+}
+
+static void
+expect_task_id(const char *task_id, const char *date, int number)
+{
+	char	want[96];
+
+	snprintf(want, sizeof want, "TASK-%s-%03d-PM-to-DEV", date, number);
+	assert_string_equal(task_id, want);
+}
+
+/* Skip a test whose date-dependent expectation was crossed by midnight. */
+static void
+skip_if_date_moved(const char *today, const char *task_id)
+{
+	if (strncmp(task_id + 5, today, 8) != 0) {
+		fprintf(stderr, "the UTC date changed during the test\n");
+		skip();
+	}
+}
+
+static int
+path_exists(const struct broker *b, const char *relpath)
+{
+	char		path[1024];
+	struct stat	st;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
+	return stat(path, &st) == 0;
+}
+
+/* The TASK file's front matter (between the --- lines), malloc'd. */
+static char *
+front_matter(const struct broker *b, const char *task_path)
+{
+	char	*data, *end, *fm;
+
+	data = harness_read(b, task_path);
+	assert_non_null(data);
+	assert_memory_equal(data, "---\n", 4);
+	end = strstr(data + 3, "\n---\n");
+	assert_non_null(end);
+	fm = strndup(data + 3, (size_t)(end - (data + 3)) + 1);
+	free(data);
+	assert_non_null(fm);
+	return fm;
+}
+
+/* Whether the front matter has a line "key: value" exactly. */
+static int
+has_line(const char *fm, const char *key, const char *value)
+{
+	char	line[512];
+
+	snprintf(line, sizeof line, "\n%s: %s\n", key, value);
+	return strstr(fm, line) != NULL;
+}
+
+static int
+has_key(const char *fm, const char *key)
+{
+	char	line[128];
+
+	snprintf(line, sizeof line, "\n%s:", key);
+	return strstr(fm, line) != NULL;
+}
+
+/* The SHA-256 of a file's bytes in lower-case hex. */
+static void
+file_sha256(const struct broker *b, const char *relpath,
+    char hex[crypto_hash_sha256_BYTES * 2 + 1])
+{
+	unsigned char	 digest[crypto_hash_sha256_BYTES];
+	char		*data;
+
+	data = harness_read(b, relpath);
+	assert_non_null(data);
+	crypto_hash_sha256(digest, (const unsigned char *)data, strlen(data));
+	sodium_bin2hex(hex, crypto_hash_sha256_BYTES * 2 + 1, digest,
+	    sizeof digest);
+	free(data);
+}
+
+/* The task of harness_write_task, for the client's digest code. */
+static void
+harness_task(struct idem_task *t, const char *subject)
+{
+	memset(t, 0, sizeof *t);
+	t->sender = "PM";
+	t->recipient = "DEV";
+	t->subject = subject;
+	t->body = TEST_BODY;
+}
+
+/* Wait until fd is readable; fails the test if it never is. */
+static void
+wait_readable(int fd)
+{
+	struct pollfd	pfd = { .fd = fd, .events = POLLIN };
+	int		n;
+
+	while ((n = poll(&pfd, 1, TEST_EVENT_TIMEOUT_MS)) == -1 &&
+	    errno == EINTR)
+		;
+	assert_int_equal(n, 1);
+}
+
+static json_t *
+raw_reply(int fd)
+{
+	char	*line;
+	json_t	*reply;
+
+	line = harness_raw_read_line(fd);
+	assert_non_null(line);
+	reply = json_loads(line, 0, NULL);
+	free(line);
+	assert_non_null(reply);
+	return reply;
+}
+
+static char *
+request_text(json_t *request)
+{
+	char	*text;
+
+	text = json_dumps(request, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(request);
+	assert_non_null(text);
+	return text;
+}
+
+/* ---- Start-up ------------------------------------------------------------ */
+
+static void
+topology_created_on_first_start(void **state)
+{
+	static const char *const dirs[] = {
+		"_lifecycle/inbox", "_lifecycle/active", "_lifecycle/review",
+		"_lifecycle/done", "_lifecycle/archive", "reports", "issues",
+		"shared", ".idem/journal", NULL
+	};
+	struct broker	*b = *state;
+	char		 path[1024];
+	struct stat	 st;
+	int		 i;
+
+	assert_false(path_exists(b, "_lifecycle"));
+	start(b, NULL);
+	for (i = 0; dirs[i] != NULL; i++) {
+		snprintf(path, sizeof path, "%s/%s", b->root, dirs[i]);
+		if (stat(path, &st) != 0)
+			fail_msg("%s is missing", dirs[i]);
+		assert_true(S_ISDIR(st.st_mode));
+	}
+	assert_true(path_exists(b, ".idem/idemd.sock"));
+	assert_true(path_exists(b, ".idem/idemd.lock"));
+	assert_int_equal(harness_count_tasks(b), 0);
+	finish(b);
+}
+
+static void
+hello_answers_server_and_protocol(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply, *schemas;
+	const char	*version;
+	unsigned	 x, y, z;
+	char		 rest;
+
+	start(b, NULL);
+	reply = call(b, json_pack("{s:s, s:i}", "op", "hello", "id", 5));
+	assert_bool(reply, "ok", 1);
+	assert_int_equal(json_integer_value(json_object_get(reply, "id")), 5);
+	assert_string_equal(str(reply, "server"), "idemd");
+	version = str(reply, "version");
+	assert_int_equal(sscanf(version, "%u.%u.%u%c", &x, &y, &z, &rest), 3);
+	assert_true(json_is_integer(json_object_get(reply, "protocol")));
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "protocol")), 1);
+	schemas = json_object_get(reply, "digest_schemas");
+	assert_true(json_is_array(schemas));
+	assert_int_equal(json_array_size(schemas), 1);
+	assert_string_equal(json_string_value(json_array_get(schemas, 0)),
+	    "write-task-v1");
+	json_decref(reply);
+	finish(b);
+}
+
+/* ---- Created, reused, conflict ------------------------------------------- */
+
+static void
+created_then_reused_with_identical_receipt(void **state)
+{
+	struct broker	*b = *state;
+	struct idem_task t;
+	json_t		*first, *second;
+	char		*r1, *r2, *fm, hex[65], digest[IDEM_DIGEST_HEX_SIZE];
+	char		 value[128], today[9];
+	const char	*task_id, *task_path;
+
+	harness_today(today);
+	start(b, NULL);
+	first = submit(b, "run-42/step-3", "Fix login");
+	assert_outcome(first, "created", 1, 1, 0);
+	second = submit(b, "run-42/step-3", "Fix login");
+	assert_outcome(second, "reused", 0, 1, 0);
+	r1 = harness_receipt_text(first);
+	r2 = harness_receipt_text(second);
+	assert_non_null(r1);
+	assert_non_null(r2);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 1);
+
+	task_id = receipt_str(first, "task_id");
+	skip_if_date_moved(today, task_id);
+	expect_task_id(task_id, today, 1);
+	task_path = receipt_str(first, "task_path");
+	snprintf(value, sizeof value, "_lifecycle/inbox/%s.md", task_id);
+	assert_string_equal(task_path, value);
+	assert_string_equal(receipt_str(first, "client_submission_id"),
+	    "run-42/step-3");
+	assert_string_equal(receipt_str(first, "digest_schema"),
+	    "write-task-v1");
+	harness_task(&t, "Fix login");
+	assert_int_equal(idem_task_digest(&t, digest), 0);
+	assert_string_equal(receipt_str(first, "request_digest"), digest);
+
+	/* The receipt's file_digest is the file's bytes as written. */
+	file_sha256(b, task_path, hex);
+	assert_string_equal(receipt_str(first, "file_digest"), hex);
+
+	fm = front_matter(b, task_path);
+	snprintf(value, sizeof value, "\"%s\"", task_id);
+	assert_true(has_line(fm, "task_id", value));
+	assert_true(has_line(fm, "client_submission_id", "\"run-42/step-3\""));
+	assert_true(has_line(fm, "digest_schema", "\"write-task-v1\""));
+	snprintf(value, sizeof value, "\"%s\"", digest);
+	assert_true(has_line(fm, "request_digest", value));
+	snprintf(value, sizeof value, "\"%s\"", receipt_str(first,
+	    "created_at"));
+	assert_true(has_line(fm, "created_at", value));
+	assert_true(has_line(fm, "type", "\"TASK\""));
+	free(fm);
+
+	free(r1);
+	free(r2);
+	json_decref(first);
+	json_decref(second);
+	finish(b);
+}
+
+/*
+ * A2: the reply is lost (the client hangs up before reading it).  The
+ * broker finishes the detached request, so the retry finds it.  inotify
+ * on the inbox tells when the first request holds its reservation (its
+ * temporary file appears only after the reservation is durable), so the
+ * retry cannot overtake it.
+ */
+static void
+reply_lost_retry_is_reused(void **state)
+{
+	struct broker	*b = *state;
+	char		 path[400], events[4096], *line, *r1, *r2;
+	json_t		*retry, *again;
+	int		 fd, in;
+
+	start(b, NULL);
+	snprintf(path, sizeof path, "%s/_lifecycle/inbox", b->root);
+	in = inotify_init1(IN_CLOEXEC);
+	assert_true(in != -1);
+	assert_true(inotify_add_watch(in, path, IN_CREATE) != -1);
+
+	fd = harness_raw_connect(b);
+	assert_true(fd != -1);
+	line = request_text(harness_write_task("lost-reply-1", "Lost reply"));
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	close(fd);
+
+	wait_readable(in);
+	assert_true(read(in, events, sizeof events) > 0);
+	close(in);
+
+	retry = submit(b, "lost-reply-1", "Lost reply");
+	assert_outcome(retry, "reused", 0, 1, 0);
+	assert_int_equal(task_number(receipt_str(retry, "task_id")), 1);
+	assert_int_equal(harness_count_tasks(b), 1);
+	again = submit(b, "lost-reply-1", "Lost reply");
+	assert_outcome(again, "reused", 0, 1, 0);
+	r1 = harness_receipt_text(retry);
+	r2 = harness_receipt_text(again);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(r1);
+	free(r2);
+	json_decref(retry);
+	json_decref(again);
+	finish(b);
+}
+
+struct racer {
+	struct idem_conn	*conn;
+	pthread_barrier_t	*barrier;
+	json_t			*reply;
+};
+
+static void *
+racer_run(void *arg)
+{
+	struct racer	*r = arg;
+
+	/* Connected already: the barrier releases only the requests. */
+	pthread_barrier_wait(r->barrier);
+	r->reply = harness_call(r->conn, harness_write_task("race-1",
+	    "Concurrent"));
+	return NULL;
+}
+
+/* A4: identical calls at once, each on its own connection. */
+static void
+concurrent_identical_calls_create_once(void **state)
+{
+	struct broker		*b = *state;
+	struct racer		 r[TEST_CONCURRENT_CALLS];
+	pthread_t		 threads[TEST_CONCURRENT_CALLS];
+	pthread_barrier_t	 barrier;
+	char			*first = NULL, *text;
+	const char		*disposition;
+	int			 i, created = 0, reused = 0;
+
+	start(b, NULL);
+	pthread_barrier_init(&barrier, NULL, TEST_CONCURRENT_CALLS);
+	for (i = 0; i < TEST_CONCURRENT_CALLS; i++) {
+		r[i].conn = harness_connect(b);
+		assert_non_null(r[i].conn);
+		r[i].barrier = &barrier;
+		r[i].reply = NULL;
+	}
+	for (i = 0; i < TEST_CONCURRENT_CALLS; i++)
+		assert_int_equal(pthread_create(&threads[i], NULL, racer_run,
+		    &r[i]), 0);
+	for (i = 0; i < TEST_CONCURRENT_CALLS; i++)
+		pthread_join(threads[i], NULL);
+	pthread_barrier_destroy(&barrier);
+
+	for (i = 0; i < TEST_CONCURRENT_CALLS; i++) {
+		assert_non_null(r[i].reply);
+		disposition = str(r[i].reply, "disposition");
+		if (strcmp(disposition, "created") == 0) {
+			assert_outcome(r[i].reply, "created", 1, 1, 0);
+			created++;
+		} else {
+			assert_outcome(r[i].reply, "reused", 0, 1, 0);
+			reused++;
+		}
+		text = harness_receipt_text(r[i].reply);
+		if (first == NULL)
+			first = text;
+		else {
+			assert_string_equal(text, first);
+			free(text);
+		}
+		json_decref(r[i].reply);
+		idem_close(r[i].conn);
+	}
+	assert_int_equal(created, 1);
+	assert_int_equal(reused, TEST_CONCURRENT_CALLS - 1);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(first);
+	finish(b);
+}
+
+static void
+same_id_other_content_conflicts(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*first, *other, *existing, *error;
+
+	start(b, NULL);
+	first = submit(b, "conflict-1", "Original subject");
+	assert_outcome(first, "created", 1, 1, 0);
+	other = submit(b, "conflict-1", "Another subject");
+	assert_error(other, "conflict", 0);
+	assert_string_equal(str(other, "disposition"), "conflict");
+	error = json_object_get(other, "error");
+	assert_string_equal(str(error, "reason"), "digest_mismatch");
+	assert_null(json_object_get(other, "receipt"));
+	existing = json_object_get(other, "existing");
+	assert_non_null(existing);
+	assert_string_equal(str(existing, "client_submission_id"),
+	    "conflict-1");
+	assert_string_equal(str(existing, "state"), "committed");
+	assert_string_equal(str(existing, "digest_schema"), "write-task-v1");
+	assert_string_equal(str(existing, "request_digest"),
+	    receipt_str(first, "request_digest"));
+	assert_string_equal(str(existing, "task_id"),
+	    receipt_str(first, "task_id"));
+	assert_int_equal(harness_count_tasks(b), 1);
+	json_decref(first);
+	json_decref(other);
+	finish(b);
+}
+
+static void
+request_digest_checked(void **state)
+{
+	struct broker	*b = *state;
+	struct idem_task t;
+	char		 digest[IDEM_DIGEST_HEX_SIZE], wrong[IDEM_DIGEST_HEX_SIZE];
+	json_t		*request, *reply;
+
+	harness_task(&t, "Digest given");
+	assert_int_equal(idem_task_digest(&t, digest), 0);
+	memcpy(wrong, digest, sizeof wrong);
+	wrong[10] = wrong[10] == '0' ? '1' : '0';
+	start(b, NULL);
+
+	request = harness_write_task("digest-1", "Digest given");
+	json_object_set_new(request, "request_digest", json_string(wrong));
+	reply = call(b, request);
+	assert_error(reply, "digest_disagrees", 0);
+	assert_null(json_object_get(reply, "receipt"));
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 0);
+
+	/* The wrong call bound nothing: the right one is the first. */
+	request = harness_write_task("digest-1", "Digest given");
+	json_object_set_new(request, "request_digest", json_string(digest));
+	reply = call(b, request);
+	assert_outcome(reply, "created", 1, 1, 0);
+	assert_string_equal(receipt_str(reply, "request_digest"), digest);
+	assert_int_equal(task_number(receipt_str(reply, "task_id")), 1);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+static void
+legacy_calls_create_each_time(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply[3];
+	char		*fm;
+	int		 i;
+
+	start(b, NULL);
+	for (i = 0; i < 3; i++) {
+		reply[i] = submit(b, NULL, "Legacy");
+		assert_outcome(reply[i], "created", 1, 0, 0);
+		assert_true(json_is_null(json_object_get(json_object_get(
+		    reply[i], "receipt"), "client_submission_id")));
+		assert_null(json_object_get(json_object_get(reply[i],
+		    "receipt"), "request_digest"));
+		assert_int_equal(task_number(receipt_str(reply[i],
+		    "task_id")), i + 1);
+		fm = front_matter(b, receipt_str(reply[i], "task_path"));
+		assert_true(has_line(fm, "client_submission_id", "null"));
+		assert_false(has_key(fm, "digest_schema"));
+		assert_false(has_key(fm, "request_digest"));
+		free(fm);
+	}
+	assert_string_not_equal(receipt_str(reply[0], "task_id"),
+	    receipt_str(reply[1], "task_id"));
+	assert_string_not_equal(receipt_str(reply[1], "task_id"),
+	    receipt_str(reply[2], "task_id"));
+	assert_int_equal(harness_count_tasks(b), 3);
+	for (i = 0; i < 3; i++)
+		json_decref(reply[i]);
+	finish(b);
+}
+
+/* ---- Restarts ------------------------------------------------------------ */
+
+static void
+reuse_after_restart(struct broker *b, int hard)
+{
+	json_t	*first, *retry;
+	char	*r1, *r2;
+
+	start(b, NULL);
+	first = submit(b, "restart-1", "Survives restarts");
+	assert_outcome(first, "created", 1, 1, 0);
+	if (hard)
+		harness_kill(b);
+	else
+		assert_int_equal(harness_stop(b), 0);
+	start(b, NULL);
+	retry = submit(b, "restart-1", "Survives restarts");
+	assert_outcome(retry, "reused", 0, 1, 0);
+	r1 = harness_receipt_text(first);
+	r2 = harness_receipt_text(retry);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(r1);
+	free(r2);
+	json_decref(first);
+	json_decref(retry);
+	finish(b);
+}
+
+static void
+reuse_after_sigterm_restart(void **state)
+{
+	reuse_after_restart(*state, 0);
+}
+
+static void
+reuse_after_kill9_restart(void **state)
+{
+	reuse_after_restart(*state, 1);
+}
+
+#define NUMBERS_HARD	0x1	/* kill -9, not SIGTERM */
+#define NUMBERS_LEGACY	0x2	/* legacy calls mixed in */
+#define NUMBERS_GONE	0x4	/* the files left the workspace meanwhile */
+
+static void
+numbers_after_restart(struct broker *b, int how)
+{
+	static const char *const ids[] = { "num-1", "num-2", "num-3" };
+	char		 path[1024];
+	json_t		*reply;
+	int		 i, legacy;
+
+	start(b, NULL);
+	for (i = 0; i < 3; i++) {
+		legacy = (how & NUMBERS_LEGACY) && i == 1;
+		reply = submit(b, legacy ? NULL : ids[i], "Numbered");
+		assert_outcome(reply, "created", 1, !legacy, 0);
+		assert_int_equal(task_number(receipt_str(reply, "task_id")),
+		    i + 1);
+		if (how & NUMBERS_GONE) {
+			/* An FCoP tool archived it out of the workspace. */
+			snprintf(path, sizeof path, "%s/%s", b->root,
+			    receipt_str(reply, "task_path"));
+			assert_int_equal(unlink(path), 0);
+		}
+		json_decref(reply);
+	}
+	if (how & NUMBERS_HARD)
+		harness_kill(b);
+	else
+		assert_int_equal(harness_stop(b), 0);
+	start(b, NULL);
+
+	reply = submit(b, (how & NUMBERS_LEGACY) ? NULL : "num-4", "Numbered");
+	assert_outcome(reply, "created", 1, !(how & NUMBERS_LEGACY), 0);
+	assert_int_equal(task_number(receipt_str(reply, "task_id")), 4);
+	json_decref(reply);
+	if (how & NUMBERS_LEGACY) {
+		reply = submit(b, "num-5", "Numbered");
+		assert_outcome(reply, "created", 1, 1, 0);
+		assert_int_equal(task_number(receipt_str(reply, "task_id")),
+		    5);
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), (how & NUMBERS_GONE) ?
+	    ((how & NUMBERS_LEGACY) ? 2 : 1) :
+	    ((how & NUMBERS_LEGACY) ? 5 : 4));
+	finish(b);
+}
+
+static void
+numbers_not_reused_after_sigterm(void **state)
+{
+	numbers_after_restart(*state, 0);
+}
+
+static void
+numbers_not_reused_after_kill9(void **state)
+{
+	numbers_after_restart(*state, NUMBERS_HARD);
+}
+
+static void
+numbers_not_reused_after_sigterm_with_legacy(void **state)
+{
+	numbers_after_restart(*state, NUMBERS_LEGACY);
+}
+
+static void
+numbers_not_reused_after_kill9_with_legacy(void **state)
+{
+	numbers_after_restart(*state, NUMBERS_HARD | NUMBERS_LEGACY);
+}
+
+/* The journal, not only the disk, remembers the numbers. */
+static void
+numbers_not_reused_after_files_left(void **state)
+{
+	numbers_after_restart(*state, NUMBERS_HARD | NUMBERS_LEGACY |
+	    NUMBERS_GONE);
+}
+
+/*
+ * Before the first start another FCoP writer used number `taken` today,
+ * at relpath ("%s" stands for the task id, once or twice).
+ */
+static void
+numbers_used_on_disk_skipped(struct broker *b, const char *where, int taken)
+{
+	char	 today[9], relpath[512], id[64];
+	json_t	*reply;
+
+	harness_today(today);
+	snprintf(id, sizeof id, "TASK-%s-%03d-PM-to-DEV", today, taken);
+	if (strcmp(where, "done") == 0)
+		snprintf(relpath, sizeof relpath, "_lifecycle/done/%s.md", id);
+	else
+		snprintf(relpath, sizeof relpath, "history/2026-12-02/%s/%s.md",
+		    id, id);
+	assert_int_equal(harness_write(b, relpath, "---\nprotocol: \"fcop\"\n"
+	    "---\nwritten by another FCoP tool\n"), 0);
+	start(b, NULL);
+	reply = submit(b, "after-foreign", "After a foreign task");
+	assert_outcome(reply, "created", 1, 1, 0);
+	skip_if_date_moved(today, receipt_str(reply, "task_id"));
+	expect_task_id(receipt_str(reply, "task_id"), today, taken + 1);
+	json_decref(reply);
+	reply = submit(b, NULL, "Legacy after a foreign task");
+	assert_outcome(reply, "created", 1, 0, 0);
+	assert_int_equal(task_number(receipt_str(reply, "task_id")),
+	    taken + 2);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 3);
+	finish(b);
+}
+
+static void
+numbers_used_in_done_skipped(void **state)
+{
+	numbers_used_on_disk_skipped(*state, "done", 41);
+}
+
+static void
+numbers_used_in_history_skipped(void **state)
+{
+	numbers_used_on_disk_skipped(*state, "history", 57);
+}
+
+/*
+ * FCoP tools moved the tasks (to done/, and into history/); after a
+ * kill -9 the committed receipts are replayed and the retries reuse
+ * them without writing anything into the inbox.
+ */
+static void
+moved_tasks_still_found_after_restart(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*a, *h, *retry;
+	char		 from[1024], to[1024], rel[512], *ra, *rh, *rr;
+
+	start(b, NULL);
+	a = submit(b, "move-done", "Moved to done");
+	h = submit(b, "move-history", "Moved to history");
+	assert_outcome(a, "created", 1, 1, 0);
+	assert_outcome(h, "created", 1, 1, 0);
+	harness_kill(b);
+
+	snprintf(from, sizeof from, "%s/%s", b->root, receipt_str(a,
+	    "task_path"));
+	snprintf(to, sizeof to, "%s/_lifecycle/done/%s.md", b->root,
+	    receipt_str(a, "task_id"));
+	assert_int_equal(rename(from, to), 0);
+	snprintf(rel, sizeof rel, "history/2026-12-02/%s/%s.md",
+	    receipt_str(h, "task_id"), receipt_str(h, "task_id"));
+	assert_int_equal(harness_write(b, rel, ""), 0);
+	snprintf(from, sizeof from, "%s/%s", b->root, receipt_str(h,
+	    "task_path"));
+	snprintf(to, sizeof to, "%s/%s", b->root, rel);
+	assert_int_equal(rename(from, to), 0);
+
+	start(b, NULL);
+	ra = harness_receipt_text(a);
+	rh = harness_receipt_text(h);
+	retry = submit(b, "move-done", "Moved to done");
+	assert_outcome(retry, "reused", 0, 1, 0);
+	rr = harness_receipt_text(retry);
+	assert_string_equal(rr, ra);
+	free(rr);
+	json_decref(retry);
+	retry = submit(b, "move-history", "Moved to history");
+	assert_outcome(retry, "reused", 0, 1, 0);
+	rr = harness_receipt_text(retry);
+	assert_string_equal(rr, rh);
+	free(rr);
+	json_decref(retry);
+
+	assert_int_equal(harness_count_tasks(b), 2);
+	assert_false(path_exists(b, receipt_str(a, "task_path")));
+	assert_false(path_exists(b, receipt_str(h, "task_path")));
+	/* And a new task does not take a moved task's number. */
+	retry = submit(b, "after-move", "After the moves");
+	assert_int_equal(task_number(receipt_str(retry, "task_id")), 3);
+	json_decref(retry);
+	free(ra);
+	free(rh);
+	json_decref(a);
+	json_decref(h);
+	finish(b);
+}
+
+/* ---- One broker per root ------------------------------------------------- */
+
+static void
+second_broker_on_root_refused(void **state)
+{
+	struct broker	*b = *state;
+	const char	*idemd = getenv("IDEMD");
+	char		 output[8192], pid[32];
+	size_t		 length = 0;
+	ssize_t		 n;
+	pid_t		 second;
+	int		 err[2], status;
+	json_t		*reply;
+
+	if (idemd == NULL)
+		idemd = "broker/idemd";
+	start(b, NULL);
+	assert_int_equal(pipe2(err, O_CLOEXEC), 0);
+	second = fork();
+	assert_true(second != -1);
+	if (second == 0) {
+		dup2(err[1], 2);
+		execl(idemd, idemd, "--root", b->root, (char *)NULL);
+		_exit(127);
+	}
+	close(err[1]);
+	/* Its stderr closes when it exits: read to the end, then reap. */
+	while (length < sizeof output - 1 && (n = read(err[0],
+	    output + length, sizeof output - 1 - length)) != 0) {
+		if (n == -1 && errno == EINTR)
+			continue;
+		assert_true(n > 0);
+		length += (size_t)n;
+	}
+	output[length] = '\0';
+	close(err[0]);
+	while (waitpid(second, &status, 0) == -1)
+		assert_int_equal(errno, EINTR);
+	assert_true(WIFEXITED(status));
+	assert_int_not_equal(WEXITSTATUS(status), 0);
+	assert_int_not_equal(WEXITSTATUS(status), 127);
+	snprintf(pid, sizeof pid, "%ld", (long)b->pid);
+	if (strstr(output, pid) == NULL)
+		fail_msg("the second broker's message does not name pid %s: "
+		    "%s", pid, output);
+
+	/* The first broker is untouched and still serving. */
+	reply = call(b, json_pack("{s:s}", "op", "hello"));
+	assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	reply = submit(b, "still-serving", "Still serving");
+	assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	finish(b);
+}
+
+/* ---- Waiting for a call in flight ---------------------------------------- */
+
+/*
+ * Two identical calls while the master (and with it the journaling
+ * thread) is stopped: whichever claims the submission first cannot get
+ * its reservation durable, so the other one must find it in flight.
+ * With --inflight-wait-ms 0 that one answers in_progress at once.
+ * Returns the index (0 or 1) of the call still in flight; fds[other]
+ * has been answered in_progress.
+ */
+static int
+two_calls_one_in_flight(struct broker *b, const char *id, int fds[2])
+{
+	struct pollfd	 pfd[2];
+	json_t		*reply;
+	char		*line;
+	int		 i, n, in_flight;
+
+	assert_int_equal(kill(b->pid, SIGSTOP), 0);
+	for (i = 0; i < 2; i++) {
+		fds[i] = harness_raw_connect(b);
+		assert_true(fds[i] != -1);
+		line = request_text(harness_write_task(id, "In flight"));
+		assert_int_equal(harness_raw_send(fds[i], line), 0);
+		free(line);
+		pfd[i].fd = fds[i];
+		pfd[i].events = POLLIN;
+	}
+	while ((n = poll(pfd, 2, TEST_EVENT_TIMEOUT_MS)) == -1 &&
+	    errno == EINTR)
+		;
+	assert_int_equal(n, 1);
+	in_flight = (pfd[0].revents & POLLIN) ? 1 : 0;
+	reply = raw_reply(fds[1 - in_flight]);
+	assert_error(reply, "in_progress", 1);
+	json_decref(reply);
+	/* The other is still parked: nothing can become durable now. */
+	pfd[0].fd = fds[in_flight];
+	assert_int_equal(poll(pfd, 1, 0), 0);
+	return in_flight;
+}
+
+static void
+inflight_wait_zero_answers_in_progress(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--inflight-wait-ms", "0", NULL };
+	json_t			*reply, *retry;
+	char			*r1, *r2;
+	int			 fds[2], in_flight;
+
+	start(b, args);
+	in_flight = two_calls_one_in_flight(b, "inflight-1", fds);
+	assert_int_equal(harness_count_tasks(b), 0);
+	assert_int_equal(kill(b->pid, SIGCONT), 0);
+	reply = raw_reply(fds[in_flight]);
+	assert_outcome(reply, "created", 1, 1, 0);
+
+	/* in_progress is retryable: the same connection retries. */
+	r1 = request_text(harness_write_task("inflight-1", "In flight"));
+	assert_int_equal(harness_raw_send(fds[1 - in_flight], r1), 0);
+	free(r1);
+	retry = raw_reply(fds[1 - in_flight]);
+	assert_outcome(retry, "reused", 0, 1, 0);
+	r1 = harness_receipt_text(reply);
+	r2 = harness_receipt_text(retry);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 1);
+	close(fds[0]);
+	close(fds[1]);
+	free(r1);
+	free(r2);
+	json_decref(reply);
+	json_decref(retry);
+	finish(b);
+}
+
+/*
+ * Another FCoP writer takes the preallocated name while the first call
+ * is in flight (its reservation held up in the stopped journaler): the
+ * call moves to a fresh number and leaves the other file alone.
+ */
+static void
+preallocated_name_taken_moves_on(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--inflight-wait-ms", "0", NULL };
+	static const char	 foreign[] = "---\nprotocol: \"fcop\"\n"
+	    "type: \"TASK\"\n---\nanother writer's task\n";
+	json_t			*reply, *retry;
+	char			 today[9], rel[256], *r1, *r2, *data;
+	int			 fds[2], in_flight;
+
+	harness_today(today);
+	start(b, args);
+	in_flight = two_calls_one_in_flight(b, "taken-1", fds);
+	/* The claimer reserved 001 (a fresh root) before the other looked. */
+	snprintf(rel, sizeof rel, "_lifecycle/inbox/TASK-%s-001-PM-to-DEV.md",
+	    today);
+	assert_int_equal(harness_write(b, rel, foreign), 0);
+	assert_int_equal(kill(b->pid, SIGCONT), 0);
+	reply = raw_reply(fds[in_flight]);
+	assert_outcome(reply, "created", 1, 1, 0);
+	skip_if_date_moved(today, receipt_str(reply, "task_id"));
+	expect_task_id(receipt_str(reply, "task_id"), today, 2);
+	data = harness_read(b, rel);
+	assert_non_null(data);
+	assert_string_equal(data, foreign);
+	free(data);
+	assert_int_equal(harness_count_tasks(b), 2);
+	close(fds[0]);
+	close(fds[1]);
+
+	/* The move is durable: a retry after kill -9 finds number 002. */
+	harness_kill(b);
+	start(b, NULL);
+	retry = submit(b, "taken-1", "In flight");
+	assert_outcome(retry, "reused", 0, 1, 0);
+	r1 = harness_receipt_text(reply);
+	r2 = harness_receipt_text(retry);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 2);
+	free(r1);
+	free(r2);
+	json_decref(reply);
+	json_decref(retry);
+	finish(b);
+}
+
+/* ---- Bad input ----------------------------------------------------------- */
+
+static void
+bad_json_keeps_connection(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	json_t			*reply;
+
+	start(b, NULL);
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call_line(c, "this is {not json");
+	assert_non_null(reply);
+	assert_error(reply, "invalid_json", 0);
+	json_decref(reply);
+	reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
+	assert_non_null(reply);
+	assert_bool(reply, "ok", 1);
+	assert_string_equal(str(reply, "server"), "idemd");
+	json_decref(reply);
+	idem_close(c);
+	assert_int_equal(harness_count_tasks(b), 0);
+	finish(b);
+}
+
+static void
+unknown_op_echoes_id(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	json_t			*reply;
+
+	start(b, NULL);
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call_line(c, "{\"op\":\"frobnicate\",\"id\":\"req-9\"}");
+	assert_non_null(reply);
+	assert_error(reply, "unknown_op", 0);
+	assert_string_equal(str(reply, "id"), "req-9");
+	json_decref(reply);
+	reply = harness_call_line(c, "{\"id\":42,\"op\":\"frobnicate\"}");
+	assert_non_null(reply);
+	assert_error(reply, "unknown_op", 0);
+	assert_int_equal(json_integer_value(json_object_get(reply, "id")), 42);
+	json_decref(reply);
+	idem_close(c);
+	finish(b);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(topology_created_on_first_start),
+		T(hello_answers_server_and_protocol),
+		T(created_then_reused_with_identical_receipt),
+		T(reply_lost_retry_is_reused),
+		T(concurrent_identical_calls_create_once),
+		T(same_id_other_content_conflicts),
+		T(request_digest_checked),
+		T(legacy_calls_create_each_time),
+		T(reuse_after_sigterm_restart),
+		T(reuse_after_kill9_restart),
+		T(numbers_not_reused_after_sigterm),
+		T(numbers_not_reused_after_kill9),
+		T(numbers_not_reused_after_sigterm_with_legacy),
+		T(numbers_not_reused_after_kill9_with_legacy),
+		T(numbers_not_reused_after_files_left),
+		T(numbers_used_in_done_skipped),
+		T(numbers_used_in_history_skipped),
+		T(moved_tasks_still_found_after_restart),
+		T(second_broker_on_root_refused),
+		T(inflight_wait_zero_answers_in_progress),
+		T(preallocated_name_taken_moves_on),
+		T(bad_json_keeps_connection),
+		T(unknown_op_echoes_id),
+	};
+
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
