@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,18 +31,24 @@ usage(FILE *out, int status)
 {
 	fprintf(out,
 "usage: idemd [--root DIR] [--socket PATH] [--workers N] [--capacity N]\n"
-"             [--inflight-wait-ms N] [--max-connections N] [--ready-fd FD]\n"
+"             [--inflight-wait-ms N] [--max-connections N]\n"
+"             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
+"             [--ready-fd FD]\n"
 "\n"
 "  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
 "  --socket PATH         Unix socket (default ROOT/%s)\n"
 "  --workers N           worker processes (default %d, at most %d)\n"
 "  --capacity N          submissions the table holds (default %d)\n"
 "  --inflight-wait-ms N  how long an identical call waits (default %d)\n"
-"  --max-connections N   per worker (default %d)\n"
+"  --max-connections N   open connections, all workers together (default %d)\n"
+"  --idle-timeout-ms N   close a connection silent this long (default %d)\n"
+"  --socket-mode MODE    the socket's permissions, octal (default %03o)\n"
+"  --socket-group GROUP  the socket's group (to share it with a group)\n"
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
-	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS);
+	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
+	    IDEM_DEFAULT_IDLE_TIMEOUT_MS, IDEM_DEFAULT_SOCKET_MODE);
 	exit(status);
 }
 
@@ -58,6 +65,21 @@ number_option(const char *name, const char *value, long min, long max)
 	return n;
 }
 
+static unsigned
+socket_mode_option(const char *value)
+{
+	char		*end;
+	unsigned long	 mode;
+
+	errno = 0;
+	mode = strtoul(value, &end, 8);
+	if (errno != 0 || *end != '\0' || end == value || mode > 0777 ||
+	    (mode & 0600) != 0600)
+		fatalx("--socket-mode must be octal permissions that include "
+		    "0600 (the broker's own user), such as 0660");
+	return (unsigned)mode;
+}
+
 static void
 parse_options(struct idemd *d, int argc, char **argv)
 {
@@ -69,6 +91,9 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "inflight-wait-ms", required_argument, NULL, 'i' },
 		{ "max-connections", required_argument, NULL, 'm' },
 		{ "ready-fd", required_argument, NULL, 'R' },
+		{ "idle-timeout-ms", required_argument, NULL, 'I' },
+		{ "socket-mode", required_argument, NULL, 'M' },
+		{ "socket-group", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
@@ -82,6 +107,8 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;
 	d->max_connections = IDEM_DEFAULT_MAX_CONNECTIONS;
 	d->ready_fd = -1;
+	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
+	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
 	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
@@ -109,6 +136,16 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'R':
 			d->ready_fd = (int)number_option("ready-fd", optarg, 0,
 			    INT_MAX);
+			break;
+		case 'I':
+			d->idle_timeout_ms = (int)number_option(
+			    "idle-timeout-ms", optarg, 1, INT_MAX);
+			break;
+		case 'M':
+			d->socket_mode = socket_mode_option(optarg);
+			break;
+		case 'G':
+			d->socket_group = optarg;
 			break;
 		case 'h':
 			usage(stdout, 0);
@@ -245,6 +282,18 @@ open_socket(struct idemd *d)
 	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) == -1)
 		fatal("bind %s", d->socket_path);
 	umask(old);
+	if (d->socket_group != NULL) {
+		struct group	*g = getgrnam(d->socket_group);
+
+		if (g == NULL)
+			fatalx("--socket-group: no group \"%s\"",
+			    d->socket_group);
+		if (chown(d->socket_path, (uid_t)-1, g->gr_gid) == -1)
+			fatal("chown %s to group %s", d->socket_path,
+			    d->socket_group);
+	}
+	if (chmod(d->socket_path, d->socket_mode) == -1)
+		fatal("chmod %s", d->socket_path);
 	if (listen(fd, 1024) == -1)
 		fatal("listen %s", d->socket_path);
 	d->listen_fd = fd;

@@ -371,6 +371,13 @@ conn_process(struct conn *c)
 	char			*line;
 
 	while (c->running == NULL && !c->closing) {
+		/*
+		 * A peer that sends without reading gets no more answers
+		 * queued; conn_written resumes once the output drains.
+		 */
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
+		    IDEM_MAX_OUTPUT_BYTES)
+			return;
 		eol = evbuffer_search_eol(input, NULL, &eol_length,
 		    EVBUFFER_EOL_LF);
 		if (eol.pos == -1) {
@@ -418,6 +425,8 @@ conn_written(struct bufferevent *bev, void *arg)
 
 	if (c->closing && c->running == NULL)
 		conn_free(c);
+	else if (c->running == NULL && !c->worker->draining)
+		conn_process(c);
 	else if (c->worker->draining && c->running == NULL)
 		conn_free(c);
 }
@@ -425,8 +434,15 @@ conn_written(struct bufferevent *bev, void *arg)
 static void
 conn_event(struct bufferevent *bev, short events, void *arg)
 {
-	if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-		conn_free(arg);
+	struct conn	*c = arg;
+
+	/* A silent peer times out only while it has nothing running. */
+	if ((events & BEV_EVENT_TIMEOUT) && c->running != NULL) {
+		bufferevent_enable(bev, EV_READ);
+		return;
+	}
+	if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+		conn_free(c);
 }
 
 static void
@@ -445,9 +461,30 @@ conn_free(struct conn *c)
 		c->running->conn = NULL;	/* it completes; no reply */
 	TAILQ_REMOVE(&w->conns, c, entry);
 	w->conn_count--;
+	atomic_fetch_sub(&w->d->seg.header->connections, 1);
 	bufferevent_free(c->bev);
 	free(c);
 	worker_maybe_exit(w);
+}
+
+/*
+ * One connection too many: say so in one line (best effort: the socket is
+ * new, so its buffer has room) and close.  The count was taken; give it back.
+ */
+static void
+conn_refuse(struct worker *w, int s)
+{
+	char	line[256];
+	int	n;
+
+	atomic_fetch_sub(&w->d->seg.header->connections, 1);
+	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
+	    "\"error\":{\"code\":\"internal\",\"message\":\"too many "
+	    "connections (at most %d); retry later\",\"retryable\":true}}\n",
+	    w->d->max_connections);
+	(void)send(s, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	close(s);
+	atomic_fetch_add(&w->d->seg.header->counters.errors, 1);
 }
 
 static void
@@ -457,6 +494,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 	struct conn	*c;
 	struct ucred	 cred;
 	socklen_t	 len = sizeof cred;
+	struct timeval	 tv;
 	int		 s;
 
 	for (;;) {
@@ -464,11 +502,24 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		if (s == -1) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Out of descriptors: pause, do not spin. */
+				log_warn("accept; pausing for a second");
+				event_del(w->listen_ev);
+				tv.tv_sec = 1;
+				tv.tv_usec = 0;
+				evtimer_add(w->accept_pause_ev, &tv);
+			} else if (errno != EAGAIN && errno != EWOULDBLOCK)
 				log_warn("accept");
 			return;
 		}
+		if (atomic_fetch_add(&w->d->seg.header->connections, 1) >=
+		    (uint32_t)w->d->max_connections) {
+			conn_refuse(w, s);
+			continue;
+		}
 		if ((c = calloc(1, sizeof *c)) == NULL) {
+			atomic_fetch_sub(&w->d->seg.header->connections, 1);
 			close(s);
 			continue;
 		}
@@ -480,6 +531,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		c->bev = bufferevent_socket_new(w->base, s,
 		    BEV_OPT_CLOSE_ON_FREE);
 		if (c->bev == NULL) {
+			atomic_fetch_sub(&w->d->seg.header->connections, 1);
 			close(s);
 			free(c);
 			continue;
@@ -489,10 +541,22 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		/* Read no further than one line past the limit. */
 		bufferevent_setwatermark(c->bev, EV_READ, 0,
 		    IDEM_MAX_LINE_BYTES + 1);
+		tv.tv_sec = w->d->idle_timeout_ms / 1000;
+		tv.tv_usec = (w->d->idle_timeout_ms % 1000) * 1000;
+		bufferevent_set_timeouts(c->bev, &tv, NULL);
 		bufferevent_enable(c->bev, EV_READ);
 		TAILQ_INSERT_TAIL(&w->conns, c, entry);
 		w->conn_count++;
 	}
+}
+
+static void
+worker_accept_resume(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+
+	if (!w->draining)
+		event_add(w->listen_ev, NULL);
 }
 
 static void
@@ -545,8 +609,10 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	    worker_notified, &w);
 	w.local_wake_ev = event_new(w.base, -1, 0, worker_local_wake, &w);
 	w.term_ev = evsignal_new(w.base, SIGTERM, worker_terminate, &w);
+	w.accept_pause_ev = evtimer_new(w.base, worker_accept_resume, &w);
 	if (w.listen_ev == NULL || w.notify_ev == NULL ||
-	    w.local_wake_ev == NULL || w.term_ev == NULL)
+	    w.local_wake_ev == NULL || w.term_ev == NULL ||
+	    w.accept_pause_ev == NULL)
 		fatalx("worker %u: cannot create events", index);
 	event_add(w.listen_ev, NULL);
 	event_add(w.notify_ev, NULL);
@@ -563,6 +629,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_free(w.notify_ev);
 	event_free(w.local_wake_ev);
 	event_free(w.term_ev);
+	event_free(w.accept_pause_ev);
 	event_base_free(w.base);
 	return 0;
 }

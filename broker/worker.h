@@ -25,6 +25,9 @@ struct idemd {
 	uint32_t		 capacity;
 	int			 inflight_wait_ms;
 	int			 max_connections;
+	int			 idle_timeout_ms;
+	unsigned		 socket_mode;
+	const char		*socket_group;
 	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
 
 	/* Handles, opened by the master before forking. */
@@ -93,6 +96,7 @@ struct worker {
 	struct event		*notify_ev;
 	struct event		*local_wake_ev;
 	struct event		*term_ev;
+	struct event		*accept_pause_ev;
 	TAILQ_HEAD(, conn)	 conns;
 	unsigned		 conn_count;
 	TAILQ_HEAD(, pending)	 parked;

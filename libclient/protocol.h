@@ -32,7 +32,11 @@
 #define IDEM_MAX_WORKERS		64
 #define IDEM_DEFAULT_CAPACITY		262144
 #define IDEM_DEFAULT_INFLIGHT_WAIT_MS	10000
-#define IDEM_DEFAULT_MAX_CONNECTIONS	1024
+#define IDEM_DEFAULT_MAX_CONNECTIONS	1024	/* across all workers */
+#define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
+#define IDEM_DEFAULT_SOCKET_MODE	0600
+/* Replies queued for a connection that does not read them: stop reading it. */
+#define IDEM_MAX_OUTPUT_BYTES		(4 * 1024 * 1024)
 
 /* Paths relative to the root. */
 #define IDEM_STATE_DIR			".idem"
