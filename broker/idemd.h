@@ -64,6 +64,13 @@ int	journal_append(struct journal *, const struct iovec *, int iovcnt,
 /* fdatasync.  A failure is never retried by the caller (see doc). */
 int	journal_sync(struct journal *, char **cause);
 void	journal_close(struct journal *);
+/*
+ * Cut segment back to size and fsync it: after a failed write or fsync,
+ * what follows the last durable size was never acknowledged and its
+ * state on disk is unknown, so it must not be replayed.
+ */
+int	journal_cut(const char *dir, uint64_t segment, uint64_t size,
+	    char **cause);
 
 typedef int (*journal_apply_fn)(const struct journal_record *, void *arg);
 struct journal_replay_stats {

@@ -730,6 +730,15 @@ journal_open(struct journal *j, const char *dir, char **cause)
 		journal_cause(cause, "journal %s/%s: %s", dir, name, invalid);
 		goto fail;
 	}
+	/*
+	 * What replay accepted is what start-up built on: make it durable,
+	 * in case a previous broker died between its write and its fsync.
+	 */
+	if (fdatasync(j->fd) == -1) {
+		journal_cause(cause, "journal %s/%s: fdatasync: %s", dir, name,
+		    strerror(errno));
+		goto fail;
+	}
 	j->size = (uint64_t)st.st_size;
 	return 0;
 
@@ -1126,4 +1135,32 @@ out:
 	close(dir_fd);
 	errno = saved_errno;
 	return rv;
+}
+
+int
+journal_cut(const char *dir, uint64_t segment, uint64_t size, char **cause)
+{
+	char	path[PATH_MAX];
+	int	fd, saved_errno;
+
+	if (snprintf(path, sizeof path, "%s/%016llx.jnl", dir,
+	    (unsigned long long)segment) >= (int)sizeof path) {
+		errno = ENAMETOOLONG;
+		journal_cause(cause, "journal %s: path too long", dir);
+		return -1;
+	}
+	if ((fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)) == -1) {
+		journal_cause(cause, "journal %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (ftruncate(fd, (off_t)size) == -1 || fsync(fd) == -1) {
+		saved_errno = errno;
+		close(fd);
+		errno = saved_errno;
+		journal_cause(cause, "journal %s: cutting back to %llu bytes: %s",
+		    path, (unsigned long long)size, strerror(errno));
+		return -1;
+	}
+	close(fd);
+	return 0;
 }

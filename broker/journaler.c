@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,6 +36,9 @@ static struct journaler {
 	_Atomic int	 stop;
 	int		(*broadcast)(void *);
 	void		*broadcast_arg;
+	/* Where the journal was last known durable: for a reopen. */
+	uint64_t	 durable_segment;
+	uint64_t	 durable_size;
 } journaler;
 
 void
@@ -55,6 +59,8 @@ journaler_fail(struct idemd *d, uint64_t end, const char *what, char *cause)
 	free(cause);
 	atomic_store(&d->seg.header->journal_failed, 1);
 	handoff_taken(&d->seg, end);
+	/* The master reopens the state from the journal (master.c). */
+	kill(getpid(), SIGUSR1);
 }
 
 static void *
@@ -87,6 +93,10 @@ journaler_main(void *arg)
 				else {
 					atomic_fetch_add(
 					    &h->counters.journal_fsyncs, 1);
+					journaler.durable_segment =
+					    d->journal.segment;
+					journaler.durable_size =
+					    d->journal.size;
 					handoff_durable(&d->seg, end);
 				}
 			}
@@ -106,6 +116,8 @@ journaler_start(struct idemd *d, int (*broadcast)(void *), void *arg)
 	int	error;
 
 	journaler.d = d;
+	journaler.durable_segment = d->journal.segment;
+	journaler.durable_size = d->journal.size;
 	journaler.broadcast = broadcast;
 	journaler.broadcast_arg = arg;
 	atomic_store(&journaler.stop, 0);
@@ -128,4 +140,12 @@ journaler_stop(void)
 	journaler_kick(journaler.d->kick_fd);
 	pthread_join(journaler.thread, NULL);
 	journaler.running = 0;
+}
+
+/* After journaler_stop: the last position known durable. */
+void
+journaler_durable(uint64_t *segment, uint64_t *size)
+{
+	*segment = journaler.durable_segment;
+	*size = journaler.durable_size;
 }

@@ -235,25 +235,35 @@ replay_apply(const struct journal_record *r, void *arg)
 	return 0;
 }
 
-static void
-replay(struct idemd *d)
+int
+idemd_open_state(struct idemd *d, char **cause)
 {
 	struct journal_replay_stats	 stats;
-	char				*dir, *cause = NULL;
+	char				 dir[PATH_MAX];
 	int64_t				 started = shm_now_ms();
 
-	if (asprintf(&dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR) == -1)
-		fatal("asprintf");
+	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
+	if (shm_create(d->root_real, d->capacity, &d->seg, cause) != 0)
+		return -1;
+	d->seg.header->worker_count = d->worker_count;
 	memset(&stats, 0, sizeof stats);
-	if (journal_replay(dir, replay_apply, d, &stats, &cause) != 0)
-		fatalx("%s", cause);
+	if (journal_replay(dir, replay_apply, d, &stats, cause) != 0 ||
+	    journal_open(&d->journal, dir, cause) != 0) {
+		shm_destroy(&d->seg);
+		return -1;
+	}
 	log_info("replayed %llu records (%llu bytes, %u segments) in %lld ms",
 	    (unsigned long long)stats.records,
 	    (unsigned long long)stats.bytes, stats.segments,
 	    (long long)(shm_now_ms() - started));
-	if (journal_open(&d->journal, dir, &cause) != 0)
-		fatalx("%s", cause);
-	free(dir);
+	return 0;
+}
+
+void
+idemd_close_state(struct idemd *d)
+{
+	journal_close(&d->journal);
+	shm_destroy(&d->seg);
 }
 
 static void
@@ -337,10 +347,8 @@ main(int argc, char **argv)
 	if (taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_REPORTS_DIR);
 
-	if (shm_create(d.root_real, d.capacity, &d.seg, &cause) != 0)
+	if (idemd_open_state(&d, &cause) != 0)
 		fatalx("%s", cause);
-	d.seg.header->worker_count = d.worker_count;
-	replay(&d);
 	if (crash_init(&d.seg, &cause) != 0)
 		fatalx("%s", cause);
 	if ((d.kick_fd = eventfd(0, EFD_CLOEXEC)) == -1)
@@ -350,8 +358,8 @@ main(int argc, char **argv)
 	status = master_run(&d);
 
 	unlink(d.socket_path);
-	journal_close(&d.journal);
-	shm_destroy(&d.seg);
+	if (d.seg.header != NULL)
+		idemd_close_state(&d);
 	log_info("stopped");
 	return status;
 }

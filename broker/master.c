@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -32,10 +34,12 @@ struct master {
 	int			 notify_fds[IDEM_MAX_WORKERS];
 	pthread_mutex_t		 fds_lock;	/* notify_fds: shared with the journaler */
 	int			 stopping;
+	int			 reopening;	/* after a journal failure */
 	unsigned		 live;
 	int64_t			 burst_started_ms;
 	unsigned		 burst;
 	struct event		*respawn_ev;
+	struct event		*reopen_ev;
 };
 
 static int
@@ -148,7 +152,7 @@ master_child(evutil_socket_t fd, short events, void *arg)
 		m->pids[i] = 0;
 		m->live--;
 		master_broadcast(m);
-		if (m->stopping)
+		if (m->stopping || m->reopening)
 			continue;
 		atomic_fetch_add(&m->d->seg.header->counters.worker_restarts,
 		    1);
@@ -165,6 +169,69 @@ master_child(evutil_socket_t fd, short events, void *arg)
 	}
 	if (m->stopping && m->live == 0)
 		event_base_loopbreak(m->base);
+	else if (m->reopening && m->live == 0)
+		event_active(m->reopen_ev, EV_TIMEOUT, 0);
+}
+
+/*
+ * The journal failed: its tail past the last fsync that succeeded is of
+ * unknown state and was never acknowledged.  With every worker gone, cut
+ * it off, rebuild the segment from the journal and serve again.  Until
+ * that succeeds nothing is served (connections wait in the backlog); a
+ * failed attempt is retried every second.
+ */
+static void
+master_reopen(evutil_socket_t fd, short events, void *arg)
+{
+	struct master	*m = arg;
+	struct idemd	*d = m->d;
+	struct timeval	 one_second = { 1, 0 };
+	char		 dir[PATH_MAX], *cause = NULL;
+	uint64_t	 segment, size;
+	unsigned	 i;
+
+	if (!m->reopening || m->live != 0 || m->stopping)
+		return;
+	journaler_stop();
+	journaler_durable(&segment, &size);
+	idemd_close_state(d);
+	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
+	if (journal_cut(dir, segment, size, &cause) != 0 ||
+	    idemd_open_state(d, &cause) != 0) {
+		log_warnx("reopening after the journal failure: %s; trying "
+		    "again in a second", cause);
+		free(cause);
+		evtimer_add(m->reopen_ev, &one_second);
+		return;
+	}
+	if (journaler_start(d, master_broadcast, m) != 0)
+		fatal("restarting the journaling thread");
+	m->reopening = 0;
+	for (i = 0; i < d->worker_count; i++) {
+		if (m->pids[i] == 0 && master_spawn(m, i) != 0)
+			evtimer_add(m->respawn_ev, &one_second);
+	}
+	log_info("state reopened from the journal; serving again");
+}
+
+/* SIGUSR1: the journaling thread reports a failure. */
+static void
+master_journal_failed(evutil_socket_t fd, short events, void *arg)
+{
+	struct master	*m = arg;
+	unsigned	 i;
+
+	if (m->reopening || m->stopping ||
+	    !atomic_load(&m->d->seg.header->journal_failed))
+		return;
+	log_warnx("journal failed: draining the workers to reopen the state");
+	m->reopening = 1;
+	for (i = 0; i < m->d->worker_count; i++) {
+		if (m->pids[i] != 0)
+			kill(m->pids[i], SIGTERM);
+	}
+	if (m->live == 0)
+		event_active(m->reopen_ev, EV_TIMEOUT, 0);
 }
 
 static void
@@ -190,7 +257,7 @@ int
 master_run(struct idemd *d)
 {
 	struct master	 m;
-	struct event	*sigchld, *sigterm, *sigint;
+	struct event	*sigchld, *sigterm, *sigint, *sigusr1;
 	unsigned	 i;
 
 	memset(&m, 0, sizeof m);
@@ -204,12 +271,15 @@ master_run(struct idemd *d)
 	sigterm = evsignal_new(m.base, SIGTERM, master_terminate, &m);
 	sigint = evsignal_new(m.base, SIGINT, master_terminate, &m);
 	m.respawn_ev = evtimer_new(m.base, master_spawn_missing, &m);
+	m.reopen_ev = evtimer_new(m.base, master_reopen, &m);
+	sigusr1 = evsignal_new(m.base, SIGUSR1, master_journal_failed, &m);
 	if (sigchld == NULL || sigterm == NULL || sigint == NULL ||
-	    m.respawn_ev == NULL)
+	    m.respawn_ev == NULL || m.reopen_ev == NULL || sigusr1 == NULL)
 		fatalx("cannot create the master's events");
 	event_add(sigchld, NULL);
 	event_add(sigterm, NULL);
 	event_add(sigint, NULL);
+	event_add(sigusr1, NULL);
 
 	/* Workers first: fork before the journaling thread exists. */
 	for (i = 0; i < d->worker_count; i++) {
@@ -233,7 +303,10 @@ master_run(struct idemd *d)
 	event_free(sigterm);
 	event_free(sigint);
 	event_free(m.respawn_ev);
+	event_free(m.reopen_ev);
+	event_free(sigusr1);
 	event_base_free(m.base);
 	pthread_mutex_destroy(&m.fds_lock);
-	return atomic_load(&d->seg.header->journal_failed) ? 1 : 0;
+	return d->seg.header == NULL ||
+	    atomic_load(&d->seg.header->journal_failed) ? 1 : 0;
 }

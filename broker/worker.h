@@ -42,6 +42,9 @@ struct idemd {
 };
 
 /* main.c */
+/* The segment filled from the journal, and the journal open to append. */
+int	idemd_open_state(struct idemd *, char **cause);
+void	idemd_close_state(struct idemd *);
 int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 	    void *arg);
 
@@ -52,6 +55,7 @@ int	master_run(struct idemd *);
 int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
+void	journaler_durable(uint64_t *segment, uint64_t *size);
 
 /* worker.c */
 struct worker;
