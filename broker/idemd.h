@@ -139,6 +139,9 @@ int	taskfile_make_topology(int root_fd, char **cause);
  */
 int	taskfile_write_durable(int dir_fd, const char *name, const void *data,
 	    size_t length, int task_crash_points, char **cause);
+/* The same without the directory fsync (the caller shares one). */
+int	taskfile_write_linked(int dir_fd, const char *name, const void *data,
+	    size_t length, int task_crash_points, char **cause);
 
 /*
  * Where is <id>.md now?  inbox first, then every directory under

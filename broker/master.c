@@ -81,7 +81,13 @@ master_spawn(struct master *m, unsigned index)
 		return -1;
 	}
 	if (pid == 0) {
-		/* The worker runs its own loop; drop the master's signals. */
+		/*
+		 * The worker runs its own loop: drop the master's base and
+		 * its signal handlers.  Reinitialise it first, because the
+		 * epoll instance is shared with the master across fork and
+		 * freeing it as it is would unregister the master's events.
+		 */
+		event_reinit(m->base);
 		event_base_free(m->base);
 		if (d->ready_fd != -1)
 			close(d->ready_fd);

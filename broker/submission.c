@@ -365,47 +365,72 @@ sub_resolve_reserved(struct pending *p)
 	sub_journal(p, sub_file_recorded);
 }
 
-/* Render and write the file; EEXIST (the name is taken) returned as is. */
-static int
-sub_put_file(struct pending *p, int64_t now, char **cause)
+/*
+ * Render the file for s->name and hand it to the worker's file threads;
+ * done runs in the loop when it is written, linked and its directory
+ * fsync'd (or failed: EEXIST means another file has the name).
+ */
+static void
+sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 {
 	struct submission	*s = sub_of(p);
-	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
-	char			*data;
-	size_t			 length;
-	int			 rc, error;
+	struct fileio_job	*job = &s->job;
 
-	if (s->ops->render(s, now, &data, &length) != 0) {
-		asprintf(cause, "rendering %s: %s", s->name, strerror(errno));
-		return -1;
+	s->file_time = shm_now_ms();
+	memset(job, 0, sizeof *job);
+	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0) {
+		sub_fail(p, reply_error_simple(p->id, "internal", 1,
+		    "rendering %s: %s", s->name, strerror(errno)));
+		return;
 	}
-	snprintf(name, sizeof name, "%s.md", s->name);
-	rc = taskfile_write_durable(s->ops->dir_fd(idemd_of(p)), name, data,
-	    length, s->ops->crash_points, cause);
-	error = errno;
-	if (rc == 0)
-		digest_sha256(data, length, s->entry.file_digest);
-	free(data);
-	errno = error;
-	return rc;
+	snprintf(job->name, sizeof job->name, "%s.md", s->name);
+	job->dir_fd = s->ops->dir_fd(idemd_of(p));
+	job->crash_points = s->ops->crash_points;
+	job->done = done;
+	job->arg = p;
+	digest_sha256(job->data, job->length, s->entry.file_digest);
+	fileio_submit(p->worker->io, job);
 }
+
+/* Free what the job held; 0 if the file is in place, else -1 (errno). */
+static int
+sub_file_result(struct pending *p, struct fileio_job *job)
+{
+	struct submission	*s = sub_of(p);
+
+	free(job->data);
+	job->data = NULL;
+	if (job->result == 0)
+		return 0;
+	if (job->error != EEXIST)
+		log_warnx("%s %s: %s", s->ops->id_key, s->name,
+		    job->cause != NULL ? job->cause : strerror(job->error));
+	free(job->cause);
+	job->cause = NULL;
+	errno = job->error;
+	return -1;
+}
+
+static void	sub_file_written(struct fileio_job *);
 
 static void
 sub_write_file(struct pending *p)
 {
+	sub_put_file(p, sub_file_written);
+}
+
+static void
+sub_file_written(struct fileio_job *job)
+{
+	struct pending		*p = job->arg;
 	struct submission	*s = sub_of(p);
 	struct idemd		*d = idemd_of(p);
-	char			*cause = NULL;
-	int64_t			 now = shm_now_ms();
 
-	if (sub_put_file(p, now, &cause) != 0) {
+	if (sub_file_result(p, job) != 0) {
 		if (errno != EEXIST) {
-			log_warnx("submission %s: %s", s->submission_id, cause);
-			free(cause);
 			sub_fail_storage(p, errno, "writing the file");
 			return;
 		}
-		free(cause);
 		if (!s->fresh) {
 			/* Someone put a file there since we looked. */
 			sub_resolve_reserved(p);
@@ -416,9 +441,9 @@ sub_write_file(struct pending *p)
 		 * was in flight; nothing was promised yet, so move to a
 		 * fresh number and reserve it durably before writing.
 		 */
-		if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(now),
-		    idemd_scan_max_seq, d, &s->entry.date,
-		    &s->entry.seq) != 0) {
+		if (seqalloc_next(&d->seg, s->ops->kind,
+		    taskfile_date_of(shm_now_ms()), idemd_scan_max_seq, d,
+		    &s->entry.date, &s->entry.seq) != 0) {
 			sub_fail_storage(p, errno, "allocating a number");
 			return;
 		}
@@ -434,7 +459,7 @@ sub_write_file(struct pending *p)
 		return;
 	}
 	s->wrote_file = 1;
-	s->entry.created_at_ms = now;
+	s->entry.created_at_ms = s->file_time;
 	s->entry.state = SUBTAB_TASK_CREATED;
 	s->entry.updated_at_ms = shm_now_ms();
 	sub_journal(p, sub_file_recorded);
@@ -506,44 +531,45 @@ sub_committed(struct pending *p)
 }
 
 /* Legacy: no submission id, a new file every time. */
+static void	sub_legacy_written(struct fileio_job *);
+
 static void
 sub_legacy(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
 	struct idemd		*d = idemd_of(p);
-	char			*cause = NULL;
-	int64_t			 now;
-	int			 attempt;
 
-	for (attempt = 0;; attempt++) {
-		if (attempt == 1000) {
-			sub_fail(p, reply_error_simple(p->id, "internal", 1,
-			    "every number tried was taken by another writer"));
-			return;
-		}
-		now = shm_now_ms();
-		if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(now),
-		    idemd_scan_max_seq, d, &s->entry.date,
-		    &s->entry.seq) != 0) {
-			sub_fail_storage(p, errno, "allocating a number");
-			return;
-		}
-		sub_set_name(s);
-		if (sub_put_file(p, now, &cause) == 0)
-			break;
-		if (errno != EEXIST) {
-			log_warnx("legacy %s: %s", s->ops->id_key, cause);
-			free(cause);
+	if (++s->attempts > 1000) {
+		sub_fail(p, reply_error_simple(p->id, "internal", 1,
+		    "every number tried was taken by another writer"));
+		return;
+	}
+	if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(shm_now_ms()),
+	    idemd_scan_max_seq, d, &s->entry.date, &s->entry.seq) != 0) {
+		sub_fail_storage(p, errno, "allocating a number");
+		return;
+	}
+	sub_set_name(s);
+	sub_put_file(p, sub_legacy_written);
+}
+
+static void
+sub_legacy_written(struct fileio_job *job)
+{
+	struct pending		*p = job->arg;
+	struct submission	*s = sub_of(p);
+
+	if (sub_file_result(p, job) != 0) {
+		if (errno == EEXIST)
+			sub_legacy(p);		/* the next number */
+		else
 			sub_fail_storage(p, errno, "writing the file");
-			return;
-		}
-		free(cause);
-		cause = NULL;
+		return;
 	}
 	s->wrote_file = 1;
-	s->entry.created_at_ms = now;
+	s->entry.created_at_ms = s->file_time;
 	s->entry.state = SUBTAB_COMMITTED;
-	s->entry.updated_at_ms = now;
+	s->entry.updated_at_ms = shm_now_ms();
 	/* Recorded so that the number is never handed out again. */
 	sub_journal(p, sub_legacy_done);
 }

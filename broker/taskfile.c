@@ -617,6 +617,19 @@ int
 taskfile_write_durable(int dir_fd, const char *name, const void *data,
     size_t length, int task_crash_points, char **cause)
 {
+	if (taskfile_write_linked(dir_fd, name, data, length,
+	    task_crash_points, cause) != 0)
+		return (-1);
+	/* dir_fd must be open for reading (not O_PATH) for this fsync. */
+	if (fsync(dir_fd) == -1)
+		return (taskfile_fail(cause, "fsync the directory of %s", name));
+	return (0);
+}
+
+int
+taskfile_write_linked(int dir_fd, const char *name, const void *data,
+    size_t length, int task_crash_points, char **cause)
+{
 	char		 temp[NAME_MAX + 1];
 	const char	*what;
 	int		 fd, saved_errno;
@@ -669,10 +682,6 @@ taskfile_write_durable(int dir_fd, const char *name, const void *data,
 		log_warn("%s in place, but cannot remove %s", name, temp);
 	if (task_crash_points)
 		crash_point(CRASH_AFTER_TASK_FILE_LINKED);
-
-	/* dir_fd must be open for reading (not O_PATH) for this fsync. */
-	if (fsync(dir_fd) == -1)
-		return (taskfile_fail(cause, "fsync the directory of %s", name));
 	return (0);
 }
 

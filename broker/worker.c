@@ -39,6 +39,14 @@ struct conn {
 static void	conn_process(struct conn *);
 static void	conn_free(struct conn *);
 
+/* Draining ends when no connection is left and no request runs. */
+static void
+worker_maybe_exit(struct worker *w)
+{
+	if (w->draining && w->conn_count == 0 && w->running == 0)
+		event_base_loopbreak(w->base);
+}
+
 void
 conn_peer(const struct conn *c, uint32_t *uid, uint32_t *pid)
 {
@@ -89,18 +97,23 @@ pending_new(struct conn *c, json_t *id)
 	p->id = id != NULL ? json_incref(id) : NULL;
 	p->wait = PENDING_RUNNING;
 	c->running = p;
+	c->worker->running++;
 	return p;
 }
 
 void
 pending_free(struct pending *p)
 {
+	struct worker	*w = p->worker;
+
+	w->running--;
 	if (p->deadline != NULL)
 		event_free(p->deadline);
 	if (p->op_free != NULL)
 		p->op_free(p->op);
 	json_decref(p->id);
 	free(p);
+	worker_maybe_exit(w);
 }
 
 void
@@ -445,12 +458,7 @@ conn_event(struct bufferevent *bev, short events, void *arg)
 		conn_free(c);
 }
 
-static void
-worker_maybe_exit(struct worker *w)
-{
-	if (w->draining && w->conn_count == 0)
-		event_base_loopbreak(w->base);
-}
+
 
 static void
 conn_free(struct conn *c)
@@ -603,6 +611,8 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	TAILQ_INIT(&w.parked);
 	if ((w.base = event_base_new()) == NULL)
 		fatalx("worker %u: event_base_new failed", index);
+	if ((w.io = fileio_start(w.base)) == NULL)
+		fatalx("worker %u: cannot start its file threads", index);
 	w.listen_ev = event_new(w.base, d->listen_fd, EV_READ | EV_PERSIST,
 	    worker_accept, &w);
 	w.notify_ev = event_new(w.base, notify_fd, EV_READ | EV_PERSIST,
@@ -621,6 +631,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 
 	event_base_dispatch(w.base);
 
+	fileio_stop(w.io);
 	while ((p = TAILQ_FIRST(&w.parked)) != NULL) {
 		TAILQ_REMOVE(&w.parked, p, entry);
 		pending_free(p);

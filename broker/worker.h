@@ -57,6 +57,27 @@ void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
 void	journaler_durable(uint64_t *segment, uint64_t *size);
 
+/* fileio.c: a worker's file-writing threads */
+#define FILEIO_THREADS	8
+#define FILEIO_DIRS	4	/* directories with shared sync rounds */
+struct fileio_job {
+	int			 dir_fd;
+	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
+	char			*data;
+	size_t			 length;
+	int			 crash_points;
+	int			 result;	/* 0, or -1 with error and cause */
+	int			 error;
+	char			*cause;
+	void			(*done)(struct fileio_job *);	/* in the loop */
+	void			*arg;
+	TAILQ_ENTRY(fileio_job)	 entry;
+};
+struct fileio	*fileio_start(struct event_base *);
+void		 fileio_submit(struct fileio *, struct fileio_job *);
+unsigned	 fileio_in_flight(struct fileio *);
+void		 fileio_stop(struct fileio *);
+
 /* worker.c */
 struct worker;
 struct conn;
@@ -104,6 +125,8 @@ struct worker {
 	TAILQ_HEAD(, conn)	 conns;
 	unsigned		 conn_count;
 	TAILQ_HEAD(, pending)	 parked;
+	unsigned		 running;	/* requests not yet answered */
+	struct fileio		*io;
 	int			 draining;
 };
 
@@ -184,6 +207,9 @@ struct submission {
 	int			 recovered;
 	int			 wrote_file;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 16];
+	struct fileio_job	 job;		/* its file, while written */
+	int64_t			 file_time;	/* the file's created_at */
+	unsigned		 attempts;	/* numbers tried (legacy) */
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);

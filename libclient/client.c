@@ -332,7 +332,8 @@ client_wire_error(json_t *response, struct idem_error *err)
 	else
 		client_error(err, client_codes[i].code, "%s", message);
 	err->retryable = json_is_true(json_object_get(error, "retryable"));
-	if ((field = json_string_value(json_object_get(error, "field"))) != NULL)
+	if ((field = json_string_value(json_object_get(error,
+	    "field"))) != NULL)
 		snprintf(err->field, sizeof err->field, "%s", field);
 	if ((reason = json_string_value(json_object_get(error,
 	    "reason"))) != NULL)
@@ -602,7 +603,8 @@ client_write_result(json_t *response, struct idem_write_result *result,
 		return (-1);
 
 	if (!json_is_true(json_object_get(response, "ok"))) {
-		if (disposition == NULL || strcmp(disposition, "conflict") != 0) {
+		if (disposition == NULL ||
+		    strcmp(disposition, "conflict") != 0) {
 			client_wire_error(response, err);
 			return (-1);
 		}

@@ -62,7 +62,7 @@ digest_normalize_string(const char *s, size_t length, size_t *out_length)
 			return (NULL);
 		s = folded;
 	}
-	/* An explicit length and no UTF8PROC_NULLTERM: s need not end in NUL. */
+	/* With a length and no UTF8PROC_NULLTERM, s need not end in NUL. */
 	n = utf8proc_map((const utf8proc_uint8_t *)s, length, &nfc,
 	    UTF8PROC_STABLE|UTF8PROC_COMPOSE);
 	free(folded);
@@ -146,7 +146,8 @@ digest_task_normalize(const struct idem_task *in,
 	struct idem_task	*t = &out->task;
 	const char		**scalars[] = { &t->sender, &t->recipient,
 				    &t->subject, &t->body, &t->priority,
-				    &t->risk_level, &t->thread_key, &t->parent };
+				    &t->risk_level, &t->thread_key,
+				    &t->parent };
 	const char		**list;
 	char			*storage = NULL, *p;
 	size_t			 size, length, i, nlist;

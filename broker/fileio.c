@@ -1,0 +1,259 @@
+/*
+ * fileio.c: a worker's file-writing threads.
+ *
+ * DESIGN
+ *
+ * Writing a TASK or REPORT file durably costs an fsync of the file and
+ * one of its directory: milliseconds that a worker's event loop must not
+ * spend, or one slow disk would stall every connection of the worker.
+ * So each worker hands its files to FILEIO_THREADS threads.  A thread
+ * writes, fsyncs and links its file (taskfile_write_linked), then joins
+ * the directory's next sync round: whoever finds no round running starts
+ * one covering every link made so far, the others wait for it.  As with
+ * the journal's group commit, one directory fsync serves every file
+ * linked before it started.  Finished jobs go back to the event loop
+ * through an eventfd, and their callbacks run there, never in a thread.
+ *
+ * A failed directory fsync fails every job its round covered (their files
+ * are in place but not known durable; a retry adopts them), and is not
+ * retried for them.
+ */
+#include <sys/eventfd.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "worker.h"
+
+/* Directory sync rounds, per directory. */
+struct fileio_dir {
+	int		 fd;		/* -1: unused */
+	uint64_t	 linked;	/* links made so far */
+	uint64_t	 synced;	/* links covered by a finished round */
+	uint64_t	 failed_from;	/* a failed round covered (.., synced] */
+	uint64_t	 failed_to;
+	int		 failed_errno;
+	int		 syncing;
+};
+
+struct fileio {
+	struct event_base	*base;
+	struct event		*done_ev;
+	int			 done_fd;	/* eventfd: jobs finished */
+	pthread_t		 threads[FILEIO_THREADS];
+	unsigned		 thread_count;
+	pthread_mutex_t		 lock;
+	pthread_cond_t		 work;		/* a job queued, or stop */
+	pthread_cond_t		 round;		/* a directory round ended */
+	TAILQ_HEAD(, fileio_job) queue;
+	TAILQ_HEAD(, fileio_job) done;
+	struct fileio_dir	 dirs[FILEIO_DIRS];
+	unsigned		 in_flight;
+	int			 stop;
+};
+
+static struct fileio_dir *
+fileio_dir(struct fileio *io, int fd)
+{
+	unsigned	i;
+
+	for (i = 0; i < FILEIO_DIRS; i++) {
+		if (io->dirs[i].fd == fd)
+			return &io->dirs[i];
+		if (io->dirs[i].fd == -1) {
+			io->dirs[i].fd = fd;
+			return &io->dirs[i];
+		}
+	}
+	return NULL;
+}
+
+/* Under io->lock: wait until a directory fsync after our link is done. */
+static void
+fileio_sync_dir(struct fileio *io, struct fileio_job *job)
+{
+	struct fileio_dir	*dir = fileio_dir(io, job->dir_fd);
+	uint64_t		 mine, target;
+	int			 rc, error;
+
+	if (dir == NULL) {
+		/* More directories than rounds: sync alone. */
+		pthread_mutex_unlock(&io->lock);
+		rc = fsync(job->dir_fd);
+		error = errno;
+		pthread_mutex_lock(&io->lock);
+		if (rc == -1) {
+			job->result = -1;
+			job->error = error;
+		}
+		return;
+	}
+	mine = ++dir->linked;
+	while (dir->synced < mine) {
+		if (dir->syncing) {
+			pthread_cond_wait(&io->round, &io->lock);
+			continue;
+		}
+		dir->syncing = 1;
+		target = dir->linked;
+		pthread_mutex_unlock(&io->lock);
+		rc = fsync(dir->fd);
+		error = errno;
+		pthread_mutex_lock(&io->lock);
+		if (rc == -1) {
+			dir->failed_from = dir->synced + 1;
+			dir->failed_to = target;
+			dir->failed_errno = error;
+		}
+		dir->synced = target;
+		dir->syncing = 0;
+		pthread_cond_broadcast(&io->round);
+	}
+	if (mine >= dir->failed_from && mine <= dir->failed_to) {
+		job->result = -1;
+		job->error = dir->failed_errno;
+		asprintf(&job->cause, "fsync the directory of %s: %s",
+		    job->name, strerror(job->error));
+	}
+}
+
+static void *
+fileio_thread(void *arg)
+{
+	struct fileio		*io = arg;
+	struct fileio_job	*job;
+	uint64_t		 one = 1;
+
+	pthread_mutex_lock(&io->lock);
+	for (;;) {
+		while (!io->stop && TAILQ_EMPTY(&io->queue))
+			pthread_cond_wait(&io->work, &io->lock);
+		if ((job = TAILQ_FIRST(&io->queue)) == NULL)
+			break;	/* stopping, and nothing left */
+		TAILQ_REMOVE(&io->queue, job, entry);
+		pthread_mutex_unlock(&io->lock);
+
+		job->result = taskfile_write_linked(job->dir_fd, job->name,
+		    job->data, job->length, job->crash_points, &job->cause);
+		job->error = job->result == 0 ? 0 : errno;
+
+		pthread_mutex_lock(&io->lock);
+		if (job->result == 0)
+			fileio_sync_dir(io, job);
+		TAILQ_INSERT_TAIL(&io->done, job, entry);
+		while (write(io->done_fd, &one, sizeof one) == -1 &&
+		    errno == EINTR)
+			;
+	}
+	pthread_mutex_unlock(&io->lock);
+	return NULL;
+}
+
+/* In the event loop: run the callbacks of finished jobs. */
+static void
+fileio_finished(evutil_socket_t fd, short events, void *arg)
+{
+	struct fileio		*io = arg;
+	struct fileio_job	*job;
+	uint64_t		 count;
+
+	(void)read(fd, &count, sizeof count);
+	for (;;) {
+		pthread_mutex_lock(&io->lock);
+		if ((job = TAILQ_FIRST(&io->done)) != NULL) {
+			TAILQ_REMOVE(&io->done, job, entry);
+			io->in_flight--;
+		}
+		pthread_mutex_unlock(&io->lock);
+		if (job == NULL)
+			break;
+		errno = job->error;
+		job->done(job);
+	}
+}
+
+struct fileio *
+fileio_start(struct event_base *base)
+{
+	struct fileio	*io;
+	unsigned	 i;
+
+	if ((io = calloc(1, sizeof *io)) == NULL)
+		return NULL;
+	io->base = base;
+	io->done_fd = -1;
+	TAILQ_INIT(&io->queue);
+	TAILQ_INIT(&io->done);
+	for (i = 0; i < FILEIO_DIRS; i++)
+		io->dirs[i].fd = -1;
+	pthread_mutex_init(&io->lock, NULL);
+	pthread_cond_init(&io->work, NULL);
+	pthread_cond_init(&io->round, NULL);
+	if ((io->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1)
+		goto fail;
+	io->done_ev = event_new(base, io->done_fd, EV_READ | EV_PERSIST,
+	    fileio_finished, io);
+	if (io->done_ev == NULL || event_add(io->done_ev, NULL) != 0)
+		goto fail;
+	for (i = 0; i < FILEIO_THREADS; i++) {
+		if (pthread_create(&io->threads[i], NULL, fileio_thread,
+		    io) != 0)
+			goto fail;
+		io->thread_count++;
+	}
+	return io;
+fail:
+	log_warn("starting the file threads");
+	fileio_stop(io);
+	return NULL;
+}
+
+void
+fileio_submit(struct fileio *io, struct fileio_job *job)
+{
+	job->cause = NULL;
+	pthread_mutex_lock(&io->lock);
+	TAILQ_INSERT_TAIL(&io->queue, job, entry);
+	io->in_flight++;
+	pthread_cond_signal(&io->work);
+	pthread_mutex_unlock(&io->lock);
+}
+
+unsigned
+fileio_in_flight(struct fileio *io)
+{
+	unsigned	n;
+
+	pthread_mutex_lock(&io->lock);
+	n = io->in_flight;
+	pthread_mutex_unlock(&io->lock);
+	return n;
+}
+
+/* Finish the queue, join the threads, free.  Callbacks do not run. */
+void
+fileio_stop(struct fileio *io)
+{
+	unsigned	i;
+
+	if (io == NULL)
+		return;
+	pthread_mutex_lock(&io->lock);
+	io->stop = 1;
+	pthread_cond_broadcast(&io->work);
+	pthread_mutex_unlock(&io->lock);
+	for (i = 0; i < io->thread_count; i++)
+		pthread_join(io->threads[i], NULL);
+	if (io->done_ev != NULL)
+		event_free(io->done_ev);
+	if (io->done_fd != -1)
+		close(io->done_fd);
+	pthread_cond_destroy(&io->round);
+	pthread_cond_destroy(&io->work);
+	pthread_mutex_destroy(&io->lock);
+	free(io);
+}

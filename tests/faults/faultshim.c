@@ -1,0 +1,265 @@
+/*
+ * faultshim.c: an LD_PRELOAD shim that makes chosen writes and syncs
+ * fail, so tests can show what idemd does on a full disk or an I/O
+ * error without either.
+ *
+ * At every intercepted call it reads one rule from the file named by
+ * IDEM_FAULT_FILE (missing, empty or malformed: no fault):
+ *
+ *	<op> <path-substring> <errno-name>
+ *
+ * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync) or
+ * "any": every call idemd writes or syncs a file with (journal.c,
+ * taskfile.c, main.c); the path is the fd's, from /proc/self/fd; the
+ * errno is ENOSPC, EIO or EDQUOT.  A substring ending in "$" must end
+ * the path (so "_lifecycle/inbox$" is the directory, not the files in
+ * it).  A matching call writes or syncs nothing and fails with that
+ * errno.  Reading the rule at every call is
+ * what lets a test toggle a fault between two requests of a running
+ * broker.
+ *
+ * It must never call what it intercepts (open, read, close and readlink
+ * are not intercepted), holds no state but the real functions' addresses,
+ * and uses only async-signal-safe calls on its path, because libevent
+ * writes from signal handlers and the master has a journaling thread.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* RTLD_NEXT */
+#endif
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FAULT_RULE_BYTES	512
+#define FAULT_PATH_BYTES	4096
+/* "/proc/self/fd/" and an int. */
+#define FAULT_PROC_BYTES	32
+
+enum fault_op {
+	FAULT_WRITE,
+	FAULT_SYNC
+};
+
+typedef ssize_t	(*write_fn)(int, const void *, size_t);
+typedef ssize_t	(*writev_fn)(int, const struct iovec *, int);
+typedef ssize_t	(*pwrite_fn)(int, const void *, size_t, off_t);
+typedef int	(*sync_fn)(int);
+
+static write_fn		real_write;
+static writev_fn	real_writev;
+static pwrite_fn	real_pwrite;
+static sync_fn		real_fsync;
+static sync_fn		real_fdatasync;
+
+/*
+ * Resolved before main, while the process has one thread; a call that
+ * comes earlier (another library's constructor) resolves its own.  Two
+ * threads resolving at once store the same value, hence relaxed atomics.
+ */
+static void *
+fault_real(void **slot, const char *name)
+{
+	void	*fn = __atomic_load_n(slot, __ATOMIC_RELAXED);
+
+	if (fn == NULL) {
+		fn = dlsym(RTLD_NEXT, name);
+		__atomic_store_n(slot, fn, __ATOMIC_RELAXED);
+	}
+	return fn;
+}
+
+#define REAL(name)	((__typeof__(real_##name))fault_real( \
+	(void **)&real_##name, #name))
+
+__attribute__((constructor)) static void
+fault_init(void)
+{
+	(void)REAL(write);
+	(void)REAL(writev);
+	(void)REAL(pwrite);
+	(void)REAL(fsync);
+	(void)REAL(fdatasync);
+}
+
+static int
+fault_errno(const char *name, size_t length)
+{
+	if (length == 6 && memcmp(name, "ENOSPC", 6) == 0)
+		return ENOSPC;
+	if (length == 3 && memcmp(name, "EIO", 3) == 0)
+		return EIO;
+	if (length == 6 && memcmp(name, "EDQUOT", 6) == 0)
+		return EDQUOT;
+	return 0;
+}
+
+/* The next space-separated word of s at *pos, or NULL. */
+static const char *
+fault_word(const char *s, size_t *pos, size_t *length)
+{
+	const char	*start;
+
+	while (s[*pos] == ' ' || s[*pos] == '\t')
+		(*pos)++;
+	start = s + *pos;
+	while (s[*pos] != '\0' && s[*pos] != ' ' && s[*pos] != '\t' &&
+	    s[*pos] != '\n' && s[*pos] != '\r')
+		(*pos)++;
+	*length = (size_t)(s + *pos - start);
+	return *length > 0 ? start : NULL;
+}
+
+/* "/proc/self/fd/<fd>" without snprintf, which is not signal-safe. */
+static void
+fault_proc_path(int fd, char out[FAULT_PROC_BYTES])
+{
+	static const char	prefix[] = "/proc/self/fd/";
+	char			digits[16];
+	unsigned		value = (unsigned)fd;
+	size_t			n = 0, i;
+
+	do {
+		digits[n++] = (char)('0' + value % 10);
+		value /= 10;
+	} while (value != 0);
+	memcpy(out, prefix, sizeof prefix - 1);
+	for (i = 0; i < n; i++)
+		out[sizeof prefix - 1 + i] = digits[n - 1 - i];
+	out[sizeof prefix - 1 + n] = '\0';
+}
+
+/* The errno a call of kind op on fd must fail with, or 0 to let it run. */
+static int
+fault_check(enum fault_op op, int fd)
+{
+	const char	*file = getenv("IDEM_FAULT_FILE");
+	const char	*word, *want;
+	char		 rule[FAULT_RULE_BYTES], path[FAULT_PATH_BYTES];
+	char		 proc[FAULT_PROC_BYTES];
+	size_t		 pos = 0, length, want_length;
+	ssize_t		 n, got = 0;
+	int		 rfd, error;
+
+	if (file == NULL || *file == '\0' || fd < 0)
+		return 0;
+	if ((rfd = open(file, O_RDONLY | O_CLOEXEC)) == -1)
+		return 0;
+	while ((size_t)got < sizeof rule - 1) {
+		n = read(rfd, rule + got, sizeof rule - 1 - (size_t)got);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += n;
+	}
+	close(rfd);
+	rule[got] = '\0';
+
+	if ((word = fault_word(rule, &pos, &length)) == NULL)
+		return 0;
+	if (!(length == 3 && memcmp(word, "any", 3) == 0) &&
+	    !(op == FAULT_WRITE && length == 5 &&
+	    memcmp(word, "write", 5) == 0) &&
+	    !(op == FAULT_SYNC && length == 4 && memcmp(word, "sync", 4) == 0))
+		return 0;
+	if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
+	    want_length >= FAULT_PATH_BYTES)
+		return 0;
+	if ((word = fault_word(rule, &pos, &length)) == NULL ||
+	    (error = fault_errno(word, length)) == 0)
+		return 0;
+
+	fault_proc_path(fd, proc);
+	if ((n = readlink(proc, path, sizeof path - 1)) == -1)
+		return 0;
+	path[n] = '\0';
+	if (want[want_length - 1] == '$') {
+		want_length--;
+		return (size_t)n >= want_length && memcmp(path + n -
+		    want_length, want, want_length) == 0 ? error : 0;
+	}
+	/* Not strstr: want is not NUL-terminated where it ends. */
+	for (pos = 0; pos + want_length <= (size_t)n; pos++) {
+		if (memcmp(path + pos, want, want_length) == 0)
+			return error;
+	}
+	return 0;
+}
+
+/* Run the check keeping the caller's errno: a call that passes sees it. */
+static int
+fault_for(enum fault_op op, int fd)
+{
+	int	saved_errno = errno, error;
+
+	error = fault_check(op, fd);
+	errno = saved_errno;
+	return error;
+}
+
+ssize_t
+write(int fd, const void *buf, size_t count)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_WRITE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(write)(fd, buf, count);
+}
+
+ssize_t
+writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_WRITE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(writev)(fd, iov, iovcnt);
+}
+
+ssize_t
+pwrite(int fd, const void *buf, size_t count, off_t offset)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_WRITE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(pwrite)(fd, buf, count, offset);
+}
+
+int
+fsync(int fd)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_SYNC, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(fsync)(fd);
+}
+
+int
+fdatasync(int fd)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_SYNC, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(fdatasync)(fd);
+}

@@ -1,0 +1,815 @@
+/*
+ * test_storage.c: storage faults against a real idemd.  The broker runs
+ * with tests/faults/faultshim.c preloaded; a test makes chosen writes or
+ * syncs fail by writing a rule to <root>.faults (outside the root, so
+ * nothing the broker scans sees it) and clears it by emptying the file.
+ *
+ * Each test judges by what is authoritative: the TASK and REPORT files
+ * on disk (and their temporaries), the receipts byte for byte, and what
+ * a restart replays.  It shows that a failed write or sync acknowledges
+ * nothing and that a later retry completes.  Nothing sleeps to
+ * synchronise: requests block until served, and the one wait for the
+ * broker's own progress (a reopen that failed) is on its log, through
+ * inotify, with a deadline.
+ */
+#include <sys/inotify.h>
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "integration/harness.h"
+
+/* A test that takes longer than this is hung: the watchdog ends it. */
+#define TEST_WATCHDOG_SECONDS	60
+/* How long to wait for an event that must come (a guard, not a pause). */
+#define TEST_EVENT_TIMEOUT_MS	20000
+/*
+ * Tries of a request across a journal reopen: a worker that has not yet
+ * been drained still answers storage_unavailable, or closes the
+ * connection as it drains.  A handful happen; this bounds a broken one.
+ */
+#define TEST_REOPEN_TRIES	1000
+#define TEST_SHIM_DEFAULT	"tests/faults/.libs/libfaultshim.so"
+#define TEST_REPORT_BODY	"Fixed in a1b2c3.\n"
+
+struct storage_test {
+	struct broker	b;		/* first: the harness's */
+	char		fault_file[PATH_MAX];
+	char		env_preload[PATH_MAX + 16];
+	char		env_fault[PATH_MAX + 32];
+	const char	*env[3];
+};
+
+/* ---- Fixtures and helpers ------------------------------------------------ */
+
+static int
+setup(void **state)
+{
+	struct storage_test	*t;
+	const char		*shim = getenv("IDEM_FAULTSHIM");
+	char			 real[PATH_MAX];
+
+	if (shim == NULL)
+		shim = TEST_SHIM_DEFAULT;
+	if (realpath(shim, real) == NULL) {
+		fprintf(stderr, "fault shim %s: %s (build it with make check, "
+		    "or set IDEM_FAULTSHIM)\n", shim, strerror(errno));
+		return -1;
+	}
+	if ((t = calloc(1, sizeof *t)) == NULL)
+		return -1;
+	harness_fresh_root(&t->b);
+	harness_watchdog(TEST_WATCHDOG_SECONDS);
+	snprintf(t->fault_file, sizeof t->fault_file, "%s.faults", t->b.root);
+	snprintf(t->env_preload, sizeof t->env_preload, "LD_PRELOAD=%s",
+	    real);
+	snprintf(t->env_fault, sizeof t->env_fault, "IDEM_FAULT_FILE=%s",
+	    t->fault_file);
+	t->env[0] = t->env_preload;
+	t->env[1] = t->env_fault;
+	t->env[2] = NULL;
+	*state = t;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct storage_test	*t = *state;
+
+	harness_watchdog(0);
+	/* A failed test leaves its root, log and rule to be looked at. */
+	if (t->b.root[0] != '\0')
+		fprintf(stderr, "kept %s, %s and %s\n", t->b.root, t->b.log,
+		    t->fault_file);
+	if (t->b.pid != 0)
+		harness_kill(&t->b);
+	free(t);
+	return 0;
+}
+
+/* The end of a passing test. */
+static void
+finish(struct storage_test *t)
+{
+	harness_cleanup(&t->b);
+	if (getenv("IDEM_TEST_KEEP") == NULL)
+		unlink(t->fault_file);
+	t->b.root[0] = '\0';
+}
+
+static void
+start(struct storage_test *t)
+{
+	assert_int_equal(harness_start(&t->b, NULL, t->env), 0);
+}
+
+/*
+ * Replace the rule in one step (a temporary renamed over it), so the
+ * shim never reads half of it; "" clears it.
+ */
+static void
+fault_rule(struct storage_test *t, const char *rule)
+{
+	char	temp[PATH_MAX + 8];
+	size_t	length = strlen(rule);
+	int	fd;
+
+	snprintf(temp, sizeof temp, "%s.new", t->fault_file);
+	fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_int_not_equal(fd, -1);
+	assert_int_equal(write(fd, rule, length), (ssize_t)length);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(rename(temp, t->fault_file), 0);
+}
+
+static void
+fault_clear(struct storage_test *t)
+{
+	fault_rule(t, "");
+}
+
+/* One request on a connection of its own; NULL if it was closed. */
+static json_t *
+call_or_null(struct broker *b, json_t *request)
+{
+	struct idem_conn	*c;
+	json_t			*reply;
+
+	if ((c = harness_connect(b)) == NULL) {
+		json_decref(request);
+		return NULL;
+	}
+	reply = harness_call(c, request);
+	idem_close(c);
+	return reply;
+}
+
+static json_t *
+call(struct broker *b, json_t *request)
+{
+	json_t	*reply;
+
+	reply = call_or_null(b, request);
+	assert_non_null(reply);
+	return reply;
+}
+
+static json_t *
+submit(struct broker *b, const char *id, const char *subject)
+{
+	return call(b, harness_write_task(id, subject));
+}
+
+static const char *
+str(json_t *object, const char *key)
+{
+	json_t	*v = json_object_get(object, key);
+
+	assert_true(json_is_string(v));
+	return json_string_value(v);
+}
+
+static const char *
+receipt_str(json_t *reply, const char *key)
+{
+	return str(json_object_get(reply, "receipt"), key);
+}
+
+static const char *
+error_code(json_t *reply)
+{
+	json_t	*error = json_object_get(reply, "error");
+
+	return json_is_object(error) ? json_string_value(json_object_get(error,
+	    "code")) : NULL;
+}
+
+static void
+assert_bool(json_t *object, const char *key, int expected)
+{
+	json_t	*v = json_object_get(object, key);
+
+	assert_true(json_is_boolean(v));
+	assert_int_equal(json_is_true(v), expected);
+}
+
+/* ok, disposition, action_taken and recovered (absent: 0). */
+static void
+assert_outcome(json_t *reply, const char *disposition, int action_taken,
+    int recovered)
+{
+	json_t	*rec = json_object_get(reply, "recovered");
+
+	assert_bool(reply, "ok", 1);
+	assert_string_equal(str(reply, "disposition"), disposition);
+	assert_bool(reply, "action_taken", action_taken);
+	assert_bool(reply, "idempotent", 1);
+	if (recovered)
+		assert_true(json_is_true(rec));
+	else
+		assert_null(rec);
+	assert_string_equal(receipt_str(reply, "state"), "committed");
+}
+
+static void
+assert_storage_unavailable(json_t *reply)
+{
+	assert_bool(reply, "ok", 0);
+	assert_bool(reply, "action_taken", 0);
+	assert_string_equal(error_code(reply), "storage_unavailable");
+	assert_bool(json_object_get(reply, "error"), "retryable", 1);
+	assert_null(json_object_get(reply, "receipt"));
+}
+
+/* The entry at dir (relative to the root) whose names start with prefix. */
+static int
+count_named(const struct broker *b, const char *dir, const char *prefix,
+    const char *suffix)
+{
+	char		 path[1024];
+	DIR		*d;
+	struct dirent	*e;
+	size_t		 length, suffix_length = strlen(suffix);
+	int		 n = 0;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, dir);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		length = strlen(e->d_name);
+		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+		    length >= suffix_length &&
+		    strcmp(e->d_name + length - suffix_length, suffix) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* TASK files in the inbox whose front matter names submission id. */
+static int
+count_tasks_of(const struct broker *b, const char *id)
+{
+	char		 path[1024], rel[1024], line[300];
+	DIR		*d;
+	struct dirent	*e;
+	char		*data;
+	int		 n = 0;
+
+	snprintf(line, sizeof line, "\nclient_submission_id: \"%s\"\n", id);
+	snprintf(path, sizeof path, "%s/_lifecycle/inbox", b->root);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, "TASK-", 5) != 0)
+			continue;
+		snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", e->d_name);
+		data = harness_read(b, rel);
+		assert_non_null(data);
+		if (strstr(data, line) != NULL)
+			n++;
+		free(data);
+	}
+	closedir(d);
+	return n;
+}
+
+static int
+count_task_temporaries(const struct broker *b)
+{
+	return count_named(b, "_lifecycle/inbox", ".TASK-", "");
+}
+
+static int
+count_reports(const struct broker *b)
+{
+	return count_named(b, "reports", "REPORT-", ".md");
+}
+
+static int
+count_report_temporaries(const struct broker *b)
+{
+	return count_named(b, "reports", ".REPORT-", "");
+}
+
+/* The receipt's file is in place and its bytes are the ones recorded. */
+static void
+assert_receipt_file(const struct broker *b, json_t *reply)
+{
+	unsigned char	 digest[crypto_hash_sha256_BYTES];
+	char		 hex[crypto_hash_sha256_BYTES * 2 + 1];
+	char		*data;
+
+	data = harness_read(b, receipt_str(reply, "task_path"));
+	assert_non_null(data);
+	crypto_hash_sha256(digest, (const unsigned char *)data, strlen(data));
+	sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
+	free(data);
+	assert_string_equal(hex, receipt_str(reply, "file_digest"));
+}
+
+static char *
+receipt_text(json_t *reply)
+{
+	char	*text = harness_receipt_text(reply);
+
+	assert_non_null(text);
+	return text;
+}
+
+/* A retry must answer reused with exactly this receipt. */
+static void
+assert_reused_as(struct broker *b, const char *id, const char *subject,
+    const char *receipt)
+{
+	json_t	*reply;
+	char	*text;
+
+	reply = submit(b, id, subject);
+	assert_outcome(reply, "reused", 0, 0);
+	text = receipt_text(reply);
+	assert_string_equal(text, receipt);
+	free(text);
+	json_decref(reply);
+}
+
+static json_t *
+get_submission(struct broker *b, const char *id)
+{
+	json_t	*reply;
+
+	reply = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	    "client_submission_id", id));
+	assert_bool(reply, "ok", 1);
+	return reply;
+}
+
+static json_t *
+write_report(struct broker *b, const char *task_id, const char *id)
+{
+	return call(b, json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s}}",
+	    "op", "write_report", "task_id", task_id,
+	    "client_submission_id", id,
+	    "report", "sender", "DEV", "status", "done",
+	    "body", TEST_REPORT_BODY));
+}
+
+/*
+ * Send a request across a journal reopen: until the workers that saw
+ * the failure are drained, one may still answer storage_unavailable or
+ * close the connection; after it, the request waits in the listening
+ * socket's backlog until the new workers take it.  So the retry itself
+ * is the wait.
+ */
+static json_t *
+call_across_reopen(struct broker *b, json_t *request)
+{
+	json_t	*reply = NULL;
+	const char *code;
+	int	 tries;
+
+	for (tries = 0; tries < TEST_REOPEN_TRIES; tries++) {
+		reply = call_or_null(b, json_incref(request));
+		if (reply == NULL)
+			continue;
+		code = error_code(reply);
+		if (code == NULL || strcmp(code, "storage_unavailable") != 0)
+			break;
+		json_decref(reply);
+		reply = NULL;
+	}
+	json_decref(request);
+	if (reply == NULL)
+		fail_msg("still storage_unavailable after %d tries across "
+		    "the reopen", TEST_REOPEN_TRIES);
+	return reply;
+}
+
+/* A whole file by absolute path (malloc'd, NUL-terminated). */
+static char *
+read_path(const char *path)
+{
+	FILE	*f;
+	char	*data;
+	long	 size;
+
+	f = fopen(path, "re");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	size = ftell(f);
+	assert_true(size >= 0);
+	rewind(f);
+	data = calloc(1, (size_t)size + 1);
+	assert_non_null(data);
+	assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
+	fclose(f);
+	return data;
+}
+
+/*
+ * Wait until the broker's log holds needle, through inotify (the log is
+ * written as things happen); fails the test past the deadline.
+ */
+static void
+wait_log(const struct broker *b, const char *needle)
+{
+	struct pollfd	 pfd;
+	struct timespec	 now;
+	char		 events[4096], *log;
+	int64_t		 deadline, left;
+	int		 fd, found;
+
+	fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	assert_int_not_equal(fd, -1);
+	assert_int_not_equal(inotify_add_watch(fd, b->log, IN_MODIFY), -1);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	deadline = now.tv_sec * 1000LL + now.tv_nsec / 1000000 +
+	    TEST_EVENT_TIMEOUT_MS;
+	for (;;) {
+		/* Look after arming the watch: nothing falls in between. */
+		log = read_path(b->log);
+		found = strstr(log, needle) != NULL;
+		free(log);
+		if (found)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		left = deadline - (now.tv_sec * 1000LL + now.tv_nsec / 1000000);
+		if (left <= 0)
+			fail_msg("the broker never logged \"%s\" (see %s)",
+			    needle, b->log);
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		if (poll(&pfd, 1, (int)left) == -1 && errno != EINTR)
+			fail_msg("poll: %s", strerror(errno));
+		while (read(fd, events, sizeof events) > 0)
+			;
+	}
+	close(fd);
+}
+
+/* SIGTERM stops it cleanly, and a restart replays to the same receipts. */
+static void
+assert_restart_replays(struct storage_test *t, const char *const *ids,
+    const char *const *subjects, char *const *receipts, int tasks)
+{
+	int	i;
+
+	assert_int_equal(harness_stop(&t->b), 0);
+	start(t);
+	for (i = 0; ids[i] != NULL; i++)
+		assert_reused_as(&t->b, ids[i], subjects[i], receipts[i]);
+	assert_int_equal(harness_count_tasks(&t->b), tasks);
+}
+
+/* ---- A TASK file that cannot be written --------------------------------- */
+
+/*
+ * The TASK file fails (write or fsync of its temporary): no file, no
+ * temporary, the submission stays reserved; once the disk is back the
+ * retry creates it under the reserved identity, and later retries reuse.
+ */
+static void
+task_file_fault(struct storage_test *t, const char *rule)
+{
+	struct broker	*b = &t->b;
+	json_t		*reply, *sub;
+	char		*receipt, *task_id;
+
+	start(t);
+	fault_rule(t, rule);
+	reply = submit(b, "disk/1", "Fix login");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 0);
+	assert_int_equal(count_task_temporaries(b), 0);
+
+	reply = get_submission(b, "disk/1");
+	assert_bool(reply, "found", 1);
+	sub = json_object_get(reply, "submission");
+	assert_string_equal(str(sub, "state"), "reserved");
+	assert_null(json_object_get(sub, "receipt"));
+	task_id = strdup(str(sub, "task_id"));
+	assert_non_null(task_id);
+	json_decref(reply);
+
+	fault_clear(t);
+	reply = submit(b, "disk/1", "Fix login");
+	assert_outcome(reply, "created", 1, 1);
+	assert_string_equal(receipt_str(reply, "task_id"), task_id);
+	assert_receipt_file(b, reply);
+	receipt = receipt_text(reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(count_tasks_of(b, "disk/1"), 1);
+	assert_int_equal(count_task_temporaries(b), 0);
+
+	assert_reused_as(b, "disk/1", "Fix login", receipt);
+	assert_int_equal(harness_count_tasks(b), 1);
+
+	assert_restart_replays(t, (const char *const []){ "disk/1", NULL },
+	    (const char *const []){ "Fix login" }, &receipt, 1);
+	free(receipt);
+	free(task_id);
+	finish(t);
+}
+
+static void
+task_write_enospc_leaves_reserved_and_retry_creates(void **state)
+{
+	task_file_fault(*state, "write _lifecycle/inbox/.TASK ENOSPC");
+}
+
+static void
+task_fsync_eio_leaves_reserved_and_retry_creates(void **state)
+{
+	task_file_fault(*state, "sync _lifecycle/inbox/.TASK EIO");
+}
+
+/*
+ * The inbox's fsync fails after the TASK file was linked in place: the
+ * file is there but was never durable, so nothing is acknowledged; the
+ * retry adopts the file (reused, recovered) rather than writing another.
+ */
+static void
+inbox_fsync_eio_retry_adopts_the_linked_file(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply, *sub;
+	char			*receipt;
+
+	start(t);
+	fault_rule(t, "sync _lifecycle/inbox$ EIO");
+	reply = submit(b, "disk/dir", "Fix login");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(count_tasks_of(b, "disk/dir"), 1);
+	assert_int_equal(count_task_temporaries(b), 0);
+	reply = get_submission(b, "disk/dir");
+	sub = json_object_get(reply, "submission");
+	assert_string_equal(str(sub, "state"), "reserved");
+	json_decref(reply);
+
+	fault_clear(t);
+	reply = submit(b, "disk/dir", "Fix login");
+	assert_outcome(reply, "reused", 0, 1);
+	assert_receipt_file(b, reply);
+	receipt = receipt_text(reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_reused_as(b, "disk/dir", "Fix login", receipt);
+
+	assert_restart_replays(t, (const char *const []){ "disk/dir", NULL },
+	    (const char *const []){ "Fix login" }, &receipt, 1);
+	free(receipt);
+	finish(t);
+}
+
+/* ---- The journal fails -------------------------------------------------- */
+
+/*
+ * A submission committed before the fault, one that meets it, and one
+ * after the broker reopened its state: the first is reused byte for
+ * byte, the second completes on retry with one TASK file, the third is
+ * ordinary.  reopen_fails: the rule also breaks the reopen, which the
+ * broker must retry until the rule is cleared.
+ */
+static void
+journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
+{
+	struct broker	*b = &t->b;
+	json_t		*reply, *stats;
+	char		*receipts[3], *line;
+	int		 fd, i;
+
+	start(t);
+	reply = submit(b, "jnl/early", "Before the fault");
+	assert_outcome(reply, "created", 1, 0);
+	receipts[0] = receipt_text(reply);
+	json_decref(reply);
+
+	fault_rule(t, rule);
+	reply = submit(b, "jnl/late", "Meets the fault");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(count_tasks_of(b, "jnl/late"), 0);
+
+	if (reopen_fails) {
+		/*
+		 * All workers are gone once a reopen was tried: a request
+		 * now waits in the backlog while the broker retries, and
+		 * is served once the rule is cleared.  Its state was cut
+		 * back with the journal: nothing of it was durable.
+		 */
+		wait_log(b, "reopening after the journal failure");
+		fd = harness_raw_connect(b);
+		assert_int_not_equal(fd, -1);
+		assert_int_equal(harness_raw_send(fd, "{\"op\":\"get_submission"
+		    "\",\"client_submission_id\":\"jnl/late\"}"), 0);
+		fault_clear(t);
+		line = harness_raw_read_line(fd);
+		assert_non_null(line);
+		reply = json_loads(line, 0, NULL);
+		free(line);
+		close(fd);
+		assert_non_null(reply);
+		assert_bool(reply, "ok", 1);
+		assert_bool(reply, "found", 0);
+		json_decref(reply);
+		reply = submit(b, "jnl/late", "Meets the fault");
+	} else {
+		fault_clear(t);
+		reply = call_across_reopen(b,
+		    harness_write_task("jnl/late", "Meets the fault"));
+	}
+	assert_outcome(reply, "created", 1, 0);
+	assert_receipt_file(b, reply);
+	receipts[1] = receipt_text(reply);
+	json_decref(reply);
+	assert_int_equal(count_tasks_of(b, "jnl/late"), 1);
+	assert_int_equal(harness_count_tasks(b), 2);
+
+	assert_reused_as(b, "jnl/early", "Before the fault", receipts[0]);
+	assert_reused_as(b, "jnl/late", "Meets the fault", receipts[1]);
+
+	reply = submit(b, "jnl/after", "After the reopen");
+	assert_outcome(reply, "created", 1, 0);
+	receipts[2] = receipt_text(reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 3);
+
+	stats = call(b, json_pack("{s:s}", "op", "stats"));
+	assert_bool(stats, "ok", 1);
+	assert_true(json_integer_value(json_object_get(stats, "workers")) >= 1);
+	assert_int_equal(json_integer_value(json_object_get(stats,
+	    "table_used")), 3);
+	json_decref(stats);
+
+	assert_restart_replays(t, (const char *const []){ "jnl/early",
+	    "jnl/late", "jnl/after", NULL }, (const char *const []){
+	    "Before the fault", "Meets the fault", "After the reopen" },
+	    receipts, 3);
+	for (i = 0; i < 3; i++)
+		free(receipts[i]);
+	finish(t);
+}
+
+static void
+journal_fdatasync_eio_reopens_and_retry_completes(void **state)
+{
+	journal_fault(*state, "sync .idem/journal EIO", 1);
+}
+
+static void
+journal_write_enospc_reopens_and_retry_completes(void **state)
+{
+	journal_fault(*state, "write .idem/journal ENOSPC", 0);
+}
+
+/*
+ * SIGTERM while the reopen keeps failing: the broker has no state open
+ * then, and must still stop by itself (not crash); a restart on a
+ * healthy disk keeps what was committed and completes the retry.
+ */
+static void
+sigterm_while_reopen_fails_stops_cleanly(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply;
+	char			*receipt;
+	int			 status;
+
+	start(t);
+	reply = submit(b, "term/early", "Before the fault");
+	assert_outcome(reply, "created", 1, 0);
+	receipt = receipt_text(reply);
+	json_decref(reply);
+
+	fault_rule(t, "sync .idem/journal EIO");
+	reply = submit(b, "term/late", "Meets the fault");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	wait_log(b, "reopening after the journal failure");
+	status = harness_stop(b);
+	if (status >= 128)
+		fail_msg("SIGTERM during a failing reopen: idemd was killed "
+		    "by signal %d (see %s)", status - 128, b->log);
+
+	fault_clear(t);
+	start(t);
+	assert_reused_as(b, "term/early", "Before the fault", receipt);
+	reply = submit(b, "term/late", "Meets the fault");
+	assert_bool(reply, "ok", 1);
+	assert_int_equal(count_tasks_of(b, "term/late"), 1);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 2);
+	assert_int_equal(harness_stop(b), 0);
+	free(receipt);
+	finish(t);
+}
+
+/* ---- A REPORT file that cannot be written ------------------------------- */
+
+static void
+report_write_enospc_then_retry_writes_one_report(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply;
+	char			*task_id, *report_id, *report_path, *data;
+	char			 line[128];
+
+	start(t);
+	reply = submit(b, "rep/task", "Fix login");
+	assert_outcome(reply, "created", 1, 0);
+	task_id = strdup(receipt_str(reply, "task_id"));
+	assert_non_null(task_id);
+	json_decref(reply);
+
+	fault_rule(t, "write reports/.REPORT ENOSPC");
+	reply = write_report(b, task_id, "rep/1");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	assert_int_equal(count_reports(b), 0);
+	assert_int_equal(count_report_temporaries(b), 0);
+
+	fault_clear(t);
+	reply = write_report(b, task_id, "rep/1");
+	assert_bool(reply, "ok", 1);
+	assert_bool(reply, "deduplicated", 0);
+	report_id = strdup(str(reply, "report_id"));
+	report_path = strdup(str(reply, "report_path"));
+	assert_non_null(report_id);
+	assert_non_null(report_path);
+	json_decref(reply);
+	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(count_report_temporaries(b), 0);
+	data = harness_read(b, report_path);
+	assert_non_null(data);
+	snprintf(line, sizeof line, "\nreport_id: \"%s\"\n", report_id);
+	assert_non_null(strstr(data, line));
+	free(data);
+
+	reply = write_report(b, task_id, "rep/1");
+	assert_bool(reply, "ok", 1);
+	assert_bool(reply, "deduplicated", 1);
+	assert_string_equal(str(reply, "report_id"), report_id);
+	assert_string_equal(str(reply, "report_path"), report_path);
+	json_decref(reply);
+	assert_int_equal(count_reports(b), 1);
+
+	assert_int_equal(harness_stop(b), 0);
+	start(t);
+	reply = write_report(b, task_id, "rep/1");
+	assert_bool(reply, "deduplicated", 1);
+	assert_string_equal(str(reply, "report_id"), report_id);
+	json_decref(reply);
+	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(task_id);
+	free(report_id);
+	free(report_path);
+	finish(t);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(task_write_enospc_leaves_reserved_and_retry_creates),
+		T(task_fsync_eio_leaves_reserved_and_retry_creates),
+		T(inbox_fsync_eio_retry_adopts_the_linked_file),
+		T(journal_fdatasync_eio_reopens_and_retry_completes),
+		T(journal_write_enospc_reopens_and_retry_completes),
+		T(report_write_enospc_then_retry_writes_one_report),
+		T(sigterm_while_reopen_fails_stops_cleanly),
+	};
+
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
