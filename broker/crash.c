@@ -27,7 +27,40 @@ static struct {
 	struct shm_segment	*seg;
 	int			 point;		/* -1: none */
 	int			 whole_broker;
-} crash = { NULL, -1, 0 };
+	const char		*in_lock;	/* IDEM_CRASH_WORKER_IN_LOCK */
+} crash = { NULL, -1, 0, NULL };
+
+/*
+ * IDEM_CRASH_WORKER_IN_LOCK=table|allocator|journal-ring: the first worker
+ * to take that lock of the segment dies holding it, so tests can show the
+ * next owner repairs it (EOWNERDEAD) and the broker keeps serving.
+ */
+static void
+crash_in_lock(const char *what)
+{
+	char	name[32];
+	size_t	i;
+
+	/* The lock names have spaces ("journal ring"); the env has dashes. */
+	for (i = 0; what[i] != '\0' && i < sizeof name - 1; i++)
+		name[i] = what[i] == ' ' ? '-' : what[i];
+	name[i] = '\0';
+	if (strcmp(name, crash.in_lock) != 0)
+		return;
+	if (atomic_exchange(&crash.seg->header->crash_fired, 1) != 0)
+		return;
+	fprintf(stderr, "idemd[%ld]: dying holding the %s lock: SIGKILL\n",
+	    (long)getpid(), what);
+	raise(SIGKILL);
+}
+
+/* In a new worker: arm the lock crash, if asked for (never in the master). */
+void
+crash_worker_started(void)
+{
+	if (crash.in_lock != NULL)
+		shm_lock_set_hook(crash_in_lock);
+}
 
 static int
 crash_lookup(const char *name)
@@ -47,9 +80,23 @@ crash_init(struct shm_segment *seg, char **cause)
 	const char	*whole = getenv("IDEM_CRASH_AT");
 	const char	*worker = getenv("IDEM_CRASH_WORKER_AT");
 	const char	*name = whole != NULL ? whole : worker;
+	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
 
 	crash.seg = seg;
 	crash.point = -1;
+	crash.in_lock = NULL;
+	if (in_lock != NULL && *in_lock != '\0') {
+		if (strcmp(in_lock, "table") != 0 &&
+		    strcmp(in_lock, "allocator") != 0 &&
+		    strcmp(in_lock, "journal-ring") != 0) {
+			asprintf(cause, "IDEM_CRASH_WORKER_IN_LOCK must be "
+			    "table, allocator or journal-ring");
+			return -1;
+		}
+		crash.in_lock = in_lock;
+		log_info("fault injection: a worker dies holding the %s lock",
+		    in_lock);
+	}
 	if (name == NULL || *name == '\0')
 		return 0;
 	if (whole != NULL && worker != NULL) {

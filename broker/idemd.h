@@ -76,19 +76,28 @@ typedef int (*journal_apply_fn)(const struct journal_record *, void *arg);
 struct journal_replay_stats {
 	uint64_t	records;
 	uint64_t	bytes;
-	uint64_t	truncated_bytes;	/* torn tail cut off */
+	uint64_t	truncated_bytes;	/* torn tail cut off (or, read-only, found) */
 	unsigned	segments;
+	/* The torn tail, if any (torn_segment 0: none). */
+	uint64_t	torn_segment;
+	uint64_t	torn_offset;
+	const char	*torn_why;		/* static string */
+	/* While apply runs: where the record it is given starts. */
+	uint64_t	at_segment;
+	uint64_t	at_offset;
 };
+/* Never truncate or remove anything: a torn tail is only reported in stats. */
+#define JOURNAL_REPLAY_READONLY	0x1
 /*
  * Replay every segment of dir in order, calling apply for each record.
  * An incomplete or invalid record with no valid record after it is a
  * torn tail: the segment is truncated there (and fsync'd) with a warning
- * naming file and offset.  An invalid record followed by a valid one is
- * corruption: -1 with a cause naming file and offset.  A missing dir is
- * an empty journal.
+ * naming file and offset, unless flags has JOURNAL_REPLAY_READONLY.  An
+ * invalid record followed by a valid one is corruption: -1 with a cause
+ * naming file and offset.  A missing dir is an empty journal.
  */
-int	journal_replay(const char *dir, journal_apply_fn, void *arg,
-	    struct journal_replay_stats *, char **cause);
+int	journal_replay(const char *dir, int flags, journal_apply_fn,
+	    void *arg, struct journal_replay_stats *, char **cause);
 
 /* ---- taskfile.c: TASK and REPORT files in the FCoP workspace ---------- */
 
@@ -185,5 +194,6 @@ enum crash_point {
 };
 int	crash_init(struct shm_segment *, char **cause);
 void	crash_point(enum crash_point);
+void	crash_worker_started(void);
 
 #endif

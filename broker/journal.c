@@ -30,6 +30,11 @@
  * cut off with a warning.  Records before the bad one have already been
  * applied when replay fails: the caller throws away what it built.
  *
+ * JOURNAL_REPLAY_READONLY is for readers other than the broker (idemctl
+ * verify and journal dump), which may run beside a live broker: there an
+ * append in flight looks exactly like a torn tail, so the tail is only
+ * reported in the stats, never cut, and a stub segment is never removed.
+ *
  * Every function here works on what it is given: no global mutable state.
  * Callers must have called sodium_init() (idemd's main does); the
  * entry points that do I/O call it again, which is cheap and harmless.
@@ -883,6 +888,7 @@ journal_close(struct journal *j)
 struct replay {
 	const char			*dir;
 	int				 dir_fd;
+	int				 flags;
 	journal_apply_fn		 apply;
 	void				*arg;
 	struct journal_replay_stats	*stats;
@@ -899,6 +905,13 @@ replay_cut(struct replay *rp, const char *name, uint64_t offset,
 {
 	int	fd, saved_errno;
 
+	rp->stats->torn_offset = offset;
+	rp->stats->torn_why = why;
+	if (rp->flags & JOURNAL_REPLAY_READONLY) {
+		/* The caller reports it: a running broker may be appending. */
+		rp->stats->truncated_bytes += size - offset;
+		return 0;
+	}
 	log_warnx("journal %s/%s: torn tail at offset %" PRIu64 " (%s): "
 	    "cutting %" PRIu64 " bytes of an append that never completed",
 	    rp->dir, name, offset, why, size - offset);
@@ -927,6 +940,12 @@ replay_cut(struct replay *rp, const char *name, uint64_t offset,
 static int
 replay_remove_stub(struct replay *rp, const char *name, uint64_t size)
 {
+	rp->stats->torn_offset = 0;
+	rp->stats->torn_why = "segment shorter than its header";
+	if (rp->flags & JOURNAL_REPLAY_READONLY) {
+		rp->stats->truncated_bytes += size;
+		return 0;
+	}
 	log_warnx("journal %s/%s: segment of %" PRIu64 " bytes is shorter "
 	    "than its header (its creation was interrupted): removing it",
 	    rp->dir, name, size);
@@ -968,6 +987,7 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
 		if (record_decode(map + offset, size - offset, &r, &consumed,
 		    &why) != JOURNAL_DECODE_OK)
 			break;
+		rp->stats->at_offset = offset;
 		if ((applied = rp->apply(&r, rp->arg)) != 0) {
 			errno = ECANCELED;
 			journal_cause(rp->cause, "journal replay stopped at "
@@ -1008,6 +1028,7 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 	int		 fd, rv, saved_errno;
 
 	segment_name(number, name);
+	rp->stats->at_segment = number;
 	fd = openat(rp->dir_fd, name, O_RDONLY|O_CLOEXEC|O_NOFOLLOW);
 	if (fd == -1 || fstat(fd, &st) == -1) {
 		journal_cause(rp->cause, "journal %s/%s: %s", rp->dir, name,
@@ -1030,8 +1051,10 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 
 	if (size < SEGMENT_HEADER_BYTES) {
 		close(fd);
-		if (last)
+		if (last) {
+			rp->stats->torn_segment = number;
 			return replay_remove_stub(rp, name, size);
+		}
 		return replay_corrupt(rp, name, 0, "segment shorter than its "
 		    "header", "later segments follow, so it was sealed "
 		    "complete");
@@ -1059,8 +1082,10 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 	errno = saved_errno;
 	if (rv == -1)
 		return -1;
-	if (cut_at < size)
+	if (cut_at < size) {
+		rp->stats->torn_segment = number;
 		return replay_cut(rp, name, cut_at, size, why);
+	}
 	return 0;
 
 fail:
@@ -1072,8 +1097,8 @@ fail:
 }
 
 int
-journal_replay(const char *dir, journal_apply_fn apply, void *arg,
-    struct journal_replay_stats *stats, char **cause)
+journal_replay(const char *dir, int flags, journal_apply_fn apply,
+    void *arg, struct journal_replay_stats *stats, char **cause)
 {
 	struct journal_replay_stats	 scratch;
 	struct replay			 rp;
@@ -1119,6 +1144,7 @@ journal_replay(const char *dir, journal_apply_fn apply, void *arg,
 
 	rp.dir = dir;
 	rp.dir_fd = dir_fd;
+	rp.flags = flags;
 	rp.apply = apply;
 	rp.arg = arg;
 	rp.stats = stats;

@@ -247,7 +247,7 @@ idemd_open_state(struct idemd *d, char **cause)
 		return -1;
 	d->seg.header->worker_count = d->worker_count;
 	memset(&stats, 0, sizeof stats);
-	if (journal_replay(dir, replay_apply, d, &stats, cause) != 0 ||
+	if (journal_replay(dir, 0, replay_apply, d, &stats, cause) != 0 ||
 	    journal_open(&d->journal, dir, cause) != 0) {
 		shm_destroy(&d->seg);
 		return -1;

@@ -185,3 +185,42 @@ request_submission_id(json_t *request, const char **id,
 	}
 	return 1;
 }
+
+/*
+ * Everything a worker checks of one request line before it changes any
+ * state, without a worker: for fuzzing and tests.  0 if the request would
+ * be carried out, -1 with err as the reply would say.
+ */
+int
+request_check_line(const char *line, size_t length, struct request_error *err)
+{
+	json_t		*request, *op, *id;
+	const char	*name;
+	int		 rc = 0;
+
+	if ((request = request_parse(line, length, err)) == NULL)
+		return -1;
+	id = json_object_get(request, "id");
+	op = json_object_get(request, "op");
+	if (id != NULL && (json_is_object(id) || json_is_array(id)))
+		rc = request_error_set(err, "invalid_request", "id",
+		    "id must be a JSON scalar");
+	else if (!json_is_string(op))
+		rc = request_error_set(err, "invalid_request", "op",
+		    "op is required and must be a string");
+	else {
+		name = json_string_value(op);
+		if (strcmp(name, "write_task") == 0)
+			rc = write_task_check(request, err);
+		else if (strcmp(name, "write_report") == 0)
+			rc = write_report_check(request, err);
+		else if (strcmp(name, "hello") != 0 &&
+		    strcmp(name, "get_submission") != 0 &&
+		    strcmp(name, "diagnose") != 0 &&
+		    strcmp(name, "stats") != 0)
+			rc = request_error_set(err, "unknown_op", "op",
+			    "unknown op \"%.64s\"", name);
+	}
+	json_decref(request);
+	return rc;
+}

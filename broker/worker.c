@@ -602,6 +602,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	signal(SIGCHLD, SIG_DFL);
 	signal(SIGINT, SIG_IGN);
 
+	crash_worker_started();
 	memset(&w, 0, sizeof w);
 	w.d = d;
 	w.index = index;

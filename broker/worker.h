@@ -177,6 +177,8 @@ int	 request_submission_id(json_t *request, const char **id,
 	    struct request_error *);
 void	 request_storage_error(struct request_error *, int error,
 	    const char *what);
+int	 request_check_line(const char *line, size_t length,
+	    struct request_error *);
 
 /* submission.c: the reserved -> task_created -> committed machine */
 struct submission;
@@ -218,11 +220,13 @@ const char *submission_schema_name(unsigned);
 
 /* write_task.c */
 void	 op_write_task(struct conn *, json_t *request, json_t *id);
+int	 write_task_check(json_t *request, struct request_error *);
 json_t	*receipt_json(const char *key, size_t key_length,
 	    const struct subtab_entry *);
 
 /* write_report.c */
 void	 op_write_report(struct conn *, json_t *request, json_t *id);
+int	 write_report_check(json_t *request, struct request_error *);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);

@@ -196,6 +196,21 @@ write_report_parse(struct write_report *wr, json_t *request,
 	return 0;
 }
 
+/* Check a write_report request as op_write_report would; changes nothing. */
+int
+write_report_check(json_t *request, struct request_error *err)
+{
+	struct write_report	*wr;
+	int			 rc;
+
+	if ((wr = calloc(1, sizeof *wr)) == NULL)
+		return request_error_set(err, "internal", NULL,
+		    "out of memory");
+	rc = write_report_parse(wr, request, err);
+	write_report_free(wr);
+	return rc;
+}
+
 static int
 write_report_dir_fd(struct idemd *d)
 {

@@ -244,6 +244,21 @@ write_task_parse(struct write_task *wt, json_t *request,
 	return 0;
 }
 
+/* Check a write_task request as op_write_task would; changes nothing. */
+int
+write_task_check(json_t *request, struct request_error *err)
+{
+	struct write_task	*wt;
+	int			 rc;
+
+	if ((wt = calloc(1, sizeof *wt)) == NULL)
+		return request_error_set(err, "internal", NULL,
+		    "out of memory");
+	rc = write_task_parse(wt, request, err);
+	write_task_free(wt);
+	return rc;
+}
+
 /* ---- The TASK file and the receipt ------------------------------------ */
 
 static int

@@ -2,18 +2,28 @@
  * idem.h: the C client of idemd, and the write-task-v1 / write-report-v1
  * digest code that the broker itself uses.
  *
- * A connection (struct idem_conn) is a blocking Unix-socket stream to one
- * broker.  It is not thread-safe: use one connection per thread, or guard
- * it yourself.  The digest functions are pure and thread-safe.
+ * Threads:
+ *  - A connection (struct idem_conn) is a blocking Unix-socket stream to
+ *    one broker.  It is not thread-safe: use one connection per thread,
+ *    or hold your own lock around every call that takes it (a reply read
+ *    by the wrong thread would be taken for another request's answer).
+ *  - The digest functions and idem_submission_id_new() keep no state of
+ *    their own and may be called from any thread at any time.
+ *  - idem_write_task_retry() opens, owns and closes its own connection,
+ *    so any number of threads may run it at once.
+ *  - idem_connect() with a NULL path reads $IDEM_SOCKET and $IDEM_ROOT:
+ *    do not change the environment while another thread connects.
  *
  * Errors: functions return 0 on success and -1 on failure.  The digest
- * functions set errno (EINVAL: a required field is missing; EILSEQ:
- * invalid UTF-8; ENOMEM).  The call functions fill struct idem_error.
+ * functions and idem_submission_id_new() set errno (EINVAL: a required
+ * field is missing; EILSEQ: invalid UTF-8; ENOMEM).  The call functions
+ * fill struct idem_error.
  */
 #ifndef IDEM_H
 #define IDEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -127,6 +137,11 @@ struct idem_write_result {
 	/* conflict: the existing binding */
 	char			existing_request_digest[IDEM_DIGEST_HEX_SIZE];
 	char			existing_task_id[96];
+	/*
+	 * Tries made, each a connect if needed and one request: 1 for
+	 * idem_write_task, 1 or more for idem_write_task_retry.
+	 */
+	unsigned		attempts;
 };
 
 struct idem_conn;
@@ -154,6 +169,171 @@ int	idem_hello(struct idem_conn *, struct idem_hello *, struct idem_error *);
  */
 int	idem_write_task(struct idem_conn *, const char *client_submission_id,
 	    const struct idem_task *, struct idem_write_result *,
+	    struct idem_error *);
+
+/*
+ * A fresh client_submission_id: 16 bytes from libsodium's CSPRNG in
+ * base64url without padding (22 characters of A-Z a-z 0-9 - _), so it
+ * is valid on the wire as is.  Make one per business intent and keep it
+ * with the intent: a retry must send the same id, never a new one.
+ * Returns -1 (errno EAGAIN) only if libsodium cannot be initialised.
+ */
+#define IDEM_SUBMISSION_ID_SIZE	23	/* 22 characters and a NUL */
+int	idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE]);
+
+/*
+ * idem_write_task_retry: connect to socket_path (as idem_connect), write
+ * the task, and retry until there is an outcome:
+ *  - a transport failure (connect, send or receive; the broker died or
+ *    restarted) is retried on a new connection;
+ *  - in_progress, storage_unavailable, shutting_down and an internal
+ *    error marked retryable are retried;
+ *  - every other error is returned at once (invalid_request, conflict,
+ *    table_full, ...): sending it again cannot change the answer.
+ * Every try sends the same client_submission_id (required: a legacy
+ * call cannot be retried safely) and the same task, so however many
+ * tries reach the broker, at most one task is created.  Between tries
+ * it sleeps a random time in [0, min(max_delay_ms, base_delay_ms *
+ * 2^(try-1))] ("full jitter", so that clients a broker restart failed
+ * together do not come back together), never past the deadline; the
+ * deadline also bounds the wait for each reply.
+ *
+ * Returns 0 with result->disposition created, reused (result->recovered
+ * set when the broker finished a creation that an earlier try or
+ * process began) or conflict (err filled as by idem_write_task).
+ * Returns -1 with the last error otherwise; if that error is retryable
+ * (attempts or time ran out) the outcome is unknown, and calling again
+ * later with the same id is safe.  result->attempts counts the tries
+ * in both cases.
+ */
+struct idem_retry_policy {
+	unsigned	max_attempts;	/* 0: IDEM_RETRY_MAX_ATTEMPTS */
+	unsigned	base_delay_ms;	/* 0: IDEM_RETRY_BASE_DELAY_MS */
+	unsigned	max_delay_ms;	/* 0: IDEM_RETRY_MAX_DELAY_MS */
+	unsigned	deadline_ms;	/* overall; 0: IDEM_RETRY_DEADLINE_MS */
+};
+#define IDEM_RETRY_MAX_ATTEMPTS		10
+#define IDEM_RETRY_BASE_DELAY_MS	100
+#define IDEM_RETRY_MAX_DELAY_MS		5000
+#define IDEM_RETRY_DEADLINE_MS		60000
+
+int	idem_write_task_retry(const char *socket_path,
+	    const char *client_submission_id, const struct idem_task *,
+	    const struct idem_retry_policy *, struct idem_write_result *,
+	    struct idem_error *);
+
+/*
+ * Write a report on task_id.  client_submission_id NULL writes a new
+ * REPORT every time.  Returns 0 when the broker answered (disposition
+ * IDEM_CREATED with deduplicated 0, IDEM_REUSED with deduplicated 1 and
+ * the first call's report_id and report_path, or IDEM_CONFLICT: the id
+ * is bound to other content for this task, err filled as for a task
+ * conflict), -1 otherwise (task_not_found among others).
+ */
+struct idem_report_result {
+	enum idem_disposition	disposition;
+	int			deduplicated;
+	int			recovered;
+	char			report_id[96];
+	char			report_path[160];
+	/* conflict: the existing binding */
+	char			existing_request_digest[IDEM_DIGEST_HEX_SIZE];
+	char			existing_report_id[96];
+};
+int	idem_write_report(struct idem_conn *, const char *task_id,
+	    const char *client_submission_id, const struct idem_report *,
+	    struct idem_report_result *, struct idem_error *);
+
+/* A submission's state; UNKNOWN is a name this library does not know. */
+enum idem_state {
+	IDEM_STATE_UNKNOWN = 0,
+	IDEM_STATE_RESERVED,
+	IDEM_STATE_TASK_CREATED,
+	IDEM_STATE_COMMITTED
+};
+
+/* A JSON boolean that may also be null. */
+enum idem_tribool {
+	IDEM_TRIBOOL_NULL = -1,
+	IDEM_TRIBOOL_FALSE = 0,
+	IDEM_TRIBOOL_TRUE = 1
+};
+
+/* get_submission: read-only, changes nothing on the broker. */
+struct idem_submission {
+	char			client_submission_id[201];
+	enum idem_state		state;
+	char			state_name[16];		/* as sent */
+	char			digest_schema[32];
+	char			request_digest[IDEM_DIGEST_HEX_SIZE];
+	char			task_id[96];
+	char			task_path[160];
+	char			reserved_at[32];
+	char			updated_at[32];
+	int			has_receipt;	/* once committed */
+	struct idem_receipt	receipt;
+};
+/* *found is 0 (submission zeroed) or 1; both return 0. */
+int	idem_get_submission(struct idem_conn *,
+	    const char *client_submission_id, int *found,
+	    struct idem_submission *, struct idem_error *);
+
+/*
+ * diagnose: the submissions in an intermediate state (reserved or
+ * task_created) and the count of each state.  Read-only: it never
+ * deletes, repairs or recreates anything.
+ */
+struct idem_diagnose_entry {
+	char			client_submission_id[201];
+	enum idem_state		state;
+	char			state_name[16];		/* as sent */
+	int64_t			age_ms;
+	char			task_id[96];
+	char			task_path[160];
+	/* NULL if the broker could not look (an I/O error). */
+	enum idem_tribool	task_exists;
+	/* The file's request digest against the reservation's; NULL: no file. */
+	enum idem_tribool	request_digest_matches;
+	/* NULL before task_created. */
+	enum idem_tribool	file_digest_matches;
+	/* A live request holds it (not in SPEC.md; NULL if not sent). */
+	enum idem_tribool	in_flight;
+	int			stalled;	/* age over stale_after_ms */
+};
+struct idem_diagnosis {
+	struct idem_diagnose_entry	*entries;	/* free: idem_diagnosis_free */
+	size_t				 count;
+	int64_t				 reserved;	/* counts by state */
+	int64_t				 task_created;
+	int64_t				 committed;
+};
+/* stale_after_ms -1: the broker's default (30000). */
+int	idem_diagnose(struct idem_conn *, int64_t stale_after_ms,
+	    struct idem_diagnosis *, struct idem_error *);
+void	idem_diagnosis_free(struct idem_diagnosis *);
+
+/*
+ * stats: the broker's counters.  Those SPEC.md lists are required; a
+ * counter this library does not know is ignored; the report counters
+ * are this broker's extension and -1 when absent.
+ */
+struct idem_stats {
+	int64_t	created;
+	int64_t	reused;
+	int64_t	conflict;
+	int64_t	legacy_created;
+	int64_t	errors;
+	int64_t	journal_records;
+	int64_t	journal_fsyncs;
+	int64_t	table_used;
+	int64_t	table_capacity;
+	int64_t	workers;
+	int64_t	worker_restarts;
+	int64_t	uptime_ms;
+	int64_t	reports_created;
+	int64_t	reports_deduplicated;
+};
+int	idem_stats(struct idem_conn *, struct idem_stats *,
 	    struct idem_error *);
 
 #ifdef __cplusplus

@@ -13,6 +13,15 @@
 #include "log.h"
 #include "shm.h"
 
+/* Fault injection: called with each lock just taken (crash tests). */
+static shm_lock_hook_fn lock_hook;
+
+void
+shm_lock_set_hook(shm_lock_hook_fn hook)
+{
+	lock_hook = hook;
+}
+
 int
 shm_lock_init(struct shm_lock *lock)
 {
@@ -43,8 +52,11 @@ shm_lock(struct shm_segment *seg, struct shm_lock *lock,
 	int	error;
 
 	error = pthread_mutex_lock(&lock->mutex);
-	if (error == 0)
+	if (error == 0) {
+		if (lock_hook != NULL)
+			lock_hook(what);
 		return 0;
+	}
 	if (error == EOWNERDEAD) {
 		log_warnx("%s lock: its owner died holding it; repairing",
 		    what);
@@ -56,6 +68,8 @@ shm_lock(struct shm_segment *seg, struct shm_lock *lock,
 			return -1;
 		}
 		pthread_mutex_consistent(&lock->mutex);
+		if (lock_hook != NULL)
+			lock_hook(what);
 		return 0;
 	}
 	log_warnx("%s lock: %s", what, strerror(error));

@@ -207,6 +207,8 @@ int	 shm_lock_init(struct shm_lock *);
 int	 shm_lock(struct shm_segment *, struct shm_lock *, shm_repair_fn,
 	    const char *what);
 void	 shm_unlock(struct shm_lock *);
+typedef void (*shm_lock_hook_fn)(const char *what);
+void	 shm_lock_set_hook(shm_lock_hook_fn);
 
 /* subtab.c */
 enum subtab_verdict {

@@ -2,7 +2,8 @@
 # Install what idem needs to build and test on Debian 12, if missing.
 set -eu
 packages="build-essential autoconf automake libtool pkg-config libevent-dev
-libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev python3"
+libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev libsqlite3-dev
+python3"
 missing=""
 for p in $packages; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

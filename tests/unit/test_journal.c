@@ -200,7 +200,7 @@ replay(const char *dir, struct collected *c,
 	c->records = NULL;
 	c->count = c->cap = 0;
 	*cause = NULL;
-	return journal_replay(dir, collect, c, stats, cause);
+	return journal_replay(dir, 0, collect, c, stats, cause);
 }
 
 static void
@@ -948,7 +948,7 @@ apply_failure_stops_replay(void **state)
 
 	c.fail_at = 4;
 	cause = NULL;
-	assert_int_equal(journal_replay(f->dir, collect, &c, NULL, &cause),
+	assert_int_equal(journal_replay(f->dir, 0, collect, &c, NULL, &cause),
 	    -1);
 	assert_int_equal(c.count, 3);
 	assert_non_null(strstr(cause, "applying the record failed"));
