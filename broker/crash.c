@@ -21,6 +21,8 @@ static const char *const crash_point_names[CRASH_POINT_COUNT] = {
 	"after_task_file_linked",
 	"after_task_created_durable",
 	"after_commit_durable",
+	"during_checkpoint",
+	"after_checkpoint_renamed",
 };
 
 static struct {
@@ -28,7 +30,8 @@ static struct {
 	int			 point;		/* -1: none */
 	int			 whole_broker;
 	const char		*in_lock;	/* IDEM_CRASH_WORKER_IN_LOCK */
-} crash = { NULL, -1, 0, NULL };
+	pid_t			 master;
+} crash = { NULL, -1, 0, NULL, 0 };
 
 /*
  * IDEM_CRASH_WORKER_IN_LOCK=table|allocator|journal-ring: the first worker
@@ -85,6 +88,7 @@ crash_init(struct shm_segment *seg, char **cause)
 	crash.seg = seg;
 	crash.point = -1;
 	crash.in_lock = NULL;
+	crash.master = getpid();
 	if (in_lock != NULL && *in_lock != '\0') {
 		if (strcmp(in_lock, "table") != 0 &&
 		    strcmp(in_lock, "allocator") != 0 &&
@@ -123,7 +127,8 @@ crash_point(enum crash_point point)
 		return;
 	fprintf(stderr, "idemd[%ld]: crash point %s reached: SIGKILL\n",
 	    (long)getpid(), crash_point_names[point]);
-	if (crash.whole_broker)
+	/* In the master, dying is enough: workers follow (PDEATHSIG). */
+	if (crash.whole_broker && getpid() != crash.master)
 		kill(getppid(), SIGKILL);
 	raise(SIGKILL);
 }

@@ -98,6 +98,33 @@ struct journal_replay_stats {
  */
 int	journal_replay(const char *dir, int flags, journal_apply_fn,
 	    void *arg, struct journal_replay_stats *, char **cause);
+/*
+ * The same from segment from on (a checkpoint's): older segments are
+ * ignored, and from itself must exist.
+ */
+int	journal_replay_from(const char *dir, uint64_t from, int flags,
+	    journal_apply_fn, void *arg, struct journal_replay_stats *,
+	    char **cause);
+/* Start the next segment (after a sync): for checkpoints. */
+int	journal_rotate(struct journal *, char **cause);
+
+/* ---- checkpoint.c: snapshots of the table (format in doc/journal.md) -- */
+
+/* A segment past this size is rotated and the table checkpointed. */
+#define JOURNAL_DEFAULT_SEGMENT_BYTES	(64ULL * 1024 * 1024)
+
+/* Write checkpoint-<segment>.snap atomically from the table. */
+int	checkpoint_write(const char *dir, uint64_t segment,
+	    struct shm_segment *, char **cause);
+/*
+ * Apply the newest checkpoint of dir; *segment is where the journal
+ * continues (0: no checkpoint, replay everything).  -1 if it is corrupt.
+ */
+int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
+	    struct seqalloc_state alloc[SUBTAB_KIND_COUNT], uint64_t *segment,
+	    uint64_t *records, char **cause);
+/* Remove segments and checkpoints older than segment, and temporaries. */
+void	checkpoint_prune(const char *dir, uint64_t segment);
 
 /* ---- taskfile.c: TASK and REPORT files in the FCoP workspace ---------- */
 
@@ -190,6 +217,9 @@ enum crash_point {
 	CRASH_AFTER_TASK_FILE_LINKED,
 	CRASH_AFTER_TASK_CREATED_DURABLE,
 	CRASH_AFTER_COMMIT_DURABLE,
+	/* The master's: the whole broker dies (IDEM_CRASH_AT only). */
+	CRASH_DURING_CHECKPOINT,	/* half the records written, unsynced */
+	CRASH_AFTER_CHECKPOINT_RENAMED,	/* in place, old segments still there */
 	CRASH_POINT_COUNT
 };
 int	crash_init(struct shm_segment *, char **cause);

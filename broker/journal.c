@@ -1100,6 +1100,15 @@ int
 journal_replay(const char *dir, int flags, journal_apply_fn apply,
     void *arg, struct journal_replay_stats *stats, char **cause)
 {
+	return journal_replay_from(dir, 0, flags, apply, arg, stats, cause);
+}
+
+int
+journal_replay_from(const char *dir, uint64_t from, int flags,
+    journal_apply_fn apply, void *arg, struct journal_replay_stats *stats,
+    char **cause)
+{
+	size_t				 first;
 	struct journal_replay_stats	 scratch;
 	struct replay			 rp;
 	uint64_t			*list = NULL;
@@ -1127,9 +1136,24 @@ journal_replay(const char *dir, int flags, journal_apply_fn apply,
 		goto out;
 
 	/*
-	 * Segments go away oldest first (checkpointing, one day), so a gap
-	 * means records were lost.
+	 * Segments before a checkpoint's are what an interrupted prune left:
+	 * the checkpoint holds their records.  The checkpoint's own segment
+	 * was made durable before the checkpoint was written, so it must be
+	 * there.
 	 */
+	for (first = 0; first < count && list[first] < from; first++)
+		;
+	if (from > 0 && (first == count || list[first] != from)) {
+		errno = EINVAL;
+		journal_cause(cause, "journal corrupt in %s: segment %016"
+		    PRIx64 SEGMENT_SUFFIX ", where the checkpoint continues, "
+		    "is missing (see doc/journal.md)", dir, from);
+		goto out;
+	}
+	memmove(list, list + first, (count - first) * sizeof *list);
+	count -= first;
+
+	/* Segments go away oldest first, so a gap means records were lost. */
 	for (i = 1; i < count; i++) {
 		if (list[i] != list[i - 1] + 1) {
 			errno = EINVAL;
@@ -1188,5 +1212,23 @@ journal_cut(const char *dir, uint64_t segment, uint64_t size, char **cause)
 		return -1;
 	}
 	close(fd);
+	return 0;
+}
+
+int
+journal_rotate(struct journal *j, char **cause)
+{
+	int	fd;
+
+	if (j->fd == -1)
+		return journal_unusable(j, cause);
+	/* The caller synced the current segment: it is complete. */
+	if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
+	    cause)) == -1)
+		return -1;
+	close(j->fd);
+	j->fd = fd;
+	j->segment++;
+	j->size = SEGMENT_HEADER_BYTES;
 	return 0;
 }

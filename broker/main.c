@@ -33,6 +33,7 @@ usage(FILE *out, int status)
 "usage: idemd [--root DIR] [--socket PATH] [--workers N] [--capacity N]\n"
 "             [--inflight-wait-ms N] [--max-connections N]\n"
 "             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
+"             [--segment-bytes N]\n"
 "             [--ready-fd FD]\n"
 "\n"
 "  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
@@ -44,6 +45,8 @@ usage(FILE *out, int status)
 "  --idle-timeout-ms N   close a connection silent this long (default %d)\n"
 "  --socket-mode MODE    the socket's permissions, octal (default %03o)\n"
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
+"  --segment-bytes N     start a journal segment and checkpoint the table\n"
+"                        when a segment passes N bytes (default 64 MiB)\n"
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
@@ -94,6 +97,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "idle-timeout-ms", required_argument, NULL, 'I' },
 		{ "socket-mode", required_argument, NULL, 'M' },
 		{ "socket-group", required_argument, NULL, 'G' },
+		{ "segment-bytes", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
@@ -109,6 +113,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->ready_fd = -1;
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
 	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
+	d->segment_bytes = JOURNAL_DEFAULT_SEGMENT_BYTES;
 	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
@@ -146,6 +151,10 @@ parse_options(struct idemd *d, int argc, char **argv)
 			break;
 		case 'G':
 			d->socket_group = optarg;
+			break;
+		case 'B':
+			d->segment_bytes = (uint64_t)number_option(
+			    "segment-bytes", optarg, 4096, 1L << 40);
 			break;
 		case 'h':
 			usage(stdout, 0);
@@ -239,24 +248,38 @@ int
 idemd_open_state(struct idemd *d, char **cause)
 {
 	struct journal_replay_stats	 stats;
+	struct seqalloc_state		 alloc[SUBTAB_KIND_COUNT];
 	char				 dir[PATH_MAX];
+	uint64_t			 from, checkpointed;
 	int64_t				 started = shm_now_ms();
+	int				 kind;
 
 	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
 	if (shm_create(d->root_real, d->capacity, &d->seg, cause) != 0)
 		return -1;
 	d->seg.header->worker_count = d->worker_count;
 	memset(&stats, 0, sizeof stats);
-	if (journal_replay(dir, 0, replay_apply, d, &stats, cause) != 0 ||
-	    journal_open(&d->journal, dir, cause) != 0) {
-		shm_destroy(&d->seg);
-		return -1;
+	if (checkpoint_load(dir, replay_apply, d, alloc, &from, &checkpointed,
+	    cause) != 0)
+		goto fail;
+	for (kind = 1; kind <= SUBTAB_KIND_COUNT; kind++) {
+		if (alloc[kind - 1].next_seq > 0)
+			seqalloc_note_used(&d->seg, kind, alloc[kind - 1].date,
+			    alloc[kind - 1].next_seq - 1);
 	}
-	log_info("replayed %llu records (%llu bytes, %u segments) in %lld ms",
-	    (unsigned long long)stats.records,
+	if (journal_replay_from(dir, from, 0, replay_apply, d, &stats,
+	    cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
+		goto fail;
+	checkpoint_prune(dir, from);
+	log_info("state: %llu submissions from the checkpoint, then %llu "
+	    "records (%llu bytes, %u segments), in %lld ms",
+	    (unsigned long long)checkpointed, (unsigned long long)stats.records,
 	    (unsigned long long)stats.bytes, stats.segments,
 	    (long long)(shm_now_ms() - started));
 	return 0;
+fail:
+	shm_destroy(&d->seg);
+	return -1;
 }
 
 void

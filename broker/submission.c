@@ -115,13 +115,6 @@ sub_fail_storage(struct pending *p, int error, const char *what)
 }
 
 static void
-sub_lost_claim(struct pending *p)
-{
-	sub_fail(p, reply_error_simple(p->id, "internal", 1,
-	    "lost the claim on the submission"));
-}
-
-static void
 sub_conflict(struct pending *p, const char *reason, const char *message)
 {
 	struct submission	*s = sub_of(p);
@@ -162,6 +155,10 @@ sub_answer(struct pending *p, int created)
 	sub_of(p)->ops->answer(p, created);
 }
 
+/*
+ * Record s->entry: for a claimed slot, appended and set in the table in
+ * one step (subtab_record); then park until durable and go on with next.
+ */
 static void
 sub_journal(struct pending *p, pending_resume_fn next)
 {
@@ -173,7 +170,11 @@ sub_journal(struct pending *p, pending_resume_fn next)
 	record.entry = s->entry;
 	record.entry.key_length = (uint16_t)s->key_length;
 	memcpy(record.key, s->key, s->key_length);
-	pending_journal(p, &record, next);
+	if (s->claimed)
+		pending_journal_slot(p, &record, s->slot, &s->claim, &s->entry,
+		    next);
+	else
+		pending_journal(p, &record, next);
 }
 
 static void
@@ -235,6 +236,48 @@ submission_start(struct pending *p)
 	}
 }
 
+/* A committed result another request left: durable now, answer it. */
+static void
+sub_done_durable(struct pending *p)
+{
+	if (sub_journal_failed(p))
+		return;
+	sub_answer(p, 0);
+}
+
+static void
+sub_mismatch(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+
+	if (sub_journal_failed(p))
+		return;
+	if (s->entry.schema != s->ops->schema)
+		sub_conflict(p, "schema_mismatch", "the submission id is bound "
+		    "to another digest schema");
+	else
+		sub_conflict(p, "digest_mismatch", "the submission id is bound "
+		    "to a request with another digest");
+}
+
+/*
+ * The slot's state is set when its record is appended, so a state found
+ * after its claimer is gone may not be durable yet: wait for it before
+ * answering from it.  A reservation that was never recorded (its claimer
+ * died between insert and append) cannot be waited for; its binding is
+ * answered as it is.
+ */
+static void
+sub_after_durable(struct pending *p, uint64_t end, pending_resume_fn next)
+{
+	struct shm_header	*h = idemd_of(p)->seg.header;
+
+	if (end == SUBTAB_NOT_JOURNALED || end <= atomic_load(&h->ring_durable))
+		next(p);
+	else
+		pending_wait_durable(p, end, next);
+}
+
 static void
 sub_acquire(struct pending *p)
 {
@@ -279,17 +322,12 @@ sub_acquire(struct pending *p)
 	case SUBTAB_DONE:
 		s->entry = a.found;
 		sub_set_name(s);
-		sub_answer(p, 0);
+		sub_after_durable(p, a.found_journal_end, sub_done_durable);
 		return;
 	case SUBTAB_MISMATCH:
 		s->entry = a.found;
 		sub_set_name(s);
-		if (a.found.schema != a.want.schema)
-			sub_conflict(p, "schema_mismatch", "the submission id "
-			    "is bound to another digest schema");
-		else
-			sub_conflict(p, "digest_mismatch", "the submission id "
-			    "is bound to a request with another digest");
+		sub_after_durable(p, a.found_journal_end, sub_mismatch);
 		return;
 	case SUBTAB_BUSY:
 		pending_wait_claim(p, sub_acquire);
@@ -451,10 +489,6 @@ sub_file_written(struct fileio_job *job)
 		    "moves to number %u", s->name, s->submission_id,
 		    s->entry.seq);
 		sub_set_name(s);
-		if (subtab_update(&d->seg, s->slot, &s->claim, &s->entry) != 0) {
-			sub_lost_claim(p);
-			return;
-		}
 		sub_journal(p, sub_reserved);
 		return;
 	}
@@ -473,11 +507,6 @@ sub_file_recorded(struct pending *p)
 
 	if (sub_journal_failed(p))
 		return;
-	if (subtab_update(&idemd_of(p)->seg, s->slot, &s->claim,
-	    &s->entry) != 0) {
-		sub_lost_claim(p);
-		return;
-	}
 	sub_crash_point(s, CRASH_AFTER_TASK_CREATED_DURABLE);
 	s->entry.state = SUBTAB_COMMITTED;
 	s->entry.updated_at_ms = shm_now_ms();
@@ -521,11 +550,6 @@ sub_committed(struct pending *p)
 
 	if (sub_journal_failed(p))
 		return;
-	if (subtab_update(&idemd_of(p)->seg, s->slot, &s->claim,
-	    &s->entry) != 0) {
-		sub_lost_claim(p);
-		return;
-	}
 	sub_crash_point(s, CRASH_AFTER_COMMIT_DURABLE);
 	sub_answer(p, s->wrote_file);
 }

@@ -151,7 +151,10 @@ pending_try_append(struct pending *p)
 	struct idemd	*d = p->worker->d;
 	uint64_t	 end;
 
-	if (handoff_append(&d->seg, p->record, p->record_length, &end) != 0) {
+	if ((p->record_claim != NULL ? subtab_record(&d->seg, p->record_slot,
+	    p->record_claim, p->record_entry, p->record, p->record_length,
+	    &end) : handoff_append(&d->seg, p->record, p->record_length,
+	    &end)) != 0) {
 		if (errno == ENOSPC) {
 			/* The journaler's next flush frees room and wakes us. */
 			park(p, PENDING_RING);
@@ -169,8 +172,41 @@ pending_try_append(struct pending *p)
 	journaler_kick(d->kick_fd);
 }
 
+static void	pending_encode_append(struct pending *,
+		    const struct journal_record *, pending_resume_fn);
+
+void
+pending_journal_slot(struct pending *p, const struct journal_record *record,
+    uint32_t slot, const struct subtab_claim *claim,
+    const struct subtab_entry *entry, pending_resume_fn resume)
+{
+	p->record_slot = slot;
+	p->record_claim = claim;
+	p->record_entry = entry;
+	pending_encode_append(p, record, resume);
+}
+
+void
+pending_wait_durable(struct pending *p, uint64_t end, pending_resume_fn resume)
+{
+	p->resume = resume;
+	p->journal_failed = 0;
+	p->wait_end = end;
+	park(p, PENDING_DURABLE);
+	/* Already durable: the next wake-up resumes it; make sure one comes. */
+	event_active(p->worker->local_wake_ev, EV_READ, 0);
+}
+
 void
 pending_journal(struct pending *p, const struct journal_record *record,
+    pending_resume_fn resume)
+{
+	p->record_claim = NULL;
+	pending_encode_append(p, record, resume);
+}
+
+static void
+pending_encode_append(struct pending *p, const struct journal_record *record,
     pending_resume_fn resume)
 {
 	p->resume = resume;

@@ -26,6 +26,7 @@ struct idemd {
 	int			 inflight_wait_ms;
 	int			 max_connections;
 	int			 idle_timeout_ms;
+	uint64_t		 segment_bytes;	/* rotate and checkpoint past it */
 	unsigned		 socket_mode;
 	const char		*socket_group;
 	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
@@ -105,6 +106,10 @@ struct pending {
 	struct event		*deadline;
 	uint8_t			 record[JOURNAL_MAX_RECORD_BYTES];
 	size_t			 record_length;
+	/* The slot whose new state the record carries (NULL claim: none). */
+	uint32_t		 record_slot;
+	const struct subtab_claim *record_claim;
+	const struct subtab_entry *record_entry;
 	void			*op;		/* the op's own state */
 	void			(*op_free)(void *);
 	TAILQ_ENTRY(pending)	 entry;
@@ -136,6 +141,13 @@ struct pending *pending_new(struct conn *, json_t *id);
 void	 pending_free(struct pending *);
 /* Journal a record and park until it is durable, then call resume. */
 void	 pending_journal(struct pending *, const struct journal_record *,
+	    pending_resume_fn);
+/* The same for a claimed slot's new state (subtab_record). */
+void	 pending_journal_slot(struct pending *, const struct journal_record *,
+	    uint32_t slot, const struct subtab_claim *,
+	    const struct subtab_entry *, pending_resume_fn);
+/* Park until the journal is durable up to end, then call resume. */
+void	 pending_wait_durable(struct pending *, uint64_t end,
 	    pending_resume_fn);
 /* Park until a claim may have been released (or the deadline passes). */
 void	 pending_wait_claim(struct pending *, pending_resume_fn);

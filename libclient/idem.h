@@ -172,57 +172,6 @@ int	idem_write_task(struct idem_conn *, const char *client_submission_id,
 	    struct idem_error *);
 
 /*
- * A fresh client_submission_id: 16 bytes from libsodium's CSPRNG in
- * base64url without padding (22 characters of A-Z a-z 0-9 - _), so it
- * is valid on the wire as is.  Make one per business intent and keep it
- * with the intent: a retry must send the same id, never a new one.
- * Returns -1 (errno EAGAIN) only if libsodium cannot be initialised.
- */
-#define IDEM_SUBMISSION_ID_SIZE	23	/* 22 characters and a NUL */
-int	idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE]);
-
-/*
- * idem_write_task_retry: connect to socket_path (as idem_connect), write
- * the task, and retry until there is an outcome:
- *  - a transport failure (connect, send or receive; the broker died or
- *    restarted) is retried on a new connection;
- *  - in_progress, storage_unavailable, shutting_down and an internal
- *    error marked retryable are retried;
- *  - every other error is returned at once (invalid_request, conflict,
- *    table_full, ...): sending it again cannot change the answer.
- * Every try sends the same client_submission_id (required: a legacy
- * call cannot be retried safely) and the same task, so however many
- * tries reach the broker, at most one task is created.  Between tries
- * it sleeps a random time in [0, min(max_delay_ms, base_delay_ms *
- * 2^(try-1))] ("full jitter", so that clients a broker restart failed
- * together do not come back together), never past the deadline; the
- * deadline also bounds the wait for each reply.
- *
- * Returns 0 with result->disposition created, reused (result->recovered
- * set when the broker finished a creation that an earlier try or
- * process began) or conflict (err filled as by idem_write_task).
- * Returns -1 with the last error otherwise; if that error is retryable
- * (attempts or time ran out) the outcome is unknown, and calling again
- * later with the same id is safe.  result->attempts counts the tries
- * in both cases.
- */
-struct idem_retry_policy {
-	unsigned	max_attempts;	/* 0: IDEM_RETRY_MAX_ATTEMPTS */
-	unsigned	base_delay_ms;	/* 0: IDEM_RETRY_BASE_DELAY_MS */
-	unsigned	max_delay_ms;	/* 0: IDEM_RETRY_MAX_DELAY_MS */
-	unsigned	deadline_ms;	/* overall; 0: IDEM_RETRY_DEADLINE_MS */
-};
-#define IDEM_RETRY_MAX_ATTEMPTS		10
-#define IDEM_RETRY_BASE_DELAY_MS	100
-#define IDEM_RETRY_MAX_DELAY_MS		5000
-#define IDEM_RETRY_DEADLINE_MS		60000
-
-int	idem_write_task_retry(const char *socket_path,
-	    const char *client_submission_id, const struct idem_task *,
-	    const struct idem_retry_policy *, struct idem_write_result *,
-	    struct idem_error *);
-
-/*
  * Write a report on task_id.  client_submission_id NULL writes a new
  * REPORT every time.  Returns 0 when the broker answered (disposition
  * IDEM_CREATED with deduplicated 0, IDEM_REUSED with deduplicated 1 and
@@ -334,6 +283,59 @@ struct idem_stats {
 	int64_t	reports_deduplicated;
 };
 int	idem_stats(struct idem_conn *, struct idem_stats *,
+	    struct idem_error *);
+
+/* ---- Submission ids and retrying --------------------------------------- */
+
+/*
+ * A fresh client_submission_id: 16 bytes from libsodium's CSPRNG in
+ * base64url without padding (22 characters of A-Z a-z 0-9 - _), so it
+ * is valid on the wire as is.  Make one per business intent and keep it
+ * with the intent: a retry must send the same id, never a new one.
+ * Returns -1 (errno EAGAIN) only if libsodium cannot be initialised.
+ */
+#define IDEM_SUBMISSION_ID_SIZE	23	/* 22 characters and a NUL */
+int	idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE]);
+
+/*
+ * idem_write_task_retry: connect to socket_path (as idem_connect), write
+ * the task, and retry until there is an outcome:
+ *  - a transport failure (connect, send or receive; the broker died or
+ *    restarted) is retried on a new connection;
+ *  - in_progress, storage_unavailable, shutting_down and an internal
+ *    error marked retryable are retried;
+ *  - every other error is returned at once (invalid_request, conflict,
+ *    table_full, ...): sending it again cannot change the answer.
+ * Every try sends the same client_submission_id (required: a legacy
+ * call cannot be retried safely) and the same task, so however many
+ * tries reach the broker, at most one task is created.  Between tries
+ * it sleeps a random time in [0, min(max_delay_ms, base_delay_ms *
+ * 2^(try-1))] ("full jitter", so that clients a broker restart failed
+ * together do not come back together), never past the deadline; the
+ * deadline also bounds the wait for each reply.
+ *
+ * Returns 0 with result->disposition created, reused (result->recovered
+ * set when the broker finished a creation that an earlier try or
+ * process began) or conflict (err filled as by idem_write_task).
+ * Returns -1 with the last error otherwise; if that error is retryable
+ * (attempts or time ran out) the outcome is unknown, and calling again
+ * later with the same id is safe.  result->attempts counts the tries
+ * in both cases.
+ */
+struct idem_retry_policy {
+	unsigned	max_attempts;	/* 0: IDEM_RETRY_MAX_ATTEMPTS */
+	unsigned	base_delay_ms;	/* 0: IDEM_RETRY_BASE_DELAY_MS */
+	unsigned	max_delay_ms;	/* 0: IDEM_RETRY_MAX_DELAY_MS */
+	unsigned	deadline_ms;	/* overall; 0: IDEM_RETRY_DEADLINE_MS */
+};
+#define IDEM_RETRY_MAX_ATTEMPTS		10
+#define IDEM_RETRY_BASE_DELAY_MS	100
+#define IDEM_RETRY_MAX_DELAY_MS		5000
+#define IDEM_RETRY_DEADLINE_MS		60000
+
+int	idem_write_task_retry(const char *socket_path,
+	    const char *client_submission_id, const struct idem_task *,
+	    const struct idem_retry_policy *, struct idem_write_result *,
 	    struct idem_error *);
 
 #ifdef __cplusplus

@@ -44,6 +44,8 @@
 /* A report's key is its task_id, a newline and the submission id. */
 #define SUBTAB_MAX_KEY_BYTES	(IDEM_MAX_TASK_ID_BYTES + 1 + IDEM_MAX_SUBMISSION_ID_BYTES)
 
+#define SUBTAB_NOT_JOURNALED	UINT64_MAX	/* slot.journal_end */
+
 enum subtab_kind {
 	SUBTAB_KIND_TASK = 1,
 	SUBTAB_KIND_REPORT = 2
@@ -178,6 +180,12 @@ struct subtab_slot {
 	struct subtab_entry	entry;
 	struct subtab_claim	claim;
 	_Atomic uint32_t	waiters;	/* someone waits for the claim */
+	/*
+	 * Ring position just past the record of the entry's state: the
+	 * state is durable once ring_durable reaches it.  0: durable since
+	 * start-up (replayed).
+	 */
+	uint64_t		journal_end;
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 struct shm_segment {
@@ -234,13 +242,21 @@ struct subtab_acquire {
 	/* out */
 	uint32_t		 slot;
 	struct subtab_entry	 found;		/* the slot's entry after the call */
+	uint64_t		 found_journal_end;
 };
 int	 subtab_repair(struct shm_segment *);
 enum subtab_verdict subtab_acquire(struct shm_segment *,
 	    struct subtab_acquire *);
-/* Set a claimed slot's entry (state, digests, times, numbers). */
-int	 subtab_update(struct shm_segment *, uint32_t slot,
-	    const struct subtab_claim *, const struct subtab_entry *);
+/*
+ * Append a claimed slot's new state to the journal ring and set it in the
+ * slot, as one step under the table lock: the table never lags behind
+ * the journal, which is what lets a checkpoint copy it while workers
+ * run.  -1 with errno ENOSPC when the ring is full, EPERM without the
+ * claim.
+ */
+int	 subtab_record(struct shm_segment *, uint32_t slot,
+	    const struct subtab_claim *, const struct subtab_entry *,
+	    const void *record, size_t length, uint64_t *end);
 /* Drop a claim; returns 1 if waiters need a wake. */
 int	 subtab_release(struct shm_segment *, uint32_t slot,
 	    const struct subtab_claim *);
@@ -262,6 +278,13 @@ struct subtab_row {
 int	 subtab_snapshot(struct shm_segment *, enum subtab_kind,
 	    int unfinished_only, struct subtab_row **, size_t *count,
 	    uint32_t state_counts[4]);
+/*
+ * Copy up to max slots from index from (entries and keys, keys not
+ * NUL-terminated); returns how many.  The lock is held for one call only,
+ * so a long export does not stall the workers.
+ */
+uint32_t subtab_copy(struct shm_segment *, uint32_t from, uint32_t max,
+	    struct subtab_entry *, char (*keys)[SUBTAB_MAX_KEY_BYTES]);
 /* Copy the key of a slot (NUL-terminated); returns its length. */
 size_t	 subtab_key(struct shm_segment *, uint32_t slot, char *out,
 	    size_t out_size);

@@ -155,6 +155,8 @@ insert(struct shm_segment *seg, uint32_t bucket, uint32_t hash,
 	else
 		memset(&s->claim, 0, sizeof s->claim);
 	atomic_store(&s->waiters, 0);
+	/* A reservation is not in the journal until its claimer records it. */
+	s->journal_end = claim != NULL ? SUBTAB_NOT_JOURNALED : 0;
 	atomic_store(&s->state, entry->state);
 	seg->buckets[bucket] = index + 1;	/* publish */
 	h->heap_used += length;
@@ -206,6 +208,7 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 	s = &seg->slots[slot];
 	a->slot = slot;
 	a->found = s->entry;
+	a->found_journal_end = s->journal_end;
 	/*
 	 * Wait before judging: an in-flight reservation is not durable yet,
 	 * so not even a conflict may be answered from it.
@@ -232,24 +235,26 @@ out:
 }
 
 int
-subtab_update(struct shm_segment *seg, uint32_t slot,
-    const struct subtab_claim *claim, const struct subtab_entry *entry)
+subtab_record(struct shm_segment *seg, uint32_t slot,
+    const struct subtab_claim *claim, const struct subtab_entry *entry,
+    const void *record, size_t length, uint64_t *end)
 {
 	struct subtab_slot	*s = &seg->slots[slot];
 	uint16_t		 key_length;
-	int			 rc = 0;
+	int			 rc = -1;
 
 	if (lock_table(seg) != 0)
 		return -1;
-	if (!claim_equal(&s->claim, claim)) {
+	if (!claim_equal(&s->claim, claim))
 		errno = EPERM;
-		rc = -1;
-	} else {
+	else if (handoff_append(seg, record, length, end) == 0) {
 		key_length = s->entry.key_length;
 		count_state(seg->header, s->entry.state, entry->state);
 		s->entry = *entry;
 		s->entry.key_length = key_length;
 		atomic_store(&s->state, entry->state);
+		s->journal_end = *end;
+		rc = 0;
 	}
 	unlock_table(seg);
 	return rc;
@@ -386,4 +391,22 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 	*rows_out = rows;
 	*count_out = count;
 	return 0;
+}
+
+uint32_t
+subtab_copy(struct shm_segment *seg, uint32_t from, uint32_t max,
+    struct subtab_entry *entries, char (*keys)[SUBTAB_MAX_KEY_BYTES])
+{
+	const struct subtab_slot	*s;
+	uint32_t			 n = 0;
+
+	if (lock_table(seg) != 0)
+		return 0;
+	for (; n < max && from + n < seg->header->slots_used; n++) {
+		s = &seg->slots[from + n];
+		entries[n] = s->entry;
+		memcpy(keys[n], seg->heap + s->key_offset, s->entry.key_length);
+	}
+	unlock_table(seg);
+	return n;
 }

@@ -492,21 +492,32 @@ def task_digest(task):
 
 # ---- Retrying ---------------------------------------------------------------
 
+_RETRYABLE_CODES = ("in_progress", "storage_unavailable", "shutting_down")
+
+
 def write_task_retry(task, client_submission_id, attempts=8, base_delay=0.05,
-                     max_delay=5.0, path=None, timeout=None,
+                     max_delay=5.0, deadline=None, path=None, timeout=None,
                      request_digest=None, meta=None, on_retry=None,
                      sleep=time.sleep):
     """Create a task, surviving broker restarts and lost answers.
 
     Each attempt connects afresh and sends write_task with the SAME
-    client_submission_id; a transport failure or a retryable error
-    (in_progress, storage_unavailable, shutting_down, ...) is retried after
-    a full-jitter backoff, random.uniform(0, min(max_delay, base_delay *
-    2 ** n)) seconds after the n-th failure (n from 0), at most attempts
-    attempts in all.  Returns the final reply: "created" or "reused", with
-    "recovered": true when it finished a creation an earlier attempt had
-    interrupted; both are success.  Raises IdemConflict at once, and the
-    last IdemError when it is not retryable or attempts run out.
+    client_submission_id and task, so however many attempts reach the
+    broker at most one task is created.  A transport failure or a
+    retryable error (in_progress, storage_unavailable, shutting_down, an
+    internal error marked retryable) is retried after a full-jitter
+    backoff: random.uniform(0, min(max_delay, base_delay * 2 ** (n - 1)))
+    seconds after the n-th failed attempt, at most attempts attempts in
+    all, and, if deadline (seconds) is given, never sleeping past
+    deadline seconds from the call (which also bounds each attempt's
+    socket timeout).
+
+    Returns the final reply: disposition "created" or "reused", with
+    "recovered": true when it finished a creation an earlier attempt (or
+    process) had interrupted; all are success.  Raises IdemConflict at
+    once, any other IdemError at once when it is not retryable, and the
+    last error when attempts or time run out (then the outcome is
+    unknown: calling again later with the same id is safe).
 
     on_retry(attempt, error, delay), if given, is called before each
     backoff sleep (attempt counts from 1: the attempt that failed).
@@ -518,20 +529,29 @@ def write_task_retry(task, client_submission_id, attempts=8, base_delay=0.05,
         raise ValueError("attempts must be at least 1")
     if request_digest is True:
         request_digest = task_digest(task)
+    end = None if deadline is None else time.monotonic() + deadline
     attempt = 0
     while True:
         attempt += 1
+        t = timeout
+        if end is not None:
+            left = max(end - time.monotonic(), 0.001)
+            t = left if t is None else min(t, left)
         try:
-            with Client(path, timeout=timeout) as c:
+            with Client(path, timeout=t) as c:
                 return c.write_task(task, client_submission_id,
                                     request_digest=request_digest, meta=meta)
         except IdemConflict:
             raise
         except IdemError as e:
-            if not e.retryable or attempt >= attempts:
+            if not (e.retryable or e.code in _RETRYABLE_CODES):
+                raise
+            if attempt >= attempts:
                 raise
             delay = random.uniform(0, min(max_delay,
                                           base_delay * 2 ** (attempt - 1)))
+            if end is not None and time.monotonic() + delay >= end:
+                raise
             if on_retry is not None:
                 on_retry(attempt, e, delay)
             sleep(delay)

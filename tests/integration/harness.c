@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -21,6 +22,7 @@
 #include "harness.h"
 
 #define HARNESS_START_TIMEOUT_MS	20000
+#define HARNESS_STOP_TIMEOUT_MS		10000
 /* Brokers running at once in one test (a second one is started by hand). */
 #define HARNESS_MAX_BROKERS		8
 
@@ -186,9 +188,29 @@ harness_wait_dead(struct broker *b)
 int
 harness_stop(struct broker *b)
 {
+	struct pollfd	pfd;
+	int		fd, n;
+
 	if (b->pid == 0)
 		return -1;
+	/* A pidfd says when it exits, so a broker deaf to SIGTERM fails. */
+	fd = (int)syscall(SYS_pidfd_open, b->pid, 0);
 	kill(b->pid, SIGTERM);
+	if (fd != -1) {
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		while ((n = poll(&pfd, 1, HARNESS_STOP_TIMEOUT_MS)) == -1 &&
+		    errno == EINTR)
+			;
+		close(fd);
+		if (n == 0) {
+			fprintf(stderr, "harness: idemd %ld still running %d ms "
+			    "after SIGTERM; killing it\n", (long)b->pid,
+			    HARNESS_STOP_TIMEOUT_MS);
+			harness_kill(b);
+			return -1;
+		}
+	}
 	harness_wait_dead(b);
 	return b->exit_status;
 }

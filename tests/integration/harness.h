@@ -29,7 +29,10 @@ void	 harness_fresh_root(struct broker *);
  */
 int	 harness_start(struct broker *, const char *const *args,
 	    const char *const *env);
-/* SIGTERM and wait: returns the exit status. */
+/*
+ * SIGTERM and wait: returns the exit status, or -1 (after a SIGKILL)
+ * if it is still running 10 s later.
+ */
 int	 harness_stop(struct broker *);
 /* SIGKILL the master, wait for it and for its workers (the root lock). */
 void	 harness_kill(struct broker *);

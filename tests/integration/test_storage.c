@@ -13,7 +13,6 @@
  * inotify, with a deadline.
  */
 #include <sys/inotify.h>
-#include <sys/stat.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,7 +20,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -240,7 +238,7 @@ assert_storage_unavailable(json_t *reply)
 	assert_null(json_object_get(reply, "receipt"));
 }
 
-/* The entry at dir (relative to the root) whose names start with prefix. */
+/* Entries of dir (relative to the root) named prefix...suffix. */
 static int
 count_named(const struct broker *b, const char *dir, const char *prefix,
     const char *suffix)
@@ -383,9 +381,9 @@ write_report(struct broker *b, const char *task_id, const char *id)
 static json_t *
 call_across_reopen(struct broker *b, json_t *request)
 {
-	json_t	*reply = NULL;
-	const char *code;
-	int	 tries;
+	json_t		*reply = NULL;
+	const char	*code;
+	int		 tries;
 
 	for (tries = 0; tries < TEST_REOPEN_TRIES; tries++) {
 		reply = call_or_null(b, json_incref(request));
@@ -544,6 +542,41 @@ task_fsync_eio_leaves_reserved_and_retry_creates(void **state)
 	task_file_fault(*state, "sync _lifecycle/inbox/.TASK EIO");
 }
 
+static void
+task_write_edquot_leaves_reserved_and_retry_creates(void **state)
+{
+	task_file_fault(*state, "write _lifecycle/inbox/.TASK EDQUOT");
+}
+
+/* Without a submission id: nothing on disk, and the next call creates. */
+static void
+legacy_task_write_enospc_leaves_nothing(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply;
+
+	start(t);
+	fault_rule(t, "write _lifecycle/inbox/.TASK ENOSPC");
+	reply = submit(b, NULL, "Legacy");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 0);
+	assert_int_equal(count_task_temporaries(b), 0);
+
+	fault_clear(t);
+	reply = submit(b, NULL, "Legacy");
+	assert_bool(reply, "ok", 1);
+	assert_string_equal(str(reply, "disposition"), "created");
+	assert_bool(reply, "idempotent", 0);
+	assert_receipt_file(b, reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(count_task_temporaries(b), 0);
+	assert_int_equal(harness_stop(b), 0);
+	finish(t);
+}
+
 /*
  * The inbox's fsync fails after the TASK file was linked in place: the
  * file is there but was never durable, so nothing is acknowledged; the
@@ -582,6 +615,45 @@ inbox_fsync_eio_retry_adopts_the_linked_file(void **state)
 	assert_restart_replays(t, (const char *const []){ "disk/dir", NULL },
 	    (const char *const []){ "Fix login" }, &receipt, 1);
 	free(receipt);
+	finish(t);
+}
+
+/*
+ * SPEC.md: a reused reply is sent only when the TASK file and its
+ * directory entry are durable.  The file a failed call linked was never
+ * made durable in its directory, so a retry that adopts it must fsync
+ * the directory first: while that fsync still fails, it must not
+ * answer reused.
+ */
+static void
+adopting_retry_needs_a_durable_directory_entry(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply;
+
+	start(t);
+	fault_rule(t, "sync _lifecycle/inbox$ EIO");
+	reply = submit(b, "disk/adopt", "Fix login");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	assert_int_equal(count_tasks_of(b, "disk/adopt"), 1);
+
+	/* The inbox still cannot be synced. */
+	reply = submit(b, "disk/adopt", "Fix login");
+	if (json_is_true(json_object_get(reply, "ok")))
+		fail_msg("the retry adopted the linked file and answered %s "
+		    "while every fsync of its directory fails",
+		    json_string_value(json_object_get(reply, "disposition")));
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+
+	fault_clear(t);
+	reply = submit(b, "disk/adopt", "Fix login");
+	assert_outcome(reply, "reused", 0, 1);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(harness_stop(b), 0);
 	finish(t);
 }
 
@@ -698,7 +770,7 @@ sigterm_while_reopen_fails_stops_cleanly(void **state)
 	struct storage_test	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply;
-	char			*receipt;
+	char			*receipt, *log, stopped[64];
 	int			 status;
 
 	start(t);
@@ -712,10 +784,19 @@ sigterm_while_reopen_fails_stops_cleanly(void **state)
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	wait_log(b, "reopening after the journal failure");
+	/* Its last word on an orderly exit (main.c); a crash has none. */
+	snprintf(stopped, sizeof stopped, "idemd[%ld]: stopped\n",
+	    (long)b->pid);
 	status = harness_stop(b);
 	if (status >= 128)
 		fail_msg("SIGTERM during a failing reopen: idemd was killed "
 		    "by signal %d (see %s)", status - 128, b->log);
+	log = read_path(b->log);
+	if (strstr(log, stopped) == NULL)
+		fail_msg("SIGTERM during a failing reopen: idemd exited with "
+		    "status %d without stopping in order (see %s)", status,
+		    b->log);
+	free(log);
 
 	fault_clear(t);
 	start(t);
@@ -733,9 +814,8 @@ sigterm_while_reopen_fails_stops_cleanly(void **state)
 /* ---- A REPORT file that cannot be written ------------------------------- */
 
 static void
-report_write_enospc_then_retry_writes_one_report(void **state)
+report_file_fault(struct storage_test *t, const char *rule)
 {
-	struct storage_test	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply;
 	char			*task_id, *report_id, *report_path, *data;
@@ -748,7 +828,7 @@ report_write_enospc_then_retry_writes_one_report(void **state)
 	assert_non_null(task_id);
 	json_decref(reply);
 
-	fault_rule(t, "write reports/.REPORT ENOSPC");
+	fault_rule(t, rule);
 	reply = write_report(b, task_id, "rep/1");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
@@ -794,6 +874,18 @@ report_write_enospc_then_retry_writes_one_report(void **state)
 	finish(t);
 }
 
+static void
+report_write_enospc_then_retry_writes_one_report(void **state)
+{
+	report_file_fault(*state, "write reports/.REPORT ENOSPC");
+}
+
+static void
+report_fsync_eio_then_retry_writes_one_report(void **state)
+{
+	report_file_fault(*state, "sync reports/.REPORT EIO");
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int
@@ -802,10 +894,14 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		T(task_write_enospc_leaves_reserved_and_retry_creates),
 		T(task_fsync_eio_leaves_reserved_and_retry_creates),
+		T(task_write_edquot_leaves_reserved_and_retry_creates),
+		T(legacy_task_write_enospc_leaves_nothing),
 		T(inbox_fsync_eio_retry_adopts_the_linked_file),
+		T(adopting_retry_needs_a_durable_directory_entry),
 		T(journal_fdatasync_eio_reopens_and_retry_completes),
 		T(journal_write_enospc_reopens_and_retry_completes),
 		T(report_write_enospc_then_retry_writes_one_report),
+		T(report_fsync_eio_then_retry_writes_one_report),
 		T(sigterm_while_reopen_fails_stops_cleanly),
 	};
 

@@ -118,9 +118,9 @@ class Broker:
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.wait_dead(timeout=10)
+            self.wait_dead(timeout=5)
         except subprocess.TimeoutExpired:
-            sys.stderr.write("warning: idemd ignored SIGTERM for 10 s; "
+            sys.stderr.write("warning: idemd ignored SIGTERM for 5 s; "
                              "killing it\n")
             self.proc.kill()
             self.wait_dead()

@@ -126,19 +126,28 @@ test_claim_excludes_others_until_released(void **state)
 	struct subtab_acquire	 second = request("id-1", 1, 2, g1, 1);
 	struct subtab_acquire	 third = request("id-1", 1, 2, g1, 2);
 	struct subtab_entry	 done;
+	uint64_t		 end;
 
 	assert_int_equal(subtab_acquire(&f->seg, &first), SUBTAB_INSERTED);
+	/* Not in the journal until its claimer records it. */
+	assert_true(f->seg.slots[first.slot].journal_end ==
+	    SUBTAB_NOT_JOURNALED);
 	/* A live claim makes even a matching request wait. */
 	assert_int_equal(subtab_acquire(&f->seg, &second), SUBTAB_BUSY);
 	assert_int_equal(atomic_load(&f->seg.slots[first.slot].waiters), 1);
 
 	done = first.found;
 	done.state = SUBTAB_COMMITTED;
-	assert_int_equal(subtab_update(&f->seg, first.slot, &first.claim,
-	    &done), 0);
-	/* Only the claimer may update. */
-	assert_int_equal(subtab_update(&f->seg, first.slot, &second.claim,
-	    &done), -1);
+	/* The new state goes to the ring and the slot in one step. */
+	assert_int_equal(subtab_record(&f->seg, first.slot, &first.claim,
+	    &done, "record", 6, &end), 0);
+	assert_int_equal(end, f->seg.header->ring_head);
+	assert_int_equal(f->seg.slots[first.slot].journal_end, end);
+	/* Only the claimer may record, and nothing is appended then. */
+	assert_int_equal(subtab_record(&f->seg, first.slot, &second.claim,
+	    &done, "record", 6, &end), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(f->seg.header->ring_head, 6);
 	assert_int_equal(subtab_release(&f->seg, first.slot, &first.claim), 1);
 	assert_int_equal(subtab_acquire(&f->seg, &third), SUBTAB_DONE);
 	assert_int_equal(third.found.seq, first.found.seq);

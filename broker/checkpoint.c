@@ -1,0 +1,360 @@
+/*
+ * checkpoint.c: snapshots of the submission table, so that the journal
+ * stays proportional to the live table and start-up stays fast.
+ *
+ * DESIGN
+ *
+ * When the journal's current segment grows past JOURNAL_SEGMENT_BYTES,
+ * the journaling thread starts a new segment S (journal_rotate) and wakes
+ * the checkpoint thread, which copies the table slot by slot (a short
+ * lock per chunk, never a global pause) into checkpoint-S.snap and then
+ * removes the segments before S and the older checkpoints.
+ *
+ * The copy is not one instant, but it need not be: every change after
+ * the rotation is also in segments >= S, each record is a whole entry,
+ * and replaying them in order over the snapshot ends in the latest
+ * state.  A state the copy saw that never became durable is a
+ * reservation that was never acknowledged, which a retry completes.
+ *
+ * The file is written to a temporary name, fsync'd, renamed and its
+ * directory fsync'd; only then are old segments removed.  A crash at any
+ * point leaves either the old checkpoint and all its segments, or the new
+ * one; start-up removes the leftovers.
+ *
+ * Format (little-endian): a 64-byte header (magic "IDEMCKPT", version,
+ * segment S, record count, the number allocator's state per kind, and a
+ * checksum of the header), then the records, each exactly a journal
+ * record (journal_encode), then a 16-byte trailer (magic "IDEMCEND",
+ * record count) so that a short file can never pass.
+ */
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "log.h"
+#include "idemd.h"
+
+#define CHECKPOINT_HEADER_BYTES		64
+#define CHECKPOINT_TRAILER_BYTES	16
+#define CHECKPOINT_VERSION		1
+#define CHECKPOINT_CHUNK_SLOTS		1024
+#define CHECKPOINT_NAME_FORMAT		"checkpoint-%016" PRIx64 ".snap"
+
+static const uint8_t checkpoint_magic[8] = { 'I','D','E','M','C','K','P','T' };
+static const uint8_t checkpoint_end[8] = { 'I','D','E','M','C','E','N','D' };
+static const uint8_t checkpoint_key[16] = "idem-ckpt-v1\0\0\0";
+
+static void
+put32(uint8_t *p, uint32_t v)
+{
+	p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24;
+}
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint32_t
+get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	    (uint32_t)p[3] << 24;
+}
+
+static uint64_t
+get64(const uint8_t *p)
+{
+	return get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static int
+checkpoint_name_parse(const char *name, uint64_t *segment)
+{
+	char	*end;
+
+	if (strncmp(name, "checkpoint-", 11) != 0 || strlen(name) != 11 + 16 + 5 ||
+	    strcmp(name + 27, ".snap") != 0)
+		return 0;
+	errno = 0;
+	*segment = strtoull(name + 11, &end, 16);
+	return errno == 0 && end == name + 27;
+}
+
+static void
+header_encode(uint8_t h[CHECKPOINT_HEADER_BYTES], uint64_t segment,
+    uint64_t records, const struct seqalloc_state alloc[SUBTAB_KIND_COUNT])
+{
+	memset(h, 0, CHECKPOINT_HEADER_BYTES);
+	memcpy(h, checkpoint_magic, 8);
+	put32(h + 8, CHECKPOINT_VERSION);
+	put64(h + 16, segment);
+	put64(h + 24, records);
+	put32(h + 32, alloc[0].date);
+	put32(h + 36, alloc[0].next_seq);
+	put32(h + 40, alloc[1].date);
+	put32(h + 44, alloc[1].next_seq);
+	crypto_shorthash(h + 56, h, 56, checkpoint_key);
+}
+
+static int
+write_all(int fd, const uint8_t *p, size_t n)
+{
+	ssize_t	w;
+
+	while (n > 0) {
+		if ((w = write(fd, p, n)) == -1) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int
+checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
+    char **cause)
+{
+	struct subtab_entry	*entries = NULL;
+	char			(*keys)[SUBTAB_MAX_KEY_BYTES] = NULL;
+	struct journal_record	 record;
+	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
+	uint8_t			 header[CHECKPOINT_HEADER_BYTES];
+	uint8_t			 trailer[CHECKPOINT_TRAILER_BYTES];
+	uint8_t			*buf = NULL;
+	size_t			 used;
+	char			 name[64], temp[80];
+	uint64_t		 records = 0;
+	uint32_t		 from = 0, n, i;
+	int			 dir_fd = -1, fd = -1, rc = -1;
+
+	snprintf(name, sizeof name, CHECKPOINT_NAME_FORMAT, segment);
+	snprintf(temp, sizeof temp, ".%s.tmp", name);
+	entries = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *entries);
+	keys = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *keys);
+	buf = malloc((size_t)CHECKPOINT_CHUNK_SLOTS * JOURNAL_MAX_RECORD_BYTES);
+	if (entries == NULL || keys == NULL || buf == NULL) {
+		asprintf(cause, "checkpoint: out of memory");
+		goto out;
+	}
+	if ((dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1 ||
+	    (fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_TRUNC |
+	    O_CLOEXEC, 0600)) == -1) {
+		asprintf(cause, "checkpoint %s/%s: %s", dir, temp,
+		    strerror(errno));
+		goto out;
+	}
+	/* The allocator first: it is at least every number in the copy. */
+	memcpy(alloc, seg->header->alloc, sizeof alloc);
+	header_encode(header, segment, 0, alloc);
+	if (write_all(fd, header, sizeof header) != 0)
+		goto write_failed;
+	while ((n = subtab_copy(seg, from, CHECKPOINT_CHUNK_SLOTS, entries,
+	    keys)) > 0) {
+		for (i = 0, used = 0; i < n; i++) {
+			memset(&record, 0, sizeof record);
+			record.type = JOURNAL_RECORD_ENTRY;
+			record.entry = entries[i];
+			memcpy(record.key, keys[i], entries[i].key_length);
+			used += journal_encode(&record, buf + used,
+			    JOURNAL_MAX_RECORD_BYTES);
+		}
+		if (write_all(fd, buf, used) != 0)
+			goto write_failed;
+		records += n;
+		from += n;
+		if (records >= seg->header->slots_used / 2)
+			crash_point(CRASH_DURING_CHECKPOINT);
+	}
+	memcpy(trailer, checkpoint_end, 8);
+	put64(trailer + 8, records);
+	header_encode(header, segment, records, alloc);
+	if (write_all(fd, trailer, sizeof trailer) != 0 ||
+	    pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
+	    fsync(fd) != 0)
+		goto write_failed;
+	close(fd);
+	fd = -1;
+	if (renameat(dir_fd, temp, dir_fd, name) != 0 || fsync(dir_fd) != 0) {
+		asprintf(cause, "checkpoint %s/%s: rename and sync: %s", dir,
+		    name, strerror(errno));
+		goto out;
+	}
+	crash_point(CRASH_AFTER_CHECKPOINT_RENAMED);
+	log_info("checkpoint %s: %" PRIu64 " submissions", name, records);
+	rc = 0;
+	goto out;
+
+write_failed:
+	asprintf(cause, "checkpoint %s/%s: write: %s", dir, temp,
+	    strerror(errno));
+out:
+	if (fd != -1) {
+		close(fd);
+		unlinkat(dir_fd, temp, 0);
+	}
+	if (dir_fd != -1)
+		close(dir_fd);
+	free(entries);
+	free(keys);
+	free(buf);
+	return rc;
+}
+
+/*
+ * The newest checkpoint of dir, if any: its segment number in *segment
+ * (0: none).  Leftover temporaries are ignored.
+ */
+static int
+newest_checkpoint(const char *dir, uint64_t *segment)
+{
+	DIR		*d;
+	struct dirent	*e;
+	uint64_t	 n;
+
+	*segment = 0;
+	if ((d = opendir(dir)) == NULL)
+		return errno == ENOENT ? 0 : -1;
+	while ((e = readdir(d)) != NULL) {
+		if (checkpoint_name_parse(e->d_name, &n) && n > *segment)
+			*segment = n;
+	}
+	closedir(d);
+	return 0;
+}
+
+int
+checkpoint_load(const char *dir, journal_apply_fn apply, void *arg,
+    struct seqalloc_state alloc[SUBTAB_KIND_COUNT], uint64_t *segment,
+    uint64_t *records_out, char **cause)
+{
+	struct journal_record	 record;
+	struct stat		 st;
+	uint8_t			*data = NULL;
+	uint8_t			 sum[8];
+	char			 path[PATH_MAX];
+	uint64_t		 records, i, offset;
+	size_t			 consumed;
+	int			 fd = -1, rc = -1;
+
+	*records_out = 0;
+	memset(alloc, 0, SUBTAB_KIND_COUNT * sizeof *alloc);
+	if (newest_checkpoint(dir, segment) != 0) {
+		asprintf(cause, "checkpoint: reading %s: %s", dir,
+		    strerror(errno));
+		return -1;
+	}
+	if (*segment == 0)
+		return 0;
+	snprintf(path, sizeof path, "%s/" CHECKPOINT_NAME_FORMAT, dir,
+	    *segment);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1 ||
+	    fstat(fd, &st) == -1) {
+		asprintf(cause, "checkpoint %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if ((size_t)st.st_size < CHECKPOINT_HEADER_BYTES +
+	    CHECKPOINT_TRAILER_BYTES)
+		goto corrupt;
+	data = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (data == MAP_FAILED) {
+		data = NULL;
+		asprintf(cause, "checkpoint %s: mmap: %s", path,
+		    strerror(errno));
+		goto out;
+	}
+	crypto_shorthash(sum, data, 56, checkpoint_key);
+	if (memcmp(data, checkpoint_magic, 8) != 0 ||
+	    get32(data + 8) != CHECKPOINT_VERSION ||
+	    get64(data + 16) != *segment || memcmp(sum, data + 56, 8) != 0)
+		goto corrupt;
+	records = get64(data + 24);
+	alloc[0].date = get32(data + 32);
+	alloc[0].next_seq = get32(data + 36);
+	alloc[1].date = get32(data + 40);
+	alloc[1].next_seq = get32(data + 44);
+	offset = CHECKPOINT_HEADER_BYTES;
+	for (i = 0; i < records; i++) {
+		if (journal_decode(data + offset, (size_t)st.st_size -
+		    CHECKPOINT_TRAILER_BYTES - offset, &record, &consumed) !=
+		    JOURNAL_DECODE_OK)
+			goto corrupt;
+		if (apply(&record, arg) != 0) {
+			asprintf(cause, "checkpoint %s: applying record %"
+			    PRIu64 " failed", path, i);
+			goto out;
+		}
+		offset += consumed;
+	}
+	if (offset + CHECKPOINT_TRAILER_BYTES != (uint64_t)st.st_size ||
+	    memcmp(data + offset, checkpoint_end, 8) != 0 ||
+	    get64(data + offset + 8) != records)
+		goto corrupt;
+	*records_out = records;
+	rc = 0;
+	goto out;
+
+corrupt:
+	asprintf(cause, "checkpoint %s is corrupt (at or after byte %" PRIu64
+	    "); it was written atomically, so this is damage: restore it "
+	    "from a backup, or move it away to start from the journal "
+	    "segments that remain", path, (uint64_t)CHECKPOINT_HEADER_BYTES);
+out:
+	if (fd != -1)
+		close(fd);
+	if (data != NULL)
+		munmap(data, (size_t)st.st_size);
+	return rc;
+}
+
+/*
+ * Remove what a checkpoint at segment made redundant: older segments and
+ * checkpoints, and temporaries a crash left.  Best effort: a leftover is
+ * harmless, replay ignores it.
+ */
+void
+checkpoint_prune(const char *dir, uint64_t segment)
+{
+	DIR		*d;
+	struct dirent	*e;
+	uint64_t	 n;
+	char		*end;
+	int		 dir_fd, removed = 0;
+
+	if ((d = opendir(dir)) == NULL)
+		return;
+	dir_fd = dirfd(d);
+	while ((e = readdir(d)) != NULL) {
+		int	old = 0;
+
+		if (checkpoint_name_parse(e->d_name, &n))
+			old = n < segment;
+		else if (strlen(e->d_name) == 20 &&
+		    strcmp(e->d_name + 16, ".jnl") == 0) {
+			n = strtoull(e->d_name, &end, 16);
+			old = end == e->d_name + 16 && n < segment;
+		} else if (strncmp(e->d_name, ".checkpoint-", 12) == 0)
+			old = 1;
+		if (old && unlinkat(dir_fd, e->d_name, 0) == 0)
+			removed++;
+	}
+	if (removed > 0)
+		fsync(dir_fd);
+	closedir(d);
+}

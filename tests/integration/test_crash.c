@@ -1,0 +1,749 @@
+/*
+ * test_crash.c: crashes in each window of a write_task, and what a retry
+ * gets afterwards (SPEC.md, "States and recovery" and "Fault
+ * injection").  The broker is killed by its own fault injection
+ * (IDEM_CRASH_AT: all of it; IDEM_CRASH_WORKER_AT: one worker) or by the
+ * test; the verdict is the retry's reply and the TASK files on disk.
+ * Every wait is on an event: a reply, the end of a stream, the broker's
+ * exit, its lock; never a sleep.
+ */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "integration/harness.h"
+
+/* A test that takes longer than this is hung: the watchdog ends it. */
+#define TEST_WATCHDOG_SECONDS	60
+/* Calls to make while waiting for the master to replace a worker. */
+#define TEST_RESPAWN_CALLS	100000
+#define TEST_MAX_WORKERS	64
+#define TEST_ID			"crash/run-1"
+#define TEST_SUBJECT		"Survive the crash"
+
+/*
+ * One crash point and what SPEC.md says a retry finds after it: how many
+ * TASK files the crash leaves, and the retry's outcome.
+ */
+struct crash_case {
+	const char	*point;
+	int		 files_after_crash;
+	const char	*disposition;
+	int		 action_taken;
+	int		 recovered;
+};
+
+static const struct crash_case after_reserve_durable = {
+	"after_reserve_durable", 0, "created", 1, 1
+};
+static const struct crash_case after_task_file_written = {
+	"after_task_file_written", 0, "created", 1, 1
+};
+static const struct crash_case after_task_file_linked = {
+	"after_task_file_linked", 1, "reused", 0, 1
+};
+static const struct crash_case after_task_created_durable = {
+	"after_task_created_durable", 1, "reused", 0, 1
+};
+static const struct crash_case after_commit_durable = {
+	"after_commit_durable", 1, "reused", 0, 0
+};
+
+/* ---- Fixtures and helpers ------------------------------------------------ */
+
+static int
+setup(void **state)
+{
+	struct broker	*b;
+
+	if ((b = calloc(1, sizeof *b)) == NULL)
+		return -1;
+	harness_fresh_root(b);
+	harness_watchdog(TEST_WATCHDOG_SECONDS);
+	*state = b;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct broker	*b = *state;
+
+	harness_watchdog(0);
+	/* A failed test leaves its root (and log) behind to be looked at. */
+	if (b->root[0] != '\0')
+		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
+	harness_kill(b);
+	free(b);
+	return 0;
+}
+
+static void
+finish(struct broker *b)
+{
+	harness_kill(b);
+	harness_cleanup(b);
+	b->root[0] = '\0';
+}
+
+/* Start with IDEM_CRASH_AT or IDEM_CRASH_WORKER_AT (name) at a point. */
+static void
+start_crashing(struct broker *b, const char *name, const char *point)
+{
+	static char		 entry[128];
+	const char *const	 env[] = { entry, NULL };
+
+	snprintf(entry, sizeof entry, "%s=%s", name, point);
+	assert_int_equal(harness_start(b, NULL, env), 0);
+}
+
+static void
+start(struct broker *b)
+{
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+}
+
+static json_t *
+call(struct broker *b, json_t *request)
+{
+	struct idem_conn	*c;
+	json_t			*reply;
+
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call(c, request);
+	idem_close(c);
+	assert_non_null(reply);
+	return reply;
+}
+
+static json_t *
+submit(struct broker *b, const char *id, const char *subject)
+{
+	return call(b, harness_write_task(id, subject));
+}
+
+/* The call the crash interrupts: its connection ends without a reply. */
+static void
+submit_and_lose(struct broker *b, const char *id, const char *subject)
+{
+	struct idem_conn	*c;
+	json_t			*reply;
+
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call(c, harness_write_task(id, subject));
+	if (reply != NULL) {
+		fprintf(stderr, "unexpected reply: %s\n",
+		    json_dumps(reply, JSON_COMPACT));
+		fail_msg("the crash point did not drop the connection");
+	}
+	idem_close(c);
+}
+
+static const char *
+str(json_t *object, const char *key)
+{
+	json_t	*v = json_object_get(object, key);
+
+	if (!json_is_string(v))
+		fail_msg("\"%s\" is not a string", key);
+	return json_string_value(v);
+}
+
+static const char *
+receipt_str(json_t *reply, const char *key)
+{
+	return str(json_object_get(reply, "receipt"), key);
+}
+
+static void
+assert_bool(json_t *object, const char *key, int expected)
+{
+	json_t	*v = json_object_get(object, key);
+
+	if (!json_is_boolean(v))
+		fail_msg("\"%s\" is not a boolean", key);
+	assert_int_equal(json_is_true(v), expected);
+}
+
+static void
+assert_outcome(json_t *reply, const char *disposition, int action_taken,
+    int recovered)
+{
+	json_t	*rec = json_object_get(reply, "recovered");
+	char	*text;
+
+	if (!json_is_true(json_object_get(reply, "ok")) ||
+	    strcmp(str(reply, "disposition"), disposition) != 0) {
+		text = json_dumps(reply, JSON_COMPACT);
+		fail_msg("wanted %s, got %s", disposition, text);
+	}
+	assert_bool(reply, "action_taken", action_taken);
+	assert_bool(reply, "idempotent", 1);
+	if (recovered)
+		assert_true(json_is_true(rec));
+	else
+		assert_null(rec);
+	assert_string_equal(receipt_str(reply, "state"), "committed");
+}
+
+static void
+assert_conflict(json_t *reply, const char *reason)
+{
+	json_t	*error = json_object_get(reply, "error");
+
+	assert_bool(reply, "ok", 0);
+	assert_bool(reply, "action_taken", 0);
+	assert_string_equal(str(reply, "disposition"), "conflict");
+	assert_string_equal(str(error, "code"), "conflict");
+	assert_string_equal(str(error, "reason"), reason);
+	assert_bool(error, "retryable", 0);
+	assert_null(json_object_get(reply, "receipt"));
+}
+
+/* The id the first task of today gets on a fresh root. */
+static void
+first_task_id(char *out, size_t size, int number)
+{
+	char	today[9];
+
+	harness_today(today);
+	snprintf(out, size, "TASK-%s-%03d-PM-to-DEV", today, number);
+}
+
+static void
+skip_if_date_moved(const char *expected, const char *task_id)
+{
+	if (strncmp(expected + 5, task_id + 5, 8) != 0) {
+		fprintf(stderr, "the UTC date changed during the test\n");
+		skip();
+	}
+}
+
+static int
+path_exists(const struct broker *b, const char *relpath)
+{
+	char		path[1024];
+	struct stat	st;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
+	return stat(path, &st) == 0;
+}
+
+/* Temporary files the broker left in the inbox (".TASK-*.md.tmp.*"). */
+static int
+count_temporaries(const struct broker *b)
+{
+	char		 path[400];
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	snprintf(path, sizeof path, "%s/_lifecycle/inbox", b->root);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, ".TASK-", 6) == 0 &&
+		    strstr(e->d_name, ".md.tmp.") != NULL)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static void
+assert_file_digest(const struct broker *b, const char *relpath,
+    const char *expected)
+{
+	unsigned char	 digest[crypto_hash_sha256_BYTES];
+	char		 hex[crypto_hash_sha256_BYTES * 2 + 1], *data;
+
+	data = harness_read(b, relpath);
+	assert_non_null(data);
+	crypto_hash_sha256(digest, (const unsigned char *)data, strlen(data));
+	sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
+	free(data);
+	assert_string_equal(hex, expected);
+}
+
+static void
+move_file(const struct broker *b, const char *from, const char *to)
+{
+	char	src[1024], dst[1024];
+
+	/* harness_write makes the directories; rename replaces its file. */
+	assert_int_equal(harness_write(b, to, ""), 0);
+	snprintf(src, sizeof src, "%s/%s", b->root, from);
+	snprintf(dst, sizeof dst, "%s/%s", b->root, to);
+	assert_int_equal(rename(src, dst), 0);
+}
+
+/* Whether the broker's master is still running (not exited, not reaped). */
+static int
+broker_running(struct broker *b)
+{
+	int	status;
+
+	return b->pid != 0 && waitpid(b->pid, &status, WNOHANG) == 0;
+}
+
+/*
+ * The retry after a crash: its outcome, one TASK file named for the
+ * task_id it returns (number 001), and a second retry that answers
+ * reused with the same receipt.  Returns the first retry's reply.
+ */
+static json_t *
+retry_and_check(struct broker *b, const struct crash_case *cc)
+{
+	json_t	*retry, *again;
+	char	 want[96], path[256], *r1, *r2;
+
+	retry = submit(b, TEST_ID, TEST_SUBJECT);
+	assert_outcome(retry, cc->disposition, cc->action_taken,
+	    cc->recovered);
+	first_task_id(want, sizeof want, 1);
+	skip_if_date_moved(want, receipt_str(retry, "task_id"));
+	assert_string_equal(receipt_str(retry, "task_id"), want);
+	snprintf(path, sizeof path, "_lifecycle/inbox/%s.md", want);
+	assert_string_equal(receipt_str(retry, "task_path"), path);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_true(path_exists(b, path));
+	assert_file_digest(b, path, receipt_str(retry, "file_digest"));
+
+	again = submit(b, TEST_ID, TEST_SUBJECT);
+	assert_outcome(again, "reused", 0, 0);
+	r1 = harness_receipt_text(retry);
+	r2 = harness_receipt_text(again);
+	assert_non_null(r1);
+	assert_non_null(r2);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(r1);
+	free(r2);
+	json_decref(again);
+	return retry;
+}
+
+/* ---- The whole broker dies ----------------------------------------------- */
+
+static void
+broker_crash(struct broker *b, const struct crash_case *cc)
+{
+	json_t	*retry;
+
+	start_crashing(b, "IDEM_CRASH_AT", cc->point);
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	assert_int_equal(b->exit_status, 128 + SIGKILL);
+	assert_int_equal(harness_count_tasks(b), cc->files_after_crash);
+	/* Written, not linked: the bytes are in a temporary file. */
+	if (cc == &after_task_file_written)
+		assert_int_equal(count_temporaries(b), 1);
+
+	start(b);
+	retry = retry_and_check(b, cc);
+	/* Start-up swept what the crash left (idemd(8)). */
+	assert_int_equal(count_temporaries(b), 0);
+	json_decref(retry);
+	finish(b);
+}
+
+static void
+broker_crash_after_reserve_durable(void **state)
+{
+	broker_crash(*state, &after_reserve_durable);
+}
+
+static void
+broker_crash_after_task_file_written(void **state)
+{
+	broker_crash(*state, &after_task_file_written);
+}
+
+static void
+broker_crash_after_task_file_linked(void **state)
+{
+	broker_crash(*state, &after_task_file_linked);
+}
+
+static void
+broker_crash_after_task_created_durable(void **state)
+{
+	broker_crash(*state, &after_task_created_durable);
+}
+
+static void
+broker_crash_after_commit_durable(void **state)
+{
+	broker_crash(*state, &after_commit_durable);
+}
+
+/* ---- One worker dies; the broker keeps serving --------------------------- */
+
+static void
+worker_crash(struct broker *b, const struct crash_case *cc)
+{
+	json_t	*retry, *fresh;
+	char	 want[96];
+
+	start_crashing(b, "IDEM_CRASH_WORKER_AT", cc->point);
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	assert_true(broker_running(b));
+	assert_int_equal(harness_count_tasks(b), cc->files_after_crash);
+
+	/* No restart: the retry's worker takes over the dead one's claim. */
+	retry = retry_and_check(b, cc);
+	json_decref(retry);
+	assert_true(broker_running(b));
+
+	fresh = submit(b, "crash/fresh", "After the worker died");
+	assert_outcome(fresh, "created", 1, 0);
+	first_task_id(want, sizeof want, 2);
+	assert_string_equal(receipt_str(fresh, "task_id"), want);
+	json_decref(fresh);
+	assert_int_equal(harness_count_tasks(b), 2);
+	/* The fault fires once per run: the broker still stops cleanly. */
+	assert_int_equal(harness_stop(b), 0);
+	finish(b);
+}
+
+static void
+worker_crash_after_reserve_durable(void **state)
+{
+	worker_crash(*state, &after_reserve_durable);
+}
+
+static void
+worker_crash_after_task_file_written(void **state)
+{
+	worker_crash(*state, &after_task_file_written);
+}
+
+static void
+worker_crash_after_task_file_linked(void **state)
+{
+	worker_crash(*state, &after_task_file_linked);
+}
+
+static void
+worker_crash_after_task_created_durable(void **state)
+{
+	worker_crash(*state, &after_task_created_durable);
+}
+
+static void
+worker_crash_after_commit_durable(void **state)
+{
+	worker_crash(*state, &after_commit_durable);
+}
+
+static int
+has_pid(const pid_t *pids, int n, pid_t pid)
+{
+	int	i;
+
+	for (i = 0; i < n; i++) {
+		if (pids[i] == pid)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * A worker killed from outside while the broker is idle: the others keep
+ * serving, and the master brings the count back.  No event says when the
+ * replacement exists, so the test keeps making calls (each one a round
+ * trip through a live worker) until it does, up to a bound.
+ */
+static void
+idle_worker_killed(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	pid_t			 before[TEST_MAX_WORKERS], now[TEST_MAX_WORKERS];
+	json_t			*reply;
+	int			 n, m = 0, i;
+
+	start(b);
+	n = harness_workers(b, before, TEST_MAX_WORKERS);
+	assert_true(n >= 1);
+	assert_int_equal(kill(before[0], SIGKILL), 0);
+
+	reply = submit(b, "idle-kill/1", "After a worker was killed");
+	assert_outcome(reply, "created", 1, 0);
+	json_decref(reply);
+
+	c = harness_connect(b);
+	assert_non_null(c);
+	for (i = 0; i < TEST_RESPAWN_CALLS; i++) {
+		m = harness_workers(b, now, TEST_MAX_WORKERS);
+		if (m == n && !has_pid(now, m, before[0]))
+			break;
+		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
+		assert_non_null(reply);
+		assert_bool(reply, "ok", 1);
+		json_decref(reply);
+	}
+	idem_close(c);
+	if (i == TEST_RESPAWN_CALLS)
+		fail_msg("%d workers after %d calls, wanted %d without pid %ld",
+		    m, i, n, (long)before[0]);
+
+	reply = submit(b, "idle-kill/2", "With the new worker");
+	assert_outcome(reply, "created", 1, 0);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 2);
+	assert_int_equal(harness_stop(b), 0);
+	finish(b);
+}
+
+/* ---- Recovery facts that contradict the retry ---------------------------- */
+
+/* The reservation is durable; a retry with other content conflicts. */
+static void
+conflict_after_crash(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply, *existing;
+	char		 want[96];
+
+	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	start(b);
+
+	reply = submit(b, TEST_ID, "Other content");
+	assert_conflict(reply, "digest_mismatch");
+	existing = json_object_get(reply, "existing");
+	assert_non_null(existing);
+	assert_string_equal(str(existing, "client_submission_id"), TEST_ID);
+	assert_string_equal(str(existing, "state"), "reserved");
+	first_task_id(want, sizeof want, 1);
+	assert_string_equal(str(existing, "task_id"), want);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 0);
+
+	/* The conflict changed nothing: the true retry still completes. */
+	reply = submit(b, TEST_ID, TEST_SUBJECT);
+	assert_outcome(reply, "created", 1, 1);
+	assert_string_equal(receipt_str(reply, "task_id"), want);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+/* Another writer put a file at the reserved path while the broker was down. */
+static void
+target_mismatch_after_crash(void **state)
+{
+	struct broker	*b = *state;
+	static const char foreign[] = "---\nprotocol: \"fcop\"\nversion: 1\n"
+	    "type: \"TASK\"\nsender: \"OPS\"\nrecipient: \"DEV\"\n---\n"
+	    "written by another FCoP tool\n";
+	json_t		*reply;
+	char		 id[96], rel[256], *data;
+	int		 i;
+
+	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	assert_int_equal(harness_count_tasks(b), 0);
+	first_task_id(id, sizeof id, 1);
+	snprintf(rel, sizeof rel, "_lifecycle/inbox/%s.md", id);
+	assert_int_equal(harness_write(b, rel, foreign), 0);
+	start(b);
+
+	for (i = 0; i < 2; i++) {
+		reply = submit(b, TEST_ID, TEST_SUBJECT);
+		assert_conflict(reply, "target_mismatch");
+		assert_string_equal(str(json_object_get(reply, "existing"),
+		    "task_id"), id);
+		json_decref(reply);
+		data = harness_read(b, rel);
+		assert_non_null(data);
+		assert_string_equal(data, foreign);
+		free(data);
+		assert_int_equal(harness_count_tasks(b), 1);
+	}
+	finish(b);
+}
+
+/* The task was created, then its file deleted before the retry. */
+static void
+task_missing_after_crash(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+	char		 id[96], path[1024];
+	int		 i;
+
+	start_crashing(b, "IDEM_CRASH_AT", "after_task_created_durable");
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	assert_int_equal(harness_count_tasks(b), 1);
+	first_task_id(id, sizeof id, 1);
+	snprintf(path, sizeof path, "%s/_lifecycle/inbox/%s.md", b->root, id);
+	assert_int_equal(unlink(path), 0);
+	start(b);
+
+	for (i = 0; i < 2; i++) {
+		reply = submit(b, TEST_ID, TEST_SUBJECT);
+		assert_conflict(reply, "task_missing");
+		assert_string_equal(str(json_object_get(reply, "existing"),
+		    "task_id"), id);
+		json_decref(reply);
+		assert_int_equal(harness_count_tasks(b), 0);
+	}
+	finish(b);
+}
+
+/* ---- Moved while the broker was down ------------------------------------- */
+
+/*
+ * An FCoP tool moved the file of an interrupted creation: "the task
+ * exists" anywhere under _lifecycle/ or history/, so the retry adopts
+ * (reserved) or commits (task_created) it and writes nothing new.
+ */
+static void
+moved_after_crash(struct broker *b, const struct crash_case *cc,
+    int to_history)
+{
+	json_t	*reply;
+	char	 id[96], from[256], to[256];
+
+	start_crashing(b, "IDEM_CRASH_AT", cc->point);
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	first_task_id(id, sizeof id, 1);
+	snprintf(from, sizeof from, "_lifecycle/inbox/%s.md", id);
+	if (to_history)
+		snprintf(to, sizeof to, "history/2026-12-02/%s/%s.md", id, id);
+	else
+		snprintf(to, sizeof to, "_lifecycle/done/%s.md", id);
+	assert_true(path_exists(b, from));
+	move_file(b, from, to);
+	start(b);
+
+	reply = submit(b, TEST_ID, TEST_SUBJECT);
+	assert_outcome(reply, "reused", 0, 1);
+	assert_string_equal(receipt_str(reply, "task_id"), id);
+	assert_file_digest(b, to, receipt_str(reply, "file_digest"));
+	json_decref(reply);
+	assert_false(path_exists(b, from));
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+static void
+linked_then_moved_to_done(void **state)
+{
+	moved_after_crash(*state, &after_task_file_linked, 0);
+}
+
+static void
+linked_then_moved_to_history(void **state)
+{
+	moved_after_crash(*state, &after_task_file_linked, 1);
+}
+
+static void
+created_then_moved_to_done(void **state)
+{
+	moved_after_crash(*state, &after_task_created_durable,
+	    0);
+}
+
+static void
+created_then_moved_to_history(void **state)
+{
+	moved_after_crash(*state, &after_task_created_durable,
+	    1);
+}
+
+/* ---- Numbers across a crash ---------------------------------------------- */
+
+/*
+ * A reservation interrupted before its file exists keeps its number: a
+ * new submission after the restart gets the next one, and the retry
+ * still gets the reserved one.
+ */
+static void
+reserved_number_kept_across_crash(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+	char		 want[96];
+
+	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	start(b);
+
+	reply = submit(b, "crash/other", "Another submission");
+	assert_outcome(reply, "created", 1, 0);
+	first_task_id(want, sizeof want, 2);
+	skip_if_date_moved(want, receipt_str(reply, "task_id"));
+	assert_string_equal(receipt_str(reply, "task_id"), want);
+	json_decref(reply);
+
+	reply = submit(b, NULL, "A legacy task");
+	first_task_id(want, sizeof want, 3);
+	assert_string_equal(receipt_str(reply, "task_id"), want);
+	json_decref(reply);
+
+	reply = submit(b, TEST_ID, TEST_SUBJECT);
+	assert_outcome(reply, "created", 1, 1);
+	first_task_id(want, sizeof want, 1);
+	assert_string_equal(receipt_str(reply, "task_id"), want);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 3);
+	finish(b);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(broker_crash_after_reserve_durable),
+		T(broker_crash_after_task_file_written),
+		T(broker_crash_after_task_file_linked),
+		T(broker_crash_after_task_created_durable),
+		T(broker_crash_after_commit_durable),
+		T(worker_crash_after_reserve_durable),
+		T(worker_crash_after_task_file_written),
+		T(worker_crash_after_task_file_linked),
+		T(worker_crash_after_task_created_durable),
+		T(worker_crash_after_commit_durable),
+		T(idle_worker_killed),
+		T(conflict_after_crash),
+		T(target_mismatch_after_crash),
+		T(task_missing_after_crash),
+		T(linked_then_moved_to_done),
+		T(linked_then_moved_to_history),
+		T(created_then_moved_to_done),
+		T(created_then_moved_to_history),
+		T(reserved_number_kept_across_crash),
+	};
+
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,752 @@
+/*
+ * test_libidem.c: the calls of idem.h against a real idemd over its
+ * socket: write_report, get_submission, diagnose, stats, submission ids
+ * and the retry helper, including a broker killed in the middle of the
+ * helper's request.  Each test runs its own broker on a fresh root and
+ * judges by what is authoritative: the files on disk and the receipts.
+ * Nothing here sleeps to synchronise; it waits on replies, on a thread
+ * or on the broker's exit.
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "integration/harness.h"
+
+/* A test that takes longer than this is hung: the watchdog ends it. */
+#define TEST_WATCHDOG_SECONDS	90
+#define TEST_BODY		"Steps:\n1. reproduce\n2. fix\n"
+#define TEST_ID_DRAWS		10000
+/* The retry helper may wait this long for a broker to come back. */
+#define TEST_RETRY_DEADLINE_MS	30000
+
+/* ---- Fixtures and helpers ------------------------------------------------ */
+
+static int
+setup(void **state)
+{
+	struct broker	*b;
+
+	if ((b = calloc(1, sizeof *b)) == NULL)
+		return -1;
+	harness_fresh_root(b);
+	harness_watchdog(TEST_WATCHDOG_SECONDS);
+	*state = b;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct broker	*b = *state;
+
+	harness_watchdog(0);
+	/* A failed test leaves its root (and log) behind to be looked at. */
+	if (b->root[0] != '\0')
+		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
+	if (b->pid != 0)
+		harness_kill(b);
+	free(b);
+	return 0;
+}
+
+/* The end of a passing test. */
+static void
+finish(struct broker *b)
+{
+	harness_cleanup(b);
+	b->root[0] = '\0';
+}
+
+static void
+start(struct broker *b, const char *const *env)
+{
+	assert_int_equal(harness_start(b, NULL, env), 0);
+}
+
+static struct idem_conn *
+connect_to(struct broker *b)
+{
+	struct idem_conn	*c;
+
+	c = harness_connect(b);
+	assert_non_null(c);
+	return c;
+}
+
+static void
+make_task(struct idem_task *t, const char *subject)
+{
+	memset(t, 0, sizeof *t);
+	t->sender = "PM";
+	t->recipient = "DEV";
+	t->subject = subject;
+	t->body = TEST_BODY;
+}
+
+/* Create a task that must be created; its receipt goes to r. */
+static void
+create_task(struct idem_conn *c, const char *id, const char *subject,
+    struct idem_write_result *r)
+{
+	struct idem_task	t;
+	struct idem_error	err;
+
+	make_task(&t, subject);
+	if (idem_write_task(c, id, &t, r, &err) != 0)
+		fail_msg("write_task %s: %s", id, err.message);
+	assert_int_equal(r->disposition, IDEM_CREATED);
+}
+
+/* Regular files in dir (relative to the root) whose names start so. */
+static int
+count_files(const struct broker *b, const char *dir, const char *prefix)
+{
+	char		 path[1024];
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, dir);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int
+path_exists(const struct broker *b, const char *relpath)
+{
+	char		path[1024];
+	struct stat	st;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
+	return stat(path, &st) == 0;
+}
+
+/* Whether the file has a front-matter line "key: value" exactly. */
+static int
+file_has_line(const struct broker *b, const char *relpath, const char *key,
+    const char *value)
+{
+	char	 line[512], *data;
+	int	 found;
+
+	data = harness_read(b, relpath);
+	assert_non_null(data);
+	snprintf(line, sizeof line, "\n%s: %s\n", key, value);
+	found = strstr(data, line) != NULL;
+	free(data);
+	return found;
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- write_report ------------------------------------------------------ */
+
+static void
+write_report_created_deduplicated_conflict(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_write_result w;
+	struct idem_report_result r, again, other;
+	struct idem_report	 report = { .sender = "DEV", .status = "done",
+				    .body = "Fixed in abc123.\n" };
+	struct idem_report	 canonical;
+	struct idem_error	 err;
+	char			 digest[IDEM_DIGEST_HEX_SIZE], quoted[80];
+	char			 suffix[32];
+
+	start(b, NULL);
+	c = connect_to(b);
+	create_task(c, "task-for-report", "Fix login", &w);
+
+	/* First call: a REPORT, addressed by default to the task's sender. */
+	if (idem_write_report(c, w.receipt.task_id, "report-1", &report, &r,
+	    &err) != 0)
+		fail_msg("write_report: %s", err.message);
+	assert_int_equal(r.disposition, IDEM_CREATED);
+	assert_int_equal(r.deduplicated, 0);
+	assert_int_equal(r.recovered, 0);
+	assert_memory_equal(r.report_id, "REPORT-", 7);
+	snprintf(suffix, sizeof suffix, "-DEV-to-PM");
+	assert_string_equal(r.report_id + strlen(r.report_id) -
+	    strlen(suffix), suffix);
+	assert_memory_equal(r.report_path, "reports/", 8);
+	assert_string_equal(r.report_path + 8 + strlen(r.report_id), ".md");
+	assert_true(path_exists(b, r.report_path));
+	/* The file carries the write-report-v1 digest the library computes. */
+	canonical = report;
+	canonical.recipient = "PM";
+	assert_int_equal(idem_report_digest(w.receipt.task_id, &canonical,
+	    digest), 0);
+	snprintf(quoted, sizeof quoted, "\"%s\"", digest);
+	assert_true(file_has_line(b, r.report_path, "request_digest", quoted));
+
+	/* The same content again: the first report, no new file. */
+	if (idem_write_report(c, w.receipt.task_id, "report-1", &report, &again,
+	    &err) != 0)
+		fail_msg("write_report again: %s", err.message);
+	assert_int_equal(again.disposition, IDEM_REUSED);
+	assert_int_equal(again.deduplicated, 1);
+	assert_string_equal(again.report_id, r.report_id);
+	assert_string_equal(again.report_path, r.report_path);
+	assert_int_equal(count_files(b, "reports", "REPORT-"), 1);
+
+	/* The same id, other content: conflict, still one file. */
+	report.status = "partial";
+	assert_int_equal(idem_write_report(c, w.receipt.task_id, "report-1",
+	    &report, &other, &err), 0);
+	assert_int_equal(other.disposition, IDEM_CONFLICT);
+	assert_int_equal(err.code, IDEM_E_CONFLICT);
+	assert_int_equal(err.retryable, 0);
+	assert_string_equal(err.reason, "digest_mismatch");
+	assert_string_equal(other.existing_report_id, r.report_id);
+	assert_int_equal(count_files(b, "reports", "REPORT-"), 1);
+
+	/* Without an id every call writes a new REPORT. */
+	assert_int_equal(idem_write_report(c, w.receipt.task_id, NULL, &report,
+	    &other, &err), 0);
+	assert_int_equal(other.disposition, IDEM_CREATED);
+	assert_int_equal(idem_write_report(c, w.receipt.task_id, NULL, &report,
+	    &again, &err), 0);
+	assert_int_equal(again.disposition, IDEM_CREATED);
+	assert_string_not_equal(other.report_id, again.report_id);
+	assert_int_equal(count_files(b, "reports", "REPORT-"), 3);
+	idem_close(c);
+	finish(b);
+}
+
+static void
+write_report_errors(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_report_result r;
+	struct idem_report	 report = { .sender = "DEV" };
+	struct idem_error	 err;
+	char			 date[9], task_id[64];
+
+	start(b, NULL);
+	c = connect_to(b);
+	harness_today(date);
+	snprintf(task_id, sizeof task_id, "TASK-%s-001-PM-to-DEV", date);
+	assert_int_equal(idem_write_report(c, task_id, "r", &report, &r, &err),
+	    -1);
+	assert_int_equal(err.code, IDEM_E_TASK_NOT_FOUND);
+	assert_int_equal(r.disposition, IDEM_DISPOSITION_NONE);
+
+	report.sender = "dev";
+	assert_int_equal(idem_write_report(c, task_id, "r", &report, &r, &err),
+	    -1);
+	assert_int_equal(err.code, IDEM_E_INVALID_REQUEST);
+	assert_string_equal(err.field, "report.sender");
+
+	assert_int_equal(idem_write_report(c, NULL, "r", &report, &r, &err),
+	    -1);
+	assert_int_equal(err.code, IDEM_E_ARGUMENT);
+	assert_int_equal(count_files(b, "reports", "REPORT-"), 0);
+	/* Errors leave the connection usable. */
+	report.sender = "DEV";
+	assert_int_equal(idem_write_report(c, task_id, "r", &report, &r, &err),
+	    -1);
+	assert_int_equal(err.code, IDEM_E_TASK_NOT_FOUND);
+	idem_close(c);
+	finish(b);
+}
+
+/* ---- get_submission ------------------------------------------------------ */
+
+static void
+get_submission_found_and_not_found(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_write_result w, again;
+	struct idem_submission	 s;
+	struct idem_task	 t;
+	struct idem_error	 err;
+	char			 digest[IDEM_DIGEST_HEX_SIZE];
+	int			 found = -1;
+
+	start(b, NULL);
+	c = connect_to(b);
+	assert_int_equal(idem_get_submission(c, "never-sent", &found, &s,
+	    &err), 0);
+	assert_int_equal(found, 0);
+	assert_int_equal(s.has_receipt, 0);
+
+	create_task(c, "get-1", "Fix login", &w);
+	make_task(&t, "Fix login");
+	assert_int_equal(idem_task_digest(&t, digest), 0);
+	assert_int_equal(idem_get_submission(c, "get-1", &found, &s, &err), 0);
+	assert_int_equal(found, 1);
+	assert_string_equal(s.client_submission_id, "get-1");
+	assert_int_equal(s.state, IDEM_STATE_COMMITTED);
+	assert_string_equal(s.state_name, "committed");
+	assert_string_equal(s.digest_schema, "write-task-v1");
+	assert_string_equal(s.request_digest, digest);
+	assert_string_equal(s.task_id, w.receipt.task_id);
+	assert_string_equal(s.task_path, w.receipt.task_path);
+	assert_int_equal(strlen(s.reserved_at), 24);	/* ...T12:00:00.123Z */
+	assert_int_equal(strlen(s.updated_at), 24);
+	assert_true(strcmp(s.reserved_at, s.updated_at) <= 0);
+	assert_int_equal(s.has_receipt, 1);
+	assert_string_equal(s.receipt.raw, w.receipt.raw);
+	assert_string_equal(s.receipt.file_digest, w.receipt.file_digest);
+
+	/* A reused receipt is the same bytes again. */
+	assert_int_equal(idem_write_task(c, "get-1", &t, &again, &err), 0);
+	assert_int_equal(again.disposition, IDEM_REUSED);
+	assert_string_equal(again.receipt.raw, s.receipt.raw);
+
+	/* Read-only: asking changed nothing. */
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(idem_get_submission(c, NULL, &found, &s, &err), -1);
+	assert_int_equal(err.code, IDEM_E_ARGUMENT);
+	assert_int_equal(idem_get_submission(c, "has space", &found, &s, &err),
+	    -1);
+	assert_int_equal(err.code, IDEM_E_INVALID_REQUEST);
+	assert_int_equal(found, 0);
+	idem_close(c);
+	finish(b);
+}
+
+/* ---- diagnose ------------------------------------------------------------ */
+
+/* Start with IDEM_CRASH_AT=point, send one write that kills it, restart. */
+static void
+crash_one_write(struct broker *b, const char *point, const char *id)
+{
+	struct idem_conn	*c;
+	struct idem_write_result w;
+	struct idem_task	 t;
+	struct idem_error	 err;
+	char			 env[64];
+	const char		*envp[] = { env, NULL };
+
+	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
+	start(b, envp);
+	c = connect_to(b);
+	make_task(&t, "Fix login");
+	assert_int_equal(idem_write_task(c, id, &t, &w, &err), -1);
+	assert_int_equal(err.code, IDEM_E_TRANSPORT);
+	assert_int_equal(err.retryable, 1);
+	idem_close(c);
+	harness_wait_dead(b);
+	start(b, NULL);
+}
+
+static void
+diagnose_after_crash_lists_reserved(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_diagnosis	 d;
+	struct idem_write_result w;
+	struct idem_task	 t;
+	struct idem_error	 err;
+	const struct idem_diagnose_entry *e;
+
+	crash_one_write(b, "after_reserve_durable", "crashed-1");
+	c = connect_to(b);
+	assert_int_equal(idem_diagnose(c, -1, &d, &err), 0);
+	assert_int_equal(d.count, 1);
+	assert_int_equal(d.reserved, 1);
+	assert_int_equal(d.task_created, 0);
+	assert_int_equal(d.committed, 0);
+	e = &d.entries[0];
+	assert_string_equal(e->client_submission_id, "crashed-1");
+	assert_int_equal(e->state, IDEM_STATE_RESERVED);
+	assert_string_equal(e->state_name, "reserved");
+	assert_true(e->age_ms >= 0);
+	assert_memory_equal(e->task_id, "TASK-", 5);
+	assert_string_equal(e->task_id + strlen(e->task_id) - 10,
+	    "-PM-to-DEV");
+	assert_memory_equal(e->task_path, "_lifecycle/inbox/", 17);
+	assert_int_equal(e->task_exists, IDEM_TRIBOOL_FALSE);
+	assert_int_equal(e->request_digest_matches, IDEM_TRIBOOL_NULL);
+	assert_int_equal(e->file_digest_matches, IDEM_TRIBOOL_NULL);
+	assert_int_equal(e->in_flight, IDEM_TRIBOOL_FALSE);
+	assert_int_equal(e->stalled, 0);	/* under the 30 s default */
+	idem_diagnosis_free(&d);
+	assert_null(d.entries);
+
+	/* Diagnostics never repair: no file appeared. */
+	assert_int_equal(harness_count_tasks(b), 0);
+
+	/* A threshold the entry is past marks it stalled. */
+	assert_int_equal(idem_diagnose(c, 0, &d, &err), 0);
+	assert_int_equal(d.count, 1);
+	assert_int_equal(d.entries[0].stalled, d.entries[0].age_ms > 0);
+	idem_diagnosis_free(&d);
+	assert_int_equal(idem_diagnose(c, -2, &d, &err), -1);
+	assert_int_equal(err.code, IDEM_E_ARGUMENT);
+
+	/* The retry finishes it: nothing left to diagnose. */
+	make_task(&t, "Fix login");
+	assert_int_equal(idem_write_task(c, "crashed-1", &t, &w, &err), 0);
+	assert_int_equal(w.disposition, IDEM_CREATED);
+	assert_int_equal(w.recovered, 1);
+	assert_int_equal(idem_diagnose(c, -1, &d, &err), 0);
+	assert_int_equal(d.count, 0);
+	assert_null(d.entries);
+	assert_int_equal(d.reserved, 0);
+	assert_int_equal(d.committed, 1);
+	idem_diagnosis_free(&d);
+	idem_close(c);
+	finish(b);
+}
+
+static void
+diagnose_after_crash_lists_task_created(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_diagnosis	 d;
+	struct idem_error	 err;
+	const struct idem_diagnose_entry *e;
+
+	crash_one_write(b, "after_task_created_durable", "crashed-2");
+	c = connect_to(b);
+	assert_int_equal(idem_diagnose(c, 3600000, &d, &err), 0);
+	assert_int_equal(d.count, 1);
+	assert_int_equal(d.task_created, 1);
+	e = &d.entries[0];
+	assert_int_equal(e->state, IDEM_STATE_TASK_CREATED);
+	assert_int_equal(e->task_exists, IDEM_TRIBOOL_TRUE);
+	assert_int_equal(e->request_digest_matches, IDEM_TRIBOOL_TRUE);
+	assert_int_equal(e->file_digest_matches, IDEM_TRIBOOL_TRUE);
+	assert_int_equal(e->stalled, 0);
+	assert_true(path_exists(b, e->task_path));
+	idem_diagnosis_free(&d);
+	idem_close(c);
+	finish(b);
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+static void
+stats_counters_move(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_stats	 s0, s1;
+	struct idem_write_result w;
+	struct idem_report_result r;
+	struct idem_report	 report = { .sender = "DEV" };
+	struct idem_task	 t;
+	struct idem_error	 err;
+
+	start(b, NULL);
+	c = connect_to(b);
+	assert_int_equal(idem_stats(c, &s0, &err), 0);
+	assert_int_equal(s0.created, 0);
+	assert_true(s0.table_capacity > 0);
+	assert_true(s0.workers >= 1);
+	assert_true(s0.uptime_ms >= 0);
+
+	create_task(c, "stats-1", "Fix login", &w);
+	make_task(&t, "Fix login");
+	assert_int_equal(idem_write_task(c, "stats-1", &t, &w, &err), 0);
+	assert_int_equal(w.disposition, IDEM_REUSED);
+	t.subject = "Fix logout";
+	assert_int_equal(idem_write_task(c, "stats-1", &t, &w, &err), 0);
+	assert_int_equal(w.disposition, IDEM_CONFLICT);
+	assert_int_equal(idem_write_task(c, NULL, &t, &w, &err), 0);
+	assert_int_equal(w.disposition, IDEM_CREATED);
+	assert_int_equal(idem_write_report(c, w.receipt.task_id, "sr", &report,
+	    &r, &err), 0);
+	t.sender = "pm";
+	assert_int_equal(idem_write_task(c, "stats-2", &t, &w, &err), -1);
+
+	assert_int_equal(idem_stats(c, &s1, &err), 0);
+	assert_int_equal(s1.created, s0.created + 1);
+	assert_int_equal(s1.reused, s0.reused + 1);
+	assert_int_equal(s1.conflict, s0.conflict + 1);
+	assert_int_equal(s1.legacy_created, s0.legacy_created + 1);
+	assert_true(s1.errors >= s0.errors + 1);
+	assert_true(s1.journal_records > s0.journal_records);
+	assert_true(s1.journal_fsyncs > s0.journal_fsyncs);
+	assert_true(s1.table_used > s0.table_used);
+	assert_int_equal(s1.table_capacity, s0.table_capacity);
+	assert_true(s1.uptime_ms >= s0.uptime_ms);
+	/* This broker sends the report counters (-1 would mean absent). */
+	assert_int_equal(s1.reports_created, s0.reports_created + 1);
+	assert_int_equal(s1.reports_deduplicated, s0.reports_deduplicated);
+	idem_close(c);
+	finish(b);
+}
+
+/* ---- Submission ids ------------------------------------------------------ */
+
+static int
+compare_ids(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+static void
+submission_ids_unique_and_valid(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_write_result w;
+	char			(*ids)[IDEM_SUBMISSION_ID_SIZE];
+	size_t			 i, j;
+	unsigned char		 ch;
+
+	ids = calloc(TEST_ID_DRAWS, sizeof *ids);
+	assert_non_null(ids);
+	for (i = 0; i < TEST_ID_DRAWS; i++) {
+		assert_int_equal(idem_submission_id_new(ids[i]), 0);
+		assert_int_equal(strlen(ids[i]), IDEM_SUBMISSION_ID_SIZE - 1);
+		for (j = 0; ids[i][j] != '\0'; j++) {
+			ch = (unsigned char)ids[i][j];
+			/* Printable ASCII, as the wire wants, and URL-safe. */
+			assert_true(ch >= 0x21 && ch <= 0x7e);
+			assert_true((ch >= 'A' && ch <= 'Z') ||
+			    (ch >= 'a' && ch <= 'z') ||
+			    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_');
+		}
+	}
+	qsort(ids, TEST_ID_DRAWS, sizeof *ids, compare_ids);
+	for (i = 1; i < TEST_ID_DRAWS; i++)
+		assert_string_not_equal(ids[i - 1], ids[i]);
+
+	/* The broker takes one as it is. */
+	start(b, NULL);
+	c = connect_to(b);
+	create_task(c, ids[0], "Fix login", &w);
+	assert_string_equal(w.receipt.client_submission_id, ids[0]);
+	idem_close(c);
+	free(ids);
+	finish(b);
+}
+
+/* ---- The retry helper ---------------------------------------------------- */
+
+struct retry_call {
+	const char		*socket;
+	const char		*id;
+	struct idem_task	 task;
+	struct idem_retry_policy policy;
+	struct idem_write_result result;
+	struct idem_error	 err;
+	int			 rc;
+};
+
+static void *
+retry_thread(void *arg)
+{
+	struct retry_call	*rc = arg;
+
+	rc->rc = idem_write_task_retry(rc->socket, rc->id, &rc->task,
+	    &rc->policy, &rc->result, &rc->err);
+	return NULL;
+}
+
+static void
+retry_call_init(struct retry_call *rc, struct broker *b, const char *id)
+{
+	memset(rc, 0, sizeof *rc);
+	rc->socket = b->socket;
+	rc->id = id;
+	make_task(&rc->task, "Fix login");
+	rc->policy.max_attempts = 1000;
+	rc->policy.base_delay_ms = 10;
+	rc->policy.max_delay_ms = 200;
+	rc->policy.deadline_ms = TEST_RETRY_DEADLINE_MS;
+}
+
+/*
+ * The broker dies with the TASK file in place but nothing committed; the
+ * helper reconnects to the restarted broker with the same id, which
+ * adopts the file: one TASK, reused, recovered.
+ */
+static void
+retry_survives_broker_killed_mid_request(void **state)
+{
+	struct broker		*b = *state;
+	struct retry_call	 rc, again;
+	pthread_t		 thread;
+	const char		*env[] = {
+		"IDEM_CRASH_AT=after_task_file_linked", NULL
+	};
+
+	start(b, env);
+	retry_call_init(&rc, b, "retry-1");
+	assert_int_equal(pthread_create(&thread, NULL, retry_thread, &rc), 0);
+	harness_wait_dead(b);
+	assert_int_equal(harness_count_tasks(b), 1);
+	start(b, NULL);
+	assert_int_equal(pthread_join(thread, NULL), 0);
+
+	if (rc.rc != 0)
+		fail_msg("retry: %s (after %u tries)", rc.err.message,
+		    rc.result.attempts);
+	assert_int_equal(rc.result.disposition, IDEM_REUSED);
+	assert_int_equal(rc.result.recovered, 1);
+	assert_int_equal(rc.result.action_taken, 0);
+	assert_true(rc.result.attempts >= 2);
+	assert_string_equal(rc.result.receipt.client_submission_id, "retry-1");
+	assert_int_equal(harness_count_tasks(b), 1);
+
+	/* Once committed, every later call gets the same receipt. */
+	retry_call_init(&again, b, "retry-1");
+	assert_int_equal(idem_write_task_retry(b->socket, "retry-1",
+	    &again.task, NULL, &again.result, &again.err), 0);
+	assert_int_equal(again.result.disposition, IDEM_REUSED);
+	assert_int_equal(again.result.recovered, 0);
+	assert_int_equal(again.result.attempts, 1);
+	assert_string_equal(again.result.receipt.raw, rc.result.receipt.raw);
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+/* Only the worker dies; the master replaces it and the broker serves on. */
+static void
+retry_survives_worker_killed_mid_request(void **state)
+{
+	struct broker		*b = *state;
+	struct retry_call	 rc;
+	const char		*env[] = {
+		"IDEM_CRASH_WORKER_AT=after_task_file_linked", NULL
+	};
+
+	start(b, env);
+	retry_call_init(&rc, b, "retry-2");
+	rc.rc = idem_write_task_retry(rc.socket, rc.id, &rc.task, &rc.policy,
+	    &rc.result, &rc.err);
+	if (rc.rc != 0)
+		fail_msg("retry: %s (after %u tries)", rc.err.message,
+		    rc.result.attempts);
+	assert_int_equal(rc.result.disposition, IDEM_REUSED);
+	assert_int_equal(rc.result.recovered, 1);
+	assert_true(rc.result.attempts >= 2);
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+static void
+retry_returns_non_retryable_at_once(void **state)
+{
+	struct broker		*b = *state;
+	struct retry_call	 rc;
+
+	start(b, NULL);
+	retry_call_init(&rc, b, "retry-3");
+	rc.task.sender = "pm";		/* not an FCoP role code */
+	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
+	    &rc.policy, &rc.result, &rc.err), -1);
+	assert_int_equal(rc.err.code, IDEM_E_INVALID_REQUEST);
+	assert_string_equal(rc.err.field, "task.sender");
+	assert_int_equal(rc.err.retryable, 0);
+	assert_int_equal(rc.result.attempts, 1);
+	assert_int_equal(rc.result.disposition, IDEM_DISPOSITION_NONE);
+
+	/* A conflict is an outcome, returned at once too. */
+	rc.task.sender = "PM";
+	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
+	    &rc.policy, &rc.result, &rc.err), 0);
+	assert_int_equal(rc.result.disposition, IDEM_CREATED);
+	assert_int_equal(rc.result.attempts, 1);
+	rc.task.subject = "Fix logout";
+	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
+	    &rc.policy, &rc.result, &rc.err), 0);
+	assert_int_equal(rc.result.disposition, IDEM_CONFLICT);
+	assert_int_equal(rc.err.code, IDEM_E_CONFLICT);
+	assert_string_equal(rc.err.reason, "digest_mismatch");
+	assert_int_equal(rc.result.attempts, 1);
+
+	/* A legacy call is never retried: refused before any try. */
+	assert_int_equal(idem_write_task_retry(rc.socket, NULL, &rc.task,
+	    &rc.policy, &rc.result, &rc.err), -1);
+	assert_int_equal(rc.err.code, IDEM_E_ARGUMENT);
+	assert_int_equal(rc.result.attempts, 0);
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+/* No broker at all: the attempts cap and the deadline both end it. */
+static void
+retry_gives_up_without_broker(void **state)
+{
+	struct broker		*b = *state;
+	struct retry_call	 rc;
+	int64_t			 began;
+
+	retry_call_init(&rc, b, "retry-4");
+	rc.policy.max_attempts = 3;
+	rc.policy.base_delay_ms = 1;
+	rc.policy.max_delay_ms = 2;
+	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
+	    &rc.policy, &rc.result, &rc.err), -1);
+	assert_int_equal(rc.err.code, IDEM_E_TRANSPORT);
+	assert_int_equal(rc.err.retryable, 1);
+	assert_int_equal(rc.result.attempts, 3);
+
+	retry_call_init(&rc, b, "retry-4");
+	rc.policy.max_delay_ms = 20;
+	rc.policy.deadline_ms = 300;
+	began = now_ms();
+	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
+	    &rc.policy, &rc.result, &rc.err), -1);
+	assert_int_equal(rc.err.code, IDEM_E_TRANSPORT);
+	assert_true(rc.result.attempts > 1);
+	assert_true(rc.result.attempts < rc.policy.max_attempts);
+	/* Never sleeps past the deadline (the bound is generous). */
+	assert_true(now_ms() - began < 300 + 2000);
+	finish(b);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(write_report_created_deduplicated_conflict),
+		T(write_report_errors),
+		T(get_submission_found_and_not_found),
+		T(diagnose_after_crash_lists_reserved),
+		T(diagnose_after_crash_lists_task_created),
+		T(stats_counters_move),
+		T(submission_ids_unique_and_valid),
+		T(retry_survives_broker_killed_mid_request),
+		T(retry_survives_worker_killed_mid_request),
+		T(retry_returns_non_retryable_at_once),
+		T(retry_gives_up_without_broker),
+	};
+
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
