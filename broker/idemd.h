@@ -76,7 +76,7 @@ typedef int (*journal_apply_fn)(const struct journal_record *, void *arg);
 struct journal_replay_stats {
 	uint64_t	records;
 	uint64_t	bytes;
-	uint64_t	truncated_bytes;	/* torn tail cut off (or, read-only, found) */
+	uint64_t	truncated_bytes;	/* torn tail cut (read-only: found) */
 	unsigned	segments;
 	/* The torn tail, if any (torn_segment 0: none). */
 	uint64_t	torn_segment;
@@ -186,6 +186,9 @@ int	taskfile_write_linked(int dir_fd, const char *name, const void *data,
  */
 int	taskfile_find(int root_fd, const char *id, char *relpath,
 	    size_t relpath_size);
+
+/* fsync the file at relpath, then its directory. */
+int	taskfile_sync_path(int root_fd, const char *relpath);
 
 /* Remove temporaries a crash left in dir; start-up only. */
 int	taskfile_sweep_temporaries(int dir_fd, unsigned *removed);

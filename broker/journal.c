@@ -1150,8 +1150,10 @@ journal_replay_from(const char *dir, uint64_t from, int flags,
 		    "is missing (see doc/journal.md)", dir, from);
 		goto out;
 	}
-	memmove(list, list + first, (count - first) * sizeof *list);
-	count -= first;
+	if (first > 0) {
+		memmove(list, list + first, (count - first) * sizeof *list);
+		count -= first;
+	}
 
 	/* Segments go away oldest first, so a gap means records were lost. */
 	for (i = 1; i < count; i++) {

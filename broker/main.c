@@ -104,8 +104,9 @@ parse_options(struct idemd *d, int argc, char **argv)
 	};
 	int	ch;
 
-	d->root = getenv("IDEM_ROOT") != NULL ? getenv("IDEM_ROOT") :
-	    IDEM_DEFAULT_ROOT;
+	d->root = getenv("IDEM_ROOT");
+	if (d->root == NULL || *d->root == '\0')
+		d->root = IDEM_DEFAULT_ROOT;
 	d->worker_count = IDEM_DEFAULT_WORKERS;
 	d->capacity = IDEM_DEFAULT_CAPACITY;
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;

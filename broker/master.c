@@ -63,6 +63,7 @@ static int
 master_spawn(struct master *m, unsigned index)
 {
 	struct idemd	*d = m->d;
+	sigset_t	 term, old;
 	uint32_t	 generation;
 	int		 sv[2];
 	unsigned	 i;
@@ -73,7 +74,17 @@ master_spawn(struct master *m, unsigned index)
 		return -1;
 	}
 	generation = registry_start(&d->seg, index);
+	/*
+	 * SIGTERM stays blocked in the child until its own loop handles it:
+	 * one arriving earlier would otherwise go to the master's handler
+	 * copy and be lost, and the worker would never drain.
+	 */
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_BLOCK, &term, &old);
 	pid = fork();
+	if (pid != 0)
+		sigprocmask(SIG_SETMASK, &old, NULL);
 	if (pid == -1) {
 		log_warn("fork of worker %u", index);
 		close(sv[0]);

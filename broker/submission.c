@@ -394,7 +394,15 @@ sub_resolve_reserved(struct pending *p)
 		    "a file of another submission or writer");
 		return;
 	}
-	/* Adopt the file the interrupted call put in place. */
+	/*
+	 * Adopt the file the interrupted call put in place.  It may have died
+	 * before the directory fsync (after_task_file_linked): make the file
+	 * and its name durable before anything is recorded or answered.
+	 */
+	if (taskfile_sync_path(d->root_fd, path) != 0) {
+		sub_fail_storage(p, errno, "syncing the adopted file");
+		return;
+	}
 	memcpy(s->entry.file_digest, facts.file_digest, IDEM_SHA256_BYTES);
 	s->entry.created_at_ms = facts.has_created_at ? facts.created_at_ms :
 	    shm_now_ms();

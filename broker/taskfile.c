@@ -1187,3 +1187,36 @@ taskfile_sweep_temporaries(int dir_fd, unsigned *removed)
 	closedir(dir);
 	return (0);
 }
+
+/*
+ * fsync the file at relpath and then its directory: what a retry does
+ * before it adopts a file an interrupted call linked but may not have
+ * made durable.
+ */
+int
+taskfile_sync_path(int root_fd, const char *relpath)
+{
+	char	 dir[PATH_MAX];
+	char	*slash;
+	int	 fd, rc;
+
+	if (snprintf(dir, sizeof dir, "%s", relpath) >= (int)sizeof dir) {
+		errno = ENAMETOOLONG;
+		return (-1);
+	}
+	if ((fd = openat(root_fd, relpath, O_RDONLY | O_CLOEXEC)) == -1)
+		return (-1);
+	rc = fsync(fd);
+	close(fd);
+	if (rc == -1)
+		return (-1);
+	if ((slash = strrchr(dir, '/')) == NULL)
+		return (fsync(root_fd));
+	*slash = '\0';
+	if ((fd = openat(root_fd, dir, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1)
+		return (-1);
+	rc = fsync(fd);
+	close(fd);
+	return (rc);
+}

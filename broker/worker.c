@@ -627,6 +627,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
     int notify_fd)
 {
 	struct worker	 w;
+	sigset_t	 term;
 	pid_t		 master = getppid();
 	struct pending	*p;
 
@@ -664,6 +665,10 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_add(w.listen_ev, NULL);
 	event_add(w.notify_ev, NULL);
 	event_add(w.term_ev, NULL);
+	/* The master blocked SIGTERM across fork (master.c): handle it now. */
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_UNBLOCK, &term, NULL);
 	log_debug("worker %u (generation %u) serving", index, generation);
 
 	event_base_dispatch(w.base);

@@ -45,7 +45,7 @@
 #include "idemd.h"
 
 #define IDEMCTL_EXIT_OK			0
-#define IDEMCTL_EXIT_PROBLEM		1	/* error, conflict, problems found */
+#define IDEMCTL_EXIT_PROBLEM		1	/* error, conflict, problems */
 #define IDEMCTL_EXIT_USAGE		2
 #define IDEMCTL_EXIT_UNREACHABLE	3	/* or: cannot read the files */
 
@@ -93,6 +93,7 @@ struct idemctl;
 struct command {
 	const char	*name;
 	int		(*run)(struct idemctl *, int, char **);
+	const char	*summary;	/* for idemctl --help */
 	const char	*synopsis;
 	const char	*help;
 };
@@ -525,9 +526,11 @@ cmd_status(struct idemctl *ctl, int argc, char **argv)
 			capacity = int_member(stats, "table_capacity");
 			printf("  uptime    %s\n", uptime);
 			printf("  workers   %" JSON_INTEGER_FORMAT " running, %"
-			    JSON_INTEGER_FORMAT " restarts\n",
+			    JSON_INTEGER_FORMAT " restart%s\n",
 			    int_member(stats, "workers"),
-			    int_member(stats, "worker_restarts"));
+			    int_member(stats, "worker_restarts"),
+			    int_member(stats, "worker_restarts") == 1 ? "" :
+			    "s");
 			printf("  table     %" JSON_INTEGER_FORMAT " of %"
 			    JSON_INTEGER_FORMAT " submissions used (%.1f%%)\n",
 			    used, capacity, capacity > 0 ?
@@ -562,7 +565,7 @@ static const struct metric {
 	const char	*help;
 } metrics[] = {
 	{ "created", "idem_created_total", "counter", 1,
-	    "write_task calls with a client_submission_id that created their task." },
+	    "Idempotent write_task calls that created their task." },
 	{ "reused", "idem_reused_total", "counter", 1,
 	    "write_task calls answered with the first call's receipt." },
 	{ "conflict", "idem_conflict_total", "counter", 1,
@@ -572,7 +575,8 @@ static const struct metric {
 	{ "reports_created", "idem_reports_created_total", "counter", 1,
 	    "REPORT files written." },
 	{ "reports_deduplicated", "idem_reports_deduplicated_total",
-	    "counter", 1, "write_report calls answered with an earlier report." },
+	    "counter", 1,
+	    "write_report calls answered with an earlier report." },
 	{ "errors", "idem_errors_total", "counter", 1,
 	    "Requests answered with an error." },
 	{ "journal_records", "idem_journal_records_total", "counter", 1,
@@ -785,8 +789,9 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 				goto nomem;
 		}
 		table_print(&t, "");
-		printf("\n%zu intermediate (%" JSON_INTEGER_FORMAT " reserved, %"
-		    JSON_INTEGER_FORMAT " task_created), %zu stalled (no "
+		printf("\n%zu intermediate (%" JSON_INTEGER_FORMAT
+		    " reserved, %" JSON_INTEGER_FORMAT " task_created), %zu "
+		    "stalled (no "
 		    "progress for %" PRId64 " ms), %" JSON_INTEGER_FORMAT
 		    " committed\n", json_array_size(entries),
 		    int_member(counts, "reserved"),
@@ -879,7 +884,8 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 	submission = json_object_get(response, "submission");
 	if (!ctl->json) {
 		print_fields(submission, submission_keys, "");
-		if ((receipt = json_object_get(submission, "receipt")) != NULL) {
+		receipt = json_object_get(submission, "receipt");
+		if (receipt != NULL) {
 			printf("receipt\n");
 			print_fields(receipt, receipt_keys, "  ");
 		} else
@@ -1023,7 +1029,8 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 			file = optarg;
 			break;
 		case 's':
-			json_object_set_new(task, "sender", json_string(optarg));
+			json_object_set_new(task, "sender",
+			    json_string(optarg));
 			break;
 		case 'r':
 			json_object_set_new(task, "recipient",
@@ -1049,7 +1056,8 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 			    json_string(optarg));
 			break;
 		case 'P':
-			json_object_set_new(task, "parent", json_string(optarg));
+			json_object_set_new(task, "parent",
+			    json_string(optarg));
 			break;
 		case OPT_REFERENCE:
 		case OPT_DEPENDS_ON:
@@ -1118,7 +1126,7 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 	return status;
 }
 
-/* ---- journal records as text ----------------------------------------------- */
+/* ---- journal records as text -------------------------------------------- */
 
 static const char *
 state_name(unsigned state)
@@ -1188,9 +1196,12 @@ time_or_null(int64_t ms)
 	return json_string(at);
 }
 
-/* One record of the audit trail, every fact it holds. */
+/*
+ * One record of the audit trail, every fact it holds, and where it is:
+ * a journal segment and offset, or the checkpoint continued by segment.
+ */
 static json_t *
-record_json(const struct journal_record *r, uint64_t segment,
+record_json(const struct journal_record *r, int checkpoint, uint64_t segment,
     uint64_t offset)
 {
 	const struct subtab_entry *e = &r->entry;
@@ -1203,17 +1214,18 @@ record_json(const struct journal_record *r, uint64_t segment,
 	entry_id(e, id, sizeof id);
 	taskfile_format_path(e->kind, id, path, sizeof path);
 	csid = key_submission_id(e, r->key);
-	j = json_pack("{s:I,s:I,s:s,s:s,s:s}", "segment", (json_int_t)segment,
-	    "offset", (json_int_t)offset, "type", r->type ==
-	    JOURNAL_RECORD_ENTRY ? "entry" : "?", "kind", kind_name(e->kind),
-	    "state", state_name(e->state));
+	j = json_pack("{s:s,s:I,s:o,s:s,s:s,s:s}", "source", checkpoint ?
+	    "checkpoint" : "journal", "segment", (json_int_t)segment, "offset",
+	    checkpoint ? json_null() : json_integer((json_int_t)offset),
+	    "type", r->type == JOURNAL_RECORD_ENTRY ? "entry" : "?", "kind",
+	    kind_name(e->kind), "state", state_name(e->state));
 	json_object_set_new(j, "client_submission_id", csid != NULL ?
 	    json_stringn(csid, e->key_length - (size_t)(csid - r->key)) :
 	    json_null());
 	if (e->kind == SUBTAB_KIND_REPORT) {
-		json_object_set_new(j, "task_id", csid != NULL && csid > r->key ?
-		    json_stringn(r->key, (size_t)(csid - r->key) - 1) :
-		    json_null());
+		json_object_set_new(j, "task_id", csid != NULL &&
+		    csid > r->key ? json_stringn(r->key,
+		    (size_t)(csid - r->key) - 1) : json_null());
 		json_object_set_new(j, "report_id", json_string(id));
 		json_object_set_new(j, "report_path", json_string(path));
 	} else {
@@ -1245,11 +1257,48 @@ journal_dir(struct idemctl *ctl, char *out, size_t size)
 	return 0;
 }
 
-/* ---- journal dump --------------------------------------------------------- */
+/* What journal_read found. */
+struct journal_read {
+	struct journal_replay_stats	stats;
+	uint64_t			checkpoint;	/* its segment; 0: none */
+	uint64_t			checkpoint_records;
+	int				damaged;	/* on -1: damage, not I/O */
+};
+
+/*
+ * What the broker would rebuild its table from at start-up, read-only:
+ * the newest checkpoint (a snapshot of the table; it keeps no legacy
+ * records), then the segments from the one it names.  While apply sees
+ * the checkpoint's records, jr->stats.at_segment is 0.
+ */
+static int
+journal_read(const char *dir, journal_apply_fn apply, void *arg,
+    struct journal_read *jr, char **cause)
+{
+	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
+
+	memset(jr, 0, sizeof *jr);
+	*cause = NULL;
+	if (checkpoint_load(dir, apply, arg, alloc, &jr->checkpoint,
+	    &jr->checkpoint_records, cause) != 0) {
+		/* checkpoint_load sets no errno for damage; its cause says. */
+		jr->damaged = *cause != NULL && strstr(*cause, " is corrupt") !=
+		    NULL;
+		return -1;
+	}
+	if (journal_replay_from(dir, jr->checkpoint, JOURNAL_REPLAY_READONLY,
+	    apply, arg, &jr->stats, cause) != 0) {
+		jr->damaged = errno == EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- journal dump -------------------------------------------------------- */
 
 struct dump {
-	struct journal_replay_stats	*stats;
-	int				 text;
+	struct journal_read	*jr;
+	int			 text;
 };
 
 static int
@@ -1257,13 +1306,19 @@ dump_apply(const struct journal_record *r, void *arg)
 {
 	struct dump	*d = arg;
 	json_t		*j;
+	char		 at[64];
+	int		 checkpoint = d->jr->stats.at_segment == 0;
 
-	if ((j = record_json(r, d->stats->at_segment, d->stats->at_offset)) ==
-	    NULL)
+	if ((j = record_json(r, checkpoint, checkpoint ? d->jr->checkpoint :
+	    d->jr->stats.at_segment, d->jr->stats.at_offset)) == NULL)
 		return -1;
+	if (checkpoint)
+		snprintf(at, sizeof at, "ckpt-%" PRIu64, d->jr->checkpoint);
+	else
+		snprintf(at, sizeof at, "%" PRIu64 ":%" PRIu64,
+		    d->jr->stats.at_segment, d->jr->stats.at_offset);
 	if (d->text)
-		printf("%" PRIu64 ":%-8" PRIu64 " %-6s %-12s %-24s %-36s %s\n",
-		    d->stats->at_segment, d->stats->at_offset,
+		printf("%-10s %-6s %-12s %-24s %-36s %s\n", at,
 		    kind_name(r->entry.kind), state_name(r->entry.state),
 		    string_member(j, "client_submission_id", "(legacy)"),
 		    string_member(j, r->entry.kind == SUBTAB_KIND_REPORT ?
@@ -1283,11 +1338,11 @@ cmd_journal_dump(struct idemctl *ctl, int argc, char **argv)
 		{ "text", no_argument, NULL, OPT_TEXT },
 		{ NULL, 0, NULL, 0 }
 	};
-	struct journal_replay_stats	 stats;
-	struct dump			 d = { &stats, 0 };
-	char				 dir[PATH_MAX];
-	char				*cause = NULL;
-	int				 ch, status;
+	struct journal_read	 jr;
+	struct dump		 d = { &jr, 0 };
+	char			 dir[PATH_MAX];
+	char			*cause = NULL;
+	int			 ch, status;
 
 	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
 		if (ch == OPT_TEXT)
@@ -1302,35 +1357,36 @@ cmd_journal_dump(struct idemctl *ctl, int argc, char **argv)
 	if (access(ctl_root(ctl), R_OK | X_OK) == -1)
 		return ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE, "cannot read "
 		    "root %s: %s", ctl_root(ctl), strerror(errno));
-	memset(&stats, 0, sizeof stats);
 	if (d.text)
 		printf("%-10s %-6s %-12s %-24s %-36s %s\n", "SEG:OFFSET",
 		    "KIND", "STATE", "CLIENT_SUBMISSION_ID", "TASK/REPORT_ID",
 		    "UPDATED_AT");
-	if (journal_replay(dir, JOURNAL_REPLAY_READONLY, dump_apply, &d,
-	    &stats, &cause) != 0) {
+	if (journal_read(dir, dump_apply, &d, &jr, &cause) != 0) {
 		fflush(stdout);
-		status = ctl_fail(ctl, errno == EINVAL ? IDEMCTL_EXIT_PROBLEM :
+		status = ctl_fail(ctl, jr.damaged ? IDEMCTL_EXIT_PROBLEM :
 		    IDEMCTL_EXIT_UNREACHABLE, "%s", cause != NULL ? cause :
 		    strerror(errno));
 		free(cause);
 		return status;
 	}
 	fflush(stdout);
-	if (stats.torn_segment != 0)
+	if (jr.stats.torn_segment != 0)
 		fprintf(stderr, "idemctl journal dump: warning: torn tail in "
 		    "segment %016" PRIx64 ".jnl at offset %" PRIu64 " (%s): %"
 		    PRIu64 " bytes of an append that never completed (or is "
-		    "in flight)\n", stats.torn_segment, stats.torn_offset,
-		    stats.torn_why != NULL ? stats.torn_why : "?",
-		    stats.truncated_bytes);
+		    "in flight)\n", jr.stats.torn_segment,
+		    jr.stats.torn_offset, jr.stats.torn_why != NULL ?
+		    jr.stats.torn_why : "?", jr.stats.truncated_bytes);
 	return IDEMCTL_EXIT_OK;
 }
 
 static const struct command journal_commands[] = {
-	{ "journal dump", cmd_journal_dump, "[--root DIR] [--json | --text]",
+	{ "journal dump", cmd_journal_dump, "the journal as an audit trail",
+	    "[--root DIR] [--json | --text]",
 "Print the journal, the broker's durable audit trail, one JSON object per\n"
-"line and record, oldest first: where it is (segment, offset), type, kind,\n"
+"line and record, oldest first: where it is (source \"journal\" with its\n"
+"segment and offset, or \"checkpoint\": a snapshot of the table that\n"
+"replaced the segments before it, without legacy records), type, kind,\n"
 "state, client_submission_id (and task_id for a report), the task or\n"
 "report id and path, schema, request and file digests (hex), reserved,\n"
 "updated and created times (ISO 8601, UTC) and the peer's uid and pid.\n"
@@ -1377,7 +1433,7 @@ struct verify {
 	struct vrecord			*records;
 	size_t				 count, cap;
 	json_t				*by_key;	/* key: index */
-	json_t				*by_id;		/* task/report id: index */
+	json_t				*by_id;		/* TASK-...: index */
 	json_t				*seen_files;	/* task_id: path */
 	int				 journal_complete;
 	/* What was found. */
@@ -1389,15 +1445,16 @@ struct verify {
 	unsigned			 files, files_idem, files_legacy;
 };
 
+/* How bad a finding is; unreadable makes verify exit 3, not 1. */
+enum { NOTE_ERROR, NOTE_WARNING, NOTE_UNREADABLE };
+
 static void	verify_note(struct verify *, int, const char *, json_t *,
 		    const char *, ...) __attribute__((format(printf, 5, 6)));
 
 /*
- * One finding: error (problem), warning or unreadable (cannot read), with
- * a message for people and the facts (details, consumed) for scripts.
+ * One finding, with a message for people and the facts (details, which
+ * this consumes) for scripts.
  */
-enum { NOTE_ERROR, NOTE_WARNING, NOTE_UNREADABLE };
-
 static void
 verify_note(struct verify *v, int severity, const char *check,
     json_t *details, const char *fmt, ...)
@@ -1527,7 +1584,8 @@ verify_records(struct verify *v)
 {
 	struct taskfile_facts	 facts;
 	struct vrecord		*vr;
-	char			 found[PATH_MAX], where[IDEM_MAX_TASK_PATH_BYTES + 16];
+	char			 found[PATH_MAX];
+	char			 where[IDEM_MAX_TASK_PATH_BYTES + 16];
 	char			 name[512], want[IDEM_DIGEST_HEX_SIZE];
 	char			 have[IDEM_DIGEST_HEX_SIZE];
 	char			*cause;
@@ -1579,7 +1637,7 @@ verify_records(struct verify *v)
 		taskfile_format_path(vr->entry.kind, vr->id, where,
 		    sizeof where);
 		if (strcmp(found, where) != 0) {
-			/* FCoP tools may rewrite a file they move: no digest. */
+			/* FCoP tools may rewrite what they move: no digest. */
 			v->moved++;
 			continue;
 		}
@@ -1595,9 +1653,9 @@ verify_records(struct verify *v)
 			digest_to_hex(vr->entry.file_digest, want);
 			digest_to_hex(facts.file_digest, have);
 			verify_note(v, NOTE_ERROR, "file_digest",
-			    vrecord_details(vr, found), "%s: %s has file digest "
-			    "%s, the journal recorded %s (changed after idem "
-			    "wrote it)", name, found, have, want);
+			    vrecord_details(vr, found), "%s: %s has file "
+			    "digest %s, the journal recorded %s (changed after "
+			    "idem wrote it)", name, found, have, want);
 		} else if (csid != NULL && facts.has_client_submission_id &&
 		    strcmp(facts.client_submission_id, csid) != 0)
 			verify_note(v, NOTE_ERROR, "identity",
@@ -1655,8 +1713,9 @@ verify_file(struct verify *v, const char *path, const char *file)
 			vrecord_name(vr, name, sizeof name);
 			verify_note(v, NOTE_ERROR, "task_id_mismatch",
 			    vrecord_details(vr, path), "%s names "
-			    "client_submission_id \"%s\", but the journal binds "
-			    "it to %s", path, facts.client_submission_id, name);
+			    "client_submission_id \"%s\", but the journal "
+			    "binds it to %s", path, facts.client_submission_id,
+			    name);
 			return;
 		}
 		v->files_idem++;
@@ -1746,14 +1805,14 @@ verify_print(struct verify *v, const char *dir)
 	    dir, v->stats.records, v->stats.segments,
 	    v->stats.segments == 1 ? "" : "s", !v->journal_complete ?
 	    "CORRUPT" : v->stats.torn_segment != 0 ? "torn tail" : "intact");
-	printf("journal has %u submissions, %u legacy tasks, %u reports: "
+	printf("journal has %u submissions, %u legacy, %u reports: "
 	    "%u present (%u moved by FCoP tools), %u intermediate\n",
 	    v->submissions, v->legacy, v->reports, v->present, v->moved,
 	    v->intermediate);
 	if (v->journal_complete)
-		printf("workspace   %u TASK files: %u idem, %u idem legacy, %zu "
-		    "foreign\n", v->files, v->files_idem, v->files_legacy,
-		    json_array_size(v->foreign));
+		printf("workspace   %u TASK files: %u idem, %u idem legacy, "
+		    "%zu foreign\n", v->files, v->files_idem,
+		    v->files_legacy, json_array_size(v->foreign));
 	else
 		printf("workspace   not checked against the journal: it is "
 		    "corrupt, so a file may name a record past the damage\n");
@@ -1832,6 +1891,8 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 	};
 	struct verify	 v;
 	struct stat	 st;
+	json_t		*details;
+	json_int_t	 offset;
 	char		 dir[PATH_MAX];
 	char		*cause = NULL;
 	int		 status;
@@ -1878,10 +1939,13 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 			goto out;
 		}
 		v.journal_complete = 0;
-		verify_note(&v, NOTE_ERROR, "journal_corrupt", json_pack(
-		    "{s:I,s:I}", "segment", (json_int_t)v.stats.at_segment,
-		    "offset", cause_offset(cause)), "%s", cause != NULL ?
-		    cause : "journal corrupt");
+		details = json_pack("{s:I}", "segment",
+		    (json_int_t)v.stats.at_segment);
+		offset = cause_offset(cause);
+		json_object_set_new(details, "offset", offset >= 0 ?
+		    json_integer(offset) : json_null());
+		verify_note(&v, NOTE_ERROR, "journal_corrupt", details, "%s",
+		    cause != NULL ? cause : "journal corrupt");
 	} else if (v.stats.torn_segment != 0)
 		verify_note(&v, NOTE_WARNING, "torn_tail", json_pack(
 		    "{s:I,s:I,s:I}", "segment",
@@ -1929,26 +1993,29 @@ out:
 /* ---- main ---------------------------------------------------------------- */
 
 static const struct command commands[] = {
-	{ "status", cmd_status, "",
+	{ "status", cmd_status, "is the broker up; version, workers, table", "",
 "Is the broker up?  Its version and protocol, uptime, workers, how full\n"
 "the submission table is, and what it has done since it started.  Exit 3\n"
 "if it does not answer (with --json, {\"up\":false,...} on stdout too).\n" },
-	{ "stats", cmd_stats, "[--json | --prometheus]",
+	{ "stats", cmd_stats, "counters, also for Prometheus",
+	    "[--json | --prometheus]",
 "The broker's counters.  --prometheus prints the Prometheus text format\n"
 "(counters idem_<name>_total, gauges idem_table_used, idem_table_capacity,\n"
 "idem_workers, idem_uptime_seconds, and idem_up, which is 0 when the\n"
 "broker does not answer), for a textfile collector or a scrape wrapper.\n" },
-	{ "diagnose", cmd_diagnose, "[--stale-after DURATION]",
+	{ "diagnose", cmd_diagnose, "unfinished submissions, stalled ones",
+	    "[--stale-after DURATION]",
 "List the submissions in an intermediate state (reserved, task_created):\n"
 "age, task_id, whether the task file exists, whether its request and file\n"
 "digests match the record, whether a request is working on it now, and\n"
 "whether it is stalled (no progress for DURATION: 500ms, 30s, 5m, 2h;\n"
 "default 30s).  Read-only: a retry of the same request completes a\n"
 "stalled submission.  Exit 1 if any submission is stalled.\n" },
-	{ "show", cmd_show, "CLIENT_SUBMISSION_ID",
+	{ "show", cmd_show, "one submission and its receipt",
+	    "CLIENT_SUBMISSION_ID",
 "One submission: its state, task, digests and times, and its receipt once\n"
 "committed.  Exit 1 if the broker knows no such submission.\n" },
-	{ "submit", cmd_submit,
+	{ "submit", cmd_submit, "create a task (write_task)",
 "[--id ID] --sender R --recipient R --subject S [--body B]\n"
 "              [--priority P] [--risk-level L] [--thread-key K]\n"
 "              [--parent T] [--reference R]... [--depends-on T]...\n"
@@ -1963,7 +2030,8 @@ static const struct command commands[] = {
 "Exit 0 created or reused, 1 conflict or refused (the error's code on\n"
 "stderr), 2 usage, 3 unreachable or the connection lost: the outcome is\n"
 "unknown, and running the same command again with the same id is safe.\n" },
-	{ "verify", cmd_verify, "[--root DIR]",
+	{ "verify", cmd_verify, "offline: journal and workspace agree?",
+	    "[--root DIR]",
 "Check, offline, that the journal and the FCoP workspace agree; the\n"
 "broker may be running or not, nothing is changed.  The journal must be\n"
 "intact (corruption is an error naming the offset; a torn tail, which\n"
@@ -1975,7 +2043,8 @@ static const struct command commands[] = {
 "write are listed as foreign, which is not an error.\n"
 "\n"
 "Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n" },
-	{ "journal", cmd_journal, "dump [--root DIR] [--json | --text]",
+	{ "journal", cmd_journal, "journal dump: the audit trail, offline",
+	    "dump [--root DIR] [--json | --text]",
 "Journal commands.  See idemctl journal dump --help.\n" }
 };
 
@@ -1987,9 +2056,8 @@ usage(FILE *out, int status)
 	fprintf(out, "usage: idemctl [--socket PATH] [--root DIR] [--json] "
 	    "COMMAND [ARGS]\n\ncommands:\n");
 	for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		fprintf(out, "  %s %s\n", commands[i].name,
-		    strchr(commands[i].synopsis, '\n') != NULL ? "..." :
-		    commands[i].synopsis);
+		fprintf(out, "  %-10s %s\n", commands[i].name,
+		    commands[i].summary);
 	fprintf(out, "\nidemctl COMMAND --help says more.\n\n%s", COMMON_HELP);
 	exit(status);
 }
@@ -2007,7 +2075,7 @@ main(int argc, char **argv)
 	int		ch, status;
 
 	memset(&ctl, 0, sizeof ctl);
-	/* Options before the command only ("+"); the command parses the rest. */
+	/* Options before the command only ("+"); it parses the rest. */
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "+h", options, NULL)) != -1) {
 		switch (ch) {
@@ -2031,8 +2099,11 @@ main(int argc, char **argv)
 			return IDEMCTL_EXIT_USAGE;
 		}
 	}
-	if (optind >= argc)
-		usage(stderr, IDEMCTL_EXIT_USAGE);
+	if (optind >= argc) {
+		fprintf(stderr, "idemctl: which command? (see idemctl "
+		    "--help)\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
 	argc -= optind;
 	argv += optind;
 	for (i = 0; i < sizeof commands / sizeof commands[0]; i++) {

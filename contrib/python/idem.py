@@ -1,20 +1,18 @@
 """idem.py: a client of idemd, the broker that makes FCoP task creation
 idempotent.  Standard library only (Python 3.6+).
 
-Usage::
+Usage (10 lines)::
 
     import idem
-
     task = {"sender": "PM", "recipient": "DEV", "subject": "Fix login"}
-    sid = idem.submission_id_new()          # one per business intent; keep it
-    reply = idem.write_task_retry(task, sid)   # reconnects, backs off, retries
-    print(reply["receipt"]["task_id"])      # the same on every retry of sid
-    with idem.Client() as c:                # $IDEM_SOCKET, $IDEM_ROOT or ./fcop
-        print(c.get_submission(sid)["submission"]["state"])   # "committed"
-        try:
-            c.write_task(dict(task, subject="Other"), sid)
-        except idem.IdemConflict as e:      # same id, other content
-            print(e.reason, e.existing["task_id"])      # digest_mismatch ...
+    sid = idem.submission_id_new()            # one per intent: keep it
+    reply = idem.write_task_retry(task, sid)  # reconnects, backs off, retries
+    print(reply["disposition"], reply["receipt"]["task_id"])  # same on retries
+    with idem.Client() as c:                  # $IDEM_SOCKET or $IDEM_ROOT
+        print(c.get_submission(sid)["submission"]["state"])   # committed
+        try: c.write_task(dict(task, subject="Other"), sid)  # other text
+        except idem.IdemConflict as e:
+            print(e.reason, e.existing["task_id"])   # digest_mismatch TASK-...
 
 The wire protocol (SPEC.md): newline-delimited JSON over a Unix stream
 socket, one request line and one response line, at most 1 MiB each with
@@ -60,7 +58,7 @@ __all__ = [
     "DIGEST_SCHEMA",
 ]
 
-MAX_LINE_BYTES = 1024 * 1024    # one request or response line, newline included
+MAX_LINE_BYTES = 1024 * 1024    # a request or response line, with its newline
 DIGEST_SCHEMA = "write-task-v1"
 DEFAULT_ROOT = "./fcop"
 SOCKET_NAME = ".idem/idemd.sock"

@@ -1,9 +1,2645 @@
-/* idem-bench: being written (see doc/performance.md once it lands). */
+/*
+ * idem-bench.c: how fast idemd creates and reuses tasks, measured next to
+ * what this machine allows (doc/performance.md; issue "Fast as the disk
+ * allows").
+ *
+ * It owns the brokers it starts (one fresh idemd and root per scenario
+ * and client count, unless --socket names a running one) and three
+ * references: a SQLite peer doing the same bookkeeping in-process, the
+ * disk limit (file + fsync + directory fsync, nothing else) and the
+ * socket limit (an echo server).  It never touches a broker's files while
+ * that broker runs: the only broker file it writes is the journal of the
+ * replay scenario, before its broker starts.  It deletes nothing until
+ * the very end of the run, because on this file system a mass deletion
+ * slows every later fsync for minutes and would skew what follows.
+ *
+ * DESIGN
+ *
+ * Every measured run is a job: K client processes forked by run_job(),
+ * each with its own connection (or database handle, or directory), that
+ * do everything untimed first (connect, build their request lines,
+ * pre-create ids), write one byte on a "ready" pipe and block reading a
+ * "go" pipe.  When all are ready the parent snapshots the broker's
+ * counters and closes the go pipe, so every client wakes at once; no one
+ * sleeps to wait.  Clients time each request with CLOCK_MONOTONIC (one
+ * clock for every process) into a shared anonymous mapping, and their
+ * end times too: throughput is the requests done over the time from the
+ * release to the last client's end, and the latencies of all clients are
+ * merged for p50, p99 and p999.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/utsname.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+
+#include <dirent.h>
+#include <err.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <sodium.h>
+#ifdef HAVE_SQLITE
+#include <sqlite3.h>
+#endif
+
+#include "idemd.h"
+#include "log.h"
+
+/*
+ * Default sizes, chosen so that a default run (K = 1, 8, 32, every
+ * scenario and reference) stays near three minutes on a 2-core machine
+ * with a ~1 ms fdatasync.  --count overrides the per-scenario counts.
+ */
+#define BENCH_CREATE_OPS	2000	/* create, mixed, SQLite peer, disk */
+#define BENCH_REUSE_OPS		20000	/* reuse, SQLite retries, echo */
+#define BENCH_REUSE_IDS		256	/* committed ids that reuse retries */
+#define BENCH_STORM_CLIENTS	64
+#define BENCH_STORM_IDS		100
+#define BENCH_REPLAY_CREATIONS	1000000
+#define BENCH_TARGET_CLIENTS	8	/* the K the issue's targets are set at */
+
+#define BENCH_BODY_BYTES	900	/* a ~1 KiB task once rendered */
+#define BENCH_DISK_FILE_BYTES	1024
+#define BENCH_ECHO_LINE_BYTES	200	/* newline included */
+#define BENCH_ECHO_BUF_BYTES	4096
+#define BENCH_ECHO_MAX_CONNS	1024
+#define BENCH_FSYNC_PROBES	200
+#define BENCH_FSYNC_PROBE_BYTES	4096
+#define BENCH_WARM_STARTS	3
+#define BENCH_START_TIMEOUT_MS	300000	/* a broker replaying a big journal */
+#define BENCH_JOURNAL_BUF_BYTES	(4 * 1024 * 1024)
+
+#define BENCH_MAX_CLIENT_COUNTS	8
+#define BENCH_MAX_CLIENTS	1024
+#define BENCH_MAX_RESULTS	64
+#define BENCH_TASK_ID_BYTES	96
+#define BENCH_MIXED_NEW_PCT	70
+#define BENCH_MIXED_RETRY_PCT	25	/* the remaining 5: other content */
+
+enum scenario_bit {
+	SC_CREATE = 1 << 0,
+	SC_REUSE = 1 << 1,
+	SC_MIXED = 1 << 2,
+	SC_STORM = 1 << 3,
+	SC_REPLAY = 1 << 4,
+	SC_SQLITE = 1 << 5,	/* references: also implied, see main() */
+	SC_DISK = 1 << 6,
+	SC_ECHO = 1 << 7,
+	SC_FSYNC = 1 << 8
+};
+
+static const struct {
+	const char	*name;
+	unsigned	 bits;
+} scenario_names[] = {
+	{ "create", SC_CREATE },
+	{ "reuse", SC_REUSE },
+	{ "mixed", SC_MIXED },
+	{ "storm", SC_STORM },
+	{ "replay", SC_REPLAY },
+	{ "sqlite", SC_SQLITE },
+	{ "disk", SC_DISK },
+	{ "echo", SC_ECHO },
+	{ "fsync", SC_FSYNC },
+	{ "all", ~0u }
+};
+
+static struct options {
+	const char	*idemd;
+	const char	*dir;
+	const char	*socket;	/* a running broker: start none */
+	int		 clients[BENCH_MAX_CLIENT_COUNTS];
+	int		 client_counts;
+	size_t		 count;		/* 0: the defaults above */
+	size_t		 replay_count;
+	unsigned	 scenarios;
+	int		 keep;
+	int		 json;
+} opt;
+
+/* One line of the final table. */
+struct result {
+	char		name[32];
+	int		clients;
+	uint64_t	ops;
+	double		seconds;
+	double		ops_per_s;
+	double		p50_ms, p99_ms, p999_ms;
+	int64_t		fsyncs, records;	/* broker deltas; -1: none */
+	uint64_t	created, reused, conflict;
+	uint64_t	errors;		/* error replies, failed operations */
+	uint64_t	unexpected;	/* a disposition the scenario ruled out */
+	int		failed;		/* did not run, or a check failed */
+	int		skipped;
+	char		note[256];
+};
+
+static struct result	results[BENCH_MAX_RESULTS];
+static size_t		result_count;
+
+/* Replay and storm verdicts, and the fdatasync probe, for the summary. */
+static struct {
+	int	ran;
+	size_t	creations;
+	double	journal_bytes;
+	double	bytes_per_creation;
+	double	write_s;
+	double	cold_s;
+	double	warm_s[BENCH_WARM_STARTS];
+	double	warm_median_s;
+	long	broker_replay_ms;	/* idemd's own "replayed ... in N ms" */
+	int	verified;
+	char	note[256];
+} replay;
+
+static struct {
+	int	ran;
+	int	pass;
+	char	note[256];
+} storm;
+
+static struct {
+	int	ran;
+	double	median_ms;
+	double	p99_ms;
+} probe;
+
+/* This run's directory; short enough that every path under it fits. */
+static char	top[1024];
+static char	id_prefix[64];		/* makes ids unique per run */
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t
+wall_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *
+xcalloc(size_t n, size_t size)
+{
+	void	*p;
+
+	if ((p = calloc(n, size)) == NULL)
+		err(1, "calloc");
+	return p;
+}
+
+/* The child must not outlive us: a killed bench leaves no brokers. */
+static void
+die_with_parent(int sig)
+{
+	if (prctl(PR_SET_PDEATHSIG, sig) == -1)
+		_exit(127);
+	if (getppid() == 1)
+		_exit(127);
+}
+
+static int
+write_all(int fd, const void *p, size_t length)
+{
+	const char	*c = p;
+	ssize_t		 n;
+
+	while (length > 0) {
+		n = send(fd, c, length, MSG_NOSIGNAL);
+		if (n == -1 && errno == ENOTSOCK)
+			n = write(fd, c, length);
+		if (n == -1) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		c += n;
+		length -= (size_t)n;
+	}
+	return 0;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t	x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double	x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Nearest rank: the smallest sample with at least q of them at or below. */
+static double
+percentile_ms(const uint64_t *sorted, size_t n, double q)
+{
+	double	x = q * (double)n;
+	size_t	rank = (size_t)x;
+
+	if (n == 0)
+		return NAN;
+	if ((double)rank < x)
+		rank++;
+	if (rank == 0)
+		rank = 1;
+	return (double)sorted[rank - 1] / 1e6;
+}
+
+static struct result *
+result_new(const char *name, int clients)
+{
+	struct result	*r;
+
+	if (result_count == BENCH_MAX_RESULTS)
+		errx(1, "too many results");
+	r = &results[result_count++];
+	memset(r, 0, sizeof *r);
+	snprintf(r->name, sizeof r->name, "%s", name);
+	r->clients = clients;
+	r->fsyncs = r->records = -1;
+	r->p50_ms = r->p99_ms = r->p999_ms = r->ops_per_s = NAN;
+	return r;
+}
+
+static void
+result_note(struct result *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Notes accumulate, separated by "; ". */
+static void
+result_note(struct result *r, const char *fmt, ...)
+{
+	va_list	ap;
+	size_t	used = strlen(r->note);
+
+	if (used > 0 && used + 2 < sizeof r->note) {
+		memcpy(r->note + used, "; ", 3);
+		used += 2;
+	}
+	if (used >= sizeof r->note - 1)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(r->note + used, sizeof r->note - used, fmt, ap);
+	va_end(ap);
+}
+
+static const struct result *
+find_result(const char *name, int clients)
+{
+	size_t	i;
+
+	for (i = 0; i < result_count; i++) {
+		if (strcmp(results[i].name, name) == 0 &&
+		    results[i].clients == clients && !results[i].skipped)
+			return &results[i];
+	}
+	return NULL;
+}
+
+/* ---- tasks ------------------------------------------------------------- */
+
+static const char	filler[] = "The quick brown fox jumps over the lazy "
+    "dog; pack my box with five dozen liquor jugs.\n";
+
+/*
+ * A body of exactly BENCH_BODY_BYTES naming its id, so every task has
+ * its own digest; variant 1 is the "same id, other content" of mixed.
+ */
+static void
+make_body(char out[BENCH_BODY_BYTES + 1], const char *csid, int variant)
+{
+	size_t	n, k;
+	int	w;
+
+	w = snprintf(out, BENCH_BODY_BYTES + 1, "Benchmark task %s%s.\n\n",
+	    csid, variant ? " (other content)" : "");
+	n = w < 0 ? 0 : (size_t)w;
+	if (n > BENCH_BODY_BYTES)
+		n = BENCH_BODY_BYTES;
+	while (n < BENCH_BODY_BYTES) {
+		k = sizeof filler - 1;
+		if (k > BENCH_BODY_BYTES - n)
+			k = BENCH_BODY_BYTES - n;
+		memcpy(out + n, filler, k);
+		n += k;
+	}
+	out[BENCH_BODY_BYTES - 1] = '\n';
+	out[BENCH_BODY_BYTES] = '\0';
+}
+
+struct bench_task {
+	struct idem_task	task;
+	char			subject[128];
+	char			body[BENCH_BODY_BYTES + 1];
+};
+
+/* The same semantic fields for idemd's requests and for the SQLite peer. */
+static void
+bench_task(struct bench_task *bt, const char *csid, int variant)
+{
+	memset(bt, 0, sizeof *bt);
+	snprintf(bt->subject, sizeof bt->subject, "Benchmark task %s", csid);
+	make_body(bt->body, csid, variant);
+	bt->task.sender = "PM";
+	bt->task.recipient = "DEV";
+	bt->task.subject = bt->subject;
+	bt->task.body = bt->body;
+	bt->task.priority = "P2";
+	bt->task.thread_key = "bench";
+}
+
+static char *
+task_line(const char *csid, int variant, json_int_t id)
+{
+	struct bench_task	 bt;
+	json_t			*req;
+	char			*line;
+
+	bench_task(&bt, csid, variant);
+	req = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:s, s:s, s:s}}",
+	    "op", "write_task", "id", id, "client_submission_id", csid,
+	    "task", "sender", bt.task.sender, "recipient", bt.task.recipient,
+	    "subject", bt.task.subject, "body", bt.task.body, "priority",
+	    bt.task.priority, "thread_key", bt.task.thread_key);
+	if (req == NULL || (line = json_dumps(req, JSON_COMPACT)) == NULL)
+		errx(1, "building a request: out of memory");
+	json_decref(req);
+	return line;
+}
+
+/* ---- brokers ----------------------------------------------------------- */
+
+struct broker {
+	pid_t	pid;		/* 0: not ours (--socket) */
+	char	root[PATH_MAX];
+	char	socket[PATH_MAX];
+	char	log[PATH_MAX];
+};
+
+static void
+print_log_tail(const char *path)
+{
+	char	buf[2048];
+	ssize_t	n;
+	off_t	size;
+	int	fd;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+		return;
+	size = lseek(fd, 0, SEEK_END);
+	if (size > (off_t)sizeof buf - 1)
+		lseek(fd, size - (off_t)sizeof buf + 1, SEEK_SET);
+	else
+		lseek(fd, 0, SEEK_SET);
+	if ((n = read(fd, buf, sizeof buf - 1)) > 0) {
+		buf[n] = '\0';
+		fprintf(stderr, "--- %s (tail) ---\n%s--- end ---\n", path, buf);
+	}
+	close(fd);
+}
+
+/*
+ * Start idemd on root and wait for its --ready-fd line: a blocking read,
+ * never a sleep.  *startup_s is exec to ready (the replay scenario's
+ * figure).  capacity 0 keeps the broker's default.
+ */
+static int
+broker_start(struct broker *b, const char *root, uint32_t capacity,
+    double *startup_s)
+{
+	const char	*argv[12];
+	struct pollfd	 pfd;
+	char		 cap[32], buf[16];
+	uint64_t	 t0;
+	ssize_t		 got = 0;
+	int		 ready[2], fd, n = 0;
+
+	memset(b, 0, sizeof *b);
+	snprintf(b->root, sizeof b->root, "%s", root);
+	snprintf(b->log, sizeof b->log, "%s.log", root);
+	snprintf(b->socket, sizeof b->socket, "%s/%s", root,
+	    IDEM_SOCKET_NAME);
+	if (pipe2(ready, O_CLOEXEC) == -1)
+		err(1, "pipe");
+	argv[n++] = opt.idemd;
+	argv[n++] = "--root";
+	argv[n++] = root;
+	argv[n++] = "--ready-fd";
+	argv[n++] = "3";
+	if (capacity != 0) {
+		snprintf(cap, sizeof cap, "%" PRIu32, capacity);
+		argv[n++] = "--capacity";
+		argv[n++] = cap;
+	}
+	argv[n] = NULL;
+
+	fflush(NULL);
+	t0 = now_ns();
+	if ((b->pid = fork()) == -1)
+		err(1, "fork");
+	if (b->pid == 0) {
+		die_with_parent(SIGTERM);
+		if ((fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND |
+		    O_CLOEXEC, 0644)) != -1) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		if ((fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) != -1)
+			dup2(fd, 0);
+		/* dup2 onto itself keeps O_CLOEXEC: clear it explicitly. */
+		if (dup2(ready[1], 3) == -1 || fcntl(3, F_SETFD, 0) == -1)
+			_exit(127);
+		execv(opt.idemd, (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", opt.idemd, strerror(errno));
+		_exit(127);
+	}
+	close(ready[1]);
+	pfd.fd = ready[0];
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, BENCH_START_TIMEOUT_MS) == 1)
+		got = read(ready[0], buf, sizeof buf);
+	if (startup_s != NULL)
+		*startup_s = (double)(now_ns() - t0) / 1e9;
+	close(ready[0]);
+	if (got == 6 && memcmp(buf, "ready\n", 6) == 0)
+		return 0;
+	warnx("idemd on %s did not become ready", root);
+	kill(b->pid, SIGKILL);
+	waitpid(b->pid, NULL, 0);
+	b->pid = 0;
+	print_log_tail(b->log);
+	return -1;
+}
+
+static void
+broker_stop(struct broker *b)
+{
+	char	path[PATH_MAX + 32];
+	int	status, fd;
+
+	if (b->pid == 0)
+		return;
+	kill(b->pid, SIGTERM);
+	while (waitpid(b->pid, &status, 0) == -1) {
+		if (errno != EINTR)
+			err(1, "waitpid");
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		warnx("idemd on %s exited abnormally (status 0x%x)", b->root,
+		    status);
+		print_log_tail(b->log);
+	}
+	b->pid = 0;
+	/*
+	 * Workers die with the master but hold the root's lock until they
+	 * do: wait for it, so a restart on the same root does not race.
+	 */
+	snprintf(path, sizeof path, "%s/%s", b->root, IDEM_LOCK_NAME);
+	if ((fd = open(path, O_RDWR | O_CLOEXEC)) != -1) {
+		while (flock(fd, LOCK_EX) == -1 && errno == EINTR)
+			;
+		close(fd);
+	}
+}
+
+struct broker_stats {
+	int64_t	fsyncs;
+	int64_t	records;
+	int64_t	created;
+	int64_t	errors;
+	int64_t	table_used;
+};
+
+static json_t *
+broker_call(const char *socket, const char *request)
+{
+	struct idem_conn	*c;
+	struct idem_error	 e;
+	json_error_t		 jerr;
+	json_t			*j;
+	char			*answer;
+	int			 rc;
+
+	if ((c = idem_connect(socket, &e)) == NULL)
+		return NULL;
+	rc = idem_call_raw(c, request, &answer, &e);
+	idem_close(c);
+	if (rc != 0)
+		return NULL;
+	j = json_loads(answer, 0, &jerr);
+	free(answer);
+	if (j != NULL && !json_is_true(json_object_get(j, "ok"))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+static int
+broker_stats(const char *socket, struct broker_stats *s)
+{
+	json_t	*j;
+
+	memset(s, 0, sizeof *s);
+	if ((j = broker_call(socket, "{\"op\":\"stats\"}")) == NULL)
+		return -1;
+	s->fsyncs = json_integer_value(json_object_get(j, "journal_fsyncs"));
+	s->records = json_integer_value(json_object_get(j,
+	    "journal_records"));
+	s->created = json_integer_value(json_object_get(j, "created"));
+	s->errors = json_integer_value(json_object_get(j, "errors"));
+	s->table_used = json_integer_value(json_object_get(j, "table_used"));
+	json_decref(j);
+	return 0;
+}
+
+/* Is the submission committed?  Read-only. */
+static int
+broker_committed(const char *socket, const char *csid)
+{
+	json_t	*j, *sub;
+	char	*request;
+	int	 yes;
+
+	if ((j = json_pack("{s:s, s:s}", "op", "get_submission",
+	    "client_submission_id", csid)) == NULL ||
+	    (request = json_dumps(j, JSON_COMPACT)) == NULL)
+		errx(1, "out of memory");
+	json_decref(j);
+	j = broker_call(socket, request);
+	free(request);
+	if (j == NULL)
+		return 0;
+	sub = json_object_get(j, "submission");
+	yes = json_is_true(json_object_get(j, "found")) &&
+	    json_string_value(json_object_get(sub, "state")) != NULL &&
+	    strcmp(json_string_value(json_object_get(sub, "state")),
+	    "committed") == 0;
+	json_decref(j);
+	return yes;
+}
+
+/* Bytes of journal records under root (segment headers not counted). */
+static double
+journal_bytes(const char *root)
+{
+	char		 path[PATH_MAX + 64];
+	struct dirent	*de;
+	struct stat	 st;
+	double		 total = 0;
+	DIR		*d;
+
+	snprintf(path, sizeof path, "%s/%s", root, IDEM_JOURNAL_DIR);
+	if ((d = opendir(path)) == NULL)
+		return NAN;
+	while ((de = readdir(d)) != NULL) {
+		if (strlen(de->d_name) != 20 ||
+		    strcmp(de->d_name + 16, ".jnl") != 0)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 &&
+		    st.st_size >= 32)
+			total += (double)(st.st_size - 32);
+	}
+	closedir(d);
+	return total;
+}
+
+/* ---- the client runner ------------------------------------------------- */
+
+/* What a client reports, in memory shared with the parent. */
+struct client_report {
+	uint64_t	end_ns;
+	uint64_t	done;
+	uint64_t	errors;
+	uint64_t	unexpected;
+	uint64_t	created;
+	uint64_t	reused;
+	uint64_t	conflict;
+	uint64_t	setup_failed;
+	char		first_error[256];
+};
+
+enum expect {
+	EXPECT_CREATED,
+	EXPECT_REUSED,
+	EXPECT_CONFLICT,
+	EXPECT_CREATED_OR_REUSED
+};
+
+struct request {
+	const char	*line;
+	enum expect	 expect;
+	unsigned	 id_index;	/* storm: which of the ids */
+};
+
+struct client;
+
+struct job {
+	int		  clients;
+	size_t		  ops;		/* per client */
+	uint64_t	  seed;
+	int		(*setup)(struct client *);
+	int		(*op)(struct client *, size_t);
+	void		(*cleanup)(struct client *);
+	void		(*at_release)(void *);	/* parent, before the release */
+	void		 *at_release_arg;
+	const char	 *socket;	/* idemd or the echo server */
+	const void	 *arg;		/* scenario data, read-only */
+	char		 *storm_ids;	/* shared: clients x ids task ids */
+};
+
+/* A client's private state, in its own process. */
+struct client {
+	const struct job	*job;
+	int			 index;
+	struct client_report	*report;
+	uint64_t		 rng;
+	struct idem_conn	*conn;
+	struct request		*reqs;
+	int			 dir_fd;
+	char			*buf;
+#ifdef HAVE_SQLITE
+	sqlite3			*db;
+	sqlite3_stmt		*begin;
+	sqlite3_stmt		*lookup;
+	sqlite3_stmt		*maxseq;
+	sqlite3_stmt		*insert;
+	sqlite3_stmt		*commit;
+	sqlite3_stmt		*rollback;
+#endif
+};
+
+static void
+client_error(struct client *cl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Keep the first error of each client: the rest usually repeat it. */
+static void
+client_error(struct client *cl, const char *fmt, ...)
+{
+	va_list	ap;
+
+	if (cl->report->first_error[0] != '\0')
+		return;
+	va_start(ap, fmt);
+	vsnprintf(cl->report->first_error, sizeof cl->report->first_error,
+	    fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t
+client_random(struct client *cl)
+{
+	/* xorshift64*: reproducible per client, no shared state. */
+	cl->rng ^= cl->rng >> 12;
+	cl->rng ^= cl->rng << 25;
+	cl->rng ^= cl->rng >> 27;
+	return cl->rng * 0x2545f4914f6cdd1dull;
+}
+
+static void __attribute__((noreturn))
+client_main(const struct job *job, int index, struct client_report *report,
+    uint64_t *latencies, int ready_fd, int go_fd)
+{
+	struct client	cl;
+	uint64_t	t;
+	size_t		i;
+	char		go;
+	int		rc = 0;
+
+	die_with_parent(SIGKILL);
+	memset(&cl, 0, sizeof cl);
+	cl.job = job;
+	cl.index = index;
+	cl.report = report;
+	cl.dir_fd = -1;
+	cl.rng = (job->seed + (uint64_t)index + 1) * 0x9e3779b97f4a7c15ull;
+	if (cl.rng == 0)
+		cl.rng = 1;
+	if (job->setup != NULL && job->setup(&cl) != 0) {
+		report->setup_failed = 1;
+		rc = -1;
+	}
+	if (write(ready_fd, rc == 0 ? "r" : "f", 1) != 1)
+		_exit(1);
+	close(ready_fd);
+	/* The parent closes the pipe: every client wakes at once. */
+	while (read(go_fd, &go, 1) == -1 && errno == EINTR)
+		;
+	close(go_fd);
+	for (i = 0; rc == 0 && i < job->ops; i++) {
+		t = now_ns();
+		rc = job->op(&cl, i);
+		latencies[i] = now_ns() - t;
+		report->done = i + 1;
+	}
+	report->end_ns = now_ns();
+	if (job->cleanup != NULL)
+		job->cleanup(&cl);
+	/* Lines and buffers go with the process. */
+	_exit(rc == 0 ? 0 : 1);
+}
+
+/*
+ * Run job with its clients released together; fill r's timing, latency
+ * and outcome fields.
+ */
+static void
+run_job(const struct job *job, struct result *r)
+{
+	struct client_report	*reports;
+	uint64_t		*latencies, *all, end = 0, release;
+	size_t			 bytes, n = 0, c;
+	pid_t			*pids;
+	char			 buf[64], *first_error = NULL;
+	ssize_t			 got;
+	void			*map;
+	int			 ready[2], go[2], status, ready_count = 0;
+	int			 failed = 0;
+
+	bytes = (size_t)job->clients * sizeof *reports +
+	    (size_t)job->clients * job->ops * sizeof *latencies;
+	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED |
+	    MAP_ANONYMOUS, -1, 0);
+	if (map == MAP_FAILED)
+		err(1, "mmap %zu bytes", bytes);
+	reports = map;
+	latencies = (uint64_t *)(reports + job->clients);
+	pids = xcalloc((size_t)job->clients, sizeof *pids);
+	if (pipe2(ready, O_CLOEXEC) == -1 || pipe2(go, O_CLOEXEC) == -1)
+		err(1, "pipe");
+
+	fflush(NULL);
+	for (c = 0; c < (size_t)job->clients; c++) {
+		if ((pids[c] = fork()) == -1)
+			err(1, "fork");
+		if (pids[c] == 0) {
+			close(ready[0]);
+			close(go[1]);
+			client_main(job, (int)c, &reports[c],
+			    latencies + c * job->ops, ready[1], go[0]);
+		}
+	}
+	close(ready[1]);
+	close(go[0]);
+	while (ready_count < job->clients) {
+		got = read(ready[0], buf, sizeof buf);
+		if (got == -1 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;	/* a client died before it was ready */
+		ready_count += (int)got;
+	}
+	close(ready[0]);
+	if (job->at_release != NULL)
+		job->at_release(job->at_release_arg);
+	release = now_ns();
+	close(go[1]);
+	for (c = 0; c < (size_t)job->clients; c++) {
+		while (waitpid(pids[c], &status, 0) == -1) {
+			if (errno != EINTR)
+				err(1, "waitpid");
+		}
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			failed++;
+	}
+	free(pids);
+
+	all = xcalloc((size_t)job->clients * job->ops + 1, sizeof *all);
+	for (c = 0; c < (size_t)job->clients; c++) {
+		struct client_report	*cr = &reports[c];
+
+		memcpy(all + n, latencies + c * job->ops,
+		    cr->done * sizeof *all);
+		n += cr->done;
+		if (cr->done > 0 && cr->end_ns > end)
+			end = cr->end_ns;
+		r->errors += cr->errors;
+		r->unexpected += cr->unexpected;
+		r->created += cr->created;
+		r->reused += cr->reused;
+		r->conflict += cr->conflict;
+		if (cr->setup_failed)
+			failed++;
+		if (first_error == NULL && cr->first_error[0] != '\0')
+			first_error = cr->first_error;
+	}
+	qsort(all, n, sizeof *all, cmp_u64);
+	r->ops = n;
+	r->seconds = end > release ? (double)(end - release) / 1e9 : NAN;
+	r->ops_per_s = (double)n / r->seconds;
+	r->p50_ms = percentile_ms(all, n, 0.50);
+	r->p99_ms = percentile_ms(all, n, 0.99);
+	r->p999_ms = percentile_ms(all, n, 0.999);
+	if (failed > 0) {
+		r->failed = 1;
+		result_note(r, "%d of %d clients failed", failed,
+		    job->clients);
+	}
+	if (first_error != NULL)
+		result_note(r, "first error: %s", first_error);
+	free(all);
+	munmap(map, bytes);
+}
+
+/* ---- idemd scenarios --------------------------------------------------- */
+
+struct idem_scenario {
+	char	tag[96];	/* id prefix of this scenario and K */
+	size_t	ids;		/* reuse, storm: distinct ids */
+};
+
+static int
+client_connect(struct client *cl)
+{
+	struct idem_error	e;
+
+	if ((cl->conn = idem_connect(cl->job->socket, &e)) == NULL) {
+		client_error(cl, "connect %s: %s", cl->job->socket,
+		    e.message);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+client_disconnect(struct client *cl)
+{
+	idem_close(cl->conn);
+	cl->conn = NULL;
+}
+
+enum outcome {
+	OUTCOME_CREATED,
+	OUTCOME_REUSED,
+	OUTCOME_CONFLICT,
+	OUTCOME_ERROR
+};
+
+static enum outcome
+classify(const char *answer, char *task_id, size_t task_id_size, char *why,
+    size_t why_size)
+{
+	json_error_t	 jerr;
+	json_t		*j, *error;
+	const char	*disposition, *code, *message, *id;
+	enum outcome	 o = OUTCOME_ERROR;
+
+	task_id[0] = why[0] = '\0';
+	if ((j = json_loads(answer, 0, &jerr)) == NULL) {
+		snprintf(why, why_size, "reply does not parse: %.100s",
+		    jerr.text);
+		return OUTCOME_ERROR;
+	}
+	disposition = json_string_value(json_object_get(j, "disposition"));
+	if (json_is_true(json_object_get(j, "ok")) && disposition != NULL) {
+		if (strcmp(disposition, "created") == 0)
+			o = OUTCOME_CREATED;
+		else if (strcmp(disposition, "reused") == 0)
+			o = OUTCOME_REUSED;
+		id = json_string_value(json_object_get(json_object_get(j,
+		    "receipt"), "task_id"));
+		if (id != NULL)
+			snprintf(task_id, task_id_size, "%s", id);
+	} else if (!json_is_true(json_object_get(j, "ok"))) {
+		error = json_object_get(j, "error");
+		code = json_string_value(json_object_get(error, "code"));
+		message = json_string_value(json_object_get(error, "message"));
+		if (code != NULL && strcmp(code, "conflict") == 0)
+			o = OUTCOME_CONFLICT;
+		else
+			snprintf(why, why_size, "%s: %s", code != NULL ? code :
+			    "no code", message != NULL ? message : "");
+	}
+	if (o == OUTCOME_ERROR && why[0] == '\0')
+		snprintf(why, why_size, "reply without a known disposition: "
+		    "%.120s", answer);
+	json_decref(j);
+	return o;
+}
+
+static int
+expected(enum expect e, enum outcome o)
+{
+	switch (e) {
+	case EXPECT_CREATED:
+		return o == OUTCOME_CREATED;
+	case EXPECT_REUSED:
+		return o == OUTCOME_REUSED;
+	case EXPECT_CONFLICT:
+		return o == OUTCOME_CONFLICT;
+	case EXPECT_CREATED_OR_REUSED:
+		return o == OUTCOME_CREATED || o == OUTCOME_REUSED;
+	}
+	return 0;
+}
+
+static const char *
+outcome_name(enum outcome o)
+{
+	switch (o) {
+	case OUTCOME_CREATED:
+		return "created";
+	case OUTCOME_REUSED:
+		return "reused";
+	case OUTCOME_CONFLICT:
+		return "conflict";
+	case OUTCOME_ERROR:
+		break;
+	}
+	return "error";
+}
+
+/*
+ * One request, counted.  -1 only when the connection is gone: an error
+ * reply is a counted outcome, not a reason to stop.
+ */
+static int
+idem_request(struct client *cl, const struct request *rq, size_t i)
+{
+	struct idem_error	 e;
+	enum outcome		 o;
+	char			*answer, task_id[BENCH_TASK_ID_BYTES], why[160];
+
+	if (idem_call_raw(cl->conn, rq->line, &answer, &e) != 0) {
+		cl->report->errors++;
+		client_error(cl, "request %zu: %s", i, e.message);
+		return -1;
+	}
+	o = classify(answer, task_id, sizeof task_id, why, sizeof why);
+	free(answer);
+	switch (o) {
+	case OUTCOME_CREATED:
+		cl->report->created++;
+		break;
+	case OUTCOME_REUSED:
+		cl->report->reused++;
+		break;
+	case OUTCOME_CONFLICT:
+		cl->report->conflict++;
+		break;
+	case OUTCOME_ERROR:
+		cl->report->errors++;
+		client_error(cl, "request %zu: %s", i, why);
+		return 0;
+	}
+	if (!expected(rq->expect, o)) {
+		cl->report->unexpected++;
+		client_error(cl, "request %zu: unexpected %s", i,
+		    outcome_name(o));
+	}
+	if (cl->job->storm_ids != NULL && task_id[0] != '\0') {
+		const struct idem_scenario	*s = cl->job->arg;
+
+		snprintf(cl->job->storm_ids + ((size_t)cl->index * s->ids +
+		    rq->id_index) * BENCH_TASK_ID_BYTES, BENCH_TASK_ID_BYTES,
+		    "%s", task_id);
+	}
+	return 0;
+}
+
+static int
+op_idem(struct client *cl, size_t i)
+{
+	return idem_request(cl, &cl->reqs[i], i);
+}
+
+static int
+setup_create(struct client *cl)
+{
+	const struct idem_scenario	*s = cl->job->arg;
+	char				 csid[160];
+	size_t				 i;
+
+	if (client_connect(cl) != 0)
+		return -1;
+	cl->reqs = xcalloc(cl->job->ops, sizeof *cl->reqs);
+	for (i = 0; i < cl->job->ops; i++) {
+		snprintf(csid, sizeof csid, "%s-c%d-%zu", s->tag, cl->index, i);
+		cl->reqs[i].line = task_line(csid, 0, (json_int_t)i);
+		cl->reqs[i].expect = EXPECT_CREATED;
+	}
+	return 0;
+}
+
+/*
+ * Every client builds the lines of all ids, creates its share of them
+ * (untimed, before the barrier), and then retries ids of every client:
+ * all are committed by the time the barrier opens.
+ */
+static int
+setup_reuse(struct client *cl)
+{
+	const struct idem_scenario	*s = cl->job->arg;
+	struct request			 first;
+	char				 csid[160], **lines;
+	size_t				 g, i, start;
+
+	if (client_connect(cl) != 0)
+		return -1;
+	lines = xcalloc(s->ids, sizeof *lines);
+	for (g = 0; g < s->ids; g++) {
+		snprintf(csid, sizeof csid, "%s-%zu", s->tag, g);
+		lines[g] = task_line(csid, 0, (json_int_t)g);
+	}
+	for (g = (size_t)cl->index; g < s->ids; g += (size_t)cl->job->clients) {
+		first.line = lines[g];
+		first.expect = EXPECT_CREATED;
+		if (idem_request(cl, &first, g) != 0)
+			return -1;
+	}
+	if (cl->report->errors > 0 || cl->report->unexpected > 0)
+		return -1;
+	cl->report->created = 0;
+	cl->reqs = xcalloc(cl->job->ops, sizeof *cl->reqs);
+	start = (size_t)cl->index * (s->ids / (size_t)cl->job->clients);
+	for (i = 0; i < cl->job->ops; i++) {
+		cl->reqs[i].line = lines[(start + i) % s->ids];
+		cl->reqs[i].expect = EXPECT_REUSED;
+	}
+	return 0;
+}
+
+/*
+ * 70% new ids, 25% retries of this client's earlier ids (reused), 5%
+ * an earlier id with other content (conflict).  Only this client's own
+ * ids are retried: its own earlier reply proves them committed.
+ */
+static int
+setup_mixed(struct client *cl)
+{
+	const struct idem_scenario	*s = cl->job->arg;
+	size_t				*earlier, nearlier = 0, i, pick;
+	char				 csid[160];
+	unsigned			 roll;
+
+	if (client_connect(cl) != 0)
+		return -1;
+	cl->reqs = xcalloc(cl->job->ops, sizeof *cl->reqs);
+	earlier = xcalloc(cl->job->ops, sizeof *earlier);
+	for (i = 0; i < cl->job->ops; i++) {
+		roll = (unsigned)(client_random(cl) % 100);
+		if (roll < BENCH_MIXED_NEW_PCT || nearlier == 0) {
+			snprintf(csid, sizeof csid, "%s-c%d-%zu", s->tag,
+			    cl->index, i);
+			cl->reqs[i].line = task_line(csid, 0, (json_int_t)i);
+			cl->reqs[i].expect = EXPECT_CREATED;
+			earlier[nearlier++] = i;
+			continue;
+		}
+		pick = earlier[client_random(cl) % nearlier];
+		snprintf(csid, sizeof csid, "%s-c%d-%zu", s->tag, cl->index,
+		    pick);
+		if (roll < BENCH_MIXED_NEW_PCT + BENCH_MIXED_RETRY_PCT) {
+			cl->reqs[i].line = task_line(csid, 0, (json_int_t)i);
+			cl->reqs[i].expect = EXPECT_REUSED;
+		} else {
+			cl->reqs[i].line = task_line(csid, 1, (json_int_t)i);
+			cl->reqs[i].expect = EXPECT_CONFLICT;
+		}
+	}
+	free(earlier);
+	return 0;
+}
+
+/* Every client sends every id once, in its own shuffled order. */
+static int
+setup_storm(struct client *cl)
+{
+	const struct idem_scenario	*s = cl->job->arg;
+	struct request			 t;
+	char				 csid[160];
+	size_t				 i, j;
+
+	if (client_connect(cl) != 0)
+		return -1;
+	cl->reqs = xcalloc(s->ids, sizeof *cl->reqs);
+	for (i = 0; i < s->ids; i++) {
+		snprintf(csid, sizeof csid, "%s-%zu", s->tag, i);
+		cl->reqs[i].line = task_line(csid, 0, (json_int_t)i);
+		cl->reqs[i].expect = EXPECT_CREATED_OR_REUSED;
+		cl->reqs[i].id_index = (unsigned)i;
+	}
+	for (i = s->ids - 1; i > 0; i--) {
+		j = (size_t)(client_random(cl) % (i + 1));
+		t = cl->reqs[i];
+		cl->reqs[i] = cl->reqs[j];
+		cl->reqs[j] = t;
+	}
+	return 0;
+}
+
+struct stats_snapshot {
+	const char		*socket;
+	struct broker_stats	 before;
+	int			 ok;
+};
+
+static void
+snapshot_stats(void *arg)
+{
+	struct stats_snapshot	*ss = arg;
+
+	ss->ok = broker_stats(ss->socket, &ss->before) == 0;
+}
+
+/* Count TASK files (and anything else) in root's inbox. */
+static int
+count_inbox(const char *root, size_t *tasks, size_t *others)
+{
+	char		 path[PATH_MAX + 64];
+	struct dirent	*de;
+	size_t		 length;
+	DIR		*d;
+
+	*tasks = *others = 0;
+	snprintf(path, sizeof path, "%s/%s", root, IDEM_INBOX_DIR);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		length = strlen(de->d_name);
+		if (strncmp(de->d_name, "TASK-", 5) == 0 && length > 3 &&
+		    strcmp(de->d_name + length - 3, ".md") == 0)
+			(*tasks)++;
+		else
+			(*others)++;
+	}
+	closedir(d);
+	return 0;
+}
+
+static void
+storm_verdict(struct result *r, const struct broker *b,
+    const struct idem_scenario *s, const char *ids, int clients)
+{
+	const char	*first, *other;
+	size_t		 g, c, split = 0, missing = 0, tasks, others;
+	int		 pass = !r->failed && r->errors == 0 &&
+			    r->unexpected == 0 && r->created == s->ids;
+
+	for (g = 0; g < s->ids; g++) {
+		first = ids + g * BENCH_TASK_ID_BYTES;
+		for (c = 0; c < (size_t)clients; c++) {
+			other = ids + (c * s->ids + g) * BENCH_TASK_ID_BYTES;
+			if (other[0] == '\0')
+				missing++;
+			else if (strcmp(first, other) != 0)
+				split++;
+		}
+	}
+	if (split > 0 || missing > 0)
+		pass = 0;
+	result_note(r, "%" PRIu64 " created, %" PRIu64 " reused, %" PRIu64
+	    " error replies", r->created, r->reused, r->errors);
+	if (split > 0 || missing > 0)
+		result_note(r, "%zu replies named another task id than the "
+		    "first client's, %zu had none", split, missing);
+	if (b->pid == 0) {
+		result_note(r, "files not counted (--socket)");
+	} else if (count_inbox(b->root, &tasks, &others) == -1) {
+		result_note(r, "inbox unreadable: %s", strerror(errno));
+		pass = 0;
+	} else {
+		result_note(r, "inbox: %zu TASK files, %zu other entries",
+		    tasks, others);
+		if (tasks != s->ids || others != 0)
+			pass = 0;
+	}
+	storm.ran = 1;
+	storm.pass = pass;
+	snprintf(storm.note, sizeof storm.note, "%s", r->note);
+	if (!pass)
+		r->failed = 1;
+	/* The verdict first, where a reader looks. */
+	memmove(r->note + 6, r->note, sizeof r->note - 6);
+	memcpy(r->note, pass ? "PASS: " : "FAIL: ", 6);
+	r->note[sizeof r->note - 1] = '\0';
+}
+
+/*
+ * One idemd scenario at K clients, on a fresh broker and root (or the
+ * --socket broker): the counters' delta over the timed part only.
+ */
+static void
+run_idem(const char *name, int clients, size_t total_ops, size_t ids,
+    int (*setup)(struct client *))
+{
+	struct stats_snapshot	 ss;
+	struct broker_stats	 after;
+	struct idem_scenario	 s;
+	struct broker		 b;
+	struct result		*r = result_new(name, clients);
+	struct job		 job;
+	char			 root[PATH_MAX];
+	size_t			 ids_bytes = 0;
+	double			 jbytes;
+
+	memset(&b, 0, sizeof b);
+	if (opt.socket != NULL) {
+		snprintf(b.socket, sizeof b.socket, "%s", opt.socket);
+	} else {
+		snprintf(root, sizeof root, "%s/%s-k%d", top, name, clients);
+		if (broker_start(&b, root, 0, NULL) != 0) {
+			r->failed = 1;
+			result_note(r, "idemd did not start (log %s.log)", root);
+			return;
+		}
+	}
+	memset(&s, 0, sizeof s);
+	snprintf(s.tag, sizeof s.tag, "%s-%s-k%d", id_prefix, name, clients);
+	s.ids = ids;
+	memset(&ss, 0, sizeof ss);
+	ss.socket = b.socket;
+
+	memset(&job, 0, sizeof job);
+	job.clients = clients;
+	job.ops = strcmp(name, "storm") == 0 ? ids :
+	    (total_ops / (size_t)clients > 0 ? total_ops / (size_t)clients : 1);
+	job.seed = (uint64_t)clients * 1000003u + (uint64_t)name[0];
+	job.setup = setup;
+	job.op = op_idem;
+	job.cleanup = client_disconnect;
+	job.at_release = snapshot_stats;
+	job.at_release_arg = &ss;
+	job.socket = b.socket;
+	job.arg = &s;
+	if (strcmp(name, "storm") == 0) {
+		ids_bytes = (size_t)clients * ids * BENCH_TASK_ID_BYTES;
+		job.storm_ids = mmap(NULL, ids_bytes, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (job.storm_ids == MAP_FAILED)
+			err(1, "mmap");
+	}
+	run_job(&job, r);
+
+	if (ss.ok && broker_stats(b.socket, &after) == 0) {
+		r->fsyncs = after.fsyncs - ss.before.fsyncs;
+		r->records = after.records - ss.before.records;
+		if (after.errors != ss.before.errors)
+			result_note(r, "broker counted %" PRId64 " errors",
+			    after.errors - ss.before.errors);
+	} else {
+		result_note(r, "stats op unavailable");
+	}
+	if (strcmp(name, "create") == 0 && r->created > 0 && b.pid != 0) {
+		jbytes = journal_bytes(b.root);
+		if (r->records >= 0)
+			result_note(r, "%.2f records and %.0f journal bytes "
+			    "per creation", (double)r->records /
+			    (double)r->created, jbytes / (double)r->created);
+	}
+	if (strcmp(name, "mixed") == 0)
+		result_note(r, "%" PRIu64 " created, %" PRIu64 " reused, %"
+		    PRIu64 " conflict", r->created, r->reused, r->conflict);
+	if (r->unexpected > 0) {
+		r->failed = 1;
+		result_note(r, "%" PRIu64 " unexpected dispositions",
+		    r->unexpected);
+	}
+	if (r->errors > 0 && strcmp(name, "storm") != 0) {
+		r->failed = 1;
+		result_note(r, "%" PRIu64 " error replies", r->errors);
+	}
+	if (job.storm_ids != NULL) {
+		storm_verdict(r, &b, &s, job.storm_ids, clients);
+		munmap(job.storm_ids, ids_bytes);
+	}
+	broker_stop(&b);
+}
+
+/* ---- reference: the disk limit ---------------------------------------- */
+
+struct disk_arg {
+	char	dir[PATH_MAX];
+};
+
+static int
+setup_disk(struct client *cl)
+{
+	const struct disk_arg	*a = cl->job->arg;
+
+	if ((cl->dir_fd = open(a->dir, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1) {
+		client_error(cl, "%s: %s", a->dir, strerror(errno));
+		return -1;
+	}
+	cl->buf = xcalloc(1, BENCH_DISK_FILE_BYTES);
+	memset(cl->buf, 'd', BENCH_DISK_FILE_BYTES);
+	return 0;
+}
+
+/* A new 1 KiB file made durable, and its name: nothing else. */
+static int
+op_disk(struct client *cl, size_t i)
+{
+	char	name[64];
+	int	fd;
+
+	snprintf(name, sizeof name, "f-%d-%zu", cl->index, i);
+	fd = openat(cl->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+	    0644);
+	if (fd == -1 || write_all(fd, cl->buf, BENCH_DISK_FILE_BYTES) == -1 ||
+	    fsync(fd) == -1 || close(fd) == -1 || fsync(cl->dir_fd) == -1) {
+		cl->report->errors++;
+		client_error(cl, "%s: %s", name, strerror(errno));
+		return -1;
+	}
+	cl->report->created++;
+	return 0;
+}
+
+static void
+run_disk(int clients, size_t total_ops)
+{
+	struct disk_arg	 a;
+	struct result	*r = result_new("disk-limit", clients);
+	struct job	 job;
+
+	snprintf(a.dir, sizeof a.dir, "%s/disk-k%d", top, clients);
+	if (mkdir(a.dir, 0755) == -1)
+		err(1, "mkdir %s", a.dir);
+	memset(&job, 0, sizeof job);
+	job.clients = clients;
+	job.ops = total_ops / (size_t)clients > 0 ? total_ops /
+	    (size_t)clients : 1;
+	job.setup = setup_disk;
+	job.op = op_disk;
+	job.arg = &a;
+	run_job(&job, r);
+}
+
+/* ---- reference: the socket limit -------------------------------------- */
+
+struct echo_conn {
+	int	fd;
+	size_t	length;
+	char	buf[BENCH_ECHO_BUF_BYTES];
+};
+
+/* Echo every complete line back; 0, or -1 when the connection is done. */
+static int
+echo_read(struct echo_conn *ec)
+{
+	ssize_t	 n;
+	char	*nl;
+	size_t	 upto;
+
+	n = read(ec->fd, ec->buf + ec->length, sizeof ec->buf - ec->length);
+	if (n == -1 && errno == EINTR)
+		return 0;
+	if (n <= 0)
+		return -1;
+	ec->length += (size_t)n;
+	if ((nl = memrchr(ec->buf, '\n', ec->length)) == NULL)
+		return ec->length == sizeof ec->buf ? -1 : 0;
+	upto = (size_t)(nl - ec->buf) + 1;
+	if (write_all(ec->fd, ec->buf, upto) == -1)
+		return -1;
+	ec->length -= upto;
+	memmove(ec->buf, ec->buf + upto, ec->length);
+	return 0;
+}
+
+/* A poll() loop that does nothing but echo lines: the socket limit. */
+static void __attribute__((noreturn))
+echo_serve(int listen_fd)
+{
+	struct echo_conn	*conns;
+	struct pollfd		*pfd;
+	int			 count = 0, c, fd;
+
+	die_with_parent(SIGKILL);
+	conns = xcalloc(BENCH_ECHO_MAX_CONNS, sizeof *conns);
+	pfd = xcalloc(BENCH_ECHO_MAX_CONNS + 1, sizeof *pfd);
+	for (;;) {
+		pfd[0].fd = listen_fd;
+		pfd[0].events = POLLIN;
+		for (c = 0; c < count; c++) {
+			pfd[c + 1].fd = conns[c].fd;
+			pfd[c + 1].events = POLLIN;
+		}
+		if (poll(pfd, (nfds_t)count + 1, -1) == -1) {
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		/* Backwards: a closed one is replaced by one already seen. */
+		for (c = count - 1; c >= 0; c--) {
+			if (pfd[c + 1].revents == 0)
+				continue;
+			if (echo_read(&conns[c]) == -1) {
+				close(conns[c].fd);
+				conns[c] = conns[--count];
+			}
+		}
+		if (!(pfd[0].revents & POLLIN))
+			continue;
+		/* Non-blocking listener: the other echo process may win. */
+		while ((fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC)) !=
+		    -1) {
+			if (count == BENCH_ECHO_MAX_CONNS) {
+				close(fd);
+				continue;
+			}
+			conns[count].fd = fd;
+			conns[count].length = 0;
+			count++;
+		}
+	}
+}
+
+static int
+setup_echo(struct client *cl)
+{
+	if (client_connect(cl) != 0)
+		return -1;
+	cl->buf = xcalloc(1, BENCH_ECHO_LINE_BYTES);
+	memset(cl->buf, 'e', BENCH_ECHO_LINE_BYTES - 1);
+	return 0;
+}
+
+/* The same client path as idemd's requests: idem_call_raw. */
+static int
+op_echo(struct client *cl, size_t i)
+{
+	struct idem_error	 e;
+	char			*answer;
+
+	if (idem_call_raw(cl->conn, cl->buf, &answer, &e) != 0) {
+		cl->report->errors++;
+		client_error(cl, "echo %zu: %s", i, e.message);
+		return -1;
+	}
+	if (strlen(answer) != BENCH_ECHO_LINE_BYTES - 1)
+		cl->report->unexpected++;
+	free(answer);
+	return 0;
+}
+
+/*
+ * As many echo processes as idemd has workers, sharing one listening
+ * socket as idemd's workers do, so the two are compared like for like.
+ */
+static void
+run_echo(int clients, size_t total_ops)
+{
+	struct sockaddr_un	 sun;
+	struct result		*r = result_new("socket-echo", clients);
+	struct job		 job;
+	pid_t			 pids[IDEM_DEFAULT_WORKERS];
+	char			 path[PATH_MAX];
+	int			 fd, i, status;
+
+	snprintf(path, sizeof path, "%s/echo-k%d.sock", top, clients);
+	memset(&sun, 0, sizeof sun);
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof sun.sun_path) {
+		r->failed = 1;
+		result_note(r, "socket path %s too long", path);
+		return;
+	}
+	strcpy(sun.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd == -1 || bind(fd, (struct sockaddr *)&sun, sizeof sun) == -1 ||
+	    listen(fd, 1024) == -1)
+		err(1, "echo socket %s", path);
+	fflush(NULL);
+	for (i = 0; i < IDEM_DEFAULT_WORKERS; i++) {
+		if ((pids[i] = fork()) == -1)
+			err(1, "fork");
+		if (pids[i] == 0)
+			echo_serve(fd);
+	}
+	close(fd);
+
+	memset(&job, 0, sizeof job);
+	job.clients = clients;
+	job.ops = total_ops / (size_t)clients > 0 ? total_ops /
+	    (size_t)clients : 1;
+	job.setup = setup_echo;
+	job.op = op_echo;
+	job.cleanup = client_disconnect;
+	job.socket = path;
+	run_job(&job, r);
+	if (r->unexpected > 0) {
+		r->failed = 1;
+		result_note(r, "%" PRIu64 " wrong echoes", r->unexpected);
+	}
+	for (i = 0; i < IDEM_DEFAULT_WORKERS; i++) {
+		kill(pids[i], SIGTERM);
+		waitpid(pids[i], &status, 0);
+	}
+}
+
+/* ---- reference: the SQLite peer --------------------------------------- */
+
+#ifdef HAVE_SQLITE
+struct sqlite_arg {
+	char		dir[PATH_MAX];
+	char		db[PATH_MAX + 16];
+	char		inbox[PATH_MAX + 16];
+	char		tag[96];
+	uint32_t	date;
+	size_t		created;	/* ids the create pass made: tag-0.. */
+};
+
+static int
+sql_fail(struct client *cl, const char *what)
+{
+	cl->report->errors++;
+	client_error(cl, "sqlite %s: %s", what, sqlite3_errmsg(cl->db));
+	return -1;
+}
+
+static int
+sql_prepare(struct client *cl, const char *sql, sqlite3_stmt **stmt)
+{
+	if (sqlite3_prepare_v2(cl->db, sql, -1, stmt, NULL) != SQLITE_OK)
+		return sql_fail(cl, sql);
+	return 0;
+}
+
+/* Run a statement without results (BEGIN, COMMIT, ROLLBACK). */
+static int
+sql_run(sqlite3_stmt *stmt)
+{
+	int	rc = sqlite3_step(stmt);
+
+	sqlite3_reset(stmt);
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int
+setup_sqlite(struct client *cl)
+{
+	const struct sqlite_arg	*a = cl->job->arg;
+	char			*msg = NULL;
+
+	if (sqlite3_open_v2(a->db, &cl->db, SQLITE_OPEN_READWRITE, NULL) !=
+	    SQLITE_OK)
+		return sql_fail(cl, "open");
+	/* Waiting for the write lock is part of what the peer costs. */
+	sqlite3_busy_timeout(cl->db, 60000);
+	if (sqlite3_exec(cl->db, "PRAGMA synchronous=FULL", NULL, NULL,
+	    &msg) != SQLITE_OK) {
+		sqlite3_free(msg);
+		return sql_fail(cl, "PRAGMA synchronous=FULL");
+	}
+	if (sql_prepare(cl, "BEGIN IMMEDIATE", &cl->begin) != 0 ||
+	    sql_prepare(cl, "SELECT digest, task_id FROM submission WHERE "
+	    "id = ?1", &cl->lookup) != 0 ||
+	    sql_prepare(cl, "SELECT ifnull(max(rowid), 0) FROM submission",
+	    &cl->maxseq) != 0 ||
+	    sql_prepare(cl, "INSERT INTO submission (id, digest, task_id, "
+	    "file_digest) VALUES (?1, ?2, ?3, ?4)", &cl->insert) != 0 ||
+	    sql_prepare(cl, "COMMIT", &cl->commit) != 0 ||
+	    sql_prepare(cl, "ROLLBACK", &cl->rollback) != 0)
+		return -1;
+	if ((cl->dir_fd = open(a->inbox, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1) {
+		client_error(cl, "%s: %s", a->inbox, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void
+cleanup_sqlite(struct client *cl)
+{
+	sqlite3_finalize(cl->begin);
+	sqlite3_finalize(cl->lookup);
+	sqlite3_finalize(cl->maxseq);
+	sqlite3_finalize(cl->insert);
+	sqlite3_finalize(cl->commit);
+	sqlite3_finalize(cl->rollback);
+	sqlite3_close(cl->db);
+}
+
+/*
+ * The peer's creation: the same digest, number, TASK file and file
+ * digest as idemd, with SQLite as the table and its write lock as the
+ * per-id exclusion.  The file is written while the lock is held, as it
+ * must be for the lookup to mean anything.
+ */
+static int
+op_sqlite_create(struct client *cl, size_t i)
+{
+	const struct sqlite_arg	*a = cl->job->arg;
+	struct taskfile_task	 tf;
+	struct bench_task	 bt;
+	unsigned char		 sum[crypto_hash_sha256_BYTES];
+	char			 csid[160], digest[IDEM_DIGEST_HEX_SIZE];
+	char			 task_id[BENCH_TASK_ID_BYTES], name[128];
+	char			 created_at[TASKFILE_TIME_BYTES];
+	char			 file_hex[IDEM_DIGEST_HEX_SIZE];
+	char			*bytes = NULL, *cause = NULL;
+	size_t			 length;
+	int64_t			 seq;
+	int			 rc;
+
+	snprintf(csid, sizeof csid, "%s-%zu", a->tag,
+	    (size_t)cl->index * cl->job->ops + i);
+	bench_task(&bt, csid, 0);
+	if (idem_task_digest(&bt.task, digest) != 0) {
+		cl->report->errors++;
+		client_error(cl, "digest: %s", strerror(errno));
+		return -1;
+	}
+	if (sql_run(cl->begin) != 0)
+		return sql_fail(cl, "BEGIN IMMEDIATE");
+	sqlite3_bind_text(cl->lookup, 1, csid, -1, SQLITE_STATIC);
+	rc = sqlite3_step(cl->lookup);
+	sqlite3_reset(cl->lookup);
+	if (rc == SQLITE_ROW) {
+		cl->report->unexpected++;
+		sql_run(cl->rollback);
+		return 0;
+	}
+	if (rc != SQLITE_DONE || sqlite3_step(cl->maxseq) != SQLITE_ROW) {
+		sqlite3_reset(cl->maxseq);
+		sql_fail(cl, "lookup");
+		goto fail;
+	}
+	seq = sqlite3_column_int64(cl->maxseq, 0) + 1;
+	sqlite3_reset(cl->maxseq);
+
+	taskfile_format_id(SUBTAB_KIND_TASK, a->date, (uint32_t)seq, "PM", 2,
+	    "DEV", 3, task_id, sizeof task_id);
+	taskfile_format_time(wall_ms(), created_at);
+	memset(&tf, 0, sizeof tf);
+	tf.task_id = task_id;
+	tf.task = &bt.task;
+	tf.created_at = created_at;
+	tf.client_submission_id = csid;
+	tf.request_digest = digest;
+	if (taskfile_render_task(&tf, &bytes, &length) != 0) {
+		cl->report->errors++;
+		client_error(cl, "render: %s", strerror(errno));
+		goto fail;
+	}
+	crypto_hash_sha256(sum, (const unsigned char *)bytes, length);
+	sodium_bin2hex(file_hex, sizeof file_hex, sum, sizeof sum);
+	snprintf(name, sizeof name, "%s.md", task_id);
+	if (taskfile_write_durable(cl->dir_fd, name, bytes, length, 0,
+	    &cause) != 0) {
+		cl->report->errors++;
+		client_error(cl, "%s", cause != NULL ? cause : "write");
+		free(cause);
+		goto fail;
+	}
+	free(bytes);
+	bytes = NULL;
+	sqlite3_bind_text(cl->insert, 1, csid, -1, SQLITE_STATIC);
+	sqlite3_bind_text(cl->insert, 2, digest, -1, SQLITE_STATIC);
+	sqlite3_bind_text(cl->insert, 3, task_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(cl->insert, 4, file_hex, -1, SQLITE_STATIC);
+	rc = sqlite3_step(cl->insert);
+	sqlite3_reset(cl->insert);
+	if (rc != SQLITE_DONE) {
+		sql_fail(cl, "INSERT");
+		goto fail;
+	}
+	if (sql_run(cl->commit) != 0) {
+		sql_fail(cl, "COMMIT");
+		goto fail;
+	}
+	cl->report->created++;
+	return 0;
+
+fail:
+	free(bytes);
+	sql_run(cl->rollback);
+	return -1;
+}
+
+/* The peer's retry: the digest, one lookup, compare, return. */
+static int
+op_sqlite_retry(struct client *cl, size_t i)
+{
+	const struct sqlite_arg	*a = cl->job->arg;
+	struct bench_task	 bt;
+	const unsigned char	*stored;
+	char			 csid[160], digest[IDEM_DIGEST_HEX_SIZE];
+	size_t			 g;
+	int			 rc;
+
+	g = ((size_t)cl->index * (a->created / (size_t)cl->job->clients) +
+	    i) % a->created;
+	snprintf(csid, sizeof csid, "%s-%zu", a->tag, g);
+	bench_task(&bt, csid, 0);
+	if (idem_task_digest(&bt.task, digest) != 0) {
+		cl->report->errors++;
+		client_error(cl, "digest: %s", strerror(errno));
+		return -1;
+	}
+	sqlite3_bind_text(cl->lookup, 1, csid, -1, SQLITE_STATIC);
+	rc = sqlite3_step(cl->lookup);
+	stored = rc == SQLITE_ROW ? sqlite3_column_text(cl->lookup, 0) : NULL;
+	if (stored != NULL && strcmp((const char *)stored, digest) == 0)
+		cl->report->reused++;
+	else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+		cl->report->unexpected++;
+	else {
+		sqlite3_reset(cl->lookup);
+		return sql_fail(cl, "lookup");
+	}
+	sqlite3_reset(cl->lookup);
+	return 0;
+}
+
+static int
+sqlite_make(struct sqlite_arg *a)
+{
+	sqlite3	*db;
+	char	*msg = NULL;
+	int	 rc;
+
+	if (mkdir(a->dir, 0755) == -1 || mkdir(a->inbox, 0755) == -1) {
+		warn("mkdir %s", a->dir);
+		return -1;
+	}
+	if (sqlite3_open(a->db, &db) != SQLITE_OK) {
+		warnx("sqlite %s: %s", a->db, sqlite3_errmsg(db));
+		sqlite3_close(db);
+		return -1;
+	}
+	rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE "
+	    "submission (id TEXT PRIMARY KEY, digest TEXT NOT NULL, "
+	    "task_id TEXT NOT NULL, file_digest TEXT NOT NULL)", NULL, NULL,
+	    &msg);
+	if (rc != SQLITE_OK)
+		warnx("sqlite %s: %s", a->db, msg);
+	sqlite3_free(msg);
+	sqlite3_close(db);
+	return rc == SQLITE_OK ? 0 : -1;
+}
+#endif
+
+/* Create at K, then retries of those ids at the same K. */
+static void
+run_sqlite(int clients, size_t create_ops, size_t retry_ops)
+{
+	struct result		*rc = result_new("sqlite-create", clients);
+	struct result		*rr = result_new("sqlite-retry", clients);
+#ifdef HAVE_SQLITE
+	struct sqlite_arg	 a;
+	struct job		 job;
+
+	memset(&a, 0, sizeof a);
+	snprintf(a.dir, sizeof a.dir, "%s/sqlite-k%d", top, clients);
+	snprintf(a.db, sizeof a.db, "%s/peer.db", a.dir);
+	snprintf(a.inbox, sizeof a.inbox, "%s/inbox", a.dir);
+	snprintf(a.tag, sizeof a.tag, "%s-sqlite-k%d", id_prefix, clients);
+	a.date = taskfile_date_of(wall_ms());
+	if (sqlite_make(&a) != 0) {
+		rc->failed = rr->failed = 1;
+		result_note(rc, "could not create %s", a.db);
+		return;
+	}
+	memset(&job, 0, sizeof job);
+	job.clients = clients;
+	job.ops = create_ops / (size_t)clients > 0 ? create_ops /
+	    (size_t)clients : 1;
+	job.setup = setup_sqlite;
+	job.op = op_sqlite_create;
+	job.cleanup = cleanup_sqlite;
+	job.arg = &a;
+	run_job(&job, rc);
+	if (rc->unexpected > 0 || rc->errors > 0)
+		rc->failed = 1;
+	a.created = (size_t)clients * job.ops;
+
+	job.ops = retry_ops / (size_t)clients > 0 ? retry_ops /
+	    (size_t)clients : 1;
+	job.op = op_sqlite_retry;
+	run_job(&job, rr);
+	if (rr->unexpected > 0 || rr->errors > 0) {
+		rr->failed = 1;
+		result_note(rr, "%" PRIu64 " retries found no matching row",
+		    rr->unexpected);
+	}
+#else
+	(void)create_ops;
+	(void)retry_ops;
+	rc->skipped = rr->skipped = 1;
+	result_note(rc, "skipped: built without libsqlite3");
+	result_note(rr, "skipped: built without libsqlite3");
+#endif
+}
+
+/* ---- reference: one 4 KiB append + fdatasync --------------------------- */
+
+static void
+run_fsync_probe(void)
+{
+	uint64_t	lat[BENCH_FSYNC_PROBES], t;
+	char		path[PATH_MAX + 32], buf[BENCH_FSYNC_PROBE_BYTES];
+	size_t		i;
+	int		fd;
+
+	snprintf(path, sizeof path, "%s/fsync-probe", top);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
+	    0644);
+	if (fd == -1)
+		err(1, "%s", path);
+	memset(buf, 'f', sizeof buf);
+	for (i = 0; i < BENCH_FSYNC_PROBES; i++) {
+		t = now_ns();
+		if (write_all(fd, buf, sizeof buf) == -1 || fdatasync(fd) == -1)
+			err(1, "%s", path);
+		lat[i] = now_ns() - t;
+	}
+	close(fd);
+	qsort(lat, BENCH_FSYNC_PROBES, sizeof lat[0], cmp_u64);
+	probe.ran = 1;
+	probe.median_ms = percentile_ms(lat, BENCH_FSYNC_PROBES, 0.5);
+	probe.p99_ms = percentile_ms(lat, BENCH_FSYNC_PROBES, 0.99);
+	fprintf(stderr, "fdatasync probe: 4 KiB append + fdatasync: median "
+	    "%.3f ms, p99 %.3f ms (%d samples)\n", probe.median_ms,
+	    probe.p99_ms, BENCH_FSYNC_PROBES);
+}
+
+/* ---- replay ------------------------------------------------------------ */
+
+static int
+journal_flush(struct journal *j, uint8_t *buf, size_t *used)
+{
+	struct iovec	 iov;
+	char		*cause = NULL;
+
+	if (*used == 0)
+		return 0;
+	iov.iov_base = buf;
+	iov.iov_len = *used;
+	if (journal_append(j, &iov, 1, &cause) != 0) {
+		warnx("%s", cause != NULL ? cause : "journal append");
+		free(cause);
+		return -1;
+	}
+	*used = 0;
+	return 0;
+}
+
+/*
+ * Write what idemd's journal holds after n committed creations: per
+ * creation the three snapshots a creation journals (reserved,
+ * task_created, committed), encoded by the broker's own encoder.
+ */
+static int
+replay_write_journal(const char *dir, size_t n)
+{
+	struct journal_record	 rec;
+	struct subtab_entry	*e = &rec.entry;
+	struct journal		 j;
+	uint8_t			*buf;
+	size_t			 used = 0, g, k, w;
+	int64_t			 at = wall_ms();
+	char			*cause = NULL;
+	int			 state, rv = -1;
+
+	if (journal_open(&j, dir, &cause) != 0) {
+		warnx("%s", cause != NULL ? cause : "journal_open");
+		free(cause);
+		return -1;
+	}
+	buf = xcalloc(1, BENCH_JOURNAL_BUF_BYTES);
+	memset(&rec, 0, sizeof rec);
+	rec.type = JOURNAL_RECORD_ENTRY;
+	e->kind = SUBTAB_KIND_TASK;
+	e->schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	e->sender_length = 2;
+	memcpy(e->sender, "PM", 2);
+	e->recipient_length = 3;
+	memcpy(e->recipient, "DEV", 3);
+	e->date = taskfile_date_of(at);
+	e->peer_uid = (uint32_t)getuid();
+	e->peer_pid = (uint32_t)getpid();
+	for (g = 0; g < n; g++) {
+		e->key_length = (uint16_t)snprintf(rec.key, sizeof rec.key,
+		    "replay-%07zu", g);
+		e->seq = (uint32_t)g + 1;
+		/* Distinct digests: the content is never looked at. */
+		for (k = 0; k < IDEM_SHA256_BYTES; k++)
+			e->request_digest[k] = (uint8_t)(g * 31 + k);
+		e->reserved_at_ms = e->updated_at_ms = e->created_at_ms = at;
+		for (state = SUBTAB_RESERVED; state <= SUBTAB_COMMITTED;
+		    state++) {
+			e->state = (uint8_t)state;
+			for (k = 0; k < IDEM_SHA256_BYTES; k++)
+				e->file_digest[k] = state == SUBTAB_RESERVED ?
+				    0 : (uint8_t)(g * 17 + k);
+			if (BENCH_JOURNAL_BUF_BYTES - used <
+			    JOURNAL_MAX_RECORD_BYTES &&
+			    journal_flush(&j, buf, &used) != 0)
+				goto out;
+			w = journal_encode(&rec, buf + used,
+			    BENCH_JOURNAL_BUF_BYTES - used);
+			if (w == 0) {
+				warn("journal_encode");
+				goto out;
+			}
+			used += w;
+		}
+	}
+	if (journal_flush(&j, buf, &used) != 0)
+		goto out;
+	if (journal_sync(&j, &cause) != 0) {
+		warnx("%s", cause != NULL ? cause : "journal_sync");
+		free(cause);
+		goto out;
+	}
+	rv = 0;
+out:
+	journal_close(&j);
+	free(buf);
+	return rv;
+}
+
+/* The broker's own figure: the last "replayed ... in N ms" of its log. */
+static long
+log_replay_ms(const char *log)
+{
+	char	 line[512];
+	char	*p;
+	long	 ms = -1;
+	FILE	*f;
+
+	if ((f = fopen(log, "re")) == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (strstr(line, "replayed ") != NULL &&
+		    (p = strstr(line, ") in ")) != NULL)
+			ms = strtol(p + 5, NULL, 10);
+	}
+	fclose(f);
+	return ms;
+}
+
+/* Evict the journal from the page cache: a start-up after a reboot. */
+static void
+replay_drop_cache(const char *dir)
+{
+	char	path[PATH_MAX + 64];
+	int	fd;
+
+	snprintf(path, sizeof path, "%s/0000000000000001.jnl", dir);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+		return;
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+}
+
+static void
+run_replay(size_t n)
+{
+	struct broker_stats	 st;
+	struct broker		 b;
+	struct result		*r = result_new("replay", 1);
+	char			 root[PATH_MAX], dir[PATH_MAX + 32];
+	char			 path[PATH_MAX + 32], first[64], last[64];
+	double			 sorted[BENCH_WARM_STARTS];
+	uint64_t		 t0;
+	uint32_t		 capacity;
+	int			 i;
+
+	replay.ran = 1;
+	replay.creations = n;
+	r->fsyncs = r->records = -1;
+	snprintf(root, sizeof root, "%s/replay", top);
+	snprintf(path, sizeof path, "%s/%s", root, IDEM_STATE_DIR);
+	snprintf(dir, sizeof dir, "%s/%s", root, IDEM_JOURNAL_DIR);
+	if (mkdir(root, 0755) == -1 || mkdir(path, 0700) == -1)
+		err(1, "mkdir %s", path);
+	fprintf(stderr, "replay: writing a journal of %zu committed "
+	    "creations...\n", n);
+	t0 = now_ns();
+	if (replay_write_journal(dir, n) != 0) {
+		r->failed = 1;
+		result_note(r, "could not write the journal");
+		return;
+	}
+	replay.write_s = (double)(now_ns() - t0) / 1e9;
+	replay.journal_bytes = journal_bytes(root);
+	replay.bytes_per_creation = replay.journal_bytes / (double)n;
+
+	/* Room for every id and the broker's own slack. */
+	capacity = (uint32_t)(n + n / 4 + 1024);
+	snprintf(first, sizeof first, "replay-%07zu", (size_t)0);
+	snprintf(last, sizeof last, "replay-%07zu", n - 1);
+	replay_drop_cache(dir);
+	if (broker_start(&b, root, capacity, &replay.cold_s) != 0) {
+		r->failed = 1;
+		result_note(r, "idemd did not start on the journal (log %s)",
+		    b.log);
+		return;
+	}
+	replay.verified = broker_stats(b.socket, &st) == 0 &&
+	    st.table_used == (int64_t)n && broker_committed(b.socket, first) &&
+	    broker_committed(b.socket, last);
+	broker_stop(&b);
+	for (i = 0; i < BENCH_WARM_STARTS; i++) {
+		if (broker_start(&b, root, capacity, &replay.warm_s[i]) != 0) {
+			r->failed = 1;
+			result_note(r, "idemd did not restart");
+			return;
+		}
+		broker_stop(&b);
+		sorted[i] = replay.warm_s[i];
+	}
+	qsort(sorted, BENCH_WARM_STARTS, sizeof sorted[0], cmp_double);
+	replay.warm_median_s = sorted[BENCH_WARM_STARTS / 2];
+	replay.broker_replay_ms = log_replay_ms(b.log);
+
+	r->ops = n;
+	r->seconds = replay.warm_median_s;
+	r->ops_per_s = (double)n / replay.warm_median_s;
+	result_note(r, "exec to ready %.3f s warm (median of %d), %.3f s "
+	    "with the journal out of the page cache; idemd's replay %ld ms; "
+	    "%.0f journal bytes per creation", replay.warm_median_s,
+	    BENCH_WARM_STARTS, replay.cold_s, replay.broker_replay_ms,
+	    replay.bytes_per_creation);
+	if (!replay.verified) {
+		r->failed = 1;
+		result_note(r, "NOT VERIFIED: the table does not hold every "
+		    "committed id");
+	}
+	snprintf(replay.note, sizeof replay.note, "%s", r->note);
+}
+
+/* ---- the summary ------------------------------------------------------- */
+
+struct target {
+	char		what[96];
+	char		rule[24];
+	double		value;		/* NAN: not measured */
+	double		limit;
+	int		at_least;	/* value >= limit, else value <= limit */
+	int		strict;
+	const char	*unit;
+	const char	*why_missing;
+};
+
+static struct target	targets[8];
+static size_t		target_count;
+
+static void
+target_add(const char *what, double value, const char *unit, int at_least,
+    int strict, double limit, const char *why_missing)
+{
+	struct target	*t = &targets[target_count++];
+
+	snprintf(t->what, sizeof t->what, "%s", what);
+	snprintf(t->rule, sizeof t->rule, "%s %g%s", at_least ? ">=" :
+	    strict ? "<" : "<=", limit, unit);
+	t->value = value;
+	t->limit = limit;
+	t->at_least = at_least;
+	t->strict = strict;
+	t->unit = unit;
+	t->why_missing = why_missing;
+}
+
+static const char *
+target_verdict(const struct target *t)
+{
+	if (isnan(t->value))
+		return "n/a";
+	if (t->at_least)
+		return t->value >= t->limit ? "MET" : "NOT MET";
+	if (t->strict)
+		return t->value < t->limit ? "MET" : "NOT MET";
+	return t->value <= t->limit ? "MET" : "NOT MET";
+}
+
+static double
+ratio(const struct result *a, const struct result *b)
+{
+	if (a == NULL || b == NULL || isnan(a->ops_per_s) ||
+	    isnan(b->ops_per_s) || b->ops_per_s == 0)
+		return NAN;
+	return a->ops_per_s / b->ops_per_s;
+}
+
+static void
+compute_targets(void)
+{
+	const struct result	*create, *reuse, *peer, *retry, *disk, *echo;
+	const int		 k = BENCH_TARGET_CLIENTS;
+
+	create = find_result("create", k);
+	reuse = find_result("reuse", k);
+	peer = find_result("sqlite-create", k);
+	retry = find_result("sqlite-retry", k);
+	disk = find_result("disk-limit", k);
+	echo = find_result("socket-echo", k);
+	target_count = 0;
+	target_add("create K=8 / SQLite peer create K=8", ratio(create, peer),
+	    "x", 1, 0, 5.0, peer == NULL ? "no SQLite peer" : "K=8 not run");
+	target_add("create K=8 / disk limit K=8", ratio(create, disk), "x", 1,
+	    0, 0.8, "K=8 not run");
+	target_add("reuse K=8 / SQLite in-process retries K=8",
+	    ratio(reuse, retry), "x", 1, 0, 1.0, retry == NULL ?
+	    "no SQLite peer" : "K=8 not run");
+	target_add("reuse K=8 / socket echo K=8", ratio(reuse, echo), "x", 1,
+	    0, 0.6, "K=8 not run");
+	target_add("create p99 K=8 / median 4 KiB append+fdatasync",
+	    create != NULL && probe.ran ? create->p99_ms / probe.median_ms :
+	    NAN, "x", 0, 0, 8.0, "K=8 not run");
+	target_add("journal fsyncs/records, create K=8", create != NULL &&
+	    create->records > 0 ? (double)create->fsyncs /
+	    (double)create->records : NAN, "", 0, 0, 0.25, "K=8 not run");
+	target_add("replay 1,000,000 creations: exec to ready (warm)",
+	    replay.ran && replay.verified ? replay.warm_median_s : NAN, " s",
+	    0, 1, 2.0, "replay not run");
+	target_add("journal bytes per committed creation", replay.ran ?
+	    replay.bytes_per_creation : NAN, " B", 0, 1, 1024.0,
+	    "replay not run");
+}
+
+static void
+print_ms(double v)
+{
+	if (isnan(v))
+		printf(" %9s", "-");
+	else
+		printf(" %9.3f", v);
+}
+
+static void
+print_table(void)
+{
+	const struct result	*r;
+	const struct target	*t;
+	size_t			 i;
+
+	printf("\n%-14s %4s %8s %10s %9s %9s %9s %10s  %s\n", "scenario", "K",
+	    "ops", "ops/s", "p50 ms", "p99 ms", "p999 ms", "fsyncs/rec",
+	    "notes");
+	for (i = 0; i < result_count; i++) {
+		r = &results[i];
+		if (r->skipped) {
+			printf("%-14s %4d %s\n", r->name, r->clients, r->note);
+			continue;
+		}
+		printf("%-14s %4d %8" PRIu64, r->name, r->clients, r->ops);
+		if (isnan(r->ops_per_s))
+			printf(" %10s", "-");
+		else
+			printf(" %10.1f", r->ops_per_s);
+		print_ms(r->p50_ms);
+		print_ms(r->p99_ms);
+		print_ms(r->p999_ms);
+		if (r->records > 0)
+			printf(" %10.3f", (double)r->fsyncs /
+			    (double)r->records);
+		else
+			printf(" %10s", "-");
+		printf("  %s%s\n", r->failed ? "[FAILED] " : "", r->note);
+	}
+	if (probe.ran)
+		printf("\n4 KiB append + fdatasync: median %.3f ms, p99 %.3f "
+		    "ms\n", probe.median_ms, probe.p99_ms);
+	if (storm.ran)
+		printf("storm (64 clients x 100 ids): %s\n", storm.pass ?
+		    "PASS" : "FAIL");
+	printf("\ntargets (issue \"Fast as the disk allows\"):\n");
+	for (i = 0; i < target_count; i++) {
+		t = &targets[i];
+		if (isnan(t->value))
+			printf("  %-50s %12s  %-9s %s (%s)\n", t->what, "-",
+			    t->rule, target_verdict(t), t->why_missing);
+		else
+			printf("  %-50s %11.3f%s  %-9s %s\n", t->what,
+			    t->value, strcmp(t->unit, "x") == 0 ? "x" : " ",
+			    t->rule, target_verdict(t));
+	}
+}
+
+static json_t *
+json_number(double v)
+{
+	return isnan(v) ? json_null() : json_real(v);
+}
+
+static void
+print_json(void)
+{
+	const struct result	*r;
+	const struct target	*t;
+	struct utsname		 u;
+	json_t			*doc, *list, *o;
+	size_t			 i;
+
+	doc = json_object();
+	uname(&u);
+	json_object_set_new(doc, "kernel", json_string(u.release));
+	json_object_set_new(doc, "cpus", json_integer(sysconf(
+	    _SC_NPROCESSORS_ONLN)));
+	json_object_set_new(doc, "dir", json_string(top));
+	list = json_array();
+	for (i = 0; i < result_count; i++) {
+		r = &results[i];
+		o = json_pack("{s:s, s:i, s:b, s:b, s:s}", "scenario", r->name,
+		    "clients", r->clients, "failed", r->failed, "skipped",
+		    r->skipped, "note", r->note);
+		json_object_set_new(o, "ops", json_integer((json_int_t)r->ops));
+		json_object_set_new(o, "seconds", json_number(r->seconds));
+		json_object_set_new(o, "ops_per_s", json_number(r->ops_per_s));
+		json_object_set_new(o, "p50_ms", json_number(r->p50_ms));
+		json_object_set_new(o, "p99_ms", json_number(r->p99_ms));
+		json_object_set_new(o, "p999_ms", json_number(r->p999_ms));
+		json_object_set_new(o, "journal_fsyncs", r->fsyncs >= 0 ?
+		    json_integer(r->fsyncs) : json_null());
+		json_object_set_new(o, "journal_records", r->records >= 0 ?
+		    json_integer(r->records) : json_null());
+		json_object_set_new(o, "created", json_integer((json_int_t)
+		    r->created));
+		json_object_set_new(o, "reused", json_integer((json_int_t)
+		    r->reused));
+		json_object_set_new(o, "conflict", json_integer((json_int_t)
+		    r->conflict));
+		json_object_set_new(o, "errors", json_integer((json_int_t)
+		    r->errors));
+		json_object_set_new(o, "unexpected", json_integer((json_int_t)
+		    r->unexpected));
+		json_array_append_new(list, o);
+	}
+	json_object_set_new(doc, "results", list);
+	if (probe.ran)
+		json_object_set_new(doc, "fdatasync_4k", json_pack("{s:f, s:f}",
+		    "median_ms", probe.median_ms, "p99_ms", probe.p99_ms));
+	if (storm.ran)
+		json_object_set_new(doc, "storm", json_pack("{s:b, s:s}",
+		    "pass", storm.pass, "note", storm.note));
+	if (replay.ran) {
+		o = json_pack("{s:I, s:f, s:f, s:f, s:b, s:I}",
+		    "creations", (json_int_t)replay.creations, "journal_bytes",
+		    replay.journal_bytes, "bytes_per_creation",
+		    replay.bytes_per_creation, "journal_write_s",
+		    replay.write_s, "verified", replay.verified,
+		    "broker_replay_ms", (json_int_t)replay.broker_replay_ms);
+		json_object_set_new(o, "cold_s", json_number(replay.cold_s));
+		json_object_set_new(o, "warm_median_s",
+		    json_number(replay.warm_median_s));
+		json_object_set(doc, "replay", o);
+		json_decref(o);
+	}
+	list = json_array();
+	for (i = 0; i < target_count; i++) {
+		t = &targets[i];
+		json_array_append_new(list, json_pack("{s:s, s:o, s:s, s:s}",
+		    "target", t->what, "value", json_number(t->value), "rule",
+		    t->rule, "verdict", target_verdict(t)));
+	}
+	json_object_set_new(doc, "targets", list);
+	json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+	putchar('\n');
+	json_decref(doc);
+}
+
+/* ---- options and main --------------------------------------------------- */
+
+static void __attribute__((noreturn))
+usage(int status)
+{
+	fprintf(status == 0 ? stdout : stderr,
+"usage: idem-bench [--idemd PATH] [--dir DIR] [--socket PATH]\n"
+"                  [--clients K[,K...]] [--count N] [--scenario LIST]\n"
+"                  [--replay-count N] [--keep] [--json]\n"
+"  --idemd PATH      broker to start (default $IDEMD, else ../../broker/idemd\n"
+"                    from this program's directory)\n"
+"  --dir DIR         where the run's directory goes (default $TMPDIR, /tmp)\n"
+"  --socket PATH     use a running broker instead of starting fresh ones\n"
+"  --clients LIST    client counts (default 1,8,32); storm always uses 64\n"
+"  --count N         requests per scenario and reference (defaults: %d for\n"
+"                    create, mixed, SQLite creates, disk; %d for reuse,\n"
+"                    SQLite retries, echo)\n"
+"  --scenario LIST   create,reuse,mixed,storm,replay (and the references\n"
+"                    sqlite,disk,echo,fsync, which the scenarios that need\n"
+"                    them bring along); default all\n"
+"  --replay-count N  committed creations in the replay journal (%d)\n"
+"  --keep            leave the run's directory (else removed at the end)\n"
+"  --json            print the results as JSON instead of a table\n",
+	    BENCH_CREATE_OPS, BENCH_REUSE_OPS, BENCH_REPLAY_CREATIONS);
+	exit(status);
+}
+
+static size_t
+size_option(const char *name, const char *s, size_t min, size_t max)
+{
+	unsigned long long	v;
+	char			*end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+		errx(2, "--%s: %s is not a number from %zu to %zu", name, s,
+		    min, max);
+	return (size_t)v;
+}
+
+static void
+parse_clients(const char *s)
+{
+	char	*copy, *p, *tok;
+
+	if ((copy = strdup(s)) == NULL)
+		err(1, "strdup");
+	opt.client_counts = 0;
+	for (p = copy; (tok = strsep(&p, ",")) != NULL;) {
+		if (opt.client_counts == BENCH_MAX_CLIENT_COUNTS)
+			errx(2, "--clients: at most %d counts",
+			    BENCH_MAX_CLIENT_COUNTS);
+		opt.clients[opt.client_counts++] = (int)size_option("clients",
+		    tok, 1, BENCH_MAX_CLIENTS);
+	}
+	free(copy);
+}
+
+static void
+parse_scenarios(const char *s)
+{
+	char	*copy, *p, *tok;
+	size_t	 i;
+
+	if ((copy = strdup(s)) == NULL)
+		err(1, "strdup");
+	opt.scenarios = 0;
+	for (p = copy; (tok = strsep(&p, ",")) != NULL;) {
+		for (i = 0; i < sizeof scenario_names /
+		    sizeof scenario_names[0]; i++) {
+			if (strcmp(tok, scenario_names[i].name) == 0)
+				break;
+		}
+		if (i == sizeof scenario_names / sizeof scenario_names[0])
+			errx(2, "--scenario: unknown \"%s\"", tok);
+		opt.scenarios |= scenario_names[i].bits;
+	}
+	free(copy);
+}
+
+/*
+ * $IDEMD, else broker/idemd of the build tree this program is in.  Under
+ * libtool's wrapper the binary runs from tests/bench/.libs/: skip that.
+ */
+static const char *
+default_idemd(const char *argv0)
+{
+	static char	 path[PATH_MAX + 32];
+	char		 self[PATH_MAX], *dir, *resolved;
+	const char	*env = getenv("IDEMD");
+	ssize_t		 n;
+
+	if (env != NULL && *env != '\0')
+		return env;
+	if (strchr(argv0, '/') != NULL && realpath(argv0, self) != NULL) {
+		/* found from argv[0] */
+	} else if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) >
+	    0) {
+		self[n] = '\0';
+	} else {
+		return "broker/idemd";
+	}
+	dir = dirname(self);
+	if (strcmp(basename(dir), ".libs") == 0)
+		dir = dirname(dir);
+	snprintf(path, sizeof path, "%s/../../broker/idemd", dir);
+	if ((resolved = realpath(path, NULL)) != NULL) {
+		snprintf(path, sizeof path, "%s", resolved);
+		free(resolved);
+	}
+	return path;
+}
+
+static int
+remove_entry(const char *path, const struct stat *st, int flag,
+    struct FTW *ftw)
+{
+	if (remove(path) == -1)
+		warn("remove %s", path);
+	return 0;
+}
+
+static const char *
+fs_name(const char *path)
+{
+	struct statfs	sf;
+
+	if (statfs(path, &sf) == -1)
+		return "unknown";
+	switch ((unsigned long)sf.f_type) {
+	case 0xef53:
+		return "ext4";
+	case 0x58465342:
+		return "xfs";
+	case 0x9123683e:
+		return "btrfs";
+	case 0x01021994:
+		return "tmpfs";
+	case 0x794c7630:
+		return "overlayfs";
+	}
+	return "other";
+}
 
 int
-main(void)
+main(int argc, char **argv)
 {
-	fprintf(stderr, "idem-bench: not written yet\n");
-	return 1;
+	static const struct option	 options[] = {
+		{ "idemd", required_argument, NULL, 'i' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "clients", required_argument, NULL, 'k' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "scenario", required_argument, NULL, 'S' },
+		{ "replay-count", required_argument, NULL, 'R' },
+		{ "keep", no_argument, NULL, 'K' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct utsname	 u;
+	size_t		 create_ops, reuse_ops, reuse_ids, reported = 0;
+	int		 ch, i, k, failed = 0;
+	unsigned	 sc;
+
+	opt.clients[0] = 1;
+	opt.clients[1] = 8;
+	opt.clients[2] = 32;
+	opt.client_counts = 3;
+	opt.scenarios = ~0u;
+	opt.replay_count = BENCH_REPLAY_CREATIONS;
+	opt.dir = getenv("TMPDIR") != NULL && *getenv("TMPDIR") != '\0' ?
+	    getenv("TMPDIR") : "/tmp";
+	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (ch) {
+		case 'i':
+			opt.idemd = optarg;
+			break;
+		case 'd':
+			opt.dir = optarg;
+			break;
+		case 's':
+			opt.socket = optarg;
+			break;
+		case 'k':
+			parse_clients(optarg);
+			break;
+		case 'n':
+			opt.count = size_option("count", optarg, 1, 100000000);
+			break;
+		case 'S':
+			parse_scenarios(optarg);
+			break;
+		case 'R':
+			opt.replay_count = size_option("replay-count", optarg,
+			    1, 50000000);
+			break;
+		case 'K':
+			opt.keep = 1;
+			break;
+		case 'j':
+			opt.json = 1;
+			break;
+		case 'h':
+			usage(0);
+		default:
+			usage(2);
+		}
+	}
+	if (optind != argc)
+		usage(2);
+	if (opt.idemd == NULL)
+		opt.idemd = default_idemd(argv[0]);
+	if (sodium_init() < 0)
+		errx(1, "libsodium failed to initialise");
+	signal(SIGPIPE, SIG_IGN);
+	log_init("idem-bench");
+
+	create_ops = opt.count != 0 ? opt.count : BENCH_CREATE_OPS;
+	reuse_ops = opt.count != 0 ? opt.count : BENCH_REUSE_OPS;
+	reuse_ids = reuse_ops < BENCH_REUSE_IDS ? reuse_ops : BENCH_REUSE_IDS;
+	/* The references the targets need come with their scenarios. */
+	sc = opt.scenarios;
+	if (sc & SC_CREATE)
+		sc |= SC_SQLITE | SC_DISK | SC_FSYNC;
+	if (sc & SC_REUSE)
+		sc |= SC_SQLITE | SC_ECHO;
+
+	if (snprintf(top, sizeof top, "%s/idem-bench-XXXXXX", opt.dir) >=
+	    (int)sizeof top)
+		errx(2, "--dir %s: too long", opt.dir);
+	if (mkdtemp(top) == NULL)
+		err(1, "mkdtemp %s", top);
+	snprintf(id_prefix, sizeof id_prefix, "b%lld-%ld",
+	    (long long)(wall_ms() / 1000), (long)getpid());
+	uname(&u);
+	fprintf(stderr, "idem-bench: %ld cpus, Linux %s, %s on %s, idemd %s%s\n",
+	    sysconf(_SC_NPROCESSORS_ONLN), u.release, top, fs_name(top),
+	    opt.socket != NULL ? "at " : "", opt.socket != NULL ? opt.socket :
+	    opt.idemd);
+	if (opt.socket == NULL && access(opt.idemd, X_OK) == -1)
+		err(1, "%s (use --idemd PATH or IDEMD)", opt.idemd);
+
+	if (sc & SC_FSYNC)
+		run_fsync_probe();
+	for (i = 0; i < opt.client_counts; i++) {
+		k = opt.clients[i];
+		if (sc & SC_CREATE)
+			run_idem("create", k, create_ops, 0, setup_create);
+		if (sc & SC_DISK)
+			run_disk(k, create_ops);
+		if (sc & SC_SQLITE)
+			run_sqlite(k, create_ops, reuse_ops);
+		if (sc & SC_REUSE)
+			run_idem("reuse", k, reuse_ops, reuse_ids, setup_reuse);
+		if (sc & SC_ECHO)
+			run_echo(k, reuse_ops);
+		if (sc & SC_MIXED)
+			run_idem("mixed", k, create_ops, 0, setup_mixed);
+		for (; reported < result_count; reported++) {
+			const struct result *r = &results[reported];
+
+			if (r->skipped)
+				fprintf(stderr, "%s K=%d: %s\n", r->name,
+				    r->clients, r->note);
+			else
+				fprintf(stderr, "%s K=%d: %" PRIu64 " ops in "
+				    "%.2f s: %.1f ops/s, p50 %.3f p99 %.3f "
+				    "p999 %.3f ms%s%s\n", r->name, r->clients,
+				    r->ops, r->seconds, r->ops_per_s, r->p50_ms,
+				    r->p99_ms, r->p999_ms, r->note[0] != '\0' ?
+				    "; " : "", r->note);
+		}
+	}
+	if (sc & SC_STORM)
+		run_idem("storm", BENCH_STORM_CLIENTS, 0, BENCH_STORM_IDS,
+		    setup_storm);
+	if (sc & SC_REPLAY) {
+		if (access(opt.idemd, X_OK) == -1)
+			warn("replay needs an idemd to start: %s", opt.idemd);
+		else
+			run_replay(opt.replay_count);
+	}
+
+	compute_targets();
+	if (opt.json)
+		print_json();
+	else
+		print_table();
+	fflush(stdout);
+
+	for (failed = 0, i = 0; (size_t)i < result_count; i++)
+		failed |= results[i].failed;
+	/* Only now: a mass deletion slows this file system for minutes. */
+	if (opt.keep)
+		fprintf(stderr, "kept %s\n", top);
+	else if (nftw(top, remove_entry, 32, FTW_DEPTH | FTW_PHYS) == -1)
+		warn("removing %s", top);
+	return failed ? 1 : 0;
 }

@@ -10,18 +10,18 @@
  *
  * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync) or
  * "any": every call idemd writes or syncs a file with (journal.c,
- * taskfile.c, main.c); the path is the fd's, from /proc/self/fd; the
- * errno is ENOSPC, EIO or EDQUOT.  A substring ending in "$" must end
- * the path (so "_lifecycle/inbox$" is the directory, not the files in
- * it).  A matching call writes or syncs nothing and fails with that
- * errno.  Reading the rule at every call is
- * what lets a test toggle a fault between two requests of a running
- * broker.
+ * checkpoint.c, taskfile.c, fileio.c, main.c).  The path is the fd's,
+ * from /proc/self/fd; a substring ending in "$" must end it (so
+ * "_lifecycle/inbox$" is the directory, not the files in it).  The
+ * errno is ENOSPC, EIO or EDQUOT.  A matching call writes or syncs
+ * nothing and fails with that errno.  Reading the rule at every call is
+ * what lets a test turn a fault on and off between two requests.
  *
- * It must never call what it intercepts (open, read, close and readlink
- * are not intercepted), holds no state but the real functions' addresses,
- * and uses only async-signal-safe calls on its path, because libevent
- * writes from signal handlers and the master has a journaling thread.
+ * It never calls what it intercepts (open, read, close and readlink are
+ * not intercepted) and keeps no state but the real functions' addresses,
+ * so it is safe in idemd's threads; once those are resolved it calls
+ * nothing but getenv and those four, so it is safe in libevent's signal
+ * handlers, which write.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* RTLD_NEXT */
@@ -47,16 +47,11 @@ enum fault_op {
 	FAULT_SYNC
 };
 
-typedef ssize_t	(*write_fn)(int, const void *, size_t);
-typedef ssize_t	(*writev_fn)(int, const struct iovec *, int);
-typedef ssize_t	(*pwrite_fn)(int, const void *, size_t, off_t);
-typedef int	(*sync_fn)(int);
-
-static write_fn		real_write;
-static writev_fn	real_writev;
-static pwrite_fn	real_pwrite;
-static sync_fn		real_fsync;
-static sync_fn		real_fdatasync;
+static void	*real_write;
+static void	*real_writev;
+static void	*real_pwrite;
+static void	*real_fsync;
+static void	*real_fdatasync;
 
 /*
  * Resolved before main, while the process has one thread; a call that
@@ -75,8 +70,8 @@ fault_real(void **slot, const char *name)
 	return fn;
 }
 
-#define REAL(name)	((__typeof__(real_##name))fault_real( \
-	(void **)&real_##name, #name))
+/* The next definition of name, typed as the one it stands for. */
+#define REAL(name)	((__typeof__(&name))fault_real(&real_##name, #name))
 
 __attribute__((constructor)) static void
 fault_init(void)

@@ -1242,7 +1242,7 @@ dead_worker_connections_are_given_back(void **state)
 	struct broker	*b = *state;
 	struct peer	 p[3];
 	pid_t		 workers[4];
-	json_t		*s;
+	json_t		*s, *reply;
 	int		 i;
 
 	start(b, args);
@@ -1259,7 +1259,11 @@ dead_worker_connections_are_given_back(void **state)
 	/* The replacement accepts from the backlog: three fit again. */
 	for (i = 0; i < 3; i++) {
 		peer_open(b, &p[i]);
-		expect_hello(&p[i], 10 + i);
+		reply = peer_call(&p[i], "{\"op\":\"hello\",\"id\":3}");
+		if (!json_is_true(json_object_get(reply, "ok")))
+			fail_msg("connection %d of 3 refused after the worker "
+			    "died: its 2 connections are still counted", i + 1);
+		json_decref(reply);
 	}
 	for (i = 0; i < 3; i++)
 		peer_close(&p[i]);
@@ -1445,6 +1449,31 @@ unread_replies_do_not_stall_others(void **state)
 	assert_int_equal(f.rc, 0);
 	peer_close(&flooder);
 	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+/* ---- Lifecycle ----------------------------------------------------------- */
+
+#define TEST_EARLY_STOPS	10
+
+/*
+ * "ready" on --ready-fd is a promise to serve, so a SIGTERM right after
+ * it must stop the broker like any other; a worker still starting up
+ * must not lose it.  Repeated because the window is short.
+ */
+static void
+sigterm_right_after_ready_stops(void **state)
+{
+	struct broker	*b = *state;
+	int		 i;
+
+	for (i = 0; i < TEST_EARLY_STOPS; i++) {
+		start(b, NULL);
+		if (harness_stop(b) != 0)
+			fail_msg("start %d: idemd did not stop on SIGTERM sent "
+			    "right after it said ready (exit %d)", i + 1,
+			    b->exit_status);
+	}
 	finish(b);
 }
 
@@ -1757,6 +1786,7 @@ main(void)
 		T(idle_connection_closed_by_timeout),
 		T(pipelined_requests_answered_in_order),
 		T(unread_replies_do_not_stall_others),
+		T(sigterm_right_after_ready_stops),
 		cmocka_unit_test(protocol_doc_matches_spec),
 	};
 

@@ -12,8 +12,10 @@ the authoritative objects.  Nothing sleeps to synchronise: the only
 sleeps are the retry helper's own backoff.
 """
 
+import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 import idem
@@ -114,16 +117,29 @@ class Broker:
         return status
 
     def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.wait_dead(timeout=5)
+            except subprocess.TimeoutExpired:
+                sys.stderr.write("warning: idemd ignored SIGTERM for 5 s; "
+                                 "killing it\n")
+                self.proc.kill()
+                self.wait_dead()
+        if self.proc.returncode != 0:
+            self.remove_segment()
+
+    def remove_segment(self):
+        """A broker that did not stop cleanly leaves its shared segment,
+        /dev/shm/idem-<16 hex of SHA-256 of the root's real path>."""
+        digest = hashlib.sha256(
+            os.path.realpath(self.root).encode("utf-8")).hexdigest()
         try:
-            self.wait_dead(timeout=5)
-        except subprocess.TimeoutExpired:
-            sys.stderr.write("warning: idemd ignored SIGTERM for 5 s; "
-                             "killing it\n")
-            self.proc.kill()
-            self.wait_dead()
+            os.unlink("/dev/shm/idem-" + digest[:16])
+        except FileNotFoundError:
+            pass
 
 
 class BrokerTestCase(unittest.TestCase):
@@ -148,7 +164,7 @@ class BrokerTestCase(unittest.TestCase):
         return count_files(self.root, "REPORT")
 
 
-# ---- Digest ------------------------------------------------------------------
+# ---- Digest -----------------------------------------------------------------
 
 class TestDigest(unittest.TestCase):
     def test_every_conformance_vector(self):
@@ -172,7 +188,8 @@ class TestDigest(unittest.TestCase):
             b'"sender":"PM","subject":"Fix login","thread_key":null}')
 
     def test_escapes_only_what_jcs_escapes(self):
-        c = idem.task_canonical(dict(TASK, body='"\\/\b\f\x00\x1f\x7f\u2028é'))
+        body = '"\\/\b\f\x00\x1f\x7f\u2028é'
+        c = idem.task_canonical(dict(TASK, body=body))
         self.assertIn('"body":"\\"\\\\/\\b\\f\\u0000\\u001f\x7f\u2028é"'
                       .encode("utf-8"), c)
 
@@ -195,7 +212,7 @@ class TestDigest(unittest.TestCase):
             "run-42/"))
 
 
-# ---- The line reader, against a scripted peer ---------------------------------
+# ---- The line reader, against a scripted peer -------------------------------
 
 class TestLines(unittest.TestCase):
     """A socketpair stands in for the broker, to script how bytes arrive."""
@@ -286,7 +303,7 @@ class TestLines(unittest.TestCase):
         self.assertIsInstance(e.exception, idem.IdemError)
 
 
-# ---- Against idemd ---------------------------------------------------------------
+# ---- Against idemd ----------------------------------------------------------
 
 class TestOps(BrokerTestCase):
     def test_hello(self):
@@ -320,7 +337,8 @@ class TestOps(BrokerTestCase):
         self.assertEqual(again["disposition"], "reused")
         self.assertIs(again["action_taken"], False)
         self.assertEqual(again["receipt"], receipt)
-        self.assertEqual(again.raw_value("receipt"), first.raw_value("receipt"))
+        self.assertEqual(again.raw_value("receipt"),
+                         first.raw_value("receipt"))
         self.assertIsNotNone(first.raw_value("receipt"))
         self.assertEqual(self.tasks(), 1)
 
@@ -385,7 +403,8 @@ class TestOps(BrokerTestCase):
         report = {"sender": "DEV", "status": "done", "body": "fixed\r\n"}
         first = c.write_report(task_id, report, "r-1")
         self.assertIs(first["deduplicated"], False)
-        self.assertRegex(first["report_id"], r"^REPORT-\d{8}-\d{3,}-DEV-to-PM$")
+        self.assertRegex(first["report_id"],
+                         r"^REPORT-\d{8}-\d{3,}-DEV-to-PM$")
         self.assertEqual(first["report_path"],
                          "reports/%s.md" % first["report_id"])
         self.assertTrue(os.path.isfile(os.path.join(self.root,
@@ -481,6 +500,31 @@ class TestOps(BrokerTestCase):
         self.assertEqual(idem.default_socket_path(),
                          os.path.join("./fcop", ".idem", "idemd.sock"))
 
+    def test_the_module_docstring_example_runs(self):
+        doc = idem.__doc__
+        block = doc[doc.index("    import idem\n"):doc.index("\nThe wire ")]
+        code = "\n".join(line[4:] for line in block.strip("\n").splitlines())
+        saved = {k: os.environ.get(k) for k in ("IDEM_SOCKET", "IDEM_ROOT")}
+
+        def restore():
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.addCleanup(restore)
+        os.environ.pop("IDEM_SOCKET", None)
+        os.environ["IDEM_ROOT"] = self.root
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "idem.__doc__", "exec"), {})
+        lines = out.getvalue().splitlines()
+        self.assertEqual(len(lines), 3, lines)
+        self.assertRegex(lines[0], r"^created TASK-\d{8}-001-PM-to-DEV$")
+        self.assertEqual(lines[1], "committed")
+        self.assertEqual(lines[2], "digest_mismatch " + lines[0].split()[1])
+        self.assertEqual(self.tasks(), 1)
+
     def test_retry_helper_gives_up_on_what_is_not_retryable(self):
         calls = []
         with self.assertRaises(idem.IdemError) as cm:
@@ -509,8 +553,17 @@ class TestOps(BrokerTestCase):
                           (3, "transport")])
         self.assertTrue(all(0 <= d <= 0.002 for _, _, d in delays))
 
+    def test_retry_helper_stops_at_its_deadline(self):
+        start = time.monotonic()
+        with self.assertRaises(idem.IdemTransportError):
+            idem.write_task_retry(
+                TASK, "x-4", attempts=10 ** 9, base_delay=0.01,
+                max_delay=0.05, deadline=0.3,
+                path=os.path.join(self.tmp, "none.sock"))
+        self.assertLess(time.monotonic() - start, 0.3 + 1.0)
 
-# ---- The retry helper across a broker crash ------------------------------------
+
+# ---- The retry helper across a broker crash ---------------------------------
 
 class TestRetryAcrossCrash(unittest.TestCase):
     """IDEM_CRASH_AT kills the whole broker in the first attempt; the helper

@@ -1,0 +1,366 @@
+#!/bin/sh
+# idemctl against a real idemd on a fresh root: every subcommand, its
+# output and its exit status (0 ok, 1 error/conflict/problems, 2 usage,
+# 3 unreachable).  Online commands while the broker runs; then, with it
+# stopped, verify and journal dump on an intact and on damaged workspaces.
+set -u
+IDEMD=${IDEMD:?set IDEMD to the idemd binary}
+IDEMCTL=${IDEMCTL:?set IDEMCTL to the idemctl binary}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemctl.XXXXXX") || exit 99
+root=$tmp/root
+pid=
+failures=0
+cleanup() {
+	if [ -n "$pid" ]; then
+		kill -TERM "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 99' HUP INT TERM
+
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# run NAME: the command after it, its stdout in $tmp/out, stderr in
+# $tmp/err, status in $rc.
+run() {
+	"$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+}
+
+# expect STATUS WHAT: the last run exited STATUS.
+expect() {
+	if [ "$rc" -eq "$1" ]; then
+		pass "$2 (exit $rc)"
+	else
+		fail "$2: exit $rc, wanted $1"
+		sed 's/^/	out: /' "$tmp/out"
+		sed 's/^/	err: /' "$tmp/err"
+	fi
+}
+
+# contains FILE TEXT WHAT
+contains() {
+	if grep -F -e "$2" "$1" >/dev/null; then
+		pass "$3"
+	else
+		fail "$3: no \"$2\" in $(basename "$1")"
+		sed 's/^/	| /' "$1"
+	fi
+}
+
+# is_json FILE WHAT: every line of FILE is one JSON object.
+is_json() {
+	if command -v python3 >/dev/null 2>&1; then
+		if python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    assert isinstance(json.loads(line), dict)' "$1" 2>"$tmp/json.err"; then
+			pass "$2"
+		else
+			fail "$2: not JSON lines: $(tail -1 "$tmp/json.err")"
+		fi
+	elif grep -v '^{.*}$' "$1" >/dev/null; then
+		fail "$2: a line is not a JSON object"
+	else
+		pass "$2 (checked by shape: no python3)"
+	fi
+}
+
+export IDEM_ROOT="$root"
+unset IDEM_SOCKET
+
+# ---- the broker --------------------------------------------------------
+
+mkfifo "$tmp/ready" || exit 99
+# The first creation loses its worker right after its reservation is
+# durable, so that diagnose and show have an unfinished submission.
+IDEM_CRASH_WORKER_AT=after_reserve_durable \
+    "$IDEMD" --root "$root" --workers 2 --ready-fd 3 3>"$tmp/ready" \
+    2>"$tmp/idemd.log" &
+pid=$!
+# A broker that hangs before it is ready must not hang the test: the
+# watchdog kills it, which closes the fifo and ends the read.
+(sleep 30; kill -KILL "$pid" 2>/dev/null) &
+watchdog=$!
+ready=
+read -r ready <"$tmp/ready"
+kill "$watchdog" 2>/dev/null
+wait "$watchdog" 2>/dev/null
+if [ "$ready" != ready ]; then
+	fail "idemd did not become ready"
+	sed 's/^/	idemd: /' "$tmp/idemd.log"
+	exit 1
+fi
+pass "idemd ready on $root"
+
+# ---- online ------------------------------------------------------------
+
+run "$IDEMCTL" status
+expect 0 "status of a running broker"
+contains "$tmp/out" "is up" "status says the broker is up"
+contains "$tmp/out" "workers   2 running, 0 restarts" "status shows the workers"
+contains "$tmp/out" "of 262144 submissions" "status shows the table"
+
+# The worker dies under this call: the outcome is unknown (exit 3).
+run "$IDEMCTL" submit --id ctl-crash --sender PM --recipient DEV \
+    --subject "Lost answer"
+expect 3 "submit whose worker dies after the reservation"
+run "$IDEMCTL" diagnose --json --stale-after 1h
+expect 0 "diagnose --json, nothing stalled for an hour"
+is_json "$tmp/out" "diagnose --json is JSON"
+contains "$tmp/out" '"client_submission_id":"ctl-crash"' "diagnose --json lists it"
+contains "$tmp/out" '"stalled":false' "diagnose --json has the stalled flag"
+run "$IDEMCTL" show ctl-crash
+expect 0 "show an unfinished submission"
+contains "$tmp/out" "reserved" "show gives the reserved state"
+contains "$tmp/out" "not committed" "show says there is no receipt yet"
+# Milliseconds have passed since the reservation: 0ms makes it stalled.
+run "$IDEMCTL" diagnose --stale-after 0ms
+expect 1 "diagnose with a stalled submission"
+contains "$tmp/out" "CLIENT_SUBMISSION_ID" "diagnose prints a table"
+contains "$tmp/out" "ctl-crash" "diagnose lists the unfinished submission"
+contains "$tmp/out" "reserved" "diagnose gives its state"
+# The retry the exit status asked for completes it.
+run "$IDEMCTL" submit --id ctl-crash --sender PM --recipient DEV \
+    --subject "Lost answer"
+expect 0 "retry after the lost answer"
+contains "$tmp/out" "created, recovered: TASK-" "the retry recovers the creation"
+run "$IDEMCTL" status
+expect 0 "status after a worker died"
+contains "$tmp/out" "1 restart" "status counts the worker restart"
+
+run "$IDEMCTL" submit --id ctl-1 --sender PM --recipient DEV \
+    --subject "Fix login" --priority P1 --reference doc/a.md
+expect 0 "submit with a new id"
+contains "$tmp/out" "created: TASK-" "the first submit is created"
+task1=$(sed -n 's/^created: \(TASK-[^ ]*\) .*/\1/p' "$tmp/out")
+if [ -f "$root/_lifecycle/inbox/$task1.md" ]; then
+	pass "the created task $task1 is in the inbox"
+else
+	fail "no inbox file for \"$task1\""
+fi
+
+run "$IDEMCTL" submit --id ctl-1 --sender PM --recipient DEV \
+    --subject "Fix login" --priority P1 --reference doc/a.md
+expect 0 "submit again with the same id and task"
+contains "$tmp/out" "reused: $task1" "the retry is reused, same task"
+
+run "$IDEMCTL" submit --id ctl-1 --sender PM --recipient DEV \
+    --subject "Something else"
+expect 1 "submit the same id with another task"
+contains "$tmp/err" "conflict (digest_mismatch)" "the conflict names its reason"
+contains "$tmp/err" "$task1" "the conflict names the bound task"
+
+run "$IDEMCTL" --json submit --id ctl-1 --sender PM --recipient DEV \
+    --subject "Something else"
+expect 1 "submit --json of a conflict"
+is_json "$tmp/out" "submit --json prints the answer as JSON"
+contains "$tmp/out" '"disposition":"conflict"' "submit --json carries the disposition"
+
+run "$IDEMCTL" submit --sender PM --recipient DEV --subject "No id"
+expect 0 "legacy submit"
+contains "$tmp/out" "legacy: not idempotent" "legacy submit says so"
+
+cat >"$tmp/task.json" <<'EOF'
+{"client_submission_id":"ctl-file","task":{"sender":"QA","recipient":"DEV","subject":"From a file","body":"line 1\nline 2"}}
+EOF
+run "$IDEMCTL" submit --file "$tmp/task.json"
+expect 0 "submit --file"
+contains "$tmp/out" "created: TASK-" "submit --file creates"
+run "$IDEMCTL" submit --file - <"$tmp/task.json"
+expect 0 "submit --file - (stdin), same content"
+contains "$tmp/out" "reused: " "the same file again is reused"
+
+run "$IDEMCTL" submit --sender PM --subject "no recipient"
+expect 2 "submit without --recipient is a usage error"
+run "$IDEMCTL" submit --id bad --sender pm --recipient DEV --subject x
+expect 1 "submit refused by the broker (role code)"
+contains "$tmp/err" "invalid_request" "the refusal names its code"
+
+run "$IDEMCTL" show ctl-1
+expect 0 "show a committed submission"
+contains "$tmp/out" "$task1" "show names the task"
+contains "$tmp/out" "committed" "show gives the state"
+contains "$tmp/out" "file_digest" "show prints the receipt"
+run "$IDEMCTL" show --json ctl-1
+expect 0 "show --json"
+is_json "$tmp/out" "show --json is JSON"
+run "$IDEMCTL" show no-such-id
+expect 1 "show an unknown id"
+
+run "$IDEMCTL" stats --json
+expect 0 "stats --json"
+is_json "$tmp/out" "stats --json is JSON"
+contains "$tmp/out" '"created":3' "stats counts three creations"
+run "$IDEMCTL" stats --prometheus
+expect 0 "stats --prometheus"
+contains "$tmp/out" "# TYPE idem_created_total counter" "prometheus: TYPE line"
+contains "$tmp/out" "# HELP idem_created_total" "prometheus: HELP line"
+contains "$tmp/out" "idem_created_total 3" "prometheus: idem_created_total"
+contains "$tmp/out" "# TYPE idem_table_used gauge" "prometheus: a gauge"
+run "$IDEMCTL" stats
+expect 0 "stats"
+contains "$tmp/out" "legacy_created" "stats as text"
+
+run "$IDEMCTL" diagnose --stale-after 500ms
+expect 0 "diagnose with nothing unfinished"
+contains "$tmp/out" "no intermediate submissions" "diagnose says nothing is unfinished"
+run "$IDEMCTL" diagnose --json --stale-after 5m
+expect 0 "diagnose --json"
+contains "$tmp/out" '"entries":[]' "diagnose --json has no entries"
+run "$IDEMCTL" diagnose --stale-after soon
+expect 2 "diagnose with a bad duration"
+
+run "$IDEMCTL" status --help
+expect 0 "status --help"
+contains "$tmp/out" "usage: idemctl status" "status --help prints usage"
+for cmd in stats diagnose show submit verify "journal dump"; do
+	# shellcheck disable=SC2086
+	run "$IDEMCTL" $cmd --help
+	expect 0 "$cmd --help"
+done
+run "$IDEMCTL" frobnicate
+expect 2 "an unknown command"
+
+# ---- stop the broker ---------------------------------------------------
+
+kill -TERM "$pid"
+wait "$pid"
+status=$?
+pid=
+if [ "$status" -eq 0 ]; then
+	pass "idemd stopped on SIGTERM"
+else
+	fail "idemd exited $status on SIGTERM"
+fi
+
+run "$IDEMCTL" status
+expect 3 "status with the broker down"
+contains "$tmp/err" "not reachable" "status says the broker is not reachable"
+run "$IDEMCTL" status --json
+expect 3 "status --json with the broker down"
+contains "$tmp/out" '"up":false' "status --json says up false"
+run "$IDEMCTL" submit --id ctl-9 --sender PM --recipient DEV --subject x
+expect 3 "submit with the broker down"
+
+# ---- offline: verify and journal dump ----------------------------------
+
+inbox=$root/_lifecycle/inbox
+segment=$root/.idem/journal/0000000000000001.jnl
+cp "$segment" "$tmp/segment.orig"
+
+run "$IDEMCTL" verify
+expect 0 "verify a clean workspace"
+contains "$tmp/out" "verify: clean" "verify says clean"
+run "$IDEMCTL" verify --json
+expect 0 "verify --json"
+is_json "$tmp/out" "verify --json is JSON"
+records=$(sed -n 's/.*"records":\([0-9][0-9]*\).*/\1/p' "$tmp/out")
+
+# A task moved to another stage (as FCoP tools do) is not missing.
+mv "$inbox/$task1.md" "$root/_lifecycle/done/"
+run "$IDEMCTL" verify
+expect 0 "verify with a task moved to done/"
+mkdir -p "$root/history/2026-01-01/$task1"
+mv "$root/_lifecycle/done/$task1.md" "$root/history/2026-01-01/$task1/"
+run "$IDEMCTL" verify
+expect 0 "verify with a task moved to history/"
+mv "$root/history/2026-01-01/$task1/$task1.md" "$inbox/"
+
+# A task idem committed that is gone.
+mv "$inbox/$task1.md" "$tmp/"
+run "$IDEMCTL" verify
+expect 1 "verify with a committed task deleted"
+contains "$tmp/out" "$task1" "verify names the missing task"
+contains "$tmp/out" "ctl-1" "verify names its submission"
+mv "$tmp/$task1.md" "$inbox/"
+
+# A task idem wrote, changed in place.
+cp "$inbox/$task1.md" "$tmp/saved.md"
+echo "edited" >>"$inbox/$task1.md"
+run "$IDEMCTL" verify
+expect 1 "verify with an idem task edited in the inbox"
+contains "$tmp/out" "file digest" "verify reports the digest"
+cp "$tmp/saved.md" "$inbox/$task1.md"
+
+# A TASK file claiming a submission id the journal never saw.
+ghost=TASK-20260101-900-PM-to-DEV
+sed -e 's/^client_submission_id: .*/client_submission_id: "ghost-id"/' \
+    -e "s/^task_id: .*/task_id: \"$ghost\"/" \
+    "$inbox/$task1.md" >"$inbox/$ghost.md"
+run "$IDEMCTL" verify
+expect 1 "verify with a TASK file naming an unknown client_submission_id"
+contains "$tmp/out" "$ghost" "verify names the unknown file"
+contains "$tmp/out" "ghost-id" "verify names the unknown id"
+rm "$inbox/$ghost.md"
+
+# Another FCoP writer's task: listed, not an error.
+foreign=TASK-20260101-901-OPS-to-DEV
+printf -- '---\nprotocol: "fcop"\nversion: 1\ntype: "TASK"\nsender: "OPS"\n---\nby hand\n' \
+    >"$inbox/$foreign.md"
+run "$IDEMCTL" verify
+expect 0 "verify with a foreign TASK file"
+contains "$tmp/out" "foreign" "verify lists foreign files"
+contains "$tmp/out" "$foreign" "verify names the foreign file"
+
+# A torn tail: a warning, and read-only: the segment is not cut.
+printf 'torn' >>"$segment"
+size_before=$(wc -c <"$segment")
+run "$IDEMCTL" verify
+expect 0 "verify with a torn journal tail"
+contains "$tmp/out" "torn tail" "verify warns of the torn tail"
+size_after=$(wc -c <"$segment")
+if [ "$size_before" -eq "$size_after" ]; then
+	pass "verify left the torn tail in place (read-only)"
+else
+	fail "verify changed the segment: $size_before -> $size_after bytes"
+fi
+cp "$tmp/segment.orig" "$segment"
+
+# A flipped byte inside the first record, valid records after it:
+# corruption at offset 32 (the first record, right after the header).
+byte=$(od -An -tu1 -j40 -N1 "$segment" | tr -d ' ')
+flipped=$(( (byte + 1) % 256 ))
+printf "\\$(printf '%03o' "$flipped")" |
+    dd of="$segment" bs=1 seek=40 conv=notrunc 2>/dev/null
+if cmp -s "$segment" "$tmp/segment.orig"; then
+	fail "the byte flip did not change the segment"
+fi
+run "$IDEMCTL" verify
+expect 1 "verify with a corrupt journal record"
+contains "$tmp/out" "offset 32" "verify names the corrupt offset"
+run "$IDEMCTL" journal dump
+expect 1 "journal dump of a corrupt journal"
+contains "$tmp/err" "offset 32" "journal dump names the corrupt offset"
+cp "$tmp/segment.orig" "$segment"
+
+run "$IDEMCTL" journal dump
+expect 0 "journal dump"
+is_json "$tmp/out" "journal dump prints JSON lines"
+lines=$(wc -l <"$tmp/out" | tr -d ' ')
+if [ -n "$records" ] && [ "$lines" -eq "$records" ]; then
+	pass "journal dump prints one line per record ($lines)"
+else
+	fail "journal dump printed $lines lines for \"$records\" records"
+fi
+contains "$tmp/out" '"client_submission_id":"ctl-1"' "the dump has the key"
+contains "$tmp/out" '"state":"committed"' "the dump has the state"
+contains "$tmp/out" '"client_submission_id":null' "the dump has the legacy task"
+contains "$tmp/out" '"peer_pid":' "the dump has the peer"
+run "$IDEMCTL" journal dump --text
+expect 0 "journal dump --text"
+contains "$tmp/out" "SEG:OFFSET" "journal dump --text has a header"
+run "$IDEMCTL" --root "$tmp/nowhere" verify
+expect 3 "verify of a root that does not exist"
+run "$IDEMCTL" journal
+expect 2 "journal without a subcommand"
+
+if [ "$failures" -ne 0 ]; then
+	echo "$failures failure(s)"
+	exit 1
+fi
+echo "all idemctl checks passed"
+exit 0
