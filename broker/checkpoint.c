@@ -311,6 +311,7 @@ checkpoint_load(const char *dir, journal_apply_fn apply, void *arg,
 	goto out;
 
 corrupt:
+	errno = EINVAL;
 	asprintf(cause, "checkpoint %s is corrupt (at or after byte %" PRIu64
 	    "); it was written atomically, so this is damage: restore it "
 	    "from a backup, or move it away to start from the journal "

@@ -1260,9 +1260,9 @@ journal_dir(struct idemctl *ctl, char *out, size_t size)
 /* What journal_read found. */
 struct journal_read {
 	struct journal_replay_stats	stats;
-	uint64_t			checkpoint;	/* its segment; 0: none */
+	uint64_t			checkpoint;	/* its segment, or 0 */
 	uint64_t			checkpoint_records;
-	int				damaged;	/* on -1: damage, not I/O */
+	int				damaged;	/* not an I/O error */
 };
 
 /*
@@ -1421,15 +1421,16 @@ struct vrecord {
 	struct subtab_entry	entry;
 	char			key[SUBTAB_MAX_KEY_BYTES + 1];
 	char			id[IDEM_MAX_TASK_ID_BYTES + 16];
-	uint64_t		segment;
+	uint64_t		segment;	/* checkpoint: its segment */
 	uint64_t		offset;
+	int			checkpoint;	/* from the checkpoint */
 };
 
 struct verify {
 	struct idemctl			*ctl;
 	const char			*root;
 	int				 root_fd;
-	struct journal_replay_stats	 stats;
+	struct journal_read		 jr;
 	struct vrecord			*records;
 	size_t				 count, cap;
 	json_t				*by_key;	/* key: index */
@@ -1523,17 +1524,20 @@ verify_apply(const struct journal_record *r, void *arg)
 	    (size_t)json_integer_value(at) != index)
 		verify_note(v, NOTE_ERROR, "number_reused", json_pack(
 		    "{s:s,s:I,s:I}", "id", id, "segment",
-		    (json_int_t)v->stats.at_segment, "offset",
-		    (json_int_t)v->stats.at_offset), "%s is recorded for two "
-		    "submissions (\"%s\" and \"%.*s\"): a number was handed "
-		    "out twice", id, v->records[json_integer_value(at)].key,
+		    (json_int_t)v->jr.stats.at_segment, "offset",
+		    (json_int_t)v->jr.stats.at_offset), "%s is recorded for "
+		    "two submissions (\"%s\" and \"%.*s\"): a number was "
+		    "handed out twice", id,
+		    v->records[json_integer_value(at)].key,
 		    (int)r->entry.key_length, r->key);
 
 	vr->entry = r->entry;
 	memcpy(vr->key, key, sizeof key);
 	memcpy(vr->id, id, sizeof vr->id);
-	vr->segment = v->stats.at_segment;
-	vr->offset = v->stats.at_offset;
+	vr->checkpoint = v->jr.stats.at_segment == 0;
+	vr->segment = vr->checkpoint ? v->jr.checkpoint :
+	    v->jr.stats.at_segment;
+	vr->offset = v->jr.stats.at_offset;
 	if ((r->entry.key_length > 0 && !overwrite &&
 	    json_object_set_new(v->by_key, key,
 	    json_integer((json_int_t)index)) == -1) ||
@@ -1549,10 +1553,12 @@ vrecord_details(const struct vrecord *vr, const char *path)
 	const char	*csid = key_submission_id(&vr->entry, vr->key);
 	json_t		*j;
 
-	j = json_pack("{s:s,s:s,s:s,s:I,s:I}", "kind",
+	j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:o}", "kind",
 	    kind_name(vr->entry.kind), "id", vr->id, "state",
-	    state_name(vr->entry.state), "segment", (json_int_t)vr->segment,
-	    "offset", (json_int_t)vr->offset);
+	    state_name(vr->entry.state), "source", vr->checkpoint ?
+	    "checkpoint" : "journal", "segment", (json_int_t)vr->segment,
+	    "offset", vr->checkpoint ? json_null() :
+	    json_integer((json_int_t)vr->offset));
 	json_object_set_new(j, "client_submission_id", csid != NULL ?
 	    json_string(csid) : json_null());
 	if (path != NULL)
@@ -1800,11 +1806,17 @@ verify_print(struct verify *v, const char *dir)
 	size_t		 i;
 	const char	*severity;
 
+	const struct journal_replay_stats *st = &v->jr.stats;
+
 	printf("root        %s\n", v->root);
+	if (v->jr.checkpoint != 0)
+		printf("checkpoint  %s/checkpoint-%016" PRIx64 ".snap: %" PRIu64
+		    " submissions\n", dir, v->jr.checkpoint,
+		    v->jr.checkpoint_records);
 	printf("journal     %s: %" PRIu64 " records in %u segment%s, %s\n",
-	    dir, v->stats.records, v->stats.segments,
-	    v->stats.segments == 1 ? "" : "s", !v->journal_complete ?
-	    "CORRUPT" : v->stats.torn_segment != 0 ? "torn tail" : "intact");
+	    dir, st->records, st->segments, st->segments == 1 ? "" : "s",
+	    !v->journal_complete ? "CORRUPT" : st->torn_segment != 0 ?
+	    "torn tail" : "intact");
 	printf("journal has %u submissions, %u legacy, %u reports: "
 	    "%u present (%u moved by FCoP tools), %u intermediate\n",
 	    v->submissions, v->legacy, v->reports, v->present, v->moved,
@@ -1821,8 +1833,10 @@ verify_print(struct verify *v, const char *dir)
 		printf("%s: %s\n", severity, string_member(p, "message", "?"));
 	}
 	if (json_array_size(v->foreign) > 0) {
-		printf("foreign TASK files (not written by idem; not an "
-		    "error):\n");
+		printf("foreign TASK files (not written by idem%s; not an "
+		    "error):\n", v->jr.checkpoint != 0 ? ", or legacy tasks "
+		    "from before the checkpoint, which keeps no legacy "
+		    "records" : "");
 		json_array_foreach(v->foreign, i, p)
 			printf("  %s\n", json_string_value(p));
 	}
@@ -1837,21 +1851,25 @@ verify_print(struct verify *v, const char *dir)
 static void
 verify_print_json(struct verify *v, const char *dir, const char *corrupt)
 {
+	const struct journal_replay_stats *st = &v->jr.stats;
 	json_t	*j, *journal;
 
-	journal = json_pack("{s:s,s:I,s:I,s:i,s:b}", "dir", dir, "records",
-	    (json_int_t)v->stats.records, "bytes", (json_int_t)v->stats.bytes,
-	    "segments", (int)v->stats.segments, "intact",
-	    v->journal_complete && v->stats.torn_segment == 0);
+	journal = json_pack("{s:s,s:I,s:I,s:I,s:i,s:b}", "dir", dir,
+	    "checkpoint_records", (json_int_t)v->jr.checkpoint_records,
+	    "records", (json_int_t)st->records, "bytes",
+	    (json_int_t)st->bytes, "segments", (int)st->segments, "intact",
+	    v->journal_complete && st->torn_segment == 0);
+	json_object_set_new(journal, "checkpoint", v->jr.checkpoint != 0 ?
+	    json_integer((json_int_t)v->jr.checkpoint) : json_null());
 	json_object_set_new(journal, "corrupt", corrupt != NULL ?
 	    json_string(corrupt) : json_null());
-	if (v->stats.torn_segment != 0)
+	if (st->torn_segment != 0)
 		json_object_set_new(journal, "torn_tail", json_pack(
 		    "{s:I,s:I,s:I,s:s}", "segment",
-		    (json_int_t)v->stats.torn_segment, "offset",
-		    (json_int_t)v->stats.torn_offset, "bytes",
-		    (json_int_t)v->stats.truncated_bytes, "reason",
-		    v->stats.torn_why != NULL ? v->stats.torn_why : "?"));
+		    (json_int_t)st->torn_segment, "offset",
+		    (json_int_t)st->torn_offset, "bytes",
+		    (json_int_t)st->truncated_bytes, "reason",
+		    st->torn_why != NULL ? st->torn_why : "?"));
 	else
 		json_object_set_new(journal, "torn_tail", json_null());
 	j = json_pack("{s:b,s:s,s:o,s:{s:i,s:i,s:i,s:i,s:i,s:i},"
@@ -1929,9 +1947,8 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 		verify_note(&v, NOTE_WARNING, "no_journal", NULL, "no journal "
 		    "at %s: idemd never ran on this root, so every TASK file "
 		    "is foreign", dir);
-	if (journal_replay(dir, JOURNAL_REPLAY_READONLY, verify_apply, &v,
-	    &v.stats, &cause) != 0) {
-		if (errno != EINVAL) {
+	if (journal_read(dir, verify_apply, &v, &v.jr, &cause) != 0) {
+		if (!v.jr.damaged) {
 			/* Not damage: we could not read it (or ran out). */
 			status = ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE,
 			    "cannot read the journal: %s", cause != NULL ?
@@ -1940,24 +1957,24 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 		}
 		v.journal_complete = 0;
 		details = json_pack("{s:I}", "segment",
-		    (json_int_t)v.stats.at_segment);
+		    (json_int_t)v.jr.stats.at_segment);
 		offset = cause_offset(cause);
 		json_object_set_new(details, "offset", offset >= 0 ?
 		    json_integer(offset) : json_null());
 		verify_note(&v, NOTE_ERROR, "journal_corrupt", details, "%s",
 		    cause != NULL ? cause : "journal corrupt");
-	} else if (v.stats.torn_segment != 0)
+	} else if (v.jr.stats.torn_segment != 0)
 		verify_note(&v, NOTE_WARNING, "torn_tail", json_pack(
 		    "{s:I,s:I,s:I}", "segment",
-		    (json_int_t)v.stats.torn_segment, "offset",
-		    (json_int_t)v.stats.torn_offset, "bytes",
-		    (json_int_t)v.stats.truncated_bytes), "journal %s/%016"
+		    (json_int_t)v.jr.stats.torn_segment, "offset",
+		    (json_int_t)v.jr.stats.torn_offset, "bytes",
+		    (json_int_t)v.jr.stats.truncated_bytes), "journal %s/%016"
 		    PRIx64 ".jnl: torn tail at offset %" PRIu64 " (%s): %"
 		    PRIu64 " bytes of an append that never completed, or is "
 		    "in flight; idemd cuts it at start-up", dir,
-		    v.stats.torn_segment, v.stats.torn_offset,
-		    v.stats.torn_why != NULL ? v.stats.torn_why : "?",
-		    v.stats.truncated_bytes);
+		    v.jr.stats.torn_segment, v.jr.stats.torn_offset,
+		    v.jr.stats.torn_why != NULL ? v.jr.stats.torn_why : "?",
+		    v.jr.stats.truncated_bytes);
 
 	verify_records(&v);
 	if (v.journal_complete) {

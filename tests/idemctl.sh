@@ -11,6 +11,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemctl.XXXXXX") || exit 99
 root=$tmp/root
 pid=
 failures=0
+# shellcheck disable=SC2317	# called by the trap
 cleanup() {
 	if [ -n "$pid" ]; then
 		kill -TERM "$pid" 2>/dev/null
@@ -75,26 +76,46 @@ unset IDEM_SOCKET
 # ---- the broker --------------------------------------------------------
 
 mkfifo "$tmp/ready" || exit 99
+
+# start_broker ARGS...: idemd on $root, $pid once it said ready.
+start_broker() {
+	"$IDEMD" --root "$root" --workers 2 --ready-fd 3 "$@" \
+	    3>"$tmp/ready" 2>>"$tmp/idemd.log" &
+	pid=$!
+	# A broker that hangs before it is ready must not hang the test:
+	# the watchdog kills it, which closes the fifo and ends the read.
+	(sleep 30; kill -KILL "$pid" 2>/dev/null) &
+	watchdog=$!
+	ready=
+	read -r ready <"$tmp/ready"
+	kill "$watchdog" 2>/dev/null
+	wait "$watchdog" 2>/dev/null
+	if [ "$ready" != ready ]; then
+		fail "idemd did not become ready"
+		sed 's/^/	idemd: /' "$tmp/idemd.log"
+		exit 1
+	fi
+	pass "idemd ready on $root"
+}
+
+stop_broker() {
+	kill -TERM "$pid"
+	wait "$pid"
+	status=$?
+	pid=
+	if [ "$status" -eq 0 ]; then
+		pass "idemd stopped on SIGTERM"
+	else
+		fail "idemd exited $status on SIGTERM"
+	fi
+}
+
 # The first creation loses its worker right after its reservation is
 # durable, so that diagnose and show have an unfinished submission.
-IDEM_CRASH_WORKER_AT=after_reserve_durable \
-    "$IDEMD" --root "$root" --workers 2 --ready-fd 3 3>"$tmp/ready" \
-    2>"$tmp/idemd.log" &
-pid=$!
-# A broker that hangs before it is ready must not hang the test: the
-# watchdog kills it, which closes the fifo and ends the read.
-(sleep 30; kill -KILL "$pid" 2>/dev/null) &
-watchdog=$!
-ready=
-read -r ready <"$tmp/ready"
-kill "$watchdog" 2>/dev/null
-wait "$watchdog" 2>/dev/null
-if [ "$ready" != ready ]; then
-	fail "idemd did not become ready"
-	sed 's/^/	idemd: /' "$tmp/idemd.log"
-	exit 1
-fi
-pass "idemd ready on $root"
+IDEM_CRASH_WORKER_AT=after_reserve_durable
+export IDEM_CRASH_WORKER_AT
+start_broker
+unset IDEM_CRASH_WORKER_AT
 
 # ---- online ------------------------------------------------------------
 
@@ -227,15 +248,7 @@ expect 2 "an unknown command"
 
 # ---- stop the broker ---------------------------------------------------
 
-kill -TERM "$pid"
-wait "$pid"
-status=$?
-pid=
-if [ "$status" -eq 0 ]; then
-	pass "idemd stopped on SIGTERM"
-else
-	fail "idemd exited $status on SIGTERM"
-fi
+stop_broker
 
 run "$IDEMCTL" status
 expect 3 "status with the broker down"
@@ -258,7 +271,13 @@ contains "$tmp/out" "verify: clean" "verify says clean"
 run "$IDEMCTL" verify --json
 expect 0 "verify --json"
 is_json "$tmp/out" "verify --json is JSON"
-records=$(sed -n 's/.*"records":\([0-9][0-9]*\).*/\1/p' "$tmp/out")
+# records FILE: the records verify --json counted (checkpoint and journal).
+records() {
+	r=$(sed -n 's/.*"records":\([0-9][0-9]*\).*/\1/p' "$1")
+	c=$(sed -n 's/.*"checkpoint_records":\([0-9][0-9]*\).*/\1/p' "$1")
+	echo $(( ${r:-0} + ${c:-0} ))
+}
+records=$(records "$tmp/out")
 
 # A task moved to another stage (as FCoP tools do) is not missing.
 mv "$inbox/$task1.md" "$root/_lifecycle/done/"
@@ -324,6 +343,7 @@ cp "$tmp/segment.orig" "$segment"
 # corruption at offset 32 (the first record, right after the header).
 byte=$(od -An -tu1 -j40 -N1 "$segment" | tr -d ' ')
 flipped=$(( (byte + 1) % 256 ))
+# shellcheck disable=SC2059	# the octal escape must be in the format
 printf "\\$(printf '%03o' "$flipped")" |
     dd of="$segment" bs=1 seek=40 conv=notrunc 2>/dev/null
 if cmp -s "$segment" "$tmp/segment.orig"; then
@@ -357,6 +377,48 @@ run "$IDEMCTL" --root "$tmp/nowhere" verify
 expect 3 "verify of a root that does not exist"
 run "$IDEMCTL" journal
 expect 2 "journal without a subcommand"
+
+# ---- a checkpointed journal ------------------------------------------------
+# Small segments make the broker rotate and checkpoint its table; verify
+# and dump must read the checkpoint, then the segments after it.
+
+start_broker --segment-bytes 4096
+i=0
+while [ $i -lt 30 ]; do
+	"$IDEMCTL" submit --id "ckpt-$i" --sender PM --recipient DEV \
+	    --subject "checkpointed $i" >/dev/null 2>"$tmp/err" ||
+	    fail "submit ckpt-$i: $(cat "$tmp/err")"
+	i=$((i + 1))
+done
+run "$IDEMCTL" submit --id ckpt-0 --sender PM --recipient DEV \
+    --subject "checkpointed 0"
+expect 0 "a retry after checkpoints"
+contains "$tmp/out" "reused" "the retry after checkpoints is reused"
+stop_broker
+set -- "$root"/.idem/journal/checkpoint-*.snap
+if [ -f "$1" ]; then
+	pass "the broker wrote a checkpoint"
+else
+	fail "no checkpoint in $root/.idem/journal"
+fi
+run "$IDEMCTL" verify --json
+expect 0 "verify a checkpointed journal"
+contains "$tmp/out" '"checkpoint":' "verify --json names the checkpoint"
+records=$(records "$tmp/out")
+run "$IDEMCTL" verify
+expect 0 "verify a checkpointed journal, as text"
+contains "$tmp/out" "checkpoint  " "verify prints the checkpoint"
+run "$IDEMCTL" journal dump
+expect 0 "journal dump of a checkpointed journal"
+is_json "$tmp/out" "journal dump with a checkpoint prints JSON lines"
+contains "$tmp/out" '"source":"checkpoint"' "the dump has the checkpoint's records"
+contains "$tmp/out" '"client_submission_id":"ckpt-29"' "the dump has the last submission"
+lines=$(wc -l <"$tmp/out" | tr -d ' ')
+if [ "$lines" -eq "$records" ]; then
+	pass "journal dump prints one line per checkpoint and journal record ($lines)"
+else
+	fail "journal dump printed $lines lines for $records records"
+fi
 
 if [ "$failures" -ne 0 ]; then
 	echo "$failures failure(s)"

@@ -949,23 +949,28 @@ static char *
 observable(struct broker *b, const char *id)
 {
 	json_t	*reply, *s;
-	char	*text, *journal, *sub, *out;
+	char	*text, *journal, *sub, *file, *out;
 
 	reply = get_submission(b, id);
 	sub = json_dumps(reply, JSON_COMPACT);
+	/* The file at the reserved path, byte for byte, if there is one. */
+	file = harness_read(b, str(json_object_get(reply, "submission"),
+	    "task_path"));
 	json_decref(reply);
 	s = stats(b);
 	journal = journal_listing(b);
 	if (asprintf(&out, "tasks %d reports %d records %lld fsyncs %lld "
-	    "used %lld\n%s\n%s", harness_count_tasks(b), count_reports(b),
-	    (long long)integer(s, "journal_records"),
+	    "used %lld\n%s\n%s\n%s", harness_count_tasks(b),
+	    count_reports(b), (long long)integer(s, "journal_records"),
 	    (long long)integer(s, "journal_fsyncs"),
-	    (long long)integer(s, "table_used"), sub, journal) == -1)
+	    (long long)integer(s, "table_used"), sub, journal,
+	    file != NULL ? file : "(no file)") == -1)
 		fail();
 	text = out;
 	json_decref(s);
 	free(journal);
 	free(sub);
+	free(file);
 	return text;
 }
 

@@ -5,8 +5,9 @@
  * and field, for the id it echoes, for leaving the workspace as it was
  * and for leaving its connection usable (too_large excepted: that one
  * closes).  Then the peers: idle connections, clients that vanish in the
- * middle of a line, the connection cap, the idle timeout, pipelining and
- * a client that does not read its replies.  Last, doc/protocol.md is
+ * middle of a line, the connection cap (and a dead worker's share of
+ * it), the idle timeout, pipelining, a client that does not read its
+ * replies, and SIGTERM right after start-up.  Last, doc/protocol.md is
  * held to SPEC.md and to protocol.h so that the reference cannot drift.
  *
  * Nothing here sleeps to synchronise: every wait is a blocking read or a
@@ -42,8 +43,8 @@
 #define TEST_WATCHDOG_SECONDS	60
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	20000
-/* The idle close must come within this (the broker is told 200 ms). */
-#define TEST_IDLE_TIMEOUT_MS	200
+/* The idle timeout the broker is given, and how long its close may take. */
+#define TEST_IDLE_TIMEOUT_MS	"200"
 #define TEST_IDLE_GUARD_MS	5000
 
 #define TEST_IDLE_PEERS		500
@@ -300,9 +301,9 @@ expect_hello(struct peer *p, json_int_t id)
 }
 
 static json_int_t
-stat_of(json_t *stats, const char *key)
+stat_of(json_t *s, const char *key)
 {
-	json_t	*v = json_object_get(stats, key);
+	json_t	*v = json_object_get(s, key);
 
 	if (!json_is_integer(v))
 		fail_msg("stats has no integer \"%s\"", key);
@@ -371,9 +372,10 @@ struct bad_request {
 /* A write_task with id 7 and the given task members. */
 #define WT(task)	"{\"op\":\"write_task\",\"id\":7,\"task\":{" task "}}"
 /* A write_task with extra top-level members and a valid task. */
-#define WT_TOP(top)	"{\"op\":\"write_task\",\"id\":\"w\"," top ",\"task\":{" \
-			OK_TASK "}}"
-#define OK_TASK		"\"sender\":\"PM\",\"recipient\":\"DEV\",\"subject\":\"s\""
+#define WT_TOP(top)	"{\"op\":\"write_task\",\"id\":\"w\"," top \
+			",\"task\":{" OK_TASK "}}"
+#define OK_TASK		"\"sender\":\"PM\",\"recipient\":\"DEV\"," \
+			"\"subject\":\"s\""
 #define WT_HEAD		"{\"op\":\"write_task\",\"id\":8,\"task\":{" OK_TASK ","
 #define WR(report)	"{\"op\":\"write_report\",\"id\":9," \
 			"\"task_id\":\"@TASK@\",\"report\":{" report "}}"
@@ -394,7 +396,7 @@ static const struct bad_request bad_requests[] = {
 	    "invalid_json", NULL),
 	BAD("duplicate task keys", WT(OK_TASK ",\"subject\":\"t\""),
 	    "invalid_json", NULL),
-	/* Valid JSON that is not an object: the request, not the JSON, is bad. */
+	/* Valid JSON but not an object: the request is bad, not the JSON. */
 	BAD("top-level array", "[{\"op\":\"hello\"}]", INVALID, NULL),
 	BAD("top-level number", "42", INVALID, NULL),
 	BAD("top-level string", "\"hello\"", INVALID, NULL),
@@ -433,9 +435,13 @@ static const struct bad_request bad_requests[] = {
 	    "unknown_op", "op"),
 	BAD("unknown op, no id", "{\"op\":\"frobnicate\"}", "unknown_op",
 	    "op"),
+	BAD("unknown op, id null", "{\"op\":\"frobnicate\",\"id\":null}",
+	    "unknown_op", "op"),
+	BAD("unknown op, id negative", "{\"id\":-7,\"op\":\"frobnicate\"}",
+	    "unknown_op", "op"),
 	BAD("op in upper case", "{\"op\":\"HELLO\",\"id\":13.5}", "unknown_op",
 	    "op"),
-	/* No string may carry a NUL, so no NUL may shorten an op to a known one. */
+	/* No string may carry a NUL: none may cut an op down to a known one. */
 	BAD("op with a NUL", "{\"op\":\"hello\\u0000x\",\"id\":true}",
 	    "unknown_op", "op"),
 
@@ -526,8 +532,8 @@ static const struct bad_request bad_requests[] = {
 	    "\"recipient\":\"DEV\",\"subject\":\"s\""), INVALID, "task.sender"),
 	BAD("sender starts with _", WT("\"sender\":\"_PM\","
 	    "\"recipient\":\"DEV\",\"subject\":\"s\""), INVALID, "task.sender"),
-	BAD("sender with --", WT("\"sender\":\"LEAD--QA\",\"recipient\":\"DEV\","
-	    "\"subject\":\"s\""), INVALID, "task.sender"),
+	BAD("sender with --", WT("\"sender\":\"LEAD--QA\","
+	    "\"recipient\":\"DEV\",\"subject\":\"s\""), INVALID, "task.sender"),
 	BAD("recipient ends with -", WT("\"sender\":\"PM\",\"recipient\":"
 	    "\"DEV-\",\"subject\":\"s\""), INVALID, "task.recipient"),
 	BAD("recipient with a space", WT("\"sender\":\"PM\",\"recipient\":"
@@ -610,8 +616,8 @@ static const struct bad_request bad_requests[] = {
 	    "\"subject\":\"a\\u0000b\""), INVALID, "task.subject"),
 	BAD("NUL in body", WT(OK_TASK ",\"body\":\"\\u0000\""), INVALID,
 	    "task.body"),
-	BAD("NUL in sender", WT("\"sender\":\"PM\\u0000\",\"recipient\":\"DEV\","
-	    "\"subject\":\"s\""), INVALID, "task.sender"),
+	BAD("NUL in sender", WT("\"sender\":\"PM\\u0000\","
+	    "\"recipient\":\"DEV\",\"subject\":\"s\""), INVALID, "task.sender"),
 	BAD("NUL in thread_key", WT(OK_TASK ",\"thread_key\":\"a\\u0000\""),
 	    INVALID, "task.thread_key"),
 	BAD("NUL in a reference", WT(OK_TASK ",\"references\":[\"a\\u0000\"]"),
@@ -662,16 +668,17 @@ static const struct bad_request bad_requests[] = {
 	    "\"finished\""), INVALID, "report.status"),
 	BAD("report: status a number", WR("\"sender\":\"DEV\",\"status\":1"),
 	    INVALID, "report.status"),
-	BAD("report: NUL in body", WR("\"sender\":\"DEV\",\"body\":\"\\u0000\""),
-	    INVALID, "report.body"),
+	BAD("report: NUL in body", WR("\"sender\":\"DEV\","
+	    "\"body\":\"\\u0000\""), INVALID, "report.body"),
 	BAD_FILL("report: body 524289 bytes", "{\"op\":\"write_report\","
 	    "\"id\":9,\"task_id\":\"@TASK@\",\"report\":{\"sender\":\"DEV\","
 	    "\"body\":\"", "x", 524289, "\"}}", INVALID, "report.body"),
-	BAD("report: unknown report field", WR("\"sender\":\"DEV\",\"color\":1"),
-	    INVALID, "report.color"),
+	BAD("report: unknown report field", WR("\"sender\":\"DEV\","
+	    "\"color\":1"), INVALID, "report.color"),
 	BAD("report: unknown top-level field", "{\"op\":\"write_report\","
-	    "\"id\":9,\"task_id\":\"@TASK@\",\"digest_schema\":\"write-report-v1"
-	    "\",\"report\":{\"sender\":\"DEV\"}}", INVALID, "digest_schema"),
+	    "\"id\":9,\"task_id\":\"@TASK@\",\"digest_schema\":"
+	    "\"write-report-v1\",\"report\":{\"sender\":\"DEV\"}}", INVALID,
+	    "digest_schema"),
 	BAD("report: client_submission_id with a space", "{\"op\":"
 	    "\"write_report\",\"id\":9,\"task_id\":\"@TASK@\","
 	    "\"client_submission_id\":\"r 1\",\"report\":{\"sender\":\"DEV\"}}",
@@ -977,7 +984,7 @@ line_limit_is_one_mib_with_newline(void **state)
 	finish(b);
 }
 
-/* ---- Values at the limits are accepted ------------------------------------ */
+/* ---- Values at the limits are accepted ---------------------------------- */
 
 static void
 boundary_values_accepted(void **state)
@@ -1277,7 +1284,7 @@ static void
 idle_connection_closed_by_timeout(void **state)
 {
 	static const char *const args[] = {
-		"--idle-timeout-ms", "200", NULL
+		"--idle-timeout-ms", TEST_IDLE_TIMEOUT_MS, NULL
 	};
 	struct broker	*b = *state;
 	struct peer	 silent, talked, p;
@@ -1329,9 +1336,10 @@ pipelined_requests_answered_in_order(void **state)
 			    "\"id\":%d}\n", i);
 			break;
 		case 3:
-			snprintf(line, sizeof line, "{\"op\":\"get_submission\","
-			    "\"id\":%d,\"client_submission_id\":\"pipe-%d\"}\n",
-			    i, i - 2);
+			snprintf(line, sizeof line, "{\"op\":"
+			    "\"get_submission\",\"id\":%d,"
+			    "\"client_submission_id\":\"pipe-%d\"}\n", i,
+			    i - 2);
 			break;
 		default:
 			snprintf(line, sizeof line, "{\"op\":\"write_task\","
@@ -1672,8 +1680,8 @@ protocol_doc_matches_spec(void **state)
 #undef CODE_NAME
 	static const long limits[] = {
 		IDEM_MAX_LINE_BYTES, IDEM_MAX_SUBMISSION_ID_BYTES,
-		IDEM_MAX_ROLE_BYTES, IDEM_MAX_SUBJECT_BYTES, IDEM_MAX_BODY_BYTES,
-		IDEM_MAX_REF_BYTES, IDEM_MAX_LIST_ITEMS,
+		IDEM_MAX_ROLE_BYTES, IDEM_MAX_SUBJECT_BYTES,
+		IDEM_MAX_BODY_BYTES, IDEM_MAX_REF_BYTES, IDEM_MAX_LIST_ITEMS,
 		IDEM_DEFAULT_MAX_CONNECTIONS, IDEM_DEFAULT_IDLE_TIMEOUT_MS,
 		IDEM_DEFAULT_INFLIGHT_WAIT_MS
 	};
@@ -1700,7 +1708,7 @@ protocol_doc_matches_spec(void **state)
 	spec_list(spec, "Conflict reasons:", &reasons);
 	spec_ops(spec, &ops);
 	spec_task_fields(spec, &fields);
-	/* The extraction itself must have found what SPEC.md is known to hold. */
+	/* The extraction must have found what SPEC.md is known to hold. */
 	assert_true(codes.count >= 14);
 	assert_true(names_has(&codes, "invalid_json"));
 	assert_true(names_has(&codes, "internal"));
