@@ -54,6 +54,7 @@ static struct journaler {
 	pthread_mutex_t	 lock;
 	pthread_cond_t	 wake;
 	uint64_t	 checkpoint_segment;	/* to do; 0: nothing */
+	uint64_t	 rotate_after;		/* after a failed rotation */
 	int		 checkpoint_busy;
 	int		 checkpoint_stop;
 } journaler;
@@ -122,7 +123,8 @@ journaler_maybe_rotate(struct idemd *d)
 	char	*cause = NULL;
 	int	 busy;
 
-	if (d->journal.size < d->segment_bytes)
+	if (d->journal.size < d->segment_bytes ||
+	    d->journal.size < journaler.rotate_after)
 		return;
 	pthread_mutex_lock(&journaler.lock);
 	busy = journaler.checkpoint_busy;
@@ -132,8 +134,12 @@ journaler_maybe_rotate(struct idemd *d)
 	if (journal_rotate(&d->journal, &cause) != 0) {
 		log_warnx("%s; going on with the current segment", cause);
 		free(cause);
+		/* Not again every round: after another eighth of a segment. */
+		journaler.rotate_after = d->journal.size +
+		    d->segment_bytes / 8;
 		return;
 	}
+	journaler.rotate_after = 0;
 	journaler.durable_segment = d->journal.segment;
 	journaler.durable_size = d->journal.size;
 	pthread_mutex_lock(&journaler.lock);
@@ -205,6 +211,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *), void *arg)
 	journaler.checkpoint_segment = 0;
 	journaler.checkpoint_busy = 0;
 	journaler.checkpoint_stop = 0;
+	journaler.rotate_after = 0;
 	atomic_store(&journaler.stop, 0);
 	pthread_mutex_init(&journaler.lock, NULL);
 	pthread_cond_init(&journaler.wake, NULL);

@@ -384,6 +384,13 @@ main(int argc, char **argv)
 	unlink(d.socket_path);
 	if (d.seg.header != NULL)
 		idemd_close_state(&d);
+	close(d.listen_fd);
+	close(d.kick_fd);
+	close(d.inbox_fd);
+	close(d.reports_fd);
+	close(d.root_fd);
+	free(d.socket_path);
+	free(d.root_real);
 	log_info("stopped");
 	return status;
 }

@@ -40,6 +40,9 @@ struct master {
 	unsigned		 burst;
 	struct event		*respawn_ev;
 	struct event		*reopen_ev;
+	struct shm_counters	 saved_counters;	/* across a reopen */
+	int64_t			 saved_started_at_ms;
+	int			 have_saved;
 };
 
 static int
@@ -157,7 +160,8 @@ master_child(evutil_socket_t fd, short events, void *arg)
 		if (WIFSIGNALED(status))
 			log_warnx("worker %u (pid %ld) killed by signal %d",
 			    i, (long)pid, WTERMSIG(status));
-		else if (WEXITSTATUS(status) != 0 || !m->stopping)
+		else if (WEXITSTATUS(status) != 0 ||
+		    (!m->stopping && !m->reopening))
 			log_warnx("worker %u (pid %ld) exited with status %d",
 			    i, (long)pid, WEXITSTATUS(status));
 		/* Its claims lapse now; waiters elsewhere must look again. */
@@ -211,7 +215,14 @@ master_reopen(evutil_socket_t fd, short events, void *arg)
 		return;
 	journaler_stop();
 	journaler_durable(&segment, &size);
-	idemd_close_state(d);
+	/* Counters and uptime describe the broker, not the segment: keep them. */
+	if (d->seg.header != NULL) {
+		memcpy(&m->saved_counters, &d->seg.header->counters,
+		    sizeof m->saved_counters);
+		m->saved_started_at_ms = d->seg.header->started_at_ms;
+		m->have_saved = 1;
+		idemd_close_state(d);
+	}
 	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
 	if (journal_cut(dir, segment, size, &cause) != 0 ||
 	    idemd_open_state(d, &cause) != 0) {
@@ -220,6 +231,12 @@ master_reopen(evutil_socket_t fd, short events, void *arg)
 		free(cause);
 		evtimer_add(m->reopen_ev, &one_second);
 		return;
+	}
+	if (m->have_saved) {
+		memcpy(&d->seg.header->counters, &m->saved_counters,
+		    sizeof m->saved_counters);
+		d->seg.header->started_at_ms = m->saved_started_at_ms;
+		m->have_saved = 0;
 	}
 	if (journaler_start(d, master_broadcast, m) != 0)
 		fatal("restarting the journaling thread");
@@ -261,7 +278,9 @@ master_terminate(evutil_socket_t fd, short events, void *arg)
 		return;
 	log_info("signal %d: draining", (int)fd);
 	m->stopping = 1;
-	atomic_store(&m->d->seg.header->shutting_down, 1);
+	/* During a failed reopen there is no segment (and no worker). */
+	if (m->d->seg.header != NULL)
+		atomic_store(&m->d->seg.header->shutting_down, 1);
 	for (i = 0; i < m->d->worker_count; i++) {
 		if (m->pids[i] != 0)
 			kill(m->pids[i], SIGTERM);

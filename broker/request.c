@@ -88,7 +88,7 @@ request_parse(const char *line, size_t length, struct request_error *err)
 	 * refused as invalid_request naming the field, as the contract says.
 	 */
 	request = json_loadb(line, length, JSON_REJECT_DUPLICATES |
-	    JSON_ALLOW_NUL, &error);
+	    JSON_ALLOW_NUL | JSON_DECODE_ANY, &error);
 	if (request == NULL) {
 		if (json_error_code(&error) == json_error_invalid_utf8)
 			request_error_set(err, "invalid_utf8", NULL,
@@ -123,10 +123,15 @@ request_known_keys(json_t *object, const char *path,
 				break;
 		}
 		if (*a == NULL) {
-			if (path[0] != '\0')
+			if (path[0] != '\0') {
+				char	field[sizeof err->field];
+
+				snprintf(field, sizeof field, "%s.%s", path,
+				    key);
 				return request_error_set(err,
-				    "invalid_request", path,
+				    "invalid_request", field,
 				    "%s has no field \"%.64s\"", path, key);
+			}
 			return request_error_set(err, "invalid_request", key,
 			    "unknown field \"%.64s\"", key);
 		}

@@ -39,6 +39,17 @@ struct conn {
 static void	conn_process(struct conn *);
 static void	conn_free(struct conn *);
 
+/*
+ * Open connections are counted for the whole broker (--max-connections)
+ * and per worker, so that the master can give back a dead worker's.
+ */
+static void
+connections_sub(struct worker *w, uint32_t n)
+{
+	atomic_fetch_sub(&w->d->seg.header->workers[w->index].connections, n);
+	atomic_fetch_sub(&w->d->seg.header->connections, n);
+}
+
 /* Draining ends when no connection is left and no request runs. */
 static void
 worker_maybe_exit(struct worker *w)
@@ -344,10 +355,9 @@ op_hello(struct conn *c, json_t *id)
 	json_object_set_new(reply, "version", json_string(PACKAGE_VERSION));
 	json_object_set_new(reply, "protocol",
 	    json_integer(IDEM_PROTOCOL_VERSION));
+	/* The schemas a client may name in write_task's digest_schema. */
 	schemas = json_array();
 	json_array_append_new(schemas, json_string(IDEM_SCHEMA_WRITE_TASK_V1));
-	json_array_append_new(schemas,
-	    json_string(IDEM_SCHEMA_WRITE_REPORT_V1));
 	json_object_set_new(reply, "digest_schemas", schemas);
 	conn_send(c, reply);
 }
@@ -371,22 +381,28 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	if (id != NULL && (json_is_object(id) || json_is_array(id))) {
 		request_error_set(&err, "invalid_request", "id",
 		    "id must be a JSON scalar");
-		conn_send(c, reply_error(&err, NULL));
-		goto out;
+		id = NULL;
+		goto refuse;
 	}
 	op = json_object_get(request, "op");
 	if (!json_is_string(op)) {
 		request_error_set(&err, "invalid_request", "op",
 		    "op is required and must be a string");
-		conn_send(c, reply_error(&err, id));
-		goto out;
+		goto refuse;
 	}
 	name = json_string_value(op);
+	/* "hello\u0000x" is not hello. */
+	if (strlen(name) != json_string_length(op)) {
+		request_error_set(&err, "unknown_op", "op",
+		    "unknown op (it contains a NUL character)");
+		goto refuse;
+	}
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    strcmp(name, "hello") != 0) {
-		conn_send(c, reply_error_simple(id, "shutting_down", 1,
-		    "idemd is shutting down"));
-		goto out;
+		request_error_set(&err, "shutting_down", NULL,
+		    "idemd is shutting down");
+		err.retryable = 1;
+		goto refuse;
 	}
 	if (strcmp(name, "hello") == 0)
 		op_hello(c, id);
@@ -403,9 +419,13 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	else {
 		request_error_set(&err, "unknown_op", "op",
 		    "unknown op \"%.64s\"", name);
-		conn_send(c, reply_error(&err, id));
+		goto refuse;
 	}
-out:
+	json_decref(request);
+	return;
+refuse:
+	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
+	conn_send(c, reply_error(&err, id));
 	json_decref(request);
 }
 
@@ -505,7 +525,7 @@ conn_free(struct conn *c)
 		c->running->conn = NULL;	/* it completes; no reply */
 	TAILQ_REMOVE(&w->conns, c, entry);
 	w->conn_count--;
-	atomic_fetch_sub(&w->d->seg.header->connections, 1);
+	connections_sub(w, 1);
 	bufferevent_free(c->bev);
 	free(c);
 	worker_maybe_exit(w);
@@ -513,7 +533,7 @@ conn_free(struct conn *c)
 
 /*
  * One connection too many: say so in one line (best effort: the socket is
- * new, so its buffer has room) and close.  The count was taken; give it back.
+ * new, so its buffer has room) and close.
  */
 static void
 conn_refuse(struct worker *w, int s)
@@ -521,7 +541,6 @@ conn_refuse(struct worker *w, int s)
 	char	line[256];
 	int	n;
 
-	atomic_fetch_sub(&w->d->seg.header->connections, 1);
 	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
 	    "\"error\":{\"code\":\"internal\",\"message\":\"too many "
 	    "connections (at most %d); retry later\",\"retryable\":true}}\n",
@@ -559,11 +578,14 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		}
 		if (atomic_fetch_add(&w->d->seg.header->connections, 1) >=
 		    (uint32_t)w->d->max_connections) {
+			atomic_fetch_sub(&w->d->seg.header->connections, 1);
 			conn_refuse(w, s);
 			continue;
 		}
+		atomic_fetch_add(&w->d->seg.header->workers[w->index].connections,
+		    1);
 		if ((c = calloc(1, sizeof *c)) == NULL) {
-			atomic_fetch_sub(&w->d->seg.header->connections, 1);
+			connections_sub(w, 1);
 			close(s);
 			continue;
 		}
@@ -575,7 +597,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		c->bev = bufferevent_socket_new(w->base, s,
 		    BEV_OPT_CLOSE_ON_FREE);
 		if (c->bev == NULL) {
-			atomic_fetch_sub(&w->d->seg.header->connections, 1);
+			connections_sub(w, 1);
 			close(s);
 			free(c);
 			continue;

@@ -22,4 +22,7 @@ registry_exit(struct shm_segment *seg, unsigned index)
 	/* Bump first: from here on no claim of the dead worker is live. */
 	atomic_fetch_add(&w->generation, 1);
 	atomic_store(&w->pid, 0);
+	/* Its connections died with it. */
+	atomic_fetch_sub(&seg->header->connections,
+	    atomic_exchange(&w->connections, 0));
 }

@@ -103,7 +103,8 @@ struct shm_worker {
 	_Atomic uint32_t	generation;	/* bumped by the master at each (re)start */
 	_Atomic int32_t		pid;		/* 0: no live worker */
 	_Atomic uint64_t	requests;
-	char			pad[SHM_CACHELINE_BYTES - 16];
+	_Atomic uint32_t	connections;	/* open: given back if it dies */
+	char			pad[SHM_CACHELINE_BYTES - 20];
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 struct shm_counters {

@@ -204,8 +204,8 @@ harness_stop(struct broker *b)
 			;
 		close(fd);
 		if (n == 0) {
-			fprintf(stderr, "harness: idemd %ld still running %d ms "
-			    "after SIGTERM; killing it\n", (long)b->pid,
+			fprintf(stderr, "harness: idemd %ld still running "
+			    "%d ms after SIGTERM; killing it\n", (long)b->pid,
 			    HARNESS_STOP_TIMEOUT_MS);
 			harness_kill(b);
 			return -1;

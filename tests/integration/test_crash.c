@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -33,6 +34,7 @@
 /* Calls to make while waiting for the master to replace a worker. */
 #define TEST_RESPAWN_CALLS	100000
 #define TEST_MAX_WORKERS	64
+#define TEST_CONCURRENT_RETRIES	8
 /* Start-and-stop cycles that look for a lost SIGTERM. */
 #define TEST_STOP_TRIES		40
 #define TEST_ID			"crash/run-1"
@@ -284,6 +286,33 @@ assert_file_digest(const struct broker *b, const char *relpath,
 	assert_string_equal(hex, expected);
 }
 
+/* The file's front matter agrees with the receipt (adopted or written). */
+static void
+assert_front_matter(const struct broker *b, const char *relpath,
+    json_t *reply)
+{
+	char	*data, *end, line[256];
+
+	data = harness_read(b, relpath);
+	assert_non_null(data);
+	end = strstr(data, "\n---\n");
+	assert_non_null(end);
+	end[1] = '\0';
+	snprintf(line, sizeof line, "\ntask_id: \"%s\"\n",
+	    receipt_str(reply, "task_id"));
+	assert_non_null(strstr(data, line));
+	snprintf(line, sizeof line, "\ncreated_at: \"%s\"\n",
+	    receipt_str(reply, "created_at"));
+	assert_non_null(strstr(data, line));
+	snprintf(line, sizeof line, "\nclient_submission_id: \"%s\"\n",
+	    receipt_str(reply, "client_submission_id"));
+	assert_non_null(strstr(data, line));
+	snprintf(line, sizeof line, "\nrequest_digest: \"%s\"\n",
+	    receipt_str(reply, "request_digest"));
+	assert_non_null(strstr(data, line));
+	free(data);
+}
+
 static void
 move_file(const struct broker *b, const char *from, const char *to)
 {
@@ -327,6 +356,7 @@ retry_and_check(struct broker *b, const struct crash_case *cc)
 	assert_int_equal(harness_count_tasks(b), 1);
 	assert_true(path_exists(b, path));
 	assert_file_digest(b, path, receipt_str(retry, "file_digest"));
+	assert_front_matter(b, path, retry);
 
 	again = submit(b, TEST_ID, TEST_SUBJECT);
 	assert_outcome(again, "reused", 0, 0);
@@ -476,7 +506,8 @@ idle_worker_killed(void **state)
 {
 	struct broker		*b = *state;
 	struct idem_conn	*c;
-	pid_t			 before[TEST_MAX_WORKERS], now[TEST_MAX_WORKERS];
+	pid_t			 before[TEST_MAX_WORKERS];
+	pid_t			 now[TEST_MAX_WORKERS];
 	json_t			*reply;
 	int			 n, m = 0, i;
 
@@ -694,6 +725,7 @@ moved_after_crash(struct broker *b, const struct crash_case *cc,
 	assert_outcome(reply, "reused", 0, 1);
 	assert_string_equal(receipt_str(reply, "task_id"), id);
 	assert_file_digest(b, to, receipt_str(reply, "file_digest"));
+	assert_front_matter(b, to, reply);
 	json_decref(reply);
 	assert_false(path_exists(b, from));
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -724,6 +756,101 @@ created_then_moved_to_history(void **state)
 {
 	moved_after_crash(*state, &after_task_created_durable,
 	    1);
+}
+
+/* ---- Concurrent retries after a crash ------------------------------------ */
+
+struct racer {
+	struct idem_conn	*conn;
+	pthread_barrier_t	*barrier;
+	json_t			*reply;
+};
+
+static void *
+racer_run(void *arg)
+{
+	struct racer	*r = arg;
+
+	/* Connected already: the barrier releases only the requests. */
+	pthread_barrier_wait(r->barrier);
+	r->reply = harness_call(r->conn, harness_write_task(TEST_ID,
+	    TEST_SUBJECT));
+	return NULL;
+}
+
+/*
+ * Many clients retry the interrupted submission at once: exactly one of
+ * them finishes the recovery (its disposition by the crash point, with
+ * "recovered"), all the others get reused, and all hold one receipt.
+ */
+static void
+concurrent_retries_after_crash(struct broker *b, const struct crash_case *cc)
+{
+	struct racer		 r[TEST_CONCURRENT_RETRIES];
+	pthread_t		 threads[TEST_CONCURRENT_RETRIES];
+	pthread_barrier_t	 barrier;
+	char			*first = NULL, *text;
+	int			 i, recovered = 0;
+
+	start_crashing(b, "IDEM_CRASH_AT", cc->point);
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	start(b);
+
+	pthread_barrier_init(&barrier, NULL, TEST_CONCURRENT_RETRIES);
+	for (i = 0; i < TEST_CONCURRENT_RETRIES; i++) {
+		r[i].conn = harness_connect(b);
+		assert_non_null(r[i].conn);
+		r[i].barrier = &barrier;
+		r[i].reply = NULL;
+	}
+	for (i = 0; i < TEST_CONCURRENT_RETRIES; i++)
+		assert_int_equal(pthread_create(&threads[i], NULL, racer_run,
+		    &r[i]), 0);
+	for (i = 0; i < TEST_CONCURRENT_RETRIES; i++)
+		pthread_join(threads[i], NULL);
+	pthread_barrier_destroy(&barrier);
+
+	for (i = 0; i < TEST_CONCURRENT_RETRIES; i++) {
+		assert_non_null(r[i].reply);
+		if (json_object_get(r[i].reply, "recovered") != NULL) {
+			assert_outcome(r[i].reply, cc->disposition,
+			    cc->action_taken, 1);
+			recovered++;
+		} else
+			assert_outcome(r[i].reply, "reused", 0, 0);
+		text = harness_receipt_text(r[i].reply);
+		if (first == NULL)
+			first = text;
+		else {
+			assert_string_equal(text, first);
+			free(text);
+		}
+		json_decref(r[i].reply);
+		idem_close(r[i].conn);
+	}
+	assert_int_equal(recovered, 1);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(first);
+	finish(b);
+}
+
+static void
+concurrent_retries_after_reserve_durable(void **state)
+{
+	concurrent_retries_after_crash(*state, &after_reserve_durable);
+}
+
+static void
+concurrent_retries_after_task_file_linked(void **state)
+{
+	concurrent_retries_after_crash(*state, &after_task_file_linked);
+}
+
+static void
+concurrent_retries_after_task_created_durable(void **state)
+{
+	concurrent_retries_after_crash(*state, &after_task_created_durable);
 }
 
 /* ---- Numbers across a crash ---------------------------------------------- */
@@ -790,6 +917,9 @@ main(void)
 		T(linked_then_moved_to_history),
 		T(created_then_moved_to_done),
 		T(created_then_moved_to_history),
+		T(concurrent_retries_after_reserve_durable),
+		T(concurrent_retries_after_task_file_linked),
+		T(concurrent_retries_after_task_created_durable),
 		T(reserved_number_kept_across_crash),
 		T(sigterm_soon_after_start_stops),
 		T(sigterm_soon_after_respawn_stops),

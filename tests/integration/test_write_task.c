@@ -390,8 +390,8 @@ created_then_reused_with_identical_receipt(void **state)
 	struct idem_task t;
 	json_t		*first, *second;
 	char		*r1, *r2, *fm, hex[65], digest[IDEM_DIGEST_HEX_SIZE];
-	char		 value[128], today[9];
-	const char	*task_id, *task_path;
+	char		 value[128], today[9], expected[2048], *data;
+	const char	*task_id, *task_path, *at;
 
 	harness_today(today);
 	start(b, NULL);
@@ -436,6 +436,36 @@ created_then_reused_with_identical_receipt(void **state)
 	assert_true(has_line(fm, "created_at", value));
 	assert_true(has_line(fm, "type", "\"TASK\""));
 	free(fm);
+
+	/* The whole file, laid out as SPEC.md's "TASK file" shows. */
+	data = harness_read(b, task_path);
+	assert_non_null(data);
+	at = receipt_str(first, "created_at");
+	snprintf(expected, sizeof expected,
+	    "---\n"
+	    "protocol: \"fcop\"\n"
+	    "version: 1\n"
+	    "type: \"TASK\"\n"
+	    "task_id: \"%s\"\n"
+	    "sender: \"PM\"\n"
+	    "recipient: \"DEV\"\n"
+	    "subject: \"Fix login\"\n"
+	    "priority: \"P2\"\n"
+	    "risk_level: \"low\"\n"
+	    "thread_key: null\n"
+	    "parent: null\n"
+	    "references: []\n"
+	    "depends_on: []\n"
+	    "created_at: \"%s\"\n"
+	    "client_submission_id: \"run-42/step-3\"\n"
+	    "digest_schema: \"write-task-v1\"\n"
+	    "request_digest: \"%s\"\n"
+	    "transitions: [{\"at\":\"%s\",\"from\":null,\"to\":\"inbox\","
+	    "\"by\":\"PM\",\"tool\":\"write_task\"}]\n"
+	    "---\n"
+	    TEST_BODY, task_id, at, digest, at);
+	assert_string_equal(data, expected);
+	free(data);
 
 	free(r1);
 	free(r2);
@@ -601,7 +631,8 @@ request_digest_checked(void **state)
 {
 	struct broker	*b = *state;
 	struct idem_task t;
-	char		 digest[IDEM_DIGEST_HEX_SIZE], wrong[IDEM_DIGEST_HEX_SIZE];
+	char		 digest[IDEM_DIGEST_HEX_SIZE];
+	char		 wrong[IDEM_DIGEST_HEX_SIZE];
 	json_t		*request, *reply;
 
 	harness_task(&t, "Digest given");
@@ -968,9 +999,13 @@ two_calls_one_in_flight(struct broker *b, const char *id, int fds[2])
 	struct pollfd	 pfd[2];
 	json_t		*reply;
 	char		*line;
-	int		 i, n, in_flight;
+	int		 i, n, in_flight, status;
 
+	/* The master is our child: waitpid says when all of it has stopped. */
 	assert_int_equal(kill(b->pid, SIGSTOP), 0);
+	while (waitpid(b->pid, &status, WUNTRACED) == -1)
+		assert_int_equal(errno, EINTR);
+	assert_true(WIFSTOPPED(status));
 	for (i = 0; i < 2; i++) {
 		fds[i] = harness_raw_connect(b);
 		assert_true(fds[i] != -1);
@@ -1117,7 +1152,8 @@ unknown_op_echoes_id(void **state)
 	start(b, NULL);
 	c = harness_connect(b);
 	assert_non_null(c);
-	reply = harness_call_line(c, "{\"op\":\"frobnicate\",\"id\":\"req-9\"}");
+	reply = harness_call_line(c,
+	    "{\"op\":\"frobnicate\",\"id\":\"req-9\"}");
 	assert_non_null(reply);
 	assert_error(reply, "unknown_op", 0);
 	assert_string_equal(str(reply, "id"), "req-9");
