@@ -121,6 +121,34 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 	}
 }
 
+/*
+ * The name must be new to the whole workspace, not only to the directory
+ * it is linked in: an FCoP tool may have moved another writer's file of
+ * that name to another stage.  A name found anywhere is EEXIST.
+ */
+static int
+fileio_write(struct fileio_job *job)
+{
+	char	id[sizeof job->name], path[IDEM_MAX_TASK_PATH_BYTES];
+	size_t	n = strlen(job->name);
+	int	found;
+
+	if (job->root_fd != -1 && n > 3) {
+		memcpy(id, job->name, n - 3);		/* without ".md" */
+		id[n - 3] = '\0';
+		if ((found = taskfile_find(job->root_fd, id, path,
+		    sizeof path)) != 0) {
+			if (found > 0)
+				errno = EEXIST;
+			asprintf(&job->cause, "%s: %s", job->name, found > 0 ?
+			    path : strerror(errno));
+			return -1;
+		}
+	}
+	return taskfile_write_linked(job->dir_fd, job->name, job->data,
+	    job->length, job->crash_points, &job->cause);
+}
+
 static void *
 fileio_thread(void *arg)
 {
@@ -137,8 +165,7 @@ fileio_thread(void *arg)
 		TAILQ_REMOVE(&io->queue, job, entry);
 		pthread_mutex_unlock(&io->lock);
 
-		job->result = taskfile_write_linked(job->dir_fd, job->name,
-		    job->data, job->length, job->crash_points, &job->cause);
+		job->result = fileio_write(job);
 		job->error = job->result == 0 ? 0 : errno;
 
 		pthread_mutex_lock(&io->lock);

@@ -187,6 +187,10 @@ int	taskfile_write_linked(int dir_fd, const char *name, const void *data,
 int	taskfile_find(int root_fd, const char *id, char *relpath,
 	    size_t relpath_size);
 
+/* "TASK-YYYYMMDD-NNN-..." or "REPORT-...": 1 and its kind, date, number. */
+int	taskfile_parse_name(const char *name, enum subtab_kind *,
+	    uint32_t *date, uint32_t *seq);
+
 /* fsync the file at relpath, then its directory. */
 int	taskfile_sync_path(int root_fd, const char *relpath);
 

@@ -248,6 +248,14 @@ master_reopen(evutil_socket_t fd, short events, void *arg)
 	log_info("state reopened from the journal; serving again");
 }
 
+static void
+master_watch(evutil_socket_t fd, short events, void *arg)
+{
+	struct master	*m = arg;
+
+	watch_read(m->d, fd);
+}
+
 /* SIGUSR1: the journaling thread reports a failure. */
 static void
 master_journal_failed(evutil_socket_t fd, short events, void *arg)
@@ -293,7 +301,8 @@ int
 master_run(struct idemd *d)
 {
 	struct master	 m;
-	struct event	*sigchld, *sigterm, *sigint, *sigusr1;
+	struct event	*sigchld, *sigterm, *sigint, *sigusr1, *watch_ev = NULL;
+	int		 watch_fd;
 	unsigned	 i;
 
 	memset(&m, 0, sizeof m);
@@ -316,6 +325,13 @@ master_run(struct idemd *d)
 	event_add(sigterm, NULL);
 	event_add(sigint, NULL);
 	event_add(sigusr1, NULL);
+
+	if ((watch_fd = watch_start(d)) != -1) {
+		watch_ev = event_new(m.base, watch_fd, EV_READ | EV_PERSIST,
+		    master_watch, &m);
+		if (watch_ev == NULL || event_add(watch_ev, NULL) != 0)
+			fatalx("cannot watch the workspace");
+	}
 
 	/* Workers first: fork before the journaling thread exists. */
 	for (i = 0; i < d->worker_count; i++) {
@@ -341,6 +357,10 @@ master_run(struct idemd *d)
 	event_free(m.respawn_ev);
 	event_free(m.reopen_ev);
 	event_free(sigusr1);
+	if (watch_ev != NULL) {
+		event_free(watch_ev);
+		close(watch_fd);
+	}
 	event_base_free(m.base);
 	pthread_mutex_destroy(&m.fds_lock);
 	return d->seg.header == NULL ||

@@ -430,6 +430,7 @@ sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 		return;
 	}
 	snprintf(job->name, sizeof job->name, "%s.md", s->name);
+	job->root_fd = idemd_of(p)->root_fd;
 	job->dir_fd = s->ops->dir_fd(idemd_of(p));
 	job->crash_points = s->ops->crash_points;
 	job->done = done;

@@ -1220,3 +1220,33 @@ taskfile_sync_path(int root_fd, const char *relpath)
 	close(fd);
 	return (rc);
 }
+
+/* "TASK-YYYYMMDD-NNN-..." or "REPORT-YYYYMMDD-NNN-...": 1 and its parts. */
+int
+taskfile_parse_name(const char *name, enum subtab_kind *kind, uint32_t *date,
+    uint32_t *seq)
+{
+	const char	*p;
+	uint64_t	 value;
+	int		 i;
+
+	if (strncmp(name, "TASK-", 5) == 0) {
+		*kind = SUBTAB_KIND_TASK;
+		p = name + 5;
+	} else if (strncmp(name, "REPORT-", 7) == 0) {
+		*kind = SUBTAB_KIND_REPORT;
+		p = name + 7;
+	} else
+		return (0);
+	for (i = 0, value = 0; i < 8; i++, p++) {
+		if (*p < '0' || *p > '9')
+			return (0);
+		value = value * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p++ != '-')
+		return (0);
+	*date = (uint32_t)value;
+	*seq = 0;
+	taskfile_note_name(p, "", 0, seq);
+	return (*seq > 0);
+}

@@ -52,6 +52,10 @@ int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 /* master.c */
 int	master_run(struct idemd *);
 
+/* watch.c */
+int	watch_start(struct idemd *);
+void	watch_read(struct idemd *, int fd);
+
 /* journaler.c: the master's journaling thread */
 int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
 void	journaler_stop(void);
@@ -62,6 +66,7 @@ void	journaler_durable(uint64_t *segment, uint64_t *size);
 #define FILEIO_THREADS	8
 #define FILEIO_DIRS	4	/* directories with shared sync rounds */
 struct fileio_job {
+	int			 root_fd;	/* -1: no workspace-wide check */
 	int			 dir_fd;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
 	char			*data;

@@ -57,6 +57,27 @@ out:
 	return rc;
 }
 
+/*
+ * A number another FCoP writer used for the current date, seen after the
+ * start-up scan (the master watches the directories): skip it too.
+ */
+void
+seqalloc_note_seen(struct shm_segment *seg, enum subtab_kind kind,
+    uint32_t date, uint32_t seq)
+{
+	struct seqalloc_state	*st;
+
+	if (kind < 1 || kind > SUBTAB_KIND_COUNT)
+		return;
+	if (shm_lock(seg, &seg->header->alloc_lock, seqalloc_repair,
+	    "allocator") != 0)
+		return;
+	st = &seg->header->alloc[kind - 1];
+	if (date == st->date && seq >= st->next_seq)
+		st->next_seq = seq + 1;
+	shm_unlock(&seg->header->alloc_lock);
+}
+
 void
 seqalloc_note_used(struct shm_segment *seg, enum subtab_kind kind,
     uint32_t date, uint32_t seq)

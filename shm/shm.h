@@ -298,6 +298,9 @@ int	 seqalloc_next(struct shm_segment *, enum subtab_kind, uint32_t today,
 /* Replay: a number seen in the journal is used. */
 void	 seqalloc_note_used(struct shm_segment *, enum subtab_kind,
 	    uint32_t date, uint32_t seq);
+/* Serving: a number another writer used on disk (takes the lock). */
+void	 seqalloc_note_seen(struct shm_segment *, enum subtab_kind,
+	    uint32_t date, uint32_t seq);
 
 /* handoff.c: the ring of encoded journal records, workers to journaler. */
 int	 handoff_repair(struct shm_segment *);

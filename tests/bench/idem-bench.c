@@ -36,6 +36,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -94,6 +95,7 @@
 #define BENCH_FSYNC_PROBE_BYTES	4096
 #define BENCH_WARM_STARTS	3
 #define BENCH_START_TIMEOUT_MS	300000	/* a broker replaying a big journal */
+#define BENCH_STOP_TIMEOUT_MS	30000
 #define BENCH_JOURNAL_BUF_BYTES	(4 * 1024 * 1024)
 
 #define BENCH_MAX_CLIENT_COUNTS	8
@@ -194,6 +196,8 @@ static struct {
 /* This run's directory; short enough that every path under it fits. */
 static char	top[1024];
 static char	id_prefix[64];		/* makes ids unique per run */
+/* Other work on the machine skews everything: say how much there was. */
+static double	load_start[3], load_end[3];
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -514,23 +518,43 @@ broker_start(struct broker *b, const char *root, uint32_t capacity,
 	return -1;
 }
 
-static void
+/*
+ * SIGTERM and wait for the exit, at most BENCH_STOP_TIMEOUT_MS (a pidfd
+ * to poll, not a sleep).  -1 if it exited abnormally or had to be killed:
+ * a broker that does not drain is a finding, not noise.
+ */
+static int
 broker_stop(struct broker *b)
 {
-	char	path[PATH_MAX + 32];
-	int	status, fd;
+	struct pollfd	pfd;
+	char		path[PATH_MAX + 32];
+	int		status, fd, rv = 0;
 
 	if (b->pid == 0)
-		return;
+		return 0;
+	pfd.fd = (int)syscall(SYS_pidfd_open, b->pid, 0);
+	pfd.events = POLLIN;
 	kill(b->pid, SIGTERM);
+	if (pfd.fd != -1) {
+		if (poll(&pfd, 1, BENCH_STOP_TIMEOUT_MS) == 0) {
+			warnx("idemd on %s did not exit within %d ms of "
+			    "SIGTERM: killing it", b->root,
+			    BENCH_STOP_TIMEOUT_MS);
+			print_log_tail(b->log);
+			kill(b->pid, SIGKILL);
+			rv = -1;
+		}
+		close(pfd.fd);
+	}
 	while (waitpid(b->pid, &status, 0) == -1) {
 		if (errno != EINTR)
 			err(1, "waitpid");
 	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+	if (rv == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
 		warnx("idemd on %s exited abnormally (status 0x%x)", b->root,
 		    status);
 		print_log_tail(b->log);
+		rv = -1;
 	}
 	b->pid = 0;
 	/*
@@ -543,6 +567,7 @@ broker_stop(struct broker *b)
 			;
 		close(fd);
 	}
+	return rv;
 }
 
 struct broker_stats {
@@ -1349,7 +1374,10 @@ run_idem(const char *name, int clients, size_t total_ops, size_t ids,
 		storm_verdict(r, &b, &s, job.storm_ids, clients);
 		munmap(job.storm_ids, ids_bytes);
 	}
-	broker_stop(&b);
+	if (broker_stop(&b) != 0) {
+		r->failed = 1;
+		result_note(r, "idemd did not stop cleanly on SIGTERM");
+	}
 }
 
 /* ---- reference: the disk limit ---------------------------------------- */
@@ -2081,14 +2109,20 @@ run_replay(size_t n)
 	replay.verified = broker_stats(b.socket, &st) == 0 &&
 	    st.table_used == (int64_t)n && broker_committed(b.socket, first) &&
 	    broker_committed(b.socket, last);
-	broker_stop(&b);
+	if (broker_stop(&b) != 0) {
+		r->failed = 1;
+		result_note(r, "idemd did not stop cleanly on SIGTERM");
+	}
 	for (i = 0; i < BENCH_WARM_STARTS; i++) {
 		if (broker_start(&b, root, capacity, &replay.warm_s[i]) != 0) {
 			r->failed = 1;
 			result_note(r, "idemd did not restart");
 			return;
 		}
-		broker_stop(&b);
+		if (broker_stop(&b) != 0) {
+			r->failed = 1;
+			result_note(r, "idemd did not stop cleanly on SIGTERM");
+		}
 		sorted[i] = replay.warm_s[i];
 	}
 	qsort(sorted, BENCH_WARM_STARTS, sizeof sorted[0], cmp_double);
@@ -2237,12 +2271,17 @@ print_table(void)
 		if (r->records > 0)
 			printf(" %10.3f", (double)r->fsyncs /
 			    (double)r->records);
+		else if (r->records == 0)
+			printf(" %6" PRId64 "/0   ", r->fsyncs);
 		else
 			printf(" %10s", "-");
 		printf("  %s%s\n", r->failed ? "[FAILED] " : "", r->note);
 	}
+	printf("\nload average (1 min): %.2f at the start, %.2f at the end "
+	    "(%ld cpus)\n", load_start[0], load_end[0],
+	    sysconf(_SC_NPROCESSORS_ONLN));
 	if (probe.ran)
-		printf("\n4 KiB append + fdatasync: median %.3f ms, p99 %.3f "
+		printf("4 KiB append + fdatasync: median %.3f ms, p99 %.3f "
 		    "ms\n", probe.median_ms, probe.p99_ms);
 	if (storm.ran)
 		printf("storm (64 clients x 100 ids): %s\n", storm.pass ?
@@ -2281,6 +2320,8 @@ print_json(void)
 	json_object_set_new(doc, "cpus", json_integer(sysconf(
 	    _SC_NPROCESSORS_ONLN)));
 	json_object_set_new(doc, "dir", json_string(top));
+	json_object_set_new(doc, "load_start", json_number(load_start[0]));
+	json_object_set_new(doc, "load_end", json_number(load_end[0]));
 	list = json_array();
 	for (i = 0; i < result_count; i++) {
 		r = &results[i];
@@ -2340,6 +2381,27 @@ print_json(void)
 	json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
 	putchar('\n');
 	json_decref(doc);
+}
+
+/* One line per finished run on stderr, so a long run shows its progress. */
+static void
+report_progress(void)
+{
+	static size_t		 reported;
+	const struct result	*r;
+
+	for (; reported < result_count; reported++) {
+		r = &results[reported];
+		if (r->skipped)
+			fprintf(stderr, "%s K=%d: %s\n", r->name, r->clients,
+			    r->note);
+		else
+			fprintf(stderr, "%s K=%d: %" PRIu64 " ops in %.2f s: "
+			    "%.1f ops/s, p50 %.3f p99 %.3f p999 %.3f ms%s%s\n",
+			    r->name, r->clients, r->ops, r->seconds,
+			    r->ops_per_s, r->p50_ms, r->p99_ms, r->p999_ms,
+			    r->note[0] != '\0' ? "; " : "", r->note);
+	}
 }
 
 /* ---- options and main --------------------------------------------------- */
@@ -2504,7 +2566,7 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct utsname	 u;
-	size_t		 create_ops, reuse_ops, reuse_ids, reported = 0;
+	size_t		 create_ops, reuse_ops, reuse_ids;
 	int		 ch, i, k, failed = 0;
 	unsigned	 sc;
 
@@ -2579,10 +2641,12 @@ main(int argc, char **argv)
 	snprintf(id_prefix, sizeof id_prefix, "b%lld-%ld",
 	    (long long)(wall_ms() / 1000), (long)getpid());
 	uname(&u);
-	fprintf(stderr, "idem-bench: %ld cpus, Linux %s, %s on %s, idemd %s%s\n",
-	    sysconf(_SC_NPROCESSORS_ONLN), u.release, top, fs_name(top),
-	    opt.socket != NULL ? "at " : "", opt.socket != NULL ? opt.socket :
-	    opt.idemd);
+	if (getloadavg(load_start, 3) == -1)
+		load_start[0] = NAN;
+	fprintf(stderr, "idem-bench: %ld cpus, Linux %s, %s on %s, load "
+	    "average %.2f, idemd %s%s\n", sysconf(_SC_NPROCESSORS_ONLN),
+	    u.release, top, fs_name(top), load_start[0], opt.socket != NULL ?
+	    "at " : "", opt.socket != NULL ? opt.socket : opt.idemd);
 	if (opt.socket == NULL && access(opt.idemd, X_OK) == -1)
 		err(1, "%s (use --idemd PATH or IDEMD)", opt.idemd);
 
@@ -2602,30 +2666,22 @@ main(int argc, char **argv)
 			run_echo(k, reuse_ops);
 		if (sc & SC_MIXED)
 			run_idem("mixed", k, create_ops, 0, setup_mixed);
-		for (; reported < result_count; reported++) {
-			const struct result *r = &results[reported];
-
-			if (r->skipped)
-				fprintf(stderr, "%s K=%d: %s\n", r->name,
-				    r->clients, r->note);
-			else
-				fprintf(stderr, "%s K=%d: %" PRIu64 " ops in "
-				    "%.2f s: %.1f ops/s, p50 %.3f p99 %.3f "
-				    "p999 %.3f ms%s%s\n", r->name, r->clients,
-				    r->ops, r->seconds, r->ops_per_s, r->p50_ms,
-				    r->p99_ms, r->p999_ms, r->note[0] != '\0' ?
-				    "; " : "", r->note);
-		}
+		report_progress();
 	}
-	if (sc & SC_STORM)
+	if (sc & SC_STORM) {
 		run_idem("storm", BENCH_STORM_CLIENTS, 0, BENCH_STORM_IDS,
 		    setup_storm);
+		report_progress();
+	}
 	if (sc & SC_REPLAY) {
 		if (access(opt.idemd, X_OK) == -1)
 			warn("replay needs an idemd to start: %s", opt.idemd);
 		else
 			run_replay(opt.replay_count);
+		report_progress();
 	}
+	if (getloadavg(load_end, 3) == -1)
+		load_end[0] = NAN;
 
 	compute_targets();
 	if (opt.json)

@@ -87,7 +87,7 @@ struct chaos_id {
 	char	*receipt;	/* the first receipt given (raw); NULL: none */
 	char	 task_id[96];
 	int	 files;		/* TASK files naming it */
-	int	 lost;		/* a receipt for it did not come back as given */
+	int	 lost;		/* a receipt of it did not come back as given */
 };
 
 struct chaos {
@@ -107,7 +107,7 @@ struct chaos {
 	int		 restarts;
 	double		 down_seconds;
 	int		 recovered;	/* answers that finished a creation */
-	int		 new_reused;	/* new ids whose first answer was lost */
+	int		 new_reused;	/* new ids whose first reply was lost */
 	int		 bound;		/* ids that ended created or reused */
 	int		 files;		/* TASK files on disk */
 	int		 duplicates;

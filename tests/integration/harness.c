@@ -2,6 +2,7 @@
  * harness.c: see harness.h.
  */
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -19,7 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "harness.h"
+#include "shm.h"
 
 #define HARNESS_START_TIMEOUT_MS	20000
 #define HARNESS_STOP_TIMEOUT_MS		10000
@@ -167,6 +171,23 @@ wait_root_lock(struct broker *b)
 	close(fd);
 }
 
+/*
+ * A broker killed with SIGKILL leaves its shared-memory segment behind
+ * (the next broker on the same root would replace it, but test roots are
+ * never reused): remove it once every process of the broker is gone.
+ */
+static void
+remove_segment(const struct broker *b)
+{
+	char	 name[64], *real;
+
+	if (sodium_init() < 0 || (real = realpath(b->root, NULL)) == NULL)
+		return;
+	shm_name_for_root(real, name);
+	free(real);
+	(void)shm_unlink(name);
+}
+
 void
 harness_wait_dead(struct broker *b)
 {
@@ -183,6 +204,7 @@ harness_wait_dead(struct broker *b)
 	note_gone(b->pid);
 	b->pid = 0;
 	wait_root_lock(b);
+	remove_segment(b);
 }
 
 int

@@ -35,6 +35,8 @@
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	20000
 #define TEST_CONCURRENT_CALLS	8
+/* Retries of a call answered in_progress before giving up. */
+#define TEST_RETRY_CALLS	100000
 #define TEST_BODY		"Steps:\n1. reproduce\n2. fix\n"
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
@@ -62,8 +64,8 @@ teardown(void **state)
 	if (b->root[0] != '\0')
 		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
 	if (b->pid != 0) {
-		if (b->pid > 0)
-			kill(b->pid, SIGCONT);
+		/* It may have failed with the master stopped (SIGSTOP). */
+		kill(b->pid, SIGCONT);
 		harness_kill(b);
 	}
 	free(b);
@@ -114,7 +116,8 @@ str(json_t *object, const char *key)
 {
 	json_t	*v = json_object_get(object, key);
 
-	assert_true(json_is_string(v));
+	if (!json_is_string(v))
+		fail_msg("\"%s\" is not a string", key);
 	return json_string_value(v);
 }
 
@@ -135,7 +138,8 @@ assert_bool(json_t *object, const char *key, int expected)
 {
 	json_t	*v = json_object_get(object, key);
 
-	assert_true(json_is_boolean(v));
+	if (!json_is_boolean(v))
+		fail_msg("\"%s\" is not a boolean", key);
 	assert_int_equal(json_is_true(v), expected);
 }
 
@@ -144,10 +148,14 @@ static void
 assert_outcome(json_t *reply, const char *disposition, int action_taken,
     int idempotent, int recovered)
 {
-	json_t	*rec = json_object_get(reply, "recovered");
+	json_t	*rec = json_object_get(reply, "recovered"), *d;
 
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), disposition);
+	d = json_object_get(reply, "disposition");
+	if (!json_is_true(json_object_get(reply, "ok")) ||
+	    !json_is_string(d) || strcmp(json_string_value(d),
+	    disposition) != 0)
+		fail_msg("wanted %s, got %s", disposition,
+		    json_dumps(reply, JSON_COMPACT));
 	assert_bool(reply, "action_taken", action_taken);
 	assert_bool(reply, "idempotent", idempotent);
 	if (recovered)
@@ -345,9 +353,8 @@ static void
 hello_answers_server_and_protocol(void **state)
 {
 	struct broker	*b = *state;
-	json_t		*reply, *schemas, *schema;
+	json_t		*reply, *schemas;
 	const char	*version;
-	size_t		 i;
 	unsigned	 x, y, z;
 	char		 rest;
 
@@ -361,22 +368,12 @@ hello_answers_server_and_protocol(void **state)
 	assert_true(json_is_integer(json_object_get(reply, "protocol")));
 	assert_int_equal(json_integer_value(json_object_get(reply,
 	    "protocol")), 1);
-	/*
-	 * SPEC.md shows ["write-task-v1"]; idemd also names write-report-v1,
-	 * the other scheme SPEC.md defines.  Nothing else may appear.
-	 */
+	/* The schemas write_task accepts in "digest_schema". */
 	schemas = json_object_get(reply, "digest_schemas");
 	assert_true(json_is_array(schemas));
-	assert_true(json_array_size(schemas) >= 1);
+	assert_int_equal(json_array_size(schemas), 1);
 	assert_string_equal(json_string_value(json_array_get(schemas, 0)),
 	    "write-task-v1");
-	json_array_foreach(schemas, i, schema) {
-		assert_true(json_is_string(schema));
-		if (strcmp(json_string_value(schema), "write-task-v1") != 0 &&
-		    strcmp(json_string_value(schema), "write-report-v1") != 0)
-			fail_msg("unknown digest schema %s",
-			    json_string_value(schema));
-	}
 	json_decref(reply);
 	finish(b);
 }
@@ -388,17 +385,26 @@ created_then_reused_with_identical_receipt(void **state)
 {
 	struct broker	*b = *state;
 	struct idem_task t;
-	json_t		*first, *second;
+	json_t		*first, *second, *request;
 	char		*r1, *r2, *fm, hex[65], digest[IDEM_DIGEST_HEX_SIZE];
 	char		 value[128], today[9], expected[2048], *data;
 	const char	*task_id, *task_path, *at;
 
 	harness_today(today);
 	start(b, NULL);
-	first = submit(b, "run-42/step-3", "Fix login");
+	request = harness_write_task("run-42/step-3", "Fix login");
+	json_object_set_new(request, "id", json_integer(7));
+	first = call(b, request);
 	assert_outcome(first, "created", 1, 1, 0);
-	second = submit(b, "run-42/step-3", "Fix login");
+	assert_int_equal(json_integer_value(json_object_get(first, "id")), 7);
+	/* meta is invocation-time data: never digested. */
+	request = harness_write_task("run-42/step-3", "Fix login");
+	json_object_set_new(request, "id", json_string("retry"));
+	json_object_set_new(request, "meta", json_pack("{s:s, s:i}",
+	    "trace_id", "t-1", "retry", 2));
+	second = call(b, request);
 	assert_outcome(second, "reused", 0, 1, 0);
+	assert_string_equal(str(second, "id"), "retry");
 	r1 = harness_receipt_text(first);
 	r2 = harness_receipt_text(second);
 	assert_non_null(r1);
@@ -592,6 +598,54 @@ concurrent_identical_calls_create_once(void **state)
 	assert_int_equal(reused, TEST_CONCURRENT_CALLS - 1);
 	assert_int_equal(harness_count_tasks(b), 1);
 	free(first);
+	finish(b);
+}
+
+/*
+ * write-task-v1 digests the normalized task with its defaults: a retry
+ * that spells the defaults out, ends lines with CRLF or writes "é"
+ * decomposed is the same request, and the file holds the normal form.
+ */
+static void
+normalized_variants_are_reused(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*first, *request, *reply;
+	char		*r1, *r2, *data;
+
+	start(b, NULL);
+	first = call(b, json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s}}",
+	    "op", "write_task", "client_submission_id", "norm-1",
+	    "task", "sender", "PM", "recipient", "DEV",
+	    "subject", "Caf\xc3\xa9 menu", "body", "one\ntwo\n"));
+	assert_outcome(first, "created", 1, 1, 0);
+	r1 = harness_receipt_text(first);
+
+	request = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s, "
+	    "s:s, s:n, s:n, s:[], s:[]}}",
+	    "op", "write_task", "client_submission_id", "norm-1",
+	    "digest_schema", "write-task-v1",
+	    "task", "sender", "PM", "recipient", "DEV",
+	    "subject", "Cafe\xcc\x81 menu", "body", "one\r\ntwo\r",
+	    "priority", "P2", "risk_level", "low", "thread_key", "parent",
+	    "references", "depends_on");
+	assert_non_null(request);
+	reply = call(b, request);
+	assert_outcome(reply, "reused", 0, 1, 0);
+	r2 = harness_receipt_text(reply);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 1);
+
+	data = harness_read(b, receipt_str(first, "task_path"));
+	assert_non_null(data);
+	assert_non_null(strstr(data, "\nsubject: \"Caf\xc3\xa9 menu\"\n"));
+	assert_non_null(strstr(data, "\n---\none\ntwo\n"));
+	assert_null(strchr(data, '\r'));
+	free(data);
+	free(r1);
+	free(r2);
+	json_decref(first);
+	json_decref(reply);
 	finish(b);
 }
 
@@ -866,6 +920,57 @@ numbers_used_in_history_skipped(void **state)
 }
 
 /*
+ * After idemd has started handing out today's numbers, another FCoP
+ * writer creates the next one (here already moved on to active/ by an
+ * agent, or with other roles in the inbox).  SPEC.md: numbers other
+ * writers used on disk for that date are skipped, and a task_id names
+ * one task: idemd must not hand out that number.
+ */
+static void
+number_used_after_start(struct broker *b, const char *stage,
+    const char *roles)
+{
+	char	 today[9], rel[256];
+	json_t	*reply;
+
+	harness_today(today);
+	start(b, NULL);
+	reply = submit(b, "later-1", "First");
+	assert_outcome(reply, "created", 1, 1, 0);
+	skip_if_date_moved(today, receipt_str(reply, "task_id"));
+	expect_task_id(receipt_str(reply, "task_id"), today, 1);
+	json_decref(reply);
+
+	snprintf(rel, sizeof rel, "_lifecycle/%s/TASK-%s-002-%s.md",
+	    stage, today, roles);
+	assert_int_equal(harness_write(b, rel, "---\nprotocol: \"fcop\"\n"
+	    "---\nwritten by another FCoP tool\n"), 0);
+
+	reply = submit(b, "later-2", "Second");
+	assert_outcome(reply, "created", 1, 1, 0);
+	skip_if_date_moved(today, receipt_str(reply, "task_id"));
+	if (task_number(receipt_str(reply, "task_id")) == 2)
+		fail_msg("%s reuses the number of %s", receipt_str(reply,
+		    "task_id"), rel);
+	expect_task_id(receipt_str(reply, "task_id"), today, 3);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 3);
+	finish(b);
+}
+
+static void
+same_name_taken_in_active_after_start(void **state)
+{
+	number_used_after_start(*state, "active", "PM-to-DEV");
+}
+
+static void
+number_used_in_inbox_after_start(void **state)
+{
+	number_used_after_start(*state, "inbox", "OPS-to-QA");
+}
+
+/*
  * FCoP tools moved the tasks (to done/, and into history/); after a
  * kill -9 the committed receipts are replayed and the retries reuse
  * them without writing anything into the inbox.
@@ -1065,6 +1170,82 @@ inflight_wait_zero_answers_in_progress(void **state)
 }
 
 /*
+ * A2 made certain: the client hangs up while its call is in flight (its
+ * reservation held up in the stopped journaler).  The broker finishes
+ * the detached call, so a retry reuses it; until it is finished the
+ * retry may hear in_progress (--inflight-wait-ms 0), and retries.
+ */
+static void
+hangup_in_flight_then_retry_reused(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--inflight-wait-ms", "0", NULL };
+	json_t			*reply = NULL;
+	int			 fds[2], in_flight, i;
+
+	start(b, args);
+	in_flight = two_calls_one_in_flight(b, "hangup-1", fds);
+	close(fds[in_flight]);
+	close(fds[1 - in_flight]);
+	assert_int_equal(kill(b->pid, SIGCONT), 0);
+
+	for (i = 0; i < TEST_RETRY_CALLS; i++) {
+		reply = submit(b, "hangup-1", "In flight");
+		if (!json_is_false(json_object_get(reply, "ok")) ||
+		    strcmp(error_str(reply, "code"), "in_progress") != 0)
+			break;
+		json_decref(reply);
+	}
+	assert_true(i < TEST_RETRY_CALLS);
+	assert_outcome(reply, "reused", 0, 1, 0);
+	assert_int_equal(task_number(receipt_str(reply, "task_id")), 1);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(b);
+}
+
+/*
+ * SIGTERM while a call is in flight: idemd(8) says the broker finishes
+ * the requests that run, then exits 0 and removes its socket.  The call
+ * is answered created, and after a restart its retry is reused.
+ */
+static void
+sigterm_in_flight_finishes_the_call(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--inflight-wait-ms", "0", NULL };
+	json_t			*reply, *retry;
+	char			*r1, *r2;
+	int			 fds[2], in_flight;
+
+	start(b, args);
+	in_flight = two_calls_one_in_flight(b, "term-1", fds);
+	close(fds[1 - in_flight]);
+	/* Both signals wait for the stopped master; SIGTERM comes first. */
+	assert_int_equal(kill(b->pid, SIGTERM), 0);
+	assert_int_equal(kill(b->pid, SIGCONT), 0);
+	reply = raw_reply(fds[in_flight]);
+	assert_outcome(reply, "created", 1, 1, 0);
+	close(fds[in_flight]);
+	assert_int_equal(harness_stop(b), 0);
+	assert_false(path_exists(b, ".idem/idemd.sock"));
+	assert_int_equal(harness_count_tasks(b), 1);
+
+	start(b, NULL);
+	retry = submit(b, "term-1", "In flight");
+	assert_outcome(retry, "reused", 0, 1, 0);
+	r1 = harness_receipt_text(reply);
+	r2 = harness_receipt_text(retry);
+	assert_string_equal(r1, r2);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(r1);
+	free(r2);
+	json_decref(reply);
+	json_decref(retry);
+	finish(b);
+}
+
+/*
  * Another FCoP writer takes the preallocated name while the first call
  * is in flight (its reservation held up in the stopped journaler): the
  * call moves to a fresh number and leaves the other file alone.
@@ -1178,6 +1359,7 @@ main(void)
 		T(created_then_reused_with_identical_receipt),
 		T(reply_lost_retry_is_reused),
 		T(concurrent_identical_calls_create_once),
+		T(normalized_variants_are_reused),
 		T(same_id_other_content_conflicts),
 		T(request_digest_checked),
 		T(legacy_calls_create_each_time),
@@ -1190,9 +1372,13 @@ main(void)
 		T(numbers_not_reused_after_files_left),
 		T(numbers_used_in_done_skipped),
 		T(numbers_used_in_history_skipped),
+		T(same_name_taken_in_active_after_start),
+		T(number_used_in_inbox_after_start),
 		T(moved_tasks_still_found_after_restart),
 		T(second_broker_on_root_refused),
 		T(inflight_wait_zero_answers_in_progress),
+		T(hangup_in_flight_then_retry_reused),
+		T(sigterm_in_flight_finishes_the_call),
 		T(preallocated_name_taken_moves_on),
 		T(bad_json_keeps_connection),
 		T(unknown_op_echoes_id),
