@@ -112,6 +112,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;
 	d->max_connections = IDEM_DEFAULT_MAX_CONNECTIONS;
 	d->ready_fd = -1;
+	d->watch_fd = -1;
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
 	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
 	d->segment_bytes = JOURNAL_DEFAULT_SEGMENT_BYTES;

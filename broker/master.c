@@ -302,7 +302,6 @@ master_run(struct idemd *d)
 {
 	struct master	 m;
 	struct event	*sigchld, *sigterm, *sigint, *sigusr1, *watch_ev = NULL;
-	int		 watch_fd;
 	unsigned	 i;
 
 	memset(&m, 0, sizeof m);
@@ -326,8 +325,8 @@ master_run(struct idemd *d)
 	event_add(sigint, NULL);
 	event_add(sigusr1, NULL);
 
-	if ((watch_fd = watch_start(d)) != -1) {
-		watch_ev = event_new(m.base, watch_fd, EV_READ | EV_PERSIST,
+	if ((d->watch_fd = watch_start(d)) != -1) {
+		watch_ev = event_new(m.base, d->watch_fd, EV_READ | EV_PERSIST,
 		    master_watch, &m);
 		if (watch_ev == NULL || event_add(watch_ev, NULL) != 0)
 			fatalx("cannot watch the workspace");
@@ -359,7 +358,8 @@ master_run(struct idemd *d)
 	event_free(sigusr1);
 	if (watch_ev != NULL) {
 		event_free(watch_ev);
-		close(watch_fd);
+		close(d->watch_fd);
+		d->watch_fd = -1;
 	}
 	event_base_free(m.base);
 	pthread_mutex_destroy(&m.fds_lock);

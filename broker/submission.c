@@ -219,6 +219,13 @@ submission_start(struct pending *p)
 		    "reopened its state"));
 		return;
 	}
+	/*
+	 * Workers share the master's inotify queue: take what it holds now,
+	 * so that a file another writer created before this request is
+	 * known before a number is handed out (watch.c).
+	 */
+	if (d->watch_fd != -1)
+		watch_read(d, d->watch_fd);
 	s->entry.kind = s->ops->kind;
 	s->entry.reserved_at_ms = shm_now_ms();
 	s->entry.updated_at_ms = s->entry.reserved_at_ms;

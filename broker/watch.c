@@ -1,9 +1,12 @@
 /*
- * watch.c: the master's watch on the workspace for numbers that other
- * FCoP writers use while idemd runs.  The allocator scans the disk once
- * per date; after that, inotify tells the master of every TASK or REPORT
- * file created or moved into a stage directory or reports/, and the
- * number is noted so that it is never handed out (seqalloc_note_seen).
+ * watch.c: the watch on the workspace for numbers that other FCoP writers
+ * use while idemd runs.  The allocator scans the disk once per date;
+ * after that, inotify reports every TASK or REPORT file created or moved
+ * into a stage directory or reports/, and the number is noted so that it
+ * is never handed out (seqalloc_note_seen).  The master reads the queue
+ * as events come; a worker also drains it before each creation, so a
+ * file made before a request is always known when the request takes a
+ * number (the kernel queues the event when the file is created).
  * A name collision that still happens (a file appearing between its
  * event and an allocation) is caught when the file is linked: the whole
  * workspace is searched for the name first (fileio.c).

@@ -38,6 +38,7 @@ struct idemd {
 	int			 lock_fd;
 	int			 listen_fd;
 	int			 kick_fd;	/* eventfd: wake the journaler */
+	int			 watch_fd;	/* inotify on the stages; -1: none */
 	struct shm_segment	 seg;
 	struct journal		 journal;	/* master only */
 };

@@ -524,3 +524,42 @@ harness_raw_read_line(int fd)
 	line[length] = '\0';
 	return line;
 }
+
+int
+harness_setup(void **state)
+{
+	struct broker	*b;
+
+	if ((b = calloc(1, sizeof *b)) == NULL)
+		return -1;
+	harness_fresh_root(b);
+	harness_watchdog(HARNESS_TEST_SECONDS);
+	*state = b;
+	return 0;
+}
+
+int
+harness_teardown(void **state)
+{
+	struct broker	*b = *state;
+
+	harness_watchdog(0);
+	/* A failed test leaves its root (and log) behind to be looked at. */
+	if (b->root[0] != '\0')
+		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
+	if (b->pid != 0) {
+		/* It may have failed with the master stopped (SIGSTOP). */
+		kill(b->pid, SIGCONT);
+		harness_kill(b);
+	}
+	free(b);
+	return 0;
+}
+
+void
+harness_finish(struct broker *b)
+{
+	harness_kill(b);
+	harness_cleanup(b);
+	b->root[0] = '\0';
+}

@@ -80,4 +80,16 @@ json_t	*harness_write_task(const char *id, const char *subject);
 /* The receipt of a reply, serialized compactly in order (malloc'd). */
 char	*harness_receipt_text(json_t *reply);
 
+/*
+ * cmocka fixtures: *state is a struct broker with a fresh root and the
+ * watchdog armed for HARNESS_TEST_SECONDS.  A test that passes ends with
+ * harness_finish (SIGKILL, not SIGTERM: the tests about stopping cleanly
+ * say so themselves; the root is removed); one that fails keeps its root
+ * and log, and teardown says where.
+ */
+#define HARNESS_TEST_SECONDS	90
+int	 harness_setup(void **state);
+int	 harness_teardown(void **state);
+void	 harness_finish(struct broker *);
+
 #endif

@@ -30,7 +30,6 @@
 #include "integration/harness.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
-#define TEST_WATCHDOG_SECONDS	60
 /* Calls to make while waiting for the master to replace a worker. */
 #define TEST_RESPAWN_CALLS	100000
 #define TEST_MAX_WORKERS	64
@@ -70,40 +69,6 @@ static const struct crash_case after_commit_durable = {
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
-static int
-setup(void **state)
-{
-	struct broker	*b;
-
-	if ((b = calloc(1, sizeof *b)) == NULL)
-		return -1;
-	harness_fresh_root(b);
-	harness_watchdog(TEST_WATCHDOG_SECONDS);
-	*state = b;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct broker	*b = *state;
-
-	harness_watchdog(0);
-	/* A failed test leaves its root (and log) behind to be looked at. */
-	if (b->root[0] != '\0')
-		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
-	harness_kill(b);
-	free(b);
-	return 0;
-}
-
-static void
-finish(struct broker *b)
-{
-	harness_kill(b);
-	harness_cleanup(b);
-	b->root[0] = '\0';
-}
 
 /* Start with IDEM_CRASH_AT or IDEM_CRASH_WORKER_AT (name) at a point. */
 static void
@@ -393,7 +358,7 @@ broker_crash(struct broker *b, const struct crash_case *cc)
 	/* Start-up swept what the crash left (idemd(8)). */
 	assert_int_equal(count_temporaries(b), 0);
 	json_decref(retry);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -450,7 +415,7 @@ worker_crash(struct broker *b, const struct crash_case *cc)
 	assert_string_equal(receipt_str(fresh, "task_id"), want);
 	json_decref(fresh);
 	assert_int_equal(harness_count_tasks(b), 2);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -540,7 +505,7 @@ idle_worker_killed(void **state)
 	assert_outcome(reply, "created", 1, 0);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 2);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Stopping while a worker starts -------------------------------------- */
@@ -564,7 +529,7 @@ sigterm_soon_after_start_stops(void **state)
 			fail_msg("try %d: SIGTERM right after start-up did not "
 			    "stop idemd cleanly (exit %d)", i, b->exit_status);
 	}
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -591,7 +556,7 @@ sigterm_soon_after_respawn_stops(void **state)
 			    "replaced did not stop idemd cleanly (exit %d)", i,
 			    b->exit_status);
 	}
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Recovery facts that contradict the retry ---------------------------- */
@@ -626,7 +591,7 @@ conflict_after_crash(void **state)
 	assert_string_equal(receipt_str(reply, "task_id"), want);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 /* Another writer put a file at the reserved path while the broker was down. */
@@ -662,7 +627,7 @@ target_mismatch_after_crash(void **state)
 		free(data);
 		assert_int_equal(harness_count_tasks(b), 1);
 	}
-	finish(b);
+	harness_finish(b);
 }
 
 /* The task was created, then its file deleted before the retry. */
@@ -691,7 +656,7 @@ task_missing_after_crash(void **state)
 		json_decref(reply);
 		assert_int_equal(harness_count_tasks(b), 0);
 	}
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Moved while the broker was down ------------------------------------- */
@@ -729,7 +694,7 @@ moved_after_crash(struct broker *b, const struct crash_case *cc,
 	json_decref(reply);
 	assert_false(path_exists(b, from));
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -832,7 +797,7 @@ concurrent_retries_after_crash(struct broker *b, const struct crash_case *cc)
 	assert_int_equal(recovered, 1);
 	assert_int_equal(harness_count_tasks(b), 1);
 	free(first);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -890,10 +855,11 @@ reserved_number_kept_across_crash(void **state)
 	assert_string_equal(receipt_str(reply, "task_id"), want);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 3);
-	finish(b);
+	harness_finish(b);
 }
 
-#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	    harness_teardown)
 
 int
 main(void)

@@ -30,7 +30,6 @@
 #include "integration/harness.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
-#define TEST_WATCHDOG_SECONDS	90
 #define TEST_BODY		"Steps:\n1. reproduce\n2. fix\n"
 #define TEST_ID_DRAWS		10000
 /* The retry helper may wait this long for a broker to come back. */
@@ -38,41 +37,6 @@
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
-static int
-setup(void **state)
-{
-	struct broker	*b;
-
-	if ((b = calloc(1, sizeof *b)) == NULL)
-		return -1;
-	harness_fresh_root(b);
-	harness_watchdog(TEST_WATCHDOG_SECONDS);
-	*state = b;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct broker	*b = *state;
-
-	harness_watchdog(0);
-	/* A failed test leaves its root (and log) behind to be looked at. */
-	if (b->root[0] != '\0')
-		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
-	if (b->pid != 0)
-		harness_kill(b);
-	free(b);
-	return 0;
-}
-
-/* The end of a passing test. */
-static void
-finish(struct broker *b)
-{
-	harness_cleanup(b);
-	b->root[0] = '\0';
-}
 
 static void
 start(struct broker *b, const char *const *env)
@@ -241,7 +205,7 @@ write_report_created_deduplicated_conflict(void **state)
 	assert_string_not_equal(other.report_id, again.report_id);
 	assert_int_equal(count_files(b, "reports", "REPORT-"), 3);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -279,7 +243,7 @@ write_report_errors(void **state)
 	    -1);
 	assert_int_equal(err.code, IDEM_E_TASK_NOT_FOUND);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- get_submission ------------------------------------------------------ */
@@ -336,7 +300,7 @@ get_submission_found_and_not_found(void **state)
 	assert_int_equal(err.code, IDEM_E_INVALID_REQUEST);
 	assert_int_equal(found, 0);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- diagnose ------------------------------------------------------------ */
@@ -422,7 +386,7 @@ diagnose_after_crash_lists_reserved(void **state)
 	assert_int_equal(d.committed, 1);
 	idem_diagnosis_free(&d);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -448,7 +412,7 @@ diagnose_after_crash_lists_task_created(void **state)
 	assert_true(path_exists(b, e->task_path));
 	idem_diagnosis_free(&d);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- stats --------------------------------------------------------------- */
@@ -502,7 +466,7 @@ stats_counters_move(void **state)
 	assert_int_equal(s1.reports_created, s0.reports_created + 1);
 	assert_int_equal(s1.reports_deduplicated, s0.reports_deduplicated);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Submission ids ------------------------------------------------------ */
@@ -546,7 +510,7 @@ submission_ids_unique_and_valid(void **state)
 	create_task(c, ids[0], "Fix login", &w);
 	assert_string_equal(w.receipt.client_submission_id, ids[0]);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- The retry helper ---------------------------------------------------- */
@@ -626,7 +590,7 @@ retry_survives_broker_killed_mid_request(void **state)
 	assert_int_equal(again.result.attempts, 1);
 	assert_string_equal(again.result.receipt.raw, rc.result.receipt.raw);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 /* Only the worker dies; the master replaces it and the broker serves on. */
@@ -650,7 +614,7 @@ retry_survives_worker_killed_mid_request(void **state)
 	assert_int_equal(rc.result.recovered, 1);
 	assert_true(rc.result.attempts >= 2);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -690,7 +654,7 @@ retry_returns_non_retryable_at_once(void **state)
 	assert_int_equal(rc.err.code, IDEM_E_ARGUMENT);
 	assert_int_equal(rc.result.attempts, 0);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 /* No broker at all: the attempts cap and the deadline both end it. */
@@ -722,10 +686,11 @@ retry_gives_up_without_broker(void **state)
 	assert_true(rc.result.attempts < rc.policy.max_attempts);
 	/* Never sleeps past the deadline (the bound is generous). */
 	assert_true(now_ms() - began < 300 + 2000);
-	finish(b);
+	harness_finish(b);
 }
 
-#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	    harness_teardown)
 
 int
 main(void)

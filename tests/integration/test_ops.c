@@ -31,7 +31,6 @@
 #include "integration/harness.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
-#define TEST_WATCHDOG_SECONDS	60
 #define TEST_BODY		"Steps:\n1. reproduce\n2. fix\n"
 /* The exit status of a broker that IDEM_CRASH_AT killed (SIGKILL). */
 #define TEST_CRASH_STATUS	(128 + SIGKILL)
@@ -41,40 +40,6 @@
 
 /* ---- Fixtures ------------------------------------------------------------ */
 
-static int
-setup(void **state)
-{
-	struct broker	*b;
-
-	if ((b = calloc(1, sizeof *b)) == NULL)
-		return -1;
-	harness_fresh_root(b);
-	harness_watchdog(TEST_WATCHDOG_SECONDS);
-	*state = b;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct broker	*b = *state;
-
-	harness_watchdog(0);
-	/* A failed test leaves its root (and log) behind to be looked at. */
-	if (b->root[0] != '\0')
-		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
-	if (b->pid != 0)
-		harness_kill(b);
-	free(b);
-	return 0;
-}
-
-static void
-finish(struct broker *b)
-{
-	harness_cleanup(b);
-	b->root[0] = '\0';
-}
 
 static void
 start(struct broker *b, const char *const *args)
@@ -471,7 +436,7 @@ report_created_then_deduplicated(void **state)
 	assert_int_equal(count_reports(b), 1);
 	json_decref(again);
 	json_decref(first);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -509,7 +474,7 @@ report_normalized_equal_is_deduplicated(void **state)
 	json_decref(again);
 	json_decref(first);
 	assert_int_equal(count_reports(b), 2);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -564,7 +529,7 @@ report_same_id_other_content_conflicts(void **state)
 	free(fm_before);
 	free(fm_after);
 	json_decref(first);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -588,7 +553,7 @@ report_without_id_writes_each_time(void **state)
 	assert_string_not_equal(str(r[0], "report_id"), str(r[2], "report_id"));
 	for (i = 0; i < 3; i++)
 		json_decref(r[i]);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -641,7 +606,7 @@ report_recipient_defaults_to_task_sender(void **state)
 	assert_fm_line(fm, "client_submission_id", "null");
 	free(fm);
 	json_decref(reply);
-	finish(b);
+	harness_finish(b);
 }
 
 /* The dedup key is the task and the id: one id, two tasks, two reports. */
@@ -663,7 +628,7 @@ report_ids_are_per_task(void **state)
 	assert_int_equal(count_reports(b), 2);
 	json_decref(one);
 	json_decref(two);
-	finish(b);
+	harness_finish(b);
 }
 
 /* FCoP tools move tasks; a report finds its task in any stage. */
@@ -684,7 +649,7 @@ report_on_a_moved_task(void **state)
 	assert_report(reply, 0);
 	json_decref(reply);
 	assert_int_equal(count_reports(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -722,7 +687,7 @@ report_dedup_survives_kill9(void **state)
 	json_decref(again);
 	json_decref(legacy);
 	json_decref(first);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- get_submission ------------------------------------------------------ */
@@ -812,7 +777,7 @@ get_submission_committed_receipt_identical(void **state)
 	free(wrote);
 	free(reused);
 	free(got);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -839,7 +804,7 @@ get_submission_not_found(void **state)
 	assert_bool(reply, "ok", 1);
 	assert_bool(reply, "found", 0);
 	json_decref(reply);
-	finish(b);
+	harness_finish(b);
 }
 
 /* After a crash at point: the submission as get_submission shows it. */
@@ -896,7 +861,7 @@ get_submission_reserved_after_crash(void **state)
 	json_decref(after);
 	json_decref(retry);
 	json_decref(sub);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -924,7 +889,7 @@ get_submission_task_created_after_crash(void **state)
 	json_decref(after);
 	json_decref(retry);
 	json_decref(sub);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- diagnose ------------------------------------------------------------ */
@@ -1031,7 +996,7 @@ diagnose_reserved_without_file(void **state)
 	    "committed"), 1);
 	json_decref(reply);
 	json_decref(sub);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1085,7 +1050,7 @@ diagnose_foreign_file_at_reserved_path(void **state)
 	json_decref(reply);
 	free(before);
 	json_decref(sub);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1112,7 +1077,7 @@ diagnose_task_created(void **state)
 	free(before);
 	free(after);
 	json_decref(sub);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- stats --------------------------------------------------------------- */
@@ -1232,7 +1197,7 @@ stats_counters_move(void **state)
 	assert_int_equal(integer(s, "table_capacity"), atoi(TEST_CAPACITY));
 	json_decref(first);
 	json_decref(s);
-	finish(b);
+	harness_finish(b);
 }
 
 /* Every error reply counts once in "errors", whatever stage refused it. */
@@ -1277,10 +1242,11 @@ stats_errors_count_every_error_reply(void **state)
 	}
 	json_decref(before);
 	assert_int_equal(wrong, 0);
-	finish(b);
+	harness_finish(b);
 }
 
-#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	    harness_teardown)
 
 int
 main(void)

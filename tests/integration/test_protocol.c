@@ -40,7 +40,6 @@
 #include "protocol.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
-#define TEST_WATCHDOG_SECONDS	60
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	20000
 /* The idle timeout the broker is given, and how long its close may take. */
@@ -58,41 +57,6 @@
 
 /* ---- Fixtures ------------------------------------------------------------ */
 
-static int
-setup(void **state)
-{
-	struct broker	*b;
-
-	if ((b = calloc(1, sizeof *b)) == NULL)
-		return -1;
-	harness_fresh_root(b);
-	harness_watchdog(TEST_WATCHDOG_SECONDS);
-	*state = b;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct broker	*b = *state;
-
-	harness_watchdog(0);
-	/* A failed test leaves its root (and log) behind to be looked at. */
-	if (b->root[0] != '\0')
-		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
-	if (b->pid != 0)
-		harness_kill(b);
-	free(b);
-	return 0;
-}
-
-/* The end of a passing test. */
-static void
-finish(struct broker *b)
-{
-	harness_cleanup(b);
-	b->root[0] = '\0';
-}
 
 static void
 start(struct broker *b, const char *const *args)
@@ -928,7 +892,7 @@ bad_requests_answer_exact_errors(void **state)
 	peer_close(&bystander);
 	peer_close(&p);
 	assert_int_equal(row_failures, 0);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- The line limit, exactly --------------------------------------------- */
@@ -981,7 +945,7 @@ line_limit_is_one_mib_with_newline(void **state)
 	peer_open(b, &p);
 	expect_hello(&p, 3);
 	peer_close(&p);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Values at the limits are accepted ---------------------------------- */
@@ -1044,7 +1008,7 @@ boundary_values_accepted(void **state)
 	free(subject);
 	free(body);
 	free(ref);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Peers --------------------------------------------------------------- */
@@ -1107,7 +1071,7 @@ idle_connections_do_not_delay_a_writer(void **state)
 		peer_close(&p);
 	}
 	free(fds);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1152,7 +1116,7 @@ vanishing_half_requests_leave_no_trace(void **state)
 	assert_int_equal(stat_of(s, "workers"), 2);
 	json_decref(s);
 	assert_int_equal(kill(b->pid, 0), 0);
-	finish(b);
+	harness_finish(b);
 }
 
 /* The refusal of one connection too many: one error line, then EOF. */
@@ -1209,7 +1173,7 @@ connection_cap_refuses_one_too_many(void **state)
 	peer_close(&extra);
 	peer_close(&p[1]);
 	peer_close(&p[2]);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1233,7 +1197,7 @@ connection_cap_counts_all_workers(void **state)
 		expect_hello(&p[i], 10 + i);
 		peer_close(&p[i]);
 	}
-	finish(b);
+	harness_finish(b);
 }
 
 /*
@@ -1283,7 +1247,7 @@ dead_worker_connections_are_given_back(void **state)
 	s = stats(b);
 	assert_int_equal(stat_of(s, "worker_restarts"), 1);
 	json_decref(s);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1308,7 +1272,7 @@ idle_connection_closed_by_timeout(void **state)
 	peer_open(b, &p);
 	expect_hello(&p, 2);
 	peer_close(&p);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1391,7 +1355,7 @@ pipelined_requests_answered_in_order(void **state)
 	}
 	peer_close(&p);
 	assert_int_equal(harness_count_tasks(b), TEST_PIPELINED / 4);
-	finish(b);
+	harness_finish(b);
 }
 
 struct flood {
@@ -1463,7 +1427,7 @@ unread_replies_do_not_stall_others(void **state)
 	assert_int_equal(f.rc, 0);
 	peer_close(&flooder);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Lifecycle ----------------------------------------------------------- */
@@ -1488,7 +1452,7 @@ sigterm_right_after_ready_stops(void **state)
 			    "right after it said ready (exit %d)", i + 1,
 			    b->exit_status);
 	}
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- doc/protocol.md against SPEC.md and protocol.h ---------------------- */
@@ -1783,7 +1747,8 @@ protocol_doc_matches_spec(void **state)
 	free(doc);
 }
 
-#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	    harness_teardown)
 
 int
 main(void)

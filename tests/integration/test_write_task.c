@@ -31,7 +31,6 @@
 #include "integration/harness.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
-#define TEST_WATCHDOG_SECONDS	60
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	20000
 #define TEST_CONCURRENT_CALLS	8
@@ -41,48 +40,6 @@
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
-static int
-setup(void **state)
-{
-	struct broker	*b;
-
-	if ((b = calloc(1, sizeof *b)) == NULL)
-		return -1;
-	harness_fresh_root(b);
-	harness_watchdog(TEST_WATCHDOG_SECONDS);
-	*state = b;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct broker	*b = *state;
-
-	harness_watchdog(0);
-	/* A failed test leaves its root (and log) behind to be looked at. */
-	if (b->root[0] != '\0')
-		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
-	if (b->pid != 0) {
-		/* It may have failed with the master stopped (SIGSTOP). */
-		kill(b->pid, SIGCONT);
-		harness_kill(b);
-	}
-	free(b);
-	return 0;
-}
-
-/*
- * The end of a passing test.  SIGKILL, not SIGTERM: the tests that are
- * about stopping cleanly say so themselves.
- */
-static void
-finish(struct broker *b)
-{
-	harness_kill(b);
-	harness_cleanup(b);
-	b->root[0] = '\0';
-}
 
 static void
 start(struct broker *b, const char *const *args)
@@ -346,7 +303,7 @@ topology_created_on_first_start(void **state)
 	assert_true(path_exists(b, ".idem/idemd.sock"));
 	assert_true(path_exists(b, ".idem/idemd.lock"));
 	assert_int_equal(harness_count_tasks(b), 0);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -375,7 +332,7 @@ hello_answers_server_and_protocol(void **state)
 	assert_string_equal(json_string_value(json_array_get(schemas, 0)),
 	    "write-task-v1");
 	json_decref(reply);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Created, reused, conflict ------------------------------------------- */
@@ -477,7 +434,7 @@ created_then_reused_with_identical_receipt(void **state)
 	free(r2);
 	json_decref(first);
 	json_decref(second);
-	finish(b);
+	harness_finish(b);
 }
 
 /*
@@ -526,7 +483,7 @@ reply_lost_retry_is_reused(void **state)
 	free(r2);
 	json_decref(retry);
 	json_decref(again);
-	finish(b);
+	harness_finish(b);
 }
 
 struct racer {
@@ -598,7 +555,7 @@ concurrent_identical_calls_create_once(void **state)
 	assert_int_equal(reused, TEST_CONCURRENT_CALLS - 1);
 	assert_int_equal(harness_count_tasks(b), 1);
 	free(first);
-	finish(b);
+	harness_finish(b);
 }
 
 /*
@@ -646,7 +603,7 @@ normalized_variants_are_reused(void **state)
 	free(r2);
 	json_decref(first);
 	json_decref(reply);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -677,7 +634,7 @@ same_id_other_content_conflicts(void **state)
 	assert_int_equal(harness_count_tasks(b), 1);
 	json_decref(first);
 	json_decref(other);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -712,7 +669,7 @@ request_digest_checked(void **state)
 	assert_int_equal(task_number(receipt_str(reply, "task_id")), 1);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -746,7 +703,7 @@ legacy_calls_create_each_time(void **state)
 	assert_int_equal(harness_count_tasks(b), 3);
 	for (i = 0; i < 3; i++)
 		json_decref(reply[i]);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Restarts ------------------------------------------------------------ */
@@ -775,7 +732,7 @@ reuse_after_restart(struct broker *b, int hard)
 	free(r2);
 	json_decref(first);
 	json_decref(retry);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -838,7 +795,7 @@ numbers_after_restart(struct broker *b, int how)
 	assert_int_equal(harness_count_tasks(b), (how & NUMBERS_GONE) ?
 	    ((how & NUMBERS_LEGACY) ? 2 : 1) :
 	    ((how & NUMBERS_LEGACY) ? 5 : 4));
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -904,7 +861,7 @@ numbers_used_on_disk_skipped(struct broker *b, const char *where, int taken)
 	    taken + 2);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 3);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -955,7 +912,7 @@ number_used_after_start(struct broker *b, const char *stage,
 	expect_task_id(receipt_str(reply, "task_id"), today, 3);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 3);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1029,7 +986,7 @@ moved_tasks_still_found_after_restart(void **state)
 	free(rh);
 	json_decref(a);
 	json_decref(h);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- One broker per root ------------------------------------------------- */
@@ -1085,7 +1042,7 @@ second_broker_on_root_refused(void **state)
 	reply = submit(b, "still-serving", "Still serving");
 	assert_outcome(reply, "created", 1, 1, 0);
 	json_decref(reply);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Waiting for a call in flight ---------------------------------------- */
@@ -1166,7 +1123,7 @@ inflight_wait_zero_answers_in_progress(void **state)
 	free(r2);
 	json_decref(reply);
 	json_decref(retry);
-	finish(b);
+	harness_finish(b);
 }
 
 /*
@@ -1201,7 +1158,7 @@ hangup_in_flight_then_retry_reused(void **state)
 	assert_int_equal(task_number(receipt_str(reply, "task_id")), 1);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(b);
+	harness_finish(b);
 }
 
 /*
@@ -1242,7 +1199,7 @@ sigterm_in_flight_finishes_the_call(void **state)
 	free(r2);
 	json_decref(reply);
 	json_decref(retry);
-	finish(b);
+	harness_finish(b);
 }
 
 /*
@@ -1294,7 +1251,7 @@ preallocated_name_taken_moves_on(void **state)
 	free(r2);
 	json_decref(reply);
 	json_decref(retry);
-	finish(b);
+	harness_finish(b);
 }
 
 /* ---- Bad input ----------------------------------------------------------- */
@@ -1320,7 +1277,7 @@ bad_json_keeps_connection(void **state)
 	json_decref(reply);
 	idem_close(c);
 	assert_int_equal(harness_count_tasks(b), 0);
-	finish(b);
+	harness_finish(b);
 }
 
 static void
@@ -1345,10 +1302,11 @@ unknown_op_echoes_id(void **state)
 	assert_int_equal(json_integer_value(json_object_get(reply, "id")), 42);
 	json_decref(reply);
 	idem_close(c);
-	finish(b);
+	harness_finish(b);
 }
 
-#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	    harness_teardown)
 
 int
 main(void)
