@@ -110,23 +110,6 @@ header_encode(uint8_t h[CHECKPOINT_HEADER_BYTES], uint64_t segment,
 	crypto_shorthash(h + 56, h, 56, checkpoint_key);
 }
 
-static int
-write_all(int fd, const uint8_t *p, size_t n)
-{
-	ssize_t	w;
-
-	while (n > 0) {
-		if ((w = write(fd, p, n)) == -1) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 int
 checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
     char **cause)
@@ -163,7 +146,7 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	/* The allocator first: it is at least every number in the copy. */
 	memcpy(alloc, seg->header->alloc, sizeof alloc);
 	header_encode(header, segment, 0, alloc);
-	if (write_all(fd, header, sizeof header) != 0)
+	if (journal_write_all(fd, header, sizeof header) != 0)
 		goto write_failed;
 	while ((n = subtab_copy(seg, from, CHECKPOINT_CHUNK_SLOTS, entries,
 	    keys)) > 0) {
@@ -175,7 +158,7 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 			used += journal_encode(&record, buf + used,
 			    JOURNAL_MAX_RECORD_BYTES);
 		}
-		if (write_all(fd, buf, used) != 0)
+		if (journal_write_all(fd, buf, used) != 0)
 			goto write_failed;
 		records += n;
 		from += n;
@@ -185,7 +168,7 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	memcpy(trailer, checkpoint_end, 8);
 	put64(trailer + 8, records);
 	header_encode(header, segment, records, alloc);
-	if (write_all(fd, trailer, sizeof trailer) != 0 ||
+	if (journal_write_all(fd, trailer, sizeof trailer) != 0 ||
 	    pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
 	    fsync(fd) != 0)
 		goto write_failed;

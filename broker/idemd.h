@@ -64,6 +64,8 @@ int	journal_append(struct journal *, const struct iovec *, int iovcnt,
 /* fdatasync.  A failure is never retried by the caller (see doc). */
 int	journal_sync(struct journal *, char **cause);
 void	journal_close(struct journal *);
+/* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
+int	journal_write_all(int fd, const uint8_t *, size_t);
 /*
  * Cut segment back to size and fsync it: after a failed write or fsync,
  * what follows the last durable size was never acknowledged and its

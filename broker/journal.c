@@ -562,8 +562,8 @@ fail:
 	return -1;
 }
 
-static int
-write_all(int fd, const uint8_t *p, size_t n)
+int
+journal_write_all(int fd, const uint8_t *p, size_t n)
 {
 	ssize_t	w;
 
@@ -609,7 +609,7 @@ create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
 	}
 	segment_header_encode(number, header);
 	what = "write header";
-	if (write_all(fd, header, sizeof header) == -1)
+	if (journal_write_all(fd, header, sizeof header) == -1)
 		goto fail;
 	what = "fsync";
 	if (fsync(fd) == -1)

@@ -81,9 +81,9 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		json_object_set_new(s, "client_submission_id",
 		    json_string(key));
 		json_object_set_new(s, "state",
-		    json_string(submission_state_name(e.state)));
+		    json_string(subtab_state_name(e.state)));
 		json_object_set_new(s, "digest_schema",
-		    json_string(submission_schema_name(e.schema)));
+		    json_string(subtab_schema_name(e.schema)));
 		json_object_set_new(s, "request_digest", json_string(hex));
 		json_object_set_new(s, "task_id", json_string(task_id));
 		json_object_set_new(s, "task_path", json_string(path));
@@ -131,7 +131,7 @@ diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
 	}
 	json_object_set_new(j, "client_submission_id", json_string(row->key));
 	json_object_set_new(j, "state",
-	    json_string(submission_state_name(e->state)));
+	    json_string(subtab_state_name(e->state)));
 	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
 	json_object_set_new(j, "task_id", json_string(task_id));
 	json_object_set_new(j, "task_path", json_string(path));

@@ -59,32 +59,6 @@ idemd_of(struct pending *p)
 	return p->worker->d;
 }
 
-const char *
-submission_state_name(unsigned state)
-{
-	switch (state) {
-	case SUBTAB_RESERVED:
-		return "reserved";
-	case SUBTAB_TASK_CREATED:
-		return "task_created";
-	case SUBTAB_COMMITTED:
-		return "committed";
-	}
-	return "empty";
-}
-
-const char *
-submission_schema_name(unsigned schema)
-{
-	switch (schema) {
-	case SUBTAB_SCHEMA_WRITE_TASK_V1:
-		return IDEM_SCHEMA_WRITE_TASK_V1;
-	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
-		return IDEM_SCHEMA_WRITE_REPORT_V1;
-	}
-	return NULL;
-}
-
 static void
 sub_release(struct pending *p)
 {
@@ -119,7 +93,7 @@ sub_conflict(struct pending *p, const char *reason, const char *message)
 {
 	struct submission	*s = sub_of(p);
 	const struct subtab_entry *e = &s->entry;
-	const char		*schema = submission_schema_name(e->schema);
+	const char		*schema = subtab_schema_name(e->schema);
 	char			 hex[IDEM_DIGEST_HEX_SIZE];
 	json_t			*reply, *error, *existing;
 
@@ -138,7 +112,7 @@ sub_conflict(struct pending *p, const char *reason, const char *message)
 	json_object_set_new(existing, "client_submission_id",
 	    json_string(s->submission_id));
 	json_object_set_new(existing, "state",
-	    json_string(submission_state_name(e->state)));
+	    json_string(subtab_state_name(e->state)));
 	json_object_set_new(existing, "digest_schema",
 	    schema != NULL ? json_string(schema) : json_null());
 	digest_to_hex(e->request_digest, hex);

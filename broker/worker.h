@@ -233,8 +233,6 @@ struct submission {
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
-const char *submission_state_name(unsigned);
-const char *submission_schema_name(unsigned);
 
 /* write_task.c */
 void	 op_write_task(struct conn *, json_t *request, json_t *id);

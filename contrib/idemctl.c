@@ -1129,35 +1129,9 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 /* ---- journal records as text -------------------------------------------- */
 
 static const char *
-state_name(unsigned state)
-{
-	switch (state) {
-	case SUBTAB_RESERVED:
-		return "reserved";
-	case SUBTAB_TASK_CREATED:
-		return "task_created";
-	case SUBTAB_COMMITTED:
-		return "committed";
-	}
-	return "?";
-}
-
-static const char *
 kind_name(unsigned kind)
 {
 	return kind == SUBTAB_KIND_REPORT ? "report" : "task";
-}
-
-static const char *
-schema_name(unsigned schema)
-{
-	switch (schema) {
-	case SUBTAB_SCHEMA_WRITE_TASK_V1:
-		return IDEM_SCHEMA_WRITE_TASK_V1;
-	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
-		return IDEM_SCHEMA_WRITE_REPORT_V1;
-	}
-	return NULL;
 }
 
 /* TASK-... or REPORT-... of an entry. */
@@ -1208,7 +1182,7 @@ record_json(const struct journal_record *r, int checkpoint, uint64_t segment,
 	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char		 path[IDEM_MAX_TASK_PATH_BYTES + 16];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
-	const char	*csid, *schema = schema_name(e->schema);
+	const char	*csid, *schema = subtab_schema_name(e->schema);
 	json_t		*j;
 
 	entry_id(e, id, sizeof id);
@@ -1218,7 +1192,7 @@ record_json(const struct journal_record *r, int checkpoint, uint64_t segment,
 	    "checkpoint" : "journal", "segment", (json_int_t)segment, "offset",
 	    checkpoint ? json_null() : json_integer((json_int_t)offset),
 	    "type", r->type == JOURNAL_RECORD_ENTRY ? "entry" : "?", "kind",
-	    kind_name(e->kind), "state", state_name(e->state));
+	    kind_name(e->kind), "state", subtab_state_name(e->state));
 	json_object_set_new(j, "client_submission_id", csid != NULL ?
 	    json_stringn(csid, e->key_length - (size_t)(csid - r->key)) :
 	    json_null());
@@ -1319,7 +1293,7 @@ dump_apply(const struct journal_record *r, void *arg)
 		    d->jr->stats.at_segment, d->jr->stats.at_offset);
 	if (d->text)
 		printf("%-10s %-6s %-12s %-24s %-36s %s\n", at,
-		    kind_name(r->entry.kind), state_name(r->entry.state),
+		    kind_name(r->entry.kind), subtab_state_name(r->entry.state),
 		    string_member(j, "client_submission_id", "(legacy)"),
 		    string_member(j, r->entry.kind == SUBTAB_KIND_REPORT ?
 		    "report_id" : "task_id", "?"),
@@ -1555,7 +1529,7 @@ vrecord_details(const struct vrecord *vr, const char *path)
 
 	j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:o}", "kind",
 	    kind_name(vr->entry.kind), "id", vr->id, "state",
-	    state_name(vr->entry.state), "source", vr->checkpoint ?
+	    subtab_state_name(vr->entry.state), "source", vr->checkpoint ?
 	    "checkpoint" : "journal", "segment", (json_int_t)vr->segment,
 	    "offset", vr->checkpoint ? json_null() :
 	    json_integer((json_int_t)vr->offset));
@@ -1574,7 +1548,7 @@ vrecord_name(const struct vrecord *vr, char *out, size_t size)
 
 	if (csid != NULL)
 		snprintf(out, size, "%s (submission \"%s\", %s)", vr->id, csid,
-		    state_name(vr->entry.state));
+		    subtab_state_name(vr->entry.state));
 	else
 		snprintf(out, size, "%s (legacy %s)", vr->id,
 		    kind_name(vr->entry.kind));

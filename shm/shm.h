@@ -290,6 +290,8 @@ uint32_t subtab_copy(struct shm_segment *, uint32_t from, uint32_t max,
 size_t	 subtab_key(struct shm_segment *, uint32_t slot, char *out,
 	    size_t out_size);
 int	 subtab_claim_live(struct shm_segment *, const struct subtab_claim *);
+const char *subtab_state_name(unsigned);	/* "reserved", ... */
+const char *subtab_schema_name(unsigned);	/* NULL for legacy */
 
 /* seqalloc.c: task and report numbers, never handed out twice. */
 int	 seqalloc_repair(struct shm_segment *);

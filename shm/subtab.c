@@ -410,3 +410,30 @@ subtab_copy(struct shm_segment *seg, uint32_t from, uint32_t max,
 	unlock_table(seg);
 	return n;
 }
+
+/* The wire and journal names of a state and of a digest schema. */
+const char *
+subtab_state_name(unsigned state)
+{
+	switch (state) {
+	case SUBTAB_RESERVED:
+		return "reserved";
+	case SUBTAB_TASK_CREATED:
+		return "task_created";
+	case SUBTAB_COMMITTED:
+		return "committed";
+	}
+	return "empty";
+}
+
+const char *
+subtab_schema_name(unsigned schema)
+{
+	switch (schema) {
+	case SUBTAB_SCHEMA_WRITE_TASK_V1:
+		return IDEM_SCHEMA_WRITE_TASK_V1;
+	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
+		return IDEM_SCHEMA_WRITE_REPORT_V1;
+	}
+	return NULL;
+}
