@@ -1,21 +1,51 @@
 #!/bin/sh
 # Quick start (2): install what is missing, build, and run the whole test
-# suite: make check, the same under ASan and UBSan, and make distcheck.
+# suite: make check, the same under ASan and UBSan, make distcheck (which
+# also runs make installcheck), and, where clang is installed, the fuzz
+# smoke run.  Ends with one line: "tests: N passed, N failed, N skipped".
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 sh "$top/contrib/scripts/install-deps.sh"
+passed=0 failed=0 skipped=0
+
+count() {
+	log=$1
+	[ -f "$log" ] || return 0
+	p=$(sed -n 's/^# PASS: *//p' "$log" | head -n 1)
+	f=$(sed -n 's/^# FAIL: *//p' "$log" | head -n 1)
+	e=$(sed -n 's/^# ERROR: *//p' "$log" | head -n 1)
+	s=$(sed -n 's/^# SKIP: *//p' "$log" | head -n 1)
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + ${f:-0} + ${e:-0}))
+	skipped=$((skipped + ${s:-0}))
+}
+
 run_check() {
 	dir=$1
 	shift
 	sh "$top/contrib/scripts/build.sh" "$dir" "$@"
-	make -C "$top/$dir" -j"$(nproc)" check ||
-	    { cat "$top/$dir/test-suite.log"; exit 1; }
+	status=0
+	make -C "$top/$dir" -j"$(nproc)" check >"$top/$dir/check.out" 2>&1 ||
+	    status=$?
+	grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):' "$top/$dir/check.out" || true
+	count "$top/$dir/test-suite.log"
+	if [ $status -ne 0 ]; then
+		cat "$top/$dir/test-suite.log"
+		echo "tests: $passed passed, $failed failed, $skipped skipped"
+		exit 1
+	fi
 }
+
 echo "== make check"
 run_check build
 echo "== make check under ASan and UBSan"
 run_check build-sanitize --enable-sanitizers
-echo "== make distcheck"
-make -C "$top/build" -j"$(nproc)" distcheck >"$top/build/distcheck.log" 2>&1 ||
-    { tail -60 "$top/build/distcheck.log"; exit 1; }
-echo "all test suites passed"
+echo "== make distcheck (and installcheck)"
+if ! make -C "$top/build" -j"$(nproc)" distcheck >"$top/build/distcheck.log" 2>&1; then
+	tail -60 "$top/build/distcheck.log"
+	echo "tests: $passed passed, $((failed + 1)) failed, $skipped skipped"
+	exit 1
+fi
+passed=$((passed + 1))
+echo "distcheck: passed"
+echo "tests: $passed passed, $failed failed, $skipped skipped"

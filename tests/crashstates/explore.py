@@ -23,21 +23,26 @@ before it started), a mutation at its return.  Nothing else is durable:
 an fsync of a file does not make its name durable, a directory fsync
 does not make file data durable.
 
-States.  After each prefix k of the list (k = 0 is the snapshot) the
-crash states are: everything applied; unsynced file data dropped (each
-file back to its last synced content); the last unsynced write of each
-file torn to its first half, or zero-filled (size persisted, data not);
-unsynced directory entries dropped; both dropped; and, for each pending
-item alone (one file or one directory), that item dropped or torn while
-the rest is applied, or that item kept while the rest is dropped.
-Identical states are tested once (the lock file's content, a pid that
-only a message reads, does not count).
+States.  After each prefix k of the list (k = 0 is the snapshot), every
+file or directory with changes since its last sync is a pending item,
+and a crash may have persisted any prefix of an item's changes (a
+directory's entry changes persist in order; a file's writes too, the
+first one not persisted possibly torn to its first half, or, with
+--zero-fill, present at full size but zero-filled).  Items are
+independent: every combination is taken (past --combinations of them,
+each item's options with the others all applied and with the others all
+dropped).  This contains the four states of the brief for every k: all
+applied, unsynced data dropped, last unsynced writes torn, unsynced
+directory changes dropped.  Identical states are tested once (the lock
+file's content, a pid that only a message reads, does not count); a state
+that some crash after the reply was sent can leave counts as
+acknowledged.
 
 Check.  Each state is written to a fresh root; idemd must reach ready on
 it (a refusal is a failure: a crash can produce the state); the same
-request is sent again, and the earlier submission; the answers and the
-TASK/REPORT files are checked (see check_state); SIGTERM must end it
-with status 0.
+request is sent again, then the earlier submission; the answers and the
+TASK/REPORT files are checked (Kind.check_*); SIGTERM must end it with
+status 0.
 
 Only the standard library; python3 3.6 or later.
 """
@@ -69,9 +74,9 @@ TRACED_CALLS = (
 
 # Calls the model does not know: seen on a file under the root, they stop
 # the exploration rather than let it prove something about a wrong model.
-UNSUPPORTED = {"pwritev", "pwritev2", "sync", "syncfs", "sync_file_range",
-               "truncate", "fallocate", "lseek", "copy_file_range",
-               "sendfile"}
+# (sync() names no file: it is ignored, which only adds states.)
+UNSUPPORTED = {"syncfs", "sync_file_range", "fallocate", "lseek",
+               "copy_file_range", "sendfile"}
 
 SOCKET_NAME = ".idem/idemd.sock"
 LOCK_NAME = ".idem/idemd.lock"
@@ -115,6 +120,10 @@ class Broker:
         for name in ("IDEM_CRASH_AT", "IDEM_CRASH_WORKER_AT", "IDEM_ROOT",
                      "IDEM_SOCKET", "LD_PRELOAD"):
             env.pop(name, None)
+        if trace_path is not None:
+            # LeakSanitizer cannot run under ptrace (a sanitizer build).
+            env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + \
+                (":" if env.get("ASAN_OPTIONS") else "") + "detect_leaks=0"
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self.log,
@@ -468,7 +477,7 @@ def parse_call(text):
 class Op:
     """One operation on the persistent state, paths relative to the root."""
     __slots__ = ("kind", "path", "path2", "offset", "data", "size",
-                 "append", "key", "ts", "what")
+                 "append", "key", "ts")
 
     def __init__(self, kind, path, **kw):
         self.kind = kind
@@ -480,7 +489,6 @@ class Op:
         self.append = kw.get("append", False)
         self.key = 0
         self.ts = 0.0
-        self.what = ""
 
     def describe(self):
         if self.kind == "write":
@@ -620,6 +628,16 @@ class TraceModel:
 
     def on_writev(self, call):
         self.written(call, parse_iov(call.args[1]))
+
+    def on_pwritev(self, call):
+        self.written(call, parse_iov(call.args[1]), int(call.args[3]))
+
+    on_pwritev2 = on_pwritev
+
+    def on_truncate(self, call):
+        rel = self.at(None, call.args[0])
+        if rel is not None:
+            self.add(call, Op("trunc", rel, size=int(call.args[1])))
 
     def on_ftruncate(self, call):
         _, _, rel = self.fd_path(call.args[0])
@@ -912,11 +930,23 @@ def describe_option(path, node, option):
 
 
 class State:
-    __slots__ = ("tree", "k", "variant", "acked", "count")
+    """One crash state: its tree, how it arose, and the replies that were
+    sent before the crash (raw lines), which a retry must agree with."""
+    __slots__ = ("tree", "origin", "acks", "count", "number")
 
 
-def crash_states(base_tree, ops, k_ack, zero_fill, limit):
-    """Every crash state of every prefix of ops, deduplicated, in order.
+class Trace:
+    """One recorded run: the root it started on (tree, with prefix
+    applied on top but not yet durable: what a process crash left in the
+    page cache), the operations on it, the reply, and how many operations
+    preceded the reply."""
+    __slots__ = ("tree", "prefix", "acks", "ops", "reply", "k_ack",
+                 "startup_ops", "origin")
+
+
+def crash_states(trace, zero_fill, limit, unique):
+    """Add every crash state of every prefix of trace.ops to unique
+    (tree key -> State); the number of states generated.
 
     At prefix k each pending item (a file or directory with changes since
     its last sync) may have persisted any prefix of its changes, the next
@@ -924,12 +954,13 @@ def crash_states(base_tree, ops, k_ack, zero_fill, limit):
     combinations are taken while there are at most limit of them; past
     that, each item's options with the others fully applied and with the
     others fully dropped."""
-    fs = FileSystem(base_tree)
-    unique = {}
+    fs = FileSystem(trace.tree)
+    for op in trace.prefix:
+        fs.apply(op)
     generated = 0
-    for k in range(len(ops) + 1):
+    for k in range(len(trace.ops) + 1):
         if k > 0:
-            fs.apply(ops[k - 1])
+            fs.apply(trace.ops[k - 1])
         items = fs.pending_items()
         per_item = [options(node, zero_fill) for _, node in items]
         total = 1
@@ -946,6 +977,12 @@ def crash_states(base_tree, ops, k_ack, zero_fill, limit):
                                  for opts in per_item]
                         combo[i] = option
                         combos.append(tuple(combo))
+        # Replies sent before a crash at k: the base's, and this run's
+        # once k passed it.  A state that several crashes can leave must
+        # agree with every reply any of them had sent.
+        acks = set(trace.acks)
+        if k >= trace.k_ack:
+            acks.add(trace.reply)
         for combo in combos:
             generated += 1
             chosen = {id(node): option
@@ -954,23 +991,22 @@ def crash_states(base_tree, ops, k_ack, zero_fill, limit):
             key = tree_key(tree)
             state = unique.get(key)
             if state is None:
-                state = State()
-                state.tree = tree
-                state.k = k
                 dropped = [describe_option(path, node, option)
                            for (path, node), option in zip(items, combo)
                            if option != (len(node.pending), "")]
-                state.variant = "; ".join(dropped) if dropped else \
-                    "everything applied"
-                state.acked = False
+                state = State()
+                state.tree = tree
+                state.origin = "%s: crash after op %d of %d (%s), %s" % (
+                    trace.origin, k, len(trace.ops),
+                    trace.ops[k - 1].describe() if k else "none yet",
+                    "; ".join(dropped) if dropped else "everything applied")
+                state.acks = set()
                 state.count = 0
+                state.number = len(unique) + 1
                 unique[key] = state
             state.count += 1
-            # A state some crash after the reply can leave must answer as
-            # acknowledged, whichever earlier point also leaves it.
-            if k >= k_ack:
-                state.acked = True
-    return list(unique.values()), generated
+            state.acks |= acks
+    return generated
 
 
 # ---- the request kinds ------------------------------------------------
@@ -1011,7 +1047,8 @@ def front_matter(data):
 
 
 def workspace_files(root, prefix):
-    """[(relpath, bytes)] of every non-hidden <prefix>*.md outside .idem."""
+    """[(relpath, bytes)] of every non-hidden <prefix>*.md outside .idem:
+    every stage, history/, reports/."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d != ".idem"]
@@ -1024,6 +1061,7 @@ def workspace_files(root, prefix):
 
 
 def with_submission(files, submission_id, task_id=None):
+    """The files whose front matter names submission_id (and task_id)."""
     want = json.dumps(submission_id).encode()
     out = []
     for relpath, data in files:
@@ -1037,51 +1075,65 @@ def with_submission(files, submission_id, task_id=None):
     return out
 
 
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
 class Base:
     """A root to record on: its tree and its earlier submission."""
     __slots__ = ("tree", "earlier_request", "earlier_reply", "earlier_task")
 
 
 class Kind:
-    """One request kind: its request, its reply, and its checks."""
+    """One request kind: its request and what a retry must answer."""
 
     def __init__(self, name, request, base):
         self.name = name
         self.request = request
         self.base = base
-        self.reply = None		# the original reply, raw
-        self.ops = []
-        self.k_ack = None
-        self.phases = {}
+        self.traces = 0
+        self.generated = [0, 0]		# per level
+        self.unique = [{}, {}]
+        self.explored = [0, 0]
+        self.failures = [0, 0]
+        self.trace = None		# level 1
+        self.retries = {}		# level-1 tree key -> its retry's Trace
 
-    def check(self, root, before, reply, problems, earlier):
-        if self.name in ("task", "rotate"):
-            self.check_task(root, before, reply, problems)
-        elif self.name == "legacy":
-            self.check_legacy(root, before, reply, problems)
-        else:
-            self.check_report(root, before, reply, problems, earlier)
-
-    def check_task(self, root, before, reply, problems):
+    def check(self, root, before, reply, acks, problems):
+        """Append to problems what is wrong with reply, the answer to a
+        retry on root, which held the files before before the retry."""
         r = json.loads(reply)
+        if self.name in ("task", "rotate"):
+            self.check_task(root, before, r, reply, acks, problems)
+        elif self.name == "legacy":
+            self.check_legacy(root, before, r, acks, problems)
+        else:
+            self.check_report(root, before, r, reply, acks, problems)
+
+    def check_task(self, root, before, r, reply, acks, problems):
         if not r.get("ok") or r.get("disposition") not in ("created",
                                                            "reused"):
-            problems.append("retry answered %s" % reply.decode())
+            problems.append("the retry answered %s" % reply.decode())
             return
         prior = with_submission(before, TASK_ID)
         if len(prior) > 1:
             problems.append("%d TASK files of the submission before the "
                             "retry" % len(prior))
-        if self.acked:
+        # created: the retry wrote the file; reused: it was there.
+        if (r["disposition"] == "created") != (len(prior) == 0):
+            problems.append("the retry answered %s with %d TASK files of "
+                            "the submission before it" % (
+                                r["disposition"], len(prior)))
+        for ack in sorted(acks):
             if r["disposition"] != "reused" or r.get("action_taken"):
-                problems.append("acknowledged before the crash, but the "
-                                "retry answered %s" % r["disposition"])
-            if raw_member(reply, "receipt") != \
-                    raw_member(self.reply, "receipt"):
-                problems.append("receipt differs from the first one:\n"
-                                "      first %s\n      retry %s" % (
-                                    raw_member(self.reply, "receipt"),
-                                    raw_member(reply, "receipt")))
+                problems.append("a reply was sent before the crash, but "
+                                "the retry answered %s" % r["disposition"])
+            if raw_member(reply, "receipt") != raw_member(ack, "receipt"):
+                problems.append("the receipt is not the one sent before "
+                                "the crash:\n      sent  %s\n      retry "
+                                "%s" % (raw_member(ack, "receipt").decode(),
+                                        raw_member(reply,
+                                                   "receipt").decode()))
         after = with_submission(workspace_files(root, "TASK-"), TASK_ID)
         if len(after) != 1:
             problems.append("%d TASK files of the submission after the "
@@ -1093,60 +1145,61 @@ class Kind:
         if relpath != receipt["task_path"]:
             problems.append("the TASK file is %s, the receipt says %s" % (
                 relpath, receipt["task_path"]))
-        if hashlib.sha256(data).hexdigest() != receipt["file_digest"]:
+        if sha256_hex(data) != receipt["file_digest"]:
             problems.append("the TASK file's digest is not the receipt's "
                             "file_digest")
 
-    def check_legacy(self, root, before, reply, problems):
-        r = json.loads(reply)
+    def check_legacy(self, root, before, r, acks, problems):
         if not r.get("ok") or r.get("disposition") != "created" or \
                 r.get("idempotent") is not False:
-            problems.append("legacy retry answered %s" % reply.decode())
+            problems.append("the legacy retry answered %s" % json.dumps(r))
             return
-        new_id = r["receipt"]["task_id"]
+        new = r["receipt"]
         names_before = {os.path.basename(p)[:-3] for p, _ in before}
-        if new_id in names_before:
+        if new["task_id"] in names_before:
             problems.append("the retry took %s, a name already on disk" %
-                            new_id)
-        first = json.loads(self.reply)["receipt"]
-        if self.acked:
-            if new_id == first["task_id"]:
-                problems.append("the retry reused the acknowledged number "
-                                "of %s" % new_id)
-            found = [d for p, d in workspace_files(root, "TASK-")
-                     if os.path.basename(p) == first["task_id"] + ".md"]
-            if len(found) != 1 or hashlib.sha256(found[0]).hexdigest() != \
-                    first["file_digest"]:
-                problems.append("the acknowledged legacy task %s is not on "
-                                "disk as written" % first["task_id"])
-        found = [d for p, d in workspace_files(root, "TASK-")
-                 if p == r["receipt"]["task_path"]]
-        if len(found) != 1 or hashlib.sha256(found[0]).hexdigest() != \
-                r["receipt"]["file_digest"]:
-            problems.append("the retry's task %s is not on disk as "
-                            "answered" % new_id)
+                            new["task_id"])
+        after = {os.path.basename(p)[:-3]: (p, d)
+                 for p, d in workspace_files(root, "TASK-")}
+        for ack in sorted(acks):
+            sent = json.loads(ack)["receipt"]
+            if new["task_id"] == sent["task_id"]:
+                problems.append("the retry was given %s, a number "
+                                "answered before the crash" % new["task_id"])
+            elif sent["task_id"] not in after or \
+                    sha256_hex(after[sent["task_id"]][1]) != \
+                    sent["file_digest"]:
+                problems.append("%s, answered before the crash, is not on "
+                                "disk as written" % sent["task_id"])
+        if new["task_id"] not in after or \
+                after[new["task_id"]][0] != new["task_path"] or \
+                sha256_hex(after[new["task_id"]][1]) != new["file_digest"]:
+            problems.append("the retry's %s is not on disk as answered" %
+                            new["task_id"])
 
-    def check_report(self, root, before, reply, problems, earlier):
-        r = json.loads(reply)
-        task_id = json.loads(earlier)["receipt"]["task_id"]
+    def check_report(self, root, before, r, reply, acks, problems):
         if not r.get("ok"):
-            problems.append("report retry answered %s" % reply.decode())
+            problems.append("the report retry answered %s" % reply.decode())
             return
-        first = json.loads(self.reply)
-        prior = with_submission(before, REPORT_ID, None)
+        task_id = self.base.earlier_task
+        prior = with_submission(before, REPORT_ID, task_id)
         if len(prior) > 1:
             problems.append("%d REPORT files of the submission before the "
                             "retry" % len(prior))
-        if self.acked:
+        if (r.get("deduplicated") is False) != (len(prior) == 0):
+            problems.append("the retry answered deduplicated %s with %d "
+                            "REPORT files of the submission before it" % (
+                                r.get("deduplicated"), len(prior)))
+        for ack in sorted(acks):
+            sent = json.loads(ack)
             if r.get("deduplicated") is not True or \
-                    r.get("report_id") != first["report_id"] or \
-                    r.get("report_path") != first["report_path"]:
-                problems.append("acknowledged before the crash, but the "
-                                "retry answered %s" % reply.decode())
-        after = [(p, d) for p, d in with_submission(
-            workspace_files(root, "REPORT-"), REPORT_ID)
-            if front_matter(d).get("task_id") ==
-            json.dumps(task_id).encode()]
+                    r.get("report_id") != sent["report_id"] or \
+                    r.get("report_path") != sent["report_path"]:
+                problems.append("%s was sent before the crash, but the "
+                                "retry answered %s" % (ack.decode(),
+                                                       reply.decode()))
+        after = with_submission(workspace_files(root, "REPORT-"), REPORT_ID,
+                                task_id)
         if len(after) != 1:
             problems.append("%d REPORT files of the submission after the "
                             "retry: %s" % (len(after),
@@ -1162,11 +1215,17 @@ class Explorer:
     def __init__(self, args):
         self.args = args
         self.idemd = os.path.realpath(args.idemd)
+        tmpdir = args.tmpdir
+        # ROOT/.idem/idemd.sock must fit a socket address (108 bytes).
+        if len(os.path.realpath(tmpdir)) > 40:
+            tmpdir = "/tmp"
         self.work = os.path.realpath(tempfile.mkdtemp(
-            prefix="idem-crashstates.", dir=args.tmpdir))
+            prefix="idem-crashstates.", dir=tmpdir))
         self.lock = threading.Lock()
         self.failures = []
         self.slots = []
+        self.slot_count = 0
+        self.deadline = None
 
     def log(self, text):
         with self.lock:
@@ -1206,14 +1265,47 @@ class Explorer:
             "task_id"]
         return base
 
+    def trace_of(self, root, trace_path, reply, tree, acks, origin):
+        """The Trace of a run recorded in trace_path on root, which held
+        tree; reply is the raw reply the run sent."""
+        model = TraceModel(os.path.realpath(root),
+                           os.path.dirname(os.path.realpath(root)), tree)
+        reply_line = None
+        t_first = None
+        for call in read_calls(trace_path):
+            if reply_line is None and call.name in ("write", "writev") and \
+                    not call.failed and "socket:" in fd_path_text(call):
+                data = parse_iov(call.args[1]) if call.name == "writev" \
+                    else parse_string(call.args[1])
+                if data.startswith(reply):
+                    reply_line = call.entry_line
+                    t_first = call.ts
+            model.feed(call)
+        if reply_line is None:
+            raise ExploreError("the reply is not in the trace %s" %
+                               trace_path)
+        model.ops.sort(key=lambda op: op.key)
+        trace = Trace()
+        trace.tree = tree
+        trace.prefix = []
+        trace.acks = frozenset(acks)
+        trace.ops = model.ops
+        trace.reply = reply
+        # Acknowledged: every operation before the reply was written.
+        trace.k_ack = sum(1 for op in model.ops if op.key < reply_line)
+        trace.startup_ops = 0
+        trace.origin = origin
+        return trace
+
     def record(self, kind):
+        """Level 1: the request on a copy of the base, under strace."""
         where = os.path.join(self.work, kind.name)
         root = os.path.join(where, "traced", "root")
         write_tree(kind.base.tree, root)
-        trace = os.path.join(where, "trace.txt")
+        trace_path = os.path.join(where, "trace.txt")
         rotate = kind.name == "rotate"
         b = Broker(self.idemd, root, os.path.join(where, "traced.log"),
-                   trace_path=trace, watch_log=rotate)
+                   trace_path=trace_path, watch_log=rotate)
         if not b.ready:
             raise ExploreError("idemd did not start under strace:\n" +
                                b.log_tail())
@@ -1233,68 +1325,76 @@ class Explorer:
         if not json.loads(kind.reply).get("ok"):
             raise ExploreError("the traced %s request failed: %s" % (
                 kind.name, kind.reply.decode()))
-
-        model = TraceModel(os.path.realpath(root),
-                           os.path.dirname(os.path.realpath(root)),
-                           kind.base.tree)
-        reply_line = None
-        for call in read_calls(trace):
-            if reply_line is None and call.name in ("write", "writev") and \
-                    not call.failed and "socket:" in unescape_fd(call):
-                data = parse_iov(call.args[1]) if call.name == "writev" \
-                    else parse_string(call.args[1])
-                if data.startswith(kind.reply):
-                    reply_line = call.entry_line
-            model.feed(call)
-        if reply_line is None:
-            raise ExploreError("the reply is not in the trace")
-        model.ops.sort(key=lambda op: op.key)
-        kind.ops = model.ops
-        # Acknowledged: every operation before the reply was written.
-        kind.k_ack = sum(1 for op in kind.ops if op.key < reply_line)
-        kind.startup_ops = sum(1 for op in kind.ops if op.ts < t_request)
+        trace = self.trace_of(root, trace_path, kind.reply, kind.base.tree,
+                              (), "level 1")
+        trace.startup_ops = sum(1 for op in trace.ops if op.ts < t_request)
         with open(os.path.join(where, "ops.txt"), "w") as f:
-            for i, op in enumerate(kind.ops):
-                mark = " <- reply sent after this" \
-                    if i + 1 == kind.k_ack else ""
+            for i, op in enumerate(trace.ops):
+                mark = " <- the reply was sent after this" \
+                    if i + 1 == trace.k_ack else ""
                 f.write("%3d %.6f %s%s\n" % (i + 1, op.ts, op.describe(),
                                              mark))
+        kind.traces += 1
+        kind.trace = trace
+        kind.generated[0] += crash_states(trace, self.args.zero_fill,
+                                          self.args.combinations,
+                                          kind.unique[0])
+        self.log("%s: %d operations on the root (%d in start-up, the reply "
+                 "after op %d)" % (kind.name, len(trace.ops),
+                                   trace.startup_ops, trace.k_ack))
 
     def slot(self):
+        """A directory for one check; reused, one per concurrent check."""
         with self.lock:
             if self.slots:
                 return self.slots.pop()
-        return os.path.join(self.work, "s%d" % id(threading.current_thread()))
+            self.slot_count += 1
+            return os.path.join(self.work, "s%d" % self.slot_count)
 
     def give_back(self, path):
         with self.lock:
             self.slots.append(path)
 
-    def check_state(self, kind, number, state):
+    def check_state(self, kind, level, state):
+        """Check one state: None (over budget), or (ok, Trace or None)."""
+        if time.monotonic() > self.deadline:
+            return None
         where = self.slot()
+        trace = None
         try:
-            problems = self.check_in(kind, state, where)
-        except (OSError, ValueError, ExploreError) as e:
-            problems = ["the check itself failed: %s" % e]
+            problems, trace = self.check_in(kind, level, state, where)
+        except (OSError, ValueError, KeyError, ExploreError) as e:
+            problems = ["the check itself failed: %r" % e]
         finally:
             self.give_back(where)
         if problems:
-            self.failed(kind, number, state, problems, where)
-        return not problems
+            self.failed(kind, level, state, problems)
+        if self.args.verbose:
+            self.log("  %s %s level %d state %d: %s%s" % (
+                "FAIL" if problems else "ok", kind.name, level + 1,
+                state.number, state.origin,
+                " (a reply was sent)" if state.acks else ""))
+        return not problems, trace
 
-    def check_in(self, kind, state, where):
+    def check_in(self, kind, level, state, where):
         root = os.path.join(where, "root")
         write_tree(state.tree, root)
         before = workspace_files(root, "TASK-") + \
             workspace_files(root, "REPORT-")
         log_path = os.path.join(where, "idemd.log")
-        if os.path.exists(log_path):
-            os.unlink(log_path)
-        b = Broker(self.idemd, root, log_path)
+        trace_path = os.path.join(where, "trace.txt")
+        for path in (log_path, trace_path):
+            if os.path.exists(path):
+                os.unlink(path)
+        # Level 1 checks are traced when there is a level 2: their
+        # retries' crash states are level 2.
+        traced = level == 0 and self.args.depth > 1
+        b = Broker(self.idemd, root, log_path,
+                   trace_path=trace_path if traced else None)
         if not b.ready:
             b.stop()
             return ["idemd refused to start on this state:\n" +
-                    indent(b.log_tail())]
+                    indent(b.log_tail())], None
         problems = []
         try:
             c = Connection(root)
@@ -1303,9 +1403,8 @@ class Explorer:
             c.close()
         except (OSError, ExploreError) as e:
             b.kill()
-            return ["no answer: %s\n%s" % (e, indent(b.log_tail()))]
-        kind.acked = state.acked
-        kind.check(root, before, reply, problems, kind.base.earlier_reply)
+            return ["no answer: %s\n%s" % (e, indent(b.log_tail()))], None
+        kind.check(root, before, reply, state.acks, problems)
         r = json.loads(earlier)
         if r.get("disposition") != "reused" or \
                 raw_member(earlier, "receipt") != \
@@ -1318,16 +1417,22 @@ class Explorer:
                             status)
         if problems:
             problems.append("idemd log:\n" + indent(b.log_tail()))
-        return problems
+            return problems, None
+        trace = None
+        if traced and json.loads(reply).get("ok"):
+            trace = self.trace_of(root, trace_path, reply, state.tree,
+                                  state.acks, "level 2 from level-1 state "
+                                  "%d" % state.number)
+        return problems, trace
 
-    def failed(self, kind, number, state, problems, where):
-        keep = os.path.join(self.work, "failures", "%s-%d" % (kind.name,
-                                                              number))
+    def failed(self, kind, level, state, problems):
+        keep = os.path.join(self.work, "failures", "%s-level%d-%d" % (
+            kind.name, level + 1, state.number))
         write_tree(state.tree, os.path.join(keep, "root"))
-        text = ["FAIL: %s state %d: crash after op %d of %d (%s), %s%s" % (
-            kind.name, number, state.k, len(kind.ops),
-            kind.ops[state.k - 1].describe() if state.k else "snapshot",
-            state.variant, ", reply already sent" if state.acked else "")]
+        text = ["FAIL: %s, level %d state %d, %s" % (
+            kind.name, level + 1, state.number, state.origin)]
+        for ack in sorted(state.acks):
+            text.append("  sent before the crash: %s" % ack.decode())
         text += ["  " + p for p in problems]
         text.append("  the state (kept in %s):" % keep)
         text.append(describe_tree(state.tree))
@@ -1337,51 +1442,79 @@ class Explorer:
             self.failures.append("\n".join(text))
         self.log("\n".join(text))
 
-    def explore(self, kind, deadline):
-        states, generated = crash_states(kind.base.tree, kind.ops,
-                                         kind.k_ack, self.args.zero_fill,
-                                         self.args.combinations)
-        chosen = choose(states, self.args.max_states)
-        jobs = max(1, self.args.jobs)
-        explored = 0
-        kind_failures = 0
-        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            futures = []
-            for number, state in chosen:
-                futures.append(pool.submit(self.run_one, kind, number,
-                                           state, deadline))
-            for f in futures:
+    def explore(self, kind, pool):
+        """Check level 1, then the crash states of its retries."""
+        for level in range(self.args.depth):
+            states = sorted(kind.unique[level].values(),
+                            key=lambda s: s.number)
+            chosen = choose(states, self.args.max_states)
+            keys = {id(state): key
+                    for key, state in kind.unique[level].items()}
+            futures = [(state, pool.submit(self.check_state, kind, level,
+                                           state))
+                       for state in chosen]
+            for state, f in futures:
                 result = f.result()
                 if result is None:
                     continue
-                explored += 1
-                if not result:
-                    kind_failures += 1
-        acked = sum(1 for s in states if s.acked)
-        self.log("%s: %d operations on the root (%d in start-up, reply "
-                 "after op %d); crash states generated %d, unique %d (%d "
-                 "with the reply sent), explored %d, failures %d" % (
-                     kind.name, len(kind.ops), kind.startup_ops, kind.k_ack,
-                     generated, len(states), acked, explored,
-                     kind_failures))
-        return explored, len(states)
+                ok, trace = result
+                kind.explored[level] += 1
+                if not ok:
+                    kind.failures[level] += 1
+                if trace is not None and level + 1 < self.args.depth:
+                    kind.traces += 1
+                    kind.retries[keys[id(state)]] = trace
+                    kind.generated[level + 1] += crash_states(
+                        trace, self.args.zero_fill,
+                        self.args.combinations, kind.unique[level + 1])
+            if level == 0 and self.args.depth > 1:
+                self.after_process_crashes(kind)
+            if level + 1 < self.args.depth:
+                # A level-2 state that level 1 already checked is not new.
+                for key in list(kind.unique[level + 1]):
+                    if any(key in kind.unique[i] for i in range(level + 1)):
+                        same = next(kind.unique[i][key]
+                                    for i in range(level + 1)
+                                    if key in kind.unique[i])
+                        if kind.unique[level + 1][key].acks <= same.acks:
+                            del kind.unique[level + 1][key]
+            self.log("%s: level %d: crash states generated %d, unique %d "
+                     "(%d with a reply sent), explored %d, failures %d" % (
+                         kind.name, level + 1, kind.generated[level],
+                         len(states), sum(1 for s in states if s.acks),
+                         kind.explored[level], kind.failures[level]))
 
-    def run_one(self, kind, number, state, deadline):
-        if time.monotonic() > deadline:
-            return None
-        # kind.acked is per call: give each thread its own view.
-        view = Kind(kind.name, kind.request, kind.base)
-        view.reply = kind.reply
-        view.ops = kind.ops
-        ok = self.check_state(view, number, state)
-        if self.args.verbose:
-            self.log("  %s %d: %s: after op %d, %s%s" % (
-                "ok" if ok else "FAIL", number, kind.name, state.k,
-                state.variant, " (acked)" if state.acked else ""))
-        return ok
+
+    def after_process_crashes(self, kind):
+        """Level 2, the other way to get there: the broker killed after op
+        k (its writes are in the page cache, not all durable), a retry on
+        that, then a crash of the machine: the crash states of level 1's
+        first k ops followed by the retry's."""
+        first = kind.trace
+        fs = FileSystem(first.tree)
+        for k in range(len(first.ops) + 1):
+            if k > 0:
+                fs.apply(first.ops[k - 1])
+            retry = kind.retries.get(tree_key(fs.tree(lambda n: None)))
+            if retry is None:
+                continue
+            trace = Trace()
+            trace.tree = first.tree
+            trace.prefix = first.ops[:k]
+            trace.acks = frozenset([first.reply] if k >= first.k_ack
+                                   else [])
+            trace.ops = retry.ops
+            trace.reply = retry.reply
+            trace.k_ack = retry.k_ack
+            trace.startup_ops = 0
+            trace.origin = "level 2 after the broker was killed after " \
+                "level-1 op %d" % k
+            kind.generated[1] += crash_states(
+                trace, self.args.zero_fill, self.args.combinations,
+                kind.unique[1])
 
 
-def unescape_fd(call):
+def fd_path_text(call):
     try:
         _, path, _ = parse_fd(call.args[0])
     except ExploreError:
@@ -1390,12 +1523,11 @@ def unescape_fd(call):
 
 
 def choose(states, cap):
-    """All states, or cap of them spread evenly over the trace."""
-    numbered = list(enumerate(states, 1))
-    if cap is None or len(numbered) <= cap:
-        return numbered
-    step = len(numbered) / float(cap)
-    return [numbered[int(i * step)] for i in range(cap)]
+    """All states, or cap of them spread evenly over the traces."""
+    if cap is None or len(states) <= cap:
+        return states
+    step = len(states) / float(cap)
+    return [states[int(i * step)] for i in range(cap)]
 
 
 def indent(text):
@@ -1408,11 +1540,14 @@ def main():
                         help="the idemd binary (env IDEMD)")
     parser.add_argument("--kinds", default="task,legacy,report,rotate",
                         help="request kinds: task, legacy, report, rotate")
+    parser.add_argument("--depth", type=int, default=2, choices=(1, 2),
+                        help="2: also the crash states of each retry "
+                        "(a crash during recovery)")
     parser.add_argument("--jobs", type=int,
                         default=min(4, os.cpu_count() or 1),
                         help="states checked at once")
     parser.add_argument("--max-states", type=int, default=None,
-                        help="at most this many states per kind")
+                        help="at most this many states per kind and level")
     parser.add_argument("--budget", type=float, default=150.0,
                         help="seconds for the whole run; states left over "
                         "are counted as not explored")
@@ -1429,21 +1564,27 @@ def main():
     args = parser.parse_args()
     if not args.idemd:
         parser.error("--idemd or IDEMD is required")
+    names = args.kinds.split(",")
+    for name in names:
+        if name not in ("task", "legacy", "report", "rotate"):
+            parser.error("unknown kind %s" % name)
     if shutil.which("strace") is None:
         print("SKIP: strace not found")
         return 77
+    probe = subprocess.run(["strace", "-f", "-o", os.devnull, "true"],
+                           stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    if probe.returncode != 0:
+        print("SKIP: strace cannot trace here: %s" %
+              probe.stderr.decode("utf-8", "replace").strip())
+        return 77
 
     started = time.monotonic()
-    deadline = started + args.budget
     ex = Explorer(args)
-    total_explored = total_unique = 0
+    ex.deadline = started + args.budget
+    kinds = []
     try:
-        names = args.kinds.split(",")
-        for name in names:
-            if name not in ("task", "legacy", "report", "rotate"):
-                parser.error("unknown kind %s" % name)
         small = ex.make_base("base", False)
-        kinds = []
         for name in names:
             if name == "task":
                 kinds.append(Kind("task", task_request(
@@ -1460,20 +1601,29 @@ def main():
                     ex.make_base("base-full", True)))
         for kind in kinds:
             ex.record(kind)
-        for kind in kinds:
-            explored, unique = ex.explore(kind, deadline)
-            total_explored += explored
-            total_unique += unique
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) \
+                as pool:
+            for kind in kinds:
+                ex.explore(kind, pool)
     except ExploreError as e:
         print("ERROR: %s" % e)
         print("work directory kept: %s" % ex.work)
         return 99
     elapsed = time.monotonic() - started
-    if total_explored < total_unique:
+    explored = sum(sum(k.explored) for k in kinds)
+    unique = sum(sum(len(u) for u in k.unique) for k in kinds)
+    for kind in kinds:
+        print("%s: traces %d, crash states generated %d, unique %d, "
+              "explored %d, failures %d" % (
+                  kind.name, kind.traces, sum(kind.generated),
+                  sum(len(u) for u in kind.unique), sum(kind.explored),
+                  sum(kind.failures)))
+    if explored < unique:
         print("note: %d of %d unique states not explored (--max-states or "
-              "--budget)" % (total_unique - total_explored, total_unique))
-    print("crash states explored: %d, failures: %d (%.1f s)" % (
-        total_explored, len(ex.failures), elapsed))
+              "--budget)" % (unique - explored, unique))
+    print("wall time %.1f s" % elapsed)
+    print("crash states explored: %d, failures: %d" % (
+        explored, len(ex.failures)))
     if ex.failures or args.keep:
         print("work directory kept: %s" % ex.work)
     else:
