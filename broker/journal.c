@@ -893,6 +893,7 @@ struct replay {
 	void				*arg;
 	struct journal_replay_stats	*stats;
 	char				**cause;
+	uint64_t			 from;	/* a checkpoint's segment, or 0 */
 };
 
 /*
@@ -1051,6 +1052,11 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 
 	if (size < SEGMENT_HEADER_BYTES) {
 		close(fd);
+		/* A checkpoint continues here: its header was made durable. */
+		if (number == rp->from)
+			return replay_corrupt(rp, name, 0, "segment shorter than "
+			    "its header", "a checkpoint continues in it, so its "
+			    "header was durable");
 		if (last) {
 			rp->stats->torn_segment = number;
 			return replay_remove_stub(rp, name, size);
@@ -1070,7 +1076,18 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 	close(fd);
 	madvise(map, size, MADV_SEQUENTIAL);
 
-	if ((why = segment_header_invalid(map, number)) != NULL) {
+	if ((why = segment_header_invalid(map, number)) != NULL &&
+	    last && size == SEGMENT_HEADER_BYTES && number != rp->from) {
+		/*
+		 * Nothing but a header that never reached the disk whole (a
+		 * file system may keep the size and lose the data): no
+		 * record can follow an unsynced header, so this is a
+		 * creation cut short, like a shorter stub.
+		 */
+		munmap(map, size);
+		rp->stats->torn_segment = number;
+		return replay_remove_stub(rp, name, size);
+	} else if (why != NULL) {
 		rv = replay_corrupt(rp, name, 0, why, "a segment header is "
 		    "synced before any record is written after it");
 	} else {
@@ -1175,6 +1192,7 @@ journal_replay_from(const char *dir, uint64_t from, int flags,
 	rp.arg = arg;
 	rp.stats = stats;
 	rp.cause = cause;
+	rp.from = from;
 	for (i = 0; i < count; i++) {
 		if (replay_segment(&rp, list[i], i == count - 1) == -1)
 			goto out;

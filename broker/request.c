@@ -9,7 +9,34 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "worker.h"
+
+/*
+ * Messages quote the request (a key, an op, jansson's view of bad JSON)
+ * and are cut to a size: either can leave invalid UTF-8, which a JSON
+ * reply cannot carry.  Replace each byte that does not start a valid
+ * character with '?'.
+ */
+static void
+utf8_clean(char *s)
+{
+	utf8proc_int32_t	 c;
+	utf8proc_ssize_t	 n;
+	size_t			 left = strlen(s);
+
+	while (left > 0) {
+		n = utf8proc_iterate((const utf8proc_uint8_t *)s,
+		    (utf8proc_ssize_t)left, &c);
+		if (n <= 0) {
+			*s = '?';
+			n = 1;
+		}
+		s += n;
+		left -= (size_t)n;
+	}
+}
 
 int
 request_error_set(struct request_error *err, const char *code,
@@ -23,7 +50,24 @@ request_error_set(struct request_error *err, const char *code,
 	va_start(ap, fmt);
 	vsnprintf(err->message, sizeof err->message, fmt, ap);
 	va_end(ap);
+	utf8_clean(err->message);
+	utf8_clean(err->field);
 	return -1;
+}
+
+/* A key that can stand in a dotted field path as it is. */
+static int
+plain_name(const char *key)
+{
+	size_t	n;
+
+	for (n = 0; key[n] != '\0'; n++) {
+		if (!((key[n] >= 'a' && key[n] <= 'z') ||
+		    (key[n] >= 'A' && key[n] <= 'Z') ||
+		    (key[n] >= '0' && key[n] <= '9') || key[n] == '_'))
+			return 0;
+	}
+	return n > 0 && n <= 32;
 }
 
 void
@@ -123,17 +167,19 @@ request_known_keys(json_t *object, const char *path,
 				break;
 		}
 		if (*a == NULL) {
-			if (path[0] != '\0') {
-				char	field[sizeof err->field];
+			char	field[sizeof err->field];
 
+			/* A key that is no name is named by its parent. */
+			if (!plain_name(key))
+				snprintf(field, sizeof field, "%s", path);
+			else if (path[0] != '\0')
 				snprintf(field, sizeof field, "%s.%s", path,
 				    key);
-				return request_error_set(err,
-				    "invalid_request", field,
-				    "%s has no field \"%.64s\"", path, key);
-			}
-			return request_error_set(err, "invalid_request", key,
-			    "unknown field \"%.64s\"", key);
+			else
+				snprintf(field, sizeof field, "%s", key);
+			return request_error_set(err, "invalid_request", field,
+			    "%s%shas no field \"%.64s\"", path,
+			    path[0] != '\0' ? " " : "the request ", key);
 		}
 	}
 	return 0;
@@ -168,6 +214,30 @@ request_string(json_t *object, const char *key, const char *path,
 }
 
 int
+request_envelope(json_t *request, json_t **id, const char **op,
+    struct request_error *err)
+{
+	json_t	*v;
+
+	*id = json_object_get(request, "id");
+	if (*id != NULL && (json_is_object(*id) || json_is_array(*id))) {
+		*id = NULL;
+		return request_error_set(err, "invalid_request", "id",
+		    "id must be a JSON scalar");
+	}
+	v = json_object_get(request, "op");
+	if (!json_is_string(v))
+		return request_error_set(err, "invalid_request", "op",
+		    "op is required and must be a string");
+	*op = json_string_value(v);
+	/* "hello\u0000x" is not hello. */
+	if (strlen(*op) != json_string_length(v))
+		return request_error_set(err, "unknown_op", "op",
+		    "unknown op (it contains a NUL character)");
+	return 0;
+}
+
+int
 request_submission_id(json_t *request, const char **id,
     struct request_error *err)
 {
@@ -199,22 +269,13 @@ request_submission_id(json_t *request, const char **id,
 int
 request_check_line(const char *line, size_t length, struct request_error *err)
 {
-	json_t		*request, *op, *id;
+	json_t		*request, *id;
 	const char	*name;
-	int		 rc = 0;
+	int		 rc;
 
 	if ((request = request_parse(line, length, err)) == NULL)
 		return -1;
-	id = json_object_get(request, "id");
-	op = json_object_get(request, "op");
-	if (id != NULL && (json_is_object(id) || json_is_array(id)))
-		rc = request_error_set(err, "invalid_request", "id",
-		    "id must be a JSON scalar");
-	else if (!json_is_string(op))
-		rc = request_error_set(err, "invalid_request", "op",
-		    "op is required and must be a string");
-	else {
-		name = json_string_value(op);
+	if ((rc = request_envelope(request, &id, &name, err)) == 0) {
 		if (strcmp(name, "write_task") == 0)
 			rc = write_task_check(request, err);
 		else if (strcmp(name, "write_report") == 0)

@@ -366,7 +366,7 @@ static void
 conn_dispatch(struct conn *c, const char *line, size_t length)
 {
 	struct request_error	 err;
-	json_t			*request, *id, *op;
+	json_t			*request, *id;
 	const char		*name;
 
 	atomic_fetch_add(&c->worker->d->seg.header->workers[
@@ -377,26 +377,8 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		conn_send(c, reply_error(&err, NULL));
 		return;
 	}
-	id = json_object_get(request, "id");
-	if (id != NULL && (json_is_object(id) || json_is_array(id))) {
-		request_error_set(&err, "invalid_request", "id",
-		    "id must be a JSON scalar");
-		id = NULL;
+	if (request_envelope(request, &id, &name, &err) != 0)
 		goto refuse;
-	}
-	op = json_object_get(request, "op");
-	if (!json_is_string(op)) {
-		request_error_set(&err, "invalid_request", "op",
-		    "op is required and must be a string");
-		goto refuse;
-	}
-	name = json_string_value(op);
-	/* "hello\u0000x" is not hello. */
-	if (strlen(name) != json_string_length(op)) {
-		request_error_set(&err, "unknown_op", "op",
-		    "unknown op (it contains a NUL character)");
-		goto refuse;
-	}
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    strcmp(name, "hello") != 0) {
 		request_error_set(&err, "shutting_down", NULL,

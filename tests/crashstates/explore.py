@@ -457,9 +457,7 @@ def parse_call(text):
     body = m.group(2)
     cut = body.rfind(") = ")
     if cut < 0:
-        if body.rstrip().endswith("= ?"):
-            return None		# the process died in it
-        return None
+        return None		# "= ?": the process died in it
     call = Call()
     call.name = m.group(1)
     call.args = split_args(body[:cut])
@@ -1442,48 +1440,41 @@ class Explorer:
             self.failures.append("\n".join(text))
         self.log("\n".join(text))
 
-    def explore(self, kind, pool):
-        """Check level 1, then the crash states of its retries."""
-        for level in range(self.args.depth):
-            states = sorted(kind.unique[level].values(),
-                            key=lambda s: s.number)
-            chosen = choose(states, self.args.max_states)
-            keys = {id(state): key
-                    for key, state in kind.unique[level].items()}
-            futures = [(state, pool.submit(self.check_state, kind, level,
-                                           state))
-                       for state in chosen]
-            for state, f in futures:
-                result = f.result()
-                if result is None:
-                    continue
-                ok, trace = result
-                kind.explored[level] += 1
-                if not ok:
-                    kind.failures[level] += 1
-                if trace is not None and level + 1 < self.args.depth:
-                    kind.traces += 1
-                    kind.retries[keys[id(state)]] = trace
-                    kind.generated[level + 1] += crash_states(
-                        trace, self.args.zero_fill,
-                        self.args.combinations, kind.unique[level + 1])
-            if level == 0 and self.args.depth > 1:
-                self.after_process_crashes(kind)
-            if level + 1 < self.args.depth:
-                # A level-2 state that level 1 already checked is not new.
-                for key in list(kind.unique[level + 1]):
-                    if any(key in kind.unique[i] for i in range(level + 1)):
-                        same = next(kind.unique[i][key]
-                                    for i in range(level + 1)
-                                    if key in kind.unique[i])
-                        if kind.unique[level + 1][key].acks <= same.acks:
-                            del kind.unique[level + 1][key]
-            self.log("%s: level %d: crash states generated %d, unique %d "
-                     "(%d with a reply sent), explored %d, failures %d" % (
-                         kind.name, level + 1, kind.generated[level],
-                         len(states), sum(1 for s in states if s.acks),
-                         kind.explored[level], kind.failures[level]))
-
+    def explore(self, kind, level, pool):
+        """Check the states of one level; level 1's checks are traced and
+        give level 2 its states."""
+        states = sorted(kind.unique[level].values(), key=lambda s: s.number)
+        keys = {id(state): key for key, state in kind.unique[level].items()}
+        futures = [(state, pool.submit(self.check_state, kind, level, state))
+                   for state in choose(states, self.args.max_states)]
+        for state, f in futures:
+            result = f.result()
+            if result is None:
+                continue
+            ok, trace = result
+            kind.explored[level] += 1
+            if not ok:
+                kind.failures[level] += 1
+            if trace is not None:
+                kind.traces += 1
+                kind.retries[keys[id(state)]] = trace
+                kind.generated[1] += crash_states(
+                    trace, self.args.zero_fill, self.args.combinations,
+                    kind.unique[1])
+        if level == 0 and self.args.depth > 1:
+            self.after_process_crashes(kind)
+            # A level-2 state that level 1 checked, with no reply more to
+            # agree with, is not new.
+            for key in list(kind.unique[1]):
+                same = kind.unique[0].get(key)
+                if same is not None and kind.unique[1][key].acks <= \
+                        same.acks:
+                    del kind.unique[1][key]
+        self.log("%s: level %d: crash states generated %d, unique %d (%d "
+                 "with a reply sent), explored %d, failures %d" % (
+                     kind.name, level + 1, kind.generated[level],
+                     len(states), sum(1 for s in states if s.acks),
+                     kind.explored[level], kind.failures[level]))
 
     def after_process_crashes(self, kind):
         """Level 2, the other way to get there: the broker killed after op
@@ -1601,10 +1592,12 @@ def main():
                     ex.make_base("base-full", True)))
         for kind in kinds:
             ex.record(kind)
+        # Level by level, so that a budget cut leaves no kind unexplored.
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) \
                 as pool:
-            for kind in kinds:
-                ex.explore(kind, pool)
+            for level in range(args.depth):
+                for kind in kinds:
+                    ex.explore(kind, level, pool)
     except ExploreError as e:
         print("ERROR: %s" % e)
         print("work directory kept: %s" % ex.work)

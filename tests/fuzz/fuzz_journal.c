@@ -1,0 +1,557 @@
+/*
+ * fuzz_journal.c: libFuzzer target for the journal's decoder and replay
+ * (broker/journal.c, format in doc/journal.md).
+ *
+ * Input: byte 0 is a mode, byte 1 a parameter, the rest the bytes.
+ *   bit 0  put a valid segment header (for its number) in front, so that
+ *          the bytes are read as records;
+ *   bit 1  recompute the SipHash of every record found in the bytes (at
+ *          each magic whose length is in range), so that the fuzzer gets
+ *          past the checksum to the field checks;
+ *   bit 2  split the bytes into two segments, 1 and 2, at the fraction
+ *          param/256 of their length (both with headers under bit 0);
+ *   bit 3  replay with JOURNAL_REPLAY_READONLY;
+ *   bit 4  add a stub last segment of param % 32 bytes;
+ *   bit 5  after a good replay, start up as the broker does (replay,
+ *          journal_open), append one record, and replay again;
+ *   bit 6  replay from segment 2, as after a checkpoint
+ *          (journal_replay_from), leaving segment 1 alone;
+ *   bit 7  with bit 5, journal_rotate before the append.
+ *
+ * The files go into one temporary directory per process, emptied before
+ * each run.  Invariants:
+ *   - journal_replay returns 0, or -1 with a non-empty cause; it never
+ *     crashes or loops;
+ *   - apply is called stats.records times, each record re-encodes to the
+ *     very bytes it was decoded from, and stats.bytes adds them up;
+ *   - after a successful replay the segments left hold exactly their
+ *     headers and the replayed records (the torn tail was cut, stubs
+ *     removed) and truncated_bytes is what went; a read-only replay
+ *     changes no file;
+ *   - a second replay after a successful one replays the same records
+ *     and truncates nothing;
+ *   - the broker's start-up order (replay, open, append, sync) works on
+ *     whatever replay accepted, and the appended record replays, also
+ *     into a rotated segment;
+ *   - segments before a checkpoint's are never read or changed, and a
+ *     failed replay changes nothing;
+ *   - journal_decode on the bytes: OK re-encodes to the input, every
+ *     truncation of an OK record is SHORT, SHORT and BAD are what
+ *     doc/journal.md says and leave the caller's record untouched.
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "idemd.h"
+
+int	LLVMFuzzerInitialize(int *, char ***);
+int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
+
+#define FUZZ_CHECK(cond) do {						\
+	if (!(cond)) {							\
+		fprintf(stderr, "fuzz_journal: invariant failed at %s:%d: " \
+		    "%s\n", __FILE__, __LINE__, #cond);			\
+		abort();						\
+	}								\
+} while (0)
+
+/* doc/journal.md */
+#define HEADER_BYTES		32
+#define RECORD_HEADER_BYTES	16
+#define PAYLOAD_MIN		144
+#define PAYLOAD_MAX		(144 + SUBTAB_MAX_KEY_BYTES)
+#define MAX_SEGMENTS		4
+
+static const uint8_t	record_magic[4] = { 0xff, 'J', 'R', 'C' };
+static const uint8_t	checksum_key[16] = "idem-journal-v1";
+
+static char	base_dir[PATH_MAX];
+static char	journal_dir[PATH_MAX];
+
+/* What one run wrote, and what apply saw. */
+struct run {
+	uint8_t			*seg[MAX_SEGMENTS + 1];	/* by number */
+	size_t			 seg_size[MAX_SEGMENTS + 1];
+	unsigned		 nseg;
+	struct journal_replay_stats *stats;
+	uint64_t		 records;
+	uint64_t		 bytes;
+	unsigned char		 trace[crypto_generichash_BYTES];
+	crypto_generichash_state hash;		/* of the records, in order */
+};
+
+static uint32_t
+get_u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	    (uint32_t)p[3] << 24;
+}
+
+static void
+put_u64(uint8_t *p, uint64_t v)
+{
+	int	i;
+
+	for (i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A valid segment header, from doc/journal.md. */
+static void
+header_encode(uint64_t number, uint8_t out[HEADER_BYTES])
+{
+	memset(out, 0, HEADER_BYTES);
+	memcpy(out, "IDEMJNL", 8);
+	out[8] = 1;
+	put_u64(out + 16, number);
+	crypto_shorthash(out + 24, out, 24, checksum_key);
+}
+
+/* Give every record-looking piece a right checksum. */
+static void
+fix_checksums(uint8_t *p, size_t size, size_t from)
+{
+	uint8_t		 buf[4 + PAYLOAD_MAX];
+	const uint8_t	*m;
+	uint32_t	 length;
+
+	while (from + RECORD_HEADER_BYTES <= size) {
+		m = memmem(p + from, size - from, record_magic,
+		    sizeof record_magic);
+		if (m == NULL)
+			return;
+		from = (size_t)(m - p);
+		if (from + RECORD_HEADER_BYTES > size)
+			return;
+		length = get_u32(p + from + 4);
+		if (length < PAYLOAD_MIN || length > PAYLOAD_MAX ||
+		    size - from - RECORD_HEADER_BYTES < length) {
+			from++;
+			continue;
+		}
+		memcpy(buf, p + from + 4, 4);
+		memcpy(buf + 4, p + from + RECORD_HEADER_BYTES, length);
+		crypto_shorthash(p + from + 8, buf, 4 + length, checksum_key);
+		from += RECORD_HEADER_BYTES + length;
+	}
+}
+
+static void
+segment_path(unsigned number, char *out, size_t size)
+{
+	snprintf(out, size, "%s/%016x.jnl", journal_dir, number);
+}
+
+static void
+empty_dir(void)
+{
+	DIR		*d;
+	struct dirent	*e;
+
+	if ((d = opendir(journal_dir)) == NULL) {
+		FUZZ_CHECK(errno == ENOENT);
+		return;
+	}
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		FUZZ_CHECK(unlinkat(dirfd(d), e->d_name, 0) == 0);
+	}
+	closedir(d);
+}
+
+static void
+cleanup(void)
+{
+	empty_dir();
+	rmdir(journal_dir);
+	rmdir(base_dir);
+}
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	const char	*tmp = getenv("TMPDIR");
+
+	FUZZ_CHECK(sodium_init() >= 0);
+	snprintf(base_dir, sizeof base_dir, "%s/idem-fuzz-journal.XXXXXX",
+	    tmp != NULL && *tmp != '\0' ? tmp : "/tmp");
+	FUZZ_CHECK(mkdtemp(base_dir) != NULL);
+	snprintf(journal_dir, sizeof journal_dir, "%s/journal", base_dir);
+	FUZZ_CHECK(mkdir(journal_dir, 0700) == 0);
+	atexit(cleanup);
+	return 0;
+}
+
+static void
+write_file(const char *path, const uint8_t *data, size_t size)
+{
+	int	fd;
+
+	fd = open(path, O_WRONLY|O_CREAT|O_EXCL|O_CLOEXEC, 0600);
+	FUZZ_CHECK(fd != -1);
+	FUZZ_CHECK(write(fd, data, size) == (ssize_t)size);
+	close(fd);
+}
+
+/* The file's bytes (malloc'd), or NULL if it is gone. */
+static uint8_t *
+read_file(const char *path, size_t *size)
+{
+	struct stat	 st;
+	uint8_t		*data;
+	int		 fd;
+
+	if ((fd = open(path, O_RDONLY|O_CLOEXEC)) == -1) {
+		FUZZ_CHECK(errno == ENOENT);
+		return NULL;
+	}
+	FUZZ_CHECK(fstat(fd, &st) == 0);
+	*size = (size_t)st.st_size;
+	FUZZ_CHECK((data = malloc(*size + 1)) != NULL);
+	FUZZ_CHECK(pread(fd, data, *size, 0) == (ssize_t)*size);
+	close(fd);
+	return data;
+}
+
+static int
+apply(const struct journal_record *r, void *arg)
+{
+	struct run	*run = arg;
+	uint8_t		 out[JOURNAL_MAX_RECORD_BYTES];
+	size_t		 n;
+	uint64_t	 s = run->stats->at_segment, at = run->stats->at_offset;
+
+	/* The record re-encodes to the bytes it came from. */
+	n = journal_encode(r, out, sizeof out);
+	FUZZ_CHECK(n >= RECORD_HEADER_BYTES + PAYLOAD_MIN);
+	FUZZ_CHECK(s >= 1 && s <= run->nseg);
+	FUZZ_CHECK(at >= HEADER_BYTES && at + n <= run->seg_size[s]);
+	FUZZ_CHECK(memcmp(out, run->seg[s] + at, n) == 0);
+	crypto_generichash_update(&run->hash, out, n);
+	run->records++;
+	run->bytes += n;
+	return 0;
+}
+
+static int
+replay(struct run *run, unsigned from, int flags,
+    struct journal_replay_stats *stats)
+{
+	char	*cause = (char *)1;
+	int	 rv;
+
+	memset(stats, 0x5a, sizeof *stats);
+	run->stats = stats;
+	run->records = run->bytes = 0;
+	crypto_generichash_init(&run->hash, NULL, 0, sizeof run->trace);
+	if (from == 0)
+		rv = journal_replay(journal_dir, flags, apply, run, stats,
+		    &cause);
+	else
+		rv = journal_replay_from(journal_dir, from, flags, apply, run,
+		    stats, &cause);
+	crypto_generichash_final(&run->hash, run->trace, sizeof run->trace);
+	FUZZ_CHECK(rv == 0 || rv == -1);
+	if (rv == -1) {
+		FUZZ_CHECK(cause != NULL && cause[0] != '\0');
+		free(cause);
+		return -1;
+	}
+	FUZZ_CHECK(cause == NULL);
+	FUZZ_CHECK(stats->records == run->records);
+	FUZZ_CHECK(stats->bytes == run->bytes);
+	return 0;
+}
+
+/* Reload the files as they are now into run (for the next replay). */
+static void
+reload(struct run *run)
+{
+	char		path[PATH_MAX];
+	unsigned	i;
+
+	for (i = 1; i <= run->nseg; i++) {
+		free(run->seg[i]);
+		segment_path(i, path, sizeof path);
+		run->seg[i] = read_file(path, &run->seg_size[i]);
+		if (run->seg[i] == NULL)
+			run->seg_size[i] = 0;
+	}
+}
+
+/* One record the broker could write. */
+static size_t
+sample_record(uint8_t *out, size_t size)
+{
+	struct journal_record	r;
+
+	memset(&r, 0, sizeof r);
+	r.type = JOURNAL_RECORD_ENTRY;
+	r.entry.kind = SUBTAB_KIND_TASK;
+	r.entry.state = SUBTAB_RESERVED;
+	r.entry.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	r.entry.sender_length = 2;
+	memcpy(r.entry.sender, "PM", 2);
+	r.entry.recipient_length = 3;
+	memcpy(r.entry.recipient, "DEV", 3);
+	r.entry.date = 20261202;
+	r.entry.seq = 7;
+	r.entry.key_length = 13;
+	memcpy(r.key, "run-42/step-3", 13);
+	return journal_encode(&r, out, size);
+}
+
+/* Segments before from are a checkpoint's: never read, never changed. */
+static void
+check_untouched(const struct run *run, unsigned below)
+{
+	char		 path[PATH_MAX];
+	uint8_t		*now;
+	size_t		 n;
+	unsigned	 i;
+
+	for (i = 1; i < below && i <= run->nseg; i++) {
+		segment_path(i, path, sizeof path);
+		FUZZ_CHECK((now = read_file(path, &n)) != NULL);
+		FUZZ_CHECK(n == run->seg_size[i] &&
+		    memcmp(now, run->seg[i], n) == 0);
+		free(now);
+	}
+}
+
+/* Open as start-up does, append a record (after a rotation), sync. */
+static void
+append_one(struct run *run, int rotate)
+{
+	struct journal	 j;
+	struct iovec	 iov;
+	uint8_t		 record[JOURNAL_MAX_RECORD_BYTES];
+	char		*cause = NULL;
+
+	if (journal_open(&j, journal_dir, &cause) != 0) {
+		fprintf(stderr, "fuzz_journal: journal_open after a good "
+		    "replay: %s\n", cause != NULL ? cause : "(no cause)");
+		FUZZ_CHECK(!"journal_open refuses what replay accepted");
+	}
+	FUZZ_CHECK(j.segment >= 1 && j.segment <= run->nseg);
+	if (rotate) {
+		FUZZ_CHECK(journal_sync(&j, &cause) == 0);
+		FUZZ_CHECK(journal_rotate(&j, &cause) == 0);
+		if (run->nseg < MAX_SEGMENTS)
+			run->nseg++;
+		FUZZ_CHECK(j.segment <= run->nseg);
+	}
+	iov.iov_base = record;
+	iov.iov_len = sample_record(record, sizeof record);
+	FUZZ_CHECK(iov.iov_len != 0);
+	FUZZ_CHECK(journal_append(&j, &iov, 1, &cause) == 0);
+	FUZZ_CHECK(journal_sync(&j, &cause) == 0);
+	journal_close(&j);
+}
+
+static void
+fuzz_replay(const uint8_t *data, size_t size)
+{
+	struct journal_replay_stats	 st1, st2;
+	struct run			 run;
+	char				 path[PATH_MAX];
+	uint8_t				 mode, param, *now;
+	unsigned char			 trace[sizeof run.trace];
+	size_t				 pieces[3], split, n, hdr;
+	size_t				 total_before = 0, total_after = 0;
+	unsigned			 i, alive = 0, from;
+	uint64_t			 records;
+	int				 flags;
+
+	if (size < 2)
+		return;
+	mode = data[0];
+	param = data[1];
+	hdr = (mode & 1) ? HEADER_BYTES : 0;
+	flags = (mode & 8) ? JOURNAL_REPLAY_READONLY : 0;
+	from = (mode & 64) ? 2 : 0;
+	data += 2;
+	size -= 2;
+
+	memset(&run, 0, sizeof run);
+	run.nseg = (mode & 4) ? 2 : 1;
+	if (mode & 4) {
+		split = size * param / 256;
+		pieces[1] = split;
+		pieces[2] = size - split;
+	} else
+		pieces[1] = size;
+	for (i = 1; i <= run.nseg; i++) {
+		run.seg_size[i] = hdr + pieces[i];
+		FUZZ_CHECK((run.seg[i] = malloc(run.seg_size[i] + 1)) != NULL);
+		if (hdr != 0)
+			header_encode(i, run.seg[i]);
+		memcpy(run.seg[i] + hdr, data, pieces[i]);
+		data += pieces[i];
+		if (mode & 2)
+			fix_checksums(run.seg[i], run.seg_size[i], hdr);
+	}
+	if (mode & 16) {
+		i = ++run.nseg;
+		run.seg_size[i] = param % HEADER_BYTES;
+		FUZZ_CHECK((run.seg[i] = malloc(HEADER_BYTES)) != NULL);
+		header_encode(i, run.seg[i]);
+	}
+
+	empty_dir();
+	for (i = 1; i <= run.nseg; i++) {
+		segment_path(i, path, sizeof path);
+		write_file(path, run.seg[i], run.seg_size[i]);
+		if (i >= from)
+			total_before += run.seg_size[i];
+	}
+
+	if (replay(&run, from, flags, &st1) != 0) {
+		/* Corruption (or no segment from): nothing is modified. */
+		check_untouched(&run, run.nseg + 1);
+		goto out;
+	}
+	FUZZ_CHECK(from <= run.nseg);
+	FUZZ_CHECK(st1.segments <= run.nseg);
+	check_untouched(&run, from);
+
+	/* What is left on disk: whole segments, or cut ones. */
+	for (i = from > 0 ? from : 1; i <= run.nseg; i++) {
+		segment_path(i, path, sizeof path);
+		if ((now = read_file(path, &n)) == NULL)
+			continue;
+		alive++;
+		total_after += n;
+		FUZZ_CHECK(n <= run.seg_size[i] &&
+		    memcmp(now, run.seg[i], n) == 0);
+		if (flags & JOURNAL_REPLAY_READONLY)
+			FUZZ_CHECK(n == run.seg_size[i]);
+		free(now);
+	}
+	if (flags & JOURNAL_REPLAY_READONLY) {
+		FUZZ_CHECK(st1.truncated_bytes <= total_before);
+	} else {
+		FUZZ_CHECK(alive == st1.segments);
+		FUZZ_CHECK(total_after == HEADER_BYTES * st1.segments +
+		    st1.bytes);
+		FUZZ_CHECK(total_before - total_after == st1.truncated_bytes);
+	}
+
+	/* Again: the same records, nothing (more) to cut. */
+	records = st1.records;
+	memcpy(trace, run.trace, sizeof trace);
+	reload(&run);
+	if (replay(&run, from, flags, &st2) != 0)
+		FUZZ_CHECK(!"a second replay fails after a good one");
+	FUZZ_CHECK(st2.records == records);
+	FUZZ_CHECK(memcmp(run.trace, trace, sizeof trace) == 0);
+	FUZZ_CHECK(st2.truncated_bytes == ((flags & JOURNAL_REPLAY_READONLY) ?
+	    st1.truncated_bytes : 0));
+	if ((flags & JOURNAL_REPLAY_READONLY) || !(mode & 32))
+		goto out;
+
+	/* Start-up (replay, open), then appends, after a rotation with bit 7. */
+	append_one(&run, (mode & 128) != 0);
+	reload(&run);
+	FUZZ_CHECK(replay(&run, from, 0, &st2) == 0);
+	FUZZ_CHECK(st2.records == records + 1);
+	FUZZ_CHECK(st2.truncated_bytes == 0);
+
+out:
+	for (i = 1; i <= MAX_SEGMENTS; i++)
+		free(run.seg[i]);
+}
+
+/* journal_decode on bytes at offset at, against doc/journal.md. */
+static void
+decode_at(const uint8_t *buf, size_t size, size_t at)
+{
+	struct journal_record		 r, untouched;
+	enum journal_decode_result	 res;
+	uint8_t				 out[JOURNAL_MAX_RECORD_BYTES];
+	size_t				 length = size - at, consumed, n, k;
+	uint32_t			 l;
+
+	memset(&r, 0xa5, sizeof r);
+	untouched = r;
+	consumed = SIZE_MAX;
+	res = journal_decode(buf + at, length, &r, &consumed);
+	FUZZ_CHECK(res == JOURNAL_DECODE_OK || res == JOURNAL_DECODE_SHORT ||
+	    res == JOURNAL_DECODE_BAD);
+	if (length < RECORD_HEADER_BYTES)
+		FUZZ_CHECK(res == JOURNAL_DECODE_SHORT);
+	else if (memcmp(buf + at, record_magic, sizeof record_magic) != 0)
+		FUZZ_CHECK(res == JOURNAL_DECODE_BAD);
+	else {
+		l = get_u32(buf + at + 4);
+		if (l < PAYLOAD_MIN || l > PAYLOAD_MAX)
+			FUZZ_CHECK(res == JOURNAL_DECODE_BAD);
+		else if (length < RECORD_HEADER_BYTES + l)
+			FUZZ_CHECK(res == JOURNAL_DECODE_SHORT);
+		else if (res == JOURNAL_DECODE_OK)
+			FUZZ_CHECK(consumed == RECORD_HEADER_BYTES + l);
+	}
+	if (res != JOURNAL_DECODE_OK) {
+		/* The caller's record is left as it was. */
+		FUZZ_CHECK(memcmp(&r, &untouched, sizeof r) == 0);
+		FUZZ_CHECK(consumed == SIZE_MAX);
+		return;
+	}
+	FUZZ_CHECK(consumed <= length);
+	FUZZ_CHECK(r.entry.key_length <= SUBTAB_MAX_KEY_BYTES);
+	n = journal_encode(&r, out, sizeof out);
+	FUZZ_CHECK(n == consumed && memcmp(out, buf + at, n) == 0);
+	/* Every truncation of a valid record is SHORT. */
+	for (k = 0; k < consumed; k++)
+		FUZZ_CHECK(journal_decode(buf + at, k, &r, &n) ==
+		    JOURNAL_DECODE_SHORT);
+}
+
+/* journal_decode at offset 0 and at the first magics after it. */
+static void
+fuzz_decode(const uint8_t *data, size_t size)
+{
+	const uint8_t	*m;
+	uint8_t		*buf;
+	size_t		 at;
+	unsigned	 tries;
+
+	if (size < 1)
+		return;
+	FUZZ_CHECK((buf = malloc(size)) != NULL);
+	memcpy(buf, data + 1, size - 1);
+	size--;
+	if (data[0] & 2)
+		fix_checksums(buf, size, 0);
+	decode_at(buf, size, 0);
+	for (at = 1, tries = 0; at < size && tries < 16; at++, tries++) {
+		m = memmem(buf + at, size - at, record_magic,
+		    sizeof record_magic);
+		if (m == NULL)
+			break;
+		at = (size_t)(m - buf);
+		decode_at(buf, size, at);
+	}
+	free(buf);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	fuzz_decode(data, size);
+	fuzz_replay(data, size);
+	return 0;
+}
