@@ -48,4 +48,21 @@ if ! make -C "$top/build" -j"$(nproc)" distcheck >"$top/build/distcheck.log" 2>&
 fi
 passed=$((passed + 1))
 echo "distcheck: passed"
+echo "== make fuzz-smoke (each fuzz target 60 s under ASan and UBSan)"
+if command -v clang >/dev/null 2>&1; then
+	if sh "$top/contrib/scripts/build.sh" build-fuzz CC=clang \
+	    --enable-fuzzing &&
+	    make -C "$top/build-fuzz" fuzz-smoke >"$top/build-fuzz/fuzz.log" 2>&1
+	then
+		grep -E '^fuzz_' "$top/build-fuzz/fuzz.log" || true
+		passed=$((passed + 1))
+	else
+		tail -40 "$top/build-fuzz/fuzz.log"
+		failed=$((failed + 1))
+	fi
+else
+	echo "fuzz-smoke: skipped (no clang)"
+	skipped=$((skipped + 1))
+fi
 echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
