@@ -118,6 +118,13 @@ crash_init(struct shm_segment *seg, char **cause)
 	return 0;
 }
 
+int
+crash_armed(enum crash_point point)
+{
+	return crash.point == (int)point && crash.seg != NULL &&
+	    atomic_load(&crash.seg->header->crash_fired) == 0;
+}
+
 void
 crash_point(enum crash_point point)
 {

@@ -233,6 +233,8 @@ enum crash_point {
 };
 int	crash_init(struct shm_segment *, char **cause);
 void	crash_point(enum crash_point);
+/* Will crash_point(point) kill?  (It fires once.) */
+int	crash_armed(enum crash_point);
 void	crash_worker_started(void);
 
 #endif

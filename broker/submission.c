@@ -129,6 +129,17 @@ sub_answer(struct pending *p, int created)
 	sub_of(p)->ops->answer(p, created);
 }
 
+static void
+sub_record_of(struct submission *s, const struct subtab_entry *entry,
+    struct journal_record *record)
+{
+	memset(record, 0, sizeof *record);
+	record->type = JOURNAL_RECORD_ENTRY;
+	record->entry = *entry;
+	record->entry.key_length = (uint16_t)s->key_length;
+	memcpy(record->key, s->key, s->key_length);
+}
+
 /*
  * Record s->entry: for a claimed slot, appended and set in the table in
  * one step (subtab_record); then park until durable and go on with next.
@@ -139,11 +150,7 @@ sub_journal(struct pending *p, pending_resume_fn next)
 	struct submission	*s = sub_of(p);
 	struct journal_record	 record;
 
-	memset(&record, 0, sizeof record);
-	record.type = JOURNAL_RECORD_ENTRY;
-	record.entry = s->entry;
-	record.entry.key_length = (uint16_t)s->key_length;
-	memcpy(record.key, s->key, s->key_length);
+	sub_record_of(s, &s->entry, &record);
 	if (s->claimed)
 		pending_journal_slot(p, &record, s->slot, &s->claim, &s->entry,
 		    next);
@@ -257,6 +264,37 @@ sub_after_durable(struct pending *p, uint64_t end, pending_resume_fn next)
 		next(p);
 	else
 		pending_wait_durable(p, end, next);
+}
+
+static void	sub_file_recorded(struct pending *);
+static void	sub_committed(struct pending *);
+
+/*
+ * The file and its name are durable: record task_created, and with it,
+ * in the same append and so under the same fdatasync, the commit.  A
+ * torn append can still leave task_created alone, which a retry
+ * completes (the recovery rules; the crash-state explorer tears it).
+ * Only a test that stops the broker between the two
+ * (after_task_created_durable) gets them in two flushes.
+ */
+static void
+sub_record_file(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct journal_record	 created, committed;
+
+	s->entry.state = SUBTAB_TASK_CREATED;
+	s->entry.updated_at_ms = shm_now_ms();
+	if ((s->ops->crash_points &&
+	    crash_armed(CRASH_AFTER_TASK_CREATED_DURABLE)) || !s->claimed) {
+		sub_journal(p, sub_file_recorded);
+		return;
+	}
+	sub_record_of(s, &s->entry, &created);
+	s->entry.state = SUBTAB_COMMITTED;
+	sub_record_of(s, &s->entry, &committed);
+	pending_journal_slot_pair(p, &created, &committed, s->slot, &s->claim,
+	    &s->entry, sub_committed);
 }
 
 static void
@@ -387,9 +425,7 @@ sub_resolve_reserved(struct pending *p)
 	memcpy(s->entry.file_digest, facts.file_digest, IDEM_SHA256_BYTES);
 	s->entry.created_at_ms = facts.has_created_at ? facts.created_at_ms :
 	    shm_now_ms();
-	s->entry.state = SUBTAB_TASK_CREATED;
-	s->entry.updated_at_ms = shm_now_ms();
-	sub_journal(p, sub_file_recorded);
+	sub_record_file(p);
 }
 
 /*
@@ -484,9 +520,7 @@ sub_file_written(struct fileio_job *job)
 	}
 	s->wrote_file = 1;
 	s->entry.created_at_ms = s->file_time;
-	s->entry.state = SUBTAB_TASK_CREATED;
-	s->entry.updated_at_ms = shm_now_ms();
-	sub_journal(p, sub_file_recorded);
+	sub_record_file(p);
 }
 
 /* TASK_CREATED is durable. */

@@ -198,6 +198,32 @@ pending_journal_slot(struct pending *p, const struct journal_record *record,
 }
 
 void
+pending_journal_slot_pair(struct pending *p, const struct journal_record *first,
+    const struct journal_record *second, uint32_t slot,
+    const struct subtab_claim *claim, const struct subtab_entry *entry,
+    pending_resume_fn resume)
+{
+	size_t	n;
+
+	p->record_slot = slot;
+	p->record_claim = claim;
+	p->record_entry = entry;
+	p->resume = resume;
+	p->journal_failed = 0;
+	n = journal_encode(first, p->record, sizeof p->record);
+	p->record_length = n == 0 ? 0 : journal_encode(second, p->record + n,
+	    sizeof p->record - n);
+	if (p->record_length == 0) {
+		log_warn("encoding a journal record");
+		p->journal_failed = 1;
+		resume(p);
+		return;
+	}
+	p->record_length += n;
+	pending_try_append(p);
+}
+
+void
 pending_wait_durable(struct pending *p, uint64_t end, pending_resume_fn resume)
 {
 	p->resume = resume;

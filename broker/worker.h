@@ -152,6 +152,11 @@ void	 pending_journal(struct pending *, const struct journal_record *,
 void	 pending_journal_slot(struct pending *, const struct journal_record *,
 	    uint32_t slot, const struct subtab_claim *,
 	    const struct subtab_entry *, pending_resume_fn);
+/* Two records in one append, so one flush covers both; entry is the last. */
+void	 pending_journal_slot_pair(struct pending *,
+	    const struct journal_record *, const struct journal_record *,
+	    uint32_t slot, const struct subtab_claim *,
+	    const struct subtab_entry *, pending_resume_fn);
 /* Park until the journal is durable up to end, then call resume. */
 void	 pending_wait_durable(struct pending *, uint64_t end,
 	    pending_resume_fn);

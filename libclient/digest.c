@@ -50,6 +50,18 @@ digest_fold_newlines(const char *s, size_t length, size_t *out_length)
 	return (out);
 }
 
+static int
+digest_is_ascii(const char *s, size_t length)
+{
+	size_t	i;
+
+	for (i = 0; i < length; i++) {
+		if ((unsigned char)s[i] >= 0x80)
+			return (0);
+	}
+	return (1);
+}
+
 char *
 digest_normalize_string(const char *s, size_t length, size_t *out_length)
 {
@@ -61,6 +73,22 @@ digest_normalize_string(const char *s, size_t length, size_t *out_length)
 		if ((folded = digest_fold_newlines(s, length, &length)) == NULL)
 			return (NULL);
 		s = folded;
+	}
+	/*
+	 * ASCII is its own NFC (no ASCII character decomposes or composes):
+	 * most of what agents send, and utf8proc is the costliest part of a
+	 * retry, so only other text goes through it.
+	 */
+	if (digest_is_ascii(s, length)) {
+		if ((nfc = malloc(length + 1)) == NULL) {
+			free(folded);
+			return (NULL);
+		}
+		memcpy(nfc, s, length);
+		nfc[length] = '\0';
+		free(folded);
+		*out_length = length;
+		return ((char *)nfc);
 	}
 	/* With a length and no UTF8PROC_NULLTERM, s need not end in NUL. */
 	n = utf8proc_map((const utf8proc_uint8_t *)s, length, &nfc,

@@ -2694,6 +2694,9 @@ main(int argc, char **argv)
 	/* A --scenario list runs exactly what it names, references too. */
 	sc = opt.scenarios;
 
+	if ((opt.socket == NULL || (sc & SC_REPLAY)) &&
+	    access(opt.idemd, X_OK) == -1)
+		err(1, "%s (use --idemd PATH or IDEMD)", opt.idemd);
 	if (snprintf(top, sizeof top, "%s/idem-bench-XXXXXX",
 	    opt.dir) >= (int)sizeof top)
 		errx(2, "--dir %s: too long", opt.dir);
@@ -2708,8 +2711,6 @@ main(int argc, char **argv)
 	    "average %.2f, idemd %s%s\n", sysconf(_SC_NPROCESSORS_ONLN),
 	    u.release, top, fs_name(top), load_start[0], opt.socket != NULL ?
 	    "at " : "", opt.socket != NULL ? opt.socket : opt.idemd);
-	if (opt.socket == NULL && access(opt.idemd, X_OK) == -1)
-		err(1, "%s (use --idemd PATH or IDEMD)", opt.idemd);
 
 	for (i = 0; i < opt.client_counts; i++) {
 		k = opt.clients[i];
@@ -2735,10 +2736,7 @@ main(int argc, char **argv)
 		report_progress();
 	}
 	if (sc & SC_REPLAY) {
-		if (access(opt.idemd, X_OK) == -1)
-			warn("replay needs an idemd to start: %s", opt.idemd);
-		else
-			run_replay(opt.replay_count);
+		run_replay(opt.replay_count);
 		report_progress();
 	}
 	if (getloadavg(load_end, 3) == -1)
