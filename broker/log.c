@@ -23,7 +23,7 @@ log_init(const char *program)
 	log_state.debug = getenv("IDEM_DEBUG") != NULL;
 }
 
-static void
+static void __attribute__((format(printf, 4, 0)))
 log_vline(const char *level, int with_errno, int saved_errno,
     const char *fmt, va_list ap)
 {
