@@ -5,7 +5,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-build}
 [ $# -gt 0 ] && shift
 cd "$top"
-[ -x configure ] || autoreconf -fi >/dev/null
+[ -x configure ] || autoreconf -fi >/dev/null 2>&1 || autoreconf -fi
 mkdir -p "$dir"
 cd "$dir"
 [ -f Makefile ] || "$top/configure" -q "$@"
