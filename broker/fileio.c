@@ -133,6 +133,9 @@ fileio_write(struct fileio_job *job)
 	size_t	n = strlen(job->name);
 	int	found;
 
+	if (job->phase == FILEIO_TEMP)
+		return taskfile_write_temp(job->dir_fd, job->name, job->data,
+		    job->length, job->temp, &job->cause);
 	if (job->root_fd != -1 && n > 3) {
 		memcpy(id, job->name, n - 3);		/* without ".md" */
 		id[n - 3] = '\0';
@@ -142,9 +145,14 @@ fileio_write(struct fileio_job *job)
 				errno = EEXIST;
 			asprintf(&job->cause, "%s: %s", job->name, found > 0 ?
 			    path : strerror(errno));
+			if (job->phase == FILEIO_LINK)
+				taskfile_drop_temp(job->dir_fd, job->temp);
 			return -1;
 		}
 	}
+	if (job->phase == FILEIO_LINK)
+		return taskfile_link_temp(job->dir_fd, job->temp, job->name,
+		    job->crash_points, &job->cause);
 	return taskfile_write_linked(job->dir_fd, job->name, job->data,
 	    job->length, job->crash_points, &job->cause);
 }
@@ -169,7 +177,7 @@ fileio_thread(void *arg)
 		job->error = job->result == 0 ? 0 : errno;
 
 		pthread_mutex_lock(&io->lock);
-		if (job->result == 0)
+		if (job->result == 0 && job->phase != FILEIO_TEMP)
 			fileio_sync_dir(io, job);
 		TAILQ_INSERT_TAIL(&io->done, job, entry);
 		while (write(io->done_fd, &one, sizeof one) == -1 &&

@@ -5,6 +5,7 @@
 #ifndef IDEMD_H
 #define IDEMD_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -180,6 +181,17 @@ int	taskfile_write_durable(int dir_fd, const char *name, const void *data,
 /* The same without the directory fsync (the caller shares one). */
 int	taskfile_write_linked(int dir_fd, const char *name, const void *data,
 	    size_t length, int task_crash_points, char **cause);
+/*
+ * Its two halves: a temporary file beside name, written and fsync'd (its
+ * name in temp; nothing is left on failure), and its link to name (the
+ * crash points fire here; the temporary is gone afterwards, whatever
+ * happened).
+ */
+int	taskfile_write_temp(int dir_fd, const char *name, const void *data,
+	    size_t length, char temp[NAME_MAX + 1], char **cause);
+int	taskfile_link_temp(int dir_fd, const char *temp, const char *name,
+	    int task_crash_points, char **cause);
+void	taskfile_drop_temp(int dir_fd, const char *temp);
 
 /*
  * Where is <id>.md now?  inbox first, then every directory under

@@ -268,6 +268,10 @@ sub_after_durable(struct pending *p, uint64_t end, pending_resume_fn next)
 
 static void	sub_file_recorded(struct pending *);
 static void	sub_committed(struct pending *);
+static void	sub_start_temp(struct pending *);
+static void	sub_temp_written(struct fileio_job *);
+static void	sub_joined(struct pending *);
+static void	sub_file_written(struct fileio_job *);
 
 /*
  * The file and its name are durable: record task_created, and with it,
@@ -326,6 +330,7 @@ sub_acquire(struct pending *p)
 		s->entry = a.found;
 		s->fresh = 1;
 		sub_set_name(s);
+		sub_start_temp(p);
 		sub_journal(p, sub_reserved);
 		return;
 	case SUBTAB_CLAIMED:
@@ -362,12 +367,99 @@ sub_acquire(struct pending *p)
 	}
 }
 
-/* RESERVE is durable. */
+/*
+ * A fresh submission's file does not wait for its reservation: the
+ * temporary is written and fsync'd while the reservation is flushed
+ * (the contract is that the TASK file, the linked name, never exists
+ * before its reservation is durable; an unlinked temporary is nothing,
+ * and start-up sweeps it).  The link waits for both; whichever finishes
+ * last goes on (sub_joined).  Without this, a creation would wait for
+ * one more sync in a row.
+ */
+static void
+sub_start_temp(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct fileio_job	*job = &s->job;
+
+	memset(job, 0, sizeof *job);
+	s->file_time = shm_now_ms();
+	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0)
+		return;		/* sub_reserved writes it the slow way */
+	snprintf(job->name, sizeof job->name, "%s.md", s->name);
+	job->phase = FILEIO_TEMP;
+	job->root_fd = -1;
+	job->dir_fd = s->ops->dir_fd(idemd_of(p));
+	job->done = sub_temp_written;
+	job->arg = p;
+	digest_sha256(job->data, job->length, s->entry.file_digest);
+	s->temp_state = SUB_TEMP_WRITING;
+	s->reserve_done = 0;
+	fileio_submit(p->worker->io, job);
+}
+
+static void
+sub_temp_written(struct fileio_job *job)
+{
+	struct pending		*p = job->arg;
+	struct submission	*s = sub_of(p);
+
+	free(job->data);
+	job->data = NULL;
+	if (job->result != 0) {
+		log_warnx("%s %s: %s", s->ops->id_key, s->name,
+		    job->cause != NULL ? job->cause : strerror(job->error));
+		free(job->cause);
+		job->cause = NULL;
+		s->temp_state = SUB_TEMP_FAILED;
+		s->temp_error = job->error;
+	} else
+		s->temp_state = SUB_TEMP_READY;
+	if (s->reserve_done)
+		sub_joined(p);
+}
+
+/* The reservation's wait and the temporary are both over. */
+static void
+sub_joined(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct fileio_job	*job = &s->job;
+
+	if (p->journal_failed) {
+		if (s->temp_state == SUB_TEMP_READY)
+			taskfile_drop_temp(job->dir_fd, job->temp);
+		s->temp_state = SUB_TEMP_NONE;
+		sub_journal_failed(p);
+		return;
+	}
+	if (s->temp_state == SUB_TEMP_FAILED) {
+		s->temp_state = SUB_TEMP_NONE;
+		sub_fail_storage(p, s->temp_error, "writing the file");
+		return;
+	}
+	s->temp_state = SUB_TEMP_NONE;
+	job->phase = FILEIO_LINK;
+	job->root_fd = idemd_of(p)->root_fd;
+	job->crash_points = s->ops->crash_points;
+	job->done = sub_file_written;
+	fileio_submit(p->worker->io, job);
+}
+
+/* RESERVE is durable (or its wait failed). */
 static void
 sub_reserved(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
 
+	if (s->temp_state != SUB_TEMP_NONE) {
+		if (!p->journal_failed)
+			sub_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
+		s->reserve_done = 1;
+		if (s->temp_state != SUB_TEMP_WRITING)
+			sub_joined(p);
+		return;		/* sub_temp_written goes on */
+	}
 	if (sub_journal_failed(p))
 		return;
 	sub_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);

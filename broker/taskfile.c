@@ -630,7 +630,18 @@ int
 taskfile_write_linked(int dir_fd, const char *name, const void *data,
     size_t length, int task_crash_points, char **cause)
 {
-	char		 temp[NAME_MAX + 1];
+	char	temp[NAME_MAX + 1];
+
+	if (taskfile_write_temp(dir_fd, name, data, length, temp, cause) != 0)
+		return (-1);
+	return (taskfile_link_temp(dir_fd, temp, name, task_crash_points,
+	    cause));
+}
+
+int
+taskfile_write_temp(int dir_fd, const char *name, const void *data,
+    size_t length, char temp[NAME_MAX + 1], char **cause)
+{
 	const char	*what;
 	int		 fd, saved_errno;
 
@@ -640,7 +651,8 @@ taskfile_write_linked(int dir_fd, const char *name, const void *data,
 		errno = EINVAL;
 		return (taskfile_fail(cause, "bad file name \"%s\"", name));
 	}
-	if ((fd = taskfile_create_temp(dir_fd, name, temp, sizeof temp)) == -1)
+	if ((fd = taskfile_create_temp(dir_fd, name, temp, NAME_MAX + 1)) ==
+	    -1)
 		return (taskfile_fail(cause, "create temporary file for %s",
 		    name));
 
@@ -662,6 +674,15 @@ taskfile_write_linked(int dir_fd, const char *name, const void *data,
 		taskfile_unlink_temp(dir_fd, temp);
 		return (taskfile_fail(cause, "close %s (as %s)", name, temp));
 	}
+	return (0);
+}
+
+int
+taskfile_link_temp(int dir_fd, const char *temp, const char *name,
+    int task_crash_points, char **cause)
+{
+	if (cause != NULL)
+		*cause = NULL;
 	if (task_crash_points)
 		crash_point(CRASH_AFTER_TASK_FILE_WRITTEN);
 
@@ -683,6 +704,13 @@ taskfile_write_linked(int dir_fd, const char *name, const void *data,
 	if (task_crash_points)
 		crash_point(CRASH_AFTER_TASK_FILE_LINKED);
 	return (0);
+}
+
+/* Remove a temporary file that will not be linked. */
+void
+taskfile_drop_temp(int dir_fd, const char *temp)
+{
+	taskfile_unlink_temp(dir_fd, temp);
 }
 
 /* ---- finding a file --------------------------------------------------- */

@@ -66,7 +66,14 @@ void	journaler_durable(uint64_t *segment, uint64_t *size);
 /* fileio.c: a worker's file-writing threads */
 #define FILEIO_THREADS	8
 #define FILEIO_DIRS	4	/* directories with shared sync rounds */
+enum fileio_phase {
+	FILEIO_WHOLE,		/* write, link, share a directory sync */
+	FILEIO_TEMP,		/* only write and fsync the temporary */
+	FILEIO_LINK		/* link that temporary, share a directory sync */
+};
 struct fileio_job {
+	enum fileio_phase	 phase;
+	char			 temp[NAME_MAX + 1];	/* FILEIO_TEMP's result */
 	int			 root_fd;	/* -1: no workspace-wide check */
 	int			 dir_fd;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
@@ -236,6 +243,15 @@ struct submission {
 	int			 wrote_file;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 16];
 	struct fileio_job	 job;		/* its file, while written */
+	/*
+	 * A fresh submission writes its temporary file while its reservation
+	 * is flushed; it is linked once both are done (submission.c).
+	 */
+	enum {
+		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED
+	}			 temp_state;
+	int			 temp_error;
+	int			 reserve_done;	/* the reservation's wait ended */
 	int64_t			 file_time;	/* the file's created_at */
 	unsigned		 attempts;	/* numbers tried (legacy) */
 };
