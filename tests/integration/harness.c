@@ -563,3 +563,18 @@ harness_finish(struct broker *b)
 	harness_cleanup(b);
 	b->root[0] = '\0';
 }
+
+json_t *
+harness_call_once(struct broker *b, json_t *request)
+{
+	struct idem_conn	*c;
+	json_t			*reply;
+
+	if ((c = harness_connect(b)) == NULL) {
+		json_decref(request);
+		return NULL;
+	}
+	reply = harness_call(c, request);
+	idem_close(c);
+	return reply;
+}

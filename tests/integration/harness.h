@@ -44,6 +44,8 @@ int	 harness_workers(struct broker *, pid_t *pids, int max);
 struct idem_conn *harness_connect(struct broker *);
 /* Send a JSON request (consumed), return the parsed reply (or NULL). */
 json_t	*harness_call(struct idem_conn *, json_t *request);
+/* One request on a connection of its own (consumed); NULL if no reply. */
+json_t	*harness_call_once(struct broker *, json_t *request);
 /* Send a raw line, return the parsed reply (or NULL). */
 json_t	*harness_call_line(struct idem_conn *, const char *line);
 

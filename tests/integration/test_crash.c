@@ -90,13 +90,8 @@ start(struct broker *b)
 static json_t *
 call(struct broker *b, json_t *request)
 {
-	struct idem_conn	*c;
-	json_t			*reply;
+	json_t	*reply = harness_call_once(b, request);
 
-	c = harness_connect(b);
-	assert_non_null(c);
-	reply = harness_call(c, request);
-	idem_close(c);
 	assert_non_null(reply);
 	return reply;
 }

@@ -156,28 +156,12 @@ fault_clear(struct storage_test *t)
 	fault_rule(t, "");
 }
 
-/* One request on a connection of its own; NULL if it was closed. */
-static json_t *
-call_or_null(struct broker *b, json_t *request)
-{
-	struct idem_conn	*c;
-	json_t			*reply;
-
-	if ((c = harness_connect(b)) == NULL) {
-		json_decref(request);
-		return NULL;
-	}
-	reply = harness_call(c, request);
-	idem_close(c);
-	return reply;
-}
-
 static json_t *
 call(struct broker *b, json_t *request)
 {
 	json_t	*reply;
 
-	reply = call_or_null(b, request);
+	reply = harness_call_once(b, request);
 	assert_non_null(reply);
 	return reply;
 }
@@ -397,7 +381,7 @@ call_across_reopen(struct broker *b, json_t *request)
 	int		 tries;
 
 	for (tries = 0; tries < TEST_REOPEN_TRIES; tries++) {
-		reply = call_or_null(b, json_incref(request));
+		reply = harness_call_once(b, json_incref(request));
 		if (reply == NULL)
 			continue;
 		code = error_code(reply);
