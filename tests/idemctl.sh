@@ -279,6 +279,18 @@ records() {
 }
 records=$(records "$tmp/out")
 
+# Each reservation keeps who made it (SO_PEERCRED): this shell's uid, and
+# the pid of the idemctl that sent it.
+run "$IDEMCTL" journal dump
+expect 0 "journal dump of a clean journal"
+contains "$tmp/out" "\"peer_uid\":$(id -u)," "records name the peer's uid"
+if grep '"client_submission_id":"ctl-1"' "$tmp/out" |
+    grep -q '"peer_pid":[1-9]'; then
+	pass "records name the peer's pid"
+else
+	fail "no peer pid recorded for ctl-1"
+fi
+
 # A task moved to another stage (as FCoP tools do) is not missing.
 mv "$inbox/$task1.md" "$root/_lifecycle/done/"
 run "$IDEMCTL" verify
