@@ -20,6 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
 #include <sodium.h>
 
 #include "harness.h"
@@ -577,4 +583,32 @@ harness_call_once(struct broker *b, json_t *request)
 	reply = harness_call(c, request);
 	idem_close(c);
 	return reply;
+}
+
+const char *
+harness_str(json_t *object, const char *key)
+{
+	json_t	*v = json_object_get(object, key);
+
+	if (!json_is_string(v))
+		fail_msg("\"%s\" is not a string in %s", key,
+		    object != NULL ? json_dumps(object, JSON_COMPACT) : "null");
+	return json_string_value(v);
+}
+
+const char *
+harness_receipt_str(json_t *reply, const char *key)
+{
+	return harness_str(json_object_get(reply, "receipt"), key);
+}
+
+void
+harness_assert_bool(json_t *object, const char *key, int expected)
+{
+	json_t	*v = json_object_get(object, key);
+
+	if (!json_is_boolean(v) || json_is_true(v) != expected)
+		fail_msg("\"%s\" is not %s in %s", key, expected ? "true" :
+		    "false", object != NULL ?
+		    json_dumps(object, JSON_COMPACT) : "null");
 }

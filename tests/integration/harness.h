@@ -79,6 +79,11 @@ char	*harness_raw_read_line(int fd);
 
 /* A write_task request for submission id (NULL: legacy) and subject. */
 json_t	*harness_write_task(const char *id, const char *subject);
+/* Test assertions on replies (they fail the cmocka test, naming the key). */
+const char *harness_str(json_t *object, const char *key);
+const char *harness_receipt_str(json_t *reply, const char *key);
+void	 harness_assert_bool(json_t *object, const char *key, int expected);
+
 /* The receipt of a reply, serialized compactly in order (malloc'd). */
 char	*harness_receipt_text(json_t *reply);
 

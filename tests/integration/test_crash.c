@@ -120,32 +120,6 @@ submit_and_lose(struct broker *b, const char *id, const char *subject)
 	idem_close(c);
 }
 
-static const char *
-str(json_t *object, const char *key)
-{
-	json_t	*v = json_object_get(object, key);
-
-	if (!json_is_string(v))
-		fail_msg("\"%s\" is not a string", key);
-	return json_string_value(v);
-}
-
-static const char *
-receipt_str(json_t *reply, const char *key)
-{
-	return str(json_object_get(reply, "receipt"), key);
-}
-
-static void
-assert_bool(json_t *object, const char *key, int expected)
-{
-	json_t	*v = json_object_get(object, key);
-
-	if (!json_is_boolean(v))
-		fail_msg("\"%s\" is not a boolean", key);
-	assert_int_equal(json_is_true(v), expected);
-}
-
 static void
 assert_outcome(json_t *reply, const char *disposition, int action_taken,
     int recovered)
@@ -158,13 +132,13 @@ assert_outcome(json_t *reply, const char *disposition, int action_taken,
 	    disposition) != 0)
 		fail_msg("wanted %s, got %s", disposition,
 		    json_dumps(reply, JSON_COMPACT));
-	assert_bool(reply, "action_taken", action_taken);
-	assert_bool(reply, "idempotent", 1);
+	harness_assert_bool(reply, "action_taken", action_taken);
+	harness_assert_bool(reply, "idempotent", 1);
 	if (recovered)
 		assert_true(json_is_true(rec));
 	else
 		assert_null(rec);
-	assert_string_equal(receipt_str(reply, "state"), "committed");
+	assert_string_equal(harness_receipt_str(reply, "state"), "committed");
 }
 
 static void
@@ -172,12 +146,12 @@ assert_conflict(json_t *reply, const char *reason)
 {
 	json_t	*error = json_object_get(reply, "error");
 
-	assert_bool(reply, "ok", 0);
-	assert_bool(reply, "action_taken", 0);
-	assert_string_equal(str(reply, "disposition"), "conflict");
-	assert_string_equal(str(error, "code"), "conflict");
-	assert_string_equal(str(error, "reason"), reason);
-	assert_bool(error, "retryable", 0);
+	harness_assert_bool(reply, "ok", 0);
+	harness_assert_bool(reply, "action_taken", 0);
+	assert_string_equal(harness_str(reply, "disposition"), "conflict");
+	assert_string_equal(harness_str(error, "code"), "conflict");
+	assert_string_equal(harness_str(error, "reason"), reason);
+	harness_assert_bool(error, "retryable", 0);
 	assert_null(json_object_get(reply, "receipt"));
 }
 
@@ -259,16 +233,16 @@ assert_front_matter(const struct broker *b, const char *relpath,
 	assert_non_null(end);
 	end[1] = '\0';
 	snprintf(line, sizeof line, "\ntask_id: \"%s\"\n",
-	    receipt_str(reply, "task_id"));
+	    harness_receipt_str(reply, "task_id"));
 	assert_non_null(strstr(data, line));
 	snprintf(line, sizeof line, "\ncreated_at: \"%s\"\n",
-	    receipt_str(reply, "created_at"));
+	    harness_receipt_str(reply, "created_at"));
 	assert_non_null(strstr(data, line));
 	snprintf(line, sizeof line, "\nclient_submission_id: \"%s\"\n",
-	    receipt_str(reply, "client_submission_id"));
+	    harness_receipt_str(reply, "client_submission_id"));
 	assert_non_null(strstr(data, line));
 	snprintf(line, sizeof line, "\nrequest_digest: \"%s\"\n",
-	    receipt_str(reply, "request_digest"));
+	    harness_receipt_str(reply, "request_digest"));
 	assert_non_null(strstr(data, line));
 	free(data);
 }
@@ -309,13 +283,13 @@ retry_and_check(struct broker *b, const struct crash_case *cc)
 	assert_outcome(retry, cc->disposition, cc->action_taken,
 	    cc->recovered);
 	first_task_id(want, sizeof want, 1);
-	skip_if_date_moved(want, receipt_str(retry, "task_id"));
-	assert_string_equal(receipt_str(retry, "task_id"), want);
+	skip_if_date_moved(want, harness_receipt_str(retry, "task_id"));
+	assert_string_equal(harness_receipt_str(retry, "task_id"), want);
 	snprintf(path, sizeof path, "_lifecycle/inbox/%s.md", want);
-	assert_string_equal(receipt_str(retry, "task_path"), path);
+	assert_string_equal(harness_receipt_str(retry, "task_path"), path);
 	assert_int_equal(harness_count_tasks(b), 1);
 	assert_true(path_exists(b, path));
-	assert_file_digest(b, path, receipt_str(retry, "file_digest"));
+	assert_file_digest(b, path, harness_receipt_str(retry, "file_digest"));
 	assert_front_matter(b, path, retry);
 
 	again = submit(b, TEST_ID, TEST_SUBJECT);
@@ -407,7 +381,7 @@ worker_crash(struct broker *b, const struct crash_case *cc)
 	fresh = submit(b, "crash/fresh", "After the worker died");
 	assert_outcome(fresh, "created", 1, 0);
 	first_task_id(want, sizeof want, 2);
-	assert_string_equal(receipt_str(fresh, "task_id"), want);
+	assert_string_equal(harness_receipt_str(fresh, "task_id"), want);
 	json_decref(fresh);
 	assert_int_equal(harness_count_tasks(b), 2);
 	harness_finish(b);
@@ -488,7 +462,7 @@ idle_worker_killed(void **state)
 			break;
 		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
 		assert_non_null(reply);
-		assert_bool(reply, "ok", 1);
+		harness_assert_bool(reply, "ok", 1);
 		json_decref(reply);
 	}
 	idem_close(c);
@@ -573,17 +547,18 @@ conflict_after_crash(void **state)
 	assert_conflict(reply, "digest_mismatch");
 	existing = json_object_get(reply, "existing");
 	assert_non_null(existing);
-	assert_string_equal(str(existing, "client_submission_id"), TEST_ID);
-	assert_string_equal(str(existing, "state"), "reserved");
+	assert_string_equal(harness_str(existing, "client_submission_id"),
+	    TEST_ID);
+	assert_string_equal(harness_str(existing, "state"), "reserved");
 	first_task_id(want, sizeof want, 1);
-	assert_string_equal(str(existing, "task_id"), want);
+	assert_string_equal(harness_str(existing, "task_id"), want);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 0);
 
 	/* The conflict changed nothing: the true retry still completes. */
 	reply = submit(b, TEST_ID, TEST_SUBJECT);
 	assert_outcome(reply, "created", 1, 1);
-	assert_string_equal(receipt_str(reply, "task_id"), want);
+	assert_string_equal(harness_receipt_str(reply, "task_id"), want);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
 	harness_finish(b);
@@ -613,7 +588,8 @@ target_mismatch_after_crash(void **state)
 	for (i = 0; i < 2; i++) {
 		reply = submit(b, TEST_ID, TEST_SUBJECT);
 		assert_conflict(reply, "target_mismatch");
-		assert_string_equal(str(json_object_get(reply, "existing"),
+		assert_string_equal(harness_str(json_object_get(reply,
+		    "existing"),
 		    "task_id"), id);
 		json_decref(reply);
 		data = harness_read(b, rel);
@@ -646,7 +622,8 @@ task_missing_after_crash(void **state)
 	for (i = 0; i < 2; i++) {
 		reply = submit(b, TEST_ID, TEST_SUBJECT);
 		assert_conflict(reply, "task_missing");
-		assert_string_equal(str(json_object_get(reply, "existing"),
+		assert_string_equal(harness_str(json_object_get(reply,
+		    "existing"),
 		    "task_id"), id);
 		json_decref(reply);
 		assert_int_equal(harness_count_tasks(b), 0);
@@ -683,8 +660,8 @@ moved_after_crash(struct broker *b, const struct crash_case *cc,
 
 	reply = submit(b, TEST_ID, TEST_SUBJECT);
 	assert_outcome(reply, "reused", 0, 1);
-	assert_string_equal(receipt_str(reply, "task_id"), id);
-	assert_file_digest(b, to, receipt_str(reply, "file_digest"));
+	assert_string_equal(harness_receipt_str(reply, "task_id"), id);
+	assert_file_digest(b, to, harness_receipt_str(reply, "file_digest"));
 	assert_front_matter(b, to, reply);
 	json_decref(reply);
 	assert_false(path_exists(b, from));
@@ -835,19 +812,19 @@ reserved_number_kept_across_crash(void **state)
 	reply = submit(b, "crash/other", "Another submission");
 	assert_outcome(reply, "created", 1, 0);
 	first_task_id(want, sizeof want, 2);
-	skip_if_date_moved(want, receipt_str(reply, "task_id"));
-	assert_string_equal(receipt_str(reply, "task_id"), want);
+	skip_if_date_moved(want, harness_receipt_str(reply, "task_id"));
+	assert_string_equal(harness_receipt_str(reply, "task_id"), want);
 	json_decref(reply);
 
 	reply = submit(b, NULL, "A legacy task");
 	first_task_id(want, sizeof want, 3);
-	assert_string_equal(receipt_str(reply, "task_id"), want);
+	assert_string_equal(harness_receipt_str(reply, "task_id"), want);
 	json_decref(reply);
 
 	reply = submit(b, TEST_ID, TEST_SUBJECT);
 	assert_outcome(reply, "created", 1, 1);
 	first_task_id(want, sizeof want, 1);
-	assert_string_equal(receipt_str(reply, "task_id"), want);
+	assert_string_equal(harness_receipt_str(reply, "task_id"), want);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 3);
 	harness_finish(b);

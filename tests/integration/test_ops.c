@@ -196,27 +196,6 @@ stats(struct broker *b)
 
 /* ---- Judging ------------------------------------------------------------- */
 
-static const char *
-str(json_t *object, const char *key)
-{
-	json_t	*v = json_object_get(object, key);
-
-	if (!json_is_string(v))
-		fail_msg("\"%s\" is not a string in %s", key,
-		    json_dumps(object, JSON_COMPACT));
-	return json_string_value(v);
-}
-
-static void
-assert_bool(json_t *object, const char *key, int expected)
-{
-	json_t	*v = json_object_get(object, key);
-
-	if (!json_is_boolean(v) || json_is_true(v) != expected)
-		fail_msg("\"%s\" is not %s in %s", key, expected ? "true" :
-		    "false", json_dumps(object, JSON_COMPACT));
-}
-
 static void
 assert_null_member(json_t *object, const char *key)
 {
@@ -239,11 +218,11 @@ integer(json_t *object, const char *key)
 static void
 assert_created(json_t *reply, int recovered)
 {
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), "created");
-	assert_bool(reply, "action_taken", 1);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "action_taken", 1);
 	if (recovered)
-		assert_bool(reply, "recovered", 1);
+		harness_assert_bool(reply, "recovered", 1);
 	else
 		assert_null(json_object_get(reply, "recovered"));
 }
@@ -251,11 +230,11 @@ assert_created(json_t *reply, int recovered)
 static void
 assert_reused(json_t *reply, int recovered)
 {
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), "reused");
-	assert_bool(reply, "action_taken", 0);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), "reused");
+	harness_assert_bool(reply, "action_taken", 0);
 	if (recovered)
-		assert_bool(reply, "recovered", 1);
+		harness_assert_bool(reply, "recovered", 1);
 	else
 		assert_null(json_object_get(reply, "recovered"));
 }
@@ -265,17 +244,13 @@ assert_report(json_t *reply, int deduplicated)
 {
 	char	path[160];
 
-	assert_bool(reply, "ok", 1);
-	assert_bool(reply, "deduplicated", deduplicated);
-	assert_int_equal(strncmp(str(reply, "report_id"), "REPORT-", 7), 0);
-	snprintf(path, sizeof path, "reports/%s.md", str(reply, "report_id"));
-	assert_string_equal(str(reply, "report_path"), path);
-}
-
-static const char *
-receipt_str(json_t *reply, const char *key)
-{
-	return str(json_object_get(reply, "receipt"), key);
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "deduplicated", deduplicated);
+	assert_int_equal(strncmp(harness_str(reply, "report_id"), "REPORT-", 7),
+	    0);
+	snprintf(path, sizeof path, "reports/%s.md", harness_str(reply,
+	    "report_id"));
+	assert_string_equal(harness_str(reply, "report_path"), path);
 }
 
 /*
@@ -397,7 +372,7 @@ make_task(struct broker *b, char *out, size_t size)
 
 	reply = write_task(b, NULL, "Something to report on");
 	assert_created(reply, 0);
-	snprintf(out, size, "%s", receipt_str(reply, "task_id"));
+	snprintf(out, size, "%s", harness_receipt_str(reply, "task_id"));
 	json_decref(reply);
 }
 
@@ -416,23 +391,25 @@ report_created_then_deduplicated(void **state)
 	    "All fixed.\n");
 	assert_report(first, 0);
 	assert_int_equal(count_reports(b), 1);
-	data = harness_read(b, str(first, "report_path"));
+	data = harness_read(b, harness_str(first, "report_path"));
 	assert_non_null(data);
 	free(data);
 
 	again = write_report(b, task_id, "r-1", "DEV", NULL, "done",
 	    "All fixed.\n");
 	assert_report(again, 1);
-	assert_string_equal(str(again, "report_id"), str(first, "report_id"));
-	assert_string_equal(str(again, "report_path"),
-	    str(first, "report_path"));
+	assert_string_equal(harness_str(again, "report_id"), harness_str(first,
+	    "report_id"));
+	assert_string_equal(harness_str(again, "report_path"),
+	    harness_str(first, "report_path"));
 	assert_int_equal(count_reports(b), 1);
 	json_decref(again);
 	/* The defaults are part of the content: "done" said or not is one. */
 	again = write_report(b, task_id, "r-1", "DEV", "PM", NULL,
 	    "All fixed.\n");
 	assert_report(again, 1);
-	assert_string_equal(str(again, "report_id"), str(first, "report_id"));
+	assert_string_equal(harness_str(again, "report_id"), harness_str(first,
+	    "report_id"));
 	assert_int_equal(count_reports(b), 1);
 	json_decref(again);
 	json_decref(first);
@@ -455,7 +432,8 @@ report_normalized_equal_is_deduplicated(void **state)
 	again = write_report(b, task_id, "r-nl", "DEV", NULL, NULL,
 	    "line one\r\nline two\r\n");
 	assert_report(again, 1);
-	assert_string_equal(str(again, "report_id"), str(first, "report_id"));
+	assert_string_equal(harness_str(again, "report_id"), harness_str(first,
+	    "report_id"));
 	json_decref(again);
 	again = write_report(b, task_id, "r-nl", "DEV", NULL, NULL,
 	    "line one\rline two\r");
@@ -470,7 +448,8 @@ report_normalized_equal_is_deduplicated(void **state)
 	again = write_report(b, task_id, "r-nfc", "DEV", NULL, NULL,
 	    "cafe\xcc\x81");
 	assert_report(again, 1);
-	assert_string_equal(str(again, "report_id"), str(first, "report_id"));
+	assert_string_equal(harness_str(again, "report_id"), harness_str(first,
+	    "report_id"));
 	json_decref(again);
 	json_decref(first);
 	assert_int_equal(count_reports(b), 2);
@@ -483,13 +462,13 @@ assert_report_conflict(json_t *reply, const char *report_id)
 	json_t	*error = json_object_get(reply, "error");
 	json_t	*existing = json_object_get(reply, "existing");
 
-	assert_bool(reply, "ok", 0);
-	assert_bool(reply, "action_taken", 0);
-	assert_string_equal(str(error, "code"), "conflict");
-	assert_string_equal(str(error, "reason"), "digest_mismatch");
-	assert_bool(error, "retryable", 0);
+	harness_assert_bool(reply, "ok", 0);
+	harness_assert_bool(reply, "action_taken", 0);
+	assert_string_equal(harness_str(error, "code"), "conflict");
+	assert_string_equal(harness_str(error, "reason"), "digest_mismatch");
+	harness_assert_bool(error, "retryable", 0);
 	assert_non_null(existing);
-	assert_string_equal(str(existing, "report_id"), report_id);
+	assert_string_equal(harness_str(existing, "report_id"), report_id);
 }
 
 static void
@@ -503,28 +482,28 @@ report_same_id_other_content_conflicts(void **state)
 	make_task(b, task_id, sizeof task_id);
 	first = write_report(b, task_id, "r-1", "DEV", NULL, "done", "ok");
 	assert_report(first, 0);
-	fm_before = harness_read(b, str(first, "report_path"));
+	fm_before = harness_read(b, harness_str(first, "report_path"));
 
 	other = write_report(b, task_id, "r-1", "DEV", NULL, "done",
 	    "not ok");
-	assert_report_conflict(other, str(first, "report_id"));
+	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
 	other = write_report(b, task_id, "r-1", "DEV", NULL, "failed", "ok");
-	assert_report_conflict(other, str(first, "report_id"));
+	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
 	other = write_report(b, task_id, "r-1", "DEV", "QA", "done", "ok");
-	assert_report_conflict(other, str(first, "report_id"));
+	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
 	other = write_report(b, task_id, "r-1", "OPS", NULL, "done", "ok");
-	assert_report_conflict(other, str(first, "report_id"));
+	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
 	/* Trailing whitespace is content: no trimming. */
 	other = write_report(b, task_id, "r-1", "DEV", NULL, "done", "ok\n");
-	assert_report_conflict(other, str(first, "report_id"));
+	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
 
 	assert_int_equal(count_reports(b), 1);
-	fm_after = harness_read(b, str(first, "report_path"));
+	fm_after = harness_read(b, harness_str(first, "report_path"));
 	assert_string_equal(fm_before, fm_after);
 	free(fm_before);
 	free(fm_after);
@@ -548,9 +527,12 @@ report_without_id_writes_each_time(void **state)
 		assert_report(r[i], 0);
 		assert_int_equal(count_reports(b), i + 1);
 	}
-	assert_string_not_equal(str(r[0], "report_id"), str(r[1], "report_id"));
-	assert_string_not_equal(str(r[1], "report_id"), str(r[2], "report_id"));
-	assert_string_not_equal(str(r[0], "report_id"), str(r[2], "report_id"));
+	assert_string_not_equal(harness_str(r[0], "report_id"),
+	    harness_str(r[1], "report_id"));
+	assert_string_not_equal(harness_str(r[1], "report_id"),
+	    harness_str(r[2], "report_id"));
+	assert_string_not_equal(harness_str(r[0], "report_id"),
+	    harness_str(r[2], "report_id"));
 	for (i = 0; i < 3; i++)
 		json_decref(r[i]);
 	harness_finish(b);
@@ -569,10 +551,10 @@ report_recipient_defaults_to_task_sender(void **state)
 	reply = write_report(b, task_id, "r-default", "DEV", NULL, NULL,
 	    "Done.\n");
 	assert_report(reply, 0);
-	report_id = str(reply, "report_id");
+	report_id = harness_str(reply, "report_id");
 	/* REPORT-YYYYMMDD-NNN-DEV-to-PM: the task's sender gets it. */
 	assert_string_equal(report_id + strlen(report_id) - 10, "-DEV-to-PM");
-	fm = front_matter(b, str(reply, "report_path"));
+	fm = front_matter(b, harness_str(reply, "report_path"));
 	assert_fm_line(fm, "protocol", "\"fcop\"");
 	assert_fm_line(fm, "type", "\"REPORT\"");
 	snprintf(quoted, sizeof quoted, "\"%s\"", report_id);
@@ -590,9 +572,9 @@ report_recipient_defaults_to_task_sender(void **state)
 	/* Said outright, the recipient is the one said. */
 	reply = write_report(b, task_id, "r-qa", "DEV", "QA", "blocked", "");
 	assert_report(reply, 0);
-	report_id = str(reply, "report_id");
+	report_id = harness_str(reply, "report_id");
 	assert_string_equal(report_id + strlen(report_id) - 10, "-DEV-to-QA");
-	fm = front_matter(b, str(reply, "report_path"));
+	fm = front_matter(b, harness_str(reply, "report_path"));
 	assert_fm_line(fm, "recipient", "\"QA\"");
 	assert_fm_line(fm, "status", "\"blocked\"");
 	free(fm);
@@ -601,7 +583,7 @@ report_recipient_defaults_to_task_sender(void **state)
 	/* Legacy: no submission id line worth the name. */
 	reply = write_report(b, task_id, NULL, "DEV", NULL, NULL, "x");
 	assert_report(reply, 0);
-	fm = front_matter(b, str(reply, "report_path"));
+	fm = front_matter(b, harness_str(reply, "report_path"));
 	assert_fm_line(fm, "recipient", "\"PM\"");
 	assert_fm_line(fm, "client_submission_id", "null");
 	free(fm);
@@ -624,7 +606,8 @@ report_ids_are_per_task(void **state)
 	two = write_report(b, task2, "r-1", "DEV", NULL, NULL, "same");
 	assert_report(one, 0);
 	assert_report(two, 0);
-	assert_string_not_equal(str(one, "report_id"), str(two, "report_id"));
+	assert_string_not_equal(harness_str(one, "report_id"), harness_str(two,
+	    "report_id"));
 	assert_int_equal(count_reports(b), 2);
 	json_decref(one);
 	json_decref(two);
@@ -670,19 +653,20 @@ report_dedup_survives_kill9(void **state)
 	start(b, NULL);
 	again = write_report(b, task_id, "r-9", "DEV", NULL, NULL, "before");
 	assert_report(again, 1);
-	assert_string_equal(str(again, "report_id"), str(first, "report_id"));
+	assert_string_equal(harness_str(again, "report_id"), harness_str(first,
+	    "report_id"));
 	json_decref(again);
 	again = write_report(b, task_id, "r-9", "DEV", NULL, NULL, "after");
-	assert_report_conflict(again, str(first, "report_id"));
+	assert_report_conflict(again, harness_str(first, "report_id"));
 	json_decref(again);
 	assert_int_equal(count_reports(b), 2);
 	/* A number handed out before the kill is not handed out again. */
 	again = write_report(b, task_id, NULL, "DEV", NULL, NULL, "legacy");
 	assert_report(again, 0);
-	assert_string_not_equal(str(again, "report_id"),
-	    str(first, "report_id"));
-	assert_string_not_equal(str(again, "report_id"),
-	    str(legacy, "report_id"));
+	assert_string_not_equal(harness_str(again, "report_id"),
+	    harness_str(first, "report_id"));
+	assert_string_not_equal(harness_str(again, "report_id"),
+	    harness_str(legacy, "report_id"));
 	assert_int_equal(count_reports(b), 3);
 	json_decref(again);
 	json_decref(legacy);
@@ -722,7 +706,7 @@ task_digest(const char *subject, char digest[IDEM_DIGEST_HEX_SIZE])
 static void
 assert_time(json_t *object, const char *key)
 {
-	const char	*at = str(object, key);
+	const char	*at = harness_str(object, key);
 
 	/* 2026-12-02T12:00:00.123Z */
 	if (strlen(at) != 24 || at[4] != '-' || at[10] != 'T' ||
@@ -747,22 +731,24 @@ get_submission_committed_receipt_identical(void **state)
 	    "\"client_submission_id\":\"gs-1\"}");
 
 	reply = parse(got);
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "id"), "g");
-	assert_bool(reply, "found", 1);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "id"), "g");
+	harness_assert_bool(reply, "found", 1);
 	sub = json_object_get(reply, "submission");
 	receipt = json_object_get(sub, "receipt");
 	assert_non_null(receipt);
-	assert_string_equal(str(sub, "client_submission_id"), "gs-1");
-	assert_string_equal(str(sub, "state"), "committed");
-	assert_string_equal(str(sub, "digest_schema"), "write-task-v1");
+	assert_string_equal(harness_str(sub, "client_submission_id"), "gs-1");
+	assert_string_equal(harness_str(sub, "state"), "committed");
+	assert_string_equal(harness_str(sub, "digest_schema"), "write-task-v1");
 	task_digest("Look me up", digest);
-	assert_string_equal(str(sub, "request_digest"), digest);
-	assert_string_equal(str(sub, "task_id"), str(receipt, "task_id"));
-	assert_string_equal(str(sub, "task_path"), str(receipt, "task_path"));
+	assert_string_equal(harness_str(sub, "request_digest"), digest);
+	assert_string_equal(harness_str(sub, "task_id"), harness_str(receipt,
+	    "task_id"));
+	assert_string_equal(harness_str(sub, "task_path"), harness_str(receipt,
+	    "task_path"));
 	assert_time(sub, "reserved_at");
 	assert_time(sub, "updated_at");
-	assert_string_equal(str(receipt, "state"), "committed");
+	assert_string_equal(harness_str(receipt, "state"), "committed");
 	json_decref(reply);
 
 	/* Byte for byte: the write's receipt, the reuse's, the lookup's. */
@@ -790,9 +776,9 @@ get_submission_not_found(void **state)
 	start(b, NULL);
 	reply = call(b, "{\"op\":\"get_submission\",\"id\":5,"
 	    "\"client_submission_id\":\"never-sent\"}");
-	assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "ok", 1);
 	assert_int_equal(integer(reply, "id"), 5);
-	assert_bool(reply, "found", 0);
+	harness_assert_bool(reply, "found", 0);
 	assert_null(json_object_get(reply, "submission"));
 	json_decref(reply);
 
@@ -801,8 +787,8 @@ get_submission_not_found(void **state)
 	json_decref(write_report(b, task_id, "r-only", "DEV", NULL, NULL,
 	    "x"));
 	reply = get_submission(b, "r-only");
-	assert_bool(reply, "ok", 1);
-	assert_bool(reply, "found", 0);
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "found", 0);
 	json_decref(reply);
 	harness_finish(b);
 }
@@ -818,8 +804,8 @@ crash_one_submission(struct broker *b, const char *point, const char *id,
 	call_into_crash(b, harness_write_task(id, subject));
 	start(b, NULL);
 	reply = get_submission(b, id);
-	assert_bool(reply, "ok", 1);
-	assert_bool(reply, "found", 1);
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "found", 1);
 	sub = json_incref(json_object_get(reply, "submission"));
 	json_decref(reply);
 	assert_non_null(sub);
@@ -835,15 +821,15 @@ get_submission_reserved_after_crash(void **state)
 
 	sub = crash_one_submission(b, "after_reserve_durable", "gs-res",
 	    "Reserved only");
-	assert_string_equal(str(sub, "state"), "reserved");
+	assert_string_equal(harness_str(sub, "state"), "reserved");
 	assert_null(json_object_get(sub, "receipt"));
-	assert_string_equal(str(sub, "client_submission_id"), "gs-res");
-	assert_string_equal(str(sub, "digest_schema"), "write-task-v1");
+	assert_string_equal(harness_str(sub, "client_submission_id"), "gs-res");
+	assert_string_equal(harness_str(sub, "digest_schema"), "write-task-v1");
 	task_digest("Reserved only", digest);
-	assert_string_equal(str(sub, "request_digest"), digest);
+	assert_string_equal(harness_str(sub, "request_digest"), digest);
 	snprintf(path, sizeof path, "_lifecycle/inbox/%s.md",
-	    str(sub, "task_id"));
-	assert_string_equal(str(sub, "task_path"), path);
+	    harness_str(sub, "task_id"));
+	assert_string_equal(harness_str(sub, "task_path"), path);
 	assert_time(sub, "reserved_at");
 	assert_time(sub, "updated_at");
 	/* Reserved: no file yet, and looking did not make one. */
@@ -851,10 +837,11 @@ get_submission_reserved_after_crash(void **state)
 
 	retry = write_task(b, "gs-res", "Reserved only");
 	assert_created(retry, 1);
-	assert_string_equal(receipt_str(retry, "task_id"), str(sub, "task_id"));
+	assert_string_equal(harness_receipt_str(retry, "task_id"),
+	    harness_str(sub, "task_id"));
 	assert_int_equal(harness_count_tasks(b), 1);
 	after = get_submission(b, "gs-res");
-	assert_string_equal(str(json_object_get(after, "submission"),
+	assert_string_equal(harness_str(json_object_get(after, "submission"),
 	    "state"), "committed");
 	assert_true(json_equal(json_object_get(json_object_get(after,
 	    "submission"), "receipt"), json_object_get(retry, "receipt")));
@@ -872,17 +859,18 @@ get_submission_task_created_after_crash(void **state)
 
 	sub = crash_one_submission(b, "after_task_created_durable", "gs-tc",
 	    "Created, not committed");
-	assert_string_equal(str(sub, "state"), "task_created");
+	assert_string_equal(harness_str(sub, "state"), "task_created");
 	assert_null(json_object_get(sub, "receipt"));
 	assert_int_equal(harness_count_tasks(b), 1);
 
 	/* The file is there: the retry commits it, writing nothing. */
 	retry = write_task(b, "gs-tc", "Created, not committed");
 	assert_reused(retry, 1);
-	assert_string_equal(receipt_str(retry, "task_id"), str(sub, "task_id"));
+	assert_string_equal(harness_receipt_str(retry, "task_id"),
+	    harness_str(sub, "task_id"));
 	assert_int_equal(harness_count_tasks(b), 1);
 	after = get_submission(b, "gs-tc");
-	assert_string_equal(str(json_object_get(after, "submission"),
+	assert_string_equal(harness_str(json_object_get(after, "submission"),
 	    "state"), "committed");
 	assert_true(json_equal(json_object_get(json_object_get(after,
 	    "submission"), "receipt"), json_object_get(retry, "receipt")));
@@ -919,7 +907,7 @@ observable(struct broker *b, const char *id)
 	reply = get_submission(b, id);
 	sub = json_dumps(reply, JSON_COMPACT);
 	/* The file at the reserved path, byte for byte, if there is one. */
-	file = harness_read(b, str(json_object_get(reply, "submission"),
+	file = harness_read(b, harness_str(json_object_get(reply, "submission"),
 	    "task_path"));
 	json_decref(reply);
 	s = stats(b);
@@ -953,25 +941,27 @@ diagnose_reserved_without_file(void **state)
 	/* Threshold 0: anything older than now is stalled. */
 	reply = diagnose(b, 0);
 	entry = only_entry(reply, 1, 0, 0);
-	assert_string_equal(str(entry, "client_submission_id"), "dg-1");
-	assert_string_equal(str(entry, "state"), "reserved");
+	assert_string_equal(harness_str(entry, "client_submission_id"), "dg-1");
+	assert_string_equal(harness_str(entry, "state"), "reserved");
 	assert_true(integer(entry, "age_ms") >= 0);
-	assert_string_equal(str(entry, "task_id"), str(sub, "task_id"));
-	assert_string_equal(str(entry, "task_path"), str(sub, "task_path"));
-	assert_bool(entry, "task_exists", 0);
+	assert_string_equal(harness_str(entry, "task_id"), harness_str(sub,
+	    "task_id"));
+	assert_string_equal(harness_str(entry, "task_path"), harness_str(sub,
+	    "task_path"));
+	harness_assert_bool(entry, "task_exists", 0);
 	assert_null_member(entry, "request_digest_matches");
 	assert_null_member(entry, "file_digest_matches");
-	assert_bool(entry, "stalled", 1);
+	harness_assert_bool(entry, "stalled", 1);
 	json_decref(reply);
 
 	reply = diagnose(b, TEST_NEVER_STALE_MS);
 	entry = only_entry(reply, 1, 0, 0);
-	assert_bool(entry, "stalled", 0);
+	harness_assert_bool(entry, "stalled", 0);
 	json_decref(reply);
 	/* The default threshold is 30 s; this reservation is younger. */
 	reply = diagnose(b, -1);
 	entry = only_entry(reply, 1, 0, 0);
-	assert_bool(entry, "stalled", 0);
+	harness_assert_bool(entry, "stalled", 0);
 	json_decref(reply);
 
 	/* Three diagnoses later, nothing moved. */
@@ -1009,7 +999,7 @@ diagnose_foreign_file_at_reserved_path(void **state)
 
 	sub = crash_one_submission(b, "after_reserve_durable", "dg-2",
 	    "Mine");
-	task_id = str(sub, "task_id");
+	task_id = harness_str(sub, "task_id");
 	/* While the broker is down, another FCoP writer takes the name. */
 	harness_kill(b);
 	snprintf(foreign, sizeof foreign, "---\nprotocol: \"fcop\"\n"
@@ -1019,15 +1009,16 @@ diagnose_foreign_file_at_reserved_path(void **state)
 	    "digest_schema: \"write-task-v1\"\nrequest_digest: \""
 	    "0000000000000000000000000000000000000000000000000000000000000000"
 	    "\"\n---\nNot idem's.\n", task_id);
-	assert_int_equal(harness_write(b, str(sub, "task_path"), foreign), 0);
+	assert_int_equal(harness_write(b, harness_str(sub, "task_path"),
+	    foreign), 0);
 	start(b, NULL);
 	before = observable(b, "dg-2");
 
 	reply = diagnose(b, 0);
 	entry = only_entry(reply, 1, 0, 0);
-	assert_string_equal(str(entry, "state"), "reserved");
-	assert_bool(entry, "task_exists", 1);
-	assert_bool(entry, "request_digest_matches", 0);
+	assert_string_equal(harness_str(entry, "state"), "reserved");
+	harness_assert_bool(entry, "task_exists", 1);
+	harness_assert_bool(entry, "request_digest_matches", 0);
 	assert_null_member(entry, "file_digest_matches");
 	json_decref(reply);
 	after = observable(b, "dg-2");
@@ -1036,17 +1027,18 @@ diagnose_foreign_file_at_reserved_path(void **state)
 
 	/* The retry refuses to adopt it, and leaves it as it was. */
 	retry = write_task(b, "dg-2", "Mine");
-	assert_bool(retry, "ok", 0);
-	assert_string_equal(str(json_object_get(retry, "error"), "reason"),
+	harness_assert_bool(retry, "ok", 0);
+	assert_string_equal(harness_str(json_object_get(retry, "error"),
+	    "reason"),
 	    "target_mismatch");
 	json_decref(retry);
-	data = harness_read(b, str(sub, "task_path"));
+	data = harness_read(b, harness_str(sub, "task_path"));
 	assert_string_equal(data, foreign);
 	free(data);
 	assert_int_equal(harness_count_tasks(b), 1);
 	reply = diagnose(b, 0);
 	entry = only_entry(reply, 1, 0, 0);
-	assert_bool(entry, "request_digest_matches", 0);
+	harness_assert_bool(entry, "request_digest_matches", 0);
 	json_decref(reply);
 	free(before);
 	json_decref(sub);
@@ -1065,12 +1057,13 @@ diagnose_task_created(void **state)
 	before = observable(b, "dg-3");
 	reply = diagnose(b, TEST_NEVER_STALE_MS);
 	entry = only_entry(reply, 0, 1, 0);
-	assert_string_equal(str(entry, "state"), "task_created");
-	assert_string_equal(str(entry, "task_id"), str(sub, "task_id"));
-	assert_bool(entry, "task_exists", 1);
-	assert_bool(entry, "request_digest_matches", 1);
-	assert_bool(entry, "file_digest_matches", 1);
-	assert_bool(entry, "stalled", 0);
+	assert_string_equal(harness_str(entry, "state"), "task_created");
+	assert_string_equal(harness_str(entry, "task_id"), harness_str(sub,
+	    "task_id"));
+	harness_assert_bool(entry, "task_exists", 1);
+	harness_assert_bool(entry, "request_digest_matches", 1);
+	harness_assert_bool(entry, "file_digest_matches", 1);
+	harness_assert_bool(entry, "stalled", 0);
 	json_decref(reply);
 	after = observable(b, "dg-3");
 	assert_string_equal(before, after);
@@ -1179,7 +1172,7 @@ stats_counters_move(void **state)
 	    (const json_int_t[]){ 0, 0, 0, 0, 0, 0, 0, 0 });
 
 	reply = get_submission(b, "st-1");
-	snprintf(task_id, sizeof task_id, "%s", str(json_object_get(
+	snprintf(task_id, sizeof task_id, "%s", harness_str(json_object_get(
 	    json_object_get(reply, "submission"), "receipt"), "task_id"));
 	json_decref(reply);
 	snprintf(line, sizeof line, "{\"op\":\"write_report\",\"task_id\":"
@@ -1228,7 +1221,7 @@ stats_errors_count_every_error_reply(void **state)
 	before = stats(b);
 	for (i = 0; i < sizeof errors / sizeof errors[0]; i++) {
 		reply = call(b, errors[i].line);
-		assert_bool(reply, "ok", 0);
+		harness_assert_bool(reply, "ok", 0);
 		json_decref(reply);
 		now = stats(b);
 		if (integer(now, "errors") != integer(before, "errors") + 1) {

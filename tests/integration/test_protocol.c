@@ -221,25 +221,6 @@ peer_expect_closed(struct peer *p, int timeout_ms)
 
 /* ---- Judging replies ----------------------------------------------------- */
 
-static const char *
-str(json_t *object, const char *key)
-{
-	json_t	*v = json_object_get(object, key);
-
-	if (!json_is_string(v))
-		fail_msg("\"%s\" is not a string", key);
-	return json_string_value(v);
-}
-
-static void
-assert_bool(json_t *object, const char *key, int expected)
-{
-	json_t	*v = json_object_get(object, key);
-
-	assert_true(json_is_boolean(v));
-	assert_int_equal(json_is_true(v), expected);
-}
-
 static void
 assert_id(json_t *reply, json_int_t id)
 {
@@ -258,9 +239,9 @@ expect_hello(struct peer *p, json_int_t id)
 	snprintf(line, sizeof line, "{\"op\":\"hello\",\"id\":%lld}",
 	    (long long)id);
 	reply = peer_call(p, line);
-	assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "ok", 1);
 	assert_id(reply, id);
-	assert_string_equal(str(reply, "server"), "idemd");
+	assert_string_equal(harness_str(reply, "server"), "idemd");
 	json_decref(reply);
 }
 
@@ -283,7 +264,7 @@ stats(struct broker *b)
 	peer_open(b, &p);
 	reply = peer_call(&p, "{\"op\":\"stats\"}");
 	peer_close(&p);
-	assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "ok", 1);
 	return reply;
 }
 
@@ -800,8 +781,9 @@ bad_requests_answer_exact_errors(void **state)
 	peer_open(b, &p);
 	/* A task that exists, so that report rows fail for their own reason. */
 	reply = peer_call(&p, "{\"op\":\"write_task\",\"task\":{" OK_TASK "}}");
-	assert_bool(reply, "ok", 1);
-	snprintf(task_id, sizeof task_id, "%s", str(json_object_get(reply,
+	harness_assert_bool(reply, "ok", 1);
+	snprintf(task_id, sizeof task_id, "%s",
+	    harness_str(json_object_get(reply,
 	    "receipt"), "task_id"));
 	json_decref(reply);
 	/* A connection that only watches: nothing here may disturb it. */
@@ -917,7 +899,7 @@ line_limit_is_one_mib_with_newline(void **state)
 	line[n] = '\0';
 	peer_send(&p, line);
 	reply = peer_reply(&p);
-	assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "ok", 1);
 	assert_id(reply, 1);
 	json_decref(reply);
 	expect_hello(&p, 2);
@@ -931,8 +913,9 @@ line_limit_is_one_mib_with_newline(void **state)
 	memcpy(line, hello, strlen(hello));
 	assert_int_equal(send_all(p.fd, line, IDEM_MAX_LINE_BYTES), 0);
 	reply = peer_reply(&p);
-	assert_bool(reply, "ok", 0);
-	assert_string_equal(str(json_object_get(reply, "error"), "code"),
+	harness_assert_bool(reply, "ok", 0);
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"),
 	    "too_large");
 	assert_null(json_object_get(reply, "id"));
 	json_decref(reply);
@@ -1000,7 +983,7 @@ boundary_values_accepted(void **state)
 	reply = peer_call(&p, text);
 	if (!json_is_true(json_object_get(reply, "ok")))
 		fail_msg("refused: %.400s", json_dumps(reply, JSON_COMPACT));
-	assert_string_equal(str(reply, "disposition"), "created");
+	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
 	peer_close(&p);
@@ -1057,8 +1040,8 @@ idle_connections_do_not_delay_a_writer(void **state)
 	reply = peer_call(&writer, "{\"op\":\"write_task\",\"id\":1,"
 	    "\"client_submission_id\":\"among-idlers\",\"task\":{" OK_TASK
 	    "}}");
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 	peer_close(&writer);
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -1100,14 +1083,14 @@ vanishing_half_requests_leave_no_trace(void **state)
 	expect_hello(&p, 1);
 	reply = peer_call(&p, "{\"op\":\"get_submission\",\"id\":2,"
 	    "\"client_submission_id\":\"half-0\"}");
-	assert_bool(reply, "ok", 1);
-	assert_bool(reply, "found", 0);
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "found", 0);
 	json_decref(reply);
 	reply = peer_call(&p, "{\"op\":\"write_task\",\"id\":3,"
 	    "\"client_submission_id\":\"after-the-vanished\",\"task\":{"
 	    OK_TASK "}}");
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 	peer_close(&p);
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -1128,10 +1111,10 @@ expect_refused(struct broker *b)
 
 	peer_open(b, &p);
 	reply = peer_reply(&p);
-	assert_bool(reply, "ok", 0);
+	harness_assert_bool(reply, "ok", 0);
 	error = json_object_get(reply, "error");
-	assert_string_equal(str(error, "code"), "internal");
-	assert_bool(error, "retryable", 1);
+	assert_string_equal(harness_str(error, "code"), "internal");
+	harness_assert_bool(error, "retryable", 1);
 	json_decref(reply);
 	peer_expect_closed(&p, TEST_EVENT_TIMEOUT_MS);
 	peer_close(&p);
@@ -1328,26 +1311,29 @@ pipelined_requests_answered_in_order(void **state)
 		assert_id(reply, i);
 		switch (i % 4) {
 		case 1:
-			assert_bool(reply, "ok", 1);
-			assert_string_equal(str(reply, "disposition"),
+			harness_assert_bool(reply, "ok", 1);
+			assert_string_equal(harness_str(reply, "disposition"),
 			    "created");
 			break;
 		case 2:
-			assert_bool(reply, "ok", 1);
-			assert_string_equal(str(reply, "server"), "idemd");
+			harness_assert_bool(reply, "ok", 1);
+			assert_string_equal(harness_str(reply, "server"),
+			    "idemd");
 			break;
 		case 3:
-			assert_bool(reply, "ok", 1);
-			assert_bool(reply, "found", 1);
+			harness_assert_bool(reply, "ok", 1);
+			harness_assert_bool(reply, "found", 1);
 			sub = json_object_get(reply, "submission");
-			assert_string_equal(str(sub, "state"), "committed");
+			assert_string_equal(harness_str(sub, "state"),
+			    "committed");
 			snprintf(line, sizeof line, "pipe-%d", i - 2);
-			assert_string_equal(str(sub, "client_submission_id"),
+			assert_string_equal(harness_str(sub,
+			    "client_submission_id"),
 			    line);
 			break;
 		default:
-			assert_bool(reply, "ok", 0);
-			assert_string_equal(str(json_object_get(reply,
+			harness_assert_bool(reply, "ok", 0);
+			assert_string_equal(harness_str(json_object_get(reply,
 			    "error"), "field"), "task.subject");
 			break;
 		}
@@ -1407,8 +1393,8 @@ unread_replies_do_not_stall_others(void **state)
 	reply = peer_call(&other, "{\"op\":\"write_task\",\"id\":1,"
 	    "\"client_submission_id\":\"beside-a-flood\",\"task\":{" OK_TASK
 	    "}}");
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 	expect_hello(&other, 2);
 	peer_close(&other);

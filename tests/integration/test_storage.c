@@ -173,36 +173,12 @@ submit(struct broker *b, const char *id, const char *subject)
 }
 
 static const char *
-str(json_t *object, const char *key)
-{
-	json_t	*v = json_object_get(object, key);
-
-	assert_true(json_is_string(v));
-	return json_string_value(v);
-}
-
-static const char *
-receipt_str(json_t *reply, const char *key)
-{
-	return str(json_object_get(reply, "receipt"), key);
-}
-
-static const char *
 error_code(json_t *reply)
 {
 	json_t	*error = json_object_get(reply, "error");
 
 	return json_is_object(error) ? json_string_value(json_object_get(error,
 	    "code")) : NULL;
-}
-
-static void
-assert_bool(json_t *object, const char *key, int expected)
-{
-	json_t	*v = json_object_get(object, key);
-
-	assert_true(json_is_boolean(v));
-	assert_int_equal(json_is_true(v), expected);
 }
 
 /* ok, disposition, action_taken and recovered (absent: 0). */
@@ -212,24 +188,24 @@ assert_outcome(json_t *reply, const char *disposition, int action_taken,
 {
 	json_t	*rec = json_object_get(reply, "recovered");
 
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), disposition);
-	assert_bool(reply, "action_taken", action_taken);
-	assert_bool(reply, "idempotent", 1);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), disposition);
+	harness_assert_bool(reply, "action_taken", action_taken);
+	harness_assert_bool(reply, "idempotent", 1);
 	if (recovered)
 		assert_true(json_is_true(rec));
 	else
 		assert_null(rec);
-	assert_string_equal(receipt_str(reply, "state"), "committed");
+	assert_string_equal(harness_receipt_str(reply, "state"), "committed");
 }
 
 static void
 assert_storage_unavailable(json_t *reply)
 {
-	assert_bool(reply, "ok", 0);
-	assert_bool(reply, "action_taken", 0);
+	harness_assert_bool(reply, "ok", 0);
+	harness_assert_bool(reply, "action_taken", 0);
 	assert_string_equal(error_code(reply), "storage_unavailable");
-	assert_bool(json_object_get(reply, "error"), "retryable", 1);
+	harness_assert_bool(json_object_get(reply, "error"), "retryable", 1);
 	assert_null(json_object_get(reply, "receipt"));
 }
 
@@ -312,12 +288,12 @@ assert_receipt_file(const struct broker *b, json_t *reply)
 	char		 hex[crypto_hash_sha256_BYTES * 2 + 1];
 	char		*data;
 
-	data = harness_read(b, receipt_str(reply, "task_path"));
+	data = harness_read(b, harness_receipt_str(reply, "task_path"));
 	assert_non_null(data);
 	crypto_hash_sha256(digest, (const unsigned char *)data, strlen(data));
 	sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
 	free(data);
-	assert_string_equal(hex, receipt_str(reply, "file_digest"));
+	assert_string_equal(hex, harness_receipt_str(reply, "file_digest"));
 }
 
 static char *
@@ -352,7 +328,7 @@ get_submission(struct broker *b, const char *id)
 
 	reply = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
 	    "client_submission_id", id));
-	assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "ok", 1);
 	return reply;
 }
 
@@ -496,18 +472,18 @@ task_file_fault(struct storage_test *t, const char *rule)
 	assert_int_equal(count_task_temporaries(b), 0);
 
 	reply = get_submission(b, "disk/1");
-	assert_bool(reply, "found", 1);
+	harness_assert_bool(reply, "found", 1);
 	sub = json_object_get(reply, "submission");
-	assert_string_equal(str(sub, "state"), "reserved");
+	assert_string_equal(harness_str(sub, "state"), "reserved");
 	assert_null(json_object_get(sub, "receipt"));
-	task_id = strdup(str(sub, "task_id"));
+	task_id = strdup(harness_str(sub, "task_id"));
 	assert_non_null(task_id);
 	json_decref(reply);
 
 	fault_clear(t);
 	reply = submit(b, "disk/1", "Fix login");
 	assert_outcome(reply, "created", 1, 1);
-	assert_string_equal(receipt_str(reply, "task_id"), task_id);
+	assert_string_equal(harness_receipt_str(reply, "task_id"), task_id);
 	assert_receipt_file(b, reply);
 	receipt = receipt_text(reply);
 	json_decref(reply);
@@ -561,9 +537,9 @@ legacy_task_write_enospc_leaves_nothing(void **state)
 
 	fault_clear(t);
 	reply = submit(b, NULL, "Legacy");
-	assert_bool(reply, "ok", 1);
-	assert_string_equal(str(reply, "disposition"), "created");
-	assert_bool(reply, "idempotent", 0);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "idempotent", 0);
 	assert_receipt_file(b, reply);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -595,7 +571,7 @@ inbox_fsync_eio_retry_adopts_the_linked_file(void **state)
 	assert_int_equal(count_task_temporaries(b), 0);
 	reply = get_submission(b, "disk/dir");
 	sub = json_object_get(reply, "submission");
-	assert_string_equal(str(sub, "state"), "reserved");
+	assert_string_equal(harness_str(sub, "state"), "reserved");
 	json_decref(reply);
 
 	fault_clear(t);
@@ -701,8 +677,8 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 		free(line);
 		close(fd);
 		assert_non_null(reply);
-		assert_bool(reply, "ok", 1);
-		assert_bool(reply, "found", 0);
+		harness_assert_bool(reply, "ok", 1);
+		harness_assert_bool(reply, "found", 0);
 		json_decref(reply);
 		reply = submit(b, "jnl/late", "Meets the fault");
 	} else {
@@ -727,7 +703,7 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 	assert_int_equal(harness_count_tasks(b), 3);
 
 	stats = call(b, json_pack("{s:s}", "op", "stats"));
-	assert_bool(stats, "ok", 1);
+	harness_assert_bool(stats, "ok", 1);
 	assert_true(json_integer_value(json_object_get(stats, "workers")) >= 1);
 	assert_int_equal(json_integer_value(json_object_get(stats,
 	    "table_used")), 3);
@@ -797,7 +773,7 @@ sigterm_while_reopen_fails_stops_cleanly(void **state)
 	start(t);
 	assert_reused_as(b, "term/early", "Before the fault", receipt);
 	reply = submit(b, "term/late", "Meets the fault");
-	assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "ok", 1);
 	assert_int_equal(count_tasks_of(b, "term/late"), 1);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 2);
@@ -920,7 +896,7 @@ report_file_fault(struct storage_test *t, const char *rule)
 	start(t);
 	reply = submit(b, "rep/task", "Fix login");
 	assert_outcome(reply, "created", 1, 0);
-	task_id = strdup(receipt_str(reply, "task_id"));
+	task_id = strdup(harness_receipt_str(reply, "task_id"));
 	assert_non_null(task_id);
 	json_decref(reply);
 
@@ -933,10 +909,10 @@ report_file_fault(struct storage_test *t, const char *rule)
 
 	fault_clear(t);
 	reply = write_report(b, task_id, "rep/1");
-	assert_bool(reply, "ok", 1);
-	assert_bool(reply, "deduplicated", 0);
-	report_id = strdup(str(reply, "report_id"));
-	report_path = strdup(str(reply, "report_path"));
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "deduplicated", 0);
+	report_id = strdup(harness_str(reply, "report_id"));
+	report_path = strdup(harness_str(reply, "report_path"));
 	assert_non_null(report_id);
 	assert_non_null(report_path);
 	json_decref(reply);
@@ -949,18 +925,18 @@ report_file_fault(struct storage_test *t, const char *rule)
 	free(data);
 
 	reply = write_report(b, task_id, "rep/1");
-	assert_bool(reply, "ok", 1);
-	assert_bool(reply, "deduplicated", 1);
-	assert_string_equal(str(reply, "report_id"), report_id);
-	assert_string_equal(str(reply, "report_path"), report_path);
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "deduplicated", 1);
+	assert_string_equal(harness_str(reply, "report_id"), report_id);
+	assert_string_equal(harness_str(reply, "report_path"), report_path);
 	json_decref(reply);
 	assert_int_equal(count_reports(b), 1);
 
 	assert_int_equal(harness_stop(b), 0);
 	start(t);
 	reply = write_report(b, task_id, "rep/1");
-	assert_bool(reply, "deduplicated", 1);
-	assert_string_equal(str(reply, "report_id"), report_id);
+	harness_assert_bool(reply, "deduplicated", 1);
+	assert_string_equal(harness_str(reply, "report_id"), report_id);
 	json_decref(reply);
 	assert_int_equal(count_reports(b), 1);
 	assert_int_equal(harness_count_tasks(b), 1);
