@@ -154,6 +154,16 @@ request_parse(const char *line, size_t length, struct request_error *err)
 }
 
 int
+request_one_of(const char *value, const char *const *allowed)
+{
+	for (; *allowed != NULL; allowed++) {
+		if (strcmp(value, *allowed) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+int
 request_known_keys(json_t *object, const char *path,
     const char *const *allowed, struct request_error *err)
 {

@@ -203,6 +203,8 @@ json_t	*request_parse(const char *line, size_t length,
 int	 request_string(json_t *object, const char *key, const char *path,
 	    size_t min, size_t max, int nullable, const char **value,
 	    size_t *length, struct request_error *);
+/* Is value one of the NULL-terminated allowed list? */
+int	 request_one_of(const char *value, const char *const *allowed);
 /* Reject keys of object not in the NULL-terminated allowed list. */
 int	 request_known_keys(json_t *object, const char *path,
 	    const char *const *allowed, struct request_error *);

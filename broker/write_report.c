@@ -153,17 +153,10 @@ write_report_parse(struct write_report *wr, json_t *request,
 		return -1;
 	if (status == NULL)
 		status = "done";
-	else {
-		const char *const *s;
-
-		for (s = report_statuses; *s != NULL; s++)
-			if (strcmp(*s, status) == 0)
-				break;
-		if (*s == NULL)
-			return request_error_set(err, "invalid_request",
-			    "report.status", "report.status must be done, "
-			    "partial, blocked or failed");
-	}
+	else if (!request_one_of(status, report_statuses))
+		return request_error_set(err, "invalid_request",
+		    "report.status", "report.status must be done, partial, "
+		    "blocked or failed");
 	snprintf(wr->status, sizeof wr->status, "%s", status);
 	wr->report.status = wr->status;
 	if (request_string(report, "body", "report.body", 0,

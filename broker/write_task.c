@@ -38,16 +38,6 @@ write_task_free(void *arg)
 }
 
 static int
-one_of(const char *value, const char *const *allowed)
-{
-	for (; *allowed != NULL; allowed++) {
-		if (strcmp(value, *allowed) == 0)
-			return 1;
-	}
-	return 0;
-}
-
-static int
 role_field(json_t *task, const char *key, const char *path,
     const char **value, struct request_error *err)
 {
@@ -78,7 +68,7 @@ enum_field(json_t *task, const char *key, const char *path,
 	if (request_string(task, key, path, 1, 32, 0, value, &length,
 	    err) < 0)
 		return -1;
-	if (*value != NULL && !one_of(*value, allowed))
+	if (*value != NULL && !request_one_of(*value, allowed))
 		return request_error_set(err, "invalid_request", path,
 		    "%s must be one of the values SPEC.md lists", path);
 	return 0;
