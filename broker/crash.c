@@ -78,7 +78,7 @@ crash_lookup(const char *name)
 }
 
 int
-crash_init(struct shm_segment *seg, char **cause)
+crash_init(struct shm_segment *seg, pid_t master, char **cause)
 {
 	const char	*whole = getenv("IDEM_CRASH_AT");
 	const char	*worker = getenv("IDEM_CRASH_WORKER_AT");
@@ -88,7 +88,7 @@ crash_init(struct shm_segment *seg, char **cause)
 	crash.seg = seg;
 	crash.point = -1;
 	crash.in_lock = NULL;
-	crash.master = getpid();
+	crash.master = master;
 	if (in_lock != NULL && *in_lock != '\0') {
 		if (strcmp(in_lock, "table") != 0 &&
 		    strcmp(in_lock, "allocator") != 0 &&
@@ -98,8 +98,9 @@ crash_init(struct shm_segment *seg, char **cause)
 			return -1;
 		}
 		crash.in_lock = in_lock;
-		log_info("fault injection: a worker dies holding the %s lock",
-		    in_lock);
+		if (getpid() == master)
+			log_info("fault injection: a worker dies holding "
+			    "the %s lock", in_lock);
 	}
 	if (name == NULL || *name == '\0')
 		return 0;
@@ -113,8 +114,9 @@ crash_init(struct shm_segment *seg, char **cause)
 		return -1;
 	}
 	crash.whole_broker = whole != NULL;
-	log_info("fault injection: %s at %s", crash.whole_broker ?
-	    "the broker dies" : "a worker dies", name);
+	if (getpid() == master)
+		log_info("fault injection: %s at %s", crash.whole_broker ?
+		    "the broker dies" : "a worker dies", name);
 	return 0;
 }
 

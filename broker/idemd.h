@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "idem.h"
@@ -243,7 +244,8 @@ enum crash_point {
 	CRASH_AFTER_CHECKPOINT_RENAMED,	/* in place, old segments still there */
 	CRASH_POINT_COUNT
 };
-int	crash_init(struct shm_segment *, char **cause);
+/* In the master and in each worker (which logs nothing). */
+int	crash_init(struct shm_segment *, pid_t master, char **cause);
 void	crash_point(enum crash_point);
 /* Will crash_point(point) kill?  (It fires once.) */
 int	crash_armed(enum crash_point);

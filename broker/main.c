@@ -6,6 +6,7 @@
  */
 #include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -98,6 +99,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "socket-mode", required_argument, NULL, 'M' },
 		{ "socket-group", required_argument, NULL, 'G' },
 		{ "segment-bytes", required_argument, NULL, 'B' },
+		{ "worker", required_argument, NULL, 'W' },	/* master.c */
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
@@ -157,6 +159,9 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'B':
 			d->segment_bytes = (uint64_t)number_option(
 			    "segment-bytes", optarg, 4096, 1L << 40);
+			break;
+		case 'W':
+			d->worker_handles = optarg;
 			break;
 		case 'h':
 			usage(stdout, 0);
@@ -334,6 +339,64 @@ open_socket(struct idemd *d)
 	d->listen_fd = fd;
 }
 
+/*
+ * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH:
+ * this process is a worker the master (PID) forked and exec'd
+ * (master.c), with the same options and those inherited handles.  It
+ * maps the master's segment and serves until told to stop.
+ */
+static int
+run_worker(struct idemd *d)
+{
+	const char	*p = d->worker_handles;
+	char		*end, *cause = NULL;
+	long		 field[10];
+	unsigned	 i;
+	int		 status;
+
+	for (i = 0; i < 10; i++) {
+		errno = 0;
+		field[i] = strtol(p, &end, 10);
+		if (errno != 0 || end == p || field[i] < -1 ||
+		    field[i] > INT_MAX || *end != (i < 9 ? ',' : '\0'))
+			fatalx("--worker is for idemd's own use");
+		p = end + 1;
+	}
+	/* Die with the master: a worker never outlives it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != (pid_t)field[0])
+		exit(1);
+	d->listen_fd = (int)field[4];
+	d->root_fd = (int)field[5];
+	d->inbox_fd = (int)field[6];
+	d->reports_fd = (int)field[7];
+	d->kick_fd = (int)field[8];
+	d->watch_fd = (int)field[9];
+	for (i = 3; i < 10; i++) {
+		if (field[i] != -1 &&
+		    fcntl((int)field[i], F_SETFD, FD_CLOEXEC) == -1)
+			fatal("worker %ld: inherited handle %ld", field[1],
+			    field[i]);
+	}
+	if (fcntl((int)field[3], F_SETFL, O_NONBLOCK) == -1)
+		fatal("worker %ld: notify socket", field[1]);
+	if ((d->root_real = strdup(d->root)) == NULL)
+		fatal("strdup");
+	if (shm_attach(d->root_real, &d->seg, &cause) != 0 ||
+	    crash_init(&d->seg, (pid_t)field[0], &cause) != 0)
+		fatalx("worker %ld: %s", field[1], cause);
+	status = worker_main(d, (unsigned)field[1], (uint32_t)field[2],
+	    (int)field[3]);
+	shm_detach(&d->seg);
+	for (i = 3; i < 10; i++) {
+		if (field[i] != -1)
+			close((int)field[i]);
+	}
+	free(d->socket_path);
+	free(d->root_real);
+	return status;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -345,9 +408,13 @@ main(int argc, char **argv)
 	log_init("idemd");
 	memset(&d, 0, sizeof d);
 	parse_options(&d, argc, argv);
+	d.argc = argc;
+	d.argv = argv;
 	if (sodium_init() < 0)
 		fatalx("libsodium failed to initialise");
 	signal(SIGPIPE, SIG_IGN);
+	if (d.worker_handles != NULL)
+		return run_worker(&d);
 
 	make_root(d.root);
 	if ((d.root_real = realpath(d.root, NULL)) == NULL)
@@ -374,7 +441,7 @@ main(int argc, char **argv)
 
 	if (idemd_open_state(&d, &cause) != 0)
 		fatalx("%s", cause);
-	if (crash_init(&d.seg, &cause) != 0)
+	if (crash_init(&d.seg, getpid(), &cause) != 0)
 		fatalx("%s", cause);
 	if ((d.kick_fd = eventfd(0, EFD_CLOEXEC)) == -1)
 		fatal("eventfd");

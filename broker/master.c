@@ -62,59 +62,90 @@ master_broadcast(void *arg)
 	return 0;
 }
 
+/*
+ * A worker is this program again, exec'd with --worker and the numbers of
+ * the handles it inherits (main.c).  Why exec and not a bare fork: once
+ * serving, the master has threads (journaling, checkpoint), and a child
+ * forked from a threaded process may only call async-signal-safe
+ * functions until it execs: a lock another thread held at the fork, in
+ * malloc or in a sanitizer's runtime, stays held in the child for ever.
+ * So everything the child needs is prepared before the fork, and between
+ * fork and exec it only clears close-on-exec flags.
+ */
 static int
 master_spawn(struct master *m, unsigned index)
 {
+	static const char exec_failed[] = "idemd: cannot exec a worker\n";
 	struct idemd	*d = m->d;
 	sigset_t	 term, old;
 	uint32_t	 generation;
-	int		 sv[2];
-	unsigned	 i;
+	char		 handles[160], **argv;
+	int		 sv[2], inherit[8], i, n;
 	pid_t		 pid;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1) {
 		log_warn("socketpair for worker %u", index);
 		return -1;
 	}
+	if ((argv = calloc((size_t)d->argc + 5, sizeof *argv)) == NULL) {
+		log_warn("worker %u", index);
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
 	generation = registry_start(&d->seg, index);
+	snprintf(handles, sizeof handles, "%ld,%u,%u,%d,%d,%d,%d,%d,%d,%d",
+	    (long)getpid(), index, generation, sv[1], d->listen_fd,
+	    d->root_fd, d->inbox_fd, d->reports_fd, d->kick_fd, d->watch_fd);
+	n = 0;
+	argv[n++] = d->argv[0];
+	argv[n++] = "--worker";
+	argv[n++] = handles;
+	for (i = 1; i < d->argc; i++)
+		argv[n++] = d->argv[i];
+	/* The root exactly as the master resolved it: it names the segment. */
+	argv[n++] = "--root";
+	argv[n++] = d->root_real;
+	argv[n] = NULL;
+	inherit[0] = sv[1];
+	inherit[1] = d->listen_fd;
+	inherit[2] = d->root_fd;
+	inherit[3] = d->inbox_fd;
+	inherit[4] = d->reports_fd;
+	inherit[5] = d->kick_fd;
+	inherit[6] = d->watch_fd;
+	inherit[7] = d->ready_fd;	/* closed in the child */
+
 	/*
-	 * SIGTERM stays blocked in the child until its own loop handles it:
-	 * one arriving earlier would otherwise go to the master's handler
-	 * copy and be lost, and the worker would never drain.
+	 * SIGTERM stays blocked in the child until its own loop handles it
+	 * (the mask survives exec): one arriving earlier would kill it
+	 * before it could drain, or be lost.
 	 */
 	sigemptyset(&term);
 	sigaddset(&term, SIGTERM);
 	sigprocmask(SIG_BLOCK, &term, &old);
 	pid = fork();
-	if (pid != 0)
-		sigprocmask(SIG_SETMASK, &old, NULL);
+	if (pid == 0) {
+		for (i = 0; i < 7; i++) {
+			if (inherit[i] != -1 &&
+			    fcntl(inherit[i], F_SETFD, 0) == -1)
+				_exit(127);
+		}
+		if (inherit[7] != -1)
+			close(inherit[7]);
+		/* The same binary as the master's, even if replaced on disk. */
+		execv("/proc/self/exe", argv);
+		(void)write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1);
+		_exit(127);
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	free(argv);
+	close(sv[1]);
 	if (pid == -1) {
 		log_warn("fork of worker %u", index);
 		close(sv[0]);
-		close(sv[1]);
 		return -1;
 	}
-	if (pid == 0) {
-		/*
-		 * The worker runs its own loop: drop the master's base and
-		 * its signal handlers.  Reinitialise it first, because the
-		 * epoll instance is shared with the master across fork and
-		 * freeing it as it is would unregister the master's events.
-		 */
-		event_reinit(m->base);
-		event_base_free(m->base);
-		if (d->ready_fd != -1)
-			close(d->ready_fd);
-		close(sv[0]);
-		for (i = 0; i < d->worker_count; i++) {
-			if (m->notify_fds[i] != -1)
-				close(m->notify_fds[i]);
-		}
-		if (fcntl(sv[1], F_SETFL, O_NONBLOCK) == -1)
-			_exit(1);
-		_exit(worker_main(d, index, generation, sv[1]));
-	}
-	close(sv[1]);
 	if (fcntl(sv[0], F_SETFL, O_NONBLOCK) == -1)
 		log_warn("worker %u notify socket", index);
 	atomic_store(&d->seg.header->workers[index].pid, pid);
@@ -332,8 +363,7 @@ master_run(struct idemd *d)
 			fatalx("cannot watch the workspace");
 	}
 
-	/* Workers first: fork before the journaling thread exists. */
-	for (i = 0; i < d->worker_count; i++) {
+		for (i = 0; i < d->worker_count; i++) {
 		if (master_spawn(&m, i) != 0)
 			fatalx("cannot start worker %u", i);
 	}

@@ -11,7 +11,6 @@
  * still completes (its state stays consistent) and only its reply is
  * dropped.
  */
-#include <sys/prctl.h>
 #include <sys/socket.h>
 
 #include <errno.h>
@@ -658,13 +657,8 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 {
 	struct worker	 w;
 	sigset_t	 term;
-	pid_t		 master = getppid();
 	struct pending	*p;
 
-	/* Die with the master: a worker never outlives it. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != master)
-		_exit(1);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL);
 	signal(SIGINT, SIG_IGN);
@@ -695,7 +689,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_add(w.listen_ev, NULL);
 	event_add(w.notify_ev, NULL);
 	event_add(w.term_ev, NULL);
-	/* The master blocked SIGTERM across fork (master.c): handle it now. */
+	/* The master blocked SIGTERM for the exec (master.c): handle it now. */
 	sigemptyset(&term);
 	sigaddset(&term, SIGTERM);
 	sigprocmask(SIG_UNBLOCK, &term, NULL);

@@ -30,6 +30,9 @@ struct idemd {
 	unsigned		 socket_mode;
 	const char		*socket_group;
 	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
+	int			 argc;		/* the command line, which */
+	char			**argv;		/* each worker is exec'd with */
+	const char		*worker_handles; /* --worker: this is one */
 
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;

@@ -477,6 +477,108 @@ idle_worker_killed(void **state)
 	harness_finish(b);
 }
 
+/*
+ * Is worker idemd exec'd anew by master with --worker (master.c)?  A
+ * child only forked from the master, which has threads once serving,
+ * could inherit a lock another thread held at the fork.
+ */
+static int
+worker_is_exec(pid_t master, pid_t worker)
+{
+	char		 path[64], cmdline[4096], prefix[32];
+	struct stat	 master_exe, worker_exe;
+	const char	*arg;
+	FILE		*f;
+	size_t		 n;
+
+	snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)worker);
+	if ((f = fopen(path, "r")) == NULL)
+		return 0;
+	n = fread(cmdline, 1, sizeof cmdline - 1, f);
+	fclose(f);
+	cmdline[n] = '\0';
+	arg = cmdline + strlen(cmdline) + 1;	/* argv[1] */
+	if (arg >= cmdline + n || strcmp(arg, "--worker") != 0)
+		return 0;
+	arg += strlen(arg) + 1;			/* argv[2]: handles */
+	snprintf(prefix, sizeof prefix, "%ld,", (long)master);
+	if (arg >= cmdline + n || strncmp(arg, prefix, strlen(prefix)) != 0)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%ld/exe", (long)master);
+	assert_int_equal(stat(path, &master_exe), 0);
+	snprintf(path, sizeof path, "/proc/%ld/exe", (long)worker);
+	assert_int_equal(stat(path, &worker_exe), 0);
+	return master_exe.st_dev == worker_exe.st_dev &&
+	    master_exe.st_ino == worker_exe.st_ino;
+}
+
+/*
+ * Every worker, the first ones and a replacement, is the broker's own
+ * binary exec'd with --worker.  A new worker shows in /proc at its fork,
+ * before its exec: the test makes calls (round trips through the live
+ * workers) until the command line changes, up to a bound.
+ */
+static void
+workers_are_exec_d(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	pid_t			 before[TEST_MAX_WORKERS];
+	pid_t			 now[TEST_MAX_WORKERS];
+	json_t			*reply;
+	int			 n, m, i, j, done;
+
+	start(b);
+	n = harness_workers(b, before, TEST_MAX_WORKERS);
+	assert_true(n >= 1);
+	assert_int_equal(kill(before[0], SIGKILL), 0);
+	/* Connected after the kill: a live worker accepts it. */
+	c = harness_connect(b);
+	assert_non_null(c);
+	for (i = 0, done = 0; i < TEST_RESPAWN_CALLS && !done; i++) {
+		m = harness_workers(b, now, TEST_MAX_WORKERS);
+		done = m == n && !has_pid(now, m, before[0]);
+		for (j = 0; j < m && done; j++)
+			done = worker_is_exec(b->pid, now[j]);
+		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
+		assert_non_null(reply);
+		harness_assert_bool(reply, "ok", 1);
+		json_decref(reply);
+	}
+	idem_close(c);
+	if (!done)
+		fail_msg("after %d calls, not every worker is an exec'd idemd "
+		    "with the replacement of pid %ld", i, (long)before[0]);
+	harness_finish(b);
+}
+
+/* --worker is idemd's own: given by hand, it is refused and does nothing. */
+static void
+worker_option_refused(void **state)
+{
+	struct broker	*b = *state;
+	const char	*idemd = getenv("IDEMD");
+	char		 root[300];
+	int		 status;
+	pid_t		 pid;
+
+	assert_non_null(idemd);
+	snprintf(root, sizeof root, "%s/not-made", b->root);
+	pid = fork();
+	assert_true(pid != -1);
+	if (pid == 0) {
+		freopen("/dev/null", "w", stderr);
+		execl(idemd, idemd, "--root", root, "--worker", "1,2,3", NULL);
+		_exit(99);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	assert_int_equal(access(root, F_OK), -1);
+	assert_int_equal(errno, ENOENT);
+	harness_finish(b);
+}
+
 /* ---- Stopping while a worker starts -------------------------------------- */
 
 /*
@@ -861,6 +963,8 @@ main(void)
 		T(reserved_number_kept_across_crash),
 		T(sigterm_soon_after_start_stops),
 		T(sigterm_soon_after_respawn_stops),
+		T(workers_are_exec_d),
+		T(worker_option_refused),
 	};
 
 	if (sodium_init() < 0)
