@@ -193,6 +193,7 @@ submission_start(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
 	struct idemd		*d = idemd_of(p);
+	struct subtab_entry	 known;
 
 	if (atomic_load(&d->seg.header->journal_failed)) {
 		sub_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
@@ -203,9 +204,11 @@ submission_start(struct pending *p)
 	/*
 	 * Workers share the master's inotify queue: take what it holds now,
 	 * so that a file another writer created before this request is
-	 * known before a number is handed out (watch.c).
+	 * known before a number is handed out (watch.c).  A submission the
+	 * table already holds takes no number: a retry skips the syscall.
 	 */
-	if (d->watch_fd != -1)
+	if (d->watch_fd != -1 && (s->submission_id == NULL ||
+	    subtab_lookup(&d->seg, s->key, s->key_length, &known, NULL) != 1))
 		watch_read(d, d->watch_fd);
 	s->entry.kind = s->ops->kind;
 	s->entry.reserved_at_ms = shm_now_ms();

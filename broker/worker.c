@@ -12,6 +12,7 @@
  * dropped.
  */
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,20 +65,62 @@ conn_peer(const struct conn *c, uint32_t *uid, uint32_t *pid)
 	*pid = c != NULL ? c->pid : 0;
 }
 
+/*
+ * The output drained, or there never was any: conn_written decides.  It
+ * runs from the loop, never from inside conn_process, which may be
+ * several frames up and would find the connection freed.
+ */
+static void
+conn_after_output(struct conn *c)
+{
+	bufferevent_trigger(c->bev, EV_WRITE,
+	    BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+/*
+ * Most replies fit in the socket's buffer: write them at once instead of
+ * through the bufferevent, which would arm the write event (epoll_ctl),
+ * wait for the wake-up and disarm it again: three system calls a
+ * request.  Only when output is already queued (order) or the socket
+ * is full does the rest go through the output buffer, whose drain
+ * callback is conn_written.
+ */
 static void
 conn_send(struct conn *c, json_t *reply)
 {
-	char	*text;
+	struct evbuffer	*output = bufferevent_get_output(c->bev);
+	struct iovec	 iov[2];
+	char		*text;
+	size_t		 length, sent = 0;
+	ssize_t		 n;
 
 	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(reply);
 	if (text == NULL) {
 		log_warnx("cannot serialize a reply");
 		c->closing = 1;
+		conn_after_output(c);
 		return;
 	}
-	bufferevent_write(c->bev, text, strlen(text));
-	bufferevent_write(c->bev, "\n", 1);
+	length = strlen(text);
+	if (evbuffer_get_length(output) == 0) {
+		iov[0].iov_base = text;
+		iov[0].iov_len = length;
+		iov[1].iov_base = "\n";
+		iov[1].iov_len = 1;
+		do
+			n = writev(bufferevent_getfd(c->bev), iov, 2);
+		while (n == -1 && errno == EINTR);
+		/* An error is the bufferevent's to find and report. */
+		if (n > 0)
+			sent = (size_t)n;
+	}
+	if (sent < length)
+		bufferevent_write(c->bev, text + sent, length - sent);
+	if (sent < length + 1)
+		bufferevent_write(c->bev, "\n", 1);
+	else if (c->closing || c->worker->draining)
+		conn_after_output(c);
 	free(text);
 }
 
@@ -470,6 +513,7 @@ conn_process(struct conn *c)
 		 */
 		if ((line = malloc(length + 1)) == NULL) {
 			c->closing = 1;
+			conn_after_output(c);
 			return;
 		}
 		evbuffer_remove(input, line, length + 1);
@@ -482,8 +526,8 @@ too_large:
 	request_error_set(&err, "too_large", NULL, "a request line is at "
 	    "most %d bytes, newline included", IDEM_MAX_LINE_BYTES);
 	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
-	conn_send(c, reply_error(&err, NULL));
 	c->closing = 1;
+	conn_send(c, reply_error(&err, NULL));
 	bufferevent_disable(c->bev, EV_READ);
 	evbuffer_drain(input, evbuffer_get_length(input));
 }
