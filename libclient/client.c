@@ -11,6 +11,7 @@
  */
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 
 #include <errno.h>
@@ -206,18 +207,40 @@ idem_close(struct idem_conn *conn)
 
 /* MSG_NOSIGNAL: a broker that went away is an error, not a SIGPIPE. */
 static int
-client_send(int fd, const char *p, size_t length)
+client_send_line(int fd, const char *p, size_t length)
 {
-	ssize_t	n;
+	struct iovec	 iov[2], *v = iov;
+	struct msghdr	 msg;
+	ssize_t		 n;
 
-	while (length > 0) {
-		if ((n = send(fd, p, length, MSG_NOSIGNAL)) == -1) {
+	/*
+	 * The line and its newline in one call: one segment for the
+	 * broker to read, and half the system calls of two sends.
+	 */
+	iov[0].iov_base = (void *)p;
+	iov[0].iov_len = length;
+	iov[1].iov_base = "\n";
+	iov[1].iov_len = 1;
+	memset(&msg, 0, sizeof msg);
+	msg.msg_iov = iov;
+	msg.msg_iovlen = 2;
+	while (msg.msg_iovlen > 0) {
+		if ((n = sendmsg(fd, &msg, MSG_NOSIGNAL)) == -1) {
 			if (errno == EINTR)
 				continue;
 			return (-1);
 		}
-		p += n;
-		length -= n;
+		/* A short send: step past what went. */
+		while (msg.msg_iovlen > 0 && (size_t)n >= v->iov_len) {
+			n -= (ssize_t)v->iov_len;
+			v++;
+			msg.msg_iov = v;
+			msg.msg_iovlen--;
+		}
+		if (msg.msg_iovlen > 0) {
+			v->iov_base = (char *)v->iov_base + n;
+			v->iov_len -= (size_t)n;
+		}
 	}
 	return (0);
 }
@@ -309,8 +332,7 @@ idem_call_raw(struct idem_conn *conn, const char *request, char **response,
 		    "connection closed after an earlier error");
 		return (-1);
 	}
-	if (client_send(conn->fd, request, length) != 0 ||
-	    client_send(conn->fd, "\n", 1) != 0)
+	if (client_send_line(conn->fd, request, length) != 0)
 		client_error(err, IDEM_E_TRANSPORT, "send: %s",
 		    strerror(errno));
 	else if (client_read_line(conn, response, err) == 0)

@@ -28,6 +28,7 @@
 #include <sodium.h>
 
 #include "integration/harness.h"
+#include "protocol.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
 #define TEST_BODY		"Steps:\n1. reproduce\n2. fix\n"
@@ -299,6 +300,46 @@ get_submission_found_and_not_found(void **state)
 	    -1);
 	assert_int_equal(err.code, IDEM_E_INVALID_REQUEST);
 	assert_int_equal(found, 0);
+	idem_close(c);
+	harness_finish(b);
+}
+
+/* ---- the largest request ------------------------------------------------- */
+
+/*
+ * A body of the largest size the contract allows makes a request line
+ * of over half a MiB, more than a Unix socket buffers at once: libidem
+ * sends it whole with its newline, the broker reads it across many
+ * reads, and the TASK file holds every byte of the body.
+ */
+static void
+largest_body_sent_whole(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_write_result w;
+	struct idem_task	 t;
+	struct idem_error	 err;
+	char			*body, *file;
+
+	start(b, NULL);
+	c = connect_to(b);
+	body = malloc(IDEM_MAX_BODY_BYTES + 1);
+	assert_non_null(body);
+	memset(body, 'b', IDEM_MAX_BODY_BYTES);
+	body[IDEM_MAX_BODY_BYTES] = '\0';
+	make_task(&t, "The largest body");
+	t.body = body;
+	assert_int_equal(idem_write_task(c, "largest/1", &t, &w, &err), 0);
+	assert_int_equal(w.disposition, IDEM_CREATED);
+	file = harness_read(b, w.receipt.task_path);
+	assert_non_null(file);
+	assert_non_null(strstr(file, body));
+	free(file);
+	/* The retry sends it all again and gets the same receipt. */
+	assert_int_equal(idem_write_task(c, "largest/1", &t, &w, &err), 0);
+	assert_int_equal(w.disposition, IDEM_REUSED);
+	free(body);
 	idem_close(c);
 	harness_finish(b);
 }
@@ -699,6 +740,7 @@ main(void)
 		T(write_report_created_deduplicated_conflict),
 		T(write_report_errors),
 		T(get_submission_found_and_not_found),
+		T(largest_body_sent_whole),
 		T(diagnose_after_crash_lists_reserved),
 		T(diagnose_after_crash_lists_task_created),
 		T(stats_counters_move),
