@@ -219,7 +219,8 @@ pending_try_append(struct pending *p)
 		p->resume(p);
 		return;
 	}
-	atomic_fetch_add(&d->seg.header->counters.journal_records, 1);
+	atomic_fetch_add(&d->seg.header->counters.journal_records,
+	    p->record_count);
 	p->wait_end = end;
 	park(p, PENDING_DURABLE);
 	journaler_kick(d->kick_fd);
@@ -252,6 +253,7 @@ pending_journal_slot_pair(struct pending *p, const struct journal_record *first,
 	p->record_entry = entry;
 	p->resume = resume;
 	p->journal_failed = 0;
+	p->record_count = 2;
 	n = journal_encode(first, p->record, sizeof p->record);
 	p->record_length = n == 0 ? 0 : journal_encode(second, p->record + n,
 	    sizeof p->record - n);
@@ -290,6 +292,7 @@ pending_encode_append(struct pending *p, const struct journal_record *record,
 {
 	p->resume = resume;
 	p->journal_failed = 0;
+	p->record_count = 1;
 	p->record_length = journal_encode(record, p->record,
 	    sizeof p->record);
 	if (p->record_length == 0) {

@@ -122,6 +122,7 @@ struct pending {
 	struct event		*deadline;
 	uint8_t			 record[JOURNAL_MAX_RECORD_BYTES];
 	size_t			 record_length;
+	unsigned		 record_count;	/* records in record[] */
 	/* The slot whose new state the record carries (NULL claim: none). */
 	uint32_t		 record_slot;
 	const struct subtab_claim *record_claim;
