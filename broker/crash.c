@@ -6,10 +6,12 @@
  * kills only that worker.  "First time" is per broker run, kept in the
  * segment, so a replaced worker does not crash again on the retry.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "idemd.h"
@@ -31,7 +33,8 @@ static struct {
 	int			 whole_broker;
 	const char		*in_lock;	/* IDEM_CRASH_WORKER_IN_LOCK */
 	pid_t			 master;
-} crash = { NULL, -1, 0, NULL, 0 };
+	long			 spawn_delay_ms; /* IDEM_SPAWN_DELAY_MS */
+} crash = { NULL, -1, 0, NULL, 0, 0 };
 
 /*
  * IDEM_CRASH_WORKER_IN_LOCK=table|allocator|journal-ring: the first worker
@@ -84,11 +87,27 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	const char	*worker = getenv("IDEM_CRASH_WORKER_AT");
 	const char	*name = whole != NULL ? whole : worker;
 	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
+	const char	*delay;
+	char		*end;
 
 	crash.seg = seg;
 	crash.point = -1;
 	crash.in_lock = NULL;
 	crash.master = master;
+	if ((delay = getenv("IDEM_SPAWN_DELAY_MS")) != NULL &&
+	    *delay != '\0') {
+		errno = 0;
+		crash.spawn_delay_ms = strtol(delay, &end, 10);
+		if (errno != 0 || *end != '\0' || crash.spawn_delay_ms < 0 ||
+		    crash.spawn_delay_ms > 60000) {
+			asprintf(cause, "IDEM_SPAWN_DELAY_MS must be a number "
+			    "of milliseconds from 0 to 60000");
+			return -1;
+		}
+		if (getpid() == master)
+			log_info("fault injection: the master pauses %ld ms "
+			    "after forking a worker", crash.spawn_delay_ms);
+	}
 	if (in_lock != NULL && *in_lock != '\0') {
 		if (strcmp(in_lock, "table") != 0 &&
 		    strcmp(in_lock, "allocator") != 0 &&
@@ -118,6 +137,30 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		log_info("fault injection: %s at %s", crash.whole_broker ?
 		    "the broker dies" : "a worker dies", name);
 	return 0;
+}
+
+/*
+ * IDEM_SPAWN_DELAY_MS=<n>: the master pauses n ms right after forking a
+ * worker, as a loaded machine may deschedule it there, so a test can
+ * show that the new worker is served meanwhile (master.c).
+ */
+void
+crash_spawn_delay(void)
+{
+	struct timespec	ts;
+
+	if (crash.spawn_delay_ms <= 0)
+		return;
+	ts.tv_sec = crash.spawn_delay_ms / 1000;
+	ts.tv_nsec = (crash.spawn_delay_ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+int
+crash_configured(void)
+{
+	return crash.point != -1;
 }
 
 int

@@ -247,6 +247,10 @@ enum crash_point {
 /* In the master and in each worker (which logs nothing). */
 int	crash_init(struct shm_segment *, pid_t master, char **cause);
 void	crash_point(enum crash_point);
+/* IDEM_SPAWN_DELAY_MS: in the master, right after forking a worker. */
+void	crash_spawn_delay(void);
+/* Is a crash point set at all?  (Shortcuts that skip one are off.) */
+int	crash_configured(void);
 /* Will crash_point(point) kill?  (It fires once.) */
 int	crash_armed(enum crash_point);
 void	crash_worker_started(void);

@@ -117,6 +117,19 @@ master_spawn(struct master *m, unsigned index)
 	inherit[7] = d->ready_fd;	/* closed in the child */
 
 	/*
+	 * Publish the master's end before the fork: the worker may be
+	 * serving, and parked until a flush, before the parent runs again
+	 * (on a loaded machine it can be descheduled right after fork), and
+	 * a journaling round that found no descriptor here would never wake
+	 * it.  A wake-up sent early waits in the socket.
+	 */
+	if (fcntl(sv[0], F_SETFL, O_NONBLOCK) == -1)
+		log_warn("worker %u notify socket", index);
+	pthread_mutex_lock(&m->fds_lock);
+	m->notify_fds[index] = sv[0];
+	pthread_mutex_unlock(&m->fds_lock);
+
+	/*
 	 * SIGTERM stays blocked in the child until its own loop handles it
 	 * (the mask survives exec): one arriving earlier would kill it
 	 * before it could drain, or be lost.
@@ -139,19 +152,19 @@ master_spawn(struct master *m, unsigned index)
 		_exit(127);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (pid > 0)
+		crash_spawn_delay();
 	free(argv);
 	close(sv[1]);
 	if (pid == -1) {
 		log_warn("fork of worker %u", index);
+		pthread_mutex_lock(&m->fds_lock);
+		m->notify_fds[index] = -1;
+		pthread_mutex_unlock(&m->fds_lock);
 		close(sv[0]);
 		return -1;
 	}
-	if (fcntl(sv[0], F_SETFL, O_NONBLOCK) == -1)
-		log_warn("worker %u notify socket", index);
 	atomic_store(&d->seg.header->workers[index].pid, pid);
-	pthread_mutex_lock(&m->fds_lock);
-	m->notify_fds[index] = sv[0];
-	pthread_mutex_unlock(&m->fds_lock);
 	m->pids[index] = pid;
 	m->live++;
 	log_debug("worker %u started, pid %ld", index, (long)pid);

@@ -552,6 +552,35 @@ workers_are_exec_d(void **state)
 	harness_finish(b);
 }
 
+/*
+ * A replacement worker can be serving, and parked until a journal flush,
+ * before the master runs again after forking it: a loaded machine may
+ * deschedule the master right there, and IDEM_SPAWN_DELAY_MS holds it
+ * there on purpose.  The journaling thread must still wake the new
+ * worker, so the creation completes while the master sleeps; a master
+ * that published the worker's wake-up socket only after the fork left
+ * it parked for ever.
+ */
+static void
+replacement_served_while_master_paused(void **state)
+{
+	struct broker		*b = *state;
+	const char *const	 args[] = { "--workers", "1", NULL };
+	const char *const	 env[] = { "IDEM_SPAWN_DELAY_MS=3000", NULL };
+	pid_t			 workers[TEST_MAX_WORKERS];
+	json_t			*reply;
+
+	assert_int_equal(harness_start(b, args, env), 0);
+	assert_int_equal(harness_workers(b, workers, TEST_MAX_WORKERS), 1);
+	assert_int_equal(kill(workers[0], SIGKILL), 0);
+	/* Waits in the backlog for the replacement: no other worker. */
+	reply = submit(b, "paused/1", "While the master sleeps");
+	assert_outcome(reply, "created", 1, 0);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	harness_finish(b);
+}
+
 /* --worker is idemd's own: given by hand, it is refused and does nothing. */
 static void
 worker_option_refused(void **state)
@@ -964,6 +993,7 @@ main(void)
 		T(sigterm_soon_after_start_stops),
 		T(sigterm_soon_after_respawn_stops),
 		T(workers_are_exec_d),
+		T(replacement_served_while_master_paused),
 		T(worker_option_refused),
 	};
 
