@@ -83,6 +83,15 @@ struct fileio_job {
 	char			*data;
 	size_t			 length;
 	int			 crash_points;
+	/*
+	 * FILEIO_TEMP goes on to FILEIO_LINK in its thread when, its
+	 * temporary written, journal says ring_durable has reached
+	 * link_after (the reservation's end, stored by the loop after the
+	 * append; 0: not known yet).  journal NULL: never.
+	 */
+	const struct shm_header	*journal;
+	_Atomic uint64_t	 link_after;
+	int			 linked_early;	/* out: it did */
 	int			 result;	/* 0, or -1 with error and cause */
 	int			 error;
 	char			*cause;
@@ -254,7 +263,8 @@ struct submission {
 	 * is flushed; it is linked once both are done (submission.c).
 	 */
 	enum {
-		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED
+		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
+		SUB_TEMP_LINKED		/* linked early, its job's result waits */
 	}			 temp_state;
 	int			 temp_error;
 	int			 reserve_done;	/* the reservation's wait ended */
