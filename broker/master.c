@@ -1,8 +1,9 @@
 /*
- * master.c: the master process after start-up.  It forks the workers,
- * replaces one that dies, runs the journaling thread, and on SIGTERM or
- * SIGINT drains: workers finish what they hold and exit, the journaler
- * flushes the rest, and the socket and segment are removed.
+ * master.c: the master process after start-up.  It starts the workers
+ * (fork and exec), replaces one that dies, runs the journaling thread,
+ * and on SIGTERM or SIGINT drains: workers finish what they hold and
+ * exit, the journaler flushes the rest, and the socket and segment are
+ * removed.
  *
  * Each worker has a socketpair to the master.  The master's end is how
  * the journaling thread (and the master itself, when a worker dies)
@@ -376,7 +377,7 @@ master_run(struct idemd *d)
 			fatalx("cannot watch the workspace");
 	}
 
-		for (i = 0; i < d->worker_count; i++) {
+	for (i = 0; i < d->worker_count; i++) {
 		if (master_spawn(&m, i) != 0)
 			fatalx("cannot start worker %u", i);
 	}

@@ -1983,7 +1983,7 @@ run_fsync_probe(int clients)
 	    "create at this K");
 }
 
-/* ---- the CPU cost of one retry's fixed steps ------------------------------ */
+/* ---- the CPU cost of one retry's fixed steps ----------------------------- */
 
 enum cost_step {
 	COST_PARSE,		/* the broker parses the request line */
