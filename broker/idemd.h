@@ -33,6 +33,8 @@ struct journal_record {
 	uint8_t			type;
 	struct subtab_entry	entry;
 	char			key[SUBTAB_MAX_KEY_BYTES];
+	/* Not in the journal: a replay hint's note for apply (0: none). */
+	uint64_t		hint;
 };
 
 /* Encode into out; returns the bytes used, 0 if out_size is too small. */
@@ -109,6 +111,14 @@ int	journal_replay(const char *dir, int flags, journal_apply_fn,
 int	journal_replay_from(const char *dir, uint64_t from, int flags,
 	    journal_apply_fn, void *arg, struct journal_replay_stats *,
 	    char **cause);
+/*
+ * The same, calling hint for each record a few records before apply gets
+ * it, so that the caller can start loading what apply will touch.
+ */
+typedef void (*journal_hint_fn)(struct journal_record *, void *arg);
+int	journal_replay_hinted(const char *dir, uint64_t from, int flags,
+	    journal_apply_fn, journal_hint_fn, void *arg,
+	    struct journal_replay_stats *, char **cause);
 /* Start the next segment (after a sync): for checkpoints. */
 int	journal_rotate(struct journal *, char **cause);
 

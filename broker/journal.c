@@ -384,6 +384,7 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 	/* Only now touch the caller's record: BAD leaves it as it was. */
 	r->type = p[P_TYPE];
 	r->entry = e;
+	r->hint = 0;
 	memcpy(r->key, p + P_KEY, e.key_length);
 	if (e.key_length < sizeof r->key)
 		memset(r->key + e.key_length, 0, sizeof r->key - e.key_length);
@@ -890,6 +891,7 @@ struct replay {
 	int				 dir_fd;
 	int				 flags;
 	journal_apply_fn		 apply;
+	journal_hint_fn			 hint;	/* NULL: none */
 	void				*arg;
 	struct journal_replay_stats	*stats;
 	char				**cause;
@@ -971,34 +973,59 @@ replay_corrupt(struct replay *rp, const char *name, uint64_t offset,
 	return -1;
 }
 
+/*
+ * Records decoded ahead of the one applied, when the caller gives a
+ * hint: the hint can start loading what apply will touch (a table
+ * bucket, in idemd) while the records before it are applied.
+ */
+#define REPLAY_AHEAD	8
+
 /* Replay the records of one mapped segment; see the DESIGN comment. */
 static int
 replay_records(struct replay *rp, const char *name, const uint8_t *map,
     size_t size, int last, size_t *cut_at, const char **cut_why)
 {
-	struct journal_record	 r;
+	struct journal_record	 ring[REPLAY_AHEAD];
+	size_t			 at[REPLAY_AHEAD], length[REPLAY_AHEAD];
 	const char		*why = NULL;
 	char			 after[128];
-	size_t			 offset, consumed, next;
-	int			 applied;
+	size_t			 offset, decoded, next, head = 0, count = 0;
+	size_t			 ahead = rp->hint != NULL ? REPLAY_AHEAD : 1;
+	size_t			 i;
+	int			 applied, more = 1;
 
 	*cut_at = size;
-	offset = SEGMENT_HEADER_BYTES;
-	while (offset < size) {
-		if (record_decode(map + offset, size - offset, &r, &consumed,
-		    &why) != JOURNAL_DECODE_OK)
+	offset = decoded = SEGMENT_HEADER_BYTES;
+	for (;;) {
+		/* Decode up to ahead records past the next to apply. */
+		while (more && count < ahead && decoded < size) {
+			i = (head + count) % ahead;
+			if (record_decode(map + decoded, size - decoded,
+			    &ring[i], &length[i], &why) != JOURNAL_DECODE_OK) {
+				more = 0;
+				break;
+			}
+			at[i] = decoded;
+			if (rp->hint != NULL)
+				rp->hint(&ring[i], rp->arg);
+			decoded += length[i];
+			count++;
+		}
+		if (count == 0)
 			break;
-		rp->stats->at_offset = offset;
-		if ((applied = rp->apply(&r, rp->arg)) != 0) {
+		rp->stats->at_offset = at[head];
+		if ((applied = rp->apply(&ring[head], rp->arg)) != 0) {
 			errno = ECANCELED;
 			journal_cause(rp->cause, "journal replay stopped at "
 			    "%s/%s offset %zu: applying the record failed "
-			    "(%d)", rp->dir, name, offset, applied);
+			    "(%d)", rp->dir, name, at[head], applied);
 			return -1;
 		}
 		rp->stats->records++;
-		rp->stats->bytes += consumed;
-		offset += consumed;
+		rp->stats->bytes += length[head];
+		offset = at[head] + length[head];
+		head = (head + 1) % ahead;
+		count--;
 	}
 	if (offset == size)
 		return 0;
@@ -1125,6 +1152,15 @@ journal_replay_from(const char *dir, uint64_t from, int flags,
     journal_apply_fn apply, void *arg, struct journal_replay_stats *stats,
     char **cause)
 {
+	return journal_replay_hinted(dir, from, flags, apply, NULL, arg,
+	    stats, cause);
+}
+
+int
+journal_replay_hinted(const char *dir, uint64_t from, int flags,
+    journal_apply_fn apply, journal_hint_fn hint, void *arg,
+    struct journal_replay_stats *stats, char **cause)
+{
 	size_t				 first;
 	struct journal_replay_stats	 scratch;
 	struct replay			 rp;
@@ -1189,6 +1225,7 @@ journal_replay_from(const char *dir, uint64_t from, int flags,
 	rp.dir_fd = dir_fd;
 	rp.flags = flags;
 	rp.apply = apply;
+	rp.hint = hint;
 	rp.arg = arg;
 	rp.stats = stats;
 	rp.cause = cause;

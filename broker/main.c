@@ -244,13 +244,30 @@ replay_apply(const struct journal_record *r, void *arg)
 	    r->entry.seq);
 	if (r->entry.key_length == 0)
 		return 0;	/* legacy: only its number matters */
-	if (subtab_apply(&d->seg, r->key, r->entry.key_length,
-	    &r->entry) != 0) {
+	if ((r->hint != 0 ? subtab_apply_hashed(&d->seg, r->key,
+	    r->entry.key_length, (uint32_t)r->hint, &r->entry) :
+	    subtab_apply(&d->seg, r->key, r->entry.key_length,
+	    &r->entry)) != 0) {
 		log_warn("replay: submission table (capacity %u)",
 		    d->capacity);
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * A few records ahead of replay_apply: fetch the record's bucket, and
+ * keep the key's hash in the record so that apply does not hash again.
+ */
+static void
+replay_hint(struct journal_record *r, void *arg)
+{
+	struct idemd	*d = arg;
+
+	if (r->entry.key_length > 0 &&
+	    r->entry.key_length <= SUBTAB_MAX_KEY_BYTES)
+		r->hint = (uint64_t)1 << 32 | subtab_prefetch(&d->seg, r->key,
+		    r->entry.key_length);
 }
 
 int
@@ -276,8 +293,8 @@ idemd_open_state(struct idemd *d, char **cause)
 			seqalloc_note_used(&d->seg, kind, alloc[kind - 1].date,
 			    alloc[kind - 1].next_seq - 1);
 	}
-	if (journal_replay_from(dir, from, 0, replay_apply, d, &stats,
-	    cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
+	if (journal_replay_hinted(dir, from, 0, replay_apply, replay_hint, d,
+	    &stats, cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
 	checkpoint_prune(dir, from);
 	log_info("state: %llu submissions from the checkpoint, then %llu "

@@ -263,9 +263,18 @@ int	 subtab_release(struct shm_segment *, uint32_t slot,
 	    const struct subtab_claim *);
 int	 subtab_lookup(struct shm_segment *, const char *key, size_t key_length,
 	    struct subtab_entry *, uint32_t *slot);
+/*
+ * Start loading the bucket of key into the cache (replay's hint); returns
+ * the key's hash, for subtab_apply_hashed.
+ */
+uint32_t subtab_prefetch(struct shm_segment *, const char *key,
+	    size_t key_length);
 /* Start-up replay, single-threaded: insert or overwrite by key. */
 int	 subtab_apply(struct shm_segment *, const char *key, size_t key_length,
 	    const struct subtab_entry *);
+/* The same with the hash subtab_prefetch gave for that key. */
+int	 subtab_apply_hashed(struct shm_segment *, const char *key,
+	    size_t key_length, uint32_t hash, const struct subtab_entry *);
 /* A copy of one slot, for diagnostics. */
 struct subtab_row {
 	struct subtab_entry	entry;

@@ -296,12 +296,35 @@ subtab_lookup(struct shm_segment *seg, const char *key, size_t length,
 	return slot != UINT32_MAX;
 }
 
+/*
+ * Replay applies millions of records to a table far larger than the
+ * cache, each a random bucket: fetching the bucket of a record a few
+ * records ahead overlaps those misses instead of taking them in turn.
+ */
+uint32_t
+subtab_prefetch(struct shm_segment *seg, const char *key, size_t length)
+{
+	uint32_t	mask = seg->header->bucket_count - 1;
+	uint32_t	hash = hash_key(seg, key, length);
+
+	__builtin_prefetch(&seg->buckets[hash & mask]);
+	return hash;
+}
+
 int
 subtab_apply(struct shm_segment *seg, const char *key, size_t length,
     const struct subtab_entry *entry)
 {
+	return subtab_apply_hashed(seg, key, length,
+	    hash_key(seg, key, length), entry);
+}
+
+int
+subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
+    uint32_t hash, const struct subtab_entry *entry)
+{
 	struct subtab_slot	*s;
-	uint32_t		 hash, bucket, slot;
+	uint32_t		 bucket, slot;
 	uint16_t		 key_length;
 
 	if (length == 0 || length > SUBTAB_MAX_KEY_BYTES ||
@@ -309,7 +332,6 @@ subtab_apply(struct shm_segment *seg, const char *key, size_t length,
 		errno = EINVAL;
 		return -1;
 	}
-	hash = hash_key(seg, key, length);
 	if (lock_table(seg) != 0)
 		return -1;
 	bucket = probe(seg, hash, key, length, &slot);

@@ -90,6 +90,8 @@ struct run {
 	uint64_t		 bytes;
 	unsigned char		 trace[crypto_generichash_BYTES];
 	crypto_generichash_state hash;		/* of the records, in order */
+	unsigned		 replays;	/* every other one is hinted */
+	uint64_t		 hints;
 };
 
 static uint32_t
@@ -234,6 +236,8 @@ apply(const struct journal_record *r, void *arg)
 	size_t		 n;
 	uint64_t	 s = run->stats->at_segment, at = run->stats->at_offset;
 
+	/* A hinted record carries its own note: the hints ran in order. */
+	FUZZ_CHECK(r->hint == 0 || r->hint == run->records + 1);
 	/* The record re-encodes to the bytes it came from. */
 	n = journal_encode(r, out, sizeof out);
 	FUZZ_CHECK(n >= RECORD_HEADER_BYTES + PAYLOAD_MIN);
@@ -244,6 +248,16 @@ apply(const struct journal_record *r, void *arg)
 	run->records++;
 	run->bytes += n;
 	return 0;
+}
+
+/* idemd's start-up hints each record a few records before applying it. */
+static void
+hint(struct journal_record *r, void *arg)
+{
+	struct run	*run = arg;
+
+	FUZZ_CHECK(r->hint == 0);
+	r->hint = ++run->hints;
 }
 
 static int
@@ -257,7 +271,11 @@ replay(struct run *run, unsigned from, int flags,
 	run->stats = stats;
 	run->records = run->bytes = 0;
 	crypto_generichash_init(&run->hash, NULL, 0, sizeof run->trace);
-	if (from == 0)
+	run->hints = 0;
+	if (++run->replays % 2 == 0)
+		rv = journal_replay_hinted(journal_dir, from, flags, apply,
+		    hint, run, stats, &cause);
+	else if (from == 0)
 		rv = journal_replay(journal_dir, flags, apply, run, stats,
 		    &cause);
 	else

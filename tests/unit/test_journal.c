@@ -956,6 +956,83 @@ apply_failure_stops_replay(void **state)
 	free(c.records);
 }
 
+/* Replay with a hint: what the hint saw, and what apply saw. */
+struct hinted {
+	size_t	hints;		/* hint calls so far */
+	size_t	applied;	/* apply calls so far */
+	size_t	most_ahead;	/* hints - applied, at most */
+	size_t	fail_at;	/* apply fails on this one (1-based) */
+};
+
+static void
+hinted_hint(struct journal_record *r, void *arg)
+{
+	struct hinted	*h = arg;
+
+	assert_int_equal(r->hint, 0);	/* decode leaves none */
+	r->hint = ++h->hints;
+	if (h->hints - h->applied > h->most_ahead)
+		h->most_ahead = h->hints - h->applied;
+}
+
+static int
+hinted_apply(const struct journal_record *r, void *arg)
+{
+	struct hinted		*h = arg;
+	struct journal_record	 want;
+
+	if (h->fail_at != 0 && h->applied + 1 == h->fail_at)
+		return 7;
+	/* Each record reaches apply once, in order, with its own note. */
+	h->applied++;
+	assert_int_equal(r->hint, h->applied);
+	make_record(&want, (unsigned)h->applied - 1);
+	assert_record_equal(r, &want);
+	return 0;
+}
+
+/*
+ * journal_replay_hinted: every record is hinted before it is applied,
+ * no further than a few records ahead, and the note the hint leaves in
+ * the record reaches apply with that record; a torn tail is still cut
+ * after the records before it are applied, and an apply that fails
+ * still stops the replay there.
+ */
+static void
+hinted_replay_hints_each_record_before_apply(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct journal_replay_stats	 stats;
+	struct hinted			 h = { 0 };
+	char				*cause = NULL, path[256];
+	uint64_t			 ends[30];
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 30, ends);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(truncate(path, (off_t)ends[29] - 7), 0);
+
+	assert_int_equal(journal_replay_hinted(f->dir, 0, 0, hinted_apply,
+	    hinted_hint, &h, &stats, &cause), 0);
+	assert_int_equal(h.applied, 29);
+	assert_int_equal(h.hints, 29);
+	assert_int_equal(stats.records, 29);
+	assert_int_equal(stats.truncated_bytes, ends[29] - 7 - ends[28]);
+	assert_true(h.most_ahead > 1);
+	assert_true(h.most_ahead <= 8);
+	assert_int_equal(file_size(path), ends[28]);
+
+	memset(&h, 0, sizeof h);
+	h.fail_at = 12;
+	assert_int_equal(journal_replay_hinted(f->dir, 0, 0, hinted_apply,
+	    hinted_hint, &h, NULL, &cause), -1);
+	assert_int_equal(h.applied, 11);
+	assert_non_null(strstr(cause, "applying the record failed"));
+	free(cause);
+}
+
 /* ---- append failures ------------------------------------------------------ */
 
 /*
@@ -1116,6 +1193,7 @@ main(void)
 		T(bad_segment_header_is_corruption),
 		T(short_last_segment_is_removed),
 		T(apply_failure_stops_replay),
+		T(hinted_replay_hints_each_record_before_apply),
 		T(short_write_is_truncated_back),
 		T(failed_write_and_truncate_poison_the_handle),
 		T(failed_sync_poisons_the_handle),

@@ -200,6 +200,51 @@ test_full_loses_nothing(void **state)
 	assert_int_equal(f->seg.header->alloc[0].next_seq, 4);
 }
 
+/*
+ * Replay's path: the hash subtab_prefetch returns, given to
+ * subtab_apply_hashed, files an entry where every lookup finds it, and
+ * a second apply of the same key overwrites it, as subtab_apply does.
+ */
+static void
+test_apply_hashed_as_apply(void **state)
+{
+	struct fixture		*f = *state;
+	struct subtab_entry	 e, got;
+	char			 key[16];
+	uint32_t		 hash;
+	int			 i;
+
+	memset(&e, 0, sizeof e);
+	e.kind = SUBTAB_KIND_TASK;
+	e.state = SUBTAB_RESERVED;
+	e.date = 20261202;
+	for (i = 0; i < 40; i++) {
+		snprintf(key, sizeof key, "replay-%d", i);
+		e.seq = (uint32_t)i + 1;
+		hash = subtab_prefetch(&f->seg, key, strlen(key));
+		if (i % 2 == 0)
+			assert_int_equal(subtab_apply_hashed(&f->seg, key,
+			    strlen(key), hash, &e), 0);
+		else
+			assert_int_equal(subtab_apply(&f->seg, key,
+			    strlen(key), &e), 0);
+	}
+	e.state = SUBTAB_COMMITTED;
+	e.seq = 99;
+	hash = subtab_prefetch(&f->seg, "replay-7", 8);
+	assert_int_equal(subtab_apply_hashed(&f->seg, "replay-7", 8, hash,
+	    &e), 0);
+	assert_int_equal(f->seg.header->slots_used, 40);
+	for (i = 0; i < 40; i++) {
+		snprintf(key, sizeof key, "replay-%d", i);
+		assert_int_equal(subtab_lookup(&f->seg, key, strlen(key), &got,
+		    NULL), 1);
+		assert_int_equal(got.seq, i == 7 ? 99 : (uint32_t)i + 1);
+		assert_int_equal(got.state, i == 7 ? SUBTAB_COMMITTED :
+		    SUBTAB_RESERVED);
+	}
+}
+
 static void
 test_owner_death_under_lock(void **state)
 {
@@ -438,6 +483,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_loses_nothing,
 		    setup_tiny, teardown),
+		cmocka_unit_test_setup_teardown(test_apply_hashed_as_apply,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_owner_death_under_lock,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
