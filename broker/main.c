@@ -361,55 +361,60 @@ open_socket(struct idemd *d)
 /*
  * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH:
  * this process is a worker the master (PID) forked and exec'd
- * (master.c), with the same options and those inherited handles.  It
- * maps the master's segment and serves until told to stop.
+ * (master.c), with the same options and those inherited handles (enum
+ * worker_handle).  It maps the master's segment and serves until told
+ * to stop.
  */
 static int
 run_worker(struct idemd *d)
 {
 	const char	*p = d->worker_handles;
 	char		*end, *cause = NULL;
-	long		 field[10];
-	unsigned	 i;
-	int		 status;
+	long		 field[3 + WORKER_HANDLE_COUNT], master, index;
+	int		 handle[WORKER_HANDLE_COUNT], status;
+	unsigned	 i, last = 3 + WORKER_HANDLE_COUNT - 1;
 
-	for (i = 0; i < 10; i++) {
+	for (i = 0; i <= last; i++) {
 		errno = 0;
 		field[i] = strtol(p, &end, 10);
 		if (errno != 0 || end == p || field[i] < -1 ||
-		    field[i] > INT_MAX || *end != (i < 9 ? ',' : '\0'))
+		    field[i] > INT_MAX || *end != (i < last ? ',' : '\0'))
 			fatalx("--worker is for idemd's own use");
 		p = end + 1;
 	}
+	master = field[0];
+	index = field[1];
+	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
+		handle[i] = (int)field[3 + i];
 	/* Die with the master: a worker never outlives it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != (pid_t)field[0])
+	if (getppid() != (pid_t)master)
 		exit(1);
-	d->listen_fd = (int)field[4];
-	d->root_fd = (int)field[5];
-	d->inbox_fd = (int)field[6];
-	d->reports_fd = (int)field[7];
-	d->kick_fd = (int)field[8];
-	d->watch_fd = (int)field[9];
-	for (i = 3; i < 10; i++) {
-		if (field[i] != -1 &&
-		    fcntl((int)field[i], F_SETFD, FD_CLOEXEC) == -1)
-			fatal("worker %ld: inherited handle %ld", field[1],
-			    field[i]);
+	d->listen_fd = handle[WORKER_HANDLE_LISTEN];
+	d->root_fd = handle[WORKER_HANDLE_ROOT];
+	d->inbox_fd = handle[WORKER_HANDLE_INBOX];
+	d->reports_fd = handle[WORKER_HANDLE_REPORTS];
+	d->kick_fd = handle[WORKER_HANDLE_KICK];
+	d->watch_fd = handle[WORKER_HANDLE_WATCH];
+	for (i = 0; i < WORKER_HANDLE_COUNT; i++) {
+		if (handle[i] != -1 &&
+		    fcntl(handle[i], F_SETFD, FD_CLOEXEC) == -1)
+			fatal("worker %ld: inherited handle %d", index,
+			    handle[i]);
 	}
-	if (fcntl((int)field[3], F_SETFL, O_NONBLOCK) == -1)
-		fatal("worker %ld: notify socket", field[1]);
+	if (fcntl(handle[WORKER_HANDLE_NOTIFY], F_SETFL, O_NONBLOCK) == -1)
+		fatal("worker %ld: notify socket", index);
 	if ((d->root_real = strdup(d->root)) == NULL)
 		fatal("strdup");
 	if (shm_attach(d->root_real, &d->seg, &cause) != 0 ||
-	    crash_init(&d->seg, (pid_t)field[0], &cause) != 0)
-		fatalx("worker %ld: %s", field[1], cause);
-	status = worker_main(d, (unsigned)field[1], (uint32_t)field[2],
-	    (int)field[3]);
+	    crash_init(&d->seg, (pid_t)master, &cause) != 0)
+		fatalx("worker %ld: %s", index, cause);
+	status = worker_main(d, (unsigned)index, (uint32_t)field[2],
+	    handle[WORKER_HANDLE_NOTIFY]);
 	shm_detach(&d->seg);
-	for (i = 3; i < 10; i++) {
-		if (field[i] != -1)
-			close((int)field[i]);
+	for (i = 0; i < WORKER_HANDLE_COUNT; i++) {
+		if (handle[i] != -1)
+			close(handle[i]);
 	}
 	free(d->socket_path);
 	free(d->root_real);

@@ -81,7 +81,8 @@ master_spawn(struct master *m, unsigned index)
 	sigset_t	 term, old;
 	uint32_t	 generation;
 	char		 handles[160], **argv;
-	int		 sv[2], inherit[8], i, n;
+	int		 sv[2], inherit[WORKER_HANDLE_COUNT], i, n;
+	size_t		 used;
 	pid_t		 pid;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1) {
@@ -95,9 +96,18 @@ master_spawn(struct master *m, unsigned index)
 		return -1;
 	}
 	generation = registry_start(&d->seg, index);
-	snprintf(handles, sizeof handles, "%ld,%u,%u,%d,%d,%d,%d,%d,%d,%d",
-	    (long)getpid(), index, generation, sv[1], d->listen_fd,
-	    d->root_fd, d->inbox_fd, d->reports_fd, d->kick_fd, d->watch_fd);
+	inherit[WORKER_HANDLE_NOTIFY] = sv[1];
+	inherit[WORKER_HANDLE_LISTEN] = d->listen_fd;
+	inherit[WORKER_HANDLE_ROOT] = d->root_fd;
+	inherit[WORKER_HANDLE_INBOX] = d->inbox_fd;
+	inherit[WORKER_HANDLE_REPORTS] = d->reports_fd;
+	inherit[WORKER_HANDLE_KICK] = d->kick_fd;
+	inherit[WORKER_HANDLE_WATCH] = d->watch_fd;
+	used = (size_t)snprintf(handles, sizeof handles, "%ld,%u,%u",
+	    (long)getpid(), index, generation);
+	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
+		used += (size_t)snprintf(handles + used, sizeof handles - used,
+		    ",%d", inherit[i]);
 	n = 0;
 	argv[n++] = d->argv[0];
 	argv[n++] = "--worker";
@@ -108,14 +118,6 @@ master_spawn(struct master *m, unsigned index)
 	argv[n++] = "--root";
 	argv[n++] = d->root_real;
 	argv[n] = NULL;
-	inherit[0] = sv[1];
-	inherit[1] = d->listen_fd;
-	inherit[2] = d->root_fd;
-	inherit[3] = d->inbox_fd;
-	inherit[4] = d->reports_fd;
-	inherit[5] = d->kick_fd;
-	inherit[6] = d->watch_fd;
-	inherit[7] = d->ready_fd;	/* closed in the child */
 
 	/*
 	 * Publish the master's end before the fork: the worker may be
@@ -140,13 +142,13 @@ master_spawn(struct master *m, unsigned index)
 	sigprocmask(SIG_BLOCK, &term, &old);
 	pid = fork();
 	if (pid == 0) {
-		for (i = 0; i < 7; i++) {
+		for (i = 0; i < WORKER_HANDLE_COUNT; i++) {
 			if (inherit[i] != -1 &&
 			    fcntl(inherit[i], F_SETFD, 0) == -1)
 				_exit(127);
 		}
-		if (inherit[7] != -1)
-			close(inherit[7]);
+		if (d->ready_fd != -1)
+			close(d->ready_fd);
 		/* The same binary as the master's, even if replaced on disk. */
 		execv("/proc/self/exe", argv);
 		(void)write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1);

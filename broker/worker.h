@@ -46,6 +46,22 @@ struct idemd {
 	struct journal		 journal;	/* master only */
 };
 
+/*
+ * What --worker carries after PID,INDEX,GENERATION: the numbers of the
+ * handles a worker inherits, in this order (master.c writes them,
+ * main.c reads them).
+ */
+enum worker_handle {
+	WORKER_HANDLE_NOTIFY,	/* its end of the socketpair to the master */
+	WORKER_HANDLE_LISTEN,
+	WORKER_HANDLE_ROOT,
+	WORKER_HANDLE_INBOX,
+	WORKER_HANDLE_REPORTS,
+	WORKER_HANDLE_KICK,
+	WORKER_HANDLE_WATCH,	/* -1: no inotify */
+	WORKER_HANDLE_COUNT
+};
+
 /* main.c */
 /* The segment filled from the journal, and the journal open to append. */
 int	idemd_open_state(struct idemd *, char **cause);
