@@ -89,6 +89,7 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
 	const char	*delay;
 	char		*end;
+	int		 in_master = getpid() == master;	/* logs once */
 
 	crash.seg = seg;
 	crash.point = -1;
@@ -104,7 +105,7 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 			    "of milliseconds from 0 to 60000");
 			return -1;
 		}
-		if (getpid() == master)
+		if (in_master)
 			log_info("fault injection: the master pauses %ld ms "
 			    "after forking a worker", crash.spawn_delay_ms);
 	}
@@ -117,7 +118,7 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 			return -1;
 		}
 		crash.in_lock = in_lock;
-		if (getpid() == master)
+		if (in_master)
 			log_info("fault injection: a worker dies holding "
 			    "the %s lock", in_lock);
 	}
@@ -133,7 +134,7 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		return -1;
 	}
 	crash.whole_broker = whole != NULL;
-	if (getpid() == master)
+	if (in_master)
 		log_info("fault injection: %s at %s", crash.whole_broker ?
 		    "the broker dies" : "a worker dies", name);
 	return 0;
