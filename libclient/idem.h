@@ -88,6 +88,8 @@ enum idem_error_code {
 	IDEM_E_DIGEST_DISAGREES,
 	IDEM_E_TASK_NOT_FOUND,
 	IDEM_E_CONFLICT,
+	IDEM_E_SEQUENCE_EXHAUSTED,	/* the day's task numbers are used up */
+	IDEM_E_OUTCOME_UNKNOWN,		/* an effect's lease lapsed: settle it */
 	IDEM_E_TABLE_FULL,
 	IDEM_E_STORAGE_UNAVAILABLE,
 	IDEM_E_IN_PROGRESS,

@@ -57,6 +57,8 @@
 	X(DIGEST_DISAGREES,	"digest_disagrees")			\
 	X(TASK_NOT_FOUND,	"task_not_found")			\
 	X(CONFLICT,		"conflict")				\
+	X(SEQUENCE_EXHAUSTED,	"sequence_exhausted")			\
+	X(OUTCOME_UNKNOWN,	"outcome_unknown")			\
 	X(TABLE_FULL,		"table_full")				\
 	X(STORAGE_UNAVAILABLE,	"storage_unavailable")			\
 	X(IN_PROGRESS,		"in_progress")				\
