@@ -7,6 +7,8 @@
  * but libsodium's one-time initialization.
  */
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -479,6 +481,333 @@ idem_report_digest(const char *task_id, const struct idem_report *r,
 	size_t	 length;
 
 	if (idem_report_canonical(task_id, r, &canonical, &length) != 0)
+		return (-1);
+	digest_hex_of(canonical, length, digest);
+	return (0);
+}
+
+/* ---- generic-json-v1 ------------------------------------------------------ */
+
+/*
+ * ECMAScript's Number::toString, which JCS prescribes: the shortest
+ * decimal that reads back as the same double (the fewest significant
+ * digits k for which the correctly rounded k-digit form round-trips;
+ * being the nearest k-digit decimal, it is also the one ECMAScript picks
+ * when several k-digit forms would), laid out by the exponent n as the
+ * standard says: plain digits up to 21 integer digits, "0.000ddd" down
+ * to 10^-6, exponent form otherwise.
+ */
+int
+digest_write_number(FILE *fp, double v)
+{
+	char	buf[48], digits[24], *p;
+	int	prec, k = 0, n, i, e;
+
+	if (!isfinite(v)) {
+		errno = EDOM;
+		return (-1);
+	}
+	if (v == 0)
+		return (fputc('0', fp) == EOF ? -1 : 0);	/* -0 too */
+	if (v < 0) {
+		if (fputc('-', fp) == EOF)
+			return (-1);
+		v = -v;
+	}
+	for (prec = 1; prec <= 17; prec++) {
+		snprintf(buf, sizeof buf, "%.*e", prec - 1, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	for (p = buf; *p != 'e' && *p != '\0'; p++)
+		if (*p >= '0' && *p <= '9')
+			digits[k++] = *p;
+	while (k > 1 && digits[k - 1] == '0')
+		k--;
+	digits[k] = '\0';
+	n = atoi(p + 1) + 1;	/* v = 0.d1d2...dk x 10^n */
+	if (k <= n && n <= 21) {
+		if (fputs(digits, fp) == EOF)
+			return (-1);
+		for (i = k; i < n; i++)
+			if (fputc('0', fp) == EOF)
+				return (-1);
+		return (0);
+	}
+	if (0 < n && n <= 21)
+		return (fprintf(fp, "%.*s.%s", n, digits, digits + n) < 0 ?
+		    -1 : 0);
+	if (-6 < n && n <= 0) {
+		if (fputs("0.", fp) == EOF)
+			return (-1);
+		for (i = n; i < 0; i++)
+			if (fputc('0', fp) == EOF)
+				return (-1);
+		return (fputs(digits, fp) == EOF ? -1 : 0);
+	}
+	e = n - 1;
+	if (fprintf(fp, "%c%s%se%c%d", digits[0], k > 1 ? "." : "",
+	    digits + 1, e < 0 ? '-' : '+', e < 0 ? -e : e) < 0)
+		return (-1);
+	return (0);
+}
+
+/* A member name, normalized, and its UTF-16 code units for sorting. */
+struct digest_name {
+	char		*name;
+	size_t		 length;
+	uint16_t	*units;
+	size_t		 count;
+	const json_t	*value;
+};
+
+static int
+digest_utf16(struct digest_name *m)
+{
+	const utf8proc_uint8_t	*p = (const utf8proc_uint8_t *)m->name;
+	const utf8proc_uint8_t	*end = p + m->length;
+	utf8proc_int32_t	 c;
+	utf8proc_ssize_t	 n;
+
+	/* At most one unit per byte. */
+	if ((m->units = malloc((m->length + 1) * sizeof *m->units)) == NULL)
+		return (-1);
+	m->count = 0;
+	while (p < end) {
+		if ((n = utf8proc_iterate(p, end - p, &c)) < 0) {
+			errno = EILSEQ;
+			return (-1);
+		}
+		if (c >= 0x10000) {
+			m->units[m->count++] = (uint16_t)(0xd800 +
+			    ((c - 0x10000) >> 10));
+			m->units[m->count++] = (uint16_t)(0xdc00 +
+			    ((c - 0x10000) & 0x3ff));
+		} else
+			m->units[m->count++] = (uint16_t)c;
+		p += n;
+	}
+	return (0);
+}
+
+static int
+digest_name_cmp(const void *a, const void *b)
+{
+	const struct digest_name	*x = a, *y = b;
+	size_t				 i;
+
+	for (i = 0; i < x->count && i < y->count; i++)
+		if (x->units[i] != y->units[i])
+			return (x->units[i] < y->units[i] ? -1 : 1);
+	return (x->count < y->count ? -1 : x->count > y->count);
+}
+
+static void
+digest_where(char *where, const char *parent, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* where = parent + "." + the member (or "[i]"), cut to fit. */
+static void
+digest_where(char *where, const char *parent, const char *fmt, ...)
+{
+	char	step[DIGEST_PATH_BYTES];
+	va_list	ap;
+
+	if (where == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(step, sizeof step, fmt, ap);
+	va_end(ap);
+	snprintf(where, DIGEST_PATH_BYTES, "%s%s", parent, step);
+}
+
+static int	digest_write_value(FILE *, const json_t *, int depth,
+		    char *where);
+
+static int
+digest_write_string_value(FILE *fp, const char *s, size_t length)
+{
+	char	*n;
+	size_t	 nlength;
+	int	 rc;
+
+	if (memchr(s, '\0', length) != NULL) {
+		errno = EINVAL;
+		return (-1);
+	}
+	if ((n = digest_normalize_string(s, length, &nlength)) == NULL)
+		return (-1);
+	rc = digest_write_json_string(fp, n, nlength, 0);
+	free(n);
+	return (rc);
+}
+
+static int
+digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
+{
+	struct digest_name	*m;
+	const char		*key;
+	json_t			*value;
+	char			 parent[DIGEST_PATH_BYTES];
+	size_t			 count = json_object_size(object), i = 0, j;
+	int			 rc = -1;
+
+	if (where != NULL)
+		snprintf(parent, sizeof parent, "%s", where);
+	if ((m = calloc(count + 1, sizeof *m)) == NULL)
+		return (-1);
+	json_object_foreach((json_t *)object, key, value) {
+		m[i].value = value;
+		m[i].name = digest_normalize_string(key, strlen(key),
+		    &m[i].length);
+		if (m[i].name == NULL || digest_utf16(&m[i]) != 0) {
+			digest_where(where, parent, ".%s", key);
+			i++;
+			goto out;
+		}
+		i++;
+	}
+	qsort(m, count, sizeof *m, digest_name_cmp);
+	for (j = 0; j + 1 < count; j++)
+		if (digest_name_cmp(&m[j], &m[j + 1]) == 0) {
+			digest_where(where, parent, ".%s", m[j].name);
+			errno = EEXIST;
+			goto out;
+		}
+	if (fputc('{', fp) == EOF)
+		goto out;
+	for (j = 0; j < count; j++) {
+		if ((j > 0 && fputc(',', fp) == EOF) ||
+		    digest_write_json_string(fp, m[j].name, m[j].length,
+		    0) != 0 || fputc(':', fp) == EOF)
+			goto out;
+		digest_where(where, parent, ".%s", m[j].name);
+		if (digest_write_value(fp, m[j].value, depth + 1, where) != 0)
+			goto out;
+	}
+	if (where != NULL)
+		snprintf(where, DIGEST_PATH_BYTES, "%s", parent);
+	rc = fputc('}', fp) == EOF ? -1 : 0;
+out:
+	for (j = 0; j < i; j++) {
+		free(m[j].name);
+		free(m[j].units);
+	}
+	free(m);
+	return (rc);
+}
+
+static int
+digest_write_value(FILE *fp, const json_t *v, int depth, char *where)
+{
+	char		parent[DIGEST_PATH_BYTES];
+	json_int_t	i;
+	size_t		k;
+
+	if (depth > IDEM_MAX_JSON_DEPTH) {
+		errno = ELOOP;
+		return (-1);
+	}
+	switch (json_typeof(v)) {
+	case JSON_NULL:
+		return (fputs("null", fp) == EOF ? -1 : 0);
+	case JSON_TRUE:
+		return (fputs("true", fp) == EOF ? -1 : 0);
+	case JSON_FALSE:
+		return (fputs("false", fp) == EOF ? -1 : 0);
+	case JSON_INTEGER:
+		i = json_integer_value(v);
+		if (i > IDEM_MAX_SAFE_INTEGER || i < -IDEM_MAX_SAFE_INTEGER) {
+			errno = EDOM;
+			return (-1);
+		}
+		return (fprintf(fp, "%lld", (long long)i) < 0 ? -1 : 0);
+	case JSON_REAL:
+		return (digest_write_number(fp, json_real_value(v)));
+	case JSON_STRING:
+		return (digest_write_string_value(fp, json_string_value(v),
+		    json_string_length(v)));
+	case JSON_ARRAY:
+		if (where != NULL)
+			snprintf(parent, sizeof parent, "%s", where);
+		if (fputc('[', fp) == EOF)
+			return (-1);
+		for (k = 0; k < json_array_size(v); k++) {
+			if (k > 0 && fputc(',', fp) == EOF)
+				return (-1);
+			digest_where(where, parent, "[%zu]", k);
+			if (digest_write_value(fp, json_array_get(v, k),
+			    depth + 1, where) != 0)
+				return (-1);
+		}
+		if (where != NULL)
+			snprintf(where, DIGEST_PATH_BYTES, "%s", parent);
+		return (fputc(']', fp) == EOF ? -1 : 0);
+	case JSON_OBJECT:
+		return (digest_write_object(fp, v, depth, where));
+	}
+	errno = EINVAL;
+	return (-1);
+}
+
+int
+digest_generic_canonical(const char *kind, const json_t *request,
+    char **canonical, size_t *length, char where[DIGEST_PATH_BYTES])
+{
+	char	*buf = NULL;
+	size_t	 size;
+	FILE	*fp;
+	int	 failed;
+
+	if (where != NULL)
+		where[0] = '\0';
+	if (kind == NULL || request == NULL) {
+		errno = EINVAL;
+		return (-1);
+	}
+	if ((fp = open_memstream(&buf, &size)) == NULL)
+		return (-1);
+	/* "kind" sorts before "request" in UTF-16 as in bytes. */
+	failed = fputs("{\"kind\":", fp) == EOF ||
+	    digest_write_string_value(fp, kind, strlen(kind)) != 0 ||
+	    fputs(",\"request\":", fp) == EOF ||
+	    digest_write_value(fp, request, 1, where) != 0 ||
+	    fputc('}', fp) == EOF;
+	return (digest_finish(fp, failed, &buf, &size, canonical, length));
+}
+
+int
+idem_effect_canonical(const char *effect_kind, const char *request_json,
+    char **canonical, size_t *length)
+{
+	json_t	*request;
+	int	 rc;
+
+	if (effect_kind == NULL || request_json == NULL) {
+		errno = EINVAL;
+		return (-1);
+	}
+	request = json_loads(request_json, JSON_REJECT_DUPLICATES |
+	    JSON_DECODE_ANY, NULL);
+	if (request == NULL) {
+		errno = EINVAL;
+		return (-1);
+	}
+	rc = digest_generic_canonical(effect_kind, request, canonical, length,
+	    NULL);
+	json_decref(request);
+	return (rc);
+}
+
+int
+idem_effect_digest(const char *effect_kind, const char *request_json,
+    char digest[IDEM_DIGEST_HEX_SIZE])
+{
+	char	*canonical;
+	size_t	 length;
+
+	if (idem_effect_canonical(effect_kind, request_json, &canonical,
+	    &length) != 0)
 		return (-1);
 	digest_hex_of(canonical, length, digest);
 	return (0);

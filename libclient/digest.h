@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "idem.h"
 #include "protocol.h"
 
@@ -50,6 +52,25 @@ int	 digest_task_canonical_normalized(const struct idem_task *,
  */
 int	 digest_write_json_string(FILE *, const char *s, size_t length,
 	    int yaml_safe);
+
+/*
+ * generic-json-v1 (SPEC.md, "Effects"): the canonical bytes of
+ * {"kind":kind,"request":request} (malloc'd, NUL-terminated): every
+ * string, member names included, normalized as write-task-v1 does, then
+ * JCS (RFC 8785): members sorted by UTF-16 code units, numbers in their
+ * ECMAScript form.  -1 with errno EILSEQ (invalid UTF-8), EEXIST (two
+ * member names equal after normalization), EDOM (an integer past
+ * +-2^53, which JCS would print as another number), EINVAL (a NUL in a
+ * string, or no kind), ELOOP (nested deeper than IDEM_MAX_JSON_DEPTH)
+ * or ENOMEM.  *where (may be NULL) names the offending value as a
+ * dotted path below "request" (a static buffer of the caller's: at
+ * least 64 bytes, "" at the top).
+ */
+#define DIGEST_PATH_BYTES	64
+int	 digest_generic_canonical(const char *kind, const json_t *request,
+	    char **canonical, size_t *length, char where[DIGEST_PATH_BYTES]);
+/* An ECMAScript Number::toString of a finite double (JCS numbers). */
+int	 digest_write_number(FILE *, double);
 
 void	 digest_sha256(const void *data, size_t length,
 	    uint8_t out[IDEM_SHA256_BYTES]);

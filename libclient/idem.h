@@ -74,6 +74,19 @@ int	idem_report_canonical(const char *task_id, const struct idem_report *,
 int	idem_report_digest(const char *task_id, const struct idem_report *,
 	    char digest[IDEM_DIGEST_HEX_SIZE]);
 
+/*
+ * generic-json-v1, the digest of effects: the canonical bytes of
+ * {"kind":effect_kind,"request":<request_json parsed>} and their
+ * lower-case hex SHA-256.  errno: EINVAL (request_json is not JSON, has
+ * a duplicate member name or a NUL in a string), EEXIST (two member
+ * names equal after normalization), EDOM (an integer past +-2^53),
+ * EILSEQ, ELOOP (nested deeper than 32), ENOMEM.
+ */
+int	idem_effect_canonical(const char *effect_kind, const char *request_json,
+	    char **canonical, size_t *length);
+int	idem_effect_digest(const char *effect_kind, const char *request_json,
+	    char digest[IDEM_DIGEST_HEX_SIZE]);
+
 /* ---- Calls ------------------------------------------------------------ */
 
 enum idem_error_code {

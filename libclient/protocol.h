@@ -9,6 +9,7 @@
 #define IDEM_PROTOCOL_VERSION		1
 #define IDEM_SCHEMA_WRITE_TASK_V1	"write-task-v1"
 #define IDEM_SCHEMA_WRITE_REPORT_V1	"write-report-v1"
+#define IDEM_SCHEMA_GENERIC_JSON_V1	"generic-json-v1"	/* effects */
 
 /* One request or response line, newline included. */
 #define IDEM_MAX_LINE_BYTES		(1024 * 1024)
@@ -20,6 +21,29 @@
 #define IDEM_MAX_REF_BYTES		256	/* thread_key, parent, list items */
 #define IDEM_MAX_LIST_ITEMS		256	/* references, depends_on */
 #define IDEM_MAX_JSON_DEPTH		32
+
+/* Effects (SPEC.md, "Effects"). */
+#define IDEM_MAX_EFFECT_KIND_BYTES	128
+#define IDEM_EFFECT_KIND_RESERVED	"write_task"	/* idem performs it */
+/* The canonical (generic-json-v1) form of {"kind":..,"request":..}. */
+#define IDEM_MAX_EFFECT_REQUEST_BYTES	(512 * 1024)
+/* A result as stored: its compact JSON serialization. */
+#define IDEM_MAX_EFFECT_RESULT_BYTES	(64 * 1024)
+#define IDEM_MAX_EVIDENCE_SOURCE_BYTES	256
+#define IDEM_MIN_LEASE_MS		100
+#define IDEM_MAX_LEASE_MS		86400000	/* a day */
+#define IDEM_DEFAULT_LEASE_MS		30000
+/*
+ * Integers past +-2^53 have no exact IEEE double, so JCS would print
+ * another number than the one sent: generic-json-v1 refuses them.
+ */
+#define IDEM_MAX_SAFE_INTEGER		9007199254740992LL
+/* "<attempt>-<16 hex>" */
+#define IDEM_EFFECT_FENCE_SIZE		32
+/* "idem-" and 32 hex digits */
+#define IDEM_EFFECT_EXTERNAL_KEY_SIZE	40
+/* The shared-memory arena that keeps committed results (--result-bytes). */
+#define IDEM_DEFAULT_RESULT_ARENA_BYTES	(64ULL * 1024 * 1024)
 
 /* "TASK-YYYYMMDD-" + up to 10 digits + "-" + role + "-to-" + role. */
 #define IDEM_MAX_TASK_ID_BYTES		80

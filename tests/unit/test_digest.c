@@ -543,6 +543,155 @@ test_hex_round_trip(void **state)
 	assert_int_equal(digest_from_hex("", back), -1);
 }
 
+/* ---- generic-json-v1 ------------------------------------------------------ */
+
+static int
+errno_named(const char *name)
+{
+	if (strcmp(name, "EEXIST") == 0)
+		return (EEXIST);
+	if (strcmp(name, "EDOM") == 0)
+		return (EDOM);
+	if (strcmp(name, "EILSEQ") == 0)
+		return (EILSEQ);
+	if (strcmp(name, "EINVAL") == 0)
+		return (EINVAL);
+	fail_msg("unknown errno name %s in the vectors", name);
+	return (0);
+}
+
+static void
+test_generic_json_vectors_all_match(void **state)
+{
+	const char	*dir = getenv("IDEM_VECTORS");
+	char		 path[4096], hex[IDEM_DIGEST_HEX_SIZE], *canonical;
+	json_t		*root, *vectors, *v;
+	json_error_t	 jerr;
+	size_t		 i, length, ok = 0, refused = 0;
+	const char	*kind, *request, *error;
+
+	if (dir == NULL)
+		fail_msg("IDEM_VECTORS is not set");
+	snprintf(path, sizeof path, "%s/generic-json-v1.json", dir);
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL)
+		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
+	assert_string_equal(json_string_value(json_object_get(root, "schema")),
+	    IDEM_SCHEMA_GENERIC_JSON_V1);
+	vectors = json_object_get(root, "vectors");
+	assert_true(json_is_array(vectors));
+	json_array_foreach(vectors, i, v) {
+		kind = json_string_value(json_object_get(v, "effect_kind"));
+		request = json_string_value(json_object_get(v, "request_json"));
+		error = json_string_value(json_object_get(v, "error"));
+		assert_non_null(kind);
+		assert_non_null(request);
+		if (error != NULL) {
+			errno = 0;
+			if (idem_effect_digest(kind, request, hex) == 0)
+				fail_msg("vector %s: digested, expected %s",
+				    json_string_value(json_object_get(v,
+				    "name")), error);
+			assert_int_equal(errno, errno_named(error));
+			refused++;
+			continue;
+		}
+		if (idem_effect_canonical(kind, request, &canonical,
+		    &length) != 0)
+			fail_msg("vector %s: %s", json_string_value(
+			    json_object_get(v, "name")), strerror(errno));
+		assert_string_equal(canonical, json_string_value(
+		    json_object_get(v, "canonical")));
+		assert_int_equal(length, strlen(canonical));
+		free(canonical);
+		assert_int_equal(idem_effect_digest(kind, request, hex), 0);
+		assert_string_equal(hex, json_string_value(json_object_get(v,
+		    "request_digest")));
+		ok++;
+	}
+	/* A missing or emptied file must not pass. */
+	assert_true(ok >= 10);
+	assert_true(refused >= 3);
+	json_decref(root);
+}
+
+/* Numbers as ECMAScript prints them, checked by hand against RFC 8785. */
+static void
+test_generic_json_numbers(void **state)
+{
+	static const struct {
+		double		 v;
+		const char	*text;
+	} cases[] = {
+		{ 0.0, "0" }, { -0.0, "0" }, { 1.0, "1" }, { -1.5, "-1.5" },
+		{ 1e21, "1e+21" }, { 1e20, "100000000000000000000" },
+		{ 1e-6, "0.000001" }, { 1e-7, "1e-7" },
+		{ 333333333.33333329, "333333333.3333333" },
+		{ 4.5e-324, "5e-324" }, { 1.7976931348623157e308,
+		    "1.7976931348623157e+308" },
+		{ 9007199254740994.0, "9007199254740994" },
+		{ 295147905179352830000.0, "295147905179352830000" },
+	};
+	char	*buf;
+	size_t	 size, i;
+	FILE	*fp;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		buf = NULL;
+		fp = open_memstream(&buf, &size);
+		assert_non_null(fp);
+		assert_int_equal(digest_write_number(fp, cases[i].v), 0);
+		assert_int_equal(fclose(fp), 0);
+		assert_string_equal(buf, cases[i].text);
+		free(buf);
+	}
+}
+
+static void
+test_generic_json_refusals(void **state)
+{
+	char	hex[IDEM_DIGEST_HEX_SIZE], where[DIGEST_PATH_BYTES], *c;
+	size_t	n;
+	json_t	*r;
+
+	/* Not JSON, duplicate names as sent: EINVAL. */
+	errno = 0;
+	assert_int_equal(idem_effect_digest("k/v1", "{", hex), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(idem_effect_digest("k/v1", "{\"a\":1,\"a\":2}",
+	    hex), -1);
+	assert_int_equal(errno, EINVAL);
+	/* Invalid UTF-8 inside a value built in memory. */
+	r = json_pack("{s:s#}", "a", "\xc3\x28", (int)2);
+	if (r != NULL) {
+		assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n,
+		    where), -1);
+		json_decref(r);
+	}
+	/* Too deep. */
+	{
+		char	deep[200];
+		int	i;
+
+		for (i = 0; i < 40; i++)
+			deep[i] = '[';
+		for (i = 40; i < 80; i++)
+			deep[i] = ']';
+		deep[80] = '\0';
+		assert_int_equal(idem_effect_digest("k/v1", deep, hex), -1);
+		assert_int_equal(errno, ELOOP);
+	}
+	/* The path names the offending member. */
+	r = json_loads("{\"x\":{\"cafe\\u0301\":1,\"caf\\u00e9\":2}}", 0,
+	    NULL);
+	assert_non_null(r);
+	assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n, where),
+	    -1);
+	assert_int_equal(errno, EEXIST);
+	assert_string_equal(where, ".x.caf\xc3\xa9");
+	json_decref(r);
+}
+
 int
 main(void)
 {
@@ -562,6 +711,9 @@ main(void)
 		cmocka_unit_test(test_report_requires_recipient),
 		cmocka_unit_test(test_role_codes),
 		cmocka_unit_test(test_hex_round_trip),
+		cmocka_unit_test(test_generic_json_vectors_all_match),
+		cmocka_unit_test(test_generic_json_numbers),
+		cmocka_unit_test(test_generic_json_refusals),
 	};
 
 	return (cmocka_run_group_tests(tests, NULL, NULL));
