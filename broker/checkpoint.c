@@ -120,8 +120,8 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
 	uint8_t			 header[CHECKPOINT_HEADER_BYTES];
 	uint8_t			 trailer[CHECKPOINT_TRAILER_BYTES];
-	uint8_t			*buf = NULL;
-	size_t			 used;
+	uint8_t			*buf = NULL, *big = NULL;
+	size_t			 used, n_big;
 	char			 name[64], temp[80];
 	uint64_t		 records = 0;
 	uint32_t		 from = 0, n, i;
@@ -132,7 +132,8 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	entries = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *entries);
 	keys = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *keys);
 	buf = malloc((size_t)CHECKPOINT_CHUNK_SLOTS * JOURNAL_MAX_RECORD_BYTES);
-	if (entries == NULL || keys == NULL || buf == NULL) {
+	big = malloc(JOURNAL_MAX_EFFECT_RECORD_BYTES);
+	if (entries == NULL || keys == NULL || buf == NULL || big == NULL) {
 		asprintf(cause, "checkpoint: out of memory");
 		goto out;
 	}
@@ -155,8 +156,28 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 			record.type = JOURNAL_RECORD_ENTRY;
 			record.entry = entries[i];
 			memcpy(record.key, keys[i], entries[i].key_length);
-			used += journal_encode(&record, buf + used,
-			    JOURNAL_MAX_RECORD_BYTES);
+			if (entries[i].kind != SUBTAB_KIND_EFFECT) {
+				used += journal_encode(&record, buf + used,
+				    JOURNAL_MAX_RECORD_BYTES);
+				continue;
+			}
+			/*
+			 * An effect's record carries its result, read from
+			 * the arena: bytes a slot names never change.
+			 */
+			record.type = JOURNAL_RECORD_EFFECT;
+			record.result = arena_get(seg,
+			    entries[i].result_offset, entries[i].result_length);
+			if (record.result == NULL && entries[i].result_length) {
+				errno = EINVAL;
+				goto write_failed;
+			}
+			n_big = journal_encode(&record, big,
+			    JOURNAL_MAX_EFFECT_RECORD_BYTES);
+			if (n_big == 0 || journal_write_all(fd, buf, used) != 0 ||
+			    journal_write_all(fd, big, n_big) != 0)
+				goto write_failed;
+			used = 0;
 		}
 		if (journal_write_all(fd, buf, used) != 0)
 			goto write_failed;
@@ -197,6 +218,7 @@ out:
 	free(entries);
 	free(keys);
 	free(buf);
+	free(big);
 	return rc;
 }
 

@@ -25,6 +25,10 @@ static const char *const crash_point_names[CRASH_POINT_COUNT] = {
 	"after_commit_durable",
 	"during_checkpoint",
 	"after_checkpoint_renamed",
+	"after_effect_reserve_durable",
+	"after_effect_commit_durable",
+	"after_effect_release_durable",
+	"after_effect_resolve_durable",
 };
 
 static struct {

@@ -17,10 +17,15 @@
 
 /* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
 
+/* The largest record without an effect's result: every ENTRY record. */
 #define JOURNAL_MAX_RECORD_BYTES	1024
+/* The largest record of all: an EFFECT record with the largest result. */
+#define JOURNAL_MAX_EFFECT_RECORD_BYTES	\
+	(16 + 144 + SUBTAB_MAX_KEY_BYTES + IDEM_MAX_EFFECT_RESULT_BYTES)
 
 enum journal_record_type {
-	JOURNAL_RECORD_ENTRY = 1	/* a snapshot of one subtab_entry */
+	JOURNAL_RECORD_ENTRY = 1,	/* a snapshot of one subtab_entry */
+	JOURNAL_RECORD_EFFECT = 2	/* an effect's, and its result's bytes */
 };
 
 /*
@@ -33,10 +38,17 @@ struct journal_record {
 	uint8_t			type;
 	struct subtab_entry	entry;
 	char			key[SUBTAB_MAX_KEY_BYTES];
+	/*
+	 * EFFECT: entry.result_length bytes of result (not owned: encode
+	 * reads them, decode points into its input).
+	 */
+	const uint8_t		*result;
 	/* Not in the journal: a replay hint's note for apply (0: none). */
 	uint64_t		hint;
 };
 
+/* The bytes journal_encode needs for the record. */
+size_t	journal_encoded_size(const struct journal_record *);
 /* Encode into out; returns the bytes used, 0 if out_size is too small. */
 size_t	journal_encode(const struct journal_record *, uint8_t *out,
 	    size_t out_size);
@@ -252,6 +264,11 @@ enum crash_point {
 	/* The master's: the whole broker dies (IDEM_CRASH_AT only). */
 	CRASH_DURING_CHECKPOINT,	/* half the records written, unsynced */
 	CRASH_AFTER_CHECKPOINT_RENAMED,	/* in place, old segments still there */
+	/* Effects (broker/effect.c): each record durable, before the reply. */
+	CRASH_AFTER_EFFECT_RESERVE_DURABLE,	/* a proceed's reservation */
+	CRASH_AFTER_EFFECT_COMMIT_DURABLE,	/* complete applied */
+	CRASH_AFTER_EFFECT_RELEASE_DURABLE,	/* complete not_applied */
+	CRASH_AFTER_EFFECT_RESOLVE_DURABLE,	/* resolve, any evidence */
 	CRASH_POINT_COUNT
 };
 /* In the master and in each worker (which logs nothing). */

@@ -119,10 +119,24 @@ static const uint8_t journal_record_magic[4] = { 0xff, 'J', 'R', 'C' };
 #define P_PEER_PID		140
 #define P_KEY			144
 #define PAYLOAD_FIXED_BYTES	144
+/* EFFECT records: the same offsets, and these in place of others. */
+#define P_EFFECT_FLAGS		4	/* sender_length's byte */
+#define P_EFFECT_ZERO		5	/* recipient_length's byte: 0 */
+#define P_ATTEMPT		8	/* date's */
+#define P_RESULT_LENGTH		12	/* seq's */
+#define P_RESULT_DIGEST		48	/* file_digest's */
+#define P_FENCE			80	/* the roles' 32 bytes */
+#define P_LEASE_EXPIRES		88
+#define P_EFFECT_PAD		96	/* 16 zero bytes */
+#define P_COMMITTED_AT		128	/* created_at's */
 
-#define PAYLOAD_MAX_BYTES	(PAYLOAD_FIXED_BYTES + SUBTAB_MAX_KEY_BYTES)
-_Static_assert(RECORD_HEADER_BYTES + PAYLOAD_MAX_BYTES <=
-    JOURNAL_MAX_RECORD_BYTES, "the largest record fits the limit");
+#define PAYLOAD_ENTRY_MAX_BYTES	(PAYLOAD_FIXED_BYTES + SUBTAB_MAX_KEY_BYTES)
+#define PAYLOAD_MAX_BYTES	(PAYLOAD_ENTRY_MAX_BYTES + \
+	IDEM_MAX_EFFECT_RESULT_BYTES)
+_Static_assert(RECORD_HEADER_BYTES + PAYLOAD_ENTRY_MAX_BYTES <=
+    JOURNAL_MAX_RECORD_BYTES, "the largest entry record fits the limit");
+_Static_assert(RECORD_HEADER_BYTES + PAYLOAD_MAX_BYTES ==
+    JOURNAL_MAX_EFFECT_RECORD_BYTES, "the largest record is an effect's");
 
 /* Segment file header. */
 static const uint8_t journal_segment_magic[8] = {
@@ -218,8 +232,16 @@ static void
 record_checksum(const uint8_t *length_field, const uint8_t *payload,
     size_t payload_length, uint8_t out[crypto_shorthash_BYTES])
 {
-	uint8_t	buf[4 + PAYLOAD_MAX_BYTES];
+	/*
+	 * An effect's result makes a record up to 66 KiB: too much for
+	 * every stack, so those go through one buffer per thread (touched
+	 * only by threads that meet such a record).
+	 */
+	static _Thread_local uint8_t	big[4 + PAYLOAD_MAX_BYTES];
+	uint8_t				small[4 + PAYLOAD_ENTRY_MAX_BYTES];
+	uint8_t				*buf;
 
+	buf = payload_length <= PAYLOAD_ENTRY_MAX_BYTES ? small : big;
 	memcpy(buf, length_field, 4);
 	memcpy(buf + 4, payload, payload_length);
 	crypto_shorthash(out, buf, 4 + payload_length, journal_checksum_key);
@@ -232,6 +254,19 @@ record_checksum(const uint8_t *length_field, const uint8_t *payload,
 static const char *
 entry_invalid(uint8_t type, const struct subtab_entry *e)
 {
+	if (type == JOURNAL_RECORD_EFFECT) {
+		if (e->kind != SUBTAB_KIND_EFFECT)
+			return "kind out of range";
+		if (!subtab_state_valid(e->kind, e->state))
+			return "state out of range";
+		if (e->schema != SUBTAB_SCHEMA_GENERIC_JSON_V1)
+			return "schema out of range";
+		if (e->key_length == 0 || e->key_length > SUBTAB_MAX_KEY_BYTES)
+			return "key length out of range";
+		if (e->result_length > IDEM_MAX_EFFECT_RESULT_BYTES)
+			return "result too long";
+		return NULL;
+	}
 	if (type != JOURNAL_RECORD_ENTRY)
 		return "unknown record type";
 	if (e->kind < SUBTAB_KIND_TASK || e->kind > SUBTAB_KIND_REPORT)
@@ -250,15 +285,69 @@ entry_invalid(uint8_t type, const struct subtab_entry *e)
 }
 
 size_t
+journal_encoded_size(const struct journal_record *r)
+{
+	return RECORD_HEADER_BYTES + PAYLOAD_FIXED_BYTES + r->entry.key_length +
+	    (r->type == JOURNAL_RECORD_EFFECT ? r->entry.result_length : 0);
+}
+
+/* An EFFECT record: the entry layout with the effect's fields. */
+static size_t
+effect_encode(const struct journal_record *r, uint8_t *out, size_t total)
+{
+	const struct subtab_entry	*e = &r->entry;
+	uint8_t				*p = out + RECORD_HEADER_BYTES;
+	size_t				 payload_length;
+
+	payload_length = total - RECORD_HEADER_BYTES;
+	memcpy(out, journal_record_magic, sizeof journal_record_magic);
+	put_u32(out + RECORD_LENGTH_OFFSET, (uint32_t)payload_length);
+	memset(p, 0, PAYLOAD_FIXED_BYTES);
+	p[P_TYPE] = r->type;
+	p[P_KIND] = e->kind;
+	p[P_STATE] = e->state;
+	p[P_SCHEMA] = e->schema;
+	p[P_EFFECT_FLAGS] = e->effect_flags;
+	put_u16(p + P_KEY_LENGTH, e->key_length);
+	put_u32(p + P_ATTEMPT, e->attempt);
+	put_u32(p + P_RESULT_LENGTH, e->result_length);
+	memcpy(p + P_REQUEST_DIGEST, e->request_digest, IDEM_SHA256_BYTES);
+	memcpy(p + P_RESULT_DIGEST, e->file_digest, IDEM_SHA256_BYTES);
+	put_u64(p + P_FENCE, e->fence);
+	put_u64(p + P_LEASE_EXPIRES, (uint64_t)e->lease_expires_ms);
+	put_u64(p + P_RESERVED_AT, (uint64_t)e->reserved_at_ms);
+	put_u64(p + P_UPDATED_AT, (uint64_t)e->updated_at_ms);
+	put_u64(p + P_COMMITTED_AT, (uint64_t)e->created_at_ms);
+	put_u32(p + P_PEER_UID, e->peer_uid);
+	put_u32(p + P_PEER_PID, e->peer_pid);
+	memcpy(p + P_KEY, r->key, e->key_length);
+	if (e->result_length > 0)
+		memcpy(p + P_KEY + e->key_length, r->result, e->result_length);
+	record_checksum(out + RECORD_LENGTH_OFFSET, p, payload_length,
+	    out + RECORD_CHECKSUM_OFFSET);
+	return total;
+}
+
+size_t
 journal_encode(const struct journal_record *r, uint8_t *out, size_t out_size)
 {
 	const struct subtab_entry	*e = &r->entry;
 	uint8_t				*p;
 	size_t				 payload_length, total;
 
-	if (entry_invalid(r->type, e) != NULL) {
+	if (entry_invalid(r->type, e) != NULL ||
+	    (r->type == JOURNAL_RECORD_EFFECT && e->result_length > 0 &&
+	    r->result == NULL)) {
 		errno = EINVAL;
 		return 0;
+	}
+	if (r->type == JOURNAL_RECORD_EFFECT) {
+		total = journal_encoded_size(r);
+		if (out_size < total) {
+			errno = ENOBUFS;
+			return 0;
+		}
+		return effect_encode(r, out, total);
 	}
 	payload_length = PAYLOAD_FIXED_BYTES + e->key_length;
 	total = RECORD_HEADER_BYTES + payload_length;
@@ -313,6 +402,58 @@ all_zero(const uint8_t *p, size_t n)
 	return 1;
 }
 
+/* The EFFECT half of record_decode, its checksum already checked. */
+static enum journal_decode_result
+effect_decode(const uint8_t *in, const uint8_t *p, uint32_t payload_length,
+    struct journal_record *r, size_t *consumed, const char **why)
+{
+	struct subtab_entry	 e;
+	const char		*invalid;
+
+	memset(&e, 0, sizeof e);
+	e.kind = p[P_KIND];
+	e.state = p[P_STATE];
+	e.schema = p[P_SCHEMA];
+	e.effect_flags = p[P_EFFECT_FLAGS];
+	e.key_length = get_u16(p + P_KEY_LENGTH);
+	e.attempt = get_u32(p + P_ATTEMPT);
+	e.result_length = get_u32(p + P_RESULT_LENGTH);
+	if ((invalid = entry_invalid(p[P_TYPE], &e)) != NULL) {
+		*why = invalid;
+		return JOURNAL_DECODE_BAD;
+	}
+	if ((uint64_t)e.key_length + e.result_length !=
+	    payload_length - PAYLOAD_FIXED_BYTES) {
+		*why = "key and result lengths disagree with record length";
+		return JOURNAL_DECODE_BAD;
+	}
+	if (p[P_EFFECT_ZERO] != 0 || (e.effect_flags &
+	    ~SUBTAB_EFFECT_RECOVERED) != 0 || !all_zero(p + P_EFFECT_PAD, 16)) {
+		*why = "effect padding or flags are not zero";
+		return JOURNAL_DECODE_BAD;
+	}
+	memcpy(e.request_digest, p + P_REQUEST_DIGEST, IDEM_SHA256_BYTES);
+	memcpy(e.file_digest, p + P_RESULT_DIGEST, IDEM_SHA256_BYTES);
+	e.fence = get_u64(p + P_FENCE);
+	e.lease_expires_ms = (int64_t)get_u64(p + P_LEASE_EXPIRES);
+	e.reserved_at_ms = (int64_t)get_u64(p + P_RESERVED_AT);
+	e.updated_at_ms = (int64_t)get_u64(p + P_UPDATED_AT);
+	e.created_at_ms = (int64_t)get_u64(p + P_COMMITTED_AT);
+	e.peer_uid = get_u32(p + P_PEER_UID);
+	e.peer_pid = get_u32(p + P_PEER_PID);
+
+	r->type = p[P_TYPE];
+	r->entry = e;
+	r->hint = 0;
+	memcpy(r->key, p + P_KEY, e.key_length);
+	if (e.key_length < sizeof r->key)
+		memset(r->key + e.key_length, 0, sizeof r->key - e.key_length);
+	r->result = e.result_length > 0 ? p + P_KEY + e.key_length : NULL;
+	*consumed = RECORD_HEADER_BYTES + payload_length;
+	(void)in;
+	return JOURNAL_DECODE_OK;
+}
+
 /* journal_decode, with the reason for BAD for replay's messages. */
 static enum journal_decode_result
 record_decode(const uint8_t *in, size_t length, struct journal_record *r,
@@ -351,6 +492,8 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 	e.kind = p[P_KIND];
 	e.state = p[P_STATE];
 	e.schema = p[P_SCHEMA];
+	if (p[P_TYPE] == JOURNAL_RECORD_EFFECT)
+		return effect_decode(in, p, payload_length, r, consumed, why);
 	e.sender_length = p[P_SENDER_LENGTH];
 	e.recipient_length = p[P_RECIPIENT_LENGTH];
 	e.key_length = get_u16(p + P_KEY_LENGTH);
@@ -385,6 +528,7 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 	r->type = p[P_TYPE];
 	r->entry = e;
 	r->hint = 0;
+	r->result = NULL;
 	memcpy(r->key, p + P_KEY, e.key_length);
 	if (e.key_length < sizeof r->key)
 		memset(r->key + e.key_length, 0, sizeof r->key - e.key_length);

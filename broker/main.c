@@ -36,7 +36,7 @@ usage(FILE *out, int status)
 "usage: idemd [--root DIR] [--socket PATH] [--workers N] [--capacity N]\n"
 "             [--inflight-wait-ms N] [--max-connections N]\n"
 "             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
-"             [--segment-bytes N]\n"
+"             [--segment-bytes N] [--result-bytes N]\n"
 "             [--ready-fd FD]\n"
 "\n"
 "  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
@@ -50,6 +50,7 @@ usage(FILE *out, int status)
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
 "  --segment-bytes N     start a journal segment and checkpoint the table\n"
 "                        when a segment passes N bytes (default 64 MiB)\n"
+"  --result-bytes N      memory for effects' committed results (default 64 MiB)\n"
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
@@ -101,6 +102,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "socket-mode", required_argument, NULL, 'M' },
 		{ "socket-group", required_argument, NULL, 'G' },
 		{ "segment-bytes", required_argument, NULL, 'B' },
+		{ "result-bytes", required_argument, NULL, 'E' },
 		{ "worker", required_argument, NULL, 'W' },	/* master.c */
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -113,6 +115,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		d->root = IDEM_DEFAULT_ROOT;
 	d->worker_count = IDEM_DEFAULT_WORKERS;
 	d->capacity = IDEM_DEFAULT_CAPACITY;
+	d->result_bytes = IDEM_DEFAULT_RESULT_ARENA_BYTES;
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;
 	d->max_connections = IDEM_DEFAULT_MAX_CONNECTIONS;
 	d->ready_fd = -1;
@@ -161,6 +164,10 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'B':
 			d->segment_bytes = (uint64_t)number_option(
 			    "segment-bytes", optarg, 4096, 1L << 40);
+			break;
+		case 'E':
+			d->result_bytes = (uint64_t)number_option(
+			    "result-bytes", optarg, 0, 1L << 40);
 			break;
 		case 'W':
 			d->worker_handles = optarg;
@@ -238,16 +245,31 @@ idemd_scan_max_seq(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 static int
 replay_apply(const struct journal_record *r, void *arg)
 {
-	struct idemd	*d = arg;
+	struct idemd		*d = arg;
+	struct subtab_entry	 effect;
+	const struct subtab_entry *e = &r->entry;
 
-	seqalloc_note_used(&d->seg, r->entry.kind, r->entry.date,
-	    r->entry.seq);
+	if (r->type == JOURNAL_RECORD_EFFECT) {
+		/* Its result goes to the arena; the slot names it there. */
+		effect = r->entry;
+		effect.result_offset = 0;
+		if (effect.result_length > 0 && arena_put_unlocked(&d->seg,
+		    r->result, effect.result_length,
+		    &effect.result_offset) != 0) {
+			log_warnx("replay: the result arena is full (%llu "
+			    "bytes); restart with a larger --result-bytes",
+			    (unsigned long long)d->result_bytes);
+			return -1;
+		}
+		e = &effect;
+	} else
+		seqalloc_note_used(&d->seg, r->entry.kind, r->entry.date,
+		    r->entry.seq);
 	if (r->entry.key_length == 0)
 		return 0;	/* legacy: only its number matters */
 	if ((r->hint != 0 ? subtab_apply_hashed(&d->seg, r->key,
-	    r->entry.key_length, (uint32_t)r->hint, &r->entry) :
-	    subtab_apply(&d->seg, r->key, r->entry.key_length,
-	    &r->entry)) != 0) {
+	    r->entry.key_length, (uint32_t)r->hint, e) :
+	    subtab_apply(&d->seg, r->key, r->entry.key_length, e)) != 0) {
 		log_warn("replay: submission table (capacity %u)",
 		    d->capacity);
 		return -1;
@@ -281,7 +303,8 @@ idemd_open_state(struct idemd *d, char **cause)
 	int				 kind;
 
 	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
-	if (shm_create(d->root_real, d->capacity, &d->seg, cause) != 0)
+	if (shm_create_sized(d->root_real, d->capacity, d->result_bytes,
+	    &d->seg, cause) != 0)
 		return -1;
 	d->seg.header->worker_count = d->worker_count;
 	memset(&stats, 0, sizeof stats);

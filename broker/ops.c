@@ -14,7 +14,7 @@
 #define DIAGNOSE_DEFAULT_STALE_AFTER_MS	30000
 
 static const char *const get_submission_keys[] = {
-	"op", "id", "client_submission_id", NULL
+	"op", "id", "client_submission_id", "effect_kind", NULL
 };
 static const char *const diagnose_keys[] = {
 	"op", "id", "stale_after_ms", NULL
@@ -37,13 +37,44 @@ time_json(int64_t ms)
 	return json_string(at);
 }
 
+/* get_submission with an effect_kind: the effect under that key. */
+static void
+get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
+    const char *submission_id)
+{
+	struct idemd		*d = conn_idemd(c);
+	struct subtab_entry	 e;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 n;
+	json_t			*reply, *s = NULL;
+	int			 rc;
+
+	n = (size_t)snprintf(key, sizeof key, "%.*s%c%s", (int)kind_length,
+	    kind, SUBTAB_EFFECT_SEPARATOR, submission_id);
+	rc = subtab_lookup(&d->seg, key, n, &e, NULL);
+	if (rc < 0) {
+		conn_reply(c, reply_error_simple(id, "internal", 1,
+		    "the submission table is unusable"));
+		return;
+	}
+	if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT)
+		s = effect_submission_json(&d->seg, key, n, &e, 0,
+		    shm_now_ms());
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "found", json_boolean(s != NULL));
+	if (s != NULL)
+		json_object_set_new(reply, "submission", s);
+	conn_reply(c, reply);
+}
+
 void
 op_get_submission(struct conn *c, json_t *request, json_t *id)
 {
 	struct request_error	 err;
 	struct idemd		*d = conn_idemd(c);
 	struct subtab_entry	 e;
-	const char		*key;
+	const char		*key, *kind;
+	size_t			 kind_length;
 	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char			 path[IDEM_MAX_TASK_PATH_BYTES];
 	char			 hex[IDEM_DIGEST_HEX_SIZE];
@@ -59,6 +90,16 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		request_error_set(&err, "invalid_request",
 		    "client_submission_id", "client_submission_id is required");
 		reply_invalid(c, id, &err);
+		return;
+	}
+	if (request_string(request, "effect_kind", "effect_kind", 1,
+	    IDEM_MAX_EFFECT_KIND_BYTES, 1, &kind, &kind_length, &err) < 0) {
+		reply_invalid(c, id, &err);
+		return;
+	}
+	/* write_task is the kind idem performs itself: the task's id. */
+	if (kind != NULL && strcmp(kind, IDEM_EFFECT_KIND_RESERVED) != 0) {
+		get_effect(c, id, kind, kind_length, key);
 		return;
 	}
 	rc = subtab_lookup(&d->seg, key, strlen(key), &e, NULL);
@@ -160,9 +201,12 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 {
 	struct request_error	 err;
 	struct idemd		*d = conn_idemd(c);
-	struct subtab_row	*rows;
-	size_t			 count, i;
-	uint32_t		 counts[4];
+	struct subtab_row	*rows, *effects;
+	size_t			 count, effect_count, i;
+	uint32_t		 counts[SUBTAB_STATE_COUNT];
+	uint32_t		 effect_counts[SUBTAB_STATE_COUNT];
+	uint32_t		 lapsed = 0;
+	json_t			*x, *later;
 	int64_t			 stale_after_ms = DIAGNOSE_DEFAULT_STALE_AFTER_MS;
 	int64_t			 now = shm_now_ms();
 	json_t			*v, *reply, *entries, *j;
@@ -188,11 +232,43 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 		    "cannot read the submission table: %s", strerror(errno)));
 		return;
 	}
+	if (subtab_snapshot(&d->seg, SUBTAB_KIND_EFFECT, 1, &effects,
+	    &effect_count, effect_counts) != 0) {
+		free(rows);
+		conn_reply(c, reply_error_simple(id, "internal", 1,
+		    "cannot read the submission table: %s", strerror(errno)));
+		return;
+	}
+	/*
+	 * Effects whose outcome is unknown first: they are what an operator
+	 * must settle (effect_resolve); then the tasks, then the other
+	 * unfinished effects (live leases, released).
+	 */
 	entries = json_array();
+	later = json_array();
+	for (i = 0; i < effect_count; i++) {
+		x = effect_submission_json(&d->seg, effects[i].key,
+		    effects[i].entry.key_length, &effects[i].entry,
+		    effects[i].claimed, now);
+		if (x == NULL)
+			continue;
+		json_object_set_new(x, "stalled", json_boolean(
+		    now - effects[i].entry.updated_at_ms > stale_after_ms));
+		if (strcmp(effect_state_name(&effects[i].entry, now),
+		    "outcome_unknown") == 0) {
+			if (effects[i].entry.state == SUBTAB_RESERVED)
+				lapsed++;
+			json_array_append_new(entries, x);
+		} else
+			json_array_append_new(later, x);
+	}
 	for (i = 0; i < count; i++)
 		json_array_append_new(entries, diagnose_entry(d, &rows[i], now,
 		    stale_after_ms));
+	json_array_extend(entries, later);
+	json_decref(later);
 	free(rows);
+	free(effects);
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "entries", entries);
 	j = json_object();
@@ -202,6 +278,16 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	json_object_set_new(j, "committed",
 	    json_integer(counts[SUBTAB_COMMITTED]));
 	json_object_set_new(reply, "counts", j);
+	j = json_object();
+	json_object_set_new(j, "reserved",
+	    json_integer(effect_counts[SUBTAB_RESERVED] - lapsed));
+	json_object_set_new(j, "outcome_unknown",
+	    json_integer(effect_counts[SUBTAB_OUTCOME_UNKNOWN] + lapsed));
+	json_object_set_new(j, "released",
+	    json_integer(effect_counts[SUBTAB_RELEASED]));
+	json_object_set_new(j, "committed",
+	    json_integer(effect_counts[SUBTAB_COMMITTED]));
+	json_object_set_new(reply, "effect_counts", j);
 	conn_reply(c, reply);
 }
 
@@ -232,6 +318,17 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("legacy_created", atomic_load(&k->legacy_created));
 	STAT("reports_created", atomic_load(&k->reports_created));
 	STAT("reports_deduplicated", atomic_load(&k->reports_deduplicated));
+	STAT("effects_proceed", atomic_load(&k->effects_proceed));
+	STAT("effects_reused", atomic_load(&k->effects_reused));
+	STAT("effects_in_progress", atomic_load(&k->effects_in_progress));
+	STAT("effects_outcome_unknown",
+	    atomic_load(&k->effects_outcome_unknown));
+	STAT("effects_committed", atomic_load(&k->effects_committed));
+	STAT("effects_released", atomic_load(&k->effects_released));
+	STAT("effects_resolved", atomic_load(&k->effects_resolved));
+	STAT("effects_stale_fence", atomic_load(&k->effects_stale_fence));
+	STAT("result_arena_used", h->arena_used);
+	STAT("result_arena_bytes", h->arena_bytes);
 	STAT("errors", atomic_load(&k->errors));
 	STAT("journal_records", atomic_load(&k->journal_records));
 	STAT("journal_fsyncs", atomic_load(&k->journal_fsyncs));

@@ -290,6 +290,10 @@ request_check_line(const char *line, size_t length, struct request_error *err)
 			rc = write_task_check(request, err);
 		else if (strcmp(name, "write_report") == 0)
 			rc = write_report_check(request, err);
+		else if (strcmp(name, "effect_begin") == 0 ||
+		    strcmp(name, "effect_complete") == 0 ||
+		    strcmp(name, "effect_resolve") == 0)
+			rc = effect_check(name, request, err);
 		else if (strcmp(name, "hello") != 0 &&
 		    strcmp(name, "get_submission") != 0 &&
 		    strcmp(name, "diagnose") != 0 &&

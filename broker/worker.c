@@ -164,6 +164,7 @@ pending_free(struct pending *p)
 		event_free(p->deadline);
 	if (p->op_free != NULL)
 		p->op_free(p->op);
+	free(p->record_big);
 	json_decref(p->id);
 	free(p);
 	worker_maybe_exit(w);
@@ -205,9 +206,9 @@ pending_try_append(struct pending *p)
 	uint64_t	 end;
 
 	if ((p->record_claim != NULL ? subtab_record(&d->seg, p->record_slot,
-	    p->record_claim, p->record_entry, p->record, p->record_length,
-	    &end) : handoff_append(&d->seg, p->record, p->record_length,
-	    &end)) != 0) {
+	    p->record_claim, p->record_entry, p->record_data,
+	    p->record_length, &end) : handoff_append(&d->seg, p->record_data,
+	    p->record_length, &end)) != 0) {
 		if (errno == ENOSPC) {
 			/* The journaler's next flush frees room and wakes us. */
 			park(p, PENDING_RING);
@@ -254,6 +255,7 @@ pending_journal_slot_pair(struct pending *p, const struct journal_record *first,
 	p->resume = resume;
 	p->journal_failed = 0;
 	p->record_count = 2;
+	p->record_data = p->record;
 	n = journal_encode(first, p->record, sizeof p->record);
 	p->record_length = n == 0 ? 0 : journal_encode(second, p->record + n,
 	    sizeof p->record - n);
@@ -290,11 +292,26 @@ static void
 pending_encode_append(struct pending *p, const struct journal_record *record,
     pending_resume_fn resume)
 {
+	size_t	size;
+
 	p->resume = resume;
 	p->journal_failed = 0;
 	p->record_count = 1;
-	p->record_length = journal_encode(record, p->record,
-	    sizeof p->record);
+	size = journal_encoded_size(record);
+	if (size <= sizeof p->record)
+		p->record_data = p->record;
+	else {
+		free(p->record_big);
+		if ((p->record_big = malloc(size)) == NULL) {
+			log_warn("a journal record of %zu bytes", size);
+			p->journal_failed = 1;
+			resume(p);
+			return;
+		}
+		p->record_data = p->record_big;
+	}
+	p->record_length = journal_encode(record, (uint8_t *)p->record_data,
+	    size);
 	if (p->record_length == 0) {
 		log_warn("encoding a journal record");
 		p->journal_failed = 1;
@@ -429,6 +446,7 @@ op_hello(struct conn *c, json_t *id)
 	/* The schemas a client may name in write_task's digest_schema. */
 	schemas = json_array();
 	json_array_append_new(schemas, json_string(IDEM_SCHEMA_WRITE_TASK_V1));
+	json_array_append_new(schemas, json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
 	json_object_set_new(reply, "digest_schemas", schemas);
 	conn_send(c, reply);
 }
@@ -469,6 +487,12 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		op_diagnose(c, request, id);
 	else if (strcmp(name, "stats") == 0)
 		op_stats(c, request, id);
+	else if (strcmp(name, "effect_begin") == 0)
+		op_effect_begin(c, request, id);
+	else if (strcmp(name, "effect_complete") == 0)
+		op_effect_complete(c, request, id);
+	else if (strcmp(name, "effect_resolve") == 0)
+		op_effect_resolve(c, request, id);
 	else {
 		request_error_set(&err, "unknown_op", "op",
 		    "unknown op \"%.64s\"", name);

@@ -27,6 +27,7 @@ struct idemd {
 	int			 max_connections;
 	int			 idle_timeout_ms;
 	uint64_t		 segment_bytes;	/* rotate and checkpoint past it */
+	uint64_t		 result_bytes;	/* the effects' result arena */
 	unsigned		 socket_mode;
 	const char		*socket_group;
 	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
@@ -146,6 +147,8 @@ struct pending {
 	pending_resume_fn	 resume;
 	struct event		*deadline;
 	uint8_t			 record[JOURNAL_MAX_RECORD_BYTES];
+	uint8_t			*record_big;	/* an effect's record with its result */
+	const uint8_t		*record_data;	/* record or record_big */
 	size_t			 record_length;
 	unsigned		 record_count;	/* records in record[] */
 	/* The slot whose new state the record carries (NULL claim: none). */
@@ -299,6 +302,26 @@ json_t	*receipt_json(const char *key, size_t key_length,
 /* write_report.c */
 void	 op_write_report(struct conn *, json_t *request, json_t *id);
 int	 write_report_check(json_t *request, struct request_error *);
+
+/* effect.c: the effect ledger */
+void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
+void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
+void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
+int	 effect_check(const char *op, json_t *request, struct request_error *);
+int	 effect_key_split(const char *key, size_t key_length, char *kind,
+	    size_t kind_size, char *id, size_t id_size);
+/* A reserved effect whose lease has not expired at now. */
+int	 effect_lease_live(const struct subtab_entry *, int64_t now);
+/* The wire state: a reserved effect past its lease is outcome_unknown. */
+const char *effect_state_name(const struct subtab_entry *, int64_t now);
+/* A committed effect's receipt, the same bytes every time (NULL: unreadable). */
+json_t	*effect_receipt_json(struct shm_segment *, const char *key,
+	    size_t key_length, const struct subtab_entry *);
+
+/* An effect's facts for get_submission and diagnose (receipt once committed). */
+json_t	*effect_submission_json(struct shm_segment *, const char *key,
+	    size_t key_length, const struct subtab_entry *, int in_flight,
+	    int64_t now);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);

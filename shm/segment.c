@@ -37,7 +37,7 @@ bucket_count_for(uint32_t capacity)
 
 /* Offsets of every region after the header, and the total size. */
 static void
-layout(uint32_t capacity, struct shm_header *h)
+layout(uint32_t capacity, uint64_t arena_bytes, struct shm_header *h)
 {
 	uint64_t	at;
 
@@ -59,7 +59,10 @@ layout(uint32_t capacity, struct shm_header *h)
 	h->heap_offset = at;
 	at = round_up(at + h->heap_bytes, SHM_CACHELINE_BYTES);
 	h->ring_offset = at;
-	at = round_up(at + h->ring_bytes, 4096);
+	at = round_up(at + h->ring_bytes, SHM_CACHELINE_BYTES);
+	h->arena_bytes = arena_bytes;
+	h->arena_offset = at;
+	at = round_up(at + h->arena_bytes, 4096);
 	h->total_bytes = at;
 }
 
@@ -68,7 +71,7 @@ shm_bytes_for_capacity(uint32_t capacity)
 {
 	struct shm_header	h;
 
-	layout(capacity, &h);
+	layout(capacity, IDEM_DEFAULT_RESULT_ARENA_BYTES, &h);
 	return h.total_bytes;
 }
 
@@ -102,11 +105,20 @@ locate(struct shm_segment *seg)
 	seg->slots = (struct subtab_slot *)(base + seg->header->slots_offset);
 	seg->heap = base + seg->header->heap_offset;
 	seg->ring = (uint8_t *)(base + seg->header->ring_offset);
+	seg->arena = (uint8_t *)(base + seg->header->arena_offset);
 }
 
 int
 shm_create(const char *root_realpath, uint32_t capacity,
     struct shm_segment *seg, char **cause)
+{
+	return shm_create_sized(root_realpath, capacity,
+	    IDEM_DEFAULT_RESULT_ARENA_BYTES, seg, cause);
+}
+
+int
+shm_create_sized(const char *root_realpath, uint32_t capacity,
+    uint64_t arena_bytes, struct shm_segment *seg, char **cause)
 {
 	struct shm_header	 h, *header;
 	void			*base;
@@ -119,8 +131,13 @@ shm_create(const char *root_realpath, uint32_t capacity,
 		return -1;
 	}
 	shm_name_for_root(root_realpath, seg->name);
+	if (arena_bytes > (1ULL << 40)) {
+		asprintf(cause, "result arena of %llu bytes out of range",
+		    (unsigned long long)arena_bytes);
+		return -1;
+	}
 	memset(&h, 0, sizeof h);
-	layout(capacity, &h);
+	layout(capacity, arena_bytes, &h);
 
 	/*
 	 * The journal is the truth; a segment left by a dead broker is
@@ -204,7 +221,7 @@ shm_attach(const char *root_realpath, struct shm_segment *seg, char **cause)
 	}
 	header = base;
 	memset(&expect, 0, sizeof expect);
-	layout(header->capacity, &expect);
+	layout(header->capacity, header->arena_bytes, &expect);
 	if (atomic_load_explicit(&header->magic, memory_order_acquire) !=
 	    SHM_MAGIC || header->layout_version != SHM_LAYOUT_VERSION ||
 	    header->header_bytes != expect.header_bytes ||

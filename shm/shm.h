@@ -37,52 +37,102 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	1
+#define SHM_LAYOUT_VERSION	2
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
-/* A report's key is its task_id, a newline and the submission id. */
-#define SUBTAB_MAX_KEY_BYTES	(IDEM_MAX_TASK_ID_BYTES + 1 + IDEM_MAX_SUBMISSION_ID_BYTES)
+/*
+ * A report's key is its task_id, a newline and the submission id; an
+ * effect's is its effect_kind, SUBTAB_EFFECT_SEPARATOR and the
+ * submission id (the separator is in neither, so the two never meet).
+ */
+#define SUBTAB_EFFECT_SEPARATOR	'\x1f'
+#define SUBTAB_MAX_KEY_BYTES	(IDEM_MAX_EFFECT_KIND_BYTES + 1 + IDEM_MAX_SUBMISSION_ID_BYTES)
+_Static_assert(IDEM_MAX_EFFECT_KIND_BYTES >= IDEM_MAX_TASK_ID_BYTES,
+    "the effect key is the longest");
 
 #define SUBTAB_NOT_JOURNALED	UINT64_MAX	/* slot.journal_end */
 
 enum subtab_kind {
 	SUBTAB_KIND_TASK = 1,
-	SUBTAB_KIND_REPORT = 2
+	SUBTAB_KIND_REPORT = 2,
+	SUBTAB_KIND_EFFECT = 3		/* a side effect the caller performs */
 };
+/* The kinds that take numbers (the allocator's, by kind - 1). */
 #define SUBTAB_KIND_COUNT 2
 
+/*
+ * Tasks and reports go reserved -> task_created -> committed.  Effects
+ * go reserved (a lease, fence N) -> committed, or -> released (the
+ * caller said not_applied: the next begin proceeds with attempt N+1),
+ * or -> outcome_unknown (stored only when effect_resolve says unknown;
+ * a reserved effect whose lease has expired is outcome_unknown too, by
+ * derivation, never by a record).
+ */
 enum subtab_state {
 	SUBTAB_EMPTY = 0,
 	SUBTAB_RESERVED = 1,
 	SUBTAB_TASK_CREATED = 2,
-	SUBTAB_COMMITTED = 3
+	SUBTAB_COMMITTED = 3,
+	SUBTAB_RELEASED = 4,		/* effects */
+	SUBTAB_OUTCOME_UNKNOWN = 5	/* effects */
 };
+#define SUBTAB_STATE_COUNT 6
 
 enum subtab_schema {
 	SUBTAB_SCHEMA_NONE = 0,		/* legacy: no digest */
 	SUBTAB_SCHEMA_WRITE_TASK_V1 = 1,
-	SUBTAB_SCHEMA_WRITE_REPORT_V1 = 2
+	SUBTAB_SCHEMA_WRITE_REPORT_V1 = 2,
+	/* Effects; far from the others, which may grow. */
+	SUBTAB_SCHEMA_GENERIC_JSON_V1 = 16
 };
 
-/* The durable facts about one submission: what a journal record carries. */
+/* subtab_entry.effect_flags */
+#define SUBTAB_EFFECT_RECOVERED	0x01	/* committed by effect_resolve */
+
+/*
+ * The durable facts about one submission: what a journal record carries.
+ * An effect uses the same 144 bytes with other names for the fields a
+ * TASK file needs (the anonymous unions): attempt and result_length for
+ * date and seq, its lease, fence and result for the roles, and
+ * file_digest holds the SHA-256 of its result once committed.
+ */
 struct subtab_entry {
 	uint8_t		kind;		/* enum subtab_kind */
 	uint8_t		state;		/* enum subtab_state */
 	uint8_t		schema;		/* enum subtab_schema */
 	uint8_t		sender_length;
 	uint8_t		recipient_length;
-	uint8_t		unused[1];
+	uint8_t		effect_flags;	/* effects: SUBTAB_EFFECT_* */
 	uint16_t	key_length;
-	uint32_t	date;		/* YYYYMMDD, UTC, of the reservation */
-	uint32_t	seq;		/* number within that date */
+	union {
+		struct {
+			uint32_t date;	/* YYYYMMDD, UTC, of the reservation */
+			uint32_t seq;	/* number within that date */
+		};
+		struct {
+			uint32_t attempt;	/* 1, 2, ...: proceeds issued */
+			uint32_t result_length;	/* bytes in the arena */
+		};
+	};
 	uint8_t		request_digest[IDEM_SHA256_BYTES];
 	uint8_t		file_digest[IDEM_SHA256_BYTES];	/* from task_created on */
-	char		sender[IDEM_MAX_ROLE_BYTES];	/* not NUL-terminated */
-	char		recipient[IDEM_MAX_ROLE_BYTES];
+	union {
+		struct {
+			char	sender[IDEM_MAX_ROLE_BYTES];	/* not NUL-terminated */
+			char	recipient[IDEM_MAX_ROLE_BYTES];
+		};
+		struct {
+			uint64_t fence;		/* the latest fence's nonce */
+			int64_t	 lease_expires_ms;	/* wall clock */
+			/* Where the result is in the arena (memory only). */
+			uint64_t result_offset;
+			uint64_t effect_unused;
+		};
+	};
 	int64_t		reserved_at_ms;
 	int64_t		updated_at_ms;
-	int64_t		created_at_ms;	/* the file's created_at */
+	int64_t		created_at_ms;	/* the file's created_at; effects: committed_at */
 	uint32_t	peer_uid;	/* audit: who reserved it (SO_PEERCRED) */
 	uint32_t	peer_pid;
 };
@@ -118,6 +168,15 @@ struct shm_counters {
 	_Atomic uint64_t	worker_restarts;
 	_Atomic uint64_t	reports_created;
 	_Atomic uint64_t	reports_deduplicated;
+	/* Effects: begin's answers, and what complete and resolve did. */
+	_Atomic uint64_t	effects_proceed;
+	_Atomic uint64_t	effects_reused;
+	_Atomic uint64_t	effects_in_progress;
+	_Atomic uint64_t	effects_outcome_unknown;
+	_Atomic uint64_t	effects_committed;
+	_Atomic uint64_t	effects_released;
+	_Atomic uint64_t	effects_resolved;
+	_Atomic uint64_t	effects_stale_fence;
 };
 
 struct seqalloc_state {
@@ -143,6 +202,8 @@ struct shm_header {
 	uint64_t		slots_offset;
 	uint64_t		heap_offset;
 	uint64_t		ring_offset;
+	uint64_t		arena_bytes;	/* effects' results */
+	uint64_t		arena_offset;
 	int64_t			started_at_ms;
 	uint8_t			hash_key[16];	/* random: SipHash of keys */
 
@@ -152,8 +213,9 @@ struct shm_header {
 
 	/* Table (under table_lock). */
 	uint32_t		slots_used;
-	uint32_t		state_counts[4];	/* by enum subtab_state */
+	uint32_t		state_counts[SUBTAB_STATE_COUNT];
 	uint64_t		heap_used;
+	uint64_t		arena_used;	/* append only */
 
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
@@ -197,17 +259,21 @@ struct shm_segment {
 	struct subtab_slot	*slots;
 	char			*heap;
 	uint8_t			*ring;
+	uint8_t			*arena;
 };
 
 /* segment.c */
 void	 shm_name_for_root(const char *root_realpath, char name[64]);
 int	 shm_create(const char *root_realpath, uint32_t capacity,
 	    struct shm_segment *, char **cause);
+/* The same with an arena of arena_bytes for effects' results. */
+int	 shm_create_sized(const char *root_realpath, uint32_t capacity,
+	    uint64_t arena_bytes, struct shm_segment *, char **cause);
 int	 shm_attach(const char *root_realpath, struct shm_segment *,
 	    char **cause);
 void	 shm_detach(struct shm_segment *);
 void	 shm_destroy(struct shm_segment *);	/* detach and unlink */
-size_t	 shm_bytes_for_capacity(uint32_t capacity);
+size_t	 shm_bytes_for_capacity(uint32_t capacity);	/* default arena */
 int64_t	 shm_now_ms(void);
 
 /* lock.c */
@@ -264,6 +330,30 @@ int	 subtab_release(struct shm_segment *, uint32_t slot,
 int	 subtab_lookup(struct shm_segment *, const char *key, size_t key_length,
 	    struct subtab_entry *, uint32_t *slot);
 /*
+ * Effects' complete and resolve: claim the slot of key whatever its
+ * digest.  SUBTAB_CLAIMED (found, found_journal_end and slot filled),
+ * SUBTAB_BUSY (a live claim of another request; waiter noted), or
+ * SUBTAB_FULL meaning "no such key" (nothing is inserted).
+ */
+enum subtab_verdict subtab_claim_key(struct shm_segment *,
+	    struct subtab_acquire *);
+
+/*
+ * The result arena: effects' committed results, append only (never
+ * freed: a later issue moves committed history out of memory).  These
+ * three calls are the whole interface, so that the bytes can move
+ * behind it.  put reserves length bytes under the table lock and copies
+ * outside it (-1 with ENOSPC when the arena is full); get points at
+ * bytes put earlier (NULL if the range is not in the arena).
+ */
+int	 arena_put(struct shm_segment *, const void *, size_t length,
+	    uint64_t *offset);
+const uint8_t *arena_get(struct shm_segment *, uint64_t offset,
+	    size_t length);
+/* Replay, single-threaded: no lock. */
+int	 arena_put_unlocked(struct shm_segment *, const void *, size_t length,
+	    uint64_t *offset);
+/*
  * Start loading the bucket of key into the cache (replay's hint); returns
  * the key's hash, for subtab_apply_hashed.
  */
@@ -287,7 +377,7 @@ struct subtab_row {
  */
 int	 subtab_snapshot(struct shm_segment *, enum subtab_kind,
 	    int unfinished_only, struct subtab_row **, size_t *count,
-	    uint32_t state_counts[4]);
+	    uint32_t state_counts[SUBTAB_STATE_COUNT]);
 /*
  * Copy up to max slots from index from (entries and keys, keys not
  * NUL-terminated); returns how many.  The lock is held for one call only,
@@ -300,6 +390,8 @@ size_t	 subtab_key(struct shm_segment *, uint32_t slot, char *out,
 	    size_t out_size);
 int	 subtab_claim_live(struct shm_segment *, const struct subtab_claim *);
 const char *subtab_state_name(unsigned);	/* "reserved", ... */
+/* Is the state one of kind's?  (Decode and apply check records.) */
+int	 subtab_state_valid(unsigned kind, unsigned state);
 const char *subtab_schema_name(unsigned);	/* NULL for legacy */
 
 /* seqalloc.c: task and report numbers, never handed out twice. */

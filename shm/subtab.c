@@ -116,7 +116,7 @@ subtab_repair(struct shm_segment *seg)
 	for (i = 0; i < h->slots_used; i++) {
 		unsigned state = atomic_load(&seg->slots[i].state);
 
-		if (state > SUBTAB_COMMITTED)
+		if (state >= SUBTAB_STATE_COUNT)
 			return -1;
 		h->state_counts[state]++;
 	}
@@ -193,7 +193,9 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 		}
 		entry = a->want;
 		entry.state = SUBTAB_RESERVED;
-		if (seqalloc_next(seg, entry.kind, a->today, a->scan,
+		/* An effect takes no number: attempt and fence are the op's. */
+		if (entry.kind != SUBTAB_KIND_EFFECT &&
+		    seqalloc_next(seg, entry.kind, a->today, a->scan,
 		    a->scan_arg, &entry.date, &entry.seq) != 0) {
 			verdict = SUBTAB_ALLOC_FAILED;
 			goto out;
@@ -225,6 +227,38 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 	} else if (s->entry.state == SUBTAB_COMMITTED) {
 		memset(&s->claim, 0, sizeof s->claim);
 		verdict = SUBTAB_DONE;
+	} else {
+		s->claim = a->claim;
+		verdict = SUBTAB_CLAIMED;
+	}
+out:
+	unlock_table(seg);
+	return verdict;
+}
+
+enum subtab_verdict
+subtab_claim_key(struct shm_segment *seg, struct subtab_acquire *a)
+{
+	struct subtab_slot	*s;
+	enum subtab_verdict	 verdict;
+	uint32_t		 hash, slot;
+
+	hash = hash_key(seg, a->key, a->key_length);
+	if (lock_table(seg) != 0)
+		return SUBTAB_ALLOC_FAILED;
+	probe(seg, hash, a->key, a->key_length, &slot);
+	if (slot == UINT32_MAX) {
+		verdict = SUBTAB_FULL;
+		goto out;
+	}
+	s = &seg->slots[slot];
+	a->slot = slot;
+	a->found = s->entry;
+	a->found_journal_end = s->journal_end;
+	if (s->claim.worker != 0 && !claim_equal(&s->claim, &a->claim) &&
+	    subtab_claim_live(seg, &s->claim)) {
+		atomic_store(&s->waiters, 1);
+		verdict = SUBTAB_BUSY;
 	} else {
 		s->claim = a->claim;
 		verdict = SUBTAB_CLAIMED;
@@ -328,7 +362,7 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 	uint16_t		 key_length;
 
 	if (length == 0 || length > SUBTAB_MAX_KEY_BYTES ||
-	    entry->state == SUBTAB_EMPTY || entry->state > SUBTAB_COMMITTED) {
+	    !subtab_state_valid(entry->kind, entry->state)) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -373,7 +407,7 @@ subtab_key(struct shm_segment *seg, uint32_t slot, char *out,
 int
 subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
     int unfinished_only, struct subtab_row **rows_out, size_t *count_out,
-    uint32_t state_counts[4])
+    uint32_t state_counts[SUBTAB_STATE_COUNT])
 {
 	struct shm_header	*h = seg->header;
 	struct subtab_row	*rows = NULL, *grown;
@@ -381,14 +415,15 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 	uint32_t		 i;
 	const struct subtab_slot *s;
 
-	memset(state_counts, 0, 4 * sizeof *state_counts);
+	memset(state_counts, 0, SUBTAB_STATE_COUNT * sizeof *state_counts);
 	if (lock_table(seg) != 0)
 		return -1;
 	for (i = 0; i < h->slots_used; i++) {
 		s = &seg->slots[i];
 		if (s->entry.kind != kind)
 			continue;
-		state_counts[s->entry.state & 3]++;
+		if (s->entry.state < SUBTAB_STATE_COUNT)
+			state_counts[s->entry.state]++;
 		if (unfinished_only && s->entry.state == SUBTAB_COMMITTED)
 			continue;
 		if (count == size) {
@@ -444,8 +479,79 @@ subtab_state_name(unsigned state)
 		return "task_created";
 	case SUBTAB_COMMITTED:
 		return "committed";
+	case SUBTAB_RELEASED:
+		return "released";
+	case SUBTAB_OUTCOME_UNKNOWN:
+		return "outcome_unknown";
 	}
 	return "empty";
+}
+
+int
+subtab_state_valid(unsigned kind, unsigned state)
+{
+	switch (kind) {
+	case SUBTAB_KIND_TASK:
+	case SUBTAB_KIND_REPORT:
+		return state >= SUBTAB_RESERVED && state <= SUBTAB_COMMITTED;
+	case SUBTAB_KIND_EFFECT:
+		return state == SUBTAB_RESERVED || state == SUBTAB_COMMITTED ||
+		    state == SUBTAB_RELEASED || state == SUBTAB_OUTCOME_UNKNOWN;
+	}
+	return 0;
+}
+
+/* ---- The result arena ---------------------------------------------------- */
+
+int
+arena_put_unlocked(struct shm_segment *seg, const void *data, size_t length,
+    uint64_t *offset)
+{
+	struct shm_header	*h = seg->header;
+
+	if (length > h->arena_bytes - h->arena_used) {
+		errno = ENOSPC;
+		return -1;
+	}
+	*offset = h->arena_used;
+	memcpy(seg->arena + *offset, data, length);
+	h->arena_used += length;
+	return 0;
+}
+
+/*
+ * Reserve under the table lock, copy outside it: a writer that dies
+ * between the two leaves bytes nobody points at, never a torn result
+ * that a slot names (a slot names it only after the copy).
+ */
+int
+arena_put(struct shm_segment *seg, const void *data, size_t length,
+    uint64_t *offset)
+{
+	struct shm_header	*h = seg->header;
+
+	if (lock_table(seg) != 0)
+		return -1;
+	if (length > h->arena_bytes - h->arena_used) {
+		unlock_table(seg);
+		errno = ENOSPC;
+		return -1;
+	}
+	*offset = h->arena_used;
+	h->arena_used += length;
+	unlock_table(seg);
+	memcpy(seg->arena + *offset, data, length);
+	return 0;
+}
+
+const uint8_t *
+arena_get(struct shm_segment *seg, uint64_t offset, size_t length)
+{
+	struct shm_header	*h = seg->header;
+
+	if (offset > h->arena_bytes || length > h->arena_bytes - offset)
+		return NULL;
+	return seg->arena + offset;
 }
 
 const char *
@@ -456,6 +562,8 @@ subtab_schema_name(unsigned schema)
 		return IDEM_SCHEMA_WRITE_TASK_V1;
 	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
 		return IDEM_SCHEMA_WRITE_REPORT_V1;
+	case SUBTAB_SCHEMA_GENERIC_JSON_V1:
+		return IDEM_SCHEMA_GENERIC_JSON_V1;
 	}
 	return NULL;
 }

@@ -1,0 +1,1223 @@
+/*
+ * effect.c: the effect ledger: effect_begin, effect_complete and
+ * effect_resolve (SPEC.md, "Effects"), for side effects the caller
+ * performs itself.  It never performs anything and never lets time turn
+ * an unknown outcome into a new attempt.
+ *
+ * DESIGN
+ *
+ * An effect is a slot of the submission table like a task (kind
+ * SUBTAB_KIND_EFFECT, key "<effect_kind> 0x1f <client_submission_id>"),
+ * recorded in the same journal and checkpoint, claimed the same way.
+ * Its states:
+ *
+ *   (none) --begin--> reserved(attempt N, fence, lease) --complete applied--> committed
+ *                        |  \--complete not_applied--> released --begin--> reserved(N+1)
+ *                        \--lease expires--> outcome_unknown (derived: no record)
+ *   outcome_unknown --resolve applied--> committed (recovered)
+ *                   --resolve not_applied--> released
+ *                   --resolve unknown--> outcome_unknown (stored)
+ *
+ * The lease is not the claim.  A claim is held only while a request
+ * records a transition (a few milliseconds); the lease is the caller's
+ * permission to perform, and lives in the entry: its expiry is wall-clock
+ * milliseconds in the journal, so it survives a restart.  Once it has
+ * passed without a complete, begin answers outcome_unknown, for ever,
+ * until evidence (resolve, or a late complete with the latest fence)
+ * settles it.
+ *
+ * Each transition is one EFFECT record (with the result's bytes when it
+ * commits), durable before the reply:
+ *
+ *   begin      reserve record durable    [after_effect_reserve_durable]
+ *   complete   commit or release durable [after_effect_commit_durable]
+ *                                        [after_effect_release_durable]
+ *   resolve    its record durable        [after_effect_resolve_durable]
+ *
+ * A committed result's bytes are kept in the segment's result arena
+ * (subtab.c: arena_put / arena_get) and in the journal record; every
+ * receipt is built from the entry and those bytes, so it is the same,
+ * byte for byte, on every reply.
+ *
+ * The fence is "<attempt>-<16 hex>": the attempt and a random nonce
+ * drawn for each proceed.  Only the latest one issued is accepted.
+ * external_key is derived from the key and the request digest, so it is
+ * the same for every attempt and after any restart.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "digest.h"
+#include "log.h"
+#include "worker.h"
+
+enum effect_op {
+	EFFECT_BEGIN,
+	EFFECT_COMPLETE,
+	EFFECT_RESOLVE
+};
+
+enum effect_outcome {
+	OUTCOME_APPLIED,
+	OUTCOME_NOT_APPLIED,
+	OUTCOME_UNKNOWN
+};
+
+struct effect {
+	enum effect_op		 op;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 key_length;
+	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	uint8_t			 digest[IDEM_SHA256_BYTES];
+	int64_t			 lease_ms;
+	/* complete and resolve */
+	enum effect_outcome	 outcome;
+	uint32_t		 fence_attempt;
+	uint64_t		 fence_nonce;
+	int			 has_result;
+	char			*result;	/* compact JSON; malloc'd */
+	size_t			 result_length;
+	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
+	/* the slot */
+	struct subtab_entry	 entry;
+	struct subtab_claim	 claim;
+	int			 claimed;
+	uint32_t		 slot;
+	uint64_t		 found_end;
+	int			 journaled;	/* this call wrote a record */
+};
+
+static const char *const begin_keys[] = {
+	"op", "id", "client_submission_id", "effect_kind", "request",
+	"digest_schema", "request_digest", "lease_ms", "meta", NULL
+};
+static const char *const complete_keys[] = {
+	"op", "id", "client_submission_id", "effect_kind", "fence", "outcome",
+	"result", "meta", NULL
+};
+static const char *const resolve_keys[] = {
+	"op", "id", "client_submission_id", "effect_kind", "evidence", "meta",
+	NULL
+};
+static const char *const evidence_keys[] = {
+	"observed", "result", "source", NULL
+};
+
+static void	effect_begin_acquire(struct pending *);
+static void	effect_claim(struct pending *);
+
+static struct effect *
+effect_of(struct pending *p)
+{
+	return p->op;
+}
+
+static struct idemd *
+idemd_of(struct pending *p)
+{
+	return p->worker->d;
+}
+
+static struct shm_counters *
+counters_of(struct pending *p)
+{
+	return &idemd_of(p)->seg.header->counters;
+}
+
+static void
+effect_free(void *arg)
+{
+	struct effect	*e = arg;
+
+	free(e->result);
+	free(e);
+}
+
+/* ---- Parsing ------------------------------------------------------------ */
+
+/* effect_kind: 1..128 bytes of 0x21..0x7e, not the reserved write_task. */
+static int
+effect_kind_field(json_t *request, struct effect *e,
+    struct request_error *err)
+{
+	const char	*kind;
+	size_t		 length, i;
+	int		 rc;
+
+	rc = request_string(request, "effect_kind", "effect_kind", 1,
+	    IDEM_MAX_EFFECT_KIND_BYTES, 0, &kind, &length, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 0)
+		return request_error_set(err, "invalid_request", "effect_kind",
+		    "effect_kind is required");
+	for (i = 0; i < length; i++) {
+		if ((unsigned char)kind[i] < 0x21 ||
+		    (unsigned char)kind[i] > 0x7e)
+			return request_error_set(err, "invalid_request",
+			    "effect_kind", "effect_kind must be printable "
+			    "ASCII without spaces (byte %zu is 0x%02x)", i,
+			    (unsigned char)kind[i]);
+	}
+	if (strcmp(kind, IDEM_EFFECT_KIND_RESERVED) == 0)
+		return request_error_set(err, "invalid_request", "effect_kind",
+		    "effect_kind \"%s\" is reserved: idem performs it "
+		    "itself (op write_task)", IDEM_EFFECT_KIND_RESERVED);
+	memcpy(e->kind, kind, length + 1);
+	return 0;
+}
+
+/* The key and kind every effect op names. */
+static int
+effect_key(json_t *request, struct effect *e, struct request_error *err)
+{
+	const char	*id;
+	int		 rc;
+
+	if ((rc = request_submission_id(request, &id, err)) < 0)
+		return -1;
+	if (rc == 0)
+		return request_error_set(err, "invalid_request",
+		    "client_submission_id", "client_submission_id is "
+		    "required: effects are idempotent or not offered");
+	if (effect_kind_field(request, e, err) != 0)
+		return -1;
+	snprintf(e->id, sizeof e->id, "%s", id);
+	e->key_length = (size_t)snprintf(e->key, sizeof e->key, "%s%c%s",
+	    e->kind, SUBTAB_EFFECT_SEPARATOR, e->id);
+	return 0;
+}
+
+static int
+meta_field(json_t *request, struct request_error *err)
+{
+	json_t	*meta = json_object_get(request, "meta");
+
+	if (meta != NULL && !json_is_object(meta))
+		return request_error_set(err, "invalid_request", "meta",
+		    "meta must be an object");
+	return 0;
+}
+
+/* result, as stored: its compact serialization, at most the limit. */
+static int
+result_field(json_t *result, const char *path, struct effect *e,
+    struct request_error *err)
+{
+	e->has_result = result != NULL;
+	if (result == NULL)
+		result = json_null();
+	free(e->result);
+	e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
+	    JSON_PRESERVE_ORDER);
+	if (e->result == NULL)
+		return request_error_set(err, "internal", NULL,
+		    "cannot serialize %s", path);
+	e->result_length = strlen(e->result);
+	if (e->result_length > IDEM_MAX_EFFECT_RESULT_BYTES)
+		return request_error_set(err, "invalid_request", path,
+		    "%s is %zu bytes as compact JSON; at most %d", path,
+		    e->result_length, IDEM_MAX_EFFECT_RESULT_BYTES);
+	return 0;
+}
+
+static int
+begin_parse(json_t *request, struct effect *e, struct request_error *err)
+{
+	json_t		*req, *lease;
+	const char	*schema, *given;
+	char		*canonical, where[DIGEST_PATH_BYTES];
+	char		 hex[IDEM_DIGEST_HEX_SIZE];
+	uint8_t		 given_digest[IDEM_SHA256_BYTES];
+	size_t		 length;
+
+	if (request_known_keys(request, "", begin_keys, err) != 0 ||
+	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0)
+		return -1;
+	if (request_string(request, "digest_schema", "digest_schema", 1, 64, 0,
+	    &schema, &length, err) < 0)
+		return -1;
+	if (schema != NULL && strcmp(schema, IDEM_SCHEMA_GENERIC_JSON_V1) != 0)
+		return request_error_set(err, "unsupported_schema",
+		    "digest_schema", "digest_schema \"%.64s\" is not supported "
+		    "for effects (supported: %s)", schema,
+		    IDEM_SCHEMA_GENERIC_JSON_V1);
+	if (request_string(request, "request_digest", "request_digest", 64, 64,
+	    0, &given, &length, err) < 0)
+		return -1;
+	if (given != NULL && digest_from_hex(given, given_digest) != 0)
+		return request_error_set(err, "invalid_request",
+		    "request_digest", "request_digest must be 64 lower-case "
+		    "hex digits");
+	e->lease_ms = IDEM_DEFAULT_LEASE_MS;
+	if ((lease = json_object_get(request, "lease_ms")) != NULL) {
+		if (!json_is_integer(lease) ||
+		    json_integer_value(lease) < IDEM_MIN_LEASE_MS ||
+		    json_integer_value(lease) > IDEM_MAX_LEASE_MS)
+			return request_error_set(err, "invalid_request",
+			    "lease_ms", "lease_ms must be an integer from %d "
+			    "to %d", IDEM_MIN_LEASE_MS, IDEM_MAX_LEASE_MS);
+		e->lease_ms = json_integer_value(lease);
+	}
+	if ((req = json_object_get(request, "request")) == NULL)
+		return request_error_set(err, "invalid_request", "request",
+		    "request is required (any JSON value: what the effect "
+		    "will do)");
+	if (digest_generic_canonical(e->kind, req, &canonical, &length,
+	    where) != 0) {
+		switch (errno) {
+		case EILSEQ:
+			return request_error_set(err, "invalid_utf8",
+			    "request", "request%s holds invalid UTF-8", where);
+		case EEXIST:
+			return request_error_set(err, "invalid_request",
+			    "request", "request%s: two member names are equal "
+			    "after normalization (CRLF, NFC)", where);
+		case EDOM:
+			return request_error_set(err, "invalid_request",
+			    "request", "request%s: integers beyond +-2^53 have "
+			    "no exact JCS form; send them as strings", where);
+		case EINVAL:
+			return request_error_set(err, "invalid_request",
+			    "request", "request%s contains a NUL character",
+			    where);
+		case ELOOP:
+			return request_error_set(err, "invalid_request",
+			    "request", "request is nested deeper than %d",
+			    IDEM_MAX_JSON_DEPTH);
+		}
+		return request_error_set(err, "internal", NULL,
+		    "canonical form: %s", strerror(errno));
+	}
+	if (length > IDEM_MAX_EFFECT_REQUEST_BYTES) {
+		free(canonical);
+		return request_error_set(err, "invalid_request", "request",
+		    "request is %zu bytes in canonical form; at most %d",
+		    length, IDEM_MAX_EFFECT_REQUEST_BYTES);
+	}
+	digest_sha256(canonical, length, e->digest);
+	free(canonical);
+	if (given != NULL && memcmp(given_digest, e->digest,
+	    IDEM_SHA256_BYTES) != 0) {
+		digest_to_hex(e->digest, hex);
+		return request_error_set(err, "digest_disagrees",
+		    "request_digest", "request_digest %s is not the broker's "
+		    "generic-json-v1 digest of the request, %s", given, hex);
+	}
+	return 0;
+}
+
+/* "<attempt>-<16 hex>" */
+static int
+fence_parse(const char *s, uint32_t *attempt, uint64_t *nonce)
+{
+	char			*end;
+	unsigned long long	 a, n;
+	size_t			 i;
+
+	if (s[0] < '1' || s[0] > '9')
+		return -1;
+	errno = 0;
+	a = strtoull(s, &end, 10);
+	if (errno != 0 || a > UINT32_MAX || *end != '-' || strlen(end + 1) != 16)
+		return -1;
+	for (i = 1; i <= 16; i++)
+		if (!((end[i] >= '0' && end[i] <= '9') ||
+		    (end[i] >= 'a' && end[i] <= 'f')))
+			return -1;
+	n = strtoull(end + 1, NULL, 16);
+	*attempt = (uint32_t)a;
+	*nonce = n;
+	return 0;
+}
+
+static void
+fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
+{
+	snprintf(out, IDEM_EFFECT_FENCE_SIZE, "%" PRIu32 "-%016" PRIx64,
+	    e->attempt, e->fence);
+}
+
+static int
+complete_parse(json_t *request, struct effect *e, struct request_error *err)
+{
+	static const char *const outcomes[] = { "applied", "not_applied", NULL };
+	const char	*fence, *outcome;
+	size_t		 length;
+	int		 rc;
+
+	if (request_known_keys(request, "", complete_keys, err) != 0 ||
+	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0)
+		return -1;
+	rc = request_string(request, "fence", "fence", 1,
+	    IDEM_EFFECT_FENCE_SIZE - 1, 0, &fence, &length, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 0 || fence_parse(fence, &e->fence_attempt,
+	    &e->fence_nonce) != 0)
+		return request_error_set(err, "invalid_request", "fence",
+		    "fence is required: the one effect_begin's proceed gave");
+	rc = request_string(request, "outcome", "outcome", 1, 16, 0, &outcome,
+	    &length, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 0 || !request_one_of(outcome, outcomes))
+		return request_error_set(err, "invalid_request", "outcome",
+		    "outcome must be \"applied\" or \"not_applied\"");
+	e->outcome = strcmp(outcome, "applied") == 0 ? OUTCOME_APPLIED :
+	    OUTCOME_NOT_APPLIED;
+	return result_field(json_object_get(request, "result"), "result", e,
+	    err);
+}
+
+static int
+resolve_parse(json_t *request, struct effect *e, struct request_error *err)
+{
+	static const char *const observed[] = {
+		"applied", "not_applied", "unknown", NULL
+	};
+	json_t		*evidence;
+	const char	*value;
+	size_t		 length;
+	int		 rc;
+
+	if (request_known_keys(request, "", resolve_keys, err) != 0 ||
+	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0)
+		return -1;
+	evidence = json_object_get(request, "evidence");
+	if (evidence == NULL || !json_is_object(evidence))
+		return request_error_set(err, "invalid_request", "evidence",
+		    "evidence must be an object: {observed, result, source}");
+	if (request_known_keys(evidence, "evidence", evidence_keys, err) != 0)
+		return -1;
+	rc = request_string(evidence, "observed", "evidence.observed", 1, 16,
+	    0, &value, &length, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 0 || !request_one_of(value, observed))
+		return request_error_set(err, "invalid_request",
+		    "evidence.observed", "evidence.observed must be "
+		    "\"applied\", \"not_applied\" or \"unknown\"");
+	e->outcome = strcmp(value, "applied") == 0 ? OUTCOME_APPLIED :
+	    strcmp(value, "not_applied") == 0 ? OUTCOME_NOT_APPLIED :
+	    OUTCOME_UNKNOWN;
+	rc = request_string(evidence, "source", "evidence.source", 1,
+	    IDEM_MAX_EVIDENCE_SOURCE_BYTES, 1, &value, &length, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 1 && value != NULL)
+		snprintf(e->source, sizeof e->source, "%s", value);
+	return result_field(json_object_get(evidence, "result"),
+	    "evidence.result", e, err);
+}
+
+/* ---- Replies ------------------------------------------------------------ */
+
+static json_t *
+time_json(int64_t ms)
+{
+	char	at[TASKFILE_TIME_BYTES];
+
+	taskfile_format_time(ms, at);
+	return json_string(at);
+}
+
+/* "idem-" and 32 hex digits of SHA-256(key, NUL, request digest). */
+static void
+external_key(const char *key, size_t key_length,
+    const uint8_t digest[IDEM_SHA256_BYTES],
+    char out[IDEM_EFFECT_EXTERNAL_KEY_SIZE])
+{
+	uint8_t	buf[SUBTAB_MAX_KEY_BYTES + 1 + IDEM_SHA256_BYTES];
+	uint8_t	sum[IDEM_SHA256_BYTES];
+	char	hex[IDEM_DIGEST_HEX_SIZE];
+
+	memcpy(buf, key, key_length);
+	buf[key_length] = '\0';
+	memcpy(buf + key_length + 1, digest, IDEM_SHA256_BYTES);
+	digest_sha256(buf, key_length + 1 + IDEM_SHA256_BYTES, sum);
+	digest_to_hex(sum, hex);
+	snprintf(out, IDEM_EFFECT_EXTERNAL_KEY_SIZE, "idem-%.32s", hex);
+}
+
+/* Split an effect's key into kind and id (NUL-terminated copies). */
+int
+effect_key_split(const char *key, size_t key_length, char *kind,
+    size_t kind_size, char *id, size_t id_size)
+{
+	const char	*sep = memchr(key, SUBTAB_EFFECT_SEPARATOR, key_length);
+
+	if (sep == NULL)
+		return -1;
+	snprintf(kind, kind_size, "%.*s", (int)(sep - key), key);
+	snprintf(id, id_size, "%.*s", (int)(key_length - (size_t)(sep - key) -
+	    1), sep + 1);
+	return 0;
+}
+
+int
+effect_lease_live(const struct subtab_entry *e, int64_t now)
+{
+	return e->state == SUBTAB_RESERVED && now < e->lease_expires_ms;
+}
+
+const char *
+effect_state_name(const struct subtab_entry *e, int64_t now)
+{
+	if (e->state == SUBTAB_RESERVED && !effect_lease_live(e, now))
+		return "outcome_unknown";
+	return subtab_state_name(e->state);
+}
+
+json_t *
+effect_receipt_json(struct shm_segment *seg, const char *key,
+    size_t key_length, const struct subtab_entry *e)
+{
+	char		 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char		 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	char		 hex[IDEM_DIGEST_HEX_SIZE];
+	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	const uint8_t	*bytes;
+	json_t		*r, *result;
+
+	if (effect_key_split(key, key_length, kind, sizeof kind, id,
+	    sizeof id) != 0)
+		return NULL;
+	bytes = arena_get(seg, e->result_offset, e->result_length);
+	if (bytes == NULL)
+		return NULL;
+	result = json_loadb((const char *)bytes, e->result_length,
+	    JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	if (result == NULL)
+		return NULL;
+	r = json_object();
+	json_object_set_new(r, "client_submission_id", json_string(id));
+	json_object_set_new(r, "effect_kind", json_string(kind));
+	json_object_set_new(r, "digest_schema",
+	    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
+	digest_to_hex(e->request_digest, hex);
+	json_object_set_new(r, "request_digest", json_string(hex));
+	external_key(key, key_length, e->request_digest, xkey);
+	json_object_set_new(r, "external_key", json_string(xkey));
+	json_object_set_new(r, "attempt", json_integer(e->attempt));
+	json_object_set_new(r, "result", result);
+	json_object_set_new(r, "state", json_string("committed"));
+	json_object_set_new(r, "committed_at", time_json(e->created_at_ms));
+	return r;
+}
+
+/* The facts of an effect, for conflicts and outcome_unknown. */
+static json_t *
+existing_json(struct effect *e)
+{
+	const struct subtab_entry *x = &e->entry;
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	char			 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	json_t			*j = json_object();
+
+	json_object_set_new(j, "client_submission_id", json_string(e->id));
+	json_object_set_new(j, "effect_kind", json_string(e->kind));
+	json_object_set_new(j, "state",
+	    json_string(effect_state_name(x, shm_now_ms())));
+	json_object_set_new(j, "digest_schema",
+	    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
+	digest_to_hex(x->request_digest, hex);
+	json_object_set_new(j, "request_digest", json_string(hex));
+	json_object_set_new(j, "attempt", json_integer(x->attempt));
+	external_key(e->key, e->key_length, x->request_digest, xkey);
+	json_object_set_new(j, "external_key", json_string(xkey));
+	if (x->state == SUBTAB_RESERVED)
+		json_object_set_new(j, "lease_expires_at",
+		    time_json(x->lease_expires_ms));
+	return j;
+}
+
+static void
+effect_release(struct pending *p)
+{
+	struct effect	*e = effect_of(p);
+
+	if (!e->claimed)
+		return;
+	e->claimed = 0;
+	if (subtab_release(&idemd_of(p)->seg, e->slot, &e->claim))
+		worker_wake_all(p->worker);
+}
+
+static void
+effect_fail(struct pending *p, json_t *reply)
+{
+	effect_release(p);
+	atomic_fetch_add(&counters_of(p)->errors, 1);
+	pending_reply(p, reply);
+}
+
+static int
+effect_journal_failed(struct pending *p)
+{
+	if (!p->journal_failed)
+		return 0;
+	effect_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	    "the journal could not be made durable"));
+	return 1;
+}
+
+/* A refusal with a disposition: conflict, in_progress, outcome_unknown. */
+static void
+effect_refuse(struct pending *p, const char *disposition, const char *code,
+    const char *reason, int retryable, const char *message, int existing)
+{
+	struct effect	*e = effect_of(p);
+	json_t		*reply, *error;
+
+	effect_release(p);
+	if (strcmp(code, "conflict") == 0)
+		atomic_fetch_add(&counters_of(p)->conflict, 1);
+	if (reason != NULL && strcmp(reason, "stale_fence") == 0)
+		atomic_fetch_add(&counters_of(p)->effects_stale_fence, 1);
+	reply = reply_new(0, p->id);
+	json_object_set_new(reply, "disposition", json_string(disposition));
+	json_object_set_new(reply, "action_taken", json_false());
+	error = json_object();
+	json_object_set_new(error, "code", json_string(code));
+	if (reason != NULL)
+		json_object_set_new(error, "reason", json_string(reason));
+	json_object_set_new(error, "message", json_string(message));
+	json_object_set_new(error, "retryable", json_boolean(retryable));
+	json_object_set_new(reply, "error", error);
+	json_object_set_new(reply, "existing", existing ? existing_json(e) :
+	    json_null());
+	pending_reply(p, reply);
+}
+
+static void
+effect_conflict(struct pending *p, const char *reason, const char *message)
+{
+	effect_refuse(p, "conflict", "conflict", reason, 0, message, 1);
+}
+
+/* ok:true with the committed receipt. */
+static void
+effect_answer_receipt(struct pending *p, const char *disposition,
+    int action_taken)
+{
+	struct effect	*e = effect_of(p);
+	json_t		*reply, *receipt;
+
+	effect_release(p);
+	receipt = effect_receipt_json(&idemd_of(p)->seg, e->key, e->key_length,
+	    &e->entry);
+	if (receipt == NULL) {
+		log_warnx("effect %s: its committed result is unreadable",
+		    e->id);
+		atomic_fetch_add(&counters_of(p)->errors, 1);
+		pending_reply(p, reply_error_simple(p->id, "internal", 0,
+		    "the committed result of this effect is unreadable"));
+		return;
+	}
+	reply = reply_new(1, p->id);
+	if (disposition != NULL)
+		json_object_set_new(reply, "disposition",
+		    json_string(disposition));
+	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
+	json_object_set_new(reply, "idempotent", json_true());
+	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
+		json_object_set_new(reply, "recovered", json_true());
+	json_object_set_new(reply, "state", json_string("committed"));
+	json_object_set_new(reply, "receipt", receipt);
+	pending_reply(p, reply);
+}
+
+/* ok:true for a transition that left no receipt: released, unknown. */
+static void
+effect_answer_state(struct pending *p, int action_taken)
+{
+	struct effect	*e = effect_of(p);
+	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	json_t		*reply;
+
+	effect_release(p);
+	reply = reply_new(1, p->id);
+	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
+	json_object_set_new(reply, "state",
+	    json_string(effect_state_name(&e->entry, shm_now_ms())));
+	json_object_set_new(reply, "attempt", json_integer(e->entry.attempt));
+	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
+	json_object_set_new(reply, "external_key", json_string(xkey));
+	pending_reply(p, reply);
+}
+
+/* ---- Journaling ------------------------------------------------------------ */
+
+/*
+ * Record e->entry (claimed slot: appended and set in the table in one
+ * step), with the result's bytes when it is committed; park until
+ * durable and go on with next.
+ */
+static void
+effect_journal(struct pending *p, pending_resume_fn next)
+{
+	struct effect		*e = effect_of(p);
+	struct journal_record	 record;
+
+	memset(&record, 0, sizeof record);
+	record.type = JOURNAL_RECORD_EFFECT;
+	record.entry = e->entry;
+	record.entry.key_length = (uint16_t)e->key_length;
+	memcpy(record.key, e->key, e->key_length);
+	if (e->entry.result_length > 0)
+		record.result = arena_get(&idemd_of(p)->seg,
+		    e->entry.result_offset, e->entry.result_length);
+	e->journaled = 1;
+	pending_journal_slot(p, &record, e->slot, &e->claim, &e->entry, next);
+}
+
+static void
+effect_after_durable(struct pending *p, pending_resume_fn next)
+{
+	struct effect		*e = effect_of(p);
+	struct shm_header	*h = idemd_of(p)->seg.header;
+
+	if (e->found_end == SUBTAB_NOT_JOURNALED ||
+	    e->found_end <= atomic_load(&h->ring_durable))
+		next(p);
+	else
+		pending_wait_durable(p, e->found_end, next);
+}
+
+/* ---- effect_begin ------------------------------------------------------------ */
+
+/* A new attempt: the next number, a fresh fence, a lease from now. */
+static void
+effect_new_attempt(struct effect *e, uint32_t attempt)
+{
+	int64_t	now = shm_now_ms();
+
+	e->entry.state = SUBTAB_RESERVED;
+	e->entry.attempt = attempt;
+	randombytes_buf(&e->entry.fence, sizeof e->entry.fence);
+	e->entry.lease_expires_ms = now + e->lease_ms;
+	e->entry.updated_at_ms = now;
+}
+
+static void
+effect_proceed(struct pending *p)
+{
+	struct effect	*e = effect_of(p);
+	char		 fence[IDEM_EFFECT_FENCE_SIZE];
+	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	char		 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t		*reply;
+
+	if (effect_journal_failed(p))
+		return;
+	crash_point(CRASH_AFTER_EFFECT_RESERVE_DURABLE);
+	effect_release(p);
+	atomic_fetch_add(&counters_of(p)->effects_proceed, 1);
+	fence_format(&e->entry, fence);
+	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
+	digest_to_hex(e->entry.request_digest, hex);
+	reply = reply_new(1, p->id);
+	json_object_set_new(reply, "disposition", json_string("proceed"));
+	json_object_set_new(reply, "idempotent", json_true());
+	json_object_set_new(reply, "client_submission_id", json_string(e->id));
+	json_object_set_new(reply, "effect_kind", json_string(e->kind));
+	json_object_set_new(reply, "attempt", json_integer(e->entry.attempt));
+	json_object_set_new(reply, "fence", json_string(fence));
+	json_object_set_new(reply, "external_key", json_string(xkey));
+	json_object_set_new(reply, "digest_schema",
+	    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
+	json_object_set_new(reply, "request_digest", json_string(hex));
+	json_object_set_new(reply, "lease_ms", json_integer(e->lease_ms));
+	json_object_set_new(reply, "lease_expires_at",
+	    time_json(e->entry.lease_expires_ms));
+	pending_reply(p, reply);
+}
+
+static void
+effect_outcome_unknown(struct pending *p)
+{
+	if (effect_journal_failed(p))
+		return;
+	atomic_fetch_add(&counters_of(p)->effects_outcome_unknown, 1);
+	effect_refuse(p, "outcome_unknown", "outcome_unknown", NULL, 0,
+	    "a lease lapsed without effect_complete: the effect may or may "
+	    "not have happened; settle it with effect_resolve", 1);
+}
+
+static void
+effect_reused(struct pending *p)
+{
+	if (effect_journal_failed(p))
+		return;
+	atomic_fetch_add(&counters_of(p)->effects_reused, 1);
+	effect_answer_receipt(p, "reused", 0);
+}
+
+static void
+effect_mismatch(struct pending *p)
+{
+	struct effect	*e = effect_of(p);
+
+	if (effect_journal_failed(p))
+		return;
+	if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1)
+		effect_conflict(p, "schema_mismatch", "the key is bound to "
+		    "another digest schema");
+	else
+		effect_conflict(p, "digest_mismatch", "the key is bound to a "
+		    "request with another digest; nothing to perform");
+}
+
+static void
+effect_in_progress(struct pending *p)
+{
+	atomic_fetch_add(&counters_of(p)->effects_in_progress, 1);
+	effect_refuse(p, "in_progress", "in_progress", NULL, 1,
+	    "another caller holds a live lease on this effect", 1);
+}
+
+static void
+effect_begin_acquire(struct pending *p)
+{
+	struct effect		*e = effect_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct subtab_acquire	 a;
+
+	if (p->timed_out) {
+		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		    "another request on this effect is still in flight after "
+		    "%d ms", d->inflight_wait_ms));
+		return;
+	}
+	memset(&a, 0, sizeof a);
+	a.key = e->key;
+	a.key_length = e->key_length;
+	a.want = e->entry;
+	a.claim = e->claim;
+	switch (subtab_acquire(&d->seg, &a)) {
+	case SUBTAB_INSERTED:
+		e->claimed = 1;
+		e->slot = a.slot;
+		e->entry = a.found;
+		effect_new_attempt(e, 1);
+		effect_journal(p, effect_proceed);
+		return;
+	case SUBTAB_CLAIMED:
+		e->claimed = 1;
+		e->slot = a.slot;
+		e->entry = a.found;
+		e->found_end = a.found_journal_end;
+		switch (e->entry.state) {
+		case SUBTAB_RESERVED:
+			if (a.found_journal_end == SUBTAB_NOT_JOURNALED) {
+				/* Never durable, so never answered: take it. */
+				effect_new_attempt(e, e->entry.attempt);
+				effect_journal(p, effect_proceed);
+			} else if (effect_lease_live(&e->entry, shm_now_ms()))
+				effect_in_progress(p);
+			else {
+				effect_release(p);
+				effect_after_durable(p, effect_outcome_unknown);
+			}
+			return;
+		case SUBTAB_RELEASED:
+			effect_new_attempt(e, e->entry.attempt + 1);
+			effect_journal(p, effect_proceed);
+			return;
+		default:	/* OUTCOME_UNKNOWN */
+			effect_release(p);
+			effect_after_durable(p, effect_outcome_unknown);
+			return;
+		}
+	case SUBTAB_DONE:
+		e->entry = a.found;
+		e->found_end = a.found_journal_end;
+		effect_after_durable(p, effect_reused);
+		return;
+	case SUBTAB_MISMATCH:
+		e->entry = a.found;
+		e->found_end = a.found_journal_end;
+		effect_after_durable(p, effect_mismatch);
+		return;
+	case SUBTAB_BUSY:
+		pending_wait_claim(p, effect_begin_acquire);
+		return;
+	case SUBTAB_FULL:
+		effect_fail(p, reply_error_simple(p->id, "table_full", 0,
+		    "the submission table is full (capacity %u); restart "
+		    "idemd with a larger --capacity", d->capacity));
+		return;
+	case SUBTAB_ALLOC_FAILED:
+		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		    "the submission table is unusable"));
+		return;
+	}
+}
+
+/* ---- effect_complete and effect_resolve ------------------------------------ */
+
+static int
+result_matches(struct pending *p)
+{
+	struct effect	*e = effect_of(p);
+	const uint8_t	*bytes;
+
+	if (!e->has_result)
+		return 1;
+	bytes = arena_get(&idemd_of(p)->seg, e->entry.result_offset,
+	    e->entry.result_length);
+	return bytes != NULL && e->entry.result_length == e->result_length &&
+	    memcmp(bytes, e->result, e->result_length) == 0;
+}
+
+static void
+effect_settled(struct pending *p)
+{
+	struct effect	*e = effect_of(p);
+
+	if (effect_journal_failed(p))
+		return;
+	if (e->op == EFFECT_RESOLVE) {
+		crash_point(CRASH_AFTER_EFFECT_RESOLVE_DURABLE);
+		atomic_fetch_add(&counters_of(p)->effects_resolved, 1);
+	} else if (e->entry.state == SUBTAB_COMMITTED)
+		crash_point(CRASH_AFTER_EFFECT_COMMIT_DURABLE);
+	else
+		crash_point(CRASH_AFTER_EFFECT_RELEASE_DURABLE);
+	if (e->entry.state == SUBTAB_COMMITTED) {
+		atomic_fetch_add(&counters_of(p)->effects_committed, 1);
+		effect_answer_receipt(p, NULL, 1);
+		return;
+	}
+	if (e->entry.state == SUBTAB_RELEASED)
+		atomic_fetch_add(&counters_of(p)->effects_released, 1);
+	effect_answer_state(p, 1);
+}
+
+/* Commit with e->result: into the arena, then the record. */
+static void
+effect_commit(struct pending *p, int recovered)
+{
+	struct effect	*e = effect_of(p);
+	int64_t		 now = shm_now_ms();
+
+	if (arena_put(&idemd_of(p)->seg, e->result, e->result_length,
+	    &e->entry.result_offset) != 0) {
+		log_warnx("effect %s: the result arena is full; restart idemd "
+		    "with a larger --result-bytes", e->id);
+		effect_fail(p, reply_error_simple(p->id, "table_full", 0,
+		    "the result arena is full; restart idemd with a larger "
+		    "--result-bytes, then complete again with the same "
+		    "fence"));
+		return;
+	}
+	e->entry.result_length = (uint32_t)e->result_length;
+	digest_sha256(e->result, e->result_length, e->entry.file_digest);
+	e->entry.state = SUBTAB_COMMITTED;
+	e->entry.created_at_ms = now;
+	e->entry.updated_at_ms = now;
+	if (recovered)
+		e->entry.effect_flags |= SUBTAB_EFFECT_RECOVERED;
+	effect_journal(p, effect_settled);
+}
+
+static void
+effect_set_state(struct pending *p, enum subtab_state state)
+{
+	struct effect	*e = effect_of(p);
+
+	e->entry.state = state;
+	e->entry.updated_at_ms = shm_now_ms();
+	effect_journal(p, effect_settled);
+}
+
+/* complete: the slot is claimed and its state durable. */
+static void
+effect_complete_judge(struct pending *p)
+{
+	struct effect		*e = effect_of(p);
+	const struct subtab_entry *x = &e->entry;
+
+	if (effect_journal_failed(p))
+		return;
+	if (e->fence_attempt != x->attempt || e->fence_nonce != x->fence) {
+		effect_conflict(p, "stale_fence", "this fence is not the latest "
+		    "one issued for the effect; nothing changed");
+		return;
+	}
+	switch (x->state) {
+	case SUBTAB_COMMITTED:
+		/* A retry of the complete that committed: same answer. */
+		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
+			effect_answer_receipt(p, NULL, 0);
+		else
+			effect_conflict(p, "already_committed", "the effect "
+			    "is committed with another outcome or result");
+		return;
+	case SUBTAB_RELEASED:
+		if (e->outcome == OUTCOME_NOT_APPLIED)
+			effect_answer_state(p, 0);
+		else
+			effect_conflict(p, "no_reservation", "the reservation "
+			    "was released; begin again");
+		return;
+	default:	/* reserved (live or lapsed), outcome_unknown */
+		if (e->outcome == OUTCOME_APPLIED)
+			effect_commit(p, 0);
+		else
+			effect_set_state(p, SUBTAB_RELEASED);
+		return;
+	}
+}
+
+/* resolve: the slot is claimed and its state durable. */
+static void
+effect_resolve_judge(struct pending *p)
+{
+	struct effect		*e = effect_of(p);
+	const struct subtab_entry *x = &e->entry;
+
+	if (effect_journal_failed(p))
+		return;
+	if (e->source[0] != '\0')
+		log_info("effect %s (%s): evidence %s from %s", e->id, e->kind,
+		    e->outcome == OUTCOME_APPLIED ? "applied" :
+		    e->outcome == OUTCOME_NOT_APPLIED ? "not_applied" :
+		    "unknown", e->source);
+	if (x->state == SUBTAB_COMMITTED) {
+		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
+			effect_answer_receipt(p, NULL, 0);
+		else
+			effect_conflict(p, "already_committed", "the evidence "
+			    "contradicts the committed receipt");
+		return;
+	}
+	if (e->found_end != SUBTAB_NOT_JOURNALED &&
+	    effect_lease_live(x, shm_now_ms())) {
+		effect_in_progress(p);
+		return;
+	}
+	switch (e->outcome) {
+	case OUTCOME_APPLIED:
+		effect_commit(p, 1);
+		return;
+	case OUTCOME_NOT_APPLIED:
+		if (x->state == SUBTAB_RELEASED)
+			effect_answer_state(p, 0);
+		else
+			effect_set_state(p, SUBTAB_RELEASED);
+		return;
+	case OUTCOME_UNKNOWN:
+		if (x->state == SUBTAB_OUTCOME_UNKNOWN)
+			effect_answer_state(p, 0);
+		else
+			effect_set_state(p, SUBTAB_OUTCOME_UNKNOWN);
+		return;
+	}
+}
+
+/* complete and resolve: claim the key whatever its digest. */
+static void
+effect_claim(struct pending *p)
+{
+	struct effect		*e = effect_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct subtab_acquire	 a;
+
+	if (p->timed_out) {
+		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		    "another request on this effect is still in flight after "
+		    "%d ms", d->inflight_wait_ms));
+		return;
+	}
+	memset(&a, 0, sizeof a);
+	a.key = e->key;
+	a.key_length = e->key_length;
+	a.claim = e->claim;
+	switch (subtab_claim_key(&d->seg, &a)) {
+	case SUBTAB_CLAIMED:
+		e->claimed = 1;
+		e->slot = a.slot;
+		e->entry = a.found;
+		e->found_end = a.found_journal_end;
+		if (e->entry.kind != SUBTAB_KIND_EFFECT) {
+			effect_fail(p, reply_error_simple(p->id, "internal", 0,
+			    "the key names no effect"));
+			return;
+		}
+		effect_after_durable(p, e->op == EFFECT_COMPLETE ?
+		    effect_complete_judge : effect_resolve_judge);
+		return;
+	case SUBTAB_BUSY:
+		pending_wait_claim(p, effect_claim);
+		return;
+	case SUBTAB_FULL:	/* no such key */
+		effect_refuse(p, "conflict", "conflict", "no_reservation", 0,
+		    "no effect was begun under this key", 0);
+		return;
+	default:
+		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		    "the submission table is unusable"));
+		return;
+	}
+}
+
+/* ---- The ops --------------------------------------------------------------- */
+
+static int
+effect_parse(enum effect_op op, json_t *request, struct effect *e,
+    struct request_error *err)
+{
+	switch (op) {
+	case EFFECT_BEGIN:
+		return begin_parse(request, e, err);
+	case EFFECT_COMPLETE:
+		return complete_parse(request, e, err);
+	case EFFECT_RESOLVE:
+		return resolve_parse(request, e, err);
+	}
+	return -1;
+}
+
+static void
+effect_start(struct conn *conn, json_t *request, json_t *id,
+    enum effect_op op)
+{
+	struct request_error	 err;
+	struct effect		*e;
+	struct pending		*p;
+	struct idemd		*d;
+
+	p = pending_new(conn, id);
+	e = calloc(1, sizeof *e);
+	if (p == NULL || e == NULL) {
+		free(e);
+		if (p != NULL)
+			pending_reply(p, reply_error_simple(id, "internal", 1,
+			    "out of memory"));
+		return;
+	}
+	p->op = e;
+	p->op_free = effect_free;
+	e->op = op;
+	d = idemd_of(p);
+	if (effect_parse(op, request, e, &err) != 0) {
+		atomic_fetch_add(&d->seg.header->counters.errors, 1);
+		pending_reply(p, reply_error(&err, p->id));
+		return;
+	}
+	if (atomic_load(&d->seg.header->journal_failed) && op != EFFECT_BEGIN) {
+		/* Reads of a committed receipt need no write: begin goes on. */
+		effect_fail(p, reply_error_simple(p->id, "storage_unavailable",
+		    1, "the journal failed; writes resume when the broker has "
+		    "reopened its state"));
+		return;
+	}
+	e->entry.kind = SUBTAB_KIND_EFFECT;
+	e->entry.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	memcpy(e->entry.request_digest, e->digest, IDEM_SHA256_BYTES);
+	e->entry.reserved_at_ms = shm_now_ms();
+	e->entry.updated_at_ms = e->entry.reserved_at_ms;
+	conn_peer(conn, &e->entry.peer_uid, &e->entry.peer_pid);
+	e->claim.worker = p->worker->index + 1;
+	e->claim.generation = p->worker->generation;
+	e->claim.token = ++p->worker->next_token;
+	if (op == EFFECT_BEGIN)
+		effect_begin_acquire(p);
+	else
+		effect_claim(p);
+}
+
+void
+op_effect_begin(struct conn *conn, json_t *request, json_t *id)
+{
+	effect_start(conn, request, id, EFFECT_BEGIN);
+}
+
+void
+op_effect_complete(struct conn *conn, json_t *request, json_t *id)
+{
+	effect_start(conn, request, id, EFFECT_COMPLETE);
+}
+
+void
+op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
+{
+	effect_start(conn, request, id, EFFECT_RESOLVE);
+}
+
+/* Check an effect op's request as the op would; changes nothing. */
+int
+effect_check(const char *op, json_t *request, struct request_error *err)
+{
+	struct effect	*e;
+	int		 rc;
+
+	if ((e = calloc(1, sizeof *e)) == NULL)
+		return request_error_set(err, "internal", NULL,
+		    "out of memory");
+	rc = effect_parse(strcmp(op, "effect_begin") == 0 ? EFFECT_BEGIN :
+	    strcmp(op, "effect_complete") == 0 ? EFFECT_COMPLETE :
+	    EFFECT_RESOLVE, request, e, err);
+	effect_free(e);
+	return rc;
+}
+
+/* ---- Read-only views: get_submission and diagnose ------------------------ */
+
+json_t *
+effect_submission_json(struct shm_segment *seg, const char *key,
+    size_t key_length, const struct subtab_entry *x, int in_flight,
+    int64_t now)
+{
+	char	 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char	 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	char	 hex[IDEM_DIGEST_HEX_SIZE];
+	char	 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	json_t	*j, *receipt;
+	int64_t	 age = now - x->updated_at_ms;
+
+	if (effect_key_split(key, key_length, kind, sizeof kind, id,
+	    sizeof id) != 0)
+		return NULL;
+	j = json_object();
+	json_object_set_new(j, "client_submission_id", json_string(id));
+	json_object_set_new(j, "effect_kind", json_string(kind));
+	json_object_set_new(j, "state", json_string(effect_state_name(x,
+	    now)));
+	json_object_set_new(j, "digest_schema",
+	    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
+	digest_to_hex(x->request_digest, hex);
+	json_object_set_new(j, "request_digest", json_string(hex));
+	json_object_set_new(j, "attempt", json_integer(x->attempt));
+	external_key(key, key_length, x->request_digest, xkey);
+	json_object_set_new(j, "external_key", json_string(xkey));
+	json_object_set_new(j, "reserved_at", time_json(x->reserved_at_ms));
+	json_object_set_new(j, "updated_at", time_json(x->updated_at_ms));
+	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
+	if (x->state == SUBTAB_RESERVED) {
+		/* The lease started at the attempt's record (updated_at). */
+		json_object_set_new(j, "lease_expires_at",
+		    time_json(x->lease_expires_ms));
+		json_object_set_new(j, "lease_age_ms",
+		    json_integer(age < 0 ? 0 : age));
+		json_object_set_new(j, "lease_live",
+		    json_boolean(effect_lease_live(x, now)));
+	}
+	json_object_set_new(j, "in_flight", json_boolean(in_flight));
+	if (x->state == SUBTAB_COMMITTED) {
+		if (x->effect_flags & SUBTAB_EFFECT_RECOVERED)
+			json_object_set_new(j, "recovered", json_true());
+		receipt = effect_receipt_json(seg, key, key_length, x);
+		json_object_set_new(j, "receipt", receipt != NULL ? receipt :
+		    json_null());
+	}
+	return j;
+}
