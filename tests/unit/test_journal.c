@@ -346,7 +346,7 @@ round_trip_keeps_every_field(void **state)
 		    JOURNAL_DECODE_OK);
 		assert_int_equal(consumed, len);
 		assert_record_equal(&out, &in);
-		assert_int_equal(out.entry.unused[0], 0);
+		assert_int_equal(out.entry.effect_flags, 0);
 	}
 
 	/* A key of the maximum length, and an empty one (legacy entry). */
@@ -449,6 +449,168 @@ decode_is_short_for_every_truncation(void **state)
 	}
 }
 
+/* ---- EFFECT records (doc/journal.md, "Effect records") ------------------- */
+
+static void	reseal(uint8_t *, size_t);
+
+static void
+make_effect(struct journal_record *r, const uint8_t *result, uint32_t length)
+{
+	struct subtab_entry	*e = &r->entry;
+	size_t			 i;
+
+	memset(r, 0, sizeof *r);
+	r->type = JOURNAL_RECORD_EFFECT;
+	e->kind = SUBTAB_KIND_EFFECT;
+	e->state = length > 0 ? SUBTAB_COMMITTED : SUBTAB_RESERVED;
+	e->schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	e->effect_flags = SUBTAB_EFFECT_RECOVERED;
+	e->attempt = 0x01020304u;
+	e->result_length = length;
+	for (i = 0; i < IDEM_SHA256_BYTES; i++) {
+		e->request_digest[i] = (uint8_t)i;
+		e->file_digest[i] = (uint8_t)(0x80 + i);
+	}
+	e->fence = 0x1122334455667788ULL;
+	e->lease_expires_ms = 1764676830123LL;
+	e->result_offset = 0xdeadbeef;		/* memory only: not written */
+	e->reserved_at_ms = 1764676800123LL;
+	e->updated_at_ms = -4;
+	e->created_at_ms = 1764676801000LL;
+	e->peer_uid = 1000;
+	e->peer_pid = 4242;
+	memcpy(r->key, "mail.send/v1\x1frun-42/step-7", 25);
+	e->key_length = 25;
+	r->result = result;
+}
+
+static void
+effect_encoding_matches_the_document(void **state)
+{
+	static const uint8_t	 result[] = "{\"id\":7}";
+	struct journal_record	 r, out;
+	uint8_t			 buf[JOURNAL_MAX_RECORD_BYTES], sum[8];
+	uint8_t			 lp[4 + JOURNAL_MAX_RECORD_BYTES];
+	const uint8_t		*p = buf + DOC_RECORD_HEADER_BYTES;
+	size_t			 len, plen, consumed;
+
+	make_effect(&r, result, 8);
+	len = journal_encode(&r, buf, sizeof buf);
+	assert_int_equal(len, DOC_RECORD_HEADER_BYTES +
+	    DOC_PAYLOAD_FIXED_BYTES + 25 + 8);
+	assert_int_equal(journal_encoded_size(&r), len);
+	plen = len - DOC_RECORD_HEADER_BYTES;
+	memcpy(lp, buf + 4, 4);
+	memcpy(lp + 4, p, plen);
+	crypto_shorthash(sum, lp, 4 + plen, doc_key);
+	assert_memory_equal(buf + 8, sum, 8);
+
+	assert_int_equal(p[0], 2);
+	assert_int_equal(p[1], 3);
+	assert_int_equal(p[2], 3);
+	assert_int_equal(p[3], 16);
+	assert_int_equal(p[4], 1);		/* recovered */
+	assert_int_equal(p[5], 0);
+	assert_int_equal(p[6] | p[7] << 8, 25);
+	assert_memory_equal(p + 8, "\x04\x03\x02\x01", 4);	/* attempt */
+	assert_memory_equal(p + 12, "\x08\0\0\0", 4);	/* result length */
+	assert_memory_equal(p + 16, r.entry.request_digest, 32);
+	assert_memory_equal(p + 48, r.entry.file_digest, 32);
+	assert_memory_equal(p + 80, "\x88\x77\x66\x55\x44\x33\x22\x11", 8);
+	put_le(lp, 1764676830123ULL, 8);
+	assert_memory_equal(p + 88, lp, 8);
+	memset(lp, 0, 16);
+	assert_memory_equal(p + 96, lp, 16);	/* the arena offset is not */
+	put_le(lp, 1764676801000ULL, 8);
+	assert_memory_equal(p + 128, lp, 8);	/* committed_at */
+	assert_memory_equal(p + 144, r.key, 25);
+	assert_memory_equal(p + 144 + 25, result, 8);
+
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_OK);
+	assert_int_equal(consumed, len);
+	assert_int_equal(out.type, JOURNAL_RECORD_EFFECT);
+	assert_int_equal(out.entry.attempt, r.entry.attempt);
+	assert_int_equal(out.entry.result_length, 8);
+	assert_int_equal(out.entry.fence, r.entry.fence);
+	assert_int_equal(out.entry.lease_expires_ms, r.entry.lease_expires_ms);
+	assert_int_equal(out.entry.effect_flags, SUBTAB_EFFECT_RECOVERED);
+	assert_int_equal(out.entry.result_offset, 0);
+	assert_int_equal(out.entry.updated_at_ms, -4);
+	assert_memory_equal(out.result, result, 8);
+	assert_memory_equal(out.key, r.key, 25);
+}
+
+static void
+effect_record_with_the_largest_result_round_trips(void **state)
+{
+	struct journal_record	 r, out;
+	uint8_t			*result, *buf;
+	size_t			 len, consumed, i;
+
+	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
+	buf = malloc(JOURNAL_MAX_EFFECT_RECORD_BYTES);
+	assert_non_null(result);
+	assert_non_null(buf);
+	for (i = 0; i < IDEM_MAX_EFFECT_RESULT_BYTES; i++)
+		result[i] = (uint8_t)('a' + i % 26);
+	make_effect(&r, result, IDEM_MAX_EFFECT_RESULT_BYTES);
+	memset(r.key, 'k', SUBTAB_MAX_KEY_BYTES);
+	r.key[3] = '\x1f';
+	r.entry.key_length = SUBTAB_MAX_KEY_BYTES;
+	len = journal_encode(&r, buf, JOURNAL_MAX_EFFECT_RECORD_BYTES);
+	assert_int_equal(len, JOURNAL_MAX_EFFECT_RECORD_BYTES);
+	assert_int_equal(journal_encode(&r, buf, len - 1), 0);
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_OK);
+	assert_memory_equal(out.result, result, IDEM_MAX_EFFECT_RESULT_BYTES);
+	/* Every truncation is SHORT: replay waits, never misreads. */
+	for (i = 0; i < len; i += 997)
+		assert_int_equal(journal_decode(buf, i, &out, &consumed),
+		    JOURNAL_DECODE_SHORT);
+	/* One byte more is refused by encode. */
+	r.entry.result_length = IDEM_MAX_EFFECT_RESULT_BYTES + 1;
+	assert_int_equal(journal_encode(&r, buf,
+	    JOURNAL_MAX_EFFECT_RECORD_BYTES), 0);
+	free(result);
+	free(buf);
+}
+
+static void
+effect_decode_checks_fields_behind_a_good_checksum(void **state)
+{
+	static const uint8_t	 result[] = "null";
+	static const struct { size_t offset; uint8_t value; } bad[] = {
+		{ 1, 1 },		/* kind: a task in an EFFECT record */
+		{ 2, 2 }, { 2, 6 },	/* state: task_created, out of range */
+		{ 3, 1 },		/* schema */
+		{ 4, 2 },		/* unknown flag */
+		{ 5, 1 },		/* zero byte */
+		{ 12, 5 },		/* result length vs record length */
+		{ 100, 1 },		/* padding */
+	};
+	struct journal_record	 r, out;
+	uint8_t			 good[JOURNAL_MAX_RECORD_BYTES];
+	uint8_t			 buf[JOURNAL_MAX_RECORD_BYTES];
+	size_t			 len, i, consumed;
+
+	make_effect(&r, result, 4);
+	len = journal_encode(&r, good, sizeof good);
+	assert_true(len > 0);
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		memcpy(buf, good, len);
+		buf[16 + bad[i].offset] = bad[i].value;
+		reseal(buf, len);
+		if (journal_decode(buf, len, &out, &consumed) !=
+		    JOURNAL_DECODE_BAD)
+			fail_msg("effect payload byte %zu = %u accepted",
+			    bad[i].offset, bad[i].value);
+	}
+	/* A result without its bytes is refused by encode. */
+	r.result = NULL;
+	assert_int_equal(journal_encode(&r, buf, sizeof buf), 0);
+}
+
 /* Re-seal a hand-edited record as doc/journal.md says. */
 static void
 reseal(uint8_t *rec, size_t len)
@@ -496,7 +658,7 @@ decode_checks_fields_behind_a_good_checksum(void **state)
 
 	/* A length past the limit is BAD, not SHORT: never wait for it. */
 	memcpy(buf, good, len);
-	put_le(buf + 4, JOURNAL_MAX_RECORD_BYTES, 4);
+	put_le(buf + 4, JOURNAL_MAX_EFFECT_RECORD_BYTES, 4);
 	assert_int_equal(journal_decode(buf, len, &out, &consumed),
 	    JOURNAL_DECODE_BAD);
 }
@@ -1178,6 +1340,9 @@ main(void)
 		T(decode_is_short_for_every_truncation),
 		T(decode_checks_fields_behind_a_good_checksum),
 		T(encode_refuses_small_buffers_and_bad_fields),
+		T(effect_encoding_matches_the_document),
+		T(effect_record_with_the_largest_result_round_trips),
+		T(effect_decode_checks_fields_behind_a_good_checksum),
 		T(missing_dir_is_an_empty_journal),
 		T(open_creates_segment_one),
 		T(append_then_replay_gives_the_same_records_in_order),
