@@ -300,6 +300,119 @@ struct idem_stats {
 int	idem_stats(struct idem_conn *, struct idem_stats *,
 	    struct idem_error *);
 
+/* ---- Effects: side effects the caller performs (SPEC.md, "Effects") ---- */
+
+/*
+ * What the broker answered about an effect.  begin answers PROCEED,
+ * REUSED, CONFLICT, IN_PROGRESS or OUTCOME_UNKNOWN; complete and resolve
+ * answer COMMITTED, RELEASED, OUTCOME_UNKNOWN (resolve: evidence
+ * unknown, kept for diagnose) or CONFLICT.
+ */
+enum idem_effect_disposition {
+	IDEM_EFFECT_NONE = 0,		/* the call failed before an answer */
+	IDEM_EFFECT_PROCEED,		/* perform now, then complete */
+	IDEM_EFFECT_REUSED,		/* already applied: receipt is the first */
+	IDEM_EFFECT_CONFLICT,		/* err.reason says why; nothing to do */
+	IDEM_EFFECT_IN_PROGRESS,	/* another caller holds a live lease */
+	IDEM_EFFECT_OUTCOME_UNKNOWN,	/* a lease lapsed: settle by evidence */
+	IDEM_EFFECT_COMMITTED,		/* complete or resolve: applied */
+	IDEM_EFFECT_RELEASED		/* not applied: the next begin proceeds */
+};
+
+enum idem_effect_observed {
+	IDEM_OBSERVED_APPLIED,
+	IDEM_OBSERVED_NOT_APPLIED,
+	IDEM_OBSERVED_UNKNOWN
+};
+
+#define IDEM_EFFECT_FENCE_SIZE		32
+#define IDEM_EFFECT_EXTERNAL_KEY_SIZE	40
+
+struct idem_effect {
+	enum idem_effect_disposition	 disposition;
+	int				 action_taken;
+	int				 recovered;	/* committed by a resolve */
+	unsigned			 attempt;
+	char				 fence[IDEM_EFFECT_FENCE_SIZE];
+	/* Pass it downstream as that system's own idempotency key. */
+	char				 external_key[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	char				 state[32];	/* as sent, when sent */
+	char				 request_digest[IDEM_DIGEST_HEX_SIZE];
+	char				 lease_expires_at[32];
+	char				 committed_at[32];
+	/* Committed: malloc'd, free with idem_effect_clear. */
+	char				*receipt;	/* the receipt as sent */
+	char				*result;	/* its result, compact JSON */
+};
+void	idem_effect_clear(struct idem_effect *);
+
+/*
+ * effect_begin.  request_json is any JSON text (what the effect will do,
+ * digested with generic-json-v1); lease_ms 0 means the broker's default
+ * (30000).  Returns 0 when the broker answered one of begin's
+ * dispositions (for CONFLICT, IN_PROGRESS and OUTCOME_UNKNOWN err is
+ * filled too), -1 otherwise.  Free out with idem_effect_clear.
+ */
+int	idem_effect_begin(struct idem_conn *, const char *client_submission_id,
+	    const char *effect_kind, const char *request_json, int64_t lease_ms,
+	    struct idem_effect *out, struct idem_error *);
+/*
+ * effect_complete with the fence begin gave: applied (result_json, any
+ * JSON text; NULL is null) commits, or not applied releases.  0 with
+ * COMMITTED, RELEASED or CONFLICT (err.reason stale_fence,
+ * no_reservation, already_committed), -1 otherwise.  A complete whose
+ * answer was lost may be sent again with the same fence and result.
+ */
+int	idem_effect_complete(struct idem_conn *,
+	    const char *client_submission_id, const char *effect_kind,
+	    const char *fence, int applied, const char *result_json,
+	    struct idem_effect *out, struct idem_error *);
+/*
+ * effect_resolve: settle an outcome_unknown with evidence (source: who
+ * or what observed it; may be NULL).  0 with COMMITTED (recovered),
+ * RELEASED, OUTCOME_UNKNOWN or CONFLICT (already_committed,
+ * no_reservation), -1 otherwise (in_progress: the lease is still live).
+ */
+int	idem_effect_resolve(struct idem_conn *,
+	    const char *client_submission_id, const char *effect_kind,
+	    enum idem_effect_observed, const char *result_json,
+	    const char *source, struct idem_effect *out, struct idem_error *);
+
+/*
+ * The caller's side effect, called on PROCEED with begun->attempt,
+ * ->fence and ->external_key.  Return what happened: APPLIED with
+ * *result_json (malloc'd JSON text, or NULL for null; the library frees
+ * it), NOT_APPLIED (nothing happened: released, a later run performs
+ * again), or UNKNOWN (it cannot tell, e.g. a timeout: nothing is
+ * reported, and once the lease lapses the effect is outcome_unknown).
+ */
+typedef enum idem_effect_observed (*idem_effect_perform_fn)(
+	    const struct idem_effect *begun, char **result_json, void *arg);
+/*
+ * Asked on OUTCOME_UNKNOWN: look at the downstream system (by
+ * unknown->external_key) and say what happened, with the result if
+ * applied and *source (malloc'd or NULL) naming the evidence.
+ */
+typedef enum idem_effect_observed (*idem_effect_probe_fn)(
+	    const struct idem_effect *unknown, char **result_json,
+	    char **source, void *arg);
+/*
+ * Begin; on PROCEED call perform and complete with what it says; on
+ * OUTCOME_UNKNOWN call probe (if not NULL) and resolve with its
+ * evidence (and, if it says not applied, begin and perform once more).
+ * Returns 0 when the effect is settled: out->disposition REUSED or
+ * COMMITTED (out->receipt, out->result) or RELEASED (perform said not
+ * applied).  Returns -1 otherwise, out->disposition saying where it
+ * stopped: CONFLICT, IN_PROGRESS (retry later), OUTCOME_UNKNOWN (no
+ * probe, or the probe could not tell; err code IDEM_E_OUTCOME_UNKNOWN),
+ * PROCEED (perform said UNKNOWN, or the complete failed: err says which;
+ * never perform again under this id before the outcome is settled).
+ */
+int	idem_effect_run(struct idem_conn *, const char *client_submission_id,
+	    const char *effect_kind, const char *request_json, int64_t lease_ms,
+	    idem_effect_perform_fn perform, idem_effect_probe_fn probe,
+	    void *arg, struct idem_effect *out, struct idem_error *);
+
 /* ---- Submission ids and retrying --------------------------------------- */
 
 /*
