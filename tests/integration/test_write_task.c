@@ -295,12 +295,14 @@ hello_answers_server_and_protocol(void **state)
 	assert_true(json_is_integer(json_object_get(reply, "protocol")));
 	assert_int_equal(json_integer_value(json_object_get(reply,
 	    "protocol")), 1);
-	/* The schemas write_task accepts in "digest_schema". */
+	/* The schemas write_task and effect_begin accept. */
 	schemas = json_object_get(reply, "digest_schemas");
 	assert_true(json_is_array(schemas));
-	assert_int_equal(json_array_size(schemas), 1);
+	assert_int_equal(json_array_size(schemas), 2);
 	assert_string_equal(json_string_value(json_array_get(schemas, 0)),
 	    "write-task-v1");
+	assert_string_equal(json_string_value(json_array_get(schemas, 1)),
+	    "generic-json-v1");
 	json_decref(reply);
 	harness_finish(b);
 }
