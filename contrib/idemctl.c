@@ -441,11 +441,13 @@ ctl_answer_error(struct idemctl *ctl, json_t *response)
 {
 	json_t		*error = json_object_get(response, "error");
 	const char	*field = string_member(error, "field", NULL);
+	const char	*reason = string_member(error, "reason", NULL);
 
 	if (ctl->json)
 		print_json(response);
-	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "%s: %s%s%s%s",
+	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "%s%s%s: %s%s%s%s",
 	    string_member(error, "code", "error"),
+	    reason != NULL ? " " : "", reason != NULL ? reason : "",
 	    string_member(error, "message", "(no message)"),
 	    field != NULL ? " (field " : "", field != NULL ? field : "",
 	    field != NULL ? ")" : "");
@@ -896,6 +898,237 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 	return status;
 }
 
+/* ---- effects and resolve ------------------------------------------------------ */
+
+static const char *const effect_keys[] = {
+	"client_submission_id", "effect_kind", "state", "attempt",
+	"external_key", "digest_schema", "request_digest", "reserved_at",
+	"updated_at", "lease_expires_at", "lease_live", "in_flight",
+	"recovered", NULL
+};
+static const char *const effect_receipt_keys[] = {
+	"attempt", "external_key", "result", "state", "committed_at", NULL
+};
+
+/* effects [list]: the unfinished effects, outcome_unknown first. */
+static int
+effects_list(struct idemctl *ctl)
+{
+	static const char *const header[] = {
+		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
+		"AGE", "EXTERNAL_KEY"
+	};
+	struct table	 t = { .columns = 6 };
+	json_t		*response, *entries, *entry, *counts, *list;
+	size_t		 i, unknown = 0;
+	char		 age[32], attempt[16];
+	int		 status;
+
+	if ((status = ctl_connect(ctl)) != 0)
+		return status;
+	response = ctl_call(ctl, json_pack("{s:s}", "op", "diagnose"),
+	    &status);
+	if (response == NULL)
+		return status;
+	if (!json_is_true(json_object_get(response, "ok"))) {
+		status = ctl_answer_error(ctl, response);
+		json_decref(response);
+		return status;
+	}
+	entries = json_object_get(response, "entries");
+	counts = json_object_get(response, "effect_counts");
+	list = json_array();
+	json_array_foreach(entries, i, entry) {
+		if (json_object_get(entry, "effect_kind") == NULL)
+			continue;
+		json_array_append(list, entry);
+		if (strcmp(string_member(entry, "state", ""),
+		    "outcome_unknown") == 0)
+			unknown++;
+	}
+	if (ctl->json) {
+		entry = json_pack("{s:O,s:O}", "effects", list, "counts",
+		    counts != NULL ? counts : json_null());
+		print_json(entry);
+		json_decref(entry);
+	} else {
+		if (table_add(&t, header) == -1)
+			goto nomem;
+		json_array_foreach(list, i, entry) {
+			format_duration(int_member(entry, "age_ms"), age,
+			    sizeof age);
+			snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
+			    int_member(entry, "attempt"));
+			if (table_add(&t, (const char *[]){
+			    string_member(entry, "effect_kind", "?"),
+			    string_member(entry, "client_submission_id", "?"),
+			    string_member(entry, "state", "?"), attempt, age,
+			    string_member(entry, "external_key", "?") }) == -1)
+				goto nomem;
+		}
+		if (json_array_size(list) > 0)
+			table_print(&t, "");
+		printf("%s%zu unfinished effects: %" JSON_INTEGER_FORMAT
+		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live "
+		    "lease, %" JSON_INTEGER_FORMAT " released; %"
+		    JSON_INTEGER_FORMAT " committed\n", json_array_size(list) >
+		    0 ? "\n" : "", json_array_size(list),
+		    int_member(counts, "outcome_unknown"),
+		    int_member(counts, "reserved"),
+		    int_member(counts, "released"),
+		    int_member(counts, "committed"));
+		if (unknown > 0)
+			printf("An outcome_unknown effect may or may not have "
+			    "happened: look downstream by its external key,\n"
+			    "then: idemctl resolve KIND ID applied|not_applied"
+			    "|unknown\n");
+	}
+	table_free(&t);
+	json_decref(list);
+	json_decref(response);
+	/* Something needs a decision: a monitor wants to know. */
+	return unknown > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
+
+nomem:
+	table_free(&t);
+	json_decref(list);
+	json_decref(response);
+	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
+}
+
+static int
+effects_show(struct idemctl *ctl, const char *kind, const char *id)
+{
+	json_t	*response, *submission, *receipt;
+	int	 status;
+
+	if ((status = ctl_connect(ctl)) != 0)
+		return status;
+	response = ctl_call(ctl, json_pack("{s:s,s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", id, "effect_kind", kind),
+	    &status);
+	if (response == NULL)
+		return status;
+	if (!json_is_true(json_object_get(response, "ok"))) {
+		status = ctl_answer_error(ctl, response);
+		json_decref(response);
+		return status;
+	}
+	strip_envelope(response);
+	if (ctl->json)
+		print_json(response);
+	if (!json_is_true(json_object_get(response, "found"))) {
+		json_decref(response);
+		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "no effect %s "
+		    "\"%s\"", kind, id);
+	}
+	submission = json_object_get(response, "submission");
+	if (!ctl->json) {
+		print_fields(submission, effect_keys, "");
+		if ((receipt = json_object_get(submission, "receipt")) != NULL) {
+			printf("receipt\n");
+			print_fields(receipt, effect_receipt_keys, "  ");
+		}
+	}
+	json_decref(response);
+	return status;
+}
+
+static int
+cmd_effects(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+	};
+
+	while (ctl_next_option(ctl, argc, argv, options) != -1)
+		ctl_usage_error(ctl, "no options of its own");
+	if (optind == argc || (optind + 1 == argc &&
+	    strcmp(argv[optind], "list") == 0))
+		return effects_list(ctl);
+	if (optind + 3 == argc && strcmp(argv[optind], "show") == 0)
+		return effects_show(ctl, argv[optind + 1], argv[optind + 2]);
+	ctl_usage_error(ctl, "expected \"list\" or \"show KIND ID\"");
+}
+
+static int
+cmd_resolve(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS,
+		{ "result", required_argument, NULL, 'r' },
+		{ "source", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 }
+	};
+	static const char *const observed[] = {
+		"applied", "not_applied", "unknown", NULL
+	};
+	json_t		*evidence, *response, *result = NULL;
+	json_error_t	 jerr;
+	const char	*source = NULL;
+	char		 who[128];
+	int		 ch, status, i;
+
+	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch == 'r') {
+			json_decref(result);
+			result = json_loads(optarg, JSON_DECODE_ANY |
+			    JSON_REJECT_DUPLICATES, &jerr);
+			if (result == NULL)
+				ctl_usage_error(ctl, "--result: not JSON: %s",
+				    jerr.text);
+		} else if (ch == 's')
+			source = optarg;
+	}
+	if (optind + 3 != argc)
+		ctl_usage_error(ctl, "KIND ID applied|not_applied|unknown "
+		    "expected");
+	for (i = 0; observed[i] != NULL; i++)
+		if (strcmp(argv[optind + 2], observed[i]) == 0)
+			break;
+	if (observed[i] == NULL)
+		ctl_usage_error(ctl, "\"%s\" is not applied, not_applied or "
+		    "unknown", argv[optind + 2]);
+	if (source == NULL) {
+		snprintf(who, sizeof who, "idemctl resolve (uid %u)",
+		    (unsigned)getuid());
+		source = who;
+	}
+	evidence = json_pack("{s:s,s:s}", "observed", observed[i], "source",
+	    source);
+	if (result != NULL)
+		json_object_set_new(evidence, "result", result);
+	if ((status = ctl_connect(ctl)) != 0) {
+		json_decref(evidence);
+		return status;
+	}
+	response = ctl_call(ctl, json_pack("{s:s,s:s,s:s,s:o}", "op",
+	    "effect_resolve", "effect_kind", argv[optind],
+	    "client_submission_id", argv[optind + 1], "evidence", evidence),
+	    &status);
+	if (response == NULL)
+		return status;
+	if (!json_is_true(json_object_get(response, "ok"))) {
+		status = ctl_answer_error(ctl, response);
+		json_decref(response);
+		return status;
+	}
+	strip_envelope(response);
+	if (ctl->json)
+		print_json(response);
+	else {
+		printf("%s%s%s\n", string_member(response, "state", "?"),
+		    json_is_true(json_object_get(response, "recovered")) ?
+		    " (recovered)" : "", json_is_true(json_object_get(response,
+		    "action_taken")) ? "" : " (already so: nothing changed)");
+		if (json_object_get(response, "receipt") != NULL)
+			print_fields(json_object_get(response, "receipt"),
+			    effect_receipt_keys, "  ");
+	}
+	json_decref(response);
+	return IDEMCTL_EXIT_OK;
+}
+
 /* ---- submit -------------------------------------------------------------- */
 
 /* Read a whole file, or stdin for "-", as one JSON object. */
@@ -1131,7 +1364,8 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 static const char *
 kind_name(unsigned kind)
 {
-	return kind == SUBTAB_KIND_REPORT ? "report" : "task";
+	return kind == SUBTAB_KIND_REPORT ? "report" :
+	    kind == SUBTAB_KIND_EFFECT ? "effect" : "task";
 }
 
 /* TASK-... or REPORT-... of an entry. */
@@ -1183,8 +1417,46 @@ record_json(const struct journal_record *r, int checkpoint, uint64_t segment,
 	char		 path[IDEM_MAX_TASK_PATH_BYTES + 16];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
 	const char	*csid, *schema = subtab_schema_name(e->schema);
+	const char	*sep;
 	json_t		*j;
 
+	if (r->type == JOURNAL_RECORD_EFFECT) {
+		sep = memchr(r->key, SUBTAB_EFFECT_SEPARATOR, e->key_length);
+		j = json_pack("{s:s,s:I,s:o,s:s,s:s,s:s}", "source",
+		    checkpoint ? "checkpoint" : "journal", "segment",
+		    (json_int_t)segment, "offset", checkpoint ? json_null() :
+		    json_integer((json_int_t)offset), "type", "effect", "kind",
+		    "effect", "state", subtab_state_name(e->state));
+		json_object_set_new(j, "effect_kind", sep != NULL ?
+		    json_stringn(r->key, (size_t)(sep - r->key)) : json_null());
+		json_object_set_new(j, "client_submission_id", sep != NULL ?
+		    json_stringn(sep + 1, e->key_length - (size_t)(sep + 1 -
+		    r->key)) : json_null());
+		json_object_set_new(j, "schema", schema != NULL ?
+		    json_string(schema) : json_null());
+		digest_to_hex(e->request_digest, hex);
+		json_object_set_new(j, "request_digest", json_string(hex));
+		json_object_set_new(j, "attempt", json_integer(e->attempt));
+		json_object_set_new(j, "recovered", json_boolean(
+		    e->effect_flags & SUBTAB_EFFECT_RECOVERED));
+		json_object_set_new(j, "lease_expires_at",
+		    time_or_null(e->lease_expires_ms));
+		digest_to_hex(e->file_digest, hex);
+		json_object_set_new(j, "result_digest", e->state ==
+		    SUBTAB_COMMITTED ? json_string(hex) : json_null());
+		json_object_set_new(j, "result", e->result_length > 0 ?
+		    json_loadb((const char *)r->result, e->result_length,
+		    JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : json_null());
+		json_object_set_new(j, "reserved_at",
+		    time_or_null(e->reserved_at_ms));
+		json_object_set_new(j, "updated_at",
+		    time_or_null(e->updated_at_ms));
+		json_object_set_new(j, "committed_at",
+		    time_or_null(e->created_at_ms));
+		json_object_set_new(j, "peer_uid", json_integer(e->peer_uid));
+		json_object_set_new(j, "peer_pid", json_integer(e->peer_pid));
+		return j;
+	}
 	entry_id(e, id, sizeof id);
 	taskfile_format_path(e->kind, id, path, sizeof path);
 	csid = key_submission_id(e, r->key);
@@ -1296,7 +1568,8 @@ dump_apply(const struct journal_record *r, void *arg)
 		    kind_name(r->entry.kind), subtab_state_name(r->entry.state),
 		    string_member(j, "client_submission_id", "(legacy)"),
 		    string_member(j, r->entry.kind == SUBTAB_KIND_REPORT ?
-		    "report_id" : "task_id", "?"),
+		    "report_id" : r->entry.kind == SUBTAB_KIND_EFFECT ?
+		    "effect_kind" : "task_id", "?"),
 		    string_member(j, "updated_at", "-"));
 	else
 		print_json(j);
@@ -1468,6 +1741,9 @@ verify_apply(const struct journal_record *r, void *arg)
 	int			 overwrite = 0;
 	char			 id[sizeof vr->id], key[sizeof vr->key];
 
+	/* Effects have no file in the workspace to agree with. */
+	if (r->entry.kind == SUBTAB_KIND_EFFECT)
+		return 0;
 	/* A key of the largest size fills r->key: no NUL after it. */
 	memcpy(key, r->key, r->entry.key_length);
 	key[r->entry.key_length] = '\0';
@@ -2021,6 +2297,24 @@ static const struct command commands[] = {
 "Exit 0 created or reused, 1 conflict or refused (the error's code on\n"
 "stderr), 2 usage, 3 unreachable or the connection lost: the outcome is\n"
 "unknown, and running the same command again with the same id is safe.\n" },
+	{ "effects", cmd_effects, "unfinished effects; one effect",
+	    "[list] | show EFFECT_KIND CLIENT_SUBMISSION_ID",
+"List the effects (effect_begin) that are not committed, outcome_unknown\n"
+"first: kind, id, state (outcome_unknown, reserved with a live lease,\n"
+"released), attempt, age and the external key to look for downstream.\n"
+"Exit 1 if any outcome is unknown: it waits for idemctl resolve.  show\n"
+"prints one effect, its lease and, once committed, its receipt (exit 1\n"
+"if there is no such effect).\n" },
+	{ "resolve", cmd_resolve, "settle an outcome_unknown effect",
+	    "[--result JSON] [--source TEXT] EFFECT_KIND CLIENT_SUBMISSION_ID\n"
+"              applied|not_applied|unknown",
+"Settle an effect whose outcome is unknown, with what you found downstream\n"
+"(by its external key): applied commits it (--result, the result to keep\n"
+"in its receipt; later begins answer reused, recovered), not_applied\n"
+"releases it (the next begin proceeds, same external key), unknown keeps\n"
+"it listed.  --source says who or what saw it (logged by idemd).  Exit 1\n"
+"on a conflict (evidence against a committed receipt, no such effect) or\n"
+"while a caller still holds a live lease (in_progress).\n" },
 	{ "verify", cmd_verify, "offline: journal and workspace agree?",
 	    "[--root DIR]",
 "Check, offline, that the journal and the FCoP workspace agree; the\n"
