@@ -71,7 +71,9 @@ int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
 #define HEADER_BYTES		32
 #define RECORD_HEADER_BYTES	16
 #define PAYLOAD_MIN		144
-#define PAYLOAD_MAX		(144 + SUBTAB_MAX_KEY_BYTES)
+/* An EFFECT record carries its result after the key. */
+#define PAYLOAD_MAX		(144 + SUBTAB_MAX_KEY_BYTES + \
+	IDEM_MAX_EFFECT_RESULT_BYTES)
 #define MAX_SEGMENTS		4
 
 static const uint8_t	record_magic[4] = { 0xff, 'J', 'R', 'C' };
@@ -125,7 +127,7 @@ header_encode(uint64_t number, uint8_t out[HEADER_BYTES])
 static void
 fix_checksums(uint8_t *p, size_t size, size_t from)
 {
-	uint8_t		 buf[4 + PAYLOAD_MAX];
+	static uint8_t	 buf[4 + PAYLOAD_MAX];
 	const uint8_t	*m;
 	uint32_t	 length;
 
@@ -232,7 +234,7 @@ static int
 apply(const struct journal_record *r, void *arg)
 {
 	struct run	*run = arg;
-	uint8_t		 out[JOURNAL_MAX_RECORD_BYTES];
+	static uint8_t	 out[JOURNAL_MAX_EFFECT_RECORD_BYTES];
 	size_t		 n;
 	uint64_t	 s = run->stats->at_segment, at = run->stats->at_offset;
 
@@ -499,7 +501,7 @@ decode_at(const uint8_t *buf, size_t size, size_t at)
 {
 	struct journal_record		 r, untouched;
 	enum journal_decode_result	 res;
-	uint8_t				 out[JOURNAL_MAX_RECORD_BYTES];
+	static uint8_t			 out[JOURNAL_MAX_EFFECT_RECORD_BYTES];
 	size_t				 length = size - at, consumed, n, k;
 	uint32_t			 l;
 

@@ -83,3 +83,86 @@ taskfile_render_report(const struct taskfile_report *r, char **out,
 {
 	fuzz_unreachable(__func__);
 }
+
+/* effect.c: its parsing is request_check_line's; the rest is not. */
+enum subtab_verdict
+subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
+{
+	fuzz_unreachable(__func__);
+}
+
+enum subtab_verdict
+subtab_claim_key(struct shm_segment *seg, struct subtab_acquire *a)
+{
+	fuzz_unreachable(__func__);
+}
+
+int
+subtab_release(struct shm_segment *seg, uint32_t slot,
+    const struct subtab_claim *claim)
+{
+	fuzz_unreachable(__func__);
+}
+
+const char *
+subtab_state_name(unsigned state)
+{
+	fuzz_unreachable(__func__);
+}
+
+int
+arena_put(struct shm_segment *seg, const void *data, size_t length,
+    uint64_t *offset)
+{
+	fuzz_unreachable(__func__);
+}
+
+const uint8_t *
+arena_get(struct shm_segment *seg, uint64_t offset, size_t length)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+worker_wake_all(struct worker *w)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+pending_journal_slot(struct pending *p, const struct journal_record *record,
+    uint32_t slot, const struct subtab_claim *claim,
+    const struct subtab_entry *entry, pending_resume_fn resume)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+pending_wait_durable(struct pending *p, uint64_t end, pending_resume_fn resume)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+pending_wait_claim(struct pending *p, pending_resume_fn resume)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+crash_point(enum crash_point point)
+{
+	fuzz_unreachable(__func__);
+}
+
+int64_t
+shm_now_ms(void)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+conn_peer(const struct conn *c, uint32_t *uid, uint32_t *pid)
+{
+	fuzz_unreachable(__func__);
+}
