@@ -90,6 +90,11 @@ STOP_TIMEOUT = 20.0
 EARLIER_ID = "crashstates/earlier"
 TASK_ID = "crashstates/task"
 REPORT_ID = "crashstates/report"
+EFFECT_ID = "crashstates/effect"
+EFFECT_KIND = "crash.states/v1"
+# A day: a lease the checks never see lapse.
+EFFECT_LEASE_MS = 86400000
+EFFECT_RESULT = {"message_id": "<1@example.com>", "n": [1, 2.5]}
 
 
 class ExploreError(Exception):
@@ -1029,6 +1034,20 @@ def report_request(task_id):
         separators=(",", ":")).encode()
 
 
+def effect_request(op, request_id, **members):
+    request = {"op": op, "id": request_id,
+               "client_submission_id": EFFECT_ID,
+               "effect_kind": EFFECT_KIND}
+    request.update(members)
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+def effect_begin_request(request_id):
+    return effect_request("effect_begin", request_id,
+                          request={"to": "ops@example.com", "n": 1},
+                          lease_ms=EFFECT_LEASE_MS)
+
+
 def front_matter(data):
     """{key: raw value} of the front matter idem writes."""
     facts = {}
@@ -1079,7 +1098,8 @@ def sha256_hex(data):
 
 class Base:
     """A root to record on: its tree and its earlier submission."""
-    __slots__ = ("tree", "earlier_request", "earlier_reply", "earlier_task")
+    __slots__ = ("tree", "earlier_request", "earlier_reply", "earlier_task",
+                 "effect_fence")
 
 
 class Kind:
@@ -1103,6 +1123,10 @@ class Kind:
         r = json.loads(reply)
         if self.name in ("task", "rotate"):
             self.check_task(root, before, r, reply, acks, problems)
+        elif self.name == "effect_begin":
+            self.check_effect_begin(r, reply, acks, problems)
+        elif self.name == "effect_complete":
+            self.check_effect_complete(r, reply, acks, problems)
         elif self.name == "legacy":
             self.check_legacy(root, before, r, acks, problems)
         else:
@@ -1146,6 +1170,43 @@ class Kind:
         if sha256_hex(data) != receipt["file_digest"]:
             problems.append("the TASK file's digest is not the receipt's "
                             "file_digest")
+
+    def check_effect_begin(self, r, reply, acks, problems):
+        # Its lease is a day: durable, it is held (in_progress); lost, a
+        # new proceed.  A proceed that was sent is never sent again.
+        d = r.get("disposition")
+        if d not in ("proceed", "in_progress"):
+            problems.append("the begin's retry answered %s" %
+                            reply.decode())
+        elif d == "proceed" and acks:
+            problems.append("a proceed was sent before the crash, and the "
+                            "retry proceeds again: %s" % reply.decode())
+        elif d == "in_progress" and \
+                r.get("existing", {}).get("attempt") != 1:
+            problems.append("the begin's retry holds another attempt: %s"
+                            % reply.decode())
+        elif d == "proceed" and r.get("attempt") != 1:
+            problems.append("the begin's retry is attempt %s" %
+                            r.get("attempt"))
+
+    def check_effect_complete(self, r, reply, acks, problems):
+        # Committed before the crash or by the retry: the receipt, with
+        # the result, and byte for byte the one sent, if one was.
+        receipt = r.get("receipt") or {}
+        if not r.get("ok") or r.get("state") != "committed" or \
+                receipt.get("result") != EFFECT_RESULT:
+            problems.append("the complete's retry answered %s" %
+                            reply.decode())
+        for ack in sorted(acks):
+            if raw_member(reply, "receipt") != raw_member(ack, "receipt"):
+                problems.append("the receipt is not the one sent before "
+                                "the crash:\n      sent  %s\n      retry "
+                                "%s" % (raw_member(ack, "receipt").decode(),
+                                        raw_member(reply,
+                                                   "receipt").decode()))
+            if r.get("action_taken"):
+                problems.append("a commit was answered before the crash, "
+                                "and the retry committed again")
 
     def check_legacy(self, root, before, r, acks, problems):
         if not r.get("ok") or r.get("disposition") != "created" or \
@@ -1229,10 +1290,10 @@ class Explorer:
         with self.lock:
             print(text, flush=True)
 
-    def make_base(self, name, fill):
+    def make_base(self, name, fill, effect=False):
         """A root with the earlier submission committed; with fill, legacy
         tasks after it until segment 1 is one record short of
-        SEGMENT_BYTES."""
+        SEGMENT_BYTES; with effect, an effect begun (proceed) after it."""
         base = Base()
         root = os.path.join(self.work, name, "root")
         os.makedirs(root)
@@ -1252,6 +1313,12 @@ class Explorer:
             reply = json.loads(c.call(task_request(None, "filler", 0)))
             if not reply.get("ok"):
                 raise ExploreError("a filler task: %s" % reply)
+        base.effect_fence = None
+        if effect:
+            begun = json.loads(c.call(effect_begin_request(1)))
+            if begun.get("disposition") != "proceed":
+                raise ExploreError("the base's effect_begin: %s" % begun)
+            base.effect_fence = begun["fence"]
         c.close()
         if b.stop() != 0:
             raise ExploreError("idemd did not stop cleanly on the base root")
@@ -1529,8 +1596,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idemd", default=os.environ.get("IDEMD"),
                         help="the idemd binary (env IDEMD)")
-    parser.add_argument("--kinds", default="task,legacy,report,rotate",
-                        help="request kinds: task, legacy, report, rotate")
+    parser.add_argument("--kinds", default="task,legacy,report,rotate,"
+                        "effect_begin,effect_complete",
+                        help="request kinds: task, legacy, report, rotate, "
+                        "effect_begin, effect_complete")
     parser.add_argument("--depth", type=int, default=2, choices=(1, 2),
                         help="2: also the crash states of each retry "
                         "(a crash during recovery)")
@@ -1557,7 +1626,8 @@ def main():
         parser.error("--idemd or IDEMD is required")
     names = args.kinds.split(",")
     for name in names:
-        if name not in ("task", "legacy", "report", "rotate"):
+        if name not in ("task", "legacy", "report", "rotate",
+                        "effect_begin", "effect_complete"):
             parser.error("unknown kind %s" % name)
     if shutil.which("strace") is None:
         print("SKIP: strace not found")
@@ -1586,6 +1656,14 @@ def main():
             elif name == "report":
                 kinds.append(Kind("report", report_request(
                     small.earlier_task), small))
+            elif name == "effect_begin":
+                kinds.append(Kind("effect_begin", effect_begin_request(2),
+                                  small))
+            elif name == "effect_complete":
+                begun = ex.make_base("base-effect", False, effect=True)
+                kinds.append(Kind("effect_complete", effect_request(
+                    "effect_complete", 2, fence=begun.effect_fence,
+                    outcome="applied", result=EFFECT_RESULT), begun))
             else:
                 kinds.append(Kind("rotate", task_request(
                     TASK_ID, "one new task past the segment", 2),

@@ -2,7 +2,8 @@
 # Crash-state exploration (issue "Prove it", item 3; doc/testing.md,
 # "Crash-state exploration"): idemd is recorded under strace serving one
 # write_task (new id), one legacy write_task, one write_report and one
-# write_task that starts a journal segment and a checkpoint; every crash
+# write_task that starts a journal segment and a checkpoint, one
+# effect_begin and one effect_complete (applied, with a result); every crash
 # state the recorded fsync order allows is restarted, the request retried
 # and the answers and files checked (tests/crashstates/explore.py).
 # make check sets IDEMD and IDEM_SRCDIR.  Exit 77 (skip) without python3
