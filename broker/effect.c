@@ -783,6 +783,24 @@ effect_in_progress(struct pending *p)
 	    "another caller holds a live lease on this effect", 1);
 }
 
+/*
+ * Reserve attempt (claimed slot): record it, and proceed once durable.
+ * With the journal failed nothing new is recorded: the slot stays as it
+ * was (a fresh one unjournaled, which the next begin takes over).
+ */
+static void
+effect_reserve(struct pending *p, uint32_t attempt)
+{
+	if (atomic_load(&idemd_of(p)->seg.header->journal_failed)) {
+		effect_fail(p, reply_error_simple(p->id, "storage_unavailable",
+		    1, "the journal failed; writes resume when the broker has "
+		    "reopened its state"));
+		return;
+	}
+	effect_new_attempt(effect_of(p), attempt);
+	effect_journal(p, effect_proceed);
+}
+
 static void
 effect_begin_acquire(struct pending *p)
 {
@@ -806,8 +824,7 @@ effect_begin_acquire(struct pending *p)
 		e->claimed = 1;
 		e->slot = a.slot;
 		e->entry = a.found;
-		effect_new_attempt(e, 1);
-		effect_journal(p, effect_proceed);
+		effect_reserve(p, 1);
 		return;
 	case SUBTAB_CLAIMED:
 		e->claimed = 1;
@@ -817,9 +834,12 @@ effect_begin_acquire(struct pending *p)
 		switch (e->entry.state) {
 		case SUBTAB_RESERVED:
 			if (a.found_journal_end == SUBTAB_NOT_JOURNALED) {
-				/* Never durable, so never answered: take it. */
-				effect_new_attempt(e, e->entry.attempt);
-				effect_journal(p, effect_proceed);
+				/*
+				 * Never durable, so never answered: take it
+				 * (a fresh slot has no attempt yet).
+				 */
+				effect_reserve(p, e->entry.attempt > 0 ?
+				    e->entry.attempt : 1);
 			} else if (effect_lease_live(&e->entry, shm_now_ms()))
 				effect_in_progress(p);
 			else {
@@ -828,8 +848,7 @@ effect_begin_acquire(struct pending *p)
 			}
 			return;
 		case SUBTAB_RELEASED:
-			effect_new_attempt(e, e->entry.attempt + 1);
-			effect_journal(p, effect_proceed);
+			effect_reserve(p, e->entry.attempt + 1);
 			return;
 		default:	/* OUTCOME_UNKNOWN */
 			effect_release(p);
