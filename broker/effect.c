@@ -141,13 +141,30 @@ effect_free(void *arg)
 
 /* ---- Parsing ------------------------------------------------------------ */
 
+/* 1..128 bytes of 0x21..0x7e (the reserved write_task is the caller's). */
+int
+effect_kind_valid(const char *kind, size_t length, struct request_error *err)
+{
+	size_t	i;
+
+	for (i = 0; i < length; i++) {
+		if ((unsigned char)kind[i] < 0x21 ||
+		    (unsigned char)kind[i] > 0x7e)
+			return request_error_set(err, "invalid_request",
+			    "effect_kind", "effect_kind must be printable "
+			    "ASCII without spaces (byte %zu is 0x%02x)", i,
+			    (unsigned char)kind[i]);
+	}
+	return 0;
+}
+
 /* effect_kind: 1..128 bytes of 0x21..0x7e, not the reserved write_task. */
 static int
 effect_kind_field(json_t *request, struct effect *e,
     struct request_error *err)
 {
 	const char	*kind;
-	size_t		 length, i;
+	size_t		 length;
 	int		 rc;
 
 	rc = request_string(request, "effect_kind", "effect_kind", 1,
@@ -157,14 +174,8 @@ effect_kind_field(json_t *request, struct effect *e,
 	if (rc == 0)
 		return request_error_set(err, "invalid_request", "effect_kind",
 		    "effect_kind is required");
-	for (i = 0; i < length; i++) {
-		if ((unsigned char)kind[i] < 0x21 ||
-		    (unsigned char)kind[i] > 0x7e)
-			return request_error_set(err, "invalid_request",
-			    "effect_kind", "effect_kind must be printable "
-			    "ASCII without spaces (byte %zu is 0x%02x)", i,
-			    (unsigned char)kind[i]);
-	}
+	if (effect_kind_valid(kind, length, err) != 0)
+		return -1;
 	if (strcmp(kind, IDEM_EFFECT_KIND_RESERVED) == 0)
 		return request_error_set(err, "invalid_request", "effect_kind",
 		    "effect_kind \"%s\" is reserved: idem performs it "
@@ -938,6 +949,9 @@ effect_commit(struct pending *p, int recovered)
 		return;
 	}
 	e->entry.result_length = (uint32_t)e->result_length;
+	/* Evidence about a reservation that was never proceeded. */
+	if (e->entry.attempt == 0)
+		e->entry.attempt = 1;
 	digest_sha256(e->result, e->result_length, e->entry.file_digest);
 	e->entry.state = SUBTAB_COMMITTED;
 	e->entry.created_at_ms = now;
@@ -954,6 +968,8 @@ effect_set_state(struct pending *p, enum subtab_state state)
 
 	e->entry.state = state;
 	e->entry.updated_at_ms = shm_now_ms();
+	if (e->entry.attempt == 0)
+		e->entry.attempt = 1;
 	effect_journal(p, effect_settled);
 }
 

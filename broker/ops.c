@@ -93,7 +93,8 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		return;
 	}
 	if (request_string(request, "effect_kind", "effect_kind", 1,
-	    IDEM_MAX_EFFECT_KIND_BYTES, 1, &kind, &kind_length, &err) < 0) {
+	    IDEM_MAX_EFFECT_KIND_BYTES, 1, &kind, &kind_length, &err) < 0 ||
+	    (kind != NULL && effect_kind_valid(kind, kind_length, &err) != 0)) {
 		reply_invalid(c, id, &err);
 		return;
 	}

@@ -308,6 +308,9 @@ void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
 void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
 void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
 int	 effect_check(const char *op, json_t *request, struct request_error *);
+/* effect_kind's characters (0 or -1 with err). */
+int	 effect_kind_valid(const char *kind, size_t length,
+	    struct request_error *);
 int	 effect_key_split(const char *key, size_t key_length, char *kind,
 	    size_t kind_size, char *id, size_t id_size);
 /* A reserved effect whose lease has not expired at now. */

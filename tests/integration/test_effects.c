@@ -544,6 +544,10 @@ bad_requests_are_refused_and_change_nothing(void **state)
 	assert_error(reply, "invalid_request", "result");
 	json_decref(reply);
 	free(big);
+	reply = call(b, json_pack("{s:s, s:s, s:s}", "op", "get_submission",
+	    "client_submission_id", "x", "effect_kind", "has space"));
+	assert_error(reply, "invalid_request", "effect_kind");
+	json_decref(reply);
 	/* Nothing of it is in the table. */
 	reply = call(b, json_pack("{s:s, s:s, s:s}", "op", "get_submission",
 	    "client_submission_id", "x", "effect_kind", KIND));
