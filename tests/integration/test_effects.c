@@ -789,6 +789,40 @@ crash_after_effect_resolve_durable(void **state)
 	harness_finish(b);
 }
 
+/* One worker dies after the commit is durable; the master replaces it. */
+static void
+worker_crash_after_effect_commit_durable(void **state)
+{
+	struct broker		*b = *state;
+	const char *const	 env[] = {
+		"IDEM_CRASH_WORKER_AT=after_effect_commit_durable", NULL
+	};
+	struct idem_conn	*c;
+	json_t			*reply;
+	char			*fence, *first;
+
+	assert_int_equal(harness_start(b, NULL, env), 0);
+	reply = begin(b, "w-1", REQUEST, 0);
+	fence = fence_of(reply);
+	json_decref(reply);
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call(c, complete_request("w-1", fence, "applied",
+	    RESULT));
+	assert_null(reply);		/* its worker died before answering */
+	idem_close(c);
+	/* The broker goes on: the retry gets the committed receipt. */
+	first = wire_receipt(b, complete_request("w-1", fence, "applied",
+	    RESULT));
+	assert_non_null(strstr(first, "\"attempt\":1"));
+	reply = begin(b, "w-1", REQUEST, 0);
+	assert_disposition(reply, "reused");
+	json_decref(reply);
+	free(first);
+	free(fence);
+	harness_finish(b);
+}
+
 static int
 count_checkpoints(const struct broker *b)
 {
@@ -1101,6 +1135,7 @@ main(void)
 		T(crash_after_effect_commit_durable),
 		T(crash_after_effect_release_durable),
 		T(crash_after_effect_resolve_durable),
+		T(worker_crash_after_effect_commit_durable),
 		T(checkpoint_carries_results),
 		T(journal_fault_acknowledges_nothing_and_retry_completes),
 		T(libidem_run_performs_once_and_probes_unknowns),
