@@ -735,7 +735,7 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 	struct table	 t = { .columns = 9 };
 	json_t		*response, *entries, *entry, *counts;
 	int64_t		 stale_after_ms = IDEMCTL_DEFAULT_STALE_AFTER_MS;
-	size_t		 i, stalled = 0;
+	size_t		 i, stalled = 0, effects = 0;
 	char		 age[32];
 	int		 ch, status;
 
@@ -760,9 +760,18 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 	}
 	entries = json_object_get(response, "entries");
 	counts = json_object_get(response, "counts");
-	json_array_foreach(entries, i, entry) {
+	/* Effects have their own view (idemctl effects): tasks here. */
+	for (i = 0; i < json_array_size(entries);) {
+		entry = json_array_get(entries, i);
+		if (json_object_get(entry, "effect_kind") != NULL &&
+		    !ctl->json) {
+			effects++;
+			json_array_remove(entries, i);
+			continue;
+		}
 		if (json_is_true(json_object_get(entry, "stalled")))
 			stalled++;
+		i++;
 	}
 
 	if (ctl->json) {
@@ -803,6 +812,9 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 			printf("A retry with the same client_submission_id and "
 			    "request completes a stalled submission.\n");
 	}
+	if (effects > 0 && !ctl->json)
+		printf("%zu unfinished effects: see idemctl effects\n",
+		    effects);
 	table_free(&t);
 	json_decref(response);
 	/* Something is stuck: a monitor wants to know without parsing. */

@@ -96,13 +96,18 @@ contains "$tmp/err" "digest_mismatch" "the conflict says digest_mismatch"
 lines_for "something else" 0 "nothing appended for the conflict"
 
 # The crash window: the line is appended, the tool dies before it
-# reports.  While the lease is live, a retry waits (in_progress).
-run "$NOTIFY" --lease-ms 1000 --die-after-append note-2 "$outbox" "pager: disk full"
-expect 3 "dies after the append"
-lines_for "pager: disk full" 1 "the append happened"
-run "$NOTIFY" note-2 "$outbox" "pager: disk full"
+# reports.  While the lease is live (a minute here), a retry waits.
+run "$NOTIFY" --lease-ms 60000 --die-after-append note-held "$outbox" "held"
+expect 3 "dies after the append (long lease)"
+run "$NOTIFY" note-held "$outbox" "held"
 expect 75 "retry within the lease"
 contains "$tmp/out" "in_progress" "retry within the lease is in_progress"
+lines_for "held" 1 "one line while the lease is held"
+
+# The same with a short lease, which then lapses.
+run "$NOTIFY" --lease-ms 200 --die-after-append note-2 "$outbox" "pager: disk full"
+expect 3 "dies after the append"
+lines_for "pager: disk full" 1 "the append happened"
 
 # The lease lapses (time is the event here): outcome_unknown, for ever,
 # until evidence settles it; never a second append.
@@ -149,7 +154,8 @@ run "$IDEMCTL" resolve outbox.append/v1 note-3 not_applied
 expect 1 "contradicting evidence"
 contains "$tmp/err" "already_committed" "is already_committed"
 run "$IDEMCTL" effects
-expect 0 "idemctl effects with nothing unknown"
+expect 0 "idemctl effects with nothing unknown (one lease held)"
+contains "$tmp/out" "note-held" "idemctl effects lists the held lease"
 run "$NOTIFY" note-3 "$outbox" "hand"
 contains "$tmp/out" "reused recovered" "the tool reuses the operator's receipt"
 lines_for "hand" 1 "one line for the hand-settled effect"
