@@ -1596,8 +1596,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idemd", default=os.environ.get("IDEMD"),
                         help="the idemd binary (env IDEMD)")
-    parser.add_argument("--kinds", default="task,legacy,report,rotate,"
-                        "effect_begin,effect_complete",
+    # rotate last: its many states take what the budget leaves.
+    parser.add_argument("--kinds", default="task,legacy,report,"
+                        "effect_begin,effect_complete,rotate",
                         help="request kinds: task, legacy, report, rotate, "
                         "effect_begin, effect_complete")
     parser.add_argument("--depth", type=int, default=2, choices=(1, 2),
