@@ -594,7 +594,28 @@ static const struct metric {
 	{ "workers", "idem_workers", "gauge", 1,
 	    "Worker processes running." },
 	{ "uptime_ms", "idem_uptime_seconds", "gauge", 0.001,
-	    "Seconds since the broker started." }
+	    "Seconds since the broker started." },
+	{ "effects_proceed", "idem_effects_proceed_total", "counter", 1,
+	    "effect_begin calls answered proceed." },
+	{ "effects_reused", "idem_effects_reused_total", "counter", 1,
+	    "effect_begin calls answered with the committed receipt." },
+	{ "effects_in_progress", "idem_effects_in_progress_total", "counter",
+	    1, "effect_begin calls refused: another caller holds the lease." },
+	{ "effects_outcome_unknown", "idem_effects_outcome_unknown_total",
+	    "counter", 1,
+	    "effect_begin calls answered outcome_unknown (a lease lapsed)." },
+	{ "effects_committed", "idem_effects_committed_total", "counter", 1,
+	    "Effects committed by effect_complete or effect_resolve." },
+	{ "effects_released", "idem_effects_released_total", "counter", 1,
+	    "Effects released (not applied)." },
+	{ "effects_resolved", "idem_effects_resolved_total", "counter", 1,
+	    "effect_resolve calls that recorded evidence." },
+	{ "effects_stale_fence", "idem_effects_stale_fence_total", "counter",
+	    1, "effect_complete calls refused with a stale fence." },
+	{ "result_arena_used", "idem_result_arena_used_bytes", "gauge", 1,
+	    "Bytes of committed effects' results in memory." },
+	{ "result_arena_bytes", "idem_result_arena_bytes", "gauge", 1,
+	    "The result arena's size (--result-bytes)." }
 };
 
 static void

@@ -160,6 +160,11 @@ run "$NOTIFY" note-3 "$outbox" "hand"
 contains "$tmp/out" "reused recovered" "the tool reuses the operator's receipt"
 lines_for "hand" 1 "one line for the hand-settled effect"
 
+run "$IDEMCTL" stats --prometheus
+expect 0 "stats --prometheus"
+contains "$tmp/out" "idem_effects_committed_total 3" "prometheus counts the commits"
+contains "$tmp/out" "idem_effects_resolved_total 2" "prometheus counts the resolves"
+
 # The journal tells the story offline, and verify is not confused.
 run "$IDEMCTL" journal dump
 expect 0 "journal dump"
