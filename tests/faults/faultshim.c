@@ -8,14 +8,18 @@
  *
  *	<op> <path-substring> <errno-name>
  *
- * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync) or
- * "any": every call idemd writes or syncs a file with (journal.c,
- * checkpoint.c, taskfile.c, fileio.c, main.c).  The path is the fd's,
- * from /proc/self/fd; a substring ending in "$" must end it (so
- * "_lifecycle/inbox$" is the directory, not the files in it).  The
- * errno is ENOSPC, EIO or EDQUOT.  A matching call writes or syncs
- * nothing and fails with that errno.  Reading the rule at every call is
- * what lets a test turn a fault on and off between two requests.
+ * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync),
+ * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
+ * truncates a file with (journal.c, checkpoint.c, taskfile.c, fileio.c,
+ * main.c).  The path is the fd's, from /proc/self/fd; a substring
+ * ending in "$" must end it (so "_lifecycle/inbox$" is the directory,
+ * not the files in it).  The errno is ENOSPC, EIO, EDQUOT or EROFS.  A
+ * matching call writes, syncs or truncates nothing and fails with that
+ * errno.  A "write" rule with EROFS also fails ftruncate, as a
+ * read-only file system does (a full one still lets a file shrink).
+ * Reading the rule at every call is what lets a test turn a fault on
+ * and off between two requests, or keep it for as long as it likes: a
+ * sync rule makes every fsync fail until it is cleared.
  *
  * It never calls what it intercepts (open, read, close and readlink are
  * not intercepted) and keeps no state but the real functions' addresses,
@@ -44,7 +48,8 @@
 
 enum fault_op {
 	FAULT_WRITE,
-	FAULT_SYNC
+	FAULT_SYNC,
+	FAULT_TRUNCATE
 };
 
 static void	*real_write;
@@ -52,6 +57,7 @@ static void	*real_writev;
 static void	*real_pwrite;
 static void	*real_fsync;
 static void	*real_fdatasync;
+static void	*real_ftruncate;
 
 /*
  * Resolved before main, while the process has one thread; a call that
@@ -81,6 +87,7 @@ fault_init(void)
 	(void)REAL(pwrite);
 	(void)REAL(fsync);
 	(void)REAL(fdatasync);
+	(void)REAL(ftruncate);
 }
 
 static int
@@ -92,6 +99,8 @@ fault_errno(const char *name, size_t length)
 		return EIO;
 	if (length == 6 && memcmp(name, "EDQUOT", 6) == 0)
 		return EDQUOT;
+	if (length == 5 && memcmp(name, "EROFS", 5) == 0)
+		return EROFS;
 	return 0;
 }
 
@@ -140,7 +149,7 @@ fault_check(enum fault_op op, int fd)
 	char		 proc[FAULT_PROC_BYTES];
 	size_t		 pos = 0, length, want_length;
 	ssize_t		 n, got = 0;
-	int		 rfd, error;
+	int		 rfd, error, rule_op;
 
 	if (file == NULL || *file == '\0' || fd < 0)
 		return 0;
@@ -159,16 +168,24 @@ fault_check(enum fault_op op, int fd)
 
 	if ((word = fault_word(rule, &pos, &length)) == NULL)
 		return 0;
-	if (!(length == 3 && memcmp(word, "any", 3) == 0) &&
-	    !(op == FAULT_WRITE && length == 5 &&
-	    memcmp(word, "write", 5) == 0) &&
-	    !(op == FAULT_SYNC && length == 4 && memcmp(word, "sync", 4) == 0))
+	if (length == 3 && memcmp(word, "any", 3) == 0)
+		rule_op = -1;
+	else if (length == 5 && memcmp(word, "write", 5) == 0)
+		rule_op = FAULT_WRITE;
+	else if (length == 4 && memcmp(word, "sync", 4) == 0)
+		rule_op = FAULT_SYNC;
+	else if (length == 8 && memcmp(word, "truncate", 8) == 0)
+		rule_op = FAULT_TRUNCATE;
+	else
 		return 0;
 	if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
 	    want_length >= FAULT_PATH_BYTES)
 		return 0;
 	if ((word = fault_word(rule, &pos, &length)) == NULL ||
 	    (error = fault_errno(word, length)) == 0)
+		return 0;
+	if (rule_op != -1 && rule_op != (int)op && !(op == FAULT_TRUNCATE &&
+	    rule_op == FAULT_WRITE && error == EROFS))
 		return 0;
 
 	fault_proc_path(fd, proc);
@@ -257,4 +274,16 @@ fdatasync(int fd)
 		return -1;
 	}
 	return REAL(fdatasync)(fd);
+}
+
+int
+ftruncate(int fd, off_t length)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_TRUNCATE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(ftruncate)(fd, length);
 }
