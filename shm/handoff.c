@@ -113,15 +113,13 @@ handoff_epoch(const struct shm_header *h)
 int
 handoff_is_durable(const struct shm_header *h, uint64_t end, uint64_t epoch)
 {
-	uint64_t	now, durable, lost_from;
+	uint64_t	now, failure, durable, lost_from;
 
 	if (end == 0)
 		return 1;		/* replayed at start-up */
 	for (;;) {
 		now = atomic_load(&h->journal_epoch);
-		if (now == epoch) {
-			if (now & 1)
-				return -1;	/* appended while failed */
+		if (now == epoch && (now & 1) == 0) {
 			durable = atomic_load(&h->ring_durable);
 			/* A failure and a reopen in between: judge again. */
 			if (atomic_load(&h->journal_epoch) != now)
@@ -129,11 +127,14 @@ handoff_is_durable(const struct shm_header *h, uint64_t end, uint64_t epoch)
 			return durable >= end ? 1 : 0;
 		}
 		/*
-		 * The epoch it was appended in ended in a failure: it is
-		 * durable only if it was before that failure came.  Older
+		 * The failure that concerns it: the one under way when it
+		 * was appended or read, else the one that ended its epoch.
+		 * It is durable only if it was before that failure came
+		 * (anything appended in a failed epoch lies past).  Older
 		 * than the last failure: not known any more, so lost.
 		 */
-		if ((epoch & 1) || now - epoch > 2)
+		failure = epoch | 1;
+		if (now - failure > 1)
 			return -1;
 		lost_from = atomic_load(&h->ring_lost_from);
 		if (atomic_load(&h->journal_epoch) != now)

@@ -7,12 +7,17 @@
  * Each test judges by what is authoritative: the TASK and REPORT files
  * on disk (and their temporaries), the receipts byte for byte, and what
  * a restart replays.  It shows that a failed write or sync acknowledges
- * nothing and that a later retry completes.  Nothing sleeps to
- * synchronise: requests block until served, and the one wait for the
- * broker's own progress (a reopen that failed) is on its log, through
- * inotify, with a deadline.
+ * nothing and that a later retry completes, and that while storage
+ * fails the broker keeps every connection and every worker: each
+ * request sent gets exactly one reply, reads are answered from the
+ * table, writes are refused storage_unavailable within
+ * --inflight-wait-ms.  Nothing sleeps to synchronise: requests block
+ * until served, and the waits for the broker's own progress (a journal
+ * reopen that fails, then succeeds) are on its log, through inotify,
+ * with a deadline.
  */
 #include <sys/inotify.h>
+#include <sys/types.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -39,12 +44,17 @@
 #define TEST_WATCHDOG_SECONDS	60
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	20000
+/* --inflight-wait-ms for the brokers here: the bound on every answer. */
+#define TEST_INFLIGHT_WAIT_MS	3000
+#define TEST_INFLIGHT_WAIT	"3000"
 /*
- * Tries of a request across a journal reopen: a worker that has not yet
- * been drained still answers storage_unavailable, or closes the
- * connection as it drains.  A handful happen; this bounds a broken one.
+ * Writes resume by themselves once the fault clears: within the
+ * journal's reopen retry (100 ms); this is ten of them.
  */
-#define TEST_REOPEN_TRIES	1000
+#define TEST_RESUME_MS		1000
+/* Connections sending at once while a fault holds. */
+#define TEST_CONNECTIONS	4
+#define TEST_MAX_WORKERS	16
 #define TEST_SHIM_DEFAULT	"tests/faults/.libs/libfaultshim.so"
 #define TEST_REPORT_BODY	"Fixed in a1b2c3.\n"
 
@@ -125,10 +135,23 @@ finish(struct storage_test *t)
 	t->b.root[0] = '\0';
 }
 
+static const char *const wait_args[] = {
+	"--inflight-wait-ms", TEST_INFLIGHT_WAIT, NULL
+};
+
 static void
 start(struct storage_test *t)
 {
-	assert_int_equal(harness_start(&t->b, NULL, t->env), 0);
+	assert_int_equal(harness_start(&t->b, wait_args, t->env), 0);
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
 /*
@@ -342,37 +365,6 @@ write_report(struct broker *b, const char *task_id, const char *id)
 	    "body", TEST_REPORT_BODY));
 }
 
-/*
- * Send a request across a journal reopen: until the workers that saw
- * the failure are drained, one may still answer storage_unavailable or
- * close the connection; after it, the request waits in the listening
- * socket's backlog until the new workers take it.  So the retry itself
- * is the wait.
- */
-static json_t *
-call_across_reopen(struct broker *b, json_t *request)
-{
-	json_t		*reply = NULL;
-	const char	*code;
-	int		 tries;
-
-	for (tries = 0; tries < TEST_REOPEN_TRIES; tries++) {
-		reply = harness_call_once(b, json_incref(request));
-		if (reply == NULL)
-			continue;
-		code = error_code(reply);
-		if (code == NULL || strcmp(code, "storage_unavailable") != 0)
-			break;
-		json_decref(reply);
-		reply = NULL;
-	}
-	json_decref(request);
-	if (reply == NULL)
-		fail_msg("still storage_unavailable after %d tries across "
-		    "the reopen", TEST_REOPEN_TRIES);
-	return reply;
-}
-
 /* A whole file by absolute path (malloc'd, NUL-terminated). */
 static char *
 read_path(const char *path)
@@ -433,6 +425,198 @@ wait_log(const struct broker *b, const char *needle)
 			;
 	}
 	close(fd);
+}
+
+static int
+pid_compare(const void *a, const void *b)
+{
+	pid_t	x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The worker pids, sorted; at least one. */
+static int
+workers_now(struct broker *b, pid_t pids[TEST_MAX_WORKERS])
+{
+	int	n = harness_workers(b, pids, TEST_MAX_WORKERS);
+
+	if (n < 1)
+		fail_msg("no worker of %ld found in /proc", (long)b->pid);
+	qsort(pids, (size_t)n, sizeof *pids, pid_compare);
+	return n;
+}
+
+/* No worker was restarted: the same pids, and stats counts none. */
+static void
+assert_same_workers(struct broker *b, const pid_t *before, int n)
+{
+	pid_t	now[TEST_MAX_WORKERS];
+	json_t	*stats;
+	int	i;
+
+	if (workers_now(b, now) != n)
+		fail_msg("%d workers before the fault, %d now", n,
+		    workers_now(b, now));
+	for (i = 0; i < n; i++) {
+		if (now[i] != before[i])
+			fail_msg("worker pid %ld is gone, %ld is new: a worker "
+			    "was restarted", (long)before[i], (long)now[i]);
+	}
+	stats = call(b, json_pack("{s:s}", "op", "stats"));
+	assert_int_equal(json_integer_value(json_object_get(stats,
+	    "worker_restarts")), 0);
+	json_decref(stats);
+}
+
+enum probe_op {
+	PROBE_HELLO,
+	PROBE_STATS,
+	PROBE_GET,
+	PROBE_DIAGNOSE,
+	PROBE_REUSED,
+	PROBE_WRITE,
+	PROBE_HELLO_AGAIN,
+	PROBE_COUNT
+};
+
+static char *
+probe_line(enum probe_op op, int c, const char *committed_id,
+    const char *committed_subject, const char *prefix)
+{
+	json_t	*request = NULL;
+	char	 id[64], *line;
+
+	switch (op) {
+	case PROBE_HELLO:
+	case PROBE_HELLO_AGAIN:
+		request = json_pack("{s:s}", "op", "hello");
+		break;
+	case PROBE_STATS:
+		request = json_pack("{s:s}", "op", "stats");
+		break;
+	case PROBE_GET:
+		request = json_pack("{s:s, s:s}", "op", "get_submission",
+		    "client_submission_id", committed_id);
+		break;
+	case PROBE_DIAGNOSE:
+		request = json_pack("{s:s}", "op", "diagnose");
+		break;
+	case PROBE_REUSED:
+		request = harness_write_task(committed_id, committed_subject);
+		break;
+	case PROBE_WRITE:
+		snprintf(id, sizeof id, "%s/%d", prefix, c);
+		request = harness_write_task(id, id);
+		break;
+	case PROBE_COUNT:
+		break;
+	}
+	assert_non_null(request);
+	json_object_set_new(request, "id", json_integer(c * 100 + op));
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_non_null(line);
+	return line;
+}
+
+/*
+ * While a storage fault holds: TEST_CONNECTIONS connections each send,
+ * all at once and before reading anything, hello, stats, get_submission
+ * and a retry of a committed id, diagnose, a write of a new id
+ * (prefix/<connection>) and hello again.  Each request gets exactly one
+ * reply, in order (the ids say so), and a reset or a close is a
+ * failure; afterwards each connection still answers.  What needs no new
+ * durable write is answered from the table; the new write is refused
+ * storage_unavailable, retryable (writes_fail), all within
+ * --inflight-wait-ms.
+ */
+static void
+assert_served_during_fault(struct broker *b, const char *committed_id,
+    const char *committed_subject, const char *receipt, const char *prefix,
+    int writes_fail)
+{
+	int		 fds[TEST_CONNECTIONS], c, op;
+	int64_t		 started, took;
+	json_t		*reply, *sub;
+	char		*line, *text;
+
+	for (c = 0; c < TEST_CONNECTIONS; c++) {
+		fds[c] = harness_raw_connect(b);
+		assert_int_not_equal(fds[c], -1);
+	}
+	started = now_ms();
+	for (c = 0; c < TEST_CONNECTIONS; c++) {
+		for (op = 0; op < PROBE_COUNT; op++) {
+			line = probe_line(op, c, committed_id,
+			    committed_subject, prefix);
+			assert_int_equal(harness_raw_send(fds[c], line), 0);
+			free(line);
+		}
+	}
+	for (c = 0; c < TEST_CONNECTIONS; c++) {
+		for (op = 0; op < PROBE_COUNT; op++) {
+			if ((line = harness_raw_read_line(fds[c])) == NULL)
+				fail_msg("connection %d: no reply to request "
+				    "%d (closed or reset) during the fault",
+				    c, op);
+			reply = json_loads(line, 0, NULL);
+			free(line);
+			assert_non_null(reply);
+			assert_int_equal(json_integer_value(json_object_get(
+			    reply, "id")), c * 100 + op);
+			switch (op) {
+			case PROBE_HELLO:
+			case PROBE_HELLO_AGAIN:
+				harness_assert_bool(reply, "ok", 1);
+				assert_string_equal(harness_str(reply,
+				    "server"), "idemd");
+				break;
+			case PROBE_STATS:
+			case PROBE_DIAGNOSE:
+				harness_assert_bool(reply, "ok", 1);
+				break;
+			case PROBE_GET:
+				harness_assert_bool(reply, "ok", 1);
+				harness_assert_bool(reply, "found", 1);
+				sub = json_object_get(reply, "submission");
+				assert_string_equal(harness_str(sub, "state"),
+				    "committed");
+				break;
+			case PROBE_REUSED:
+				assert_outcome(reply, "reused", 0, 0);
+				text = receipt_text(reply);
+				assert_string_equal(text, receipt);
+				free(text);
+				break;
+			case PROBE_WRITE:
+				if (writes_fail)
+					assert_storage_unavailable(reply);
+				else
+					harness_assert_bool(reply, "ok", 1);
+				break;
+			}
+			json_decref(reply);
+		}
+	}
+	took = now_ms() - started;
+	if (took > TEST_INFLIGHT_WAIT_MS)
+		fail_msg("the replies took %lld ms, past --inflight-wait-ms "
+		    "(%d)", (long long)took, TEST_INFLIGHT_WAIT_MS);
+	/* Nothing more came, and the connection is still served. */
+	for (c = 0; c < TEST_CONNECTIONS; c++) {
+		assert_int_equal(harness_raw_send(fds[c],
+		    "{\"op\":\"hello\",\"id\":999}"), 0);
+		line = harness_raw_read_line(fds[c]);
+		assert_non_null(line);
+		reply = json_loads(line, 0, NULL);
+		free(line);
+		assert_non_null(reply);
+		assert_int_equal(json_integer_value(json_object_get(reply,
+		    "id")), 999);
+		json_decref(reply);
+		close(fds[c]);
+	}
 }
 
 /* SIGTERM stops it cleanly, and a restart replays to the same receipts. */
@@ -517,6 +701,12 @@ static void
 task_write_edquot_leaves_reserved_and_retry_creates(void **state)
 {
 	task_file_fault(*state, "write _lifecycle/inbox/.TASK EDQUOT");
+}
+
+static void
+task_write_erofs_leaves_reserved_and_retry_creates(void **state)
+{
+	task_file_fault(*state, "write _lifecycle/inbox/.TASK EROFS");
 }
 
 /* Without a submission id: nothing on disk, and the next call creates. */
@@ -632,24 +822,30 @@ adopting_retry_needs_a_durable_directory_entry(void **state)
 
 /*
  * A submission committed before the fault, one that meets it, and one
- * after the broker reopened its state: the first is reused byte for
+ * after the broker reopened the journal: the first is reused byte for
  * byte, the second completes on retry with one TASK file, the third is
- * ordinary.  reopen_fails: the rule also breaks the reopen, which the
- * broker must retry until the rule is cleared.
+ * ordinary.  reopen_fails: the rule also breaks the reopen (a failing
+ * fsync, a read-only file system), which the broker retries by itself
+ * while it keeps serving reads and refusing writes, until the rule is
+ * cleared.  The record the fault lost was never durable, so once the
+ * journal is reopened the table no longer knows the submission.
  */
 static void
 journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 {
 	struct broker	*b = &t->b;
 	json_t		*reply, *stats;
-	char		*receipts[3], *line;
-	int		 fd, i;
+	char		*receipts[3];
+	pid_t		 workers[TEST_MAX_WORKERS];
+	int64_t		 cleared;
+	int		 i, n;
 
 	start(t);
 	reply = submit(b, "jnl/early", "Before the fault");
 	assert_outcome(reply, "created", 1, 0);
 	receipts[0] = receipt_text(reply);
 	json_decref(reply);
+	n = workers_now(b, workers);
 
 	fault_rule(t, rule);
 	reply = submit(b, "jnl/late", "Meets the fault");
@@ -659,33 +855,30 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 	assert_int_equal(count_tasks_of(b, "jnl/late"), 0);
 
 	if (reopen_fails) {
-		/*
-		 * All workers are gone once a reopen was tried: a request
-		 * now waits in the backlog while the broker retries, and
-		 * is served once the rule is cleared.  Its state was cut
-		 * back with the journal: nothing of it was durable.
-		 */
 		wait_log(b, "reopening after the journal failure");
-		fd = harness_raw_connect(b);
-		assert_int_not_equal(fd, -1);
-		assert_int_equal(harness_raw_send(fd, "{\"op\":\"get_submission"
-		    "\",\"client_submission_id\":\"jnl/late\"}"), 0);
-		fault_clear(t);
-		line = harness_raw_read_line(fd);
-		assert_non_null(line);
-		reply = json_loads(line, 0, NULL);
-		free(line);
-		close(fd);
-		assert_non_null(reply);
-		harness_assert_bool(reply, "ok", 1);
-		harness_assert_bool(reply, "found", 0);
+		/* Answered, not parked in a backlog; still refused. */
+		reply = get_submission(b, "jnl/late");
 		json_decref(reply);
+		assert_reused_as(b, "jnl/early", "Before the fault",
+		    receipts[0]);
 		reply = submit(b, "jnl/late", "Meets the fault");
-	} else {
-		fault_clear(t);
-		reply = call_across_reopen(b,
-		    harness_write_task("jnl/late", "Meets the fault"));
+		assert_storage_unavailable(reply);
+		json_decref(reply);
 	}
+	cleared = now_ms();
+	fault_clear(t);
+	if (reopen_fails) {
+		wait_log(b, "accepting writes again");
+		fprintf(stderr, "writes resumed %lld ms after the fault "
+		    "cleared\n", (long long)(now_ms() - cleared));
+		if (now_ms() - cleared > TEST_RESUME_MS)
+			fail_msg("writes resumed only %lld ms after the fault "
+			    "cleared", (long long)(now_ms() - cleared));
+	}
+	reply = get_submission(b, "jnl/late");
+	harness_assert_bool(reply, "found", 0);
+	json_decref(reply);
+	reply = submit(b, "jnl/late", "Meets the fault");
 	assert_outcome(reply, "created", 1, 0);
 	assert_receipt_file(b, reply);
 	receipts[1] = receipt_text(reply);
@@ -704,10 +897,10 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 
 	stats = call(b, json_pack("{s:s}", "op", "stats"));
 	harness_assert_bool(stats, "ok", 1);
-	assert_true(json_integer_value(json_object_get(stats, "workers")) >= 1);
 	assert_int_equal(json_integer_value(json_object_get(stats,
 	    "table_used")), 3);
 	json_decref(stats);
+	assert_same_workers(b, workers, n);
 
 	assert_restart_replays(t, (const char *const []){ "jnl/early",
 	    "jnl/late", "jnl/after", NULL }, (const char *const []){
@@ -728,6 +921,158 @@ static void
 journal_write_enospc_reopens_and_retry_completes(void **state)
 {
 	journal_fault(*state, "write .idem/journal ENOSPC", 0);
+}
+
+static void
+journal_write_erofs_reopens_and_retry_completes(void **state)
+{
+	journal_fault(*state, "write .idem/journal EROFS", 1);
+}
+
+/* ---- Every fault: every connection and worker kept ---------------------- */
+
+/*
+ * One committed submission, then a fault: while it holds, the broker
+ * keeps every connection and every worker (assert_served_during_fault);
+ * once it clears, writes resume by themselves and a retry of each
+ * refused id completes with exactly one TASK file (created, or reused
+ * when the failed call had linked its file and the retry adopts it); no
+ * acknowledged receipt is lost or changed, and a restart replays them.
+ * reopen_fails: the rule breaks the journal and its reopen.
+ */
+static void
+fault_keeps_serving(struct storage_test *t, const char *rule,
+    int reopen_fails)
+{
+	struct broker	*b = &t->b;
+	pid_t		 workers[TEST_MAX_WORKERS];
+	json_t		*reply;
+	const char	*ids[TEST_CONNECTIONS + 2];
+	char		 id[TEST_CONNECTIONS][32], *receipts[TEST_CONNECTIONS + 1];
+	const char	*disposition;
+	int64_t		 cleared;
+	int		 c, n;
+
+	start(t);
+	reply = submit(b, "keep/early", "keep/early");
+	assert_outcome(reply, "created", 1, 0);
+	receipts[0] = receipt_text(reply);
+	json_decref(reply);
+	n = workers_now(b, workers);
+
+	fault_rule(t, rule);
+	if (reopen_fails) {
+		/* A write meets the fault; the reopen then keeps failing. */
+		reply = submit(b, "keep/0", "keep/0");
+		assert_storage_unavailable(reply);
+		json_decref(reply);
+		wait_log(b, "reopening after the journal failure");
+	}
+	assert_served_during_fault(b, "keep/early", "keep/early", receipts[0],
+	    "keep", 1);
+	/* Twice: a second round meets whatever the first left behind. */
+	assert_served_during_fault(b, "keep/early", "keep/early", receipts[0],
+	    "keep", 1);
+	assert_int_equal(harness_count_tasks(b) - count_tasks_of(b, "keep/0") -
+	    count_tasks_of(b, "keep/1") - count_tasks_of(b, "keep/2") -
+	    count_tasks_of(b, "keep/3"), 1);
+	assert_same_workers(b, workers, n);
+
+	cleared = now_ms();
+	fault_clear(t);
+	if (reopen_fails) {
+		wait_log(b, "accepting writes again");
+		if (now_ms() - cleared > TEST_RESUME_MS)
+			fail_msg("writes resumed only %lld ms after the fault "
+			    "cleared", (long long)(now_ms() - cleared));
+	}
+	ids[0] = "keep/early";
+	for (c = 0; c < TEST_CONNECTIONS; c++) {
+		snprintf(id[c], sizeof id[c], "keep/%d", c);
+		ids[c + 1] = id[c];
+		reply = submit(b, id[c], id[c]);
+		harness_assert_bool(reply, "ok", 1);
+		disposition = harness_str(reply, "disposition");
+		if (strcmp(disposition, "created") != 0 &&
+		    strcmp(disposition, "reused") != 0)
+			fail_msg("%s: %s after the fault cleared", id[c],
+			    disposition);
+		assert_string_equal(harness_receipt_str(reply, "state"),
+		    "committed");
+		assert_receipt_file(b, reply);
+		receipts[c + 1] = receipt_text(reply);
+		json_decref(reply);
+		assert_int_equal(count_tasks_of(b, id[c]), 1);
+	}
+	ids[TEST_CONNECTIONS + 1] = NULL;
+	assert_reused_as(b, "keep/early", "keep/early", receipts[0]);
+	assert_int_equal(harness_count_tasks(b), TEST_CONNECTIONS + 1);
+	assert_int_equal(count_task_temporaries(b), 0);
+	assert_same_workers(b, workers, n);
+
+	assert_restart_replays(t, ids, ids, receipts, TEST_CONNECTIONS + 1);
+	for (c = 0; c < TEST_CONNECTIONS + 1; c++)
+		free(receipts[c]);
+	finish(t);
+}
+
+static void
+keeps_serving_journal_write_enospc(void **state)
+{
+	fault_keeps_serving(*state, "write .idem/journal ENOSPC", 0);
+}
+
+static void
+keeps_serving_journal_write_eio(void **state)
+{
+	fault_keeps_serving(*state, "write .idem/journal EIO", 0);
+}
+
+static void
+keeps_serving_journal_write_erofs(void **state)
+{
+	fault_keeps_serving(*state, "write .idem/journal EROFS", 1);
+}
+
+static void
+keeps_serving_journal_fsync_eio_persistent(void **state)
+{
+	fault_keeps_serving(*state, "sync .idem/journal EIO", 1);
+}
+
+static void
+keeps_serving_task_write_enospc(void **state)
+{
+	fault_keeps_serving(*state, "write _lifecycle/inbox/.TASK ENOSPC", 0);
+}
+
+static void
+keeps_serving_task_write_erofs(void **state)
+{
+	fault_keeps_serving(*state, "write _lifecycle/inbox/.TASK EROFS", 0);
+}
+
+static void
+keeps_serving_task_fsync_eio(void **state)
+{
+	fault_keeps_serving(*state, "sync _lifecycle/inbox/.TASK EIO", 0);
+}
+
+static void
+keeps_serving_inbox_fsync_eio(void **state)
+{
+	fault_keeps_serving(*state, "sync _lifecycle/inbox$ EIO", 0);
+}
+
+/* Every write, sync and truncate under the root fails with EIO. */
+static void
+keeps_serving_everything_eio(void **state)
+{
+	struct storage_test	*t = *state;
+	char			 rule[PATH_MAX + 16];
+
+	snprintf(rule, sizeof rule, "any %s/ EIO", t->b.root);
+	fault_keeps_serving(t, rule, 1);
 }
 
 /*
@@ -967,11 +1312,22 @@ main(void)
 		T(task_write_enospc_leaves_reserved_and_retry_creates),
 		T(task_fsync_eio_leaves_reserved_and_retry_creates),
 		T(task_write_edquot_leaves_reserved_and_retry_creates),
+		T(task_write_erofs_leaves_reserved_and_retry_creates),
 		T(legacy_task_write_enospc_leaves_nothing),
 		T(inbox_fsync_eio_retry_adopts_the_linked_file),
 		T(adopting_retry_needs_a_durable_directory_entry),
 		T(journal_fdatasync_eio_reopens_and_retry_completes),
 		T(journal_write_enospc_reopens_and_retry_completes),
+		T(journal_write_erofs_reopens_and_retry_completes),
+		T(keeps_serving_journal_write_enospc),
+		T(keeps_serving_journal_write_eio),
+		T(keeps_serving_journal_write_erofs),
+		T(keeps_serving_journal_fsync_eio_persistent),
+		T(keeps_serving_task_write_enospc),
+		T(keeps_serving_task_write_erofs),
+		T(keeps_serving_task_fsync_eio),
+		T(keeps_serving_inbox_fsync_eio),
+		T(keeps_serving_everything_eio),
 		T(report_write_enospc_then_retry_writes_one_report),
 		T(report_fsync_eio_then_retry_writes_one_report),
 		T(sigterm_while_reopen_fails_stops_cleanly),
