@@ -863,6 +863,43 @@ checkpoint_write_enospc_loses_nothing(void **state)
 }
 
 /*
+ * A reservation a journal failure lost leaves its slot empty: the next
+ * checkpoint leaves it out (a record it could not encode would make the
+ * checkpoint unreadable, and the broker unable to start), and the id is
+ * free again afterwards.
+ */
+static void
+checkpoint_after_a_lost_reservation_loads(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply;
+	char			*receipts[TEST_BATCH];
+	int			 i;
+
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	fault_rule(t, "write .idem/journal/0 ENOSPC");
+	reply = submit(b, "lost/1", "lost/1");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	fault_clear(t);
+	submit_batch(b, "ckl", 0, TEST_BATCH, receipts);
+	wait_log(b, "submissions\n");
+	assert_batch_replays(t, "ckl", TEST_BATCH, receipts);
+	reply = get_submission(b, "lost/1");
+	harness_assert_bool(reply, "found", 0);
+	json_decref(reply);
+	reply = submit(b, "lost/1", "lost/1");
+	assert_outcome(reply, "created", 1, 0);
+	json_decref(reply);
+	assert_int_equal(count_tasks_of(b, "lost/1"), 1);
+	for (i = 0; i < TEST_BATCH; i++)
+		free(receipts[i]);
+	assert_int_equal(harness_stop(b), 0);
+	finish(t);
+}
+
+/*
  * A new segment that cannot be created: the journal goes on in the
  * current one, and rotates once the disk is back.
  */
@@ -992,6 +1029,7 @@ main(void)
 		T(sigterm_while_reopen_fails_stops_cleanly),
 		T(checkpoint_write_enospc_loses_nothing),
 		T(segment_create_enospc_goes_on_in_the_current_one),
+		T(checkpoint_after_a_lost_reservation_loads),
 	};
 
 	if (sodium_init() < 0)
