@@ -398,12 +398,14 @@ journaler_main(void *arg)
 			}
 			cause = NULL;
 		}
+		/* Waiters on dropped records hear it before a reopen reads
+		 * the journal back. */
+		if (wake)
+			journaler.broadcast(journaler.broadcast_arg);
 		if (atomic_load(&h->journal_failed) &&
 		    !atomic_load(&journaler.stop) &&
 		    shm_now_ms() >= journaler.reopen_at &&
 		    journaler_try_reopen(d) == 0)
-			wake = 1;
-		if (wake)
 			journaler.broadcast(journaler.broadcast_arg);
 		if (n > 0 && !atomic_load(&h->journal_failed))
 			journaler_maybe_rotate(d);

@@ -231,12 +231,42 @@ read_path(const char *path)
 	return data;
 }
 
+static int
+count_in_log(const char *log, const char *needle)
+{
+	const char	*p = log;
+	int		 n = 0;
+
+	while ((p = strstr(p, needle)) != NULL) {
+		n++;
+		p += strlen(needle);
+	}
+	return n;
+}
+
+/* What a wait on the log waits for: the log's text, needle; 1 when done. */
+typedef int (*log_check_fn)(const char *log, const char *needle);
+
+static int
+log_has(const char *log, const char *needle)
+{
+	return strstr(log, needle) != NULL;
+}
+
+/* Every journal failure logged has been followed by a reopen. */
+static int
+log_reopened(const char *log, const char *needle)
+{
+	return count_in_log(log, "refusing writes until the journal") ==
+	    count_in_log(log, "accepting writes again");
+}
+
 /*
- * Wait until the broker's log holds needle, through inotify (the log is
+ * Wait until the broker's log passes check, through inotify (the log is
  * written as things happen); fails the test past the deadline.
  */
 static void
-wait_log(const struct broker *b, const char *needle)
+wait_log_for(const struct broker *b, log_check_fn check, const char *needle)
 {
 	struct pollfd	 pfd;
 	struct timespec	 now;
@@ -253,7 +283,7 @@ wait_log(const struct broker *b, const char *needle)
 	for (;;) {
 		/* Look after arming the watch: nothing falls in between. */
 		log = read_path(b->log);
-		found = strstr(log, needle) != NULL;
+		found = check(log, needle);
 		free(log);
 		if (found)
 			break;
@@ -270,6 +300,23 @@ wait_log(const struct broker *b, const char *needle)
 			;
 	}
 	close(fd);
+}
+
+static void
+wait_log(const struct broker *b, const char *needle)
+{
+	wait_log_for(b, log_has, needle);
+}
+
+/*
+ * After the fault cleared: wait until the journal is reopened after
+ * every failure it had (the last reopen may still be reading the
+ * journal back when the refused requests were answered).
+ */
+static void
+wait_reopened(const struct broker *b)
+{
+	wait_log_for(b, log_reopened, "accepting writes again");
 }
 
 
@@ -526,8 +573,8 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 	}
 	cleared = now_ms();
 	fault_clear(t);
+	wait_reopened(b);
 	if (reopen_fails) {
-		wait_log(b, "accepting writes again");
 		fprintf(stderr, "writes resumed %lld ms after the fault "
 		    "cleared\n", (long long)(now_ms() - cleared));
 		if (now_ms() - cleared > TEST_RESUME_MS)
@@ -639,8 +686,8 @@ fault_keeps_serving(struct storage_test *t, const char *rule,
 
 	cleared = now_ms();
 	fault_clear(t);
+	wait_reopened(b);
 	if (reopen_fails) {
-		wait_log(b, "accepting writes again");
 		if (now_ms() - cleared > TEST_RESUME_MS)
 			fail_msg("writes resumed only %lld ms after the fault "
 			    "cleared", (long long)(now_ms() - cleared));
@@ -883,6 +930,7 @@ checkpoint_after_a_lost_reservation_loads(void **state)
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	fault_clear(t);
+	wait_reopened(b);
 	submit_batch(b, "ckl", 0, TEST_BATCH, receipts);
 	wait_log(b, "submissions\n");
 	assert_batch_replays(t, "ckl", TEST_BATCH, receipts);
