@@ -21,11 +21,18 @@
  * and off between two requests, or keep it for as long as it likes: a
  * sync rule makes every fsync fail until it is cleared.
  *
+ *	<op> <path-substring> <errno-name> <n>
+ *
+ * lets the first n matching calls of each process through and fails
+ * the later ones (SQLite's "fail the Nth write"): a test can fail the
+ * second journal append of a request and not the first.  The count
+ * starts again whenever the rule's text changes.
+ *
  * It never calls what it intercepts (open, read, close and readlink are
- * not intercepted) and keeps no state but the real functions' addresses,
- * so it is safe in idemd's threads; once those are resolved it calls
- * nothing but getenv and those four, so it is safe in libevent's signal
- * handlers, which write.
+ * not intercepted) and keeps no state but the real functions' addresses
+ * and that count, in atomic words, so it is safe in idemd's threads;
+ * once those are resolved it calls nothing but getenv and those four,
+ * so it is safe in libevent's signal handlers, which write.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* RTLD_NEXT */
@@ -37,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,6 +66,9 @@ static void	*real_pwrite;
 static void	*real_fsync;
 static void	*real_fdatasync;
 static void	*real_ftruncate;
+/* For "<n>": the rule counted (its hash) and its matching calls. */
+static uint64_t	 counted_rule;
+static uint64_t	 counted_calls;
 
 /*
  * Resolved before main, while the process has one thread; a call that
@@ -139,6 +150,40 @@ fault_proc_path(int fd, char out[FAULT_PROC_BYTES])
 	out[sizeof prefix - 1 + n] = '\0';
 }
 
+/* FNV-1a: which rule the count belongs to. */
+static uint64_t
+fault_hash(const char *s)
+{
+	uint64_t	h = 14695981039346656037ULL;
+
+	for (; *s != '\0'; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h | 1;	/* never 0, the value before any rule */
+}
+
+/* The optional count: 1 to let the call by, 0 to fail it. */
+static int
+fault_passes(const char *rule, size_t *pos)
+{
+	const char	*word;
+	size_t		 length, i;
+	uint64_t	 after = 0, hash, seen;
+
+	if ((word = fault_word(rule, pos, &length)) == NULL)
+		return 0;
+	for (i = 0; i < length; i++) {
+		if (word[i] < '0' || word[i] > '9')
+			return 0;
+		after = after * 10 + (uint64_t)(word[i] - '0');
+	}
+	hash = fault_hash(rule);
+	seen = __atomic_load_n(&counted_rule, __ATOMIC_SEQ_CST);
+	if (seen != hash && __atomic_compare_exchange_n(&counted_rule, &seen,
+	    hash, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&counted_calls, 0, __ATOMIC_SEQ_CST);
+	return __atomic_fetch_add(&counted_calls, 1, __ATOMIC_SEQ_CST) < after;
+}
+
 /* The errno a call of kind op on fd must fail with, or 0 to let it run. */
 static int
 fault_check(enum fault_op op, int fd)
@@ -149,7 +194,8 @@ fault_check(enum fault_op op, int fd)
 	char		 proc[FAULT_PROC_BYTES];
 	size_t		 pos = 0, length, want_length;
 	ssize_t		 n, got = 0;
-	int		 rfd, error, rule_op;
+	int		 rfd, error, rule_op, matched = 0;
+	size_t		 i;
 
 	if (file == NULL || *file == '\0' || fd < 0)
 		return 0;
@@ -194,15 +240,16 @@ fault_check(enum fault_op op, int fd)
 	path[n] = '\0';
 	if (want[want_length - 1] == '$') {
 		want_length--;
-		return (size_t)n >= want_length && memcmp(path + n -
-		    want_length, want, want_length) == 0 ? error : 0;
+		matched = (size_t)n >= want_length && memcmp(path + n -
+		    want_length, want, want_length) == 0;
+	} else {
+		/* Not strstr: want is not NUL-terminated where it ends. */
+		for (i = 0; !matched && i + want_length <= (size_t)n; i++)
+			matched = memcmp(path + i, want, want_length) == 0;
 	}
-	/* Not strstr: want is not NUL-terminated where it ends. */
-	for (pos = 0; pos + want_length <= (size_t)n; pos++) {
-		if (memcmp(path + pos, want, want_length) == 0)
-			return error;
-	}
-	return 0;
+	if (!matched || fault_passes(rule, &pos))
+		return 0;
+	return error;
 }
 
 /* Run the check keeping the caller's errno: a call that passes sees it. */

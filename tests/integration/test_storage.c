@@ -635,6 +635,57 @@ journal_write_erofs_reopens_and_retry_completes(void **state)
 	journal_fault(*state, "write .idem/journal EROFS", 1);
 }
 
+/*
+ * The reservation is durable, the TASK file linked and its directory
+ * fsync'd, and then the append of task_created and commit fails: the
+ * table had moved the submission to committed with those records, and
+ * the reopen must set it back to reserved, its last durable state.  So
+ * while the journal fails, neither get_submission nor a retry may call
+ * it committed; once it is back, the retry adopts the file (reused,
+ * recovered) and there is still one TASK file.
+ */
+static void
+journal_commit_lost_sets_back_to_reserved(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply, *sub;
+	char			*receipt;
+
+	start(t);
+	/* The first append (the reservation) passes, the rest fail. */
+	fault_rule(t, "write .idem/journal/0 ENOSPC 1");
+	reply = submit(b, "lost/commit", "Lost commit");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	wait_reopened(b);
+	assert_int_equal(count_tasks_of(b, "lost/commit"), 1);
+	reply = get_submission(b, "lost/commit");
+	harness_assert_bool(reply, "found", 1);
+	sub = json_object_get(reply, "submission");
+	assert_string_equal(harness_str(sub, "state"), "reserved");
+	assert_null(json_object_get(sub, "receipt"));
+	json_decref(reply);
+	/* Still failing: the retry has to record, so it is refused. */
+	reply = submit(b, "lost/commit", "Lost commit");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+
+	fault_clear(t);
+	wait_reopened(b);
+	reply = submit(b, "lost/commit", "Lost commit");
+	assert_outcome(reply, "reused", 0, 1);
+	assert_receipt_file(b, reply);
+	receipt = receipt_text(reply);
+	json_decref(reply);
+	assert_int_equal(count_tasks_of(b, "lost/commit"), 1);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_restart_replays(t, (const char *const []){ "lost/commit",
+	    NULL }, (const char *const []){ "Lost commit" }, &receipt, 1);
+	free(receipt);
+	finish(t);
+}
+
 /* ---- Every fault: every connection and worker kept ---------------------- */
 
 /*
@@ -1063,6 +1114,7 @@ main(void)
 		T(journal_fdatasync_eio_reopens_and_retry_completes),
 		T(journal_write_enospc_reopens_and_retry_completes),
 		T(journal_write_erofs_reopens_and_retry_completes),
+		T(journal_commit_lost_sets_back_to_reserved),
 		T(keeps_serving_journal_write_enospc),
 		T(keeps_serving_journal_write_eio),
 		T(keeps_serving_journal_write_erofs),
