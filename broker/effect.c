@@ -90,6 +90,7 @@ struct effect {
 	int			 claimed;
 	uint32_t		 slot;
 	uint64_t		 found_end;
+	uint64_t		 found_epoch;	/* the journal's, read before it */
 	int			 journaled;	/* this call wrote a record */
 };
 
@@ -689,17 +690,61 @@ effect_journal(struct pending *p, pending_resume_fn next)
 	pending_journal_slot(p, &record, e->slot, &e->claim, &e->entry, next);
 }
 
+/*
+ * The found state may rest on a record not durable yet (its claimer
+ * died before the flush), or lost with a failed journal: wait, and
+ * answer storage_unavailable rather than from a lost state.
+ */
 static void
 effect_after_durable(struct pending *p, pending_resume_fn next)
 {
 	struct effect		*e = effect_of(p);
 	struct shm_header	*h = idemd_of(p)->seg.header;
+	int			 durable;
 
-	if (e->found_end == SUBTAB_NOT_JOURNALED ||
-	    e->found_end <= atomic_load(&h->ring_durable))
-		next(p);
-	else
-		pending_wait_durable(p, e->found_end, next);
+	durable = e->found_end == SUBTAB_NOT_JOURNALED ? 1 :
+	    handoff_is_durable(h, e->found_end, e->found_epoch);
+	if (durable == 0) {
+		pending_wait_durable(p, e->found_end, e->found_epoch, next);
+		return;
+	}
+	p->journal_failed = durable < 0;
+	next(p);
+}
+
+/* Is the journal failed (an odd epoch: writes wait for its reopen)? */
+static int
+effect_journal_down(struct pending *p)
+{
+	return (handoff_epoch(idemd_of(p)->seg.header) & 1) != 0;
+}
+
+static void
+effect_fail_reopening(struct pending *p)
+{
+	effect_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	    "the journal failed; writes resume when the broker has reopened "
+	    "and verified it"));
+}
+
+/*
+ * While the journal is failed only a begin that needs no new record goes
+ * on: a committed effect (reused) or another request (conflict).  Any
+ * other would insert or claim a slot whose record would be dropped.
+ */
+static int
+effect_begin_needs_journal(struct pending *p)
+{
+	struct effect		*e = effect_of(p);
+	struct subtab_entry	 known;
+
+	if (subtab_lookup(&idemd_of(p)->seg, e->key, e->key_length, &known,
+	    NULL) != 1)
+		return 1;
+	if (known.schema != e->entry.schema || memcmp(known.request_digest,
+	    e->entry.request_digest, IDEM_SHA256_BYTES) != 0)
+		return 0;
+	return known.state != SUBTAB_COMMITTED;
 }
 
 /* ---- effect_begin ------------------------------------------------------------ */
@@ -802,10 +847,8 @@ effect_in_progress(struct pending *p)
 static void
 effect_reserve(struct pending *p, uint32_t attempt)
 {
-	if (atomic_load(&idemd_of(p)->seg.header->journal_failed)) {
-		effect_fail(p, reply_error_simple(p->id, "storage_unavailable",
-		    1, "the journal failed; writes resume when the broker has "
-		    "reopened its state"));
+	if (effect_journal_down(p)) {
+		effect_fail_reopening(p);
 		return;
 	}
 	effect_new_attempt(effect_of(p), attempt);
@@ -830,6 +873,12 @@ effect_begin_acquire(struct pending *p)
 	a.key_length = e->key_length;
 	a.want = e->entry;
 	a.claim = e->claim;
+	/* Before the table is read: see effect_after_durable. */
+	e->found_epoch = handoff_epoch(d->seg.header);
+	if ((e->found_epoch & 1) && effect_begin_needs_journal(p)) {
+		effect_fail_reopening(p);
+		return;
+	}
 	switch (subtab_acquire(&d->seg, &a)) {
 	case SUBTAB_INSERTED:
 		e->claimed = 1;
@@ -1076,6 +1125,7 @@ effect_claim(struct pending *p)
 	a.key = e->key;
 	a.key_length = e->key_length;
 	a.claim = e->claim;
+	e->found_epoch = handoff_epoch(d->seg.header);
 	switch (subtab_claim_key(&d->seg, &a)) {
 	case SUBTAB_CLAIMED:
 		e->claimed = 1;
@@ -1148,11 +1198,9 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 		pending_reply(p, reply_error(&err, p->id));
 		return;
 	}
-	if (atomic_load(&d->seg.header->journal_failed) && op != EFFECT_BEGIN) {
-		/* Reads of a committed receipt need no write: begin goes on. */
-		effect_fail(p, reply_error_simple(p->id, "storage_unavailable",
-		    1, "the journal failed; writes resume when the broker has "
-		    "reopened its state"));
+	if (op != EFFECT_BEGIN && effect_journal_down(p)) {
+		/* A begin of a committed effect needs no write: it goes on. */
+		effect_fail_reopening(p);
 		return;
 	}
 	e->entry.kind = SUBTAB_KIND_EFFECT;

@@ -227,7 +227,8 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 		entry = a->want;
 		entry.state = SUBTAB_RESERVED;
 		entry.key_length = s->entry.key_length;
-		if (seqalloc_next(seg, entry.kind, a->today, a->scan,
+		if (entry.kind != SUBTAB_KIND_EFFECT &&
+		    seqalloc_next(seg, entry.kind, a->today, a->scan,
 		    a->scan_arg, &entry.date, &entry.seq) != 0) {
 			verdict = SUBTAB_ALLOC_FAILED;
 			goto out;
@@ -267,7 +268,9 @@ subtab_claim_key(struct shm_segment *seg, struct subtab_acquire *a)
 	if (lock_table(seg) != 0)
 		return SUBTAB_ALLOC_FAILED;
 	probe(seg, hash, a->key, a->key_length, &slot);
-	if (slot == UINT32_MAX) {
+	/* A slot whose state was lost with the journal holds nothing. */
+	if (slot == UINT32_MAX ||
+	    seg->slots[slot].entry.state == SUBTAB_EMPTY) {
 		verdict = SUBTAB_FULL;
 		goto out;
 	}
@@ -554,6 +557,7 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 	struct shm_header		*h = seg->header;
 	const struct subtab_unsettled	*row;
 	struct subtab_slot		*s;
+	uint64_t			 result_offset;
 	uint16_t			 key_length;
 	uint32_t			 i;
 	int				 rc = 0;
@@ -576,8 +580,20 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 		key_length = s->entry.key_length;
 		if (row->durable) {
 			count_state(h, s->entry.state, row->entry.state);
+			/*
+			 * A record gives no arena offset: an effect settled
+			 * back to a committed state (which never moves on, so
+			 * only its own commit could have been lost) keeps the
+			 * offset of the same result's bytes.
+			 */
+			result_offset = s->entry.kind == SUBTAB_KIND_EFFECT &&
+			    row->entry.result_length == s->entry.result_length &&
+			    memcmp(row->entry.file_digest, s->entry.file_digest,
+			    IDEM_SHA256_BYTES) == 0 ? s->entry.result_offset : 0;
 			s->entry = row->entry;
 			s->entry.key_length = key_length;
+			if (s->entry.kind == SUBTAB_KIND_EFFECT)
+				s->entry.result_offset = result_offset;
 		} else {
 			/* Never durable: as if it had never been made. */
 			if (s->entry.state != SUBTAB_EMPTY)
