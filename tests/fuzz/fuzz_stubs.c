@@ -138,7 +138,20 @@ pending_journal_slot(struct pending *p, const struct journal_record *record,
 }
 
 void
-pending_wait_durable(struct pending *p, uint64_t end, pending_resume_fn resume)
+pending_wait_durable(struct pending *p, uint64_t end, uint64_t epoch,
+    pending_resume_fn resume)
+{
+	fuzz_unreachable(__func__);
+}
+
+uint64_t
+handoff_epoch(const struct shm_header *h)
+{
+	fuzz_unreachable(__func__);
+}
+
+int
+handoff_is_durable(const struct shm_header *h, uint64_t end, uint64_t epoch)
 {
 	fuzz_unreachable(__func__);
 }
@@ -163,6 +176,13 @@ shm_now_ms(void)
 
 void
 conn_peer(const struct conn *c, uint32_t *uid, uint32_t *pid)
+{
+	fuzz_unreachable(__func__);
+}
+
+int
+subtab_lookup(struct shm_segment *seg, const char *key, size_t key_length,
+    struct subtab_entry *entry, uint32_t *slot)
 {
 	fuzz_unreachable(__func__);
 }
