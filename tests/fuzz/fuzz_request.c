@@ -428,6 +428,166 @@ spec_write_report(json_t *request)
 	return 1;
 }
 
+/* ---- Effects (SPEC.md, "Effects") ---------------------------------------- */
+
+/* client_submission_id is required for effects: 1..200 of 0x21..0x7e. */
+static int
+spec_effect_key(json_t *request)
+{
+	json_t		*kind = json_object_get(request, "effect_kind");
+	const char	*s;
+	size_t		 n, i;
+
+	if (json_object_get(request, "client_submission_id") == NULL ||
+	    json_is_null(json_object_get(request, "client_submission_id")) ||
+	    !spec_submission_id(request) || !spec_string(kind, 1, 128) ||
+	    json_string_is(kind, "write_task", 10))
+		return 0;
+	s = json_string_value(kind);
+	n = json_string_length(kind);
+	for (i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+/* A result as stored: its compact JSON, at most 64 KiB. */
+static int
+spec_result(json_t *v)
+{
+	char	*text;
+	size_t	 n;
+
+	if (v == NULL)
+		return 1;
+	if ((text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+	    JSON_PRESERVE_ORDER)) == NULL)
+		return 0;
+	n = strlen(text);
+	free(text);
+	return n <= 65536;
+}
+
+static int
+spec_lower_hex64(json_t *v)
+{
+	size_t	i;
+
+	if (!json_is_string(v) || json_string_length(v) != 64)
+		return 0;
+	for (i = 0; i < 64; i++) {
+		char c = json_string_value(v)[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return 0;
+	}
+	return 1;
+}
+
+static int
+spec_effect_begin(json_t *request)
+{
+	static const char *const top[] = { "op", "id", "client_submission_id",
+	    "effect_kind", "request", "digest_schema", "request_digest",
+	    "lease_ms", "meta", NULL };
+	uint8_t		 sum[IDEM_SHA256_BYTES];
+	char		 hex[IDEM_DIGEST_HEX_SIZE], *canonical;
+	size_t		 length;
+	json_t		*v, *req;
+
+	if (!spec_only_keys(request, top) || !spec_effect_key(request) ||
+	    !spec_meta(request))
+		return 0;
+	v = json_object_get(request, "digest_schema");
+	if (v != NULL && !json_string_is(v, "generic-json-v1", 15))
+		return 0;
+	v = json_object_get(request, "lease_ms");
+	if (v != NULL && (!json_is_integer(v) || json_integer_value(v) < 100 ||
+	    json_integer_value(v) > 86400000))
+		return 0;
+	if ((req = json_object_get(request, "request")) == NULL)
+		return 0;
+	if (digest_generic_canonical(json_string_value(json_object_get(request,
+	    "effect_kind")), req, &canonical, &length, NULL) != 0)
+		return 0;
+	digest_sha256(canonical, length, sum);
+	free(canonical);
+	if (length > 512 * 1024)
+		return 0;
+	if ((v = json_object_get(request, "request_digest")) == NULL)
+		return 1;
+	if (!spec_lower_hex64(v))
+		return 0;
+	digest_to_hex(sum, hex);
+	return memcmp(hex, json_string_value(v), 64) == 0;
+}
+
+/* "<attempt>-<16 lower hex>", attempt 1..2^32-1 without leading zero. */
+static int
+spec_fence(json_t *v)
+{
+	const char	*s, *dash;
+	size_t		 n, i;
+	uint64_t	 attempt = 0;
+
+	if (!spec_string(v, 1, 31))
+		return 0;
+	s = json_string_value(v);
+	n = json_string_length(v);
+	if ((dash = memchr(s, '-', n)) == NULL || dash == s || s[0] == '0' ||
+	    (size_t)(s + n - dash - 1) != 16)
+		return 0;
+	for (i = 0; s + i < dash; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+		attempt = attempt * 10 + (uint64_t)(s[i] - '0');
+		if (attempt > UINT32_MAX)
+			return 0;
+	}
+	for (i = 1; i <= 16; i++)
+		if (!((dash[i] >= '0' && dash[i] <= '9') ||
+		    (dash[i] >= 'a' && dash[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+static int
+spec_effect_complete(json_t *request)
+{
+	static const char *const top[] = { "op", "id", "client_submission_id",
+	    "effect_kind", "fence", "outcome", "result", "meta", NULL };
+	static const char *const outcomes[] = { "applied", "not_applied",
+	    NULL };
+
+	return spec_only_keys(request, top) && spec_effect_key(request) &&
+	    spec_meta(request) && spec_fence(json_object_get(request,
+	    "fence")) && spec_one_of(json_object_get(request, "outcome"),
+	    outcomes) && spec_result(json_object_get(request, "result"));
+}
+
+static int
+spec_effect_resolve(json_t *request)
+{
+	static const char *const top[] = { "op", "id", "client_submission_id",
+	    "effect_kind", "evidence", "meta", NULL };
+	static const char *const keys[] = { "observed", "result", "source",
+	    NULL };
+	static const char *const observed[] = { "applied", "not_applied",
+	    "unknown", NULL };
+	json_t	*evidence = json_object_get(request, "evidence"), *source;
+
+	if (!spec_only_keys(request, top) || !spec_effect_key(request) ||
+	    !spec_meta(request) || !json_is_object(evidence) ||
+	    !spec_only_keys(evidence, keys) ||
+	    !spec_one_of(json_object_get(evidence, "observed"), observed))
+		return 0;
+	source = json_object_get(evidence, "source");
+	if (source != NULL && !json_is_null(source) &&
+	    !spec_string(source, 1, 256))
+		return 0;
+	return spec_result(json_object_get(evidence, "result"));
+}
+
 /*
  * 1 if SPEC.md accepts the request, 0 if not, -1 if the line is not a
  * JSON object (the broker's parser decides that; not compared here).
@@ -457,6 +617,12 @@ spec_accepts(const char *line, size_t length)
 		rc = spec_write_task(request);
 	else if (json_string_is(op, "write_report", 12))
 		rc = spec_write_report(request);
+	else if (json_string_is(op, "effect_begin", 12))
+		rc = spec_effect_begin(request);
+	else if (json_string_is(op, "effect_complete", 15))
+		rc = spec_effect_complete(request);
+	else if (json_string_is(op, "effect_resolve", 14))
+		rc = spec_effect_resolve(request);
 	else
 		rc = spec_one_of(op, other_ops);
 	json_decref(request);
