@@ -526,7 +526,7 @@ test_settle_sets_back_lost_states(void **state)
 	struct subtab_unsettled	*rows;
 	struct subtab_entry	 e, done;
 	struct subtab_row	*snap;
-	uint32_t		 counts[4], lost_seq;
+	uint32_t		 counts[SUBTAB_STATE_COUNT], lost_seq;
 	uint64_t		 end;
 	size_t			 count, n;
 
