@@ -439,6 +439,10 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (d.worker_handles != NULL)
 		return run_worker(&d);
+#ifndef IDEM_FAULT_INJECTION
+	if (faultenv_refuse(environ, &cause) != 0)
+		fatalx("%s", cause);
+#endif
 
 	make_root(d.root);
 	if ((d.root_real = realpath(d.root, NULL)) == NULL)
@@ -465,8 +469,10 @@ main(int argc, char **argv)
 
 	if (idemd_open_state(&d, &cause) != 0)
 		fatalx("%s", cause);
-	if (crash_init(&d.seg, getpid(), &cause) != 0)
+	if (crash_init(&d.seg, getpid(), &cause) != 0) {
+		idemd_close_state(&d);	/* no segment left in /dev/shm */
 		fatalx("%s", cause);
+	}
 	if ((d.kick_fd = eventfd(0, EFD_CLOEXEC)) == -1)
 		fatal("eventfd");
 	open_socket(&d);

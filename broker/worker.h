@@ -108,6 +108,9 @@ struct fileio_job {
 	const struct shm_header	*journal;
 	_Atomic uint64_t	 link_after;
 	int			 linked_early;	/* out: it did */
+#ifdef IDEM_FAULT_INJECTION
+	int			 crash_released; /* crash_hold's flag */
+#endif
 	int			 result;	/* 0, or -1 with error and cause */
 	int			 error;
 	char			*cause;

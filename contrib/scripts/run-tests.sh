@@ -39,11 +39,11 @@ run_check() {
 }
 
 echo "== make check"
-run_check build "$(nproc)"
+run_check build "$(nproc)" --enable-fault-injection
 # One suite at a time: sanitized brokers are several times slower, and the
 # timing tests (stop, respawn) should not also compete with the chaos test.
 echo "== make check under ASan and UBSan"
-run_check build-sanitize 1 --enable-sanitizers
+run_check build-sanitize 1 --enable-sanitizers --enable-fault-injection
 echo "== make distcheck (and installcheck)"
 if ! make -C "$top/build" -j"$(nproc)" distcheck >"$top/build/distcheck.log" 2>&1; then
 	tail -60 "$top/build/distcheck.log"
