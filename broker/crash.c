@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "idemd.h"
 #include "log.h"
 
@@ -48,8 +50,11 @@ static struct {
 	int			 link_early;	/* IDEM_CRASH_LINK_EARLY */
 } crash = { NULL, -1, 0, NULL, 0, 0, 0 };
 
-/* This process fired its point and is dying: other threads stop short. */
-static _Atomic int crash_dying;
+/*
+ * This process's mark in the segment's crash_fired (random, not 0): a
+ * thread that finds it there knows its own process fired and is dying.
+ */
+static uint32_t crash_token;
 /* crash_init's thread: the loop (in a worker) or the master's main. */
 static pthread_t crash_main_thread;
 
@@ -67,8 +72,9 @@ static pthread_cond_t	crash_hold_cond = PTHREAD_COND_INITIALIZER;
 static void
 crash_in_lock(const char *what)
 {
-	char	name[32];
-	size_t	i;
+	char		name[32];
+	size_t		i;
+	uint32_t	fired = 0;
 
 	/* The lock names have spaces ("journal ring"); the env has dashes. */
 	for (i = 0; what[i] != '\0' && i < sizeof name - 1; i++)
@@ -76,7 +82,8 @@ crash_in_lock(const char *what)
 	name[i] = '\0';
 	if (strcmp(name, crash.in_lock) != 0)
 		return;
-	if (atomic_exchange(&crash.seg->header->crash_fired, 1) != 0)
+	if (!atomic_compare_exchange_strong(&crash.seg->header->crash_fired,
+	    &fired, crash_token))
 		return;
 	fprintf(stderr, "idemd[%ld]: dying holding the %s lock: SIGKILL\n",
 	    (long)getpid(), what);
@@ -117,6 +124,7 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 
 	crash.seg = seg;
 	crash.point = -1;
+	crash_token = randombytes_random() | 1;
 	crash_main_thread = pthread_self();
 	crash.in_lock = NULL;
 	crash.master = master;
@@ -217,25 +225,28 @@ crash_fire(enum crash_point point, const char *how)
  * one that loses must not go on to the next step while the process is
  * being killed, or the crash would leave a state past the point.
  */
-static int
-crash_claim(enum crash_point point)
-{
-	if (crash.point != (int)point || crash.seg == NULL)
-		return 0;
-	atomic_store(&crash_dying, 1);
-	if (atomic_exchange(&crash.seg->header->crash_fired, 1) == 0)
-		return 1;
-	atomic_store(&crash_dying, 0);
-	return 0;
-}
-
 static void
 crash_stop_short(void)
 {
-	if (!atomic_load(&crash_dying))
+	if (crash.seg == NULL ||
+	    atomic_load(&crash.seg->header->crash_fired) != crash_token)
 		return;
 	for (;;)
 		pause();	/* SIGKILL is on its way */
+}
+
+static int
+crash_claim(enum crash_point point)
+{
+	uint32_t	fired = 0;
+
+	if (crash.point != (int)point || crash.seg == NULL)
+		return 0;
+	if (atomic_compare_exchange_strong(&crash.seg->header->crash_fired,
+	    &fired, crash_token))
+		return 1;
+	crash_stop_short();	/* fired here: by another thread */
+	return 0;		/* fired by a process before this one */
 }
 
 void
@@ -246,7 +257,6 @@ crash_point(enum crash_point point)
 		crash_fire(point, getpid() != crash.master &&
 		    !pthread_equal(pthread_self(), crash_main_thread) ?
 		    " in a file thread" : "");
-	crash_stop_short();
 }
 
 void

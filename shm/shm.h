@@ -165,7 +165,7 @@ struct shm_header {
 	_Atomic uint32_t	journal_failed;	/* a write or fsync failed: refuse writes */
 	_Atomic uint32_t	wake_requested;	/* a worker asks for a broadcast wake */
 
-	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*_AT fires once per broker */
+	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */
 	_Atomic uint32_t	shutting_down;
 	uint32_t		worker_count;
