@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 for want in 'Type=notify' 'ExecReload=/bin/kill -HUP $MAINPID' \
     'StateDirectory=idem' 'RuntimeDirectory=idem' \
-    'ExecStart=/usr/local/sbin/idemd --root /var/lib/idem/' \
+    'ExecStart=/usr/local/sbin/idemd --root /var/lib/idem ' \
     '--socket /run/idem/idemd.sock'; do
 	if grep -qF -- "$want" "$unit"; then
 		pass "the unit has $want"
