@@ -371,6 +371,30 @@ other_stderr_gets_no_priorities(void **state)
 	harness_finish(b);
 }
 
+/*
+ * --syslog: the lines leave stderr (what syslog(3) does with them is the
+ * system's: no syslog daemon is assumed here).  With --log-file: refused.
+ */
+static void
+syslog_leaves_stderr(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--syslog", NULL };
+	const char	*both[] = { "--syslog", "--log-file", "x.log", NULL };
+
+	start_workers(b, args, NULL);
+	/* "serving" is logged before the ready line the harness waited for. */
+	assert_no_line(b->log, "serving");
+	assert_no_line(b->log, "state:");
+	assert_serving(b, "syslog/1");
+	assert_int_equal(harness_stop(b), 0);
+	assert_no_line(b->log, "stopped");
+
+	assert_int_equal(harness_start(b, both, NULL), -1);
+	free(wait_line(b->log, "--log-file and --syslog: choose one", NULL));
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -386,6 +410,7 @@ main(void)
 		T(log_level_unknown_refused),
 		T(journal_stderr_gets_priorities),
 		T(other_stderr_gets_no_priorities),
+		T(syslog_leaves_stderr),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
