@@ -98,6 +98,34 @@ crash_worker_started(void)
 		shm_lock_set_hook(crash_in_lock);
 }
 
+/* A misspelt variable would silently test nothing: refuse it. */
+static int
+crash_check_names(char **cause)
+{
+	static const char *const known[] = { "IDEM_CRASH_AT",
+	    "IDEM_CRASH_WORKER_AT", "IDEM_CRASH_WORKER_IN_LOCK",
+	    "IDEM_CRASH_LINK_EARLY", "IDEM_SPAWN_DELAY_MS" };
+	char	*const *e;
+	char	*one[2] = { NULL, NULL }, name[64];
+	size_t	 i;
+
+	for (e = environ; *e != NULL; e++) {
+		one[0] = *e;
+		if (faultenv_find(one, name, sizeof name) == NULL)
+			continue;
+		for (i = 0; i < sizeof known / sizeof known[0]; i++) {
+			if (strcmp(name, known[i]) == 0)
+				break;
+		}
+		if (i == sizeof known / sizeof known[0]) {
+			asprintf(cause, "unknown fault-injection variable %s",
+			    name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int
 crash_lookup(const char *name)
 {
@@ -128,6 +156,8 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	crash_main_thread = pthread_self();
 	crash.in_lock = NULL;
 	crash.master = master;
+	if (crash_check_names(cause) != 0)
+		return -1;
 	if ((delay = getenv("IDEM_SPAWN_DELAY_MS")) != NULL &&
 	    *delay != '\0') {
 		errno = 0;
