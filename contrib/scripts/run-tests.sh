@@ -26,6 +26,14 @@ run_check() {
 	dir=$1
 	jobs=$2
 	shift 2
+	# Configured earlier without one of these flags: configure again.
+	if [ -f "$top/$dir/config.status" ]; then
+		for flag in "$@"; do
+			"$top/$dir/config.status" --config | tr -d "'" |
+			    tr ' ' '\n' | grep -qxF -- "$flag" ||
+			    rm -f "$top/$dir/Makefile"
+		done
+	fi
 	sh "$top/contrib/scripts/build.sh" "$dir" "$@"
 	status=0
 	make -C "$top/$dir" -j"$jobs" check >"$top/$dir/check.out" 2>&1 ||
