@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,6 +388,7 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	const char		*body;
 	FILE			*f;
 	char			*buffer = NULL;
+	char			 role[IDEM_MAX_RECIPIENT_BYTES + 1];
 	size_t			 size = 0;
 	int			 failed = 0;
 
@@ -400,6 +402,12 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	}
 	/* Normalized tasks have their defaults; these match digest.c's. */
 	body = t->body != NULL ? t->body : "";
+	/*
+	 * An FCoP slot (DEV.D1) is in the name only: the front matter's
+	 * recipient is the bare role code, as FCoP's own writer puts it.
+	 */
+	snprintf(role, sizeof role, "%.*s", (int)strcspn(t->recipient, "."),
+	    t->recipient);
 
 	if ((f = open_memstream(&buffer, &size)) == NULL)
 		return (-1);
@@ -407,7 +415,7 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	if (taskfile_put_envelope(f, "TASK") == -1 ||
 	    taskfile_put_string(f, "task_id", tf->task_id) == -1 ||
 	    taskfile_put_string(f, "sender", t->sender) == -1 ||
-	    taskfile_put_string(f, "recipient", t->recipient) == -1 ||
+	    taskfile_put_string(f, "recipient", role) == -1 ||
 	    taskfile_put_string(f, "subject", t->subject) == -1 ||
 	    taskfile_put_string(f, "priority",
 	    t->priority != NULL ? t->priority : "P2") == -1 ||
@@ -889,6 +897,19 @@ taskfile_find(int root_fd, const char *id, char *relpath,
 	return (0);
 }
 
+int
+taskfile_current_path(int root_fd, const char *id, const char *recorded,
+    char *relpath, size_t relpath_size)
+{
+	int	found;
+
+	if ((found = taskfile_is_file(root_fd, recorded)) != 0)
+		return (found == 1 ? 0 : -1);
+	if ((found = taskfile_find(root_fd, id, relpath, relpath_size)) != 1)
+		return (found);
+	return (strcmp(relpath, recorded) != 0);
+}
+
 /* ---- reading a file back ---------------------------------------------- */
 
 /* Lower-case hex only: that is what idem writes and compares. */
@@ -930,10 +951,25 @@ taskfile_take_fact(struct taskfile_facts *facts, const char *key,
 	const char	*s;
 	size_t		 length;
 
+	/* FCoP reads version 1 as a number or a string ("1", "1.0"). */
+	if (strcmp(key, "version") == 0 && ((json_is_integer(value) &&
+	    json_integer_value(value) == TASKFILE_FCOP_VERSION) ||
+	    (json_is_string(value) && (strcmp(json_string_value(value),
+	    "1") == 0 || strcmp(json_string_value(value), "1.0") == 0))))
+		facts->fcop_fields |= TASKFILE_FM_VERSION;
 	if (!json_is_string(value))
 		return;
 	s = json_string_value(value);
 	length = json_string_length(value);
+
+	if (strcmp(key, "protocol") == 0 && strcmp(s, "fcop") == 0)
+		facts->fcop_fields |= TASKFILE_FM_PROTOCOL;
+	else if (strcmp(key, "sender") == 0 && digest_role_code_valid(s,
+	    length))
+		facts->fcop_fields |= TASKFILE_FM_SENDER;
+	else if (strcmp(key, "recipient") == 0 && digest_role_code_valid(s,
+	    length))
+		facts->fcop_fields |= TASKFILE_FM_RECIPIENT;
 
 	if (strcmp(key, "client_submission_id") == 0) {
 		if (taskfile_is_submission_id(s, length)) {
@@ -1015,6 +1051,7 @@ taskfile_parse_front_matter(const char *buf, size_t length,
 	json_decref(seen);
 
 	if (!ok) {
+		facts->fcop_fields = 0;
 		facts->has_client_submission_id = 0;
 		facts->client_submission_id[0] = '\0';
 		facts->has_request_digest = 0;
@@ -1024,6 +1061,41 @@ taskfile_parse_front_matter(const char *buf, size_t length,
 		facts->created_at_ms = 0;
 	}
 	return (ok);
+}
+
+/*
+ * Does the head open with a "---" line and have a closing one, as FCoP's
+ * split_frontmatter needs (CRLF taken as LF, as it does)?
+ */
+static int
+taskfile_delimited(const char *head, size_t length)
+{
+	const char	*p, *end = head + length, *nl;
+	size_t		 n;
+
+	if (length >= 4 && memcmp(head, "---\n", 4) == 0)
+		p = head + 4;
+	else if (length >= 5 && memcmp(head, "---\r\n", 5) == 0)
+		p = head + 5;
+	else
+		return (0);
+	for (; p < end; p = nl + 1) {
+		if ((nl = memchr(p, '\n', end - p)) == NULL)
+			nl = end;
+		n = nl - p;
+		if (n > 0 && p[n - 1] == '\r')
+			n--;
+		/* FCoP strips the line: surrounding blanks are allowed. */
+		while (n > 0 && (*p == ' ' || *p == '\t')) {
+			p++;
+			n--;
+		}
+		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		if (n == 3 && memcmp(p, "---", 3) == 0)
+			return (1);
+	}
+	return (0);
 }
 
 /*
@@ -1086,6 +1158,7 @@ taskfile_inspect(int root_fd, const char *relpath,
 
 	facts->has_front_matter = taskfile_parse_front_matter(head,
 	    head_length, facts);
+	facts->fm_delimited = taskfile_delimited(head, head_length);
 	free(head);
 	return (0);
 
@@ -1247,6 +1320,44 @@ taskfile_sync_path(int root_fd, const char *relpath)
 	rc = fsync(fd);
 	close(fd);
 	return (rc);
+}
+
+/*
+ * FCoP's file name grammar (fcop/core/filename.py, TASK_FILENAME_RE and
+ * REPORT_FILENAME_RE), with the number's digits as a parameter: role
+ * codes, an optional slot on a task's recipient, an optional slug.
+ */
+#define TASKFILE_RE_ROLE	"[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*"
+#define TASKFILE_RE_SLUG	"(-[a-z]([a-z0-9-]*[a-z0-9])?)?"
+
+const char *
+taskfile_fcop_problem(const char *name, unsigned digits,
+    const struct taskfile_facts *facts)
+{
+	regex_t		 re;
+	char		 pattern[512];
+	int		 task = strncmp(name, "TASK-", 5) == 0, matched;
+
+	snprintf(pattern, sizeof pattern, "^%s-[0-9]{8}-[0-9]{3,%u}-"
+	    TASKFILE_RE_ROLE "-to-" TASKFILE_RE_ROLE "%s" TASKFILE_RE_SLUG
+	    "\\.md$", task ? "TASK" : "REPORT", digits < 3 ? 3 : digits,
+	    task ? "(\\." TASKFILE_RE_ROLE ")?" : "");
+	if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
+		return ("the name grammar could not be compiled");
+	matched = regexec(&re, name, 0, NULL, 0) == 0;
+	regfree(&re);
+	if (!matched)
+		return (digits <= 3 ? "its name is not FCoP's (a number of "
+		    "exactly three digits, role codes, an optional slot and "
+		    "slug)" : "its name is not FCoP's grammar");
+	if (!facts->fm_delimited)
+		return ("it has no front matter between \"---\" lines");
+	if (facts->has_front_matter &&
+	    (facts->fcop_fields & TASKFILE_FM_ALL) != TASKFILE_FM_ALL)
+		return ("its front matter lacks what FCoP's reader requires "
+		    "(protocol \"fcop\", version 1, sender and recipient "
+		    "role codes)");
+	return (NULL);
 }
 
 /* "TASK-YYYYMMDD-NNN-..." or "REPORT-YYYYMMDD-NNN-...": 1 and its parts. */

@@ -4,6 +4,7 @@
  * the receipt.  The creation itself is submission.c's.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,25 +38,29 @@ write_task_free(void *arg)
 	free(wt);
 }
 
+/* sender, or with slot the recipient, which may be ROLE.SLOT (DEV.D1). */
 static int
-role_field(json_t *task, const char *key, const char *path,
+role_field(json_t *task, const char *key, const char *path, int slot,
     const char **value, struct request_error *err)
 {
 	size_t	length;
 	int	rc;
 
-	rc = request_string(task, key, path, 1, IDEM_MAX_ROLE_BYTES, 0, value,
-	    &length, err);
+	rc = request_string(task, key, path, 1, slot ?
+	    IDEM_MAX_RECIPIENT_BYTES : IDEM_MAX_ROLE_BYTES, 0, value, &length,
+	    err);
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
 		return request_error_set(err, "invalid_request", path,
 		    "%s is required", path);
-	if (!digest_role_code_valid(*value, length))
+	if (slot ? !digest_recipient_valid(*value, length) :
+	    !digest_role_code_valid(*value, length))
 		return request_error_set(err, "invalid_request", path,
 		    "%s must be an FCoP role code such as PM, DEV_01 or "
-		    "LEAD-QA (upper case, at most %d characters)", path,
-		    IDEM_MAX_ROLE_BYTES);
+		    "LEAD-QA (upper case, at most %d characters)%s", path,
+		    IDEM_MAX_ROLE_BYTES, slot ? ", or a role and a slot "
+		    "such as DEV.D1" : "");
 	return 0;
 }
 
@@ -65,7 +70,7 @@ enum_field(json_t *task, const char *key, const char *path,
 {
 	size_t	length;
 
-	if (request_string(task, key, path, 1, 32, 0, value, &length,
+	if (request_string(task, key, path, 1, 32, 1, value, &length,
 	    err) < 0)
 		return -1;
 	if (*value != NULL && !request_one_of(*value, allowed))
@@ -85,7 +90,8 @@ list_field(json_t *task, const char *key, const char **out, size_t *count,
 
 	*count = 0;
 	snprintf(path, sizeof path, "task.%s", key);
-	if (list == NULL)
+	/* null means the default, as for every optional field. */
+	if (list == NULL || json_is_null(list))
 		return 0;
 	if (!json_is_array(list))
 		return request_error_set(err, "invalid_request", path,
@@ -132,8 +138,9 @@ task_from_json(json_t *task, struct idem_task *t, const char **lists,
 		    "task must be an object");
 	if (request_known_keys(task, "task", task_keys, err) != 0)
 		return -1;
-	if (role_field(task, "sender", "task.sender", &t->sender, err) != 0 ||
-	    role_field(task, "recipient", "task.recipient", &t->recipient,
+	if (role_field(task, "sender", "task.sender", 0, &t->sender,
+	    err) != 0 ||
+	    role_field(task, "recipient", "task.recipient", 1, &t->recipient,
 	    err) != 0)
 		return -1;
 	rc = request_string(task, "subject", "task.subject", 1,
@@ -144,7 +151,7 @@ task_from_json(json_t *task, struct idem_task *t, const char **lists,
 		return request_error_set(err, "invalid_request",
 		    "task.subject", "task.subject is required");
 	if (request_string(task, "body", "task.body", 0, IDEM_MAX_BODY_BYTES,
-	    0, &t->body, &length, err) < 0 ||
+	    1, &t->body, &length, err) < 0 ||
 	    enum_field(task, "priority", "task.priority", priorities,
 	    &t->priority, err) != 0 ||
 	    enum_field(task, "risk_level", "task.risk_level", risks,
@@ -303,12 +310,28 @@ receipt_json(const char *key, size_t key_length, const struct subtab_entry *e)
 	return r;
 }
 
+/*
+ * Where FCoP tools moved the task since (SPEC.md: "current_path"); the
+ * receipt keeps the path idem wrote.  Only answers from an earlier
+ * creation look: a file this call just wrote is where it says.
+ */
+void
+current_path_add(struct idemd *d, json_t *object, const char *id,
+    const char *recorded)
+{
+	char	path[PATH_MAX];
+
+	if (taskfile_current_path(d->root_fd, id, recorded, path,
+	    sizeof path) == 1)
+		json_object_set_new(object, "current_path", json_string(path));
+}
+
 static void
 write_task_answer(struct pending *p, int created)
 {
 	struct submission	*sub = p->op;
 	struct shm_counters	*counters = &p->worker->d->seg.header->counters;
-	json_t			*reply;
+	json_t			*reply, *receipt;
 
 	if (sub->submission_id == NULL)
 		atomic_fetch_add(&counters->legacy_created, 1);
@@ -323,8 +346,11 @@ write_task_answer(struct pending *p, int created)
 	    json_boolean(sub->submission_id != NULL));
 	if (sub->recovered)
 		json_object_set_new(reply, "recovered", json_true());
-	json_object_set_new(reply, "receipt", receipt_json(sub->key,
-	    sub->key_length, &sub->entry));
+	receipt = receipt_json(sub->key, sub->key_length, &sub->entry);
+	if (!created || sub->recovered)
+		current_path_add(p->worker->d, reply, sub->name,
+		    json_string_value(json_object_get(receipt, "task_path")));
+	json_object_set_new(reply, "receipt", receipt);
 	pending_reply(p, reply);
 }
 

@@ -547,3 +547,16 @@ digest_role_code_valid(const char *s, size_t length)
 	}
 	return (1);
 }
+
+int
+digest_recipient_valid(const char *s, size_t length)
+{
+	const char	*dot = memchr(s, '.', length);
+	size_t		 role;
+
+	if (dot == NULL)
+		return (digest_role_code_valid(s, length));
+	role = dot - s;
+	return (digest_role_code_valid(s, role) &&
+	    digest_role_code_valid(dot + 1, length - role - 1));
+}

@@ -60,5 +60,7 @@ int	 digest_from_hex(const char *hex, uint8_t out[IDEM_SHA256_BYTES]);
 
 /* The FCoP role-code grammar ^[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*$, at most 16 bytes. */
 int	 digest_role_code_valid(const char *s, size_t length);
+/* A task recipient: a role code, or an FCoP slot ROLE.SLOT (DEV.D1). */
+int	 digest_recipient_valid(const char *s, size_t length);
 
 #endif

@@ -144,6 +144,11 @@ struct idem_write_result {
 	 * idem_write_task, 1 or more for idem_write_task_retry.
 	 */
 	unsigned		attempts;
+	/*
+	 * Created or reused: where the task is now if FCoP tools moved it
+	 * (the receipt keeps the path idem wrote); "" if it did not move.
+	 */
+	char			current_path[256];
 };
 
 struct idem_conn;
@@ -223,6 +228,7 @@ struct idem_submission {
 	char			updated_at[32];
 	int			has_receipt;	/* once committed */
 	struct idem_receipt	receipt;
+	char			current_path[256];	/* "" if not moved */
 };
 /* *found is 0 (submission zeroed) or 1; both return 0. */
 int	idem_get_submission(struct idem_conn *,

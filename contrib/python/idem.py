@@ -460,7 +460,9 @@ def task_canonical(task):
             fields[key] = _TASK_DEFAULTS[key]
             continue
         v = task[key]
-        if key in _TASK_LISTS:
+        if v is None and key not in _TASK_REQUIRED:
+            fields[key] = _TASK_DEFAULTS[key]  # null means the default
+        elif key in _TASK_LISTS:
             if not isinstance(v, (list, tuple)) or not all(
                     isinstance(x, str) for x in v):
                 raise ValueError("task.%s must be a list of strings" % key)

@@ -87,7 +87,7 @@ vector_list(json_t *task, const char *key, size_t *count)
 	size_t		  i;
 
 	*count = 0;
-	if (v == NULL)
+	if (v == NULL || json_is_null(v))	/* null means the default */
 		return (NULL);
 	assert_true(json_is_array(v));
 	*count = json_array_size(v);
@@ -161,8 +161,9 @@ run_vector(json_t *vector)
 	free(deps);
 }
 
+/* Every vector of $IDEM_VECTORS/<file>; the file must hold some. */
 static void
-test_conformance_vectors_all_match(void **state)
+run_vector_file(const char *file)
 {
 	const char	*dir = getenv("IDEM_VECTORS");
 	char		 path[4096];
@@ -172,7 +173,7 @@ test_conformance_vectors_all_match(void **state)
 
 	if (dir == NULL)
 		fail_msg("IDEM_VECTORS is not set");
-	snprintf(path, sizeof path, "%s/write-task-v1.json", dir);
+	snprintf(path, sizeof path, "%s/%s", dir, file);
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL)
 		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
@@ -185,6 +186,40 @@ test_conformance_vectors_all_match(void **state)
 	json_array_foreach(vectors, i, vector)
 		run_vector(vector);
 	json_decref(root);
+}
+
+static void
+test_conformance_vectors_all_match(void **state)
+{
+	run_vector_file("write-task-v1.json");
+}
+
+/* FCoP fidelity: null means the default; a slot recipient (DEV.D1). */
+static void
+test_fcop_vectors_all_match(void **state)
+{
+	run_vector_file("write-task-v1-fcop.json");
+}
+
+/* The recipient grammar: a role code, or ROLE.SLOT with two role codes. */
+static void
+test_recipient_slot_grammar(void **state)
+{
+	static const char *const good[] = { "DEV", "DEV.D1", "LEAD-QA.B_2",
+	    "ABCDEFGHIJKLMNOP.ABCDEFGHIJKLMNOP" };
+	static const char *const bad[] = { "DEV.", ".D1", "DEV.d1",
+	    "DEV.D1.X", "DEV..D1", "ABCDEFGHIJKLMNOPQ.D1",
+	    "DEV.ABCDEFGHIJKLMNOPQ", "dev.D1", "DEV-.D1" };
+	size_t	i;
+
+	for (i = 0; i < sizeof good / sizeof good[0]; i++)
+		if (!digest_recipient_valid(good[i], strlen(good[i])))
+			fail_msg("%s refused", good[i]);
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		if (digest_recipient_valid(bad[i], strlen(bad[i])))
+			fail_msg("%s accepted", bad[i]);
+	/* A sender is never a slot. */
+	assert_false(digest_role_code_valid("DEV.D1", 6));
 }
 
 static void
@@ -548,6 +583,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_conformance_vectors_all_match),
+		cmocka_unit_test(test_fcop_vectors_all_match),
+		cmocka_unit_test(test_recipient_slot_grammar),
 		cmocka_unit_test(test_jcs_escapes_every_control_char),
 		cmocka_unit_test(test_jcs_escapes_quote_backslash_not_slash),
 		cmocka_unit_test(test_u2028_literal_in_jcs_escaped_in_yaml),
