@@ -475,6 +475,8 @@ taskfile_render_report(const struct taskfile_report *rf, char **out,
 	    taskfile_put_string(f, "recipient", r->recipient) == -1 ||
 	    taskfile_put_string(f, "status",
 	    r->status != NULL ? r->status : "done") == -1 ||
+	    /* FCoP's report reader finds the task in references[0]. */
+	    taskfile_put_array(f, "references", &rf->task_id, 1) == -1 ||
 	    taskfile_put_string(f, "created_at", rf->created_at) == -1 ||
 	    taskfile_put_string(f, "client_submission_id",
 	    rf->client_submission_id) == -1)

@@ -288,6 +288,13 @@ slot_recipient_is_in_the_name_only(void **state)
 	free(ra);
 	free(rr);
 	json_decref(retry);
+	/* A report on a slot task: the report's names carry no slot. */
+	r = call(b, json_pack("{s:s, s:s, s:s, s:{s:s}}", "op", "write_report",
+	    "task_id", harness_receipt_str(a, "task_id"),
+	    "client_submission_id", "slot-report", "report", "sender", "DEV"));
+	harness_assert_bool(r, "ok", 1);
+	assert_true(strstr(harness_str(r, "report_id"), "-DEV-to-PM") != NULL);
+	json_decref(r);
 	/* Another slot is another request. */
 	r = call(b, task_request("slot-1", "DEV.D2", "For slot 1"));
 	assert_error(r, "conflict", 0);
