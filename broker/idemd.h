@@ -161,6 +161,11 @@ struct taskfile_task {
 	const char		*created_at;
 	const char		*client_submission_id;	/* NULL: legacy */
 	const char		*request_digest;	/* hex; NULL: legacy */
+	/*
+	 * fcop-create-task-v1 (NULL: write-task-v1): its C7 fields, and no
+	 * risk_level, thread_key or depends_on lines (not part of it).
+	 */
+	const struct idem_fcop_task *fcop;	/* normalized */
 };
 /* The TASK file's bytes (malloc'd), exactly as SPEC.md shows. */
 int	taskfile_render_task(const struct taskfile_task *, char **out,
@@ -251,6 +256,15 @@ struct taskfile_facts {
 #define TASKFILE_FM_ALL	0xf
 int	taskfile_inspect(int root_fd, const char *relpath,
 	    struct taskfile_facts *, char **cause);
+
+/*
+ * The workspace_id of the FCoP 4 declaration ROOT/fcop.json (a regular
+ * file, not followed through a symlink): 1 and the id, 0 if there is no
+ * declaration or it holds no valid workspace_id (*cause says which), -1
+ * on an I/O error.
+ */
+int	taskfile_workspace_id(int root_fd,
+	    char out[IDEM_WORKSPACE_ID_BYTES + 1], const char **cause);
 
 /*
  * Would FCoP's reference library parse this TASK or REPORT file?  NULL

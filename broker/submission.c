@@ -239,7 +239,7 @@ submission_start(struct pending *p)
 		s->entry.schema = SUBTAB_SCHEMA_NONE;
 		sub_legacy(p);
 	} else {
-		s->entry.schema = s->ops->schema;
+		s->entry.schema = s->schema != 0 ? s->schema : s->ops->schema;
 		memcpy(s->entry.request_digest, s->digest, IDEM_SHA256_BYTES);
 		sub_acquire(p);
 	}
@@ -261,7 +261,7 @@ sub_mismatch(struct pending *p)
 
 	if (sub_journal_failed(p))
 		return;
-	if (s->entry.schema != s->ops->schema)
+	if (s->entry.schema != (s->schema != 0 ? s->schema : s->ops->schema))
 		sub_conflict(p, "schema_mismatch", "the submission id is bound "
 		    "to another digest schema");
 	else

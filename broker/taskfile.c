@@ -395,6 +395,8 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	if (tf->task_id == NULL || tf->created_at == NULL || t == NULL ||
 	    t->sender == NULL || t->recipient == NULL || t->subject == NULL ||
 	    (tf->client_submission_id != NULL && tf->request_digest == NULL) ||
+	    (tf->fcop != NULL && (tf->client_submission_id == NULL ||
+	    tf->fcop->workspace_id == NULL || tf->fcop->operation_id == NULL)) ||
 	    (t->references_count != 0 && t->references == NULL) ||
 	    (t->depends_on_count != 0 && t->depends_on == NULL)) {
 		errno = EINVAL;
@@ -418,23 +420,39 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	    taskfile_put_string(f, "recipient", role) == -1 ||
 	    taskfile_put_string(f, "subject", t->subject) == -1 ||
 	    taskfile_put_string(f, "priority",
-	    t->priority != NULL ? t->priority : "P2") == -1 ||
-	    taskfile_put_string(f, "risk_level",
+	    t->priority != NULL ? t->priority : "P2") == -1)
+		failed = 1;
+	if (!failed && tf->fcop == NULL &&
+	    (taskfile_put_string(f, "risk_level",
 	    t->risk_level != NULL ? t->risk_level : "low") == -1 ||
-	    taskfile_put_string(f, "thread_key", t->thread_key) == -1 ||
-	    taskfile_put_string(f, "parent", t->parent) == -1 ||
+	    taskfile_put_string(f, "thread_key", t->thread_key) == -1))
+		failed = 1;
+	if (!failed && (taskfile_put_string(f, "parent", t->parent) == -1 ||
+	    (tf->fcop != NULL && taskfile_put_string(f, "branch_of",
+	    tf->fcop->branch_of) == -1) ||
 	    taskfile_put_array(f, "references", t->references,
 	    t->references_count) == -1 ||
-	    taskfile_put_array(f, "depends_on", t->depends_on,
-	    t->depends_on_count) == -1 ||
+	    (tf->fcop == NULL && taskfile_put_array(f, "depends_on",
+	    t->depends_on, t->depends_on_count) == -1) ||
 	    taskfile_put_string(f, "created_at", tf->created_at) == -1 ||
 	    taskfile_put_string(f, "client_submission_id",
-	    tf->client_submission_id) == -1)
+	    tf->client_submission_id) == -1))
 		failed = 1;
 	if (!failed && tf->client_submission_id != NULL &&
-	    (taskfile_put_string(f, "digest_schema",
-	    IDEM_SCHEMA_WRITE_TASK_V1) == -1 ||
+	    (taskfile_put_string(f, "digest_schema", tf->fcop != NULL ?
+	    IDEM_SCHEMA_FCOP_CREATE_TASK_V1 : IDEM_SCHEMA_WRITE_TASK_V1) == -1 ||
 	    taskfile_put_string(f, "request_digest",
+	    tf->request_digest) == -1))
+		failed = 1;
+	/* FCoP 4's C7 fields: the result TASK repeats its operation. */
+	if (!failed && tf->fcop != NULL &&
+	    (taskfile_put_string(f, "workspace_id",
+	    tf->fcop->workspace_id) == -1 ||
+	    taskfile_put_string(f, "operation_kind",
+	    IDEM_FCOP_OPERATION_KIND) == -1 ||
+	    taskfile_put_string(f, "operation_id",
+	    tf->fcop->operation_id) == -1 ||
+	    taskfile_put_string(f, "normalized_request_digest",
 	    tf->request_digest) == -1))
 		failed = 1;
 	if (!failed && (taskfile_put_transitions(f, tf->created_at, "inbox",
@@ -910,6 +928,68 @@ taskfile_current_path(int root_fd, const char *id, const char *recorded,
 	if ((found = taskfile_find(root_fd, id, relpath, relpath_size)) != 1)
 		return (found);
 	return (strcmp(relpath, recorded) != 0);
+}
+
+/* The largest fcop.json read: a declaration is a few hundred bytes. */
+#define TASKFILE_DECLARATION_MAX_BYTES	65536
+
+int
+taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
+    const char **cause)
+{
+	char		 buf[TASKFILE_DECLARATION_MAX_BYTES];
+	struct stat	 st;
+	json_t		*json, *v;
+	ssize_t		 n;
+	size_t		 length = 0;
+	int		 fd, found = 0;
+
+	*cause = "the workspace has no " IDEM_FCOP_DECLARATION_NAME;
+	if ((fd = openat(root_fd, IDEM_FCOP_DECLARATION_NAME, O_RDONLY |
+	    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) == -1)
+	{
+		if (errno == ELOOP)
+			*cause = IDEM_FCOP_DECLARATION_NAME " is a symbolic "
+			    "link, which idemd does not follow";
+		return (errno == ENOENT || errno == ELOOP ? 0 : -1);
+	}
+	if (fstat(fd, &st) == -1) {
+		close(fd);
+		return (-1);
+	}
+	*cause = IDEM_FCOP_DECLARATION_NAME " is not a regular file of at "
+	    "most 64 KiB";
+	if (!S_ISREG(st.st_mode) || st.st_size > (off_t)sizeof buf) {
+		close(fd);
+		return (0);
+	}
+	while (length < sizeof buf) {
+		if ((n = read(fd, buf + length, sizeof buf - length)) == -1) {
+			if (errno == EINTR)
+				continue;
+			close(fd);
+			return (-1);
+		}
+		if (n == 0)
+			break;
+		length += (size_t)n;
+	}
+	close(fd);
+	*cause = IDEM_FCOP_DECLARATION_NAME " holds no workspace_id of the "
+	    "form urn:uuid:<lower-case UUID>";
+	if ((json = json_loadb(buf, length, JSON_REJECT_DUPLICATES,
+	    NULL)) == NULL)
+		return (0);
+	v = json_object_get(json, "workspace_id");
+	if (json_is_string(v) && digest_fcop_workspace_id_valid(
+	    json_string_value(v), json_string_length(v))) {
+		memcpy(out, json_string_value(v), IDEM_WORKSPACE_ID_BYTES);
+		out[IDEM_WORKSPACE_ID_BYTES] = '\0';
+		*cause = NULL;
+		found = 1;
+	}
+	json_decref(json);
+	return (found);
 }
 
 /* ---- reading a file back ---------------------------------------------- */

@@ -264,6 +264,7 @@ struct submission {
 	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
 	size_t			 key_length;	/* 0: legacy */
 	const char		*submission_id;	/* inside key; NULL: legacy */
+	uint8_t			 schema;	/* enum subtab_schema; 0: the op's */
 	uint8_t			 digest[IDEM_SHA256_BYTES];
 	char			 digest_hex[IDEM_DIGEST_HEX_SIZE];
 	struct subtab_entry	 entry;		/* the op fills the roles */

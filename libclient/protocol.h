@@ -9,6 +9,15 @@
 #define IDEM_PROTOCOL_VERSION		1
 #define IDEM_SCHEMA_WRITE_TASK_V1	"write-task-v1"
 #define IDEM_SCHEMA_WRITE_REPORT_V1	"write-report-v1"
+/* FCoP 4.0's candidate create-task digest (doc/protocol.md). */
+#define IDEM_SCHEMA_FCOP_CREATE_TASK_V1	"fcop-create-task-v1"
+#define IDEM_FCOP_OPERATION_KIND	"create_task"
+/* operation_id: [A-Za-z0-9][A-Za-z0-9._:-]*, 1..128 characters. */
+#define IDEM_MAX_OPERATION_ID_BYTES	128
+/* "urn:uuid:" and a lower-case UUID. */
+#define IDEM_WORKSPACE_ID_BYTES		45
+/* The FCoP 4 workspace declaration that holds workspace_id. */
+#define IDEM_FCOP_DECLARATION_NAME	"fcop.json"
 
 /* One request or response line, newline included. */
 #define IDEM_MAX_LINE_BYTES		(1024 * 1024)

@@ -62,7 +62,8 @@ enum subtab_state {
 enum subtab_schema {
 	SUBTAB_SCHEMA_NONE = 0,		/* legacy: no digest */
 	SUBTAB_SCHEMA_WRITE_TASK_V1 = 1,
-	SUBTAB_SCHEMA_WRITE_REPORT_V1 = 2
+	SUBTAB_SCHEMA_WRITE_REPORT_V1 = 2,
+	SUBTAB_SCHEMA_FCOP_CREATE_TASK_V1 = 3	/* FCoP 4.0's C7 digest */
 };
 
 /* The durable facts about one submission: what a journal record carries. */

@@ -28,6 +28,10 @@
 #define TEST_FOREIGN_FILE \
 	"---\nprotocol: fcop\nversion: 1\nsender: X\nrecipient: Y\n" \
 	"priority: P2\n---\nwritten by another FCoP tool\n"
+#define TEST_FOREIGN_REPORT \
+	"---\nprotocol: fcop\nversion: 1\nsender: X\nrecipient: Y\n" \
+	"references: [TASK-20261202-001-Y-to-X]\nstatus: done\n---\n" \
+	"written by another FCoP tool\n"
 
 static void
 start(struct broker *b, const char *const *args)
@@ -205,7 +209,7 @@ sequence_exhausted_after_999(void **state)
 
 	/* Reports: numbers of their own, the same limit. */
 	snprintf(rel, sizeof rel, "reports/REPORT-%s-999-X-to-Y.md", today);
-	assert_int_equal(harness_write(b, rel, TEST_FOREIGN_FILE), 0);
+	assert_int_equal(harness_write(b, rel, TEST_FOREIGN_REPORT), 0);
 	r = call(b, json_pack("{s:s, s:s, s:s, s:{s:s}}", "op", "write_report",
 	    "task_id", harness_receipt_str(a, "task_id"),
 	    "client_submission_id", "rep-a", "report", "sender", "DEV"));
@@ -489,6 +493,219 @@ moved_task_replies_carry_current_path(void **state)
 	harness_finish(b);
 }
 
+/* ---- fcop-create-task-v1 ------------------------------------------------- */
+
+#define TEST_WORKSPACE	"urn:uuid:00000000-0000-4000-8000-000000000000"
+
+static void
+declare_workspace(struct broker *b, const char *workspace_id)
+{
+	char	json[256];
+
+	snprintf(json, sizeof json, "{\"protocol\":\"fcop\","
+	    "\"protocol_version\":\"4.0\",\"workspace_id\":\"%s\","
+	    "\"encoding\":{\"name\":\"fcop-filesystem\",\"version\":"
+	    "\"4.0\"},\"profiles\":[]}\n", workspace_id);
+	assert_int_equal(harness_write(b, "fcop.json", json), 0);
+}
+
+static json_t *
+fcop_request(const char *id, json_t *task)
+{
+	return json_pack("{s:s, s:s, s:s, s:o}", "op", "write_task",
+	    "client_submission_id", id, "digest_schema",
+	    "fcop-create-task-v1", "task", task);
+}
+
+static json_t *
+fcop_task(const char *subject)
+{
+	return json_pack("{s:s, s:s, s:s}", "sender", "PM", "recipient", "DEV",
+	    "subject", subject);
+}
+
+/* Every vector of fcop-create-task-v1.json, digested by the broker. */
+static void
+fcop_create_task_vectors_match_the_broker(void **state)
+{
+	struct broker	*b = *state;
+	const char	*dir = getenv("IDEM_VECTORS");
+	char		 path[4096], *fm, *ra, *rr;
+	json_t		*root, *vector, *request, *reply, *retry;
+	json_error_t	 jerr;
+	size_t		 i;
+
+	if (dir == NULL)
+		fail_msg("IDEM_VECTORS is not set");
+	snprintf(path, sizeof path, "%s/fcop-create-task-v1.json", dir);
+	if ((root = json_load_file(path, JSON_REJECT_DUPLICATES,
+	    &jerr)) == NULL)
+		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
+	assert_true(json_array_size(json_object_get(root, "vectors")) > 0);
+	start(b, NULL);
+	json_array_foreach(json_object_get(root, "vectors"), i, vector) {
+		/* The broker reads the declaration at each such call. */
+		declare_workspace(b, harness_str(vector, "workspace_id"));
+		request = json_pack("{s:s, s:O, s:s, s:O, s:O}", "op",
+		    "write_task", "client_submission_id",
+		    json_object_get(vector, "operation_id"), "digest_schema",
+		    "fcop-create-task-v1", "request_digest",
+		    json_object_get(vector, "request_digest"), "task",
+		    json_object_get(vector, "task"));
+		reply = call(b, json_deep_copy(request));
+		if (!json_is_true(json_object_get(reply, "ok")))
+			fail_msg("%s: %s", harness_str(vector, "name"),
+			    json_dumps(reply, JSON_COMPACT));
+		assert_disposition(reply, "created");
+		assert_string_equal(harness_receipt_str(reply,
+		    "digest_schema"), "fcop-create-task-v1");
+		assert_string_equal(harness_receipt_str(reply,
+		    "request_digest"), harness_str(vector, "request_digest"));
+		/* The file repeats the operation (FCoP 4's C7). */
+		fm = harness_read(b, harness_receipt_str(reply, "task_path"));
+		assert_non_null(fm);
+		assert_non_null(strstr(fm, "\nversion: 1\n"));
+		assert_non_null(strstr(fm, "\noperation_kind: \"create_task\"\n"));
+		assert_non_null(strstr(fm, "\ndigest_schema: "
+		    "\"fcop-create-task-v1\"\n"));
+		assert_non_null(strstr(fm, harness_str(vector, "workspace_id")));
+		assert_non_null(strstr(fm, "\nnormalized_request_digest: "));
+		assert_null(strstr(fm, "\nrisk_level: "));
+		assert_null(strstr(fm, "\nthread_key: "));
+		assert_null(strstr(fm, "\ndepends_on: "));
+		free(fm);
+		retry = call(b, request);
+		assert_disposition(retry, "reused");
+		ra = harness_receipt_text(reply);
+		rr = harness_receipt_text(retry);
+		assert_string_equal(ra, rr);
+		free(ra);
+		free(rr);
+		json_decref(retry);
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b),
+	    (int)json_array_size(json_object_get(root, "vectors")));
+	json_decref(root);
+	harness_finish(b);
+}
+
+static void
+expect_refused(struct broker *b, json_t *request, const char *code,
+    const char *field)
+{
+	json_t	*r = call(b, request);
+
+	assert_error(r, code, 0);
+	if (field != NULL)
+		assert_string_equal(harness_str(json_object_get(r, "error"),
+		    "field"), field);
+	json_decref(r);
+}
+
+static void
+fcop_create_task_rules(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*a, *r, *t, *g;
+	char		*ra, *rr;
+
+	start(b, NULL);
+	/* No FCoP 4 declaration: no 4.0 write (F4.11.1). */
+	expect_refused(b, fcop_request("op-1", fcop_task("No declaration")),
+	    "unsupported_schema", "digest_schema");
+	assert_int_equal(harness_count_tasks(b), 0);
+	assert_int_equal(harness_write(b, "fcop.json", "{\"workspace_id\":"
+	    "\"urn:uuid:NOT-A-UUID\"}"), 0);
+	expect_refused(b, fcop_request("op-1", fcop_task("Bad declaration")),
+	    "unsupported_schema", "digest_schema");
+	declare_workspace(b, TEST_WORKSPACE);
+
+	/* Fields outside its digest are refused, not ignored. */
+	t = fcop_task("Extra");
+	json_object_set_new(t, "thread_key", json_string("login"));
+	expect_refused(b, fcop_request("op-1", t), "invalid_request",
+	    "task.thread_key");
+	t = fcop_task("Extra");
+	json_object_set_new(t, "risk_level", json_string("high"));
+	expect_refused(b, fcop_request("op-1", t), "invalid_request",
+	    "task.risk_level");
+	t = fcop_task("Extra");
+	json_object_set_new(t, "depends_on", json_array());
+	expect_refused(b, fcop_request("op-1", t), "invalid_request",
+	    "task.depends_on");
+	t = fcop_task("Parent");
+	json_object_set_new(t, "parent", json_string("doc/a.md"));
+	expect_refused(b, fcop_request("op-1", t), "invalid_request",
+	    "task.parent");
+	/* operation_id's grammar; no legacy calls. */
+	expect_refused(b, fcop_request("run/42", fcop_task("Bad id")),
+	    "invalid_request", "client_submission_id");
+	expect_refused(b, json_pack("{s:s, s:s, s:o}", "op", "write_task",
+	    "digest_schema", "fcop-create-task-v1", "task",
+	    fcop_task("Legacy")), "invalid_request", "client_submission_id");
+	/* Another workspace's id; workspace_id under write-task-v1. */
+	r = fcop_request("op-1", fcop_task("Ws"));
+	json_object_set_new(r, "workspace_id", json_string(
+	    "urn:uuid:11111111-0000-4000-8000-000000000000"));
+	expect_refused(b, r, "invalid_request", "workspace_id");
+	expect_refused(b, json_pack("{s:s, s:s, s:s, s:o}", "op", "write_task",
+	    "client_submission_id", "op-w", "workspace_id", TEST_WORKSPACE,
+	    "task", fcop_task("Ws")), "invalid_request", "workspace_id");
+	/* branch_of is FCoP 4's: write-task-v1 does not know it. */
+	t = fcop_task("Branch");
+	json_object_set_new(t, "branch_of", json_string("TASK-1"));
+	expect_refused(b, json_pack("{s:s, s:s, s:o}", "op", "write_task",
+	    "client_submission_id", "op-b", "task", t), "invalid_request",
+	    "task.branch_of");
+	assert_int_equal(harness_count_tasks(b), 0);
+
+	/* Created; retries normalized alike are reused. */
+	t = fcop_task("Normalized");
+	json_object_set_new(t, "body", json_string("x"));
+	json_object_set_new(t, "references", json_pack("[s,s,s]", "b", "a",
+	    "b"));
+	r = fcop_request("op-1", t);
+	json_object_set_new(r, "workspace_id", json_string(TEST_WORKSPACE));
+	a = call(b, r);
+	assert_disposition(a, "created");
+	t = fcop_task("Normalized");
+	json_object_set_new(t, "body", json_string("x\r\n\n"));
+	json_object_set_new(t, "references", json_pack("[s,s]", "a", "b"));
+	r = call(b, fcop_request("op-1", t));
+	assert_disposition(r, "reused");
+	json_decref(r);
+	/* The same id under write-task-v1: another schema. */
+	r = call(b, task_request("op-1", "DEV", "Normalized"));
+	assert_error(r, "conflict", 0);
+	assert_string_equal(harness_str(json_object_get(r, "error"), "reason"),
+	    "schema_mismatch");
+	json_decref(r);
+
+	/* The schema survives the journal. */
+	harness_kill(b);
+	start(b, NULL);
+	t = fcop_task("Normalized");
+	json_object_set_new(t, "body", json_string("x\n"));
+	json_object_set_new(t, "references", json_pack("[s,s]", "b", "a"));
+	r = call(b, fcop_request("op-1", t));
+	assert_disposition(r, "reused");
+	ra = harness_receipt_text(a);
+	rr = harness_receipt_text(r);
+	assert_string_equal(ra, rr);
+	free(ra);
+	free(rr);
+	json_decref(r);
+	g = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	    "client_submission_id", "op-1"));
+	assert_string_equal(harness_str(json_object_get(g, "submission"),
+	    "digest_schema"), "fcop-create-task-v1");
+	json_decref(g);
+	assert_int_equal(harness_count_tasks(b), 1);
+	json_decref(a);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -502,6 +719,8 @@ main(void)
 		T(null_optional_fields_mean_defaults),
 		T(vectors_match_the_broker),
 		T(moved_task_replies_carry_current_path),
+		T(fcop_create_task_vectors_match_the_broker),
+		T(fcop_create_task_rules),
 	};
 
 	if (sodium_init() < 0)

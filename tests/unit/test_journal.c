@@ -115,7 +115,7 @@ make_record(struct journal_record *r, unsigned n)
 	r->type = JOURNAL_RECORD_ENTRY;
 	e->kind = n % 2 ? SUBTAB_KIND_REPORT : SUBTAB_KIND_TASK;
 	e->state = 1 + n % 3;
-	e->schema = n % 3;
+	e->schema = n % 4;	/* none, the three schemas */
 	memcpy(e->sender, "PM", 2);
 	e->sender_length = 2;
 	memcpy(e->recipient, "DEVELOPER-ABCDEF", 16);	/* the maximum */
@@ -336,7 +336,7 @@ round_trip_keeps_every_field(void **state)
 	size_t			len, consumed = 0;
 	unsigned		n;
 
-	for (n = 0; n < 6; n++) {	/* every kind, state and schema */
+	for (n = 0; n < 12; n++) {	/* every kind, state and schema */
 		make_record(&in, n);
 		len = journal_encode(&in, buf, sizeof buf);
 		assert_int_equal(len, DOC_RECORD_HEADER_BYTES +
@@ -523,7 +523,7 @@ decode_checks_fields_behind_a_good_checksum(void **state)
 		{ 0, 0 }, { 0, 2 },		/* type */
 		{ 1, 0 }, { 1, 3 },		/* kind */
 		{ 2, 0 }, { 2, 4 },		/* state */
-		{ 3, 3 },			/* schema */
+		{ 3, 4 },			/* schema */
 		{ 4, 17 }, { 5, 17 },		/* role lengths */
 		{ 6, 0 },			/* key length vs record length */
 		{ 4, 1 },			/* "M" of "PM" is now padding */
