@@ -849,8 +849,8 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 	};
 	static const char *const submission_keys[] = {
 		"client_submission_id", "state", "task_id", "task_path",
-		"digest_schema", "request_digest", "reserved_at", "updated_at",
-		NULL
+		"current_path", "digest_schema", "request_digest",
+		"reserved_at", "updated_at", NULL
 	};
 	static const char *const receipt_keys[] = {
 		"task_id", "task_path", "digest_schema", "request_digest",

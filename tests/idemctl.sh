@@ -211,6 +211,12 @@ expect 0 "show --json"
 is_json "$tmp/out" "show --json is JSON"
 run "$IDEMCTL" show no-such-id
 expect 1 "show an unknown id"
+# Moved by an FCoP tool: show says where it is now.
+mv "$root/_lifecycle/inbox/$task1.md" "$root/_lifecycle/active/"
+run "$IDEMCTL" show ctl-1
+expect 0 "show a moved task"
+contains "$tmp/out" "_lifecycle/active/$task1.md" "show gives current_path"
+mv "$root/_lifecycle/active/$task1.md" "$root/_lifecycle/inbox/"
 
 run "$IDEMCTL" stats --json
 expect 0 "stats --json"

@@ -348,7 +348,8 @@ class Client:
         (a new task each time, reply["idempotent"] false).  request_digest:
         a digest for the broker to check (True: task_digest(task)); meta: a
         free-form dict, never digested.  Returns the reply (disposition
-        "created" or "reused", "receipt", maybe "recovered"); raises
+        "created" or "reused", "receipt", maybe "recovered", and
+        "current_path" when FCoP tools moved the task since); raises
         IdemConflict on a conflict, IdemError on any other error."""
         request = {"op": "write_task", "task": task}
         if client_submission_id is not None:
