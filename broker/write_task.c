@@ -224,10 +224,13 @@ fcop_workspace(json_t *request, int root_fd, char *out,
 		return 0;
 	}
 	rc = taskfile_workspace_id(root_fd, out, &cause);
-	if (rc < 0)
-		return request_error_set(err, "storage_unavailable", NULL,
+	if (rc < 0) {
+		request_error_set(err, "storage_unavailable", NULL,
 		    "reading %s: %s", IDEM_FCOP_DECLARATION_NAME,
 		    strerror(errno));
+		err->retryable = 1;
+		return -1;
+	}
 	if (rc == 0)
 		return request_error_set(err, "unsupported_schema",
 		    "digest_schema", "%s needs the workspace's FCoP 4 "
@@ -255,8 +258,9 @@ fcop_parse(struct write_task *wt, json_t *request, int root_fd,
 	char			 workspace[IDEM_WORKSPACE_ID_BYTES + 1];
 	char			*canonical;
 	size_t			 length, count;
-	const char		*excluded[] = { "thread_key", "risk_level",
+	static const char *const excluded[] = { "thread_key", "risk_level",
 				    "depends_on" };
+	char			 path[32];
 	size_t			 i;
 
 	memset(&t, 0, sizeof t);
@@ -280,14 +284,14 @@ fcop_parse(struct write_task *wt, json_t *request, int root_fd,
 		return request_error_set(err, "invalid_request", "task",
 		    "task must be an object");
 	/* Fields FCoP 4 leaves out of the digest are refused, not ignored. */
-	for (i = 0; i < sizeof excluded / sizeof excluded[0]; i++)
-		if (json_object_get(task, excluded[i]) != NULL)
-			return request_error_set(err, "invalid_request",
-			    excluded[i][0] == 't' ? "task.thread_key" :
-			    excluded[i][0] == 'r' ? "task.risk_level" :
-			    "task.depends_on", "task.%s is not part of %s "
-			    "(it would escape the digest)", excluded[i],
-			    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
+	for (i = 0; i < sizeof excluded / sizeof excluded[0]; i++) {
+		if (json_object_get(task, excluded[i]) == NULL)
+			continue;
+		snprintf(path, sizeof path, "task.%s", excluded[i]);
+		return request_error_set(err, "invalid_request", path,
+		    "%s is not part of %s (it would escape the digest)", path,
+		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
+	}
 	if (request_known_keys(task, "task", fcop_task_keys, err) != 0 ||
 	    role_field(task, "sender", "task.sender", 0, &t.sender,
 	    err) != 0 ||
