@@ -641,10 +641,8 @@ sub_file_written(struct fileio_job *job)
 		/*
 		 * Another FCoP writer took the name while this first call
 		 * was in flight; nothing was promised yet, so move to a
-		 * fresh number and reserve it durably before writing.
-		 */
-		/*
-		 * No number left today: the reservation stays durable under
+		 * fresh number and reserve it durably before writing.  With
+		 * no number left today the reservation stays durable under
 		 * the name the other writer took, and a retry answers
 		 * conflict target_mismatch (doc/protocol.md).
 		 */

@@ -1,7 +1,8 @@
 /*
  * write_task.c: the write_task op: checking a request's task against the
- * contract's table of fields, its write-task-v1 digest, the TASK file and
- * the receipt.  The creation itself is submission.c's.
+ * contract's table of fields, its digest (write-task-v1, or FCoP 4's
+ * candidate fcop-create-task-v1 with its workspace from ROOT/fcop.json),
+ * the TASK file and the receipt.  The creation itself is submission.c's.
  */
 #include <errno.h>
 #include <limits.h>

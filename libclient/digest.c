@@ -1,7 +1,9 @@
 /*
  * digest.c: the write-task-v1 and write-report-v1 digest schemes
- * (SPEC.md, "Digest scheme write-task-v1"): string normalization, the
- * JCS string encoding, the canonical JSON bytes and their SHA-256.
+ * (SPEC.md, "Digest scheme write-task-v1") and fcop-create-task-v1
+ * (doc/protocol.md, "Digest schemas"): string normalization, the JCS
+ * string encoding, the canonical JSON bytes and their SHA-256, and the
+ * grammars of role codes, slots and FCoP 4's ids.
  * This is the only place idem touches utf8proc and libsodium's hash.
  * Everything here is pure: no I/O beyond the caller's FILE, no state
  * but libsodium's one-time initialization.

@@ -2,7 +2,8 @@
  * digest.h: internal interface of libclient/digest.c, shared with the
  * broker (not installed).  digest.c owns string normalization (CRLF and
  * lone CR to LF, then NFC via utf8proc), the JCS string encoding, the
- * write-task-v1 / write-report-v1 canonical forms, and SHA-256 (libsodium).
+ * write-task-v1 / write-report-v1 / fcop-create-task-v1 canonical forms,
+ * and SHA-256 (libsodium).
  */
 #ifndef IDEM_DIGEST_H
 #define IDEM_DIGEST_H
