@@ -3,8 +3,10 @@
  * their names and times, their bytes (front matter exactly as SPEC.md
  * shows it), writing them durably without ever replacing a file,
  * finding them again after FCoP tools moved them, reading back the
- * facts idem needs from one, and the highest number already used on a
- * date.
+ * facts idem needs from one, the highest number already used on a
+ * date, the workspace_id of the FCoP 4 declaration (fcop.json), and
+ * whether FCoP's reference library would parse a file (its name grammar
+ * and the front matter it requires).
  *
  * It never renames onto, truncates or deletes a file it did not create
  * itself: everything under the root but its own temporary files belongs
