@@ -382,10 +382,10 @@ master_run(struct idemd *d)
 
 	/*
 	 * Draining is under way: a second SIGTERM or SIGINT (or a SIGHUP)
-	 * must change nothing.  Freeing the signal events below gives the signals their
-	 * default action back, which would kill the master half-way through
-	 * its clean-up (socket and segment left behind).  Blocked here, they
-	 * stay pending: once journaler_stop() has joined the journaling
+	 * must change nothing.  Freeing the signal events below gives the
+	 * signals their default action back, which would kill the master
+	 * half-way through its clean-up (socket and segment left behind).
+	 * Blocked here, they stay pending: once journaler_stop() has joined the journaling
 	 * threads, this is the only thread left, and while those threads
 	 * run, libevent's handler is still installed.
 	 */
