@@ -385,9 +385,9 @@ master_run(struct idemd *d)
 	 * must change nothing.  Freeing the signal events below gives the
 	 * signals their default action back, which would kill the master
 	 * half-way through its clean-up (socket and segment left behind).
-	 * Blocked here, they stay pending: once journaler_stop() has joined the journaling
-	 * threads, this is the only thread left, and while those threads
-	 * run, libevent's handler is still installed.
+	 * Blocked here, they stay pending: once journaler_stop() has joined
+	 * the journaling threads, this is the only thread left, and while
+	 * those threads run, libevent's handler is still installed.
 	 */
 	sigemptyset(&stop_signals);
 	sigaddset(&stop_signals, SIGTERM);
