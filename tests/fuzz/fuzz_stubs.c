@@ -183,11 +183,13 @@ pending_wait_claim(struct pending *p, pending_resume_fn resume)
 	fuzz_unreachable(__func__);
 }
 
+#ifdef IDEM_FAULT_INJECTION
 void
 crash_point(enum crash_point point)
 {
 	fuzz_unreachable(__func__);
 }
+#endif
 
 int64_t
 shm_now_ms(void)
