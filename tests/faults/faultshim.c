@@ -17,6 +17,11 @@
  * nothing and fails with that errno.  Reading the rule at every call is
  * what lets a test turn a fault on and off between two requests.
  *
+ *	fork <errno-name>
+ *
+ * makes fork() fail with EAGAIN or ENOMEM (the master forking a worker,
+ * master.c) until the rule is cleared.
+ *
  * It never calls what it intercepts (open, read, close and readlink are
  * not intercepted) and keeps no state but the real functions' addresses,
  * so it is safe in idemd's threads; once those are resolved it calls
@@ -44,7 +49,8 @@
 
 enum fault_op {
 	FAULT_WRITE,
-	FAULT_SYNC
+	FAULT_SYNC,
+	FAULT_FORK
 };
 
 static void	*real_write;
@@ -52,6 +58,7 @@ static void	*real_writev;
 static void	*real_pwrite;
 static void	*real_fsync;
 static void	*real_fdatasync;
+static void	*real_fork;
 
 /*
  * Resolved before main, while the process has one thread; a call that
@@ -81,6 +88,7 @@ fault_init(void)
 	(void)REAL(pwrite);
 	(void)REAL(fsync);
 	(void)REAL(fdatasync);
+	(void)REAL(fork);
 }
 
 static int
@@ -92,6 +100,10 @@ fault_errno(const char *name, size_t length)
 		return EIO;
 	if (length == 6 && memcmp(name, "EDQUOT", 6) == 0)
 		return EDQUOT;
+	if (length == 6 && memcmp(name, "EAGAIN", 6) == 0)
+		return EAGAIN;
+	if (length == 6 && memcmp(name, "ENOMEM", 6) == 0)
+		return ENOMEM;
 	return 0;
 }
 
@@ -142,7 +154,7 @@ fault_check(enum fault_op op, int fd)
 	ssize_t		 n, got = 0;
 	int		 rfd, error;
 
-	if (file == NULL || *file == '\0' || fd < 0)
+	if (file == NULL || *file == '\0' || (fd < 0 && op != FAULT_FORK))
 		return 0;
 	if ((rfd = open(file, O_RDONLY | O_CLOEXEC)) == -1)
 		return 0;
@@ -159,6 +171,13 @@ fault_check(enum fault_op op, int fd)
 
 	if ((word = fault_word(rule, &pos, &length)) == NULL)
 		return 0;
+	if (op == FAULT_FORK || (length == 4 && memcmp(word, "fork", 4) == 0)) {
+		if (op != FAULT_FORK || length != 4 ||
+		    memcmp(word, "fork", 4) != 0 ||
+		    (word = fault_word(rule, &pos, &length)) == NULL)
+			return 0;
+		return fault_errno(word, length);
+	}
 	if (!(length == 3 && memcmp(word, "any", 3) == 0) &&
 	    !(op == FAULT_WRITE && length == 5 &&
 	    memcmp(word, "write", 5) == 0) &&
@@ -257,4 +276,16 @@ fdatasync(int fd)
 		return -1;
 	}
 	return REAL(fdatasync)(fd);
+}
+
+pid_t
+fork(void)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_FORK, -1)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(fork)();
 }

@@ -36,8 +36,15 @@
 /* Brokers running at once in one test (a second one is started by hand). */
 #define HARNESS_MAX_BROKERS		8
 
+/* harness_skip's reasons, printed again by harness_exit_status. */
+#define HARNESS_MAX_SKIPS		16
+#define HARNESS_SKIP_BYTES		256
+
 /* What the watchdog kills: read from a signal handler, hence volatile. */
 static volatile sig_atomic_t	harness_pids[HARNESS_MAX_BROKERS];
+
+static char	harness_skips[HARNESS_MAX_SKIPS][HARNESS_SKIP_BYTES];
+static int	harness_skip_count;
 
 static void
 note_started(pid_t pid)
@@ -611,4 +618,37 @@ harness_assert_bool(json_t *object, const char *key, int expected)
 		fail_msg("\"%s\" is not %s in %s", key, expected ? "true" :
 		    "false", object != NULL ?
 		    json_dumps(object, JSON_COMPACT) : "null");
+}
+
+void
+harness_skip(const char *fmt, ...)
+{
+	char	reason[HARNESS_SKIP_BYTES];
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof reason, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "skipped: %s\n", reason);
+	if (harness_skip_count < HARNESS_MAX_SKIPS)
+		memcpy(harness_skips[harness_skip_count], reason,
+		    sizeof reason);
+	harness_skip_count++;
+	skip();
+}
+
+int
+harness_exit_status(int failed)
+{
+	int	i;
+
+	if (failed != 0 || harness_skip_count == 0)
+		return failed;
+	for (i = 0; i < harness_skip_count && i < HARNESS_MAX_SKIPS; i++)
+		printf("SKIP: %s\n", harness_skips[i]);
+	if (harness_skip_count > HARNESS_MAX_SKIPS)
+		printf("SKIP: and %d more\n",
+		    harness_skip_count - HARNESS_MAX_SKIPS);
+	fflush(stdout);
+	return 77;
 }
