@@ -8,6 +8,7 @@
  * exit, its lock; never a sleep.
  */
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <dirent.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -29,9 +31,16 @@
 
 #include "integration/harness.h"
 
-/* A test that takes longer than this is hung: the watchdog ends it. */
-/* Calls to make while waiting for the master to replace a worker. */
-#define TEST_RESPAWN_CALLS	100000
+/*
+ * How long the master may take to replace a worker: a guard on a clock
+ * (CLOCK_MONOTONIC) against a broker that never does, not a pause.
+ */
+#define TEST_RESPAWN_TIMEOUT_MS	30000
+/*
+ * IDEM_SPAWN_DELAY_MS of the paused-master test: the master sleeps this
+ * long after each fork (start-up too), and the reply must come sooner.
+ */
+#define TEST_SPAWN_DELAY_MS	8000
 #define TEST_MAX_WORKERS	64
 #define TEST_CONCURRENT_RETRIES	8
 /* Start-and-stop cycles that look for a lost SIGTERM. */
@@ -428,11 +437,57 @@ has_pid(const pid_t *pids, int n, pid_t pid)
 	return 0;
 }
 
+static int64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static int	worker_is_exec(pid_t, pid_t);
+
+/*
+ * Wait until the master has replaced worker gone: n workers, none of
+ * them gone (with exec, every one exec'd as idemd --worker).  No event
+ * says when a worker exists, so between two looks at /proc the wait is
+ * a round trip through a live worker on c, an answer awaited (with c
+ * NULL, the looks follow each other: for a test that acts right after
+ * the fork).  0, or -1 past TEST_RESPAWN_TIMEOUT_MS on the clock.
+ */
+static int
+await_replacement(struct broker *b, struct idem_conn *c, int n, pid_t gone,
+    int exec)
+{
+	pid_t	 now[TEST_MAX_WORKERS];
+	int64_t	 deadline = now_ms() + TEST_RESPAWN_TIMEOUT_MS;
+	json_t	*reply;
+	int	 m, j, done;
+
+	for (;;) {
+		m = harness_workers(b, now, TEST_MAX_WORKERS);
+		done = m == n && !has_pid(now, m, gone);
+		for (j = 0; j < m && done && exec; j++)
+			done = worker_is_exec(b->pid, now[j]);
+		if (done)
+			return 0;
+		if (now_ms() > deadline)
+			return -1;
+		if (c == NULL)
+			continue;
+		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
+		assert_non_null(reply);
+		harness_assert_bool(reply, "ok", 1);
+		json_decref(reply);
+	}
+}
+
 /*
  * A worker killed from outside while the broker is idle: the others keep
  * serving, and the master brings the count back.  No event says when the
  * replacement exists, so the test keeps making calls (each one a round
- * trip through a live worker) until it does, up to a bound.
+ * trip through a live worker) until it does, up to a clock deadline.
  */
 static void
 idle_worker_killed(void **state)
@@ -440,9 +495,8 @@ idle_worker_killed(void **state)
 	struct broker		*b = *state;
 	struct idem_conn	*c;
 	pid_t			 before[TEST_MAX_WORKERS];
-	pid_t			 now[TEST_MAX_WORKERS];
 	json_t			*reply;
-	int			 n, m = 0, i;
+	int			 n;
 
 	start(b);
 	n = harness_workers(b, before, TEST_MAX_WORKERS);
@@ -455,19 +509,10 @@ idle_worker_killed(void **state)
 
 	c = harness_connect(b);
 	assert_non_null(c);
-	for (i = 0; i < TEST_RESPAWN_CALLS; i++) {
-		m = harness_workers(b, now, TEST_MAX_WORKERS);
-		if (m == n && !has_pid(now, m, before[0]))
-			break;
-		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
-		assert_non_null(reply);
-		harness_assert_bool(reply, "ok", 1);
-		json_decref(reply);
-	}
+	if (await_replacement(b, c, n, before[0], 0) != 0)
+		fail_msg("no replacement of worker %ld within %d ms",
+		    (long)before[0], TEST_RESPAWN_TIMEOUT_MS);
 	idem_close(c);
-	if (i == TEST_RESPAWN_CALLS)
-		fail_msg("%d workers after %d calls, wanted %d without pid %ld",
-		    m, i, n, (long)before[0]);
 
 	reply = submit(b, "idle-kill/2", "With the new worker");
 	assert_outcome(reply, "created", 1, 0);
@@ -515,7 +560,7 @@ worker_is_exec(pid_t master, pid_t worker)
  * Every worker, the first ones and a replacement, is the broker's own
  * binary exec'd with --worker.  A new worker shows in /proc at its fork,
  * before its exec: the test makes calls (round trips through the live
- * workers) until the command line changes, up to a bound.
+ * workers) until the command line changes, up to a clock deadline.
  */
 static void
 workers_are_exec_d(void **state)
@@ -523,9 +568,7 @@ workers_are_exec_d(void **state)
 	struct broker		*b = *state;
 	struct idem_conn	*c;
 	pid_t			 before[TEST_MAX_WORKERS];
-	pid_t			 now[TEST_MAX_WORKERS];
-	json_t			*reply;
-	int			 n, m, i, j, done;
+	int			 n;
 
 	start(b);
 	n = harness_workers(b, before, TEST_MAX_WORKERS);
@@ -534,21 +577,41 @@ workers_are_exec_d(void **state)
 	/* Connected after the kill: a live worker accepts it. */
 	c = harness_connect(b);
 	assert_non_null(c);
-	for (i = 0, done = 0; i < TEST_RESPAWN_CALLS && !done; i++) {
-		m = harness_workers(b, now, TEST_MAX_WORKERS);
-		done = m == n && !has_pid(now, m, before[0]);
-		for (j = 0; j < m && done; j++)
-			done = worker_is_exec(b->pid, now[j]);
-		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
-		assert_non_null(reply);
-		harness_assert_bool(reply, "ok", 1);
-		json_decref(reply);
-	}
+	if (await_replacement(b, c, n, before[0], 1) != 0)
+		fail_msg("after %d ms, not every worker is an exec'd idemd "
+		    "with the replacement of pid %ld", TEST_RESPAWN_TIMEOUT_MS,
+		    (long)before[0]);
 	idem_close(c);
-	if (!done)
-		fail_msg("after %d calls, not every worker is an exec'd idemd "
-		    "with the replacement of pid %ld", i, (long)before[0]);
 	harness_finish(b);
+}
+
+/*
+ * Where /proc shows it (the master is our child: no ptrace restriction),
+ * the master's main thread is still in its pause: in nanosleep.
+ */
+static void
+master_still_asleep(pid_t master)
+{
+	char	 path[64];
+	FILE	*f;
+	long	 call;
+
+	snprintf(path, sizeof path, "/proc/%ld/task/%ld/syscall",
+	    (long)master, (long)master);
+	if ((f = fopen(path, "r")) == NULL)
+		return;
+	if (fscanf(f, "%ld", &call) != 1)
+		call = -1;
+	fclose(f);
+	if (call == -1)
+		return;
+#ifdef SYS_nanosleep
+	if (call == SYS_nanosleep)
+		return;
+#endif
+	if (call != SYS_clock_nanosleep)
+		fail_msg("the master is in system call %ld, not in its pause",
+		    call);
 }
 
 /*
@@ -565,17 +628,33 @@ replacement_served_while_master_paused(void **state)
 {
 	struct broker		*b = *state;
 	const char *const	 args[] = { "--workers", "1", NULL };
-	const char *const	 env[] = { "IDEM_SPAWN_DELAY_MS=3000", NULL };
+	static char		 delay[64];
+	const char *const	 env[] = { delay, NULL };
 	pid_t			 workers[TEST_MAX_WORKERS];
 	json_t			*reply;
+	int64_t			 killed, answered;
 
+	snprintf(delay, sizeof delay, "IDEM_SPAWN_DELAY_MS=%d",
+	    TEST_SPAWN_DELAY_MS);
 	assert_int_equal(harness_start(b, args, env), 0);
 	assert_int_equal(harness_workers(b, workers, TEST_MAX_WORKERS), 1);
+	/*
+	 * The master forks the replacement after it reaps the killed
+	 * worker, so its pause ends TEST_SPAWN_DELAY_MS after this at the
+	 * earliest: a reply before then came while it slept.
+	 */
+	killed = now_ms();
 	assert_int_equal(kill(workers[0], SIGKILL), 0);
 	/* Waits in the backlog for the replacement: no other worker. */
 	reply = submit(b, "paused/1", "While the master sleeps");
+	answered = now_ms();
 	assert_outcome(reply, "created", 1, 0);
 	json_decref(reply);
+	if (answered - killed >= TEST_SPAWN_DELAY_MS)
+		fail_msg("the reply came %lld ms after the kill, not while the "
+		    "master slept (%d ms after the fork)",
+		    (long long)(answered - killed), TEST_SPAWN_DELAY_MS);
+	master_still_asleep(b->pid);
 	assert_int_equal(harness_count_tasks(b), 1);
 	harness_finish(b);
 }
@@ -635,8 +714,8 @@ static void
 sigterm_soon_after_respawn_stops(void **state)
 {
 	struct broker	*b = *state;
-	pid_t		 before[TEST_MAX_WORKERS], now[TEST_MAX_WORKERS];
-	int		 i, j, n, m;
+	pid_t		 before[TEST_MAX_WORKERS];
+	int		 i, n;
 
 	for (i = 0; i < TEST_STOP_TRIES / 2; i++) {
 		start(b);
@@ -644,12 +723,10 @@ sigterm_soon_after_respawn_stops(void **state)
 		assert_true(n >= 1);
 		assert_int_equal(kill(before[0], SIGKILL), 0);
 		/* Watch /proc for the replacement; then stop at once. */
-		for (j = 0; j < TEST_RESPAWN_CALLS; j++) {
-			m = harness_workers(b, now, TEST_MAX_WORKERS);
-			if (m == n && !has_pid(now, m, before[0]))
-				break;
-		}
-		assert_true(j < TEST_RESPAWN_CALLS);
+		if (await_replacement(b, NULL, n, before[0], 0) != 0)
+			fail_msg("try %d: no replacement of worker %ld within "
+			    "%d ms", i, (long)before[0],
+			    TEST_RESPAWN_TIMEOUT_MS);
 		if (harness_stop(b) != 0)
 			fail_msg("try %d: SIGTERM right after a worker was "
 			    "replaced did not stop idemd cleanly (exit %d)", i,
