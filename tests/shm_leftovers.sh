@@ -52,7 +52,7 @@ check)
 	left=0
 	for f in $candidates; do
 		[ -e "$f" ] && ! mapped "$f" || continue
-		size=$(wc -c <"$f" 2>/dev/null | tr -d ' ') || continue
+		size=$(stat -c %s "$f" 2>/dev/null) || continue
 		echo "FAIL: $f ($size bytes) left in $shm by the test suite"
 		rm -f "$f"
 		left=$((left + 1))

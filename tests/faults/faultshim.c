@@ -22,11 +22,18 @@
  * makes fork() fail with EAGAIN or ENOMEM (the master forking a worker,
  * master.c) until the rule is cleared.
  *
+ *	hold <path-substring>
+ *
+ * makes a sync of a matching file wait until the rule is changed, as a
+ * disk that takes its time would: holding the journal's fdatasync holds
+ * the journaling thread, and the records behind it fill the hand-off
+ * ring.  The wait looks at the rule every millisecond.
+ *
  * It never calls what it intercepts (open, read, close and readlink are
  * not intercepted) and keeps no state but the real functions' addresses,
  * so it is safe in idemd's threads; once those are resolved it calls
- * nothing but getenv and those four, so it is safe in libevent's signal
- * handlers, which write.
+ * nothing but getenv, those four and nanosleep (a hold), so it is safe
+ * in libevent's signal handlers, which write.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* RTLD_NEXT */
@@ -40,9 +47,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAULT_RULE_BYTES	512
+/* fault_check's answer for a "hold" rule that matches. */
+#define FAULT_HOLD		(-1)
+/* How often a held sync looks at the rule again (nanoseconds). */
+#define FAULT_HOLD_POLL_NS	1000000L
 #define FAULT_PATH_BYTES	4096
 /* "/proc/self/fd/" and an int. */
 #define FAULT_PROC_BYTES	32
@@ -178,6 +190,13 @@ fault_check(enum fault_op op, int fd)
 			return 0;
 		return fault_errno(word, length);
 	}
+	if (op == FAULT_SYNC && length == 4 && memcmp(word, "hold", 4) == 0) {
+		if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
+		    want_length >= FAULT_PATH_BYTES)
+			return 0;
+		error = FAULT_HOLD;
+		goto match;
+	}
 	if (!(length == 3 && memcmp(word, "any", 3) == 0) &&
 	    !(op == FAULT_WRITE && length == 5 &&
 	    memcmp(word, "write", 5) == 0) &&
@@ -190,6 +209,7 @@ fault_check(enum fault_op op, int fd)
 	    (error = fault_errno(word, length)) == 0)
 		return 0;
 
+match:
 	fault_proc_path(fd, proc);
 	if ((n = readlink(proc, path, sizeof path - 1)) == -1)
 		return 0;
@@ -254,12 +274,27 @@ pwrite(int fd, const void *buf, size_t count, off_t offset)
 	return REAL(pwrite)(fd, buf, count, offset);
 }
 
+/* The errno a sync must fail with, or 0, after any hold has ended. */
+static int
+fault_sync(int fd)
+{
+	struct timespec	ts;
+	int		error;
+
+	while ((error = fault_for(FAULT_SYNC, fd)) == FAULT_HOLD) {
+		ts.tv_sec = 0;
+		ts.tv_nsec = FAULT_HOLD_POLL_NS;
+		nanosleep(&ts, NULL);
+	}
+	return error;
+}
+
 int
 fsync(int fd)
 {
 	int	error;
 
-	if ((error = fault_for(FAULT_SYNC, fd)) != 0) {
+	if ((error = fault_sync(fd)) != 0) {
 		errno = error;
 		return -1;
 	}
@@ -271,7 +306,7 @@ fdatasync(int fd)
 {
 	int	error;
 
-	if ((error = fault_for(FAULT_SYNC, fd)) != 0) {
+	if ((error = fault_sync(fd)) != 0) {
 		errno = error;
 		return -1;
 	}

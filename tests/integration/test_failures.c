@@ -3,19 +3,25 @@
  * reaches, end to end (issue 10, item 10): a full submission table
  * (table_full), a worker out of descriptors (the accept pause on
  * EMFILE), a failed fork of a worker (the master survives and retries),
- * and crashes at every crash point of a write_report.
+ * crashes at every crash point of a write_report, and a full journal
+ * hand-off ring (the journaling thread held in its fdatasync while
+ * requests keep coming).
  *
  * Faults come from outside the broker's code: a small --capacity, a
  * RLIMIT_NOFILE lowered on the worker with prlimit(2), and the fault
  * shim (tests/faults/faultshim.c) preloaded, whose rule in <root>.faults
- * makes fork() fail until it is cleared.  Each test judges by the files
+ * makes fork() fail, or the journal's sync wait, until it is cleared.
+ * Each test judges by the files
  * on disk (TASK and REPORT files) and the replies, receipts byte for
  * byte.  Nothing sleeps to synchronise: requests block until served, and
  * waits for the broker's own progress are on its log through inotify,
  * with a deadline.
  */
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -37,8 +43,10 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <sodium.h>
 
 #include "integration/harness.h"
+#include "shm.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
 #define TEST_WATCHDOG_SECONDS	120
@@ -51,6 +59,17 @@
 #define TEST_SPARE_FDS		3
 #define TEST_MAX_HELD		16
 #define TEST_MAX_WORKERS	16
+/*
+ * The full ring: its broker's root is on tmpfs (TASK files are fsync'd,
+ * and tens of thousands of them on a disk take minutes), named so that
+ * no idem-* glob of /dev/shm takes it for a segment.
+ */
+#define TEST_RING_DIR		"/dev/shm"
+#define TEST_RING_ROOT		"ringtest-XXXXXX"
+/* Requests sent between two looks at the ring. */
+#define TEST_RING_BATCH		256
+/* Descriptors for the broker: connections pile up faster than it reads. */
+#define TEST_RING_NOFILE	16384
 
 struct failures_test {
 	struct broker	b;		/* first: the harness's */
@@ -70,6 +89,8 @@ setup(void **state)
 	const char		*shim = getenv("IDEM_FAULTSHIM"), *asan;
 	char			 real[PATH_MAX];
 
+	if (sodium_init() < 0)
+		return -1;
 	if (shim == NULL)
 		shim = TEST_SHIM_DEFAULT;
 	if (realpath(shim, real) == NULL) {
@@ -612,6 +633,196 @@ REPORT_CRASH(after_task_file_linked)
 REPORT_CRASH(after_task_created_durable)
 REPORT_CRASH(after_commit_durable)
 
+/* ---- A full journal hand-off ring ----------------------------------------- */
+
+/* The broker's segment, mapped read-only: the ring's positions. */
+static const struct shm_header *
+map_header(const struct broker *b)
+{
+	char	 name[64], *real;
+	void	*p;
+	int	 fd;
+
+	real = realpath(b->root, NULL);
+	assert_non_null(real);
+	shm_name_for_root(real, name);
+	free(real);
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd == -1)
+		fail_msg("shm_open %s: %s", name, strerror(errno));
+	p = mmap(NULL, sizeof(struct shm_header), PROT_READ, MAP_SHARED, fd,
+	    0);
+	close(fd);
+	assert_true(p != MAP_FAILED);
+	return p;
+}
+
+static uint64_t
+ring_used(const struct shm_header *h)
+{
+	return __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE) -
+	    atomic_load(&h->ring_taken);
+}
+
+/* 200 bytes, the longest id there is: the longest records. */
+static void
+ring_id(char *out, size_t size, int n)
+{
+	snprintf(out, size, "ring/%0195d", n);
+}
+
+/* Send a write_task and close at once: the worker completes it anyway. */
+static void
+send_and_close(const struct broker *b, int n)
+{
+	char	 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1], *line;
+	json_t	*request;
+	int	 fd;
+
+	ring_id(id, sizeof id, n);
+	request = harness_write_task(id, "Through a full ring");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	fd = harness_raw_connect(b);
+	assert_true(fd != -1);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	close(fd);
+	free(line);
+}
+
+/*
+ * The journaling thread is held in its fdatasync (the shim) while
+ * requests keep coming: their records fill the 8 MiB hand-off ring, and
+ * the workers must wait for room (not fail, not drop a request, not
+ * spin) while still answering what needs no record.  Once the sync
+ * returns, every request completes: one TASK file per id, each id's
+ * retry reused.  The ring's fill is read from the segment itself.
+ */
+static void
+full_ring_waits_then_completes(void **state)
+{
+	struct failures_test	*t = *state;
+	struct broker		*b = &t->b;
+	const char *const	 args[] = { "--workers", "1",
+				    "--max-connections", "1000000",
+				    "--inflight-wait-ms", "120000", NULL };
+	const struct shm_header	*h;
+	struct idem_conn	*c;
+	struct rlimit		 rl, saved;
+	struct stat		 st;
+	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	json_t			*reply;
+	uint64_t		 record, durable, most = 0;
+	int			 sent = 0, cap, i, reused = 0;
+
+	if (stat(TEST_RING_DIR, &st) == -1 || !S_ISDIR(st.st_mode) ||
+	    access(TEST_RING_DIR, W_OK) == -1)
+		harness_skip("no writable %s for the ring test's root",
+		    TEST_RING_DIR);
+	/* The root on tmpfs instead of the fixture's. */
+	harness_cleanup(b);
+	snprintf(b->root, sizeof b->root, "%s/%s", TEST_RING_DIR,
+	    TEST_RING_ROOT);
+	assert_non_null(mkdtemp(b->root));
+	snprintf(b->socket, sizeof b->socket, "%s/.idem/idemd.sock", b->root);
+	snprintf(b->log, sizeof b->log, "%s.log", b->root);
+	snprintf(t->fault_file, sizeof t->fault_file, "%s.faults", b->root);
+	snprintf(t->env_fault, sizeof t->env_fault, "IDEM_FAULT_FILE=%s",
+	    t->fault_file);
+	/* The broker inherits this; here it bounds our own connections. */
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	rl = saved;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < TEST_RING_NOFILE)
+		harness_skip("RLIMIT_NOFILE hard limit %llu is under %d",
+		    (unsigned long long)rl.rlim_max, TEST_RING_NOFILE);
+	rl.rlim_cur = TEST_RING_NOFILE;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	i = harness_start(b, args, t->env);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	assert_int_equal(i, 0);
+	h = map_header(b);
+
+	/* One request through: the size of a record (three of them). */
+	ring_id(id, sizeof id, 0);
+	reply = call(b, harness_write_task(id, "Through a full ring"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	record = __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE) / 3;
+	assert_true(record > 0);
+	/* Twice what fills the ring: a bound, never reached when it works. */
+	cap = (int)(2 * h->ring_bytes / record);
+
+	set_rule(t, "hold .jnl\n");
+	durable = atomic_load(&h->ring_durable);
+	while (h->ring_bytes - ring_used(h) >= record) {
+		if (atomic_load(&h->ring_durable) != durable)
+			fail_msg("the journal's sync was not held");
+		/*
+		 * Another batch once the worker has appended the records of
+		 * all but the last one (each request appends one, then
+		 * waits); otherwise a round trip lets it read on.
+		 */
+		if (sent < cap && ring_used(h) + TEST_RING_BATCH * record >=
+		    (uint64_t)sent * record) {
+			for (i = 0; i < TEST_RING_BATCH; i++)
+				send_and_close(b, 1 + sent++);
+			continue;
+		}
+		reply = call(b, json_pack("{s:s}", "op", "stats"));
+		json_decref(reply);
+		if (sent >= cap && h->ring_bytes - ring_used(h) >= record)
+			fail_msg("%d requests sent, %llu of %llu ring bytes "
+			    "used", sent, (unsigned long long)ring_used(h),
+			    (unsigned long long)h->ring_bytes);
+	}
+	most = ring_used(h);
+	/* The ring is full, nothing durable since the hold... */
+	assert_true(h->ring_bytes - most < record);
+	assert_true(atomic_load(&h->ring_durable) == durable);
+	/* ...and what needs no record is still answered. */
+	reply = call(b, json_pack("{s:s}", "op", "hello"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	ring_id(id, sizeof id, 0);
+	reply = call(b, harness_write_task(id, "Through a full ring"));
+	assert_string_equal(harness_str(reply, "disposition"), "reused");
+	json_decref(reply);
+
+	/* More requests were sent than the ring holds: some wait for room. */
+	assert_true((uint64_t)sent * record > h->ring_bytes);
+
+	/* The sync returns: every request completes, each one once. */
+	set_rule(t, "");
+	c = harness_connect(b);
+	assert_non_null(c);
+	for (i = 1; i <= sent; i++) {
+		ring_id(id, sizeof id, i);
+		reply = harness_call(c, harness_write_task(id,
+		    "Through a full ring"));
+		assert_non_null(reply);
+		if (strcmp(harness_str(reply, "disposition"), "reused") != 0)
+			fail_msg("request %d of %d: %s", i, sent,
+			    json_dumps(reply, JSON_COMPACT));
+		json_decref(reply);
+		reused++;
+	}
+	idem_close(c);
+	reply = call(b, json_pack("{s:s}", "op", "stats"));
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "created")), sent + 1);
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "errors")), 0);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), sent + 1);
+	printf("ring: %d requests of %llu-byte records, %llu of %llu ring "
+	    "bytes in use at the fullest, %d retries reused\n", sent,
+	    (unsigned long long)record, (unsigned long long)most,
+	    (unsigned long long)h->ring_bytes, reused);
+	munmap((void *)h, sizeof(struct shm_header));
+	assert_int_equal(harness_stop(b), 0);
+	finish(t);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int
@@ -621,6 +832,7 @@ main(void)
 		T(table_full_refuses_new_ids_only),
 		T(accept_pauses_on_emfile_then_serves),
 		T(master_survives_failed_fork),
+		T(full_ring_waits_then_completes),
 		T(report_broker_crash_after_reserve_durable),
 		T(report_broker_crash_after_task_file_written),
 		T(report_broker_crash_after_task_file_linked),
