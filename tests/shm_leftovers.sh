@@ -19,9 +19,12 @@ mode=${1:?snapshot or check}
 file=${2:?a file for the snapshot}
 shm=${IDEM_SHM_DIR:-/dev/shm}
 
+# Segments only: regular files named idem-<16 hex> (segment.c), not
+# other runs' directories (a fuzz smoke run with TMPDIR=/dev/shm).
 segments() {
 	for f in "$shm"/idem-*; do
-		[ -e "$f" ] && echo "$f"
+		[ -f "$f" ] || continue
+		echo "${f##*/}" | grep -Eq '^idem-[0-9a-f]{16}$' && echo "$f"
 	done
 	return 0
 }
