@@ -1386,7 +1386,8 @@ class Explorer:
                 os.unlink(path)
         # Level 1 checks are traced when there is a level 2: their
         # retries' crash states are level 2.
-        traced = level == 0 and self.args.depth > 1
+        traced = level == 0 and self.args.depth > 1 and \
+            kind.name in self.args.deep_kinds.split(",")
         b = Broker(self.idemd, root, log_path,
                    trace_path=trace_path if traced else None)
         if not b.ready:
@@ -1551,6 +1552,9 @@ def main():
     parser.add_argument("--depth", type=int, default=2, choices=(1, 2),
                         help="2: also the crash states of each retry "
                         "(a crash during recovery)")
+    parser.add_argument("--deep-kinds", default="task,legacy,report,rotate",
+                        help="with --depth 2, the kinds whose level 2 is "
+                        "explored (the others stop at level 1)")
     parser.add_argument("--jobs", type=int,
                         default=min(4, os.cpu_count() or 1),
                         help="states checked at once")

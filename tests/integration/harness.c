@@ -43,16 +43,29 @@
 /* What the watchdog kills: read from a signal handler, hence volatile. */
 static volatile sig_atomic_t	harness_pids[HARNESS_MAX_BROKERS];
 
+/* Their segments' files, "/dev/shm/idem-<16 hex>", for the watchdog. */
+static char			harness_segments[HARNESS_MAX_BROKERS][80];
+
 static char	harness_skips[HARNESS_MAX_SKIPS][HARNESS_SKIP_BYTES];
 static int	harness_skip_count;
 
 static void
-note_started(pid_t pid)
+note_started(pid_t pid, const char *root)
 {
-	int	i;
+	char	 name[64], *real;
+	int	 i;
 
 	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
 		if (harness_pids[i] == 0) {
+			harness_segments[i][0] = '\0';
+			if (sodium_init() >= 0 &&
+			    (real = realpath(root, NULL)) != NULL) {
+				shm_name_for_root(real, name);
+				free(real);
+				snprintf(harness_segments[i],
+				    sizeof harness_segments[i], "/dev/shm%s",
+				    name);
+			}
 			harness_pids[i] = pid;
 			return;
 		}
@@ -81,6 +94,14 @@ watchdog_fired(int sig)
 	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
 		if (harness_pids[i] != 0)
 			kill((pid_t)harness_pids[i], SIGKILL);
+	}
+	/*
+	 * Their segments too (unlink is async-signal-safe; a mapping
+	 * outlives its name): a hung test must not leave 72 MiB behind.
+	 */
+	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
+		if (harness_pids[i] != 0 && harness_segments[i][0] != '\0')
+			(void)unlink(harness_segments[i]);
 	}
 	(void)write(2, msg, sizeof msg - 1);
 	_exit(2);
@@ -153,7 +174,7 @@ harness_start(struct broker *b, const char *const *args,
 		execv(idemd, (char *const *)argv);
 		_exit(127);
 	}
-	note_started(b->pid);
+	note_started(b->pid, b->root);
 	close(ready[1]);
 	pfd.fd = ready[0];
 	pfd.events = POLLIN;
