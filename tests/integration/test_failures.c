@@ -11,19 +11,16 @@
  * RLIMIT_NOFILE lowered on the worker with prlimit(2), and the fault
  * shim (tests/faults/faultshim.c) preloaded, whose rule in <root>.faults
  * makes fork() fail, or the journal's sync wait, until it is cleared.
- * Each test judges by the files
- * on disk (TASK and REPORT files) and the replies, receipts byte for
- * byte.  Nothing sleeps to synchronise: requests block until served, and
- * waits for the broker's own progress are on its log through inotify,
- * with a deadline.
+ * Each test judges by the files on disk (TASK and REPORT files) and the
+ * replies, receipts byte for byte.  Nothing sleeps to synchronise:
+ * requests block until served, waits for the broker's own progress are
+ * on its log through inotify, with a deadline, and the ring's fill is
+ * read from the broker's segment between requests.
  */
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -77,7 +74,7 @@ struct failures_test {
 	char		env_preload[PATH_MAX + 16];
 	char		env_fault[PATH_MAX + 32];
 	char		env_asan[512];
-	const char	*env[5];
+	const char	*env[4];
 };
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
