@@ -586,10 +586,17 @@ report_crash(struct failures_test *t, const char *variable,
 	before = count_files(b, "reports", "REPORT-", path, sizeof path);
 	assert_true(before <= 1);
 
-	/* The retry: one REPORT, deduplicated exactly when it was there. */
+	/*
+	 * The retry: one REPORT, deduplicated exactly when it was there;
+	 * recovered when it finished the interrupted creation (SPEC.md).
+	 */
 	reply = call(b, json_incref(request));
 	harness_assert_bool(reply, "ok", 1);
 	harness_assert_bool(reply, "deduplicated", before == 1);
+	if (strcmp(point, "after_commit_durable") != 0)
+		harness_assert_bool(reply, "recovered", 1);
+	else
+		assert_null(json_object_get(reply, "recovered"));
 	snprintf(report_id, sizeof report_id, "%s",
 	    harness_str(reply, "report_id"));
 	snprintf(report_path, sizeof report_path, "%s",
