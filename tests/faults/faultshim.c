@@ -8,14 +8,25 @@
  *
  *	<op> <path-substring> <errno-name>
  *
- * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync) or
- * "any": every call idemd writes or syncs a file with (journal.c,
- * checkpoint.c, taskfile.c, fileio.c, main.c).  The path is the fd's,
- * from /proc/self/fd; a substring ending in "$" must end it (so
- * "_lifecycle/inbox$" is the directory, not the files in it).  The
- * errno is ENOSPC, EIO or EDQUOT.  A matching call writes or syncs
- * nothing and fails with that errno.  Reading the rule at every call is
- * what lets a test turn a fault on and off between two requests.
+ * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync),
+ * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
+ * truncates a file with (journal.c, checkpoint.c, taskfile.c, fileio.c,
+ * main.c).  The path is the fd's, from /proc/self/fd; a substring
+ * ending in "$" must end it (so "_lifecycle/inbox$" is the directory,
+ * not the files in it).  The errno is ENOSPC, EIO, EDQUOT or EROFS.  A
+ * matching call writes, syncs or truncates nothing and fails with that
+ * errno.  A "write" rule with EROFS also fails ftruncate, as a
+ * read-only file system does (a full one still lets a file shrink).
+ * Reading the rule at every call is what lets a test turn a fault on
+ * and off between two requests, or keep it for as long as it likes: a
+ * sync rule makes every fsync fail until it is cleared.
+ *
+ *	<op> <path-substring> <errno-name> <n>
+ *
+ * lets the first n matching calls of each process through and fails
+ * the later ones (SQLite's "fail the Nth write"): a test can fail the
+ * second journal append of a request and not the first.  The count
+ * starts again whenever the rule's text changes.
  *
  *	fork <errno-name>
  *
@@ -30,10 +41,11 @@
  * ring.  The wait looks at the rule every millisecond.
  *
  * It never calls what it intercepts (open, read, close and readlink are
- * not intercepted) and keeps no state but the real functions' addresses,
- * so it is safe in idemd's threads; once those are resolved it calls
- * nothing but getenv, those four and nanosleep (a hold), so it is safe
- * in libevent's signal handlers, which write.
+ * not intercepted) and keeps no state but the real functions' addresses
+ * and that count, in atomic words, so it is safe in idemd's threads;
+ * once those are resolved it calls nothing but getenv, those four and
+ * nanosleep (a hold), so it is safe in libevent's signal handlers, which
+ * write.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* RTLD_NEXT */
@@ -45,23 +57,25 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #define FAULT_RULE_BYTES	512
+#define FAULT_PATH_BYTES	4096
+/* "/proc/self/fd/" and an int. */
+#define FAULT_PROC_BYTES	32
 /* fault_check's answer for a "hold" rule that matches. */
 #define FAULT_HOLD		(-1)
 /* How often a held sync looks at the rule again (nanoseconds). */
 #define FAULT_HOLD_POLL_NS	1000000L
-#define FAULT_PATH_BYTES	4096
-/* "/proc/self/fd/" and an int. */
-#define FAULT_PROC_BYTES	32
 
 enum fault_op {
 	FAULT_WRITE,
 	FAULT_SYNC,
+	FAULT_TRUNCATE,
 	FAULT_FORK
 };
 
@@ -70,7 +84,11 @@ static void	*real_writev;
 static void	*real_pwrite;
 static void	*real_fsync;
 static void	*real_fdatasync;
+static void	*real_ftruncate;
 static void	*real_fork;
+/* For "<n>": the rule counted (its hash) and its matching calls. */
+static uint64_t	 counted_rule;
+static uint64_t	 counted_calls;
 
 /*
  * Resolved before main, while the process has one thread; a call that
@@ -100,6 +118,7 @@ fault_init(void)
 	(void)REAL(pwrite);
 	(void)REAL(fsync);
 	(void)REAL(fdatasync);
+	(void)REAL(ftruncate);
 	(void)REAL(fork);
 }
 
@@ -112,6 +131,8 @@ fault_errno(const char *name, size_t length)
 		return EIO;
 	if (length == 6 && memcmp(name, "EDQUOT", 6) == 0)
 		return EDQUOT;
+	if (length == 5 && memcmp(name, "EROFS", 5) == 0)
+		return EROFS;
 	if (length == 6 && memcmp(name, "EAGAIN", 6) == 0)
 		return EAGAIN;
 	if (length == 6 && memcmp(name, "ENOMEM", 6) == 0)
@@ -154,6 +175,40 @@ fault_proc_path(int fd, char out[FAULT_PROC_BYTES])
 	out[sizeof prefix - 1 + n] = '\0';
 }
 
+/* FNV-1a: which rule the count belongs to. */
+static uint64_t
+fault_hash(const char *s)
+{
+	uint64_t	h = 14695981039346656037ULL;
+
+	for (; *s != '\0'; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h | 1;	/* never 0, the value before any rule */
+}
+
+/* The optional count: 1 to let the call by, 0 to fail it. */
+static int
+fault_passes(const char *rule, size_t *pos)
+{
+	const char	*word;
+	size_t		 length, i;
+	uint64_t	 after = 0, hash, seen;
+
+	if ((word = fault_word(rule, pos, &length)) == NULL)
+		return 0;
+	for (i = 0; i < length; i++) {
+		if (word[i] < '0' || word[i] > '9')
+			return 0;
+		after = after * 10 + (uint64_t)(word[i] - '0');
+	}
+	hash = fault_hash(rule);
+	seen = __atomic_load_n(&counted_rule, __ATOMIC_SEQ_CST);
+	if (seen != hash && __atomic_compare_exchange_n(&counted_rule, &seen,
+	    hash, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&counted_calls, 0, __ATOMIC_SEQ_CST);
+	return __atomic_fetch_add(&counted_calls, 1, __ATOMIC_SEQ_CST) < after;
+}
+
 /* The errno a call of kind op on fd must fail with, or 0 to let it run. */
 static int
 fault_check(enum fault_op op, int fd)
@@ -164,7 +219,8 @@ fault_check(enum fault_op op, int fd)
 	char		 proc[FAULT_PROC_BYTES];
 	size_t		 pos = 0, length, want_length;
 	ssize_t		 n, got = 0;
-	int		 rfd, error;
+	int		 rfd, error, rule_op, matched = 0;
+	size_t		 i;
 
 	if (file == NULL || *file == '\0' || (fd < 0 && op != FAULT_FORK))
 		return 0;
@@ -183,6 +239,7 @@ fault_check(enum fault_op op, int fd)
 
 	if ((word = fault_word(rule, &pos, &length)) == NULL)
 		return 0;
+	/* "fork <errno>": no path; only fork() reads it. */
 	if (op == FAULT_FORK || (length == 4 && memcmp(word, "fork", 4) == 0)) {
 		if (op != FAULT_FORK || length != 4 ||
 		    memcmp(word, "fork", 4) != 0 ||
@@ -190,23 +247,31 @@ fault_check(enum fault_op op, int fd)
 			return 0;
 		return fault_errno(word, length);
 	}
-	if (op == FAULT_SYNC && length == 4 && memcmp(word, "hold", 4) == 0) {
-		if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
-		    want_length >= FAULT_PATH_BYTES)
+	if (length == 4 && memcmp(word, "hold", 4) == 0) {
+		if (op != FAULT_SYNC || (want = fault_word(rule, &pos,
+		    &want_length)) == NULL || want_length >= FAULT_PATH_BYTES)
 			return 0;
 		error = FAULT_HOLD;
 		goto match;
 	}
-	if (!(length == 3 && memcmp(word, "any", 3) == 0) &&
-	    !(op == FAULT_WRITE && length == 5 &&
-	    memcmp(word, "write", 5) == 0) &&
-	    !(op == FAULT_SYNC && length == 4 && memcmp(word, "sync", 4) == 0))
+	if (length == 3 && memcmp(word, "any", 3) == 0)
+		rule_op = -1;
+	else if (length == 5 && memcmp(word, "write", 5) == 0)
+		rule_op = FAULT_WRITE;
+	else if (length == 4 && memcmp(word, "sync", 4) == 0)
+		rule_op = FAULT_SYNC;
+	else if (length == 8 && memcmp(word, "truncate", 8) == 0)
+		rule_op = FAULT_TRUNCATE;
+	else
 		return 0;
 	if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
 	    want_length >= FAULT_PATH_BYTES)
 		return 0;
 	if ((word = fault_word(rule, &pos, &length)) == NULL ||
 	    (error = fault_errno(word, length)) == 0)
+		return 0;
+	if (rule_op != -1 && rule_op != (int)op && !(op == FAULT_TRUNCATE &&
+	    rule_op == FAULT_WRITE && error == EROFS))
 		return 0;
 
 match:
@@ -216,15 +281,16 @@ match:
 	path[n] = '\0';
 	if (want[want_length - 1] == '$') {
 		want_length--;
-		return (size_t)n >= want_length && memcmp(path + n -
-		    want_length, want, want_length) == 0 ? error : 0;
+		matched = (size_t)n >= want_length && memcmp(path + n -
+		    want_length, want, want_length) == 0;
+	} else {
+		/* Not strstr: want is not NUL-terminated where it ends. */
+		for (i = 0; !matched && i + want_length <= (size_t)n; i++)
+			matched = memcmp(path + i, want, want_length) == 0;
 	}
-	/* Not strstr: want is not NUL-terminated where it ends. */
-	for (pos = 0; pos + want_length <= (size_t)n; pos++) {
-		if (memcmp(path + pos, want, want_length) == 0)
-			return error;
-	}
-	return 0;
+	if (!matched || (error != FAULT_HOLD && fault_passes(rule, &pos)))
+		return 0;
+	return error;
 }
 
 /* Run the check keeping the caller's errno: a call that passes sees it. */
@@ -274,7 +340,7 @@ pwrite(int fd, const void *buf, size_t count, off_t offset)
 	return REAL(pwrite)(fd, buf, count, offset);
 }
 
-/* The errno a sync must fail with, or 0, after any hold has ended. */
+/* The errno a sync must fail with, or 0, once any hold has ended. */
 static int
 fault_sync(int fd)
 {
@@ -311,6 +377,18 @@ fdatasync(int fd)
 		return -1;
 	}
 	return REAL(fdatasync)(fd);
+}
+
+int
+ftruncate(int fd, off_t length)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_TRUNCATE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(ftruncate)(fd, length);
 }
 
 pid_t
