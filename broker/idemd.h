@@ -161,6 +161,11 @@ struct taskfile_task {
 	const char		*created_at;
 	const char		*client_submission_id;	/* NULL: legacy */
 	const char		*request_digest;	/* hex; NULL: legacy */
+	/*
+	 * fcop-create-task-v1 (NULL: write-task-v1): its C7 fields, and no
+	 * risk_level, thread_key or depends_on lines (not part of it).
+	 */
+	const struct idem_fcop_task *fcop;	/* normalized */
 };
 /* The TASK file's bytes (malloc'd), exactly as SPEC.md shows. */
 int	taskfile_render_task(const struct taskfile_task *, char **out,
@@ -211,6 +216,13 @@ void	taskfile_drop_temp(int dir_fd, const char *temp);
  */
 int	taskfile_find(int root_fd, const char *id, char *relpath,
 	    size_t relpath_size);
+/*
+ * The path of <id>.md now, if FCoP tools moved it away from recorded
+ * (its path in the receipt): 1 and the path, 0 if it is still there or
+ * nowhere, -1 on error.  One stat when it did not move.
+ */
+int	taskfile_current_path(int root_fd, const char *id,
+	    const char *recorded, char *relpath, size_t relpath_size);
 
 /* "TASK-YYYYMMDD-NNN-..." or "REPORT-...": 1 and its kind, date, number. */
 int	taskfile_parse_name(const char *name, enum subtab_kind *,
@@ -233,20 +245,57 @@ struct taskfile_facts {
 	char		created_at[TASKFILE_TIME_BYTES];
 	int64_t		created_at_ms;
 	int		has_created_at;
+	/* TASKFILE_FM_*: what FCoP's reader requires, found valid. */
+	unsigned	fcop_fields;
+	int		fm_delimited;	/* "---" lines open and close it */
 };
+#define TASKFILE_FM_PROTOCOL	0x1	/* protocol: "fcop" */
+#define TASKFILE_FM_VERSION	0x2	/* version: 1 */
+#define TASKFILE_FM_SENDER	0x4	/* a role code */
+#define TASKFILE_FM_RECIPIENT	0x8	/* a role code (no slot) */
+#define TASKFILE_FM_ALL	0xf
 int	taskfile_inspect(int root_fd, const char *relpath,
 	    struct taskfile_facts *, char **cause);
 
+/*
+ * The workspace_id of the FCoP 4 declaration ROOT/fcop.json (a regular
+ * file, not followed through a symlink): 1 and the id, 0 if there is no
+ * declaration or it holds no valid workspace_id (*cause says which), -1
+ * on an I/O error.
+ */
+int	taskfile_workspace_id(int root_fd,
+	    char out[IDEM_WORKSPACE_ID_BYTES + 1], const char **cause);
+
+/*
+ * Would FCoP's reference library parse this TASK or REPORT file?  NULL
+ * if so, else why not: the name against FCoP's grammar (numbers of
+ * exactly three digits, or 3..digits with --sequence-digits), and front
+ * matter in idem's shape against what FCoP's reader requires.  Front
+ * matter in another writer's YAML is not judged (no YAML reader here).
+ */
+const char *taskfile_fcop_problem(const char *name, unsigned digits,
+	    const struct taskfile_facts *);
 /* Highest NNN of <TASK|REPORT>-<date>-NNN-* anywhere a file may be; 0 if none. */
 int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq);
 
-/* ---- crash.c: fault injection (IDEM_CRASH_AT, IDEM_CRASH_WORKER_AT) --- */
+/* ---- faultenv.c: the variables of fault injection, in any build ------- */
+
+/*
+ * The first IDEM_CRASH_* or IDEM_SPAWN_DELAY_MS entry of env ("NAME=..."),
+ * its name copied to name; NULL if there is none.
+ */
+const char *faultenv_find(char *const *env, char *name, size_t name_size);
+/* A build without fault injection: -1 and a cause naming the variable. */
+int	faultenv_refuse(char *const *env, char **cause);
+
+/* ---- crash.c: fault injection (configure --enable-fault-injection) ---- */
 
 enum crash_point {
 	CRASH_AFTER_RESERVE_DURABLE,
 	CRASH_AFTER_TASK_FILE_WRITTEN,
 	CRASH_AFTER_TASK_FILE_LINKED,
+	/* A torn append: the journaler's (IDEM_CRASH_AT only). */
 	CRASH_AFTER_TASK_CREATED_DURABLE,
 	CRASH_AFTER_COMMIT_DURABLE,
 	/* The master's: the whole broker dies (IDEM_CRASH_AT only). */
@@ -254,15 +303,35 @@ enum crash_point {
 	CRASH_AFTER_CHECKPOINT_RENAMED,	/* in place, old segments still there */
 	CRASH_POINT_COUNT
 };
+#ifdef IDEM_FAULT_INJECTION
 /* In the master and in each worker (which logs nothing). */
 int	crash_init(struct shm_segment *, pid_t master, char **cause);
 void	crash_point(enum crash_point);
 /* IDEM_SPAWN_DELAY_MS: in the master, right after forking a worker. */
 void	crash_spawn_delay(void);
-/* Is a crash point set at all?  (Shortcuts that skip one are off.) */
-int	crash_configured(void);
-/* Will crash_point(point) kill?  (It fires once.) */
-int	crash_armed(enum crash_point);
 void	crash_worker_started(void);
+/*
+ * The journaler flushed iov (n pieces), which ends the journal: with
+ * after_task_created_durable armed, a task_created record followed by
+ * its commit is torn back to the first and the broker dies.
+ */
+void	crash_journal_flushed(struct journal *, const struct iovec *, int n);
+/*
+ * IDEM_CRASH_LINK_EARLY: a file thread, its temporary written, waits
+ * (crash_hold) until the loop has seen the reservation durable
+ * (crash_release), so that it links early itself.
+ */
+void	crash_hold(int *released);
+void	crash_release(int *released);
+#else
+/* Without fault injection every crash point compiles to nothing. */
+#define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
+#define crash_point(point)		((void)0)
+#define crash_spawn_delay()		((void)0)
+#define crash_worker_started()		((void)0)
+#define crash_journal_flushed(j, iov, n) ((void)0)
+#define crash_hold(released)		((void)0)
+#define crash_release(released)		((void)0)
+#endif
 
 #endif
