@@ -41,17 +41,25 @@ caller: IdemEffectIncomplete, and the lease lapses the same way.
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional, Type
 
-from .errors import IdemEffectIncomplete, IdemError, IdemOutcomeUnknown
-from .replies import EffectBegin, EffectReceipt, Fence
+from .errors import (IdemEffectIncomplete, IdemError, IdemOutcomeUnknown,
+                     IdemTransportError)
+from .replies import EffectBegin, EffectReceipt, EffectSettled, Fence
 
 if TYPE_CHECKING:
     from .client import Client
 
 __all__ = ["Effect", "Evidence", "NotApplied", "effectful", "Probe"]
+
+# complete() and not_applied() resend the same report (same fence, same
+# result: the broker answers a repeat as it answered the first) this many
+# times when the connection fails, the n-th after REPORT_DELAY_S * 2 ** n.
+REPORT_ATTEMPTS = 5
+REPORT_DELAY_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -196,12 +204,37 @@ class Effect:
                             "reported" % what)
         return begin.fence
 
+    def _report(self, fence: Fence, outcome: str,
+                result: Any) -> EffectSettled:
+        """effect_complete, resent on a new connection when the answer is
+        lost: a lost report would leave the lease to lapse into
+        outcome_unknown although the caller knows the outcome.  The
+        fence is the same each time (never a new begin)."""
+        from .client import Client
+        try:
+            return self.client.effect_complete(
+                self.client_submission_id, self.effect_kind, fence,
+                outcome, result)
+        except IdemTransportError:
+            if REPORT_ATTEMPTS <= 1:
+                raise
+        attempt = 1
+        while True:
+            time.sleep(REPORT_DELAY_S * 2 ** attempt)
+            attempt += 1
+            try:
+                with Client(self.client.path, self.client.timeout) as c:
+                    return c.effect_complete(
+                        self.client_submission_id, self.effect_kind, fence,
+                        outcome, result)
+            except IdemTransportError:
+                if attempt >= REPORT_ATTEMPTS:
+                    raise
+
     def complete(self, result: Any = None) -> EffectReceipt:
         """The effect happened: commit result (JSON) in the receipt."""
         fence = self._proceeded("complete")
-        settled = self.client.effect_complete(
-            self.client_submission_id, self.effect_kind, fence,
-            "applied", result)
+        settled = self._report(fence, "applied", result)
         if settled.receipt is None:
             raise IdemError("protocol", "effect_complete applied answered "
                             "without a receipt", reply=settled.reply)
@@ -213,8 +246,7 @@ class Effect:
         """The effect certainly did not happen: release the reservation
         (the next begin proceeds, attempt + 1, same external_key)."""
         fence = self._proceeded("not_applied")
-        self.client.effect_complete(self.client_submission_id,
-                                    self.effect_kind, fence, "not_applied")
+        self._report(fence, "not_applied", None)
         self._settled = True
 
 
