@@ -406,6 +406,62 @@ class TestPackage(unittest.TestCase):
             self.assertIn("idem/__init__.py", files)
             self.assertNotIn("idem_build.py", files)
 
+    def test_the_build_backend_makes_a_valid_wheel_and_sdist(self):
+        """idem_build's PEP 517 hooks, called as pip calls them: a wheel
+        whose RECORD matches its files, the same bytes twice (no time or
+        order in it), an sdist that builds again; nothing written beside
+        the sources."""
+        import base64
+        import tarfile
+        import zipfile
+        src = os.path.join(os.environ.get("IDEM_SRCDIR") or
+                           os.path.join(HERE, os.pardir, os.pardir),
+                           "contrib", "python")
+        before = sorted(os.walk(src))
+        sys.path.insert(0, src)
+        self.addCleanup(sys.path.remove, src)
+        sys.dont_write_bytecode = True      # nothing beside the sources
+        import idem_build
+        self.assertEqual(idem_build.get_requires_for_build_wheel(), [])
+        out = tempfile.mkdtemp(prefix="idem-py-build-")
+        self.addCleanup(shutil.rmtree, out, True)
+        names = []
+        for d in ("a", "b"):
+            os.mkdir(os.path.join(out, d))
+            names.append(idem_build.build_wheel(os.path.join(out, d)))
+        self.assertEqual(names[0], "idemd_client-%s-py3-none-any.whl"
+                         % idem.__version__)
+        with open(os.path.join(out, "a", names[0]), "rb") as f:
+            a = f.read()
+        with open(os.path.join(out, "b", names[1]), "rb") as f:
+            self.assertEqual(f.read(), a)
+        with zipfile.ZipFile(os.path.join(out, "a", names[0])) as z:
+            info = "idemd_client-%s.dist-info/" % idem.__version__
+            record = z.read(info + "RECORD").decode("utf-8").splitlines()
+            listed = set()
+            for line in record:
+                name, digest, size = line.rsplit(",", 2)
+                listed.add(name)
+                if name == info + "RECORD":
+                    continue
+                data = z.read(name)
+                self.assertEqual(int(size), len(data), name)
+                self.assertEqual(digest, "sha256=" + base64.urlsafe_b64encode(
+                    hashlib.sha256(data).digest()).rstrip(b"=").decode())
+            self.assertEqual(listed, set(z.namelist()))
+            self.assertIn("idem/py.typed", listed)
+            meta = z.read(info + "METADATA").decode("utf-8")
+            self.assertIn("Name: idemd-client\n", meta)
+            self.assertIn("Version: %s\n" % idem.__version__, meta)
+        sdist = idem_build.build_sdist(out)
+        with tarfile.open(os.path.join(out, sdist)) as t:
+            members = set(t.getnames())
+        base = sdist[:-len(".tar.gz")]
+        for name in ("PKG-INFO", "pyproject.toml", "idem_build.py",
+                     "idem/__init__.py", "idem/py.typed"):
+            self.assertIn(base + "/" + name, members)
+        self.assertEqual(sorted(os.walk(src)), before)
+
     def test_standard_library_only(self):
         from importlib import metadata
         if not os.environ.get("IDEM_VENV"):
