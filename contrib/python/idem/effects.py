@@ -36,6 +36,15 @@ lease lapses and the key becomes outcome_unknown, which only evidence
 settles.  Raise idem.NotApplied where the block knows better.  A block
 that ends normally after proceed without either call is a bug in the
 caller: IdemEffectIncomplete, and the lease lapses the same way.
+
+Lost answers.  complete() and not_applied() resend their report on a new
+connection when the answer is lost (the same fence: the broker answers a
+repeat as it answered the first).  A lost answer to effect_begin is not
+retried here: the broker may have granted a lease that this caller never
+saw, so a retry answers in_progress until the lease lapses, then
+outcome_unknown.  If no other process uses the same id, this caller
+knows the effect was not performed and may settle it with
+effect_resolve(..., "not_applied") (or a probe that says so).
 """
 
 from __future__ import annotations
