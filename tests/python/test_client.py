@@ -1137,6 +1137,24 @@ class TestEffects(BrokerTestCase):
         self.assertEqual(again.receipt.raw, e.receipt.raw)
         self.assertEqual(self.sent(), 1)
 
+    def test_complete_after_kill_9_and_restart_reaches_the_new_broker(self):
+        """The crash window between the side effect and its report: the
+        broker dies (SIGKILL) and comes back; the lease survived it, and
+        complete() resends the same report on a new connection."""
+        c = self.client()
+        with c.effect("e-12", MAIL, {"to": "a"}, lease_ms=60000) as e:
+            result = self.send("a", e)
+            self.broker.proc.kill()
+            self.assertEqual(self.broker.wait_dead(), -signal.SIGKILL)
+            self.broker.start()
+            receipt = e.complete(result)
+        self.assertEqual(receipt.result, result)
+        self.assertEqual(receipt.attempt, 1)
+        again = self.client().effect_begin("e-12", MAIL, {"to": "a"})
+        self.assertTrue(again.reused)
+        self.assertEqual(again.receipt.raw, receipt.raw)
+        self.assertEqual(self.sent(), 1)
+
     def test_bad_requests_are_refused_typed(self):
         c = self.client()
         for kwargs, field in (({"effect_kind": "write_task"},
