@@ -518,6 +518,23 @@ class TestOps(BrokerTestCase):
         self.assertEqual(again.receipt, receipt)
         self.assertEqual(self.tasks(), 1)
 
+    def test_a_moved_task_has_a_current_path_and_the_same_receipt(self):
+        c = self.client()
+        first = c.write_task(TASK, "mv-1")
+        active = "_lifecycle/active/%s.md" % first.receipt.task_id
+        os.rename(os.path.join(self.root, first.receipt.task_path),
+                  os.path.join(self.root, active))     # an FCoP tool's move
+        again = c.write_task(TASK, "mv-1")
+        self.assertEqual(again.disposition, "reused")
+        self.assertEqual(again.current_path, active)
+        self.assertEqual(again.path, active)
+        self.assertEqual(again.receipt.task_path, first.receipt.task_path)
+        self.assertEqual(again.receipt.raw, first.receipt.raw)
+        sub = c.get_submission("mv-1").submission
+        self.assertEqual(sub.current_path, active)
+        self.assertEqual(sub.receipt.raw, first.receipt.raw)
+        self.assertEqual(self.tasks(), 1)
+
     def test_the_dict_api_of_version_0_1_still_works(self):
         c = self.client()
         first = c.write_task(TASK, "compat-1")
