@@ -315,6 +315,138 @@ idemd_close_state(struct idemd *d)
 	shm_destroy(&d->seg);
 }
 
+/*
+ * What answers on an existing socket: -1 if nothing does (ECONNREFUSED:
+ * a socket file nobody listens on, stale; ENOENT: gone meanwhile), 0 if
+ * something does, with who it is in who.  An idemd is asked hello and
+ * named by its pid and root; anything else is named by what happened.
+ * A listener too busy to accept within the timeout still answers: its
+ * backlog is full, it is alive.
+ */
+static int
+probe_socket(const struct sockaddr_un *sun, char *who, size_t who_size)
+{
+	static const char	 hello[] = "{\"op\":\"hello\"}\n";
+	struct timeval		 tv;
+	json_error_t		 jerr;
+	json_t			*reply;
+	char			 buf[4096], *eol;
+	size_t			 got = 0;
+	ssize_t			 n;
+	int			 fd;
+
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		fatal("socket");
+	tv.tv_sec = IDEM_SOCKET_PROBE_TIMEOUT_MS / 1000;
+	tv.tv_usec = (IDEM_SOCKET_PROBE_TIMEOUT_MS % 1000) * 1000;
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (connect(fd, (const struct sockaddr *)sun, sizeof *sun) == -1) {
+		if (errno == ECONNREFUSED || errno == ENOENT) {
+			close(fd);
+			return -1;
+		}
+		snprintf(who, who_size, "a listener (connect: %s)",
+		    strerror(errno));
+		close(fd);
+		return 0;
+	}
+	snprintf(who, who_size, "another program (it accepts connections "
+	    "but does not answer idemd's hello)");
+	if (send(fd, hello, sizeof hello - 1, MSG_NOSIGNAL) !=
+	    (ssize_t)(sizeof hello - 1))
+		goto out;
+	while (got < sizeof buf - 1) {
+		n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		buf[got] = '\0';
+		if ((eol = strchr(buf, '\n')) != NULL) {
+			*eol = '\0';
+			break;
+		}
+	}
+	buf[got] = '\0';
+	reply = json_loads(buf, JSON_DISABLE_EOF_CHECK, &jerr);
+	if (reply != NULL && json_is_string(json_object_get(reply, "server")) &&
+	    strcmp(json_string_value(json_object_get(reply, "server")),
+	    "idemd") == 0) {
+		if (json_is_integer(json_object_get(reply, "pid")))
+			snprintf(who, who_size, "idemd pid %lld serving %s",
+			    (long long)json_integer_value(json_object_get(reply,
+			    "pid")), json_is_string(json_object_get(reply,
+			    "root")) ? json_string_value(json_object_get(reply,
+			    "root")) : "an unknown root");
+		else
+			snprintf(who, who_size, "an idemd too old to name "
+			    "its pid");
+	}
+	json_decref(reply);
+out:
+	close(fd);
+	return 0;
+}
+
+/*
+ * A broker never displaces another program: before replacing anything
+ * at the socket's path it connects there, and only a socket nobody
+ * answers on (a broker that died) is removed.  A file that is not a
+ * socket (a symlink included) is never removed.
+ */
+static void
+claim_socket_path(const struct sockaddr_un *sun)
+{
+	struct stat	st;
+	char		who[PATH_MAX + 128];
+
+	if (lstat(sun->sun_path, &st) == -1) {
+		if (errno == ENOENT)
+			return;
+		fatal("%s", sun->sun_path);
+	}
+	if (!S_ISSOCK(st.st_mode))
+		fatalx("%s exists and is not a socket; refusing to replace "
+		    "it (remove it, or choose another --socket)",
+		    sun->sun_path);
+	if (probe_socket(sun, who, sizeof who) == 0)
+		fatalx("socket %s is in use by %s; refusing to replace it "
+		    "(stop it, or choose another --socket)", sun->sun_path,
+		    who);
+	/* Nobody answers: a broker died there.  Replace that one only. */
+	if (unlink(sun->sun_path) == -1 && errno != ENOENT)
+		fatal("unlink %s", sun->sun_path);
+}
+
+static void
+socket_address(struct idemd *d, struct sockaddr_un *sun)
+{
+	if (d->socket_path == NULL && asprintf(&d->socket_path, "%s/%s",
+	    d->root_real, IDEM_SOCKET_NAME) == -1)
+		fatal("asprintf");
+	memset(sun, 0, sizeof *sun);
+	sun->sun_family = AF_UNIX;
+	if (strlen(d->socket_path) >= sizeof sun->sun_path)
+		fatalx("socket path %s is longer than %zu bytes; use --socket",
+		    d->socket_path, sizeof sun->sun_path - 1);
+	strcpy(sun->sun_path, d->socket_path);
+}
+
+/*
+ * Before anything is built for this start (the segment above all): a
+ * broker that will not get its socket must leave nothing behind.
+ */
+static void
+check_socket(struct idemd *d)
+{
+	struct sockaddr_un	sun;
+
+	socket_address(d, &sun);
+	claim_socket_path(&sun);
+}
+
 static void
 open_socket(struct idemd *d)
 {
@@ -322,22 +454,14 @@ open_socket(struct idemd *d)
 	mode_t			old;
 	int			fd;
 
-	if (d->socket_path == NULL && asprintf(&d->socket_path, "%s/%s",
-	    d->root_real, IDEM_SOCKET_NAME) == -1)
-		fatal("asprintf");
-	memset(&sun, 0, sizeof sun);
-	sun.sun_family = AF_UNIX;
-	if (strlen(d->socket_path) >= sizeof sun.sun_path)
-		fatalx("socket path %s is longer than %zu bytes; use --socket",
-		    d->socket_path, sizeof sun.sun_path - 1);
-	strcpy(sun.sun_path, d->socket_path);
+	/* Checked at start-up; look again: time passed (the replay). */
+	socket_address(d, &sun);
+	claim_socket_path(&sun);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd == -1)
 		fatal("socket");
-	/* We hold the root's lock: a socket file left there is stale. */
-	if (unlink(d->socket_path) == -1 && errno != ENOENT)
-		fatal("unlink %s", d->socket_path);
 	old = umask(0177);
+	/* EADDRINUSE: someone bound it since the probe; never unlink that. */
 	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) == -1)
 		fatal("bind %s", d->socket_path);
 	umask(old);
@@ -384,6 +508,7 @@ run_worker(struct idemd *d)
 	}
 	master = field[0];
 	index = field[1];
+	d->master_pid = (pid_t)master;
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
 		handle[i] = (int)field[3 + i];
 	/* Die with the master: a worker never outlives it. */
@@ -439,6 +564,7 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (d.worker_handles != NULL)
 		return run_worker(&d);
+	d.master_pid = getpid();
 
 	make_root(d.root);
 	if ((d.root_real = realpath(d.root, NULL)) == NULL)
@@ -449,6 +575,7 @@ main(int argc, char **argv)
 	if (taskfile_make_topology(d.root_fd, &cause) != 0)
 		fatalx("%s", cause);
 	lock_root(&d);
+	check_socket(&d);
 	if ((d.inbox_fd = openat(d.root_fd, IDEM_INBOX_DIR, O_RDONLY |
 	    O_DIRECTORY | O_CLOEXEC)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_INBOX_DIR);

@@ -418,27 +418,12 @@ worker_wake_all(struct worker *w)
 /* ---- Connections --------------------------------------------------------- */
 
 static void
-op_hello(struct conn *c, json_t *id)
-{
-	json_t	*reply = reply_new(1, id), *schemas;
-
-	json_object_set_new(reply, "server", json_string("idemd"));
-	json_object_set_new(reply, "version", json_string(PACKAGE_VERSION));
-	json_object_set_new(reply, "protocol",
-	    json_integer(IDEM_PROTOCOL_VERSION));
-	/* The schemas a client may name in write_task's digest_schema. */
-	schemas = json_array();
-	json_array_append_new(schemas, json_string(IDEM_SCHEMA_WRITE_TASK_V1));
-	json_object_set_new(reply, "digest_schemas", schemas);
-	conn_send(c, reply);
-}
-
-static void
 conn_dispatch(struct conn *c, const char *line, size_t length)
 {
 	struct request_error	 err;
 	json_t			*request, *id;
 	const char		*name;
+	const struct op_entry	*op;
 
 	atomic_fetch_add(&c->worker->d->seg.header->workers[
 	    c->worker->index].requests, 1);
@@ -450,30 +435,19 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	}
 	if (request_envelope(request, &id, &name, &err) != 0)
 		goto refuse;
+	if ((op = optable_find(name)) == NULL) {
+		request_error_set(&err, "unknown_op", "op",
+		    "unknown op \"%.64s\"", name);
+		goto refuse;
+	}
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
-	    strcmp(name, "hello") != 0) {
+	    !(op->flags & OP_WHILE_DRAINING)) {
 		request_error_set(&err, "shutting_down", NULL,
 		    "idemd is shutting down");
 		err.retryable = 1;
 		goto refuse;
 	}
-	if (strcmp(name, "hello") == 0)
-		op_hello(c, id);
-	else if (strcmp(name, "write_task") == 0)
-		op_write_task(c, request, id);
-	else if (strcmp(name, "write_report") == 0)
-		op_write_report(c, request, id);
-	else if (strcmp(name, "get_submission") == 0)
-		op_get_submission(c, request, id);
-	else if (strcmp(name, "diagnose") == 0)
-		op_diagnose(c, request, id);
-	else if (strcmp(name, "stats") == 0)
-		op_stats(c, request, id);
-	else {
-		request_error_set(&err, "unknown_op", "op",
-		    "unknown op \"%.64s\"", name);
-		goto refuse;
-	}
+	op->handler(c, request, id);
 	json_decref(request);
 	return;
 refuse:

@@ -33,6 +33,7 @@ struct idemd {
 	int			 argc;		/* the command line, which */
 	char			**argv;		/* each worker is exec'd with */
 	const char		*worker_handles; /* --worker: this is one */
+	pid_t			 master_pid;	/* hello names it */
 
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;
@@ -299,6 +300,21 @@ json_t	*receipt_json(const char *key, size_t key_length,
 /* write_report.c */
 void	 op_write_report(struct conn *, json_t *request, json_t *id);
 int	 write_report_check(json_t *request, struct request_error *);
+
+/* optable.c: every op served, one row each */
+typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
+typedef int (*op_check_fn)(json_t *request, struct request_error *);
+#define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
+struct op_entry {
+	const char	*name;
+	op_handler_fn	 handler;	/* answers, now or once parked */
+	op_check_fn	 check;		/* stateless validation; NULL: none */
+	int		 flags;
+};
+/* The row of op name; NULL: unknown_op. */
+const struct op_entry *optable_find(const char *name);
+/* A JSON array of every op's name, in the table's order. */
+json_t	*optable_names(void);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);

@@ -35,6 +35,8 @@
 #define IDEM_DEFAULT_MAX_CONNECTIONS	1024	/* across all workers */
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
 #define IDEM_DEFAULT_SOCKET_MODE	0600
+/* How long a starting idemd waits for whatever holds its socket path. */
+#define IDEM_SOCKET_PROBE_TIMEOUT_MS	2000
 /* Replies queued for a connection that does not read them: stop reading it. */
 #define IDEM_MAX_OUTPUT_BYTES		(4 * 1024 * 1024)
 

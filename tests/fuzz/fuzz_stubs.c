@@ -1,6 +1,6 @@
 /*
- * fuzz_stubs.c: the worker-side functions that write_task.c and
- * write_report.c refer to but request_check_line() never reaches.  The
+ * fuzz_stubs.c: the worker-side functions that write_task.c,
+ * write_report.c and the op table (optable.c) refer to but request_check_line() never reaches.  The
  * request target links these instead of the whole broker (event loop,
  * shared segment, files); any call is a bug in the check, so each one
  * aborts.  A link error naming a new symbol means a stub is missing here.
@@ -80,6 +80,30 @@ taskfile_render_task(const struct taskfile_task *t, char **out,
 int
 taskfile_render_report(const struct taskfile_report *r, char **out,
     size_t *length)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+conn_reply(struct conn *c, json_t *reply)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+op_get_submission(struct conn *c, json_t *request, json_t *id)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+op_diagnose(struct conn *c, json_t *request, json_t *id)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+op_stats(struct conn *c, json_t *request, json_t *id)
 {
 	fuzz_unreachable(__func__);
 }

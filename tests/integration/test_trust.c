@@ -1,0 +1,332 @@
+/*
+ * test_trust.c: a broker among neighbours it must not trust or harm.
+ * hello names the broker (its ops from the op table, its pid and root);
+ * a second broker never displaces one that answers on a socket, nor
+ * removes a file that is not a socket; a stale socket is replaced; the
+ * refusals at start-up say what is wrong and what is needed.
+ */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+/* The broker's stderr, which the harness keeps beside the root. */
+static char *
+read_log(const struct broker *b)
+{
+	FILE	*f;
+	char	*data = NULL;
+	size_t	 size = 0;
+
+	if ((f = fopen(b->log, "r")) == NULL)
+		return NULL;
+	if (getdelim(&data, &size, '\0', f) == -1) {
+		free(data);
+		data = NULL;
+	}
+	fclose(f);
+	return data;
+}
+
+static void
+assert_log_has(const struct broker *b, const char *what)
+{
+	char	*log = read_log(b);
+
+	if (log == NULL || strstr(log, what) == NULL)
+		fail_msg("the log of the broker on %s does not say \"%s\":\n%s",
+		    b->root, what, log != NULL ? log : "(no log)");
+	free(log);
+}
+
+/* A second broker on its own root, with extra arguments. */
+static void
+second_root(struct broker *b)
+{
+	harness_fresh_root(b);
+}
+
+/* Write a file with known content; returns its mtime (ns). */
+static long long
+plant_file(const char *path, const char *content)
+{
+	struct stat	st;
+	int		fd;
+
+	assert_true((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) !=
+	    -1);
+	assert_int_equal(write(fd, content, strlen(content)),
+	    (ssize_t)strlen(content));
+	close(fd);
+	assert_int_equal(stat(path, &st), 0);
+	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+static void
+assert_file_untouched(const char *path, const char *content,
+    long long mtime)
+{
+	struct stat	st;
+	char		buf[256];
+	ssize_t		n;
+	int		fd;
+
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal((long long)st.st_mtim.tv_sec * 1000000000LL +
+	    st.st_mtim.tv_nsec, mtime);
+	assert_true((fd = open(path, O_RDONLY)) != -1);
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	assert_true(n >= 0);
+	buf[n] = '\0';
+	assert_string_equal(buf, content);
+}
+
+/* ---- hello ------------------------------------------------------------- */
+
+/*
+ * hello lists the ops, and every op it lists is served (not unknown_op),
+ * so the dispatcher and hello read the same table; it names the master's
+ * pid and the root's real path.
+ */
+static void
+test_hello_names_ops_pid_root(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply, *ops, *op;
+	char		*real;
+	size_t		 i;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	reply = harness_call_once(b, json_pack("{s:s}", "op", "hello"));
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	assert_true(json_is_integer(json_object_get(reply, "pid")));
+	assert_int_equal(json_integer_value(json_object_get(reply, "pid")),
+	    b->pid);
+	assert_non_null(real = realpath(b->root, NULL));
+	assert_string_equal(harness_str(reply, "root"), real);
+	free(real);
+	ops = json_object_get(reply, "ops");
+	assert_true(json_is_array(ops));
+	assert_true(json_array_size(ops) >= 6);
+	assert_string_equal(json_string_value(json_array_get(ops, 0)),
+	    "hello");
+	json_array_foreach(ops, i, op) {
+		json_t	*r;
+
+		assert_true(json_is_string(op));
+		r = harness_call_once(b, json_pack("{s:s}", "op",
+		    json_string_value(op)));
+		assert_non_null(r);
+		if (json_is_false(json_object_get(r, "ok")))
+			assert_string_not_equal(harness_str(json_object_get(r,
+			    "error"), "code"), "unknown_op");
+		json_decref(r);
+	}
+	json_decref(reply);
+	/* And an op it does not list is unknown. */
+	reply = harness_call_once(b, json_pack("{s:s}", "op", "nope"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"), "unknown_op");
+	json_decref(reply);
+	harness_finish(b);
+}
+
+/* ---- the socket -------------------------------------------------------- */
+
+/*
+ * Broker A serves root A; broker B on root B is pointed at A's socket.
+ * B refuses to start, naming the path and A's pid; A keeps serving (a
+ * retry of an id A committed is reused, from A), and B created no task.
+ */
+static void
+test_second_broker_never_takes_a_live_socket(void **state)
+{
+	struct broker	*a = *state, b;
+	char		 pid[64];
+	json_t		*reply;
+	char		*first;
+
+	assert_int_equal(harness_start(a, NULL, NULL), 0);
+	reply = harness_call_once(a, harness_write_task("trust-1", "mine"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	first = harness_receipt_text(reply);
+	json_decref(reply);
+
+	second_root(&b);
+	assert_int_equal(harness_start(&b, (const char *const []){ "--socket",
+	    a->socket, NULL }, NULL), -1);
+	assert_int_not_equal(b.exit_status, 0);
+	assert_log_has(&b, a->socket);
+	snprintf(pid, sizeof pid, "pid %ld", (long)a->pid);
+	assert_log_has(&b, pid);
+
+	reply = harness_call_once(a, harness_write_task("trust-1", "mine"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "reused");
+	{
+		char	*again = harness_receipt_text(reply);
+
+		assert_string_equal(again, first);
+		free(again);
+	}
+	json_decref(reply);
+	free(first);
+	/* The reply came from A: hello there still names A. */
+	reply = harness_call_once(a, json_pack("{s:s}", "op", "hello"));
+	assert_int_equal(json_integer_value(json_object_get(reply, "pid")),
+	    a->pid);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(a), 1);
+	assert_int_equal(harness_count_tasks(&b), 0);
+	harness_cleanup(&b);
+	harness_finish(a);
+}
+
+/* A listening socket that accepts (in its backlog) and never answers. */
+static int
+mute_listener(const char *path)
+{
+	struct sockaddr_un	sun;
+	int			fd;
+
+	memset(&sun, 0, sizeof sun);
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+	assert_true((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) !=
+	    -1);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+	return fd;
+}
+
+/*
+ * Another program listening there (it never answers hello): refused,
+ * its socket still in place.  A socket nobody listens on (a dead
+ * broker's): replaced, and the broker serves on it.
+ */
+static void
+test_socket_of_another_program_and_stale_socket(void **state)
+{
+	struct broker	*b = *state;
+	char		 path[400];
+	struct stat	 st;
+	int		 fd;
+
+	snprintf(path, sizeof path, "%s.other.sock", b->root);
+	fd = mute_listener(path);
+	assert_int_equal(listen(fd, 8), 0);
+	assert_int_equal(harness_start(b, (const char *const []){ "--socket",
+	    path, NULL }, NULL), -1);
+	assert_int_not_equal(b->exit_status, 0);
+	assert_log_has(b, path);
+	assert_log_has(b, "another program");
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	close(fd);
+
+	/* Closed: the file stays, nobody answers (ECONNREFUSED). */
+	assert_int_equal(lstat(path, &st), 0);
+	snprintf(b->socket, sizeof b->socket, "%s", path);
+	assert_int_equal(harness_start(b, (const char *const []){ "--socket",
+	    path, NULL }, NULL), 0);
+	{
+		json_t	*reply = harness_call_once(b, json_pack("{s:s}", "op",
+		    "hello"));
+
+		assert_non_null(reply);
+		assert_int_equal(json_integer_value(json_object_get(reply,
+		    "pid")), b->pid);
+		json_decref(reply);
+	}
+	harness_finish(b);
+	unlink(path);
+}
+
+/*
+ * A regular file, or a symlink to a live broker's socket, at the socket
+ * path: refused, and the file (or link) is left exactly as it was.
+ */
+static void
+test_socket_path_not_a_socket_is_left_alone(void **state)
+{
+	struct broker	*a = *state, b;
+	char		 file[400], link[400], target[400];
+	long long	 mtime;
+	ssize_t		 n;
+
+	snprintf(file, sizeof file, "%s.not-a-socket", a->root);
+	mtime = plant_file(file, "precious\n");
+	second_root(&b);
+	assert_int_equal(harness_start(&b, (const char *const []){ "--socket",
+	    file, NULL }, NULL), -1);
+	assert_int_not_equal(b.exit_status, 0);
+	assert_log_has(&b, file);
+	assert_log_has(&b, "not a socket");
+	assert_file_untouched(file, "precious\n", mtime);
+	unlink(file);
+
+	assert_int_equal(harness_start(a, NULL, NULL), 0);
+	snprintf(link, sizeof link, "%s.link.sock", a->root);
+	assert_int_equal(symlink(a->socket, link), 0);
+	assert_int_equal(harness_start(&b, (const char *const []){ "--socket",
+	    link, NULL }, NULL), -1);
+	assert_log_has(&b, link);
+	n = readlink(link, target, sizeof target - 1);
+	assert_true(n > 0);
+	target[n] = '\0';
+	assert_string_equal(target, a->socket);
+	{
+		json_t	*reply = harness_call_once(a, json_pack("{s:s}", "op",
+		    "hello"));
+
+		assert_non_null(reply);
+		assert_int_equal(json_integer_value(json_object_get(reply,
+		    "pid")), a->pid);
+		json_decref(reply);
+	}
+	unlink(link);
+	harness_cleanup(&b);
+	harness_finish(a);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_hello_names_ops_pid_root,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_second_broker_never_takes_a_live_socket,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_socket_of_another_program_and_stale_socket,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_socket_path_not_a_socket_is_left_alone,
+		    harness_setup, harness_teardown),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
