@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -315,48 +316,60 @@ idemd_close_state(struct idemd *d)
 	shm_destroy(&d->seg);
 }
 
+static int64_t
+monotonic_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /*
- * What answers on an existing socket: -1 if nothing does (ECONNREFUSED:
- * a socket file nobody listens on, stale; ENOENT: gone meanwhile), 0 if
- * something does, with who it is in who.  An idemd is asked hello and
- * named by its pid and root; anything else is named by what happened.
- * A listener too busy to accept within the timeout still answers: its
- * backlog is full, it is alive.
+ * One connection to the socket: -1 refused (nobody listens), 0 answered
+ * (who says by whom), 1 closed without a word (a listener on its way
+ * out: the workers of a broker killed a moment ago still hold its
+ * socket until they die too).
  */
 static int
-probe_socket(const struct sockaddr_un *sun, char *who, size_t who_size)
+probe_once(const struct sockaddr_un *sun, int ms, char *who,
+    size_t who_size)
 {
 	static const char	 hello[] = "{\"op\":\"hello\"}\n";
 	struct timeval		 tv;
+	struct ucred		 cred;
+	socklen_t		 len = sizeof cred;
 	json_error_t		 jerr;
-	json_t			*reply;
+	json_t			*reply, *pid, *root;
 	char			 buf[4096], *eol;
 	size_t			 got = 0;
 	ssize_t			 n;
-	int			 fd;
+	int			 fd, rc = 0;
 
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
 		fatal("socket");
-	tv.tv_sec = IDEM_SOCKET_PROBE_TIMEOUT_MS / 1000;
-	tv.tv_usec = (IDEM_SOCKET_PROBE_TIMEOUT_MS % 1000) * 1000;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (connect(fd, (const struct sockaddr *)sun, sizeof *sun) == -1) {
-		if (errno == ECONNREFUSED || errno == ENOENT) {
-			close(fd);
-			return -1;
-		}
-		snprintf(who, who_size, "a listener (connect: %s)",
-		    strerror(errno));
+		if (errno == ECONNREFUSED || errno == ENOENT)
+			rc = -1;
+		else
+			snprintf(who, who_size, "a listener (connect: %s)",
+			    strerror(errno));
 		close(fd);
-		return 0;
+		return rc;
 	}
-	snprintf(who, who_size, "another program (it accepts connections "
-	    "but does not answer idemd's hello)");
-	if (send(fd, hello, sizeof hello - 1, MSG_NOSIGNAL) !=
-	    (ssize_t)(sizeof hello - 1))
-		goto out;
-	while (got < sizeof buf - 1) {
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+		snprintf(who, who_size, "another program (pid %ld by "
+		    "SO_PEERCRED; it accepts connections but does not answer "
+		    "idemd's hello)", (long)cred.pid);
+	else
+		snprintf(who, who_size, "another program (it accepts "
+		    "connections but does not answer idemd's hello)");
+	(void)send(fd, hello, sizeof hello - 1, MSG_NOSIGNAL);
+	for (;;) {
 		n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
 		if (n == -1 && errno == EINTR)
 			continue;
@@ -364,30 +377,73 @@ probe_socket(const struct sockaddr_un *sun, char *who, size_t who_size)
 			break;
 		got += (size_t)n;
 		buf[got] = '\0';
-		if ((eol = strchr(buf, '\n')) != NULL) {
-			*eol = '\0';
+		if (strchr(buf, '\n') != NULL || got == sizeof buf - 1)
 			break;
-		}
 	}
+	close(fd);
+	if (got == 0)
+		/* EOF or reset: closed on us.  A timeout: it is there, mute. */
+		return n == 0 || (n == -1 && errno != EAGAIN &&
+		    errno != EWOULDBLOCK) ? 1 : 0;
 	buf[got] = '\0';
-	reply = json_loads(buf, JSON_DISABLE_EOF_CHECK, &jerr);
+	if ((eol = strchr(buf, '\n')) != NULL)
+		*eol = '\0';
+	reply = json_loads(buf, 0, &jerr);
 	if (reply != NULL && json_is_string(json_object_get(reply, "server")) &&
 	    strcmp(json_string_value(json_object_get(reply, "server")),
 	    "idemd") == 0) {
-		if (json_is_integer(json_object_get(reply, "pid")))
+		pid = json_object_get(reply, "pid");
+		root = json_object_get(reply, "root");
+		/* A worker outliving its master by a moment: not a holder. */
+		if (json_is_integer(pid) && json_integer_value(pid) > 0 &&
+		    json_integer_value(pid) <= INT_MAX &&
+		    kill((pid_t)json_integer_value(pid), 0) == -1 &&
+		    errno == ESRCH) {
+			json_decref(reply);
+			return 1;
+		}
+		if (json_is_integer(pid))
 			snprintf(who, who_size, "idemd pid %lld serving %s",
-			    (long long)json_integer_value(json_object_get(reply,
-			    "pid")), json_is_string(json_object_get(reply,
-			    "root")) ? json_string_value(json_object_get(reply,
-			    "root")) : "an unknown root");
+			    (long long)json_integer_value(pid),
+			    json_is_string(root) ? json_string_value(root) :
+			    "an unknown root");
 		else
-			snprintf(who, who_size, "an idemd too old to name "
+			snprintf(who, who_size, "an idemd that does not say "
 			    "its pid");
 	}
 	json_decref(reply);
-out:
-	close(fd);
 	return 0;
+}
+
+/*
+ * What answers on an existing socket: -1 if nothing does (ECONNREFUSED:
+ * a socket file nobody listens on, stale; ENOENT: gone meanwhile), 0 if
+ * something does, with who it is in who.  An idemd is asked hello and
+ * named by its pid and root; anything else by what happened.  A
+ * listener that closes every connection unanswered is asked again until
+ * the deadline: it is on its way out (or it answers in its own way).
+ */
+static int
+probe_socket(const struct sockaddr_un *sun, char *who, size_t who_size)
+{
+	const struct timespec	 pause = { 0, 10 * 1000000 };
+	int64_t			 deadline, left;
+	int			 rc;
+
+	deadline = monotonic_ms() + IDEM_SOCKET_PROBE_TIMEOUT_MS;
+	for (;;) {
+		left = deadline - monotonic_ms();
+		if (left < 1)
+			left = 1;
+		if ((rc = probe_once(sun, (int)left, who, who_size)) != 1)
+			return rc;
+		if (monotonic_ms() >= deadline) {
+			snprintf(who, who_size, "a listener that closes every "
+			    "connection unanswered");
+			return 0;
+		}
+		nanosleep(&pause, NULL);
+	}
 }
 
 /*
