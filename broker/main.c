@@ -36,6 +36,7 @@ usage(FILE *out, int status)
 	fprintf(out,
 "usage: idemd [--root DIR] [--socket PATH] [--workers N] [--capacity N]\n"
 "             [--inflight-wait-ms N] [--max-connections N]\n"
+"             [--max-connections-per-pid N] [--max-connections-per-uid N]\n"
 "             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
 "             [--segment-bytes N]\n"
 "             [--ready-fd FD]\n"
@@ -46,6 +47,10 @@ usage(FILE *out, int status)
 "  --capacity N          submissions the table holds (default %d)\n"
 "  --inflight-wait-ms N  how long an identical call waits (default %d)\n"
 "  --max-connections N   open connections, all workers together (default %d)\n"
+"  --max-connections-per-pid N\n"
+"                        of them from one client process (default %d)\n"
+"  --max-connections-per-uid N\n"
+"                        of them from one user (default max-connections/%d)\n"
 "  --idle-timeout-ms N   close a connection silent this long (default %d)\n"
 "  --socket-mode MODE    the socket's permissions, octal (default %03o)\n"
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
@@ -55,6 +60,8 @@ usage(FILE *out, int status)
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
+	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID,
+	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR,
 	    IDEM_DEFAULT_IDLE_TIMEOUT_MS, IDEM_DEFAULT_SOCKET_MODE);
 	exit(status);
 }
@@ -97,6 +104,8 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "capacity", required_argument, NULL, 'c' },
 		{ "inflight-wait-ms", required_argument, NULL, 'i' },
 		{ "max-connections", required_argument, NULL, 'm' },
+		{ "max-connections-per-pid", required_argument, NULL, 'p' },
+		{ "max-connections-per-uid", required_argument, NULL, 'u' },
 		{ "ready-fd", required_argument, NULL, 'R' },
 		{ "idle-timeout-ms", required_argument, NULL, 'I' },
 		{ "socket-mode", required_argument, NULL, 'M' },
@@ -116,6 +125,8 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->capacity = IDEM_DEFAULT_CAPACITY;
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;
 	d->max_connections = IDEM_DEFAULT_MAX_CONNECTIONS;
+	d->max_connections_per_pid = IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID;
+	d->max_connections_per_uid = 0;		/* from max_connections */
 	d->ready_fd = -1;
 	d->watch_fd = -1;
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
@@ -144,6 +155,14 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'm':
 			d->max_connections = (int)number_option(
 			    "max-connections", optarg, 1, 1000000);
+			break;
+		case 'p':
+			d->max_connections_per_pid = (int)number_option(
+			    "max-connections-per-pid", optarg, 1, 1000000);
+			break;
+		case 'u':
+			d->max_connections_per_uid = (int)number_option(
+			    "max-connections-per-uid", optarg, 1, 1000000);
 			break;
 		case 'R':
 			d->ready_fd = (int)number_option("ready-fd", optarg, 0,
@@ -178,6 +197,12 @@ parse_options(struct idemd *d, int argc, char **argv)
 	}
 	if (optind != argc)
 		usage(stderr, 2);
+	if (d->max_connections_per_uid == 0) {
+		d->max_connections_per_uid = d->max_connections /
+		    IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR;
+		if (d->max_connections_per_uid < 1)
+			d->max_connections_per_uid = 1;
+	}
 }
 
 /* mkdir -p for the root itself; the topology below is taskfile.c's. */

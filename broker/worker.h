@@ -25,6 +25,8 @@ struct idemd {
 	uint32_t		 capacity;
 	int			 inflight_wait_ms;
 	int			 max_connections;
+	int			 max_connections_per_pid;
+	int			 max_connections_per_uid;
 	int			 idle_timeout_ms;
 	uint64_t		 segment_bytes;	/* rotate and checkpoint past it */
 	unsigned		 socket_mode;

@@ -33,6 +33,9 @@
 #define IDEM_DEFAULT_CAPACITY		262144
 #define IDEM_DEFAULT_INFLIGHT_WAIT_MS	10000
 #define IDEM_DEFAULT_MAX_CONNECTIONS	1024	/* across all workers */
+/* One peer process's share of them; a uid's is a quarter of the total. */
+#define IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID	64
+#define IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR	4
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
 #define IDEM_DEFAULT_SOCKET_MODE	0600
 /* How long a starting idemd waits for whatever holds its socket path. */
