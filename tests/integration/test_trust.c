@@ -5,13 +5,16 @@
  * removes a file that is not a socket; a stale socket is replaced; the
  * refusals at start-up say what is wrong and what is needed.
  */
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,6 +27,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "protocol.h"
 
 /* The broker's stderr, which the harness keeps beside the root. */
 static char *
@@ -308,6 +312,277 @@ test_socket_path_not_a_socket_is_left_alone(void **state)
 	harness_finish(a);
 }
 
+
+/* ---- connections per peer --------------------------------------------- */
+
+#define TRUST_HOLDER_CONNECTIONS	3000	/* over --max-connections too */
+
+/* Enough descriptors for n connections here and in the broker we start. */
+static void
+raise_nofile(rlim_t n)
+{
+	struct rlimit	rl;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur >= n)
+		return;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n) {
+		fprintf(stderr, "RLIMIT_NOFILE hard limit %llu is under %llu\n",
+		    (unsigned long long)rl.rlim_max, (unsigned long long)n);
+		skip();
+	}
+	rl.rlim_cur = n;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
+/*
+ * Open n connections and say hello on each: how many were served, and
+ * how many were refused with reason (each retryable); any other answer
+ * fails.  The served ones stay open in fds.
+ */
+static void
+open_and_classify(struct broker *b, int *fds, int n, const char *reason,
+    int *served, int *refused)
+{
+	json_t	*reply, *error;
+	char	*line;
+	int	 i;
+
+	*served = *refused = 0;
+	for (i = 0; i < n; i++)
+		assert_true((fds[i] = harness_raw_connect(b)) != -1);
+	for (i = 0; i < n; i++) {
+		/* A refused one is closed already; its line still comes. */
+		(void)harness_raw_send(fds[i], "{\"op\":\"hello\"}");
+		if ((line = harness_raw_read_line(fds[i])) == NULL)
+			fail_msg("connection %d of %d: no line at all", i, n);
+		assert_non_null(reply = json_loads(line, 0, NULL));
+		free(line);
+		if (json_is_true(json_object_get(reply, "ok"))) {
+			assert_string_equal(harness_str(reply, "server"),
+			    "idemd");
+			(*served)++;
+		} else {
+			error = json_object_get(reply, "error");
+			assert_string_equal(harness_str(error, "reason"),
+			    reason);
+			harness_assert_bool(error, "retryable", 1);
+			close(fds[i]);
+			fds[i] = -1;
+			(*refused)++;
+		}
+		json_decref(reply);
+	}
+}
+
+static void
+close_all(int *fds, int n)
+{
+	int	i;
+
+	for (i = 0; i < n; i++) {
+		if (fds[i] != -1)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+static int
+run_idemctl_status(const struct broker *b)
+{
+	const char	*idemctl = getenv("IDEMCTL");
+	char		 cmd[1024];
+	int		 status;
+
+	if (idemctl == NULL)
+		idemctl = "contrib/idemctl";
+	snprintf(cmd, sizeof cmd, "'%s' --root '%s' status >/dev/null",
+	    idemctl, b->root);
+	status = system(cmd);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/*
+ * One process opens thousands of idle connections (more than
+ * --max-connections, left at its default): it is served 64 of them (the
+ * per-pid default, across both workers), every other one is refused
+ * with a retryable reason, and meanwhile another process's hello and
+ * idemctl status are served at once.
+ */
+static void
+test_one_process_cannot_lock_out_others(void **state)
+{
+	struct broker	*b = *state;
+	int		 report[2], go[2], counts[2], served, refused, *fds;
+	pid_t		 holder;
+	json_t		*reply;
+	char		 c;
+
+	raise_nofile(TRUST_HOLDER_CONNECTIONS + 200);
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	assert_int_equal(pipe(report), 0);
+	assert_int_equal(pipe(go), 0);
+	holder = fork();
+	assert_true(holder != -1);
+	if (holder == 0) {
+		close(report[0]);
+		close(go[1]);
+		fds = calloc(TRUST_HOLDER_CONNECTIONS, sizeof *fds);
+		if (fds == NULL)
+			_exit(1);
+		open_and_classify(b, fds, TRUST_HOLDER_CONNECTIONS,
+		    "max_connections_per_pid", &served, &refused);
+		counts[0] = served;
+		counts[1] = refused;
+		if (write(report[1], counts, sizeof counts) != sizeof counts)
+			_exit(1);
+		/* Hold them until the other process is done. */
+		(void)read(go[0], &c, 1);
+		close_all(fds, TRUST_HOLDER_CONNECTIONS);
+		_exit(0);
+	}
+	close(report[1]);
+	close(go[0]);
+	assert_int_equal(read(report[0], counts, sizeof counts),
+	    sizeof counts);
+	assert_int_equal(counts[0], IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID);
+	assert_int_equal(counts[1], TRUST_HOLDER_CONNECTIONS -
+	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID);
+
+	/* The holder still holds its 64: another process is served. */
+	reply = harness_call_once(b, json_pack("{s:s}", "op", "hello"));
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	assert_int_equal(run_idemctl_status(b), 0);
+
+	assert_int_equal(write(go[1], "x", 1), 1);
+	assert_int_equal(waitpid(holder, &served, 0), holder);
+	assert_true(WIFEXITED(served) && WEXITSTATUS(served) == 0);
+	close(report[0]);
+	close(go[1]);
+	harness_finish(b);
+}
+
+/*
+ * --max-connections-per-uid counts every process of the user together:
+ * with 10, a child holding 6 leaves this process 4; once the child is
+ * gone, its 6 are given back.  One worker, so that a hello answered on a
+ * connection kept open proves the closes before it were counted out
+ * (as connection_cap_refuses_one_too_many in test_protocol.c).
+ */
+static void
+test_per_uid_limit_counts_all_processes(void **state)
+{
+	struct broker	*b = *state;
+	int		 report[2], go[2], fds[10], served, refused, status, i;
+	pid_t		 child;
+	json_t		*reply;
+	char		*line, c;
+
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--workers", "1", "--max-connections-per-uid", "10", NULL }, NULL),
+	    0);
+	assert_int_equal(pipe(report), 0);
+	assert_int_equal(pipe(go), 0);
+	child = fork();
+	assert_true(child != -1);
+	if (child == 0) {
+		close(report[0]);
+		close(go[1]);
+		open_and_classify(b, fds, 6, "max_connections_per_uid", &served,
+		    &refused);
+		if (write(report[1], &served, sizeof served) != sizeof served)
+			_exit(1);
+		(void)read(go[0], &c, 1);
+		close_all(fds, 6);
+		_exit(0);
+	}
+	close(report[1]);
+	close(go[0]);
+	assert_int_equal(read(report[0], &served, sizeof served),
+	    sizeof served);
+	assert_int_equal(served, 6);
+	open_and_classify(b, fds, 6, "max_connections_per_uid", &served,
+	    &refused);
+	assert_int_equal(served, 4);
+	assert_int_equal(refused, 2);
+	/* Keep one served connection (the first), close the rest. */
+	for (i = 1; i < 6; i++) {
+		if (fds[i] != -1)
+			close(fds[i]);
+	}
+	assert_true(fds[0] != -1);
+
+	/* The child lets go and exits: its 6 are given back. */
+	assert_int_equal(write(go[1], "x", 1), 1);
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(report[0]);
+	close(go[1]);
+	assert_int_equal(harness_raw_send(fds[0], "{\"op\":\"hello\"}"), 0);
+	assert_non_null(line = harness_raw_read_line(fds[0]));
+	assert_non_null(reply = json_loads(line, 0, NULL));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	free(line);
+
+	/* One held: nine more are served, a tenth is refused. */
+	open_and_classify(b, fds + 1, 9, "max_connections_per_uid", &served,
+	    &refused);
+	assert_int_equal(served, 9);
+	assert_int_equal(refused, 0);
+	{
+		int	extra;
+
+		open_and_classify(b, &extra, 1, "max_connections_per_uid",
+		    &served, &refused);
+		assert_int_equal(refused, 1);
+	}
+	close_all(fds, 10);
+	harness_finish(b);
+}
+
+/*
+ * A worker that dies holding connections gives back its share of each
+ * peer's count (the master forgets a dead worker's peers): with one
+ * worker and a per-pid limit of 8, kill it while this process holds 8,
+ * and the replacement serves 8 again, and refuses a ninth.
+ */
+static void
+test_dead_worker_gives_back_peer_counts(void **state)
+{
+	struct broker	*b = *state;
+	int		 fds[9], served, refused, i;
+	pid_t		 workers[4];
+	char		 buf[64];
+
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--workers", "1", "--max-connections-per-pid", "8", NULL }, NULL),
+	    0);
+	open_and_classify(b, fds, 9, "max_connections_per_pid", &served,
+	    &refused);
+	assert_int_equal(served, 8);
+	assert_int_equal(refused, 1);
+	assert_int_equal(harness_workers(b, workers, 4), 1);
+	assert_int_equal(kill(workers[0], SIGKILL), 0);
+	/* Its connections end with it: wait for each end of stream. */
+	for (i = 0; i < 9; i++) {
+		if (fds[i] == -1)
+			continue;
+		while (read(fds[i], buf, sizeof buf) > 0)
+			;
+	}
+	close_all(fds, 9);
+	/* The replacement accepts from the backlog, after the master reaped. */
+	open_and_classify(b, fds, 9, "max_connections_per_pid", &served,
+	    &refused);
+	assert_int_equal(served, 8);
+	assert_int_equal(refused, 1);
+	close_all(fds, 9);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -322,6 +597,15 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_socket_path_not_a_socket_is_left_alone,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_one_process_cannot_lock_out_others,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_per_uid_limit_counts_all_processes,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_dead_worker_gives_back_peer_counts,
 		    harness_setup, harness_teardown),
 	};
 
