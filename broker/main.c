@@ -261,6 +261,31 @@ idemd_scan_max_seq(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 	return taskfile_scan_max_seq(d->root_fd, kind, date, max_seq);
 }
 
+/*
+ * Submissions that did not fit in the table during the replay, each
+ * once (a JSON object used as a set), and their key bytes: so that a
+ * --capacity too small for the journal is refused with the capacity
+ * that fits, not at the first record that does not.
+ */
+static json_t	*replay_overflow;
+static uint64_t	 replay_overflow_bytes;
+
+static int
+replay_overflowed(const struct journal_record *r)
+{
+	if (replay_overflow == NULL &&
+	    (replay_overflow = json_object()) == NULL)
+		return -1;
+	if (json_object_getn(replay_overflow, r->key,
+	    r->entry.key_length) != NULL)
+		return 0;
+	if (json_object_setn_new(replay_overflow, r->key, r->entry.key_length,
+	    json_true()) != 0)
+		return -1;
+	replay_overflow_bytes += r->entry.key_length;
+	return 0;
+}
+
 static int
 replay_apply(const struct journal_record *r, void *arg)
 {
@@ -274,11 +299,42 @@ replay_apply(const struct journal_record *r, void *arg)
 	    r->entry.key_length, (uint32_t)r->hint, &r->entry) :
 	    subtab_apply(&d->seg, r->key, r->entry.key_length,
 	    &r->entry)) != 0) {
+		if (errno == ENOSPC && replay_overflowed(r) == 0)
+			return 0;	/* counted; refused after the replay */
 		log_warn("replay: submission table (capacity %u)",
 		    d->capacity);
 		return -1;
 	}
 	return 0;
+}
+
+/* The journal needs more than --capacity: say how much is needed. */
+static int
+replay_check_capacity(struct idemd *d, char **cause)
+{
+	struct shm_header	*h = d->seg.header;
+	uint64_t		 keys, bytes, needed, by_heap;
+
+	if (replay_overflow == NULL)
+		return 0;
+	keys = h->slots_used + json_object_size(replay_overflow);
+	bytes = h->heap_used + replay_overflow_bytes;
+	needed = keys;
+	/* Key space is SHM_HEAP_BYTES_PER_SLOT a slot, plus one key. */
+	if (bytes > SUBTAB_MAX_KEY_BYTES) {
+		by_heap = (bytes - SUBTAB_MAX_KEY_BYTES +
+		    SHM_HEAP_BYTES_PER_SLOT - 1) / SHM_HEAP_BYTES_PER_SLOT;
+		if (by_heap > needed)
+			needed = by_heap;
+	}
+	asprintf(cause, "the journal holds %llu submissions, more than "
+	    "--capacity %u holds: restart with --capacity %llu or more "
+	    "(the journal keeps every one of them)", (unsigned long long)keys,
+	    d->capacity, (unsigned long long)needed);
+	json_decref(replay_overflow);
+	replay_overflow = NULL;
+	replay_overflow_bytes = 0;
+	return -1;
 }
 
 /*
@@ -320,7 +376,8 @@ idemd_open_state(struct idemd *d, char **cause)
 			    alloc[kind - 1].next_seq - 1);
 	}
 	if (journal_replay_hinted(dir, from, 0, replay_apply, replay_hint, d,
-	    &stats, cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
+	    &stats, cause) != 0 || replay_check_capacity(d, cause) != 0 ||
+	    journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
 	checkpoint_prune(dir, from);
 	log_info("state: %llu submissions from the checkpoint, then %llu "
@@ -330,6 +387,9 @@ idemd_open_state(struct idemd *d, char **cause)
 	    (long long)(shm_now_ms() - started));
 	return 0;
 fail:
+	json_decref(replay_overflow);
+	replay_overflow = NULL;
+	replay_overflow_bytes = 0;
 	shm_destroy(&d->seg);
 	return -1;
 }
@@ -574,7 +634,7 @@ static int
 run_worker(struct idemd *d)
 {
 	const char	*p = d->worker_handles;
-	char		*end, *cause = NULL;
+	char		*end, *cause = NULL, comm[16];
 	long		 field[3 + WORKER_HANDLE_COUNT], master, index;
 	int		 handle[WORKER_HANDLE_COUNT], status;
 	unsigned	 i, last = 3 + WORKER_HANDLE_COUNT - 1;
@@ -594,6 +654,9 @@ run_worker(struct idemd *d)
 		handle[i] = (int)field[3 + i];
 	/* Die with the master: a worker never outlives it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Its name in ps -e and top (15 bytes), not "exe". */
+	snprintf(comm, sizeof comm, "idemd worker %ld", index);
+	prctl(PR_SET_NAME, comm);
 	if (getppid() != (pid_t)master)
 		exit(1);
 	d->listen_fd = handle[WORKER_HANDLE_LISTEN];

@@ -583,6 +583,90 @@ test_dead_worker_gives_back_peer_counts(void **state)
 	harness_finish(b);
 }
 
+/* ---- clear refusals ---------------------------------------------------- */
+
+/*
+ * Ten submissions in the journal, restarted with --capacity 4: idemd
+ * refuses to start and says how many slots the journal needs; with that
+ * capacity it starts and every receipt is still there.
+ */
+static void
+test_capacity_too_small_names_what_is_needed(void **state)
+{
+	struct broker	*b = *state;
+	char		 id[32];
+	json_t		*reply;
+	int		 i;
+
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--capacity", "16", NULL }, NULL), 0);
+	for (i = 0; i < 10; i++) {
+		snprintf(id, sizeof id, "cap-%d", i);
+		reply = harness_call_once(b, harness_write_task(id, id));
+		assert_non_null(reply);
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "created");
+		json_decref(reply);
+	}
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--capacity", "4", NULL }, NULL), -1);
+	assert_int_not_equal(b->exit_status, 0);
+	assert_log_has(b, "the journal holds 10 submissions");
+	assert_log_has(b, "--capacity 10 or more");
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--capacity", "10", NULL }, NULL), 0);
+	for (i = 0; i < 10; i++) {
+		snprintf(id, sizeof id, "cap-%d", i);
+		reply = harness_call_once(b, harness_write_task(id, id));
+		assert_non_null(reply);
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "reused");
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), 10);
+	harness_finish(b);
+}
+
+/* Each worker says what it is in ps: "idemd: worker N", not "exe". */
+static void
+test_workers_are_named_in_ps(void **state)
+{
+	struct broker	*b = *state;
+	pid_t		 workers[4];
+	char		 path[64], buf[512], want[32];
+	int		 n, i, seen[2] = { 0, 0 }, index;
+	ssize_t		 got;
+	int		 fd;
+
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--workers", "2", NULL }, NULL), 0);
+	n = harness_workers(b, workers, 4);
+	assert_int_equal(n, 2);
+	for (i = 0; i < n; i++) {
+		snprintf(path, sizeof path, "/proc/%ld/cmdline",
+		    (long)workers[i]);
+		assert_true((fd = open(path, O_RDONLY)) != -1);
+		got = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		assert_true(got > 0);
+		buf[got] = '\0';
+		/* argv[0], up to its NUL. */
+		assert_int_equal(sscanf(buf, "idemd: worker %d", &index), 1);
+		assert_true(index == 0 || index == 1);
+		snprintf(want, sizeof want, "idemd: worker %d", index);
+		assert_string_equal(buf, want);
+		seen[index]++;
+		/*
+		 * Its comm (ps -e) is set once it runs, which nothing here
+		 * can await: the command line is there from the exec on.
+		 */
+	}
+	assert_int_equal(seen[0], 1);
+	assert_int_equal(seen[1], 1);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -606,6 +690,11 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_dead_worker_gives_back_peer_counts,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_capacity_too_small_names_what_is_needed,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_workers_are_named_in_ps,
 		    harness_setup, harness_teardown),
 	};
 
