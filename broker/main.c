@@ -233,10 +233,24 @@ lock_root(struct idemd *d)
 	char	buf[32];
 	ssize_t	n;
 
-	d->lock_fd = openat(d->root_fd, IDEM_LOCK_NAME,
-	    O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	struct stat	st;
+
+	/* Never through a symlink (at .idem or at the lock itself). */
+	d->lock_fd = nofollow_openat(d->root_fd, IDEM_LOCK_NAME,
+	    O_RDWR | O_CREAT, 0644);
+	if (d->lock_fd == -1 && errno == ELOOP)
+		fatalx("%s/%s is a symlink (or a directory on its way is); "
+		    "idemd never follows one: remove it", d->root_real,
+		    IDEM_LOCK_NAME);
 	if (d->lock_fd == -1)
 		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
+	/* A hard link would let the pid below overwrite another file. */
+	if (fstat(d->lock_fd, &st) == -1)
+		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
+	if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+		fatalx("%s/%s is not a plain file of its own (%s); remove it",
+		    d->root_real, IDEM_LOCK_NAME, S_ISREG(st.st_mode) ?
+		    "it has other hard links" : "not a regular file");
 	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) == -1) {
 		if (errno != EWOULDBLOCK)
 			fatal("flock %s/%s", d->root_real, IDEM_LOCK_NAME);
@@ -246,6 +260,7 @@ lock_root(struct idemd *d)
 		fatalx("%s is in use by another idemd (pid %s); one broker "
 		    "per root", d->root_real, buf[0] != '\0' ? buf : "unknown");
 	}
+	/* Held: only now is the file ours to truncate. */
 	n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
 	if (ftruncate(d->lock_fd, 0) == -1 ||
 	    pwrite(d->lock_fd, buf, (size_t)n, 0) != n)
@@ -717,19 +732,18 @@ main(int argc, char **argv)
 	    O_CLOEXEC)) == -1)
 		fatal("open %s", d.root_real);
 	if (taskfile_make_topology(d.root_fd, &cause) != 0)
-		fatalx("%s", cause);
+		fatalx("%s: %s", d.root_real, cause);
 	lock_root(&d);
 	check_socket(&d);
-	if ((d.inbox_fd = openat(d.root_fd, IDEM_INBOX_DIR, O_RDONLY |
-	    O_DIRECTORY | O_CLOEXEC)) == -1)
+	/* make_topology refused symlinks; these are the same, held. */
+	if ((d.inbox_fd = nofollow_dir(d.root_fd, IDEM_INBOX_DIR)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_INBOX_DIR);
 	if (taskfile_sweep_temporaries(d.inbox_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_INBOX_DIR);
 	if (swept > 0)
 		log_info("removed %u temporary files a crash left in %s", swept,
 		    IDEM_INBOX_DIR);
-	if ((d.reports_fd = openat(d.root_fd, IDEM_REPORTS_DIR, O_RDONLY |
-	    O_DIRECTORY | O_CLOEXEC)) == -1)
+	if ((d.reports_fd = nofollow_dir(d.root_fd, IDEM_REPORTS_DIR)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_REPORTS_DIR);
 	if (taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_REPORTS_DIR);
