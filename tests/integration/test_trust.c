@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -667,6 +668,230 @@ test_workers_are_named_in_ps(void **state)
 	harness_finish(b);
 }
 
+/* ---- symlinks ------------------------------------------------------------ */
+
+/* Something outside the root a symlink points at, and its state. */
+struct outside {
+	char		file[400];	/* a file with known content */
+	char		dir[400];	/* a directory holding that file */
+	long long	file_mtime;
+	long long	dir_mtime;
+};
+
+static long long
+mtime_of(const char *path)
+{
+	struct stat	st;
+
+	assert_int_equal(lstat(path, &st), 0);
+	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+static void
+outside_make(const struct broker *b, struct outside *o)
+{
+	snprintf(o->dir, sizeof o->dir, "%s.outside", b->root);
+	assert_int_equal(mkdir(o->dir, 0755), 0);
+	snprintf(o->file, sizeof o->file, "%s/victim", o->dir);
+	o->file_mtime = plant_file(o->file, "do not touch\n");
+	o->dir_mtime = mtime_of(o->dir);
+}
+
+/* Untouched: the file's bytes and mtime, the directory's entries. */
+static void
+outside_check(const struct outside *o)
+{
+	DIR		*d;
+	struct dirent	*e;
+	int		 entries = 0;
+
+	assert_file_untouched(o->file, "do not touch\n", o->file_mtime);
+	assert_int_equal(mtime_of(o->dir), o->dir_mtime);
+	assert_non_null(d = opendir(o->dir));
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			entries++;
+	}
+	closedir(d);
+	assert_int_equal(entries, 1);
+}
+
+static void
+outside_remove(struct outside *o)
+{
+	unlink(o->file);
+	rmdir(o->dir);
+}
+
+/* mkdir -p of relpath's parent under the root, then a symlink there. */
+static void
+plant_link(const struct broker *b, const char *relpath, const char *target)
+{
+	char	path[1024], *p;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
+	for (p = path + strlen(b->root) + 1; (p = strchr(p, '/')) != NULL;
+	    p++) {
+		*p = '\0';
+		assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+		*p = '/';
+	}
+	assert_int_equal(symlink(target, path), 0);
+}
+
+/*
+ * A symlink at each name idemd opens at start-up (the lock, .idem, the
+ * journal directory, a journal segment, a checkpoint, the inbox, reports,
+ * _lifecycle), pointing out of the root: idemd refuses to start, names
+ * the path, and what the link points at is untouched.
+ */
+static void
+test_symlinks_refused_at_start(void **state)
+{
+	static const struct {
+		const char	*name;
+		int		 to_dir;	/* the link points at the dir */
+		const char	*said;		/* the log names this */
+	} cases[] = {
+		{ ".idem/idemd.lock", 0, ".idem/idemd.lock" },
+		{ ".idem", 1, ".idem" },
+		{ ".idem/journal", 1, ".idem/journal" },
+		{ ".idem/journal/0000000000000001.jnl", 0,
+		    "0000000000000001.jnl" },
+		{ ".idem/journal/checkpoint-0000000000000002.snap", 0,
+		    "checkpoint-0000000000000002.snap" },
+		{ "_lifecycle/inbox", 1, "_lifecycle/inbox" },
+		{ "_lifecycle", 1, "_lifecycle" },
+		{ "reports", 1, "reports" },
+	};
+	struct broker	*b = *state;
+	struct outside	 o;
+	size_t		 i;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		if (i > 0)
+			harness_cleanup(b);
+		harness_fresh_root(b);
+		outside_make(b, &o);
+		plant_link(b, cases[i].name, cases[i].to_dir ? o.dir : o.file);
+		if (harness_start(b, NULL, NULL) == 0)
+			fail_msg("idemd started with a symlink at %s",
+			    cases[i].name);
+		assert_int_not_equal(b->exit_status, 0);
+		assert_log_has(b, cases[i].said);
+		outside_check(&o);
+		outside_remove(&o);
+	}
+	harness_finish(b);
+}
+
+/*
+ * While serving: a symlink at the name the next TASK (and REPORT) would
+ * get is never written through (that number is skipped as used); a
+ * stage directory that is a symlink out of the root is not searched (a
+ * task only there is not found; numbers there do not count); a history
+ * directory likewise.
+ */
+static void
+test_symlinks_in_the_workspace_skipped(void **state)
+{
+	struct broker	*b = *state;
+	struct outside	 o;
+	char		 today[9], name[256], planted[256], path[512];
+	char		 stage[400];
+	json_t		*reply;
+
+	harness_today(today);
+	outside_make(b, &o);
+	/* A stage outside the root, with a task numbered 050 in it. */
+	snprintf(stage, sizeof stage, "%s.stage", b->root);
+	assert_int_equal(mkdir(stage, 0755), 0);
+	snprintf(path, sizeof path, "%s/TASK-%s-050-PM-to-DEV.md", stage,
+	    today);
+	(void)plant_file(path, "---\nprotocol: \"fcop\"\n---\n");
+
+	snprintf(planted, sizeof planted, "_lifecycle/inbox/TASK-%s-001-PM-"
+	    "to-DEV.md", today);
+	plant_link(b, planted, o.file);
+	snprintf(name, sizeof name, "reports/REPORT-%s-001-DEV-to-PM.md",
+	    today);
+	plant_link(b, name, o.file);
+	plant_link(b, "_lifecycle/elsewhere", stage);
+	plant_link(b, "history", stage);
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+
+	reply = harness_call_once(b, harness_write_task("link-1", "linked"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	snprintf(name, sizeof name, "TASK-%s-002-PM-to-DEV", today);
+	assert_string_equal(harness_receipt_str(reply, "task_id"), name);
+	json_decref(reply);
+
+	reply = harness_call_once(b, json_pack("{s:s, s:s, s:s, s:{s:s}}",
+	    "op", "write_report", "task_id", name, "client_submission_id",
+	    "link-r1", "report", "sender", "DEV"));
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	snprintf(name, sizeof name, "REPORT-%s-002-DEV-to-PM", today);
+	assert_string_equal(harness_str(reply, "report_id"), name);
+	json_decref(reply);
+
+	/*
+	 * The planted TASK name is not a task, nor is the one outside
+	 * (behind a symlinked stage or history): reporting on either fails.
+	 */
+	snprintf(name, sizeof name, "TASK-%s-001-PM-to-DEV", today);
+	reply = harness_call_once(b, json_pack("{s:s, s:s, s:{s:s}}",
+	    "op", "write_report", "task_id", name, "report", "sender", "DEV"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"), "task_not_found");
+	json_decref(reply);
+	snprintf(name, sizeof name, "TASK-%s-050-PM-to-DEV", today);
+	reply = harness_call_once(b, json_pack("{s:s, s:s, s:{s:s}}",
+	    "op", "write_report", "task_id", name, "report", "sender", "DEV"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"), "task_not_found");
+	json_decref(reply);
+	outside_check(&o);
+	harness_finish(b);
+	outside_remove(&o);
+	unlink(path);
+	rmdir(stage);
+}
+
+/*
+ * A second broker on a live broker's root opens the lock file but never
+ * truncates it before holding the lock: the holder's pid stays in it.
+ */
+static void
+test_lock_not_truncated_by_a_loser(void **state)
+{
+	struct broker	*a = *state, b;
+	const char	*idemd = getenv("IDEMD");
+	char		 want[32], cmd[1024], *text;
+	int		 status;
+
+	assert_int_equal(harness_start(a, NULL, NULL), 0);
+	/* Not through the harness: it would wait for the root's lock. */
+	memset(&b, 0, sizeof b);
+	snprintf(b.root, sizeof b.root, "%s", a->root);
+	snprintf(b.log, sizeof b.log, "%s.second.log", a->root);
+	snprintf(cmd, sizeof cmd, "'%s' --root '%s' 2>'%s'",
+	    idemd != NULL ? idemd : "broker/idemd", a->root, b.log);
+	status = system(cmd);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+	snprintf(want, sizeof want, "pid %ld", (long)a->pid);
+	assert_log_has(&b, want);
+	snprintf(want, sizeof want, "%ld\n", (long)a->pid);
+	assert_non_null(text = harness_read(a, ".idem/idemd.lock"));
+	assert_string_equal(text, want);
+	free(text);
+	unlink(b.log);
+	harness_finish(a);
+}
+
 int
 main(void)
 {
@@ -695,6 +920,14 @@ main(void)
 		    test_capacity_too_small_names_what_is_needed,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_workers_are_named_in_ps,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_symlinks_refused_at_start,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_lock_not_truncated_by_a_loser,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_symlinks_in_the_workspace_skipped,
 		    harness_setup, harness_teardown),
 	};
 
