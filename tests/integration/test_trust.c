@@ -5,6 +5,7 @@
  * removes a file that is not a socket; a stale socket is replaced; the
  * refusals at start-up say what is wrong and what is needed.
  */
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -216,7 +217,8 @@ mute_listener(const char *path)
 
 	memset(&sun, 0, sizeof sun);
 	sun.sun_family = AF_UNIX;
-	snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+	assert_true(strlen(path) < sizeof sun.sun_path);
+	memcpy(sun.sun_path, path, strlen(path));
 	assert_true((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) !=
 	    -1);
 	assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof sun), 0);
@@ -250,7 +252,8 @@ test_socket_of_another_program_and_stale_socket(void **state)
 
 	/* Closed: the file stays, nobody answers (ECONNREFUSED). */
 	assert_int_equal(lstat(path, &st), 0);
-	snprintf(b->socket, sizeof b->socket, "%s", path);
+	assert_true(strlen(path) < sizeof b->socket);
+	memcpy(b->socket, path, strlen(path) + 1);
 	assert_int_equal(harness_start(b, (const char *const []){ "--socket",
 	    path, NULL }, NULL), 0);
 	{
@@ -672,7 +675,7 @@ test_workers_are_named_in_ps(void **state)
 
 /* Something outside the root a symlink points at, and its state. */
 struct outside {
-	char		file[400];	/* a file with known content */
+	char		file[512];	/* a file with known content */
 	char		dir[400];	/* a directory holding that file */
 	long long	file_mtime;
 	long long	dir_mtime;
@@ -892,6 +895,81 @@ test_lock_not_truncated_by_a_loser(void **state)
 	harness_finish(a);
 }
 
+/* Wait (on inotify, not by sleeping) until the log says what. */
+static void
+wait_log(const struct broker *b, const char *what, int timeout_ms)
+{
+	struct pollfd	pfd;
+	char		buf[4096], *log;
+	int		fd, waited = 0;
+
+	assert_true((fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) != -1);
+	assert_true(inotify_add_watch(fd, b->log, IN_MODIFY) != -1);
+	for (;;) {
+		log = read_log(b);
+		if (log != NULL && strstr(log, what) != NULL) {
+			free(log);
+			break;
+		}
+		free(log);
+		if (waited >= timeout_ms)
+			fail_msg("the log never said \"%s\"", what);
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		(void)poll(&pfd, 1, 100);
+		waited += 100;
+		while (read(fd, buf, sizeof buf) > 0)
+			;
+	}
+	close(fd);
+}
+
+/*
+ * A symlink planted, while the broker runs, at the name of the next
+ * checkpoint's temporary file: the checkpoint fails (logged), the link's
+ * target is untouched, nothing is lost (a restart reuses every receipt).
+ */
+static void
+test_symlink_at_checkpoint_temporary(void **state)
+{
+	struct broker	*b = *state;
+	struct outside	 o;
+	char		 id[32];
+	json_t		*reply;
+	int		 i;
+
+	outside_make(b, &o);
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--segment-bytes", "4096", NULL }, NULL), 0);
+	plant_link(b, ".idem/journal/.checkpoint-0000000000000002.snap.tmp",
+	    o.file);
+	/* 4096 bytes of journal is a dozen creations: 40 rotate it. */
+	for (i = 0; i < 40; i++) {
+		snprintf(id, sizeof id, "ckpt-link-%d", i);
+		reply = harness_call_once(b, harness_write_task(id, id));
+		assert_non_null(reply);
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "created");
+		json_decref(reply);
+	}
+	wait_log(b, ".checkpoint-0000000000000002.snap.tmp", 10000);
+	outside_check(&o);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	for (i = 0; i < 40; i++) {
+		snprintf(id, sizeof id, "ckpt-link-%d", i);
+		reply = harness_call_once(b, harness_write_task(id, id));
+		assert_non_null(reply);
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "reused");
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), 40);
+	outside_check(&o);
+	harness_finish(b);
+	outside_remove(&o);
+}
+
 int
 main(void)
 {
@@ -925,6 +1003,9 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_lock_not_truncated_by_a_loser,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_symlink_at_checkpoint_temporary,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_symlinks_in_the_workspace_skipped,
