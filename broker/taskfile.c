@@ -505,6 +505,17 @@ taskfile_fsync_dir(int at_fd, const char *path)
 	return (0);
 }
 
+/* Does idemd write below path (or keep its state there)? */
+static int
+taskfile_topology_written(const char *path)
+{
+	return (strcmp(path, TASKFILE_LIFECYCLE_DIR) == 0 ||
+	    strcmp(path, IDEM_INBOX_DIR) == 0 ||
+	    strcmp(path, IDEM_REPORTS_DIR) == 0 ||
+	    strcmp(path, IDEM_STATE_DIR) == 0 ||
+	    strcmp(path, IDEM_JOURNAL_DIR) == 0);
+}
+
 int
 taskfile_make_topology(int root_fd, char **cause)
 {
@@ -527,6 +538,18 @@ taskfile_make_topology(int root_fd, char **cause)
 		if (nofollow_lstat(root_fd, path, &st) == -1)
 			return (taskfile_fail(cause, "stat %s", path));
 		if (S_ISLNK(st.st_mode)) {
+			/*
+			 * Where idemd writes or keeps state, a symlink could
+			 * send that out of the root: refuse.  Elsewhere (a
+			 * stage FCoP tools fill, issues/, shared/) it is left
+			 * as it is and never searched.
+			 */
+			if (!taskfile_topology_written(path)) {
+				log_warnx("%s is a symlink: left alone, never "
+				    "followed (tasks behind it are not found)",
+				    path);
+				continue;
+			}
 			errno = ELOOP;
 			return (taskfile_fail(cause, "%s is a symlink; idemd "
 			    "never follows one (make it a directory)", path));

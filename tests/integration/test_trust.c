@@ -819,8 +819,11 @@ test_symlinks_in_the_workspace_skipped(void **state)
 	snprintf(name, sizeof name, "reports/REPORT-%s-001-DEV-to-PM.md",
 	    today);
 	plant_link(b, name, o.file);
+	/* Stages FCoP tools fill and issues/, shared/: left as they are. */
+	plant_link(b, "_lifecycle/done", stage);
 	plant_link(b, "_lifecycle/elsewhere", stage);
 	plant_link(b, "history", stage);
+	plant_link(b, "shared", o.dir);
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 
 	reply = harness_call_once(b, harness_write_task("link-1", "linked"));
