@@ -230,10 +230,9 @@ make_root(const char *root)
 static void
 lock_root(struct idemd *d)
 {
-	char	buf[32];
-	ssize_t	n;
-
 	struct stat	st;
+	char		buf[32];
+	ssize_t		n;
 
 	/* Never through a symlink (at .idem or at the lock itself). */
 	d->lock_fd = nofollow_openat(d->root_fd, IDEM_LOCK_NAME,
@@ -244,13 +243,11 @@ lock_root(struct idemd *d)
 		    IDEM_LOCK_NAME);
 	if (d->lock_fd == -1)
 		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
-	/* A hard link would let the pid below overwrite another file. */
 	if (fstat(d->lock_fd, &st) == -1)
 		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
-	if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
-		fatalx("%s/%s is not a plain file of its own (%s); remove it",
-		    d->root_real, IDEM_LOCK_NAME, S_ISREG(st.st_mode) ?
-		    "it has other hard links" : "not a regular file");
+	if (!S_ISREG(st.st_mode))
+		fatalx("%s/%s is not a regular file; remove it", d->root_real,
+		    IDEM_LOCK_NAME);
 	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) == -1) {
 		if (errno != EWOULDBLOCK)
 			fatal("flock %s/%s", d->root_real, IDEM_LOCK_NAME);
@@ -260,7 +257,16 @@ lock_root(struct idemd *d)
 		fatalx("%s is in use by another idemd (pid %s); one broker "
 		    "per root", d->root_real, buf[0] != '\0' ? buf : "unknown");
 	}
-	/* Held: only now is the file ours to truncate. */
+	/*
+	 * Held: only now is the file ours to truncate, and only if no other
+	 * name shares it (a hard link to another file, or a backup's): then
+	 * the pid is not written, the lock works all the same.
+	 */
+	if (st.st_nlink != 1) {
+		log_warnx("%s/%s has other hard links: not writing the pid "
+		    "into it", d->root_real, IDEM_LOCK_NAME);
+		return;
+	}
 	n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
 	if (ftruncate(d->lock_fd, 0) == -1 ||
 	    pwrite(d->lock_fd, buf, (size_t)n, 0) != n)

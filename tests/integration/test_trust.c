@@ -801,7 +801,7 @@ test_symlinks_in_the_workspace_skipped(void **state)
 	struct broker	*b = *state;
 	struct outside	 o;
 	char		 today[9], name[256], planted[256], path[512];
-	char		 stage[400];
+	char		 stage[400], lock[400];
 	json_t		*reply;
 
 	harness_today(today);
@@ -824,6 +824,11 @@ test_symlinks_in_the_workspace_skipped(void **state)
 	plant_link(b, "_lifecycle/elsewhere", stage);
 	plant_link(b, "history", stage);
 	plant_link(b, "shared", o.dir);
+	/* A hard link at the lock: locked, never written. */
+	snprintf(lock, sizeof lock, "%s/.idem", b->root);
+	assert_int_equal(mkdir(lock, 0755), 0);
+	snprintf(lock, sizeof lock, "%s/.idem/idemd.lock", b->root);
+	assert_int_equal(link(o.file, lock), 0);
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 
 	reply = harness_call_once(b, harness_write_task("link-1", "linked"));
