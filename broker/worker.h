@@ -75,6 +75,10 @@ int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 /* master.c */
 int	master_run(struct idemd *);
 
+/* listener.c: the socket's path checked (nothing answers there), bound */
+void	listener_check(struct idemd *);
+void	listener_open(struct idemd *);
+
 /* watch.c */
 int	watch_start(struct idemd *);
 void	watch_read(struct idemd *, int fd);
