@@ -1,6 +1,7 @@
 /*
  * fuzz_stubs.c: the worker-side functions that write_task.c,
- * write_report.c and the op table (optable.c) refer to but request_check_line() never reaches.  The
+ * write_report.c and the op table (optable.c) refer to but
+ * request_check_line() never reaches.  The
  * request target links these instead of the whole broker (event loop,
  * shared segment, files); any call is a bug in the check, so each one
  * aborts.  A link error naming a new symbol means a stub is missing here.
@@ -80,6 +81,27 @@ taskfile_render_task(const struct taskfile_task *t, char **out,
 int
 taskfile_render_report(const struct taskfile_report *r, char **out,
     size_t *length)
+{
+	fuzz_unreachable(__func__);
+}
+
+int
+taskfile_current_path(int root_fd, const char *id, const char *recorded,
+    char *relpath, size_t relpath_size)
+{
+	fuzz_unreachable(__func__);
+}
+
+/* request_check_line passes no root: fcop_workspace never reads one. */
+int
+taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
+    const char **cause)
+{
+	fuzz_unreachable(__func__);
+}
+
+const char *
+subtab_schema_name(unsigned schema)
 {
 	fuzz_unreachable(__func__);
 }
