@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -360,6 +361,99 @@ broker_crash_after_commit_durable(void **state)
 	broker_crash(*state, &after_commit_durable);
 }
 
+/* ---- The early link ------------------------------------------------------ */
+
+/*
+ * Whether the broker's log (its stderr) has a line containing what.
+ */
+static int
+log_has(const struct broker *b, const char *what)
+{
+	FILE	*f;
+	char	 line[1024];
+	int	 found = 0;
+
+	if ((f = fopen(b->log, "r")) == NULL)
+		return 0;
+	while (!found && fgets(line, sizeof line, f) != NULL)
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
+/*
+ * The file thread that wrote the temporary finds the reservation durable
+ * and links the file itself (broker/fileio.c): production's path whenever
+ * the journal's flush ends before the temporary's fsync.
+ * IDEM_CRASH_LINK_EARLY holds that thread until the loop has seen the
+ * reservation durable, so the test is sure to take that path; the debug
+ * log says it did.
+ */
+static void
+start_early_link(struct broker *b, const char *point)
+{
+	static char		 crash[96];
+	const char *const	 env[] = { "IDEM_CRASH_LINK_EARLY=1",
+	    "IDEM_DEBUG=1", point != NULL ? crash : NULL, NULL };
+
+	snprintf(crash, sizeof crash, "IDEM_CRASH_AT=%s",
+	    point != NULL ? point : "");
+	assert_int_equal(harness_start(b, NULL, env), 0);
+}
+
+static void
+early_link_creates(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+
+	start_early_link(b, NULL);
+	reply = submit(b, TEST_ID, TEST_SUBJECT);
+	assert_outcome(reply, "created", 1, 0);
+	json_decref(reply);
+	assert_true(log_has(b, "linked by the file thread that wrote it"));
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(count_temporaries(b), 0);
+	harness_finish(b);
+}
+
+static void
+early_link_crash(struct broker *b, const struct crash_case *cc)
+{
+	json_t	*retry;
+	char	 fired[128];
+
+	start_early_link(b, cc->point);
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	assert_int_equal(b->exit_status, 128 + SIGKILL);
+	assert_true(log_has(b, "linked by the file thread that wrote it"));
+	snprintf(fired, sizeof fired, "crash point %s reached in a file "
+	    "thread", cc->point);
+	assert_true(log_has(b, fired));
+	assert_int_equal(harness_count_tasks(b), cc->files_after_crash);
+	if (cc == &after_task_file_written)
+		assert_int_equal(count_temporaries(b), 1);
+
+	start(b);
+	retry = retry_and_check(b, cc);
+	assert_int_equal(count_temporaries(b), 0);
+	json_decref(retry);
+	harness_finish(b);
+}
+
+static void
+early_link_crash_after_task_file_written(void **state)
+{
+	early_link_crash(*state, &after_task_file_written);
+}
+
+static void
+early_link_crash_after_task_file_linked(void **state)
+{
+	early_link_crash(*state, &after_task_file_linked);
+}
+
 /* ---- One worker dies; the broker keeps serving --------------------------- */
 
 static void
@@ -403,12 +497,6 @@ static void
 worker_crash_after_task_file_linked(void **state)
 {
 	worker_crash(*state, &after_task_file_linked);
-}
-
-static void
-worker_crash_after_task_created_durable(void **state)
-{
-	worker_crash(*state, &after_task_created_durable);
 }
 
 static void
@@ -961,6 +1049,57 @@ reserved_number_kept_across_crash(void **state)
 	harness_finish(b);
 }
 
+/*
+ * A reservation interrupted by a crash, and a symlink planted since at
+ * its reserved name, pointing out of the root: the retry never writes
+ * through it nor spins on it (idemd follows no symlink); it answers
+ * conflict target_mismatch, twice alike, and the target's bytes and
+ * mtime are unchanged (see also test_trust.c).
+ */
+static void
+symlink_at_reserved_name(void **state)
+{
+	struct broker	*b = *state;
+	char		 outside[400], link[512], task_id[64], buf[64];
+	struct stat	 before, after;
+	json_t		*reply;
+	ssize_t		 n;
+	int		 fd, i;
+
+	snprintf(outside, sizeof outside, "%s.victim", b->root);
+	assert_true((fd = open(outside, O_WRONLY | O_CREAT | O_EXCL, 0644)) !=
+	    -1);
+	assert_int_equal(write(fd, "do not touch\n", 13), 13);
+	close(fd);
+	assert_int_equal(stat(outside, &before), 0);
+
+	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	submit_and_lose(b, "res-link", "Reserved, then a symlink");
+	harness_wait_dead(b);
+	first_task_id(task_id, sizeof task_id, 1);
+	snprintf(link, sizeof link, "%s/_lifecycle/inbox/%s.md", b->root,
+	    task_id);
+	assert_int_equal(symlink(outside, link), 0);
+	start(b);
+	for (i = 0; i < 2; i++) {
+		reply = submit(b, "res-link", "Reserved, then a symlink");
+		assert_conflict(reply, "target_mismatch");
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), 0);
+	assert_int_equal(stat(outside, &after), 0);
+	assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+	assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+	assert_true((fd = open(outside, O_RDONLY)) != -1);
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	assert_int_equal(n, 13);
+	buf[n] = '\0';
+	assert_string_equal(buf, "do not touch\n");
+	unlink(outside);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -976,11 +1115,14 @@ main(void)
 		T(worker_crash_after_reserve_durable),
 		T(worker_crash_after_task_file_written),
 		T(worker_crash_after_task_file_linked),
-		T(worker_crash_after_task_created_durable),
 		T(worker_crash_after_commit_durable),
+		T(early_link_creates),
+		T(early_link_crash_after_task_file_written),
+		T(early_link_crash_after_task_file_linked),
 		T(idle_worker_killed),
 		T(conflict_after_crash),
 		T(target_mismatch_after_crash),
+		T(symlink_at_reserved_name),
 		T(task_missing_after_crash),
 		T(linked_then_moved_to_done),
 		T(linked_then_moved_to_history),

@@ -1004,46 +1004,6 @@ test_symlink_at_checkpoint_temporary(void **state)
 	outside_remove(&o);
 }
 
-/*
- * A reservation interrupted by a crash, and a symlink planted since at
- * its reserved name: the retry never writes through it nor spins on it;
- * it answers conflict target_mismatch, and the target is untouched.
- */
-static void
-test_symlink_at_reserved_name(void **state)
-{
-	struct broker	*b = *state;
-	struct outside	 o;
-	char		 today[9], planted[256];
-	json_t		*reply;
-	int		 i;
-
-	harness_today(today);
-	outside_make(b, &o);
-	assert_int_equal(harness_start(b, NULL, (const char *const []){
-	    "IDEM_CRASH_AT=after_reserve_durable", NULL }), 0);
-	reply = harness_call_once(b, harness_write_task("res-link", "r"));
-	assert_null(reply);
-	harness_wait_dead(b);
-	snprintf(planted, sizeof planted, "_lifecycle/inbox/TASK-%s-001-PM-"
-	    "to-DEV.md", today);
-	plant_link(b, planted, o.file);
-	assert_int_equal(harness_start(b, NULL, NULL), 0);
-	for (i = 0; i < 2; i++) {
-		reply = harness_call_once(b, harness_write_task("res-link",
-		    "r"));
-		assert_non_null(reply);
-		assert_string_equal(harness_str(reply, "disposition"),
-		    "conflict");
-		assert_string_equal(harness_str(json_object_get(reply,
-		    "error"), "reason"), "target_mismatch");
-		json_decref(reply);
-	}
-	assert_int_equal(harness_count_tasks(b), 0);
-	outside_check(&o);
-	harness_finish(b);
-	outside_remove(&o);
-}
 
 int
 main(void)
@@ -1081,8 +1041,6 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_symlink_at_checkpoint_temporary,
-		    harness_setup, harness_teardown),
-		cmocka_unit_test_setup_teardown(test_symlink_at_reserved_name,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_symlinks_in_the_workspace_skipped,
