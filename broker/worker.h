@@ -25,6 +25,8 @@ struct idemd {
 	uint32_t		 capacity;
 	int			 inflight_wait_ms;
 	int			 max_connections;
+	int			 max_connections_per_pid;
+	int			 max_connections_per_uid;
 	int			 idle_timeout_ms;
 	uint64_t		 segment_bytes;	/* rotate and checkpoint past it */
 	unsigned		 sequence_digits; /* numbers stop at 10^N - 1 */
@@ -36,6 +38,7 @@ struct idemd {
 	int			 argc;		/* the command line, which */
 	char			**argv;		/* each worker is exec'd with */
 	const char		*worker_handles; /* --worker: this is one */
+	pid_t			 master_pid;	/* hello names it */
 
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;
@@ -74,6 +77,10 @@ int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 
 /* master.c */
 int	master_run(struct idemd *);
+
+/* listener.c: the socket's path checked (nothing answers there), bound */
+void	listener_check(struct idemd *);
+void	listener_open(struct idemd *);
 
 /* watch.c */
 int	watch_start(struct idemd *);
@@ -318,6 +325,21 @@ void	 current_path_add(struct idemd *, json_t *object, const char *id,
 /* write_report.c */
 void	 op_write_report(struct conn *, json_t *request, json_t *id);
 int	 write_report_check(json_t *request, struct request_error *);
+
+/* optable.c: every op served, one row each */
+typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
+typedef int (*op_check_fn)(json_t *request, struct request_error *);
+#define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
+struct op_entry {
+	const char	*name;
+	op_handler_fn	 handler;	/* answers, now or once parked */
+	op_check_fn	 check;		/* stateless validation; NULL: none */
+	int		 flags;
+};
+/* The row of op name; NULL: unknown_op. */
+const struct op_entry *optable_find(const char *name);
+/* A JSON array of every op's name, in the table's order. */
+json_t	*optable_names(void);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);

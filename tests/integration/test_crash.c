@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -1124,6 +1125,57 @@ reserved_number_kept_across_crash(void **state)
 	harness_finish(b);
 }
 
+/*
+ * A reservation interrupted by a crash, and a symlink planted since at
+ * its reserved name, pointing out of the root: the retry never writes
+ * through it nor spins on it (idemd follows no symlink); it answers
+ * conflict target_mismatch, twice alike, and the target's bytes and
+ * mtime are unchanged (see also test_trust.c).
+ */
+static void
+symlink_at_reserved_name(void **state)
+{
+	struct broker	*b = *state;
+	char		 outside[400], link[512], task_id[64], buf[64];
+	struct stat	 before, after;
+	json_t		*reply;
+	ssize_t		 n;
+	int		 fd, i;
+
+	snprintf(outside, sizeof outside, "%s.victim", b->root);
+	assert_true((fd = open(outside, O_WRONLY | O_CREAT | O_EXCL, 0644)) !=
+	    -1);
+	assert_int_equal(write(fd, "do not touch\n", 13), 13);
+	close(fd);
+	assert_int_equal(stat(outside, &before), 0);
+
+	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	submit_and_lose(b, "res-link", "Reserved, then a symlink");
+	harness_wait_dead(b);
+	first_task_id(task_id, sizeof task_id, 1);
+	snprintf(link, sizeof link, "%s/_lifecycle/inbox/%s.md", b->root,
+	    task_id);
+	assert_int_equal(symlink(outside, link), 0);
+	start(b);
+	for (i = 0; i < 2; i++) {
+		reply = submit(b, "res-link", "Reserved, then a symlink");
+		assert_conflict(reply, "target_mismatch");
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), 0);
+	assert_int_equal(stat(outside, &after), 0);
+	assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+	assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+	assert_true((fd = open(outside, O_RDONLY)) != -1);
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	assert_int_equal(n, 13);
+	buf[n] = '\0';
+	assert_string_equal(buf, "do not touch\n");
+	unlink(outside);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -1146,6 +1198,7 @@ main(void)
 		T(idle_worker_killed),
 		T(conflict_after_crash),
 		T(target_mismatch_after_crash),
+		T(symlink_at_reserved_name),
 		T(task_missing_after_crash),
 		T(linked_then_moved_to_done),
 		T(linked_then_moved_to_history),
