@@ -377,7 +377,7 @@ mcp_session_line(struct mcp_session *s, const char *line, size_t length)
 		;
 	if (i == length)
 		return NULL;	/* a blank line carries no message */
-	if ((msg = json_loadb(line, length, 0, &jerr)) == NULL) {
+	if ((msg = json_loadb(line, length, JSON_DECODE_ANY, &jerr)) == NULL) {
 		snprintf(message, sizeof message, "Parse error: %s", jerr.text);
 		return session_dump(session_error(NULL, MCP_PARSE_ERROR,
 		    message));
