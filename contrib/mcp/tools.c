@@ -267,8 +267,8 @@ static struct tool tool_table[] = {
 	  "existing task, exactly once per task_id and "
 	  "client_submission_id. client_submission_id is required. If this "
 	  "call fails, times out or its answer is unclear, call "
-	  "write_report again with the EXACT SAME task_id, "
-	  "client_submission_id and report, never with a new id: the retry "
+	  "write_report again with the EXACT SAME client_submission_id, "
+	  "task_id and report, never with a new one: the retry "
 	  "answers disposition \"reused\" with the first report_id and "
 	  "writes nothing, while a new id would write a second report. The "
 	  "same id with other content is a conflict and writes nothing.",
