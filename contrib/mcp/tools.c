@@ -85,7 +85,7 @@
 	  "description": "Whether this call wrote anything; null when idemd stopped answering after the request was sent (then call again with the same client_submission_id to learn the outcome)."}, \
 	"idempotent": {"type": "boolean"},				\
 	"recovered": {"type": "boolean", "description": "This call finished a creation an earlier call began."}, \
-	"existing": {"type": "object", "description": "conflict: what the client_submission_id is bound to."}, \
+	"existing": {"type": ["object", "null"], "description": "conflict: what the client_submission_id is bound to."}, \
 	"error":) SCHEMA_ERROR
 
 #define ID_DESCRIPTION							\
@@ -546,12 +546,18 @@ tools_reply(const struct tool *t, json_t *reply)
 	json_object_del(sc, "ok");
 	json_object_del(sc, "id");
 	if (t->flags & TOOL_WRITES) {
-		/* write_report answers deduplicated, not a disposition. */
+		/*
+		 * The broker's error replies carry no disposition, and
+		 * write_report answers "deduplicated" instead of one.
+		 */
 		dedup = json_object_get(sc, "deduplicated");
-		if (json_object_get(sc, "disposition") == NULL)
+		if (json_object_get(sc, "disposition") == NULL && !ok)
+			json_object_set_new(sc, "disposition",
+			    json_string("error"));
+		else if (json_object_get(sc, "disposition") == NULL &&
+		    json_is_boolean(dedup))
 			json_object_set_new(sc, "disposition", json_string(
-			    !ok ? "error" : json_is_true(dedup) ? "reused" :
-			    "created"));
+			    json_is_true(dedup) ? "reused" : "created"));
 		if (json_object_get(sc, "action_taken") == NULL)
 			json_object_set_new(sc, "action_taken",
 			    json_boolean(ok && !json_is_true(dedup)));
