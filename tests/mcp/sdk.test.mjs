@@ -227,6 +227,11 @@ test('tools/list: pages through a cursor; schemas are JSON Schema objects', asyn
     assert.match(tool.inputSchema.properties.client_submission_id.description,
         /NEVER invent a new client_submission_id on a retry/);
   }
+  // The SDK itself checks every result of these tools against their
+  // outputSchema (callTool throws on a mismatch): it holds a validator.
+  for (const name of TOOLS)
+    assert.equal(typeof main.client.getToolOutputValidator(name), 'function',
+        `the SDK validates ${name}'s structuredContent`);
   for (const name of ['get_submission', 'diagnose'])
     assert.equal(tools.find((t) => t.name === name).annotations.readOnlyHint, true);
 });

@@ -31,6 +31,10 @@
 #include "integration/harness.h"
 #include "protocol.h"
 
+#ifndef nitems
+#define nitems(a)	(sizeof (a) / sizeof (a)[0])
+#endif
+
 #define INIT_2025_03_26	"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\"," \
 	"\"params\":{\"protocolVersion\":\"2025-03-26\",\"capabilities\":{}," \
 	"\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}"
@@ -50,12 +54,18 @@ struct mcp {
 
 /* ---- the child ---------------------------------------------------------- */
 
-/* idem-mcp with these arguments (NULL-terminated) after its path. */
+/*
+ * idem-mcp with argv after its path (NULL-terminated), with IDEM_ROOT
+ * and IDEM_SOCKET set to root and socket (NULL: unset).
+ */
 static void
-mcp_start(struct mcp *m, const char *socket, const char *page_size)
+mcp_spawn(struct mcp *m, const char *const *argv, const char *root,
+    const char *socket)
 {
 	const char	*prog = getenv("IDEM_MCP");
+	const char	*args[8];
 	int		 in[2], out[2];
+	size_t		 i;
 
 	assert_non_null(prog);
 	assert_int_equal(pipe(in), 0);
@@ -69,13 +79,19 @@ mcp_start(struct mcp *m, const char *socket, const char *page_size)
 		close(in[1]);
 		close(out[0]);
 		close(out[1]);
-		unsetenv("IDEM_ROOT");
-		unsetenv("IDEM_SOCKET");
-		if (page_size != NULL)
-			execl(prog, prog, "--socket", socket,
-			    "--tools-page-size", page_size, (char *)NULL);
+		if (root != NULL)
+			setenv("IDEM_ROOT", root, 1);
 		else
-			execl(prog, prog, "--socket", socket, (char *)NULL);
+			unsetenv("IDEM_ROOT");
+		if (socket != NULL)
+			setenv("IDEM_SOCKET", socket, 1);
+		else
+			unsetenv("IDEM_SOCKET");
+		args[0] = prog;
+		for (i = 0; argv[i] != NULL && i + 2 < nitems(args); i++)
+			args[i + 1] = argv[i];
+		args[i + 1] = NULL;
+		execv(prog, (char *const *)args);
 		_exit(127);
 	}
 	close(in[0]);
@@ -84,6 +100,18 @@ mcp_start(struct mcp *m, const char *socket, const char *page_size)
 	m->out = fdopen(out[0], "r");
 	assert_non_null(m->in);
 	assert_non_null(m->out);
+}
+
+/* idem-mcp on this socket (--socket), tools pages of page_size. */
+static void
+mcp_start(struct mcp *m, const char *socket, const char *page_size)
+{
+	const char	*argv[] = { "--socket", socket, "--tools-page-size",
+	    page_size, NULL };
+
+	if (page_size == NULL)
+		argv[2] = NULL;
+	mcp_spawn(m, argv, NULL, NULL);
 }
 
 /* Close its stdin: it must exit 0 at the end of its input. */
@@ -662,6 +690,48 @@ write_task_through_broker(void **state)
 	harness_finish(b);
 }
 
+/* diagnose answered by the broker (not broker_unavailable). */
+static void
+assert_reaches_broker(struct mcp *m)
+{
+	json_t	*result;
+
+	initialize(m, INIT_2025_11_25, "2025-11-25");
+	result = tool_call(m, 1, "diagnose", json_object());
+	if (!json_is_false(json_object_get(result, "isError")))
+		fail_msg("diagnose failed: %s", json_dumps(result,
+		    JSON_COMPACT));
+	assert_true(json_is_object(json_object_get(json_object_get(result,
+	    "structuredContent"), "counts")));
+	json_decref(result);
+	mcp_stop(m);
+}
+
+/* As idemctl: --socket, else --root, else $IDEM_SOCKET, else $IDEM_ROOT. */
+static void
+finds_broker_as_idemctl(void **state)
+{
+	struct broker	*b = *state;
+	struct mcp	 m;
+	char		 bogus[300];
+	const char	*none[] = { NULL };
+	const char	*root[] = { "--root", b->root, NULL };
+	const char	*socket[] = { "--socket", b->socket, NULL };
+
+	snprintf(bogus, sizeof bogus, "%s/nowhere", b->root);
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	mcp_spawn(&m, none, b->root, NULL);
+	assert_reaches_broker(&m);
+	mcp_spawn(&m, none, bogus, b->socket);
+	assert_reaches_broker(&m);
+	/* A flag beats the environment. */
+	mcp_spawn(&m, root, bogus, bogus);
+	assert_reaches_broker(&m);
+	mcp_spawn(&m, socket, bogus, bogus);
+	assert_reaches_broker(&m);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -678,6 +748,7 @@ main(void)
 		T(tools_list_pages),
 		T(tools_call_protocol_errors),
 		T(write_task_through_broker),
+		T(finds_broker_as_idemctl),
 	};
 
 	/* A closed pipe to idem-mcp must fail an assertion, not kill us. */
