@@ -47,7 +47,17 @@ let broker = null;
 const clients = [];
 const outputSchemas = new Map();
 const ajv = new Ajv2020({ strict: true, allErrors: true });
-let passed = false;
+// Tests defined and tests that ran to their end: the workspace is kept
+// for a look unless every one did.
+let defined = 0;
+let completed = 0;
+function check(name, fn) {
+  defined++;
+  test(name, async () => {
+    await fn();
+    completed++;
+  });
+}
 
 // ---- the broker ------------------------------------------------------------
 
@@ -175,7 +185,7 @@ after(async () => {
   for (const client of clients)
     await client.close().catch(() => {});
   await stopBroker().catch(() => {});
-  if (passed)
+  if (completed === defined)
     fs.rmSync(tmp, { recursive: true, force: true });
   else
     console.log(`# kept ${tmp} (idemd.log there)`);
@@ -183,14 +193,14 @@ after(async () => {
 
 // ---- tests -----------------------------------------------------------------
 
-test('initialize: the SDK negotiates its latest revision with idem-mcp', () => {
+check('initialize: the SDK negotiates its latest revision with idem-mcp', () => {
   assert.equal(main.negotiated, LATEST_PROTOCOL_VERSION);
   assert.equal(main.client.getServerVersion().name, 'idem-mcp');
   assert.ok(main.client.getServerCapabilities().tools, 'capabilities.tools');
   assert.match(main.client.getInstructions() ?? '', /client_submission_id/);
 });
 
-test('tools/list: pages through a cursor; schemas are JSON Schema objects', async () => {
+check('tools/list: pages through a cursor; schemas are JSON Schema objects', async () => {
   const paged = await connect(['--tools-page-size', '3']);
   const { tools, pages } = await listAll(paged.client);
   assert.equal(pages, 2, 'four tools in pages of three');
@@ -236,7 +246,7 @@ test('tools/list: pages through a cursor; schemas are JSON Schema objects', asyn
     assert.equal(tools.find((t) => t.name === name).annotations.readOnlyHint, true);
 });
 
-test('write_task: created, retried (reused, same receipt), conflict', async () => {
+check('write_task: created, retried (reused, same receipt), conflict', async () => {
   const before = taskFiles();
   const first = await call(main.client, 'write_task',
       { client_submission_id: 'sdk-create-1', task: task('Fix login') });
@@ -273,7 +283,7 @@ test('write_task: created, retried (reused, same receipt), conflict', async () =
   assert.equal(taskFiles(), before + 1);
 });
 
-test('broker restarted between a call and its retry: same task_id', async () => {
+check('broker restarted between a call and its retry: same task_id', async () => {
   const before = taskFiles();
   const first = await call(main.client, 'write_task',
       { client_submission_id: 'sdk-restart-1', task: task('Survive a restart') });
@@ -291,7 +301,7 @@ test('broker restarted between a call and its retry: same task_id', async () => 
   assert.equal(taskFiles(), before + 1);
 });
 
-test('broker down: a retryable tool error; the retry with the same id creates once', async () => {
+check('broker down: a retryable tool error; the retry with the same id creates once', async () => {
   const before = taskFiles();
   await stopBroker();
   const args = { client_submission_id: 'sdk-down-1', task: task('While it is down') };
@@ -317,7 +327,7 @@ test('broker down: a retryable tool error; the retry with the same id creates on
   assert.equal(taskFiles(), before + 1);
 });
 
-test('write_report, get_submission and diagnose', async () => {
+check('write_report, get_submission and diagnose', async () => {
   const created = await call(main.client, 'write_task',
       { client_submission_id: 'sdk-report-task', task: task('To report on') });
   const taskId = created.structuredContent.receipt.task_id;
@@ -359,7 +369,7 @@ test('write_report, get_submission and diagnose', async () => {
   assert.ok(diag.structuredContent.counts.committed >= 1);
 });
 
-test('bad arguments: tool errors the model can act on; an unknown tool is a protocol error', async () => {
+check('bad arguments: tool errors the model can act on; an unknown tool is a protocol error', async () => {
   const before = taskFiles();
   // No client_submission_id: a legacy call cannot be made through idem-mcp.
   const noId = await call(main.client, 'write_task', { task: task('No id') });
@@ -383,5 +393,4 @@ test('bad arguments: tool errors the model can act on; an unknown tool is a prot
 
   await assert.rejects(main.client.callTool({ name: 'no_such_tool', arguments: {} }),
       (e) => e instanceof McpError && e.code === -32602);
-  passed = true;
 });
