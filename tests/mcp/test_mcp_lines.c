@@ -388,6 +388,10 @@ lifecycle_and_version_negotiation(void **state)
 		assert_error(mcp_call(&m, "{\"jsonrpc\":\"2.0\",\"id\":4,"
 		    "\"method\":\"resources/list\"}"), -32601,
 		    json_integer(4));
+		/* 2026-07-28's probe: not served, so its client falls back. */
+		assert_error(mcp_call(&m, "{\"jsonrpc\":\"2.0\",\"id\":4,"
+		    "\"method\":\"server/discover\"}"), -32601,
+		    json_integer(4));
 		assert_error(mcp_call(&m, "{\"jsonrpc\":\"2.0\",\"id\":5,"
 		    "\"method\":\"initialize\",\"params\":{}}"), -32602,
 		    json_integer(5));
