@@ -151,6 +151,9 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	while ((n = subtab_copy(seg, from, CHECKPOINT_CHUNK_SLOTS, entries,
 	    keys)) > 0) {
 		for (i = 0, used = 0; i < n; i++) {
+			/* A slot whose state was lost with the journal. */
+			if (entries[i].state == SUBTAB_EMPTY)
+				continue;
 			memset(&record, 0, sizeof record);
 			record.type = JOURNAL_RECORD_ENTRY;
 			record.entry = entries[i];
@@ -160,7 +163,8 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 		}
 		if (journal_write_all(fd, buf, used) != 0)
 			goto write_failed;
-		records += n;
+		for (i = 0; i < n; i++)
+			records += entries[i].state != SUBTAB_EMPTY;
 		from += n;
 		if (records >= seg->header->slots_used / 2)
 			crash_point(CRASH_DURING_CHECKPOINT);

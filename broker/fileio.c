@@ -139,8 +139,7 @@ fileio_reservation_durable(const struct fileio_job *job)
 	uint64_t	after = atomic_load(&job->link_after);
 
 	return job->journal != NULL && after != 0 &&
-	    !atomic_load(&job->journal->journal_failed) &&
-	    atomic_load(&job->journal->ring_durable) >= after;
+	    handoff_is_durable(job->journal, after, job->link_epoch) > 0;
 }
 
 /*

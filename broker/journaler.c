@@ -13,10 +13,19 @@
  *
  * A failed write or fdatasync is never retried: after a failed fsync the
  * kernel may have dropped the dirty pages, and a second fsync that
- * succeeds would prove nothing.  The thread marks the journal failed,
- * drops what it took, wakes the workers (which answer storage_unavailable
- * to everything still waiting and refuse new writes) and tells the
- * master, which reopens the state from the journal (master.c).
+ * succeeds would prove nothing.  The thread marks the journal failed
+ * (an odd journal epoch, handoff.c), drops what it took, and wakes the
+ * workers, which answer storage_unavailable to everything that waited
+ * on a dropped record and refuse what needs a new one, while they go
+ * on answering what needs none.  Then, with the workers running, it
+ * reopens the journal itself (journaler_reopen): cut back to the last
+ * size known durable (nothing past it was acknowledged), open it again
+ * through a new descriptor and check its header, read it back to find
+ * the durable state of every slot that moved on with a dropped record,
+ * and set those slots back under the table lock, in the same hold as it
+ * drops what the ring still holds and ends the failed epoch.  A reopen
+ * that fails (the disk still fails) is tried again every
+ * IDEM_JOURNAL_REOPEN_RETRY_MS; writes are refused until one succeeds.
  *
  * When the current segment has grown past JOURNAL_SEGMENT_BYTES, the
  * thread starts a new segment between two rounds and hands its number to
@@ -28,8 +37,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +66,10 @@ static struct journaler {
 	uint64_t	 rotate_after;		/* after a failed rotation */
 	int		 checkpoint_busy;
 	int		 checkpoint_stop;
+
+	/* While the journal is failed. */
+	int64_t		 reopen_at;	/* next try, shm_now_ms() */
+	char		*reopen_cause;	/* the last failure logged */
 } journaler;
 
 void
@@ -72,13 +85,208 @@ journaler_kick(int kick_fd)
 static void
 journaler_fail(struct idemd *d, uint64_t end, const char *what, char *cause)
 {
-	log_warnx("journal %s failed: %s; refusing writes until the state is "
-	    "reopened from the journal", what, cause);
+	log_warnx("journal %s failed: %s; refusing writes until the journal "
+	    "is reopened and verified", what, cause);
 	free(cause);
-	atomic_store(&d->seg.header->journal_failed, 1);
+	handoff_failed(&d->seg);
 	handoff_taken(&d->seg, end);
-	/* The master reopens the state from the journal (master.c). */
-	kill(getpid(), SIGUSR1);
+	/* The first try at once: a full disk may well take a truncate. */
+	journaler.reopen_at = shm_now_ms();
+}
+
+/* The unsettled slots, ordered by key, and what replay found of them. */
+struct reopen_lookup {
+	struct subtab_unsettled	**rows;
+	size_t			  count;
+};
+
+static int
+reopen_compare(const void *a, const void *b)
+{
+	const struct subtab_unsettled	*x = *(struct subtab_unsettled *const *)a;
+	const struct subtab_unsettled	*y = *(struct subtab_unsettled *const *)b;
+
+	if (x->key_length != y->key_length)
+		return x->key_length < y->key_length ? -1 : 1;
+	return memcmp(x->key, y->key, x->key_length);
+}
+
+static int
+reopen_find(const void *key, const void *member)
+{
+	const struct journal_record	*r = key;
+	const struct subtab_unsettled	*y =
+	    *(struct subtab_unsettled *const *)member;
+
+	if (r->entry.key_length != y->key_length)
+		return r->entry.key_length < y->key_length ? -1 : 1;
+	return memcmp(r->key, y->key, y->key_length);
+}
+
+/* Replay, read-only: the last durable record of each unsettled key. */
+static int
+reopen_apply(const struct journal_record *r, void *arg)
+{
+	struct reopen_lookup		 *l = arg;
+	struct subtab_unsettled		**found;
+
+	if (r->entry.key_length == 0)
+		return 0;
+	found = bsearch(r, l->rows, l->count, sizeof *l->rows, reopen_find);
+	if (found != NULL) {
+		(*found)->durable = 1;
+		(*found)->entry = r->entry;
+	}
+	return 0;
+}
+
+/* The durable states of rows[0..count), from the checkpoint and journal. */
+static int
+reopen_lookup(const char *dir, struct subtab_unsettled *rows, size_t count,
+    char **cause)
+{
+	struct journal_replay_stats	 stats;
+	struct seqalloc_state		 alloc[SUBTAB_KIND_COUNT];
+	struct reopen_lookup		 l;
+	uint64_t			 from, checkpointed;
+	size_t				 i;
+	int				 rc;
+
+	if ((l.rows = calloc(count, sizeof *l.rows)) == NULL) {
+		asprintf(cause, "reopening the journal: out of memory");
+		return -1;
+	}
+	for (i = 0; i < count; i++)
+		l.rows[i] = &rows[i];
+	l.count = count;
+	qsort(l.rows, count, sizeof *l.rows, reopen_compare);
+	memset(&stats, 0, sizeof stats);
+	rc = checkpoint_load(dir, reopen_apply, &l, alloc, &from,
+	    &checkpointed, cause) != 0 || journal_replay_from(dir, from,
+	    JOURNAL_REPLAY_READONLY, reopen_apply, &l, &stats, cause) != 0 ?
+	    -1 : 0;
+	if (rc == 0 && stats.truncated_bytes != 0) {
+		errno = EIO;
+		asprintf(cause, "journal %s: %llu bytes past its durable end "
+		    "after the cut", dir,
+		    (unsigned long long)stats.truncated_bytes);
+		rc = -1;
+	}
+	free(l.rows);
+	return rc;
+}
+
+/*
+ * After a failure, with the workers serving: cut the journal back to
+ * the last size known durable, open it again and check it, then set
+ * every slot that moved on with a lost record back to its durable state
+ * (subtab_settle).  0 when writes may resume.
+ */
+static int
+journaler_reopen(struct idemd *d, char **cause)
+{
+	struct subtab_unsettled	*rows = NULL;
+	char			 dir[PATH_MAX];
+	uint64_t		 lost_from;
+	size_t			 count = 0, settled = 0;
+	int			 busy, tries, rc;
+
+	/* A checkpoint being written may prune what the replay reads. */
+	pthread_mutex_lock(&journaler.lock);
+	busy = journaler.checkpoint_busy;
+	pthread_mutex_unlock(&journaler.lock);
+	if (busy) {
+		asprintf(cause, "a checkpoint is being written; waiting");
+		return -1;
+	}
+	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
+	journal_close(&d->journal);
+	if (journal_cut(dir, journaler.durable_segment, journaler.durable_size,
+	    cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
+		return -1;
+	if (d->journal.segment != journaler.durable_segment ||
+	    d->journal.size != journaler.durable_size) {
+		asprintf(cause, "journal %s: reopened at segment %llu, %llu "
+		    "bytes, not at the durable end (segment %llu, %llu bytes)",
+		    dir, (unsigned long long)d->journal.segment,
+		    (unsigned long long)d->journal.size,
+		    (unsigned long long)journaler.durable_segment,
+		    (unsigned long long)journaler.durable_size);
+		journal_close(&d->journal);
+		return -1;
+	}
+	lost_from = atomic_load(&d->seg.header->ring_lost_from);
+	/* Slots can only join the set meanwhile; a few rounds settle it. */
+	for (tries = 0, rc = 1; rc == 1 && tries < 8; tries++) {
+		if (subtab_unsettled(&d->seg, lost_from, &rows, &count) != 0) {
+			asprintf(cause, "reopening the journal: the table is "
+			    "unusable");
+			return -1;
+		}
+		if (count > 0 && reopen_lookup(dir, rows, count, cause) != 0) {
+			free(rows);
+			return -1;
+		}
+		rc = subtab_settle(&d->seg, lost_from, rows, count);
+		settled = count;
+		free(rows);
+		rows = NULL;
+	}
+	if (rc != 0) {
+		asprintf(cause, "reopening the journal: %s", rc < 0 ?
+		    "the table is unusable" : "the table kept changing");
+		return -1;
+	}
+	log_info("journal reopened and verified at segment %llu, %llu bytes; "
+	    "%zu submissions set back to their durable state; accepting "
+	    "writes again", (unsigned long long)d->journal.segment,
+	    (unsigned long long)d->journal.size, settled);
+	return 0;
+}
+
+/* One try; a failure is logged when its cause changes, not every time. */
+static int
+journaler_try_reopen(struct idemd *d)
+{
+	char	*cause = NULL;
+
+	if (journaler_reopen(d, &cause) == 0) {
+		free(journaler.reopen_cause);
+		journaler.reopen_cause = NULL;
+		return 0;
+	}
+	if (cause == NULL)
+		cause = strdup("out of memory");
+	if (journaler.reopen_cause == NULL || cause == NULL ||
+	    strcmp(journaler.reopen_cause, cause) != 0)
+		log_warnx("reopening after the journal failure: %s; trying "
+		    "again every %d ms", cause != NULL ? cause : "?",
+		    IDEM_JOURNAL_REOPEN_RETRY_MS);
+	free(journaler.reopen_cause);
+	journaler.reopen_cause = cause;
+	journaler.reopen_at = shm_now_ms() + IDEM_JOURNAL_REOPEN_RETRY_MS;
+	return -1;
+}
+
+/* Sleep on the eventfd; with a timeout while a reopen is due. */
+static void
+journaler_wait(int kick_fd, int64_t timeout_ms)
+{
+	struct pollfd	pfd;
+	uint64_t	kicks;
+
+	pfd.fd = kick_fd;
+	pfd.events = POLLIN;
+	pfd.revents = 0;
+	if (poll(&pfd, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms) ==
+	    -1) {
+		if (errno != EINTR)
+			fatal("journaler: polling its eventfd");
+		return;
+	}
+	if ((pfd.revents & POLLIN) && read(kick_fd, &kicks, sizeof kicks) ==
+	    -1 && errno != EINTR && errno != EAGAIN)
+		fatal("journaler: reading its eventfd");
 }
 
 static void *
@@ -155,17 +363,19 @@ journaler_main(void *arg)
 	struct idemd		*d = journaler.d;
 	struct shm_header	*h = d->seg.header;
 	struct iovec		 iov[2];
-	uint64_t		 kicks, end;
+	uint64_t		 end;
+	int64_t			 timeout;
 	char			*cause = NULL;
-	int			 n, wake;
+	int			 n, wake, failed;
 
 	for (;;) {
-		if (read(d->kick_fd, &kicks, sizeof kicks) == -1 &&
-		    errno != EINTR)
-			fatal("journaler: reading its eventfd");
+		failed = atomic_load(&h->journal_failed);
+		timeout = failed ? journaler.reopen_at - shm_now_ms() : -1;
+		journaler_wait(d->kick_fd, failed && timeout < 0 ? 0 : timeout);
 		wake = atomic_exchange(&h->wake_requested, 0);
 		n = handoff_pending(&d->seg, iov, &end);
-		if (n > 0 && atomic_load(&h->journal_failed)) {
+		if (n > 0 && failed) {
+			/* Never written: their waiters get storage_unavailable. */
 			handoff_taken(&d->seg, end);
 			wake = 1;
 		} else if (n > 0) {
@@ -188,7 +398,14 @@ journaler_main(void *arg)
 			}
 			cause = NULL;
 		}
+		/* Waiters on dropped records hear it before a reopen reads
+		 * the journal back. */
 		if (wake)
+			journaler.broadcast(journaler.broadcast_arg);
+		if (atomic_load(&h->journal_failed) &&
+		    !atomic_load(&journaler.stop) &&
+		    shm_now_ms() >= journaler.reopen_at &&
+		    journaler_try_reopen(d) == 0)
 			journaler.broadcast(journaler.broadcast_arg);
 		if (n > 0 && !atomic_load(&h->journal_failed))
 			journaler_maybe_rotate(d);
@@ -212,6 +429,8 @@ journaler_start(struct idemd *d, int (*broadcast)(void *), void *arg)
 	journaler.checkpoint_busy = 0;
 	journaler.checkpoint_stop = 0;
 	journaler.rotate_after = 0;
+	journaler.reopen_at = 0;
+	journaler.reopen_cause = NULL;
 	atomic_store(&journaler.stop, 0);
 	pthread_mutex_init(&journaler.lock, NULL);
 	pthread_cond_init(&journaler.wake, NULL);
@@ -246,13 +465,7 @@ journaler_stop(void)
 	pthread_join(journaler.checkpointer, NULL);
 	pthread_cond_destroy(&journaler.wake);
 	pthread_mutex_destroy(&journaler.lock);
+	free(journaler.reopen_cause);
+	journaler.reopen_cause = NULL;
 	journaler.running = 0;
-}
-
-/* After journaler_stop: the last position known durable. */
-void
-journaler_durable(uint64_t *segment, uint64_t *size)
-{
-	*segment = journaler.durable_segment;
-	*size = journaler.durable_size;
 }

@@ -35,15 +35,10 @@ struct master {
 	int			 notify_fds[IDEM_MAX_WORKERS];
 	pthread_mutex_t		 fds_lock;	/* notify_fds: shared with the journaler */
 	int			 stopping;
-	int			 reopening;	/* after a journal failure */
 	unsigned		 live;
 	int64_t			 burst_started_ms;
 	unsigned		 burst;
 	struct event		*respawn_ev;
-	struct event		*reopen_ev;
-	struct shm_counters	 saved_counters;	/* across a reopen */
-	int64_t			 saved_started_at_ms;
-	int			 have_saved;
 };
 
 static int
@@ -207,8 +202,7 @@ master_child(evutil_socket_t fd, short events, void *arg)
 		if (WIFSIGNALED(status))
 			log_warnx("worker %u (pid %ld) killed by signal %d",
 			    i, (long)pid, WTERMSIG(status));
-		else if (WEXITSTATUS(status) != 0 ||
-		    (!m->stopping && !m->reopening))
+		else if (WEXITSTATUS(status) != 0 || !m->stopping)
 			log_warnx("worker %u (pid %ld) exited with status %d",
 			    i, (long)pid, WEXITSTATUS(status));
 		/* Its claims lapse now; waiters elsewhere must look again. */
@@ -220,7 +214,7 @@ master_child(evutil_socket_t fd, short events, void *arg)
 		m->pids[i] = 0;
 		m->live--;
 		master_broadcast(m);
-		if (m->stopping || m->reopening)
+		if (m->stopping)
 			continue;
 		atomic_fetch_add(&m->d->seg.header->counters.worker_restarts,
 		    1);
@@ -237,62 +231,6 @@ master_child(evutil_socket_t fd, short events, void *arg)
 	}
 	if (m->stopping && m->live == 0)
 		event_base_loopbreak(m->base);
-	else if (m->reopening && m->live == 0)
-		event_active(m->reopen_ev, EV_TIMEOUT, 0);
-}
-
-/*
- * The journal failed: its tail past the last fsync that succeeded is of
- * unknown state and was never acknowledged.  With every worker gone, cut
- * it off, rebuild the segment from the journal and serve again.  Until
- * that succeeds nothing is served (connections wait in the backlog); a
- * failed attempt is retried every second.
- */
-static void
-master_reopen(evutil_socket_t fd, short events, void *arg)
-{
-	struct master	*m = arg;
-	struct idemd	*d = m->d;
-	struct timeval	 one_second = { 1, 0 };
-	char		 dir[PATH_MAX], *cause = NULL;
-	uint64_t	 segment, size;
-	unsigned	 i;
-
-	if (!m->reopening || m->live != 0 || m->stopping)
-		return;
-	journaler_stop();
-	journaler_durable(&segment, &size);
-	/* Counters and uptime describe the broker, not the segment: keep them. */
-	if (d->seg.header != NULL) {
-		memcpy(&m->saved_counters, &d->seg.header->counters,
-		    sizeof m->saved_counters);
-		m->saved_started_at_ms = d->seg.header->started_at_ms;
-		m->have_saved = 1;
-		idemd_close_state(d);
-	}
-	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
-	if (journal_cut(dir, segment, size, &cause) != 0 ||
-	    idemd_open_state(d, &cause) != 0) {
-		log_warnx("reopening after the journal failure: %s; trying "
-		    "again in a second", cause);
-		free(cause);
-		evtimer_add(m->reopen_ev, &one_second);
-		return;
-	}
-	if (m->have_saved) {
-		memcpy(&d->seg.header->counters, &m->saved_counters,
-		    sizeof m->saved_counters);
-		d->seg.header->started_at_ms = m->saved_started_at_ms;
-		m->have_saved = 0;
-	}
-	if (journaler_start(d, master_broadcast, m) != 0)
-		fatal("restarting the journaling thread");
-	m->reopening = 0;
-	for (i = 0; i < d->worker_count; i++) {
-		if (m->pids[i] == 0 && master_spawn(m, i) != 0)
-			evtimer_add(m->respawn_ev, &one_second);
-	}
-	log_info("state reopened from the journal; serving again");
 }
 
 static void
@@ -303,24 +241,15 @@ master_watch(evutil_socket_t fd, short events, void *arg)
 	watch_read(m->d, fd);
 }
 
-/* SIGUSR1: the journaling thread reports a failure. */
+/*
+ * SIGUSR1 once meant "the journal failed"; the journaling thread now
+ * reopens the journal itself (journaler.c).  Still caught, so that a
+ * stray one does not kill the broker.
+ */
 static void
-master_journal_failed(evutil_socket_t fd, short events, void *arg)
+master_usr1(evutil_socket_t fd, short events, void *arg)
 {
-	struct master	*m = arg;
-	unsigned	 i;
-
-	if (m->reopening || m->stopping ||
-	    !atomic_load(&m->d->seg.header->journal_failed))
-		return;
-	log_warnx("journal failed: draining the workers to reopen the state");
-	m->reopening = 1;
-	for (i = 0; i < m->d->worker_count; i++) {
-		if (m->pids[i] != 0)
-			kill(m->pids[i], SIGTERM);
-	}
-	if (m->live == 0)
-		event_active(m->reopen_ev, EV_TIMEOUT, 0);
+	log_info("SIGUSR1 ignored");
 }
 
 static void
@@ -333,9 +262,7 @@ master_terminate(evutil_socket_t fd, short events, void *arg)
 		return;
 	log_info("signal %d: draining", (int)fd);
 	m->stopping = 1;
-	/* During a failed reopen there is no segment (and no worker). */
-	if (m->d->seg.header != NULL)
-		atomic_store(&m->d->seg.header->shutting_down, 1);
+	atomic_store(&m->d->seg.header->shutting_down, 1);
 	for (i = 0; i < m->d->worker_count; i++) {
 		if (m->pids[i] != 0)
 			kill(m->pids[i], SIGTERM);
@@ -362,10 +289,9 @@ master_run(struct idemd *d)
 	sigterm = evsignal_new(m.base, SIGTERM, master_terminate, &m);
 	sigint = evsignal_new(m.base, SIGINT, master_terminate, &m);
 	m.respawn_ev = evtimer_new(m.base, master_spawn_missing, &m);
-	m.reopen_ev = evtimer_new(m.base, master_reopen, &m);
-	sigusr1 = evsignal_new(m.base, SIGUSR1, master_journal_failed, &m);
+	sigusr1 = evsignal_new(m.base, SIGUSR1, master_usr1, &m);
 	if (sigchld == NULL || sigterm == NULL || sigint == NULL ||
-	    m.respawn_ev == NULL || m.reopen_ev == NULL || sigusr1 == NULL)
+	    m.respawn_ev == NULL || sigusr1 == NULL)
 		fatalx("cannot create the master's events");
 	event_add(sigchld, NULL);
 	event_add(sigterm, NULL);
@@ -400,7 +326,6 @@ master_run(struct idemd *d)
 	event_free(sigterm);
 	event_free(sigint);
 	event_free(m.respawn_ev);
-	event_free(m.reopen_ev);
 	event_free(sigusr1);
 	if (watch_ev != NULL) {
 		event_free(watch_ev);
@@ -409,6 +334,5 @@ master_run(struct idemd *d)
 	}
 	event_base_free(m.base);
 	pthread_mutex_destroy(&m.fds_lock);
-	return d->seg.header == NULL ||
-	    atomic_load(&d->seg.header->journal_failed) ? 1 : 0;
+	return atomic_load(&d->seg.header->journal_failed) ? 1 : 0;
 }

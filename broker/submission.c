@@ -178,6 +178,14 @@ sub_crash_point(struct submission *s, enum crash_point point)
 		crash_point(point);
 }
 
+static void
+sub_fail_reopening(struct pending *p)
+{
+	sub_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	    "the journal failed; writes resume when the broker has reopened "
+	    "and verified it"));
+}
+
 static int
 sub_journal_failed(struct pending *p)
 {
@@ -195,10 +203,10 @@ submission_start(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 	struct subtab_entry	 known;
 
-	if (atomic_load(&d->seg.header->journal_failed)) {
-		sub_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
-		    "the journal failed; writes resume when the broker has "
-		    "reopened its state"));
+	/* A legacy call always writes; a retry may need nothing new. */
+	if (s->submission_id == NULL &&
+	    atomic_load(&d->seg.header->journal_failed)) {
+		sub_fail_reopening(p);
 		return;
 	}
 	/*
@@ -259,14 +267,41 @@ sub_mismatch(struct pending *p)
  * answered as it is.
  */
 static void
-sub_after_durable(struct pending *p, uint64_t end, pending_resume_fn next)
+sub_after_durable(struct pending *p, uint64_t end, uint64_t epoch,
+    pending_resume_fn next)
 {
 	struct shm_header	*h = idemd_of(p)->seg.header;
+	int			 durable;
 
-	if (end == SUBTAB_NOT_JOURNALED || end <= atomic_load(&h->ring_durable))
-		next(p);
-	else
-		pending_wait_durable(p, end, next);
+	durable = end == SUBTAB_NOT_JOURNALED ? 1 :
+	    handoff_is_durable(h, end, epoch);
+	if (durable == 0) {
+		pending_wait_durable(p, end, epoch, next);
+		return;
+	}
+	/* Lost with the journal: storage_unavailable, never an answer. */
+	p->journal_failed = durable < 0;
+	next(p);
+}
+
+/*
+ * While the journal is failed only what needs no new record goes on: a
+ * committed submission (reused) or a mismatch (conflict).  Anything else
+ * would insert or claim a slot whose record is dropped.
+ */
+static int
+sub_needs_journal(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct subtab_entry	 known;
+
+	if (subtab_lookup(&idemd_of(p)->seg, s->key, s->key_length, &known,
+	    NULL) != 1)
+		return 1;
+	if (known.schema != s->entry.schema || memcmp(known.request_digest,
+	    s->entry.request_digest, IDEM_SHA256_BYTES) != 0)
+		return 0;
+	return known.state != SUBTAB_COMMITTED;
 }
 
 static void	sub_file_recorded(struct pending *);
@@ -310,6 +345,7 @@ sub_acquire(struct pending *p)
 	struct submission	*s = sub_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
+	uint64_t		 epoch;
 
 	if (p->timed_out) {
 		sub_fail(p, reply_error_simple(p->id, "in_progress", 1,
@@ -326,6 +362,12 @@ sub_acquire(struct pending *p)
 	a.scan = idemd_scan_max_seq;
 	a.scan_arg = d;
 
+	/* Before the table is read: see sub_after_durable. */
+	epoch = handoff_epoch(d->seg.header);
+	if ((epoch & 1) && sub_needs_journal(p)) {
+		sub_fail_reopening(p);
+		return;
+	}
 	switch (subtab_acquire(&d->seg, &a)) {
 	case SUBTAB_INSERTED:
 		s->claimed = 1;
@@ -337,8 +379,10 @@ sub_acquire(struct pending *p)
 		sub_journal(p, sub_reserved);
 		/* Appended: the file thread may link once this is durable. */
 		if (s->temp_state == SUB_TEMP_WRITING &&
-		    p->wait == PENDING_DURABLE)
+		    p->wait == PENDING_DURABLE) {
+			s->job.link_epoch = p->epoch;
 			atomic_store(&s->job.link_after, p->wait_end);
+		}
 		return;
 	case SUBTAB_CLAIMED:
 		/* Record the state again: the last claimer may have died
@@ -353,12 +397,14 @@ sub_acquire(struct pending *p)
 	case SUBTAB_DONE:
 		s->entry = a.found;
 		sub_set_name(s);
-		sub_after_durable(p, a.found_journal_end, sub_done_durable);
+		sub_after_durable(p, a.found_journal_end, epoch,
+		    sub_done_durable);
 		return;
 	case SUBTAB_MISMATCH:
 		s->entry = a.found;
 		sub_set_name(s);
-		sub_after_durable(p, a.found_journal_end, sub_mismatch);
+		sub_after_durable(p, a.found_journal_end, epoch,
+		    sub_mismatch);
 		return;
 	case SUBTAB_BUSY:
 		pending_wait_claim(p, sub_acquire);

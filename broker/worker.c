@@ -204,6 +204,9 @@ pending_try_append(struct pending *p)
 	struct idemd	*d = p->worker->d;
 	uint64_t	 end;
 
+	/* Read before the append: an epoch that ends meanwhile judges the
+	 * record lost, never the other way round (handoff.c). */
+	p->epoch = handoff_epoch(d->seg.header);
 	if ((p->record_claim != NULL ? subtab_record(&d->seg, p->record_slot,
 	    p->record_claim, p->record_entry, p->record, p->record_length,
 	    &end) : handoff_append(&d->seg, p->record, p->record_length,
@@ -268,11 +271,13 @@ pending_journal_slot_pair(struct pending *p, const struct journal_record *first,
 }
 
 void
-pending_wait_durable(struct pending *p, uint64_t end, pending_resume_fn resume)
+pending_wait_durable(struct pending *p, uint64_t end, uint64_t epoch,
+    pending_resume_fn resume)
 {
 	p->resume = resume;
 	p->journal_failed = 0;
 	p->wait_end = end;
+	p->epoch = epoch;
 	park(p, PENDING_DURABLE);
 	/* Already durable: the next wake-up resumes it; make sure one comes. */
 	event_active(p->worker->local_wake_ev, EV_READ, 0);
@@ -344,14 +349,17 @@ worker_run_parked(struct worker *w)
 	struct shm_header	*h = w->d->seg.header;
 	TAILQ_HEAD(, pending)	 ready = TAILQ_HEAD_INITIALIZER(ready);
 	struct pending		*p, *next;
-	uint64_t		 durable = atomic_load(&h->ring_durable);
-	int			 failed = atomic_load(&h->journal_failed);
+	int			 durable;
 
 	for (p = TAILQ_FIRST(&w->parked); p != NULL; p = next) {
 		next = TAILQ_NEXT(p, entry);
-		if (p->wait == PENDING_DURABLE && durable < p->wait_end &&
-		    !failed)
-			continue;
+		if (p->wait == PENDING_DURABLE) {
+			/* Judged once: resume acts on this verdict. */
+			durable = handoff_is_durable(h, p->wait_end, p->epoch);
+			if (durable == 0)
+				continue;
+			p->journal_failed = durable < 0;
+		}
 		TAILQ_REMOVE(&w->parked, p, entry);
 		TAILQ_INSERT_TAIL(&ready, p, entry);
 	}
@@ -361,7 +369,6 @@ worker_run_parked(struct worker *w)
 		switch (p->wait) {
 		case PENDING_DURABLE:
 			p->wait = PENDING_RUNNING;
-			p->journal_failed = durable < p->wait_end;
 			p->resume(p);
 			break;
 		case PENDING_RING:

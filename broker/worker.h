@@ -80,7 +80,6 @@ void	watch_read(struct idemd *, int fd);
 int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
-void	journaler_durable(uint64_t *segment, uint64_t *size);
 
 /* fileio.c: a worker's file-writing threads */
 #define FILEIO_THREADS	8
@@ -103,9 +102,13 @@ struct fileio_job {
 	 * FILEIO_TEMP goes on to FILEIO_LINK in its thread when, its
 	 * temporary written, journal says ring_durable has reached
 	 * link_after (the reservation's end, stored by the loop after the
-	 * append; 0: not known yet).  journal NULL: never.
+	 * append; 0: not known yet) in link_epoch, the journal epoch it was
+	 * appended in (stored before link_after): a record a journal
+	 * failure dropped is never durable (handoff_is_durable).  journal
+	 * NULL: never.
 	 */
 	const struct shm_header	*journal;
+	uint64_t		 link_epoch;
 	_Atomic uint64_t	 link_after;
 	int			 linked_early;	/* out: it did */
 	int			 result;	/* 0, or -1 with error and cause */
@@ -129,7 +132,7 @@ typedef void (*pending_resume_fn)(struct pending *);
 
 enum pending_wait {
 	PENDING_RUNNING,	/* not parked */
-	PENDING_DURABLE,	/* for ring_durable >= wait_end */
+	PENDING_DURABLE,	/* for wait_end, appended in epoch, durable */
 	PENDING_RING,		/* for room in the hand-off ring */
 	PENDING_CLAIM		/* for another request to release a submission */
 };
@@ -141,6 +144,7 @@ struct pending {
 	json_t			*id;		/* echoed in the reply */
 	enum pending_wait	 wait;
 	uint64_t		 wait_end;
+	uint64_t		 epoch;		/* the journal epoch wait_end is of */
 	int			 journal_failed;/* the wait ended in a journal failure */
 	int			 timed_out;	/* PENDING_CLAIM past its deadline */
 	pending_resume_fn	 resume;
@@ -193,8 +197,12 @@ void	 pending_journal_slot_pair(struct pending *,
 	    const struct journal_record *, const struct journal_record *,
 	    uint32_t slot, const struct subtab_claim *,
 	    const struct subtab_entry *, pending_resume_fn);
-/* Park until the journal is durable up to end, then call resume. */
-void	 pending_wait_durable(struct pending *, uint64_t end,
+/*
+ * Park until the record ending at end, appended in journal epoch epoch
+ * (read before the slot that holds end was), is durable, then call
+ * resume; journal_failed says it never will be.
+ */
+void	 pending_wait_durable(struct pending *, uint64_t end, uint64_t epoch,
 	    pending_resume_fn);
 /* Park until a claim may have been released (or the deadline passes). */
 void	 pending_wait_claim(struct pending *, pending_resume_fn);

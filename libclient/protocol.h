@@ -34,6 +34,8 @@
 #define IDEM_DEFAULT_INFLIGHT_WAIT_MS	10000
 #define IDEM_DEFAULT_MAX_CONNECTIONS	1024	/* across all workers */
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
+/* After a journal failure, how often the journal is reopened and verified. */
+#define IDEM_JOURNAL_REOPEN_RETRY_MS	100
 #define IDEM_DEFAULT_SOCKET_MODE	0600
 /* Replies queued for a connection that does not read them: stop reading it. */
 #define IDEM_MAX_OUTPUT_BYTES		(4 * 1024 * 1024)

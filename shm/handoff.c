@@ -5,6 +5,16 @@
  * (written to the journal file by the journaler) and durable (fsync'd).
  * A worker waits for durable >= the end of its record.
  *
+ * A journal failure drops what was not durable, so durable alone cannot
+ * say whether a record is: the positions of dropped records lie below
+ * the positions later flushes make durable.  Hence the journal epoch: a
+ * failure moves it to an odd value, the reopen (which drops everything
+ * still pending) to the next even one, and a record is judged by the
+ * epoch it was appended in (handoff_is_durable).  Judging errs one way
+ * only: a durable record may be called lost (its request then answers
+ * storage_unavailable, and a retry finds the durable state), a lost one
+ * is never called durable.
+ *
  * The journaler writes [taken, head) without holding the lock: workers
  * never write below head, and never past taken + ring size.  A worker
  * that dies mid-append has not moved head, so its partial bytes are
@@ -92,4 +102,74 @@ void
 handoff_durable(struct shm_segment *seg, uint64_t end)
 {
 	atomic_store(&seg->header->ring_durable, end);
+}
+
+uint64_t
+handoff_epoch(const struct shm_header *h)
+{
+	return atomic_load(&h->journal_epoch);
+}
+
+int
+handoff_is_durable(const struct shm_header *h, uint64_t end, uint64_t epoch)
+{
+	uint64_t	now, failure, durable, lost_from;
+
+	if (end == 0)
+		return 1;		/* replayed at start-up */
+	for (;;) {
+		now = atomic_load(&h->journal_epoch);
+		if (now == epoch && (now & 1) == 0) {
+			durable = atomic_load(&h->ring_durable);
+			/* A failure and a reopen in between: judge again. */
+			if (atomic_load(&h->journal_epoch) != now)
+				continue;
+			return durable >= end ? 1 : 0;
+		}
+		/*
+		 * The failure that concerns it: the one under way when it
+		 * was appended or read, else the one that ended its epoch.
+		 * It is durable only if it was before that failure came
+		 * (anything appended in a failed epoch lies past).  Older
+		 * than the last failure: not known any more, so lost.
+		 */
+		failure = epoch | 1;
+		if (now - failure > 1)
+			return -1;
+		lost_from = atomic_load(&h->ring_lost_from);
+		if (atomic_load(&h->journal_epoch) != now)
+			continue;
+		return end <= lost_from ? 1 : -1;
+	}
+}
+
+void
+handoff_failed(struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+
+	if ((atomic_load(&h->journal_epoch) & 1) == 0) {
+		/* The epoch first: a reader that sees the old lost_from
+		 * with the new epoch judges lost what may be durable. */
+		atomic_fetch_add(&h->journal_epoch, 1);
+		atomic_store(&h->ring_lost_from, atomic_load(&h->ring_durable));
+	}
+	atomic_store(&h->journal_failed, 1);
+}
+
+int
+handoff_reopened(struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+	uint64_t		 head;
+
+	if (shm_lock(seg, &h->ring_lock, handoff_repair, "journal ring") != 0)
+		return -1;
+	head = h->ring_head;
+	shm_unlock(&h->ring_lock);
+	/* Appended in the failed epoch: never written. */
+	atomic_store(&h->ring_taken, head);
+	atomic_fetch_add(&h->journal_epoch, 1);
+	atomic_store(&h->journal_failed, 0);
+	return 0;
 }

@@ -163,6 +163,15 @@ struct shm_header {
 	_Atomic uint64_t	ring_taken;	/* bytes the journaler has written out */
 	_Atomic uint64_t	ring_durable;	/* bytes known durable */
 	_Atomic uint32_t	journal_failed;	/* a write or fsync failed: refuse writes */
+	/*
+	 * Journal epochs (handoff.c): odd while the journal is failed, even
+	 * while healthy; each failure and each reopen moves it on.  What was
+	 * appended in a healthy epoch past ring_lost_from is lost if that
+	 * epoch ended in a failure; what was appended in a failed epoch is
+	 * always lost.
+	 */
+	_Atomic uint64_t	journal_epoch;
+	_Atomic uint64_t	ring_lost_from;	/* ring_durable when the last failure came */
 	_Atomic uint32_t	wake_requested;	/* a worker asks for a broadcast wake */
 
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*_AT fires once per broker */
@@ -295,6 +304,24 @@ int	 subtab_snapshot(struct shm_segment *, enum subtab_kind,
  */
 uint32_t subtab_copy(struct shm_segment *, uint32_t from, uint32_t max,
 	    struct subtab_entry *, char (*keys)[SUBTAB_MAX_KEY_BYTES]);
+/* A slot whose state rests on a journal record that was lost. */
+struct subtab_unsettled {
+	uint32_t		slot;
+	uint16_t		key_length;
+	char			key[SUBTAB_MAX_KEY_BYTES];
+	int			durable;	/* entry: its last durable state */
+	struct subtab_entry	entry;
+};
+int	 subtab_unsettled(struct shm_segment *, uint64_t lost_from,
+	    struct subtab_unsettled **, size_t *);
+/*
+ * Under one hold of the table lock: set each row's slot to its durable
+ * state (or to EMPTY, free for its key again, if it has none), then drop
+ * whatever the ring holds and end the failed epoch (handoff_reopened).
+ * 1: a slot to settle has no row (look again), -1 on error.
+ */
+int	 subtab_settle(struct shm_segment *, uint64_t lost_from,
+	    const struct subtab_unsettled *, size_t);
 /* Copy the key of a slot (NUL-terminated); returns its length. */
 size_t	 subtab_key(struct shm_segment *, uint32_t slot, char *out,
 	    size_t out_size);
@@ -323,6 +350,15 @@ int	 handoff_pending(struct shm_segment *, struct iovec iov[2],
 	    uint64_t *end);
 void	 handoff_taken(struct shm_segment *, uint64_t end);
 void	 handoff_durable(struct shm_segment *, uint64_t end);
+uint64_t handoff_epoch(const struct shm_header *);
+/* 1: the record ending at end, appended at epoch, is durable; 0: not
+ * yet; -1: never (a journal failure dropped it). */
+int	 handoff_is_durable(const struct shm_header *, uint64_t end,
+	    uint64_t epoch);
+/* The journaling thread: the journal failed (enter an odd epoch). */
+void	 handoff_failed(struct shm_segment *);
+/* Under the table lock, after a reopen: drop what is pending, heal. */
+int	 handoff_reopened(struct shm_segment *);
 
 /* registry.c: worker slots. */
 /* Before fork: a new generation for the index; returns it. */

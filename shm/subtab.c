@@ -12,6 +12,7 @@
  * completes.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
@@ -217,6 +218,24 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 	    subtab_claim_live(seg, &s->claim)) {
 		atomic_store(&s->waiters, 1);
 		verdict = SUBTAB_BUSY;
+	} else if (s->entry.state == SUBTAB_EMPTY) {
+		/* Its reservation was lost with the journal (subtab_settle):
+		 * the key is free again, and this slot is its place. */
+		entry = a->want;
+		entry.state = SUBTAB_RESERVED;
+		entry.key_length = s->entry.key_length;
+		if (seqalloc_next(seg, entry.kind, a->today, a->scan,
+		    a->scan_arg, &entry.date, &entry.seq) != 0) {
+			verdict = SUBTAB_ALLOC_FAILED;
+			goto out;
+		}
+		s->entry = entry;
+		s->claim = a->claim;
+		s->journal_end = SUBTAB_NOT_JOURNALED;
+		atomic_store(&s->state, SUBTAB_RESERVED);
+		count_state(seg->header, SUBTAB_EMPTY, SUBTAB_RESERVED);
+		a->found = s->entry;
+		verdict = SUBTAB_INSERTED;
 	} else if (s->entry.schema != a->want.schema ||
 	    memcmp(s->entry.request_digest, a->want.request_digest,
 	    IDEM_SHA256_BYTES) != 0) {
@@ -287,6 +306,10 @@ subtab_lookup(struct shm_segment *seg, const char *key, size_t length,
 	if (lock_table(seg) != 0)
 		return -1;
 	probe(seg, hash, key, length, &slot);
+	/* A slot whose state was lost with the journal holds nothing. */
+	if (slot != UINT32_MAX &&
+	    seg->slots[slot].entry.state == SUBTAB_EMPTY)
+		slot = UINT32_MAX;
 	if (slot != UINT32_MAX) {
 		*entry = seg->slots[slot].entry;
 		if (slot_out != NULL)
@@ -386,7 +409,7 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 		return -1;
 	for (i = 0; i < h->slots_used; i++) {
 		s = &seg->slots[i];
-		if (s->entry.kind != kind)
+		if (s->entry.kind != kind || s->entry.state == SUBTAB_EMPTY)
 			continue;
 		state_counts[s->entry.state & 3]++;
 		if (unfinished_only && s->entry.state == SUBTAB_COMMITTED)
@@ -431,6 +454,109 @@ subtab_copy(struct shm_segment *seg, uint32_t from, uint32_t max,
 	}
 	unlock_table(seg);
 	return n;
+}
+
+/*
+ * After a journal failure: the slots whose state rests on a record that
+ * was lost (appended past lost_from, the durable position when the
+ * failure came), in slot order.  A slot inserted and not yet appended
+ * (SUBTAB_NOT_JOURNALED) is its claimer's, who appends it later.
+ */
+int
+subtab_unsettled(struct shm_segment *seg, uint64_t lost_from,
+    struct subtab_unsettled **rows_out, size_t *count_out)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_unsettled	*rows = NULL, *grown;
+	const struct subtab_slot *s;
+	size_t			 count = 0, size = 0;
+	uint32_t		 i;
+
+	if (lock_table(seg) != 0)
+		return -1;
+	for (i = 0; i < h->slots_used; i++) {
+		s = &seg->slots[i];
+		if (s->journal_end <= lost_from ||
+		    s->journal_end == SUBTAB_NOT_JOURNALED)
+			continue;
+		if (count == size) {
+			size = size == 0 ? 16 : 2 * size;
+			grown = realloc(rows, size * sizeof *rows);
+			if (grown == NULL) {
+				unlock_table(seg);
+				free(rows);
+				return -1;
+			}
+			rows = grown;
+		}
+		memset(&rows[count], 0, sizeof rows[count]);
+		rows[count].slot = i;
+		rows[count].key_length = s->entry.key_length;
+		memcpy(rows[count].key, seg->heap + s->key_offset,
+		    s->entry.key_length);
+		count++;
+	}
+	unlock_table(seg);
+	*rows_out = rows;
+	*count_out = count;
+	return 0;
+}
+
+static int
+row_by_slot(const void *key, const void *member)
+{
+	uint32_t				 slot = *(const uint32_t *)key;
+	const struct subtab_unsettled	*row = member;
+
+	return slot < row->slot ? -1 : slot > row->slot;
+}
+
+int
+subtab_settle(struct shm_segment *seg, uint64_t lost_from,
+    const struct subtab_unsettled *rows, size_t count)
+{
+	struct shm_header		*h = seg->header;
+	const struct subtab_unsettled	*row;
+	struct subtab_slot		*s;
+	uint16_t			 key_length;
+	uint32_t			 i;
+	int				 rc = 0;
+
+	if (lock_table(seg) != 0)
+		return -1;
+	/* Every slot to settle must have its durable state looked up. */
+	for (i = 0; i < h->slots_used; i++) {
+		s = &seg->slots[i];
+		if (s->journal_end > lost_from &&
+		    s->journal_end != SUBTAB_NOT_JOURNALED &&
+		    bsearch(&i, rows, count, sizeof *rows, row_by_slot) ==
+		    NULL) {
+			rc = 1;
+			goto out;
+		}
+	}
+	for (row = rows; row < rows + count; row++) {
+		s = &seg->slots[row->slot];
+		key_length = s->entry.key_length;
+		if (row->durable) {
+			count_state(h, s->entry.state, row->entry.state);
+			s->entry = row->entry;
+			s->entry.key_length = key_length;
+		} else {
+			/* Never durable: as if it had never been made. */
+			if (s->entry.state != SUBTAB_EMPTY)
+				h->state_counts[s->entry.state]--;
+			s->entry.state = SUBTAB_EMPTY;
+		}
+		atomic_store(&s->state, s->entry.state);
+		s->journal_end = 0;
+	}
+	/* In the same hold: nothing appended meanwhile is written. */
+	if (handoff_reopened(seg) != 0)
+		rc = -1;
+out:
+	unlock_table(seg);
+	return rc;
 }
 
 /* The wire and journal names of a state and of a digest schema. */

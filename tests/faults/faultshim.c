@@ -8,20 +8,31 @@
  *
  *	<op> <path-substring> <errno-name>
  *
- * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync) or
- * "any": every call idemd writes or syncs a file with (journal.c,
- * checkpoint.c, taskfile.c, fileio.c, main.c).  The path is the fd's,
- * from /proc/self/fd; a substring ending in "$" must end it (so
- * "_lifecycle/inbox$" is the directory, not the files in it).  The
- * errno is ENOSPC, EIO or EDQUOT.  A matching call writes or syncs
- * nothing and fails with that errno.  Reading the rule at every call is
- * what lets a test turn a fault on and off between two requests.
+ * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync),
+ * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
+ * truncates a file with (journal.c, checkpoint.c, taskfile.c, fileio.c,
+ * main.c).  The path is the fd's, from /proc/self/fd; a substring
+ * ending in "$" must end it (so "_lifecycle/inbox$" is the directory,
+ * not the files in it).  The errno is ENOSPC, EIO, EDQUOT or EROFS.  A
+ * matching call writes, syncs or truncates nothing and fails with that
+ * errno.  A "write" rule with EROFS also fails ftruncate, as a
+ * read-only file system does (a full one still lets a file shrink).
+ * Reading the rule at every call is what lets a test turn a fault on
+ * and off between two requests, or keep it for as long as it likes: a
+ * sync rule makes every fsync fail until it is cleared.
+ *
+ *	<op> <path-substring> <errno-name> <n>
+ *
+ * lets the first n matching calls of each process through and fails
+ * the later ones (SQLite's "fail the Nth write"): a test can fail the
+ * second journal append of a request and not the first.  The count
+ * starts again whenever the rule's text changes.
  *
  * It never calls what it intercepts (open, read, close and readlink are
- * not intercepted) and keeps no state but the real functions' addresses,
- * so it is safe in idemd's threads; once those are resolved it calls
- * nothing but getenv and those four, so it is safe in libevent's signal
- * handlers, which write.
+ * not intercepted) and keeps no state but the real functions' addresses
+ * and that count, in atomic words, so it is safe in idemd's threads;
+ * once those are resolved it calls nothing but getenv and those four,
+ * so it is safe in libevent's signal handlers, which write.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* RTLD_NEXT */
@@ -33,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -44,7 +56,8 @@
 
 enum fault_op {
 	FAULT_WRITE,
-	FAULT_SYNC
+	FAULT_SYNC,
+	FAULT_TRUNCATE
 };
 
 static void	*real_write;
@@ -52,6 +65,10 @@ static void	*real_writev;
 static void	*real_pwrite;
 static void	*real_fsync;
 static void	*real_fdatasync;
+static void	*real_ftruncate;
+/* For "<n>": the rule counted (its hash) and its matching calls. */
+static uint64_t	 counted_rule;
+static uint64_t	 counted_calls;
 
 /*
  * Resolved before main, while the process has one thread; a call that
@@ -81,6 +98,7 @@ fault_init(void)
 	(void)REAL(pwrite);
 	(void)REAL(fsync);
 	(void)REAL(fdatasync);
+	(void)REAL(ftruncate);
 }
 
 static int
@@ -92,6 +110,8 @@ fault_errno(const char *name, size_t length)
 		return EIO;
 	if (length == 6 && memcmp(name, "EDQUOT", 6) == 0)
 		return EDQUOT;
+	if (length == 5 && memcmp(name, "EROFS", 5) == 0)
+		return EROFS;
 	return 0;
 }
 
@@ -130,6 +150,40 @@ fault_proc_path(int fd, char out[FAULT_PROC_BYTES])
 	out[sizeof prefix - 1 + n] = '\0';
 }
 
+/* FNV-1a: which rule the count belongs to. */
+static uint64_t
+fault_hash(const char *s)
+{
+	uint64_t	h = 14695981039346656037ULL;
+
+	for (; *s != '\0'; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h | 1;	/* never 0, the value before any rule */
+}
+
+/* The optional count: 1 to let the call by, 0 to fail it. */
+static int
+fault_passes(const char *rule, size_t *pos)
+{
+	const char	*word;
+	size_t		 length, i;
+	uint64_t	 after = 0, hash, seen;
+
+	if ((word = fault_word(rule, pos, &length)) == NULL)
+		return 0;
+	for (i = 0; i < length; i++) {
+		if (word[i] < '0' || word[i] > '9')
+			return 0;
+		after = after * 10 + (uint64_t)(word[i] - '0');
+	}
+	hash = fault_hash(rule);
+	seen = __atomic_load_n(&counted_rule, __ATOMIC_SEQ_CST);
+	if (seen != hash && __atomic_compare_exchange_n(&counted_rule, &seen,
+	    hash, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&counted_calls, 0, __ATOMIC_SEQ_CST);
+	return __atomic_fetch_add(&counted_calls, 1, __ATOMIC_SEQ_CST) < after;
+}
+
 /* The errno a call of kind op on fd must fail with, or 0 to let it run. */
 static int
 fault_check(enum fault_op op, int fd)
@@ -140,7 +194,8 @@ fault_check(enum fault_op op, int fd)
 	char		 proc[FAULT_PROC_BYTES];
 	size_t		 pos = 0, length, want_length;
 	ssize_t		 n, got = 0;
-	int		 rfd, error;
+	int		 rfd, error, rule_op, matched = 0;
+	size_t		 i;
 
 	if (file == NULL || *file == '\0' || fd < 0)
 		return 0;
@@ -159,16 +214,24 @@ fault_check(enum fault_op op, int fd)
 
 	if ((word = fault_word(rule, &pos, &length)) == NULL)
 		return 0;
-	if (!(length == 3 && memcmp(word, "any", 3) == 0) &&
-	    !(op == FAULT_WRITE && length == 5 &&
-	    memcmp(word, "write", 5) == 0) &&
-	    !(op == FAULT_SYNC && length == 4 && memcmp(word, "sync", 4) == 0))
+	if (length == 3 && memcmp(word, "any", 3) == 0)
+		rule_op = -1;
+	else if (length == 5 && memcmp(word, "write", 5) == 0)
+		rule_op = FAULT_WRITE;
+	else if (length == 4 && memcmp(word, "sync", 4) == 0)
+		rule_op = FAULT_SYNC;
+	else if (length == 8 && memcmp(word, "truncate", 8) == 0)
+		rule_op = FAULT_TRUNCATE;
+	else
 		return 0;
 	if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
 	    want_length >= FAULT_PATH_BYTES)
 		return 0;
 	if ((word = fault_word(rule, &pos, &length)) == NULL ||
 	    (error = fault_errno(word, length)) == 0)
+		return 0;
+	if (rule_op != -1 && rule_op != (int)op && !(op == FAULT_TRUNCATE &&
+	    rule_op == FAULT_WRITE && error == EROFS))
 		return 0;
 
 	fault_proc_path(fd, proc);
@@ -177,15 +240,16 @@ fault_check(enum fault_op op, int fd)
 	path[n] = '\0';
 	if (want[want_length - 1] == '$') {
 		want_length--;
-		return (size_t)n >= want_length && memcmp(path + n -
-		    want_length, want, want_length) == 0 ? error : 0;
+		matched = (size_t)n >= want_length && memcmp(path + n -
+		    want_length, want, want_length) == 0;
+	} else {
+		/* Not strstr: want is not NUL-terminated where it ends. */
+		for (i = 0; !matched && i + want_length <= (size_t)n; i++)
+			matched = memcmp(path + i, want, want_length) == 0;
 	}
-	/* Not strstr: want is not NUL-terminated where it ends. */
-	for (pos = 0; pos + want_length <= (size_t)n; pos++) {
-		if (memcmp(path + pos, want, want_length) == 0)
-			return error;
-	}
-	return 0;
+	if (!matched || fault_passes(rule, &pos))
+		return 0;
+	return error;
 }
 
 /* Run the check keeping the caller's errno: a call that passes sees it. */
@@ -257,4 +321,16 @@ fdatasync(int fd)
 		return -1;
 	}
 	return REAL(fdatasync)(fd);
+}
+
+int
+ftruncate(int fd, off_t length)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_TRUNCATE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(ftruncate)(fd, length);
 }

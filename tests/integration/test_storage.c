@@ -7,12 +7,17 @@
  * Each test judges by what is authoritative: the TASK and REPORT files
  * on disk (and their temporaries), the receipts byte for byte, and what
  * a restart replays.  It shows that a failed write or sync acknowledges
- * nothing and that a later retry completes.  Nothing sleeps to
- * synchronise: requests block until served, and the one wait for the
- * broker's own progress (a reopen that failed) is on its log, through
- * inotify, with a deadline.
+ * nothing and that a later retry completes, and that while storage
+ * fails the broker keeps every connection and every worker: each
+ * request sent gets exactly one reply, reads are answered from the
+ * table, writes are refused storage_unavailable within
+ * --inflight-wait-ms.  Nothing sleeps to synchronise: requests block
+ * until served, and the waits for the broker's own progress (a journal
+ * reopen that fails, then succeeds) are on its log, through inotify,
+ * with a deadline.
  */
 #include <sys/inotify.h>
+#include <sys/types.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -34,17 +39,12 @@
 #include <sodium.h>
 
 #include "integration/harness.h"
+#include "integration/storage_probe.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */
 #define TEST_WATCHDOG_SECONDS	60
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	20000
-/*
- * Tries of a request across a journal reopen: a worker that has not yet
- * been drained still answers storage_unavailable, or closes the
- * connection as it drains.  A handful happen; this bounds a broken one.
- */
-#define TEST_REOPEN_TRIES	1000
 #define TEST_SHIM_DEFAULT	"tests/faults/.libs/libfaultshim.so"
 #define TEST_REPORT_BODY	"Fixed in a1b2c3.\n"
 
@@ -125,11 +125,16 @@ finish(struct storage_test *t)
 	t->b.root[0] = '\0';
 }
 
+static const char *const wait_args[] = {
+	"--inflight-wait-ms", TEST_INFLIGHT_WAIT, NULL
+};
+
 static void
 start(struct storage_test *t)
 {
-	assert_int_equal(harness_start(&t->b, NULL, t->env), 0);
+	assert_int_equal(harness_start(&t->b, wait_args, t->env), 0);
 }
+
 
 /*
  * Replace the rule in one step (a temporary renamed over it), so the
@@ -156,111 +161,12 @@ fault_clear(struct storage_test *t)
 	fault_rule(t, "");
 }
 
-static json_t *
-call(struct broker *b, json_t *request)
-{
-	json_t	*reply;
 
-	reply = harness_call_once(b, request);
-	assert_non_null(reply);
-	return reply;
-}
 
-static json_t *
-submit(struct broker *b, const char *id, const char *subject)
-{
-	return call(b, harness_write_task(id, subject));
-}
 
-static const char *
-error_code(json_t *reply)
-{
-	json_t	*error = json_object_get(reply, "error");
 
-	return json_is_object(error) ? json_string_value(json_object_get(error,
-	    "code")) : NULL;
-}
 
-/* ok, disposition, action_taken and recovered (absent: 0). */
-static void
-assert_outcome(json_t *reply, const char *disposition, int action_taken,
-    int recovered)
-{
-	json_t	*rec = json_object_get(reply, "recovered");
 
-	harness_assert_bool(reply, "ok", 1);
-	assert_string_equal(harness_str(reply, "disposition"), disposition);
-	harness_assert_bool(reply, "action_taken", action_taken);
-	harness_assert_bool(reply, "idempotent", 1);
-	if (recovered)
-		assert_true(json_is_true(rec));
-	else
-		assert_null(rec);
-	assert_string_equal(harness_receipt_str(reply, "state"), "committed");
-}
-
-static void
-assert_storage_unavailable(json_t *reply)
-{
-	harness_assert_bool(reply, "ok", 0);
-	harness_assert_bool(reply, "action_taken", 0);
-	assert_string_equal(error_code(reply), "storage_unavailable");
-	harness_assert_bool(json_object_get(reply, "error"), "retryable", 1);
-	assert_null(json_object_get(reply, "receipt"));
-}
-
-/* Entries of dir (relative to the root) named prefix...suffix. */
-static int
-count_named(const struct broker *b, const char *dir, const char *prefix,
-    const char *suffix)
-{
-	char		 path[1024];
-	DIR		*d;
-	struct dirent	*e;
-	size_t		 length, suffix_length = strlen(suffix);
-	int		 n = 0;
-
-	snprintf(path, sizeof path, "%s/%s", b->root, dir);
-	d = opendir(path);
-	assert_non_null(d);
-	while ((e = readdir(d)) != NULL) {
-		length = strlen(e->d_name);
-		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
-		    length >= suffix_length &&
-		    strcmp(e->d_name + length - suffix_length, suffix) == 0)
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
-/* TASK files in the inbox whose front matter names submission id. */
-static int
-count_tasks_of(const struct broker *b, const char *id)
-{
-	char		 path[1024], rel[1024], line[300];
-	DIR		*d;
-	struct dirent	*e;
-	char		*data;
-	int		 n = 0;
-
-	snprintf(line, sizeof line, "\nclient_submission_id: \"%s\"\n", id);
-	snprintf(path, sizeof path, "%s/_lifecycle/inbox", b->root);
-	d = opendir(path);
-	assert_non_null(d);
-	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, "TASK-", 5) != 0)
-			continue;
-		snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", e->d_name);
-		data = harness_read(b, rel);
-		assert_non_null(data);
-		if (strstr(data, line) != NULL)
-			n++;
-		free(data);
-	}
-	closedir(d);
-	return n;
-}
 
 static int
 count_task_temporaries(const struct broker *b)
@@ -280,46 +186,8 @@ count_report_temporaries(const struct broker *b)
 	return count_named(b, "reports", ".REPORT-", "");
 }
 
-/* The receipt's file is in place and its bytes are the ones recorded. */
-static void
-assert_receipt_file(const struct broker *b, json_t *reply)
-{
-	unsigned char	 digest[crypto_hash_sha256_BYTES];
-	char		 hex[crypto_hash_sha256_BYTES * 2 + 1];
-	char		*data;
 
-	data = harness_read(b, harness_receipt_str(reply, "task_path"));
-	assert_non_null(data);
-	crypto_hash_sha256(digest, (const unsigned char *)data, strlen(data));
-	sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
-	free(data);
-	assert_string_equal(hex, harness_receipt_str(reply, "file_digest"));
-}
 
-static char *
-receipt_text(json_t *reply)
-{
-	char	*text = harness_receipt_text(reply);
-
-	assert_non_null(text);
-	return text;
-}
-
-/* A retry must answer reused with exactly this receipt. */
-static void
-assert_reused_as(struct broker *b, const char *id, const char *subject,
-    const char *receipt)
-{
-	json_t	*reply;
-	char	*text;
-
-	reply = submit(b, id, subject);
-	assert_outcome(reply, "reused", 0, 0);
-	text = receipt_text(reply);
-	assert_string_equal(text, receipt);
-	free(text);
-	json_decref(reply);
-}
 
 static json_t *
 get_submission(struct broker *b, const char *id)
@@ -340,37 +208,6 @@ write_report(struct broker *b, const char *task_id, const char *id)
 	    "client_submission_id", id,
 	    "report", "sender", "DEV", "status", "done",
 	    "body", TEST_REPORT_BODY));
-}
-
-/*
- * Send a request across a journal reopen: until the workers that saw
- * the failure are drained, one may still answer storage_unavailable or
- * close the connection; after it, the request waits in the listening
- * socket's backlog until the new workers take it.  So the retry itself
- * is the wait.
- */
-static json_t *
-call_across_reopen(struct broker *b, json_t *request)
-{
-	json_t		*reply = NULL;
-	const char	*code;
-	int		 tries;
-
-	for (tries = 0; tries < TEST_REOPEN_TRIES; tries++) {
-		reply = harness_call_once(b, json_incref(request));
-		if (reply == NULL)
-			continue;
-		code = error_code(reply);
-		if (code == NULL || strcmp(code, "storage_unavailable") != 0)
-			break;
-		json_decref(reply);
-		reply = NULL;
-	}
-	json_decref(request);
-	if (reply == NULL)
-		fail_msg("still storage_unavailable after %d tries across "
-		    "the reopen", TEST_REOPEN_TRIES);
-	return reply;
 }
 
 /* A whole file by absolute path (malloc'd, NUL-terminated). */
@@ -394,12 +231,42 @@ read_path(const char *path)
 	return data;
 }
 
+static int
+count_in_log(const char *log, const char *needle)
+{
+	const char	*p = log;
+	int		 n = 0;
+
+	while ((p = strstr(p, needle)) != NULL) {
+		n++;
+		p += strlen(needle);
+	}
+	return n;
+}
+
+/* What a wait on the log waits for: the log's text, needle; 1 when done. */
+typedef int (*log_check_fn)(const char *log, const char *needle);
+
+static int
+log_has(const char *log, const char *needle)
+{
+	return strstr(log, needle) != NULL;
+}
+
+/* Every journal failure logged has been followed by a reopen. */
+static int
+log_reopened(const char *log, const char *needle)
+{
+	return count_in_log(log, "refusing writes until the journal") ==
+	    count_in_log(log, "accepting writes again");
+}
+
 /*
- * Wait until the broker's log holds needle, through inotify (the log is
+ * Wait until the broker's log passes check, through inotify (the log is
  * written as things happen); fails the test past the deadline.
  */
 static void
-wait_log(const struct broker *b, const char *needle)
+wait_log_for(const struct broker *b, log_check_fn check, const char *needle)
 {
 	struct pollfd	 pfd;
 	struct timespec	 now;
@@ -416,7 +283,7 @@ wait_log(const struct broker *b, const char *needle)
 	for (;;) {
 		/* Look after arming the watch: nothing falls in between. */
 		log = read_path(b->log);
-		found = strstr(log, needle) != NULL;
+		found = check(log, needle);
 		free(log);
 		if (found)
 			break;
@@ -434,6 +301,29 @@ wait_log(const struct broker *b, const char *needle)
 	}
 	close(fd);
 }
+
+static void
+wait_log(const struct broker *b, const char *needle)
+{
+	wait_log_for(b, log_has, needle);
+}
+
+/*
+ * After the fault cleared: wait until the journal is reopened after
+ * every failure it had (the last reopen may still be reading the
+ * journal back when the refused requests were answered).
+ */
+static void
+wait_reopened(const struct broker *b)
+{
+	wait_log_for(b, log_reopened, "accepting writes again");
+}
+
+
+
+
+
+
 
 /* SIGTERM stops it cleanly, and a restart replays to the same receipts. */
 static void
@@ -517,6 +407,12 @@ static void
 task_write_edquot_leaves_reserved_and_retry_creates(void **state)
 {
 	task_file_fault(*state, "write _lifecycle/inbox/.TASK EDQUOT");
+}
+
+static void
+task_write_erofs_leaves_reserved_and_retry_creates(void **state)
+{
+	task_file_fault(*state, "write _lifecycle/inbox/.TASK EROFS");
 }
 
 /* Without a submission id: nothing on disk, and the next call creates. */
@@ -632,24 +528,30 @@ adopting_retry_needs_a_durable_directory_entry(void **state)
 
 /*
  * A submission committed before the fault, one that meets it, and one
- * after the broker reopened its state: the first is reused byte for
+ * after the broker reopened the journal: the first is reused byte for
  * byte, the second completes on retry with one TASK file, the third is
- * ordinary.  reopen_fails: the rule also breaks the reopen, which the
- * broker must retry until the rule is cleared.
+ * ordinary.  reopen_fails: the rule also breaks the reopen (a failing
+ * fsync, a read-only file system), which the broker retries by itself
+ * while it keeps serving reads and refusing writes, until the rule is
+ * cleared.  The record the fault lost was never durable, so once the
+ * journal is reopened the table no longer knows the submission.
  */
 static void
 journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 {
 	struct broker	*b = &t->b;
 	json_t		*reply, *stats;
-	char		*receipts[3], *line;
-	int		 fd, i;
+	char		*receipts[3];
+	pid_t		 workers[TEST_MAX_WORKERS];
+	int64_t		 cleared;
+	int		 i, n;
 
 	start(t);
 	reply = submit(b, "jnl/early", "Before the fault");
 	assert_outcome(reply, "created", 1, 0);
 	receipts[0] = receipt_text(reply);
 	json_decref(reply);
+	n = workers_now(b, workers);
 
 	fault_rule(t, rule);
 	reply = submit(b, "jnl/late", "Meets the fault");
@@ -659,33 +561,30 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 	assert_int_equal(count_tasks_of(b, "jnl/late"), 0);
 
 	if (reopen_fails) {
-		/*
-		 * All workers are gone once a reopen was tried: a request
-		 * now waits in the backlog while the broker retries, and
-		 * is served once the rule is cleared.  Its state was cut
-		 * back with the journal: nothing of it was durable.
-		 */
 		wait_log(b, "reopening after the journal failure");
-		fd = harness_raw_connect(b);
-		assert_int_not_equal(fd, -1);
-		assert_int_equal(harness_raw_send(fd, "{\"op\":\"get_submission"
-		    "\",\"client_submission_id\":\"jnl/late\"}"), 0);
-		fault_clear(t);
-		line = harness_raw_read_line(fd);
-		assert_non_null(line);
-		reply = json_loads(line, 0, NULL);
-		free(line);
-		close(fd);
-		assert_non_null(reply);
-		harness_assert_bool(reply, "ok", 1);
-		harness_assert_bool(reply, "found", 0);
+		/* Answered, not parked in a backlog; still refused. */
+		reply = get_submission(b, "jnl/late");
 		json_decref(reply);
+		assert_reused_as(b, "jnl/early", "Before the fault",
+		    receipts[0]);
 		reply = submit(b, "jnl/late", "Meets the fault");
-	} else {
-		fault_clear(t);
-		reply = call_across_reopen(b,
-		    harness_write_task("jnl/late", "Meets the fault"));
+		assert_storage_unavailable(reply);
+		json_decref(reply);
 	}
+	cleared = now_ms();
+	fault_clear(t);
+	wait_reopened(b);
+	if (reopen_fails) {
+		fprintf(stderr, "writes resumed %lld ms after the fault "
+		    "cleared\n", (long long)(now_ms() - cleared));
+		if (now_ms() - cleared > TEST_RESUME_MS)
+			fail_msg("writes resumed only %lld ms after the fault "
+			    "cleared", (long long)(now_ms() - cleared));
+	}
+	reply = get_submission(b, "jnl/late");
+	harness_assert_bool(reply, "found", 0);
+	json_decref(reply);
+	reply = submit(b, "jnl/late", "Meets the fault");
 	assert_outcome(reply, "created", 1, 0);
 	assert_receipt_file(b, reply);
 	receipts[1] = receipt_text(reply);
@@ -704,10 +603,10 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 
 	stats = call(b, json_pack("{s:s}", "op", "stats"));
 	harness_assert_bool(stats, "ok", 1);
-	assert_true(json_integer_value(json_object_get(stats, "workers")) >= 1);
 	assert_int_equal(json_integer_value(json_object_get(stats,
 	    "table_used")), 3);
 	json_decref(stats);
+	assert_same_workers(b, workers, n);
 
 	assert_restart_replays(t, (const char *const []){ "jnl/early",
 	    "jnl/late", "jnl/after", NULL }, (const char *const []){
@@ -728,6 +627,209 @@ static void
 journal_write_enospc_reopens_and_retry_completes(void **state)
 {
 	journal_fault(*state, "write .idem/journal ENOSPC", 0);
+}
+
+static void
+journal_write_erofs_reopens_and_retry_completes(void **state)
+{
+	journal_fault(*state, "write .idem/journal EROFS", 1);
+}
+
+/*
+ * The reservation is durable, the TASK file linked and its directory
+ * fsync'd, and then the append of task_created and commit fails: the
+ * table had moved the submission to committed with those records, and
+ * the reopen must set it back to reserved, its last durable state.  So
+ * while the journal fails, neither get_submission nor a retry may call
+ * it committed; once it is back, the retry adopts the file (reused,
+ * recovered) and there is still one TASK file.
+ */
+static void
+journal_commit_lost_sets_back_to_reserved(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply, *sub;
+	char			*receipt;
+
+	start(t);
+	/* The first append (the reservation) passes, the rest fail. */
+	fault_rule(t, "write .idem/journal/0 ENOSPC 1");
+	reply = submit(b, "lost/commit", "Lost commit");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	wait_reopened(b);
+	assert_int_equal(count_tasks_of(b, "lost/commit"), 1);
+	reply = get_submission(b, "lost/commit");
+	harness_assert_bool(reply, "found", 1);
+	sub = json_object_get(reply, "submission");
+	assert_string_equal(harness_str(sub, "state"), "reserved");
+	assert_null(json_object_get(sub, "receipt"));
+	json_decref(reply);
+	/* Still failing: the retry has to record, so it is refused. */
+	reply = submit(b, "lost/commit", "Lost commit");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+
+	fault_clear(t);
+	wait_reopened(b);
+	reply = submit(b, "lost/commit", "Lost commit");
+	assert_outcome(reply, "reused", 0, 1);
+	assert_receipt_file(b, reply);
+	receipt = receipt_text(reply);
+	json_decref(reply);
+	assert_int_equal(count_tasks_of(b, "lost/commit"), 1);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_restart_replays(t, (const char *const []){ "lost/commit",
+	    NULL }, (const char *const []){ "Lost commit" }, &receipt, 1);
+	free(receipt);
+	finish(t);
+}
+
+/* ---- Every fault: every connection and worker kept ---------------------- */
+
+/*
+ * One committed submission, then a fault: while it holds, the broker
+ * keeps every connection and every worker (assert_served_during_fault);
+ * once it clears, writes resume by themselves and a retry of each
+ * refused id completes with exactly one TASK file (created, or reused
+ * when the failed call had linked its file and the retry adopts it); no
+ * acknowledged receipt is lost or changed, and a restart replays them.
+ * reopen_fails: the rule breaks the journal and its reopen.
+ */
+static void
+fault_keeps_serving(struct storage_test *t, const char *rule,
+    int reopen_fails)
+{
+	struct broker	*b = &t->b;
+	pid_t		 workers[TEST_MAX_WORKERS];
+	json_t		*reply;
+	const char	*ids[TEST_CONNECTIONS + 2];
+	char		 id[TEST_CONNECTIONS][32], *receipts[TEST_CONNECTIONS + 1];
+	const char	*disposition;
+	int64_t		 cleared;
+	int		 c, n;
+
+	start(t);
+	reply = submit(b, "keep/early", "keep/early");
+	assert_outcome(reply, "created", 1, 0);
+	receipts[0] = receipt_text(reply);
+	json_decref(reply);
+	n = workers_now(b, workers);
+
+	fault_rule(t, rule);
+	if (reopen_fails) {
+		/* A write meets the fault; the reopen then keeps failing. */
+		reply = submit(b, "keep/0", "keep/0");
+		assert_storage_unavailable(reply);
+		json_decref(reply);
+		wait_log(b, "reopening after the journal failure");
+	}
+	assert_served_during_fault(b, "keep/early", "keep/early", receipts[0],
+	    "keep", 1);
+	/* Twice: a second round meets whatever the first left behind. */
+	assert_served_during_fault(b, "keep/early", "keep/early", receipts[0],
+	    "keep", 1);
+	assert_int_equal(harness_count_tasks(b) - count_tasks_of(b, "keep/0") -
+	    count_tasks_of(b, "keep/1") - count_tasks_of(b, "keep/2") -
+	    count_tasks_of(b, "keep/3"), 1);
+	assert_same_workers(b, workers, n);
+
+	cleared = now_ms();
+	fault_clear(t);
+	wait_reopened(b);
+	if (reopen_fails) {
+		if (now_ms() - cleared > TEST_RESUME_MS)
+			fail_msg("writes resumed only %lld ms after the fault "
+			    "cleared", (long long)(now_ms() - cleared));
+	}
+	ids[0] = "keep/early";
+	for (c = 0; c < TEST_CONNECTIONS; c++) {
+		snprintf(id[c], sizeof id[c], "keep/%d", c);
+		ids[c + 1] = id[c];
+		reply = submit(b, id[c], id[c]);
+		harness_assert_bool(reply, "ok", 1);
+		disposition = harness_str(reply, "disposition");
+		if (strcmp(disposition, "created") != 0 &&
+		    strcmp(disposition, "reused") != 0)
+			fail_msg("%s: %s after the fault cleared", id[c],
+			    disposition);
+		assert_string_equal(harness_receipt_str(reply, "state"),
+		    "committed");
+		assert_receipt_file(b, reply);
+		receipts[c + 1] = receipt_text(reply);
+		json_decref(reply);
+		assert_int_equal(count_tasks_of(b, id[c]), 1);
+	}
+	ids[TEST_CONNECTIONS + 1] = NULL;
+	assert_reused_as(b, "keep/early", "keep/early", receipts[0]);
+	assert_int_equal(harness_count_tasks(b), TEST_CONNECTIONS + 1);
+	assert_int_equal(count_task_temporaries(b), 0);
+	assert_same_workers(b, workers, n);
+
+	assert_restart_replays(t, ids, ids, receipts, TEST_CONNECTIONS + 1);
+	for (c = 0; c < TEST_CONNECTIONS + 1; c++)
+		free(receipts[c]);
+	finish(t);
+}
+
+static void
+keeps_serving_journal_write_enospc(void **state)
+{
+	fault_keeps_serving(*state, "write .idem/journal ENOSPC", 0);
+}
+
+static void
+keeps_serving_journal_write_eio(void **state)
+{
+	fault_keeps_serving(*state, "write .idem/journal EIO", 0);
+}
+
+static void
+keeps_serving_journal_write_erofs(void **state)
+{
+	fault_keeps_serving(*state, "write .idem/journal EROFS", 1);
+}
+
+static void
+keeps_serving_journal_fsync_eio_persistent(void **state)
+{
+	fault_keeps_serving(*state, "sync .idem/journal EIO", 1);
+}
+
+static void
+keeps_serving_task_write_enospc(void **state)
+{
+	fault_keeps_serving(*state, "write _lifecycle/inbox/.TASK ENOSPC", 0);
+}
+
+static void
+keeps_serving_task_write_erofs(void **state)
+{
+	fault_keeps_serving(*state, "write _lifecycle/inbox/.TASK EROFS", 0);
+}
+
+static void
+keeps_serving_task_fsync_eio(void **state)
+{
+	fault_keeps_serving(*state, "sync _lifecycle/inbox/.TASK EIO", 0);
+}
+
+static void
+keeps_serving_inbox_fsync_eio(void **state)
+{
+	fault_keeps_serving(*state, "sync _lifecycle/inbox$ EIO", 0);
+}
+
+/* Every write, sync and truncate under the root fails with EIO. */
+static void
+keeps_serving_everything_eio(void **state)
+{
+	struct storage_test	*t = *state;
+	char			 rule[PATH_MAX + 16];
+
+	snprintf(rule, sizeof rule, "any %s/ EIO", t->b.root);
+	fault_keeps_serving(t, rule, 1);
 }
 
 /*
@@ -859,6 +961,44 @@ checkpoint_write_enospc_loses_nothing(void **state)
 }
 
 /*
+ * A reservation a journal failure lost leaves its slot empty: the next
+ * checkpoint leaves it out (a record it could not encode would make the
+ * checkpoint unreadable, and the broker unable to start), and the id is
+ * free again afterwards.
+ */
+static void
+checkpoint_after_a_lost_reservation_loads(void **state)
+{
+	struct storage_test	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply;
+	char			*receipts[TEST_BATCH];
+	int			 i;
+
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	fault_rule(t, "write .idem/journal/0 ENOSPC");
+	reply = submit(b, "lost/1", "lost/1");
+	assert_storage_unavailable(reply);
+	json_decref(reply);
+	fault_clear(t);
+	wait_reopened(b);
+	submit_batch(b, "ckl", 0, TEST_BATCH, receipts);
+	wait_log(b, "submissions\n");
+	assert_batch_replays(t, "ckl", TEST_BATCH, receipts);
+	reply = get_submission(b, "lost/1");
+	harness_assert_bool(reply, "found", 0);
+	json_decref(reply);
+	reply = submit(b, "lost/1", "lost/1");
+	assert_outcome(reply, "created", 1, 0);
+	json_decref(reply);
+	assert_int_equal(count_tasks_of(b, "lost/1"), 1);
+	for (i = 0; i < TEST_BATCH; i++)
+		free(receipts[i]);
+	assert_int_equal(harness_stop(b), 0);
+	finish(t);
+}
+
+/*
  * A new segment that cannot be created: the journal goes on in the
  * current one, and rotates once the disk is back.
  */
@@ -967,16 +1107,29 @@ main(void)
 		T(task_write_enospc_leaves_reserved_and_retry_creates),
 		T(task_fsync_eio_leaves_reserved_and_retry_creates),
 		T(task_write_edquot_leaves_reserved_and_retry_creates),
+		T(task_write_erofs_leaves_reserved_and_retry_creates),
 		T(legacy_task_write_enospc_leaves_nothing),
 		T(inbox_fsync_eio_retry_adopts_the_linked_file),
 		T(adopting_retry_needs_a_durable_directory_entry),
 		T(journal_fdatasync_eio_reopens_and_retry_completes),
 		T(journal_write_enospc_reopens_and_retry_completes),
+		T(journal_write_erofs_reopens_and_retry_completes),
+		T(journal_commit_lost_sets_back_to_reserved),
+		T(keeps_serving_journal_write_enospc),
+		T(keeps_serving_journal_write_eio),
+		T(keeps_serving_journal_write_erofs),
+		T(keeps_serving_journal_fsync_eio_persistent),
+		T(keeps_serving_task_write_enospc),
+		T(keeps_serving_task_write_erofs),
+		T(keeps_serving_task_fsync_eio),
+		T(keeps_serving_inbox_fsync_eio),
+		T(keeps_serving_everything_eio),
 		T(report_write_enospc_then_retry_writes_one_report),
 		T(report_fsync_eio_then_retry_writes_one_report),
 		T(sigterm_while_reopen_fails_stops_cleanly),
 		T(checkpoint_write_enospc_loses_nothing),
 		T(segment_create_enospc_goes_on_in_the_current_one),
+		T(checkpoint_after_a_lost_reservation_loads),
 	};
 
 	if (sodium_init() < 0)

@@ -452,6 +452,156 @@ test_ring_wraps_and_fills(void **state)
 	assert_memory_equal(out, chunk, sizeof chunk);
 }
 
+/*
+ * The journal epoch (handoff.c): once a failure dropped records, later
+ * flushes make positions above them durable, and only the epoch a
+ * record was appended in tells it was lost.
+ */
+static void
+test_epoch_judges_durability(void **state)
+{
+	struct fixture		*f = *state;
+	struct shm_header	*h = f->seg.header;
+	uint64_t		 kept, lost, failed, after;
+
+	assert_int_equal(handoff_epoch(h), 0);
+	assert_int_equal(handoff_append(&f->seg, "aaaa", 4, &kept), 0);
+	assert_int_equal(handoff_is_durable(h, kept, 0), 0);
+	handoff_taken(&f->seg, kept);
+	handoff_durable(&f->seg, kept);
+	assert_int_equal(handoff_is_durable(h, kept, 0), 1);
+
+	/* Appended, then the flush fails. */
+	assert_int_equal(handoff_append(&f->seg, "bbbb", 4, &lost), 0);
+	handoff_failed(&f->seg);
+	assert_int_equal(atomic_load(&h->journal_failed), 1);
+	assert_int_equal(handoff_epoch(h), 1);
+	assert_int_equal(handoff_is_durable(h, lost, 0), -1);
+	assert_int_equal(handoff_is_durable(h, kept, 0), 1);
+	/* Read while failed: what was durable still is. */
+	assert_int_equal(handoff_is_durable(h, kept, 1), 1);
+	assert_int_equal(handoff_is_durable(h, lost, 1), -1);
+	/* Appended while failed: never written. */
+	assert_int_equal(handoff_append(&f->seg, "cccc", 4, &failed), 0);
+	assert_int_equal(handoff_is_durable(h, failed, 1), -1);
+
+	assert_int_equal(handoff_reopened(&f->seg), 0);
+	assert_int_equal(handoff_epoch(h), 2);
+	assert_int_equal(atomic_load(&h->journal_failed), 0);
+	assert_int_equal(atomic_load(&h->ring_taken), h->ring_head);
+
+	/* A flush after the reopen passes the dropped positions. */
+	assert_int_equal(handoff_append(&f->seg, "dddd", 4, &after), 0);
+	assert_int_equal(handoff_is_durable(h, after, 2), 0);
+	handoff_taken(&f->seg, after);
+	handoff_durable(&f->seg, after);
+	assert_int_equal(handoff_is_durable(h, after, 2), 1);
+	assert_true(atomic_load(&h->ring_durable) > lost);
+	assert_int_equal(handoff_is_durable(h, lost, 0), -1);
+	assert_int_equal(handoff_is_durable(h, failed, 1), -1);
+	assert_int_equal(handoff_is_durable(h, kept, 0), 1);
+
+	/* A second failure: older epochs count as lost, never durable. */
+	handoff_failed(&f->seg);
+	assert_int_equal(handoff_reopened(&f->seg), 0);
+	assert_int_equal(handoff_epoch(h), 4);
+	assert_int_equal(handoff_is_durable(h, after, 2), 1);
+	assert_int_equal(handoff_is_durable(h, lost, 0), -1);
+	assert_int_equal(handoff_is_durable(h, kept, 0), -1);
+	/* Replayed at start-up. */
+	assert_int_equal(handoff_is_durable(h, 0, 0), 1);
+}
+
+/* A slot whose record a journal failure dropped goes back, or empty. */
+static void
+test_settle_sets_back_lost_states(void **state)
+{
+	struct fixture		*f = *state;
+	struct shm_header	*h = f->seg.header;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 kept = request("kept", 1, 1, gen, 1);
+	struct subtab_acquire	 lost = request("lost", 2, 1, gen, 2);
+	struct subtab_acquire	 moved = request("moved", 3, 1, gen, 3);
+	struct subtab_acquire	 again = request("lost", 4, 1, gen, 4);
+	struct subtab_unsettled	*rows;
+	struct subtab_entry	 e, done;
+	struct subtab_row	*snap;
+	uint32_t		 counts[4], lost_seq;
+	uint64_t		 end;
+	size_t			 count, n;
+
+	assert_int_equal(subtab_acquire(&f->seg, &kept), SUBTAB_INSERTED);
+	done = kept.found;
+	done.state = SUBTAB_COMMITTED;
+	assert_int_equal(subtab_record(&f->seg, kept.slot, &kept.claim, &done,
+	    "k", 1, &end), 0);
+	assert_int_equal(subtab_acquire(&f->seg, &moved), SUBTAB_INSERTED);
+	assert_int_equal(subtab_record(&f->seg, moved.slot, &moved.claim,
+	    &moved.found, "m", 1, &end), 0);
+	handoff_taken(&f->seg, end);
+	handoff_durable(&f->seg, end);
+	/* Not durable: a fresh reservation, and a step past a durable one. */
+	assert_int_equal(subtab_acquire(&f->seg, &lost), SUBTAB_INSERTED);
+	lost_seq = lost.found.seq;
+	assert_int_equal(subtab_record(&f->seg, lost.slot, &lost.claim,
+	    &lost.found, "l", 1, &end), 0);
+	done = moved.found;
+	done.state = SUBTAB_COMMITTED;
+	assert_int_equal(subtab_record(&f->seg, moved.slot, &moved.claim,
+	    &done, "M", 1, &end), 0);
+	handoff_failed(&f->seg);
+
+	assert_int_equal(subtab_unsettled(&f->seg, h->ring_lost_from, &rows,
+	    &count), 0);
+	assert_int_equal(count, 2);
+	assert_int_equal(rows[0].slot, moved.slot);
+	assert_int_equal(rows[0].key_length, 5);
+	assert_memory_equal(rows[0].key, "moved", 5);
+	assert_int_equal(rows[1].slot, lost.slot);
+	/* What replay would find: moved's reservation, nothing of lost. */
+	rows[0].durable = 1;
+	rows[0].entry = moved.found;
+	/* A row missing: nothing is changed, look again. */
+	assert_int_equal(subtab_settle(&f->seg, h->ring_lost_from, rows, 1), 1);
+	assert_int_equal(atomic_load(&h->journal_failed), 1);
+	assert_int_equal(subtab_lookup(&f->seg, "lost", 4, &e, NULL), 1);
+
+	assert_int_equal(subtab_settle(&f->seg, h->ring_lost_from, rows,
+	    count), 0);
+	free(rows);
+	assert_int_equal(atomic_load(&h->journal_failed), 0);
+	assert_int_equal(handoff_epoch(h), 2);
+	assert_int_equal(atomic_load(&h->ring_taken), h->ring_head);
+	assert_int_equal(subtab_lookup(&f->seg, "lost", 4, &e, NULL), 0);
+	assert_int_equal(subtab_lookup(&f->seg, "moved", 5, &e, NULL), 1);
+	assert_int_equal(e.state, SUBTAB_RESERVED);
+	assert_int_equal(subtab_lookup(&f->seg, "kept", 4, &e, NULL), 1);
+	assert_int_equal(e.state, SUBTAB_COMMITTED);
+	assert_int_equal(h->state_counts[SUBTAB_RESERVED], 1);
+	assert_int_equal(h->state_counts[SUBTAB_COMMITTED], 1);
+	assert_int_equal(subtab_snapshot(&f->seg, SUBTAB_KIND_TASK, 0, &snap,
+	    &n, counts), 0);
+	free(snap);
+	assert_int_equal(n, 2);
+	assert_int_equal(counts[SUBTAB_EMPTY], 0);
+	/* Nothing left to settle. */
+	assert_int_equal(subtab_unsettled(&f->seg, h->ring_lost_from, &rows,
+	    &count), 0);
+	free(rows);
+	assert_int_equal(count, 0);
+
+	/* The lost id is free again, in its slot, with a new number. */
+	assert_int_equal(subtab_release(&f->seg, lost.slot, &lost.claim), 0);
+	assert_int_equal(subtab_acquire(&f->seg, &again), SUBTAB_INSERTED);
+	assert_int_equal(again.slot, lost.slot);
+	assert_true(again.found.seq > lost_seq);
+	assert_int_equal(again.found.request_digest[0], 4);
+	assert_true(f->seg.slots[again.slot].journal_end ==
+	    SUBTAB_NOT_JOURNALED);
+	assert_int_equal(h->slots_used, 3);
+	assert_int_equal(h->state_counts[SUBTAB_RESERVED], 2);
+}
+
 static void
 test_attach_checks_layout(void **state)
 {
@@ -496,6 +646,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_numbers_skip_disk,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_wraps_and_fills,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_epoch_judges_durability,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_settle_sets_back_lost_states,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_attach_checks_layout,
 		    setup, teardown),
