@@ -161,6 +161,11 @@ struct taskfile_task {
 	const char		*created_at;
 	const char		*client_submission_id;	/* NULL: legacy */
 	const char		*request_digest;	/* hex; NULL: legacy */
+	/*
+	 * fcop-create-task-v1 (NULL: write-task-v1): its C7 fields, and no
+	 * risk_level, thread_key or depends_on lines (not part of it).
+	 */
+	const struct idem_fcop_task *fcop;	/* normalized */
 };
 /* The TASK file's bytes (malloc'd), exactly as SPEC.md shows. */
 int	taskfile_render_task(const struct taskfile_task *, char **out,
@@ -211,6 +216,13 @@ void	taskfile_drop_temp(int dir_fd, const char *temp);
  */
 int	taskfile_find(int root_fd, const char *id, char *relpath,
 	    size_t relpath_size);
+/*
+ * The path of <id>.md now, if FCoP tools moved it away from recorded
+ * (its path in the receipt): 1 and the path, 0 if it is still there or
+ * nowhere, -1 on error.  One stat when it did not move.
+ */
+int	taskfile_current_path(int root_fd, const char *id,
+	    const char *recorded, char *relpath, size_t relpath_size);
 
 /* "TASK-YYYYMMDD-NNN-..." or "REPORT-...": 1 and its kind, date, number. */
 int	taskfile_parse_name(const char *name, enum subtab_kind *,
@@ -233,10 +245,36 @@ struct taskfile_facts {
 	char		created_at[TASKFILE_TIME_BYTES];
 	int64_t		created_at_ms;
 	int		has_created_at;
+	/* TASKFILE_FM_*: what FCoP's reader requires, found valid. */
+	unsigned	fcop_fields;
+	int		fm_delimited;	/* "---" lines open and close it */
 };
+#define TASKFILE_FM_PROTOCOL	0x1	/* protocol: "fcop" */
+#define TASKFILE_FM_VERSION	0x2	/* version: 1 */
+#define TASKFILE_FM_SENDER	0x4	/* a role code */
+#define TASKFILE_FM_RECIPIENT	0x8	/* a role code (no slot) */
+#define TASKFILE_FM_ALL	0xf
 int	taskfile_inspect(int root_fd, const char *relpath,
 	    struct taskfile_facts *, char **cause);
 
+/*
+ * The workspace_id of the FCoP 4 declaration ROOT/fcop.json (a regular
+ * file, not followed through a symlink): 1 and the id, 0 if there is no
+ * declaration or it holds no valid workspace_id (*cause says which), -1
+ * on an I/O error.
+ */
+int	taskfile_workspace_id(int root_fd,
+	    char out[IDEM_WORKSPACE_ID_BYTES + 1], const char **cause);
+
+/*
+ * Would FCoP's reference library parse this TASK or REPORT file?  NULL
+ * if so, else why not: the name against FCoP's grammar (numbers of
+ * exactly three digits, or 3..digits with --sequence-digits), and front
+ * matter in idem's shape against what FCoP's reader requires.  Front
+ * matter in another writer's YAML is not judged (no YAML reader here).
+ */
+const char *taskfile_fcop_problem(const char *name, unsigned digits,
+	    const struct taskfile_facts *);
 /* Highest NNN of <TASK|REPORT>-<date>-NNN-* anywhere a file may be; 0 if none. */
 int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq);

@@ -120,7 +120,9 @@ static const uint8_t journal_record_magic[4] = { 0xff, 'J', 'R', 'C' };
 #define P_KEY			144
 #define PAYLOAD_FIXED_BYTES	144
 
-#define PAYLOAD_MAX_BYTES	(PAYLOAD_FIXED_BYTES + SUBTAB_MAX_KEY_BYTES)
+/* A recipient's FCoP slot (DEV.D1: "D1") follows the key. */
+#define PAYLOAD_MAX_BYTES	(PAYLOAD_FIXED_BYTES + SUBTAB_MAX_KEY_BYTES + \
+				    IDEM_MAX_ROLE_BYTES)
 _Static_assert(RECORD_HEADER_BYTES + PAYLOAD_MAX_BYTES <=
     JOURNAL_MAX_RECORD_BYTES, "the largest record fits the limit");
 
@@ -232,21 +234,62 @@ record_checksum(const uint8_t *length_field, const uint8_t *payload,
 static const char *
 entry_invalid(uint8_t type, const struct subtab_entry *e)
 {
+	const char	*dot;
+	size_t		 role;
+
 	if (type != JOURNAL_RECORD_ENTRY)
 		return "unknown record type";
 	if (e->kind < SUBTAB_KIND_TASK || e->kind > SUBTAB_KIND_REPORT)
 		return "kind out of range";
 	if (e->state < SUBTAB_RESERVED || e->state > SUBTAB_COMMITTED)
 		return "state out of range";
-	if (e->schema > SUBTAB_SCHEMA_WRITE_REPORT_V1)
+	if (e->schema > SUBTAB_SCHEMA_FCOP_CREATE_TASK_V1)
 		return "schema out of range";
 	if (e->sender_length > IDEM_MAX_ROLE_BYTES)
 		return "sender too long";
-	if (e->recipient_length > IDEM_MAX_ROLE_BYTES)
+	if (e->recipient_length > IDEM_MAX_RECIPIENT_BYTES)
 		return "recipient too long";
+	/* The role in its field, the slot after the key: each fits 16. */
+	dot = memchr(e->recipient, '.', e->recipient_length);
+	role = dot != NULL ? (size_t)(dot - e->recipient) : e->recipient_length;
+	if (role > IDEM_MAX_ROLE_BYTES ||
+	    e->recipient_length - role > IDEM_MAX_ROLE_BYTES + 1 ||
+	    (dot != NULL && e->recipient_length - role < 2))
+		return "recipient slot out of range";
 	if (e->key_length > SUBTAB_MAX_KEY_BYTES)
 		return "key too long";
 	return NULL;
+}
+
+/*
+ * A recorded slot: what a role code is made of, starting with a letter
+ * (the writer checked the full grammar; this only keeps a damaged length
+ * from passing key bytes off as a slot).  Here, not digest.c, so that the
+ * journal's code needs nothing but libsodium.
+ */
+static int
+slot_valid(const uint8_t *s, size_t length)
+{
+	size_t	i;
+
+	if (length == 0 || s[0] < 'A' || s[0] > 'Z')
+		return 0;
+	for (i = 1; i < length; i++)
+		if (!((s[i] >= 'A' && s[i] <= 'Z') ||
+		    (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+		    s[i] == '-'))
+			return 0;
+	return 1;
+}
+
+/* The length of the recipient's role, before an FCoP slot's dot. */
+static size_t
+entry_role_length(const struct subtab_entry *e)
+{
+	const char	*dot = memchr(e->recipient, '.', e->recipient_length);
+
+	return dot != NULL ? (size_t)(dot - e->recipient) :
+	    e->recipient_length;
 }
 
 size_t
@@ -254,13 +297,15 @@ journal_encode(const struct journal_record *r, uint8_t *out, size_t out_size)
 {
 	const struct subtab_entry	*e = &r->entry;
 	uint8_t				*p;
-	size_t				 payload_length, total;
+	size_t				 payload_length, total, role, slot;
 
 	if (entry_invalid(r->type, e) != NULL) {
 		errno = EINVAL;
 		return 0;
 	}
-	payload_length = PAYLOAD_FIXED_BYTES + e->key_length;
+	role = entry_role_length(e);
+	slot = role < e->recipient_length ? e->recipient_length - role - 1 : 0;
+	payload_length = PAYLOAD_FIXED_BYTES + e->key_length + slot;
 	total = RECORD_HEADER_BYTES + payload_length;
 	if (out_size < total) {
 		errno = ENOBUFS;
@@ -281,20 +326,21 @@ journal_encode(const struct journal_record *r, uint8_t *out, size_t out_size)
 	p[P_STATE] = e->state;
 	p[P_SCHEMA] = e->schema;
 	p[P_SENDER_LENGTH] = e->sender_length;
-	p[P_RECIPIENT_LENGTH] = e->recipient_length;
+	p[P_RECIPIENT_LENGTH] = (uint8_t)role;
 	put_u16(p + P_KEY_LENGTH, e->key_length);
 	put_u32(p + P_DATE, e->date);
 	put_u32(p + P_SEQ, e->seq);
 	memcpy(p + P_REQUEST_DIGEST, e->request_digest, IDEM_SHA256_BYTES);
 	memcpy(p + P_FILE_DIGEST, e->file_digest, IDEM_SHA256_BYTES);
 	memcpy(p + P_SENDER, e->sender, e->sender_length);
-	memcpy(p + P_RECIPIENT, e->recipient, e->recipient_length);
+	memcpy(p + P_RECIPIENT, e->recipient, role);
 	put_u64(p + P_RESERVED_AT, (uint64_t)e->reserved_at_ms);
 	put_u64(p + P_UPDATED_AT, (uint64_t)e->updated_at_ms);
 	put_u64(p + P_CREATED_AT, (uint64_t)e->created_at_ms);
 	put_u32(p + P_PEER_UID, e->peer_uid);
 	put_u32(p + P_PEER_PID, e->peer_pid);
 	memcpy(p + P_KEY, r->key, e->key_length);
+	memcpy(p + P_KEY + e->key_length, e->recipient + role + 1, slot);
 
 	record_checksum(out + RECORD_LENGTH_OFFSET, p, payload_length,
 	    out + RECORD_CHECKSUM_OFFSET);
@@ -322,6 +368,7 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 	const uint8_t		*p;
 	uint8_t			 sum[crypto_shorthash_BYTES];
 	uint32_t		 payload_length;
+	size_t			 slot;
 	const char		*invalid;
 
 	*why = "record runs past the end of the file";
@@ -358,7 +405,15 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 		*why = invalid;
 		return JOURNAL_DECODE_BAD;
 	}
-	if (e.key_length != payload_length - PAYLOAD_FIXED_BYTES) {
+	if (e.recipient_length > IDEM_MAX_ROLE_BYTES) {
+		*why = "recipient too long";
+		return JOURNAL_DECODE_BAD;
+	}
+	/* What follows the key is the recipient's slot, if any. */
+	if (e.key_length > payload_length - PAYLOAD_FIXED_BYTES ||
+	    (slot = payload_length - PAYLOAD_FIXED_BYTES - e.key_length) >
+	    IDEM_MAX_ROLE_BYTES || (slot != 0 && (e.kind != SUBTAB_KIND_TASK ||
+	    !slot_valid(p + P_KEY + e.key_length, slot)))) {
 		*why = "key length disagrees with record length";
 		return JOURNAL_DECODE_BAD;
 	}
@@ -375,6 +430,12 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 	memcpy(e.file_digest, p + P_FILE_DIGEST, IDEM_SHA256_BYTES);
 	memcpy(e.sender, p + P_SENDER, IDEM_MAX_ROLE_BYTES);
 	memcpy(e.recipient, p + P_RECIPIENT, IDEM_MAX_ROLE_BYTES);
+	if (slot != 0) {
+		e.recipient[e.recipient_length] = '.';
+		memcpy(e.recipient + e.recipient_length + 1,
+		    p + P_KEY + e.key_length, slot);
+		e.recipient_length += (uint8_t)(slot + 1);
+	}
 	e.reserved_at_ms = (int64_t)get_u64(p + P_RESERVED_AT);
 	e.updated_at_ms = (int64_t)get_u64(p + P_UPDATED_AT);
 	e.created_at_ms = (int64_t)get_u64(p + P_CREATED_AT);

@@ -36,7 +36,7 @@ usage(FILE *out, int status)
 "usage: idemd [--root DIR] [--socket PATH] [--workers N] [--capacity N]\n"
 "             [--inflight-wait-ms N] [--max-connections N]\n"
 "             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
-"             [--segment-bytes N]\n"
+"             [--segment-bytes N] [--sequence-digits N]\n"
 "             [--ready-fd FD]\n"
 "\n"
 "  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
@@ -50,11 +50,15 @@ usage(FILE *out, int status)
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
 "  --segment-bytes N     start a journal segment and checkpoint the table\n"
 "                        when a segment passes N bytes (default 64 MiB)\n"
+"  --sequence-digits N   digits of a day's task and report numbers, %d to %d\n"
+"                        (default %d, FCoP's: 999 a day)\n"
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
-	    IDEM_DEFAULT_IDLE_TIMEOUT_MS, IDEM_DEFAULT_SOCKET_MODE);
+	    IDEM_DEFAULT_IDLE_TIMEOUT_MS, IDEM_DEFAULT_SOCKET_MODE,
+	    IDEM_MIN_SEQUENCE_DIGITS, IDEM_MAX_SEQUENCE_DIGITS,
+	    IDEM_DEFAULT_SEQUENCE_DIGITS);
 	exit(status);
 }
 
@@ -101,6 +105,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "socket-mode", required_argument, NULL, 'M' },
 		{ "socket-group", required_argument, NULL, 'G' },
 		{ "segment-bytes", required_argument, NULL, 'B' },
+		{ "sequence-digits", required_argument, NULL, 'D' },
 		{ "worker", required_argument, NULL, 'W' },	/* master.c */
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -120,6 +125,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
 	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
 	d->segment_bytes = JOURNAL_DEFAULT_SEGMENT_BYTES;
+	d->sequence_digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
 	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
@@ -161,6 +167,11 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'B':
 			d->segment_bytes = (uint64_t)number_option(
 			    "segment-bytes", optarg, 4096, 1L << 40);
+			break;
+		case 'D':
+			d->sequence_digits = (unsigned)number_option(
+			    "sequence-digits", optarg, IDEM_MIN_SEQUENCE_DIGITS,
+			    IDEM_MAX_SEQUENCE_DIGITS);
 			break;
 		case 'W':
 			d->worker_handles = optarg;
@@ -284,6 +295,10 @@ idemd_open_state(struct idemd *d, char **cause)
 	if (shm_create(d->root_real, d->capacity, &d->seg, cause) != 0)
 		return -1;
 	d->seg.header->worker_count = d->worker_count;
+	for (kind = 0, d->seg.header->alloc_max_seq = 1;
+	    kind < (int)d->sequence_digits; kind++)
+		d->seg.header->alloc_max_seq *= 10;
+	d->seg.header->alloc_max_seq -= 1;	/* 999 for three digits */
 	memset(&stats, 0, sizeof stats);
 	if (checkpoint_load(dir, replay_apply, d, alloc, &from, &checkpointed,
 	    cause) != 0)

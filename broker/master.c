@@ -276,6 +276,7 @@ master_run(struct idemd *d)
 {
 	struct master	 m;
 	struct event	*sigchld, *sigterm, *sigint, *sigusr1, *watch_ev = NULL;
+	sigset_t	 stop_signals;
 	unsigned	 i;
 
 	memset(&m, 0, sizeof m);
@@ -321,6 +322,19 @@ master_run(struct idemd *d)
 
 	event_base_dispatch(m.base);
 
+	/*
+	 * Draining is under way: a second SIGTERM or SIGINT must change
+	 * nothing.  Freeing the signal events below gives the signals their
+	 * default action back, which would kill the master half-way through
+	 * its clean-up (socket and segment left behind).  Blocked here, they
+	 * stay pending: once journaler_stop() has joined the journaling
+	 * threads, this is the only thread left, and while those threads
+	 * run, libevent's handler is still installed.
+	 */
+	sigemptyset(&stop_signals);
+	sigaddset(&stop_signals, SIGTERM);
+	sigaddset(&stop_signals, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 	journaler_stop();
 	event_free(sigchld);
 	event_free(sigterm);

@@ -90,6 +90,8 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		json_object_set_new(s, "reserved_at",
 		    time_json(e.reserved_at_ms));
 		json_object_set_new(s, "updated_at", time_json(e.updated_at_ms));
+		if (e.state != SUBTAB_RESERVED)
+			current_path_add(d, s, task_id, path);
 		if (e.state == SUBTAB_COMMITTED)
 			json_object_set_new(s, "receipt",
 			    receipt_json(key, strlen(key), &e));

@@ -88,6 +88,27 @@ sub_fail_storage(struct pending *p, int error, const char *what)
 	sub_fail(p, reply_error(&err, p->id));
 }
 
+/*
+ * The number allocator failed.  ERANGE: the date's numbers are used up
+ * (SPEC.md, "Names"); nothing was reserved or written for this call.
+ */
+static void
+sub_fail_alloc(struct pending *p, int error)
+{
+	struct submission	*s = sub_of(p);
+
+	if (error != ERANGE) {
+		sub_fail_storage(p, error, "allocating a number");
+		return;
+	}
+	sub_fail(p, reply_error_simple(p->id, "sequence_exhausted", 0,
+	    "every %s number of today (UTC) is used: FCoP names carry "
+	    "%u digits; nothing was written (a new number is free "
+	    "tomorrow, or restart idemd with a larger --sequence-digits)",
+	    s->ops->kind == SUBTAB_KIND_TASK ? "TASK" : "REPORT",
+	    idemd_of(p)->sequence_digits));
+}
+
 static void
 sub_conflict(struct pending *p, const char *reason, const char *message)
 {
@@ -166,9 +187,6 @@ sub_set_name(struct submission *s)
 	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
 	    e->sender_length, e->recipient, e->recipient_length, s->name,
 	    sizeof s->name);
-	if (e->seq == 1000)
-		log_warnx("%s numbers for %08u passed 999; FCoP readers "
-		    "parse three digits only", s->ops->id_key, e->date);
 }
 
 static void
@@ -229,7 +247,7 @@ submission_start(struct pending *p)
 		s->entry.schema = SUBTAB_SCHEMA_NONE;
 		sub_legacy(p);
 	} else {
-		s->entry.schema = s->ops->schema;
+		s->entry.schema = s->schema != 0 ? s->schema : s->ops->schema;
 		memcpy(s->entry.request_digest, s->digest, IDEM_SHA256_BYTES);
 		sub_acquire(p);
 	}
@@ -251,7 +269,7 @@ sub_mismatch(struct pending *p)
 
 	if (sub_journal_failed(p))
 		return;
-	if (s->entry.schema != s->ops->schema)
+	if (s->entry.schema != (s->schema != 0 ? s->schema : s->ops->schema))
 		sub_conflict(p, "schema_mismatch", "the submission id is bound "
 		    "to another digest schema");
 	else
@@ -415,7 +433,7 @@ sub_acquire(struct pending *p)
 		    "idemd with a larger --capacity", d->capacity));
 		return;
 	case SUBTAB_ALLOC_FAILED:
-		sub_fail_storage(p, errno, "allocating a number");
+		sub_fail_alloc(p, errno);
 		return;
 	}
 }
@@ -669,12 +687,15 @@ sub_file_written(struct fileio_job *job)
 		/*
 		 * Another FCoP writer took the name while this first call
 		 * was in flight; nothing was promised yet, so move to a
-		 * fresh number and reserve it durably before writing.
+		 * fresh number and reserve it durably before writing.  With
+		 * no number left today the reservation stays durable under
+		 * the name the other writer took, and a retry answers
+		 * conflict target_mismatch (doc/protocol.md).
 		 */
 		if (seqalloc_next(&d->seg, s->ops->kind,
 		    taskfile_date_of(shm_now_ms()), idemd_scan_max_seq, d,
 		    &s->entry.date, &s->entry.seq) != 0) {
-			sub_fail_storage(p, errno, "allocating a number");
+			sub_fail_alloc(p, errno);
 			return;
 		}
 		log_warnx("%s was taken by another writer; submission %s "
@@ -760,7 +781,7 @@ sub_legacy(struct pending *p)
 	}
 	if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(shm_now_ms()),
 	    idemd_scan_max_seq, d, &s->entry.date, &s->entry.seq) != 0) {
-		sub_fail_storage(p, errno, "allocating a number");
+		sub_fail_alloc(p, errno);
 		return;
 	}
 	sub_set_name(s);

@@ -3,8 +3,10 @@
  * their names and times, their bytes (front matter exactly as SPEC.md
  * shows it), writing them durably without ever replacing a file,
  * finding them again after FCoP tools moved them, reading back the
- * facts idem needs from one, and the highest number already used on a
- * date.
+ * facts idem needs from one, the highest number already used on a
+ * date, the workspace_id of the FCoP 4 declaration (fcop.json), and
+ * whether FCoP's reference library would parse a file (its name grammar
+ * and the front matter it requires).
  *
  * It never renames onto, truncates or deletes a file it did not create
  * itself: everything under the root but its own temporary files belongs
@@ -18,6 +20,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,12 +390,15 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	const char		*body;
 	FILE			*f;
 	char			*buffer = NULL;
+	char			 role[IDEM_MAX_RECIPIENT_BYTES + 1];
 	size_t			 size = 0;
 	int			 failed = 0;
 
 	if (tf->task_id == NULL || tf->created_at == NULL || t == NULL ||
 	    t->sender == NULL || t->recipient == NULL || t->subject == NULL ||
 	    (tf->client_submission_id != NULL && tf->request_digest == NULL) ||
+	    (tf->fcop != NULL && (tf->client_submission_id == NULL ||
+	    tf->fcop->workspace_id == NULL || tf->fcop->operation_id == NULL)) ||
 	    (t->references_count != 0 && t->references == NULL) ||
 	    (t->depends_on_count != 0 && t->depends_on == NULL)) {
 		errno = EINVAL;
@@ -400,6 +406,12 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	}
 	/* Normalized tasks have their defaults; these match digest.c's. */
 	body = t->body != NULL ? t->body : "";
+	/*
+	 * An FCoP slot (DEV.D1) is in the name only: the front matter's
+	 * recipient is the bare role code, as FCoP's own writer puts it.
+	 */
+	snprintf(role, sizeof role, "%.*s", (int)strcspn(t->recipient, "."),
+	    t->recipient);
 
 	if ((f = open_memstream(&buffer, &size)) == NULL)
 		return (-1);
@@ -407,26 +419,42 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	if (taskfile_put_envelope(f, "TASK") == -1 ||
 	    taskfile_put_string(f, "task_id", tf->task_id) == -1 ||
 	    taskfile_put_string(f, "sender", t->sender) == -1 ||
-	    taskfile_put_string(f, "recipient", t->recipient) == -1 ||
+	    taskfile_put_string(f, "recipient", role) == -1 ||
 	    taskfile_put_string(f, "subject", t->subject) == -1 ||
 	    taskfile_put_string(f, "priority",
-	    t->priority != NULL ? t->priority : "P2") == -1 ||
-	    taskfile_put_string(f, "risk_level",
+	    t->priority != NULL ? t->priority : "P2") == -1)
+		failed = 1;
+	if (!failed && tf->fcop == NULL &&
+	    (taskfile_put_string(f, "risk_level",
 	    t->risk_level != NULL ? t->risk_level : "low") == -1 ||
-	    taskfile_put_string(f, "thread_key", t->thread_key) == -1 ||
-	    taskfile_put_string(f, "parent", t->parent) == -1 ||
+	    taskfile_put_string(f, "thread_key", t->thread_key) == -1))
+		failed = 1;
+	if (!failed && (taskfile_put_string(f, "parent", t->parent) == -1 ||
+	    (tf->fcop != NULL && taskfile_put_string(f, "branch_of",
+	    tf->fcop->branch_of) == -1) ||
 	    taskfile_put_array(f, "references", t->references,
 	    t->references_count) == -1 ||
-	    taskfile_put_array(f, "depends_on", t->depends_on,
-	    t->depends_on_count) == -1 ||
+	    (tf->fcop == NULL && taskfile_put_array(f, "depends_on",
+	    t->depends_on, t->depends_on_count) == -1) ||
 	    taskfile_put_string(f, "created_at", tf->created_at) == -1 ||
 	    taskfile_put_string(f, "client_submission_id",
-	    tf->client_submission_id) == -1)
+	    tf->client_submission_id) == -1))
 		failed = 1;
 	if (!failed && tf->client_submission_id != NULL &&
-	    (taskfile_put_string(f, "digest_schema",
-	    IDEM_SCHEMA_WRITE_TASK_V1) == -1 ||
+	    (taskfile_put_string(f, "digest_schema", tf->fcop != NULL ?
+	    IDEM_SCHEMA_FCOP_CREATE_TASK_V1 : IDEM_SCHEMA_WRITE_TASK_V1) == -1 ||
 	    taskfile_put_string(f, "request_digest",
+	    tf->request_digest) == -1))
+		failed = 1;
+	/* FCoP 4's C7 fields: the result TASK repeats its operation. */
+	if (!failed && tf->fcop != NULL &&
+	    (taskfile_put_string(f, "workspace_id",
+	    tf->fcop->workspace_id) == -1 ||
+	    taskfile_put_string(f, "operation_kind",
+	    IDEM_FCOP_OPERATION_KIND) == -1 ||
+	    taskfile_put_string(f, "operation_id",
+	    tf->fcop->operation_id) == -1 ||
+	    taskfile_put_string(f, "normalized_request_digest",
 	    tf->request_digest) == -1))
 		failed = 1;
 	if (!failed && (taskfile_put_transitions(f, tf->created_at, "inbox",
@@ -467,6 +495,8 @@ taskfile_render_report(const struct taskfile_report *rf, char **out,
 	    taskfile_put_string(f, "recipient", r->recipient) == -1 ||
 	    taskfile_put_string(f, "status",
 	    r->status != NULL ? r->status : "done") == -1 ||
+	    /* FCoP's report reader finds the task in references[0]. */
+	    taskfile_put_array(f, "references", &rf->task_id, 1) == -1 ||
 	    taskfile_put_string(f, "created_at", rf->created_at) == -1 ||
 	    taskfile_put_string(f, "client_submission_id",
 	    rf->client_submission_id) == -1)
@@ -889,6 +919,81 @@ taskfile_find(int root_fd, const char *id, char *relpath,
 	return (0);
 }
 
+int
+taskfile_current_path(int root_fd, const char *id, const char *recorded,
+    char *relpath, size_t relpath_size)
+{
+	int	found;
+
+	if ((found = taskfile_is_file(root_fd, recorded)) != 0)
+		return (found == 1 ? 0 : -1);
+	if ((found = taskfile_find(root_fd, id, relpath, relpath_size)) != 1)
+		return (found);
+	return (strcmp(relpath, recorded) != 0);
+}
+
+/* The largest fcop.json read: a declaration is a few hundred bytes. */
+#define TASKFILE_DECLARATION_MAX_BYTES	65536
+
+int
+taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
+    const char **cause)
+{
+	char		 buf[TASKFILE_DECLARATION_MAX_BYTES];
+	struct stat	 st;
+	json_t		*json, *v;
+	ssize_t		 n;
+	size_t		 length = 0;
+	int		 fd, found = 0;
+
+	*cause = "the workspace has no " IDEM_FCOP_DECLARATION_NAME;
+	if ((fd = openat(root_fd, IDEM_FCOP_DECLARATION_NAME, O_RDONLY |
+	    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) == -1)
+	{
+		if (errno == ELOOP)
+			*cause = IDEM_FCOP_DECLARATION_NAME " is a symbolic "
+			    "link, which idemd does not follow";
+		return (errno == ENOENT || errno == ELOOP ? 0 : -1);
+	}
+	if (fstat(fd, &st) == -1) {
+		close(fd);
+		return (-1);
+	}
+	*cause = IDEM_FCOP_DECLARATION_NAME " is not a regular file of at "
+	    "most 64 KiB";
+	if (!S_ISREG(st.st_mode) || st.st_size > (off_t)sizeof buf) {
+		close(fd);
+		return (0);
+	}
+	while (length < sizeof buf) {
+		if ((n = read(fd, buf + length, sizeof buf - length)) == -1) {
+			if (errno == EINTR)
+				continue;
+			close(fd);
+			return (-1);
+		}
+		if (n == 0)
+			break;
+		length += (size_t)n;
+	}
+	close(fd);
+	*cause = IDEM_FCOP_DECLARATION_NAME " holds no workspace_id of the "
+	    "form urn:uuid:<lower-case UUID>";
+	if ((json = json_loadb(buf, length, JSON_REJECT_DUPLICATES,
+	    NULL)) == NULL)
+		return (0);
+	v = json_object_get(json, "workspace_id");
+	if (json_is_string(v) && digest_fcop_workspace_id_valid(
+	    json_string_value(v), json_string_length(v))) {
+		memcpy(out, json_string_value(v), IDEM_WORKSPACE_ID_BYTES);
+		out[IDEM_WORKSPACE_ID_BYTES] = '\0';
+		*cause = NULL;
+		found = 1;
+	}
+	json_decref(json);
+	return (found);
+}
+
 /* ---- reading a file back ---------------------------------------------- */
 
 /* Lower-case hex only: that is what idem writes and compares. */
@@ -930,10 +1035,25 @@ taskfile_take_fact(struct taskfile_facts *facts, const char *key,
 	const char	*s;
 	size_t		 length;
 
+	/* FCoP reads version 1 as a number or a string ("1", "1.0"). */
+	if (strcmp(key, "version") == 0 && ((json_is_integer(value) &&
+	    json_integer_value(value) == TASKFILE_FCOP_VERSION) ||
+	    (json_is_string(value) && (strcmp(json_string_value(value),
+	    "1") == 0 || strcmp(json_string_value(value), "1.0") == 0))))
+		facts->fcop_fields |= TASKFILE_FM_VERSION;
 	if (!json_is_string(value))
 		return;
 	s = json_string_value(value);
 	length = json_string_length(value);
+
+	if (strcmp(key, "protocol") == 0 && strcmp(s, "fcop") == 0)
+		facts->fcop_fields |= TASKFILE_FM_PROTOCOL;
+	else if (strcmp(key, "sender") == 0 && digest_role_code_valid(s,
+	    length))
+		facts->fcop_fields |= TASKFILE_FM_SENDER;
+	else if (strcmp(key, "recipient") == 0 && digest_role_code_valid(s,
+	    length))
+		facts->fcop_fields |= TASKFILE_FM_RECIPIENT;
 
 	if (strcmp(key, "client_submission_id") == 0) {
 		if (taskfile_is_submission_id(s, length)) {
@@ -1015,6 +1135,7 @@ taskfile_parse_front_matter(const char *buf, size_t length,
 	json_decref(seen);
 
 	if (!ok) {
+		facts->fcop_fields = 0;
 		facts->has_client_submission_id = 0;
 		facts->client_submission_id[0] = '\0';
 		facts->has_request_digest = 0;
@@ -1024,6 +1145,41 @@ taskfile_parse_front_matter(const char *buf, size_t length,
 		facts->created_at_ms = 0;
 	}
 	return (ok);
+}
+
+/*
+ * Does the head open with a "---" line and have a closing one, as FCoP's
+ * split_frontmatter needs (CRLF taken as LF, as it does)?
+ */
+static int
+taskfile_delimited(const char *head, size_t length)
+{
+	const char	*p, *end = head + length, *nl;
+	size_t		 n;
+
+	if (length >= 4 && memcmp(head, "---\n", 4) == 0)
+		p = head + 4;
+	else if (length >= 5 && memcmp(head, "---\r\n", 5) == 0)
+		p = head + 5;
+	else
+		return (0);
+	for (; p < end; p = nl + 1) {
+		if ((nl = memchr(p, '\n', end - p)) == NULL)
+			nl = end;
+		n = nl - p;
+		if (n > 0 && p[n - 1] == '\r')
+			n--;
+		/* FCoP strips the line: surrounding blanks are allowed. */
+		while (n > 0 && (*p == ' ' || *p == '\t')) {
+			p++;
+			n--;
+		}
+		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		if (n == 3 && memcmp(p, "---", 3) == 0)
+			return (1);
+	}
+	return (0);
 }
 
 /*
@@ -1086,6 +1242,7 @@ taskfile_inspect(int root_fd, const char *relpath,
 
 	facts->has_front_matter = taskfile_parse_front_matter(head,
 	    head_length, facts);
+	facts->fm_delimited = taskfile_delimited(head, head_length);
 	free(head);
 	return (0);
 
@@ -1247,6 +1404,44 @@ taskfile_sync_path(int root_fd, const char *relpath)
 	rc = fsync(fd);
 	close(fd);
 	return (rc);
+}
+
+/*
+ * FCoP's file name grammar (fcop/core/filename.py, TASK_FILENAME_RE and
+ * REPORT_FILENAME_RE), with the number's digits as a parameter: role
+ * codes, an optional slot on a task's recipient, an optional slug.
+ */
+#define TASKFILE_RE_ROLE	"[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*"
+#define TASKFILE_RE_SLUG	"(-[a-z]([a-z0-9-]*[a-z0-9])?)?"
+
+const char *
+taskfile_fcop_problem(const char *name, unsigned digits,
+    const struct taskfile_facts *facts)
+{
+	regex_t		 re;
+	char		 pattern[512];
+	int		 task = strncmp(name, "TASK-", 5) == 0, matched;
+
+	snprintf(pattern, sizeof pattern, "^%s-[0-9]{8}-[0-9]{3,%u}-"
+	    TASKFILE_RE_ROLE "-to-" TASKFILE_RE_ROLE "%s" TASKFILE_RE_SLUG
+	    "\\.md$", task ? "TASK" : "REPORT", digits < 3 ? 3 : digits,
+	    task ? "(\\." TASKFILE_RE_ROLE ")?" : "");
+	if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
+		return ("the name grammar could not be compiled");
+	matched = regexec(&re, name, 0, NULL, 0) == 0;
+	regfree(&re);
+	if (!matched)
+		return (digits <= 3 ? "its name is not FCoP's (a number of "
+		    "exactly three digits, role codes, an optional slot and "
+		    "slug)" : "its name is not FCoP's grammar");
+	if (!facts->fm_delimited)
+		return ("it has no front matter between \"---\" lines");
+	if (facts->has_front_matter &&
+	    (facts->fcop_fields & TASKFILE_FM_ALL) != TASKFILE_FM_ALL)
+		return ("its front matter lacks what FCoP's reader requires "
+		    "(protocol \"fcop\", version 1, sender and recipient "
+		    "role codes)");
+	return (NULL);
 }
 
 /* "TASK-YYYYMMDD-NNN-..." or "REPORT-YYYYMMDD-NNN-...": 1 and its parts. */

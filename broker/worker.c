@@ -436,6 +436,8 @@ op_hello(struct conn *c, json_t *id)
 	/* The schemas a client may name in write_task's digest_schema. */
 	schemas = json_array();
 	json_array_append_new(schemas, json_string(IDEM_SCHEMA_WRITE_TASK_V1));
+	json_array_append_new(schemas,
+	    json_string(IDEM_SCHEMA_FCOP_CREATE_TASK_V1));
 	json_object_set_new(reply, "digest_schemas", schemas);
 	conn_send(c, reply);
 }

@@ -27,6 +27,7 @@ struct idemd {
 	int			 max_connections;
 	int			 idle_timeout_ms;
 	uint64_t		 segment_bytes;	/* rotate and checkpoint past it */
+	unsigned		 sequence_digits; /* numbers stop at 10^N - 1 */
 	unsigned		 socket_mode;
 	const char		*socket_group;
 	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
@@ -271,6 +272,7 @@ struct submission {
 	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
 	size_t			 key_length;	/* 0: legacy */
 	const char		*submission_id;	/* inside key; NULL: legacy */
+	uint8_t			 schema;	/* enum subtab_schema; 0: the op's */
 	uint8_t			 digest[IDEM_SHA256_BYTES];
 	char			 digest_hex[IDEM_DIGEST_HEX_SIZE];
 	struct subtab_entry	 entry;		/* the op fills the roles */
@@ -303,6 +305,9 @@ void	 op_write_task(struct conn *, json_t *request, json_t *id);
 int	 write_task_check(json_t *request, struct request_error *);
 json_t	*receipt_json(const char *key, size_t key_length,
 	    const struct subtab_entry *);
+/* Add "current_path" to object if the task moved from recorded. */
+void	 current_path_add(struct idemd *, json_t *object, const char *id,
+	    const char *recorded);
 
 /* write_report.c */
 void	 op_write_report(struct conn *, json_t *request, json_t *id);

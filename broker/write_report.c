@@ -44,7 +44,8 @@ write_report_free(void *arg)
 }
 
 /*
- * TASK-YYYYMMDD-NNN-SENDER-to-RECIPIENT, strictly: the id names a file
+ * TASK-YYYYMMDD-NNN-SENDER-to-RECIPIENT (the recipient may carry an FCoP
+ * slot, DEV.D1), strictly: the id names a file
  * we look for, so nothing but that shape may pass.  The sender is copied
  * out: it is the default recipient of a report.
  */
@@ -68,7 +69,7 @@ task_id_valid(const char *id, size_t length, char sender[IDEM_MAX_ROLE_BYTES + 1
 	if ((to = strstr(p, "-to-")) == NULL || to >= end)
 		return 0;
 	if (!digest_role_code_valid(p, (size_t)(to - p)) ||
-	    !digest_role_code_valid(to + 4, (size_t)(end - to - 4)))
+	    !digest_recipient_valid(to + 4, (size_t)(end - to - 4)))
 		return 0;
 	memcpy(sender, p, (size_t)(to - p));
 	sender[to - p] = '\0';

@@ -1,9 +1,11 @@
 /*
  * write_task.c: the write_task op: checking a request's task against the
- * contract's table of fields, its write-task-v1 digest, the TASK file and
- * the receipt.  The creation itself is submission.c's.
+ * contract's table of fields, its digest (write-task-v1, or FCoP 4's
+ * candidate fcop-create-task-v1 with its workspace from ROOT/fcop.json),
+ * the TASK file and the receipt.  The creation itself is submission.c's.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,16 +17,24 @@
 struct write_task {
 	struct submission		 sub;		/* first: p->op */
 	struct digest_task_normalized	 norm;
+	/* fcop-create-task-v1: its normalized task, and norm.task's view. */
+	int				 fcop;
+	struct digest_fcop_normalized	 fnorm;
 	const char			**lists;	/* references, depends_on */
 };
 
 static const char *const request_keys[] = {
 	"op", "id", "client_submission_id", "digest_schema", "request_digest",
-	"task", "meta", NULL
+	"workspace_id", "task", "meta", NULL
 };
 static const char *const task_keys[] = {
 	"sender", "recipient", "subject", "body", "priority", "risk_level",
 	"thread_key", "parent", "references", "depends_on", NULL
+};
+/* fcop-create-task-v1 digests these, and takes nothing else. */
+static const char *const fcop_task_keys[] = {
+	"sender", "recipient", "subject", "body", "priority", "parent",
+	"branch_of", "references", NULL
 };
 
 static void
@@ -33,29 +43,34 @@ write_task_free(void *arg)
 	struct write_task	*wt = arg;
 
 	digest_task_normalized_free(&wt->norm);
+	digest_fcop_normalized_free(&wt->fnorm);
 	free(wt->lists);
 	free(wt);
 }
 
+/* sender, or with slot the recipient, which may be ROLE.SLOT (DEV.D1). */
 static int
-role_field(json_t *task, const char *key, const char *path,
+role_field(json_t *task, const char *key, const char *path, int slot,
     const char **value, struct request_error *err)
 {
 	size_t	length;
 	int	rc;
 
-	rc = request_string(task, key, path, 1, IDEM_MAX_ROLE_BYTES, 0, value,
-	    &length, err);
+	rc = request_string(task, key, path, 1, slot ?
+	    IDEM_MAX_RECIPIENT_BYTES : IDEM_MAX_ROLE_BYTES, 0, value, &length,
+	    err);
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
 		return request_error_set(err, "invalid_request", path,
 		    "%s is required", path);
-	if (!digest_role_code_valid(*value, length))
+	if (slot ? !digest_recipient_valid(*value, length) :
+	    !digest_role_code_valid(*value, length))
 		return request_error_set(err, "invalid_request", path,
 		    "%s must be an FCoP role code such as PM, DEV_01 or "
-		    "LEAD-QA (upper case, at most %d characters)", path,
-		    IDEM_MAX_ROLE_BYTES);
+		    "LEAD-QA (upper case, at most %d characters)%s", path,
+		    IDEM_MAX_ROLE_BYTES, slot ? ", or a role and a slot "
+		    "such as DEV.D1" : "");
 	return 0;
 }
 
@@ -65,7 +80,7 @@ enum_field(json_t *task, const char *key, const char *path,
 {
 	size_t	length;
 
-	if (request_string(task, key, path, 1, 32, 0, value, &length,
+	if (request_string(task, key, path, 1, 32, 1, value, &length,
 	    err) < 0)
 		return -1;
 	if (*value != NULL && !request_one_of(*value, allowed))
@@ -85,7 +100,8 @@ list_field(json_t *task, const char *key, const char **out, size_t *count,
 
 	*count = 0;
 	snprintf(path, sizeof path, "task.%s", key);
-	if (list == NULL)
+	/* null means the default, as for every optional field. */
+	if (list == NULL || json_is_null(list))
 		return 0;
 	if (!json_is_array(list))
 		return request_error_set(err, "invalid_request", path,
@@ -132,8 +148,9 @@ task_from_json(json_t *task, struct idem_task *t, const char **lists,
 		    "task must be an object");
 	if (request_known_keys(task, "task", task_keys, err) != 0)
 		return -1;
-	if (role_field(task, "sender", "task.sender", &t->sender, err) != 0 ||
-	    role_field(task, "recipient", "task.recipient", &t->recipient,
+	if (role_field(task, "sender", "task.sender", 0, &t->sender,
+	    err) != 0 ||
+	    role_field(task, "recipient", "task.recipient", 1, &t->recipient,
 	    err) != 0)
 		return -1;
 	rc = request_string(task, "subject", "task.subject", 1,
@@ -144,7 +161,7 @@ task_from_json(json_t *task, struct idem_task *t, const char **lists,
 		return request_error_set(err, "invalid_request",
 		    "task.subject", "task.subject is required");
 	if (request_string(task, "body", "task.body", 0, IDEM_MAX_BODY_BYTES,
-	    0, &t->body, &length, err) < 0 ||
+	    1, &t->body, &length, err) < 0 ||
 	    enum_field(task, "priority", "task.priority", priorities,
 	    &t->priority, err) != 0 ||
 	    enum_field(task, "risk_level", "task.risk_level", risks,
@@ -164,9 +181,178 @@ task_from_json(json_t *task, struct idem_task *t, const char **lists,
 	return 0;
 }
 
+/* parent or branch_of under fcop-create-task-v1: a TASK id, or null. */
+static int
+fcop_task_ref(json_t *task, const char *key, const char *path,
+    const char **value, struct request_error *err)
+{
+	size_t	length;
+
+	if (request_string(task, key, path, 1, IDEM_MAX_REF_BYTES, 1, value,
+	    &length, err) < 0)
+		return -1;
+	if (*value != NULL && !digest_fcop_task_ref_valid(*value, length))
+		return request_error_set(err, "invalid_request", path,
+		    "%s must be a task id (TASK-, then letters, digits, "
+		    "\".\", \"_\" or \"-\") under %s", path,
+		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
+	return 0;
+}
+
+/*
+ * The workspace's id for fcop-create-task-v1: its FCoP 4 declaration,
+ * ROOT/fcop.json (root_fd -1: no workspace, as for request_check_line;
+ * then the request's, or a placeholder).  A request may name it too, and
+ * must then name the same one (FCoP 4's WORKSPACE_ID_MISMATCH).
+ */
+static int
+fcop_workspace(json_t *request, int root_fd, char *out,
+    struct request_error *err)
+{
+	const char	*given, *cause;
+	size_t		 length;
+	int		 rc;
+
+	if (request_string(request, "workspace_id", "workspace_id", 1, 64, 0,
+	    &given, &length, err) < 0)
+		return -1;
+	if (given != NULL && !digest_fcop_workspace_id_valid(given, length))
+		return request_error_set(err, "invalid_request", "workspace_id",
+		    "workspace_id must be urn:uuid: and a lower-case UUID");
+	if (root_fd == -1) {
+		snprintf(out, IDEM_WORKSPACE_ID_BYTES + 1, "%s", given != NULL ?
+		    given : "urn:uuid:00000000-0000-0000-0000-000000000000");
+		return 0;
+	}
+	rc = taskfile_workspace_id(root_fd, out, &cause);
+	if (rc < 0) {
+		request_error_set(err, "storage_unavailable", NULL,
+		    "reading %s: %s", IDEM_FCOP_DECLARATION_NAME,
+		    strerror(errno));
+		err->retryable = 1;
+		return -1;
+	}
+	if (rc == 0)
+		return request_error_set(err, "unsupported_schema",
+		    "digest_schema", "%s needs the workspace's FCoP 4 "
+		    "declaration: %s", IDEM_SCHEMA_FCOP_CREATE_TASK_V1, cause);
+	if (given != NULL && strcmp(given, out) != 0)
+		return request_error_set(err, "invalid_request", "workspace_id",
+		    "workspace_id %s is not this workspace's (%s, from %s)",
+		    given, out, IDEM_FCOP_DECLARATION_NAME);
+	return 0;
+}
+
+/*
+ * A task under fcop-create-task-v1 (FCoP 4.0's C7): its fields checked,
+ * normalized and digested into sub->digest; norm.task is set to view the
+ * same strings, for the TASK file.
+ */
+static int
+fcop_parse(struct write_task *wt, json_t *request, int root_fd,
+    struct request_error *err)
+{
+	static const char *const priorities[] = { "P0", "P1", "P2", "P3", NULL };
+	struct submission	*sub = &wt->sub;
+	struct idem_fcop_task	 t;
+	json_t			*task = json_object_get(request, "task");
+	char			 workspace[IDEM_WORKSPACE_ID_BYTES + 1];
+	char			*canonical;
+	size_t			 length, count;
+	static const char *const excluded[] = { "thread_key", "risk_level",
+				    "depends_on" };
+	char			 path[32];
+	size_t			 i;
+
+	memset(&t, 0, sizeof t);
+	if (sub->submission_id == NULL)
+		return request_error_set(err, "invalid_request",
+		    "client_submission_id", "%s needs client_submission_id "
+		    "(it is the operation_id): no legacy calls",
+		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
+	if (!digest_fcop_operation_id_valid(sub->submission_id,
+	    sub->key_length))
+		return request_error_set(err, "invalid_request",
+		    "client_submission_id", "under %s client_submission_id is "
+		    "the operation_id: 1 to %d characters of letters, digits, "
+		    "\".\", \"_\", \":\" and \"-\", starting with a letter or "
+		    "digit", IDEM_SCHEMA_FCOP_CREATE_TASK_V1,
+		    IDEM_MAX_OPERATION_ID_BYTES);
+	if (task == NULL)
+		return request_error_set(err, "invalid_request", "task",
+		    "task is required");
+	if (!json_is_object(task))
+		return request_error_set(err, "invalid_request", "task",
+		    "task must be an object");
+	/* Fields FCoP 4 leaves out of the digest are refused, not ignored. */
+	for (i = 0; i < sizeof excluded / sizeof excluded[0]; i++) {
+		if (json_object_get(task, excluded[i]) == NULL)
+			continue;
+		snprintf(path, sizeof path, "task.%s", excluded[i]);
+		return request_error_set(err, "invalid_request", path,
+		    "%s is not part of %s (it would escape the digest)", path,
+		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
+	}
+	if (request_known_keys(task, "task", fcop_task_keys, err) != 0 ||
+	    role_field(task, "sender", "task.sender", 0, &t.sender,
+	    err) != 0 ||
+	    role_field(task, "recipient", "task.recipient", 1, &t.recipient,
+	    err) != 0)
+		return -1;
+	if (request_string(task, "subject", "task.subject", 1,
+	    IDEM_MAX_SUBJECT_BYTES, 0, &t.subject, &length, err) < 0)
+		return -1;
+	if (t.subject == NULL)
+		return request_error_set(err, "invalid_request",
+		    "task.subject", "task.subject is required");
+	if (request_string(task, "body", "task.body", 0, IDEM_MAX_BODY_BYTES,
+	    1, &t.body, &length, err) < 0 ||
+	    enum_field(task, "priority", "task.priority", priorities,
+	    &t.priority, err) != 0 ||
+	    fcop_task_ref(task, "parent", "task.parent", &t.parent, err) != 0 ||
+	    fcop_task_ref(task, "branch_of", "task.branch_of", &t.branch_of,
+	    err) != 0 ||
+	    list_field(task, "references", wt->lists, &count, err) != 0)
+		return -1;
+	t.references = wt->lists;
+	t.references_count = count;
+	if (fcop_workspace(request, root_fd, workspace, err) != 0)
+		return -1;
+	t.workspace_id = workspace;
+	t.operation_id = sub->submission_id;
+
+	if (digest_fcop_normalize(&t, &wt->fnorm) != 0) {
+		if (errno == EILSEQ)
+			return request_error_set(err, "invalid_utf8", "task",
+			    "task holds invalid UTF-8");
+		return request_error_set(err, "internal", NULL,
+		    "normalizing the task: %s", strerror(errno));
+	}
+	if (digest_fcop_canonical_normalized(&wt->fnorm.task, &canonical,
+	    &length) != 0)
+		return request_error_set(err, "internal", NULL,
+		    "canonical form: %s", strerror(errno));
+	digest_sha256(canonical, length, sub->digest);
+	free(canonical);
+
+	/* The TASK file's view of the same strings. */
+	memset(&wt->norm.task, 0, sizeof wt->norm.task);
+	wt->norm.task.sender = wt->fnorm.task.sender;
+	wt->norm.task.recipient = wt->fnorm.task.recipient;
+	wt->norm.task.subject = wt->fnorm.task.subject;
+	wt->norm.task.body = wt->fnorm.task.body;
+	wt->norm.task.priority = wt->fnorm.task.priority;
+	wt->norm.task.parent = wt->fnorm.task.parent;
+	wt->norm.task.references = wt->fnorm.task.references;
+	wt->norm.task.references_count = wt->fnorm.task.references_count;
+	wt->fcop = 1;
+	sub->schema = SUBTAB_SCHEMA_FCOP_CREATE_TASK_V1;
+	return 0;
+}
+
 /* Everything a write_task request says, checked; 0 or -1 with err. */
 static int
-write_task_parse(struct write_task *wt, json_t *request,
+write_task_parse(struct write_task *wt, json_t *request, int root_fd,
     struct request_error *err)
 {
 	struct submission	*sub = &wt->sub;
@@ -177,6 +363,7 @@ write_task_parse(struct write_task *wt, json_t *request,
 	char			*canonical;
 	size_t			 canonical_length;
 	json_t			*meta;
+	int			 fcop;
 
 	if (request_known_keys(request, "", request_keys, err) != 0)
 		return -1;
@@ -190,10 +377,14 @@ write_task_parse(struct write_task *wt, json_t *request,
 	if (request_string(request, "digest_schema", "digest_schema", 1, 64, 0,
 	    &schema, &length, err) < 0)
 		return -1;
-	if (schema != NULL && strcmp(schema, IDEM_SCHEMA_WRITE_TASK_V1) != 0)
+	fcop = schema != NULL &&
+	    strcmp(schema, IDEM_SCHEMA_FCOP_CREATE_TASK_V1) == 0;
+	if (schema != NULL && !fcop &&
+	    strcmp(schema, IDEM_SCHEMA_WRITE_TASK_V1) != 0)
 		return request_error_set(err, "unsupported_schema",
 		    "digest_schema", "digest_schema \"%.64s\" is not supported "
-		    "(supported: %s)", schema, IDEM_SCHEMA_WRITE_TASK_V1);
+		    "(supported: %s, %s)", schema, IDEM_SCHEMA_WRITE_TASK_V1,
+		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
 	if (request_string(request, "request_digest", "request_digest", 64, 64,
 	    0, &given, &length, err) < 0)
 		return -1;
@@ -209,22 +400,31 @@ write_task_parse(struct write_task *wt, json_t *request,
 	wt->lists = calloc(2 * IDEM_MAX_LIST_ITEMS, sizeof *wt->lists);
 	if (wt->lists == NULL)
 		return request_error_set(err, "internal", NULL, "out of memory");
-	if (task_from_json(json_object_get(request, "task"), &task, wt->lists,
-	    err) != 0)
-		return -1;
-	if (digest_task_normalize(&task, &wt->norm) != 0) {
-		if (errno == EILSEQ)
-			return request_error_set(err, "invalid_utf8", "task",
-			    "task holds invalid UTF-8");
-		return request_error_set(err, "internal", NULL,
-		    "normalizing the task: %s", strerror(errno));
+	if (fcop) {
+		if (fcop_parse(wt, request, root_fd, err) != 0)
+			return -1;
+	} else {
+		if (json_object_get(request, "workspace_id") != NULL)
+			return request_error_set(err, "invalid_request",
+			    "workspace_id", "workspace_id belongs to %s only",
+			    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
+		if (task_from_json(json_object_get(request, "task"), &task,
+		    wt->lists, err) != 0)
+			return -1;
+		if (digest_task_normalize(&task, &wt->norm) != 0) {
+			if (errno == EILSEQ)
+				return request_error_set(err, "invalid_utf8",
+				    "task", "task holds invalid UTF-8");
+			return request_error_set(err, "internal", NULL,
+			    "normalizing the task: %s", strerror(errno));
+		}
+		if (digest_task_canonical_normalized(&wt->norm.task,
+		    &canonical, &canonical_length) != 0)
+			return request_error_set(err, "internal", NULL,
+			    "canonical form: %s", strerror(errno));
+		digest_sha256(canonical, canonical_length, sub->digest);
+		free(canonical);
 	}
-	if (digest_task_canonical_normalized(&wt->norm.task, &canonical,
-	    &canonical_length) != 0)
-		return request_error_set(err, "internal", NULL,
-		    "canonical form: %s", strerror(errno));
-	digest_sha256(canonical, canonical_length, sub->digest);
-	free(canonical);
 	digest_to_hex(sub->digest, sub->digest_hex);
 	if (given != NULL && memcmp(given_digest, sub->digest,
 	    IDEM_SHA256_BYTES) != 0)
@@ -244,7 +444,7 @@ write_task_check(json_t *request, struct request_error *err)
 	if ((wt = calloc(1, sizeof *wt)) == NULL)
 		return request_error_set(err, "internal", NULL,
 		    "out of memory");
-	rc = write_task_parse(wt, request, err);
+	rc = write_task_parse(wt, request, -1, err);
 	write_task_free(wt);
 	return rc;
 }
@@ -272,6 +472,7 @@ write_task_render(struct submission *sub, int64_t now, char **data,
 	tf.client_submission_id = sub->submission_id;
 	tf.request_digest = sub->submission_id != NULL ? sub->digest_hex :
 	    NULL;
+	tf.fcop = wt->fcop ? &wt->fnorm.task : NULL;
 	return taskfile_render_task(&tf, data, length);
 }
 
@@ -291,7 +492,7 @@ receipt_json(const char *key, size_t key_length, const struct subtab_entry *e)
 	json_object_set_new(r, "task_path", json_string(path));
 	if (e->schema != SUBTAB_SCHEMA_NONE) {
 		json_object_set_new(r, "digest_schema",
-		    json_string(IDEM_SCHEMA_WRITE_TASK_V1));
+		    json_string(subtab_schema_name(e->schema)));
 		digest_to_hex(e->request_digest, hex);
 		json_object_set_new(r, "request_digest", json_string(hex));
 	}
@@ -303,12 +504,28 @@ receipt_json(const char *key, size_t key_length, const struct subtab_entry *e)
 	return r;
 }
 
+/*
+ * Where FCoP tools moved the task since (SPEC.md: "current_path"); the
+ * receipt keeps the path idem wrote.  Only answers from an earlier
+ * creation look: a file this call just wrote is where it says.
+ */
+void
+current_path_add(struct idemd *d, json_t *object, const char *id,
+    const char *recorded)
+{
+	char	path[PATH_MAX];
+
+	if (taskfile_current_path(d->root_fd, id, recorded, path,
+	    sizeof path) == 1)
+		json_object_set_new(object, "current_path", json_string(path));
+}
+
 static void
 write_task_answer(struct pending *p, int created)
 {
 	struct submission	*sub = p->op;
 	struct shm_counters	*counters = &p->worker->d->seg.header->counters;
-	json_t			*reply;
+	json_t			*reply, *receipt;
 
 	if (sub->submission_id == NULL)
 		atomic_fetch_add(&counters->legacy_created, 1);
@@ -323,8 +540,11 @@ write_task_answer(struct pending *p, int created)
 	    json_boolean(sub->submission_id != NULL));
 	if (sub->recovered)
 		json_object_set_new(reply, "recovered", json_true());
-	json_object_set_new(reply, "receipt", receipt_json(sub->key,
-	    sub->key_length, &sub->entry));
+	receipt = receipt_json(sub->key, sub->key_length, &sub->entry);
+	if (!created || sub->recovered)
+		current_path_add(p->worker->d, reply, sub->name,
+		    json_string_value(json_object_get(receipt, "task_path")));
+	json_object_set_new(reply, "receipt", receipt);
 	pending_reply(p, reply);
 }
 
@@ -358,7 +578,7 @@ op_write_task(struct conn *conn, json_t *request, json_t *id)
 	p->op = wt;
 	p->op_free = write_task_free;
 	wt->sub.ops = &write_task_ops;
-	if (write_task_parse(wt, request, &err) != 0) {
+	if (write_task_parse(wt, request, p->worker->d->root_fd, &err) != 0) {
 		atomic_fetch_add(&p->worker->d->seg.header->counters.errors, 1);
 		pending_reply(p, reply_error(&err, p->id));
 		return;

@@ -69,7 +69,8 @@ enum {
 	OPT_FILE,
 	OPT_REFERENCE,
 	OPT_DEPENDS_ON,
-	OPT_TEXT
+	OPT_TEXT,
+	OPT_SEQUENCE_DIGITS
 };
 
 #define COMMON_OPTIONS							\
@@ -848,8 +849,8 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 	};
 	static const char *const submission_keys[] = {
 		"client_submission_id", "state", "task_id", "task_path",
-		"digest_schema", "request_digest", "reserved_at", "updated_at",
-		NULL
+		"current_path", "digest_schema", "request_digest",
+		"reserved_at", "updated_at", NULL
 	};
 	static const char *const receipt_keys[] = {
 		"task_id", "task_path", "digest_schema", "request_digest",
@@ -1411,6 +1412,7 @@ struct verify {
 	json_t				*by_id;		/* TASK-...: index */
 	json_t				*seen_files;	/* task_id: path */
 	int				 journal_complete;
+	unsigned			 sequence_digits;	/* idemd's */
 	/* What was found. */
 	json_t				*problems;
 	json_t				*foreign;
@@ -1418,6 +1420,7 @@ struct verify {
 	unsigned			 submissions, legacy, reports;
 	unsigned			 intermediate, present, moved;
 	unsigned			 files, files_idem, files_legacy;
+	unsigned			 reports_checked, not_fcop;
 };
 
 /* How bad a finding is; unreadable makes verify exit 3, not 1. */
@@ -1645,6 +1648,44 @@ verify_records(struct verify *v)
 	}
 }
 
+/*
+ * Would FCoP's reference library parse this TASK or REPORT file (its
+ * name and its front matter)?  A file it cannot parse is invisible to
+ * every FCoP tool: an error, whoever wrote it.
+ */
+static void
+verify_fcop(struct verify *v, const char *path, const char *file,
+    const struct taskfile_facts *facts)
+{
+	const char	*why;
+
+	if ((why = taskfile_fcop_problem(file, v->sequence_digits,
+	    facts)) == NULL)
+		return;
+	v->not_fcop++;
+	verify_note(v, NOTE_ERROR, "not_fcop", json_pack("{s:s,s:s}", "path",
+	    path, "reason", why), "%s: FCoP tools cannot read it: %s", path,
+	    why);
+}
+
+/* A REPORT file under reports/: only FCoP's rules are checked here. */
+static void
+verify_report_file(struct verify *v, const char *path, const char *file)
+{
+	struct taskfile_facts	 facts;
+	char			*cause;
+
+	v->reports_checked++;
+	if (taskfile_inspect(v->root_fd, path, &facts, &cause) == -1) {
+		verify_note(v, NOTE_UNREADABLE, "unreadable", json_pack("{s:s}",
+		    "path", path), "%s", cause != NULL ? cause :
+		    strerror(errno));
+		free(cause);
+		return;
+	}
+	verify_fcop(v, path, file, &facts);
+}
+
 /* One TASK file found on disk: is it idem's, and does the journal agree? */
 static void
 verify_file(struct verify *v, const char *path, const char *file)
@@ -1675,6 +1716,7 @@ verify_file(struct verify *v, const char *path, const char *file)
 		free(cause);
 		return;
 	}
+	verify_fcop(v, path, file, &facts);
 	if (facts.has_client_submission_id) {
 		at = json_object_get(v->by_key, facts.client_submission_id);
 		if (at == NULL) {
@@ -1769,6 +1811,10 @@ verify_walk(struct verify *v, const char *path, int depth)
 		    strncmp(de->d_name, "TASK-", 5) == 0 && length > 8 &&
 		    strcmp(de->d_name + length - 3, ".md") == 0)
 			verify_file(v, child, de->d_name);
+		else if (S_ISREG(st.st_mode) &&
+		    strncmp(de->d_name, "REPORT-", 7) == 0 && length > 10 &&
+		    strcmp(de->d_name + length - 3, ".md") == 0)
+			verify_report_file(v, child, de->d_name);
 	}
 	closedir(d);
 }
@@ -1879,9 +1925,16 @@ static int
 cmd_verify(struct idemctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {
-		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+		COMMON_OPTIONS,
+		{ "sequence-digits", required_argument, NULL,
+		    OPT_SEQUENCE_DIGITS },
+		{ NULL, 0, NULL, 0 }
 	};
 	struct verify	 v;
+	unsigned	 digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
+	char		*end;
+	long		 n;
+	int		 ch;
 	struct stat	 st;
 	json_t		*details;
 	json_int_t	 offset;
@@ -1889,10 +1942,22 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 	char		*cause = NULL;
 	int		 status;
 	size_t		 i;
-	static const char *const walk[] = { "_lifecycle", "history" };
+	static const char *const walk[] = { "_lifecycle", "history",
+	    IDEM_REPORTS_DIR };
 
-	while (ctl_next_option(ctl, argc, argv, options) != -1)
-		ctl_usage_error(ctl, "no options of its own");
+	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch != OPT_SEQUENCE_DIGITS)
+			continue;
+		errno = 0;
+		n = strtol(optarg, &end, 10);
+		if (errno != 0 || *end != '\0' || end == optarg ||
+		    n < IDEM_MIN_SEQUENCE_DIGITS ||
+		    n > IDEM_MAX_SEQUENCE_DIGITS)
+			ctl_usage_error(ctl, "--sequence-digits must be %d to "
+			    "%d (idemd's own)", IDEM_MIN_SEQUENCE_DIGITS,
+			    IDEM_MAX_SEQUENCE_DIGITS);
+		digits = (unsigned)n;
+	}
 	if (optind != argc)
 		ctl_usage_error(ctl, "no arguments expected");
 	if ((status = journal_dir(ctl, dir, sizeof dir)) != 0)
@@ -1902,6 +1967,7 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 	v.ctl = ctl;
 	v.root = ctl_root(ctl);
 	v.journal_complete = 1;
+	v.sequence_digits = digits;
 	if ((v.root_fd = open(v.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
 	    -1)
 		return ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE, "cannot read "
@@ -2022,7 +2088,7 @@ static const struct command commands[] = {
 "stderr), 2 usage, 3 unreachable or the connection lost: the outcome is\n"
 "unknown, and running the same command again with the same id is safe.\n" },
 	{ "verify", cmd_verify, "offline: journal and workspace agree?",
-	    "[--root DIR]",
+	    "[--root DIR] [--sequence-digits N]",
 "Check, offline, that the journal and the FCoP workspace agree; the\n"
 "broker may be running or not, nothing is changed.  The journal must be\n"
 "intact (corruption is an error naming the offset; a torn tail, which\n"
@@ -2031,7 +2097,10 @@ static const struct command commands[] = {
 "with the recorded file digest while still where idem put it.  Every\n"
 "TASK file naming a client_submission_id must have the journal record\n"
 "of that id and task_id.  TASK files without one that idem did not\n"
-"write are listed as foreign, which is not an error.\n"
+"write are listed as foreign, which is not an error.  Every TASK and\n"
+"REPORT file, whoever wrote it, must be one FCoP's reference library\n"
+"parses: its name (a number of exactly three digits; up to N with\n"
+"--sequence-digits N, idemd's option) and its front matter.\n"
 "\n"
 "Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n" },
 	{ "journal", cmd_journal, "journal dump: the audit trail, offline",

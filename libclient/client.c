@@ -704,7 +704,9 @@ client_write_result(json_t *response, struct idem_write_result *result,
 		return (-1);
 	}
 	if (client_receipt(json_object_get(response, "receipt"),
-	    &result->receipt, err) != 0)
+	    &result->receipt, err) != 0 ||
+	    client_copy(response, "current_path", result->current_path,
+	    sizeof result->current_path, 0, err) != 0)
 		return (-1);
 	result->disposition = strcmp(disposition, "created") == 0 ?
 	    IDEM_CREATED : IDEM_REUSED;
@@ -989,7 +991,9 @@ client_submission(json_t *s, struct idem_submission *sub,
 	    client_copy(s, "reserved_at", sub->reserved_at,
 	    sizeof sub->reserved_at, 1, err) != 0 ||
 	    client_copy(s, "updated_at", sub->updated_at,
-	    sizeof sub->updated_at, 1, err) != 0)
+	    sizeof sub->updated_at, 1, err) != 0 ||
+	    client_copy(s, "current_path", sub->current_path,
+	    sizeof sub->current_path, 0, err) != 0)
 		return (-1);
 	if ((receipt = json_object_get(s, "receipt")) != NULL) {
 		if (client_receipt(receipt, &sub->receipt, err) != 0)

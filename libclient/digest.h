@@ -2,7 +2,8 @@
  * digest.h: internal interface of libclient/digest.c, shared with the
  * broker (not installed).  digest.c owns string normalization (CRLF and
  * lone CR to LF, then NFC via utf8proc), the JCS string encoding, the
- * write-task-v1 / write-report-v1 canonical forms, and SHA-256 (libsodium).
+ * write-task-v1 / write-report-v1 / fcop-create-task-v1 canonical forms,
+ * and SHA-256 (libsodium).
  */
 #ifndef IDEM_DIGEST_H
 #define IDEM_DIGEST_H
@@ -37,6 +38,26 @@ int	 digest_task_normalize(const struct idem_task *,
 	    struct digest_task_normalized *);
 void	 digest_task_normalized_free(struct digest_task_normalized *);
 
+/*
+ * An fcop-create-task-v1 task normalized: defaults applied, strings
+ * normalized, the body ending in exactly one LF, references
+ * de-duplicated and sorted.  Free with digest_fcop_normalized_free().
+ */
+struct digest_fcop_normalized {
+	struct idem_fcop_task	 task;
+	char			**owned;	/* every string and the list */
+	size_t			 owned_count;
+};
+int	 digest_fcop_normalize(const struct idem_fcop_task *,
+	    struct digest_fcop_normalized *);
+void	 digest_fcop_normalized_free(struct digest_fcop_normalized *);
+int	 digest_fcop_canonical_normalized(const struct idem_fcop_task *,
+	    char **canonical, size_t *length);
+/* FCoP 4's grammars: operation_id, workspace_id, a TASK id in parent. */
+int	 digest_fcop_operation_id_valid(const char *s, size_t length);
+int	 digest_fcop_workspace_id_valid(const char *s, size_t length);
+int	 digest_fcop_task_ref_valid(const char *s, size_t length);
+
 /* Canonical bytes of an already normalized task (malloc'd, NUL-terminated). */
 int	 digest_task_canonical_normalized(const struct idem_task *,
 	    char **canonical, size_t *length);
@@ -60,5 +81,7 @@ int	 digest_from_hex(const char *hex, uint8_t out[IDEM_SHA256_BYTES]);
 
 /* The FCoP role-code grammar ^[A-Z][A-Z0-9_]*(-[A-Z0-9_]+)*$, at most 16 bytes. */
 int	 digest_role_code_valid(const char *s, size_t length);
+/* A task recipient: a role code, or an FCoP slot ROLE.SLOT (DEV.D1). */
+int	 digest_recipient_valid(const char *s, size_t length);
 
 #endif

@@ -68,6 +68,35 @@ int	idem_task_canonical(const struct idem_task *, char **canonical,
 int	idem_task_digest(const struct idem_task *,
 	    char digest[IDEM_DIGEST_HEX_SIZE]);
 
+/*
+ * fcop-create-task-v1, FCoP 4.0's candidate create-task digest (its C7;
+ * see doc/protocol.md, "Digest schemas"): the lookup key's workspace_id
+ * and operation_id, and the task's sender, recipient, subject, body,
+ * priority, parent, branch_of and references.  NULL means the default
+ * (body "", priority "P2", parent and branch_of null, no references).
+ * The digest normalizes as write-task-v1 does (CRLF and CR to LF, NFC),
+ * and also ends the body in exactly one LF and de-duplicates and sorts
+ * the references.  thread_key, risk_level and depends_on are not part
+ * of it.
+ */
+struct idem_fcop_task {
+	const char		 *workspace_id;	/* urn:uuid:..., lower case */
+	const char		 *operation_id;	/* the client_submission_id */
+	const char		 *sender;
+	const char		 *recipient;
+	const char		 *subject;
+	const char		 *body;
+	const char		 *priority;
+	const char		 *parent;
+	const char		 *branch_of;
+	const char *const	 *references;
+	size_t			  references_count;
+};
+int	idem_fcop_task_canonical(const struct idem_fcop_task *,
+	    char **canonical, size_t *length);
+int	idem_fcop_task_digest(const struct idem_fcop_task *,
+	    char digest[IDEM_DIGEST_HEX_SIZE]);
+
 /* write-report-v1; here recipient must be given. */
 int	idem_report_canonical(const char *task_id, const struct idem_report *,
 	    char **canonical, size_t *length);
@@ -144,6 +173,11 @@ struct idem_write_result {
 	 * idem_write_task, 1 or more for idem_write_task_retry.
 	 */
 	unsigned		attempts;
+	/*
+	 * Created or reused: where the task is now if FCoP tools moved it
+	 * (the receipt keeps the path idem wrote); "" if it did not move.
+	 */
+	char			current_path[256];
 };
 
 struct idem_conn;
@@ -223,6 +257,7 @@ struct idem_submission {
 	char			updated_at[32];
 	int			has_receipt;	/* once committed */
 	struct idem_receipt	receipt;
+	char			current_path[256];	/* "" if not moved */
 };
 /* *found is 0 (submission zeroed) or 1; both return 0. */
 int	idem_get_submission(struct idem_conn *,

@@ -9,19 +9,30 @@
 #define IDEM_PROTOCOL_VERSION		1
 #define IDEM_SCHEMA_WRITE_TASK_V1	"write-task-v1"
 #define IDEM_SCHEMA_WRITE_REPORT_V1	"write-report-v1"
+/* FCoP 4.0's candidate create-task digest (doc/protocol.md). */
+#define IDEM_SCHEMA_FCOP_CREATE_TASK_V1	"fcop-create-task-v1"
+#define IDEM_FCOP_OPERATION_KIND	"create_task"
+/* operation_id: [A-Za-z0-9][A-Za-z0-9._:-]*, 1..128 characters. */
+#define IDEM_MAX_OPERATION_ID_BYTES	128
+/* "urn:uuid:" and a lower-case UUID. */
+#define IDEM_WORKSPACE_ID_BYTES		45
+/* The FCoP 4 workspace declaration that holds workspace_id. */
+#define IDEM_FCOP_DECLARATION_NAME	"fcop.json"
 
 /* One request or response line, newline included. */
 #define IDEM_MAX_LINE_BYTES		(1024 * 1024)
 
 #define IDEM_MAX_SUBMISSION_ID_BYTES	200
 #define IDEM_MAX_ROLE_BYTES		16
+/* A task recipient may carry an FCoP slot: ROLE "." ROLE (DEV.D1). */
+#define IDEM_MAX_RECIPIENT_BYTES	(2 * IDEM_MAX_ROLE_BYTES + 1)
 #define IDEM_MAX_SUBJECT_BYTES		1024
 #define IDEM_MAX_BODY_BYTES		524288
 #define IDEM_MAX_REF_BYTES		256	/* thread_key, parent, list items */
 #define IDEM_MAX_LIST_ITEMS		256	/* references, depends_on */
 #define IDEM_MAX_JSON_DEPTH		32
 
-/* "TASK-YYYYMMDD-" + up to 10 digits + "-" + role + "-to-" + role. */
+/* "TASK-YYYYMMDD-" + up to 10 digits + "-" + role + "-to-" + recipient. */
 #define IDEM_MAX_TASK_ID_BYTES		80
 #define IDEM_MAX_TASK_PATH_BYTES	128
 #define IDEM_SHA256_BYTES		32
@@ -32,6 +43,14 @@
 #define IDEM_MAX_WORKERS		64
 #define IDEM_DEFAULT_CAPACITY		262144
 #define IDEM_DEFAULT_INFLIGHT_WAIT_MS	10000
+/*
+ * Digits of a task or report number: FCoP's names have exactly three
+ * (999 a day); --sequence-digits lets them grow, for workspaces no FCoP 3
+ * tool reads.
+ */
+#define IDEM_DEFAULT_SEQUENCE_DIGITS	3
+#define IDEM_MIN_SEQUENCE_DIGITS	3
+#define IDEM_MAX_SEQUENCE_DIGITS	6
 #define IDEM_DEFAULT_MAX_CONNECTIONS	1024	/* across all workers */
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
 /* After a journal failure, how often the journal is reopened and verified. */

@@ -6,6 +6,11 @@
  * put on disk for it (the caller's scan function; the only I/O done
  * under a lock of the segment, once per date).
  *
+ * Numbers stop at alloc_max_seq (999 by default: FCoP's names carry
+ * three digits).  A date whose numbers are used up answers ERANGE and
+ * hands out nothing, so the caller reserves and writes nothing; the
+ * counter stays past the limit, and the next date starts again at 1.
+ *
  * The date never goes backwards: if the clock steps back across
  * midnight, numbers keep coming from the later date, which is never a
  * collision, only a slightly wrong date.
@@ -27,7 +32,7 @@ seqalloc_next(struct shm_segment *seg, enum subtab_kind kind,
     uint32_t *seq)
 {
 	struct seqalloc_state	*st;
-	uint32_t		 on_disk = 0;
+	uint32_t		 on_disk = 0, max;
 	int			 rc = -1;
 
 	if (kind < 1 || kind > SUBTAB_KIND_COUNT) {
@@ -48,6 +53,12 @@ seqalloc_next(struct shm_segment *seg, enum subtab_kind kind,
 		if (on_disk >= st->next_seq)
 			st->next_seq = on_disk + 1;
 		st->scanned_date = st->date;
+	}
+	max = seg->header->alloc_max_seq != 0 ?
+	    seg->header->alloc_max_seq : SEQALLOC_DEFAULT_MAX;
+	if (st->next_seq > max) {
+		errno = ERANGE;
+		goto out;
 	}
 	*date = st->date;
 	*seq = st->next_seq++;

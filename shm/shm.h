@@ -62,7 +62,8 @@ enum subtab_state {
 enum subtab_schema {
 	SUBTAB_SCHEMA_NONE = 0,		/* legacy: no digest */
 	SUBTAB_SCHEMA_WRITE_TASK_V1 = 1,
-	SUBTAB_SCHEMA_WRITE_REPORT_V1 = 2
+	SUBTAB_SCHEMA_WRITE_REPORT_V1 = 2,
+	SUBTAB_SCHEMA_FCOP_CREATE_TASK_V1 = 3	/* FCoP 4.0's C7 digest */
 };
 
 /* The durable facts about one submission: what a journal record carries. */
@@ -79,7 +80,8 @@ struct subtab_entry {
 	uint8_t		request_digest[IDEM_SHA256_BYTES];
 	uint8_t		file_digest[IDEM_SHA256_BYTES];	/* from task_created on */
 	char		sender[IDEM_MAX_ROLE_BYTES];	/* not NUL-terminated */
-	char		recipient[IDEM_MAX_ROLE_BYTES];
+	/* The whole recipient of the name, slot included (DEV.D1). */
+	char		recipient[IDEM_MAX_RECIPIENT_BYTES];
 	int64_t		reserved_at_ms;
 	int64_t		updated_at_ms;
 	int64_t		created_at_ms;	/* the file's created_at */
@@ -157,6 +159,7 @@ struct shm_header {
 
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
+	uint32_t		alloc_max_seq;	/* set before fork; 0: 999 */
 
 	/* Journal hand-off (head under ring_lock; the rest atomic). */
 	uint64_t		ring_head;	/* bytes ever appended */
@@ -236,7 +239,8 @@ enum subtab_verdict {
 	SUBTAB_MISMATCH,	/* bound to another schema or digest */
 	SUBTAB_BUSY,		/* another live request holds it; waiter noted */
 	SUBTAB_FULL,		/* no slot or key space left */
-	SUBTAB_ALLOC_FAILED	/* the number allocator failed (see errno) */
+	SUBTAB_ALLOC_FAILED	/* the number allocator failed (see errno;
+				   ERANGE: the date's numbers are used up) */
 };
 typedef int (*seqalloc_scan_fn)(enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq, void *arg);
@@ -330,7 +334,12 @@ const char *subtab_state_name(unsigned);	/* "reserved", ... */
 const char *subtab_schema_name(unsigned);	/* NULL for legacy */
 
 /* seqalloc.c: task and report numbers, never handed out twice. */
+#define SEQALLOC_DEFAULT_MAX	999	/* FCoP's three digits */
 int	 seqalloc_repair(struct shm_segment *);
+/*
+ * -1 with errno ERANGE when the date's numbers past alloc_max_seq would
+ * be needed: nothing is taken, and the next date starts afresh.
+ */
 int	 seqalloc_next(struct shm_segment *, enum subtab_kind, uint32_t today,
 	    seqalloc_scan_fn, void *arg, uint32_t *date, uint32_t *seq);
 /* Replay: a number seen in the journal is used. */

@@ -582,6 +582,8 @@ subtab_schema_name(unsigned schema)
 		return IDEM_SCHEMA_WRITE_TASK_V1;
 	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
 		return IDEM_SCHEMA_WRITE_REPORT_V1;
+	case SUBTAB_SCHEMA_FCOP_CREATE_TASK_V1:
+		return IDEM_SCHEMA_FCOP_CREATE_TASK_V1;
 	}
 	return NULL;
 }

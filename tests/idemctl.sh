@@ -211,6 +211,12 @@ expect 0 "show --json"
 is_json "$tmp/out" "show --json is JSON"
 run "$IDEMCTL" show no-such-id
 expect 1 "show an unknown id"
+# Moved by an FCoP tool: show says where it is now.
+mv "$root/_lifecycle/inbox/$task1.md" "$root/_lifecycle/active/"
+run "$IDEMCTL" show ctl-1
+expect 0 "show a moved task"
+contains "$tmp/out" "_lifecycle/active/$task1.md" "show gives current_path"
+mv "$root/_lifecycle/active/$task1.md" "$root/_lifecycle/inbox/"
 
 run "$IDEMCTL" stats --json
 expect 0 "stats --json"
@@ -330,12 +336,49 @@ rm "$inbox/$ghost.md"
 
 # Another FCoP writer's task: listed, not an error.
 foreign=TASK-20260101-901-OPS-to-DEV
-printf -- '---\nprotocol: "fcop"\nversion: 1\ntype: "TASK"\nsender: "OPS"\n---\nby hand\n' \
+printf -- '---\nprotocol: "fcop"\nversion: 1\ntype: "TASK"\nsender: "OPS"\nrecipient: "DEV"\n---\nby hand\n' \
     >"$inbox/$foreign.md"
 run "$IDEMCTL" verify
 expect 0 "verify with a foreign TASK file"
 contains "$tmp/out" "foreign" "verify lists foreign files"
 contains "$tmp/out" "$foreign" "verify names the foreign file"
+
+# Files FCoP's reference library cannot parse are errors, whoever wrote
+# them: a four-digit number (unless idemd runs with --sequence-digits),
+# front matter without what FCoP's reader requires, or none at all.
+long=TASK-20260101-1000-OPS-to-DEV
+cp "$inbox/$foreign.md" "$inbox/$long.md"
+run "$IDEMCTL" verify
+expect 1 "verify with a four-digit TASK number"
+contains "$tmp/out" "$long.md: FCoP tools cannot read it" \
+    "verify names the four-digit TASK file"
+run "$IDEMCTL" verify --sequence-digits 4
+expect 0 "verify --sequence-digits 4 with a four-digit TASK number"
+run "$IDEMCTL" verify --sequence-digits 2
+expect 2 "verify --sequence-digits out of range"
+mv "$inbox/$long.md" "$root/reports/REPORT-20260101-1000-OPS-to-DEV.md"
+run "$IDEMCTL" verify
+expect 1 "verify with a four-digit REPORT number"
+contains "$tmp/out" "REPORT-20260101-1000-OPS-to-DEV.md: FCoP tools" \
+    "verify names the four-digit REPORT file"
+rm "$root/reports/REPORT-20260101-1000-OPS-to-DEV.md"
+bare=TASK-20260101-902-OPS-to-DEV
+printf 'no front matter\n' >"$inbox/$bare.md"
+run "$IDEMCTL" verify
+expect 1 "verify with a TASK file without front matter"
+contains "$tmp/out" "$bare.md: FCoP tools cannot read it: it has no front" \
+    "verify names the TASK file without front matter"
+printf -- '---\nprotocol: "fcop"\nversion: 2\nsender: "OPS"\nrecipient: "DEV"\n---\n' \
+    >"$inbox/$bare.md"
+run "$IDEMCTL" verify
+expect 1 "verify with a TASK file of another FCoP version"
+rm "$inbox/$bare.md"
+slot=TASK-20260101-903-OPS-to-DEV.D1
+printf -- '---\nprotocol: "fcop"\nversion: 1\nsender: "OPS"\nrecipient: "DEV"\n---\n' \
+    >"$inbox/$slot.md"
+run "$IDEMCTL" verify
+expect 0 "verify with a slot recipient's TASK file"
+rm "$inbox/$slot.md"
 
 # A torn tail: a warning, and read-only: the segment is not cut.
 printf 'torn' >>"$segment"

@@ -348,7 +348,8 @@ class Client:
         (a new task each time, reply["idempotent"] false).  request_digest:
         a digest for the broker to check (True: task_digest(task)); meta: a
         free-form dict, never digested.  Returns the reply (disposition
-        "created" or "reused", "receipt", maybe "recovered"); raises
+        "created" or "reused", "receipt", maybe "recovered", and
+        "current_path" when FCoP tools moved the task since); raises
         IdemConflict on a conflict, IdemError on any other error."""
         request = {"op": "write_task", "task": task}
         if client_submission_id is not None:
@@ -460,7 +461,9 @@ def task_canonical(task):
             fields[key] = _TASK_DEFAULTS[key]
             continue
         v = task[key]
-        if key in _TASK_LISTS:
+        if v is None and key not in _TASK_REQUIRED:
+            fields[key] = _TASK_DEFAULTS[key]  # null means the default
+        elif key in _TASK_LISTS:
             if not isinstance(v, (list, tuple)) or not all(
                     isinstance(x, str) for x in v):
                 raise ValueError("task.%s must be a list of strings" % key)

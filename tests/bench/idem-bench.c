@@ -86,6 +86,7 @@
 #define BENCH_STORM_CLIENTS	64
 #define BENCH_STORM_IDS		100
 #define BENCH_REPLAY_CREATIONS	1000000
+#define BENCH_SEQUENCE_DIGITS	"6"	/* idemd's largest: 999999 a day */
 #define BENCH_TARGET_CLIENTS	8	/* the K the targets are set at */
 
 #define BENCH_BODY_BYTES	900	/* a ~1 KiB task once rendered */
@@ -511,6 +512,9 @@ broker_start(struct broker *b, const char *root, uint32_t capacity,
 	argv[n++] = root;
 	argv[n++] = "--ready-fd";
 	argv[n++] = "3";
+	/* Scenarios create far more than FCoP's 999 tasks a day. */
+	argv[n++] = "--sequence-digits";
+	argv[n++] = BENCH_SEQUENCE_DIGITS;
 	if (capacity != 0) {
 		snprintf(cap, sizeof cap, "%" PRIu32, capacity);
 		argv[n++] = "--capacity";

@@ -53,6 +53,7 @@
 
 #define CHAOS_CLIENTS			8
 #define CHAOS_CALLS_PER_CLIENT		1000
+#define CHAOS_SEQUENCE_DIGITS		"5"
 #define CHAOS_RETRY_PERCENT		20
 #define CHAOS_OTHER_PERCENT		2
 #define CHAOS_WORKERS			"2"
@@ -386,7 +387,9 @@ clients_progress(struct chaos *ch)
 static void
 broker_start(struct chaos *ch)
 {
-	const char *const	args[] = { "--workers", CHAOS_WORKERS, NULL };
+	/* 8000 creations in a day: past FCoP's 999. */
+	const char *const	args[] = { "--workers", CHAOS_WORKERS,
+	    "--sequence-digits", CHAOS_SEQUENCE_DIGITS, NULL };
 
 	if (harness_start(&ch->b, args, NULL) != 0)
 		fail_msg("idemd did not start on %s (log %s)", ch->b.root,
@@ -849,6 +852,7 @@ check_verify(struct chaos *ch)
 {
 	const char *const	help[] = { "verify", "--help", NULL };
 	const char *const	verify[] = { "verify", "--root", ch->b.root,
+				    "--sequence-digits", CHAOS_SEQUENCE_DIGITS,
 				    NULL };
 
 	/* idemctl verify is younger than this test: run it where it exists. */

@@ -83,3 +83,24 @@ taskfile_render_report(const struct taskfile_report *r, char **out,
 {
 	fuzz_unreachable(__func__);
 }
+
+int
+taskfile_current_path(int root_fd, const char *id, const char *recorded,
+    char *relpath, size_t relpath_size)
+{
+	fuzz_unreachable(__func__);
+}
+
+/* request_check_line passes no root: fcop_workspace never reads one. */
+int
+taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
+    const char **cause)
+{
+	fuzz_unreachable(__func__);
+}
+
+const char *
+subtab_schema_name(unsigned schema)
+{
+	fuzz_unreachable(__func__);
+}

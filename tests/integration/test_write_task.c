@@ -298,9 +298,11 @@ hello_answers_server_and_protocol(void **state)
 	/* The schemas write_task accepts in "digest_schema". */
 	schemas = json_object_get(reply, "digest_schemas");
 	assert_true(json_is_array(schemas));
-	assert_int_equal(json_array_size(schemas), 1);
+	assert_int_equal(json_array_size(schemas), 2);
 	assert_string_equal(json_string_value(json_array_get(schemas, 0)),
 	    "write-task-v1");
+	assert_string_equal(json_string_value(json_array_get(schemas, 1)),
+	    "fcop-create-task-v1");
 	json_decref(reply);
 	harness_finish(b);
 }

@@ -193,10 +193,15 @@ class TestDigest(unittest.TestCase):
         self.assertIn('"body":"\\"\\\\/\\b\\f\\u0000\\u001f\x7f\u2028é"'
                       .encode("utf-8"), c)
 
+    def test_null_means_the_default(self):
+        bare = {"sender": "PM", "recipient": "DEV", "subject": "Fix login"}
+        self.assertEqual(idem.task_digest(dict(bare, body=None,
+                                               references=None)),
+                         idem.task_digest(bare))
+
     def test_refuses_what_the_broker_refuses(self):
         for bad in ({"sender": "PM", "recipient": "DEV"},
                     dict(TASK, colour="red"),
-                    dict(TASK, body=None),
                     dict(TASK, references="doc/a.md"),
                     dict(TASK, subject="\ud800")):
             with self.subTest(task=repr(bad)):

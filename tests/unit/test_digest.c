@@ -87,7 +87,7 @@ vector_list(json_t *task, const char *key, size_t *count)
 	size_t		  i;
 
 	*count = 0;
-	if (v == NULL)
+	if (v == NULL || json_is_null(v))	/* null means the default */
 		return (NULL);
 	assert_true(json_is_array(v));
 	*count = json_array_size(v);
@@ -161,8 +161,9 @@ run_vector(json_t *vector)
 	free(deps);
 }
 
+/* Every vector of $IDEM_VECTORS/<file>; the file must hold some. */
 static void
-test_conformance_vectors_all_match(void **state)
+run_vector_file(const char *file)
 {
 	const char	*dir = getenv("IDEM_VECTORS");
 	char		 path[4096];
@@ -172,7 +173,7 @@ test_conformance_vectors_all_match(void **state)
 
 	if (dir == NULL)
 		fail_msg("IDEM_VECTORS is not set");
-	snprintf(path, sizeof path, "%s/write-task-v1.json", dir);
+	snprintf(path, sizeof path, "%s/%s", dir, file);
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL)
 		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
@@ -185,6 +186,151 @@ test_conformance_vectors_all_match(void **state)
 	json_array_foreach(vectors, i, vector)
 		run_vector(vector);
 	json_decref(root);
+}
+
+static void
+test_conformance_vectors_all_match(void **state)
+{
+	run_vector_file("write-task-v1.json");
+}
+
+/* FCoP fidelity: null means the default; a slot recipient (DEV.D1). */
+static void
+test_fcop_vectors_all_match(void **state)
+{
+	run_vector_file("write-task-v1-fcop.json");
+}
+
+/* One fcop-create-task-v1 vector: canonical bytes and digest. */
+static void
+run_fcop_vector(json_t *vector)
+{
+	static const char *const known[] = { "sender", "recipient", "subject",
+	    "body", "priority", "parent", "branch_of", "references" };
+	json_t			*task = json_object_get(vector, "task"), *value;
+	const char		*name, *expected, *key, **refs;
+	struct idem_fcop_task	 t;
+	char			*canonical, digest[IDEM_DIGEST_HEX_SIZE];
+	size_t			 length, i;
+
+	name = json_string_value(json_object_get(vector, "name"));
+	expected = json_string_value(json_object_get(vector, "canonical"));
+	assert_non_null(name);
+	assert_non_null(expected);
+	assert_true(json_is_object(task));
+	json_object_foreach(task, key, value) {
+		for (i = 0; i < sizeof known / sizeof known[0]; i++)
+			if (strcmp(key, known[i]) == 0)
+				break;
+		if (i == sizeof known / sizeof known[0])
+			fail_msg("vector %s: unknown task field %s", name, key);
+	}
+	memset(&t, 0, sizeof t);
+	t.workspace_id = json_string_value(json_object_get(vector,
+	    "workspace_id"));
+	t.operation_id = json_string_value(json_object_get(vector,
+	    "operation_id"));
+	assert_non_null(t.workspace_id);
+	assert_non_null(t.operation_id);
+	t.sender = vector_string(task, "sender");
+	t.recipient = vector_string(task, "recipient");
+	t.subject = vector_string(task, "subject");
+	t.body = vector_string(task, "body");
+	t.priority = vector_string(task, "priority");
+	t.parent = vector_string(task, "parent");
+	t.branch_of = vector_string(task, "branch_of");
+	t.references = refs = vector_list(task, "references",
+	    &t.references_count);
+
+	if (idem_fcop_task_canonical(&t, &canonical, &length) != 0)
+		fail_msg("vector %s: canonical failed: %s", name,
+		    strerror(errno));
+	if (length != json_string_length(json_object_get(vector,
+	    "canonical")) || memcmp(canonical, expected, length) != 0)
+		fail_msg("vector %s:\n got      %s\n expected %s", name,
+		    canonical, expected);
+	free(canonical);
+	assert_int_equal(idem_fcop_task_digest(&t, digest), 0);
+	if (strcmp(digest, json_string_value(json_object_get(vector,
+	    "request_digest"))) != 0)
+		fail_msg("vector %s: digest %s", name, digest);
+	free(refs);
+}
+
+/* idem's own vectors for fcop-create-task-v1 (FCoP 4.0's C7 digest). */
+static void
+test_fcop_create_task_vectors_all_match(void **state)
+{
+	const char	*dir = getenv("IDEM_VECTORS");
+	char		 path[4096];
+	json_t		*root, *vectors, *vector;
+	json_error_t	 jerr;
+	size_t		 i;
+
+	if (dir == NULL)
+		fail_msg("IDEM_VECTORS is not set");
+	snprintf(path, sizeof path, "%s/fcop-create-task-v1.json", dir);
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL)
+		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
+	assert_string_equal(json_string_value(json_object_get(root, "schema")),
+	    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
+	vectors = json_object_get(root, "vectors");
+	assert_true(json_array_size(vectors) > 0);
+	json_array_foreach(vectors, i, vector)
+		run_fcop_vector(vector);
+	json_decref(root);
+}
+
+/* FCoP 4's identifier grammars, as the broker checks them. */
+static void
+test_fcop_identifier_grammars(void **state)
+{
+	char	long_id[IDEM_MAX_OPERATION_ID_BYTES + 2];
+
+	assert_true(digest_fcop_operation_id_valid("a", 1));
+	assert_true(digest_fcop_operation_id_valid("ns:Run-1.step_x", 15));
+	assert_false(digest_fcop_operation_id_valid("ns:Run-1.step x", 15));
+	assert_false(digest_fcop_operation_id_valid("-a", 2));
+	assert_false(digest_fcop_operation_id_valid("run/1", 5));
+	assert_false(digest_fcop_operation_id_valid("", 0));
+	memset(long_id, 'a', sizeof long_id);
+	assert_true(digest_fcop_operation_id_valid(long_id,
+	    IDEM_MAX_OPERATION_ID_BYTES));
+	assert_false(digest_fcop_operation_id_valid(long_id,
+	    IDEM_MAX_OPERATION_ID_BYTES + 1));
+	assert_true(digest_fcop_workspace_id_valid(
+	    "urn:uuid:00000000-0000-4000-8000-000000000000", 45));
+	assert_false(digest_fcop_workspace_id_valid(
+	    "urn:uuid:00000000-0000-4000-8000-00000000000A", 45));
+	assert_false(digest_fcop_workspace_id_valid(
+	    "00000000-0000-4000-8000-000000000000", 36));
+	assert_true(digest_fcop_task_ref_valid("TASK-20261202-001-PM-to-DEV",
+	    27));
+	assert_false(digest_fcop_task_ref_valid("TASK-", 5));
+	assert_false(digest_fcop_task_ref_valid("doc/a.md", 8));
+	assert_false(digest_fcop_task_ref_valid("TASK-a b", 8));
+}
+
+/* The recipient grammar: a role code, or ROLE.SLOT with two role codes. */
+static void
+test_recipient_slot_grammar(void **state)
+{
+	static const char *const good[] = { "DEV", "DEV.D1", "LEAD-QA.B_2",
+	    "ABCDEFGHIJKLMNOP.ABCDEFGHIJKLMNOP" };
+	static const char *const bad[] = { "DEV.", ".D1", "DEV.d1",
+	    "DEV.D1.X", "DEV..D1", "ABCDEFGHIJKLMNOPQ.D1",
+	    "DEV.ABCDEFGHIJKLMNOPQ", "dev.D1", "DEV-.D1" };
+	size_t	i;
+
+	for (i = 0; i < sizeof good / sizeof good[0]; i++)
+		if (!digest_recipient_valid(good[i], strlen(good[i])))
+			fail_msg("%s refused", good[i]);
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		if (digest_recipient_valid(bad[i], strlen(bad[i])))
+			fail_msg("%s accepted", bad[i]);
+	/* A sender is never a slot. */
+	assert_false(digest_role_code_valid("DEV.D1", 6));
 }
 
 static void
@@ -548,6 +694,10 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_conformance_vectors_all_match),
+		cmocka_unit_test(test_fcop_vectors_all_match),
+		cmocka_unit_test(test_recipient_slot_grammar),
+		cmocka_unit_test(test_fcop_create_task_vectors_all_match),
+		cmocka_unit_test(test_fcop_identifier_grammars),
 		cmocka_unit_test(test_jcs_escapes_every_control_char),
 		cmocka_unit_test(test_jcs_escapes_quote_backslash_not_slash),
 		cmocka_unit_test(test_u2028_literal_in_jcs_escaped_in_yaml),

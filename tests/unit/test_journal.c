@@ -115,7 +115,7 @@ make_record(struct journal_record *r, unsigned n)
 	r->type = JOURNAL_RECORD_ENTRY;
 	e->kind = n % 2 ? SUBTAB_KIND_REPORT : SUBTAB_KIND_TASK;
 	e->state = 1 + n % 3;
-	e->schema = n % 3;
+	e->schema = n % 4;	/* none, the three schemas */
 	memcpy(e->sender, "PM", 2);
 	e->sender_length = 2;
 	memcpy(e->recipient, "DEVELOPER-ABCDEF", 16);	/* the maximum */
@@ -336,7 +336,7 @@ round_trip_keeps_every_field(void **state)
 	size_t			len, consumed = 0;
 	unsigned		n;
 
-	for (n = 0; n < 6; n++) {	/* every kind, state and schema */
+	for (n = 0; n < 12; n++) {	/* every kind, state and schema */
 		make_record(&in, n);
 		len = journal_encode(&in, buf, sizeof buf);
 		assert_int_equal(len, DOC_RECORD_HEADER_BYTES +
@@ -363,6 +363,59 @@ round_trip_keeps_every_field(void **state)
 	assert_int_equal(journal_decode(buf, len, &out, &consumed),
 	    JOURNAL_DECODE_OK);
 	assert_record_equal(&out, &in);
+}
+
+/*
+ * An FCoP slot recipient (DEV.D1, each part up to 16 characters): the
+ * role in its field, the slot after the key (doc/journal.md), and back.
+ */
+static void
+slot_recipient_round_trips(void **state)
+{
+	static const char	 longest[] = "DEVELOPER-ABCDEF.SLOT-0123456789";
+	struct journal_record	 in, out;
+	uint8_t			 buf[JOURNAL_MAX_RECORD_BYTES];
+	const uint8_t		*p = buf + DOC_RECORD_HEADER_BYTES;
+	size_t			 len, consumed = 0;
+
+	make_record(&in, 0);
+	in.entry.kind = SUBTAB_KIND_TASK;
+	memset(in.entry.recipient, 0, sizeof in.entry.recipient);
+	memcpy(in.entry.recipient, "DEV.D1", 6);
+	in.entry.recipient_length = 6;
+	len = journal_encode(&in, buf, sizeof buf);
+	assert_int_equal(len, DOC_RECORD_HEADER_BYTES +
+	    DOC_PAYLOAD_FIXED_BYTES + in.entry.key_length + 2);
+	assert_int_equal(p[5], 3);			/* "DEV" */
+	assert_memory_equal(p + 96, "DEV\0", 4);
+	assert_memory_equal(p + DOC_PAYLOAD_FIXED_BYTES +
+	    in.entry.key_length, "D1", 2);
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_OK);
+	assert_int_equal(consumed, len);
+	assert_record_equal(&out, &in);
+
+	/* The longest: 16 + "." + 16 (and the longest key). */
+	memcpy(in.entry.recipient, longest, sizeof longest - 1);
+	in.entry.recipient_length = sizeof longest - 1;
+	memset(in.key, 'k', SUBTAB_MAX_KEY_BYTES);
+	in.entry.key_length = SUBTAB_MAX_KEY_BYTES;
+	len = journal_encode(&in, buf, sizeof buf);
+	assert_true(len > 0 && len <= JOURNAL_MAX_RECORD_BYTES);
+	assert_int_equal(journal_decode(buf, len, &out, &consumed),
+	    JOURNAL_DECODE_OK);
+	assert_record_equal(&out, &in);
+
+	/* A slot of 17, an empty slot or a role of 17: not encoded. */
+	memcpy(in.entry.recipient, "DEV.ABCDEFGHIJKLMNOPQ", 21);
+	in.entry.recipient_length = 21;
+	assert_int_equal(journal_encode(&in, buf, sizeof buf), 0);
+	memcpy(in.entry.recipient, "DEV.", 4);
+	in.entry.recipient_length = 4;
+	assert_int_equal(journal_encode(&in, buf, sizeof buf), 0);
+	memcpy(in.entry.recipient, "ABCDEFGHIJKLMNOPQ.D1", 20);
+	in.entry.recipient_length = 20;
+	assert_int_equal(journal_encode(&in, buf, sizeof buf), 0);
 }
 
 static void
@@ -470,7 +523,7 @@ decode_checks_fields_behind_a_good_checksum(void **state)
 		{ 0, 0 }, { 0, 2 },		/* type */
 		{ 1, 0 }, { 1, 3 },		/* kind */
 		{ 2, 0 }, { 2, 4 },		/* state */
-		{ 3, 3 },			/* schema */
+		{ 3, 4 },			/* schema */
 		{ 4, 17 }, { 5, 17 },		/* role lengths */
 		{ 6, 0 },			/* key length vs record length */
 		{ 4, 1 },			/* "M" of "PM" is now padding */
@@ -1173,6 +1226,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 		T(round_trip_keeps_every_field),
+		T(slot_recipient_round_trips),
 		T(encoding_matches_the_document),
 		T(decode_rejects_every_flipped_byte),
 		T(decode_is_short_for_every_truncation),

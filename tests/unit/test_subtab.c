@@ -410,6 +410,64 @@ test_numbers_skip_disk(void **state)
 	assert_int_equal(calls, 1);	/* once per date */
 }
 
+static int
+scan_says_998(enum subtab_kind kind, uint32_t date, uint32_t *max, void *arg)
+{
+	*max = date == 20261202 ? 998 : 0;
+	return 0;
+}
+
+/*
+ * A day's numbers stop at 999 (SEQALLOC_DEFAULT_MAX): ERANGE, nothing
+ * taken, nothing inserted in the table; the next day starts at 1, so a
+ * retry then reserves.  alloc_max_seq (--sequence-digits) moves the end.
+ */
+static void
+test_numbers_stop_at_999(void **state)
+{
+	struct fixture		*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a = request("past-999", 7, 1, gen, 1);
+	struct subtab_entry	 e;
+	uint32_t		 date, seq, used;
+
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261202,
+	    scan_says_998, NULL, &date, &seq), 0);
+	assert_int_equal(seq, 999);
+	errno = 0;
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261202,
+	    scan_says_998, NULL, &date, &seq), -1);
+	assert_int_equal(errno, ERANGE);
+	/* Reports count apart. */
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_REPORT, 20261202,
+	    NULL, NULL, &date, &seq), 0);
+	assert_int_equal(seq, 1);
+
+	used = f->seg.header->slots_used;
+	a.scan = scan_says_998;
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_ALLOC_FAILED);
+	assert_int_equal(errno, ERANGE);
+	assert_int_equal(f->seg.header->slots_used, used);
+	assert_int_equal(subtab_lookup(&f->seg, "past-999", 8, &e, NULL), 0);
+	/* Still the same day: the same answer. */
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_ALLOC_FAILED);
+	/* The next day the same request reserves number 1. */
+	a.today = 20261203;
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	assert_int_equal(a.found.date, 20261203);
+	assert_int_equal(a.found.seq, 1);
+
+	/* Four digits: 9999 is the last. */
+	f->seg.header->alloc_max_seq = 9999;
+	seqalloc_note_used(&f->seg, SUBTAB_KIND_TASK, 20261203, 9998);
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261203,
+	    NULL, NULL, &date, &seq), 0);
+	assert_int_equal(seq, 9999);
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261203,
+	    NULL, NULL, &date, &seq), -1);
+	assert_int_equal(errno, ERANGE);
+}
+
 static void
 test_ring_wraps_and_fills(void **state)
 {
@@ -644,6 +702,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_numbers_never_repeat,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_numbers_skip_disk,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_numbers_stop_at_999,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ring_wraps_and_fills,
 		    setup, teardown),

@@ -416,6 +416,7 @@ test_render_report_layout(void **state)
 	    "sender: \"DEV\"\n"
 	    "recipient: \"PM\"\n"
 	    "status: \"done\"\n"
+	    "references: [\"TASK-20261202-007-PM-to-DEV\"]\n"
 	    "created_at: \"2026-12-02T12:00:00.123Z\"\n"
 	    "client_submission_id: \"r-1\"\n"
 	    "digest_schema: \"write-report-v1\"\n"
