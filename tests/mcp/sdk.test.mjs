@@ -369,6 +369,38 @@ check('write_report, get_submission and diagnose', async () => {
   assert.ok(diag.structuredContent.counts.committed >= 1);
 });
 
+check('a task moved by FCoP tools: the receipt stays, current_path says where it is', async () => {
+  const args = { client_submission_id: 'sdk-moved-1', task: task('To be moved') };
+  const first = await call(main.client, 'write_task', args);
+  const receipt = first.structuredContent.receipt;
+  assert.equal(first.structuredContent.current_path, undefined, 'not moved yet');
+  // What an FCoP tool does when an agent takes the task.
+  const active = `_lifecycle/active/${receipt.task_id}.md`;
+  fs.mkdirSync(path.join(root, '_lifecycle/active'), { recursive: true });
+  fs.renameSync(path.join(root, receipt.task_path), path.join(root, active));
+  const retry = await call(main.client, 'write_task', args);
+  assert.equal(retry.structuredContent.disposition, 'reused');
+  assert.deepEqual(retry.structuredContent.receipt, receipt);
+  assert.equal(retry.structuredContent.current_path, active);
+  assert.match(retry.content[0].text, new RegExp(active.replace(/[.]/g, '[.]')));
+  const sub = await call(main.client, 'get_submission', { client_submission_id: 'sdk-moved-1' });
+  assert.equal(sub.structuredContent.submission.current_path, active);
+});
+
+check('null for an optional task field means its default', async () => {
+  const before = taskFiles();
+  const nulls = await call(main.client, 'write_task', { client_submission_id: 'sdk-null-1',
+    task: { ...task('Nulls'), priority: null, risk_level: null, references: null,
+      depends_on: null, thread_key: null, parent: null } });
+  assert.equal(nulls.isError, false, JSON.stringify(nulls.structuredContent));
+  assert.equal(nulls.structuredContent.disposition, 'created');
+  // The same intent without those fields digests the same: reused.
+  const plain = await call(main.client, 'write_task',
+      { client_submission_id: 'sdk-null-1', task: task('Nulls') });
+  assert.equal(plain.structuredContent.disposition, 'reused');
+  assert.equal(taskFiles(), before + 1);
+});
+
 check('bad arguments: tool errors the model can act on; an unknown tool is a protocol error', async () => {
   const before = taskFiles();
   // No client_submission_id: a legacy call cannot be made through idem-mcp.
