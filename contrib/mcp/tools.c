@@ -228,6 +228,14 @@ static const char diagnose_output[] = MCP_JSON(
 
 /* ---- the table ---------------------------------------------------------- */
 
+/*
+ * Not exposed yet: the effect ledger's ops (effect_begin, effect_complete,
+ * effect_resolve; SPEC.md, "Effects"), which the broker of this tree does
+ * not serve.  When it does, they are three rows here with their schemas,
+ * get_submission's input gains effect_kind, and its receipt becomes an
+ * anyOf of the task and the effect receipt (schema.c then needs anyOf).
+ */
+
 struct tool {
 	const char	*name;
 	const char	*title;
