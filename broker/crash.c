@@ -1,18 +1,31 @@
 /*
- * crash.c: fault injection for crash tests.  IDEM_CRASH_AT=<point> kills
- * the whole broker (master first, then the worker itself; the other
- * workers follow through their parent-death signal) with SIGKILL the
- * first time a worker reaches the point; IDEM_CRASH_WORKER_AT=<point>
- * kills only that worker.  "First time" is per broker run, kept in the
- * segment, so a replaced worker does not crash again on the retry.
+ * crash.c: fault injection for crash tests, built only by configure
+ * --enable-fault-injection (faultenv.c refuses the variables otherwise).
+ * IDEM_CRASH_AT=<point> kills the whole broker (master first, then the
+ * worker itself; the other workers follow through their parent-death
+ * signal) with SIGKILL the first time a worker reaches the point;
+ * IDEM_CRASH_WORKER_AT=<point> kills only that worker.  "First time" is
+ * per broker run, kept in the segment, so a replaced worker does not
+ * crash again on the retry.
+ *
+ * The points observe the I/O path production runs; they never choose
+ * another one (doc/architecture.md, "The fsync order of one creation").
+ * A point lies where the step it names is first seen done, by whichever
+ * thread sees it first: the reservation durable, by the loop or by the
+ * file thread that links early; the pair task_created+commit, appended
+ * and flushed together, by the journaler, which tears it back to its
+ * first record (what a crash during that flush may leave) and dies.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "idemd.h"
 #include "log.h"
@@ -34,7 +47,22 @@ static struct {
 	const char		*in_lock;	/* IDEM_CRASH_WORKER_IN_LOCK */
 	pid_t			 master;
 	long			 spawn_delay_ms; /* IDEM_SPAWN_DELAY_MS */
-} crash = { NULL, -1, 0, NULL, 0, 0 };
+	int			 link_early;	/* IDEM_CRASH_LINK_EARLY */
+} crash = { NULL, -1, 0, NULL, 0, 0, 0 };
+
+/*
+ * This process's mark in the segment's crash_fired (random, not 0): a
+ * thread that finds it there knows its own process fired and is dying.
+ */
+static uint32_t crash_token;
+/* crash_init's thread: the loop (in a worker) or the master's main. */
+static pthread_t crash_main_thread;
+
+/* crash_hold's waiters, per worker process. */
+static pthread_mutex_t	crash_hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t	crash_hold_cond = PTHREAD_COND_INITIALIZER;
+/* A held thread goes on after this long anyway, saying so. */
+#define CRASH_HOLD_MAX_SECONDS	30
 
 /*
  * IDEM_CRASH_WORKER_IN_LOCK=table|allocator|journal-ring: the first worker
@@ -44,8 +72,9 @@ static struct {
 static void
 crash_in_lock(const char *what)
 {
-	char	name[32];
-	size_t	i;
+	char		name[32];
+	size_t		i;
+	uint32_t	fired = 0;
 
 	/* The lock names have spaces ("journal ring"); the env has dashes. */
 	for (i = 0; what[i] != '\0' && i < sizeof name - 1; i++)
@@ -53,7 +82,8 @@ crash_in_lock(const char *what)
 	name[i] = '\0';
 	if (strcmp(name, crash.in_lock) != 0)
 		return;
-	if (atomic_exchange(&crash.seg->header->crash_fired, 1) != 0)
+	if (!atomic_compare_exchange_strong(&crash.seg->header->crash_fired,
+	    &fired, crash_token))
 		return;
 	fprintf(stderr, "idemd[%ld]: dying holding the %s lock: SIGKILL\n",
 	    (long)getpid(), what);
@@ -66,6 +96,34 @@ crash_worker_started(void)
 {
 	if (crash.in_lock != NULL)
 		shm_lock_set_hook(crash_in_lock);
+}
+
+/* A misspelt variable would silently test nothing: refuse it. */
+static int
+crash_check_names(char **cause)
+{
+	static const char *const known[] = { "IDEM_CRASH_AT",
+	    "IDEM_CRASH_WORKER_AT", "IDEM_CRASH_WORKER_IN_LOCK",
+	    "IDEM_CRASH_LINK_EARLY", "IDEM_SPAWN_DELAY_MS" };
+	char	*const *e;
+	char	*one[2] = { NULL, NULL }, name[64];
+	size_t	 i;
+
+	for (e = environ; *e != NULL; e++) {
+		one[0] = *e;
+		if (faultenv_find(one, name, sizeof name) == NULL)
+			continue;
+		for (i = 0; i < sizeof known / sizeof known[0]; i++) {
+			if (strcmp(name, known[i]) == 0)
+				break;
+		}
+		if (i == sizeof known / sizeof known[0]) {
+			asprintf(cause, "unknown fault-injection variable %s",
+			    name);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 static int
@@ -87,14 +145,19 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	const char	*worker = getenv("IDEM_CRASH_WORKER_AT");
 	const char	*name = whole != NULL ? whole : worker;
 	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
+	const char	*early = getenv("IDEM_CRASH_LINK_EARLY");
 	const char	*delay;
 	char		*end;
 	int		 in_master = getpid() == master;	/* logs once */
 
 	crash.seg = seg;
 	crash.point = -1;
+	crash_token = randombytes_random() | 1;
+	crash_main_thread = pthread_self();
 	crash.in_lock = NULL;
 	crash.master = master;
+	if (crash_check_names(cause) != 0)
+		return -1;
 	if ((delay = getenv("IDEM_SPAWN_DELAY_MS")) != NULL &&
 	    *delay != '\0') {
 		errno = 0;
@@ -122,6 +185,16 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 			log_info("fault injection: a worker dies holding "
 			    "the %s lock", in_lock);
 	}
+	if (early != NULL && *early != '\0') {
+		if (strcmp(early, "1") != 0) {
+			asprintf(cause, "IDEM_CRASH_LINK_EARLY must be 1");
+			return -1;
+		}
+		crash.link_early = 1;
+		if (in_master)
+			log_info("fault injection: file threads wait for the "
+			    "reservation to link early");
+	}
 	if (name == NULL || *name == '\0')
 		return 0;
 	if (whole != NULL && worker != NULL) {
@@ -134,6 +207,13 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		return -1;
 	}
 	crash.whole_broker = whole != NULL;
+	if (crash.point == CRASH_AFTER_TASK_CREATED_DURABLE &&
+	    !crash.whole_broker) {
+		asprintf(cause, "after_task_created_durable tears the append "
+		    "of task_created and commit, which only a crash of the "
+		    "whole broker can: use IDEM_CRASH_AT");
+		return -1;
+	}
 	if (in_master)
 		log_info("fault injection: %s at %s", crash.whole_broker ?
 		    "the broker dies" : "a worker dies", name);
@@ -158,30 +238,139 @@ crash_spawn_delay(void)
 		;
 }
 
-int
-crash_configured(void)
+static void
+crash_fire(enum crash_point point, const char *how)
 {
-	return crash.point != -1;
+	fprintf(stderr, "idemd[%ld]: crash point %s reached%s: SIGKILL\n",
+	    (long)getpid(), crash_point_names[point], how);
+	/* In the master, dying is enough: workers follow (PDEATHSIG). */
+	if (crash.whole_broker && getpid() != crash.master)
+		kill(getppid(), SIGKILL);
+	raise(SIGKILL);
 }
 
-int
-crash_armed(enum crash_point point)
+/*
+ * Fire once per broker run.  Two threads may reach the point at once
+ * (the loop and a file thread both see the reservation durable): the
+ * one that loses must not go on to the next step while the process is
+ * being killed, or the crash would leave a state past the point.
+ */
+static void
+crash_stop_short(void)
 {
-	return crash.point == (int)point && crash.seg != NULL &&
-	    atomic_load(&crash.seg->header->crash_fired) == 0;
+	if (crash.seg == NULL ||
+	    atomic_load(&crash.seg->header->crash_fired) != crash_token)
+		return;
+	for (;;)
+		pause();	/* SIGKILL is on its way */
+}
+
+static int
+crash_claim(enum crash_point point)
+{
+	uint32_t	fired = 0;
+
+	if (crash.point != (int)point || crash.seg == NULL)
+		return 0;
+	if (atomic_compare_exchange_strong(&crash.seg->header->crash_fired,
+	    &fired, crash_token))
+		return 1;
+	crash_stop_short();	/* fired here: by another thread */
+	return 0;		/* fired by a process before this one */
 }
 
 void
 crash_point(enum crash_point point)
 {
-	if (crash.point != (int)point || crash.seg == NULL)
+	crash_stop_short();
+	if (crash_claim(point))
+		crash_fire(point, getpid() != crash.master &&
+		    !pthread_equal(pthread_self(), crash_main_thread) ?
+		    " in a file thread" : "");
+}
+
+void
+crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
+{
+	struct journal_record	 prev, cur;
+	uint8_t			*buf;
+	size_t			 total = 0, at = 0, used, prev_end = 0;
+	int			 i, have_prev = 0, found = 0;
+	char			*cause = NULL, how[160];
+
+	if (crash.point != CRASH_AFTER_TASK_CREATED_DURABLE ||
+	    crash.seg == NULL ||
+	    atomic_load(&crash.seg->header->crash_fired) != 0)
 		return;
-	if (atomic_exchange(&crash.seg->header->crash_fired, 1) != 0)
+	for (i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if ((buf = malloc(total)) == NULL)
 		return;
-	fprintf(stderr, "idemd[%ld]: crash point %s reached: SIGKILL\n",
-	    (long)getpid(), crash_point_names[point]);
-	/* In the master, dying is enough: workers follow (PDEATHSIG). */
-	if (crash.whole_broker && getpid() != crash.master)
-		kill(getppid(), SIGKILL);
-	raise(SIGKILL);
+	for (i = 0; i < n; i++) {
+		memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
+		at += iov[i].iov_len;
+	}
+	for (at = 0; at < total; at += used) {
+		if (journal_decode(buf + at, total - at, &cur, &used) !=
+		    JOURNAL_DECODE_OK)
+			break;
+		if (have_prev && prev.entry.state == SUBTAB_TASK_CREATED &&
+		    cur.entry.state == SUBTAB_COMMITTED &&
+		    prev.entry.kind == SUBTAB_KIND_TASK &&
+		    prev.entry.key_length == cur.entry.key_length &&
+		    memcmp(prev.key, cur.key, cur.entry.key_length) == 0) {
+			found = 1;
+			break;
+		}
+		prev = cur;
+		prev_end = at + used;
+		have_prev = 1;
+	}
+	free(buf);
+	if (!found || !crash_claim(CRASH_AFTER_TASK_CREATED_DURABLE))
+		return;
+	/* What a crash during that fdatasync may leave: the first record. */
+	if (journal_cut(j->dir, j->segment, j->size - total + prev_end,
+	    &cause) != 0) {
+		/* Die anyway: the test then finds the commit, and fails. */
+		log_warnx("fault injection: cannot tear the journal: %s",
+		    cause);
+		free(cause);
+	}
+	snprintf(how, sizeof how, " (the journal torn back to its "
+	    "task_created record: segment %llu cut at %llu)",
+	    (unsigned long long)j->segment,
+	    (unsigned long long)(j->size - total + prev_end));
+	crash_fire(CRASH_AFTER_TASK_CREATED_DURABLE, how);
+}
+
+void
+crash_hold(int *released)
+{
+	struct timespec	deadline;
+	int		rc = 0;
+
+	if (!crash.link_early)
+		return;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += CRASH_HOLD_MAX_SECONDS;
+	pthread_mutex_lock(&crash_hold_lock);
+	while (!*released && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&crash_hold_cond, &crash_hold_lock,
+		    &deadline);
+	pthread_mutex_unlock(&crash_hold_lock);
+	if (rc == ETIMEDOUT)
+		log_warnx("fault injection: a file thread held %d s for a "
+		    "reservation; going on", CRASH_HOLD_MAX_SECONDS);
+}
+
+void
+crash_release(int *released)
+{
+	if (!crash.link_early)
+		return;
+	pthread_mutex_lock(&crash_hold_lock);
+	*released = 1;
+	pthread_cond_broadcast(&crash_hold_cond);
+	pthread_mutex_unlock(&crash_hold_lock);
 }

@@ -158,8 +158,15 @@ fileio_write(struct fileio_job *job)
 		if (taskfile_write_temp(job->dir_fd, job->name, job->data,
 		    job->length, job->temp, &job->cause) != 0)
 			return -1;
+		if (job->crash_points)
+			crash_hold(&job->crash_released);
 		if (!fileio_reservation_durable(job))
 			return 0;
+		/* This thread is the first to see the reservation durable. */
+		if (job->crash_points)
+			crash_point(CRASH_AFTER_RESERVE_DURABLE);
+		log_debug("%s: its reservation is durable: linked by the "
+		    "file thread that wrote it", job->name);
 		job->phase = FILEIO_LINK;
 		job->linked_early = 1;
 	}

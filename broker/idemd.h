@@ -279,12 +279,23 @@ const char *taskfile_fcop_problem(const char *name, unsigned digits,
 int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq);
 
-/* ---- crash.c: fault injection (IDEM_CRASH_AT, IDEM_CRASH_WORKER_AT) --- */
+/* ---- faultenv.c: the variables of fault injection, in any build ------- */
+
+/*
+ * The first IDEM_CRASH_* or IDEM_SPAWN_DELAY_MS entry of env ("NAME=..."),
+ * its name copied to name; NULL if there is none.
+ */
+const char *faultenv_find(char *const *env, char *name, size_t name_size);
+/* A build without fault injection: -1 and a cause naming the variable. */
+int	faultenv_refuse(char *const *env, char **cause);
+
+/* ---- crash.c: fault injection (configure --enable-fault-injection) ---- */
 
 enum crash_point {
 	CRASH_AFTER_RESERVE_DURABLE,
 	CRASH_AFTER_TASK_FILE_WRITTEN,
 	CRASH_AFTER_TASK_FILE_LINKED,
+	/* A torn append: the journaler's (IDEM_CRASH_AT only). */
 	CRASH_AFTER_TASK_CREATED_DURABLE,
 	CRASH_AFTER_COMMIT_DURABLE,
 	/* The master's: the whole broker dies (IDEM_CRASH_AT only). */
@@ -292,15 +303,35 @@ enum crash_point {
 	CRASH_AFTER_CHECKPOINT_RENAMED,	/* in place, old segments still there */
 	CRASH_POINT_COUNT
 };
+#ifdef IDEM_FAULT_INJECTION
 /* In the master and in each worker (which logs nothing). */
 int	crash_init(struct shm_segment *, pid_t master, char **cause);
 void	crash_point(enum crash_point);
 /* IDEM_SPAWN_DELAY_MS: in the master, right after forking a worker. */
 void	crash_spawn_delay(void);
-/* Is a crash point set at all?  (Shortcuts that skip one are off.) */
-int	crash_configured(void);
-/* Will crash_point(point) kill?  (It fires once.) */
-int	crash_armed(enum crash_point);
 void	crash_worker_started(void);
+/*
+ * The journaler flushed iov (n pieces), which ends the journal: with
+ * after_task_created_durable armed, a task_created record followed by
+ * its commit is torn back to the first and the broker dies.
+ */
+void	crash_journal_flushed(struct journal *, const struct iovec *, int n);
+/*
+ * IDEM_CRASH_LINK_EARLY: a file thread, its temporary written, waits
+ * (crash_hold) until the loop has seen the reservation durable
+ * (crash_release), so that it links early itself.
+ */
+void	crash_hold(int *released);
+void	crash_release(int *released);
+#else
+/* Without fault injection every crash point compiles to nothing. */
+#define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
+#define crash_point(point)		((void)0)
+#define crash_spawn_delay()		((void)0)
+#define crash_worker_started()		((void)0)
+#define crash_journal_flushed(j, iov, n) ((void)0)
+#define crash_hold(released)		((void)0)
+#define crash_release(released)		((void)0)
+#endif
 
 #endif

@@ -387,6 +387,8 @@ journaler_main(void *arg)
 				if (journal_sync(&d->journal, &cause) != 0)
 					journaler_fail(d, end, "fsync", cause);
 				else {
+					crash_journal_flushed(&d->journal,
+					    iov, n);
 					atomic_fetch_add(
 					    &h->counters.journal_fsyncs, 1);
 					journaler.durable_segment =

@@ -1,7 +1,10 @@
 /*
- * log.h: logging to stderr for idemd and its internal libraries.  One
- * line per event, prefixed with the program name and pid; log_warn
- * appends strerror(errno).  Debug lines only with IDEM_DEBUG set.
+ * log.h: logging for idemd and its internal libraries.  One line per
+ * event, prefixed with the program name and pid; log_warn appends
+ * strerror(errno).  Lines go to stderr (with a "<N>" syslog priority
+ * prefix when stderr is the journal), to a file (--log-file, reopened on
+ * SIGHUP) or to syslog (--syslog); those below the level (--log-level,
+ * default info; IDEM_DEBUG in the environment: debug) are dropped.
  */
 #ifndef IDEM_LOG_H
 #define IDEM_LOG_H
@@ -9,8 +12,17 @@
 #include <stdarg.h>
 
 void	log_init(const char *program);
+/* "error", "warning", "notice", "info" or "debug"; -1 if none of them. */
+int	log_set_level(const char *name);
+/* Log to the file at path from now on (stderr is pointed at it). */
+int	log_open_file(const char *path, char **cause);
+/* The log file again, by its path (after logrotate moved it); 0: none. */
+int	log_reopen(char **cause);
+/* Log to syslog (facility daemon) from now on. */
+void	log_use_syslog(void);
 void	log_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_warnx(const char *, ...) __attribute__((format(printf, 1, 2)));
+void	log_notice(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_info(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_debug(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	fatal(const char *, ...)

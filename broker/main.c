@@ -37,7 +37,7 @@ usage(FILE *out, int status)
 "             [--inflight-wait-ms N] [--max-connections N]\n"
 "             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
 "             [--segment-bytes N] [--sequence-digits N]\n"
-"             [--ready-fd FD]\n"
+"             [--ready-fd FD] [--log-file PATH | --syslog] [--log-level LEVEL]\n"
 "\n"
 "  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
 "  --socket PATH         Unix socket (default ROOT/%s)\n"
@@ -52,7 +52,10 @@ usage(FILE *out, int status)
 "                        when a segment passes N bytes (default 64 MiB)\n"
 "  --sequence-digits N   digits of a day's task and report numbers, %d to %d\n"
 "                        (default %d, FCoP's: 999 a day)\n"
-"  --ready-fd FD         write \"ready\\n\" to FD once serving\n",
+"  --ready-fd FD         write \"ready\\n\" to FD once serving\n"
+"  --log-file PATH       log to PATH (reopened on SIGHUP) instead of stderr\n"
+"  --syslog              log to syslog (facility daemon) instead of stderr\n"
+"  --log-level LEVEL     error, warning, notice, info (default) or debug\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
@@ -106,6 +109,9 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "socket-group", required_argument, NULL, 'G' },
 		{ "segment-bytes", required_argument, NULL, 'B' },
 		{ "sequence-digits", required_argument, NULL, 'D' },
+		{ "log-file", required_argument, NULL, 'L' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "syslog", no_argument, NULL, 'S' },
 		{ "worker", required_argument, NULL, 'W' },	/* master.c */
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -173,6 +179,17 @@ parse_options(struct idemd *d, int argc, char **argv)
 			    "sequence-digits", optarg, IDEM_MIN_SEQUENCE_DIGITS,
 			    IDEM_MAX_SEQUENCE_DIGITS);
 			break;
+		case 'L':
+			d->log_file = optarg;
+			break;
+		case 'l':
+			if (log_set_level(optarg) != 0)
+				fatalx("--log-level must be error, warning, "
+				    "notice, info or debug");
+			break;
+		case 'S':
+			d->log_syslog = 1;
+			break;
 		case 'W':
 			d->worker_handles = optarg;
 			break;
@@ -188,6 +205,8 @@ parse_options(struct idemd *d, int argc, char **argv)
 	}
 	if (optind != argc)
 		usage(stderr, 2);
+	if (d->log_file != NULL && d->log_syslog)
+		fatalx("--log-file and --syslog: choose one");
 }
 
 /* mkdir -p for the root itself; the topology below is taskfile.c's. */
@@ -443,17 +462,34 @@ main(int argc, char **argv)
 	char		*cause = NULL;
 	unsigned	 swept;
 	int		 status;
+	sigset_t	 hup;
 
 	log_init("idemd");
 	memset(&d, 0, sizeof d);
 	parse_options(&d, argc, argv);
+	if (d.log_file != NULL && log_open_file(d.log_file, &cause) != 0)
+		fatalx("%s", cause);
+	if (d.log_syslog)
+		log_use_syslog();
 	d.argc = argc;
 	d.argv = argv;
 	if (sodium_init() < 0)
 		fatalx("libsodium failed to initialise");
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * SIGHUP waits until the event loop handles it (master.c,
+	 * worker.c): by default it would kill the process and leave the
+	 * socket and the segment behind.
+	 */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	sigprocmask(SIG_BLOCK, &hup, NULL);
 	if (d.worker_handles != NULL)
 		return run_worker(&d);
+#ifndef IDEM_FAULT_INJECTION
+	if (faultenv_refuse(environ, &cause) != 0)
+		fatalx("%s", cause);
+#endif
 
 	make_root(d.root);
 	if ((d.root_real = realpath(d.root, NULL)) == NULL)
@@ -480,8 +516,10 @@ main(int argc, char **argv)
 
 	if (idemd_open_state(&d, &cause) != 0)
 		fatalx("%s", cause);
-	if (crash_init(&d.seg, getpid(), &cause) != 0)
+	if (crash_init(&d.seg, getpid(), &cause) != 0) {
+		idemd_close_state(&d);	/* no segment left in /dev/shm */
 		fatalx("%s", cause);
+	}
 	if ((d.kick_fd = eventfd(0, EFD_CLOEXEC)) == -1)
 		fatal("eventfd");
 	open_socket(&d);
@@ -498,6 +536,6 @@ main(int argc, char **argv)
 	close(d.root_fd);
 	free(d.socket_path);
 	free(d.root_real);
-	log_info("stopped");
+	log_notice("stopped");
 	return status;
 }

@@ -12,6 +12,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -40,6 +44,24 @@ struct master {
 	unsigned		 burst;
 	struct event		*respawn_ev;
 };
+
+/*
+ * Tell systemd (Type=notify) how the service is: READY=1, RELOADING=1,
+ * STOPPING=1.  Without NOTIFY_SOCKET in the environment, or in a build
+ * without libsystemd, nothing (--ready-fd is the other way to wait).
+ */
+static void
+master_notify(const char *state)
+{
+#ifdef HAVE_SYSTEMD
+	int	rc;
+
+	if ((rc = sd_notify(0, state)) < 0)
+		log_warnx("sd_notify %s: %s", state, strerror(-rc));
+#else
+	(void)state;
+#endif
+}
 
 static int
 master_broadcast(void *arg)
@@ -134,6 +156,7 @@ master_spawn(struct master *m, unsigned index)
 	 */
 	sigemptyset(&term);
 	sigaddset(&term, SIGTERM);
+	sigaddset(&term, SIGHUP);
 	sigprocmask(SIG_BLOCK, &term, &old);
 	pid = fork();
 	if (pid == 0) {
@@ -260,7 +283,8 @@ master_terminate(evutil_socket_t fd, short events, void *arg)
 
 	if (m->stopping)
 		return;
-	log_info("signal %d: draining", (int)fd);
+	log_notice("signal %d: draining", (int)fd);
+	master_notify("STOPPING=1");
 	m->stopping = 1;
 	atomic_store(&m->d->seg.header->shutting_down, 1);
 	for (i = 0; i < m->d->worker_count; i++) {
@@ -271,12 +295,39 @@ master_terminate(evutil_socket_t fd, short events, void *arg)
 		event_base_loopbreak(m->base);
 }
 
+/*
+ * SIGHUP (systemctl reload, logrotate): reopen the log file and have
+ * every worker reopen it too; nothing else changes, nothing stops.
+ */
+static void
+master_hangup(evutil_socket_t fd, short events, void *arg)
+{
+	struct master	*m = arg;
+	char		*cause = NULL;
+	unsigned	 i;
+
+	master_notify("RELOADING=1");
+	log_notice("SIGHUP: reopening the log%s", m->d->log_file != NULL ?
+	    "" : " (none: logging to stderr)");
+	if (log_reopen(&cause) != 0) {
+		log_warnx("%s; logging on to the file as it was", cause);
+		free(cause);
+	} else if (m->d->log_file != NULL)
+		log_notice("SIGHUP: log reopened at %s", m->d->log_file);
+	for (i = 0; i < m->d->worker_count; i++) {
+		if (m->pids[i] != 0)
+			kill(m->pids[i], SIGHUP);
+	}
+	master_notify("READY=1");
+}
+
 int
 master_run(struct idemd *d)
 {
 	struct master	 m;
-	struct event	*sigchld, *sigterm, *sigint, *sigusr1, *watch_ev = NULL;
-	sigset_t	 stop_signals;
+	struct event	*sigchld, *sigterm, *sigint, *sigusr1, *sighup;
+	struct event	*watch_ev = NULL;
+	sigset_t	 hup, stop_signals;
 	unsigned	 i;
 
 	memset(&m, 0, sizeof m);
@@ -291,13 +342,19 @@ master_run(struct idemd *d)
 	sigint = evsignal_new(m.base, SIGINT, master_terminate, &m);
 	m.respawn_ev = evtimer_new(m.base, master_spawn_missing, &m);
 	sigusr1 = evsignal_new(m.base, SIGUSR1, master_usr1, &m);
+	sighup = evsignal_new(m.base, SIGHUP, master_hangup, &m);
 	if (sigchld == NULL || sigterm == NULL || sigint == NULL ||
-	    m.respawn_ev == NULL || sigusr1 == NULL)
+	    m.respawn_ev == NULL || sigusr1 == NULL || sighup == NULL)
 		fatalx("cannot create the master's events");
 	event_add(sigchld, NULL);
 	event_add(sigterm, NULL);
 	event_add(sigint, NULL);
 	event_add(sigusr1, NULL);
+	event_add(sighup, NULL);
+	/* Blocked since start-up (main.c): one that came meanwhile runs now. */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	sigprocmask(SIG_UNBLOCK, &hup, NULL);
 
 	if ((d->watch_fd = watch_start(d)) != -1) {
 		watch_ev = event_new(m.base, d->watch_fd, EV_READ | EV_PERSIST,
@@ -312,8 +369,9 @@ master_run(struct idemd *d)
 	}
 	if (journaler_start(d, master_broadcast, &m) != 0)
 		fatal("starting the journaling thread");
-	log_info("serving %s on %s with %u workers", d->root_real,
+	log_notice("serving %s on %s with %u workers", d->root_real,
 	    d->socket_path, d->worker_count);
+	master_notify("READY=1");
 	if (d->ready_fd != -1) {
 		(void)write(d->ready_fd, "ready\n", 6);
 		close(d->ready_fd);
@@ -323,17 +381,18 @@ master_run(struct idemd *d)
 	event_base_dispatch(m.base);
 
 	/*
-	 * Draining is under way: a second SIGTERM or SIGINT must change
-	 * nothing.  Freeing the signal events below gives the signals their
-	 * default action back, which would kill the master half-way through
-	 * its clean-up (socket and segment left behind).  Blocked here, they
-	 * stay pending: once journaler_stop() has joined the journaling
-	 * threads, this is the only thread left, and while those threads
-	 * run, libevent's handler is still installed.
+	 * Draining is under way: a second SIGTERM or SIGINT (or a SIGHUP)
+	 * must change nothing.  Freeing the signal events below gives the
+	 * signals their default action back, which would kill the master
+	 * half-way through its clean-up (socket and segment left behind).
+	 * Blocked here, they stay pending: once journaler_stop() has joined
+	 * the journaling threads, this is the only thread left, and while
+	 * those threads run, libevent's handler is still installed.
 	 */
 	sigemptyset(&stop_signals);
 	sigaddset(&stop_signals, SIGTERM);
 	sigaddset(&stop_signals, SIGINT);
+	sigaddset(&stop_signals, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 	journaler_stop();
 	event_free(sigchld);
@@ -341,6 +400,7 @@ master_run(struct idemd *d)
 	event_free(sigint);
 	event_free(m.respawn_ev);
 	event_free(sigusr1);
+	event_free(sighup);
 	if (watch_ev != NULL) {
 		event_free(watch_ev);
 		close(d->watch_fd);

@@ -333,9 +333,8 @@ static void	sub_file_written(struct fileio_job *);
  * The file and its name are durable: record task_created, and with it,
  * in the same append and so under the same fdatasync, the commit.  A
  * torn append can still leave task_created alone, which a retry
- * completes (the recovery rules; the crash-state explorer tears it).
- * Only a test that stops the broker between the two
- * (after_task_created_durable) gets them in two flushes.
+ * completes (the recovery rules; the crash-state explorer tears it, and
+ * so does the crash point after_task_created_durable, in the journaler).
  */
 static void
 sub_record_file(struct pending *p)
@@ -345,8 +344,7 @@ sub_record_file(struct pending *p)
 
 	s->entry.state = SUBTAB_TASK_CREATED;
 	s->entry.updated_at_ms = shm_now_ms();
-	if ((s->ops->crash_points &&
-	    crash_armed(CRASH_AFTER_TASK_CREATED_DURABLE)) || !s->claimed) {
+	if (!s->claimed) {
 		sub_journal(p, sub_file_recorded);
 		return;
 	}
@@ -462,8 +460,7 @@ sub_start_temp(struct pending *p)
 	/* For the link, in the thread or from sub_joined. */
 	job->root_fd = idemd_of(p)->root_fd;
 	job->crash_points = s->ops->crash_points;
-	/* A crash test must find each step where SPEC puts it. */
-	job->journal = crash_configured() ? NULL : idemd_of(p)->seg.header;
+	job->journal = idemd_of(p)->seg.header;
 	job->dir_fd = s->ops->dir_fd(idemd_of(p));
 	job->done = sub_temp_written;
 	job->arg = p;
@@ -548,6 +545,8 @@ sub_reserved(struct pending *p)
 		if (!p->journal_failed)
 			sub_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
 		s->reserve_done = 1;
+		/* IDEM_CRASH_LINK_EARLY: its file thread may link now. */
+		crash_release(&s->job.crash_released);
 		if (s->temp_state != SUB_TEMP_WRITING)
 			sub_joined(p);
 		return;		/* sub_temp_written goes on */

@@ -707,6 +707,21 @@ worker_terminate(evutil_socket_t fd, short events, void *arg)
 	worker_maybe_exit(w);
 }
 
+/* SIGHUP: the master reopened the log; this process's fd 2 follows. */
+static void
+worker_hangup(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+	char		*cause = NULL;
+
+	if (log_reopen(&cause) != 0) {
+		log_warnx("worker %u: %s", w->index, cause);
+		free(cause);
+		return;
+	}
+	log_info("worker %u: SIGHUP: log reopened", w->index);
+}
+
 int
 worker_main(struct idemd *d, unsigned index, uint32_t generation,
     int notify_fd)
@@ -737,17 +752,23 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	    worker_notified, &w);
 	w.local_wake_ev = event_new(w.base, -1, 0, worker_local_wake, &w);
 	w.term_ev = evsignal_new(w.base, SIGTERM, worker_terminate, &w);
+	w.hup_ev = evsignal_new(w.base, SIGHUP, worker_hangup, &w);
 	w.accept_pause_ev = evtimer_new(w.base, worker_accept_resume, &w);
 	if (w.listen_ev == NULL || w.notify_ev == NULL ||
 	    w.local_wake_ev == NULL || w.term_ev == NULL ||
-	    w.accept_pause_ev == NULL)
+	    w.accept_pause_ev == NULL || w.hup_ev == NULL)
 		fatalx("worker %u: cannot create events", index);
 	event_add(w.listen_ev, NULL);
 	event_add(w.notify_ev, NULL);
 	event_add(w.term_ev, NULL);
-	/* The master blocked SIGTERM for the exec (master.c): handle it now. */
+	event_add(w.hup_ev, NULL);
+	/*
+	 * The master blocked SIGTERM and SIGHUP for the exec (master.c):
+	 * handle them now.
+	 */
 	sigemptyset(&term);
 	sigaddset(&term, SIGTERM);
+	sigaddset(&term, SIGHUP);
 	sigprocmask(SIG_UNBLOCK, &term, NULL);
 	log_debug("worker %u (generation %u) serving", index, generation);
 
@@ -762,6 +783,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_free(w.notify_ev);
 	event_free(w.local_wake_ev);
 	event_free(w.term_ev);
+	event_free(w.hup_ev);
 	event_free(w.accept_pause_ev);
 	event_base_free(w.base);
 	return 0;

@@ -31,6 +31,8 @@ struct idemd {
 	unsigned		 socket_mode;
 	const char		*socket_group;
 	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
+	const char		*log_file;	/* --log-file: reopened on SIGHUP */
+	int			 log_syslog;	/* --syslog */
 	int			 argc;		/* the command line, which */
 	char			**argv;		/* each worker is exec'd with */
 	const char		*worker_handles; /* --worker: this is one */
@@ -112,6 +114,9 @@ struct fileio_job {
 	uint64_t		 link_epoch;
 	_Atomic uint64_t	 link_after;
 	int			 linked_early;	/* out: it did */
+#ifdef IDEM_FAULT_INJECTION
+	int			 crash_released; /* crash_hold's flag */
+#endif
 	int			 result;	/* 0, or -1 with error and cause */
 	int			 error;
 	char			*cause;
@@ -173,6 +178,7 @@ struct worker {
 	struct event		*notify_ev;
 	struct event		*local_wake_ev;
 	struct event		*term_ev;
+	struct event		*hup_ev;	/* SIGHUP: reopen the log */
 	struct event		*accept_pause_ev;
 	TAILQ_HEAD(, conn)	 conns;
 	unsigned		 conn_count;

@@ -177,7 +177,7 @@ struct shm_header {
 	_Atomic uint64_t	ring_lost_from;	/* ring_durable when the last failure came */
 	_Atomic uint32_t	wake_requested;	/* a worker asks for a broadcast wake */
 
-	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*_AT fires once per broker */
+	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */
 	_Atomic uint32_t	shutting_down;
 	uint32_t		worker_count;

@@ -112,6 +112,11 @@ stop_broker() {
 
 # The first creation loses its worker right after its reservation is
 # durable, so that diagnose and show have an unfinished submission.
+if [ "${IDEM_FAULT_INJECTION:-yes}" = no ]; then
+	echo "SKIP: needs a build with fault injection (configure" \
+	    "--enable-fault-injection) for an unfinished submission"
+	exit 77
+fi
 IDEM_CRASH_WORKER_AT=after_reserve_durable
 export IDEM_CRASH_WORKER_AT
 start_broker

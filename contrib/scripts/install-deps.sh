@@ -3,7 +3,7 @@
 set -eu
 packages="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev libsqlite3-dev
-python3 strace clang libclang-rt-dev"
+python3 strace clang libclang-rt-dev libsystemd-dev"
 missing=""
 for p in $packages; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

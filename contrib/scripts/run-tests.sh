@@ -1,8 +1,9 @@
 #!/bin/sh
 # Quick start (2): install what is missing, build, and run the whole test
-# suite: make check, the same under ASan and UBSan, make distcheck (which
-# also runs make installcheck), and, where clang is installed, the fuzz
-# smoke run.  Ends with one line: "tests: N passed, N failed, N skipped".
+# suite: make check, the same under ASan and UBSan (both built with
+# --enable-fault-injection), make distcheck (which also runs make
+# installcheck), a default build's refusal of the fault-injection
+# variables, and, where clang is installed, the fuzz smoke run.  Ends with one line: "tests: N passed, N failed, N skipped".
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 sh "$top/contrib/scripts/install-deps.sh"
@@ -25,6 +26,14 @@ run_check() {
 	dir=$1
 	jobs=$2
 	shift 2
+	# Configured earlier without one of these flags: configure again.
+	if [ -f "$top/$dir/config.status" ]; then
+		for flag in "$@"; do
+			"$top/$dir/config.status" --config | tr -d "'" |
+			    tr ' ' '\n' | grep -qxF -- "$flag" ||
+			    rm -f "$top/$dir/Makefile"
+		done
+	fi
 	sh "$top/contrib/scripts/build.sh" "$dir" "$@"
 	status=0
 	make -C "$top/$dir" -j"$jobs" check >"$top/$dir/check.out" 2>&1 ||
@@ -39,11 +48,11 @@ run_check() {
 }
 
 echo "== make check"
-run_check build "$(nproc)"
+run_check build "$(nproc)" --enable-fault-injection
 # One suite at a time: sanitized brokers are several times slower, and the
 # timing tests (stop, respawn) should not also compete with the chaos test.
 echo "== make check under ASan and UBSan"
-run_check build-sanitize 1 --enable-sanitizers
+run_check build-sanitize 1 --enable-sanitizers --enable-fault-injection
 echo "== make distcheck (and installcheck)"
 if ! make -C "$top/build" -j"$(nproc)" distcheck >"$top/build/distcheck.log" 2>&1; then
 	tail -60 "$top/build/distcheck.log"
@@ -52,6 +61,17 @@ if ! make -C "$top/build" -j"$(nproc)" distcheck >"$top/build/distcheck.log" 2>&
 fi
 passed=$((passed + 1))
 echo "distcheck: passed"
+echo "== a default build: no fault injection, IDEM_CRASH_* refused"
+if sh "$top/contrib/scripts/build.sh" build-default &&
+    IDEMD="$top/build-default/broker/idemd" IDEM_FAULT_INJECTION=no \
+    sh "$top/tests/fault_injection.sh" >"$top/build-default/fault.log" 2>&1
+then
+	grep -E '^(PASS|FAIL):' "$top/build-default/fault.log" || true
+	passed=$((passed + 1))
+else
+	cat "$top/build-default/fault.log" 2>/dev/null || true
+	failed=$((failed + 1))
+fi
 echo "== make fuzz-smoke (each fuzz target 60 s under ASan and UBSan)"
 if command -v clang >/dev/null 2>&1; then
 	if sh "$top/contrib/scripts/build.sh" build-fuzz CC=clang \

@@ -360,6 +360,99 @@ broker_crash_after_commit_durable(void **state)
 	broker_crash(*state, &after_commit_durable);
 }
 
+/* ---- The early link ------------------------------------------------------ */
+
+/*
+ * Whether the broker's log (its stderr) has a line containing what.
+ */
+static int
+log_has(const struct broker *b, const char *what)
+{
+	FILE	*f;
+	char	 line[1024];
+	int	 found = 0;
+
+	if ((f = fopen(b->log, "r")) == NULL)
+		return 0;
+	while (!found && fgets(line, sizeof line, f) != NULL)
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
+/*
+ * The file thread that wrote the temporary finds the reservation durable
+ * and links the file itself (broker/fileio.c): production's path whenever
+ * the journal's flush ends before the temporary's fsync.
+ * IDEM_CRASH_LINK_EARLY holds that thread until the loop has seen the
+ * reservation durable, so the test is sure to take that path; the debug
+ * log says it did.
+ */
+static void
+start_early_link(struct broker *b, const char *point)
+{
+	static char		 crash[96];
+	const char *const	 env[] = { "IDEM_CRASH_LINK_EARLY=1",
+	    "IDEM_DEBUG=1", point != NULL ? crash : NULL, NULL };
+
+	snprintf(crash, sizeof crash, "IDEM_CRASH_AT=%s",
+	    point != NULL ? point : "");
+	assert_int_equal(harness_start(b, NULL, env), 0);
+}
+
+static void
+early_link_creates(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+
+	start_early_link(b, NULL);
+	reply = submit(b, TEST_ID, TEST_SUBJECT);
+	assert_outcome(reply, "created", 1, 0);
+	json_decref(reply);
+	assert_true(log_has(b, "linked by the file thread that wrote it"));
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(count_temporaries(b), 0);
+	harness_finish(b);
+}
+
+static void
+early_link_crash(struct broker *b, const struct crash_case *cc)
+{
+	json_t	*retry;
+	char	 fired[128];
+
+	start_early_link(b, cc->point);
+	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
+	harness_wait_dead(b);
+	assert_int_equal(b->exit_status, 128 + SIGKILL);
+	assert_true(log_has(b, "linked by the file thread that wrote it"));
+	snprintf(fired, sizeof fired, "crash point %s reached in a file "
+	    "thread", cc->point);
+	assert_true(log_has(b, fired));
+	assert_int_equal(harness_count_tasks(b), cc->files_after_crash);
+	if (cc == &after_task_file_written)
+		assert_int_equal(count_temporaries(b), 1);
+
+	start(b);
+	retry = retry_and_check(b, cc);
+	assert_int_equal(count_temporaries(b), 0);
+	json_decref(retry);
+	harness_finish(b);
+}
+
+static void
+early_link_crash_after_task_file_written(void **state)
+{
+	early_link_crash(*state, &after_task_file_written);
+}
+
+static void
+early_link_crash_after_task_file_linked(void **state)
+{
+	early_link_crash(*state, &after_task_file_linked);
+}
+
 /* ---- One worker dies; the broker keeps serving --------------------------- */
 
 static void
@@ -403,12 +496,6 @@ static void
 worker_crash_after_task_file_linked(void **state)
 {
 	worker_crash(*state, &after_task_file_linked);
-}
-
-static void
-worker_crash_after_task_created_durable(void **state)
-{
-	worker_crash(*state, &after_task_created_durable);
 }
 
 static void
@@ -976,8 +1063,10 @@ main(void)
 		T(worker_crash_after_reserve_durable),
 		T(worker_crash_after_task_file_written),
 		T(worker_crash_after_task_file_linked),
-		T(worker_crash_after_task_created_durable),
 		T(worker_crash_after_commit_durable),
+		T(early_link_creates),
+		T(early_link_crash_after_task_file_written),
+		T(early_link_crash_after_task_file_linked),
 		T(idle_worker_killed),
 		T(conflict_after_crash),
 		T(target_mismatch_after_crash),

@@ -1,0 +1,417 @@
+/*
+ * test_service.c: idemd's manners as a service (idemd(8), SIGNALS and
+ * LOGGING).  SIGHUP to the master or to a worker is logged and reopens
+ * the log, and nothing exits: the broker serves on with the same worker
+ * processes.  With --log-file, a log moved away (as logrotate does) is
+ * followed, after SIGHUP, by a new file at the path, for the master and
+ * the workers.  --log-level drops what is below it; on a stderr that is
+ * the journal (JOURNAL_STREAM), each line carries its "<N>" priority.
+ * Every wait is on an event: the broker's ready pipe, a reply, the log
+ * growing (inotify), never a sleep.
+ */
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "integration/harness.h"
+
+/* How long a log line may take to appear before the test fails. */
+#define TEST_LOG_WAIT_MS	20000
+#define TEST_WORKERS		2
+
+/* The first line of path with a and (if not NULL) b in it (malloc'd). */
+static char *
+find_line(const char *path, const char *a, const char *b)
+{
+	FILE	*f;
+	char	 line[2048], *found = NULL;
+
+	if ((f = fopen(path, "r")) == NULL)
+		return NULL;
+	while (found == NULL && fgets(line, sizeof line, f) != NULL) {
+		if (strstr(line, a) != NULL &&
+		    (b == NULL || strstr(line, b) != NULL))
+			found = strdup(line);
+	}
+	fclose(f);
+	return found;
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Wait until path has a line with a (and b): look, then wait for its
+ * directory to change (inotify: a write, a new file), look again.
+ * Returns the line (malloc'd); fails the test after TEST_LOG_WAIT_MS.
+ */
+static char *
+wait_line(const char *path, const char *a, const char *b)
+{
+	char		 dir[1024], *line;
+	struct pollfd	 pfd;
+	int64_t		 deadline = now_ms() + TEST_LOG_WAIT_MS, left;
+	char		 events[4096];
+
+	snprintf(dir, sizeof dir, "%s", path);
+	pfd.fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	assert_true(pfd.fd != -1);
+	pfd.events = POLLIN;
+	assert_true(inotify_add_watch(pfd.fd, dirname(dir), IN_MODIFY |
+	    IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE) != -1);
+	while ((line = find_line(path, a, b)) == NULL) {
+		if ((left = deadline - now_ms()) <= 0)
+			break;
+		if (poll(&pfd, 1, (int)left) > 0)
+			while (read(pfd.fd, events, sizeof events) > 0)
+				;
+	}
+	close(pfd.fd);
+	if (line == NULL)
+		fail_msg("no line with \"%s\"%s%s%s in %s after %d ms", a,
+		    b != NULL ? " and \"" : "", b != NULL ? b : "",
+		    b != NULL ? "\"" : "", path, TEST_LOG_WAIT_MS);
+	return line;
+}
+
+static void
+assert_no_line(const char *path, const char *a)
+{
+	char	*line = find_line(path, a, NULL);
+
+	if (line != NULL)
+		fail_msg("unexpected line in %s: %s", path, line);
+}
+
+static int
+compare_pids(const void *a, const void *b)
+{
+	pid_t	x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static int
+sorted_workers(struct broker *b, pid_t pids[TEST_WORKERS])
+{
+	int	n = harness_workers(b, pids, TEST_WORKERS);
+
+	qsort(pids, (size_t)n, sizeof *pids, compare_pids);
+	return n;
+}
+
+/* The broker answers a write (a new TASK file) and hello. */
+static void
+assert_serving(struct broker *b, const char *id)
+{
+	json_t	*reply, *hello;
+
+	reply = harness_call_once(b, harness_write_task(id, "After SIGHUP"));
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	hello = json_pack("{s:s}", "op", "hello");
+	reply = harness_call_once(b, hello);
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+}
+
+static int
+master_running(struct broker *b)
+{
+	int	status;
+
+	return waitpid(b->pid, &status, WNOHANG) == 0;
+}
+
+static void
+start_workers(struct broker *b, const char *const *more, const char *const *env)
+{
+	const char	*args[8] = { "--workers", "2" };
+	int		 n = 2, i;
+
+	for (i = 0; more != NULL && more[i] != NULL && n < 7; i++)
+		args[n++] = more[i];
+	args[n] = NULL;
+	assert_int_equal(harness_start(b, args, env), 0);
+}
+
+/* ---- SIGHUP ---------------------------------------------------------------- */
+
+static void
+sighup_to_master_keeps_serving(void **state)
+{
+	struct broker	*b = *state;
+	pid_t		 before[TEST_WORKERS], after[TEST_WORKERS];
+	char		*line;
+	unsigned	 i;
+	char		 want[32];
+
+	start_workers(b, NULL, NULL);
+	assert_int_equal(sorted_workers(b, before), TEST_WORKERS);
+	assert_serving(b, "hup/1");
+
+	assert_int_equal(kill(b->pid, SIGHUP), 0);
+	line = wait_line(b->log, "SIGHUP: reopening the log", NULL);
+	free(line);
+	/* The master passes it on: every worker says so, none exits. */
+	for (i = 0; i < TEST_WORKERS; i++) {
+		snprintf(want, sizeof want, "worker %u: SIGHUP", i);
+		free(wait_line(b->log, want, "log reopened"));
+	}
+	assert_serving(b, "hup/2");
+	assert_true(master_running(b));
+	assert_int_equal(sorted_workers(b, after), TEST_WORKERS);
+	assert_memory_equal(before, after, sizeof before);
+	assert_no_line(b->log, "exited with status");
+	assert_no_line(b->log, "killed by signal");
+	assert_int_equal(harness_count_tasks(b), 2);
+	/* And it still stops cleanly. */
+	assert_int_equal(harness_stop(b), 0);
+	harness_finish(b);
+}
+
+static void
+sighup_to_worker_keeps_serving(void **state)
+{
+	struct broker	*b = *state;
+	pid_t		 before[TEST_WORKERS], after[TEST_WORKERS];
+	char		 who[48];
+
+	start_workers(b, NULL, NULL);
+	assert_int_equal(sorted_workers(b, before), TEST_WORKERS);
+
+	assert_int_equal(kill(before[0], SIGHUP), 0);
+	snprintf(who, sizeof who, "idemd[%ld]: worker ", (long)before[0]);
+	free(wait_line(b->log, who, "SIGHUP: log reopened"));
+	assert_serving(b, "hup/worker");
+	assert_true(master_running(b));
+	assert_int_equal(sorted_workers(b, after), TEST_WORKERS);
+	assert_memory_equal(before, after, sizeof before);
+	assert_no_line(b->log, "killed by signal");
+	assert_int_equal(harness_stop(b), 0);
+	harness_finish(b);
+}
+
+/* logrotate: the file is moved away, SIGHUP, new lines at the path. */
+static void
+sighup_reopens_log_file(void **state)
+{
+	struct broker	*b = *state;
+	char		 path[400], moved[420], want[32];
+	const char	*args[] = { "--log-file", path, NULL };
+	struct stat	 st;
+	unsigned	 i;
+
+	snprintf(path, sizeof path, "%s.file.log", b->root);
+	snprintf(moved, sizeof moved, "%s.1", path);
+	start_workers(b, args, NULL);
+	free(wait_line(path, "serving", NULL));
+	/* stderr was the harness's log; --log-file took it over. */
+	assert_no_line(b->log, "serving");
+
+	assert_int_equal(rename(path, moved), 0);
+	assert_int_equal(kill(b->pid, SIGHUP), 0);
+	free(wait_line(path, "SIGHUP: log reopened at", path));
+	for (i = 0; i < TEST_WORKERS; i++) {
+		snprintf(want, sizeof want, "worker %u: SIGHUP", i);
+		free(wait_line(path, want, "log reopened"));
+	}
+	/* The moved file got the line before the reopen, and no later one. */
+	free(wait_line(moved, "SIGHUP: reopening the log", NULL));
+	assert_no_line(moved, "log reopened");
+	assert_int_equal(stat(path, &st), 0);
+	assert_serving(b, "hup/file");
+	assert_int_equal(harness_stop(b), 0);
+	free(wait_line(path, "stopped", NULL));
+	unlink(path);
+	unlink(moved);
+	harness_finish(b);
+}
+
+/* ---- Levels and priorities ------------------------------------------------- */
+
+static void
+log_level_warning_drops_notices(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--log-level", "warning", NULL };
+	pid_t		 pids[TEST_WORKERS];
+
+	start_workers(b, args, NULL);
+	assert_int_equal(sorted_workers(b, pids), TEST_WORKERS);
+	/* A warning passes: the master reports the worker's death. */
+	assert_int_equal(kill(pids[0], SIGKILL), 0);
+	free(wait_line(b->log, "warning: worker", "killed by signal 9"));
+	/* Logged before it was ready, had they passed: the notice, the info. */
+	assert_no_line(b->log, "serving");
+	assert_no_line(b->log, "state:");
+	harness_finish(b);
+}
+
+static void
+log_level_debug_adds_debug(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--log-level", "debug", NULL };
+
+	start_workers(b, args, NULL);
+	free(wait_line(b->log, "debug: worker 0 started", NULL));
+	free(wait_line(b->log, "serving", NULL));
+	harness_finish(b);
+}
+
+static void
+log_level_unknown_refused(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--log-level", "loud", NULL };
+
+	assert_int_equal(harness_start(b, args, NULL), -1);
+	assert_int_equal(b->exit_status, 1);
+	free(wait_line(b->log, "--log-level must be error, warning, notice, "
+	    "info or debug", NULL));
+	harness_finish(b);
+}
+
+/* Every line of path starts with "<N>" (N a syslog priority). */
+static void
+assert_all_prefixed(const char *path)
+{
+	FILE	*f;
+	char	 line[2048];
+	int	 n = 0;
+
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (!(line[0] == '<' && line[1] >= '0' && line[1] <= '7' &&
+		    line[2] == '>'))
+			fail_msg("no priority prefix: %s", line);
+		n++;
+	}
+	fclose(f);
+	assert_true(n > 0);
+}
+
+static void
+journal_stderr_gets_priorities(void **state)
+{
+	struct broker	*b = *state;
+	char		 stream[64], *line;
+	const char	*env[] = { stream, NULL };
+	pid_t		 pids[TEST_WORKERS];
+	struct stat	 st;
+	int		 fd;
+
+	/* As systemd does: JOURNAL_STREAM names stderr's device and inode. */
+	fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	assert_true(fd != -1);
+	assert_int_equal(fstat(fd, &st), 0);
+	close(fd);
+	snprintf(stream, sizeof stream, "JOURNAL_STREAM=%llu:%llu",
+	    (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+	start_workers(b, NULL, env);
+	line = wait_line(b->log, "serving", NULL);
+	assert_true(strncmp(line, "<5>idemd[", 9) == 0);
+	free(line);
+	line = wait_line(b->log, "state:", NULL);
+	assert_true(strncmp(line, "<6>idemd[", 9) == 0);
+	free(line);
+	assert_int_equal(sorted_workers(b, pids), TEST_WORKERS);
+	assert_int_equal(kill(pids[0], SIGKILL), 0);
+	line = wait_line(b->log, "killed by signal 9", NULL);
+	assert_true(strncmp(line, "<4>idemd[", 9) == 0);
+	free(line);
+	assert_int_equal(harness_stop(b), 0);
+	line = wait_line(b->log, "stopped", NULL);
+	assert_true(strncmp(line, "<5>idemd[", 9) == 0);
+	free(line);
+	assert_all_prefixed(b->log);
+	harness_finish(b);
+}
+
+static void
+other_stderr_gets_no_priorities(void **state)
+{
+	struct broker	*b = *state;
+	const char	*env[] = { "JOURNAL_STREAM=1:2", NULL };
+	char		*line;
+
+	start_workers(b, NULL, env);
+	line = wait_line(b->log, "serving", NULL);
+	assert_true(strncmp(line, "idemd[", 6) == 0);
+	free(line);
+	harness_finish(b);
+}
+
+/*
+ * --syslog: the lines leave stderr (what syslog(3) does with them is the
+ * system's: no syslog daemon is assumed here).  With --log-file: refused.
+ */
+static void
+syslog_leaves_stderr(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--syslog", NULL };
+	const char	*both[] = { "--syslog", "--log-file", "x.log", NULL };
+
+	start_workers(b, args, NULL);
+	/* "serving" is logged before the ready line the harness waited for. */
+	assert_no_line(b->log, "serving");
+	assert_no_line(b->log, "state:");
+	assert_serving(b, "syslog/1");
+	assert_int_equal(harness_stop(b), 0);
+	assert_no_line(b->log, "stopped");
+
+	assert_int_equal(harness_start(b, both, NULL), -1);
+	free(wait_line(b->log, "--log-file and --syslog: choose one", NULL));
+	harness_finish(b);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	    harness_teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(sighup_to_master_keeps_serving),
+		T(sighup_to_worker_keeps_serving),
+		T(sighup_reopens_log_file),
+		T(log_level_warning_drops_notices),
+		T(log_level_debug_adds_debug),
+		T(log_level_unknown_refused),
+		T(journal_stderr_gets_priorities),
+		T(other_stderr_gets_no_priorities),
+		T(syslog_leaves_stderr),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
