@@ -64,6 +64,14 @@
 /* Replies queued for a connection that does not read them: stop reading it. */
 #define IDEM_MAX_OUTPUT_BYTES		(4 * 1024 * 1024)
 
+/*
+ * idem-mcp (contrib/mcp/): one JSON-RPC message on its stdin, newline
+ * included (a task of IDEM_MAX_BODY_BYTES, JSON-escaped, fits), and the
+ * tools per tools/list page (--tools-page-size overrides it).
+ */
+#define IDEM_MCP_MAX_LINE_BYTES		(2 * 1024 * 1024)
+#define IDEM_MCP_TOOLS_PAGE_SIZE	64
+
 /* Paths relative to the root. */
 #define IDEM_STATE_DIR			".idem"
 #define IDEM_SOCKET_NAME		".idem/idemd.sock"
