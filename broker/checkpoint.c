@@ -137,9 +137,11 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 		asprintf(cause, "checkpoint: out of memory");
 		goto out;
 	}
-	if ((dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1 ||
+	/* No symlink at either name is followed: ELOOP fails the checkpoint. */
+	if ((dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+	    O_NOFOLLOW)) == -1 ||
 	    (fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_TRUNC |
-	    O_CLOEXEC, 0600)) == -1) {
+	    O_CLOEXEC | O_NOFOLLOW, 0600)) == -1) {
 		asprintf(cause, "checkpoint %s/%s: %s", dir, temp,
 		    strerror(errno));
 		goto out;
@@ -226,6 +228,24 @@ out:
 	return rc;
 }
 
+/* opendir, refusing a symlink at dir (ELOOP or ENOTDIR). */
+static DIR *
+checkpoint_opendir(const char *dir)
+{
+	DIR	*d;
+	int	 fd, saved_errno;
+
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+	    O_NOFOLLOW)) == -1)
+		return NULL;
+	if ((d = fdopendir(fd)) == NULL) {
+		saved_errno = errno;
+		close(fd);
+		errno = saved_errno;
+	}
+	return d;
+}
+
 /*
  * The newest checkpoint of dir, if any: its segment number in *segment
  * (0: none).  Leftover temporaries are ignored.
@@ -238,7 +258,7 @@ newest_checkpoint(const char *dir, uint64_t *segment)
 	uint64_t	 n;
 
 	*segment = 0;
-	if ((d = opendir(dir)) == NULL)
+	if ((d = checkpoint_opendir(dir)) == NULL)
 		return errno == ENOENT ? 0 : -1;
 	while ((e = readdir(d)) != NULL) {
 		if (checkpoint_name_parse(e->d_name, &n) && n > *segment)
@@ -273,7 +293,7 @@ checkpoint_load(const char *dir, journal_apply_fn apply, void *arg,
 		return 0;
 	snprintf(path, sizeof path, "%s/" CHECKPOINT_NAME_FORMAT, dir,
 	    *segment);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1 ||
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) == -1 ||
 	    fstat(fd, &st) == -1) {
 		asprintf(cause, "checkpoint %s: %s", path, strerror(errno));
 		goto out;
@@ -347,7 +367,7 @@ checkpoint_prune(const char *dir, uint64_t segment)
 	char		*end;
 	int		 dir_fd, removed = 0;
 
-	if ((d = opendir(dir)) == NULL)
+	if ((d = checkpoint_opendir(dir)) == NULL)
 		return;
 	dir_fd = dirfd(d);
 	while ((e = readdir(d)) != NULL) {

@@ -320,7 +320,7 @@ crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
 			break;
 		if (have_prev && prev.entry.state == SUBTAB_TASK_CREATED &&
 		    cur.entry.state == SUBTAB_COMMITTED &&
-		    prev.entry.kind == SUBTAB_KIND_TASK &&
+		    prev.entry.kind == cur.entry.kind &&
 		    prev.entry.key_length == cur.entry.key_length &&
 		    memcmp(prev.key, cur.key, cur.entry.key_length) == 0) {
 			found = 1;

@@ -111,6 +111,8 @@ static const char *const evidence_keys[] = {
 };
 
 static void	effect_begin_acquire(struct pending *);
+static int	effect_check_op(enum effect_op, json_t *,
+		    struct request_error *);
 static void	effect_claim(struct pending *);
 
 static struct effect *
@@ -1240,15 +1242,40 @@ op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 int
 effect_check(const char *op, json_t *request, struct request_error *err)
 {
+	return effect_check_op(strcmp(op, "effect_begin") == 0 ? EFFECT_BEGIN :
+	    strcmp(op, "effect_complete") == 0 ? EFFECT_COMPLETE :
+	    EFFECT_RESOLVE, request, err);
+}
+
+/* The op table's checks (optable.c). */
+int
+effect_begin_check(json_t *request, struct request_error *err)
+{
+	return effect_check_op(EFFECT_BEGIN, request, err);
+}
+
+int
+effect_complete_check(json_t *request, struct request_error *err)
+{
+	return effect_check_op(EFFECT_COMPLETE, request, err);
+}
+
+int
+effect_resolve_check(json_t *request, struct request_error *err)
+{
+	return effect_check_op(EFFECT_RESOLVE, request, err);
+}
+
+static int
+effect_check_op(enum effect_op op, json_t *request, struct request_error *err)
+{
 	struct effect	*e;
 	int		 rc;
 
 	if ((e = calloc(1, sizeof *e)) == NULL)
 		return request_error_set(err, "internal", NULL,
 		    "out of memory");
-	rc = effect_parse(strcmp(op, "effect_begin") == 0 ? EFFECT_BEGIN :
-	    strcmp(op, "effect_complete") == 0 ? EFFECT_COMPLETE :
-	    EFFECT_RESOLVE, request, e, err);
+	rc = effect_parse(op, request, e, err);
 	effect_free(e);
 	return rc;
 }

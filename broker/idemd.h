@@ -291,6 +291,23 @@ const char *taskfile_fcop_problem(const char *name, unsigned digits,
 int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq);
 
+/* ---- nofollow.c: paths below a directory, no symlink followed ------- */
+
+struct stat;
+/*
+ * The directory holding relpath's last component, opened from at_fd one
+ * component at a time with O_NOFOLLOW; that component in last.  -1 with
+ * ELOOP if a directory on the way is a symlink, EINVAL for "..".
+ */
+int	nofollow_parent(int at_fd, const char *relpath, char last[NAME_MAX + 1]);
+/* openat of relpath with O_NOFOLLOW|O_CLOEXEC added; ELOOP: a symlink. */
+int	nofollow_openat(int at_fd, const char *relpath, int flags, mode_t);
+/* A directory ("." is at_fd itself), O_DIRECTORY|O_NOFOLLOW. */
+int	nofollow_dir(int at_fd, const char *relpath);
+/* lstat: the last component itself, never what it points at. */
+int	nofollow_lstat(int at_fd, const char *relpath, struct stat *);
+int	nofollow_mkdir(int at_fd, const char *relpath, mode_t);
+
 /* ---- faultenv.c: the variables of fault injection, in any build ------- */
 
 /*

@@ -905,7 +905,8 @@ journal_open(struct journal *j, const char *dir, char **cause)
 		    strerror(errno));
 		goto fail;
 	}
-	if ((j->dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC)) == -1) {
+	if ((j->dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW)) ==
+	    -1) {
 		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
 		goto fail;
 	}
@@ -1391,7 +1392,8 @@ journal_replay_hinted(const char *dir, uint64_t from, int flags,
 		return -1;
 	}
 
-	if ((dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC)) == -1) {
+	if ((dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW)) ==
+	    -1) {
 		if (errno == ENOENT)
 			return 0;	/* never written: an empty journal */
 		journal_cause(cause, "journal %s: %s", dir, strerror(errno));

@@ -35,6 +35,7 @@ usage(FILE *out, int status)
 	fprintf(out,
 "usage: idemd [--root DIR] [--socket PATH] [--workers N] [--capacity N]\n"
 "             [--inflight-wait-ms N] [--max-connections N]\n"
+"             [--max-connections-per-pid N] [--max-connections-per-uid N]\n"
 "             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
 "             [--segment-bytes N] [--result-bytes N] [--sequence-digits N]\n"
 "             [--ready-fd FD] [--log-file PATH | --syslog] [--log-level LEVEL]\n"
@@ -45,6 +46,10 @@ usage(FILE *out, int status)
 "  --capacity N          submissions the table holds (default %d)\n"
 "  --inflight-wait-ms N  how long an identical call waits (default %d)\n"
 "  --max-connections N   open connections, all workers together (default %d)\n"
+"  --max-connections-per-pid N\n"
+"                        of them from one client process (default %d)\n"
+"  --max-connections-per-uid N\n"
+"                        of them from one user (default max-connections/%d)\n"
 "  --idle-timeout-ms N   close a connection silent this long (default %d)\n"
 "  --socket-mode MODE    the socket's permissions, octal (default %03o)\n"
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
@@ -60,6 +65,8 @@ usage(FILE *out, int status)
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
+	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID,
+	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR,
 	    IDEM_DEFAULT_IDLE_TIMEOUT_MS, IDEM_DEFAULT_SOCKET_MODE,
 	    IDEM_MIN_SEQUENCE_DIGITS, IDEM_MAX_SEQUENCE_DIGITS,
 	    IDEM_DEFAULT_SEQUENCE_DIGITS);
@@ -104,6 +111,8 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "capacity", required_argument, NULL, 'c' },
 		{ "inflight-wait-ms", required_argument, NULL, 'i' },
 		{ "max-connections", required_argument, NULL, 'm' },
+		{ "max-connections-per-pid", required_argument, NULL, 'p' },
+		{ "max-connections-per-uid", required_argument, NULL, 'u' },
 		{ "ready-fd", required_argument, NULL, 'R' },
 		{ "idle-timeout-ms", required_argument, NULL, 'I' },
 		{ "socket-mode", required_argument, NULL, 'M' },
@@ -129,6 +138,8 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->result_bytes = IDEM_DEFAULT_RESULT_ARENA_BYTES;
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;
 	d->max_connections = IDEM_DEFAULT_MAX_CONNECTIONS;
+	d->max_connections_per_pid = IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID;
+	d->max_connections_per_uid = 0;		/* from max_connections */
 	d->ready_fd = -1;
 	d->watch_fd = -1;
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
@@ -158,6 +169,14 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'm':
 			d->max_connections = (int)number_option(
 			    "max-connections", optarg, 1, 1000000);
+			break;
+		case 'p':
+			d->max_connections_per_pid = (int)number_option(
+			    "max-connections-per-pid", optarg, 1, 1000000);
+			break;
+		case 'u':
+			d->max_connections_per_uid = (int)number_option(
+			    "max-connections-per-uid", optarg, 1, 1000000);
 			break;
 		case 'R':
 			d->ready_fd = (int)number_option("ready-fd", optarg, 0,
@@ -212,6 +231,12 @@ parse_options(struct idemd *d, int argc, char **argv)
 	}
 	if (optind != argc)
 		usage(stderr, 2);
+	if (d->max_connections_per_uid == 0) {
+		d->max_connections_per_uid = d->max_connections /
+		    IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR;
+		if (d->max_connections_per_uid < 1)
+			d->max_connections_per_uid = 1;
+	}
 	if (d->log_file != NULL && d->log_syslog)
 		fatalx("--log-file and --syslog: choose one");
 }
@@ -241,13 +266,24 @@ make_root(const char *root)
 static void
 lock_root(struct idemd *d)
 {
-	char	buf[32];
-	ssize_t	n;
+	struct stat	st;
+	char		buf[32];
+	ssize_t		n;
 
-	d->lock_fd = openat(d->root_fd, IDEM_LOCK_NAME,
-	    O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	/* Never through a symlink (at .idem or at the lock itself). */
+	d->lock_fd = nofollow_openat(d->root_fd, IDEM_LOCK_NAME,
+	    O_RDWR | O_CREAT, 0644);
+	if (d->lock_fd == -1 && errno == ELOOP)
+		fatalx("%s/%s is a symlink (or a directory on its way is); "
+		    "idemd never follows one: remove it", d->root_real,
+		    IDEM_LOCK_NAME);
 	if (d->lock_fd == -1)
 		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
+	if (fstat(d->lock_fd, &st) == -1)
+		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
+	if (!S_ISREG(st.st_mode))
+		fatalx("%s/%s is not a regular file; remove it", d->root_real,
+		    IDEM_LOCK_NAME);
 	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) == -1) {
 		if (errno != EWOULDBLOCK)
 			fatal("flock %s/%s", d->root_real, IDEM_LOCK_NAME);
@@ -256,6 +292,16 @@ lock_root(struct idemd *d)
 		buf[strcspn(buf, "\n")] = '\0';
 		fatalx("%s is in use by another idemd (pid %s); one broker "
 		    "per root", d->root_real, buf[0] != '\0' ? buf : "unknown");
+	}
+	/*
+	 * Held: only now is the file ours to truncate, and only if no other
+	 * name shares it (a hard link to another file, or a backup's): then
+	 * the pid is not written, the lock works all the same.
+	 */
+	if (st.st_nlink != 1) {
+		log_warnx("%s/%s has other hard links: not writing the pid "
+		    "into it", d->root_real, IDEM_LOCK_NAME);
+		return;
 	}
 	n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
 	if (ftruncate(d->lock_fd, 0) == -1 ||
@@ -270,6 +316,31 @@ idemd_scan_max_seq(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 	struct idemd	*d = arg;
 
 	return taskfile_scan_max_seq(d->root_fd, kind, date, max_seq);
+}
+
+/*
+ * Submissions that did not fit in the table during the replay, each
+ * once (a JSON object used as a set), and their key bytes: so that a
+ * --capacity too small for the journal is refused with the capacity
+ * that fits, not at the first record that does not.
+ */
+static json_t	*replay_overflow;
+static uint64_t	 replay_overflow_bytes;
+
+static int
+replay_overflowed(const struct journal_record *r)
+{
+	if (replay_overflow == NULL &&
+	    (replay_overflow = json_object()) == NULL)
+		return -1;
+	if (json_object_getn(replay_overflow, r->key,
+	    r->entry.key_length) != NULL)
+		return 0;
+	if (json_object_setn_new(replay_overflow, r->key, r->entry.key_length,
+	    json_true()) != 0)
+		return -1;
+	replay_overflow_bytes += r->entry.key_length;
+	return 0;
 }
 
 static int
@@ -300,11 +371,42 @@ replay_apply(const struct journal_record *r, void *arg)
 	if ((r->hint != 0 ? subtab_apply_hashed(&d->seg, r->key,
 	    r->entry.key_length, (uint32_t)r->hint, e) :
 	    subtab_apply(&d->seg, r->key, r->entry.key_length, e)) != 0) {
+		if (errno == ENOSPC && replay_overflowed(r) == 0)
+			return 0;	/* counted; refused after the replay */
 		log_warn("replay: submission table (capacity %u)",
 		    d->capacity);
 		return -1;
 	}
 	return 0;
+}
+
+/* The journal needs more than --capacity: say how much is needed. */
+static int
+replay_check_capacity(struct idemd *d, char **cause)
+{
+	struct shm_header	*h = d->seg.header;
+	uint64_t		 keys, bytes, needed, by_heap;
+
+	if (replay_overflow == NULL)
+		return 0;
+	keys = h->slots_used + json_object_size(replay_overflow);
+	bytes = h->heap_used + replay_overflow_bytes;
+	needed = keys;
+	/* Key space is SHM_HEAP_BYTES_PER_SLOT a slot, plus one key. */
+	if (bytes > SUBTAB_MAX_KEY_BYTES) {
+		by_heap = (bytes - SUBTAB_MAX_KEY_BYTES +
+		    SHM_HEAP_BYTES_PER_SLOT - 1) / SHM_HEAP_BYTES_PER_SLOT;
+		if (by_heap > needed)
+			needed = by_heap;
+	}
+	asprintf(cause, "the journal holds %llu submissions, more than "
+	    "--capacity %u holds: restart with --capacity %llu or more "
+	    "(the journal keeps every one of them)", (unsigned long long)keys,
+	    d->capacity, (unsigned long long)needed);
+	json_decref(replay_overflow);
+	replay_overflow = NULL;
+	replay_overflow_bytes = 0;
+	return -1;
 }
 
 /*
@@ -351,7 +453,8 @@ idemd_open_state(struct idemd *d, char **cause)
 			    alloc[kind - 1].next_seq - 1);
 	}
 	if (journal_replay_hinted(dir, from, 0, replay_apply, replay_hint, d,
-	    &stats, cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
+	    &stats, cause) != 0 || replay_check_capacity(d, cause) != 0 ||
+	    journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
 	checkpoint_prune(dir, from);
 	log_info("state: %llu submissions from the checkpoint, then %llu "
@@ -361,6 +464,9 @@ idemd_open_state(struct idemd *d, char **cause)
 	    (long long)(shm_now_ms() - started));
 	return 0;
 fail:
+	json_decref(replay_overflow);
+	replay_overflow = NULL;
+	replay_overflow_bytes = 0;
 	shm_destroy(&d->seg);
 	return -1;
 }
@@ -370,49 +476,6 @@ idemd_close_state(struct idemd *d)
 {
 	journal_close(&d->journal);
 	shm_destroy(&d->seg);
-}
-
-static void
-open_socket(struct idemd *d)
-{
-	struct sockaddr_un	sun;
-	mode_t			old;
-	int			fd;
-
-	if (d->socket_path == NULL && asprintf(&d->socket_path, "%s/%s",
-	    d->root_real, IDEM_SOCKET_NAME) == -1)
-		fatal("asprintf");
-	memset(&sun, 0, sizeof sun);
-	sun.sun_family = AF_UNIX;
-	if (strlen(d->socket_path) >= sizeof sun.sun_path)
-		fatalx("socket path %s is longer than %zu bytes; use --socket",
-		    d->socket_path, sizeof sun.sun_path - 1);
-	strcpy(sun.sun_path, d->socket_path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd == -1)
-		fatal("socket");
-	/* We hold the root's lock: a socket file left there is stale. */
-	if (unlink(d->socket_path) == -1 && errno != ENOENT)
-		fatal("unlink %s", d->socket_path);
-	old = umask(0177);
-	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) == -1)
-		fatal("bind %s", d->socket_path);
-	umask(old);
-	if (d->socket_group != NULL) {
-		struct group	*g = getgrnam(d->socket_group);
-
-		if (g == NULL)
-			fatalx("--socket-group: no group \"%s\"",
-			    d->socket_group);
-		if (chown(d->socket_path, (uid_t)-1, g->gr_gid) == -1)
-			fatal("chown %s to group %s", d->socket_path,
-			    d->socket_group);
-	}
-	if (chmod(d->socket_path, d->socket_mode) == -1)
-		fatal("chmod %s", d->socket_path);
-	if (listen(fd, 1024) == -1)
-		fatal("listen %s", d->socket_path);
-	d->listen_fd = fd;
 }
 
 /*
@@ -426,7 +489,7 @@ static int
 run_worker(struct idemd *d)
 {
 	const char	*p = d->worker_handles;
-	char		*end, *cause = NULL;
+	char		*end, *cause = NULL, comm[16];
 	long		 field[3 + WORKER_HANDLE_COUNT], master, index;
 	int		 handle[WORKER_HANDLE_COUNT], status;
 	unsigned	 i, last = 3 + WORKER_HANDLE_COUNT - 1;
@@ -441,10 +504,14 @@ run_worker(struct idemd *d)
 	}
 	master = field[0];
 	index = field[1];
+	d->master_pid = (pid_t)master;
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
 		handle[i] = (int)field[3 + i];
 	/* Die with the master: a worker never outlives it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Its name in ps -e and top (15 bytes), not "exe". */
+	snprintf(comm, sizeof comm, "idemd worker %ld", index);
+	prctl(PR_SET_NAME, comm);
 	if (getppid() != (pid_t)master)
 		exit(1);
 	d->listen_fd = handle[WORKER_HANDLE_LISTEN];
@@ -509,6 +576,7 @@ main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &hup, NULL);
 	if (d.worker_handles != NULL)
 		return run_worker(&d);
+	d.master_pid = getpid();
 #ifndef IDEM_FAULT_INJECTION
 	if (faultenv_refuse(environ, &cause) != 0)
 		fatalx("%s", cause);
@@ -521,18 +589,18 @@ main(int argc, char **argv)
 	    O_CLOEXEC)) == -1)
 		fatal("open %s", d.root_real);
 	if (taskfile_make_topology(d.root_fd, &cause) != 0)
-		fatalx("%s", cause);
+		fatalx("%s: %s", d.root_real, cause);
 	lock_root(&d);
-	if ((d.inbox_fd = openat(d.root_fd, IDEM_INBOX_DIR, O_RDONLY |
-	    O_DIRECTORY | O_CLOEXEC)) == -1)
+	listener_check(&d);
+	/* make_topology refused symlinks; these are the same, held. */
+	if ((d.inbox_fd = nofollow_dir(d.root_fd, IDEM_INBOX_DIR)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_INBOX_DIR);
 	if (taskfile_sweep_temporaries(d.inbox_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_INBOX_DIR);
 	if (swept > 0)
 		log_info("removed %u temporary files a crash left in %s", swept,
 		    IDEM_INBOX_DIR);
-	if ((d.reports_fd = openat(d.root_fd, IDEM_REPORTS_DIR, O_RDONLY |
-	    O_DIRECTORY | O_CLOEXEC)) == -1)
+	if ((d.reports_fd = nofollow_dir(d.root_fd, IDEM_REPORTS_DIR)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_REPORTS_DIR);
 	if (taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_REPORTS_DIR);
@@ -545,7 +613,7 @@ main(int argc, char **argv)
 	}
 	if ((d.kick_fd = eventfd(0, EFD_CLOEXEC)) == -1)
 		fatal("eventfd");
-	open_socket(&d);
+	listener_open(&d);
 
 	status = master_run(&d);
 

@@ -97,7 +97,7 @@ master_spawn(struct master *m, unsigned index)
 	struct idemd	*d = m->d;
 	sigset_t	 term, old;
 	uint32_t	 generation;
-	char		 handles[160], **argv;
+	char		 handles[160], name[32], **argv;
 	int		 sv[2], inherit[WORKER_HANDLE_COUNT], i, n;
 	size_t		 used;
 	pid_t		 pid;
@@ -125,8 +125,10 @@ master_spawn(struct master *m, unsigned index)
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
 		used += (size_t)snprintf(handles + used, sizeof handles - used,
 		    ",%d", inherit[i]);
+	/* What ps shows (the kernel's own name is set by the worker). */
+	snprintf(name, sizeof name, "idemd: worker %u", index);
 	n = 0;
-	argv[n++] = d->argv[0];
+	argv[n++] = name;
 	argv[n++] = "--worker";
 	argv[n++] = handles;
 	for (i = 1; i < d->argc; i++)

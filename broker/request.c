@@ -279,27 +279,19 @@ request_submission_id(json_t *request, const char **id,
 int
 request_check_line(const char *line, size_t length, struct request_error *err)
 {
-	json_t		*request, *id;
-	const char	*name;
-	int		 rc;
+	json_t			*request, *id;
+	const char		*name;
+	const struct op_entry	*op;
+	int			 rc;
 
 	if ((request = request_parse(line, length, err)) == NULL)
 		return -1;
 	if ((rc = request_envelope(request, &id, &name, err)) == 0) {
-		if (strcmp(name, "write_task") == 0)
-			rc = write_task_check(request, err);
-		else if (strcmp(name, "write_report") == 0)
-			rc = write_report_check(request, err);
-		else if (strcmp(name, "effect_begin") == 0 ||
-		    strcmp(name, "effect_complete") == 0 ||
-		    strcmp(name, "effect_resolve") == 0)
-			rc = effect_check(name, request, err);
-		else if (strcmp(name, "hello") != 0 &&
-		    strcmp(name, "get_submission") != 0 &&
-		    strcmp(name, "diagnose") != 0 &&
-		    strcmp(name, "stats") != 0)
+		if ((op = optable_find(name)) == NULL)
 			rc = request_error_set(err, "unknown_op", "op",
 			    "unknown op \"%.64s\"", name);
+		else if (op->check != NULL)
+			rc = op->check(request, err);
 	}
 	json_decref(request);
 	return rc;

@@ -28,6 +28,8 @@
  * Without a submission id (legacy), a file is written under a fresh
  * number and one record keeps the number from being handed out again.
  */
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -672,6 +674,7 @@ sub_file_written(struct fileio_job *job)
 	struct pending		*p = job->arg;
 	struct submission	*s = sub_of(p);
 	struct idemd		*d = idemd_of(p);
+	struct stat		 st;
 
 	if (sub_file_result(p, job) != 0) {
 		if (errno != EEXIST) {
@@ -679,7 +682,23 @@ sub_file_written(struct fileio_job *job)
 			return;
 		}
 		if (!s->fresh) {
-			/* Someone put a file there since we looked. */
+			/*
+			 * Someone put something there since we looked.  A
+			 * file is judged by its content; anything else at
+			 * the name (a symlink, never followed; a directory)
+			 * is not this submission's file, and looking again
+			 * would find nothing and try again for ever.
+			 */
+			if (nofollow_lstat(s->ops->dir_fd(d), job->name, &st) ==
+			    0 && !S_ISREG(st.st_mode)) {
+				log_warnx("submission %s: %s is not a regular "
+				    "file (a symlink?); left alone",
+				    s->submission_id, job->name);
+				sub_conflict(p, "target_mismatch", "the reserved "
+				    "path holds something that is not a file "
+				    "of this submission");
+				return;
+			}
 			sub_resolve_reserved(p);
 			return;
 		}

@@ -523,7 +523,7 @@ taskfile_fsync_dir(int at_fd, const char *path)
 {
 	int	fd, saved_errno;
 
-	if ((fd = openat(at_fd, path, O_RDONLY|O_DIRECTORY|O_CLOEXEC)) == -1)
+	if ((fd = nofollow_dir(at_fd, path)) == -1)
 		return (-1);
 	if (fsync(fd) == -1) {
 		saved_errno = errno;
@@ -535,6 +535,17 @@ taskfile_fsync_dir(int at_fd, const char *path)
 	return (0);
 }
 
+/* Does idemd write below path (or keep its state there)? */
+static int
+taskfile_topology_written(const char *path)
+{
+	return (strcmp(path, TASKFILE_LIFECYCLE_DIR) == 0 ||
+	    strcmp(path, IDEM_INBOX_DIR) == 0 ||
+	    strcmp(path, IDEM_REPORTS_DIR) == 0 ||
+	    strcmp(path, IDEM_STATE_DIR) == 0 ||
+	    strcmp(path, IDEM_JOURNAL_DIR) == 0);
+}
+
 int
 taskfile_make_topology(int root_fd, char **cause)
 {
@@ -544,13 +555,35 @@ taskfile_make_topology(int root_fd, char **cause)
 
 	for (i = 0; i < TASKFILE_TOPOLOGY_COUNT; i++) {
 		path = taskfile_topology[i];
-		if (mkdirat(root_fd, path, TASKFILE_DIR_MODE) == 0)
+		/* Never through a symlink: it could lead out of the root. */
+		if (nofollow_mkdir(root_fd, path, TASKFILE_DIR_MODE) == 0)
 			continue;
+		if (errno == ELOOP)
+			return (taskfile_fail(cause, "%s: a symlink on the way; "
+			    "idemd never follows one (make it a directory)",
+			    path));
 		if (errno != EEXIST)
 			return (taskfile_fail(cause, "mkdir %s", path));
 		/* Something is there: it must be a directory. */
-		if (fstatat(root_fd, path, &st, 0) == -1)
+		if (nofollow_lstat(root_fd, path, &st) == -1)
 			return (taskfile_fail(cause, "stat %s", path));
+		if (S_ISLNK(st.st_mode)) {
+			/*
+			 * Where idemd writes or keeps state, a symlink could
+			 * send that out of the root: refuse.  Elsewhere (a
+			 * stage FCoP tools fill, issues/, shared/) it is left
+			 * as it is and never searched.
+			 */
+			if (!taskfile_topology_written(path)) {
+				log_warnx("%s is a symlink: left alone, never "
+				    "followed (tasks behind it are not found)",
+				    path);
+				continue;
+			}
+			errno = ELOOP;
+			return (taskfile_fail(cause, "%s is a symlink; idemd "
+			    "never follows one (make it a directory)", path));
+		}
 		if (!S_ISDIR(st.st_mode)) {
 			errno = ENOTDIR;
 			return (taskfile_fail(cause, "%s", path));
@@ -634,7 +667,8 @@ taskfile_create_temp(int dir_fd, const char *name, char *temp,
 			errno = ENAMETOOLONG;
 			return (-1);
 		}
-		fd = openat(dir_fd, temp, O_WRONLY|O_CREAT|O_EXCL|O_CLOEXEC,
+		fd = openat(dir_fd, temp,
+		    O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC,
 		    TASKFILE_FILE_MODE);
 		if (fd != -1 || errno != EEXIST)
 			return (fd);
@@ -751,8 +785,9 @@ taskfile_is_file(int at_fd, const char *path)
 {
 	struct stat	st;
 
-	if (fstatat(at_fd, path, &st, 0) == -1) {
-		if (errno == ENOENT || errno == ENOTDIR)
+	/* A symlink, at the name or on the way, is not a task: skipped. */
+	if (nofollow_lstat(at_fd, path, &st) == -1) {
+		if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
 			return (0);
 		return (-1);
 	}
@@ -761,7 +796,8 @@ taskfile_is_file(int at_fd, const char *path)
 
 /*
  * Open a directory to read its entries.  NULL with errno 0 if it does not
- * exist (a missing stage or history is normal), NULL and errno otherwise.
+ * exist (a missing stage or history is normal) or is a symlink (which
+ * could lead out of the workspace: skipped), NULL and errno otherwise.
  */
 static DIR *
 taskfile_open_dir(int at_fd, const char *path)
@@ -769,8 +805,8 @@ taskfile_open_dir(int at_fd, const char *path)
 	DIR	*dir;
 	int	 fd, saved_errno;
 
-	if ((fd = openat(at_fd, path, O_RDONLY|O_DIRECTORY|O_CLOEXEC)) == -1) {
-		if (errno == ENOENT || errno == ENOTDIR)
+	if ((fd = nofollow_dir(at_fd, path)) == -1) {
+		if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
 			errno = 0;
 		return (NULL);
 	}
@@ -1203,8 +1239,10 @@ taskfile_inspect(int root_fd, const char *relpath,
 	if (cause != NULL)
 		*cause = NULL;
 
-	if ((fd = openat(root_fd, relpath, O_RDONLY|O_CLOEXEC|O_NOCTTY)) == -1)
-		return (taskfile_fail(cause, "open %s", relpath));
+	if ((fd = nofollow_openat(root_fd, relpath, O_RDONLY|O_NOCTTY, 0)) ==
+	    -1)
+		return (taskfile_fail(cause, errno == ELOOP ? "open %s (a "
+		    "symlink: never followed)" : "open %s", relpath));
 	if (fstat(fd, &st) == -1)
 		goto fail;
 	if (!S_ISREG(st.st_mode)) {
@@ -1389,7 +1427,7 @@ taskfile_sync_path(int root_fd, const char *relpath)
 		errno = ENAMETOOLONG;
 		return (-1);
 	}
-	if ((fd = openat(root_fd, relpath, O_RDONLY | O_CLOEXEC)) == -1)
+	if ((fd = nofollow_openat(root_fd, relpath, O_RDONLY, 0)) == -1)
 		return (-1);
 	rc = fsync(fd);
 	close(fd);
@@ -1398,8 +1436,7 @@ taskfile_sync_path(int root_fd, const char *relpath)
 	if ((slash = strrchr(dir, '/')) == NULL)
 		return (fsync(root_fd));
 	*slash = '\0';
-	if ((fd = openat(root_fd, dir, O_RDONLY | O_DIRECTORY |
-	    O_CLOEXEC)) == -1)
+	if ((fd = nofollow_dir(root_fd, dir)) == -1)
 		return (-1);
 	rc = fsync(fd);
 	close(fd);

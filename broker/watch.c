@@ -35,8 +35,9 @@ watch_add(int fd, const char *root, const char *relpath)
 	char	path[PATH_MAX];
 
 	snprintf(path, sizeof path, "%s/%s", root, relpath);
-	if (inotify_add_watch(fd, path, WATCH_EVENTS | IN_ONLYDIR) == -1 &&
-	    errno != ENOENT)
+	/* A stage that is a symlink leads out of the workspace: not watched. */
+	if (inotify_add_watch(fd, path, WATCH_EVENTS | IN_ONLYDIR |
+	    IN_DONT_FOLLOW) == -1 && errno != ENOENT && errno != ENOTDIR)
 		log_warn("inotify watch on %s", path);
 }
 
@@ -44,10 +45,10 @@ watch_add(int fd, const char *root, const char *relpath)
 int
 watch_start(struct idemd *d)
 {
-	DIR		*dir;
+	DIR		*dir = NULL;
 	struct dirent	*e;
 	char		 stage[PATH_MAX];
-	int		 fd;
+	int		 fd, dir_fd;
 
 	if ((fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) == -1) {
 		log_warn("inotify: numbers other writers use after start-up "
@@ -55,8 +56,10 @@ watch_start(struct idemd *d)
 		return -1;
 	}
 	watch_add(fd, d->root_real, IDEM_REPORTS_DIR);
-	snprintf(stage, sizeof stage, "%s/_lifecycle", d->root_real);
-	if ((dir = opendir(stage)) != NULL) {
+	if ((dir_fd = nofollow_dir(d->root_fd, "_lifecycle")) != -1 &&
+	    (dir = fdopendir(dir_fd)) == NULL)
+		close(dir_fd);
+	if (dir != NULL) {
 		while ((e = readdir(dir)) != NULL) {
 			if (e->d_name[0] == '.' || strcmp(e->d_name,
 			    "history") == 0)

@@ -32,6 +32,7 @@ struct conn {
 	struct pending		*running;
 	uint32_t		 uid;
 	uint32_t		 pid;
+	int			 peer_counted;	/* in the peer table (peers.c) */
 	int			 closing;	/* close once the output is sent */
 	TAILQ_ENTRY(conn)	 entry;
 };
@@ -442,30 +443,12 @@ worker_wake_all(struct worker *w)
 /* ---- Connections --------------------------------------------------------- */
 
 static void
-op_hello(struct conn *c, json_t *id)
-{
-	json_t	*reply = reply_new(1, id), *schemas;
-
-	json_object_set_new(reply, "server", json_string("idemd"));
-	json_object_set_new(reply, "version", json_string(PACKAGE_VERSION));
-	json_object_set_new(reply, "protocol",
-	    json_integer(IDEM_PROTOCOL_VERSION));
-	/* The schemas a client may name in write_task's digest_schema. */
-	schemas = json_array();
-	json_array_append_new(schemas, json_string(IDEM_SCHEMA_WRITE_TASK_V1));
-	json_array_append_new(schemas, json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
-	json_array_append_new(schemas,
-	    json_string(IDEM_SCHEMA_FCOP_CREATE_TASK_V1));
-	json_object_set_new(reply, "digest_schemas", schemas);
-	conn_send(c, reply);
-}
-
-static void
 conn_dispatch(struct conn *c, const char *line, size_t length)
 {
 	struct request_error	 err;
 	json_t			*request, *id;
 	const char		*name;
+	const struct op_entry	*op;
 
 	atomic_fetch_add(&c->worker->d->seg.header->workers[
 	    c->worker->index].requests, 1);
@@ -477,36 +460,19 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	}
 	if (request_envelope(request, &id, &name, &err) != 0)
 		goto refuse;
+	if ((op = optable_find(name)) == NULL) {
+		request_error_set(&err, "unknown_op", "op",
+		    "unknown op \"%.64s\"", name);
+		goto refuse;
+	}
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
-	    strcmp(name, "hello") != 0) {
+	    !(op->flags & OP_WHILE_DRAINING)) {
 		request_error_set(&err, "shutting_down", NULL,
 		    "idemd is shutting down");
 		err.retryable = 1;
 		goto refuse;
 	}
-	if (strcmp(name, "hello") == 0)
-		op_hello(c, id);
-	else if (strcmp(name, "write_task") == 0)
-		op_write_task(c, request, id);
-	else if (strcmp(name, "write_report") == 0)
-		op_write_report(c, request, id);
-	else if (strcmp(name, "get_submission") == 0)
-		op_get_submission(c, request, id);
-	else if (strcmp(name, "diagnose") == 0)
-		op_diagnose(c, request, id);
-	else if (strcmp(name, "stats") == 0)
-		op_stats(c, request, id);
-	else if (strcmp(name, "effect_begin") == 0)
-		op_effect_begin(c, request, id);
-	else if (strcmp(name, "effect_complete") == 0)
-		op_effect_complete(c, request, id);
-	else if (strcmp(name, "effect_resolve") == 0)
-		op_effect_resolve(c, request, id);
-	else {
-		request_error_set(&err, "unknown_op", "op",
-		    "unknown op \"%.64s\"", name);
-		goto refuse;
-	}
+	op->handler(c, request, id);
 	json_decref(request);
 	return;
 refuse:
@@ -613,28 +579,70 @@ conn_free(struct conn *c)
 	TAILQ_REMOVE(&w->conns, c, entry);
 	w->conn_count--;
 	connections_sub(w, 1);
+	if (c->peer_counted)
+		peers_release(&w->d->seg, w->index, c->pid, c->uid);
 	bufferevent_free(c->bev);
 	free(c);
 	worker_maybe_exit(w);
 }
 
 /*
- * One connection too many: say so in one line (best effort: the socket is
- * new, so its buffer has room) and close.
+ * One connection too many, in total or from one peer: say so in one
+ * line (best effort: the socket is new, so its buffer has room) and
+ * close.  reason names the option whose limit was reached.
  */
 static void
-conn_refuse(struct worker *w, int s)
+conn_refuse(struct worker *w, int s, const char *reason, const char *whose,
+    int limit)
 {
-	char	line[256];
+	char	line[384];
 	int	n;
 
 	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
-	    "\"error\":{\"code\":\"internal\",\"message\":\"too many "
-	    "connections (at most %d); retry later\",\"retryable\":true}}\n",
-	    w->d->max_connections);
+	    "\"error\":{\"code\":\"internal\",\"reason\":\"%s\","
+	    "\"message\":\"too many connections%s (at most %d); retry "
+	    "later\",\"retryable\":true}}\n", reason, whose, limit);
 	(void)send(s, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(s);
 	atomic_fetch_add(&w->d->seg.header->counters.errors, 1);
+}
+
+/*
+ * Within the limits of its peer process and user (counted across all
+ * workers in the segment)?  Refuses the connection if not.
+ */
+static int
+peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
+{
+	char	whose[64];
+
+	*counted = 0;
+	switch (peers_admit(&w->d->seg, w->index, (uint32_t)cred->pid,
+	    cred->uid, (uint32_t)w->d->max_connections_per_pid,
+	    (uint32_t)w->d->max_connections_per_uid)) {
+	case PEERS_ADMITTED:
+		*counted = 1;
+		return 0;
+	case PEERS_UNCOUNTED:
+		return 0;
+	case PEERS_PID_LIMIT:
+		snprintf(whose, sizeof whose, " from process %ld",
+		    (long)cred->pid);
+		conn_refuse(w, s, "max_connections_per_pid", whose,
+		    w->d->max_connections_per_pid);
+		return -1;
+	case PEERS_UID_LIMIT:
+		snprintf(whose, sizeof whose, " from user %lu",
+		    (unsigned long)cred->uid);
+		conn_refuse(w, s, "max_connections_per_uid", whose,
+		    w->d->max_connections_per_uid);
+		return -1;
+	case PEERS_FULL:
+		conn_refuse(w, s, "max_connections", " from distinct peers",
+		    SHM_PEER_SLOTS);
+		return -1;
+	}
+	return -1;
 }
 
 static void
@@ -645,7 +653,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 	struct ucred	 cred;
 	socklen_t	 len = sizeof cred;
 	struct timeval	 tv;
-	int		 s;
+	int		 s, counted;
 
 	for (;;) {
 		s = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -666,25 +674,42 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		if (atomic_fetch_add(&w->d->seg.header->connections, 1) >=
 		    (uint32_t)w->d->max_connections) {
 			atomic_fetch_sub(&w->d->seg.header->connections, 1);
-			conn_refuse(w, s);
+			conn_refuse(w, s, "max_connections", "",
+			    w->d->max_connections);
 			continue;
 		}
+		/* No credentials (never seen on Linux): not counted per peer. */
+		counted = 0;
+		len = sizeof cred;
+		if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+			if (peer_admit(w, s, &cred, &counted) != 0) {
+				atomic_fetch_sub(&w->d->seg.header->connections,
+				    1);
+				continue;
+			}
+		} else
+			memset(&cred, 0, sizeof cred);
 		atomic_fetch_add(&w->d->seg.header->workers[w->index].connections,
 		    1);
 		if ((c = calloc(1, sizeof *c)) == NULL) {
 			connections_sub(w, 1);
+			if (counted)
+				peers_release(&w->d->seg, w->index,
+				    (uint32_t)cred.pid, cred.uid);
 			close(s);
 			continue;
 		}
 		c->worker = w;
-		if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-			c->uid = cred.uid;
-			c->pid = (uint32_t)cred.pid;
-		}
+		c->uid = cred.uid;
+		c->pid = (uint32_t)cred.pid;
+		c->peer_counted = counted;
 		c->bev = bufferevent_socket_new(w->base, s,
 		    BEV_OPT_CLOSE_ON_FREE);
 		if (c->bev == NULL) {
 			connections_sub(w, 1);
+			if (counted)
+				peers_release(&w->d->seg, w->index, c->pid,
+				    c->uid);
 			close(s);
 			free(c);
 			continue;

@@ -25,6 +25,8 @@ struct idemd {
 	uint32_t		 capacity;
 	int			 inflight_wait_ms;
 	int			 max_connections;
+	int			 max_connections_per_pid;
+	int			 max_connections_per_uid;
 	int			 idle_timeout_ms;
 	uint64_t		 segment_bytes;	/* rotate and checkpoint past it */
 	uint64_t		 result_bytes;	/* the effects' result arena */
@@ -37,6 +39,7 @@ struct idemd {
 	int			 argc;		/* the command line, which */
 	char			**argv;		/* each worker is exec'd with */
 	const char		*worker_handles; /* --worker: this is one */
+	pid_t			 master_pid;	/* hello names it */
 
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;
@@ -75,6 +78,10 @@ int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 
 /* master.c */
 int	master_run(struct idemd *);
+
+/* listener.c: the socket's path checked (nothing answers there), bound */
+void	listener_check(struct idemd *);
+void	listener_open(struct idemd *);
 
 /* watch.c */
 int	watch_start(struct idemd *);
@@ -327,6 +334,9 @@ void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
 void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
 void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
 int	 effect_check(const char *op, json_t *request, struct request_error *);
+int	 effect_begin_check(json_t *request, struct request_error *);
+int	 effect_complete_check(json_t *request, struct request_error *);
+int	 effect_resolve_check(json_t *request, struct request_error *);
 /* effect_kind's characters (0 or -1 with err). */
 int	 effect_kind_valid(const char *kind, size_t length,
 	    struct request_error *);
@@ -344,6 +354,20 @@ json_t	*effect_receipt_json(struct shm_segment *, const char *key,
 json_t	*effect_submission_json(struct shm_segment *, const char *key,
 	    size_t key_length, const struct subtab_entry *, int in_flight,
 	    int64_t now);
+/* optable.c: every op served, one row each */
+typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
+typedef int (*op_check_fn)(json_t *request, struct request_error *);
+#define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
+struct op_entry {
+	const char	*name;
+	op_handler_fn	 handler;	/* answers, now or once parked */
+	op_check_fn	 check;		/* stateless validation; NULL: none */
+	int		 flags;
+};
+/* The row of op name; NULL: unknown_op. */
+const struct op_entry *optable_find(const char *name);
+/* A JSON array of every op's name, in the table's order. */
+json_t	*optable_names(void);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);

@@ -253,7 +253,7 @@ write_report_answer(struct pending *p, int created)
 static const struct submission_ops write_report_ops = {
 	.kind = SUBTAB_KIND_REPORT,
 	.schema = SUBTAB_SCHEMA_WRITE_REPORT_V1,
-	.crash_points = 0,
+	.crash_points = 1,
 	.id_key = "report_id",
 	.dir_fd = write_report_dir_fd,
 	.render = write_report_render,

@@ -2276,11 +2276,27 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 	v.ctl = ctl;
 	v.root = ctl_root(ctl);
 	v.journal_complete = 1;
+	memset(&st, 0, sizeof st);
 	v.sequence_digits = digits;
 	if ((v.root_fd = open(v.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
 	    -1)
 		return ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE, "cannot read "
 		    "root %s: %s", v.root, strerror(errno));
+	/*
+	 * Without .idem/ (a real directory) this is not a root idemd ever
+	 * served: "clean" would be a claim about nothing (a mistyped --root).
+	 */
+	if (fstatat(v.root_fd, IDEM_STATE_DIR, &st, AT_SYMLINK_NOFOLLOW) ==
+	    -1 || !S_ISDIR(st.st_mode)) {
+		status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "%s is not an idem "
+		    "workspace: %s/%s %s; nothing to verify (check --root or "
+		    "IDEM_ROOT)", v.root, v.root, IDEM_STATE_DIR,
+		    S_ISLNK(st.st_mode) ? "is a symlink" :
+		    !S_ISDIR(st.st_mode) && st.st_mode != 0 ?
+		    "is not a directory" : "does not exist");
+		close(v.root_fd);
+		return status;
+	}
 	v.by_key = json_object();
 	v.by_id = json_object();
 	v.seen_files = json_object();

@@ -76,12 +76,25 @@
 #define IDEM_MIN_SEQUENCE_DIGITS	3
 #define IDEM_MAX_SEQUENCE_DIGITS	6
 #define IDEM_DEFAULT_MAX_CONNECTIONS	1024	/* across all workers */
+/* One peer process's share of them; a uid's is a quarter of the total. */
+#define IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID	64
+#define IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR	4
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
 /* After a journal failure, how often the journal is reopened and verified. */
 #define IDEM_JOURNAL_REOPEN_RETRY_MS	100
 #define IDEM_DEFAULT_SOCKET_MODE	0600
+/* How long a starting idemd waits for whatever holds its socket path. */
+#define IDEM_SOCKET_PROBE_TIMEOUT_MS	2000
 /* Replies queued for a connection that does not read them: stop reading it. */
 #define IDEM_MAX_OUTPUT_BYTES		(4 * 1024 * 1024)
+
+/*
+ * idem-mcp (contrib/mcp/): one JSON-RPC message on its stdin, newline
+ * included (a task of IDEM_MAX_BODY_BYTES, JSON-escaped, fits), and the
+ * tools per tools/list page (--tools-page-size overrides it).
+ */
+#define IDEM_MCP_MAX_LINE_BYTES		(2 * 1024 * 1024)
+#define IDEM_MCP_TOOLS_PAGE_SIZE	64
 
 /* Paths relative to the root. */
 #define IDEM_STATE_DIR			".idem"

@@ -25,4 +25,5 @@ registry_exit(struct shm_segment *seg, unsigned index)
 	/* Its connections died with it. */
 	atomic_fetch_sub(&seg->header->connections,
 	    atomic_exchange(&w->connections, 0));
+	peers_forget_worker(seg, index);
 }

@@ -63,6 +63,9 @@ layout(uint32_t capacity, uint64_t arena_bytes, struct shm_header *h)
 	h->arena_bytes = arena_bytes;
 	h->arena_offset = at;
 	at = round_up(at + h->arena_bytes, 4096);
+	h->peer_slots = SHM_PEER_SLOTS;
+	h->peers_offset = at;
+	at = round_up(at + (uint64_t)h->peer_slots * sizeof(uint64_t), 4096);
 	h->total_bytes = at;
 }
 
@@ -106,6 +109,7 @@ locate(struct shm_segment *seg)
 	seg->heap = base + seg->header->heap_offset;
 	seg->ring = (uint8_t *)(base + seg->header->ring_offset);
 	seg->arena = (uint8_t *)(base + seg->header->arena_offset);
+	seg->peers = (_Atomic uint64_t *)(base + seg->header->peers_offset);
 }
 
 int
@@ -170,7 +174,8 @@ shm_create_sized(const char *root_realpath, uint32_t capacity,
 	randombytes_buf(header->hash_key, sizeof header->hash_key);
 	if (shm_lock_init(&header->table_lock) != 0 ||
 	    shm_lock_init(&header->alloc_lock) != 0 ||
-	    shm_lock_init(&header->ring_lock) != 0) {
+	    shm_lock_init(&header->ring_lock) != 0 ||
+	    shm_lock_init(&header->peer_lock) != 0) {
 		asprintf(cause, "initialising robust mutexes: %s",
 		    strerror(errno));
 		munmap(base, h.total_bytes);
@@ -228,6 +233,7 @@ shm_attach(const char *root_realpath, struct shm_segment *seg, char **cause)
 	    header->slot_bytes != expect.slot_bytes ||
 	    header->cacheline_bytes != expect.cacheline_bytes ||
 	    header->total_bytes != expect.total_bytes ||
+	    header->peer_slots != expect.peer_slots ||
 	    header->total_bytes != (uint64_t)st.st_size) {
 		asprintf(cause, "segment %s has another layout or is not "
 		    "initialised", seg->name);

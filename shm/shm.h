@@ -42,6 +42,13 @@
 #define SHM_HEAP_BYTES_PER_SLOT	56
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
 /*
+ * Entries of the peer table (peers.c): one per (peer pid or uid, worker)
+ * with connections open; a power of two.  Past it, connections are
+ * refused (retryable); at the default --max-connections it holds every
+ * peer twice over.
+ */
+#define SHM_PEER_SLOTS		16384
+/*
  * A report's key is its task_id, a newline and the submission id; an
  * effect's is its effect_kind, SUBTAB_EFFECT_SEPARATOR and the
  * submission id (the separator is in neither, so the two never meet).
@@ -206,12 +213,15 @@ struct shm_header {
 	uint64_t		ring_offset;
 	uint64_t		arena_bytes;	/* effects' results */
 	uint64_t		arena_offset;
+	uint64_t		peers_offset;
+	uint32_t		peer_slots;
 	int64_t			started_at_ms;
 	uint8_t			hash_key[16];	/* random: SipHash of keys */
 
 	struct shm_lock		table_lock;
 	struct shm_lock		alloc_lock;
 	struct shm_lock		ring_lock;
+	struct shm_lock		peer_lock;	/* peers.c; never held with another */
 
 	/* Table (under table_lock). */
 	uint32_t		slots_used;
@@ -272,6 +282,7 @@ struct shm_segment {
 	char			*heap;
 	uint8_t			*ring;
 	uint8_t			*arena;
+	_Atomic uint64_t	*peers;		/* peers.c */
 };
 
 /* segment.c */
@@ -460,6 +471,27 @@ int	 handoff_is_durable(const struct shm_header *, uint64_t end,
 void	 handoff_failed(struct shm_segment *);
 /* Under the table lock, after a reopen: drop what is pending, heal. */
 int	 handoff_reopened(struct shm_segment *);
+
+/* peers.c: connections per peer pid and uid, across all workers. */
+enum peers_verdict {
+	PEERS_ADMITTED,
+	PEERS_PID_LIMIT,	/* the process has max_per_pid open */
+	PEERS_UID_LIMIT,	/* the user has max_per_uid open */
+	PEERS_FULL,		/* no entry left in the table */
+	PEERS_UNCOUNTED		/* the lock is unusable: admitted, not counted */
+};
+int	 peers_repair(struct shm_segment *);
+/* Count one more connection of pid and uid on worker, if both are under. */
+enum peers_verdict peers_admit(struct shm_segment *, unsigned worker,
+	    uint32_t pid, uint32_t uid, uint32_t max_per_pid,
+	    uint32_t max_per_uid);
+/* One connection admitted by peers_admit closed. */
+void	 peers_release(struct shm_segment *, unsigned worker, uint32_t pid,
+	    uint32_t uid);
+/* The master, for a dead worker: its connections died with it. */
+void	 peers_forget_worker(struct shm_segment *, unsigned worker);
+/* Open connections of a pid (by_uid 0) or uid, all workers together. */
+uint32_t peers_count(struct shm_segment *, int by_uid, uint32_t id);
 
 /* registry.c: worker slots. */
 /* Before fork: a new generation for the index; returns it. */

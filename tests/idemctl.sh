@@ -480,6 +480,26 @@ else
 	fail "journal dump printed $lines lines for $records records"
 fi
 
+# ---- verify where idemd never ran --------------------------------------
+
+# A directory without .idem/ (a mistyped --root): not "clean".
+mkdir "$tmp/not-a-workspace"
+run "$IDEMCTL" verify --root "$tmp/not-a-workspace"
+expect 1 "verify a directory that is not an idem workspace"
+contains "$tmp/err" "is not an idem workspace" "verify says it is not a workspace"
+contains "$tmp/err" "$tmp/not-a-workspace" "verify names the directory"
+if [ -s "$tmp/out" ]; then
+	fail "verify of a non-workspace printed a verdict: $(cat "$tmp/out")"
+else
+	pass "verify of a non-workspace prints no verdict"
+fi
+# .idem a symlink to a real workspace's: still not this root's state.
+mkdir "$tmp/linked"
+ln -s "$root/.idem" "$tmp/linked/.idem"
+run "$IDEMCTL" verify --root "$tmp/linked"
+expect 1 "verify a directory whose .idem is a symlink"
+contains "$tmp/err" "is a symlink" "verify says .idem is a symlink"
+
 if [ "$failures" -ne 0 ]; then
 	echo "$failures failure(s)"
 	exit 1

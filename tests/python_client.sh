@@ -1,15 +1,66 @@
 #!/bin/sh
-# The Python client (contrib/python/idem.py) against a real idemd:
-# tests/python/test_client.py.  make check sets IDEMD, IDEM_VECTORS and
-# IDEM_SRCDIR.  Exit 77 (skip) without python3.
+# The Python client as a user gets it: contrib/python installed with pip
+# into a fresh venv of Debian's python3 (python3-venv), with no package
+# index (PIP_NO_INDEX, no pip configuration), then typechecked (mypy
+# --strict, when python3-mypy is installed) and tests/python/test_client.py
+# run with the venv's python against a real idemd.  make check sets IDEMD,
+# IDEM_VECTORS, IDEM_SRCDIR and IDEM_VERSION.  Exit 77 (skip) without
+# python3 or its venv module.  The venv lives in the build tree and is
+# removed at exit; nothing is written into the source tree.
 set -u
-if ! command -v python3 >/dev/null 2>&1; then
-	echo "SKIP: python3 not found"
+python=${IDEM_TEST_PYTHON:-/usr/bin/python3}
+if ! [ -x "$python" ]; then
+	echo "SKIP: $python not found (apt-get install python3)"
+	exit 77
+fi
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+	echo "SKIP: $python has no venv module (apt-get install python3-venv)"
 	exit 77
 fi
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PYTHONPATH="$src/contrib/python${PYTHONPATH:+:$PYTHONPATH}"
-PYTHONDONTWRITEBYTECODE=1
-export PYTHONPATH PYTHONDONTWRITEBYTECODE
-python3 "$src/tests/python/test_client.py" -v
-exit $?
+mkdir -p tests && work=$(mktemp -d "$PWD/tests/python-venv.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+trap 'exit 1' HUP INT TERM
+
+# No bytecode next to the sources (a read-only tree under distcheck), no
+# pip configuration or find-links of this machine, no index, no cache.
+unset PYTHONPATH PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL
+PYTHONDONTWRITEBYTECODE=1 PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1
+PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+export PYTHONDONTWRITEBYTECODE PIP_CONFIG_FILE PIP_NO_INDEX PIP_NO_CACHE_DIR
+export PIP_DISABLE_PIP_VERSION_CHECK
+
+venv="$work/venv"
+if ! "$python" -m venv "$venv" >"$work/venv.log" 2>&1; then
+	cat "$work/venv.log"
+	echo "FAIL: $python -m venv"
+	exit 1
+fi
+# The documented install command, from the source tree as it is.
+if ! "$venv/bin/python" -m pip install "$src/contrib/python" \
+    >"$work/pip.log" 2>&1; then
+	cat "$work/pip.log"
+	echo "FAIL: pip install $src/contrib/python (offline, fresh venv)"
+	exit 1
+fi
+tail -n 1 "$work/pip.log"
+
+if "$python" -m mypy --version >/dev/null 2>&1; then
+	# The package itself, strictly, and a caller's code against the
+	# installed copy (its py.typed makes mypy read its hints).
+	if ! "$python" -m mypy --strict --python-version 3.8 \
+	    --cache-dir "$work/mypy" "$src/contrib/python/idem" \
+	    "$src/contrib/python/idem_build.py" ||
+	   ! "$python" -m mypy --strict --cache-dir "$work/mypy" \
+	    --python-executable "$venv/bin/python" \
+	    "$src/tests/python/typed_usage.py"; then
+		echo "FAIL: mypy"
+		exit 1
+	fi
+else
+	echo "typecheck skipped: mypy not installed (apt-get install python3-mypy)"
+fi
+
+IDEM_VENV=$venv
+export IDEM_VENV
+cd "$work" && "$venv/bin/python" "$src/tests/python/test_client.py" -v

@@ -2,15 +2,23 @@
 # The contract and its vectors are copied into tests/vectors so that the
 # suite runs from a tarball; where the shared originals are present (a
 # development tree or CI), the copies must not have drifted from them.
+# The originals: $IDEM_SHARED_DIR (.ci/run sets it), else shared/ beside
+# the source tree.  Without them: skip, but fail in CI (CI=true).
 set -eu
 src=${IDEM_SRCDIR:?}
-shared="$src/../shared"
+shared=${IDEM_SHARED_DIR:-$src/../shared}
 if [ ! -f "$shared/SPEC.md" ]; then
-	echo "SKIP: no shared/ beside the source tree"
+	case ${CI:-} in
+	true|TRUE|True|1|yes)
+		echo "FAIL: no $shared/SPEC.md (CI=true: set IDEM_SHARED_DIR)"
+		exit 1 ;;
+	esac
+	echo "SKIP: no shared/ beside the source tree ($shared)"
 	exit 77
 fi
 status=0
-for pair in "SPEC.md:SPEC.md" "vectors/write-task-v1.json:write-task-v1.json"; do
+for pair in "SPEC.md:SPEC.md" "vectors/write-task-v1.json:write-task-v1.json" \
+    "vectors/write-task-v1-fcop.json:write-task-v1-fcop.json"; do
 	original="$shared/${pair%%:*}"
 	copy="$src/tests/vectors/${pair#*:}"
 	if cmp -s "$original" "$copy"; then

@@ -3,12 +3,17 @@
 set -eu
 packages="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev libsqlite3-dev
-python3 strace clang libclang-rt-dev libsystemd-dev"
+python3 strace clang libclang-rt-dev libsystemd-dev
+python3-venv python3-mypy"
 missing=""
 for p in $packages; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
 	    missing="$missing $p"
 done
+# node and npm for tests/mcp/sdk.sh (the MCP SDK itself goes into the
+# build tree); by command, since a node from elsewhere may bring its own npm.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 if [ -n "$missing" ]; then
 	echo "installing:$missing"
 	export DEBIAN_FRONTEND=noninteractive

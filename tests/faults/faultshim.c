@@ -28,11 +28,24 @@
  * second journal append of a request and not the first.  The count
  * starts again whenever the rule's text changes.
  *
+ *	fork <errno-name>
+ *
+ * makes fork() fail with EAGAIN or ENOMEM (the master forking a worker,
+ * master.c) until the rule is cleared.
+ *
+ *	hold <path-substring>
+ *
+ * makes a sync of a matching file wait until the rule is changed, as a
+ * disk that takes its time would: holding the journal's fdatasync holds
+ * the journaling thread, and the records behind it fill the hand-off
+ * ring.  The wait looks at the rule every millisecond.
+ *
  * It never calls what it intercepts (open, read, close and readlink are
  * not intercepted) and keeps no state but the real functions' addresses
  * and that count, in atomic words, so it is safe in idemd's threads;
- * once those are resolved it calls nothing but getenv and those four,
- * so it is safe in libevent's signal handlers, which write.
+ * once those are resolved it calls nothing but getenv, those four and
+ * nanosleep (a hold), so it is safe in libevent's signal handlers, which
+ * write.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* RTLD_NEXT */
@@ -47,17 +60,23 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAULT_RULE_BYTES	512
 #define FAULT_PATH_BYTES	4096
 /* "/proc/self/fd/" and an int. */
 #define FAULT_PROC_BYTES	32
+/* fault_check's answer for a "hold" rule that matches. */
+#define FAULT_HOLD		(-1)
+/* How often a held sync looks at the rule again (nanoseconds). */
+#define FAULT_HOLD_POLL_NS	1000000L
 
 enum fault_op {
 	FAULT_WRITE,
 	FAULT_SYNC,
-	FAULT_TRUNCATE
+	FAULT_TRUNCATE,
+	FAULT_FORK
 };
 
 static void	*real_write;
@@ -66,6 +85,7 @@ static void	*real_pwrite;
 static void	*real_fsync;
 static void	*real_fdatasync;
 static void	*real_ftruncate;
+static void	*real_fork;
 /* For "<n>": the rule counted (its hash) and its matching calls. */
 static uint64_t	 counted_rule;
 static uint64_t	 counted_calls;
@@ -99,6 +119,7 @@ fault_init(void)
 	(void)REAL(fsync);
 	(void)REAL(fdatasync);
 	(void)REAL(ftruncate);
+	(void)REAL(fork);
 }
 
 static int
@@ -112,6 +133,10 @@ fault_errno(const char *name, size_t length)
 		return EDQUOT;
 	if (length == 5 && memcmp(name, "EROFS", 5) == 0)
 		return EROFS;
+	if (length == 6 && memcmp(name, "EAGAIN", 6) == 0)
+		return EAGAIN;
+	if (length == 6 && memcmp(name, "ENOMEM", 6) == 0)
+		return ENOMEM;
 	return 0;
 }
 
@@ -197,7 +222,7 @@ fault_check(enum fault_op op, int fd)
 	int		 rfd, error, rule_op, matched = 0;
 	size_t		 i;
 
-	if (file == NULL || *file == '\0' || fd < 0)
+	if (file == NULL || *file == '\0' || (fd < 0 && op != FAULT_FORK))
 		return 0;
 	if ((rfd = open(file, O_RDONLY | O_CLOEXEC)) == -1)
 		return 0;
@@ -214,6 +239,21 @@ fault_check(enum fault_op op, int fd)
 
 	if ((word = fault_word(rule, &pos, &length)) == NULL)
 		return 0;
+	/* "fork <errno>": no path; only fork() reads it. */
+	if (op == FAULT_FORK || (length == 4 && memcmp(word, "fork", 4) == 0)) {
+		if (op != FAULT_FORK || length != 4 ||
+		    memcmp(word, "fork", 4) != 0 ||
+		    (word = fault_word(rule, &pos, &length)) == NULL)
+			return 0;
+		return fault_errno(word, length);
+	}
+	if (length == 4 && memcmp(word, "hold", 4) == 0) {
+		if (op != FAULT_SYNC || (want = fault_word(rule, &pos,
+		    &want_length)) == NULL || want_length >= FAULT_PATH_BYTES)
+			return 0;
+		error = FAULT_HOLD;
+		goto match;
+	}
 	if (length == 3 && memcmp(word, "any", 3) == 0)
 		rule_op = -1;
 	else if (length == 5 && memcmp(word, "write", 5) == 0)
@@ -234,6 +274,7 @@ fault_check(enum fault_op op, int fd)
 	    rule_op == FAULT_WRITE && error == EROFS))
 		return 0;
 
+match:
 	fault_proc_path(fd, proc);
 	if ((n = readlink(proc, path, sizeof path - 1)) == -1)
 		return 0;
@@ -247,7 +288,7 @@ fault_check(enum fault_op op, int fd)
 		for (i = 0; !matched && i + want_length <= (size_t)n; i++)
 			matched = memcmp(path + i, want, want_length) == 0;
 	}
-	if (!matched || fault_passes(rule, &pos))
+	if (!matched || (error != FAULT_HOLD && fault_passes(rule, &pos)))
 		return 0;
 	return error;
 }
@@ -299,12 +340,27 @@ pwrite(int fd, const void *buf, size_t count, off_t offset)
 	return REAL(pwrite)(fd, buf, count, offset);
 }
 
+/* The errno a sync must fail with, or 0, once any hold has ended. */
+static int
+fault_sync(int fd)
+{
+	struct timespec	ts;
+	int		error;
+
+	while ((error = fault_for(FAULT_SYNC, fd)) == FAULT_HOLD) {
+		ts.tv_sec = 0;
+		ts.tv_nsec = FAULT_HOLD_POLL_NS;
+		nanosleep(&ts, NULL);
+	}
+	return error;
+}
+
 int
 fsync(int fd)
 {
 	int	error;
 
-	if ((error = fault_for(FAULT_SYNC, fd)) != 0) {
+	if ((error = fault_sync(fd)) != 0) {
 		errno = error;
 		return -1;
 	}
@@ -316,7 +372,7 @@ fdatasync(int fd)
 {
 	int	error;
 
-	if ((error = fault_for(FAULT_SYNC, fd)) != 0) {
+	if ((error = fault_sync(fd)) != 0) {
 		errno = error;
 		return -1;
 	}
@@ -333,4 +389,16 @@ ftruncate(int fd, off_t length)
 		return -1;
 	}
 	return REAL(ftruncate)(fd, length);
+}
+
+pid_t
+fork(void)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_FORK, -1)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(fork)();
 }

@@ -1,6 +1,7 @@
 /*
- * fuzz_stubs.c: the worker-side functions that write_task.c and
- * write_report.c refer to but request_check_line() never reaches.  The
+ * fuzz_stubs.c: the worker-side functions that write_task.c,
+ * write_report.c and the op table (optable.c) refer to but
+ * request_check_line() never reaches.  The
  * request target links these instead of the whole broker (event loop,
  * shared segment, files); any call is a bug in the check, so each one
  * aborts.  A link error naming a new symbol means a stub is missing here.
@@ -101,6 +102,30 @@ taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
 
 const char *
 subtab_schema_name(unsigned schema)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+conn_reply(struct conn *c, json_t *reply)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+op_get_submission(struct conn *c, json_t *request, json_t *id)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+op_diagnose(struct conn *c, json_t *request, json_t *id)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+op_stats(struct conn *c, json_t *request, json_t *id)
 {
 	fuzz_unreachable(__func__);
 }

@@ -37,16 +37,69 @@
 /* Brokers running at once in one test (a second one is started by hand). */
 #define HARNESS_MAX_BROKERS		8
 
+/* harness_skip's reasons, printed again by harness_exit_status. */
+#define HARNESS_MAX_SKIPS		16
+#define HARNESS_SKIP_BYTES		256
+
 /* What the watchdog kills: read from a signal handler, hence volatile. */
 static volatile sig_atomic_t	harness_pids[HARNESS_MAX_BROKERS];
 
+/* Their segments' files, "/dev/shm/idem-<16 hex>", for the watchdog. */
+static char			harness_segments[HARNESS_MAX_BROKERS][80];
+
+static char	harness_skips[HARNESS_MAX_SKIPS][HARNESS_SKIP_BYTES];
+static int	harness_skip_count;
+
+/*
+ * At exit, the brokers a failed test left running (a test without a
+ * teardown, its struct broker on the stack, stops at its first failed
+ * assertion): killed, and their segments removed, so that a failure
+ * leaves neither a live broker nor 72 MiB in /dev/shm behind.
+ */
+static pid_t	harness_owner;	/* the test process, not a forked client */
+
 static void
-note_started(pid_t pid)
+kill_leftovers(void)
 {
 	int	i;
 
+	if (getpid() != harness_owner)
+		return;
+	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
+		if (harness_pids[i] == 0)
+			continue;
+		fprintf(stderr, "harness: idemd %ld still running at exit; "
+		    "killing it\n", (long)harness_pids[i]);
+		kill((pid_t)harness_pids[i], SIGKILL);
+		(void)waitpid((pid_t)harness_pids[i], NULL, 0);
+		if (harness_segments[i][0] != '\0')
+			(void)unlink(harness_segments[i]);
+		harness_pids[i] = 0;
+	}
+}
+
+static void
+note_started(pid_t pid, const char *root)
+{
+	static int	 registered;
+	char		 name[64], *real;
+	int		 i;
+
+	if (!registered && atexit(kill_leftovers) == 0) {
+		harness_owner = getpid();
+		registered = 1;
+	}
 	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
 		if (harness_pids[i] == 0) {
+			harness_segments[i][0] = '\0';
+			if (sodium_init() >= 0 &&
+			    (real = realpath(root, NULL)) != NULL) {
+				shm_name_for_root(real, name);
+				free(real);
+				snprintf(harness_segments[i],
+				    sizeof harness_segments[i], "/dev/shm%s",
+				    name);
+			}
 			harness_pids[i] = pid;
 			return;
 		}
@@ -75,6 +128,14 @@ watchdog_fired(int sig)
 	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
 		if (harness_pids[i] != 0)
 			kill((pid_t)harness_pids[i], SIGKILL);
+	}
+	/*
+	 * Their segments too (unlink is async-signal-safe; a mapping
+	 * outlives its name): a hung test must not leave 72 MiB behind.
+	 */
+	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
+		if (harness_pids[i] != 0 && harness_segments[i][0] != '\0')
+			(void)unlink(harness_segments[i]);
 	}
 	(void)write(2, msg, sizeof msg - 1);
 	_exit(2);
@@ -160,7 +221,7 @@ harness_start(struct broker *b, const char *const *args,
 		execv(idemd, (char *const *)argv);
 		_exit(127);
 	}
-	note_started(b->pid);
+	note_started(b->pid, b->root);
 	close(ready[1]);
 	pfd.fd = ready[0];
 	pfd.events = POLLIN;
@@ -625,4 +686,37 @@ harness_assert_bool(json_t *object, const char *key, int expected)
 		fail_msg("\"%s\" is not %s in %s", key, expected ? "true" :
 		    "false", object != NULL ?
 		    json_dumps(object, JSON_COMPACT) : "null");
+}
+
+void
+harness_skip(const char *fmt, ...)
+{
+	char	reason[HARNESS_SKIP_BYTES];
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof reason, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "skipped: %s\n", reason);
+	if (harness_skip_count < HARNESS_MAX_SKIPS)
+		memcpy(harness_skips[harness_skip_count], reason,
+		    sizeof reason);
+	harness_skip_count++;
+	skip();
+}
+
+int
+harness_exit_status(int failed)
+{
+	int	i;
+
+	if (failed != 0 || harness_skip_count == 0)
+		return failed;
+	for (i = 0; i < harness_skip_count && i < HARNESS_MAX_SKIPS; i++)
+		printf("SKIP: %s\n", harness_skips[i]);
+	if (harness_skip_count > HARNESS_MAX_SKIPS)
+		printf("SKIP: and %d more\n",
+		    harness_skip_count - HARNESS_MAX_SKIPS);
+	fflush(stdout);
+	return 77;
 }

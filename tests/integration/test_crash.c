@@ -8,10 +8,12 @@
  * exit, its lock; never a sleep.
  */
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -29,9 +32,16 @@
 
 #include "integration/harness.h"
 
-/* A test that takes longer than this is hung: the watchdog ends it. */
-/* Calls to make while waiting for the master to replace a worker. */
-#define TEST_RESPAWN_CALLS	100000
+/*
+ * How long the master may take to replace a worker: a guard on a clock
+ * (CLOCK_MONOTONIC) against a broker that never does, not a pause.
+ */
+#define TEST_RESPAWN_TIMEOUT_MS	30000
+/*
+ * IDEM_SPAWN_DELAY_MS of the paused-master test: the master sleeps this
+ * long after each fork (start-up too), and the reply must come sooner.
+ */
+#define TEST_SPAWN_DELAY_MS	8000
 #define TEST_MAX_WORKERS	64
 #define TEST_CONCURRENT_RETRIES	8
 /* Start-and-stop cycles that look for a lost SIGTERM. */
@@ -169,8 +179,7 @@ static void
 skip_if_date_moved(const char *expected, const char *task_id)
 {
 	if (strncmp(expected + 5, task_id + 5, 8) != 0) {
-		fprintf(stderr, "the UTC date changed during the test\n");
-		skip();
+		harness_skip("the UTC date changed during the test");
 	}
 }
 
@@ -516,11 +525,57 @@ has_pid(const pid_t *pids, int n, pid_t pid)
 	return 0;
 }
 
+static int64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static int	worker_is_exec(pid_t, pid_t);
+
+/*
+ * Wait until the master has replaced worker gone: n workers, none of
+ * them gone (with exec, every one exec'd as idemd --worker).  No event
+ * says when a worker exists, so between two looks at /proc the wait is
+ * a round trip through a live worker on c, an answer awaited (with c
+ * NULL, the looks follow each other: for a test that acts right after
+ * the fork).  0, or -1 past TEST_RESPAWN_TIMEOUT_MS on the clock.
+ */
+static int
+await_replacement(struct broker *b, struct idem_conn *c, int n, pid_t gone,
+    int exec)
+{
+	pid_t	 now[TEST_MAX_WORKERS];
+	int64_t	 deadline = now_ms() + TEST_RESPAWN_TIMEOUT_MS;
+	json_t	*reply;
+	int	 m, j, done;
+
+	for (;;) {
+		m = harness_workers(b, now, TEST_MAX_WORKERS);
+		done = m == n && !has_pid(now, m, gone);
+		for (j = 0; j < m && done && exec; j++)
+			done = worker_is_exec(b->pid, now[j]);
+		if (done)
+			return 0;
+		if (now_ms() > deadline)
+			return -1;
+		if (c == NULL)
+			continue;
+		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
+		assert_non_null(reply);
+		harness_assert_bool(reply, "ok", 1);
+		json_decref(reply);
+	}
+}
+
 /*
  * A worker killed from outside while the broker is idle: the others keep
  * serving, and the master brings the count back.  No event says when the
  * replacement exists, so the test keeps making calls (each one a round
- * trip through a live worker) until it does, up to a bound.
+ * trip through a live worker) until it does, up to a clock deadline.
  */
 static void
 idle_worker_killed(void **state)
@@ -528,9 +583,8 @@ idle_worker_killed(void **state)
 	struct broker		*b = *state;
 	struct idem_conn	*c;
 	pid_t			 before[TEST_MAX_WORKERS];
-	pid_t			 now[TEST_MAX_WORKERS];
 	json_t			*reply;
-	int			 n, m = 0, i;
+	int			 n;
 
 	start(b);
 	n = harness_workers(b, before, TEST_MAX_WORKERS);
@@ -543,19 +597,10 @@ idle_worker_killed(void **state)
 
 	c = harness_connect(b);
 	assert_non_null(c);
-	for (i = 0; i < TEST_RESPAWN_CALLS; i++) {
-		m = harness_workers(b, now, TEST_MAX_WORKERS);
-		if (m == n && !has_pid(now, m, before[0]))
-			break;
-		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
-		assert_non_null(reply);
-		harness_assert_bool(reply, "ok", 1);
-		json_decref(reply);
-	}
+	if (await_replacement(b, c, n, before[0], 0) != 0)
+		fail_msg("no replacement of worker %ld within %d ms",
+		    (long)before[0], TEST_RESPAWN_TIMEOUT_MS);
 	idem_close(c);
-	if (i == TEST_RESPAWN_CALLS)
-		fail_msg("%d workers after %d calls, wanted %d without pid %ld",
-		    m, i, n, (long)before[0]);
 
 	reply = submit(b, "idle-kill/2", "With the new worker");
 	assert_outcome(reply, "created", 1, 0);
@@ -603,7 +648,7 @@ worker_is_exec(pid_t master, pid_t worker)
  * Every worker, the first ones and a replacement, is the broker's own
  * binary exec'd with --worker.  A new worker shows in /proc at its fork,
  * before its exec: the test makes calls (round trips through the live
- * workers) until the command line changes, up to a bound.
+ * workers) until the command line changes, up to a clock deadline.
  */
 static void
 workers_are_exec_d(void **state)
@@ -611,9 +656,7 @@ workers_are_exec_d(void **state)
 	struct broker		*b = *state;
 	struct idem_conn	*c;
 	pid_t			 before[TEST_MAX_WORKERS];
-	pid_t			 now[TEST_MAX_WORKERS];
-	json_t			*reply;
-	int			 n, m, i, j, done;
+	int			 n;
 
 	start(b);
 	n = harness_workers(b, before, TEST_MAX_WORKERS);
@@ -622,21 +665,41 @@ workers_are_exec_d(void **state)
 	/* Connected after the kill: a live worker accepts it. */
 	c = harness_connect(b);
 	assert_non_null(c);
-	for (i = 0, done = 0; i < TEST_RESPAWN_CALLS && !done; i++) {
-		m = harness_workers(b, now, TEST_MAX_WORKERS);
-		done = m == n && !has_pid(now, m, before[0]);
-		for (j = 0; j < m && done; j++)
-			done = worker_is_exec(b->pid, now[j]);
-		reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
-		assert_non_null(reply);
-		harness_assert_bool(reply, "ok", 1);
-		json_decref(reply);
-	}
+	if (await_replacement(b, c, n, before[0], 1) != 0)
+		fail_msg("after %d ms, not every worker is an exec'd idemd "
+		    "with the replacement of pid %ld", TEST_RESPAWN_TIMEOUT_MS,
+		    (long)before[0]);
 	idem_close(c);
-	if (!done)
-		fail_msg("after %d calls, not every worker is an exec'd idemd "
-		    "with the replacement of pid %ld", i, (long)before[0]);
 	harness_finish(b);
+}
+
+/*
+ * Where /proc shows it (the master is our child: no ptrace restriction),
+ * the master's main thread is still in its pause: in nanosleep.
+ */
+static void
+master_still_asleep(pid_t master)
+{
+	char	 path[64];
+	FILE	*f;
+	long	 call;
+
+	snprintf(path, sizeof path, "/proc/%ld/task/%ld/syscall",
+	    (long)master, (long)master);
+	if ((f = fopen(path, "r")) == NULL)
+		return;
+	if (fscanf(f, "%ld", &call) != 1)
+		call = -1;
+	fclose(f);
+	if (call == -1)
+		return;
+#ifdef SYS_nanosleep
+	if (call == SYS_nanosleep)
+		return;
+#endif
+	if (call != SYS_clock_nanosleep)
+		fail_msg("the master is in system call %ld, not in its pause",
+		    call);
 }
 
 /*
@@ -653,17 +716,33 @@ replacement_served_while_master_paused(void **state)
 {
 	struct broker		*b = *state;
 	const char *const	 args[] = { "--workers", "1", NULL };
-	const char *const	 env[] = { "IDEM_SPAWN_DELAY_MS=3000", NULL };
+	static char		 delay[64];
+	const char *const	 env[] = { delay, NULL };
 	pid_t			 workers[TEST_MAX_WORKERS];
 	json_t			*reply;
+	int64_t			 killed, answered;
 
+	snprintf(delay, sizeof delay, "IDEM_SPAWN_DELAY_MS=%d",
+	    TEST_SPAWN_DELAY_MS);
 	assert_int_equal(harness_start(b, args, env), 0);
 	assert_int_equal(harness_workers(b, workers, TEST_MAX_WORKERS), 1);
+	/*
+	 * The master forks the replacement after it reaps the killed
+	 * worker, so its pause ends TEST_SPAWN_DELAY_MS after this at the
+	 * earliest: a reply before then came while it slept.
+	 */
+	killed = now_ms();
 	assert_int_equal(kill(workers[0], SIGKILL), 0);
 	/* Waits in the backlog for the replacement: no other worker. */
 	reply = submit(b, "paused/1", "While the master sleeps");
+	answered = now_ms();
 	assert_outcome(reply, "created", 1, 0);
 	json_decref(reply);
+	if (answered - killed >= TEST_SPAWN_DELAY_MS)
+		fail_msg("the reply came %lld ms after the kill, not while the "
+		    "master slept (%d ms after the fork)",
+		    (long long)(answered - killed), TEST_SPAWN_DELAY_MS);
+	master_still_asleep(b->pid);
 	assert_int_equal(harness_count_tasks(b), 1);
 	harness_finish(b);
 }
@@ -723,8 +802,8 @@ static void
 sigterm_soon_after_respawn_stops(void **state)
 {
 	struct broker	*b = *state;
-	pid_t		 before[TEST_MAX_WORKERS], now[TEST_MAX_WORKERS];
-	int		 i, j, n, m;
+	pid_t		 before[TEST_MAX_WORKERS];
+	int		 i, n;
 
 	for (i = 0; i < TEST_STOP_TRIES / 2; i++) {
 		start(b);
@@ -732,12 +811,10 @@ sigterm_soon_after_respawn_stops(void **state)
 		assert_true(n >= 1);
 		assert_int_equal(kill(before[0], SIGKILL), 0);
 		/* Watch /proc for the replacement; then stop at once. */
-		for (j = 0; j < TEST_RESPAWN_CALLS; j++) {
-			m = harness_workers(b, now, TEST_MAX_WORKERS);
-			if (m == n && !has_pid(now, m, before[0]))
-				break;
-		}
-		assert_true(j < TEST_RESPAWN_CALLS);
+		if (await_replacement(b, NULL, n, before[0], 0) != 0)
+			fail_msg("try %d: no replacement of worker %ld within "
+			    "%d ms", i, (long)before[0],
+			    TEST_RESPAWN_TIMEOUT_MS);
 		if (harness_stop(b) != 0)
 			fail_msg("try %d: SIGTERM right after a worker was "
 			    "replaced did not stop idemd cleanly (exit %d)", i,
@@ -1048,6 +1125,57 @@ reserved_number_kept_across_crash(void **state)
 	harness_finish(b);
 }
 
+/*
+ * A reservation interrupted by a crash, and a symlink planted since at
+ * its reserved name, pointing out of the root: the retry never writes
+ * through it nor spins on it (idemd follows no symlink); it answers
+ * conflict target_mismatch, twice alike, and the target's bytes and
+ * mtime are unchanged (see also test_trust.c).
+ */
+static void
+symlink_at_reserved_name(void **state)
+{
+	struct broker	*b = *state;
+	char		 outside[400], link[512], task_id[64], buf[64];
+	struct stat	 before, after;
+	json_t		*reply;
+	ssize_t		 n;
+	int		 fd, i;
+
+	snprintf(outside, sizeof outside, "%s.victim", b->root);
+	assert_true((fd = open(outside, O_WRONLY | O_CREAT | O_EXCL, 0644)) !=
+	    -1);
+	assert_int_equal(write(fd, "do not touch\n", 13), 13);
+	close(fd);
+	assert_int_equal(stat(outside, &before), 0);
+
+	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	submit_and_lose(b, "res-link", "Reserved, then a symlink");
+	harness_wait_dead(b);
+	first_task_id(task_id, sizeof task_id, 1);
+	snprintf(link, sizeof link, "%s/_lifecycle/inbox/%s.md", b->root,
+	    task_id);
+	assert_int_equal(symlink(outside, link), 0);
+	start(b);
+	for (i = 0; i < 2; i++) {
+		reply = submit(b, "res-link", "Reserved, then a symlink");
+		assert_conflict(reply, "target_mismatch");
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), 0);
+	assert_int_equal(stat(outside, &after), 0);
+	assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+	assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+	assert_true((fd = open(outside, O_RDONLY)) != -1);
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	assert_int_equal(n, 13);
+	buf[n] = '\0';
+	assert_string_equal(buf, "do not touch\n");
+	unlink(outside);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -1070,6 +1198,7 @@ main(void)
 		T(idle_worker_killed),
 		T(conflict_after_crash),
 		T(target_mismatch_after_crash),
+		T(symlink_at_reserved_name),
 		T(task_missing_after_crash),
 		T(linked_then_moved_to_done),
 		T(linked_then_moved_to_history),
@@ -1088,5 +1217,5 @@ main(void)
 
 	if (sodium_init() < 0)
 		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -249,6 +249,48 @@ write_report_errors(void **state)
 
 /* ---- get_submission ------------------------------------------------------ */
 
+/*
+ * idem_hello: the broker's name, version and protocol, exactly as the
+ * raw hello reply gives them; a connection whose broker is gone fails
+ * with a transport error, its fields cleared.
+ */
+static void
+hello_names_the_broker(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_hello	 h;
+	struct idem_error	 err;
+	json_t			*raw;
+
+	start(b, NULL);
+	c = connect_to(b);
+	assert_int_equal(idem_hello(c, &h, &err), 0);
+	assert_int_equal(err.code, IDEM_E_NONE);
+	raw = harness_call_once(b, json_pack("{s:s}", "op", "hello"));
+	assert_non_null(raw);
+	assert_string_equal(h.server, harness_str(raw, "server"));
+	assert_string_equal(h.server, "idemd");
+	assert_string_equal(h.version, harness_str(raw, "version"));
+	assert_true(h.version[0] != '\0');
+	assert_int_equal(h.protocol,
+	    json_integer_value(json_object_get(raw, "protocol")));
+	assert_true(h.protocol >= 1);
+	json_decref(raw);
+	/* Twice on one connection: the same answer. */
+	assert_int_equal(idem_hello(c, &h, &err), 0);
+	assert_string_equal(h.server, "idemd");
+
+	harness_kill(b);
+	assert_int_equal(idem_hello(c, &h, &err), -1);
+	assert_int_equal(err.code, IDEM_E_TRANSPORT);
+	assert_true(err.message[0] != '\0');
+	assert_string_equal(h.server, "");
+	assert_int_equal(h.protocol, 0);
+	idem_close(c);
+	harness_finish(b);
+}
+
 static void
 get_submission_found_and_not_found(void **state)
 {
@@ -739,6 +781,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		T(write_report_created_deduplicated_conflict),
 		T(write_report_errors),
+		T(hello_names_the_broker),
 		T(get_submission_found_and_not_found),
 		T(largest_body_sent_whole),
 		T(diagnose_after_crash_lists_reserved),

@@ -1002,9 +1002,8 @@ raise_nofile(rlim_t n)
 	if (rl.rlim_cur >= n)
 		return;
 	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n) {
-		fprintf(stderr, "RLIMIT_NOFILE hard limit %llu is under %llu\n",
+		harness_skip("RLIMIT_NOFILE hard limit %llu is under %llu",
 		    (unsigned long long)rl.rlim_max, (unsigned long long)n);
-		skip();
 	}
 	rl.rlim_cur = n;
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -1014,7 +1013,9 @@ static void
 idle_connections_do_not_delay_a_writer(void **state)
 {
 	static const char *const args[] = {
-		"--max-connections", TEST_IDLE_MAX_CONN, NULL
+		"--max-connections", TEST_IDLE_MAX_CONN,
+		"--max-connections-per-pid", TEST_IDLE_MAX_CONN,
+		"--max-connections-per-uid", TEST_IDLE_MAX_CONN, NULL
 	};
 	struct broker	*b = *state;
 	struct peer	 writer, p;
@@ -1110,6 +1111,7 @@ expect_refused(struct broker *b)
 	harness_assert_bool(reply, "ok", 0);
 	error = json_object_get(reply, "error");
 	assert_string_equal(harness_str(error, "code"), "internal");
+	assert_string_equal(harness_str(error, "reason"), "max_connections");
 	harness_assert_bool(error, "retryable", 1);
 	json_decref(reply);
 	peer_expect_closed(&p, TEST_EVENT_TIMEOUT_MS);
@@ -1127,7 +1129,10 @@ connection_cap_refuses_one_too_many(void **state)
 	 * the next connection could race the other worker's bookkeeping.
 	 */
 	static const char *const args[] = {
-		"--workers", "1", "--max-connections", "3", NULL
+		"--workers", "1", "--max-connections", "3",
+		/* One process stands for every peer: the total's test. */
+		"--max-connections-per-pid", "3",
+		"--max-connections-per-uid", "3", NULL
 	};
 	struct broker	*b = *state;
 	struct peer	 p[3], extra;
@@ -1159,7 +1164,10 @@ static void
 connection_cap_counts_all_workers(void **state)
 {
 	static const char *const args[] = {
-		"--workers", "2", "--max-connections", "3", NULL
+		"--workers", "2", "--max-connections", "3",
+		/* One process stands for every peer: the total's test. */
+		"--max-connections-per-pid", "3",
+		"--max-connections-per-uid", "3", NULL
 	};
 	struct broker	*b = *state;
 	struct peer	 p[3];
@@ -1187,7 +1195,10 @@ static void
 dead_worker_connections_are_given_back(void **state)
 {
 	static const char *const args[] = {
-		"--workers", "1", "--max-connections", "3", NULL
+		"--workers", "1", "--max-connections", "3",
+		/* One process stands for every peer: the total's test. */
+		"--max-connections-per-pid", "3",
+		"--max-connections-per-uid", "3", NULL
 	};
 	struct broker	*b = *state;
 	struct peer	 p[3];
@@ -1756,5 +1767,5 @@ main(void)
 	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
 	if (getenv("IDEM_TEST_FILTER") != NULL)
 		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

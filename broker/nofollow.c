@@ -1,0 +1,137 @@
+/*
+ * nofollow.c: opening a path below a directory descriptor without
+ * following a symlink at any of its components.  Every name idemd opens
+ * in the workspace goes through here (or through openat with O_NOFOLLOW
+ * from a directory opened here), so a symlink planted at a stage, at a
+ * TASK file's name or in .idem/ leads nowhere: the call fails with ELOOP
+ * and nothing outside the root is read, written or truncated.
+ *
+ * Each directory on the way is opened O_DIRECTORY|O_NOFOLLOW from the
+ * one before, so a component swapped for a symlink meanwhile is refused
+ * too; the path is never resolved as a whole.  ".." is refused: nothing
+ * here climbs out of the directory it starts from.
+ */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "idemd.h"
+
+/*
+ * O_NOFOLLOW on a symlink fails with ELOOP, but with O_DIRECTORY Linux
+ * says ENOTDIR: make both ELOOP, which callers name as a symlink.
+ */
+static int
+nofollow_errno(int at_fd, const char *name, int error)
+{
+	struct stat	st;
+
+	if ((error == ENOTDIR || error == ELOOP) &&
+	    fstatat(at_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(st.st_mode))
+		return ELOOP;
+	return error;
+}
+
+int
+nofollow_parent(int at_fd, const char *relpath, char last[NAME_MAX + 1])
+{
+	const char	*p = relpath, *slash;
+	char		 name[NAME_MAX + 1];
+	size_t		 length;
+	int		 fd, next, error;
+
+	if ((fd = fcntl(at_fd, F_DUPFD_CLOEXEC, 0)) == -1)
+		return -1;
+	for (;;) {
+		while (*p == '/')
+			p++;
+		slash = strchr(p, '/');
+		length = slash != NULL ? (size_t)(slash - p) : strlen(p);
+		if (length == 0 || length > NAME_MAX) {
+			close(fd);
+			errno = length == 0 ? EINVAL : ENAMETOOLONG;
+			return -1;
+		}
+		memcpy(name, p, length);
+		name[length] = '\0';
+		if (strcmp(name, "..") == 0) {
+			close(fd);
+			errno = EINVAL;
+			return -1;
+		}
+		/* The last component (a trailing slash or two ends it too). */
+		if (slash == NULL || slash[strspn(slash, "/")] == '\0') {
+			memcpy(last, name, length + 1);
+			return fd;
+		}
+		next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+		    O_CLOEXEC);
+		if (next == -1) {
+			error = nofollow_errno(fd, name, errno);
+			close(fd);
+			errno = error;
+			return -1;
+		}
+		close(fd);
+		fd = next;
+		p = slash + 1;
+	}
+}
+
+int
+nofollow_openat(int at_fd, const char *relpath, int flags, mode_t mode)
+{
+	char	last[NAME_MAX + 1];
+	int	parent, fd, error;
+
+	if ((parent = nofollow_parent(at_fd, relpath, last)) == -1)
+		return -1;
+	fd = openat(parent, last, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+	error = fd == -1 ? nofollow_errno(parent, last, errno) : 0;
+	close(parent);
+	errno = error;
+	return fd;
+}
+
+int
+nofollow_dir(int at_fd, const char *relpath)
+{
+	if (strcmp(relpath, ".") == 0)
+		return fcntl(at_fd, F_DUPFD_CLOEXEC, 0);
+	return nofollow_openat(at_fd, relpath, O_RDONLY | O_DIRECTORY, 0);
+}
+
+int
+nofollow_lstat(int at_fd, const char *relpath, struct stat *st)
+{
+	char	last[NAME_MAX + 1];
+	int	parent, rc, error;
+
+	if ((parent = nofollow_parent(at_fd, relpath, last)) == -1)
+		return -1;
+	rc = fstatat(parent, last, st, AT_SYMLINK_NOFOLLOW);
+	error = errno;
+	close(parent);
+	errno = error;
+	return rc;
+}
+
+int
+nofollow_mkdir(int at_fd, const char *relpath, mode_t mode)
+{
+	char	last[NAME_MAX + 1];
+	int	parent, rc, error;
+
+	if ((parent = nofollow_parent(at_fd, relpath, last)) == -1)
+		return -1;
+	rc = mkdirat(parent, last, mode);
+	error = errno;
+	close(parent);
+	errno = error;
+	return rc;
+}

@@ -1,0 +1,665 @@
+/*
+ * tools.c: idem-mcp's tools, one row of tool_table each, and the one
+ * path every tool call takes to idemd.
+ *
+ * A tool's inputSchema is the broker op's request shape without "op":
+ * its arguments are checked against that schema (schema.c), which
+ * refuses members it does not list, and then sent as they are, with the
+ * op added, through libidem (one connection per call, so that a broker
+ * restarted between two calls is simply reached again).  The broker's
+ * reply, less "ok" and "id", is the structuredContent; "ok":false is a
+ * tool error (isError), so a conflict reaches the model with its facts
+ * and is never a protocol error.  Adding a tool is adding a row: its
+ * name, description, annotations, schemas, op and a one-line summary.
+ *
+ * Only calls the broker makes idempotent are exposed: the write tools'
+ * schemas require client_submission_id, so a legacy (id-less) call
+ * cannot be made through idem-mcp.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE		/* asprintf */
+#endif
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "idem.h"
+#include "mcp.h"
+
+#ifndef nitems
+#define nitems(a)	(sizeof (a) / sizeof (a)[0])
+#endif
+
+/*
+ * JSON written as JSON in the source: the preprocessor turns the tokens
+ * into one string literal (quotes escaped), which is parsed at start-up.
+ */
+#define MCP_JSON(...)	#__VA_ARGS__
+
+/* Tool flags: the MCP annotations, and whether it writes. */
+#define TOOL_READ_ONLY	0x01	/* readOnlyHint */
+#define TOOL_WRITES	0x02	/* disposition, action_taken, idempotent */
+
+/* ---- schemas ------------------------------------------------------------ */
+
+#define SCHEMA_ERROR MCP_JSON(						\
+	{"type": "object",						\
+	 "description": "Why the call failed. code is the broker's error code (SPEC.md), or invalid_arguments (the arguments do not satisfy the inputSchema) or broker_unavailable (idemd could not be reached or did not answer). retryable: the same call may succeed later, with the same client_submission_id.", \
+	 "required": ["code", "message"],				\
+	 "properties": {						\
+	   "code": {"type": "string"},					\
+	   "message": {"type": "string"},				\
+	   "retryable": {"type": "boolean"},				\
+	   "field": {"type": "string", "description": "invalid_request: the offending field, a dotted path"}, \
+	   "reason": {"type": "string", "description": "conflict: digest_mismatch, schema_mismatch, target_mismatch, task_missing, ..."}}})
+
+#define SCHEMA_RECEIPT MCP_JSON(					\
+	{"type": "object",						\
+	 "description": "The durable receipt of the creation, byte for byte the first call's on every retry.", \
+	 "required": ["client_submission_id", "task_id", "task_path",	\
+	   "digest_schema", "request_digest", "file_digest", "state",	\
+	   "created_at"],						\
+	 "properties": {						\
+	   "client_submission_id": {"type": "string"},			\
+	   "task_id": {"type": "string"},				\
+	   "task_path": {"type": "string", "description": "Where the TASK file was created, relative to the workspace root."}, \
+	   "digest_schema": {"type": "string"},				\
+	   "request_digest": {"type": "string"},			\
+	   "file_digest": {"type": "string"},				\
+	   "state": {"type": "string"},					\
+	   "created_at": {"type": "string"}}})
+
+/* The members every write tool's result has, and its failure members. */
+#define SCHEMA_WRITE_COMMON MCP_JSON(					\
+	"disposition": {"type": "string",				\
+	  "enum": ["created", "reused", "conflict", "error"],		\
+	  "description": "created: this call did the work. reused: an earlier call with this client_submission_id did; nothing new was written. conflict: the id is bound to other content; nothing was written. error: see error."}, \
+	"action_taken": {"type": ["boolean", "null"],			\
+	  "description": "Whether this call wrote anything; null when idemd stopped answering after the request was sent (then call again with the same client_submission_id to learn the outcome)."}, \
+	"idempotent": {"type": "boolean"},				\
+	"recovered": {"type": "boolean", "description": "This call finished a creation an earlier call began."}, \
+	"existing": {"type": ["object", "null"], "description": "conflict: what the client_submission_id is bound to."}, \
+	"error":) SCHEMA_ERROR
+
+#define ID_DESCRIPTION							\
+	"Names ONE intent, chosen once by you when you first decide to make this call (for example \\\"run-42/step-3\\\"). When you retry the same intent for any reason (an error, a timeout, a lost or unclear answer, a restart), send the EXACT SAME client_submission_id with the same content. NEVER invent a new client_submission_id on a retry: a new id is a new intent and writes a second file. 1 to 200 printable ASCII characters, no spaces."
+
+static const char write_task_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["client_submission_id", "task"],
+	 "properties": {
+	   "client_submission_id": {"type": "string", "minLength": 1,
+	     "maxLength": 200, "description":) "\"" ID_DESCRIPTION "\"" MCP_JSON(},
+	   "task": {"type": "object",
+	     "additionalProperties": false,
+	     "required": ["sender", "recipient", "subject"],
+	     "properties": {
+	       "sender": {"type": "string", "minLength": 1, "maxLength": 16,
+	         "description": "FCoP role code of the sender: upper-case letters, digits, _ and - (PM, DEV_01, LEAD-QA)."},
+	       "recipient": {"type": "string", "minLength": 1,
+	         "description": "FCoP role code of the recipient, optionally with a slot (DEV or DEV.D1)."},
+	       "subject": {"type": "string", "minLength": 1,
+	         "description": "One-line summary, at most 1024 bytes."},
+	       "body": {"type": ["string", "null"],
+	         "description": "Markdown body, at most 524288 bytes. Default (or null): empty."},
+	       "priority": {"type": ["string", "null"],
+	         "enum": ["P0", "P1", "P2", "P3", null],
+	         "description": "Default (or null): P2."},
+	       "risk_level": {"type": ["string", "null"],
+	         "enum": ["low", "medium", "high", "irreversible", null],
+	         "description": "Default (or null): low."},
+	       "thread_key": {"type": ["string", "null"],
+	         "description": "Groups related tasks; 1 to 256 bytes."},
+	       "parent": {"type": ["string", "null"],
+	         "description": "task_id of the parent task."},
+	       "references": {"type": ["array", "null"], "maxItems": 256,
+	         "items": {"type": "string", "minLength": 1},
+	         "description": "Paths or URLs this task refers to. Default (or null): none."},
+	       "depends_on": {"type": ["array", "null"], "maxItems": 256,
+	         "items": {"type": "string", "minLength": 1},
+	         "description": "task_ids this task depends on. Default (or null): none."}}}}});
+
+static const char write_task_output[] = MCP_JSON(
+	{"type": "object",
+	 "required": ["disposition", "action_taken", "idempotent"],
+	 "properties": {) SCHEMA_WRITE_COMMON MCP_JSON(,
+	   "receipt":) SCHEMA_RECEIPT MCP_JSON(,
+	   "current_path": {"type": "string",
+	     "description": "Where the TASK file is now, when FCoP tools have moved it since its creation."}}});
+
+static const char write_report_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["task_id", "client_submission_id", "report"],
+	 "properties": {
+	   "task_id": {"type": "string", "minLength": 1,
+	     "description": "The task this report answers (it must exist)."},
+	   "client_submission_id": {"type": "string", "minLength": 1,
+	     "maxLength": 200, "description":) "\"" ID_DESCRIPTION "\"" MCP_JSON(},
+	   "report": {"type": "object",
+	     "additionalProperties": false,
+	     "required": ["sender"],
+	     "properties": {
+	       "sender": {"type": "string", "minLength": 1, "maxLength": 16,
+	         "description": "FCoP role code of the reporter."},
+	       "recipient": {"type": "string", "minLength": 1, "maxLength": 16,
+	         "description": "FCoP role code; default the task's sender."},
+	       "status": {"type": "string",
+	         "enum": ["done", "partial", "blocked", "failed"],
+	         "description": "Default done."},
+	       "body": {"type": "string",
+	         "description": "Markdown body, at most 524288 bytes."}}}}});
+
+static const char write_report_output[] = MCP_JSON(
+	{"type": "object",
+	 "required": ["disposition", "action_taken", "idempotent"],
+	 "properties": {) SCHEMA_WRITE_COMMON MCP_JSON(,
+	   "deduplicated": {"type": "boolean"},
+	   "report_id": {"type": "string"},
+	   "report_path": {"type": "string",
+	     "description": "Where the REPORT file is, relative to the workspace root."}}});
+
+static const char get_submission_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["client_submission_id"],
+	 "properties": {
+	   "client_submission_id": {"type": "string", "minLength": 1,
+	     "maxLength": 200}}});
+
+static const char get_submission_output[] = MCP_JSON(
+	{"type": "object",
+	 "properties": {
+	   "found": {"type": "boolean"},
+	   "submission": {"type": "object",
+	     "required": ["client_submission_id", "state"],
+	     "properties": {
+	       "client_submission_id": {"type": "string"},
+	       "state": {"type": "string",
+	         "description": "reserved, task_created or committed."},
+	       "digest_schema": {"type": "string"},
+	       "request_digest": {"type": "string"},
+	       "task_id": {"type": "string"},
+	       "task_path": {"type": "string"},
+	       "current_path": {"type": "string"},
+	       "reserved_at": {"type": "string"},
+	       "updated_at": {"type": "string"},
+	       "receipt":) SCHEMA_RECEIPT MCP_JSON(}},
+	   "error":) SCHEMA_ERROR MCP_JSON(}});
+
+static const char diagnose_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "properties": {
+	   "stale_after_ms": {"type": "integer", "minimum": 0,
+	     "description": "Age past which an entry is marked stalled; default 30000."}}});
+
+static const char diagnose_output[] = MCP_JSON(
+	{"type": "object",
+	 "properties": {
+	   "entries": {"type": "array",
+	     "items": {"type": "object",
+	       "required": ["client_submission_id", "state"],
+	       "properties": {
+	         "client_submission_id": {"type": "string"},
+	         "state": {"type": "string"},
+	         "age_ms": {"type": "integer"},
+	         "task_id": {"type": "string"},
+	         "task_path": {"type": "string"},
+	         "task_exists": {"type": ["boolean", "null"]},
+	         "request_digest_matches": {"type": ["boolean", "null"]},
+	         "file_digest_matches": {"type": ["boolean", "null"]},
+	         "in_flight": {"type": ["boolean", "null"]},
+	         "stalled": {"type": "boolean"}}}},
+	   "counts": {"type": "object",
+	     "properties": {
+	       "reserved": {"type": "integer"},
+	       "task_created": {"type": "integer"},
+	       "committed": {"type": "integer"}}},
+	   "error":) SCHEMA_ERROR MCP_JSON(}});
+
+/* ---- the table ---------------------------------------------------------- */
+
+/*
+ * Not exposed yet: the effect ledger's ops (effect_begin, effect_complete,
+ * effect_resolve; SPEC.md, "Effects"), which the broker of this tree does
+ * not serve.  When it does, they are three rows here with their schemas,
+ * get_submission's input gains effect_kind, and its receipt becomes an
+ * anyOf of the task and the effect receipt (schema.c then needs anyOf).
+ */
+
+struct tool {
+	const char	*name;
+	const char	*title;
+	const char	*description;
+	unsigned	 flags;
+	const char	*input;		/* JSON Schema text */
+	const char	*output;
+	const char	*op;		/* the broker op it sends */
+	/* One line for the model on success (malloc'd). */
+	char		*(*summary)(json_t *structured);
+	/* Parsed at start-up. */
+	json_t		*input_schema;
+	json_t		*output_schema;
+};
+
+static char	*summary_write_task(json_t *);
+static char	*summary_write_report(json_t *);
+static char	*summary_get_submission(json_t *);
+static char	*summary_diagnose(json_t *);
+
+static struct tool tool_table[] = {
+	{ "write_task", "Create an FCoP task exactly once",
+	  "Create an FCoP task (a TASK-*.md file in the workspace's "
+	  "_lifecycle/inbox/) exactly once per client_submission_id, "
+	  "through the idem broker. client_submission_id is required. "
+	  "Choose it once for the intent; if this call fails, times out or "
+	  "its answer is unclear, call write_task again with the EXACT SAME "
+	  "client_submission_id and the same task, never with a new one: "
+	  "the retry answers disposition \"reused\" with the first call's "
+	  "receipt and creates nothing, while a new id would create a "
+	  "second task. The same id with a different task is a conflict "
+	  "(an error result with the existing binding) and writes nothing; "
+	  "use a new client_submission_id only for a genuinely new task.",
+	  TOOL_WRITES, write_task_input, write_task_output, "write_task",
+	  summary_write_task, NULL, NULL },
+	{ "write_report", "Write an FCoP report exactly once",
+	  "Write an FCoP report (a REPORT-*.md file in reports/) on an "
+	  "existing task, exactly once per task_id and "
+	  "client_submission_id. client_submission_id is required. If this "
+	  "call fails, times out or its answer is unclear, call "
+	  "write_report again with the EXACT SAME client_submission_id, "
+	  "task_id and report, never with a new one: the retry "
+	  "answers disposition \"reused\" with the first report_id and "
+	  "writes nothing, while a new id would write a second report. The "
+	  "same id with other content is a conflict and writes nothing.",
+	  TOOL_WRITES, write_report_input, write_report_output,
+	  "write_report", summary_write_report, NULL, NULL },
+	{ "get_submission", "Look up a submission",
+	  "Read what the idem broker recorded for a client_submission_id: "
+	  "its state (reserved, task_created, committed), its task_id and "
+	  "path, and the receipt once committed. Read-only. Use it to learn "
+	  "whether an earlier write_task took effect; to finish one that "
+	  "did not, call write_task again with the same "
+	  "client_submission_id and task.",
+	  TOOL_READ_ONLY, get_submission_input, get_submission_output,
+	  "get_submission", summary_get_submission, NULL, NULL },
+	{ "diagnose", "List unfinished submissions",
+	  "List the submissions the idem broker holds in an intermediate "
+	  "state (reserved or task_created: a creation that was interrupted "
+	  "and not retried yet), whether each one's TASK file exists and "
+	  "matches, and how many submissions are in each state. Read-only: "
+	  "it never repairs, deletes or recreates anything.",
+	  TOOL_READ_ONLY, diagnose_input, diagnose_output, "diagnose",
+	  summary_diagnose, NULL, NULL },
+};
+
+/* ---- start-up ----------------------------------------------------------- */
+
+static const char *
+tools_str(json_t *object, const char *key)
+{
+	const char	*s = json_string_value(json_object_get(object, key));
+
+	return s != NULL ? s : "?";
+}
+
+
+static json_t *
+tools_load(const struct tool *t, const char *which, const char *text)
+{
+	json_error_t	 jerr;
+	json_t		*schema;
+	char		 why[256];
+
+	if ((schema = json_loads(text, JSON_REJECT_DUPLICATES, &jerr)) ==
+	    NULL) {
+		fprintf(stderr, "idem-mcp: %s %s schema: %s at column %d\n",
+		    t->name, which, jerr.text, jerr.column);
+		return NULL;
+	}
+	/* MCP: both schemas describe an object. */
+	if (mcp_schema_check(schema, why, sizeof why) != 0 ||
+	    strcmp(tools_str(schema, "type"), "object") != 0) {
+		fprintf(stderr, "idem-mcp: %s %s schema: %s\n", t->name, which,
+		    mcp_schema_check(schema, why, sizeof why) != 0 ? why :
+		    "not of type object");
+		json_decref(schema);
+		return NULL;
+	}
+	return schema;
+}
+
+int
+mcp_tools_init(void)
+{
+	struct tool	*t;
+	size_t		 i;
+
+	for (i = 0; i < nitems(tool_table); i++) {
+		t = &tool_table[i];
+		if ((t->input_schema = tools_load(t, "input",
+		    t->input)) == NULL ||
+		    (t->output_schema = tools_load(t, "output",
+		    t->output)) == NULL) {
+			mcp_tools_free();
+			return -1;
+		}
+	}
+	return 0;
+}
+
+void
+mcp_tools_free(void)
+{
+	size_t	i;
+
+	for (i = 0; i < nitems(tool_table); i++) {
+		json_decref(tool_table[i].input_schema);
+		json_decref(tool_table[i].output_schema);
+		tool_table[i].input_schema = NULL;
+		tool_table[i].output_schema = NULL;
+	}
+}
+
+size_t
+mcp_tools_count(void)
+{
+	return nitems(tool_table);
+}
+
+json_t *
+mcp_tools_describe(size_t i)
+{
+	const struct tool	*t = &tool_table[i];
+	int			 ro = (t->flags & TOOL_READ_ONLY) != 0;
+
+	return json_pack("{s:s, s:s, s:s, s:O, s:O, s:{s:s, s:b, s:b, s:b, "
+	    "s:b}}",
+	    "name", t->name, "title", t->title, "description", t->description,
+	    "inputSchema", t->input_schema, "outputSchema", t->output_schema,
+	    "annotations", "title", t->title, "readOnlyHint", ro,
+	    /* A write adds a file; it never changes or removes one. */
+	    "destructiveHint", 0,
+	    /* Every exposed call is idempotent: that is idem's guarantee. */
+	    "idempotentHint", 1,
+	    /* Only the local workspace, through the local broker. */
+	    "openWorldHint", 0);
+}
+
+/* ---- results ------------------------------------------------------------ */
+
+static char *
+tools_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *
+tools_printf(const char *fmt, ...)
+{
+	va_list	 ap;
+	char	*s;
+	int	 n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	return n < 0 ? NULL : s;
+}
+
+static char *
+summary_write_task(json_t *sc)
+{
+	json_t		*receipt = json_object_get(sc, "receipt");
+	const char	*path;
+
+	path = json_string_value(json_object_get(sc, "current_path"));
+	if (path == NULL)
+		path = tools_str(receipt, "task_path");
+	if (strcmp(tools_str(sc, "disposition"), "reused") == 0)
+		return tools_printf("reused: task %s (%s) was already created "
+		    "under this client_submission_id; nothing new was written.",
+		    tools_str(receipt, "task_id"), path);
+	return tools_printf("created: task %s (%s).",
+	    tools_str(receipt, "task_id"), path);
+}
+
+static char *
+summary_write_report(json_t *sc)
+{
+	if (strcmp(tools_str(sc, "disposition"), "reused") == 0)
+		return tools_printf("reused: report %s (%s) was already "
+		    "written under this client_submission_id; nothing new was "
+		    "written.", tools_str(sc, "report_id"),
+		    tools_str(sc, "report_path"));
+	return tools_printf("created: report %s (%s).",
+	    tools_str(sc, "report_id"), tools_str(sc, "report_path"));
+}
+
+static char *
+summary_get_submission(json_t *sc)
+{
+	json_t	*sub = json_object_get(sc, "submission");
+
+	if (!json_is_true(json_object_get(sc, "found")))
+		return tools_printf("No submission has this "
+		    "client_submission_id.");
+	return tools_printf("Submission %s: state %s, task %s.",
+	    tools_str(sub, "client_submission_id"), tools_str(sub, "state"),
+	    tools_str(sub, "task_id"));
+}
+
+static char *
+summary_diagnose(json_t *sc)
+{
+	json_t	*counts = json_object_get(sc, "counts");
+
+	return tools_printf("%zu submissions in an intermediate state "
+	    "(reserved %" JSON_INTEGER_FORMAT ", task_created %"
+	    JSON_INTEGER_FORMAT ", committed %" JSON_INTEGER_FORMAT ").",
+	    json_array_size(json_object_get(sc, "entries")),
+	    json_integer_value(json_object_get(counts, "reserved")),
+	    json_integer_value(json_object_get(counts, "task_created")),
+	    json_integer_value(json_object_get(counts, "committed")));
+}
+
+/* The one line for a failed call: what happened and what to do next. */
+static char *
+summary_error(const struct tool *t, json_t *sc)
+{
+	json_t		*error = json_object_get(sc, "error");
+	json_t		*existing = json_object_get(sc, "existing");
+	const char	*code = tools_str(error, "code");
+	const char	*field;
+	int		 writes = (t->flags & TOOL_WRITES) != 0;
+
+	if (strcmp(code, "conflict") == 0)
+		return tools_printf("conflict (%s): this client_submission_id "
+		    "is already bound to other content%s%s%s; nothing was "
+		    "written. To retry the first intent, resend exactly its "
+		    "content; a new intent needs a new client_submission_id.",
+		    tools_str(error, "reason"),
+		    existing != NULL ? " (" : "",
+		    existing != NULL ? tools_str(existing, "task_id") : "",
+		    existing != NULL ? ")" : "");
+	if (json_is_true(json_object_get(error, "retryable")))
+		return tools_printf("%s failed (%s: %s). %s", t->name, code,
+		    tools_str(error, "message"), writes ?
+		    "Retrying is safe: call it again with the same "
+		    "client_submission_id and the same content, never a new "
+		    "id." : "Retrying later is safe.");
+	field = json_string_value(json_object_get(error, "field"));
+	return tools_printf("%s failed (%s: %s%s%s); not retryable as is.",
+	    t->name, code, tools_str(error, "message"),
+	    field != NULL ? ", field " : "", field != NULL ? field : "");
+}
+
+/*
+ * The CallToolResult: structuredContent, a short text, and the
+ * structuredContent serialized as a second text block (what the MCP
+ * specification asks for clients that do not read structuredContent).
+ */
+static json_t *
+tools_result(const struct tool *t, json_t *sc, int is_error)
+{
+	char	*line, *dump;
+	json_t	*result;
+
+	line = is_error ? summary_error(t, sc) : t->summary(sc);
+	dump = json_dumps(sc, JSON_COMPACT);
+	result = json_pack("{s:[{s:s, s:s}, {s:s, s:s}], s:O, s:b}",
+	    "content", "type", "text", "text", line != NULL ? line : t->name,
+	    "type", "text", "text", dump != NULL ? dump : "{}",
+	    "structuredContent", sc, "isError", is_error);
+	free(line);
+	free(dump);
+	json_decref(sc);
+	return result;
+}
+
+/*
+ * A failure on this side of the socket.  action_taken: json_false() when
+ * nothing reached the broker, json_null() when the outcome is unknown.
+ */
+static json_t *
+tools_failure(const struct tool *t, const char *code, int retryable,
+    json_t *action_taken, const char *message)
+{
+	json_t	*sc;
+
+	sc = json_pack("{s:{s:s, s:s, s:b}}", "error", "code", code,
+	    "message", message, "retryable", retryable);
+	if (t->flags & TOOL_WRITES) {
+		json_object_set_new(sc, "disposition", json_string("error"));
+		json_object_set_new(sc, "idempotent", json_true());
+		json_object_set_new(sc, "action_taken", action_taken);
+	} else
+		json_decref(action_taken);
+	return tools_result(t, sc, 1);
+}
+
+/* The broker's reply -> the result. */
+static json_t *
+tools_reply(const struct tool *t, json_t *reply)
+{
+	json_t	*sc, *dedup;
+	int	 ok = json_is_true(json_object_get(reply, "ok"));
+
+	sc = json_deep_copy(reply);
+	json_object_del(sc, "ok");
+	json_object_del(sc, "id");
+	if (t->flags & TOOL_WRITES) {
+		/*
+		 * The broker's error replies carry no disposition, and
+		 * write_report answers "deduplicated" instead of one.
+		 */
+		dedup = json_object_get(sc, "deduplicated");
+		if (json_object_get(sc, "disposition") == NULL && !ok)
+			json_object_set_new(sc, "disposition",
+			    json_string("error"));
+		else if (json_object_get(sc, "disposition") == NULL &&
+		    json_is_boolean(dedup))
+			json_object_set_new(sc, "disposition", json_string(
+			    json_is_true(dedup) ? "reused" : "created"));
+		if (json_object_get(sc, "action_taken") == NULL)
+			json_object_set_new(sc, "action_taken",
+			    json_boolean(ok && !json_is_true(dedup)));
+		if (json_object_get(sc, "idempotent") == NULL)
+			json_object_set_new(sc, "idempotent", json_true());
+	}
+	return tools_result(t, sc, !ok);
+}
+
+static json_t *
+tools_send(const struct mcp_config *cfg, const struct tool *t, json_t *args)
+{
+	struct idem_error	 ierr;
+	struct idem_conn	*conn;
+	json_error_t		 jerr;
+	json_t			*request, *reply, *result;
+	char			*line, *answer, message[512];
+
+	request = json_deep_copy(args);
+	json_object_set_new(request, "op", json_string(t->op));
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	if (line == NULL)
+		return tools_failure(t, "internal", 0, json_false(),
+		    "out of memory");
+
+	if ((conn = idem_connect(cfg->socket_path, &ierr)) == NULL) {
+		free(line);
+		snprintf(message, sizeof message, "idemd is not reachable "
+		    "(%s); nothing was sent", ierr.message);
+		fprintf(stderr, "idem-mcp: %s: %s\n", t->name, message);
+		return tools_failure(t, "broker_unavailable", 1,
+		    json_false(), message);
+	}
+	if (idem_call_raw(conn, line, &answer, &ierr) != 0) {
+		idem_close(conn);
+		free(line);
+		if (ierr.code == IDEM_E_ARGUMENT)
+			return tools_failure(t, "too_large", 0, json_false(),
+			    ierr.message);
+		snprintf(message, sizeof message, "no answer from idemd (%s); "
+		    "the outcome is unknown", ierr.message);
+		fprintf(stderr, "idem-mcp: %s: %s\n", t->name, message);
+		return tools_failure(t, "broker_unavailable", 1, json_null(),
+		    message);
+	}
+	idem_close(conn);
+	free(line);
+	reply = json_loads(answer, 0, &jerr);
+	free(answer);
+	if (!json_is_object(reply)) {
+		json_decref(reply);
+		fprintf(stderr, "idem-mcp: %s: idemd's answer did not parse\n",
+		    t->name);
+		return tools_failure(t, "internal", 1, json_null(),
+		    "idemd's answer did not parse; the outcome is unknown");
+	}
+	result = tools_reply(t, reply);
+	json_decref(reply);
+	return result;
+}
+
+json_t *
+mcp_tools_call(const struct mcp_config *cfg, const char *name,
+    json_t *arguments, int args_protocol_error, struct mcp_error *err)
+{
+	const struct tool	*t = NULL;
+	json_t			*empty = NULL, *result;
+	char			 why[512];
+	size_t			 i;
+
+	for (i = 0; i < nitems(tool_table) && t == NULL; i++)
+		if (strcmp(tool_table[i].name, name) == 0)
+			t = &tool_table[i];
+	if (t == NULL) {
+		mcp_error_set(err, MCP_INVALID_PARAMS, "Unknown tool: %s",
+		    name);
+		return NULL;
+	}
+	if (arguments == NULL)
+		arguments = empty = json_object();
+	if (mcp_schema_validate(t->input_schema, arguments, why,
+	    sizeof why) != 0) {
+		json_decref(empty);
+		if (args_protocol_error) {
+			mcp_error_set(err, MCP_INVALID_PARAMS,
+			    "Invalid arguments for tool %s: %s", name, why);
+			return NULL;
+		}
+		return tools_failure(t, "invalid_arguments", 0, json_false(),
+		    why);
+	}
+	result = tools_send(cfg, t, arguments);
+	json_decref(empty);
+	return result;
+}

@@ -1,0 +1,874 @@
+/*
+ * test_failures.c: the failure paths of a real idemd that no other suite
+ * reaches, end to end (issue 10, item 10): a full submission table
+ * (table_full), a worker out of descriptors (the accept pause on
+ * EMFILE), a failed fork of a worker (the master survives and retries),
+ * crashes at every crash point of a write_report, and a full journal
+ * hand-off ring (the journaling thread held in its fdatasync while
+ * requests keep coming).
+ *
+ * Faults come from outside the broker's code: a small --capacity, a
+ * RLIMIT_NOFILE lowered on the worker with prlimit(2), and the fault
+ * shim (tests/faults/faultshim.c) preloaded, whose rule in <root>.faults
+ * makes fork() fail, or the journal's sync wait, until it is cleared.
+ * Each test judges by the files on disk (TASK and REPORT files) and the
+ * replies, receipts byte for byte.  Nothing sleeps to synchronise:
+ * requests block until served, waits for the broker's own progress are
+ * on its log through inotify, with a deadline, and the ring's fill is
+ * read from the broker's segment between requests.
+ */
+#include <sys/inotify.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "integration/harness.h"
+#include "shm.h"
+
+/* A test that takes longer than this is hung: the watchdog ends it. */
+#define TEST_WATCHDOG_SECONDS	120
+/* How long to wait for an event that must come (a guard, not a pause). */
+#define TEST_EVENT_TIMEOUT_MS	30000
+#define TEST_SHIM_DEFAULT	"tests/faults/.libs/libfaultshim.so"
+/* table_full: the table's slots. */
+#define TEST_SMALL_CAPACITY	"4"
+/* EMFILE: descriptors the worker is left; at most this many held. */
+#define TEST_SPARE_FDS		3
+#define TEST_MAX_HELD		16
+#define TEST_MAX_WORKERS	16
+/*
+ * The full ring: its broker's root is on tmpfs (TASK files are fsync'd,
+ * and tens of thousands of them on a disk take minutes), named so that
+ * no idem-* glob of /dev/shm takes it for a segment.
+ */
+#define TEST_RING_DIR		"/dev/shm"
+#define TEST_RING_ROOT		"ringtest-XXXXXX"
+/* Requests sent between two looks at the ring. */
+#define TEST_RING_BATCH		256
+/* Descriptors for the broker: connections pile up faster than it reads. */
+#define TEST_RING_NOFILE	16384
+
+struct failures_test {
+	struct broker	b;		/* first: the harness's */
+	char		fault_file[PATH_MAX];
+	char		env_preload[PATH_MAX + 16];
+	char		env_fault[PATH_MAX + 32];
+	char		env_asan[512];
+	const char	*env[4];
+};
+
+/* ---- Fixtures and helpers ------------------------------------------------ */
+
+static int
+setup(void **state)
+{
+	struct failures_test	*t;
+	const char		*shim = getenv("IDEM_FAULTSHIM"), *asan;
+	char			 real[PATH_MAX];
+
+	if (sodium_init() < 0)
+		return -1;
+	if (shim == NULL)
+		shim = TEST_SHIM_DEFAULT;
+	if (realpath(shim, real) == NULL) {
+		fprintf(stderr, "fault shim %s: %s (build it with make check, "
+		    "or set IDEM_FAULTSHIM)\n", shim, strerror(errno));
+		return -1;
+	}
+	if ((t = calloc(1, sizeof *t)) == NULL)
+		return -1;
+	harness_fresh_root(&t->b);
+	harness_watchdog(TEST_WATCHDOG_SECONDS);
+	snprintf(t->fault_file, sizeof t->fault_file, "%s.faults", t->b.root);
+	snprintf(t->env_preload, sizeof t->env_preload, "LD_PRELOAD=%s",
+	    real);
+	snprintf(t->env_fault, sizeof t->env_fault, "IDEM_FAULT_FILE=%s",
+	    t->fault_file);
+	/* A sanitizer build refuses a library preloaded ahead of it. */
+	asan = getenv("ASAN_OPTIONS");
+	snprintf(t->env_asan, sizeof t->env_asan,
+	    "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+	    asan != NULL ? asan : "", asan != NULL && *asan != '\0' ? ":" : "");
+	t->env[0] = t->env_preload;
+	t->env[1] = t->env_fault;
+	t->env[2] = t->env_asan;
+	t->env[3] = NULL;
+	*state = t;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct failures_test	*t = *state;
+
+	harness_watchdog(0);
+	if (t->b.root[0] != '\0')
+		fprintf(stderr, "kept %s and %s\n", t->b.root, t->b.log);
+	if (t->b.pid != 0)
+		harness_kill(&t->b);
+	if (t->b.root[0] == '\0' && getenv("IDEM_TEST_KEEP") == NULL)
+		unlink(t->fault_file);
+	free(t);
+	return 0;
+}
+
+static void
+finish(struct failures_test *t)
+{
+	harness_finish(&t->b);
+	if (getenv("IDEM_TEST_KEEP") == NULL)
+		unlink(t->fault_file);
+}
+
+static void
+set_rule(struct failures_test *t, const char *rule)
+{
+	FILE	*f = fopen(t->fault_file, "w");
+
+	assert_non_null(f);
+	fputs(rule, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static json_t *
+call(struct broker *b, json_t *request)
+{
+	json_t	*reply = harness_call_once(b, request);
+
+	assert_non_null(reply);
+	return reply;
+}
+
+static const char *
+error_code(json_t *reply)
+{
+	return harness_str(json_object_get(reply, "error"), "code");
+}
+
+/* Count the files of dir (relative to the root) named prefix*.md. */
+static int
+count_files(const struct broker *b, const char *dir, const char *prefix,
+    char *last, size_t last_size)
+{
+	char		 path[PATH_MAX];
+	struct dirent	*e;
+	DIR		*d;
+	size_t		 n;
+	int		 count = 0;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, dir);
+	if ((d = opendir(path)) == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		n = strlen(e->d_name);
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || n < 3 ||
+		    strcmp(e->d_name + n - 3, ".md") != 0)
+			continue;
+		count++;
+		if (last != NULL)
+			snprintf(last, last_size, "%s/%s", dir, e->d_name);
+	}
+	closedir(d);
+	return count;
+}
+
+/* The broker's whole log (malloc'd, NUL-terminated), or NULL. */
+static char *
+read_log(const struct broker *b)
+{
+	FILE	*f;
+	char	*text;
+	long	 size;
+
+	if ((f = fopen(b->log, "r")) == NULL)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	rewind(f);
+	if (size < 0 || (text = malloc((size_t)size + 1)) == NULL) {
+		fclose(f);
+		return NULL;
+	}
+	text[fread(text, 1, (size_t)size, f)] = '\0';
+	fclose(f);
+	return text;
+}
+
+/* How many times the broker's log holds needle. */
+static int
+log_count(const struct broker *b, const char *needle)
+{
+	char	*log = read_log(b), *at;
+	int	 n = 0;
+
+	for (at = log; at != NULL && (at = strstr(at, needle)) != NULL; at++)
+		n++;
+	free(log);
+	return n;
+}
+
+/*
+ * Wait until the broker's log holds needle count times (inotify, with a
+ * deadline).
+ */
+static void
+wait_log_count(const struct broker *b, const char *needle, int count)
+{
+	struct pollfd	 pfd;
+	char		 events[4096];
+	int64_t		 deadline = now_ms() + TEST_EVENT_TIMEOUT_MS, left;
+	int		 fd;
+
+	fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	assert_int_not_equal(fd, -1);
+	assert_int_not_equal(inotify_add_watch(fd, b->log, IN_MODIFY), -1);
+	for (;;) {
+		/* Look after arming the watch: nothing falls in between. */
+		if (log_count(b, needle) >= count)
+			break;
+		if ((left = deadline - now_ms()) <= 0)
+				fail_msg("the broker did not log \"%s\" %d times "
+			    "(see %s)", needle, count, b->log);
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		if (poll(&pfd, 1, (int)left) == -1 && errno != EINTR)
+			fail_msg("poll: %s", strerror(errno));
+		while (read(fd, events, sizeof events) > 0)
+			;
+	}
+	close(fd);
+}
+
+static void
+wait_log(const struct broker *b, const char *needle)
+{
+	wait_log_count(b, needle, 1);
+}
+
+/* ---- table_full ---------------------------------------------------------- */
+
+/*
+ * A table of TEST_SMALL_CAPACITY slots, filled: a new id is refused with
+ * table_full (not retryable: only a restart with a larger --capacity
+ * makes room), nothing is written, and every committed id is still
+ * answered, reused with its first receipt.  A restart with a larger
+ * table serves the refused id.
+ */
+static void
+table_full_refuses_new_ids_only(void **state)
+{
+	struct failures_test	*t = *state;
+	struct broker		*b = &t->b;
+	const char *const	 small[] = { "--capacity", TEST_SMALL_CAPACITY,
+				    NULL };
+	const char *const	 larger[] = { "--capacity", "64", NULL };
+	char			 id[64], task_id[96], *first, *again;
+	json_t			*reply, *error, *request;
+	int			 capacity = atoi(TEST_SMALL_CAPACITY), i;
+
+	assert_int_equal(harness_start(b, small, NULL), 0);
+	for (i = 0; i < capacity; i++) {
+		snprintf(id, sizeof id, "full/%d", i);
+		reply = call(b, harness_write_task(id, "Fill the table"));
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "created");
+		json_decref(reply);
+	}
+	reply = call(b, harness_write_task("full/0", "Fill the table"));
+	first = harness_receipt_text(reply);
+	snprintf(task_id, sizeof task_id, "%s",
+	    harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), capacity);
+
+	reply = call(b, harness_write_task("full/new", "One too many"));
+	harness_assert_bool(reply, "ok", 0);
+	harness_assert_bool(reply, "action_taken", 0);
+	assert_string_equal(error_code(reply), "table_full");
+	error = json_object_get(reply, "error");
+	harness_assert_bool(error, "retryable", 0);
+	assert_null(json_object_get(reply, "receipt"));
+	json_decref(reply);
+	/* A report with an id needs a slot too. */
+	request = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}",
+	    "op", "write_report", "task_id", task_id,
+	    "client_submission_id", "r-full",
+	    "report", "sender", "DEV", "body", "Done.\n");
+	reply = call(b, request);
+	assert_string_equal(error_code(reply), "table_full");
+	json_decref(reply);
+	assert_int_equal(count_files(b, "reports", "REPORT-", NULL, 0), 0);
+
+	/* Nothing was written for the refused id; the table still answers. */
+	assert_int_equal(harness_count_tasks(b), capacity);
+	reply = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	    "client_submission_id", "full/new"));
+	harness_assert_bool(reply, "found", 0);
+	json_decref(reply);
+	reply = call(b, harness_write_task("full/0", "Fill the table"));
+	assert_string_equal(harness_str(reply, "disposition"), "reused");
+	again = harness_receipt_text(reply);
+	assert_string_equal(again, first);
+	free(again);
+	json_decref(reply);
+	reply = call(b, json_pack("{s:s}", "op", "stats"));
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "table_used")), capacity);
+	json_decref(reply);
+
+	/* A larger table: the refused id is served, the others kept. */
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(harness_start(b, larger, NULL), 0);
+	reply = call(b, harness_write_task("full/new", "One too many"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	reply = call(b, harness_write_task("full/0", "Fill the table"));
+	again = harness_receipt_text(reply);
+	assert_string_equal(again, first);
+	free(again);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), capacity + 1);
+	free(first);
+	finish(t);
+}
+
+/* ---- The accept pause on EMFILE ------------------------------------------ */
+
+/*
+ * The RLIMIT_NOFILE that leaves pid exactly spare descriptors: a new
+ * descriptor takes the lowest free number, which must be under the limit.
+ */
+static rlim_t
+limit_leaving(pid_t pid, int spare)
+{
+	char		 path[64];
+	struct dirent	*e;
+	DIR		*d;
+	unsigned char	 used[4096];
+	long		 fd;
+	rlim_t		 limit;
+
+	memset(used, 0, sizeof used);
+	snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+	if ((d = opendir(path)) == NULL)
+		fail_msg("%s: %s", path, strerror(errno));
+	while ((e = readdir(d)) != NULL) {
+		fd = strtol(e->d_name, NULL, 10);
+		if (e->d_name[0] != '.' && fd >= 0 && fd < (long)sizeof used)
+			used[fd] = 1;
+	}
+	closedir(d);
+	for (limit = 0; spare > 0 && limit < sizeof used; limit++) {
+		if (!used[limit])
+			spare--;
+	}
+	return limit;
+}
+
+/* hello on fd, the reply awaited: fails the test unless it is ok. */
+static void
+raw_hello(int fd)
+{
+	json_t	*reply;
+	char	*line;
+
+	assert_int_equal(harness_raw_send(fd, "{\"op\":\"hello\"}"), 0);
+	line = harness_raw_read_line(fd);
+	assert_non_null(line);
+	reply = json_loads(line, 0, NULL);
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	free(line);
+}
+
+/*
+ * The only worker runs out of descriptors (its RLIMIT_NOFILE lowered
+ * with prlimit to leave it TEST_SPARE_FDS more): it serves the
+ * connections it could accept and pauses accepting, logged, instead of
+ * spinning or dying.  While the connections are held every retry of the
+ * accept fails again (logged each second) and a newer connection waits
+ * unanswered; once they close, the same worker serves it, and writes.
+ */
+static void
+accept_pauses_on_emfile_then_serves(void **state)
+{
+	static const char	 pausing[] = "accept; pausing for a second";
+	struct failures_test	*t = *state;
+	struct broker		*b = &t->b;
+	const char *const	 args[] = { "--workers", "1", NULL };
+	pid_t			 workers[TEST_MAX_WORKERS], after[TEST_MAX_WORKERS];
+	struct rlimit		 rl;
+	struct pollfd		 pfd;
+	int			 held[TEST_MAX_HELD], late, i, n, pauses;
+	json_t			*reply;
+	char			*line;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	assert_int_equal(harness_workers(b, workers, TEST_MAX_WORKERS), 1);
+	/* A write first: the worker's lazily opened descriptors are open. */
+	reply = call(b, harness_write_task("emfile/0", "Before the limit"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+
+	assert_int_equal(prlimit(workers[0], RLIMIT_NOFILE, NULL, &rl), 0);
+	rl.rlim_cur = limit_leaving(workers[0], TEST_SPARE_FDS);
+	assert_int_equal(prlimit(workers[0], RLIMIT_NOFILE, &rl, NULL), 0);
+
+	/*
+	 * Connections until the worker is out: the accept that takes the
+	 * last descriptor is followed in the same loop by one that fails,
+	 * logged before the hello read is answered.
+	 */
+	for (n = 0; n < TEST_MAX_HELD && log_count(b, pausing) == 0; n++) {
+		held[n] = harness_raw_connect(b);
+		assert_true(held[n] != -1);
+		raw_hello(held[n]);
+	}
+	if (log_count(b, pausing) == 0)
+		fail_msg("%d connections held, and the worker never ran out "
+		    "of descriptors", n);
+	assert_true(n >= TEST_SPARE_FDS);
+
+	late = harness_raw_connect(b);
+	assert_true(late != -1);
+	assert_int_equal(harness_raw_send(late, "{\"op\":\"hello\"}"), 0);
+	/* Two more failed accepts: at least one came after late was queued. */
+	pauses = log_count(b, pausing);
+	wait_log_count(b, pausing, pauses + 2);
+	pfd.fd = late;
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, 0), 0);
+	assert_int_equal(kill(workers[0], 0), 0);
+
+	for (i = 0; i < n; i++)
+		close(held[i]);
+	line = harness_raw_read_line(late);
+	assert_non_null(line);
+	reply = json_loads(line, 0, NULL);
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	free(line);
+	close(late);
+
+	/* The same worker, serving writes again. */
+	reply = call(b, harness_write_task("emfile/1", "After the pause"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	assert_int_equal(harness_workers(b, after, TEST_MAX_WORKERS), 1);
+	assert_int_equal(after[0], workers[0]);
+	assert_int_equal(harness_count_tasks(b), 2);
+	finish(t);
+}
+
+/* ---- A failed fork of a worker ------------------------------------------- */
+
+/*
+ * The only worker is killed while fork() fails (the shim): the master
+ * logs the failure, stays up and retries; once fork works again a
+ * replacement serves the request that waited in the backlog meanwhile.
+ */
+static void
+master_survives_failed_fork(void **state)
+{
+	struct failures_test	*t = *state;
+	struct broker		*b = &t->b;
+	const char *const	 args[] = { "--workers", "1", NULL };
+	pid_t			 workers[TEST_MAX_WORKERS], after[TEST_MAX_WORKERS];
+	json_t			*reply;
+	int			 fd;
+	char			*line;
+
+	assert_int_equal(harness_start(b, args, t->env), 0);
+	assert_int_equal(harness_workers(b, workers, TEST_MAX_WORKERS), 1);
+	set_rule(t, "fork EAGAIN\n");
+	assert_int_equal(kill(workers[0], SIGKILL), 0);
+	wait_log(b, "fork of worker 0: Resource temporarily unavailable");
+	/* The master is alive, and no worker runs. */
+	assert_int_equal(kill(b->pid, 0), 0);
+	assert_int_equal(harness_workers(b, after, TEST_MAX_WORKERS), 0);
+	/* A request waits in the backlog... */
+	fd = harness_raw_connect(b);
+	assert_true(fd != -1);
+	assert_int_equal(harness_raw_send(fd, "{\"op\":\"hello\"}"), 0);
+	/* ...and is served by the worker the retry forks. */
+	set_rule(t, "");
+	line = harness_raw_read_line(fd);
+	assert_non_null(line);
+	reply = json_loads(line, 0, NULL);
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	free(line);
+	close(fd);
+
+	reply = call(b, harness_write_task("fork/1", "After a failed fork"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(harness_workers(b, after, TEST_MAX_WORKERS), 1);
+	assert_true(after[0] != workers[0]);
+	assert_int_equal(harness_stop(b), 0);
+	finish(t);
+}
+
+/* ---- Crash points in write_report ---------------------------------------- */
+
+static void
+report_crash(struct failures_test *t, const char *variable,
+    const char *point)
+{
+	struct broker		*b = &t->b;
+	struct idem_conn	*c;
+	char			 entry[128], task_id[96], path[PATH_MAX];
+	char			 report_id[96], report_path[PATH_MAX];
+	const char *const	 env[] = { entry, NULL };
+	json_t			*reply, *request;
+	int			 before;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("%s=%s needs a build with fault injection (configure "
+	    "--enable-fault-injection)", variable, point);
+#endif
+	/* The task, written before the crash point is armed. */
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	reply = call(b, harness_write_task("report-crash/task", "To report"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	snprintf(task_id, sizeof task_id, "%s",
+	    harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	assert_int_equal(harness_stop(b), 0);
+
+	snprintf(entry, sizeof entry, "%s=%s", variable, point);
+	assert_int_equal(harness_start(b, NULL, env), 0);
+	request = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}",
+	    "op", "write_report", "task_id", task_id,
+	    "client_submission_id", "r-1",
+	    "report", "sender", "DEV", "body", "Fixed in a1b2c3.\n");
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call(c, json_incref(request));
+	if (reply != NULL)
+		fail_msg("%s=%s: the crash point did not drop the connection: "
+		    "%s", variable, point, json_dumps(reply, JSON_COMPACT));
+	idem_close(c);
+	if (strcmp(variable, "IDEM_CRASH_AT") == 0) {
+		harness_wait_dead(b);
+		assert_int_equal(harness_start(b, NULL, NULL), 0);
+	}
+	before = count_files(b, "reports", "REPORT-", path, sizeof path);
+	assert_true(before <= 1);
+
+	/*
+	 * The retry: one REPORT, deduplicated exactly when it was there;
+	 * recovered when it finished the interrupted creation (SPEC.md).
+	 */
+	reply = call(b, json_incref(request));
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "deduplicated", before == 1);
+	if (strcmp(point, "after_commit_durable") != 0)
+		harness_assert_bool(reply, "recovered", 1);
+	else
+		assert_null(json_object_get(reply, "recovered"));
+	snprintf(report_id, sizeof report_id, "%s",
+	    harness_str(reply, "report_id"));
+	snprintf(report_path, sizeof report_path, "%s",
+	    harness_str(reply, "report_path"));
+	json_decref(reply);
+	assert_int_equal(count_files(b, "reports", "REPORT-", path,
+	    sizeof path), 1);
+	assert_string_equal(report_path, path);
+	if (before == 1)
+		assert_non_null(strstr(path, report_id));
+
+	/* And again: the first answer, still one file. */
+	reply = call(b, request);
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "deduplicated", 1);
+	assert_string_equal(harness_str(reply, "report_id"), report_id);
+	assert_string_equal(harness_str(reply, "report_path"), report_path);
+	json_decref(reply);
+	assert_int_equal(count_files(b, "reports", "REPORT-", NULL, 0), 1);
+	assert_int_equal(harness_count_tasks(b), 1);
+	finish(t);
+}
+
+#define REPORT_BROKER_CRASH(point)					\
+static void								\
+report_broker_crash_##point(void **state)				\
+{									\
+	report_crash(*state, "IDEM_CRASH_AT", #point);			\
+}
+#define REPORT_WORKER_CRASH(point)					\
+static void								\
+report_worker_crash_##point(void **state)				\
+{									\
+	report_crash(*state, "IDEM_CRASH_WORKER_AT", #point);		\
+}
+REPORT_BROKER_CRASH(after_reserve_durable)
+REPORT_BROKER_CRASH(after_task_file_written)
+REPORT_BROKER_CRASH(after_task_file_linked)
+REPORT_BROKER_CRASH(after_task_created_durable)
+REPORT_BROKER_CRASH(after_commit_durable)
+REPORT_WORKER_CRASH(after_reserve_durable)
+REPORT_WORKER_CRASH(after_task_file_written)
+REPORT_WORKER_CRASH(after_task_file_linked)
+/* A worker crash cannot tear task_created from its commit: idemd refuses. */
+REPORT_WORKER_CRASH(after_commit_durable)
+
+/* ---- A full journal hand-off ring ----------------------------------------- */
+
+/* The broker's segment, mapped read-only: the ring's positions. */
+static const struct shm_header *
+map_header(const struct broker *b)
+{
+	char	 name[64], *real;
+	void	*p;
+	int	 fd;
+
+	real = realpath(b->root, NULL);
+	assert_non_null(real);
+	shm_name_for_root(real, name);
+	free(real);
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd == -1)
+		fail_msg("shm_open %s: %s", name, strerror(errno));
+	p = mmap(NULL, sizeof(struct shm_header), PROT_READ, MAP_SHARED, fd,
+	    0);
+	close(fd);
+	assert_true(p != MAP_FAILED);
+	return p;
+}
+
+static uint64_t
+ring_used(const struct shm_header *h)
+{
+	return __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE) -
+	    atomic_load(&h->ring_taken);
+}
+
+/* 200 bytes, the longest id there is: the longest records. */
+static void
+ring_id(char *out, size_t size, int n)
+{
+	snprintf(out, size, "ring/%0195d", n);
+}
+
+/* Send a write_task and close at once: the worker completes it anyway. */
+static void
+send_and_close(const struct broker *b, int n)
+{
+	char	 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1], *line;
+	json_t	*request;
+	int	 fd;
+
+	ring_id(id, sizeof id, n);
+	request = harness_write_task(id, "Through a full ring");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	fd = harness_raw_connect(b);
+	assert_true(fd != -1);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	close(fd);
+	free(line);
+}
+
+/*
+ * The journaling thread is held in its fdatasync (the shim) while
+ * requests keep coming: their records fill the 8 MiB hand-off ring, and
+ * the workers must wait for room (not fail, not drop a request, not
+ * spin) while still answering what needs no record.  Once the sync
+ * returns, every request completes: one TASK file per id, each id's
+ * retry reused.  The ring's fill is read from the segment itself.  Six
+ * digits for task numbers: three allow 999 tasks a day.
+ */
+static void
+full_ring_waits_then_completes(void **state)
+{
+	struct failures_test	*t = *state;
+	struct broker		*b = &t->b;
+	const char *const	 args[] = { "--workers", "1",
+				    "--max-connections", "1000000",
+				    "--inflight-wait-ms", "120000",
+				    "--sequence-digits", "6", NULL };
+	const struct shm_header	*h;
+	struct idem_conn	*c;
+	struct rlimit		 rl, saved;
+	struct stat		 st;
+	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	json_t			*reply;
+	uint64_t		 record, durable, most = 0;
+	int64_t			 deadline;
+	int			 sent = 0, cap, i, reused = 0;
+
+	if (stat(TEST_RING_DIR, &st) == -1 || !S_ISDIR(st.st_mode) ||
+	    access(TEST_RING_DIR, W_OK) == -1)
+		harness_skip("no writable %s for the ring test's root",
+		    TEST_RING_DIR);
+	/* The root on tmpfs instead of the fixture's. */
+	harness_cleanup(b);
+	snprintf(b->root, sizeof b->root, "%s/%s", TEST_RING_DIR,
+	    TEST_RING_ROOT);
+	assert_non_null(mkdtemp(b->root));
+	snprintf(b->socket, sizeof b->socket, "%s/.idem/idemd.sock", b->root);
+	snprintf(b->log, sizeof b->log, "%s.log", b->root);
+	snprintf(t->fault_file, sizeof t->fault_file, "%s.faults", b->root);
+	snprintf(t->env_fault, sizeof t->env_fault, "IDEM_FAULT_FILE=%s",
+	    t->fault_file);
+	/* The broker inherits this; here it bounds our own connections. */
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	rl = saved;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < TEST_RING_NOFILE)
+		harness_skip("RLIMIT_NOFILE hard limit %llu is under %d",
+		    (unsigned long long)rl.rlim_max, TEST_RING_NOFILE);
+	rl.rlim_cur = TEST_RING_NOFILE;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	i = harness_start(b, args, t->env);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	assert_int_equal(i, 0);
+	h = map_header(b);
+
+	/* One request through: the size of a record (three of them). */
+	ring_id(id, sizeof id, 0);
+	reply = call(b, harness_write_task(id, "Through a full ring"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	record = __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE) / 3;
+	assert_true(record > 0);
+	/* Twice what fills the ring: a bound, never reached when it works. */
+	cap = (int)(2 * h->ring_bytes / record);
+
+	set_rule(t, "hold .jnl\n");
+	durable = atomic_load(&h->ring_durable);
+	deadline = now_ms() + TEST_EVENT_TIMEOUT_MS;
+	while (h->ring_bytes - ring_used(h) >= record) {
+		if (atomic_load(&h->ring_durable) != durable)
+			fail_msg("the journal's sync was not held");
+		if (now_ms() > deadline)
+			fail_msg("%d requests sent in %d ms, %llu of %llu ring "
+			    "bytes used", sent, TEST_EVENT_TIMEOUT_MS,
+			    (unsigned long long)ring_used(h),
+			    (unsigned long long)h->ring_bytes);
+		/*
+		 * Another batch once the worker has appended the records of
+		 * all but the last one (each request appends one, then
+		 * waits); otherwise a round trip lets it read on.
+		 */
+		if (sent < cap && ring_used(h) + TEST_RING_BATCH * record >=
+		    (uint64_t)sent * record) {
+			for (i = 0; i < TEST_RING_BATCH; i++)
+				send_and_close(b, 1 + sent++);
+			continue;
+		}
+		reply = call(b, json_pack("{s:s}", "op", "stats"));
+		json_decref(reply);
+		if (sent >= cap && h->ring_bytes - ring_used(h) >= record)
+			fail_msg("%d requests sent, %llu of %llu ring bytes "
+			    "used", sent, (unsigned long long)ring_used(h),
+			    (unsigned long long)h->ring_bytes);
+	}
+	most = ring_used(h);
+	/* The ring is full, nothing durable since the hold... */
+	assert_true(h->ring_bytes - most < record);
+	assert_true(atomic_load(&h->ring_durable) == durable);
+	/* ...and what needs no record is still answered. */
+	reply = call(b, json_pack("{s:s}", "op", "hello"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	ring_id(id, sizeof id, 0);
+	reply = call(b, harness_write_task(id, "Through a full ring"));
+	assert_string_equal(harness_str(reply, "disposition"), "reused");
+	json_decref(reply);
+
+	/* More requests were sent than the ring holds: some wait for room. */
+	assert_true((uint64_t)sent * record > h->ring_bytes);
+
+	/* The sync returns: every request completes, each one once. */
+	set_rule(t, "");
+	c = harness_connect(b);
+	assert_non_null(c);
+	for (i = 1; i <= sent; i++) {
+		ring_id(id, sizeof id, i);
+		reply = harness_call(c, harness_write_task(id,
+		    "Through a full ring"));
+		assert_non_null(reply);
+		if (strcmp(harness_str(reply, "disposition"), "reused") != 0)
+			fail_msg("request %d of %d: %s", i, sent,
+			    json_dumps(reply, JSON_COMPACT));
+		json_decref(reply);
+		reused++;
+	}
+	idem_close(c);
+	reply = call(b, json_pack("{s:s}", "op", "stats"));
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "created")), sent + 1);
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "errors")), 0);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), sent + 1);
+	printf("ring: %d requests of %llu-byte records, %llu of %llu ring "
+	    "bytes in use at the fullest, %d retries reused\n", sent,
+	    (unsigned long long)record, (unsigned long long)most,
+	    (unsigned long long)h->ring_bytes, reused);
+	munmap((void *)h, sizeof(struct shm_header));
+	assert_int_equal(harness_stop(b), 0);
+	finish(t);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(table_full_refuses_new_ids_only),
+		T(accept_pauses_on_emfile_then_serves),
+		T(master_survives_failed_fork),
+		T(full_ring_waits_then_completes),
+		T(report_broker_crash_after_reserve_durable),
+		T(report_broker_crash_after_task_file_written),
+		T(report_broker_crash_after_task_file_linked),
+		T(report_broker_crash_after_task_created_durable),
+		T(report_broker_crash_after_commit_durable),
+		T(report_worker_crash_after_reserve_durable),
+		T(report_worker_crash_after_task_file_written),
+		T(report_worker_crash_after_task_file_linked),
+		T(report_worker_crash_after_commit_durable),
+	};
+	const char	*filter = getenv("IDEM_TEST_FILTER");
+
+	if (filter != NULL)
+		cmocka_set_test_filter(filter);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}

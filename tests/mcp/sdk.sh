@@ -1,0 +1,54 @@
+#!/bin/sh
+# idem-mcp driven by the official MCP TypeScript SDK's client
+# (@modelcontextprotocol/sdk, over its stdio transport) against a real
+# idemd: tests/mcp/sdk.test.mjs under node's test runner.
+#
+# The SDK is installed into the BUILD tree (tests/mcp/node_modules there,
+# never globally) with `npm ci` from the committed package.json and
+# package-lock.json (exact versions), once: later runs reuse it while the
+# lock file is unchanged.  Exit 77 (skip) with the reason when node or
+# npm is missing or the SDK cannot be installed.
+# make check sets IDEMD, IDEM_MCP and IDEM_SRCDIR.
+set -u
+IDEMD=${IDEMD:?set IDEMD to the idemd binary}
+IDEM_MCP=${IDEM_MCP:?set IDEM_MCP to the idem-mcp binary}
+src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/mcp
+# make check runs us from the build tree's top.
+dir=$(pwd)/tests/mcp
+
+for tool in node npm; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		echo "SKIP: $tool not found (contrib/scripts/install-deps.sh installs it)"
+		exit 77
+	fi
+done
+major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null) || major=0
+if [ "$major" -lt 18 ]; then
+	echo "SKIP: node $(node --version) is older than 18 (the SDK needs 18)"
+	exit 77
+fi
+
+mkdir -p "$dir" || exit 99
+if ! cmp -s "$src/package-lock.json" "$dir/package-lock.json" ||
+    [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+	if [ "$src" != "$dir" ]; then
+		rm -rf "$dir/node_modules" "$dir/package-lock.json"
+		cp "$src/package.json" "$src/package-lock.json" "$dir/" ||
+		    exit 99
+	fi
+	echo "installing the MCP SDK into $dir (npm ci)"
+	if ! npm ci --prefix "$dir" --no-audit --no-fund \
+	    >"$dir/npm-ci.out" 2>&1; then
+		sed 's/^/	npm: /' "$dir/npm-ci.out" | tail -20
+		# A partial tree must not pass for an installed one next time.
+		rm -rf "$dir/node_modules"
+		[ "$src" != "$dir" ] && rm -f "$dir/package-lock.json"
+		echo "SKIP: npm ci could not install @modelcontextprotocol/sdk" \
+		    "(no registry?)"
+		exit 77
+	fi
+fi
+
+IDEM_MCP_NODE_PREFIX=$dir
+export IDEMD IDEM_MCP IDEM_MCP_NODE_PREFIX
+exec node --test "$src/sdk.test.mjs"
