@@ -337,8 +337,16 @@ entry_role_length(const struct subtab_entry *e)
 size_t
 journal_encoded_size(const struct journal_record *r)
 {
-	return RECORD_HEADER_BYTES + PAYLOAD_FIXED_BYTES + r->entry.key_length +
-	    (r->type == JOURNAL_RECORD_EFFECT ? r->entry.result_length : 0);
+	const struct subtab_entry	*e = &r->entry;
+	size_t				 role;
+
+	if (r->type == JOURNAL_RECORD_EFFECT)
+		return RECORD_HEADER_BYTES + PAYLOAD_FIXED_BYTES +
+		    e->key_length + e->result_length;
+	/* An ENTRY record: the recipient's slot follows the key. */
+	role = entry_role_length(e);
+	return RECORD_HEADER_BYTES + PAYLOAD_FIXED_BYTES + e->key_length +
+	    (role < e->recipient_length ? e->recipient_length - role - 1 : 0);
 }
 
 /* An EFFECT record: the entry layout with the effect's fields. */
