@@ -53,7 +53,7 @@
 /* table_full: the table's slots. */
 #define TEST_SMALL_CAPACITY	"4"
 /* EMFILE: descriptors the worker is left; at most this many held. */
-#define TEST_SPARE_FDS		3
+#define TEST_SPARE_FDS		8
 #define TEST_MAX_HELD		16
 #define TEST_MAX_WORKERS	16
 /*
@@ -412,6 +412,8 @@ raw_hello(int fd)
 	free(line);
 }
 
+static const struct shm_header *map_header(const struct broker *);
+
 /*
  * The only worker runs out of descriptors (its RLIMIT_NOFILE lowered
  * with prlimit to leave it TEST_SPARE_FDS more): it serves the
@@ -431,6 +433,8 @@ accept_pauses_on_emfile_then_serves(void **state)
 	struct rlimit		 rl;
 	struct pollfd		 pfd;
 	int			 held[TEST_MAX_HELD], late, i, n, pauses;
+	const struct shm_header	*h;
+	int64_t			 deadline;
 	json_t			*reply;
 	char			*line;
 
@@ -481,6 +485,21 @@ accept_pauses_on_emfile_then_serves(void **state)
 	json_decref(reply);
 	free(line);
 	close(late);
+
+	/*
+	 * The worker gives the descriptors back as it reads each EOF, in
+	 * whatever order its loop takes them: a write needs a few of them,
+	 * so it is sent once the worker has closed every connection.
+	 */
+	h = map_header(b);
+	deadline = now_ms() + TEST_EVENT_TIMEOUT_MS;
+	while (atomic_load(&h->connections) != 0) {
+		if (now_ms() > deadline)
+			fail_msg("%u connections still open %d ms after the "
+			    "clients closed them", atomic_load(&h->connections),
+			    TEST_EVENT_TIMEOUT_MS);
+		(void)poll(NULL, 0, 1);
+	}
 
 	/* The same worker, serving writes again. */
 	reply = call(b, harness_write_task("emfile/1", "After the pause"));
@@ -720,6 +739,7 @@ full_ring_waits_then_completes(void **state)
 	struct broker		*b = &t->b;
 	const char *const	 args[] = { "--workers", "1",
 				    "--max-connections", "1000000",
+				    "--max-connections-per-pid", "1000000",
 				    "--inflight-wait-ms", "120000",
 				    "--sequence-digits", "6", NULL };
 	const struct shm_header	*h;
