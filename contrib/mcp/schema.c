@@ -29,7 +29,7 @@ static const char *const schema_annotations[] = {
 static const char *const schema_keywords[] = {
 	"type", "properties", "required", "additionalProperties", "items",
 	"enum", "minLength", "maxLength", "minItems", "maxItems", "minimum",
-	"maximum", NULL
+	"maximum", "anyOf", NULL
 };
 static const char *const schema_types[] = {
 	"object", "array", "string", "integer", "number", "boolean", "null",
@@ -123,6 +123,14 @@ schema_check_at(json_t *schema, const char *path, char *why, size_t size)
 	}
 	if ((v = json_object_get(schema, "enum")) != NULL && !json_is_array(v))
 		return schema_fail(why, size, "%s: enum is not an array", path);
+	if ((v = json_object_get(schema, "anyOf")) != NULL) {
+		if (!json_is_array(v) || json_array_size(v) == 0)
+			return schema_fail(why, size,
+			    "%s: anyOf is not a non-empty array", path);
+		json_array_foreach(v, i, sub)
+			if (schema_check_at(sub, path, why, size) != 0)
+				return -1;
+	}
 	for (i = 0; i < 4; i++) {
 		static const char *const counts[] = {
 			"minLength", "maxLength", "minItems", "maxItems"
@@ -205,6 +213,16 @@ schema_validate_at(json_t *schema, json_t *instance, const char *path,
 			return schema_fail(why, size, "%s has the wrong type",
 			    path);
 		}
+	}
+	if ((v = json_object_get(schema, "anyOf")) != NULL) {
+		ok = 0;
+		json_array_foreach(v, i, sub)
+			if (!ok && schema_validate_at(sub, instance, path, why,
+			    size) == 0)
+				ok = 1;
+		if (!ok)
+			return schema_fail(why, size,
+			    "%s matches none of its allowed forms", path);
 	}
 	if ((v = json_object_get(schema, "enum")) != NULL) {
 		ok = 0;

@@ -167,13 +167,106 @@ static const char write_report_output[] = MCP_JSON(
 	   "report_path": {"type": "string",
 	     "description": "Where the REPORT file is, relative to the workspace root."}}});
 
+/* Effects (SPEC.md, "Effects"): the ledger for side effects the caller performs. */
+#define SCHEMA_EFFECT_KEY MCP_JSON(					\
+	"client_submission_id": {"type": "string", "minLength": 1,	\
+	  "maxLength": 200, "description":) "\"" ID_DESCRIPTION "\"" MCP_JSON(}, \
+	"effect_kind": {"type": "string", "minLength": 1, "maxLength": 128, \
+	  "description": "What kind of effect, versioned, 1 to 128 printable ASCII characters: mail.send/v1, charge/v1. The key is effect_kind and client_submission_id together."})
+
+#define SCHEMA_EFFECT_RECEIPT MCP_JSON(					\
+	{"type": "object",						\
+	 "description": "The committed receipt, byte for byte the same on every later answer.", \
+	 "required": ["client_submission_id", "effect_kind", "request_digest", \
+	   "external_key", "attempt", "state", "committed_at"],		\
+	 "properties": {						\
+	   "client_submission_id": {"type": "string"},			\
+	   "effect_kind": {"type": "string"},				\
+	   "digest_schema": {"type": "string"},				\
+	   "request_digest": {"type": "string"},			\
+	   "external_key": {"type": "string"},				\
+	   "attempt": {"type": "integer"},				\
+	   "result": {"description": "What effect_complete or effect_resolve reported."}, \
+	   "state": {"type": "string"},					\
+	   "committed_at": {"type": "string"}}})
+
+/* Every effect tool's result: the broker's answer, whichever op. */
+static const char effect_output[] = MCP_JSON(
+	{"type": "object",
+	 "required": ["action_taken", "idempotent"],
+	 "properties": {
+	   "disposition": {"type": "string",
+	     "enum": ["proceed", "reused", "conflict", "in_progress",
+	       "outcome_unknown", "error"],
+	     "description": "effect_begin: proceed (perform it now, then effect_complete with the fence), reused (already applied: do not perform it again), conflict, in_progress (retry later with the same id), outcome_unknown (it may have happened: check, then effect_resolve). Errors: error."},
+	   "action_taken": {"type": ["boolean", "null"]},
+	   "idempotent": {"type": "boolean"},
+	   "recovered": {"type": "boolean"},
+	   "state": {"type": "string",
+	     "description": "reserved, committed, released or outcome_unknown."},
+	   "client_submission_id": {"type": "string"},
+	   "effect_kind": {"type": "string"},
+	   "attempt": {"type": "integer"},
+	   "fence": {"type": "string",
+	     "description": "proceed: pass it to effect_complete."},
+	   "external_key": {"type": "string",
+	     "description": "The same for every attempt: give it to the downstream system as its own idempotency key."},
+	   "digest_schema": {"type": "string"},
+	   "request_digest": {"type": "string"},
+	   "lease_ms": {"type": "integer"},
+	   "lease_expires_at": {"type": "string"},
+	   "receipt":) SCHEMA_EFFECT_RECEIPT MCP_JSON(,
+	   "existing": {"type": ["object", "null"]},
+	   "error":) SCHEMA_ERROR MCP_JSON(}});
+
+static const char effect_begin_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["client_submission_id", "effect_kind", "request"],
+	 "properties": {) SCHEMA_EFFECT_KEY MCP_JSON(,
+	   "request": {"description": "What the effect will do (any JSON): the same intent must send the same request."},
+	   "lease_ms": {"type": "integer", "minimum": 100,
+	     "maximum": 86400000,
+	     "description": "How long you may take to perform the effect and call effect_complete; default 30000."}}});
+
+static const char effect_complete_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["client_submission_id", "effect_kind", "fence",
+	   "outcome"],
+	 "properties": {) SCHEMA_EFFECT_KEY MCP_JSON(,
+	   "fence": {"type": "string", "minLength": 1,
+	     "description": "The fence effect_begin answered with proceed."},
+	   "outcome": {"type": "string", "enum": ["applied", "not_applied"]},
+	   "result": {"description": "What the effect produced (any JSON), kept in the receipt when applied."}}});
+
+static const char effect_resolve_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["client_submission_id", "effect_kind", "evidence"],
+	 "properties": {) SCHEMA_EFFECT_KEY MCP_JSON(,
+	   "evidence": {"type": "object",
+	     "additionalProperties": false,
+	     "required": ["observed"],
+	     "properties": {
+	       "observed": {"type": "string",
+	         "enum": ["applied", "not_applied", "unknown"],
+	         "description": "What you found when you checked the downstream system (by external_key)."},
+	       "result": {"description": "applied: what the effect produced (any JSON)."},
+	       "source": {"type": "string", "maxLength": 256,
+	         "description": "Who or what observed it."}}}}});
+
+
 static const char get_submission_input[] = MCP_JSON(
 	{"type": "object",
 	 "additionalProperties": false,
 	 "required": ["client_submission_id"],
 	 "properties": {
 	   "client_submission_id": {"type": "string", "minLength": 1,
-	     "maxLength": 200}}});
+	     "maxLength": 200},
+	   "effect_kind": {"type": "string", "minLength": 1,
+	     "maxLength": 128,
+	     "description": "Look up the effect under this kind instead of a task."}}});
 
 static const char get_submission_output[] = MCP_JSON(
 	{"type": "object",
@@ -192,7 +285,8 @@ static const char get_submission_output[] = MCP_JSON(
 	       "current_path": {"type": "string"},
 	       "reserved_at": {"type": "string"},
 	       "updated_at": {"type": "string"},
-	       "receipt":) SCHEMA_RECEIPT MCP_JSON(}},
+	       "receipt": {"anyOf": [) SCHEMA_RECEIPT MCP_JSON(,
+	         ) SCHEMA_EFFECT_RECEIPT MCP_JSON(]}}},
 	   "error":) SCHEMA_ERROR MCP_JSON(}});
 
 static const char diagnose_input[] = MCP_JSON(
@@ -228,14 +322,6 @@ static const char diagnose_output[] = MCP_JSON(
 
 /* ---- the table ---------------------------------------------------------- */
 
-/*
- * Not exposed yet: the effect ledger's ops (effect_begin, effect_complete,
- * effect_resolve; SPEC.md, "Effects"), which the broker of this tree does
- * not serve.  When it does, they are three rows here with their schemas,
- * get_submission's input gains effect_kind, and its receipt becomes an
- * anyOf of the task and the effect receipt (schema.c then needs anyOf).
- */
-
 struct tool {
 	const char	*name;
 	const char	*title;
@@ -255,6 +341,7 @@ static char	*summary_write_task(json_t *);
 static char	*summary_write_report(json_t *);
 static char	*summary_get_submission(json_t *);
 static char	*summary_diagnose(json_t *);
+static char	*summary_effect(json_t *);
 
 static struct tool tool_table[] = {
 	{ "write_task", "Create an FCoP task exactly once",
@@ -300,6 +387,40 @@ static struct tool tool_table[] = {
 	  "it never repairs, deletes or recreates anything.",
 	  TOOL_READ_ONLY, diagnose_input, diagnose_output, "diagnose",
 	  summary_diagnose, NULL, NULL },
+	{ "effect_begin", "Ask before performing a side effect",
+	  "Ask idem before performing a side effect it cannot perform "
+	  "itself (send a mail, call an API), keyed by effect_kind and "
+	  "client_submission_id; idem performs nothing. Perform the effect "
+	  "only when disposition is \"proceed\" (give external_key to the "
+	  "downstream system as its idempotency key if it takes one), then "
+	  "call effect_complete with the fence. \"reused\": it was already "
+	  "applied (see receipt); do not perform it again. \"in_progress\": "
+	  "another caller holds the lease; retry later. "
+	  "\"outcome_unknown\": an earlier attempt may have happened: check "
+	  "the downstream system, then call effect_resolve. When you retry "
+	  "the same intent, send the EXACT SAME client_submission_id, "
+	  "effect_kind and request, never with a new one.",
+	  TOOL_WRITES, effect_begin_input, effect_output, "effect_begin",
+	  summary_effect, NULL, NULL },
+	{ "effect_complete", "Report a side effect's outcome",
+	  "Report what the effect that effect_begin let you perform did: "
+	  "outcome \"applied\" (with its result) commits the receipt; "
+	  "\"not_applied\" releases it, so the next effect_begin proceeds "
+	  "with the next attempt. Send the fence effect_begin gave. If this "
+	  "call's answer is lost, call it again with the EXACT SAME "
+	  "client_submission_id, effect_kind, fence and outcome: the same "
+	  "answer comes back.",
+	  TOOL_WRITES, effect_complete_input, effect_output,
+	  "effect_complete", summary_effect, NULL, NULL },
+	{ "effect_resolve", "Settle an effect whose outcome is unknown",
+	  "Settle an effect that effect_begin answered outcome_unknown, with "
+	  "what you observed in the downstream system: \"applied\" commits "
+	  "(later effect_begin answers reused), \"not_applied\" releases it "
+	  "(the next effect_begin proceeds), \"unknown\" leaves it listed by "
+	  "diagnose. Use the EXACT SAME client_submission_id and effect_kind "
+	  "as the effect.",
+	  TOOL_WRITES, effect_resolve_input, effect_output,
+	  "effect_resolve", summary_effect, NULL, NULL },
 };
 
 /* ---- start-up ----------------------------------------------------------- */
@@ -467,6 +588,28 @@ summary_diagnose(json_t *sc)
 	    json_integer_value(json_object_get(counts, "reserved")),
 	    json_integer_value(json_object_get(counts, "task_created")),
 	    json_integer_value(json_object_get(counts, "committed")));
+}
+
+static char *
+summary_effect(json_t *sc)
+{
+	const char	*d = json_string_value(json_object_get(sc,
+			    "disposition"));
+
+	if (d != NULL && strcmp(d, "proceed") == 0)
+		return tools_printf("proceed: perform the effect now (attempt "
+		    "%" JSON_INTEGER_FORMAT ", external_key %s), then call "
+		    "effect_complete with fence %s.",
+		    json_integer_value(json_object_get(sc, "attempt")),
+		    tools_str(sc, "external_key"), tools_str(sc, "fence"));
+	if (d != NULL && strcmp(d, "reused") == 0)
+		return tools_printf("reused: this effect was already applied "
+		    "(attempt %" JSON_INTEGER_FORMAT "); do not perform it "
+		    "again.", json_integer_value(json_object_get(
+		    json_object_get(sc, "receipt"), "attempt")));
+	return tools_printf("%s: the effect is now %s.",
+	    json_is_true(json_object_get(sc, "action_taken")) ? "recorded" :
+	    "unchanged", tools_str(sc, "state"));
 }
 
 /* The one line for a failed call: what happened and what to do next. */

@@ -36,8 +36,9 @@ const { LATEST_PROTOCOL_VERSION, McpError } = require('@modelcontextprotocol/sdk
 const Ajv2020Module = require('ajv/dist/2020');
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
-const TOOLS = ['write_task', 'write_report', 'get_submission', 'diagnose'];
-const WRITE_TOOLS = ['write_task', 'write_report'];
+const TOOLS = ['write_task', 'write_report', 'get_submission', 'diagnose',
+  'effect_begin', 'effect_complete', 'effect_resolve'];
+const WRITE_TOOLS = ['write_task', 'write_report', 'effect_begin'];
 const BROKER_READY_MS = 30000;
 
 const tmp = fs.mkdtempSync(path.join(process.env.TMPDIR ?? os.tmpdir(), 'idem-mcp-sdk.'));
@@ -203,7 +204,7 @@ check('initialize: the SDK negotiates its latest revision with idem-mcp', () => 
 check('tools/list: pages through a cursor; schemas are JSON Schema objects', async () => {
   const paged = await connect(['--tools-page-size', '3']);
   const { tools, pages } = await listAll(paged.client);
-  assert.equal(pages, 2, 'four tools in pages of three');
+  assert.equal(pages, Math.ceil(TOOLS.length / 3), 'pages of three');
   assert.deepEqual(tools.map((t) => t.name), TOOLS);
   const whole = await main.client.listTools({});
   assert.equal(whole.nextCursor, undefined, 'the default page holds them all');
@@ -425,4 +426,103 @@ check('bad arguments: tool errors the model can act on; an unknown tool is a pro
 
   await assert.rejects(main.client.callTool({ name: 'no_such_tool', arguments: {} }),
       (e) => e instanceof McpError && e.code === -32602);
+});
+
+// ---- effects (SPEC.md, "Effects") ------------------------------------------
+
+const mail = (to) => ({ to, subject: 'Deploy done', body: 'v1.4 is live' });
+
+check('effects: proceed, complete, retries reused; in_progress; conflict; stale fence', async () => {
+  const c = main.client;
+  const key = { client_submission_id: 'sdk-fx-1', effect_kind: 'mail.send/v1' };
+  const begin = await call(c, 'effect_begin', { ...key, request: mail('ops@example.com') });
+  assert.equal(begin.isError, false);
+  const b = begin.structuredContent;
+  assert.equal(b.disposition, 'proceed');
+  assert.equal(b.attempt, 1);
+  assert.match(b.fence, /^1-/);
+  assert.match(b.external_key, /^idem-/);
+  assert.match(begin.content[0].text, /effect_complete/);
+
+  // Another caller while the lease lives: retryable, nothing to perform.
+  const busy = await call(c, 'effect_begin', { ...key, request: mail('ops@example.com') });
+  assert.equal(busy.isError, true);
+  assert.equal(busy.structuredContent.disposition, 'in_progress');
+  assert.equal(busy.structuredContent.error.retryable, true);
+
+  const done = await call(c, 'effect_complete',
+      { ...key, fence: b.fence, outcome: 'applied', result: { message_id: 'm-1' } });
+  assert.equal(done.isError, false);
+  assert.equal(done.structuredContent.action_taken, true);
+  assert.equal(done.structuredContent.receipt.external_key, b.external_key);
+  assert.deepEqual(done.structuredContent.receipt.result, { message_id: 'm-1' });
+  // Its answer lost: the same complete again gets the same receipt.
+  const doneAgain = await call(c, 'effect_complete',
+      { ...key, fence: b.fence, outcome: 'applied', result: { message_id: 'm-1' } });
+  assert.equal(doneAgain.structuredContent.action_taken, false);
+  assert.deepEqual(doneAgain.structuredContent.receipt, done.structuredContent.receipt);
+
+  const reused = await call(c, 'effect_begin', { ...key, request: mail('ops@example.com') });
+  assert.equal(reused.structuredContent.disposition, 'reused');
+  assert.deepEqual(reused.structuredContent.receipt, done.structuredContent.receipt);
+  assert.match(reused.content[0].text, /do not perform it again/);
+
+  const conflict = await call(c, 'effect_begin', { ...key, request: mail('someone@example.com') });
+  assert.equal(conflict.isError, true);
+  assert.equal(conflict.structuredContent.disposition, 'conflict');
+  assert.equal(conflict.structuredContent.error.reason, 'digest_mismatch');
+
+  // not_applied releases: the next begin is attempt 2, same external_key;
+  // the first fence is stale from then on.
+  const key2 = { client_submission_id: 'sdk-fx-2', effect_kind: 'pr.open/v1' };
+  const req2 = { repo: 'acme/api', branch: 'fix-login' };
+  const first = (await call(c, 'effect_begin', { ...key2, request: req2 })).structuredContent;
+  const released = await call(c, 'effect_complete', { ...key2, fence: first.fence, outcome: 'not_applied' });
+  assert.equal(released.structuredContent.state, 'released');
+  const second = (await call(c, 'effect_begin', { ...key2, request: req2 })).structuredContent;
+  assert.equal(second.disposition, 'proceed');
+  assert.equal(second.attempt, 2);
+  assert.equal(second.external_key, first.external_key);
+  const stale = await call(c, 'effect_complete', { ...key2, fence: first.fence, outcome: 'applied' });
+  assert.equal(stale.isError, true);
+  assert.equal(stale.structuredContent.error.reason, 'stale_fence');
+
+  const sub = await call(c, 'get_submission', key);
+  assert.equal(sub.structuredContent.found, true);
+  assert.equal(sub.structuredContent.submission.state, 'committed');
+});
+
+check('effects: a lapsed lease is outcome_unknown until effect_resolve; a restart keeps the lease', async () => {
+  const c = main.client;
+  const key = { client_submission_id: 'sdk-fx-3', effect_kind: 'charge/v1' };
+  const request = { amount: 1250, currency: 'EUR' };
+  const lease = 200;
+  const begin = (await call(c, 'effect_begin', { ...key, request, lease_ms: lease })).structuredContent;
+  assert.equal(begin.disposition, 'proceed');
+  // The lease is the broker's clock: wait until it has passed.
+  await new Promise((r) => setTimeout(r, lease + 100));
+  const unknown = await call(c, 'effect_begin', { ...key, request });
+  assert.equal(unknown.isError, true);
+  assert.equal(unknown.structuredContent.disposition, 'outcome_unknown');
+  assert.equal(unknown.structuredContent.error.retryable, false);
+  const resolved = await call(c, 'effect_resolve',
+      { ...key, evidence: { observed: 'applied', result: { charge: 'ch_1' }, source: 'sdk test' } });
+  assert.equal(resolved.isError, false);
+  assert.equal(resolved.structuredContent.recovered, true);
+  const reused = await call(c, 'effect_begin', { ...key, request });
+  assert.equal(reused.structuredContent.disposition, 'reused');
+  assert.equal(reused.structuredContent.recovered, true);
+
+  // Begun, then the broker restarts: the complete with that fence is accepted.
+  const key4 = { client_submission_id: 'sdk-fx-4', effect_kind: 'charge/v1' };
+  const b4 = (await call(c, 'effect_begin', { ...key4, request, lease_ms: 60000 })).structuredContent;
+  await stopBroker();
+  await startBroker();
+  const after = await call(c, 'effect_complete', { ...key4, fence: b4.fence, outcome: 'applied', result: { charge: 'ch_4' } });
+  assert.equal(after.isError, false);
+  assert.equal(after.structuredContent.receipt.attempt, 1);
+  // Bad arguments: no effect_kind.
+  const bad = await call(c, 'effect_begin', { client_submission_id: 'sdk-fx-5', request });
+  assert.equal(bad.isError, true);
+  assert.equal(bad.structuredContent.error.code, 'invalid_arguments');
 });
