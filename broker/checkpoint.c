@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * checkpoint.c: snapshots of the submission table, so that the journal
  * stays proportional to the live table and start-up stays fast.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * crash.c: fault injection for crash tests, built only by configure
  * --enable-fault-injection (faultenv.c refuses the variables otherwise).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * effect.c: the effect ledger: effect_begin, effect_complete and
  * effect_resolve (SPEC.md, "Effects"), for side effects the caller

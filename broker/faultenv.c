@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * faultenv.c: the environment variables of fault injection (crash.c),
  * known in every build.  A build without fault injection has no crash

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * fileio.c: a worker's file-writing threads.
  *

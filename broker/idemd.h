@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * idemd.h: internal interfaces of the broker, grouped by the file that
  * owns them.

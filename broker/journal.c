@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * journal.c: the on-disk journal of idemd.  It owns the record and segment
  * formats (doc/journal.md), appending and syncing the current segment,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * journaler.c: the master's journaling thread, the only writer of the
  * journal, and its checkpoint thread.

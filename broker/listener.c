@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * listener.c: the broker's listening socket.  Its path is never taken
  * from anyone: whatever is there is connected to first, and only a

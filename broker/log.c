@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * log.c: logging.  The destination and level are set once at start-up
  * (and the file reopened on SIGHUP, from the event loop); everything else

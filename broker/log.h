@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * log.h: logging for idemd and its internal libraries.  One line per
  * event, prefixed with the program name and pid; log_warn appends

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * main.c: idemd start-up.  Options, the root and its lock, the segment
  * filled by replaying the journal, the listening socket; then the master

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * master.c: the master process after start-up.  It starts the workers
  * (fork and exec), replaces one that dies, runs the journaling thread,

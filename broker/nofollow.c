@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * nofollow.c: opening a path below a directory descriptor without
  * following a symlink at any of its components.  Every name idemd opens

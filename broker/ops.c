@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * ops.c: the read-only ops: get_submission, diagnose and stats.  They
  * read the table and the workspace and change nothing; diagnose in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * optable.c: the ops this broker serves, in one table (as tmux's
  * cmd_table): each row names an op, the handler a worker dispatches it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * request.c: turning a request line into a checked JSON object, and
  * error replies.  Validation is strict and happens before any state

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * submission.c: the state machine that makes one creation idempotent,
  * shared by write_task (TASK files) and write_report (REPORT files).

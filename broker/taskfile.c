@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * taskfile.c: the TASK and REPORT files idem puts in the FCoP workspace:
  * their names and times, their bytes (front matter exactly as SPEC.md

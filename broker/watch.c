@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * watch.c: the watch on the workspace for numbers that other FCoP writers
  * use while idemd runs.  The allocator scans the disk once per date;

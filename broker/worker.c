@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * worker.c: a worker process.  A libevent loop accepting connections on
  * the socket the master opened, reading newline-delimited JSON requests,

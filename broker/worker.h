@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * worker.h: the broker's process structure and the worker side: the
  * options and shared handles every process has (struct idemd), the

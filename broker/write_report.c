@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * write_report.c: the write_report op.  A report is deduplicated by
  * (task_id, client_submission_id) and the write-report-v1 digest of its

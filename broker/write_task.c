@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * write_task.c: the write_task op: checking a request's task against the
  * contract's table of fields, its digest (write-task-v1, or FCoP 4's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * idemctl: the operator's tool for idemd.
  *

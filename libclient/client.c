@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * client.c: the calls of idem.h (SPEC.md, "Wire protocol").  A struct
  * idem_conn is one blocking Unix-socket stream: each call writes one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * digest.c: the write-task-v1 and write-report-v1 digest schemes
  * (SPEC.md, "Digest scheme write-task-v1") and fcop-create-task-v1

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * digest.h: internal interface of libclient/digest.c, shared with the
  * broker (not installed).  digest.c owns string normalization (CRLF and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * idem.h: the C client of idemd, and the write-task-v1 / write-report-v1
  * digest code that the broker itself uses.

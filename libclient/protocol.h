@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * protocol.h: the wire format shared by idemd and its clients, and every
  * limit and default of the contract (../shared/SPEC.md), each a named

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * handoff.c: the ring through which workers hand encoded journal records
  * to the master's journaling thread.  Positions are byte counts since

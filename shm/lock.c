@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * lock.c: the one way to take a lock of the segment.  The mutexes are
  * robust and process-shared.  When the previous owner died holding one

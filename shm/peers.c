@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * peers.c: open connections counted per peer process and per peer uid
  * (SO_PEERCRED) across every worker, so that one local client cannot

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * registry.c: the worker registry.  One cache-line slot per worker
  * index; the generation changes whenever the worker behind the index

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * segment.c: creating, attaching and destroying the shared-memory
  * segment, and its layout.  The creator fills the header and the locks,

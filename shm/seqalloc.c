@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * seqalloc.c: task and report numbers.  Per kind, the latest date and
  * the next number for it.  A number is handed out once: the counter only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * shm.h: the POSIX shared-memory segment that idemd's master and workers
  * share: the submission table, task-number allocation, the journal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * subtab.c: the submission table.  Fixed slots, filled in order and
  * never freed; an open-addressing index of buckets (slot index + 1, 0 for

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # contrib/examples/notify_once and idemctl effects / resolve against a
 # real idemd: a side effect (a line appended to an outbox file) made safe
 # with idem_effect_run, including a kill between the side effect and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # Fault injection is a build option (configure --enable-fault-injection).
 # A build without it refuses to start when an IDEM_CRASH_* or
 # IDEM_SPAWN_DELAY_MS variable is set, naming the variable, before it

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # idemctl against a real idemd on a fresh root: every subcommand, its
 # output and its exit status (0 ok, 1 error/conflict/problems, 2 usage,
 # 3 unreachable).  Online commands while the broker runs; then, with it

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # The Python client as a user gets it: contrib/python installed with pip
 # into a fresh venv of Debian's python3 (python3-venv), with no package
 # index (PIP_NO_INDEX, no pip configuration), then typechecked (mypy

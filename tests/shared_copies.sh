@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # The contract and its vectors are copied into tests/vectors so that the
 # suite runs from a tarball; where the shared originals are present (a
 # development tree or CI), the copies must not have drifted from them.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # Shared-memory segments left in /dev/shm by the test suite: a broker
 # that was SIGKILLed leaves its segment (64 MiB of table and an 8 MiB
 # journal ring at the default --capacity), and every test that kills one

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # contrib/systemd/idemd.service as make install writes it (ExecStart the
 # installed idemd) passes systemd-analyze verify, and says what idemd(8)
 # promises: Type=notify, ExecReload by SIGHUP, the state and runtime

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * create_task.c: create one FCoP task through idemd, idempotently.
  *

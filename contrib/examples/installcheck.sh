@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # installcheck.sh: prove the installed libidem is usable the way a user
 # uses it.  Build create_task.c outside the build system with nothing but
 # pkg-config and the installed idem.h, start the installed idemd on a

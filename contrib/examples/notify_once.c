@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * notify_once.c: a tool with a downstream side effect, made safe with
  * idem's effect ledger.  The side effect appends a line to a file that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * main.c: idem-mcp's options and its stdio loop.  It reads stdin one
  * line at a time, at most IDEM_MCP_MAX_LINE_BYTES each (a longer line is

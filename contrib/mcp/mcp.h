@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * mcp.h: idem-mcp's internal interfaces, grouped by the file that owns
  * them.  idem-mcp is an MCP server (Model Context Protocol) over stdio:

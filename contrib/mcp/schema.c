@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * schema.c: the subset of JSON Schema (2020-12) that idem-mcp's tool
  * schemas use, and the check of tool arguments against it.

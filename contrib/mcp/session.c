@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * session.c: one MCP session over stdio: JSON-RPC 2.0 messages in and
  * out, the lifecycle (initialize, version negotiation, initialized,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * tools.c: idem-mcp's tools, one row of tool_table each, and the one
  * path every tool call takes to idemd.

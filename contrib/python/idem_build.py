@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem_build: the PEP 517 build backend of the idemd-client package.
 
 It owns turning contrib/python/ into a wheel (and an sdist, and an

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # Build idem out of tree: build/ (or $1 with the configure flags after it).
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)

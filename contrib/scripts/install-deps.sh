@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # Install what idem needs to build and test on Debian 12, if missing.
 set -eu
 packages="build-essential autoconf automake libtool pkg-config libevent-dev

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # Quick start (1): install what is missing, build, start idemd on its
 # default root ./fcop, and show a create, a retry that is reused, and a
 # conflict.  idemd keeps serving afterwards; Ctrl-C stops it.

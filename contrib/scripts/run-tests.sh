@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # Quick start (2): install what is missing, build, and run the whole test
 # suite: make check, the same under ASan and UBSan (both built with
 # --enable-fault-injection), make distcheck (which also runs make

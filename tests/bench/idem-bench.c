@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * idem-bench.c: how fast idemd creates and reuses tasks, measured next to
  * what this machine allows (doc/performance.md; issue "Fast as the disk

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_chaos.c: chaos under load (issue "Prove it", item 2).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_chaos_effects.c: the effect ledger under chaos (issue 13, item 3).
  *

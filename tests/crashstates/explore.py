@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: ISC
 """
 explore.py: ALICE-style crash-state exploration of idemd (issue "Prove it",
 item 3).  doc/testing.md, section "Crash-state exploration", says what it

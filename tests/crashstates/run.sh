@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # Crash-state exploration (issue "Prove it", item 3; doc/testing.md,
 # "Crash-state exploration"): idemd is recorded under strace serving one
 # write_task (new id), one legacy write_task, one write_report and one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * faultshim.c: an LD_PRELOAD shim that makes chosen writes and syncs
  * fail, so tests can show what idemd does on a full disk or an I/O

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * fuzz_canonical.c: libFuzzer target for the write-task-v1 canonical form
  * (SPEC.md, "Digest scheme write-task-v1"; libclient/digest.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * fuzz_journal.c: libFuzzer target for the journal's decoder and replay
  * (broker/journal.c, format in doc/journal.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * fuzz_log.c: broker/log.h for the fuzz targets, silent.  Replay warns
  * about every torn tail it cuts, which under a fuzzer is most runs; the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * fuzz_request.c: libFuzzer target for one request line, as a worker
  * reads it off the socket (the bytes before the first LF).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * fuzz_stubs.c: the worker-side functions that write_task.c,
  * write_report.c and the op table (optable.c) refer to but

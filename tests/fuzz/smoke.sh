@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # smoke.sh SECONDS FUZZDIR TARGET...: make fuzz-smoke.  Runs each libFuzzer
 # target for SECONDS on a copy of its seed corpus FUZZDIR/corpus_<name>
 # (the checked-in corpus is never modified), with FUZZDIR/<name>.dict if

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * harness.c: see harness.h.
  */

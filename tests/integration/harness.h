@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * harness.h: running a real idemd for integration tests.  Each broker
  * gets a fresh temporary root; start-up is awaited through --ready-fd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * storage_probe.c: the helpers the storage-fault tests share
  * (storage_probe.h).  Every check fails the running cmocka test.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * storage_probe.h: what the storage-fault tests (test_storage with the
  * fault shim, test_full_disk on a real full file system) share: calls,

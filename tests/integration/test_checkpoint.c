@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_checkpoint.c: checkpoints keep the journal bounded and lose
  * nothing, also when the broker dies while writing one or right after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_crash.c: crashes in each window of a write_task, and what a retry
  * gets afterwards (SPEC.md, "States and recovery" and "Fault

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_effects.c: the effect ledger against a real idemd (SPEC.md,
  * "Effects"): every disposition of effect_begin, complete and resolve,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_failures.c: the failure paths of a real idemd that no other suite
  * reaches, end to end (issue 10, item 10): a full submission table

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_fcop.c: FCoP fidelity against a real idemd (SPEC.md, "Names",
  * "Where a task is", the task-field table): a day's numbers stop at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_full_disk.c: idemd on a real file system that fills up.  The
  * root is a small tmpfs mounted for the test, so the disk is really

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_libidem.c: the calls of idem.h against a real idemd over its
  * socket: write_report, get_submission, diagnose, stats, submission ids

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_locks.c: a worker killed while it holds each lock of the shared
  * segment (table, allocator, journal ring), with other clients busy.  The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_notify.c: idemd tells systemd how it is (Type=notify): READY=1
  * once serving, RELOADING=1 and READY=1 around a SIGHUP, STOPPING=1 when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_ops.c: the ops other than write_task's first creation, against a
  * real idemd: write_report (dedup, conflict, legacy, default recipient,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_protocol.c: the wire protocol of a real idemd, from outside.
  *

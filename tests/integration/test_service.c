@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_service.c: idemd's manners as a service (idemd(8), SIGNALS and
  * LOGGING).  SIGHUP to the master or to a worker is logged and reopens

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_storage.c: storage faults against a real idemd.  The broker runs
  * with tests/faults/faultshim.c preloaded; a test makes chosen writes or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_trust.c: a broker among neighbours it must not trust or harm.
  * hello names the broker (its ops from the op table, its pid and root);

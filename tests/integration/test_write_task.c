@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_write_task.c: write_task against a real idemd over its socket.
  * Each test runs its own broker on a fresh root and judges by what is

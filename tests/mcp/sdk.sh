@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: ISC
 # idem-mcp driven by the official MCP TypeScript SDK's client
 # (@modelcontextprotocol/sdk, over its stdio transport) against a real
 # idemd: tests/mcp/sdk.test.mjs under node's test runner.

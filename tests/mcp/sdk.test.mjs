@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 // sdk.test.mjs: idem-mcp driven by a client nobody here wrote, the
 // official MCP TypeScript SDK's (Client + StdioClientTransport), against a
 // real idemd on a fresh workspace.  Run by tests/mcp/sdk.sh, which

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_mcp_lines.c: idem-mcp, line by line, at the JSON-RPC level: what
  * each kind of line on its stdin gets back on its stdout.  Parse errors,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: ISC
 """test_client.py: the idem package (contrib/python) against a real idemd.
 
 Environment: IDEMD (required: the idemd binary), IDEM_VECTORS (the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """typed_usage.py: a caller's code, typechecked (mypy --strict) against
 the INSTALLED idem package by tests/python_client.sh: it proves that the
 package ships its hints (py.typed) and that they say what the README

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_digest.c: the digest schemes of libclient/digest.c against the
  * conformance vectors ($IDEM_VECTORS/write-task-v1.json) and against

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_faultenv.c: which environment variables are fault injection's
  * (broker/faultenv.c), and the refusal a build without fault injection

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_journal.c: unit tests of broker/journal.c: the record codec, the
  * segment format as doc/journal.md describes it (the tests build bytes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_peers.c: the peer table of the shared segment (shm/peers.c):
  * limits per pid and per uid across workers, exact counts through many

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_subtab.c: the shared-memory segment: table reserve, lookup, claims
  * and full; a process that dies holding a lock (and one that dies in the

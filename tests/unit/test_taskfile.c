@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: ISC */
 /*
  * test_taskfile.c: unit tests of broker/taskfile.c, each on a fresh
  * temporary root.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem: the Python client of idemd, the broker that makes the side
 effects of agent processes idempotent: FCoP task creation, and any tool
 call (effects).  Standard library only, Python 3.8+; distribution

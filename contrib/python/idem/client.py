@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem.client: one connection to idemd and its ops.
 
 The wire protocol (SPEC.md): newline-delimited JSON over a Unix stream

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem.digest: submission ids and the write-task-v1 digest (SPEC.md,
 "Digest scheme write-task-v1"), computed as the broker computes it, so a
 caller may send request_digest and have the broker check it.

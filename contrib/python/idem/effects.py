@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem.effects: any side effect, performed at most once per id.
 
 SPEC.md "Effects": the caller asks before acting (effect_begin) and

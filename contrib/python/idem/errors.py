@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem.errors: the exceptions of the idem client.
 
 Every failure is an IdemError with the wire code (or the client's own

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem.replies: the broker's replies as small typed objects.
 
 Each object is built from a Reply (idem.wire) and keeps it as .reply, so

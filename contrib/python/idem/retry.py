@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem.retry: retrying a submission under the id the caller chose.
 
 The helpers take the client_submission_id and never make one: a retry

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: ISC
 """idem.wire: one response line, decoded, with its bytes kept.
 
 SPEC.md promises that a reused receipt is byte for byte the first call's.
