@@ -17,8 +17,9 @@ pid=
 failures=0
 # shellcheck disable=SC2317	# called by the trap
 cleanup() {
+	# SIGTERM, not SIGKILL: a killed idemd leaves its segment in /dev/shm.
 	if [ -n "$pid" ]; then
-		kill -KILL "$pid" 2>/dev/null
+		kill -TERM "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
 	fi
 	rm -rf "$tmp"
