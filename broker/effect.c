@@ -858,6 +858,32 @@ effect_reserve(struct pending *p, uint32_t attempt)
 	effect_journal(p, effect_proceed);
 }
 
+/*
+ * The start of every look at the table for this effect (begin, complete,
+ * resolve): -1 after the in_progress answer once the wait for another
+ * request on the key ran out, else 0 with a filled for the key and claim.
+ */
+static int
+effect_acquire_start(struct pending *p, struct subtab_acquire *a)
+{
+	struct effect	*e = effect_of(p);
+	struct idemd	*d = idemd_of(p);
+
+	if (p->timed_out) {
+		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		    "another request on this effect is still in flight after "
+		    "%d ms", d->inflight_wait_ms));
+		return -1;
+	}
+	memset(a, 0, sizeof *a);
+	a->key = e->key;
+	a->key_length = e->key_length;
+	a->claim = e->claim;
+	/* Before the table is read: see effect_after_durable. */
+	e->found_epoch = handoff_epoch(d->seg.header);
+	return 0;
+}
+
 static void
 effect_begin_acquire(struct pending *p)
 {
@@ -865,19 +891,9 @@ effect_begin_acquire(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
 
-	if (p->timed_out) {
-		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
-		    "another request on this effect is still in flight after "
-		    "%d ms", d->inflight_wait_ms));
+	if (effect_acquire_start(p, &a) != 0)
 		return;
-	}
-	memset(&a, 0, sizeof a);
-	a.key = e->key;
-	a.key_length = e->key_length;
 	a.want = e->entry;
-	a.claim = e->claim;
-	/* Before the table is read: see effect_after_durable. */
-	e->found_epoch = handoff_epoch(d->seg.header);
 	if ((e->found_epoch & 1) && effect_begin_needs_journal(p)) {
 		effect_fail_reopening(p);
 		return;
@@ -1118,17 +1134,8 @@ effect_claim(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
 
-	if (p->timed_out) {
-		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
-		    "another request on this effect is still in flight after "
-		    "%d ms", d->inflight_wait_ms));
+	if (effect_acquire_start(p, &a) != 0)
 		return;
-	}
-	memset(&a, 0, sizeof a);
-	a.key = e->key;
-	a.key_length = e->key_length;
-	a.claim = e->claim;
-	e->found_epoch = handoff_epoch(d->seg.header);
 	switch (subtab_claim_key(&d->seg, &a)) {
 	case SUBTAB_CLAIMED:
 		e->claimed = 1;
