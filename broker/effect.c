@@ -1190,17 +1190,9 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	struct pending		*p;
 	struct idemd		*d;
 
-	p = pending_new(conn, id);
-	e = calloc(1, sizeof *e);
-	if (p == NULL || e == NULL) {
-		free(e);
-		if (p != NULL)
-			pending_reply(p, reply_error_simple(id, "internal", 1,
-			    "out of memory"));
+	if ((p = pending_new_op(conn, id, sizeof *e, effect_free)) == NULL)
 		return;
-	}
-	p->op = e;
-	p->op_free = effect_free;
+	e = p->op;
 	e->op = op;
 	d = idemd_of(p);
 	if (effect_parse(op, request, e, &err) != 0) {

@@ -202,6 +202,8 @@ struct worker {
 int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
 	    int notify_fd);
 struct pending *pending_new(struct conn *, json_t *id);
+struct pending *pending_new_op(struct conn *, json_t *id, size_t op_size,
+	    void (*op_free)(void *));
 void	 pending_free(struct pending *);
 /* Journal a record and park until it is durable, then call resume. */
 void	 pending_journal(struct pending *, const struct journal_record *,

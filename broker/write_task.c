@@ -567,17 +567,10 @@ op_write_task(struct conn *conn, json_t *request, json_t *id)
 	struct pending		*p;
 	const struct idem_task	*t;
 
-	p = pending_new(conn, id);
-	wt = calloc(1, sizeof *wt);
-	if (p == NULL || wt == NULL) {
-		free(wt);
-		if (p != NULL)
-			pending_reply(p, reply_error_simple(id, "internal", 1,
-			    "out of memory"));
+	if ((p = pending_new_op(conn, id, sizeof *wt, write_task_free)) ==
+	    NULL)
 		return;
-	}
-	p->op = wt;
-	p->op_free = write_task_free;
+	wt = p->op;
 	wt->sub.ops = &write_task_ops;
 	if (write_task_parse(wt, request, p->worker->d->root_fd, &err) != 0) {
 		atomic_fetch_add(&p->worker->d->seg.header->counters.errors, 1);
