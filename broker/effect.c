@@ -434,15 +434,6 @@ resolve_parse(json_t *request, struct effect *e, struct request_error *err)
 
 /* ---- Replies ------------------------------------------------------------ */
 
-static json_t *
-time_json(int64_t ms)
-{
-	char	at[TASKFILE_TIME_BYTES];
-
-	taskfile_format_time(ms, at);
-	return json_string(at);
-}
-
 /* "idem-" and 32 hex digits of SHA-256(key, NUL, request digest). */
 static void
 external_key(const char *key, size_t key_length,
@@ -523,7 +514,7 @@ effect_receipt_json(struct shm_segment *seg, const char *key,
 	json_object_set_new(r, "attempt", json_integer(e->attempt));
 	json_object_set_new(r, "result", result);
 	json_object_set_new(r, "state", json_string("committed"));
-	json_object_set_new(r, "committed_at", time_json(e->created_at_ms));
+	json_object_set_new(r, "committed_at", reply_time(e->created_at_ms));
 	return r;
 }
 
@@ -549,7 +540,7 @@ existing_json(struct effect *e)
 	json_object_set_new(j, "external_key", json_string(xkey));
 	if (x->state == SUBTAB_RESERVED)
 		json_object_set_new(j, "lease_expires_at",
-		    time_json(x->lease_expires_ms));
+		    reply_time(x->lease_expires_ms));
 	return j;
 }
 
@@ -795,7 +786,7 @@ effect_proceed(struct pending *p)
 	json_object_set_new(reply, "request_digest", json_string(hex));
 	json_object_set_new(reply, "lease_ms", json_integer(e->lease_ms));
 	json_object_set_new(reply, "lease_expires_at",
-	    time_json(e->entry.lease_expires_ms));
+	    reply_time(e->entry.lease_expires_ms));
 	pending_reply(p, reply);
 }
 
@@ -1309,13 +1300,13 @@ effect_submission_json(struct shm_segment *seg, const char *key,
 	json_object_set_new(j, "attempt", json_integer(x->attempt));
 	external_key(key, key_length, x->request_digest, xkey);
 	json_object_set_new(j, "external_key", json_string(xkey));
-	json_object_set_new(j, "reserved_at", time_json(x->reserved_at_ms));
-	json_object_set_new(j, "updated_at", time_json(x->updated_at_ms));
+	json_object_set_new(j, "reserved_at", reply_time(x->reserved_at_ms));
+	json_object_set_new(j, "updated_at", reply_time(x->updated_at_ms));
 	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
 	if (x->state == SUBTAB_RESERVED) {
 		/* The lease started at the attempt's record (updated_at). */
 		json_object_set_new(j, "lease_expires_at",
-		    time_json(x->lease_expires_ms));
+		    reply_time(x->lease_expires_ms));
 		json_object_set_new(j, "lease_age_ms",
 		    json_integer(age < 0 ? 0 : age));
 		json_object_set_new(j, "lease_live",

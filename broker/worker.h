@@ -247,6 +247,8 @@ json_t	*reply_new(int ok, json_t *id);
 json_t	*reply_error(const struct request_error *, json_t *id);
 json_t	*reply_error_simple(json_t *id, const char *code, int retryable,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A time in a reply: the task files' UTC format, as a JSON string. */
+json_t	*reply_time(int64_t ms);
 int	 request_error_set(struct request_error *, const char *code,
 	    const char *field, const char *fmt, ...)
 	    __attribute__((format(printf, 4, 5)));
