@@ -434,15 +434,6 @@ resolve_parse(json_t *request, struct effect *e, struct request_error *err)
 
 /* ---- Replies ------------------------------------------------------------ */
 
-static json_t *
-time_json(int64_t ms)
-{
-	char	at[TASKFILE_TIME_BYTES];
-
-	taskfile_format_time(ms, at);
-	return json_string(at);
-}
-
 /* "idem-" and 32 hex digits of SHA-256(key, NUL, request digest). */
 static void
 external_key(const char *key, size_t key_length,
@@ -523,7 +514,7 @@ effect_receipt_json(struct shm_segment *seg, const char *key,
 	json_object_set_new(r, "attempt", json_integer(e->attempt));
 	json_object_set_new(r, "result", result);
 	json_object_set_new(r, "state", json_string("committed"));
-	json_object_set_new(r, "committed_at", time_json(e->created_at_ms));
+	json_object_set_new(r, "committed_at", reply_time(e->created_at_ms));
 	return r;
 }
 
@@ -549,7 +540,7 @@ existing_json(struct effect *e)
 	json_object_set_new(j, "external_key", json_string(xkey));
 	if (x->state == SUBTAB_RESERVED)
 		json_object_set_new(j, "lease_expires_at",
-		    time_json(x->lease_expires_ms));
+		    reply_time(x->lease_expires_ms));
 	return j;
 }
 
@@ -795,7 +786,7 @@ effect_proceed(struct pending *p)
 	json_object_set_new(reply, "request_digest", json_string(hex));
 	json_object_set_new(reply, "lease_ms", json_integer(e->lease_ms));
 	json_object_set_new(reply, "lease_expires_at",
-	    time_json(e->entry.lease_expires_ms));
+	    reply_time(e->entry.lease_expires_ms));
 	pending_reply(p, reply);
 }
 
@@ -858,6 +849,32 @@ effect_reserve(struct pending *p, uint32_t attempt)
 	effect_journal(p, effect_proceed);
 }
 
+/*
+ * The start of every look at the table for this effect (begin, complete,
+ * resolve): -1 after the in_progress answer once the wait for another
+ * request on the key ran out, else 0 with a filled for the key and claim.
+ */
+static int
+effect_acquire_start(struct pending *p, struct subtab_acquire *a)
+{
+	struct effect	*e = effect_of(p);
+	struct idemd	*d = idemd_of(p);
+
+	if (p->timed_out) {
+		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		    "another request on this effect is still in flight after "
+		    "%d ms", d->inflight_wait_ms));
+		return -1;
+	}
+	memset(a, 0, sizeof *a);
+	a->key = e->key;
+	a->key_length = e->key_length;
+	a->claim = e->claim;
+	/* Before the table is read: see effect_after_durable. */
+	e->found_epoch = handoff_epoch(d->seg.header);
+	return 0;
+}
+
 static void
 effect_begin_acquire(struct pending *p)
 {
@@ -865,19 +882,9 @@ effect_begin_acquire(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
 
-	if (p->timed_out) {
-		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
-		    "another request on this effect is still in flight after "
-		    "%d ms", d->inflight_wait_ms));
+	if (effect_acquire_start(p, &a) != 0)
 		return;
-	}
-	memset(&a, 0, sizeof a);
-	a.key = e->key;
-	a.key_length = e->key_length;
 	a.want = e->entry;
-	a.claim = e->claim;
-	/* Before the table is read: see effect_after_durable. */
-	e->found_epoch = handoff_epoch(d->seg.header);
 	if ((e->found_epoch & 1) && effect_begin_needs_journal(p)) {
 		effect_fail_reopening(p);
 		return;
@@ -1118,17 +1125,8 @@ effect_claim(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
 
-	if (p->timed_out) {
-		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
-		    "another request on this effect is still in flight after "
-		    "%d ms", d->inflight_wait_ms));
+	if (effect_acquire_start(p, &a) != 0)
 		return;
-	}
-	memset(&a, 0, sizeof a);
-	a.key = e->key;
-	a.key_length = e->key_length;
-	a.claim = e->claim;
-	e->found_epoch = handoff_epoch(d->seg.header);
 	switch (subtab_claim_key(&d->seg, &a)) {
 	case SUBTAB_CLAIMED:
 		e->claimed = 1;
@@ -1183,17 +1181,9 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	struct pending		*p;
 	struct idemd		*d;
 
-	p = pending_new(conn, id);
-	e = calloc(1, sizeof *e);
-	if (p == NULL || e == NULL) {
-		free(e);
-		if (p != NULL)
-			pending_reply(p, reply_error_simple(id, "internal", 1,
-			    "out of memory"));
+	if ((p = pending_new_op(conn, id, sizeof *e, effect_free)) == NULL)
 		return;
-	}
-	p->op = e;
-	p->op_free = effect_free;
+	e = p->op;
 	e->op = op;
 	d = idemd_of(p);
 	if (effect_parse(op, request, e, &err) != 0) {
@@ -1310,13 +1300,13 @@ effect_submission_json(struct shm_segment *seg, const char *key,
 	json_object_set_new(j, "attempt", json_integer(x->attempt));
 	external_key(key, key_length, x->request_digest, xkey);
 	json_object_set_new(j, "external_key", json_string(xkey));
-	json_object_set_new(j, "reserved_at", time_json(x->reserved_at_ms));
-	json_object_set_new(j, "updated_at", time_json(x->updated_at_ms));
+	json_object_set_new(j, "reserved_at", reply_time(x->reserved_at_ms));
+	json_object_set_new(j, "updated_at", reply_time(x->updated_at_ms));
 	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
 	if (x->state == SUBTAB_RESERVED) {
 		/* The lease started at the attempt's record (updated_at). */
 		json_object_set_new(j, "lease_expires_at",
-		    time_json(x->lease_expires_ms));
+		    reply_time(x->lease_expires_ms));
 		json_object_set_new(j, "lease_age_ms",
 		    json_integer(age < 0 ? 0 : age));
 		json_object_set_new(j, "lease_live",

@@ -464,6 +464,27 @@ all_zero(const uint8_t *p, size_t n)
 	return 1;
 }
 
+/*
+ * The end of a good decode, shared by both layouts: only now touch the
+ * caller's record (BAD leaves it as it was).  result points into the
+ * payload, or is NULL.
+ */
+static void
+decode_fill(const uint8_t *p, uint32_t payload_length,
+    const struct subtab_entry *e, const uint8_t *result,
+    struct journal_record *r, size_t *consumed)
+{
+	r->type = p[P_TYPE];
+	r->entry = *e;
+	r->hint = 0;
+	r->result = result;
+	memcpy(r->key, p + P_KEY, e->key_length);
+	if (e->key_length < sizeof r->key)
+		memset(r->key + e->key_length, 0,
+		    sizeof r->key - e->key_length);
+	*consumed = RECORD_HEADER_BYTES + payload_length;
+}
+
 /* The EFFECT half of record_decode, its checksum already checked. */
 static enum journal_decode_result
 effect_decode(const uint8_t *in, const uint8_t *p, uint32_t payload_length,
@@ -504,14 +525,8 @@ effect_decode(const uint8_t *in, const uint8_t *p, uint32_t payload_length,
 	e.peer_uid = get_u32(p + P_PEER_UID);
 	e.peer_pid = get_u32(p + P_PEER_PID);
 
-	r->type = p[P_TYPE];
-	r->entry = e;
-	r->hint = 0;
-	memcpy(r->key, p + P_KEY, e.key_length);
-	if (e.key_length < sizeof r->key)
-		memset(r->key + e.key_length, 0, sizeof r->key - e.key_length);
-	r->result = e.result_length > 0 ? p + P_KEY + e.key_length : NULL;
-	*consumed = RECORD_HEADER_BYTES + payload_length;
+	decode_fill(p, payload_length, &e, e.result_length > 0 ?
+	    p + P_KEY + e.key_length : NULL, r, consumed);
 	(void)in;
 	return JOURNAL_DECODE_OK;
 }
@@ -601,15 +616,7 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 	e.peer_uid = get_u32(p + P_PEER_UID);
 	e.peer_pid = get_u32(p + P_PEER_PID);
 
-	/* Only now touch the caller's record: BAD leaves it as it was. */
-	r->type = p[P_TYPE];
-	r->entry = e;
-	r->hint = 0;
-	r->result = NULL;
-	memcpy(r->key, p + P_KEY, e.key_length);
-	if (e.key_length < sizeof r->key)
-		memset(r->key + e.key_length, 0, sizeof r->key - e.key_length);
-	*consumed = RECORD_HEADER_BYTES + payload_length;
+	decode_fill(p, payload_length, &e, NULL, r, consumed);
 	return JOURNAL_DECODE_OK;
 }
 

@@ -29,15 +29,6 @@ reply_invalid(struct conn *c, json_t *id, struct request_error *err)
 	conn_reply(c, reply_error(err, id));
 }
 
-static json_t *
-time_json(int64_t ms)
-{
-	char	at[TASKFILE_TIME_BYTES];
-
-	taskfile_format_time(ms, at);
-	return json_string(at);
-}
-
 /* get_submission with an effect_kind: the effect under that key. */
 static void
 get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
@@ -131,8 +122,8 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		json_object_set_new(s, "task_id", json_string(task_id));
 		json_object_set_new(s, "task_path", json_string(path));
 		json_object_set_new(s, "reserved_at",
-		    time_json(e.reserved_at_ms));
-		json_object_set_new(s, "updated_at", time_json(e.updated_at_ms));
+		    reply_time(e.reserved_at_ms));
+		json_object_set_new(s, "updated_at", reply_time(e.updated_at_ms));
 		if (e.state != SUBTAB_RESERVED)
 			current_path_add(d, s, task_id, path);
 		if (e.state == SUBTAB_COMMITTED)

@@ -123,6 +123,15 @@ reply_error_simple(json_t *id, const char *code, int retryable,
 }
 
 json_t *
+reply_time(int64_t ms)
+{
+	char	at[TASKFILE_TIME_BYTES];
+
+	taskfile_format_time(ms, at);
+	return json_string(at);
+}
+
+json_t *
 request_parse(const char *line, size_t length, struct request_error *err)
 {
 	json_error_t	 error;

@@ -156,6 +156,31 @@ pending_new(struct conn *c, json_t *id)
 	return p;
 }
 
+/*
+ * pending_new with the op's own state: op_size bytes zeroed, freed with
+ * op_free.  NULL if either is out of memory, the request then answered.
+ */
+struct pending *
+pending_new_op(struct conn *c, json_t *id, size_t op_size,
+    void (*op_free)(void *))
+{
+	struct pending	*p;
+	void		*op;
+
+	p = pending_new(c, id);
+	op = calloc(1, op_size);
+	if (p == NULL || op == NULL) {
+		free(op);
+		if (p != NULL)
+			pending_reply(p, reply_error_simple(id, "internal", 1,
+			    "out of memory"));
+		return NULL;
+	}
+	p->op = op;
+	p->op_free = op_free;
+	return p;
+}
+
 void
 pending_free(struct pending *p)
 {

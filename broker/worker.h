@@ -202,6 +202,8 @@ struct worker {
 int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
 	    int notify_fd);
 struct pending *pending_new(struct conn *, json_t *id);
+struct pending *pending_new_op(struct conn *, json_t *id, size_t op_size,
+	    void (*op_free)(void *));
 void	 pending_free(struct pending *);
 /* Journal a record and park until it is durable, then call resume. */
 void	 pending_journal(struct pending *, const struct journal_record *,
@@ -245,6 +247,8 @@ json_t	*reply_new(int ok, json_t *id);
 json_t	*reply_error(const struct request_error *, json_t *id);
 json_t	*reply_error_simple(json_t *id, const char *code, int retryable,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A time in a reply: the task files' UTC format, as a JSON string. */
+json_t	*reply_time(int64_t ms);
 int	 request_error_set(struct request_error *, const char *code,
 	    const char *field, const char *fmt, ...)
 	    __attribute__((format(printf, 4, 5)));

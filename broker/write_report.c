@@ -271,17 +271,10 @@ op_write_report(struct conn *conn, json_t *request, json_t *id)
 	char			 path[IDEM_MAX_TASK_PATH_BYTES];
 	int			 found;
 
-	p = pending_new(conn, id);
-	wr = calloc(1, sizeof *wr);
-	if (p == NULL || wr == NULL) {
-		free(wr);
-		if (p != NULL)
-			pending_reply(p, reply_error_simple(id, "internal", 1,
-			    "out of memory"));
+	if ((p = pending_new_op(conn, id, sizeof *wr, write_report_free)) ==
+	    NULL)
 		return;
-	}
-	p->op = wr;
-	p->op_free = write_report_free;
+	wr = p->op;
 	wr->sub.ops = &write_report_ops;
 	if (write_report_parse(wr, request, &err) != 0) {
 		atomic_fetch_add(&d->seg.header->counters.errors, 1);

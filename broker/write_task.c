@@ -128,6 +128,19 @@ list_field(json_t *task, const char *key, const char **out, size_t *count,
 	return 0;
 }
 
+/* "task" is there and an object, under either schema. */
+static int
+task_given(json_t *task, struct request_error *err)
+{
+	if (task == NULL)
+		return request_error_set(err, "invalid_request", "task",
+		    "task is required");
+	if (!json_is_object(task))
+		return request_error_set(err, "invalid_request", "task",
+		    "task must be an object");
+	return 0;
+}
+
 /* Check every field of "task" and fill an idem_task pointing into it. */
 static int
 task_from_json(json_t *task, struct idem_task *t, const char **lists,
@@ -141,12 +154,8 @@ task_from_json(json_t *task, struct idem_task *t, const char **lists,
 	int	rc;
 
 	memset(t, 0, sizeof *t);
-	if (task == NULL)
-		return request_error_set(err, "invalid_request", "task",
-		    "task is required");
-	if (!json_is_object(task))
-		return request_error_set(err, "invalid_request", "task",
-		    "task must be an object");
+	if (task_given(task, err) != 0)
+		return -1;
 	if (request_known_keys(task, "task", task_keys, err) != 0)
 		return -1;
 	if (role_field(task, "sender", "task.sender", 0, &t->sender,
@@ -279,12 +288,8 @@ fcop_parse(struct write_task *wt, json_t *request, int root_fd,
 		    "\".\", \"_\", \":\" and \"-\", starting with a letter or "
 		    "digit", IDEM_SCHEMA_FCOP_CREATE_TASK_V1,
 		    IDEM_MAX_OPERATION_ID_BYTES);
-	if (task == NULL)
-		return request_error_set(err, "invalid_request", "task",
-		    "task is required");
-	if (!json_is_object(task))
-		return request_error_set(err, "invalid_request", "task",
-		    "task must be an object");
+	if (task_given(task, err) != 0)
+		return -1;
 	/* Fields FCoP 4 leaves out of the digest are refused, not ignored. */
 	for (i = 0; i < sizeof excluded / sizeof excluded[0]; i++) {
 		if (json_object_get(task, excluded[i]) == NULL)
@@ -567,17 +572,10 @@ op_write_task(struct conn *conn, json_t *request, json_t *id)
 	struct pending		*p;
 	const struct idem_task	*t;
 
-	p = pending_new(conn, id);
-	wt = calloc(1, sizeof *wt);
-	if (p == NULL || wt == NULL) {
-		free(wt);
-		if (p != NULL)
-			pending_reply(p, reply_error_simple(id, "internal", 1,
-			    "out of memory"));
+	if ((p = pending_new_op(conn, id, sizeof *wt, write_task_free)) ==
+	    NULL)
 		return;
-	}
-	p->op = wt;
-	p->op_free = write_task_free;
+	wt = p->op;
 	wt->sub.ops = &write_task_ops;
 	if (write_task_parse(wt, request, p->worker->d->root_fd, &err) != 0) {
 		atomic_fetch_add(&p->worker->d->seg.header->counters.errors, 1);

@@ -455,6 +455,25 @@ ctl_answer_error(struct idemctl *ctl, json_t *response)
 	    field != NULL ? ")" : "");
 }
 
+/*
+ * ctl_call, and an ok:false answer said (ctl_answer_error) and freed: NULL
+ * with *status set unless the broker answered ok:true.
+ */
+static json_t *
+ctl_call_ok(struct idemctl *ctl, json_t *request, int *status)
+{
+	json_t	*response;
+
+	if ((response = ctl_call(ctl, request, status)) == NULL)
+		return NULL;
+	if (!json_is_true(json_object_get(response, "ok"))) {
+		*status = ctl_answer_error(ctl, response);
+		json_decref(response);
+		return NULL;
+	}
+	return response;
+}
+
 /* The answer without the envelope (ok, id), for --json output. */
 static void
 strip_envelope(json_t *response)
@@ -772,15 +791,10 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		ctl_usage_error(ctl, "no arguments expected");
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
-	response = ctl_call(ctl, json_pack("{s:s,s:I}", "op", "diagnose",
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:I}", "op", "diagnose",
 	    "stale_after_ms", (json_int_t)stale_after_ms), &status);
 	if (response == NULL)
 		return status;
-	if (!json_is_true(json_object_get(response, "ok"))) {
-		status = ctl_answer_error(ctl, response);
-		json_decref(response);
-		return status;
-	}
 	entries = json_object_get(response, "entries");
 	counts = json_object_get(response, "counts");
 	/* Effects have their own view (idemctl effects): tasks here. */
@@ -901,15 +915,10 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 		ctl_usage_error(ctl, "one CLIENT_SUBMISSION_ID expected");
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
-	response = ctl_call(ctl, json_pack("{s:s,s:s}", "op",
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:s}", "op",
 	    "get_submission", "client_submission_id", argv[optind]), &status);
 	if (response == NULL)
 		return status;
-	if (!json_is_true(json_object_get(response, "ok"))) {
-		status = ctl_answer_error(ctl, response);
-		json_decref(response);
-		return status;
-	}
 	strip_envelope(response);
 	if (ctl->json)
 		print_json(response);
@@ -961,15 +970,10 @@ effects_list(struct idemctl *ctl)
 
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
-	response = ctl_call(ctl, json_pack("{s:s}", "op", "diagnose"),
+	response = ctl_call_ok(ctl, json_pack("{s:s}", "op", "diagnose"),
 	    &status);
 	if (response == NULL)
 		return status;
-	if (!json_is_true(json_object_get(response, "ok"))) {
-		status = ctl_answer_error(ctl, response);
-		json_decref(response);
-		return status;
-	}
 	entries = json_object_get(response, "entries");
 	counts = json_object_get(response, "effect_counts");
 	list = json_array();
@@ -1039,16 +1043,11 @@ effects_show(struct idemctl *ctl, const char *kind, const char *id)
 
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
-	response = ctl_call(ctl, json_pack("{s:s,s:s,s:s}", "op",
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:s,s:s}", "op",
 	    "get_submission", "client_submission_id", id, "effect_kind", kind),
 	    &status);
 	if (response == NULL)
 		return status;
-	if (!json_is_true(json_object_get(response, "ok"))) {
-		status = ctl_answer_error(ctl, response);
-		json_decref(response);
-		return status;
-	}
 	strip_envelope(response);
 	if (ctl->json)
 		print_json(response);
@@ -1137,17 +1136,12 @@ cmd_resolve(struct idemctl *ctl, int argc, char **argv)
 		json_decref(evidence);
 		return status;
 	}
-	response = ctl_call(ctl, json_pack("{s:s,s:s,s:s,s:o}", "op",
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:s,s:s,s:o}", "op",
 	    "effect_resolve", "effect_kind", argv[optind],
 	    "client_submission_id", argv[optind + 1], "evidence", evidence),
 	    &status);
 	if (response == NULL)
 		return status;
-	if (!json_is_true(json_object_get(response, "ok"))) {
-		status = ctl_answer_error(ctl, response);
-		json_decref(response);
-		return status;
-	}
 	strip_envelope(response);
 	if (ctl->json)
 		print_json(response);

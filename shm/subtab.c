@@ -83,6 +83,27 @@ claim_equal(const struct subtab_claim *a, const struct subtab_claim *b)
 	    a->token == b->token;
 }
 
+/*
+ * Tell a what the key's slot holds (under the table lock).  1 if another
+ * request's live claim is on it: the caller answers SUBTAB_BUSY, and the
+ * holder's release wakes the waiters.
+ */
+static int
+found_slot(struct shm_segment *seg, uint32_t slot, struct subtab_acquire *a)
+{
+	struct subtab_slot	*s = &seg->slots[slot];
+
+	a->slot = slot;
+	a->found = s->entry;
+	a->found_journal_end = s->journal_end;
+	if (s->claim.worker != 0 && !claim_equal(&s->claim, &a->claim) &&
+	    subtab_claim_live(seg, &s->claim)) {
+		atomic_store(&s->waiters, 1);
+		return 1;
+	}
+	return 0;
+}
+
 static void
 count_state(struct shm_header *h, unsigned from, unsigned to)
 {
@@ -211,18 +232,13 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 	}
 
 	s = &seg->slots[slot];
-	a->slot = slot;
-	a->found = s->entry;
-	a->found_journal_end = s->journal_end;
 	/*
 	 * Wait before judging: an in-flight reservation is not durable yet,
 	 * so not even a conflict may be answered from it.
 	 */
-	if (s->claim.worker != 0 && !claim_equal(&s->claim, &a->claim) &&
-	    subtab_claim_live(seg, &s->claim)) {
-		atomic_store(&s->waiters, 1);
+	if (found_slot(seg, slot, a))
 		verdict = SUBTAB_BUSY;
-	} else if (s->entry.state == SUBTAB_EMPTY) {
+	else if (s->entry.state == SUBTAB_EMPTY) {
 		/* Its reservation was lost with the journal (subtab_settle):
 		 * the key is free again, and this slot is its place. */
 		entry = a->want;
@@ -276,14 +292,9 @@ subtab_claim_key(struct shm_segment *seg, struct subtab_acquire *a)
 		goto out;
 	}
 	s = &seg->slots[slot];
-	a->slot = slot;
-	a->found = s->entry;
-	a->found_journal_end = s->journal_end;
-	if (s->claim.worker != 0 && !claim_equal(&s->claim, &a->claim) &&
-	    subtab_claim_live(seg, &s->claim)) {
-		atomic_store(&s->waiters, 1);
+	if (found_slot(seg, slot, a))
 		verdict = SUBTAB_BUSY;
-	} else {
+	else {
 		s->claim = a->claim;
 		verdict = SUBTAB_CLAIMED;
 	}

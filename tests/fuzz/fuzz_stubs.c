@@ -27,7 +27,8 @@ conn_idemd(struct conn *c)
 }
 
 struct pending *
-pending_new(struct conn *c, json_t *id)
+pending_new_op(struct conn *c, json_t *id, size_t op_size,
+    void (*op_free)(void *))
 {
 	fuzz_unreachable(__func__);
 }
