@@ -583,6 +583,14 @@ record_decode(const uint8_t *in, size_t length, struct journal_record *r,
 		*why = "recipient too long";
 		return JOURNAL_DECODE_BAD;
 	}
+	/*
+	 * The field holds the role alone (a slot follows the key): a dot in
+	 * it would be taken for the slot's on the next encode.
+	 */
+	if (memchr(p + P_RECIPIENT, '.', e.recipient_length) != NULL) {
+		*why = "a dot in the recipient's role";
+		return JOURNAL_DECODE_BAD;
+	}
 	/* What follows the key is the recipient's slot, if any. */
 	if (e.key_length > payload_length - PAYLOAD_FIXED_BYTES ||
 	    (slot = payload_length - PAYLOAD_FIXED_BYTES - e.key_length) >

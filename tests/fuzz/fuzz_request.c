@@ -191,6 +191,30 @@ spec_role(json_t *v)
 	return !after_dash;
 }
 
+/* A recipient: a role code, or an FCoP slot: two role codes joined by ".". */
+static int
+spec_recipient(json_t *v)
+{
+	const char	*s, *dot;
+	json_t		*part;
+	int		 ok;
+
+	if (!json_is_string(v))
+		return 0;
+	s = json_string_value(v);
+	dot = memchr(s, '.', json_string_length(v));
+	if (dot == NULL)
+		return spec_role(v);
+	part = json_stringn(s, (size_t)(dot - s));
+	ok = spec_role(part);
+	json_decref(part);
+	part = json_stringn(dot + 1, json_string_length(v) - (size_t)(dot -
+	    s) - 1);
+	ok = ok && spec_role(part);
+	json_decref(part);
+	return ok;
+}
+
 /* A string of min..max bytes without NUL (absent: ok if optional). */
 static int
 spec_string(json_t *v, size_t min, size_t max)
@@ -303,7 +327,7 @@ spec_write_task(json_t *request)
 		return 0;
 	memset(&t, 0, sizeof t);
 	if (!spec_role(json_object_get(task, "sender")) ||
-	    !spec_role(json_object_get(task, "recipient")) ||
+	    !spec_recipient(json_object_get(task, "recipient")) ||
 	    !spec_string(json_object_get(task, "subject"), 1, 1024))
 		return 0;
 	t.sender = json_string_value(json_object_get(task, "sender"));
@@ -390,7 +414,7 @@ spec_task_id(json_t *v)
 		ok = spec_role(role);
 		json_decref(role);
 		role = json_stringn(p + i + 4, end - (p + i + 4));
-		ok = ok && spec_role(role);
+		ok = ok && spec_recipient(role);
 		json_decref(role);
 		return ok;
 	}
