@@ -55,7 +55,7 @@
 
 #include "digest.h"
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 enum effect_op {
 	EFFECT_BEGIN,

@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 /* Directory sync rounds, per directory. */
 struct fileio_dir {

@@ -1,372 +1,382 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * idemd.h: internal interfaces of the broker, grouped by the file that
- * owns them.
+ * idemd.h: the broker's process structure and the worker side: the
+ * options and shared handles every process has (struct idemd), the
+ * worker's event loop, connections and parked requests, and the ops.
  */
 #ifndef IDEMD_H
 #define IDEMD_H
 
-#include <limits.h>
-#include <stddef.h>
-#include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
-#include <sys/uio.h>
 
-#include "idem.h"
-#include "protocol.h"
-#include "shm.h"
+#include <event2/event.h>
+#include <event2/bufferevent.h>
+#include <jansson.h>
 
-/* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
+#include "store.h"
 
-/* The largest record without an effect's result: every ENTRY record. */
-#define JOURNAL_MAX_RECORD_BYTES	1024
-/* The largest record of all: an EFFECT record with the largest result. */
-#define JOURNAL_MAX_EFFECT_RECORD_BYTES	\
-	(16 + 144 + SUBTAB_MAX_KEY_BYTES + IDEM_MAX_EFFECT_RESULT_BYTES)
+/* What every process of one broker shares: options, segment, handles. */
+struct idemd {
+	/* Options. */
+	const char		*root;		/* as given */
+	char			*root_real;	/* realpath */
+	char			*socket_path;
+	unsigned		 worker_count;
+	uint32_t		 capacity;
+	int			 inflight_wait_ms;
+	int			 max_connections;
+	int			 max_connections_per_pid;
+	int			 max_connections_per_uid;
+	int			 idle_timeout_ms;
+	uint64_t		 segment_bytes;	/* rotate and checkpoint past it */
+	uint64_t		 result_bytes;	/* the effects' result arena */
+	unsigned		 sequence_digits; /* numbers stop at 10^N - 1 */
+	unsigned		 socket_mode;
+	const char		*socket_group;
+	int			 ready_fd;	/* --ready-fd: "ready\n" once serving */
+	const char		*log_file;	/* --log-file: reopened on SIGHUP */
+	int			 log_syslog;	/* --syslog */
+	int			 argc;		/* the command line, which */
+	char			**argv;		/* each worker is exec'd with */
+	const char		*worker_handles; /* --worker: this is one */
+	pid_t			 master_pid;	/* hello names it */
 
-enum journal_record_type {
-	JOURNAL_RECORD_ENTRY = 1,	/* a snapshot of one subtab_entry */
-	JOURNAL_RECORD_EFFECT = 2	/* an effect's, and its result's bytes */
+	/* Handles, opened by the master before forking. */
+	int			 root_fd;
+	int			 inbox_fd;
+	int			 reports_fd;
+	int			 lock_fd;
+	int			 listen_fd;
+	int			 kick_fd;	/* eventfd: wake the journaler */
+	int			 watch_fd;	/* inotify on the stages; -1: none */
+	struct shm_segment	 seg;
+	struct journal		 journal;	/* master only */
 };
 
 /*
- * One record.  An ENTRY record carries a submission's facts after a
- * transition (its key_length bytes of key follow in key[]); a legacy task
- * or report is an ENTRY with key_length 0 and state COMMITTED, recorded
- * only so its number is never handed out again.
+ * What --worker carries after PID,INDEX,GENERATION: the numbers of the
+ * handles a worker inherits, in this order (master.c writes them,
+ * main.c reads them).
  */
-struct journal_record {
-	uint8_t			type;
-	struct subtab_entry	entry;
-	char			key[SUBTAB_MAX_KEY_BYTES];
+enum worker_handle {
+	WORKER_HANDLE_NOTIFY,	/* its end of the socketpair to the master */
+	WORKER_HANDLE_LISTEN,
+	WORKER_HANDLE_ROOT,
+	WORKER_HANDLE_INBOX,
+	WORKER_HANDLE_REPORTS,
+	WORKER_HANDLE_KICK,
+	WORKER_HANDLE_WATCH,	/* -1: no inotify */
+	WORKER_HANDLE_COUNT
+};
+
+/* main.c */
+/* The segment filled from the journal, and the journal open to append. */
+int	idemd_open_state(struct idemd *, char **cause);
+void	idemd_close_state(struct idemd *);
+int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
+	    void *arg);
+
+/* master.c */
+int	master_run(struct idemd *);
+
+/* listener.c: the socket's path checked (nothing answers there), bound */
+void	listener_check(struct idemd *);
+void	listener_open(struct idemd *);
+
+/* watch.c */
+int	watch_start(struct idemd *);
+void	watch_read(struct idemd *, int fd);
+
+/* journaler.c: the master's journaling thread */
+int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
+void	journaler_stop(void);
+void	journaler_kick(int kick_fd);
+
+/* fileio.c: a worker's file-writing threads */
+#define FILEIO_THREADS	8
+#define FILEIO_DIRS	4	/* directories with shared sync rounds */
+enum fileio_phase {
+	FILEIO_WHOLE,		/* write, link, share a directory sync */
+	FILEIO_TEMP,		/* only write and fsync the temporary */
+	FILEIO_LINK		/* link that temporary, share a directory sync */
+};
+struct fileio_job {
+	enum fileio_phase	 phase;
+	char			 temp[NAME_MAX + 1];	/* FILEIO_TEMP's result */
+	int			 root_fd;	/* -1: no workspace-wide check */
+	int			 dir_fd;
+	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
+	char			*data;
+	size_t			 length;
+	int			 crash_points;
 	/*
-	 * EFFECT: entry.result_length bytes of result (not owned: encode
-	 * reads them, decode points into its input).
+	 * FILEIO_TEMP goes on to FILEIO_LINK in its thread when, its
+	 * temporary written, journal says ring_durable has reached
+	 * link_after (the reservation's end, stored by the loop after the
+	 * append; 0: not known yet) in link_epoch, the journal epoch it was
+	 * appended in (stored before link_after): a record a journal
+	 * failure dropped is never durable (handoff_is_durable).  journal
+	 * NULL: never.
 	 */
-	const uint8_t		*result;
-	/* Not in the journal: a replay hint's note for apply (0: none). */
-	uint64_t		hint;
-};
-
-/* The bytes journal_encode needs for the record. */
-size_t	journal_encoded_size(const struct journal_record *);
-/* Encode into out; returns the bytes used, 0 if out_size is too small. */
-size_t	journal_encode(const struct journal_record *, uint8_t *out,
-	    size_t out_size);
-
-enum journal_decode_result {
-	JOURNAL_DECODE_OK,
-	JOURNAL_DECODE_SHORT,	/* the record runs past the end of the input */
-	JOURNAL_DECODE_BAD	/* bad magic, length, checksum or field */
-};
-enum journal_decode_result journal_decode(const uint8_t *in, size_t length,
-	    struct journal_record *, size_t *consumed);
-
-struct journal {
-	int		 dir_fd;
-	int		 fd;		/* the segment appended to */
-	char		*dir;
-	uint64_t	 segment;	/* its number */
-	uint64_t	 size;		/* its size: bytes known written */
-};
-
-/* Open (creating dir and first segment if missing) for appending. */
-int	journal_open(struct journal *, const char *dir, char **cause);
-/*
- * Append all bytes of iov.  A failed or short write truncates the
- * segment back to its previous size and returns -1 (errno set).
- */
-int	journal_append(struct journal *, const struct iovec *, int iovcnt,
-	    char **cause);
-/* fdatasync.  A failure is never retried by the caller (see doc). */
-int	journal_sync(struct journal *, char **cause);
-void	journal_close(struct journal *);
-/* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
-int	journal_write_all(int fd, const uint8_t *, size_t);
-/*
- * Cut segment back to size and fsync it: after a failed write or fsync,
- * what follows the last durable size was never acknowledged and its
- * state on disk is unknown, so it must not be replayed.
- */
-int	journal_cut(const char *dir, uint64_t segment, uint64_t size,
-	    char **cause);
-
-typedef int (*journal_apply_fn)(const struct journal_record *, void *arg);
-struct journal_replay_stats {
-	uint64_t	records;
-	uint64_t	bytes;
-	uint64_t	truncated_bytes;	/* torn tail cut (read-only: found) */
-	unsigned	segments;
-	/* The torn tail, if any (torn_segment 0: none). */
-	uint64_t	torn_segment;
-	uint64_t	torn_offset;
-	const char	*torn_why;		/* static string */
-	/* While apply runs: where the record it is given starts. */
-	uint64_t	at_segment;
-	uint64_t	at_offset;
-};
-/* Never truncate or remove anything: a torn tail is only reported in stats. */
-#define JOURNAL_REPLAY_READONLY	0x1
-/*
- * Replay every segment of dir in order, calling apply for each record.
- * An incomplete or invalid record with no valid record after it is a
- * torn tail: the segment is truncated there (and fsync'd) with a warning
- * naming file and offset, unless flags has JOURNAL_REPLAY_READONLY.  An
- * invalid record followed by a valid one is corruption: -1 with a cause
- * naming file and offset.  A missing dir is an empty journal.
- */
-int	journal_replay(const char *dir, int flags, journal_apply_fn,
-	    void *arg, struct journal_replay_stats *, char **cause);
-/*
- * The same from segment from on (a checkpoint's): older segments are
- * ignored, and from itself must exist.
- */
-int	journal_replay_from(const char *dir, uint64_t from, int flags,
-	    journal_apply_fn, void *arg, struct journal_replay_stats *,
-	    char **cause);
-/*
- * The same, calling hint for each record a few records before apply gets
- * it, so that the caller can start loading what apply will touch.
- */
-typedef void (*journal_hint_fn)(struct journal_record *, void *arg);
-int	journal_replay_hinted(const char *dir, uint64_t from, int flags,
-	    journal_apply_fn, journal_hint_fn, void *arg,
-	    struct journal_replay_stats *, char **cause);
-/* Start the next segment (after a sync): for checkpoints. */
-int	journal_rotate(struct journal *, char **cause);
-
-/* ---- checkpoint.c: snapshots of the table (format in doc/journal.md) -- */
-
-/* A segment past this size is rotated and the table checkpointed. */
-#define JOURNAL_DEFAULT_SEGMENT_BYTES	(64ULL * 1024 * 1024)
-
-/* Write checkpoint-<segment>.snap atomically from the table. */
-int	checkpoint_write(const char *dir, uint64_t segment,
-	    struct shm_segment *, char **cause);
-/*
- * Apply the newest checkpoint of dir; *segment is where the journal
- * continues (0: no checkpoint, replay everything).  -1 if it is corrupt.
- */
-int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
-	    struct seqalloc_state alloc[SUBTAB_KIND_COUNT], uint64_t *segment,
-	    uint64_t *records, char **cause);
-/* Remove segments and checkpoints older than segment, and temporaries. */
-void	checkpoint_prune(const char *dir, uint64_t segment);
-
-/* ---- taskfile.c: TASK and REPORT files in the FCoP workspace ---------- */
-
-#define TASKFILE_TIME_BYTES	32	/* "2026-12-02T12:00:00.123Z" and NUL */
-
-/* "TASK-20261202-007-PM-to-DEV" or "REPORT-..." */
-void	taskfile_format_id(enum subtab_kind, uint32_t date, uint32_t seq,
-	    const char *sender, size_t sender_length, const char *recipient,
-	    size_t recipient_length, char *out, size_t out_size);
-/* "_lifecycle/inbox/<id>.md" or "reports/<id>.md" */
-void	taskfile_format_path(enum subtab_kind, const char *id, char *out,
-	    size_t out_size);
-void	taskfile_format_time(int64_t ms, char out[TASKFILE_TIME_BYTES]);
-int	taskfile_parse_time(const char *, int64_t *ms);
-uint32_t taskfile_date_of(int64_t ms);	/* UTC YYYYMMDD */
-
-struct taskfile_task {
-	const char		*task_id;
-	const struct idem_task	*task;		/* normalized */
-	const char		*created_at;
-	const char		*client_submission_id;	/* NULL: legacy */
-	const char		*request_digest;	/* hex; NULL: legacy */
-	/*
-	 * fcop-create-task-v1 (NULL: write-task-v1): its C7 fields, and no
-	 * risk_level, thread_key or depends_on lines (not part of it).
-	 */
-	const struct idem_fcop_task *fcop;	/* normalized */
-};
-/* The TASK file's bytes (malloc'd), exactly as SPEC.md shows. */
-int	taskfile_render_task(const struct taskfile_task *, char **out,
-	    size_t *length);
-
-struct taskfile_report {
-	const char		*report_id;
-	const char		*task_id;
-	const struct idem_report *report;	/* normalized, recipient resolved */
-	const char		*created_at;
-	const char		*client_submission_id;	/* NULL: none */
-	const char		*request_digest;	/* hex; NULL: none */
-};
-int	taskfile_render_report(const struct taskfile_report *, char **out,
-	    size_t *length);
-
-/* Create what is missing of the FCoP topology under the root. */
-int	taskfile_make_topology(int root_fd, char **cause);
-
-/*
- * Write data durably as dir/name, never replacing a file: a temporary
- * file created O_EXCL in the same directory, written, fsync'd, link()ed
- * to name (EEXIST: -1 with errno EEXIST, nothing left behind), unlinked,
- * and the directory fsync'd.  With task_crash_points, the crash points
- * after_task_file_written and after_task_file_linked fire.
- */
-int	taskfile_write_durable(int dir_fd, const char *name, const void *data,
-	    size_t length, int task_crash_points, char **cause);
-/* The same without the directory fsync (the caller shares one). */
-int	taskfile_write_linked(int dir_fd, const char *name, const void *data,
-	    size_t length, int task_crash_points, char **cause);
-/*
- * Its two halves: a temporary file beside name, written and fsync'd (its
- * name in temp; nothing is left on failure), and its link to name (the
- * crash points fire here; the temporary is gone afterwards, whatever
- * happened).
- */
-int	taskfile_write_temp(int dir_fd, const char *name, const void *data,
-	    size_t length, char temp[NAME_MAX + 1], char **cause);
-int	taskfile_link_temp(int dir_fd, const char *temp, const char *name,
-	    int task_crash_points, char **cause);
-void	taskfile_drop_temp(int dir_fd, const char *temp);
-
-/*
- * Where is <id>.md now?  inbox first, then every directory under
- * _lifecycle/, then history/<date>/<id>/ (under the root and under
- * _lifecycle/).  1 and the path relative to root, 0 if nowhere, -1 on error.
- */
-int	taskfile_find(int root_fd, const char *id, char *relpath,
-	    size_t relpath_size);
-/*
- * The path of <id>.md now, if FCoP tools moved it away from recorded
- * (its path in the receipt): 1 and the path, 0 if it is still there or
- * nowhere, -1 on error.  One stat when it did not move.
- */
-int	taskfile_current_path(int root_fd, const char *id,
-	    const char *recorded, char *relpath, size_t relpath_size);
-
-/* "TASK-YYYYMMDD-NNN-..." or "REPORT-...": 1 and its kind, date, number. */
-int	taskfile_parse_name(const char *name, enum subtab_kind *,
-	    uint32_t *date, uint32_t *seq);
-
-/* fsync the file at relpath, then its directory. */
-int	taskfile_sync_path(int root_fd, const char *relpath);
-
-/* Remove temporaries a crash left in dir; start-up only. */
-int	taskfile_sweep_temporaries(int dir_fd, unsigned *removed);
-
-/* What idem needs from a TASK or REPORT file found on disk. */
-struct taskfile_facts {
-	uint8_t		file_digest[IDEM_SHA256_BYTES];
-	int		has_front_matter;	/* parsed as idem writes it */
-	char		client_submission_id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
-	int		has_client_submission_id;
-	char		request_digest[IDEM_SHA256_HEX_BYTES + 1];
-	int		has_request_digest;
-	char		created_at[TASKFILE_TIME_BYTES];
-	int64_t		created_at_ms;
-	int		has_created_at;
-	/* TASKFILE_FM_*: what FCoP's reader requires, found valid. */
-	unsigned	fcop_fields;
-	int		fm_delimited;	/* "---" lines open and close it */
-};
-#define TASKFILE_FM_PROTOCOL	0x1	/* protocol: "fcop" */
-#define TASKFILE_FM_VERSION	0x2	/* version: 1 */
-#define TASKFILE_FM_SENDER	0x4	/* a role code */
-#define TASKFILE_FM_RECIPIENT	0x8	/* a role code (no slot) */
-#define TASKFILE_FM_ALL	0xf
-int	taskfile_inspect(int root_fd, const char *relpath,
-	    struct taskfile_facts *, char **cause);
-
-/*
- * The workspace_id of the FCoP 4 declaration ROOT/fcop.json (a regular
- * file, not followed through a symlink): 1 and the id, 0 if there is no
- * declaration or it holds no valid workspace_id (*cause says which), -1
- * on an I/O error.
- */
-int	taskfile_workspace_id(int root_fd,
-	    char out[IDEM_WORKSPACE_ID_BYTES + 1], const char **cause);
-
-/*
- * Would FCoP's reference library parse this TASK or REPORT file?  NULL
- * if so, else why not: the name against FCoP's grammar (numbers of
- * exactly three digits, or 3..digits with --sequence-digits), and front
- * matter in idem's shape against what FCoP's reader requires.  Front
- * matter in another writer's YAML is not judged (no YAML reader here).
- */
-const char *taskfile_fcop_problem(const char *name, unsigned digits,
-	    const struct taskfile_facts *);
-/* Highest NNN of <TASK|REPORT>-<date>-NNN-* anywhere a file may be; 0 if none. */
-int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
-	    uint32_t *max_seq);
-
-/* ---- nofollow.c: paths below a directory, no symlink followed ------- */
-
-struct stat;
-/*
- * The directory holding relpath's last component, opened from at_fd one
- * component at a time with O_NOFOLLOW; that component in last.  -1 with
- * ELOOP if a directory on the way is a symlink, EINVAL for "..".
- */
-int	nofollow_parent(int at_fd, const char *relpath, char last[NAME_MAX + 1]);
-/* openat of relpath with O_NOFOLLOW|O_CLOEXEC added; ELOOP: a symlink. */
-int	nofollow_openat(int at_fd, const char *relpath, int flags, mode_t);
-/* A directory ("." is at_fd itself), O_DIRECTORY|O_NOFOLLOW. */
-int	nofollow_dir(int at_fd, const char *relpath);
-/* lstat: the last component itself, never what it points at. */
-int	nofollow_lstat(int at_fd, const char *relpath, struct stat *);
-int	nofollow_mkdir(int at_fd, const char *relpath, mode_t);
-
-/* ---- faultenv.c: the variables of fault injection, in any build ------- */
-
-/*
- * The first IDEM_CRASH_* or IDEM_SPAWN_DELAY_MS entry of env ("NAME=..."),
- * its name copied to name; NULL if there is none.
- */
-const char *faultenv_find(char *const *env, char *name, size_t name_size);
-/* A build without fault injection: -1 and a cause naming the variable. */
-int	faultenv_refuse(char *const *env, char **cause);
-
-/* ---- crash.c: fault injection (configure --enable-fault-injection) ---- */
-
-enum crash_point {
-	CRASH_AFTER_RESERVE_DURABLE,
-	CRASH_AFTER_TASK_FILE_WRITTEN,
-	CRASH_AFTER_TASK_FILE_LINKED,
-	/* A torn append: the journaler's (IDEM_CRASH_AT only). */
-	CRASH_AFTER_TASK_CREATED_DURABLE,
-	CRASH_AFTER_COMMIT_DURABLE,
-	/* The master's: the whole broker dies (IDEM_CRASH_AT only). */
-	CRASH_DURING_CHECKPOINT,	/* half the records written, unsynced */
-	CRASH_AFTER_CHECKPOINT_RENAMED,	/* in place, old segments still there */
-	/* Effects (broker/effect.c): each record durable, before the reply. */
-	CRASH_AFTER_EFFECT_RESERVE_DURABLE,	/* a proceed's reservation */
-	CRASH_AFTER_EFFECT_COMMIT_DURABLE,	/* complete applied */
-	CRASH_AFTER_EFFECT_RELEASE_DURABLE,	/* complete not_applied */
-	CRASH_AFTER_EFFECT_RESOLVE_DURABLE,	/* resolve, any evidence */
-	CRASH_POINT_COUNT
-};
+	const struct shm_header	*journal;
+	uint64_t		 link_epoch;
+	_Atomic uint64_t	 link_after;
+	int			 linked_early;	/* out: it did */
 #ifdef IDEM_FAULT_INJECTION
-/* In the master and in each worker (which logs nothing). */
-int	crash_init(struct shm_segment *, pid_t master, char **cause);
-void	crash_point(enum crash_point);
-/* IDEM_SPAWN_DELAY_MS: in the master, right after forking a worker. */
-void	crash_spawn_delay(void);
-void	crash_worker_started(void);
-/*
- * The journaler flushed iov (n pieces), which ends the journal: with
- * after_task_created_durable armed, a task_created record followed by
- * its commit is torn back to the first and the broker dies.
- */
-void	crash_journal_flushed(struct journal *, const struct iovec *, int n);
-/*
- * IDEM_CRASH_LINK_EARLY: a file thread, its temporary written, waits
- * (crash_hold) until the loop has seen the reservation durable
- * (crash_release), so that it links early itself.
- */
-void	crash_hold(int *released);
-void	crash_release(int *released);
-#else
-/* Without fault injection every crash point compiles to nothing. */
-#define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
-#define crash_point(point)		((void)0)
-#define crash_spawn_delay()		((void)0)
-#define crash_worker_started()		((void)0)
-#define crash_journal_flushed(j, iov, n) ((void)0)
-#define crash_hold(released)		((void)0)
-#define crash_release(released)		((void)0)
+	int			 crash_released; /* crash_hold's flag */
 #endif
+	int			 result;	/* 0, or -1 with error and cause */
+	int			 error;
+	char			*cause;
+	void			(*done)(struct fileio_job *);	/* in the loop */
+	void			*arg;
+	TAILQ_ENTRY(fileio_job)	 entry;
+};
+struct fileio	*fileio_start(struct event_base *);
+void		 fileio_submit(struct fileio *, struct fileio_job *);
+unsigned	 fileio_in_flight(struct fileio *);
+void		 fileio_stop(struct fileio *);
+
+/* worker.c */
+struct worker;
+struct conn;
+struct pending;
+
+typedef void (*pending_resume_fn)(struct pending *);
+
+enum pending_wait {
+	PENDING_RUNNING,	/* not parked */
+	PENDING_DURABLE,	/* for wait_end, appended in epoch, durable */
+	PENDING_RING,		/* for room in the hand-off ring */
+	PENDING_CLAIM		/* for another request to release a submission */
+};
+
+/* One request that waits for something: parked on its worker. */
+struct pending {
+	struct worker		*worker;
+	struct conn		*conn;		/* NULL once the peer is gone */
+	json_t			*id;		/* echoed in the reply */
+	enum pending_wait	 wait;
+	uint64_t		 wait_end;
+	uint64_t		 epoch;		/* the journal epoch wait_end is of */
+	int			 journal_failed;/* the wait ended in a journal failure */
+	int			 timed_out;	/* PENDING_CLAIM past its deadline */
+	pending_resume_fn	 resume;
+	struct event		*deadline;
+	uint8_t			 record[JOURNAL_MAX_RECORD_BYTES];
+	uint8_t			*record_big;	/* an effect's record with its result */
+	const uint8_t		*record_data;	/* record or record_big */
+	size_t			 record_length;
+	unsigned		 record_count;	/* records in record[] */
+	/* The slot whose new state the record carries (NULL claim: none). */
+	uint32_t		 record_slot;
+	const struct subtab_claim *record_claim;
+	const struct subtab_entry *record_entry;
+	void			*op;		/* the op's own state */
+	void			(*op_free)(void *);
+	TAILQ_ENTRY(pending)	 entry;
+};
+
+struct worker {
+	struct idemd		*d;
+	unsigned		 index;
+	uint32_t		 generation;
+	uint32_t		 next_token;
+	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
+	struct event_base	*base;
+	struct event		*listen_ev;
+	struct event		*notify_ev;
+	struct event		*local_wake_ev;
+	struct event		*term_ev;
+	struct event		*hup_ev;	/* SIGHUP: reopen the log */
+	struct event		*accept_pause_ev;
+	TAILQ_HEAD(, conn)	 conns;
+	unsigned		 conn_count;
+	TAILQ_HEAD(, pending)	 parked;
+	unsigned		 running;	/* requests not yet answered */
+	struct fileio		*io;
+	int			 draining;
+};
+
+int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
+	    int notify_fd);
+struct pending *pending_new(struct conn *, json_t *id);
+struct pending *pending_new_op(struct conn *, json_t *id, size_t op_size,
+	    void (*op_free)(void *));
+void	 pending_free(struct pending *);
+/* Journal a record and park until it is durable, then call resume. */
+void	 pending_journal(struct pending *, const struct journal_record *,
+	    pending_resume_fn);
+/* The same for a claimed slot's new state (subtab_record). */
+void	 pending_journal_slot(struct pending *, const struct journal_record *,
+	    uint32_t slot, const struct subtab_claim *,
+	    const struct subtab_entry *, pending_resume_fn);
+/* Two records in one append, so one flush covers both; entry is the last. */
+void	 pending_journal_slot_pair(struct pending *,
+	    const struct journal_record *, const struct journal_record *,
+	    uint32_t slot, const struct subtab_claim *,
+	    const struct subtab_entry *, pending_resume_fn);
+/*
+ * Park until the record ending at end, appended in journal epoch epoch
+ * (read before the slot that holds end was), is durable, then call
+ * resume; journal_failed says it never will be.
+ */
+void	 pending_wait_durable(struct pending *, uint64_t end, uint64_t epoch,
+	    pending_resume_fn);
+/* Park until a claim may have been released (or the deadline passes). */
+void	 pending_wait_claim(struct pending *, pending_resume_fn);
+/* Wake the other parked requests of every worker (a claim was released). */
+void	 worker_wake_all(struct worker *);
+/* Reply on the pending's connection (if still there) and free it. */
+void	 pending_reply(struct pending *, json_t *);
+void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
+/* Send a reply now (the request did not wait). */
+void	 conn_reply(struct conn *, json_t *);
+struct idemd *conn_idemd(struct conn *);
+
+/* request.c: parsing, validation and replies */
+struct request_error {
+	const char	*code;		/* a wire error code */
+	char		 message[256];
+	char		 field[64];
+	int		 retryable;
+};
+/* {"ok":ok,"id":id} (id left out when NULL), to be filled by the caller. */
+json_t	*reply_new(int ok, json_t *id);
+json_t	*reply_error(const struct request_error *, json_t *id);
+json_t	*reply_error_simple(json_t *id, const char *code, int retryable,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A time in a reply: the task files' UTC format, as a JSON string. */
+json_t	*reply_time(int64_t ms);
+int	 request_error_set(struct request_error *, const char *code,
+	    const char *field, const char *fmt, ...)
+	    __attribute__((format(printf, 4, 5)));
+/* The id (a scalar, or NULL) and op (a string without NUL) of a request. */
+int	 request_envelope(json_t *request, json_t **id, const char **op,
+	    struct request_error *);
+/* Parse one line: -1 with err for invalid_json / invalid_utf8 / not an object. */
+json_t	*request_parse(const char *line, size_t length,
+	    struct request_error *);
+/* A string field: 0 absent, 1 present (value, length), -1 err set. */
+int	 request_string(json_t *object, const char *key, const char *path,
+	    size_t min, size_t max, int nullable, const char **value,
+	    size_t *length, struct request_error *);
+/* Is value one of the NULL-terminated allowed list? */
+int	 request_one_of(const char *value, const char *const *allowed);
+/* Reject keys of object not in the NULL-terminated allowed list. */
+int	 request_known_keys(json_t *object, const char *path,
+	    const char *const *allowed, struct request_error *);
+int	 request_submission_id(json_t *request, const char **id,
+	    struct request_error *);
+void	 request_storage_error(struct request_error *, int error,
+	    const char *what);
+int	 request_check_line(const char *line, size_t length,
+	    struct request_error *);
+
+/* submission.c: the reserved -> task_created -> committed machine */
+struct submission;
+struct submission_ops {
+	enum subtab_kind	 kind;
+	uint8_t			 schema;	/* enum subtab_schema */
+	int			 crash_points;	/* IDEM_CRASH_* fire (tasks) */
+	const char		*id_key;	/* "task_id" or "report_id" */
+	int			(*dir_fd)(struct idemd *);
+	/* The file's bytes for s->name at time now (malloc'd). */
+	int			(*render)(struct submission *, int64_t now,
+				    char **data, size_t *length);
+	/* The success reply; created: this call wrote the file. */
+	void			(*answer)(struct pending *, int created);
+};
+struct submission {
+	const struct submission_ops *ops;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 key_length;	/* 0: legacy */
+	const char		*submission_id;	/* inside key; NULL: legacy */
+	uint8_t			 schema;	/* enum subtab_schema; 0: the op's */
+	uint8_t			 digest[IDEM_SHA256_BYTES];
+	char			 digest_hex[IDEM_DIGEST_HEX_SIZE];
+	struct subtab_entry	 entry;		/* the op fills the roles */
+	struct subtab_claim	 claim;
+	int			 claimed;
+	uint32_t		 slot;
+	int			 fresh;		/* this call reserved */
+	int			 recovered;
+	int			 wrote_file;
+	char			 name[IDEM_MAX_TASK_ID_BYTES + 16];
+	struct fileio_job	 job;		/* its file, while written */
+	/*
+	 * A fresh submission writes its temporary file while its reservation
+	 * is flushed; it is linked once both are done (submission.c).
+	 */
+	enum {
+		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
+		SUB_TEMP_LINKED		/* linked early, its job's result waits */
+	}			 temp_state;
+	int			 temp_error;
+	int			 reserve_done;	/* the reservation's wait ended */
+	int64_t			 file_time;	/* the file's created_at */
+	unsigned		 attempts;	/* numbers tried (legacy) */
+};
+/* p->op is a struct submission (first member of the op's state). */
+void	 submission_start(struct pending *);
+
+/* write_task.c */
+void	 op_write_task(struct conn *, json_t *request, json_t *id);
+int	 write_task_check(json_t *request, struct request_error *);
+json_t	*receipt_json(const char *key, size_t key_length,
+	    const struct subtab_entry *);
+/* Add "current_path" to object if the task moved from recorded. */
+void	 current_path_add(struct idemd *, json_t *object, const char *id,
+	    const char *recorded);
+
+/* write_report.c */
+void	 op_write_report(struct conn *, json_t *request, json_t *id);
+int	 write_report_check(json_t *request, struct request_error *);
+
+/* effect.c: the effect ledger */
+void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
+void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
+void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
+int	 effect_check(const char *op, json_t *request, struct request_error *);
+int	 effect_begin_check(json_t *request, struct request_error *);
+int	 effect_complete_check(json_t *request, struct request_error *);
+int	 effect_resolve_check(json_t *request, struct request_error *);
+/* effect_kind's characters (0 or -1 with err). */
+int	 effect_kind_valid(const char *kind, size_t length,
+	    struct request_error *);
+int	 effect_key_split(const char *key, size_t key_length, char *kind,
+	    size_t kind_size, char *id, size_t id_size);
+/* A reserved effect whose lease has not expired at now. */
+int	 effect_lease_live(const struct subtab_entry *, int64_t now);
+/* The wire state: a reserved effect past its lease is outcome_unknown. */
+const char *effect_state_name(const struct subtab_entry *, int64_t now);
+/* A committed effect's receipt, the same bytes every time (NULL: unreadable). */
+json_t	*effect_receipt_json(struct shm_segment *, const char *key,
+	    size_t key_length, const struct subtab_entry *);
+
+/* An effect's facts for get_submission and diagnose (receipt once committed). */
+json_t	*effect_submission_json(struct shm_segment *, const char *key,
+	    size_t key_length, const struct subtab_entry *, int in_flight,
+	    int64_t now);
+/* optable.c: every op served, one row each */
+typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
+typedef int (*op_check_fn)(json_t *request, struct request_error *);
+#define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
+struct op_entry {
+	const char	*name;
+	op_handler_fn	 handler;	/* answers, now or once parked */
+	op_check_fn	 check;		/* stateless validation; NULL: none */
+	int		 flags;
+};
+/* The row of op name; NULL: unknown_op. */
+const struct op_entry *optable_find(const char *name);
+/* A JSON array of every op's name, in the table's order. */
+json_t	*optable_names(void);
+
+/* ops.c: get_submission, diagnose, stats */
+void	 op_get_submission(struct conn *, json_t *request, json_t *id);
+void	 op_diagnose(struct conn *, json_t *request, json_t *id);
+void	 op_stats(struct conn *, json_t *request, json_t *id);
 
 #endif

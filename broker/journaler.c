@@ -46,7 +46,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 static struct journaler {
 	struct idemd	*d;

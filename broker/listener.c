@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 static int64_t
 monotonic_ms(void)

@@ -28,7 +28,7 @@
 #include <sodium.h>
 
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 static void
 usage(FILE *out, int status)

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 /* Respawns faster than this many a second mean something is broken. */
 #define MASTER_RESPAWN_BURST	10

@@ -10,7 +10,7 @@
 
 #include "digest.h"
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 #define DIAGNOSE_DEFAULT_STALE_AFTER_MS	30000
 

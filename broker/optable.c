@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker.h"
+#include "idemd.h"
 
 static void	op_hello(struct conn *, json_t *, json_t *);
 

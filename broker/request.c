@@ -12,7 +12,7 @@
 
 #include <utf8proc.h>
 
-#include "worker.h"
+#include "idemd.h"
 
 /*
  * Messages quote the request (a key, an op, jansson's view of bad JSON)

@@ -38,7 +38,7 @@
 
 #include "digest.h"
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 static void	sub_acquire(struct pending *);
 static void	sub_reserved(struct pending *);

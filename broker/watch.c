@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 #define WATCH_EVENTS	(IN_CREATE | IN_MOVED_TO)
 

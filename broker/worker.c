@@ -25,7 +25,7 @@
 #include <event2/buffer.h>
 
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 struct conn {
 	struct worker		*worker;

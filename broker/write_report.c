@@ -12,7 +12,7 @@
 
 #include "digest.h"
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 struct write_report {
 	struct submission	 sub;		/* first: p->op */

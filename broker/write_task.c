@@ -13,7 +13,7 @@
 
 #include "digest.h"
 #include "log.h"
-#include "worker.h"
+#include "idemd.h"
 
 struct write_task {
 	struct submission		 sub;		/* first: p->op */

@@ -43,7 +43,7 @@
 
 #include "idem.h"
 #include "digest.h"
-#include "idemd.h"
+#include "store.h"
 
 #define IDEMCTL_EXIT_OK			0
 #define IDEMCTL_EXIT_PROBLEM		1	/* error, conflict, problems */

@@ -73,7 +73,7 @@
 #include <sqlite3.h>
 #endif
 
-#include "idemd.h"
+#include "store.h"
 #include "log.h"
 
 /*

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * fuzz_journal.c: libFuzzer target for the journal's decoder and replay
- * (broker/journal.c, format in doc/journal.md).
+ * (broker/store/journal.c, format in doc/journal.md).
  *
  * Input: byte 0 is a mode, byte 1 a parameter, the rest the bytes.
  *   bit 0  put a valid segment header (for its number) in front, so that
@@ -55,7 +55,7 @@
 
 #include <sodium.h>
 
-#include "idemd.h"
+#include "store.h"
 
 int	LLVMFuzzerInitialize(int *, char ***);
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);

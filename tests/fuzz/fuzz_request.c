@@ -30,7 +30,7 @@
 #include <utf8proc.h>
 
 #include "digest.h"
-#include "worker.h"
+#include "idemd.h"
 
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "worker.h"
+#include "idemd.h"
 
 static void __attribute__((noreturn))
 fuzz_unreachable(const char *name)

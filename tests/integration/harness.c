@@ -30,7 +30,7 @@
 #include <sodium.h>
 
 #include "harness.h"
-#include "idemd.h"
+#include "store.h"
 #include "shm.h"
 
 #define HARNESS_START_TIMEOUT_MS	20000

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * test_faultenv.c: which environment variables are fault injection's
- * (broker/faultenv.c), and the refusal a build without fault injection
+ * (broker/store/faultenv.c), and the refusal a build without fault injection
  * gives at start when one is set: it names the variable.  The refusal
  * of a real default-built idemd is tests/fault_injection.sh's.
  */
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "idemd.h"
+#include "store.h"
 
 static void
 test_crash_and_spawn_variables_found(void **state)

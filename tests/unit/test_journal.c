@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_journal.c: unit tests of broker/journal.c: the record codec, the
+ * test_journal.c: unit tests of broker/store/journal.c: the record codec, the
  * segment format as doc/journal.md describes it (the tests build bytes
  * from the document, not from journal.c's helpers), append and replay,
  * and the line between a torn tail (cut) and corruption (refused).  Each
@@ -35,7 +35,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
-#include "idemd.h"
+#include "store.h"
 #include "log.h"
 
 /* From doc/journal.md. */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_taskfile.c: unit tests of broker/taskfile.c, each on a fresh
+ * test_taskfile.c: unit tests of broker/store/taskfile.c, each on a fresh
  * temporary root.
  *
- * Built without broker/crash.c: crash_point() below counts the points
+ * Built without broker/store/crash.c: crash_point() below counts the points
  * reached instead of killing anything (in a build with fault injection;
  * without it taskfile.c has no crash points to count).  write() and fsync() are also
  * defined here, ahead of libc, so a test can make the next one fail with
@@ -31,7 +31,7 @@
 #include <jansson.h>
 
 #include "digest.h"
-#include "idemd.h"
+#include "store.h"
 
 #define TEST_DIGEST \
 	"e783f03162c9d4b7a29cd5fc8fa267efd37e2e89287849df3d8a5a30f6f86763"

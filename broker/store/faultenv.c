@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idemd.h"
+#include "store.h"
 
 static int
 faultenv_is_ours(const char *entry, size_t name_length)

@@ -44,7 +44,7 @@
 #include <sodium.h>
 
 #include "log.h"
-#include "idemd.h"
+#include "store.h"
 
 #define CHECKPOINT_HEADER_BYTES		64
 #define CHECKPOINT_TRAILER_BYTES	16

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "idemd.h"
+#include "store.h"
 
 /*
  * O_NOFOLLOW on a symlink fails with ELOOP, but with O_DIRECTORY Linux

@@ -33,7 +33,7 @@
 #include <sodium.h>
 
 #include "digest.h"
-#include "idemd.h"
+#include "store.h"
 #include "log.h"
 
 /*

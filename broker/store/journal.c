@@ -67,7 +67,7 @@
 
 #include <sodium.h>
 
-#include "idemd.h"
+#include "store.h"
 #include "log.h"
 
 /*

@@ -28,7 +28,7 @@
 
 #include <sodium.h>
 
-#include "idemd.h"
+#include "store.h"
 #include "log.h"
 
 static const char *const crash_point_names[CRASH_POINT_COUNT] = {

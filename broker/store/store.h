@@ -1,0 +1,372 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * store.h: the storage API, what idem keeps on disk (journal,
+ * checkpoint, TASK/REPORT files), grouped by the file that owns them.
+ */
+#ifndef STORE_H
+#define STORE_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "idem.h"
+#include "protocol.h"
+#include "shm.h"
+
+/* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
+
+/* The largest record without an effect's result: every ENTRY record. */
+#define JOURNAL_MAX_RECORD_BYTES	1024
+/* The largest record of all: an EFFECT record with the largest result. */
+#define JOURNAL_MAX_EFFECT_RECORD_BYTES	\
+	(16 + 144 + SUBTAB_MAX_KEY_BYTES + IDEM_MAX_EFFECT_RESULT_BYTES)
+
+enum journal_record_type {
+	JOURNAL_RECORD_ENTRY = 1,	/* a snapshot of one subtab_entry */
+	JOURNAL_RECORD_EFFECT = 2	/* an effect's, and its result's bytes */
+};
+
+/*
+ * One record.  An ENTRY record carries a submission's facts after a
+ * transition (its key_length bytes of key follow in key[]); a legacy task
+ * or report is an ENTRY with key_length 0 and state COMMITTED, recorded
+ * only so its number is never handed out again.
+ */
+struct journal_record {
+	uint8_t			type;
+	struct subtab_entry	entry;
+	char			key[SUBTAB_MAX_KEY_BYTES];
+	/*
+	 * EFFECT: entry.result_length bytes of result (not owned: encode
+	 * reads them, decode points into its input).
+	 */
+	const uint8_t		*result;
+	/* Not in the journal: a replay hint's note for apply (0: none). */
+	uint64_t		hint;
+};
+
+/* The bytes journal_encode needs for the record. */
+size_t	journal_encoded_size(const struct journal_record *);
+/* Encode into out; returns the bytes used, 0 if out_size is too small. */
+size_t	journal_encode(const struct journal_record *, uint8_t *out,
+	    size_t out_size);
+
+enum journal_decode_result {
+	JOURNAL_DECODE_OK,
+	JOURNAL_DECODE_SHORT,	/* the record runs past the end of the input */
+	JOURNAL_DECODE_BAD	/* bad magic, length, checksum or field */
+};
+enum journal_decode_result journal_decode(const uint8_t *in, size_t length,
+	    struct journal_record *, size_t *consumed);
+
+struct journal {
+	int		 dir_fd;
+	int		 fd;		/* the segment appended to */
+	char		*dir;
+	uint64_t	 segment;	/* its number */
+	uint64_t	 size;		/* its size: bytes known written */
+};
+
+/* Open (creating dir and first segment if missing) for appending. */
+int	journal_open(struct journal *, const char *dir, char **cause);
+/*
+ * Append all bytes of iov.  A failed or short write truncates the
+ * segment back to its previous size and returns -1 (errno set).
+ */
+int	journal_append(struct journal *, const struct iovec *, int iovcnt,
+	    char **cause);
+/* fdatasync.  A failure is never retried by the caller (see doc). */
+int	journal_sync(struct journal *, char **cause);
+void	journal_close(struct journal *);
+/* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
+int	journal_write_all(int fd, const uint8_t *, size_t);
+/*
+ * Cut segment back to size and fsync it: after a failed write or fsync,
+ * what follows the last durable size was never acknowledged and its
+ * state on disk is unknown, so it must not be replayed.
+ */
+int	journal_cut(const char *dir, uint64_t segment, uint64_t size,
+	    char **cause);
+
+typedef int (*journal_apply_fn)(const struct journal_record *, void *arg);
+struct journal_replay_stats {
+	uint64_t	records;
+	uint64_t	bytes;
+	uint64_t	truncated_bytes;	/* torn tail cut (read-only: found) */
+	unsigned	segments;
+	/* The torn tail, if any (torn_segment 0: none). */
+	uint64_t	torn_segment;
+	uint64_t	torn_offset;
+	const char	*torn_why;		/* static string */
+	/* While apply runs: where the record it is given starts. */
+	uint64_t	at_segment;
+	uint64_t	at_offset;
+};
+/* Never truncate or remove anything: a torn tail is only reported in stats. */
+#define JOURNAL_REPLAY_READONLY	0x1
+/*
+ * Replay every segment of dir in order, calling apply for each record.
+ * An incomplete or invalid record with no valid record after it is a
+ * torn tail: the segment is truncated there (and fsync'd) with a warning
+ * naming file and offset, unless flags has JOURNAL_REPLAY_READONLY.  An
+ * invalid record followed by a valid one is corruption: -1 with a cause
+ * naming file and offset.  A missing dir is an empty journal.
+ */
+int	journal_replay(const char *dir, int flags, journal_apply_fn,
+	    void *arg, struct journal_replay_stats *, char **cause);
+/*
+ * The same from segment from on (a checkpoint's): older segments are
+ * ignored, and from itself must exist.
+ */
+int	journal_replay_from(const char *dir, uint64_t from, int flags,
+	    journal_apply_fn, void *arg, struct journal_replay_stats *,
+	    char **cause);
+/*
+ * The same, calling hint for each record a few records before apply gets
+ * it, so that the caller can start loading what apply will touch.
+ */
+typedef void (*journal_hint_fn)(struct journal_record *, void *arg);
+int	journal_replay_hinted(const char *dir, uint64_t from, int flags,
+	    journal_apply_fn, journal_hint_fn, void *arg,
+	    struct journal_replay_stats *, char **cause);
+/* Start the next segment (after a sync): for checkpoints. */
+int	journal_rotate(struct journal *, char **cause);
+
+/* ---- checkpoint.c: snapshots of the table (format in doc/journal.md) -- */
+
+/* A segment past this size is rotated and the table checkpointed. */
+#define JOURNAL_DEFAULT_SEGMENT_BYTES	(64ULL * 1024 * 1024)
+
+/* Write checkpoint-<segment>.snap atomically from the table. */
+int	checkpoint_write(const char *dir, uint64_t segment,
+	    struct shm_segment *, char **cause);
+/*
+ * Apply the newest checkpoint of dir; *segment is where the journal
+ * continues (0: no checkpoint, replay everything).  -1 if it is corrupt.
+ */
+int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
+	    struct seqalloc_state alloc[SUBTAB_KIND_COUNT], uint64_t *segment,
+	    uint64_t *records, char **cause);
+/* Remove segments and checkpoints older than segment, and temporaries. */
+void	checkpoint_prune(const char *dir, uint64_t segment);
+
+/* ---- taskfile.c: TASK and REPORT files in the FCoP workspace ---------- */
+
+#define TASKFILE_TIME_BYTES	32	/* "2026-12-02T12:00:00.123Z" and NUL */
+
+/* "TASK-20261202-007-PM-to-DEV" or "REPORT-..." */
+void	taskfile_format_id(enum subtab_kind, uint32_t date, uint32_t seq,
+	    const char *sender, size_t sender_length, const char *recipient,
+	    size_t recipient_length, char *out, size_t out_size);
+/* "_lifecycle/inbox/<id>.md" or "reports/<id>.md" */
+void	taskfile_format_path(enum subtab_kind, const char *id, char *out,
+	    size_t out_size);
+void	taskfile_format_time(int64_t ms, char out[TASKFILE_TIME_BYTES]);
+int	taskfile_parse_time(const char *, int64_t *ms);
+uint32_t taskfile_date_of(int64_t ms);	/* UTC YYYYMMDD */
+
+struct taskfile_task {
+	const char		*task_id;
+	const struct idem_task	*task;		/* normalized */
+	const char		*created_at;
+	const char		*client_submission_id;	/* NULL: legacy */
+	const char		*request_digest;	/* hex; NULL: legacy */
+	/*
+	 * fcop-create-task-v1 (NULL: write-task-v1): its C7 fields, and no
+	 * risk_level, thread_key or depends_on lines (not part of it).
+	 */
+	const struct idem_fcop_task *fcop;	/* normalized */
+};
+/* The TASK file's bytes (malloc'd), exactly as SPEC.md shows. */
+int	taskfile_render_task(const struct taskfile_task *, char **out,
+	    size_t *length);
+
+struct taskfile_report {
+	const char		*report_id;
+	const char		*task_id;
+	const struct idem_report *report;	/* normalized, recipient resolved */
+	const char		*created_at;
+	const char		*client_submission_id;	/* NULL: none */
+	const char		*request_digest;	/* hex; NULL: none */
+};
+int	taskfile_render_report(const struct taskfile_report *, char **out,
+	    size_t *length);
+
+/* Create what is missing of the FCoP topology under the root. */
+int	taskfile_make_topology(int root_fd, char **cause);
+
+/*
+ * Write data durably as dir/name, never replacing a file: a temporary
+ * file created O_EXCL in the same directory, written, fsync'd, link()ed
+ * to name (EEXIST: -1 with errno EEXIST, nothing left behind), unlinked,
+ * and the directory fsync'd.  With task_crash_points, the crash points
+ * after_task_file_written and after_task_file_linked fire.
+ */
+int	taskfile_write_durable(int dir_fd, const char *name, const void *data,
+	    size_t length, int task_crash_points, char **cause);
+/* The same without the directory fsync (the caller shares one). */
+int	taskfile_write_linked(int dir_fd, const char *name, const void *data,
+	    size_t length, int task_crash_points, char **cause);
+/*
+ * Its two halves: a temporary file beside name, written and fsync'd (its
+ * name in temp; nothing is left on failure), and its link to name (the
+ * crash points fire here; the temporary is gone afterwards, whatever
+ * happened).
+ */
+int	taskfile_write_temp(int dir_fd, const char *name, const void *data,
+	    size_t length, char temp[NAME_MAX + 1], char **cause);
+int	taskfile_link_temp(int dir_fd, const char *temp, const char *name,
+	    int task_crash_points, char **cause);
+void	taskfile_drop_temp(int dir_fd, const char *temp);
+
+/*
+ * Where is <id>.md now?  inbox first, then every directory under
+ * _lifecycle/, then history/<date>/<id>/ (under the root and under
+ * _lifecycle/).  1 and the path relative to root, 0 if nowhere, -1 on error.
+ */
+int	taskfile_find(int root_fd, const char *id, char *relpath,
+	    size_t relpath_size);
+/*
+ * The path of <id>.md now, if FCoP tools moved it away from recorded
+ * (its path in the receipt): 1 and the path, 0 if it is still there or
+ * nowhere, -1 on error.  One stat when it did not move.
+ */
+int	taskfile_current_path(int root_fd, const char *id,
+	    const char *recorded, char *relpath, size_t relpath_size);
+
+/* "TASK-YYYYMMDD-NNN-..." or "REPORT-...": 1 and its kind, date, number. */
+int	taskfile_parse_name(const char *name, enum subtab_kind *,
+	    uint32_t *date, uint32_t *seq);
+
+/* fsync the file at relpath, then its directory. */
+int	taskfile_sync_path(int root_fd, const char *relpath);
+
+/* Remove temporaries a crash left in dir; start-up only. */
+int	taskfile_sweep_temporaries(int dir_fd, unsigned *removed);
+
+/* What idem needs from a TASK or REPORT file found on disk. */
+struct taskfile_facts {
+	uint8_t		file_digest[IDEM_SHA256_BYTES];
+	int		has_front_matter;	/* parsed as idem writes it */
+	char		client_submission_id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	int		has_client_submission_id;
+	char		request_digest[IDEM_SHA256_HEX_BYTES + 1];
+	int		has_request_digest;
+	char		created_at[TASKFILE_TIME_BYTES];
+	int64_t		created_at_ms;
+	int		has_created_at;
+	/* TASKFILE_FM_*: what FCoP's reader requires, found valid. */
+	unsigned	fcop_fields;
+	int		fm_delimited;	/* "---" lines open and close it */
+};
+#define TASKFILE_FM_PROTOCOL	0x1	/* protocol: "fcop" */
+#define TASKFILE_FM_VERSION	0x2	/* version: 1 */
+#define TASKFILE_FM_SENDER	0x4	/* a role code */
+#define TASKFILE_FM_RECIPIENT	0x8	/* a role code (no slot) */
+#define TASKFILE_FM_ALL	0xf
+int	taskfile_inspect(int root_fd, const char *relpath,
+	    struct taskfile_facts *, char **cause);
+
+/*
+ * The workspace_id of the FCoP 4 declaration ROOT/fcop.json (a regular
+ * file, not followed through a symlink): 1 and the id, 0 if there is no
+ * declaration or it holds no valid workspace_id (*cause says which), -1
+ * on an I/O error.
+ */
+int	taskfile_workspace_id(int root_fd,
+	    char out[IDEM_WORKSPACE_ID_BYTES + 1], const char **cause);
+
+/*
+ * Would FCoP's reference library parse this TASK or REPORT file?  NULL
+ * if so, else why not: the name against FCoP's grammar (numbers of
+ * exactly three digits, or 3..digits with --sequence-digits), and front
+ * matter in idem's shape against what FCoP's reader requires.  Front
+ * matter in another writer's YAML is not judged (no YAML reader here).
+ */
+const char *taskfile_fcop_problem(const char *name, unsigned digits,
+	    const struct taskfile_facts *);
+/* Highest NNN of <TASK|REPORT>-<date>-NNN-* anywhere a file may be; 0 if none. */
+int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
+	    uint32_t *max_seq);
+
+/* ---- nofollow.c: paths below a directory, no symlink followed ------- */
+
+struct stat;
+/*
+ * The directory holding relpath's last component, opened from at_fd one
+ * component at a time with O_NOFOLLOW; that component in last.  -1 with
+ * ELOOP if a directory on the way is a symlink, EINVAL for "..".
+ */
+int	nofollow_parent(int at_fd, const char *relpath, char last[NAME_MAX + 1]);
+/* openat of relpath with O_NOFOLLOW|O_CLOEXEC added; ELOOP: a symlink. */
+int	nofollow_openat(int at_fd, const char *relpath, int flags, mode_t);
+/* A directory ("." is at_fd itself), O_DIRECTORY|O_NOFOLLOW. */
+int	nofollow_dir(int at_fd, const char *relpath);
+/* lstat: the last component itself, never what it points at. */
+int	nofollow_lstat(int at_fd, const char *relpath, struct stat *);
+int	nofollow_mkdir(int at_fd, const char *relpath, mode_t);
+
+/* ---- faultenv.c: the variables of fault injection, in any build ------- */
+
+/*
+ * The first IDEM_CRASH_* or IDEM_SPAWN_DELAY_MS entry of env ("NAME=..."),
+ * its name copied to name; NULL if there is none.
+ */
+const char *faultenv_find(char *const *env, char *name, size_t name_size);
+/* A build without fault injection: -1 and a cause naming the variable. */
+int	faultenv_refuse(char *const *env, char **cause);
+
+/* ---- crash.c: fault injection (configure --enable-fault-injection) ---- */
+
+enum crash_point {
+	CRASH_AFTER_RESERVE_DURABLE,
+	CRASH_AFTER_TASK_FILE_WRITTEN,
+	CRASH_AFTER_TASK_FILE_LINKED,
+	/* A torn append: the journaler's (IDEM_CRASH_AT only). */
+	CRASH_AFTER_TASK_CREATED_DURABLE,
+	CRASH_AFTER_COMMIT_DURABLE,
+	/* The master's: the whole broker dies (IDEM_CRASH_AT only). */
+	CRASH_DURING_CHECKPOINT,	/* half the records written, unsynced */
+	CRASH_AFTER_CHECKPOINT_RENAMED,	/* in place, old segments still there */
+	/* Effects (broker/effect.c): each record durable, before the reply. */
+	CRASH_AFTER_EFFECT_RESERVE_DURABLE,	/* a proceed's reservation */
+	CRASH_AFTER_EFFECT_COMMIT_DURABLE,	/* complete applied */
+	CRASH_AFTER_EFFECT_RELEASE_DURABLE,	/* complete not_applied */
+	CRASH_AFTER_EFFECT_RESOLVE_DURABLE,	/* resolve, any evidence */
+	CRASH_POINT_COUNT
+};
+#ifdef IDEM_FAULT_INJECTION
+/* In the master and in each worker (which logs nothing). */
+int	crash_init(struct shm_segment *, pid_t master, char **cause);
+void	crash_point(enum crash_point);
+/* IDEM_SPAWN_DELAY_MS: in the master, right after forking a worker. */
+void	crash_spawn_delay(void);
+void	crash_worker_started(void);
+/*
+ * The journaler flushed iov (n pieces), which ends the journal: with
+ * after_task_created_durable armed, a task_created record followed by
+ * its commit is torn back to the first and the broker dies.
+ */
+void	crash_journal_flushed(struct journal *, const struct iovec *, int n);
+/*
+ * IDEM_CRASH_LINK_EARLY: a file thread, its temporary written, waits
+ * (crash_hold) until the loop has seen the reservation durable
+ * (crash_release), so that it links early itself.
+ */
+void	crash_hold(int *released);
+void	crash_release(int *released);
+#else
+/* Without fault injection every crash point compiles to nothing. */
+#define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
+#define crash_point(point)		((void)0)
+#define crash_spawn_delay()		((void)0)
+#define crash_worker_started()		((void)0)
+#define crash_journal_flushed(j, iov, n) ((void)0)
+#define crash_hold(released)		((void)0)
+#define crash_release(released)		((void)0)
+#endif
+
+#endif
