@@ -93,6 +93,12 @@ struct effect {
 	uint64_t		 found_end;
 	uint64_t		 found_epoch;	/* the journal's, read before it */
 	int			 journaled;	/* this call wrote a record */
+	/* Found in the index, not the table: its result's bytes here. */
+	int			 cold;
+	int			 pruned;	/* a tombstone: no result */
+	uint8_t			*cold_result;	/* malloc'd */
+	int			 index_checked;
+	uint64_t		 evictions;
 };
 
 static const char *const begin_keys[] = {
@@ -140,6 +146,7 @@ effect_free(void *arg)
 	struct effect	*e = arg;
 
 	free(e->result);
+	free(e->cold_result);
 	free(e);
 }
 
@@ -485,22 +492,34 @@ json_t *
 effect_receipt_json(struct shm_segment *seg, const char *key,
     size_t key_length, const struct subtab_entry *e)
 {
+	const uint8_t	*bytes;
+
+	bytes = arena_get(seg, e->result_offset, e->result_length);
+	if (bytes == NULL)
+		return NULL;
+	return effect_receipt_json_from(key, key_length, e, bytes, 0);
+}
+
+/*
+ * The receipt from an entry and its result's bytes, wherever they are
+ * (the arena, or the index).  A tombstone (pruned) has no result: its
+ * digest stands in its place.
+ */
+json_t *
+effect_receipt_json_from(const char *key, size_t key_length,
+    const struct subtab_entry *e, const uint8_t *bytes, int pruned)
+{
 	char		 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	char		 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
 	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
-	const uint8_t	*bytes;
-	json_t		*r, *result;
+	json_t		*r, *result = NULL;
 
 	if (effect_key_split(key, key_length, kind, sizeof kind, id,
 	    sizeof id) != 0)
 		return NULL;
-	bytes = arena_get(seg, e->result_offset, e->result_length);
-	if (bytes == NULL)
-		return NULL;
-	result = json_loadb((const char *)bytes, e->result_length,
-	    JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-	if (result == NULL)
+	if (!pruned && (result = json_loadb((const char *)bytes,
+	    e->result_length, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL)) == NULL)
 		return NULL;
 	r = json_object();
 	json_object_set_new(r, "client_submission_id", json_string(id));
@@ -512,7 +531,11 @@ effect_receipt_json(struct shm_segment *seg, const char *key,
 	external_key(key, key_length, e->request_digest, xkey);
 	json_object_set_new(r, "external_key", json_string(xkey));
 	json_object_set_new(r, "attempt", json_integer(e->attempt));
-	json_object_set_new(r, "result", result);
+	if (pruned) {
+		digest_to_hex(e->file_digest, hex);
+		json_object_set_new(r, "result_digest", json_string(hex));
+	} else
+		json_object_set_new(r, "result", result);
 	json_object_set_new(r, "state", json_string("committed"));
 	json_object_set_new(r, "committed_at", reply_time(e->created_at_ms));
 	return r;
@@ -617,7 +640,9 @@ effect_answer_receipt(struct pending *p, const char *disposition,
 	json_t		*reply, *receipt;
 
 	effect_release(p);
-	receipt = effect_receipt_json(&idemd_of(p)->seg, e->key, e->key_length,
+	receipt = e->cold ? effect_receipt_json_from(e->key, e->key_length,
+	    &e->entry, e->cold_result, e->pruned) :
+	    effect_receipt_json(&idemd_of(p)->seg, e->key, e->key_length,
 	    &e->entry);
 	if (receipt == NULL) {
 		log_warnx("effect %s: its committed result is unreadable",
@@ -635,6 +660,8 @@ effect_answer_receipt(struct pending *p, const char *disposition,
 	json_object_set_new(reply, "idempotent", json_true());
 	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
 		json_object_set_new(reply, "recovered", json_true());
+	if (e->pruned)
+		json_object_set_new(reply, "receipt_pruned", json_true());
 	json_object_set_new(reply, "state", json_string("committed"));
 	json_object_set_new(reply, "receipt", receipt);
 	pending_reply(p, reply);
@@ -731,10 +758,16 @@ effect_begin_needs_journal(struct pending *p)
 {
 	struct effect		*e = effect_of(p);
 	struct subtab_entry	 known;
+	struct index_entry	 old;
 
 	if (subtab_lookup(&idemd_of(p)->seg, e->key, e->key_length, &known,
-	    NULL) != 1)
-		return 1;
+	    NULL) != 1) {
+		/* Only in the index: committed, answered without a record. */
+		if (history_find(idemd_of(p), e->key, e->key_length, &old,
+		    NULL) != 1)
+			return 1;
+		known = old.record.entry;
+	}
 	if (known.schema != e->entry.schema || memcmp(known.request_digest,
 	    e->entry.request_digest, IDEM_SHA256_BYTES) != 0)
 		return 0;
@@ -875,6 +908,43 @@ effect_acquire_start(struct pending *p, struct subtab_acquire *a)
 	return 0;
 }
 
+/*
+ * The table does not hold the key: look in the index.  0: not there
+ * (acquire again, now allowed to insert), 1: committed, in e->entry
+ * and e->cold_result; -1: answered (the index failed).
+ */
+static int
+effect_from_index(struct pending *p)
+{
+	struct effect		*e = effect_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct index_entry	 found;
+
+	e->evictions = atomic_load(&d->seg.header->evictions);
+	if (e->cold_result == NULL &&
+	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) == NULL) {
+		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		    "out of memory"));
+		return -1;
+	}
+	switch (history_find(d, e->key, e->key_length, &found,
+	    e->cold_result)) {
+	case 0:
+		e->index_checked = 1;
+		return 0;
+	case 1:
+		e->cold = 1;
+		e->pruned = found.form == INDEX_TOMBSTONE;
+		e->entry = found.record.entry;
+		e->found_end = 0;	/* durable */
+		return 1;
+	default:
+		effect_fail(p, reply_error_simple(p->id, "storage_unavailable",
+		    1, "the index of committed receipts could not be read"));
+		return -1;
+	}
+}
+
 static void
 effect_begin_acquire(struct pending *p)
 {
@@ -885,6 +955,8 @@ effect_begin_acquire(struct pending *p)
 	if (effect_acquire_start(p, &a) != 0)
 		return;
 	a.want = e->entry;
+	a.index_checked = e->index_checked;
+	a.evictions = e->evictions;
 	if ((e->found_epoch & 1) && effect_begin_needs_journal(p)) {
 		effect_fail_reopening(p);
 		return;
@@ -938,10 +1010,28 @@ effect_begin_acquire(struct pending *p)
 	case SUBTAB_BUSY:
 		pending_wait_claim(p, effect_begin_acquire);
 		return;
+	case SUBTAB_NOT_HERE:
+		switch (effect_from_index(p)) {
+		case 0:
+			effect_begin_acquire(p);
+			return;
+		case 1:
+			if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
+			    memcmp(e->entry.request_digest, e->digest,
+			    IDEM_SHA256_BYTES) != 0)
+				effect_mismatch(p);
+			else
+				effect_reused(p);
+			return;
+		}
+		return;
 	case SUBTAB_FULL:
-		effect_fail(p, reply_error_simple(p->id, "table_full", 0,
-		    "the submission table is full (capacity %u); restart "
-		    "idemd with a larger --capacity", d->capacity));
+		journaler_kick(d->kick_fd);
+		effect_fail(p, reply_error_simple(p->id, "table_full", 1,
+		    "the submission table (--capacity %u) holds no entry it "
+		    "may evict: every one is in flight or not yet in the "
+		    "index; retry in a moment, or restart idemd with a "
+		    "larger --capacity", d->capacity));
 		return;
 	case SUBTAB_ALLOC_FAILED:
 		effect_fail(p, reply_error_simple(p->id, "internal", 1,
@@ -958,10 +1048,17 @@ result_matches(struct pending *p)
 	struct effect	*e = effect_of(p);
 	const uint8_t	*bytes;
 
+	uint8_t		 digest[IDEM_SHA256_BYTES];
+
 	if (!e->has_result)
 		return 1;
-	bytes = arena_get(&idemd_of(p)->seg, e->entry.result_offset,
-	    e->entry.result_length);
+	if (e->pruned) {
+		/* Only the digest is kept: the same bytes digest the same. */
+		digest_sha256(e->result, e->result_length, digest);
+		return memcmp(digest, e->entry.file_digest, sizeof digest) == 0;
+	}
+	bytes = e->cold ? e->cold_result : arena_get(&idemd_of(p)->seg,
+	    e->entry.result_offset, e->entry.result_length);
 	return bytes != NULL && e->entry.result_length == e->result_length &&
 	    memcmp(bytes, e->result, e->result_length) == 0;
 }
@@ -1144,9 +1241,21 @@ effect_claim(struct pending *p)
 	case SUBTAB_BUSY:
 		pending_wait_claim(p, effect_claim);
 		return;
-	case SUBTAB_FULL:	/* no such key */
-		effect_refuse(p, "conflict", "conflict", "no_reservation", 0,
-		    "no effect was begun under this key", 0);
+	case SUBTAB_FULL:	/* no such key in the table */
+		switch (effect_from_index(p)) {
+		case 0:
+			effect_refuse(p, "conflict", "conflict",
+			    "no_reservation", 0,
+			    "no effect was begun under this key", 0);
+			return;
+		case 1:
+			/* Committed: the judges answer without a record. */
+			if (e->op == EFFECT_COMPLETE)
+				effect_complete_judge(p);
+			else
+				effect_resolve_judge(p);
+			return;
+		}
 		return;
 	default:
 		effect_fail(p, reply_error_simple(p->id, "internal", 1,

@@ -52,6 +52,9 @@ struct idemd {
 	int			 watch_fd;	/* inotify on the stages; -1: none */
 	struct shm_segment	 seg;
 	struct journal		 journal;	/* master only */
+	/* Committed receipts out of the table (each process opens its own). */
+	struct index		 index;
+	int			 index_ready;
 };
 
 /*
@@ -69,6 +72,13 @@ enum worker_handle {
 	WORKER_HANDLE_WATCH,	/* -1: no inotify */
 	WORKER_HANDLE_COUNT
 };
+
+/* history.c: the committed history beyond the table, in the index */
+/* 1 and the entry (result into result, if not NULL), 0, -1 (logged). */
+int	history_find(struct idemd *, const char *key, size_t key_length,
+	    struct index_entry *, uint8_t *result);
+/* Open the index at ROOT/.idem/index for this process. */
+int	history_open(struct idemd *, int flags, char **cause);
 
 /* main.c */
 /* The segment filled from the journal, and the journal open to append. */
@@ -317,6 +327,10 @@ struct submission {
 	int			 reserve_done;	/* the reservation's wait ended */
 	int64_t			 file_time;	/* the file's created_at */
 	unsigned		 attempts;	/* numbers tried (legacy) */
+	/* The index was looked in when the table had evicted this many. */
+	int			 index_checked;
+	uint64_t		 evictions;
+	int			 pruned;	/* answered from a tombstone */
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
@@ -354,6 +368,9 @@ const char *effect_state_name(const struct subtab_entry *, int64_t now);
 /* A committed effect's receipt, the same bytes every time (NULL: unreadable). */
 json_t	*effect_receipt_json(struct shm_segment *, const char *key,
 	    size_t key_length, const struct subtab_entry *);
+/* The same from the result's bytes (an entry of the index; pruned: none). */
+json_t	*effect_receipt_json_from(const char *key, size_t key_length,
+	    const struct subtab_entry *, const uint8_t *bytes, int pruned);
 
 /* An effect's facts for get_submission and diagnose (receipt once committed). */
 json_t	*effect_submission_json(struct shm_segment *, const char *key,

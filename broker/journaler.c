@@ -309,7 +309,8 @@ checkpoint_main(void *arg)
 		journaler.checkpoint_segment = 0;
 		pthread_mutex_unlock(&journaler.lock);
 
-		if (checkpoint_write(dir, segment, &d->seg, &cause) == 0)
+		if (checkpoint_write(dir, segment, &d->seg,
+		    d->index_ready ? &d->index : NULL, &cause) == 0)
 			checkpoint_prune(dir, segment);
 		else {
 			/* The segments stay: nothing is lost, only space. */
@@ -330,9 +331,19 @@ static void
 journaler_maybe_rotate(struct idemd *d)
 {
 	char	*cause = NULL;
-	int	 busy;
+	int	 busy, wanted;
 
-	if (d->journal.size < d->segment_bytes ||
+	/*
+	 * The table is a cache of the index: committed entries become
+	 * evictable only once a checkpoint gave them to the index, so a
+	 * table half full of them (or one that refused a key) wants one
+	 * before the segment is full.  A segment with no record after its
+	 * header has nothing new to give.
+	 */
+	wanted = d->index_ready && d->journal.size > JOURNAL_SEGMENT_HEADER_BYTES &&
+	    (atomic_load(&d->seg.header->checkpoint_wanted) ||
+	    subtab_unindexed(&d->seg) >= d->capacity / 2 + 1);
+	if ((d->journal.size < d->segment_bytes && !wanted) ||
 	    d->journal.size < journaler.rotate_after)
 		return;
 	pthread_mutex_lock(&journaler.lock);
@@ -349,6 +360,7 @@ journaler_maybe_rotate(struct idemd *d)
 		return;
 	}
 	journaler.rotate_after = 0;
+	atomic_store(&d->seg.header->checkpoint_wanted, 0);
 	journaler.durable_segment = d->journal.segment;
 	journaler.durable_size = d->journal.size;
 	pthread_mutex_lock(&journaler.lock);
@@ -410,7 +422,8 @@ journaler_main(void *arg)
 		    shm_now_ms() >= journaler.reopen_at &&
 		    journaler_try_reopen(d) == 0)
 			journaler.broadcast(journaler.broadcast_arg);
-		if (n > 0 && !atomic_load(&h->journal_failed))
+		if ((n > 0 || atomic_load(&h->checkpoint_wanted)) &&
+		    !atomic_load(&h->journal_failed))
 			journaler_maybe_rotate(d);
 		if (atomic_load(&journaler.stop) && n == 0)
 			break;

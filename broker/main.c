@@ -344,6 +344,45 @@ replay_overflowed(const struct journal_record *r)
 	return 0;
 }
 
+/*
+ * The index at start-up: whether it holds every committed entry of the
+ * checkpoint being loaded (then one that does not fit in the table is
+ * left to it), and the committed entries of the journal that do not fit,
+ * given to it in one transaction committed before the broker serves.
+ */
+static struct {
+	int		covers;
+	int		loading_checkpoint;
+	int		writing;
+	uint64_t	put;
+	uint64_t	skipped;
+} replay_index;
+
+/* A committed entry with no room in the table: the index keeps it. */
+static int
+replay_to_index(struct idemd *d, const struct journal_record *r)
+{
+	char	*cause = NULL;
+
+	if (replay_index.loading_checkpoint && replay_index.covers) {
+		replay_index.skipped++;
+		return 0;
+	}
+	if (!replay_index.writing) {
+		if (index_begin(&d->index, &cause) != 0)
+			goto fail;
+		replay_index.writing = 1;
+	}
+	if (index_put(&d->index, INDEX_FULL, r, &cause) != 0)
+		goto fail;
+	replay_index.put++;
+	return 0;
+fail:
+	log_warnx("replay: %s", cause != NULL ? cause : "index");
+	free(cause);
+	return -1;
+}
+
 static int
 replay_apply(const struct journal_record *r, void *arg)
 {
@@ -372,6 +411,17 @@ replay_apply(const struct journal_record *r, void *arg)
 	if ((r->hint != 0 ? subtab_apply_hashed(&d->seg, r->key,
 	    r->entry.key_length, (uint32_t)r->hint, e) :
 	    subtab_apply(&d->seg, r->key, r->entry.key_length, e)) != 0) {
+		if (errno == ENOSPC && d->index_ready &&
+		    r->entry.state == SUBTAB_COMMITTED) {
+			/* Its result is the index's now, not the arena's. */
+			if (r->type == JOURNAL_RECORD_EFFECT &&
+			    effect.result_length > 0 &&
+			    effect.result_offset + effect.result_length ==
+			    d->seg.header->arena_used)
+				d->seg.header->arena_used =
+				    effect.result_offset;
+			return replay_to_index(d, r);
+		}
 		if (errno == ENOSPC && replay_overflowed(r) == 0)
 			return 0;	/* counted; refused after the replay */
 		log_warn("replay: submission table (capacity %u)",
@@ -400,10 +450,11 @@ replay_check_capacity(struct idemd *d, char **cause)
 		if (by_heap > needed)
 			needed = by_heap;
 	}
-	asprintf(cause, "the journal holds %llu submissions, more than "
-	    "--capacity %u holds: restart with --capacity %llu or more "
-	    "(the journal keeps every one of them)", (unsigned long long)keys,
-	    d->capacity, (unsigned long long)needed);
+	asprintf(cause, "the journal holds %llu submissions in flight or "
+	    "not yet committed, more than --capacity %u holds: restart with "
+	    "--capacity %llu or more (the journal keeps every one of them)",
+	    (unsigned long long)keys, d->capacity,
+	    (unsigned long long)needed);
 	json_decref(replay_overflow);
 	replay_overflow = NULL;
 	replay_overflow_bytes = 0;
@@ -423,6 +474,79 @@ replay_hint(struct journal_record *r, void *arg)
 	    r->entry.key_length <= SUBTAB_MAX_KEY_BYTES)
 		r->hint = (uint64_t)1 << 32 | subtab_prefetch(&d->seg, r->key,
 		    r->entry.key_length);
+}
+
+/*
+ * Open the index, or rebuild it when it is missing or damaged: the
+ * checkpoint and the journal hold every committed entry unless some
+ * lived only in the index (the checkpoint says how many).  Then the
+ * index cannot be rebuilt, and start-up stops rather than forget them:
+ * a retry of a forgotten id would execute again.
+ */
+static int
+open_index(struct idemd *d, const char *journal_dir, char **cause)
+{
+	struct index_stats	 st;
+	char			 idir[PATH_MAX], aside[PATH_MAX + 32];
+	char			*why = NULL;
+	uint64_t		 segment, index_only;
+	int			 existed, damaged = 0;
+
+	memset(&replay_index, 0, sizeof replay_index);
+	snprintf(idir, sizeof idir, "%s/%s", d->root_real, IDEM_INDEX_DIR);
+	if (checkpoint_index_only(journal_dir, &segment, &index_only,
+	    cause) != 0)
+		return -1;
+	existed = index_exists(idir);
+	if (existed && (history_open(d, 0, &why) != 0 ||
+	    index_stats(&d->index, &st) != 0)) {
+		/* index.c: EINVAL is damage or another format. */
+		if (d->index_ready || errno == EINVAL) {
+			damaged = 1;
+		} else {
+			*cause = why;
+			return -1;
+		}
+		if (d->index_ready)
+			index_close(&d->index);
+		d->index_ready = 0;
+		snprintf(aside, sizeof aside, "%s.damaged-%lld", idir,
+		    (long long)shm_now_ms());
+		if (rename(idir, aside) != 0) {
+			asprintf(cause, "index %s is damaged (%s) and cannot "
+			    "be moved aside: %s", idir, why != NULL ? why :
+			    "unreadable", strerror(errno));
+			free(why);
+			return -1;
+		}
+		log_warnx("index %s is damaged (%s): moved to %s", idir,
+		    why != NULL ? why : "unreadable", aside);
+		free(why);
+		why = NULL;
+		existed = 0;
+	}
+	if (!existed && index_only > 0) {
+		asprintf(cause, "the index %s is %s, and %llu committed "
+		    "receipts were kept only there (the checkpoint and the "
+		    "journal no longer hold them): restore it from a backup. "
+		    "idemd will not start without them, since a retry of one "
+		    "of those ids would execute again", idir,
+		    damaged ? "damaged" : "missing",
+		    (unsigned long long)index_only);
+		return -1;
+	}
+	if (!existed && segment != 0)
+		log_warnx("index %s is %s: rebuilding it from the checkpoint "
+		    "and the journal, which hold every committed receipt",
+		    idir, damaged ? "damaged" : "missing");
+	if (!d->index_ready && history_open(d, 0, cause) != 0)
+		return -1;
+	if (index_stats(&d->index, &st) != 0) {
+		asprintf(cause, "index %s: unreadable after open", idir);
+		return -1;
+	}
+	replay_index.covers = segment != 0 && st.checkpoint >= segment;
+	return 0;
 }
 
 int
@@ -445,17 +569,36 @@ idemd_open_state(struct idemd *d, char **cause)
 		d->seg.header->alloc_max_seq *= 10;
 	d->seg.header->alloc_max_seq -= 1;	/* 999 for three digits */
 	memset(&stats, 0, sizeof stats);
+	if (open_index(d, dir, cause) != 0)
+		goto fail;
+	replay_index.loading_checkpoint = 1;
 	if (checkpoint_load(dir, replay_apply, d, alloc, &from, &checkpointed,
 	    cause) != 0)
 		goto fail;
+	replay_index.loading_checkpoint = 0;
+	/* Loaded from a checkpoint the index covers: evictable. */
+	if (replay_index.covers)
+		subtab_mark_all_indexed(&d->seg);
 	for (kind = 1; kind <= SUBTAB_KIND_COUNT; kind++) {
 		if (alloc[kind - 1].next_seq > 0)
 			seqalloc_note_used(&d->seg, kind, alloc[kind - 1].date,
 			    alloc[kind - 1].next_seq - 1);
 	}
 	if (journal_replay_hinted(dir, from, 0, replay_apply, replay_hint, d,
-	    &stats, cause) != 0 || replay_check_capacity(d, cause) != 0 ||
-	    journal_open(&d->journal, dir, cause) != 0)
+	    &stats, cause) != 0 || replay_check_capacity(d, cause) != 0)
+		goto fail;
+	if (replay_index.writing) {
+		replay_index.writing = 0;
+		if (index_commit(&d->index, 0, cause) != 0)
+			goto fail;
+	}
+	if (replay_index.put + replay_index.skipped > 0)
+		log_info("state: %llu committed submissions left to the index "
+		    "(%llu given to it now): the table (--capacity %u) holds "
+		    "the rest", (unsigned long long)(replay_index.put +
+		    replay_index.skipped), (unsigned long long)replay_index.put,
+		    d->capacity);
+	if (journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
 	checkpoint_prune(dir, from);
 	log_info("state: %llu submissions from the checkpoint, then %llu "
@@ -468,6 +611,10 @@ fail:
 	json_decref(replay_overflow);
 	replay_overflow = NULL;
 	replay_overflow_bytes = 0;
+	if (d->index_ready) {
+		index_close(&d->index);
+		d->index_ready = 0;
+	}
 	shm_destroy(&d->seg);
 	return -1;
 }
@@ -475,6 +622,10 @@ fail:
 void
 idemd_close_state(struct idemd *d)
 {
+	if (d->index_ready) {
+		index_close(&d->index);
+		d->index_ready = 0;
+	}
 	journal_close(&d->journal);
 	shm_destroy(&d->seg);
 }
@@ -532,10 +683,12 @@ run_worker(struct idemd *d)
 	if ((d->root_real = strdup(d->root)) == NULL)
 		fatal("strdup");
 	if (shm_attach(d->root_real, &d->seg, &cause) != 0 ||
-	    crash_init(&d->seg, (pid_t)master, &cause) != 0)
+	    crash_init(&d->seg, (pid_t)master, &cause) != 0 ||
+	    history_open(d, INDEX_READONLY, &cause) != 0)
 		fatalx("worker %ld: %s", index, cause);
 	status = worker_main(d, (unsigned)index, (uint32_t)field[2],
 	    handle[WORKER_HANDLE_NOTIFY]);
+	index_close(&d->index);
 	shm_detach(&d->seg);
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++) {
 		if (handle[i] != -1)

@@ -29,6 +29,34 @@ reply_invalid(struct conn *c, json_t *id, struct request_error *err)
 	conn_reply(c, reply_error(err, id));
 }
 
+/*
+ * The table, then the index (cold->form 0: found in the table).  An
+ * eviction between the two looks is seen by its count: look again.
+ */
+static int
+lookup_history(struct idemd *d, const char *key, size_t n,
+    struct subtab_entry *e, struct index_entry *cold)
+{
+	static uint8_t	 result[IDEM_MAX_EFFECT_RESULT_BYTES];
+	uint64_t	 evictions;
+	int		 rc, tries;
+
+	cold->form = 0;
+	for (tries = 0; tries < 2; tries++) {
+		evictions = atomic_load(&d->seg.header->evictions);
+		if ((rc = subtab_lookup(&d->seg, key, n, e, NULL)) != 0)
+			return rc;
+		if ((rc = history_find(d, key, n, cold, result)) != 0) {
+			if (rc == 1)
+				*e = cold->record.entry;
+			return rc;
+		}
+		if (atomic_load(&d->seg.header->evictions) == evictions)
+			return 0;
+	}
+	return 0;
+}
+
 /* get_submission with an effect_kind: the effect under that key. */
 static void
 get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
@@ -36,20 +64,41 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
 {
 	struct idemd		*d = conn_idemd(c);
 	struct subtab_entry	 e;
+	struct index_entry	 cold;
 	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
 	size_t			 n;
-	json_t			*reply, *s = NULL;
+	json_t			*reply, *s = NULL, *receipt;
 	int			 rc;
 
 	n = (size_t)snprintf(key, sizeof key, "%.*s%c%s", (int)kind_length,
 	    kind, SUBTAB_EFFECT_SEPARATOR, submission_id);
-	rc = subtab_lookup(&d->seg, key, n, &e, NULL);
+	rc = lookup_history(d, key, n, &e, &cold);
 	if (rc < 0) {
 		conn_reply(c, reply_error_simple(id, "internal", 1,
 		    "the submission table is unusable"));
 		return;
 	}
-	if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT)
+	if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT && cold.form != 0) {
+		/* From the index: committed, with the result it keeps. */
+		s = json_object();
+		json_object_set_new(s, "client_submission_id",
+		    json_string(submission_id));
+		json_object_set_new(s, "effect_kind", json_stringn(kind,
+		    kind_length));
+		json_object_set_new(s, "state", json_string("committed"));
+		json_object_set_new(s, "digest_schema",
+		    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
+		digest_to_hex(e.request_digest, hex);
+		json_object_set_new(s, "request_digest", json_string(hex));
+		json_object_set_new(s, "attempt", json_integer(e.attempt));
+		if (cold.form == INDEX_TOMBSTONE)
+			json_object_set_new(s, "receipt_pruned", json_true());
+		receipt = effect_receipt_json_from(key, n, &e,
+		    cold.record.result, cold.form == INDEX_TOMBSTONE);
+		json_object_set_new(s, "receipt", receipt != NULL ? receipt :
+		    json_null());
+	} else if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT)
 		s = effect_submission_json(&d->seg, key, n, &e, 0,
 		    shm_now_ms());
 	reply = reply_new(1, id);
@@ -65,12 +114,13 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 	struct request_error	 err;
 	struct idemd		*d = conn_idemd(c);
 	struct subtab_entry	 e;
+	struct index_entry	 cold;
 	const char		*key, *kind;
 	size_t			 kind_length;
 	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char			 path[IDEM_MAX_TASK_PATH_BYTES];
 	char			 hex[IDEM_DIGEST_HEX_SIZE];
-	json_t			*reply, *s;
+	json_t			*reply, *s, *receipt;
 	int			 rc;
 
 	if (request_known_keys(request, "", get_submission_keys, &err) != 0 ||
@@ -95,7 +145,7 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		get_effect(c, id, kind, kind_length, key);
 		return;
 	}
-	rc = subtab_lookup(&d->seg, key, strlen(key), &e, NULL);
+	rc = lookup_history(d, key, strlen(key), &e, &cold);
 	if (rc < 0 || (rc == 1 && e.kind != SUBTAB_KIND_TASK))
 		rc = rc < 0 ? -1 : 0;
 	if (rc < 0) {
@@ -126,9 +176,15 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		json_object_set_new(s, "updated_at", reply_time(e.updated_at_ms));
 		if (e.state != SUBTAB_RESERVED)
 			current_path_add(d, s, task_id, path);
-		if (e.state == SUBTAB_COMMITTED)
-			json_object_set_new(s, "receipt",
-			    receipt_json(key, strlen(key), &e));
+		if (e.state == SUBTAB_COMMITTED) {
+			receipt = receipt_json(key, strlen(key), &e);
+			if (cold.form == INDEX_TOMBSTONE) {
+				json_object_del(receipt, "file_digest");
+				json_object_set_new(s, "receipt_pruned",
+				    json_true());
+			}
+			json_object_set_new(s, "receipt", receipt);
+		}
 		json_object_set_new(reply, "submission", s);
 	}
 	conn_reply(c, reply);
@@ -293,6 +349,7 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	struct idemd		*d = conn_idemd(c);
 	struct shm_header	*h = d->seg.header;
 	struct shm_counters	*k = &h->counters;
+	struct index_stats	 ix;
 	json_t			*reply;
 	unsigned		 i, workers = 0;
 
@@ -327,8 +384,20 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("errors", atomic_load(&k->errors));
 	STAT("journal_records", atomic_load(&k->journal_records));
 	STAT("journal_fsyncs", atomic_load(&k->journal_fsyncs));
-	STAT("table_used", h->slots_used);
+	/*
+	 * Two tiers: the table is a cache of the index.  history_entries
+	 * counts every committed receipt kept (tombstones too): the
+	 * index's, and the table's not given to it yet.
+	 */
+	if (!d->index_ready || index_stats(&d->index, &ix) != 0)
+		memset(&ix, 0, sizeof ix);
+	STAT("table_used", h->slots_used - h->free_count);
+	STAT("table_entries", h->slots_used - h->free_count);
 	STAT("table_capacity", h->capacity);
+	STAT("history_entries", ix.entries + subtab_unindexed(&d->seg));
+	STAT("index_entries", ix.entries);
+	STAT("index_bytes", ix.bytes);
+	STAT("table_evictions", atomic_load(&h->evictions));
 	STAT("workers", workers);
 	STAT("worker_restarts", atomic_load(&k->worker_restarts));
 	STAT("uptime_ms", shm_now_ms() - h->started_at_ms);

@@ -41,6 +41,7 @@
 #include "idemd.h"
 
 static void	sub_acquire(struct pending *);
+static void	sub_from_index(struct pending *);
 static void	sub_reserved(struct pending *);
 static void	sub_resolve_reserved(struct pending *);
 static void	sub_write_file(struct pending *);
@@ -315,10 +316,16 @@ sub_needs_journal(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
 	struct subtab_entry	 known;
+	struct index_entry	 old;
 
 	if (subtab_lookup(&idemd_of(p)->seg, s->key, s->key_length, &known,
-	    NULL) != 1)
-		return 1;
+	    NULL) != 1) {
+		/* Only in the index: committed, answered without a record. */
+		if (history_find(idemd_of(p), s->key, s->key_length, &old,
+		    NULL) != 1)
+			return 1;
+		known = old.record.entry;
+	}
 	if (known.schema != s->entry.schema || memcmp(known.request_digest,
 	    s->entry.request_digest, IDEM_SHA256_BYTES) != 0)
 		return 0;
@@ -358,6 +365,42 @@ sub_record_file(struct pending *p)
 	    &s->entry, sub_committed);
 }
 
+/*
+ * The table does not hold the key: the index may (a committed entry
+ * evicted, or from before a restart).  Found: answer from it as from a
+ * committed slot, reused or conflict.  Not found: acquire again, now
+ * allowed to insert unless something was evicted meanwhile.
+ */
+static void
+sub_from_index(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct index_entry	 found;
+
+	s->evictions = atomic_load(&d->seg.header->evictions);
+	switch (history_find(d, s->key, s->key_length, &found, NULL)) {
+	case 0:
+		s->index_checked = 1;
+		sub_acquire(p);
+		return;
+	case 1:
+		break;
+	default:
+		sub_fail_storage(p, errno, "reading the index");
+		return;
+	}
+	s->entry = found.record.entry;
+	s->pruned = found.form == INDEX_TOMBSTONE;
+	sub_set_name(s);
+	if (s->entry.schema != (s->schema != 0 ? s->schema : s->ops->schema) ||
+	    memcmp(s->entry.request_digest, s->digest,
+	    IDEM_SHA256_BYTES) != 0)
+		sub_mismatch(p);
+	else
+		sub_answer(p, 0);
+}
+
 static void
 sub_acquire(struct pending *p)
 {
@@ -380,6 +423,8 @@ sub_acquire(struct pending *p)
 	a.today = taskfile_date_of(shm_now_ms());
 	a.scan = idemd_scan_max_seq;
 	a.scan_arg = d;
+	a.index_checked = s->index_checked;
+	a.evictions = s->evictions;
 
 	/* Before the table is read: see sub_after_durable. */
 	epoch = handoff_epoch(d->seg.header);
@@ -428,10 +473,17 @@ sub_acquire(struct pending *p)
 	case SUBTAB_BUSY:
 		pending_wait_claim(p, sub_acquire);
 		return;
+	case SUBTAB_NOT_HERE:
+		sub_from_index(p);
+		return;
 	case SUBTAB_FULL:
-		sub_fail(p, reply_error_simple(p->id, "table_full", 0,
-		    "the submission table is full (capacity %u); restart "
-		    "idemd with a larger --capacity", d->capacity));
+		/* The journaler checkpoints, which makes room (subtab.c). */
+		journaler_kick(d->kick_fd);
+		sub_fail(p, reply_error_simple(p->id, "table_full", 1,
+		    "the submission table (--capacity %u) holds no entry it "
+		    "may evict: every one is in flight or not yet in the "
+		    "index; retry in a moment, or restart idemd with a "
+		    "larger --capacity", d->capacity));
 		return;
 	case SUBTAB_ALLOC_FAILED:
 		sub_fail_alloc(p, errno);

@@ -248,6 +248,8 @@ write_report_answer(struct pending *p, int created)
 	json_object_set_new(reply, "report_path", json_string(path));
 	if (sub->recovered)
 		json_object_set_new(reply, "recovered", json_true());
+	if (sub->pruned)
+		json_object_set_new(reply, "receipt_pruned", json_true());
 	pending_reply(p, reply);
 }
 

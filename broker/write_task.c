@@ -547,6 +547,11 @@ write_task_answer(struct pending *p, int created)
 	if (sub->recovered)
 		json_object_set_new(reply, "recovered", json_true());
 	receipt = receipt_json(sub->key, sub->key_length, &sub->entry);
+	if (sub->pruned) {
+		/* Compacted: the tombstone's facts, no file digest kept. */
+		json_object_del(receipt, "file_digest");
+		json_object_set_new(reply, "receipt_pruned", json_true());
+	}
 	if (!created || sub->recovered)
 		current_path_add(p->worker->d, reply, sub->name,
 		    json_string_value(json_object_get(receipt, "task_path")));

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <sodium.h>
 
 #include "idem.h"
 #include "digest.h"
@@ -59,6 +60,7 @@
  */
 #define IDEMCTL_WALK_MAX_DEPTH		4
 #define IDEMCTL_TABLE_MAX_COLUMNS	10
+#define IDEMCTL_MAX_COMPACT_DAYS	36500	/* a century */
 
 /* Long-only options; values past any character getopt could return. */
 enum {
@@ -71,7 +73,8 @@ enum {
 	OPT_REFERENCE,
 	OPT_DEPENDS_ON,
 	OPT_TEXT,
-	OPT_SEQUENCE_DIGITS
+	OPT_SEQUENCE_DIGITS,
+	OPT_OLDER_THAN
 };
 
 #define COMMON_OPTIONS							\
@@ -1700,6 +1703,8 @@ struct vrecord {
 	uint64_t		segment;	/* checkpoint: its segment */
 	uint64_t		offset;
 	int			checkpoint;	/* from the checkpoint */
+	int			from_index;	/* only in the index */
+	int			pruned;		/* a tombstone: no file digest */
 };
 
 struct verify {
@@ -1722,6 +1727,7 @@ struct verify {
 	unsigned			 intermediate, present, moved;
 	unsigned			 files, files_idem, files_legacy;
 	unsigned			 reports_checked, not_fcop;
+	uint64_t			 index_entries, index_only;
 };
 
 /* How bad a finding is; unreadable makes verify exit 3, not 1. */
@@ -1836,8 +1842,9 @@ vrecord_details(const struct vrecord *vr, const char *path)
 
 	j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:o}", "kind",
 	    kind_name(vr->entry.kind), "id", vr->id, "state",
-	    subtab_state_name(vr->entry.state), "source", vr->checkpoint ?
-	    "checkpoint" : "journal", "segment", (json_int_t)vr->segment,
+	    subtab_state_name(vr->entry.state), "source", vr->from_index ?
+	    "index" : vr->checkpoint ? "checkpoint" : "journal", "segment",
+	    (json_int_t)vr->segment,
 	    "offset", vr->checkpoint ? json_null() :
 	    json_integer((json_int_t)vr->offset));
 	json_object_set_new(j, "client_submission_id", csid != NULL ?
@@ -1859,6 +1866,93 @@ vrecord_name(const struct vrecord *vr, char *out, size_t size)
 	else
 		snprintf(out, size, "%s (legacy %s)", vr->id,
 		    kind_name(vr->entry.kind));
+}
+
+/*
+ * Index to journal: an entry the checkpoint or the journal also holds
+ * must be the same committed submission there; one only the index holds
+ * (evicted, its segments pruned) joins the records, so that its file is
+ * checked against the workspace like the others.
+ */
+static int
+verify_index_visit(const struct index_entry *e, void *arg)
+{
+	struct verify			*v = arg;
+	const struct journal_record	*r = &e->record;
+	struct vrecord			*vr;
+	char				 key[SUBTAB_MAX_KEY_BYTES + 1];
+	char				 name[512];
+	json_t				*at;
+
+	v->index_entries++;
+	if (r->entry.kind == SUBTAB_KIND_EFFECT)
+		return 0;
+	memcpy(key, r->key, r->entry.key_length);
+	key[r->entry.key_length] = '\0';
+	if ((at = json_object_get(v->by_key, key)) != NULL) {
+		vr = &v->records[json_integer_value(at)];
+		if (vr->entry.state == SUBTAB_COMMITTED &&
+		    vr->entry.schema == r->entry.schema &&
+		    vr->entry.date == r->entry.date &&
+		    vr->entry.seq == r->entry.seq &&
+		    memcmp(vr->entry.request_digest, r->entry.request_digest,
+		    IDEM_SHA256_BYTES) == 0)
+			return 0;
+		vrecord_name(vr, name, sizeof name);
+		verify_note(v, NOTE_ERROR, "index_disagrees",
+		    vrecord_details(vr, NULL), "%s: the index holds \"%s\" "
+		    "committed with another number or digest than the "
+		    "journal's %s record", name, key,
+		    subtab_state_name(vr->entry.state));
+		return 0;
+	}
+	v->jr.stats.at_segment = 0;
+	v->jr.stats.at_offset = 0;
+	if (verify_apply(r, v) != 0)
+		return -1;
+	if ((at = json_object_get(v->by_key, key)) == NULL)
+		return -1;
+	vr = &v->records[json_integer_value(at)];
+	vr->from_index = 1;
+	vr->checkpoint = 0;
+	vr->pruned = e->form == INDEX_TOMBSTONE;
+	v->index_only++;
+	return 0;
+}
+
+/* The index of committed receipts, against the checkpoint and journal. */
+static void
+verify_index(struct verify *v, const char *journal)
+{
+	struct index	 x;
+	char		 dir[PATH_MAX];
+	char		*cause = NULL;
+	uint64_t	 segment, only;
+
+	snprintf(dir, sizeof dir, "%s/%s", v->root, IDEM_INDEX_DIR);
+	if (!index_exists(dir)) {
+		if (checkpoint_index_only(journal, &segment, &only,
+		    &cause) == 0 && only > 0)
+			verify_note(v, NOTE_ERROR, "index_missing", json_pack(
+			    "{s:I}", "receipts", (json_int_t)only), "the index "
+			    "%s is missing: %" PRIu64 " committed receipts were "
+			    "kept only there; restore it from a backup", dir,
+			    only);
+		free(cause);
+		return;
+	}
+	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0) {
+		verify_note(v, NOTE_ERROR, "index_unreadable", NULL, "%s",
+		    cause != NULL ? cause : "index unreadable");
+		free(cause);
+		return;
+	}
+	if (index_foreach(&x, verify_index_visit, v, &cause) != 0) {
+		verify_note(v, NOTE_ERROR, "index_corrupt", NULL, "%s",
+		    cause != NULL ? cause : "index corrupt");
+		free(cause);
+	}
+	index_close(&x);
 }
 
 /*
@@ -1935,6 +2029,8 @@ verify_records(struct verify *v)
 			free(cause);
 			continue;
 		}
+		if (vr->pruned)
+			continue;	/* compacted: only that it exists */
 		if (memcmp(facts.file_digest, vr->entry.file_digest,
 		    IDEM_SHA256_BYTES) != 0) {
 			digest_to_hex(vr->entry.file_digest, want);
@@ -2141,6 +2237,9 @@ verify_print(struct verify *v, const char *dir)
 	    dir, st->records, st->segments, st->segments == 1 ? "" : "s",
 	    !v->journal_complete ? "CORRUPT" : st->torn_segment != 0 ?
 	    "torn tail" : "intact");
+	printf("index       %" PRIu64 " committed receipts, %" PRIu64
+	    " of tasks and reports only there\n", v->index_entries,
+	    v->index_only);
 	printf("journal has %u submissions, %u legacy, %u reports: "
 	    "%u present (%u moved by FCoP tools), %u intermediate\n",
 	    v->submissions, v->legacy, v->reports, v->present, v->moved,
@@ -2223,6 +2322,71 @@ cause_offset(const char *cause)
 	if (cause == NULL || (p = strstr(cause, " offset ")) == NULL)
 		return -1;
 	return (json_int_t)strtoll(p + 8, NULL, 10);
+}
+
+/* ---- compact -------------------------------------------------------------- */
+
+static int
+cmd_compact(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS,
+		{ "older-than", required_argument, NULL, OPT_OLDER_THAN },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct index	 x;
+	char		 dir[PATH_MAX];
+	char		*end, *cause = NULL;
+	long long	 days = -1;
+	uint64_t	 pruned;
+	int64_t		 before;
+	int		 ch;
+
+	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch != OPT_OLDER_THAN)
+			continue;
+		errno = 0;
+		days = strtoll(optarg, &end, 10);
+		if (errno != 0 || *end != '\0' || end == optarg || days < 0 ||
+		    days > IDEMCTL_MAX_COMPACT_DAYS)
+			ctl_usage_error(ctl, "--older-than takes whole days, 0 "
+			    "to %d", IDEMCTL_MAX_COMPACT_DAYS);
+	}
+	if (days < 0)
+		ctl_usage_error(ctl, "--older-than DAYS is required");
+	if (optind != argc)
+		ctl_usage_error(ctl, "no arguments expected");
+	snprintf(dir, sizeof dir, "%s/%s", ctl_root(ctl), IDEM_INDEX_DIR);
+	if (!index_exists(dir))
+		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "no index at %s: "
+		    "nothing to compact (idemd writes it at its first "
+		    "checkpoint)", dir);
+	if (sodium_init() < 0 || index_open(&x, dir, 0, &cause) != 0) {
+		ch = ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE, "%s",
+		    cause != NULL ? cause : "cannot open the index");
+		free(cause);
+		return ch;
+	}
+	before = shm_now_ms() - (int64_t)days * 86400000;
+	if (index_compact(&x, before, &pruned, &cause) != 0) {
+		index_close(&x);
+		ch = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "%s", cause != NULL ?
+		    cause : "compaction failed");
+		free(cause);
+		return ch;
+	}
+	index_close(&x);
+	if (ctl->json) {
+		json_t	*j = json_pack("{s:I,s:I}", "pruned",
+		    (json_int_t)pruned, "older_than_days", (json_int_t)days);
+
+		print_json(j);
+		json_decref(j);
+	} else
+		printf("compact: %" PRIu64 " receipt%s pruned to tombstones "
+		    "(committed more than %lld day%s ago)\n", pruned,
+		    pruned == 1 ? "" : "s", days, days == 1 ? "" : "s");
+	return IDEMCTL_EXIT_OK;
 }
 
 static int
@@ -2336,6 +2500,8 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 		    v.jr.stats.torn_why != NULL ? v.jr.stats.torn_why : "?",
 		    v.jr.stats.truncated_bytes);
 
+	if (v.journal_complete)
+		verify_index(&v, dir);
 	verify_records(&v);
 	if (v.journal_complete) {
 		for (i = 0; i < sizeof walk / sizeof walk[0]; i++)
@@ -2438,9 +2604,22 @@ static const struct command commands[] = {
 "write are listed as foreign, which is not an error.  Every TASK and\n"
 "REPORT file, whoever wrote it, must be one FCoP's reference library\n"
 "parses: its name (a number of exactly three digits; up to N with\n"
-"--sequence-digits N, idemd's option) and its front matter.\n"
+"--sequence-digits N, idemd's option) and its front matter.  The index\n"
+"of committed receipts (.idem/index) must decode entry by entry, agree\n"
+"with the checkpoint and journal where they hold the same id, and the\n"
+"files of the ids only it holds must exist too.\n"
 "\n"
 "Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n" },
+	{ "compact", cmd_compact, "prune old receipt bodies, keep tombstones",
+	    "--older-than DAYS [--root DIR]",
+"Replace each receipt in the index committed more than DAYS days ago by\n"
+"its tombstone: the id, kind, digest schema, request digest, task_id (or\n"
+"the result's digest for an effect) and committed_at.  Nothing is ever\n"
+"deleted: a retry of a compacted id answers reused with\n"
+"\"receipt_pruned\":true and the tombstone's facts, never a second\n"
+"execution, and another request under it still conflict.  Receipts still\n"
+"in the broker's table keep their body until they leave it.  The broker\n"
+"may be running.  Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n" },
 	{ "journal", cmd_journal, "journal dump: the audit trail, offline",
 	    "dump [--root DIR] [--json | --text]",
 "Journal commands.  See idemctl journal dump --help.\n" }

@@ -56,6 +56,11 @@
 #define IDEM_EFFECT_EXTERNAL_KEY_SIZE	40
 /* The shared-memory arena that keeps committed results (--result-bytes). */
 #define IDEM_DEFAULT_RESULT_ARENA_BYTES	(64ULL * 1024 * 1024)
+/*
+ * The index's map: address space, not memory or disk (the file grows
+ * as it is written); the most committed history one root can hold.
+ */
+#define IDEM_INDEX_MAP_BYTES		(256ULL * 1024 * 1024 * 1024)
 
 /* "TASK-YYYYMMDD-" + up to 10 digits + "-" + role + "-to-" + recipient. */
 #define IDEM_MAX_TASK_ID_BYTES		80
@@ -102,6 +107,8 @@
 #define IDEM_SOCKET_NAME		".idem/idemd.sock"
 #define IDEM_LOCK_NAME			".idem/idemd.lock"
 #define IDEM_JOURNAL_DIR		".idem/journal"
+/* The index of committed receipts (LMDB; doc/journal.md, "The index"). */
+#define IDEM_INDEX_DIR			".idem/index"
 #define IDEM_INBOX_DIR			"_lifecycle/inbox"
 #define IDEM_REPORTS_DIR		"reports"
 

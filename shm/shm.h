@@ -38,7 +38,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	2
+#define SHM_LAYOUT_VERSION	3
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
@@ -229,6 +229,18 @@ struct shm_header {
 	uint32_t		state_counts[SUBTAB_STATE_COUNT];
 	uint64_t		heap_used;
 	uint64_t		arena_used;	/* append only */
+	/*
+	 * The table is a cache of the index (index.c): a committed slot
+	 * durable there (SUBTAB_SLOT_INDEXED) may be evicted for a new
+	 * key.  evict_hand is the clock's; evicting is set while a bucket
+	 * is removed, so that a repair rebuilds the buckets.
+	 */
+	uint32_t		indexed_count;
+	uint32_t		free_count;	/* evicted slots not refilled */
+	uint32_t		evict_hand;
+	uint32_t		evicting;
+	_Atomic uint64_t	evictions;	/* ever; read unlocked */
+	_Atomic uint32_t	checkpoint_wanted;	/* the table needs one */
 
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
@@ -272,7 +284,12 @@ struct subtab_slot {
 	 * start-up (replayed).
 	 */
 	uint64_t		journal_end;
+	_Atomic uint32_t	flags;		/* SUBTAB_SLOT_* */
+	uint16_t		key_room;	/* heap bytes at key_offset */
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
+/* subtab_slot.flags */
+#define SUBTAB_SLOT_INDEXED	0x1	/* committed, durable in the index */
+#define SUBTAB_SLOT_USED	0x2	/* looked up since the clock passed */
 
 struct shm_segment {
 	struct shm_header	*header;
@@ -316,7 +333,9 @@ enum subtab_verdict {
 	SUBTAB_DONE,		/* committed and matching: nothing to do */
 	SUBTAB_MISMATCH,	/* bound to another schema or digest */
 	SUBTAB_BUSY,		/* another live request holds it; waiter noted */
-	SUBTAB_FULL,		/* no slot or key space left */
+	SUBTAB_FULL,		/* no slot or key space left, none evictable */
+	SUBTAB_NOT_HERE,	/* not in the table: look in the index, then
+				   call again with index_checked */
 	SUBTAB_ALLOC_FAILED	/* the number allocator failed (see errno;
 				   ERANGE: the date's numbers are used up) */
 };
@@ -331,6 +350,13 @@ struct subtab_acquire {
 	uint32_t		 today;		/* YYYYMMDD for a new number */
 	seqalloc_scan_fn	 scan;
 	void			*scan_arg;
+	/*
+	 * The index said the key is not there, when evictions (read
+	 * before the index) was the table's count: if it still is, the
+	 * key was evicted by nobody since, and a miss inserts.
+	 */
+	int			 index_checked;
+	uint64_t		 evictions;
 	/* out */
 	uint32_t		 slot;
 	struct subtab_entry	 found;		/* the slot's entry after the call */
@@ -390,6 +416,17 @@ int	 subtab_apply(struct shm_segment *, const char *key, size_t key_length,
 /* The same with the hash subtab_prefetch gave for that key. */
 int	 subtab_apply_hashed(struct shm_segment *, const char *key,
 	    size_t key_length, uint32_t hash, const struct subtab_entry *);
+/*
+ * The checkpoint made these slots' committed states durable in the
+ * index: they may be evicted from now on.  Slots no longer committed
+ * are skipped.
+ */
+void	 subtab_mark_indexed(struct shm_segment *, const uint32_t *slots,
+	    size_t count);
+/* Start-up: every committed slot is in the index (it covers the checkpoint). */
+void	 subtab_mark_all_indexed(struct shm_segment *);
+/* Committed slots not yet in the index (read unlocked: a hint). */
+uint32_t subtab_unindexed(struct shm_segment *);
 /* A copy of one slot, for diagnostics. */
 struct subtab_row {
 	struct subtab_entry	entry;
@@ -410,6 +447,10 @@ int	 subtab_snapshot(struct shm_segment *, enum subtab_kind,
  */
 uint32_t subtab_copy(struct shm_segment *, uint32_t from, uint32_t max,
 	    struct subtab_entry *, char (*keys)[SUBTAB_MAX_KEY_BYTES]);
+/* The same, with each slot's SUBTAB_SLOT_* flags. */
+uint32_t subtab_copy_flags(struct shm_segment *, uint32_t from, uint32_t max,
+	    struct subtab_entry *, char (*keys)[SUBTAB_MAX_KEY_BYTES],
+	    uint32_t *flags);
 /* A slot whose state rests on a journal record that was lost. */
 struct subtab_unsettled {
 	uint32_t		slot;

@@ -112,12 +112,44 @@ count_state(struct shm_header *h, unsigned from, unsigned to)
 	h->state_counts[to]++;
 }
 
+/*
+ * An eviction died while it moved buckets: build them again from the
+ * slots (every slot with a key is reachable; the victim, whose key was
+ * cleared first, is not).
+ */
+static void
+rebuild_buckets(struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+	uint32_t		 mask = h->bucket_count - 1, i, b;
+
+	memset(seg->buckets, 0, (size_t)h->bucket_count *
+	    sizeof *seg->buckets);
+	h->indexed_count = 0;
+	for (i = 0; i < h->slots_used; i++) {
+		s = &seg->slots[i];
+		if (s->entry.key_length == 0)
+			continue;
+		for (b = s->key_hash & mask; seg->buckets[b] != 0;
+		    b = (b + 1) & mask)
+			;
+		seg->buckets[b] = i + 1;
+		if (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED)
+			h->indexed_count++;
+	}
+	h->evicting = 0;
+}
+
 int
 subtab_repair(struct shm_segment *seg)
 {
 	struct shm_header	*h = seg->header;
 	struct subtab_slot	*s;
 	uint32_t		 i, slot;
+
+	if (h->evicting)
+		rebuild_buckets(seg);
 
 	/* An insert that reached its bucket but not its counters. */
 	if (h->slots_used < h->capacity) {
@@ -137,12 +169,19 @@ subtab_repair(struct shm_segment *seg)
 		}
 	}
 	memset(h->state_counts, 0, sizeof h->state_counts);
+	h->indexed_count = 0;
+	h->free_count = 0;
 	for (i = 0; i < h->slots_used; i++) {
 		unsigned state = atomic_load(&seg->slots[i].state);
 
 		if (state >= SUBTAB_STATE_COUNT)
 			return -1;
 		h->state_counts[state]++;
+		if (seg->slots[i].entry.key_length == 0)
+			h->free_count++;
+		else if (atomic_load(&seg->slots[i].flags) &
+		    SUBTAB_SLOT_INDEXED)
+			h->indexed_count++;
 	}
 	return 0;
 }
@@ -159,19 +198,128 @@ unlock_table(struct shm_segment *seg)
 	shm_unlock(&seg->header->table_lock);
 }
 
-/* Make a new slot for key with entry; the caller checked there is room. */
+/*
+ * Remove the bucket of slot (its key still in place), shifting the
+ * entries after it back so that no probe chain is broken (linear
+ * probing's deletion: no tombstones to age the table).
+ */
+static void
+unlink_bucket(struct shm_segment *seg, uint32_t slot)
+{
+	struct subtab_slot	*s = &seg->slots[slot];
+	uint32_t		 mask = seg->header->bucket_count - 1;
+	uint32_t		 b, j, home, v;
+
+	for (b = s->key_hash & mask; seg->buckets[b] != slot + 1;
+	    b = (b + 1) & mask)
+		;
+	for (j = b;;) {
+		j = (j + 1) & mask;
+		if ((v = seg->buckets[j]) == 0)
+			break;
+		home = seg->slots[v - 1].key_hash & mask;
+		/* The entry at j stays if its home lies in (b, j]. */
+		if (b <= j ? home > b && home <= j : home > b || home <= j)
+			continue;
+		seg->buckets[b] = v;
+		b = j;
+	}
+	seg->buckets[b] = 0;
+}
+
+/*
+ * A slot to reuse for a key of length bytes: a free one (evicted, its
+ * new key never written), else a committed slot durable in the index,
+ * by the clock's second chance (a slot looked up since the hand last
+ * passed is skipped once).  Never a slot in flight, claimed or waited
+ * for.  UINT32_MAX if there is none.
+ */
 static uint32_t
-insert(struct shm_segment *seg, uint32_t bucket, uint32_t hash,
-    const char *key, size_t length, const struct subtab_entry *entry,
-    const struct subtab_claim *claim)
+find_victim(struct shm_segment *seg, size_t length)
 {
 	struct shm_header	*h = seg->header;
-	uint32_t		 index = h->slots_used;
-	struct subtab_slot	*s = &seg->slots[index];
+	struct subtab_slot	*s;
+	uint64_t		 steps;
+	uint32_t		 i, flags;
 
-	memcpy(seg->heap + h->heap_used, key, length);
+	if (h->slots_used == 0)
+		return UINT32_MAX;
+	for (steps = 0; steps < 2ULL * h->slots_used; steps++) {
+		i = h->evict_hand++ % h->slots_used;
+		s = &seg->slots[i];
+		if (s->claim.worker != 0 || atomic_load(&s->waiters) != 0 ||
+		    (s->key_room < length &&
+		    h->heap_used + length > h->heap_bytes))
+			continue;
+		if (s->entry.key_length == 0)
+			return i;	/* free */
+		flags = atomic_load(&s->flags);
+		if (!(flags & SUBTAB_SLOT_INDEXED) ||
+		    s->entry.state != SUBTAB_COMMITTED)
+			continue;
+		if (flags & SUBTAB_SLOT_USED) {
+			atomic_fetch_and(&s->flags, ~(uint32_t)SUBTAB_SLOT_USED);
+			continue;
+		}
+		return i;
+	}
+	return UINT32_MAX;
+}
+
+/*
+ * A slot and key space for a new key: the next unused slot, or a free or
+ * evicted one (left free: insert fills it).  UINT32_MAX if none.
+ */
+static uint32_t
+take_slot(struct shm_segment *seg, size_t length)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+	uint32_t		 victim;
+
+	if (h->slots_used < h->capacity &&
+	    h->heap_used + length <= h->heap_bytes)
+		return h->slots_used;
+	if (h->indexed_count == 0 && h->free_count == 0)
+		return UINT32_MAX;
+	if ((victim = find_victim(seg, length)) == UINT32_MAX)
+		return UINT32_MAX;
+	s = &seg->slots[victim];
+	if (s->entry.key_length == 0)
+		return victim;
+	h->evicting = 1;
+	unlink_bucket(seg, victim);
+	s->entry.key_length = 0;
+	h->state_counts[SUBTAB_COMMITTED]--;
+	h->indexed_count--;
+	h->free_count++;
+	s->journal_end = 0;
+	atomic_store(&s->state, SUBTAB_EMPTY);
+	atomic_store(&s->flags, 0);
+	h->evicting = 0;
+	atomic_fetch_add(&h->evictions, 1);
+	return victim;
+}
+
+/* Fill slot index, which take_slot gave, for key with entry. */
+static uint32_t
+insert(struct shm_segment *seg, uint32_t index, uint32_t bucket,
+    uint32_t hash, const char *key, size_t length,
+    const struct subtab_entry *entry, const struct subtab_claim *claim)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s = &seg->slots[index];
+	int			 fresh = index == h->slots_used;
+
+	if (fresh || s->key_room < length) {
+		s->key_offset = h->heap_used;
+		s->key_room = (uint16_t)length;
+		h->heap_used += length;
+	}
+	if (!fresh)
+		h->free_count--;
+	memcpy(seg->heap + s->key_offset, key, length);
 	s->key_hash = hash;
-	s->key_offset = h->heap_used;
 	s->entry = *entry;
 	s->entry.key_length = (uint16_t)length;
 	if (claim != NULL)
@@ -179,23 +327,15 @@ insert(struct shm_segment *seg, uint32_t bucket, uint32_t hash,
 	else
 		memset(&s->claim, 0, sizeof s->claim);
 	atomic_store(&s->waiters, 0);
+	atomic_store(&s->flags, 0);
 	/* A reservation is not in the journal until its claimer records it. */
 	s->journal_end = claim != NULL ? SUBTAB_NOT_JOURNALED : 0;
 	atomic_store(&s->state, entry->state);
 	seg->buckets[bucket] = index + 1;	/* publish */
-	h->heap_used += length;
-	h->slots_used++;
+	if (fresh)
+		h->slots_used++;
 	count_state(h, SUBTAB_EMPTY, entry->state);
 	return index;
-}
-
-static int
-has_room(struct shm_segment *seg, size_t length)
-{
-	struct shm_header	*h = seg->header;
-
-	return h->slots_used < h->capacity &&
-	    h->heap_used + length <= h->heap_bytes;
 }
 
 enum subtab_verdict
@@ -204,28 +344,42 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 	struct subtab_slot	*s;
 	struct subtab_entry	 entry;
 	enum subtab_verdict	 verdict;
-	uint32_t		 hash, bucket, slot;
+	uint32_t		 hash, bucket, slot, index;
 
 	hash = hash_key(seg, a->key, a->key_length);
 	if (lock_table(seg) != 0)
 		return SUBTAB_ALLOC_FAILED;
 	bucket = probe(seg, hash, a->key, a->key_length, &slot);
 	if (slot == UINT32_MAX) {
-		if (!has_room(seg, a->key_length)) {
+		/* Evicted meanwhile, it may be in the index now. */
+		if (!a->index_checked ||
+		    atomic_load(&seg->header->evictions) != a->evictions) {
+			verdict = SUBTAB_NOT_HERE;
+			goto out;
+		}
+		/* Room first: a refusal takes no number. */
+		if ((index = take_slot(seg, a->key_length)) == UINT32_MAX) {
+			atomic_store(&seg->header->checkpoint_wanted, 1);
 			verdict = SUBTAB_FULL;
 			goto out;
 		}
+		/* An eviction may have moved the empty bucket found. */
+		if (index != seg->header->slots_used)
+			bucket = probe(seg, hash, a->key, a->key_length, &slot);
 		entry = a->want;
 		entry.state = SUBTAB_RESERVED;
-		/* An effect takes no number: attempt and fence are the op's. */
+		/*
+		 * An effect takes no number: attempt and fence are the op's.
+		 * A failure leaves an evicted slot free, for the next key.
+		 */
 		if (entry.kind != SUBTAB_KIND_EFFECT &&
 		    seqalloc_next(seg, entry.kind, a->today, a->scan,
 		    a->scan_arg, &entry.date, &entry.seq) != 0) {
 			verdict = SUBTAB_ALLOC_FAILED;
 			goto out;
 		}
-		a->slot = insert(seg, bucket, hash, a->key, a->key_length,
-		    &entry, &a->claim);
+		a->slot = insert(seg, index, bucket, hash, a->key,
+		    a->key_length, &entry, &a->claim);
 		a->found = seg->slots[a->slot].entry;
 		verdict = SUBTAB_INSERTED;
 		goto out;
@@ -362,6 +516,9 @@ subtab_lookup(struct shm_segment *seg, const char *key, size_t length,
 		slot = UINT32_MAX;
 	if (slot != UINT32_MAX) {
 		*entry = seg->slots[slot].entry;
+		if (!(atomic_load(&seg->slots[slot].flags) & SUBTAB_SLOT_USED))
+			atomic_fetch_or(&seg->slots[slot].flags,
+			    SUBTAB_SLOT_USED);
 		if (slot_out != NULL)
 			*slot_out = slot;
 	}
@@ -397,7 +554,7 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
     uint32_t hash, const struct subtab_entry *entry)
 {
 	struct subtab_slot	*s;
-	uint32_t		 bucket, slot;
+	uint32_t		 bucket, slot, index;
 	uint16_t		 key_length;
 
 	if (length == 0 || length > SUBTAB_MAX_KEY_BYTES ||
@@ -409,12 +566,14 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 		return -1;
 	bucket = probe(seg, hash, key, length, &slot);
 	if (slot == UINT32_MAX) {
-		if (!has_room(seg, length)) {
+		if ((index = take_slot(seg, length)) == UINT32_MAX) {
 			unlock_table(seg);
 			errno = ENOSPC;
 			return -1;
 		}
-		insert(seg, bucket, hash, key, length, entry, NULL);
+		if (index != seg->header->slots_used)
+			bucket = probe(seg, hash, key, length, &slot);
+		insert(seg, index, bucket, hash, key, length, entry, NULL);
 	} else {
 		s = &seg->slots[slot];
 		key_length = s->entry.key_length;
@@ -505,6 +664,74 @@ subtab_copy(struct shm_segment *seg, uint32_t from, uint32_t max,
 	}
 	unlock_table(seg);
 	return n;
+}
+
+uint32_t
+subtab_copy_flags(struct shm_segment *seg, uint32_t from, uint32_t max,
+    struct subtab_entry *entries, char (*keys)[SUBTAB_MAX_KEY_BYTES],
+    uint32_t *flags)
+{
+	const struct subtab_slot	*s;
+	uint32_t			 n = 0;
+
+	if (lock_table(seg) != 0)
+		return 0;
+	for (; n < max && from + n < seg->header->slots_used; n++) {
+		s = &seg->slots[from + n];
+		entries[n] = s->entry;
+		flags[n] = atomic_load(&s->flags);
+		memcpy(keys[n], seg->heap + s->key_offset, s->entry.key_length);
+	}
+	unlock_table(seg);
+	return n;
+}
+
+void
+subtab_mark_indexed(struct shm_segment *seg, const uint32_t *slots,
+    size_t count)
+{
+	struct subtab_slot	*s;
+	size_t			 i;
+
+	if (lock_table(seg) != 0)
+		return;
+	for (i = 0; i < count; i++) {
+		s = &seg->slots[slots[i]];
+		/* Unindexed committed slots are never evicted: still ours. */
+		if (s->entry.state != SUBTAB_COMMITTED ||
+		    (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED))
+			continue;
+		atomic_fetch_or(&s->flags, SUBTAB_SLOT_INDEXED);
+		seg->header->indexed_count++;
+	}
+	unlock_table(seg);
+}
+
+void
+subtab_mark_all_indexed(struct shm_segment *seg)
+{
+	uint32_t	i;
+
+	if (lock_table(seg) != 0)
+		return;
+	for (i = 0; i < seg->header->slots_used; i++) {
+		if (seg->slots[i].entry.state != SUBTAB_COMMITTED ||
+		    (atomic_load(&seg->slots[i].flags) & SUBTAB_SLOT_INDEXED))
+			continue;
+		atomic_fetch_or(&seg->slots[i].flags, SUBTAB_SLOT_INDEXED);
+		seg->header->indexed_count++;
+	}
+	unlock_table(seg);
+}
+
+uint32_t
+subtab_unindexed(struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+	uint32_t		 committed = h->state_counts[SUBTAB_COMMITTED];
+
+	return committed > h->indexed_count ? committed - h->indexed_count :
+	    0;
 }
 
 /*

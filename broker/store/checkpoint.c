@@ -97,7 +97,8 @@ checkpoint_name_parse(const char *name, uint64_t *segment)
 
 static void
 header_encode(uint8_t h[CHECKPOINT_HEADER_BYTES], uint64_t segment,
-    uint64_t records, const struct seqalloc_state alloc[SUBTAB_KIND_COUNT])
+    uint64_t records, uint64_t index_only,
+    const struct seqalloc_state alloc[SUBTAB_KIND_COUNT])
 {
 	memset(h, 0, CHECKPOINT_HEADER_BYTES);
 	memcpy(h, checkpoint_magic, 8);
@@ -108,14 +109,36 @@ header_encode(uint8_t h[CHECKPOINT_HEADER_BYTES], uint64_t segment,
 	put32(h + 36, alloc[0].next_seq);
 	put32(h + 40, alloc[1].date);
 	put32(h + 44, alloc[1].next_seq);
+	/* Committed receipts only the index holds (0 before the index). */
+	put64(h + 48, index_only);
 	crypto_shorthash(h + 56, h, 56, checkpoint_key);
+}
+
+/* Remember a slot the index is given, to mark it once that is durable. */
+static int
+note_slot(uint32_t **slots, size_t *count, size_t *size, uint32_t slot)
+{
+	uint32_t	*grown;
+
+	if (*count == *size) {
+		*size = *size == 0 ? 1024 : 2 * *size;
+		if ((grown = realloc(*slots, *size * sizeof **slots)) == NULL)
+			return -1;
+		*slots = grown;
+	}
+	(*slots)[(*count)++] = slot;
+	return 0;
 }
 
 int
 checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
-    char **cause)
+    struct index *ix, char **cause)
 {
 	struct subtab_entry	*entries = NULL;
+	uint32_t		*flags = NULL, *put = NULL;
+	size_t			 n_put = 0, put_size = 0;
+	struct index_stats	 istats;
+	uint64_t		 committed = 0, index_only = 0;
 	char			(*keys)[SUBTAB_MAX_KEY_BYTES] = NULL;
 	struct journal_record	 record;
 	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
@@ -132,9 +155,11 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	snprintf(temp, sizeof temp, ".%s.tmp", name);
 	entries = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *entries);
 	keys = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *keys);
+	flags = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *flags);
 	buf = malloc((size_t)CHECKPOINT_CHUNK_SLOTS * JOURNAL_MAX_RECORD_BYTES);
 	big = malloc(JOURNAL_MAX_EFFECT_RECORD_BYTES);
-	if (entries == NULL || keys == NULL || buf == NULL || big == NULL) {
+	if (entries == NULL || keys == NULL || flags == NULL || buf == NULL ||
+	    big == NULL) {
 		asprintf(cause, "checkpoint: out of memory");
 		goto out;
 	}
@@ -149,11 +174,14 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	}
 	/* The allocator first: it is at least every number in the copy. */
 	memcpy(alloc, seg->header->alloc, sizeof alloc);
-	header_encode(header, segment, 0, alloc);
+	header_encode(header, segment, 0, 0, alloc);
 	if (journal_write_all(fd, header, sizeof header) != 0)
 		goto write_failed;
-	while ((n = subtab_copy(seg, from, CHECKPOINT_CHUNK_SLOTS, entries,
-	    keys)) > 0) {
+	/* The committed states the index lacks go to it in one transaction. */
+	if (ix != NULL && index_begin(ix, cause) != 0)
+		goto out;
+	while ((n = subtab_copy_flags(seg, from, CHECKPOINT_CHUNK_SLOTS,
+	    entries, keys, flags)) > 0) {
 		for (i = 0, used = 0; i < n; i++) {
 			/* A slot whose state was lost with the journal. */
 			if (entries[i].state == SUBTAB_EMPTY)
@@ -162,6 +190,30 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 			record.type = JOURNAL_RECORD_ENTRY;
 			record.entry = entries[i];
 			memcpy(record.key, keys[i], entries[i].key_length);
+			if (entries[i].kind == SUBTAB_KIND_EFFECT) {
+				record.type = JOURNAL_RECORD_EFFECT;
+				record.result = arena_get(seg,
+				    entries[i].result_offset,
+				    entries[i].result_length);
+				if (record.result == NULL &&
+				    entries[i].result_length) {
+					errno = EINVAL;
+					goto write_failed;
+				}
+			}
+			if (entries[i].state == SUBTAB_COMMITTED)
+				committed++;
+			if (ix != NULL &&
+			    entries[i].state == SUBTAB_COMMITTED &&
+			    !(flags[i] & SUBTAB_SLOT_INDEXED)) {
+				if (index_put(ix, INDEX_FULL, &record,
+				    cause) != 0 ||
+				    note_slot(&put, &n_put, &put_size,
+				    from + i) != 0)
+					goto index_failed;
+				if (n_put == 1 || n_put % 4096 == 0)
+					crash_point(CRASH_DURING_INDEX_WRITE);
+			}
 			if (entries[i].kind != SUBTAB_KIND_EFFECT) {
 				used += journal_encode(&record, buf + used,
 				    JOURNAL_MAX_RECORD_BYTES);
@@ -171,13 +223,6 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 			 * An effect's record carries its result, read from
 			 * the arena: bytes a slot names never change.
 			 */
-			record.type = JOURNAL_RECORD_EFFECT;
-			record.result = arena_get(seg,
-			    entries[i].result_offset, entries[i].result_length);
-			if (record.result == NULL && entries[i].result_length) {
-				errno = EINVAL;
-				goto write_failed;
-			}
 			n_big = journal_encode(&record, big,
 			    JOURNAL_MAX_EFFECT_RECORD_BYTES);
 			if (n_big == 0 || journal_write_all(fd, buf, used) != 0 ||
@@ -193,9 +238,22 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 		if (records >= seg->header->slots_used / 2)
 			crash_point(CRASH_DURING_CHECKPOINT);
 	}
+	/*
+	 * The index first: once this checkpoint is in place, the segments
+	 * before it go, and with them the journal's copy of what the index
+	 * was given.  A crash before the commit leaves the index as it was
+	 * and this checkpoint unfinished: nothing is lost.
+	 */
+	if (ix != NULL) {
+		if (index_commit(ix, segment, cause) != 0)
+			goto out;
+		subtab_mark_indexed(seg, put, n_put);
+		if (index_stats(ix, &istats) == 0 && istats.entries > committed)
+			index_only = istats.entries - committed;
+	}
 	memcpy(trailer, checkpoint_end, 8);
 	put64(trailer + 8, records);
-	header_encode(header, segment, records, alloc);
+	header_encode(header, segment, records, index_only, alloc);
 	if (journal_write_all(fd, trailer, sizeof trailer) != 0 ||
 	    pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
 	    fsync(fd) != 0)
@@ -208,18 +266,28 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 		goto out;
 	}
 	crash_point(CRASH_AFTER_CHECKPOINT_RENAMED);
-	log_info("checkpoint %s: %" PRIu64 " submissions", name, records);
+	log_info("checkpoint %s: %" PRIu64 " submissions, %zu new in the "
+	    "index", name, records, n_put);
 	rc = 0;
 	goto out;
 
+index_failed:
+	if (*cause == NULL)
+		asprintf(cause, "checkpoint %s: index: %s", name,
+		    strerror(errno));
+	goto out;
 write_failed:
 	asprintf(cause, "checkpoint %s/%s: write: %s", dir, temp,
 	    strerror(errno));
 out:
+	if (ix != NULL)
+		index_abort(ix);	/* nothing if committed */
 	if (fd != -1) {
 		close(fd);
 		unlinkat(dir_fd, temp, 0);
 	}
+	free(flags);
+	free(put);
 	if (dir_fd != -1)
 		close(dir_fd);
 	free(entries);
@@ -388,4 +456,46 @@ checkpoint_prune(const char *dir, uint64_t segment)
 	if (removed > 0)
 		fsync(dir_fd);
 	closedir(d);
+}
+
+int
+checkpoint_index_only(const char *dir, uint64_t *segment_out,
+    uint64_t *count, char **cause)
+{
+	uint8_t		h[CHECKPOINT_HEADER_BYTES], sum[8];
+	char		path[PATH_MAX];
+	uint64_t	segment;
+	int		fd;
+
+	*count = 0;
+	*segment_out = 0;
+	if (newest_checkpoint(dir, &segment) != 0) {
+		asprintf(cause, "checkpoint: reading %s: %s", dir,
+		    strerror(errno));
+		return -1;
+	}
+	if (segment == 0)
+		return 0;
+	snprintf(path, sizeof path, "%s/" CHECKPOINT_NAME_FORMAT, dir,
+	    segment);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) == -1) {
+		asprintf(cause, "checkpoint %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+		close(fd);
+		asprintf(cause, "checkpoint %s: short header", path);
+		errno = EINVAL;
+		return -1;
+	}
+	close(fd);
+	crypto_shorthash(sum, h, 56, checkpoint_key);
+	if (memcmp(h, checkpoint_magic, 8) != 0 || memcmp(sum, h + 56, 8) != 0) {
+		asprintf(cause, "checkpoint %s is corrupt", path);
+		errno = EINVAL;
+		return -1;
+	}
+	*count = get64(h + 48);
+	*segment_out = segment;
+	return 0;
 }

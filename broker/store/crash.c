@@ -43,6 +43,7 @@ static const char *const crash_point_names[CRASH_POINT_COUNT] = {
 	"after_effect_commit_durable",
 	"after_effect_release_durable",
 	"after_effect_resolve_durable",
+	"during_index_write",
 };
 
 static struct {

@@ -18,6 +18,8 @@
 
 /* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
 
+/* A segment's header: the bytes before its first record. */
+#define JOURNAL_SEGMENT_HEADER_BYTES	32
 /* The largest record without an effect's result: every ENTRY record. */
 #define JOURNAL_MAX_RECORD_BYTES	1024
 /* The largest record of all: an EFFECT record with the largest result. */
@@ -141,8 +143,13 @@ int	journal_rotate(struct journal *, char **cause);
 #define JOURNAL_DEFAULT_SEGMENT_BYTES	(64ULL * 1024 * 1024)
 
 /* Write checkpoint-<segment>.snap atomically from the table. */
+struct index;
+/*
+ * The same, giving the index (NULL: none) every committed entry it lacks
+ * and making that durable before the checkpoint is renamed into place.
+ */
 int	checkpoint_write(const char *dir, uint64_t segment,
-	    struct shm_segment *, char **cause);
+	    struct shm_segment *, struct index *, char **cause);
 /*
  * Apply the newest checkpoint of dir; *segment is where the journal
  * continues (0: no checkpoint, replay everything).  -1 if it is corrupt.
@@ -150,8 +157,78 @@ int	checkpoint_write(const char *dir, uint64_t segment,
 int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
 	    struct seqalloc_state alloc[SUBTAB_KIND_COUNT], uint64_t *segment,
 	    uint64_t *records, char **cause);
+/*
+ * The newest checkpoint's segment (0: none) and the committed receipts
+ * only the index held when it was written: what a lost index loses.
+ */
+int	checkpoint_index_only(const char *dir, uint64_t *segment,
+	    uint64_t *count, char **cause);
 /* Remove segments and checkpoints older than segment, and temporaries. */
 void	checkpoint_prune(const char *dir, uint64_t segment);
+
+/* ---- index.c: every committed receipt, on disk (doc/journal.md) ------ */
+
+#define INDEX_FORMAT	1
+enum index_form {
+	INDEX_FULL = 1,		/* the whole entry (and an effect's result) */
+	INDEX_TOMBSTONE = 2	/* compacted: the facts a retry is told */
+};
+struct MDB_env;
+struct MDB_txn;
+struct index {
+	struct MDB_env	*env;
+	unsigned	 receipts, meta;	/* MDB_dbi */
+	struct MDB_txn	*read;		/* reset between lookups */
+	struct MDB_txn	*write;		/* index_begin .. index_commit */
+	char		*dir;
+	int		 readonly;
+};
+struct index_entry {
+	int			form;	/* enum index_form */
+	/* committed; an effect's result in the caller's buffer */
+	struct journal_record	record;
+};
+struct index_stats {
+	uint64_t	entries;
+	uint64_t	bytes;		/* pages in use */
+	uint64_t	checkpoint;	/* last written from (0: never) */
+};
+#define INDEX_READONLY	0x1
+/* A data file exists at dir (1), or not (0). */
+int	index_exists(const char *dir);
+/*
+ * Open (creating dir, the last component only, and the databases unless
+ * INDEX_READONLY).  -1 with a cause; errno EINVAL: damaged or of
+ * another format.
+ */
+int	index_open(struct index *, const char *dir, int flags, char **cause);
+void	index_close(struct index *);
+/*
+ * Look key up: 1 and the entry (an effect's result copied into result,
+ * IDEM_MAX_EFFECT_RESULT_BYTES), 0 if absent, -1 on error (EINVAL: a
+ * value that does not decode).
+ */
+int	index_get(struct index *, const char *key, size_t key_length,
+	    struct index_entry *, uint8_t *result, char **cause);
+/* One write transaction at a time; index_commit makes it durable. */
+int	index_begin(struct index *, char **cause);
+int	index_put(struct index *, int form, const struct journal_record *,
+	    char **cause);
+/* checkpoint (0: unchanged) is recorded with the same commit. */
+int	index_commit(struct index *, uint64_t checkpoint, char **cause);
+void	index_abort(struct index *);
+int	index_stats(struct index *, struct index_stats *);
+/* Visit every entry in key order; visit returning non-zero stops (<0: error). */
+typedef int (*index_visit_fn)(const struct index_entry *, void *arg);
+int	index_foreach(struct index *, index_visit_fn, void *arg,
+	    char **cause);
+/* Replace every full entry committed before before_ms by its tombstone. */
+int	index_compact(struct index *, int64_t before_ms, uint64_t *pruned,
+	    char **cause);
+/* What a tombstone keeps of a full entry. */
+void	index_tombstone_of(const struct journal_record *full,
+	    struct journal_record *);
+int	index_decode(const void *, size_t, struct index_entry *);
 
 /* ---- taskfile.c: TASK and REPORT files in the FCoP workspace ---------- */
 
@@ -336,6 +413,8 @@ enum crash_point {
 	CRASH_AFTER_EFFECT_COMMIT_DURABLE,	/* complete applied */
 	CRASH_AFTER_EFFECT_RELEASE_DURABLE,	/* complete not_applied */
 	CRASH_AFTER_EFFECT_RESOLVE_DURABLE,	/* resolve, any evidence */
+	/* The master's: committed entries given to the index, uncommitted. */
+	CRASH_DURING_INDEX_WRITE,
 	CRASH_POINT_COUNT
 };
 #ifdef IDEM_FAULT_INJECTION

@@ -3,7 +3,7 @@
 # Install what idem needs to build and test on Debian 12, if missing.
 set -eu
 packages="build-essential autoconf automake libtool pkg-config libevent-dev
-libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev libsqlite3-dev
+libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev libsqlite3-dev liblmdb-dev
 python3 strace clang libclang-rt-dev libsystemd-dev
 python3-venv python3-mypy"
 missing=""

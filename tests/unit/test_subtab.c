@@ -84,6 +84,7 @@ request(const char *key, uint8_t digest_byte, uint32_t worker,
 	a.claim.generation = generation;
 	a.claim.token = token;
 	a.today = 20261202;
+	a.index_checked = 1;	/* no index here: a miss inserts */
 	return a;
 }
 
@@ -199,6 +200,129 @@ test_full_loses_nothing(void **state)
 	}
 	/* The failed insert took no number. */
 	assert_int_equal(f->seg.header->alloc[0].next_seq, 4);
+}
+
+
+/*
+ * The table as a cache: a committed slot is evicted for a new key only
+ * once it is marked indexed, never one in flight; the evicted key is
+ * gone from the table (the index answers for it), every other key is
+ * still found (the bucket removal broke no probe chain), and an
+ * acquire that checked the index before an eviction is sent back to it.
+ */
+static void
+test_eviction_only_of_indexed_committed(void **state)
+{
+	struct fixture		*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a, stale;
+	struct subtab_entry	 e;
+	uint32_t		 slots[3];
+	char			 key[16];
+	int			 i, found;
+
+	/* Three slots: k0 committed, k1 committed, k2 reserved. */
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		a = request(key, 1, 1, gen, (uint32_t)i + 1);
+		assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+		slots[i] = a.slot;
+		e = a.found;
+		e.state = i < 2 ? SUBTAB_COMMITTED : SUBTAB_RESERVED;
+		assert_int_equal(subtab_record(&f->seg, a.slot, &a.claim, &e,
+		    "r", 1, &(uint64_t){ 0 }), 0);
+		subtab_release(&f->seg, a.slot, &a.claim);
+	}
+	/* Nothing indexed: full, and a checkpoint is asked for. */
+	stale = request("k3", 1, 1, gen, 9);
+	assert_int_equal(subtab_acquire(&f->seg, &stale), SUBTAB_FULL);
+	assert_int_equal(f->seg.header->checkpoint_wanted, 1);
+	assert_int_equal(subtab_unindexed(&f->seg), 2);
+	/* The reserved slot is never marked, whatever the caller asks. */
+	subtab_mark_indexed(&f->seg, slots, 3);
+	assert_int_equal(f->seg.header->indexed_count, 2);
+	assert_int_equal(subtab_unindexed(&f->seg), 0);
+
+	a = request("k3", 1, 1, gen, 10);
+	a.evictions = atomic_load(&f->seg.header->evictions);
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	assert_int_equal(atomic_load(&f->seg.header->evictions), 1);
+	assert_int_equal(f->seg.header->slots_used, 3);
+	assert_true(a.slot == slots[0] || a.slot == slots[1]);
+	/* Exactly one of k0, k1 left; k2 (in flight) and k3 are there. */
+	found = subtab_lookup(&f->seg, "k0", 2, &e, NULL) +
+	    subtab_lookup(&f->seg, "k1", 2, &e, NULL);
+	assert_int_equal(found, 1);
+	assert_int_equal(subtab_lookup(&f->seg, "k2", 2, &e, NULL), 1);
+	assert_int_equal(e.state, SUBTAB_RESERVED);
+	assert_int_equal(subtab_lookup(&f->seg, "k3", 2, &e, NULL), 1);
+	assert_int_equal(e.state, SUBTAB_RESERVED);
+
+	/* Checked the index before that eviction: look again. */
+	stale = request("k4", 1, 1, gen, 11);
+	stale.evictions = 0;
+	assert_int_equal(subtab_acquire(&f->seg, &stale), SUBTAB_NOT_HERE);
+	/* Never checked: look first. */
+	stale.index_checked = 0;
+	stale.evictions = atomic_load(&f->seg.header->evictions);
+	assert_int_equal(subtab_acquire(&f->seg, &stale), SUBTAB_NOT_HERE);
+	/* The last indexed one goes for k4; then only in-flight remain. */
+	stale.index_checked = 1;
+	assert_int_equal(subtab_acquire(&f->seg, &stale), SUBTAB_INSERTED);
+	assert_int_equal(subtab_lookup(&f->seg, "k0", 2, &e, NULL) +
+	    subtab_lookup(&f->seg, "k1", 2, &e, NULL), 0);
+	a = request("k5", 1, 1, gen, 12);
+	a.evictions = atomic_load(&f->seg.header->evictions);
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_FULL);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_RESERVED], 3);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_COMMITTED], 0);
+}
+
+/* Replay with a table smaller than the history: apply evicts too. */
+static void
+test_apply_evicts_indexed(void **state)
+{
+	struct fixture		*f = *state;
+	struct subtab_entry	 e, got;
+	char			 key[16];
+	int			 i, present = 0;
+
+	memset(&e, 0, sizeof e);
+	e.kind = SUBTAB_KIND_TASK;
+	e.state = SUBTAB_COMMITTED;
+	e.date = 20261202;
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "old-%d", i);
+		e.seq = (uint32_t)i + 1;
+		assert_int_equal(subtab_apply(&f->seg, key, strlen(key), &e),
+		    0);
+	}
+	e.seq = 10;
+	errno = 0;
+	assert_int_equal(subtab_apply(&f->seg, "new-0", 5, &e), -1);
+	assert_int_equal(errno, ENOSPC);
+	subtab_mark_all_indexed(&f->seg);
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "new-%d", i);
+		e.seq = (uint32_t)i + 10;
+		assert_int_equal(subtab_apply(&f->seg, key, strlen(key), &e),
+		    0);
+	}
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "new-%d", i);
+		assert_int_equal(subtab_lookup(&f->seg, key, strlen(key), &got,
+		    NULL), 1);
+		assert_int_equal(got.seq, (uint32_t)i + 10);
+		snprintf(key, sizeof key, "old-%d", i);
+		present += subtab_lookup(&f->seg, key, strlen(key), &got, NULL);
+	}
+	assert_int_equal(present, 0);
+	assert_int_equal(atomic_load(&f->seg.header->evictions), 3);
+	/* A repair recounts what an eviction keeps in the header. */
+	assert_int_equal(subtab_repair(&f->seg), 0);
+	assert_int_equal(f->seg.header->indexed_count, 0);
+	assert_int_equal(f->seg.header->free_count, 0);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_COMMITTED], 3);
 }
 
 /*
@@ -691,6 +815,11 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_mismatch_and_dead_claim,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_loses_nothing,
+		    setup_tiny, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_eviction_only_of_indexed_committed, setup_tiny,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_apply_evicts_indexed,
 		    setup_tiny, teardown),
 		cmocka_unit_test_setup_teardown(test_apply_hashed_as_apply,
 		    setup, teardown),
