@@ -383,6 +383,72 @@ fail:
 	return -1;
 }
 
+/*
+ * No room for a submission in flight: give the index every committed
+ * entry of the table it lacks (the start-up transaction, committed
+ * before the broker serves), which makes them evictable.  0 if that
+ * made some, 1 if there were none, -1 on error.
+ */
+static int
+replay_make_room(struct idemd *d)
+{
+	struct subtab_entry	*entries;
+	char			(*keys)[SUBTAB_MAX_KEY_BYTES];
+	uint32_t		*flags, *slots = NULL, from = 0, n, i;
+	struct journal_record	 record;
+	size_t			 count = 0;
+	char			*cause = NULL;
+	int			 rc = -1;
+
+	entries = calloc(1024, sizeof *entries);
+	keys = calloc(1024, sizeof *keys);
+	flags = calloc(1024, sizeof *flags);
+	slots = calloc(d->seg.header->slots_used + 1, sizeof *slots);
+	if (entries == NULL || keys == NULL || flags == NULL || slots == NULL)
+		goto out;
+	if (!replay_index.writing) {
+		if (index_begin(&d->index, &cause) != 0)
+			goto out;
+		replay_index.writing = 1;
+	}
+	while ((n = subtab_copy_flags(&d->seg, from, 1024, entries, keys,
+	    flags)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (entries[i].state != SUBTAB_COMMITTED ||
+			    (flags[i] & SUBTAB_SLOT_INDEXED))
+				continue;
+			memset(&record, 0, sizeof record);
+			record.type = entries[i].kind == SUBTAB_KIND_EFFECT ?
+			    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
+			record.entry = entries[i];
+			memcpy(record.key, keys[i], entries[i].key_length);
+			if (record.type == JOURNAL_RECORD_EFFECT &&
+			    (record.result = arena_get(&d->seg,
+			    entries[i].result_offset,
+			    entries[i].result_length)) == NULL)
+				goto out;
+			if (index_put(&d->index, INDEX_FULL, &record,
+			    &cause) != 0)
+				goto out;
+			slots[count++] = from + i;
+			replay_index.put++;
+		}
+		from += n;
+	}
+	subtab_mark_indexed(&d->seg, slots, count);
+	rc = count > 0 ? 0 : 1;
+out:
+	if (rc < 0)
+		log_warnx("replay: making room: %s", cause != NULL ? cause :
+		    "out of memory");
+	free(cause);
+	free(entries);
+	free(keys);
+	free(flags);
+	free(slots);
+	return rc;
+}
+
 static int
 replay_apply(const struct journal_record *r, void *arg)
 {
@@ -422,6 +488,11 @@ replay_apply(const struct journal_record *r, void *arg)
 				    effect.result_offset;
 			return replay_to_index(d, r);
 		}
+		/* In flight: room is made by giving the index the rest. */
+		if (errno == ENOSPC && d->index_ready &&
+		    replay_make_room(d) == 0 &&
+		    subtab_apply(&d->seg, r->key, r->entry.key_length, e) == 0)
+			return 0;
 		if (errno == ENOSPC && replay_overflowed(r) == 0)
 			return 0;	/* counted; refused after the replay */
 		log_warn("replay: submission table (capacity %u)",
@@ -487,6 +558,7 @@ static int
 open_index(struct idemd *d, const char *journal_dir, char **cause)
 {
 	struct index_stats	 st;
+	struct stat		 jst;
 	char			 idir[PATH_MAX], aside[PATH_MAX + 32];
 	char			*why = NULL;
 	uint64_t		 segment, index_only;
@@ -535,7 +607,8 @@ open_index(struct idemd *d, const char *journal_dir, char **cause)
 		    (unsigned long long)index_only);
 		return -1;
 	}
-	if (!existed && segment != 0)
+	/* A root with a journal had an index: say it is being rebuilt. */
+	if (!existed && (segment != 0 || stat(journal_dir, &jst) == 0))
 		log_warnx("index %s is %s: rebuilding it from the checkpoint "
 		    "and the journal, which hold every committed receipt",
 		    idir, damaged ? "damaged" : "missing");

@@ -444,56 +444,99 @@ index_foreach(struct index *x, index_visit_fn visit, void *arg,
 	return 0;
 }
 
+/* One change of a compaction: a key and its tombstone's value. */
+struct index_change {
+	uint16_t	key_length;
+	char		key[SUBTAB_MAX_KEY_BYTES];
+	size_t		length;
+	uint8_t		value[INDEX_HEAD_BYTES + JOURNAL_MAX_RECORD_BYTES];
+};
+#define INDEX_COMPACT_BATCH	1024
+
 int
 index_compact(struct index *x, int64_t before_ms, uint64_t *pruned,
     char **cause)
 {
-	MDB_cursor		*c;
-	MDB_val			 k, v, nv;
+	MDB_cursor		*c = NULL;
+	MDB_val			 k, v;
 	struct index_entry	 e;
 	struct journal_record	 t;
-	uint8_t			 buf[INDEX_HEAD_BYTES +
-				     JOURNAL_MAX_RECORD_BYTES];
-	size_t			 length;
-	int			 rc;
+	struct index_change	*batch;
+	char			 last[SUBTAB_MAX_KEY_BYTES];
+	size_t			 n, i, last_length = 0;
+	int			 rc = 0, op, done = 0;
 
 	*pruned = 0;
-	if (index_begin(x, cause) != 0)
+	if ((batch = calloc(INDEX_COMPACT_BATCH, sizeof *batch)) == NULL)
+		return index_fail(cause, x->dir, "compact", ENOMEM);
+	if (index_begin(x, cause) != 0) {
+		free(batch);
 		return -1;
-	if ((rc = mdb_cursor_open(x->write, x->receipts, &c)) != 0) {
-		index_abort(x);
-		return index_fail(cause, x->dir, "cursor", rc);
 	}
-	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
-	    rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (index_decode(v.mv_data, v.mv_size, &e) != 0) {
-			mdb_cursor_close(c);
-			index_abort(x);
-			if (cause != NULL)
-				asprintf(cause, "index %s: a corrupt entry; "
-				    "run idemctl verify", x->dir);
-			errno = EINVAL;
-			return -1;
-		}
-		/* committed_at: created_at_ms, for every kind. */
-		if (e.form != INDEX_FULL ||
-		    e.record.entry.created_at_ms >= before_ms)
-			continue;
-		index_tombstone_of(&e.record, &t);
-		if (index_encode(INDEX_TOMBSTONE, &t, buf, sizeof buf,
-		    &length) != 0) {
-			rc = MDB_BAD_VALSIZE;
+	/*
+	 * Collect a batch with a cursor, then put it with the cursor
+	 * closed: values change size, and a cursor is not moved through
+	 * pages that change under it.
+	 */
+	while (!done) {
+		if ((rc = mdb_cursor_open(x->write, x->receipts, &c)) != 0)
 			break;
+		if (last_length == 0)
+			op = MDB_FIRST;
+		else {
+			k.mv_data = last;
+			k.mv_size = last_length;
+			op = MDB_SET_RANGE;
 		}
-		nv.mv_data = buf;
-		nv.mv_size = length;
-		if ((rc = mdb_cursor_put(c, &k, &nv, MDB_CURRENT)) != 0)
+		for (n = 0, rc = mdb_cursor_get(c, &k, &v, op);
+		    rc == 0 && n < INDEX_COMPACT_BATCH;
+		    rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+			/* SET_RANGE lands on the last key of the batch before. */
+			if (last_length != 0 && k.mv_size == last_length &&
+			    memcmp(k.mv_data, last, last_length) == 0)
+				continue;
+			if (index_decode(v.mv_data, v.mv_size, &e) != 0) {
+				rc = MDB_CORRUPTED;
+				break;
+			}
+			memcpy(last, k.mv_data, k.mv_size);
+			last_length = k.mv_size;
+			/* committed_at: created_at_ms, for every kind. */
+			if (e.form != INDEX_FULL ||
+			    e.record.entry.created_at_ms >= before_ms)
+				continue;
+			index_tombstone_of(&e.record, &t);
+			batch[n].key_length = (uint16_t)k.mv_size;
+			memcpy(batch[n].key, k.mv_data, k.mv_size);
+			if (index_encode(INDEX_TOMBSTONE, &t, batch[n].value,
+			    sizeof batch[n].value, &batch[n].length) != 0) {
+				rc = MDB_BAD_VALSIZE;
+				break;
+			}
+			n++;
+		}
+		mdb_cursor_close(c);
+		if (rc == MDB_NOTFOUND) {
+			done = 1;
+			rc = 0;
+		} else if (rc != 0)
 			break;
-		(*pruned)++;
+		for (i = 0; i < n; i++) {
+			k.mv_data = batch[i].key;
+			k.mv_size = batch[i].key_length;
+			v.mv_data = batch[i].value;
+			v.mv_size = batch[i].length;
+			if ((rc = mdb_put(x->write, x->receipts, &k, &v, 0)) != 0)
+				break;
+			(*pruned)++;
+		}
+		if (rc != 0)
+			break;
 	}
-	mdb_cursor_close(c);
-	if (rc != 0 && rc != MDB_NOTFOUND) {
+	free(batch);
+	if (rc != 0) {
 		index_abort(x);
+		*pruned = 0;
 		return index_fail(cause, x->dir, "compact", rc);
 	}
 	return index_commit(x, 0, cause);

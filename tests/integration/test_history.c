@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_history.c: the two tiers (SPEC.md, "History and retention";
+ * doc/journal.md, "The index").  With a --capacity far below the
+ * history, committed entries leave the table for the index and every
+ * retry still answers reused with the first receipt byte for byte (read
+ * from the reply line itself); a restart with a smaller capacity than
+ * the history serves it all; a kill while the index is written loses
+ * nothing; compaction leaves tombstones that answer reused with
+ * receipt_pruned:true and never execute again; a missing index is
+ * rebuilt when the journal still holds it all and refused when it held
+ * receipts nothing else does.  Every test counts TASK files.
+ */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define HISTORY_TASKS		60
+#define HISTORY_EFFECTS		40
+#define HISTORY_CAPACITY	"8"
+/* A checkpoint runs in the background: table_full is retried meanwhile. */
+#define HISTORY_FULL_RETRY_MS	2
+#define HISTORY_FULL_MAX_RETRIES 5000
+
+static const char *const small_args[] = { "--capacity", HISTORY_CAPACITY,
+    NULL };
+static const char *const smaller_args[] = { "--capacity", "4", NULL };
+
+struct history {
+	char	receipts[HISTORY_TASKS][1024];
+	char	effects[HISTORY_EFFECTS][1024];
+	int	full_retries;
+};
+
+/*
+ * One request line, its reply line (malloc'd).  The receipt is the last
+ * member of a reply: what follows "receipt": is its exact bytes.
+ */
+static char *
+call_line(struct broker *b, json_t *request)
+{
+	char	*line, *reply;
+	int	 fd;
+
+	assert_non_null(line = json_dumps(request, JSON_COMPACT));
+	json_decref(request);
+	assert_true((fd = harness_raw_connect(b)) >= 0);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	reply = harness_raw_read_line(fd);
+	close(fd);
+	free(line);
+	assert_non_null(reply);
+	return reply;
+}
+
+/* The same, NULL if the connection ends first (the broker died). */
+static char *
+call_line_or_null(struct broker *b, json_t *request)
+{
+	char	*line, *reply = NULL;
+	int	 fd;
+
+	assert_non_null(line = json_dumps(request, JSON_COMPACT));
+	json_decref(request);
+	if ((fd = harness_raw_connect(b)) >= 0) {
+		if (harness_raw_send(fd, line) == 0)
+			reply = harness_raw_read_line(fd);
+		close(fd);
+	}
+	free(line);
+	return reply;
+}
+
+static void
+receipt_bytes(const char *reply, char *out, size_t size)
+{
+	const char	*p = strstr(reply, "\"receipt\":");
+	size_t		 n;
+
+	if (p == NULL)
+		fail_msg("no receipt in %s", reply);
+	p += strlen("\"receipt\":");
+	n = strlen(p);
+	assert_true(n >= 2 && p[n - 1] == '}');
+	n--;	/* the reply's own closing brace */
+	assert_true(n < size);
+	memcpy(out, p, n);
+	out[n] = '\0';
+}
+
+static int
+is_table_full(const char *reply)
+{
+	return strstr(reply, "\"code\":\"table_full\"") != NULL;
+}
+
+/* A write_task, retried while the table is full (retryable by contract). */
+static char *
+write_task(struct broker *b, struct history *h, const char *id,
+    const char *subject)
+{
+	struct timespec	 ts = { 0, HISTORY_FULL_RETRY_MS * 1000000L };
+	char		*reply;
+	int		 tries;
+
+	for (tries = 0;; tries++) {
+		reply = call_line(b, harness_write_task(id, subject));
+		if (!is_table_full(reply))
+			return reply;
+		assert_non_null(strstr(reply, "\"retryable\":true"));
+		assert_true(tries < HISTORY_FULL_MAX_RETRIES);
+		free(reply);
+		h->full_retries++;
+		nanosleep(&ts, NULL);
+	}
+}
+
+static json_t *
+begin_request(int i, int other)
+{
+	char	id[32];
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	return json_pack("{s:s, s:s, s:s, s:{s:i, s:s}}", "op", "effect_begin",
+	    "client_submission_id", id, "effect_kind", "mail.send/v1",
+	    "request", "n", i, "to", other ? "someone-else" : "ops@example");
+}
+
+static char *
+effect_begin(struct broker *b, struct history *h, int i, int other)
+{
+	struct timespec	 ts = { 0, HISTORY_FULL_RETRY_MS * 1000000L };
+	char		*reply;
+	int		 tries;
+
+	for (tries = 0;; tries++) {
+		reply = call_line(b, begin_request(i, other));
+		if (!is_table_full(reply))
+			return reply;
+		assert_true(tries < HISTORY_FULL_MAX_RETRIES);
+		free(reply);
+		h->full_retries++;
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void
+create_history(struct broker *b, struct history *h)
+{
+	json_t		*r, *complete;
+	char		 id[32], subject[64], *reply, fence[64];
+	int		 i;
+
+	for (i = 0; i < HISTORY_TASKS; i++) {
+		snprintf(id, sizeof id, "hist-%d", i);
+		snprintf(subject, sizeof subject, "history %d", i);
+		reply = write_task(b, h, id, subject);
+		if (strstr(reply, "\"disposition\":\"created\"") == NULL)
+			fail_msg("%s: %s", id, reply);
+		receipt_bytes(reply, h->receipts[i], sizeof h->receipts[i]);
+		free(reply);
+	}
+	for (i = 0; i < HISTORY_EFFECTS; i++) {
+		reply = effect_begin(b, h, i, 0);
+		assert_non_null(r = json_loads(reply, 0, NULL));
+		if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
+			fail_msg("fx-%d: %s", i, reply);
+		snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+		json_decref(r);
+		free(reply);
+		snprintf(id, sizeof id, "fx-%d", i);
+		complete = json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:i, s:s}}",
+		    "op", "effect_complete", "client_submission_id", id,
+		    "effect_kind", "mail.send/v1", "fence", fence, "outcome",
+		    "applied", "result", "message_id", i, "status", "sent");
+		reply = call_line(b, complete);
+		if (strstr(reply, "\"state\":\"committed\"") == NULL)
+			fail_msg("complete fx-%d: %s", i, reply);
+		receipt_bytes(reply, h->effects[i], sizeof h->effects[i]);
+		free(reply);
+	}
+}
+
+/* Every id answers reused with its first receipt, byte for byte. */
+static void
+check_history_files(struct broker *b, struct history *h, int files)
+{
+	char	 id[32], subject[64], got[1024], *reply;
+	int	 i;
+
+	for (i = 0; i < HISTORY_TASKS; i++) {
+		snprintf(id, sizeof id, "hist-%d", i);
+		snprintf(subject, sizeof subject, "history %d", i);
+		reply = write_task(b, h, id, subject);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("%s: %s", id, reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, h->receipts[i]);
+		free(reply);
+	}
+	for (i = 0; i < HISTORY_EFFECTS; i++) {
+		reply = effect_begin(b, h, i, 0);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d: %s", i, reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, h->effects[i]);
+		free(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), files);
+}
+
+static void
+check_history(struct broker *b, struct history *h)
+{
+	check_history_files(b, h, HISTORY_TASKS);
+}
+
+static json_int_t
+stat_of(struct broker *b, const char *name)
+{
+	json_t		*r;
+	json_int_t	 v;
+
+	assert_non_null(r = harness_call_once(b, json_pack("{s:s}", "op",
+	    "stats")));
+	if (!json_is_integer(json_object_get(r, name)))
+		fail_msg("stats has no %s", name);
+	v = json_integer_value(json_object_get(r, name));
+	json_decref(r);
+	return v;
+}
+
+/*
+ * A table of 8 for 100 committed ids: most answers come from the index
+ * (cold hits), byte for byte, and a second digest under a cold id is
+ * still a conflict.
+ */
+static void
+test_small_capacity_evicts_and_answers_cold(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	char		*reply;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	create_history(b, &h);
+	assert_true(stat_of(b, "table_entries") <= 8);
+	assert_true(stat_of(b, "table_evictions") > 0);
+	check_history(b, &h);
+	assert_int_equal(stat_of(b, "history_entries"),
+	    HISTORY_TASKS + HISTORY_EFFECTS);
+	assert_true(stat_of(b, "index_entries") >= HISTORY_TASKS +
+	    HISTORY_EFFECTS - 8);
+	assert_true(stat_of(b, "index_bytes") > 0);
+	/* A cold id under another request: conflict, nothing created. */
+	reply = write_task(b, &h, "hist-0", "another subject");
+	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
+	free(reply);
+	reply = effect_begin(b, &h, 0, 1);
+	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
+	free(reply);
+	/* A cold get_submission finds it committed with its receipt. */
+	reply = call_line(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	    "client_submission_id", "hist-1"));
+	assert_non_null(strstr(reply, "\"found\":true"));
+	assert_non_null(strstr(reply, h.receipts[1]));
+	free(reply);
+	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
+	print_message("table_full retried %d times while checkpoints ran\n",
+	    h.full_retries);
+	harness_finish(b);
+}
+
+/* The history outgrows a restart's --capacity: it serves it all. */
+static void
+test_restart_with_smaller_capacity(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	char		*reply;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	create_history(b, &h);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(harness_start(b, smaller_args, NULL), 0);
+	assert_true(stat_of(b, "table_entries") <= 4);
+	check_history(b, &h);
+	/* And new ids still get made. */
+	reply = write_task(b, &h, "after-restart", "new");
+	assert_non_null(strstr(reply, "\"disposition\":\"created\""));
+	free(reply);
+	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS + 1);
+	harness_kill(b);
+	/* Killed, not stopped: the journal after the checkpoint replays. */
+	assert_int_equal(harness_start(b, smaller_args, NULL), 0);
+	check_history_files(b, &h, HISTORY_TASKS + 1);
+	harness_finish(b);
+}
+
+/*
+ * The broker dies in the middle of giving committed entries to the
+ * index (IDEM_CRASH_AT=during_index_write, the checkpoint thread's):
+ * the index is as its last commit left it, the checkpoint was never put
+ * in place, the segments are all there, and every acknowledged receipt
+ * comes back byte for byte.
+ */
+static void
+test_kill_during_index_write(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	static const char *const env[] = {
+	    "IDEM_CRASH_AT=during_index_write", NULL };
+	char		 id[32], subject[64], got[1024], *reply;
+	int		 i, answered = 0;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("built without --enable-fault-injection: no crash "
+	    "points");
+	return;
+#endif
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, small_args, env), 0);
+	for (i = 0; i < HISTORY_TASKS; i++) {
+		snprintf(id, sizeof id, "hist-%d", i);
+		snprintf(subject, sizeof subject, "history %d", i);
+		if ((reply = call_line_or_null(b, harness_write_task(id,
+		    subject))) == NULL)
+			break;	/* the broker died under this request */
+		if (is_table_full(reply)) {
+			/* The checkpoint that frees room is the one that dies. */
+			free(reply);
+			i--;
+			if (kill(b->pid, 0) != 0)
+				break;
+			continue;
+		}
+		if (strstr(reply, "\"disposition\":\"created\"") == NULL) {
+			free(reply);
+			break;
+		}
+		receipt_bytes(reply, h.receipts[i], sizeof h.receipts[i]);
+		answered = i + 1;
+		free(reply);
+	}
+	harness_wait_dead(b);
+	assert_true(answered >= 5);	/* a checkpoint was due by then */
+	assert_true(answered < HISTORY_TASKS);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	for (i = 0; i < HISTORY_TASKS; i++) {
+		snprintf(id, sizeof id, "hist-%d", i);
+		snprintf(subject, sizeof subject, "history %d", i);
+		reply = write_task(b, &h, id, subject);
+		if (i < answered) {
+			if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+				fail_msg("%s: %s", id, reply);
+			receipt_bytes(reply, got, sizeof got);
+			assert_string_equal(got, h.receipts[i]);
+		} else
+			assert_non_null(strstr(reply, "\"ok\":true"));
+		free(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
+	harness_finish(b);
+}
+
+/* Run idemctl on the broker's root; its exit status. */
+static int
+idemctl(struct broker *b, const char *const *args, char *out, size_t size)
+{
+	char	 cmd[2048];
+	FILE	*p;
+	size_t	 n = 0;
+	int	 status, i;
+
+	n = (size_t)snprintf(cmd, sizeof cmd, "'%s' --root '%s'",
+	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl",
+	    b->root);
+	for (i = 0; args[i] != NULL; i++)
+		n += (size_t)snprintf(cmd + n, sizeof cmd - n, " %s", args[i]);
+	snprintf(cmd + n, sizeof cmd - n, " 2>&1");
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/*
+ * idemctl compact --older-than 0 turns every receipt of the index into
+ * its tombstone: a retry answers reused with receipt_pruned:true and the
+ * first receipt's facts (no second TASK file, no proceed); another
+ * request is still a conflict; verify still finds every file.
+ */
+static void
+test_compact_leaves_tombstones(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	static const char *const compact[] = { "compact", "--older-than",
+	    "0", NULL };
+	static const char *const verify[] = { "verify", NULL };
+	char		 id[32], subject[64], out[8192], *reply;
+	json_t		*r, *first, *receipt;
+	int		 i, pruned = 0, effects_pruned = 0;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	create_history(b, &h);
+	if (idemctl(b, compact, out, sizeof out) != 0)
+		fail_msg("idemctl compact: %s", out);
+	assert_non_null(strstr(out, "pruned to tombstones"));
+	for (i = 0; i < HISTORY_TASKS; i++) {
+		snprintf(id, sizeof id, "hist-%d", i);
+		snprintf(subject, sizeof subject, "history %d", i);
+		reply = write_task(b, &h, id, subject);
+		assert_non_null(r = json_loads(reply, 0, NULL));
+		assert_string_equal(harness_str(r, "disposition"), "reused");
+		harness_assert_bool(r, "action_taken", 0);
+		assert_non_null(first = json_loads(h.receipts[i], 0, NULL));
+		receipt = json_object_get(r, "receipt");
+		assert_string_equal(json_string_value(json_object_get(receipt,
+		    "task_id")), json_string_value(json_object_get(first,
+		    "task_id")));
+		assert_string_equal(json_string_value(json_object_get(receipt,
+		    "request_digest")), json_string_value(json_object_get(first,
+		    "request_digest")));
+		assert_string_equal(json_string_value(json_object_get(receipt,
+		    "created_at")), json_string_value(json_object_get(first,
+		    "created_at")));
+		if (json_is_true(json_object_get(r, "receipt_pruned"))) {
+			pruned++;
+			assert_null(json_object_get(receipt, "file_digest"));
+		} else
+			assert_non_null(strstr(reply, h.receipts[i]));
+		json_decref(first);
+		json_decref(r);
+		free(reply);
+	}
+	for (i = 0; i < HISTORY_EFFECTS; i++) {
+		reply = effect_begin(b, &h, i, 0);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d after compact: %s", i, reply);
+		if (strstr(reply, "\"receipt_pruned\":true") != NULL) {
+			effects_pruned++;
+			assert_non_null(strstr(reply, "\"result_digest\":"));
+			assert_null(strstr(reply, "\"result\":"));
+		}
+		free(reply);
+	}
+	/* All but what the table (8) still holds whole. */
+	assert_true(pruned + effects_pruned >= HISTORY_TASKS +
+	    HISTORY_EFFECTS - 8);
+	assert_true(pruned > 0 && effects_pruned > 0);
+	reply = write_task(b, &h, "hist-0", "another subject");
+	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
+	free(reply);
+	reply = effect_begin(b, &h, 1, 1);
+	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
+	free(reply);
+	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
+	assert_int_equal(stat_of(b, "history_entries"),
+	    HISTORY_TASKS + HISTORY_EFFECTS);
+	if (idemctl(b, verify, out, sizeof out) != 0)
+		fail_msg("idemctl verify after compact: %s", out);
+	harness_finish(b);
+}
+
+static char *
+read_log(struct broker *b)
+{
+	FILE	*f;
+	char	*data;
+	long	 n;
+
+	if ((f = fopen(b->log, "r")) == NULL)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	data = calloc(1, (size_t)n + 1);
+	if (data != NULL && fread(data, 1, (size_t)n, f) != (size_t)n) {
+		free(data);
+		data = NULL;
+	}
+	fclose(f);
+	return data;
+}
+
+/*
+ * A missing index: rebuilt with a warning when the checkpoint and the
+ * journal still hold every committed receipt; refused, naming the
+ * count, when receipts were only in it.
+ */
+static void
+test_missing_index(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	char		 cmd[600], id[32], *log, *reply;
+	int		 i;
+
+	memset(&h, 0, sizeof h);
+	/* Nothing evicted: the table holds everything. */
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	create_history(b, &h);
+	assert_int_equal(harness_stop(b), 0);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/.idem/index'", b->root);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_non_null(log = read_log(b));
+	assert_non_null(strstr(log, "rebuilding it from the checkpoint"));
+	free(log);
+	check_history(b, &h);
+	harness_kill(b);
+
+	/*
+	 * More ids through a table of 8: checkpoints give evicted receipts
+	 * to the index and prune the segments that held them.  Then they
+	 * live only there, and start-up without it refuses.
+	 */
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	for (i = 0; i < 40; i++) {
+		snprintf(id, sizeof id, "more-%d", i);
+		reply = write_task(b, &h, id, "more");
+		assert_non_null(strstr(reply, "\"disposition\":\"created\""));
+		free(reply);
+	}
+	check_history_files(b, &h, HISTORY_TASKS + 40);
+	assert_true(stat_of(b, "table_evictions") > 0);
+	assert_int_equal(harness_stop(b), 0);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/.idem/index'", b->root);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(harness_start(b, small_args, NULL), -1);
+	assert_non_null(log = read_log(b));
+	if (strstr(log, "committed receipts were kept only there") == NULL)
+		fail_msg("no refusal naming the lost receipts in: %s", log);
+	free(log);
+	/* Nothing was touched: putting the index back serves it all. */
+	harness_finish(b);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+		    test_small_capacity_evicts_and_answers_cold, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_restart_with_smaller_capacity, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(test_kill_during_index_write,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_compact_leaves_tombstones,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_missing_index,
+		    harness_setup, harness_teardown),
+	};
+
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
