@@ -1592,7 +1592,10 @@ client_now_ms(void)
  * Only what can change on its own is worth another try: the broker
  * coming back, a submission in flight finishing, storage recovering.
  * The three codes are retryable by SPEC.md whatever the flag says;
- * internal is retryable only when the broker says so.
+ * internal is retryable only when the broker says so, and so is
+ * table_full (in-flight work past --capacity: it drains, and a
+ * checkpoint makes committed entries evictable; a full result arena
+ * is not retryable).
  */
 static int
 client_retry_worth(const struct idem_error *err)
@@ -1604,6 +1607,7 @@ client_retry_worth(const struct idem_error *err)
 	case IDEM_E_SHUTTING_DOWN:
 		return (1);
 	case IDEM_E_INTERNAL:
+	case IDEM_E_TABLE_FULL:
 		return (err->retryable);
 	default:
 		return (0);

@@ -466,10 +466,11 @@ int	idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE]);
  * the task, and retry until there is an outcome:
  *  - a transport failure (connect, send or receive; the broker died or
  *    restarted) is retried on a new connection;
- *  - in_progress, storage_unavailable, shutting_down and an internal
- *    error marked retryable are retried;
+ *  - in_progress, storage_unavailable, shutting_down, and internal and
+ *    table_full errors marked retryable are retried;
  *  - every other error is returned at once (invalid_request, conflict,
- *    table_full, ...): sending it again cannot change the answer.
+ *    a full result arena, ...): sending it again cannot change the
+ *    answer.
  * Every try sends the same client_submission_id (required: a legacy
  * call cannot be retried safely) and the same task, so however many
  * tries reach the broker, at most one task is created.  Between tries
