@@ -34,6 +34,18 @@ hash_key(struct shm_segment *seg, const char *key, size_t length)
 	return h;
 }
 
+/*
+ * The key space a slot takes: at least the average the heap is sized
+ * for, so that an evicted slot's space fits the next key (ids grow by a
+ * digit now and then; an exact fit would strand the heap).
+ */
+static size_t
+key_room(size_t length)
+{
+	return length > SHM_HEAP_BYTES_PER_SLOT ? length :
+	    SHM_HEAP_BYTES_PER_SLOT;
+}
+
 static int
 slot_has_key(struct shm_segment *seg, const struct subtab_slot *s,
     uint32_t hash, const char *key, size_t length)
@@ -159,9 +171,13 @@ subtab_repair(struct shm_segment *seg)
 			h->slots_used++;	/* let probe() see it */
 			probe(seg, s->key_hash, seg->heap + s->key_offset,
 			    s->entry.key_length, &slot);
-			if (slot == h->slots_used - 1)
-				h->heap_used = s->key_offset +
-				    s->entry.key_length;
+			if (slot == h->slots_used - 1) {
+				/* insert() set key_room with the key. */
+				if (s->key_room < key_room(s->entry.key_length))
+					s->key_room = (uint16_t)key_room(
+					    s->entry.key_length);
+				h->heap_used = s->key_offset + s->key_room;
+			}
 			else {
 				h->slots_used--;
 				memset(s, 0, sizeof *s);
@@ -227,6 +243,7 @@ unlink_bucket(struct shm_segment *seg, uint32_t slot)
 	seg->buckets[b] = 0;
 }
 
+
 /*
  * A slot to reuse for a key of length bytes: a free one (evicted, its
  * new key never written), else a committed slot durable in the index,
@@ -249,7 +266,7 @@ find_victim(struct shm_segment *seg, size_t length)
 		s = &seg->slots[i];
 		if (s->claim.worker != 0 || atomic_load(&s->waiters) != 0 ||
 		    (s->key_room < length &&
-		    h->heap_used + length > h->heap_bytes))
+		    h->heap_used + key_room(length) > h->heap_bytes))
 			continue;
 		if (s->entry.key_length == 0)
 			return i;	/* free */
@@ -278,7 +295,7 @@ take_slot(struct shm_segment *seg, size_t length)
 	uint32_t		 victim;
 
 	if (h->slots_used < h->capacity &&
-	    h->heap_used + length <= h->heap_bytes)
+	    h->heap_used + key_room(length) <= h->heap_bytes)
 		return h->slots_used;
 	if (h->indexed_count == 0 && h->free_count == 0)
 		return UINT32_MAX;
@@ -313,8 +330,8 @@ insert(struct shm_segment *seg, uint32_t index, uint32_t bucket,
 
 	if (fresh || s->key_room < length) {
 		s->key_offset = h->heap_used;
-		s->key_room = (uint16_t)length;
-		h->heap_used += length;
+		s->key_room = (uint16_t)key_room(length);
+		h->heap_used += s->key_room;
 	}
 	if (!fresh)
 		h->free_count--;

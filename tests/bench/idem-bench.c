@@ -73,6 +73,7 @@
 #include <sqlite3.h>
 #endif
 
+#include "digest.h"
 #include "store.h"
 #include "log.h"
 
@@ -120,7 +121,8 @@ enum scenario_bit {
 	SC_DISK = 1 << 6,
 	SC_ECHO = 1 << 7,
 	SC_FSYNC = 1 << 8,
-	SC_COST = 1 << 9
+	SC_COST = 1 << 9,
+	SC_HISTORY = 1 << 10	/* not in "all": it takes minutes and GBs */
 };
 
 static const struct {
@@ -137,7 +139,8 @@ static const struct {
 	{ "echo", SC_ECHO },
 	{ "fsync", SC_FSYNC },
 	{ "cost", SC_COST },
-	{ "all", ~0u }
+	{ "history", SC_HISTORY },
+	{ "all", ~0u & ~SC_HISTORY }
 };
 
 static struct options {
@@ -148,6 +151,7 @@ static struct options {
 	int		 client_counts;
 	size_t		 count;		/* 0: the defaults above */
 	size_t		 replay_count;
+	size_t		 history_count;
 	unsigned	 scenarios;
 	int		 keep;
 	int		 json;
@@ -2324,6 +2328,419 @@ run_replay(size_t n)
 	snprintf(replay.note, sizeof replay.note, "%s", r->note);
 }
 
+/* ---- history: the table as a cache of the index (issue 15) ------------- */
+
+/*
+ * A history of n committed effects is written straight into a fresh
+ * root's index with index.c (the code the checkpoint uses: n requests
+ * through the protocol would take hours here), then a broker with
+ * --capacity n / BENCH_HISTORY_CAPACITY_DIVISOR starts on it and is
+ * measured: start-up, its shared memory, creations with the table empty
+ * and then full of committed entries (each then evicts one), retries of
+ * cold ids (only in the index) against retries of hot ones (in the
+ * table), and the disk per committed entry.
+ */
+#define BENCH_HISTORY_IDS		1000000
+#define BENCH_HISTORY_CAPACITY_DIVISOR	10
+#define BENCH_HISTORY_KIND		"bench.history/v1"
+#define BENCH_HISTORY_TXN_PUTS		100000
+#define BENCH_HISTORY_OPS		20000	/* per measured job, all clients */
+#define BENCH_HISTORY_HOT_IDS		256
+#define BENCH_HISTORY_FULL_TRIES	100000
+#define BENCH_HISTORY_FULL_WAIT_US	200
+
+struct history_scenario {
+	char	tag[96];	/* id prefix of the organic effects */
+	size_t	ids;		/* cold: the bulk history's size */
+	size_t	hot;		/* hot: ids tag-h-0 .. tag-h-(hot-1) */
+	int	mode;		/* 0 create, 1 cold retry, 2 hot retry */
+	size_t	base;		/* create: first index for this job */
+};
+
+static struct {
+	int	ran;
+	size_t	ids;
+	uint32_t capacity;
+	double	bulk_s;
+	double	start_s;
+	double	shm_mb;
+	double	index_bytes_per_id;
+	double	disk_bytes_per_id;
+	double	create_empty, create_full, cold_rate, hot_rate;
+	double	cold_p99_ms, hot_p99_ms;
+	int	verified;
+} hist;
+
+static void
+history_key(char *out, size_t size, size_t i, size_t *length)
+{
+	*length = (size_t)snprintf(out, size, "%s%ch-%zu", BENCH_HISTORY_KIND,
+	    SUBTAB_EFFECT_SEPARATOR, i);
+}
+
+/* generic-json-v1 of {"kind":KIND,"request":{"i":i}}, as idemd takes it. */
+static void
+history_digest(size_t i, uint8_t out[IDEM_SHA256_BYTES])
+{
+	char	canonical[128];
+	int	n;
+
+	n = snprintf(canonical, sizeof canonical,
+	    "{\"kind\":\"%s\",\"request\":{\"i\":%zu}}", BENCH_HISTORY_KIND, i);
+	digest_sha256(canonical, (size_t)n, out);
+}
+
+static int
+history_bulk(const char *root, size_t n)
+{
+	struct index		 x;
+	struct journal_record	 r;
+	char			 dir[PATH_MAX + 32], *cause = NULL;
+	static const char	 result[] = "{}";
+	json_t			*req;
+	char			*canonical;
+	size_t			 i, length;
+	uint8_t			 check[IDEM_SHA256_BYTES];
+	int64_t			 now = wall_ms();
+
+	/* The shortcut digest must be the broker's. */
+	req = json_pack("{s:i}", "i", 7);
+	if (digest_generic_canonical(BENCH_HISTORY_KIND, req, &canonical,
+	    &length, NULL) != 0)
+		errx(1, "digest_generic_canonical");
+	digest_sha256(canonical, length, check);
+	history_digest(7, r.entry.request_digest);
+	if (memcmp(check, r.entry.request_digest, sizeof check) != 0)
+		errx(1, "history: the bench's digest is not generic-json-v1");
+	free(canonical);
+	json_decref(req);
+
+	snprintf(dir, sizeof dir, "%s/%s", root, IDEM_INDEX_DIR);
+	if (index_open(&x, dir, 0, &cause) != 0) {
+		warnx("%s", cause);
+		return -1;
+	}
+	memset(&r, 0, sizeof r);
+	r.type = JOURNAL_RECORD_EFFECT;
+	r.entry.kind = SUBTAB_KIND_EFFECT;
+	r.entry.state = SUBTAB_COMMITTED;
+	r.entry.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	r.entry.attempt = 1;
+	r.entry.result_length = sizeof result - 1;
+	digest_sha256(result, sizeof result - 1, r.entry.file_digest);
+	r.result = (const uint8_t *)result;
+	for (i = 0; i < n; i++) {
+		if (i % BENCH_HISTORY_TXN_PUTS == 0 &&
+		    ((i > 0 && index_commit(&x, 0, &cause) != 0) ||
+		    index_begin(&x, &cause) != 0))
+			goto fail;
+		history_key(r.key, sizeof r.key, i, &length);
+		r.entry.key_length = (uint16_t)length;
+		history_digest(i, r.entry.request_digest);
+		r.entry.reserved_at_ms = r.entry.updated_at_ms =
+		    r.entry.created_at_ms = now;
+		if (index_put(&x, INDEX_FULL, &r, &cause) != 0)
+			goto fail;
+	}
+	if (index_commit(&x, 0, &cause) != 0)
+		goto fail;
+	index_close(&x);
+	return 0;
+fail:
+	warnx("history: %s", cause != NULL ? cause : "index");
+	index_close(&x);
+	return -1;
+}
+
+static int
+history_setup(struct client *cl)
+{
+	return client_connect(cl);
+}
+
+static void
+history_cleanup(struct client *cl)
+{
+	client_disconnect(cl);
+}
+
+/* One effect_begin; its reply parsed (NULL on a transport failure). */
+static json_t *
+history_call(struct client *cl, json_t *request)
+{
+	struct idem_error	 e;
+	char			*line, *answer;
+	json_t			*j;
+	int			 rc;
+
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	if (line == NULL)
+		return NULL;
+	rc = idem_call_raw(cl->conn, line, &answer, &e);
+	free(line);
+	if (rc != 0) {
+		client_error(cl, "%s", e.message);
+		return NULL;
+	}
+	j = json_loads(answer, 0, NULL);
+	free(answer);
+	return j;
+}
+
+static int
+history_op(struct client *cl, size_t n)
+{
+	const struct history_scenario	*s = cl->job->arg;
+	json_t				*j, *c;
+	const char			*d, *code;
+	char				 id[192];
+	size_t				 i;
+	int				 tries;
+
+	switch (s->mode) {
+	case 0:
+		snprintf(id, sizeof id, "%s-%d-%zu", s->tag, cl->index,
+		    s->base + n);
+		i = 0;
+		break;
+	case 1:
+		i = client_random(cl) % s->ids;
+		snprintf(id, sizeof id, "h-%zu", i);
+		break;
+	default:
+		snprintf(id, sizeof id, "%s-%zu", s->tag,
+		    (size_t)(client_random(cl) % s->hot));
+		i = 0;
+		break;
+	}
+	for (tries = 0;; tries++) {
+		j = history_call(cl, json_pack("{s:s, s:s, s:s, s:{s:I}}",
+		    "op", "effect_begin", "client_submission_id", id,
+		    "effect_kind", BENCH_HISTORY_KIND, "request", "i",
+		    (json_int_t)i));
+		if (j == NULL)
+			return -1;
+		code = json_string_value(json_object_get(json_object_get(j,
+		    "error"), "code"));
+		/*
+		 * Retryable by contract: the table waits for a checkpoint
+		 * to make its committed entries evictable.  Retried as a
+		 * client would, counted in the latency.
+		 */
+		if (code == NULL || strcmp(code, "table_full") != 0 ||
+		    tries >= BENCH_HISTORY_FULL_TRIES)
+			break;
+		json_decref(j);
+		usleep(BENCH_HISTORY_FULL_WAIT_US);
+	}
+	d = json_string_value(json_object_get(j, "disposition"));
+	if (s->mode == 0) {
+		if (d == NULL || strcmp(d, "proceed") != 0) {
+			cl->report->errors++;
+			client_error(cl, "begin %s: %s", id, d != NULL ? d :
+			    json_string_value(json_object_get(json_object_get(j,
+			    "error"), "code")));
+			json_decref(j);
+			return 0;
+		}
+		c = history_call(cl, json_pack("{s:s, s:s, s:s, s:s, s:s, "
+		    "s:{}}", "op", "effect_complete", "client_submission_id",
+		    id, "effect_kind", BENCH_HISTORY_KIND, "fence",
+		    json_string_value(json_object_get(j, "fence")), "outcome",
+		    "applied", "result"));
+		json_decref(j);
+		if (c == NULL)
+			return -1;
+		if (!json_is_true(json_object_get(c, "ok")))
+			cl->report->errors++;
+		else
+			cl->report->created++;
+		json_decref(c);
+		return 0;
+	}
+	if (d != NULL && strcmp(d, "reused") == 0)
+		cl->report->reused++;
+	else {
+		cl->report->unexpected++;
+		client_error(cl, "retry %s: %s", id, d != NULL ? d : "error");
+	}
+	json_decref(j);
+	return 0;
+}
+
+static void
+history_job(struct result *r, const char *socket, struct history_scenario *s,
+    int clients, size_t ops)
+{
+	struct job	job;
+
+	memset(&job, 0, sizeof job);
+	job.clients = clients;
+	job.ops = ops / (size_t)clients;
+	job.seed = (uint64_t)wall_ms();
+	job.setup = history_setup;
+	job.op = history_op;
+	job.cleanup = history_cleanup;
+	job.socket = socket;
+	job.arg = s;
+	run_job(&job, r);
+}
+
+static double
+dir_bytes(const char *path)
+{
+	char		 p[PATH_MAX + 300];
+	struct dirent	*de;
+	struct stat	 st;
+	double		 total = 0;
+	DIR		*d;
+
+	if ((d = opendir(path)) == NULL)
+		return 0;
+	while ((de = readdir(d)) != NULL) {
+		snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+		if (lstat(p, &st) == 0 && S_ISREG(st.st_mode))
+			total += (double)st.st_blocks * 512;
+	}
+	closedir(d);
+	return total;
+}
+
+static int64_t
+history_stat(const char *socket, const char *name)
+{
+	json_t	*j;
+	int64_t	 v;
+
+	if ((j = broker_call(socket, "{\"op\":\"stats\"}")) == NULL)
+		return -1;
+	v = json_integer_value(json_object_get(j, name));
+	json_decref(j);
+	return v;
+}
+
+static void
+run_history(size_t n, int clients)
+{
+	struct broker		 b;
+	struct history_scenario	 s;
+	struct result		*bulk = result_new("history-start", 1);
+	struct result		*empty = result_new("history-create-empty",
+				    clients);
+	struct result		*full = result_new("history-create-full",
+				    clients);
+	struct result		*cold = result_new("history-cold-retry",
+				    clients);
+	struct result		*hot = result_new("history-hot-retry", clients);
+	struct result		 fill;
+	char			 root[PATH_MAX], path[PATH_MAX + 64];
+	char			 real[PATH_MAX], name[64];
+	struct stat		 st;
+	uint64_t		 t0;
+	size_t			 made;
+	int64_t			 entries;
+
+	hist.ran = 1;
+	hist.ids = n;
+	hist.capacity = (uint32_t)(n / BENCH_HISTORY_CAPACITY_DIVISOR);
+	if (hist.capacity < 1024)
+		hist.capacity = 1024;
+	snprintf(root, sizeof root, "%s/history", top);
+	snprintf(path, sizeof path, "%s/%s", root, IDEM_STATE_DIR);
+	if (mkdir(root, 0755) == -1 || mkdir(path, 0700) == -1)
+		err(1, "mkdir %s", path);
+	fprintf(stderr, "history: writing %zu committed effects into the "
+	    "index...\n", n);
+	t0 = now_ns();
+	if (history_bulk(root, n) != 0) {
+		bulk->failed = 1;
+		result_note(bulk, "could not write the index");
+		return;
+	}
+	hist.bulk_s = (double)(now_ns() - t0) / 1e9;
+	if (broker_start(&b, root, hist.capacity, &hist.start_s) != 0) {
+		bulk->failed = 1;
+		result_note(bulk, "idemd did not start (log %s)", b.log);
+		return;
+	}
+	if (realpath(root, real) != NULL) {
+		shm_name_for_root(real, name);
+		snprintf(path, sizeof path, "/dev/shm%s", name);
+		if (stat(path, &st) == 0)
+			hist.shm_mb = (double)st.st_size / 1048576.0;
+	}
+	entries = history_stat(b.socket, "history_entries");
+	hist.verified = entries == (int64_t)n;
+	bulk->ops = n;
+	bulk->seconds = hist.start_s;
+	result_note(bulk, "%zu ids in the index written in %.1f s; idemd "
+	    "--capacity %u: exec to ready %.3f s, shared memory %.0f MB, "
+	    "history_entries %lld", n, hist.bulk_s, hist.capacity,
+	    hist.start_s, hist.shm_mb, (long long)entries);
+
+	memset(&s, 0, sizeof s);
+	snprintf(s.tag, sizeof s.tag, "%s-o", id_prefix);
+	s.ids = n;
+	s.hot = BENCH_HISTORY_HOT_IDS;
+	/* Creations with the table empty. */
+	s.mode = 0;
+	history_job(empty, b.socket, &s, clients, BENCH_HISTORY_OPS);
+	made = BENCH_HISTORY_OPS;
+	hist.create_empty = empty->ops_per_s;
+	/* Fill the table with committed entries (untimed), then measure. */
+	fprintf(stderr, "history: filling the table (%u)...\n",
+	    hist.capacity);
+	while (made < (size_t)hist.capacity + BENCH_HISTORY_OPS) {
+		memset(&fill, 0, sizeof fill);
+		s.base = made / (size_t)clients;
+		history_job(&fill, b.socket, &s, clients, BENCH_HISTORY_OPS);
+		made += BENCH_HISTORY_OPS;
+	}
+	s.base = made / (size_t)clients;
+	history_job(full, b.socket, &s, clients, BENCH_HISTORY_OPS);
+	made += BENCH_HISTORY_OPS;
+	hist.create_full = full->ops_per_s;
+	result_note(full, "table_entries %lld of %u, %lld evictions",
+	    (long long)history_stat(b.socket, "table_entries"),
+	    hist.capacity, (long long)history_stat(b.socket,
+	    "table_evictions"));
+	/* Hot ids, made now so that they are in the table: one client
+	 * (index 0) makes "<prefix>-hot-0-<i>", which mode 2 retries. */
+	memset(&fill, 0, sizeof fill);
+	snprintf(s.tag, sizeof s.tag, "%s-hot", id_prefix);
+	s.mode = 0;
+	s.base = 0;
+	history_job(&fill, b.socket, &s, 1, BENCH_HISTORY_HOT_IDS);
+	snprintf(s.tag, sizeof s.tag, "%s-hot-0", id_prefix);
+	s.mode = 1;
+	history_job(cold, b.socket, &s, clients, BENCH_HISTORY_OPS);
+	hist.cold_rate = cold->ops_per_s;
+	hist.cold_p99_ms = cold->p99_ms;
+	s.mode = 2;
+	history_job(hot, b.socket, &s, clients, BENCH_HISTORY_OPS);
+	hist.hot_rate = hot->ops_per_s;
+	hist.hot_p99_ms = hot->p99_ms;
+	result_note(cold, "%.2fx the hot rate", hist.cold_rate /
+	    hist.hot_rate);
+	if (broker_stop(&b) != 0)
+		bulk->failed = 1;
+	snprintf(path, sizeof path, "%s/%s", root, IDEM_INDEX_DIR);
+	hist.index_bytes_per_id = dir_bytes(path) / (double)(n + made +
+	    BENCH_HISTORY_HOT_IDS);
+	snprintf(path, sizeof path, "%s/%s", root, IDEM_JOURNAL_DIR);
+	hist.disk_bytes_per_id = hist.index_bytes_per_id + dir_bytes(path) /
+	    (double)(n + made + BENCH_HISTORY_HOT_IDS);
+	result_note(bulk, "disk %.0f bytes per committed id (index %.0f; "
+	    "journal and checkpoint the rest)", hist.disk_bytes_per_id,
+	    hist.index_bytes_per_id);
+	if (!hist.verified) {
+		bulk->failed = 1;
+		result_note(bulk, "NOT VERIFIED: history_entries is not %zu",
+		    n);
+	}
+}
+
 /* ---- the summary ------------------------------------------------------- */
 
 struct target {
@@ -2615,7 +3032,7 @@ usage(int status)
 	fprintf(status == 0 ? stdout : stderr,
 "usage: idem-bench [--idemd PATH] [--dir DIR] [--socket PATH]\n"
 "                  [--clients K[,K...]] [--count N] [--scenario LIST]\n"
-"                  [--replay-count N] [--keep] [--json]\n"
+"                  [--replay-count N] [--history-count N] [--keep] [--json]\n"
 "  --idemd PATH      broker to start (default $IDEMD, else ../../broker/idemd\n"
 "                    from this program's directory)\n"
 "  --dir DIR         where the run's directory goes (default $TMPDIR, /tmp)\n"
@@ -2626,11 +3043,14 @@ usage(int status)
 "                    SQLite retries, echo)\n"
 "  --scenario LIST   create,reuse,mixed,storm,replay and the references\n"
 "                    sqlite,disk,echo,fsync,cost; default all (exactly the\n"
-"                    ones named otherwise)\n"
+"                    ones named otherwise); history only when named\n"
 "  --replay-count N  committed creations in the replay journal (%d)\n"
+"  --history-count N committed ids in the history scenario's index (%d;\n"
+"                    --capacity is a tenth of it)\n"
 "  --keep            leave the run's directory (else removed at the end)\n"
 "  --json            print the results as JSON instead of a table\n",
-	    BENCH_CREATE_OPS, BENCH_REUSE_OPS, BENCH_REPLAY_CREATIONS);
+	    BENCH_CREATE_OPS, BENCH_REUSE_OPS, BENCH_REPLAY_CREATIONS,
+	    BENCH_HISTORY_IDS);
 	exit(status);
 }
 
@@ -2763,6 +3183,7 @@ main(int argc, char **argv)
 		{ "count", required_argument, NULL, 'n' },
 		{ "scenario", required_argument, NULL, 'S' },
 		{ "replay-count", required_argument, NULL, 'R' },
+		{ "history-count", required_argument, NULL, 'H' },
 		{ "keep", no_argument, NULL, 'K' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -2777,8 +3198,9 @@ main(int argc, char **argv)
 	opt.clients[1] = 8;
 	opt.clients[2] = 32;
 	opt.client_counts = 3;
-	opt.scenarios = ~0u;
+	opt.scenarios = ~0u & ~SC_HISTORY;
 	opt.replay_count = BENCH_REPLAY_CREATIONS;
+	opt.history_count = BENCH_HISTORY_IDS;
 	opt.dir = getenv("TMPDIR") != NULL && *getenv("TMPDIR") != '\0' ?
 	    getenv("TMPDIR") : "/tmp";
 	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -2804,6 +3226,10 @@ main(int argc, char **argv)
 		case 'R':
 			opt.replay_count = size_option("replay-count", optarg,
 			    1, 50000000);
+			break;
+		case 'H':
+			opt.history_count = size_option("history-count",
+			    optarg, 1000, 100000000);
 			break;
 		case 'K':
 			opt.keep = 1;
@@ -2832,7 +3258,7 @@ main(int argc, char **argv)
 	/* A --scenario list runs exactly what it names, references too. */
 	sc = opt.scenarios;
 
-	if ((opt.socket == NULL || (sc & SC_REPLAY)) &&
+	if ((opt.socket == NULL || (sc & (SC_REPLAY | SC_HISTORY))) &&
 	    access(opt.idemd, X_OK) == -1)
 		err(1, "%s (use --idemd PATH or IDEMD)", opt.idemd);
 	if (snprintf(top, sizeof top, "%s/idem-bench-XXXXXX",
@@ -2879,6 +3305,12 @@ main(int argc, char **argv)
 	}
 	if (sc & SC_REPLAY) {
 		run_replay(opt.replay_count);
+		report_progress();
+	}
+	if (sc & SC_HISTORY) {
+		/* At the K the issue's figures are set at, unless one K given. */
+		run_history(opt.history_count, opt.client_counts == 1 ?
+		    opt.clients[0] : BENCH_TARGET_CLIENTS);
 		report_progress();
 	}
 	if (getloadavg(load_end, 3) == -1)
