@@ -407,7 +407,8 @@ struct store_problem {
 	enum store_check		 check;
 	enum store_severity		 severity;
 	const struct store_vrecord	*record;	/* the journal's */
-	const char			*path;		/* the file found */
+	/* The file found; no_journal, torn_tail: the journal's directory. */
+	const char			*path;
 	const char			*id;		/* TASK-... */
 	const char			*other_path;	/* duplicate: the first */
 	const char			*other_key;	/* number_reused */
