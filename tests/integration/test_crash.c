@@ -801,8 +801,7 @@ target_mismatch_after_crash(void **state)
 		reply = harness_submit(b, TEST_ID, TEST_SUBJECT);
 		assert_conflict(reply, "target_mismatch");
 		assert_string_equal(harness_str(json_object_get(reply,
-		    "existing"),
-		    "task_id"), id);
+		    "existing"), "task_id"), id);
 		json_decref(reply);
 		data = harness_read(b, rel);
 		assert_non_null(data);
@@ -835,8 +834,7 @@ task_missing_after_crash(void **state)
 		reply = harness_submit(b, TEST_ID, TEST_SUBJECT);
 		assert_conflict(reply, "task_missing");
 		assert_string_equal(harness_str(json_object_get(reply,
-		    "existing"),
-		    "task_id"), id);
+		    "existing"), "task_id"), id);
 		json_decref(reply);
 		assert_int_equal(harness_count_tasks(b), 0);
 	}

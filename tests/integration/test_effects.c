@@ -267,8 +267,7 @@ other_request_conflicts_other_kind_is_another_key(void **state)
 	json_decref(reply);
 	/* Member order and CRLF do not matter: the same digest. */
 	reply = begin(b, "e-2",
-	    "{\"subject\":\"Hi\",\"to\":\"ops@example.com\"}",
-	    0);
+	    "{\"subject\":\"Hi\",\"to\":\"ops@example.com\"}", 0);
 	assert_disposition(reply, "in_progress");
 	json_decref(reply);
 	/* Another kind is another key. */

@@ -656,8 +656,7 @@ numbers_after_restart(struct broker *b, int how)
 		reply = harness_submit(b, legacy ? NULL : ids[i], "Numbered");
 		harness_assert_outcome(reply, "created", 1, !legacy, 0);
 		assert_int_equal(task_number(harness_receipt_str(reply,
-		    "task_id")),
-		    i + 1);
+		    "task_id")), i + 1);
 		if (how & NUMBERS_GONE) {
 			/* An FCoP tool archived it out of the workspace. */
 			snprintf(path, sizeof path, "%s/%s", b->root,
@@ -681,8 +680,7 @@ numbers_after_restart(struct broker *b, int how)
 		reply = harness_submit(b, "num-5", "Numbered");
 		harness_assert_outcome(reply, "created", 1, 1, 0);
 		assert_int_equal(task_number(harness_receipt_str(reply,
-		    "task_id")),
-		    5);
+		    "task_id")), 5);
 		json_decref(reply);
 	}
 	assert_int_equal(harness_count_tasks(b), (how & NUMBERS_GONE) ?
@@ -804,8 +802,7 @@ number_used_after_start(struct broker *b, const char *stage,
 	    "task_id"));
 	if (task_number(harness_receipt_str(reply, "task_id")) == 2)
 		fail_msg("%s reuses the number of %s",
-		    harness_receipt_str(reply,
-		    "task_id"), rel);
+		    harness_receipt_str(reply, "task_id"), rel);
 	expect_task_id(harness_receipt_str(reply, "task_id"), today, 3);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 3);
