@@ -674,6 +674,17 @@ harness_str(json_t *object, const char *key)
 	return json_string_value(v);
 }
 
+json_int_t
+harness_int(json_t *object, const char *key)
+{
+	json_t	*v = json_object_get(object, key);
+
+	if (!json_is_integer(v))
+		fail_msg("\"%s\" is not an integer in %s", key,
+		    object != NULL ? json_dumps(object, JSON_COMPACT) : "null");
+	return json_integer_value(v);
+}
+
 const char *
 harness_receipt_str(json_t *reply, const char *key)
 {

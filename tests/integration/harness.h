@@ -86,6 +86,7 @@ json_t	*harness_write_task(const char *id, const char *subject);
 /* Test assertions on replies (they fail the cmocka test, naming the key). */
 const char *harness_str(json_t *object, const char *key);
 const char *harness_receipt_str(json_t *reply, const char *key);
+json_int_t harness_int(json_t *object, const char *key);
 void	 harness_assert_bool(json_t *object, const char *key, int expected);
 
 /* The receipt of a reply, serialized compactly in order (malloc'd). */

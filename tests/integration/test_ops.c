@@ -199,17 +199,6 @@ assert_null_member(json_t *object, const char *key)
 		    json_dumps(object, JSON_COMPACT));
 }
 
-static json_int_t
-integer(json_t *object, const char *key)
-{
-	json_t	*v = json_object_get(object, key);
-
-	if (!json_is_integer(v))
-		fail_msg("\"%s\" is not an integer in %s", key,
-		    json_dumps(object, JSON_COMPACT));
-	return json_integer_value(v);
-}
-
 static void
 assert_created(json_t *reply, int recovered)
 {
@@ -735,7 +724,7 @@ get_submission_not_found(void **state)
 	reply = call(b, "{\"op\":\"get_submission\",\"id\":5,"
 	    "\"client_submission_id\":\"never-sent\"}");
 	harness_assert_bool(reply, "ok", 1);
-	assert_int_equal(integer(reply, "id"), 5);
+	assert_int_equal(harness_int(reply, "id"), 5);
 	harness_assert_bool(reply, "found", 0);
 	assert_null(json_object_get(reply, "submission"));
 	json_decref(reply);
@@ -849,9 +838,9 @@ only_entry(json_t *reply, int reserved, int task_created, int committed)
 
 	assert_true(json_is_array(entries));
 	assert_int_equal(json_array_size(entries), 1);
-	assert_int_equal(integer(counts, "reserved"), reserved);
-	assert_int_equal(integer(counts, "task_created"), task_created);
-	assert_int_equal(integer(counts, "committed"), committed);
+	assert_int_equal(harness_int(counts, "reserved"), reserved);
+	assert_int_equal(harness_int(counts, "task_created"), task_created);
+	assert_int_equal(harness_int(counts, "committed"), committed);
 	return json_array_get(entries, 0);
 }
 
@@ -872,9 +861,9 @@ observable(struct broker *b, const char *id)
 	journal = journal_listing(b);
 	if (asprintf(&out, "tasks %d reports %d records %lld fsyncs %lld "
 	    "used %lld\n%s\n%s\n%s", harness_count_tasks(b),
-	    harness_count_reports(b), (long long)integer(s, "journal_records"),
-	    (long long)integer(s, "journal_fsyncs"),
-	    (long long)integer(s, "table_used"), sub, journal,
+	    harness_count_reports(b), (long long)harness_int(s,
+	    "journal_records"), (long long)harness_int(s, "journal_fsyncs"),
+	    (long long)harness_int(s, "table_used"), sub, journal,
 	    file != NULL ? file : "(no file)") == -1)
 		fail();
 	text = out;
@@ -901,7 +890,7 @@ diagnose_reserved_without_file(void **state)
 	entry = only_entry(reply, 1, 0, 0);
 	assert_string_equal(harness_str(entry, "client_submission_id"), "dg-1");
 	assert_string_equal(harness_str(entry, "state"), "reserved");
-	assert_true(integer(entry, "age_ms") >= 0);
+	assert_true(harness_int(entry, "age_ms") >= 0);
 	assert_string_equal(harness_str(entry, "task_id"), harness_str(sub,
 	    "task_id"));
 	assert_string_equal(harness_str(entry, "task_path"), harness_str(sub,
@@ -936,11 +925,11 @@ diagnose_reserved_without_file(void **state)
 	reply = diagnose(b, 0);
 	assert_int_equal(json_array_size(json_object_get(reply, "entries")),
 	    0);
-	assert_int_equal(integer(json_object_get(reply, "counts"),
+	assert_int_equal(harness_int(json_object_get(reply, "counts"),
 	    "reserved"), 0);
-	assert_int_equal(integer(json_object_get(reply, "counts"),
+	assert_int_equal(harness_int(json_object_get(reply, "counts"),
 	    "task_created"), 0);
-	assert_int_equal(integer(json_object_get(reply, "counts"),
+	assert_int_equal(harness_int(json_object_get(reply, "counts"),
 	    "committed"), 1);
 	json_decref(reply);
 	json_decref(sub);
@@ -987,8 +976,7 @@ diagnose_foreign_file_at_reserved_path(void **state)
 	retry = write_task(b, "dg-2", "Mine");
 	harness_assert_bool(retry, "ok", 0);
 	assert_string_equal(harness_str(json_object_get(retry, "error"),
-	    "reason"),
-	    "target_mismatch");
+	    "reason"), "target_mismatch");
 	json_decref(retry);
 	data = harness_read(b, harness_str(sub, "task_path"));
 	assert_string_equal(data, foreign);
@@ -1047,11 +1035,12 @@ assert_deltas(json_t *before, json_t *now, const char *const *keys,
 	int	i;
 
 	for (i = 0; keys[i] != NULL; i++) {
-		if (integer(now, keys[i]) - integer(before, keys[i]) !=
+		if (harness_int(now, keys[i]) - harness_int(before, keys[i]) !=
 		    deltas[i])
 			fail_msg("stats %s moved by %lld, expected %lld",
-			    keys[i], (long long)(integer(now, keys[i]) -
-			    integer(before, keys[i])), (long long)deltas[i]);
+			    keys[i], (long long)(harness_int(now, keys[i]) -
+			    harness_int(before, keys[i])),
+			    (long long)deltas[i]);
 	}
 }
 
@@ -1097,23 +1086,23 @@ stats_counters_move(void **state)
 	harness_must_start(b, args, NULL);
 	s = stats(b);
 	for (i = 0; stat_keys[i] != NULL; i++)
-		(void)integer(s, stat_keys[i]);
-	assert_int_equal(integer(s, "created"), 0);
-	assert_int_equal(integer(s, "table_used"), 0);
-	assert_int_equal(integer(s, "table_capacity"), atoi(TEST_CAPACITY));
-	assert_int_equal(integer(s, "workers"), 2);
-	assert_int_equal(integer(s, "worker_restarts"), 0);
-	assert_true(integer(s, "uptime_ms") >= 0);
-	records = integer(s, "journal_records");
-	uptime = integer(s, "uptime_ms");
+		(void)harness_int(s, stat_keys[i]);
+	assert_int_equal(harness_int(s, "created"), 0);
+	assert_int_equal(harness_int(s, "table_used"), 0);
+	assert_int_equal(harness_int(s, "table_capacity"), atoi(TEST_CAPACITY));
+	assert_int_equal(harness_int(s, "workers"), 2);
+	assert_int_equal(harness_int(s, "worker_restarts"), 0);
+	assert_true(harness_int(s, "uptime_ms") >= 0);
+	records = harness_int(s, "journal_records");
+	uptime = harness_int(s, "uptime_ms");
 	first = json_incref(s);
 
 	s = step(b, s, "{\"op\":\"write_task\",\"client_submission_id\":"
 	    "\"st-1\",\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\","
 	    "\"subject\":\"Count me\"}}", d_created);
 	/* What the journal holds: reserved, task_created, committed. */
-	assert_int_equal(integer(s, "journal_records"), records + 3);
-	assert_true(integer(s, "journal_fsyncs") > 0);
+	assert_int_equal(harness_int(s, "journal_records"), records + 3);
+	assert_true(harness_int(s, "journal_fsyncs") > 0);
 	s = step(b, s, "{\"op\":\"write_task\",\"client_submission_id\":"
 	    "\"st-1\",\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\","
 	    "\"subject\":\"Count me\"}}", d_reused);
@@ -1140,13 +1129,13 @@ stats_counters_move(void **state)
 	s = step(b, s, line, d_report);
 	s = step(b, s, line, d_report_dedup);
 
-	assert_true(integer(s, "journal_records") > integer(first,
+	assert_true(harness_int(s, "journal_records") > harness_int(first,
 	    "journal_records"));
-	assert_true(integer(s, "journal_fsyncs") >= 1);
-	assert_true(integer(s, "uptime_ms") >= uptime);
-	assert_int_equal(integer(s, "workers"), 2);
-	assert_int_equal(integer(s, "worker_restarts"), 0);
-	assert_int_equal(integer(s, "table_capacity"), atoi(TEST_CAPACITY));
+	assert_true(harness_int(s, "journal_fsyncs") >= 1);
+	assert_true(harness_int(s, "uptime_ms") >= uptime);
+	assert_int_equal(harness_int(s, "workers"), 2);
+	assert_int_equal(harness_int(s, "worker_restarts"), 0);
+	assert_int_equal(harness_int(s, "table_capacity"), atoi(TEST_CAPACITY));
 	json_decref(first);
 	json_decref(s);
 	harness_finish(b);
@@ -1183,10 +1172,11 @@ stats_errors_count_every_error_reply(void **state)
 		harness_assert_bool(reply, "ok", 0);
 		json_decref(reply);
 		now = stats(b);
-		if (integer(now, "errors") != integer(before, "errors") + 1) {
+		if (harness_int(now, "errors") != harness_int(before,
+		    "errors") + 1) {
 			fprintf(stderr, "FAIL: %s moved errors by %lld\n",
-			    errors[i].what, (long long)(integer(now,
-			    "errors") - integer(before, "errors")));
+			    errors[i].what, (long long)(harness_int(now,
+			    "errors") - harness_int(before, "errors")));
 			wrong++;
 		}
 		json_decref(before);

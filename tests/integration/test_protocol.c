@@ -240,16 +240,6 @@ expect_hello(struct peer *p, json_int_t id)
 	json_decref(reply);
 }
 
-static json_int_t
-stat_of(json_t *s, const char *key)
-{
-	json_t	*v = json_object_get(s, key);
-
-	if (!json_is_integer(v))
-		fail_msg("stats has no integer \"%s\"", key);
-	return json_integer_value(v);
-}
-
 static json_t *
 stats(struct broker *b)
 {
@@ -754,8 +744,7 @@ bad_requests_answer_exact_errors(void **state)
 	reply = peer_call(&p, "{\"op\":\"write_task\",\"task\":{" OK_TASK "}}");
 	harness_assert_bool(reply, "ok", 1);
 	snprintf(task_id, sizeof task_id, "%s",
-	    harness_str(json_object_get(reply,
-	    "receipt"), "task_id"));
+	    harness_str(json_object_get(reply, "receipt"), "task_id"));
 	json_decref(reply);
 	/* A connection that only watches: nothing here may disturb it. */
 	peer_open(b, &bystander);
@@ -833,13 +822,15 @@ bad_requests_answer_exact_errors(void **state)
 	assert_int_equal(harness_count_reports(b), reports);
 	expect_hello(&bystander, 2);
 	s1 = stats(b);
-	assert_int_equal(stat_of(s1, "created"), stat_of(s0, "created"));
-	assert_int_equal(stat_of(s1, "legacy_created"),
-	    stat_of(s0, "legacy_created"));
-	assert_int_equal(stat_of(s1, "reports_created"),
-	    stat_of(s0, "reports_created"));
-	assert_int_equal(stat_of(s1, "table_used"), stat_of(s0, "table_used"));
-	assert_int_equal(stat_of(s1, "worker_restarts"), 0);
+	assert_int_equal(harness_int(s1, "created"), harness_int(s0,
+	    "created"));
+	assert_int_equal(harness_int(s1, "legacy_created"),
+	    harness_int(s0, "legacy_created"));
+	assert_int_equal(harness_int(s1, "reports_created"),
+	    harness_int(s0, "reports_created"));
+	assert_int_equal(harness_int(s1, "table_used"), harness_int(s0,
+	    "table_used"));
+	assert_int_equal(harness_int(s1, "worker_restarts"), 0);
 	json_decref(s0);
 	json_decref(s1);
 	peer_close(&bystander);
@@ -886,8 +877,7 @@ line_limit_is_one_mib_with_newline(void **state)
 	reply = peer_reply(&p);
 	harness_assert_bool(reply, "ok", 0);
 	assert_string_equal(harness_str(json_object_get(reply, "error"),
-	    "code"),
-	    "too_large");
+	    "code"), "too_large");
 	assert_null(json_object_get(reply, "id"));
 	json_decref(reply);
 	assert_int_equal(peer_read(&p, &more, TEST_EVENT_TIMEOUT_MS),
@@ -940,8 +930,8 @@ boundary_values_accepted(void **state)
 		json_array_append_new(list, json_string(ref));
 	json_object_set_new(task, "references", list);
 	json_object_set_new(task, "depends_on", json_array());
-	request = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:[i,{}]}}", "op",
-	    "write_task", "id", 1, "client_submission_id", id,
+	request = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:[i,{}]}}",
+	    "op", "write_task", "id", 1, "client_submission_id", id,
 	    "digest_schema", "write-task-v1", "task", task, "meta", "deep",
 	    1);
 	assert_non_null(request);
@@ -1050,8 +1040,8 @@ vanishing_half_requests_leave_no_trace(void **state)
 	peer_close(&p);
 	assert_int_equal(harness_count_tasks(b), 1);
 	s = stats(b);
-	assert_int_equal(stat_of(s, "worker_restarts"), 0);
-	assert_int_equal(stat_of(s, "workers"), 2);
+	assert_int_equal(harness_int(s, "worker_restarts"), 0);
+	assert_int_equal(harness_int(s, "workers"), 2);
 	json_decref(s);
 	assert_int_equal(kill(b->pid, 0), 0);
 	harness_finish(b);
@@ -1193,7 +1183,7 @@ dead_worker_connections_are_given_back(void **state)
 	for (i = 0; i < 3; i++)
 		peer_close(&p[i]);
 	s = stats(b);
-	assert_int_equal(stat_of(s, "worker_restarts"), 1);
+	assert_int_equal(harness_int(s, "worker_restarts"), 1);
 	json_decref(s);
 	harness_finish(b);
 }
@@ -1293,8 +1283,7 @@ pipelined_requests_answered_in_order(void **state)
 			    "committed");
 			snprintf(line, sizeof line, "pipe-%d", i - 2);
 			assert_string_equal(harness_str(sub,
-			    "client_submission_id"),
-			    line);
+			    "client_submission_id"), line);
 			break;
 		default:
 			harness_assert_bool(reply, "ok", 0);
