@@ -50,20 +50,28 @@ second_root(struct broker *b)
 	harness_fresh_root(b);
 }
 
+/* The mtime of path itself (a link is not followed), in ns. */
+static long long
+mtime_of(const char *path)
+{
+	struct stat	st;
+
+	assert_int_equal(lstat(path, &st), 0);
+	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
 /* Write a file with known content; returns its mtime (ns). */
 static long long
 plant_file(const char *path, const char *content)
 {
-	struct stat	st;
-	int		fd;
+	int	fd;
 
 	assert_true((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) !=
 	    -1);
 	assert_int_equal(write(fd, content, strlen(content)),
 	    (ssize_t)strlen(content));
 	close(fd);
-	assert_int_equal(stat(path, &st), 0);
-	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+	return mtime_of(path);
 }
 
 static void
@@ -77,8 +85,7 @@ assert_file_untouched(const char *path, const char *content,
 
 	assert_int_equal(lstat(path, &st), 0);
 	assert_true(S_ISREG(st.st_mode));
-	assert_int_equal((long long)st.st_mtim.tv_sec * 1000000000LL +
-	    st.st_mtim.tv_nsec, mtime);
+	assert_int_equal(mtime_of(path), mtime);
 	assert_true((fd = open(path, O_RDONLY)) != -1);
 	n = read(fd, buf, sizeof buf - 1);
 	close(fd);
@@ -671,15 +678,6 @@ struct outside {
 	long long	file_mtime;
 	long long	dir_mtime;
 };
-
-static long long
-mtime_of(const char *path)
-{
-	struct stat	st;
-
-	assert_int_equal(lstat(path, &st), 0);
-	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-}
 
 static void
 outside_make(const struct broker *b, struct outside *o)
