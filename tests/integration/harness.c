@@ -744,6 +744,16 @@ harness_must_start(struct broker *b, const char *const *args,
 	assert_int_equal(harness_start(b, args, env), 0);
 }
 
+void
+harness_start_crashing(struct broker *b, const char *name, const char *point)
+{
+	static char		 entry[128];
+	const char *const	 env[] = { entry, NULL };
+
+	snprintf(entry, sizeof entry, "%s=%s", name, point);
+	harness_must_start(b, NULL, env);
+}
+
 json_t *
 harness_must_call(struct broker *b, json_t *request)
 {

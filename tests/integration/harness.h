@@ -121,6 +121,12 @@ int	 harness_exit_status(int failed);
 /* harness_start, failing the test if idemd exits before it is serving. */
 void	 harness_must_start(struct broker *, const char *const *args,
 	    const char *const *env);
+/*
+ * harness_must_start with one crash variable, name=point (IDEM_CRASH_AT,
+ * IDEM_CRASH_WORKER_AT, ...): the broker dies when it reaches it.
+ */
+void	 harness_start_crashing(struct broker *, const char *name,
+	    const char *point);
 /* harness_call_once, failing the test if no reply comes. */
 json_t	*harness_must_call(struct broker *, json_t *request);
 /* A write_task (harness_write_task) on a connection of its own. */

@@ -81,17 +81,6 @@ static const struct crash_case after_commit_durable = {
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
 
-/* Start with IDEM_CRASH_AT or IDEM_CRASH_WORKER_AT (name) at a point. */
-static void
-start_crashing(struct broker *b, const char *name, const char *point)
-{
-	static char		 entry[128];
-	const char *const	 env[] = { entry, NULL };
-
-	snprintf(entry, sizeof entry, "%s=%s", name, point);
-	assert_int_equal(harness_start(b, NULL, env), 0);
-}
-
 /* The call the crash interrupts: its connection ends without a reply. */
 static void
 submit_and_lose(struct broker *b, const char *id, const char *subject)
@@ -264,7 +253,7 @@ broker_crash(struct broker *b, const struct crash_case *cc)
 {
 	json_t	*retry;
 
-	start_crashing(b, "IDEM_CRASH_AT", cc->point);
+	harness_start_crashing(b, "IDEM_CRASH_AT", cc->point);
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	harness_wait_dead(b);
 	assert_int_equal(b->exit_status, 128 + SIGKILL);
@@ -396,7 +385,7 @@ worker_crash(struct broker *b, const struct crash_case *cc)
 	json_t	*retry, *fresh;
 	char	 want[96];
 
-	start_crashing(b, "IDEM_CRASH_WORKER_AT", cc->point);
+	harness_start_crashing(b, "IDEM_CRASH_WORKER_AT", cc->point);
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	assert_true(broker_running(b));
 	assert_int_equal(harness_count_tasks(b), cc->files_after_crash);
@@ -750,7 +739,7 @@ conflict_after_crash(void **state)
 	json_t		*reply, *existing;
 	char		 want[96];
 
-	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	harness_start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	harness_wait_dead(b);
 	harness_must_start(b, NULL, NULL);
@@ -788,7 +777,7 @@ target_mismatch_after_crash(void **state)
 	char		 id[96], rel[256], *data;
 	int		 i;
 
-	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	harness_start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	harness_wait_dead(b);
 	assert_int_equal(harness_count_tasks(b), 0);
@@ -821,7 +810,8 @@ task_missing_after_crash(void **state)
 	char		 id[96], path[1024];
 	int		 i;
 
-	start_crashing(b, "IDEM_CRASH_AT", "after_task_created_durable");
+	harness_start_crashing(b, "IDEM_CRASH_AT",
+	    "after_task_created_durable");
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	harness_wait_dead(b);
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -855,7 +845,7 @@ moved_after_crash(struct broker *b, const struct crash_case *cc,
 	json_t	*reply;
 	char	 id[96], from[256], to[256];
 
-	start_crashing(b, "IDEM_CRASH_AT", cc->point);
+	harness_start_crashing(b, "IDEM_CRASH_AT", cc->point);
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	harness_wait_dead(b);
 	first_task_id(id, sizeof id, 1);
@@ -939,7 +929,7 @@ concurrent_retries_after_crash(struct broker *b, const struct crash_case *cc)
 	char			*first = NULL, *text;
 	int			 i, recovered = 0;
 
-	start_crashing(b, "IDEM_CRASH_AT", cc->point);
+	harness_start_crashing(b, "IDEM_CRASH_AT", cc->point);
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	harness_wait_dead(b);
 	harness_must_start(b, NULL, NULL);
@@ -1014,7 +1004,7 @@ reserved_number_kept_across_crash(void **state)
 	json_t		*reply;
 	char		 want[96];
 
-	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	harness_start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
 	submit_and_lose(b, TEST_ID, TEST_SUBJECT);
 	harness_wait_dead(b);
 	harness_must_start(b, NULL, NULL);
@@ -1065,7 +1055,7 @@ symlink_at_reserved_name(void **state)
 	close(fd);
 	assert_int_equal(stat(outside, &before), 0);
 
-	start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
+	harness_start_crashing(b, "IDEM_CRASH_AT", "after_reserve_durable");
 	submit_and_lose(b, "res-link", "Reserved, then a symlink");
 	harness_wait_dead(b);
 	first_task_id(task_id, sizeof task_id, 1);

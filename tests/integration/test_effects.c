@@ -329,7 +329,8 @@ not_applied_releases_and_stale_fences_change_nothing(void **state)
 	json_decref(reply);
 	/* ... and changed nothing. */
 	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
-	    "op", "get_submission", "client_submission_id", "e-4", "effect_kind", KIND));
+	    "op", "get_submission", "client_submission_id", "e-4",
+	    "effect_kind", KIND));
 	harness_assert_bool(reply, "found", 1);
 	sub = json_object_get(reply, "submission");
 	assert_string_equal(harness_str(sub, "state"), "reserved");
@@ -536,12 +537,14 @@ bad_requests_are_refused_and_change_nothing(void **state)
 	json_decref(reply);
 	free(big);
 	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
-	    "op", "get_submission", "client_submission_id", "x", "effect_kind", "has space"));
+	    "op", "get_submission", "client_submission_id", "x",
+	    "effect_kind", "has space"));
 	assert_error(reply, "invalid_request", "effect_kind");
 	json_decref(reply);
 	/* Nothing of it is in the table. */
 	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
-	    "op", "get_submission", "client_submission_id", "x", "effect_kind", KIND));
+	    "op", "get_submission", "client_submission_id", "x",
+	    "effect_kind", KIND));
 	harness_assert_bool(reply, "found", 0);
 	json_decref(reply);
 	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
@@ -669,16 +672,12 @@ need_fault_injection(struct broker *b)
 #endif
 }
 
-/* Start with IDEM_CRASH_AT at a point. */
+/* Start with IDEM_CRASH_AT at a point (skipped without fault injection). */
 static void
 start_crashing(struct broker *b, const char *point)
 {
-	static char		 entry[128];
-	const char *const	 env[] = { entry, NULL };
-
 	need_fault_injection(b);
-	snprintf(entry, sizeof entry, "IDEM_CRASH_AT=%s", point);
-	assert_int_equal(harness_start(b, NULL, env), 0);
+	harness_start_crashing(b, "IDEM_CRASH_AT", point);
 }
 
 /* The request the crash interrupts: its stream ends without a reply. */
