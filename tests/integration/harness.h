@@ -137,7 +137,10 @@ int	 harness_exists(const struct broker *, const char *relpath);
 int64_t	 harness_now_ms(void);
 /* REPORT-*.md files in reports/ (temporaries start with a dot). */
 int	 harness_count_reports(const struct broker *);
-/* The front matter of a TASK or REPORT file, without its "---" lines. */
+/*
+ * The front matter of a TASK or REPORT file relative to the root,
+ * without its "---" lines (malloc'd); fails the test if there is none.
+ */
 char	*harness_front_matter(const struct broker *, const char *relpath);
 
 /* The broker's whole log (malloc'd); NULL if there is none yet. */
@@ -181,6 +184,7 @@ struct harness_shim {
 	char		 env_asan[512];
 	const char	*env[4];
 };
+/* A suite's setup calls it with its own watchdog (cmocka passes none). */
 int	 harness_shim_setup(void **state, unsigned watchdog_seconds);
 int	 harness_shim_teardown(void **state);
 void	 harness_shim_finish(struct harness_shim *);
