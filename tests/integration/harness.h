@@ -135,7 +135,10 @@ json_t	*harness_submit(struct broker *, const char *id, const char *subject);
 int	 harness_exists(const struct broker *, const char *relpath);
 /* CLOCK_MONOTONIC in milliseconds. */
 int64_t	 harness_now_ms(void);
-/* REPORT-*.md files in reports/ (temporaries start with a dot). */
+/*
+ * REPORT-*.md files in reports/ (temporaries start with a dot); fails
+ * the test if there is no reports/.
+ */
 int	 harness_count_reports(const struct broker *);
 /*
  * The front matter of a TASK or REPORT file relative to the root,

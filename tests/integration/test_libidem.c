@@ -74,25 +74,6 @@ create_task(struct idem_conn *c, const char *id, const char *subject,
 	assert_int_equal(r->disposition, IDEM_CREATED);
 }
 
-/* Regular files in dir (relative to the root) whose names start so. */
-static int
-count_files(const struct broker *b, const char *dir, const char *prefix)
-{
-	char		 path[1024];
-	DIR		*d;
-	struct dirent	*e;
-	int		 n = 0;
-
-	snprintf(path, sizeof path, "%s/%s", b->root, dir);
-	if ((d = opendir(path)) == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-			n++;
-	closedir(d);
-	return n;
-}
-
 /* Whether the file has a front-matter line "key: value" exactly. */
 static int
 file_has_line(const struct broker *b, const char *relpath, const char *key,
@@ -159,7 +140,7 @@ write_report_created_deduplicated_conflict(void **state)
 	assert_int_equal(again.deduplicated, 1);
 	assert_string_equal(again.report_id, r.report_id);
 	assert_string_equal(again.report_path, r.report_path);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 
 	/* The same id, other content: conflict, still one file. */
 	report.status = "partial";
@@ -170,7 +151,7 @@ write_report_created_deduplicated_conflict(void **state)
 	assert_int_equal(err.retryable, 0);
 	assert_string_equal(err.reason, "digest_mismatch");
 	assert_string_equal(other.existing_report_id, r.report_id);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 
 	/* Without an id every call writes a new REPORT. */
 	assert_int_equal(idem_write_report(c, w.receipt.task_id, NULL, &report,
@@ -180,7 +161,7 @@ write_report_created_deduplicated_conflict(void **state)
 	    &again, &err), 0);
 	assert_int_equal(again.disposition, IDEM_CREATED);
 	assert_string_not_equal(other.report_id, again.report_id);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 3);
+	assert_int_equal(harness_count_reports(b), 3);
 	idem_close(c);
 	harness_finish(b);
 }
@@ -213,7 +194,7 @@ write_report_errors(void **state)
 	assert_int_equal(idem_write_report(c, NULL, "r", &report, &r, &err),
 	    -1);
 	assert_int_equal(err.code, IDEM_E_ARGUMENT);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 0);
+	assert_int_equal(harness_count_reports(b), 0);
 	/* Errors leave the connection usable. */
 	report.sender = "DEV";
 	assert_int_equal(idem_write_report(c, task_id, "r", &report, &r, &err),

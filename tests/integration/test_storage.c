@@ -87,12 +87,6 @@ count_task_temporaries(const struct broker *b)
 }
 
 static int
-count_reports(const struct broker *b)
-{
-	return count_named(b, "reports", "REPORT-", ".md");
-}
-
-static int
 count_report_temporaries(const struct broker *b)
 {
 	return count_named(b, "reports", ".REPORT-", "");
@@ -953,7 +947,7 @@ report_file_fault(struct harness_shim *t, const char *rule)
 	reply = write_report(b, task_id, "rep/1");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 0);
+	assert_int_equal(harness_count_reports(b), 0);
 	assert_int_equal(count_report_temporaries(b), 0);
 
 	fault_clear(t);
@@ -965,7 +959,7 @@ report_file_fault(struct harness_shim *t, const char *rule)
 	assert_non_null(report_id);
 	assert_non_null(report_path);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	assert_int_equal(count_report_temporaries(b), 0);
 	data = harness_read(b, report_path);
 	assert_non_null(data);
@@ -979,7 +973,7 @@ report_file_fault(struct harness_shim *t, const char *rule)
 	assert_string_equal(harness_str(reply, "report_id"), report_id);
 	assert_string_equal(harness_str(reply, "report_path"), report_path);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 
 	assert_int_equal(harness_stop(b), 0);
 	start(t);
@@ -987,7 +981,7 @@ report_file_fault(struct harness_shim *t, const char *rule)
 	harness_assert_bool(reply, "deduplicated", 1);
 	assert_string_equal(harness_str(reply, "report_id"), report_id);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	assert_int_equal(harness_count_tasks(b), 1);
 	free(task_id);
 	free(report_id);
