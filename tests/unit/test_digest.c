@@ -44,7 +44,7 @@ encode(const char *s, size_t length, int yaml_safe)
 	assert_non_null(fp);
 	assert_int_equal(digest_write_json_string(fp, s, length, yaml_safe), 0);
 	assert_int_equal(fclose(fp), 0);
-	return (buf);
+	return buf;
 }
 
 static void
@@ -65,7 +65,7 @@ normalize(const char *s)
 	n = digest_normalize_string(s, strlen(s), &length);
 	assert_non_null(n);
 	assert_int_equal(length, strlen(n));
-	return (n);
+	return n;
 }
 
 /* A vector's string or null; anything else fails the test. */
@@ -75,9 +75,9 @@ vector_string(json_t *task, const char *key)
 	json_t	*v = json_object_get(task, key);
 
 	if (v == NULL || json_is_null(v))
-		return (NULL);
+		return NULL;
 	assert_true(json_is_string(v));
-	return (json_string_value(v));
+	return json_string_value(v);
 }
 
 static const char **
@@ -89,7 +89,7 @@ vector_list(json_t *task, const char *key, size_t *count)
 
 	*count = 0;
 	if (v == NULL || json_is_null(v))	/* null means the default */
-		return (NULL);
+		return NULL;
 	assert_true(json_is_array(v));
 	*count = json_array_size(v);
 	list = calloc(*count + 1, sizeof *list);
@@ -98,7 +98,7 @@ vector_list(json_t *task, const char *key, size_t *count)
 		assert_true(json_is_string(item));
 		list[i] = json_string_value(item);
 	}
-	return (list);
+	return list;
 }
 
 /* Every member of a vector's task is one of known[0..n-1]. */
@@ -698,15 +698,15 @@ static int
 errno_named(const char *name)
 {
 	if (strcmp(name, "EEXIST") == 0)
-		return (EEXIST);
+		return EEXIST;
 	if (strcmp(name, "EDOM") == 0)
-		return (EDOM);
+		return EDOM;
 	if (strcmp(name, "EILSEQ") == 0)
-		return (EILSEQ);
+		return EILSEQ;
 	if (strcmp(name, "EINVAL") == 0)
-		return (EINVAL);
+		return EINVAL;
 	fail_msg("unknown errno name %s in the vectors", name);
-	return (0);
+	return 0;
 }
 
 /* What the generic-json-v1 vectors were: digested and refused. */
@@ -869,5 +869,5 @@ main(void)
 		cmocka_unit_test(test_generic_json_refusals),
 	};
 
-	return (cmocka_run_group_tests(tests, NULL, NULL));
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }
