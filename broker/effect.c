@@ -154,7 +154,7 @@ effect_kind_valid(const char *kind, size_t length, struct request_error *err)
 	for (i = 0; i < length; i++) {
 		if ((unsigned char)kind[i] < 0x21 ||
 		    (unsigned char)kind[i] > 0x7e)
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "effect_kind", "effect_kind must be printable "
 			    "ASCII without spaces (byte %zu is 0x%02x)", i,
 			    (unsigned char)kind[i]);
@@ -176,14 +176,15 @@ effect_kind_field(json_t *request, struct effect *e,
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
-		return request_error_set(err, "invalid_request", "effect_kind",
-		    "effect_kind is required");
+		return request_error_set(err, WIRE_INVALID_REQUEST,
+		    "effect_kind", "effect_kind is required");
 	if (effect_kind_valid(kind, length, err) != 0)
 		return -1;
 	if (strcmp(kind, IDEM_EFFECT_KIND_RESERVED) == 0)
-		return request_error_set(err, "invalid_request", "effect_kind",
-		    "effect_kind \"%s\" is reserved: idem performs it "
-		    "itself (op write_task)", IDEM_EFFECT_KIND_RESERVED);
+		return request_error_set(err, WIRE_INVALID_REQUEST,
+		    "effect_kind", "effect_kind \"%s\" is reserved: idem "
+		    "performs it itself (op write_task)",
+		    IDEM_EFFECT_KIND_RESERVED);
 	memcpy(e->kind, kind, length + 1);
 	return 0;
 }
@@ -198,7 +199,7 @@ effect_key(json_t *request, struct effect *e, struct request_error *err)
 	if ((rc = request_submission_id(request, &id, err)) < 0)
 		return -1;
 	if (rc == 0)
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "client_submission_id", "client_submission_id is "
 		    "required: effects are idempotent or not offered");
 	if (effect_kind_field(request, e, err) != 0)
@@ -215,7 +216,7 @@ meta_field(json_t *request, struct request_error *err)
 	json_t	*meta = json_object_get(request, "meta");
 
 	if (meta != NULL && !json_is_object(meta))
-		return request_error_set(err, "invalid_request", "meta",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "meta",
 		    "meta must be an object");
 	return 0;
 }
@@ -232,11 +233,11 @@ result_field(json_t *result, const char *path, struct effect *e,
 	e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
 	    JSON_PRESERVE_ORDER);
 	if (e->result == NULL)
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "cannot serialize %s", path);
 	e->result_length = strlen(e->result);
 	if (e->result_length > IDEM_MAX_EFFECT_RESULT_BYTES)
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s is %zu bytes as compact JSON; at most %d", path,
 		    e->result_length, IDEM_MAX_EFFECT_RESULT_BYTES);
 	return 0;
@@ -259,7 +260,7 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 	    &schema, &length, err) < 0)
 		return -1;
 	if (schema != NULL && strcmp(schema, IDEM_SCHEMA_GENERIC_JSON_V1) != 0)
-		return request_error_set(err, "unsupported_schema",
+		return request_error_set(err, WIRE_UNSUPPORTED_SCHEMA,
 		    "digest_schema", "digest_schema \"%.64s\" is not supported "
 		    "for effects (supported: %s)", schema,
 		    IDEM_SCHEMA_GENERIC_JSON_V1);
@@ -267,7 +268,7 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 	    0, &given, &length, err) < 0)
 		return -1;
 	if (given != NULL && digest_from_hex(given, given_digest) != 0)
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "request_digest", "request_digest must be 64 lower-case "
 		    "hex digits");
 	e->lease_ms = IDEM_DEFAULT_LEASE_MS;
@@ -275,44 +276,44 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 		if (!json_is_integer(lease) ||
 		    json_integer_value(lease) < IDEM_MIN_LEASE_MS ||
 		    json_integer_value(lease) > IDEM_MAX_LEASE_MS)
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "lease_ms", "lease_ms must be an integer from %d "
 			    "to %d", IDEM_MIN_LEASE_MS, IDEM_MAX_LEASE_MS);
 		e->lease_ms = json_integer_value(lease);
 	}
 	if ((req = json_object_get(request, "request")) == NULL)
-		return request_error_set(err, "invalid_request", "request",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "request",
 		    "request is required (any JSON value: what the effect "
 		    "will do)");
 	if (digest_generic_canonical(e->kind, req, &canonical, &length,
 	    where) != 0) {
 		switch (errno) {
 		case EILSEQ:
-			return request_error_set(err, "invalid_utf8",
+			return request_error_set(err, WIRE_INVALID_UTF8,
 			    "request", "request%s holds invalid UTF-8", where);
 		case EEXIST:
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "request", "request%s: two member names are equal "
 			    "after normalization (CRLF, NFC)", where);
 		case EDOM:
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "request", "request%s: integers beyond +-2^53 have "
 			    "no exact JCS form; send them as strings", where);
 		case EINVAL:
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "request", "request%s contains a NUL character",
 			    where);
 		case ELOOP:
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "request", "request is nested deeper than %d",
 			    IDEM_MAX_JSON_DEPTH);
 		}
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "canonical form: %s", strerror(errno));
 	}
 	if (length > IDEM_MAX_EFFECT_REQUEST_BYTES) {
 		free(canonical);
-		return request_error_set(err, "invalid_request", "request",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "request",
 		    "request is %zu bytes in canonical form; at most %d",
 		    length, IDEM_MAX_EFFECT_REQUEST_BYTES);
 	}
@@ -321,7 +322,7 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 	if (given != NULL && memcmp(given_digest, e->digest,
 	    IDEM_SHA256_BYTES) != 0) {
 		digest_to_hex(e->digest, hex);
-		return request_error_set(err, "digest_disagrees",
+		return request_error_set(err, WIRE_DIGEST_DISAGREES,
 		    "request_digest", "request_digest %s is not the broker's "
 		    "generic-json-v1 digest of the request, %s", given, hex);
 	}
@@ -376,14 +377,14 @@ complete_parse(json_t *request, struct effect *e, struct request_error *err)
 		return -1;
 	if (rc == 0 || fence_parse(fence, &e->fence_attempt,
 	    &e->fence_nonce) != 0)
-		return request_error_set(err, "invalid_request", "fence",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "fence",
 		    "fence is required: the one effect_begin's proceed gave");
 	rc = request_string(request, "outcome", "outcome", 1, 16, 0, &outcome,
 	    &length, err);
 	if (rc < 0)
 		return -1;
 	if (rc == 0 || !request_one_of(outcome, outcomes))
-		return request_error_set(err, "invalid_request", "outcome",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "outcome",
 		    "outcome must be \"applied\" or \"not_applied\"");
 	e->outcome = strcmp(outcome, "applied") == 0 ? OUTCOME_APPLIED :
 	    OUTCOME_NOT_APPLIED;
@@ -407,7 +408,7 @@ resolve_parse(json_t *request, struct effect *e, struct request_error *err)
 		return -1;
 	evidence = json_object_get(request, "evidence");
 	if (evidence == NULL || !json_is_object(evidence))
-		return request_error_set(err, "invalid_request", "evidence",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "evidence",
 		    "evidence must be an object: {observed, result, source}");
 	if (request_known_keys(evidence, "evidence", evidence_keys, err) != 0)
 		return -1;
@@ -416,7 +417,7 @@ resolve_parse(json_t *request, struct effect *e, struct request_error *err)
 	if (rc < 0)
 		return -1;
 	if (rc == 0 || !request_one_of(value, observed))
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "evidence.observed", "evidence.observed must be "
 		    "\"applied\", \"not_applied\" or \"unknown\"");
 	e->outcome = strcmp(value, "applied") == 0 ? OUTCOME_APPLIED :
@@ -569,31 +570,34 @@ effect_journal_failed(struct pending *p)
 {
 	if (!p->journal_failed)
 		return 0;
-	effect_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
 	    "the journal could not be made durable"));
 	return 1;
 }
 
 /* A refusal with a disposition: conflict, in_progress, outcome_unknown. */
 static void
-effect_refuse(struct pending *p, const char *disposition, const char *code,
-    const char *reason, int retryable, const char *message, int existing)
+effect_refuse(struct pending *p, enum wire_disposition disposition,
+    enum wire_error code, enum wire_reason reason, int retryable,
+    const char *message, int existing)
 {
 	struct effect	*e = effect_of(p);
 	json_t		*reply, *error;
 
 	effect_release(p);
-	if (strcmp(code, "conflict") == 0)
+	if (code == WIRE_CONFLICT)
 		atomic_fetch_add(&counters_of(p)->conflict, 1);
-	if (reason != NULL && strcmp(reason, "stale_fence") == 0)
+	if (reason == REASON_STALE_FENCE)
 		atomic_fetch_add(&counters_of(p)->effects_stale_fence, 1);
 	reply = reply_new(0, p->id);
-	json_object_set_new(reply, "disposition", json_string(disposition));
+	json_object_set_new(reply, "disposition",
+	    json_string(wire_disposition_name(disposition)));
 	json_object_set_new(reply, "action_taken", json_false());
 	error = json_object();
-	json_object_set_new(error, "code", json_string(code));
-	if (reason != NULL)
-		json_object_set_new(error, "reason", json_string(reason));
+	json_object_set_new(error, "code", json_string(wire_error_name(code)));
+	if (reason != REASON_NONE)
+		json_object_set_new(error, "reason",
+		    json_string(wire_reason_name(reason)));
 	json_object_set_new(error, "message", json_string(message));
 	json_object_set_new(error, "retryable", json_boolean(retryable));
 	json_object_set_new(reply, "error", error);
@@ -603,14 +607,16 @@ effect_refuse(struct pending *p, const char *disposition, const char *code,
 }
 
 static void
-effect_conflict(struct pending *p, const char *reason, const char *message)
+effect_conflict(struct pending *p, enum wire_reason reason,
+    const char *message)
 {
-	effect_refuse(p, "conflict", "conflict", reason, 0, message, 1);
+	effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT, reason, 0,
+	    message, 1);
 }
 
 /* ok:true with the committed receipt. */
 static void
-effect_answer_receipt(struct pending *p, const char *disposition,
+effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
     int action_taken)
 {
 	struct effect	*e = effect_of(p);
@@ -623,14 +629,14 @@ effect_answer_receipt(struct pending *p, const char *disposition,
 		log_warnx("effect %s: its committed result is unreadable",
 		    e->id);
 		atomic_fetch_add(&counters_of(p)->errors, 1);
-		pending_reply(p, reply_error_simple(p->id, "internal", 0,
+		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 0,
 		    "the committed result of this effect is unreadable"));
 		return;
 	}
 	reply = reply_new(1, p->id);
-	if (disposition != NULL)
+	if (disposition != DISPOSITION_NONE)
 		json_object_set_new(reply, "disposition",
-		    json_string(disposition));
+		    json_string(wire_disposition_name(disposition)));
 	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
 	json_object_set_new(reply, "idempotent", json_true());
 	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
@@ -716,7 +722,7 @@ effect_journal_down(struct pending *p)
 static void
 effect_fail_reopening(struct pending *p)
 {
-	effect_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
 	    "the journal failed; writes resume when the broker has reopened "
 	    "and verified it"));
 }
@@ -774,7 +780,8 @@ effect_proceed(struct pending *p)
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
 	digest_to_hex(e->entry.request_digest, hex);
 	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "disposition", json_string("proceed"));
+	json_object_set_new(reply, "disposition", json_string(
+	    wire_disposition_name(DISPOSITION_PROCEED)));
 	json_object_set_new(reply, "idempotent", json_true());
 	json_object_set_new(reply, "client_submission_id", json_string(e->id));
 	json_object_set_new(reply, "effect_kind", json_string(e->kind));
@@ -796,9 +803,10 @@ effect_outcome_unknown(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	atomic_fetch_add(&counters_of(p)->effects_outcome_unknown, 1);
-	effect_refuse(p, "outcome_unknown", "outcome_unknown", NULL, 0,
-	    "a lease lapsed without effect_complete: the effect may or may "
-	    "not have happened; settle it with effect_resolve", 1);
+	effect_refuse(p, DISPOSITION_OUTCOME_UNKNOWN, WIRE_OUTCOME_UNKNOWN,
+	    REASON_NONE, 0, "a lease lapsed without effect_complete: the "
+	    "effect may or may not have happened; settle it with "
+	    "effect_resolve", 1);
 }
 
 static void
@@ -807,7 +815,7 @@ effect_reused(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	atomic_fetch_add(&counters_of(p)->effects_reused, 1);
-	effect_answer_receipt(p, "reused", 0);
+	effect_answer_receipt(p, DISPOSITION_REUSED, 0);
 }
 
 static void
@@ -818,19 +826,19 @@ effect_mismatch(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1)
-		effect_conflict(p, "schema_mismatch", "the key is bound to "
-		    "another digest schema");
+		effect_conflict(p, REASON_SCHEMA_MISMATCH, "the key is bound "
+		    "to another digest schema");
 	else
-		effect_conflict(p, "digest_mismatch", "the key is bound to a "
-		    "request with another digest; nothing to perform");
+		effect_conflict(p, REASON_DIGEST_MISMATCH, "the key is bound "
+		    "to a request with another digest; nothing to perform");
 }
 
 static void
 effect_in_progress(struct pending *p)
 {
 	atomic_fetch_add(&counters_of(p)->effects_in_progress, 1);
-	effect_refuse(p, "in_progress", "in_progress", NULL, 1,
-	    "another caller holds a live lease on this effect", 1);
+	effect_refuse(p, DISPOSITION_IN_PROGRESS, WIRE_IN_PROGRESS, REASON_NONE,
+	    1, "another caller holds a live lease on this effect", 1);
 }
 
 /*
@@ -861,7 +869,7 @@ effect_acquire_start(struct pending *p, struct subtab_acquire *a)
 	struct idemd	*d = idemd_of(p);
 
 	if (p->timed_out) {
-		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		effect_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
 		    "another request on this effect is still in flight after "
 		    "%d ms", d->inflight_wait_ms));
 		return -1;
@@ -939,12 +947,12 @@ effect_begin_acquire(struct pending *p)
 		pending_wait_claim(p, effect_begin_acquire);
 		return;
 	case SUBTAB_FULL:
-		effect_fail(p, reply_error_simple(p->id, "table_full", 0,
+		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
 		    "the submission table is full (capacity %u); restart "
 		    "idemd with a larger --capacity", d->capacity));
 		return;
 	case SUBTAB_ALLOC_FAILED:
-		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "the submission table is unusable"));
 		return;
 	}
@@ -982,7 +990,7 @@ effect_settled(struct pending *p)
 		crash_point(CRASH_AFTER_EFFECT_RELEASE_DURABLE);
 	if (e->entry.state == SUBTAB_COMMITTED) {
 		atomic_fetch_add(&counters_of(p)->effects_committed, 1);
-		effect_answer_receipt(p, NULL, 1);
+		effect_answer_receipt(p, DISPOSITION_NONE, 1);
 		return;
 	}
 	if (e->entry.state == SUBTAB_RELEASED)
@@ -1001,7 +1009,7 @@ effect_commit(struct pending *p, int recovered)
 	    &e->entry.result_offset) != 0) {
 		log_warnx("effect %s: the result arena is full; restart idemd "
 		    "with a larger --result-bytes", e->id);
-		effect_fail(p, reply_error_simple(p->id, "table_full", 0,
+		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
 		    "the result arena is full; restart idemd with a larger "
 		    "--result-bytes, then complete again with the same "
 		    "fence"));
@@ -1042,25 +1050,26 @@ effect_complete_judge(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	if (e->fence_attempt != x->attempt || e->fence_nonce != x->fence) {
-		effect_conflict(p, "stale_fence", "this fence is not the latest "
-		    "one issued for the effect; nothing changed");
+		effect_conflict(p, REASON_STALE_FENCE, "this fence is not the "
+		    "latest one issued for the effect; nothing changed");
 		return;
 	}
 	switch (x->state) {
 	case SUBTAB_COMMITTED:
 		/* A retry of the complete that committed: same answer. */
 		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
-			effect_answer_receipt(p, NULL, 0);
+			effect_answer_receipt(p, DISPOSITION_NONE, 0);
 		else
-			effect_conflict(p, "already_committed", "the effect "
-			    "is committed with another outcome or result");
+			effect_conflict(p, REASON_ALREADY_COMMITTED,
+			    "the effect is committed with another outcome or "
+			    "result");
 		return;
 	case SUBTAB_RELEASED:
 		if (e->outcome == OUTCOME_NOT_APPLIED)
 			effect_answer_state(p, 0);
 		else
-			effect_conflict(p, "no_reservation", "the reservation "
-			    "was released; begin again");
+			effect_conflict(p, REASON_NO_RESERVATION,
+			    "the reservation was released; begin again");
 		return;
 	default:	/* reserved (live or lapsed), outcome_unknown */
 		if (e->outcome == OUTCOME_APPLIED)
@@ -1087,10 +1096,10 @@ effect_resolve_judge(struct pending *p)
 		    "unknown", e->source);
 	if (x->state == SUBTAB_COMMITTED) {
 		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
-			effect_answer_receipt(p, NULL, 0);
+			effect_answer_receipt(p, DISPOSITION_NONE, 0);
 		else
-			effect_conflict(p, "already_committed", "the evidence "
-			    "contradicts the committed receipt");
+			effect_conflict(p, REASON_ALREADY_COMMITTED,
+			    "the evidence contradicts the committed receipt");
 		return;
 	}
 	if (e->found_end != SUBTAB_NOT_JOURNALED &&
@@ -1134,8 +1143,8 @@ effect_claim(struct pending *p)
 		e->entry = a.found;
 		e->found_end = a.found_journal_end;
 		if (e->entry.kind != SUBTAB_KIND_EFFECT) {
-			effect_fail(p, reply_error_simple(p->id, "internal", 0,
-			    "the key names no effect"));
+			effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL,
+			    0, "the key names no effect"));
 			return;
 		}
 		effect_after_durable(p, e->op == EFFECT_COMPLETE ?
@@ -1145,11 +1154,12 @@ effect_claim(struct pending *p)
 		pending_wait_claim(p, effect_claim);
 		return;
 	case SUBTAB_FULL:	/* no such key */
-		effect_refuse(p, "conflict", "conflict", "no_reservation", 0,
-		    "no effect was begun under this key", 0);
+		effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT,
+		    REASON_NO_RESERVATION, 0, "no effect was begun under this "
+		    "key", 0);
 		return;
 	default:
-		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "the submission table is unusable"));
 		return;
 	}
@@ -1264,7 +1274,7 @@ effect_check_op(enum effect_op op, json_t *request, struct request_error *err)
 	int		 rc;
 
 	if ((e = calloc(1, sizeof *e)) == NULL)
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "out of memory");
 	rc = effect_parse(op, request, e, err);
 	effect_free(e);

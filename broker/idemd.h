@@ -236,8 +236,36 @@ void	 conn_reply(struct conn *, json_t *);
 struct idemd *conn_idemd(struct conn *);
 
 /* request.c: parsing, validation and replies */
+/* The wire's error codes, from IDEM_ERROR_CODES: WIRE_INVALID_REQUEST... */
+enum wire_error {
+#define WIRE_ERROR_ENUM(sym, name)	WIRE_##sym,
+	IDEM_ERROR_CODES(WIRE_ERROR_ENUM)
+#undef WIRE_ERROR_ENUM
+	WIRE_ERROR_COUNT
+};
+/* error.reason, from IDEM_CONFLICT_REASONS and IDEM_LIMIT_REASONS. */
+enum wire_reason {
+	REASON_NONE,		/* no "reason" member */
+#define WIRE_REASON_ENUM(sym, name)	REASON_##sym,
+	IDEM_CONFLICT_REASONS(WIRE_REASON_ENUM)
+	IDEM_LIMIT_REASONS(WIRE_REASON_ENUM)
+#undef WIRE_REASON_ENUM
+	REASON_COUNT
+};
+/* A reply's "disposition", from IDEM_DISPOSITIONS. */
+enum wire_disposition {
+	DISPOSITION_NONE,	/* no "disposition" member */
+#define WIRE_DISPOSITION_ENUM(sym, name)	DISPOSITION_##sym,
+	IDEM_DISPOSITIONS(WIRE_DISPOSITION_ENUM)
+#undef WIRE_DISPOSITION_ENUM
+	DISPOSITION_COUNT
+};
+/* The name each of the three stands for on the wire. */
+const char *wire_error_name(enum wire_error);
+const char *wire_reason_name(enum wire_reason);
+const char *wire_disposition_name(enum wire_disposition);
 struct request_error {
-	const char	*code;		/* a wire error code */
+	enum wire_error	 code;
 	char		 message[256];
 	char		 field[64];
 	int		 retryable;
@@ -245,11 +273,11 @@ struct request_error {
 /* {"ok":ok,"id":id} (id left out when NULL), to be filled by the caller. */
 json_t	*reply_new(int ok, json_t *id);
 json_t	*reply_error(const struct request_error *, json_t *id);
-json_t	*reply_error_simple(json_t *id, const char *code, int retryable,
+json_t	*reply_error_simple(json_t *id, enum wire_error, int retryable,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* A time in a reply: the task files' UTC format, as a JSON string. */
 json_t	*reply_time(int64_t ms);
-int	 request_error_set(struct request_error *, const char *code,
+int	 request_error_set(struct request_error *, enum wire_error,
 	    const char *field, const char *fmt, ...)
 	    __attribute__((format(printf, 4, 5)));
 /* The id (a scalar, or NULL) and op (a string without NUL) of a request. */

@@ -39,8 +39,62 @@ utf8_clean(char *s)
 	}
 }
 
+static const char *const wire_error_names[] = {
+#define WIRE_ERROR_NAME(sym, name)	[WIRE_##sym] = name,
+	IDEM_ERROR_CODES(WIRE_ERROR_NAME)
+#undef WIRE_ERROR_NAME
+};
+
+static const char *const wire_reason_names[] = {
+	[REASON_NONE] = NULL,
+#define WIRE_REASON_NAME(sym, name)	[REASON_##sym] = name,
+	IDEM_CONFLICT_REASONS(WIRE_REASON_NAME)
+	IDEM_LIMIT_REASONS(WIRE_REASON_NAME)
+#undef WIRE_REASON_NAME
+};
+
+static const char *const wire_disposition_names[] = {
+	[DISPOSITION_NONE] = NULL,
+#define WIRE_DISPOSITION_NAME(sym, name)	[DISPOSITION_##sym] = name,
+	IDEM_DISPOSITIONS(WIRE_DISPOSITION_NAME)
+#undef WIRE_DISPOSITION_NAME
+};
+
+_Static_assert(sizeof wire_error_names / sizeof wire_error_names[0] ==
+    WIRE_ERROR_COUNT, "an error code without a name");
+_Static_assert(sizeof wire_reason_names / sizeof wire_reason_names[0] ==
+    REASON_COUNT, "a reason without a name");
+_Static_assert(sizeof wire_disposition_names /
+    sizeof wire_disposition_names[0] == DISPOSITION_COUNT,
+    "a disposition without a name");
+
+const char *
+wire_error_name(enum wire_error code)
+{
+	if ((unsigned)code >= WIRE_ERROR_COUNT)
+		return wire_error_names[WIRE_INTERNAL];
+	return wire_error_names[code];
+}
+
+/* NULL for REASON_NONE: the reply has no "reason". */
+const char *
+wire_reason_name(enum wire_reason reason)
+{
+	if ((unsigned)reason >= REASON_COUNT)
+		return NULL;
+	return wire_reason_names[reason];
+}
+
+const char *
+wire_disposition_name(enum wire_disposition disposition)
+{
+	if ((unsigned)disposition >= DISPOSITION_COUNT)
+		return NULL;
+	return wire_disposition_names[disposition];
+}
+
 int
-request_error_set(struct request_error *err, const char *code,
+request_error_set(struct request_error *err, enum wire_error code,
     const char *field, const char *fmt, ...)
 {
 	va_list	ap;
@@ -74,7 +128,7 @@ plain_name(const char *key)
 void
 request_storage_error(struct request_error *err, int error, const char *what)
 {
-	request_error_set(err, "storage_unavailable", NULL, "%s: %s", what,
+	request_error_set(err, WIRE_STORAGE_UNAVAILABLE, NULL, "%s: %s", what,
 	    strerror(error));
 	err->retryable = 1;
 }
@@ -97,7 +151,8 @@ reply_error(const struct request_error *err, json_t *id)
 
 	json_object_set_new(reply, "action_taken", json_false());
 	error = json_object();
-	json_object_set_new(error, "code", json_string(err->code));
+	json_object_set_new(error, "code",
+	    json_string(wire_error_name(err->code)));
 	json_object_set_new(error, "message", json_string(err->message));
 	if (err->field[0] != '\0')
 		json_object_set_new(error, "field", json_string(err->field));
@@ -107,7 +162,7 @@ reply_error(const struct request_error *err, json_t *id)
 }
 
 json_t *
-reply_error_simple(json_t *id, const char *code, int retryable,
+reply_error_simple(json_t *id, enum wire_error code, int retryable,
     const char *fmt, ...)
 {
 	struct request_error	err;
@@ -145,17 +200,17 @@ request_parse(const char *line, size_t length, struct request_error *err)
 	    JSON_ALLOW_NUL | JSON_DECODE_ANY, &error);
 	if (request == NULL) {
 		if (json_error_code(&error) == json_error_invalid_utf8)
-			request_error_set(err, "invalid_utf8", NULL,
+			request_error_set(err, WIRE_INVALID_UTF8, NULL,
 			    "the request is not valid UTF-8 (byte %d)",
 			    error.position);
 		else
-			request_error_set(err, "invalid_json", NULL,
+			request_error_set(err, WIRE_INVALID_JSON, NULL,
 			    "the request is not JSON: %s at byte %d",
 			    error.text, error.position);
 		return NULL;
 	}
 	if (!json_is_object(request)) {
-		request_error_set(err, "invalid_request", NULL,
+		request_error_set(err, WIRE_INVALID_REQUEST, NULL,
 		    "a request is a JSON object");
 		json_decref(request);
 		return NULL;
@@ -197,8 +252,8 @@ request_known_keys(json_t *object, const char *path,
 				    key);
 			else
 				snprintf(field, sizeof field, "%s", key);
-			return request_error_set(err, "invalid_request", field,
-			    "%s%shas no field \"%.64s\"", path,
+			return request_error_set(err, WIRE_INVALID_REQUEST,
+			    field, "%s%shas no field \"%.64s\"", path,
 			    path[0] != '\0' ? " " : "the request ", key);
 		}
 	}
@@ -218,14 +273,14 @@ request_string(json_t *object, const char *key, const char *path,
 	if (v == NULL || (nullable && json_is_null(v)))
 		return 0;
 	if (!json_is_string(v))
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be a string%s", path, nullable ? " or null" : "");
 	n = json_string_length(v);
 	if (memchr(json_string_value(v), '\0', n) != NULL)
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s contains a NUL character", path);
 	if (n < min || n > max)
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be %zu to %zu bytes long (it is %zu)", path, min,
 		    max, n);
 	*value = json_string_value(v);
@@ -242,17 +297,17 @@ request_envelope(json_t *request, json_t **id, const char **op,
 	*id = json_object_get(request, "id");
 	if (*id != NULL && (json_is_object(*id) || json_is_array(*id))) {
 		*id = NULL;
-		return request_error_set(err, "invalid_request", "id",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "id",
 		    "id must be a JSON scalar");
 	}
 	v = json_object_get(request, "op");
 	if (!json_is_string(v))
-		return request_error_set(err, "invalid_request", "op",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "op",
 		    "op is required and must be a string");
 	*op = json_string_value(v);
 	/* "hello\u0000x" is not hello. */
 	if (strlen(*op) != json_string_length(v))
-		return request_error_set(err, "unknown_op", "op",
+		return request_error_set(err, WIRE_UNKNOWN_OP, "op",
 		    "unknown op (it contains a NUL character)");
 	return 0;
 }
@@ -273,7 +328,7 @@ request_submission_id(json_t *request, const char **id,
 		unsigned char c = (unsigned char)(*id)[i];
 
 		if (c < 0x21 || c > 0x7e)
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "client_submission_id", "client_submission_id "
 			    "must be printable ASCII without spaces (byte %zu "
 			    "is 0x%02x)", i, c);
@@ -298,7 +353,7 @@ request_check_line(const char *line, size_t length, struct request_error *err)
 		return -1;
 	if ((rc = request_envelope(request, &id, &name, err)) == 0) {
 		if ((op = optable_find(name)) == NULL)
-			rc = request_error_set(err, "unknown_op", "op",
+			rc = request_error_set(err, WIRE_UNKNOWN_OP, "op",
 			    "unknown op \"%.64s\"", name);
 		else if (op->check != NULL)
 			rc = op->check(request, err);

@@ -172,8 +172,8 @@ pending_new_op(struct conn *c, json_t *id, size_t op_size,
 	if (p == NULL || op == NULL) {
 		free(op);
 		if (p != NULL)
-			pending_reply(p, reply_error_simple(id, "internal", 1,
-			    "out of memory"));
+			pending_reply(p, reply_error_simple(id, WIRE_INTERNAL,
+			    1, "out of memory"));
 		return NULL;
 	}
 	p->op = op;
@@ -487,13 +487,13 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	if (request_envelope(request, &id, &name, &err) != 0)
 		goto refuse;
 	if ((op = optable_find(name)) == NULL) {
-		request_error_set(&err, "unknown_op", "op",
+		request_error_set(&err, WIRE_UNKNOWN_OP, "op",
 		    "unknown op \"%.64s\"", name);
 		goto refuse;
 	}
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    !(op->flags & OP_WHILE_DRAINING)) {
-		request_error_set(&err, "shutting_down", NULL,
+		request_error_set(&err, WIRE_SHUTTING_DOWN, NULL,
 		    "idemd is shutting down");
 		err.retryable = 1;
 		goto refuse;
@@ -551,7 +551,7 @@ conn_process(struct conn *c)
 	return;
 
 too_large:
-	request_error_set(&err, "too_large", NULL, "a request line is at "
+	request_error_set(&err, WIRE_TOO_LARGE, NULL, "a request line is at "
 	    "most %d bytes, newline included", IDEM_MAX_LINE_BYTES);
 	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 	c->closing = 1;
@@ -618,16 +618,17 @@ conn_free(struct conn *c)
  * close.  reason names the option whose limit was reached.
  */
 static void
-conn_refuse(struct worker *w, int s, const char *reason, const char *whose,
-    int limit)
+conn_refuse(struct worker *w, int s, enum wire_reason reason,
+    const char *whose, int limit)
 {
 	char	line[384];
 	int	n;
 
 	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
-	    "\"error\":{\"code\":\"internal\",\"reason\":\"%s\","
+	    "\"error\":{\"code\":\"%s\",\"reason\":\"%s\","
 	    "\"message\":\"too many connections%s (at most %d); retry "
-	    "later\",\"retryable\":true}}\n", reason, whose, limit);
+	    "later\",\"retryable\":true}}\n", wire_error_name(WIRE_INTERNAL),
+	    wire_reason_name(reason), whose, limit);
 	(void)send(s, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(s);
 	atomic_fetch_add(&w->d->seg.header->counters.errors, 1);
@@ -654,18 +655,18 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 	case PEERS_PID_LIMIT:
 		snprintf(whose, sizeof whose, " from process %ld",
 		    (long)cred->pid);
-		conn_refuse(w, s, "max_connections_per_pid", whose,
+		conn_refuse(w, s, REASON_MAX_CONNECTIONS_PER_PID, whose,
 		    w->d->max_connections_per_pid);
 		return -1;
 	case PEERS_UID_LIMIT:
 		snprintf(whose, sizeof whose, " from user %lu",
 		    (unsigned long)cred->uid);
-		conn_refuse(w, s, "max_connections_per_uid", whose,
+		conn_refuse(w, s, REASON_MAX_CONNECTIONS_PER_UID, whose,
 		    w->d->max_connections_per_uid);
 		return -1;
 	case PEERS_FULL:
-		conn_refuse(w, s, "max_connections", " from distinct peers",
-		    SHM_PEER_SLOTS);
+		conn_refuse(w, s, REASON_MAX_CONNECTIONS,
+		    " from distinct peers", SHM_PEER_SLOTS);
 		return -1;
 	}
 	return -1;
@@ -700,7 +701,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		if (atomic_fetch_add(&w->d->seg.header->connections, 1) >=
 		    (uint32_t)w->d->max_connections) {
 			atomic_fetch_sub(&w->d->seg.header->connections, 1);
-			conn_refuse(w, s, "max_connections", "",
+			conn_refuse(w, s, REASON_MAX_CONNECTIONS, "",
 			    w->d->max_connections);
 			continue;
 		}

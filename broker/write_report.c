@@ -89,7 +89,7 @@ report_role(json_t *report, const char *key, const char *path,
 	if (rc < 0)
 		return -1;
 	if (rc > 0 && !digest_role_code_valid(*value, length))
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be an FCoP role code such as PM or DEV_01", path);
 	return rc;
 }
@@ -114,10 +114,10 @@ write_report_parse(struct write_report *wr, json_t *request,
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
-		return request_error_set(err, "invalid_request", "task_id",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "task_id",
 		    "task_id is required");
 	if (!task_id_valid(task_id, length, task_sender))
-		return request_error_set(err, "invalid_request", "task_id",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "task_id",
 		    "task_id must name a task, TASK-YYYYMMDD-NNN-SENDER-to-"
 		    "RECIPIENT");
 	memcpy(wr->task_id, task_id, length + 1);
@@ -125,14 +125,14 @@ write_report_parse(struct write_report *wr, json_t *request,
 		return -1;
 	meta = json_object_get(request, "meta");
 	if (meta != NULL && !json_is_object(meta))
-		return request_error_set(err, "invalid_request", "meta",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "meta",
 		    "meta must be an object");
 	report = json_object_get(request, "report");
 	if (report == NULL)
-		return request_error_set(err, "invalid_request", "report",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "report",
 		    "report is required");
 	if (!json_is_object(report))
-		return request_error_set(err, "invalid_request", "report",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "report",
 		    "report must be an object");
 	if (request_known_keys(report, "report", report_keys, err) != 0)
 		return -1;
@@ -140,7 +140,7 @@ write_report_parse(struct write_report *wr, json_t *request,
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "report.sender", "report.sender is required");
 	if (report_role(report, "recipient", "report.recipient", &recipient,
 	    err) < 0)
@@ -156,7 +156,7 @@ write_report_parse(struct write_report *wr, json_t *request,
 	if (status == NULL)
 		status = "done";
 	else if (!request_one_of(status, report_statuses))
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "report.status", "report.status must be done, partial, "
 		    "blocked or failed");
 	snprintf(wr->status, sizeof wr->status, "%s", status);
@@ -167,13 +167,13 @@ write_report_parse(struct write_report *wr, json_t *request,
 	wr->body = digest_normalize_string(body != NULL ? body : "",
 	    body != NULL ? body_length : 0, &body_length);
 	if (wr->body == NULL)
-		return request_error_set(err, errno == EILSEQ ? "invalid_utf8" :
-		    "internal", "report.body", "report.body could not be "
-		    "normalized");
+		return request_error_set(err, errno == EILSEQ ?
+		    WIRE_INVALID_UTF8 : WIRE_INTERNAL, "report.body",
+		    "report.body could not be normalized");
 	wr->report.body = wr->body;
 	if (idem_report_canonical(wr->task_id, &wr->report, &canonical,
 	    &length) != 0)
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "canonical form: %s", strerror(errno));
 	digest_sha256(canonical, length, sub->digest);
 	free(canonical);
@@ -199,7 +199,7 @@ write_report_check(json_t *request, struct request_error *err)
 	int			 rc;
 
 	if ((wr = calloc(1, sizeof *wr)) == NULL)
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "out of memory");
 	rc = write_report_parse(wr, request, err);
 	write_report_free(wr);
@@ -287,7 +287,7 @@ op_write_report(struct conn *conn, json_t *request, json_t *id)
 		if (found < 0)
 			request_storage_error(&err, errno, "looking for the task");
 		else
-			request_error_set(&err, "task_not_found", "task_id",
+			request_error_set(&err, WIRE_TASK_NOT_FOUND, "task_id",
 			    "no task %s in the workspace", wr->task_id);
 		pending_reply(p, reply_error(&err, p->id));
 		return;

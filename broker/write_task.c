@@ -63,11 +63,11 @@ role_field(json_t *task, const char *key, const char *path, int slot,
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s is required", path);
 	if (slot ? !digest_recipient_valid(*value, length) :
 	    !digest_role_code_valid(*value, length))
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be an FCoP role code such as PM, DEV_01 or "
 		    "LEAD-QA (upper case, at most %d characters)%s", path,
 		    IDEM_MAX_ROLE_BYTES, slot ? ", or a role and a slot "
@@ -85,7 +85,7 @@ enum_field(json_t *task, const char *key, const char *path,
 	    err) < 0)
 		return -1;
 	if (*value != NULL && !request_one_of(*value, allowed))
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be one of the values SPEC.md lists", path);
 	return 0;
 }
@@ -105,22 +105,22 @@ list_field(json_t *task, const char *key, const char **out, size_t *count,
 	if (list == NULL || json_is_null(list))
 		return 0;
 	if (!json_is_array(list))
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be an array of strings", path);
 	if (json_array_size(list) > IDEM_MAX_LIST_ITEMS)
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s has more than %d items", path, IDEM_MAX_LIST_ITEMS);
 	json_array_foreach(list, i, item) {
 		if (!json_is_string(item))
-			return request_error_set(err, "invalid_request", path,
-			    "%s[%zu] must be a string", path, i);
+			return request_error_set(err, WIRE_INVALID_REQUEST,
+			    path, "%s[%zu] must be a string", path, i);
 		length = json_string_length(item);
 		if (memchr(json_string_value(item), '\0', length) != NULL)
-			return request_error_set(err, "invalid_request", path,
-			    "%s[%zu] contains a NUL character", path, i);
+			return request_error_set(err, WIRE_INVALID_REQUEST,
+			    path, "%s[%zu] contains a NUL character", path, i);
 		if (length < 1 || length > IDEM_MAX_REF_BYTES)
-			return request_error_set(err, "invalid_request", path,
-			    "%s[%zu] must be 1 to %d bytes long", path, i,
+			return request_error_set(err, WIRE_INVALID_REQUEST,
+			    path, "%s[%zu] must be 1 to %d bytes long", path, i,
 			    IDEM_MAX_REF_BYTES);
 		out[i] = json_string_value(item);
 	}
@@ -133,10 +133,10 @@ static int
 task_given(json_t *task, struct request_error *err)
 {
 	if (task == NULL)
-		return request_error_set(err, "invalid_request", "task",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "task",
 		    "task is required");
 	if (!json_is_object(task))
-		return request_error_set(err, "invalid_request", "task",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "task",
 		    "task must be an object");
 	return 0;
 }
@@ -168,7 +168,7 @@ task_from_json(json_t *task, struct idem_task *t, const char **lists,
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "task.subject", "task.subject is required");
 	if (request_string(task, "body", "task.body", 0, IDEM_MAX_BODY_BYTES,
 	    1, &t->body, &length, err) < 0 ||
@@ -202,7 +202,7 @@ fcop_task_ref(json_t *task, const char *key, const char *path,
 	    &length, err) < 0)
 		return -1;
 	if (*value != NULL && !digest_fcop_task_ref_valid(*value, length))
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be a task id (TASK-, then letters, digits, "
 		    "\".\", \"_\" or \"-\") under %s", path,
 		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
@@ -227,7 +227,8 @@ fcop_workspace(json_t *request, int root_fd, char *out,
 	    &given, &length, err) < 0)
 		return -1;
 	if (given != NULL && !digest_fcop_workspace_id_valid(given, length))
-		return request_error_set(err, "invalid_request", "workspace_id",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
+		    "workspace_id",
 		    "workspace_id must be urn:uuid: and a lower-case UUID");
 	if (root_fd == -1) {
 		snprintf(out, IDEM_WORKSPACE_ID_BYTES + 1, "%s", given != NULL ?
@@ -236,18 +237,19 @@ fcop_workspace(json_t *request, int root_fd, char *out,
 	}
 	rc = taskfile_workspace_id(root_fd, out, &cause);
 	if (rc < 0) {
-		request_error_set(err, "storage_unavailable", NULL,
+		request_error_set(err, WIRE_STORAGE_UNAVAILABLE, NULL,
 		    "reading %s: %s", IDEM_FCOP_DECLARATION_NAME,
 		    strerror(errno));
 		err->retryable = 1;
 		return -1;
 	}
 	if (rc == 0)
-		return request_error_set(err, "unsupported_schema",
+		return request_error_set(err, WIRE_UNSUPPORTED_SCHEMA,
 		    "digest_schema", "%s needs the workspace's FCoP 4 "
 		    "declaration: %s", IDEM_SCHEMA_FCOP_CREATE_TASK_V1, cause);
 	if (given != NULL && strcmp(given, out) != 0)
-		return request_error_set(err, "invalid_request", "workspace_id",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
+		    "workspace_id",
 		    "workspace_id %s is not this workspace's (%s, from %s)",
 		    given, out, IDEM_FCOP_DECLARATION_NAME);
 	return 0;
@@ -276,13 +278,13 @@ fcop_parse(struct write_task *wt, json_t *request, int root_fd,
 
 	memset(&t, 0, sizeof t);
 	if (sub->submission_id == NULL)
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "client_submission_id", "%s needs client_submission_id "
 		    "(it is the operation_id): no legacy calls",
 		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
 	if (!digest_fcop_operation_id_valid(sub->submission_id,
 	    sub->key_length))
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "client_submission_id", "under %s client_submission_id is "
 		    "the operation_id: 1 to %d characters of letters, digits, "
 		    "\".\", \"_\", \":\" and \"-\", starting with a letter or "
@@ -295,7 +297,7 @@ fcop_parse(struct write_task *wt, json_t *request, int root_fd,
 		if (json_object_get(task, excluded[i]) == NULL)
 			continue;
 		snprintf(path, sizeof path, "task.%s", excluded[i]);
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s is not part of %s (it would escape the digest)", path,
 		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
 	}
@@ -309,7 +311,7 @@ fcop_parse(struct write_task *wt, json_t *request, int root_fd,
 	    IDEM_MAX_SUBJECT_BYTES, 0, &t.subject, &length, err) < 0)
 		return -1;
 	if (t.subject == NULL)
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "task.subject", "task.subject is required");
 	if (request_string(task, "body", "task.body", 0, IDEM_MAX_BODY_BYTES,
 	    1, &t.body, &length, err) < 0 ||
@@ -329,14 +331,14 @@ fcop_parse(struct write_task *wt, json_t *request, int root_fd,
 
 	if (digest_fcop_normalize(&t, &wt->fnorm) != 0) {
 		if (errno == EILSEQ)
-			return request_error_set(err, "invalid_utf8", "task",
+			return request_error_set(err, WIRE_INVALID_UTF8, "task",
 			    "task holds invalid UTF-8");
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "normalizing the task: %s", strerror(errno));
 	}
 	if (digest_fcop_canonical_normalized(&wt->fnorm.task, &canonical,
 	    &length) != 0)
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "canonical form: %s", strerror(errno));
 	digest_sha256(canonical, length, sub->digest);
 	free(canonical);
@@ -387,7 +389,7 @@ write_task_parse(struct write_task *wt, json_t *request, int root_fd,
 	    strcmp(schema, IDEM_SCHEMA_FCOP_CREATE_TASK_V1) == 0;
 	if (schema != NULL && !fcop &&
 	    strcmp(schema, IDEM_SCHEMA_WRITE_TASK_V1) != 0)
-		return request_error_set(err, "unsupported_schema",
+		return request_error_set(err, WIRE_UNSUPPORTED_SCHEMA,
 		    "digest_schema", "digest_schema \"%.64s\" is not supported "
 		    "(supported: %s, %s)", schema, IDEM_SCHEMA_WRITE_TASK_V1,
 		    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
@@ -395,23 +397,24 @@ write_task_parse(struct write_task *wt, json_t *request, int root_fd,
 	    0, &given, &length, err) < 0)
 		return -1;
 	if (given != NULL && digest_from_hex(given, given_digest) != 0)
-		return request_error_set(err, "invalid_request",
+		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "request_digest", "request_digest must be 64 lower-case "
 		    "hex digits");
 	meta = json_object_get(request, "meta");
 	if (meta != NULL && !json_is_object(meta))
-		return request_error_set(err, "invalid_request", "meta",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "meta",
 		    "meta must be an object");
 
 	wt->lists = calloc(2 * IDEM_MAX_LIST_ITEMS, sizeof *wt->lists);
 	if (wt->lists == NULL)
-		return request_error_set(err, "internal", NULL, "out of memory");
+		return request_error_set(err, WIRE_INTERNAL, NULL,
+		    "out of memory");
 	if (fcop) {
 		if (fcop_parse(wt, request, root_fd, err) != 0)
 			return -1;
 	} else {
 		if (json_object_get(request, "workspace_id") != NULL)
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "workspace_id", "workspace_id belongs to %s only",
 			    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
 		if (task_from_json(json_object_get(request, "task"), &task,
@@ -419,14 +422,14 @@ write_task_parse(struct write_task *wt, json_t *request, int root_fd,
 			return -1;
 		if (digest_task_normalize(&task, &wt->norm) != 0) {
 			if (errno == EILSEQ)
-				return request_error_set(err, "invalid_utf8",
+				return request_error_set(err, WIRE_INVALID_UTF8,
 				    "task", "task holds invalid UTF-8");
-			return request_error_set(err, "internal", NULL,
+			return request_error_set(err, WIRE_INTERNAL, NULL,
 			    "normalizing the task: %s", strerror(errno));
 		}
 		if (digest_task_canonical_normalized(&wt->norm.task,
 		    &canonical, &canonical_length) != 0)
-			return request_error_set(err, "internal", NULL,
+			return request_error_set(err, WIRE_INTERNAL, NULL,
 			    "canonical form: %s", strerror(errno));
 		digest_sha256(canonical, canonical_length, sub->digest);
 		free(canonical);
@@ -434,7 +437,7 @@ write_task_parse(struct write_task *wt, json_t *request, int root_fd,
 	digest_to_hex(sub->digest, sub->digest_hex);
 	if (given != NULL && memcmp(given_digest, sub->digest,
 	    IDEM_SHA256_BYTES) != 0)
-		return request_error_set(err, "digest_disagrees",
+		return request_error_set(err, WIRE_DIGEST_DISAGREES,
 		    "request_digest", "request_digest %s is not the broker's "
 		    "digest of the task, %s", given, sub->digest_hex);
 	return 0;
@@ -448,7 +451,7 @@ write_task_check(json_t *request, struct request_error *err)
 	int			 rc;
 
 	if ((wt = calloc(1, sizeof *wt)) == NULL)
-		return request_error_set(err, "internal", NULL,
+		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "out of memory");
 	rc = write_task_parse(wt, request, -1, err);
 	write_task_free(wt);
@@ -539,8 +542,9 @@ write_task_answer(struct pending *p, int created)
 		atomic_fetch_add(created ? &counters->created :
 		    &counters->reused, 1);
 	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "disposition",
-	    json_string(created ? "created" : "reused"));
+	json_object_set_new(reply, "disposition", json_string(
+	    wire_disposition_name(created ? DISPOSITION_CREATED :
+	    DISPOSITION_REUSED)));
 	json_object_set_new(reply, "action_taken", json_boolean(created));
 	json_object_set_new(reply, "idempotent",
 	    json_boolean(sub->submission_id != NULL));
