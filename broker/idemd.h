@@ -138,11 +138,48 @@ void		 fileio_submit(struct fileio *, struct fileio_job *);
 unsigned	 fileio_in_flight(struct fileio *);
 void		 fileio_stop(struct fileio *);
 
-/* worker.c */
+/* worker.c: the loop and its connections */
 struct worker;
 struct conn;
 struct pending;
 
+struct worker {
+	struct idemd		*d;
+	unsigned		 index;
+	uint32_t		 generation;
+	uint32_t		 next_token;
+	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
+	struct event_base	*base;
+	struct event		*listen_ev;
+	struct event		*notify_ev;
+	struct event		*local_wake_ev;
+	struct event		*term_ev;
+	struct event		*hup_ev;	/* SIGHUP: reopen the log */
+	struct event		*accept_pause_ev;
+	TAILQ_HEAD(, conn)	 conns;
+	unsigned		 conn_count;
+	TAILQ_HEAD(, pending)	 parked;
+	unsigned		 running;	/* requests not yet answered */
+	struct fileio		*io;
+	int			 draining;
+};
+
+int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
+	    int notify_fd);
+/* Wake the other parked requests of every worker (a claim was released). */
+void	 worker_wake_all(struct worker *);
+/* A draining worker exits once nothing is connected or running. */
+void	 worker_maybe_exit(struct worker *);
+void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
+/* Send a reply now (the request did not wait). */
+void	 conn_reply(struct conn *, json_t *);
+struct idemd *conn_idemd(struct conn *);
+struct worker *conn_worker(struct conn *);
+/* pending.c's side: the request p runs; its reply, and the next lines. */
+void	 conn_start(struct conn *, struct pending *);
+void	 conn_answer(struct conn *, json_t *reply);
+
+/* pending.c: parked requests and the journal hand-off */
 typedef void (*pending_resume_fn)(struct pending *);
 
 enum pending_wait {
@@ -178,29 +215,6 @@ struct pending {
 	TAILQ_ENTRY(pending)	 entry;
 };
 
-struct worker {
-	struct idemd		*d;
-	unsigned		 index;
-	uint32_t		 generation;
-	uint32_t		 next_token;
-	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
-	struct event_base	*base;
-	struct event		*listen_ev;
-	struct event		*notify_ev;
-	struct event		*local_wake_ev;
-	struct event		*term_ev;
-	struct event		*hup_ev;	/* SIGHUP: reopen the log */
-	struct event		*accept_pause_ev;
-	TAILQ_HEAD(, conn)	 conns;
-	unsigned		 conn_count;
-	TAILQ_HEAD(, pending)	 parked;
-	unsigned		 running;	/* requests not yet answered */
-	struct fileio		*io;
-	int			 draining;
-};
-
-int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
-	    int notify_fd);
 struct pending *pending_new(struct conn *, json_t *id);
 struct pending *pending_new_op(struct conn *, json_t *id, size_t op_size,
 	    void (*op_free)(void *));
@@ -226,16 +240,14 @@ void	 pending_wait_durable(struct pending *, uint64_t end, uint64_t epoch,
 	    pending_resume_fn);
 /* Park until a claim may have been released (or the deadline passes). */
 void	 pending_wait_claim(struct pending *, pending_resume_fn);
-/* Wake the other parked requests of every worker (a claim was released). */
-void	 worker_wake_all(struct worker *);
 /* Reply on the pending's connection (if still there) and free it. */
 void	 pending_reply(struct pending *, json_t *);
-void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
-/* Send a reply now (the request did not wait). */
-void	 conn_reply(struct conn *, json_t *);
-struct idemd *conn_idemd(struct conn *);
+/* Resume every parked request of the worker whose wait is over. */
+void	 pending_run_parked(struct worker *);
+/* Free the parked requests of a worker whose loop has ended. */
+void	 pending_free_parked(struct worker *);
 
-/* request.c: parsing, validation and replies */
+/* reply.c: the wire's names, and the replies */
 /* The wire's error codes, from IDEM_ERROR_CODES: WIRE_INVALID_REQUEST... */
 enum wire_error {
 #define WIRE_ERROR_ENUM(sym, name)	WIRE_##sym,
@@ -264,12 +276,7 @@ enum wire_disposition {
 const char *wire_error_name(enum wire_error);
 const char *wire_reason_name(enum wire_reason);
 const char *wire_disposition_name(enum wire_disposition);
-struct request_error {
-	enum wire_error	 code;
-	char		 message[256];
-	char		 field[64];
-	int		 retryable;
-};
+struct request_error;
 /* {"ok":ok,"id":id} (id left out when NULL), to be filled by the caller. */
 json_t	*reply_new(int ok, json_t *id);
 json_t	*reply_error(const struct request_error *, json_t *id);
@@ -277,6 +284,14 @@ json_t	*reply_error_simple(json_t *id, enum wire_error, int retryable,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* A time in a reply: the task files' UTC format, as a JSON string. */
 json_t	*reply_time(int64_t ms);
+
+/* request.c: parsing and validation */
+struct request_error {
+	enum wire_error	 code;
+	char		 message[256];
+	char		 field[64];
+	int		 retryable;
+};
 int	 request_error_set(struct request_error *, enum wire_error,
 	    const char *field, const char *fmt, ...)
 	    __attribute__((format(printf, 4, 5)));
@@ -352,6 +367,8 @@ void	 submission_start(struct pending *);
 /* write_task.c */
 void	 op_write_task(struct conn *, json_t *request, json_t *id);
 int	 write_task_check(json_t *request, struct request_error *);
+
+/* receipt.c: a committed task's or report's receipt */
 json_t	*receipt_json(const char *key, size_t key_length,
 	    const struct subtab_entry *);
 /* Add "current_path" to object if the task moved from recorded. */
