@@ -14,6 +14,7 @@
 #include <event2/bufferevent.h>
 #include <jansson.h>
 
+#include "digest.h"
 #include "store.h"
 
 /* What every process of one broker shares: options, segment, handles. */
@@ -364,9 +365,23 @@ struct submission {
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
 
+/* write_task_check.c: a write_task request, read and checked */
+struct write_task {
+	struct submission		 sub;		/* first: p->op */
+	struct digest_task_normalized	 norm;
+	/* fcop-create-task-v1: its normalized task, and norm.task's view. */
+	int				 fcop;
+	struct digest_fcop_normalized	 fnorm;
+	const char			**lists;	/* references, depends_on */
+};
+/* Read request into wt (zeroed; root_fd -1: no FCoP workspace check). */
+int	 write_task_parse(struct write_task *, json_t *request, int root_fd,
+	    struct request_error *);
+void	 write_task_free(void *);	/* a struct write_task */
+int	 write_task_check(json_t *request, struct request_error *);
+
 /* write_task.c */
 void	 op_write_task(struct conn *, json_t *request, json_t *id);
-int	 write_task_check(json_t *request, struct request_error *);
 
 /* receipt.c: a committed task's or report's receipt */
 json_t	*receipt_json(const char *key, size_t key_length,
@@ -375,21 +390,78 @@ json_t	*receipt_json(const char *key, size_t key_length,
 void	 current_path_add(struct idemd *, json_t *object, const char *id,
 	    const char *recorded);
 
-/* write_report.c */
-void	 op_write_report(struct conn *, json_t *request, json_t *id);
+/* write_report_check.c: a write_report request, read and checked */
+struct write_report {
+	struct submission	 sub;		/* first: p->op */
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 1];
+	struct idem_report	 report;	/* normalized */
+	/* Owned copies: the request is freed while the report is written. */
+	char			*body;		/* normalized */
+	char			 sender[IDEM_MAX_ROLE_BYTES + 1];
+	char			 recipient[IDEM_MAX_ROLE_BYTES + 1];
+	char			 status[16];
+};
+int	 write_report_parse(struct write_report *, json_t *request,
+	    struct request_error *);
+void	 write_report_free(void *);	/* a struct write_report */
 int	 write_report_check(json_t *request, struct request_error *);
 
-/* effect.c: the effect ledger */
-void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
-void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
-void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
-int	 effect_check(const char *op, json_t *request, struct request_error *);
+/* write_report.c */
+void	 op_write_report(struct conn *, json_t *request, json_t *id);
+
+/* effect_check.c: an effect op's request, read and checked */
+enum effect_op {
+	EFFECT_BEGIN,
+	EFFECT_COMPLETE,
+	EFFECT_RESOLVE
+};
+
+enum effect_outcome {
+	OUTCOME_APPLIED,
+	OUTCOME_NOT_APPLIED,
+	OUTCOME_UNKNOWN
+};
+
+struct effect {
+	enum effect_op		 op;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 key_length;
+	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	uint8_t			 digest[IDEM_SHA256_BYTES];
+	int64_t			 lease_ms;
+	/* complete and resolve */
+	enum effect_outcome	 outcome;
+	uint32_t		 fence_attempt;
+	uint64_t		 fence_nonce;
+	int			 has_result;
+	char			*result;	/* compact JSON; malloc'd */
+	size_t			 result_length;
+	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
+	/* the slot */
+	struct subtab_entry	 entry;
+	struct subtab_claim	 claim;
+	int			 claimed;
+	uint32_t		 slot;
+	uint64_t		 found_end;
+	uint64_t		 found_epoch;	/* the journal's, read before it */
+	int			 journaled;	/* this call wrote a record */
+};
+/* Read request into e (zeroed by the caller): 0, or -1 with err. */
+int	 effect_parse(enum effect_op, json_t *request, struct effect *,
+	    struct request_error *);
+void	 effect_free(void *);	/* a struct effect */
 int	 effect_begin_check(json_t *request, struct request_error *);
 int	 effect_complete_check(json_t *request, struct request_error *);
 int	 effect_resolve_check(json_t *request, struct request_error *);
 /* effect_kind's characters (0 or -1 with err). */
 int	 effect_kind_valid(const char *kind, size_t length,
 	    struct request_error *);
+
+/* effect.c: the effect ledger */
+void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
+void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
+void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
 int	 effect_key_split(const char *key, size_t key_length, char *kind,
 	    size_t kind_size, char *id, size_t id_size);
 /* A reserved effect whose lease has not expired at now. */
@@ -408,6 +480,23 @@ json_t	*effect_submission_json(struct shm_segment *, const char *key,
 typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);
 #define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
+/*
+ * Every op served, one row each, in the order SPEC.md lists them (hello
+ * shows this order): X(name, handler, check, flags), check NULL for none.
+ * The worker's table (optable.c) and the stateless checks (request.c,
+ * which the fuzzer links without any handler) are both made from this
+ * list, so an op is added here and nowhere else.
+ */
+#define IDEM_OPS(X)							\
+	X(hello, op_hello, NULL, OP_WHILE_DRAINING)			\
+	X(write_task, op_write_task, write_task_check, 0)		\
+	X(write_report, op_write_report, write_report_check, 0)		\
+	X(get_submission, op_get_submission, NULL, 0)			\
+	X(diagnose, op_diagnose, NULL, 0)				\
+	X(stats, op_stats, NULL, 0)					\
+	X(effect_begin, op_effect_begin, effect_begin_check, 0)		\
+	X(effect_complete, op_effect_complete, effect_complete_check, 0) \
+	X(effect_resolve, op_effect_resolve, effect_resolve_check, 0)
 struct op_entry {
 	const char	*name;
 	op_handler_fn	 handler;	/* answers, now or once parked */

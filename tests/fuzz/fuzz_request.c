@@ -18,7 +18,9 @@
  *     and only if an independent reading of SPEC.md's field tables
  *     (spec_accepts below) does: a differential check of the validator.
  *
- * Nothing here may call into the worker: fuzz_stubs.c aborts if it does.
+ * Nothing here can call into the worker: the target links the files
+ * that read requests (request.c, reply.c, the ops' *_check.c) and the
+ * store, and no worker file, so such a call would not link.
  */
 #include <stddef.h>
 #include <stdint.h>
