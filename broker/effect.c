@@ -45,10 +45,8 @@
  * external_key is derived from the key and the request digest, so it is
  * the same for every attempt and after any restart.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>

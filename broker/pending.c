@@ -21,7 +21,6 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "log.h"
 #include "idemd.h"

@@ -5,7 +5,6 @@
  * failure names its wire code, the dotted path of the field and whether
  * a retry can help (a struct request_error, which reply.c sends).
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

@@ -7,12 +7,8 @@
  * The request is read and checked by write_report_check.c.
  */
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "digest.h"
-#include "log.h"
 #include "idemd.h"
 
 static int

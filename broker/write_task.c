@@ -4,13 +4,8 @@
  * write_task_check.c, its TASK file and its success reply.  The creation
  * itself is submission.c's, the receipt receipt.c's.
  */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "digest.h"
-#include "log.h"
 #include "idemd.h"
 
 static int
