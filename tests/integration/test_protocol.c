@@ -1587,6 +1587,9 @@ protocol_doc_matches_spec(void **state)
 	static const char *const broker_codes[] = {
 		IDEM_ERROR_CODES(CODE_NAME) NULL
 	};
+	static const char *const broker_reasons[] = {
+		IDEM_CONFLICT_REASONS(CODE_NAME) NULL
+	};
 #undef CODE_NAME
 	static const long limits[] = {
 		IDEM_MAX_LINE_BYTES, IDEM_MAX_SUBMISSION_ID_BYTES,
@@ -1667,6 +1670,19 @@ protocol_doc_matches_spec(void **state)
 	if ((size_t)codes.count != j) {
 		fprintf(stderr, "SPEC.md lists %d error codes, protocol.h "
 		    "%zu\n", codes.count, j);
+		missing++;
+	}
+	/* The same for the conflict reasons. */
+	for (j = 0; broker_reasons[j] != NULL; j++) {
+		if (!names_has(&reasons, broker_reasons[j])) {
+			fprintf(stderr, "protocol.h lists conflict reason %s, "
+			    "SPEC.md does not\n", broker_reasons[j]);
+			missing++;
+		}
+	}
+	if ((size_t)reasons.count != j) {
+		fprintf(stderr, "SPEC.md lists %d conflict reasons, "
+		    "protocol.h %zu\n", reasons.count, j);
 		missing++;
 	}
 	for (j = 0; j < sizeof limits / sizeof limits[0]; j++) {
