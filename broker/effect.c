@@ -574,7 +574,7 @@ effect_from_index(struct pending *p)
 	e->evictions = atomic_load(&d->seg.header->evictions);
 	if (e->cold_result == NULL &&
 	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) == NULL) {
-		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "out of memory"));
 		return -1;
 	}
@@ -590,7 +590,7 @@ effect_from_index(struct pending *p)
 		e->found_end = 0;	/* durable */
 		return 1;
 	default:
-		effect_fail(p, reply_error_simple(p->id, "storage_unavailable",
+		effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE,
 		    1, "the index of committed receipts could not be read"));
 		return -1;
 	}
