@@ -34,7 +34,6 @@
 
 #include "digest.h"
 #include "store.h"
-#include "log.h"
 
 /*
  * How much of a file taskfile_inspect keeps to look for front matter.
@@ -576,9 +575,9 @@ taskfile_make_topology(int root_fd, char **cause)
 			 * as it is and never searched.
 			 */
 			if (!taskfile_topology_written(path)) {
-				log_warnx("%s is a symlink: left alone, never "
-				    "followed (tasks behind it are not found)",
-				    path);
+				store_notice(STORE_NOTICE_WARNING, "%s is a "
+				    "symlink: left alone, never followed "
+				    "(tasks behind it are not found)", path);
 				continue;
 			}
 			errno = ELOOP;
@@ -639,7 +638,8 @@ taskfile_unlink_temp(int dir_fd, const char *temp)
 	int	saved_errno = errno;
 
 	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT)
-		log_warn("cannot remove temporary file %s", temp);
+		store_notice(STORE_NOTICE_WARNING, "cannot remove "
+		    "temporary file %s: %s", temp, strerror(errno));
 	errno = saved_errno;
 }
 
@@ -765,7 +765,8 @@ taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 	 * there (a retry finds and adopts it) and says so through -1.
 	 */
 	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT)
-		log_warn("%s in place, but cannot remove %s", name, temp);
+		store_notice(STORE_NOTICE_WARNING, "%s in place, but "
+		    "cannot remove %s: %s", name, temp, strerror(errno));
 	if (task_crash_points)
 		crash_point(CRASH_AFTER_TASK_FILE_LINKED);
 	return (0);
@@ -1406,7 +1407,9 @@ taskfile_sweep_temporaries(int dir_fd, unsigned *removed)
 		if (unlinkat(dir_fd, e->d_name, 0) == 0)
 			(*removed)++;
 		else if (errno != ENOENT)
-			log_warn("cannot remove temporary file %s", e->d_name);
+			store_notice(STORE_NOTICE_WARNING, "cannot remove "
+			    "temporary file %s: %s", e->d_name,
+			    strerror(errno));
 	}
 	closedir(dir);
 	return (0);
