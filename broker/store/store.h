@@ -251,7 +251,8 @@ int	taskfile_write_temp(int dir_fd, const char *name, const void *data,
 	    size_t length, char temp[NAME_MAX + 1], char **cause);
 int	taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 	    int task_crash_points, char **cause);
-void	taskfile_drop_temp(int dir_fd, const char *temp);
+/* -1 (errno set) if the temporary is still there: the caller says so. */
+int	taskfile_drop_temp(int dir_fd, const char *temp);
 
 /*
  * Where is <id>.md now?  inbox first, then every directory under
