@@ -291,7 +291,7 @@ checkpoint_main(void *arg)
 {
 	struct idemd	*d = journaler.d;
 	char		 dir[PATH_MAX], *cause = NULL;
-	uint64_t	 segment;
+	uint64_t	 segment, records, indexed;
 
 	/* It fit at start-up (idemd_open_state): root_real is the same. */
 	(void)store_journal_dir(d->root_real, dir, sizeof dir);
@@ -307,9 +307,15 @@ checkpoint_main(void *arg)
 		pthread_mutex_unlock(&journaler.lock);
 
 		if (checkpoint_write(dir, segment, &d->seg,
-		    d->index_ready ? &d->index : NULL, &cause) == 0)
+		    d->index_ready ? &d->index : NULL, &records, &indexed,
+		    &cause) == 0) {
+			log_info("checkpoint checkpoint-%016llx.snap: %llu "
+			    "submissions, %llu new in the index",
+			    (unsigned long long)segment,
+			    (unsigned long long)records,
+			    (unsigned long long)indexed);
 			checkpoint_prune(dir, segment);
-		else {
+		} else {
 			/* The segments stay: nothing is lost, only space. */
 			log_warnx("%s", cause);
 			free(cause);

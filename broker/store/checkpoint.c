@@ -43,7 +43,6 @@
 
 #include <sodium.h>
 
-#include "log.h"
 #include "store.h"
 
 #define CHECKPOINT_HEADER_BYTES		64
@@ -132,7 +131,7 @@ note_slot(uint32_t **slots, size_t *count, size_t *size, uint32_t slot)
 
 int
 checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
-    struct index *ix, char **cause)
+    struct index *ix, uint64_t *written, uint64_t *indexed, char **cause)
 {
 	struct subtab_entry	*entries = NULL;
 	uint32_t		*flags = NULL, *put = NULL;
@@ -266,8 +265,8 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 		goto out;
 	}
 	crash_point(CRASH_AFTER_CHECKPOINT_RENAMED);
-	log_info("checkpoint %s: %" PRIu64 " submissions, %zu new in the "
-	    "index", name, records, n_put);
+	*written = records;
+	*indexed = n_put;
 	rc = 0;
 	goto out;
 
