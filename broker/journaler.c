@@ -324,6 +324,13 @@ checkpoint_main(void *arg)
 
 		pthread_mutex_lock(&journaler.lock);
 		journaler.checkpoint_busy = 0;
+		/*
+		 * A worker that found the table full while this one ran
+		 * asked for another: the journaler looks again now, not at
+		 * the next record (there may be none until it does).
+		 */
+		if (atomic_load(&d->seg.header->checkpoint_wanted))
+			journaler_kick(d->kick_fd);
 	}
 	pthread_mutex_unlock(&journaler.lock);
 	return NULL;

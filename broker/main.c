@@ -577,6 +577,7 @@ open_index(struct idemd *d, const char *journal_dir, char **cause)
 	struct index_stats	 st;
 	struct stat		 jst;
 	char			 idir[PATH_MAX], aside[PATH_MAX + 32];
+	char			 first[PATH_MAX + 32];
 	char			*why = NULL;
 	uint64_t		 segment, index_only;
 	int			 existed, damaged = 0;
@@ -625,7 +626,8 @@ open_index(struct idemd *d, const char *journal_dir, char **cause)
 		return -1;
 	}
 	/* A root with a journal had an index: say it is being rebuilt. */
-	if (!existed && (segment != 0 || stat(journal_dir, &jst) == 0))
+	snprintf(first, sizeof first, "%s/%016llx.jnl", journal_dir, 1ULL);
+	if (!existed && (segment != 0 || stat(first, &jst) == 0))
 		log_warnx("index %s is %s: rebuilding it from the checkpoint "
 		    "and the journal, which hold every committed receipt",
 		    idir, damaged ? "damaged" : "missing");
