@@ -310,10 +310,10 @@ checkpoint_main(void *arg)
 		    d->index_ready ? &d->index : NULL, &records, &indexed,
 		    &cause) == 0) {
 			log_info("checkpoint checkpoint-%016llx.snap: %llu "
-			    "submissions, %llu new in the index",
+			    "new in the index, %llu submissions",
 			    (unsigned long long)segment,
-			    (unsigned long long)records,
-			    (unsigned long long)indexed);
+			    (unsigned long long)indexed,
+			    (unsigned long long)records);
 			checkpoint_prune(dir, segment);
 		} else {
 			/* The segments stay: nothing is lost, only space. */

@@ -186,7 +186,7 @@ table_full_only_for_work_in_flight(void **state)
 	if (json_is_false(json_object_get(reply, "ok"))) {
 		assert_string_equal(error_code(reply), "table_full");
 		json_decref(reply);
-		harness_wait_log(b, ", 1 new in the index", 1,
+		harness_wait_log(b, ": 1 new in the index", 1,
 		    TEST_EVENT_TIMEOUT_MS);
 		reply = harness_must_call(b, harness_write_task("full/new",
 		    "One too many"));
