@@ -146,7 +146,10 @@ fileio_reservation_durable(const struct fileio_job *job)
 /*
  * The name must be new to the whole workspace, not only to the directory
  * it is linked in: an FCoP tool may have moved another writer's file of
- * that name to another stage.  A name found anywhere is EEXIST.
+ * that name to another stage.  A name found anywhere is EEXIST.  For a
+ * number just handed out the watch usually knows without a look
+ * (watch_name_new); linkat's EEXIST stays the final word in the
+ * directory itself.
  */
 static int
 fileio_write(struct fileio_job *job)
@@ -171,7 +174,8 @@ fileio_write(struct fileio_job *job)
 		job->phase = FILEIO_LINK;
 		job->linked_early = 1;
 	}
-	if (job->root_fd != -1 && n > 3) {
+	if (job->root_fd != -1 && n > 3 && (job->watch == NULL ||
+	    !watch_name_new(job->watch, job->name))) {
 		memcpy(id, job->name, n - 3);		/* without ".md" */
 		id[n - 3] = '\0';
 		if ((found = taskfile_find(job->root_fd, id, path,

@@ -87,6 +87,12 @@ void	listener_open(struct idemd *);
 /* watch.c */
 int	watch_start(struct idemd *);
 void	watch_read(struct idemd *, int fd);
+/*
+ * 1 if the TASK or REPORT file name (a number idem handed out) is known
+ * to exist in no watched directory: no file of its number was seen late;
+ * 0 if not known, and the caller looks (taskfile_find).  Thread-safe.
+ */
+int	watch_name_new(struct idemd *, const char *name);
 
 /* journaler.c: the master's journaling thread */
 int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
@@ -105,6 +111,8 @@ struct fileio_job {
 	enum fileio_phase	 phase;
 	char			 temp[NAME_MAX + 1];	/* FILEIO_TEMP's result */
 	int			 root_fd;	/* -1: no workspace-wide check */
+	/* Judge the name from the watch first (a number just handed out). */
+	struct idemd		*watch;
 	int			 dir_fd;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
 	char			*data;

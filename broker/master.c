@@ -359,7 +359,7 @@ master_run(struct idemd *d)
 	sigaddset(&hup, SIGHUP);
 	sigprocmask(SIG_UNBLOCK, &hup, NULL);
 
-	if ((d->watch_fd = watch_start(d)) != -1) {
+	if (watch_start(d) != -1) {
 		watch_ev = event_new(m.base, d->watch_fd, EV_READ | EV_PERSIST,
 		    master_watch, &m);
 		if (watch_ev == NULL || event_add(watch_ev, NULL) != 0)

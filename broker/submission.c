@@ -462,6 +462,7 @@ sub_start_temp(struct pending *p)
 	job->phase = FILEIO_TEMP;
 	/* For the link, in the thread or from sub_joined. */
 	job->root_fd = idemd_of(p)->root_fd;
+	job->watch = idemd_of(p);	/* a number just handed out */
 	job->crash_points = s->ops->crash_points;
 	job->journal = idemd_of(p)->seg.header;
 	job->dir_fd = s->ops->dir_fd(idemd_of(p));
@@ -634,6 +635,9 @@ sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 	}
 	snprintf(job->name, sizeof job->name, "%s.md", s->name);
 	job->root_fd = idemd_of(p)->root_fd;
+	/* A number just handed out; a retry's looks the slow way. */
+	if (s->fresh || s->submission_id == NULL)
+		job->watch = idemd_of(p);
 	job->dir_fd = s->ops->dir_fd(idemd_of(p));
 	job->crash_points = s->ops->crash_points;
 	job->done = done;

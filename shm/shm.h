@@ -38,7 +38,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	2
+#define SHM_LAYOUT_VERSION	3
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
@@ -193,6 +193,7 @@ struct seqalloc_state {
 	uint32_t	date;		/* the latest date numbers were taken for */
 	uint32_t	next_seq;	/* the next number for that date */
 	uint32_t	scanned_date;	/* the disk was scanned for this date */
+	uint32_t	sighted_date;	/* the date the sightings bitmap holds */
 };
 
 /* The segment header.  Everything after it is located by its offsets. */
@@ -215,6 +216,7 @@ struct shm_header {
 	uint64_t		arena_bytes;	/* effects' results */
 	uint64_t		arena_offset;
 	uint64_t		peers_offset;
+	uint64_t		sighted_offset;	/* seqalloc.c: late sightings */
 	uint32_t		peer_slots;
 	int64_t			started_at_ms;
 	uint8_t			hash_key[16];	/* random: SipHash of keys */
@@ -233,6 +235,12 @@ struct shm_header {
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
 	uint32_t		alloc_max_seq;	/* set before fork; 0: 999 */
+	/*
+	 * The inotify watch covers every directory a TASK or REPORT name
+	 * can be in (watch.c; under alloc_lock): only then is a sighting
+	 * bitmap trusted in place of a walk of the workspace.
+	 */
+	_Atomic uint32_t	watch_complete;
 
 	/* Journal hand-off (head under ring_lock; the rest atomic). */
 	uint64_t		ring_head;	/* bytes ever appended */
@@ -284,6 +292,7 @@ struct shm_segment {
 	uint8_t			*ring;
 	uint8_t			*arena;
 	_Atomic uint64_t	*peers;		/* peers.c */
+	uint8_t			*sighted;	/* seqalloc.c, by kind - 1 */
 };
 
 /* segment.c */
@@ -451,6 +460,26 @@ void	 seqalloc_note_used(struct shm_segment *, enum subtab_kind,
 	    uint32_t date, uint32_t seq);
 /* Serving: a number another writer used on disk (takes the lock). */
 void	 seqalloc_note_seen(struct shm_segment *, enum subtab_kind,
+	    uint32_t date, uint32_t seq);
+/*
+ * Late sightings: one bit per number of the allocator's current date, set
+ * when a file of a number already past (one idem may have handed out) is
+ * seen; so a name idem is about to link is known new to every directory
+ * the watch covers unless its bit is set.  Numbers up to
+ * 10^IDEM_MAX_SEQUENCE_DIGITS - 1.
+ */
+#define SEQALLOC_SIGHTED_BITS	1000000
+#define SEQALLOC_SIGHTED_BYTES	(SEQALLOC_SIGHTED_BITS / 8)
+int	 seqalloc_lock(struct shm_segment *);
+void	 seqalloc_unlock(struct shm_segment *);
+/* seqalloc_note_seen with alloc_lock held. */
+void	 seqalloc_note_seen_locked(struct shm_segment *, enum subtab_kind,
+	    uint32_t date, uint32_t seq);
+/*
+ * alloc_lock held: 0 if no file of number seq of date was seen since the
+ * number was past, 1 if one was, or if that is not known (another date).
+ */
+int	 seqalloc_sighted(struct shm_segment *, enum subtab_kind,
 	    uint32_t date, uint32_t seq);
 
 /* handoff.c: the ring of encoded journal records, workers to journaler. */
