@@ -166,6 +166,7 @@ watch_drain_locked(struct idemd *d)
 	char				*p;
 	int				 refresh = 0;
 
+	/* A read that leaves room emptied the queue: no second read. */
 	while ((n = read(d->watch_fd, buf, sizeof buf)) > 0) {
 		for (p = buf; p < buf + n; p += sizeof *ev + ev->len) {
 			ev = (const struct inotify_event *)p;
@@ -180,6 +181,8 @@ watch_drain_locked(struct idemd *d)
 			if (!watch_note(d, ev->name) && (ev->mask & IN_ISDIR))
 				refresh = 1;
 		}
+		if ((size_t)n + sizeof *ev + NAME_MAX + 1 <= sizeof buf)
+			break;
 	}
 	if (n == -1 && errno != EAGAIN && errno != EINTR)
 		log_warn("reading inotify events");

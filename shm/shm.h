@@ -257,6 +257,20 @@ struct shm_header {
 	_Atomic uint64_t	journal_epoch;
 	_Atomic uint64_t	ring_lost_from;	/* ring_durable when the last failure came */
 	_Atomic uint32_t	wake_requested;	/* a worker asks for a broadcast wake */
+	/*
+	 * Moved on by the journaler whenever ring_durable or the epoch
+	 * moves (handoff_wake): a futex that file threads wait on, in
+	 * any worker, for a record to become durable; sleepers counts
+	 * them, so that a flush nobody waits for makes no system call.
+	 */
+	_Atomic uint32_t	durable_seq;
+	_Atomic uint32_t	durable_sleepers;
+	/*
+	 * The journaler is about to sleep, or sleeps, on its eventfd:
+	 * only then does an appender need to kick it (journaler_kick_idle;
+	 * a busy one looks at the ring again before it sleeps).
+	 */
+	_Atomic uint32_t	journaler_idle;
 
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */
@@ -490,6 +504,8 @@ int	 handoff_append(struct shm_segment *, const void *, size_t,
 /* Journaler: the bytes appended but not yet taken, as up to two pieces. */
 int	 handoff_pending(struct shm_segment *, struct iovec iov[2],
 	    uint64_t *end);
+/* Is anything appended and not yet taken? */
+int	 handoff_has_pending(struct shm_segment *);
 void	 handoff_taken(struct shm_segment *, uint64_t end);
 void	 handoff_durable(struct shm_segment *, uint64_t end);
 uint64_t handoff_epoch(const struct shm_header *);
@@ -497,6 +513,17 @@ uint64_t handoff_epoch(const struct shm_header *);
  * yet; -1: never (a journal failure dropped it). */
 int	 handoff_is_durable(const struct shm_header *, uint64_t end,
 	    uint64_t epoch);
+/*
+ * Block until handoff_is_durable says 1 or -1 for the record, and return
+ * that (a futex on durable_seq; any thread of any process).
+ */
+int	 handoff_wait_durable(struct shm_header *, uint64_t end,
+	    uint64_t epoch);
+/*
+ * The journaler, after ring_durable moved from from to to (or the epoch
+ * moved: from == to), wakes those whose records may be concerned.
+ */
+void	 handoff_wake(struct shm_segment *, uint64_t from, uint64_t to);
 /* The journaling thread: the journal failed (enter an odd epoch). */
 void	 handoff_failed(struct shm_segment *);
 /* Under the table lock, after a reopen: drop what is pending, heal. */
