@@ -26,6 +26,12 @@
  * Every step is a function that either finishes the request or parks it
  * with the next step as its continuation.
  *
+ * A fresh submission (the common case) is not walked through these steps
+ * by the loop: once the reservation is appended, one file thread carries
+ * it through file, created and commit, waiting for the journal itself,
+ * and the loop hears of it once, to reply (sub_carry).  The steps above
+ * remain for what cannot be carried and for retries.
+ *
  * Without a submission id (legacy), a file is written under a fresh
  * number and one record keeps the number from being handed out again.
  */
