@@ -87,12 +87,14 @@ journaler_kick(int kick_fd)
  * Kick only a journaler that sleeps or is about to (it says so first,
  * then looks at the ring: whichever of it and an appender comes second
  * sees the other).  A busy one finds the records when its round ends:
- * a write and a read of the eventfd fewer per record.
+ * a write and a read of the eventfd fewer per record.  The flag is
+ * cleared by the journaler when it wakes, never by an appender: one
+ * killed between reading it and kicking leaves it set for the next.
  */
 void
 journaler_kick_idle(struct shm_header *h, int kick_fd)
 {
-	if (atomic_exchange(&h->journaler_idle, 0) != 0)
+	if (atomic_load(&h->journaler_idle) != 0)
 		journaler_kick(kick_fd);
 }
 

@@ -139,6 +139,7 @@ watch_refresh_locked(struct idemd *d)
 	int	rc = 0;
 
 	atomic_store(&d->seg.header->watch_complete, 0);
+	d->seg.header->watch_refreshing = 1;
 	if (watch_add(d, ".") != 0 || watch_dir(d, IDEM_REPORTS_DIR, 0) != 0 ||
 	    watch_dir(d, "_lifecycle", 1) != 0)
 		rc = -1;
@@ -147,6 +148,7 @@ watch_refresh_locked(struct idemd *d)
 		if (watch_dir(d, watch_history_bases[i], 1) != 0)
 			rc = -1;
 	}
+	d->seg.header->watch_refreshing = 0;
 	if (rc != 0) {
 		log_warnx("the watch does not cover the whole workspace: every "
 		    "new name is looked for in every stage");
@@ -164,7 +166,8 @@ watch_drain_locked(struct idemd *d)
 	const struct inotify_event	*ev;
 	ssize_t				 n;
 	char				*p;
-	int				 refresh = 0;
+	/* A reader killed in the middle of a refresh left it to us. */
+	int				 refresh = d->seg.header->watch_refreshing;
 
 	/* A read that leaves room emptied the queue: no second read. */
 	while ((n = read(d->watch_fd, buf, sizeof buf)) > 0) {

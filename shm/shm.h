@@ -241,6 +241,7 @@ struct shm_header {
 	 * bitmap trusted in place of a walk of the workspace.
 	 */
 	_Atomic uint32_t	watch_complete;
+	uint32_t		watch_refreshing; /* a refresh under way (or its reader died) */
 
 	/* Journal hand-off (head under ring_lock; the rest atomic). */
 	uint64_t		ring_head;	/* bytes ever appended */
