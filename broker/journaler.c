@@ -379,7 +379,7 @@ journaler_main(void *arg)
 	uint64_t		 end, durable_before, epoch_before;
 	int64_t			 timeout;
 	char			*cause = NULL;
-	int			 n, wake, failed;
+	int			 n, wake, asked, failed;
 
 	for (;;) {
 		failed = atomic_load(&h->journal_failed);
@@ -391,7 +391,7 @@ journaler_main(void *arg)
 			journaler_wait(d->kick_fd, failed && timeout < 0 ? 0 :
 			    timeout);
 		atomic_store(&h->journaler_idle, 0);
-		wake = atomic_exchange(&h->wake_requested, 0);
+		wake = asked = atomic_exchange(&h->wake_requested, 0);
 		durable_before = atomic_load(&h->ring_durable);
 		epoch_before = handoff_epoch(h);
 		n = handoff_pending(&d->seg, iov, &end);
@@ -429,7 +429,10 @@ journaler_main(void *arg)
 			handoff_wake(&d->seg, durable_before,
 			    handoff_epoch(h) == epoch_before ?
 			    atomic_load(&h->ring_durable) : durable_before);
-			journaler.broadcast(journaler.broadcast_arg);
+			/* The loops: only if a request parked there waits. */
+			if (asked || handoff_epoch(h) != epoch_before ||
+			    atomic_load(&h->loop_waiters) != 0)
+				journaler.broadcast(journaler.broadcast_arg);
 		}
 		if (atomic_load(&h->journal_failed) &&
 		    !atomic_load(&journaler.stop) &&

@@ -272,6 +272,13 @@ struct shm_header {
 	 * a busy one looks at the ring again before it sleeps).
 	 */
 	_Atomic uint32_t	journaler_idle;
+	/*
+	 * Requests parked on a worker's loop for durability or ring room
+	 * (pending.c): the journaler's broadcast after a flush is skipped
+	 * while none waits (a carried creation waits on durable_seq).  A
+	 * worker that dies leaves its count: broadcasts, harmless ones.
+	 */
+	_Atomic uint32_t	loop_waiters;
 
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */
