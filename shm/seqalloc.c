@@ -28,11 +28,10 @@
 #include <errno.h>
 #include <string.h>
 
-#include "protocol.h"
 #include "shm.h"
 
-_Static_assert(SEQALLOC_SIGHTED_BITS > 999999 &&
-    IDEM_MAX_SEQUENCE_DIGITS <= 6, "a bit for every number");
+/* idemd's numbers have at most six digits (--sequence-digits). */
+_Static_assert(SEQALLOC_SIGHTED_BITS > 999999, "a bit for every number");
 
 int
 seqalloc_repair(struct shm_segment *seg)
