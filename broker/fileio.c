@@ -15,11 +15,22 @@
  * linked before it started.  Finished jobs go back to the event loop
  * through an eventfd, and their callbacks run there, never in a thread.
  *
- * A temporary written while its reservation was flushed (FILEIO_TEMP) is
- * linked by the same thread if the journal is durable past the
- * reservation by then; otherwise the loop, which waits for both, hands
- * the link back (FILEIO_LINK).  Either way nothing is linked before its
- * reservation is durable.
+ * A fresh creation is carried by one thread from its temporary to its
+ * commit (FILEIO_CARRY): the loop appends the reservation and hands the
+ * job over; the thread writes and fsyncs the temporary while the
+ * reservation is flushed, waits for the journal's durable position to
+ * pass the reservation (handoff_wait_durable: a futex the journaler
+ * moves, no trip through the loop), links, joins the directory's sync
+ * round, appends task_created and the commit (the job's commit
+ * callback), waits for them to be durable, and only then hands the job
+ * back: the loop is woken once, to reply.  Nothing is linked before its
+ * reservation is durable, nothing answered before its commit is.
+ *
+ * The older split (FILEIO_TEMP, then FILEIO_LINK handed back by the
+ * loop) serves what cannot be carried (the ring full, a render failed):
+ * a temporary written while its reservation was flushed is linked by
+ * the same thread if the journal is durable past the reservation by
+ * then; otherwise the loop, which waits for both, hands the link back.
  *
  * A failed directory fsync fails every job its round covered (their files
  * are in place but not known durable; a retry adopts them), and is not
@@ -146,7 +157,10 @@ fileio_reservation_durable(const struct fileio_job *job)
 /*
  * The name must be new to the whole workspace, not only to the directory
  * it is linked in: an FCoP tool may have moved another writer's file of
- * that name to another stage.  A name found anywhere is EEXIST.
+ * that name to another stage.  A name found anywhere is EEXIST.  For a
+ * number just handed out the watch usually knows without a look
+ * (watch_name_new); linkat's EEXIST stays the final word in the
+ * directory itself.
  */
 static int
 fileio_write(struct fileio_job *job)
@@ -171,7 +185,8 @@ fileio_write(struct fileio_job *job)
 		job->phase = FILEIO_LINK;
 		job->linked_early = 1;
 	}
-	if (job->root_fd != -1 && n > 3) {
+	if (job->root_fd != -1 && n > 3 && (job->watch == NULL ||
+	    !watch_name_new(job->watch, job->name))) {
 		memcpy(id, job->name, n - 3);		/* without ".md" */
 		id[n - 3] = '\0';
 		if ((found = taskfile_find(job->root_fd, id, path,
@@ -194,6 +209,41 @@ fileio_write(struct fileio_job *job)
 	    job->length, job->crash_points, &job->cause);
 }
 
+/* FILEIO_CARRY: see the top of the file; io->lock not held. */
+static void
+fileio_carry(struct fileio *io, struct fileio_job *job)
+{
+	job->result = taskfile_write_temp(job->dir_fd, job->name, job->data,
+	    job->length, job->temp, &job->cause);
+	job->error = job->result == 0 ? 0 : errno;
+	/* Even a failed temporary waits: its reply says "reserved". */
+	job->reserve_verdict = handoff_wait_durable(job->journal,
+	    atomic_load(&job->link_after), job->link_epoch);
+	if (job->result != 0)
+		return;
+	if (job->reserve_verdict < 0) {
+		taskfile_drop_temp(job->dir_fd, job->temp);
+		return;
+	}
+	if (job->crash_points)
+		crash_point(CRASH_AFTER_RESERVE_DURABLE);
+	log_debug("%s: its reservation is durable: linked by the file thread "
+	    "that wrote it", job->name);
+	job->phase = FILEIO_LINK;
+	job->result = fileio_write(job);
+	job->error = job->result == 0 ? 0 : errno;
+	if (job->result != 0)
+		return;
+	pthread_mutex_lock(&io->lock);
+	fileio_sync_dir(io, job);
+	pthread_mutex_unlock(&io->lock);
+	if (job->result != 0 || job->commit(job) != 0)
+		return;
+	job->committed = 1;
+	job->commit_verdict = handoff_wait_durable(job->journal,
+	    job->commit_after, job->commit_epoch);
+}
+
 static void *
 fileio_thread(void *arg)
 {
@@ -210,12 +260,16 @@ fileio_thread(void *arg)
 		TAILQ_REMOVE(&io->queue, job, entry);
 		pthread_mutex_unlock(&io->lock);
 
-		job->result = fileio_write(job);
-		job->error = job->result == 0 ? 0 : errno;
-
-		pthread_mutex_lock(&io->lock);
-		if (job->result == 0 && job->phase != FILEIO_TEMP)
-			fileio_sync_dir(io, job);
+		if (job->phase == FILEIO_CARRY) {
+			fileio_carry(io, job);
+			pthread_mutex_lock(&io->lock);
+		} else {
+			job->result = fileio_write(job);
+			job->error = job->result == 0 ? 0 : errno;
+			pthread_mutex_lock(&io->lock);
+			if (job->result == 0 && job->phase != FILEIO_TEMP)
+				fileio_sync_dir(io, job);
+		}
 		TAILQ_INSERT_TAIL(&io->done, job, entry);
 		while (write(io->done_fd, &one, sizeof one) == -1 &&
 		    errno == EINTR)

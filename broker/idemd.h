@@ -98,24 +98,34 @@ void	listener_open(struct idemd *);
 /* watch.c */
 int	watch_start(struct idemd *);
 void	watch_read(struct idemd *, int fd);
+/*
+ * 1 if the TASK or REPORT file name (a number idem handed out) is known
+ * to exist in no watched directory: no file of its number was seen late;
+ * 0 if not known, and the caller looks (taskfile_find).  Thread-safe.
+ */
+int	watch_name_new(struct idemd *, const char *name);
 
 /* journaler.c: the master's journaling thread */
 int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
+void	journaler_kick_idle(struct shm_header *, int kick_fd);
 
 /* fileio.c: a worker's file-writing threads */
-#define FILEIO_THREADS	8
+#define FILEIO_THREADS	16	/* a carried creation holds one throughout */
 #define FILEIO_DIRS	4	/* directories with shared sync rounds */
 enum fileio_phase {
 	FILEIO_WHOLE,		/* write, link, share a directory sync */
 	FILEIO_TEMP,		/* only write and fsync the temporary */
-	FILEIO_LINK		/* link that temporary, share a directory sync */
+	FILEIO_LINK,		/* link that temporary, share a directory sync */
+	FILEIO_CARRY		/* one creation, its temporary to its commit */
 };
 struct fileio_job {
 	enum fileio_phase	 phase;
 	char			 temp[NAME_MAX + 1];	/* FILEIO_TEMP's result */
 	int			 root_fd;	/* -1: no workspace-wide check */
+	/* Judge the name from the watch first (a number just handed out). */
+	struct idemd		*watch;
 	int			 dir_fd;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 20];
 	char			*data;
@@ -130,10 +140,25 @@ struct fileio_job {
 	 * failure dropped is never durable (handoff_is_durable).  journal
 	 * NULL: never.
 	 */
-	const struct shm_header	*journal;
+	struct shm_header	*journal;
 	uint64_t		 link_epoch;
 	_Atomic uint64_t	 link_after;
 	int			 linked_early;	/* out: it did */
+	/*
+	 * FILEIO_CARRY (fileio.c): the temporary is written, the thread
+	 * waits for the reservation (link_after, link_epoch) to be durable,
+	 * links, shares the directory sync, calls commit to append the
+	 * commit's records (commit_after, commit_epoch; -1: the loop
+	 * records them) and waits for those too.  Out: reserve_verdict and
+	 * commit_verdict are handoff_wait_durable's; phase is FILEIO_LINK
+	 * once the link was tried (result says how it went).
+	 */
+	int			(*commit)(struct fileio_job *);
+	uint64_t		 commit_after;
+	uint64_t		 commit_epoch;
+	int			 reserve_verdict;
+	int			 committed;	/* commit appended its records */
+	int			 commit_verdict;
 #ifdef IDEM_FAULT_INJECTION
 	int			 crash_released; /* crash_hold's flag */
 #endif

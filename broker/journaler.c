@@ -83,6 +83,21 @@ journaler_kick(int kick_fd)
 		;
 }
 
+/*
+ * Kick only a journaler that sleeps or is about to (it says so first,
+ * then looks at the ring: whichever of it and an appender comes second
+ * sees the other).  A busy one finds the records when its round ends:
+ * a write and a read of the eventfd fewer per record.  The flag is
+ * cleared by the journaler when it wakes, never by an appender: one
+ * killed between reading it and kicking leaves it set for the next.
+ */
+void
+journaler_kick_idle(struct shm_header *h, int kick_fd)
+{
+	if (atomic_load(&h->journaler_idle) != 0)
+		journaler_kick(kick_fd);
+}
+
 static void
 journaler_fail(struct idemd *d, uint64_t end, const char *what, char *cause)
 {
@@ -386,16 +401,24 @@ journaler_main(void *arg)
 	struct idemd		*d = journaler.d;
 	struct shm_header	*h = d->seg.header;
 	struct iovec		 iov[2];
-	uint64_t		 end;
+	uint64_t		 end, durable_before, epoch_before;
 	int64_t			 timeout;
 	char			*cause = NULL;
-	int			 n, wake, failed;
+	int			 n, wake, asked, failed;
 
 	for (;;) {
 		failed = atomic_load(&h->journal_failed);
 		timeout = failed ? journaler.reopen_at - shm_now_ms() : -1;
-		journaler_wait(d->kick_fd, failed && timeout < 0 ? 0 : timeout);
-		wake = atomic_exchange(&h->wake_requested, 0);
+		atomic_store(&h->journaler_idle, 1);
+		atomic_thread_fence(memory_order_seq_cst);
+		/* Unless appended to while the last round ran. */
+		if (failed || !handoff_has_pending(&d->seg))
+			journaler_wait(d->kick_fd, failed && timeout < 0 ? 0 :
+			    timeout);
+		atomic_store(&h->journaler_idle, 0);
+		wake = asked = atomic_exchange(&h->wake_requested, 0);
+		durable_before = atomic_load(&h->ring_durable);
+		epoch_before = handoff_epoch(h);
 		n = handoff_pending(&d->seg, iov, &end);
 		if (n > 0 && failed) {
 			/* Never written: their waiters get storage_unavailable. */
@@ -425,13 +448,24 @@ journaler_main(void *arg)
 		}
 		/* Waiters on dropped records hear it before a reopen reads
 		 * the journal back. */
-		if (wake)
-			journaler.broadcast(journaler.broadcast_arg);
+		if (wake) {
+			/* File threads carrying a creation; all if the epoch
+			 * moved (from == to). */
+			handoff_wake(&d->seg, durable_before,
+			    handoff_epoch(h) == epoch_before ?
+			    atomic_load(&h->ring_durable) : durable_before);
+			/* The loops: only if a request parked there waits. */
+			if (asked || handoff_epoch(h) != epoch_before ||
+			    atomic_load(&h->loop_waiters) != 0)
+				journaler.broadcast(journaler.broadcast_arg);
+		}
 		if (atomic_load(&h->journal_failed) &&
 		    !atomic_load(&journaler.stop) &&
 		    shm_now_ms() >= journaler.reopen_at &&
-		    journaler_try_reopen(d) == 0)
+		    journaler_try_reopen(d) == 0) {
+			handoff_wake(&d->seg, 0, 0);
 			journaler.broadcast(journaler.broadcast_arg);
+		}
 		if ((n > 0 || atomic_load(&h->checkpoint_wanted)) &&
 		    !atomic_load(&h->journal_failed))
 			journaler_maybe_rotate(d);

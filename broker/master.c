@@ -264,7 +264,7 @@ master_watch(evutil_socket_t fd, short events, void *arg)
 {
 	struct master	*m = arg;
 
-	watch_read(m->d, fd);
+	watch_read(m->d, m->d->watch_fd);
 }
 
 /*
@@ -330,6 +330,8 @@ master_run(struct idemd *d)
 	struct master	 m;
 	struct event	*sigchld, *sigterm, *sigint, *sigusr1, *sighup;
 	struct event	*watch_ev = NULL;
+	struct timeval	 watch_every = { IDEM_WATCH_DRAIN_MS / 1000,
+	    (IDEM_WATCH_DRAIN_MS % 1000) * 1000 };
 	sigset_t	 hup, stop_signals;
 	unsigned	 i;
 
@@ -359,10 +361,15 @@ master_run(struct idemd *d)
 	sigaddset(&hup, SIGHUP);
 	sigprocmask(SIG_UNBLOCK, &hup, NULL);
 
-	if ((d->watch_fd = watch_start(d)) != -1) {
-		watch_ev = event_new(m.base, d->watch_fd, EV_READ | EV_PERSIST,
-		    master_watch, &m);
-		if (watch_ev == NULL || event_add(watch_ev, NULL) != 0)
+	if (watch_start(d) != -1) {
+		/*
+		 * Not woken by every event (each creation makes two): the
+		 * workers read the queue before they take a number and
+		 * before they link (watch.c); this only keeps an idle
+		 * broker's queue from overflowing.
+		 */
+		watch_ev = event_new(m.base, -1, EV_PERSIST, master_watch, &m);
+		if (watch_ev == NULL || event_add(watch_ev, &watch_every) != 0)
 			fatalx("cannot watch the workspace");
 	}
 

@@ -92,6 +92,23 @@ pending_reply(struct pending *p, json_t *reply)
 	pending_free(p);
 }
 
+/*
+ * Count a request that is about to wait for durability or ring room
+ * (before its record is appended or its durability judged: a journaler
+ * that does not see the count has flushed nothing it waits for), and
+ * uncount it when the wait ends.
+ */
+static void
+loop_waiter(struct pending *p, int delta)
+{
+	struct shm_header	*h = p->worker->d->seg.header;
+
+	if (delta > 0)
+		atomic_fetch_add(&h->loop_waiters, 1);
+	else
+		atomic_fetch_sub(&h->loop_waiters, 1);
+}
+
 static void
 park(struct pending *p, enum pending_wait wait)
 {
@@ -115,6 +132,7 @@ pending_try_append(struct pending *p)
 	/* Read before the append: an epoch that ends meanwhile judges the
 	 * record lost, never the other way round (handoff.c). */
 	p->epoch = handoff_epoch(d->seg.header);
+	loop_waiter(p, 1);
 	if ((p->record_claim != NULL ? subtab_record(&d->seg, p->record_slot,
 	    p->record_claim, p->record_entry, p->record_data,
 	    p->record_length, &end) : handoff_append(&d->seg, p->record_data,
@@ -125,6 +143,7 @@ pending_try_append(struct pending *p)
 			journaler_kick(d->kick_fd);
 			return;
 		}
+		loop_waiter(p, -1);
 		log_warn("appending to the journal ring");
 		p->journal_failed = 1;
 		p->resume(p);
@@ -187,6 +206,7 @@ pending_wait_durable(struct pending *p, uint64_t end, uint64_t epoch,
 	p->journal_failed = 0;
 	p->wait_end = end;
 	p->epoch = epoch;
+	loop_waiter(p, 1);
 	park(p, PENDING_DURABLE);
 	/* Already durable: the next wake-up resumes it; make sure one comes. */
 	event_active(p->worker->local_wake_ev, EV_READ, 0);
@@ -292,10 +312,12 @@ pending_run_parked(struct worker *w)
 		switch (p->wait) {
 		case PENDING_DURABLE:
 			p->wait = PENDING_RUNNING;
+			loop_waiter(p, -1);
 			p->resume(p);
 			break;
 		case PENDING_RING:
 			p->wait = PENDING_RUNNING;
+			loop_waiter(p, -1);
 			pending_try_append(p);
 			break;
 		case PENDING_CLAIM:
@@ -316,6 +338,8 @@ pending_free_parked(struct worker *w)
 
 	while ((p = TAILQ_FIRST(&w->parked)) != NULL) {
 		TAILQ_REMOVE(&w->parked, p, entry);
+		if (p->wait == PENDING_DURABLE || p->wait == PENDING_RING)
+			loop_waiter(p, -1);
 		pending_free(p);
 	}
 }

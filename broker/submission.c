@@ -26,6 +26,12 @@
  * Every step is a function that either finishes the request or parks it
  * with the next step as its continuation.
  *
+ * A fresh submission (the common case) is not walked through these steps
+ * by the loop: once the reservation is appended, one file thread carries
+ * it through file, created and commit, waiting for the journal itself,
+ * and the loop hears of it once, to reply (sub_carry).  The steps above
+ * remain for what cannot be carried and for retries.
+ *
  * Without a submission id (legacy), a file is written under a fresh
  * number and one record keeps the number from being handed out again.
  */
@@ -337,10 +343,13 @@ sub_needs_journal(struct pending *p)
 
 static void	sub_file_recorded(struct pending *);
 static void	sub_committed(struct pending *);
+static int	sub_carry(struct pending *);
 static void	sub_start_temp(struct pending *);
 static void	sub_temp_written(struct fileio_job *);
 static void	sub_joined(struct pending *);
 static void	sub_file_written(struct fileio_job *);
+static int	sub_carry_commit(struct fileio_job *);
+static void	sub_carried(struct fileio_job *);
 
 /*
  * The file and its name are durable: record task_created, and with it,
@@ -442,6 +451,8 @@ sub_acquire(struct pending *p)
 		s->entry = a.found;
 		s->fresh = 1;
 		sub_set_name(s);
+		if (sub_carry(p) == 0)
+			return;		/* a file thread carries it */
 		sub_start_temp(p);
 		sub_journal(p, sub_reserved);
 		/* Appended: the file thread may link once this is durable. */
@@ -495,6 +506,136 @@ sub_acquire(struct pending *p)
 }
 
 /*
+ * One carrier per creation.  The loop appends the reservation (and sets
+ * the slot's state in the same step), then hands the whole rest to one
+ * file thread (fileio.c, FILEIO_CARRY): the temporary, written while the
+ * reservation is flushed; the wait for the reservation, on the journal's
+ * durable position; the name check and the link; the shared directory
+ * fsync; task_created and the commit, appended by the thread
+ * (sub_carry_commit) and waited for.  The loop hears of it once, to
+ * reply (sub_carried).  0: carried; -1: nothing was appended or handed
+ * over, and the loop goes the step-by-step way (the ring is full, or the
+ * file could not be rendered).
+ */
+static int
+sub_carry(struct pending *p)
+{
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct fileio_job	*job = &s->job;
+	struct journal_record	 record;
+	uint8_t			 buf[JOURNAL_MAX_RECORD_BYTES];
+	size_t			 length;
+	uint64_t		 end, epoch;
+
+	memset(job, 0, sizeof *job);
+	s->file_time = shm_now_ms();
+	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0)
+		return -1;
+	digest_sha256(job->data, job->length, s->entry.file_digest);
+	sub_record_of(s, &s->entry, &record);
+	/* The epoch before the append: see pending_try_append. */
+	epoch = handoff_epoch(d->seg.header);
+	if ((length = journal_encode(&record, buf, sizeof buf)) == 0 ||
+	    atomic_load(&d->seg.header->journal_failed) ||
+	    subtab_record(&d->seg, s->slot, &s->claim, &s->entry, buf, length,
+	    &end) != 0) {
+		free(job->data);
+		job->data = NULL;
+		return -1;
+	}
+	atomic_fetch_add(&d->seg.header->counters.journal_records, 1);
+	journaler_kick_idle(d->seg.header, d->kick_fd);
+
+	snprintf(job->name, sizeof job->name, "%s.md", s->name);
+	job->phase = FILEIO_CARRY;
+	job->root_fd = d->root_fd;
+	job->watch = d;			/* a number just handed out */
+	job->dir_fd = s->ops->dir_fd(d);
+	job->crash_points = s->ops->crash_points;
+	job->journal = d->seg.header;
+	job->link_epoch = epoch;
+	atomic_store(&job->link_after, end);
+	job->commit = sub_carry_commit;
+	job->done = sub_carried;
+	job->arg = p;
+	fileio_submit(p->worker->io, job);
+	return 0;
+}
+
+/*
+ * In the carrying thread: the file and its name are durable; append
+ * task_created and the commit together (as sub_record_file does) and
+ * say where they end.  -1: not appended, the loop records them.  The
+ * loop does not touch the submission while a thread carries it.
+ */
+static int
+sub_carry_commit(struct fileio_job *job)
+{
+	struct pending		*p = job->arg;
+	struct submission	*s = sub_of(p);
+	struct idemd		*d = idemd_of(p);
+	struct subtab_entry	 entry = s->entry;
+	struct journal_record	 created, committed;
+	uint8_t			 buf[2 * JOURNAL_MAX_RECORD_BYTES];
+	size_t			 n, m = 0;
+
+	entry.created_at_ms = s->file_time;
+	entry.updated_at_ms = shm_now_ms();
+	entry.state = SUBTAB_TASK_CREATED;
+	sub_record_of(s, &entry, &created);
+	entry.state = SUBTAB_COMMITTED;
+	sub_record_of(s, &entry, &committed);
+	if ((n = journal_encode(&created, buf, sizeof buf)) != 0)
+		m = journal_encode(&committed, buf + n, sizeof buf - n);
+	job->commit_epoch = handoff_epoch(d->seg.header);
+	if (m == 0 || subtab_record(&d->seg, s->slot, &s->claim, &entry, buf,
+	    n + m, &job->commit_after) != 0)
+		return -1;
+	atomic_fetch_add(&d->seg.header->counters.journal_records, 2);
+	journaler_kick_idle(d->seg.header, d->kick_fd);
+	s->entry = entry;
+	s->wrote_file = 1;
+	return 0;
+}
+
+/* In the loop: the carrying thread is done, one way or another. */
+static void
+sub_carried(struct fileio_job *job)
+{
+	struct pending		*p = job->arg;
+	struct submission	*s = sub_of(p);
+
+	if (job->phase == FILEIO_CARRY) {
+		/* Stopped before the link: the reservation or the temporary. */
+		free(job->data);
+		job->data = NULL;
+		if (job->reserve_verdict < 0) {
+			free(job->cause);
+			job->cause = NULL;
+			p->journal_failed = 1;
+			sub_journal_failed(p);
+			return;
+		}
+		log_warnx("%s %s: %s", s->ops->id_key, s->name,
+		    job->cause != NULL ? job->cause : strerror(job->error));
+		free(job->cause);
+		job->cause = NULL;
+		sub_fail_storage(p, job->error, "writing the file");
+		return;
+	}
+	if (!job->committed) {
+		/* The link failed (EEXIST: a new number), or the loop records. */
+		sub_file_written(job);
+		return;
+	}
+	free(job->data);
+	job->data = NULL;
+	p->journal_failed = job->commit_verdict < 0;
+	sub_committed(p);
+}
+
+/*
  * A fresh submission's file does not wait for its reservation: the
  * temporary is written and fsync'd while the reservation is flushed
  * (the contract is that the TASK file, the linked name, never exists
@@ -517,6 +658,7 @@ sub_start_temp(struct pending *p)
 	job->phase = FILEIO_TEMP;
 	/* For the link, in the thread or from sub_joined. */
 	job->root_fd = idemd_of(p)->root_fd;
+	job->watch = idemd_of(p);	/* a number just handed out */
 	job->crash_points = s->ops->crash_points;
 	job->journal = idemd_of(p)->seg.header;
 	job->dir_fd = s->ops->dir_fd(idemd_of(p));
@@ -690,6 +832,9 @@ sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 	}
 	snprintf(job->name, sizeof job->name, "%s.md", s->name);
 	job->root_fd = idemd_of(p)->root_fd;
+	/* A number just handed out; a retry's looks the slow way. */
+	if (s->fresh || s->submission_id == NULL)
+		job->watch = idemd_of(p);
 	job->dir_fd = s->ops->dir_fd(idemd_of(p));
 	job->crash_points = s->ops->crash_points;
 	job->done = done;

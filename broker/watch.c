@@ -1,19 +1,34 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * watch.c: the watch on the workspace for numbers that other FCoP writers
- * use while idemd runs.  The allocator scans the disk once per date;
- * after that, inotify reports every TASK or REPORT file created or moved
- * into a stage directory or reports/, and the number is noted so that it
- * is never handed out (seqalloc_note_seen).  The master reads the queue
- * as events come; a worker also drains it before each creation, so a
- * file made before a request is always known when the request takes a
- * number (the kernel queues the event when the file is created).
- * A name collision that still happens (a file appearing between its
- * event and an allocation) is caught when the file is linked: the whole
- * workspace is searched for the name first (fileio.c).
+ * use while idemd runs, and the name check it serves.  The allocator
+ * scans the disk once per date; after that, inotify reports every TASK
+ * or REPORT file created or moved into a stage directory or reports/,
+ * and every task directory made in a history date directory; the number
+ * is noted (seqalloc_note_seen_locked): one at or past the allocator's
+ * next is never handed out, one already past is a late sighting.
  *
- * The watch is best effort: without inotify (or past its limits) the
- * broker runs on, with the start-of-day scan and the link-time check.
+ * The name check.  A name about to be linked must be new to the whole
+ * workspace, not only to the directory it is linked in (linkat's EEXIST
+ * is the final word there).  Every number idem hands out is past every
+ * number seen before it, so such a name can exist elsewhere only if a
+ * file of its number was sighted late.  watch_name_new drains the queue
+ * and answers from the sightings; the caller walks the workspace
+ * (taskfile_find) only when it says "not known": a sighting, another
+ * date, or a watch that does not cover every directory.
+ *
+ * The queue is shared by the master and every worker (one inotify
+ * descriptor), so whoever reads it notes what it read before anyone
+ * else can judge a name: reading and noting happen under the
+ * allocator's lock.  A directory made or moved in (a new stage, a new
+ * history date) or a queue overflow makes the reader refresh the watch
+ * under the same hold: watch every directory there is, then note every
+ * name in them, so nothing made before its directory was watched is
+ * missed.  Until a refresh succeeds in full (inotify's limits), the
+ * watch is not complete and every check walks, as before the watch.
+ *
+ * The watch is best effort: without inotify the broker runs on, with
+ * the start-of-day scan and the walk at every link.
  */
 #include <sys/inotify.h>
 
@@ -30,71 +45,194 @@
 
 #define WATCH_EVENTS	(IN_CREATE | IN_MOVED_TO)
 
-static void
-watch_add(int fd, const char *root, const char *relpath)
+/* The directories under which a history date directory holds tasks. */
+static const char *const watch_history_bases[] = {
+	"history",
+	"_lifecycle/history"
+};
+
+/* Watch relpath (0; -1 if it exists but cannot be watched). */
+static int
+watch_add(struct idemd *d, const char *relpath)
 {
 	char	path[PATH_MAX];
 
-	snprintf(path, sizeof path, "%s/%s", root, relpath);
+	if (snprintf(path, sizeof path, "%s/%s", d->root_real, relpath) >=
+	    (int)sizeof path)
+		return -1;
 	/* A stage that is a symlink leads out of the workspace: not watched. */
-	if (inotify_add_watch(fd, path, WATCH_EVENTS | IN_ONLYDIR |
-	    IN_DONT_FOLLOW) == -1 && errno != ENOENT && errno != ENOTDIR)
+	if (inotify_add_watch(d->watch_fd, path, WATCH_EVENTS | IN_ONLYDIR |
+	    IN_DONT_FOLLOW) == -1) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 0;
 		log_warn("inotify watch on %s", path);
+		return -1;
+	}
+	return 0;
 }
 
-/* An inotify descriptor watching reports/ and every stage; -1 if none. */
+/* Note name's number if it is a TASK or REPORT name (1), else 0. */
+static int
+watch_note(struct idemd *d, const char *name)
+{
+	enum subtab_kind	kind;
+	uint32_t		date, seq;
+
+	if (!taskfile_parse_name(name, &kind, &date, &seq))
+		return 0;
+	seqalloc_note_seen_locked(&d->seg, kind, date, seq);
+	return 1;
+}
+
+/*
+ * Watch relpath, then note every name in it; with subdirs, do the same
+ * for each directory in it (its stages, or its history dates).  0, or
+ * -1 if some directory could not be watched or read.
+ */
+static int
+watch_dir(struct idemd *d, const char *relpath, int subdirs)
+{
+	DIR		*dir;
+	struct dirent	*e;
+	char		 sub[PATH_MAX];
+	int		 fd, rc;
+
+	if ((rc = watch_add(d, relpath)) != 0)
+		return rc;
+	if ((fd = nofollow_dir(d->root_fd, relpath)) == -1)
+		return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ?
+		    0 : -1;
+	if ((dir = fdopendir(fd)) == NULL) {
+		close(fd);
+		return -1;
+	}
+	while ((e = readdir(dir)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (subdirs) {
+			/* _lifecycle/history is a history base, not a stage. */
+			if (strcmp(relpath, "_lifecycle") == 0 &&
+			    strcmp(e->d_name, "history") == 0)
+				continue;
+			if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN)
+				continue;
+			if (snprintf(sub, sizeof sub, "%s/%s", relpath,
+			    e->d_name) >= (int)sizeof sub ||
+			    watch_dir(d, sub, 0) != 0)
+				rc = -1;
+		} else
+			watch_note(d, e->d_name);
+	}
+	closedir(dir);
+	return rc;
+}
+
+/*
+ * Alloc lock held: watch every directory a TASK or REPORT name can be
+ * in and note what is in them; the watch is complete if all of it
+ * succeeded.  The root and _lifecycle are watched for new directories.
+ */
+static void
+watch_refresh_locked(struct idemd *d)
+{
+	size_t	i;
+	int	rc = 0;
+
+	atomic_store(&d->seg.header->watch_complete, 0);
+	d->seg.header->watch_refreshing = 1;
+	if (watch_add(d, ".") != 0 || watch_dir(d, IDEM_REPORTS_DIR, 0) != 0 ||
+	    watch_dir(d, "_lifecycle", 1) != 0)
+		rc = -1;
+	for (i = 0; i < sizeof watch_history_bases /
+	    sizeof watch_history_bases[0]; i++) {
+		if (watch_dir(d, watch_history_bases[i], 1) != 0)
+			rc = -1;
+	}
+	d->seg.header->watch_refreshing = 0;
+	if (rc != 0) {
+		log_warnx("the watch does not cover the whole workspace: every "
+		    "new name is looked for in every stage");
+		return;
+	}
+	atomic_store(&d->seg.header->watch_complete, 1);
+}
+
+/* Alloc lock held: read what happened, note every number seen. */
+static void
+watch_drain_locked(struct idemd *d)
+{
+	char				 buf[16384]
+	    __attribute__((aligned(__alignof__(struct inotify_event))));
+	const struct inotify_event	*ev;
+	ssize_t				 n;
+	char				*p;
+	/* A reader killed in the middle of a refresh left it to us. */
+	int				 refresh = d->seg.header->watch_refreshing;
+
+	/* A read that leaves room emptied the queue: no second read. */
+	while ((n = read(d->watch_fd, buf, sizeof buf)) > 0) {
+		for (p = buf; p < buf + n; p += sizeof *ev + ev->len) {
+			ev = (const struct inotify_event *)p;
+			if (ev->mask & IN_Q_OVERFLOW) {
+				log_warnx("inotify queue overflow: the watch "
+				    "reads the workspace again");
+				refresh = 1;
+			}
+			if (ev->len == 0 || ev->name[0] == '.')
+				continue;
+			/* A new stage or history date, or a history base. */
+			if (!watch_note(d, ev->name) && (ev->mask & IN_ISDIR))
+				refresh = 1;
+		}
+		if ((size_t)n + sizeof *ev + NAME_MAX + 1 <= sizeof buf)
+			break;
+	}
+	if (n == -1 && errno != EAGAIN && errno != EINTR)
+		log_warn("reading inotify events");
+	if (refresh)
+		watch_refresh_locked(d);
+}
+
+/* An inotify descriptor watching the workspace; -1 if none. */
 int
 watch_start(struct idemd *d)
 {
-	DIR		*dir = NULL;
-	struct dirent	*e;
-	char		 stage[PATH_MAX];
-	int		 fd, dir_fd;
-
-	if ((fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) == -1) {
+	if ((d->watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) == -1) {
 		log_warn("inotify: numbers other writers use after start-up "
 		    "are only caught by name");
 		return -1;
 	}
-	watch_add(fd, d->root_real, IDEM_REPORTS_DIR);
-	if ((dir_fd = nofollow_dir(d->root_fd, "_lifecycle")) != -1 &&
-	    (dir = fdopendir(dir_fd)) == NULL)
-		close(dir_fd);
-	if (dir != NULL) {
-		while ((e = readdir(dir)) != NULL) {
-			if (e->d_name[0] == '.' || strcmp(e->d_name,
-			    "history") == 0)
-				continue;
-			snprintf(stage, sizeof stage, "_lifecycle/%s",
-			    e->d_name);
-			watch_add(fd, d->root_real, stage);
-		}
-		closedir(dir);
-	}
-	return fd;
+	if (seqalloc_lock(&d->seg) != 0)
+		return d->watch_fd;	/* not complete: names are walked */
+	watch_refresh_locked(d);
+	seqalloc_unlock(&d->seg);
+	return d->watch_fd;
 }
 
 /* Read what happened; note every number seen. */
 void
 watch_read(struct idemd *d, int fd)
 {
-	char				 buf[16384]
-	    __attribute__((aligned(__alignof__(struct inotify_event))));
-	const struct inotify_event	*ev;
-	enum subtab_kind		 kind;
-	uint32_t			 date, seq;
-	ssize_t				 n;
-	char				*p;
+	if (fd == -1 || d->seg.header == NULL || seqalloc_lock(&d->seg) != 0)
+		return;
+	watch_drain_locked(d);
+	seqalloc_unlock(&d->seg);
+}
 
-	while ((n = read(fd, buf, sizeof buf)) > 0) {
-		for (p = buf; p < buf + n; p += sizeof *ev + ev->len) {
-			ev = (const struct inotify_event *)p;
-			if (ev->len == 0 || d->seg.header == NULL)
-				continue;
-			if (taskfile_parse_name(ev->name, &kind, &date, &seq))
-				seqalloc_note_seen(&d->seg, kind, date, seq);
-		}
-	}
-	if (n == -1 && errno != EAGAIN && errno != EINTR)
-		log_warn("reading inotify events");
+int
+watch_name_new(struct idemd *d, const char *name)
+{
+	enum subtab_kind	kind;
+	uint32_t		date, seq;
+	int			new;
+
+	if (d->watch_fd == -1 || d->seg.header == NULL ||
+	    !taskfile_parse_name(name, &kind, &date, &seq) ||
+	    seqalloc_lock(&d->seg) != 0)
+		return 0;
+	watch_drain_locked(d);
+	new = atomic_load(&d->seg.header->watch_complete) &&
+	    !seqalloc_sighted(&d->seg, kind, date, seq);
+	seqalloc_unlock(&d->seg);
+	return new;
 }

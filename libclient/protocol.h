@@ -88,6 +88,8 @@
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
 /* After a journal failure, how often the journal is reopened and verified. */
 #define IDEM_JOURNAL_REOPEN_RETRY_MS	100
+/* How often the master drains an idle broker's inotify queue (watch.c). */
+#define IDEM_WATCH_DRAIN_MS		1000
 #define IDEM_DEFAULT_SOCKET_MODE	0600
 /* How long a starting idemd waits for whatever holds its socket path. */
 #define IDEM_SOCKET_PROBE_TIMEOUT_MS	2000

@@ -16,13 +16,25 @@
  * storage_unavailable, and a retry finds the durable state), a lost one
  * is never called durable.
  *
+ * A worker's loop waits for durability parked on its event loop (the
+ * journaler's broadcast wakes it); a file thread that carries a creation
+ * waits in handoff_wait_durable instead, on a futex in the segment that
+ * the journaler moves on after every flush, failure and reopen: one
+ * wake, straight to the thread, and none for a flush nobody waits for.
+ *
  * The journaler writes [taken, head) without holding the lock: workers
  * never write below head, and never past taken + ring size.  A worker
  * that dies mid-append has not moved head, so its partial bytes are
  * simply overwritten.
  */
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "shm.h"
 
@@ -91,6 +103,19 @@ handoff_pending(struct shm_segment *seg, struct iovec iov[2], uint64_t *end)
 	iov[1].iov_base = seg->ring;
 	iov[1].iov_len = head - taken - first;
 	return 2;
+}
+
+int
+handoff_has_pending(struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+	uint64_t		 head;
+
+	if (shm_lock(seg, &h->ring_lock, handoff_repair, "journal ring") != 0)
+		return 1;
+	head = h->ring_head;
+	shm_unlock(&h->ring_lock);
+	return head != atomic_load(&h->ring_taken);
 }
 
 void
@@ -173,4 +198,71 @@ handoff_reopened(struct shm_segment *seg)
 	atomic_fetch_add(&h->journal_epoch, 1);
 	atomic_store(&h->journal_failed, 0);
 	return 0;
+}
+
+/*
+ * Which sleepers a flush wakes: a sleeper waits with the bit of its
+ * record's end (one of 32, by HANDOFF_WAKE_GRAIN bytes of the ring), and
+ * the journaler wakes the bits of the bytes it made durable, so a flush
+ * wakes only those it may concern (all of them when its bytes span every
+ * bit, or when the epoch moved).  A wake is never lost: a sleeper counts
+ * itself and reads the sequence before it judges, and the kernel sleeps
+ * only while the sequence is the one read; the journaler moves the
+ * sequence after it publishes and then reads the count.  The timeout is
+ * a second guard, not the mechanism.
+ */
+#define HANDOFF_WAKE_GRAIN	256
+
+static uint32_t
+handoff_wake_bit(uint64_t end)
+{
+	return 1u << ((end / HANDOFF_WAKE_GRAIN) % 32);
+}
+
+int
+handoff_wait_durable(struct shm_header *h, uint64_t end, uint64_t epoch)
+{
+	struct timespec	 timeout = { 1, 0 };
+	uint32_t	 seq;
+	int		 durable;
+
+	for (;;) {
+		atomic_fetch_add(&h->durable_sleepers, 1);
+		seq = atomic_load(&h->durable_seq);
+		if ((durable = handoff_is_durable(h, end, epoch)) == 0) {
+			struct timespec	 at;
+
+			/* FUTEX_WAIT_BITSET's timeout is absolute. */
+			clock_gettime(CLOCK_MONOTONIC, &at);
+			at.tv_sec += timeout.tv_sec;
+			(void)syscall(SYS_futex, &h->durable_seq,
+			    FUTEX_WAIT_BITSET, seq, &at, NULL,
+			    handoff_wake_bit(end));
+		}
+		atomic_fetch_sub(&h->durable_sleepers, 1);
+		if (durable != 0)
+			return durable;
+	}
+}
+
+void
+handoff_wake(struct shm_segment *seg, uint64_t from, uint64_t to)
+{
+	struct shm_header	*h = seg->header;
+	uint32_t		 bits = 0;
+	uint64_t		 grain;
+
+	atomic_fetch_add(&h->durable_seq, 1);
+	if (atomic_load(&h->durable_sleepers) == 0)
+		return;
+	if (to <= from || to / HANDOFF_WAKE_GRAIN - from / HANDOFF_WAKE_GRAIN
+	    >= 32)
+		bits = FUTEX_BITSET_MATCH_ANY;
+	else {
+		for (grain = from / HANDOFF_WAKE_GRAIN;
+		    grain <= to / HANDOFF_WAKE_GRAIN; grain++)
+			bits |= 1u << (grain % 32);
+	}
+	(void)syscall(SYS_futex, &h->durable_seq, FUTEX_WAKE_BITSET, INT_MAX,
+	    NULL, NULL, bits);
 }

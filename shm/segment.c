@@ -67,6 +67,9 @@ layout(uint32_t capacity, uint64_t arena_bytes, struct shm_header *h)
 	h->peer_slots = SHM_PEER_SLOTS;
 	h->peers_offset = at;
 	at = round_up(at + (uint64_t)h->peer_slots * sizeof(uint64_t), 4096);
+	h->sighted_offset = at;
+	at = round_up(at + (uint64_t)SUBTAB_KIND_COUNT *
+	    SEQALLOC_SIGHTED_BYTES, 4096);
 	h->total_bytes = at;
 }
 
@@ -111,6 +114,7 @@ locate(struct shm_segment *seg)
 	seg->ring = (uint8_t *)(base + seg->header->ring_offset);
 	seg->arena = (uint8_t *)(base + seg->header->arena_offset);
 	seg->peers = (_Atomic uint64_t *)(base + seg->header->peers_offset);
+	seg->sighted = (uint8_t *)(base + seg->header->sighted_offset);
 }
 
 int

@@ -15,10 +15,23 @@
  * The date never goes backwards: if the clock steps back across
  * midnight, numbers keep coming from the later date, which is never a
  * collision, only a slightly wrong date.
+ *
+ * Late sightings.  A file another writer makes with a number at or past
+ * next_seq only moves the counter on.  One with a number already past
+ * may bear a name idem handed out and has not linked yet: its bit is set
+ * in the kind's bitmap for the current date (the segment's sighted
+ * region), and the link-time name check (watch.c) walks the workspace
+ * only for a number whose bit is set.  Every number idem hands out is
+ * past every number seen before it, so a name whose bit is clear exists
+ * in no watched directory, as far as the events read so far tell.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "shm.h"
+
+/* idemd's numbers have at most six digits (--sequence-digits). */
+_Static_assert(SEQALLOC_SIGHTED_BITS > 999999, "a bit for every number");
 
 int
 seqalloc_repair(struct shm_segment *seg)
@@ -69,25 +82,81 @@ out:
 	return rc;
 }
 
+int
+seqalloc_lock(struct shm_segment *seg)
+{
+	return shm_lock(seg, &seg->header->alloc_lock, seqalloc_repair,
+	    "allocator");
+}
+
+void
+seqalloc_unlock(struct shm_segment *seg)
+{
+	shm_unlock(&seg->header->alloc_lock);
+}
+
+static uint8_t *
+seqalloc_bitmap(struct shm_segment *seg, enum subtab_kind kind)
+{
+	return seg->sighted + (size_t)(kind - 1) * SEQALLOC_SIGHTED_BYTES;
+}
+
 /*
  * A number another FCoP writer used for the current date, seen after the
- * start-up scan (the master watches the directories): skip it too.
+ * start-up scan (the watch on the directories): skip it too, or, if it
+ * is already past, note the sighting.
  */
+void
+seqalloc_note_seen_locked(struct shm_segment *seg, enum subtab_kind kind,
+    uint32_t date, uint32_t seq)
+{
+	struct seqalloc_state	*st;
+	uint8_t			*bits;
+
+	if (kind < 1 || kind > SUBTAB_KIND_COUNT)
+		return;
+	st = &seg->header->alloc[kind - 1];
+	if (date != st->date)
+		return;		/* older: walked; newer: scanned when due */
+	if (seq >= st->next_seq) {
+		st->next_seq = seq + 1;
+		return;
+	}
+	if (seq >= SEQALLOC_SIGHTED_BITS)
+		return;		/* never handed out */
+	bits = seqalloc_bitmap(seg, kind);
+	if (st->sighted_date != st->date) {
+		/* Once a date: the bitmap held an older one. */
+		memset(bits, 0, SEQALLOC_SIGHTED_BYTES);
+		st->sighted_date = st->date;
+	}
+	bits[seq / 8] |= (uint8_t)(1u << (seq % 8));
+}
+
 void
 seqalloc_note_seen(struct shm_segment *seg, enum subtab_kind kind,
     uint32_t date, uint32_t seq)
 {
+	if (seqalloc_lock(seg) != 0)
+		return;
+	seqalloc_note_seen_locked(seg, kind, date, seq);
+	seqalloc_unlock(seg);
+}
+
+int
+seqalloc_sighted(struct shm_segment *seg, enum subtab_kind kind,
+    uint32_t date, uint32_t seq)
+{
 	struct seqalloc_state	*st;
 
-	if (kind < 1 || kind > SUBTAB_KIND_COUNT)
-		return;
-	if (shm_lock(seg, &seg->header->alloc_lock, seqalloc_repair,
-	    "allocator") != 0)
-		return;
+	if (kind < 1 || kind > SUBTAB_KIND_COUNT || seq >= SEQALLOC_SIGHTED_BITS)
+		return 1;
 	st = &seg->header->alloc[kind - 1];
-	if (date == st->date && seq >= st->next_seq)
-		st->next_seq = seq + 1;
-	shm_unlock(&seg->header->alloc_lock);
+	if (date != st->date || seq >= st->next_seq)
+		return 1;	/* not a number this allocator handed out */
+	if (st->sighted_date != date)
+		return 0;	/* nothing seen late for this date */
+	return (seqalloc_bitmap(seg, kind)[seq / 8] >> (seq % 8)) & 1;
 }
 
 void

@@ -204,6 +204,7 @@ struct seqalloc_state {
 	uint32_t	date;		/* the latest date numbers were taken for */
 	uint32_t	next_seq;	/* the next number for that date */
 	uint32_t	scanned_date;	/* the disk was scanned for this date */
+	uint32_t	sighted_date;	/* the date the sightings bitmap holds */
 };
 
 /* The segment header.  Everything after it is located by its offsets. */
@@ -226,6 +227,7 @@ struct shm_header {
 	uint64_t		arena_bytes;	/* effects' results */
 	uint64_t		arena_offset;
 	uint64_t		peers_offset;
+	uint64_t		sighted_offset;	/* seqalloc.c: late sightings */
 	uint32_t		peer_slots;
 	int64_t			started_at_ms;
 	uint8_t			hash_key[16];	/* random: SipHash of keys */
@@ -256,6 +258,13 @@ struct shm_header {
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
 	uint32_t		alloc_max_seq;	/* set before fork; 0: 999 */
+	/*
+	 * The inotify watch covers every directory a TASK or REPORT name
+	 * can be in (watch.c; under alloc_lock): only then is a sighting
+	 * bitmap trusted in place of a walk of the workspace.
+	 */
+	_Atomic uint32_t	watch_complete;
+	uint32_t		watch_refreshing; /* a refresh under way (or its reader died) */
 
 	/* Journal hand-off (head under ring_lock; the rest atomic). */
 	uint64_t		ring_head;	/* bytes ever appended */
@@ -272,6 +281,27 @@ struct shm_header {
 	_Atomic uint64_t	journal_epoch;
 	_Atomic uint64_t	ring_lost_from;	/* ring_durable when the last failure came */
 	_Atomic uint32_t	wake_requested;	/* a worker asks for a broadcast wake */
+	/*
+	 * Moved on by the journaler whenever ring_durable or the epoch
+	 * moves (handoff_wake): a futex that file threads wait on, in
+	 * any worker, for a record to become durable; sleepers counts
+	 * them, so that a flush nobody waits for makes no system call.
+	 */
+	_Atomic uint32_t	durable_seq;
+	_Atomic uint32_t	durable_sleepers;
+	/*
+	 * The journaler is about to sleep, or sleeps, on its eventfd:
+	 * only then does an appender need to kick it (journaler_kick_idle;
+	 * a busy one looks at the ring again before it sleeps).
+	 */
+	_Atomic uint32_t	journaler_idle;
+	/*
+	 * Requests parked on a worker's loop for durability or ring room
+	 * (pending.c): the journaler's broadcast after a flush is skipped
+	 * while none waits (a carried creation waits on durable_seq).  A
+	 * worker that dies leaves its count: broadcasts, harmless ones.
+	 */
+	_Atomic uint32_t	loop_waiters;
 
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */
@@ -312,6 +342,7 @@ struct shm_segment {
 	uint8_t			*ring;
 	uint8_t			*arena;
 	_Atomic uint64_t	*peers;		/* peers.c */
+	uint8_t			*sighted;	/* seqalloc.c, by kind - 1 */
 };
 
 /* segment.c */
@@ -510,6 +541,26 @@ void	 seqalloc_note_used(struct shm_segment *, enum subtab_kind,
 /* Serving: a number another writer used on disk (takes the lock). */
 void	 seqalloc_note_seen(struct shm_segment *, enum subtab_kind,
 	    uint32_t date, uint32_t seq);
+/*
+ * Late sightings: one bit per number of the allocator's current date, set
+ * when a file of a number already past (one idem may have handed out) is
+ * seen; so a name idem is about to link is known new to every directory
+ * the watch covers unless its bit is set.  Numbers up to
+ * 10^IDEM_MAX_SEQUENCE_DIGITS - 1.
+ */
+#define SEQALLOC_SIGHTED_BITS	1000000
+#define SEQALLOC_SIGHTED_BYTES	(SEQALLOC_SIGHTED_BITS / 8)
+int	 seqalloc_lock(struct shm_segment *);
+void	 seqalloc_unlock(struct shm_segment *);
+/* seqalloc_note_seen with alloc_lock held. */
+void	 seqalloc_note_seen_locked(struct shm_segment *, enum subtab_kind,
+	    uint32_t date, uint32_t seq);
+/*
+ * alloc_lock held: 0 if no file of number seq of date was seen since the
+ * number was past, 1 if one was, or if that is not known (another date).
+ */
+int	 seqalloc_sighted(struct shm_segment *, enum subtab_kind,
+	    uint32_t date, uint32_t seq);
 
 /* handoff.c: the ring of encoded journal records, workers to journaler. */
 int	 handoff_repair(struct shm_segment *);
@@ -519,6 +570,8 @@ int	 handoff_append(struct shm_segment *, const void *, size_t,
 /* Journaler: the bytes appended but not yet taken, as up to two pieces. */
 int	 handoff_pending(struct shm_segment *, struct iovec iov[2],
 	    uint64_t *end);
+/* Is anything appended and not yet taken? */
+int	 handoff_has_pending(struct shm_segment *);
 void	 handoff_taken(struct shm_segment *, uint64_t end);
 void	 handoff_durable(struct shm_segment *, uint64_t end);
 uint64_t handoff_epoch(const struct shm_header *);
@@ -526,6 +579,17 @@ uint64_t handoff_epoch(const struct shm_header *);
  * yet; -1: never (a journal failure dropped it). */
 int	 handoff_is_durable(const struct shm_header *, uint64_t end,
 	    uint64_t epoch);
+/*
+ * Block until handoff_is_durable says 1 or -1 for the record, and return
+ * that (a futex on durable_seq; any thread of any process).
+ */
+int	 handoff_wait_durable(struct shm_header *, uint64_t end,
+	    uint64_t epoch);
+/*
+ * The journaler, after ring_durable moved from from to to (or the epoch
+ * moved: from == to), wakes those whose records may be concerned.
+ */
+void	 handoff_wake(struct shm_segment *, uint64_t from, uint64_t to);
 /* The journaling thread: the journal failed (enter an odd epoch). */
 void	 handoff_failed(struct shm_segment *);
 /* Under the table lock, after a reopen: drop what is pending, heal. */

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -652,6 +653,34 @@ taskfile_unlink_temp(int dir_fd, const char *temp, char **cause)
 }
 
 /*
+ * The random part of a temporary's name: random bytes drawn once per
+ * process (again after a fork: the pid changed) and a counter added, so
+ * that a creation costs no getrandom; a collision draws afresh.
+ */
+static void
+taskfile_temp_noise(uint8_t noise[TASKFILE_TEMP_RANDOM_BYTES], pid_t pid,
+    int fresh)
+{
+	static pthread_mutex_t	lock = PTHREAD_MUTEX_INITIALIZER;
+	static uint8_t		seed[TASKFILE_TEMP_RANDOM_BYTES];
+	static uint64_t		counter;
+	static pid_t		seeded_by;
+	uint64_t		n;
+	size_t			i;
+
+	pthread_mutex_lock(&lock);
+	if (fresh || seeded_by != pid) {
+		randombytes_buf(seed, sizeof seed);
+		seeded_by = pid;
+	}
+	n = ++counter;
+	memcpy(noise, seed, TASKFILE_TEMP_RANDOM_BYTES);
+	pthread_mutex_unlock(&lock);
+	for (i = 0; i < TASKFILE_TEMP_RANDOM_BYTES && i < sizeof n; i++)
+		noise[i] ^= (uint8_t)(n >> (8 * i));
+}
+
+/*
  * Create ".<name>.tmp.<pid>.<random hex>" exclusively.  The random part
  * keeps two workers (or a worker and its restarted self with a reused
  * pid) apart; a collision just picks another name, because an EEXIST
@@ -663,15 +692,16 @@ taskfile_create_temp(int dir_fd, const char *name, char *temp,
 {
 	uint8_t		noise[TASKFILE_TEMP_RANDOM_BYTES];
 	char		hex[TASKFILE_TEMP_RANDOM_BYTES * 2 + 1];
+	pid_t		pid = getpid();
 	int		fd, tries, n;
 	size_t		i;
 
 	for (tries = 0; tries < TASKFILE_TEMP_TRIES; tries++) {
-		randombytes_buf(noise, sizeof noise);
+		taskfile_temp_noise(noise, pid, tries > 0);
 		for (i = 0; i < sizeof noise; i++)
 			snprintf(hex + 2 * i, 3, "%02x", noise[i]);
 		n = snprintf(temp, temp_size, ".%s.tmp.%ld.%s", name,
-		    (long)getpid(), hex);
+		    (long)pid, hex);
 		if (n < 0 || (size_t)n >= temp_size) {
 			errno = ENAMETOOLONG;
 			return -1;

@@ -1099,26 +1099,33 @@ sigterm_in_flight_finishes_the_call(void **state)
 
 /*
  * Another FCoP writer takes the preallocated name while the first call
- * is in flight (its reservation held up in the stopped journaler): the
- * call moves to a fresh number and leaves the other file alone.
+ * is in flight (its reservation held up in the stopped journaler), in
+ * dir (nested: in a task directory there, as in history/): the call moves to
+ * a fresh number and leaves the other file alone.  In the inbox the
+ * link's EEXIST catches it; anywhere else the check before the link,
+ * which the watch serves: the file appears after the number was handed
+ * out and before the link, in a directory watched from the start, or in
+ * one made meanwhile (a new stage, a new history date).
  */
 static void
-preallocated_name_taken_moves_on(void **state)
+name_taken_while_in_flight(struct broker *b, const char *dir, int nested)
 {
-	struct broker		*b = *state;
 	static const char *const args[] = { "--inflight-wait-ms", "0", NULL };
 	static const char	 foreign[] = "---\nprotocol: \"fcop\"\n"
 	    "type: \"TASK\"\n---\nanother writer's task\n";
 	json_t			*reply, *retry;
-	char			 today[9], rel[256], *r1, *r2, *data;
+	char			 today[9], id[64], rel[256], *r1, *r2, *data;
 	int			 fds[2], in_flight;
 
 	harness_today(today);
 	harness_must_start(b, args, NULL);
 	in_flight = two_calls_one_in_flight(b, "taken-1", fds);
 	/* The claimer reserved 001 (a fresh root) before the other looked. */
-	snprintf(rel, sizeof rel, "_lifecycle/inbox/TASK-%s-001-PM-to-DEV.md",
-	    today);
+	snprintf(id, sizeof id, "TASK-%s-001-PM-to-DEV", today);
+	if (nested)
+		snprintf(rel, sizeof rel, "%s/%s/%s.md", dir, id, id);
+	else
+		snprintf(rel, sizeof rel, "%s/%s.md", dir, id);
 	assert_int_equal(harness_write(b, rel, foreign), 0);
 	assert_int_equal(kill(b->pid, SIGCONT), 0);
 	reply = raw_reply(fds[in_flight]);
@@ -1148,6 +1155,30 @@ preallocated_name_taken_moves_on(void **state)
 	json_decref(reply);
 	json_decref(retry);
 	harness_finish(b);
+}
+
+static void
+preallocated_name_taken_moves_on(void **state)
+{
+	name_taken_while_in_flight(*state, "_lifecycle/inbox", 0);
+}
+
+static void
+preallocated_name_taken_in_active_moves_on(void **state)
+{
+	name_taken_while_in_flight(*state, "_lifecycle/active", 0);
+}
+
+static void
+preallocated_name_taken_in_new_stage_moves_on(void **state)
+{
+	name_taken_while_in_flight(*state, "_lifecycle/blocked", 0);
+}
+
+static void
+preallocated_name_taken_in_history_moves_on(void **state)
+{
+	name_taken_while_in_flight(*state, "history/2026-12-03", 1);
 }
 
 /* ---- Bad input ----------------------------------------------------------- */
@@ -1234,11 +1265,17 @@ main(void)
 		T(hangup_in_flight_then_retry_reused),
 		T(sigterm_in_flight_finishes_the_call),
 		T(preallocated_name_taken_moves_on),
+		T(preallocated_name_taken_in_active_moves_on),
+		T(preallocated_name_taken_in_new_stage_moves_on),
+		T(preallocated_name_taken_in_history_moves_on),
 		T(bad_json_keeps_connection),
 		T(unknown_op_echoes_id),
 	};
 
 	if (sodium_init() < 0)
 		return 1;
+	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
