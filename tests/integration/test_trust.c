@@ -584,7 +584,7 @@ test_smaller_capacity_keeps_every_receipt(void **state)
 		assert_non_null(reply);
 		assert_string_equal(harness_str(reply, "disposition"),
 		    "created");
-		first[i] = strdup(harness_str(reply, "task_id"));
+		first[i] = strdup(harness_receipt_str(reply, "task_id"));
 		assert_non_null(first[i]);
 		json_decref(reply);
 	}
@@ -597,7 +597,8 @@ test_smaller_capacity_keeps_every_receipt(void **state)
 		assert_non_null(reply);
 		assert_string_equal(harness_str(reply, "disposition"),
 		    "reused");
-		assert_string_equal(harness_str(reply, "task_id"), first[i]);
+		assert_string_equal(harness_receipt_str(reply, "task_id"),
+		    first[i]);
 		json_decref(reply);
 		free(first[i]);
 	}
