@@ -233,6 +233,8 @@ void	 pending_reply(struct pending *, json_t *);
 void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
 /* Send a reply now (the request did not wait). */
 void	 conn_reply(struct conn *, json_t *);
+struct iovec;
+void	 conn_send_iov(struct conn *, const struct iovec *, int count);
 struct idemd *conn_idemd(struct conn *);
 
 /* request.c: parsing, validation and replies */

@@ -56,6 +56,16 @@
 #define IDEM_EFFECT_EXTERNAL_KEY_SIZE	40
 /* The shared-memory arena that keeps committed results (--result-bytes). */
 #define IDEM_DEFAULT_RESULT_ARENA_BYTES	(64ULL * 1024 * 1024)
+/*
+ * The retry fast path (broker/fastpath.c): bytes of the receipt store per
+ * table slot (a stored reply is its 32-byte fingerprint and ~450 bytes
+ * of reply; a full store only stops new entries from being stored), and
+ * the largest reply kept there.
+ */
+#define IDEM_FAST_RECEIPT_BYTES_PER_SLOT	512
+#define IDEM_FAST_RECEIPT_MAX_BYTES		4096
+/* BLAKE2b-256 of a request's fingerprinted members (crypto_generichash). */
+#define IDEM_FAST_FINGERPRINT_BYTES		32
 
 /* "TASK-YYYYMMDD-" + up to 10 digits + "-" + role + "-to-" + recipient. */
 #define IDEM_MAX_TASK_ID_BYTES		80

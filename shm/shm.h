@@ -38,7 +38,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	2
+#define SHM_LAYOUT_VERSION	3
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
@@ -187,6 +187,7 @@ struct shm_counters {
 	_Atomic uint64_t	effects_released;
 	_Atomic uint64_t	effects_resolved;
 	_Atomic uint64_t	effects_stale_fence;
+	_Atomic uint64_t	reused_fast;	/* of reused: by the fast path */
 };
 
 struct seqalloc_state {
@@ -214,6 +215,8 @@ struct shm_header {
 	uint64_t		ring_offset;
 	uint64_t		arena_bytes;	/* effects' results */
 	uint64_t		arena_offset;
+	uint64_t		receipts_bytes;	/* the fast path's replies */
+	uint64_t		receipts_offset;
 	uint64_t		peers_offset;
 	uint32_t		peer_slots;
 	int64_t			started_at_ms;
@@ -229,6 +232,7 @@ struct shm_header {
 	uint32_t		state_counts[SUBTAB_STATE_COUNT];
 	uint64_t		heap_used;
 	uint64_t		arena_used;	/* append only */
+	uint64_t		receipts_used;	/* append only */
 
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
@@ -272,7 +276,17 @@ struct subtab_slot {
 	 * start-up (replayed).
 	 */
 	uint64_t		journal_end;
+	/*
+	 * The fast path's stored reply (receipts_put): offset << 16 | length
+	 * in the receipt store; 0: none.  Set only on a durably committed
+	 * slot, cleared whenever the slot's entry is set otherwise.  Memory
+	 * only: empty after a restart.
+	 */
+	_Atomic uint64_t	fast_receipt;
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
+_Static_assert(sizeof(struct subtab_slot) == 4 * SHM_CACHELINE_BYTES,
+    "fast_receipt fits the slot's padding");
+
 
 struct shm_segment {
 	struct shm_header	*header;
@@ -283,6 +297,7 @@ struct shm_segment {
 	char			*heap;
 	uint8_t			*ring;
 	uint8_t			*arena;
+	uint8_t			*receipts;
 	_Atomic uint64_t	*peers;		/* peers.c */
 };
 
@@ -375,6 +390,17 @@ int	 arena_put(struct shm_segment *, const void *, size_t length,
 	    uint64_t *offset);
 const uint8_t *arena_get(struct shm_segment *, uint64_t offset,
 	    size_t length);
+/*
+ * The receipt store of the retry fast path (fastpath.c): append only,
+ * capacity * IDEM_FAST_RECEIPT_BYTES_PER_SLOT bytes.  put copies bytes
+ * for a committed slot and names them in it, unless the slot names some
+ * already (-1 with EEXIST) or the store is full (ENOSPC); get returns
+ * the bytes a slot names, or NULL.
+ */
+int	 receipts_put(struct shm_segment *, uint32_t slot, const void *,
+	    size_t length);
+const uint8_t *receipts_get(struct shm_segment *, uint32_t slot,
+	    size_t *length);
 /* Replay, single-threaded: no lock. */
 int	 arena_put_unlocked(struct shm_segment *, const void *, size_t length,
 	    uint64_t *offset);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fastpath.h"
 #include "idemd.h"
 
 static void __attribute__((noreturn))
@@ -233,6 +234,19 @@ conn_peer(const struct conn *c, uint32_t *uid, uint32_t *pid)
 int
 subtab_lookup(struct shm_segment *seg, const char *key, size_t key_length,
     struct subtab_entry *entry, uint32_t *slot)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+fastpath_hint_take(struct fastpath_hint *hint)
+{
+	fuzz_unreachable(__func__);
+}
+
+void
+fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
+    const struct submission *sub, json_t *receipt)
 {
 	fuzz_unreachable(__func__);
 }
