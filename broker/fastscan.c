@@ -43,6 +43,8 @@
 /* An integer id echoed as sent: jansson reads up to 63 bits. */
 #define FASTSCAN_MAX_ID_DIGITS	18
 
+_Static_assert(FASTSCAN_MAX_MEMBERS >= 8, "every member has a place");
+
 enum member {
 	MEMBER_OP, MEMBER_ID, MEMBER_SUBMISSION_ID, MEMBER_DIGEST_SCHEMA,
 	MEMBER_REQUEST_DIGEST, MEMBER_TASK, MEMBER_META, MEMBER_WORKSPACE_ID,
@@ -303,6 +305,12 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 		v = skip_space(p + 1, end);
 		if ((ve = skip_value(v, end, 0)) == NULL)
 			return 0;
+		scan->members[scan->member_count].key = key + 1;
+		scan->members[scan->member_count].key_length =
+		    strlen(member_names[m]);
+		scan->members[scan->member_count].value = v;
+		scan->members[scan->member_count++].value_length =
+		    (size_t)(ve - v);
 		if (m == MEMBER_ID) {
 			if (!plain_id(v, (size_t)(ve - v)))
 				return 0;

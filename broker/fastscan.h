@@ -12,6 +12,17 @@
 
 #include "protocol.h"
 
+/* Top-level members a write_task line may have (write_task.c). */
+#define FASTSCAN_MAX_MEMBERS	8
+
+/* One member as it stands in the line (for tests and fuzzing). */
+struct fastscan_member {
+	const char	*key;		/* without its quotes */
+	size_t		 key_length;
+	const char	*value;
+	size_t		 value_length;
+};
+
 /* What a write_task line says, found without parsing it. */
 struct fastscan {
 	int		 valid;		/* 1: the fields below are set */
@@ -20,6 +31,8 @@ struct fastscan {
 	size_t		 key_length;
 	const char	*id;		/* the id member's value; NULL: none */
 	size_t		 id_length;
+	struct fastscan_member members[FASTSCAN_MAX_MEMBERS];	/* in order */
+	size_t		 member_count;
 };
 
 /*
