@@ -122,7 +122,7 @@ void
 fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
     const struct submission *sub, json_t *receipt)
 {
-	uint8_t		 buf[IDEM_FAST_RECEIPT_MAX_BYTES];
+	uint8_t		 buf[SHM_RECEIPT_MAX_BYTES];
 	size_t		 length, skip = sizeof FASTPATH_REPLY_OK - 1;
 	json_t		*reply;
 	char		*text;

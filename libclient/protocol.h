@@ -56,14 +56,6 @@
 #define IDEM_EFFECT_EXTERNAL_KEY_SIZE	40
 /* The shared-memory arena that keeps committed results (--result-bytes). */
 #define IDEM_DEFAULT_RESULT_ARENA_BYTES	(64ULL * 1024 * 1024)
-/*
- * The retry fast path (broker/fastpath.c): bytes of the receipt store per
- * table slot (a stored reply is its 32-byte fingerprint and ~450 bytes
- * of reply; a full store only stops new entries from being stored), and
- * the largest reply kept there.
- */
-#define IDEM_FAST_RECEIPT_BYTES_PER_SLOT	512
-#define IDEM_FAST_RECEIPT_MAX_BYTES		4096
 /* BLAKE2b-256 of a request's fingerprinted members (crypto_generichash). */
 #define IDEM_FAST_FINGERPRINT_BYTES		32
 
@@ -133,5 +125,33 @@
 	X(IN_PROGRESS,		"in_progress")				\
 	X(SHUTTING_DOWN,	"shutting_down")			\
 	X(INTERNAL,		"internal")
+
+/* A reply's "disposition": write_task's, then effect_begin's others. */
+#define IDEM_DISPOSITIONS(X)						\
+	X(CREATED,		"created")				\
+	X(REUSED,		"reused")				\
+	X(CONFLICT,		"conflict")				\
+	X(PROCEED,		"proceed")				\
+	X(IN_PROGRESS,		"in_progress")				\
+	X(OUTCOME_UNKNOWN,	"outcome_unknown")
+
+/* error.reason of a conflict, in SPEC.md's order ("Conflict reasons"). */
+#define IDEM_CONFLICT_REASONS(X)					\
+	X(DIGEST_MISMATCH,	"digest_mismatch")			\
+	X(SCHEMA_MISMATCH,	"schema_mismatch")			\
+	X(TARGET_MISMATCH,	"target_mismatch")			\
+	X(TASK_MISSING,		"task_missing")				\
+	X(STALE_FENCE,		"stale_fence")				\
+	X(NO_RESERVATION,	"no_reservation")			\
+	X(ALREADY_COMMITTED,	"already_committed")
+
+/*
+ * error.reason of the internal error that refuses a connection: the
+ * option whose limit was reached (doc/protocol.md).
+ */
+#define IDEM_LIMIT_REASONS(X)						\
+	X(MAX_CONNECTIONS,	"max_connections")			\
+	X(MAX_CONNECTIONS_PER_PID, "max_connections_per_pid")		\
+	X(MAX_CONNECTIONS_PER_UID, "max_connections_per_uid")
 
 #endif

@@ -70,7 +70,7 @@ probe(struct shm_segment *seg, uint32_t hash, const char *key,
 int
 subtab_claim_live(struct shm_segment *seg, const struct subtab_claim *c)
 {
-	if (c->worker == 0 || c->worker > IDEM_MAX_WORKERS)
+	if (c->worker == 0 || c->worker > SHM_MAX_WORKERS)
 		return 0;
 	return atomic_load(&seg->header->workers[c->worker - 1].generation) ==
 	    c->generation;
@@ -260,7 +260,7 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 		verdict = SUBTAB_INSERTED;
 	} else if (s->entry.schema != a->want.schema ||
 	    memcmp(s->entry.request_digest, a->want.request_digest,
-	    IDEM_SHA256_BYTES) != 0) {
+	    SHM_SHA256_BYTES) != 0) {
 		memset(&s->claim, 0, sizeof s->claim);
 		verdict = SUBTAB_MISMATCH;
 	} else if (s->entry.state == SUBTAB_COMMITTED) {
@@ -604,7 +604,7 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 			result_offset = s->entry.kind == SUBTAB_KIND_EFFECT &&
 			    row->entry.result_length == s->entry.result_length &&
 			    memcmp(row->entry.file_digest, s->entry.file_digest,
-			    IDEM_SHA256_BYTES) == 0 ? s->entry.result_offset : 0;
+			    SHM_SHA256_BYTES) == 0 ? s->entry.result_offset : 0;
 			s->entry = row->entry;
 			atomic_store(&s->fast_receipt, 0);
 			s->entry.key_length = key_length;
@@ -626,25 +626,6 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 out:
 	unlock_table(seg);
 	return rc;
-}
-
-/* The wire and journal names of a state and of a digest schema. */
-const char *
-subtab_state_name(unsigned state)
-{
-	switch (state) {
-	case SUBTAB_RESERVED:
-		return "reserved";
-	case SUBTAB_TASK_CREATED:
-		return "task_created";
-	case SUBTAB_COMMITTED:
-		return "committed";
-	case SUBTAB_RELEASED:
-		return "released";
-	case SUBTAB_OUTCOME_UNKNOWN:
-		return "outcome_unknown";
-	}
-	return "empty";
 }
 
 int
@@ -717,7 +698,7 @@ arena_get(struct shm_segment *seg, uint64_t offset, size_t length)
 /* ---- The receipt store of the fast path -------------------------------- */
 
 #define RECEIPT_LENGTH_BITS	16
-_Static_assert(IDEM_FAST_RECEIPT_MAX_BYTES < (1 << RECEIPT_LENGTH_BITS),
+_Static_assert(SHM_RECEIPT_MAX_BYTES < (1 << RECEIPT_LENGTH_BITS),
     "a stored reply's length fits its bits");
 
 /*
@@ -733,7 +714,7 @@ receipts_put(struct shm_segment *seg, uint32_t slot, const void *data,
 	uint64_t		 offset;
 	int			 rc = -1;
 
-	if (length == 0 || length > IDEM_FAST_RECEIPT_MAX_BYTES) {
+	if (length == 0 || length > SHM_RECEIPT_MAX_BYTES) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -777,20 +758,4 @@ receipts_get(struct shm_segment *seg, uint32_t slot, size_t *length)
 	if (offset > h->receipts_bytes || *length > h->receipts_bytes - offset)
 		return NULL;
 	return seg->receipts + offset;
-}
-
-const char *
-subtab_schema_name(unsigned schema)
-{
-	switch (schema) {
-	case SUBTAB_SCHEMA_WRITE_TASK_V1:
-		return IDEM_SCHEMA_WRITE_TASK_V1;
-	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
-		return IDEM_SCHEMA_WRITE_REPORT_V1;
-	case SUBTAB_SCHEMA_GENERIC_JSON_V1:
-		return IDEM_SCHEMA_GENERIC_JSON_V1;
-	case SUBTAB_SCHEMA_FCOP_CREATE_TASK_V1:
-		return IDEM_SCHEMA_FCOP_CREATE_TASK_V1;
-	}
-	return NULL;
 }
