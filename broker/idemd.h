@@ -16,6 +16,7 @@
 
 #include "digest.h"
 #include "store.h"
+#include "fastpath.h"
 
 /* What every process of one broker shares: options, segment, handles. */
 struct idemd {
@@ -209,6 +210,8 @@ void	 worker_maybe_exit(struct worker *);
 void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
 /* Send a reply now (the request did not wait). */
 void	 conn_reply(struct conn *, json_t *);
+struct iovec;
+void	 conn_send_iov(struct conn *, const struct iovec *, int count);
 struct idemd *conn_idemd(struct conn *);
 struct worker *conn_worker(struct conn *);
 /* pending.c's side: the request p runs; its reply, and the next lines. */
@@ -412,6 +415,7 @@ struct write_task {
 	int				 fcop;
 	struct digest_fcop_normalized	 fnorm;
 	const char			**lists;	/* references, depends_on */
+	struct fastpath_hint		 fast;	/* the line's fingerprint */
 };
 /* Read request into wt (zeroed; root_fd -1: no FCoP workspace check). */
 int	 write_task_parse(struct write_task *, json_t *request, int root_fd,

@@ -366,6 +366,7 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	json_integer((json_int_t)(value)))
 	STAT("created", atomic_load(&k->created));
 	STAT("reused", atomic_load(&k->reused));
+	STAT("reused_fast", atomic_load(&k->reused_fast));
 	STAT("conflict", atomic_load(&k->conflict));
 	STAT("legacy_created", atomic_load(&k->legacy_created));
 	STAT("reports_created", atomic_load(&k->reports_created));
@@ -381,6 +382,8 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("effects_stale_fence", atomic_load(&k->effects_stale_fence));
 	STAT("result_arena_used", h->arena_used);
 	STAT("result_arena_bytes", h->arena_bytes);
+	STAT("fast_receipts_used", h->receipts_used);
+	STAT("fast_receipts_bytes", h->receipts_bytes);
 	STAT("errors", atomic_load(&k->errors));
 	STAT("journal_records", atomic_load(&k->journal_records));
 	STAT("journal_fsyncs", atomic_load(&k->journal_fsyncs));

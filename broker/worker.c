@@ -26,6 +26,7 @@
 
 #include <event2/buffer.h>
 
+#include "fastpath.h"
 #include "log.h"
 #include "idemd.h"
 
@@ -128,6 +129,33 @@ conn_send(struct conn *c, json_t *reply)
 	free(text);
 }
 
+/* Serialised pieces (the fast path's reply, its newline included). */
+void
+conn_send_iov(struct conn *c, const struct iovec *iov, int count)
+{
+	struct evbuffer	*output = bufferevent_get_output(c->bev);
+	size_t		 sent = 0, skip;
+	ssize_t		 n;
+	int		 i;
+
+	if (evbuffer_get_length(output) == 0) {
+		do
+			n = writev(bufferevent_getfd(c->bev), iov, count);
+		while (n == -1 && errno == EINTR);
+		if (n > 0)
+			sent = (size_t)n;
+	}
+	for (i = 0; i < count; i++) {
+		skip = sent < iov[i].iov_len ? sent : iov[i].iov_len;
+		sent -= skip;
+		if (skip < iov[i].iov_len)
+			bufferevent_write(c->bev, (const char *)iov[i].iov_base +
+			    skip, iov[i].iov_len - skip);
+		else if (i == count - 1 && (c->closing || c->worker->draining))
+			conn_after_output(c);
+	}
+}
+
 void
 conn_reply(struct conn *c, json_t *reply)
 {
@@ -211,6 +239,8 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 
 	atomic_fetch_add(&c->worker->d->seg.header->workers[
 	    c->worker->index].requests, 1);
+	if (fastpath_answer(c, line, length))
+		return;
 	request = request_parse(line, length, &err);
 	if (request == NULL) {
 		atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);

@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "fastpath.h"
 #include "idemd.h"
 
 static int
@@ -63,6 +64,9 @@ write_task_answer(struct pending *p, int created)
 	if (!created || sub->recovered)
 		current_path_add(p->worker->d, reply, sub->name,
 		    json_string_value(json_object_get(receipt, "task_path")));
+	if (!((struct write_task *)sub)->fcop)
+		fastpath_remember(p->worker->d, &((struct write_task *)sub)->fast,
+		    sub, receipt);
 	json_object_set_new(reply, "receipt", receipt);
 	pending_reply(p, reply);
 }
@@ -89,6 +93,7 @@ op_write_task(struct conn *conn, json_t *request, json_t *id)
 	    NULL)
 		return;
 	wt = p->op;
+	fastpath_hint_take(&wt->fast);
 	wt->sub.ops = &write_task_ops;
 	if (write_task_parse(wt, request, p->worker->d->root_fd, &err) != 0) {
 		atomic_fetch_add(&p->worker->d->seg.header->counters.errors, 1);

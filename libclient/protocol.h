@@ -61,6 +61,8 @@
  * as it is written); the most committed history one root can hold.
  */
 #define IDEM_INDEX_MAP_BYTES		(256ULL * 1024 * 1024 * 1024)
+/* BLAKE2b-256 of a request's fingerprinted members (crypto_generichash). */
+#define IDEM_FAST_FINGERPRINT_BYTES		32
 
 /* "TASK-YYYYMMDD-" + up to 10 digits + "-" + role + "-to-" + recipient. */
 #define IDEM_MAX_TASK_ID_BYTES		80

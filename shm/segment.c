@@ -64,6 +64,10 @@ layout(uint32_t capacity, uint64_t arena_bytes, struct shm_header *h)
 	h->arena_bytes = arena_bytes;
 	h->arena_offset = at;
 	at = round_up(at + h->arena_bytes, 4096);
+	h->receipts_bytes = (uint64_t)capacity *
+	    SHM_RECEIPT_BYTES_PER_SLOT;
+	h->receipts_offset = at;
+	at = round_up(at + h->receipts_bytes, 4096);
 	h->peer_slots = SHM_PEER_SLOTS;
 	h->peers_offset = at;
 	at = round_up(at + (uint64_t)h->peer_slots * sizeof(uint64_t), 4096);
@@ -113,6 +117,7 @@ locate(struct shm_segment *seg)
 	seg->heap = base + seg->header->heap_offset;
 	seg->ring = (uint8_t *)(base + seg->header->ring_offset);
 	seg->arena = (uint8_t *)(base + seg->header->arena_offset);
+	seg->receipts = (uint8_t *)(base + seg->header->receipts_offset);
 	seg->peers = (_Atomic uint64_t *)(base + seg->header->peers_offset);
 	seg->sighted = (uint8_t *)(base + seg->header->sighted_offset);
 }

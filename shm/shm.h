@@ -53,6 +53,13 @@
 #define SHM_LAYOUT_VERSION	3
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
+/*
+ * The receipt store of the retry fast path (broker/fastpath.c): bytes
+ * per slot (a stored reply is its 32-byte fingerprint and ~450 bytes of
+ * reply; a full store only stops new ones), and the largest reply kept.
+ */
+#define SHM_RECEIPT_BYTES_PER_SLOT	512
+#define SHM_RECEIPT_MAX_BYTES		4096
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
 /*
  * Entries of the peer table (peers.c): one per (peer pid or uid, worker)
@@ -198,6 +205,7 @@ struct shm_counters {
 	_Atomic uint64_t	effects_released;
 	_Atomic uint64_t	effects_resolved;
 	_Atomic uint64_t	effects_stale_fence;
+	_Atomic uint64_t	reused_fast;	/* of reused: by the fast path */
 };
 
 struct seqalloc_state {
@@ -226,6 +234,8 @@ struct shm_header {
 	uint64_t		ring_offset;
 	uint64_t		arena_bytes;	/* effects' results */
 	uint64_t		arena_offset;
+	uint64_t		receipts_bytes;	/* the fast path's replies */
+	uint64_t		receipts_offset;
 	uint64_t		peers_offset;
 	uint64_t		sighted_offset;	/* seqalloc.c: late sightings */
 	uint32_t		peer_slots;
@@ -254,6 +264,7 @@ struct shm_header {
 	uint32_t		evicting;
 	_Atomic uint64_t	evictions;	/* ever; read unlocked */
 	_Atomic uint32_t	checkpoint_wanted;	/* the table needs one */
+	uint64_t		receipts_used;	/* append only */
 
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
@@ -327,7 +338,16 @@ struct subtab_slot {
 	uint64_t		journal_end;
 	_Atomic uint32_t	flags;		/* SUBTAB_SLOT_* */
 	uint16_t		key_room;	/* heap bytes at key_offset */
+	/*
+	 * The fast path's stored reply (receipts_put): offset << 16 | length
+	 * in the receipt store; 0: none.  Set only on a durably committed
+	 * slot, cleared whenever the slot's entry is set otherwise.  Memory
+	 * only: empty after a restart.
+	 */
+	_Atomic uint64_t	fast_receipt;
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
+_Static_assert(sizeof(struct subtab_slot) == 4 * SHM_CACHELINE_BYTES,
+    "fast_receipt fits the slot's padding");
 /* subtab_slot.flags */
 #define SUBTAB_SLOT_INDEXED	0x1	/* committed, durable in the index */
 #define SUBTAB_SLOT_USED	0x2	/* looked up since the clock passed */
@@ -341,6 +361,7 @@ struct shm_segment {
 	char			*heap;
 	uint8_t			*ring;
 	uint8_t			*arena;
+	uint8_t			*receipts;
 	_Atomic uint64_t	*peers;		/* peers.c */
 	uint8_t			*sighted;	/* seqalloc.c, by kind - 1 */
 };
@@ -451,6 +472,17 @@ int	 arena_put(struct shm_segment *, const void *, size_t length,
 	    uint64_t *offset);
 const uint8_t *arena_get(struct shm_segment *, uint64_t offset,
 	    size_t length);
+/*
+ * The receipt store of the retry fast path (fastpath.c): append only,
+ * capacity * SHM_RECEIPT_BYTES_PER_SLOT bytes.  put copies bytes
+ * for a committed slot and names them in it, unless the slot names some
+ * already (-1 with EEXIST) or the store is full (ENOSPC); get returns
+ * the bytes a slot names, or NULL.
+ */
+int	 receipts_put(struct shm_segment *, uint32_t slot, const void *,
+	    size_t length);
+const uint8_t *receipts_get(struct shm_segment *, uint32_t slot,
+	    size_t *length);
 /* Replay, single-threaded: no lock. */
 int	 arena_put_unlocked(struct shm_segment *, const void *, size_t length,
 	    uint64_t *offset);

@@ -338,6 +338,7 @@ insert(struct shm_segment *seg, uint32_t index, uint32_t bucket,
 	memcpy(seg->heap + s->key_offset, key, length);
 	s->key_hash = hash;
 	s->entry = *entry;
+	atomic_store(&s->fast_receipt, 0);
 	s->entry.key_length = (uint16_t)length;
 	if (claim != NULL)
 		s->claim = *claim;
@@ -491,6 +492,7 @@ subtab_record(struct shm_segment *seg, uint32_t slot,
 		key_length = s->entry.key_length;
 		count_state(seg->header, s->entry.state, entry->state);
 		s->entry = *entry;
+		atomic_store(&s->fast_receipt, 0);
 		s->entry.key_length = key_length;
 		atomic_store(&s->state, entry->state);
 		s->journal_end = *end;
@@ -596,6 +598,7 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 		key_length = s->entry.key_length;
 		count_state(seg->header, s->entry.state, entry->state);
 		s->entry = *entry;
+		atomic_store(&s->fast_receipt, 0);
 		s->entry.key_length = key_length;
 		atomic_store(&s->state, entry->state);
 	}
@@ -847,11 +850,13 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 			    memcmp(row->entry.file_digest, s->entry.file_digest,
 			    SHM_SHA256_BYTES) == 0 ? s->entry.result_offset : 0;
 			s->entry = row->entry;
+			atomic_store(&s->fast_receipt, 0);
 			s->entry.key_length = key_length;
 			if (s->entry.kind == SUBTAB_KIND_EFFECT)
 				s->entry.result_offset = result_offset;
 		} else {
 			/* Never durable: as if it had never been made. */
+			atomic_store(&s->fast_receipt, 0);
 			if (s->entry.state != SUBTAB_EMPTY)
 				h->state_counts[s->entry.state]--;
 			s->entry.state = SUBTAB_EMPTY;
@@ -932,4 +937,69 @@ arena_get(struct shm_segment *seg, uint64_t offset, size_t length)
 	if (offset > h->arena_bytes || length > h->arena_bytes - offset)
 		return NULL;
 	return seg->arena + offset;
+}
+
+/* ---- The receipt store of the fast path -------------------------------- */
+
+#define RECEIPT_LENGTH_BITS	16
+_Static_assert(SHM_RECEIPT_MAX_BYTES < (1 << RECEIPT_LENGTH_BITS),
+    "a stored reply's length fits its bits");
+
+/*
+ * Reserve and copy under the table lock, then name the bytes in the
+ * slot with one store: a reader that sees the name sees the bytes.
+ */
+int
+receipts_put(struct shm_segment *seg, uint32_t slot, const void *data,
+    size_t length)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+	uint64_t		 offset;
+	int			 rc = -1;
+
+	if (length == 0 || length > SHM_RECEIPT_MAX_BYTES) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (lock_table(seg) != 0)
+		return -1;
+	if (slot >= h->slots_used)
+		errno = EINVAL;
+	else if ((s = &seg->slots[slot])->entry.state != SUBTAB_COMMITTED)
+		errno = EINVAL;
+	else if (atomic_load(&s->fast_receipt) != 0)
+		errno = EEXIST;
+	else if (length > h->receipts_bytes - h->receipts_used)
+		errno = ENOSPC;
+	else {
+		offset = h->receipts_used;
+		memcpy(seg->receipts + offset, data, length);
+		h->receipts_used += length;
+		atomic_store_explicit(&s->fast_receipt,
+		    offset << RECEIPT_LENGTH_BITS | length,
+		    memory_order_release);
+		rc = 0;
+	}
+	unlock_table(seg);
+	return rc;
+}
+
+const uint8_t *
+receipts_get(struct shm_segment *seg, uint32_t slot, size_t *length)
+{
+	struct shm_header	*h = seg->header;
+	uint64_t		 v, offset;
+
+	if (slot >= h->capacity)
+		return NULL;
+	v = atomic_load_explicit(&seg->slots[slot].fast_receipt,
+	    memory_order_acquire);
+	if (v == 0)
+		return NULL;
+	offset = v >> RECEIPT_LENGTH_BITS;
+	*length = v & ((1u << RECEIPT_LENGTH_BITS) - 1);
+	if (offset > h->receipts_bytes || *length > h->receipts_bytes - offset)
+		return NULL;
+	return seg->receipts + offset;
 }

@@ -26,6 +26,7 @@ contrib/examples	libclient/idem.h
 tests/unit/test_subtab.c	shm
 tests/unit/test_peers.c		shm
 tests/unit/test_digest.c	libclient
+tests/unit/test_fastscan.c	broker libclient
 tests/unit		broker/store shm libclient
 tests/fuzz/fuzz_canonical.c	libclient
 tests/fuzz/fuzz_journal.c	broker/store shm libclient

@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * idem-bench.c: how fast idemd creates and reuses tasks, measured next to
- * what this machine allows (doc/performance.md; issue "Fast as the disk
- * allows").
+ * what this machine allows (doc/performance.md; issues "Fast as the disk
+ * allows" and #14 "Close to the floor").
  *
  * It owns the brokers it starts (one fresh idemd and root per scenario
- * and client count, unless --socket names a running one) and three
- * references: a SQLite peer doing the same bookkeeping in-process, the
- * disk limit (file + fsync + directory fsync, nothing else) and the
- * socket limit (an echo server).  It never touches a broker's files while
+ * and client count, unless --socket names a running one) and the
+ * references: the floor (the file-system work of a creation batch in
+ * one plain C process), a SQLite peer doing the same bookkeeping
+ * in-process, the disk limit (file + fsync + directory fsync, nothing
+ * else) and the socket limit (an echo server; and one answering a
+ * reused-sized reply that its clients parse with jansson).  For every
+ * idemd scenario it reports the broker's CPU, context switches (and,
+ * with --syscalls, system calls) per operation from /proc.  It never touches a broker's files while
  * that broker runs: the only broker file it writes is the journal of the
  * replay scenario, before its broker starts.  It deletes nothing until
  * the very end of the run, because on this file system a mass deletion
@@ -35,6 +39,7 @@
 #endif
 
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -58,6 +63,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -109,6 +115,14 @@
 #define BENCH_TASK_ID_BYTES	96
 #define BENCH_MIXED_NEW_PCT	70
 #define BENCH_MIXED_RETRY_PCT	25	/* the remaining 5: other content */
+/*
+ * The floor: what a creation's journal records and TASK file weigh
+ * (create's 583 journal bytes per creation, its ~1.5 KiB file).
+ */
+#define BENCH_FLOOR_RESERVE_BYTES	200
+#define BENCH_FLOOR_COMMIT_BYTES	383
+#define BENCH_FLOOR_FILE_BYTES		1536
+#define BENCH_MAX_BROKER_PROCS		(IDEM_MAX_WORKERS + 1)
 
 enum scenario_bit {
 	SC_CREATE = 1 << 0,
@@ -121,7 +135,8 @@ enum scenario_bit {
 	SC_ECHO = 1 << 7,
 	SC_FSYNC = 1 << 8,
 	SC_COST = 1 << 9,
-	SC_HISTORY = 1 << 10	/* not in "all": it takes minutes and GBs */
+	SC_FLOOR = 1 << 10,
+	SC_HISTORY = 1 << 11	/* not in "all": it takes minutes and GBs */
 };
 
 static const struct {
@@ -138,6 +153,7 @@ static const struct {
 	{ "echo", SC_ECHO },
 	{ "fsync", SC_FSYNC },
 	{ "cost", SC_COST },
+	{ "floor", SC_FLOOR },
 	{ "history", SC_HISTORY },
 	{ "all", ~0u & ~SC_HISTORY }
 };
@@ -154,6 +170,7 @@ static struct options {
 	unsigned	 scenarios;
 	int		 keep;
 	int		 json;
+	int		 syscalls;	/* strace -c the brokers: counts only */
 } opt;
 
 /* One line of the final table. */
@@ -170,6 +187,10 @@ struct result {
 	uint64_t	unexpected;	/* a disposition the scenario ruled out */
 	int		failed;		/* did not run, or a check failed */
 	int		skipped;
+	/* Per operation: idemd's processes (or the floor's), NAN: none. */
+	double		cpu_us;
+	double		csw;		/* voluntary + involuntary */
+	double		syscalls;	/* --syscalls only */
 	char		note[256];
 };
 
@@ -318,6 +339,7 @@ result_new(const char *name, int clients)
 	r->clients = clients;
 	r->fsyncs = r->records = -1;
 	r->p50_ms = r->p99_ms = r->p999_ms = r->ops_per_s = NAN;
+	r->cpu_us = r->csw = r->syscalls = NAN;
 	return r;
 }
 
@@ -489,6 +511,271 @@ process_cpu_s(pid_t pid)
 }
 
 /*
+ * What idemd's processes (the master and every worker) have spent: CPU
+ * from each process's /proc/<pid>/stat (its threads, dead ones
+ * included), context switches from every thread's
+ * /proc/<pid>/task/<tid>/status, run and wait time from its schedstat.
+ * A thread that ends between two samples takes its switches with it;
+ * idemd's threads live as long as their process.  /proc counts no
+ * system calls: --syscalls attaches strace for those.
+ */
+struct proc_sample {
+	int		ok;
+	int		procs;
+	int		tasks;
+	pid_t		pids[BENCH_MAX_BROKER_PROCS];
+	double		cpu_s;
+	uint64_t	voluntary;
+	uint64_t	involuntary;
+	uint64_t	run_ns;
+	uint64_t	wait_ns;
+};
+
+/* The master and its children (the workers). */
+static int
+broker_pids(pid_t master, pid_t *pids, int max)
+{
+	char		 path[300], buf[512], *p;
+	struct dirent	*de;
+	DIR		*d;
+	ssize_t		 n;
+	long		 ppid;
+	int		 fd, count = 0;
+
+	pids[count++] = master;
+	if ((d = opendir("/proc")) == NULL)
+		return count;
+	while ((de = readdir(d)) != NULL && count < max) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+			continue;
+		n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if ((p = strrchr(buf, ')')) != NULL &&
+		    sscanf(p + 2, "%*c %ld", &ppid) == 1 && ppid == master)
+			pids[count++] = (pid_t)atol(de->d_name);
+	}
+	closedir(d);
+	return count;
+}
+
+static void
+proc_sample_task(const char *dir, struct proc_sample *s)
+{
+	char			 path[PATH_MAX + 400], line[256];
+	unsigned long long	 a, b;
+	FILE			*f;
+
+	snprintf(path, sizeof path, "%s/status", dir);
+	if ((f = fopen(path, "re")) != NULL) {
+		while (fgets(line, sizeof line, f) != NULL) {
+			if (sscanf(line, "voluntary_ctxt_switches: %llu",
+			    &a) == 1)
+				s->voluntary += a;
+			else if (sscanf(line, "nonvoluntary_ctxt_switches: "
+			    "%llu", &a) == 1)
+				s->involuntary += a;
+		}
+		fclose(f);
+	}
+	snprintf(path, sizeof path, "%s/schedstat", dir);
+	if ((f = fopen(path, "re")) != NULL) {
+		if (fscanf(f, "%llu %llu", &a, &b) == 2) {
+			s->run_ns += a;
+			s->wait_ns += b;
+		}
+		fclose(f);
+	}
+	s->tasks++;
+}
+
+static void
+proc_sample(pid_t master, struct proc_sample *s)
+{
+	char		 dir[64], task[400];
+	struct dirent	*de;
+	double		 cpu;
+	DIR		*d;
+	int		 i;
+
+	memset(s, 0, sizeof *s);
+	if (master <= 0)
+		return;
+	s->procs = broker_pids(master, s->pids, BENCH_MAX_BROKER_PROCS);
+	for (i = 0; i < s->procs; i++) {
+		if (!isnan(cpu = process_cpu_s(s->pids[i])))
+			s->cpu_s += cpu;
+		snprintf(dir, sizeof dir, "/proc/%ld/task", (long)s->pids[i]);
+		if ((d = opendir(dir)) == NULL)
+			continue;
+		while ((de = readdir(d)) != NULL) {
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(task, sizeof task, "%s/%s", dir, de->d_name);
+			proc_sample_task(task, s);
+		}
+		closedir(d);
+	}
+	s->ok = s->tasks > 0;
+}
+
+static int	strace_err_fd = -1;
+
+/* Does every thread of the sample's processes have a tracer? */
+static int
+all_traced(const struct proc_sample *s)
+{
+	char		 dir[64], path[400], line[256];
+	struct dirent	*de;
+	DIR		*d;
+	FILE		*f;
+	long		 tracer;
+	int		 i, traced = 1;
+
+	for (i = 0; i < s->procs && traced; i++) {
+		snprintf(dir, sizeof dir, "/proc/%ld/task", (long)s->pids[i]);
+		if ((d = opendir(dir)) == NULL)
+			return 0;
+		while (traced && (de = readdir(d)) != NULL) {
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof path, "%s/%s/status", dir,
+			    de->d_name);
+			if ((f = fopen(path, "re")) == NULL)
+				continue;
+			tracer = -1;
+			while (fgets(line, sizeof line, f) != NULL &&
+			    sscanf(line, "TracerPid: %ld", &tracer) != 1)
+				;
+			fclose(f);
+			traced = tracer > 0;
+		}
+		closedir(d);
+	}
+	return traced;
+}
+
+/*
+ * strace says nothing once it has attached every thread of a process:
+ * look at /proc until each has a tracer (every millisecond, for at most
+ * five seconds).  Untimed: before the release.
+ */
+static int
+traced_wait(const struct proc_sample *s)
+{
+	struct timespec	ms = { 0, 1000000 };
+	int		i;
+
+	for (i = 0; i < 5000; i++) {
+		if (all_traced(s))
+			return 1;
+		nanosleep(&ms, NULL);
+	}
+	return 0;
+}
+
+/*
+ * --syscalls: strace -c -f attached to every idemd process (all their
+ * threads) for the timed part.  It slows the broker down many times, so
+ * the run's rates and latencies mean nothing then: only the counts.
+ * Returns strace's pid once every thread is attached, or -1.
+ */
+static pid_t
+strace_attach(const struct proc_sample *s, const char *out)
+{
+	const char	*argv[8 + 2 * BENCH_MAX_BROKER_PROCS];
+	char		 pidtext[BENCH_MAX_BROKER_PROCS][16], buf[4096];
+	char		*line, *nl;
+	size_t		 used = 0;
+	ssize_t		 n;
+	pid_t		 pid;
+	int		 pipefd[2], i, argc = 0, attached = 0;
+
+	strace_err_fd = -1;
+
+	argv[argc++] = "strace";
+	argv[argc++] = "-c";
+	argv[argc++] = "-U";
+	argv[argc++] = "calls";
+	argv[argc++] = "-f";
+	argv[argc++] = "-o";
+	argv[argc++] = out;
+	for (i = 0; i < s->procs; i++) {
+		snprintf(pidtext[i], sizeof pidtext[i], "%ld",
+		    (long)s->pids[i]);
+		argv[argc++] = "-p";
+		argv[argc++] = pidtext[i];
+	}
+	argv[argc] = NULL;
+	if (pipe2(pipefd, O_CLOEXEC) == -1)
+		return -1;
+	fflush(NULL);
+	if ((pid = fork()) == -1)
+		return -1;
+	if (pid == 0) {
+		dup2(pipefd[1], STDERR_FILENO);
+		execvp("strace", (char *const *)argv);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	/*
+	 * "strace: Process N attached": at least one line per process (not
+	 * always one per thread), then every thread shows a tracer.
+	 */
+	while (attached < s->procs &&
+	    (n = read(pipefd[0], buf + used, sizeof buf - 1 - used)) > 0) {
+		used += (size_t)n;
+		buf[used] = '\0';
+		for (line = buf; (nl = strchr(line, '\n')) != NULL;
+		    line = nl + 1) {
+			if (strstr(line, " attached") != NULL)
+				attached++;
+		}
+		used = strlen(line);
+		memmove(buf, line, used + 1);
+	}
+	/* Kept open: strace's later messages must not meet a closed pipe. */
+	strace_err_fd = pipefd[0];
+	if (attached >= s->procs)
+		attached = traced_wait(s) ? s->procs : 0;
+	if (attached < s->procs) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		close(strace_err_fd);
+		return -1;
+	}
+	return pid;
+}
+
+/* Detach strace and read its total; -1 if there is none. */
+static double
+strace_total(pid_t pid, const char *out)
+{
+	char	line[256];
+	double	total = -1;
+	long	calls;
+	FILE	*f;
+
+	kill(pid, SIGINT);
+	while (waitpid(pid, NULL, 0) == -1 && errno == EINTR)
+		;
+	close(strace_err_fd);
+	if ((f = fopen(out, "re")) == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (sscanf(line, " %ld total", &calls) == 1)
+			total = (double)calls;
+	}
+	fclose(f);
+	return total;
+}
+
+/*
  * Start idemd on root and wait for its --ready-fd line: a blocking read,
  * never a sleep.  *startup_s is exec to ready (the replay scenario's
  * figure).  capacity 0 keeps the broker's default.
@@ -624,6 +911,8 @@ struct broker_stats {
 	int64_t	created;
 	int64_t	errors;
 	int64_t	table_used;
+	int64_t	reused;
+	int64_t	reused_fast;	/* 0 from a broker without the fast path */
 };
 
 static json_t *
@@ -665,6 +954,8 @@ broker_stats(const char *socket, struct broker_stats *s)
 	s->created = json_integer_value(json_object_get(j, "created"));
 	s->errors = json_integer_value(json_object_get(j, "errors"));
 	s->table_used = json_integer_value(json_object_get(j, "table_used"));
+	s->reused = json_integer_value(json_object_get(j, "reused"));
+	s->reused_fast = json_integer_value(json_object_get(j, "reused_fast"));
 	json_decref(j);
 	return 0;
 }
@@ -1249,6 +1540,10 @@ struct stats_snapshot {
 	const char		*socket;
 	struct broker_stats	 before;
 	int			 ok;
+	pid_t			 master;	/* 0: not ours, no /proc */
+	struct proc_sample	 proc;
+	pid_t			 strace;	/* --syscalls; -1: none */
+	char			 strace_out[PATH_MAX + 16];
 };
 
 static void
@@ -1257,6 +1552,43 @@ snapshot_stats(void *arg)
 	struct stats_snapshot	*ss = arg;
 
 	ss->ok = broker_stats(ss->socket, &ss->before) == 0;
+	ss->strace = -1;
+	if (ss->master <= 0)
+		return;
+	proc_sample(ss->master, &ss->proc);
+	if (opt.syscalls && ss->proc.ok)
+		ss->strace = strace_attach(&ss->proc, ss->strace_out);
+}
+
+/* What the broker's processes spent per operation of the timed part. */
+static void
+broker_costs(struct stats_snapshot *ss, struct result *r)
+{
+	struct proc_sample	 after;
+	double			 calls = -1;
+
+	if (ss->master <= 0 || !ss->proc.ok || r->ops == 0)
+		return;
+	proc_sample(ss->master, &after);
+	if (ss->strace > 0)
+		calls = strace_total(ss->strace, ss->strace_out);
+	if (!after.ok)
+		return;
+	r->cpu_us = (after.cpu_s - ss->proc.cpu_s) * 1e6 / (double)r->ops;
+	r->csw = (double)(after.voluntary + after.involuntary -
+	    ss->proc.voluntary - ss->proc.involuntary) / (double)r->ops;
+	if (calls >= 0)
+		r->syscalls = calls / (double)r->ops;
+	result_note(r, "broker per op: %.0f us CPU, %.1f context switches "
+	    "(%.1f involuntary), %.0f us run-queue wait", r->cpu_us, r->csw,
+	    (double)(after.involuntary - ss->proc.involuntary) /
+	    (double)r->ops, (double)(after.wait_ns - ss->proc.wait_ns) /
+	    1e3 / (double)r->ops);
+	if (calls >= 0)
+		result_note(r, "%.1f system calls (strace: rates and switches void)",
+		    r->syscalls);
+	else if (opt.syscalls)
+		result_note(r, "strace failed: no system call count");
 }
 
 /* Count TASK files (and anything else) in root's inbox. */
@@ -1368,6 +1700,9 @@ run_idem(const char *name, int clients, size_t total_ops, size_t ids,
 	s.ids = ids;
 	memset(&ss, 0, sizeof ss);
 	ss.socket = b.socket;
+	ss.master = b.pid;
+	snprintf(ss.strace_out, sizeof ss.strace_out, "%s/%s-k%d.strace", top,
+	    name, clients);
 
 	memset(&job, 0, sizeof job);
 	job.clients = clients;
@@ -1389,10 +1724,16 @@ run_idem(const char *name, int clients, size_t total_ops, size_t ids,
 			err(1, "mmap");
 	}
 	run_job(&job, r);
+	broker_costs(&ss, r);
 
 	if (ss.ok && broker_stats(b.socket, &after) == 0) {
 		r->fsyncs = after.fsyncs - ss.before.fsyncs;
 		r->records = after.records - ss.before.records;
+		if (after.reused > ss.before.reused)
+			result_note(r, "%.0f%% of reused by the fast path",
+			    100.0 * (double)(after.reused_fast -
+			    ss.before.reused_fast) / (double)(after.reused -
+			    ss.before.reused));
 		if (after.errors != ss.before.errors)
 			result_note(r, "broker counted %" PRId64 " errors",
 			    after.errors - ss.before.errors);
@@ -1491,6 +1832,170 @@ run_disk(int clients, size_t total_ops)
 	run_job(&job, r);
 }
 
+/* ---- reference: the floor ---------------------------------------------- */
+
+/*
+ * The file-system work the contract needs and nothing else, in one
+ * process: per batch of K creations, the reservations' append and
+ * fdatasync overlapped with K temporary files written and fsync'd by K
+ * threads, then K links (and the temporary names removed, as idemd
+ * does), one directory fsync, and the commits' append and fdatasync.
+ * No socket, no table, no JSON.  Every creation of a batch takes the
+ * batch's time; the CPU is the process's own (getrusage: all threads).
+ */
+struct floor_run {
+	int			 k;
+	int			 dir_fd;
+	int			 journal_fd;
+	int			 stop;
+	uint64_t		 batch;
+	pthread_barrier_t	 start, done;
+	char			 file[BENCH_FLOOR_FILE_BYTES];
+	int			*failed;	/* per thread */
+	char			*records;	/* k commit records' bytes */
+};
+
+struct floor_thread {
+	struct floor_run	*run;
+	int			 index;
+};
+
+static void *
+floor_writer(void *arg)
+{
+	struct floor_thread	*t = arg;
+	struct floor_run	*run = t->run;
+	char			 name[64];
+	int			 fd;
+
+	for (;;) {
+		pthread_barrier_wait(&run->start);
+		if (run->stop)
+			return NULL;
+		snprintf(name, sizeof name, "tmp-%d", t->index);
+		fd = openat(run->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL |
+		    O_CLOEXEC, 0644);
+		if (fd == -1 || write_all(fd, run->file, sizeof run->file) ==
+		    -1 || fsync(fd) == -1 || close(fd) == -1)
+			run->failed[t->index] = errno != 0 ? errno : EIO;
+		pthread_barrier_wait(&run->done);
+	}
+}
+
+/* One append of k records and its fdatasync, as the journaler does. */
+static int
+floor_append(struct floor_run *run, size_t bytes)
+{
+	return write_all(run->journal_fd, run->records, (size_t)run->k *
+	    bytes) == 0 && fdatasync(run->journal_fd) == 0 ? 0 : -1;
+}
+
+static void
+run_floor(int clients, size_t total_ops)
+{
+	struct result		*r = result_new("floor", clients);
+	struct floor_run	 run;
+	struct floor_thread	*threads;
+	struct rusage		 ru0, ru1;
+	pthread_t		*tids;
+	uint64_t		*lat, t0, t, release;
+	size_t			 batches, b, n = 0;
+	char			 dir[PATH_MAX], from[64], to[64];
+	int			 i, failed = 0;
+
+	memset(&run, 0, sizeof run);
+	run.k = clients;
+	batches = total_ops / (size_t)clients > 0 ? total_ops /
+	    (size_t)clients : 1;
+	snprintf(dir, sizeof dir, "%s/floor-k%d", top, clients);
+	if (mkdir(dir, 0755) == -1)
+		err(1, "mkdir %s", dir);
+	if ((run.dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
+	    -1 || (run.journal_fd = openat(run.dir_fd, "journal", O_WRONLY |
+	    O_CREAT | O_APPEND | O_CLOEXEC, 0644)) == -1)
+		err(1, "%s", dir);
+	memset(run.file, 'f', sizeof run.file);
+	run.records = xcalloc((size_t)clients, BENCH_FLOOR_COMMIT_BYTES);
+	memset(run.records, 'j', (size_t)clients * BENCH_FLOOR_COMMIT_BYTES);
+	run.failed = xcalloc((size_t)clients, sizeof *run.failed);
+	lat = xcalloc(batches * (size_t)clients, sizeof *lat);
+	threads = xcalloc((size_t)clients, sizeof *threads);
+	tids = xcalloc((size_t)clients, sizeof *tids);
+	if (pthread_barrier_init(&run.start, NULL, (unsigned)clients + 1) ||
+	    pthread_barrier_init(&run.done, NULL, (unsigned)clients + 1))
+		errx(1, "pthread_barrier_init");
+	for (i = 0; i < clients; i++) {
+		threads[i].run = &run;
+		threads[i].index = i;
+		if (pthread_create(&tids[i], NULL, floor_writer,
+		    &threads[i]) != 0)
+			errx(1, "pthread_create");
+	}
+	getrusage(RUSAGE_SELF, &ru0);
+	release = now_ns();
+	for (b = 0; b < batches && !failed; b++) {
+		t0 = now_ns();
+		pthread_barrier_wait(&run.start);
+		if (floor_append(&run, BENCH_FLOOR_RESERVE_BYTES) != 0)
+			failed = errno;
+		pthread_barrier_wait(&run.done);
+		for (i = 0; i < clients; i++) {
+			if (run.failed[i] != 0)
+				failed = run.failed[i];
+			snprintf(from, sizeof from, "tmp-%d", i);
+			snprintf(to, sizeof to, "TASK-%zu-%d.md", b, i);
+			if (linkat(run.dir_fd, from, run.dir_fd, to, 0) == -1 ||
+			    unlinkat(run.dir_fd, from, 0) == -1)
+				failed = errno;
+		}
+		if (fsync(run.dir_fd) == -1 ||
+		    floor_append(&run, BENCH_FLOOR_COMMIT_BYTES) != 0)
+			failed = errno;
+		t = now_ns() - t0;
+		for (i = 0; i < clients; i++)
+			lat[n++] = t;
+	}
+	t = now_ns();
+	getrusage(RUSAGE_SELF, &ru1);
+	run.stop = 1;
+	pthread_barrier_wait(&run.start);
+	for (i = 0; i < clients; i++)
+		pthread_join(tids[i], NULL);
+	pthread_barrier_destroy(&run.start);
+	pthread_barrier_destroy(&run.done);
+	close(run.journal_fd);
+	close(run.dir_fd);
+
+	qsort(lat, n, sizeof *lat, cmp_u64);
+	r->ops = n;
+	r->created = n;
+	r->seconds = (double)(t - release) / 1e9;
+	r->ops_per_s = (double)n / r->seconds;
+	r->p50_ms = percentile_ms(lat, n, 0.50);
+	r->p99_ms = percentile_ms(lat, n, 0.99);
+	r->p999_ms = percentile_ms(lat, n, 0.999);
+	if (n > 0) {
+		r->cpu_us = ((double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec +
+		    ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) * 1e6 +
+		    (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec +
+		    ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec)) / (double)n;
+		r->csw = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw + ru1.ru_nivcsw -
+		    ru0.ru_nivcsw) / (double)n;
+		result_note(r, "per creation: %.0f us CPU, %.1f context "
+		    "switches; %zu batches of %d", r->cpu_us, r->csw, b,
+		    clients);
+	}
+	if (failed) {
+		r->failed = 1;
+		result_note(r, "failed: %s", strerror(failed));
+	}
+	free(lat);
+	free(threads);
+	free(tids);
+	free(run.failed);
+	free(run.records);
+}
+
 /* ---- reference: the socket limit -------------------------------------- */
 
 struct echo_conn {
@@ -1498,6 +2003,13 @@ struct echo_conn {
 	size_t	length;
 	char	buf[BENCH_ECHO_BUF_BYTES];
 };
+
+/*
+ * socket-echo-json: the server answers every line with this reply (a
+ * reused reply's shape and size) instead of the line itself.
+ */
+static char	*echo_reply;
+static size_t	 echo_reply_length;
 
 /* Echo every complete line back; 0, or -1 when the connection is done. */
 static int
@@ -1516,7 +2028,14 @@ echo_read(struct echo_conn *ec)
 	if ((nl = memrchr(ec->buf, '\n', ec->length)) == NULL)
 		return ec->length == sizeof ec->buf ? -1 : 0;
 	upto = (size_t)(nl - ec->buf) + 1;
-	if (write_all(ec->fd, ec->buf, upto) == -1)
+	if (echo_reply != NULL) {
+		for (nl = ec->buf; (nl = memchr(nl, '\n', (size_t)(ec->buf +
+		    upto - nl))) != NULL; nl++) {
+			if (write_all(ec->fd, echo_reply, echo_reply_length) ==
+			    -1)
+				return -1;
+		}
+	} else if (write_all(ec->fd, ec->buf, upto) == -1)
 		return -1;
 	ec->length -= upto;
 	memmove(ec->buf, ec->buf + upto, ec->length);
@@ -1581,6 +2100,40 @@ setup_echo(struct client *cl)
 	return 0;
 }
 
+/*
+ * socket-echo-json's client: a request line of reuse's size, and the
+ * reply parsed with jansson and checked, as reuse's clients do.
+ */
+static int
+setup_echo_json(struct client *cl)
+{
+	char	csid[160];
+
+	if (client_connect(cl) != 0)
+		return -1;
+	snprintf(csid, sizeof csid, "%s-echo-json-0", id_prefix);
+	cl->buf = task_line(csid, 0, 0);
+	return 0;
+}
+
+static int
+op_echo_json(struct client *cl, size_t i)
+{
+	struct idem_error	 e;
+	char			*answer, task_id[BENCH_TASK_ID_BYTES], why[160];
+
+	if (idem_call_raw(cl->conn, cl->buf, &answer, &e) != 0) {
+		cl->report->errors++;
+		client_error(cl, "echo %zu: %s", i, e.message);
+		return -1;
+	}
+	if (classify(answer, task_id, sizeof task_id, why, sizeof why) !=
+	    OUTCOME_REUSED)
+		cl->report->unexpected++;
+	free(answer);
+	return 0;
+}
+
 /* The same client path as idemd's requests: idem_call_raw. */
 static int
 op_echo(struct client *cl, size_t i)
@@ -1604,16 +2157,32 @@ op_echo(struct client *cl, size_t i)
  * socket as idemd's workers do, so the two are compared like for like.
  */
 static void
-run_echo(int clients, size_t total_ops)
+run_echo(int clients, size_t total_ops, int json)
 {
 	struct sockaddr_un	 sun;
-	struct result		*r = result_new("socket-echo", clients);
+	struct result		*r = result_new(json ? "socket-echo-json" :
+				    "socket-echo", clients);
 	struct job		 job;
 	pid_t			 pids[IDEM_DEFAULT_WORKERS];
 	char			 path[PATH_MAX];
 	int			 fd, i, status;
 
-	snprintf(path, sizeof path, "%s/echo-k%d.sock", top, clients);
+	snprintf(path, sizeof path, "%s/echo%s-k%d.sock", top, json ? "j" : "",
+	    clients);
+	free(echo_reply);
+	echo_reply = NULL;
+	/* A reused reply as idemd sends it, of the same size. */
+	if (json && asprintf(&echo_reply, "{\"ok\":true,\"id\":0,"
+	    "\"disposition\":\"reused\",\"action_taken\":false,"
+	    "\"idempotent\":true,\"receipt\":{\"client_submission_id\":"
+	    "\"%s-echo-json-0\",\"task_id\":\"TASK-20261203-000001-PM-to-DEV\","
+	    "\"task_path\":\"_lifecycle/inbox/TASK-20261203-000001-PM-to-DEV.md\","
+	    "\"digest_schema\":\"write-task-v1\",\"request_digest\":\"%064d\","
+	    "\"file_digest\":\"%064d\",\"state\":\"committed\","
+	    "\"created_at\":\"2026-12-03T09:00:00.000Z\"}}\n", id_prefix, 0, 0)
+	    == -1)
+		err(1, "asprintf");
+	echo_reply_length = echo_reply != NULL ? strlen(echo_reply) : 0;
 	memset(&sun, 0, sizeof sun);
 	sun.sun_family = AF_UNIX;
 	if (strlen(path) >= sizeof sun.sun_path) {
@@ -1639,8 +2208,8 @@ run_echo(int clients, size_t total_ops)
 	job.clients = clients;
 	job.ops = total_ops / (size_t)clients > 0 ? total_ops /
 	    (size_t)clients : 1;
-	job.setup = setup_echo;
-	job.op = op_echo;
+	job.setup = json ? setup_echo_json : setup_echo;
+	job.op = json ? op_echo_json : op_echo;
 	job.cleanup = client_disconnect;
 	job.socket = path;
 	run_job(&job, r);
@@ -2796,61 +3365,66 @@ ratio(const struct result *a, const struct result *b)
 	return a->ops_per_s / b->ops_per_s;
 }
 
+static double
+difference(const struct result *a, const struct result *b)
+{
+	if (a == NULL || b == NULL || isnan(a->cpu_us) || isnan(b->cpu_us))
+		return NAN;
+	return a->cpu_us - b->cpu_us;
+}
+
+static double
+fsyncs_per_creation(const struct result *r)
+{
+	if (r == NULL || r->fsyncs < 0 || r->created == 0)
+		return NAN;
+	return (double)r->fsyncs / (double)r->created;
+}
+
+/* The figures of issue #14, each against its reference of this run. */
 static void
 compute_targets(void)
 {
-	const struct result	*create, *reuse, *peer, *retry, *disk, *echo;
-	const struct result	*probe, *cost;
+	const struct result	*create, *reuse, *disk, *echo, *floor8;
+	const struct result	*create32;
 	const int		 k = BENCH_TARGET_CLIENTS;
 
 	create = find_result("create", k);
+	create32 = find_result("create", 32);
 	reuse = find_result("reuse", k);
-	peer = find_result("sqlite-create", k);
-	retry = find_result("sqlite-retry", k);
 	disk = find_result("disk-limit", k);
-	echo = find_result("socket-echo", k);
-	probe = find_result("fdatasync-4k", k);
+	echo = find_result("socket-echo-json", k);
+	floor8 = find_result("floor", k);
 	target_count = 0;
-	target_add("create K=8 / SQLite peer create K=8", ratio(create, peer),
-	    "x", 1, 0, 5.0, peer == NULL ? "no SQLite peer" : "K=8 not run");
-	target_add("create K=8 / disk limit K=8", ratio(create, disk), "x", 1,
-	    0, 0.8, "K=8 not run");
-	target_add("reuse K=8 / SQLite in-process retries K=8",
-	    ratio(reuse, retry), "x", 1, 0, 1.0, retry == NULL ?
-	    "no SQLite peer" : "K=8 not run");
-	target_add("reuse K=8 / socket echo K=8", ratio(reuse, echo), "x", 1,
-	    0, 0.6, "K=8 not run");
-	target_add("create p99 K=8 / median 4 KiB append+fdatasync",
-	    create != NULL && probe != NULL ? create->p99_ms / probe->p50_ms :
-	    NAN, "x", 0, 0, 8.0, "K=8 not run");
-	target_add("journal fsyncs/records, create K=8", create != NULL &&
-	    create->records > 0 ? (double)create->fsyncs /
-	    (double)create->records : NAN, "", 0, 0, 0.25, "K=8 not run");
+	target_add("broker CPU - floor CPU per creation, K=8",
+	    difference(create, floor8), " us", 0, 0, 100.0,
+	    "create or floor at K=8 not run");
+	target_add("create K=8 / floor K=8", ratio(create, floor8), "x", 1, 0,
+	    0.6, "create or floor at K=8 not run");
+	target_add("reuse K=8 / socket echo (jansson) K=8", ratio(reuse, echo),
+	    "x", 1, 0, 0.6, "reuse or echo at K=8 not run");
+	target_add("create p99 K=8 / disk limit p99 K=8",
+	    create != NULL && disk != NULL ? create->p99_ms / disk->p99_ms :
+	    NAN, "x", 0, 0, 2.0, "create or disk at K=8 not run");
+	target_add("journal fsyncs per creation, K=8",
+	    fsyncs_per_creation(create), "", 0, 0, 0.6, "create K=8 not run");
+	target_add("journal fsyncs per creation, K=32",
+	    fsyncs_per_creation(create32), "", 0, 0, 0.3,
+	    "create K=32 not run");
+	target_add("broker context switches per creation, K=8",
+	    create != NULL ? create->csw : NAN, "", 0, 0, 6.0,
+	    "create K=8 not run");
+	target_add("broker system calls per creation, K=8",
+	    create != NULL ? create->syscalls : NAN, "", 0, 0, 25.0,
+	    "needs --syscalls");
 	target_add("replay 1,000,000 creations: exec to ready (warm)",
 	    replay.ran && replay.verified && replay.creations ==
 	    BENCH_REPLAY_CREATIONS ? replay.warm_median_s : NAN, " s", 0, 1,
-	    2.0, !replay.ran ? "replay not run" : !replay.verified ?
+	    1.5, !replay.ran ? "replay not run" : !replay.verified ?
 	    "replay not verified" : "--replay-count is not 1,000,000");
 	target_add("journal bytes per committed creation", replay.ran ?
 	    replay.bytes_per_creation : NAN, " B", 0, 1, 1024.0,
 	    "replay not run");
-
-	/*
-	 * The same rules applied to what the references reach alone: a
-	 * reference that fails one shows it out of reach for any broker on
-	 * this machine, not only for idemd.
-	 */
-	cost = find_result("cost-retry", 1);
-	target_add("retry CPU ceiling (cost-retry) / SQLite retries K=8",
-	    ratio(cost, retry), "x", 1, 0, 1.0, "cost or SQLite not run");
-	targets[target_count - 1].bound = 1;
-	target_add("retry CPU ceiling (cost-retry) / socket echo K=8",
-	    ratio(cost, echo), "x", 1, 0, 0.6, "cost or echo not run");
-	targets[target_count - 1].bound = 1;
-	target_add("disk limit p99 K=8 / median 4 KiB append+fdatasync",
-	    disk != NULL && probe != NULL ? disk->p99_ms / probe->p50_ms :
-	    NAN, "x", 0, 0, 8.0, "disk or fsync not run");
-	targets[target_count - 1].bound = 1;
 }
 
 static void
@@ -2869,16 +3443,16 @@ print_table(void)
 	const struct target	*t;
 	size_t			 i;
 
-	printf("\n%-14s %4s %8s %10s %9s %9s %9s %10s  %s\n", "scenario", "K",
+	printf("\n%-16s %4s %8s %10s %9s %9s %9s %10s  %s\n", "scenario", "K",
 	    "ops", "ops/s", "p50 ms", "p99 ms", "p999 ms", "fsyncs/rec",
 	    "notes");
 	for (i = 0; i < result_count; i++) {
 		r = &results[i];
 		if (r->skipped) {
-			printf("%-14s %4d %s\n", r->name, r->clients, r->note);
+			printf("%-16s %4d %s\n", r->name, r->clients, r->note);
 			continue;
 		}
-		printf("%-14s %4d %8" PRIu64, r->name, r->clients, r->ops);
+		printf("%-16s %4d %8" PRIu64, r->name, r->clients, r->ops);
 		if (isnan(r->ops_per_s))
 			printf(" %10s", "-");
 		else
@@ -2901,7 +3475,7 @@ print_table(void)
 	if (storm.ran)
 		printf("storm (64 clients x 100 ids): %s\n", storm.pass ?
 		    "PASS" : "FAIL");
-	printf("\ntargets (issue \"Fast as the disk allows\"):\n");
+	printf("\ntargets (issue #14, \"Close to the floor\"):\n");
 	for (i = 0; i < target_count; i++) {
 		t = &targets[i];
 		if (t->bound && (i == 0 || !targets[i - 1].bound))
@@ -2953,6 +3527,11 @@ print_json(void)
 		json_object_set_new(o, "p50_ms", json_number(r->p50_ms));
 		json_object_set_new(o, "p99_ms", json_number(r->p99_ms));
 		json_object_set_new(o, "p999_ms", json_number(r->p999_ms));
+		json_object_set_new(o, "cpu_us_per_op", json_number(r->cpu_us));
+		json_object_set_new(o, "context_switches_per_op",
+		    json_number(r->csw));
+		json_object_set_new(o, "syscalls_per_op",
+		    json_number(r->syscalls));
 		json_object_set_new(o, "journal_fsyncs", r->fsyncs >= 0 ?
 		    json_integer(r->fsyncs) : json_null());
 		json_object_set_new(o, "journal_records", r->records >= 0 ?
@@ -3032,6 +3611,7 @@ usage(int status)
 "usage: idem-bench [--idemd PATH] [--dir DIR] [--socket PATH]\n"
 "                  [--clients K[,K...]] [--count N] [--scenario LIST]\n"
 "                  [--replay-count N] [--history-count N] [--keep] [--json]\n"
+"                  [--syscalls]\n"
 "  --idemd PATH      broker to start (default $IDEMD, else ../../broker/idemd\n"
 "                    from this program's directory)\n"
 "  --dir DIR         where the run's directory goes (default $TMPDIR, /tmp)\n"
@@ -3041,13 +3621,15 @@ usage(int status)
 "                    create, mixed, SQLite creates, disk; %d for reuse,\n"
 "                    SQLite retries, echo)\n"
 "  --scenario LIST   create,reuse,mixed,storm,replay and the references\n"
-"                    sqlite,disk,echo,fsync,cost; default all (exactly the\n"
-"                    ones named otherwise); history only when named\n"
+"                    floor,sqlite,disk,echo,fsync,cost; default all (exactly\n"
+"                    the ones named otherwise); history only when named\n"
 "  --replay-count N  committed creations in the replay journal (%d)\n"
 "  --history-count N committed ids in the history scenario's index (%d;\n"
 "                    --capacity is a tenth of it)\n"
 "  --keep            leave the run's directory (else removed at the end)\n"
-"  --json            print the results as JSON instead of a table\n",
+"  --json            print the results as JSON instead of a table\n"
+"  --syscalls        count the brokers' system calls with strace -c -f over\n"
+"                    each timed part (slows them: the rates mean nothing)\n",
 	    BENCH_CREATE_OPS, BENCH_REUSE_OPS, BENCH_REPLAY_CREATIONS,
 	    BENCH_HISTORY_IDS);
 	exit(status);
@@ -3185,6 +3767,7 @@ main(int argc, char **argv)
 		{ "history-count", required_argument, NULL, 'H' },
 		{ "keep", no_argument, NULL, 'K' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "syscalls", no_argument, NULL, 'y' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -3236,6 +3819,9 @@ main(int argc, char **argv)
 		case 'j':
 			opt.json = 1;
 			break;
+		case 'y':
+			opt.syscalls = 1;
+			break;
 		case 'h':
 			usage(0);
 		default:
@@ -3282,6 +3868,8 @@ main(int argc, char **argv)
 		k = opt.clients[i];
 		if (sc & SC_FSYNC)
 			run_fsync_probe(k);
+		if (sc & SC_FLOOR)
+			run_floor(k, create_ops);
 		if (sc & SC_CREATE)
 			run_idem("create", k, create_ops, 0, setup_create);
 		if (sc & SC_DISK)
@@ -3290,8 +3878,10 @@ main(int argc, char **argv)
 			run_sqlite(k, create_ops, reuse_ops);
 		if (sc & SC_REUSE)
 			run_idem("reuse", k, reuse_ops, reuse_ids, setup_reuse);
-		if (sc & SC_ECHO)
-			run_echo(k, reuse_ops);
+		if (sc & SC_ECHO) {
+			run_echo(k, reuse_ops, 0);
+			run_echo(k, reuse_ops, 1);
+		}
 		if (sc & SC_MIXED)
 			run_idem("mixed", k, create_ops, 0, setup_mixed);
 		report_progress();

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * fastpath.h: retries answered from a stored reply, without the parse
+ * (fastpath.c).
+ */
+#ifndef IDEM_FASTPATH_H
+#define IDEM_FASTPATH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "fastscan.h"
+#include "protocol.h"
+
+struct conn;
+struct idemd;
+struct submission;
+
+/* The fingerprint of the request being handled, for fastpath_remember. */
+struct fastpath_hint {
+	int		valid;
+	uint8_t		fingerprint[IDEM_FAST_FINGERPRINT_BYTES];
+	size_t		key_length;
+	char		key[IDEM_MAX_SUBMISSION_ID_BYTES];
+};
+
+/*
+ * Answer line from the receipt store if it is a retry the fast path
+ * knows (1: answered, counted and sent); 0: handle it in full.  Either
+ * way the line's fingerprint is kept for fastpath_hint_take.
+ */
+int	fastpath_answer(struct conn *, const char *line, size_t length);
+/* The kept fingerprint, once: op_write_task, while its line is handled. */
+void	fastpath_hint_take(struct fastpath_hint *);
+/*
+ * Store the reply a retry of a durably committed write-task-v1
+ * submission gets, for the request of hint, unless one is stored.
+ */
+void	fastpath_remember(struct idemd *, const struct fastpath_hint *,
+	    const struct submission *, json_t *receipt);
+
+#endif

@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * fastscan.c: finds, in the raw bytes of a request line, what the retry
+ * fast path needs (fastpath.c) without building a JSON tree: the
+ * fingerprint of the members that decide the answer, the submission id
+ * to look up and the id to echo.
+ *
+ * DESIGN
+ *
+ * The line must be one JSON object whose top-level members are all
+ * known to write_task, each at most once, keys without escapes.  Every
+ * member except "id" is fingerprinted as the exact bytes from its key's
+ * opening quote to the end of its value, each followed by a newline
+ * (which no request line holds, so the pieces cannot run together), in
+ * the order of the line: BLAKE2b-256 (crypto_generichash) of that
+ * sequence.  A stored fingerprint was made from a line that the full
+ * parse accepted and answered; a line with the same fingerprint holds
+ * the same members, byte for byte and in the same order, so the full
+ * parse would read the same request, and the same digest, from it.
+ * What is not fingerprinted must therefore be checked here as strictly
+ * as jansson would: the punctuation and whitespace between members
+ * (JSON's own), and the id, which is accepted only in a form whose
+ * bytes jansson would echo unchanged (null, true, false, an integer of
+ * at most 18 digits, a string of printable ASCII without escapes).
+ * "meta" and "workspace_id" are never on the fast path: meta is not
+ * fingerprinted (SPEC.md keeps it out of the digest) but would need a
+ * full check, and workspace_id belongs to fcop-create-task-v1, whose
+ * answer depends on the workspace.  Anything else, including reordered
+ * keys, fails the match and takes the full parse: the fast path can
+ * only be slower to say no, never answer something the full path would
+ * not.  The value skipper delimits values exactly as JSON does; whether
+ * a fingerprinted value is valid JSON needs no check (it equals one
+ * that was).
+ */
+#include <string.h>
+
+#include <sodium.h>
+
+#include "fastscan.h"
+
+/* Deeper values fall back to the full parse (jansson allows 2048). */
+#define FASTSCAN_MAX_DEPTH	64
+/* An integer id echoed as sent: jansson reads up to 63 bits. */
+#define FASTSCAN_MAX_ID_DIGITS	18
+
+_Static_assert(FASTSCAN_MAX_MEMBERS >= 8, "every member has a place");
+
+enum member {
+	MEMBER_OP, MEMBER_ID, MEMBER_SUBMISSION_ID, MEMBER_DIGEST_SCHEMA,
+	MEMBER_REQUEST_DIGEST, MEMBER_TASK, MEMBER_META, MEMBER_WORKSPACE_ID,
+	MEMBER_COUNT
+};
+/* write_task's request members (write_task.c, request_keys). */
+static const char *const member_names[MEMBER_COUNT] = {
+	"op", "id", "client_submission_id", "digest_schema", "request_digest",
+	"task", "meta", "workspace_id"
+};
+
+static int
+is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+static int
+is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static int
+is_hex(char c)
+{
+	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static const char *
+skip_space(const char *p, const char *end)
+{
+	while (p < end && is_space(*p))
+		p++;
+	return p;
+}
+
+/* p just past the opening quote; returns just past the closing one. */
+static const char *
+skip_string(const char *p, const char *end, int *escaped)
+{
+	unsigned char	c;
+	int		i;
+
+	while (p < end) {
+		c = (unsigned char)*p++;
+		if (c == '"')
+			return p;
+		if (c < 0x20)
+			return NULL;
+		if (c != '\\')
+			continue;
+		if (escaped != NULL)
+			*escaped = 1;
+		if (p >= end)
+			return NULL;
+		c = (unsigned char)*p++;
+		if (c == 'u') {
+			for (i = 0; i < 4; i++, p++) {
+				if (p >= end || !is_hex(*p))
+					return NULL;
+			}
+		} else if (c == '\0' || strchr("\"\\/bfnrt", c) == NULL)
+			return NULL;
+	}
+	return NULL;
+}
+
+static const char *
+skip_digits(const char *p, const char *end)
+{
+	if (p >= end || !is_digit(*p))
+		return NULL;
+	while (p < end && is_digit(*p))
+		p++;
+	return p;
+}
+
+static const char *
+skip_number(const char *p, const char *end)
+{
+	if (p < end && *p == '-')
+		p++;
+	if (p < end && *p == '0')
+		p++;
+	else if (p >= end || *p < '1' || *p > '9' ||
+	    (p = skip_digits(p, end)) == NULL)
+		return NULL;
+	if (p < end && *p == '.' && (p = skip_digits(p + 1, end)) == NULL)
+		return NULL;
+	if (p < end && (*p == 'e' || *p == 'E')) {
+		p++;
+		if (p < end && (*p == '+' || *p == '-'))
+			p++;
+		if ((p = skip_digits(p, end)) == NULL)
+			return NULL;
+	}
+	return p;
+}
+
+static const char *
+skip_literal(const char *p, const char *end, const char *word)
+{
+	size_t	n = strlen(word);
+
+	if ((size_t)(end - p) < n || memcmp(p, word, n) != 0)
+		return NULL;
+	return p + n;
+}
+
+static const char *
+skip_value(const char *p, const char *end, int depth)
+{
+	char	close;
+	int	object;
+
+	if (p >= end)
+		return NULL;
+	switch (*p) {
+	case '"':
+		return skip_string(p + 1, end, NULL);
+	case 't':
+		return skip_literal(p, end, "true");
+	case 'f':
+		return skip_literal(p, end, "false");
+	case 'n':
+		return skip_literal(p, end, "null");
+	case '{':
+	case '[':
+		break;
+	default:
+		return skip_number(p, end);
+	}
+	if (depth >= FASTSCAN_MAX_DEPTH)
+		return NULL;
+	object = *p == '{';
+	close = object ? '}' : ']';
+	p = skip_space(p + 1, end);
+	if (p < end && *p == close)
+		return p + 1;
+	for (;;) {
+		if (object) {
+			if (p >= end || *p != '"' ||
+			    (p = skip_string(p + 1, end, NULL)) == NULL)
+				return NULL;
+			p = skip_space(p, end);
+			if (p >= end || *p != ':')
+				return NULL;
+			p = skip_space(p + 1, end);
+		}
+		if ((p = skip_value(p, end, depth + 1)) == NULL)
+			return NULL;
+		p = skip_space(p, end);
+		if (p < end && *p == ',') {
+			p = skip_space(p + 1, end);
+			continue;
+		}
+		if (p < end && *p == close)
+			return p + 1;
+		return NULL;
+	}
+}
+
+/* An id whose bytes jansson's compact output would repeat exactly. */
+static int
+plain_id(const char *v, size_t n)
+{
+	size_t	i, digits;
+
+	if ((n == 4 && memcmp(v, "null", 4) == 0) ||
+	    (n == 4 && memcmp(v, "true", 4) == 0) ||
+	    (n == 5 && memcmp(v, "false", 5) == 0))
+		return 1;
+	if (v[0] == '"') {
+		if (n < 2 || v[n - 1] != '"')
+			return 0;
+		for (i = 1; i < n - 1; i++) {
+			if (v[i] < 0x20 || v[i] > 0x7e || v[i] == '"' ||
+			    v[i] == '\\')
+				return 0;
+		}
+		return 1;
+	}
+	i = v[0] == '-';
+	digits = n - i;
+	if (digits == 0 || digits > FASTSCAN_MAX_ID_DIGITS)
+		return 0;
+	/* "-0" reads as 0 and would be echoed as 0. */
+	if (v[i] == '0' && (digits > 1 || i == 1))
+		return 0;
+	for (; i < n; i++) {
+		if (!is_digit(v[i]))
+			return 0;
+	}
+	return 1;
+}
+
+/* The submission id as the table keys it: no escapes, printable. */
+static int
+plain_submission_id(const char *v, size_t n)
+{
+	size_t	i;
+
+	if (n < 3 || n - 2 > IDEM_MAX_SUBMISSION_ID_BYTES || v[0] != '"')
+		return 0;
+	for (i = 1; i < n - 1; i++) {
+		if (v[i] < 0x21 || v[i] > 0x7e || v[i] == '"' || v[i] == '\\')
+			return 0;
+	}
+	return 1;
+}
+
+static int
+member_of(const char *key, size_t n)
+{
+	int	m;
+
+	for (m = 0; m < MEMBER_COUNT; m++) {
+		if (strlen(member_names[m]) == n &&
+		    memcmp(member_names[m], key, n) == 0)
+			return m;
+	}
+	return -1;
+}
+
+int
+fastscan_line(const char *line, size_t length, struct fastscan *scan)
+{
+	crypto_generichash_state	 state;
+	const char			*p, *end = line + length, *key, *v;
+	const char			*ve;
+	unsigned			 seen = 0;
+	int				 m, escaped, write_task = 0;
+
+	memset(scan, 0, sizeof *scan);
+	p = skip_space(line, end);
+	if (p >= end || *p != '{')
+		return 0;
+	p = skip_space(p + 1, end);
+	if (crypto_generichash_init(&state, NULL, 0,
+	    sizeof scan->fingerprint) != 0)
+		return 0;
+	for (;;) {
+		if (p >= end || *p != '"')
+			return 0;
+		key = p;
+		escaped = 0;
+		if ((p = skip_string(p + 1, end, &escaped)) == NULL || escaped)
+			return 0;
+		if ((m = member_of(key + 1, (size_t)(p - key - 2))) < 0 ||
+		    (seen & 1u << m) || m == MEMBER_META ||
+		    m == MEMBER_WORKSPACE_ID)
+			return 0;
+		seen |= 1u << m;
+		p = skip_space(p, end);
+		if (p >= end || *p != ':')
+			return 0;
+		v = skip_space(p + 1, end);
+		if ((ve = skip_value(v, end, 0)) == NULL)
+			return 0;
+		scan->members[scan->member_count].key = key + 1;
+		scan->members[scan->member_count].key_length =
+		    strlen(member_names[m]);
+		scan->members[scan->member_count].value = v;
+		scan->members[scan->member_count++].value_length =
+		    (size_t)(ve - v);
+		if (m == MEMBER_ID) {
+			if (!plain_id(v, (size_t)(ve - v)))
+				return 0;
+			scan->id = v;
+			scan->id_length = (size_t)(ve - v);
+		} else {
+			if (m == MEMBER_OP)
+				write_task = ve - v == 12 &&
+				    memcmp(v, "\"write_task\"", 12) == 0;
+			if (m == MEMBER_SUBMISSION_ID) {
+				if (!plain_submission_id(v, (size_t)(ve - v)))
+					return 0;
+				scan->key = v + 1;
+				scan->key_length = (size_t)(ve - v) - 2;
+			}
+			crypto_generichash_update(&state,
+			    (const unsigned char *)key, (size_t)(ve - key));
+			crypto_generichash_update(&state,
+			    (const unsigned char *)"\n", 1);
+		}
+		p = skip_space(ve, end);
+		if (p < end && *p == ',') {
+			p = skip_space(p + 1, end);
+			continue;
+		}
+		if (p < end && *p == '}')
+			break;
+		return 0;
+	}
+	if (skip_space(p + 1, end) != end || !write_task ||
+	    scan->key == NULL || !(seen & 1u << MEMBER_TASK))
+		return 0;
+	if (crypto_generichash_final(&state, scan->fingerprint,
+	    sizeof scan->fingerprint) != 0)
+		return 0;
+	scan->valid = 1;
+	return 1;
+}

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * fastscan.h: the raw-byte scanner of the retry fast path (fastscan.c)
+ * and the fingerprint it computes.  See doc/architecture.md, "Retries
+ * without the parse", for exactly which bytes are fingerprinted.
+ */
+#ifndef IDEM_FASTSCAN_H
+#define IDEM_FASTSCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol.h"
+
+/* Top-level members a write_task line may have (write_task.c). */
+#define FASTSCAN_MAX_MEMBERS	8
+
+/* One member as it stands in the line (for tests and fuzzing). */
+struct fastscan_member {
+	const char	*key;		/* without its quotes */
+	size_t		 key_length;
+	const char	*value;
+	size_t		 value_length;
+};
+
+/* What a write_task line says, found without parsing it. */
+struct fastscan {
+	int		 valid;		/* 1: the fields below are set */
+	uint8_t		 fingerprint[IDEM_FAST_FINGERPRINT_BYTES];
+	const char	*key;		/* client_submission_id, in the line */
+	size_t		 key_length;
+	const char	*id;		/* the id member's value; NULL: none */
+	size_t		 id_length;
+	struct fastscan_member members[FASTSCAN_MAX_MEMBERS];	/* in order */
+	size_t		 member_count;
+};
+
+/*
+ * 1 if line is a write_task request the fast path may answer (scan
+ * filled, pointing into line), 0 if only the full parse may judge it:
+ * anything the scanner does not know for certain (see fastscan.c).
+ */
+int	fastscan_line(const char *line, size_t length, struct fastscan *scan);
+
+#endif

@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_fastpath.c: retries answered from the stored reply (fastpath.c)
+ * are byte for byte what the full parse answers, the id echoed as sent;
+ * every doubt takes the full parse; after a restart the first retry
+ * takes the full path and the next ones the fast one again.
+ * stats' reused_fast tells which path answered.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "harness.h"
+
+#define TASK_MEMBER "\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\"," \
+	"\"subject\":\"fast\",\"body\":\"Steps:\\n1. retry\\n\"}"
+
+/* write_task for sub with id_text (raw JSON, NULL: no id), in key order. */
+static char *
+line_of(const char *sub, const char *id_text)
+{
+	char	*line;
+
+	if (asprintf(&line, "{\"op\":\"write_task\",%s%s%s"
+	    "\"client_submission_id\":\"%s\"," TASK_MEMBER "}",
+	    id_text != NULL ? "\"id\":" : "", id_text != NULL ? id_text : "",
+	    id_text != NULL ? "," : "", sub) == -1)
+		fail_msg("asprintf");
+	return line;
+}
+
+/* The same request with the task first: the fast path never knows it. */
+static char *
+reordered_line_of(const char *sub, const char *id_text)
+{
+	char	*line;
+
+	if (asprintf(&line, "{" TASK_MEMBER ",\"op\":\"write_task\",%s%s%s"
+	    "\"client_submission_id\":\"%s\"}",
+	    id_text != NULL ? "\"id\":" : "", id_text != NULL ? id_text : "",
+	    id_text != NULL ? "," : "", sub) == -1)
+		fail_msg("asprintf");
+	return line;
+}
+
+static char *
+exchange(int fd, const char *line)
+{
+	char	*reply;
+
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	reply = harness_raw_read_line(fd);
+	assert_non_null(reply);
+	return reply;
+}
+
+static json_int_t
+stat_of(struct broker *b, const char *key)
+{
+	json_t		*reply;
+	json_int_t	 v;
+
+	reply = harness_call_once(b, json_pack("{s:s}", "op", "stats"));
+	assert_non_null(reply);
+	assert_true(json_is_integer(json_object_get(reply, key)));
+	v = json_integer_value(json_object_get(reply, key));
+	json_decref(reply);
+	return v;
+}
+
+static void
+assert_disposition(const char *text, const char *want)
+{
+	json_t	*reply = json_loads(text, 0, NULL);
+
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), want);
+	json_decref(reply);
+}
+
+/* Create sub: the creation stores the reply a retry gets. */
+static void
+create(struct broker *b, int fd, const char *sub)
+{
+	char	*line = line_of(sub, "1"), *reply;
+
+	reply = exchange(fd, line);
+	assert_disposition(reply, "created");
+	free(reply);
+	free(line);
+}
+
+/* Ids the fast path echoes itself. */
+static const char *const plain_ids[] = {
+	NULL, "0", "7", "-12", "123456789012345678", "-123456789012345678",
+	"null", "true", "false", "\"\"", "\"x\"",
+	"\"with spaces / a slash, {braces} and 'quotes'\"", "\"~!@#$%^&*()\"",
+	NULL
+};
+#define PLAIN_ID_COUNT	13
+
+/* Ids only the full parse may echo (jansson re-serialises them). */
+static const char *const odd_ids[] = {
+	"-0", "1.5", "1e3", "1234567890123456789", "\"\\u0041\"",
+	"\"\\/\"", "\"caf\xc3\xa9\"", "\"tab\\there\"", NULL
+};
+
+static void
+fast_reply_is_byte_identical(void **state)
+{
+	struct broker	*b = *state;
+	char		*line, *fast, *full;
+	json_int_t	 fast_before;
+	int		 fd, i;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	create(b, fd, "fp-identical");
+	for (i = 0; i < PLAIN_ID_COUNT; i++) {
+		/* Full path first: it stores the reply if none is. */
+		line = reordered_line_of("fp-identical", plain_ids[i]);
+		fast_before = stat_of(b, "reused_fast");
+		full = exchange(fd, line);
+		assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+		free(line);
+		line = line_of("fp-identical", plain_ids[i]);
+		fast = exchange(fd, line);
+		assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+		assert_disposition(fast, "reused");
+		/* The same bytes, the id echoed exactly. */
+		assert_string_equal(fast, full);
+		free(line);
+		free(fast);
+		free(full);
+	}
+	/* Whitespace between members is not fingerprinted: fast too. */
+	full = exchange(fd, " { \"op\":\"write_task\" ,\t\"id\" : 5 ,\r"
+	    "\"client_submission_id\":\"fp-identical\"," TASK_MEMBER " } ");
+	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 2);
+	line = line_of("fp-identical", "5");
+	fast = exchange(fd, line);
+	assert_string_equal(fast, full);
+	free(line);
+	free(fast);
+	free(full);
+	close(fd);
+	harness_finish(b);
+}
+
+static void
+odd_ids_take_the_full_parse(void **state)
+{
+	struct broker	*b = *state;
+	char		*line, *text;
+	json_t		*reply, *sent;
+	json_int_t	 fast_before;
+	int		 fd, i;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	create(b, fd, "fp-odd");
+	/* Stored by the creation: a plain retry is fast. */
+	line = line_of("fp-odd", "3");
+	fast_before = stat_of(b, "reused_fast");
+	free(exchange(fd, line));
+	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	free(line);
+	for (i = 0; odd_ids[i] != NULL; i++) {
+		line = line_of("fp-odd", odd_ids[i]);
+		fast_before = stat_of(b, "reused_fast");
+		text = exchange(fd, line);
+		assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+		reply = json_loads(text, 0, NULL);
+		sent = json_loads(odd_ids[i], JSON_DECODE_ANY, NULL);
+		assert_non_null(reply);
+		assert_non_null(sent);
+		assert_string_equal(harness_str(reply, "disposition"), "reused");
+		assert_true(json_equal(json_object_get(reply, "id"), sent));
+		json_decref(sent);
+		json_decref(reply);
+		free(text);
+		free(line);
+	}
+	close(fd);
+	harness_finish(b);
+}
+
+/* Lines that look like a stored retry but are not: all in full. */
+static void
+doubts_take_the_full_parse(void **state)
+{
+	static const struct {
+		const char	*line;
+		const char	*disposition;	/* NULL: an error, code */
+		const char	*code;
+	} cases[] = {
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER ",\"meta\":{\"trace\":\"a\"}}", "reused", NULL },
+		{ "{\"op\": \"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER "}", "reused", NULL },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER ",\"extra\":1}", NULL, "invalid_request" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER ",\"id\":1,\"id\":2}", NULL, "invalid_json" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER "}x", NULL, "invalid_json" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER ",\"meta\":[]}", NULL, "invalid_request" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  "\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\","
+		  "\"subject\":\"other\",\"body\":\"b\"}}", NULL, "conflict" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER ",\"id\":{}}", NULL, "invalid_request" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER ",\"digest_schema\":\"write-task-v1\"}",
+		  "reused", NULL },
+	};
+	struct broker	*b = *state;
+	char		*line, *text;
+	json_t		*reply;
+	json_int_t	 fast_before;
+	size_t		 i;
+	int		 fd;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	create(b, fd, "fp-doubt");
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		fast_before = stat_of(b, "reused_fast");
+		text = exchange(fd, cases[i].line);
+		assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+		reply = json_loads(text, 0, NULL);
+		assert_non_null(reply);
+		if (cases[i].disposition != NULL)
+			assert_string_equal(harness_str(reply, "disposition"),
+			    cases[i].disposition);
+		else
+			assert_string_equal(harness_str(json_object_get(reply,
+			    "error"), "code"), cases[i].code);
+		json_decref(reply);
+		free(text);
+	}
+	/* Still one TASK file. */
+	assert_int_equal(harness_count_tasks(b), 1);
+	close(fd);
+	harness_finish(b);
+}
+
+/* A task moved by FCoP tools: current_path, from the full path. */
+static void
+moved_task_takes_the_full_parse(void **state)
+{
+	struct broker	*b = *state;
+	char		*line, *text, from[1024], to[1024];
+	json_t		*reply;
+	json_int_t	 fast_before;
+	int		 fd;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	line = line_of("fp-moved", "1");
+	text = exchange(fd, line);
+	reply = json_loads(text, 0, NULL);
+	assert_non_null(reply);
+	snprintf(from, sizeof from, "%s/%s", b->root,
+	    harness_receipt_str(reply, "task_path"));
+	snprintf(to, sizeof to, "%s/_lifecycle/done/%s.md", b->root,
+	    harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	free(text);
+	assert_int_equal(rename(from, to), 0);
+	fast_before = stat_of(b, "reused_fast");
+	text = exchange(fd, line);
+	assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+	reply = json_loads(text, 0, NULL);
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "reused");
+	assert_non_null(strstr(harness_str(reply, "current_path"),
+	    "_lifecycle/done/"));
+	json_decref(reply);
+	free(text);
+	/* Back where the receipt says: fast again. */
+	assert_int_equal(rename(to, from), 0);
+	free(exchange(fd, line));
+	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	free(line);
+	close(fd);
+	harness_finish(b);
+}
+
+/*
+ * The store is memory only: after a restart (SIGTERM, or SIGKILL with
+ * what replay finds) the first retry takes the full path and answers the
+ * same bytes; it stores the reply and the next retry is fast again.
+ */
+static void
+restart_checks(struct broker *b, int kill9, const char *const *args)
+{
+	char	*line, *before, *after;
+	int	 fd;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	fd = harness_raw_connect(b);
+	line = line_of(kill9 ? "fp-kill9" : "fp-restart", "\"r\"");
+	free(exchange(fd, line));
+	before = exchange(fd, line);
+	assert_int_equal(stat_of(b, "reused_fast"), 1);
+	close(fd);
+	if (kill9)
+		harness_kill(b);
+	else
+		assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	fd = harness_raw_connect(b);
+	after = exchange(fd, line);
+	assert_int_equal(stat_of(b, "reused_fast"), 0);
+	assert_string_equal(after, before);
+	free(after);
+	after = exchange(fd, line);
+	assert_int_equal(stat_of(b, "reused_fast"), 1);
+	assert_string_equal(after, before);
+	assert_int_equal(harness_count_tasks(b), 1);
+	free(after);
+	free(before);
+	free(line);
+	close(fd);
+	harness_finish(b);
+}
+
+static void
+fast_again_after_sigterm_restart(void **state)
+{
+	restart_checks(*state, 0, NULL);
+}
+
+static void
+fast_again_after_kill9_restart(void **state)
+{
+	restart_checks(*state, 1, NULL);
+}
+
+/* A checkpoint on every segment: replay starts from it. */
+static void
+fast_again_after_checkpoint_restart(void **state)
+{
+	static const char *const args[] = { "--segment-bytes", "4096", NULL };
+
+	restart_checks(*state, 0, args);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	harness_teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(fast_reply_is_byte_identical),
+		T(odd_ids_take_the_full_parse),
+		T(doubts_take_the_full_parse),
+		T(moved_task_takes_the_full_parse),
+		T(fast_again_after_sigterm_restart),
+		T(fast_again_after_kill9_restart),
+		T(fast_again_after_checkpoint_restart),
+	};
+
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_fastscan.c: the retry fast path's scanner (broker/fastscan.c):
+ * which lines it accepts, exactly which bytes it fingerprints, and that
+ * every doubt is refused (left to the full parse).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "fastscan.h"
+
+#define OP	"\"op\":\"write_task\""
+#define SUB	"\"client_submission_id\":\"sub-1\""
+#define TASK	"\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\"," \
+	"\"subject\":\"s\",\"body\":\"a\\\"b\\\\c\\u00e9\"}"
+
+static int
+scan_of(const char *line, struct fastscan *scan)
+{
+	return fastscan_line(line, strlen(line), scan);
+}
+
+static void
+fingerprint_of(const char *line, uint8_t out[IDEM_FAST_FINGERPRINT_BYTES])
+{
+	struct fastscan	scan;
+
+	assert_int_equal(scan_of(line, &scan), 1);
+	memcpy(out, scan.fingerprint, IDEM_FAST_FINGERPRINT_BYTES);
+}
+
+/* The fingerprint is BLAKE2b-256 of each member's text and a newline. */
+static void
+fingerprint_is_the_members_text(void **state)
+{
+	static const char	 line[] = "{" OP ",\"id\":7," SUB "," TASK "}";
+	static const char	 hashed[] = OP "\n" SUB "\n" TASK "\n";
+	uint8_t			 want[IDEM_FAST_FINGERPRINT_BYTES];
+	struct fastscan		 scan;
+
+	(void)state;
+	assert_int_equal(crypto_generichash(want, sizeof want,
+	    (const unsigned char *)hashed, strlen(hashed), NULL, 0), 0);
+	assert_int_equal(scan_of(line, &scan), 1);
+	assert_memory_equal(scan.fingerprint, want, sizeof want);
+	assert_int_equal(scan.key_length, 5);
+	assert_memory_equal(scan.key, "sub-1", 5);
+	assert_int_equal(scan.id_length, 1);
+	assert_memory_equal(scan.id, "7", 1);
+	assert_int_equal(scan.member_count, 4);
+}
+
+/* Not the id, not the glue; but the order and the members' own bytes. */
+static void
+what_moves_the_fingerprint(void **state)
+{
+	uint8_t	a[IDEM_FAST_FINGERPRINT_BYTES], b[IDEM_FAST_FINGERPRINT_BYTES];
+
+	(void)state;
+	fingerprint_of("{" OP "," SUB "," TASK "}", a);
+	fingerprint_of("{\"id\":\"x y\"," OP "," SUB "," TASK "}", b);
+	assert_memory_equal(a, b, sizeof a);
+	fingerprint_of(" {\t" OP " ,\r\n" SUB ",\"id\" : -3 ," TASK " } ", b);
+	assert_memory_equal(a, b, sizeof a);
+	fingerprint_of("{" SUB "," OP "," TASK "}", b);	/* reordered */
+	assert_memory_not_equal(a, b, sizeof a);
+	fingerprint_of("{\"op\": \"write_task\"," SUB "," TASK "}", b);
+	assert_memory_not_equal(a, b, sizeof a);
+	fingerprint_of("{" OP "," SUB "," TASK ","
+	    "\"digest_schema\":\"write-task-v1\"}", b);
+	assert_memory_not_equal(a, b, sizeof a);
+	fingerprint_of("{" OP ",\"client_submission_id\":\"sub-2\"," TASK "}",
+	    b);
+	assert_memory_not_equal(a, b, sizeof a);
+}
+
+/* Ids whose bytes jansson would echo as they are. */
+static void
+plain_ids_accepted(void **state)
+{
+	static const char *const ids[] = {
+		"null", "true", "false", "0", "-1", "123456789012345678",
+		"\"\"", "\" !#$%&'()*+,-./:;<=>?@[]^_`{|}~\"", NULL
+	};
+	struct fastscan	 scan;
+	char		 line[512];
+	int		 i;
+
+	(void)state;
+	for (i = 0; ids[i] != NULL; i++) {
+		snprintf(line, sizeof line, "{" OP ",\"id\":%s," SUB "," TASK
+		    "}", ids[i]);
+		assert_int_equal(scan_of(line, &scan), 1);
+		assert_int_equal(scan.id_length, strlen(ids[i]));
+		assert_memory_equal(scan.id, ids[i], scan.id_length);
+	}
+}
+
+/* Everything the scanner cannot be sure of: 0, the full parse decides. */
+static void
+doubts_refused(void **state)
+{
+	static const char *const lines[] = {
+		"",
+		"[]",
+		"{}",
+		"{" OP "," SUB "," TASK "}x",
+		"{" OP "," SUB "," TASK,
+		"{" OP "," SUB "," TASK ",}",
+		"{" OP "," SUB "}",					/* no task */
+		"{" SUB "," TASK "}",					/* no op */
+		"{\"op\":\"stats\"," SUB "," TASK "}",
+		"{\"op\":\"write_tas\\u006b\"," SUB "," TASK "}",
+		"{" OP "," TASK "}",					/* legacy */
+		"{" OP ",\"client_submission_id\":null," TASK "}",
+		"{" OP ",\"client_submission_id\":\"a\\u0041\"," TASK "}",
+		"{" OP ",\"client_submission_id\":\"a b\"," TASK "}",
+		"{" OP ",\"client_submission_id\":\"\"," TASK "}",
+		"{" OP ",\"client_submission_id\":7," TASK "}",
+		"{" OP "," SUB "," TASK ",\"meta\":{}}",
+		"{" OP "," SUB "," TASK ",\"workspace_id\":\"w\"}",
+		"{" OP "," SUB "," TASK ",\"extra\":1}",
+		"{" OP "," SUB "," TASK ",\"t\\u0061sk\":1}",
+		"{" OP "," SUB "," TASK "," TASK "}",			/* duplicate */
+		"{" OP "," SUB "," TASK ",\"id\":1,\"id\":1}",
+		"{" OP "," SUB "," TASK ",\"id\":-0}",
+		"{" OP "," SUB "," TASK ",\"id\":01}",
+		"{" OP "," SUB "," TASK ",\"id\":1.0}",
+		"{" OP "," SUB "," TASK ",\"id\":1e2}",
+		"{" OP "," SUB "," TASK ",\"id\":1234567890123456789}",
+		"{" OP "," SUB "," TASK ",\"id\":\"\\u0041\"}",
+		"{" OP "," SUB "," TASK ",\"id\":\"caf\xc3\xa9\"}",
+		"{" OP "," SUB "," TASK ",\"id\":\"\x7f\"}",
+		"{" OP "," SUB "," TASK ",\"id\":{}}",
+		"{" OP "," SUB "," TASK ",\"id\":[1]}",
+		"{" OP "," SUB "," TASK ",\"id\":tru}",
+		"{" OP "," SUB ",\"task\":{\"a\":\"\x01\"}}",		/* control */
+		"{" OP "," SUB ",\"task\":{\"a\":\"\\x\"}}",		/* escape */
+		"{" OP "," SUB ",\"task\":{\"a\":\"\\u00g0\"}}",
+		"{" OP "," SUB ",\"task\":{\"a\" \"b\"}}",
+		"{" OP "," SUB ",\"task\":{\"a\":1,}}",
+		"{" OP "," SUB ",\"task\":[1 2]}",
+		"{" OP "," SUB ",\"task\":-}",
+		"{" OP "," SUB ",\"task\":1.}",
+		"{" OP "," SUB ",\"task\":1e}",
+		"{" OP "," SUB ",\"task\":\"unterminated}",
+		"\xef\xbb\xbf{" OP "," SUB "," TASK "}",		/* BOM */
+		NULL
+	};
+	struct fastscan	scan;
+	int		i;
+
+	(void)state;
+	for (i = 0; lines[i] != NULL; i++) {
+		if (scan_of(lines[i], &scan) != 0)
+			fail_msg("accepted: %s", lines[i]);
+		assert_int_equal(scan.valid, 0);
+	}
+}
+
+/* Deep values: the scanner's own limit, then the full parse. */
+static void
+depth_limited(void **state)
+{
+	char	line[1024];
+	size_t	n;
+	int	depth;
+
+	(void)state;
+	for (depth = 60; depth <= 70; depth += 10) {
+		n = (size_t)snprintf(line, sizeof line, "{" OP "," SUB
+		    ",\"task\":");
+		memset(line + n, '[', (size_t)depth);
+		memset(line + n + depth, ']', (size_t)depth);
+		strcpy(line + n + 2 * depth, "}");
+		assert_int_equal(fastscan_line(line, strlen(line),
+		    &(struct fastscan){ 0 }), depth <= 64);
+	}
+}
+
+/* A NUL byte is data, not the end (the line is a length). */
+static void
+nul_bytes_are_bytes(void **state)
+{
+	static const char	line[] = "{" OP "," SUB "," TASK "}\0junk";
+	struct fastscan		scan;
+
+	(void)state;
+	assert_int_equal(fastscan_line(line, sizeof line - 1, &scan), 0);
+	assert_int_equal(fastscan_line(line, strlen(line), &scan), 1);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(fingerprint_is_the_members_text),
+		cmocka_unit_test(what_moves_the_fingerprint),
+		cmocka_unit_test(plain_ids_accepted),
+		cmocka_unit_test(doubts_refused),
+		cmocka_unit_test(depth_limited),
+		cmocka_unit_test(nul_bytes_are_bytes),
+	};
+
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
