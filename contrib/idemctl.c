@@ -44,6 +44,7 @@
 #include "idem.h"
 #include "digest.h"
 #include "store.h"
+#include "idemctl_store.h"
 
 #define IDEMCTL_EXIT_OK			0
 #define IDEMCTL_EXIT_PROBLEM		1	/* error, conflict, problems */
@@ -2456,6 +2457,8 @@ usage(FILE *out, int status)
 	for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name,
 		    commands[i].summary);
+	fprintf(out, "  %-10s %s\n", "store",
+	    "init|migrate: the PostgreSQL store's schema");
 	fprintf(out, "\nidemctl COMMAND --help says more.\n\n%s", COMMON_HELP);
 	exit(status);
 }
@@ -2504,6 +2507,9 @@ main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
+	/* The PostgreSQL store's schema (contrib/idemctl_store.c). */
+	if (strcmp(argv[0], "store") == 0)
+		return idemctl_store(argc, argv);
 	for (i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		if (strcmp(argv[0], commands[i].name) != 0)
 			continue;
