@@ -41,6 +41,19 @@ struct idemd {
 	char			**argv;		/* each worker is exec'd with */
 	const char		*worker_handles; /* --worker: this is one */
 	pid_t			 master_pid;	/* hello names it */
+	/*
+	 * --store postgresql://... (NULL: the local store), --host-id,
+	 * --lease-ms (doc/cluster.md).  This broker's own state (lock,
+	 * socket, journal, segment) is then under .idem/hosts/<host-id>/.
+	 */
+	const char		*store_uri;
+	const char		*host_id;
+	int			 lease_ms;
+	char			*state_dir;	/* ".idem" or .idem/hosts/<id> */
+	char			*lock_name;	/* relative to the root */
+	char			*journal_name;
+	char			*socket_name;
+	char			*segment_key;	/* names the shm segment */
 
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;
@@ -317,9 +330,26 @@ struct submission {
 	int			 reserve_done;	/* the reservation's wait ended */
 	int64_t			 file_time;	/* the file's created_at */
 	unsigned		 attempts;	/* numbers tried (legacy) */
+	struct cluster_sub	*cluster;	/* --store postgresql (cluster.c) */
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
+
+/* The PostgreSQL store's conflict and storage answers, for cluster.c. */
+void	 submission_conflict(struct pending *, const char *reason,
+	    const char *message);
+
+/* cluster.c: a submission on the PostgreSQL store (doc/cluster.md) */
+struct cluster_sub;
+#ifdef HAVE_POSTGRESQL
+void	 cluster_submission_start(struct pending *);
+/* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
+int	 cluster_check(struct idemd *, char **cause);
+#else
+/* Never reached: main.c refuses --store postgresql://... without it. */
+#define cluster_submission_start(p)	((void)(p))
+#define cluster_check(d, cause)		((void)(d), *(cause) = NULL, -1)
+#endif
 
 /* write_task.c */
 void	 op_write_task(struct conn *, json_t *request, json_t *id);

@@ -200,7 +200,7 @@ journaler_reopen(struct idemd *d, char **cause)
 		asprintf(cause, "a checkpoint is being written; waiting");
 		return -1;
 	}
-	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
+	snprintf(dir, sizeof dir, "%s/%s", d->root_real, d->journal_name);
 	journal_close(&d->journal);
 	if (journal_cut(dir, journaler.durable_segment, journaler.durable_size,
 	    cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
@@ -297,7 +297,7 @@ checkpoint_main(void *arg)
 	char		 dir[PATH_MAX], *cause = NULL;
 	uint64_t	 segment;
 
-	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_JOURNAL_DIR);
+	snprintf(dir, sizeof dir, "%s/%s", d->root_real, d->journal_name);
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&

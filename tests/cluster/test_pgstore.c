@@ -438,6 +438,9 @@ main(void)
 
 	if (sodium_init() < 0)
 		return 1;
+	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
 	if ((rc = pgserver_start(&server, &reason)) == 77)
 		return pgserver_skip_status(reason);
 	if (rc != 0) {
