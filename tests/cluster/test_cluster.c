@@ -88,15 +88,35 @@ node_init(struct node *n, const char *root, const char *host)
 	snprintf(n->b.log, sizeof n->b.log, "%s.%s.log", root, host);
 }
 
+/* Every node started and not yet killed: killed at the end, whatever. */
+#define MAX_NODES	8
+static struct node	*live_nodes[MAX_NODES];
+
+/* digits: --sequence-digits (NULL: FCoP's 3). */
+static int
+node_start_digits(struct node *n, const char *lease_ms, const char *workers,
+    const char *digits, const char *const *env)
+{
+	const char *const args[] = { "--store", server.uri, "--host-id",
+	    n->host, "--lease-ms", lease_ms, "--workers", workers,
+	    "--inflight-wait-ms", "60000", "--sequence-digits",
+	    digits != NULL ? digits : "3", NULL };
+	int	i;
+
+	for (i = 0; i < MAX_NODES; i++) {
+		if (live_nodes[i] == NULL || live_nodes[i] == n) {
+			live_nodes[i] = n;
+			break;
+		}
+	}
+	return harness_start(&n->b, args, env);
+}
+
 static int
 node_start(struct node *n, const char *lease_ms, const char *workers,
     const char *const *env)
 {
-	const char *const args[] = { "--store", server.uri, "--host-id",
-	    n->host, "--lease-ms", lease_ms, "--workers", workers,
-	    "--inflight-wait-ms", "60000", NULL };
-
-	return harness_start(&n->b, args, env);
+	return node_start_digits(n, lease_ms, workers, NULL, env);
 }
 
 /*
@@ -128,11 +148,29 @@ node_reap(struct node *n)
 static void
 node_kill(struct node *n)
 {
+	int	i;
+
 	if (n->b.pid != 0) {
 		kill(n->b.pid, SIGCONT);
 		harness_kill(&n->b);
 	}
 	node_reap(n);
+	for (i = 0; i < MAX_NODES; i++)
+		if (live_nodes[i] == n)
+			live_nodes[i] = NULL;
+}
+
+/* A failed test leaves its nodes running: kill them and their segments. */
+static int
+kill_live_nodes(void **state)
+{
+	int	i;
+
+	(void)state;
+	for (i = 0; i < MAX_NODES; i++)
+		if (live_nodes[i] != NULL)
+			node_kill(live_nodes[i]);
+	return 0;
 }
 
 static void
@@ -313,7 +351,7 @@ static void
 three_brokers_converge(void **state)
 {
 	static struct converge	 cv;
-	struct node		 nodes[BROKERS];
+	static struct node	 nodes[BROKERS];
 	struct client		 clients[CLIENTS];
 	pthread_t		 threads[CLIENTS];
 	char			 root[256], host[8], *winner;
@@ -414,7 +452,7 @@ crash_on_one_broker_retry_on_another(void **state)
 		{ "after_task_file_linked", "reused", 1 },
 		{ "after_commit_durable", "reused", 0 },
 	};
-	struct node	 a, b;
+	static struct node	 a, b;
 	char		 root[256], env[64], id[64], q[256], *out;
 	size_t		 i;
 	json_t		*reply;
@@ -473,12 +511,325 @@ crash_on_one_broker_retry_on_another(void **state)
 	rm_root(root);
 }
 
+
+/* ---- a paused owner ------------------------------------------------- */
+
+/* The process's state letter in /proc (R, S, T, Z...); '?' if gone. */
+static char
+proc_state(pid_t pid)
+{
+	char	path[64], line[512], *p;
+	FILE	*fp;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if ((fp = fopen(path, "r")) == NULL)
+		return '?';
+	p = fgets(line, sizeof line, fp);
+	fclose(fp);
+	if (p == NULL || (p = strrchr(line, ')')) == NULL)
+		return '?';
+	return p[2];
+}
+
+/*
+ * Poll until cond (SQL giving t) holds, or the process is stopped; each
+ * at most 30 s.  A stop and a lease cannot be awaited as events.
+ */
+static int
+await_sql(const char *cond)
+{
+	struct timespec	ts = { 0, 20 * 1000 * 1000 };
+	char		*out;
+	int		 i, ok = 0;
+
+	for (i = 0; i < 1500 && !ok; i++) {
+		if ((out = pgserver_psql(&server, cond)) == NULL)
+			return 0;
+		ok = strncmp(out, "t", 1) == 0;
+		free(out);
+		if (!ok)
+			nanosleep(&ts, NULL);
+	}
+	return ok;
+}
+
+static int
+await_stopped(pid_t pid)
+{
+	struct timespec	ts = { 0, 10 * 1000 * 1000 };
+	int		i;
+
+	for (i = 0; i < 3000; i++) {
+		if (proc_state(pid) == 'T')
+			return 1;
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static void
+paused_owner_never_answers_created(void **state)
+{
+	const char *const pause_env[] = {
+	    "IDEM_CRASH_PAUSE_AT=before_task_file_link", NULL };
+	static struct node	 a, b;
+	char		 root[256], from[PATH_MAX], to[PATH_MAX], *line;
+	char		*winner, *late;
+	pid_t		 worker;
+	int		 fd;
+	json_t		*reply, *request;
+
+	(void)state;
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+	store_reset();
+	fresh_root(root);
+	node_init(&a, root, "a");
+	node_init(&b, root, "b");
+	assert_int_equal(node_start(&a, "1000", "1", pause_env), 0);
+	assert_int_equal(node_start(&b, "1000", "1", NULL), 0);
+	assert_int_equal(harness_workers(&a.b, &worker, 1), 1);
+	/* A reserves, writes its temporary, is granted, and stops. */
+	assert_true((fd = harness_raw_connect(&a.b)) >= 0);
+	request = harness_write_task("paused-1", "Pause me");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	assert_true(await_stopped(worker));
+	assert_int_equal(temporaries(root), 1);
+	/* Its lease runs out by the server's clock while it sleeps. */
+	assert_true(await_sql("SELECT lease_granted AND lease_expires < "
+	    "clock_timestamp() FROM idem_submission WHERE "
+	    "client_submission_id = 'paused-1'"));
+	/* The retry on B takes over: A's temporary goes, B writes. */
+	reply = call_until_final(&b.b, harness_write_task("paused-1",
+	    "Pause me"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "recovered", 1);
+	winner = harness_receipt_text(reply);
+	assert_int_equal(temporaries(root), 0);
+	/* An FCoP mover claims the task: inbox -> active. */
+	snprintf(from, sizeof from, "%s/%s", root,
+	    harness_receipt_str(reply, "task_path"));
+	snprintf(to, sizeof to, "%s/_lifecycle/active/%s.md", root,
+	    harness_receipt_str(reply, "task_id"));
+	assert_int_equal(rename(from, to), 0);
+	json_decref(reply);
+	/* A resumes: its link fails, it answers B's receipt, never created. */
+	assert_int_equal(kill(worker, SIGCONT), 0);
+	line = harness_raw_read_line(fd);
+	assert_non_null(line);
+	assert_non_null(reply = json_loads(line, 0, NULL));
+	free(line);
+	close(fd);
+	if (strcmp(harness_str(reply, "disposition"), "reused") != 0)
+		fail_msg("the paused owner answered %s",
+		    json_dumps(reply, JSON_COMPACT));
+	late = harness_receipt_text(reply);
+	assert_string_equal(late, winner);
+	/* It says where the task is now. */
+	assert_non_null(strstr(harness_str(reply, "current_path"),
+	    "_lifecycle/active/"));
+	json_decref(reply);
+	/* One file across the stages, no temporary. */
+	assert_int_equal(tasks_on_disk(root, NULL), 1);
+	assert_int_equal(temporaries(root), 0);
+	free(winner);
+	free(late);
+	node_kill(&a);
+	node_kill(&b);
+	rm_root(root);
+}
+
+/* ---- PostgreSQL goes away mid-load ---------------------------------- */
+
+#define OUTAGE_COMMITTED	40
+#define OUTAGE_CLIENTS		4
+
+struct outage {
+	struct node	*nodes;
+	volatile int	 phase;		/* 0 before, 1 down, 2 back */
+	volatile int	 stop;
+	int		 bad;		/* an answer the outage forbids */
+	int		 unavailable;	/* storage_unavailable while down */
+	int		 reused_down;	/* cached reused while down */
+	json_t		*acked;		/* id -> receipt, created or reused */
+	json_t		*sent;		/* every id asked for */
+	pthread_mutex_t	 lock;
+};
+
+struct outage_client {
+	struct outage	*o;
+	int		 index;
+};
+
+static void *
+outage_client_run(void *arg)
+{
+	struct outage_client	*oc = arg;
+	struct outage		*o = oc->o;
+	struct broker		*b = &o->nodes[oc->index % BROKERS].b;
+	char			 id[48];
+	json_t			*reply;
+	const char		*disp, *code;
+	int			 n = 0, phase;
+
+	struct timespec		 pace = { 0, 50 * 1000 * 1000 };
+
+	while (!o->stop) {
+		/*
+		 * A steady load, not a flood: every new id refused during
+		 * the outage is created one by one afterwards.
+		 */
+		nanosleep(&pace, NULL);
+		/* Every other request a committed id, else a new one. */
+		if (n % 2 == 0)
+			snprintf(id, sizeof id, "before-%d",
+			    (n / 2 + oc->index) % OUTAGE_COMMITTED);
+		else
+			snprintf(id, sizeof id, "during-%d-%d", oc->index, n);
+		n++;
+		phase = o->phase;
+		pthread_mutex_lock(&o->lock);
+		json_object_set_new(o->sent, id, json_true());
+		pthread_mutex_unlock(&o->lock);
+		reply = harness_call_once(b, harness_write_task(id,
+		    "Outage"));
+		if (reply == NULL) {
+			pthread_mutex_lock(&o->lock);
+			o->bad++;
+			pthread_mutex_unlock(&o->lock);
+			continue;
+		}
+		disp = json_string_value(json_object_get(reply,
+		    "disposition"));
+		code = json_string_value(json_object_get(json_object_get(reply,
+		    "error"), "code"));
+		pthread_mutex_lock(&o->lock);
+		if (disp != NULL && strcmp(disp, "conflict") != 0) {
+			json_object_set_new(o->acked, id,
+			    json_string(harness_receipt_text(reply)));
+			if (phase == 1 && o->phase == 1) {
+				if (strcmp(disp, "reused") != 0 ||
+				    strncmp(id, "before-", 7) != 0)
+					o->bad++;
+				else
+					o->reused_down++;
+			}
+		} else if (code != NULL &&
+		    strcmp(code, "storage_unavailable") == 0) {
+			if (phase == 1 && o->phase == 1)
+				o->unavailable++;
+		} else
+			o->bad++;
+		pthread_mutex_unlock(&o->lock);
+		json_decref(reply);
+	}
+	return NULL;
+}
+
+static void
+outage_answers_unavailable_or_cached(void **state)
+{
+	static struct outage	 o;
+	static struct node	 nodes[BROKERS];
+	struct outage_client	 clients[OUTAGE_CLIENTS];
+	pthread_t		 threads[OUTAGE_CLIENTS];
+	struct timespec		 down = { 3, 0 }, warm = { 0, 300000000 };
+	char			 root[256], host[8], id[48], *text;
+	const char		*key;
+	json_t			*reply, *value;
+	int			 i, k;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "o%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start_digits(&nodes[i], "30000", "2",
+		    "6", NULL), 0);
+	}
+	memset(&o, 0, sizeof o);
+	o.nodes = nodes;
+	o.acked = json_object();
+	o.sent = json_object();
+	pthread_mutex_init(&o.lock, NULL);
+	/* Committed before, and in every broker's cache (both workers). */
+	for (k = 0; k < OUTAGE_COMMITTED; k++) {
+		snprintf(id, sizeof id, "before-%d", k);
+		for (i = 0; i < BROKERS; i++) {
+			reply = harness_call_once(&nodes[i].b,
+			    harness_write_task(id, "Outage"));
+			assert_non_null(reply);
+			assert_true(json_is_true(json_object_get(reply, "ok")));
+			json_decref(reply);
+		}
+	}
+	for (i = 0; i < OUTAGE_CLIENTS; i++) {
+		clients[i].o = &o;
+		clients[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL,
+		    outage_client_run, &clients[i]), 0);
+	}
+	nanosleep(&warm, NULL);		/* load before the fault */
+	assert_int_equal(pgserver_stop(&server, 0), 0);
+	o.phase = 1;			/* from here, nothing can commit */
+	nanosleep(&down, NULL);		/* the outage's length */
+	o.phase = 2;
+	assert_int_equal(pgserver_restart(&server), 0);
+	nanosleep(&warm, NULL);		/* load after it */
+	o.stop = 1;
+	for (i = 0; i < OUTAGE_CLIENTS; i++)
+		pthread_join(threads[i], NULL);
+	assert_int_equal(o.bad, 0);
+	assert_true(o.unavailable > 0);
+	assert_true(o.reused_down > 0);
+	/*
+	 * Every acknowledged creation is there with the same receipt, and
+	 * every id refused meanwhile completes now: one file per id.
+	 */
+	json_object_foreach(o.sent, key, value) {
+		reply = call_until_final(&nodes[0].b, harness_write_task(key,
+		    "Outage"));
+		assert_non_null(reply);
+		if (!json_is_true(json_object_get(reply, "ok")))
+			fail_msg("%s after the outage: %s", key,
+			    json_dumps(reply, JSON_COMPACT));
+		if ((value = json_object_get(o.acked, key)) != NULL) {
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "reused");
+			text = harness_receipt_text(reply);
+			assert_string_equal(text, json_string_value(value));
+			free(text);
+		}
+		json_decref(reply);
+	}
+	assert_int_equal(tasks_on_disk(root, NULL),
+	    (int)json_object_size(o.sent));
+	assert_int_equal(temporaries(root), 0);
+	json_decref(o.sent);
+	json_decref(o.acked);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(three_brokers_converge),
-		cmocka_unit_test(crash_on_one_broker_retry_on_another),
+		cmocka_unit_test_teardown(three_brokers_converge,
+		    kill_live_nodes),
+		cmocka_unit_test_teardown(crash_on_one_broker_retry_on_another,
+		    kill_live_nodes),
+		cmocka_unit_test_teardown(paused_owner_never_answers_created,
+		    kill_live_nodes),
+		cmocka_unit_test_teardown(outage_answers_unavailable_or_cached,
+		    kill_live_nodes),
 	};
 	const char	*reason;
 	char		 cmd[1024];
