@@ -43,8 +43,245 @@
 #include "harness.h"
 #include "pgserver.h"
 #include "shm.h"
+#include "store.h"
 
 #ifndef HAVE_POSTGRESQL
+/* ---- kill -9 of a broker under load --------------------------------- */
+
+#define CHURN_CLIENTS	6
+#define CHURN_KILLS	5
+
+struct churn {
+	struct node	*nodes;
+	volatile int	 stop;
+	int		 bad;
+	json_t		*acked;		/* id -> the first receipt acknowledged */
+	pthread_mutex_t	 lock;
+};
+
+struct churn_client {
+	struct churn	*ch;
+	int		 index;
+};
+
+static void *
+churn_client_run(void *arg)
+{
+	struct churn_client	*cc = arg;
+	struct churn		*ch = cc->ch;
+	struct timespec		 pace = { 0, 10 * 1000 * 1000 };
+	char			 id[48], *text;
+	const char		*disp;
+	json_t			*reply, *old;
+	int			 n, at = cc->index, tries;
+
+	for (n = 0; !ch->stop; n++) {
+		snprintf(id, sizeof id, "churn-%d-%d", cc->index, n);
+		/* Until a final answer, moving to the next broker. */
+		for (tries = 0; tries < 2000; tries++) {
+			reply = harness_call_once(&ch->nodes[at % BROKERS].b,
+			    harness_write_task(id, "Churn"));
+			disp = reply != NULL ? json_string_value(
+			    json_object_get(reply, "disposition")) : NULL;
+			if (disp != NULL)
+				break;
+			json_decref(reply);
+			at++;
+			nanosleep(&pace, NULL);
+		}
+		if (disp == NULL || strcmp(disp, "conflict") == 0) {
+			pthread_mutex_lock(&ch->lock);
+			ch->bad++;
+			pthread_mutex_unlock(&ch->lock);
+			json_decref(reply);
+			break;
+		}
+		text = harness_receipt_text(reply);
+		json_decref(reply);
+		pthread_mutex_lock(&ch->lock);
+		if ((old = json_object_get(ch->acked, id)) != NULL &&
+		    strcmp(json_string_value(old), text) != 0)
+			ch->bad++;
+		else
+			json_object_set_new(ch->acked, id, json_string(text));
+		pthread_mutex_unlock(&ch->lock);
+		free(text);
+		nanosleep(&pace, NULL);
+	}
+	return NULL;
+}
+
+static void
+kill_9_loop_loses_nothing(void **state)
+{
+	static struct churn	 ch;
+	static struct node	 nodes[BROKERS];
+	struct churn_client	 clients[CHURN_CLIENTS];
+	pthread_t		 threads[CHURN_CLIENTS];
+	struct timespec		 period = { 2, 0 };
+	char			 root[256], host[8], *text;
+	const char		*key;
+	json_t			*reply, *value;
+	int			 i, k;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "k%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start_digits(&nodes[i], "30000", "2",
+		    "6", NULL), 0);
+	}
+	memset(&ch, 0, sizeof ch);
+	ch.nodes = nodes;
+	ch.acked = json_object();
+	pthread_mutex_init(&ch.lock, NULL);
+	for (i = 0; i < CHURN_CLIENTS; i++) {
+		clients[i].ch = &ch;
+		clients[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL,
+		    churn_client_run, &clients[i]), 0);
+	}
+	for (k = 0; k < CHURN_KILLS; k++) {
+		nanosleep(&period, NULL);	/* the load between kills */
+		node_kill(&nodes[k % BROKERS]);
+		assert_int_equal(node_start_digits(&nodes[k % BROKERS],
+		    "30000", "2", "6", NULL), 0);
+	}
+	nanosleep(&period, NULL);
+	ch.stop = 1;
+	for (i = 0; i < CHURN_CLIENTS; i++)
+		pthread_join(threads[i], NULL);
+	assert_int_equal(ch.bad, 0);
+	assert_true(json_object_size(ch.acked) > 0);
+	/* Every acknowledged receipt, from every broker, byte for byte. */
+	json_object_foreach(ch.acked, key, value) {
+		for (i = 0; i < BROKERS; i++) {
+			reply = call_until_final(&nodes[i].b,
+			    harness_write_task(key, "Churn"));
+			assert_non_null(reply);
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "reused");
+			text = harness_receipt_text(reply);
+			assert_string_equal(text, json_string_value(value));
+			free(text);
+			json_decref(reply);
+		}
+	}
+	assert_int_equal(tasks_on_disk(root, NULL),
+	    (int)json_object_size(ch.acked));
+	assert_int_equal(temporaries(root), 0);
+	json_decref(ch.acked);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
+/* ---- a foreign FCoP writer on the same day -------------------------- */
+
+/* FCoP's way: the highest number in the inbox + 1, claimed with O_EXCL. */
+static int
+foreign_write(const char *root, char today[9])
+{
+	char		 dir[PATH_MAX], path[PATH_MAX + 64], prefix[32];
+	DIR		*d;
+	struct dirent	*de;
+	int		 max = 0, n, fd;
+
+	snprintf(dir, sizeof dir, "%s/_lifecycle/inbox", root);
+	snprintf(prefix, sizeof prefix, "TASK-%s-", today);
+	assert_non_null(d = opendir(dir));
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+		    (n = atoi(de->d_name + strlen(prefix))) > max)
+			max = n;
+	}
+	closedir(d);
+	snprintf(path, sizeof path, "%s/%s%03d-QA-to-DEV.md", dir, prefix,
+	    max + 1);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	if (fd == -1)
+		return -1;
+	dprintf(fd, "---\nprotocol: fcop\nversion: 1\nsender: QA\n"
+	    "recipient: DEV\n---\nA foreign task.\n");
+	close(fd);
+	return max + 1;
+}
+
+static void
+foreign_writer_numbers_never_twice(void **state)
+{
+	static struct node	 nodes[BROKERS];
+	char			 root[256], host[8], today[9], id[32];
+	char			 number[16];
+	json_t			*names, *seen, *r, *reply;
+	int			 i, round, k, foreign;
+	size_t			 x;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "f%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start(&nodes[i], "30000", "1", NULL), 0);
+	}
+	harness_today(today);
+	for (round = 0; round < 5; round++) {
+		/* The foreign writer takes the next number it sees. */
+		assert_true((foreign = foreign_write(root, today)) > 0);
+		for (k = 0; k < 6; k++) {
+			snprintf(id, sizeof id, "foreign-%d-%d", round, k);
+			reply = harness_call_once(&nodes[k % BROKERS].b,
+			    harness_write_task(id, "Beside a foreign writer"));
+			assert_non_null(reply);
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "created");
+			/* Past the foreign number, on every broker. */
+			assert_true(atoi(harness_receipt_str(reply, "task_id") +
+			    14) > foreign);
+			json_decref(reply);
+		}
+	}
+	harness_today(number);
+	if (strcmp(number, today) != 0)
+		harness_skip("the UTC date changed during the test");
+	names = json_array();
+	assert_int_equal(tasks_on_disk(root, names), 5 + 5 * 6);
+	seen = json_object();
+	json_array_foreach(names, x, r) {
+		const char *name = json_string_value(r);
+
+		snprintf(number, sizeof number, "%.3s", name + 14);
+		/* FCoP's reader takes every file idem wrote (name, front matter). */
+		if (strstr(name, "-PM-to-") != NULL) {
+			struct taskfile_facts	 facts;
+			char			 rel[PATH_MAX], *cause = NULL;
+			const char		*problem;
+			int			 rootfd;
+
+			snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", name);
+			assert_true((rootfd = open(root, O_RDONLY |
+			    O_DIRECTORY)) >= 0);
+			assert_int_equal(taskfile_inspect(rootfd, rel, &facts,
+			    &cause), 0);
+			close(rootfd);
+			if ((problem = taskfile_fcop_problem(name, 3, &facts)) !=
+			    NULL)
+				fail_msg("%s: %s", name, problem);
+		}
+		if (json_object_get(seen, number) != NULL)
+			fail_msg("number %s twice: %s", number, name);
+		json_object_set_new(seen, number, json_true());
+	}
+	json_decref(seen);
+	json_decref(names);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
 int
 main(void)
 {
@@ -818,6 +1055,242 @@ outage_answers_unavailable_or_cached(void **state)
 	rm_root(root);
 }
 
+/* ---- kill -9 of a broker under load --------------------------------- */
+
+#define CHURN_CLIENTS	6
+#define CHURN_KILLS	5
+
+struct churn {
+	struct node	*nodes;
+	volatile int	 stop;
+	int		 bad;
+	json_t		*acked;		/* id -> the first receipt acknowledged */
+	pthread_mutex_t	 lock;
+};
+
+struct churn_client {
+	struct churn	*ch;
+	int		 index;
+};
+
+static void *
+churn_client_run(void *arg)
+{
+	struct churn_client	*cc = arg;
+	struct churn		*ch = cc->ch;
+	struct timespec		 pace = { 0, 10 * 1000 * 1000 };
+	char			 id[48], *text;
+	const char		*disp;
+	json_t			*reply, *old;
+	int			 n, at = cc->index, tries;
+
+	for (n = 0; !ch->stop; n++) {
+		snprintf(id, sizeof id, "churn-%d-%d", cc->index, n);
+		/* Until a final answer, moving to the next broker. */
+		for (tries = 0; tries < 2000; tries++) {
+			reply = harness_call_once(&ch->nodes[at % BROKERS].b,
+			    harness_write_task(id, "Churn"));
+			disp = reply != NULL ? json_string_value(
+			    json_object_get(reply, "disposition")) : NULL;
+			if (disp != NULL)
+				break;
+			json_decref(reply);
+			at++;
+			nanosleep(&pace, NULL);
+		}
+		if (disp == NULL || strcmp(disp, "conflict") == 0) {
+			pthread_mutex_lock(&ch->lock);
+			ch->bad++;
+			pthread_mutex_unlock(&ch->lock);
+			json_decref(reply);
+			break;
+		}
+		text = harness_receipt_text(reply);
+		json_decref(reply);
+		pthread_mutex_lock(&ch->lock);
+		if ((old = json_object_get(ch->acked, id)) != NULL &&
+		    strcmp(json_string_value(old), text) != 0)
+			ch->bad++;
+		else
+			json_object_set_new(ch->acked, id, json_string(text));
+		pthread_mutex_unlock(&ch->lock);
+		free(text);
+		nanosleep(&pace, NULL);
+	}
+	return NULL;
+}
+
+static void
+kill_9_loop_loses_nothing(void **state)
+{
+	static struct churn	 ch;
+	static struct node	 nodes[BROKERS];
+	struct churn_client	 clients[CHURN_CLIENTS];
+	pthread_t		 threads[CHURN_CLIENTS];
+	struct timespec		 period = { 2, 0 };
+	char			 root[256], host[8], *text;
+	const char		*key;
+	json_t			*reply, *value;
+	int			 i, k;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "k%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start_digits(&nodes[i], "30000", "2",
+		    "6", NULL), 0);
+	}
+	memset(&ch, 0, sizeof ch);
+	ch.nodes = nodes;
+	ch.acked = json_object();
+	pthread_mutex_init(&ch.lock, NULL);
+	for (i = 0; i < CHURN_CLIENTS; i++) {
+		clients[i].ch = &ch;
+		clients[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL,
+		    churn_client_run, &clients[i]), 0);
+	}
+	for (k = 0; k < CHURN_KILLS; k++) {
+		nanosleep(&period, NULL);	/* the load between kills */
+		node_kill(&nodes[k % BROKERS]);
+		assert_int_equal(node_start_digits(&nodes[k % BROKERS],
+		    "30000", "2", "6", NULL), 0);
+	}
+	nanosleep(&period, NULL);
+	ch.stop = 1;
+	for (i = 0; i < CHURN_CLIENTS; i++)
+		pthread_join(threads[i], NULL);
+	assert_int_equal(ch.bad, 0);
+	assert_true(json_object_size(ch.acked) > 0);
+	/* Every acknowledged receipt, from every broker, byte for byte. */
+	json_object_foreach(ch.acked, key, value) {
+		for (i = 0; i < BROKERS; i++) {
+			reply = call_until_final(&nodes[i].b,
+			    harness_write_task(key, "Churn"));
+			assert_non_null(reply);
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "reused");
+			text = harness_receipt_text(reply);
+			assert_string_equal(text, json_string_value(value));
+			free(text);
+			json_decref(reply);
+		}
+	}
+	assert_int_equal(tasks_on_disk(root, NULL),
+	    (int)json_object_size(ch.acked));
+	assert_int_equal(temporaries(root), 0);
+	json_decref(ch.acked);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
+/* ---- a foreign FCoP writer on the same day -------------------------- */
+
+/* FCoP's way: the highest number in the inbox + 1, claimed with O_EXCL. */
+static int
+foreign_write(const char *root, char today[9])
+{
+	char		 dir[PATH_MAX], path[PATH_MAX + 64], prefix[32];
+	DIR		*d;
+	struct dirent	*de;
+	int		 max = 0, n, fd;
+
+	snprintf(dir, sizeof dir, "%s/_lifecycle/inbox", root);
+	snprintf(prefix, sizeof prefix, "TASK-%s-", today);
+	assert_non_null(d = opendir(dir));
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+		    (n = atoi(de->d_name + strlen(prefix))) > max)
+			max = n;
+	}
+	closedir(d);
+	snprintf(path, sizeof path, "%s/%s%03d-QA-to-DEV.md", dir, prefix,
+	    max + 1);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	if (fd == -1)
+		return -1;
+	dprintf(fd, "---\nprotocol: fcop\nversion: 1\nsender: QA\n"
+	    "recipient: DEV\n---\nA foreign task.\n");
+	close(fd);
+	return max + 1;
+}
+
+static void
+foreign_writer_numbers_never_twice(void **state)
+{
+	static struct node	 nodes[BROKERS];
+	char			 root[256], host[8], today[9], id[32];
+	char			 number[16];
+	json_t			*names, *seen, *r, *reply;
+	int			 i, round, k, foreign;
+	size_t			 x;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "f%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start(&nodes[i], "30000", "1", NULL), 0);
+	}
+	harness_today(today);
+	for (round = 0; round < 5; round++) {
+		/* The foreign writer takes the next number it sees. */
+		assert_true((foreign = foreign_write(root, today)) > 0);
+		for (k = 0; k < 6; k++) {
+			snprintf(id, sizeof id, "foreign-%d-%d", round, k);
+			reply = harness_call_once(&nodes[k % BROKERS].b,
+			    harness_write_task(id, "Beside a foreign writer"));
+			assert_non_null(reply);
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "created");
+			/* Past the foreign number, on every broker. */
+			assert_true(atoi(harness_receipt_str(reply, "task_id") +
+			    14) > foreign);
+			json_decref(reply);
+		}
+	}
+	harness_today(number);
+	if (strcmp(number, today) != 0)
+		harness_skip("the UTC date changed during the test");
+	names = json_array();
+	assert_int_equal(tasks_on_disk(root, names), 5 + 5 * 6);
+	seen = json_object();
+	json_array_foreach(names, x, r) {
+		const char *name = json_string_value(r);
+
+		snprintf(number, sizeof number, "%.3s", name + 14);
+		/* FCoP's reader takes every file idem wrote (name, front matter). */
+		if (strstr(name, "-PM-to-") != NULL) {
+			struct taskfile_facts	 facts;
+			char			 rel[PATH_MAX], *cause = NULL;
+			const char		*problem;
+			int			 rootfd;
+
+			snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", name);
+			assert_true((rootfd = open(root, O_RDONLY |
+			    O_DIRECTORY)) >= 0);
+			assert_int_equal(taskfile_inspect(rootfd, rel, &facts,
+			    &cause), 0);
+			close(rootfd);
+			if ((problem = taskfile_fcop_problem(name, 3, &facts)) !=
+			    NULL)
+				fail_msg("%s: %s", name, problem);
+		}
+		if (json_object_get(seen, number) != NULL)
+			fail_msg("number %s twice: %s", number, name);
+		json_object_set_new(seen, number, json_true());
+	}
+	json_decref(seen);
+	json_decref(names);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
 int
 main(void)
 {
@@ -829,6 +1302,10 @@ main(void)
 		cmocka_unit_test_teardown(paused_owner_never_answers_created,
 		    kill_live_nodes),
 		cmocka_unit_test_teardown(outage_answers_unavailable_or_cached,
+		    kill_live_nodes),
+		cmocka_unit_test_teardown(kill_9_loop_loses_nothing,
+		    kill_live_nodes),
+		cmocka_unit_test_teardown(foreign_writer_numbers_never_twice,
 		    kill_live_nodes),
 	};
 	const char	*reason;
