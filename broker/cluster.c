@@ -797,3 +797,166 @@ cluster_submission_start(struct pending *p)
 	c->deadline_ms = shm_now_ms() + d->inflight_wait_ms;
 	cl_step(p);
 }
+
+/* ---- get_submission and diagnose: the workspace's rows -------------- */
+
+static json_t *
+cl_row_json(struct idemd *d, const char *key, const struct pgstore_row *row,
+    char task_id[IDEM_MAX_TASK_ID_BYTES + 16],
+    char path[IDEM_MAX_TASK_PATH_BYTES])
+{
+	const struct subtab_entry *e = &row->entry;
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t			*s = json_object();
+
+	(void)d;
+	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, task_id,
+	    IDEM_MAX_TASK_ID_BYTES + 16);
+	taskfile_format_path(e->kind, task_id, path, IDEM_MAX_TASK_PATH_BYTES);
+	digest_to_hex(e->request_digest, hex);
+	json_object_set_new(s, "client_submission_id", json_string(key));
+	json_object_set_new(s, "state", json_string(subtab_state_name(
+	    e->state)));
+	json_object_set_new(s, "digest_schema", json_string(
+	    subtab_schema_name(e->schema)));
+	json_object_set_new(s, "request_digest", json_string(hex));
+	json_object_set_new(s, "task_id", json_string(task_id));
+	json_object_set_new(s, "task_path", json_string(path));
+	json_object_set_new(s, "reserved_at", reply_time(e->reserved_at_ms));
+	json_object_set_new(s, "updated_at", reply_time(e->updated_at_ms));
+	return s;
+}
+
+void
+cluster_get_submission(struct conn *c, json_t *id, const char *key)
+{
+	struct idemd		*d = conn_idemd(c);
+	struct pgstore_key	 k = { SUBTAB_KIND_TASK, "", key };
+	struct pgstore_row	 row;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES], *cause = NULL;
+	json_t			*reply, *s;
+	int			 rc;
+
+	if (cl_store_open(d, &cause) != 0 ||
+	    (rc = pgstore_read(&cl_store, &k, &row, &cause)) < 0) {
+		log_warnx("get_submission %s: %s", key, cause != NULL ? cause :
+		    strerror(errno));
+		conn_reply(c, reply_error_simple(id, "storage_unavailable", 1,
+		    "%s", cause != NULL ? cause : strerror(errno)));
+		free(cause);
+		return;
+	}
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "found", json_boolean(rc == 1));
+	if (rc == 1) {
+		s = cl_row_json(d, key, &row, task_id, path);
+		if (row.entry.state != SUBTAB_RESERVED)
+			current_path_add(d, s, task_id, path);
+		if (row.entry.state == SUBTAB_COMMITTED)
+			json_object_set_new(s, "receipt", receipt_json(key,
+			    strlen(key), &row.entry));
+		json_object_set_new(reply, "submission", s);
+		pgstore_row_clear(&row);
+	}
+	conn_reply(c, reply);
+}
+
+struct cl_diagnose {
+	struct idemd	*d;
+	json_t		*entries;
+	int64_t		 now;
+	int64_t		 stale_after_ms;
+};
+
+/* One unfinished row, SPEC's facts and who holds it (doc/cluster.md). */
+static int
+cl_diagnose_row(const char *scope, const char *id,
+    const struct pgstore_row *row, void *arg)
+{
+	struct cl_diagnose	*dg = arg;
+	struct taskfile_facts	 facts;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 found_path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 hex[IDEM_DIGEST_HEX_SIZE], *cause = NULL;
+	int64_t			 age = dg->now - row->entry.updated_at_ms;
+	int			 found, inspected = 0;
+	json_t			*j;
+
+	j = cl_row_json(dg->d, id, row, task_id, path);
+	json_object_del(j, "digest_schema");
+	json_object_del(j, "reserved_at");
+	json_object_del(j, "updated_at");
+	if (row->entry.kind == SUBTAB_KIND_REPORT)
+		json_object_set_new(j, "for_task_id", json_string(scope));
+	found = taskfile_find(dg->d->root_fd, task_id, found_path,
+	    sizeof found_path);
+	if (found == 1) {
+		if (taskfile_inspect(dg->d->root_fd, found_path, &facts,
+		    &cause) == 0)
+			inspected = 1;
+		else {
+			log_warnx("diagnose: %s", cause);
+			free(cause);
+		}
+	}
+	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
+	json_object_set_new(j, "task_exists", found < 0 ? json_null() :
+	    json_boolean(found == 1));
+	digest_to_hex(row->entry.request_digest, hex);
+	json_object_set_new(j, "request_digest_matches", !inspected ?
+	    json_null() : json_boolean(facts.has_request_digest &&
+	    strcmp(facts.request_digest, hex) == 0));
+	json_object_set_new(j, "file_digest_matches",
+	    row->entry.state == SUBTAB_RESERVED ? json_null() :
+	    json_boolean(inspected && memcmp(facts.file_digest,
+	    row->entry.file_digest, IDEM_SHA256_BYTES) == 0));
+	json_object_set_new(j, "stalled", json_boolean(age >
+	    dg->stale_after_ms));
+	json_object_set_new(j, "epoch", json_integer(row->epoch));
+	json_object_set_new(j, "lease_owner", json_string(row->owner));
+	json_object_set_new(j, "lease_ms_left",
+	    json_integer(row->lease_ms_left));
+	json_object_set_new(j, "owner_alive", json_boolean(row->owner_alive));
+	json_array_append_new(dg->entries, j);
+	return 0;
+}
+
+void
+cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
+{
+	struct idemd		*d = conn_idemd(c);
+	struct cl_diagnose	 dg;
+	uint32_t		 counts[SUBTAB_STATE_COUNT];
+	char			*cause = NULL;
+	json_t			*reply, *j;
+
+	dg.d = d;
+	dg.entries = json_array();
+	dg.now = shm_now_ms();
+	dg.stale_after_ms = stale_after_ms;
+	if (cl_store_open(d, &cause) != 0 ||
+	    pgstore_unfinished(&cl_store, cl_diagnose_row, &dg, &cause) != 0 ||
+	    pgstore_counts(&cl_store, SUBTAB_KIND_TASK, counts, &cause) != 0) {
+		json_decref(dg.entries);
+		log_warnx("diagnose: %s", cause != NULL ? cause :
+		    strerror(errno));
+		conn_reply(c, reply_error_simple(id, "storage_unavailable", 1,
+		    "%s", cause != NULL ? cause : strerror(errno)));
+		free(cause);
+		return;
+	}
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "entries", dg.entries);
+	j = json_object();
+	json_object_set_new(j, "reserved", json_integer(
+	    counts[SUBTAB_RESERVED]));
+	json_object_set_new(j, "task_created", json_integer(
+	    counts[SUBTAB_TASK_CREATED]));
+	json_object_set_new(j, "committed", json_integer(
+	    counts[SUBTAB_COMMITTED]));
+	json_object_set_new(reply, "counts", j);
+	conn_reply(c, reply);
+}

@@ -343,11 +343,16 @@ void	 submission_conflict(struct pending *, const char *reason,
 struct cluster_sub;
 #ifdef HAVE_POSTGRESQL
 void	 cluster_submission_start(struct pending *);
+/* get_submission and diagnose from PostgreSQL: the whole workspace's. */
+void	 cluster_get_submission(struct conn *, json_t *id, const char *key);
+void	 cluster_diagnose(struct conn *, json_t *id, int64_t stale_after_ms);
 /* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
 int	 cluster_check(struct idemd *, char **cause);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
 #define cluster_submission_start(p)	((void)(p))
+#define cluster_get_submission(c, id, key)	((void)(c))
+#define cluster_diagnose(c, id, stale)	((void)(c))
 #define cluster_check(d, cause)		((void)(d), *(cause) = NULL, -1)
 #endif
 
@@ -393,6 +398,7 @@ json_t	*effect_submission_json(struct shm_segment *, const char *key,
 typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);
 #define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
+#define OP_LOCAL_STORE_ONLY	0x2	/* not with --store postgresql (yet) */
 struct op_entry {
 	const char	*name;
 	op_handler_fn	 handler;	/* answers, now or once parked */
@@ -403,6 +409,8 @@ struct op_entry {
 const struct op_entry *optable_find(const char *name);
 /* A JSON array of every op's name, in the table's order. */
 json_t	*optable_names(void);
+/* The cluster store serves fewer ops (OP_LOCAL_STORE_ONLY): main.c. */
+void	 optable_set_cluster(int);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);

@@ -95,6 +95,10 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		get_effect(c, id, kind, kind_length, key);
 		return;
 	}
+	if (d->store_uri != NULL) {
+		cluster_get_submission(c, id, key);
+		return;
+	}
 	rc = subtab_lookup(&d->seg, key, strlen(key), &e, NULL);
 	if (rc < 0 || (rc == 1 && e.kind != SUBTAB_KIND_TASK))
 		rc = rc < 0 ? -1 : 0;
@@ -220,6 +224,10 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 			return;
 		}
 		stale_after_ms = json_integer_value(v);
+	}
+	if (d->store_uri != NULL) {
+		cluster_diagnose(c, id, stale_after_ms);
+		return;
 	}
 	if (subtab_snapshot(&d->seg, SUBTAB_KIND_TASK, 1, &rows, &count,
 	    counts) != 0) {

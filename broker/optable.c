@@ -23,10 +23,28 @@ static const struct op_entry optable[] = {
 	{ "get_submission", op_get_submission, NULL, 0 },
 	{ "diagnose", op_diagnose, NULL, 0 },
 	{ "stats", op_stats, NULL, 0 },
-	{ "effect_begin", op_effect_begin, effect_begin_check, 0 },
-	{ "effect_complete", op_effect_complete, effect_complete_check, 0 },
-	{ "effect_resolve", op_effect_resolve, effect_resolve_check, 0 },
+	{ "effect_begin", op_effect_begin, effect_begin_check,
+	    OP_LOCAL_STORE_ONLY },
+	{ "effect_complete", op_effect_complete, effect_complete_check,
+	    OP_LOCAL_STORE_ONLY },
+	{ "effect_resolve", op_effect_resolve, effect_resolve_check,
+	    OP_LOCAL_STORE_ONLY },
 };
+
+/* --store postgresql://...: the ops the cluster store does not serve. */
+static int	optable_cluster;
+
+void
+optable_set_cluster(int cluster)
+{
+	optable_cluster = cluster;
+}
+
+static int
+optable_served(const struct op_entry *op)
+{
+	return !optable_cluster || !(op->flags & OP_LOCAL_STORE_ONLY);
+}
 
 const struct op_entry *
 optable_find(const char *name)
@@ -35,7 +53,8 @@ optable_find(const char *name)
 
 	for (i = 0; i < sizeof optable / sizeof optable[0]; i++) {
 		if (strcmp(optable[i].name, name) == 0)
-			return &optable[i];
+			return optable_served(&optable[i]) ? &optable[i] :
+			    NULL;
 	}
 	return NULL;
 }
@@ -50,7 +69,9 @@ optable_names(void)
 	if ((names = json_array()) == NULL)
 		return NULL;
 	for (i = 0; i < sizeof optable / sizeof optable[0]; i++)
-		json_array_append_new(names, json_string(optable[i].name));
+		if (optable_served(&optable[i]))
+			json_array_append_new(names,
+			    json_string(optable[i].name));
 	return names;
 }
 

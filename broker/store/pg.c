@@ -727,3 +727,34 @@ pgstore_unfinished(struct pgstore *st, int (*fn)(const char *scope,
 	PQclear(res);
 	return rc;
 }
+
+int
+pgstore_counts(struct pgstore *st, enum subtab_kind kind,
+    uint32_t counts[SUBTAB_STATE_COUNT], char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	char		 kind_s[4];
+	int		 i, state;
+
+	*cause = NULL;
+	memset(counts, 0, sizeof counts[0] * SUBTAB_STATE_COUNT);
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	snprintf(kind_s, sizeof kind_s, "%d", (int)kind);
+	p.v[0] = st->workspace;
+	p.v[1] = kind_s;
+	p.n = 2;
+	res = pg_exec(conn, "SELECT state, count(*) FROM idem_submission "
+	    "WHERE workspace_id = $1 AND kind = $2 GROUP BY state", &p);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, "counting submissions", cause);
+	for (i = 0; i < PQntuples(res); i++) {
+		state = (int)value_i64(res, i, 0);
+		if (state >= 0 && state < SUBTAB_STATE_COUNT)
+			counts[state] = (uint32_t)value_i64(res, i, 1);
+	}
+	PQclear(res);
+	return 0;
+}

@@ -154,6 +154,10 @@ int	pgstore_unfinished(struct pgstore *, int (*fn)(const char *scope,
 	    const char *id, const struct pgstore_row *, void *), void *arg,
 	    char **cause);
 
+/* Rows of kind by state: counts[state] (SUBTAB_STATE_COUNT entries). */
+int	pgstore_counts(struct pgstore *, enum subtab_kind,
+	    uint32_t counts[SUBTAB_STATE_COUNT], char **cause);
+
 /* A fresh token: 64 random bits, hex. */
 void	pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1]);
 /* Is s a valid --host-id? */

@@ -282,6 +282,92 @@ foreign_writer_numbers_never_twice(void **state)
 	rm_root(root);
 }
 
+/* ---- what a cluster broker serves, and what it refuses -------------- */
+
+static void
+cluster_options_and_ops(void **state)
+{
+	static struct node	 a;
+	char			 root[256];
+	const char *const	 no_host[] = { "--store", server.uri, NULL };
+	const char *const	 bad_host[] = { "--store", server.uri,
+	    "--host-id", "../x", NULL };
+	const char *const	 local_host[] = { "--host-id", "a", NULL };
+	json_t			*reply, *ops, *v;
+	size_t			 i;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	node_init(&a, root, "a");
+	/* Refusals at start-up, each naming what is wrong. */
+	assert_int_equal(harness_start(&a.b, no_host, NULL), -1);
+	assert_int_equal(harness_start(&a.b, bad_host, NULL), -1);
+	assert_int_equal(harness_start(&a.b, local_host, NULL), -1);
+	{
+		char	 cmd[600];
+
+		snprintf(cmd, sizeof cmd, "grep -q 'needs --host-id' '%s' && "
+		    "grep -q -- '--host-id: 1 to 64' '%s' && "
+		    "grep -q -- '--host-id is for --store' '%s'", a.b.log,
+		    a.b.log, a.b.log);
+		assert_int_equal(system(cmd), 0);
+	}
+	assert_int_equal(node_start(&a, "30000", "1", NULL), 0);
+	/* Its files: the workspace id, its own state directory. */
+	assert_int_equal(access(a.b.socket, F_OK), 0);
+	{
+		char	path[512];
+
+		snprintf(path, sizeof path, "%s/.idem/workspace-id", root);
+		assert_int_equal(access(path, F_OK), 0);
+		snprintf(path, sizeof path, "%s/.idem/idemd.sock", root);
+		assert_int_equal(access(path, F_OK), -1);
+	}
+	/* hello lists what it serves: the effects are not served yet. */
+	reply = harness_call_once(&a.b, json_pack("{s:s}", "op", "hello"));
+	ops = json_object_get(reply, "ops");
+	assert_true(json_array_size(ops) > 0);
+	json_array_foreach(ops, i, v)
+		assert_null(strstr(json_string_value(v), "effect"));
+	json_decref(reply);
+	reply = harness_call_once(&a.b, json_pack("{s:s,s:s,s:s,s:{}}", "op",
+	    "effect_begin", "client_submission_id", "e1", "effect_kind",
+	    "mail.send/v1", "request"));
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"), "unknown_op");
+	json_decref(reply);
+	/* A legacy call and a report work on the store too. */
+	reply = harness_call_once(&a.b, harness_write_task(NULL, "Legacy"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "idempotent", 0);
+	json_decref(reply);
+	reply = harness_call_once(&a.b, harness_write_task("with-report",
+	    "Report on me"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	{
+		char	 task_id[128];
+		json_t	*report, *again;
+
+		snprintf(task_id, sizeof task_id, "%s",
+		    harness_receipt_str(reply, "task_id"));
+		report = json_pack("{s:s,s:s,s:s,s:{s:s,s:s}}", "op",
+		    "write_report", "task_id", task_id,
+		    "client_submission_id", "r-1", "report", "sender", "DEV",
+		    "body", "done");
+		again = json_deep_copy(report);
+		json_decref(reply);
+		reply = harness_call_once(&a.b, report);
+		harness_assert_bool(reply, "deduplicated", 0);
+		json_decref(reply);
+		reply = harness_call_once(&a.b, again);
+		harness_assert_bool(reply, "deduplicated", 1);
+	}
+	json_decref(reply);
+	node_kill(&a);
+	rm_root(root);
+}
+
 int
 main(void)
 {
@@ -395,6 +481,15 @@ node_kill(struct node *n)
 	for (i = 0; i < MAX_NODES; i++)
 		if (live_nodes[i] == n)
 			live_nodes[i] = NULL;
+}
+
+/* Each test gets its own watchdog: a hang fails it instead of make check. */
+static int
+arm_watchdog(void **state)
+{
+	(void)state;
+	harness_watchdog(400);
+	return 0;
 }
 
 /* A failed test leaves its nodes running: kill them and their segments. */
@@ -840,6 +935,33 @@ paused_owner_never_answers_created(void **state)
 	assert_true(await_sql("SELECT lease_granted AND lease_expires < "
 	    "clock_timestamp() FROM idem_submission WHERE "
 	    "client_submission_id = 'paused-1'"));
+	/* Any broker's diagnose shows who holds it, from PostgreSQL. */
+	reply = harness_call_once(&b.b, json_pack("{s:s}", "op", "diagnose"));
+	assert_non_null(reply);
+	{
+		json_t	*entry = json_array_get(json_object_get(reply,
+		    "entries"), 0);
+
+		assert_int_equal(json_array_size(json_object_get(reply,
+		    "entries")), 1);
+		assert_string_equal(harness_str(entry, "client_submission_id"),
+		    "paused-1");
+		assert_string_equal(harness_str(entry, "state"), "reserved");
+		assert_string_equal(harness_str(entry, "lease_owner"), "a");
+		harness_assert_bool(entry, "owner_alive", 1);
+		harness_assert_bool(entry, "task_exists", 0);
+		assert_int_equal(json_integer_value(json_object_get(entry,
+		    "epoch")), 1);
+		assert_true(json_integer_value(json_object_get(entry,
+		    "lease_ms_left")) < 0);
+	}
+	json_decref(reply);
+	reply = harness_call_once(&b.b, json_pack("{s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", "paused-1"));
+	harness_assert_bool(reply, "found", 1);
+	assert_string_equal(harness_str(json_object_get(reply, "submission"),
+	    "state"), "reserved");
+	json_decref(reply);
 	/* The retry on B takes over: A's temporary goes, B writes. */
 	reply = call_until_final(&b.b, harness_write_task("paused-1",
 	    "Pause me"));
@@ -1291,22 +1413,110 @@ foreign_writer_numbers_never_twice(void **state)
 	rm_root(root);
 }
 
+/* ---- what a cluster broker serves, and what it refuses -------------- */
+
+static void
+cluster_options_and_ops(void **state)
+{
+	static struct node	 a;
+	char			 root[256];
+	const char *const	 no_host[] = { "--store", server.uri, NULL };
+	const char *const	 bad_host[] = { "--store", server.uri,
+	    "--host-id", "../x", NULL };
+	const char *const	 local_host[] = { "--host-id", "a", NULL };
+	json_t			*reply, *ops, *v;
+	size_t			 i;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	node_init(&a, root, "a");
+	/* Refusals at start-up, each naming what is wrong. */
+	assert_int_equal(harness_start(&a.b, no_host, NULL), -1);
+	assert_int_equal(harness_start(&a.b, bad_host, NULL), -1);
+	assert_int_equal(harness_start(&a.b, local_host, NULL), -1);
+	{
+		char	 cmd[600];
+
+		snprintf(cmd, sizeof cmd, "grep -q 'needs --host-id' '%s' && "
+		    "grep -q -- '--host-id: 1 to 64' '%s' && "
+		    "grep -q -- '--host-id is for --store' '%s'", a.b.log,
+		    a.b.log, a.b.log);
+		assert_int_equal(system(cmd), 0);
+	}
+	assert_int_equal(node_start(&a, "30000", "1", NULL), 0);
+	/* Its files: the workspace id, its own state directory. */
+	assert_int_equal(access(a.b.socket, F_OK), 0);
+	{
+		char	path[512];
+
+		snprintf(path, sizeof path, "%s/.idem/workspace-id", root);
+		assert_int_equal(access(path, F_OK), 0);
+		snprintf(path, sizeof path, "%s/.idem/idemd.sock", root);
+		assert_int_equal(access(path, F_OK), -1);
+	}
+	/* hello lists what it serves: the effects are not served yet. */
+	reply = harness_call_once(&a.b, json_pack("{s:s}", "op", "hello"));
+	ops = json_object_get(reply, "ops");
+	assert_true(json_array_size(ops) > 0);
+	json_array_foreach(ops, i, v)
+		assert_null(strstr(json_string_value(v), "effect"));
+	json_decref(reply);
+	reply = harness_call_once(&a.b, json_pack("{s:s,s:s,s:s,s:{}}", "op",
+	    "effect_begin", "client_submission_id", "e1", "effect_kind",
+	    "mail.send/v1", "request"));
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"), "unknown_op");
+	json_decref(reply);
+	/* A legacy call and a report work on the store too. */
+	reply = harness_call_once(&a.b, harness_write_task(NULL, "Legacy"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "idempotent", 0);
+	json_decref(reply);
+	reply = harness_call_once(&a.b, harness_write_task("with-report",
+	    "Report on me"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	{
+		char	 task_id[128];
+		json_t	*report, *again;
+
+		snprintf(task_id, sizeof task_id, "%s",
+		    harness_receipt_str(reply, "task_id"));
+		report = json_pack("{s:s,s:s,s:s,s:{s:s,s:s}}", "op",
+		    "write_report", "task_id", task_id,
+		    "client_submission_id", "r-1", "report", "sender", "DEV",
+		    "body", "done");
+		again = json_deep_copy(report);
+		json_decref(reply);
+		reply = harness_call_once(&a.b, report);
+		harness_assert_bool(reply, "deduplicated", 0);
+		json_decref(reply);
+		reply = harness_call_once(&a.b, again);
+		harness_assert_bool(reply, "deduplicated", 1);
+	}
+	json_decref(reply);
+	node_kill(&a);
+	rm_root(root);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(three_brokers_converge,
-		    kill_live_nodes),
-		cmocka_unit_test_teardown(crash_on_one_broker_retry_on_another,
-		    kill_live_nodes),
-		cmocka_unit_test_teardown(paused_owner_never_answers_created,
-		    kill_live_nodes),
-		cmocka_unit_test_teardown(outage_answers_unavailable_or_cached,
-		    kill_live_nodes),
-		cmocka_unit_test_teardown(kill_9_loop_loses_nothing,
-		    kill_live_nodes),
-		cmocka_unit_test_teardown(foreign_writer_numbers_never_twice,
-		    kill_live_nodes),
+		cmocka_unit_test_setup_teardown(cluster_options_and_ops,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(three_brokers_converge,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(crash_on_one_broker_retry_on_another,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(paused_owner_never_answers_created,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(outage_answers_unavailable_or_cached,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(kill_9_loop_loses_nothing,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(foreign_writer_numbers_never_twice,
+		    arm_watchdog, kill_live_nodes),
 	};
 	const char	*reason;
 	char		 cmd[1024];
@@ -1331,7 +1541,6 @@ main(void)
 		pgserver_destroy(&server, 1);
 		return 1;
 	}
-	harness_watchdog(600);
 	failed = cmocka_run_group_tests(tests, NULL, NULL);
 	harness_watchdog(0);
 	pgserver_destroy(&server, failed != 0);
