@@ -87,6 +87,11 @@ enum worker_handle {
 /* The segment filled from the journal, and the journal open to append. */
 int	idemd_open_state(struct idemd *, char **cause);
 void	idemd_close_state(struct idemd *);
+/*
+ * This broker's journal directory: the store's (store_journal_dir), or
+ * under .idem/hosts/<host-id>/ beside other brokers.  0, or -1 if too long.
+ */
+int	idemd_journal_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 	    void *arg);
 

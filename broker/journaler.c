@@ -146,10 +146,8 @@ static int
 reopen_lookup(const char *dir, struct subtab_unsettled *rows, size_t count,
     char **cause)
 {
-	struct journal_replay_stats	 stats;
-	struct seqalloc_state		 alloc[SUBTAB_KIND_COUNT];
+	struct store_loaded		 loaded;
 	struct reopen_lookup		 l;
-	uint64_t			 from, checkpointed;
 	size_t				 i;
 	int				 rc;
 
@@ -161,16 +159,13 @@ reopen_lookup(const char *dir, struct subtab_unsettled *rows, size_t count,
 		l.rows[i] = &rows[i];
 	l.count = count;
 	qsort(l.rows, count, sizeof *l.rows, reopen_compare);
-	memset(&stats, 0, sizeof stats);
-	rc = checkpoint_load(dir, reopen_apply, &l, alloc, &from,
-	    &checkpointed, cause) != 0 || journal_replay_from(dir, from,
-	    JOURNAL_REPLAY_READONLY, reopen_apply, &l, &stats, cause) != 0 ?
-	    -1 : 0;
-	if (rc == 0 && stats.truncated_bytes != 0) {
+	rc = store_load(dir, JOURNAL_REPLAY_READONLY, reopen_apply, NULL, &l,
+	    NULL, &loaded, cause);
+	if (rc == 0 && loaded.stats.truncated_bytes != 0) {
 		errno = EIO;
 		asprintf(cause, "journal %s: %llu bytes past its durable end "
 		    "after the cut", dir,
-		    (unsigned long long)stats.truncated_bytes);
+		    (unsigned long long)loaded.stats.truncated_bytes);
 		rc = -1;
 	}
 	free(l.rows);
@@ -200,7 +195,8 @@ journaler_reopen(struct idemd *d, char **cause)
 		asprintf(cause, "a checkpoint is being written; waiting");
 		return -1;
 	}
-	snprintf(dir, sizeof dir, "%s/%s", d->root_real, d->journal_name);
+	/* It fit at start-up (idemd_open_state): root_real is the same. */
+	(void)idemd_journal_dir(d, dir, sizeof dir);
 	journal_close(&d->journal);
 	if (journal_cut(dir, journaler.durable_segment, journaler.durable_size,
 	    cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
@@ -297,7 +293,8 @@ checkpoint_main(void *arg)
 	char		 dir[PATH_MAX], *cause = NULL;
 	uint64_t	 segment;
 
-	snprintf(dir, sizeof dir, "%s/%s", d->root_real, d->journal_name);
+	/* It fit at start-up (idemd_open_state): root_real is the same. */
+	(void)idemd_journal_dir(d, dir, sizeof dir);
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&

@@ -153,6 +153,19 @@ store_options(struct idemd *d)
 #endif
 }
 
+int
+idemd_journal_dir(const struct idemd *d, char *out, size_t out_size)
+{
+	if (d->store_uri == NULL)
+		return store_journal_dir(d->root_real, out, out_size);
+	if ((size_t)snprintf(out, out_size, "%s/%s", d->root_real,
+	    d->journal_name) >= out_size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
 /* The shared-memory segment's name: per root, and per host in a cluster. */
 static int
 set_segment_key(struct idemd *d)
@@ -507,40 +520,34 @@ replay_hint(struct journal_record *r, void *arg)
 int
 idemd_open_state(struct idemd *d, char **cause)
 {
-	struct journal_replay_stats	 stats;
-	struct seqalloc_state		 alloc[SUBTAB_KIND_COUNT];
-	char				 dir[PATH_MAX];
-	uint64_t			 from, checkpointed;
-	int64_t				 started = shm_now_ms();
-	int				 kind;
+	struct store_loaded	 loaded;
+	char			 dir[PATH_MAX];
+	int64_t			 started = shm_now_ms();
+	int			 digit;
 
-	snprintf(dir, sizeof dir, "%s/%s", d->root_real, d->journal_name);
+	if (idemd_journal_dir(d, dir, sizeof dir) != 0) {
+		asprintf(cause, "%s: the journal's path is too long",
+		    d->root_real);
+		return -1;
+	}
 	if (shm_create_sized(d->segment_key, d->capacity, d->result_bytes,
 	    &d->seg, cause) != 0)
 		return -1;
 	d->seg.header->worker_count = d->worker_count;
-	for (kind = 0, d->seg.header->alloc_max_seq = 1;
-	    kind < (int)d->sequence_digits; kind++)
+	for (digit = 0, d->seg.header->alloc_max_seq = 1;
+	    digit < (int)d->sequence_digits; digit++)
 		d->seg.header->alloc_max_seq *= 10;
 	d->seg.header->alloc_max_seq -= 1;	/* 999 for three digits */
-	memset(&stats, 0, sizeof stats);
-	if (checkpoint_load(dir, replay_apply, d, alloc, &from, &checkpointed,
-	    cause) != 0)
-		goto fail;
-	for (kind = 1; kind <= SUBTAB_KIND_COUNT; kind++) {
-		if (alloc[kind - 1].next_seq > 0)
-			seqalloc_note_used(&d->seg, kind, alloc[kind - 1].date,
-			    alloc[kind - 1].next_seq - 1);
-	}
-	if (journal_replay_hinted(dir, from, 0, replay_apply, replay_hint, d,
-	    &stats, cause) != 0 || replay_check_capacity(d, cause) != 0 ||
+	if (store_load(dir, 0, replay_apply, replay_hint, d, &d->seg, &loaded,
+	    cause) != 0 || replay_check_capacity(d, cause) != 0 ||
 	    journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
-	checkpoint_prune(dir, from);
+	checkpoint_prune(dir, loaded.checkpoint);
 	log_info("state: %llu submissions from the checkpoint, then %llu "
 	    "records (%llu bytes, %u segments), in %lld ms",
-	    (unsigned long long)checkpointed, (unsigned long long)stats.records,
-	    (unsigned long long)stats.bytes, stats.segments,
+	    (unsigned long long)loaded.checkpoint_records,
+	    (unsigned long long)loaded.stats.records,
+	    (unsigned long long)loaded.stats.bytes, loaded.stats.segments,
 	    (long long)(shm_now_ms() - started));
 	return 0;
 fail:

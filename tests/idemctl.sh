@@ -481,6 +481,28 @@ else
 	fail "journal dump printed $lines lines for $records records"
 fi
 
+# A damaged checkpoint is damage (exit 1, journal_corrupt), not a file
+# that cannot be read (exit 3): the store says which (store_load's
+# STORE_CHECKPOINT_CORRUPT), idemctl reads no error text to decide.
+ckpt=$1
+cp "$ckpt" "$tmp/checkpoint.saved" || exit 99
+printf 'XXXXXXXX' | dd of="$ckpt" bs=1 seek=80 conv=notrunc 2>/dev/null ||
+    exit 99
+run "$IDEMCTL" verify --json
+expect 1 "verify with a corrupt checkpoint"
+contains "$tmp/out" '"check":"journal_corrupt"' "verify --json reports the corrupt checkpoint"
+contains "$tmp/out" '"files":{"checked":false' "verify does not check files past a corrupt checkpoint"
+run "$IDEMCTL" verify
+expect 1 "verify with a corrupt checkpoint, as text"
+contains "$tmp/out" "is corrupt" "verify says the checkpoint is corrupt"
+contains "$tmp/out" "CORRUPT" "verify's journal line says CORRUPT"
+run "$IDEMCTL" journal dump
+expect 1 "journal dump of a corrupt checkpoint"
+contains "$tmp/err" "is corrupt" "journal dump says the checkpoint is corrupt"
+cp "$tmp/checkpoint.saved" "$ckpt" || exit 99
+run "$IDEMCTL" verify
+expect 0 "verify once the checkpoint is restored"
+
 # ---- verify where idemd never ran --------------------------------------
 
 # A directory without .idem/ (a mistyped --root): not "clean".

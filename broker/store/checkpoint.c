@@ -281,7 +281,7 @@ checkpoint_load(const char *dir, journal_apply_fn apply, void *arg,
 	char			 path[PATH_MAX];
 	uint64_t		 records, i, offset;
 	size_t			 consumed;
-	int			 fd = -1, rc = -1;
+	int			 fd = -1, rc = -1, saved_errno;
 
 	*records_out = 0;
 	memset(alloc, 0, SUBTAB_KIND_COUNT * sizeof *alloc);
@@ -341,16 +341,18 @@ checkpoint_load(const char *dir, journal_apply_fn apply, void *arg,
 	goto out;
 
 corrupt:
-	errno = EINVAL;
 	asprintf(cause, "checkpoint %s is corrupt (at or after byte %" PRIu64
 	    "); it was written atomically, so this is damage: restore it "
 	    "from a backup, or move it away to start from the journal "
 	    "segments that remain", path, (uint64_t)CHECKPOINT_HEADER_BYTES);
+	errno = EINVAL;		/* damage, as the header says: after asprintf */
 out:
+	saved_errno = errno;
 	if (fd != -1)
 		close(fd);
 	if (data != NULL)
 		munmap(data, (size_t)st.st_size);
+	errno = saved_errno;
 	return rc;
 }
 

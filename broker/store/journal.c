@@ -1202,6 +1202,8 @@ static int
 replay_corrupt(struct replay *rp, const char *name, uint64_t offset,
     const char *why, const char *after)
 {
+	rp->stats->has_corrupt_offset = 1;
+	rp->stats->corrupt_offset = offset;
 	errno = EINVAL;
 	journal_cause(rp->cause, "journal corrupt at %s/%s offset %" PRIu64
 	    ": %s (%s; run `idemctl verify` and see doc/journal.md before "

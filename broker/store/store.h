@@ -104,6 +104,9 @@ struct journal_replay_stats {
 	/* While apply runs: where the record it is given starts. */
 	uint64_t	at_segment;
 	uint64_t	at_offset;
+	/* Corruption at an offset (-1, EINVAL): it, in segment at_segment. */
+	int		has_corrupt_offset;
+	uint64_t	corrupt_offset;
 };
 /* Never truncate or remove anything: a torn tail is only reported in stats. */
 #define JOURNAL_REPLAY_READONLY	0x1
@@ -145,7 +148,8 @@ int	checkpoint_write(const char *dir, uint64_t segment,
 	    struct shm_segment *, char **cause);
 /*
  * Apply the newest checkpoint of dir; *segment is where the journal
- * continues (0: no checkpoint, replay everything).  -1 if it is corrupt.
+ * continues (0: no checkpoint, replay everything).  -1 if it is corrupt
+ * (errno EINVAL), cannot be read (errno) or apply fails.
  */
 int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
 	    struct seqalloc_state alloc[SUBTAB_KIND_COUNT], uint64_t *segment,
@@ -291,6 +295,179 @@ const char *taskfile_fcop_problem(const char *name, unsigned digits,
 /* Highest NNN of <TASK|REPORT>-<date>-NNN-* anywhere a file may be; 0 if none. */
 int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq);
+
+/* ---- store.c: what idemd and idemctl both do with the files ----------- */
+
+/* ROOT/.idem/journal in out; -1 with ENAMETOOLONG if it does not fit. */
+int	store_journal_dir(const char *root, char *out, size_t out_size);
+
+/* Why store_load (or store_verify) could not read the state. */
+enum store_failure {
+	STORE_OK = 0,
+	STORE_UNREADABLE,		/* I/O error or out of memory: errno */
+	STORE_APPLY_FAILED,		/* the caller's apply returned -1 */
+	STORE_CHECKPOINT_CORRUPT,	/* damage, not a read error */
+	STORE_JOURNAL_CORRUPT		/* damage, not a read error */
+};
+
+/* What store_load read, and what stopped it. */
+struct store_loaded {
+	uint64_t			checkpoint;	/* its segment; 0: none */
+	uint64_t			checkpoint_records;
+	/* The journal from the checkpoint's segment on. */
+	struct journal_replay_stats	stats;
+	enum store_failure		failure;
+	/* STORE_JOURNAL_CORRUPT: the offset, if the damage has one. */
+	int				has_corrupt_offset;
+	uint64_t			corrupt_offset;
+};
+
+/*
+ * What a broker rebuilds its table from at start-up: the newest
+ * checkpoint of dir (a snapshot of the table, without legacy records),
+ * then the journal segments from the one it names, each record given to
+ * apply (hint, if not NULL, sees records a few ahead).  With seg, its
+ * number allocators learn the checkpoint's state before the replay.
+ * flags: JOURNAL_REPLAY_READONLY (nothing cut, a torn tail only
+ * reported).  While apply sees the checkpoint's records,
+ * loaded->stats.at_segment is 0.  -1 with loaded->failure and a cause.
+ */
+int	store_load(const char *dir, int flags, journal_apply_fn,
+	    journal_hint_fn, void *arg, struct shm_segment *seg,
+	    struct store_loaded *, char **cause);
+
+/* Where a record is: a journal segment and offset, or the checkpoint. */
+struct store_where {
+	int		checkpoint;	/* from the checkpoint of segment */
+	uint64_t	segment;
+	uint64_t	offset;		/* journal only */
+};
+typedef int (*store_record_fn)(const struct journal_record *,
+	    const struct store_where *, void *arg);
+/* Every record store_load would apply, read-only, and where it is. */
+int	store_records(const char *dir, store_record_fn, void *arg,
+	    struct store_loaded *, char **cause);
+
+/* TASK-... or REPORT-... of an entry (effects have none). */
+void	store_entry_id(const struct subtab_entry *, char *out,
+	    size_t out_size);
+/*
+ * The client_submission_id in a record's key (a task's key is its id; a
+ * report's is its task_id, a newline and the id); NULL for a legacy
+ * entry (no key).  It runs to the end of the key_length bytes.
+ */
+const char *store_key_submission_id(const struct subtab_entry *,
+	    const char *key);
+/* A digest as 64 lower-case hex digits and a NUL. */
+void	store_digest_hex(const uint8_t digest[IDEM_SHA256_BYTES],
+	    char hex[IDEM_DIGEST_HEX_SIZE]);
+
+/* ---- verify.c: do the journal and the workspace agree? (offline) ----- */
+
+/* What a finding is about; the names of doc/idemctl.1 in comments. */
+enum store_check {
+	STORE_CHECK_NO_JOURNAL,		/* no_journal: idemd never ran here */
+	STORE_CHECK_JOURNAL_CORRUPT,	/* journal_corrupt (or checkpoint) */
+	STORE_CHECK_TORN_TAIL,		/* torn_tail: cut at start-up */
+	STORE_CHECK_NUMBER_REUSED,	/* number_reused */
+	STORE_CHECK_INTERMEDIATE,	/* intermediate: reserved/task_created */
+	STORE_CHECK_FIND_FAILED,	/* unreadable: looking for a file */
+	STORE_CHECK_FILE_UNREADABLE,	/* unreadable: a file */
+	STORE_CHECK_DIR_UNREADABLE,	/* unreadable: opening a directory */
+	STORE_CHECK_DIR_READ_FAILED,	/* unreadable: reading a directory */
+	STORE_CHECK_MISSING,		/* missing: the file is nowhere */
+	STORE_CHECK_FILE_DIGEST,	/* file_digest: changed after idem */
+	STORE_CHECK_RECORD_IDENTITY,	/* identity: file names another id */
+	STORE_CHECK_FILE_IDENTITY,	/* identity: the name, no id */
+	STORE_CHECK_NOT_FCOP,		/* not_fcop: FCoP cannot parse it */
+	STORE_CHECK_DUPLICATE,		/* duplicate: two files, one name */
+	STORE_CHECK_UNKNOWN_SUBMISSION,	/* unknown_submission */
+	STORE_CHECK_TASK_ID_MISMATCH,	/* task_id_mismatch */
+	STORE_CHECK_FOREIGN		/* not a problem: another writer's */
+};
+enum store_severity {
+	STORE_SEVERITY_ERROR,
+	STORE_SEVERITY_WARNING,
+	STORE_SEVERITY_UNREADABLE,	/* could not look: not a verdict */
+	STORE_SEVERITY_NONE		/* STORE_CHECK_FOREIGN */
+};
+
+/* The last record of one key (or one legacy record), as verify holds it. */
+struct store_vrecord {
+	struct subtab_entry	entry;
+	char			key[SUBTAB_MAX_KEY_BYTES + 1];
+	char			id[IDEM_MAX_TASK_ID_BYTES + 16];
+	uint64_t		segment;	/* checkpoint: its segment */
+	uint64_t		offset;
+	int			checkpoint;	/* from the checkpoint */
+};
+
+/* One finding: which check, and the facts (NULL or 0 where none). */
+struct store_problem {
+	enum store_check		 check;
+	enum store_severity		 severity;
+	const struct store_vrecord	*record;	/* the journal's */
+	/* The file found; no_journal, torn_tail: the journal's directory. */
+	const char			*path;
+	const char			*id;		/* TASK-... */
+	const char			*other_path;	/* duplicate: the first */
+	const char			*other_key;	/* number_reused */
+	const char			*key;		/* number_reused: new */
+	const char			*client_submission_id;	/* the file's */
+	const char			*reason;	/* not_fcop: why */
+	const char			*cause;		/* unreadable, corrupt */
+	int				 error;		/* errno, or 0 */
+	uint64_t			 segment;	/* number_reused, corrupt */
+	uint64_t			 offset;
+	int				 has_offset;
+	uint8_t				 found_digest[IDEM_SHA256_BYTES];
+	uint8_t				 recorded_digest[IDEM_SHA256_BYTES];
+};
+typedef void (*store_problem_fn)(const struct store_problem *, void *arg);
+
+/* Why verify could not run at all (store_verify returned -1). */
+enum store_verify_failure {
+	STORE_VERIFY_OK = 0,
+	STORE_VERIFY_ROOT_UNREADABLE,	/* errno */
+	STORE_VERIFY_NOT_WORKSPACE,	/* no .idem/ directory: see state */
+	STORE_VERIFY_JOURNAL_UNREADABLE, /* not damage: cause */
+	STORE_VERIFY_NO_MEMORY
+};
+enum store_state_dir {
+	STORE_STATE_DIR_MISSING,
+	STORE_STATE_DIR_SYMLINK,
+	STORE_STATE_DIR_NOT_DIR
+};
+
+struct store_verify {
+	/* In. */
+	const char		*root;
+	unsigned		 sequence_digits;	/* idemd's */
+	store_problem_fn	 note;		/* each finding, in order */
+	void			*arg;
+	/* Out. */
+	enum store_verify_failure failure;
+	enum store_state_dir	 state_dir;	/* STORE_VERIFY_NOT_WORKSPACE */
+	int			 error;		/* errno of the failure */
+	struct store_loaded	 loaded;
+	int			 journal_complete;	/* files checked */
+	char			*corrupt;	/* the damage's cause, or NULL */
+	unsigned		 errors, warnings, unreadable, foreign;
+	unsigned		 submissions, legacy, reports;
+	unsigned		 intermediate, present, moved;
+	unsigned		 files, files_idem, files_legacy;
+	unsigned		 reports_checked, not_fcop;
+};
+/*
+ * Offline and read-only, beside a running broker or after a crash: the
+ * journal intact, every task or report it records created present (with
+ * its digest while idem's path), every TASK file naming a submission the
+ * journal's, every TASK and REPORT file one FCoP parses.  Findings go to
+ * v->note.  0 when it ran (findings or not), -1 with v->failure (and
+ * *cause for the journal).  store_verify_free releases v->corrupt.
+ */
+int	store_verify(struct store_verify *v, char **cause);
+void	store_verify_free(struct store_verify *v);
 
 /* ---- nofollow.c: paths below a directory, no symlink followed ------- */
 

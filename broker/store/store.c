@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * store.c: what idemd and idemctl both do with the files, written once:
+ * where the journal is, loading the state (the newest checkpoint, then
+ * the journal from its segment), walking every record with where it is,
+ * and naming what a record holds.
+ *
+ * It returns a cause and a typed failure (enum store_failure), never
+ * logs and never decides by the text of a cause: the broker logs once,
+ * idemctl formats.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store.h"
+#include "digest.h"
+
+int
+store_journal_dir(const char *root, char *out, size_t out_size)
+{
+	if ((size_t)snprintf(out, out_size, "%s/%s", root,
+	    IDEM_JOURNAL_DIR) >= out_size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Between the readers and the caller's apply: a failed apply is the
+ * caller's, not damage, whatever errno it left.
+ */
+struct store_load_call {
+	journal_apply_fn	 apply;
+	journal_hint_fn		 hint;
+	void			*arg;
+	int			 apply_failed;
+};
+
+static int
+store_load_apply(const struct journal_record *r, void *arg)
+{
+	struct store_load_call	*c = arg;
+
+	if (c->apply(r, c->arg) == 0)
+		return 0;
+	c->apply_failed = 1;
+	return -1;
+}
+
+static void
+store_load_hint(struct journal_record *r, void *arg)
+{
+	struct store_load_call	*c = arg;
+
+	c->hint(r, c->arg);
+}
+
+static int
+store_load_failed(struct store_loaded *loaded,
+    const struct store_load_call *c, enum store_failure damage)
+{
+	int	saved_errno = errno;
+
+	if (c->apply_failed)
+		loaded->failure = STORE_APPLY_FAILED;
+	else if (saved_errno == EINVAL)
+		loaded->failure = damage;
+	else
+		loaded->failure = STORE_UNREADABLE;
+	errno = saved_errno;
+	return -1;
+}
+
+int
+store_load(const char *dir, int flags, journal_apply_fn apply,
+    journal_hint_fn hint, void *arg, struct shm_segment *seg,
+    struct store_loaded *loaded, char **cause)
+{
+	struct store_load_call	 c = { apply, hint, arg, 0 };
+	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
+	int			 kind;
+
+	memset(loaded, 0, sizeof *loaded);
+	*cause = NULL;
+	if (checkpoint_load(dir, store_load_apply, &c, alloc,
+	    &loaded->checkpoint, &loaded->checkpoint_records, cause) != 0)
+		return store_load_failed(loaded, &c,
+		    STORE_CHECKPOINT_CORRUPT);
+	if (seg != NULL) {
+		for (kind = 1; kind <= SUBTAB_KIND_COUNT; kind++) {
+			if (alloc[kind - 1].next_seq > 0)
+				seqalloc_note_used(seg, kind,
+				    alloc[kind - 1].date,
+				    alloc[kind - 1].next_seq - 1);
+		}
+	}
+	if (journal_replay_hinted(dir, loaded->checkpoint, flags,
+	    store_load_apply, hint != NULL ? store_load_hint : NULL, &c,
+	    &loaded->stats, cause) != 0) {
+		loaded->has_corrupt_offset = loaded->stats.has_corrupt_offset;
+		loaded->corrupt_offset = loaded->stats.corrupt_offset;
+		return store_load_failed(loaded, &c, STORE_JOURNAL_CORRUPT);
+	}
+	return 0;
+}
+
+struct store_records_call {
+	store_record_fn		 fn;
+	void			*arg;
+	struct store_loaded	*loaded;
+};
+
+static int
+store_records_apply(const struct journal_record *r, void *arg)
+{
+	struct store_records_call	*c = arg;
+	struct store_where		 where;
+
+	where.checkpoint = c->loaded->stats.at_segment == 0;
+	where.segment = where.checkpoint ? c->loaded->checkpoint :
+	    c->loaded->stats.at_segment;
+	where.offset = where.checkpoint ? 0 : c->loaded->stats.at_offset;
+	return c->fn(r, &where, c->arg);
+}
+
+int
+store_records(const char *dir, store_record_fn fn, void *arg,
+    struct store_loaded *loaded, char **cause)
+{
+	struct store_records_call	c = { fn, arg, loaded };
+
+	return store_load(dir, JOURNAL_REPLAY_READONLY, store_records_apply,
+	    NULL, &c, NULL, loaded, cause);
+}
+
+void
+store_entry_id(const struct subtab_entry *e, char *out, size_t out_size)
+{
+	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, out,
+	    out_size);
+}
+
+const char *
+store_key_submission_id(const struct subtab_entry *e, const char *key)
+{
+	const char	*nl;
+
+	if (e->key_length == 0)
+		return NULL;
+	if (e->kind == SUBTAB_KIND_REPORT &&
+	    (nl = memchr(key, '\n', e->key_length)) != NULL)
+		return nl + 1;
+	return key;
+}
+
+void
+store_digest_hex(const uint8_t digest[IDEM_SHA256_BYTES],
+    char hex[IDEM_DIGEST_HEX_SIZE])
+{
+	digest_to_hex(digest, hex);
+}

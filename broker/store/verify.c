@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * verify.c: do the journal and the FCoP workspace agree?  Offline and
+ * read-only (idemctl verify): the journal is replayed with
+ * JOURNAL_REPLAY_READONLY and nothing is written, moved or deleted, so
+ * it is safe beside a running broker and after a crash.
+ *
+ * Each finding goes to the caller as a struct store_problem, a check
+ * (enum store_check) and its facts; the words are the caller's.  Only
+ * the cause of a file that cannot be read, or of a damaged journal, is
+ * text, and it is shown, never parsed.
+ */
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "store.h"
+
+/*
+ * How deep verify looks for TASK files below _lifecycle/ and history/:
+ * _lifecycle/history/<date>/<task_id>/<task_id>.md is four directories.
+ */
+#define VERIFY_WALK_MAX_DEPTH	4
+
+/* What one store_verify holds while it runs. */
+struct verify {
+	struct store_verify	*v;
+	int			 root_fd;
+	struct store_vrecord	*records;
+	size_t			 count, cap;
+	json_t			*by_key;	/* key: index */
+	json_t			*by_id;		/* TASK-...: index */
+	json_t			*seen_files;	/* task_id: path */
+};
+
+/* One finding to the caller, counted by severity. */
+static void
+verify_note(struct verify *vf, struct store_problem *p)
+{
+	struct store_verify	*v = vf->v;
+
+	switch (p->severity) {
+	case STORE_SEVERITY_WARNING:
+		v->warnings++;
+		break;
+	case STORE_SEVERITY_UNREADABLE:
+		v->unreadable++;
+		break;
+	case STORE_SEVERITY_NONE:
+		v->foreign++;
+		break;
+	default:
+		v->errors++;
+		break;
+	}
+	v->note(p, v->arg);
+}
+
+static void
+verify_problem(struct store_problem *p, enum store_check check,
+    enum store_severity severity, const struct store_vrecord *record,
+    const char *path)
+{
+	memset(p, 0, sizeof *p);
+	p->check = check;
+	p->severity = severity;
+	p->record = record;
+	p->path = path;
+}
+
+static int
+verify_apply(const struct journal_record *r, void *arg)
+{
+	struct verify		*vf = arg;
+	struct store_loaded	*loaded = &vf->v->loaded;
+	struct store_vrecord	*vr, *nv;
+	struct store_problem	 p;
+	json_t			*at;
+	size_t			 index;
+	int			 overwrite = 0;
+	char			 id[sizeof vr->id], key[sizeof vr->key];
+
+	/* Effects have no file in the workspace to agree with. */
+	if (r->entry.kind == SUBTAB_KIND_EFFECT)
+		return 0;
+	/* A key of the largest size fills r->key: no NUL after it. */
+	memcpy(key, r->key, r->entry.key_length);
+	key[r->entry.key_length] = '\0';
+	store_entry_id(&r->entry, id, sizeof id);
+	if (r->entry.key_length > 0 &&
+	    (at = json_object_get(vf->by_key, key)) != NULL) {
+		index = (size_t)json_integer_value(at);
+		overwrite = 1;
+	} else {
+		if (vf->count == vf->cap) {
+			vf->cap = vf->cap == 0 ? 1024 : vf->cap * 2;
+			if ((nv = reallocarray(vf->records, vf->cap,
+			    sizeof *nv)) == NULL)
+				return -1;
+			vf->records = nv;
+		}
+		index = vf->count++;
+	}
+	vr = &vf->records[index];
+	/* A submission moved to a fresh number no longer owns the old one. */
+	if (overwrite && strcmp(vr->id, id) != 0 &&
+	    (at = json_object_get(vf->by_id, vr->id)) != NULL &&
+	    (size_t)json_integer_value(at) == index)
+		json_object_del(vf->by_id, vr->id);
+
+	/* Numbers are never handed out twice (SPEC.md, "Names"). */
+	if ((at = json_object_get(vf->by_id, id)) != NULL &&
+	    (size_t)json_integer_value(at) != index) {
+		verify_problem(&p, STORE_CHECK_NUMBER_REUSED,
+		    STORE_SEVERITY_ERROR, NULL, NULL);
+		p.id = id;
+		p.other_key = vf->records[json_integer_value(at)].key;
+		p.key = key;
+		p.segment = loaded->stats.at_segment;
+		p.offset = loaded->stats.at_offset;
+		p.has_offset = 1;
+		verify_note(vf, &p);
+	}
+
+	vr->entry = r->entry;
+	memcpy(vr->key, key, sizeof key);
+	memcpy(vr->id, id, sizeof vr->id);
+	vr->checkpoint = loaded->stats.at_segment == 0;
+	vr->segment = vr->checkpoint ? loaded->checkpoint :
+	    loaded->stats.at_segment;
+	vr->offset = loaded->stats.at_offset;
+	if ((r->entry.key_length > 0 && !overwrite &&
+	    json_object_set_new(vf->by_key, key,
+	    json_integer((json_int_t)index)) == -1) ||
+	    json_object_set_new(vf->by_id, id,
+	    json_integer((json_int_t)index)) == -1)
+		return -1;
+	return 0;
+}
+
+/*
+ * Journal to workspace: every task or report the journal says was
+ * created is somewhere in the workspace, and, where idem put it and FCoP
+ * tools have not moved it yet, byte for byte what idem wrote.
+ */
+static void
+verify_records(struct verify *vf)
+{
+	struct store_verify	*v = vf->v;
+	struct taskfile_facts	 facts;
+	struct store_vrecord	*vr;
+	struct store_problem	 p;
+	char			 found[PATH_MAX];
+	char			 where[IDEM_MAX_TASK_PATH_BYTES + 16];
+	char			*cause;
+	const char		*csid;
+	size_t			 i;
+	int			 rc;
+
+	for (i = 0; i < vf->count; i++) {
+		vr = &vf->records[i];
+		csid = store_key_submission_id(&vr->entry, vr->key);
+		if (vr->entry.kind == SUBTAB_KIND_REPORT)
+			v->reports++;
+		else if (csid == NULL)
+			v->legacy++;
+		else
+			v->submissions++;
+		if (vr->entry.state == SUBTAB_RESERVED ||
+		    vr->entry.state == SUBTAB_TASK_CREATED) {
+			v->intermediate++;
+			verify_problem(&p, STORE_CHECK_INTERMEDIATE,
+			    STORE_SEVERITY_WARNING, vr, NULL);
+			verify_note(vf, &p);
+			if (vr->entry.state == SUBTAB_RESERVED)
+				continue;
+		}
+
+		rc = taskfile_find(vf->root_fd, vr->id, found, sizeof found);
+		if (rc == -1) {
+			verify_problem(&p, STORE_CHECK_FIND_FAILED,
+			    STORE_SEVERITY_UNREADABLE, vr, NULL);
+			p.error = errno;
+			verify_note(vf, &p);
+			continue;
+		}
+		if (rc == 0) {
+			verify_problem(&p, STORE_CHECK_MISSING,
+			    STORE_SEVERITY_ERROR, vr, NULL);
+			verify_note(vf, &p);
+			continue;
+		}
+		v->present++;
+		taskfile_format_path(vr->entry.kind, vr->id, where,
+		    sizeof where);
+		if (strcmp(found, where) != 0) {
+			/* FCoP tools may rewrite what they move: no digest. */
+			v->moved++;
+			continue;
+		}
+		if (taskfile_inspect(vf->root_fd, found, &facts,
+		    &cause) == -1) {
+			verify_problem(&p, STORE_CHECK_FILE_UNREADABLE,
+			    STORE_SEVERITY_UNREADABLE, vr, found);
+			p.error = errno;
+			p.cause = cause;
+			verify_note(vf, &p);
+			free(cause);
+			continue;
+		}
+		if (memcmp(facts.file_digest, vr->entry.file_digest,
+		    IDEM_SHA256_BYTES) != 0) {
+			verify_problem(&p, STORE_CHECK_FILE_DIGEST,
+			    STORE_SEVERITY_ERROR, vr, found);
+			memcpy(p.found_digest, facts.file_digest,
+			    IDEM_SHA256_BYTES);
+			memcpy(p.recorded_digest, vr->entry.file_digest,
+			    IDEM_SHA256_BYTES);
+			verify_note(vf, &p);
+		} else if (csid != NULL && facts.has_client_submission_id &&
+		    strcmp(facts.client_submission_id, csid) != 0) {
+			verify_problem(&p, STORE_CHECK_RECORD_IDENTITY,
+			    STORE_SEVERITY_ERROR, vr, found);
+			p.client_submission_id = facts.client_submission_id;
+			verify_note(vf, &p);
+		}
+	}
+}
+
+/*
+ * Would FCoP's reference library parse this TASK or REPORT file (its
+ * name and its front matter)?  A file it cannot parse is invisible to
+ * every FCoP tool: an error, whoever wrote it.
+ */
+static void
+verify_fcop(struct verify *vf, const char *path, const char *file,
+    const struct taskfile_facts *facts)
+{
+	struct store_problem	 p;
+	const char		*why;
+
+	if ((why = taskfile_fcop_problem(file, vf->v->sequence_digits,
+	    facts)) == NULL)
+		return;
+	vf->v->not_fcop++;
+	verify_problem(&p, STORE_CHECK_NOT_FCOP, STORE_SEVERITY_ERROR, NULL,
+	    path);
+	p.reason = why;
+	verify_note(vf, &p);
+}
+
+/* The file at path cannot be inspected: say so, with its cause. */
+static void
+verify_unreadable_file(struct verify *vf, const char *path, char *cause)
+{
+	struct store_problem	 p;
+
+	verify_problem(&p, STORE_CHECK_FILE_UNREADABLE,
+	    STORE_SEVERITY_UNREADABLE, NULL, path);
+	p.error = errno;
+	p.cause = cause;
+	verify_note(vf, &p);
+	free(cause);
+}
+
+/* A REPORT file under reports/: only FCoP's rules are checked here. */
+static void
+verify_report_file(struct verify *vf, const char *path, const char *file)
+{
+	struct taskfile_facts	 facts;
+	char			*cause;
+
+	vf->v->reports_checked++;
+	if (taskfile_inspect(vf->root_fd, path, &facts, &cause) == -1) {
+		verify_unreadable_file(vf, path, cause);
+		return;
+	}
+	verify_fcop(vf, path, file, &facts);
+}
+
+/* One TASK file found on disk: is it idem's, and does the journal agree? */
+static void
+verify_file(struct verify *vf, const char *path, const char *file)
+{
+	struct store_verify	*v = vf->v;
+	struct taskfile_facts	 facts;
+	struct store_vrecord	*vr;
+	struct store_problem	 p;
+	json_t			*at;
+	char			 task_id[NAME_MAX + 1];
+	char			*cause;
+	size_t			 length;
+
+	length = strlen(file) - 3;	/* ".md" */
+	memcpy(task_id, file, length);
+	task_id[length] = '\0';
+	v->files++;
+	if ((at = json_object_get(vf->seen_files, task_id)) != NULL) {
+		verify_problem(&p, STORE_CHECK_DUPLICATE,
+		    STORE_SEVERITY_WARNING, NULL, path);
+		p.id = task_id;
+		p.other_path = json_string_value(at);
+		verify_note(vf, &p);
+		return;
+	}
+	json_object_set_new(vf->seen_files, task_id, json_string(path));
+	if (taskfile_inspect(vf->root_fd, path, &facts, &cause) == -1) {
+		verify_unreadable_file(vf, path, cause);
+		return;
+	}
+	verify_fcop(vf, path, file, &facts);
+	if (facts.has_client_submission_id) {
+		at = json_object_get(vf->by_key, facts.client_submission_id);
+		if (at == NULL) {
+			verify_problem(&p, STORE_CHECK_UNKNOWN_SUBMISSION,
+			    STORE_SEVERITY_ERROR, NULL, path);
+			p.id = task_id;
+			p.client_submission_id = facts.client_submission_id;
+			verify_note(vf, &p);
+			return;
+		}
+		vr = &vf->records[json_integer_value(at)];
+		if (strcmp(vr->id, task_id) != 0) {
+			verify_problem(&p, STORE_CHECK_TASK_ID_MISMATCH,
+			    STORE_SEVERITY_ERROR, vr, path);
+			p.client_submission_id = facts.client_submission_id;
+			verify_note(vf, &p);
+			return;
+		}
+		v->files_idem++;
+		return;
+	}
+	/* No submission id: idem's legacy task, or another FCoP writer's. */
+	if ((at = json_object_get(vf->by_id, task_id)) != NULL) {
+		vr = &vf->records[json_integer_value(at)];
+		if (vr->entry.key_length == 0 || !facts.has_front_matter) {
+			v->files_legacy += vr->entry.key_length == 0;
+			v->files_idem += vr->entry.key_length != 0;
+			return;
+		}
+		/* A reservation: another writer took the name first. */
+		verify_problem(&p, STORE_CHECK_FILE_IDENTITY,
+		    vr->entry.state == SUBTAB_RESERVED ?
+		    STORE_SEVERITY_WARNING : STORE_SEVERITY_ERROR, vr, path);
+		verify_note(vf, &p);
+		return;
+	}
+	verify_problem(&p, STORE_CHECK_FOREIGN, STORE_SEVERITY_NONE, NULL,
+	    path);
+	verify_note(vf, &p);
+}
+
+/* Every TASK-*.md and REPORT-*.md below path, to depth directories down. */
+static void
+verify_walk(struct verify *vf, const char *path, int depth)
+{
+	struct store_problem	 p;
+	struct dirent		*de;
+	struct stat		 st;
+	DIR			*d;
+	size_t			 length;
+	char			 child[PATH_MAX];
+	int			 fd;
+
+	if ((fd = openat(vf->root_fd, path, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC | O_NOFOLLOW)) == -1) {
+		if (errno != ENOENT) {
+			verify_problem(&p, STORE_CHECK_DIR_UNREADABLE,
+			    STORE_SEVERITY_UNREADABLE, NULL, path);
+			p.error = errno;
+			verify_note(vf, &p);
+		}
+		return;
+	}
+	if ((d = fdopendir(fd)) == NULL) {
+		close(fd);
+		return;
+	}
+	for (;;) {
+		errno = 0;
+		if ((de = readdir(d)) == NULL) {
+			if (errno != 0) {
+				verify_problem(&p, STORE_CHECK_DIR_READ_FAILED,
+				    STORE_SEVERITY_UNREADABLE, NULL, path);
+				p.error = errno;
+				verify_note(vf, &p);
+			}
+			break;
+		}
+		/* Dot files: ., .., and idem's temporaries. */
+		if (de->d_name[0] == '.')
+			continue;
+		if ((size_t)snprintf(child, sizeof child, "%s/%s", path,
+		    de->d_name) >= sizeof child)
+			continue;
+		if (fstatat(vf->root_fd, child, &st, AT_SYMLINK_NOFOLLOW) == -1)
+			continue;
+		length = strlen(de->d_name);
+		if (S_ISDIR(st.st_mode) && depth > 0)
+			verify_walk(vf, child, depth - 1);
+		else if (S_ISREG(st.st_mode) &&
+		    strncmp(de->d_name, "TASK-", 5) == 0 && length > 8 &&
+		    strcmp(de->d_name + length - 3, ".md") == 0)
+			verify_file(vf, child, de->d_name);
+		else if (S_ISREG(st.st_mode) &&
+		    strncmp(de->d_name, "REPORT-", 7) == 0 && length > 10 &&
+		    strcmp(de->d_name + length - 3, ".md") == 0)
+			verify_report_file(vf, child, de->d_name);
+	}
+	closedir(d);
+}
+
+/* The journal, read-only, and what reading it found. */
+static int
+verify_journal(struct verify *vf, const char *dir, char **cause)
+{
+	struct store_verify	*v = vf->v;
+	struct store_loaded	*loaded = &v->loaded;
+	struct store_problem	 p;
+	struct stat		 st;
+
+	if (stat(dir, &st) == -1 && errno == ENOENT) {
+		verify_problem(&p, STORE_CHECK_NO_JOURNAL,
+		    STORE_SEVERITY_WARNING, NULL, dir);
+		verify_note(vf, &p);
+	}
+	if (store_load(dir, JOURNAL_REPLAY_READONLY, verify_apply, NULL, vf,
+	    NULL, loaded, cause) != 0) {
+		if (loaded->failure != STORE_CHECKPOINT_CORRUPT &&
+		    loaded->failure != STORE_JOURNAL_CORRUPT) {
+			/* Not damage: we could not read it (or ran out). */
+			v->failure = STORE_VERIFY_JOURNAL_UNREADABLE;
+			v->error = errno;
+			return -1;
+		}
+		v->journal_complete = 0;
+		v->corrupt = *cause;
+		*cause = NULL;
+		verify_problem(&p, STORE_CHECK_JOURNAL_CORRUPT,
+		    STORE_SEVERITY_ERROR, NULL, NULL);
+		p.cause = v->corrupt;
+		p.segment = loaded->stats.at_segment;
+		p.offset = loaded->corrupt_offset;
+		p.has_offset = loaded->has_corrupt_offset;
+		verify_note(vf, &p);
+	} else if (loaded->stats.torn_segment != 0) {
+		verify_problem(&p, STORE_CHECK_TORN_TAIL,
+		    STORE_SEVERITY_WARNING, NULL, dir);
+		p.segment = loaded->stats.torn_segment;
+		p.offset = loaded->stats.torn_offset;
+		p.has_offset = 1;
+		verify_note(vf, &p);
+	}
+	return 0;
+}
+
+int
+store_verify(struct store_verify *v, char **cause)
+{
+	static const char *const walk[] = { "_lifecycle", "history",
+	    IDEM_REPORTS_DIR };
+	struct verify	 vf;
+	struct stat	 st;
+	char		 dir[PATH_MAX];
+	size_t		 i;
+	int		 rc = -1;
+
+	*cause = NULL;
+	v->failure = STORE_VERIFY_OK;
+	v->journal_complete = 1;
+	v->corrupt = NULL;
+	memset(&v->loaded, 0, sizeof v->loaded);
+	v->errors = v->warnings = v->unreadable = v->foreign = 0;
+	v->submissions = v->legacy = v->reports = 0;
+	v->intermediate = v->present = v->moved = 0;
+	v->files = v->files_idem = v->files_legacy = 0;
+	v->reports_checked = v->not_fcop = 0;
+	memset(&vf, 0, sizeof vf);
+	vf.v = v;
+	if (store_journal_dir(v->root, dir, sizeof dir) != 0 ||
+	    (vf.root_fd = open(v->root, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1) {
+		v->failure = STORE_VERIFY_ROOT_UNREADABLE;
+		v->error = errno;
+		return -1;
+	}
+	/*
+	 * Without .idem/ (a real directory) this is not a root idemd ever
+	 * served: "clean" would be a claim about nothing (a mistyped root).
+	 */
+	memset(&st, 0, sizeof st);
+	if (fstatat(vf.root_fd, IDEM_STATE_DIR, &st, AT_SYMLINK_NOFOLLOW) ==
+	    -1 || !S_ISDIR(st.st_mode)) {
+		v->failure = STORE_VERIFY_NOT_WORKSPACE;
+		v->state_dir = S_ISLNK(st.st_mode) ? STORE_STATE_DIR_SYMLINK :
+		    !S_ISDIR(st.st_mode) && st.st_mode != 0 ?
+		    STORE_STATE_DIR_NOT_DIR : STORE_STATE_DIR_MISSING;
+		close(vf.root_fd);
+		return -1;
+	}
+	vf.by_key = json_object();
+	vf.by_id = json_object();
+	vf.seen_files = json_object();
+	if (vf.by_key == NULL || vf.by_id == NULL || vf.seen_files == NULL) {
+		v->failure = STORE_VERIFY_NO_MEMORY;
+		v->error = ENOMEM;
+		goto out;
+	}
+	if (verify_journal(&vf, dir, cause) != 0)
+		goto out;
+	verify_records(&vf);
+	if (v->journal_complete) {
+		for (i = 0; i < sizeof walk / sizeof walk[0]; i++)
+			verify_walk(&vf, walk[i], VERIFY_WALK_MAX_DEPTH);
+	}
+	rc = 0;
+out:
+	free(vf.records);
+	json_decref(vf.by_key);
+	json_decref(vf.by_id);
+	json_decref(vf.seen_files);
+	close(vf.root_fd);
+	return rc;
+}
+
+void
+store_verify_free(struct store_verify *v)
+{
+	free(v->corrupt);
+	v->corrupt = NULL;
+}

@@ -1,0 +1,1201 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * online.c: idemctl's commands that ask the broker over its socket
+ * (status, stats, diagnose, show, effects, resolve, submit), one request
+ * per line through libidem's idem_call_raw, and how their answers print.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE		/* asprintf */
+#endif
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "idem.h"
+#include "store.h"		/* and through it the protocol's limits */
+#include "idemctl.h"
+
+#define IDEMCTL_DEFAULT_STALE_AFTER_MS	30000
+/* A --file task, like any request, must fit one line. */
+#define IDEMCTL_MAX_FILE_BYTES		IDEM_MAX_LINE_BYTES
+#define IDEMCTL_TABLE_MAX_COLUMNS	10
+
+/*
+ * --socket, else the socket of an explicit --root, else $IDEM_SOCKET,
+ * else that of $IDEM_ROOT or ./fcop: a flag beats the environment.
+ */
+static const char *
+ctl_socket_path(struct idemctl *ctl)
+{
+	const char	*env;
+
+	if (ctl->socket_path != NULL)
+		return ctl->socket_path;
+	if (ctl->root == NULL && (env = getenv("IDEM_SOCKET")) != NULL &&
+	    *env != '\0')
+		return env;
+	snprintf(ctl->socket_buf, sizeof ctl->socket_buf, "%s/%s",
+	    ctl_root(ctl), IDEM_SOCKET_NAME);
+	return ctl->socket_buf;
+}
+
+/* ---- formatting ---------------------------------------------------------- */
+
+/* "500ms", "30s", "1.5s", "5m", "2h"; a bare number is seconds. */
+static int
+parse_duration_ms(const char *s, int64_t *ms)
+{
+	static const struct {
+		const char	*suffix;
+		double		 ms;
+	} units[] = {
+		{ "ms", 1 }, { "s", 1000 }, { "", 1000 }, { "m", 60000 },
+		{ "h", 3600000 }, { "d", 86400000 }
+	};
+	char	*end;
+	double	 v;
+	size_t	 i;
+
+	if (!((*s >= '0' && *s <= '9') || *s == '.'))
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || end == s)
+		return -1;
+	for (i = 0; i < sizeof units / sizeof units[0]; i++) {
+		if (strcmp(end, units[i].suffix) == 0) {
+			v *= units[i].ms;
+			/* Also refuses NaN and infinity. */
+			if (!(v >= 0 && v < (double)INT64_MAX / 2))
+				return -1;
+			*ms = (int64_t)(v + 0.5);
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* An age or uptime, short and readable: 850ms, 12.3s, 4m05s, 2h03m, 3d02h. */
+static void
+format_duration(int64_t ms, char *out, size_t size)
+{
+	int64_t	s;
+
+	if (ms < 0)
+		ms = 0;
+	s = ms / 1000;
+	if (ms < 1000)
+		snprintf(out, size, "%" PRId64 "ms", ms);
+	else if (s < 60)
+		snprintf(out, size, "%.1fs", (double)ms / 1000);
+	else if (s < 3600)
+		snprintf(out, size, "%" PRId64 "m%02" PRId64 "s", s / 60,
+		    s % 60);
+	else if (s < 86400)
+		snprintf(out, size, "%" PRId64 "h%02" PRId64 "m", s / 3600,
+		    s / 60 % 60);
+	else
+		snprintf(out, size, "%" PRId64 "d%02" PRId64 "h", s / 86400,
+		    s / 3600 % 24);
+}
+
+static const char *
+yes_no(json_t *v)
+{
+	if (json_is_true(v))
+		return "yes";
+	if (json_is_false(v))
+		return "no";
+	return "-";
+}
+
+static json_int_t
+int_member(json_t *object, const char *key)
+{
+	return json_integer_value(json_object_get(object, key));
+}
+
+/*
+ * A table printed with aligned columns.  Cells are copied; the last
+ * column is not padded, so lines carry no trailing blanks.
+ */
+struct table {
+	size_t	  columns;
+	size_t	  rows;
+	size_t	  width[IDEMCTL_TABLE_MAX_COLUMNS];
+	char	**cells;
+};
+
+static int
+table_add(struct table *t, const char *const *row)
+{
+	char	**cells;
+	size_t	  i, n;
+
+	cells = reallocarray(t->cells, (t->rows + 1) * t->columns,
+	    sizeof *cells);
+	if (cells == NULL)
+		return -1;
+	t->cells = cells;
+	for (i = 0; i < t->columns; i++) {
+		if ((cells[t->rows * t->columns + i] = strdup(row[i])) == NULL)
+			return -1;
+		if ((n = strlen(row[i])) > t->width[i])
+			t->width[i] = n;
+	}
+	t->rows++;
+	return 0;
+}
+
+static void
+table_print(struct table *t, const char *indent)
+{
+	size_t	r, i;
+
+	for (r = 0; r < t->rows; r++) {
+		fputs(indent, stdout);
+		for (i = 0; i < t->columns; i++) {
+			if (i + 1 < t->columns)
+				printf("%-*s  ", (int)t->width[i],
+				    t->cells[r * t->columns + i]);
+			else
+				printf("%s\n", t->cells[r * t->columns + i]);
+		}
+	}
+}
+
+static void
+table_free(struct table *t)
+{
+	size_t	i;
+
+	for (i = 0; i < t->rows * t->columns; i++)
+		free(t->cells[i]);
+	free(t->cells);
+}
+
+/* ---- talking to the broker ----------------------------------------------- */
+
+static int
+ctl_connect(struct idemctl *ctl)
+{
+	struct idem_error	err;
+
+	if ((ctl->conn = idem_connect(ctl_socket_path(ctl), &err)) != NULL)
+		return 0;
+	if (err.code == IDEM_E_ARGUMENT)
+		return ctl_fail(ctl, IDEMCTL_EXIT_USAGE, "%s", err.message);
+	return ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE,
+	    "broker not reachable: %s", err.message);
+}
+
+/*
+ * Send request (consumed) and parse the answer, an object with a boolean
+ * "ok" (which may be false: the caller decides what to say).  NULL after
+ * one line on stderr, with *status set: 3 if the broker was lost (a
+ * write's outcome is then unknown, and a retry with the same id is safe).
+ */
+static json_t *
+ctl_call(struct idemctl *ctl, json_t *request, int *status)
+{
+	struct idem_error	 err;
+	json_error_t		 jerr;
+	json_t			*response;
+	char			*line, *answer;
+	int			 rc;
+
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	if (line == NULL) {
+		*status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
+		return NULL;
+	}
+	rc = idem_call_raw(ctl->conn, line, &answer, &err);
+	free(line);
+	if (rc != 0) {
+		if (err.code == IDEM_E_TRANSPORT)
+			*status = ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE,
+			    "lost the broker: %s", err.message);
+		else
+			*status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "%s",
+			    err.message);
+		return NULL;
+	}
+	response = json_loads(answer, JSON_REJECT_DUPLICATES, &jerr);
+	free(answer);
+	if (response == NULL || !json_is_object(response) ||
+	    !json_is_boolean(json_object_get(response, "ok"))) {
+		json_decref(response);
+		*status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "the broker's "
+		    "answer is not an object with a boolean \"ok\"");
+		return NULL;
+	}
+	return response;
+}
+
+static json_t *
+ctl_call_op(struct idemctl *ctl, const char *op, int *status)
+{
+	return ctl_call(ctl, json_pack("{s:s}", "op", op), status);
+}
+
+/* An ok:false answer: its error in one line; the JSON too with --json. */
+static int
+ctl_answer_error(struct idemctl *ctl, json_t *response)
+{
+	json_t		*error = json_object_get(response, "error");
+	const char	*field = ctl_string_member(error, "field", NULL);
+	const char	*reason = ctl_string_member(error, "reason", NULL);
+
+	if (ctl->json)
+		ctl_print_json(response);
+	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "%s%s%s: %s%s%s%s",
+	    ctl_string_member(error, "code", "error"),
+	    reason != NULL ? " " : "", reason != NULL ? reason : "",
+	    ctl_string_member(error, "message", "(no message)"),
+	    field != NULL ? " (field " : "", field != NULL ? field : "",
+	    field != NULL ? ")" : "");
+}
+
+/*
+ * ctl_call, and an ok:false answer said (ctl_answer_error) and freed: NULL
+ * with *status set unless the broker answered ok:true.
+ */
+static json_t *
+ctl_call_ok(struct idemctl *ctl, json_t *request, int *status)
+{
+	json_t	*response;
+
+	if ((response = ctl_call(ctl, request, status)) == NULL)
+		return NULL;
+	if (!json_is_true(json_object_get(response, "ok"))) {
+		*status = ctl_answer_error(ctl, response);
+		json_decref(response);
+		return NULL;
+	}
+	return response;
+}
+
+/* The answer without the envelope (ok, id), for --json output. */
+static void
+strip_envelope(json_t *response)
+{
+	json_object_del(response, "ok");
+	json_object_del(response, "id");
+}
+
+/* ---- status -------------------------------------------------------------- */
+
+int
+cmd_status(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+	};
+	json_t		*hello, *stats = NULL, *out;
+	json_int_t	 used, capacity;
+	char		 uptime[32];
+	int		 status = 0;
+
+	while (ctl_next_option(ctl, argc, argv, options) != -1)
+		ctl_usage_error(ctl, "no options of its own");
+	if (optind != argc)
+		ctl_usage_error(ctl, "no arguments expected");
+	if ((status = ctl_connect(ctl)) != 0) {
+		/* A monitor reading --json still gets an answer. */
+		if (ctl->json && status == IDEMCTL_EXIT_UNREACHABLE) {
+			out = json_pack("{s:b,s:s}", "up", 0, "socket",
+			    ctl_socket_path(ctl));
+			ctl_print_json(out);
+			json_decref(out);
+		}
+		return status;
+	}
+	if ((hello = ctl_call_op(ctl, "hello", &status)) == NULL)
+		return status;
+	if (!json_is_true(json_object_get(hello, "ok"))) {
+		status = ctl_answer_error(ctl, hello);
+		json_decref(hello);
+		return status;
+	}
+	/* Stats are extra: a broker that cannot give them is still up. */
+	if ((stats = ctl_call_op(ctl, "stats", &status)) != NULL &&
+	    !json_is_true(json_object_get(stats, "ok"))) {
+		json_decref(stats);
+		stats = NULL;
+	}
+	status = 0;
+
+	if (ctl->json) {
+		out = json_pack("{s:b,s:s}", "up", 1, "socket",
+		    ctl_socket_path(ctl));
+		json_object_update(out, hello);
+		strip_envelope(out);
+		json_object_set_new(out, "up", json_true());
+		if (stats != NULL) {
+			strip_envelope(stats);
+			json_object_set(out, "stats", stats);
+		}
+		ctl_print_json(out);
+		json_decref(out);
+	} else {
+		printf("%s %s is up (protocol %" JSON_INTEGER_FORMAT ")\n",
+		    ctl_string_member(hello, "server", "?"),
+		    ctl_string_member(hello, "version", "?"),
+		    int_member(hello, "protocol"));
+		printf("  socket    %s\n", ctl_socket_path(ctl));
+		if (stats != NULL) {
+			format_duration(int_member(stats, "uptime_ms"), uptime,
+			    sizeof uptime);
+			used = int_member(stats, "table_used");
+			capacity = int_member(stats, "table_capacity");
+			printf("  uptime    %s\n", uptime);
+			printf("  workers   %" JSON_INTEGER_FORMAT " running, %"
+			    JSON_INTEGER_FORMAT " restart%s\n",
+			    int_member(stats, "workers"),
+			    int_member(stats, "worker_restarts"),
+			    int_member(stats, "worker_restarts") == 1 ? "" :
+			    "s");
+			printf("  table     %" JSON_INTEGER_FORMAT " of %"
+			    JSON_INTEGER_FORMAT " submissions used (%.1f%%)\n",
+			    used, capacity, capacity > 0 ?
+			    100.0 * (double)used / (double)capacity : 0.0);
+			printf("  tasks     %" JSON_INTEGER_FORMAT " created, %"
+			    JSON_INTEGER_FORMAT " reused, %" JSON_INTEGER_FORMAT
+			    " conflicts, %" JSON_INTEGER_FORMAT " legacy\n",
+			    int_member(stats, "created"),
+			    int_member(stats, "reused"),
+			    int_member(stats, "conflict"),
+			    int_member(stats, "legacy_created"));
+			printf("  errors    %" JSON_INTEGER_FORMAT "\n",
+			    int_member(stats, "errors"));
+		}
+	}
+	json_decref(hello);
+	json_decref(stats);
+	return status;
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+/*
+ * How each stat is exposed to Prometheus.  Stats a newer broker adds are
+ * exposed as idem_<name>, untyped, rather than dropped.
+ */
+static const struct metric {
+	const char	*stat;
+	const char	*name;
+	const char	*type;
+	double		 scale;
+	const char	*help;
+} metrics[] = {
+	{ "created", "idem_created_total", "counter", 1,
+	    "Idempotent write_task calls that created their task." },
+	{ "reused", "idem_reused_total", "counter", 1,
+	    "write_task calls answered with the first call's receipt." },
+	{ "conflict", "idem_conflict_total", "counter", 1,
+	    "write_task calls refused as a conflict." },
+	{ "legacy_created", "idem_legacy_created_total", "counter", 1,
+	    "Tasks created by legacy calls, without a client_submission_id." },
+	{ "reports_created", "idem_reports_created_total", "counter", 1,
+	    "REPORT files written." },
+	{ "reports_deduplicated", "idem_reports_deduplicated_total",
+	    "counter", 1,
+	    "write_report calls answered with an earlier report." },
+	{ "errors", "idem_errors_total", "counter", 1,
+	    "Requests answered with an error." },
+	{ "journal_records", "idem_journal_records_total", "counter", 1,
+	    "Journal records written." },
+	{ "journal_fsyncs", "idem_journal_fsyncs_total", "counter", 1,
+	    "Journal fdatasync calls (one per group commit)." },
+	{ "worker_restarts", "idem_worker_restarts_total", "counter", 1,
+	    "Worker processes replaced after they died." },
+	{ "table_used", "idem_table_used", "gauge", 1,
+	    "Submission table slots in use." },
+	{ "table_capacity", "idem_table_capacity", "gauge", 1,
+	    "Submission table slots in all." },
+	{ "workers", "idem_workers", "gauge", 1,
+	    "Worker processes running." },
+	{ "uptime_ms", "idem_uptime_seconds", "gauge", 0.001,
+	    "Seconds since the broker started." },
+	{ "effects_proceed", "idem_effects_proceed_total", "counter", 1,
+	    "effect_begin calls answered proceed." },
+	{ "effects_reused", "idem_effects_reused_total", "counter", 1,
+	    "effect_begin calls answered with the committed receipt." },
+	{ "effects_in_progress", "idem_effects_in_progress_total", "counter",
+	    1, "effect_begin calls refused: another caller holds the lease." },
+	{ "effects_outcome_unknown", "idem_effects_outcome_unknown_total",
+	    "counter", 1,
+	    "effect_begin calls answered outcome_unknown (a lease lapsed)." },
+	{ "effects_committed", "idem_effects_committed_total", "counter", 1,
+	    "Effects committed by effect_complete or effect_resolve." },
+	{ "effects_released", "idem_effects_released_total", "counter", 1,
+	    "Effects released (not applied)." },
+	{ "effects_resolved", "idem_effects_resolved_total", "counter", 1,
+	    "effect_resolve calls that recorded evidence." },
+	{ "effects_stale_fence", "idem_effects_stale_fence_total", "counter",
+	    1, "effect_complete calls refused with a stale fence." },
+	{ "result_arena_used", "idem_result_arena_used_bytes", "gauge", 1,
+	    "Bytes of committed effects' results in memory." },
+	{ "result_arena_bytes", "idem_result_arena_bytes", "gauge", 1,
+	    "The result arena's size (--result-bytes)." }
+};
+
+static void
+print_metric(const char *name, const char *type, const char *help,
+    const char *labels, double value)
+{
+	printf("# HELP %s %s\n# TYPE %s %s\n%s%s %.17g\n", name, help, name,
+	    type, name, labels, value);
+}
+
+static void
+print_prometheus(json_t *hello, json_t *stats)
+{
+	const struct metric	*m;
+	const char		*key, *p;
+	json_t			*value;
+	char			 name[128], labels[256];
+	size_t			 i, n;
+
+	print_metric("idem_up", "gauge", "1 if the broker answered.", "", 1);
+	snprintf(labels, sizeof labels, "{version=\"%s\",protocol=\"%"
+	    JSON_INTEGER_FORMAT "\"}", ctl_string_member(hello, "version", ""),
+	    int_member(hello, "protocol"));
+	print_metric("idem_build_info", "gauge", "The broker's version.",
+	    labels, 1);
+	json_object_foreach(stats, key, value) {
+		if (!json_is_number(value))
+			continue;
+		m = NULL;
+		for (i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
+			if (strcmp(metrics[i].stat, key) == 0)
+				m = &metrics[i];
+		}
+		if (m != NULL) {
+			print_metric(m->name, m->type, m->help, "",
+			    json_number_value(value) * m->scale);
+			continue;
+		}
+		/* Metric names allow [a-zA-Z0-9_:] only. */
+		n = (size_t)snprintf(name, sizeof name, "idem_");
+		for (p = key; *p != '\0' && n + 1 < sizeof name; p++)
+			name[n++] = (*p >= 'a' && *p <= 'z') ||
+			    (*p >= 'A' && *p <= 'Z') ||
+			    (*p >= '0' && *p <= '9') ? *p : '_';
+		name[n] = '\0';
+		print_metric(name, "untyped", "A stat this idemctl does not "
+		    "know yet.", "", json_number_value(value));
+	}
+}
+
+int
+cmd_stats(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS,
+		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct table	 t = { .columns = 2 };
+	json_t		*hello = NULL, *stats, *value;
+	const char	*key;
+	char		 number[64];
+	int		 ch, prometheus = 0, status;
+
+	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch == OPT_PROMETHEUS)
+			prometheus = 1;
+	}
+	if (optind != argc)
+		ctl_usage_error(ctl, "no arguments expected");
+	if (prometheus && ctl->json)
+		ctl_usage_error(ctl, "--json and --prometheus exclude each "
+		    "other");
+	if ((status = ctl_connect(ctl)) != 0) {
+		/* A scrape of a text file still learns the broker is down. */
+		if (prometheus && status == IDEMCTL_EXIT_UNREACHABLE)
+			print_metric("idem_up", "gauge",
+			    "1 if the broker answered.", "", 0);
+		return status;
+	}
+	if (prometheus && (hello = ctl_call_op(ctl, "hello", &status)) == NULL)
+		return status;
+	if ((stats = ctl_call_op(ctl, "stats", &status)) == NULL) {
+		json_decref(hello);
+		return status;
+	}
+	if (!json_is_true(json_object_get(stats, "ok"))) {
+		status = ctl_answer_error(ctl, stats);
+		json_decref(stats);
+		json_decref(hello);
+		return status;
+	}
+	strip_envelope(stats);
+	if (ctl->json)
+		ctl_print_json(stats);
+	else if (prometheus)
+		print_prometheus(hello, stats);
+	else {
+		json_object_foreach(stats, key, value) {
+			if (strcmp(key, "uptime_ms") == 0)
+				format_duration(json_integer_value(value),
+				    number, sizeof number);
+			else if (json_is_integer(value))
+				snprintf(number, sizeof number, "%"
+				    JSON_INTEGER_FORMAT,
+				    json_integer_value(value));
+			else
+				continue;
+			if (table_add(&t, (const char *[]){ key, number }) ==
+			    -1) {
+				status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM,
+				    "out of memory");
+				break;
+			}
+		}
+		table_print(&t, "");
+		table_free(&t);
+	}
+	json_decref(stats);
+	json_decref(hello);
+	return status;
+}
+
+/* ---- diagnose ------------------------------------------------------------ */
+
+int
+cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS,
+		{ "stale-after", required_argument, NULL, OPT_STALE_AFTER },
+		{ NULL, 0, NULL, 0 }
+	};
+	static const char *const header[] = {
+		"CLIENT_SUBMISSION_ID", "STATE", "AGE", "TASK_ID", "EXISTS",
+		"REQUEST_DIGEST", "FILE_DIGEST", "IN_FLIGHT", "STALLED"
+	};
+	struct table	 t = { .columns = 9 };
+	json_t		*response, *entries, *entry, *counts;
+	int64_t		 stale_after_ms = IDEMCTL_DEFAULT_STALE_AFTER_MS;
+	size_t		 i, stalled = 0, effects = 0;
+	char		 age[32];
+	int		 ch, status;
+
+	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch == OPT_STALE_AFTER &&
+		    parse_duration_ms(optarg, &stale_after_ms) == -1)
+			ctl_usage_error(ctl, "--stale-after: \"%s\" is not a "
+			    "duration (like 500ms, 30s, 5m)", optarg);
+	}
+	if (optind != argc)
+		ctl_usage_error(ctl, "no arguments expected");
+	if ((status = ctl_connect(ctl)) != 0)
+		return status;
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:I}", "op", "diagnose",
+	    "stale_after_ms", (json_int_t)stale_after_ms), &status);
+	if (response == NULL)
+		return status;
+	entries = json_object_get(response, "entries");
+	counts = json_object_get(response, "counts");
+	/* Effects have their own view (idemctl effects): tasks here. */
+	for (i = 0; i < json_array_size(entries);) {
+		entry = json_array_get(entries, i);
+		if (json_object_get(entry, "effect_kind") != NULL &&
+		    !ctl->json) {
+			effects++;
+			json_array_remove(entries, i);
+			continue;
+		}
+		if (json_is_true(json_object_get(entry, "stalled")))
+			stalled++;
+		i++;
+	}
+
+	if (ctl->json) {
+		strip_envelope(response);
+		ctl_print_json(response);
+	} else if (json_array_size(entries) == 0)
+		printf("no intermediate submissions (%" JSON_INTEGER_FORMAT
+		    " committed)\n", int_member(counts, "committed"));
+	else {
+		if (table_add(&t, header) == -1)
+			goto nomem;
+		json_array_foreach(entries, i, entry) {
+			format_duration(int_member(entry, "age_ms"), age,
+			    sizeof age);
+			if (table_add(&t, (const char *[]){
+			    ctl_string_member(entry, "client_submission_id", "?"),
+			    ctl_string_member(entry, "state", "?"), age,
+			    ctl_string_member(entry, "task_id", "-"),
+			    yes_no(json_object_get(entry, "task_exists")),
+			    yes_no(json_object_get(entry,
+			    "request_digest_matches")),
+			    yes_no(json_object_get(entry,
+			    "file_digest_matches")),
+			    yes_no(json_object_get(entry, "in_flight")),
+			    yes_no(json_object_get(entry, "stalled")) }) == -1)
+				goto nomem;
+		}
+		table_print(&t, "");
+		printf("\n%zu intermediate (%" JSON_INTEGER_FORMAT
+		    " reserved, %" JSON_INTEGER_FORMAT " task_created), %zu "
+		    "stalled (no "
+		    "progress for %" PRId64 " ms), %" JSON_INTEGER_FORMAT
+		    " committed\n", json_array_size(entries),
+		    int_member(counts, "reserved"),
+		    int_member(counts, "task_created"), stalled,
+		    stale_after_ms, int_member(counts, "committed"));
+		if (stalled > 0)
+			printf("A retry with the same client_submission_id and "
+			    "request completes a stalled submission.\n");
+	}
+	if (effects > 0 && !ctl->json)
+		printf("%zu unfinished effects: see idemctl effects\n",
+		    effects);
+	table_free(&t);
+	json_decref(response);
+	/* Something is stuck: a monitor wants to know without parsing. */
+	return stalled > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
+
+nomem:
+	table_free(&t);
+	json_decref(response);
+	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
+}
+
+/* ---- show ---------------------------------------------------------------- */
+
+static void
+print_fields(json_t *object, const char *const *keys, const char *indent)
+{
+	struct table	 t = { .columns = 2 };
+	json_t		*v;
+	char		*s;
+	size_t		 i;
+
+	for (i = 0; keys[i] != NULL; i++) {
+		if ((v = json_object_get(object, keys[i])) == NULL)
+			continue;
+		if (json_is_string(v))
+			s = strdup(json_string_value(v));
+		else
+			s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (s == NULL || table_add(&t,
+		    (const char *[]){ keys[i], s }) == -1) {
+			free(s);
+			break;
+		}
+		free(s);
+	}
+	table_print(&t, indent);
+	table_free(&t);
+}
+
+int
+cmd_show(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+	};
+	static const char *const submission_keys[] = {
+		"client_submission_id", "state", "task_id", "task_path",
+		"current_path", "digest_schema", "request_digest",
+		"reserved_at", "updated_at", NULL
+	};
+	static const char *const receipt_keys[] = {
+		"task_id", "task_path", "digest_schema", "request_digest",
+		"file_digest", "state", "created_at", NULL
+	};
+	json_t	*response, *submission, *receipt;
+	int	 status;
+
+	while (ctl_next_option(ctl, argc, argv, options) != -1)
+		ctl_usage_error(ctl, "no options of its own");
+	if (optind + 1 != argc)
+		ctl_usage_error(ctl, "one CLIENT_SUBMISSION_ID expected");
+	if ((status = ctl_connect(ctl)) != 0)
+		return status;
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", argv[optind]), &status);
+	if (response == NULL)
+		return status;
+	strip_envelope(response);
+	if (ctl->json)
+		ctl_print_json(response);
+	if (!json_is_true(json_object_get(response, "found"))) {
+		json_decref(response);
+		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "no submission "
+		    "\"%s\"", argv[optind]);
+	}
+	submission = json_object_get(response, "submission");
+	if (!ctl->json) {
+		print_fields(submission, submission_keys, "");
+		receipt = json_object_get(submission, "receipt");
+		if (receipt != NULL) {
+			printf("receipt\n");
+			print_fields(receipt, receipt_keys, "  ");
+		} else
+			printf("receipt               none yet: not committed "
+			    "(a retry of the same request completes it)\n");
+	}
+	json_decref(response);
+	return status;
+}
+
+/* ---- effects and resolve ------------------------------------------------------ */
+
+static const char *const effect_keys[] = {
+	"client_submission_id", "effect_kind", "state", "attempt",
+	"external_key", "digest_schema", "request_digest", "reserved_at",
+	"updated_at", "lease_expires_at", "lease_live", "in_flight",
+	"recovered", NULL
+};
+static const char *const effect_receipt_keys[] = {
+	"attempt", "external_key", "result", "state", "committed_at", NULL
+};
+
+/* effects [list]: the unfinished effects, outcome_unknown first. */
+static int
+effects_list(struct idemctl *ctl)
+{
+	static const char *const header[] = {
+		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
+		"AGE", "EXTERNAL_KEY"
+	};
+	struct table	 t = { .columns = 6 };
+	json_t		*response, *entries, *entry, *counts, *list;
+	size_t		 i, unknown = 0;
+	char		 age[32], attempt[16];
+	int		 status;
+
+	if ((status = ctl_connect(ctl)) != 0)
+		return status;
+	response = ctl_call_ok(ctl, json_pack("{s:s}", "op", "diagnose"),
+	    &status);
+	if (response == NULL)
+		return status;
+	entries = json_object_get(response, "entries");
+	counts = json_object_get(response, "effect_counts");
+	list = json_array();
+	json_array_foreach(entries, i, entry) {
+		if (json_object_get(entry, "effect_kind") == NULL)
+			continue;
+		json_array_append(list, entry);
+		if (strcmp(ctl_string_member(entry, "state", ""),
+		    "outcome_unknown") == 0)
+			unknown++;
+	}
+	if (ctl->json) {
+		entry = json_pack("{s:O,s:O}", "effects", list, "counts",
+		    counts != NULL ? counts : json_null());
+		ctl_print_json(entry);
+		json_decref(entry);
+	} else {
+		if (table_add(&t, header) == -1)
+			goto nomem;
+		json_array_foreach(list, i, entry) {
+			format_duration(int_member(entry, "age_ms"), age,
+			    sizeof age);
+			snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
+			    int_member(entry, "attempt"));
+			if (table_add(&t, (const char *[]){
+			    ctl_string_member(entry, "effect_kind", "?"),
+			    ctl_string_member(entry, "client_submission_id", "?"),
+			    ctl_string_member(entry, "state", "?"), attempt, age,
+			    ctl_string_member(entry, "external_key", "?") }) == -1)
+				goto nomem;
+		}
+		if (json_array_size(list) > 0)
+			table_print(&t, "");
+		printf("%s%zu unfinished effects: %" JSON_INTEGER_FORMAT
+		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live "
+		    "lease, %" JSON_INTEGER_FORMAT " released; %"
+		    JSON_INTEGER_FORMAT " committed\n", json_array_size(list) >
+		    0 ? "\n" : "", json_array_size(list),
+		    int_member(counts, "outcome_unknown"),
+		    int_member(counts, "reserved"),
+		    int_member(counts, "released"),
+		    int_member(counts, "committed"));
+		if (unknown > 0)
+			printf("An outcome_unknown effect may or may not have "
+			    "happened: look downstream by its external key,\n"
+			    "then: idemctl resolve KIND ID applied|not_applied"
+			    "|unknown\n");
+	}
+	table_free(&t);
+	json_decref(list);
+	json_decref(response);
+	/* Something needs a decision: a monitor wants to know. */
+	return unknown > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
+
+nomem:
+	table_free(&t);
+	json_decref(list);
+	json_decref(response);
+	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
+}
+
+static int
+effects_show(struct idemctl *ctl, const char *kind, const char *id)
+{
+	json_t	*response, *submission, *receipt;
+	int	 status;
+
+	if ((status = ctl_connect(ctl)) != 0)
+		return status;
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", id, "effect_kind", kind),
+	    &status);
+	if (response == NULL)
+		return status;
+	strip_envelope(response);
+	if (ctl->json)
+		ctl_print_json(response);
+	if (!json_is_true(json_object_get(response, "found"))) {
+		json_decref(response);
+		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "no effect %s "
+		    "\"%s\"", kind, id);
+	}
+	submission = json_object_get(response, "submission");
+	if (!ctl->json) {
+		print_fields(submission, effect_keys, "");
+		if ((receipt = json_object_get(submission, "receipt")) != NULL) {
+			printf("receipt\n");
+			print_fields(receipt, effect_receipt_keys, "  ");
+		}
+	}
+	json_decref(response);
+	return status;
+}
+
+int
+cmd_effects(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+	};
+
+	while (ctl_next_option(ctl, argc, argv, options) != -1)
+		ctl_usage_error(ctl, "no options of its own");
+	if (optind == argc || (optind + 1 == argc &&
+	    strcmp(argv[optind], "list") == 0))
+		return effects_list(ctl);
+	if (optind + 3 == argc && strcmp(argv[optind], "show") == 0)
+		return effects_show(ctl, argv[optind + 1], argv[optind + 2]);
+	ctl_usage_error(ctl, "expected \"list\" or \"show KIND ID\"");
+}
+
+int
+cmd_resolve(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS,
+		{ "result", required_argument, NULL, 'r' },
+		{ "source", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 }
+	};
+	static const char *const observed[] = {
+		"applied", "not_applied", "unknown", NULL
+	};
+	json_t		*evidence, *response, *result = NULL;
+	json_error_t	 jerr;
+	const char	*source = NULL;
+	char		 who[128];
+	int		 ch, status, i;
+
+	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch == 'r') {
+			json_decref(result);
+			result = json_loads(optarg, JSON_DECODE_ANY |
+			    JSON_REJECT_DUPLICATES, &jerr);
+			if (result == NULL)
+				ctl_usage_error(ctl, "--result: not JSON: %s",
+				    jerr.text);
+		} else if (ch == 's')
+			source = optarg;
+	}
+	if (optind + 3 != argc)
+		ctl_usage_error(ctl, "KIND ID applied|not_applied|unknown "
+		    "expected");
+	for (i = 0; observed[i] != NULL; i++)
+		if (strcmp(argv[optind + 2], observed[i]) == 0)
+			break;
+	if (observed[i] == NULL)
+		ctl_usage_error(ctl, "\"%s\" is not applied, not_applied or "
+		    "unknown", argv[optind + 2]);
+	if (source == NULL) {
+		snprintf(who, sizeof who, "idemctl resolve (uid %u)",
+		    (unsigned)getuid());
+		source = who;
+	}
+	evidence = json_pack("{s:s,s:s}", "observed", observed[i], "source",
+	    source);
+	if (result != NULL)
+		json_object_set_new(evidence, "result", result);
+	if ((status = ctl_connect(ctl)) != 0) {
+		json_decref(evidence);
+		return status;
+	}
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:s,s:s,s:o}", "op",
+	    "effect_resolve", "effect_kind", argv[optind],
+	    "client_submission_id", argv[optind + 1], "evidence", evidence),
+	    &status);
+	if (response == NULL)
+		return status;
+	strip_envelope(response);
+	if (ctl->json)
+		ctl_print_json(response);
+	else {
+		printf("%s%s%s\n", ctl_string_member(response, "state", "?"),
+		    json_is_true(json_object_get(response, "recovered")) ?
+		    " (recovered)" : "", json_is_true(json_object_get(response,
+		    "action_taken")) ? "" : " (already so: nothing changed)");
+		if (json_object_get(response, "receipt") != NULL)
+			print_fields(json_object_get(response, "receipt"),
+			    effect_receipt_keys, "  ");
+	}
+	json_decref(response);
+	return IDEMCTL_EXIT_OK;
+}
+
+/* ---- submit -------------------------------------------------------------- */
+
+/* Read a whole file, or stdin for "-", as one JSON object. */
+static json_t *
+read_json_file(struct idemctl *ctl, const char *path, int *status)
+{
+	json_error_t	 jerr;
+	json_t		*j;
+	FILE		*f;
+	char		*buf;
+	size_t		 n;
+	int		 saved_errno;
+
+	if (strcmp(path, "-") == 0)
+		f = stdin;
+	else if ((f = fopen(path, "r")) == NULL) {
+		*status = ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE, "%s: %s",
+		    path, strerror(errno));
+		return NULL;
+	}
+	if ((buf = malloc(IDEMCTL_MAX_FILE_BYTES + 1)) == NULL) {
+		*status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
+		goto out;
+	}
+	n = fread(buf, 1, IDEMCTL_MAX_FILE_BYTES + 1, f);
+	saved_errno = errno;
+	if (ferror(f)) {
+		*status = ctl_fail(ctl, IDEMCTL_EXIT_UNREACHABLE, "%s: %s",
+		    path, strerror(saved_errno));
+		goto out;
+	}
+	if (n > IDEMCTL_MAX_FILE_BYTES) {
+		*status = ctl_fail(ctl, IDEMCTL_EXIT_USAGE, "%s: over %d "
+		    "bytes, more than one request may hold", path,
+		    IDEMCTL_MAX_FILE_BYTES);
+		goto out;
+	}
+	j = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &jerr);
+	if (j == NULL || !json_is_object(j)) {
+		*status = ctl_fail(ctl, IDEMCTL_EXIT_USAGE, "%s: %s", path,
+		    j == NULL ? jerr.text : "not a JSON object");
+		json_decref(j);
+		goto out;
+	}
+	free(buf);
+	if (f != stdin)
+		fclose(f);
+	return j;
+
+out:
+	free(buf);
+	if (f != stdin)
+		fclose(f);
+	return NULL;
+}
+
+static int
+submit_answer(struct idemctl *ctl, json_t *response)
+{
+	json_t		*receipt = json_object_get(response, "receipt");
+	json_t		*error, *existing;
+	const char	*disposition;
+
+	disposition = ctl_string_member(response, "disposition", "");
+	if (strcmp(disposition, "conflict") == 0) {
+		if (ctl->json)
+			ctl_print_json(response);
+		error = json_object_get(response, "error");
+		existing = json_object_get(response, "existing");
+		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "conflict (%s): "
+		    "\"%s\" is already bound to %s (%s, request_digest %s); "
+		    "no task was created",
+		    ctl_string_member(error, "reason", "?"),
+		    ctl_string_member(existing, "client_submission_id", "?"),
+		    ctl_string_member(existing, "task_id", "?"),
+		    ctl_string_member(existing, "state", "?"),
+		    ctl_string_member(existing, "request_digest", "?"));
+	}
+	if (!json_is_true(json_object_get(response, "ok")))
+		return ctl_answer_error(ctl, response);
+	if (ctl->json) {
+		ctl_print_json(response);
+		return IDEMCTL_EXIT_OK;
+	}
+	printf("%s%s%s: %s (%s)\n", disposition,
+	    json_is_true(json_object_get(response, "recovered")) ?
+	    ", recovered" : "",
+	    json_is_false(json_object_get(response, "idempotent")) ?
+	    ", legacy: not idempotent" : "",
+	    ctl_string_member(receipt, "task_id", "?"),
+	    ctl_string_member(receipt, "task_path", "?"));
+	if (strcmp(disposition, "reused") == 0)
+		printf("  the first call's receipt, created %s; nothing was "
+		    "written\n", ctl_string_member(receipt, "created_at", "?"));
+	return IDEMCTL_EXIT_OK;
+}
+
+int
+cmd_submit(struct idemctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		COMMON_OPTIONS,
+		{ "id", required_argument, NULL, 'i' },
+		{ "sender", required_argument, NULL, 's' },
+		{ "recipient", required_argument, NULL, 'r' },
+		{ "subject", required_argument, NULL, 'S' },
+		{ "body", required_argument, NULL, 'b' },
+		{ "priority", required_argument, NULL, 'p' },
+		{ "risk-level", required_argument, NULL, 'l' },
+		{ "thread-key", required_argument, NULL, 't' },
+		{ "parent", required_argument, NULL, 'P' },
+		{ "reference", required_argument, NULL, OPT_REFERENCE },
+		{ "depends-on", required_argument, NULL, OPT_DEPENDS_ON },
+		{ "file", required_argument, NULL, OPT_FILE },
+		{ NULL, 0, NULL, 0 }
+	};
+	json_t		*request = NULL, *task, *response, *op;
+	const char	*id = NULL, *file = NULL;
+	int		 ch, status, task_flags = 0;
+
+	if ((task = json_object()) == NULL)
+		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
+	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch != 'i' && ch != OPT_FILE)
+			task_flags = 1;
+		switch (ch) {
+		case 'i':
+			id = optarg;
+			break;
+		case OPT_FILE:
+			file = optarg;
+			break;
+		case 's':
+			json_object_set_new(task, "sender",
+			    json_string(optarg));
+			break;
+		case 'r':
+			json_object_set_new(task, "recipient",
+			    json_string(optarg));
+			break;
+		case 'S':
+			json_object_set_new(task, "subject",
+			    json_string(optarg));
+			break;
+		case 'b':
+			json_object_set_new(task, "body", json_string(optarg));
+			break;
+		case 'p':
+			json_object_set_new(task, "priority",
+			    json_string(optarg));
+			break;
+		case 'l':
+			json_object_set_new(task, "risk_level",
+			    json_string(optarg));
+			break;
+		case 't':
+			json_object_set_new(task, "thread_key",
+			    json_string(optarg));
+			break;
+		case 'P':
+			json_object_set_new(task, "parent",
+			    json_string(optarg));
+			break;
+		case OPT_REFERENCE:
+		case OPT_DEPENDS_ON:
+			if (json_object_get(task, ch == OPT_REFERENCE ?
+			    "references" : "depends_on") == NULL)
+				json_object_set_new(task, ch == OPT_REFERENCE ?
+				    "references" : "depends_on", json_array());
+			json_array_append_new(json_object_get(task,
+			    ch == OPT_REFERENCE ? "references" : "depends_on"),
+			    json_string(optarg));
+			break;
+		}
+	}
+	if (optind != argc)
+		ctl_usage_error(ctl, "unexpected argument \"%s\"",
+		    argv[optind]);
+
+	if (file != NULL) {
+		/* One source of the task, so nothing is merged by surprise. */
+		if (task_flags)
+			ctl_usage_error(ctl, "--file holds the task: give "
+			    "no task flags with it");
+		json_decref(task);
+		if ((request = read_json_file(ctl, file, &status)) == NULL)
+			return status;
+		op = json_object_get(request, "op");
+		if (op != NULL && (!json_is_string(op) ||
+		    strcmp(json_string_value(op), "write_task") != 0)) {
+			json_decref(request);
+			ctl_usage_error(ctl, "%s: \"op\" must be write_task "
+			    "or absent", file);
+		}
+		if (!json_is_object(json_object_get(request, "task"))) {
+			json_decref(request);
+			ctl_usage_error(ctl, "%s: no \"task\" object", file);
+		}
+	} else {
+		/* Strings from argv may be invalid UTF-8: json_string says. */
+		if (json_object_get(task, "sender") == NULL ||
+		    json_object_get(task, "recipient") == NULL ||
+		    json_object_get(task, "subject") == NULL)
+			ctl_usage_error(ctl, "--sender, --recipient and "
+			    "--subject are required (or --file)");
+		request = json_pack("{s:o}", "task", task);
+	}
+	if (request == NULL)
+		return ctl_fail(ctl, IDEMCTL_EXIT_USAGE, "an argument is not "
+		    "valid UTF-8");
+	json_object_set_new(request, "op", json_string("write_task"));
+	if (id != NULL &&
+	    json_object_set_new(request, "client_submission_id",
+	    json_string(id)) == -1) {
+		json_decref(request);
+		return ctl_fail(ctl, IDEMCTL_EXIT_USAGE, "--id is not valid "
+		    "UTF-8");
+	}
+
+	if ((status = ctl_connect(ctl)) != 0) {
+		json_decref(request);
+		return status;
+	}
+	if ((response = ctl_call(ctl, request, &status)) == NULL)
+		return status;
+	status = submit_answer(ctl, response);
+	json_decref(response);
+	return status;
+}
+
