@@ -358,7 +358,8 @@ int	 cluster_check(struct idemd *, char **cause);
 #define cluster_submission_start(p)	((void)(p))
 #define cluster_get_submission(c, id, key)	((void)(c))
 #define cluster_diagnose(c, id, stale)	((void)(c))
-#define cluster_check(d, cause)		((void)(d), *(cause) = NULL, -1)
+#define cluster_check(d, cause)	\
+	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
 #endif
 
 /* write_task.c */

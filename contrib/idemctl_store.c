@@ -47,6 +47,7 @@ store_usage(const char *why)
 	return STORE_EXIT_USAGE;
 }
 
+#ifdef HAVE_POSTGRESQL
 /* DIR/.idem/workspace-id, made if missing; 0 or -1 (said). */
 static int
 store_workspace(const char *root)
@@ -77,6 +78,7 @@ store_workspace(const char *root)
 	printf("workspace %s: %s\n", root, id);
 	return 0;
 }
+#endif
 
 int
 idemctl_store(int argc, char **argv)

@@ -71,10 +71,18 @@ pg_failed(struct pgstore *st, PGresult *res, const char *what, char **cause)
 struct pg_conn *
 pgstore_connect(const char *uri, char **cause)
 {
+	/*
+	 * A server that does not answer must not hold a worker for ever:
+	 * a connect timeout unless the URI sets its own (its parameters,
+	 * expanded after this one, win).
+	 */
+	static const char *const keywords[] = { "connect_timeout", "dbname",
+	    NULL };
+	const char	*values[] = { PGSTORE_CONNECT_TIMEOUT_S, uri, NULL };
 	PGconn		*conn;
 	PGresult	*res;
 
-	conn = PQconnectdb(uri);
+	conn = PQconnectdbParams(keywords, values, 1);
 	if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
 		if (asprintf(cause, "PostgreSQL: connecting: %s",
 		    conn != NULL ? PQerrorMessage(conn) : "out of memory") ==

@@ -23,6 +23,8 @@
 #define PGSTORE_WORKSPACE_ID_BYTES	36
 /* A fence token: 64 random bits as 16 lower-case hex digits. */
 #define PGSTORE_TOKEN_BYTES		16
+/* Seconds a connection attempt may take (the URI may say otherwise). */
+#define PGSTORE_CONNECT_TIMEOUT_S	"5"
 /* --lease-ms: default and bounds. */
 #define PGSTORE_DEFAULT_LEASE_MS	30000
 #define PGSTORE_MIN_LEASE_MS		100

@@ -5,7 +5,9 @@
  * directory is a fresh mkdtemp, the socket lives in it, and stopping
  * signals the pid that directory's postmaster.pid names.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
