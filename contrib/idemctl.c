@@ -295,6 +295,12 @@ main(int argc, char **argv)
 	/* The PostgreSQL store's schema (contrib/idemctl_store.c). */
 	if (strcmp(argv[0], "store") == 0)
 		return idemctl_store(argc, argv);
+	/* verify --store URI: the store's rows against the workspace. */
+	for (i = 1; strcmp(argv[0], "verify") == 0 && i < (size_t)argc; i++)
+		if (strncmp(argv[i], "--store", 7) == 0) {
+			argv[0] = "verify";
+			return idemctl_store_verify(argc, argv);
+		}
 	for (i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		if (strcmp(argv[0], commands[i].name) != 0)
 			continue;

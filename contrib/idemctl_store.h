@@ -5,5 +5,7 @@
 
 /* argv[0] is "store"; returns idemctl's exit status. */
 int	idemctl_store(int argc, char **argv);
+/* idemctl verify --store URI --root DIR: argv[0] is "verify". */
+int	idemctl_store_verify(int argc, char **argv);
 
 #endif

@@ -1177,11 +1177,97 @@ cluster_options_and_ops(void **state)
 	rm_root(root);
 }
 
+/* ---- idemctl verify --store: rows against files --------------------- */
+
+/* idemctl's exit status and output (malloc'd). */
+static int
+run_idemctl(char **out, const char *fmt, ...)
+{
+	char	cmd[2048], args[1536], buf[8192];
+	va_list	ap;
+	FILE	*fp;
+	size_t	 n;
+	int	 status;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof args, fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", getenv("IDEMCTL"), args);
+	assert_non_null(fp = popen(cmd, "r"));
+	n = fread(buf, 1, sizeof buf - 1, fp);
+	buf[n] = '\0';
+	status = pclose(fp);
+	fprintf(stderr, "idemctl %s:\n%s", args, buf);
+	*out = strdup(buf);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void
+verify_store_against_files(void **state)
+{
+	static struct node	 a;
+	char			 root[256], id[32], *out, path[PATH_MAX];
+	char			 task_path[PATH_MAX], active[PATH_MAX];
+	char			 task_id[128];
+	json_t			*reply;
+	int			 k;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	node_init(&a, root, "a");
+	assert_int_equal(node_start(&a, "30000", "1", NULL), 0);
+	for (k = 0; k < 3; k++) {
+		snprintf(id, sizeof id, "verify-%d", k);
+		reply = harness_call_once(&a.b, harness_write_task(id,
+		    "Verify me"));
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "created");
+		snprintf(task_path, sizeof task_path, "%s/%s", root,
+		    harness_receipt_str(reply, "task_path"));
+		snprintf(task_id, sizeof task_id, "%s",
+		    harness_receipt_str(reply, "task_id"));
+		json_decref(reply);
+	}
+	assert_int_equal(run_idemctl(&out, "verify --store '%s' --root %s",
+	    server.uri, root), 0);
+	assert_non_null(strstr(out, "3 files, 0 problems"));
+	free(out);
+	/* A stray temporary, and the last task copied into active/. */
+	snprintf(path, sizeof path, "%s/_lifecycle/inbox/.%s.md.tmp.7-"
+	    "0123456789abcdef", root, task_id);
+	assert_int_equal(harness_write(&a.b, path + strlen(root) + 1, "x"), 0);
+	snprintf(active, sizeof active, "%s/_lifecycle/active/%s.md", root,
+	    task_id);
+	assert_int_equal(link(task_path, active), 0);
+	assert_int_equal(run_idemctl(&out, "store verify --store '%s' --root "
+	    "%s", server.uri, root), 1);
+	assert_non_null(strstr(out, "in two places"));
+	assert_non_null(strstr(out, "a temporary no live owner holds"));
+	free(out);
+	/* A committed task whose file is gone everywhere. */
+	assert_int_equal(unlink(active), 0);
+	assert_int_equal(unlink(task_path), 0);
+	unlink(path);
+	assert_int_equal(run_idemctl(&out, "verify --store '%s' --root %s",
+	    server.uri, root), 1);
+	assert_non_null(strstr(out, "is nowhere in the workspace"));
+	free(out);
+	/* Usage: --root is needed. */
+	assert_int_equal(run_idemctl(&out, "store verify --store '%s'",
+	    server.uri), 2);
+	free(out);
+	node_kill(&a);
+	rm_root(root);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(cluster_options_and_ops,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(verify_store_against_files,
 		    arm_watchdog, kill_live_nodes),
 		cmocka_unit_test_setup_teardown(three_brokers_converge,
 		    arm_watchdog, kill_live_nodes),
