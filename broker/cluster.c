@@ -119,7 +119,7 @@ cl_fail_storage(struct pending *p, const char *what, char *cause)
 	log_warnx("submission %s: %s: %s", s->submission_id != NULL ?
 	    s->submission_id : "(legacy)", what, cause != NULL ? cause :
 	    strerror(errno));
-	cl_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	cl_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
 	    "%s: %s", what, cause != NULL ? cause : strerror(errno)));
 	free(cause);
 }
@@ -129,14 +129,15 @@ cl_fail_exhausted(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
 
-	cl_fail(p, reply_error_simple(p->id, "sequence_exhausted", 0,
+	cl_fail(p, reply_error_simple(p->id, WIRE_SEQUENCE_EXHAUSTED, 0,
 	    "every %s number of today (UTC) is used: FCoP names carry %u "
 	    "digits; nothing was written", s->ops->kind == SUBTAB_KIND_TASK ?
 	    "TASK" : "REPORT", cl_idemd(p)->sequence_digits));
 }
 
 static void
-cl_conflict(struct pending *p, const char *reason, const char *message)
+cl_conflict(struct pending *p, enum wire_reason reason,
+    const char *message)
 {
 	cl_free(cl_sub(p));
 	submission_conflict(p, reason, message);
@@ -415,7 +416,7 @@ cl_wait(struct pending *p)
 	struct timeval		 tv = { 0, CLUSTER_POLL_MS * 1000 };
 
 	if (shm_now_ms() >= c->deadline_ms) {
-		cl_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		cl_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
 		    "an identical submission is still in flight on another "
 		    "broker after %d ms", cl_idemd(p)->inflight_wait_ms));
 		return;
@@ -423,7 +424,7 @@ cl_wait(struct pending *p)
 	if (c->timer == NULL &&
 	    (c->timer = evtimer_new(p->worker->base, cl_timer_fired, p)) ==
 	    NULL) {
-		cl_fail(p, reply_error_simple(p->id, "internal", 1,
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "out of memory"));
 		return;
 	}
@@ -445,7 +446,7 @@ cl_commit(struct pending *p)
 	text = receipt != NULL ? json_dumps(receipt, JSON_COMPACT) : NULL;
 	json_decref(receipt);
 	if (text == NULL) {
-		cl_fail(p, reply_error_simple(p->id, "internal", 1,
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "out of memory"));
 		return;
 	}
@@ -501,7 +502,7 @@ cl_write(struct pending *p)
 		 * anything was promised: a fresh number under the same fence.
 		 */
 		if (++c->renumbered > CLUSTER_MAX_RENUMBER) {
-			cl_fail(p, reply_error_simple(p->id, "internal", 1,
+			cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 			    "every number tried was taken by another writer"));
 			return;
 		}
@@ -554,7 +555,7 @@ cl_recover(struct pending *p)
 		if (s->entry.state == SUBTAB_TASK_CREATED) {
 			log_warnx("submission %s: %s was created but is nowhere "
 			    "in the workspace", s->submission_id, s->name);
-			cl_conflict(p, "task_missing", "the submission's file "
+			cl_conflict(p, REASON_TASK_MISSING, "the submission's file "
 			    "was created but is gone");
 			return;
 		}
@@ -570,7 +571,7 @@ cl_recover(struct pending *p)
 	    strcmp(facts.request_digest, s->digest_hex) != 0) {
 		log_warnx("submission %s: %s is not the file it reserved",
 		    s->submission_id, path);
-		cl_conflict(p, "target_mismatch", "the reserved path holds "
+		cl_conflict(p, REASON_TARGET_MISMATCH, "the reserved path holds "
 		    "a file of another submission or writer");
 		return;
 	}
@@ -631,11 +632,11 @@ cl_step(struct pending *p)
 		    s->digest, IDEM_SHA256_BYTES) != 0) {
 			pgstore_row_clear(&row);
 			if (s->entry.schema != schema)
-				cl_conflict(p, "schema_mismatch", "the "
+				cl_conflict(p, REASON_SCHEMA_MISMATCH, "the "
 				    "submission id is bound to another digest "
 				    "schema");
 			else
-				cl_conflict(p, "digest_mismatch", "the "
+				cl_conflict(p, REASON_DIGEST_MISMATCH, "the "
 				    "submission id is bound to a request with "
 				    "another digest");
 			return;
@@ -714,7 +715,7 @@ cl_legacy(struct pending *p)
 		cl_set_name(s);
 		s->entry.created_at_ms = now;
 		if (s->ops->render(s, now, &data, &length) != 0) {
-			cl_fail(p, reply_error_simple(p->id, "internal", 1,
+			cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 			    "rendering %s: %s", s->name, strerror(errno)));
 			return;
 		}
@@ -737,7 +738,7 @@ cl_legacy(struct pending *p)
 		free(cause);
 		cause = NULL;
 	}
-	cl_fail(p, reply_error_simple(p->id, "internal", 1,
+	cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 	    "every number tried was taken by another writer"));
 }
 
@@ -757,7 +758,7 @@ cluster_submission_start(struct pending *p)
 	s->entry.kind = s->ops->kind;
 	conn_peer(p->conn, &s->entry.peer_uid, &s->entry.peer_pid);
 	if ((c = calloc(1, sizeof *c)) == NULL) {
-		cl_fail(p, reply_error_simple(p->id, "internal", 1,
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "out of memory"));
 		return;
 	}
@@ -779,7 +780,7 @@ cluster_submission_start(struct pending *p)
 		if (known.schema != want || memcmp(known.request_digest,
 		    s->digest, IDEM_SHA256_BYTES) != 0) {
 			cl_conflict(p, known.schema != want ?
-			    "schema_mismatch" : "digest_mismatch", "the "
+			    REASON_SCHEMA_MISMATCH : REASON_DIGEST_MISMATCH, "the "
 			    "submission id is bound to another request");
 			return;
 		}
@@ -843,7 +844,7 @@ cluster_get_submission(struct conn *c, json_t *id, const char *key)
 	    (rc = pgstore_read(&cl_store, &k, &row, &cause)) < 0) {
 		log_warnx("get_submission %s: %s", key, cause != NULL ? cause :
 		    strerror(errno));
-		conn_reply(c, reply_error_simple(id, "storage_unavailable", 1,
+		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
 		    "%s", cause != NULL ? cause : strerror(errno)));
 		free(cause);
 		return;
@@ -943,7 +944,7 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 		json_decref(dg.entries);
 		log_warnx("diagnose: %s", cause != NULL ? cause :
 		    strerror(errno));
-		conn_reply(c, reply_error_simple(id, "storage_unavailable", 1,
+		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
 		    "%s", cause != NULL ? cause : strerror(errno)));
 		free(cause);
 		return;

@@ -45,10 +45,8 @@
  * external_key is derived from the key and the request digest, so it is
  * the same for every attempt and after any restart.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
@@ -57,63 +55,7 @@
 #include "log.h"
 #include "idemd.h"
 
-enum effect_op {
-	EFFECT_BEGIN,
-	EFFECT_COMPLETE,
-	EFFECT_RESOLVE
-};
-
-enum effect_outcome {
-	OUTCOME_APPLIED,
-	OUTCOME_NOT_APPLIED,
-	OUTCOME_UNKNOWN
-};
-
-struct effect {
-	enum effect_op		 op;
-	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
-	size_t			 key_length;
-	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
-	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
-	uint8_t			 digest[IDEM_SHA256_BYTES];
-	int64_t			 lease_ms;
-	/* complete and resolve */
-	enum effect_outcome	 outcome;
-	uint32_t		 fence_attempt;
-	uint64_t		 fence_nonce;
-	int			 has_result;
-	char			*result;	/* compact JSON; malloc'd */
-	size_t			 result_length;
-	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
-	/* the slot */
-	struct subtab_entry	 entry;
-	struct subtab_claim	 claim;
-	int			 claimed;
-	uint32_t		 slot;
-	uint64_t		 found_end;
-	uint64_t		 found_epoch;	/* the journal's, read before it */
-	int			 journaled;	/* this call wrote a record */
-};
-
-static const char *const begin_keys[] = {
-	"op", "id", "client_submission_id", "effect_kind", "request",
-	"digest_schema", "request_digest", "lease_ms", "meta", NULL
-};
-static const char *const complete_keys[] = {
-	"op", "id", "client_submission_id", "effect_kind", "fence", "outcome",
-	"result", "meta", NULL
-};
-static const char *const resolve_keys[] = {
-	"op", "id", "client_submission_id", "effect_kind", "evidence", "meta",
-	NULL
-};
-static const char *const evidence_keys[] = {
-	"observed", "result", "source", NULL
-};
-
 static void	effect_begin_acquire(struct pending *);
-static int	effect_check_op(enum effect_op, json_t *,
-		    struct request_error *);
 static void	effect_claim(struct pending *);
 
 static struct effect *
@@ -135,301 +77,10 @@ counters_of(struct pending *p)
 }
 
 static void
-effect_free(void *arg)
-{
-	struct effect	*e = arg;
-
-	free(e->result);
-	free(e);
-}
-
-/* ---- Parsing ------------------------------------------------------------ */
-
-/* 1..128 bytes of 0x21..0x7e (the reserved write_task is the caller's). */
-int
-effect_kind_valid(const char *kind, size_t length, struct request_error *err)
-{
-	size_t	i;
-
-	for (i = 0; i < length; i++) {
-		if ((unsigned char)kind[i] < 0x21 ||
-		    (unsigned char)kind[i] > 0x7e)
-			return request_error_set(err, "invalid_request",
-			    "effect_kind", "effect_kind must be printable "
-			    "ASCII without spaces (byte %zu is 0x%02x)", i,
-			    (unsigned char)kind[i]);
-	}
-	return 0;
-}
-
-/* effect_kind: 1..128 bytes of 0x21..0x7e, not the reserved write_task. */
-static int
-effect_kind_field(json_t *request, struct effect *e,
-    struct request_error *err)
-{
-	const char	*kind;
-	size_t		 length;
-	int		 rc;
-
-	rc = request_string(request, "effect_kind", "effect_kind", 1,
-	    IDEM_MAX_EFFECT_KIND_BYTES, 0, &kind, &length, err);
-	if (rc < 0)
-		return -1;
-	if (rc == 0)
-		return request_error_set(err, "invalid_request", "effect_kind",
-		    "effect_kind is required");
-	if (effect_kind_valid(kind, length, err) != 0)
-		return -1;
-	if (strcmp(kind, IDEM_EFFECT_KIND_RESERVED) == 0)
-		return request_error_set(err, "invalid_request", "effect_kind",
-		    "effect_kind \"%s\" is reserved: idem performs it "
-		    "itself (op write_task)", IDEM_EFFECT_KIND_RESERVED);
-	memcpy(e->kind, kind, length + 1);
-	return 0;
-}
-
-/* The key and kind every effect op names. */
-static int
-effect_key(json_t *request, struct effect *e, struct request_error *err)
-{
-	const char	*id;
-	int		 rc;
-
-	if ((rc = request_submission_id(request, &id, err)) < 0)
-		return -1;
-	if (rc == 0)
-		return request_error_set(err, "invalid_request",
-		    "client_submission_id", "client_submission_id is "
-		    "required: effects are idempotent or not offered");
-	if (effect_kind_field(request, e, err) != 0)
-		return -1;
-	snprintf(e->id, sizeof e->id, "%s", id);
-	e->key_length = (size_t)snprintf(e->key, sizeof e->key, "%s%c%s",
-	    e->kind, SUBTAB_EFFECT_SEPARATOR, e->id);
-	return 0;
-}
-
-static int
-meta_field(json_t *request, struct request_error *err)
-{
-	json_t	*meta = json_object_get(request, "meta");
-
-	if (meta != NULL && !json_is_object(meta))
-		return request_error_set(err, "invalid_request", "meta",
-		    "meta must be an object");
-	return 0;
-}
-
-/* result, as stored: its compact serialization, at most the limit. */
-static int
-result_field(json_t *result, const char *path, struct effect *e,
-    struct request_error *err)
-{
-	e->has_result = result != NULL;
-	if (result == NULL)
-		result = json_null();
-	free(e->result);
-	e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
-	    JSON_PRESERVE_ORDER);
-	if (e->result == NULL)
-		return request_error_set(err, "internal", NULL,
-		    "cannot serialize %s", path);
-	e->result_length = strlen(e->result);
-	if (e->result_length > IDEM_MAX_EFFECT_RESULT_BYTES)
-		return request_error_set(err, "invalid_request", path,
-		    "%s is %zu bytes as compact JSON; at most %d", path,
-		    e->result_length, IDEM_MAX_EFFECT_RESULT_BYTES);
-	return 0;
-}
-
-static int
-begin_parse(json_t *request, struct effect *e, struct request_error *err)
-{
-	json_t		*req, *lease;
-	const char	*schema, *given;
-	char		*canonical, where[DIGEST_PATH_BYTES];
-	char		 hex[IDEM_DIGEST_HEX_SIZE];
-	uint8_t		 given_digest[IDEM_SHA256_BYTES];
-	size_t		 length;
-
-	if (request_known_keys(request, "", begin_keys, err) != 0 ||
-	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0)
-		return -1;
-	if (request_string(request, "digest_schema", "digest_schema", 1, 64, 0,
-	    &schema, &length, err) < 0)
-		return -1;
-	if (schema != NULL && strcmp(schema, IDEM_SCHEMA_GENERIC_JSON_V1) != 0)
-		return request_error_set(err, "unsupported_schema",
-		    "digest_schema", "digest_schema \"%.64s\" is not supported "
-		    "for effects (supported: %s)", schema,
-		    IDEM_SCHEMA_GENERIC_JSON_V1);
-	if (request_string(request, "request_digest", "request_digest", 64, 64,
-	    0, &given, &length, err) < 0)
-		return -1;
-	if (given != NULL && digest_from_hex(given, given_digest) != 0)
-		return request_error_set(err, "invalid_request",
-		    "request_digest", "request_digest must be 64 lower-case "
-		    "hex digits");
-	e->lease_ms = IDEM_DEFAULT_LEASE_MS;
-	if ((lease = json_object_get(request, "lease_ms")) != NULL) {
-		if (!json_is_integer(lease) ||
-		    json_integer_value(lease) < IDEM_MIN_LEASE_MS ||
-		    json_integer_value(lease) > IDEM_MAX_LEASE_MS)
-			return request_error_set(err, "invalid_request",
-			    "lease_ms", "lease_ms must be an integer from %d "
-			    "to %d", IDEM_MIN_LEASE_MS, IDEM_MAX_LEASE_MS);
-		e->lease_ms = json_integer_value(lease);
-	}
-	if ((req = json_object_get(request, "request")) == NULL)
-		return request_error_set(err, "invalid_request", "request",
-		    "request is required (any JSON value: what the effect "
-		    "will do)");
-	if (digest_generic_canonical(e->kind, req, &canonical, &length,
-	    where) != 0) {
-		switch (errno) {
-		case EILSEQ:
-			return request_error_set(err, "invalid_utf8",
-			    "request", "request%s holds invalid UTF-8", where);
-		case EEXIST:
-			return request_error_set(err, "invalid_request",
-			    "request", "request%s: two member names are equal "
-			    "after normalization (CRLF, NFC)", where);
-		case EDOM:
-			return request_error_set(err, "invalid_request",
-			    "request", "request%s: integers beyond +-2^53 have "
-			    "no exact JCS form; send them as strings", where);
-		case EINVAL:
-			return request_error_set(err, "invalid_request",
-			    "request", "request%s contains a NUL character",
-			    where);
-		case ELOOP:
-			return request_error_set(err, "invalid_request",
-			    "request", "request is nested deeper than %d",
-			    IDEM_MAX_JSON_DEPTH);
-		}
-		return request_error_set(err, "internal", NULL,
-		    "canonical form: %s", strerror(errno));
-	}
-	if (length > IDEM_MAX_EFFECT_REQUEST_BYTES) {
-		free(canonical);
-		return request_error_set(err, "invalid_request", "request",
-		    "request is %zu bytes in canonical form; at most %d",
-		    length, IDEM_MAX_EFFECT_REQUEST_BYTES);
-	}
-	digest_sha256(canonical, length, e->digest);
-	free(canonical);
-	if (given != NULL && memcmp(given_digest, e->digest,
-	    IDEM_SHA256_BYTES) != 0) {
-		digest_to_hex(e->digest, hex);
-		return request_error_set(err, "digest_disagrees",
-		    "request_digest", "request_digest %s is not the broker's "
-		    "generic-json-v1 digest of the request, %s", given, hex);
-	}
-	return 0;
-}
-
-/* "<attempt>-<16 hex>" */
-static int
-fence_parse(const char *s, uint32_t *attempt, uint64_t *nonce)
-{
-	char			*end;
-	unsigned long long	 a, n;
-	size_t			 i;
-
-	if (s[0] < '1' || s[0] > '9')
-		return -1;
-	errno = 0;
-	a = strtoull(s, &end, 10);
-	if (errno != 0 || a > UINT32_MAX || *end != '-' || strlen(end + 1) != 16)
-		return -1;
-	for (i = 1; i <= 16; i++)
-		if (!((end[i] >= '0' && end[i] <= '9') ||
-		    (end[i] >= 'a' && end[i] <= 'f')))
-			return -1;
-	n = strtoull(end + 1, NULL, 16);
-	*attempt = (uint32_t)a;
-	*nonce = n;
-	return 0;
-}
-
-static void
 fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
 {
 	snprintf(out, IDEM_EFFECT_FENCE_SIZE, "%" PRIu32 "-%016" PRIx64,
 	    e->attempt, e->fence);
-}
-
-static int
-complete_parse(json_t *request, struct effect *e, struct request_error *err)
-{
-	static const char *const outcomes[] = { "applied", "not_applied", NULL };
-	const char	*fence, *outcome;
-	size_t		 length;
-	int		 rc;
-
-	if (request_known_keys(request, "", complete_keys, err) != 0 ||
-	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0)
-		return -1;
-	rc = request_string(request, "fence", "fence", 1,
-	    IDEM_EFFECT_FENCE_SIZE - 1, 0, &fence, &length, err);
-	if (rc < 0)
-		return -1;
-	if (rc == 0 || fence_parse(fence, &e->fence_attempt,
-	    &e->fence_nonce) != 0)
-		return request_error_set(err, "invalid_request", "fence",
-		    "fence is required: the one effect_begin's proceed gave");
-	rc = request_string(request, "outcome", "outcome", 1, 16, 0, &outcome,
-	    &length, err);
-	if (rc < 0)
-		return -1;
-	if (rc == 0 || !request_one_of(outcome, outcomes))
-		return request_error_set(err, "invalid_request", "outcome",
-		    "outcome must be \"applied\" or \"not_applied\"");
-	e->outcome = strcmp(outcome, "applied") == 0 ? OUTCOME_APPLIED :
-	    OUTCOME_NOT_APPLIED;
-	return result_field(json_object_get(request, "result"), "result", e,
-	    err);
-}
-
-static int
-resolve_parse(json_t *request, struct effect *e, struct request_error *err)
-{
-	static const char *const observed[] = {
-		"applied", "not_applied", "unknown", NULL
-	};
-	json_t		*evidence;
-	const char	*value;
-	size_t		 length;
-	int		 rc;
-
-	if (request_known_keys(request, "", resolve_keys, err) != 0 ||
-	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0)
-		return -1;
-	evidence = json_object_get(request, "evidence");
-	if (evidence == NULL || !json_is_object(evidence))
-		return request_error_set(err, "invalid_request", "evidence",
-		    "evidence must be an object: {observed, result, source}");
-	if (request_known_keys(evidence, "evidence", evidence_keys, err) != 0)
-		return -1;
-	rc = request_string(evidence, "observed", "evidence.observed", 1, 16,
-	    0, &value, &length, err);
-	if (rc < 0)
-		return -1;
-	if (rc == 0 || !request_one_of(value, observed))
-		return request_error_set(err, "invalid_request",
-		    "evidence.observed", "evidence.observed must be "
-		    "\"applied\", \"not_applied\" or \"unknown\"");
-	e->outcome = strcmp(value, "applied") == 0 ? OUTCOME_APPLIED :
-	    strcmp(value, "not_applied") == 0 ? OUTCOME_NOT_APPLIED :
-	    OUTCOME_UNKNOWN;
-	rc = request_string(evidence, "source", "evidence.source", 1,
-	    IDEM_MAX_EVIDENCE_SOURCE_BYTES, 1, &value, &length, err);
-	if (rc < 0)
-		return -1;
-	if (rc == 1 && value != NULL)
-		snprintf(e->source, sizeof e->source, "%s", value);
-	return result_field(json_object_get(evidence, "result"),
-	    "evidence.result", e, err);
 }
 
 /* ---- Replies ------------------------------------------------------------ */
@@ -569,31 +220,34 @@ effect_journal_failed(struct pending *p)
 {
 	if (!p->journal_failed)
 		return 0;
-	effect_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
 	    "the journal could not be made durable"));
 	return 1;
 }
 
 /* A refusal with a disposition: conflict, in_progress, outcome_unknown. */
 static void
-effect_refuse(struct pending *p, const char *disposition, const char *code,
-    const char *reason, int retryable, const char *message, int existing)
+effect_refuse(struct pending *p, enum wire_disposition disposition,
+    enum wire_error code, enum wire_reason reason, int retryable,
+    const char *message, int existing)
 {
 	struct effect	*e = effect_of(p);
 	json_t		*reply, *error;
 
 	effect_release(p);
-	if (strcmp(code, "conflict") == 0)
+	if (code == WIRE_CONFLICT)
 		atomic_fetch_add(&counters_of(p)->conflict, 1);
-	if (reason != NULL && strcmp(reason, "stale_fence") == 0)
+	if (reason == REASON_STALE_FENCE)
 		atomic_fetch_add(&counters_of(p)->effects_stale_fence, 1);
 	reply = reply_new(0, p->id);
-	json_object_set_new(reply, "disposition", json_string(disposition));
+	json_object_set_new(reply, "disposition",
+	    json_string(wire_disposition_name(disposition)));
 	json_object_set_new(reply, "action_taken", json_false());
 	error = json_object();
-	json_object_set_new(error, "code", json_string(code));
-	if (reason != NULL)
-		json_object_set_new(error, "reason", json_string(reason));
+	json_object_set_new(error, "code", json_string(wire_error_name(code)));
+	if (reason != REASON_NONE)
+		json_object_set_new(error, "reason",
+		    json_string(wire_reason_name(reason)));
 	json_object_set_new(error, "message", json_string(message));
 	json_object_set_new(error, "retryable", json_boolean(retryable));
 	json_object_set_new(reply, "error", error);
@@ -603,14 +257,16 @@ effect_refuse(struct pending *p, const char *disposition, const char *code,
 }
 
 static void
-effect_conflict(struct pending *p, const char *reason, const char *message)
+effect_conflict(struct pending *p, enum wire_reason reason,
+    const char *message)
 {
-	effect_refuse(p, "conflict", "conflict", reason, 0, message, 1);
+	effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT, reason, 0,
+	    message, 1);
 }
 
 /* ok:true with the committed receipt. */
 static void
-effect_answer_receipt(struct pending *p, const char *disposition,
+effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
     int action_taken)
 {
 	struct effect	*e = effect_of(p);
@@ -623,14 +279,14 @@ effect_answer_receipt(struct pending *p, const char *disposition,
 		log_warnx("effect %s: its committed result is unreadable",
 		    e->id);
 		atomic_fetch_add(&counters_of(p)->errors, 1);
-		pending_reply(p, reply_error_simple(p->id, "internal", 0,
+		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 0,
 		    "the committed result of this effect is unreadable"));
 		return;
 	}
 	reply = reply_new(1, p->id);
-	if (disposition != NULL)
+	if (disposition != DISPOSITION_NONE)
 		json_object_set_new(reply, "disposition",
-		    json_string(disposition));
+		    json_string(wire_disposition_name(disposition)));
 	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
 	json_object_set_new(reply, "idempotent", json_true());
 	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
@@ -716,7 +372,7 @@ effect_journal_down(struct pending *p)
 static void
 effect_fail_reopening(struct pending *p)
 {
-	effect_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
 	    "the journal failed; writes resume when the broker has reopened "
 	    "and verified it"));
 }
@@ -774,7 +430,8 @@ effect_proceed(struct pending *p)
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
 	digest_to_hex(e->entry.request_digest, hex);
 	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "disposition", json_string("proceed"));
+	json_object_set_new(reply, "disposition", json_string(
+	    wire_disposition_name(DISPOSITION_PROCEED)));
 	json_object_set_new(reply, "idempotent", json_true());
 	json_object_set_new(reply, "client_submission_id", json_string(e->id));
 	json_object_set_new(reply, "effect_kind", json_string(e->kind));
@@ -796,9 +453,10 @@ effect_outcome_unknown(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	atomic_fetch_add(&counters_of(p)->effects_outcome_unknown, 1);
-	effect_refuse(p, "outcome_unknown", "outcome_unknown", NULL, 0,
-	    "a lease lapsed without effect_complete: the effect may or may "
-	    "not have happened; settle it with effect_resolve", 1);
+	effect_refuse(p, DISPOSITION_OUTCOME_UNKNOWN, WIRE_OUTCOME_UNKNOWN,
+	    REASON_NONE, 0, "a lease lapsed without effect_complete: the "
+	    "effect may or may not have happened; settle it with "
+	    "effect_resolve", 1);
 }
 
 static void
@@ -807,7 +465,7 @@ effect_reused(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	atomic_fetch_add(&counters_of(p)->effects_reused, 1);
-	effect_answer_receipt(p, "reused", 0);
+	effect_answer_receipt(p, DISPOSITION_REUSED, 0);
 }
 
 static void
@@ -818,19 +476,19 @@ effect_mismatch(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1)
-		effect_conflict(p, "schema_mismatch", "the key is bound to "
-		    "another digest schema");
+		effect_conflict(p, REASON_SCHEMA_MISMATCH, "the key is bound "
+		    "to another digest schema");
 	else
-		effect_conflict(p, "digest_mismatch", "the key is bound to a "
-		    "request with another digest; nothing to perform");
+		effect_conflict(p, REASON_DIGEST_MISMATCH, "the key is bound "
+		    "to a request with another digest; nothing to perform");
 }
 
 static void
 effect_in_progress(struct pending *p)
 {
 	atomic_fetch_add(&counters_of(p)->effects_in_progress, 1);
-	effect_refuse(p, "in_progress", "in_progress", NULL, 1,
-	    "another caller holds a live lease on this effect", 1);
+	effect_refuse(p, DISPOSITION_IN_PROGRESS, WIRE_IN_PROGRESS, REASON_NONE,
+	    1, "another caller holds a live lease on this effect", 1);
 }
 
 /*
@@ -861,7 +519,7 @@ effect_acquire_start(struct pending *p, struct subtab_acquire *a)
 	struct idemd	*d = idemd_of(p);
 
 	if (p->timed_out) {
-		effect_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		effect_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
 		    "another request on this effect is still in flight after "
 		    "%d ms", d->inflight_wait_ms));
 		return -1;
@@ -939,12 +597,12 @@ effect_begin_acquire(struct pending *p)
 		pending_wait_claim(p, effect_begin_acquire);
 		return;
 	case SUBTAB_FULL:
-		effect_fail(p, reply_error_simple(p->id, "table_full", 0,
+		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
 		    "the submission table is full (capacity %u); restart "
 		    "idemd with a larger --capacity", d->capacity));
 		return;
 	case SUBTAB_ALLOC_FAILED:
-		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "the submission table is unusable"));
 		return;
 	}
@@ -982,7 +640,7 @@ effect_settled(struct pending *p)
 		crash_point(CRASH_AFTER_EFFECT_RELEASE_DURABLE);
 	if (e->entry.state == SUBTAB_COMMITTED) {
 		atomic_fetch_add(&counters_of(p)->effects_committed, 1);
-		effect_answer_receipt(p, NULL, 1);
+		effect_answer_receipt(p, DISPOSITION_NONE, 1);
 		return;
 	}
 	if (e->entry.state == SUBTAB_RELEASED)
@@ -1001,7 +659,7 @@ effect_commit(struct pending *p, int recovered)
 	    &e->entry.result_offset) != 0) {
 		log_warnx("effect %s: the result arena is full; restart idemd "
 		    "with a larger --result-bytes", e->id);
-		effect_fail(p, reply_error_simple(p->id, "table_full", 0,
+		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
 		    "the result arena is full; restart idemd with a larger "
 		    "--result-bytes, then complete again with the same "
 		    "fence"));
@@ -1042,25 +700,26 @@ effect_complete_judge(struct pending *p)
 	if (effect_journal_failed(p))
 		return;
 	if (e->fence_attempt != x->attempt || e->fence_nonce != x->fence) {
-		effect_conflict(p, "stale_fence", "this fence is not the latest "
-		    "one issued for the effect; nothing changed");
+		effect_conflict(p, REASON_STALE_FENCE, "this fence is not the "
+		    "latest one issued for the effect; nothing changed");
 		return;
 	}
 	switch (x->state) {
 	case SUBTAB_COMMITTED:
 		/* A retry of the complete that committed: same answer. */
 		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
-			effect_answer_receipt(p, NULL, 0);
+			effect_answer_receipt(p, DISPOSITION_NONE, 0);
 		else
-			effect_conflict(p, "already_committed", "the effect "
-			    "is committed with another outcome or result");
+			effect_conflict(p, REASON_ALREADY_COMMITTED,
+			    "the effect is committed with another outcome or "
+			    "result");
 		return;
 	case SUBTAB_RELEASED:
 		if (e->outcome == OUTCOME_NOT_APPLIED)
 			effect_answer_state(p, 0);
 		else
-			effect_conflict(p, "no_reservation", "the reservation "
-			    "was released; begin again");
+			effect_conflict(p, REASON_NO_RESERVATION,
+			    "the reservation was released; begin again");
 		return;
 	default:	/* reserved (live or lapsed), outcome_unknown */
 		if (e->outcome == OUTCOME_APPLIED)
@@ -1087,10 +746,10 @@ effect_resolve_judge(struct pending *p)
 		    "unknown", e->source);
 	if (x->state == SUBTAB_COMMITTED) {
 		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
-			effect_answer_receipt(p, NULL, 0);
+			effect_answer_receipt(p, DISPOSITION_NONE, 0);
 		else
-			effect_conflict(p, "already_committed", "the evidence "
-			    "contradicts the committed receipt");
+			effect_conflict(p, REASON_ALREADY_COMMITTED,
+			    "the evidence contradicts the committed receipt");
 		return;
 	}
 	if (e->found_end != SUBTAB_NOT_JOURNALED &&
@@ -1134,8 +793,8 @@ effect_claim(struct pending *p)
 		e->entry = a.found;
 		e->found_end = a.found_journal_end;
 		if (e->entry.kind != SUBTAB_KIND_EFFECT) {
-			effect_fail(p, reply_error_simple(p->id, "internal", 0,
-			    "the key names no effect"));
+			effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL,
+			    0, "the key names no effect"));
 			return;
 		}
 		effect_after_durable(p, e->op == EFFECT_COMPLETE ?
@@ -1145,32 +804,18 @@ effect_claim(struct pending *p)
 		pending_wait_claim(p, effect_claim);
 		return;
 	case SUBTAB_FULL:	/* no such key */
-		effect_refuse(p, "conflict", "conflict", "no_reservation", 0,
-		    "no effect was begun under this key", 0);
+		effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT,
+		    REASON_NO_RESERVATION, 0, "no effect was begun under this "
+		    "key", 0);
 		return;
 	default:
-		effect_fail(p, reply_error_simple(p->id, "internal", 1,
+		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "the submission table is unusable"));
 		return;
 	}
 }
 
 /* ---- The ops --------------------------------------------------------------- */
-
-static int
-effect_parse(enum effect_op op, json_t *request, struct effect *e,
-    struct request_error *err)
-{
-	switch (op) {
-	case EFFECT_BEGIN:
-		return begin_parse(request, e, err);
-	case EFFECT_COMPLETE:
-		return complete_parse(request, e, err);
-	case EFFECT_RESOLVE:
-		return resolve_parse(request, e, err);
-	}
-	return -1;
-}
 
 static void
 effect_start(struct conn *conn, json_t *request, json_t *id,
@@ -1227,48 +872,6 @@ void
 op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 {
 	effect_start(conn, request, id, EFFECT_RESOLVE);
-}
-
-/* Check an effect op's request as the op would; changes nothing. */
-int
-effect_check(const char *op, json_t *request, struct request_error *err)
-{
-	return effect_check_op(strcmp(op, "effect_begin") == 0 ? EFFECT_BEGIN :
-	    strcmp(op, "effect_complete") == 0 ? EFFECT_COMPLETE :
-	    EFFECT_RESOLVE, request, err);
-}
-
-/* The op table's checks (optable.c). */
-int
-effect_begin_check(json_t *request, struct request_error *err)
-{
-	return effect_check_op(EFFECT_BEGIN, request, err);
-}
-
-int
-effect_complete_check(json_t *request, struct request_error *err)
-{
-	return effect_check_op(EFFECT_COMPLETE, request, err);
-}
-
-int
-effect_resolve_check(json_t *request, struct request_error *err)
-{
-	return effect_check_op(EFFECT_RESOLVE, request, err);
-}
-
-static int
-effect_check_op(enum effect_op op, json_t *request, struct request_error *err)
-{
-	struct effect	*e;
-	int		 rc;
-
-	if ((e = calloc(1, sizeof *e)) == NULL)
-		return request_error_set(err, "internal", NULL,
-		    "out of memory");
-	rc = effect_parse(op, request, e, err);
-	effect_free(e);
-	return rc;
 }
 
 /* ---- Read-only views: get_submission and diagnose ------------------------ */

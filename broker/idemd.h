@@ -14,6 +14,7 @@
 #include <event2/bufferevent.h>
 #include <jansson.h>
 
+#include "digest.h"
 #include "store.h"
 
 /* What every process of one broker shares: options, segment, handles. */
@@ -156,11 +157,48 @@ void		 fileio_submit(struct fileio *, struct fileio_job *);
 unsigned	 fileio_in_flight(struct fileio *);
 void		 fileio_stop(struct fileio *);
 
-/* worker.c */
+/* worker.c: the loop and its connections */
 struct worker;
 struct conn;
 struct pending;
 
+struct worker {
+	struct idemd		*d;
+	unsigned		 index;
+	uint32_t		 generation;
+	uint32_t		 next_token;
+	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
+	struct event_base	*base;
+	struct event		*listen_ev;
+	struct event		*notify_ev;
+	struct event		*local_wake_ev;
+	struct event		*term_ev;
+	struct event		*hup_ev;	/* SIGHUP: reopen the log */
+	struct event		*accept_pause_ev;
+	TAILQ_HEAD(, conn)	 conns;
+	unsigned		 conn_count;
+	TAILQ_HEAD(, pending)	 parked;
+	unsigned		 running;	/* requests not yet answered */
+	struct fileio		*io;
+	int			 draining;
+};
+
+int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
+	    int notify_fd);
+/* Wake the other parked requests of every worker (a claim was released). */
+void	 worker_wake_all(struct worker *);
+/* A draining worker exits once nothing is connected or running. */
+void	 worker_maybe_exit(struct worker *);
+void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
+/* Send a reply now (the request did not wait). */
+void	 conn_reply(struct conn *, json_t *);
+struct idemd *conn_idemd(struct conn *);
+struct worker *conn_worker(struct conn *);
+/* pending.c's side: the request p runs; its reply, and the next lines. */
+void	 conn_start(struct conn *, struct pending *);
+void	 conn_answer(struct conn *, json_t *reply);
+
+/* pending.c: parked requests and the journal hand-off */
 typedef void (*pending_resume_fn)(struct pending *);
 
 enum pending_wait {
@@ -196,29 +234,6 @@ struct pending {
 	TAILQ_ENTRY(pending)	 entry;
 };
 
-struct worker {
-	struct idemd		*d;
-	unsigned		 index;
-	uint32_t		 generation;
-	uint32_t		 next_token;
-	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
-	struct event_base	*base;
-	struct event		*listen_ev;
-	struct event		*notify_ev;
-	struct event		*local_wake_ev;
-	struct event		*term_ev;
-	struct event		*hup_ev;	/* SIGHUP: reopen the log */
-	struct event		*accept_pause_ev;
-	TAILQ_HEAD(, conn)	 conns;
-	unsigned		 conn_count;
-	TAILQ_HEAD(, pending)	 parked;
-	unsigned		 running;	/* requests not yet answered */
-	struct fileio		*io;
-	int			 draining;
-};
-
-int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
-	    int notify_fd);
 struct pending *pending_new(struct conn *, json_t *id);
 struct pending *pending_new_op(struct conn *, json_t *id, size_t op_size,
 	    void (*op_free)(void *));
@@ -244,30 +259,59 @@ void	 pending_wait_durable(struct pending *, uint64_t end, uint64_t epoch,
 	    pending_resume_fn);
 /* Park until a claim may have been released (or the deadline passes). */
 void	 pending_wait_claim(struct pending *, pending_resume_fn);
-/* Wake the other parked requests of every worker (a claim was released). */
-void	 worker_wake_all(struct worker *);
 /* Reply on the pending's connection (if still there) and free it. */
 void	 pending_reply(struct pending *, json_t *);
-void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
-/* Send a reply now (the request did not wait). */
-void	 conn_reply(struct conn *, json_t *);
-struct idemd *conn_idemd(struct conn *);
+/* Resume every parked request of the worker whose wait is over. */
+void	 pending_run_parked(struct worker *);
+/* Free the parked requests of a worker whose loop has ended. */
+void	 pending_free_parked(struct worker *);
 
-/* request.c: parsing, validation and replies */
+/* reply.c: the wire's names, and the replies */
+/* The wire's error codes, from IDEM_ERROR_CODES: WIRE_INVALID_REQUEST... */
+enum wire_error {
+#define WIRE_ERROR_ENUM(sym, name)	WIRE_##sym,
+	IDEM_ERROR_CODES(WIRE_ERROR_ENUM)
+#undef WIRE_ERROR_ENUM
+	WIRE_ERROR_COUNT
+};
+/* error.reason, from IDEM_CONFLICT_REASONS and IDEM_LIMIT_REASONS. */
+enum wire_reason {
+	REASON_NONE,		/* no "reason" member */
+#define WIRE_REASON_ENUM(sym, name)	REASON_##sym,
+	IDEM_CONFLICT_REASONS(WIRE_REASON_ENUM)
+	IDEM_LIMIT_REASONS(WIRE_REASON_ENUM)
+#undef WIRE_REASON_ENUM
+	REASON_COUNT
+};
+/* A reply's "disposition", from IDEM_DISPOSITIONS. */
+enum wire_disposition {
+	DISPOSITION_NONE,	/* no "disposition" member */
+#define WIRE_DISPOSITION_ENUM(sym, name)	DISPOSITION_##sym,
+	IDEM_DISPOSITIONS(WIRE_DISPOSITION_ENUM)
+#undef WIRE_DISPOSITION_ENUM
+	DISPOSITION_COUNT
+};
+/* The name each of the three stands for on the wire. */
+const char *wire_error_name(enum wire_error);
+const char *wire_reason_name(enum wire_reason);
+const char *wire_disposition_name(enum wire_disposition);
+struct request_error;
+/* {"ok":ok,"id":id} (id left out when NULL), to be filled by the caller. */
+json_t	*reply_new(int ok, json_t *id);
+json_t	*reply_error(const struct request_error *, json_t *id);
+json_t	*reply_error_simple(json_t *id, enum wire_error, int retryable,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A time in a reply: the task files' UTC format, as a JSON string. */
+json_t	*reply_time(int64_t ms);
+
+/* request.c: parsing and validation */
 struct request_error {
-	const char	*code;		/* a wire error code */
+	enum wire_error	 code;
 	char		 message[256];
 	char		 field[64];
 	int		 retryable;
 };
-/* {"ok":ok,"id":id} (id left out when NULL), to be filled by the caller. */
-json_t	*reply_new(int ok, json_t *id);
-json_t	*reply_error(const struct request_error *, json_t *id);
-json_t	*reply_error_simple(json_t *id, const char *code, int retryable,
-	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* A time in a reply: the task files' UTC format, as a JSON string. */
-json_t	*reply_time(int64_t ms);
-int	 request_error_set(struct request_error *, const char *code,
+int	 request_error_set(struct request_error *, enum wire_error,
 	    const char *field, const char *fmt, ...)
 	    __attribute__((format(printf, 4, 5)));
 /* The id (a scalar, or NULL) and op (a string without NUL) of a request. */
@@ -341,7 +385,7 @@ struct submission {
 void	 submission_start(struct pending *);
 
 /* The PostgreSQL store's conflict and storage answers, for cluster.c. */
-void	 submission_conflict(struct pending *, const char *reason,
+void	 submission_conflict(struct pending *, enum wire_reason,
 	    const char *message);
 
 /* cluster.c: a submission on the PostgreSQL store (doc/cluster.md) */
@@ -362,30 +406,103 @@ int	 cluster_check(struct idemd *, char **cause);
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
 #endif
 
+/* write_task_check.c: a write_task request, read and checked */
+struct write_task {
+	struct submission		 sub;		/* first: p->op */
+	struct digest_task_normalized	 norm;
+	/* fcop-create-task-v1: its normalized task, and norm.task's view. */
+	int				 fcop;
+	struct digest_fcop_normalized	 fnorm;
+	const char			**lists;	/* references, depends_on */
+};
+/* Read request into wt (zeroed; root_fd -1: no FCoP workspace check). */
+int	 write_task_parse(struct write_task *, json_t *request, int root_fd,
+	    struct request_error *);
+void	 write_task_free(void *);	/* a struct write_task */
+int	 write_task_check(json_t *request, struct request_error *);
+
 /* write_task.c */
 void	 op_write_task(struct conn *, json_t *request, json_t *id);
-int	 write_task_check(json_t *request, struct request_error *);
+
+/* receipt.c: a committed task's or report's receipt */
 json_t	*receipt_json(const char *key, size_t key_length,
 	    const struct subtab_entry *);
 /* Add "current_path" to object if the task moved from recorded. */
 void	 current_path_add(struct idemd *, json_t *object, const char *id,
 	    const char *recorded);
 
-/* write_report.c */
-void	 op_write_report(struct conn *, json_t *request, json_t *id);
+/* write_report_check.c: a write_report request, read and checked */
+struct write_report {
+	struct submission	 sub;		/* first: p->op */
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 1];
+	struct idem_report	 report;	/* normalized */
+	/* Owned copies: the request is freed while the report is written. */
+	char			*body;		/* normalized */
+	char			 sender[IDEM_MAX_ROLE_BYTES + 1];
+	char			 recipient[IDEM_MAX_ROLE_BYTES + 1];
+	char			 status[16];
+};
+int	 write_report_parse(struct write_report *, json_t *request,
+	    struct request_error *);
+void	 write_report_free(void *);	/* a struct write_report */
 int	 write_report_check(json_t *request, struct request_error *);
 
-/* effect.c: the effect ledger */
-void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
-void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
-void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
-int	 effect_check(const char *op, json_t *request, struct request_error *);
+/* write_report.c */
+void	 op_write_report(struct conn *, json_t *request, json_t *id);
+
+/* effect_check.c: an effect op's request, read and checked */
+enum effect_op {
+	EFFECT_BEGIN,
+	EFFECT_COMPLETE,
+	EFFECT_RESOLVE
+};
+
+enum effect_outcome {
+	OUTCOME_APPLIED,
+	OUTCOME_NOT_APPLIED,
+	OUTCOME_UNKNOWN
+};
+
+struct effect {
+	enum effect_op		 op;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 key_length;
+	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	uint8_t			 digest[IDEM_SHA256_BYTES];
+	int64_t			 lease_ms;
+	/* complete and resolve */
+	enum effect_outcome	 outcome;
+	uint32_t		 fence_attempt;
+	uint64_t		 fence_nonce;
+	int			 has_result;
+	char			*result;	/* compact JSON; malloc'd */
+	size_t			 result_length;
+	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
+	/* the slot */
+	struct subtab_entry	 entry;
+	struct subtab_claim	 claim;
+	int			 claimed;
+	uint32_t		 slot;
+	uint64_t		 found_end;
+	uint64_t		 found_epoch;	/* the journal's, read before it */
+	int			 journaled;	/* this call wrote a record */
+};
+/* Read request into e (zeroed by the caller): 0, or -1 with err. */
+int	 effect_parse(enum effect_op, json_t *request, struct effect *,
+	    struct request_error *);
+void	 effect_free(void *);	/* a struct effect */
 int	 effect_begin_check(json_t *request, struct request_error *);
 int	 effect_complete_check(json_t *request, struct request_error *);
 int	 effect_resolve_check(json_t *request, struct request_error *);
 /* effect_kind's characters (0 or -1 with err). */
 int	 effect_kind_valid(const char *kind, size_t length,
 	    struct request_error *);
+
+/* effect.c: the effect ledger */
+void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
+void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
+void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
 int	 effect_key_split(const char *key, size_t key_length, char *kind,
 	    size_t kind_size, char *id, size_t id_size);
 /* A reserved effect whose lease has not expired at now. */
@@ -405,6 +522,26 @@ typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);
 #define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
 #define OP_LOCAL_STORE_ONLY	0x2	/* not with --store postgresql (yet) */
+/*
+ * Every op served, one row each, in the order SPEC.md lists them (hello
+ * shows this order): X(name, handler, check, flags), check NULL for none.
+ * The worker's table (optable.c) and the stateless checks (request.c,
+ * which the fuzzer links without any handler) are both made from this
+ * list, so an op is added here and nowhere else.
+ */
+#define IDEM_OPS(X)							\
+	X(hello, op_hello, NULL, OP_WHILE_DRAINING)			\
+	X(write_task, op_write_task, write_task_check, 0)		\
+	X(write_report, op_write_report, write_report_check, 0)		\
+	X(get_submission, op_get_submission, NULL, 0)			\
+	X(diagnose, op_diagnose, NULL, 0)				\
+	X(stats, op_stats, NULL, 0)					\
+	X(effect_begin, op_effect_begin, effect_begin_check,		\
+	    OP_LOCAL_STORE_ONLY)						\
+	X(effect_complete, op_effect_complete, effect_complete_check,	\
+	    OP_LOCAL_STORE_ONLY)						\
+	X(effect_resolve, op_effect_resolve, effect_resolve_check,	\
+	    OP_LOCAL_STORE_ONLY)
 struct op_entry {
 	const char	*name;
 	op_handler_fn	 handler;	/* answers, now or once parked */

@@ -45,7 +45,7 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
 	    kind, SUBTAB_EFFECT_SEPARATOR, submission_id);
 	rc = subtab_lookup(&d->seg, key, n, &e, NULL);
 	if (rc < 0) {
-		conn_reply(c, reply_error_simple(id, "internal", 1,
+		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
 		    "the submission table is unusable"));
 		return;
 	}
@@ -79,7 +79,7 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		return;
 	}
 	if (rc == 0) {
-		request_error_set(&err, "invalid_request",
+		request_error_set(&err, WIRE_INVALID_REQUEST,
 		    "client_submission_id", "client_submission_id is required");
 		reply_invalid(c, id, &err);
 		return;
@@ -103,7 +103,7 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 	if (rc < 0 || (rc == 1 && e.kind != SUBTAB_KIND_TASK))
 		rc = rc < 0 ? -1 : 0;
 	if (rc < 0) {
-		conn_reply(c, reply_error_simple(id, "internal", 1,
+		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
 		    "the submission table is unusable"));
 		return;
 	}
@@ -217,7 +217,7 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	v = json_object_get(request, "stale_after_ms");
 	if (v != NULL) {
 		if (!json_is_integer(v) || json_integer_value(v) < 0) {
-			request_error_set(&err, "invalid_request",
+			request_error_set(&err, WIRE_INVALID_REQUEST,
 			    "stale_after_ms", "stale_after_ms must be a "
 			    "non-negative integer");
 			reply_invalid(c, id, &err);
@@ -231,14 +231,14 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	}
 	if (subtab_snapshot(&d->seg, SUBTAB_KIND_TASK, 1, &rows, &count,
 	    counts) != 0) {
-		conn_reply(c, reply_error_simple(id, "internal", 1,
+		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
 		    "cannot read the submission table: %s", strerror(errno)));
 		return;
 	}
 	if (subtab_snapshot(&d->seg, SUBTAB_KIND_EFFECT, 1, &effects,
 	    &effect_count, effect_counts) != 0) {
 		free(rows);
-		conn_reply(c, reply_error_simple(id, "internal", 1,
+		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
 		    "cannot read the submission table: %s", strerror(errno)));
 		return;
 	}

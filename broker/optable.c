@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * optable.c: the ops this broker serves, in one table (as tmux's
- * cmd_table): each row names an op, the handler a worker dispatches it
- * to, the check that validates it without touching any state, and
- * whether it is still served while the broker drains.  The worker's
- * dispatcher (worker.c), the stateless check (request_check_line) and
- * hello's "ops" all read this table, so an op is added by adding a row
- * here and nowhere else.  Also hello itself, which describes the broker.
+ * cmd_table), made from the IDEM_OPS list (idemd.h): each row names an
+ * op, the handler a worker dispatches it to, the check that validates it
+ * without touching any state, and whether it is still served while the
+ * broker drains.  The worker's dispatcher (worker.c) and hello's "ops"
+ * read this table; the stateless check (request_check_line) reads the
+ * same list's checks without the handlers.  Also hello itself, which
+ * describes the broker.
  */
 #include <string.h>
 #include <unistd.h>
@@ -15,20 +16,11 @@
 
 static void	op_hello(struct conn *, json_t *, json_t *);
 
-/* Keep in the order SPEC.md lists the ops: hello shows this order. */
 static const struct op_entry optable[] = {
-	{ "hello", op_hello, NULL, OP_WHILE_DRAINING },
-	{ "write_task", op_write_task, write_task_check, 0 },
-	{ "write_report", op_write_report, write_report_check, 0 },
-	{ "get_submission", op_get_submission, NULL, 0 },
-	{ "diagnose", op_diagnose, NULL, 0 },
-	{ "stats", op_stats, NULL, 0 },
-	{ "effect_begin", op_effect_begin, effect_begin_check,
-	    OP_LOCAL_STORE_ONLY },
-	{ "effect_complete", op_effect_complete, effect_complete_check,
-	    OP_LOCAL_STORE_ONLY },
-	{ "effect_resolve", op_effect_resolve, effect_resolve_check,
-	    OP_LOCAL_STORE_ONLY },
+#define OPTABLE_ROW(name, handler, check, flags)			\
+	{ #name, handler, check, flags },
+	IDEM_OPS(OPTABLE_ROW)
+#undef OPTABLE_ROW
 };
 
 /* --store postgresql://...: the ops the cluster store does not serve. */

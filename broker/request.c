@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * request.c: turning a request line into a checked JSON object, and
- * error replies.  Validation is strict and happens before any state
- * changes: every failure names its wire code, the dotted path of the
- * field and whether a retry can help.
+ * request.c: turning a request line into a checked JSON object.
+ * Validation is strict and happens before any state changes: every
+ * failure names its wire code, the dotted path of the field and whether
+ * a retry can help (a struct request_error, which reply.c sends).
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,7 +39,7 @@ utf8_clean(char *s)
 }
 
 int
-request_error_set(struct request_error *err, const char *code,
+request_error_set(struct request_error *err, enum wire_error code,
     const char *field, const char *fmt, ...)
 {
 	va_list	ap;
@@ -74,61 +73,9 @@ plain_name(const char *key)
 void
 request_storage_error(struct request_error *err, int error, const char *what)
 {
-	request_error_set(err, "storage_unavailable", NULL, "%s: %s", what,
+	request_error_set(err, WIRE_STORAGE_UNAVAILABLE, NULL, "%s: %s", what,
 	    strerror(error));
 	err->retryable = 1;
-}
-
-json_t *
-reply_new(int ok, json_t *id)
-{
-	json_t	*reply = json_object();
-
-	json_object_set_new(reply, "ok", json_boolean(ok));
-	if (id != NULL)
-		json_object_set(reply, "id", id);
-	return reply;
-}
-
-json_t *
-reply_error(const struct request_error *err, json_t *id)
-{
-	json_t	*reply = reply_new(0, id), *error;
-
-	json_object_set_new(reply, "action_taken", json_false());
-	error = json_object();
-	json_object_set_new(error, "code", json_string(err->code));
-	json_object_set_new(error, "message", json_string(err->message));
-	if (err->field[0] != '\0')
-		json_object_set_new(error, "field", json_string(err->field));
-	json_object_set_new(error, "retryable", json_boolean(err->retryable));
-	json_object_set_new(reply, "error", error);
-	return reply;
-}
-
-json_t *
-reply_error_simple(json_t *id, const char *code, int retryable,
-    const char *fmt, ...)
-{
-	struct request_error	err;
-	va_list			ap;
-
-	err.code = code;
-	err.retryable = retryable;
-	err.field[0] = '\0';
-	va_start(ap, fmt);
-	vsnprintf(err.message, sizeof err.message, fmt, ap);
-	va_end(ap);
-	return reply_error(&err, id);
-}
-
-json_t *
-reply_time(int64_t ms)
-{
-	char	at[TASKFILE_TIME_BYTES];
-
-	taskfile_format_time(ms, at);
-	return json_string(at);
 }
 
 json_t *
@@ -145,17 +92,17 @@ request_parse(const char *line, size_t length, struct request_error *err)
 	    JSON_ALLOW_NUL | JSON_DECODE_ANY, &error);
 	if (request == NULL) {
 		if (json_error_code(&error) == json_error_invalid_utf8)
-			request_error_set(err, "invalid_utf8", NULL,
+			request_error_set(err, WIRE_INVALID_UTF8, NULL,
 			    "the request is not valid UTF-8 (byte %d)",
 			    error.position);
 		else
-			request_error_set(err, "invalid_json", NULL,
+			request_error_set(err, WIRE_INVALID_JSON, NULL,
 			    "the request is not JSON: %s at byte %d",
 			    error.text, error.position);
 		return NULL;
 	}
 	if (!json_is_object(request)) {
-		request_error_set(err, "invalid_request", NULL,
+		request_error_set(err, WIRE_INVALID_REQUEST, NULL,
 		    "a request is a JSON object");
 		json_decref(request);
 		return NULL;
@@ -197,8 +144,8 @@ request_known_keys(json_t *object, const char *path,
 				    key);
 			else
 				snprintf(field, sizeof field, "%s", key);
-			return request_error_set(err, "invalid_request", field,
-			    "%s%shas no field \"%.64s\"", path,
+			return request_error_set(err, WIRE_INVALID_REQUEST,
+			    field, "%s%shas no field \"%.64s\"", path,
 			    path[0] != '\0' ? " " : "the request ", key);
 		}
 	}
@@ -218,14 +165,14 @@ request_string(json_t *object, const char *key, const char *path,
 	if (v == NULL || (nullable && json_is_null(v)))
 		return 0;
 	if (!json_is_string(v))
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be a string%s", path, nullable ? " or null" : "");
 	n = json_string_length(v);
 	if (memchr(json_string_value(v), '\0', n) != NULL)
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s contains a NUL character", path);
 	if (n < min || n > max)
-		return request_error_set(err, "invalid_request", path,
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s must be %zu to %zu bytes long (it is %zu)", path, min,
 		    max, n);
 	*value = json_string_value(v);
@@ -242,17 +189,17 @@ request_envelope(json_t *request, json_t **id, const char **op,
 	*id = json_object_get(request, "id");
 	if (*id != NULL && (json_is_object(*id) || json_is_array(*id))) {
 		*id = NULL;
-		return request_error_set(err, "invalid_request", "id",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "id",
 		    "id must be a JSON scalar");
 	}
 	v = json_object_get(request, "op");
 	if (!json_is_string(v))
-		return request_error_set(err, "invalid_request", "op",
+		return request_error_set(err, WIRE_INVALID_REQUEST, "op",
 		    "op is required and must be a string");
 	*op = json_string_value(v);
 	/* "hello\u0000x" is not hello. */
 	if (strlen(*op) != json_string_length(v))
-		return request_error_set(err, "unknown_op", "op",
+		return request_error_set(err, WIRE_UNKNOWN_OP, "op",
 		    "unknown op (it contains a NUL character)");
 	return 0;
 }
@@ -273,13 +220,23 @@ request_submission_id(json_t *request, const char **id,
 		unsigned char c = (unsigned char)(*id)[i];
 
 		if (c < 0x21 || c > 0x7e)
-			return request_error_set(err, "invalid_request",
+			return request_error_set(err, WIRE_INVALID_REQUEST,
 			    "client_submission_id", "client_submission_id "
 			    "must be printable ASCII without spaces (byte %zu "
 			    "is 0x%02x)", i, c);
 	}
 	return 1;
 }
+
+/* IDEM_OPS's checks, without the handlers (optable.c has both). */
+static const struct {
+	const char	*name;
+	op_check_fn	 check;
+} request_checks[] = {
+#define REQUEST_CHECK(name, handler, check, flags)	{ #name, check },
+	IDEM_OPS(REQUEST_CHECK)
+#undef REQUEST_CHECK
+};
 
 /*
  * Everything a worker checks of one request line before it changes any
@@ -289,19 +246,24 @@ request_submission_id(json_t *request, const char **id,
 int
 request_check_line(const char *line, size_t length, struct request_error *err)
 {
-	json_t			*request, *id;
-	const char		*name;
-	const struct op_entry	*op;
-	int			 rc;
+	json_t		*request, *id;
+	const char	*name;
+	size_t		 i;
+	int		 rc;
 
 	if ((request = request_parse(line, length, err)) == NULL)
 		return -1;
 	if ((rc = request_envelope(request, &id, &name, err)) == 0) {
-		if ((op = optable_find(name)) == NULL)
-			rc = request_error_set(err, "unknown_op", "op",
+		for (i = 0; i < sizeof request_checks /
+		    sizeof request_checks[0]; i++) {
+			if (strcmp(request_checks[i].name, name) == 0)
+				break;
+		}
+		if (i == sizeof request_checks / sizeof request_checks[0])
+			rc = request_error_set(err, WIRE_UNKNOWN_OP, "op",
 			    "unknown op \"%.64s\"", name);
-		else if (op->check != NULL)
-			rc = op->check(request, err);
+		else if (request_checks[i].check != NULL)
+			rc = request_checks[i].check(request, err);
 	}
 	json_decref(request);
 	return rc;

@@ -104,7 +104,7 @@ sub_fail_alloc(struct pending *p, int error)
 		sub_fail_storage(p, error, "allocating a number");
 		return;
 	}
-	sub_fail(p, reply_error_simple(p->id, "sequence_exhausted", 0,
+	sub_fail(p, reply_error_simple(p->id, WIRE_SEQUENCE_EXHAUSTED, 0,
 	    "every %s number of today (UTC) is used: FCoP names carry "
 	    "%u digits; nothing was written (a new number is free "
 	    "tomorrow, or restart idemd with a larger --sequence-digits)",
@@ -113,7 +113,7 @@ sub_fail_alloc(struct pending *p, int error)
 }
 
 static void
-sub_conflict(struct pending *p, const char *reason, const char *message)
+sub_conflict(struct pending *p, enum wire_reason reason, const char *message)
 {
 	struct submission	*s = sub_of(p);
 	const struct subtab_entry *e = &s->entry;
@@ -124,11 +124,14 @@ sub_conflict(struct pending *p, const char *reason, const char *message)
 	sub_release(p);
 	atomic_fetch_add(&idemd_of(p)->seg.header->counters.conflict, 1);
 	reply = reply_new(0, p->id);
-	json_object_set_new(reply, "disposition", json_string("conflict"));
+	json_object_set_new(reply, "disposition",
+	    json_string(wire_disposition_name(DISPOSITION_CONFLICT)));
 	json_object_set_new(reply, "action_taken", json_false());
 	error = json_object();
-	json_object_set_new(error, "code", json_string("conflict"));
-	json_object_set_new(error, "reason", json_string(reason));
+	json_object_set_new(error, "code",
+	    json_string(wire_error_name(WIRE_CONFLICT)));
+	json_object_set_new(error, "reason",
+	    json_string(wire_reason_name(reason)));
 	json_object_set_new(error, "message", json_string(message));
 	json_object_set_new(error, "retryable", json_false());
 	json_object_set_new(reply, "error", error);
@@ -202,7 +205,7 @@ sub_crash_point(struct submission *s, enum crash_point point)
 static void
 sub_fail_reopening(struct pending *p)
 {
-	sub_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	sub_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
 	    "the journal failed; writes resume when the broker has reopened "
 	    "and verified it"));
 }
@@ -212,7 +215,7 @@ sub_journal_failed(struct pending *p)
 {
 	if (!p->journal_failed)
 		return 0;
-	sub_fail(p, reply_error_simple(p->id, "storage_unavailable", 1,
+	sub_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
 	    "the journal could not be made durable"));
 	return 1;
 }
@@ -277,11 +280,11 @@ sub_mismatch(struct pending *p)
 	if (sub_journal_failed(p))
 		return;
 	if (s->entry.schema != (s->schema != 0 ? s->schema : s->ops->schema))
-		sub_conflict(p, "schema_mismatch", "the submission id is bound "
-		    "to another digest schema");
+		sub_conflict(p, REASON_SCHEMA_MISMATCH, "the submission id is "
+		    "bound to another digest schema");
 	else
-		sub_conflict(p, "digest_mismatch", "the submission id is bound "
-		    "to a request with another digest");
+		sub_conflict(p, REASON_DIGEST_MISMATCH, "the submission id is "
+		    "bound to a request with another digest");
 }
 
 /*
@@ -371,7 +374,7 @@ sub_acquire(struct pending *p)
 	uint64_t		 epoch;
 
 	if (p->timed_out) {
-		sub_fail(p, reply_error_simple(p->id, "in_progress", 1,
+		sub_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
 		    "an identical submission is still in flight after %d ms",
 		    d->inflight_wait_ms));
 		return;
@@ -433,7 +436,7 @@ sub_acquire(struct pending *p)
 		pending_wait_claim(p, sub_acquire);
 		return;
 	case SUBTAB_FULL:
-		sub_fail(p, reply_error_simple(p->id, "table_full", 0,
+		sub_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
 		    "the submission table is full (capacity %u); restart "
 		    "idemd with a larger --capacity", d->capacity));
 		return;
@@ -599,8 +602,8 @@ sub_resolve_reserved(struct pending *p)
 	    strcmp(facts.request_digest, s->digest_hex) != 0) {
 		log_warnx("submission %s: %s is not the file it reserved",
 		    s->submission_id, path);
-		sub_conflict(p, "target_mismatch", "the reserved path holds "
-		    "a file of another submission or writer");
+		sub_conflict(p, REASON_TARGET_MISMATCH, "the reserved path "
+		    "holds a file of another submission or writer");
 		return;
 	}
 	/*
@@ -632,7 +635,7 @@ sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 	s->file_time = shm_now_ms();
 	memset(job, 0, sizeof *job);
 	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0) {
-		sub_fail(p, reply_error_simple(p->id, "internal", 1,
+		sub_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "rendering %s: %s", s->name, strerror(errno)));
 		return;
 	}
@@ -699,9 +702,9 @@ sub_file_written(struct fileio_job *job)
 				log_warnx("submission %s: %s is not a regular "
 				    "file (a symlink?); left alone",
 				    s->submission_id, job->name);
-				sub_conflict(p, "target_mismatch", "the reserved "
-				    "path holds something that is not a file "
-				    "of this submission");
+				sub_conflict(p, REASON_TARGET_MISMATCH,
+				    "the reserved path holds something that "
+				    "is not a file of this submission");
 				return;
 			}
 			sub_resolve_reserved(p);
@@ -767,8 +770,8 @@ sub_recover_created(struct pending *p)
 	if (found == 0) {
 		log_warnx("submission %s: %s was created but is nowhere in "
 		    "the workspace", s->submission_id, s->name);
-		sub_conflict(p, "task_missing", "the submission's file was "
-		    "created but is gone");
+		sub_conflict(p, REASON_TASK_MISSING, "the submission's file "
+		    "was created but is gone");
 		return;
 	}
 	s->entry.state = SUBTAB_COMMITTED;
@@ -798,7 +801,7 @@ sub_legacy(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 
 	if (++s->attempts > 1000) {
-		sub_fail(p, reply_error_simple(p->id, "internal", 1,
+		sub_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "every number tried was taken by another writer"));
 		return;
 	}
@@ -841,7 +844,7 @@ sub_legacy_done(struct pending *p)
 }
 
 void
-submission_conflict(struct pending *p, const char *reason,
+submission_conflict(struct pending *p, enum wire_reason reason,
     const char *message)
 {
 	sub_conflict(p, reason, message);

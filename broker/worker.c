@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * worker.c: a worker process.  A libevent loop accepting connections on
- * the socket the master opened, reading newline-delimited JSON requests,
- * and keeping the requests that wait (for the journal, for another
- * request's claim) parked until the master's journaling thread or a peer
- * worker wakes it.
+ * worker.c: a worker process and its connections.  A libevent loop
+ * accepting connections on the socket the master opened, reading
+ * newline-delimited JSON requests and dispatching each to its op
+ * (optable.c), and writing the replies.  The requests that wait (for the
+ * journal, for another request's claim) are pending.c's; this loop only
+ * wakes them when the master's journaling thread or a peer worker says
+ * so.
  *
  * A connection runs one request at a time; later lines wait in its input
  * buffer, so replies go out in request order.  Every way of losing a
@@ -53,7 +55,7 @@ connections_sub(struct worker *w, uint32_t n)
 }
 
 /* Draining ends when no connection is left and no request runs. */
-static void
+void
 worker_maybe_exit(struct worker *w)
 {
 	if (w->draining && w->conn_count == 0 && w->running == 0)
@@ -138,295 +140,26 @@ conn_idemd(struct conn *c)
 	return c->worker->d;
 }
 
-/* ---- Parked requests ----------------------------------------------------- */
-
-struct pending *
-pending_new(struct conn *c, json_t *id)
+struct worker *
+conn_worker(struct conn *c)
 {
-	struct pending	*p;
+	return c->worker;
+}
 
-	if ((p = calloc(1, sizeof *p)) == NULL)
-		return NULL;
-	p->worker = c->worker;
-	p->conn = c;
-	p->id = id != NULL ? json_incref(id) : NULL;
-	p->wait = PENDING_RUNNING;
+/* p is the connection's request now: its later lines wait. */
+void
+conn_start(struct conn *c, struct pending *p)
+{
 	c->running = p;
-	c->worker->running++;
-	return p;
 }
 
-/*
- * pending_new with the op's own state: op_size bytes zeroed, freed with
- * op_free.  NULL if either is out of memory, the request then answered.
- */
-struct pending *
-pending_new_op(struct conn *c, json_t *id, size_t op_size,
-    void (*op_free)(void *))
-{
-	struct pending	*p;
-	void		*op;
-
-	p = pending_new(c, id);
-	op = calloc(1, op_size);
-	if (p == NULL || op == NULL) {
-		free(op);
-		if (p != NULL)
-			pending_reply(p, reply_error_simple(id, "internal", 1,
-			    "out of memory"));
-		return NULL;
-	}
-	p->op = op;
-	p->op_free = op_free;
-	return p;
-}
-
+/* The running request's reply; then the lines that waited for it. */
 void
-pending_free(struct pending *p)
+conn_answer(struct conn *c, json_t *reply)
 {
-	struct worker	*w = p->worker;
-
-	w->running--;
-	if (p->deadline != NULL)
-		event_free(p->deadline);
-	if (p->op_free != NULL)
-		p->op_free(p->op);
-	free(p->record_big);
-	json_decref(p->id);
-	free(p);
-	worker_maybe_exit(w);
-}
-
-void
-pending_reply(struct pending *p, json_t *reply)
-{
-	struct conn	*c = p->conn;
-
-	if (c != NULL) {
-		c->running = NULL;
-		conn_send(c, reply);
-		/* Later lines of the connection were waiting for this one. */
-		conn_process(c);
-	} else
-		json_decref(reply);
-	pending_free(p);
-}
-
-static void
-park(struct pending *p, enum pending_wait wait)
-{
-	p->wait = wait;
-	TAILQ_INSERT_TAIL(&p->worker->parked, p, entry);
-}
-
-static void
-unpark(struct pending *p)
-{
-	TAILQ_REMOVE(&p->worker->parked, p, entry);
-	p->wait = PENDING_RUNNING;
-}
-
-static void
-pending_try_append(struct pending *p)
-{
-	struct idemd	*d = p->worker->d;
-	uint64_t	 end;
-
-	/* Read before the append: an epoch that ends meanwhile judges the
-	 * record lost, never the other way round (handoff.c). */
-	p->epoch = handoff_epoch(d->seg.header);
-	if ((p->record_claim != NULL ? subtab_record(&d->seg, p->record_slot,
-	    p->record_claim, p->record_entry, p->record_data,
-	    p->record_length, &end) : handoff_append(&d->seg, p->record_data,
-	    p->record_length, &end)) != 0) {
-		if (errno == ENOSPC) {
-			/* The journaler's next flush frees room and wakes us. */
-			park(p, PENDING_RING);
-			journaler_kick(d->kick_fd);
-			return;
-		}
-		log_warn("appending to the journal ring");
-		p->journal_failed = 1;
-		p->resume(p);
-		return;
-	}
-	atomic_fetch_add(&d->seg.header->counters.journal_records,
-	    p->record_count);
-	p->wait_end = end;
-	park(p, PENDING_DURABLE);
-	journaler_kick(d->kick_fd);
-}
-
-static void	pending_encode_append(struct pending *,
-		    const struct journal_record *, pending_resume_fn);
-
-void
-pending_journal_slot(struct pending *p, const struct journal_record *record,
-    uint32_t slot, const struct subtab_claim *claim,
-    const struct subtab_entry *entry, pending_resume_fn resume)
-{
-	p->record_slot = slot;
-	p->record_claim = claim;
-	p->record_entry = entry;
-	pending_encode_append(p, record, resume);
-}
-
-void
-pending_journal_slot_pair(struct pending *p, const struct journal_record *first,
-    const struct journal_record *second, uint32_t slot,
-    const struct subtab_claim *claim, const struct subtab_entry *entry,
-    pending_resume_fn resume)
-{
-	size_t	n;
-
-	p->record_slot = slot;
-	p->record_claim = claim;
-	p->record_entry = entry;
-	p->resume = resume;
-	p->journal_failed = 0;
-	p->record_count = 2;
-	p->record_data = p->record;
-	n = journal_encode(first, p->record, sizeof p->record);
-	p->record_length = n == 0 ? 0 : journal_encode(second, p->record + n,
-	    sizeof p->record - n);
-	if (p->record_length == 0) {
-		log_warn("encoding a journal record");
-		p->journal_failed = 1;
-		resume(p);
-		return;
-	}
-	p->record_length += n;
-	pending_try_append(p);
-}
-
-void
-pending_wait_durable(struct pending *p, uint64_t end, uint64_t epoch,
-    pending_resume_fn resume)
-{
-	p->resume = resume;
-	p->journal_failed = 0;
-	p->wait_end = end;
-	p->epoch = epoch;
-	park(p, PENDING_DURABLE);
-	/* Already durable: the next wake-up resumes it; make sure one comes. */
-	event_active(p->worker->local_wake_ev, EV_READ, 0);
-}
-
-void
-pending_journal(struct pending *p, const struct journal_record *record,
-    pending_resume_fn resume)
-{
-	p->record_claim = NULL;
-	pending_encode_append(p, record, resume);
-}
-
-static void
-pending_encode_append(struct pending *p, const struct journal_record *record,
-    pending_resume_fn resume)
-{
-	size_t	size;
-
-	p->resume = resume;
-	p->journal_failed = 0;
-	p->record_count = 1;
-	size = journal_encoded_size(record);
-	if (size <= sizeof p->record)
-		p->record_data = p->record;
-	else {
-		free(p->record_big);
-		if ((p->record_big = malloc(size)) == NULL) {
-			log_warn("a journal record of %zu bytes", size);
-			p->journal_failed = 1;
-			resume(p);
-			return;
-		}
-		p->record_data = p->record_big;
-	}
-	p->record_length = journal_encode(record, (uint8_t *)p->record_data,
-	    size);
-	if (p->record_length == 0) {
-		log_warn("encoding a journal record");
-		p->journal_failed = 1;
-		resume(p);
-		return;
-	}
-	pending_try_append(p);
-}
-
-static void
-pending_deadline(evutil_socket_t fd, short events, void *arg)
-{
-	struct pending	*p = arg;
-
-	if (p->wait != PENDING_CLAIM)
-		return;
-	unpark(p);
-	p->timed_out = 1;
-	p->resume(p);
-}
-
-void
-pending_wait_claim(struct pending *p, pending_resume_fn resume)
-{
-	struct timeval	tv;
-	int		ms = p->worker->d->inflight_wait_ms;
-
-	p->resume = resume;
-	if (p->deadline == NULL) {
-		p->deadline = evtimer_new(p->worker->base, pending_deadline, p);
-		if (p->deadline == NULL) {
-			p->timed_out = 1;
-			resume(p);
-			return;
-		}
-		tv.tv_sec = ms / 1000;
-		tv.tv_usec = (ms % 1000) * 1000;
-		evtimer_add(p->deadline, &tv);
-	}
-	park(p, PENDING_CLAIM);
-}
-
-/* Resume every parked request whose wait is over. */
-static void
-worker_run_parked(struct worker *w)
-{
-	struct shm_header	*h = w->d->seg.header;
-	TAILQ_HEAD(, pending)	 ready = TAILQ_HEAD_INITIALIZER(ready);
-	struct pending		*p, *next;
-	int			 durable;
-
-	for (p = TAILQ_FIRST(&w->parked); p != NULL; p = next) {
-		next = TAILQ_NEXT(p, entry);
-		if (p->wait == PENDING_DURABLE) {
-			/* Judged once: resume acts on this verdict. */
-			durable = handoff_is_durable(h, p->wait_end, p->epoch);
-			if (durable == 0)
-				continue;
-			p->journal_failed = durable < 0;
-		}
-		TAILQ_REMOVE(&w->parked, p, entry);
-		TAILQ_INSERT_TAIL(&ready, p, entry);
-	}
-	/* Resuming may park again: on w->parked, not on this list. */
-	while ((p = TAILQ_FIRST(&ready)) != NULL) {
-		TAILQ_REMOVE(&ready, p, entry);
-		switch (p->wait) {
-		case PENDING_DURABLE:
-			p->wait = PENDING_RUNNING;
-			p->resume(p);
-			break;
-		case PENDING_RING:
-			p->wait = PENDING_RUNNING;
-			pending_try_append(p);
-			break;
-		case PENDING_CLAIM:
-			p->wait = PENDING_RUNNING;
-			p->resume(p);
-			break;
-		case PENDING_RUNNING:
-			break;
-		}
-	}
+	c->running = NULL;
+	conn_send(c, reply);
+	conn_process(c);
 }
 
 static void
@@ -449,13 +182,13 @@ worker_notified(evutil_socket_t fd, short events, void *arg)
 			continue;
 		break;
 	}
-	worker_run_parked(w);
+	pending_run_parked(w);
 }
 
 static void
 worker_local_wake(evutil_socket_t fd, short events, void *arg)
 {
-	worker_run_parked(arg);
+	pending_run_parked(arg);
 }
 
 void
@@ -487,13 +220,13 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	if (request_envelope(request, &id, &name, &err) != 0)
 		goto refuse;
 	if ((op = optable_find(name)) == NULL) {
-		request_error_set(&err, "unknown_op", "op",
+		request_error_set(&err, WIRE_UNKNOWN_OP, "op",
 		    "unknown op \"%.64s\"", name);
 		goto refuse;
 	}
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    !(op->flags & OP_WHILE_DRAINING)) {
-		request_error_set(&err, "shutting_down", NULL,
+		request_error_set(&err, WIRE_SHUTTING_DOWN, NULL,
 		    "idemd is shutting down");
 		err.retryable = 1;
 		goto refuse;
@@ -551,7 +284,7 @@ conn_process(struct conn *c)
 	return;
 
 too_large:
-	request_error_set(&err, "too_large", NULL, "a request line is at "
+	request_error_set(&err, WIRE_TOO_LARGE, NULL, "a request line is at "
 	    "most %d bytes, newline included", IDEM_MAX_LINE_BYTES);
 	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 	c->closing = 1;
@@ -618,16 +351,17 @@ conn_free(struct conn *c)
  * close.  reason names the option whose limit was reached.
  */
 static void
-conn_refuse(struct worker *w, int s, const char *reason, const char *whose,
-    int limit)
+conn_refuse(struct worker *w, int s, enum wire_reason reason,
+    const char *whose, int limit)
 {
 	char	line[384];
 	int	n;
 
 	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
-	    "\"error\":{\"code\":\"internal\",\"reason\":\"%s\","
+	    "\"error\":{\"code\":\"%s\",\"reason\":\"%s\","
 	    "\"message\":\"too many connections%s (at most %d); retry "
-	    "later\",\"retryable\":true}}\n", reason, whose, limit);
+	    "later\",\"retryable\":true}}\n", wire_error_name(WIRE_INTERNAL),
+	    wire_reason_name(reason), whose, limit);
 	(void)send(s, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(s);
 	atomic_fetch_add(&w->d->seg.header->counters.errors, 1);
@@ -654,18 +388,18 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 	case PEERS_PID_LIMIT:
 		snprintf(whose, sizeof whose, " from process %ld",
 		    (long)cred->pid);
-		conn_refuse(w, s, "max_connections_per_pid", whose,
+		conn_refuse(w, s, REASON_MAX_CONNECTIONS_PER_PID, whose,
 		    w->d->max_connections_per_pid);
 		return -1;
 	case PEERS_UID_LIMIT:
 		snprintf(whose, sizeof whose, " from user %lu",
 		    (unsigned long)cred->uid);
-		conn_refuse(w, s, "max_connections_per_uid", whose,
+		conn_refuse(w, s, REASON_MAX_CONNECTIONS_PER_UID, whose,
 		    w->d->max_connections_per_uid);
 		return -1;
 	case PEERS_FULL:
-		conn_refuse(w, s, "max_connections", " from distinct peers",
-		    SHM_PEER_SLOTS);
+		conn_refuse(w, s, REASON_MAX_CONNECTIONS,
+		    " from distinct peers", SHM_PEER_SLOTS);
 		return -1;
 	}
 	return -1;
@@ -700,7 +434,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		if (atomic_fetch_add(&w->d->seg.header->connections, 1) >=
 		    (uint32_t)w->d->max_connections) {
 			atomic_fetch_sub(&w->d->seg.header->connections, 1);
-			conn_refuse(w, s, "max_connections", "",
+			conn_refuse(w, s, REASON_MAX_CONNECTIONS, "",
 			    w->d->max_connections);
 			continue;
 		}
@@ -803,7 +537,6 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 {
 	struct worker	 w;
 	sigset_t	 term;
-	struct pending	*p;
 
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL);
@@ -850,10 +583,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_base_dispatch(w.base);
 
 	fileio_stop(w.io);
-	while ((p = TAILQ_FIRST(&w.parked)) != NULL) {
-		TAILQ_REMOVE(&w.parked, p, entry);
-		pending_free(p);
-	}
+	pending_free_parked(&w);
 	event_free(w.listen_ev);
 	event_free(w.notify_ev);
 	event_free(w.local_wake_ev);

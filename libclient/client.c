@@ -126,9 +126,9 @@ client_timeout(int fd, int64_t timeout_ms, struct idem_error *err)
 	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == -1) {
 		client_error(err, IDEM_E_TRANSPORT, "setsockopt: %s",
 		    strerror(errno));
-		return (-1);
+		return -1;
 	}
-	return (0);
+	return 0;
 }
 
 /* idem_connect, with a bound on every blocking step if timeout_ms > 0. */
@@ -159,31 +159,31 @@ client_connect(const char *socket_path, int64_t timeout_ms,
 		client_error(err, IDEM_E_ARGUMENT,
 		    "socket path longer than %zu bytes",
 		    sizeof sa.sun_path - 1);
-		return (NULL);
+		return NULL;
 	}
 
 	if ((fd = socket(AF_UNIX, SOCK_STREAM|SOCK_CLOEXEC, 0)) == -1) {
 		client_error(err, IDEM_E_TRANSPORT, "socket: %s",
 		    strerror(errno));
-		return (NULL);
+		return NULL;
 	}
 	if (timeout_ms > 0 && client_timeout(fd, timeout_ms, err) != 0) {
 		close(fd);
-		return (NULL);
+		return NULL;
 	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == -1) {
 		client_error(err, IDEM_E_TRANSPORT, "connect %s: %s",
 		    sa.sun_path, strerror(errno));
 		close(fd);
-		return (NULL);
+		return NULL;
 	}
 	if ((conn = calloc(1, sizeof *conn)) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
 		close(fd);
-		return (NULL);
+		return NULL;
 	}
 	conn->fd = fd;
-	return (conn);
+	return conn;
 }
 
 struct idem_conn *
@@ -193,7 +193,7 @@ idem_connect(const char *socket_path, struct idem_error *err)
 
 	if (err == NULL)
 		err = &scratch;
-	return (client_connect(socket_path, 0, err));
+	return client_connect(socket_path, 0, err);
 }
 
 void
@@ -229,7 +229,7 @@ client_send_line(int fd, const char *p, size_t length)
 		if ((n = sendmsg(fd, &msg, MSG_NOSIGNAL)) == -1) {
 			if (errno == EINTR)
 				continue;
-			return (-1);
+			return -1;
 		}
 		/* A short send: step past what went. */
 		while (msg.msg_iovlen > 0 && (size_t)n >= v->iov_len) {
@@ -243,7 +243,7 @@ client_send_line(int fd, const char *p, size_t length)
 			v->iov_len -= (size_t)n;
 		}
 	}
-	return (0);
+	return 0;
 }
 
 /* Read one line (without its newline) into a malloc'd string. */
@@ -263,7 +263,7 @@ client_read_line(struct idem_conn *conn, char **line, struct idem_error *err)
 		if (conn->length == IDEM_MAX_LINE_BYTES) {
 			client_error(err, IDEM_E_PROTOCOL,
 			    "response line over %d bytes", IDEM_MAX_LINE_BYTES);
-			return (-1);
+			return -1;
 		}
 		if (conn->length == conn->size) {
 			size = conn->size == 0 ? CLIENT_READ_BYTES :
@@ -273,7 +273,7 @@ client_read_line(struct idem_conn *conn, char **line, struct idem_error *err)
 			if ((buf = realloc(conn->buf, size)) == NULL) {
 				client_error(err, IDEM_E_NOMEM,
 				    "out of memory");
-				return (-1);
+				return -1;
 			}
 			conn->buf = buf;
 			conn->size = size;
@@ -287,7 +287,7 @@ client_read_line(struct idem_conn *conn, char **line, struct idem_error *err)
 			    r == 0 ? "broker closed the connection" :
 			    errno == EAGAIN || errno == EWOULDBLOCK ?
 			    "no reply before the deadline" : strerror(errno));
-			return (-1);
+			return -1;
 		}
 		conn->length += r;
 	}
@@ -295,17 +295,17 @@ client_read_line(struct idem_conn *conn, char **line, struct idem_error *err)
 	n = nl - conn->buf;
 	if (memchr(conn->buf, '\0', n) != NULL) {
 		client_error(err, IDEM_E_PROTOCOL, "NUL byte in response");
-		return (-1);
+		return -1;
 	}
 	if ((*line = malloc(n + 1)) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (-1);
+		return -1;
 	}
 	memcpy(*line, conn->buf, n);
 	(*line)[n] = '\0';
 	conn->length -= n + 1;
 	memmove(conn->buf, nl + 1, conn->length);
-	return (0);
+	return 0;
 }
 
 int
@@ -321,25 +321,25 @@ idem_call_raw(struct idem_conn *conn, const char *request, char **response,
 	*response = NULL;
 	if (memchr(request, '\n', length) != NULL) {
 		client_error(err, IDEM_E_ARGUMENT, "request holds a newline");
-		return (-1);
+		return -1;
 	}
 	if (length + 1 > IDEM_MAX_LINE_BYTES) {
 		client_error(err, IDEM_E_ARGUMENT, "request over %d bytes",
 		    IDEM_MAX_LINE_BYTES);
-		return (-1);
+		return -1;
 	}
 	if (conn->fd == -1) {
 		client_error(err, IDEM_E_TRANSPORT,
 		    "connection closed after an earlier error");
-		return (-1);
+		return -1;
 	}
 	if (client_send_line(conn->fd, request, length) != 0)
 		client_error(err, IDEM_E_TRANSPORT, "send: %s",
 		    strerror(errno));
 	else if (client_read_line(conn, response, err) == 0)
-		return (0);
+		return 0;
 	client_lost(conn);
-	return (-1);
+	return -1;
 }
 
 /* Send a request object; the answer must be an object with a boolean ok. */
@@ -354,26 +354,26 @@ client_call_json(struct idem_conn *conn, json_t *request,
 
 	if ((line = json_dumps(request, JSON_COMPACT)) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (NULL);
+		return NULL;
 	}
 	rc = idem_call_raw(conn, line, &answer, err);
 	free(line);
 	if (rc != 0)
-		return (NULL);
+		return NULL;
 	response = json_loads(answer, JSON_REJECT_DUPLICATES, &jerr);
 	free(answer);
 	if (response == NULL) {
 		client_error(err, IDEM_E_PROTOCOL, "response: %s", jerr.text);
-		return (NULL);
+		return NULL;
 	}
 	if (!json_is_object(response) ||
 	    !json_is_boolean(json_object_get(response, "ok"))) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response is not an object with a boolean ok");
 		json_decref(response);
-		return (NULL);
+		return NULL;
 	}
-	return (response);
+	return response;
 }
 
 /* The error object of an ok:false response into err. */
@@ -421,18 +421,18 @@ client_copy(json_t *object, const char *key, char *out, size_t size,
 	out[0] = '\0';
 	if (v == NULL || json_is_null(v)) {
 		if (!required)
-			return (0);
+			return 0;
 		client_error(err, IDEM_E_PROTOCOL, "response lacks %s", key);
-		return (-1);
+		return -1;
 	}
 	if (!json_is_string(v) || (length = json_string_length(v)) >= size) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response %s is not a string of under %zu bytes", key,
 		    size);
-		return (-1);
+		return -1;
 	}
 	memcpy(out, json_string_value(v), length + 1);
-	return (0);
+	return 0;
 }
 
 /* An optional boolean member: absent is false. */
@@ -445,10 +445,10 @@ client_bool(json_t *object, const char *key, int *out,
 	if (v != NULL && !json_is_boolean(v)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response %s is not a boolean", key);
-		return (-1);
+		return -1;
 	}
 	*out = json_is_true(v);
-	return (0);
+	return 0;
 }
 
 int
@@ -465,12 +465,12 @@ idem_hello(struct idem_conn *conn, struct idem_hello *hello,
 	memset(hello, 0, sizeof *hello);
 	if ((request = json_pack("{ss}", "op", "hello")) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (-1);
+		return -1;
 	}
 	response = client_call_json(conn, request, err);
 	json_decref(request);
 	if (response == NULL)
-		return (-1);
+		return -1;
 	protocol = json_object_get(response, "protocol");
 	if (!json_is_true(json_object_get(response, "ok")))
 		client_wire_error(response, err);
@@ -485,7 +485,7 @@ idem_hello(struct idem_conn *conn, struct idem_hello *hello,
 		rc = 0;
 	}
 	json_decref(response);
-	return (rc);
+	return rc;
 }
 
 /*
@@ -499,7 +499,7 @@ client_string(const char *s, const char *field, struct idem_error *err)
 
 	errno = 0;
 	if ((v = json_string(s)) != NULL)
-		return (v);
+		return v;
 	if (errno == ENOMEM)
 		client_error(err, IDEM_E_NOMEM, "out of memory");
 	else {
@@ -507,7 +507,7 @@ client_string(const char *s, const char *field, struct idem_error *err)
 		    field);
 		snprintf(err->field, sizeof err->field, "%s", field);
 	}
-	return (NULL);
+	return NULL;
 }
 
 /* Set key to a new value, or fail (json_object_set_new frees it). */
@@ -516,12 +516,12 @@ client_set(json_t *object, const char *key, json_t *value,
     struct idem_error *err)
 {
 	if (value == NULL)
-		return (-1);
+		return -1;
 	if (json_object_set_new(object, key, value) != 0) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (-1);
+		return -1;
 	}
-	return (0);
+	return 0;
 }
 
 static json_t *
@@ -534,7 +534,7 @@ client_list(const char *key, const char *const *items, size_t count,
 
 	if ((array = json_array()) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (NULL);
+		return NULL;
 	}
 	for (i = 0; i < count; i++) {
 		snprintf(field, sizeof field, "task.%s[%zu]", key, i);
@@ -552,9 +552,9 @@ client_list(const char *key, const char *const *items, size_t count,
 	}
 	if (i < count) {
 		json_decref(array);
-		return (NULL);
+		return NULL;
 	}
-	return (array);
+	return array;
 }
 
 /* The write_task request: only the fields the caller gave. */
@@ -583,13 +583,13 @@ client_task_request(const char *client_submission_id,
 	    (task->depends_on == NULL && task->depends_on_count != 0)) {
 		client_error(err, IDEM_E_ARGUMENT,
 		    "a list with a count has no items");
-		return (NULL);
+		return NULL;
 	}
 	if ((request = json_object()) == NULL ||
 	    (t = json_object()) == NULL) {
 		json_decref(request);
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (NULL);
+		return NULL;
 	}
 	/* The request owns t from here, also when setting it fails. */
 	if (client_set(request, "task", t, err) != 0 ||
@@ -614,11 +614,11 @@ client_task_request(const char *client_submission_id,
 	    client_list("depends_on", task->depends_on,
 	    task->depends_on_count, err), err) != 0))
 		goto fail;
-	return (request);
+	return request;
 
 fail:
 	json_decref(request);
-	return (NULL);
+	return NULL;
 }
 
 static int
@@ -630,30 +630,30 @@ client_receipt(json_t *receipt, struct idem_receipt *r,
 
 	if (!json_is_object(receipt)) {
 		client_error(err, IDEM_E_PROTOCOL, "response lacks a receipt");
-		return (-1);
+		return -1;
 	}
 	for (i = 0; i < nitems(client_receipt_fields); i++)
 		if (client_copy(receipt, client_receipt_fields[i].key,
 		    (char *)r + client_receipt_fields[i].offset,
 		    client_receipt_fields[i].size,
 		    client_receipt_fields[i].required, err) != 0)
-			return (-1);
+			return -1;
 
 	/* jansson keeps members in the order read: the broker's bytes. */
 	raw = json_dumps(receipt, JSON_COMPACT|JSON_PRESERVE_ORDER);
 	if (raw == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (-1);
+		return -1;
 	}
 	if ((length = strlen(raw)) >= sizeof r->raw) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "receipt over %zu bytes", sizeof r->raw - 1);
 		free(raw);
-		return (-1);
+		return -1;
 	}
 	memcpy(r->raw, raw, length + 1);
 	free(raw);
-	return (0);
+	return 0;
 }
 
 static int
@@ -670,48 +670,48 @@ client_write_result(json_t *response, struct idem_write_result *result,
 	    client_bool(response, "idempotent", &result->idempotent,
 	    err) != 0 ||
 	    client_bool(response, "recovered", &result->recovered, err) != 0)
-		return (-1);
+		return -1;
 
 	if (!json_is_true(json_object_get(response, "ok"))) {
 		if (disposition == NULL ||
 		    strcmp(disposition, "conflict") != 0) {
 			client_wire_error(response, err);
-			return (-1);
+			return -1;
 		}
 		existing = json_object_get(response, "existing");
 		if (!json_is_object(existing)) {
 			client_error(err, IDEM_E_PROTOCOL,
 			    "conflict without an existing binding");
-			return (-1);
+			return -1;
 		}
 		if (client_copy(existing, "request_digest",
 		    result->existing_request_digest,
 		    sizeof result->existing_request_digest, 1, err) != 0 ||
 		    client_copy(existing, "task_id", result->existing_task_id,
 		    sizeof result->existing_task_id, 1, err) != 0)
-			return (-1);
+			return -1;
 		/* Any other code is the broker's own error: pass it on. */
 		client_wire_error(response, err);
 		if (err->code != IDEM_E_CONFLICT)
-			return (-1);
+			return -1;
 		result->disposition = IDEM_CONFLICT;
-		return (0);
+		return 0;
 	}
 
 	if (disposition == NULL || (strcmp(disposition, "created") != 0 &&
 	    strcmp(disposition, "reused") != 0)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "ok response without created or reused disposition");
-		return (-1);
+		return -1;
 	}
 	if (client_receipt(json_object_get(response, "receipt"),
 	    &result->receipt, err) != 0 ||
 	    client_copy(response, "current_path", result->current_path,
 	    sizeof result->current_path, 0, err) != 0)
-		return (-1);
+		return -1;
 	result->disposition = strcmp(disposition, "created") == 0 ?
 	    IDEM_CREATED : IDEM_REUSED;
-	return (0);
+	return 0;
 }
 
 /* One write_task request; attempts is the caller's to count. */
@@ -727,16 +727,16 @@ client_write_task(struct idem_conn *conn, const char *client_submission_id,
 	memset(result, 0, sizeof *result);
 	if ((request = client_task_request(client_submission_id, task,
 	    err)) == NULL)
-		return (-1);
+		return -1;
 	response = client_call_json(conn, request, err);
 	json_decref(request);
 	if (response == NULL)
-		return (-1);
+		return -1;
 	rc = client_write_result(response, result, err);
 	json_decref(response);
 	if (rc != 0)
 		memset(result, 0, sizeof *result);
-	return (rc);
+	return rc;
 }
 
 int
@@ -751,7 +751,7 @@ idem_write_task(struct idem_conn *conn, const char *client_submission_id,
 		err = &scratch;
 	rc = client_write_task(conn, client_submission_id, task, result, err);
 	result->attempts = 1;
-	return (rc);
+	return rc;
 }
 
 /* ---- write_report ------------------------------------------------------ */
@@ -776,13 +776,13 @@ client_report_request(const char *task_id, const char *client_submission_id,
 	if (task_id == NULL) {
 		client_error(err, IDEM_E_ARGUMENT, "task_id is required");
 		snprintf(err->field, sizeof err->field, "task_id");
-		return (NULL);
+		return NULL;
 	}
 	if ((request = json_object()) == NULL ||
 	    (r = json_object()) == NULL) {
 		json_decref(request);
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (NULL);
+		return NULL;
 	}
 	/* The request owns r from here, also when setting it fails. */
 	if (client_set(request, "report", r, err) != 0 ||
@@ -802,11 +802,11 @@ client_report_request(const char *task_id, const char *client_submission_id,
 		    strings[i].value, field, err), err) != 0)
 			goto fail;
 	}
-	return (request);
+	return request;
 
 fail:
 	json_decref(request);
-	return (NULL);
+	return NULL;
 }
 
 static int
@@ -816,11 +816,11 @@ client_report_result(json_t *response, struct idem_report_result *result,
 	json_t	*existing;
 
 	if (client_bool(response, "recovered", &result->recovered, err) != 0)
-		return (-1);
+		return -1;
 	if (!json_is_true(json_object_get(response, "ok"))) {
 		client_wire_error(response, err);
 		if (err->code != IDEM_E_CONFLICT)
-			return (-1);
+			return -1;
 		/*
 		 * SPEC.md fixes no shape for a report conflict beyond its
 		 * code: take the binding when the broker names it.
@@ -833,14 +833,14 @@ client_report_result(json_t *response, struct idem_report_result *result,
 		    client_copy(existing, "report_id",
 		    result->existing_report_id,
 		    sizeof result->existing_report_id, 0, err) != 0))
-			return (-1);
+			return -1;
 		result->disposition = IDEM_CONFLICT;
-		return (0);
+		return 0;
 	}
 	if (!json_is_boolean(json_object_get(response, "deduplicated"))) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response deduplicated is not a boolean");
-		return (-1);
+		return -1;
 	}
 	result->deduplicated = json_is_true(json_object_get(response,
 	    "deduplicated"));
@@ -848,10 +848,10 @@ client_report_result(json_t *response, struct idem_report_result *result,
 	    sizeof result->report_id, 1, err) != 0 ||
 	    client_copy(response, "report_path", result->report_path,
 	    sizeof result->report_path, 1, err) != 0)
-		return (-1);
+		return -1;
 	result->disposition = result->deduplicated ? IDEM_REUSED :
 	    IDEM_CREATED;
-	return (0);
+	return 0;
 }
 
 int
@@ -869,16 +869,16 @@ idem_write_report(struct idem_conn *conn, const char *task_id,
 	memset(result, 0, sizeof *result);
 	if ((request = client_report_request(task_id, client_submission_id,
 	    report, err)) == NULL)
-		return (-1);
+		return -1;
 	response = client_call_json(conn, request, err);
 	json_decref(request);
 	if (response == NULL)
-		return (-1);
+		return -1;
 	rc = client_report_result(response, result, err);
 	json_decref(response);
 	if (rc != 0)
 		memset(result, 0, sizeof *result);
-	return (rc);
+	return rc;
 }
 
 /* ---- Effects ------------------------------------------------------------- */
@@ -902,14 +902,14 @@ client_json_text(const char *text, const char *field, struct idem_error *err)
 	json_t		*v;
 
 	if (text == NULL)
-		return (json_null());
+		return json_null();
 	if ((v = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
 	    &jerr)) == NULL) {
 		client_error(err, IDEM_E_ARGUMENT, "%s is not JSON: %s", field,
 		    jerr.text);
 		snprintf(err->field, sizeof err->field, "%s", field);
 	}
-	return (v);
+	return v;
 }
 
 /* A request {op, client_submission_id, effect_kind}. */
@@ -922,11 +922,11 @@ client_effect_request(const char *op, const char *id, const char *kind,
 	if (id == NULL || kind == NULL) {
 		client_error(err, IDEM_E_ARGUMENT,
 		    "client_submission_id and effect_kind are required");
-		return (NULL);
+		return NULL;
 	}
 	if ((request = json_object()) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (NULL);
+		return NULL;
 	}
 	if (client_set(request, "op", client_string(op, "op", err), err) != 0 ||
 	    client_set(request, "client_submission_id", client_string(id,
@@ -934,9 +934,9 @@ client_effect_request(const char *op, const char *id, const char *kind,
 	    client_set(request, "effect_kind", client_string(kind,
 	    "effect_kind", err), err) != 0) {
 		json_decref(request);
-		return (NULL);
+		return NULL;
 	}
-	return (request);
+	return request;
 }
 
 static const struct {
@@ -957,7 +957,7 @@ client_effect_facts(json_t *j, struct idem_effect *out, struct idem_error *err)
 	int64_t	attempt = 0;
 
 	if (!json_is_object(j))
-		return (0);
+		return 0;
 	if (client_copy(j, "fence", out->fence, sizeof out->fence, 0,
 	    err) != 0 ||
 	    client_copy(j, "external_key", out->external_key,
@@ -971,10 +971,10 @@ client_effect_facts(json_t *j, struct idem_effect *out, struct idem_error *err)
 	    client_copy(j, "committed_at", out->committed_at,
 	    sizeof out->committed_at, 0, err) != 0 ||
 	    client_int(j, "attempt", &attempt, 0, err) != 0)
-		return (-1);
+		return -1;
 	if (attempt > 0)
 		out->attempt = (unsigned)attempt;
-	return (0);
+	return 0;
 }
 
 /* Any effect op's answer into out; 0 if it is one the op may give. */
@@ -993,7 +993,7 @@ client_effect_answer(json_t *response, struct idem_effect *out,
 	    err) != 0 || client_effect_facts(response, out, err) != 0 ||
 	    client_effect_facts(json_object_get(response, "existing"), out,
 	    err) != 0 || client_effect_facts(receipt, out, err) != 0)
-		return (-1);
+		return -1;
 	if (disposition != NULL) {
 		for (i = 0; i < nitems(client_effect_dispositions); i++)
 			if (strcmp(disposition,
@@ -1015,7 +1015,7 @@ client_effect_answer(json_t *response, struct idem_effect *out,
 		    JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
 		if (out->receipt == NULL || out->result == NULL) {
 			client_error(err, IDEM_E_NOMEM, "out of memory");
-			return (-1);
+			return -1;
 		}
 	}
 	if (!json_is_true(json_object_get(response, "ok"))) {
@@ -1024,7 +1024,7 @@ client_effect_answer(json_t *response, struct idem_effect *out,
 		if (disposition == NULL)
 			out->disposition = IDEM_EFFECT_NONE;
 	}
-	return (out->disposition == IDEM_EFFECT_NONE ? -1 : 0);
+	return out->disposition == IDEM_EFFECT_NONE ? -1 : 0;
 }
 
 /* Send request (consumed) and take the answer into out. */
@@ -1036,14 +1036,14 @@ client_effect_call(struct idem_conn *conn, json_t *request,
 	int	 rc;
 
 	if (request == NULL)
-		return (-1);
+		return -1;
 	response = client_call_json(conn, request, err);
 	json_decref(request);
 	if (response == NULL)
-		return (-1);
+		return -1;
 	rc = client_effect_answer(response, out, err);
 	json_decref(response);
-	return (rc);
+	return rc;
 }
 
 int
@@ -1060,20 +1060,20 @@ idem_effect_begin(struct idem_conn *conn, const char *client_submission_id,
 	memset(out, 0, sizeof *out);
 	if (request_json == NULL) {
 		client_error(err, IDEM_E_ARGUMENT, "request is required");
-		return (-1);
+		return -1;
 	}
 	request = client_effect_request("effect_begin", client_submission_id,
 	    effect_kind, err);
 	if (request == NULL)
-		return (-1);
+		return -1;
 	if ((value = client_json_text(request_json, "request", err)) == NULL ||
 	    client_set(request, "request", value, err) != 0 ||
 	    (lease_ms > 0 && client_set(request, "lease_ms",
 	    json_integer(lease_ms), err) != 0)) {
 		json_decref(request);
-		return (-1);
+		return -1;
 	}
-	return (client_effect_call(conn, request, out, err));
+	return client_effect_call(conn, request, out, err);
 }
 
 int
@@ -1090,12 +1090,12 @@ idem_effect_complete(struct idem_conn *conn, const char *client_submission_id,
 	memset(out, 0, sizeof *out);
 	if (fence == NULL) {
 		client_error(err, IDEM_E_ARGUMENT, "fence is required");
-		return (-1);
+		return -1;
 	}
 	request = client_effect_request("effect_complete",
 	    client_submission_id, effect_kind, err);
 	if (request == NULL)
-		return (-1);
+		return -1;
 	if (client_set(request, "fence", client_string(fence, "fence", err),
 	    err) != 0 || client_set(request, "outcome", json_string(applied ?
 	    "applied" : "not_applied"), err) != 0 ||
@@ -1103,9 +1103,9 @@ idem_effect_complete(struct idem_conn *conn, const char *client_submission_id,
 	    err)) == NULL || client_set(request, "result", value,
 	    err) != 0))) {
 		json_decref(request);
-		return (-1);
+		return -1;
 	}
-	return (client_effect_call(conn, request, out, err));
+	return client_effect_call(conn, request, out, err);
 }
 
 int
@@ -1126,12 +1126,12 @@ idem_effect_resolve(struct idem_conn *conn, const char *client_submission_id,
 	memset(out, 0, sizeof *out);
 	if ((unsigned)observed >= nitems(names)) {
 		client_error(err, IDEM_E_ARGUMENT, "observed is out of range");
-		return (-1);
+		return -1;
 	}
 	request = client_effect_request("effect_resolve",
 	    client_submission_id, effect_kind, err);
 	if (request == NULL)
-		return (-1);
+		return -1;
 	if ((evidence = json_object()) == NULL ||
 	    client_set(evidence, "observed", json_string(names[observed]),
 	    err) != 0 ||
@@ -1144,9 +1144,9 @@ idem_effect_resolve(struct idem_conn *conn, const char *client_submission_id,
 		if (evidence == NULL)
 			client_error(err, IDEM_E_NOMEM, "out of memory");
 		json_decref(request);
-		return (-1);
+		return -1;
 	}
-	return (client_effect_call(conn, request, out, err));
+	return client_effect_call(conn, request, out, err);
 }
 
 int
@@ -1167,17 +1167,17 @@ idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
 	if (perform == NULL) {
 		memset(err, 0, sizeof *err);
 		client_error(err, IDEM_E_ARGUMENT, "perform is required");
-		return (-1);
+		return -1;
 	}
 	/* A second round only after evidence said "not applied". */
 	for (rounds = 0; rounds < 2; rounds++) {
 		idem_effect_clear(out);
 		if (idem_effect_begin(conn, client_submission_id, effect_kind,
 		    request_json, lease_ms, out, err) != 0)
-			return (-1);
+			return -1;
 		switch (out->disposition) {
 		case IDEM_EFFECT_REUSED:
-			return (0);
+			return 0;
 		case IDEM_EFFECT_PROCEED:
 			result = NULL;
 			seen = perform(out, &result, arg);
@@ -1187,7 +1187,7 @@ idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
 				    "perform could not tell whether the effect "
 				    "happened; it is settled by evidence "
 				    "(effect_resolve) once its lease lapses");
-				return (-1);
+				return -1;
 			}
 			begun = *out;
 			begun.receipt = begun.result = NULL;
@@ -1201,19 +1201,19 @@ idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
 				/* Where it stopped: performed, not reported. */
 				idem_effect_clear(out);
 				*out = begun;
-				return (-1);
+				return -1;
 			}
-			return (out->disposition == IDEM_EFFECT_COMMITTED ||
-			    out->disposition == IDEM_EFFECT_RELEASED ? 0 : -1);
+			return out->disposition == IDEM_EFFECT_COMMITTED ||
+			    out->disposition == IDEM_EFFECT_RELEASED ? 0 : -1;
 		case IDEM_EFFECT_OUTCOME_UNKNOWN:
 			if (probe == NULL)
-				return (-1);
+				return -1;
 			result = source = NULL;
 			seen = probe(out, &result, &source, arg);
 			if (seen == IDEM_OBSERVED_UNKNOWN) {
 				free(result);
 				free(source);
-				return (-1);	/* err: outcome_unknown */
+				return -1;	/* err: outcome_unknown */
 			}
 			idem_effect_clear(out);
 			rc = idem_effect_resolve(conn, client_submission_id,
@@ -1221,17 +1221,17 @@ idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
 			free(result);
 			free(source);
 			if (rc != 0)
-				return (-1);
+				return -1;
 			if (out->disposition == IDEM_EFFECT_COMMITTED)
-				return (0);
+				return 0;
 			if (out->disposition != IDEM_EFFECT_RELEASED)
-				return (-1);
+				return -1;
 			continue;	/* not applied: perform it now */
 		default:		/* conflict, in_progress */
-			return (-1);
+			return -1;
 		}
 	}
-	return (-1);
+	return -1;
 }
 
 /* ---- get_submission, diagnose, stats ------------------------------------ */
@@ -1245,18 +1245,18 @@ client_call_ok(struct idem_conn *conn, json_t *request,
 
 	if (request == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return (NULL);
+		return NULL;
 	}
 	response = client_call_json(conn, request, err);
 	json_decref(request);
 	if (response == NULL)
-		return (NULL);
+		return NULL;
 	if (!json_is_true(json_object_get(response, "ok"))) {
 		client_wire_error(response, err);
 		json_decref(response);
-		return (NULL);
+		return NULL;
 	}
-	return (response);
+	return response;
 }
 
 static int
@@ -1266,14 +1266,14 @@ client_int(json_t *object, const char *key, int64_t *out, int required,
 	json_t	*v = json_object_get(object, key);
 
 	if (v == NULL && !required)
-		return (0);
+		return 0;
 	if (!json_is_integer(v)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response %s is not an integer", key);
-		return (-1);
+		return -1;
 	}
 	*out = json_integer_value(v);
-	return (0);
+	return 0;
 }
 
 /* A boolean that may be null; absent is an error unless optional. */
@@ -1290,9 +1290,9 @@ client_tribool(json_t *object, const char *key, enum idem_tribool *out,
 	else {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response %s is not a boolean or null", key);
-		return (-1);
+		return -1;
 	}
-	return (0);
+	return 0;
 }
 
 /* The state's name as sent, and what this library makes of it. */
@@ -1311,12 +1311,12 @@ client_state(json_t *object, char *name, size_t size, enum idem_state *state,
 	size_t	i;
 
 	if (client_copy(object, "state", name, size, 1, err) != 0)
-		return (-1);
+		return -1;
 	*state = IDEM_STATE_UNKNOWN;
 	for (i = 0; i < nitems(states); i++)
 		if (strcmp(name, states[i].name) == 0)
 			*state = states[i].state;
-	return (0);
+	return 0;
 }
 
 static int
@@ -1328,7 +1328,7 @@ client_submission(json_t *s, struct idem_submission *sub,
 	if (!json_is_object(s)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "found without a submission object");
-		return (-1);
+		return -1;
 	}
 	if (client_copy(s, "client_submission_id", sub->client_submission_id,
 	    sizeof sub->client_submission_id, 1, err) != 0 ||
@@ -1348,13 +1348,13 @@ client_submission(json_t *s, struct idem_submission *sub,
 	    sizeof sub->updated_at, 1, err) != 0 ||
 	    client_copy(s, "current_path", sub->current_path,
 	    sizeof sub->current_path, 0, err) != 0)
-		return (-1);
+		return -1;
 	if ((receipt = json_object_get(s, "receipt")) != NULL) {
 		if (client_receipt(receipt, &sub->receipt, err) != 0)
-			return (-1);
+			return -1;
 		sub->has_receipt = 1;
 	}
-	return (0);
+	return 0;
 }
 
 int
@@ -1373,7 +1373,7 @@ idem_get_submission(struct idem_conn *conn, const char *client_submission_id,
 	if (client_submission_id == NULL) {
 		client_error(err, IDEM_E_ARGUMENT,
 		    "client_submission_id is required");
-		return (-1);
+		return -1;
 	}
 	if ((request = json_object()) == NULL ||
 	    client_set(request, "op", client_string("get_submission", "op",
@@ -1383,10 +1383,10 @@ idem_get_submission(struct idem_conn *conn, const char *client_submission_id,
 		if (request == NULL)
 			client_error(err, IDEM_E_NOMEM, "out of memory");
 		json_decref(request);
-		return (-1);
+		return -1;
 	}
 	if ((response = client_call_ok(conn, request, err)) == NULL)
-		return (-1);
+		return -1;
 	f = json_object_get(response, "found");
 	if (!json_is_boolean(f))
 		client_error(err, IDEM_E_PROTOCOL,
@@ -1401,7 +1401,7 @@ idem_get_submission(struct idem_conn *conn, const char *client_submission_id,
 	json_decref(response);
 	if (rc != 0)
 		memset(sub, 0, sizeof *sub);
-	return (rc);
+	return rc;
 }
 
 static int
@@ -1413,13 +1413,13 @@ client_diagnose_entry(json_t *j, struct idem_diagnose_entry *e,
 	if (!json_is_object(j)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "a diagnose entry is not an object");
-		return (-1);
+		return -1;
 	}
 	stalled = json_object_get(j, "stalled");
 	if (!json_is_boolean(stalled)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response stalled is not a boolean");
-		return (-1);
+		return -1;
 	}
 	e->stalled = json_is_true(stalled);
 	if (client_copy(j, "client_submission_id", e->client_submission_id,
@@ -1437,8 +1437,8 @@ client_diagnose_entry(json_t *j, struct idem_diagnose_entry *e,
 	    client_tribool(j, "file_digest_matches", &e->file_digest_matches,
 	    1, err) != 0 ||
 	    client_tribool(j, "in_flight", &e->in_flight, 0, err) != 0)
-		return (-1);
-	return (0);
+		return -1;
+	return 0;
 }
 
 int
@@ -1457,13 +1457,13 @@ idem_diagnose(struct idem_conn *conn, int64_t stale_after_ms,
 	if (stale_after_ms < -1) {
 		client_error(err, IDEM_E_ARGUMENT,
 		    "stale_after_ms must be -1 or at least 0");
-		return (-1);
+		return -1;
 	}
 	request = stale_after_ms == -1 ? json_pack("{ss}", "op", "diagnose") :
 	    json_pack("{sssI}", "op", "diagnose", "stale_after_ms",
 	    (json_int_t)stale_after_ms);
 	if ((response = client_call_ok(conn, request, err)) == NULL)
-		return (-1);
+		return -1;
 	entries = json_object_get(response, "entries");
 	counts = json_object_get(response, "counts");
 	if (!json_is_array(entries) || !json_is_object(counts)) {
@@ -1495,7 +1495,7 @@ done:
 	json_decref(response);
 	if (rc != 0)
 		idem_diagnosis_free(diagnosis);
-	return (rc);
+	return rc;
 }
 
 void
@@ -1547,7 +1547,7 @@ idem_stats(struct idem_conn *conn, struct idem_stats *stats,
 	memset(stats, 0, sizeof *stats);
 	if ((response = client_call_ok(conn, json_pack("{ss}", "op", "stats"),
 	    err)) == NULL)
-		return (-1);
+		return -1;
 	for (i = 0; i < nitems(client_stats_fields) && rc == 0; i++) {
 		counter = (int64_t *)((char *)stats +
 		    client_stats_fields[i].offset);
@@ -1558,7 +1558,7 @@ idem_stats(struct idem_conn *conn, struct idem_stats *stats,
 	json_decref(response);
 	if (rc != 0)
 		memset(stats, 0, sizeof *stats);
-	return (rc);
+	return rc;
 }
 
 /* ---- Submission ids and the retry helper -------------------------------- */
@@ -1571,12 +1571,12 @@ idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE])
 	/* Thread-safe, and a no-op after the first success. */
 	if (sodium_init() < 0) {
 		errno = EAGAIN;
-		return (-1);
+		return -1;
 	}
 	randombytes_buf(bytes, sizeof bytes);
 	sodium_bin2base64(out, IDEM_SUBMISSION_ID_SIZE, bytes, sizeof bytes,
 	    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-	return (0);
+	return 0;
 }
 
 static int64_t
@@ -1585,7 +1585,7 @@ client_now_ms(void)
 	struct timespec	ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /*
@@ -1602,11 +1602,11 @@ client_retry_worth(const struct idem_error *err)
 	case IDEM_E_IN_PROGRESS:
 	case IDEM_E_STORAGE_UNAVAILABLE:
 	case IDEM_E_SHUTTING_DOWN:
-		return (1);
+		return 1;
 	case IDEM_E_INTERNAL:
-		return (err->retryable);
+		return err->retryable;
 	default:
-		return (0);
+		return 0;
 	}
 }
 
@@ -1623,7 +1623,7 @@ client_backoff_ms(const struct idem_retry_policy *p, unsigned attempt)
 		cap = p->max_delay_ms;
 	if (cap >= UINT32_MAX)
 		cap = UINT32_MAX - 1;
-	return (randombytes_uniform((uint32_t)cap + 1));
+	return randombytes_uniform((uint32_t)cap + 1);
 }
 
 static void
@@ -1658,7 +1658,7 @@ idem_write_task_retry(const char *socket_path,
 		client_error(err, IDEM_E_ARGUMENT, "a retried write needs a "
 		    "client_submission_id: a legacy call is not idempotent");
 		snprintf(err->field, sizeof err->field, "client_submission_id");
-		return (-1);
+		return -1;
 	}
 	memset(&p, 0, sizeof p);
 	if (policy != NULL)
@@ -1673,7 +1673,7 @@ idem_write_task_retry(const char *socket_path,
 		p.deadline_ms = IDEM_RETRY_DEADLINE_MS;
 	if (sodium_init() < 0) {
 		client_error(err, IDEM_E_NOMEM, "libsodium did not initialise");
-		return (-1);
+		return -1;
 	}
 	deadline = client_now_ms() + p.deadline_ms;
 
@@ -1713,5 +1713,5 @@ idem_write_task_retry(const char *socket_path,
 	}
 	idem_close(conn);
 	result->attempts = attempts;
-	return (rc);
+	return rc;
 }

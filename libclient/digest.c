@@ -44,7 +44,7 @@ digest_fold_newlines(const char *s, size_t length, size_t *out_length)
 	size_t	 i;
 
 	if ((out = malloc(length)) == NULL)
-		return (NULL);
+		return NULL;
 	for (i = 0, o = out; i < length; i++) {
 		if (s[i] != '\r')
 			*o++ = s[i];
@@ -52,7 +52,7 @@ digest_fold_newlines(const char *s, size_t length, size_t *out_length)
 			*o++ = '\n';
 	}
 	*out_length = o - out;
-	return (out);
+	return out;
 }
 
 static int
@@ -62,9 +62,9 @@ digest_is_ascii(const char *s, size_t length)
 
 	for (i = 0; i < length; i++) {
 		if ((unsigned char)s[i] >= 0x80)
-			return (0);
+			return 0;
 	}
-	return (1);
+	return 1;
 }
 
 char *
@@ -76,7 +76,7 @@ digest_normalize_string(const char *s, size_t length, size_t *out_length)
 
 	if (memchr(s, '\r', length) != NULL) {
 		if ((folded = digest_fold_newlines(s, length, &length)) == NULL)
-			return (NULL);
+			return NULL;
 		s = folded;
 	}
 	/*
@@ -87,13 +87,13 @@ digest_normalize_string(const char *s, size_t length, size_t *out_length)
 	if (digest_is_ascii(s, length)) {
 		if ((nfc = malloc(length + 1)) == NULL) {
 			free(folded);
-			return (NULL);
+			return NULL;
 		}
 		memcpy(nfc, s, length);
 		nfc[length] = '\0';
 		free(folded);
 		*out_length = length;
-		return ((char *)nfc);
+		return (char *)nfc;
 	}
 	/* With a length and no UTF8PROC_NULLTERM, s need not end in NUL. */
 	n = utf8proc_map((const utf8proc_uint8_t *)s, length, &nfc,
@@ -101,10 +101,10 @@ digest_normalize_string(const char *s, size_t length, size_t *out_length)
 	free(folded);
 	if (n < 0) {
 		errno = n == UTF8PROC_ERROR_INVALIDUTF8 ? EILSEQ : ENOMEM;
-		return (NULL);
+		return NULL;
 	}
 	*out_length = n;
-	return ((char *)nfc);
+	return (char *)nfc;
 }
 
 /*
@@ -118,10 +118,10 @@ digest_close(FILE *fp, int failed)
 
 	if (fclose(fp) != 0 && !failed) {
 		errno = ENOMEM;
-		return (-1);
+		return -1;
 	}
 	errno = saved_errno;
-	return (failed ? -1 : 0);
+	return failed ? -1 : 0;
 }
 
 /* Append s, normalized and with its NUL, to fp. */
@@ -133,14 +133,14 @@ digest_append_normalized(FILE *fp, const char *s)
 	int	 written;
 
 	if ((n = digest_normalize_string(s, strlen(s), &length)) == NULL)
-		return (-1);
+		return -1;
 	written = fwrite(n, 1, length + 1, fp) == length + 1;
 	free(n);
 	if (!written) {
 		errno = ENOMEM;
-		return (-1);
+		return -1;
 	}
-	return (0);
+	return 0;
 }
 
 /*
@@ -155,7 +155,7 @@ digest_take(const char **slot, char **p)
 
 	*slot = *p;
 	*p += length + 1;
-	return (length);
+	return length;
 }
 
 /* An array of count strings, none of them NULL. */
@@ -165,11 +165,11 @@ digest_list_given(const char *const *items, size_t count)
 	size_t	i;
 
 	if (count != 0 && items == NULL)
-		return (0);
+		return 0;
 	for (i = 0; i < count; i++)
 		if (items[i] == NULL)
-			return (0);
-	return (1);
+			return 0;
+	return 1;
 }
 
 int
@@ -193,7 +193,7 @@ digest_task_normalize(const struct idem_task *in,
 	    !digest_list_given(in->references, in->references_count) ||
 	    !digest_list_given(in->depends_on, in->depends_on_count)) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 
 	*t = *in;
@@ -210,7 +210,7 @@ digest_task_normalize(const struct idem_task *in,
 	 */
 	nlist = t->references_count + t->depends_on_count;
 	if ((fp = open_memstream(&storage, &size)) == NULL)
-		return (-1);
+		return -1;
 	list = NULL;
 	for (i = 0; i < nlist && !failed; i++)
 		failed = fwrite(&list, sizeof list, 1, fp) != 1;
@@ -223,7 +223,7 @@ digest_task_normalize(const struct idem_task *in,
 		failed = digest_append_normalized(fp, t->depends_on[i]) != 0;
 	if (digest_close(fp, failed) != 0) {
 		free(storage);
-		return (-1);
+		return -1;
 	}
 
 	list = (const char **)storage;
@@ -240,7 +240,7 @@ digest_task_normalize(const struct idem_task *in,
 	t->references = list;
 	t->depends_on = list + t->references_count;
 	out->storage = storage;
-	return (0);
+	return 0;
 }
 
 void
@@ -256,19 +256,19 @@ digest_escape(int32_t c, int yaml_safe, char buf[8])
 {
 	switch (c) {
 	case '"':
-		return ("\\\"");
+		return "\\\"";
 	case '\\':
-		return ("\\\\");
+		return "\\\\";
 	case '\b':
-		return ("\\b");
+		return "\\b";
 	case '\t':
-		return ("\\t");
+		return "\\t";
 	case '\n':
-		return ("\\n");
+		return "\\n";
 	case '\f':
-		return ("\\f");
+		return "\\f";
 	case '\r':
-		return ("\\r");
+		return "\\r";
 	}
 	/*
 	 * PyYAML rejects DEL, the C1 controls, U+FFFE and U+FFFF as not
@@ -279,9 +279,9 @@ digest_escape(int32_t c, int yaml_safe, char buf[8])
 	    c == 0x2028 || c == 0x2029 || c == 0xfeff || c == 0xfffe ||
 	    c == 0xffff))) {
 		snprintf(buf, 8, "\\u%04x", (unsigned int)c);
-		return (buf);
+		return buf;
 	}
-	return (NULL);
+	return NULL;
 }
 
 int
@@ -296,7 +296,7 @@ digest_write_json_string(FILE *fp, const char *s, size_t length,
 	utf8proc_ssize_t	 n;
 
 	if (fputc('"', fp) == EOF)
-		return (-1);
+		return -1;
 	while (p < end) {
 		/* Printable ASCII other than " and \ is the common case. */
 		if (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\') {
@@ -305,7 +305,7 @@ digest_write_json_string(FILE *fp, const char *s, size_t length,
 		}
 		if ((n = utf8proc_iterate(p, end - p, &c)) < 0) {
 			errno = EILSEQ;
-			return (-1);
+			return -1;
 		}
 		if ((escape = digest_escape(c, yaml_safe, buf)) == NULL) {
 			p += n;
@@ -313,14 +313,14 @@ digest_write_json_string(FILE *fp, const char *s, size_t length,
 		}
 		if (fwrite(run, 1, p - run, fp) != (size_t)(p - run) ||
 		    fputs(escape, fp) == EOF)
-			return (-1);
+			return -1;
 		p += n;
 		run = p;
 	}
 	if (fwrite(run, 1, p - run, fp) != (size_t)(p - run) ||
 	    fputc('"', fp) == EOF)
-		return (-1);
-	return (0);
+		return -1;
+	return 0;
 }
 
 /* ,"key":value -- the key is ASCII and needs no escaping. */
@@ -328,10 +328,10 @@ static int
 digest_write_member(FILE *fp, int first, const char *key, const char *value)
 {
 	if (fprintf(fp, "%s\"%s\":", first ? "" : ",", key) < 0)
-		return (-1);
+		return -1;
 	if (value == NULL)
-		return (fputs("null", fp) == EOF ? -1 : 0);
-	return (digest_write_json_string(fp, value, strlen(value), 0));
+		return fputs("null", fp) == EOF ? -1 : 0;
+	return digest_write_json_string(fp, value, strlen(value), 0);
 }
 
 static int
@@ -341,15 +341,15 @@ digest_write_array(FILE *fp, const char *key, const char *const *items,
 	size_t	i;
 
 	if (fprintf(fp, ",\"%s\":[", key) < 0)
-		return (-1);
+		return -1;
 	for (i = 0; i < count; i++) {
 		if (i != 0 && fputc(',', fp) == EOF)
-			return (-1);
+			return -1;
 		if (digest_write_json_string(fp, items[i], strlen(items[i]),
 		    0) != 0)
-			return (-1);
+			return -1;
 	}
-	return (fputc(']', fp) == EOF ? -1 : 0);
+	return fputc(']', fp) == EOF ? -1 : 0;
 }
 
 /*
@@ -362,12 +362,12 @@ digest_finish(FILE *fp, int failed, char **buf, size_t *size,
 {
 	if (digest_close(fp, failed) != 0) {
 		free(*buf);
-		return (-1);
+		return -1;
 	}
 	*canonical = *buf;
 	if (length != NULL)
 		*length = *size;
-	return (0);
+	return 0;
 }
 
 int
@@ -380,7 +380,7 @@ digest_task_canonical_normalized(const struct idem_task *t,
 	int	 failed;
 
 	if ((fp = open_memstream(&buf, &size)) == NULL)
-		return (-1);
+		return -1;
 	/* The ten members in byte order of their keys. */
 	failed = fputc('{', fp) == EOF ||
 	    digest_write_member(fp, 1, "body", t->body) != 0 ||
@@ -396,7 +396,7 @@ digest_task_canonical_normalized(const struct idem_task *t,
 	    digest_write_member(fp, 0, "subject", t->subject) != 0 ||
 	    digest_write_member(fp, 0, "thread_key", t->thread_key) != 0 ||
 	    fputc('}', fp) == EOF;
-	return (digest_finish(fp, failed, &buf, &size, canonical, length));
+	return digest_finish(fp, failed, &buf, &size, canonical, length);
 }
 
 int
@@ -407,10 +407,10 @@ idem_task_canonical(const struct idem_task *task, char **canonical,
 	int				rc;
 
 	if (digest_task_normalize(task, &n) != 0)
-		return (-1);
+		return -1;
 	rc = digest_task_canonical_normalized(&n.task, canonical, length);
 	digest_task_normalized_free(&n);
-	return (rc);
+	return rc;
 }
 
 /* Hash canonical bytes into hex; frees them. */
@@ -433,9 +433,9 @@ idem_task_digest(const struct idem_task *task,
 	size_t	 length;
 
 	if (idem_task_canonical(task, &canonical, &length) != 0)
-		return (-1);
+		return -1;
 	digest_hex_of(canonical, length, digest);
-	return (0);
+	return 0;
 }
 
 int
@@ -456,10 +456,10 @@ idem_report_canonical(const char *task_id, const struct idem_report *r,
 
 	if (task_id == NULL || r->sender == NULL || r->recipient == NULL) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	if ((fp = open_memstream(&buf, &size)) == NULL)
-		return (-1);
+		return -1;
 	failed = fputc('{', fp) == EOF;
 	for (i = 0; i < nitems(members) && !failed; i++) {
 		value = digest_normalize_string(members[i].value,
@@ -473,7 +473,7 @@ idem_report_canonical(const char *task_id, const struct idem_report *r,
 		free(value);
 	}
 	failed = failed || fputc('}', fp) == EOF;
-	return (digest_finish(fp, failed, &buf, &size, canonical, length));
+	return digest_finish(fp, failed, &buf, &size, canonical, length);
 }
 
 int
@@ -484,9 +484,9 @@ idem_report_digest(const char *task_id, const struct idem_report *r,
 	size_t	 length;
 
 	if (idem_report_canonical(task_id, r, &canonical, &length) != 0)
-		return (-1);
+		return -1;
 	digest_hex_of(canonical, length, digest);
-	return (0);
+	return 0;
 }
 
 /* ---- generic-json-v1 ------------------------------------------------------ */
@@ -508,13 +508,13 @@ digest_write_number(FILE *fp, double v)
 
 	if (!isfinite(v)) {
 		errno = EDOM;
-		return (-1);
+		return -1;
 	}
 	if (v == 0)
-		return (fputc('0', fp) == EOF ? -1 : 0);	/* -0 too */
+		return fputc('0', fp) == EOF ? -1 : 0;	/* -0 too */
 	if (v < 0) {
 		if (fputc('-', fp) == EOF)
-			return (-1);
+			return -1;
 		v = -v;
 	}
 	for (prec = 1; prec <= 17; prec++) {
@@ -531,28 +531,28 @@ digest_write_number(FILE *fp, double v)
 	n = atoi(p + 1) + 1;	/* v = 0.d1d2...dk x 10^n */
 	if (k <= n && n <= 21) {
 		if (fputs(digits, fp) == EOF)
-			return (-1);
+			return -1;
 		for (i = k; i < n; i++)
 			if (fputc('0', fp) == EOF)
-				return (-1);
-		return (0);
+				return -1;
+		return 0;
 	}
 	if (0 < n && n <= 21)
-		return (fprintf(fp, "%.*s.%s", n, digits, digits + n) < 0 ?
-		    -1 : 0);
+		return fprintf(fp, "%.*s.%s", n, digits, digits + n) < 0 ?
+		    -1 : 0;
 	if (-6 < n && n <= 0) {
 		if (fputs("0.", fp) == EOF)
-			return (-1);
+			return -1;
 		for (i = n; i < 0; i++)
 			if (fputc('0', fp) == EOF)
-				return (-1);
-		return (fputs(digits, fp) == EOF ? -1 : 0);
+				return -1;
+		return fputs(digits, fp) == EOF ? -1 : 0;
 	}
 	e = n - 1;
 	if (fprintf(fp, "%c%s%se%c%d", digits[0], k > 1 ? "." : "",
 	    digits + 1, e < 0 ? '-' : '+', e < 0 ? -e : e) < 0)
-		return (-1);
-	return (0);
+		return -1;
+	return 0;
 }
 
 /* A member name, normalized, and its UTF-16 code units for sorting. */
@@ -574,12 +574,12 @@ digest_utf16(struct digest_name *m)
 
 	/* At most one unit per byte. */
 	if ((m->units = malloc((m->length + 1) * sizeof *m->units)) == NULL)
-		return (-1);
+		return -1;
 	m->count = 0;
 	while (p < end) {
 		if ((n = utf8proc_iterate(p, end - p, &c)) < 0) {
 			errno = EILSEQ;
-			return (-1);
+			return -1;
 		}
 		if (c >= 0x10000) {
 			m->units[m->count++] = (uint16_t)(0xd800 +
@@ -590,7 +590,7 @@ digest_utf16(struct digest_name *m)
 			m->units[m->count++] = (uint16_t)c;
 		p += n;
 	}
-	return (0);
+	return 0;
 }
 
 static int
@@ -601,8 +601,8 @@ digest_name_cmp(const void *a, const void *b)
 
 	for (i = 0; i < x->count && i < y->count; i++)
 		if (x->units[i] != y->units[i])
-			return (x->units[i] < y->units[i] ? -1 : 1);
-	return (x->count < y->count ? -1 : x->count > y->count);
+			return x->units[i] < y->units[i] ? -1 : 1;
+	return x->count < y->count ? -1 : x->count > y->count;
 }
 
 static void
@@ -636,13 +636,13 @@ digest_write_string_value(FILE *fp, const char *s, size_t length)
 
 	if (memchr(s, '\0', length) != NULL) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	if ((n = digest_normalize_string(s, length, &nlength)) == NULL)
-		return (-1);
+		return -1;
 	rc = digest_write_json_string(fp, n, nlength, 0);
 	free(n);
-	return (rc);
+	return rc;
 }
 
 static int
@@ -658,7 +658,7 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 	if (where != NULL)
 		snprintf(parent, sizeof parent, "%s", where);
 	if ((m = calloc(count + 1, sizeof *m)) == NULL)
-		return (-1);
+		return -1;
 	json_object_foreach((json_t *)object, key, value) {
 		m[i].value = value;
 		m[i].name = digest_normalize_string(key, strlen(key),
@@ -697,7 +697,7 @@ out:
 		free(m[j].units);
 	}
 	free(m);
-	return (rc);
+	return rc;
 }
 
 static int
@@ -709,48 +709,48 @@ digest_write_value(FILE *fp, const json_t *v, int depth, char *where)
 
 	if (depth > IDEM_MAX_JSON_DEPTH) {
 		errno = ELOOP;
-		return (-1);
+		return -1;
 	}
 	switch (json_typeof(v)) {
 	case JSON_NULL:
-		return (fputs("null", fp) == EOF ? -1 : 0);
+		return fputs("null", fp) == EOF ? -1 : 0;
 	case JSON_TRUE:
-		return (fputs("true", fp) == EOF ? -1 : 0);
+		return fputs("true", fp) == EOF ? -1 : 0;
 	case JSON_FALSE:
-		return (fputs("false", fp) == EOF ? -1 : 0);
+		return fputs("false", fp) == EOF ? -1 : 0;
 	case JSON_INTEGER:
 		i = json_integer_value(v);
 		if (i > IDEM_MAX_SAFE_INTEGER || i < -IDEM_MAX_SAFE_INTEGER) {
 			errno = EDOM;
-			return (-1);
+			return -1;
 		}
-		return (fprintf(fp, "%lld", (long long)i) < 0 ? -1 : 0);
+		return fprintf(fp, "%lld", (long long)i) < 0 ? -1 : 0;
 	case JSON_REAL:
-		return (digest_write_number(fp, json_real_value(v)));
+		return digest_write_number(fp, json_real_value(v));
 	case JSON_STRING:
-		return (digest_write_string_value(fp, json_string_value(v),
-		    json_string_length(v)));
+		return digest_write_string_value(fp, json_string_value(v),
+		    json_string_length(v));
 	case JSON_ARRAY:
 		if (where != NULL)
 			snprintf(parent, sizeof parent, "%s", where);
 		if (fputc('[', fp) == EOF)
-			return (-1);
+			return -1;
 		for (k = 0; k < json_array_size(v); k++) {
 			if (k > 0 && fputc(',', fp) == EOF)
-				return (-1);
+				return -1;
 			digest_where(where, parent, "[%zu]", k);
 			if (digest_write_value(fp, json_array_get(v, k),
 			    depth + 1, where) != 0)
-				return (-1);
+				return -1;
 		}
 		if (where != NULL)
 			snprintf(where, DIGEST_PATH_BYTES, "%s", parent);
-		return (fputc(']', fp) == EOF ? -1 : 0);
+		return fputc(']', fp) == EOF ? -1 : 0;
 	case JSON_OBJECT:
-		return (digest_write_object(fp, v, depth, where));
+		return digest_write_object(fp, v, depth, where);
 	}
 	errno = EINVAL;
-	return (-1);
+	return -1;
 }
 
 int
@@ -766,17 +766,17 @@ digest_generic_canonical(const char *kind, const json_t *request,
 		where[0] = '\0';
 	if (kind == NULL || request == NULL) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	if ((fp = open_memstream(&buf, &size)) == NULL)
-		return (-1);
+		return -1;
 	/* "kind" sorts before "request" in UTF-16 as in bytes. */
 	failed = fputs("{\"kind\":", fp) == EOF ||
 	    digest_write_string_value(fp, kind, strlen(kind)) != 0 ||
 	    fputs(",\"request\":", fp) == EOF ||
 	    digest_write_value(fp, request, 1, where) != 0 ||
 	    fputc('}', fp) == EOF;
-	return (digest_finish(fp, failed, &buf, &size, canonical, length));
+	return digest_finish(fp, failed, &buf, &size, canonical, length);
 }
 
 int
@@ -788,18 +788,18 @@ idem_effect_canonical(const char *effect_kind, const char *request_json,
 
 	if (effect_kind == NULL || request_json == NULL) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	request = json_loads(request_json, JSON_REJECT_DUPLICATES |
 	    JSON_DECODE_ANY, NULL);
 	if (request == NULL) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	rc = digest_generic_canonical(effect_kind, request, canonical, length,
 	    NULL);
 	json_decref(request);
-	return (rc);
+	return rc;
 }
 
 int
@@ -811,9 +811,9 @@ idem_effect_digest(const char *effect_kind, const char *request_json,
 
 	if (idem_effect_canonical(effect_kind, request_json, &canonical,
 	    &length) != 0)
-		return (-1);
+		return -1;
 	digest_hex_of(canonical, length, digest);
-	return (0);
+	return 0;
 }
 
 static void
@@ -851,11 +851,11 @@ digest_from_hex(const char *hex, uint8_t out[IDEM_SHA256_BYTES])
 	for (i = 0; i < IDEM_SHA256_HEX_BYTES; i++)
 		if (!((hex[i] >= '0' && hex[i] <= '9') ||
 		    (hex[i] >= 'a' && hex[i] <= 'f')))
-			return (-1);
+			return -1;
 	if (hex[i] != '\0')
-		return (-1);
-	return (sodium_hex2bin(out, IDEM_SHA256_BYTES, hex,
-	    IDEM_SHA256_HEX_BYTES, NULL, NULL, NULL));
+		return -1;
+	return sodium_hex2bin(out, IDEM_SHA256_BYTES, hex,
+	    IDEM_SHA256_HEX_BYTES, NULL, NULL, NULL);
 }
 
 int
@@ -865,19 +865,19 @@ digest_role_code_valid(const char *s, size_t length)
 
 	if (length == 0 || length > IDEM_MAX_ROLE_BYTES ||
 	    s[0] < 'A' || s[0] > 'Z')
-		return (0);
+		return 0;
 	for (i = 1; i < length; i++) {
 		if (s[i] == '-') {
 			/* A dash starts a group of at least one character. */
 			if (i + 1 == length || s[i + 1] == '-')
-				return (0);
+				return 0;
 			continue;
 		}
 		if (!((s[i] >= 'A' && s[i] <= 'Z') ||
 		    (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-			return (0);
+			return 0;
 	}
-	return (1);
+	return 1;
 }
 
 int
@@ -887,10 +887,10 @@ digest_recipient_valid(const char *s, size_t length)
 	size_t		 role;
 
 	if (dot == NULL)
-		return (digest_role_code_valid(s, length));
+		return digest_role_code_valid(s, length);
 	role = dot - s;
-	return (digest_role_code_valid(s, role) &&
-	    digest_role_code_valid(dot + 1, length - role - 1));
+	return digest_role_code_valid(s, role) &&
+	    digest_role_code_valid(dot + 1, length - role - 1);
 }
 
 /* ---- fcop-create-task-v1 ------------------------------------------------ */
@@ -902,16 +902,16 @@ digest_fcop_own(struct digest_fcop_normalized *n, void *p)
 	char	**owned;
 
 	if (p == NULL)
-		return (NULL);
+		return NULL;
 	owned = realloc(n->owned, (n->owned_count + 1) * sizeof *owned);
 	if (owned == NULL) {
 		free(p);
 		errno = ENOMEM;
-		return (NULL);
+		return NULL;
 	}
 	n->owned = owned;
 	n->owned[n->owned_count++] = p;
-	return (p);
+	return p;
 }
 
 /* Normalize *s in place (NULL stays NULL); -1 with errno. */
@@ -921,17 +921,17 @@ digest_fcop_string(struct digest_fcop_normalized *n, const char **s)
 	size_t	length;
 
 	if (*s == NULL)
-		return (0);
+		return 0;
 	*s = digest_fcop_own(n, digest_normalize_string(*s, strlen(*s),
 	    &length));
-	return (*s == NULL ? -1 : 0);
+	return *s == NULL ? -1 : 0;
 }
 
 static int
 digest_fcop_compare(const void *a, const void *b)
 {
 	/* UTF-8 byte order is code point order. */
-	return (strcmp(*(const char *const *)a, *(const char *const *)b));
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 void
@@ -964,7 +964,7 @@ digest_fcop_normalize(const struct idem_fcop_task *in,
 	    in->subject == NULL ||
 	    !digest_list_given(in->references, in->references_count)) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	*t = *in;
 	if (t->body == NULL)
@@ -1002,11 +1002,11 @@ digest_fcop_normalize(const struct idem_fcop_task *in,
 			list[j++] = list[i];
 	t->references = list;
 	t->references_count = j;
-	return (0);
+	return 0;
 
 fail:
 	digest_fcop_normalized_free(out);
-	return (-1);
+	return -1;
 }
 
 int
@@ -1019,7 +1019,7 @@ digest_fcop_canonical_normalized(const struct idem_fcop_task *t,
 	int	 failed;
 
 	if ((fp = open_memstream(&buf, &size)) == NULL)
-		return (-1);
+		return -1;
 	/* The twelve members in byte order of their keys. */
 	failed = fputc('{', fp) == EOF ||
 	    digest_write_member(fp, 1, "body", t->body) != 0 ||
@@ -1038,7 +1038,7 @@ digest_fcop_canonical_normalized(const struct idem_fcop_task *t,
 	    digest_write_member(fp, 0, "subject", t->subject) != 0 ||
 	    digest_write_member(fp, 0, "workspace_id", t->workspace_id) != 0 ||
 	    fputc('}', fp) == EOF;
-	return (digest_finish(fp, failed, &buf, &size, canonical, length));
+	return digest_finish(fp, failed, &buf, &size, canonical, length);
 }
 
 int
@@ -1049,10 +1049,10 @@ idem_fcop_task_canonical(const struct idem_fcop_task *task, char **canonical,
 	int				rc;
 
 	if (digest_fcop_normalize(task, &n) != 0)
-		return (-1);
+		return -1;
 	rc = digest_fcop_canonical_normalized(&n.task, canonical, length);
 	digest_fcop_normalized_free(&n);
-	return (rc);
+	return rc;
 }
 
 int
@@ -1063,16 +1063,16 @@ idem_fcop_task_digest(const struct idem_fcop_task *task,
 	size_t	 length;
 
 	if (idem_fcop_task_canonical(task, &canonical, &length) != 0)
-		return (-1);
+		return -1;
 	digest_hex_of(canonical, length, digest);
-	return (0);
+	return 0;
 }
 
 static int
 digest_is_alnum(char c)
 {
-	return ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-	    (c >= '0' && c <= '9'));
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+	    (c >= '0' && c <= '9');
 }
 
 int
@@ -1082,12 +1082,12 @@ digest_fcop_operation_id_valid(const char *s, size_t length)
 
 	if (length == 0 || length > IDEM_MAX_OPERATION_ID_BYTES ||
 	    !digest_is_alnum(s[0]))
-		return (0);
+		return 0;
 	for (i = 1; i < length; i++)
 		if (!digest_is_alnum(s[i]) && (s[i] == '\0' ||
 		    strchr("._:-", s[i]) == NULL))
-			return (0);
-	return (1);
+			return 0;
+	return 1;
 }
 
 /* ^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$ */
@@ -1099,16 +1099,16 @@ digest_fcop_workspace_id_valid(const char *s, size_t length)
 	size_t			i;
 
 	if (length != sizeof shape - 1)
-		return (0);
+		return 0;
 	for (i = 0; i < length; i++) {
 		if (shape[i] != 'x') {
 			if (s[i] != shape[i])
-				return (0);
+				return 0;
 		} else if (!((s[i] >= '0' && s[i] <= '9') ||
 		    (s[i] >= 'a' && s[i] <= 'f')))
-			return (0);
+			return 0;
 	}
-	return (1);
+	return 1;
 }
 
 /* ^TASK-[A-Za-z0-9][A-Za-z0-9._-]*$ */
@@ -1119,10 +1119,10 @@ digest_fcop_task_ref_valid(const char *s, size_t length)
 
 	if (length < 6 || strncmp(s, "TASK-", 5) != 0 ||
 	    !digest_is_alnum(s[5]))
-		return (0);
+		return 0;
 	for (i = 6; i < length; i++)
 		if (!digest_is_alnum(s[i]) && (s[i] == '\0' ||
 		    strchr("._-", s[i]) == NULL))
-			return (0);
-	return (1);
+			return 0;
+	return 1;
 }

@@ -124,4 +124,32 @@
 	X(SHUTTING_DOWN,	"shutting_down")			\
 	X(INTERNAL,		"internal")
 
+/* A reply's "disposition": write_task's, then effect_begin's others. */
+#define IDEM_DISPOSITIONS(X)						\
+	X(CREATED,		"created")				\
+	X(REUSED,		"reused")				\
+	X(CONFLICT,		"conflict")				\
+	X(PROCEED,		"proceed")				\
+	X(IN_PROGRESS,		"in_progress")				\
+	X(OUTCOME_UNKNOWN,	"outcome_unknown")
+
+/* error.reason of a conflict, in SPEC.md's order ("Conflict reasons"). */
+#define IDEM_CONFLICT_REASONS(X)					\
+	X(DIGEST_MISMATCH,	"digest_mismatch")			\
+	X(SCHEMA_MISMATCH,	"schema_mismatch")			\
+	X(TARGET_MISMATCH,	"target_mismatch")			\
+	X(TASK_MISSING,		"task_missing")				\
+	X(STALE_FENCE,		"stale_fence")				\
+	X(NO_RESERVATION,	"no_reservation")			\
+	X(ALREADY_COMMITTED,	"already_committed")
+
+/*
+ * error.reason of the internal error that refuses a connection: the
+ * option whose limit was reached (doc/protocol.md).
+ */
+#define IDEM_LIMIT_REASONS(X)						\
+	X(MAX_CONNECTIONS,	"max_connections")			\
+	X(MAX_CONNECTIONS_PER_PID, "max_connections_per_pid")		\
+	X(MAX_CONNECTIONS_PER_UID, "max_connections_per_uid")
+
 #endif

@@ -10,49 +10,10 @@ IDEMD=${IDEMD:?set IDEMD to the idemd binary}
 IDEMCTL=${IDEMCTL:?set IDEMCTL to the idemctl binary}
 NOTIFY=${NOTIFY_ONCE:?set NOTIFY_ONCE to the notify_once example}
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/effects.XXXXXX") || exit 99
+. "$(dirname "$0")/lib.sh"
+make_tmp effects
 root=$tmp/root
 outbox=$tmp/outbox
-pid=
-failures=0
-# shellcheck disable=SC2317	# called by the trap
-cleanup() {
-	# SIGTERM, not SIGKILL: a killed idemd leaves its segment in /dev/shm.
-	if [ -n "$pid" ]; then
-		kill -TERM "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 99' HUP INT TERM
-
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-run() {
-	"$@" >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-}
-
-expect() {
-	if [ "$rc" -eq "$1" ]; then
-		pass "$2 (exit $rc)"
-	else
-		fail "$2: exit $rc, wanted $1"
-		sed 's/^/	out: /' "$tmp/out"
-		sed 's/^/	err: /' "$tmp/err"
-	fi
-}
-
-contains() {
-	if grep -F -e "$2" "$1" >/dev/null; then
-		pass "$3"
-	else
-		fail "$3: no \"$2\" in $(basename "$1")"
-		sed 's/^/	| /' "$1"
-	fi
-}
 
 # lines_for ID WANT WHAT: the outbox holds WANT lines for this effect.
 lines_for() {
@@ -67,20 +28,7 @@ lines_for() {
 export IDEM_ROOT="$root"
 unset IDEM_SOCKET
 mkdir -p "$root" || exit 99
-mkfifo "$tmp/ready" || exit 99
-"$IDEMD" --root "$root" --workers 2 --ready-fd 3 3>"$tmp/ready" \
-    2>>"$tmp/idemd.log" &
-pid=$!
-(sleep 30; kill -KILL "$pid" 2>/dev/null) &
-watchdog=$!
-read -r ready <"$tmp/ready"
-kill "$watchdog" 2>/dev/null
-wait "$watchdog" 2>/dev/null
-if [ "$ready" != ready ]; then
-	echo "FAIL: idemd did not become ready"
-	cat "$tmp/idemd.log"
-	exit 1
-fi
+start_broker
 
 # Twice with one id: one line, then reused.
 run "$NOTIFY" note-1 "$outbox" "deploy v1.4 done"
@@ -174,5 +122,4 @@ contains "$tmp/out" '"type":"effect"' "journal dump shows effect records"
 run "$IDEMCTL" verify
 expect 0 "verify with effects in the journal"
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish

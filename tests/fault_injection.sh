@@ -11,12 +11,8 @@ set -u
 IDEMD=${IDEMD:?set IDEMD to the idemd binary}
 mode=${IDEM_FAULT_INJECTION:?set IDEM_FAULT_INJECTION to yes or no}
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/faultinj.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 99' HUP INT TERM
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
+make_tmp faultinj
 
 # refused VAR=VALUE WANTED: idemd with that variable exits non-zero within
 # 30 s, its stderr saying WANTED; the root's segment is not left behind.
@@ -71,4 +67,4 @@ yes)
 	exit 99
 	;;
 esac
-[ "$failures" -eq 0 ]
+finish

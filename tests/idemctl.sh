@@ -8,51 +8,9 @@ set -u
 IDEMD=${IDEMD:?set IDEMD to the idemd binary}
 IDEMCTL=${IDEMCTL:?set IDEMCTL to the idemctl binary}
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemctl.XXXXXX") || exit 99
+. "$(dirname "$0")/lib.sh"
+make_tmp idemctl
 root=$tmp/root
-pid=
-failures=0
-# shellcheck disable=SC2317	# called by the trap
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill -TERM "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 99' HUP INT TERM
-
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# run NAME: the command after it, its stdout in $tmp/out, stderr in
-# $tmp/err, status in $rc.
-run() {
-	"$@" >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-}
-
-# expect STATUS WHAT: the last run exited STATUS.
-expect() {
-	if [ "$rc" -eq "$1" ]; then
-		pass "$2 (exit $rc)"
-	else
-		fail "$2: exit $rc, wanted $1"
-		sed 's/^/	out: /' "$tmp/out"
-		sed 's/^/	err: /' "$tmp/err"
-	fi
-}
-
-# contains FILE TEXT WHAT
-contains() {
-	if grep -F -e "$2" "$1" >/dev/null; then
-		pass "$3"
-	else
-		fail "$3: no \"$2\" in $(basename "$1")"
-		sed 's/^/	| /' "$1"
-	fi
-}
 
 # is_json FILE WHAT: every line of FILE is one JSON object.
 is_json() {
@@ -75,41 +33,6 @@ export IDEM_ROOT="$root"
 unset IDEM_SOCKET
 
 # ---- the broker --------------------------------------------------------
-
-mkfifo "$tmp/ready" || exit 99
-
-# start_broker ARGS...: idemd on $root, $pid once it said ready.
-start_broker() {
-	"$IDEMD" --root "$root" --workers 2 --ready-fd 3 "$@" \
-	    3>"$tmp/ready" 2>>"$tmp/idemd.log" &
-	pid=$!
-	# A broker that hangs before it is ready must not hang the test:
-	# the watchdog kills it, which closes the fifo and ends the read.
-	(sleep 30; kill -KILL "$pid" 2>/dev/null) &
-	watchdog=$!
-	ready=
-	read -r ready <"$tmp/ready"
-	kill "$watchdog" 2>/dev/null
-	wait "$watchdog" 2>/dev/null
-	if [ "$ready" != ready ]; then
-		fail "idemd did not become ready"
-		sed 's/^/	idemd: /' "$tmp/idemd.log"
-		exit 1
-	fi
-	pass "idemd ready on $root"
-}
-
-stop_broker() {
-	kill -TERM "$pid"
-	wait "$pid"
-	status=$?
-	pid=
-	if [ "$status" -eq 0 ]; then
-		pass "idemd stopped on SIGTERM"
-	else
-		fail "idemd exited $status on SIGTERM"
-	fi
-}
 
 # The first creation loses its worker right after its reservation is
 # durable, so that diagnose and show have an unfinished submission.
@@ -523,9 +446,4 @@ run "$IDEMCTL" verify --root "$tmp/linked"
 expect 1 "verify a directory whose .idem is a symlink"
 contains "$tmp/err" "is a symlink" "verify says .idem is a symlink"
 
-if [ "$failures" -ne 0 ]; then
-	echo "$failures failure(s)"
-	exit 1
-fi
-echo "all idemctl checks passed"
-exit 0
+finish

@@ -8,9 +8,7 @@
 set -u
 unit=${IDEM_SRCDIR:?set IDEM_SRCDIR to the source tree}/contrib/systemd/idemd.service
 IDEMD=${IDEMD:?set IDEMD to the idemd binary}
-failures=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 for want in 'Type=notify' 'ExecReload=/bin/kill -HUP $MAINPID' \
     'StateDirectory=idem' 'RuntimeDirectory=idem' \
@@ -28,9 +26,7 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
 	[ "$failures" -eq 0 ] || exit 1
 	exit 77
 fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/unit.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 99' HUP INT TERM
+make_tmp unit
 # As installed: ExecStart names this build's idemd (it must exist); the
 # man page it cites is not installed yet (--man=no).
 sed "s|/usr/local/sbin/idemd|$IDEMD|" "$unit" >"$tmp/idemd.service"
@@ -41,4 +37,4 @@ if systemd-analyze verify --man=no "$tmp/idemd.service" >"$tmp/out" 2>&1 &&
 else
 	fail "systemd-analyze verify: $(cat "$tmp/out")"
 fi
-[ "$failures" -eq 0 ]
+finish

@@ -119,7 +119,7 @@ taskfile_fail(char **cause, const char *fmt, ...)
 		}
 	}
 	errno = saved_errno;
-	return (-1);
+	return -1;
 }
 
 /* ---- names and times -------------------------------------------------- */
@@ -127,7 +127,7 @@ taskfile_fail(char **cause, const char *fmt, ...)
 static const char *
 taskfile_kind_prefix(enum subtab_kind kind)
 {
-	return (kind == SUBTAB_KIND_REPORT ? "REPORT" : "TASK");
+	return kind == SUBTAB_KIND_REPORT ? "REPORT" : "TASK";
 }
 
 void
@@ -202,10 +202,10 @@ taskfile_digits(const char *s, int n)
 
 	while (n-- > 0) {
 		if (*s < '0' || *s > '9')
-			return (-1);
+			return -1;
 		value = value * 10 + (*s++ - '0');
 	}
-	return (value);
+	return value;
 }
 
 /*
@@ -258,11 +258,11 @@ taskfile_parse_time(const char *s, int64_t *ms)
 		goto invalid;
 
 	*ms = (int64_t)seconds * 1000 + millis;
-	return (0);
+	return 0;
 
 invalid:
 	errno = EINVAL;
-	return (-1);
+	return -1;
 }
 
 uint32_t
@@ -274,9 +274,9 @@ taskfile_date_of(int64_t ms)
 
 	taskfile_split_ms(ms, &seconds, &millis);
 	if (gmtime_r(&seconds, &tm) == NULL)
-		return (0);
-	return ((uint32_t)(tm.tm_year + 1900) * 10000 +
-	    (uint32_t)(tm.tm_mon + 1) * 100 + (uint32_t)tm.tm_mday);
+		return 0;
+	return (uint32_t)(tm.tm_year + 1900) * 10000 +
+	    (uint32_t)(tm.tm_mon + 1) * 100 + (uint32_t)tm.tm_mday;
 }
 
 /* ---- rendering -------------------------------------------------------- */
@@ -290,8 +290,8 @@ static int
 taskfile_put_json_string(FILE *f, const char *s)
 {
 	if (s == NULL)
-		return (fputs("null", f) == EOF ? -1 : 0);
-	return (digest_write_json_string(f, s, strlen(s), 1));
+		return fputs("null", f) == EOF ? -1 : 0;
+	return digest_write_json_string(f, s, strlen(s), 1);
 }
 
 static int
@@ -300,8 +300,8 @@ taskfile_put_string(FILE *f, const char *key, const char *s)
 	if (fprintf(f, "%s: ", key) < 0 ||
 	    taskfile_put_json_string(f, s) == -1 ||
 	    fputc('\n', f) == EOF)
-		return (-1);
-	return (0);
+		return -1;
+	return 0;
 }
 
 static int
@@ -311,20 +311,20 @@ taskfile_put_array(FILE *f, const char *key, const char *const *items,
 	size_t	i;
 
 	if (fprintf(f, "%s: [", key) < 0)
-		return (-1);
+		return -1;
 	for (i = 0; i < count; i++) {
 		if (i != 0 && fputc(',', f) == EOF)
-			return (-1);
+			return -1;
 		if (items[i] == NULL) {
 			errno = EINVAL;
-			return (-1);
+			return -1;
 		}
 		if (taskfile_put_json_string(f, items[i]) == -1)
-			return (-1);
+			return -1;
 	}
 	if (fputs("]\n", f) == EOF)
-		return (-1);
-	return (0);
+		return -1;
+	return 0;
 }
 
 /* The envelope every file starts with; FCoP reads version as a number. */
@@ -335,8 +335,8 @@ taskfile_put_envelope(FILE *f, const char *type)
 	    taskfile_put_string(f, "protocol", "fcop") == -1 ||
 	    fprintf(f, "version: %d\n", TASKFILE_FCOP_VERSION) < 0 ||
 	    taskfile_put_string(f, "type", type) == -1)
-		return (-1);
-	return (0);
+		return -1;
+	return 0;
 }
 
 /* The first transition: created into <to> by <by> through <tool>. */
@@ -353,8 +353,8 @@ taskfile_put_transitions(FILE *f, const char *at, const char *to,
 	    fputs(",\"tool\":", f) == EOF ||
 	    taskfile_put_json_string(f, tool) == -1 ||
 	    fputs("}]\n", f) == EOF)
-		return (-1);
-	return (0);
+		return -1;
+	return 0;
 }
 
 /*
@@ -376,11 +376,11 @@ taskfile_finish(FILE *f, char **buffer, size_t *size, int failed,
 	if (failed) {
 		free(*buffer);
 		errno = saved_errno != 0 ? saved_errno : ENOMEM;
-		return (-1);
+		return -1;
 	}
 	*out = *buffer;
 	*length = *size;
-	return (0);
+	return 0;
 }
 
 int
@@ -403,7 +403,7 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	    (t->references_count != 0 && t->references == NULL) ||
 	    (t->depends_on_count != 0 && t->depends_on == NULL)) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	/* Normalized tasks have their defaults; these match digest.c's. */
 	body = t->body != NULL ? t->body : "";
@@ -415,7 +415,7 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	    t->recipient);
 
 	if ((f = open_memstream(&buffer, &size)) == NULL)
-		return (-1);
+		return -1;
 	errno = 0;
 	if (taskfile_put_envelope(f, "TASK") == -1 ||
 	    taskfile_put_string(f, "task_id", tf->task_id) == -1 ||
@@ -463,7 +463,7 @@ taskfile_render_task(const struct taskfile_task *tf, char **out,
 	    fputs("---\n", f) == EOF ||
 	    fwrite(body, 1, strlen(body), f) != strlen(body)))
 		failed = 1;
-	return (taskfile_finish(f, &buffer, &size, failed, out, length));
+	return taskfile_finish(f, &buffer, &size, failed, out, length);
 }
 
 int
@@ -482,12 +482,12 @@ taskfile_render_report(const struct taskfile_report *rf, char **out,
 	    r->recipient == NULL ||
 	    (rf->client_submission_id != NULL && rf->request_digest == NULL)) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	body = r->body != NULL ? r->body : "";
 
 	if ((f = open_memstream(&buffer, &size)) == NULL)
-		return (-1);
+		return -1;
 	errno = 0;
 	if (taskfile_put_envelope(f, "REPORT") == -1 ||
 	    taskfile_put_string(f, "report_id", rf->report_id) == -1 ||
@@ -513,7 +513,7 @@ taskfile_render_report(const struct taskfile_report *rf, char **out,
 	    fputs("---\n", f) == EOF ||
 	    fwrite(body, 1, strlen(body), f) != strlen(body)))
 		failed = 1;
-	return (taskfile_finish(f, &buffer, &size, failed, out, length));
+	return taskfile_finish(f, &buffer, &size, failed, out, length);
 }
 
 /* ---- directories ------------------------------------------------------ */
@@ -525,26 +525,26 @@ taskfile_fsync_dir(int at_fd, const char *path)
 	int	fd, saved_errno;
 
 	if ((fd = nofollow_dir(at_fd, path)) == -1)
-		return (-1);
+		return -1;
 	if (fsync(fd) == -1) {
 		saved_errno = errno;
 		close(fd);
 		errno = saved_errno;
-		return (-1);
+		return -1;
 	}
 	close(fd);
-	return (0);
+	return 0;
 }
 
 /* Does idemd write below path (or keep its state there)? */
 static int
 taskfile_topology_written(const char *path)
 {
-	return (strcmp(path, TASKFILE_LIFECYCLE_DIR) == 0 ||
+	return strcmp(path, TASKFILE_LIFECYCLE_DIR) == 0 ||
 	    strcmp(path, IDEM_INBOX_DIR) == 0 ||
 	    strcmp(path, IDEM_REPORTS_DIR) == 0 ||
 	    strcmp(path, IDEM_STATE_DIR) == 0 ||
-	    strcmp(path, IDEM_JOURNAL_DIR) == 0);
+	    strcmp(path, IDEM_JOURNAL_DIR) == 0;
 }
 
 int
@@ -560,14 +560,14 @@ taskfile_make_topology(int root_fd, char **cause)
 		if (nofollow_mkdir(root_fd, path, TASKFILE_DIR_MODE) == 0)
 			continue;
 		if (errno == ELOOP)
-			return (taskfile_fail(cause, "%s: a symlink on the way; "
+			return taskfile_fail(cause, "%s: a symlink on the way; "
 			    "idemd never follows one (make it a directory)",
-			    path));
+			    path);
 		if (errno != EEXIST)
-			return (taskfile_fail(cause, "mkdir %s", path));
+			return taskfile_fail(cause, "mkdir %s", path);
 		/* Something is there: it must be a directory. */
 		if (nofollow_lstat(root_fd, path, &st) == -1)
-			return (taskfile_fail(cause, "stat %s", path));
+			return taskfile_fail(cause, "stat %s", path);
 		if (S_ISLNK(st.st_mode)) {
 			/*
 			 * Where idemd writes or keeps state, a symlink could
@@ -582,12 +582,12 @@ taskfile_make_topology(int root_fd, char **cause)
 				continue;
 			}
 			errno = ELOOP;
-			return (taskfile_fail(cause, "%s is a symlink; idemd "
-			    "never follows one (make it a directory)", path));
+			return taskfile_fail(cause, "%s is a symlink; idemd "
+			    "never follows one (make it a directory)", path);
 		}
 		if (!S_ISDIR(st.st_mode)) {
 			errno = ENOTDIR;
-			return (taskfile_fail(cause, "%s", path));
+			return taskfile_fail(cause, "%s", path);
 		}
 	}
 
@@ -600,9 +600,9 @@ taskfile_make_topology(int root_fd, char **cause)
 	for (i = 0; i < TASKFILE_TOPOLOGY_PARENT_COUNT; i++) {
 		path = taskfile_topology_parents[i];
 		if (taskfile_fsync_dir(root_fd, path) == -1)
-			return (taskfile_fail(cause, "fsync %s", path));
+			return taskfile_fail(cause, "fsync %s", path);
 	}
-	return (0);
+	return 0;
 }
 
 /* ---- durable writes --------------------------------------------------- */
@@ -619,17 +619,17 @@ taskfile_write_all(int fd, const void *data, size_t length)
 		if (n == -1) {
 			if (errno == EINTR)
 				continue;
-			return (-1);
+			return -1;
 		}
 		if (n == 0) {
 			/* A regular file never does this; do not spin. */
 			errno = EIO;
-			return (-1);
+			return -1;
 		}
 		p += n;
 		length -= (size_t)n;
 	}
-	return (0);
+	return 0;
 }
 
 /* Remove our temporary file, keeping the errno that brought us here. */
@@ -666,16 +666,16 @@ taskfile_create_temp(int dir_fd, const char *name, char *temp,
 		    (long)getpid(), hex);
 		if (n < 0 || (size_t)n >= temp_size) {
 			errno = ENAMETOOLONG;
-			return (-1);
+			return -1;
 		}
 		fd = openat(dir_fd, temp,
 		    O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC,
 		    TASKFILE_FILE_MODE);
 		if (fd != -1 || errno != EEXIST)
-			return (fd);
+			return fd;
 	}
 	errno = EBUSY;
-	return (-1);
+	return -1;
 }
 
 int
@@ -684,11 +684,11 @@ taskfile_write_durable(int dir_fd, const char *name, const void *data,
 {
 	if (taskfile_write_linked(dir_fd, name, data, length,
 	    task_crash_points, cause) != 0)
-		return (-1);
+		return -1;
 	/* dir_fd must be open for reading (not O_PATH) for this fsync. */
 	if (fsync(dir_fd) == -1)
-		return (taskfile_fail(cause, "fsync the directory of %s", name));
-	return (0);
+		return taskfile_fail(cause, "fsync the directory of %s", name);
+	return 0;
 }
 
 int
@@ -698,9 +698,9 @@ taskfile_write_linked(int dir_fd, const char *name, const void *data,
 	char	temp[NAME_MAX + 1];
 
 	if (taskfile_write_temp(dir_fd, name, data, length, temp, cause) != 0)
-		return (-1);
-	return (taskfile_link_temp(dir_fd, temp, name, task_crash_points,
-	    cause));
+		return -1;
+	return taskfile_link_temp(dir_fd, temp, name, task_crash_points,
+	    cause);
 }
 
 int
@@ -714,12 +714,12 @@ taskfile_write_temp(int dir_fd, const char *name, const void *data,
 		*cause = NULL;
 	if (*name == '\0' || strchr(name, '/') != NULL) {
 		errno = EINVAL;
-		return (taskfile_fail(cause, "bad file name \"%s\"", name));
+		return taskfile_fail(cause, "bad file name \"%s\"", name);
 	}
 	if ((fd = taskfile_create_temp(dir_fd, name, temp, NAME_MAX + 1)) ==
 	    -1)
-		return (taskfile_fail(cause, "create temporary file for %s",
-		    name));
+		return taskfile_fail(cause, "create temporary file for %s",
+		    name);
 
 	if (taskfile_write_all(fd, data, length) == -1)
 		what = "write";
@@ -732,14 +732,14 @@ taskfile_write_temp(int dir_fd, const char *name, const void *data,
 		close(fd);
 		errno = saved_errno;
 		taskfile_unlink_temp(dir_fd, temp);
-		return (taskfile_fail(cause, "%s %s (as %s)", what, name, temp));
+		return taskfile_fail(cause, "%s %s (as %s)", what, name, temp);
 	}
 	/* On NFS a deferred write error may only show here. */
 	if (close(fd) == -1 && errno != EINTR) {
 		taskfile_unlink_temp(dir_fd, temp);
-		return (taskfile_fail(cause, "close %s (as %s)", name, temp));
+		return taskfile_fail(cause, "close %s (as %s)", name, temp);
 	}
-	return (0);
+	return 0;
 }
 
 int
@@ -758,7 +758,7 @@ taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 	 */
 	if (linkat(dir_fd, temp, dir_fd, name, 0) == -1) {
 		taskfile_unlink_temp(dir_fd, temp);
-		return (taskfile_fail(cause, "link %s to %s", temp, name));
+		return taskfile_fail(cause, "link %s to %s", temp, name);
 	}
 	/*
 	 * The file is in place from here on: a failure below leaves it
@@ -768,7 +768,7 @@ taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 		log_warn("%s in place, but cannot remove %s", name, temp);
 	if (task_crash_points)
 		crash_point(CRASH_AFTER_TASK_FILE_LINKED);
-	return (0);
+	return 0;
 }
 
 /* Remove a temporary file that will not be linked. */
@@ -789,10 +789,10 @@ taskfile_is_file(int at_fd, const char *path)
 	/* A symlink, at the name or on the way, is not a task: skipped. */
 	if (nofollow_lstat(at_fd, path, &st) == -1) {
 		if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
-			return (0);
-		return (-1);
+			return 0;
+		return -1;
 	}
-	return (S_ISREG(st.st_mode) ? 1 : 0);
+	return S_ISREG(st.st_mode) ? 1 : 0;
 }
 
 /*
@@ -809,14 +809,14 @@ taskfile_open_dir(int at_fd, const char *path)
 	if ((fd = nofollow_dir(at_fd, path)) == -1) {
 		if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
 			errno = 0;
-		return (NULL);
+		return NULL;
 	}
 	if ((dir = fdopendir(fd)) == NULL) {
 		saved_errno = errno;
 		close(fd);
 		errno = saved_errno;
 	}
-	return (dir);
+	return dir;
 }
 
 /* The next entry other than . and ..; NULL at the end (errno 0) or error. */
@@ -828,10 +828,10 @@ taskfile_next_entry(DIR *dir)
 	for (;;) {
 		errno = 0;
 		if ((entry = readdir(dir)) == NULL)
-			return (NULL);
+			return NULL;
 		if (strcmp(entry->d_name, ".") != 0 &&
 		    strcmp(entry->d_name, "..") != 0)
-			return (entry);
+			return entry;
 	}
 }
 
@@ -856,9 +856,9 @@ taskfile_path(char *out, size_t out_size, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0 || (size_t)n >= out_size) {
 		errno = ENAMETOOLONG;
-		return (-1);
+		return -1;
 	}
-	return (0);
+	return 0;
 }
 
 /* Try one candidate path: 1 (copied to relpath), 0 or -1. */
@@ -869,10 +869,10 @@ taskfile_try(int root_fd, const char *candidate, char *relpath,
 	int	found;
 
 	if ((found = taskfile_is_file(root_fd, candidate)) != 1)
-		return (found);
+		return found;
 	if (taskfile_path(relpath, relpath_size, "%s", candidate) == -1)
-		return (-1);
-	return (1);
+		return -1;
+	return 1;
 }
 
 /*
@@ -889,7 +889,7 @@ taskfile_find_under(int root_fd, const char *base, const char *skip,
 	int		 found = 0;
 
 	if ((dir = taskfile_open_dir(root_fd, base)) == NULL)
-		return (errno == 0 ? 0 : -1);
+		return errno == 0 ? 0 : -1;
 	while ((entry = taskfile_next_entry(dir)) != NULL) {
 		if (skip != NULL && strcmp(entry->d_name, skip) == 0)
 			continue;
@@ -905,7 +905,7 @@ taskfile_find_under(int root_fd, const char *base, const char *skip,
 	if (entry == NULL && errno != 0)
 		found = -1;
 	taskfile_close_dir(dir);
-	return (found);
+	return found;
 }
 
 int
@@ -920,40 +920,40 @@ taskfile_find(int root_fd, const char *id, char *relpath,
 	if (*id == '\0' || strchr(id, '/') != NULL || strcmp(id, ".") == 0 ||
 	    strcmp(id, "..") == 0) {
 		errno = EINVAL;
-		return (-1);
+		return -1;
 	}
 	if (taskfile_path(file, sizeof file, "%s.md", id) == -1 ||
 	    taskfile_path(nested, sizeof nested, "%s/%s.md", id, id) == -1)
-		return (-1);
+		return -1;
 
 	if (strncmp(id, "REPORT-", 7) == 0) {
 		taskfile_format_path(SUBTAB_KIND_REPORT, id, candidate,
 		    sizeof candidate);
 		if ((found = taskfile_try(root_fd, candidate, relpath,
 		    relpath_size)) != 0)
-			return (found);
+			return found;
 	}
 
 	/* Where idem put it, and where it almost always still is. */
 	if (taskfile_path(candidate, sizeof candidate, "%s/%s", IDEM_INBOX_DIR,
 	    file) == -1)
-		return (-1);
+		return -1;
 	if ((found = taskfile_try(root_fd, candidate, relpath,
 	    relpath_size)) != 0)
-		return (found);
+		return found;
 
 	/* Any stage, not only the five FCoP names today. */
 	if ((found = taskfile_find_under(root_fd, TASKFILE_LIFECYCLE_DIR,
 	    "inbox", file, relpath, relpath_size)) != 0)
-		return (found);
+		return found;
 
 	for (i = 0; i < TASKFILE_HISTORY_BASE_COUNT; i++) {
 		if ((found = taskfile_find_under(root_fd,
 		    taskfile_history_bases[i], NULL, nested, relpath,
 		    relpath_size)) != 0)
-			return (found);
+			return found;
 	}
-	return (0);
+	return 0;
 }
 
 int
@@ -963,10 +963,10 @@ taskfile_current_path(int root_fd, const char *id, const char *recorded,
 	int	found;
 
 	if ((found = taskfile_is_file(root_fd, recorded)) != 0)
-		return (found == 1 ? 0 : -1);
+		return found == 1 ? 0 : -1;
 	if ((found = taskfile_find(root_fd, id, relpath, relpath_size)) != 1)
-		return (found);
-	return (strcmp(relpath, recorded) != 0);
+		return found;
+	return strcmp(relpath, recorded) != 0;
 }
 
 /* The largest fcop.json read: a declaration is a few hundred bytes. */
@@ -990,24 +990,24 @@ taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
 		if (errno == ELOOP)
 			*cause = IDEM_FCOP_DECLARATION_NAME " is a symbolic "
 			    "link, which idemd does not follow";
-		return (errno == ENOENT || errno == ELOOP ? 0 : -1);
+		return errno == ENOENT || errno == ELOOP ? 0 : -1;
 	}
 	if (fstat(fd, &st) == -1) {
 		close(fd);
-		return (-1);
+		return -1;
 	}
 	*cause = IDEM_FCOP_DECLARATION_NAME " is not a regular file of at "
 	    "most 64 KiB";
 	if (!S_ISREG(st.st_mode) || st.st_size > (off_t)sizeof buf) {
 		close(fd);
-		return (0);
+		return 0;
 	}
 	while (length < sizeof buf) {
 		if ((n = read(fd, buf + length, sizeof buf - length)) == -1) {
 			if (errno == EINTR)
 				continue;
 			close(fd);
-			return (-1);
+			return -1;
 		}
 		if (n == 0)
 			break;
@@ -1018,7 +1018,7 @@ taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
 	    "form urn:uuid:<lower-case UUID>";
 	if ((json = json_loadb(buf, length, JSON_REJECT_DUPLICATES,
 	    NULL)) == NULL)
-		return (0);
+		return 0;
 	v = json_object_get(json, "workspace_id");
 	if (json_is_string(v) && digest_fcop_workspace_id_valid(
 	    json_string_value(v), json_string_length(v))) {
@@ -1028,7 +1028,7 @@ taskfile_workspace_id(int root_fd, char out[IDEM_WORKSPACE_ID_BYTES + 1],
 		found = 1;
 	}
 	json_decref(json);
-	return (found);
+	return found;
 }
 
 /* ---- reading a file back ---------------------------------------------- */
@@ -1040,13 +1040,13 @@ taskfile_is_digest_hex(const char *s, size_t length)
 	size_t	i;
 
 	if (length != IDEM_SHA256_HEX_BYTES)
-		return (0);
+		return 0;
 	for (i = 0; i < length; i++) {
 		if (!((s[i] >= '0' && s[i] <= '9') ||
 		    (s[i] >= 'a' && s[i] <= 'f')))
-			return (0);
+			return 0;
 	}
-	return (1);
+	return 1;
 }
 
 /* Printable ASCII, as the wire protocol requires of a submission id. */
@@ -1056,12 +1056,12 @@ taskfile_is_submission_id(const char *s, size_t length)
 	size_t	i;
 
 	if (length == 0 || length > IDEM_MAX_SUBMISSION_ID_BYTES)
-		return (0);
+		return 0;
 	for (i = 0; i < length; i++) {
 		if (s[i] < 0x21 || s[i] > 0x7e)
-			return (0);
+			return 0;
 	}
-	return (1);
+	return 1;
 }
 
 /* Take one of the three facts from a parsed value; others are ignored. */
@@ -1115,8 +1115,8 @@ taskfile_take_fact(struct taskfile_facts *facts, const char *key,
 static int
 taskfile_is_key_char(char c)
 {
-	return ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-	    (c >= '0' && c <= '9') || c == '_' || c == '-');
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	    (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
 
 /*
@@ -1138,10 +1138,10 @@ taskfile_parse_front_matter(const char *buf, size_t length,
 	int		 ok = 0;
 
 	if (length < 4 || memcmp(buf, "---\n", 4) != 0)
-		return (0);
+		return 0;
 	p += 4;
 	if ((seen = json_object()) == NULL)
-		return (0);
+		return 0;
 
 	while ((nl = memchr(p, '\n', end - p)) != NULL) {
 		if (nl - p == 3 && memcmp(p, "---", 3) == 0) {
@@ -1181,7 +1181,7 @@ taskfile_parse_front_matter(const char *buf, size_t length,
 		facts->created_at[0] = '\0';
 		facts->created_at_ms = 0;
 	}
-	return (ok);
+	return ok;
 }
 
 /*
@@ -1199,7 +1199,7 @@ taskfile_delimited(const char *head, size_t length)
 	else if (length >= 5 && memcmp(head, "---\r\n", 5) == 0)
 		p = head + 5;
 	else
-		return (0);
+		return 0;
 	for (; p < end; p = nl + 1) {
 		if ((nl = memchr(p, '\n', end - p)) == NULL)
 			nl = end;
@@ -1214,9 +1214,9 @@ taskfile_delimited(const char *head, size_t length)
 		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
 			n--;
 		if (n == 3 && memcmp(p, "---", 3) == 0)
-			return (1);
+			return 1;
 	}
-	return (0);
+	return 0;
 }
 
 /*
@@ -1242,8 +1242,8 @@ taskfile_inspect(int root_fd, const char *relpath,
 
 	if ((fd = nofollow_openat(root_fd, relpath, O_RDONLY|O_NOCTTY, 0)) ==
 	    -1)
-		return (taskfile_fail(cause, errno == ELOOP ? "open %s (a "
-		    "symlink: never followed)" : "open %s", relpath));
+		return taskfile_fail(cause, errno == ELOOP ? "open %s (a "
+		    "symlink: never followed)" : "open %s", relpath);
 	if (fstat(fd, &st) == -1)
 		goto fail;
 	if (!S_ISREG(st.st_mode)) {
@@ -1283,14 +1283,14 @@ taskfile_inspect(int root_fd, const char *relpath,
 	    head_length, facts);
 	facts->fm_delimited = taskfile_delimited(head, head_length);
 	free(head);
-	return (0);
+	return 0;
 
 fail:
 	saved_errno = errno;
 	free(head);
 	close(fd);
 	errno = saved_errno;
-	return (taskfile_fail(cause, "read %s", relpath));
+	return taskfile_fail(cause, "read %s", relpath);
 }
 
 /* ---- numbers already used --------------------------------------------- */
@@ -1333,7 +1333,7 @@ taskfile_scan_dir(int at_fd, const char *path, int depth, const char *prefix,
 	int		 error = 0;
 
 	if ((dir = taskfile_open_dir(at_fd, path)) == NULL)
-		return (errno == 0 ? 0 : -1);
+		return errno == 0 ? 0 : -1;
 	while ((entry = taskfile_next_entry(dir)) != NULL) {
 		taskfile_note_name(entry->d_name, prefix, prefix_length,
 		    max_seq);
@@ -1346,7 +1346,7 @@ taskfile_scan_dir(int at_fd, const char *path, int depth, const char *prefix,
 	if (entry == NULL && errno != 0)
 		error = 1;
 	taskfile_close_dir(dir);
-	return (error ? -1 : 0);
+	return error ? -1 : 0;
 }
 
 int
@@ -1362,20 +1362,20 @@ taskfile_scan_max_seq(int root_fd, enum subtab_kind kind, uint32_t date,
 	prefix_length = strlen(prefix);
 
 	if (kind == SUBTAB_KIND_REPORT)
-		return (taskfile_scan_dir(root_fd, IDEM_REPORTS_DIR, 0, prefix,
-		    prefix_length, max_seq));
+		return taskfile_scan_dir(root_fd, IDEM_REPORTS_DIR, 0, prefix,
+		    prefix_length, max_seq);
 
 	/* Every stage: _lifecycle/<stage>/<file>. */
 	if (taskfile_scan_dir(root_fd, TASKFILE_LIFECYCLE_DIR, 1, prefix,
 	    prefix_length, max_seq) == -1)
-		return (-1);
+		return -1;
 	/* History: <base>/<date dir>/<task_id>/, the directory name counts. */
 	for (i = 0; i < TASKFILE_HISTORY_BASE_COUNT; i++) {
 		if (taskfile_scan_dir(root_fd, taskfile_history_bases[i], 1,
 		    prefix, prefix_length, max_seq) == -1)
-			return (-1);
+			return -1;
 	}
-	return (0);
+	return 0;
 }
 
 /*
@@ -1392,10 +1392,10 @@ taskfile_sweep_temporaries(int dir_fd, unsigned *removed)
 
 	*removed = 0;
 	if ((fd = dup(dir_fd)) == -1)
-		return (-1);
+		return -1;
 	if ((dir = fdopendir(fd)) == NULL) {
 		close(fd);
-		return (-1);
+		return -1;
 	}
 	rewinddir(dir);
 	while ((e = readdir(dir)) != NULL) {
@@ -1409,7 +1409,7 @@ taskfile_sweep_temporaries(int dir_fd, unsigned *removed)
 			log_warn("cannot remove temporary file %s", e->d_name);
 	}
 	closedir(dir);
-	return (0);
+	return 0;
 }
 
 /*
@@ -1426,22 +1426,22 @@ taskfile_sync_path(int root_fd, const char *relpath)
 
 	if (snprintf(dir, sizeof dir, "%s", relpath) >= (int)sizeof dir) {
 		errno = ENAMETOOLONG;
-		return (-1);
+		return -1;
 	}
 	if ((fd = nofollow_openat(root_fd, relpath, O_RDONLY, 0)) == -1)
-		return (-1);
+		return -1;
 	rc = fsync(fd);
 	close(fd);
 	if (rc == -1)
-		return (-1);
+		return -1;
 	if ((slash = strrchr(dir, '/')) == NULL)
-		return (fsync(root_fd));
+		return fsync(root_fd);
 	*slash = '\0';
 	if ((fd = nofollow_dir(root_fd, dir)) == -1)
-		return (-1);
+		return -1;
 	rc = fsync(fd);
 	close(fd);
-	return (rc);
+	return rc;
 }
 
 /*
@@ -1465,21 +1465,21 @@ taskfile_fcop_problem(const char *name, unsigned digits,
 	    "\\.md$", task ? "TASK" : "REPORT", digits < 3 ? 3 : digits,
 	    task ? "(\\." TASKFILE_RE_ROLE ")?" : "");
 	if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
-		return ("the name grammar could not be compiled");
+		return "the name grammar could not be compiled";
 	matched = regexec(&re, name, 0, NULL, 0) == 0;
 	regfree(&re);
 	if (!matched)
-		return (digits <= 3 ? "its name is not FCoP's (a number of "
+		return digits <= 3 ? "its name is not FCoP's (a number of "
 		    "exactly three digits, role codes, an optional slot and "
-		    "slug)" : "its name is not FCoP's grammar");
+		    "slug)" : "its name is not FCoP's grammar";
 	if (!facts->fm_delimited)
-		return ("it has no front matter between \"---\" lines");
+		return "it has no front matter between \"---\" lines";
 	if (facts->has_front_matter &&
 	    (facts->fcop_fields & TASKFILE_FM_ALL) != TASKFILE_FM_ALL)
-		return ("its front matter lacks what FCoP's reader requires "
+		return "its front matter lacks what FCoP's reader requires "
 		    "(protocol \"fcop\", version 1, sender and recipient "
-		    "role codes)");
-	return (NULL);
+		    "role codes)";
+	return NULL;
 }
 
 /* "TASK-YYYYMMDD-NNN-..." or "REPORT-YYYYMMDD-NNN-...": 1 and its parts. */
@@ -1498,16 +1498,16 @@ taskfile_parse_name(const char *name, enum subtab_kind *kind, uint32_t *date,
 		*kind = SUBTAB_KIND_REPORT;
 		p = name + 7;
 	} else
-		return (0);
+		return 0;
 	for (i = 0, value = 0; i < 8; i++, p++) {
 		if (*p < '0' || *p > '9')
-			return (0);
+			return 0;
 		value = value * 10 + (uint64_t)(*p - '0');
 	}
 	if (*p++ != '-')
-		return (0);
+		return 0;
 	*date = (uint32_t)value;
 	*seq = 0;
 	taskfile_note_name(p, "", 0, seq);
-	return (*seq > 0);
+	return *seq > 0;
 }

@@ -25,15 +25,15 @@ main(int argc, char *argv[])
 	const char		*id = argc > 1 ? argv[1] : fresh;
 
 	if (argc <= 1 && idem_submission_id_new(fresh) != 0)
-		return (1);
+		return 1;
 	/* NULL: $IDEM_SOCKET, else $IDEM_ROOT/.idem/idemd.sock; default policy. */
 	if (idem_write_task_retry(NULL, id, &task, NULL, &r, &err) != 0 ||
 	    r.disposition == IDEM_CONFLICT) {
 		fprintf(stderr, "create_task: %s (after %u tries)\n",
 		    err.message, r.attempts);
-		return (1);
+		return 1;
 	}
 	printf("%s %s %s\n", r.disposition == IDEM_CREATED ? "created" :
 	    "reused", r.receipt.task_id, id);
-	return (0);
+	return 0;
 }

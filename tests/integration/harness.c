@@ -3,7 +3,9 @@
  * harness.c: see harness.h.
  */
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -672,6 +674,17 @@ harness_str(json_t *object, const char *key)
 	return json_string_value(v);
 }
 
+json_int_t
+harness_int(json_t *object, const char *key)
+{
+	json_t	*v = json_object_get(object, key);
+
+	if (!json_is_integer(v))
+		fail_msg("\"%s\" is not an integer in %s", key,
+		    object != NULL ? json_dumps(object, JSON_COMPACT) : "null");
+	return json_integer_value(v);
+}
+
 const char *
 harness_receipt_str(json_t *reply, const char *key)
 {
@@ -720,4 +733,296 @@ harness_exit_status(int failed)
 		    harness_skip_count - HARNESS_MAX_SKIPS);
 	fflush(stdout);
 	return 77;
+}
+
+/* ---- Helpers the tests share --------------------------------------------- */
+
+void
+harness_must_start(struct broker *b, const char *const *args,
+    const char *const *env)
+{
+	assert_int_equal(harness_start(b, args, env), 0);
+}
+
+void
+harness_start_crashing(struct broker *b, const char *name, const char *point)
+{
+	static char		 entry[128];
+	const char *const	 env[] = { entry, NULL };
+
+	snprintf(entry, sizeof entry, "%s=%s", name, point);
+	harness_must_start(b, NULL, env);
+}
+
+json_t *
+harness_must_call(struct broker *b, json_t *request)
+{
+	json_t	*reply = harness_call_once(b, request);
+
+	assert_non_null(reply);
+	return reply;
+}
+
+json_t *
+harness_submit(struct broker *b, const char *id, const char *subject)
+{
+	return harness_must_call(b, harness_write_task(id, subject));
+}
+
+int
+harness_exists(const struct broker *b, const char *relpath)
+{
+	char		path[1024];
+	struct stat	st;
+
+	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
+	return stat(path, &st) == 0;
+}
+
+int64_t
+harness_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+harness_count_reports(const struct broker *b)
+{
+	char		 path[400];
+	DIR		*d;
+	struct dirent	*e;
+	size_t		 n;
+	int		 count = 0;
+
+	snprintf(path, sizeof path, "%s/reports", b->root);
+	/* idemd makes it at start: missing, the count would be a lie. */
+	if ((d = opendir(path)) == NULL)
+		fail_msg("%s: %s", path, strerror(errno));
+	while ((e = readdir(d)) != NULL) {
+		n = strlen(e->d_name);
+		if (strncmp(e->d_name, "REPORT-", 7) == 0 && n > 3 &&
+		    strcmp(e->d_name + n - 3, ".md") == 0)
+			count++;
+	}
+	closedir(d);
+	return count;
+}
+
+char *
+harness_front_matter(const struct broker *b, const char *relpath)
+{
+	char	*data, *end, *fm;
+
+	data = harness_read(b, relpath);
+	if (data == NULL)
+		fail_msg("cannot read %s", relpath);
+	assert_memory_equal(data, "---\n", 4);
+	end = strstr(data + 3, "\n---\n");
+	assert_non_null(end);
+	fm = strndup(data + 3, (size_t)(end - (data + 3)) + 1);
+	free(data);
+	assert_non_null(fm);
+	return fm;
+}
+
+char *
+harness_read_log(const struct broker *b)
+{
+	FILE	*f;
+	char	*data = NULL;
+	size_t	 size = 0;
+
+	if ((f = fopen(b->log, "re")) == NULL)
+		return NULL;
+	if (getdelim(&data, &size, '\0', f) == -1) {
+		free(data);
+		data = NULL;
+	}
+	fclose(f);
+	return data;
+}
+
+int
+harness_log_count(const struct broker *b, const char *needle)
+{
+	char	*log = harness_read_log(b), *at;
+	int	 n = 0;
+
+	for (at = log; at != NULL && (at = strstr(at, needle)) != NULL; at++)
+		n++;
+	free(log);
+	return n;
+}
+
+void
+harness_wait_log(const struct broker *b, const char *needle, int count,
+    int timeout_ms)
+{
+	struct pollfd	 pfd;
+	char		 events[4096];
+	int64_t		 deadline = harness_now_ms() + timeout_ms, left;
+	int		 fd;
+
+	fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	assert_int_not_equal(fd, -1);
+	assert_int_not_equal(inotify_add_watch(fd, b->log, IN_MODIFY), -1);
+	for (;;) {
+		/* Look after arming the watch: nothing falls in between. */
+		if (harness_log_count(b, needle) >= count)
+			break;
+		if ((left = deadline - harness_now_ms()) <= 0)
+			fail_msg("the broker did not log \"%s\" %d times "
+			    "(see %s)", needle, count, b->log);
+		pfd.fd = fd;
+		pfd.events = POLLIN;
+		if (poll(&pfd, 1, (int)left) == -1 && errno != EINTR)
+			fail_msg("poll: %s", strerror(errno));
+		while (read(fd, events, sizeof events) > 0)
+			;
+	}
+	close(fd);
+}
+
+void
+harness_assert_outcome(json_t *reply, const char *disposition,
+    int action_taken, int idempotent, int recovered)
+{
+	json_t	*rec = json_object_get(reply, "recovered"), *d;
+
+	d = json_object_get(reply, "disposition");
+	if (!json_is_true(json_object_get(reply, "ok")) ||
+	    !json_is_string(d) || strcmp(json_string_value(d),
+	    disposition) != 0)
+		fail_msg("wanted %s, got %s", disposition,
+		    json_dumps(reply, JSON_COMPACT));
+	harness_assert_bool(reply, "action_taken", action_taken);
+	harness_assert_bool(reply, "idempotent", idempotent);
+	if (recovered)
+		assert_true(json_is_true(rec));
+	else
+		assert_null(rec);
+	assert_string_equal(harness_receipt_str(reply, "state"), "committed");
+}
+
+void
+harness_assert_error(json_t *reply, const char *code, int retryable)
+{
+	json_t	*error = json_object_get(reply, "error");
+
+	harness_assert_bool(reply, "ok", 0);
+	harness_assert_bool(reply, "action_taken", 0);
+	if (strcmp(harness_str(error, "code"), code) != 0)
+		fail_msg("wanted %s, got %s", code,
+		    json_dumps(reply, JSON_COMPACT));
+	harness_assert_bool(error, "retryable", retryable);
+}
+
+void
+harness_skip_if_date_moved(const char *today, const char *task_id)
+{
+	const char	*dash = strchr(task_id, '-');
+
+	if (dash == NULL || strncmp(dash + 1, today, 8) != 0)
+		harness_skip("the UTC date changed during the test");
+}
+
+void
+harness_raise_nofile(unsigned long n)
+{
+	struct rlimit	rl;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur >= n)
+		return;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n)
+		harness_skip("RLIMIT_NOFILE hard limit %llu is under %lu",
+		    (unsigned long long)rl.rlim_max, n);
+	rl.rlim_cur = n;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
+/* ---- The fault shim's fixtures ------------------------------------------- */
+
+#define HARNESS_SHIM_DEFAULT	"tests/faults/.libs/libfaultshim.so"
+
+int
+harness_shim_setup(void **state, unsigned watchdog_seconds)
+{
+	struct harness_shim	*t;
+	const char		*shim = getenv("IDEM_FAULTSHIM"), *asan;
+	char			 real[PATH_MAX];
+
+	if (shim == NULL)
+		shim = HARNESS_SHIM_DEFAULT;
+	if (realpath(shim, real) == NULL) {
+		fprintf(stderr, "fault shim %s: %s (build it with make check, "
+		    "or set IDEM_FAULTSHIM)\n", shim, strerror(errno));
+		return -1;
+	}
+	if ((t = calloc(1, sizeof *t)) == NULL)
+		return -1;
+	harness_fresh_root(&t->b);
+	harness_watchdog(watchdog_seconds);
+	snprintf(t->fault_file, sizeof t->fault_file, "%s.faults", t->b.root);
+	snprintf(t->env_preload, sizeof t->env_preload, "LD_PRELOAD=%s",
+	    real);
+	snprintf(t->env_fault, sizeof t->env_fault, "IDEM_FAULT_FILE=%s",
+	    t->fault_file);
+	/*
+	 * A sanitizer build of idemd refuses to start with a library
+	 * preloaded ahead of its runtime; the shim has to be.  Other
+	 * builds ignore the variable.
+	 */
+	asan = getenv("ASAN_OPTIONS");
+	snprintf(t->env_asan, sizeof t->env_asan,
+	    "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+	    asan != NULL ? asan : "", asan != NULL && *asan != '\0' ? ":" : "");
+	t->env[0] = t->env_preload;
+	t->env[1] = t->env_fault;
+	t->env[2] = t->env_asan;
+	t->env[3] = NULL;
+	*state = t;
+	return 0;
+}
+
+int
+harness_shim_teardown(void **state)
+{
+	struct harness_shim	*t = *state;
+
+	harness_watchdog(0);
+	/* A failed test leaves its root, log and rule to be looked at. */
+	if (t->b.root[0] != '\0')
+		fprintf(stderr, "kept %s, %s and %s\n", t->b.root, t->b.log,
+		    t->fault_file);
+	if (t->b.pid != 0)
+		harness_kill(&t->b);
+	free(t);
+	return 0;
+}
+
+void
+harness_shim_finish(struct harness_shim *t)
+{
+	harness_finish(&t->b);
+	if (getenv("IDEM_TEST_KEEP") == NULL)
+		unlink(t->fault_file);
+}
+
+void
+harness_fault_rule(const char *rule_file, const char *rule)
+{
+	char	temp[PATH_MAX + 8];
+	size_t	length = strlen(rule);
+	int	fd;
+
+	snprintf(temp, sizeof temp, "%s.new", rule_file);
+	fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_int_not_equal(fd, -1);
+	assert_int_equal(write(fd, rule, length), (ssize_t)length);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(rename(temp, rule_file), 0);
 }

@@ -9,6 +9,9 @@
 
 #include <sys/types.h>
 
+#include <limits.h>
+#include <stdint.h>
+
 #include <jansson.h>
 
 #include "idem.h"
@@ -83,6 +86,7 @@ json_t	*harness_write_task(const char *id, const char *subject);
 /* Test assertions on replies (they fail the cmocka test, naming the key). */
 const char *harness_str(json_t *object, const char *key);
 const char *harness_receipt_str(json_t *reply, const char *key);
+json_int_t harness_int(json_t *object, const char *key);
 void	 harness_assert_bool(json_t *object, const char *key, int expected);
 
 /* The receipt of a reply, serialized compactly in order (malloc'd). */
@@ -111,5 +115,83 @@ void	 harness_finish(struct broker *);
 void	 harness_skip(const char *fmt, ...)
 	    __attribute__((format(printf, 1, 2)));
 int	 harness_exit_status(int failed);
+
+/* ---- Helpers the tests share --------------------------------------------- */
+
+/* harness_start, failing the test if idemd exits before it is serving. */
+void	 harness_must_start(struct broker *, const char *const *args,
+	    const char *const *env);
+/*
+ * harness_must_start with one crash variable, name=point (IDEM_CRASH_AT,
+ * IDEM_CRASH_WORKER_AT, ...): the broker dies when it reaches it.
+ */
+void	 harness_start_crashing(struct broker *, const char *name,
+	    const char *point);
+/* harness_call_once, failing the test if no reply comes. */
+json_t	*harness_must_call(struct broker *, json_t *request);
+/* A write_task (harness_write_task) on a connection of its own. */
+json_t	*harness_submit(struct broker *, const char *id, const char *subject);
+/* Whether a path relative to the root exists (links followed). */
+int	 harness_exists(const struct broker *, const char *relpath);
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t	 harness_now_ms(void);
+/*
+ * REPORT-*.md files in reports/ (temporaries start with a dot); fails
+ * the test if there is no reports/.
+ */
+int	 harness_count_reports(const struct broker *);
+/*
+ * The front matter of a TASK or REPORT file relative to the root,
+ * without its "---" lines (malloc'd); fails the test if there is none.
+ */
+char	*harness_front_matter(const struct broker *, const char *relpath);
+
+/* The broker's whole log (malloc'd); NULL if there is none yet. */
+char	*harness_read_log(const struct broker *);
+/* How many times the log holds needle. */
+int	 harness_log_count(const struct broker *, const char *needle);
+/*
+ * Wait until the log holds needle count times: inotify on the log, no
+ * sleeping; fails the test after timeout_ms.
+ */
+void	 harness_wait_log(const struct broker *, const char *needle,
+	    int count, int timeout_ms);
+
+/*
+ * A successful write_task reply: ok, the disposition, action_taken,
+ * idempotent, "recovered" true or absent, the receipt committed.
+ */
+void	 harness_assert_outcome(json_t *reply, const char *disposition,
+	    int action_taken, int idempotent, int recovered);
+/* An error reply: not ok, no action taken, the code and retryable. */
+void	 harness_assert_error(json_t *reply, const char *code,
+	    int retryable);
+/* Skip the test if task_id ("TASK-YYYYMMDD-...") is not of today. */
+void	 harness_skip_if_date_moved(const char *today, const char *task_id);
+/* Raise RLIMIT_NOFILE to n (skip if the hard limit is lower). */
+void	 harness_raise_nofile(unsigned long n);
+
+/*
+ * cmocka fixtures of a broker run with the fault shim
+ * (tests/faults/faultshim.c, $IDEM_FAULTSHIM) preloaded: *state is a
+ * struct harness_shim; env is what harness_start needs.  A test makes
+ * writes or syncs fail by writing a rule to fault_file (<root>.faults,
+ * outside the root) with harness_fault_rule, and ends with
+ * harness_shim_finish.
+ */
+struct harness_shim {
+	struct broker	 b;		/* first: the harness's */
+	char		 fault_file[PATH_MAX];
+	char		 env_preload[PATH_MAX + 16];
+	char		 env_fault[PATH_MAX + 32];
+	char		 env_asan[512];
+	const char	*env[4];
+};
+/* A suite's setup calls it with its own watchdog (cmocka passes none). */
+int	 harness_shim_setup(void **state, unsigned watchdog_seconds);
+int	 harness_shim_teardown(void **state);
+void	 harness_shim_finish(struct harness_shim *);
+/* Replace the rule file at once (a rename): the shim never reads half. */
+void	 harness_fault_rule(const char *rule_file, const char *rule);
 
 #endif

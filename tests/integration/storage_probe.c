@@ -33,31 +33,6 @@ enum probe_op {
 	PROBE_COUNT
 };
 
-int64_t
-now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-json_t *
-call(struct broker *b, json_t *request)
-{
-	json_t	*reply;
-
-	reply = harness_call_once(b, request);
-	assert_non_null(reply);
-	return reply;
-}
-
-json_t *
-submit(struct broker *b, const char *id, const char *subject)
-{
-	return call(b, harness_write_task(id, subject));
-}
-
 static const char *
 error_code(json_t *reply)
 {
@@ -65,24 +40,6 @@ error_code(json_t *reply)
 
 	return json_is_object(error) ? json_string_value(json_object_get(error,
 	    "code")) : NULL;
-}
-
-/* ok, disposition, action_taken and recovered (absent: 0). */
-void
-assert_outcome(json_t *reply, const char *disposition, int action_taken,
-    int recovered)
-{
-	json_t	*rec = json_object_get(reply, "recovered");
-
-	harness_assert_bool(reply, "ok", 1);
-	assert_string_equal(harness_str(reply, "disposition"), disposition);
-	harness_assert_bool(reply, "action_taken", action_taken);
-	harness_assert_bool(reply, "idempotent", 1);
-	if (recovered)
-		assert_true(json_is_true(rec));
-	else
-		assert_null(rec);
-	assert_string_equal(harness_receipt_str(reply, "state"), "committed");
 }
 
 void
@@ -181,8 +138,8 @@ assert_reused_as(struct broker *b, const char *id, const char *subject,
 	json_t	*reply;
 	char	*text;
 
-	reply = submit(b, id, subject);
-	assert_outcome(reply, "reused", 0, 0);
+	reply = harness_submit(b, id, subject);
+	harness_assert_outcome(reply, "reused", 0, 1, 0);
 	text = receipt_text(reply);
 	assert_string_equal(text, receipt);
 	free(text);
@@ -225,7 +182,7 @@ assert_same_workers(struct broker *b, const pid_t *before, int n)
 			fail_msg("worker pid %ld is gone, %ld is new: a worker "
 			    "was restarted", (long)before[i], (long)now[i]);
 	}
-	stats = call(b, json_pack("{s:s}", "op", "stats"));
+	stats = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
 	assert_int_equal(json_integer_value(json_object_get(stats,
 	    "worker_restarts")), 0);
 	json_decref(stats);
@@ -296,7 +253,7 @@ assert_served_during_fault(struct broker *b, const char *committed_id,
 		fds[c] = harness_raw_connect(b);
 		assert_int_not_equal(fds[c], -1);
 	}
-	started = now_ms();
+	started = harness_now_ms();
 	for (c = 0; c < TEST_CONNECTIONS; c++) {
 		for (op = 0; op < PROBE_COUNT; op++) {
 			line = probe_line(op, c, committed_id,
@@ -335,7 +292,8 @@ assert_served_during_fault(struct broker *b, const char *committed_id,
 				    "committed");
 				break;
 			case PROBE_REUSED:
-				assert_outcome(reply, "reused", 0, 0);
+				harness_assert_outcome(reply, "reused", 0, 1,
+				    0);
 				text = receipt_text(reply);
 				assert_string_equal(text, receipt);
 				free(text);
@@ -350,7 +308,7 @@ assert_served_during_fault(struct broker *b, const char *committed_id,
 			json_decref(reply);
 		}
 	}
-	took = now_ms() - started;
+	took = harness_now_ms() - started;
 	if (took > TEST_INFLIGHT_WAIT_MS)
 		fail_msg("the replies took %lld ms, past --inflight-wait-ms "
 		    "(%d)", (long long)took, TEST_INFLIGHT_WAIT_MS);

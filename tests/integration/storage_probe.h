@@ -29,13 +29,6 @@
 #define TEST_CONNECTIONS	4
 #define TEST_MAX_WORKERS	16
 
-int64_t	 now_ms(void);
-/* One request on a new connection; fails the test if no reply. */
-json_t	*call(struct broker *, json_t *request);
-json_t	*submit(struct broker *, const char *id, const char *subject);
-/* ok, disposition, action_taken, idempotent, recovered (0: absent). */
-void	 assert_outcome(json_t *reply, const char *disposition,
-	    int action_taken, int recovered);
 void	 assert_storage_unavailable(json_t *reply);
 /* TASK files in the inbox whose front matter names submission id. */
 int	 count_tasks_of(const struct broker *, const char *id);

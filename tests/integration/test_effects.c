@@ -40,21 +40,6 @@
 
 /* ---- Helpers ------------------------------------------------------------- */
 
-static void
-start(struct broker *b)
-{
-	assert_int_equal(harness_start(b, NULL, NULL), 0);
-}
-
-static json_t *
-call(struct broker *b, json_t *request)
-{
-	json_t	*reply = harness_call_once(b, request);
-
-	assert_non_null(reply);
-	return reply;
-}
-
 static json_t *
 begin_request(const char *id, const char *kind, const char *request_json,
     int64_t lease_ms)
@@ -74,7 +59,8 @@ static json_t *
 begin(struct broker *b, const char *id, const char *request_json,
     int64_t lease_ms)
 {
-	return call(b, begin_request(id, KIND, request_json, lease_ms));
+	return harness_must_call(b, begin_request(id, KIND, request_json,
+	    lease_ms));
 }
 
 static json_t *
@@ -97,7 +83,8 @@ static json_t *
 complete(struct broker *b, const char *id, const char *fence,
     const char *outcome, const char *result_json)
 {
-	return call(b, complete_request(id, fence, outcome, result_json));
+	return harness_must_call(b, complete_request(id, fence, outcome,
+	    result_json));
 }
 
 static json_t *
@@ -121,7 +108,7 @@ static json_t *
 resolve(struct broker *b, const char *id, const char *observed,
     const char *result_json)
 {
-	return call(b, resolve_request(id, observed, result_json));
+	return harness_must_call(b, resolve_request(id, observed, result_json));
 }
 
 static void
@@ -221,7 +208,7 @@ proceed_complete_then_reused_byte_for_byte(void **state)
 	json_t		*reply;
 	char		*fence, *first, *again, *xkey;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	reply = begin(b, "e-1", REQUEST, 0);
 	fence = fence_of(reply);
 	assert_int_equal(json_integer_value(json_object_get(reply, "attempt")),
@@ -269,7 +256,7 @@ other_request_conflicts_other_kind_is_another_key(void **state)
 	struct broker	*b = *state;
 	json_t		*reply;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	reply = begin(b, "e-2", REQUEST, 0);
 	assert_disposition(reply, "proceed");
 	json_decref(reply);
@@ -279,12 +266,13 @@ other_request_conflicts_other_kind_is_another_key(void **state)
 	harness_assert_bool(reply, "action_taken", 0);
 	json_decref(reply);
 	/* Member order and CRLF do not matter: the same digest. */
-	reply = begin(b, "e-2", "{\"subject\":\"Hi\",\"to\":\"ops@example.com\"}",
-	    0);
+	reply = begin(b, "e-2",
+	    "{\"subject\":\"Hi\",\"to\":\"ops@example.com\"}", 0);
 	assert_disposition(reply, "in_progress");
 	json_decref(reply);
 	/* Another kind is another key. */
-	reply = call(b, begin_request("e-2", "sms.send/v1", REQUEST, 0));
+	reply = harness_must_call(b, begin_request("e-2", "sms.send/v1",
+	    REQUEST, 0));
 	assert_disposition(reply, "proceed");
 	json_decref(reply);
 	harness_finish(b);
@@ -296,7 +284,7 @@ live_lease_is_in_progress_and_retryable(void **state)
 	struct broker	*b = *state;
 	json_t		*reply;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	reply = begin(b, "e-3", REQUEST, 60000);
 	assert_disposition(reply, "proceed");
 	json_decref(reply);
@@ -315,7 +303,7 @@ not_applied_releases_and_stale_fences_change_nothing(void **state)
 	json_t		*reply, *sub;
 	char		*fence1, *fence2, *xkey;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	reply = begin(b, "e-4", REQUEST, 0);
 	fence1 = fence_of(reply);
 	xkey = strdup(harness_str(reply, "external_key"));
@@ -340,8 +328,9 @@ not_applied_releases_and_stale_fences_change_nothing(void **state)
 	assert_reason(reply, "stale_fence");
 	json_decref(reply);
 	/* ... and changed nothing. */
-	reply = call(b, json_pack("{s:s, s:s, s:s}", "op", "get_submission",
-	    "client_submission_id", "e-4", "effect_kind", KIND));
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", "e-4",
+	    "effect_kind", KIND));
 	harness_assert_bool(reply, "found", 1);
 	sub = json_object_get(reply, "submission");
 	assert_string_equal(harness_str(sub, "state"), "reserved");
@@ -374,7 +363,7 @@ lapsed_lease_is_outcome_unknown_never_proceed(void **state)
 	char		*fence;
 	int		 i;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	/* A task left reserved would be listed too: unknowns come first. */
 	reply = begin(b, "e-5", REQUEST, SHORT_LEASE_MS);
 	fence = fence_of(reply);
@@ -394,7 +383,7 @@ lapsed_lease_is_outcome_unknown_never_proceed(void **state)
 		assert_disposition(reply, "outcome_unknown");
 		json_decref(reply);
 	}
-	reply = call(b, json_pack("{s:s}", "op", "diagnose"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "diagnose"));
 	entries = json_object_get(reply, "entries");
 	assert_int_equal(json_array_size(entries), 2);
 	first = json_array_get(entries, 0);
@@ -425,7 +414,7 @@ resolve_settles_by_evidence(void **state)
 	const char	*ids[] = { "r-applied", "r-not", "r-unknown" };
 	int		 i;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	for (i = 0; i < 3; i++) {
 		reply = begin(b, ids[i], REQUEST, SHORT_LEASE_MS);
 		assert_disposition(reply, "proceed");
@@ -479,7 +468,7 @@ resolve_settles_by_evidence(void **state)
 	reply = begin(b, "r-unknown", REQUEST, 0);
 	assert_disposition(reply, "outcome_unknown");
 	json_decref(reply);
-	reply = call(b, json_pack("{s:s}", "op", "diagnose"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "diagnose"));
 	entries = json_object_get(reply, "entries");
 	assert_true(json_array_size(entries) >= 3);
 	assert_string_equal(harness_str(json_array_get(entries, 0),
@@ -496,11 +485,13 @@ bad_requests_are_refused_and_change_nothing(void **state)
 	json_t		*reply, *r;
 	char		*big;
 
-	start(b);
-	reply = call(b, begin_request("x", "write_task", REQUEST, 0));
+	harness_must_start(b, NULL, NULL);
+	reply = harness_must_call(b, begin_request("x", "write_task", REQUEST,
+	    0));
 	assert_error(reply, "invalid_request", "effect_kind");
 	json_decref(reply);
-	reply = call(b, begin_request("x", "has space", REQUEST, 0));
+	reply = harness_must_call(b, begin_request("x", "has space", REQUEST,
+	    0));
 	assert_error(reply, "invalid_request", "effect_kind");
 	json_decref(reply);
 	reply = begin(b, "x", REQUEST, 99);
@@ -517,18 +508,18 @@ bad_requests_are_refused_and_change_nothing(void **state)
 	json_decref(reply);
 	r = json_pack("{s:s, s:s, s:s}", "op", "effect_begin",
 	    "client_submission_id", "x", "effect_kind", KIND);
-	reply = call(b, r);
+	reply = harness_must_call(b, r);
 	assert_error(reply, "invalid_request", "request");
 	json_decref(reply);
 	r = json_pack("{s:s, s:s, s:o}", "op", "effect_begin",
 	    "effect_kind", KIND, "request", json_null());
-	reply = call(b, r);
+	reply = harness_must_call(b, r);
 	assert_error(reply, "invalid_request", "client_submission_id");
 	json_decref(reply);
 	r = begin_request("x", KIND, REQUEST, 0);
 	json_object_set_new(r, "request_digest", json_string(
 	    "0000000000000000000000000000000000000000000000000000000000000000"));
-	reply = call(b, r);
+	reply = harness_must_call(b, r);
 	assert_error(reply, "digest_disagrees", "request_digest");
 	json_decref(reply);
 	reply = complete(b, "x", "not-a-fence", "applied", NULL);
@@ -545,16 +536,18 @@ bad_requests_are_refused_and_change_nothing(void **state)
 	assert_error(reply, "invalid_request", "result");
 	json_decref(reply);
 	free(big);
-	reply = call(b, json_pack("{s:s, s:s, s:s}", "op", "get_submission",
-	    "client_submission_id", "x", "effect_kind", "has space"));
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", "x",
+	    "effect_kind", "has space"));
 	assert_error(reply, "invalid_request", "effect_kind");
 	json_decref(reply);
 	/* Nothing of it is in the table. */
-	reply = call(b, json_pack("{s:s, s:s, s:s}", "op", "get_submission",
-	    "client_submission_id", "x", "effect_kind", KIND));
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", "x",
+	    "effect_kind", KIND));
 	harness_assert_bool(reply, "found", 0);
 	json_decref(reply);
-	reply = call(b, json_pack("{s:s}", "op", "stats"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
 	assert_int_equal(json_integer_value(json_object_get(reply,
 	    "table_used")), 0);
 	json_decref(reply);
@@ -629,7 +622,7 @@ restart_and_kill_keep_receipts_and_leases(void **state)
 	json_t		*reply;
 	char		*fence, *first, *again;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	reply = begin(b, "k-1", REQUEST, 0);
 	fence = fence_of(reply);
 	json_decref(reply);
@@ -640,7 +633,7 @@ restart_and_kill_keep_receipts_and_leases(void **state)
 	json_decref(reply);
 
 	assert_int_equal(harness_stop(b), 0);
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	again = wire_receipt(b, begin_request("k-1", KIND, REQUEST, 0));
 	assert_string_equal(again, first);
 	free(again);
@@ -650,7 +643,7 @@ restart_and_kill_keep_receipts_and_leases(void **state)
 	json_decref(reply);
 
 	harness_kill(b);
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	again = wire_receipt(b, begin_request("k-1", KIND, REQUEST, 0));
 	assert_string_equal(again, first);
 	free(again);
@@ -679,16 +672,12 @@ need_fault_injection(struct broker *b)
 #endif
 }
 
-/* Start with IDEM_CRASH_AT at a point. */
+/* Start with IDEM_CRASH_AT at a point (skipped without fault injection). */
 static void
 start_crashing(struct broker *b, const char *point)
 {
-	static char		 entry[128];
-	const char *const	 env[] = { entry, NULL };
-
 	need_fault_injection(b);
-	snprintf(entry, sizeof entry, "IDEM_CRASH_AT=%s", point);
-	assert_int_equal(harness_start(b, NULL, env), 0);
+	harness_start_crashing(b, "IDEM_CRASH_AT", point);
 }
 
 /* The request the crash interrupts: its stream ends without a reply. */
@@ -715,7 +704,7 @@ crash_after_effect_reserve_durable(void **state)
 
 	start_crashing(b, "after_effect_reserve_durable");
 	call_and_lose(b, begin_request("c-1", KIND, REQUEST, SHORT_LEASE_MS));
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	/*
 	 * The reservation is durable, its proceed never arrived: the caller
 	 * cannot have performed, but idem cannot know that; it waits for the
@@ -748,7 +737,7 @@ crash_after_effect_commit_durable(void **state)
 	fence = fence_of(reply);
 	json_decref(reply);
 	call_and_lose(b, complete_request("c-2", fence, "applied", RESULT));
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	/* The commit is durable: reused, and the complete's retry agrees. */
 	first = wire_receipt(b, begin_request("c-2", KIND, REQUEST, 0));
 	again = wire_receipt(b, complete_request("c-2", fence, "applied",
@@ -773,7 +762,7 @@ crash_after_effect_release_durable(void **state)
 	fence = fence_of(reply);
 	json_decref(reply);
 	call_and_lose(b, complete_request("c-3", fence, "not_applied", NULL));
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	/* The retry of the release agrees; the next begin proceeds. */
 	reply = complete(b, "c-3", fence, "not_applied", NULL);
 	harness_assert_bool(reply, "ok", 1);
@@ -800,7 +789,7 @@ crash_after_effect_resolve_durable(void **state)
 	json_decref(reply);
 	json_decref(begin_until_unknown(b, "c-4", REQUEST));
 	call_and_lose(b, resolve_request("c-4", "applied", RESULT));
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	reply = begin(b, "c-4", REQUEST, 0);
 	assert_disposition(reply, "reused");
 	harness_assert_bool(reply, "recovered", 1);
@@ -923,21 +912,6 @@ start_with_faults(struct broker *b, char *rule_file, size_t size)
 	return 0;
 }
 
-/* Replace the rule in one step; "" clears it. */
-static void
-fault_rule(const char *rule_file, const char *rule)
-{
-	char	temp[PATH_MAX + 8];
-	FILE	*f;
-
-	snprintf(temp, sizeof temp, "%s.new", rule_file);
-	f = fopen(temp, "we");
-	assert_non_null(f);
-	assert_int_equal(fputs(rule, f) == EOF, 0);
-	assert_int_equal(fclose(f), 0);
-	assert_int_equal(rename(temp, rule_file), 0);
-}
-
 static int
 is_storage_unavailable(json_t *reply)
 {
@@ -985,7 +959,7 @@ journal_fault_acknowledges_nothing_and_retry_completes(void **state)
 	json_decref(reply);
 
 	/* A begin and a complete meet a failing journal: nothing is acked. */
-	fault_rule(rules, "write .idem/journal ENOSPC");
+	harness_fault_rule(rules, "write .idem/journal ENOSPC");
 	reply = begin(b, "s-2", REQUEST, 0);
 	assert_true(is_storage_unavailable(reply));
 	json_decref(reply);
@@ -994,7 +968,7 @@ journal_fault_acknowledges_nothing_and_retry_completes(void **state)
 	    RESULT));
 	assert_true(reply == NULL || is_storage_unavailable(reply));
 	json_decref(reply);
-	fault_rule(rules, "");
+	harness_fault_rule(rules, "");
 
 	/* After the reopen: s-2 was never reserved, s-1 never committed. */
 	reply = call_across_reopen(b, begin_request("s-2", KIND, REQUEST, 0));
@@ -1066,7 +1040,7 @@ libidem_run_performs_once_and_probes_unknowns(void **state)
 	json_t			*reply;
 	char			*receipt;
 
-	start(b);
+	harness_must_start(b, NULL, NULL);
 	c = harness_connect(b);
 	assert_non_null(c);
 	assert_int_equal(idem_effect_run(c, "run-1", KIND, REQUEST, 0, perform,
@@ -1129,7 +1103,7 @@ libidem_run_performs_once_and_probes_unknowns(void **state)
 	idem_effect_clear(&out);
 	idem_close(c);
 
-	reply = call(b, json_pack("{s:s}", "op", "stats"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
 	assert_int_equal(json_integer_value(json_object_get(reply,
 	    "effects_proceed")), 4);
 	json_decref(reply);

@@ -50,7 +50,6 @@
 #define TEST_WATCHDOG_SECONDS	120
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	30000
-#define TEST_SHIM_DEFAULT	"tests/faults/.libs/libfaultshim.so"
 /* table_full: the table's slots. */
 #define TEST_SMALL_CAPACITY	"4"
 /* EMFILE: descriptors the worker is left; at most this many held. */
@@ -69,105 +68,14 @@
 /* Descriptors for the broker: connections pile up faster than it reads. */
 #define TEST_RING_NOFILE	16384
 
-struct failures_test {
-	struct broker	b;		/* first: the harness's */
-	char		fault_file[PATH_MAX];
-	char		env_preload[PATH_MAX + 16];
-	char		env_fault[PATH_MAX + 32];
-	char		env_asan[512];
-	const char	*env[4];
-};
-
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
 static int
 setup(void **state)
 {
-	struct failures_test	*t;
-	const char		*shim = getenv("IDEM_FAULTSHIM"), *asan;
-	char			 real[PATH_MAX];
-
 	if (sodium_init() < 0)
 		return -1;
-	if (shim == NULL)
-		shim = TEST_SHIM_DEFAULT;
-	if (realpath(shim, real) == NULL) {
-		fprintf(stderr, "fault shim %s: %s (build it with make check, "
-		    "or set IDEM_FAULTSHIM)\n", shim, strerror(errno));
-		return -1;
-	}
-	if ((t = calloc(1, sizeof *t)) == NULL)
-		return -1;
-	harness_fresh_root(&t->b);
-	harness_watchdog(TEST_WATCHDOG_SECONDS);
-	snprintf(t->fault_file, sizeof t->fault_file, "%s.faults", t->b.root);
-	snprintf(t->env_preload, sizeof t->env_preload, "LD_PRELOAD=%s",
-	    real);
-	snprintf(t->env_fault, sizeof t->env_fault, "IDEM_FAULT_FILE=%s",
-	    t->fault_file);
-	/* A sanitizer build refuses a library preloaded ahead of it. */
-	asan = getenv("ASAN_OPTIONS");
-	snprintf(t->env_asan, sizeof t->env_asan,
-	    "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
-	    asan != NULL ? asan : "", asan != NULL && *asan != '\0' ? ":" : "");
-	t->env[0] = t->env_preload;
-	t->env[1] = t->env_fault;
-	t->env[2] = t->env_asan;
-	t->env[3] = NULL;
-	*state = t;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct failures_test	*t = *state;
-
-	harness_watchdog(0);
-	if (t->b.root[0] != '\0')
-		fprintf(stderr, "kept %s and %s\n", t->b.root, t->b.log);
-	if (t->b.pid != 0)
-		harness_kill(&t->b);
-	if (t->b.root[0] == '\0' && getenv("IDEM_TEST_KEEP") == NULL)
-		unlink(t->fault_file);
-	free(t);
-	return 0;
-}
-
-static void
-finish(struct failures_test *t)
-{
-	harness_finish(&t->b);
-	if (getenv("IDEM_TEST_KEEP") == NULL)
-		unlink(t->fault_file);
-}
-
-static void
-set_rule(struct failures_test *t, const char *rule)
-{
-	FILE	*f = fopen(t->fault_file, "w");
-
-	assert_non_null(f);
-	fputs(rule, f);
-	assert_int_equal(fclose(f), 0);
-}
-
-static int64_t
-now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static json_t *
-call(struct broker *b, json_t *request)
-{
-	json_t	*reply = harness_call_once(b, request);
-
-	assert_non_null(reply);
-	return reply;
+	return harness_shim_setup(state, TEST_WATCHDOG_SECONDS);
 }
 
 static const char *
@@ -203,79 +111,6 @@ count_files(const struct broker *b, const char *dir, const char *prefix,
 	return count;
 }
 
-/* The broker's whole log (malloc'd, NUL-terminated), or NULL. */
-static char *
-read_log(const struct broker *b)
-{
-	FILE	*f;
-	char	*text;
-	long	 size;
-
-	if ((f = fopen(b->log, "r")) == NULL)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	size = ftell(f);
-	rewind(f);
-	if (size < 0 || (text = malloc((size_t)size + 1)) == NULL) {
-		fclose(f);
-		return NULL;
-	}
-	text[fread(text, 1, (size_t)size, f)] = '\0';
-	fclose(f);
-	return text;
-}
-
-/* How many times the broker's log holds needle. */
-static int
-log_count(const struct broker *b, const char *needle)
-{
-	char	*log = read_log(b), *at;
-	int	 n = 0;
-
-	for (at = log; at != NULL && (at = strstr(at, needle)) != NULL; at++)
-		n++;
-	free(log);
-	return n;
-}
-
-/*
- * Wait until the broker's log holds needle count times (inotify, with a
- * deadline).
- */
-static void
-wait_log_count(const struct broker *b, const char *needle, int count)
-{
-	struct pollfd	 pfd;
-	char		 events[4096];
-	int64_t		 deadline = now_ms() + TEST_EVENT_TIMEOUT_MS, left;
-	int		 fd;
-
-	fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-	assert_int_not_equal(fd, -1);
-	assert_int_not_equal(inotify_add_watch(fd, b->log, IN_MODIFY), -1);
-	for (;;) {
-		/* Look after arming the watch: nothing falls in between. */
-		if (log_count(b, needle) >= count)
-			break;
-		if ((left = deadline - now_ms()) <= 0)
-				fail_msg("the broker did not log \"%s\" %d times "
-			    "(see %s)", needle, count, b->log);
-		pfd.fd = fd;
-		pfd.events = POLLIN;
-		if (poll(&pfd, 1, (int)left) == -1 && errno != EINTR)
-			fail_msg("poll: %s", strerror(errno));
-		while (read(fd, events, sizeof events) > 0)
-			;
-	}
-	close(fd);
-}
-
-static void
-wait_log(const struct broker *b, const char *needle)
-{
-	wait_log_count(b, needle, 1);
-}
-
 /* ---- table_full ---------------------------------------------------------- */
 
 /*
@@ -288,7 +123,7 @@ wait_log(const struct broker *b, const char *needle)
 static void
 table_full_refuses_new_ids_only(void **state)
 {
-	struct failures_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	const char *const	 small[] = { "--capacity", TEST_SMALL_CAPACITY,
 				    NULL };
@@ -300,19 +135,19 @@ table_full_refuses_new_ids_only(void **state)
 	assert_int_equal(harness_start(b, small, NULL), 0);
 	for (i = 0; i < capacity; i++) {
 		snprintf(id, sizeof id, "full/%d", i);
-		reply = call(b, harness_write_task(id, "Fill the table"));
+		reply = harness_submit(b, id, "Fill the table");
 		assert_string_equal(harness_str(reply, "disposition"),
 		    "created");
 		json_decref(reply);
 	}
-	reply = call(b, harness_write_task("full/0", "Fill the table"));
+	reply = harness_submit(b, "full/0", "Fill the table");
 	first = harness_receipt_text(reply);
 	snprintf(task_id, sizeof task_id, "%s",
 	    harness_receipt_str(reply, "task_id"));
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), capacity);
 
-	reply = call(b, harness_write_task("full/new", "One too many"));
+	reply = harness_submit(b, "full/new", "One too many");
 	harness_assert_bool(reply, "ok", 0);
 	harness_assert_bool(reply, "action_taken", 0);
 	assert_string_equal(error_code(reply), "table_full");
@@ -325,24 +160,24 @@ table_full_refuses_new_ids_only(void **state)
 	    "op", "write_report", "task_id", task_id,
 	    "client_submission_id", "r-full",
 	    "report", "sender", "DEV", "body", "Done.\n");
-	reply = call(b, request);
+	reply = harness_must_call(b, request);
 	assert_string_equal(error_code(reply), "table_full");
 	json_decref(reply);
-	assert_int_equal(count_files(b, "reports", "REPORT-", NULL, 0), 0);
+	assert_int_equal(harness_count_reports(b), 0);
 
 	/* Nothing was written for the refused id; the table still answers. */
 	assert_int_equal(harness_count_tasks(b), capacity);
-	reply = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
-	    "client_submission_id", "full/new"));
+	reply = harness_must_call(b, json_pack("{s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", "full/new"));
 	harness_assert_bool(reply, "found", 0);
 	json_decref(reply);
-	reply = call(b, harness_write_task("full/0", "Fill the table"));
+	reply = harness_submit(b, "full/0", "Fill the table");
 	assert_string_equal(harness_str(reply, "disposition"), "reused");
 	again = harness_receipt_text(reply);
 	assert_string_equal(again, first);
 	free(again);
 	json_decref(reply);
-	reply = call(b, json_pack("{s:s}", "op", "stats"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
 	assert_int_equal(json_integer_value(json_object_get(reply,
 	    "table_used")), capacity);
 	json_decref(reply);
@@ -350,17 +185,17 @@ table_full_refuses_new_ids_only(void **state)
 	/* A larger table: the refused id is served, the others kept. */
 	assert_int_equal(harness_stop(b), 0);
 	assert_int_equal(harness_start(b, larger, NULL), 0);
-	reply = call(b, harness_write_task("full/new", "One too many"));
+	reply = harness_submit(b, "full/new", "One too many");
 	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
-	reply = call(b, harness_write_task("full/0", "Fill the table"));
+	reply = harness_submit(b, "full/0", "Fill the table");
 	again = harness_receipt_text(reply);
 	assert_string_equal(again, first);
 	free(again);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), capacity + 1);
 	free(first);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /* ---- The accept pause on EMFILE ------------------------------------------ */
@@ -427,7 +262,7 @@ static void
 accept_pauses_on_emfile_then_serves(void **state)
 {
 	static const char	 pausing[] = "accept; pausing for a second";
-	struct failures_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	const char *const	 args[] = { "--workers", "1", NULL };
 	pid_t			 workers[TEST_MAX_WORKERS], after[TEST_MAX_WORKERS];
@@ -442,7 +277,7 @@ accept_pauses_on_emfile_then_serves(void **state)
 	assert_int_equal(harness_start(b, args, NULL), 0);
 	assert_int_equal(harness_workers(b, workers, TEST_MAX_WORKERS), 1);
 	/* A write first: the worker's lazily opened descriptors are open. */
-	reply = call(b, harness_write_task("emfile/0", "Before the limit"));
+	reply = harness_submit(b, "emfile/0", "Before the limit");
 	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 
@@ -455,12 +290,13 @@ accept_pauses_on_emfile_then_serves(void **state)
 	 * last descriptor is followed in the same loop by one that fails,
 	 * logged before the hello read is answered.
 	 */
-	for (n = 0; n < TEST_MAX_HELD && log_count(b, pausing) == 0; n++) {
+	for (n = 0; n < TEST_MAX_HELD &&
+	    harness_log_count(b, pausing) == 0; n++) {
 		held[n] = harness_raw_connect(b);
 		assert_true(held[n] != -1);
 		raw_hello(held[n]);
 	}
-	if (log_count(b, pausing) == 0)
+	if (harness_log_count(b, pausing) == 0)
 		fail_msg("%d connections held, and the worker never ran out "
 		    "of descriptors", n);
 	assert_true(n >= TEST_SPARE_FDS);
@@ -469,8 +305,8 @@ accept_pauses_on_emfile_then_serves(void **state)
 	assert_true(late != -1);
 	assert_int_equal(harness_raw_send(late, "{\"op\":\"hello\"}"), 0);
 	/* Two more failed accepts: at least one came after late was queued. */
-	pauses = log_count(b, pausing);
-	wait_log_count(b, pausing, pauses + 2);
+	pauses = harness_log_count(b, pausing);
+	harness_wait_log(b, pausing, pauses + 2, TEST_EVENT_TIMEOUT_MS);
 	pfd.fd = late;
 	pfd.events = POLLIN;
 	assert_int_equal(poll(&pfd, 1, 0), 0);
@@ -493,9 +329,9 @@ accept_pauses_on_emfile_then_serves(void **state)
 	 * so it is sent once the worker has closed every connection.
 	 */
 	h = map_header(b);
-	deadline = now_ms() + TEST_EVENT_TIMEOUT_MS;
+	deadline = harness_now_ms() + TEST_EVENT_TIMEOUT_MS;
 	while (atomic_load(&h->connections) != 0) {
-		if (now_ms() > deadline)
+		if (harness_now_ms() > deadline)
 			fail_msg("%u connections still open %d ms after the "
 			    "clients closed them", atomic_load(&h->connections),
 			    TEST_EVENT_TIMEOUT_MS);
@@ -503,13 +339,13 @@ accept_pauses_on_emfile_then_serves(void **state)
 	}
 
 	/* The same worker, serving writes again. */
-	reply = call(b, harness_write_task("emfile/1", "After the pause"));
+	reply = harness_submit(b, "emfile/1", "After the pause");
 	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 	assert_int_equal(harness_workers(b, after, TEST_MAX_WORKERS), 1);
 	assert_int_equal(after[0], workers[0]);
 	assert_int_equal(harness_count_tasks(b), 2);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /* ---- A failed fork of a worker ------------------------------------------- */
@@ -522,7 +358,7 @@ accept_pauses_on_emfile_then_serves(void **state)
 static void
 master_survives_failed_fork(void **state)
 {
-	struct failures_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	const char *const	 args[] = { "--workers", "1", NULL };
 	pid_t			 workers[TEST_MAX_WORKERS], after[TEST_MAX_WORKERS];
@@ -532,9 +368,11 @@ master_survives_failed_fork(void **state)
 
 	assert_int_equal(harness_start(b, args, t->env), 0);
 	assert_int_equal(harness_workers(b, workers, TEST_MAX_WORKERS), 1);
-	set_rule(t, "fork EAGAIN\n");
+	harness_fault_rule(t->fault_file, "fork EAGAIN\n");
 	assert_int_equal(kill(workers[0], SIGKILL), 0);
-	wait_log(b, "fork of worker 0: Resource temporarily unavailable");
+	harness_wait_log(b,
+	    "fork of worker 0: Resource temporarily unavailable", 1,
+	    TEST_EVENT_TIMEOUT_MS);
 	/* The master is alive, and no worker runs. */
 	assert_int_equal(kill(b->pid, 0), 0);
 	assert_int_equal(harness_workers(b, after, TEST_MAX_WORKERS), 0);
@@ -543,7 +381,7 @@ master_survives_failed_fork(void **state)
 	assert_true(fd != -1);
 	assert_int_equal(harness_raw_send(fd, "{\"op\":\"hello\"}"), 0);
 	/* ...and is served by the worker the retry forks. */
-	set_rule(t, "");
+	harness_fault_rule(t->fault_file, "");
 	line = harness_raw_read_line(fd);
 	assert_non_null(line);
 	reply = json_loads(line, 0, NULL);
@@ -553,20 +391,20 @@ master_survives_failed_fork(void **state)
 	free(line);
 	close(fd);
 
-	reply = call(b, harness_write_task("fork/1", "After a failed fork"));
+	reply = harness_submit(b, "fork/1", "After a failed fork");
 	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
 	assert_int_equal(harness_workers(b, after, TEST_MAX_WORKERS), 1);
 	assert_true(after[0] != workers[0]);
 	assert_int_equal(harness_stop(b), 0);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /* ---- Crash points in write_report ---------------------------------------- */
 
 static void
-report_crash(struct failures_test *t, const char *variable,
+report_crash(struct harness_shim *t, const char *variable,
     const char *point)
 {
 	struct broker		*b = &t->b;
@@ -583,7 +421,7 @@ report_crash(struct failures_test *t, const char *variable,
 #endif
 	/* The task, written before the crash point is armed. */
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
-	reply = call(b, harness_write_task("report-crash/task", "To report"));
+	reply = harness_submit(b, "report-crash/task", "To report");
 	assert_string_equal(harness_str(reply, "disposition"), "created");
 	snprintf(task_id, sizeof task_id, "%s",
 	    harness_receipt_str(reply, "task_id"));
@@ -614,7 +452,7 @@ report_crash(struct failures_test *t, const char *variable,
 	 * The retry: one REPORT, deduplicated exactly when it was there;
 	 * recovered when it finished the interrupted creation (SPEC.md).
 	 */
-	reply = call(b, json_incref(request));
+	reply = harness_must_call(b, json_incref(request));
 	harness_assert_bool(reply, "ok", 1);
 	harness_assert_bool(reply, "deduplicated", before == 1);
 	if (strcmp(point, "after_commit_durable") != 0)
@@ -633,15 +471,15 @@ report_crash(struct failures_test *t, const char *variable,
 		assert_non_null(strstr(path, report_id));
 
 	/* And again: the first answer, still one file. */
-	reply = call(b, request);
+	reply = harness_must_call(b, request);
 	harness_assert_bool(reply, "ok", 1);
 	harness_assert_bool(reply, "deduplicated", 1);
 	assert_string_equal(harness_str(reply, "report_id"), report_id);
 	assert_string_equal(harness_str(reply, "report_path"), report_path);
 	json_decref(reply);
-	assert_int_equal(count_files(b, "reports", "REPORT-", NULL, 0), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	assert_int_equal(harness_count_tasks(b), 1);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 #define REPORT_BROKER_CRASH(point)					\
@@ -736,7 +574,7 @@ send_and_close(const struct broker *b, int n)
 static void
 full_ring_waits_then_completes(void **state)
 {
-	struct failures_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	const char *const	 args[] = { "--workers", "1",
 				    "--max-connections", "1000000",
@@ -782,7 +620,7 @@ full_ring_waits_then_completes(void **state)
 
 	/* One request through: the size of a record (three of them). */
 	ring_id(id, sizeof id, 0);
-	reply = call(b, harness_write_task(id, "Through a full ring"));
+	reply = harness_submit(b, id, "Through a full ring");
 	assert_string_equal(harness_str(reply, "disposition"), "created");
 	json_decref(reply);
 	record = __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE) / 3;
@@ -790,13 +628,13 @@ full_ring_waits_then_completes(void **state)
 	/* Twice what fills the ring: a bound, never reached when it works. */
 	cap = (int)(2 * h->ring_bytes / record);
 
-	set_rule(t, "hold .jnl\n");
+	harness_fault_rule(t->fault_file, "hold .jnl\n");
 	durable = atomic_load(&h->ring_durable);
-	deadline = now_ms() + TEST_EVENT_TIMEOUT_MS;
+	deadline = harness_now_ms() + TEST_EVENT_TIMEOUT_MS;
 	while (h->ring_bytes - ring_used(h) >= record) {
 		if (atomic_load(&h->ring_durable) != durable)
 			fail_msg("the journal's sync was not held");
-		if (now_ms() > deadline)
+		if (harness_now_ms() > deadline)
 			fail_msg("%d requests sent in %d ms, %llu of %llu ring "
 			    "bytes used", sent, TEST_EVENT_TIMEOUT_MS,
 			    (unsigned long long)ring_used(h),
@@ -812,7 +650,7 @@ full_ring_waits_then_completes(void **state)
 				send_and_close(b, 1 + sent++);
 			continue;
 		}
-		reply = call(b, json_pack("{s:s}", "op", "stats"));
+		reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
 		json_decref(reply);
 		if (sent >= cap && h->ring_bytes - ring_used(h) >= record)
 			fail_msg("%d requests sent, %llu of %llu ring bytes "
@@ -824,11 +662,11 @@ full_ring_waits_then_completes(void **state)
 	assert_true(h->ring_bytes - most < record);
 	assert_true(atomic_load(&h->ring_durable) == durable);
 	/* ...and what needs no record is still answered. */
-	reply = call(b, json_pack("{s:s}", "op", "hello"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "hello"));
 	harness_assert_bool(reply, "ok", 1);
 	json_decref(reply);
 	ring_id(id, sizeof id, 0);
-	reply = call(b, harness_write_task(id, "Through a full ring"));
+	reply = harness_submit(b, id, "Through a full ring");
 	assert_string_equal(harness_str(reply, "disposition"), "reused");
 	json_decref(reply);
 
@@ -836,7 +674,7 @@ full_ring_waits_then_completes(void **state)
 	assert_true((uint64_t)sent * record > h->ring_bytes);
 
 	/* The sync returns: every request completes, each one once. */
-	set_rule(t, "");
+	harness_fault_rule(t->fault_file, "");
 	c = harness_connect(b);
 	assert_non_null(c);
 	for (i = 1; i <= sent; i++) {
@@ -851,7 +689,7 @@ full_ring_waits_then_completes(void **state)
 		reused++;
 	}
 	idem_close(c);
-	reply = call(b, json_pack("{s:s}", "op", "stats"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
 	assert_int_equal(json_integer_value(json_object_get(reply,
 	    "created")), sent + 1);
 	assert_int_equal(json_integer_value(json_object_get(reply,
@@ -864,10 +702,11 @@ full_ring_waits_then_completes(void **state)
 	    (unsigned long long)h->ring_bytes, reused);
 	munmap((void *)h, sizeof(struct shm_header));
 	assert_int_equal(harness_stop(b), 0);
-	finish(t);
+	harness_shim_finish(t);
 }
 
-#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, \
+	    harness_shim_teardown)
 
 int
 main(void)

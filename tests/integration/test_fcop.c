@@ -34,21 +34,6 @@
 	"references: [TASK-20261202-001-Y-to-X]\nstatus: done\n---\n" \
 	"written by another FCoP tool\n"
 
-static void
-start(struct broker *b, const char *const *args)
-{
-	assert_int_equal(harness_start(b, args, NULL), 0);
-}
-
-static json_t *
-call(struct broker *b, json_t *request)
-{
-	json_t	*reply = harness_call_once(b, request);
-
-	assert_non_null(reply);
-	return reply;
-}
-
 static json_t *
 task_request(const char *id, const char *recipient, const char *subject)
 {
@@ -60,7 +45,7 @@ task_request(const char *id, const char *recipient, const char *subject)
 static json_t *
 submit(struct broker *b, const char *id, const char *subject)
 {
-	return call(b, task_request(id, "DEV", subject));
+	return harness_must_call(b, task_request(id, "DEV", subject));
 }
 
 static void
@@ -73,50 +58,6 @@ assert_disposition(json_t *reply, const char *disposition)
 	    strcmp(d, disposition) != 0)
 		fail_msg("wanted %s, got %s", disposition,
 		    json_dumps(reply, JSON_COMPACT));
-}
-
-static void
-assert_error(json_t *reply, const char *code, int retryable)
-{
-	json_t	*error = json_object_get(reply, "error");
-
-	harness_assert_bool(reply, "ok", 0);
-	harness_assert_bool(reply, "action_taken", 0);
-	if (strcmp(harness_str(error, "code"), code) != 0)
-		fail_msg("wanted %s, got %s", code,
-		    json_dumps(reply, JSON_COMPACT));
-	harness_assert_bool(error, "retryable", retryable);
-}
-
-static int
-path_exists(const struct broker *b, const char *relpath)
-{
-	char		path[1024];
-	struct stat	st;
-
-	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
-	return stat(path, &st) == 0;
-}
-
-static int
-count_reports(const struct broker *b)
-{
-	char		 path[1024];
-	struct stat	 st;
-	int		 n = 0, seq;
-	char		 today[9];
-
-	/* The only report names these tests can make: numbers 1..1000. */
-	harness_today(today);
-	for (seq = 1; seq <= 1000; seq++) {
-		snprintf(path, sizeof path, "%s/reports/REPORT-%s-%03d-DEV-to-PM"
-		    ".md", b->root, today, seq);
-		n += stat(path, &st) == 0;
-		snprintf(path, sizeof path, "%s/reports/REPORT-%s-%03d-X-to-Y"
-		    ".md", b->root, today, seq);
-		n += stat(path, &st) == 0;
-	}
-	return n;
 }
 
 static void
@@ -136,18 +77,6 @@ rename_rel(const struct broker *b, const char *from, const char *to)
 	}
 	if (rename(f, t) != 0)
 		fail_msg("rename %s %s: %s", f, t, strerror(errno));
-}
-
-/* Skip a test whose expectation depends on a date midnight crossed. */
-static void
-skip_if_date_moved(const char *today, const char *task_id)
-{
-	const char	*dash = strchr(task_id, '-');
-
-	if (dash == NULL || strncmp(dash + 1, today, 8) != 0) {
-		fprintf(stderr, "the UTC date changed during the test\n");
-		skip();
-	}
 }
 
 /* ---- 999 a day ------------------------------------------------------------ */
@@ -170,32 +99,32 @@ sequence_exhausted_after_999(void **state)
 	snprintf(rel, sizeof rel, "_lifecycle/inbox/TASK-%s-998-X-to-Y.md",
 	    today);
 	assert_int_equal(harness_write(b, rel, TEST_FOREIGN_FILE), 0);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 
 	a = submit(b, "seq-a", "The 999th");
 	assert_disposition(a, "created");
-	skip_if_date_moved(today, harness_receipt_str(a, "task_id"));
+	harness_skip_if_date_moved(today, harness_receipt_str(a, "task_id"));
 	snprintf(want, sizeof want, "TASK-%s-999-PM-to-DEV", today);
 	assert_string_equal(harness_receipt_str(a, "task_id"), want);
 
 	r = submit(b, "seq-b", "One too many");
-	skip_if_date_moved(today, harness_receipt_str(a, "task_id"));
-	assert_error(r, "sequence_exhausted", 0);
+	harness_skip_if_date_moved(today, harness_receipt_str(a, "task_id"));
+	harness_assert_error(r, "sequence_exhausted", 0);
 	assert_null(json_object_get(r, "receipt"));
 	json_decref(r);
 	/* The same again: nothing was reserved for it. */
 	r = submit(b, "seq-b", "One too many");
-	assert_error(r, "sequence_exhausted", 0);
+	harness_assert_error(r, "sequence_exhausted", 0);
 	json_decref(r);
-	g = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	g = harness_must_call(b, json_pack("{s:s, s:s}", "op", "get_submission",
 	    "client_submission_id", "seq-b"));
 	harness_assert_bool(g, "found", 0);
 	json_decref(g);
 	/* Legacy calls stop too. */
-	legacy = call(b, json_pack("{s:s, s:{s:s, s:s, s:s}}", "op",
-	    "write_task", "task", "sender", "PM", "recipient", "DEV",
+	legacy = harness_must_call(b, json_pack("{s:s, s:{s:s, s:s, s:s}}",
+	    "op", "write_task", "task", "sender", "PM", "recipient", "DEV",
 	    "subject", "Legacy"));
-	assert_error(legacy, "sequence_exhausted", 0);
+	harness_assert_error(legacy, "sequence_exhausted", 0);
 	json_decref(legacy);
 	assert_int_equal(harness_count_tasks(b), 2);
 
@@ -211,23 +140,24 @@ sequence_exhausted_after_999(void **state)
 	/* Reports: numbers of their own, the same limit. */
 	snprintf(rel, sizeof rel, "reports/REPORT-%s-999-X-to-Y.md", today);
 	assert_int_equal(harness_write(b, rel, TEST_FOREIGN_REPORT), 0);
-	r = call(b, json_pack("{s:s, s:s, s:s, s:{s:s}}", "op", "write_report",
+	r = harness_must_call(b, json_pack("{s:s, s:s, s:s, s:{s:s}}",
+	    "op", "write_report",
 	    "task_id", harness_receipt_str(a, "task_id"),
 	    "client_submission_id", "rep-a", "report", "sender", "DEV"));
-	assert_error(r, "sequence_exhausted", 0);
+	harness_assert_error(r, "sequence_exhausted", 0);
 	json_decref(r);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 
 	/* After a restart, the disk still says the day is used up. */
 	assert_int_equal(harness_stop(b), 0);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	r = submit(b, "seq-b", "One too many");
-	assert_error(r, "sequence_exhausted", 0);
+	harness_assert_error(r, "sequence_exhausted", 0);
 	json_decref(r);
 	assert_int_equal(harness_count_tasks(b), 2);
 	snprintf(rel, sizeof rel, "_lifecycle/inbox/TASK-%s-1000-PM-to-DEV.md",
 	    today);
-	assert_false(path_exists(b, rel));
+	assert_false(harness_exists(b, rel));
 	free(ra);
 	json_decref(a);
 	harness_finish(b);
@@ -246,13 +176,13 @@ sequence_digits_four_reaches_1000(void **state)
 	snprintf(rel, sizeof rel, "_lifecycle/done/TASK-%s-999-X-to-Y.md",
 	    today);
 	assert_int_equal(harness_write(b, rel, TEST_FOREIGN_FILE), 0);
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	a = submit(b, "seq-1000", "Past 999");
 	assert_disposition(a, "created");
-	skip_if_date_moved(today, harness_receipt_str(a, "task_id"));
+	harness_skip_if_date_moved(today, harness_receipt_str(a, "task_id"));
 	snprintf(want, sizeof want, "TASK-%s-1000-PM-to-DEV", today);
 	assert_string_equal(harness_receipt_str(a, "task_id"), want);
-	assert_true(path_exists(b, harness_receipt_str(a, "task_path")));
+	assert_true(harness_exists(b, harness_receipt_str(a, "task_path")));
 	json_decref(a);
 	harness_finish(b);
 }
@@ -270,8 +200,9 @@ slot_recipient_is_in_the_name_only(void **state)
 	const char	*id;
 	int		 i;
 
-	start(b, NULL);
-	a = call(b, task_request("slot-1", "DEV.D1", "For slot 1"));
+	harness_must_start(b, NULL, NULL);
+	a = harness_must_call(b, task_request("slot-1", "DEV.D1",
+	    "For slot 1"));
 	assert_disposition(a, "created");
 	id = harness_receipt_str(a, "task_id");
 	assert_true(strlen(id) > 13);
@@ -284,8 +215,9 @@ slot_recipient_is_in_the_name_only(void **state)
 
 	/* The slot survives the journal: a retry after kill -9 is reused. */
 	harness_kill(b);
-	start(b, NULL);
-	retry = call(b, task_request("slot-1", "DEV.D1", "For slot 1"));
+	harness_must_start(b, NULL, NULL);
+	retry = harness_must_call(b, task_request("slot-1", "DEV.D1",
+	    "For slot 1"));
 	assert_disposition(retry, "reused");
 	ra = harness_receipt_text(a);
 	rr = harness_receipt_text(retry);
@@ -294,28 +226,31 @@ slot_recipient_is_in_the_name_only(void **state)
 	free(rr);
 	json_decref(retry);
 	/* A report on a slot task: the report's names carry no slot. */
-	r = call(b, json_pack("{s:s, s:s, s:s, s:{s:s}}", "op", "write_report",
+	r = harness_must_call(b, json_pack("{s:s, s:s, s:s, s:{s:s}}",
+	    "op", "write_report",
 	    "task_id", harness_receipt_str(a, "task_id"),
 	    "client_submission_id", "slot-report", "report", "sender", "DEV"));
 	harness_assert_bool(r, "ok", 1);
 	assert_true(strstr(harness_str(r, "report_id"), "-DEV-to-PM") != NULL);
 	json_decref(r);
 	/* Another slot is another request. */
-	r = call(b, task_request("slot-1", "DEV.D2", "For slot 1"));
-	assert_error(r, "conflict", 0);
+	r = harness_must_call(b, task_request("slot-1", "DEV.D2",
+	    "For slot 1"));
+	harness_assert_error(r, "conflict", 0);
 	json_decref(r);
 
 	for (i = 0; bad[i] != NULL; i++) {
-		r = call(b, task_request("slot-bad", bad[i], "Bad slot"));
-		assert_error(r, "invalid_request", 0);
+		r = harness_must_call(b, task_request("slot-bad", bad[i],
+		    "Bad slot"));
+		harness_assert_error(r, "invalid_request", 0);
 		assert_string_equal(harness_str(json_object_get(r, "error"),
 		    "field"), "task.recipient");
 		json_decref(r);
 	}
-	r = call(b, json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "op",
-	    "write_task", "client_submission_id", "slot-sender", "task",
+	r = harness_must_call(b, json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}",
+	    "op", "write_task", "client_submission_id", "slot-sender", "task",
 	    "sender", "PM.A", "recipient", "DEV", "subject", "No"));
-	assert_error(r, "invalid_request", 0);
+	harness_assert_error(r, "invalid_request", 0);
 	json_decref(r);
 	assert_int_equal(harness_count_tasks(b), 1);
 	json_decref(a);
@@ -330,8 +265,9 @@ null_optional_fields_mean_defaults(void **state)
 	struct broker	*b = *state;
 	json_t		*a, *plain, *retry;
 
-	start(b, NULL);
-	a = call(b, json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:n, s:n, s:n, "
+	harness_must_start(b, NULL, NULL);
+	a = harness_must_call(b,
+	    json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:n, s:n, s:n, "
 	    "s:n, s:n, s:n, s:n}}", "op", "write_task",
 	    "client_submission_id", "nulls", "task", "sender", "PM",
 	    "recipient", "DEV", "subject", "Fix login", "body", "priority",
@@ -371,8 +307,8 @@ run_vectors(struct broker *b, const char *file, int n)
 	json_array_foreach(json_object_get(root, "vectors"), i, vector) {
 		snprintf(id, sizeof id, "vector-%d", n++);
 		/* The broker checks a given digest against its own. */
-		reply = call(b, json_pack("{s:s, s:s, s:O, s:O}", "op",
-		    "write_task", "client_submission_id", id, "task",
+		reply = harness_must_call(b, json_pack("{s:s, s:s, s:O, s:O}",
+		    "op", "write_task", "client_submission_id", id, "task",
 		    json_object_get(vector, "task"), "request_digest",
 		    json_object_get(vector, "request_digest")));
 		if (!json_is_true(json_object_get(reply, "ok")))
@@ -392,7 +328,7 @@ vectors_match_the_broker(void **state)
 	struct broker	*b = *state;
 	int		 n;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	n = run_vectors(b, "write-task-v1.json", 0);
 	n = run_vectors(b, "write-task-v1-fcop.json", n);
 	assert_int_equal(harness_count_tasks(b), n);
@@ -428,7 +364,7 @@ moved_task_replies_carry_current_path(void **state)
 	const char		*id, *task_path;
 	int			 found;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	a = submit(b, "move-me", "Moved by FCoP tools");
 	assert_disposition(a, "created");
 	assert_current_path(a, NULL);
@@ -453,7 +389,7 @@ moved_task_replies_carry_current_path(void **state)
 	assert_string_equal(harness_receipt_str(retry, "task_path"),
 	    task_path);
 	json_decref(retry);
-	g = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	g = harness_must_call(b, json_pack("{s:s, s:s}", "op", "get_submission",
 	    "client_submission_id", "move-me"));
 	assert_current_path(json_object_get(g, "submission"), active);
 	assert_current_path(g, NULL);
@@ -543,17 +479,17 @@ fcop_create_task_vectors_match_the_broker(void **state)
 	    &jerr)) == NULL)
 		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
 	assert_true(json_array_size(json_object_get(root, "vectors")) > 0);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	json_array_foreach(json_object_get(root, "vectors"), i, vector) {
 		/* The broker reads the declaration at each such call. */
 		declare_workspace(b, harness_str(vector, "workspace_id"));
-		request = json_pack("{s:s, s:O, s:s, s:O, s:O}", "op",
-		    "write_task", "client_submission_id",
+		request = json_pack("{s:s, s:O, s:s, s:O, s:O}",
+		    "op", "write_task", "client_submission_id",
 		    json_object_get(vector, "operation_id"), "digest_schema",
 		    "fcop-create-task-v1", "request_digest",
 		    json_object_get(vector, "request_digest"), "task",
 		    json_object_get(vector, "task"));
-		reply = call(b, json_deep_copy(request));
+		reply = harness_must_call(b, json_deep_copy(request));
 		if (!json_is_true(json_object_get(reply, "ok")))
 			fail_msg("%s: %s", harness_str(vector, "name"),
 			    json_dumps(reply, JSON_COMPACT));
@@ -566,16 +502,18 @@ fcop_create_task_vectors_match_the_broker(void **state)
 		fm = harness_read(b, harness_receipt_str(reply, "task_path"));
 		assert_non_null(fm);
 		assert_non_null(strstr(fm, "\nversion: 1\n"));
-		assert_non_null(strstr(fm, "\noperation_kind: \"create_task\"\n"));
+		assert_non_null(strstr(fm,
+		    "\noperation_kind: \"create_task\"\n"));
 		assert_non_null(strstr(fm, "\ndigest_schema: "
 		    "\"fcop-create-task-v1\"\n"));
-		assert_non_null(strstr(fm, harness_str(vector, "workspace_id")));
+		assert_non_null(strstr(fm, harness_str(vector,
+		    "workspace_id")));
 		assert_non_null(strstr(fm, "\nnormalized_request_digest: "));
 		assert_null(strstr(fm, "\nrisk_level: "));
 		assert_null(strstr(fm, "\nthread_key: "));
 		assert_null(strstr(fm, "\ndepends_on: "));
 		free(fm);
-		retry = call(b, request);
+		retry = harness_must_call(b, request);
 		assert_disposition(retry, "reused");
 		ra = harness_receipt_text(reply);
 		rr = harness_receipt_text(retry);
@@ -595,9 +533,9 @@ static void
 expect_refused(struct broker *b, json_t *request, const char *code,
     const char *field)
 {
-	json_t	*r = call(b, request);
+	json_t	*r = harness_must_call(b, request);
 
-	assert_error(r, code, 0);
+	harness_assert_error(r, code, 0);
 	if (field != NULL)
 		assert_string_equal(harness_str(json_object_get(r, "error"),
 		    "field"), field);
@@ -611,7 +549,7 @@ fcop_create_task_rules(void **state)
 	json_t		*a, *r, *t, *g;
 	char		*ra, *rr;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	/* No FCoP 4 declaration: no 4.0 write (F4.11.1). */
 	expect_refused(b, fcop_request("op-1", fcop_task("No declaration")),
 	    "unsupported_schema", "digest_schema");
@@ -668,28 +606,28 @@ fcop_create_task_rules(void **state)
 	    "b"));
 	r = fcop_request("op-1", t);
 	json_object_set_new(r, "workspace_id", json_string(TEST_WORKSPACE));
-	a = call(b, r);
+	a = harness_must_call(b, r);
 	assert_disposition(a, "created");
 	t = fcop_task("Normalized");
 	json_object_set_new(t, "body", json_string("x\r\n\n"));
 	json_object_set_new(t, "references", json_pack("[s,s]", "a", "b"));
-	r = call(b, fcop_request("op-1", t));
+	r = harness_must_call(b, fcop_request("op-1", t));
 	assert_disposition(r, "reused");
 	json_decref(r);
 	/* The same id under write-task-v1: another schema. */
-	r = call(b, task_request("op-1", "DEV", "Normalized"));
-	assert_error(r, "conflict", 0);
+	r = harness_must_call(b, task_request("op-1", "DEV", "Normalized"));
+	harness_assert_error(r, "conflict", 0);
 	assert_string_equal(harness_str(json_object_get(r, "error"), "reason"),
 	    "schema_mismatch");
 	json_decref(r);
 
 	/* The schema survives the journal. */
 	harness_kill(b);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	t = fcop_task("Normalized");
 	json_object_set_new(t, "body", json_string("x\n"));
 	json_object_set_new(t, "references", json_pack("[s,s]", "b", "a"));
-	r = call(b, fcop_request("op-1", t));
+	r = harness_must_call(b, fcop_request("op-1", t));
 	assert_disposition(r, "reused");
 	ra = harness_receipt_text(a);
 	rr = harness_receipt_text(r);
@@ -697,7 +635,7 @@ fcop_create_task_rules(void **state)
 	free(ra);
 	free(rr);
 	json_decref(r);
-	g = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	g = harness_must_call(b, json_pack("{s:s, s:s}", "op", "get_submission",
 	    "client_submission_id", "op-1"));
 	assert_string_equal(harness_str(json_object_get(g, "submission"),
 	    "digest_schema"), "fcop-create-task-v1");

@@ -116,8 +116,8 @@ full_file_system_keeps_serving(void **state)
 
 	harness_watchdog(TEST_WATCHDOG_SECONDS);
 	assert_int_equal(harness_start(&b, args, NULL), 0);
-	reply = submit(&b, "full/early", "full/early");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(&b, "full/early", "full/early");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	receipts[0] = receipt_text(reply);
 	json_decref(reply);
 	ids[count++] = "full/early";
@@ -131,7 +131,7 @@ full_file_system_keeps_serving(void **state)
 	for (i = 0; i < TEST_FULL_WRITES; i++) {
 		snprintf(names[TEST_CONNECTIONS + i], sizeof names[0],
 		    "full/more-%d", i);
-		reply = submit(&b, names[TEST_CONNECTIONS + i],
+		reply = harness_submit(&b, names[TEST_CONNECTIONS + i],
 		    names[TEST_CONNECTIONS + i]);
 		assert_storage_unavailable(reply);
 		json_decref(reply);
@@ -143,25 +143,25 @@ full_file_system_keeps_serving(void **state)
 
 	/* Space comes back: the first write after it must get through. */
 	unfill(fd);
-	freed = now_ms();
+	freed = harness_now_ms();
 	for (;;) {
-		reply = submit(&b, names[0], names[0]);
+		reply = harness_submit(&b, names[0], names[0]);
 		tries++;
 		if (json_is_true(json_object_get(reply, "ok")))
 			break;
 		assert_storage_unavailable(reply);
 		json_decref(reply);
-		if (now_ms() - freed > TEST_RESUME_MS)
+		if (harness_now_ms() - freed > TEST_RESUME_MS)
 			fail_msg("writes still refused %d ms after space was "
 			    "freed", TEST_RESUME_MS);
 	}
-	took = now_ms() - freed;
+	took = harness_now_ms() - freed;
 	fprintf(stderr, "writes resumed %lld ms after space was freed "
 	    "(%d tries)\n", (long long)took, tries);
 	json_decref(reply);
 
 	for (i = 0; i < TEST_CONNECTIONS + TEST_FULL_WRITES; i++) {
-		reply = submit(&b, names[i], names[i]);
+		reply = harness_submit(&b, names[i], names[i]);
 		harness_assert_bool(reply, "ok", 1);
 		assert_string_equal(harness_receipt_str(reply, "state"),
 		    "committed");

@@ -40,12 +40,6 @@
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
 
-static void
-start(struct broker *b, const char *const *env)
-{
-	assert_int_equal(harness_start(b, NULL, env), 0);
-}
-
 static struct idem_conn *
 connect_to(struct broker *b)
 {
@@ -80,35 +74,6 @@ create_task(struct idem_conn *c, const char *id, const char *subject,
 	assert_int_equal(r->disposition, IDEM_CREATED);
 }
 
-/* Regular files in dir (relative to the root) whose names start so. */
-static int
-count_files(const struct broker *b, const char *dir, const char *prefix)
-{
-	char		 path[1024];
-	DIR		*d;
-	struct dirent	*e;
-	int		 n = 0;
-
-	snprintf(path, sizeof path, "%s/%s", b->root, dir);
-	if ((d = opendir(path)) == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-			n++;
-	closedir(d);
-	return n;
-}
-
-static int
-path_exists(const struct broker *b, const char *relpath)
-{
-	char		path[1024];
-	struct stat	st;
-
-	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
-	return stat(path, &st) == 0;
-}
-
 /* Whether the file has a front-matter line "key: value" exactly. */
 static int
 file_has_line(const struct broker *b, const char *relpath, const char *key,
@@ -123,15 +88,6 @@ file_has_line(const struct broker *b, const char *relpath, const char *key,
 	found = strstr(data, line) != NULL;
 	free(data);
 	return found;
-}
-
-static int64_t
-now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- write_report ------------------------------------------------------ */
@@ -150,7 +106,7 @@ write_report_created_deduplicated_conflict(void **state)
 	char			 digest[IDEM_DIGEST_HEX_SIZE], quoted[80];
 	char			 suffix[32];
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = connect_to(b);
 	create_task(c, "task-for-report", "Fix login", &w);
 
@@ -167,7 +123,7 @@ write_report_created_deduplicated_conflict(void **state)
 	    strlen(suffix), suffix);
 	assert_memory_equal(r.report_path, "reports/", 8);
 	assert_string_equal(r.report_path + 8 + strlen(r.report_id), ".md");
-	assert_true(path_exists(b, r.report_path));
+	assert_true(harness_exists(b, r.report_path));
 	/* The file carries the write-report-v1 digest the library computes. */
 	canonical = report;
 	canonical.recipient = "PM";
@@ -184,7 +140,7 @@ write_report_created_deduplicated_conflict(void **state)
 	assert_int_equal(again.deduplicated, 1);
 	assert_string_equal(again.report_id, r.report_id);
 	assert_string_equal(again.report_path, r.report_path);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 
 	/* The same id, other content: conflict, still one file. */
 	report.status = "partial";
@@ -195,7 +151,7 @@ write_report_created_deduplicated_conflict(void **state)
 	assert_int_equal(err.retryable, 0);
 	assert_string_equal(err.reason, "digest_mismatch");
 	assert_string_equal(other.existing_report_id, r.report_id);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 
 	/* Without an id every call writes a new REPORT. */
 	assert_int_equal(idem_write_report(c, w.receipt.task_id, NULL, &report,
@@ -205,7 +161,7 @@ write_report_created_deduplicated_conflict(void **state)
 	    &again, &err), 0);
 	assert_int_equal(again.disposition, IDEM_CREATED);
 	assert_string_not_equal(other.report_id, again.report_id);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 3);
+	assert_int_equal(harness_count_reports(b), 3);
 	idem_close(c);
 	harness_finish(b);
 }
@@ -220,7 +176,7 @@ write_report_errors(void **state)
 	struct idem_error	 err;
 	char			 date[9], task_id[64];
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = connect_to(b);
 	harness_today(date);
 	snprintf(task_id, sizeof task_id, "TASK-%s-001-PM-to-DEV", date);
@@ -238,7 +194,7 @@ write_report_errors(void **state)
 	assert_int_equal(idem_write_report(c, NULL, "r", &report, &r, &err),
 	    -1);
 	assert_int_equal(err.code, IDEM_E_ARGUMENT);
-	assert_int_equal(count_files(b, "reports", "REPORT-"), 0);
+	assert_int_equal(harness_count_reports(b), 0);
 	/* Errors leave the connection usable. */
 	report.sender = "DEV";
 	assert_int_equal(idem_write_report(c, task_id, "r", &report, &r, &err),
@@ -264,7 +220,7 @@ hello_names_the_broker(void **state)
 	struct idem_error	 err;
 	json_t			*raw;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = connect_to(b);
 	assert_int_equal(idem_hello(c, &h, &err), 0);
 	assert_int_equal(err.code, IDEM_E_NONE);
@@ -304,7 +260,7 @@ get_submission_found_and_not_found(void **state)
 	char			 digest[IDEM_DIGEST_HEX_SIZE];
 	int			 found = -1;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = connect_to(b);
 	assert_int_equal(idem_get_submission(c, "never-sent", &found, &s,
 	    &err), 0);
@@ -365,7 +321,7 @@ largest_body_sent_whole(void **state)
 	struct idem_error	 err;
 	char			*body, *file;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = connect_to(b);
 	body = malloc(IDEM_MAX_BODY_BYTES + 1);
 	assert_non_null(body);
@@ -401,7 +357,7 @@ crash_one_write(struct broker *b, const char *point, const char *id)
 	const char		*envp[] = { env, NULL };
 
 	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
-	start(b, envp);
+	harness_must_start(b, NULL, envp);
 	c = connect_to(b);
 	make_task(&t, "Fix login");
 	assert_int_equal(idem_write_task(c, id, &t, &w, &err), -1);
@@ -409,7 +365,7 @@ crash_one_write(struct broker *b, const char *point, const char *id)
 	assert_int_equal(err.retryable, 1);
 	idem_close(c);
 	harness_wait_dead(b);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 }
 
 static void
@@ -493,7 +449,7 @@ diagnose_after_crash_lists_task_created(void **state)
 	assert_int_equal(e->request_digest_matches, IDEM_TRIBOOL_TRUE);
 	assert_int_equal(e->file_digest_matches, IDEM_TRIBOOL_TRUE);
 	assert_int_equal(e->stalled, 0);
-	assert_true(path_exists(b, e->task_path));
+	assert_true(harness_exists(b, e->task_path));
 	idem_diagnosis_free(&d);
 	idem_close(c);
 	harness_finish(b);
@@ -513,7 +469,7 @@ stats_counters_move(void **state)
 	struct idem_task	 t;
 	struct idem_error	 err;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = connect_to(b);
 	assert_int_equal(idem_stats(c, &s0, &err), 0);
 	assert_int_equal(s0.created, 0);
@@ -589,7 +545,7 @@ submission_ids_unique_and_valid(void **state)
 		assert_string_not_equal(ids[i - 1], ids[i]);
 
 	/* The broker takes one as it is. */
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = connect_to(b);
 	create_task(c, ids[0], "Fix login", &w);
 	assert_string_equal(w.receipt.client_submission_id, ids[0]);
@@ -647,12 +603,12 @@ retry_survives_broker_killed_mid_request(void **state)
 		"IDEM_CRASH_AT=after_task_file_linked", NULL
 	};
 
-	start(b, env);
+	harness_must_start(b, NULL, env);
 	retry_call_init(&rc, b, "retry-1");
 	assert_int_equal(pthread_create(&thread, NULL, retry_thread, &rc), 0);
 	harness_wait_dead(b);
 	assert_int_equal(harness_count_tasks(b), 1);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	assert_int_equal(pthread_join(thread, NULL), 0);
 
 	if (rc.rc != 0)
@@ -687,7 +643,7 @@ retry_survives_worker_killed_mid_request(void **state)
 		"IDEM_CRASH_WORKER_AT=after_task_file_linked", NULL
 	};
 
-	start(b, env);
+	harness_must_start(b, NULL, env);
 	retry_call_init(&rc, b, "retry-2");
 	rc.rc = idem_write_task_retry(rc.socket, rc.id, &rc.task, &rc.policy,
 	    &rc.result, &rc.err);
@@ -707,7 +663,7 @@ retry_returns_non_retryable_at_once(void **state)
 	struct broker		*b = *state;
 	struct retry_call	 rc;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	retry_call_init(&rc, b, "retry-3");
 	rc.task.sender = "pm";		/* not an FCoP role code */
 	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
@@ -762,14 +718,14 @@ retry_gives_up_without_broker(void **state)
 	retry_call_init(&rc, b, "retry-4");
 	rc.policy.max_delay_ms = 20;
 	rc.policy.deadline_ms = 300;
-	began = now_ms();
+	began = harness_now_ms();
 	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
 	    &rc.policy, &rc.result, &rc.err), -1);
 	assert_int_equal(rc.err.code, IDEM_E_TRANSPORT);
 	assert_true(rc.result.attempts > 1);
 	assert_true(rc.result.attempts < rc.policy.max_attempts);
 	/* Never sleeps past the deadline (the bound is generous). */
-	assert_true(now_ms() - began < 300 + 2000);
+	assert_true(harness_now_ms() - began < 300 + 2000);
 	harness_finish(b);
 }
 

@@ -81,24 +81,6 @@ client_main(void *arg)
 	return NULL;
 }
 
-/* The broker's stderr, which the harness keeps beside the root. */
-static char *
-read_log(const struct broker *b)
-{
-	FILE	*f;
-	char	*data = NULL;
-	size_t	 size = 0;
-
-	if ((f = fopen(b->log, "r")) == NULL)
-		return NULL;
-	if (getdelim(&data, &size, '\0', f) == -1) {
-		free(data);
-		data = NULL;
-	}
-	fclose(f);
-	return data;
-}
-
 static void
 run_lock_death(const char *lock)
 {
@@ -160,7 +142,7 @@ run_lock_death(const char *lock)
 	json_decref(stats);
 	idem_close(conn);
 	assert_int_equal(harness_stop(&b), 0);
-	log = read_log(&b);
+	log = harness_read_log(&b);
 	assert_non_null(log);
 	assert_non_null(strstr(log, "dying holding the"));
 	assert_non_null(strstr(log, "its owner died holding it; repairing"));

@@ -42,12 +42,6 @@
 /* ---- Fixtures ------------------------------------------------------------ */
 
 
-static void
-start(struct broker *b, const char *const *args)
-{
-	assert_int_equal(harness_start(b, args, NULL), 0);
-}
-
 /* Start with IDEM_CRASH_AT=point: the first call to reach it kills all. */
 static void
 start_crashing_at(struct broker *b, const char *point)
@@ -205,17 +199,6 @@ assert_null_member(json_t *object, const char *key)
 		    json_dumps(object, JSON_COMPACT));
 }
 
-static json_int_t
-integer(json_t *object, const char *key)
-{
-	json_t	*v = json_object_get(object, key);
-
-	if (!json_is_integer(v))
-		fail_msg("\"%s\" is not an integer in %s", key,
-		    json_dumps(object, JSON_COMPACT));
-	return json_integer_value(v);
-}
-
 static void
 assert_created(json_t *reply, int recovered)
 {
@@ -289,25 +272,6 @@ raw_object(const char *text, const char *key)
 
 /* ---- Files --------------------------------------------------------------- */
 
-static int
-count_reports(const struct broker *b)
-{
-	char		 path[400];
-	DIR		*d;
-	struct dirent	*e;
-	int		 n = 0;
-
-	snprintf(path, sizeof path, "%s/reports", b->root);
-	if ((d = opendir(path)) == NULL)
-		return 0;
-	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, "REPORT-", 7) == 0)
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
 /* The names and sizes of the journal's files, one line each (malloc'd). */
 static char *
 journal_listing(const struct broker *b)
@@ -333,24 +297,6 @@ journal_listing(const struct broker *b)
 	closedir(d);
 	fclose(f);
 	return out;
-}
-
-/* The front matter of a file (between the --- lines), malloc'd. */
-static char *
-front_matter(const struct broker *b, const char *relpath)
-{
-	char	*data, *end, *fm;
-
-	data = harness_read(b, relpath);
-	if (data == NULL)
-		fail_msg("cannot read %s", relpath);
-	assert_memory_equal(data, "---\n", 4);
-	end = strstr(data + 3, "\n---\n");
-	assert_non_null(end);
-	fm = strndup(data + 3, (size_t)(end - (data + 3)) + 1);
-	free(data);
-	assert_non_null(fm);
-	return fm;
 }
 
 /* Whether the front matter has the line "key: value" exactly. */
@@ -386,12 +332,12 @@ report_created_then_deduplicated(void **state)
 	json_t		*first, *again;
 	char		 task_id[96], *data;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	first = write_report(b, task_id, "r-1", "DEV", NULL, "done",
 	    "All fixed.\n");
 	assert_report(first, 0);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	data = harness_read(b, harness_str(first, "report_path"));
 	assert_non_null(data);
 	free(data);
@@ -403,7 +349,7 @@ report_created_then_deduplicated(void **state)
 	    "report_id"));
 	assert_string_equal(harness_str(again, "report_path"),
 	    harness_str(first, "report_path"));
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	json_decref(again);
 	/* The defaults are part of the content: "done" said or not is one. */
 	again = write_report(b, task_id, "r-1", "DEV", "PM", NULL,
@@ -411,7 +357,7 @@ report_created_then_deduplicated(void **state)
 	assert_report(again, 1);
 	assert_string_equal(harness_str(again, "report_id"), harness_str(first,
 	    "report_id"));
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	json_decref(again);
 	json_decref(first);
 	harness_finish(b);
@@ -424,7 +370,7 @@ report_normalized_equal_is_deduplicated(void **state)
 	json_t		*first, *again;
 	char		 task_id[96];
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	first = write_report(b, task_id, "r-nl", "DEV", NULL, NULL,
 	    "line one\nline two\n");
@@ -453,7 +399,7 @@ report_normalized_equal_is_deduplicated(void **state)
 	    "report_id"));
 	json_decref(again);
 	json_decref(first);
-	assert_int_equal(count_reports(b), 2);
+	assert_int_equal(harness_count_reports(b), 2);
 	harness_finish(b);
 }
 
@@ -479,7 +425,7 @@ report_same_id_other_content_conflicts(void **state)
 	json_t		*first, *other;
 	char		 task_id[96], *fm_before, *fm_after;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	first = write_report(b, task_id, "r-1", "DEV", NULL, "done", "ok");
 	assert_report(first, 0);
@@ -503,7 +449,7 @@ report_same_id_other_content_conflicts(void **state)
 	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
 
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	fm_after = harness_read(b, harness_str(first, "report_path"));
 	assert_string_equal(fm_before, fm_after);
 	free(fm_before);
@@ -520,13 +466,13 @@ report_without_id_writes_each_time(void **state)
 	char		 task_id[96];
 	int		 i;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	for (i = 0; i < 3; i++) {
 		r[i] = write_report(b, task_id, NULL, "DEV", NULL, "partial",
 		    "same words");
 		assert_report(r[i], 0);
-		assert_int_equal(count_reports(b), i + 1);
+		assert_int_equal(harness_count_reports(b), i + 1);
 	}
 	assert_string_not_equal(harness_str(r[0], "report_id"),
 	    harness_str(r[1], "report_id"));
@@ -547,7 +493,7 @@ report_recipient_defaults_to_task_sender(void **state)
 	char		 task_id[96], quoted[128], *fm;
 	const char	*report_id;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	reply = write_report(b, task_id, "r-default", "DEV", NULL, NULL,
 	    "Done.\n");
@@ -555,7 +501,7 @@ report_recipient_defaults_to_task_sender(void **state)
 	report_id = harness_str(reply, "report_id");
 	/* REPORT-YYYYMMDD-NNN-DEV-to-PM: the task's sender gets it. */
 	assert_string_equal(report_id + strlen(report_id) - 10, "-DEV-to-PM");
-	fm = front_matter(b, harness_str(reply, "report_path"));
+	fm = harness_front_matter(b, harness_str(reply, "report_path"));
 	assert_fm_line(fm, "protocol", "\"fcop\"");
 	assert_fm_line(fm, "type", "\"REPORT\"");
 	snprintf(quoted, sizeof quoted, "\"%s\"", report_id);
@@ -575,7 +521,7 @@ report_recipient_defaults_to_task_sender(void **state)
 	assert_report(reply, 0);
 	report_id = harness_str(reply, "report_id");
 	assert_string_equal(report_id + strlen(report_id) - 10, "-DEV-to-QA");
-	fm = front_matter(b, harness_str(reply, "report_path"));
+	fm = harness_front_matter(b, harness_str(reply, "report_path"));
 	assert_fm_line(fm, "recipient", "\"QA\"");
 	assert_fm_line(fm, "status", "\"blocked\"");
 	free(fm);
@@ -584,7 +530,7 @@ report_recipient_defaults_to_task_sender(void **state)
 	/* Legacy: no submission id line worth the name. */
 	reply = write_report(b, task_id, NULL, "DEV", NULL, NULL, "x");
 	assert_report(reply, 0);
-	fm = front_matter(b, harness_str(reply, "report_path"));
+	fm = harness_front_matter(b, harness_str(reply, "report_path"));
 	assert_fm_line(fm, "recipient", "\"PM\"");
 	assert_fm_line(fm, "client_submission_id", "null");
 	free(fm);
@@ -600,7 +546,7 @@ report_ids_are_per_task(void **state)
 	json_t		*one, *two;
 	char		 task1[96], task2[96];
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task1, sizeof task1);
 	make_task(b, task2, sizeof task2);
 	one = write_report(b, task1, "r-1", "DEV", NULL, NULL, "same");
@@ -609,7 +555,7 @@ report_ids_are_per_task(void **state)
 	assert_report(two, 0);
 	assert_string_not_equal(harness_str(one, "report_id"), harness_str(two,
 	    "report_id"));
-	assert_int_equal(count_reports(b), 2);
+	assert_int_equal(harness_count_reports(b), 2);
 	json_decref(one);
 	json_decref(two);
 	harness_finish(b);
@@ -623,7 +569,7 @@ report_on_a_moved_task(void **state)
 	json_t		*reply;
 	char		 task_id[96], from[512], to[512];
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	snprintf(from, sizeof from, "%s/_lifecycle/inbox/%s.md", b->root,
 	    task_id);
@@ -632,7 +578,7 @@ report_on_a_moved_task(void **state)
 	reply = write_report(b, task_id, "r-moved", "DEV", NULL, NULL, "ok");
 	assert_report(reply, 0);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	harness_finish(b);
 }
 
@@ -643,7 +589,7 @@ report_dedup_survives_kill9(void **state)
 	json_t		*first, *again, *legacy;
 	char		 task_id[96];
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	first = write_report(b, task_id, "r-9", "DEV", NULL, NULL, "before");
 	assert_report(first, 0);
@@ -651,7 +597,7 @@ report_dedup_survives_kill9(void **state)
 	assert_report(legacy, 0);
 	harness_kill(b);
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	again = write_report(b, task_id, "r-9", "DEV", NULL, NULL, "before");
 	assert_report(again, 1);
 	assert_string_equal(harness_str(again, "report_id"), harness_str(first,
@@ -660,7 +606,7 @@ report_dedup_survives_kill9(void **state)
 	again = write_report(b, task_id, "r-9", "DEV", NULL, NULL, "after");
 	assert_report_conflict(again, harness_str(first, "report_id"));
 	json_decref(again);
-	assert_int_equal(count_reports(b), 2);
+	assert_int_equal(harness_count_reports(b), 2);
 	/* A number handed out before the kill is not handed out again. */
 	again = write_report(b, task_id, NULL, "DEV", NULL, NULL, "legacy");
 	assert_report(again, 0);
@@ -668,7 +614,7 @@ report_dedup_survives_kill9(void **state)
 	    harness_str(first, "report_id"));
 	assert_string_not_equal(harness_str(again, "report_id"),
 	    harness_str(legacy, "report_id"));
-	assert_int_equal(count_reports(b), 3);
+	assert_int_equal(harness_count_reports(b), 3);
 	json_decref(again);
 	json_decref(legacy);
 	json_decref(first);
@@ -723,7 +669,7 @@ get_submission_committed_receipt_identical(void **state)
 	char		*r_got, digest[IDEM_DIGEST_HEX_SIZE];
 	json_t		*reply, *sub, *receipt;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	line = write_task_line("gs-1", "Look me up");
 	wrote = call_text(b, line);
 	reused = call_text(b, line);
@@ -774,11 +720,11 @@ get_submission_not_found(void **state)
 	json_t		*reply;
 	char		 task_id[96];
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	reply = call(b, "{\"op\":\"get_submission\",\"id\":5,"
 	    "\"client_submission_id\":\"never-sent\"}");
 	harness_assert_bool(reply, "ok", 1);
-	assert_int_equal(integer(reply, "id"), 5);
+	assert_int_equal(harness_int(reply, "id"), 5);
 	harness_assert_bool(reply, "found", 0);
 	assert_null(json_object_get(reply, "submission"));
 	json_decref(reply);
@@ -803,7 +749,7 @@ crash_one_submission(struct broker *b, const char *point, const char *id,
 
 	start_crashing_at(b, point);
 	call_into_crash(b, harness_write_task(id, subject));
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	reply = get_submission(b, id);
 	harness_assert_bool(reply, "ok", 1);
 	harness_assert_bool(reply, "found", 1);
@@ -892,9 +838,9 @@ only_entry(json_t *reply, int reserved, int task_created, int committed)
 
 	assert_true(json_is_array(entries));
 	assert_int_equal(json_array_size(entries), 1);
-	assert_int_equal(integer(counts, "reserved"), reserved);
-	assert_int_equal(integer(counts, "task_created"), task_created);
-	assert_int_equal(integer(counts, "committed"), committed);
+	assert_int_equal(harness_int(counts, "reserved"), reserved);
+	assert_int_equal(harness_int(counts, "task_created"), task_created);
+	assert_int_equal(harness_int(counts, "committed"), committed);
 	return json_array_get(entries, 0);
 }
 
@@ -915,9 +861,9 @@ observable(struct broker *b, const char *id)
 	journal = journal_listing(b);
 	if (asprintf(&out, "tasks %d reports %d records %lld fsyncs %lld "
 	    "used %lld\n%s\n%s\n%s", harness_count_tasks(b),
-	    count_reports(b), (long long)integer(s, "journal_records"),
-	    (long long)integer(s, "journal_fsyncs"),
-	    (long long)integer(s, "table_used"), sub, journal,
+	    harness_count_reports(b), (long long)harness_int(s,
+	    "journal_records"), (long long)harness_int(s, "journal_fsyncs"),
+	    (long long)harness_int(s, "table_used"), sub, journal,
 	    file != NULL ? file : "(no file)") == -1)
 		fail();
 	text = out;
@@ -944,7 +890,7 @@ diagnose_reserved_without_file(void **state)
 	entry = only_entry(reply, 1, 0, 0);
 	assert_string_equal(harness_str(entry, "client_submission_id"), "dg-1");
 	assert_string_equal(harness_str(entry, "state"), "reserved");
-	assert_true(integer(entry, "age_ms") >= 0);
+	assert_true(harness_int(entry, "age_ms") >= 0);
 	assert_string_equal(harness_str(entry, "task_id"), harness_str(sub,
 	    "task_id"));
 	assert_string_equal(harness_str(entry, "task_path"), harness_str(sub,
@@ -979,11 +925,11 @@ diagnose_reserved_without_file(void **state)
 	reply = diagnose(b, 0);
 	assert_int_equal(json_array_size(json_object_get(reply, "entries")),
 	    0);
-	assert_int_equal(integer(json_object_get(reply, "counts"),
+	assert_int_equal(harness_int(json_object_get(reply, "counts"),
 	    "reserved"), 0);
-	assert_int_equal(integer(json_object_get(reply, "counts"),
+	assert_int_equal(harness_int(json_object_get(reply, "counts"),
 	    "task_created"), 0);
-	assert_int_equal(integer(json_object_get(reply, "counts"),
+	assert_int_equal(harness_int(json_object_get(reply, "counts"),
 	    "committed"), 1);
 	json_decref(reply);
 	json_decref(sub);
@@ -1012,7 +958,7 @@ diagnose_foreign_file_at_reserved_path(void **state)
 	    "\"\n---\nNot idem's.\n", task_id);
 	assert_int_equal(harness_write(b, harness_str(sub, "task_path"),
 	    foreign), 0);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	before = observable(b, "dg-2");
 
 	reply = diagnose(b, 0);
@@ -1030,8 +976,7 @@ diagnose_foreign_file_at_reserved_path(void **state)
 	retry = write_task(b, "dg-2", "Mine");
 	harness_assert_bool(retry, "ok", 0);
 	assert_string_equal(harness_str(json_object_get(retry, "error"),
-	    "reason"),
-	    "target_mismatch");
+	    "reason"), "target_mismatch");
 	json_decref(retry);
 	data = harness_read(b, harness_str(sub, "task_path"));
 	assert_string_equal(data, foreign);
@@ -1090,11 +1035,12 @@ assert_deltas(json_t *before, json_t *now, const char *const *keys,
 	int	i;
 
 	for (i = 0; keys[i] != NULL; i++) {
-		if (integer(now, keys[i]) - integer(before, keys[i]) !=
+		if (harness_int(now, keys[i]) - harness_int(before, keys[i]) !=
 		    deltas[i])
 			fail_msg("stats %s moved by %lld, expected %lld",
-			    keys[i], (long long)(integer(now, keys[i]) -
-			    integer(before, keys[i])), (long long)deltas[i]);
+			    keys[i], (long long)(harness_int(now, keys[i]) -
+			    harness_int(before, keys[i])),
+			    (long long)deltas[i]);
 	}
 }
 
@@ -1137,26 +1083,26 @@ stats_counters_move(void **state)
 	json_int_t	 records, uptime;
 	int		 i;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	s = stats(b);
 	for (i = 0; stat_keys[i] != NULL; i++)
-		(void)integer(s, stat_keys[i]);
-	assert_int_equal(integer(s, "created"), 0);
-	assert_int_equal(integer(s, "table_used"), 0);
-	assert_int_equal(integer(s, "table_capacity"), atoi(TEST_CAPACITY));
-	assert_int_equal(integer(s, "workers"), 2);
-	assert_int_equal(integer(s, "worker_restarts"), 0);
-	assert_true(integer(s, "uptime_ms") >= 0);
-	records = integer(s, "journal_records");
-	uptime = integer(s, "uptime_ms");
+		(void)harness_int(s, stat_keys[i]);
+	assert_int_equal(harness_int(s, "created"), 0);
+	assert_int_equal(harness_int(s, "table_used"), 0);
+	assert_int_equal(harness_int(s, "table_capacity"), atoi(TEST_CAPACITY));
+	assert_int_equal(harness_int(s, "workers"), 2);
+	assert_int_equal(harness_int(s, "worker_restarts"), 0);
+	assert_true(harness_int(s, "uptime_ms") >= 0);
+	records = harness_int(s, "journal_records");
+	uptime = harness_int(s, "uptime_ms");
 	first = json_incref(s);
 
 	s = step(b, s, "{\"op\":\"write_task\",\"client_submission_id\":"
 	    "\"st-1\",\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\","
 	    "\"subject\":\"Count me\"}}", d_created);
 	/* What the journal holds: reserved, task_created, committed. */
-	assert_int_equal(integer(s, "journal_records"), records + 3);
-	assert_true(integer(s, "journal_fsyncs") > 0);
+	assert_int_equal(harness_int(s, "journal_records"), records + 3);
+	assert_true(harness_int(s, "journal_fsyncs") > 0);
 	s = step(b, s, "{\"op\":\"write_task\",\"client_submission_id\":"
 	    "\"st-1\",\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\","
 	    "\"subject\":\"Count me\"}}", d_reused);
@@ -1183,13 +1129,13 @@ stats_counters_move(void **state)
 	s = step(b, s, line, d_report);
 	s = step(b, s, line, d_report_dedup);
 
-	assert_true(integer(s, "journal_records") > integer(first,
+	assert_true(harness_int(s, "journal_records") > harness_int(first,
 	    "journal_records"));
-	assert_true(integer(s, "journal_fsyncs") >= 1);
-	assert_true(integer(s, "uptime_ms") >= uptime);
-	assert_int_equal(integer(s, "workers"), 2);
-	assert_int_equal(integer(s, "worker_restarts"), 0);
-	assert_int_equal(integer(s, "table_capacity"), atoi(TEST_CAPACITY));
+	assert_true(harness_int(s, "journal_fsyncs") >= 1);
+	assert_true(harness_int(s, "uptime_ms") >= uptime);
+	assert_int_equal(harness_int(s, "workers"), 2);
+	assert_int_equal(harness_int(s, "worker_restarts"), 0);
+	assert_int_equal(harness_int(s, "table_capacity"), atoi(TEST_CAPACITY));
 	json_decref(first);
 	json_decref(s);
 	harness_finish(b);
@@ -1219,17 +1165,18 @@ stats_errors_count_every_error_reply(void **state)
 	size_t		 i;
 	int		 wrong = 0;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	before = stats(b);
 	for (i = 0; i < sizeof errors / sizeof errors[0]; i++) {
 		reply = call(b, errors[i].line);
 		harness_assert_bool(reply, "ok", 0);
 		json_decref(reply);
 		now = stats(b);
-		if (integer(now, "errors") != integer(before, "errors") + 1) {
+		if (harness_int(now, "errors") != harness_int(before,
+		    "errors") + 1) {
 			fprintf(stderr, "FAIL: %s moved errors by %lld\n",
-			    errors[i].what, (long long)(integer(now,
-			    "errors") - integer(before, "errors")));
+			    errors[i].what, (long long)(harness_int(now,
+			    "errors") - harness_int(before, "errors")));
 			wrong++;
 		}
 		json_decref(before);

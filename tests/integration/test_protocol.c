@@ -59,12 +59,6 @@
 /* ---- Fixtures ------------------------------------------------------------ */
 
 
-static void
-start(struct broker *b, const char *const *args)
-{
-	assert_int_equal(harness_start(b, args, NULL), 0);
-}
-
 /* ---- A raw peer ---------------------------------------------------------- */
 
 /*
@@ -246,16 +240,6 @@ expect_hello(struct peer *p, json_int_t id)
 	json_decref(reply);
 }
 
-static json_int_t
-stat_of(json_t *s, const char *key)
-{
-	json_t	*v = json_object_get(s, key);
-
-	if (!json_is_integer(v))
-		fail_msg("stats has no integer \"%s\"", key);
-	return json_integer_value(v);
-}
-
 static json_t *
 stats(struct broker *b)
 {
@@ -267,26 +251,6 @@ stats(struct broker *b)
 	peer_close(&p);
 	harness_assert_bool(reply, "ok", 1);
 	return reply;
-}
-
-/* REPORT-*.md files under reports/. */
-static int
-count_reports(const struct broker *b)
-{
-	char		 path[400];
-	DIR		*d;
-	struct dirent	*e;
-	int		 n = 0;
-
-	snprintf(path, sizeof path, "%s/reports", b->root);
-	if ((d = opendir(path)) == NULL)
-		return 0;
-	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, "REPORT-", 7) == 0)
-			n++;
-	}
-	closedir(d);
-	return n;
 }
 
 /* ---- The bad-input table ------------------------------------------------- */
@@ -774,21 +738,20 @@ bad_requests_answer_exact_errors(void **state)
 	int			 tasks, reports, rows_closing = 0;
 
 	assert_true(BAD_REQUEST_COUNT >= 40);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	peer_open(b, &p);
 	/* A task that exists, so that report rows fail for their own reason. */
 	reply = peer_call(&p, "{\"op\":\"write_task\",\"task\":{" OK_TASK "}}");
 	harness_assert_bool(reply, "ok", 1);
 	snprintf(task_id, sizeof task_id, "%s",
-	    harness_str(json_object_get(reply,
-	    "receipt"), "task_id"));
+	    harness_str(json_object_get(reply, "receipt"), "task_id"));
 	json_decref(reply);
 	/* A connection that only watches: nothing here may disturb it. */
 	peer_open(b, &bystander);
 	expect_hello(&bystander, 1);
 	s0 = stats(b);
 	tasks = harness_count_tasks(b);
-	reports = count_reports(b);
+	reports = harness_count_reports(b);
 	assert_int_equal(tasks, 1);
 
 	row_failures = 0;
@@ -847,7 +810,7 @@ bad_requests_answer_exact_errors(void **state)
 		}
 		if (harness_count_tasks(b) != tasks)
 			row_fail(r, "the TASK count changed");
-		if (count_reports(b) != reports)
+		if (harness_count_reports(b) != reports)
 			row_fail(r, "the REPORT count changed");
 	}
 	fprintf(stderr, "%zu malformed requests, %d failed\n",
@@ -856,16 +819,18 @@ bad_requests_answer_exact_errors(void **state)
 
 	/* Nothing was created, and the bystander never noticed. */
 	assert_int_equal(harness_count_tasks(b), tasks);
-	assert_int_equal(count_reports(b), reports);
+	assert_int_equal(harness_count_reports(b), reports);
 	expect_hello(&bystander, 2);
 	s1 = stats(b);
-	assert_int_equal(stat_of(s1, "created"), stat_of(s0, "created"));
-	assert_int_equal(stat_of(s1, "legacy_created"),
-	    stat_of(s0, "legacy_created"));
-	assert_int_equal(stat_of(s1, "reports_created"),
-	    stat_of(s0, "reports_created"));
-	assert_int_equal(stat_of(s1, "table_used"), stat_of(s0, "table_used"));
-	assert_int_equal(stat_of(s1, "worker_restarts"), 0);
+	assert_int_equal(harness_int(s1, "created"), harness_int(s0,
+	    "created"));
+	assert_int_equal(harness_int(s1, "legacy_created"),
+	    harness_int(s0, "legacy_created"));
+	assert_int_equal(harness_int(s1, "reports_created"),
+	    harness_int(s0, "reports_created"));
+	assert_int_equal(harness_int(s1, "table_used"), harness_int(s0,
+	    "table_used"));
+	assert_int_equal(harness_int(s1, "worker_restarts"), 0);
 	json_decref(s0);
 	json_decref(s1);
 	peer_close(&bystander);
@@ -886,7 +851,7 @@ line_limit_is_one_mib_with_newline(void **state)
 	json_t		*reply;
 	size_t		 n = IDEM_MAX_LINE_BYTES - 1;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	peer_open(b, &p);
 	/* 1048575 bytes of JSON (whitespace pads) and the newline: valid. */
 	line = malloc(IDEM_MAX_LINE_BYTES + 1);
@@ -912,8 +877,7 @@ line_limit_is_one_mib_with_newline(void **state)
 	reply = peer_reply(&p);
 	harness_assert_bool(reply, "ok", 0);
 	assert_string_equal(harness_str(json_object_get(reply, "error"),
-	    "code"),
-	    "too_large");
+	    "code"), "too_large");
 	assert_null(json_object_get(reply, "id"));
 	json_decref(reply);
 	assert_int_equal(peer_read(&p, &more, TEST_EVENT_TIMEOUT_MS),
@@ -940,7 +904,7 @@ boundary_values_accepted(void **state)
 	char		*subject, *body, *ref, *text;
 	int		 i;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	/* Every printable ASCII byte, 0x21..0x7e, repeated to 200 bytes. */
 	for (i = 0; i < IDEM_MAX_SUBMISSION_ID_BYTES; i++)
 		id[i] = (char)(0x21 + i % (0x7f - 0x21));
@@ -966,8 +930,8 @@ boundary_values_accepted(void **state)
 		json_array_append_new(list, json_string(ref));
 	json_object_set_new(task, "references", list);
 	json_object_set_new(task, "depends_on", json_array());
-	request = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:[i,{}]}}", "op",
-	    "write_task", "id", 1, "client_submission_id", id,
+	request = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:[i,{}]}}",
+	    "op", "write_task", "id", 1, "client_submission_id", id,
 	    "digest_schema", "write-task-v1", "task", task, "meta", "deep",
 	    1);
 	assert_non_null(request);
@@ -993,23 +957,6 @@ boundary_values_accepted(void **state)
 
 /* ---- Peers --------------------------------------------------------------- */
 
-/* Enough descriptors for n connections here and in the broker we start. */
-static void
-raise_nofile(rlim_t n)
-{
-	struct rlimit	rl;
-
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	if (rl.rlim_cur >= n)
-		return;
-	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n) {
-		harness_skip("RLIMIT_NOFILE hard limit %llu is under %llu",
-		    (unsigned long long)rl.rlim_max, (unsigned long long)n);
-	}
-	rl.rlim_cur = n;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-}
-
 static void
 idle_connections_do_not_delay_a_writer(void **state)
 {
@@ -1024,8 +971,8 @@ idle_connections_do_not_delay_a_writer(void **state)
 	json_t		*reply;
 
 	/* The broker inherits the limit: its workers hold these too. */
-	raise_nofile(2 * TEST_IDLE_NOFILE);
-	start(b, args);
+	harness_raise_nofile(2 * TEST_IDLE_NOFILE);
+	harness_must_start(b, args, NULL);
 	fds = calloc(TEST_IDLE_PEERS, sizeof *fds);
 	assert_non_null(fds);
 	for (i = 0; i < TEST_IDLE_PEERS; i++) {
@@ -1064,7 +1011,7 @@ vanishing_half_requests_leave_no_trace(void **state)
 	char		 line[160];
 	int		 i, fd;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	for (i = 0; i < TEST_VANISHING_PEERS; i++) {
 		fd = harness_raw_connect(b);
 		assert_int_not_equal(fd, -1);
@@ -1093,8 +1040,8 @@ vanishing_half_requests_leave_no_trace(void **state)
 	peer_close(&p);
 	assert_int_equal(harness_count_tasks(b), 1);
 	s = stats(b);
-	assert_int_equal(stat_of(s, "worker_restarts"), 0);
-	assert_int_equal(stat_of(s, "workers"), 2);
+	assert_int_equal(harness_int(s, "worker_restarts"), 0);
+	assert_int_equal(harness_int(s, "workers"), 2);
 	json_decref(s);
 	assert_int_equal(kill(b->pid, 0), 0);
 	harness_finish(b);
@@ -1139,7 +1086,7 @@ connection_cap_refuses_one_too_many(void **state)
 	struct peer	 p[3], extra;
 	int		 i;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	for (i = 0; i < 3; i++) {
 		peer_open(b, &p[i]);
 		expect_hello(&p[i], i);
@@ -1174,7 +1121,7 @@ connection_cap_counts_all_workers(void **state)
 	struct peer	 p[3];
 	int		 i;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	for (i = 0; i < 3; i++) {
 		peer_open(b, &p[i]);
 		expect_hello(&p[i], i);
@@ -1208,7 +1155,7 @@ dead_worker_connections_are_given_back(void **state)
 	json_t		*s, *reply;
 	int		 i;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	for (i = 0; i < 2; i++) {
 		peer_open(b, &p[i]);
 		expect_hello(&p[i], i);
@@ -1236,7 +1183,7 @@ dead_worker_connections_are_given_back(void **state)
 	for (i = 0; i < 3; i++)
 		peer_close(&p[i]);
 	s = stats(b);
-	assert_int_equal(stat_of(s, "worker_restarts"), 1);
+	assert_int_equal(harness_int(s, "worker_restarts"), 1);
 	json_decref(s);
 	harness_finish(b);
 }
@@ -1250,7 +1197,7 @@ idle_connection_closed_by_timeout(void **state)
 	struct broker	*b = *state;
 	struct peer	 silent, talked, p;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	/* One that never says a word, one that went quiet after a hello. */
 	peer_open(b, &silent);
 	peer_open(b, &talked);
@@ -1276,7 +1223,7 @@ pipelined_requests_answered_in_order(void **state)
 	size_t		 length = 0;
 	int		 i;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	all = malloc(TEST_PIPELINED * sizeof line);
 	assert_non_null(all);
 	/*
@@ -1336,8 +1283,7 @@ pipelined_requests_answered_in_order(void **state)
 			    "committed");
 			snprintf(line, sizeof line, "pipe-%d", i - 2);
 			assert_string_equal(harness_str(sub,
-			    "client_submission_id"),
-			    line);
+			    "client_submission_id"), line);
 			break;
 		default:
 			harness_assert_bool(reply, "ok", 0);
@@ -1391,7 +1337,7 @@ unread_replies_do_not_stall_others(void **state)
 	char		*line, want[48];
 	int		 i;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	peer_open(b, &flooder);
 	f.fd = flooder.fd;
 	f.rc = 0;
@@ -1440,7 +1386,7 @@ sigterm_right_after_ready_stops(void **state)
 	int		 i;
 
 	for (i = 0; i < TEST_EARLY_STOPS; i++) {
-		start(b, NULL);
+		harness_must_start(b, NULL, NULL);
 		if (harness_stop(b) != 0)
 			fail_msg("start %d: idemd did not stop on SIGTERM sent "
 			    "right after it said ready (exit %d)", i + 1,
@@ -1641,6 +1587,9 @@ protocol_doc_matches_spec(void **state)
 	static const char *const broker_codes[] = {
 		IDEM_ERROR_CODES(CODE_NAME) NULL
 	};
+	static const char *const broker_reasons[] = {
+		IDEM_CONFLICT_REASONS(CODE_NAME) NULL
+	};
 #undef CODE_NAME
 	static const long limits[] = {
 		IDEM_MAX_LINE_BYTES, IDEM_MAX_SUBMISSION_ID_BYTES,
@@ -1721,6 +1670,19 @@ protocol_doc_matches_spec(void **state)
 	if ((size_t)codes.count != j) {
 		fprintf(stderr, "SPEC.md lists %d error codes, protocol.h "
 		    "%zu\n", codes.count, j);
+		missing++;
+	}
+	/* The same for the conflict reasons. */
+	for (j = 0; broker_reasons[j] != NULL; j++) {
+		if (!names_has(&reasons, broker_reasons[j])) {
+			fprintf(stderr, "protocol.h lists conflict reason %s, "
+			    "SPEC.md does not\n", broker_reasons[j]);
+			missing++;
+		}
+	}
+	if ((size_t)reasons.count != j) {
+		fprintf(stderr, "SPEC.md lists %d conflict reasons, "
+		    "protocol.h %zu\n", reasons.count, j);
 		missing++;
 	}
 	for (j = 0; j < sizeof limits / sizeof limits[0]; j++) {

@@ -56,15 +56,6 @@ find_line(const char *path, const char *a, const char *b)
 	return found;
 }
 
-static int64_t
-now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * Wait until path has a line with a (and b): look, then wait for its
  * directory to change (inotify: a write, a new file), look again.
@@ -75,7 +66,7 @@ wait_line(const char *path, const char *a, const char *b)
 {
 	char		 dir[1024], *line;
 	struct pollfd	 pfd;
-	int64_t		 deadline = now_ms() + TEST_LOG_WAIT_MS, left;
+	int64_t		 deadline = harness_now_ms() + TEST_LOG_WAIT_MS, left;
 	char		 events[4096];
 
 	snprintf(dir, sizeof dir, "%s", path);
@@ -85,7 +76,7 @@ wait_line(const char *path, const char *a, const char *b)
 	assert_true(inotify_add_watch(pfd.fd, dirname(dir), IN_MODIFY |
 	    IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE) != -1);
 	while ((line = find_line(path, a, b)) == NULL) {
-		if ((left = deadline - now_ms()) <= 0)
+		if ((left = deadline - harness_now_ms()) <= 0)
 			break;
 		if (poll(&pfd, 1, (int)left) > 0)
 			while (read(pfd.fd, events, sizeof events) > 0)

@@ -46,84 +46,14 @@
 #define TEST_WATCHDOG_SECONDS	60
 /* How long to wait for an event that must come (a guard, not a pause). */
 #define TEST_EVENT_TIMEOUT_MS	20000
-#define TEST_SHIM_DEFAULT	"tests/faults/.libs/libfaultshim.so"
 #define TEST_REPORT_BODY	"Fixed in a1b2c3.\n"
-
-struct storage_test {
-	struct broker	b;		/* first: the harness's */
-	char		fault_file[PATH_MAX];
-	char		env_preload[PATH_MAX + 16];
-	char		env_fault[PATH_MAX + 32];
-	char		env_asan[512];
-	const char	*env[4];
-};
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
 static int
 setup(void **state)
 {
-	struct storage_test	*t;
-	const char		*shim = getenv("IDEM_FAULTSHIM"), *asan;
-	char			 real[PATH_MAX];
-
-	if (shim == NULL)
-		shim = TEST_SHIM_DEFAULT;
-	if (realpath(shim, real) == NULL) {
-		fprintf(stderr, "fault shim %s: %s (build it with make check, "
-		    "or set IDEM_FAULTSHIM)\n", shim, strerror(errno));
-		return -1;
-	}
-	if ((t = calloc(1, sizeof *t)) == NULL)
-		return -1;
-	harness_fresh_root(&t->b);
-	harness_watchdog(TEST_WATCHDOG_SECONDS);
-	snprintf(t->fault_file, sizeof t->fault_file, "%s.faults", t->b.root);
-	snprintf(t->env_preload, sizeof t->env_preload, "LD_PRELOAD=%s",
-	    real);
-	snprintf(t->env_fault, sizeof t->env_fault, "IDEM_FAULT_FILE=%s",
-	    t->fault_file);
-	/*
-	 * A sanitizer build of idemd refuses to start with a library
-	 * preloaded ahead of its runtime; the shim has to be.  Other
-	 * builds ignore the variable.
-	 */
-	asan = getenv("ASAN_OPTIONS");
-	snprintf(t->env_asan, sizeof t->env_asan,
-	    "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
-	    asan != NULL ? asan : "", asan != NULL && *asan != '\0' ? ":" : "");
-	t->env[0] = t->env_preload;
-	t->env[1] = t->env_fault;
-	t->env[2] = t->env_asan;
-	t->env[3] = NULL;
-	*state = t;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct storage_test	*t = *state;
-
-	harness_watchdog(0);
-	/* A failed test leaves its root, log and rule to be looked at. */
-	if (t->b.root[0] != '\0')
-		fprintf(stderr, "kept %s, %s and %s\n", t->b.root, t->b.log,
-		    t->fault_file);
-	if (t->b.pid != 0)
-		harness_kill(&t->b);
-	free(t);
-	return 0;
-}
-
-/* The end of a passing test. */
-static void
-finish(struct storage_test *t)
-{
-	harness_cleanup(&t->b);
-	if (getenv("IDEM_TEST_KEEP") == NULL)
-		unlink(t->fault_file);
-	t->b.root[0] = '\0';
+	return harness_shim_setup(state, TEST_WATCHDOG_SECONDS);
 }
 
 static const char *const wait_args[] = {
@@ -131,35 +61,16 @@ static const char *const wait_args[] = {
 };
 
 static void
-start(struct storage_test *t)
+start(struct harness_shim *t)
 {
 	assert_int_equal(harness_start(&t->b, wait_args, t->env), 0);
 }
 
 
-/*
- * Replace the rule in one step (a temporary renamed over it), so the
- * shim never reads half of it; "" clears it.
- */
 static void
-fault_rule(struct storage_test *t, const char *rule)
+fault_clear(struct harness_shim *t)
 {
-	char	temp[PATH_MAX + 8];
-	size_t	length = strlen(rule);
-	int	fd;
-
-	snprintf(temp, sizeof temp, "%s.new", t->fault_file);
-	fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	assert_int_not_equal(fd, -1);
-	assert_int_equal(write(fd, rule, length), (ssize_t)length);
-	assert_int_equal(close(fd), 0);
-	assert_int_equal(rename(temp, t->fault_file), 0);
-}
-
-static void
-fault_clear(struct storage_test *t)
-{
-	fault_rule(t, "");
+	harness_fault_rule(t->fault_file, "");
 }
 
 
@@ -176,12 +87,6 @@ count_task_temporaries(const struct broker *b)
 }
 
 static int
-count_reports(const struct broker *b)
-{
-	return count_named(b, "reports", "REPORT-", ".md");
-}
-
-static int
 count_report_temporaries(const struct broker *b)
 {
 	return count_named(b, "reports", ".REPORT-", "");
@@ -195,8 +100,8 @@ get_submission(struct broker *b, const char *id)
 {
 	json_t	*reply;
 
-	reply = call(b, json_pack("{s:s, s:s}", "op", "get_submission",
-	    "client_submission_id", id));
+	reply = harness_must_call(b, json_pack("{s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", id));
 	harness_assert_bool(reply, "ok", 1);
 	return reply;
 }
@@ -204,7 +109,8 @@ get_submission(struct broker *b, const char *id)
 static json_t *
 write_report(struct broker *b, const char *task_id, const char *id)
 {
-	return call(b, json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s}}",
+	return harness_must_call(b,
+	    json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s}}",
 	    "op", "write_report", "task_id", task_id,
 	    "client_submission_id", id,
 	    "report", "sender", "DEV", "status", "done",
@@ -247,12 +153,6 @@ count_in_log(const char *log, const char *needle)
 
 /* What a wait on the log waits for: the log's text, needle; 1 when done. */
 typedef int (*log_check_fn)(const char *log, const char *needle);
-
-static int
-log_has(const char *log, const char *needle)
-{
-	return strstr(log, needle) != NULL;
-}
 
 /* Every journal failure logged has been followed by a reopen. */
 static int
@@ -303,12 +203,6 @@ wait_log_for(const struct broker *b, log_check_fn check, const char *needle)
 	close(fd);
 }
 
-static void
-wait_log(const struct broker *b, const char *needle)
-{
-	wait_log_for(b, log_has, needle);
-}
-
 /*
  * After the fault cleared: wait until the journal is reopened after
  * every failure it had (the last reopen may still be reading the
@@ -328,7 +222,7 @@ wait_reopened(const struct broker *b)
 
 /* SIGTERM stops it cleanly, and a restart replays to the same receipts. */
 static void
-assert_restart_replays(struct storage_test *t, const char *const *ids,
+assert_restart_replays(struct harness_shim *t, const char *const *ids,
     const char *const *subjects, char *const *receipts, int tasks)
 {
 	int	i;
@@ -348,15 +242,15 @@ assert_restart_replays(struct storage_test *t, const char *const *ids,
  * retry creates it under the reserved identity, and later retries reuse.
  */
 static void
-task_file_fault(struct storage_test *t, const char *rule)
+task_file_fault(struct harness_shim *t, const char *rule)
 {
 	struct broker	*b = &t->b;
 	json_t		*reply, *sub;
 	char		*receipt, *task_id;
 
 	start(t);
-	fault_rule(t, rule);
-	reply = submit(b, "disk/1", "Fix login");
+	harness_fault_rule(t->fault_file, rule);
+	reply = harness_submit(b, "disk/1", "Fix login");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 0);
@@ -372,8 +266,8 @@ task_file_fault(struct storage_test *t, const char *rule)
 	json_decref(reply);
 
 	fault_clear(t);
-	reply = submit(b, "disk/1", "Fix login");
-	assert_outcome(reply, "created", 1, 1);
+	reply = harness_submit(b, "disk/1", "Fix login");
+	harness_assert_outcome(reply, "created", 1, 1, 1);
 	assert_string_equal(harness_receipt_str(reply, "task_id"), task_id);
 	assert_receipt_file(b, reply);
 	receipt = receipt_text(reply);
@@ -389,7 +283,7 @@ task_file_fault(struct storage_test *t, const char *rule)
 	    (const char *const []){ "Fix login" }, &receipt, 1);
 	free(receipt);
 	free(task_id);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 static void
@@ -420,20 +314,21 @@ task_write_erofs_leaves_reserved_and_retry_creates(void **state)
 static void
 legacy_task_write_enospc_leaves_nothing(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply;
 
 	start(t);
-	fault_rule(t, "write _lifecycle/inbox/.TASK ENOSPC");
-	reply = submit(b, NULL, "Legacy");
+	harness_fault_rule(t->fault_file,
+	    "write _lifecycle/inbox/.TASK ENOSPC");
+	reply = harness_submit(b, NULL, "Legacy");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 0);
 	assert_int_equal(count_task_temporaries(b), 0);
 
 	fault_clear(t);
-	reply = submit(b, NULL, "Legacy");
+	reply = harness_submit(b, NULL, "Legacy");
 	harness_assert_bool(reply, "ok", 1);
 	assert_string_equal(harness_str(reply, "disposition"), "created");
 	harness_assert_bool(reply, "idempotent", 0);
@@ -442,7 +337,7 @@ legacy_task_write_enospc_leaves_nothing(void **state)
 	assert_int_equal(harness_count_tasks(b), 1);
 	assert_int_equal(count_task_temporaries(b), 0);
 	assert_int_equal(harness_stop(b), 0);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /*
@@ -453,14 +348,14 @@ legacy_task_write_enospc_leaves_nothing(void **state)
 static void
 inbox_fsync_eio_retry_adopts_the_linked_file(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply, *sub;
 	char			*receipt;
 
 	start(t);
-	fault_rule(t, "sync _lifecycle/inbox$ EIO");
-	reply = submit(b, "disk/dir", "Fix login");
+	harness_fault_rule(t->fault_file, "sync _lifecycle/inbox$ EIO");
+	reply = harness_submit(b, "disk/dir", "Fix login");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -472,8 +367,8 @@ inbox_fsync_eio_retry_adopts_the_linked_file(void **state)
 	json_decref(reply);
 
 	fault_clear(t);
-	reply = submit(b, "disk/dir", "Fix login");
-	assert_outcome(reply, "reused", 0, 1);
+	reply = harness_submit(b, "disk/dir", "Fix login");
+	harness_assert_outcome(reply, "reused", 0, 1, 1);
 	assert_receipt_file(b, reply);
 	receipt = receipt_text(reply);
 	json_decref(reply);
@@ -483,7 +378,7 @@ inbox_fsync_eio_retry_adopts_the_linked_file(void **state)
 	assert_restart_replays(t, (const char *const []){ "disk/dir", NULL },
 	    (const char *const []){ "Fix login" }, &receipt, 1);
 	free(receipt);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /*
@@ -496,19 +391,19 @@ inbox_fsync_eio_retry_adopts_the_linked_file(void **state)
 static void
 adopting_retry_needs_a_durable_directory_entry(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply;
 
 	start(t);
-	fault_rule(t, "sync _lifecycle/inbox$ EIO");
-	reply = submit(b, "disk/adopt", "Fix login");
+	harness_fault_rule(t->fault_file, "sync _lifecycle/inbox$ EIO");
+	reply = harness_submit(b, "disk/adopt", "Fix login");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	assert_int_equal(count_tasks_of(b, "disk/adopt"), 1);
 
 	/* The inbox still cannot be synced. */
-	reply = submit(b, "disk/adopt", "Fix login");
+	reply = harness_submit(b, "disk/adopt", "Fix login");
 	if (json_is_true(json_object_get(reply, "ok")))
 		fail_msg("the retry adopted the linked file and answered %s "
 		    "while every fsync of its directory fails",
@@ -517,12 +412,12 @@ adopting_retry_needs_a_durable_directory_entry(void **state)
 	json_decref(reply);
 
 	fault_clear(t);
-	reply = submit(b, "disk/adopt", "Fix login");
-	assert_outcome(reply, "reused", 0, 1);
+	reply = harness_submit(b, "disk/adopt", "Fix login");
+	harness_assert_outcome(reply, "reused", 0, 1, 1);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
 	assert_int_equal(harness_stop(b), 0);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /* ---- The journal fails -------------------------------------------------- */
@@ -538,7 +433,7 @@ adopting_retry_needs_a_durable_directory_entry(void **state)
  * journal is reopened the table no longer knows the submission.
  */
 static void
-journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
+journal_fault(struct harness_shim *t, const char *rule, int reopen_fails)
 {
 	struct broker	*b = &t->b;
 	json_t		*reply, *stats;
@@ -548,45 +443,46 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 	int		 i, n;
 
 	start(t);
-	reply = submit(b, "jnl/early", "Before the fault");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(b, "jnl/early", "Before the fault");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	receipts[0] = receipt_text(reply);
 	json_decref(reply);
 	n = workers_now(b, workers);
 
-	fault_rule(t, rule);
-	reply = submit(b, "jnl/late", "Meets the fault");
+	harness_fault_rule(t->fault_file, rule);
+	reply = harness_submit(b, "jnl/late", "Meets the fault");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
 	assert_int_equal(count_tasks_of(b, "jnl/late"), 0);
 
 	if (reopen_fails) {
-		wait_log(b, "reopening after the journal failure");
+		harness_wait_log(b, "reopening after the journal failure", 1,
+		    TEST_EVENT_TIMEOUT_MS);
 		/* Answered, not parked in a backlog; still refused. */
 		reply = get_submission(b, "jnl/late");
 		json_decref(reply);
 		assert_reused_as(b, "jnl/early", "Before the fault",
 		    receipts[0]);
-		reply = submit(b, "jnl/late", "Meets the fault");
+		reply = harness_submit(b, "jnl/late", "Meets the fault");
 		assert_storage_unavailable(reply);
 		json_decref(reply);
 	}
-	cleared = now_ms();
+	cleared = harness_now_ms();
 	fault_clear(t);
 	wait_reopened(b);
 	if (reopen_fails) {
 		fprintf(stderr, "writes resumed %lld ms after the fault "
-		    "cleared\n", (long long)(now_ms() - cleared));
-		if (now_ms() - cleared > TEST_RESUME_MS)
+		    "cleared\n", (long long)(harness_now_ms() - cleared));
+		if (harness_now_ms() - cleared > TEST_RESUME_MS)
 			fail_msg("writes resumed only %lld ms after the fault "
-			    "cleared", (long long)(now_ms() - cleared));
+			    "cleared", (long long)(harness_now_ms() - cleared));
 	}
 	reply = get_submission(b, "jnl/late");
 	harness_assert_bool(reply, "found", 0);
 	json_decref(reply);
-	reply = submit(b, "jnl/late", "Meets the fault");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(b, "jnl/late", "Meets the fault");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	assert_receipt_file(b, reply);
 	receipts[1] = receipt_text(reply);
 	json_decref(reply);
@@ -596,13 +492,13 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 	assert_reused_as(b, "jnl/early", "Before the fault", receipts[0]);
 	assert_reused_as(b, "jnl/late", "Meets the fault", receipts[1]);
 
-	reply = submit(b, "jnl/after", "After the reopen");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(b, "jnl/after", "After the reopen");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	receipts[2] = receipt_text(reply);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 3);
 
-	stats = call(b, json_pack("{s:s}", "op", "stats"));
+	stats = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
 	harness_assert_bool(stats, "ok", 1);
 	assert_int_equal(json_integer_value(json_object_get(stats,
 	    "table_used")), 3);
@@ -615,7 +511,7 @@ journal_fault(struct storage_test *t, const char *rule, int reopen_fails)
 	    receipts, 3);
 	for (i = 0; i < 3; i++)
 		free(receipts[i]);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 static void
@@ -648,15 +544,15 @@ journal_write_erofs_reopens_and_retry_completes(void **state)
 static void
 journal_commit_lost_sets_back_to_reserved(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply, *sub;
 	char			*receipt;
 
 	start(t);
 	/* The first append (the reservation) passes, the rest fail. */
-	fault_rule(t, "write .idem/journal/0 ENOSPC 1");
-	reply = submit(b, "lost/commit", "Lost commit");
+	harness_fault_rule(t->fault_file, "write .idem/journal/0 ENOSPC 1");
+	reply = harness_submit(b, "lost/commit", "Lost commit");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	wait_reopened(b);
@@ -668,14 +564,14 @@ journal_commit_lost_sets_back_to_reserved(void **state)
 	assert_null(json_object_get(sub, "receipt"));
 	json_decref(reply);
 	/* Still failing: the retry has to record, so it is refused. */
-	reply = submit(b, "lost/commit", "Lost commit");
+	reply = harness_submit(b, "lost/commit", "Lost commit");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 
 	fault_clear(t);
 	wait_reopened(b);
-	reply = submit(b, "lost/commit", "Lost commit");
-	assert_outcome(reply, "reused", 0, 1);
+	reply = harness_submit(b, "lost/commit", "Lost commit");
+	harness_assert_outcome(reply, "reused", 0, 1, 1);
 	assert_receipt_file(b, reply);
 	receipt = receipt_text(reply);
 	json_decref(reply);
@@ -684,7 +580,7 @@ journal_commit_lost_sets_back_to_reserved(void **state)
 	assert_restart_replays(t, (const char *const []){ "lost/commit",
 	    NULL }, (const char *const []){ "Lost commit" }, &receipt, 1);
 	free(receipt);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /* ---- Every fault: every connection and worker kept ---------------------- */
@@ -699,32 +595,34 @@ journal_commit_lost_sets_back_to_reserved(void **state)
  * reopen_fails: the rule breaks the journal and its reopen.
  */
 static void
-fault_keeps_serving(struct storage_test *t, const char *rule,
+fault_keeps_serving(struct harness_shim *t, const char *rule,
     int reopen_fails)
 {
 	struct broker	*b = &t->b;
 	pid_t		 workers[TEST_MAX_WORKERS];
 	json_t		*reply;
 	const char	*ids[TEST_CONNECTIONS + 2];
-	char		 id[TEST_CONNECTIONS][32], *receipts[TEST_CONNECTIONS + 1];
+	char		 id[TEST_CONNECTIONS][32],
+	    *receipts[TEST_CONNECTIONS + 1];
 	const char	*disposition;
 	int64_t		 cleared;
 	int		 c, n;
 
 	start(t);
-	reply = submit(b, "keep/early", "keep/early");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(b, "keep/early", "keep/early");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	receipts[0] = receipt_text(reply);
 	json_decref(reply);
 	n = workers_now(b, workers);
 
-	fault_rule(t, rule);
+	harness_fault_rule(t->fault_file, rule);
 	if (reopen_fails) {
 		/* A write meets the fault; the reopen then keeps failing. */
-		reply = submit(b, "keep/0", "keep/0");
+		reply = harness_submit(b, "keep/0", "keep/0");
 		assert_storage_unavailable(reply);
 		json_decref(reply);
-		wait_log(b, "reopening after the journal failure");
+		harness_wait_log(b, "reopening after the journal failure", 1,
+		    TEST_EVENT_TIMEOUT_MS);
 	}
 	assert_served_during_fault(b, "keep/early", "keep/early", receipts[0],
 	    "keep", 1);
@@ -736,19 +634,19 @@ fault_keeps_serving(struct storage_test *t, const char *rule,
 	    count_tasks_of(b, "keep/3"), 1);
 	assert_same_workers(b, workers, n);
 
-	cleared = now_ms();
+	cleared = harness_now_ms();
 	fault_clear(t);
 	wait_reopened(b);
 	if (reopen_fails) {
-		if (now_ms() - cleared > TEST_RESUME_MS)
+		if (harness_now_ms() - cleared > TEST_RESUME_MS)
 			fail_msg("writes resumed only %lld ms after the fault "
-			    "cleared", (long long)(now_ms() - cleared));
+			    "cleared", (long long)(harness_now_ms() - cleared));
 	}
 	ids[0] = "keep/early";
 	for (c = 0; c < TEST_CONNECTIONS; c++) {
 		snprintf(id[c], sizeof id[c], "keep/%d", c);
 		ids[c + 1] = id[c];
-		reply = submit(b, id[c], id[c]);
+		reply = harness_submit(b, id[c], id[c]);
 		harness_assert_bool(reply, "ok", 1);
 		disposition = harness_str(reply, "disposition");
 		if (strcmp(disposition, "created") != 0 &&
@@ -771,7 +669,7 @@ fault_keeps_serving(struct storage_test *t, const char *rule,
 	assert_restart_replays(t, ids, ids, receipts, TEST_CONNECTIONS + 1);
 	for (c = 0; c < TEST_CONNECTIONS + 1; c++)
 		free(receipts[c]);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 static void
@@ -826,7 +724,7 @@ keeps_serving_inbox_fsync_eio(void **state)
 static void
 keeps_serving_everything_eio(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	char			 rule[PATH_MAX + 16];
 
 	snprintf(rule, sizeof rule, "any %s/ EIO", t->b.root);
@@ -841,23 +739,24 @@ keeps_serving_everything_eio(void **state)
 static void
 sigterm_while_reopen_fails_stops_cleanly(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply;
 	char			*receipt, *log, stopped[64];
 	int			 status;
 
 	start(t);
-	reply = submit(b, "term/early", "Before the fault");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(b, "term/early", "Before the fault");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	receipt = receipt_text(reply);
 	json_decref(reply);
 
-	fault_rule(t, "sync .idem/journal EIO");
-	reply = submit(b, "term/late", "Meets the fault");
+	harness_fault_rule(t->fault_file, "sync .idem/journal EIO");
+	reply = harness_submit(b, "term/late", "Meets the fault");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
-	wait_log(b, "reopening after the journal failure");
+	harness_wait_log(b, "reopening after the journal failure", 1,
+	    TEST_EVENT_TIMEOUT_MS);
 	/* Its last word on an orderly exit (main.c); a crash has none. */
 	snprintf(stopped, sizeof stopped, "idemd[%ld]: stopped\n",
 	    (long)b->pid);
@@ -875,14 +774,14 @@ sigterm_while_reopen_fails_stops_cleanly(void **state)
 	fault_clear(t);
 	start(t);
 	assert_reused_as(b, "term/early", "Before the fault", receipt);
-	reply = submit(b, "term/late", "Meets the fault");
+	reply = harness_submit(b, "term/late", "Meets the fault");
 	harness_assert_bool(reply, "ok", 1);
 	assert_int_equal(count_tasks_of(b, "term/late"), 1);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 2);
 	assert_int_equal(harness_stop(b), 0);
 	free(receipt);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /* ---- Checkpoints and segments -------------------------------------------- */
@@ -906,8 +805,8 @@ submit_batch(struct broker *b, const char *prefix, int from, int to,
 
 	for (i = from; i < to; i++) {
 		snprintf(id, sizeof id, "%s/%d", prefix, i);
-		reply = submit(b, id, id);
-		assert_outcome(reply, "created", 1, 0);
+		reply = harness_submit(b, id, id);
+		harness_assert_outcome(reply, "created", 1, 1, 0);
 		receipts[i] = receipt_text(reply);
 		json_decref(reply);
 	}
@@ -915,7 +814,7 @@ submit_batch(struct broker *b, const char *prefix, int from, int to,
 
 /* Restart, and every receipt comes back byte for byte. */
 static void
-assert_batch_replays(struct storage_test *t, const char *prefix, int count,
+assert_batch_replays(struct harness_shim *t, const char *prefix, int count,
     char **receipts)
 {
 	char	id[64];
@@ -940,25 +839,26 @@ assert_batch_replays(struct storage_test *t, const char *prefix, int count,
 static void
 checkpoint_write_enospc_loses_nothing(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	char			*receipts[2 * TEST_BATCH];
 	int			 i;
 
 	assert_int_equal(harness_start(b, segment_args, t->env), 0);
-	fault_rule(t, "write .idem/journal/.checkpoint- ENOSPC");
+	harness_fault_rule(t->fault_file,
+	    "write .idem/journal/.checkpoint- ENOSPC");
 	submit_batch(b, "ckpt", 0, TEST_BATCH, receipts);
-	wait_log(b, ".snap.tmp: write: ");
+	harness_wait_log(b, ".snap.tmp: write: ", 1, TEST_EVENT_TIMEOUT_MS);
 	fault_clear(t);
 	assert_batch_replays(t, "ckpt", TEST_BATCH, receipts);
 
 	submit_batch(b, "ckpt", TEST_BATCH, 2 * TEST_BATCH, receipts);
-	wait_log(b, "submissions\n");
+	harness_wait_log(b, "submissions\n", 1, TEST_EVENT_TIMEOUT_MS);
 	assert_batch_replays(t, "ckpt", 2 * TEST_BATCH, receipts);
 	for (i = 0; i < 2 * TEST_BATCH; i++)
 		free(receipts[i]);
 	assert_int_equal(harness_stop(b), 0);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /*
@@ -970,33 +870,33 @@ checkpoint_write_enospc_loses_nothing(void **state)
 static void
 checkpoint_after_a_lost_reservation_loads(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	json_t			*reply;
 	char			*receipts[TEST_BATCH];
 	int			 i;
 
 	assert_int_equal(harness_start(b, segment_args, t->env), 0);
-	fault_rule(t, "write .idem/journal/0 ENOSPC");
-	reply = submit(b, "lost/1", "lost/1");
+	harness_fault_rule(t->fault_file, "write .idem/journal/0 ENOSPC");
+	reply = harness_submit(b, "lost/1", "lost/1");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
 	fault_clear(t);
 	wait_reopened(b);
 	submit_batch(b, "ckl", 0, TEST_BATCH, receipts);
-	wait_log(b, "submissions\n");
+	harness_wait_log(b, "submissions\n", 1, TEST_EVENT_TIMEOUT_MS);
 	assert_batch_replays(t, "ckl", TEST_BATCH, receipts);
 	reply = get_submission(b, "lost/1");
 	harness_assert_bool(reply, "found", 0);
 	json_decref(reply);
-	reply = submit(b, "lost/1", "lost/1");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(b, "lost/1", "lost/1");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	json_decref(reply);
 	assert_int_equal(count_tasks_of(b, "lost/1"), 1);
 	for (i = 0; i < TEST_BATCH; i++)
 		free(receipts[i]);
 	assert_int_equal(harness_stop(b), 0);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /*
@@ -1006,28 +906,30 @@ checkpoint_after_a_lost_reservation_loads(void **state)
 static void
 segment_create_enospc_goes_on_in_the_current_one(void **state)
 {
-	struct storage_test	*t = *state;
+	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	char			*receipts[2 * TEST_BATCH];
 	int			 i;
 
 	assert_int_equal(harness_start(b, segment_args, t->env), 0);
-	fault_rule(t, "write .idem/journal/0000000000000002.jnl ENOSPC");
+	harness_fault_rule(t->fault_file,
+	    "write .idem/journal/0000000000000002.jnl ENOSPC");
 	submit_batch(b, "seg", 0, TEST_BATCH, receipts);
-	wait_log(b, "going on with the current segment");
+	harness_wait_log(b, "going on with the current segment", 1,
+	    TEST_EVENT_TIMEOUT_MS);
 	fault_clear(t);
 	submit_batch(b, "seg", TEST_BATCH, 2 * TEST_BATCH, receipts);
 	assert_batch_replays(t, "seg", 2 * TEST_BATCH, receipts);
 	for (i = 0; i < 2 * TEST_BATCH; i++)
 		free(receipts[i]);
 	assert_int_equal(harness_stop(b), 0);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 /* ---- A REPORT file that cannot be written ------------------------------- */
 
 static void
-report_file_fault(struct storage_test *t, const char *rule)
+report_file_fault(struct harness_shim *t, const char *rule)
 {
 	struct broker		*b = &t->b;
 	json_t			*reply;
@@ -1035,17 +937,17 @@ report_file_fault(struct storage_test *t, const char *rule)
 	char			 line[128];
 
 	start(t);
-	reply = submit(b, "rep/task", "Fix login");
-	assert_outcome(reply, "created", 1, 0);
+	reply = harness_submit(b, "rep/task", "Fix login");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	task_id = strdup(harness_receipt_str(reply, "task_id"));
 	assert_non_null(task_id);
 	json_decref(reply);
 
-	fault_rule(t, rule);
+	harness_fault_rule(t->fault_file, rule);
 	reply = write_report(b, task_id, "rep/1");
 	assert_storage_unavailable(reply);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 0);
+	assert_int_equal(harness_count_reports(b), 0);
 	assert_int_equal(count_report_temporaries(b), 0);
 
 	fault_clear(t);
@@ -1057,7 +959,7 @@ report_file_fault(struct storage_test *t, const char *rule)
 	assert_non_null(report_id);
 	assert_non_null(report_path);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	assert_int_equal(count_report_temporaries(b), 0);
 	data = harness_read(b, report_path);
 	assert_non_null(data);
@@ -1071,7 +973,7 @@ report_file_fault(struct storage_test *t, const char *rule)
 	assert_string_equal(harness_str(reply, "report_id"), report_id);
 	assert_string_equal(harness_str(reply, "report_path"), report_path);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 
 	assert_int_equal(harness_stop(b), 0);
 	start(t);
@@ -1079,12 +981,12 @@ report_file_fault(struct storage_test *t, const char *rule)
 	harness_assert_bool(reply, "deduplicated", 1);
 	assert_string_equal(harness_str(reply, "report_id"), report_id);
 	json_decref(reply);
-	assert_int_equal(count_reports(b), 1);
+	assert_int_equal(harness_count_reports(b), 1);
 	assert_int_equal(harness_count_tasks(b), 1);
 	free(task_id);
 	free(report_id);
 	free(report_path);
-	finish(t);
+	harness_shim_finish(t);
 }
 
 static void
@@ -1099,7 +1001,8 @@ report_fsync_eio_then_retry_writes_one_report(void **state)
 	report_file_fault(*state, "sync reports/.REPORT EIO");
 }
 
-#define T(name)	cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, \
+	    harness_shim_teardown)
 
 int
 main(void)

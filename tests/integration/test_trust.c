@@ -32,28 +32,10 @@
 #include "harness.h"
 #include "protocol.h"
 
-/* The broker's stderr, which the harness keeps beside the root. */
-static char *
-read_log(const struct broker *b)
-{
-	FILE	*f;
-	char	*data = NULL;
-	size_t	 size = 0;
-
-	if ((f = fopen(b->log, "r")) == NULL)
-		return NULL;
-	if (getdelim(&data, &size, '\0', f) == -1) {
-		free(data);
-		data = NULL;
-	}
-	fclose(f);
-	return data;
-}
-
 static void
 assert_log_has(const struct broker *b, const char *what)
 {
-	char	*log = read_log(b);
+	char	*log = harness_read_log(b);
 
 	if (log == NULL || strstr(log, what) == NULL)
 		fail_msg("the log of the broker on %s does not say \"%s\":\n%s",
@@ -68,20 +50,28 @@ second_root(struct broker *b)
 	harness_fresh_root(b);
 }
 
+/* The mtime of path itself (a link is not followed), in ns. */
+static long long
+mtime_of(const char *path)
+{
+	struct stat	st;
+
+	assert_int_equal(lstat(path, &st), 0);
+	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
 /* Write a file with known content; returns its mtime (ns). */
 static long long
 plant_file(const char *path, const char *content)
 {
-	struct stat	st;
-	int		fd;
+	int	fd;
 
 	assert_true((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) !=
 	    -1);
 	assert_int_equal(write(fd, content, strlen(content)),
 	    (ssize_t)strlen(content));
 	close(fd);
-	assert_int_equal(stat(path, &st), 0);
-	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+	return mtime_of(path);
 }
 
 static void
@@ -95,8 +85,7 @@ assert_file_untouched(const char *path, const char *content,
 
 	assert_int_equal(lstat(path, &st), 0);
 	assert_true(S_ISREG(st.st_mode));
-	assert_int_equal((long long)st.st_mtim.tv_sec * 1000000000LL +
-	    st.st_mtim.tv_nsec, mtime);
+	assert_int_equal(mtime_of(path), mtime);
 	assert_true((fd = open(path, O_RDONLY)) != -1);
 	n = read(fd, buf, sizeof buf - 1);
 	close(fd);
@@ -322,24 +311,6 @@ test_socket_path_not_a_socket_is_left_alone(void **state)
 
 #define TRUST_HOLDER_CONNECTIONS	3000	/* over --max-connections too */
 
-/* Enough descriptors for n connections here and in the broker we start. */
-static void
-raise_nofile(rlim_t n)
-{
-	struct rlimit	rl;
-
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	if (rl.rlim_cur >= n)
-		return;
-	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n) {
-		fprintf(stderr, "RLIMIT_NOFILE hard limit %llu is under %llu\n",
-		    (unsigned long long)rl.rlim_max, (unsigned long long)n);
-		skip();
-	}
-	rl.rlim_cur = n;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-}
-
 /*
  * Open n connections and say hello on each: how many were served, and
  * how many were refused with reason (each retryable); any other answer
@@ -423,7 +394,7 @@ test_one_process_cannot_lock_out_others(void **state)
 	json_t		*reply;
 	char		 c;
 
-	raise_nofile(TRUST_HOLDER_CONNECTIONS + 200);
+	harness_raise_nofile(TRUST_HOLDER_CONNECTIONS + 200);
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	assert_int_equal(pipe(report), 0);
 	assert_int_equal(pipe(go), 0);
@@ -708,15 +679,6 @@ struct outside {
 	long long	dir_mtime;
 };
 
-static long long
-mtime_of(const char *path)
-{
-	struct stat	st;
-
-	assert_int_equal(lstat(path, &st), 0);
-	return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-}
-
 static void
 outside_make(const struct broker *b, struct outside *o)
 {
@@ -930,35 +892,6 @@ test_lock_not_truncated_by_a_loser(void **state)
 	harness_finish(a);
 }
 
-/* Wait (on inotify, not by sleeping) until the log says what. */
-static void
-wait_log(const struct broker *b, const char *what, int timeout_ms)
-{
-	struct pollfd	pfd;
-	char		buf[4096], *log;
-	int		fd, waited = 0;
-
-	assert_true((fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) != -1);
-	assert_true(inotify_add_watch(fd, b->log, IN_MODIFY) != -1);
-	for (;;) {
-		log = read_log(b);
-		if (log != NULL && strstr(log, what) != NULL) {
-			free(log);
-			break;
-		}
-		free(log);
-		if (waited >= timeout_ms)
-			fail_msg("the log never said \"%s\"", what);
-		pfd.fd = fd;
-		pfd.events = POLLIN;
-		(void)poll(&pfd, 1, 100);
-		waited += 100;
-		while (read(fd, buf, sizeof buf) > 0)
-			;
-	}
-	close(fd);
-}
-
 /*
  * A symlink planted, while the broker runs, at the name of the next
  * checkpoint's temporary file: the checkpoint fails (logged), the link's
@@ -987,7 +920,7 @@ test_symlink_at_checkpoint_temporary(void **state)
 		    "created");
 		json_decref(reply);
 	}
-	wait_log(b, ".checkpoint-0000000000000002.snap.tmp", 10000);
+	harness_wait_log(b, ".checkpoint-0000000000000002.snap.tmp", 1, 10000);
 	outside_check(&o);
 	assert_int_equal(harness_stop(b), 0);
 	assert_int_equal(harness_start(b, NULL, NULL), 0);

@@ -42,64 +42,10 @@
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
 
-static void
-start(struct broker *b, const char *const *args)
-{
-	assert_int_equal(harness_start(b, args, NULL), 0);
-}
-
-/* One request on a connection of its own. */
-static json_t *
-call(struct broker *b, json_t *request)
-{
-	json_t	*reply = harness_call_once(b, request);
-
-	assert_non_null(reply);
-	return reply;
-}
-
-static json_t *
-submit(struct broker *b, const char *id, const char *subject)
-{
-	return call(b, harness_write_task(id, subject));
-}
-
 static const char *
 error_str(json_t *reply, const char *key)
 {
 	return harness_str(json_object_get(reply, "error"), key);
-}
-
-/* ok, disposition, action_taken, idempotent and recovered (absent: 0). */
-static void
-assert_outcome(json_t *reply, const char *disposition, int action_taken,
-    int idempotent, int recovered)
-{
-	json_t	*rec = json_object_get(reply, "recovered"), *d;
-
-	d = json_object_get(reply, "disposition");
-	if (!json_is_true(json_object_get(reply, "ok")) ||
-	    !json_is_string(d) || strcmp(json_string_value(d),
-	    disposition) != 0)
-		fail_msg("wanted %s, got %s", disposition,
-		    json_dumps(reply, JSON_COMPACT));
-	harness_assert_bool(reply, "action_taken", action_taken);
-	harness_assert_bool(reply, "idempotent", idempotent);
-	if (recovered)
-		assert_true(json_is_true(rec));
-	else
-		assert_null(rec);
-	assert_string_equal(harness_receipt_str(reply, "state"), "committed");
-}
-
-static void
-assert_error(json_t *reply, const char *code, int retryable)
-{
-	harness_assert_bool(reply, "ok", 0);
-	harness_assert_bool(reply, "action_taken", 0);
-	assert_string_equal(error_str(reply, "code"), code);
-	harness_assert_bool(json_object_get(reply, "error"), "retryable",
-	    retryable);
 }
 
 /* The NNN of TASK-YYYYMMDD-NNN-...; -1 if the id does not have one. */
@@ -125,42 +71,6 @@ expect_task_id(const char *task_id, const char *date, int number)
 
 	snprintf(want, sizeof want, "TASK-%s-%03d-PM-to-DEV", date, number);
 	assert_string_equal(task_id, want);
-}
-
-/* Skip a test whose date-dependent expectation was crossed by midnight. */
-static void
-skip_if_date_moved(const char *today, const char *task_id)
-{
-	if (strncmp(task_id + 5, today, 8) != 0) {
-		harness_skip("the UTC date changed during the test");
-	}
-}
-
-static int
-path_exists(const struct broker *b, const char *relpath)
-{
-	char		path[1024];
-	struct stat	st;
-
-	snprintf(path, sizeof path, "%s/%s", b->root, relpath);
-	return stat(path, &st) == 0;
-}
-
-/* The TASK file's front matter (between the --- lines), malloc'd. */
-static char *
-front_matter(const struct broker *b, const char *task_path)
-{
-	char	*data, *end, *fm;
-
-	data = harness_read(b, task_path);
-	assert_non_null(data);
-	assert_memory_equal(data, "---\n", 4);
-	end = strstr(data + 3, "\n---\n");
-	assert_non_null(end);
-	fm = strndup(data + 3, (size_t)(end - (data + 3)) + 1);
-	free(data);
-	assert_non_null(fm);
-	return fm;
 }
 
 /* Whether the front matter has a line "key: value" exactly. */
@@ -262,16 +172,16 @@ topology_created_on_first_start(void **state)
 	struct stat	 st;
 	int		 i;
 
-	assert_false(path_exists(b, "_lifecycle"));
-	start(b, NULL);
+	assert_false(harness_exists(b, "_lifecycle"));
+	harness_must_start(b, NULL, NULL);
 	for (i = 0; dirs[i] != NULL; i++) {
 		snprintf(path, sizeof path, "%s/%s", b->root, dirs[i]);
 		if (stat(path, &st) != 0)
 			fail_msg("%s is missing", dirs[i]);
 		assert_true(S_ISDIR(st.st_mode));
 	}
-	assert_true(path_exists(b, ".idem/idemd.sock"));
-	assert_true(path_exists(b, ".idem/idemd.lock"));
+	assert_true(harness_exists(b, ".idem/idemd.sock"));
+	assert_true(harness_exists(b, ".idem/idemd.lock"));
 	assert_int_equal(harness_count_tasks(b), 0);
 	harness_finish(b);
 }
@@ -285,8 +195,9 @@ hello_answers_server_and_protocol(void **state)
 	unsigned	 x, y, z;
 	char		 rest;
 
-	start(b, NULL);
-	reply = call(b, json_pack("{s:s, s:i}", "op", "hello", "id", 5));
+	harness_must_start(b, NULL, NULL);
+	reply = harness_must_call(b, json_pack("{s:s, s:i}", "op", "hello",
+	    "id", 5));
 	harness_assert_bool(reply, "ok", 1);
 	assert_int_equal(json_integer_value(json_object_get(reply, "id")), 5);
 	assert_string_equal(harness_str(reply, "server"), "idemd");
@@ -322,19 +233,19 @@ created_then_reused_with_identical_receipt(void **state)
 	const char	*task_id, *task_path, *at;
 
 	harness_today(today);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	request = harness_write_task("run-42/step-3", "Fix login");
 	json_object_set_new(request, "id", json_integer(7));
-	first = call(b, request);
-	assert_outcome(first, "created", 1, 1, 0);
+	first = harness_must_call(b, request);
+	harness_assert_outcome(first, "created", 1, 1, 0);
 	assert_int_equal(json_integer_value(json_object_get(first, "id")), 7);
 	/* meta is invocation-time data: never digested. */
 	request = harness_write_task("run-42/step-3", "Fix login");
 	json_object_set_new(request, "id", json_string("retry"));
 	json_object_set_new(request, "meta", json_pack("{s:s, s:i}",
 	    "trace_id", "t-1", "retry", 2));
-	second = call(b, request);
-	assert_outcome(second, "reused", 0, 1, 0);
+	second = harness_must_call(b, request);
+	harness_assert_outcome(second, "reused", 0, 1, 0);
 	assert_string_equal(harness_str(second, "id"), "retry");
 	r1 = harness_receipt_text(first);
 	r2 = harness_receipt_text(second);
@@ -344,7 +255,7 @@ created_then_reused_with_identical_receipt(void **state)
 	assert_int_equal(harness_count_tasks(b), 1);
 
 	task_id = harness_receipt_str(first, "task_id");
-	skip_if_date_moved(today, task_id);
+	harness_skip_if_date_moved(today, task_id);
 	expect_task_id(task_id, today, 1);
 	task_path = harness_receipt_str(first, "task_path");
 	snprintf(value, sizeof value, "_lifecycle/inbox/%s.md", task_id);
@@ -362,7 +273,7 @@ created_then_reused_with_identical_receipt(void **state)
 	file_sha256(b, task_path, hex);
 	assert_string_equal(harness_receipt_str(first, "file_digest"), hex);
 
-	fm = front_matter(b, task_path);
+	fm = harness_front_matter(b, task_path);
 	snprintf(value, sizeof value, "\"%s\"", task_id);
 	assert_true(has_line(fm, "task_id", value));
 	assert_true(has_line(fm, "client_submission_id", "\"run-42/step-3\""));
@@ -427,7 +338,7 @@ reply_lost_retry_is_reused(void **state)
 	json_t		*retry, *again;
 	int		 fd, in;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	snprintf(path, sizeof path, "%s/_lifecycle/inbox", b->root);
 	in = inotify_init1(IN_CLOEXEC);
 	assert_true(in != -1);
@@ -444,12 +355,12 @@ reply_lost_retry_is_reused(void **state)
 	assert_true(read(in, events, sizeof events) > 0);
 	close(in);
 
-	retry = submit(b, "lost-reply-1", "Lost reply");
-	assert_outcome(retry, "reused", 0, 1, 0);
+	retry = harness_submit(b, "lost-reply-1", "Lost reply");
+	harness_assert_outcome(retry, "reused", 0, 1, 0);
 	assert_int_equal(task_number(harness_receipt_str(retry, "task_id")), 1);
 	assert_int_equal(harness_count_tasks(b), 1);
-	again = submit(b, "lost-reply-1", "Lost reply");
-	assert_outcome(again, "reused", 0, 1, 0);
+	again = harness_submit(b, "lost-reply-1", "Lost reply");
+	harness_assert_outcome(again, "reused", 0, 1, 0);
 	r1 = harness_receipt_text(retry);
 	r2 = harness_receipt_text(again);
 	assert_string_equal(r1, r2);
@@ -491,7 +402,7 @@ concurrent_identical_calls_create_once(void **state)
 	const char		*disposition;
 	int			 i, created = 0, reused = 0;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	pthread_barrier_init(&barrier, NULL, TEST_CONCURRENT_CALLS);
 	for (i = 0; i < TEST_CONCURRENT_CALLS; i++) {
 		r[i].conn = harness_connect(b);
@@ -510,10 +421,10 @@ concurrent_identical_calls_create_once(void **state)
 		assert_non_null(r[i].reply);
 		disposition = harness_str(r[i].reply, "disposition");
 		if (strcmp(disposition, "created") == 0) {
-			assert_outcome(r[i].reply, "created", 1, 1, 0);
+			harness_assert_outcome(r[i].reply, "created", 1, 1, 0);
 			created++;
 		} else {
-			assert_outcome(r[i].reply, "reused", 0, 1, 0);
+			harness_assert_outcome(r[i].reply, "reused", 0, 1, 0);
 			reused++;
 		}
 		text = harness_receipt_text(r[i].reply);
@@ -545,12 +456,13 @@ normalized_variants_are_reused(void **state)
 	json_t		*first, *request, *reply;
 	char		*r1, *r2, *data;
 
-	start(b, NULL);
-	first = call(b, json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s}}",
+	harness_must_start(b, NULL, NULL);
+	first = harness_must_call(b,
+	    json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s}}",
 	    "op", "write_task", "client_submission_id", "norm-1",
 	    "task", "sender", "PM", "recipient", "DEV",
 	    "subject", "Caf\xc3\xa9 menu", "body", "one\ntwo\n"));
-	assert_outcome(first, "created", 1, 1, 0);
+	harness_assert_outcome(first, "created", 1, 1, 0);
 	r1 = harness_receipt_text(first);
 
 	request = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s, "
@@ -562,8 +474,8 @@ normalized_variants_are_reused(void **state)
 	    "priority", "P2", "risk_level", "low", "thread_key", "parent",
 	    "references", "depends_on");
 	assert_non_null(request);
-	reply = call(b, request);
-	assert_outcome(reply, "reused", 0, 1, 0);
+	reply = harness_must_call(b, request);
+	harness_assert_outcome(reply, "reused", 0, 1, 0);
 	r2 = harness_receipt_text(reply);
 	assert_string_equal(r1, r2);
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -587,11 +499,11 @@ same_id_other_content_conflicts(void **state)
 	struct broker	*b = *state;
 	json_t		*first, *other, *existing, *error;
 
-	start(b, NULL);
-	first = submit(b, "conflict-1", "Original subject");
-	assert_outcome(first, "created", 1, 1, 0);
-	other = submit(b, "conflict-1", "Another subject");
-	assert_error(other, "conflict", 0);
+	harness_must_start(b, NULL, NULL);
+	first = harness_submit(b, "conflict-1", "Original subject");
+	harness_assert_outcome(first, "created", 1, 1, 0);
+	other = harness_submit(b, "conflict-1", "Another subject");
+	harness_assert_error(other, "conflict", 0);
 	assert_string_equal(harness_str(other, "disposition"), "conflict");
 	error = json_object_get(other, "error");
 	assert_string_equal(harness_str(error, "reason"), "digest_mismatch");
@@ -626,12 +538,12 @@ request_digest_checked(void **state)
 	assert_int_equal(idem_task_digest(&t, digest), 0);
 	memcpy(wrong, digest, sizeof wrong);
 	wrong[10] = wrong[10] == '0' ? '1' : '0';
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 
 	request = harness_write_task("digest-1", "Digest given");
 	json_object_set_new(request, "request_digest", json_string(wrong));
-	reply = call(b, request);
-	assert_error(reply, "digest_disagrees", 0);
+	reply = harness_must_call(b, request);
+	harness_assert_error(reply, "digest_disagrees", 0);
 	assert_null(json_object_get(reply, "receipt"));
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 0);
@@ -639,8 +551,8 @@ request_digest_checked(void **state)
 	/* The wrong call bound nothing: the right one is the first. */
 	request = harness_write_task("digest-1", "Digest given");
 	json_object_set_new(request, "request_digest", json_string(digest));
-	reply = call(b, request);
-	assert_outcome(reply, "created", 1, 1, 0);
+	reply = harness_must_call(b, request);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	assert_string_equal(harness_receipt_str(reply, "request_digest"),
 	    digest);
 	assert_int_equal(task_number(harness_receipt_str(reply, "task_id")), 1);
@@ -657,17 +569,17 @@ legacy_calls_create_each_time(void **state)
 	char		*fm;
 	int		 i;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	for (i = 0; i < 3; i++) {
-		reply[i] = submit(b, NULL, "Legacy");
-		assert_outcome(reply[i], "created", 1, 0, 0);
+		reply[i] = harness_submit(b, NULL, "Legacy");
+		harness_assert_outcome(reply[i], "created", 1, 0, 0);
 		assert_true(json_is_null(json_object_get(json_object_get(
 		    reply[i], "receipt"), "client_submission_id")));
 		assert_null(json_object_get(json_object_get(reply[i],
 		    "receipt"), "request_digest"));
 		assert_int_equal(task_number(harness_receipt_str(reply[i],
 		    "task_id")), i + 1);
-		fm = front_matter(b, harness_receipt_str(reply[i],
+		fm = harness_front_matter(b, harness_receipt_str(reply[i],
 		    "task_path"));
 		assert_true(has_line(fm, "client_submission_id", "null"));
 		assert_false(has_key(fm, "digest_schema"));
@@ -692,16 +604,16 @@ reuse_after_restart(struct broker *b, int hard)
 	json_t	*first, *retry;
 	char	*r1, *r2;
 
-	start(b, NULL);
-	first = submit(b, "restart-1", "Survives restarts");
-	assert_outcome(first, "created", 1, 1, 0);
+	harness_must_start(b, NULL, NULL);
+	first = harness_submit(b, "restart-1", "Survives restarts");
+	harness_assert_outcome(first, "created", 1, 1, 0);
 	if (hard)
 		harness_kill(b);
 	else
 		assert_int_equal(harness_stop(b), 0);
-	start(b, NULL);
-	retry = submit(b, "restart-1", "Survives restarts");
-	assert_outcome(retry, "reused", 0, 1, 0);
+	harness_must_start(b, NULL, NULL);
+	retry = harness_submit(b, "restart-1", "Survives restarts");
+	harness_assert_outcome(retry, "reused", 0, 1, 0);
 	r1 = harness_receipt_text(first);
 	r2 = harness_receipt_text(retry);
 	assert_string_equal(r1, r2);
@@ -737,15 +649,14 @@ numbers_after_restart(struct broker *b, int how)
 	json_t		*reply;
 	int		 i, legacy;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	for (i = 0; i < 3; i++) {
 		/* Last, so that only its own record can keep its number. */
 		legacy = (how & NUMBERS_LEGACY) && i == 2;
-		reply = submit(b, legacy ? NULL : ids[i], "Numbered");
-		assert_outcome(reply, "created", 1, !legacy, 0);
+		reply = harness_submit(b, legacy ? NULL : ids[i], "Numbered");
+		harness_assert_outcome(reply, "created", 1, !legacy, 0);
 		assert_int_equal(task_number(harness_receipt_str(reply,
-		    "task_id")),
-		    i + 1);
+		    "task_id")), i + 1);
 		if (how & NUMBERS_GONE) {
 			/* An FCoP tool archived it out of the workspace. */
 			snprintf(path, sizeof path, "%s/%s", b->root,
@@ -758,18 +669,18 @@ numbers_after_restart(struct broker *b, int how)
 		harness_kill(b);
 	else
 		assert_int_equal(harness_stop(b), 0);
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 
-	reply = submit(b, (how & NUMBERS_LEGACY) ? NULL : "num-4", "Numbered");
-	assert_outcome(reply, "created", 1, !(how & NUMBERS_LEGACY), 0);
+	reply = harness_submit(b, (how & NUMBERS_LEGACY) ? NULL : "num-4",
+	    "Numbered");
+	harness_assert_outcome(reply, "created", 1, !(how & NUMBERS_LEGACY), 0);
 	assert_int_equal(task_number(harness_receipt_str(reply, "task_id")), 4);
 	json_decref(reply);
 	if (how & NUMBERS_LEGACY) {
-		reply = submit(b, "num-5", "Numbered");
-		assert_outcome(reply, "created", 1, 1, 0);
+		reply = harness_submit(b, "num-5", "Numbered");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
 		assert_int_equal(task_number(harness_receipt_str(reply,
-		    "task_id")),
-		    5);
+		    "task_id")), 5);
 		json_decref(reply);
 	}
 	assert_int_equal(harness_count_tasks(b), (how & NUMBERS_GONE) ?
@@ -829,14 +740,15 @@ numbers_used_on_disk_skipped(struct broker *b, const char *where, int taken)
 		    id, id);
 	assert_int_equal(harness_write(b, relpath, "---\nprotocol: \"fcop\"\n"
 	    "---\nwritten by another FCoP tool\n"), 0);
-	start(b, NULL);
-	reply = submit(b, "after-foreign", "After a foreign task");
-	assert_outcome(reply, "created", 1, 1, 0);
-	skip_if_date_moved(today, harness_receipt_str(reply, "task_id"));
+	harness_must_start(b, NULL, NULL);
+	reply = harness_submit(b, "after-foreign", "After a foreign task");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	harness_skip_if_date_moved(today, harness_receipt_str(reply,
+	    "task_id"));
 	expect_task_id(harness_receipt_str(reply, "task_id"), today, taken + 1);
 	json_decref(reply);
-	reply = submit(b, NULL, "Legacy after a foreign task");
-	assert_outcome(reply, "created", 1, 0, 0);
+	reply = harness_submit(b, NULL, "Legacy after a foreign task");
+	harness_assert_outcome(reply, "created", 1, 0, 0);
 	assert_int_equal(task_number(harness_receipt_str(reply, "task_id")),
 	    taken + 2);
 	json_decref(reply);
@@ -871,10 +783,11 @@ number_used_after_start(struct broker *b, const char *stage,
 	json_t	*reply;
 
 	harness_today(today);
-	start(b, NULL);
-	reply = submit(b, "later-1", "First");
-	assert_outcome(reply, "created", 1, 1, 0);
-	skip_if_date_moved(today, harness_receipt_str(reply, "task_id"));
+	harness_must_start(b, NULL, NULL);
+	reply = harness_submit(b, "later-1", "First");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	harness_skip_if_date_moved(today, harness_receipt_str(reply,
+	    "task_id"));
 	expect_task_id(harness_receipt_str(reply, "task_id"), today, 1);
 	json_decref(reply);
 
@@ -883,13 +796,13 @@ number_used_after_start(struct broker *b, const char *stage,
 	assert_int_equal(harness_write(b, rel, "---\nprotocol: \"fcop\"\n"
 	    "---\nwritten by another FCoP tool\n"), 0);
 
-	reply = submit(b, "later-2", "Second");
-	assert_outcome(reply, "created", 1, 1, 0);
-	skip_if_date_moved(today, harness_receipt_str(reply, "task_id"));
+	reply = harness_submit(b, "later-2", "Second");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	harness_skip_if_date_moved(today, harness_receipt_str(reply,
+	    "task_id"));
 	if (task_number(harness_receipt_str(reply, "task_id")) == 2)
 		fail_msg("%s reuses the number of %s",
-		    harness_receipt_str(reply,
-		    "task_id"), rel);
+		    harness_receipt_str(reply, "task_id"), rel);
 	expect_task_id(harness_receipt_str(reply, "task_id"), today, 3);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 3);
@@ -920,11 +833,11 @@ moved_tasks_still_found_after_restart(void **state)
 	json_t		*a, *h, *retry;
 	char		 from[1024], to[1024], rel[512], *ra, *rh, *rr;
 
-	start(b, NULL);
-	a = submit(b, "move-done", "Moved to done");
-	h = submit(b, "move-history", "Moved to history");
-	assert_outcome(a, "created", 1, 1, 0);
-	assert_outcome(h, "created", 1, 1, 0);
+	harness_must_start(b, NULL, NULL);
+	a = harness_submit(b, "move-done", "Moved to done");
+	h = harness_submit(b, "move-history", "Moved to history");
+	harness_assert_outcome(a, "created", 1, 1, 0);
+	harness_assert_outcome(h, "created", 1, 1, 0);
 	harness_kill(b);
 
 	snprintf(from, sizeof from, "%s/%s", b->root, harness_receipt_str(a,
@@ -941,27 +854,27 @@ moved_tasks_still_found_after_restart(void **state)
 	snprintf(to, sizeof to, "%s/%s", b->root, rel);
 	assert_int_equal(rename(from, to), 0);
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	ra = harness_receipt_text(a);
 	rh = harness_receipt_text(h);
-	retry = submit(b, "move-done", "Moved to done");
-	assert_outcome(retry, "reused", 0, 1, 0);
+	retry = harness_submit(b, "move-done", "Moved to done");
+	harness_assert_outcome(retry, "reused", 0, 1, 0);
 	rr = harness_receipt_text(retry);
 	assert_string_equal(rr, ra);
 	free(rr);
 	json_decref(retry);
-	retry = submit(b, "move-history", "Moved to history");
-	assert_outcome(retry, "reused", 0, 1, 0);
+	retry = harness_submit(b, "move-history", "Moved to history");
+	harness_assert_outcome(retry, "reused", 0, 1, 0);
 	rr = harness_receipt_text(retry);
 	assert_string_equal(rr, rh);
 	free(rr);
 	json_decref(retry);
 
 	assert_int_equal(harness_count_tasks(b), 2);
-	assert_false(path_exists(b, harness_receipt_str(a, "task_path")));
-	assert_false(path_exists(b, harness_receipt_str(h, "task_path")));
+	assert_false(harness_exists(b, harness_receipt_str(a, "task_path")));
+	assert_false(harness_exists(b, harness_receipt_str(h, "task_path")));
 	/* And a new task does not take a moved task's number. */
-	retry = submit(b, "after-move", "After the moves");
+	retry = harness_submit(b, "after-move", "After the moves");
 	assert_int_equal(task_number(harness_receipt_str(retry, "task_id")), 3);
 	json_decref(retry);
 	free(ra);
@@ -987,7 +900,7 @@ second_broker_on_root_refused(void **state)
 
 	if (idemd == NULL)
 		idemd = "broker/idemd";
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	assert_int_equal(pipe2(err, O_CLOEXEC), 0);
 	second = fork();
 	assert_true(second != -1);
@@ -1018,11 +931,11 @@ second_broker_on_root_refused(void **state)
 		    "%s", pid, output);
 
 	/* The first broker is untouched and still serving. */
-	reply = call(b, json_pack("{s:s}", "op", "hello"));
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "hello"));
 	harness_assert_bool(reply, "ok", 1);
 	json_decref(reply);
-	reply = submit(b, "still-serving", "Still serving");
-	assert_outcome(reply, "created", 1, 1, 0);
+	reply = harness_submit(b, "still-serving", "Still serving");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	json_decref(reply);
 	harness_finish(b);
 }
@@ -1065,7 +978,7 @@ two_calls_one_in_flight(struct broker *b, const char *id, int fds[2])
 	assert_int_equal(n, 1);
 	in_flight = (pfd[0].revents & POLLIN) ? 1 : 0;
 	reply = raw_reply(fds[1 - in_flight]);
-	assert_error(reply, "in_progress", 1);
+	harness_assert_error(reply, "in_progress", 1);
 	json_decref(reply);
 	/* The other is still parked: nothing can become durable now. */
 	pfd[0].fd = fds[in_flight];
@@ -1082,19 +995,19 @@ inflight_wait_zero_answers_in_progress(void **state)
 	char			*r1, *r2;
 	int			 fds[2], in_flight;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	in_flight = two_calls_one_in_flight(b, "inflight-1", fds);
 	assert_int_equal(harness_count_tasks(b), 0);
 	assert_int_equal(kill(b->pid, SIGCONT), 0);
 	reply = raw_reply(fds[in_flight]);
-	assert_outcome(reply, "created", 1, 1, 0);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 
 	/* in_progress is retryable: the same connection retries. */
 	r1 = request_text(harness_write_task("inflight-1", "In flight"));
 	assert_int_equal(harness_raw_send(fds[1 - in_flight], r1), 0);
 	free(r1);
 	retry = raw_reply(fds[1 - in_flight]);
-	assert_outcome(retry, "reused", 0, 1, 0);
+	harness_assert_outcome(retry, "reused", 0, 1, 0);
 	r1 = harness_receipt_text(reply);
 	r2 = harness_receipt_text(retry);
 	assert_string_equal(r1, r2);
@@ -1122,21 +1035,21 @@ hangup_in_flight_then_retry_reused(void **state)
 	json_t			*reply = NULL;
 	int			 fds[2], in_flight, i;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	in_flight = two_calls_one_in_flight(b, "hangup-1", fds);
 	close(fds[in_flight]);
 	close(fds[1 - in_flight]);
 	assert_int_equal(kill(b->pid, SIGCONT), 0);
 
 	for (i = 0; i < TEST_RETRY_CALLS; i++) {
-		reply = submit(b, "hangup-1", "In flight");
+		reply = harness_submit(b, "hangup-1", "In flight");
 		if (!json_is_false(json_object_get(reply, "ok")) ||
 		    strcmp(error_str(reply, "code"), "in_progress") != 0)
 			break;
 		json_decref(reply);
 	}
 	assert_true(i < TEST_RETRY_CALLS);
-	assert_outcome(reply, "reused", 0, 1, 0);
+	harness_assert_outcome(reply, "reused", 0, 1, 0);
 	assert_int_equal(task_number(harness_receipt_str(reply, "task_id")), 1);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
@@ -1157,22 +1070,22 @@ sigterm_in_flight_finishes_the_call(void **state)
 	char			*r1, *r2;
 	int			 fds[2], in_flight;
 
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	in_flight = two_calls_one_in_flight(b, "term-1", fds);
 	close(fds[1 - in_flight]);
 	/* Both signals wait for the stopped master; SIGTERM comes first. */
 	assert_int_equal(kill(b->pid, SIGTERM), 0);
 	assert_int_equal(kill(b->pid, SIGCONT), 0);
 	reply = raw_reply(fds[in_flight]);
-	assert_outcome(reply, "created", 1, 1, 0);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
 	close(fds[in_flight]);
 	assert_int_equal(harness_stop(b), 0);
-	assert_false(path_exists(b, ".idem/idemd.sock"));
+	assert_false(harness_exists(b, ".idem/idemd.sock"));
 	assert_int_equal(harness_count_tasks(b), 1);
 
-	start(b, NULL);
-	retry = submit(b, "term-1", "In flight");
-	assert_outcome(retry, "reused", 0, 1, 0);
+	harness_must_start(b, NULL, NULL);
+	retry = harness_submit(b, "term-1", "In flight");
+	harness_assert_outcome(retry, "reused", 0, 1, 0);
 	r1 = harness_receipt_text(reply);
 	r2 = harness_receipt_text(retry);
 	assert_string_equal(r1, r2);
@@ -1201,7 +1114,7 @@ preallocated_name_taken_moves_on(void **state)
 	int			 fds[2], in_flight;
 
 	harness_today(today);
-	start(b, args);
+	harness_must_start(b, args, NULL);
 	in_flight = two_calls_one_in_flight(b, "taken-1", fds);
 	/* The claimer reserved 001 (a fresh root) before the other looked. */
 	snprintf(rel, sizeof rel, "_lifecycle/inbox/TASK-%s-001-PM-to-DEV.md",
@@ -1209,8 +1122,9 @@ preallocated_name_taken_moves_on(void **state)
 	assert_int_equal(harness_write(b, rel, foreign), 0);
 	assert_int_equal(kill(b->pid, SIGCONT), 0);
 	reply = raw_reply(fds[in_flight]);
-	assert_outcome(reply, "created", 1, 1, 0);
-	skip_if_date_moved(today, harness_receipt_str(reply, "task_id"));
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	harness_skip_if_date_moved(today, harness_receipt_str(reply,
+	    "task_id"));
 	expect_task_id(harness_receipt_str(reply, "task_id"), today, 2);
 	data = harness_read(b, rel);
 	assert_non_null(data);
@@ -1222,9 +1136,9 @@ preallocated_name_taken_moves_on(void **state)
 
 	/* The move is durable: a retry after kill -9 finds number 002. */
 	harness_kill(b);
-	start(b, NULL);
-	retry = submit(b, "taken-1", "In flight");
-	assert_outcome(retry, "reused", 0, 1, 0);
+	harness_must_start(b, NULL, NULL);
+	retry = harness_submit(b, "taken-1", "In flight");
+	harness_assert_outcome(retry, "reused", 0, 1, 0);
 	r1 = harness_receipt_text(reply);
 	r2 = harness_receipt_text(retry);
 	assert_string_equal(r1, r2);
@@ -1245,12 +1159,12 @@ bad_json_keeps_connection(void **state)
 	struct idem_conn	*c;
 	json_t			*reply;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = harness_connect(b);
 	assert_non_null(c);
 	reply = harness_call_line(c, "this is {not json");
 	assert_non_null(reply);
-	assert_error(reply, "invalid_json", 0);
+	harness_assert_error(reply, "invalid_json", 0);
 	json_decref(reply);
 	reply = harness_call(c, json_pack("{s:s}", "op", "hello"));
 	assert_non_null(reply);
@@ -1269,18 +1183,18 @@ unknown_op_echoes_id(void **state)
 	struct idem_conn	*c;
 	json_t			*reply;
 
-	start(b, NULL);
+	harness_must_start(b, NULL, NULL);
 	c = harness_connect(b);
 	assert_non_null(c);
 	reply = harness_call_line(c,
 	    "{\"op\":\"frobnicate\",\"id\":\"req-9\"}");
 	assert_non_null(reply);
-	assert_error(reply, "unknown_op", 0);
+	harness_assert_error(reply, "unknown_op", 0);
 	assert_string_equal(harness_str(reply, "id"), "req-9");
 	json_decref(reply);
 	reply = harness_call_line(c, "{\"id\":42,\"op\":\"frobnicate\"}");
 	assert_non_null(reply);
-	assert_error(reply, "unknown_op", 0);
+	harness_assert_error(reply, "unknown_op", 0);
 	assert_int_equal(json_integer_value(json_object_get(reply, "id")), 42);
 	json_decref(reply);
 	idem_close(c);

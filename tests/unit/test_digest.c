@@ -44,7 +44,7 @@ encode(const char *s, size_t length, int yaml_safe)
 	assert_non_null(fp);
 	assert_int_equal(digest_write_json_string(fp, s, length, yaml_safe), 0);
 	assert_int_equal(fclose(fp), 0);
-	return (buf);
+	return buf;
 }
 
 static void
@@ -65,7 +65,7 @@ normalize(const char *s)
 	n = digest_normalize_string(s, strlen(s), &length);
 	assert_non_null(n);
 	assert_int_equal(length, strlen(n));
-	return (n);
+	return n;
 }
 
 /* A vector's string or null; anything else fails the test. */
@@ -75,9 +75,9 @@ vector_string(json_t *task, const char *key)
 	json_t	*v = json_object_get(task, key);
 
 	if (v == NULL || json_is_null(v))
-		return (NULL);
+		return NULL;
 	assert_true(json_is_string(v));
-	return (json_string_value(v));
+	return json_string_value(v);
 }
 
 static const char **
@@ -89,7 +89,7 @@ vector_list(json_t *task, const char *key, size_t *count)
 
 	*count = 0;
 	if (v == NULL || json_is_null(v))	/* null means the default */
-		return (NULL);
+		return NULL;
 	assert_true(json_is_array(v));
 	*count = json_array_size(v);
 	list = calloc(*count + 1, sizeof *list);
@@ -98,20 +98,52 @@ vector_list(json_t *task, const char *key, size_t *count)
 		assert_true(json_is_string(item));
 		list[i] = json_string_value(item);
 	}
-	return (list);
+	return list;
+}
+
+/* Every member of a vector's task is one of known[0..n-1]. */
+static void
+assert_known_fields(const char *name, json_t *task,
+    const char *const *known, size_t n)
+{
+	const char	*key;
+	json_t		*value;
+	size_t		 i;
+
+	json_object_foreach(task, key, value) {
+		for (i = 0; i < n; i++)
+			if (strcmp(key, known[i]) == 0)
+				break;
+		if (i == n)
+			fail_msg("vector %s: unknown task field %s", name, key);
+	}
+}
+
+/* canonical (malloc'd, freed here) is the vector's, byte for byte. */
+static void
+assert_canonical(const char *name, json_t *vector, char *canonical,
+    size_t length)
+{
+	json_t	*expected = json_object_get(vector, "canonical");
+
+	if (length != json_string_length(expected) ||
+	    memcmp(canonical, json_string_value(expected), length) != 0)
+		fail_msg("vector %s:\n got      %s\n expected %s", name,
+		    canonical, json_string_value(expected));
+	free(canonical);
 }
 
 static void
-run_vector(json_t *vector)
+run_vector(json_t *vector, void *arg)
 {
 	static const char *const known[] = { "sender", "recipient", "subject",
 	    "body", "priority", "risk_level", "thread_key", "parent",
 	    "references", "depends_on" };
-	json_t		*task = json_object_get(vector, "task"), *value;
-	const char	*name, *expected, *key, **refs, **deps;
+	json_t		*task = json_object_get(vector, "task");
+	const char	*name, *expected, **refs, **deps;
 	struct idem_task t;
 	char		*canonical, digest[IDEM_DIGEST_HEX_SIZE];
-	size_t		 length, i;
+	size_t		 length;
 
 	name = json_string_value(json_object_get(vector, "name"));
 	expected = json_string_value(json_object_get(vector, "canonical"));
@@ -120,13 +152,7 @@ run_vector(json_t *vector)
 	assert_true(json_is_object(task));
 
 	/* A field this test does not know would silently drop out. */
-	json_object_foreach(task, key, value) {
-		for (i = 0; i < sizeof known / sizeof known[0]; i++)
-			if (strcmp(key, known[i]) == 0)
-				break;
-		if (i == sizeof known / sizeof known[0])
-			fail_msg("vector %s: unknown task field %s", name, key);
-	}
+	assert_known_fields(name, task, known, sizeof known / sizeof known[0]);
 
 	memset(&t, 0, sizeof t);
 	t.sender = vector_string(task, "sender");
@@ -145,11 +171,7 @@ run_vector(json_t *vector)
 	if (idem_task_canonical(&t, &canonical, &length) != 0)
 		fail_msg("vector %s: canonical failed: %s", name,
 		    strerror(errno));
-	if (length != json_string_length(json_object_get(vector,
-	    "canonical")) || memcmp(canonical, expected, length) != 0)
-		fail_msg("vector %s:\n got      %s\n expected %s", name,
-		    canonical, expected);
-	free(canonical);
+	assert_canonical(name, vector, canonical, length);
 
 	assert_int_equal(idem_task_digest(&t, digest), 0);
 	expected = json_string_value(json_object_get(vector,
@@ -162,9 +184,15 @@ run_vector(json_t *vector)
 	free(deps);
 }
 
-/* Every vector of $IDEM_VECTORS/<file>; the file must hold some. */
+/* One vector of a file, with what the test keeps across vectors. */
+typedef void (*vector_fn)(json_t *vector, void *arg);
+
+/*
+ * Every vector of $IDEM_VECTORS/<file>, whose "schema" must be schema;
+ * the file must hold some: a missing or emptied file must not pass.
+ */
 static void
-run_vector_file(const char *file)
+run_vectors(const char *file, const char *schema, vector_fn run, void *arg)
 {
 	const char	*dir = getenv("IDEM_VECTORS");
 	char		 path[4096];
@@ -179,53 +207,48 @@ run_vector_file(const char *file)
 	if (root == NULL)
 		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
 	assert_string_equal(json_string_value(json_object_get(root, "schema")),
-	    IDEM_SCHEMA_WRITE_TASK_V1);
+	    schema);
 	vectors = json_object_get(root, "vectors");
 	assert_true(json_is_array(vectors));
-	/* A missing or emptied file must not pass. */
 	assert_true(json_array_size(vectors) > 0);
 	json_array_foreach(vectors, i, vector)
-		run_vector(vector);
+		run(vector, arg);
 	json_decref(root);
 }
 
 static void
 test_conformance_vectors_all_match(void **state)
 {
-	run_vector_file("write-task-v1.json");
+	run_vectors("write-task-v1.json", IDEM_SCHEMA_WRITE_TASK_V1,
+	    run_vector, NULL);
 }
 
 /* FCoP fidelity: null means the default; a slot recipient (DEV.D1). */
 static void
 test_fcop_vectors_all_match(void **state)
 {
-	run_vector_file("write-task-v1-fcop.json");
+	run_vectors("write-task-v1-fcop.json", IDEM_SCHEMA_WRITE_TASK_V1,
+	    run_vector, NULL);
 }
 
 /* One fcop-create-task-v1 vector: canonical bytes and digest. */
 static void
-run_fcop_vector(json_t *vector)
+run_fcop_vector(json_t *vector, void *arg)
 {
 	static const char *const known[] = { "sender", "recipient", "subject",
 	    "body", "priority", "parent", "branch_of", "references" };
-	json_t			*task = json_object_get(vector, "task"), *value;
-	const char		*name, *expected, *key, **refs;
+	json_t			*task = json_object_get(vector, "task");
+	const char		*name, *expected, **refs;
 	struct idem_fcop_task	 t;
 	char			*canonical, digest[IDEM_DIGEST_HEX_SIZE];
-	size_t			 length, i;
+	size_t			 length;
 
 	name = json_string_value(json_object_get(vector, "name"));
 	expected = json_string_value(json_object_get(vector, "canonical"));
 	assert_non_null(name);
 	assert_non_null(expected);
 	assert_true(json_is_object(task));
-	json_object_foreach(task, key, value) {
-		for (i = 0; i < sizeof known / sizeof known[0]; i++)
-			if (strcmp(key, known[i]) == 0)
-				break;
-		if (i == sizeof known / sizeof known[0])
-			fail_msg("vector %s: unknown task field %s", name, key);
-	}
+	assert_known_fields(name, task, known, sizeof known / sizeof known[0]);
 	memset(&t, 0, sizeof t);
 	t.workspace_id = json_string_value(json_object_get(vector,
 	    "workspace_id"));
@@ -246,11 +269,7 @@ run_fcop_vector(json_t *vector)
 	if (idem_fcop_task_canonical(&t, &canonical, &length) != 0)
 		fail_msg("vector %s: canonical failed: %s", name,
 		    strerror(errno));
-	if (length != json_string_length(json_object_get(vector,
-	    "canonical")) || memcmp(canonical, expected, length) != 0)
-		fail_msg("vector %s:\n got      %s\n expected %s", name,
-		    canonical, expected);
-	free(canonical);
+	assert_canonical(name, vector, canonical, length);
 	assert_int_equal(idem_fcop_task_digest(&t, digest), 0);
 	if (strcmp(digest, json_string_value(json_object_get(vector,
 	    "request_digest"))) != 0)
@@ -262,25 +281,8 @@ run_fcop_vector(json_t *vector)
 static void
 test_fcop_create_task_vectors_all_match(void **state)
 {
-	const char	*dir = getenv("IDEM_VECTORS");
-	char		 path[4096];
-	json_t		*root, *vectors, *vector;
-	json_error_t	 jerr;
-	size_t		 i;
-
-	if (dir == NULL)
-		fail_msg("IDEM_VECTORS is not set");
-	snprintf(path, sizeof path, "%s/fcop-create-task-v1.json", dir);
-	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL)
-		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
-	assert_string_equal(json_string_value(json_object_get(root, "schema")),
-	    IDEM_SCHEMA_FCOP_CREATE_TASK_V1);
-	vectors = json_object_get(root, "vectors");
-	assert_true(json_array_size(vectors) > 0);
-	json_array_foreach(vectors, i, vector)
-		run_fcop_vector(vector);
-	json_decref(root);
+	run_vectors("fcop-create-task-v1.json", IDEM_SCHEMA_FCOP_CREATE_TASK_V1,
+	    run_fcop_vector, NULL);
 }
 
 /* FCoP 4's identifier grammars, as the broker checks them. */
@@ -696,70 +698,70 @@ static int
 errno_named(const char *name)
 {
 	if (strcmp(name, "EEXIST") == 0)
-		return (EEXIST);
+		return EEXIST;
 	if (strcmp(name, "EDOM") == 0)
-		return (EDOM);
+		return EDOM;
 	if (strcmp(name, "EILSEQ") == 0)
-		return (EILSEQ);
+		return EILSEQ;
 	if (strcmp(name, "EINVAL") == 0)
-		return (EINVAL);
+		return EINVAL;
 	fail_msg("unknown errno name %s in the vectors", name);
-	return (0);
+	return 0;
+}
+
+/* What the generic-json-v1 vectors were: digested and refused. */
+struct generic_counts {
+	size_t	ok;
+	size_t	refused;
+};
+
+/* One generic-json-v1 vector: canonical bytes and digest, or refusal. */
+static void
+run_generic_vector(json_t *v, void *arg)
+{
+	struct generic_counts	*counts = arg;
+	char			 hex[IDEM_DIGEST_HEX_SIZE], *canonical;
+	size_t			 length;
+	const char		*kind, *request, *error;
+
+	kind = json_string_value(json_object_get(v, "effect_kind"));
+	request = json_string_value(json_object_get(v, "request_json"));
+	error = json_string_value(json_object_get(v, "error"));
+	assert_non_null(kind);
+	assert_non_null(request);
+	if (error != NULL) {
+		errno = 0;
+		if (idem_effect_digest(kind, request, hex) == 0)
+			fail_msg("vector %s: digested, expected %s",
+			    json_string_value(json_object_get(v, "name")),
+			    error);
+		assert_int_equal(errno, errno_named(error));
+		counts->refused++;
+		return;
+	}
+	if (idem_effect_canonical(kind, request, &canonical, &length) != 0)
+		fail_msg("vector %s: %s", json_string_value(
+		    json_object_get(v, "name")), strerror(errno));
+	assert_string_equal(canonical, json_string_value(
+	    json_object_get(v, "canonical")));
+	assert_int_equal(length, strlen(canonical));
+	free(canonical);
+	assert_int_equal(idem_effect_digest(kind, request, hex), 0);
+	assert_string_equal(hex, json_string_value(json_object_get(v,
+	    "request_digest")));
+	counts->ok++;
 }
 
 static void
 test_generic_json_vectors_all_match(void **state)
 {
-	const char	*dir = getenv("IDEM_VECTORS");
-	char		 path[4096], hex[IDEM_DIGEST_HEX_SIZE], *canonical;
-	json_t		*root, *vectors, *v;
-	json_error_t	 jerr;
-	size_t		 i, length, ok = 0, refused = 0;
-	const char	*kind, *request, *error;
+	struct generic_counts	counts = { 0, 0 };
 
-	if (dir == NULL)
-		fail_msg("IDEM_VECTORS is not set");
-	snprintf(path, sizeof path, "%s/generic-json-v1.json", dir);
-	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL)
-		fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
-	assert_string_equal(json_string_value(json_object_get(root, "schema")),
-	    IDEM_SCHEMA_GENERIC_JSON_V1);
-	vectors = json_object_get(root, "vectors");
-	assert_true(json_is_array(vectors));
-	json_array_foreach(vectors, i, v) {
-		kind = json_string_value(json_object_get(v, "effect_kind"));
-		request = json_string_value(json_object_get(v, "request_json"));
-		error = json_string_value(json_object_get(v, "error"));
-		assert_non_null(kind);
-		assert_non_null(request);
-		if (error != NULL) {
-			errno = 0;
-			if (idem_effect_digest(kind, request, hex) == 0)
-				fail_msg("vector %s: digested, expected %s",
-				    json_string_value(json_object_get(v,
-				    "name")), error);
-			assert_int_equal(errno, errno_named(error));
-			refused++;
-			continue;
-		}
-		if (idem_effect_canonical(kind, request, &canonical,
-		    &length) != 0)
-			fail_msg("vector %s: %s", json_string_value(
-			    json_object_get(v, "name")), strerror(errno));
-		assert_string_equal(canonical, json_string_value(
-		    json_object_get(v, "canonical")));
-		assert_int_equal(length, strlen(canonical));
-		free(canonical);
-		assert_int_equal(idem_effect_digest(kind, request, hex), 0);
-		assert_string_equal(hex, json_string_value(json_object_get(v,
-		    "request_digest")));
-		ok++;
-	}
-	/* A missing or emptied file must not pass. */
-	assert_true(ok >= 10);
-	assert_true(refused >= 3);
-	json_decref(root);
+	run_vectors("generic-json-v1.json", IDEM_SCHEMA_GENERIC_JSON_V1,
+	    run_generic_vector, &counts);
+	/* Both kinds are there: a file of refusals only must not pass. */
+	assert_true(counts.ok >= 10);
+	assert_true(counts.refused >= 3);
 }
 
 /* Numbers as ECMAScript prints them, checked by hand against RFC 8785. */
@@ -867,5 +869,5 @@ main(void)
 		cmocka_unit_test(test_generic_json_refusals),
 	};
 
-	return (cmocka_run_group_tests(tests, NULL, NULL));
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,5 +74,5 @@ main(void)
 		cmocka_unit_test(test_refusal_names_the_variable),
 	};
 
-	return (cmocka_run_group_tests(tests, NULL, NULL));
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

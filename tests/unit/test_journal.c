@@ -835,152 +835,100 @@ open_appends_after_existing_records(void **state)
 	assert_replays(f->dir, 0, 5, 0);
 }
 
+/*
+ * A tail a crash may leave behind segment 1's last good record, cut by
+ * replay with a warning: the records before it replay, the cut bytes are
+ * counted, the file ends at the last good record, a second replay cuts
+ * nothing, and the journal appends from there.
+ */
+enum tail_damage {
+	TAIL_TRUNCATE,		/* the file cut to ends[at] + bytes */
+	TAIL_JUNK,		/* bytes of a pattern appended */
+	TAIL_ZEROS,		/* zeros appended, as a file system may leave */
+	TAIL_HEADER,		/* the first bytes of the next record */
+};
+
+static const struct tail_case {
+	const char		*name;
+	unsigned		 records;	/* written before the damage */
+	enum tail_damage	 damage;
+	unsigned		 at;		/* TAIL_TRUNCATE: a record */
+	int			 bytes;
+	unsigned		 kept;		/* records that still replay */
+} tail_cases[] = {
+	{ "record 10 loses its last 30 bytes", 10, TAIL_TRUNCATE, 9, -30, 9 },
+	{ "5 bytes of record 3's header", 3, TAIL_TRUNCATE, 1, 5, 2 },
+	{ "700 bytes of junk", 10, TAIL_JUNK, 0, 700, 10 },
+	{ "4096 zeros", 10, TAIL_ZEROS, 0, 4096, 10 },
+	{ "a record's magic and header, no payload", 10, TAIL_HEADER, 0, 64,
+	    10 },
+};
+
 static void
-torn_tail_is_cut_once(void **state)
+damage_tail(const struct tail_case *t, const char *path,
+    const uint64_t *ends)
 {
-	struct fixture	*f = *state;
-	struct journal	 j;
-	char		*cause = NULL, path[256];
-	uint64_t	 ends[10], cut;
+	uint8_t	bytes[4096], rec[JOURNAL_MAX_RECORD_BYTES];
+	size_t	i, n = (size_t)t->bytes;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 10, ends);
-	journal_close(&j);
-
-	/* Record 10 (index 9) loses its last 30 bytes. */
-	segment_path(f, 1, path, sizeof path);
-	assert_int_equal(truncate(path, (off_t)ends[9] - 30), 0);
-	cut = ends[9] - 30 - ends[8];
-
-	assert_replays(f->dir, 0, 9, cut);
-	assert_int_equal(file_size(path), ends[8]);
-	assert_replays(f->dir, 0, 9, 0);
-
-	/* And the journal carries on from there. */
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	assert_int_equal(j.size, ends[8]);
-	append_records(&j, 9, 1, NULL);
-	journal_close(&j);
-	assert_replays(f->dir, 0, 10, 0);
+	switch (t->damage) {
+	case TAIL_TRUNCATE:
+		assert_int_equal(truncate(path, (off_t)ends[t->at] + t->bytes),
+		    0);
+		return;
+	case TAIL_JUNK:
+		assert_true(n <= sizeof bytes);
+		for (i = 0; i < n; i++)
+			bytes[i] = (uint8_t)(i * 37 + 11);
+		append_bytes(path, bytes, n);
+		return;
+	case TAIL_ZEROS:
+		assert_true(n <= sizeof bytes);
+		memset(bytes, 0, n);
+		append_bytes(path, bytes, n);
+		return;
+	case TAIL_HEADER:
+		encode(t->records, rec, sizeof rec);
+		append_bytes(path, rec, n);
+		return;
+	}
+	fail_msg("%s: unknown damage", t->name);
 }
 
 static void
-torn_tail_of_a_record_header_is_cut(void **state)
-{
-	struct fixture	*f = *state;
-	struct journal	 j;
-	char		*cause = NULL, path[256];
-	uint64_t	 ends[3];
-
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 3, ends);
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
-	assert_int_equal(truncate(path, (off_t)ends[1] + 5), 0);
-	assert_replays(f->dir, 0, 2, 5);
-	assert_int_equal(file_size(path), ends[1]);
-}
-
-static void
-garbage_tail_is_cut(void **state)
-{
-	struct fixture	*f = *state;
-	struct journal	 j;
-	uint8_t		 junk[700], zeros[4096] = { 0 };
-	uint8_t		 rec[JOURNAL_MAX_RECORD_BYTES];
-	char		*cause = NULL, path[256];
-	uint64_t	 ends[10];
-	size_t		 i;
-
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 10, ends);
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
-
-	for (i = 0; i < sizeof junk; i++)
-		junk[i] = (uint8_t)(i * 37 + 11);
-	append_bytes(path, junk, sizeof junk);
-	assert_replays(f->dir, 0, 10, sizeof junk);
-	assert_int_equal(file_size(path), ends[9]);
-
-	/* Zeros, as a file system may leave after a crash. */
-	append_bytes(path, zeros, sizeof zeros);
-	assert_replays(f->dir, 0, 10, sizeof zeros);
-	assert_int_equal(file_size(path), ends[9]);
-
-	/* A record's magic and header with no payload behind it. */
-	encode(10, rec, sizeof rec);
-	append_bytes(path, rec, 64);
-	assert_replays(f->dir, 0, 10, 64);
-	assert_int_equal(file_size(path), ends[9]);
-}
-
-static void
-corrupt_middle_is_refused_and_left_alone(void **state)
-{
-	struct fixture			*f = *state;
-	struct journal			 j;
-	struct collected		 c = { 0 };
-	struct journal_replay_stats	 stats;
-	uint8_t				*before, *after;
-	char				*cause = NULL, path[256], want[64];
-	uint64_t			 ends[10];
-	size_t				 size_before, size_after;
-
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 10, ends);
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
-
-	/* Record 3 starts where record 2 ends. */
-	flip_byte_at(path, (off_t)ends[1] + 40);
-	before = read_file(path, &size_before);
-
-	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
-	assert_int_equal(errno, EINVAL);
-	assert_non_null(cause);
-	snprintf(want, sizeof want, "offset %" PRIu64 ":", ends[1]);
-	if (strstr(cause, want) == NULL || strstr(cause, path) == NULL ||
-	    strstr(cause, "idemctl verify") == NULL)
-		fail_msg("cause does not name %s %s: %s", path, want, cause);
-	assert_int_equal(stats.truncated_bytes, 0);
-	free(cause);
-	free(c.records);
-
-	after = read_file(path, &size_after);
-	assert_int_equal(size_after, size_before);
-	assert_memory_equal(after, before, size_before);
-	free(before);
-	free(after);
-}
-
-static void
-hole_before_valid_records_is_corruption(void **state)
+torn_and_garbage_tails_are_cut_once(void **state)
 {
 	struct fixture		*f = *state;
+	const struct tail_case	*t;
 	struct journal		 j;
-	struct collected	 c = { 0 };
-	uint8_t			 zeros[100] = { 0 };
 	char			*cause = NULL, path[256];
-	uint64_t		 ends[4];
-	int			 fd;
+	uint64_t		 ends[16], good;
+	size_t			 i;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 4, ends);
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
+	for (i = 0; i < sizeof tail_cases / sizeof tail_cases[0]; i++) {
+		t = &tail_cases[i];
+		fprintf(stderr, "tail: %s\n", t->name);
+		assert_true(t->records <= 16 && t->kept > 0);
+		remove_dir(f->dir);
+		assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+		append_records(&j, 0, t->records, ends);
+		journal_close(&j);
+		segment_path(f, 1, path, sizeof path);
+		damage_tail(t, path, ends);
 
-	/* Record 2 zeroed from its start: records 3 and 4 are intact. */
-	assert_true((fd = open(path, O_WRONLY)) != -1);
-	assert_int_equal(pwrite(fd, zeros, sizeof zeros, (off_t)ends[0]),
-	    (ssize_t)sizeof zeros);
-	close(fd);
+		good = ends[t->kept - 1];
+		assert_replays(f->dir, 0, t->kept,
+		    (uint64_t)file_size(path) - good);
+		assert_int_equal(file_size(path), good);
+		assert_replays(f->dir, 0, t->kept, 0);
 
-	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
-	assert_non_null(strstr(cause, "valid records follow"));
-	assert_int_equal(file_size(path), ends[3]);
-	free(cause);
-	free(c.records);
+		/* And the journal carries on from there. */
+		assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+		assert_int_equal(j.size, good);
+		append_records(&j, t->kept, 1, NULL);
+		journal_close(&j);
+		assert_replays(f->dir, 0, t->kept + 1, 0);
+	}
 }
 
 /* Segment number by hand, holding records first .. first + count - 1. */
@@ -1043,76 +991,137 @@ segments_replay_in_numeric_order(void **state)
 	assert_replays(f->dir, 0, 10, 0);
 }
 
+/*
+ * Damage before valid records, which no crash leaves: replay refuses
+ * (EINVAL) with a cause saying where and what to run, applies nothing
+ * past it, and leaves every byte of segment 1 as it was.
+ */
+enum corruption {
+	CORRUPT_FLIP,		/* one byte of a record flipped */
+	CORRUPT_HOLE,		/* a record zeroed, valid ones after it */
+	CORRUPT_EARLIER_TAIL,	/* a torn tail, then a later segment */
+	CORRUPT_MISSING,	/* segment 2 missing between 1 and 3 */
+	CORRUPT_HEADER,		/* a segment header's number flipped */
+};
+
+static const struct corrupt_case {
+	const char		*name;
+	unsigned		 records;	/* in segment 1 */
+	enum corruption		 damage;
+	int			 offset_of;	/* named offset: ends[i]; -1: 0;
+						 * -2: none */
+	int			 names_path;	/* the cause names segment 1 */
+	const char		*says;		/* in the cause, or NULL */
+	int			 applies_none;	/* refused before any apply */
+	int			 open_refuses;	/* journal_open refuses too */
+} corrupt_cases[] = {
+	{ "a flipped byte in record 3", 10, CORRUPT_FLIP, 1, 1,
+	    "idemctl verify", 0, 0 },
+	{ "record 2 zeroed, 3 and 4 intact", 4, CORRUPT_HOLE, -2, 0,
+	    "valid records follow", 0, 0 },
+	{ "a torn tail in segment 1 of 2", 5, CORRUPT_EARLIER_TAIL, 3, 1,
+	    NULL, 0, 0 },
+	{ "segment 2 of 3 missing", 2, CORRUPT_MISSING, -2, 0,
+	    "0000000000000002.jnl is missing", 1, 0 },
+	{ "segment 1's number flipped", 2, CORRUPT_HEADER, -1, 0, NULL, 0,
+	    1 },
+};
+
 static void
-torn_tail_in_an_earlier_segment_is_corruption(void **state)
+corrupt(const struct fixture *f, const struct corrupt_case *k,
+    const char *path, const uint64_t *ends)
 {
-	struct fixture		*f = *state;
-	struct journal		 j;
-	struct collected	 c = { 0 };
-	char			*cause = NULL, path[256], want[64];
-	uint64_t		 ends[5];
+	uint8_t	zeros[100] = { 0 };
+	int	fd;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 5, ends);
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
-	assert_int_equal(truncate(path, (off_t)ends[4] - 10), 0);
-	make_segment(f, 2, 5, 3);
-
-	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
-	snprintf(want, sizeof want, "offset %" PRIu64 ":", ends[3]);
-	if (strstr(cause, path) == NULL || strstr(cause, want) == NULL)
-		fail_msg("cause does not name %s %s: %s", path, want, cause);
-	assert_int_equal(file_size(path), ends[4] - 10);	/* untouched */
-	free(cause);
-	free(c.records);
+	switch (k->damage) {
+	case CORRUPT_FLIP:
+		/* Record 3 starts where record 2 ends. */
+		flip_byte_at(path, (off_t)ends[1] + 40);
+		return;
+	case CORRUPT_HOLE:
+		assert_true((fd = open(path, O_WRONLY)) != -1);
+		assert_int_equal(pwrite(fd, zeros, sizeof zeros,
+		    (off_t)ends[0]), (ssize_t)sizeof zeros);
+		close(fd);
+		return;
+	case CORRUPT_EARLIER_TAIL:
+		assert_int_equal(truncate(path, (off_t)ends[4] - 10), 0);
+		make_segment(f, 2, 5, 3);
+		return;
+	case CORRUPT_MISSING:
+		make_segment(f, 3, 2, 2);	/* and no segment 2 */
+		return;
+	case CORRUPT_HEADER:
+		flip_byte_at(path, 17);		/* the segment number */
+		return;
+	}
+	fail_msg("%s: unknown damage", k->name);
 }
 
 static void
-missing_segment_is_corruption(void **state)
+corruption_is_refused_and_left_alone(void **state)
 {
-	struct fixture		*f = *state;
-	struct journal		 j;
-	struct collected	 c = { 0 };
-	char			*cause = NULL;
+	struct fixture			*f = *state;
+	const struct corrupt_case	*k;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				*before, *after;
+	char				*cause = NULL, path[256], want[64];
+	uint64_t			 ends[16];
+	size_t				 i, size_before, size_after;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 2, NULL);
-	journal_close(&j);
-	make_segment(f, 3, 2, 2);	/* and no segment 2 */
+	for (i = 0; i < sizeof corrupt_cases / sizeof corrupt_cases[0]; i++) {
+		k = &corrupt_cases[i];
+		fprintf(stderr, "corruption: %s\n", k->name);
+		assert_true(k->records <= 16);
+		remove_dir(f->dir);
+		assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+		append_records(&j, 0, k->records, ends);
+		journal_close(&j);
+		segment_path(f, 1, path, sizeof path);
+		corrupt(f, k, path, ends);
+		before = read_file(path, &size_before);
 
-	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
-	assert_non_null(strstr(cause, "0000000000000002.jnl is missing"));
-	assert_int_equal(c.count, 0);	/* refused before any apply */
-	free(cause);
-	free(c.records);
-}
+		errno = 0;
+		assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+		assert_int_equal(errno, EINVAL);
+		assert_non_null(cause);
+		if (k->offset_of >= -1) {
+			snprintf(want, sizeof want, "offset %" PRIu64 ":",
+			    k->offset_of == -1 ? 0 : ends[k->offset_of]);
+			if (strstr(cause, want) == NULL)
+				fail_msg("%s: the cause does not name %s: %s",
+				    k->name, want, cause);
+		}
+		if (k->names_path && strstr(cause, path) == NULL)
+			fail_msg("%s: the cause does not name %s: %s",
+			    k->name, path, cause);
+		if (k->says != NULL && strstr(cause, k->says) == NULL)
+			fail_msg("%s: the cause does not say %s: %s",
+			    k->name, k->says, cause);
+		assert_int_equal(stats.truncated_bytes, 0);
+		if (k->applies_none)
+			assert_int_equal(c.count, 0);
+		free(cause);
+		cause = NULL;
+		free(c.records);
+		c.records = NULL;
 
-static void
-bad_segment_header_is_corruption(void **state)
-{
-	struct fixture		*f = *state;
-	struct journal		 j;
-	struct collected	 c = { 0 };
-	char			*cause = NULL, path[256];
-	off_t			 size;
-
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 2, NULL);
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
-	size = file_size(path);
-	flip_byte_at(path, 17);		/* the segment number */
-
-	assert_int_equal(replay(f->dir, &c, NULL, &cause), -1);
-	assert_non_null(strstr(cause, "offset 0:"));
-	assert_int_equal(file_size(path), size);
-	free(cause);
-	cause = NULL;
-	assert_int_equal(journal_open(&j, f->dir, &cause), -1);
-	assert_non_null(cause);
-	free(cause);
-	free(c.records);
+		/* Not a byte of it changed. */
+		after = read_file(path, &size_after);
+		assert_int_equal(size_after, size_before);
+		assert_memory_equal(after, before, size_before);
+		free(before);
+		free(after);
+		if (k->open_refuses) {
+			assert_int_equal(journal_open(&j, f->dir, &cause), -1);
+			assert_non_null(cause);
+			free(cause);
+			cause = NULL;
+		}
+	}
 }
 
 static void
@@ -1402,15 +1411,9 @@ main(void)
 		T(open_creates_segment_one),
 		T(append_then_replay_gives_the_same_records_in_order),
 		T(open_appends_after_existing_records),
-		T(torn_tail_is_cut_once),
-		T(torn_tail_of_a_record_header_is_cut),
-		T(garbage_tail_is_cut),
-		T(corrupt_middle_is_refused_and_left_alone),
-		T(hole_before_valid_records_is_corruption),
+		T(torn_and_garbage_tails_are_cut_once),
 		T(segments_replay_in_numeric_order),
-		T(torn_tail_in_an_earlier_segment_is_corruption),
-		T(missing_segment_is_corruption),
-		T(bad_segment_header_is_corruption),
+		T(corruption_is_refused_and_left_alone),
 		T(short_last_segment_is_removed),
 		T(apply_failure_stops_replay),
 		T(hinted_replay_hints_each_record_before_apply),

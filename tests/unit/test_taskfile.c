@@ -61,9 +61,9 @@ write(int fd, const void *data, size_t length)
 	if (fault_write_errno != 0) {
 		errno = fault_write_errno;
 		fault_write_errno = 0;
-		return (-1);
+		return -1;
 	}
-	return (syscall(SYS_write, fd, data, length));
+	return syscall(SYS_write, fd, data, length);
 }
 
 int
@@ -71,9 +71,9 @@ fsync(int fd)
 {
 	if (fault_fsync_nth != 0 && --fault_fsync_nth == 0) {
 		errno = fault_fsync_errno;
-		return (-1);
+		return -1;
 	}
-	return ((int)syscall(SYS_fsync, fd));
+	return (int)syscall(SYS_fsync, fd);
 }
 
 /* ---- fixture ---------------------------------------------------------- */
@@ -89,16 +89,16 @@ root_setup(void **state)
 	struct root	*root;
 
 	if ((root = calloc(1, sizeof *root)) == NULL)
-		return (-1);
+		return -1;
 	strcpy(root->path, "/tmp/test_taskfile.XXXXXX");
 	if (mkdtemp(root->path) == NULL)
-		return (-1);
+		return -1;
 	if ((root->fd = open(root->path, O_RDONLY|O_DIRECTORY)) == -1)
-		return (-1);
+		return -1;
 	memset(crash_counts, 0, sizeof crash_counts);
 	fault_write_errno = fault_fsync_nth = fault_fsync_errno = 0;
 	*state = root;
-	return (0);
+	return 0;
 }
 
 static int
@@ -107,7 +107,7 @@ remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 	(void)st;
 	(void)flag;
 	(void)ftw;
-	return (remove(path));
+	return remove(path);
 }
 
 static int
@@ -118,7 +118,7 @@ root_teardown(void **state)
 	close(root->fd);
 	nftw(root->path, remove_one, 16, FTW_DEPTH|FTW_PHYS);
 	free(root);
-	return (0);
+	return 0;
 }
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -190,7 +190,7 @@ read_file(struct root *root, const char *path, size_t *length)
 	buf[st.st_size] = '\0';
 	close(fd);
 	*length = st.st_size;
-	return (buf);
+	return buf;
 }
 
 /* Entries of root/path other than . and .., and how many start with '.'. */
@@ -215,7 +215,7 @@ count_entries(struct root *root, const char *path, int *hidden)
 			(*hidden)++;
 	}
 	closedir(dir);
-	return (n);
+	return n;
 }
 
 static int
@@ -226,7 +226,7 @@ open_dir(struct root *root, const char *path)
 	make_dirs(root, path);
 	fd = openat(root->fd, path, O_RDONLY|O_DIRECTORY);
 	assert_true(fd != -1);
-	return (fd);
+	return fd;
 }
 
 /* The task of SPEC.md's example. */
@@ -299,7 +299,7 @@ front_matter_value(const char *file, const char *key)
 	line += strlen(start);
 	end = strchr(line, '\n');
 	assert_non_null(end);
-	return (json_loadb(line, end - line, JSON_DECODE_ANY, &error));
+	return json_loadb(line, end - line, JSON_DECODE_ANY, &error);
 }
 
 /* ---- rendering -------------------------------------------------------- */
@@ -1093,5 +1093,5 @@ main(void)
 #undef T
 	};
 
-	return (cmocka_run_group_tests(tests, NULL, NULL));
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * pending.c: a request that has to wait, and the journal hand-off.
+ *
+ * A request that changes state answers only once its journal record is
+ * durable (SPEC.md: nothing acknowledged before it is fsync'd), and an
+ * identical request waits for the one in flight.  Such a request becomes
+ * a struct pending: pending_journal*() encodes its record, appends it to
+ * the shared ring (handoff.c; subtab_record() for a claimed slot's new
+ * state) and parks it on its worker; the master's journaling thread
+ * flushes and wakes every worker, and pending_run_parked() resumes each
+ * request whose wait is over (durable, room in the ring, or a claim
+ * released or timed out) by calling its resume function.  Whatever the
+ * outcome, the request ends in pending_reply(), once.
+ *
+ * A pending outlives its connection: a peer that is gone leaves it
+ * running (p->conn NULL) so that the state it changes stays consistent;
+ * only the reply is dropped.  This file never reads a socket: the
+ * connection's side (worker.c) is reached through conn_start() and
+ * conn_answer().
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "idemd.h"
+
+struct pending *
+pending_new(struct conn *c, json_t *id)
+{
+	struct pending	*p;
+
+	if ((p = calloc(1, sizeof *p)) == NULL)
+		return NULL;
+	p->worker = conn_worker(c);
+	p->conn = c;
+	p->id = id != NULL ? json_incref(id) : NULL;
+	p->wait = PENDING_RUNNING;
+	conn_start(c, p);
+	p->worker->running++;
+	return p;
+}
+
+/*
+ * pending_new with the op's own state: op_size bytes zeroed, freed with
+ * op_free.  NULL if either is out of memory, the request then answered.
+ */
+struct pending *
+pending_new_op(struct conn *c, json_t *id, size_t op_size,
+    void (*op_free)(void *))
+{
+	struct pending	*p;
+	void		*op;
+
+	p = pending_new(c, id);
+	op = calloc(1, op_size);
+	if (p == NULL || op == NULL) {
+		free(op);
+		if (p != NULL)
+			pending_reply(p, reply_error_simple(id, WIRE_INTERNAL,
+			    1, "out of memory"));
+		return NULL;
+	}
+	p->op = op;
+	p->op_free = op_free;
+	return p;
+}
+
+void
+pending_free(struct pending *p)
+{
+	struct worker	*w = p->worker;
+
+	w->running--;
+	if (p->deadline != NULL)
+		event_free(p->deadline);
+	if (p->op_free != NULL)
+		p->op_free(p->op);
+	free(p->record_big);
+	json_decref(p->id);
+	free(p);
+	worker_maybe_exit(w);
+}
+
+void
+pending_reply(struct pending *p, json_t *reply)
+{
+	if (p->conn != NULL)
+		conn_answer(p->conn, reply);
+	else
+		json_decref(reply);	/* the peer is gone */
+	pending_free(p);
+}
+
+static void
+park(struct pending *p, enum pending_wait wait)
+{
+	p->wait = wait;
+	TAILQ_INSERT_TAIL(&p->worker->parked, p, entry);
+}
+
+static void
+unpark(struct pending *p)
+{
+	TAILQ_REMOVE(&p->worker->parked, p, entry);
+	p->wait = PENDING_RUNNING;
+}
+
+static void
+pending_try_append(struct pending *p)
+{
+	struct idemd	*d = p->worker->d;
+	uint64_t	 end;
+
+	/* Read before the append: an epoch that ends meanwhile judges the
+	 * record lost, never the other way round (handoff.c). */
+	p->epoch = handoff_epoch(d->seg.header);
+	if ((p->record_claim != NULL ? subtab_record(&d->seg, p->record_slot,
+	    p->record_claim, p->record_entry, p->record_data,
+	    p->record_length, &end) : handoff_append(&d->seg, p->record_data,
+	    p->record_length, &end)) != 0) {
+		if (errno == ENOSPC) {
+			/* The journaler's next flush frees room and wakes us. */
+			park(p, PENDING_RING);
+			journaler_kick(d->kick_fd);
+			return;
+		}
+		log_warn("appending to the journal ring");
+		p->journal_failed = 1;
+		p->resume(p);
+		return;
+	}
+	atomic_fetch_add(&d->seg.header->counters.journal_records,
+	    p->record_count);
+	p->wait_end = end;
+	park(p, PENDING_DURABLE);
+	journaler_kick(d->kick_fd);
+}
+
+static void	pending_encode_append(struct pending *,
+		    const struct journal_record *, pending_resume_fn);
+
+void
+pending_journal_slot(struct pending *p, const struct journal_record *record,
+    uint32_t slot, const struct subtab_claim *claim,
+    const struct subtab_entry *entry, pending_resume_fn resume)
+{
+	p->record_slot = slot;
+	p->record_claim = claim;
+	p->record_entry = entry;
+	pending_encode_append(p, record, resume);
+}
+
+void
+pending_journal_slot_pair(struct pending *p, const struct journal_record *first,
+    const struct journal_record *second, uint32_t slot,
+    const struct subtab_claim *claim, const struct subtab_entry *entry,
+    pending_resume_fn resume)
+{
+	size_t	n;
+
+	p->record_slot = slot;
+	p->record_claim = claim;
+	p->record_entry = entry;
+	p->resume = resume;
+	p->journal_failed = 0;
+	p->record_count = 2;
+	p->record_data = p->record;
+	n = journal_encode(first, p->record, sizeof p->record);
+	p->record_length = n == 0 ? 0 : journal_encode(second, p->record + n,
+	    sizeof p->record - n);
+	if (p->record_length == 0) {
+		log_warn("encoding a journal record");
+		p->journal_failed = 1;
+		resume(p);
+		return;
+	}
+	p->record_length += n;
+	pending_try_append(p);
+}
+
+void
+pending_wait_durable(struct pending *p, uint64_t end, uint64_t epoch,
+    pending_resume_fn resume)
+{
+	p->resume = resume;
+	p->journal_failed = 0;
+	p->wait_end = end;
+	p->epoch = epoch;
+	park(p, PENDING_DURABLE);
+	/* Already durable: the next wake-up resumes it; make sure one comes. */
+	event_active(p->worker->local_wake_ev, EV_READ, 0);
+}
+
+void
+pending_journal(struct pending *p, const struct journal_record *record,
+    pending_resume_fn resume)
+{
+	p->record_claim = NULL;
+	pending_encode_append(p, record, resume);
+}
+
+static void
+pending_encode_append(struct pending *p, const struct journal_record *record,
+    pending_resume_fn resume)
+{
+	size_t	size;
+
+	p->resume = resume;
+	p->journal_failed = 0;
+	p->record_count = 1;
+	size = journal_encoded_size(record);
+	if (size <= sizeof p->record)
+		p->record_data = p->record;
+	else {
+		free(p->record_big);
+		if ((p->record_big = malloc(size)) == NULL) {
+			log_warn("a journal record of %zu bytes", size);
+			p->journal_failed = 1;
+			resume(p);
+			return;
+		}
+		p->record_data = p->record_big;
+	}
+	p->record_length = journal_encode(record, (uint8_t *)p->record_data,
+	    size);
+	if (p->record_length == 0) {
+		log_warn("encoding a journal record");
+		p->journal_failed = 1;
+		resume(p);
+		return;
+	}
+	pending_try_append(p);
+}
+
+static void
+pending_deadline(evutil_socket_t fd, short events, void *arg)
+{
+	struct pending	*p = arg;
+
+	if (p->wait != PENDING_CLAIM)
+		return;
+	unpark(p);
+	p->timed_out = 1;
+	p->resume(p);
+}
+
+void
+pending_wait_claim(struct pending *p, pending_resume_fn resume)
+{
+	struct timeval	tv;
+	int		ms = p->worker->d->inflight_wait_ms;
+
+	p->resume = resume;
+	if (p->deadline == NULL) {
+		p->deadline = evtimer_new(p->worker->base, pending_deadline, p);
+		if (p->deadline == NULL) {
+			p->timed_out = 1;
+			resume(p);
+			return;
+		}
+		tv.tv_sec = ms / 1000;
+		tv.tv_usec = (ms % 1000) * 1000;
+		evtimer_add(p->deadline, &tv);
+	}
+	park(p, PENDING_CLAIM);
+}
+
+void
+pending_run_parked(struct worker *w)
+{
+	struct shm_header	*h = w->d->seg.header;
+	TAILQ_HEAD(, pending)	 ready = TAILQ_HEAD_INITIALIZER(ready);
+	struct pending		*p, *next;
+	int			 durable;
+
+	for (p = TAILQ_FIRST(&w->parked); p != NULL; p = next) {
+		next = TAILQ_NEXT(p, entry);
+		if (p->wait == PENDING_DURABLE) {
+			/* Judged once: resume acts on this verdict. */
+			durable = handoff_is_durable(h, p->wait_end, p->epoch);
+			if (durable == 0)
+				continue;
+			p->journal_failed = durable < 0;
+		}
+		TAILQ_REMOVE(&w->parked, p, entry);
+		TAILQ_INSERT_TAIL(&ready, p, entry);
+	}
+	/* Resuming may park again: on w->parked, not on this list. */
+	while ((p = TAILQ_FIRST(&ready)) != NULL) {
+		TAILQ_REMOVE(&ready, p, entry);
+		switch (p->wait) {
+		case PENDING_DURABLE:
+			p->wait = PENDING_RUNNING;
+			p->resume(p);
+			break;
+		case PENDING_RING:
+			p->wait = PENDING_RUNNING;
+			pending_try_append(p);
+			break;
+		case PENDING_CLAIM:
+			p->wait = PENDING_RUNNING;
+			p->resume(p);
+			break;
+		case PENDING_RUNNING:
+			break;
+		}
+	}
+}
+
+/* The worker's loop has ended: its parked requests will never resume. */
+void
+pending_free_parked(struct worker *w)
+{
+	struct pending	*p;
+
+	while ((p = TAILQ_FIRST(&w->parked)) != NULL) {
+		TAILQ_REMOVE(&w->parked, p, entry);
+		pending_free(p);
+	}
+}
