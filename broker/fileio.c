@@ -180,8 +180,10 @@ fileio_write(struct fileio_job *job)
 				errno = EEXIST;
 			asprintf(&job->cause, "%s: %s", job->name, found > 0 ?
 			    path : strerror(errno));
-			if (job->phase == FILEIO_LINK)
-				taskfile_drop_temp(job->dir_fd, job->temp);
+			if (job->phase == FILEIO_LINK &&
+			    taskfile_drop_temp(job->dir_fd, job->temp) != 0)
+				log_warn("cannot remove temporary file %s",
+				    job->temp);
 			return -1;
 		}
 	}

@@ -291,7 +291,7 @@ checkpoint_main(void *arg)
 {
 	struct idemd	*d = journaler.d;
 	char		 dir[PATH_MAX], *cause = NULL;
-	uint64_t	 segment;
+	uint64_t	 segment, records;
 
 	/* It fit at start-up (idemd_open_state): root_real is the same. */
 	(void)idemd_journal_dir(d, dir, sizeof dir);
@@ -306,9 +306,13 @@ checkpoint_main(void *arg)
 		journaler.checkpoint_segment = 0;
 		pthread_mutex_unlock(&journaler.lock);
 
-		if (checkpoint_write(dir, segment, &d->seg, &cause) == 0)
+		if (checkpoint_write(dir, segment, &d->seg, &records,
+		    &cause) == 0) {
+			log_info("checkpoint checkpoint-%016llx.snap: %llu "
+			    "submissions", (unsigned long long)segment,
+			    (unsigned long long)records);
 			checkpoint_prune(dir, segment);
-		else {
+		} else {
 			/* The segments stay: nothing is lost, only space. */
 			log_warnx("%s", cause);
 			free(cause);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * log.h: logging for idemd and its internal libraries.  One line per
+ * log.h: logging for idemd (shm/ and the store log nothing: they return
+ * causes, and main.c's hooks log what they say).  One line per
  * event, prefixed with the program name and pid; log_warn appends
  * strerror(errno).  Lines go to stderr (with a "<N>" syslog priority
  * prefix when stderr is the journal), to a file (--log-file, reopened on

@@ -517,6 +517,25 @@ replay_hint(struct journal_record *r, void *arg)
 		    r->entry.key_length);
 }
 
+/* What replay cut or removed (the store reports it; idemd says it). */
+static void
+replay_warn_torn(const char *dir, const struct journal_replay_stats *st)
+{
+	if (st->torn_segment == 0)
+		return;
+	if (st->torn_stub)
+		log_warnx("journal %s/%016llx.jnl: segment of %llu bytes was "
+		    "shorter than its header (its creation was interrupted): "
+		    "removed", dir, (unsigned long long)st->torn_segment,
+		    (unsigned long long)st->truncated_bytes);
+	else
+		log_warnx("journal %s/%016llx.jnl: torn tail at offset %llu "
+		    "(%s): cut %llu bytes of an append that never completed",
+		    dir, (unsigned long long)st->torn_segment,
+		    (unsigned long long)st->torn_offset, st->torn_why,
+		    (unsigned long long)st->truncated_bytes);
+}
+
 int
 idemd_open_state(struct idemd *d, char **cause)
 {
@@ -539,7 +558,10 @@ idemd_open_state(struct idemd *d, char **cause)
 		d->seg.header->alloc_max_seq *= 10;
 	d->seg.header->alloc_max_seq -= 1;	/* 999 for three digits */
 	if (store_load(dir, 0, replay_apply, replay_hint, d, &d->seg, &loaded,
-	    cause) != 0 || replay_check_capacity(d, cause) != 0 ||
+	    cause) != 0)
+		goto fail;
+	replay_warn_torn(dir, &loaded.stats);
+	if (replay_check_capacity(d, cause) != 0 ||
 	    journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
 	checkpoint_prune(dir, loaded.checkpoint);
@@ -633,6 +655,26 @@ run_worker(struct idemd *d)
 	return status;
 }
 
+/*
+ * shm/ and the store log nothing themselves: what they have to say that
+ * is not a failure (a lock repaired, a temporary file left, fault
+ * injection armed) comes here, in every process of the broker.
+ */
+static void
+shm_warned(const char *message)
+{
+	log_warnx("%s", message);
+}
+
+static void
+store_noted(enum store_notice_level level, const char *message)
+{
+	if (level == STORE_NOTICE_WARNING)
+		log_warnx("%s", message);
+	else
+		log_info("%s", message);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -643,6 +685,8 @@ main(int argc, char **argv)
 	sigset_t	 hup;
 
 	log_init("idemd");
+	shm_set_warn_hook(shm_warned);
+	store_set_notice_hook(store_noted);
 	memset(&d, 0, sizeof d);
 	parse_options(&d, argc, argv);
 	if (d.log_file != NULL && log_open_file(d.log_file, &cause) != 0)

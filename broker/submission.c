@@ -516,8 +516,9 @@ sub_joined(struct pending *p)
 	struct fileio_job	*job = &s->job;
 
 	if (p->journal_failed) {
-		if (s->temp_state == SUB_TEMP_READY)
-			taskfile_drop_temp(job->dir_fd, job->temp);
+		if (s->temp_state == SUB_TEMP_READY &&
+		    taskfile_drop_temp(job->dir_fd, job->temp) != 0)
+			log_warn("cannot remove temporary file %s", job->temp);
 		if (s->temp_state == SUB_TEMP_LINKED) {
 			/* In place, its reservation durable: a retry adopts it. */
 			free(job->data);

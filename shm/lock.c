@@ -6,13 +6,21 @@
  * data runs first; only if it succeeds is the mutex marked consistent.  A
  * failed repair unlocks without marking it, so the mutex becomes
  * unusable (ENOTRECOVERABLE) rather than trusted.
+ *
+ * shm/ logs nothing itself (it sits below the broker): what a lock goes
+ * through is said to the warning hook idemd installs first thing
+ * (shm_set_warn_hook), and the outcome is the return value and errno.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "log.h"
 #include "shm.h"
+
+/* What shm/ has to say (a lock repaired, ...): idemd's log. */
+static shm_warn_fn warn_hook;
 
 /* Fault injection: called with each lock just taken (crash tests). */
 static shm_lock_hook_fn lock_hook;
@@ -21,6 +29,26 @@ void
 shm_lock_set_hook(shm_lock_hook_fn hook)
 {
 	lock_hook = hook;
+}
+
+void
+shm_set_warn_hook(shm_warn_fn hook)
+{
+	warn_hook = hook;
+}
+
+void
+shm_warn(const char *fmt, ...)
+{
+	char	msg[256];
+	va_list	ap;
+
+	if (warn_hook == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	warn_hook(msg);
 }
 
 int
@@ -59,10 +87,10 @@ shm_lock(struct shm_segment *seg, struct shm_lock *lock,
 		return 0;
 	}
 	if (error == EOWNERDEAD) {
-		log_warnx("%s lock: its owner died holding it; repairing",
+		shm_warn("%s lock: its owner died holding it; repairing",
 		    what);
 		if (repair != NULL && repair(seg) != 0) {
-			log_warnx("%s lock: repair failed; the lock stays "
+			shm_warn("%s lock: repair failed; the lock stays "
 			    "unusable", what);
 			pthread_mutex_unlock(&lock->mutex);
 			errno = ENOTRECOVERABLE;
@@ -73,7 +101,7 @@ shm_lock(struct shm_segment *seg, struct shm_lock *lock,
 			lock_hook(what);
 		return 0;
 	}
-	log_warnx("%s lock: %s", what, strerror(error));
+	shm_warn("%s lock: %s", what, strerror(error));
 	errno = error;
 	return -1;
 }

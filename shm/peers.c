@@ -32,7 +32,6 @@
 
 #include <sodium.h>
 
-#include "log.h"
 #include "shm.h"
 
 #define PEER_ID(w)	((uint32_t)(w))
@@ -167,7 +166,7 @@ peers_repair(struct shm_segment *seg)
 		}
 	}
 	if (removed > 0)
-		log_warnx("peer table: removed %u entries a dead worker left "
+		shm_warn("peer table: removed %u entries a dead worker left "
 		    "twice", removed);
 	return 0;
 }

@@ -75,7 +75,7 @@ shm_bytes_for_capacity(uint32_t capacity)
 {
 	struct shm_header	h;
 
-	layout(capacity, IDEM_DEFAULT_RESULT_ARENA_BYTES, &h);
+	layout(capacity, SHM_DEFAULT_ARENA_BYTES, &h);
 	return h.total_bytes;
 }
 
@@ -118,7 +118,7 @@ shm_create(const char *root_realpath, uint32_t capacity,
     struct shm_segment *seg, char **cause)
 {
 	return shm_create_sized(root_realpath, capacity,
-	    IDEM_DEFAULT_RESULT_ARENA_BYTES, seg, cause);
+	    SHM_DEFAULT_ARENA_BYTES, seg, cause);
 }
 
 int
@@ -183,7 +183,7 @@ shm_create_sized(const char *root_realpath, uint32_t capacity,
 		shm_unlink(seg->name);
 		return -1;
 	}
-	for (i = 0; i < IDEM_MAX_WORKERS; i++)
+	for (i = 0; i < SHM_MAX_WORKERS; i++)
 		atomic_store(&header->workers[i].generation, 1);
 	seg->header = header;
 	seg->size = h.total_bytes;

@@ -34,7 +34,19 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "protocol.h"
+/*
+ * The sizes the segment's layout is made of.  shm/ includes no header of
+ * the protocol: these are its own, and broker/store/names.c asserts that
+ * each equals the protocol.h limit it stands for.
+ */
+#define SHM_MAX_WORKERS			64	/* IDEM_MAX_WORKERS */
+#define SHM_SHA256_BYTES		32	/* SHM_SHA256_BYTES */
+#define SHM_MAX_ROLE_BYTES		16	/* IDEM_MAX_ROLE_BYTES */
+#define SHM_MAX_RECIPIENT_BYTES		33	/* IDEM_MAX_RECIPIENT_BYTES */
+#define SHM_MAX_EFFECT_KIND_BYTES	128	/* IDEM_MAX_EFFECT_KIND_BYTES */
+#define SHM_MAX_SUBMISSION_ID_BYTES	200	/* IDEM_MAX_SUBMISSION_ID_BYTES */
+/* IDEM_DEFAULT_RESULT_ARENA_BYTES */
+#define SHM_DEFAULT_ARENA_BYTES		(64ULL * 1024 * 1024)
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
@@ -55,9 +67,8 @@
  * submission id (the separator is in neither, so the two never meet).
  */
 #define SUBTAB_EFFECT_SEPARATOR	'\x1f'
-#define SUBTAB_MAX_KEY_BYTES	(IDEM_MAX_EFFECT_KIND_BYTES + 1 + IDEM_MAX_SUBMISSION_ID_BYTES)
-_Static_assert(IDEM_MAX_EFFECT_KIND_BYTES >= IDEM_MAX_TASK_ID_BYTES,
-    "the effect key is the longest");
+#define SUBTAB_MAX_KEY_BYTES	\
+	(SHM_MAX_EFFECT_KIND_BYTES + 1 + SHM_MAX_SUBMISSION_ID_BYTES)
 
 #define SUBTAB_NOT_JOURNALED	UINT64_MAX	/* slot.journal_end */
 
@@ -124,13 +135,13 @@ struct subtab_entry {
 			uint32_t result_length;	/* bytes in the arena */
 		};
 	};
-	uint8_t		request_digest[IDEM_SHA256_BYTES];
-	uint8_t		file_digest[IDEM_SHA256_BYTES];	/* from task_created on */
+	uint8_t		request_digest[SHM_SHA256_BYTES];
+	uint8_t		file_digest[SHM_SHA256_BYTES];	/* from task_created on */
 	union {
 		struct {
-			char	sender[IDEM_MAX_ROLE_BYTES];	/* not NUL-terminated */
+			char	sender[SHM_MAX_ROLE_BYTES];	/* not NUL-terminated */
 			/* The whole recipient of the name, slot included (DEV.D1). */
-			char	recipient[IDEM_MAX_RECIPIENT_BYTES];
+			char	recipient[SHM_MAX_RECIPIENT_BYTES];
 		};
 		struct {
 			uint64_t fence;		/* the latest fence's nonce */
@@ -254,7 +265,7 @@ struct shm_header {
 	_Atomic uint32_t	connections;	/* open, across all workers */
 	_Atomic uint32_t	shutting_down;
 	uint32_t		worker_count;
-	struct shm_worker	workers[IDEM_MAX_WORKERS];
+	struct shm_worker	workers[SHM_MAX_WORKERS];
 	struct shm_counters	counters;
 };
 
@@ -308,6 +319,14 @@ int	 shm_lock(struct shm_segment *, struct shm_lock *, shm_repair_fn,
 void	 shm_unlock(struct shm_lock *);
 typedef void (*shm_lock_hook_fn)(const char *what);
 void	 shm_lock_set_hook(shm_lock_hook_fn);
+/*
+ * Where shm/'s warnings go (a lock whose owner died, its repair, what a
+ * repair removed): idemd sets its log before it creates the segment.
+ * Without a hook they are dropped; the outcomes are still returned.
+ */
+typedef void (*shm_warn_fn)(const char *message);
+void	 shm_set_warn_hook(shm_warn_fn);
+void	 shm_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 
 /* subtab.c */
 enum subtab_verdict {
@@ -432,10 +451,8 @@ int	 subtab_settle(struct shm_segment *, uint64_t lost_from,
 size_t	 subtab_key(struct shm_segment *, uint32_t slot, char *out,
 	    size_t out_size);
 int	 subtab_claim_live(struct shm_segment *, const struct subtab_claim *);
-const char *subtab_state_name(unsigned);	/* "reserved", ... */
 /* Is the state one of kind's?  (Decode and apply check records.) */
 int	 subtab_state_valid(unsigned kind, unsigned state);
-const char *subtab_schema_name(unsigned);	/* NULL for legacy */
 
 /* seqalloc.c: task and report numbers, never handed out twice. */
 #define SEQALLOC_DEFAULT_MAX	999	/* FCoP's three digits */

@@ -70,7 +70,7 @@ probe(struct shm_segment *seg, uint32_t hash, const char *key,
 int
 subtab_claim_live(struct shm_segment *seg, const struct subtab_claim *c)
 {
-	if (c->worker == 0 || c->worker > IDEM_MAX_WORKERS)
+	if (c->worker == 0 || c->worker > SHM_MAX_WORKERS)
 		return 0;
 	return atomic_load(&seg->header->workers[c->worker - 1].generation) ==
 	    c->generation;
@@ -259,7 +259,7 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 		verdict = SUBTAB_INSERTED;
 	} else if (s->entry.schema != a->want.schema ||
 	    memcmp(s->entry.request_digest, a->want.request_digest,
-	    IDEM_SHA256_BYTES) != 0) {
+	    SHM_SHA256_BYTES) != 0) {
 		memset(&s->claim, 0, sizeof s->claim);
 		verdict = SUBTAB_MISMATCH;
 	} else if (s->entry.state == SUBTAB_COMMITTED) {
@@ -601,7 +601,7 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 			result_offset = s->entry.kind == SUBTAB_KIND_EFFECT &&
 			    row->entry.result_length == s->entry.result_length &&
 			    memcmp(row->entry.file_digest, s->entry.file_digest,
-			    IDEM_SHA256_BYTES) == 0 ? s->entry.result_offset : 0;
+			    SHM_SHA256_BYTES) == 0 ? s->entry.result_offset : 0;
 			s->entry = row->entry;
 			s->entry.key_length = key_length;
 			if (s->entry.kind == SUBTAB_KIND_EFFECT)
@@ -621,25 +621,6 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 out:
 	unlock_table(seg);
 	return rc;
-}
-
-/* The wire and journal names of a state and of a digest schema. */
-const char *
-subtab_state_name(unsigned state)
-{
-	switch (state) {
-	case SUBTAB_RESERVED:
-		return "reserved";
-	case SUBTAB_TASK_CREATED:
-		return "task_created";
-	case SUBTAB_COMMITTED:
-		return "committed";
-	case SUBTAB_RELEASED:
-		return "released";
-	case SUBTAB_OUTCOME_UNKNOWN:
-		return "outcome_unknown";
-	}
-	return "empty";
 }
 
 int
@@ -707,20 +688,4 @@ arena_get(struct shm_segment *seg, uint64_t offset, size_t length)
 	if (offset > h->arena_bytes || length > h->arena_bytes - offset)
 		return NULL;
 	return seg->arena + offset;
-}
-
-const char *
-subtab_schema_name(unsigned schema)
-{
-	switch (schema) {
-	case SUBTAB_SCHEMA_WRITE_TASK_V1:
-		return IDEM_SCHEMA_WRITE_TASK_V1;
-	case SUBTAB_SCHEMA_WRITE_REPORT_V1:
-		return IDEM_SCHEMA_WRITE_REPORT_V1;
-	case SUBTAB_SCHEMA_GENERIC_JSON_V1:
-		return IDEM_SCHEMA_GENERIC_JSON_V1;
-	case SUBTAB_SCHEMA_FCOP_CREATE_TASK_V1:
-		return IDEM_SCHEMA_FCOP_CREATE_TASK_V1;
-	}
-	return NULL;
 }

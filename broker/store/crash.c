@@ -29,7 +29,6 @@
 #include <sodium.h>
 
 #include "store.h"
-#include "log.h"
 
 static const char *const crash_point_names[CRASH_POINT_COUNT] = {
 	"after_reserve_durable",
@@ -175,8 +174,9 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 			return -1;
 		}
 		if (in_master)
-			log_info("fault injection: the master pauses %ld ms "
-			    "after forking a worker", crash.spawn_delay_ms);
+			store_notice(STORE_NOTICE_INFO, "fault injection: "
+			    "the master pauses %ld ms after forking a worker",
+			    crash.spawn_delay_ms);
 	}
 	if (in_lock != NULL && *in_lock != '\0') {
 		if (strcmp(in_lock, "table") != 0 &&
@@ -188,8 +188,8 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		}
 		crash.in_lock = in_lock;
 		if (in_master)
-			log_info("fault injection: a worker dies holding "
-			    "the %s lock", in_lock);
+			store_notice(STORE_NOTICE_INFO, "fault injection: "
+			    "a worker dies holding the %s lock", in_lock);
 	}
 	if (early != NULL && *early != '\0') {
 		if (strcmp(early, "1") != 0) {
@@ -198,8 +198,9 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		}
 		crash.link_early = 1;
 		if (in_master)
-			log_info("fault injection: file threads wait for the "
-			    "reservation to link early");
+			store_notice(STORE_NOTICE_INFO, "fault injection: "
+			    "file threads wait for the reservation to link "
+			    "early");
 	}
 	if (name == NULL || *name == '\0')
 		return 0;
@@ -221,8 +222,9 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		return -1;
 	}
 	if (in_master)
-		log_info("fault injection: %s at %s", crash.whole_broker ?
-		    "the broker dies" : "a worker dies", name);
+		store_notice(STORE_NOTICE_INFO, "fault injection: %s at %s",
+		    crash.whole_broker ? "the broker dies" : "a worker dies",
+		    name);
 	return 0;
 }
 
@@ -339,8 +341,8 @@ crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
 	if (journal_cut(j->dir, j->segment, j->size - total + prev_end,
 	    &cause) != 0) {
 		/* Die anyway: the test then finds the commit, and fails. */
-		log_warnx("fault injection: cannot tear the journal: %s",
-		    cause);
+		store_notice(STORE_NOTICE_WARNING, "fault injection: cannot "
+		    "tear the journal: %s", cause);
 		free(cause);
 	}
 	snprintf(how, sizeof how, " (the journal torn back to its "
@@ -366,8 +368,9 @@ crash_hold(int *released)
 		    &deadline);
 	pthread_mutex_unlock(&crash_hold_lock);
 	if (rc == ETIMEDOUT)
-		log_warnx("fault injection: a file thread held %d s for a "
-		    "reservation; going on", CRASH_HOLD_MAX_SECONDS);
+		store_notice(STORE_NOTICE_WARNING, "fault injection: a file "
+		    "thread held %d s for a reservation; going on",
+		    CRASH_HOLD_MAX_SECONDS);
 }
 
 void

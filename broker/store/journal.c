@@ -68,7 +68,6 @@
 #include <sodium.h>
 
 #include "store.h"
-#include "log.h"
 
 /*
  * The format below is fixed by doc/journal.md.  The sizes of the digest
@@ -1152,9 +1151,6 @@ replay_cut(struct replay *rp, const char *name, uint64_t offset,
 		rp->stats->truncated_bytes += size - offset;
 		return 0;
 	}
-	log_warnx("journal %s/%s: torn tail at offset %" PRIu64 " (%s): "
-	    "cutting %" PRIu64 " bytes of an append that never completed",
-	    rp->dir, name, offset, why, size - offset);
 	fd = openat(rp->dir_fd, name, O_WRONLY|O_CLOEXEC|O_NOFOLLOW);
 	if (fd == -1 || ftruncate(fd, (off_t)offset) == -1 || fsync(fd) == -1) {
 		saved_errno = errno;
@@ -1182,13 +1178,11 @@ replay_remove_stub(struct replay *rp, const char *name, uint64_t size)
 {
 	rp->stats->torn_offset = 0;
 	rp->stats->torn_why = "segment shorter than its header";
+	rp->stats->torn_stub = 1;
 	if (rp->flags & JOURNAL_REPLAY_READONLY) {
 		rp->stats->truncated_bytes += size;
 		return 0;
 	}
-	log_warnx("journal %s/%s: segment of %" PRIu64 " bytes is shorter "
-	    "than its header (its creation was interrupted): removing it",
-	    rp->dir, name, size);
 	if (unlinkat(rp->dir_fd, name, 0) == -1 || fsync(rp->dir_fd) == -1) {
 		journal_cause(rp->cause, "journal %s/%s: removing the "
 		    "incomplete segment: %s", rp->dir, name, strerror(errno));

@@ -16,6 +16,28 @@
 #include "protocol.h"
 #include "shm.h"
 
+/* ---- notice.c: what the store says that is not a failure ------------ */
+
+enum store_notice_level {
+	STORE_NOTICE_INFO,
+	STORE_NOTICE_WARNING
+};
+typedef void (*store_notice_fn)(enum store_notice_level, const char *message);
+/* idemd's log, set before anything of the store runs. */
+void	store_set_notice_hook(store_notice_fn);
+/* The store's own files: a note to the hook (dropped without one). */
+void	store_notice(enum store_notice_level, const char *, ...)
+	    __attribute__((format(printf, 2, 3)));
+
+/* ---- names.c: the table's states and schemas by their wire names ---- */
+
+/*
+ * They keep shm's prefix (they name subtab_entry's fields) but live
+ * above shm/, which knows no string of the protocol.
+ */
+const char *subtab_state_name(unsigned);	/* "reserved", ... */
+const char *subtab_schema_name(unsigned);	/* NULL for legacy */
+
 /* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
 
 /* The largest record without an effect's result: every ENTRY record. */
@@ -97,10 +119,16 @@ struct journal_replay_stats {
 	uint64_t	bytes;
 	uint64_t	truncated_bytes;	/* torn tail cut (read-only: found) */
 	unsigned	segments;
-	/* The torn tail, if any (torn_segment 0: none). */
+	/*
+	 * The torn tail, if any (torn_segment 0: none): cut at torn_offset,
+	 * or, torn_stub, a segment shorter than its header removed whole
+	 * (read-only: only found).  The caller warns of it: replay logs
+	 * nothing.
+	 */
 	uint64_t	torn_segment;
 	uint64_t	torn_offset;
 	const char	*torn_why;		/* static string */
+	int		torn_stub;
 	/* While apply runs: where the record it is given starts. */
 	uint64_t	at_segment;
 	uint64_t	at_offset;
@@ -113,8 +141,8 @@ struct journal_replay_stats {
 /*
  * Replay every segment of dir in order, calling apply for each record.
  * An incomplete or invalid record with no valid record after it is a
- * torn tail: the segment is truncated there (and fsync'd) with a warning
- * naming file and offset, unless flags has JOURNAL_REPLAY_READONLY.  An
+ * torn tail: the segment is truncated there (and fsync'd), unless flags
+ * has JOURNAL_REPLAY_READONLY; stats say where, for the caller's warning.  An
  * invalid record followed by a valid one is corruption: -1 with a cause
  * naming file and offset.  A missing dir is an empty journal.
  */
@@ -143,9 +171,12 @@ int	journal_rotate(struct journal *, char **cause);
 /* A segment past this size is rotated and the table checkpointed. */
 #define JOURNAL_DEFAULT_SEGMENT_BYTES	(64ULL * 1024 * 1024)
 
-/* Write checkpoint-<segment>.snap atomically from the table. */
+/*
+ * Write checkpoint-<segment>.snap atomically from the table; *records:
+ * the submissions it holds.
+ */
 int	checkpoint_write(const char *dir, uint64_t segment,
-	    struct shm_segment *, char **cause);
+	    struct shm_segment *, uint64_t *records, char **cause);
 /*
  * Apply the newest checkpoint of dir; *segment is where the journal
  * continues (0: no checkpoint, replay everything).  -1 if it is corrupt
@@ -224,7 +255,8 @@ int	taskfile_write_temp(int dir_fd, const char *name, const void *data,
 	    size_t length, char temp[NAME_MAX + 1], char **cause);
 int	taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 	    int task_crash_points, char **cause);
-void	taskfile_drop_temp(int dir_fd, const char *temp);
+/* -1 (errno set) if the temporary is still there: the caller says so. */
+int	taskfile_drop_temp(int dir_fd, const char *temp);
 
 /*
  * Where is <id>.md now?  inbox first, then every directory under

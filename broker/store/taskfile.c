@@ -34,7 +34,6 @@
 
 #include "digest.h"
 #include "store.h"
-#include "log.h"
 
 /*
  * How much of a file taskfile_inspect keeps to look for front matter.
@@ -576,9 +575,9 @@ taskfile_make_topology(int root_fd, char **cause)
 			 * as it is and never searched.
 			 */
 			if (!taskfile_topology_written(path)) {
-				log_warnx("%s is a symlink: left alone, never "
-				    "followed (tasks behind it are not found)",
-				    path);
+				store_notice(STORE_NOTICE_WARNING, "%s is a "
+				    "symlink: left alone, never followed "
+				    "(tasks behind it are not found)", path);
 				continue;
 			}
 			errno = ELOOP;
@@ -632,14 +631,23 @@ taskfile_write_all(int fd, const void *data, size_t length)
 	return 0;
 }
 
-/* Remove our temporary file, keeping the errno that brought us here. */
+/*
+ * Remove our temporary file after a failure, keeping the errno that
+ * brought us here: if it stays, *cause (the failure's) says so too.
+ */
 static void
-taskfile_unlink_temp(int dir_fd, const char *temp)
+taskfile_unlink_temp(int dir_fd, const char *temp, char **cause)
 {
-	int	saved_errno = errno;
+	int	 saved_errno = errno;
+	char	*more;
 
-	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT)
-		log_warn("cannot remove temporary file %s", temp);
+	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT &&
+	    cause != NULL && *cause != NULL &&
+	    asprintf(&more, "%s (and the temporary file %s is left: %s)",
+	    *cause, temp, strerror(errno)) != -1) {
+		free(*cause);
+		*cause = more;
+	}
 	errno = saved_errno;
 }
 
@@ -731,13 +739,15 @@ taskfile_write_temp(int dir_fd, const char *name, const void *data,
 		saved_errno = errno;
 		close(fd);
 		errno = saved_errno;
-		taskfile_unlink_temp(dir_fd, temp);
-		return taskfile_fail(cause, "%s %s (as %s)", what, name, temp);
+		taskfile_fail(cause, "%s %s (as %s)", what, name, temp);
+		taskfile_unlink_temp(dir_fd, temp, cause);
+		return -1;
 	}
 	/* On NFS a deferred write error may only show here. */
 	if (close(fd) == -1 && errno != EINTR) {
-		taskfile_unlink_temp(dir_fd, temp);
-		return taskfile_fail(cause, "close %s (as %s)", name, temp);
+		taskfile_fail(cause, "close %s (as %s)", name, temp);
+		taskfile_unlink_temp(dir_fd, temp, cause);
+		return -1;
 	}
 	return 0;
 }
@@ -757,25 +767,29 @@ taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 	 * reserved.  EEXIST goes back to the caller as it is.
 	 */
 	if (linkat(dir_fd, temp, dir_fd, name, 0) == -1) {
-		taskfile_unlink_temp(dir_fd, temp);
-		return taskfile_fail(cause, "link %s to %s", temp, name);
+		taskfile_fail(cause, "link %s to %s", temp, name);
+		taskfile_unlink_temp(dir_fd, temp, cause);
+		return -1;
 	}
 	/*
 	 * The file is in place from here on: a failure below leaves it
 	 * there (a retry finds and adopts it) and says so through -1.
 	 */
 	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT)
-		log_warn("%s in place, but cannot remove %s", name, temp);
+		store_notice(STORE_NOTICE_WARNING, "%s in place, but "
+		    "cannot remove %s: %s", name, temp, strerror(errno));
 	if (task_crash_points)
 		crash_point(CRASH_AFTER_TASK_FILE_LINKED);
 	return 0;
 }
 
 /* Remove a temporary file that will not be linked. */
-void
+int
 taskfile_drop_temp(int dir_fd, const char *temp)
 {
-	taskfile_unlink_temp(dir_fd, temp);
+	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT)
+		return -1;
+	return 0;
 }
 
 /* ---- finding a file --------------------------------------------------- */
@@ -1406,7 +1420,9 @@ taskfile_sweep_temporaries(int dir_fd, unsigned *removed)
 		if (unlinkat(dir_fd, e->d_name, 0) == 0)
 			(*removed)++;
 		else if (errno != ENOENT)
-			log_warn("cannot remove temporary file %s", e->d_name);
+			store_notice(STORE_NOTICE_WARNING, "cannot remove "
+			    "temporary file %s: %s", e->d_name,
+			    strerror(errno));
 	}
 	closedir(dir);
 	return 0;

@@ -74,7 +74,6 @@
 #endif
 
 #include "store.h"
-#include "log.h"
 
 /*
  * Default sizes, chosen so that a default run (K = 1, 8, 32, every
@@ -2824,7 +2823,6 @@ main(int argc, char **argv)
 	if (sodium_init() < 0)
 		errx(1, "libsodium failed to initialise");
 	signal(SIGPIPE, SIG_IGN);
-	log_init("idem-bench");
 
 	create_ops = opt.count != 0 ? opt.count : BENCH_CREATE_OPS;
 	reuse_ops = opt.count != 0 ? opt.count : BENCH_REUSE_OPS;

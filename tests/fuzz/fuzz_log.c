@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * fuzz_log.c: broker/log.h for the fuzz targets, silent.  Replay warns
- * about every torn tail it cuts, which under a fuzzer is most runs; the
- * invariants are checked on return values, not on what is logged.
+ * fuzz_log.c: broker/log.h for fuzz_request, silent: the broker's
+ * files it compiles log what they refuse, which under a fuzzer is most
+ * runs; the invariants are checked on return values, not on what is
+ * logged.
  * fatal() still stops the run: the fuzzer reports it as a crash.
  */
 #include <stdio.h>

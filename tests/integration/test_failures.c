@@ -44,6 +44,7 @@
 #include <sodium.h>
 
 #include "integration/harness.h"
+#include "protocol.h"
 #include "shm.h"
 
 /* A test that takes longer than this is hung: the watchdog ends it. */

@@ -36,7 +36,6 @@
 #include <sodium.h>
 
 #include "store.h"
-#include "log.h"
 
 /* From doc/journal.md. */
 #define DOC_SEGMENT_HEADER_BYTES	32
@@ -1423,7 +1422,6 @@ main(void)
 #undef T
 	};
 
-	log_init("test_journal");
 	if (sodium_init() < 0)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);

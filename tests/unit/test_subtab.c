@@ -75,7 +75,7 @@ request(const char *key, uint8_t digest_byte, uint32_t worker,
 	a.key_length = strlen(key);
 	a.want.kind = SUBTAB_KIND_TASK;
 	a.want.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
-	memset(a.want.request_digest, digest_byte, IDEM_SHA256_BYTES);
+	memset(a.want.request_digest, digest_byte, SHM_SHA256_BYTES);
 	memcpy(a.want.sender, "PM", 2);
 	a.want.sender_length = 2;
 	memcpy(a.want.recipient, "DEV", 3);
