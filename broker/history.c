@@ -19,7 +19,10 @@ history_open(struct idemd *d, int flags, char **cause)
 {
 	char	dir[PATH_MAX];
 
-	snprintf(dir, sizeof dir, "%s/%s", d->root_real, IDEM_INDEX_DIR);
+	if (idemd_index_dir(d, dir, sizeof dir) != 0) {
+		*cause = strdup("the index's path is too long");
+		return -1;
+	}
 	if (index_open(&d->index, dir, flags, cause) != 0)
 		return -1;
 	d->index_ready = 1;

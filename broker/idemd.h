@@ -43,6 +43,19 @@ struct idemd {
 	char			**argv;		/* each worker is exec'd with */
 	const char		*worker_handles; /* --worker: this is one */
 	pid_t			 master_pid;	/* hello names it */
+	/*
+	 * --store postgresql://... (NULL: the local store), --host-id,
+	 * --lease-ms (doc/cluster.md).  This broker's own state (lock,
+	 * socket, journal, segment) is then under .idem/hosts/<host-id>/.
+	 */
+	const char		*store_uri;
+	const char		*host_id;
+	int			 lease_ms;
+	char			*state_dir;	/* ".idem" or .idem/hosts/<id> */
+	char			*lock_name;	/* relative to the root */
+	char			*journal_name;
+	char			*socket_name;
+	char			*segment_key;	/* names the shm segment */
 
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;
@@ -86,6 +99,13 @@ int	history_open(struct idemd *, int flags, char **cause);
 /* The segment filled from the journal, and the journal open to append. */
 int	idemd_open_state(struct idemd *, char **cause);
 void	idemd_close_state(struct idemd *);
+/*
+ * This broker's journal directory: the store's (store_journal_dir), or
+ * under .idem/hosts/<host-id>/ beside other brokers.  0, or -1 if too long.
+ */
+int	idemd_journal_dir(const struct idemd *, char *out, size_t out_size);
+/* The history index's directory: .idem/index, or under the host's. */
+int	idemd_index_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 	    void *arg);
 
@@ -403,9 +423,32 @@ struct submission {
 	int			 index_checked;
 	uint64_t		 evictions;
 	int			 pruned;	/* answered from a tombstone */
+	struct cluster_sub	*cluster;	/* --store postgresql (cluster.c) */
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
+
+/* The PostgreSQL store's conflict and storage answers, for cluster.c. */
+void	 submission_conflict(struct pending *, enum wire_reason,
+	    const char *message);
+
+/* cluster.c: a submission on the PostgreSQL store (doc/cluster.md) */
+struct cluster_sub;
+#ifdef HAVE_POSTGRESQL
+void	 cluster_submission_start(struct pending *);
+/* get_submission and diagnose from PostgreSQL: the whole workspace's. */
+void	 cluster_get_submission(struct conn *, json_t *id, const char *key);
+void	 cluster_diagnose(struct conn *, json_t *id, int64_t stale_after_ms);
+/* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
+int	 cluster_check(struct idemd *, char **cause);
+#else
+/* Never reached: main.c refuses --store postgresql://... without it. */
+#define cluster_submission_start(p)	((void)(p))
+#define cluster_get_submission(c, id, key)	((void)(c))
+#define cluster_diagnose(c, id, stale)	((void)(c))
+#define cluster_check(d, cause)	\
+	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
+#endif
 
 /* write_task_check.c: a write_task request, read and checked */
 struct write_task {
@@ -532,6 +575,7 @@ json_t	*effect_submission_json(struct shm_segment *, const char *key,
 typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);
 #define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
+#define OP_LOCAL_STORE_ONLY	0x2	/* not with --store postgresql (yet) */
 /*
  * Every op served, one row each, in the order SPEC.md lists them (hello
  * shows this order): X(name, handler, check, flags), check NULL for none.
@@ -546,9 +590,12 @@ typedef int (*op_check_fn)(json_t *request, struct request_error *);
 	X(get_submission, op_get_submission, NULL, 0)			\
 	X(diagnose, op_diagnose, NULL, 0)				\
 	X(stats, op_stats, NULL, 0)					\
-	X(effect_begin, op_effect_begin, effect_begin_check, 0)		\
-	X(effect_complete, op_effect_complete, effect_complete_check, 0) \
-	X(effect_resolve, op_effect_resolve, effect_resolve_check, 0)
+	X(effect_begin, op_effect_begin, effect_begin_check,		\
+	    OP_LOCAL_STORE_ONLY)						\
+	X(effect_complete, op_effect_complete, effect_complete_check,	\
+	    OP_LOCAL_STORE_ONLY)						\
+	X(effect_resolve, op_effect_resolve, effect_resolve_check,	\
+	    OP_LOCAL_STORE_ONLY)
 struct op_entry {
 	const char	*name;
 	op_handler_fn	 handler;	/* answers, now or once parked */
@@ -559,6 +606,8 @@ struct op_entry {
 const struct op_entry *optable_find(const char *name);
 /* A JSON array of every op's name, in the table's order. */
 json_t	*optable_names(void);
+/* The cluster store serves fewer ops (OP_LOCAL_STORE_ONLY): main.c. */
+void	 optable_set_cluster(int);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);

@@ -211,7 +211,7 @@ journaler_reopen(struct idemd *d, char **cause)
 		return -1;
 	}
 	/* It fit at start-up (idemd_open_state): root_real is the same. */
-	(void)store_journal_dir(d->root_real, dir, sizeof dir);
+	(void)idemd_journal_dir(d, dir, sizeof dir);
 	journal_close(&d->journal);
 	if (journal_cut(dir, journaler.durable_segment, journaler.durable_size,
 	    cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
@@ -309,7 +309,7 @@ checkpoint_main(void *arg)
 	uint64_t	 segment, records, indexed;
 
 	/* It fit at start-up (idemd_open_state): root_real is the same. */
-	(void)store_journal_dir(d->root_real, dir, sizeof dir);
+	(void)idemd_journal_dir(d, dir, sizeof dir);
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&

@@ -188,7 +188,7 @@ static void
 socket_address(struct idemd *d, struct sockaddr_un *sun)
 {
 	if (d->socket_path == NULL && asprintf(&d->socket_path, "%s/%s",
-	    d->root_real, IDEM_SOCKET_NAME) == -1)
+	    d->root_real, d->socket_name) == -1)
 		fatal("asprintf");
 	memset(sun, 0, sizeof *sun);
 	sun->sun_family = AF_UNIX;

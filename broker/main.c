@@ -29,6 +29,7 @@
 
 #include "log.h"
 #include "idemd.h"
+#include "pg.h"
 
 static void
 usage(FILE *out, int status)
@@ -62,7 +63,11 @@ usage(FILE *out, int status)
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n"
 "  --log-file PATH       log to PATH (reopened on SIGHUP) instead of stderr\n"
 "  --syslog              log to syslog (facility daemon) instead of stderr\n"
-"  --log-level LEVEL     error, warning, notice, info (default) or debug\n",
+"  --log-level LEVEL     error, warning, notice, info (default) or debug\n"
+"  --store URI           local (default) or postgresql://...: several brokers\n"
+"                        on one workspace (doc/cluster.md)\n"
+"  --host-id NAME        this broker's name among them (with postgresql://)\n"
+"  --lease-ms N          a creation's lease (default 30000)\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
@@ -102,6 +107,89 @@ socket_mode_option(const char *value)
 	return (unsigned)mode;
 }
 
+/*
+ * --store, --host-id, --lease-ms, and where this broker's own state is:
+ * .idem/ for the local store; .idem/hosts/<host-id>/ when several
+ * brokers share the workspace through PostgreSQL (doc/cluster.md).
+ */
+static void
+store_options(struct idemd *d)
+{
+	if (d->lease_ms == 0)
+		d->lease_ms = PGSTORE_DEFAULT_LEASE_MS;
+	if (d->store_uri == NULL) {
+		if (d->host_id != NULL)
+			fatalx("--host-id is for --store postgresql://...");
+		d->state_dir = strdup(IDEM_STATE_DIR);
+		d->lock_name = strdup(IDEM_LOCK_NAME);
+		d->journal_name = strdup(IDEM_JOURNAL_DIR);
+		d->socket_name = strdup(IDEM_SOCKET_NAME);
+		if (d->state_dir == NULL || d->lock_name == NULL ||
+		    d->journal_name == NULL || d->socket_name == NULL)
+			fatal("strdup");
+		return;
+	}
+	if (strncmp(d->store_uri, "postgresql://", 13) != 0 &&
+	    strncmp(d->store_uri, "postgres://", 11) != 0)
+		fatalx("--store must be local or postgresql://...");
+#ifndef HAVE_POSTGRESQL
+	fatalx("--store %s: this idemd was built without PostgreSQL; "
+	    "configure --with-postgresql (Debian: apt-get install libpq-dev) "
+	    "and build again", "postgresql://...");
+#else
+	optable_set_cluster(1);
+	if (d->host_id == NULL)
+		fatalx("--store postgresql://... needs --host-id NAME, unique "
+		    "among the brokers of the workspace");
+	if (!pgstore_host_id_valid(d->host_id))
+		fatalx("--host-id: 1 to %d characters of A-Z a-z 0-9 . _ -",
+		    PGSTORE_MAX_HOST_ID_BYTES);
+	if (asprintf(&d->state_dir, "%s/hosts/%s", IDEM_STATE_DIR,
+	    d->host_id) == -1 ||
+	    asprintf(&d->lock_name, "%s/idemd.lock", d->state_dir) == -1 ||
+	    asprintf(&d->journal_name, "%s/journal", d->state_dir) == -1 ||
+	    asprintf(&d->socket_name, "%s/idemd.sock", d->state_dir) == -1)
+		fatal("asprintf");
+#endif
+}
+
+int
+idemd_journal_dir(const struct idemd *d, char *out, size_t out_size)
+{
+	if (d->store_uri == NULL)
+		return store_journal_dir(d->root_real, out, out_size);
+	if ((size_t)snprintf(out, out_size, "%s/%s", d->root_real,
+	    d->journal_name) >= out_size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+int
+idemd_index_dir(const struct idemd *d, char *out, size_t out_size)
+{
+	if ((size_t)snprintf(out, out_size, "%s/%s/index", d->root_real,
+	    d->state_dir) >= out_size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+/* The shared-memory segment's name: per root, and per host in a cluster. */
+static int
+set_segment_key(struct idemd *d)
+{
+	free(d->segment_key);
+	if (d->store_uri == NULL)
+		d->segment_key = strdup(d->root_real);
+	else if (asprintf(&d->segment_key, "%s/%s", d->root_real,
+	    d->state_dir) == -1)
+		d->segment_key = NULL;
+	return d->segment_key != NULL ? 0 : -1;
+}
+
 static void
 parse_options(struct idemd *d, int argc, char **argv)
 {
@@ -124,6 +212,9 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "log-file", required_argument, NULL, 'L' },
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "syslog", no_argument, NULL, 'S' },
+		{ "store", required_argument, NULL, 'T' },
+		{ "host-id", required_argument, NULL, 'H' },
+		{ "lease-ms", required_argument, NULL, 'A' },
 		{ "worker", required_argument, NULL, 'W' },	/* master.c */
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -220,6 +311,17 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'W':
 			d->worker_handles = optarg;
 			break;
+		case 'T':
+			d->store_uri = strcmp(optarg, "local") == 0 ? NULL :
+			    optarg;
+			break;
+		case 'H':
+			d->host_id = optarg;
+			break;
+		case 'A':
+			d->lease_ms = (int)number_option("lease-ms", optarg,
+			    PGSTORE_MIN_LEASE_MS, PGSTORE_MAX_LEASE_MS);
+			break;
 		case 'h':
 			usage(stdout, 0);
 			break;
@@ -240,6 +342,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	}
 	if (d->log_file != NULL && d->log_syslog)
 		fatalx("--log-file and --syslog: choose one");
+	store_options(d);
 }
 
 /* mkdir -p for the root itself; the topology below is taskfile.c's. */
@@ -272,22 +375,22 @@ lock_root(struct idemd *d)
 	ssize_t		n;
 
 	/* Never through a symlink (at .idem or at the lock itself). */
-	d->lock_fd = nofollow_openat(d->root_fd, IDEM_LOCK_NAME,
+	d->lock_fd = nofollow_openat(d->root_fd, d->lock_name,
 	    O_RDWR | O_CREAT, 0644);
 	if (d->lock_fd == -1 && errno == ELOOP)
 		fatalx("%s/%s is a symlink (or a directory on its way is); "
 		    "idemd never follows one: remove it", d->root_real,
-		    IDEM_LOCK_NAME);
+		    d->lock_name);
 	if (d->lock_fd == -1)
-		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
+		fatal("%s/%s", d->root_real, d->lock_name);
 	if (fstat(d->lock_fd, &st) == -1)
-		fatal("%s/%s", d->root_real, IDEM_LOCK_NAME);
+		fatal("%s/%s", d->root_real, d->lock_name);
 	if (!S_ISREG(st.st_mode))
 		fatalx("%s/%s is not a regular file; remove it", d->root_real,
-		    IDEM_LOCK_NAME);
+		    d->lock_name);
 	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) == -1) {
 		if (errno != EWOULDBLOCK)
-			fatal("flock %s/%s", d->root_real, IDEM_LOCK_NAME);
+			fatal("flock %s/%s", d->root_real, d->lock_name);
 		n = pread(d->lock_fd, buf, sizeof buf - 1, 0);
 		buf[n > 0 ? n : 0] = '\0';
 		buf[strcspn(buf, "\n")] = '\0';
@@ -301,13 +404,13 @@ lock_root(struct idemd *d)
 	 */
 	if (st.st_nlink != 1) {
 		log_warnx("%s/%s has other hard links: not writing the pid "
-		    "into it", d->root_real, IDEM_LOCK_NAME);
+		    "into it", d->root_real, d->lock_name);
 		return;
 	}
 	n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
 	if (ftruncate(d->lock_fd, 0) == -1 ||
 	    pwrite(d->lock_fd, buf, (size_t)n, 0) != n)
-		log_warn("writing the pid to %s", IDEM_LOCK_NAME);
+		log_warn("writing the pid to %s", d->lock_name);
 }
 
 int
@@ -583,7 +686,10 @@ open_index(struct idemd *d, const char *journal_dir, char **cause)
 	int			 existed, damaged = 0;
 
 	memset(&replay_index, 0, sizeof replay_index);
-	snprintf(idir, sizeof idir, "%s/%s", d->root_real, IDEM_INDEX_DIR);
+	if (idemd_index_dir(d, idir, sizeof idir) != 0) {
+		*cause = strdup("the index's path is too long");
+		return -1;
+	}
 	if (checkpoint_index_only(journal_dir, &segment, &index_only,
 	    cause) != 0)
 		return -1;
@@ -668,12 +774,12 @@ idemd_open_state(struct idemd *d, char **cause)
 	int64_t			 started = shm_now_ms();
 	int			 digit;
 
-	if (store_journal_dir(d->root_real, dir, sizeof dir) != 0) {
+	if (idemd_journal_dir(d, dir, sizeof dir) != 0) {
 		asprintf(cause, "%s: the journal's path is too long",
 		    d->root_real);
 		return -1;
 	}
-	if (shm_create_sized(d->root_real, d->capacity, d->result_bytes,
+	if (shm_create_sized(d->segment_key, d->capacity, d->result_bytes,
 	    &d->seg, cause) != 0)
 		return -1;
 	d->seg.header->worker_count = d->worker_count;
@@ -787,7 +893,8 @@ run_worker(struct idemd *d)
 		fatal("worker %ld: notify socket", index);
 	if ((d->root_real = strdup(d->root)) == NULL)
 		fatal("strdup");
-	if (shm_attach(d->root_real, &d->seg, &cause) != 0 ||
+	if (set_segment_key(d) != 0 ||
+	    shm_attach(d->segment_key, &d->seg, &cause) != 0 ||
 	    crash_init(&d->seg, (pid_t)master, &cause) != 0 ||
 	    history_open(d, INDEX_READONLY, &cause) != 0)
 		fatalx("worker %ld: %s", index, cause);
@@ -829,7 +936,7 @@ main(int argc, char **argv)
 {
 	struct idemd	 d;
 	char		*cause = NULL;
-	unsigned	 swept;
+	unsigned	 swept = 0;
 	int		 status;
 	sigset_t	 hup;
 
@@ -871,19 +978,29 @@ main(int argc, char **argv)
 		fatal("open %s", d.root_real);
 	if (taskfile_make_topology(d.root_fd, &cause) != 0)
 		fatalx("%s: %s", d.root_real, cause);
+	if (set_segment_key(&d) != 0)
+		fatal("segment name");
+	if (d.store_uri != NULL && cluster_check(&d, &cause) != 0)
+		fatalx("%s", cause);
 	lock_root(&d);
 	listener_check(&d);
 	/* make_topology refused symlinks; these are the same, held. */
 	if ((d.inbox_fd = nofollow_dir(d.root_fd, IDEM_INBOX_DIR)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_INBOX_DIR);
-	if (taskfile_sweep_temporaries(d.inbox_fd, &swept) != 0)
+	/*
+	 * Beside other brokers, a temporary may be a live owner's: only a
+	 * takeover removes those (doc/cluster.md).
+	 */
+	if (d.store_uri == NULL &&
+	    taskfile_sweep_temporaries(d.inbox_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_INBOX_DIR);
 	if (swept > 0)
 		log_info("removed %u temporary files a crash left in %s", swept,
 		    IDEM_INBOX_DIR);
 	if ((d.reports_fd = nofollow_dir(d.root_fd, IDEM_REPORTS_DIR)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_REPORTS_DIR);
-	if (taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
+	if (d.store_uri == NULL &&
+	    taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_REPORTS_DIR);
 
 	if (idemd_open_state(&d, &cause) != 0)

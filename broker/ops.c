@@ -145,6 +145,10 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		get_effect(c, id, kind, kind_length, key);
 		return;
 	}
+	if (d->store_uri != NULL) {
+		cluster_get_submission(c, id, key);
+		return;
+	}
 	rc = lookup_history(d, key, strlen(key), &e, &cold);
 	if (rc < 0 || (rc == 1 && e.kind != SUBTAB_KIND_TASK))
 		rc = rc < 0 ? -1 : 0;
@@ -276,6 +280,10 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 			return;
 		}
 		stale_after_ms = json_integer_value(v);
+	}
+	if (d->store_uri != NULL) {
+		cluster_diagnose(c, id, stale_after_ms);
+		return;
 	}
 	if (subtab_snapshot(&d->seg, SUBTAB_KIND_TASK, 1, &rows, &count,
 	    counts) != 0) {

@@ -234,6 +234,10 @@ submission_start(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 	struct subtab_entry	 known;
 
+	if (d->store_uri != NULL) {
+		cluster_submission_start(p);
+		return;
+	}
 	/* A legacy call always writes; a retry may need nothing new. */
 	if (s->submission_id == NULL &&
 	    atomic_load(&d->seg.header->journal_failed)) {
@@ -1035,4 +1039,11 @@ sub_legacy_done(struct pending *p)
 	if (sub_journal_failed(p))
 		return;
 	sub_answer(p, 1);
+}
+
+void
+submission_conflict(struct pending *p, enum wire_reason reason,
+    const char *message)
+{
+	sub_conflict(p, reason, message);
 }

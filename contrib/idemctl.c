@@ -35,6 +35,7 @@
 
 #include "idem.h"
 #include "store.h"
+#include "idemctl_store.h"
 #include "ctl/idemctl.h"
 
 #define COMMON_HELP							\
@@ -254,6 +255,8 @@ usage(FILE *out, int status)
 	for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name,
 		    commands[i].summary);
+	fprintf(out, "  %-10s %s\n", "store",
+	    "init|migrate: the PostgreSQL store's schema");
 	fprintf(out, "\nidemctl COMMAND --help says more.\n\n%s", COMMON_HELP);
 	exit(status);
 }
@@ -302,6 +305,15 @@ main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
+	/* The PostgreSQL store's schema (contrib/idemctl_store.c). */
+	if (strcmp(argv[0], "store") == 0)
+		return idemctl_store(argc, argv);
+	/* verify --store URI: the store's rows against the workspace. */
+	for (i = 1; strcmp(argv[0], "verify") == 0 && i < (size_t)argc; i++)
+		if (strncmp(argv[i], "--store", 7) == 0) {
+			argv[0] = "verify";
+			return idemctl_store_verify(argc, argv);
+		}
 	for (i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		if (strcmp(argv[0], commands[i].name) != 0)
 			continue;

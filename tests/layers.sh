@@ -20,6 +20,8 @@ libclient		libclient
 broker/store		shm libclient
 broker			broker/store shm libclient
 contrib/idemctl.c	contrib/ctl libclient/idem.h broker/store/store.h
+contrib/idemctl_store.c	broker/store libclient
+contrib/idemctl_store.h
 contrib/ctl		libclient/idem.h broker/store/store.h
 contrib/mcp		libclient/idem.h libclient/protocol.h
 contrib/examples	libclient/idem.h
@@ -35,6 +37,7 @@ tests/bench		broker/store shm libclient
 tests/faults
 tests/integration	broker/store shm libclient
 tests/chaos		tests/integration libclient
+tests/cluster		tests/integration broker/store shm libclient
 tests/mcp		tests/integration libclient
 EOF
 }

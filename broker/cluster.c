@@ -1,0 +1,963 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * cluster.c: one submission (write_task, write_report) on the PostgreSQL
+ * store, where several brokers serve one workspace (doc/cluster.md).
+ *
+ * DESIGN
+ *
+ * The steps are doc/cluster.md's "Creation, step by step":
+ *
+ *   cache      the local table holds the key committed: reused
+ *   read       a lock-free read of the row
+ *   reserve    number and row, one transaction   [after_reserve_durable]
+ *   temp       .<name>.md.tmp.<epoch>-<token>, fsync'd, directory fsync'd
+ *                                               [after_task_file_written]
+ *   grant      the lease, fenced on (epoch, token)
+ *                                       [pause: before_task_file_link]
+ *   link       linkat(temp, name): EEXIST another writer, ENOENT fenced
+ *                                               [after_task_file_linked]
+ *   commit     fenced on (epoch, token)         [after_commit_durable]
+ *
+ * and, for a retry of an unfinished row whose owner's lease expired or
+ * whose owner's session is gone, "Takeover": a new fence, the sweep of
+ * every earlier owner's temporary (and a directory fsync) before the
+ * file is looked for, then the SPEC's recovery rules.  A request that
+ * loses a fence goes back to the read and answers from what the winner
+ * recorded: never `created`.  A live owner is waited for by reading the
+ * row again every CLUSTER_POLL_MS until --inflight-wait-ms.
+ *
+ * The PostgreSQL calls and the file writes run on the worker's loop, one
+ * request at a time per worker (libpq's blocking calls): the workers
+ * (--workers) are what serves requests side by side.  Each worker has
+ * its own connection; its session is the owner's identity.
+ *
+ * Only built with configure --with-postgresql; without it idemd refuses
+ * --store postgresql://... at start-up (main.c).
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "digest.h"
+#include "log.h"
+#include "idemd.h"
+#include "pg.h"
+#include "workspace_id.h"
+
+/* How often a request that waits for a live owner reads the row again. */
+#define CLUSTER_POLL_MS		20
+/* Names taken by other writers one after the other before giving up. */
+#define CLUSTER_MAX_RENUMBER	1000
+/* ".<name>.md.tmp.<epoch>-<token>" */
+#define CLUSTER_TEMP_INFIX	".tmp."
+
+struct cluster_sub {
+	struct pgstore_row	 row;		/* the fence this request holds */
+	struct pgstore_key	 key;
+	char			 scope[SUBTAB_MAX_KEY_BYTES + 1];
+	int			 owner;		/* it holds the fence */
+	int			 fresh;		/* it reserved (nothing promised) */
+	int64_t			 deadline_ms;
+	struct event		*timer;
+	unsigned		 renumbered;
+};
+
+/* This worker's connection (one per process). */
+static struct pgstore	cl_store;
+static int		cl_open;
+
+static void	cl_step(struct pending *);
+
+static struct submission *
+cl_sub(struct pending *p)
+{
+	return p->op;
+}
+
+static struct idemd *
+cl_idemd(struct pending *p)
+{
+	return p->worker->d;
+}
+
+static void
+cl_free(struct submission *s)
+{
+	struct cluster_sub	*c = s->cluster;
+
+	if (c == NULL)
+		return;
+	if (c->timer != NULL)
+		event_free(c->timer);
+	pgstore_row_clear(&c->row);
+	free(c);
+	s->cluster = NULL;
+}
+
+static void
+cl_fail(struct pending *p, json_t *reply)
+{
+	cl_free(cl_sub(p));
+	atomic_fetch_add(&cl_idemd(p)->seg.header->counters.errors, 1);
+	pending_reply(p, reply);
+}
+
+/* PostgreSQL or the files failed: retryable, logged once here. */
+static void
+cl_fail_storage(struct pending *p, const char *what, char *cause)
+{
+	struct submission	*s = cl_sub(p);
+
+	log_warnx("submission %s: %s: %s", s->submission_id != NULL ?
+	    s->submission_id : "(legacy)", what, cause != NULL ? cause :
+	    strerror(errno));
+	cl_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
+	    "%s: %s", what, cause != NULL ? cause : strerror(errno)));
+	free(cause);
+}
+
+static void
+cl_fail_exhausted(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+
+	cl_fail(p, reply_error_simple(p->id, WIRE_SEQUENCE_EXHAUSTED, 0,
+	    "every %s number of today (UTC) is used: FCoP names carry %u "
+	    "digits; nothing was written", s->ops->kind == SUBTAB_KIND_TASK ?
+	    "TASK" : "REPORT", cl_idemd(p)->sequence_digits));
+}
+
+static void
+cl_conflict(struct pending *p, enum wire_reason reason,
+    const char *message)
+{
+	cl_free(cl_sub(p));
+	submission_conflict(p, reason, message);
+}
+
+static void
+cl_set_name(struct submission *s)
+{
+	const struct subtab_entry *e = &s->entry;
+
+	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, s->name,
+	    sizeof s->name);
+}
+
+/* Committed receipts never change: keep it for retries on this broker. */
+static void
+cl_cache(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+
+	if (s->key_length > 0 && subtab_apply(&cl_idemd(p)->seg, s->key,
+	    s->key_length, &s->entry) != 0)
+		log_debug("submission %s: not cached: %s", s->submission_id,
+		    strerror(errno));
+}
+
+static void
+cl_answer(struct pending *p, int created)
+{
+	struct submission	*s = cl_sub(p);
+
+	s->entry.state = SUBTAB_COMMITTED;
+	cl_cache(p);
+	cl_free(s);
+	s->ops->answer(p, created);
+}
+
+#ifdef IDEM_FAULT_INJECTION
+/*
+ * IDEM_CRASH_PAUSE_AT=before_task_file_link: the first request of a
+ * worker process to reach that point stops the worker (SIGSTOP), as a
+ * scheduler or a VM pause may; the test resumes it with SIGCONT.
+ */
+static void
+cl_pause_point(const char *point)
+{
+	static int	 paused;
+	const char	*at = getenv("IDEM_CRASH_PAUSE_AT");
+
+	if (paused || at == NULL || strcmp(at, point) != 0)
+		return;
+	paused = 1;
+	fprintf(stderr, "idemd[%ld]: pause point %s reached: SIGSTOP\n",
+	    (long)getpid(), point);
+	raise(SIGSTOP);
+}
+#else
+#define cl_pause_point(point)	((void)0)
+#endif
+
+static void
+cl_crash_point(struct submission *s, enum crash_point point)
+{
+	if (s->ops->crash_points)
+		crash_point(point);
+}
+
+/* This worker's store, opened at its first request. */
+static int
+cl_store_open(struct idemd *d, char **cause)
+{
+	if (cl_open)
+		return 0;
+	memset(&cl_store, 0, sizeof cl_store);
+	if (workspace_id_get(d->root_fd, 0, cl_store.workspace, cause) != 1) {
+		if (*cause == NULL)
+			*cause = strdup("the workspace has no "
+			    WORKSPACE_ID_NAME);
+		return -1;
+	}
+	snprintf(cl_store.host, sizeof cl_store.host, "%s", d->host_id);
+	cl_store.lease_ms = d->lease_ms;
+	cl_store.max_seq = (uint32_t)d->seg.header->alloc_max_seq;
+	cl_store.scan = idemd_scan_max_seq;
+	cl_store.scan_arg = d;
+	if (pgstore_open(&cl_store, d->store_uri, cause) != 0) {
+		pgstore_close(&cl_store);
+		return -1;
+	}
+	cl_open = 1;
+	return 0;
+}
+
+int
+cluster_check(struct idemd *d, char **cause)
+{
+	struct pgstore	st;
+	char		path[PATH_MAX];
+	int		rc;
+
+	*cause = NULL;
+	if (nofollow_mkdir(d->root_fd, IDEM_STATE_DIR, 0755) != 0 &&
+	    errno != EEXIST)
+		goto fail;
+	snprintf(path, sizeof path, "%s/hosts", IDEM_STATE_DIR);
+	if (nofollow_mkdir(d->root_fd, path, 0755) != 0 && errno != EEXIST)
+		goto fail;
+	if (nofollow_mkdir(d->root_fd, d->state_dir, 0755) != 0 &&
+	    errno != EEXIST)
+		goto fail;
+	memset(&st, 0, sizeof st);
+	if (workspace_id_get(d->root_fd, 1, st.workspace, cause) != 1)
+		return -1;
+	rc = pgstore_open(&st, d->store_uri, cause);
+	pgstore_close(&st);
+	if (rc == 0)
+		log_info("cluster: workspace %s, host %s, lease %d ms",
+		    st.workspace, d->host_id, d->lease_ms);
+	return rc;
+fail:
+	asprintf(cause, "%s/%s: %s", d->root_real, d->state_dir,
+	    strerror(errno));
+	return -1;
+}
+
+/* ---- files ---------------------------------------------------------- */
+
+static int
+cl_dir(struct pending *p)
+{
+	return cl_sub(p)->ops->dir_fd(cl_idemd(p));
+}
+
+static void
+cl_temp_name(struct submission *s, const struct pgstore_row *row,
+    char out[NAME_MAX + 1])
+{
+	snprintf(out, NAME_MAX + 1, ".%s.md" CLUSTER_TEMP_INFIX "%lld-%s",
+	    s->name, (long long)row->epoch, row->token);
+}
+
+/*
+ * Every temporary of this name but keep (NULL: all), removed, and the
+ * directory fsync'd: after it, no earlier owner can link (doc/cluster.md,
+ * "Fencing").  0 or -1.
+ */
+static int
+cl_sweep(struct pending *p, const char *keep)
+{
+	struct submission	*s = cl_sub(p);
+	char			 prefix[NAME_MAX + 1];
+	struct dirent		*de;
+	DIR			*dir;
+	size_t			 n;
+	int			 fd, rc = 0;
+
+	n = (size_t)snprintf(prefix, sizeof prefix, ".%s.md" CLUSTER_TEMP_INFIX,
+	    s->name);
+	if ((fd = dup(cl_dir(p))) == -1)
+		return -1;
+	if ((dir = fdopendir(fd)) == NULL) {
+		close(fd);
+		return -1;
+	}
+	rewinddir(dir);
+	while ((de = readdir(dir)) != NULL) {
+		if (strncmp(de->d_name, prefix, n) != 0 ||
+		    (keep != NULL && strcmp(de->d_name, keep) == 0))
+			continue;
+		if (unlinkat(dirfd(dir), de->d_name, 0) != 0 &&
+		    errno != ENOENT) {
+			rc = -1;
+			break;
+		}
+		log_info("submission %s: removed %s, an earlier owner's "
+		    "temporary", s->submission_id, de->d_name);
+	}
+	if (rc == 0 && fsync(dirfd(dir)) != 0)
+		rc = -1;
+	closedir(dir);
+	return rc;
+}
+
+enum cl_link {
+	CL_LINKED,		/* in place, directory fsync'd */
+	CL_FENCED,		/* a takeover: read again */
+	CL_TAKEN,		/* EEXIST: the name is another file's */
+	CL_FAILED		/* storage: errno, *cause */
+};
+
+/*
+ * The owner's file: temporary (fsync'd, directory fsync'd), grant, link,
+ * directory fsync.  The temporary exists before the grant is asked, so
+ * a takeover that follows the grant finds it (doc/cluster.md).
+ */
+static enum cl_link
+cl_put_file(struct pending *p, char **cause)
+{
+	struct submission	*s = cl_sub(p);
+	struct cluster_sub	*c = s->cluster;
+	char			 temp[NAME_MAX + 1], name[NAME_MAX + 1];
+	char			*data = NULL;
+	size_t			 length;
+	int			 dir = cl_dir(p), fd, rc, saved;
+
+	*cause = NULL;
+	if (s->ops->render(s, s->entry.created_at_ms, &data, &length) != 0) {
+		asprintf(cause, "rendering %s: %s", s->name, strerror(errno));
+		return CL_FAILED;
+	}
+	digest_sha256(data, length, s->entry.file_digest);
+	cl_temp_name(s, &c->row, temp);
+	snprintf(name, sizeof name, "%s.md", s->name);
+	fd = openat(dir, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+	    O_CLOEXEC, 0644);
+	if (fd == -1 || journal_write_all(fd, (const uint8_t *)data,
+	    length) != 0 || fsync(fd) != 0 || fsync(dir) != 0) {
+		saved = errno;
+		asprintf(cause, "writing %s: %s", temp, strerror(saved));
+		if (fd != -1) {
+			close(fd);
+			unlinkat(dir, temp, 0);
+		}
+		free(data);
+		errno = saved;
+		return CL_FAILED;
+	}
+	close(fd);
+	free(data);
+	cl_crash_point(s, CRASH_AFTER_TASK_FILE_WRITTEN);
+	rc = pgstore_grant(&cl_store, &c->key, c->row.epoch, c->row.token,
+	    cause);
+	if (rc != 1) {
+		unlinkat(dir, temp, 0);
+		return rc == 0 ? CL_FENCED : CL_FAILED;
+	}
+	cl_pause_point("before_task_file_link");
+	if (linkat(dir, temp, dir, name, 0) != 0) {
+		saved = errno;
+		unlinkat(dir, temp, 0);
+		if (saved == ENOENT)
+			return CL_FENCED;	/* a takeover removed it */
+		if (saved == EEXIST)
+			return CL_TAKEN;
+		asprintf(cause, "linking %s: %s", name, strerror(saved));
+		errno = saved;
+		return CL_FAILED;
+	}
+	unlinkat(dir, temp, 0);
+	cl_crash_point(s, CRASH_AFTER_TASK_FILE_LINKED);
+	if (fsync(dir) != 0) {
+		asprintf(cause, "fsync of %s's directory: %s", name,
+		    strerror(errno));
+		return CL_FAILED;
+	}
+	s->wrote_file = 1;
+	return CL_LINKED;
+}
+
+/* ---- the steps ------------------------------------------------------ */
+
+/* Read again after CLUSTER_POLL_MS (a live owner), or give up. */
+static void
+cl_timer_fired(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	cl_step(arg);
+}
+
+static void
+cl_wait(struct pending *p)
+{
+	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct timeval		 tv = { 0, CLUSTER_POLL_MS * 1000 };
+
+	if (shm_now_ms() >= c->deadline_ms) {
+		cl_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
+		    "an identical submission is still in flight on another "
+		    "broker after %d ms", cl_idemd(p)->inflight_wait_ms));
+		return;
+	}
+	if (c->timer == NULL &&
+	    (c->timer = evtimer_new(p->worker->base, cl_timer_fired, p)) ==
+	    NULL) {
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		    "out of memory"));
+		return;
+	}
+	evtimer_add(c->timer, &tv);
+}
+
+/* The row's state as a receipt's bytes, and the commit under the fence. */
+static void
+cl_commit(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+	struct cluster_sub	*c = s->cluster;
+	json_t			*receipt;
+	char			*text, *cause = NULL;
+	int			 rc;
+
+	s->entry.state = SUBTAB_COMMITTED;
+	receipt = receipt_json(s->key, s->key_length, &s->entry);
+	text = receipt != NULL ? json_dumps(receipt, JSON_COMPACT) : NULL;
+	json_decref(receipt);
+	if (text == NULL) {
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		    "out of memory"));
+		return;
+	}
+	rc = pgstore_commit(&cl_store, &c->key, c->row.epoch, c->row.token,
+	    s->entry.file_digest, text, &cause);
+	free(text);
+	if (rc < 0) {
+		cl_fail_storage(p, "committing", cause);
+		return;
+	}
+	if (rc == 0) {
+		/* Fenced: whatever happens, this call never says created. */
+		c->owner = 0;
+		s->wrote_file = 0;
+		cl_step(p);
+		return;
+	}
+	cl_crash_point(s, CRASH_AFTER_COMMIT_DURABLE);
+	cl_answer(p, s->wrote_file);
+}
+
+/* The owner writes its file (fresh, or a takeover that found none). */
+static void
+cl_write(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+	struct cluster_sub	*c = s->cluster;
+	char			*cause = NULL;
+	int			 rc;
+
+	for (;;) {
+		switch (cl_put_file(p, &cause)) {
+		case CL_LINKED:
+			cl_commit(p);
+			return;
+		case CL_FENCED:
+			c->owner = 0;
+			cl_step(p);
+			return;
+		case CL_FAILED:
+			cl_fail_storage(p, "writing the file", cause);
+			return;
+		case CL_TAKEN:
+			break;
+		}
+		if (!c->fresh) {
+			/* A file appeared since the takeover looked. */
+			cl_step(p);
+			return;
+		}
+		/*
+		 * Another FCoP writer took the name of a first call before
+		 * anything was promised: a fresh number under the same fence.
+		 */
+		if (++c->renumbered > CLUSTER_MAX_RENUMBER) {
+			cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+			    "every number tried was taken by another writer"));
+			return;
+		}
+		rc = pgstore_renumber(&cl_store, &c->key, c->row.epoch,
+		    c->row.token, &c->row, &cause);
+		if (rc < 0 && errno == ERANGE) {
+			cl_fail_exhausted(p);
+			return;
+		}
+		if (rc < 0) {
+			cl_fail_storage(p, "taking a new number", cause);
+			return;
+		}
+		if (rc == 0) {
+			c->owner = 0;
+			cl_step(p);
+			return;
+		}
+		log_warnx("%s was taken by another writer; submission %s "
+		    "moves to number %u", s->name, s->submission_id,
+		    c->row.entry.seq);
+		s->entry.date = c->row.entry.date;
+		s->entry.seq = c->row.entry.seq;
+		cl_set_name(s);
+	}
+}
+
+/* A takeover: sweep, look, and the SPEC's recovery rules. */
+static void
+cl_recover(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+	struct idemd		*d = cl_idemd(p);
+	struct taskfile_facts	 facts;
+	char			 path[IDEM_MAX_TASK_PATH_BYTES], *cause = NULL;
+	int			 found;
+
+	s->recovered = 1;
+	if (cl_sweep(p, NULL) != 0) {
+		cl_fail_storage(p, "removing earlier owners' temporaries",
+		    NULL);
+		return;
+	}
+	found = taskfile_find(d->root_fd, s->name, path, sizeof path);
+	if (found < 0) {
+		cl_fail_storage(p, "looking for the file", NULL);
+		return;
+	}
+	if (found == 0) {
+		if (s->entry.state == SUBTAB_TASK_CREATED) {
+			log_warnx("submission %s: %s was created but is nowhere "
+			    "in the workspace", s->submission_id, s->name);
+			cl_conflict(p, REASON_TASK_MISSING, "the submission's file "
+			    "was created but is gone");
+			return;
+		}
+		cl_write(p);
+		return;
+	}
+	if (taskfile_inspect(d->root_fd, path, &facts, &cause) != 0) {
+		cl_fail_storage(p, "reading the file", cause);
+		return;
+	}
+	if (!facts.has_client_submission_id || !facts.has_request_digest ||
+	    strcmp(facts.client_submission_id, s->submission_id) != 0 ||
+	    strcmp(facts.request_digest, s->digest_hex) != 0) {
+		log_warnx("submission %s: %s is not the file it reserved",
+		    s->submission_id, path);
+		cl_conflict(p, REASON_TARGET_MISMATCH, "the reserved path holds "
+		    "a file of another submission or writer");
+		return;
+	}
+	/* An earlier owner linked it, maybe without the directory fsync. */
+	if (taskfile_sync_path(d->root_fd, path) != 0) {
+		cl_fail_storage(p, "syncing the adopted file", NULL);
+		return;
+	}
+	memcpy(s->entry.file_digest, facts.file_digest, IDEM_SHA256_BYTES);
+	s->wrote_file = 0;
+	cl_commit(p);
+}
+
+/* The facts of a row this request does not own, for its answers. */
+static void
+cl_take_row(struct submission *s, const struct pgstore_row *row)
+{
+	s->entry.state = row->entry.state;
+	s->entry.schema = row->entry.schema;
+	memcpy(s->entry.request_digest, row->entry.request_digest,
+	    IDEM_SHA256_BYTES);
+	memcpy(s->entry.file_digest, row->entry.file_digest,
+	    IDEM_SHA256_BYTES);
+	s->entry.date = row->entry.date;
+	s->entry.seq = row->entry.seq;
+	s->entry.created_at_ms = row->entry.created_at_ms;
+	s->entry.reserved_at_ms = row->entry.reserved_at_ms;
+	s->entry.updated_at_ms = row->entry.updated_at_ms;
+	memcpy(s->entry.sender, row->entry.sender, sizeof s->entry.sender);
+	s->entry.sender_length = row->entry.sender_length;
+	memcpy(s->entry.recipient, row->entry.recipient,
+	    sizeof s->entry.recipient);
+	s->entry.recipient_length = row->entry.recipient_length;
+	cl_set_name(s);
+}
+
+/* Read, then answer, wait, reserve or take over. */
+static void
+cl_step(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+	struct cluster_sub	*c = s->cluster;
+	struct pgstore_row	 row;
+	uint8_t			 schema;
+	char			*cause = NULL;
+	int			 rc;
+
+	schema = s->schema != 0 ? s->schema : s->ops->schema;
+	memset(&row, 0, sizeof row);
+	rc = pgstore_read(&cl_store, &c->key, &row, &cause);
+	if (rc < 0) {
+		cl_fail_storage(p, "reading the submission", cause);
+		return;
+	}
+	if (rc == 1) {
+		cl_take_row(s, &row);
+		if (row.entry.schema != schema || memcmp(row.entry.request_digest,
+		    s->digest, IDEM_SHA256_BYTES) != 0) {
+			pgstore_row_clear(&row);
+			if (s->entry.schema != schema)
+				cl_conflict(p, REASON_SCHEMA_MISMATCH, "the "
+				    "submission id is bound to another digest "
+				    "schema");
+			else
+				cl_conflict(p, REASON_DIGEST_MISMATCH, "the "
+				    "submission id is bound to a request with "
+				    "another digest");
+			return;
+		}
+		if (row.entry.state == SUBTAB_COMMITTED) {
+			pgstore_row_clear(&row);
+			cl_answer(p, 0);
+			return;
+		}
+		/* Unfinished: a live owner is waited for. */
+		if (row.owner_alive && row.lease_ms_left > 0 &&
+		    !(c->owner && row.epoch == c->row.epoch)) {
+			pgstore_row_clear(&row);
+			cl_wait(p);
+			return;
+		}
+		rc = pgstore_takeover(&cl_store, &c->key, row.epoch, &c->row,
+		    &cause);
+		pgstore_row_clear(&row);
+		if (rc < 0) {
+			cl_fail_storage(p, "taking over", cause);
+			return;
+		}
+		if (rc == 0) {
+			cl_wait(p);	/* someone else moved it: read again */
+			return;
+		}
+		c->owner = 1;
+		c->fresh = 0;
+		log_info("submission %s: taken over at epoch %lld",
+		    s->submission_id, (long long)c->row.epoch);
+		cl_take_row(s, &c->row);
+		cl_recover(p);
+		return;
+	}
+	/* Nobody has it: reserve. */
+	rc = pgstore_reserve(&cl_store, &c->key, &s->entry, &c->row, &cause);
+	if (rc < 0 && errno == ERANGE) {
+		cl_fail_exhausted(p);
+		return;
+	}
+	if (rc < 0) {
+		cl_fail_storage(p, "reserving", cause);
+		return;
+	}
+	if (rc == 0) {
+		cl_step(p);	/* reserved elsewhere a moment ago */
+		return;
+	}
+	c->owner = 1;
+	c->fresh = 1;
+	cl_take_row(s, &c->row);
+	cl_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
+	cl_write(p);
+}
+
+/* No submission id: a new file under a fresh number every time. */
+static void
+cl_legacy(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+	char			 name[NAME_MAX + 1], *data, *cause = NULL;
+	size_t			 length;
+	int64_t			 now;
+	unsigned		 tries;
+
+	for (tries = 0; tries < CLUSTER_MAX_RENUMBER; tries++) {
+		if (pgstore_legacy_number(&cl_store, s->ops->kind,
+		    &s->entry.date, &s->entry.seq, &now, &cause) != 0) {
+			if (errno == ERANGE)
+				cl_fail_exhausted(p);
+			else
+				cl_fail_storage(p, "taking a number", cause);
+			return;
+		}
+		cl_set_name(s);
+		s->entry.created_at_ms = now;
+		if (s->ops->render(s, now, &data, &length) != 0) {
+			cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+			    "rendering %s: %s", s->name, strerror(errno)));
+			return;
+		}
+		digest_sha256(data, length, s->entry.file_digest);
+		snprintf(name, sizeof name, "%s.md", s->name);
+		if (taskfile_write_durable(cl_dir(p), name, data, length, 0,
+		    &cause) == 0) {
+			free(data);
+			s->wrote_file = 1;
+			s->entry.state = SUBTAB_COMMITTED;
+			cl_free(s);
+			s->ops->answer(p, 1);
+			return;
+		}
+		free(data);
+		if (errno != EEXIST) {
+			cl_fail_storage(p, "writing the file", cause);
+			return;
+		}
+		free(cause);
+		cause = NULL;
+	}
+	cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+	    "every number tried was taken by another writer"));
+}
+
+void
+cluster_submission_start(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+	struct idemd		*d = cl_idemd(p);
+	struct cluster_sub	*c;
+	struct subtab_entry	 known;
+	char			*cause = NULL, *nl;
+
+	if (cl_store_open(d, &cause) != 0) {
+		cl_fail_storage(p, "opening the PostgreSQL store", cause);
+		return;
+	}
+	s->entry.kind = s->ops->kind;
+	conn_peer(p->conn, &s->entry.peer_uid, &s->entry.peer_pid);
+	if ((c = calloc(1, sizeof *c)) == NULL) {
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		    "out of memory"));
+		return;
+	}
+	s->cluster = c;
+	if (s->submission_id == NULL) {
+		s->entry.schema = SUBTAB_SCHEMA_NONE;
+		cl_legacy(p);
+		return;
+	}
+	s->entry.schema = s->schema != 0 ? s->schema : s->ops->schema;
+	memcpy(s->entry.request_digest, s->digest, IDEM_SHA256_BYTES);
+	/* The cache: a committed receipt on this broker needs no round trip. */
+	if (subtab_lookup(&d->seg, s->key, s->key_length, &known, NULL) == 1 &&
+	    known.state == SUBTAB_COMMITTED) {
+		uint8_t	want = s->entry.schema;
+
+		s->entry = known;
+		cl_set_name(s);
+		if (known.schema != want || memcmp(known.request_digest,
+		    s->digest, IDEM_SHA256_BYTES) != 0) {
+			cl_conflict(p, known.schema != want ?
+			    REASON_SCHEMA_MISMATCH : REASON_DIGEST_MISMATCH, "the "
+			    "submission id is bound to another request");
+			return;
+		}
+		cl_answer(p, 0);
+		return;
+	}
+	/* A report's key is "<task_id>\n<id>": the task is the row's scope. */
+	c->key.kind = s->ops->kind;
+	c->key.id = s->submission_id;
+	if (s->ops->kind == SUBTAB_KIND_REPORT &&
+	    (nl = memchr(s->key, '\n', s->key_length)) != NULL)
+		snprintf(c->scope, sizeof c->scope, "%.*s",
+		    (int)(nl - s->key), s->key);
+	c->key.scope = c->scope;
+	c->deadline_ms = shm_now_ms() + d->inflight_wait_ms;
+	cl_step(p);
+}
+
+/* ---- get_submission and diagnose: the workspace's rows -------------- */
+
+static json_t *
+cl_row_json(struct idemd *d, const char *key, const struct pgstore_row *row,
+    char task_id[IDEM_MAX_TASK_ID_BYTES + 16],
+    char path[IDEM_MAX_TASK_PATH_BYTES])
+{
+	const struct subtab_entry *e = &row->entry;
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t			*s = json_object();
+
+	(void)d;
+	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, task_id,
+	    IDEM_MAX_TASK_ID_BYTES + 16);
+	taskfile_format_path(e->kind, task_id, path, IDEM_MAX_TASK_PATH_BYTES);
+	digest_to_hex(e->request_digest, hex);
+	json_object_set_new(s, "client_submission_id", json_string(key));
+	json_object_set_new(s, "state", json_string(subtab_state_name(
+	    e->state)));
+	json_object_set_new(s, "digest_schema", json_string(
+	    subtab_schema_name(e->schema)));
+	json_object_set_new(s, "request_digest", json_string(hex));
+	json_object_set_new(s, "task_id", json_string(task_id));
+	json_object_set_new(s, "task_path", json_string(path));
+	json_object_set_new(s, "reserved_at", reply_time(e->reserved_at_ms));
+	json_object_set_new(s, "updated_at", reply_time(e->updated_at_ms));
+	return s;
+}
+
+void
+cluster_get_submission(struct conn *c, json_t *id, const char *key)
+{
+	struct idemd		*d = conn_idemd(c);
+	struct pgstore_key	 k = { SUBTAB_KIND_TASK, "", key };
+	struct pgstore_row	 row;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES], *cause = NULL;
+	json_t			*reply, *s;
+	int			 rc;
+
+	if (cl_store_open(d, &cause) != 0 ||
+	    (rc = pgstore_read(&cl_store, &k, &row, &cause)) < 0) {
+		log_warnx("get_submission %s: %s", key, cause != NULL ? cause :
+		    strerror(errno));
+		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
+		    "%s", cause != NULL ? cause : strerror(errno)));
+		free(cause);
+		return;
+	}
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "found", json_boolean(rc == 1));
+	if (rc == 1) {
+		s = cl_row_json(d, key, &row, task_id, path);
+		if (row.entry.state != SUBTAB_RESERVED)
+			current_path_add(d, s, task_id, path);
+		if (row.entry.state == SUBTAB_COMMITTED)
+			json_object_set_new(s, "receipt", receipt_json(key,
+			    strlen(key), &row.entry));
+		json_object_set_new(reply, "submission", s);
+		pgstore_row_clear(&row);
+	}
+	conn_reply(c, reply);
+}
+
+struct cl_diagnose {
+	struct idemd	*d;
+	json_t		*entries;
+	int64_t		 now;
+	int64_t		 stale_after_ms;
+};
+
+/* One unfinished row, SPEC's facts and who holds it (doc/cluster.md). */
+static int
+cl_diagnose_row(const char *scope, const char *id,
+    const struct pgstore_row *row, void *arg)
+{
+	struct cl_diagnose	*dg = arg;
+	struct taskfile_facts	 facts;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 found_path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 hex[IDEM_DIGEST_HEX_SIZE], *cause = NULL;
+	int64_t			 age = dg->now - row->entry.updated_at_ms;
+	int			 found, inspected = 0;
+	json_t			*j;
+
+	j = cl_row_json(dg->d, id, row, task_id, path);
+	json_object_del(j, "digest_schema");
+	json_object_del(j, "reserved_at");
+	json_object_del(j, "updated_at");
+	if (row->entry.kind == SUBTAB_KIND_REPORT)
+		json_object_set_new(j, "for_task_id", json_string(scope));
+	found = taskfile_find(dg->d->root_fd, task_id, found_path,
+	    sizeof found_path);
+	if (found == 1) {
+		if (taskfile_inspect(dg->d->root_fd, found_path, &facts,
+		    &cause) == 0)
+			inspected = 1;
+		else {
+			log_warnx("diagnose: %s", cause);
+			free(cause);
+		}
+	}
+	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
+	json_object_set_new(j, "task_exists", found < 0 ? json_null() :
+	    json_boolean(found == 1));
+	digest_to_hex(row->entry.request_digest, hex);
+	json_object_set_new(j, "request_digest_matches", !inspected ?
+	    json_null() : json_boolean(facts.has_request_digest &&
+	    strcmp(facts.request_digest, hex) == 0));
+	json_object_set_new(j, "file_digest_matches",
+	    row->entry.state == SUBTAB_RESERVED ? json_null() :
+	    json_boolean(inspected && memcmp(facts.file_digest,
+	    row->entry.file_digest, IDEM_SHA256_BYTES) == 0));
+	json_object_set_new(j, "stalled", json_boolean(age >
+	    dg->stale_after_ms));
+	json_object_set_new(j, "epoch", json_integer(row->epoch));
+	json_object_set_new(j, "lease_owner", json_string(row->owner));
+	json_object_set_new(j, "lease_ms_left",
+	    json_integer(row->lease_ms_left));
+	json_object_set_new(j, "owner_alive", json_boolean(row->owner_alive));
+	json_array_append_new(dg->entries, j);
+	return 0;
+}
+
+void
+cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
+{
+	struct idemd		*d = conn_idemd(c);
+	struct cl_diagnose	 dg;
+	uint32_t		 counts[SUBTAB_STATE_COUNT];
+	char			*cause = NULL;
+	json_t			*reply, *j;
+
+	dg.d = d;
+	dg.entries = json_array();
+	dg.now = shm_now_ms();
+	dg.stale_after_ms = stale_after_ms;
+	if (cl_store_open(d, &cause) != 0 ||
+	    pgstore_unfinished(&cl_store, cl_diagnose_row, &dg, &cause) != 0 ||
+	    pgstore_counts(&cl_store, SUBTAB_KIND_TASK, counts, &cause) != 0) {
+		json_decref(dg.entries);
+		log_warnx("diagnose: %s", cause != NULL ? cause :
+		    strerror(errno));
+		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
+		    "%s", cause != NULL ? cause : strerror(errno)));
+		free(cause);
+		return;
+	}
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "entries", dg.entries);
+	j = json_object();
+	json_object_set_new(j, "reserved", json_integer(
+	    counts[SUBTAB_RESERVED]));
+	json_object_set_new(j, "task_created", json_integer(
+	    counts[SUBTAB_TASK_CREATED]));
+	json_object_set_new(j, "committed", json_integer(
+	    counts[SUBTAB_COMMITTED]));
+	json_object_set_new(reply, "counts", j);
+	conn_reply(c, reply);
+}

@@ -1,0 +1,768 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * pg.c: the PostgreSQL store's steps (doc/cluster.md, "Creation, step
+ * by step" and "Takeover"): read, reserve, grant, renumber, commit,
+ * take over, and the legacy numbers.  Each is one transaction; each
+ * change of an existing row is a compare-and-set on (epoch, token), so
+ * a broker that lost its lease changes nothing.  Times that decide
+ * between brokers (leases, the day of a number, created_at) are the
+ * server's clock_timestamp(), never the host's.
+ *
+ * It never retries a failed statement by itself: a failure is reported
+ * (the caller answers storage_unavailable) and the connection is
+ * re-established at the next call.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+#include <sodium.h>
+
+#include "digest.h"
+#include "pg.h"
+#include "store.h"
+
+/* The row's columns read into a pgstore_row, in row_fill's order. */
+#define ROW_COLUMNS \
+	"state, digest_schema, request_digest, date, seq, sender, " \
+	"recipient, created_at_ms, " \
+	"(extract(epoch from reserved_at) * 1000)::bigint, " \
+	"(extract(epoch from updated_at) * 1000)::bigint, " \
+	"file_digest, receipt, epoch, owner_token, owner_host, " \
+	"lease_granted, " \
+	"(extract(epoch from (lease_expires - clock_timestamp())) * 1000)" \
+	"::bigint, " \
+	"owner_pid = pg_backend_pid() OR EXISTS (SELECT 1 FROM " \
+	"pg_stat_activity a WHERE a.pid = owner_pid AND " \
+	"a.backend_start = owner_started)"
+#define ROW_COLUMN_COUNT	18
+
+#define KEY_WHERE \
+	"workspace_id = $1 AND kind = $2 AND scope = $3 AND " \
+	"client_submission_id = $4"
+
+/* This session's identity, for "is the owner's session gone?". */
+#define SESSION_STARTED \
+	"(SELECT backend_start FROM pg_stat_activity WHERE " \
+	"pid = pg_backend_pid())"
+
+static int
+pg_failed(struct pgstore *st, PGresult *res, const char *what, char **cause)
+{
+	PGconn		*conn = (PGconn *)st->conn;
+	const char	*msg = res != NULL ? PQresultErrorMessage(res) : "";
+
+	if ((msg == NULL || *msg == '\0') && conn != NULL)
+		msg = PQerrorMessage(conn);
+	if (msg == NULL || *msg == '\0')
+		msg = "no connection";
+	if (asprintf(cause, "PostgreSQL: %s: %s", what, msg) == -1)
+		*cause = NULL;
+	else
+		(*cause)[strcspn(*cause, "\n")] = '\0';
+	PQclear(res);
+	errno = EIO;
+	return -1;
+}
+
+struct pg_conn *
+pgstore_connect(const char *uri, char **cause)
+{
+	/*
+	 * A server that does not answer must not hold a worker for ever:
+	 * a connect timeout unless the URI sets its own (its parameters,
+	 * expanded after this one, win).
+	 */
+	static const char *const keywords[] = { "connect_timeout", "dbname",
+	    NULL };
+	const char	*values[] = { PGSTORE_CONNECT_TIMEOUT_S, uri, NULL };
+	PGconn		*conn;
+	PGresult	*res;
+
+	conn = PQconnectdbParams(keywords, values, 1);
+	if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
+		if (asprintf(cause, "PostgreSQL: connecting: %s",
+		    conn != NULL ? PQerrorMessage(conn) : "out of memory") ==
+		    -1)
+			*cause = NULL;
+		else
+			(*cause)[strcspn(*cause, "\n")] = '\0';
+		PQfinish(conn);
+		errno = EIO;
+		return NULL;
+	}
+	/*
+	 * A commit is durable when it returns, whatever the server's
+	 * default (and with synchronous standbys, on them too).
+	 */
+	res = PQexec(conn, "SET synchronous_commit = on");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		if (asprintf(cause, "PostgreSQL: SET synchronous_commit: %s",
+		    PQresultErrorMessage(res)) == -1)
+			*cause = NULL;
+		PQclear(res);
+		PQfinish(conn);
+		errno = EIO;
+		return NULL;
+	}
+	PQclear(res);
+	return (struct pg_conn *)conn;
+}
+
+void
+pgstore_disconnect(struct pg_conn *conn)
+{
+	PQfinish((PGconn *)conn);
+}
+
+/* A working connection, made again if it was lost. */
+static PGconn *
+pg_conn(struct pgstore *st, char **cause)
+{
+	if (st->conn != NULL && PQstatus((PGconn *)st->conn) == CONNECTION_OK)
+		return (PGconn *)st->conn;
+	PQfinish((PGconn *)st->conn);
+	st->conn = pgstore_connect(st->uri, cause);
+	return (PGconn *)st->conn;
+}
+
+int
+pgstore_open(struct pgstore *st, const char *uri, char **cause)
+{
+	int	version;
+
+	if ((st->uri = strdup(uri)) == NULL) {
+		*cause = strdup("out of memory");
+		return -1;
+	}
+	if (pg_conn(st, cause) == NULL)
+		return -1;
+	if (pgstore_schema_version(st->conn, &version, cause) != 0)
+		return -1;
+	if (version != PGSTORE_SCHEMA_VERSION) {
+		if (version == 0)
+			asprintf(cause, "the database has no idem schema: run "
+			    "idemctl store init --store URI");
+		else
+			asprintf(cause, "the database's idem schema is version "
+			    "%d, this idemd needs %d: run %s", version,
+			    PGSTORE_SCHEMA_VERSION, version <
+			    PGSTORE_SCHEMA_VERSION ? "idemctl store migrate "
+			    "--store URI" : "a newer idemd");
+		errno = EPROTO;
+		return -1;
+	}
+	return 0;
+}
+
+void
+pgstore_close(struct pgstore *st)
+{
+	PQfinish((PGconn *)st->conn);
+	st->conn = NULL;
+	free(st->uri);
+	st->uri = NULL;
+}
+
+void
+pgstore_row_clear(struct pgstore_row *row)
+{
+	free(row->receipt);
+	memset(row, 0, sizeof *row);
+}
+
+void
+pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1])
+{
+	uint8_t	raw[PGSTORE_TOKEN_BYTES / 2];
+
+	randombytes_buf(raw, sizeof raw);
+	sodium_bin2hex(out, PGSTORE_TOKEN_BYTES + 1, raw, sizeof raw);
+}
+
+int
+pgstore_host_id_valid(const char *s)
+{
+	size_t	n = strlen(s);
+
+	if (n == 0 || n > PGSTORE_MAX_HOST_ID_BYTES || strcmp(s, ".") == 0 ||
+	    strcmp(s, "..") == 0)
+		return 0;
+	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "0123456789._-") == n;
+}
+
+/* The key's four parameters, then up to eight more. */
+struct params {
+	const char	*v[16];
+	int		 n;
+	char		 kind[4];
+};
+
+static void
+params_key(struct params *p, const struct pgstore *st,
+    const struct pgstore_key *key)
+{
+	snprintf(p->kind, sizeof p->kind, "%d", (int)key->kind);
+	p->v[0] = st->workspace;
+	p->v[1] = p->kind;
+	p->v[2] = key->scope;
+	p->v[3] = key->id;
+	p->n = 4;
+}
+
+static PGresult *
+pg_exec(PGconn *conn, const char *sql, const struct params *p)
+{
+	return PQexecParams(conn, sql, p != NULL ? p->n : 0, NULL,
+	    p != NULL ? p->v : NULL, NULL, NULL, 0);
+}
+
+static int64_t
+value_i64(PGresult *res, int row, int column)
+{
+	return PQgetisnull(res, row, column) ? 0 :
+	    strtoll(PQgetvalue(res, row, column), NULL, 10);
+}
+
+/* Copy a role; 0, or -1 if it does not fit (a row idem did not write). */
+static int
+copy_role(char *out, size_t size, uint8_t *length, const char *in)
+{
+	size_t	n = strlen(in);
+
+	if (n > size)
+		return -1;
+	memcpy(out, in, n);
+	*length = (uint8_t)n;
+	return 0;
+}
+
+/* One row of ROW_COLUMNS starting at column first. */
+static int
+row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
+    struct pgstore_row *row, char **cause)
+{
+	struct subtab_entry	*e = &row->entry;
+
+	memset(row, 0, sizeof *row);
+	e->kind = (uint8_t)kind;
+	e->state = (uint8_t)value_i64(res, i, first + 0);
+	e->schema = (uint8_t)value_i64(res, i, first + 1);
+	if (digest_from_hex(PQgetvalue(res, i, first + 2),
+	    e->request_digest) != 0)
+		goto bad;
+	e->date = (uint32_t)value_i64(res, i, first + 3);
+	e->seq = (uint32_t)value_i64(res, i, first + 4);
+	if (copy_role(e->sender, sizeof e->sender, &e->sender_length,
+	    PQgetvalue(res, i, first + 5)) != 0 ||
+	    copy_role(e->recipient, sizeof e->recipient, &e->recipient_length,
+	    PQgetvalue(res, i, first + 6)) != 0)
+		goto bad;
+	e->created_at_ms = value_i64(res, i, first + 7);
+	e->reserved_at_ms = value_i64(res, i, first + 8);
+	e->updated_at_ms = value_i64(res, i, first + 9);
+	if (!PQgetisnull(res, i, first + 10) &&
+	    digest_from_hex(PQgetvalue(res, i, first + 10),
+	    e->file_digest) != 0)
+		goto bad;
+	if (!PQgetisnull(res, i, first + 11) &&
+	    (row->receipt = strdup(PQgetvalue(res, i, first + 11))) == NULL) {
+		*cause = strdup("out of memory");
+		errno = ENOMEM;
+		return -1;
+	}
+	row->epoch = value_i64(res, i, first + 12);
+	snprintf(row->token, sizeof row->token, "%s",
+	    PQgetvalue(res, i, first + 13));
+	snprintf(row->owner, sizeof row->owner, "%s",
+	    PQgetvalue(res, i, first + 14));
+	row->lease_granted = strcmp(PQgetvalue(res, i, first + 15), "t") == 0;
+	row->lease_ms_left = value_i64(res, i, first + 16);
+	row->owner_alive = strcmp(PQgetvalue(res, i, first + 17), "t") == 0;
+	return 0;
+bad:
+	free(row->receipt);
+	row->receipt = NULL;
+	asprintf(cause, "PostgreSQL: a row of idem_submission that idem did "
+	    "not write (bad digest or role)");
+	errno = EPROTO;
+	return -1;
+}
+
+int
+pgstore_read(struct pgstore *st, const struct pgstore_key *key,
+    struct pgstore_row *row, char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	int		 rc;
+
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	params_key(&p, st, key);
+	res = pg_exec(conn, "SELECT " ROW_COLUMNS " FROM idem_submission "
+	    "WHERE " KEY_WHERE, &p);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, "reading a submission", cause);
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		return 0;
+	}
+	rc = row_fill(res, 0, 0, key->kind, row, cause);
+	PQclear(res);
+	return rc == 0 ? 1 : -1;
+}
+
+static void
+pg_rollback(PGconn *conn)
+{
+	if (PQstatus(conn) == CONNECTION_OK)
+		PQclear(PQexec(conn, "ROLLBACK"));
+}
+
+static int
+pg_command(struct pgstore *st, PGconn *conn, const char *sql,
+    const struct params *p, const char *what, char **cause)
+{
+	PGresult	*res = pg_exec(conn, sql, p);
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK &&
+	    PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, what, cause);
+	PQclear(res);
+	return 0;
+}
+
+/*
+ * Inside a transaction: the server's time, and a number for its day from
+ * the counter, past the highest number on disk that day.  -1 with
+ * ERANGE when the day's numbers are used up.
+ */
+static int
+pg_number(struct pgstore *st, PGconn *conn, enum subtab_kind kind,
+    uint32_t *date, uint32_t *seq, int64_t *now_ms, char **cause)
+{
+	PGresult	*res;
+	struct params	 p;
+	char		 kind_s[4], date_s[16], low_s[16];
+	uint32_t	 disk = 0;
+
+	res = PQexec(conn, "SELECT (extract(epoch from clock_timestamp()) "
+	    "* 1000)::bigint");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		return pg_failed(st, res, "reading the server's clock", cause);
+	*now_ms = value_i64(res, 0, 0);
+	PQclear(res);
+	*date = taskfile_date_of(*now_ms);
+	if (st->scan != NULL && st->scan(kind, *date, &disk, st->scan_arg) !=
+	    0) {
+		asprintf(cause, "scanning the workspace for numbers in use: %s",
+		    strerror(errno));
+		return -1;
+	}
+	snprintf(kind_s, sizeof kind_s, "%d", (int)kind);
+	snprintf(date_s, sizeof date_s, "%" PRIu32, *date);
+	snprintf(low_s, sizeof low_s, "%" PRIu32, disk + 1);
+	p.v[0] = st->workspace;
+	p.v[1] = kind_s;
+	p.v[2] = date_s;
+	p.v[3] = low_s;
+	p.n = 4;
+	/* next_seq is the next free number; low the lowest one disk allows. */
+	res = pg_exec(conn, "INSERT INTO idem_counter AS c (workspace_id, "
+	    "kind, date, next_seq) VALUES ($1, $2, $3, $4::integer + 1) "
+	    "ON CONFLICT (workspace_id, kind, date) DO UPDATE SET next_seq = "
+	    "greatest(c.next_seq, $4::integer) + 1 RETURNING c.next_seq - 1",
+	    &p);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		return pg_failed(st, res, "taking a number", cause);
+	*seq = (uint32_t)value_i64(res, 0, 0);
+	PQclear(res);
+	if (*seq > st->max_seq) {
+		errno = ERANGE;
+		*cause = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static void
+name_of(const struct subtab_entry *e, char id[IDEM_MAX_TASK_ID_BYTES + 16],
+    char path[IDEM_MAX_TASK_PATH_BYTES])
+{
+	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, id,
+	    IDEM_MAX_TASK_ID_BYTES + 16);
+	taskfile_format_path(e->kind, id, path, IDEM_MAX_TASK_PATH_BYTES);
+}
+
+/* After a failed step inside a transaction: roll back, keep errno. */
+static int
+pg_abort(PGconn *conn)
+{
+	int	saved = errno;
+
+	pg_rollback(conn);
+	errno = saved;
+	return -1;
+}
+
+int
+pgstore_reserve(struct pgstore *st, const struct pgstore_key *key,
+    const struct subtab_entry *want, struct pgstore_row *row, char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	struct subtab_entry *e = &row->entry;
+	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char		 path[IDEM_MAX_TASK_PATH_BYTES];
+	char		 schema[4], digest[IDEM_DIGEST_HEX_SIZE], date[16];
+	char		 seq[16], created[24], sender[IDEM_MAX_ROLE_BYTES + 1];
+	char		 recipient[IDEM_MAX_RECIPIENT_BYTES + 1], lease[16];
+	int64_t		 now;
+
+	*cause = NULL;
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	memset(row, 0, sizeof *row);
+	*e = *want;
+	e->kind = (uint8_t)key->kind;
+	e->key_length = 0;
+	if (pg_command(st, conn, "BEGIN", NULL, "BEGIN", cause) != 0)
+		return -1;
+	if (pg_number(st, conn, key->kind, &e->date, &e->seq, &now,
+	    cause) != 0)
+		return pg_abort(conn);
+	e->state = SUBTAB_RESERVED;
+	e->created_at_ms = now;
+	e->reserved_at_ms = now;
+	e->updated_at_ms = now;
+	memset(e->file_digest, 0, sizeof e->file_digest);
+	name_of(e, id, path);
+	pgstore_new_token(row->token);
+	row->epoch = 1;
+	snprintf(row->owner, sizeof row->owner, "%s", st->host);
+	row->lease_ms_left = st->lease_ms;
+	row->owner_alive = 1;
+	params_key(&p, st, key);
+	snprintf(schema, sizeof schema, "%u", (unsigned)e->schema);
+	digest_to_hex(e->request_digest, digest);
+	snprintf(date, sizeof date, "%" PRIu32, e->date);
+	snprintf(seq, sizeof seq, "%" PRIu32, e->seq);
+	snprintf(created, sizeof created, "%" PRId64, now);
+	snprintf(sender, sizeof sender, "%.*s", (int)e->sender_length,
+	    e->sender);
+	snprintf(recipient, sizeof recipient, "%.*s",
+	    (int)e->recipient_length, e->recipient);
+	snprintf(lease, sizeof lease, "%d", st->lease_ms);
+	p.v[p.n++] = schema;		/* $5 */
+	p.v[p.n++] = digest;		/* $6 */
+	p.v[p.n++] = date;		/* $7 */
+	p.v[p.n++] = seq;		/* $8 */
+	p.v[p.n++] = id;		/* $9 */
+	p.v[p.n++] = path;		/* $10 */
+	p.v[p.n++] = sender;		/* $11 */
+	p.v[p.n++] = recipient;		/* $12 */
+	p.v[p.n++] = created;		/* $13 */
+	p.v[p.n++] = st->host;		/* $14 */
+	p.v[p.n++] = row->token;	/* $15 */
+	p.v[p.n++] = lease;		/* $16 */
+	/*
+	 * created_at is the clock reading the number's day came from, so
+	 * that the file, the receipt and the name agree on every host.
+	 */
+	res = pg_exec(conn, "INSERT INTO idem_submission (workspace_id, kind, "
+	    "scope, client_submission_id, digest_schema, request_digest, "
+	    "state, date, seq, task_id, task_path, sender, recipient, "
+	    "created_at_ms, reserved_at, updated_at, epoch, owner_host, "
+	    "owner_token, owner_pid, owner_started, lease_expires) VALUES "
+	    "($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $10, $11, $12, $13, "
+	    "to_timestamp($13::bigint / 1000.0), "
+	    "to_timestamp($13::bigint / 1000.0), 1, $14, $15, "
+	    "pg_backend_pid(), " SESSION_STARTED ", clock_timestamp() + "
+	    "$16::integer * interval '1 millisecond') "
+	    "ON CONFLICT (workspace_id, kind, scope, client_submission_id) "
+	    "DO NOTHING", &p);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return pg_failed(st, res, "reserving", cause), pg_abort(conn);
+	if (strcmp(PQcmdTuples(res), "1") != 0) {
+		/* Reserved by someone else a moment ago: the number goes back. */
+		PQclear(res);
+		pg_rollback(conn);
+		return 0;
+	}
+	PQclear(res);
+	if (pg_command(st, conn, "COMMIT", NULL, "committing a reservation",
+	    cause) != 0)
+		return -1;
+	return 1;
+}
+
+/* An UPDATE under the fence: 1 if it changed the row, 0 if fenced. */
+static int
+pg_fenced_update(struct pgstore *st, const char *sql, struct params *p,
+    const char *what, char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	int		 changed;
+
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	res = pg_exec(conn, sql, p);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return pg_failed(st, res, what, cause);
+	changed = strcmp(PQcmdTuples(res), "0") != 0;
+	PQclear(res);
+	return changed;
+}
+
+int
+pgstore_grant(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, char **cause)
+{
+	struct params	p;
+	char		epoch_s[24], lease[16];
+
+	*cause = NULL;
+	params_key(&p, st, key);
+	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
+	snprintf(lease, sizeof lease, "%d", st->lease_ms);
+	p.v[p.n++] = epoch_s;
+	p.v[p.n++] = token;
+	p.v[p.n++] = lease;
+	return pg_fenced_update(st, "UPDATE idem_submission SET "
+	    "lease_granted = true, lease_expires = clock_timestamp() + "
+	    "$7::integer * interval '1 millisecond', updated_at = "
+	    "clock_timestamp() WHERE " KEY_WHERE " AND epoch = $5 AND "
+	    "owner_token = $6 AND state < 3", &p, "granting a lease", cause);
+}
+
+int
+pgstore_commit(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, const uint8_t *file_digest,
+    const char *receipt, char **cause)
+{
+	struct params	p;
+	char		epoch_s[24], digest[IDEM_DIGEST_HEX_SIZE];
+
+	*cause = NULL;
+	params_key(&p, st, key);
+	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
+	digest_to_hex(file_digest, digest);
+	p.v[p.n++] = epoch_s;
+	p.v[p.n++] = token;
+	p.v[p.n++] = digest;
+	p.v[p.n++] = receipt;
+	return pg_fenced_update(st, "UPDATE idem_submission SET state = 3, "
+	    "file_digest = $7, receipt = $8, updated_at = clock_timestamp() "
+	    "WHERE " KEY_WHERE " AND epoch = $5 AND owner_token = $6 AND "
+	    "state < 3", &p, "committing", cause);
+}
+
+int
+pgstore_renumber(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, struct pgstore_row *row, char **cause)
+{
+	PGconn		*conn;
+	struct params	 p;
+	struct subtab_entry e = row->entry;
+	PGresult	*res;
+	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char		 path[IDEM_MAX_TASK_PATH_BYTES];
+	char		 epoch_s[24], date[16], seq[16];
+	int64_t		 now;
+	int		 changed;
+
+	*cause = NULL;
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	if (pg_command(st, conn, "BEGIN", NULL, "BEGIN", cause) != 0)
+		return -1;
+	if (pg_number(st, conn, key->kind, &e.date, &e.seq, &now, cause) != 0)
+		return pg_abort(conn);
+	/*
+	 * Today's number, as the local store does (seqalloc_next): the
+	 * name's day is the day the name was taken.
+	 */
+	name_of(&e, id, path);
+	params_key(&p, st, key);
+	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
+	snprintf(date, sizeof date, "%" PRIu32, e.date);
+	snprintf(seq, sizeof seq, "%" PRIu32, e.seq);
+	p.v[p.n++] = epoch_s;
+	p.v[p.n++] = token;
+	p.v[p.n++] = seq;
+	p.v[p.n++] = id;
+	p.v[p.n++] = path;
+	p.v[p.n++] = date;
+	res = pg_exec(conn, "UPDATE idem_submission SET seq = $7, task_id = "
+	    "$8, task_path = $9, date = $10, updated_at = clock_timestamp() WHERE "
+	    KEY_WHERE " AND epoch = $5 AND owner_token = $6 AND state < 3",
+	    &p);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return pg_failed(st, res, "renumbering", cause), pg_abort(conn);
+	changed = strcmp(PQcmdTuples(res), "0") != 0;
+	PQclear(res);
+	if (!changed) {
+		pg_rollback(conn);
+		return 0;
+	}
+	if (pg_command(st, conn, "COMMIT", NULL, "committing a new number",
+	    cause) != 0)
+		return -1;
+	row->entry.date = e.date;
+	row->entry.seq = e.seq;
+	return 1;
+}
+
+int
+pgstore_takeover(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, struct pgstore_row *row, char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	char		 epoch_s[24], token[PGSTORE_TOKEN_BYTES + 1], lease[16];
+	int		 rc;
+
+	*cause = NULL;
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	pgstore_new_token(token);
+	params_key(&p, st, key);
+	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
+	snprintf(lease, sizeof lease, "%d", st->lease_ms);
+	p.v[p.n++] = epoch_s;		/* $5 */
+	p.v[p.n++] = st->host;		/* $6 */
+	p.v[p.n++] = token;		/* $7 */
+	p.v[p.n++] = lease;		/* $8 */
+	/*
+	 * Allowed when the lease expired by the server's clock, when the
+	 * owner's session is gone, or when the owner is this very session
+	 * (a worker serves one step at a time: a row it owns is not in
+	 * flight, it was left by a request that failed).
+	 */
+	res = pg_exec(conn, "UPDATE idem_submission SET epoch = epoch + 1, "
+	    "owner_host = $6, owner_token = $7, owner_pid = pg_backend_pid(), "
+	    "owner_started = " SESSION_STARTED ", lease_expires = "
+	    "clock_timestamp() + $8::integer * interval '1 millisecond', "
+	    "lease_granted = false, updated_at = clock_timestamp() WHERE "
+	    KEY_WHERE " AND epoch = $5 AND state < 3 AND (lease_expires < "
+	    "clock_timestamp() OR owner_pid = pg_backend_pid() OR NOT EXISTS "
+	    "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = owner_pid AND "
+	    "a.backend_start = owner_started)) RETURNING " ROW_COLUMNS, &p);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, "taking over", cause);
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		return 0;
+	}
+	rc = row_fill(res, 0, 0, key->kind, row, cause);
+	PQclear(res);
+	return rc == 0 ? 1 : -1;
+}
+
+int
+pgstore_legacy_number(struct pgstore *st, enum subtab_kind kind,
+    uint32_t *date, uint32_t *seq, int64_t *now_ms, char **cause)
+{
+	PGconn		*conn;
+	struct params	 p;
+	char		 kind_s[4], date_s[16], seq_s[16];
+
+	*cause = NULL;
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	if (pg_command(st, conn, "BEGIN", NULL, "BEGIN", cause) != 0)
+		return -1;
+	if (pg_number(st, conn, kind, date, seq, now_ms, cause) != 0)
+		return pg_abort(conn);
+	snprintf(kind_s, sizeof kind_s, "%d", (int)kind);
+	snprintf(date_s, sizeof date_s, "%" PRIu32, *date);
+	snprintf(seq_s, sizeof seq_s, "%" PRIu32, *seq);
+	p.v[0] = st->workspace;
+	p.v[1] = kind_s;
+	p.v[2] = date_s;
+	p.v[3] = seq_s;
+	p.n = 4;
+	if (pg_command(st, conn, "INSERT INTO idem_legacy (workspace_id, kind, "
+	    "date, seq) VALUES ($1, $2, $3, $4)", &p, "recording a number",
+	    cause) != 0)
+		return pg_abort(conn);
+	return pg_command(st, conn, "COMMIT", NULL, "committing a number",
+	    cause);
+}
+
+int
+pgstore_unfinished(struct pgstore *st, int (*fn)(const char *scope,
+    const char *id, const struct pgstore_row *, void *), void *arg,
+    char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	struct pgstore_row row;
+	int		 i, rc = 0;
+
+	*cause = NULL;
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	p.v[0] = st->workspace;
+	p.n = 1;
+	res = pg_exec(conn, "SELECT kind, scope, client_submission_id, "
+	    ROW_COLUMNS " FROM idem_submission WHERE workspace_id = $1 AND "
+	    "state < 3 ORDER BY reserved_at", &p);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, "listing unfinished submissions",
+		    cause);
+	for (i = 0; i < PQntuples(res) && rc == 0; i++) {
+		if (row_fill(res, i, 3, (enum subtab_kind)value_i64(res, i, 0),
+		    &row, cause) != 0) {
+			rc = -1;
+			break;
+		}
+		rc = fn(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), &row,
+		    arg);
+		pgstore_row_clear(&row);
+	}
+	PQclear(res);
+	return rc;
+}
+
+int
+pgstore_counts(struct pgstore *st, enum subtab_kind kind,
+    uint32_t counts[SUBTAB_STATE_COUNT], char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	char		 kind_s[4];
+	int		 i, state;
+
+	*cause = NULL;
+	memset(counts, 0, sizeof counts[0] * SUBTAB_STATE_COUNT);
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	snprintf(kind_s, sizeof kind_s, "%d", (int)kind);
+	p.v[0] = st->workspace;
+	p.v[1] = kind_s;
+	p.n = 2;
+	res = pg_exec(conn, "SELECT state, count(*) FROM idem_submission "
+	    "WHERE workspace_id = $1 AND kind = $2 GROUP BY state", &p);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, "counting submissions", cause);
+	for (i = 0; i < PQntuples(res); i++) {
+		state = (int)value_i64(res, i, 0);
+		if (state >= 0 && state < SUBTAB_STATE_COUNT)
+			counts[state] = (uint32_t)value_i64(res, i, 1);
+	}
+	PQclear(res);
+	return 0;
+}

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * pg.h: the PostgreSQL store (idemd --store postgresql://...), the
+ * authoritative record of several brokers on one workspace: the schema
+ * and its migrations (pg_schema.c), the submissions, numbers and leases
+ * (pg.c).  The protocol, its durability points and its fencing are in
+ * doc/cluster.md; every function here is one step of it.
+ *
+ * Only built with configure --with-postgresql (HAVE_POSTGRESQL).
+ */
+#ifndef IDEM_PG_H
+#define IDEM_PG_H
+
+#include <stdint.h>
+
+#include "shm.h"
+
+/* The schema this build reads and writes (idem_schema_version). */
+#define PGSTORE_SCHEMA_VERSION		1
+/* --host-id: 1..64 bytes of [A-Za-z0-9._-]. */
+#define PGSTORE_MAX_HOST_ID_BYTES	64
+/* A workspace id: a lower-case UUID, 36 characters. */
+#define PGSTORE_WORKSPACE_ID_BYTES	36
+/* A fence token: 64 random bits as 16 lower-case hex digits. */
+#define PGSTORE_TOKEN_BYTES		16
+/* Seconds a connection attempt may take (the URI may say otherwise). */
+#define PGSTORE_CONNECT_TIMEOUT_S	"5"
+/* --lease-ms: default and bounds. */
+#define PGSTORE_DEFAULT_LEASE_MS	30000
+#define PGSTORE_MIN_LEASE_MS		100
+#define PGSTORE_MAX_LEASE_MS		86400000
+
+struct pg_conn;				/* libpq's PGconn, kept opaque here */
+
+struct pgstore {
+	struct pg_conn	*conn;
+	char		*uri;
+	char		 workspace[PGSTORE_WORKSPACE_ID_BYTES + 1];
+	char		 host[PGSTORE_MAX_HOST_ID_BYTES + 1];
+	int		 lease_ms;
+	uint32_t	 max_seq;	/* 10^digits - 1 */
+	/* The highest number used on disk that day (taskfile_scan_max_seq). */
+	int		(*scan)(enum subtab_kind, uint32_t date,
+			    uint32_t *max_seq, void *arg);
+	void		*scan_arg;
+};
+
+/* Which row: kind, scope ('' for a task, the task_id of a report). */
+struct pgstore_key {
+	enum subtab_kind	 kind;
+	const char		*scope;
+	const char		*id;
+};
+
+/* A row, as much of it as idemd needs. */
+struct pgstore_row {
+	/* The facts in the shape of the local table (key_length 0). */
+	struct subtab_entry	 entry;
+	int64_t			 epoch;
+	char			 token[PGSTORE_TOKEN_BYTES + 1];
+	char			 owner[PGSTORE_MAX_HOST_ID_BYTES + 1];
+	int			 lease_granted;
+	int64_t			 lease_ms_left;	/* server's clock; < 0: expired */
+	int			 owner_alive;	/* its session is connected */
+	char			*receipt;	/* committed: its bytes (malloc'd) */
+};
+void	pgstore_row_clear(struct pgstore_row *);
+
+/* ---- pg_schema.c ---------------------------------------------------- */
+
+/*
+ * The schema's version in the database: 0 if it has none (never
+ * initialised), else the version; -1 with *cause on an error.
+ */
+int	pgstore_schema_version(struct pg_conn *, int *version, char **cause);
+/*
+ * Bring the schema to PGSTORE_SCHEMA_VERSION in one transaction (from 0:
+ * create it).  *from and *to say what was done; a database newer than
+ * this build is refused.  Concurrent callers serialize on an advisory
+ * lock.
+ */
+int	pgstore_migrate(struct pg_conn *, int *from, int *to, char **cause);
+
+/* ---- pg.c ----------------------------------------------------------- */
+
+/* Connect (without touching the schema). */
+struct pg_conn *pgstore_connect(const char *uri, char **cause);
+void	pgstore_disconnect(struct pg_conn *);
+/*
+ * Connect and check the schema's version (a mismatch names the command
+ * to run).  st's workspace, host, lease_ms, max_seq and scan are the
+ * caller's to fill before.
+ */
+int	pgstore_open(struct pgstore *, const char *uri, char **cause);
+void	pgstore_close(struct pgstore *);
+
+/*
+ * Every call below returns -1 with *cause (malloc'd) when PostgreSQL
+ * cannot be reached or fails: the caller answers storage_unavailable;
+ * the next call reconnects.
+ */
+
+/* The row of key: 1 and row filled, 0 if none. */
+int	pgstore_read(struct pgstore *, const struct pgstore_key *,
+	    struct pgstore_row *, char **cause);
+/*
+ * Reserve: a number from the day's counter (the server's day, past the
+ * disk's highest) and the row, state reserved, epoch 1, a fresh token,
+ * the lease from now, in one transaction.  want gives the schema,
+ * request digest and roles.  1: reserved, row filled; 0: the row exists
+ * already (nothing changed); -1 with errno ERANGE: the day's numbers are
+ * used up (nothing changed).
+ */
+int	pgstore_reserve(struct pgstore *, const struct pgstore_key *,
+	    const struct subtab_entry *want, struct pgstore_row *,
+	    char **cause);
+/*
+ * The owner's temporary exists: grant its lease.  1: granted; 0: fenced
+ * (the epoch or token moved: a takeover), nothing changed.
+ */
+int	pgstore_grant(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, char **cause);
+/*
+ * The name was taken by another writer before anything was promised: a
+ * fresh number under the same fence (row's date and seq updated).  1, 0
+ * fenced, -1 (ERANGE: used up).
+ */
+int	pgstore_renumber(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, struct pgstore_row *,
+	    char **cause);
+/*
+ * Commit: state committed, the file's digest and the receipt's bytes,
+ * if (epoch, token) is still the row's and it is not committed.  1:
+ * committed; 0: fenced, nothing changed.
+ */
+int	pgstore_commit(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, const uint8_t *file_digest,
+	    const char *receipt, char **cause);
+/*
+ * Take over an unfinished row whose lease expired by the server's clock
+ * or whose owner's session is gone, if its epoch is still epoch: epoch
+ * + 1, a fresh token, this host's session, the lease from now, not
+ * granted.  1: taken, row filled with the new fence; 0: not allowed (the
+ * owner is alive and its lease runs, or someone moved the epoch).
+ */
+int	pgstore_takeover(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, struct pgstore_row *, char **cause);
+/* A legacy call's number (no row: the counter only). -1 ERANGE: used up. */
+int	pgstore_legacy_number(struct pgstore *, enum subtab_kind,
+	    uint32_t *date, uint32_t *seq, int64_t *now_ms, char **cause);
+/*
+ * Every unfinished row of the workspace, oldest first, to fn (its key's
+ * scope and id, and the row); fn returning non-zero stops.
+ */
+int	pgstore_unfinished(struct pgstore *, int (*fn)(const char *scope,
+	    const char *id, const struct pgstore_row *, void *), void *arg,
+	    char **cause);
+
+/* Rows of kind by state: counts[state] (SUBTAB_STATE_COUNT entries). */
+int	pgstore_counts(struct pgstore *, enum subtab_kind,
+	    uint32_t counts[SUBTAB_STATE_COUNT], char **cause);
+
+/* A fresh token: 64 random bits, hex. */
+void	pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1]);
+/* Is s a valid --host-id? */
+int	pgstore_host_id_valid(const char *s);
+
+#endif

@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * idemctl_store.c: idemctl store init|migrate, the PostgreSQL store's
+ * schema (doc/cluster.md).  init creates the schema (or says it is
+ * there) and, with --root, the workspace's id; migrate brings an older
+ * schema to this build's version.  Both are one transaction each and may
+ * run beside running brokers (they serialize on an advisory lock).
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "workspace_id.h"
+#ifdef HAVE_POSTGRESQL
+#include <libpq-fe.h>
+#include <jansson.h>
+
+#include "digest.h"
+#include "pg.h"
+#endif
+#include "idemctl_store.h"
+
+#define STORE_EXIT_OK		0
+#define STORE_EXIT_PROBLEM	1
+#define STORE_EXIT_USAGE	2
+#define STORE_EXIT_UNREACHABLE	3
+
+static const char store_help[] =
+"usage: idemctl store init --store URI [--root DIR]\n"
+"       idemctl store migrate --store URI\n"
+"       idemctl store verify --store URI --root DIR   (or idemctl verify\n"
+"                                   --store URI --root DIR)\n"
+"\n"
+"The PostgreSQL store of several brokers on one workspace (doc/cluster.md).\n"
+"init creates idem's tables in the database URI names (postgresql://...;\n"
+"else $IDEM_STORE), or says they are there already; with --root it also\n"
+"gives the workspace DIR its id (DIR/.idem/workspace-id) and prints it.\n"
+"migrate brings tables of an older idem to this version.  Both are one\n"
+"transaction, safe beside running brokers.  verify reads the workspace's\n"
+"rows and files, read-only, and reports: a committed task without its file\n"
+"or with other bytes, a number used twice (rows or disk), a task in two\n"
+"places, a temporary that no live owner holds.\n"
+"\n"
+"Exit status: 0 ok, 1 refused (a newer schema), 2 usage, 3 the database\n"
+"cannot be reached.\n";
+
+static int
+store_usage(const char *why)
+{
+	fprintf(stderr, "idemctl store: %s (see idemctl store --help)\n", why);
+	return STORE_EXIT_USAGE;
+}
+
+#ifdef HAVE_POSTGRESQL
+/* DIR/.idem/workspace-id, made if missing; 0 or -1 (said). */
+static int
+store_workspace(const char *root)
+{
+	char	 id[WORKSPACE_ID_BYTES + 1], *cause = NULL, state[4096];
+	int	 fd, rc;
+
+	if ((fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1) {
+		fprintf(stderr, "idemctl store: %s: %s\n", root,
+		    strerror(errno));
+		return -1;
+	}
+	snprintf(state, sizeof state, "%s/%s", root, IDEM_STATE_DIR);
+	if (nofollow_mkdir(fd, IDEM_STATE_DIR, 0755) != 0 && errno != EEXIST) {
+		fprintf(stderr, "idemctl store: %s: %s\n", state,
+		    strerror(errno));
+		close(fd);
+		return -1;
+	}
+	rc = workspace_id_get(fd, 1, id, &cause);
+	close(fd);
+	if (rc != 1) {
+		fprintf(stderr, "idemctl store: %s: %s\n", root,
+		    cause != NULL ? cause : strerror(errno));
+		free(cause);
+		return -1;
+	}
+	printf("workspace %s: %s\n", root, id);
+	return 0;
+}
+#endif
+
+#ifdef HAVE_POSTGRESQL
+/* ---- verify: rows against files, read-only ---------------------------- */
+
+struct sverify {
+	const char	*root;
+	json_t		*where;		/* file name -> its first path */
+	json_t		*numbers;	/* "kind date seq" -> file name */
+	json_t		*temps;		/* temporary name -> its directory */
+	unsigned	 files;
+	unsigned	 problems;
+};
+
+static void
+sv_problem(struct sverify *v, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+sv_problem(struct sverify *v, const char *fmt, ...)
+{
+	va_list	ap;
+
+	v->problems++;
+	fputs("problem: ", stdout);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	fputc('\n', stdout);
+}
+
+/* Every TASK/REPORT file and temporary below dir (relative to root). */
+static void
+sv_walk(struct sverify *v, const char *rel, int depth)
+{
+	char		 path[PATH_MAX + NAME_MAX + 2], child[PATH_MAX];
+	char		 key[64];
+	struct dirent	*de;
+	struct stat	 st;
+	enum subtab_kind kind;
+	uint32_t	 date, seq;
+	json_t		*at;
+	DIR		*d;
+
+	snprintf(path, sizeof path, "%s/%s", v->root, rel);
+	if ((d = opendir(path)) == NULL)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
+			continue;
+		snprintf(child, sizeof child, "%s/%s", rel, de->d_name);
+		snprintf(path, sizeof path, "%s/%s", v->root, child);
+		if (lstat(path, &st) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			if (depth > 0)
+				sv_walk(v, child, depth - 1);
+			continue;
+		}
+		if (!S_ISREG(st.st_mode))
+			continue;
+		if (de->d_name[0] == '.' && strstr(de->d_name, ".md.tmp.") !=
+		    NULL) {
+			json_object_set_new(v->temps, de->d_name,
+			    json_string(rel));
+			continue;
+		}
+		if (strlen(de->d_name) < 4 || strcmp(de->d_name +
+		    strlen(de->d_name) - 3, ".md") != 0 ||
+		    taskfile_parse_name(de->d_name, &kind, &date, &seq) != 1)
+			continue;
+		v->files++;
+		if ((at = json_object_get(v->where, de->d_name)) != NULL) {
+			sv_problem(v, "%s is in two places: %s and %s",
+			    de->d_name, json_string_value(at), child);
+			continue;
+		}
+		json_object_set_new(v->where, de->d_name, json_string(child));
+		snprintf(key, sizeof key, "%d %u %u", (int)kind, date, seq);
+		if ((at = json_object_get(v->numbers, key)) != NULL)
+			sv_problem(v, "number %u of %u used twice on disk: %s "
+			    "and %s", seq, date, json_string_value(at),
+			    de->d_name);
+		else
+			json_object_set_new(v->numbers, key,
+			    json_string(de->d_name));
+	}
+	closedir(d);
+}
+
+/* The SHA-256 of root/rel as hex; 0, or -1 if it cannot be read. */
+static int
+sv_digest(const char *root, const char *rel, char hex[IDEM_DIGEST_HEX_SIZE])
+{
+	char		 path[PATH_MAX], *data;
+	uint8_t		 digest[IDEM_SHA256_BYTES];
+	struct stat	 st;
+	FILE		*fp;
+	size_t		 n;
+
+	snprintf(path, sizeof path, "%s/%s", root, rel);
+	if ((fp = fopen(path, "rb")) == NULL)
+		return -1;
+	if (fstat(fileno(fp), &st) != 0 || (data = malloc((size_t)st.st_size +
+	    1)) == NULL) {
+		fclose(fp);
+		return -1;
+	}
+	n = fread(data, 1, (size_t)st.st_size, fp);
+	fclose(fp);
+	digest_sha256(data, n, digest);
+	free(data);
+	digest_to_hex(digest, hex);
+	return 0;
+}
+
+static int
+store_verify_rows(struct pg_conn *pconn, const char *root)
+{
+	PGconn		*conn = (PGconn *)pconn;
+	PGresult	*res;
+	struct sverify	 v;
+	char		 workspace[WORKSPACE_ID_BYTES + 1], *cause = NULL;
+	char		 name[2 * NAME_MAX], hex[IDEM_DIGEST_HEX_SIZE];
+	const char	*params[1], *key, *task_id, *state, *temp_key;
+	json_t		*live, *at, *value;
+	int		 fd, i, rc, rows;
+
+	memset(&v, 0, sizeof v);
+	v.root = root;
+	if ((fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1 ||
+	    (rc = workspace_id_get(fd, 0, workspace, &cause)) != 1) {
+		fprintf(stderr, "idemctl store verify: %s: %s\n", root,
+		    cause != NULL ? cause : fd == -1 ? strerror(errno) :
+		    "no .idem/workspace-id: not a workspace of the store");
+		free(cause);
+		if (fd != -1)
+			close(fd);
+		return STORE_EXIT_UNREACHABLE;
+	}
+	close(fd);
+	v.where = json_object();
+	v.numbers = json_object();
+	v.temps = json_object();
+	live = json_object();
+	sv_walk(&v, "_lifecycle", 4);
+	sv_walk(&v, "history", 3);
+	sv_walk(&v, IDEM_REPORTS_DIR, 0);
+	params[0] = workspace;
+	res = PQexecParams(conn, "SELECT kind, client_submission_id, state, "
+	    "task_id, file_digest, epoch, owner_token FROM idem_submission "
+	    "WHERE workspace_id = $1", 1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "idemctl store verify: %s",
+		    PQresultErrorMessage(res));
+		PQclear(res);
+		json_decref(v.where);
+		json_decref(v.numbers);
+		json_decref(v.temps);
+		json_decref(live);
+		return STORE_EXIT_UNREACHABLE;
+	}
+	rows = PQntuples(res);
+	for (i = 0; i < rows; i++) {
+		key = PQgetvalue(res, i, 1);
+		state = PQgetvalue(res, i, 2);
+		task_id = PQgetvalue(res, i, 3);
+		snprintf(name, sizeof name, "%s.md", task_id);
+		at = json_object_get(v.where, name);
+		if (atoi(state) == SUBTAB_RESERVED) {
+			/* Its owner's temporary is not stray. */
+			snprintf(name, sizeof name, ".%s.md.tmp.%s-%s", task_id,
+			    PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
+			json_object_set_new(live, name, json_true());
+			continue;
+		}
+		if (at == NULL) {
+			sv_problem(&v, "%s (%s) is %s "
+			    "but %s.md is nowhere in the workspace", key,
+			    task_id, atoi(state) == SUBTAB_COMMITTED ?
+			    "committed" : "task_created", task_id);
+			continue;
+		}
+		if (!PQgetisnull(res, i, 4) && sv_digest(root,
+		    json_string_value(at), hex) == 0 &&
+		    strcmp(hex, PQgetvalue(res, i, 4)) != 0)
+			printf("warning: %s: its bytes changed since idem "
+			    "wrote it (an FCoP tool may edit a moved task)\n",
+			    json_string_value(at));
+	}
+	PQclear(res);
+	res = PQexecParams(conn, "SELECT kind, date, seq, count(*) FROM "
+	    "idem_submission WHERE workspace_id = $1 GROUP BY kind, date, seq "
+	    "HAVING count(*) > 1", 1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		for (i = 0; i < PQntuples(res); i++)
+			sv_problem(&v, "number %s of %s used by %s rows",
+			    PQgetvalue(res, i, 2), PQgetvalue(res, i, 1),
+			    PQgetvalue(res, i, 3));
+	PQclear(res);
+	json_object_foreach(v.temps, temp_key, value) {
+		if (json_object_get(live, temp_key) == NULL)
+			sv_problem(&v, "%s/%s: a temporary no live owner holds "
+			    "(the next takeover of its task removes it)",
+			    json_string_value(value), temp_key);
+	}
+	printf("verify: %d rows, %u files, %u problems\n", rows, v.files,
+	    v.problems);
+	json_decref(v.where);
+	json_decref(v.numbers);
+	json_decref(v.temps);
+	json_decref(live);
+	return v.problems > 0 ? STORE_EXIT_PROBLEM : STORE_EXIT_OK;
+}
+#endif
+
+int
+idemctl_store(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "store", required_argument, NULL, 's' },
+		{ "root", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	const char	*uri = getenv("IDEM_STORE"), *root = NULL, *what;
+	int		 ch;
+
+	if (argc < 2)
+		return store_usage("which store command?");
+	what = argv[1];
+	if (strcmp(what, "--help") == 0 || strcmp(what, "-h") == 0) {
+		fputs(store_help, stdout);
+		return STORE_EXIT_OK;
+	}
+	if (strcmp(what, "init") != 0 && strcmp(what, "migrate") != 0 &&
+	    strcmp(what, "verify") != 0)
+		return store_usage("unknown store command");
+	optind = 0;
+	opterr = 0;
+	while ((ch = getopt_long(argc - 1, argv + 1, ":h", options, NULL)) !=
+	    -1) {
+		switch (ch) {
+		case 's':
+			uri = optarg;
+			break;
+		case 'r':
+			root = optarg;
+			break;
+		case 'h':
+			fputs(store_help, stdout);
+			return STORE_EXIT_OK;
+		default:
+			return store_usage("unknown option or missing value");
+		}
+	}
+	if (optind != argc - 1)
+		return store_usage("unexpected argument");
+	if (uri == NULL || strncmp(uri, "postgresql://", 13) != 0)
+		return store_usage("--store postgresql://... is required");
+	if (root != NULL && strcmp(what, "migrate") == 0)
+		return store_usage("--root is for init and verify");
+	if (root == NULL && strcmp(what, "verify") == 0)
+		return store_usage("verify needs --root DIR");
+#ifndef HAVE_POSTGRESQL
+	fprintf(stderr, "idemctl store: this idemctl was built without "
+	    "PostgreSQL: configure --with-postgresql (Debian: libpq-dev)\n");
+	return STORE_EXIT_USAGE;
+#else
+	{
+		struct pg_conn	*conn;
+		char		*cause = NULL;
+		int		 from, to;
+
+		if ((conn = pgstore_connect(uri, &cause)) == NULL) {
+			fprintf(stderr, "idemctl store: %s\n",
+			    cause != NULL ? cause : "cannot connect");
+			free(cause);
+			return STORE_EXIT_UNREACHABLE;
+		}
+		if (strcmp(what, "verify") == 0) {
+			int	status = store_verify_rows(conn, root);
+
+			pgstore_disconnect(conn);
+			return status;
+		}
+		if (pgstore_migrate(conn, &from, &to, &cause) != 0) {
+			int	newer = errno == EPROTO;
+
+			fprintf(stderr, "idemctl store %s: %s\n", what,
+			    cause != NULL ? cause : strerror(errno));
+			free(cause);
+			pgstore_disconnect(conn);
+			return newer ? STORE_EXIT_PROBLEM :
+			    STORE_EXIT_UNREACHABLE;
+		}
+		pgstore_disconnect(conn);
+		if (from == to)
+			printf("schema: version %d, already current\n", to);
+		else if (from == 0)
+			printf("schema: created, version %d\n", to);
+		else
+			printf("schema: migrated from version %d to %d\n", from,
+			    to);
+		if (root != NULL && store_workspace(root) != 0)
+			return STORE_EXIT_PROBLEM;
+		return STORE_EXIT_OK;
+	}
+#endif
+}
+
+int
+idemctl_store_verify(int argc, char **argv)
+{
+	char	**args;
+	int	  i, status;
+
+	/* The same as idemctl store verify ARGS. */
+	if ((args = calloc((size_t)argc + 2, sizeof *args)) == NULL)
+		return STORE_EXIT_UNREACHABLE;
+	args[0] = "store";
+	for (i = 0; i < argc; i++)
+		args[i + 1] = argv[i];
+	status = idemctl_store(argc + 1, args);
+	free(args);
+	return status;
+}

@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: ISC */
+/* idemctl_store.h: idemctl store (idemctl_store.c). */
+#ifndef IDEMCTL_STORE_H
+#define IDEMCTL_STORE_H
+
+/* argv[0] is "store"; returns idemctl's exit status. */
+int	idemctl_store(int argc, char **argv);
+/* idemctl verify --store URI --root DIR: argv[0] is "verify". */
+int	idemctl_store_verify(int argc, char **argv);
+
+#endif

@@ -1,0 +1,1313 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_cluster: three brokers on one workspace through a real PostgreSQL
+ * (doc/cluster.md; tests/cluster/pgserver.c starts a private server).
+ *
+ * - 24 clients spread over the brokers, 300 ids each sent by 8 clients,
+ *   one send in ten with other content: exactly 300 created, every
+ *   reply for an id byte-identical, 300 files, no number twice, no file
+ *   for a conflict;
+ * - each crash point on broker A, then the retry on broker B while A's
+ *   lease still runs (its session is gone): the SPEC's outcome, the
+ *   number A reserved, one file;
+ * - a broker paused (SIGSTOP) just before it links, its lease taken over
+ *   by a retry on another broker while an FCoP mover moves the file, then
+ *   resumed: it never answers created, one file across the stages.
+ */
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "idem.h"
+#include "harness.h"
+#include "pgserver.h"
+#include "shm.h"
+#include "store.h"
+
+#ifndef HAVE_POSTGRESQL
+int
+main(void)
+{
+	return pgserver_skip_status("idem was built without PostgreSQL "
+	    "(configure --with-postgresql; Debian: libpq-dev)");
+}
+#else
+
+static struct pgserver	server;
+
+#define BROKERS		3
+#define CLIENTS		24
+#define IDS		300
+#define SENDS_PER_ID	8
+
+struct node {
+	struct broker	b;
+	char		host[16];
+};
+
+/* The schema once, a fresh database per test: tables emptied. */
+static void
+store_reset(void)
+{
+	char	*out;
+
+	out = pgserver_psql(&server, "DELETE FROM idem_submission; "
+	    "DELETE FROM idem_counter; DELETE FROM idem_legacy");
+	assert_non_null(out);
+	free(out);
+}
+
+static void
+node_init(struct node *n, const char *root, const char *host)
+{
+	memset(n, 0, sizeof *n);
+	snprintf(n->host, sizeof n->host, "%s", host);
+	snprintf(n->b.root, sizeof n->b.root, "%s", root);
+	snprintf(n->b.socket, sizeof n->b.socket, "%s/.idem/hosts/%s/idemd.sock",
+	    root, host);
+	snprintf(n->b.log, sizeof n->b.log, "%s.%s.log", root, host);
+}
+
+/* Every node started and not yet killed: killed at the end, whatever. */
+#define MAX_NODES	8
+static struct node	*live_nodes[MAX_NODES];
+
+/* digits: --sequence-digits (NULL: FCoP's 3). */
+static int
+node_start_digits(struct node *n, const char *lease_ms, const char *workers,
+    const char *digits, const char *const *env)
+{
+	const char *const args[] = { "--store", server.uri, "--host-id",
+	    n->host, "--lease-ms", lease_ms, "--workers", workers,
+	    "--inflight-wait-ms", "60000", "--sequence-digits",
+	    digits != NULL ? digits : "3", NULL };
+	int	i;
+
+	for (i = 0; i < MAX_NODES; i++) {
+		if (live_nodes[i] == NULL || live_nodes[i] == n) {
+			live_nodes[i] = n;
+			break;
+		}
+	}
+	return harness_start(&n->b, args, env);
+}
+
+static int
+node_start(struct node *n, const char *lease_ms, const char *workers,
+    const char *const *env)
+{
+	return node_start_digits(n, lease_ms, workers, NULL, env);
+}
+
+/*
+ * After its master is gone: wait for its workers (they hold the host's
+ * lock until they die) and remove its segment (harness_wait_dead knows
+ * only a single broker's names).
+ */
+static void
+node_reap(struct node *n)
+{
+	char	path[512], name[64], *real;
+	int	fd;
+
+	snprintf(path, sizeof path, "%s/.idem/hosts/%s/idemd.lock", n->b.root,
+	    n->host);
+	if ((fd = open(path, O_RDWR | O_CLOEXEC)) != -1) {
+		while (flock(fd, LOCK_EX) == -1 && errno == EINTR)
+			;
+		close(fd);
+	}
+	if ((real = realpath(n->b.root, NULL)) == NULL)
+		return;
+	snprintf(path, sizeof path, "%s/.idem/hosts/%s", real, n->host);
+	free(real);
+	shm_name_for_root(path, name);
+	(void)shm_unlink(name);
+}
+
+static void
+node_kill(struct node *n)
+{
+	int	i;
+
+	if (n->b.pid != 0) {
+		kill(n->b.pid, SIGCONT);
+		harness_kill(&n->b);
+	}
+	node_reap(n);
+	for (i = 0; i < MAX_NODES; i++)
+		if (live_nodes[i] == n)
+			live_nodes[i] = NULL;
+}
+
+/* Each test gets its own watchdog: a hang fails it instead of make check. */
+static int
+arm_watchdog(void **state)
+{
+	(void)state;
+	harness_watchdog(400);
+	return 0;
+}
+
+/* A failed test leaves its nodes running: kill them and their segments. */
+static int
+kill_live_nodes(void **state)
+{
+	int	i;
+
+	(void)state;
+	for (i = 0; i < MAX_NODES; i++)
+		if (live_nodes[i] != NULL)
+			node_kill(live_nodes[i]);
+	return 0;
+}
+
+static void
+rm_root(const char *root)
+{
+	char	cmd[600];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'.*.log", root, root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", root);
+}
+
+static void
+fresh_root(char root[256])
+{
+	const char	*tmp = getenv("TMPDIR");
+
+	snprintf(root, 256, "%s/idem-cluster-XXXXXX", tmp != NULL ? tmp :
+	    "/tmp");
+	assert_non_null(mkdtemp(root));
+}
+
+/* TASK-*.md files under _lifecycle/ and history trees, and their names. */
+static int
+count_files(const char *dir, int depth, json_t *names)
+{
+	DIR		*d;
+	struct dirent	*de;
+	char		 path[PATH_MAX];
+	struct stat	 st;
+	int		 n = 0;
+
+	if ((d = opendir(dir)) == NULL)
+		return 0;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if (lstat(path, &st) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode) && depth > 0)
+			n += count_files(path, depth - 1, names);
+		else if (S_ISREG(st.st_mode) &&
+		    strncmp(de->d_name, "TASK-", 5) == 0) {
+			n++;
+			if (names != NULL)
+				json_array_append_new(names,
+				    json_string(de->d_name));
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+static int
+tasks_on_disk(const char *root, json_t *names)
+{
+	char	path[PATH_MAX];
+
+	snprintf(path, sizeof path, "%s/_lifecycle", root);
+	return count_files(path, 4, names);
+}
+
+/* Temporaries (".TASK-...tmp...") left in the inbox. */
+static int
+temporaries(const char *root)
+{
+	char		 path[PATH_MAX];
+	DIR		*d;
+	struct dirent	*de;
+	int		 n = 0;
+
+	snprintf(path, sizeof path, "%s/_lifecycle/inbox", root);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while ((de = readdir(d)) != NULL)
+		n += strstr(de->d_name, ".tmp.") != NULL;
+	closedir(d);
+	return n;
+}
+
+/* A request that retries while the answer is retryable (in_progress...). */
+static json_t *
+call_until_final(struct broker *b, json_t *request)
+{
+	json_t	*reply = NULL, *error;
+	int	 i;
+
+	for (i = 0; i < 50; i++) {
+		json_decref(reply);
+		reply = harness_call_once(b, json_deep_copy(request));
+		if (reply == NULL)
+			break;
+		error = json_object_get(reply, "error");
+		if (!json_is_true(json_object_get(reply, "ok")) &&
+		    json_is_true(json_object_get(error, "retryable")) &&
+		    json_object_get(reply, "disposition") == NULL)
+			continue;
+		break;
+	}
+	json_decref(request);
+	return reply;
+}
+
+/* ---- convergence ---------------------------------------------------- */
+
+struct converge {
+	struct node	*nodes;
+	/* Per id and sender j: the disposition and, if ok, the receipt. */
+	char		*receipt[IDS][SENDS_PER_ID];
+	char		 disposition[IDS][SENDS_PER_ID][16];
+	int		 other[IDS][SENDS_PER_ID];
+	char		 request_digest[IDS][SENDS_PER_ID][65];
+	int		 failures;
+};
+
+struct client {
+	struct converge	*cv;
+	int		 index;
+};
+
+static void *
+client_run(void *arg)
+{
+	struct client		*cl = arg;
+	struct converge		*cv = cl->cv;
+	struct broker		*b = &cv->nodes[cl->index % BROKERS].b;
+	struct idem_conn	*c;
+	int			 j = cl->index / BROKERS, k, try;
+	char			 id[32], subject[64];
+	json_t			*request, *reply, *receipt, *error;
+
+	if ((c = harness_connect(b)) == NULL) {
+		cv->failures++;
+		return NULL;
+	}
+	for (k = 0; k < IDS; k++) {
+		/* Client (block j, broker i) sends k iff (k + j) % 3 == i. */
+		if ((k + j) % BROKERS != cl->index % BROKERS)
+			continue;
+		cv->other[k][j] = (k * SENDS_PER_ID + j) % 10 == 0;
+		snprintf(id, sizeof id, "conv-%03d", k);
+		snprintf(subject, sizeof subject, "%s %d", cv->other[k][j] ?
+		    "Other content" : "Converge", k);
+		for (try = 0; try < 100; try++) {
+			request = harness_write_task(id, subject);
+			reply = harness_call(c, request);
+			if (reply == NULL)
+				break;
+			error = json_object_get(reply, "error");
+			if (json_is_true(json_object_get(reply, "ok")) ||
+			    json_object_get(reply, "disposition") != NULL ||
+			    !json_is_true(json_object_get(error, "retryable")))
+				break;
+			json_decref(reply);
+		}
+		if (reply == NULL) {
+			cv->failures++;
+			continue;
+		}
+		snprintf(cv->disposition[k][j], sizeof cv->disposition[k][j],
+		    "%s", json_is_string(json_object_get(reply,
+		    "disposition")) ? json_string_value(json_object_get(reply,
+		    "disposition")) : "error");
+		receipt = json_object_get(reply, "receipt");
+		if (receipt != NULL)
+			cv->receipt[k][j] = json_dumps(receipt, JSON_COMPACT);
+		else if (strcmp(cv->disposition[k][j], "conflict") != 0)
+			fprintf(stderr, "conv-%03d: %s\n", k,
+			    json_dumps(reply, JSON_COMPACT));
+		json_decref(reply);
+	}
+	idem_close(c);
+	return NULL;
+}
+
+static void
+three_brokers_converge(void **state)
+{
+	static struct converge	 cv;
+	static struct node	 nodes[BROKERS];
+	struct client		 clients[CLIENTS];
+	pthread_t		 threads[CLIENTS];
+	char			 root[256], host[8], *winner;
+	json_t			*names, *seen, *r;
+	int			 i, k, j, created, files;
+	size_t			 x;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "h%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start(&nodes[i], "30000", "2", NULL), 0);
+	}
+	memset(&cv, 0, sizeof cv);
+	cv.nodes = nodes;
+	for (i = 0; i < CLIENTS; i++) {
+		clients[i].cv = &cv;
+		clients[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL, client_run,
+		    &clients[i]), 0);
+	}
+	for (i = 0; i < CLIENTS; i++)
+		pthread_join(threads[i], NULL);
+	assert_int_equal(cv.failures, 0);
+	created = 0;
+	for (k = 0; k < IDS; k++) {
+		winner = NULL;
+		for (j = 0; j < SENDS_PER_ID; j++) {
+			if (cv.disposition[k][j][0] == '\0')
+				fail_msg("conv-%03d sender %d got no answer",
+				    k, j);
+			if (strcmp(cv.disposition[k][j], "created") == 0)
+				created++;
+			if (cv.receipt[k][j] == NULL) {
+				if (strcmp(cv.disposition[k][j], "conflict") !=
+				    0)
+					fail_msg("conv-%03d: %s", k,
+					    cv.disposition[k][j]);
+				continue;
+			}
+			if (winner == NULL)
+				winner = cv.receipt[k][j];
+			else if (strcmp(winner, cv.receipt[k][j]) != 0)
+				fail_msg("conv-%03d: two receipts:\n%s\n%s", k,
+				    winner, cv.receipt[k][j]);
+		}
+		assert_non_null(winner);
+		/* A conflict came from the other content, never the same. */
+		for (j = 0; j < SENDS_PER_ID; j++) {
+			if (strcmp(cv.disposition[k][j], "conflict") != 0)
+				continue;
+			for (i = 0; i < SENDS_PER_ID; i++)
+				if (cv.receipt[k][i] != NULL &&
+				    cv.other[k][i] == cv.other[k][j])
+					fail_msg("conv-%03d: a conflict for "
+					    "the winner's content", k);
+		}
+	}
+	assert_int_equal(created, IDS);
+	/* 300 files, 300 distinct numbers, the receipts' names. */
+	names = json_array();
+	files = tasks_on_disk(root, names);
+	assert_int_equal(files, IDS);
+	seen = json_object();
+	json_array_foreach(names, x, r) {
+		char	num[16];
+
+		/* TASK-YYYYMMDD-NNN-...: the number is its third field. */
+		snprintf(num, sizeof num, "%.12s", json_string_value(r) + 5);
+		assert_null(json_object_get(seen, num));
+		json_object_set_new(seen, num, json_true());
+	}
+	json_decref(seen);
+	json_decref(names);
+	assert_int_equal(temporaries(root), 0);
+	for (k = 0; k < IDS; k++)
+		for (j = 0; j < SENDS_PER_ID; j++)
+			free(cv.receipt[k][j]);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
+/* ---- a crash on A, the retry on B ----------------------------------- */
+
+static void
+crash_on_one_broker_retry_on_another(void **state)
+{
+	static const struct {
+		const char	*point;
+		const char	*disposition;
+		int		 recovered;
+	} cases[] = {
+		{ "after_reserve_durable", "created", 1 },
+		{ "after_task_file_written", "created", 1 },
+		{ "after_task_file_linked", "reused", 1 },
+		{ "after_commit_durable", "reused", 0 },
+	};
+	static struct node	 a, b;
+	char		 root[256], env[64], id[64], q[256], *out;
+	size_t		 i;
+	json_t		*reply;
+
+	(void)state;
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+	store_reset();
+	fresh_root(root);
+	node_init(&b, root, "b");
+	/* A long lease: B may take over only because A's session is gone. */
+	assert_int_equal(node_start(&b, "60000", "1", NULL), 0);
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const char *const crash_env[] = { env, NULL };
+
+		snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", cases[i].point);
+		snprintf(id, sizeof id, "crash-%s", cases[i].point);
+		node_init(&a, root, "a");
+		assert_int_equal(node_start(&a, "60000", "1", crash_env), 0);
+		reply = harness_call_once(&a.b, harness_write_task(id,
+		    "Crash me"));
+		assert_null(reply);	/* A died before answering */
+		harness_wait_dead(&a.b);
+		node_reap(&a);
+		/* The number A reserved. */
+		snprintf(q, sizeof q, "SELECT task_id FROM idem_submission "
+		    "WHERE client_submission_id = '%s'", id);
+		assert_non_null(out = pgserver_psql(&server, q));
+		out[strcspn(out, "\n")] = '\0';
+		assert_true(strncmp(out, "TASK-", 5) == 0);
+		reply = call_until_final(&b.b, harness_write_task(id,
+		    "Crash me"));
+		assert_non_null(reply);
+		if (strcmp(harness_str(reply, "disposition"),
+		    cases[i].disposition) != 0)
+			fail_msg("%s: %s", cases[i].point,
+			    json_dumps(reply, JSON_COMPACT));
+		if (cases[i].recovered)
+			harness_assert_bool(reply, "recovered", 1);
+		else
+			assert_null(json_object_get(reply, "recovered"));
+		assert_string_equal(harness_receipt_str(reply, "task_id"), out);
+		free(out);
+		json_decref(reply);
+		assert_int_equal(tasks_on_disk(root, NULL), (int)i + 1);
+		assert_int_equal(temporaries(root), 0);
+		/* And again on B: reused, the same receipt. */
+		reply = harness_call_once(&b.b, harness_write_task(id,
+		    "Crash me"));
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "reused");
+		json_decref(reply);
+	}
+	node_kill(&b);
+	rm_root(root);
+}
+
+
+/* ---- a paused owner ------------------------------------------------- */
+
+/* The process's state letter in /proc (R, S, T, Z...); '?' if gone. */
+static char
+proc_state(pid_t pid)
+{
+	char	path[64], line[512], *p;
+	FILE	*fp;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if ((fp = fopen(path, "r")) == NULL)
+		return '?';
+	p = fgets(line, sizeof line, fp);
+	fclose(fp);
+	if (p == NULL || (p = strrchr(line, ')')) == NULL)
+		return '?';
+	return p[2];
+}
+
+/*
+ * Poll until cond (SQL giving t) holds, or the process is stopped; each
+ * at most 30 s.  A stop and a lease cannot be awaited as events.
+ */
+static int
+await_sql(const char *cond)
+{
+	struct timespec	ts = { 0, 20 * 1000 * 1000 };
+	char		*out;
+	int		 i, ok = 0;
+
+	for (i = 0; i < 1500 && !ok; i++) {
+		if ((out = pgserver_psql(&server, cond)) == NULL)
+			return 0;
+		ok = strncmp(out, "t", 1) == 0;
+		free(out);
+		if (!ok)
+			nanosleep(&ts, NULL);
+	}
+	return ok;
+}
+
+static int
+await_stopped(pid_t pid)
+{
+	struct timespec	ts = { 0, 10 * 1000 * 1000 };
+	int		i;
+
+	for (i = 0; i < 3000; i++) {
+		if (proc_state(pid) == 'T')
+			return 1;
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static void
+paused_owner_never_answers_created(void **state)
+{
+	const char *const pause_env[] = {
+	    "IDEM_CRASH_PAUSE_AT=before_task_file_link", NULL };
+	static struct node	 a, b;
+	char		 root[256], from[PATH_MAX], to[PATH_MAX], *line;
+	char		*winner, *late;
+	pid_t		 worker;
+	int		 fd;
+	json_t		*reply, *request;
+
+	(void)state;
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+	store_reset();
+	fresh_root(root);
+	node_init(&a, root, "a");
+	node_init(&b, root, "b");
+	assert_int_equal(node_start(&a, "1000", "1", pause_env), 0);
+	assert_int_equal(node_start(&b, "1000", "1", NULL), 0);
+	assert_int_equal(harness_workers(&a.b, &worker, 1), 1);
+	/* A reserves, writes its temporary, is granted, and stops. */
+	assert_true((fd = harness_raw_connect(&a.b)) >= 0);
+	request = harness_write_task("paused-1", "Pause me");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	assert_true(await_stopped(worker));
+	assert_int_equal(temporaries(root), 1);
+	/* Its lease runs out by the server's clock while it sleeps. */
+	assert_true(await_sql("SELECT lease_granted AND lease_expires < "
+	    "clock_timestamp() FROM idem_submission WHERE "
+	    "client_submission_id = 'paused-1'"));
+	/* Any broker's diagnose shows who holds it, from PostgreSQL. */
+	reply = harness_call_once(&b.b, json_pack("{s:s}", "op", "diagnose"));
+	assert_non_null(reply);
+	{
+		json_t	*entry = json_array_get(json_object_get(reply,
+		    "entries"), 0);
+
+		assert_int_equal(json_array_size(json_object_get(reply,
+		    "entries")), 1);
+		assert_string_equal(harness_str(entry, "client_submission_id"),
+		    "paused-1");
+		assert_string_equal(harness_str(entry, "state"), "reserved");
+		assert_string_equal(harness_str(entry, "lease_owner"), "a");
+		harness_assert_bool(entry, "owner_alive", 1);
+		harness_assert_bool(entry, "task_exists", 0);
+		assert_int_equal(json_integer_value(json_object_get(entry,
+		    "epoch")), 1);
+		assert_true(json_integer_value(json_object_get(entry,
+		    "lease_ms_left")) < 0);
+	}
+	json_decref(reply);
+	reply = harness_call_once(&b.b, json_pack("{s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", "paused-1"));
+	harness_assert_bool(reply, "found", 1);
+	assert_string_equal(harness_str(json_object_get(reply, "submission"),
+	    "state"), "reserved");
+	json_decref(reply);
+	/* The retry on B takes over: A's temporary goes, B writes. */
+	reply = call_until_final(&b.b, harness_write_task("paused-1",
+	    "Pause me"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "recovered", 1);
+	winner = harness_receipt_text(reply);
+	assert_int_equal(temporaries(root), 0);
+	/* An FCoP mover claims the task: inbox -> active. */
+	snprintf(from, sizeof from, "%s/%s", root,
+	    harness_receipt_str(reply, "task_path"));
+	snprintf(to, sizeof to, "%s/_lifecycle/active/%s.md", root,
+	    harness_receipt_str(reply, "task_id"));
+	assert_int_equal(rename(from, to), 0);
+	json_decref(reply);
+	/* A resumes: its link fails, it answers B's receipt, never created. */
+	assert_int_equal(kill(worker, SIGCONT), 0);
+	line = harness_raw_read_line(fd);
+	assert_non_null(line);
+	assert_non_null(reply = json_loads(line, 0, NULL));
+	free(line);
+	close(fd);
+	if (strcmp(harness_str(reply, "disposition"), "reused") != 0)
+		fail_msg("the paused owner answered %s",
+		    json_dumps(reply, JSON_COMPACT));
+	late = harness_receipt_text(reply);
+	assert_string_equal(late, winner);
+	/* It says where the task is now. */
+	assert_non_null(strstr(harness_str(reply, "current_path"),
+	    "_lifecycle/active/"));
+	json_decref(reply);
+	/* One file across the stages, no temporary. */
+	assert_int_equal(tasks_on_disk(root, NULL), 1);
+	assert_int_equal(temporaries(root), 0);
+	free(winner);
+	free(late);
+	node_kill(&a);
+	node_kill(&b);
+	rm_root(root);
+}
+
+/* ---- PostgreSQL goes away mid-load ---------------------------------- */
+
+#define OUTAGE_COMMITTED	40
+#define OUTAGE_CLIENTS		4
+
+struct outage {
+	struct node	*nodes;
+	volatile int	 phase;		/* 0 before, 1 down, 2 back */
+	volatile int	 stop;
+	int		 bad;		/* an answer the outage forbids */
+	int		 unavailable;	/* storage_unavailable while down */
+	int		 reused_down;	/* cached reused while down */
+	json_t		*acked;		/* id -> receipt, created or reused */
+	json_t		*sent;		/* every id asked for */
+	pthread_mutex_t	 lock;
+};
+
+struct outage_client {
+	struct outage	*o;
+	int		 index;
+};
+
+static void *
+outage_client_run(void *arg)
+{
+	struct outage_client	*oc = arg;
+	struct outage		*o = oc->o;
+	struct broker		*b = &o->nodes[oc->index % BROKERS].b;
+	char			 id[48];
+	json_t			*reply;
+	const char		*disp, *code;
+	int			 n = 0, phase;
+
+	struct timespec		 pace = { 0, 50 * 1000 * 1000 };
+
+	while (!o->stop) {
+		/*
+		 * A steady load, not a flood: every new id refused during
+		 * the outage is created one by one afterwards.
+		 */
+		nanosleep(&pace, NULL);
+		/* Every other request a committed id, else a new one. */
+		if (n % 2 == 0)
+			snprintf(id, sizeof id, "before-%d",
+			    (n / 2 + oc->index) % OUTAGE_COMMITTED);
+		else
+			snprintf(id, sizeof id, "during-%d-%d", oc->index, n);
+		n++;
+		phase = o->phase;
+		pthread_mutex_lock(&o->lock);
+		json_object_set_new(o->sent, id, json_true());
+		pthread_mutex_unlock(&o->lock);
+		reply = harness_call_once(b, harness_write_task(id,
+		    "Outage"));
+		if (reply == NULL) {
+			pthread_mutex_lock(&o->lock);
+			o->bad++;
+			pthread_mutex_unlock(&o->lock);
+			continue;
+		}
+		disp = json_string_value(json_object_get(reply,
+		    "disposition"));
+		code = json_string_value(json_object_get(json_object_get(reply,
+		    "error"), "code"));
+		pthread_mutex_lock(&o->lock);
+		if (disp != NULL && strcmp(disp, "conflict") != 0) {
+			json_object_set_new(o->acked, id,
+			    json_string(harness_receipt_text(reply)));
+			if (phase == 1 && o->phase == 1) {
+				if (strcmp(disp, "reused") != 0 ||
+				    strncmp(id, "before-", 7) != 0)
+					o->bad++;
+				else
+					o->reused_down++;
+			}
+		} else if (code != NULL &&
+		    strcmp(code, "storage_unavailable") == 0) {
+			if (phase == 1 && o->phase == 1)
+				o->unavailable++;
+		} else
+			o->bad++;
+		pthread_mutex_unlock(&o->lock);
+		json_decref(reply);
+	}
+	return NULL;
+}
+
+static void
+outage_answers_unavailable_or_cached(void **state)
+{
+	static struct outage	 o;
+	static struct node	 nodes[BROKERS];
+	struct outage_client	 clients[OUTAGE_CLIENTS];
+	pthread_t		 threads[OUTAGE_CLIENTS];
+	struct timespec		 down = { 3, 0 }, warm = { 0, 300000000 };
+	char			 root[256], host[8], id[48], *text;
+	const char		*key;
+	json_t			*reply, *value;
+	int			 i, k;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "o%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start_digits(&nodes[i], "30000", "2",
+		    "6", NULL), 0);
+	}
+	memset(&o, 0, sizeof o);
+	o.nodes = nodes;
+	o.acked = json_object();
+	o.sent = json_object();
+	pthread_mutex_init(&o.lock, NULL);
+	/* Committed before, and in every broker's cache (both workers). */
+	for (k = 0; k < OUTAGE_COMMITTED; k++) {
+		snprintf(id, sizeof id, "before-%d", k);
+		for (i = 0; i < BROKERS; i++) {
+			reply = harness_call_once(&nodes[i].b,
+			    harness_write_task(id, "Outage"));
+			assert_non_null(reply);
+			assert_true(json_is_true(json_object_get(reply, "ok")));
+			json_decref(reply);
+		}
+	}
+	for (i = 0; i < OUTAGE_CLIENTS; i++) {
+		clients[i].o = &o;
+		clients[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL,
+		    outage_client_run, &clients[i]), 0);
+	}
+	nanosleep(&warm, NULL);		/* load before the fault */
+	assert_int_equal(pgserver_stop(&server, 0), 0);
+	o.phase = 1;			/* from here, nothing can commit */
+	nanosleep(&down, NULL);		/* the outage's length */
+	o.phase = 2;
+	assert_int_equal(pgserver_restart(&server), 0);
+	nanosleep(&warm, NULL);		/* load after it */
+	o.stop = 1;
+	for (i = 0; i < OUTAGE_CLIENTS; i++)
+		pthread_join(threads[i], NULL);
+	assert_int_equal(o.bad, 0);
+	assert_true(o.unavailable > 0);
+	assert_true(o.reused_down > 0);
+	/*
+	 * Every acknowledged creation is there with the same receipt, and
+	 * every id refused meanwhile completes now: one file per id.
+	 */
+	json_object_foreach(o.sent, key, value) {
+		reply = call_until_final(&nodes[0].b, harness_write_task(key,
+		    "Outage"));
+		assert_non_null(reply);
+		if (!json_is_true(json_object_get(reply, "ok")))
+			fail_msg("%s after the outage: %s", key,
+			    json_dumps(reply, JSON_COMPACT));
+		if ((value = json_object_get(o.acked, key)) != NULL) {
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "reused");
+			text = harness_receipt_text(reply);
+			assert_string_equal(text, json_string_value(value));
+			free(text);
+		}
+		json_decref(reply);
+	}
+	assert_int_equal(tasks_on_disk(root, NULL),
+	    (int)json_object_size(o.sent));
+	assert_int_equal(temporaries(root), 0);
+	json_decref(o.sent);
+	json_decref(o.acked);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
+/* ---- kill -9 of a broker under load --------------------------------- */
+
+#define CHURN_CLIENTS	6
+#define CHURN_KILLS	5
+
+struct churn {
+	struct node	*nodes;
+	volatile int	 stop;
+	int		 bad;
+	json_t		*acked;		/* id -> the first receipt acknowledged */
+	pthread_mutex_t	 lock;
+};
+
+struct churn_client {
+	struct churn	*ch;
+	int		 index;
+};
+
+static void *
+churn_client_run(void *arg)
+{
+	struct churn_client	*cc = arg;
+	struct churn		*ch = cc->ch;
+	struct timespec		 pace = { 0, 10 * 1000 * 1000 };
+	char			 id[48], *text;
+	const char		*disp;
+	json_t			*reply, *old;
+	int			 n, at = cc->index, tries;
+
+	for (n = 0; !ch->stop; n++) {
+		snprintf(id, sizeof id, "churn-%d-%d", cc->index, n);
+		/* Until a final answer, moving to the next broker. */
+		for (tries = 0; tries < 2000; tries++) {
+			reply = harness_call_once(&ch->nodes[at % BROKERS].b,
+			    harness_write_task(id, "Churn"));
+			disp = reply != NULL ? json_string_value(
+			    json_object_get(reply, "disposition")) : NULL;
+			if (disp != NULL)
+				break;
+			json_decref(reply);
+			at++;
+			nanosleep(&pace, NULL);
+		}
+		if (disp == NULL || strcmp(disp, "conflict") == 0) {
+			pthread_mutex_lock(&ch->lock);
+			ch->bad++;
+			pthread_mutex_unlock(&ch->lock);
+			json_decref(reply);
+			break;
+		}
+		text = harness_receipt_text(reply);
+		json_decref(reply);
+		pthread_mutex_lock(&ch->lock);
+		if ((old = json_object_get(ch->acked, id)) != NULL &&
+		    strcmp(json_string_value(old), text) != 0)
+			ch->bad++;
+		else
+			json_object_set_new(ch->acked, id, json_string(text));
+		pthread_mutex_unlock(&ch->lock);
+		free(text);
+		nanosleep(&pace, NULL);
+	}
+	return NULL;
+}
+
+static void
+kill_9_loop_loses_nothing(void **state)
+{
+	static struct churn	 ch;
+	static struct node	 nodes[BROKERS];
+	struct churn_client	 clients[CHURN_CLIENTS];
+	pthread_t		 threads[CHURN_CLIENTS];
+	struct timespec		 period = { 2, 0 };
+	char			 root[256], host[8], *text;
+	const char		*key;
+	json_t			*reply, *value;
+	int			 i, k;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "k%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start_digits(&nodes[i], "30000", "2",
+		    "6", NULL), 0);
+	}
+	memset(&ch, 0, sizeof ch);
+	ch.nodes = nodes;
+	ch.acked = json_object();
+	pthread_mutex_init(&ch.lock, NULL);
+	for (i = 0; i < CHURN_CLIENTS; i++) {
+		clients[i].ch = &ch;
+		clients[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL,
+		    churn_client_run, &clients[i]), 0);
+	}
+	for (k = 0; k < CHURN_KILLS; k++) {
+		nanosleep(&period, NULL);	/* the load between kills */
+		node_kill(&nodes[k % BROKERS]);
+		assert_int_equal(node_start_digits(&nodes[k % BROKERS],
+		    "30000", "2", "6", NULL), 0);
+	}
+	nanosleep(&period, NULL);
+	ch.stop = 1;
+	for (i = 0; i < CHURN_CLIENTS; i++)
+		pthread_join(threads[i], NULL);
+	assert_int_equal(ch.bad, 0);
+	assert_true(json_object_size(ch.acked) > 0);
+	/* Every acknowledged receipt, from every broker, byte for byte. */
+	json_object_foreach(ch.acked, key, value) {
+		for (i = 0; i < BROKERS; i++) {
+			reply = call_until_final(&nodes[i].b,
+			    harness_write_task(key, "Churn"));
+			assert_non_null(reply);
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "reused");
+			text = harness_receipt_text(reply);
+			assert_string_equal(text, json_string_value(value));
+			free(text);
+			json_decref(reply);
+		}
+	}
+	assert_int_equal(tasks_on_disk(root, NULL),
+	    (int)json_object_size(ch.acked));
+	assert_int_equal(temporaries(root), 0);
+	json_decref(ch.acked);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
+/* ---- a foreign FCoP writer on the same day -------------------------- */
+
+/* FCoP's way: the highest number in the inbox + 1, claimed with O_EXCL. */
+static int
+foreign_write(const char *root, char today[9])
+{
+	char		 dir[PATH_MAX], path[PATH_MAX + 64], prefix[32];
+	DIR		*d;
+	struct dirent	*de;
+	int		 max = 0, n, fd;
+
+	snprintf(dir, sizeof dir, "%s/_lifecycle/inbox", root);
+	snprintf(prefix, sizeof prefix, "TASK-%s-", today);
+	assert_non_null(d = opendir(dir));
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+		    (n = atoi(de->d_name + strlen(prefix))) > max)
+			max = n;
+	}
+	closedir(d);
+	snprintf(path, sizeof path, "%s/%s%03d-QA-to-DEV.md", dir, prefix,
+	    max + 1);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	if (fd == -1)
+		return -1;
+	dprintf(fd, "---\nprotocol: fcop\nversion: 1\nsender: QA\n"
+	    "recipient: DEV\n---\nA foreign task.\n");
+	close(fd);
+	return max + 1;
+}
+
+static void
+foreign_writer_numbers_never_twice(void **state)
+{
+	static struct node	 nodes[BROKERS];
+	char			 root[256], host[8], today[9], id[32];
+	char			 number[16];
+	json_t			*names, *seen, *r, *reply;
+	int			 i, round, k, foreign;
+	size_t			 x;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	for (i = 0; i < BROKERS; i++) {
+		snprintf(host, sizeof host, "f%d", i);
+		node_init(&nodes[i], root, host);
+		assert_int_equal(node_start(&nodes[i], "30000", "1", NULL), 0);
+	}
+	harness_today(today);
+	for (round = 0; round < 5; round++) {
+		/* The foreign writer takes the next number it sees. */
+		assert_true((foreign = foreign_write(root, today)) > 0);
+		for (k = 0; k < 6; k++) {
+			snprintf(id, sizeof id, "foreign-%d-%d", round, k);
+			reply = harness_call_once(&nodes[k % BROKERS].b,
+			    harness_write_task(id, "Beside a foreign writer"));
+			assert_non_null(reply);
+			assert_string_equal(harness_str(reply, "disposition"),
+			    "created");
+			/* Past the foreign number, on every broker. */
+			assert_true(atoi(harness_receipt_str(reply, "task_id") +
+			    14) > foreign);
+			json_decref(reply);
+		}
+	}
+	harness_today(number);
+	if (strcmp(number, today) != 0)
+		harness_skip("the UTC date changed during the test");
+	names = json_array();
+	assert_int_equal(tasks_on_disk(root, names), 5 + 5 * 6);
+	seen = json_object();
+	json_array_foreach(names, x, r) {
+		const char *name = json_string_value(r);
+
+		snprintf(number, sizeof number, "%.3s", name + 14);
+		/* FCoP's reader takes every file idem wrote (name, front matter). */
+		if (strstr(name, "-PM-to-") != NULL) {
+			struct taskfile_facts	 facts;
+			char			 rel[PATH_MAX], *cause = NULL;
+			const char		*problem;
+			int			 rootfd;
+
+			snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", name);
+			assert_true((rootfd = open(root, O_RDONLY |
+			    O_DIRECTORY)) >= 0);
+			assert_int_equal(taskfile_inspect(rootfd, rel, &facts,
+			    &cause), 0);
+			close(rootfd);
+			if ((problem = taskfile_fcop_problem(name, 3, &facts)) !=
+			    NULL)
+				fail_msg("%s: %s", name, problem);
+		}
+		if (json_object_get(seen, number) != NULL)
+			fail_msg("number %s twice: %s", number, name);
+		json_object_set_new(seen, number, json_true());
+	}
+	json_decref(seen);
+	json_decref(names);
+	for (i = 0; i < BROKERS; i++)
+		node_kill(&nodes[i]);
+	rm_root(root);
+}
+
+/* ---- what a cluster broker serves, and what it refuses -------------- */
+
+static void
+cluster_options_and_ops(void **state)
+{
+	static struct node	 a;
+	char			 root[256];
+	const char *const	 no_host[] = { "--store", server.uri, NULL };
+	const char *const	 bad_host[] = { "--store", server.uri,
+	    "--host-id", "../x", NULL };
+	const char *const	 local_host[] = { "--host-id", "a", NULL };
+	json_t			*reply, *ops, *v;
+	size_t			 i;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	node_init(&a, root, "a");
+	/* Refusals at start-up, each naming what is wrong. */
+	assert_int_equal(harness_start(&a.b, no_host, NULL), -1);
+	assert_int_equal(harness_start(&a.b, bad_host, NULL), -1);
+	assert_int_equal(harness_start(&a.b, local_host, NULL), -1);
+	{
+		char	 cmd[600];
+
+		snprintf(cmd, sizeof cmd, "grep -q 'needs --host-id' '%s' && "
+		    "grep -q -- '--host-id: 1 to 64' '%s' && "
+		    "grep -q -- '--host-id is for --store' '%s'", a.b.log,
+		    a.b.log, a.b.log);
+		assert_int_equal(system(cmd), 0);
+	}
+	assert_int_equal(node_start(&a, "30000", "1", NULL), 0);
+	/* Its files: the workspace id, its own state directory. */
+	assert_int_equal(access(a.b.socket, F_OK), 0);
+	{
+		char	path[512];
+
+		snprintf(path, sizeof path, "%s/.idem/workspace-id", root);
+		assert_int_equal(access(path, F_OK), 0);
+		snprintf(path, sizeof path, "%s/.idem/idemd.sock", root);
+		assert_int_equal(access(path, F_OK), -1);
+	}
+	/* hello lists what it serves: the effects are not served yet. */
+	reply = harness_call_once(&a.b, json_pack("{s:s}", "op", "hello"));
+	ops = json_object_get(reply, "ops");
+	assert_true(json_array_size(ops) > 0);
+	json_array_foreach(ops, i, v)
+		assert_null(strstr(json_string_value(v), "effect"));
+	json_decref(reply);
+	reply = harness_call_once(&a.b, json_pack("{s:s,s:s,s:s,s:{}}", "op",
+	    "effect_begin", "client_submission_id", "e1", "effect_kind",
+	    "mail.send/v1", "request"));
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"), "unknown_op");
+	json_decref(reply);
+	/* A legacy call and a report work on the store too. */
+	reply = harness_call_once(&a.b, harness_write_task(NULL, "Legacy"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	harness_assert_bool(reply, "idempotent", 0);
+	json_decref(reply);
+	reply = harness_call_once(&a.b, harness_write_task("with-report",
+	    "Report on me"));
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	{
+		char	 task_id[128];
+		json_t	*report, *again;
+
+		snprintf(task_id, sizeof task_id, "%s",
+		    harness_receipt_str(reply, "task_id"));
+		report = json_pack("{s:s,s:s,s:s,s:{s:s,s:s}}", "op",
+		    "write_report", "task_id", task_id,
+		    "client_submission_id", "r-1", "report", "sender", "DEV",
+		    "body", "done");
+		again = json_deep_copy(report);
+		json_decref(reply);
+		reply = harness_call_once(&a.b, report);
+		harness_assert_bool(reply, "deduplicated", 0);
+		json_decref(reply);
+		reply = harness_call_once(&a.b, again);
+		harness_assert_bool(reply, "deduplicated", 1);
+	}
+	json_decref(reply);
+	node_kill(&a);
+	rm_root(root);
+}
+
+/* ---- idemctl verify --store: rows against files --------------------- */
+
+/* idemctl's exit status and output (malloc'd). */
+static int
+run_idemctl(char **out, const char *fmt, ...)
+{
+	char	cmd[2048], args[1536], buf[8192];
+	va_list	ap;
+	FILE	*fp;
+	size_t	 n;
+	int	 status;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof args, fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", getenv("IDEMCTL"), args);
+	assert_non_null(fp = popen(cmd, "r"));
+	n = fread(buf, 1, sizeof buf - 1, fp);
+	buf[n] = '\0';
+	status = pclose(fp);
+	fprintf(stderr, "idemctl %s:\n%s", args, buf);
+	*out = strdup(buf);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void
+verify_store_against_files(void **state)
+{
+	static struct node	 a;
+	char			 root[256], id[32], *out, path[PATH_MAX];
+	char			 task_path[PATH_MAX], active[PATH_MAX];
+	char			 task_id[128];
+	json_t			*reply;
+	int			 k;
+
+	(void)state;
+	store_reset();
+	fresh_root(root);
+	node_init(&a, root, "a");
+	assert_int_equal(node_start(&a, "30000", "1", NULL), 0);
+	for (k = 0; k < 3; k++) {
+		snprintf(id, sizeof id, "verify-%d", k);
+		reply = harness_call_once(&a.b, harness_write_task(id,
+		    "Verify me"));
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "created");
+		snprintf(task_path, sizeof task_path, "%s/%s", root,
+		    harness_receipt_str(reply, "task_path"));
+		snprintf(task_id, sizeof task_id, "%s",
+		    harness_receipt_str(reply, "task_id"));
+		json_decref(reply);
+	}
+	assert_int_equal(run_idemctl(&out, "verify --store '%s' --root %s",
+	    server.uri, root), 0);
+	assert_non_null(strstr(out, "3 files, 0 problems"));
+	free(out);
+	/* A stray temporary, and the last task copied into active/. */
+	snprintf(path, sizeof path, "%s/_lifecycle/inbox/.%s.md.tmp.7-"
+	    "0123456789abcdef", root, task_id);
+	assert_int_equal(harness_write(&a.b, path + strlen(root) + 1, "x"), 0);
+	snprintf(active, sizeof active, "%s/_lifecycle/active/%s.md", root,
+	    task_id);
+	assert_int_equal(link(task_path, active), 0);
+	assert_int_equal(run_idemctl(&out, "store verify --store '%s' --root "
+	    "%s", server.uri, root), 1);
+	assert_non_null(strstr(out, "in two places"));
+	assert_non_null(strstr(out, "a temporary no live owner holds"));
+	free(out);
+	/* A committed task whose file is gone everywhere. */
+	assert_int_equal(unlink(active), 0);
+	assert_int_equal(unlink(task_path), 0);
+	unlink(path);
+	assert_int_equal(run_idemctl(&out, "verify --store '%s' --root %s",
+	    server.uri, root), 1);
+	assert_non_null(strstr(out, "is nowhere in the workspace"));
+	free(out);
+	/* Usage: --root is needed. */
+	assert_int_equal(run_idemctl(&out, "store verify --store '%s'",
+	    server.uri), 2);
+	free(out);
+	node_kill(&a);
+	rm_root(root);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(cluster_options_and_ops,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(verify_store_against_files,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(three_brokers_converge,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(crash_on_one_broker_retry_on_another,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(paused_owner_never_answers_created,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(outage_answers_unavailable_or_cached,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(kill_9_loop_loses_nothing,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(foreign_writer_numbers_never_twice,
+		    arm_watchdog, kill_live_nodes),
+	};
+	const char	*reason;
+	char		 cmd[1024];
+	int		 rc, failed;
+
+	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	if ((rc = pgserver_start(&server, &reason)) == 77)
+		return pgserver_skip_status(reason);
+	if (rc != 0) {
+		fprintf(stderr, "pgserver_start: %s\n", reason);
+		pgserver_destroy(&server, 1);
+		return 1;
+	}
+	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",
+	    getenv("IDEMCTL"), server.uri);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "idemctl store init failed\n");
+		pgserver_destroy(&server, 1);
+		return 1;
+	}
+	failed = cmocka_run_group_tests(tests, NULL, NULL);
+	harness_watchdog(0);
+	pgserver_destroy(&server, failed != 0);
+	return harness_exit_status(failed);
+}
+#endif

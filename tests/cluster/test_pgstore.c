@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_pgstore: the PostgreSQL store's steps (broker/store/pg.c) against
+ * a real server (tests/cluster/pgserver.c): idemctl store init and
+ * migrate, the schema check at open, reservation (one row, one number,
+ * numbers past the disk's, the day used up), the fence on grant and
+ * commit, takeover only after the lease by the server's clock or once
+ * the owner's session is gone, and numbers never twice under concurrent
+ * reservers in several processes.
+ */
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "pgserver.h"
+
+#ifndef HAVE_POSTGRESQL
+int
+main(void)
+{
+	return pgserver_skip_status("idem was built without PostgreSQL "
+	    "(configure --with-postgresql; Debian: libpq-dev)");
+}
+#else
+
+#include "pg.h"
+#include "store.h"
+
+static struct pgserver	server;
+static const char	workspace[] = "0b7c8a3e-54a1-4c5e-9d2f-3a1b2c3d4e5f";
+
+/* idemctl with args; its exit status, its stdout in out (malloc'd). */
+static int
+idemctl(char **out, const char *args)
+{
+	char	cmd[1024], buf[4096];
+	FILE	*fp;
+	size_t	 n;
+	int	 status;
+
+	snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", getenv("IDEMCTL"), args);
+	assert_non_null(fp = popen(cmd, "r"));
+	n = fread(buf, 1, sizeof buf - 1, fp);
+	buf[n] = '\0';
+	status = pclose(fp);
+	fprintf(stderr, "idemctl %s: %s", args, buf);
+	if (out != NULL)
+		*out = strdup(buf);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static uint32_t	disk_max;
+
+static int
+scan_disk(enum subtab_kind kind, uint32_t date, uint32_t *max, void *arg)
+{
+	(void)kind;
+	(void)date;
+	(void)arg;
+	*max = disk_max;
+	return 0;
+}
+
+static void
+open_store(struct pgstore *st, const char *host, int lease_ms)
+{
+	char	*cause = NULL;
+
+	memset(st, 0, sizeof *st);
+	snprintf(st->workspace, sizeof st->workspace, "%s", workspace);
+	snprintf(st->host, sizeof st->host, "%s", host);
+	st->lease_ms = lease_ms;
+	st->max_seq = 999;
+	st->scan = scan_disk;
+	if (pgstore_open(st, server.uri, &cause) != 0)
+		fail_msg("pgstore_open: %s", cause);
+}
+
+static void
+want_entry(struct subtab_entry *e, const char *digest_seed)
+{
+	memset(e, 0, sizeof *e);
+	e->schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	crypto_hash_sha256(e->request_digest, (const uint8_t *)digest_seed,
+	    strlen(digest_seed));
+	memcpy(e->sender, "PM", 2);
+	e->sender_length = 2;
+	memcpy(e->recipient, "DEV", 3);
+	e->recipient_length = 3;
+}
+
+static char *
+sql(const char *q)
+{
+	char	*out = pgserver_psql(&server, q);
+
+	assert_non_null(out);
+	out[strcspn(out, "\n")] = '\0';
+	return out;
+}
+
+static void
+assert_sql(const char *q, const char *expected)
+{
+	char	*out = sql(q);
+
+	if (strcmp(out, expected) != 0)
+		fail_msg("%s gave \"%s\", not \"%s\"", q, out, expected);
+	free(out);
+}
+
+/* Runs first: the other tests need the schema. */
+static void
+store_init_and_migrate(void **state)
+{
+	struct pgstore	 st;
+	char		*out, args[1024], root[] = "/tmp/idem-ws.XXXXXX";
+	char		*cause = NULL, id1[64], id2[64];
+
+	(void)state;
+	/* Before init, idemd's open is refused naming the command. */
+	memset(&st, 0, sizeof st);
+	assert_int_equal(pgstore_open(&st, server.uri, &cause), -1);
+	assert_non_null(strstr(cause, "idemctl store init"));
+	free(cause);
+	pgstore_close(&st);
+
+	assert_non_null(mkdtemp(root));
+	snprintf(args, sizeof args, "store init --store '%s' --root %s",
+	    server.uri, root);
+	assert_int_equal(idemctl(&out, args), 0);
+	assert_non_null(strstr(out, "schema: created, version 1"));
+	assert_int_equal(sscanf(strstr(out, "workspace"), "workspace %*s %63s",
+	    id1), 1);
+	free(out);
+	/* Again: nothing to do, the same workspace id. */
+	assert_int_equal(idemctl(&out, args), 0);
+	assert_non_null(strstr(out, "already current"));
+	assert_int_equal(sscanf(strstr(out, "workspace"), "workspace %*s %63s",
+	    id2), 1);
+	assert_string_equal(id1, id2);
+	assert_int_equal(strlen(id1), 36);
+	free(out);
+	snprintf(args, sizeof args, "store migrate --store '%s'", server.uri);
+	assert_int_equal(idemctl(&out, args), 0);
+	assert_non_null(strstr(out, "already current"));
+	free(out);
+	assert_sql("SELECT max(version) FROM idem_schema_version", "1");
+	/* Usage errors. */
+	assert_int_equal(idemctl(NULL, "store init"), 2);
+	assert_int_equal(idemctl(NULL, "store frobnicate --store "
+	    "postgresql:///x"), 2);
+	/* An unreachable server: 3. */
+	assert_int_equal(idemctl(NULL, "store init --store "
+	    "'postgresql:///x?host=/nonexistent'"), 3);
+	/* A newer schema is refused, by idemctl and by idemd's open. */
+	free(sql("INSERT INTO idem_schema_version (version) VALUES (99)"));
+	assert_int_equal(idemctl(&out, args), 1);
+	assert_non_null(strstr(out, "newer"));
+	free(out);
+	assert_int_equal(pgstore_open(&st, server.uri, &cause), -1);
+	assert_non_null(strstr(cause, "a newer idemd"));
+	free(cause);
+	pgstore_close(&st);
+	free(sql("DELETE FROM idem_schema_version WHERE version = 99"));
+	snprintf(args, sizeof args, "rm -rf %s", root);
+	assert_int_equal(system(args), 0);
+}
+
+static void
+reserve_grant_commit_fenced(void **state)
+{
+	struct pgstore		 st;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "", "run-1/a" };
+	struct subtab_entry	 want;
+	struct pgstore_row	 row, again;
+	char			*cause = NULL, token[PGSTORE_TOKEN_BYTES + 1];
+	uint8_t			 file_digest[32] = { 1 };
+
+	(void)state;
+	disk_max = 0;
+	open_store(&st, "alpha", 30000);
+	want_entry(&want, "a");
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &row, &cause), 1);
+	assert_int_equal(row.entry.seq, 1);
+	assert_int_equal(row.entry.state, SUBTAB_RESERVED);
+	assert_int_equal(row.epoch, 1);
+	assert_int_equal(strlen(row.token), PGSTORE_TOKEN_BYTES);
+	/* The same key again: nothing changes, and no number is used. */
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &again, &cause), 0);
+	assert_int_equal(pgstore_read(&st, &key, &again, &cause), 1);
+	assert_int_equal(again.entry.seq, 1);
+	assert_int_equal(again.entry.created_at_ms, row.entry.created_at_ms);
+	assert_memory_equal(again.entry.request_digest,
+	    want.request_digest, 32);
+	assert_string_equal(again.token, row.token);
+	assert_true(again.owner_alive);
+	assert_false(again.lease_granted);
+	pgstore_row_clear(&again);
+	/* A wrong token or epoch changes nothing. */
+	pgstore_new_token(token);
+	assert_int_equal(pgstore_grant(&st, &key, 1, token, &cause), 0);
+	assert_int_equal(pgstore_grant(&st, &key, 2, row.token, &cause), 0);
+	assert_int_equal(pgstore_commit(&st, &key, 1, token, file_digest,
+	    "{}", &cause), 0);
+	assert_int_equal(pgstore_grant(&st, &key, 1, row.token, &cause), 1);
+	assert_int_equal(pgstore_commit(&st, &key, 1, row.token, file_digest,
+	    "{\"receipt\":1}", &cause), 1);
+	/* Committed: a second commit, even with the fence, changes nothing. */
+	assert_int_equal(pgstore_commit(&st, &key, 1, row.token, file_digest,
+	    "{\"other\":1}", &cause), 0);
+	assert_int_equal(pgstore_read(&st, &key, &again, &cause), 1);
+	assert_int_equal(again.entry.state, SUBTAB_COMMITTED);
+	assert_string_equal(again.receipt, "{\"receipt\":1}");
+	assert_memory_equal(again.entry.file_digest, file_digest, 32);
+	/* And no takeover of a committed row. */
+	assert_int_equal(pgstore_takeover(&st, &key, 1, &row, &cause), 0);
+	pgstore_row_clear(&again);
+	pgstore_row_clear(&row);
+	/* A report's key is apart from a task's with the same id. */
+	key.kind = SUBTAB_KIND_REPORT;
+	key.scope = "TASK-20261202-001-PM-to-DEV";
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &row, &cause), 1);
+	assert_int_equal(row.entry.seq, 1);	/* reports count apart */
+	pgstore_row_clear(&row);
+	pgstore_close(&st);
+}
+
+static void
+numbers_skip_the_disk_and_run_out(void **state)
+{
+	struct pgstore		 st;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "numbers", NULL };
+	struct subtab_entry	 want;
+	struct pgstore_row	 row;
+	char			*cause = NULL, id[32], q[256];
+	uint32_t		 date, seq;
+	int64_t			 now;
+
+	(void)state;
+	free(sql("DELETE FROM idem_counter; DELETE FROM idem_submission; "
+	    "DELETE FROM idem_legacy"));
+	open_store(&st, "alpha", 30000);
+	want_entry(&want, "n");
+	disk_max = 996;		/* another FCoP writer used up to 996 */
+	key.id = "n1";
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &row, &cause), 1);
+	assert_int_equal(row.entry.seq, 997);
+	pgstore_row_clear(&row);
+	assert_int_equal(pgstore_legacy_number(&st, SUBTAB_KIND_TASK, &date,
+	    &seq, &now, &cause), 0);
+	assert_int_equal(seq, 998);
+	key.id = "n2";
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &row, &cause), 1);
+	assert_int_equal(row.entry.seq, 999);
+	pgstore_row_clear(&row);
+	/* 999 used: ERANGE, and nothing was reserved. */
+	key.id = "n3";
+	errno = 0;
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &row, &cause), -1);
+	assert_int_equal(errno, ERANGE);
+	assert_int_equal(pgstore_read(&st, &key, &row, &cause), 0);
+	snprintf(q, sizeof q, "SELECT count(*) FROM idem_submission WHERE "
+	    "client_submission_id = 'n3'");
+	assert_sql(q, "0");
+	/* With four digits the counter goes on. */
+	st.max_seq = 9999;
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &row, &cause), 1);
+	assert_true(row.entry.seq >= 1000);
+	snprintf(id, sizeof id, "%u", row.entry.seq);
+	pgstore_row_clear(&row);
+	pgstore_close(&st);
+}
+
+/* Poll the server until cond holds (SQL returning t), at most 20 s. */
+static int
+await_sql(const char *cond)
+{
+	struct timespec	ts = { 0, 20 * 1000 * 1000 };
+	char		*out;
+	int		 i, ok = 0;
+
+	for (i = 0; i < 1000 && !ok; i++) {
+		out = sql(cond);
+		ok = strcmp(out, "t") == 0;
+		free(out);
+		if (!ok)
+			nanosleep(&ts, NULL);
+	}
+	return ok;
+}
+
+static void
+takeover_only_after_the_lease_or_the_session(void **state)
+{
+	struct pgstore		 a, b;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "", "take-1" };
+	struct subtab_entry	 want;
+	struct pgstore_row	 owned, taken, row;
+	char			*cause = NULL;
+	uint8_t			 digest[32] = { 7 };
+
+	(void)state;
+	free(sql("DELETE FROM idem_counter"));
+	disk_max = 0;
+	open_store(&a, "alpha", 1500);
+	open_store(&b, "beta", 1500);
+	want_entry(&want, "t");
+	if (pgstore_reserve(&a, &key, &want, &owned, &cause) != 1)
+		fail_msg("reserve: %s", cause != NULL ? cause :
+		    strerror(errno));
+	if (pgstore_grant(&a, &key, 1, owned.token, &cause) != 1)
+		fail_msg("grant: %s", cause != NULL ? cause : "fenced");
+	/* Alive, lease running: no takeover. */
+	assert_int_equal(pgstore_takeover(&b, &key, 1, &taken, &cause), 0);
+	/* Expired by the server's clock: allowed, once. */
+	assert_true(await_sql("SELECT lease_expires < clock_timestamp() FROM "
+	    "idem_submission WHERE client_submission_id = 'take-1'"));
+	assert_int_equal(pgstore_takeover(&b, &key, 1, &taken, &cause), 1);
+	assert_int_equal(taken.epoch, 2);
+	assert_string_equal(taken.owner, "beta");
+	assert_string_not_equal(taken.token, owned.token);
+	assert_int_equal(taken.entry.seq, owned.entry.seq);
+	assert_int_equal(taken.entry.created_at_ms, owned.entry.created_at_ms);
+	/* The same epoch again: someone moved it. */
+	assert_int_equal(pgstore_takeover(&a, &key, 1, &row, &cause), 0);
+	/* The stale owner's grant and commit change nothing. */
+	assert_int_equal(pgstore_grant(&a, &key, 1, owned.token, &cause), 0);
+	assert_int_equal(pgstore_commit(&a, &key, 1, owned.token, digest,
+	    "{\"stale\":1}", &cause), 0);
+	assert_int_equal(pgstore_read(&a, &key, &row, &cause), 1);
+	assert_int_equal(row.entry.state, SUBTAB_RESERVED);
+	assert_int_equal(row.epoch, 2);
+	assert_true(row.owner_alive);
+	pgstore_row_clear(&row);
+	/* The new owner's lease runs: a takes nothing back. */
+	assert_int_equal(pgstore_takeover(&a, &key, 2, &row, &cause), 0);
+	/* b's session goes: a may take over at once (lease still running). */
+	pgstore_close(&b);
+	assert_true(await_sql("SELECT NOT EXISTS (SELECT 1 FROM "
+	    "pg_stat_activity a, idem_submission s WHERE "
+	    "s.client_submission_id = 'take-1' AND a.pid = s.owner_pid)"));
+	assert_int_equal(pgstore_takeover(&a, &key, 2, &row, &cause), 1);
+	assert_int_equal(row.epoch, 3);
+	assert_int_equal(pgstore_grant(&a, &key, 3, row.token, &cause), 1);
+	assert_int_equal(pgstore_commit(&a, &key, 3, row.token, digest,
+	    "{\"won\":1}", &cause), 1);
+	pgstore_row_clear(&row);
+	pgstore_row_clear(&owned);
+	pgstore_row_clear(&taken);
+	pgstore_close(&a);
+}
+
+#define RACERS		6
+#define RACE_KEYS	60
+
+/* Each racer reserves shared keys and its own: one row, one number each. */
+static void
+numbers_never_twice_across_processes(void **state)
+{
+	pid_t	pids[RACERS];
+	int	i, status;
+	char	expected[32];
+
+	(void)state;
+	free(sql("DELETE FROM idem_counter; DELETE FROM idem_submission; "
+	    "DELETE FROM idem_legacy"));
+	disk_max = 0;
+	for (i = 0; i < RACERS; i++) {
+		if ((pids[i] = fork()) == 0) {
+			struct pgstore		st;
+			struct pgstore_key	key = { SUBTAB_KIND_TASK, "",
+			    NULL };
+			struct subtab_entry	want;
+			struct pgstore_row	row;
+			char			id[32], host[16], *cause = NULL;
+			int			k, rc, won = 0;
+
+			snprintf(host, sizeof host, "racer-%d", i);
+			open_store(&st, host, 30000);
+			want_entry(&want, "race");
+			for (k = 0; k < RACE_KEYS; k++) {
+				snprintf(id, sizeof id, "shared-%d", k);
+				key.id = id;
+				rc = pgstore_reserve(&st, &key, &want, &row,
+				    &cause);
+				if (rc < 0)
+					_exit(2);
+				won += rc;
+				pgstore_row_clear(&row);
+				snprintf(id, sizeof id, "own-%d-%d", i, k);
+				if (pgstore_reserve(&st, &key, &want, &row,
+				    &cause) != 1)
+					_exit(3);
+				pgstore_row_clear(&row);
+			}
+			pgstore_close(&st);
+			_exit(0);
+		}
+		assert_true(pids[i] > 0);
+	}
+	for (i = 0; i < RACERS; i++) {
+		assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	snprintf(expected, sizeof expected, "%d", RACE_KEYS * (RACERS + 1));
+	assert_sql("SELECT count(*) FROM idem_submission", expected);
+	assert_sql("SELECT count(DISTINCT seq) FROM idem_submission", expected);
+	/* Numbers taken by reservations that lost were given back. */
+	assert_sql("SELECT max(seq) FROM idem_submission", expected);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(store_init_and_migrate),
+		cmocka_unit_test(reserve_grant_commit_fenced),
+		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
+		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),
+		cmocka_unit_test(numbers_never_twice_across_processes),
+	};
+	const char	*reason;
+	int		 rc, failed;
+
+	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	if ((rc = pgserver_start(&server, &reason)) == 77)
+		return pgserver_skip_status(reason);
+	if (rc != 0) {
+		fprintf(stderr, "pgserver_start: %s\n", reason);
+		pgserver_destroy(&server, 1);
+		return 1;
+	}
+	failed = cmocka_run_group_tests(tests, NULL, NULL);
+	pgserver_destroy(&server, failed != 0);
+	return failed;
+}
+#endif
