@@ -80,6 +80,12 @@ UNSUPPORTED = {"syncfs", "sync_file_range", "fallocate", "lseek",
                "copy_file_range", "sendfile"}
 
 SOCKET_NAME = ".idem/idemd.sock"
+# The history index (LMDB, doc/journal.md "The index"): out of the model.
+# Its durability is LMDB's own (the commit's fsyncs, done before the
+# checkpoint that names it is renamed into place), and what LMDB writes
+# through its map the trace cannot see.  Every state is explored without
+# it, so every restart takes the rebuild from checkpoint + journal.
+INDEX_DIR = ".idem/index"
 LOCK_NAME = ".idem/idemd.lock"
 # The rotate kind's base fills segment 1 to just under this, so that the
 # request's first record starts segment 2 and a checkpoint.
@@ -274,12 +280,22 @@ def raw_member(line, key):
 
 # ---- snapshots and materialized states --------------------------------
 
+def in_index(rel):
+    return rel == INDEX_DIR or rel.startswith(INDEX_DIR + "/")
+
+
 def read_tree(root):
-    """{relpath: ("d",) or ("f", bytes)} of a root, sockets left out."""
+    """{relpath: ("d",) or ("f", bytes)} of a root, sockets and the
+    history index left out."""
     tree = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel = os.path.relpath(dirpath, root)
         rel = "" if rel == "." else rel
+        if in_index(rel):
+            dirnames[:] = []
+            continue
+        dirnames[:] = [d for d in dirnames
+                       if not in_index(os.path.join(rel, d))]
         for name in dirnames:
             tree[os.path.join(rel, name)] = ("d",)
         for name in filenames:
@@ -523,7 +539,8 @@ class TraceModel:
         if path == self.root:
             return ""
         if path.startswith(self.root + "/"):
-            return path[len(self.root) + 1:]
+            rel = path[len(self.root) + 1:]
+            return None if in_index(rel) else rel
         return None
 
     def at(self, dirarg, namearg):
