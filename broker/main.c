@@ -177,6 +177,19 @@ idemd_index_dir(const struct idemd *d, char *out, size_t out_size)
 	return 0;
 }
 
+/* What parse_options, store_options and start-up allocated, at exit. */
+static void
+free_names(struct idemd *d)
+{
+	free(d->socket_path);
+	free(d->root_real);
+	free(d->segment_key);
+	free(d->state_dir);
+	free(d->lock_name);
+	free(d->journal_name);
+	free(d->socket_name);
+}
+
 /* The shared-memory segment's name: per root, and per host in a cluster. */
 static int
 set_segment_key(struct idemd *d)
@@ -906,8 +919,7 @@ run_worker(struct idemd *d)
 		if (handle[i] != -1)
 			close(handle[i]);
 	}
-	free(d->socket_path);
-	free(d->root_real);
+	free_names(d);
 	return status;
 }
 
@@ -1023,8 +1035,7 @@ main(int argc, char **argv)
 	close(d.inbox_fd);
 	close(d.reports_fd);
 	close(d.root_fd);
-	free(d.socket_path);
-	free(d.root_real);
+	free_names(&d);
 	log_notice("stopped");
 	return status;
 }
