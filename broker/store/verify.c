@@ -133,6 +133,7 @@ verify_apply(const struct journal_record *r, void *arg)
 	}
 
 	vr->entry = r->entry;
+	vr->pruned = 0;		/* the journal holds no tombstones */
 	memcpy(vr->key, key, sizeof key);
 	memcpy(vr->id, id, sizeof vr->id);
 	vr->checkpoint = loaded->stats.at_segment == 0;

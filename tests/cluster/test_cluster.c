@@ -709,11 +709,10 @@ outage_client_run(void *arg)
 	struct outage_client	*oc = arg;
 	struct outage		*o = oc->o;
 	struct broker		*b = &o->nodes[oc->index % BROKERS].b;
-	char			 id[48];
+	char			 id[48], *text;
 	json_t			*reply;
 	const char		*disp, *code;
 	int			 n = 0, phase;
-
 	struct timespec		 pace = { 0, 50 * 1000 * 1000 };
 
 	while (!o->stop) {
@@ -747,8 +746,9 @@ outage_client_run(void *arg)
 		    "error"), "code"));
 		pthread_mutex_lock(&o->lock);
 		if (disp != NULL && strcmp(disp, "conflict") != 0) {
-			json_object_set_new(o->acked, id,
-			    json_string(harness_receipt_text(reply)));
+			text = harness_receipt_text(reply);
+			json_object_set_new(o->acked, id, json_string(text));
+			free(text);
 			if (phase == 1 && o->phase == 1) {
 				if (strcmp(disp, "reused") != 0 ||
 				    strncmp(id, "before-", 7) != 0)
