@@ -566,9 +566,7 @@ cl_recover(struct pending *p)
 		cl_fail_storage(p, "reading the file", cause);
 		return;
 	}
-	if (!facts.has_client_submission_id || !facts.has_request_digest ||
-	    strcmp(facts.client_submission_id, s->submission_id) != 0 ||
-	    strcmp(facts.request_digest, s->digest_hex) != 0) {
+	if (!taskfile_facts_belong(&facts, s->submission_id, s->digest_hex)) {
 		log_warnx("submission %s: %s is not the file it reserved",
 		    s->submission_id, path);
 		cl_conflict(p, REASON_TARGET_MISMATCH, "the reserved path holds "
@@ -877,13 +875,9 @@ cl_diagnose_row(const char *scope, const char *id,
     const struct pgstore_row *row, void *arg)
 {
 	struct cl_diagnose	*dg = arg;
-	struct taskfile_facts	 facts;
 	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char			 path[IDEM_MAX_TASK_PATH_BYTES];
-	char			 found_path[IDEM_MAX_TASK_PATH_BYTES];
-	char			 hex[IDEM_DIGEST_HEX_SIZE], *cause = NULL;
 	int64_t			 age = dg->now - row->entry.updated_at_ms;
-	int			 found, inspected = 0;
 	json_t			*j;
 
 	j = cl_row_json(dg->d, id, row, task_id, path);
@@ -892,28 +886,8 @@ cl_diagnose_row(const char *scope, const char *id,
 	json_object_del(j, "updated_at");
 	if (row->entry.kind == SUBTAB_KIND_REPORT)
 		json_object_set_new(j, "for_task_id", json_string(scope));
-	found = taskfile_find(dg->d->root_fd, task_id, found_path,
-	    sizeof found_path);
-	if (found == 1) {
-		if (taskfile_inspect(dg->d->root_fd, found_path, &facts,
-		    &cause) == 0)
-			inspected = 1;
-		else {
-			log_warnx("diagnose: %s", cause);
-			free(cause);
-		}
-	}
 	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
-	json_object_set_new(j, "task_exists", found < 0 ? json_null() :
-	    json_boolean(found == 1));
-	digest_to_hex(row->entry.request_digest, hex);
-	json_object_set_new(j, "request_digest_matches", !inspected ?
-	    json_null() : json_boolean(facts.has_request_digest &&
-	    strcmp(facts.request_digest, hex) == 0));
-	json_object_set_new(j, "file_digest_matches",
-	    row->entry.state == SUBTAB_RESERVED ? json_null() :
-	    json_boolean(inspected && memcmp(facts.file_digest,
-	    row->entry.file_digest, IDEM_SHA256_BYTES) == 0));
+	diagnose_file_facts(dg->d, &row->entry, task_id, j);
 	json_object_set_new(j, "stalled", json_boolean(age >
 	    dg->stale_after_ms));
 	json_object_set_new(j, "epoch", json_integer(row->epoch));

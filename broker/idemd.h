@@ -612,6 +612,9 @@ void	 optable_set_cluster(int);
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);
 void	 op_diagnose(struct conn *, json_t *request, json_t *id);
+/* task_exists, request_digest_matches, file_digest_matches, into j. */
+void	 diagnose_file_facts(struct idemd *, const struct subtab_entry *,
+	    const char *task_id, json_t *);
 void	 op_stats(struct conn *, json_t *request, json_t *id);
 
 #endif

@@ -194,26 +194,21 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 	conn_reply(c, reply);
 }
 
-/* Facts about one unfinished submission: read-only. */
-static json_t *
-diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
-    int64_t stale_after_ms)
+/*
+ * What the workspace says of an unfinished submission's file, into j:
+ * task_exists, request_digest_matches, file_digest_matches (SPEC.md,
+ * diagnose).  Shared by the local table's and the cluster's diagnose.
+ */
+void
+diagnose_file_facts(struct idemd *d, const struct subtab_entry *e,
+    const char *task_id, json_t *j)
 {
-	const struct subtab_entry *e = &row->entry;
 	struct taskfile_facts	 facts;
-	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
-	char			 path[IDEM_MAX_TASK_PATH_BYTES];
 	char			 found_path[IDEM_MAX_TASK_PATH_BYTES];
 	char			 hex[IDEM_DIGEST_HEX_SIZE];
 	char			*cause = NULL;
-	int64_t			 age = now - e->updated_at_ms;
 	int			 found, inspected = 0;
-	json_t			*j = json_object();
 
-	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
-	    e->sender_length, e->recipient, e->recipient_length, task_id,
-	    sizeof task_id);
-	taskfile_format_path(e->kind, task_id, path, sizeof path);
 	found = taskfile_find(d->root_fd, task_id, found_path,
 	    sizeof found_path);
 	if (found == 1) {
@@ -225,12 +220,6 @@ diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
 			free(cause);
 		}
 	}
-	json_object_set_new(j, "client_submission_id", json_string(row->key));
-	json_object_set_new(j, "state",
-	    json_string(subtab_state_name(e->state)));
-	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
-	json_object_set_new(j, "task_id", json_string(task_id));
-	json_object_set_new(j, "task_path", json_string(path));
 	json_object_set_new(j, "task_exists", found < 0 ? json_null() :
 	    json_boolean(found == 1));
 	digest_to_hex(e->request_digest, hex);
@@ -246,6 +235,30 @@ diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
 		json_object_set_new(j, "file_digest_matches", json_boolean(
 		    inspected && memcmp(facts.file_digest, e->file_digest,
 		    IDEM_SHA256_BYTES) == 0));
+}
+
+/* Facts about one unfinished submission: read-only. */
+static json_t *
+diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
+    int64_t stale_after_ms)
+{
+	const struct subtab_entry *e = &row->entry;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	int64_t			 age = now - e->updated_at_ms;
+	json_t			*j = json_object();
+
+	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, task_id,
+	    sizeof task_id);
+	taskfile_format_path(e->kind, task_id, path, sizeof path);
+	json_object_set_new(j, "client_submission_id", json_string(row->key));
+	json_object_set_new(j, "state",
+	    json_string(subtab_state_name(e->state)));
+	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
+	json_object_set_new(j, "task_id", json_string(task_id));
+	json_object_set_new(j, "task_path", json_string(path));
+	diagnose_file_facts(d, e, task_id, j);
 	json_object_set_new(j, "in_flight", json_boolean(row->claimed));
 	json_object_set_new(j, "stalled", json_boolean(age > stale_after_ms));
 	return j;

@@ -792,9 +792,7 @@ sub_resolve_reserved(struct pending *p)
 		sub_fail_storage(p, errno, "reading the file");
 		return;
 	}
-	if (!facts.has_client_submission_id || !facts.has_request_digest ||
-	    strcmp(facts.client_submission_id, s->submission_id) != 0 ||
-	    strcmp(facts.request_digest, s->digest_hex) != 0) {
+	if (!taskfile_facts_belong(&facts, s->submission_id, s->digest_hex)) {
 		log_warnx("submission %s: %s is not the file it reserved",
 		    s->submission_id, path);
 		sub_conflict(p, REASON_TARGET_MISMATCH, "the reserved path "

@@ -381,6 +381,9 @@ struct taskfile_facts {
 #define TASKFILE_FM_ALL	0xf
 int	taskfile_inspect(int root_fd, const char *relpath,
 	    struct taskfile_facts *, char **cause);
+/* 1 if the inspected file names this submission id and request digest. */
+int	taskfile_facts_belong(const struct taskfile_facts *,
+	    const char *client_submission_id, const char *request_digest_hex);
 
 /*
  * The workspace_id of the FCoP 4 declaration ROOT/fcop.json (a regular

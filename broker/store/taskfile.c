@@ -1337,6 +1337,19 @@ fail:
 	return taskfile_fail(cause, "read %s", relpath);
 }
 
+/*
+ * Whether a file found at a reserved name is the one its submission
+ * wrote: its front matter names the submission and its request digest.
+ */
+int
+taskfile_facts_belong(const struct taskfile_facts *facts,
+    const char *client_submission_id, const char *request_digest_hex)
+{
+	return facts->has_client_submission_id && facts->has_request_digest &&
+	    strcmp(facts->client_submission_id, client_submission_id) == 0 &&
+	    strcmp(facts->request_digest, request_digest_hex) == 0;
+}
+
 /* ---- numbers already used --------------------------------------------- */
 
 /*
