@@ -18,7 +18,6 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -36,6 +35,7 @@
 #include <sodium.h>
 
 #include "store.h"
+#include "tree.h"
 
 /* From doc/journal.md. */
 #define DOC_SEGMENT_HEADER_BYTES	32
@@ -69,36 +69,12 @@ setup(void **state)
 	return 0;
 }
 
-static void
-remove_dir(const char *path)
-{
-	DIR		*d;
-	struct dirent	*de;
-	struct stat	 st;
-	char		 p[512];
-
-	if ((d = opendir(path)) == NULL)
-		return;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 ||
-		    strcmp(de->d_name, "..") == 0)
-			continue;
-		snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-		if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-			remove_dir(p);
-		else
-			unlink(p);
-	}
-	closedir(d);
-	rmdir(path);
-}
-
 static int
 teardown(void **state)
 {
 	struct fixture	*f = *state;
 
-	remove_dir(f->root);
+	unit_remove_tree(f->root);
 	free(f);
 	return 0;
 }
@@ -908,7 +884,7 @@ torn_and_garbage_tails_are_cut_once(void **state)
 		t = &tail_cases[i];
 		fprintf(stderr, "tail: %s\n", t->name);
 		assert_true(t->records <= 16 && t->kept > 0);
-		remove_dir(f->dir);
+		unit_remove_tree(f->dir);
 		assert_int_equal(journal_open(&j, f->dir, &cause), 0);
 		append_records(&j, 0, t->records, ends);
 		journal_close(&j);
@@ -1075,7 +1051,7 @@ corruption_is_refused_and_left_alone(void **state)
 		k = &corrupt_cases[i];
 		fprintf(stderr, "corruption: %s\n", k->name);
 		assert_true(k->records <= 16);
-		remove_dir(f->dir);
+		unit_remove_tree(f->dir);
 		assert_int_equal(journal_open(&j, f->dir, &cause), 0);
 		append_records(&j, 0, k->records, ends);
 		journal_close(&j);
@@ -1147,7 +1123,7 @@ short_last_segment_is_removed(void **state)
 	journal_close(&j);
 
 	/* Segment 1 itself, empty: journal_open starts afresh. */
-	remove_dir(f->dir);
+	unit_remove_tree(f->dir);
 	assert_int_equal(mkdir(f->dir, 0700), 0);
 	segment_path(f, 1, path, sizeof path);
 	append_bytes(path, "", 0);

@@ -15,7 +15,6 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -33,6 +32,7 @@
 #include <sodium.h>
 
 #include "store.h"
+#include "tree.h"
 
 #define RECORDS	5
 
@@ -60,30 +60,6 @@ make_record(struct journal_record *r, unsigned n)
 	e->seq = n + 1;
 	e->key_length = (uint16_t)snprintf(r->key, sizeof r->key, "sub-%u",
 	    n);
-}
-
-static void
-remove_dir(const char *path)
-{
-	DIR		*d;
-	struct dirent	*de;
-	struct stat	 st;
-	char		 p[PATH_MAX];
-
-	if ((d = opendir(path)) == NULL)
-		return;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 ||
-		    strcmp(de->d_name, "..") == 0)
-			continue;
-		snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-		if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-			remove_dir(p);
-		else
-			unlink(p);
-	}
-	closedir(d);
-	rmdir(path);
 }
 
 /* A root with .idem/ and a journal of RECORDS records in segment 1. */
@@ -129,7 +105,7 @@ teardown(void **state)
 {
 	struct fixture	*f = *state;
 
-	remove_dir(f->root);
+	unit_remove_tree(f->root);
 	free(f);
 	return 0;
 }

@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +31,7 @@
 
 #include "digest.h"
 #include "store.h"
+#include "tree.h"
 
 #define TEST_DIGEST \
 	"e783f03162c9d4b7a29cd5fc8fa267efd37e2e89287849df3d8a5a30f6f86763"
@@ -102,21 +102,12 @@ root_setup(void **state)
 }
 
 static int
-remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static int
 root_teardown(void **state)
 {
 	struct root	*root = *state;
 
 	close(root->fd);
-	nftw(root->path, remove_one, 16, FTW_DEPTH|FTW_PHYS);
+	unit_remove_tree(root->path);
 	free(root);
 	return 0;
 }
