@@ -282,10 +282,22 @@ spec_meta(json_t *request)
 	return meta == NULL || json_is_object(meta);
 }
 
+/*
+ * An optional field of "task": absent and null both mean its default
+ * ("null for an optional field means its default"), so both read as NULL.
+ */
+static json_t *
+spec_optional(json_t *task, const char *key)
+{
+	json_t	*v = json_object_get(task, key);
+
+	return json_is_null(v) ? NULL : v;
+}
+
 static int
 spec_list(json_t *task, const char *key, const char **items, size_t *count)
 {
-	json_t	*list = json_object_get(task, key), *item;
+	json_t	*list = spec_optional(task, key), *item;
 	size_t	 i;
 
 	*count = 0;
@@ -337,28 +349,27 @@ spec_write_task(json_t *request)
 	t.sender = json_string_value(json_object_get(task, "sender"));
 	t.recipient = json_string_value(json_object_get(task, "recipient"));
 	t.subject = json_string_value(json_object_get(task, "subject"));
-	if ((v = json_object_get(task, "body")) != NULL) {
+	if ((v = spec_optional(task, "body")) != NULL) {
 		if (!spec_string(v, 0, 524288))
 			return 0;
 		t.body = json_string_value(v);
 	}
-	if ((v = json_object_get(task, "priority")) != NULL) {
+	if ((v = spec_optional(task, "priority")) != NULL) {
 		if (!spec_one_of(v, priorities))
 			return 0;
 		t.priority = json_string_value(v);
 	}
-	if ((v = json_object_get(task, "risk_level")) != NULL) {
+	if ((v = spec_optional(task, "risk_level")) != NULL) {
 		if (!spec_one_of(v, risks))
 			return 0;
 		t.risk_level = json_string_value(v);
 	}
-	if ((v = json_object_get(task, "thread_key")) != NULL &&
-	    !json_is_null(v)) {
+	if ((v = spec_optional(task, "thread_key")) != NULL) {
 		if (!spec_string(v, 1, 256))
 			return 0;
 		t.thread_key = json_string_value(v);
 	}
-	if ((v = json_object_get(task, "parent")) != NULL && !json_is_null(v)) {
+	if ((v = spec_optional(task, "parent")) != NULL) {
 		if (!spec_string(v, 1, 256))
 			return 0;
 		t.parent = json_string_value(v);
