@@ -232,6 +232,13 @@ cl_store_open(struct idemd *d, char **cause)
 	return 0;
 }
 
+struct pgstore *
+cluster_store(struct idemd *d, char **cause)
+{
+	*cause = NULL;
+	return cl_store_open(d, cause) == 0 ? &cl_store : NULL;
+}
+
 int
 cluster_check(struct idemd *d, char **cause)
 {

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * cluster_effect.c: effect_begin, effect_complete and effect_resolve on
+ * the PostgreSQL store, where several brokers serve one workspace
+ * (doc/cluster.md, "Effects"; SPEC.md, "Effects").
+ *
+ * DESIGN
+ *
+ * An effect is one row (kind 3, its effect_kind the scope).  The lease
+ * is the row's lease_expires, the fence its (epoch, owner_token): the
+ * attempt is the epoch and the fence "<epoch>-<token>" (effect.c's
+ * format), so a fence names one attempt of one row on every broker.
+ * Each transition of effect.c's ledger is one statement, a
+ * compare-and-set on what this request read:
+ *
+ *   (none)          --begin--> reserved        INSERT ... ON CONFLICT DO NOTHING
+ *   released        --begin--> reserved(N+1)   WHERE epoch, token, state
+ *   reserved, unknown --complete/resolve--> committed, released, unknown
+ *                                              WHERE epoch, token, state
+ *                                              (resolve: and the lease lapsed)
+ *
+ * A request whose compare-and-set changes nothing lost a race to
+ * another broker: it reads the row again and judges anew, so two
+ * brokers racing on one key converge exactly as two workers do on the
+ * local store (one proceed; a second complete with the same fence and
+ * result gets the same receipt).  Whether a lease is live is the
+ * server's judgement (lease_expires against clock_timestamp()); the
+ * entry carries it as an expiry on this host's clock (now + what the
+ * server said was left), so effect.c's answers and judges apply
+ * unchanged: nothing turns outcome_unknown into proceed but evidence.
+ *
+ * The answers and the judges are effect.c's (the same replies, the same
+ * receipt bytes from the row's facts and the result's bytes); here is
+ * only the reading and writing of the row.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "idemd.h"
+#include "pg.h"
+
+/* Reads of one request's row before it gives up (each race lost is one). */
+#define CLUSTER_EFFECT_MAX_READS	100
+
+static void	ce_claim(struct pending *);
+
+static struct effect *
+ce_of(struct pending *p)
+{
+	return p->op;
+}
+
+static void
+ce_key(struct effect *e, struct pgstore_key *key)
+{
+	key->kind = SUBTAB_KIND_EFFECT;
+	key->scope = e->kind;
+	key->id = e->id;
+}
+
+/* PostgreSQL failed: retryable, logged once here. */
+static void
+ce_fail_storage(struct pending *p, const char *what, char *cause)
+{
+	struct effect	*e = ce_of(p);
+
+	log_warnx("effect %s (%s): %s: %s", e->id, e->kind, what,
+	    cause != NULL ? cause : strerror(errno));
+	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
+	    "%s: %s", what, cause != NULL ? cause : strerror(errno)));
+	free(cause);
+}
+
+/* Every read lost a race: answered in_progress (retryable). */
+static int
+ce_too_many_reads(struct pending *p)
+{
+	if (++ce_of(p)->cluster_reads <= CLUSTER_EFFECT_MAX_READS)
+		return 0;
+	effect_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
+	    "the effect kept changing under this request on other brokers"));
+	return 1;
+}
+
+/* The row's facts into e, as effect.c reads them. */
+static void
+ce_take_row(struct effect *e, struct pgstore_row *row)
+{
+	e->entry = row->entry;
+	e->entry.lease_expires_ms = shm_now_ms() + row->lease_ms_left;
+	e->found_state = row->entry.state;
+	e->found_end = 0;	/* durable: a COMMIT that returned */
+	free(e->cold_result);
+	e->cold_result = (uint8_t *)row->receipt;
+	row->receipt = NULL;
+	e->cold = e->cold_result != NULL;
+	e->pruned = 0;
+	pgstore_row_clear(row);
+}
+
+/* Read the row: 1 taken into e, 0 none, -1 answered. */
+static int
+ce_read(struct pending *p, struct pgstore *st)
+{
+	struct effect		*e = ce_of(p);
+	struct pgstore_key	 key;
+	struct pgstore_row	 row;
+	char			*cause = NULL;
+	int			 rc;
+
+	ce_key(e, &key);
+	memset(&row, 0, sizeof row);
+	if ((rc = pgstore_effect_read(st, &key, &row, &cause)) < 0) {
+		ce_fail_storage(p, "reading the effect", cause);
+		return -1;
+	}
+	if (rc == 1)
+		ce_take_row(e, &row);
+	return rc;
+}
+
+static struct pgstore *
+ce_store(struct pending *p)
+{
+	struct pgstore	*st;
+	char		*cause = NULL;
+
+	if ((st = cluster_store(p->worker->d, &cause)) == NULL)
+		ce_fail_storage(p, "opening the PostgreSQL store", cause);
+	return st;
+}
+
+/* effect_begin: read, then answer, or reserve with a compare-and-set. */
+static void
+ce_begin(struct pending *p)
+{
+	struct effect		*e = ce_of(p);
+	struct pgstore		*st;
+	struct pgstore_key	 key;
+	struct pgstore_row	 row;
+	char			*cause = NULL;
+	int			 rc;
+
+	if ((st = ce_store(p)) == NULL)
+		return;
+	ce_key(e, &key);
+	do {
+		if (ce_too_many_reads(p) || (rc = ce_read(p, st)) < 0)
+			return;
+		memset(&row, 0, sizeof row);
+		if (rc == 0)
+			rc = pgstore_effect_reserve(st, &key, e->digest,
+			    e->lease_ms, &row, &cause);
+		else if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
+		    memcmp(e->entry.request_digest, e->digest,
+		    IDEM_SHA256_BYTES) != 0) {
+			effect_mismatch(p);
+			return;
+		} else {
+			switch (e->entry.state) {
+			case SUBTAB_COMMITTED:
+				effect_reused(p);
+				return;
+			case SUBTAB_RESERVED:
+				if (effect_lease_live(&e->entry, shm_now_ms()))
+					effect_in_progress(p);
+				else
+					effect_outcome_unknown(p);
+				return;
+			case SUBTAB_RELEASED:
+				break;
+			default:	/* OUTCOME_UNKNOWN: evidence only */
+				effect_outcome_unknown(p);
+				return;
+			}
+			snprintf(row.token, sizeof row.token, "%016" PRIx64,
+			    e->entry.fence);
+			rc = pgstore_effect_rebegin(st, &key, e->entry.attempt,
+			    row.token, e->lease_ms, &row, &cause);
+		}
+		if (rc < 0) {
+			ce_fail_storage(p, "reserving the effect", cause);
+			return;
+		}
+	} while (rc == 0);	/* another broker moved the row: read again */
+	ce_take_row(e, &row);
+	effect_proceed(p);
+}
+
+/* effect_complete and effect_resolve: read, then effect.c's judge. */
+static void
+ce_claim(struct pending *p)
+{
+	struct pgstore	*st;
+	int		 rc;
+
+	if ((st = ce_store(p)) == NULL || ce_too_many_reads(p) ||
+	    (rc = ce_read(p, st)) < 0)
+		return;
+	if (rc == 0) {
+		effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT,
+		    REASON_NO_RESERVATION, 0, "no effect was begun under this "
+		    "key", 0);
+		return;
+	}
+	effect_judge(p);
+}
+
+void
+cluster_effect_record(struct pending *p)
+{
+	struct effect			*e = ce_of(p);
+	struct pgstore			*st;
+	struct pgstore_key		 key;
+	struct pgstore_row		 row;
+	struct pgstore_effect_change	 c;
+	char				 token[PGSTORE_TOKEN_BYTES + 1];
+	char				*cause = NULL;
+	int				 rc, committed;
+
+	if ((st = ce_store(p)) == NULL)
+		return;
+	committed = e->entry.state == SUBTAB_COMMITTED;
+	snprintf(token, sizeof token, "%016" PRIx64, e->entry.fence);
+	memset(&c, 0, sizeof c);
+	c.epoch = e->entry.attempt;
+	c.token = token;
+	c.from_state = e->found_state;
+	c.to_state = e->entry.state;
+	c.result = committed ? e->result : NULL;
+	c.result_digest = committed ? e->entry.file_digest : NULL;
+	c.recovered = (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED) != 0;
+	/* Evidence never overrides a live lease (effect_resolve_judge). */
+	c.lapsed_only = e->op == EFFECT_RESOLVE;
+	ce_key(e, &key);
+	memset(&row, 0, sizeof row);
+	rc = pgstore_effect_settle(st, &key, &c, &row, &cause);
+	if (rc < 0) {
+		ce_fail_storage(p, "recording the effect's outcome", cause);
+		return;
+	}
+	if (rc == 0) {
+		/* Another broker moved the row first: judge what it left. */
+		ce_claim(p);
+		return;
+	}
+	ce_take_row(e, &row);
+	effect_settled(p);
+}
+
+void
+cluster_effect_start(struct pending *p)
+{
+	if (ce_of(p)->op == EFFECT_BEGIN)
+		ce_begin(p);
+	else
+		ce_claim(p);
+}
