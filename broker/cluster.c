@@ -913,16 +913,26 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 	struct cl_diagnose	 dg;
 	uint32_t		 counts[SUBTAB_STATE_COUNT];
 	char			*cause = NULL;
-	json_t			*reply, *j;
+	json_t			*reply, *j, *later, *effect_counts;
 
+	/*
+	 * As on the local store: the effects whose outcome is unknown first
+	 * (an operator must settle them), the tasks, the other effects.
+	 */
 	dg.d = d;
 	dg.entries = json_array();
 	dg.now = shm_now_ms();
 	dg.stale_after_ms = stale_after_ms;
+	later = json_array();
+	effect_counts = json_object();
 	if (cl_store_open(d, &cause) != 0 ||
+	    cluster_effects_diagnose(d, dg.entries, later, effect_counts,
+	    dg.now, stale_after_ms, &cause) != 0 ||
 	    pgstore_unfinished(&cl_store, cl_diagnose_row, &dg, &cause) != 0 ||
 	    pgstore_counts(&cl_store, SUBTAB_KIND_TASK, counts, &cause) != 0) {
 		json_decref(dg.entries);
+		json_decref(later);
+		json_decref(effect_counts);
 		log_warnx("diagnose: %s", cause != NULL ? cause :
 		    strerror(errno));
 		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
@@ -930,6 +940,8 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 		free(cause);
 		return;
 	}
+	json_array_extend(dg.entries, later);
+	json_decref(later);
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "entries", dg.entries);
 	j = json_object();
@@ -940,5 +952,6 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 	json_object_set_new(j, "committed", json_integer(
 	    counts[SUBTAB_COMMITTED]));
 	json_object_set_new(reply, "counts", j);
+	json_object_set_new(reply, "effect_counts", effect_counts);
 	conn_reply(c, reply);
 }

@@ -260,3 +260,130 @@ cluster_effect_start(struct pending *p)
 	else
 		ce_claim(p);
 }
+
+/* ---- get_submission and diagnose ------------------------------------ */
+
+/* A row's facts for effect_submission_json: the lease on this clock. */
+static json_t *
+ce_row_json(struct idemd *d, const char *key, size_t key_length,
+    struct pgstore_row *row, int64_t now)
+{
+	json_t	*j;
+
+	row->entry.lease_expires_ms = now + row->lease_ms_left;
+	j = effect_submission_json(&d->seg, key, key_length, &row->entry,
+	    (const uint8_t *)row->receipt, 0, now);
+	if (j != NULL && row->entry.state != SUBTAB_COMMITTED) {
+		json_object_set_new(j, "epoch", json_integer(row->epoch));
+		json_object_set_new(j, "lease_owner", json_string(row->owner));
+		json_object_set_new(j, "lease_ms_left",
+		    json_integer(row->lease_ms_left));
+	}
+	return j;
+}
+
+void
+cluster_get_effect(struct conn *c, json_t *id, const char *key,
+    size_t key_length)
+{
+	struct idemd		*d = conn_idemd(c);
+	struct pgstore		*st;
+	struct pgstore_key	 k;
+	struct pgstore_row	 row;
+	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char			 sid[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	char			*cause = NULL;
+	json_t			*reply, *s = NULL;
+	int			 rc = -1;
+
+	memset(&row, 0, sizeof row);
+	if (effect_key_split(key, key_length, kind, sizeof kind, sid,
+	    sizeof sid) == 0 && (st = cluster_store(d, &cause)) != NULL) {
+		k.kind = SUBTAB_KIND_EFFECT;
+		k.scope = kind;
+		k.id = sid;
+		rc = pgstore_effect_read(st, &k, &row, &cause);
+	}
+	if (rc < 0) {
+		log_warnx("get_submission %s (%s): %s", sid, kind,
+		    cause != NULL ? cause : strerror(errno));
+		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
+		    "%s", cause != NULL ? cause : strerror(errno)));
+		free(cause);
+		return;
+	}
+	if (rc == 1)
+		s = ce_row_json(d, key, key_length, &row, shm_now_ms());
+	pgstore_row_clear(&row);
+	reply = reply_new(1, id);
+	json_object_set_new(reply, "found", json_boolean(s != NULL));
+	if (s != NULL)
+		json_object_set_new(reply, "submission", s);
+	conn_reply(c, reply);
+}
+
+struct ce_diagnose {
+	struct idemd	*d;
+	json_t		*first, *later;
+	int64_t		 now, stale_after_ms;
+	uint32_t	 lapsed;
+};
+
+static int
+ce_diagnose_row(const char *scope, const char *id,
+    const struct pgstore_row *found, void *arg)
+{
+	struct ce_diagnose	*dg = arg;
+	struct pgstore_row	 row = *found;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 n;
+	json_t			*j;
+
+	n = (size_t)snprintf(key, sizeof key, "%s%c%s", scope,
+	    SUBTAB_EFFECT_SEPARATOR, id);
+	if (n >= sizeof key)
+		return 0;	/* a row idem did not write */
+	row.receipt = NULL;	/* not committed: no result */
+	if ((j = ce_row_json(dg->d, key, n, &row, dg->now)) == NULL)
+		return 0;
+	json_object_set_new(j, "stalled", json_boolean(dg->now -
+	    row.entry.updated_at_ms > dg->stale_after_ms));
+	if (strcmp(effect_state_name(&row.entry, dg->now),
+	    "outcome_unknown") == 0) {
+		dg->lapsed += row.entry.state == SUBTAB_RESERVED;
+		json_array_append_new(dg->first, j);
+	} else
+		json_array_append_new(dg->later, j);
+	return 0;
+}
+
+int
+cluster_effects_diagnose(struct idemd *d, json_t *first, json_t *later,
+    json_t *effect_counts, int64_t now, int64_t stale_after_ms, char **cause)
+{
+	struct ce_diagnose	 dg;
+	struct pgstore		*st;
+	uint32_t		 counts[SUBTAB_STATE_COUNT];
+
+	if ((st = cluster_store(d, cause)) == NULL)
+		return -1;
+	memset(&dg, 0, sizeof dg);
+	dg.d = d;
+	dg.first = first;
+	dg.later = later;
+	dg.now = now;
+	dg.stale_after_ms = stale_after_ms;
+	if (pgstore_effects_unfinished(st, ce_diagnose_row, &dg, cause) != 0 ||
+	    pgstore_counts(st, SUBTAB_KIND_EFFECT, counts, cause) != 0)
+		return -1;
+	/* A lapsed lease is outcome_unknown, as on the local store. */
+	json_object_set_new(effect_counts, "reserved",
+	    json_integer(counts[SUBTAB_RESERVED] - dg.lapsed));
+	json_object_set_new(effect_counts, "outcome_unknown",
+	    json_integer(counts[SUBTAB_OUTCOME_UNKNOWN] + dg.lapsed));
+	json_object_set_new(effect_counts, "released",
+	    json_integer(counts[SUBTAB_RELEASED]));
+	json_object_set_new(effect_counts, "committed",
+	    json_integer(counts[SUBTAB_COMMITTED]));
+	return 0;
+}

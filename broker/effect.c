@@ -1004,8 +1004,8 @@ op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 
 json_t *
 effect_submission_json(struct shm_segment *seg, const char *key,
-    size_t key_length, const struct subtab_entry *x, int in_flight,
-    int64_t now)
+    size_t key_length, const struct subtab_entry *x, const uint8_t *result,
+    int in_flight, int64_t now)
 {
 	char	 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	char	 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
@@ -1045,7 +1045,9 @@ effect_submission_json(struct shm_segment *seg, const char *key,
 	if (x->state == SUBTAB_COMMITTED) {
 		if (x->effect_flags & SUBTAB_EFFECT_RECOVERED)
 			json_object_set_new(j, "recovered", json_true());
-		receipt = effect_receipt_json(seg, key, key_length, x);
+		receipt = result != NULL ? effect_receipt_json_from(key,
+		    key_length, x, result, 0) : effect_receipt_json(seg, key,
+		    key_length, x);
 		json_object_set_new(j, "receipt", receipt != NULL ? receipt :
 		    json_null());
 	}

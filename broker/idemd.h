@@ -448,6 +448,16 @@ struct pgstore	*cluster_store(struct idemd *, char **cause);
 void	 cluster_effect_start(struct pending *);
 /* The judge's transition as a compare-and-set, then effect_settled. */
 void	 cluster_effect_record(struct pending *);
+/* get_submission with an effect_kind: the row of key ("kind 0x1f id"). */
+void	 cluster_get_effect(struct conn *, json_t *id, const char *key,
+	    size_t key_length);
+/*
+ * diagnose's effects: outcome_unknown ones appended to first, the other
+ * unfinished ones to later; effect_counts filled.  0, or -1 with *cause.
+ */
+int	 cluster_effects_diagnose(struct idemd *, json_t *first, json_t *later,
+	    json_t *effect_counts, int64_t now, int64_t stale_after_ms,
+	    char **cause);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
 #define cluster_submission_start(p)	((void)(p))
@@ -455,6 +465,7 @@ void	 cluster_effect_record(struct pending *);
 #define cluster_diagnose(c, id, stale)	((void)(c))
 #define cluster_effect_start(p)	((void)(p))
 #define cluster_effect_record(p)	((void)(p))
+#define cluster_get_effect(c, id, key, n)	((void)(c))
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
 #endif
@@ -597,10 +608,13 @@ json_t	*effect_receipt_json(struct shm_segment *, const char *key,
 json_t	*effect_receipt_json_from(const char *key, size_t key_length,
 	    const struct subtab_entry *, const uint8_t *bytes, int pruned);
 
-/* An effect's facts for get_submission and diagnose (receipt once committed). */
+/*
+ * An effect's facts for get_submission and diagnose (receipt once
+ * committed, from result's bytes; result NULL: from the arena).
+ */
 json_t	*effect_submission_json(struct shm_segment *, const char *key,
-	    size_t key_length, const struct subtab_entry *, int in_flight,
-	    int64_t now);
+	    size_t key_length, const struct subtab_entry *,
+	    const uint8_t *result, int in_flight, int64_t now);
 /* optable.c: every op served, one row each */
 typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);

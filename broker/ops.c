@@ -73,6 +73,10 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
 
 	n = (size_t)snprintf(key, sizeof key, "%.*s%c%s", (int)kind_length,
 	    kind, SUBTAB_EFFECT_SEPARATOR, submission_id);
+	if (d->store_uri != NULL) {
+		cluster_get_effect(c, id, key, n);
+		return;
+	}
 	rc = lookup_history(d, key, n, &e, &cold);
 	if (rc < 0) {
 		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
@@ -99,7 +103,7 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
 		json_object_set_new(s, "receipt", receipt != NULL ? receipt :
 		    json_null());
 	} else if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT)
-		s = effect_submission_json(&d->seg, key, n, &e, 0,
+		s = effect_submission_json(&d->seg, key, n, &e, NULL, 0,
 		    shm_now_ms());
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "found", json_boolean(s != NULL));
@@ -320,7 +324,7 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	later = json_array();
 	for (i = 0; i < effect_count; i++) {
 		x = effect_submission_json(&d->seg, effects[i].key,
-		    effects[i].entry.key_length, &effects[i].entry,
+		    effects[i].entry.key_length, &effects[i].entry, NULL,
 		    effects[i].claimed, now);
 		if (x == NULL)
 			continue;

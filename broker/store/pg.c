@@ -701,42 +701,6 @@ pgstore_legacy_number(struct pgstore *st, enum subtab_kind kind,
 }
 
 int
-pgstore_unfinished(struct pgstore *st, int (*fn)(const char *scope,
-    const char *id, const struct pgstore_row *, void *), void *arg,
-    char **cause)
-{
-	PGconn		*conn;
-	PGresult	*res;
-	struct params	 p;
-	struct pgstore_row row;
-	int		 i, rc = 0;
-
-	*cause = NULL;
-	if ((conn = pg_conn(st, cause)) == NULL)
-		return -1;
-	p.v[0] = st->workspace;
-	p.n = 1;
-	res = pg_exec(conn, "SELECT kind, scope, client_submission_id, "
-	    ROW_COLUMNS " FROM idem_submission WHERE workspace_id = $1 AND "
-	    "state < 3 ORDER BY reserved_at", &p);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pg_failed(st, res, "listing unfinished submissions",
-		    cause);
-	for (i = 0; i < PQntuples(res) && rc == 0; i++) {
-		if (row_fill(res, i, 3, (enum subtab_kind)value_i64(res, i, 0),
-		    &row, cause) != 0) {
-			rc = -1;
-			break;
-		}
-		rc = fn(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), &row,
-		    arg);
-		pgstore_row_clear(&row);
-	}
-	PQclear(res);
-	return rc;
-}
-
-int
 pgstore_counts(struct pgstore *st, enum subtab_kind kind,
     uint32_t counts[SUBTAB_STATE_COUNT], char **cause)
 {
@@ -776,39 +740,42 @@ pgstore_counts(struct pgstore *st, enum subtab_kind kind,
 	"(extract(epoch from updated_at) * 1000)::bigint, file_digest, " \
 	"receipt, lease_granted, " \
 	"(extract(epoch from (lease_expires - clock_timestamp())) * 1000)" \
-	"::bigint"
+	"::bigint, owner_host"
 
 #define LEASE_FROM_NOW(param) \
 	"clock_timestamp() + " param "::integer * interval '1 millisecond'"
 
 static int
-effect_fill(PGresult *res, struct pgstore_row *row, char **cause)
+effect_fill(PGresult *res, int i, int first, enum subtab_kind kind,
+    struct pgstore_row *row, char **cause)
 {
 	struct subtab_entry	*e = &row->entry;
 	const char		*result;
 
 	memset(row, 0, sizeof *row);
-	e->kind = SUBTAB_KIND_EFFECT;
-	e->state = (uint8_t)value_i64(res, 0, 0);
-	e->schema = (uint8_t)value_i64(res, 0, 1);
-	if (digest_from_hex(PQgetvalue(res, 0, 2), e->request_digest) != 0 ||
-	    (!PQgetisnull(res, 0, 8) && digest_from_hex(PQgetvalue(res, 0, 8),
-	    e->file_digest) != 0) ||
-	    strlen(PQgetvalue(res, 0, 4)) != PGSTORE_TOKEN_BYTES) {
+	e->kind = (uint8_t)kind;
+	e->state = (uint8_t)value_i64(res, i, first + 0);
+	e->schema = (uint8_t)value_i64(res, i, first + 1);
+	if (digest_from_hex(PQgetvalue(res, i, first + 2),
+	    e->request_digest) != 0 || (!PQgetisnull(res, i, first + 8) &&
+	    digest_from_hex(PQgetvalue(res, i, first + 8),
+	    e->file_digest) != 0) || strlen(PQgetvalue(res, i, first + 4)) !=
+	    PGSTORE_TOKEN_BYTES) {
 		asprintf(cause, "PostgreSQL: an effect row of idem_submission "
 		    "that idem did not write (bad digest or token)");
 		errno = EPROTO;
 		return -1;
 	}
-	row->epoch = value_i64(res, 0, 3);
+	row->epoch = value_i64(res, i, first + 3);
 	e->attempt = (uint32_t)row->epoch;
-	snprintf(row->token, sizeof row->token, "%s", PQgetvalue(res, 0, 4));
+	snprintf(row->token, sizeof row->token, "%s",
+	    PQgetvalue(res, i, first + 4));
 	e->fence = strtoull(row->token, NULL, 16);
-	e->created_at_ms = value_i64(res, 0, 5);
-	e->reserved_at_ms = value_i64(res, 0, 6);
-	e->updated_at_ms = value_i64(res, 0, 7);
-	if (!PQgetisnull(res, 0, 9)) {
-		result = PQgetvalue(res, 0, 9);
+	e->created_at_ms = value_i64(res, i, first + 5);
+	e->reserved_at_ms = value_i64(res, i, first + 6);
+	e->updated_at_ms = value_i64(res, i, first + 7);
+	if (!PQgetisnull(res, i, first + 9)) {
+		result = PQgetvalue(res, i, first + 9);
 		if ((row->receipt = strdup(result)) == NULL) {
 			*cause = strdup("out of memory");
 			errno = ENOMEM;
@@ -816,9 +783,11 @@ effect_fill(PGresult *res, struct pgstore_row *row, char **cause)
 		}
 		e->result_length = (uint32_t)strlen(result);
 	}
-	if (strcmp(PQgetvalue(res, 0, 10), "t") == 0)
+	if (strcmp(PQgetvalue(res, i, first + 10), "t") == 0)
 		e->effect_flags |= SUBTAB_EFFECT_RECOVERED;
-	row->lease_ms_left = value_i64(res, 0, 11);
+	row->lease_ms_left = value_i64(res, i, first + 11);
+	snprintf(row->owner, sizeof row->owner, "%s",
+	    PQgetvalue(res, i, first + 12));
 	return 0;
 }
 
@@ -841,7 +810,7 @@ effect_exec(struct pgstore *st, const char *sql, const struct params *p,
 		PQclear(res);
 		return 0;
 	}
-	rc = effect_fill(res, row, cause);
+	rc = effect_fill(res, 0, 0, SUBTAB_KIND_EFFECT, row, cause);
 	PQclear(res);
 	return rc == 0 ? 1 : -1;
 }
@@ -961,4 +930,63 @@ pgstore_effect_settle(struct pgstore *st, const struct pgstore_key *key,
 	    "$7::smallint AND (NOT $12::boolean OR state <> 1 OR "
 	    "lease_expires <= clock_timestamp()) RETURNING " EFFECT_COLUMNS, &p,
 	    row, "recording an effect's outcome", cause);
+}
+
+/* Each row of sql ($1 the workspace: kind, scope, id, then fill's). */
+static int
+pg_each(struct pgstore *st, const char *sql,
+    int (*fill)(PGresult *, int, int, enum subtab_kind,
+    struct pgstore_row *, char **),
+    int (*fn)(const char *scope, const char *id, const struct pgstore_row *,
+    void *), void *arg, const char *what, char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	struct pgstore_row row;
+	int		 i, rc = 0;
+
+	*cause = NULL;
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	p.v[0] = st->workspace;
+	p.n = 1;
+	res = pg_exec(conn, sql, &p);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, what, cause);
+	for (i = 0; i < PQntuples(res) && rc == 0; i++) {
+		if (fill(res, i, 3, (enum subtab_kind)value_i64(res, i, 0),
+		    &row, cause) != 0) {
+			rc = -1;
+			break;
+		}
+		rc = fn(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), &row,
+		    arg);
+		pgstore_row_clear(&row);
+	}
+	PQclear(res);
+	return rc;
+}
+
+int
+pgstore_unfinished(struct pgstore *st, int (*fn)(const char *scope,
+    const char *id, const struct pgstore_row *, void *), void *arg,
+    char **cause)
+{
+	/* Effects have their own columns: pgstore_effects_unfinished. */
+	return pg_each(st, "SELECT kind, scope, client_submission_id, "
+	    ROW_COLUMNS " FROM idem_submission WHERE workspace_id = $1 AND "
+	    "state < 3 AND kind <> 3 ORDER BY reserved_at", row_fill, fn, arg,
+	    "listing unfinished submissions", cause);
+}
+
+int
+pgstore_effects_unfinished(struct pgstore *st, int (*fn)(const char *scope,
+    const char *id, const struct pgstore_row *, void *), void *arg,
+    char **cause)
+{
+	return pg_each(st, "SELECT kind, scope, client_submission_id, "
+	    EFFECT_COLUMNS " FROM idem_submission WHERE workspace_id = $1 AND "
+	    "kind = 3 AND state <> 3 ORDER BY reserved_at", effect_fill, fn,
+	    arg, "listing unfinished effects", cause);
 }

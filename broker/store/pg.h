@@ -208,6 +208,16 @@ int	pgstore_effect_settle(struct pgstore *, const struct pgstore_key *,
 	    const struct pgstore_effect_change *, struct pgstore_row *,
 	    char **cause);
 
+/*
+ * Every effect of the workspace not committed (reserved, released,
+ * outcome_unknown), oldest first, to fn (its effect_kind and id, and the
+ * row); fn returning non-zero stops.  pgstore_unfinished lists the
+ * others.
+ */
+int	pgstore_effects_unfinished(struct pgstore *, int (*fn)(const char *scope,
+	    const char *id, const struct pgstore_row *, void *), void *arg,
+	    char **cause);
+
 /* A fresh token: 64 random bits, hex. */
 void	pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1]);
 /* Is s a valid --host-id? */

@@ -1428,6 +1428,17 @@ effects_across_brokers(void **state)
 	    "{\"request\":{\"to\":\"other@y\"}}");
 	want(reply, "conflict", "digest_mismatch");
 	json_decref(reply);
+	/* get_submission with the kind, on either broker: the same receipt. */
+	reply = harness_call_once(&b.b, json_pack("{s:s,s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", "e1", "effect_kind",
+	    EFFECT_KIND));
+	harness_assert_bool(reply, "found", 1);
+	assert_string_equal(harness_str(json_object_get(reply, "submission"),
+	    "state"), "committed");
+	again = receipt_of(json_object_get(reply, "submission"));
+	assert_string_equal(again, first);
+	free(again);
+	json_decref(reply);
 	free(fence);
 	free(first);
 
@@ -1478,6 +1489,17 @@ effects_across_brokers(void **state)
 	until_lapsed(&b, "e3", mail);
 	reply = effect_call(&a, "effect_begin", "e3", mail);
 	want(reply, "outcome_unknown", NULL);
+	json_decref(reply);
+	/* diagnose on either broker: the unknown outcome first, counted. */
+	reply = harness_call_once(&b.b, json_pack("{s:s}", "op", "diagnose"));
+	assert_string_equal(harness_str(json_array_get(json_object_get(reply,
+	    "entries"), 0), "client_submission_id"), "e3");
+	assert_string_equal(harness_str(json_array_get(json_object_get(reply,
+	    "entries"), 0), "state"), "outcome_unknown");
+	assert_int_equal(harness_int(json_object_get(reply, "effect_counts"),
+	    "outcome_unknown"), 1);
+	assert_int_equal(harness_int(json_object_get(reply, "effect_counts"),
+	    "committed"), 2);
 	json_decref(reply);
 	reply = resolve_on(&b, "e3", "unknown", NULL);
 	assert_string_equal(harness_str(reply, "state"), "outcome_unknown");
