@@ -12,7 +12,12 @@
  *   number A reserved, one file;
  * - a broker paused (SIGSTOP) just before it links, its lease taken over
  *   by a retry on another broker while an FCoP mover moves the file, then
- *   resumed: it never answers created, one file across the stages.
+ *   resumed: it never answers created, one file across the stages;
+ * - effects across brokers: begin on one, complete on another, every
+ *   retry the same receipt bytes; stale fences, lapsed leases settled by
+ *   evidence only, conflicts; racing begins and completes on three
+ *   brokers converge (one proceed, one action taken, one receipt); each
+ *   effect crash point on one broker, the retry on another.
  */
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -1555,6 +1560,102 @@ effects_across_brokers(void **state)
 	rm_root(root);
 }
 
+/* ---- an effect's broker crashes, the retry on another ---------------- */
+
+/* Start a on root, to crash at point (IDEM_CRASH_AT). */
+static void
+start_crashing_at(struct node *a, const char *root, const char *point)
+{
+	static char		 env[96];
+	const char *const	 crash_env[] = { env, NULL };
+
+	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
+	node_init(a, root, "a");
+	assert_int_equal(node_start(a, "30000", "1", crash_env), 0);
+}
+
+/* a dies at its crash point instead of answering. */
+static void
+lose_answer(struct node *a, json_t *reply)
+{
+	assert_null(reply);
+	harness_wait_dead(&a->b);
+	node_reap(a);
+}
+
+static void
+effect_crash_then_retry_elsewhere(void **state)
+{
+	static struct node	 a, b;
+	static const char	 mail[] = "{\"request\":{\"to\":\"x@y\"}}";
+	static const char	 quick[] = "{\"request\":{\"to\":\"x@y\"},"
+	    "\"lease_ms\":300}";
+	char			 root[256], *fence, *first, *again;
+	json_t			*reply;
+
+	(void)state;
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+	store_reset();
+	fresh_root(root);
+	node_init(&b, root, "b");
+	assert_int_equal(node_start(&b, "30000", "1", NULL), 0);
+
+	/* Reserved, unanswered: in_progress, then outcome_unknown, never proceed. */
+	start_crashing_at(&a, root, "after_effect_reserve_durable");
+	lose_answer(&a, effect_call(&a, "effect_begin", "c-reserve", quick));
+	until_lapsed(&b, "c-reserve", mail);
+	reply = resolve_on(&b, "c-reserve", "not_applied", NULL);
+	assert_string_equal(harness_str(reply, "state"), "released");
+	json_decref(reply);
+	free(proceed_fence(effect_call(&b, "effect_begin", "c-reserve", mail),
+	    2));
+
+	/* Committed, unanswered: the retry on B gets the receipt. */
+	fence = proceed_fence(effect_call(&b, "effect_begin", "c-commit", mail),
+	    1);
+	start_crashing_at(&a, root, "after_effect_commit_durable");
+	lose_answer(&a, complete_on(&a, "c-commit", fence, "applied",
+	    "{\"id\":\"m-c\"}"));
+	reply = complete_on(&b, "c-commit", fence, "applied", "{\"id\":\"m-c\"}");
+	harness_assert_bool(reply, "action_taken", 0);
+	first = receipt_of(reply);
+	json_decref(reply);
+	reply = effect_call(&b, "effect_begin", "c-commit", mail);
+	want(reply, "reused", NULL);
+	again = receipt_of(reply);
+	assert_string_equal(again, first);
+	free(again);
+	free(first);
+	free(fence);
+	json_decref(reply);
+
+	/* Released, unanswered: the next begin is attempt 2. */
+	fence = proceed_fence(effect_call(&b, "effect_begin", "c-release",
+	    mail), 1);
+	start_crashing_at(&a, root, "after_effect_release_durable");
+	lose_answer(&a, complete_on(&a, "c-release", fence, "not_applied",
+	    NULL));
+	free(proceed_fence(effect_call(&b, "effect_begin", "c-release", mail),
+	    2));
+	free(fence);
+
+	/* Resolved, unanswered: committed, recovered, on B. */
+	free(proceed_fence(effect_call(&b, "effect_begin", "c-resolve", quick),
+	    1));
+	until_lapsed(&b, "c-resolve", mail);
+	start_crashing_at(&a, root, "after_effect_resolve_durable");
+	lose_answer(&a, resolve_on(&a, "c-resolve", "applied",
+	    "{\"id\":\"m-r\"}"));
+	reply = effect_call(&b, "effect_begin", "c-resolve", mail);
+	want(reply, "reused", NULL);
+	harness_assert_bool(reply, "recovered", 1);
+	json_decref(reply);
+	node_kill(&b);
+	rm_root(root);
+}
+
 /* ---- concurrent begins and completes on three brokers ---------------- */
 
 #define RACE_KEYS	20
@@ -1707,6 +1808,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(effects_across_brokers,
 		    arm_watchdog, kill_live_nodes),
 		cmocka_unit_test_setup_teardown(effects_race_across_brokers,
+		    arm_watchdog, kill_live_nodes),
+		cmocka_unit_test_setup_teardown(effect_crash_then_retry_elsewhere,
 		    arm_watchdog, kill_live_nodes),
 	};
 	const char	*reason;
