@@ -806,6 +806,18 @@ cluster_submission_start(struct pending *p)
 
 /* ---- get_submission and diagnose: the workspace's rows -------------- */
 
+void
+cluster_reply_unavailable(struct conn *c, json_t *id, const char *op,
+    const char *what, char *cause)
+{
+	const char	*why = cause != NULL ? cause : strerror(errno);
+
+	log_warnx("%s %s: %s", op, what, why);
+	conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1, "%s",
+	    why));
+	free(cause);
+}
+
 static json_t *
 cl_row_json(struct idemd *d, const char *key, const struct pgstore_row *row,
     char task_id[IDEM_MAX_TASK_ID_BYTES + 16],
@@ -847,11 +859,7 @@ cluster_get_submission(struct conn *c, json_t *id, const char *key)
 
 	if (cl_store_open(d, &cause) != 0 ||
 	    (rc = pgstore_read(&cl_store, &k, &row, &cause)) < 0) {
-		log_warnx("get_submission %s: %s", key, cause != NULL ? cause :
-		    strerror(errno));
-		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
-		    "%s", cause != NULL ? cause : strerror(errno)));
-		free(cause);
+		cluster_reply_unavailable(c, id, "get_submission", key, cause);
 		return;
 	}
 	reply = reply_new(1, id);
@@ -913,7 +921,7 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 	struct cl_diagnose	 dg;
 	uint32_t		 counts[SUBTAB_STATE_COUNT];
 	char			*cause = NULL;
-	json_t			*reply, *j, *later, *effect_counts;
+	json_t			*reply, *j, *later, *effect_counts = NULL;
 
 	/*
 	 * As on the local store: the effects whose outcome is unknown first
@@ -924,20 +932,15 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 	dg.now = shm_now_ms();
 	dg.stale_after_ms = stale_after_ms;
 	later = json_array();
-	effect_counts = json_object();
 	if (cl_store_open(d, &cause) != 0 ||
-	    cluster_effects_diagnose(d, dg.entries, later, effect_counts,
+	    cluster_effects_diagnose(d, dg.entries, later, &effect_counts,
 	    dg.now, stale_after_ms, &cause) != 0 ||
 	    pgstore_unfinished(&cl_store, cl_diagnose_row, &dg, &cause) != 0 ||
 	    pgstore_counts(&cl_store, SUBTAB_KIND_TASK, counts, &cause) != 0) {
 		json_decref(dg.entries);
 		json_decref(later);
 		json_decref(effect_counts);
-		log_warnx("diagnose: %s", cause != NULL ? cause :
-		    strerror(errno));
-		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
-		    "%s", cause != NULL ? cause : strerror(errno)));
-		free(cause);
+		cluster_reply_unavailable(c, id, "diagnose", "", cause);
 		return;
 	}
 	json_array_extend(dg.entries, later);

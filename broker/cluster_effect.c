@@ -297,6 +297,7 @@ cluster_get_effect(struct conn *c, json_t *id, const char *key,
 	int			 rc = -1;
 
 	memset(&row, 0, sizeof row);
+	sid[0] = kind[0] = '\0';
 	if (effect_key_split(key, key_length, kind, sizeof kind, sid,
 	    sizeof sid) == 0 && (st = cluster_store(d, &cause)) != NULL) {
 		k.kind = SUBTAB_KIND_EFFECT;
@@ -305,11 +306,7 @@ cluster_get_effect(struct conn *c, json_t *id, const char *key,
 		rc = pgstore_effect_read(st, &k, &row, &cause);
 	}
 	if (rc < 0) {
-		log_warnx("get_submission %s (%s): %s", sid, kind,
-		    cause != NULL ? cause : strerror(errno));
-		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
-		    "%s", cause != NULL ? cause : strerror(errno)));
-		free(cause);
+		cluster_reply_unavailable(c, id, "get_submission", sid, cause);
 		return;
 	}
 	if (rc == 1)
@@ -344,22 +341,15 @@ ce_diagnose_row(const char *scope, const char *id,
 	if (n >= sizeof key)
 		return 0;	/* a row idem did not write */
 	row.receipt = NULL;	/* not committed: no result */
-	if ((j = ce_row_json(dg->d, key, n, &row, dg->now)) == NULL)
-		return 0;
-	json_object_set_new(j, "stalled", json_boolean(dg->now -
-	    row.entry.updated_at_ms > dg->stale_after_ms));
-	if (strcmp(effect_state_name(&row.entry, dg->now),
-	    "outcome_unknown") == 0) {
-		dg->lapsed += row.entry.state == SUBTAB_RESERVED;
-		json_array_append_new(dg->first, j);
-	} else
-		json_array_append_new(dg->later, j);
+	j = ce_row_json(dg->d, key, n, &row, dg->now);
+	diagnose_effect_place(j, &row.entry, dg->now, dg->stale_after_ms,
+	    dg->first, dg->later, &dg->lapsed);
 	return 0;
 }
 
 int
 cluster_effects_diagnose(struct idemd *d, json_t *first, json_t *later,
-    json_t *effect_counts, int64_t now, int64_t stale_after_ms, char **cause)
+    json_t **effect_counts, int64_t now, int64_t stale_after_ms, char **cause)
 {
 	struct ce_diagnose	 dg;
 	struct pgstore		*st;
@@ -376,14 +366,6 @@ cluster_effects_diagnose(struct idemd *d, json_t *first, json_t *later,
 	if (pgstore_effects_unfinished(st, ce_diagnose_row, &dg, cause) != 0 ||
 	    pgstore_counts(st, SUBTAB_KIND_EFFECT, counts, cause) != 0)
 		return -1;
-	/* A lapsed lease is outcome_unknown, as on the local store. */
-	json_object_set_new(effect_counts, "reserved",
-	    json_integer(counts[SUBTAB_RESERVED] - dg.lapsed));
-	json_object_set_new(effect_counts, "outcome_unknown",
-	    json_integer(counts[SUBTAB_OUTCOME_UNKNOWN] + dg.lapsed));
-	json_object_set_new(effect_counts, "released",
-	    json_integer(counts[SUBTAB_RELEASED]));
-	json_object_set_new(effect_counts, "committed",
-	    json_integer(counts[SUBTAB_COMMITTED]));
+	*effect_counts = diagnose_effect_counts(counts, dg.lapsed);
 	return 0;
 }

@@ -44,6 +44,12 @@
  * drawn for each proceed.  Only the latest one issued is accepted.
  * external_key is derived from the key and the request digest, so it is
  * the same for every attempt and after any restart.
+ *
+ * With --store postgresql://... the effect is a row in PostgreSQL
+ * instead of a slot (cluster_effect.c reads it and records each
+ * transition as a compare-and-set); the answers and the judges of
+ * complete and resolve below serve both stores (effect_record picks
+ * the journal or the row).
  */
 #include <inttypes.h>
 #include <stdio.h>

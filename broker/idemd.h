@@ -441,6 +441,12 @@ void	 cluster_get_submission(struct conn *, json_t *id, const char *key);
 void	 cluster_diagnose(struct conn *, json_t *id, int64_t stale_after_ms);
 /* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
 int	 cluster_check(struct idemd *, char **cause);
+/*
+ * PostgreSQL failed for a read of op (what: its key): logged once, then
+ * storage_unavailable (retryable); cause is freed.
+ */
+void	 cluster_reply_unavailable(struct conn *, json_t *id, const char *op,
+	    const char *what, char *cause);
 /* This worker's connection to the store, opened at its first use. */
 struct pgstore;
 struct pgstore	*cluster_store(struct idemd *, char **cause);
@@ -453,10 +459,10 @@ void	 cluster_get_effect(struct conn *, json_t *id, const char *key,
 	    size_t key_length);
 /*
  * diagnose's effects: outcome_unknown ones appended to first, the other
- * unfinished ones to later; effect_counts filled.  0, or -1 with *cause.
+ * unfinished ones to later; *effect_counts made.  0, or -1 with *cause.
  */
 int	 cluster_effects_diagnose(struct idemd *, json_t *first, json_t *later,
-	    json_t *effect_counts, int64_t now, int64_t stale_after_ms,
+	    json_t **effect_counts, int64_t now, int64_t stale_after_ms,
 	    char **cause);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
@@ -654,5 +660,11 @@ void	 op_diagnose(struct conn *, json_t *request, json_t *id);
 void	 diagnose_file_facts(struct idemd *, const struct subtab_entry *,
 	    const char *task_id, json_t *);
 void	 op_stats(struct conn *, json_t *request, json_t *id);
+/* diagnose's effects, on either store: placed in order, and counted. */
+void	 diagnose_effect_place(json_t *x, const struct subtab_entry *,
+	    int64_t now, int64_t stale_after_ms, json_t *first, json_t *later,
+	    uint32_t *lapsed);
+json_t	*diagnose_effect_counts(const uint32_t counts[SUBTAB_STATE_COUNT],
+	    uint32_t lapsed);
 
 #endif
