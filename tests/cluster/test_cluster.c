@@ -1368,12 +1368,17 @@ until_lapsed(struct node *n, const char *id, const char *begin)
 	fail_msg("%s: the lease did not lapse", id);
 }
 
+/* A proceed's fence (malloc'd); the reply is consumed. */
 static char *
 proceed_fence(json_t *reply, int attempt)
 {
+	char	*fence;
+
 	want(reply, "proceed", NULL);
 	assert_int_equal(harness_int(reply, "attempt"), attempt);
-	return strdup(harness_str(reply, "fence"));
+	fence = strdup(harness_str(reply, "fence"));
+	json_decref(reply);
+	return fence;
 }
 
 static void
@@ -1455,9 +1460,8 @@ effects_across_brokers(void **state)
 	xkey = strdup(harness_str(reply, "external_key"));
 	json_decref(reply);
 	reply = effect_call(&b, "effect_begin", "e2", mail);
-	fence2 = proceed_fence(reply, 2);
 	assert_string_equal(harness_str(reply, "external_key"), xkey);
-	json_decref(reply);
+	fence2 = proceed_fence(reply, 2);
 	reply = complete_on(&a, "e2", fence, "applied", "{\"id\":\"late\"}");
 	want(reply, "conflict", "stale_fence");
 	json_decref(reply);
