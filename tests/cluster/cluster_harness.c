@@ -101,6 +101,23 @@ cluster_node_start(struct node *n, const char *lease_ms, const char *workers,
 	return harness_start(&n->b, args, env);
 }
 
+void
+cluster_start_nodes(struct node *nodes, int count, const char *uri,
+    char root[256], const char *prefix, const char *workers,
+    const char *digits)
+{
+	char	host[16];
+	int	i;
+
+	cluster_fresh_root(root);
+	for (i = 0; i < count; i++) {
+		snprintf(host, sizeof host, "%s%d", prefix, i);
+		cluster_node_init(&nodes[i], uri, root, host);
+		assert_int_equal(cluster_node_start(&nodes[i], "30000",
+		    workers, NULL, digits, NULL), 0);
+	}
+}
+
 /* harness_wait_dead knows only a single broker's lock and segment. */
 void
 cluster_node_reap(struct node *n)

@@ -38,6 +38,14 @@ void	 cluster_node_init(struct node *, const char *uri, const char *root,
 int	 cluster_node_start(struct node *, const char *lease_ms,
 	    const char *workers, const char *inflight_wait_ms,
 	    const char *digits, const char *const *env);
+/*
+ * count nodes on a fresh root (its path in root), named prefix0,
+ * prefix1...: a 30 s lease, workers and digits as cluster_node_start's;
+ * fails the test if one does not start.
+ */
+void	 cluster_start_nodes(struct node *, int count, const char *uri,
+	    char root[256], const char *prefix, const char *workers,
+	    const char *digits);
 /* SIGCONT, SIGKILL, its workers awaited, its segment removed. */
 void	 cluster_node_kill(struct node *);
 /*

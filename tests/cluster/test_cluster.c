@@ -18,7 +18,11 @@
  *   its own created, the same bytes); one file per task;
  * - a broker paused (SIGSTOP) just before it links, its lease taken over
  *   by a retry on another broker while an FCoP mover moves the file, then
- *   resumed: it never answers created, one file across the stages.
+ *   resumed: it never answers created, one file across the stages;
+ * - PostgreSQL stopped under load; kill -9 of a broker under load;
+ * - foreign FCoP writers between rounds and concurrently with the
+ *   brokers (what is and is not guaranteed: foreign_writer_concurrently_
+ *   with_brokers).
  */
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -145,20 +149,15 @@ three_brokers_converge(void **state)
 	static struct node	 nodes[BROKERS];
 	struct client		 clients[CLIENTS];
 	pthread_t		 threads[CLIENTS];
-	char			 root[256], host[8], *winner;
+	char			 root[256], *winner;
 	json_t			*names, *seen, *r;
 	int			 i, k, j, created, files;
 	size_t			 x;
 
 	(void)state;
 	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	for (i = 0; i < BROKERS; i++) {
-		snprintf(host, sizeof host, "h%d", i);
-		cluster_node_init(&nodes[i], server.uri, root, host);
-		assert_int_equal(cluster_node_start(&nodes[i], "30000",
-		    "2", NULL, NULL, NULL), 0);
-	}
+	cluster_start_nodes(nodes, BROKERS, server.uri, root, "h",
+	    "2", NULL);
 	memset(&cv, 0, sizeof cv);
 	cv.nodes = nodes;
 	for (i = 0; i < CLIENTS; i++) {
@@ -490,30 +489,33 @@ paused_owner_never_answers_created(void **state)
 #define PAUSE_LEASE_MS		"6000"
 
 /*
- * Every takeover, noted by the server at the moment it commits: when
- * (clock_timestamp(), after the UPDATE's own condition), the lease it
- * ended, and whether the owner's session was still alive.
+ * What the server notes of the rows' moves while on: every takeover
+ * ('takeover': when, by clock_timestamp() after the UPDATE's own
+ * condition, the lease it ended, whether the owner's session was still
+ * alive) and every move to a fresh number ('renumber': the name was
+ * taken on disk, EEXIST).
  */
 static void
-note_takeovers(int on)
+note_row_moves(int on)
 {
 	char	*out;
 
 	out = pgserver_psql(&server, on ?
-	    "CREATE TABLE IF NOT EXISTS test_takeover (csid text, "
-	    "epoch bigint, at timestamptz, old_expires timestamptz, "
-	    "owner_alive boolean); DELETE FROM test_takeover; "
-	    "CREATE OR REPLACE FUNCTION test_note_takeover() RETURNS trigger "
-	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO test_takeover VALUES "
-	    "(NEW.client_submission_id, NEW.epoch, clock_timestamp(), "
+	    "CREATE TABLE IF NOT EXISTS test_moves (csid text, kind text, "
+	    "at timestamptz, old_expires timestamptz, owner_alive boolean); "
+	    "DELETE FROM test_moves; "
+	    "CREATE OR REPLACE FUNCTION test_note_move() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO test_moves VALUES "
+	    "(NEW.client_submission_id, CASE WHEN NEW.epoch > OLD.epoch "
+	    "THEN 'takeover' ELSE 'renumber' END, clock_timestamp(), "
 	    "OLD.lease_expires, EXISTS (SELECT 1 FROM pg_stat_activity a "
 	    "WHERE a.pid = OLD.owner_pid AND a.backend_start = "
 	    "OLD.owner_started)); RETURN NEW; END $$; "
-	    "DROP TRIGGER IF EXISTS test_takeover ON idem_submission; "
-	    "CREATE TRIGGER test_takeover AFTER UPDATE ON idem_submission "
-	    "FOR EACH ROW WHEN (NEW.epoch > OLD.epoch) EXECUTE FUNCTION "
-	    "test_note_takeover()" :
-	    "DROP TRIGGER IF EXISTS test_takeover ON idem_submission");
+	    "DROP TRIGGER IF EXISTS test_moves ON idem_submission; "
+	    "CREATE TRIGGER test_moves AFTER UPDATE ON idem_submission "
+	    "FOR EACH ROW WHEN (NEW.epoch > OLD.epoch OR NEW.seq <> OLD.seq) "
+	    "EXECUTE FUNCTION test_note_move()" :
+	    "DROP TRIGGER IF EXISTS test_moves ON idem_submission");
 	assert_non_null(out);
 	free(out);
 }
@@ -545,7 +547,7 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
 		harness_skip("needs a build with --enable-fault-injection");
 	cluster_store_reset(&server);
-	note_takeovers(1);
+	note_row_moves(1);
 	cluster_fresh_root(root);
 	cluster_node_init(&b, server.uri, root, "b");
 	/* B waits 500 ms for a live owner, then answers in_progress. */
@@ -610,7 +612,8 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 		 */
 		out = sql_value("SELECT count(*) || ' ' || "
 		    "coalesce(bool_and(at > old_expires AND owner_alive), "
-		    "true) FROM test_takeover WHERE csid = '%s'", id);
+		    "true) FROM test_moves WHERE kind = 'takeover' AND "
+		    "csid = '%s'", id);
 		assert_string_equal(out, cases[i].committed ? "0 true" :
 		    "1 true");
 		free(out);
@@ -632,7 +635,7 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 		free(task_id);
 		cluster_node_kill(&a);
 	}
-	note_takeovers(0);
+	note_row_moves(0);
 	cluster_node_kill(&b);
 	cluster_rm_root(root);
 }
@@ -732,20 +735,15 @@ outage_answers_unavailable_or_cached(void **state)
 	struct outage_client	 clients[OUTAGE_CLIENTS];
 	pthread_t		 threads[OUTAGE_CLIENTS];
 	struct timespec		 down = { 3, 0 }, warm = { 0, 300000000 };
-	char			 root[256], host[8], id[48], *text;
+	char			 root[256], id[48], *text;
 	const char		*key;
 	json_t			*reply, *value;
 	int			 i, k;
 
 	(void)state;
 	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	for (i = 0; i < BROKERS; i++) {
-		snprintf(host, sizeof host, "o%d", i);
-		cluster_node_init(&nodes[i], server.uri, root, host);
-		assert_int_equal(cluster_node_start(&nodes[i], "30000", "2",
-		    NULL, "6", NULL), 0);
-	}
+	cluster_start_nodes(nodes, BROKERS, server.uri, root, "o",
+	    "2", "6");
 	memset(&o, 0, sizeof o);
 	o.nodes = nodes;
 	o.acked = json_object();
@@ -886,20 +884,15 @@ kill_9_loop_loses_nothing(void **state)
 	struct churn_client	 clients[CHURN_CLIENTS];
 	pthread_t		 threads[CHURN_CLIENTS];
 	struct timespec		 period = { 2, 0 };
-	char			 root[256], host[8], *text;
+	char			 root[256], *text;
 	const char		*key;
 	json_t			*reply, *value;
 	int			 i, k;
 
 	(void)state;
 	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	for (i = 0; i < BROKERS; i++) {
-		snprintf(host, sizeof host, "k%d", i);
-		cluster_node_init(&nodes[i], server.uri, root, host);
-		assert_int_equal(cluster_node_start(&nodes[i], "30000", "2",
-		    NULL, "6", NULL), 0);
-	}
+	cluster_start_nodes(nodes, BROKERS, server.uri, root, "k",
+	    "2", "6");
 	memset(&ch, 0, sizeof ch);
 	ch.nodes = nodes;
 	ch.acked = json_object();
@@ -947,58 +940,98 @@ kill_9_loop_loses_nothing(void **state)
 
 /* ---- a foreign FCoP writer on the same day -------------------------- */
 
-/* FCoP's way: the highest number in the inbox + 1, claimed with O_EXCL. */
-static int
-foreign_write(const char *root, char today[9])
+/*
+ * FCoP's way: the highest number in the inbox + 1, claimed with O_EXCL
+ * under the roles given ("QA-to-DEV"); its name in name.  The number, or
+ * -1 (errno EEXIST: another writer took the name since the scan).  No
+ * cmocka assertion: writer threads call it.
+ */
+/* A foreign file's bytes: front matter naming its roles, then its name. */
+static const char *
+foreign_text(const char *roles, const char *name, char *out, size_t size)
 {
-	char		 dir[PATH_MAX], path[PATH_MAX + 64], prefix[32];
+	const char	*to = strstr(roles, "-to-");
+
+	snprintf(out, size, "---\nprotocol: fcop\nversion: 1\nsender: %.*s\n"
+	    "recipient: %s\n---\nA foreign task, %s.\n", (int)(to - roles),
+	    roles, to + 4, name);
+	return out;
+}
+
+static int
+foreign_write(const char *root, const char *today, const char *roles,
+    char name[NAME_MAX + 1])
+{
+	char		 dir[PATH_MAX], path[PATH_MAX + NAME_MAX + 2];
+	char		 prefix[32];
 	DIR		*d;
 	struct dirent	*de;
 	int		 max = 0, n, fd;
 
 	snprintf(dir, sizeof dir, "%s/_lifecycle/inbox", root);
 	snprintf(prefix, sizeof prefix, "TASK-%s-", today);
-	assert_non_null(d = opendir(dir));
+	if ((d = opendir(dir)) == NULL)
+		return -1;
 	while ((de = readdir(d)) != NULL) {
 		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
 		    (n = atoi(de->d_name + strlen(prefix))) > max)
 			max = n;
 	}
 	closedir(d);
-	snprintf(path, sizeof path, "%s/%s%03d-QA-to-DEV.md", dir, prefix,
-	    max + 1);
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	snprintf(name, NAME_MAX + 1, "%s%03d-%s.md", prefix, max + 1, roles);
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd == -1)
 		return -1;
-	dprintf(fd, "---\nprotocol: fcop\nversion: 1\nsender: QA\n"
-	    "recipient: DEV\n---\nA foreign task.\n");
+	dprintf(fd, "%s", foreign_text(roles, name, path, sizeof path));
 	close(fd);
 	return max + 1;
+}
+
+/*
+ * What idem and FCoP's reader see in the inbox's file name: it must pass
+ * FCoP's grammar and front matter (taskfile_fcop_problem); its facts in
+ * facts if not NULL.
+ */
+static void
+inspect_as_fcop(const char *root, const char *name,
+    struct taskfile_facts *out)
+{
+	struct taskfile_facts	 facts;
+	char			 rel[PATH_MAX], *cause = NULL;
+	const char		*problem;
+	int			 rootfd;
+
+	snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", name);
+	assert_true((rootfd = open(root, O_RDONLY | O_DIRECTORY)) >= 0);
+	if (taskfile_inspect(rootfd, rel, &facts, &cause) != 0)
+		fail_msg("%s: %s", name, cause);
+	close(rootfd);
+	if ((problem = taskfile_fcop_problem(name, 3, &facts)) != NULL)
+		fail_msg("%s: %s", name, problem);
+	if (out != NULL)
+		*out = facts;
 }
 
 static void
 foreign_writer_numbers_never_twice(void **state)
 {
 	static struct node	 nodes[BROKERS];
-	char			 root[256], host[8], today[9], id[32];
-	char			 number[16];
+	char			 root[256], today[9], id[32];
+	char			 number[16], fname[NAME_MAX + 1];
 	json_t			*names, *seen, *r, *reply;
 	int			 i, round, k, foreign;
 	size_t			 x;
 
 	(void)state;
 	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	for (i = 0; i < BROKERS; i++) {
-		snprintf(host, sizeof host, "f%d", i);
-		cluster_node_init(&nodes[i], server.uri, root, host);
-		assert_int_equal(cluster_node_start(&nodes[i], "30000",
-		    "1", NULL, NULL, NULL), 0);
-	}
+	cluster_start_nodes(nodes, BROKERS, server.uri, root, "f",
+	    "1", NULL);
 	harness_today(today);
 	for (round = 0; round < 5; round++) {
 		/* The foreign writer takes the next number it sees. */
-		assert_true((foreign = foreign_write(root, today)) > 0);
+		assert_true((foreign = foreign_write(root, today, "QA-to-DEV",
+		    fname)) > 0);
 		for (k = 0; k < 6; k++) {
 			snprintf(id, sizeof id, "foreign-%d-%d", round, k);
 			reply = harness_call_once(&nodes[k % BROKERS].b,
@@ -1023,28 +1056,220 @@ foreign_writer_numbers_never_twice(void **state)
 
 		snprintf(number, sizeof number, "%.3s", name + 14);
 		/* FCoP's reader takes every file idem wrote (name, front matter). */
-		if (strstr(name, "-PM-to-") != NULL) {
-			struct taskfile_facts	 facts;
-			char			 rel[PATH_MAX], *cause = NULL;
-			const char		*problem;
-			int			 rootfd;
-
-			snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", name);
-			assert_true((rootfd = open(root, O_RDONLY |
-			    O_DIRECTORY)) >= 0);
-			assert_int_equal(taskfile_inspect(rootfd, rel, &facts,
-			    &cause), 0);
-			close(rootfd);
-			if ((problem = taskfile_fcop_problem(name, 3, &facts)) !=
-			    NULL)
-				fail_msg("%s: %s", name, problem);
-		}
+		if (strstr(name, "-PM-to-") != NULL)
+			inspect_as_fcop(root, name, NULL);
 		if (json_object_get(seen, number) != NULL)
 			fail_msg("number %s twice: %s", number, name);
 		json_object_set_new(seen, number, json_true());
 	}
 	json_decref(seen);
 	json_decref(names);
+	for (i = 0; i < BROKERS; i++)
+		cluster_node_kill(&nodes[i]);
+	cluster_rm_root(root);
+}
+
+/*
+ * The same, the foreign writers running while the brokers create: one
+ * with idem's roles (PM-to-DEV: the same name for the same number, so
+ * idem's link meets EEXIST and moves on), one with other roles
+ * (QA-to-DEV).  Guaranteed: every id created once, no number twice among
+ * idem's files nor between idem's and the same-roles writer's, no receipt
+ * naming a file a foreign writer made, every foreign file untouched, every
+ * file readable by FCoP.  Not guaranteed (doc/cluster.md, failure table):
+ * a number idem shares with the other-roles writer, claimed between the
+ * broker's disk scan and its link; counted and printed, not asserted.
+ */
+#define CONC_CLIENTS	6
+#define CONC_IDS	25	/* per client */
+#define CONC_FOREIGN	60	/* files per foreign writer at most */
+
+struct conc {
+	struct node	*nodes;
+	const char	*root;
+	char		 today[9];
+	volatile int	 stop;
+	int		 bad;
+	json_t		*receipts;	/* id -> task_id */
+	pthread_mutex_t	 lock;
+};
+
+struct conc_client {
+	struct conc	*run;
+	int		 index;
+};
+
+struct conc_writer {
+	struct conc	*run;
+	const char	*roles;
+	json_t		*written;	/* name -> its number */
+};
+
+static void *
+conc_client_run(void *arg)
+{
+	struct conc_client	*cc = arg;
+	struct conc		*run = cc->run;
+	char			 id[32];
+	const char		*disp;
+	json_t			*reply;
+	int			 k;
+
+	for (k = 0; k < CONC_IDS; k++) {
+		snprintf(id, sizeof id, "conc-%d-%d", cc->index, k);
+		reply = cluster_call_until_final(&run->nodes[(cc->index + k) %
+		    BROKERS].b, harness_write_task(id, "Beside FCoP"));
+		disp = reply != NULL ? json_string_value(json_object_get(reply,
+		    "disposition")) : NULL;
+		pthread_mutex_lock(&run->lock);
+		if (disp == NULL || strcmp(disp, "created") != 0) {
+			run->bad++;
+			fprintf(stderr, "%s: %s\n", id, reply != NULL ?
+			    json_dumps(reply, JSON_COMPACT) : "no reply");
+		} else
+			json_object_set_new(run->receipts, id, json_string(
+			    json_string_value(json_object_get(json_object_get(
+			    reply, "receipt"), "task_id"))));
+		pthread_mutex_unlock(&run->lock);
+		json_decref(reply);
+	}
+	return NULL;
+}
+
+static void *
+conc_writer_run(void *arg)
+{
+	struct conc_writer	*w = arg;
+	struct timespec		 pace = { 0, 5 * 1000 * 1000 };
+	char			 name[NAME_MAX + 1];
+	int			 n, made = 0;
+
+	while (!w->run->stop && made < CONC_FOREIGN) {
+		/* EEXIST: the name went since the scan; FCoP scans again. */
+		if ((n = foreign_write(w->run->root, w->run->today, w->roles,
+		    name)) > 0) {
+			json_object_set_new(w->written, name, json_integer(n));
+			made++;
+		} else if (errno != EEXIST) {
+			pthread_mutex_lock(&w->run->lock);
+			w->run->bad++;
+			pthread_mutex_unlock(&w->run->lock);
+			break;
+		}
+		nanosleep(&pace, NULL);	/* a writer's pace, not a wait */
+	}
+	return NULL;
+}
+
+static void
+foreign_writer_concurrently_with_brokers(void **state)
+{
+	static struct conc	 run;
+	static struct node	 nodes[BROKERS];
+	struct conc_client	 clients[CONC_CLIENTS];
+	struct conc_writer	 writers[2];
+	pthread_t		 threads[CONC_CLIENTS], wthreads[2];
+	struct taskfile_facts	 facts;
+	char			 root[256], today[9], rel[PATH_MAX];
+	char			 text[NAME_MAX + 1], *content;
+	const char		*id, *name;
+	json_t			*idem_numbers, *value, *v;
+	int			 i, number, shared_other = 0, files;
+
+	(void)state;
+	cluster_store_reset(&server);
+	note_row_moves(1);
+	cluster_start_nodes(nodes, BROKERS, server.uri, root, "c",
+	    "2", NULL);
+	memset(&run, 0, sizeof run);
+	run.nodes = nodes;
+	run.root = root;
+	harness_today(run.today);
+	run.receipts = json_object();
+	pthread_mutex_init(&run.lock, NULL);
+	/* The inbox exists before the writers scan it. */
+	json_decref(harness_must_call(&nodes[0].b, harness_write_task(
+	    "conc-first", "Beside FCoP")));
+	writers[0].roles = "PM-to-DEV";
+	writers[1].roles = "QA-to-DEV";
+	for (i = 0; i < 2; i++) {
+		writers[i].run = &run;
+		writers[i].written = json_object();
+		assert_int_equal(pthread_create(&wthreads[i], NULL,
+		    conc_writer_run, &writers[i]), 0);
+	}
+	for (i = 0; i < CONC_CLIENTS; i++) {
+		clients[i].run = &run;
+		clients[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL,
+		    conc_client_run, &clients[i]), 0);
+	}
+	for (i = 0; i < CONC_CLIENTS; i++)
+		pthread_join(threads[i], NULL);
+	run.stop = 1;
+	for (i = 0; i < 2; i++)
+		pthread_join(wthreads[i], NULL);
+	harness_today(today);
+	if (strcmp(today, run.today) != 0)
+		harness_skip("the UTC date changed during the test");
+	assert_int_equal(run.bad, 0);
+	assert_int_equal(json_object_size(run.receipts),
+	    CONC_CLIENTS * CONC_IDS);
+	/* idem's files: one per id, its own, numbers never twice. */
+	idem_numbers = json_object();
+	json_object_foreach(run.receipts, id, value) {
+		snprintf(text, sizeof text, "%s.md", json_string_value(value));
+		number = atoi(text + 14);
+		snprintf(rel, sizeof rel, "%d", number);
+		if (json_object_get(idem_numbers, rel) != NULL)
+			fail_msg("number %d twice among idem's files", number);
+		json_object_set_new(idem_numbers, rel, json_true());
+		for (i = 0; i < 2; i++)
+			if (json_object_get(writers[i].written, text) != NULL)
+				fail_msg("%s: idem answered a name the %s "
+				    "writer made", id, writers[i].roles);
+		inspect_as_fcop(root, text, &facts);
+		assert_true(facts.has_client_submission_id);
+		assert_string_equal(facts.client_submission_id, id);
+	}
+	/* The foreign files: untouched, read by FCoP, numbers compared. */
+	files = (int)json_object_size(run.receipts) + 1;
+	for (i = 0; i < 2; i++) {
+		assert_true(json_object_size(writers[i].written) > 0);
+		files += (int)json_object_size(writers[i].written);
+		json_object_foreach(writers[i].written, name, v) {
+			snprintf(rel, sizeof rel, "_lifecycle/inbox/%s", name);
+			assert_non_null(content = harness_read(&nodes[0].b,
+			    rel));
+			assert_string_equal(content, foreign_text(
+			    writers[i].roles, name, rel, sizeof rel));
+			free(content);
+			inspect_as_fcop(root, name, NULL);
+			snprintf(rel, sizeof rel, "%d",
+			    (int)json_integer_value(v));
+			if (json_object_get(idem_numbers, rel) == NULL)
+				continue;
+			if (i == 0)
+				fail_msg("number %s: idem's file and the "
+				    "same-roles writer's %s", rel, name);
+			shared_other++;
+		}
+	}
+	fprintf(stderr, "numbers idem shares with the other-roles writer "
+	    "(FCoP's own race, not prevented): %d\n", shared_other);
+	/* How often a link met a foreign name (EEXIST) and moved on. */
+	content = sql_value("SELECT count(*) FROM test_moves WHERE kind = "
+	    "'%s'", "renumber");
+	fprintf(stderr, "links that met a foreign name and took a fresh "
+	    "number: %s\n", content);
+	free(content);
+	note_row_moves(0);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), files);
+	assert_int_equal(cluster_temporaries(root), 0);
+	json_decref(idem_numbers);
+	for (i = 0; i < 2; i++)
+		json_decref(writers[i].written);
+	json_decref(run.receipts);
 	for (i = 0; i < BROKERS; i++)
 		cluster_node_kill(&nodes[i]);
 	cluster_rm_root(root);
@@ -1221,6 +1446,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(kill_9_loop_loses_nothing,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(foreign_writer_numbers_never_twice,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    foreign_writer_concurrently_with_brokers,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 	char	cmd[1024];
