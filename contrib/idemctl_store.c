@@ -62,9 +62,10 @@ static const char store_help[] =
 "One transaction: a second import changes nothing; a submission the\n"
 "database holds with other facts is a conflict and nothing is written.\n"
 "It refuses while a local idemd holds DIR, and while the history has\n"
-"unfinished submissions (start the local idemd once: its recovery\n"
-"finishes them).  Effect receipts cannot move yet: --without-effects\n"
-"imports the rest.  Afterwards serve DIR with --store URI only.\n"
+"unfinished submissions (start the local idemd once and retry them: its\n"
+"recovery finishes them).  Effect receipts cannot move yet:\n"
+"--without-effects imports the rest.  Afterwards serve DIR with --store\n"
+"URI only.\n"
 "\n"
 "Exit status: 0 ok, 1 refused (a newer schema, problems, conflicts), 2\n"
 "usage, 3 the database cannot be reached.\n";

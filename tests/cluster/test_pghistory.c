@@ -13,7 +13,8 @@
  *   file; a second import changes no row and no counter;
  * - an import that conflicts with the store's rows is refused with
  *   nothing written (one transaction);
- * - a history with an unfinished submission is refused, naming it;
+ * - a history with an unfinished submission is refused, naming it; one
+ *   with effect receipts only with --without-effects;
  * - idemctl compact --store: a retry on a second broker and on the first
  *   after a restart answers reused, receipt_pruned and the tombstone's
  *   facts, another digest still conflict, never a second file; stats'
@@ -571,6 +572,53 @@ unfinished_history_is_refused(void **state)
 	harness_finish(&b);
 }
 
+/* Effects cannot move yet: refused, unless the operator leaves them. */
+static void
+effects_are_left_only_when_asked(void **state)
+{
+	static struct broker	 b;
+	char			*out, *reply, fence[64];
+	json_t			*r;
+
+	(void)state;
+	store_reset();
+	harness_fresh_root(&b);
+	harness_must_start(&b, NULL, NULL);
+	reply = raw_call(&b, harness_write_task("fx-task", "With effects"));
+	assert_non_null(strstr(reply, "\"disposition\":\"created\""));
+	free(reply);
+	reply = raw_call(&b, json_pack("{s:s, s:s, s:s, s:{s:s}}", "op",
+	    "effect_begin", "client_submission_id", "fx-1", "effect_kind",
+	    "mail.send/v1", "request", "to", "ops@example"));
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	assert_string_equal(harness_str(r, "disposition"), "proceed");
+	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+	json_decref(r);
+	free(reply);
+	reply = raw_call(&b, json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:s}}",
+	    "op", "effect_complete", "client_submission_id", "fx-1",
+	    "effect_kind", "mail.send/v1", "fence", fence, "outcome",
+	    "applied", "result", "status", "sent"));
+	assert_non_null(strstr(reply, "\"state\":\"committed\""));
+	free(reply);
+	assert_int_equal(harness_stop(&b), 0);
+	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
+	    server.uri, b.root), 1);
+	assert_non_null(strstr(out, "1 effect receipt, which"));
+	assert_non_null(strstr(out, "nothing was written"));
+	free(out);
+	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission"),
+	    0);
+	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s' "
+	    "--without-effects", server.uri, b.root), 0);
+	assert_non_null(strstr(out, "1 submission added"));
+	assert_non_null(strstr(out, "1 effect receipt not imported"));
+	free(out);
+	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	    "WHERE client_submission_id = 'fx-task' AND state = 3"), 1);
+	harness_finish(&b);
+}
+
 static void
 compact_then_retry_on_any_broker(void **state)
 {
@@ -666,6 +714,8 @@ main(void)
 		    conflicting_import_writes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(unfinished_history_is_refused,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    effects_are_left_only_when_asked, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    compact_then_retry_on_any_broker, setup, teardown),
 	};
