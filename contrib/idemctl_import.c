@@ -251,6 +251,7 @@ imp_read(const char *root, struct imp *im)
 	char			 dir[PATH_MAX], *cause = NULL;
 	int			 rc;
 
+	memset(&loaded, 0, sizeof loaded);
 	if (store_journal_dir(root, dir, sizeof dir) != 0 ||
 	    store_records(dir, imp_record, im, &loaded, &cause) != 0) {
 		fprintf(stderr, "idemctl store import: the local history of "

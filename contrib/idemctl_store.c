@@ -469,10 +469,17 @@ idemctl_store_compact(const char *uri, const char *root, int days, int json)
 		return rc;
 	}
 	pgstore_close(&st);
-	if (json)
-		printf("{\"pruned\":%" PRIu64 ",\"older_than_days\":%d}\n",
-		    pruned, days);
-	else
+	if (json) {
+		json_t	*j = json_pack("{s:I,s:i}", "pruned",
+		    (json_int_t)pruned, "older_than_days", days);
+
+		if (j == NULL || json_dumpf(j, stdout, JSON_COMPACT) != 0) {
+			json_decref(j);
+			return STORE_EXIT_PROBLEM;
+		}
+		json_decref(j);
+		putchar('\n');
+	} else
 		printf("compact: %" PRIu64 " receipt%s pruned to tombstones "
 		    "(committed more than %d day%s ago)\n", pruned,
 		    pruned == 1 ? "" : "s", days, days == 1 ? "" : "s");
