@@ -299,12 +299,23 @@ struct local {
 	char		*created[IMPORT_TASKS];	/* the first replies */
 	int		 local_pruned[IMPORT_TASKS];	/* after compaction */
 	int		 compacted;	/* tombstones in the index */
+	char		 task0[128];	/* imp-00's task_id */
+	char		*report;	/* a report on it, the first reply */
 };
+
+static json_t *
+report_request(const char *task_id)
+{
+	return json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "op", "write_report",
+	    "task_id", task_id, "client_submission_id", "rep-1", "report",
+	    "sender", "DEV", "body", "Done.\n");
+}
 
 static void
 local_history(struct local *l)
 {
 	char	id[32], subject[64], *reply, *out, *at;
+	json_t	*r;
 	int	i;
 
 	harness_fresh_root(&l->b);
@@ -321,6 +332,12 @@ local_history(struct local *l)
 	reply = raw_call(&l->b, harness_write_task(NULL, "A legacy call"));
 	assert_non_null(strstr(reply, "\"ok\":true"));
 	free(reply);
+	assert_non_null(r = json_loads(l->created[0], 0, NULL));
+	snprintf(l->task0, sizeof l->task0, "%s", harness_receipt_str(r,
+	    "task_id"));
+	json_decref(r);
+	l->report = raw_call(&l->b, report_request(l->task0));
+	assert_non_null(strstr(l->report, "\"deduplicated\":false"));
 	/* The index compacted, the broker running (it may). */
 	assert_int_equal(idemctl(&out, "--root '%s' compact --older-than 0",
 	    l->b.root), 0);
@@ -367,6 +384,7 @@ local_free(struct local *l)
 
 	for (i = 0; i < IMPORT_TASKS; i++)
 		free(l->created[i]);
+	free(l->report);
 }
 
 static void
@@ -376,6 +394,7 @@ import_local_history_answers_byte_identical(void **state)
 	static struct node	 a;
 	char			 id[32], subject[64], *out, *before, *after;
 	char			*reply, today[9], *expected;
+	json_t			*r;
 	long			 next_seq;
 	int			 i, pruned;
 
@@ -394,18 +413,22 @@ import_local_history_answers_byte_identical(void **state)
 
 	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
 	    server.uri, l.b.root), 0);
-	assert_non_null(strstr(out, "30 submissions added, 1 legacy number "
+	assert_non_null(strstr(out, "31 submissions added, 1 legacy number "
 	    "added, 0 already"));
 	free(out);
+	/* The tasks and the report, its task as its scope. */
 	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission"),
-	    IMPORT_TASKS);
+	    IMPORT_TASKS + 1);
+	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	    "WHERE kind = 2 AND scope = '%s' AND client_submission_id = "
+	    "'rep-1'", l.task0), 1);
 	/* The index's tombstones as tombstones, the rest with receipts. */
 	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
 	    "WHERE state = 10 AND receipt IS NULL AND file_digest IS NULL"),
 	    l.compacted);
 	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
 	    "WHERE state = 3 AND receipt IS NOT NULL"),
-	    IMPORT_TASKS - l.compacted);
+	    IMPORT_TASKS + 1 - l.compacted);
 	/* The counter is past every number: the 30 ids and the legacy one. */
 	harness_today(today);
 	next_seq = psql_count("SELECT next_seq FROM idem_counter WHERE "
@@ -419,7 +442,7 @@ import_local_history_answers_byte_identical(void **state)
 	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
 	    server.uri, l.b.root), 0);
 	assert_non_null(strstr(out, "0 submissions added, 0 legacy numbers "
-	    "added, 31 already in the store"));
+	    "added, 32 already in the store"));
 	free(out);
 	after = store_dump();
 	assert_string_equal(before, after);
@@ -450,6 +473,14 @@ import_local_history_answers_byte_identical(void **state)
 		}
 		free(reply);
 	}
+	/* The report: deduplicated, the same REPORT id. */
+	reply = raw_call(&a.b, report_request(l.task0));
+	assert_non_null(strstr(reply, "\"deduplicated\":true"));
+	assert_non_null(r = json_loads(l.report, 0, NULL));
+	assert_non_null(strstr(reply, harness_str(r, "report_id")));
+	json_decref(r);
+	pruned += strstr(reply, "\"receipt_pruned\":true") != NULL;
+	free(reply);
 	assert_int_equal(pruned, l.compacted);
 	/* Another request under an imported id: conflict, no file. */
 	reply = raw_call(&a.b, harness_write_task("imp-03", "Other content"));
@@ -463,7 +494,7 @@ import_local_history_answers_byte_identical(void **state)
 		fail_msg("expected %s in %s", id, reply);
 	free(reply);
 	assert_int_equal(harness_count_tasks(&a.b), IMPORT_TASKS + 2);
-	assert_store_counts(&a.b, IMPORT_TASKS + 1, IMPORT_TASKS + 1 -
+	assert_store_counts(&a.b, IMPORT_TASKS + 2, IMPORT_TASKS + 2 -
 	    l.compacted, 0, l.compacted);
 	node_kill(&a);
 	local_free(&l);
