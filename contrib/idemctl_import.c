@@ -58,6 +58,8 @@ struct imp {
 	struct imp_entry	*v;
 	size_t			 n, size;
 	int			 failed;	/* out of memory */
+	/* The checkpoint's allocators: past numbers no record keeps. */
+	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
 };
 
 static int
@@ -241,6 +243,14 @@ imp_lock(int root_fd, const char *root)
 	return fd;
 }
 
+static int
+imp_ignore(const struct journal_record *r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	return 0;
+}
+
 /* The local history: every key's last state, read-only; 0 or an exit. */
 static int
 imp_read(const char *root, struct imp *im)
@@ -270,6 +280,22 @@ imp_read(const char *root, struct imp *im)
 		    "imported, it was never acknowledged\n",
 		    (unsigned long long)loaded.stats.torn_segment,
 		    (unsigned long long)loaded.stats.torn_offset);
+	}
+	/*
+	 * The checkpoint keeps no record of a call without an id, only the
+	 * allocator's position past it: the counters must pass it too.
+	 */
+	{
+		uint64_t	segment, records;
+
+		if (checkpoint_load(dir, imp_ignore, NULL, im->alloc, &segment,
+		    &records, &cause) != 0) {
+			fprintf(stderr, "idemctl store import: the checkpoint "
+			    "of %s: %s\n", dir, cause != NULL ? cause :
+			    strerror(errno));
+			free(cause);
+			return IMPORT_EXIT_REFUSED;
+		}
 	}
 	imp_last_only(im);
 	snprintf(dir, sizeof dir, "%s/%s", root, IDEM_INDEX_DIR);
@@ -409,6 +435,12 @@ imp_write(const char *uri, const char *workspace, const struct imp *im)
 			cause = NULL;
 		}
 	}
+	/* The local allocators' positions (a kind's index is kind - 1). */
+	for (i = 0; i < SUBTAB_KIND_COUNT && conflicts == 0; i++)
+		if (im->alloc[i].date != 0 && im->alloc[i].next_seq > 1 &&
+		    pgstore_import_counter(&st, (enum subtab_kind)(i + 1),
+		    im->alloc[i].date, im->alloc[i].next_seq, &cause) != 0)
+			goto rollback;
 	if (conflicts > 0) {
 		pgstore_import_finish(&st, 0, &cause);
 		pgstore_close(&st);

@@ -205,6 +205,12 @@ int	pgstore_import_row(struct pgstore *, const struct pgstore_key *,
 int	pgstore_import_legacy(struct pgstore *, enum subtab_kind,
 	    uint32_t date, uint32_t seq, enum pgstore_import_result *,
 	    char **cause);
+/*
+ * A day's counter raised to at least next_seq (the local allocator's
+ * position: numbers of calls without an id that no record keeps).
+ */
+int	pgstore_import_counter(struct pgstore *, enum subtab_kind,
+	    uint32_t date, uint32_t next_seq, char **cause);
 int	pgstore_import_finish(struct pgstore *, int commit, char **cause);
 /*
  * Compaction: every committed task and report row created more than

@@ -269,6 +269,28 @@ pgstore_import_legacy(struct pgstore *st, enum subtab_kind kind,
 }
 
 int
+pgstore_import_counter(struct pgstore *st, enum subtab_kind kind,
+    uint32_t date, uint32_t next_seq, char **cause)
+{
+	const char	*v[4];
+	char		 kind_s[4], date_s[16], next_s[16];
+
+	*cause = NULL;
+	snprintf(kind_s, sizeof kind_s, "%d", (int)kind);
+	snprintf(date_s, sizeof date_s, "%" PRIu32, date);
+	snprintf(next_s, sizeof next_s, "%" PRIu32, next_seq);
+	v[0] = st->workspace;
+	v[1] = kind_s;
+	v[2] = date_s;
+	v[3] = next_s;
+	return ph_command(st, "INSERT INTO idem_counter AS c (workspace_id, "
+	    "kind, date, next_seq) VALUES ($1, $2, $3, $4) ON CONFLICT "
+	    "(workspace_id, kind, date) DO UPDATE SET next_seq = "
+	    "excluded.next_seq WHERE c.next_seq < excluded.next_seq", 4, v,
+	    "raising a counter", cause);
+}
+
+int
 pgstore_import_finish(struct pgstore *st, int commit, char **cause)
 {
 	const char	*v[1] = { st->workspace };
