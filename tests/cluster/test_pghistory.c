@@ -18,7 +18,8 @@
  * - idemctl compact --store: a retry on a second broker and on the first
  *   after a restart answers reused, receipt_pruned and the tombstone's
  *   facts, another digest still conflict, never a second file; stats'
- *   "store" counts the workspace's rows from any broker.
+ *   "store" counts the workspace's rows from any broker, and is null
+ *   while PostgreSQL is down.
  */
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -731,6 +732,16 @@ compact_then_retry_on_any_broker(void **state)
 	    "'%s' --root '%s'", server.uri, root.root), 0);
 	assert_non_null(strstr(out, "\"pruned\":0"));
 	free(out);
+	/* PostgreSQL down: stats answers its own figures, store null. */
+	assert_int_equal(pgserver_stop(&server, 0), 0);
+	r = harness_must_call(&b.b, json_pack("{s:s,s:i}", "op", "stats",
+	    "id", 3));
+	harness_assert_bool(r, "ok", 1);
+	assert_true(json_is_null(json_object_get(r, "store")));
+	assert_non_null(json_object_get(r, "created"));
+	json_decref(r);
+	assert_int_equal(pgserver_restart(&server), 0);
+	assert_store_counts(&b.b, 3, 0, 0, 3);
 	for (i = 0; i < 3; i++)
 		free(first[i]);
 	node_kill(&a);
