@@ -148,47 +148,50 @@ struct imp_index {
 	size_t		 known;		/* the table's entries, sorted */
 };
 
-/* A key the table (checkpoint and journal) let go: the index's. */
+/* The table's entry of probe's key (its first known entries), or NULL. */
+static struct imp_entry *
+imp_find(struct imp_index *ix, struct imp_entry *probe)
+{
+	size_t			 lo = 0, hi = ix->known, mid;
+	struct imp_entry	*m;
+	int			 c;
+
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		m = &ix->im->v[mid];
+		/* Any record of the key: compare without the order. */
+		probe->order = m->order;
+		if ((c = imp_compare(probe, m)) == 0)
+			return m;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+/* An entry of the index: the table's key in the index's form, or new. */
 static int
 imp_index_entry(const struct index_entry *ie, void *arg)
 {
 	struct imp_index	*ix = arg;
-	struct imp_entry	 probe;
+	struct imp_entry	 probe, *m;
 
 	memset(&probe, 0, sizeof probe);
 	probe.entry = ie->record.entry;
 	memcpy(probe.key, ie->record.key, ie->record.entry.key_length);
-	probe.order = (size_t)-1;
-	/* Any order of the key: compare without it. */
-	{
-		size_t	lo = 0, hi = ix->known;
-
-		while (lo < hi) {
-			size_t	mid = lo + (hi - lo) / 2;
-			struct imp_entry *m = &ix->im->v[mid];
-			int	c;
-
-			probe.order = m->order;
-			c = imp_compare(&probe, m);
-			if (c == 0) {
-				/*
-				 * The same committed facts (a committed
-				 * entry never changes); the index's form
-				 * wins: compaction dropped the body even
-				 * if the table still held it.
-				 */
-				if (m->entry.state == SUBTAB_COMMITTED) {
-					m->entry = ie->record.entry;
-					m->tombstone = ie->form ==
-					    INDEX_TOMBSTONE;
-				}
-				return 0;
-			}
-			if (c < 0)
-				hi = mid;
-			else
-				lo = mid + 1;
+	if ((m = imp_find(ix, &probe)) != NULL) {
+		/*
+		 * The same committed facts (a committed entry never
+		 * changes); the index's form wins: compaction dropped the
+		 * body even if the table still held it.
+		 */
+		if (m->entry.state == SUBTAB_COMMITTED) {
+			m->entry = ie->record.entry;
+			m->tombstone = ie->form == INDEX_TOMBSTONE;
 		}
+		return 0;
 	}
 	return imp_add(ix->im, &ie->record.entry, ie->record.key,
 	    ie->form == INDEX_TOMBSTONE) == 0 ? 0 : -1;
