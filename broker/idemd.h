@@ -439,6 +439,8 @@ void	 cluster_submission_start(struct pending *);
 /* get_submission and diagnose from PostgreSQL: the whole workspace's. */
 void	 cluster_get_submission(struct conn *, json_t *id, const char *key);
 void	 cluster_diagnose(struct conn *, json_t *id, int64_t stale_after_ms);
+/* stats' "store": the workspace's counts in PostgreSQL (null if down). */
+void	 cluster_stats(struct conn *, json_t *reply);
 /* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
 int	 cluster_check(struct idemd *, char **cause);
 /*
@@ -472,6 +474,7 @@ int	 cluster_effects_diagnose(struct idemd *, json_t *first, json_t *later,
 #define cluster_effect_start(p)	((void)(p))
 #define cluster_effect_record(p)	((void)(p))
 #define cluster_get_effect(c, id, key, n)	((void)(c))
+#define cluster_stats(c, reply)		((void)(c))
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
 #endif
