@@ -172,6 +172,7 @@ static struct options {
 	const char	*socket;	/* a running broker: start none */
 	const char	*store;		/* cluster: postgresql://...; NULL: own */
 	const char	*idemctl;
+	const char	*workers;	/* cluster brokers' --workers */
 	int		 clients_given;
 	int		 clients[BENCH_MAX_CLIENT_COUNTS];
 	int		 client_counts;
@@ -848,6 +849,10 @@ broker_start_as(struct broker *b, const char *root, uint32_t capacity,
 		argv[n++] = store_uri;
 		argv[n++] = "--host-id";
 		argv[n++] = host;
+		if (opt.workers != NULL) {
+			argv[n++] = "--workers";
+			argv[n++] = opt.workers;
+		}
 	}
 	argv[n] = NULL;
 
@@ -3828,8 +3833,8 @@ struct cluster_release {
 	int				 n;
 	const struct idem_scenario	*warm;	/* reuse: retry each id once */
 	struct pg_counters		 pg;
-	int64_t				 created;
-	int64_t				 errors;
+	struct broker_stats		 stats;
+	int				 stats_ok;
 	size_t				 warm_failed;
 };
 
@@ -3861,21 +3866,23 @@ cluster_stop(struct broker *b, int n)
 	return rv;
 }
 
-static void
-cluster_sum(struct cluster_release *cr, int64_t *created, int64_t *errors)
+/* The brokers' stats summed; -1 if one did not answer. */
+static int
+cluster_sum(const struct cluster_release *cr, struct broker_stats *sum)
 {
 	struct broker_stats	st;
 	int			i;
 
-	*created = *errors = 0;
+	memset(sum, 0, sizeof *sum);
 	for (i = 0; i < cr->n; i++) {
-		if (broker_stats(cr->b[i].socket, &st) != 0) {
-			*errors = -1;
-			return;
-		}
-		*created += st.created;
-		*errors += st.errors;
+		if (broker_stats(cr->b[i].socket, &st) != 0)
+			return -1;
+		sum->created += st.created;
+		sum->errors += st.errors;
+		sum->reused += st.reused;
+		sum->reused_fast += st.reused_fast;
 	}
+	return 0;
 }
 
 /*
@@ -3914,7 +3921,7 @@ cluster_at_release(void *arg)
 		}
 		idem_close(c);
 	}
-	cluster_sum(cr, &cr->created, &cr->errors);
+	cr->stats_ok = cluster_sum(cr, &cr->stats) == 0;
 	pg_counters(&cr->pg);
 	pg_statements_mark();
 }
@@ -3930,9 +3937,10 @@ run_cluster(const char *name, int clients, int brokers, size_t total_ops,
 	struct result		*r;
 	struct job		 job;
 	const char		*sockets[BENCH_PG_BROKERS_MAX];
+	struct broker_stats	 st;
 	char			 rname[32], root[PATH_MAX];
-	int64_t			 created, errors;
 	size_t			 tasks, others;
+	int			 st_ok;
 	int			 i, creating = strcmp(name, "create") == 0;
 
 	snprintf(rname, sizeof rname, "pg-%s-b%d", name, brokers);
@@ -3974,27 +3982,40 @@ run_cluster(const char *name, int clients, int brokers, size_t total_ops,
 	run_job(&job, r);
 	pg_statements_since(r, (double)r->ops, creating ? "creation" :
 	    "retry");
-	cluster_sum(&cr, &created, &errors);
+	st_ok = cluster_sum(&cr, &st) == 0 && cr.stats_ok;
 	if (cluster_stop(b, brokers) != 0) {
 		r->failed = 1;
 		result_note(r, "a broker did not stop cleanly on SIGTERM");
 	}
 	pg_quiet(&after);
 
-	result_note(r, "%d broker%s on one workspace, clients spread over "
-	    "them", brokers, brokers > 1 ? "s" : "");
+	result_note(r, "%d broker%s on one workspace (%s workers each), "
+	    "clients spread over them", brokers, brokers > 1 ? "s" : "",
+	    opt.workers != NULL ? opt.workers : "default");
 	if (cr.warm_failed > 0) {
 		r->failed = 1;
 		result_note(r, "%zu cache-warming retries did not answer "
 		    "reused", cr.warm_failed);
 	}
-	if (errors >= 0 && cr.errors >= 0 && errors != cr.errors)
-		result_note(r, "brokers counted %" PRId64 " errors",
-		    errors - cr.errors);
-	if (creating && created - cr.created != (int64_t)r->created) {
+	if (!st_ok) {
 		r->failed = 1;
-		result_note(r, "brokers counted %" PRId64 " creations, clients "
-		    "%" PRIu64, created - cr.created, r->created);
+		result_note(r, "a broker's stats op did not answer");
+	} else {
+		if (st.errors != cr.stats.errors)
+			result_note(r, "brokers counted %" PRId64 " errors",
+			    st.errors - cr.stats.errors);
+		if (creating && st.created - cr.stats.created !=
+		    (int64_t)r->created) {
+			r->failed = 1;
+			result_note(r, "brokers counted %" PRId64 " creations, "
+			    "clients %" PRIu64, st.created - cr.stats.created,
+			    r->created);
+		}
+		if (st.reused > cr.stats.reused)
+			result_note(r, "%.0f%% of reused by the fast path",
+			    100.0 * (double)(st.reused_fast -
+			    cr.stats.reused_fast) / (double)(st.reused -
+			    cr.stats.reused));
 	}
 
 	if (creating) {
@@ -4441,6 +4462,7 @@ usage(int status)
 "                    cluster scenario starts a private server\n"
 "  --idemctl PATH    for idemctl store init (default $IDEMCTL, else\n"
 "                    ../contrib/idemctl from idemd's directory)\n"
+"  --workers N       the cluster brokers' --workers (default idemd's)\n"
 "  --clients LIST    client counts (default 1,8,32); storm always uses 64\n"
 "  --count N         requests per scenario and reference (defaults: %d for\n"
 "                    create, mixed, SQLite creates, disk; %d for reuse,\n"
@@ -4610,6 +4632,7 @@ main(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "store", required_argument, NULL, 'P' },
 		{ "idemctl", required_argument, NULL, 'C' },
+		{ "workers", required_argument, NULL, 'W' },
 		{ "clients", required_argument, NULL, 'k' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "scenario", required_argument, NULL, 'S' },
@@ -4655,6 +4678,10 @@ main(int argc, char **argv)
 			break;
 		case 'C':
 			opt.idemctl = optarg;
+			break;
+		case 'W':
+			(void)size_option("workers", optarg, 1, IDEM_MAX_WORKERS);
+			opt.workers = optarg;
 			break;
 		case 'n':
 			opt.count = size_option("count", optarg, 1, 100000000);
