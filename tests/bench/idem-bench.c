@@ -3558,6 +3558,13 @@ pg_quiet(struct pg_counters *c)
 	}
 }
 
+static void
+pg_notice_quiet(void *arg, const char *message)
+{
+	(void)arg;
+	(void)message;
+}
+
 /* IDEM_PG_BINDIR, else the newest /usr/lib/postgresql/N/bin with pgbench. */
 static int
 pg_find_bindir(void)
@@ -3634,6 +3641,8 @@ pg_setup(void)
 	if ((pg_conn = PQconnectdb(store_uri)) == NULL ||
 	    PQstatus(pg_conn) != CONNECTION_OK)
 		return "cannot connect to the server";
+	/* "does not exist, skipping" and the like: not for the table. */
+	PQsetNoticeProcessor(pg_conn, pg_notice_quiet, NULL);
 	if (opt.store == NULL)
 		pg_ok(BENCH_PG_MINE "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
 	res = PQexec(pg_conn, BENCH_PG_MINE "SELECT 1 FROM pg_stat_statements LIMIT 1");
@@ -4311,6 +4320,10 @@ print_table(void)
 	printf("\ntargets (issue #14, \"Close to the floor\"):\n");
 	for (i = 0; i < target_count; i++) {
 		t = &targets[i];
+		if (strncmp(t->what, "PG ", 3) == 0 && (i == 0 ||
+		    strncmp(targets[i - 1].what, "PG ", 3) != 0))
+			printf("\ntargets (issue #16, several brokers on "
+			    "PostgreSQL):\n");
 		if (t->bound && (i == 0 || !targets[i - 1].bound))
 			printf("\nthe same rules on the references alone "
 			    "(NOT MET there: out of reach for any broker on "
