@@ -3741,7 +3741,7 @@ run_pgref(const char *name, int clients, size_t total_ops)
 	struct result		*r = result_new(name, clients);
 	struct pg_counters	 before, after;
 	char			 script[PATH_MAX], prefix[PATH_MAX];
-	char			 out[PATH_MAX + 8];
+	char			 out[PATH_MAX + 16];
 	char			 program[PATH_MAX], cs[16], ts[32], logp[PATH_MAX + 16];
 	char			 line[512];
 	const char		*argv[16];
@@ -3764,7 +3764,8 @@ run_pgref(const char *name, int clients, size_t total_ops)
 		err(1, "%s", script);
 	snprintf(prefix, sizeof prefix, "%s/%s-k%d.%zu", top, name, clients,
 	    result_count);
-	snprintf(out, sizeof out, "%s.out", prefix);
+	/* Not prefix.*: that is the logs' pattern. */
+	snprintf(out, sizeof out, "%s-pgbench.out", prefix);
 	snprintf(program, sizeof program, "%s/pgbench", pg_bindir);
 	snprintf(cs, sizeof cs, "%d", clients);
 	snprintf(ts, sizeof ts, "%zu", per);
