@@ -157,7 +157,8 @@ cl_set_name(struct submission *s)
  * Committed receipts never change: keep it for retries on this broker.
  * The slot it landed in is the one the answer's fast-path reply is
  * stored under (fastpath_remember), so that later retries on this
- * broker are answered before the parse, as with the local store.
+ * broker are answered before the parse, as with the local store; not
+ * cached, the slot is none (UINT32_MAX: the receipt store refuses it).
  */
 static void
 cl_cache(struct pending *p)
@@ -165,6 +166,7 @@ cl_cache(struct pending *p)
 	struct submission	*s = cl_sub(p);
 	struct subtab_entry	 cached;
 
+	s->slot = UINT32_MAX;
 	if (s->key_length == 0)
 		return;
 	if (subtab_apply(&cl_idemd(p)->seg, s->key, s->key_length,
@@ -183,6 +185,7 @@ cl_answer(struct pending *p, int created)
 
 	s->entry.state = SUBTAB_COMMITTED;
 	/* A tombstone is not cached: its file digest is not kept. */
+	s->slot = UINT32_MAX;
 	if (!s->pruned)
 		cl_cache(p);
 	cl_free(s);
