@@ -1019,5 +1019,7 @@ cluster_stats(struct conn *c, json_t *reply)
 	    (json_int_t)h.in_flight));
 	json_object_set_new(j, "tombstones", json_integer(
 	    (json_int_t)h.tombstones));
+	json_object_set_new(j, "effects", json_integer(
+	    (json_int_t)h.effects));
 	json_object_set_new(reply, "store", j);
 }

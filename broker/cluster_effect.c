@@ -97,8 +97,9 @@ ce_take_row(struct effect *e, struct pgstore_row *row)
 	free(e->cold_result);
 	e->cold_result = (uint8_t *)row->receipt;
 	row->receipt = NULL;
-	e->cold = e->cold_result != NULL;
-	e->pruned = 0;
+	/* A tombstone answers from its facts, as the local index's. */
+	e->pruned = row->pruned;
+	e->cold = e->cold_result != NULL || e->pruned;
 	pgstore_row_clear(row);
 }
 
@@ -271,8 +272,16 @@ ce_row_json(struct idemd *d, const char *key, size_t key_length,
 	json_t	*j;
 
 	row->entry.lease_expires_ms = now + row->lease_ms_left;
+	/* A tombstone: never the arena's bytes (an empty result, replaced). */
 	j = effect_submission_json(&d->seg, key, key_length, &row->entry,
-	    (const uint8_t *)row->receipt, 0, now);
+	    row->pruned ? (const uint8_t *)"" : (const uint8_t *)row->receipt,
+	    0, now);
+	if (j != NULL && row->pruned) {
+		/* As the local store shows an index tombstone. */
+		json_object_set_new(j, "receipt_pruned", json_true());
+		json_object_set_new(j, "receipt", effect_receipt_json_from(key,
+		    key_length, &row->entry, NULL, 1));
+	}
 	if (j != NULL && row->entry.state != SUBTAB_COMMITTED) {
 		json_object_set_new(j, "epoch", json_integer(row->epoch));
 		json_object_set_new(j, "lease_owner", json_string(row->owner));

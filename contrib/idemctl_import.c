@@ -52,6 +52,8 @@ struct imp_entry {
 	char			key[SUBTAB_MAX_KEY_BYTES];
 	int			tombstone;	/* the index's compacted form */
 	size_t			order;		/* as read: the last one wins */
+	/* A committed effect's result, NUL-terminated (malloc'd), or NULL. */
+	char			*result;
 };
 
 struct imp {
@@ -62,11 +64,26 @@ struct imp {
 	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
 };
 
+/* A copy of an effect record's result bytes, as text: 0, or -1. */
 static int
-imp_add(struct imp *im, const struct subtab_entry *e, const char *key,
-    int tombstone)
+imp_result(const struct journal_record *r, char **out)
+{
+	*out = NULL;
+	if (r->entry.kind != SUBTAB_KIND_EFFECT || r->result == NULL)
+		return 0;
+	if ((*out = malloc((size_t)r->entry.result_length + 1)) == NULL)
+		return -1;
+	memcpy(*out, r->result, r->entry.result_length);
+	(*out)[r->entry.result_length] = '\0';
+	return 0;
+}
+
+static int
+imp_add(struct imp *im, const struct journal_record *r, int tombstone)
 {
 	struct imp_entry	*grown, *x;
+	const struct subtab_entry *e = &r->entry;
+	char			*result;
 
 	if (im->n == im->size) {
 		im->size = im->size == 0 ? 1024 : im->size * 2;
@@ -77,11 +94,16 @@ imp_add(struct imp *im, const struct subtab_entry *e, const char *key,
 		}
 		im->v = grown;
 	}
+	if (imp_result(r, &result) != 0) {
+		im->failed = 1;
+		return -1;
+	}
 	x = &im->v[im->n];
 	memset(x, 0, sizeof *x);
 	x->entry = *e;
-	memcpy(x->key, key, e->key_length);
+	memcpy(x->key, r->key, e->key_length);
 	x->tombstone = tombstone;
+	x->result = result;
 	x->order = im->n++;
 	return 0;
 }
@@ -95,7 +117,7 @@ imp_record(const struct journal_record *r, const struct store_where *w,
 		errno = EINVAL;
 		return -1;
 	}
-	return imp_add(arg, &r->entry, r->key, 0);
+	return imp_add(arg, r, 0);
 }
 
 /* By kind and key, then as read; legacy numbers by their number. */
@@ -136,8 +158,10 @@ imp_last_only(struct imp *im)
 		    a->entry.key_length == b->entry.key_length &&
 		    memcmp(a->key, b->key, a->entry.key_length) == 0 &&
 		    (a->entry.key_length != 0 || (a->entry.date ==
-		    b->entry.date && a->entry.seq == b->entry.seq)))
+		    b->entry.date && a->entry.seq == b->entry.seq))) {
+			free(im->v[i].result);	/* a record superseded */
 			continue;
+		}
 		im->v[out++] = *a;
 	}
 	im->n = out;
@@ -188,16 +212,27 @@ imp_index_entry(const struct index_entry *ie, void *arg)
 		 * body even if the table still held it.
 		 */
 		if (m->entry.state == SUBTAB_COMMITTED) {
+			char	*result;
+
+			if (imp_result(&ie->record, &result) != 0) {
+				ix->im->failed = 1;
+				return -1;
+			}
 			m->entry = ie->record.entry;
 			m->tombstone = ie->form == INDEX_TOMBSTONE;
+			free(m->result);
+			m->result = result;
 		}
 		return 0;
 	}
-	return imp_add(ix->im, &ie->record.entry, ie->record.key,
-	    ie->form == INDEX_TOMBSTONE) == 0 ? 0 : -1;
+	return imp_add(ix->im, &ie->record, ie->form == INDEX_TOMBSTONE) == 0 ?
+	    0 : -1;
 }
 
-/* The row's key in the store: a report's scope is its task. */
+/*
+ * The row's key in the store: a report's scope is its task, an effect's
+ * its effect_kind (both before the key's separator).
+ */
 static void
 imp_key(const struct imp_entry *x, char scope[SUBTAB_MAX_KEY_BYTES + 1],
     char id[SUBTAB_MAX_KEY_BYTES + 1], struct pgstore_key *k)
@@ -207,8 +242,10 @@ imp_key(const struct imp_entry *x, char scope[SUBTAB_MAX_KEY_BYTES + 1],
 
 	scope[0] = '\0';
 	snprintf(id, SUBTAB_MAX_KEY_BYTES + 1, "%.*s", (int)n, x->key);
-	if (x->entry.kind == SUBTAB_KIND_REPORT &&
-	    (nl = memchr(x->key, '\n', n)) != NULL) {
+	if ((x->entry.kind == SUBTAB_KIND_REPORT ||
+	    x->entry.kind == SUBTAB_KIND_EFFECT) && (nl = memchr(x->key,
+	    x->entry.kind == SUBTAB_KIND_EFFECT ? SUBTAB_EFFECT_SEPARATOR :
+	    '\n', n)) != NULL) {
 		snprintf(scope, SUBTAB_MAX_KEY_BYTES + 1, "%.*s",
 		    (int)(nl - x->key), x->key);
 		snprintf(id, SUBTAB_MAX_KEY_BYTES + 1, "%.*s",
@@ -329,21 +366,35 @@ imp_read(const char *root, struct imp *im)
  * 0, or the exit status (said).
  */
 static int
-imp_refusals(const char *root, const struct imp *im, int without_effects)
+imp_refusals(const char *root, const struct imp *im)
 {
-	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
-	size_t		 i, unfinished = 0, effects = 0;
+	struct pgstore_key	 k;
+	char			 id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 scope[SUBTAB_MAX_KEY_BYTES + 1];
+	char			 sid[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 i, unfinished = 0, effects = 0;
 
 	for (i = 0; i < im->n; i++) {
 		const struct imp_entry *x = &im->v[i];
 
-		if (x->entry.kind == SUBTAB_KIND_EFFECT) {
-			effects++;
-			continue;
-		}
 		if (x->entry.key_length == 0 ||
 		    x->entry.state == SUBTAB_COMMITTED)
 			continue;
+		if (x->entry.kind == SUBTAB_KIND_EFFECT) {
+			/* released: the next begin's; imported as it is. */
+			if (x->entry.state == SUBTAB_RELEASED)
+				continue;
+			if (effects++ < IMPORT_MAX_NAMED) {
+				imp_key(x, scope, sid, &k);
+				fprintf(stderr, "idemctl store import: "
+				    "unfinished: effect %s of kind %s (%s, "
+				    "attempt %u)\n", sid, scope,
+				    x->entry.state == SUBTAB_RESERVED ?
+				    "reserved" : "outcome_unknown",
+				    (unsigned)x->entry.attempt);
+			}
+			continue;
+		}
 		if (unfinished++ < IMPORT_MAX_NAMED) {
 			store_entry_id(&x->entry, id, sizeof id);
 			fprintf(stderr, "idemctl store import: unfinished: "
@@ -351,23 +402,21 @@ imp_refusals(const char *root, const struct imp *im, int without_effects)
 			    id, subtab_state_name(x->entry.state));
 		}
 	}
-	if (unfinished > 0) {
+	if (unfinished > 0)
 		fprintf(stderr, "idemctl store import: %zu unfinished "
 		    "submission%s in %s: start the local idemd once on it "
 		    "(its recovery finishes them), stop it, then import "
 		    "again; nothing was written\n", unfinished,
 		    unfinished == 1 ? "" : "s", root);
-		return IMPORT_EXIT_REFUSED;
-	}
-	if (effects > 0 && !without_effects) {
-		fprintf(stderr, "idemctl store import: %s holds %zu effect "
-		    "receipt%s, which the PostgreSQL store does not keep yet: "
-		    "--without-effects imports the tasks and reports only; "
-		    "nothing was written\n", root, effects,
-		    effects == 1 ? "" : "s");
-		return IMPORT_EXIT_REFUSED;
-	}
-	return 0;
+	/* No recovery settles an effect: only its owner or evidence. */
+	if (effects > 0)
+		fprintf(stderr, "idemctl store import: %zu unfinished "
+		    "effect%s in %s: settle each on the local idemd "
+		    "(effect_complete by its owner, or effect_resolve with "
+		    "evidence once its lease lapsed), stop it, then import "
+		    "again; nothing was written\n", effects,
+		    effects == 1 ? "" : "s", root);
+	return unfinished > 0 || effects > 0 ? IMPORT_EXIT_REFUSED : 0;
 }
 
 /* Every entry into the store, one transaction; the exit status. */
@@ -381,7 +430,7 @@ imp_write(const char *uri, const char *workspace, const struct imp *im)
 	char				 id[SUBTAB_MAX_KEY_BYTES + 1];
 	char				*cause = NULL, *receipt;
 	size_t				 i, added = 0, present = 0;
-	size_t				 conflicts = 0, legacy = 0, skipped = 0;
+	size_t				 conflicts = 0, legacy = 0, effects = 0;
 	json_t				*j;
 	int				 rc;
 
@@ -394,10 +443,22 @@ imp_write(const char *uri, const char *workspace, const struct imp *im)
 		const struct imp_entry *x = &im->v[i];
 
 		if (x->entry.kind == SUBTAB_KIND_EFFECT) {
-			skipped++;
-			continue;
-		}
-		if (x->entry.key_length == 0) {
+			/* committed (whole or a tombstone) or released */
+			imp_key(x, scope, id, &k);
+			if (x->entry.state == SUBTAB_COMMITTED && !x->tombstone &&
+			    (x->result == NULL ||
+			    strlen(x->result) != x->entry.result_length)) {
+				errno = EPROTO;
+				if (asprintf(&cause, "effect %s of kind %s: its "
+				    "committed result is missing or not text in "
+				    "the local history", id, scope) == -1)
+					cause = NULL;
+				goto rollback;
+			}
+			rc = pgstore_import_effect(&st, &k, &x->entry,
+			    x->result, x->tombstone, &r, &cause);
+			effects += rc == 0 && r == PGSTORE_IMPORT_ADDED;
+		} else if (x->entry.key_length == 0) {
 			rc = pgstore_import_legacy(&st,
 			    (enum subtab_kind)x->entry.kind, x->entry.date,
 			    x->entry.seq, &r, &cause);
@@ -455,13 +516,10 @@ imp_write(const char *uri, const char *workspace, const struct imp *im)
 	if (pgstore_import_finish(&st, 1, &cause) != 0)
 		goto unreachable;
 	pgstore_close(&st);
-	printf("import: workspace %s: %zu submission%s added, %zu legacy "
-	    "number%s added, %zu already in the store", workspace, added,
-	    added == 1 ? "" : "s", legacy, legacy == 1 ? "" : "s", present);
-	if (skipped > 0)
-		printf(", %zu effect receipt%s not imported", skipped,
-		    skipped == 1 ? "" : "s");
-	printf("\n");
+	printf("import: workspace %s: %zu submission%s added, %zu effect%s "
+	    "added, %zu legacy number%s added, %zu already in the store\n",
+	    workspace, added, added == 1 ? "" : "s", effects, effects == 1 ?
+	    "" : "s", legacy, legacy == 1 ? "" : "s", present);
 	return IMPORT_EXIT_OK;
 rollback:
 	{
@@ -479,11 +537,12 @@ unreachable:
 }
 
 int
-idemctl_store_import(const char *uri, const char *root, int without_effects)
+idemctl_store_import(const char *uri, const char *root)
 {
 	struct imp	 im;
 	struct stat	 sb;
 	char		 workspace[WORKSPACE_ID_BYTES + 1], *cause = NULL;
+	size_t		 i;
 	int		 root_fd, lock_fd = -1, status;
 
 	memset(&im, 0, sizeof im);
@@ -508,7 +567,7 @@ idemctl_store_import(const char *uri, const char *root, int without_effects)
 		return IMPORT_EXIT_REFUSED;
 	}
 	if ((status = imp_read(root, &im)) != 0 ||
-	    (status = imp_refusals(root, &im, without_effects)) != 0)
+	    (status = imp_refusals(root, &im)) != 0)
 		goto out;
 	if (workspace_id_get(root_fd, 1, workspace, &cause) != 1) {
 		fprintf(stderr, "idemctl store import: %s: %s\n", root,
@@ -519,6 +578,8 @@ idemctl_store_import(const char *uri, const char *root, int without_effects)
 	}
 	status = imp_write(uri, workspace, &im);
 out:
+	for (i = 0; i < im.n; i++)
+		free(im.v[i].result);
 	free(im.v);
 	close(lock_fd);
 	close(root_fd);
@@ -528,11 +589,10 @@ out:
 #else
 
 int
-idemctl_store_import(const char *uri, const char *root, int without_effects)
+idemctl_store_import(const char *uri, const char *root)
 {
 	(void)uri;
 	(void)root;
-	(void)without_effects;
 	return IMPORT_EXIT_REFUSED;
 }
 

@@ -43,7 +43,7 @@ static const char store_help[] =
 "       idemctl store migrate --store URI\n"
 "       idemctl store verify --store URI --root DIR   (or idemctl verify\n"
 "                                   --store URI --root DIR)\n"
-"       idemctl store import --store URI --root DIR [--without-effects]\n"
+"       idemctl store import --store URI --root DIR\n"
 "\n"
 "The PostgreSQL store of several brokers on one workspace (doc/cluster.md).\n"
 "init creates idem's tables in the database URI names (postgresql://...;\n"
@@ -57,15 +57,16 @@ static const char store_help[] =
 "\n"
 "import moves the local history of DIR (a workspace served by one idemd\n"
 "with --store local: journal, checkpoint and index under DIR/.idem) into\n"
-"the database: every committed task and report with its receipt's facts\n"
-"(a compacted one as a tombstone), every number, the counters past them.\n"
+"the database: every committed task, report and effect with its receipt's\n"
+"facts (a compacted one as a tombstone), every released effect, every\n"
+"number, the counters past them.\n"
 "One transaction: a second import changes nothing; a submission the\n"
 "database holds with other facts is a conflict and nothing is written.\n"
 "It refuses while a local idemd holds DIR, and while the history has\n"
 "unfinished submissions (start the local idemd once and retry them: its\n"
-"recovery finishes them).  Effect receipts cannot move yet:\n"
-"--without-effects imports the rest.  Afterwards serve DIR with --store\n"
-"URI only.\n"
+"recovery finishes them) or unfinished effects (reserved or\n"
+"outcome_unknown: settle them with effect_complete or effect_resolve).\n"
+"Afterwards serve DIR with --store URI only.\n"
 "\n"
 "Exit status: 0 ok, 1 refused (a newer schema, problems, conflicts), 2\n"
 "usage, 3 the database cannot be reached.\n";
@@ -334,12 +335,11 @@ idemctl_store(int argc, char **argv)
 	static const struct option options[] = {
 		{ "store", required_argument, NULL, 's' },
 		{ "root", required_argument, NULL, 'r' },
-		{ "without-effects", no_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
 	const char	*uri = getenv("IDEM_STORE"), *root = NULL, *what;
-	int		 ch, without_effects = 0;
+	int		 ch;
 
 	if (argc < 2)
 		return store_usage("which store command?");
@@ -362,9 +362,6 @@ idemctl_store(int argc, char **argv)
 		case 'r':
 			root = optarg;
 			break;
-		case 'e':
-			without_effects = 1;
-			break;
 		case 'h':
 			fputs(store_help, stdout);
 			return STORE_EXIT_OK;
@@ -381,8 +378,6 @@ idemctl_store(int argc, char **argv)
 	if (root == NULL && (strcmp(what, "verify") == 0 ||
 	    strcmp(what, "import") == 0))
 		return store_usage("verify and import need --root DIR");
-	if (without_effects && strcmp(what, "import") != 0)
-		return store_usage("--without-effects is for import");
 #ifndef HAVE_POSTGRESQL
 	fprintf(stderr, "idemctl store: this idemctl was built without "
 	    "PostgreSQL: configure --with-postgresql (Debian: libpq-dev)\n");
@@ -394,7 +389,7 @@ idemctl_store(int argc, char **argv)
 		int		 from, to;
 
 		if (strcmp(what, "import") == 0)
-			return idemctl_store_import(uri, root, without_effects);
+			return idemctl_store_import(uri, root);
 		if ((conn = pgstore_connect(uri, &cause)) == NULL) {
 			fprintf(stderr, "idemctl store: %s\n",
 			    cause != NULL ? cause : "cannot connect");

@@ -16,8 +16,7 @@ int	idemctl_store_compact(const char *uri, const char *root, int days,
 
 /* ---- idemctl_import.c ----------------------------------------------- */
 
-/* idemctl store import --store URI --root DIR [--without-effects]. */
-int	idemctl_store_import(const char *uri, const char *root,
-	    int without_effects);
+/* idemctl store import --store URI --root DIR. */
+int	idemctl_store_import(const char *uri, const char *root);
 
 #endif

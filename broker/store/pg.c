@@ -776,6 +776,11 @@ effect_fill(PGresult *res, int i, int first, enum subtab_kind kind,
 	memset(row, 0, sizeof *row);
 	e->kind = (uint8_t)kind;
 	e->state = (uint8_t)value_i64(res, i, first + 0);
+	if (value_i64(res, i, first + 0) == PGSTORE_STATE_TOMBSTONE) {
+		/* Compacted: committed, its result's digest kept. */
+		e->state = SUBTAB_COMMITTED;
+		row->pruned = 1;
+	}
 	e->schema = (uint8_t)value_i64(res, i, first + 1);
 	if (digest_from_hex(PQgetvalue(res, i, first + 2),
 	    e->request_digest) != 0 || (!PQgetisnull(res, i, first + 8) &&

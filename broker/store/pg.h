@@ -260,6 +260,14 @@ int	pgstore_import_begin(struct pgstore *, char **cause);
 int	pgstore_import_row(struct pgstore *, const struct pgstore_key *,
 	    const struct subtab_entry *, const char *receipt,
 	    enum pgstore_import_result *, char **cause);
+/*
+ * An effect (kind 3, key's scope its effect_kind): committed with its
+ * result's exact bytes (result) or, tombstone, its result's digest
+ * only; or released.  Day 0 and a random seq, as a begin's row.
+ */
+int	pgstore_import_effect(struct pgstore *, const struct pgstore_key *,
+	    const struct subtab_entry *, const char *result, int tombstone,
+	    enum pgstore_import_result *, char **cause);
 int	pgstore_import_legacy(struct pgstore *, enum subtab_kind,
 	    uint32_t date, uint32_t seq, enum pgstore_import_result *,
 	    char **cause);
@@ -271,18 +279,19 @@ int	pgstore_import_counter(struct pgstore *, enum subtab_kind,
 	    uint32_t date, uint32_t next_seq, char **cause);
 int	pgstore_import_finish(struct pgstore *, int commit, char **cause);
 /*
- * Compaction: every committed task and report row created more than
- * days days ago by the server's clock becomes a tombstone, in one
- * transaction; *pruned: how many.
+ * Compaction: every committed task, report and effect row created (an
+ * effect's: committed) more than days days ago by the server's clock
+ * becomes a tombstone, in one transaction; *pruned: how many.
  */
 int	pgstore_compact(struct pgstore *, int days, uint64_t *pruned,
 	    char **cause);
-/* The workspace's rows (tasks and reports), as stats shows them. */
+/* The workspace's rows (tasks, reports, effects), as stats shows them. */
 struct pgstore_history {
 	uint64_t	submissions;	/* every row */
 	uint64_t	committed;	/* with its receipt */
-	uint64_t	in_flight;	/* reserved or task_created */
+	uint64_t	in_flight;	/* reserved, task_created, outcome_unknown */
 	uint64_t	tombstones;	/* compacted */
+	uint64_t	effects;	/* the effect rows among them */
 };
 int	pgstore_history_counts(struct pgstore *, struct pgstore_history *,
 	    char **cause);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <libpq-fe.h>
+#include <sodium.h>
 
 #include "digest.h"
 #include "pg.h"
@@ -220,6 +221,122 @@ pgstore_import_row(struct pgstore *st, const struct pgstore_key *key,
 }
 
 int
+pgstore_import_effect(struct pgstore *st, const struct pgstore_key *key,
+    const struct subtab_entry *e, const char *result, int tombstone,
+    enum pgstore_import_result *out, char **cause)
+{
+	PGresult	*res;
+	const char	*v[16];
+	char		 schema[4], digest[IDEM_DIGEST_HEX_SIZE];
+	char		 file[IDEM_DIGEST_HEX_SIZE], state[4], seq[16];
+	char		 created[24], reserved[24], updated[24], epoch[16];
+	char		 token[PGSTORE_TOKEN_BYTES + 1];
+	int		 s, tries;
+
+	*cause = NULL;
+	snprintf(schema, sizeof schema, "%u", (unsigned)e->schema);
+	digest_to_hex(e->request_digest, digest);
+	digest_to_hex(e->file_digest, file);
+	snprintf(state, sizeof state, "%d", tombstone ?
+	    PGSTORE_STATE_TOMBSTONE : (int)e->state);
+	snprintf(created, sizeof created, "%" PRId64, e->created_at_ms);
+	snprintf(reserved, sizeof reserved, "%" PRId64, e->reserved_at_ms != 0 ?
+	    e->reserved_at_ms : e->created_at_ms);
+	snprintf(updated, sizeof updated, "%" PRId64, e->updated_at_ms != 0 ?
+	    e->updated_at_ms : e->created_at_ms);
+	snprintf(epoch, sizeof epoch, "%" PRIu32, e->attempt);
+	/* The fence's token: effect.c's "<attempt>-<16 hex>". */
+	snprintf(token, sizeof token, "%016" PRIx64, e->fence);
+
+	v[0] = st->workspace;
+	v[1] = "3";
+	v[2] = key->scope;
+	v[3] = key->id;
+	res = PQexecParams((PGconn *)st->conn, "SELECT digest_schema, "
+	    "request_digest, state, epoch, created_at_ms FROM "
+	    "idem_submission WHERE workspace_id = $1 AND kind = $2 AND "
+	    "scope = $3 AND client_submission_id = $4", 4, NULL, v, NULL,
+	    NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pgstore_failed(st, (struct pg_result *)res,
+		    "reading an effect", cause);
+	if (PQntuples(res) == 1) {
+		s = atoi(PQgetvalue(res, 0, 2));
+		/* The same binding, attempt and outcome: imported before. */
+		if (strcmp(PQgetvalue(res, 0, 0), schema) == 0 &&
+		    strcmp(PQgetvalue(res, 0, 1), digest) == 0 &&
+		    strcmp(PQgetvalue(res, 0, 3), epoch) == 0 &&
+		    strcmp(PQgetvalue(res, 0, 4), created) == 0 &&
+		    ((e->state == SUBTAB_COMMITTED && (s == SUBTAB_COMMITTED ||
+		    s == PGSTORE_STATE_TOMBSTONE)) || s == (int)e->state))
+			*out = PGSTORE_IMPORT_PRESENT;
+		else {
+			*out = PGSTORE_IMPORT_CONFLICT;
+			ph_conflict(cause, "the store holds this effect with "
+			    "other facts: state %d, attempt %s, digest "
+			    "%.12s..., created_at_ms %s (the local history: "
+			    "%s, attempt %s, digest %.12s..., created_at_ms "
+			    "%s)", s, PQgetvalue(res, 0, 3),
+			    PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 4),
+			    subtab_state_name(e->state), epoch, digest,
+			    created);
+		}
+		PQclear(res);
+		return 0;
+	}
+	PQclear(res);
+	v[4] = schema;			/* $5 */
+	v[5] = digest;			/* $6 */
+	v[6] = state;			/* $7 */
+	v[7] = seq;			/* $8 */
+	v[8] = created;			/* $9 */
+	v[9] = reserved;		/* $10 */
+	v[10] = updated;		/* $11 */
+	v[11] = e->state == SUBTAB_COMMITTED ? file : NULL;	/* $12 */
+	v[12] = tombstone ? NULL : result;	/* $13 */
+	v[13] = epoch;			/* $14 */
+	v[14] = PGSTORE_IMPORT_OWNER;	/* $15 */
+	v[15] = token;			/* $16 */
+	/*
+	 * Day 0 and a random seq, as a begin reserves (pg.c): a collision
+	 * with another effect's inserts nothing (no error, so the
+	 * transaction goes on), and the next try draws again.
+	 */
+	for (tries = 0; tries < 16; tries++) {
+		snprintf(seq, sizeof seq, "%" PRIu32,
+		    randombytes_uniform(INT32_MAX) + 1);
+		res = PQexecParams((PGconn *)st->conn, "INSERT INTO "
+		    "idem_submission (workspace_id, kind, scope, "
+		    "client_submission_id, digest_schema, request_digest, "
+		    "state, date, seq, task_id, task_path, sender, recipient, "
+		    "created_at_ms, reserved_at, updated_at, file_digest, "
+		    "receipt, epoch, owner_host, owner_token, lease_expires, "
+		    "lease_granted) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, "
+		    "'', '', '', '', $9, to_timestamp($10::bigint / 1000.0), "
+		    "to_timestamp($11::bigint / 1000.0), $12, $13, $14, $15, "
+		    "$16, clock_timestamp(), " "$17) ON CONFLICT DO NOTHING",
+		    17, NULL, (const char *const[]){ v[0], v[1], v[2], v[3],
+		    v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12],
+		    v[13], v[14], v[15], (e->effect_flags &
+		    SUBTAB_EFFECT_RECOVERED) ? "true" : "false" }, NULL, NULL,
+		    0);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			return pgstore_failed(st, (struct pg_result *)res,
+			    "importing an effect", cause);
+		s = strcmp(PQcmdTuples(res), "1") == 0;
+		PQclear(res);
+		if (s) {
+			*out = PGSTORE_IMPORT_ADDED;
+			return 0;
+		}
+	}
+	errno = EPROTO;
+	*cause = strdup("importing an effect: no free seq on day 0 after 16 "
+	    "draws");
+	return -1;
+}
+
+int
 pgstore_import_legacy(struct pgstore *st, enum subtab_kind kind,
     uint32_t date, uint32_t seq, enum pgstore_import_result *result,
     char **cause)
@@ -344,12 +461,19 @@ pgstore_compact(struct pgstore *st, int days, uint64_t *pruned,
 	 * The tombstone keeps the key, kind, schema, request digest, number
 	 * (task_id) and created_at: the receipt without its file digest.
 	 */
+	/*
+	 * An effect's tombstone keeps its result's digest (file_digest),
+	 * the local index's: the receipt_pruned answer shows it, and a
+	 * complete with the same result is judged by it.  Its created_at
+	 * is its committed_at.
+	 */
 	res = PQexecParams((PGconn *)st->conn, "UPDATE idem_submission SET "
 	    "state = " PGSTORE_STATE_TOMBSTONE_S ", receipt = NULL, "
-	    "file_digest = NULL WHERE workspace_id = $1 AND kind IN (1, 2) "
-	    "AND state = 3 AND created_at_ms < (extract(epoch from "
-	    "clock_timestamp()) * 1000)::bigint - $2::bigint * 86400000", 2,
-	    NULL, v, NULL, NULL, 0);
+	    "file_digest = CASE WHEN kind = 3 THEN file_digest END WHERE "
+	    "workspace_id = $1 AND kind IN (1, 2, 3) AND state = 3 AND "
+	    "created_at_ms < (extract(epoch from clock_timestamp()) * "
+	    "1000)::bigint - $2::bigint * 86400000", 2, NULL, v, NULL, NULL,
+	    0);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		return pgstore_failed(st, (struct pg_result *)res, "compacting",
 		    cause);
@@ -371,23 +495,26 @@ pgstore_history_counts(struct pgstore *st, struct pgstore_history *h,
 	memset(h, 0, sizeof *h);
 	if (pgstore_conn(st, cause) == NULL)
 		return -1;
-	res = PQexecParams((PGconn *)st->conn, "SELECT state, count(*) FROM "
-	    "idem_submission WHERE workspace_id = $1 AND kind IN (1, 2) "
-	    "GROUP BY state", 1, NULL, v, NULL, NULL, 0);
+	res = PQexecParams((PGconn *)st->conn, "SELECT state, kind, count(*) "
+	    "FROM idem_submission WHERE workspace_id = $1 AND kind IN (1, 2, "
+	    "3) GROUP BY state, kind", 1, NULL, v, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return pgstore_failed(st, (struct pg_result *)res,
 		    "counting the history", cause);
 	for (i = 0; i < PQntuples(res); i++) {
 		state = atoi(PQgetvalue(res, i, 0));
-		n = strtoull(PQgetvalue(res, i, 1), NULL, 10);
+		n = strtoull(PQgetvalue(res, i, 2), NULL, 10);
 		h->submissions += n;
+		if (atoi(PQgetvalue(res, i, 1)) == SUBTAB_KIND_EFFECT)
+			h->effects += n;
 		if (state == SUBTAB_COMMITTED)
 			h->committed += n;
 		else if (state == PGSTORE_STATE_TOMBSTONE)
 			h->tombstones += n;
 		else if (state == SUBTAB_RESERVED ||
-		    state == SUBTAB_TASK_CREATED)
-			h->in_flight += n;
+		    state == SUBTAB_TASK_CREATED ||
+		    state == SUBTAB_OUTCOME_UNKNOWN)
+			h->in_flight += n;	/* an effect's: not settled */
 	}
 	PQclear(res);
 	return 0;

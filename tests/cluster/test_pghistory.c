@@ -13,8 +13,11 @@
  *   file; a second import changes no row and no counter;
  * - an import that conflicts with the store's rows is refused with
  *   nothing written (one transaction);
- * - a history with an unfinished submission is refused, naming it; one
- *   with effect receipts only with --without-effects;
+ * - a history with an unfinished submission is refused, naming it;
+ * - effects (kind 3 rows): imported with the local receipt bytes
+ *   (tombstones too, an unfinished one refused by name), compacted by
+ *   compact --store (receipt_pruned, result_digest), and answered
+ *   storage_unavailable while PostgreSQL is stopped;
  * - idemctl compact --store: a retry on a second broker and on the first
  *   after a restart answers reused, receipt_pruned and the tombstone's
  *   facts, another digest still conflict, never a second file; stats'
@@ -446,8 +449,8 @@ import_local_history_answers_byte_identical(void **state)
 	before = store_dump();
 	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
 	    server.uri, l.b.root), 0);
-	assert_non_null(strstr(out, "0 submissions added, 0 legacy numbers "
-	    "added, "));
+	assert_non_null(strstr(out, "0 submissions added, 0 effects added, "
+	    "0 legacy numbers added, "));
 	free(out);
 	after = store_dump();
 	assert_string_equal(before, after);
@@ -608,51 +611,383 @@ unfinished_history_is_refused(void **state)
 	harness_finish(&b);
 }
 
-/* Effects cannot move yet: refused, unless the operator leaves them. */
-static void
-effects_are_left_only_when_asked(void **state)
+/* ---- effects (kind 3 rows) ------------------------------------------ */
+
+/* Effects in a local history: past a capacity of 8, most in the index. */
+#define IMPORT_EFFECTS		14
+#define FX_KIND			"mail.send/v1"
+
+static json_t *
+fx_begin_request(const char *id, const char *to)
 {
-	static struct broker	 b;
-	char			*out, *reply, fence[64];
-	json_t			*r;
+	return json_pack("{s:s, s:s, s:s, s:{s:s}}", "op", "effect_begin",
+	    "client_submission_id", id, "effect_kind", FX_KIND, "request",
+	    "to", to);
+}
+
+/* effect_complete with the fence of a proceed reply; the raw reply. */
+static char *
+fx_complete(struct broker *b, const char *id, const char *proceed,
+    const char *outcome, const char *status)
+{
+	json_t	*r, *request;
+	char	*reply;
+
+	assert_non_null(r = json_loads(proceed, 0, NULL));
+	request = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op",
+	    "effect_complete", "client_submission_id", id, "effect_kind",
+	    FX_KIND, "fence", harness_str(r, "fence"), "outcome", outcome);
+	if (status != NULL)
+		json_object_set_new(request, "result", json_pack("{s:s}",
+		    "status", status));
+	json_decref(r);
+	reply = raw_call(b, request);
+	return reply;
+}
+
+/* begin (proceed) and complete applied: the committed reply. */
+static char *
+fx_commit(struct broker *b, const char *id, const char *to)
+{
+	char	*proceed, *reply;
+
+	proceed = raw_call(b, fx_begin_request(id, to));
+	if (strstr(proceed, "\"disposition\":\"proceed\"") == NULL)
+		fail_msg("%s: %s", id, proceed);
+	reply = fx_complete(b, id, proceed, "applied", to);
+	if (strstr(reply, "\"state\":\"committed\"") == NULL)
+		fail_msg("%s: %s", id, reply);
+	free(proceed);
+	return reply;
+}
+
+/*
+ * A receipt's members but its result: a compacted effect keeps
+ * result_digest in place of result (the local index's tombstone).
+ */
+static void
+assert_same_but_result(const char *reply, const char *first)
+{
+	json_t	*a, *b, *ra, *rb;
+
+	assert_non_null(a = json_loads(reply, 0, NULL));
+	assert_non_null(b = json_loads(first, 0, NULL));
+	ra = json_deep_copy(json_object_get(a, "receipt"));
+	rb = json_deep_copy(json_object_get(b, "receipt"));
+	assert_non_null(ra);
+	assert_non_null(rb);
+	assert_true(json_is_string(json_object_get(ra, "result_digest")));
+	assert_int_equal(strlen(json_string_value(json_object_get(ra,
+	    "result_digest"))), 64);
+	assert_null(json_object_get(ra, "result"));
+	json_object_del(ra, "result_digest");
+	json_object_del(rb, "result");
+	assert_true(json_equal(ra, rb));
+	json_decref(ra);
+	json_decref(rb);
+	json_decref(a);
+	json_decref(b);
+}
+
+/*
+ * A local history's effects imported: committed ones (whole, or
+ * compacted in the local index) answer reused on a PostgreSQL broker
+ * with the local broker's receipt bytes; a released one's next begin
+ * is attempt 2; another request is conflict; an unfinished effect is
+ * refused, named, until it is settled; a second import changes nothing;
+ * stats' store counts the effect rows.
+ */
+static void
+import_effects_answers_byte_identical(void **state)
+{
+	static struct broker	 l;
+	static struct node	 a;
+	char			 id[32], to[64], *out, *at, *reply, *open;
+	char			*local[IMPORT_EFFECTS], *before, *after;
+	int			 local_pruned[IMPORT_EFFECTS];
+	int			 i, compacted, pruned = 0;
+	json_t			*s;
 
 	(void)state;
 	store_reset();
-	harness_fresh_root(&b);
-	harness_must_start(&b, NULL, NULL);
-	reply = raw_call(&b, harness_write_task("fx-task", "With effects"));
-	assert_non_null(strstr(reply, "\"disposition\":\"created\""));
+	harness_fresh_root(&l);
+	harness_must_start(&l, local_args, NULL);
+	for (i = 0; i < IMPORT_EFFECTS; i++) {
+		snprintf(id, sizeof id, "fx-%02d", i);
+		snprintf(to, sizeof to, "ops-%d@example", i);
+		free(fx_commit(&l, id, to));
+	}
+	/* Released: not_applied, so the next begin is attempt 2. */
+	reply = raw_call(&l, fx_begin_request("fx-released", "nobody"));
+	free(fx_complete(&l, "fx-released", reply, "not_applied", NULL));
 	free(reply);
-	reply = raw_call(&b, json_pack("{s:s, s:s, s:s, s:{s:s}}", "op",
-	    "effect_begin", "client_submission_id", "fx-1", "effect_kind",
-	    "mail.send/v1", "request", "to", "ops@example"));
-	assert_non_null(r = json_loads(reply, 0, NULL));
-	assert_string_equal(harness_str(r, "disposition"), "proceed");
-	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
-	json_decref(r);
-	free(reply);
-	reply = raw_call(&b, json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:s}}",
-	    "op", "effect_complete", "client_submission_id", "fx-1",
-	    "effect_kind", "mail.send/v1", "fence", fence, "outcome",
-	    "applied", "result", "status", "sent"));
-	assert_non_null(strstr(reply, "\"state\":\"committed\""));
-	free(reply);
-	assert_int_equal(harness_stop(&b), 0);
+	/* The local index compacted, then every retry's answer recorded. */
+	assert_int_equal(idemctl(&out, "--root '%s' compact --older-than 0",
+	    l.root), 0);
+	assert_non_null(at = strstr(out, "compact: "));
+	compacted = atoi(at + strlen("compact: "));
+	free(out);
+	assert_true(compacted >= IMPORT_EFFECTS - 8);
+	for (i = 0; i < IMPORT_EFFECTS; i++) {
+		snprintf(id, sizeof id, "fx-%02d", i);
+		snprintf(to, sizeof to, "ops-%d@example", i);
+		local[i] = raw_call(&l, fx_begin_request(id, to));
+		if (strstr(local[i], "\"disposition\":\"reused\"") == NULL)
+			fail_msg("%s: %s", id, local[i]);
+		local_pruned[i] = strstr(local[i], "\"receipt_pruned\":true") !=
+		    NULL;
+	}
+	/* An unfinished effect: reserved, its owner gone. */
+	open = raw_call(&l, fx_begin_request("fx-open", "later"));
+	assert_non_null(strstr(open, "\"disposition\":\"proceed\""));
+	assert_int_equal(harness_stop(&l), 0);
 	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, b.root), 1);
-	assert_non_null(strstr(out, "1 effect receipt, which"));
+	    server.uri, l.root), 1);
+	assert_non_null(strstr(out, "unfinished: effect fx-open of kind "
+	    FX_KIND " (reserved, attempt 1)"));
+	assert_non_null(strstr(out, "1 unfinished effect in"));
 	assert_non_null(strstr(out, "nothing was written"));
 	free(out);
 	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission"),
 	    0);
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s' "
-	    "--without-effects", server.uri, b.root), 0);
-	assert_non_null(strstr(out, "1 submission added"));
-	assert_non_null(strstr(out, "1 effect receipt not imported"));
+	/* As told: settled on the local idemd (its owner completes it). */
+	harness_must_start(&l, local_args, NULL);
+	reply = fx_complete(&l, "fx-open", open, "applied", "late");
+	assert_non_null(strstr(reply, "\"state\":\"committed\""));
+	free(reply);
+	assert_int_equal(harness_stop(&l), 0);
+	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
+	    server.uri, l.root), 0);
+	assert_non_null(strstr(out, "16 effects added"));
 	free(out);
 	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
-	    "WHERE client_submission_id = 'fx-task' AND state = 3"), 1);
-	harness_finish(&b);
+	    "WHERE kind = 3 AND scope = '" FX_KIND "' AND date = 0 AND "
+	    "seq > 0"), IMPORT_EFFECTS + 2);
+	/* A tombstone keeps its result's digest, never the result. */
+	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	    "WHERE kind = 3 AND state = 10 AND receipt IS NULL AND "
+	    "file_digest IS NOT NULL"), compacted);
+	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	    "WHERE kind = 3 AND state = 4 AND client_submission_id = "
+	    "'fx-released' AND epoch = 1"), 1);
+	/* A second import changes nothing. */
+	before = store_dump();
+	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
+	    server.uri, l.root), 0);
+	assert_non_null(strstr(out, "0 effects added"));
+	free(out);
+	after = store_dump();
+	assert_string_equal(before, after);
+	free(before);
+	free(after);
+
+	node_init(&a, l.root, "a");
+	node_start(&a);
+	for (i = 0; i < IMPORT_EFFECTS; i++) {
+		snprintf(id, sizeof id, "fx-%02d", i);
+		snprintf(to, sizeof to, "ops-%d@example", i);
+		reply = raw_call(&a.b, fx_begin_request(id, to));
+		assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
+		if (strstr(reply, "\"receipt_pruned\":true") != NULL) {
+			pruned++;
+			if (local_pruned[i])
+				assert_string_equal(receipt_bytes(reply),
+				    receipt_bytes(local[i]));
+			else	/* the table held it whole, the index not */
+				assert_same_but_result(reply, local[i]);
+		} else {
+			assert_false(local_pruned[i]);
+			assert_string_equal(receipt_bytes(reply),
+			    receipt_bytes(local[i]));
+		}
+		free(reply);
+		/* Another request under it: conflict. */
+		reply = raw_call(&a.b, fx_begin_request(id, "someone-else"));
+		assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
+		free(reply);
+	}
+	assert_int_equal(pruned, compacted);
+	reply = raw_call(&a.b, fx_begin_request("fx-open", "later"));
+	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
+	assert_non_null(strstr(reply, "\"result\":{\"status\":\"late\"}"));
+	free(reply);
+	reply = raw_call(&a.b, fx_begin_request("fx-released", "nobody"));
+	assert_non_null(strstr(reply, "\"disposition\":\"proceed\""));
+	assert_non_null(strstr(reply, "\"attempt\":2"));
+	free(fx_complete(&a.b, "fx-released", reply, "applied", "now"));
+	free(reply);
+	/* stats: every row is an effect, all settled. */
+	s = stats_store(&a.b);
+	assert_int_equal(harness_int(s, "effects"), IMPORT_EFFECTS + 2);
+	json_decref(s);
+	assert_store_counts(&a.b, IMPORT_EFFECTS + 2, IMPORT_EFFECTS + 2 -
+	    compacted, 0, compacted);
+	node_kill(&a);
+	for (i = 0; i < IMPORT_EFFECTS; i++)
+		free(local[i]);
+	free(open);
+	harness_finish(&l);
+}
+
+/*
+ * idemctl compact --store tombstones committed effects: a retry on
+ * another broker and on a restarted one answers reused, action_taken
+ * false, receipt_pruned, result_digest in place of result (as the local
+ * store's index tombstone); another digest is conflict; a complete with
+ * the first fence and result is the same receipt, another result
+ * already_committed; stats counts them.
+ */
+static void
+compact_effects_on_store(void **state)
+{
+	static struct node	 a, b;
+	static struct broker	 root;
+	char			 id[32], to[64], *out, *first[3], *reply;
+	char			*proceed0;
+	json_t			*r, *s;
+	int			 i;
+
+	(void)state;
+	store_reset();
+	harness_fresh_root(&root);
+	node_init(&a, root.root, "a");
+	node_init(&b, root.root, "b");
+	node_start(&a);
+	node_start(&b);
+	proceed0 = raw_call(&a.b, fx_begin_request("cfx-0", "x-0"));
+	first[0] = fx_complete(&a.b, "cfx-0", proceed0, "applied", "x-0");
+	for (i = 1; i < 3; i++) {
+		snprintf(id, sizeof id, "cfx-%d", i);
+		snprintf(to, sizeof to, "x-%d", i);
+		first[i] = fx_commit(&a.b, id, to);
+	}
+	/* One in flight, not compacted. */
+	reply = raw_call(&a.b, fx_begin_request("cfx-open", "y"));
+	assert_non_null(strstr(reply, "\"disposition\":\"proceed\""));
+	free(reply);
+	s = stats_store(&b.b);
+	assert_int_equal(harness_int(s, "effects"), 4);
+	json_decref(s);
+	assert_store_counts(&b.b, 4, 3, 1, 0);
+	assert_int_equal(idemctl(&out, "compact --older-than 0 --store '%s' "
+	    "--root '%s'", server.uri, root.root), 0);
+	assert_non_null(strstr(out, "compact: 3 receipts pruned"));
+	free(out);
+	assert_store_counts(&a.b, 4, 0, 1, 3);
+	node_kill(&a);
+	node_start(&a);
+	for (i = 0; i < 6; i++) {
+		struct node *n = i < 3 ? &b : &a;
+
+		snprintf(id, sizeof id, "cfx-%d", i % 3);
+		snprintf(to, sizeof to, "x-%d", i % 3);
+		reply = raw_call(&n->b, fx_begin_request(id, to));
+		assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
+		assert_non_null(strstr(reply, "\"action_taken\":false"));
+		assert_non_null(strstr(reply, "\"receipt_pruned\":true"));
+		assert_same_but_result(reply, first[i % 3]);
+		free(reply);
+		reply = raw_call(&n->b, fx_begin_request(id, "other"));
+		assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
+		free(reply);
+	}
+	/* The first fence and result: the same (pruned) receipt. */
+	reply = fx_complete(&b.b, "cfx-0", proceed0, "applied", "x-0");
+	assert_non_null(strstr(reply, "\"receipt_pruned\":true"));
+	assert_same_but_result(reply, first[0]);
+	free(reply);
+	reply = fx_complete(&b.b, "cfx-0", proceed0, "applied", "changed");
+	assert_non_null(strstr(reply, "\"reason\":\"already_committed\""));
+	free(reply);
+	r = harness_must_call(&b.b, json_pack("{s:s,s:i,s:s,s:s}", "op",
+	    "get_submission", "id", 2, "client_submission_id", "cfx-1",
+	    "effect_kind", FX_KIND));
+	assert_true(json_is_true(json_object_get(json_object_get(r,
+	    "submission"), "receipt_pruned")));
+	assert_non_null(json_object_get(json_object_get(json_object_get(r,
+	    "submission"), "receipt"), "result_digest"));
+	json_decref(r);
+	assert_store_counts(&b.b, 4, 0, 1, 3);
+	assert_int_equal(idemctl(&out, "--json compact --older-than 0 --store "
+	    "'%s' --root '%s'", server.uri, root.root), 0);
+	assert_non_null(strstr(out, "\"pruned\":0"));
+	free(out);
+	for (i = 0; i < 3; i++)
+		free(first[i]);
+	free(proceed0);
+	node_kill(&a);
+	node_kill(&b);
+	harness_finish(&root);
+}
+
+/*
+ * PostgreSQL stopped during effect ops: begin, complete, resolve and
+ * get_submission answer storage_unavailable (retryable), nothing
+ * changes; once it is back the retries complete as SPEC.md says.
+ */
+static void
+effect_ops_during_outage(void **state)
+{
+	static struct node	 a;
+	static struct broker	 root;
+	char			*proceed, *committed, *reply;
+	json_t			*r;
+
+	(void)state;
+	store_reset();
+	harness_fresh_root(&root);
+	node_init(&a, root.root, "a");
+	node_start(&a);
+	committed = fx_commit(&a.b, "ofx-done", "done");
+	proceed = raw_call(&a.b, fx_begin_request("ofx-open", "open"));
+	assert_non_null(strstr(proceed, "\"disposition\":\"proceed\""));
+	assert_int_equal(pgserver_stop(&server, 0), 0);
+	reply = raw_call(&a.b, fx_begin_request("ofx-new", "new"));
+	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
+	assert_non_null(strstr(reply, "\"retryable\":true"));
+	free(reply);
+	reply = raw_call(&a.b, fx_begin_request("ofx-done", "done"));
+	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
+	assert_non_null(strstr(reply, "\"retryable\":true"));
+	free(reply);
+	reply = fx_complete(&a.b, "ofx-open", proceed, "applied", "open");
+	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
+	assert_non_null(strstr(reply, "\"retryable\":true"));
+	free(reply);
+	reply = raw_call(&a.b, json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:s}}}",
+	    "op", "effect_resolve", "client_submission_id", "ofx-open",
+	    "effect_kind", FX_KIND, "evidence", "observed", "applied",
+	    "result", "status", "open"));
+	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
+	assert_non_null(strstr(reply, "\"retryable\":true"));
+	free(reply);
+	r = harness_must_call(&a.b, json_pack("{s:s,s:i,s:s,s:s}", "op",
+	    "get_submission", "id", 2, "client_submission_id", "ofx-open",
+	    "effect_kind", FX_KIND));
+	harness_assert_bool(r, "ok", 0);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(
+	    r, "error"), "code")), "storage_unavailable");
+	json_decref(r);
+	assert_int_equal(pgserver_restart(&server), 0);
+	/* Nothing moved: the owner's complete goes through, once. */
+	reply = fx_complete(&a.b, "ofx-open", proceed, "applied", "open");
+	assert_non_null(strstr(reply, "\"state\":\"committed\""));
+	assert_non_null(strstr(reply, "\"action_taken\":true"));
+	free(reply);
+	reply = raw_call(&a.b, fx_begin_request("ofx-new", "new"));
+	assert_non_null(strstr(reply, "\"disposition\":\"proceed\""));
+	assert_non_null(strstr(reply, "\"attempt\":1"));
+	free(reply);
+	reply = raw_call(&a.b, fx_begin_request("ofx-done", "done"));
+	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
+	assert_string_equal(receipt_bytes(reply), receipt_bytes(committed));
+	free(reply);
+	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	    "WHERE kind = 3 AND state = 3"), 2);
+	free(proceed);
+	free(committed);
+	node_kill(&a);
+	harness_finish(&root);
 }
 
 static void
@@ -761,9 +1096,13 @@ main(void)
 		cmocka_unit_test_setup_teardown(unfinished_history_is_refused,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
-		    effects_are_left_only_when_asked, setup, teardown),
-		cmocka_unit_test_setup_teardown(
 		    compact_then_retry_on_any_broker, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    import_effects_answers_byte_identical, setup, teardown),
+		cmocka_unit_test_setup_teardown(compact_effects_on_store,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(effect_ops_during_outage,
+		    setup, teardown),
 	};
 	const char	*reason;
 	char		 cmd[1024];
