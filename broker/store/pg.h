@@ -20,7 +20,8 @@
 #define PGSTORE_SCHEMA_VERSION		2
 /*
  * A compacted row's state (idemctl compact --store): committed, its
- * receipt's body and file digest dropped, the tombstone's facts kept.
+ * receipt's body and file digest dropped (an effect keeps its result's
+ * digest), the tombstone's facts kept.
  * Outside the journal's state numbers (shm.h), which the other states
  * of the column are.
  */
@@ -71,7 +72,7 @@ struct pgstore_row {
 	int			 lease_granted;
 	int64_t			 lease_ms_left;	/* server's clock; < 0: expired */
 	int			 owner_alive;	/* its session is connected */
-	/* A tombstone: entry.state says committed, no file digest. */
+	/* A tombstone: entry.state says committed (a task: no file digest). */
 	int			 pruned;
 	char			*receipt;	/* committed: its bytes (malloc'd) */
 };
