@@ -178,9 +178,12 @@ cl_answer(struct pending *p, int created)
 
 #ifdef IDEM_FAULT_INJECTION
 /*
- * IDEM_CRASH_PAUSE_AT=before_task_file_link: the first request of a
- * worker process to reach that point stops the worker (SIGSTOP), as a
- * scheduler or a VM pause may; the test resumes it with SIGCONT.
+ * IDEM_CRASH_PAUSE_AT=before_task_file_link, or a crash point's name
+ * (after_reserve_durable, after_task_file_written, after_task_file_linked,
+ * after_commit_durable): the first request of a worker process to reach
+ * that point stops the worker (SIGSTOP), as a scheduler or a VM pause
+ * may; its PostgreSQL session stays open, so only its lease's expiry
+ * lets another broker take over.  The test resumes it with SIGCONT.
  */
 static void
 cl_pause_point(const char *point)
@@ -202,8 +205,10 @@ cl_pause_point(const char *point)
 static void
 cl_crash_point(struct submission *s, enum crash_point point)
 {
-	if (s->ops->crash_points)
+	if (s->ops->crash_points) {
 		crash_point(point);
+		cl_pause_point(crash_point_name(point));
+	}
 }
 
 /* This worker's store, opened at its first request. */

@@ -648,6 +648,8 @@ enum crash_point {
 /* In the master and in each worker (which logs nothing). */
 int	crash_init(struct shm_segment *, pid_t master, char **cause);
 void	crash_point(enum crash_point);
+/* The point's name, as IDEM_CRASH_AT and IDEM_CRASH_PAUSE_AT spell it. */
+const char *crash_point_name(enum crash_point);
 /* IDEM_SPAWN_DELAY_MS: in the master, right after forking a worker. */
 void	crash_spawn_delay(void);
 void	crash_worker_started(void);
