@@ -3296,8 +3296,8 @@ run_history(size_t n, int clients)
 	/* The segment is sparse: what the run made it take from memory. */
 	if (shm[0] != '\0' && stat(shm, &st) == 0)
 		hist.shm_resident_mb = (double)st.st_blocks * 512 / 1048576.0;
-	result_note(bulk, "shared memory resident after the run %.0f MB, "
-	    "%lld index bytes warmed by the workers", hist.shm_resident_mb,
+	result_note(hot, "shared memory resident after the run %.0f MB; "
+	    "index bytes warmed by the workers %lld", hist.shm_resident_mb,
 	    (long long)history_stat(b.socket, "index_warm_bytes"));
 	if (broker_stop(&b) != 0)
 		bulk->failed = 1;
