@@ -107,7 +107,7 @@ store_init_and_migrate(void **state)
 {
 	struct pgstore	 st;
 	char		*out, args[1024], root[] = "/tmp/idem-ws.XXXXXX";
-	char		*cause = NULL, id1[64], id2[64];
+	char		*cause = NULL, id1[64], id2[64], want[160];
 
 	(void)state;
 	/* Before init, idemd's open is refused naming the command. */
@@ -121,7 +121,9 @@ store_init_and_migrate(void **state)
 	snprintf(args, sizeof args, "store init --store '%s' --root %s",
 	    server.uri, root);
 	assert_int_equal(cluster_idemctl(&out, "%s", args), 0);
-	assert_non_null(strstr(out, "schema: created, version 1"));
+	snprintf(want, sizeof want, "schema: created, version %d",
+	    PGSTORE_SCHEMA_VERSION);
+	assert_non_null(strstr(out, want));
 	assert_int_equal(sscanf(strstr(out, "workspace"), "workspace %*s %63s",
 	    id1), 1);
 	free(out);
@@ -137,7 +139,23 @@ store_init_and_migrate(void **state)
 	assert_int_equal(cluster_idemctl(&out, "%s", args), 0);
 	assert_non_null(strstr(out, "already current"));
 	free(out);
-	assert_sql("SELECT max(version) FROM idem_schema_version", "1");
+	snprintf(want, sizeof want, "%d", PGSTORE_SCHEMA_VERSION);
+	assert_sql("SELECT max(version) FROM idem_schema_version", want);
+	/*
+	 * From the version before tombstones (pg_schema.c's last
+	 * migration, the state index): that migration alone, once.
+	 */
+	snprintf(want, sizeof want, "DROP INDEX idem_submission_state; "
+	    "DELETE FROM idem_schema_version WHERE version = %d",
+	    PGSTORE_SCHEMA_VERSION);
+	free(sql(want));
+	assert_int_equal(cluster_idemctl(&out, "%s", args), 0);
+	snprintf(want, sizeof want, "migrated from version %d to %d",
+	    PGSTORE_SCHEMA_VERSION - 1, PGSTORE_SCHEMA_VERSION);
+	assert_non_null(strstr(out, want));
+	free(out);
+	assert_sql("SELECT count(*) FROM pg_indexes WHERE indexname = "
+	    "'idem_submission_state'", "1");
 	/* Usage errors. */
 	assert_int_equal(cluster_idemctl(NULL, "store init"), 2);
 	assert_int_equal(cluster_idemctl(NULL, "store frobnicate --store "
