@@ -94,6 +94,13 @@ int	history_find(struct idemd *, const char *key, size_t key_length,
 	    struct index_entry *, uint8_t *result);
 /* Open the index at ROOT/.idem/index for this process. */
 int	history_open(struct idemd *, int flags, char **cause);
+/*
+ * A worker's warm-up: a thread that maps the index's pages into this
+ * process ahead of its lookups, so that a cold id costs no page fault;
+ * history_warm_stop ends it (before index_close).
+ */
+void	history_warm_start(struct idemd *);
+void	history_warm_stop(void);
 
 /* main.c */
 /* The segment filled from the journal, and the journal open to append. */

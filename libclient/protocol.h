@@ -61,6 +61,14 @@
  * as it is written); the most committed history one root can hold.
  */
 #define IDEM_INDEX_MAP_BYTES		(256ULL * 1024 * 1024 * 1024)
+/*
+ * A worker maps the index's pages ahead of its lookups (broker/history.c):
+ * this much per step, at this nice value, and at most the physical
+ * memory over this divisor (a larger index keeps faulting the rest).
+ */
+#define IDEM_INDEX_WARM_CHUNK_BYTES	(16ULL * 1024 * 1024)
+#define IDEM_INDEX_WARM_NICE		10
+#define IDEM_INDEX_WARM_RAM_DIVISOR	2
 /* BLAKE2b-256 of a request's fingerprinted members (crypto_generichash). */
 #define IDEM_FAST_FINGERPRINT_BYTES		32
 
