@@ -153,16 +153,29 @@ cl_set_name(struct submission *s)
 	    sizeof s->name);
 }
 
-/* Committed receipts never change: keep it for retries on this broker. */
+/*
+ * Committed receipts never change: keep it for retries on this broker.
+ * The slot it landed in is the one the answer's fast-path reply is
+ * stored under (fastpath_remember), so that later retries on this
+ * broker are answered before the parse, as with the local store; not
+ * cached, the slot is none (UINT32_MAX: the receipt store refuses it).
+ */
 static void
 cl_cache(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
+	struct subtab_entry	 cached;
 
-	if (s->key_length > 0 && subtab_apply(&cl_idemd(p)->seg, s->key,
-	    s->key_length, &s->entry) != 0)
+	s->slot = UINT32_MAX;
+	if (s->key_length == 0)
+		return;
+	if (subtab_apply(&cl_idemd(p)->seg, s->key, s->key_length,
+	    &s->entry) != 0)
 		log_debug("submission %s: not cached: %s", s->submission_id,
 		    strerror(errno));
+	else
+		(void)subtab_lookup(&cl_idemd(p)->seg, s->key, s->key_length,
+		    &cached, &s->slot);
 }
 
 static void
@@ -172,6 +185,7 @@ cl_answer(struct pending *p, int created)
 
 	s->entry.state = SUBTAB_COMMITTED;
 	/* A tombstone is not cached: its file digest is not kept. */
+	s->slot = UINT32_MAX;
 	if (!s->pruned)
 		cl_cache(p);
 	cl_free(s);
@@ -237,6 +251,13 @@ cl_store_open(struct idemd *d, char **cause)
 	}
 	cl_open = 1;
 	return 0;
+}
+
+struct pgstore *
+cluster_store(struct idemd *d, char **cause)
+{
+	*cause = NULL;
+	return cl_store_open(d, cause) == 0 ? &cl_store : NULL;
 }
 
 int
@@ -808,6 +829,18 @@ cluster_submission_start(struct pending *p)
 
 /* ---- get_submission and diagnose: the workspace's rows -------------- */
 
+void
+cluster_reply_unavailable(struct conn *c, json_t *id, const char *op,
+    const char *what, char *cause)
+{
+	const char	*why = cause != NULL ? cause : strerror(errno);
+
+	log_warnx("%s %s: %s", op, what, why);
+	conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1, "%s",
+	    why));
+	free(cause);
+}
+
 static json_t *
 cl_row_json(struct idemd *d, const char *key, const struct pgstore_row *row,
     char task_id[IDEM_MAX_TASK_ID_BYTES + 16],
@@ -849,11 +882,7 @@ cluster_get_submission(struct conn *c, json_t *id, const char *key)
 
 	if (cl_store_open(d, &cause) != 0 ||
 	    (rc = pgstore_read(&cl_store, &k, &row, &cause)) < 0) {
-		log_warnx("get_submission %s: %s", key, cause != NULL ? cause :
-		    strerror(errno));
-		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
-		    "%s", cause != NULL ? cause : strerror(errno)));
-		free(cause);
+		cluster_reply_unavailable(c, id, "get_submission", key, cause);
 		return;
 	}
 	reply = reply_new(1, id);
@@ -924,23 +953,30 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 	struct cl_diagnose	 dg;
 	uint32_t		 counts[SUBTAB_STATE_COUNT];
 	char			*cause = NULL;
-	json_t			*reply, *j;
+	json_t			*reply, *j, *later, *effect_counts = NULL;
 
+	/*
+	 * As on the local store: the effects whose outcome is unknown first
+	 * (an operator must settle them), the tasks, the other effects.
+	 */
 	dg.d = d;
 	dg.entries = json_array();
 	dg.now = shm_now_ms();
 	dg.stale_after_ms = stale_after_ms;
+	later = json_array();
 	if (cl_store_open(d, &cause) != 0 ||
+	    cluster_effects_diagnose(d, dg.entries, later, &effect_counts,
+	    dg.now, stale_after_ms, &cause) != 0 ||
 	    pgstore_unfinished(&cl_store, cl_diagnose_row, &dg, &cause) != 0 ||
 	    pgstore_counts(&cl_store, SUBTAB_KIND_TASK, counts, &cause) != 0) {
 		json_decref(dg.entries);
-		log_warnx("diagnose: %s", cause != NULL ? cause :
-		    strerror(errno));
-		conn_reply(c, reply_error_simple(id, WIRE_STORAGE_UNAVAILABLE, 1,
-		    "%s", cause != NULL ? cause : strerror(errno)));
-		free(cause);
+		json_decref(later);
+		json_decref(effect_counts);
+		cluster_reply_unavailable(c, id, "diagnose", "", cause);
 		return;
 	}
+	json_array_extend(dg.entries, later);
+	json_decref(later);
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "entries", dg.entries);
 	j = json_object();
@@ -951,6 +987,7 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 	json_object_set_new(j, "committed", json_integer(
 	    counts[SUBTAB_COMMITTED]));
 	json_object_set_new(reply, "counts", j);
+	json_object_set_new(reply, "effect_counts", effect_counts);
 	conn_reply(c, reply);
 }
 

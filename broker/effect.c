@@ -44,6 +44,12 @@
  * drawn for each proceed.  Only the latest one issued is accepted.
  * external_key is derived from the key and the request digest, so it is
  * the same for every attempt and after any restart.
+ *
+ * With --store postgresql://... the effect is a row in PostgreSQL
+ * instead of a slot (cluster_effect.c reads it and records each
+ * transition as a compare-and-set); the answers and the judges of
+ * complete and resolve below serve both stores (effect_record picks
+ * the journal or the row).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -223,7 +229,7 @@ effect_release(struct pending *p)
 		worker_wake_all(p->worker);
 }
 
-static void
+void
 effect_fail(struct pending *p, json_t *reply)
 {
 	effect_release(p);
@@ -242,7 +248,7 @@ effect_journal_failed(struct pending *p)
 }
 
 /* A refusal with a disposition: conflict, in_progress, outcome_unknown. */
-static void
+void
 effect_refuse(struct pending *p, enum wire_disposition disposition,
     enum wire_error code, enum wire_reason reason, int retryable,
     const char *message, int existing)
@@ -438,7 +444,7 @@ effect_new_attempt(struct effect *e, uint32_t attempt)
 	e->entry.updated_at_ms = now;
 }
 
-static void
+void
 effect_proceed(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
@@ -473,7 +479,7 @@ effect_proceed(struct pending *p)
 	pending_reply(p, reply);
 }
 
-static void
+void
 effect_outcome_unknown(struct pending *p)
 {
 	if (effect_journal_failed(p))
@@ -485,7 +491,7 @@ effect_outcome_unknown(struct pending *p)
 	    "effect_resolve", 1);
 }
 
-static void
+void
 effect_reused(struct pending *p)
 {
 	if (effect_journal_failed(p))
@@ -494,7 +500,7 @@ effect_reused(struct pending *p)
 	effect_answer_receipt(p, DISPOSITION_REUSED, 0);
 }
 
-static void
+void
 effect_mismatch(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
@@ -509,7 +515,7 @@ effect_mismatch(struct pending *p)
 		    "to a request with another digest; nothing to perform");
 }
 
-static void
+void
 effect_in_progress(struct pending *p)
 {
 	atomic_fetch_add(&counters_of(p)->effects_in_progress, 1);
@@ -714,7 +720,7 @@ result_matches(struct pending *p)
 	    memcmp(bytes, e->result, e->result_length) == 0;
 }
 
-static void
+void
 effect_settled(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
@@ -738,6 +744,20 @@ effect_settled(struct pending *p)
 	effect_answer_state(p, 1);
 }
 
+/*
+ * Record the transition the judge set in e->entry: a journal record on
+ * the local store, a compare-and-set of the row on the PostgreSQL store
+ * (cluster_effect.c); effect_settled answers once it is durable.
+ */
+static void
+effect_record(struct pending *p)
+{
+	if (idemd_of(p)->store_uri != NULL)
+		cluster_effect_record(p);
+	else
+		effect_journal(p, effect_settled);
+}
+
 /* Commit with e->result: into the arena, then the record. */
 static void
 effect_commit(struct pending *p, int recovered)
@@ -745,8 +765,9 @@ effect_commit(struct pending *p, int recovered)
 	struct effect	*e = effect_of(p);
 	int64_t		 now = shm_now_ms();
 
-	if (arena_put(&idemd_of(p)->seg, e->result, e->result_length,
-	    &e->entry.result_offset) != 0) {
+	/* The PostgreSQL store keeps the bytes in the row, not the arena. */
+	if (idemd_of(p)->store_uri == NULL && arena_put(&idemd_of(p)->seg,
+	    e->result, e->result_length, &e->entry.result_offset) != 0) {
 		log_warnx("effect %s: the result arena is full; restart idemd "
 		    "with a larger --result-bytes", e->id);
 		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
@@ -765,7 +786,7 @@ effect_commit(struct pending *p, int recovered)
 	e->entry.updated_at_ms = now;
 	if (recovered)
 		e->entry.effect_flags |= SUBTAB_EFFECT_RECOVERED;
-	effect_journal(p, effect_settled);
+	effect_record(p);
 }
 
 static void
@@ -777,7 +798,7 @@ effect_set_state(struct pending *p, enum subtab_state state)
 	e->entry.updated_at_ms = shm_now_ms();
 	if (e->entry.attempt == 0)
 		e->entry.attempt = 1;
-	effect_journal(p, effect_settled);
+	effect_record(p);
 }
 
 /* complete: the slot is claimed and its state durable. */
@@ -866,6 +887,15 @@ effect_resolve_judge(struct pending *p)
 	}
 }
 
+void
+effect_judge(struct pending *p)
+{
+	if (effect_of(p)->op == EFFECT_COMPLETE)
+		effect_complete_judge(p);
+	else
+		effect_resolve_judge(p);
+}
+
 /* complete and resolve: claim the key whatever its digest. */
 static void
 effect_claim(struct pending *p)
@@ -887,8 +917,7 @@ effect_claim(struct pending *p)
 			    0, "the key names no effect"));
 			return;
 		}
-		effect_after_durable(p, e->op == EFFECT_COMPLETE ?
-		    effect_complete_judge : effect_resolve_judge);
+		effect_after_durable(p, effect_judge);
 		return;
 	case SUBTAB_BUSY:
 		pending_wait_claim(p, effect_claim);
@@ -902,10 +931,7 @@ effect_claim(struct pending *p)
 			return;
 		case 1:
 			/* Committed: the judges answer without a record. */
-			if (e->op == EFFECT_COMPLETE)
-				effect_complete_judge(p);
-			else
-				effect_resolve_judge(p);
+			effect_judge(p);
 			return;
 		}
 		return;
@@ -937,14 +963,19 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 		pending_reply(p, reply_error(&err, p->id));
 		return;
 	}
+	e->entry.kind = SUBTAB_KIND_EFFECT;
+	e->entry.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	memcpy(e->entry.request_digest, e->digest, IDEM_SHA256_BYTES);
+	if (d->store_uri != NULL) {
+		/* Several brokers: the row in PostgreSQL (cluster_effect.c). */
+		cluster_effect_start(p);
+		return;
+	}
 	if (op != EFFECT_BEGIN && effect_journal_down(p)) {
 		/* A begin of a committed effect needs no write: it goes on. */
 		effect_fail_reopening(p);
 		return;
 	}
-	e->entry.kind = SUBTAB_KIND_EFFECT;
-	e->entry.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
-	memcpy(e->entry.request_digest, e->digest, IDEM_SHA256_BYTES);
 	e->entry.reserved_at_ms = shm_now_ms();
 	e->entry.updated_at_ms = e->entry.reserved_at_ms;
 	conn_peer(conn, &e->entry.peer_uid, &e->entry.peer_pid);
@@ -979,8 +1010,8 @@ op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 
 json_t *
 effect_submission_json(struct shm_segment *seg, const char *key,
-    size_t key_length, const struct subtab_entry *x, int in_flight,
-    int64_t now)
+    size_t key_length, const struct subtab_entry *x, const uint8_t *result,
+    int in_flight, int64_t now)
 {
 	char	 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	char	 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
@@ -1020,7 +1051,9 @@ effect_submission_json(struct shm_segment *seg, const char *key,
 	if (x->state == SUBTAB_COMMITTED) {
 		if (x->effect_flags & SUBTAB_EFFECT_RECOVERED)
 			json_object_set_new(j, "recovered", json_true());
-		receipt = effect_receipt_json(seg, key, key_length, x);
+		receipt = result != NULL ? effect_receipt_json_from(key,
+		    key_length, x, result, 0) : effect_receipt_json(seg, key,
+		    key_length, x);
 		json_object_set_new(j, "receipt", receipt != NULL ? receipt :
 		    json_null());
 	}

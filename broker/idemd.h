@@ -443,11 +443,37 @@ void	 cluster_diagnose(struct conn *, json_t *id, int64_t stale_after_ms);
 void	 cluster_stats(struct conn *, json_t *reply);
 /* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
 int	 cluster_check(struct idemd *, char **cause);
+/*
+ * PostgreSQL failed for a read of op (what: its key): logged once, then
+ * storage_unavailable (retryable); cause is freed.
+ */
+void	 cluster_reply_unavailable(struct conn *, json_t *id, const char *op,
+	    const char *what, char *cause);
+/* This worker's connection to the store, opened at its first use. */
+struct pgstore;
+struct pgstore	*cluster_store(struct idemd *, char **cause);
+/* cluster_effect.c: effect_begin, _complete, _resolve on the row. */
+void	 cluster_effect_start(struct pending *);
+/* The judge's transition as a compare-and-set, then effect_settled. */
+void	 cluster_effect_record(struct pending *);
+/* get_submission with an effect_kind: the row of key ("kind 0x1f id"). */
+void	 cluster_get_effect(struct conn *, json_t *id, const char *key,
+	    size_t key_length);
+/*
+ * diagnose's effects: outcome_unknown ones appended to first, the other
+ * unfinished ones to later; *effect_counts made.  0, or -1 with *cause.
+ */
+int	 cluster_effects_diagnose(struct idemd *, json_t *first, json_t *later,
+	    json_t **effect_counts, int64_t now, int64_t stale_after_ms,
+	    char **cause);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
 #define cluster_submission_start(p)	((void)(p))
 #define cluster_get_submission(c, id, key)	((void)(c))
 #define cluster_diagnose(c, id, stale)	((void)(c))
+#define cluster_effect_start(p)	((void)(p))
+#define cluster_effect_record(p)	((void)(p))
+#define cluster_get_effect(c, id, key, n)	((void)(c))
 #define cluster_stats(c, reply)		((void)(c))
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
@@ -541,6 +567,9 @@ struct effect {
 	uint8_t			*cold_result;	/* malloc'd */
 	int			 index_checked;
 	uint64_t		 evictions;
+	/* --store postgresql (cluster_effect.c): the state the row was read in. */
+	uint8_t			 found_state;
+	unsigned		 cluster_reads;
 };
 /* Read request into e (zeroed by the caller): 0, or -1 with err. */
 int	 effect_parse(enum effect_op, json_t *request, struct effect *,
@@ -557,6 +586,24 @@ int	 effect_kind_valid(const char *kind, size_t length,
 void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
 void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
 void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
+/*
+ * The answers and judges, shared with the PostgreSQL store's flow
+ * (cluster_effect.c): p->op is a struct effect whose entry holds the
+ * effect's facts (a committed result's bytes in cold_result).
+ */
+void	 effect_proceed(struct pending *);
+void	 effect_reused(struct pending *);
+void	 effect_mismatch(struct pending *);
+void	 effect_in_progress(struct pending *);
+void	 effect_outcome_unknown(struct pending *);
+void	 effect_refuse(struct pending *, enum wire_disposition,
+	    enum wire_error, enum wire_reason, int retryable,
+	    const char *message, int existing);
+void	 effect_fail(struct pending *, json_t *reply);
+/* complete or resolve on the state read: answer, or record a transition. */
+void	 effect_judge(struct pending *);
+/* A transition recorded (durable): its answer. */
+void	 effect_settled(struct pending *);
 int	 effect_key_split(const char *key, size_t key_length, char *kind,
 	    size_t kind_size, char *id, size_t id_size);
 /* A reserved effect whose lease has not expired at now. */
@@ -570,15 +617,17 @@ json_t	*effect_receipt_json(struct shm_segment *, const char *key,
 json_t	*effect_receipt_json_from(const char *key, size_t key_length,
 	    const struct subtab_entry *, const uint8_t *bytes, int pruned);
 
-/* An effect's facts for get_submission and diagnose (receipt once committed). */
+/*
+ * An effect's facts for get_submission and diagnose (receipt once
+ * committed, from result's bytes; result NULL: from the arena).
+ */
 json_t	*effect_submission_json(struct shm_segment *, const char *key,
-	    size_t key_length, const struct subtab_entry *, int in_flight,
-	    int64_t now);
+	    size_t key_length, const struct subtab_entry *,
+	    const uint8_t *result, int in_flight, int64_t now);
 /* optable.c: every op served, one row each */
 typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);
 #define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
-#define OP_LOCAL_STORE_ONLY	0x2	/* not with --store postgresql (yet) */
 /*
  * Every op served, one row each, in the order SPEC.md lists them (hello
  * shows this order): X(name, handler, check, flags), check NULL for none.
@@ -593,12 +642,9 @@ typedef int (*op_check_fn)(json_t *request, struct request_error *);
 	X(get_submission, op_get_submission, NULL, 0)			\
 	X(diagnose, op_diagnose, NULL, 0)				\
 	X(stats, op_stats, NULL, 0)					\
-	X(effect_begin, op_effect_begin, effect_begin_check,		\
-	    OP_LOCAL_STORE_ONLY)						\
-	X(effect_complete, op_effect_complete, effect_complete_check,	\
-	    OP_LOCAL_STORE_ONLY)						\
-	X(effect_resolve, op_effect_resolve, effect_resolve_check,	\
-	    OP_LOCAL_STORE_ONLY)
+	X(effect_begin, op_effect_begin, effect_begin_check, 0)	\
+	X(effect_complete, op_effect_complete, effect_complete_check, 0) \
+	X(effect_resolve, op_effect_resolve, effect_resolve_check, 0)
 struct op_entry {
 	const char	*name;
 	op_handler_fn	 handler;	/* answers, now or once parked */
@@ -609,8 +655,6 @@ struct op_entry {
 const struct op_entry *optable_find(const char *name);
 /* A JSON array of every op's name, in the table's order. */
 json_t	*optable_names(void);
-/* The cluster store serves fewer ops (OP_LOCAL_STORE_ONLY): main.c. */
-void	 optable_set_cluster(int);
 
 /* ops.c: get_submission, diagnose, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);
@@ -619,5 +663,11 @@ void	 op_diagnose(struct conn *, json_t *request, json_t *id);
 void	 diagnose_file_facts(struct idemd *, const struct subtab_entry *,
 	    const char *task_id, json_t *);
 void	 op_stats(struct conn *, json_t *request, json_t *id);
+/* diagnose's effects, on either store: placed in order, and counted. */
+void	 diagnose_effect_place(json_t *x, const struct subtab_entry *,
+	    int64_t now, int64_t stale_after_ms, json_t *first, json_t *later,
+	    uint32_t *lapsed);
+json_t	*diagnose_effect_counts(const uint32_t counts[SUBTAB_STATE_COUNT],
+	    uint32_t lapsed);
 
 #endif

@@ -137,7 +137,6 @@ store_options(struct idemd *d)
 	    "configure --with-postgresql (Debian: apt-get install libpq-dev) "
 	    "and build again", "postgresql://...");
 #else
-	optable_set_cluster(1);
 	if (d->host_id == NULL)
 		fatalx("--store postgresql://... needs --host-id NAME, unique "
 		    "among the brokers of the workspace");

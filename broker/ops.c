@@ -73,6 +73,10 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
 
 	n = (size_t)snprintf(key, sizeof key, "%.*s%c%s", (int)kind_length,
 	    kind, SUBTAB_EFFECT_SEPARATOR, submission_id);
+	if (d->store_uri != NULL) {
+		cluster_get_effect(c, id, key, n);
+		return;
+	}
 	rc = lookup_history(d, key, n, &e, &cold);
 	if (rc < 0) {
 		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
@@ -99,7 +103,7 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
 		json_object_set_new(s, "receipt", receipt != NULL ? receipt :
 		    json_null());
 	} else if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT)
-		s = effect_submission_json(&d->seg, key, n, &e, 0,
+		s = effect_submission_json(&d->seg, key, n, &e, NULL, 0,
 		    shm_now_ms());
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "found", json_boolean(s != NULL));
@@ -264,6 +268,44 @@ diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
 	return j;
 }
 
+/*
+ * One effect's diagnose entry x (NULL: skipped): an unknown outcome
+ * (stored, or a lapsed lease: counted in *lapsed) to first, as an
+ * operator must settle it; any other to later.
+ */
+void
+diagnose_effect_place(json_t *x, const struct subtab_entry *e, int64_t now,
+    int64_t stale_after_ms, json_t *first, json_t *later, uint32_t *lapsed)
+{
+	if (x == NULL)
+		return;
+	json_object_set_new(x, "stalled", json_boolean(now - e->updated_at_ms >
+	    stale_after_ms));
+	if (strcmp(effect_state_name(e, now), "outcome_unknown") == 0) {
+		*lapsed += e->state == SUBTAB_RESERVED;
+		json_array_append_new(first, x);
+	} else
+		json_array_append_new(later, x);
+}
+
+/* effect_counts: a lapsed lease counts as outcome_unknown. */
+json_t *
+diagnose_effect_counts(const uint32_t counts[SUBTAB_STATE_COUNT],
+    uint32_t lapsed)
+{
+	json_t	*j = json_object();
+
+	json_object_set_new(j, "reserved",
+	    json_integer(counts[SUBTAB_RESERVED] - lapsed));
+	json_object_set_new(j, "outcome_unknown",
+	    json_integer(counts[SUBTAB_OUTCOME_UNKNOWN] + lapsed));
+	json_object_set_new(j, "released",
+	    json_integer(counts[SUBTAB_RELEASED]));
+	json_object_set_new(j, "committed",
+	    json_integer(counts[SUBTAB_COMMITTED]));
+	return j;
+}
+
 void
 op_diagnose(struct conn *c, json_t *request, json_t *id)
 {
@@ -274,7 +316,7 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	uint32_t		 counts[SUBTAB_STATE_COUNT];
 	uint32_t		 effect_counts[SUBTAB_STATE_COUNT];
 	uint32_t		 lapsed = 0;
-	json_t			*x, *later;
+	json_t			*later;
 	int64_t			 stale_after_ms = DIAGNOSE_DEFAULT_STALE_AFTER_MS;
 	int64_t			 now = shm_now_ms();
 	json_t			*v, *reply, *entries, *j;
@@ -318,22 +360,12 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	 */
 	entries = json_array();
 	later = json_array();
-	for (i = 0; i < effect_count; i++) {
-		x = effect_submission_json(&d->seg, effects[i].key,
-		    effects[i].entry.key_length, &effects[i].entry,
-		    effects[i].claimed, now);
-		if (x == NULL)
-			continue;
-		json_object_set_new(x, "stalled", json_boolean(
-		    now - effects[i].entry.updated_at_ms > stale_after_ms));
-		if (strcmp(effect_state_name(&effects[i].entry, now),
-		    "outcome_unknown") == 0) {
-			if (effects[i].entry.state == SUBTAB_RESERVED)
-				lapsed++;
-			json_array_append_new(entries, x);
-		} else
-			json_array_append_new(later, x);
-	}
+	for (i = 0; i < effect_count; i++)
+		diagnose_effect_place(effect_submission_json(&d->seg,
+		    effects[i].key, effects[i].entry.key_length,
+		    &effects[i].entry, NULL, effects[i].claimed, now),
+		    &effects[i].entry, now, stale_after_ms, entries, later,
+		    &lapsed);
 	for (i = 0; i < count; i++)
 		json_array_append_new(entries, diagnose_entry(d, &rows[i], now,
 		    stale_after_ms));
@@ -350,16 +382,8 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	json_object_set_new(j, "committed",
 	    json_integer(counts[SUBTAB_COMMITTED]));
 	json_object_set_new(reply, "counts", j);
-	j = json_object();
-	json_object_set_new(j, "reserved",
-	    json_integer(effect_counts[SUBTAB_RESERVED] - lapsed));
-	json_object_set_new(j, "outcome_unknown",
-	    json_integer(effect_counts[SUBTAB_OUTCOME_UNKNOWN] + lapsed));
-	json_object_set_new(j, "released",
-	    json_integer(effect_counts[SUBTAB_RELEASED]));
-	json_object_set_new(j, "committed",
-	    json_integer(effect_counts[SUBTAB_COMMITTED]));
-	json_object_set_new(reply, "effect_counts", j);
+	json_object_set_new(reply, "effect_counts",
+	    diagnose_effect_counts(effect_counts, lapsed));
 	conn_reply(c, reply);
 }
 

@@ -23,21 +23,6 @@ static const struct op_entry optable[] = {
 #undef OPTABLE_ROW
 };
 
-/* --store postgresql://...: the ops the cluster store does not serve. */
-static int	optable_cluster;
-
-void
-optable_set_cluster(int cluster)
-{
-	optable_cluster = cluster;
-}
-
-static int
-optable_served(const struct op_entry *op)
-{
-	return !optable_cluster || !(op->flags & OP_LOCAL_STORE_ONLY);
-}
-
 const struct op_entry *
 optable_find(const char *name)
 {
@@ -45,8 +30,7 @@ optable_find(const char *name)
 
 	for (i = 0; i < sizeof optable / sizeof optable[0]; i++) {
 		if (strcmp(optable[i].name, name) == 0)
-			return optable_served(&optable[i]) ? &optable[i] :
-			    NULL;
+			return &optable[i];
 	}
 	return NULL;
 }
@@ -61,9 +45,7 @@ optable_names(void)
 	if ((names = json_array()) == NULL)
 		return NULL;
 	for (i = 0; i < sizeof optable / sizeof optable[0]; i++)
-		if (optable_served(&optable[i]))
-			json_array_append_new(names,
-			    json_string(optable[i].name));
+		json_array_append_new(names, json_string(optable[i].name));
 	return names;
 }
 

@@ -258,9 +258,11 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 	sv_walk(&v, "history", 3);
 	sv_walk(&v, IDEM_REPORTS_DIR, 0);
 	params[0] = workspace;
+	/* Effects (kind 3) have no file and no number: not checked here. */
 	res = PQexecParams(conn, "SELECT kind, client_submission_id, state, "
 	    "task_id, file_digest, epoch, owner_token FROM idem_submission "
-	    "WHERE workspace_id = $1", 1, NULL, params, NULL, NULL, 0);
+	    "WHERE workspace_id = $1 AND kind <> 3", 1, NULL, params, NULL,
+	    NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		fprintf(stderr, "idemctl store verify: %s",
 		    PQresultErrorMessage(res));
@@ -301,7 +303,8 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 	}
 	PQclear(res);
 	res = PQexecParams(conn, "SELECT kind, date, seq, count(*) FROM "
-	    "idem_submission WHERE workspace_id = $1 GROUP BY kind, date, seq "
+	    "idem_submission WHERE workspace_id = $1 AND kind <> 3 GROUP BY "
+	    "kind, date, seq "
 	    "HAVING count(*) > 1", 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		for (i = 0; i < PQntuples(res); i++)

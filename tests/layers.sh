@@ -34,7 +34,7 @@ tests/unit		broker/store shm libclient
 tests/fuzz/fuzz_canonical.c	libclient
 tests/fuzz/fuzz_journal.c	broker/store shm libclient
 tests/fuzz		broker broker/store shm libclient
-tests/bench		broker/store shm libclient
+tests/bench		broker/store shm libclient tests/cluster/pgserver.h
 tests/faults
 tests/integration	broker/store shm libclient
 tests/chaos		tests/integration libclient

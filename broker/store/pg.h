@@ -184,6 +184,64 @@ int	pgstore_failed(struct pgstore *, struct pg_result *, const char *what,
 int	pgstore_counts(struct pgstore *, enum subtab_kind,
 	    uint32_t counts[SUBTAB_STATE_COUNT], char **cause);
 
+/*
+ * ---- effects (doc/cluster.md, "Effects") ----------------------------
+ *
+ * An effect is a row of kind SUBTAB_KIND_EFFECT, its effect_kind the
+ * scope.  Read into a pgstore_row: entry.state is SUBTAB_RESERVED,
+ * _RELEASED, _OUTCOME_UNKNOWN (stored by a resolve) or _COMMITTED;
+ * entry.attempt is the epoch and entry.fence the owner token as a number
+ * (the fence "<attempt>-<token>"); entry.created_at_ms is committed_at,
+ * entry.file_digest the result's digest, entry.effect_flags
+ * SUBTAB_EFFECT_RECOVERED (the lease_granted column: an effect has no
+ * temporary); row->receipt is the committed result's bytes and
+ * row->lease_ms_left the lease by the server's clock.  Each call is one
+ * statement, so one transaction; each change is a compare-and-set.
+ */
+int	pgstore_effect_read(struct pgstore *, const struct pgstore_key *,
+	    struct pgstore_row *, char **cause);
+/*
+ * The first begin: the row, reserved, attempt 1, a fresh token, the
+ * lease from now.  1: reserved, row filled; 0: not inserted (a row
+ * exists: read again).
+ */
+int	pgstore_effect_reserve(struct pgstore *, const struct pgstore_key *,
+	    const uint8_t *request_digest, int64_t lease_ms,
+	    struct pgstore_row *, char **cause);
+/*
+ * A begin after not_applied: released -> reserved, attempt + 1, a fresh
+ * token, the lease from now, if (epoch, token) and the state are still
+ * those read.  1: row filled; 0: the row moved (read again).
+ */
+int	pgstore_effect_rebegin(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, int64_t lease_ms,
+	    struct pgstore_row *, char **cause);
+/* A complete's or resolve's transition, and its compare-and-set. */
+struct pgstore_effect_change {
+	int64_t		 epoch;		/* as read */
+	const char	*token;		/* as read */
+	int		 from_state;	/* as read */
+	int		 to_state;
+	const char	*result;	/* committed: the result's bytes */
+	const uint8_t	*result_digest;	/* committed */
+	int		 recovered;	/* committed by a resolve */
+	int		 lapsed_only;	/* a reserved row only once its lease lapsed */
+};
+/* 1: changed, row filled (committed_at by the server's clock); 0: moved. */
+int	pgstore_effect_settle(struct pgstore *, const struct pgstore_key *,
+	    const struct pgstore_effect_change *, struct pgstore_row *,
+	    char **cause);
+
+/*
+ * Every effect of the workspace not committed (reserved, released,
+ * outcome_unknown), oldest first, to fn (its effect_kind and id, and the
+ * row); fn returning non-zero stops.  pgstore_unfinished lists the
+ * others.
+ */
+int	pgstore_effects_unfinished(struct pgstore *, int (*fn)(const char *scope,
+	    const char *id, const struct pgstore_row *, void *), void *arg,
+	    char **cause);
+
 /* ---- pg_history.c ---------------------------------------------------- */
 
 /* What store_import_row found (idemctl store import). */

@@ -22,7 +22,12 @@
  * - PostgreSQL stopped under load; kill -9 of a broker under load;
  * - foreign FCoP writers between rounds and concurrently with the
  *   brokers (what is and is not guaranteed: foreign_writer_concurrently_
- *   with_brokers).
+ *   with_brokers);
+ * - effects across brokers: begin on one, complete on another, every
+ *   retry the same receipt bytes; stale fences, lapsed leases settled by
+ *   evidence only, conflicts; racing begins and completes on three
+ *   brokers converge (one proceed, one action taken, one receipt); each
+ *   effect crash point on one broker, the retry on another.
  */
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -1269,6 +1274,7 @@ cluster_options_and_ops(void **state)
 	const char *const	 local_host[] = { "--host-id", "a", NULL };
 	json_t			*reply, *ops, *v;
 	size_t			 i;
+	int			 effects;
 
 	(void)state;
 	cluster_store_reset(&server);
@@ -1299,18 +1305,18 @@ cluster_options_and_ops(void **state)
 		snprintf(path, sizeof path, "%s/.idem/idemd.sock", root);
 		assert_int_equal(access(path, F_OK), -1);
 	}
-	/* hello lists what it serves: the effects are not served yet. */
+	/* hello lists what it serves: every op of SPEC.md, effects too. */
 	reply = harness_call_once(&a.b, json_pack("{s:s}", "op", "hello"));
 	ops = json_object_get(reply, "ops");
-	assert_true(json_array_size(ops) > 0);
+	effects = 0;
 	json_array_foreach(ops, i, v)
-		assert_null(strstr(json_string_value(v), "effect"));
+		effects += strncmp(json_string_value(v), "effect_", 7) == 0;
+	assert_int_equal(effects, 3);
 	json_decref(reply);
 	reply = harness_call_once(&a.b, json_pack("{s:s,s:s,s:s,s:{}}", "op",
 	    "effect_begin", "client_submission_id", "e1", "effect_kind",
 	    "mail.send/v1", "request"));
-	assert_string_equal(harness_str(json_object_get(reply, "error"),
-	    "code"), "unknown_op");
+	assert_string_equal(harness_str(reply, "disposition"), "proceed");
 	json_decref(reply);
 	/* A legacy call and a report work on the store too. */
 	reply = harness_call_once(&a.b, harness_write_task(NULL, "Legacy"));
@@ -1405,6 +1411,525 @@ verify_store_against_files(void **state)
 	cluster_rm_root(root);
 }
 
+/* ---- effects across brokers (doc/cluster.md, "Effects") ------------- */
+
+#define EFFECT_KIND	"mail.send/v1"
+/* Polls of a short lease until it lapses (the lease is time itself). */
+#define LAPSE_POLLS	500
+
+/*
+ * An effect op on node n: {"op": op, the key, and the members of
+ * members_json}.  The reply as it came (in_progress is an answer here).
+ */
+static json_t *
+effect_call(struct node *n, const char *op, const char *id,
+    const char *members_json)
+{
+	json_t	*request, *members;
+
+	request = json_pack("{s:s,s:s,s:s}", "op", op, "client_submission_id",
+	    id, "effect_kind", EFFECT_KIND);
+	members = json_loads(members_json, 0, NULL);
+	assert_non_null(members);
+	assert_int_equal(json_object_update(request, members), 0);
+	json_decref(members);
+	return cluster_call_until_final(&n->b, request);
+}
+
+static void
+want(json_t *reply, const char *disposition, const char *reason)
+{
+	const char	*got = json_string_value(json_object_get(reply,
+			    "disposition"));
+	const char	*why = json_string_value(json_object_get(
+			    json_object_get(reply, "error"), "reason"));
+
+	if (got == NULL || strcmp(got, disposition) != 0 || (reason != NULL &&
+	    (why == NULL || strcmp(why, reason) != 0)))
+		fail_msg("expected %s %s: %s", disposition, reason != NULL ?
+		    reason : "", json_dumps(reply, JSON_COMPACT));
+}
+
+/* The reply's receipt, compact, in the order it came (malloc'd). */
+static char *
+receipt_of(json_t *reply)
+{
+	json_t	*r = json_object_get(reply, "receipt");
+
+	if (r == NULL)
+		fail_msg("no receipt: %s", json_dumps(reply, JSON_COMPACT));
+	return json_dumps(r, JSON_COMPACT);
+}
+
+/* {"fence": f, "outcome": outcome, "result": result} */
+static json_t *
+complete_on(struct node *n, const char *id, const char *fence,
+    const char *outcome, const char *result)
+{
+	char	members[512];
+
+	snprintf(members, sizeof members, "{\"fence\":\"%s\",\"outcome\":"
+	    "\"%s\"%s%s}", fence, outcome, result != NULL ? ",\"result\":" :
+	    "", result != NULL ? result : "");
+	return effect_call(n, "effect_complete", id, members);
+}
+
+static json_t *
+resolve_on(struct node *n, const char *id, const char *observed,
+    const char *result)
+{
+	char	members[512];
+
+	snprintf(members, sizeof members, "{\"evidence\":{\"observed\":"
+	    "\"%s\",\"source\":\"test_cluster\"%s%s}}", observed,
+	    result != NULL ? ",\"result\":" : "", result != NULL ? result :
+	    "");
+	return effect_call(n, "effect_resolve", id, members);
+}
+
+/* begin on n until the short lease of id lapsed: outcome_unknown. */
+static void
+until_lapsed(struct node *n, const char *id, const char *begin)
+{
+	struct timespec	 pause = { 0, 20 * 1000 * 1000 };
+	json_t		*reply;
+	int		 i;
+
+	for (i = 0; i < LAPSE_POLLS; i++) {
+		reply = effect_call(n, "effect_begin", id, begin);
+		if (strcmp(harness_str(reply, "disposition"),
+		    "outcome_unknown") == 0) {
+			json_decref(reply);
+			return;
+		}
+		want(reply, "in_progress", NULL);
+		json_decref(reply);
+		/* Nothing but the server's clock ends a lease: poll it. */
+		nanosleep(&pause, NULL);
+	}
+	fail_msg("%s: the lease did not lapse", id);
+}
+
+/* A proceed's fence (malloc'd); the reply is consumed. */
+static char *
+proceed_fence(json_t *reply, int attempt)
+{
+	char	*fence;
+
+	want(reply, "proceed", NULL);
+	assert_int_equal(harness_int(reply, "attempt"), attempt);
+	fence = strdup(harness_str(reply, "fence"));
+	json_decref(reply);
+	return fence;
+}
+
+static void
+effects_across_brokers(void **state)
+{
+	static struct node	 a, b;
+	static const char	 mail[] = "{\"request\":{\"to\":\"x@y\"}}";
+	static const char	 quick[] = "{\"request\":{\"to\":\"x@y\"},"
+	    "\"lease_ms\":300}";
+	char			 root[256], *fence, *fence2, *first, *again;
+	char			*xkey, *out;
+	json_t			*reply;
+
+	(void)state;
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	cluster_node_init(&a, server.uri, root, "a");
+	cluster_node_init(&b, server.uri, root, "b");
+	assert_int_equal(cluster_node_start(&a, "30000", "2", NULL, NULL,
+	    NULL), 0);
+	assert_int_equal(cluster_node_start(&b, "30000", "2", NULL, NULL,
+	    NULL), 0);
+
+	/* Begin on A, complete on B, a retry anywhere: the same bytes. */
+	fence = proceed_fence(effect_call(&a, "effect_begin", "e1", mail), 1);
+	reply = effect_call(&b, "effect_begin", "e1", mail);
+	want(reply, "in_progress", NULL);
+	json_decref(reply);
+	reply = complete_on(&b, "e1", fence, "applied", "{\"id\":\"m-1\"}");
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "action_taken", 1);
+	first = receipt_of(reply);
+	assert_non_null(strstr(first, "\"result\":{\"id\":\"m-1\"}"));
+	json_decref(reply);
+	reply = effect_call(&a, "effect_begin", "e1", mail);
+	want(reply, "reused", NULL);
+	again = receipt_of(reply);
+	assert_string_equal(again, first);
+	free(again);
+	json_decref(reply);
+	reply = effect_call(&b, "effect_begin", "e1", mail);
+	want(reply, "reused", NULL);
+	again = receipt_of(reply);
+	assert_string_equal(again, first);
+	free(again);
+	json_decref(reply);
+	/* The complete's retry on A: same receipt; another result: refused. */
+	reply = complete_on(&a, "e1", fence, "applied", "{\"id\":\"m-1\"}");
+	harness_assert_bool(reply, "action_taken", 0);
+	again = receipt_of(reply);
+	assert_string_equal(again, first);
+	free(again);
+	json_decref(reply);
+	reply = complete_on(&a, "e1", fence, "applied", "{\"id\":\"m-2\"}");
+	want(reply, "conflict", "already_committed");
+	json_decref(reply);
+	/* Another request under the key: conflict, nothing to perform. */
+	reply = effect_call(&b, "effect_begin", "e1",
+	    "{\"request\":{\"to\":\"other@y\"}}");
+	want(reply, "conflict", "digest_mismatch");
+	json_decref(reply);
+	/* get_submission with the kind, on either broker: the same receipt. */
+	reply = harness_call_once(&b.b, json_pack("{s:s,s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", "e1", "effect_kind",
+	    EFFECT_KIND));
+	harness_assert_bool(reply, "found", 1);
+	assert_string_equal(harness_str(json_object_get(reply, "submission"),
+	    "state"), "committed");
+	again = receipt_of(json_object_get(reply, "submission"));
+	assert_string_equal(again, first);
+	free(again);
+	json_decref(reply);
+	free(fence);
+	free(first);
+
+	/* not_applied releases; the stale fence changes nothing. */
+	fence = proceed_fence(effect_call(&a, "effect_begin", "e2", mail), 1);
+	reply = complete_on(&b, "e2", fence, "not_applied", NULL);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "state"), "released");
+	xkey = strdup(harness_str(reply, "external_key"));
+	json_decref(reply);
+	reply = effect_call(&b, "effect_begin", "e2", mail);
+	assert_string_equal(harness_str(reply, "external_key"), xkey);
+	fence2 = proceed_fence(reply, 2);
+	reply = complete_on(&a, "e2", fence, "applied", "{\"id\":\"late\"}");
+	want(reply, "conflict", "stale_fence");
+	json_decref(reply);
+	reply = effect_call(&a, "effect_begin", "e2", mail);
+	want(reply, "in_progress", NULL);
+	json_decref(reply);
+	reply = complete_on(&a, "e2", fence2, "applied", "{\"id\":\"m-2\"}");
+	harness_assert_bool(reply, "ok", 1);
+	assert_int_equal(harness_int(json_object_get(reply, "receipt"),
+	    "attempt"), 2);
+	json_decref(reply);
+	/* The row: committed, at epoch 2 (the attempt). */
+	out = pgserver_psql(&server, "SELECT state || '/' || epoch FROM "
+	    "idem_submission WHERE kind = 3 AND client_submission_id = 'e2'");
+	assert_non_null(out);
+	assert_string_equal(out, "3/2\n");
+	free(out);
+	free(fence);
+	free(fence2);
+	free(xkey);
+	reply = complete_on(&b, "nobody", "1-0123456789abcdef", "applied",
+	    "{}");
+	want(reply, "conflict", "no_reservation");
+	json_decref(reply);
+
+	/*
+	 * A lapsed lease: outcome_unknown on every broker, for ever (time
+	 * never turns it into proceed); evidence settles it.
+	 */
+	fence = proceed_fence(effect_call(&a, "effect_begin", "e3", quick), 1);
+	reply = resolve_on(&b, "e3", "applied", "{\"id\":\"early\"}");
+	want(reply, "in_progress", NULL);	/* evidence waits for the lease */
+	json_decref(reply);
+	until_lapsed(&b, "e3", mail);
+	reply = effect_call(&a, "effect_begin", "e3", mail);
+	want(reply, "outcome_unknown", NULL);
+	json_decref(reply);
+	/* diagnose on either broker: the unknown outcome first, counted. */
+	reply = harness_call_once(&b.b, json_pack("{s:s}", "op", "diagnose"));
+	assert_string_equal(harness_str(json_array_get(json_object_get(reply,
+	    "entries"), 0), "client_submission_id"), "e3");
+	assert_string_equal(harness_str(json_array_get(json_object_get(reply,
+	    "entries"), 0), "state"), "outcome_unknown");
+	assert_int_equal(harness_int(json_object_get(reply, "effect_counts"),
+	    "outcome_unknown"), 1);
+	assert_int_equal(harness_int(json_object_get(reply, "effect_counts"),
+	    "committed"), 2);
+	json_decref(reply);
+	reply = resolve_on(&b, "e3", "unknown", NULL);
+	assert_string_equal(harness_str(reply, "state"), "outcome_unknown");
+	json_decref(reply);
+	reply = effect_call(&b, "effect_begin", "e3", mail);
+	want(reply, "outcome_unknown", NULL);
+	json_decref(reply);
+	reply = resolve_on(&a, "e3", "applied", "{\"id\":\"m-3\"}");
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "recovered", 1);
+	first = receipt_of(reply);
+	json_decref(reply);
+	reply = effect_call(&b, "effect_begin", "e3", mail);
+	want(reply, "reused", NULL);
+	harness_assert_bool(reply, "recovered", 1);
+	again = receipt_of(reply);
+	assert_string_equal(again, first);
+	free(again);
+	free(first);
+	json_decref(reply);
+	reply = resolve_on(&b, "e3", "not_applied", NULL);
+	want(reply, "conflict", "already_committed");
+	json_decref(reply);
+	/* The stale owner's late complete after the resolve: refused. */
+	reply = complete_on(&a, "e3", fence, "applied", "{\"id\":\"m-3\"}");
+	harness_assert_bool(reply, "action_taken", 0);
+	json_decref(reply);
+	free(fence);
+
+	/* not_applied evidence releases a lapsed lease: attempt 2. */
+	free(proceed_fence(effect_call(&a, "effect_begin", "e4", quick), 1));
+	until_lapsed(&b, "e4", mail);
+	reply = resolve_on(&b, "e4", "not_applied", NULL);
+	assert_string_equal(harness_str(reply, "state"), "released");
+	json_decref(reply);
+	free(proceed_fence(effect_call(&a, "effect_begin", "e4", mail), 2));
+
+	/* A complete with the latest fence after its lease lapsed: accepted. */
+	fence = proceed_fence(effect_call(&b, "effect_begin", "e5", quick), 1);
+	until_lapsed(&a, "e5", mail);
+	reply = complete_on(&a, "e5", fence, "applied", "{\"id\":\"m-5\"}");
+	harness_assert_bool(reply, "ok", 1);
+	harness_assert_bool(reply, "action_taken", 1);
+	json_decref(reply);
+	free(fence);
+
+	/* Effect rows are not files: verify still finds nothing wrong. */
+	assert_int_equal(cluster_idemctl(&out, "verify --store '%s' --root %s",
+	    server.uri, root), 0);
+	free(out);
+	cluster_node_kill(&a);
+	cluster_node_kill(&b);
+	cluster_rm_root(root);
+}
+
+/* ---- an effect's broker crashes, the retry on another ---------------- */
+
+/* Start a on root, to crash at point (IDEM_CRASH_AT). */
+static void
+start_crashing_at(struct node *a, const char *root, const char *point)
+{
+	static char		 env[96];
+	const char *const	 crash_env[] = { env, NULL };
+
+	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
+	cluster_node_init(a, server.uri, root, "a");
+	assert_int_equal(cluster_node_start(a, "30000", "1", NULL, NULL,
+	    crash_env), 0);
+}
+
+/* a dies at its crash point instead of answering. */
+static void
+lose_answer(struct node *a, json_t *reply)
+{
+	assert_null(reply);
+	harness_wait_dead(&a->b);
+	cluster_node_reap(a);
+}
+
+static void
+effect_crash_then_retry_elsewhere(void **state)
+{
+	static struct node	 a, b;
+	static const char	 mail[] = "{\"request\":{\"to\":\"x@y\"}}";
+	static const char	 quick[] = "{\"request\":{\"to\":\"x@y\"},"
+	    "\"lease_ms\":300}";
+	char			 root[256], *fence, *first, *again;
+	json_t			*reply;
+
+	(void)state;
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	cluster_node_init(&b, server.uri, root, "b");
+	assert_int_equal(cluster_node_start(&b, "30000", "1", NULL, NULL,
+	    NULL), 0);
+
+	/* Reserved, unanswered: in_progress, then outcome_unknown, never proceed. */
+	start_crashing_at(&a, root, "after_effect_reserve_durable");
+	lose_answer(&a, effect_call(&a, "effect_begin", "c-reserve", quick));
+	until_lapsed(&b, "c-reserve", mail);
+	reply = resolve_on(&b, "c-reserve", "not_applied", NULL);
+	assert_string_equal(harness_str(reply, "state"), "released");
+	json_decref(reply);
+	free(proceed_fence(effect_call(&b, "effect_begin", "c-reserve", mail),
+	    2));
+
+	/* Committed, unanswered: the retry on B gets the receipt. */
+	fence = proceed_fence(effect_call(&b, "effect_begin", "c-commit", mail),
+	    1);
+	start_crashing_at(&a, root, "after_effect_commit_durable");
+	lose_answer(&a, complete_on(&a, "c-commit", fence, "applied",
+	    "{\"id\":\"m-c\"}"));
+	reply = complete_on(&b, "c-commit", fence, "applied", "{\"id\":\"m-c\"}");
+	harness_assert_bool(reply, "action_taken", 0);
+	first = receipt_of(reply);
+	json_decref(reply);
+	reply = effect_call(&b, "effect_begin", "c-commit", mail);
+	want(reply, "reused", NULL);
+	again = receipt_of(reply);
+	assert_string_equal(again, first);
+	free(again);
+	free(first);
+	free(fence);
+	json_decref(reply);
+
+	/* Released, unanswered: the next begin is attempt 2. */
+	fence = proceed_fence(effect_call(&b, "effect_begin", "c-release",
+	    mail), 1);
+	start_crashing_at(&a, root, "after_effect_release_durable");
+	lose_answer(&a, complete_on(&a, "c-release", fence, "not_applied",
+	    NULL));
+	free(proceed_fence(effect_call(&b, "effect_begin", "c-release", mail),
+	    2));
+	free(fence);
+
+	/* Resolved, unanswered: committed, recovered, on B. */
+	free(proceed_fence(effect_call(&b, "effect_begin", "c-resolve", quick),
+	    1));
+	until_lapsed(&b, "c-resolve", mail);
+	start_crashing_at(&a, root, "after_effect_resolve_durable");
+	lose_answer(&a, resolve_on(&a, "c-resolve", "applied",
+	    "{\"id\":\"m-r\"}"));
+	reply = effect_call(&b, "effect_begin", "c-resolve", mail);
+	want(reply, "reused", NULL);
+	harness_assert_bool(reply, "recovered", 1);
+	json_decref(reply);
+	cluster_node_kill(&b);
+	cluster_rm_root(root);
+}
+
+/* ---- concurrent begins and completes on three brokers ---------------- */
+
+#define RACE_KEYS	20
+#define RACERS		12	/* 4 per broker */
+
+struct effect_race {
+	struct node		*nodes;
+	pthread_barrier_t	 barrier;
+	char			 disposition[RACE_KEYS][RACERS][16];
+	char			*fence[RACE_KEYS][RACERS];
+	char			*receipt[RACE_KEYS][RACERS];
+	int			 taken[RACE_KEYS][RACERS];
+};
+
+struct effect_racer {
+	struct effect_race	*race;
+	int			 index;
+};
+
+static void *
+effect_racer_run(void *arg)
+{
+	struct effect_racer	*r = arg;
+	struct effect_race	*race = r->race;
+	struct node		*n = &race->nodes[r->index % BROKERS];
+	char			 id[16];
+	json_t			*reply;
+	int			 k;
+
+	pthread_barrier_wait(&race->barrier);
+	for (k = 0; k < RACE_KEYS; k++) {
+		snprintf(id, sizeof id, "race-%02d", k);
+		reply = effect_call(n, "effect_begin", id,
+		    "{\"request\":\"go\"}");
+		snprintf(race->disposition[k][r->index], 16, "%s",
+		    harness_str(reply, "disposition"));
+		if (strcmp(race->disposition[k][r->index], "proceed") == 0)
+			race->fence[k][r->index] = strdup(harness_str(reply,
+			    "fence"));
+		json_decref(reply);
+	}
+	pthread_barrier_wait(&race->barrier);
+	/* Every racer completes every key with the winner's fence at once. */
+	for (k = 0; k < RACE_KEYS; k++) {
+		const char	*fence = NULL;
+		int		 i;
+
+		for (i = 0; i < RACERS; i++)
+			if (race->fence[k][i] != NULL)
+				fence = race->fence[k][i];
+		if (fence == NULL)
+			continue;
+		snprintf(id, sizeof id, "race-%02d", k);
+		reply = complete_on(n, id, fence, "applied",
+		    "{\"sent\":true}");
+		if (json_object_get(reply, "receipt") != NULL) {
+			race->receipt[k][r->index] = receipt_of(reply);
+			race->taken[k][r->index] = json_is_true(
+			    json_object_get(reply, "action_taken"));
+		}
+		json_decref(reply);
+	}
+	return NULL;
+}
+
+static void
+effects_race_across_brokers(void **state)
+{
+	static struct node		 nodes[BROKERS];
+	static struct effect_race	 race;
+	struct effect_racer		 racers[RACERS];
+	pthread_t			 threads[RACERS];
+	char				 root[256], *out;
+	int				 i, k, proceed, taken;
+
+	(void)state;
+	cluster_store_reset(&server);
+	cluster_start_nodes(nodes, BROKERS, server.uri, root, "h", "2", NULL);
+	memset(&race, 0, sizeof race);
+	race.nodes = nodes;
+	assert_int_equal(pthread_barrier_init(&race.barrier, NULL, RACERS), 0);
+	for (i = 0; i < RACERS; i++) {
+		racers[i].race = &race;
+		racers[i].index = i;
+		assert_int_equal(pthread_create(&threads[i], NULL,
+		    effect_racer_run, &racers[i]), 0);
+	}
+	for (i = 0; i < RACERS; i++)
+		pthread_join(threads[i], NULL);
+	pthread_barrier_destroy(&race.barrier);
+	for (k = 0; k < RACE_KEYS; k++) {
+		proceed = taken = 0;
+		for (i = 0; i < RACERS; i++) {
+			if (strcmp(race.disposition[k][i], "proceed") == 0)
+				proceed++;
+			else if (strcmp(race.disposition[k][i],
+			    "in_progress") != 0)
+				fail_msg("race-%02d: %s", k,
+				    race.disposition[k][i]);
+			/* Every complete got the one receipt. */
+			if (race.receipt[k][i] == NULL)
+				fail_msg("race-%02d: racer %d got no receipt",
+				    k, i);
+			assert_string_equal(race.receipt[k][i],
+			    race.receipt[k][0]);
+			taken += race.taken[k][i];
+		}
+		assert_int_equal(proceed, 1);
+		assert_int_equal(taken, 1);
+		for (i = 0; i < RACERS; i++) {
+			free(race.fence[k][i]);
+			free(race.receipt[k][i]);
+		}
+	}
+	out = pgserver_psql(&server, "SELECT count(*) FROM idem_submission "
+	    "WHERE kind = 3 AND state = 3 AND epoch = 1");
+	assert_non_null(out);
+	assert_string_equal(out, "20\n");
+	free(out);
+	for (i = 0; i < BROKERS; i++)
+		cluster_node_kill(&nodes[i]);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -1430,6 +1955,12 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    foreign_writer_concurrently_with_brokers,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(effects_across_brokers,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(effects_race_across_brokers,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(effect_crash_then_retry_elsewhere,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
