@@ -171,16 +171,21 @@ cl_answer(struct pending *p, int created)
 	struct submission	*s = cl_sub(p);
 
 	s->entry.state = SUBTAB_COMMITTED;
-	cl_cache(p);
+	/* A tombstone is not cached: its file digest is not kept. */
+	if (!s->pruned)
+		cl_cache(p);
 	cl_free(s);
 	s->ops->answer(p, created);
 }
 
 #ifdef IDEM_FAULT_INJECTION
 /*
- * IDEM_CRASH_PAUSE_AT=before_task_file_link: the first request of a
- * worker process to reach that point stops the worker (SIGSTOP), as a
- * scheduler or a VM pause may; the test resumes it with SIGCONT.
+ * IDEM_CRASH_PAUSE_AT=before_task_file_link, or a crash point's name
+ * (after_reserve_durable, after_task_file_written, after_task_file_linked,
+ * after_commit_durable): the first request of a worker process to reach
+ * that point stops the worker (SIGSTOP), as a scheduler or a VM pause
+ * may; its PostgreSQL session stays open, so only its lease's expiry
+ * lets another broker take over.  The test resumes it with SIGCONT.
  */
 static void
 cl_pause_point(const char *point)
@@ -202,8 +207,10 @@ cl_pause_point(const char *point)
 static void
 cl_crash_point(struct submission *s, enum crash_point point)
 {
-	if (s->ops->crash_points)
+	if (s->ops->crash_points) {
 		crash_point(point);
+		cl_pause_point(crash_point_name(point));
+	}
 }
 
 /* This worker's store, opened at its first request. */
@@ -640,6 +647,8 @@ cl_step(struct pending *p)
 			return;
 		}
 		if (row.entry.state == SUBTAB_COMMITTED) {
+			/* Compacted: reused from the tombstone's facts. */
+			s->pruned = row.pruned;
 			pgstore_row_clear(&row);
 			cl_answer(p, 0);
 			return;
@@ -853,9 +862,18 @@ cluster_get_submission(struct conn *c, json_t *id, const char *key)
 		s = cl_row_json(d, key, &row, task_id, path);
 		if (row.entry.state != SUBTAB_RESERVED)
 			current_path_add(d, s, task_id, path);
-		if (row.entry.state == SUBTAB_COMMITTED)
-			json_object_set_new(s, "receipt", receipt_json(key,
-			    strlen(key), &row.entry));
+		if (row.entry.state == SUBTAB_COMMITTED) {
+			json_t	*receipt = receipt_json(key, strlen(key),
+			    &row.entry);
+
+			/* As the local store shows a tombstone (ops.c). */
+			if (row.pruned) {
+				json_object_del(receipt, "file_digest");
+				json_object_set_new(s, "receipt_pruned",
+				    json_true());
+			}
+			json_object_set_new(s, "receipt", receipt);
+		}
 		json_object_set_new(reply, "submission", s);
 		pgstore_row_clear(&row);
 	}
@@ -934,4 +952,35 @@ cluster_diagnose(struct conn *c, json_t *id, int64_t stale_after_ms)
 	    counts[SUBTAB_COMMITTED]));
 	json_object_set_new(reply, "counts", j);
 	conn_reply(c, reply);
+}
+
+/* ---- stats: the workspace's history in PostgreSQL ------------------- */
+
+void
+cluster_stats(struct conn *c, json_t *reply)
+{
+	struct idemd		*d = conn_idemd(c);
+	struct pgstore_history	 h;
+	char			*cause = NULL;
+	json_t			*j;
+
+	/* stats answers without it: its own figures need no server. */
+	if (cl_store_open(d, &cause) != 0 ||
+	    pgstore_history_counts(&cl_store, &h, &cause) != 0) {
+		log_warnx("stats: the store's counts: %s", cause != NULL ?
+		    cause : strerror(errno));
+		free(cause);
+		json_object_set_new(reply, "store", json_null());
+		return;
+	}
+	j = json_object();
+	json_object_set_new(j, "submissions", json_integer(
+	    (json_int_t)h.submissions));
+	json_object_set_new(j, "committed", json_integer(
+	    (json_int_t)h.committed));
+	json_object_set_new(j, "in_flight", json_integer(
+	    (json_int_t)h.in_flight));
+	json_object_set_new(j, "tombstones", json_integer(
+	    (json_int_t)h.tombstones));
+	json_object_set_new(reply, "store", j);
 }

@@ -452,6 +452,8 @@ void	 cluster_submission_start(struct pending *);
 /* get_submission and diagnose from PostgreSQL: the whole workspace's. */
 void	 cluster_get_submission(struct conn *, json_t *id, const char *key);
 void	 cluster_diagnose(struct conn *, json_t *id, int64_t stale_after_ms);
+/* stats' "store": the workspace's counts in PostgreSQL (null if down). */
+void	 cluster_stats(struct conn *, json_t *reply);
 /* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
 int	 cluster_check(struct idemd *, char **cause);
 #else
@@ -459,6 +461,7 @@ int	 cluster_check(struct idemd *, char **cause);
 #define cluster_submission_start(p)	((void)(p))
 #define cluster_get_submission(c, id, key)	((void)(c))
 #define cluster_diagnose(c, id, stale)	((void)(c))
+#define cluster_stats(c, reply)		((void)(c))
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
 #endif

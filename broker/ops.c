@@ -426,5 +426,8 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("worker_restarts", atomic_load(&k->worker_restarts));
 	STAT("uptime_ms", shm_now_ms() - h->started_at_ms);
 #undef STAT
+	/* --store postgresql: the workspace's history, every broker's. */
+	if (d->store_uri != NULL)
+		cluster_stats(c, reply);
 	conn_reply(c, reply);
 }

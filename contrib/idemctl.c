@@ -231,7 +231,7 @@ static const struct command commands[] = {
 "\n"
 "Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n" },
 	{ "compact", cmd_compact, "prune old receipt bodies, keep tombstones",
-	    "--older-than DAYS [--root DIR]",
+	    "--older-than DAYS [--root DIR] [--store URI]",
 "Replace each receipt in the index committed more than DAYS days ago by\n"
 "its tombstone: the id, kind, digest schema, request digest, task_id (or\n"
 "the result's digest for an effect) and committed_at.  Nothing is ever\n"
@@ -239,7 +239,9 @@ static const struct command commands[] = {
 "\"receipt_pruned\":true and the tombstone's facts, never a second\n"
 "execution, and another request under it still conflict.  Receipts still\n"
 "in the broker's table keep their body until they leave it.  The broker\n"
-"may be running.  Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n" },
+"may be running.  With --store postgresql://... the workspace DIR's rows\n"
+"in PostgreSQL are compacted the same way (one transaction, beside\n"
+"running brokers).  Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n" },
 	{ "journal", cmd_journal, "journal dump: the audit trail, offline",
 	    "dump [--root DIR] [--json | --text]",
 "Journal commands.  See idemctl journal dump --help.\n" }
@@ -256,7 +258,7 @@ usage(FILE *out, int status)
 		fprintf(out, "  %-10s %s\n", commands[i].name,
 		    commands[i].summary);
 	fprintf(out, "  %-10s %s\n", "store",
-	    "init|migrate: the PostgreSQL store's schema");
+	    "init|migrate|verify|import: the PostgreSQL store");
 	fprintf(out, "\nidemctl COMMAND --help says more.\n\n%s", COMMON_HELP);
 	exit(status);
 }

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * idemctl_store.c: idemctl store init|migrate, the PostgreSQL store's
- * schema (doc/cluster.md).  init creates the schema (or says it is
- * there) and, with --root, the workspace's id; migrate brings an older
- * schema to this build's version.  Both are one transaction each and may
- * run beside running brokers (they serialize on an advisory lock).
+ * idemctl_store.c: idemctl store init|migrate|verify, the PostgreSQL
+ * store's schema and its rows against the files (doc/cluster.md), and
+ * idemctl compact --store; import is idemctl_import.c's.  init creates
+ * the schema (or says it is there) and, with --root, the workspace's id;
+ * migrate brings an older schema to this build's version.  Both are one
+ * transaction each and may run beside running brokers (they serialize
+ * on an advisory lock).
  */
 #include <sys/stat.h>
 
@@ -12,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,6 +43,7 @@ static const char store_help[] =
 "       idemctl store migrate --store URI\n"
 "       idemctl store verify --store URI --root DIR   (or idemctl verify\n"
 "                                   --store URI --root DIR)\n"
+"       idemctl store import --store URI --root DIR [--without-effects]\n"
 "\n"
 "The PostgreSQL store of several brokers on one workspace (doc/cluster.md).\n"
 "init creates idem's tables in the database URI names (postgresql://...;\n"
@@ -51,8 +55,20 @@ static const char store_help[] =
 "or with other bytes, a number used twice (rows or disk), a task in two\n"
 "places, a temporary that no live owner holds.\n"
 "\n"
-"Exit status: 0 ok, 1 refused (a newer schema), 2 usage, 3 the database\n"
-"cannot be reached.\n";
+"import moves the local history of DIR (a workspace served by one idemd\n"
+"with --store local: journal, checkpoint and index under DIR/.idem) into\n"
+"the database: every committed task and report with its receipt's facts\n"
+"(a compacted one as a tombstone), every number, the counters past them.\n"
+"One transaction: a second import changes nothing; a submission the\n"
+"database holds with other facts is a conflict and nothing is written.\n"
+"It refuses while a local idemd holds DIR, and while the history has\n"
+"unfinished submissions (start the local idemd once and retry them: its\n"
+"recovery finishes them).  Effect receipts cannot move yet:\n"
+"--without-effects imports the rest.  Afterwards serve DIR with --store\n"
+"URI only.\n"
+"\n"
+"Exit status: 0 ok, 1 refused (a newer schema, problems, conflicts), 2\n"
+"usage, 3 the database cannot be reached.\n";
 
 static int
 store_usage(const char *why)
@@ -315,11 +331,12 @@ idemctl_store(int argc, char **argv)
 	static const struct option options[] = {
 		{ "store", required_argument, NULL, 's' },
 		{ "root", required_argument, NULL, 'r' },
+		{ "without-effects", no_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
 	const char	*uri = getenv("IDEM_STORE"), *root = NULL, *what;
-	int		 ch;
+	int		 ch, without_effects = 0;
 
 	if (argc < 2)
 		return store_usage("which store command?");
@@ -329,7 +346,7 @@ idemctl_store(int argc, char **argv)
 		return STORE_EXIT_OK;
 	}
 	if (strcmp(what, "init") != 0 && strcmp(what, "migrate") != 0 &&
-	    strcmp(what, "verify") != 0)
+	    strcmp(what, "verify") != 0 && strcmp(what, "import") != 0)
 		return store_usage("unknown store command");
 	optind = 0;
 	opterr = 0;
@@ -341,6 +358,9 @@ idemctl_store(int argc, char **argv)
 			break;
 		case 'r':
 			root = optarg;
+			break;
+		case 'e':
+			without_effects = 1;
 			break;
 		case 'h':
 			fputs(store_help, stdout);
@@ -355,8 +375,11 @@ idemctl_store(int argc, char **argv)
 		return store_usage("--store postgresql://... is required");
 	if (root != NULL && strcmp(what, "migrate") == 0)
 		return store_usage("--root is for init and verify");
-	if (root == NULL && strcmp(what, "verify") == 0)
-		return store_usage("verify needs --root DIR");
+	if (root == NULL && (strcmp(what, "verify") == 0 ||
+	    strcmp(what, "import") == 0))
+		return store_usage("verify and import need --root DIR");
+	if (without_effects && strcmp(what, "import") != 0)
+		return store_usage("--without-effects is for import");
 #ifndef HAVE_POSTGRESQL
 	fprintf(stderr, "idemctl store: this idemctl was built without "
 	    "PostgreSQL: configure --with-postgresql (Debian: libpq-dev)\n");
@@ -367,6 +390,8 @@ idemctl_store(int argc, char **argv)
 		char		*cause = NULL;
 		int		 from, to;
 
+		if (strcmp(what, "import") == 0)
+			return idemctl_store_import(uri, root, without_effects);
 		if ((conn = pgstore_connect(uri, &cause)) == NULL) {
 			fprintf(stderr, "idemctl store: %s\n",
 			    cause != NULL ? cause : "cannot connect");
@@ -401,6 +426,64 @@ idemctl_store(int argc, char **argv)
 			return STORE_EXIT_PROBLEM;
 		return STORE_EXIT_OK;
 	}
+#endif
+}
+
+int
+idemctl_store_compact(const char *uri, const char *root, int days, int json)
+{
+#ifndef HAVE_POSTGRESQL
+	(void)uri;
+	(void)root;
+	(void)days;
+	(void)json;
+	fprintf(stderr, "idemctl compact: this idemctl was built without "
+	    "PostgreSQL: configure --with-postgresql (Debian: libpq-dev)\n");
+	return STORE_EXIT_USAGE;
+#else
+	struct pgstore	 st;
+	char		*cause = NULL;
+	uint64_t	 pruned;
+	int		 fd, rc;
+
+	memset(&st, 0, sizeof st);
+	if ((fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1 ||
+	    (rc = workspace_id_get(fd, 0, st.workspace, &cause)) != 1) {
+		fprintf(stderr, "idemctl compact: %s: %s\n", root,
+		    cause != NULL ? cause : fd == -1 ? strerror(errno) :
+		    "no .idem/workspace-id: not a workspace of the store");
+		free(cause);
+		if (fd != -1)
+			close(fd);
+		return STORE_EXIT_PROBLEM;
+	}
+	close(fd);
+	if (pgstore_open(&st, uri, &cause) != 0 ||
+	    pgstore_compact(&st, days, &pruned, &cause) != 0) {
+		rc = errno == EPROTO ? STORE_EXIT_PROBLEM :
+		    STORE_EXIT_UNREACHABLE;
+		fprintf(stderr, "idemctl compact: %s\n", cause != NULL ? cause :
+		    strerror(errno));
+		free(cause);
+		pgstore_close(&st);
+		return rc;
+	}
+	pgstore_close(&st);
+	if (json) {
+		json_t	*j = json_pack("{s:I,s:i}", "pruned",
+		    (json_int_t)pruned, "older_than_days", days);
+
+		if (j == NULL || json_dumpf(j, stdout, JSON_COMPACT) != 0) {
+			json_decref(j);
+			return STORE_EXIT_PROBLEM;
+		}
+		json_decref(j);
+		putchar('\n');
+	} else
+		printf("compact: %" PRIu64 " receipt%s pruned to tombstones "
+		    "(committed more than %d day%s ago)\n", pruned,
+		    pruned == 1 ? "" : "s", days, days == 1 ? "" : "s");
+	return STORE_EXIT_OK;
 #endif
 }
 

@@ -7,5 +7,17 @@
 int	idemctl_store(int argc, char **argv);
 /* idemctl verify --store URI --root DIR: argv[0] is "verify". */
 int	idemctl_store_verify(int argc, char **argv);
+/*
+ * idemctl compact --older-than DAYS --store URI (the workspace root's
+ * rows): idemctl's exit status.
+ */
+int	idemctl_store_compact(const char *uri, const char *root, int days,
+	    int json);
+
+/* ---- idemctl_import.c ----------------------------------------------- */
+
+/* idemctl store import --store URI --root DIR [--without-effects]. */
+int	idemctl_store_import(const char *uri, const char *root,
+	    int without_effects);
 
 #endif

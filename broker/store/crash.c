@@ -132,6 +132,13 @@ crash_check_names(char **cause)
 	return 0;
 }
 
+const char *
+crash_point_name(enum crash_point point)
+{
+	return (int)point >= 0 && point < CRASH_POINT_COUNT ?
+	    crash_point_names[point] : "unknown";
+}
+
 static int
 crash_lookup(const char *name)
 {

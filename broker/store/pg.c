@@ -129,6 +129,19 @@ pg_conn(struct pgstore *st, char **cause)
 	return (PGconn *)st->conn;
 }
 
+struct pg_conn *
+pgstore_conn(struct pgstore *st, char **cause)
+{
+	return (struct pg_conn *)pg_conn(st, cause);
+}
+
+int
+pgstore_failed(struct pgstore *st, struct pg_result *res, const char *what,
+    char **cause)
+{
+	return pg_failed(st, res, what, cause);
+}
+
 int
 pgstore_open(struct pgstore *st, const char *uri, char **cause)
 {
@@ -251,6 +264,11 @@ row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
 	memset(row, 0, sizeof *row);
 	e->kind = (uint8_t)kind;
 	e->state = (uint8_t)value_i64(res, i, first + 0);
+	if (value_i64(res, i, first + 0) == PGSTORE_STATE_TOMBSTONE) {
+		/* Compacted: committed, answered from its facts. */
+		e->state = SUBTAB_COMMITTED;
+		row->pruned = 1;
+	}
 	e->schema = (uint8_t)value_i64(res, i, first + 1);
 	if (digest_from_hex(PQgetvalue(res, i, first + 2),
 	    e->request_digest) != 0)
@@ -754,8 +772,11 @@ pgstore_counts(struct pgstore *st, enum subtab_kind kind,
 	p.v[0] = st->workspace;
 	p.v[1] = kind_s;
 	p.n = 2;
-	res = pg_exec(conn, "SELECT state, count(*) FROM idem_submission "
-	    "WHERE workspace_id = $1 AND kind = $2 GROUP BY state", &p);
+	/* A tombstone is a committed submission without its receipt. */
+	res = pg_exec(conn, "SELECT CASE WHEN state = "
+	    PGSTORE_STATE_TOMBSTONE_S " THEN 3 ELSE state END, count(*) FROM "
+	    "idem_submission WHERE workspace_id = $1 AND kind = $2 GROUP BY 1",
+	    &p);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return pg_failed(st, res, "counting submissions", cause);
 	for (i = 0; i < PQntuples(res); i++) {

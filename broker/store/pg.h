@@ -3,7 +3,8 @@
  * pg.h: the PostgreSQL store (idemd --store postgresql://...), the
  * authoritative record of several brokers on one workspace: the schema
  * and its migrations (pg_schema.c), the submissions, numbers and leases
- * (pg.c).  The protocol, its durability points and its fencing are in
+ * (pg.c), the history's bulk work: import, compaction, counts
+ * (pg_history.c).  The protocol, its durability points and its fencing are in
  * doc/cluster.md; every function here is one step of it.
  *
  * Only built with configure --with-postgresql (HAVE_POSTGRESQL).
@@ -16,7 +17,15 @@
 #include "shm.h"
 
 /* The schema this build reads and writes (idem_schema_version). */
-#define PGSTORE_SCHEMA_VERSION		1
+#define PGSTORE_SCHEMA_VERSION		2
+/*
+ * A compacted row's state (idemctl compact --store): committed, its
+ * receipt's body and file digest dropped, the tombstone's facts kept.
+ * Outside the journal's state numbers (shm.h), which the other states
+ * of the column are.
+ */
+#define PGSTORE_STATE_TOMBSTONE		10
+#define PGSTORE_STATE_TOMBSTONE_S	"10"	/* the same, in SQL */
 /* --host-id: 1..64 bytes of [A-Za-z0-9._-]. */
 #define PGSTORE_MAX_HOST_ID_BYTES	64
 /* A workspace id: a lower-case UUID, 36 characters. */
@@ -62,6 +71,8 @@ struct pgstore_row {
 	int			 lease_granted;
 	int64_t			 lease_ms_left;	/* server's clock; < 0: expired */
 	int			 owner_alive;	/* its session is connected */
+	/* A tombstone: entry.state says committed, no file digest. */
+	int			 pruned;
 	char			*receipt;	/* committed: its bytes (malloc'd) */
 };
 void	pgstore_row_clear(struct pgstore_row *);
@@ -156,9 +167,67 @@ int	pgstore_unfinished(struct pgstore *, int (*fn)(const char *scope,
 	    const char *id, const struct pgstore_row *, void *), void *arg,
 	    char **cause);
 
-/* Rows of kind by state: counts[state] (SUBTAB_STATE_COUNT entries). */
+/*
+ * For pg_history.c: a working connection (made again if it was lost),
+ * and a failed statement's result as *cause (the result cleared; -1,
+ * errno EIO).
+ */
+struct pg_result;			/* libpq's PGresult */
+struct pg_conn *pgstore_conn(struct pgstore *, char **cause);
+int	pgstore_failed(struct pgstore *, struct pg_result *, const char *what,
+	    char **cause);
+
+/*
+ * Rows of kind by state: counts[state] (SUBTAB_STATE_COUNT entries); a
+ * tombstone counts as committed.
+ */
 int	pgstore_counts(struct pgstore *, enum subtab_kind,
 	    uint32_t counts[SUBTAB_STATE_COUNT], char **cause);
+
+/* ---- pg_history.c ---------------------------------------------------- */
+
+/* What store_import_row found (idemctl store import). */
+enum pgstore_import_result {
+	PGSTORE_IMPORT_ADDED,		/* the row was written */
+	PGSTORE_IMPORT_PRESENT,		/* the same facts are there already */
+	PGSTORE_IMPORT_CONFLICT		/* other facts: *cause says which */
+};
+/*
+ * One transaction for the whole import: begin it, give every committed
+ * row (tombstone: receipt NULL) and legacy number, then finish it:
+ * commit (counters raised past every number of the workspace) or, with
+ * commit 0, roll back, so a failed import writes nothing.
+ */
+int	pgstore_import_begin(struct pgstore *, char **cause);
+int	pgstore_import_row(struct pgstore *, const struct pgstore_key *,
+	    const struct subtab_entry *, const char *receipt,
+	    enum pgstore_import_result *, char **cause);
+int	pgstore_import_legacy(struct pgstore *, enum subtab_kind,
+	    uint32_t date, uint32_t seq, enum pgstore_import_result *,
+	    char **cause);
+/*
+ * A day's counter raised to at least next_seq (the local allocator's
+ * position: numbers of calls without an id that no record keeps).
+ */
+int	pgstore_import_counter(struct pgstore *, enum subtab_kind,
+	    uint32_t date, uint32_t next_seq, char **cause);
+int	pgstore_import_finish(struct pgstore *, int commit, char **cause);
+/*
+ * Compaction: every committed task and report row created more than
+ * days days ago by the server's clock becomes a tombstone, in one
+ * transaction; *pruned: how many.
+ */
+int	pgstore_compact(struct pgstore *, int days, uint64_t *pruned,
+	    char **cause);
+/* The workspace's rows (tasks and reports), as stats shows them. */
+struct pgstore_history {
+	uint64_t	submissions;	/* every row */
+	uint64_t	committed;	/* with its receipt */
+	uint64_t	in_flight;	/* reserved or task_created */
+	uint64_t	tombstones;	/* compacted */
+};
+int	pgstore_history_counts(struct pgstore *, struct pgstore_history *,
+	    char **cause);
 
 /* A fresh token: 64 random bits, hex. */
 void	pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1]);

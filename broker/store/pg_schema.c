@@ -59,7 +59,15 @@ static const char *const migrations[] = {
 	"  kind smallint NOT NULL,"
 	"  date integer NOT NULL,"
 	"  seq integer NOT NULL,"
-	"  PRIMARY KEY (workspace_id, kind, date, seq));"
+	"  PRIMARY KEY (workspace_id, kind, date, seq));",
+	/*
+	 * 2: tombstones (state 10, pg.h) and the history's counts.  The
+	 * index serves stats' counts by state and compaction's scan of
+	 * the committed rows by age; the version says that rows may be
+	 * tombstones, which a broker of version 1 would not answer.
+	 */
+	"CREATE INDEX idem_submission_state ON idem_submission"
+	"  (workspace_id, state, created_at_ms);"
 };
 #define MIGRATION_COUNT	(sizeof migrations / sizeof migrations[0])
 _Static_assert(MIGRATION_COUNT == PGSTORE_SCHEMA_VERSION,

@@ -469,6 +469,14 @@ void	store_entry_id(const struct subtab_entry *, char *out,
  */
 const char *store_key_submission_id(const struct subtab_entry *,
 	    const char *key);
+/*
+ * The receipt of a committed task or report (SPEC.md), rebuilt from its
+ * facts: the bytes every broker answers (broker/receipt.c) and the ones
+ * idemctl store import records.  NULL when out of memory.
+ */
+struct json_t;
+struct json_t *store_receipt_json(const char *key, size_t key_length,
+	    const struct subtab_entry *);
 /* A digest as 64 lower-case hex digits and a NUL. */
 void	store_digest_hex(const uint8_t digest[IDEM_SHA256_BYTES],
 	    char hex[IDEM_DIGEST_HEX_SIZE]);
@@ -641,6 +649,8 @@ enum crash_point {
 /* In the master and in each worker (which logs nothing). */
 int	crash_init(struct shm_segment *, pid_t master, char **cause);
 void	crash_point(enum crash_point);
+/* The point's name, as IDEM_CRASH_AT and IDEM_CRASH_PAUSE_AT spell it. */
+const char *crash_point_name(enum crash_point);
 /* IDEM_SPAWN_DELAY_MS: in the master, right after forking a worker. */
 void	crash_spawn_delay(void);
 void	crash_worker_started(void);

@@ -26,6 +26,7 @@
 #include "idem.h"
 #include "store.h"
 #include "idemctl.h"
+#include "../idemctl_store.h"
 
 /* ---- journal records as text -------------------------------------------- */
 
@@ -710,8 +711,10 @@ cmd_compact(struct idemctl *ctl, int argc, char **argv)
 	static const struct option options[] = {
 		COMMON_OPTIONS,
 		{ "older-than", required_argument, NULL, OPT_OLDER_THAN },
+		{ "store", required_argument, NULL, OPT_STORE },
 		{ NULL, 0, NULL, 0 }
 	};
+	const char	*store = NULL;
 	struct index	 x;
 	char		 dir[PATH_MAX];
 	char		*end, *cause = NULL;
@@ -721,6 +724,8 @@ cmd_compact(struct idemctl *ctl, int argc, char **argv)
 	int		 ch;
 
 	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+		if (ch == OPT_STORE)
+			store = strcmp(optarg, "local") == 0 ? NULL : optarg;
 		if (ch != OPT_OLDER_THAN)
 			continue;
 		errno = 0;
@@ -734,6 +739,14 @@ cmd_compact(struct idemctl *ctl, int argc, char **argv)
 		ctl_usage_error(ctl, "--older-than DAYS is required");
 	if (optind != argc)
 		ctl_usage_error(ctl, "no arguments expected");
+	/* The PostgreSQL store's rows (contrib/idemctl_store.c). */
+	if (store != NULL) {
+		if (strncmp(store, "postgresql://", 13) != 0)
+			ctl_usage_error(ctl, "--store is local or "
+			    "postgresql://...");
+		return idemctl_store_compact(store, ctl_root(ctl), (int)days,
+		    ctl->json);
+	}
 	snprintf(dir, sizeof dir, "%s/%s", ctl_root(ctl), IDEM_INDEX_DIR);
 	if (!index_exists(dir))
 		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "no index at %s: "

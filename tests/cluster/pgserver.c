@@ -3,11 +3,13 @@
  * pgserver.c: a private PostgreSQL server for the cluster tests (see
  * pgserver.h).  Nothing here touches a server it did not start: the data
  * directory is a fresh mkdtemp, the socket lives in it, and stopping
- * signals the pid that directory's postmaster.pid names.
+ * signals the pid that directory's postmaster.pid names.  The guard
+ * (guard_start) is what stops it when the test process dies first.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pgserver.h"
@@ -134,6 +137,140 @@ read_postmaster_pid(struct pgserver *s)
 }
 
 int
+pgserver_wait_gone(pid_t pid, int seconds)
+{
+	struct pollfd	pfd;
+	int		fd, n;
+
+	if ((fd = (int)syscall(SYS_pidfd_open, pid, 0)) == -1)
+		return errno == ESRCH ? 0 : -1;
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	do
+		n = poll(&pfd, 1, seconds * 1000);
+	while (n == -1 && errno == EINTR);
+	close(fd);
+	return n == 1 ? 0 : -1;
+}
+
+char
+pgserver_proc_state(pid_t pid)
+{
+	char	path[64], line[512], *p;
+	FILE	*fp;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if ((fp = fopen(path, "r")) == NULL)
+		return '?';
+	p = fgets(line, sizeof line, fp);
+	fclose(fp);
+	if (p == NULL || (p = strrchr(line, ')')) == NULL)
+		return '?';
+	return p[2];
+}
+
+static int
+remove_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/*
+ * The guard, once the test process is gone: the postmaster that
+ * postmaster.pid names, if that pid is still this data directory's
+ * server (its working directory is the data directory: a pid reused by
+ * another process is left alone), gets SIGQUIT (immediate shutdown),
+ * SIGKILL if it is still there later; then the data directory goes.
+ */
+static void
+guard_stop_server(const char *data)
+{
+	char		path[256], line[64];
+	struct stat	cwd, dir;
+	FILE		*fp;
+	pid_t		pid = 0;
+
+	snprintf(path, sizeof path, "%s/postmaster.pid", data);
+	if ((fp = fopen(path, "r")) != NULL) {
+		if (fgets(line, sizeof line, fp) != NULL)
+			pid = (pid_t)strtol(line, NULL, 10);
+		fclose(fp);
+	}
+	snprintf(path, sizeof path, "/proc/%ld/cwd", (long)pid);
+	if (pid > 0 && stat(path, &cwd) == 0 && stat(data, &dir) == 0 &&
+	    cwd.st_dev == dir.st_dev && cwd.st_ino == dir.st_ino) {
+		fprintf(stderr, "pgserver: guard: the test is gone; stopping "
+		    "postmaster %ld\n", (long)pid);
+		if (kill(pid, SIGQUIT) == 0 &&
+		    pgserver_wait_gone(pid, PGSERVER_WAIT_SECONDS) != 0) {
+			kill(pid, SIGKILL);
+			(void)pgserver_wait_gone(pid, PGSERVER_WAIT_SECONDS);
+		}
+	}
+	nftw(data, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/*
+ * A process that outlives the test to stop its server: it reads a pipe
+ * whose only write end the test holds (close-on-exec: brokers, pg_ctl
+ * and psql do not inherit it), so the end of the test process, however
+ * it comes (SIGKILL included), is an EOF here.  pgserver_destroy writes
+ * one byte first: then the guard leaves quietly.  Its own session keeps
+ * it out of the signals a terminal or make sends the test's group.
+ */
+static int
+guard_start(struct pgserver *s)
+{
+	int	fds[2];
+	char	c;
+	ssize_t	n;
+
+	if (pipe2(fds, O_CLOEXEC) == -1)
+		return -1;
+	if ((s->guard = fork()) == -1) {
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	if (s->guard == 0) {
+		/* Nothing of the test's but the pipe's read end and stderr. */
+		if (dup2(fds[0], 3) == -1)
+			_exit(1);
+		closefrom(4);
+		(void)setsid();
+		signal(SIGINT, SIG_IGN);
+		signal(SIGTERM, SIG_IGN);
+		signal(SIGHUP, SIG_IGN);
+		signal(SIGALRM, SIG_DFL);
+		(void)prctl(PR_SET_NAME, "pgserver-guard");
+		while ((n = read(3, &c, 1)) == -1 && errno == EINTR)
+			;
+		if (n != 1)
+			guard_stop_server(s->data);
+		_exit(0);
+	}
+	close(fds[0]);
+	s->guard_fd = fds[1];
+	return 0;
+}
+
+/* Tell the guard all is well and reap it. */
+static void
+guard_dismiss(struct pgserver *s)
+{
+	if (s->guard <= 0)
+		return;
+	(void)write(s->guard_fd, "d", 1);
+	close(s->guard_fd);
+	while (waitpid(s->guard, NULL, 0) == -1 && errno == EINTR)
+		;
+	s->guard = 0;
+}
+
+int
 pgserver_restart(struct pgserver *s)
 {
 	char	pg_ctl[320], timeout[16];
@@ -174,6 +311,11 @@ pgserver_start(struct pgserver *s, const char **reason)
 	}
 	snprintf(s->data, sizeof s->data, "%s/data", s->dir);
 	snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
+	/* Before anything can start a server in it. */
+	if (guard_start(s) != 0) {
+		*reason = "cannot start the server's guard process";
+		return -1;
+	}
 	s->uid = geteuid();
 	s->gid = getegid();
 	/* initdb refuses root: the server runs as nobody, in its own dir. */
@@ -237,24 +379,6 @@ pgserver_start(struct pgserver *s, const char **reason)
 	return 0;
 }
 
-/* Wait for a process that is not our child to be gone (pidfd). */
-static int
-wait_gone(pid_t pid)
-{
-	struct pollfd	pfd;
-	int		fd, n;
-
-	if ((fd = (int)syscall(SYS_pidfd_open, pid, 0)) == -1)
-		return errno == ESRCH ? 0 : -1;
-	pfd.fd = fd;
-	pfd.events = POLLIN;
-	do
-		n = poll(&pfd, 1, PGSERVER_WAIT_SECONDS * 1000);
-	while (n == -1 && errno == EINTR);
-	close(fd);
-	return n == 1 ? 0 : -1;
-}
-
 int
 pgserver_stop(struct pgserver *s, int immediate)
 {
@@ -265,19 +389,10 @@ pgserver_stop(struct pgserver *s, int immediate)
 	/* SIGQUIT: immediate shutdown, recovery at the next start (a crash). */
 	if (kill(pid, immediate ? SIGQUIT : SIGINT) != 0 && errno != ESRCH)
 		return -1;
-	if (wait_gone(pid) != 0)
+	if (pgserver_wait_gone(pid, PGSERVER_WAIT_SECONDS) != 0)
 		return -1;
 	s->pid = 0;
 	return 0;
-}
-
-static int
-remove_one(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
 void
@@ -286,6 +401,7 @@ pgserver_destroy(struct pgserver *s, int keep)
 	if (s->dir[0] == '\0')
 		return;
 	pgserver_stop(s, 0);
+	guard_dismiss(s);
 	if (keep)
 		fprintf(stderr, "pgserver: kept %s\n", s->dir);
 	else
@@ -355,4 +471,44 @@ pgserver_skip_status(const char *reason)
 	}
 	printf("SKIP: %s\n", reason);
 	return 77;
+}
+
+int
+pgserver_main_start(struct pgserver *s)
+{
+	const char	*reason;
+	int		 rc;
+
+	if ((rc = pgserver_start(s, &reason)) == 77)
+		return pgserver_skip_status(reason);
+	if (rc != 0) {
+		fprintf(stderr, "pgserver_start: %s\n", reason);
+		pgserver_destroy(s, 1);
+		return 1;
+	}
+	return 0;
+}
+
+int
+pgserver_await(struct pgserver *s, const char *sql, int seconds)
+{
+	struct timespec	 pace = { 0, 20 * 1000 * 1000 }, now;
+	char		*out;
+	time_t		 deadline;
+	int		 ok;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	deadline = now.tv_sec + seconds;
+	for (;;) {
+		if ((out = pgserver_psql(s, sql)) == NULL)
+			return 0;
+		ok = strncmp(out, "t", 1) == 0;
+		free(out);
+		if (ok)
+			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec >= deadline)
+			return 0;
+		nanosleep(&pace, NULL);
+	}
 }

@@ -6,6 +6,11 @@
  * directory only (no TCP), with fsync=on, and is stopped by its
  * postmaster's pid.  Where PostgreSQL's programs are absent the caller
  * skips (77) with the reason, except in CI (CI=true), where that fails.
+ *
+ * A guard process watches the test: when the test process is gone
+ * without pgserver_destroy (its watchdog fired, an abort, a SIGKILL),
+ * the guard stops the postmaster (immediate shutdown) and removes the
+ * data directory, keeping the server's log.
  */
 #ifndef IDEM_TEST_PGSERVER_H
 #define IDEM_TEST_PGSERVER_H
@@ -22,6 +27,8 @@ struct pgserver {
 	gid_t	gid;
 	pid_t	pid;		/* the postmaster; 0 when stopped */
 	int	port;		/* names the socket; nothing listens on TCP */
+	pid_t	guard;		/* the guard process; 0 when none */
+	int	guard_fd;	/* its pipe's write end: EOF wakes it */
 };
 
 /*
@@ -49,5 +56,25 @@ char	*pgserver_psql(struct pgserver *, const char *sql);
  * "SKIP: <reason>" and return 77.
  */
 int	pgserver_skip_status(const char *reason);
+/*
+ * A test's main starts its server with this: 0 once it runs; otherwise
+ * the reason is printed and the result is what main returns (77 or 1 as
+ * pgserver_skip_status says, or 1 with the directory kept).
+ */
+int	pgserver_main_start(struct pgserver *);
+/*
+ * Poll (every 20 ms) until sql's output starts with "t", at most
+ * seconds: 1 once it does, 0 past the deadline or if psql fails.  For a
+ * state only PostgreSQL knows (a lease expired by the server's clock).
+ */
+int	pgserver_await(struct pgserver *, const char *sql, int seconds);
+
+/* A process's state letter in /proc (R, S, T, Z...); '?' if it is gone. */
+char	pgserver_proc_state(pid_t);
+/*
+ * Wait for a process, not necessarily a child, to be gone (a pidfd), at
+ * most seconds: 0 once it is, -1 past the deadline.
+ */
+int	pgserver_wait_gone(pid_t, int seconds);
 
 #endif

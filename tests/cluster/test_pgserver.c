@@ -2,10 +2,15 @@
 /*
  * test_pgserver: the private PostgreSQL server the cluster tests run on
  * is what doc/testing.md says: fsync on, no TCP listener, not run as
- * root, stopped by its pid (and started again on the same data).
+ * root, stopped by its pid (and started again on the same data), and
+ * stopped by its guard when the test process is killed without stopping
+ * it (a watchdog, an abort, SIGKILL).
  */
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <errno.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -56,16 +61,9 @@ server_is_private_and_durable(void **state)
 static int
 exited(pid_t pid)
 {
-	char	path[64], line[256], *p;
-	FILE	*fp;
+	char	state = pgserver_proc_state(pid);
 
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	if ((fp = fopen(path, "r")) == NULL)
-		return 1;
-	p = fgets(line, sizeof line, fp);
-	fclose(fp);
-	return p != NULL && (p = strrchr(line, ')')) != NULL &&
-	    (p[2] == 'Z' || p[2] == 'X');
+	return state == '?' || state == 'Z' || state == 'X';
 }
 
 static void
@@ -90,23 +88,80 @@ stopped_by_pid_and_restarted(void **state)
 	free(out);
 }
 
+/*
+ * A test process that starts a server and is SIGKILLed (as a watchdog
+ * or make would) leaves no server behind: its guard stops the
+ * postmaster and removes the data directory.
+ */
+static void
+killed_test_leaves_no_server(void **state)
+{
+	struct pgserver	 other;
+	struct pollfd	 pfd;
+	struct stat	 st;
+	int		 fds[2], status;
+	pid_t		 test;
+	size_t		 got = 0;
+	ssize_t		 n;
+
+	(void)state;
+	assert_int_equal(pipe(fds), 0);
+	assert_int_not_equal(test = fork(), -1);
+	if (test == 0) {
+		const char	*reason;
+
+		close(fds[0]);
+		if (pgserver_start(&other, &reason) != 0)
+			_exit(1);
+		/* What the parent needs, then wait to be killed. */
+		if (write(fds[1], &other, sizeof other) != sizeof other)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	pfd.fd = fds[0];
+	pfd.events = POLLIN;
+	while (got < sizeof other) {
+		/* initdb and the start, on a loaded machine. */
+		assert_int_equal(poll(&pfd, 1, 240 * 1000), 1);
+		n = read(fds[0], (char *)&other + got, sizeof other - got);
+		if (n == -1 && errno == EINTR)
+			continue;
+		assert_true(n > 0);
+		got += (size_t)n;
+	}
+	close(fds[0]);
+	assert_true(other.pid > 0);
+	assert_false(exited(other.pid));
+	assert_int_equal(stat(other.data, &st), 0);
+	/* The test dies without a word: no destroy, no atexit. */
+	assert_int_equal(kill(test, SIGKILL), 0);
+	assert_int_equal(waitpid(test, &status, 0), test);
+	assert_true(WIFSIGNALED(status));
+	/* Its postmaster goes, and its data directory with it. */
+	assert_int_equal(pgserver_wait_gone(other.pid, 120), 0);
+	assert_true(exited(other.pid));
+	assert_int_equal(pgserver_wait_gone(other.guard, 120), 0);
+	assert_int_equal(stat(other.data, &st), -1);
+	assert_int_equal(errno, ENOENT);
+	/* What is left is the log, to be read; remove it. */
+	assert_int_equal(unlink(other.log), 0);
+	assert_int_equal(rmdir(other.dir), 0);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(server_is_private_and_durable),
 		cmocka_unit_test(stopped_by_pid_and_restarted),
+		cmocka_unit_test(killed_test_leaves_no_server),
 	};
-	const char	*reason;
-	int		 rc, failed;
+	int	rc, failed;
 
-	if ((rc = pgserver_start(&server, &reason)) == 77)
-		return pgserver_skip_status(reason);
-	if (rc != 0) {
-		fprintf(stderr, "pgserver_start: %s\n", reason);
-		pgserver_destroy(&server, 1);
-		return 1;
-	}
+	if ((rc = pgserver_main_start(&server)) != 0)
+		return rc;
 	failed = cmocka_run_group_tests(tests, NULL, NULL);
 	pgserver_destroy(&server, failed != 0);
 	return failed;

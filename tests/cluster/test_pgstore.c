@@ -24,7 +24,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
-#include "pgserver.h"
+#include "cluster_harness.h"
 
 #ifndef HAVE_POSTGRESQL
 int
@@ -40,26 +40,6 @@ main(void)
 
 static struct pgserver	server;
 static const char	workspace[] = "0b7c8a3e-54a1-4c5e-9d2f-3a1b2c3d4e5f";
-
-/* idemctl with args; its exit status, its stdout in out (malloc'd). */
-static int
-idemctl(char **out, const char *args)
-{
-	char	cmd[1024], buf[4096];
-	FILE	*fp;
-	size_t	 n;
-	int	 status;
-
-	snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", getenv("IDEMCTL"), args);
-	assert_non_null(fp = popen(cmd, "r"));
-	n = fread(buf, 1, sizeof buf - 1, fp);
-	buf[n] = '\0';
-	status = pclose(fp);
-	fprintf(stderr, "idemctl %s: %s", args, buf);
-	if (out != NULL)
-		*out = strdup(buf);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 static uint32_t	disk_max;
 
@@ -127,7 +107,7 @@ store_init_and_migrate(void **state)
 {
 	struct pgstore	 st;
 	char		*out, args[1024], root[] = "/tmp/idem-ws.XXXXXX";
-	char		*cause = NULL, id1[64], id2[64];
+	char		*cause = NULL, id1[64], id2[64], want[160];
 
 	(void)state;
 	/* Before init, idemd's open is refused naming the command. */
@@ -140,13 +120,15 @@ store_init_and_migrate(void **state)
 	assert_non_null(mkdtemp(root));
 	snprintf(args, sizeof args, "store init --store '%s' --root %s",
 	    server.uri, root);
-	assert_int_equal(idemctl(&out, args), 0);
-	assert_non_null(strstr(out, "schema: created, version 1"));
+	assert_int_equal(cluster_idemctl(&out, "%s", args), 0);
+	snprintf(want, sizeof want, "schema: created, version %d",
+	    PGSTORE_SCHEMA_VERSION);
+	assert_non_null(strstr(out, want));
 	assert_int_equal(sscanf(strstr(out, "workspace"), "workspace %*s %63s",
 	    id1), 1);
 	free(out);
 	/* Again: nothing to do, the same workspace id. */
-	assert_int_equal(idemctl(&out, args), 0);
+	assert_int_equal(cluster_idemctl(&out, "%s", args), 0);
 	assert_non_null(strstr(out, "already current"));
 	assert_int_equal(sscanf(strstr(out, "workspace"), "workspace %*s %63s",
 	    id2), 1);
@@ -154,20 +136,36 @@ store_init_and_migrate(void **state)
 	assert_int_equal(strlen(id1), 36);
 	free(out);
 	snprintf(args, sizeof args, "store migrate --store '%s'", server.uri);
-	assert_int_equal(idemctl(&out, args), 0);
+	assert_int_equal(cluster_idemctl(&out, "%s", args), 0);
 	assert_non_null(strstr(out, "already current"));
 	free(out);
-	assert_sql("SELECT max(version) FROM idem_schema_version", "1");
+	snprintf(want, sizeof want, "%d", PGSTORE_SCHEMA_VERSION);
+	assert_sql("SELECT max(version) FROM idem_schema_version", want);
+	/*
+	 * From the version before tombstones (pg_schema.c's last
+	 * migration, the state index): that migration alone, once.
+	 */
+	snprintf(want, sizeof want, "DROP INDEX idem_submission_state; "
+	    "DELETE FROM idem_schema_version WHERE version = %d",
+	    PGSTORE_SCHEMA_VERSION);
+	free(sql(want));
+	assert_int_equal(cluster_idemctl(&out, "%s", args), 0);
+	snprintf(want, sizeof want, "migrated from version %d to %d",
+	    PGSTORE_SCHEMA_VERSION - 1, PGSTORE_SCHEMA_VERSION);
+	assert_non_null(strstr(out, want));
+	free(out);
+	assert_sql("SELECT count(*) FROM pg_indexes WHERE indexname = "
+	    "'idem_submission_state'", "1");
 	/* Usage errors. */
-	assert_int_equal(idemctl(NULL, "store init"), 2);
-	assert_int_equal(idemctl(NULL, "store frobnicate --store "
+	assert_int_equal(cluster_idemctl(NULL, "store init"), 2);
+	assert_int_equal(cluster_idemctl(NULL, "store frobnicate --store "
 	    "postgresql:///x"), 2);
 	/* An unreachable server: 3. */
-	assert_int_equal(idemctl(NULL, "store init --store "
+	assert_int_equal(cluster_idemctl(NULL, "store init --store "
 	    "'postgresql:///x?host=/nonexistent'"), 3);
 	/* A newer schema is refused, by idemctl and by idemd's open. */
 	free(sql("INSERT INTO idem_schema_version (version) VALUES (99)"));
-	assert_int_equal(idemctl(&out, args), 1);
+	assert_int_equal(cluster_idemctl(&out, "%s", args), 1);
 	assert_non_null(strstr(out, "newer"));
 	free(out);
 	assert_int_equal(pgstore_open(&st, server.uri, &cause), -1);
@@ -284,24 +282,6 @@ numbers_skip_the_disk_and_run_out(void **state)
 	pgstore_close(&st);
 }
 
-/* Poll the server until cond holds (SQL returning t), at most 20 s. */
-static int
-await_sql(const char *cond)
-{
-	struct timespec	ts = { 0, 20 * 1000 * 1000 };
-	char		*out;
-	int		 i, ok = 0;
-
-	for (i = 0; i < 1000 && !ok; i++) {
-		out = sql(cond);
-		ok = strcmp(out, "t") == 0;
-		free(out);
-		if (!ok)
-			nanosleep(&ts, NULL);
-	}
-	return ok;
-}
-
 static void
 takeover_only_after_the_lease_or_the_session(void **state)
 {
@@ -326,8 +306,9 @@ takeover_only_after_the_lease_or_the_session(void **state)
 	/* Alive, lease running: no takeover. */
 	assert_int_equal(pgstore_takeover(&b, &key, 1, &taken, &cause), 0);
 	/* Expired by the server's clock: allowed, once. */
-	assert_true(await_sql("SELECT lease_expires < clock_timestamp() FROM "
-	    "idem_submission WHERE client_submission_id = 'take-1'"));
+	assert_true(pgserver_await(&server, "SELECT lease_expires < "
+	    "clock_timestamp() FROM idem_submission WHERE "
+	    "client_submission_id = 'take-1'", 20));
 	assert_int_equal(pgstore_takeover(&b, &key, 1, &taken, &cause), 1);
 	assert_int_equal(taken.epoch, 2);
 	assert_string_equal(taken.owner, "beta");
@@ -349,9 +330,9 @@ takeover_only_after_the_lease_or_the_session(void **state)
 	assert_int_equal(pgstore_takeover(&a, &key, 2, &row, &cause), 0);
 	/* b's session goes: a may take over at once (lease still running). */
 	pgstore_close(&b);
-	assert_true(await_sql("SELECT NOT EXISTS (SELECT 1 FROM "
-	    "pg_stat_activity a, idem_submission s WHERE "
-	    "s.client_submission_id = 'take-1' AND a.pid = s.owner_pid)"));
+	assert_true(pgserver_await(&server, "SELECT NOT EXISTS (SELECT 1 "
+	    "FROM pg_stat_activity a, idem_submission s WHERE "
+	    "s.client_submission_id = 'take-1' AND a.pid = s.owner_pid)", 20));
 	assert_int_equal(pgstore_takeover(&a, &key, 2, &row, &cause), 1);
 	assert_int_equal(row.epoch, 3);
 	assert_int_equal(pgstore_grant(&a, &key, 3, row.token, &cause), 1);
@@ -433,21 +414,15 @@ main(void)
 		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),
 		cmocka_unit_test(numbers_never_twice_across_processes),
 	};
-	const char	*reason;
-	int		 rc, failed;
+	int	rc, failed;
 
 	if (sodium_init() < 0)
 		return 1;
 	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
 	if (getenv("IDEM_TEST_FILTER") != NULL)
 		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
-	if ((rc = pgserver_start(&server, &reason)) == 77)
-		return pgserver_skip_status(reason);
-	if (rc != 0) {
-		fprintf(stderr, "pgserver_start: %s\n", reason);
-		pgserver_destroy(&server, 1);
-		return 1;
-	}
+	if ((rc = pgserver_main_start(&server)) != 0)
+		return rc;
 	failed = cmocka_run_group_tests(tests, NULL, NULL);
 	pgserver_destroy(&server, failed != 0);
 	return failed;

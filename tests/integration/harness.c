@@ -391,7 +391,7 @@ harness_call(struct idem_conn *c, json_t *request)
 }
 
 static int
-count_in(const char *dir, int depth)
+count_in(const char *dir, int depth, json_t *names)
 {
 	DIR		*d;
 	struct dirent	*e;
@@ -412,12 +412,16 @@ count_in(const char *dir, int depth)
 			type = S_ISDIR(st.st_mode) ? DT_DIR :
 			    S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
 		if (type == DT_DIR && depth > 0)
-			n += count_in(path, depth - 1);
+			n += count_in(path, depth - 1, names);
 		else if (type == DT_REG &&
 		    strncmp(e->d_name, "TASK-", 5) == 0 &&
 		    strlen(e->d_name) > 3 &&
-		    strcmp(e->d_name + strlen(e->d_name) - 3, ".md") == 0)
+		    strcmp(e->d_name + strlen(e->d_name) - 3, ".md") == 0) {
 			n++;
+			if (names != NULL)
+				json_array_append_new(names,
+				    json_string(e->d_name));
+		}
 	}
 	closedir(d);
 	return n;
@@ -426,13 +430,19 @@ count_in(const char *dir, int depth)
 int
 harness_count_tasks(const struct broker *b)
 {
+	return harness_list_tasks(b, NULL);
+}
+
+int
+harness_list_tasks(const struct broker *b, json_t *names)
+{
 	char	path[400];
 	int	n;
 
 	snprintf(path, sizeof path, "%s/_lifecycle", b->root);
-	n = count_in(path, 3);
+	n = count_in(path, 3, names);
 	snprintf(path, sizeof path, "%s/history", b->root);
-	return n + count_in(path, 3);
+	return n + count_in(path, 3, names);
 }
 
 char *

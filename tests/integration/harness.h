@@ -55,6 +55,8 @@ json_t	*harness_call_line(struct idem_conn *, const char *line);
 
 /* TASK-*.md files anywhere under _lifecycle/ (and history trees). */
 int	 harness_count_tasks(const struct broker *);
+/* The same, their names (TASK-....md) appended to names if not NULL. */
+int	 harness_list_tasks(const struct broker *, json_t *names);
 /* Read a whole file relative to the root (malloc'd, NUL-terminated). */
 char	*harness_read(const struct broker *, const char *relpath);
 /* Remove the root (call at the end of a passing test). */

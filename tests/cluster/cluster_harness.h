@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * cluster_harness.h: what the cluster tests share beyond the single
+ * broker harness (tests/integration/harness.h) and the private server
+ * (pgserver.h): brokers ("nodes") on one workspace root, each with its
+ * own --host-id; the files they made; idemctl; the tables emptied.
+ */
+#ifndef IDEM_TEST_CLUSTER_HARNESS_H
+#define IDEM_TEST_CLUSTER_HARNESS_H
+
+#include <jansson.h>
+
+#include "harness.h"
+#include "pgserver.h"
+
+/* One broker of a workspace: its socket and log under its host id. */
+struct node {
+	struct broker	 b;
+	char		 host[16];
+	const char	*uri;		/* --store */
+};
+
+/* A fresh workspace root under $TMPDIR (or /tmp); fails the test. */
+void	 cluster_fresh_root(char root[256]);
+/* Remove a root and its nodes' logs (root.*.log). */
+void	 cluster_rm_root(const char *root);
+/* Empty the store's tables (the schema stays): a fresh workspace. */
+void	 cluster_store_reset(struct pgserver *);
+
+void	 cluster_node_init(struct node *, const char *uri, const char *root,
+	    const char *host);
+/*
+ * Start it on its store with --lease-ms, --workers, --inflight-wait-ms
+ * (NULL: 60000) and --sequence-digits (NULL: FCoP's 3), env as
+ * harness_start's; it is killed by cluster_kill_live_nodes if the test
+ * fails.  0 once it serves, -1 if it exited first.
+ */
+int	 cluster_node_start(struct node *, const char *lease_ms,
+	    const char *workers, const char *inflight_wait_ms,
+	    const char *digits, const char *const *env);
+/*
+ * count nodes on a fresh root (its path in root), named prefix0,
+ * prefix1...: a 30 s lease, workers and digits as cluster_node_start's;
+ * fails the test if one does not start.
+ */
+void	 cluster_start_nodes(struct node *, int count, const char *uri,
+	    char root[256], const char *prefix, const char *workers,
+	    const char *digits);
+/* SIGCONT, SIGKILL, its workers awaited, its segment removed. */
+void	 cluster_node_kill(struct node *);
+/*
+ * After its master is gone (killed or crashed): wait for its workers
+ * (they hold the host's lock until they die) and remove its segment.
+ */
+void	 cluster_node_reap(struct node *);
+
+/* cmocka fixtures: the watchdog (400 s); the nodes a failure left. */
+int	 cluster_arm_watchdog(void **state);
+int	 cluster_kill_live_nodes(void **state);
+
+/* TASK-*.md files in every stage and history/ (harness_list_tasks). */
+int	 cluster_tasks_on_disk(const char *root, json_t *names);
+/* Temporaries (".TASK-...tmp...") in the inbox; -1 if there is none. */
+int	 cluster_temporaries(const char *root);
+/*
+ * A request (consumed), sent again while the answer is a retryable
+ * error without a disposition (in_progress, storage_unavailable), at
+ * most 50 times; the last reply, or NULL if none came.
+ */
+json_t	*cluster_call_until_final(struct broker *, json_t *request);
+
+/* $IDEMCTL with printf-style arguments: its exit status, its output. */
+int	 cluster_idemctl(char **out, const char *fmt, ...)
+	    __attribute__((format(printf, 2, 3)));
+
+#endif
