@@ -97,7 +97,9 @@ nofollow_parent2(int at_fd, const char *relpath, char last[NAME_MAX + 1])
 		return fcntl(at_fd, F_DUPFD_CLOEXEC, 0);
 	dir[used] = '\0';
 	memset(&how, 0, sizeof how);
-	how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	/* No O_NOFOLLOW: with O_DIRECTORY a symlink at the last directory
+	 * would say ENOTDIR; RESOLVE_NO_SYMLINKS says ELOOP at any. */
+	how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
 	how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
 	    RESOLVE_BENEATH;
 	fd = syscall(SYS_openat2, at_fd, dir, &how, sizeof how);
