@@ -153,16 +153,29 @@ cl_set_name(struct submission *s)
 	    sizeof s->name);
 }
 
-/* Committed receipts never change: keep it for retries on this broker. */
+/*
+ * Committed receipts never change: keep it for retries on this broker.
+ * The slot it landed in is the one the answer's fast-path reply is
+ * stored under (fastpath_remember), so that later retries on this
+ * broker are answered before the parse, as with the local store; not
+ * cached, the slot is none (UINT32_MAX: the receipt store refuses it).
+ */
 static void
 cl_cache(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
+	struct subtab_entry	 cached;
 
-	if (s->key_length > 0 && subtab_apply(&cl_idemd(p)->seg, s->key,
-	    s->key_length, &s->entry) != 0)
+	s->slot = UINT32_MAX;
+	if (s->key_length == 0)
+		return;
+	if (subtab_apply(&cl_idemd(p)->seg, s->key, s->key_length,
+	    &s->entry) != 0)
 		log_debug("submission %s: not cached: %s", s->submission_id,
 		    strerror(errno));
+	else
+		(void)subtab_lookup(&cl_idemd(p)->seg, s->key, s->key_length,
+		    &cached, &s->slot);
 }
 
 static void
@@ -172,6 +185,7 @@ cl_answer(struct pending *p, int created)
 
 	s->entry.state = SUBTAB_COMMITTED;
 	/* A tombstone is not cached: its file digest is not kept. */
+	s->slot = UINT32_MAX;
 	if (!s->pruned)
 		cl_cache(p);
 	cl_free(s);

@@ -21,8 +21,9 @@ broker/store		shm libclient
 broker			broker/store shm libclient
 contrib/idemctl.c	contrib/ctl libclient/idem.h broker/store/store.h
 contrib/idemctl_store.c	broker/store libclient
+contrib/idemctl_import.c	broker/store libclient
 contrib/idemctl_store.h
-contrib/ctl		libclient/idem.h broker/store/store.h
+contrib/ctl		libclient/idem.h broker/store/store.h contrib/idemctl_store.h
 contrib/mcp		libclient/idem.h libclient/protocol.h
 contrib/examples	libclient/idem.h
 tests/unit/test_subtab.c	shm
@@ -33,7 +34,7 @@ tests/unit		broker/store shm libclient
 tests/fuzz/fuzz_canonical.c	libclient
 tests/fuzz/fuzz_journal.c	broker/store shm libclient
 tests/fuzz		broker broker/store shm libclient
-tests/bench		broker/store shm libclient
+tests/bench		broker/store shm libclient tests/cluster/pgserver.h
 tests/faults
 tests/integration	broker/store shm libclient
 tests/chaos		tests/integration libclient
@@ -72,6 +73,8 @@ part == 1 { header[$0] = 1; byname[base($0)] = $0; next }
 	}
 	if ((dir(file) "/" name) in header)
 		h = dir(file) "/" name	# its own directory first, as cc does
+	else if (name ~ /^\.\.\// && (dir(dir(file)) "/" substr(name, 4)) in header)
+		h = dir(dir(file)) "/" substr(name, 4)	# "../idemctl_store.h"
 	else if (name ~ /\//)
 		h = "tests/" name	# "integration/harness.h"
 	else

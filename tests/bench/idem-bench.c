@@ -78,6 +78,12 @@
 #ifdef HAVE_SQLITE
 #include <sqlite3.h>
 #endif
+#ifdef HAVE_POSTGRESQL
+#include <glob.h>
+#include <libpq-fe.h>
+
+#include "pgserver.h"
+#endif
 
 #include "digest.h"
 #include "store.h"
@@ -136,7 +142,8 @@ enum scenario_bit {
 	SC_FSYNC = 1 << 8,
 	SC_COST = 1 << 9,
 	SC_FLOOR = 1 << 10,
-	SC_HISTORY = 1 << 11	/* not in "all": it takes minutes and GBs */
+	SC_HISTORY = 1 << 11,	/* not in "all": it takes minutes and GBs */
+	SC_CLUSTER = 1 << 12	/* not in "all": brokers on PostgreSQL */
 };
 
 static const struct {
@@ -155,13 +162,18 @@ static const struct {
 	{ "cost", SC_COST },
 	{ "floor", SC_FLOOR },
 	{ "history", SC_HISTORY },
-	{ "all", ~0u & ~SC_HISTORY }
+	{ "cluster", SC_CLUSTER },
+	{ "all", ~0u & ~(SC_HISTORY | SC_CLUSTER) }
 };
 
 static struct options {
 	const char	*idemd;
 	const char	*dir;
 	const char	*socket;	/* a running broker: start none */
+	const char	*store;		/* cluster: postgresql://...; NULL: own */
+	const char	*idemctl;
+	const char	*workers;	/* cluster brokers' --workers */
+	int		 clients_given;
 	int		 clients[BENCH_MAX_CLIENT_COUNTS];
 	int		 client_counts;
 	size_t		 count;		/* 0: the defaults above */
@@ -191,7 +203,12 @@ struct result {
 	double		cpu_us;
 	double		csw;		/* voluntary + involuntary */
 	double		syscalls;	/* --syscalls only */
-	char		note[256];
+	/* PostgreSQL, per operation (cluster and pgbench rows; NAN: none). */
+	double		pg_statements;
+	double		pg_xacts;
+	double		pg_wal_syncs;
+	double		pg_wal_writes;
+	char		note[768];
 };
 
 static struct result	results[BENCH_MAX_RESULTS];
@@ -210,15 +227,17 @@ static struct {
 	double	warm_cpu_s;		/* the master's CPU time, median */
 	long	broker_replay_ms;	/* idemd's own "replayed ... in N ms" */
 	int	verified;
-	char	note[256];
+	char	note[768];
 } replay;
 
 static struct {
 	int	ran;
 	int	pass;
-	char	note[256];
+	char	note[768];
 } storm;
 
+/* The cluster's PostgreSQL: --store, or the private server's. */
+static char	store_uri[512];
 /* This run's directory; short enough that every path under it fits. */
 static char	top[1024];
 static char	id_prefix[64];		/* makes ids unique per run */
@@ -340,6 +359,8 @@ result_new(const char *name, int clients)
 	r->fsyncs = r->records = -1;
 	r->p50_ms = r->p99_ms = r->p999_ms = r->ops_per_s = NAN;
 	r->cpu_us = r->csw = r->syscalls = NAN;
+	r->pg_statements = r->pg_xacts = r->pg_wal_syncs = r->pg_wal_writes =
+	    NAN;
 	return r;
 }
 
@@ -457,6 +478,7 @@ struct broker {
 	char	root[PATH_MAX];
 	char	socket[PATH_MAX];
 	char	log[PATH_MAX];
+	char	lock[PATH_MAX];	/* held by its processes until they exit */
 };
 
 static void
@@ -781,10 +803,10 @@ strace_total(pid_t pid, const char *out)
  * figure).  capacity 0 keeps the broker's default.
  */
 static int
-broker_start(struct broker *b, const char *root, uint32_t capacity,
-    double *startup_s)
+broker_start_as(struct broker *b, const char *root, uint32_t capacity,
+    double *startup_s, const char *host)
 {
-	const char	*argv[12];
+	const char	*argv[16];
 	struct pollfd	 pfd;
 	char		 cap[32], buf[16];
 	uint64_t	 t0;
@@ -793,9 +815,20 @@ broker_start(struct broker *b, const char *root, uint32_t capacity,
 
 	memset(b, 0, sizeof *b);
 	snprintf(b->root, sizeof b->root, "%s", root);
-	snprintf(b->log, sizeof b->log, "%s.log", root);
-	snprintf(b->socket, sizeof b->socket, "%s/%s", root,
-	    IDEM_SOCKET_NAME);
+	if (host == NULL) {
+		snprintf(b->log, sizeof b->log, "%s.log", root);
+		snprintf(b->socket, sizeof b->socket, "%s/%s", root,
+		    IDEM_SOCKET_NAME);
+		snprintf(b->lock, sizeof b->lock, "%s/%s", root,
+		    IDEM_LOCK_NAME);
+	} else {
+		/* A cluster broker's own names (doc/cluster.md). */
+		snprintf(b->log, sizeof b->log, "%s.%s.log", root, host);
+		snprintf(b->socket, sizeof b->socket,
+		    "%s/.idem/hosts/%s/idemd.sock", root, host);
+		snprintf(b->lock, sizeof b->lock,
+		    "%s/.idem/hosts/%s/idemd.lock", root, host);
+	}
 	if (pipe2(ready, O_CLOEXEC) == -1)
 		err(1, "pipe");
 	argv[n++] = opt.idemd;
@@ -810,6 +843,16 @@ broker_start(struct broker *b, const char *root, uint32_t capacity,
 		snprintf(cap, sizeof cap, "%" PRIu32, capacity);
 		argv[n++] = "--capacity";
 		argv[n++] = cap;
+	}
+	if (host != NULL) {
+		argv[n++] = "--store";
+		argv[n++] = store_uri;
+		argv[n++] = "--host-id";
+		argv[n++] = host;
+		if (opt.workers != NULL) {
+			argv[n++] = "--workers";
+			argv[n++] = opt.workers;
+		}
 	}
 	argv[n] = NULL;
 
@@ -853,6 +896,13 @@ broker_start(struct broker *b, const char *root, uint32_t capacity,
 	return -1;
 }
 
+static int
+broker_start(struct broker *b, const char *root, uint32_t capacity,
+    double *startup_s)
+{
+	return broker_start_as(b, root, capacity, startup_s, NULL);
+}
+
 /*
  * SIGTERM and wait for the exit, at most BENCH_STOP_TIMEOUT_MS (a pidfd
  * to poll, not a sleep).  -1 if it exited abnormally or had to be killed:
@@ -862,7 +912,6 @@ static int
 broker_stop(struct broker *b)
 {
 	struct pollfd	pfd;
-	char		path[PATH_MAX + 32];
 	int		status, fd, rv = 0;
 
 	if (b->pid == 0)
@@ -896,8 +945,7 @@ broker_stop(struct broker *b)
 	 * Workers die with the master but hold the root's lock until they
 	 * do: wait for it, so a restart on the same root does not race.
 	 */
-	snprintf(path, sizeof path, "%s/%s", b->root, IDEM_LOCK_NAME);
-	if ((fd = open(path, O_RDWR | O_CLOEXEC)) != -1) {
+	if ((fd = open(b->lock, O_RDWR | O_CLOEXEC)) != -1) {
 		while (flock(fd, LOCK_EX) == -1 && errno == EINTR)
 			;
 		close(fd);
@@ -1051,6 +1099,9 @@ struct job {
 	void		(*at_release)(void *);	/* parent, before the release */
 	void		 *at_release_arg;
 	const char	 *socket;	/* idemd or the echo server */
+	/* Several brokers: client i uses sockets[i % nsockets]. */
+	const char *const *sockets;
+	int		  nsockets;
 	const void	 *arg;		/* scenario data, read-only */
 	char		 *storm_ids;	/* shared: clients x ids task ids */
 };
@@ -1259,11 +1310,13 @@ struct idem_scenario {
 static int
 client_connect(struct client *cl)
 {
-	struct idem_error	e;
+	struct idem_error	 e;
+	const char		*socket = cl->job->nsockets > 0 ?
+				    cl->job->sockets[cl->index %
+				    cl->job->nsockets] : cl->job->socket;
 
-	if ((cl->conn = idem_connect(cl->job->socket, &e)) == NULL) {
-		client_error(cl, "connect %s: %s", cl->job->socket,
-		    e.message);
+	if ((cl->conn = idem_connect(socket, &e)) == NULL) {
+		client_error(cl, "connect %s: %s", socket, e.message);
 		return -1;
 	}
 	return 0;
@@ -1689,6 +1742,10 @@ run_idem(const char *name, int clients, size_t total_ops, size_t ids,
 		snprintf(b.socket, sizeof b.socket, "%s", opt.socket);
 	} else {
 		snprintf(root, sizeof root, "%s/%s-k%d", top, name, clients);
+		/* A scenario run twice (the cluster's interleaving): afresh. */
+		if (access(root, F_OK) == 0)
+			snprintf(root, sizeof root, "%s/%s-k%d.%zu", top, name,
+			    clients, result_count);
 		if (broker_start(&b, root, 0, NULL) != 0) {
 			r->failed = 1;
 			result_note(r, "idemd did not start (log %s.log)", root);
@@ -3312,6 +3369,753 @@ run_history(size_t n, int clients)
 	}
 }
 
+/* ---- several brokers on PostgreSQL (issue #16) --------------------------- */
+
+/*
+ * The cluster figures: idemd --store URI with 1 and 3 brokers on one
+ * workspace, beside pgbench running one plain INSERT ... ON CONFLICT per
+ * transaction on the same server with the same client count, and the
+ * local store's reuse, interleaved in one run.  PostgreSQL's own counters
+ * say what a creation costs there: statements (pg_stat_statements: one
+ * per libpq call idemd makes, each a round trip), transactions
+ * (pg_stat_database) and WAL writes and fsyncs (pg_stat_wal).
+ */
+static void	report_progress(void);
+
+#ifdef HAVE_POSTGRESQL
+#define BENCH_PG_BROKERS_MAX	3
+#define BENCH_PG_QUIET_MS	10000	/* sessions ending after a run */
+#define BENCH_PG_SETTLE_MS	250	/* WAL counters unchanged this long */
+#define BENCH_PG_SETTLE_TRIES	20
+#define BENCH_PG_REF_TABLE	"idem_bench_ref"
+/* Starts the bench's own SQL: pg_stat_statements keeps it, we skip it. */
+#define BENCH_PG_MINE		"/* idem-bench */ "
+
+static PGconn		*pg_conn;	/* the bench's own: counters only */
+static int		 pg_statements;	/* pg_stat_statements is there */
+static int		 pg_private_started;
+static struct pgserver	 pg_private;	/* without --store: our own server */
+static char		 pg_bindir[256];
+
+struct pg_counters {
+	int	ok;
+	double	commits;
+	double	rollbacks;
+	double	wal_syncs;
+	double	wal_writes;
+};
+
+static double
+pg_value(PGresult *res, int column)
+{
+	return PQgetisnull(res, 0, column) ? NAN :
+	    strtod(PQgetvalue(res, 0, column), NULL);
+}
+
+/*
+ * The server's counters now.  The bench's own few transactions are in
+ * the commits (a handful per scenario, against thousands of creations).
+ */
+static void
+pg_counters(struct pg_counters *c)
+{
+	PGresult	*res;
+
+	memset(c, 0, sizeof *c);
+	res = PQexec(pg_conn, BENCH_PG_MINE "SELECT d.xact_commit, d.xact_rollback, "
+	    "w.wal_sync, w.wal_write FROM pg_stat_database d, pg_stat_wal w "
+	    "WHERE d.datname = current_database()");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		warnx("reading pg_stat_database, pg_stat_wal: %s",
+		    PQerrorMessage(pg_conn));
+		PQclear(res);
+		return;
+	}
+	c->commits = pg_value(res, 0);
+	c->rollbacks = pg_value(res, 1);
+	c->wal_syncs = pg_value(res, 2);
+	c->wal_writes = pg_value(res, 3);
+	PQclear(res);
+	c->ok = 1;
+}
+
+static int
+pg_ok(const char *sql)
+{
+	PGresult	*res = PQexec(pg_conn, sql);
+	int		 ok = PQresultStatus(res) == PGRES_COMMAND_OK ||
+			    PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	if (!ok)
+		warnx("%s: %s", sql, PQerrorMessage(pg_conn));
+	PQclear(res);
+	return ok;
+}
+
+/*
+ * pg_stat_statements per statement since the mark: the statements
+ * (each one libpq call idemd made, so one round trip) per operation, in
+ * total and by statement (its first words), into r's note.  The bench's
+ * own queries start with BENCH_PG_MINE and are left out.
+ */
+static void
+pg_statements_mark(void)
+{
+	if (pg_statements &&
+	    pg_ok(BENCH_PG_MINE "DROP TABLE IF EXISTS idem_bench_mark"))
+		pg_ok(BENCH_PG_MINE "CREATE TEMP TABLE idem_bench_mark AS "
+		    "SELECT userid, dbid, queryid, calls FROM "
+		    "pg_stat_statements");
+}
+
+static void
+pg_statements_since(struct result *r, double n, const char *what)
+{
+	PGresult	*res;
+	char		 parts[400];
+	double		 total = 0, calls;
+	size_t		 used = 0;
+	int		 i;
+
+	if (!pg_statements || n <= 0)
+		return;
+	res = PQexec(pg_conn, BENCH_PG_MINE "SELECT left(regexp_replace(s.query, '\\s+', "
+	    "' ', 'g'), 36), s.calls - coalesce(m.calls, 0) FROM "
+	    "pg_stat_statements s LEFT JOIN idem_bench_mark m USING "
+	    "(userid, dbid, queryid) WHERE s.dbid = (SELECT oid FROM "
+	    "pg_database WHERE datname = current_database()) AND s.query NOT "
+	    "LIKE '" BENCH_PG_MINE "%' AND s.calls > coalesce(m.calls, 0) ORDER BY 2 "
+	    "DESC, 1");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		warnx("reading pg_stat_statements: %s",
+		    PQerrorMessage(pg_conn));
+		PQclear(res);
+		return;
+	}
+	parts[0] = '\0';
+	for (i = 0; i < PQntuples(res); i++) {
+		calls = strtod(PQgetvalue(res, i, 1), NULL);
+		total += calls;
+		if (used < sizeof parts)
+			used += (size_t)snprintf(parts + used, sizeof parts -
+			    used, "%s%.2f %s", i > 0 ? ", " : "", calls / n,
+			    PQgetvalue(res, i, 0));
+	}
+	PQclear(res);
+	r->pg_statements = total / n;
+	result_note(r, "%.2f statements (round trips) per %s: %s",
+	    r->pg_statements, what, parts);
+}
+
+static int
+pg_sessions(void)
+{
+	PGresult	*res;
+	int		 n = -1;
+
+	res = PQexec(pg_conn, BENCH_PG_MINE "SELECT count(*) FROM pg_stat_activity WHERE "
+	    "backend_type = 'client backend' AND datname = current_database() "
+	    "AND pid <> pg_backend_pid()");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		n = atoi(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return n;
+}
+
+static void
+sleep_ms(long ms)
+{
+	struct timespec	ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/*
+ * Wait until the sessions of the last run are gone and the WAL counters
+ * stand still.  A session publishes its counters when it ends (and at
+ * most once a second while busy); the server offers no event to wait
+ * for, so this polls, bounded.  baseline: sessions not ours (an external
+ * server's other clients).
+ */
+static int	pg_baseline_sessions;
+
+static void
+pg_quiet(struct pg_counters *c)
+{
+	struct pg_counters	last;
+	uint64_t		t0 = now_ns();
+	int			i;
+
+	while (pg_sessions() > pg_baseline_sessions &&
+	    now_ns() - t0 < (uint64_t)BENCH_PG_QUIET_MS * 1000000u)
+		sleep_ms(20);
+	pg_counters(&last);
+	for (i = 0; i < BENCH_PG_SETTLE_TRIES; i++) {
+		sleep_ms(BENCH_PG_SETTLE_MS);
+		pg_counters(c);
+		if (c->wal_syncs == last.wal_syncs &&
+		    c->wal_writes == last.wal_writes)
+			return;
+		last = *c;
+	}
+}
+
+static void
+pg_notice_quiet(void *arg, const char *message)
+{
+	(void)arg;
+	(void)message;
+}
+
+/* IDEM_PG_BINDIR, else the newest /usr/lib/postgresql/N/bin with pgbench. */
+static int
+pg_find_bindir(void)
+{
+	const char	*env = getenv("IDEM_PG_BINDIR");
+	glob_t		 g;
+	size_t		 i;
+	char		 path[PATH_MAX];
+
+	if (pg_private_started) {
+		snprintf(pg_bindir, sizeof pg_bindir, "%s", pg_private.bindir);
+	} else if (env != NULL && *env != '\0') {
+		snprintf(pg_bindir, sizeof pg_bindir, "%s", env);
+	} else if (glob("/usr/lib/postgresql/*/bin/pgbench", 0, NULL,
+	    &g) == 0) {
+		for (i = g.gl_pathc; i > 0; i--) {
+			snprintf(pg_bindir, sizeof pg_bindir, "%s",
+			    g.gl_pathv[i - 1]);
+			*strrchr(pg_bindir, '/') = '\0';
+			break;
+		}
+		globfree(&g);
+	}
+	snprintf(path, sizeof path, "%s/pgbench", pg_bindir);
+	return pg_bindir[0] != '\0' && access(path, X_OK) == 0;
+}
+
+/*
+ * The private server (tests/cluster/pgserver.c: initdb, Unix socket
+ * only, fsync=on, synchronous_commit=on) restarted once with
+ * pg_stat_statements loaded, so that statements can be counted.
+ */
+static const char *
+pg_private_start(void)
+{
+	const char	*reason;
+	char		 conf[256];
+	FILE		*fp;
+
+	if (pgserver_start(&pg_private, &reason) != 0)
+		return reason;
+	pg_private_started = 1;
+	snprintf(conf, sizeof conf, "%s/postgresql.conf", pg_private.data);
+	if (pgserver_stop(&pg_private, 0) != 0 ||
+	    (fp = fopen(conf, "a")) == NULL)
+		return "cannot restart the private server";
+	fprintf(fp, "# idem-bench: count the statements idemd sends\n"
+	    "shared_preload_libraries = 'pg_stat_statements'\n"
+	    "pg_stat_statements.track = top\n"
+	    "pg_stat_statements.track_utility = on\n");
+	if (fclose(fp) != 0 || pgserver_restart(&pg_private) != 0)
+		return "the private server did not restart with "
+		    "pg_stat_statements (see its log)";
+	snprintf(store_uri, sizeof store_uri, "%s", pg_private.uri);
+	return NULL;
+}
+
+/* The server, the schema, the reference's table: NULL, or why not. */
+static const char *
+pg_setup(void)
+{
+	const char	*why;
+	char		 cmd[PATH_MAX * 2];
+	PGresult	*res;
+
+	if (opt.store != NULL) {
+		snprintf(store_uri, sizeof store_uri, "%s", opt.store);
+	} else if ((why = pg_private_start()) != NULL) {
+		return why;
+	}
+	if (!pg_find_bindir())
+		return "pgbench not found (IDEM_PG_BINDIR, or Debian: "
+		    "apt-get install postgresql-15)";
+	if ((pg_conn = PQconnectdb(store_uri)) == NULL ||
+	    PQstatus(pg_conn) != CONNECTION_OK)
+		return "cannot connect to the server";
+	/* "does not exist, skipping" and the like: not for the table. */
+	PQsetNoticeProcessor(pg_conn, pg_notice_quiet, NULL);
+	if (opt.store == NULL)
+		pg_ok(BENCH_PG_MINE "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+	res = PQexec(pg_conn, BENCH_PG_MINE "SELECT 1 FROM pg_stat_statements LIMIT 1");
+	pg_statements = PQresultStatus(res) == PGRES_TUPLES_OK;
+	PQclear(res);
+	if (!pg_statements)
+		fprintf(stderr, "idem-bench: pg_stat_statements is not loaded "
+		    "on the server: statements per creation not counted\n");
+	if (!pg_ok(BENCH_PG_MINE "CREATE TABLE IF NOT EXISTS " BENCH_PG_REF_TABLE " (k text "
+	    "PRIMARY KEY, body text NOT NULL)"))
+		return "cannot create the reference's table";
+	pg_baseline_sessions = pg_sessions();
+	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",
+	    opt.idemctl, store_uri);
+	if (system(cmd) != 0)
+		return "idemctl store init failed";
+	return NULL;
+}
+
+static void
+pg_teardown(void)
+{
+	if (pg_conn != NULL) {
+		/* An external server keeps idem's rows, not our table. */
+		if (opt.store != NULL)
+			pg_ok(BENCH_PG_MINE "DROP TABLE IF EXISTS " BENCH_PG_REF_TABLE);
+		PQfinish(pg_conn);
+		pg_conn = NULL;
+	}
+	if (pg_private_started)
+		pgserver_destroy(&pg_private, opt.keep);
+	pg_private_started = 0;
+}
+
+static void
+pg_per_op(struct result *r, const struct pg_counters *a,
+    const struct pg_counters *b, double n, const char *what)
+{
+	if (!a->ok || !b->ok || n <= 0)
+		return;
+	r->pg_xacts = (b->commits + b->rollbacks - a->commits -
+	    a->rollbacks) / n;
+	r->pg_wal_syncs = (b->wal_syncs - a->wal_syncs) / n;
+	r->pg_wal_writes = (b->wal_writes - a->wal_writes) / n;
+	result_note(r, "PostgreSQL per %s: %.2f transactions, %.2f WAL "
+	    "fsyncs, %.2f WAL writes", what, r->pg_xacts, r->pg_wal_syncs,
+	    r->pg_wal_writes);
+}
+
+/* ---- the reference: pgbench, one INSERT ... ON CONFLICT a transaction */
+
+/* p50/p99/p999 from pgbench's per-transaction logs (-l). */
+static size_t
+pgref_latencies(const char *prefix, struct result *r)
+{
+	char		 pattern[PATH_MAX + 8], line[256];
+	uint64_t	*all = NULL;
+	size_t		 n = 0, size = 0, i;
+	long long	 client, tx, us;
+	glob_t		 g;
+	FILE		*f;
+
+	snprintf(pattern, sizeof pattern, "%s.*", prefix);
+	if (glob(pattern, 0, NULL, &g) != 0)
+		return 0;
+	for (i = 0; i < g.gl_pathc; i++) {
+		if ((f = fopen(g.gl_pathv[i], "re")) == NULL)
+			continue;
+		/* client_id transaction_no time script_no epoch epoch_us */
+		while (fgets(line, sizeof line, f) != NULL) {
+			if (sscanf(line, "%lld %lld %lld", &client, &tx,
+			    &us) != 3)
+				continue;
+			if (n == size) {
+				size = size == 0 ? 4096 : size * 2;
+				if ((all = realloc(all, size *
+				    sizeof *all)) == NULL)
+					err(1, "realloc");
+			}
+			all[n++] = (uint64_t)us * 1000u;
+		}
+		fclose(f);
+	}
+	globfree(&g);
+	qsort(all, n, sizeof *all, cmp_u64);
+	r->p50_ms = percentile_ms(all, n, 0.50);
+	r->p99_ms = percentile_ms(all, n, 0.99);
+	r->p999_ms = percentile_ms(all, n, 0.999);
+	free(all);
+	return n;
+}
+
+static void
+run_pgref(const char *name, int clients, size_t total_ops)
+{
+	struct result		*r = result_new(name, clients);
+	struct pg_counters	 before, after;
+	char			 script[PATH_MAX], prefix[PATH_MAX];
+	char			 out[PATH_MAX + 16];
+	char			 program[PATH_MAX], cs[16], ts[32], logp[PATH_MAX + 16];
+	char			 line[512];
+	const char		*argv[16];
+	size_t			 per = total_ops / (size_t)clients;
+	pid_t			 pid;
+	FILE			*f;
+	int			 status, fd, n = 0;
+
+	if (per == 0)
+		per = 1;
+	snprintf(script, sizeof script, "%s/pgref.sql", top);
+	if ((f = fopen(script, "we")) == NULL)
+		err(1, "%s", script);
+	/* A fresh random key each time: an insert, as a reservation is. */
+	fprintf(f, "\\set r random(1, 9000000000000000000)\n"
+	    "INSERT INTO " BENCH_PG_REF_TABLE " (k, body) VALUES ('%s-' || "
+	    ":client_id || '-' || :r, repeat('x', %d)) ON CONFLICT (k) DO "
+	    "NOTHING;\n", id_prefix, BENCH_BODY_BYTES);
+	if (fclose(f) != 0)
+		err(1, "%s", script);
+	snprintf(prefix, sizeof prefix, "%s/%s-k%d.%zu", top, name, clients,
+	    result_count);
+	/* Not prefix.*: that is the logs' pattern. */
+	snprintf(out, sizeof out, "%s-pgbench.out", prefix);
+	snprintf(program, sizeof program, "%s/pgbench", pg_bindir);
+	snprintf(cs, sizeof cs, "%d", clients);
+	snprintf(ts, sizeof ts, "%zu", per);
+	snprintf(logp, sizeof logp, "--log-prefix=%s", prefix);
+	argv[n++] = program;
+	argv[n++] = "-n";		/* no pgbench tables to vacuum */
+	argv[n++] = "-f";
+	argv[n++] = script;
+	argv[n++] = "-c";
+	argv[n++] = cs;
+	argv[n++] = "-j";		/* a thread per client, as our processes */
+	argv[n++] = cs;
+	argv[n++] = "-t";
+	argv[n++] = ts;
+	argv[n++] = "-l";
+	argv[n++] = logp;
+	argv[n++] = store_uri;
+	argv[n] = NULL;
+
+	pg_quiet(&before);
+	pg_statements_mark();
+	fflush(NULL);
+	if ((pid = fork()) == -1)
+		err(1, "fork");
+	if (pid == 0) {
+		die_with_parent(SIGTERM);
+		if ((fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		    0644)) != -1) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execv(program, (char *const *)argv);
+		_exit(127);
+	}
+	while (waitpid(pid, &status, 0) == -1) {
+		if (errno != EINTR)
+			err(1, "waitpid");
+	}
+	pg_quiet(&after);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		r->failed = 1;
+		result_note(r, "pgbench failed (see %s)", out);
+		print_log_tail(out);
+		return;
+	}
+	if ((f = fopen(out, "re")) != NULL) {
+		while (fgets(line, sizeof line, f) != NULL) {
+			double	v;
+
+			if (sscanf(line, "tps = %lf (without initial "
+			    "connection time)", &v) == 1)
+				r->ops_per_s = v;
+		}
+		fclose(f);
+	}
+	r->ops = pgref_latencies(prefix, r);
+	r->created = r->ops;
+	if (r->ops > 0 && !isnan(r->ops_per_s))
+		r->seconds = (double)r->ops / r->ops_per_s;
+	if (r->ops != per * (size_t)clients) {
+		r->failed = 1;
+		result_note(r, "%" PRIu64 " transactions logged, %zu sent",
+		    r->ops, per * (size_t)clients);
+	}
+	result_note(r, "pgbench -c %d -j %d: INSERT ... ON CONFLICT DO NOTHING, "
+	    "%d-byte text", clients, clients, BENCH_BODY_BYTES);
+	pg_statements_since(r, (double)r->ops, "transaction");
+	pg_per_op(r, &before, &after, (double)r->ops, "transaction");
+}
+
+/* ---- idemd --store URI, one workspace, n brokers ------------------------ */
+
+struct cluster_release {
+	struct broker			*b;
+	int				 n;
+	const struct idem_scenario	*warm;	/* reuse: retry each id once */
+	struct pg_counters		 pg;
+	struct broker_stats		 stats;
+	int				 stats_ok;
+	size_t				 warm_failed;
+};
+
+static int
+cluster_start(struct broker *b, int n, const char *root)
+{
+	char	host[16];
+	int	i;
+
+	for (i = 0; i < n; i++) {
+		snprintf(host, sizeof host, "h%d", i);
+		if (broker_start_as(&b[i], root, 0, NULL, host) != 0) {
+			while (--i >= 0)
+				broker_stop(&b[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+cluster_stop(struct broker *b, int n)
+{
+	int	i, rv = 0;
+
+	for (i = 0; i < n; i++)
+		if (broker_stop(&b[i]) != 0)
+			rv = -1;
+	return rv;
+}
+
+/* The brokers' stats summed; -1 if one did not answer. */
+static int
+cluster_sum(const struct cluster_release *cr, struct broker_stats *sum)
+{
+	struct broker_stats	st;
+	int			i;
+
+	memset(sum, 0, sizeof *sum);
+	for (i = 0; i < cr->n; i++) {
+		if (broker_stats(cr->b[i].socket, &st) != 0)
+			return -1;
+		sum->created += st.created;
+		sum->errors += st.errors;
+		sum->reused += st.reused;
+		sum->reused_fast += st.reused_fast;
+	}
+	return 0;
+}
+
+/*
+ * Before the release: for reuse, each broker answers every id once
+ * (untimed; it caches the receipt), so that the timed part measures
+ * retries from the cache; then the counters.
+ */
+static void
+cluster_at_release(void *arg)
+{
+	struct cluster_release	*cr = arg;
+	struct idem_error	 e;
+	struct idem_conn	*c;
+	char			 csid[160], *line, *answer, id[BENCH_TASK_ID_BYTES];
+	char			 why[160];
+	size_t			 g;
+	int			 i;
+
+	for (i = 0; cr->warm != NULL && i < cr->n; i++) {
+		if ((c = idem_connect(cr->b[i].socket, &e)) == NULL) {
+			cr->warm_failed += cr->warm->ids;
+			continue;
+		}
+		for (g = 0; g < cr->warm->ids; g++) {
+			snprintf(csid, sizeof csid, "%s-%zu", cr->warm->tag, g);
+			line = task_line(csid, 0, (json_int_t)g);
+			if (idem_call_raw(c, line, &answer, &e) != 0) {
+				cr->warm_failed++;
+			} else {
+				if (classify(answer, id, sizeof id, why,
+				    sizeof why) != OUTCOME_REUSED)
+					cr->warm_failed++;
+				free(answer);
+			}
+			free(line);
+		}
+		idem_close(c);
+	}
+	cr->stats_ok = cluster_sum(cr, &cr->stats) == 0;
+	pg_counters(&cr->pg);
+	pg_statements_mark();
+}
+
+static void
+run_cluster(const char *name, int clients, int brokers, size_t total_ops,
+    size_t ids, int (*setup)(struct client *))
+{
+	struct broker		 b[BENCH_PG_BROKERS_MAX];
+	struct cluster_release	 cr;
+	struct pg_counters	 before, after;
+	struct idem_scenario	 s;
+	struct result		*r;
+	struct job		 job;
+	const char		*sockets[BENCH_PG_BROKERS_MAX];
+	struct broker_stats	 st;
+	char			 rname[32], root[PATH_MAX];
+	size_t			 tasks, others;
+	int			 st_ok;
+	int			 i, creating = strcmp(name, "create") == 0;
+
+	snprintf(rname, sizeof rname, "pg-%s-b%d", name, brokers);
+	r = result_new(rname, clients);
+	snprintf(root, sizeof root, "%s/pg-%s-b%d-k%d", top, name, brokers,
+	    clients);
+	/* Only creations read the counters that lag: retries need no wait. */
+	if (creating)
+		pg_quiet(&before);
+	memset(b, 0, sizeof b);
+	if (cluster_start(b, brokers, root) != 0) {
+		r->failed = 1;
+		result_note(r, "idemd --store did not start (logs %s.h*.log)",
+		    root);
+		return;
+	}
+	for (i = 0; i < brokers; i++)
+		sockets[i] = b[i].socket;
+	memset(&s, 0, sizeof s);
+	snprintf(s.tag, sizeof s.tag, "%.40s-%.24s-k%d", id_prefix, rname,
+	    clients);
+	s.ids = ids;
+	memset(&cr, 0, sizeof cr);
+	cr.b = b;
+	cr.n = brokers;
+	cr.warm = creating ? NULL : &s;
+
+	memset(&job, 0, sizeof job);
+	job.clients = clients;
+	job.ops = total_ops / (size_t)clients > 0 ?
+	    total_ops / (size_t)clients : 1;
+	job.seed = (uint64_t)clients * 1000003u + (uint64_t)brokers;
+	job.setup = setup;
+	job.op = op_idem;
+	job.cleanup = client_disconnect;
+	job.at_release = cluster_at_release;
+	job.at_release_arg = &cr;
+	job.sockets = sockets;
+	job.nsockets = brokers;
+	job.arg = &s;
+	run_job(&job, r);
+	pg_statements_since(r, (double)r->ops, creating ? "creation" :
+	    "retry");
+	st_ok = cluster_sum(&cr, &st) == 0 && cr.stats_ok;
+	if (cluster_stop(b, brokers) != 0) {
+		r->failed = 1;
+		result_note(r, "a broker did not stop cleanly on SIGTERM");
+	}
+	if (creating)
+		pg_quiet(&after);
+
+	result_note(r, "%d broker%s on one workspace (%s workers each), "
+	    "clients spread over them", brokers, brokers > 1 ? "s" : "",
+	    opt.workers != NULL ? opt.workers : "default");
+	if (cr.warm_failed > 0) {
+		r->failed = 1;
+		result_note(r, "%zu cache-warming retries did not answer "
+		    "reused", cr.warm_failed);
+	}
+	if (!st_ok) {
+		r->failed = 1;
+		result_note(r, "a broker's stats op did not answer");
+	} else {
+		if (st.errors != cr.stats.errors)
+			result_note(r, "brokers counted %" PRId64 " errors",
+			    st.errors - cr.stats.errors);
+		if (creating && st.created - cr.stats.created !=
+		    (int64_t)r->created) {
+			r->failed = 1;
+			result_note(r, "brokers counted %" PRId64 " creations, "
+			    "clients %" PRIu64, st.created - cr.stats.created,
+			    r->created);
+		}
+		if (st.reused > cr.stats.reused)
+			result_note(r, "%.0f%% of reused by the fast path",
+			    100.0 * (double)(st.reused_fast -
+			    cr.stats.reused_fast) / (double)(st.reused -
+			    cr.stats.reused));
+	}
+
+	if (creating) {
+		/* Over the brokers' whole lives: start-up included. */
+		pg_per_op(r, &before, &after, (double)r->created, "creation");
+		if (count_inbox(root, &tasks, &others) == -1) {
+			r->failed = 1;
+			result_note(r, "inbox unreadable: %s", strerror(errno));
+		} else if (tasks != r->created || others != 0) {
+			r->failed = 1;
+			result_note(r, "inbox: %zu TASK files, %zu other "
+			    "entries for %" PRIu64 " created", tasks, others,
+			    r->created);
+		}
+	}
+	if (r->unexpected > 0) {
+		r->failed = 1;
+		result_note(r, "%" PRIu64 " unexpected dispositions",
+		    r->unexpected);
+	}
+	if (r->errors > 0) {
+		r->failed = 1;
+		result_note(r, "%" PRIu64 " error replies", r->errors);
+	}
+}
+
+/*
+ * At each K, interleaved so that the machine's load falls on all alike:
+ * the reference, create on 1 and 3 brokers, the reference again; the
+ * local store's reuse, reuse on 1 and 3 brokers, the local store again.
+ */
+static void
+run_cluster_figures(size_t create_ops, size_t reuse_ops, size_t reuse_ids)
+{
+	const char	*why;
+	int		 i, k;
+	int		 counts[BENCH_MAX_CLIENT_COUNTS], ncounts = 0;
+
+	if ((why = pg_setup()) != NULL) {
+		struct result	*r = result_new("pg-cluster", 0);
+
+		r->failed = 1;
+		result_note(r, "not run: %s", why);
+		pg_teardown();
+		return;
+	}
+	fprintf(stderr, "idem-bench: PostgreSQL at %s, pgbench in %s\n",
+	    store_uri, pg_bindir);
+	if (opt.clients_given) {
+		for (i = 0; i < opt.client_counts; i++)
+			counts[ncounts++] = opt.clients[i];
+	} else {
+		counts[ncounts++] = BENCH_TARGET_CLIENTS;
+	}
+	for (i = 0; i < ncounts; i++) {
+		k = counts[i];
+		run_pgref("pgbench-insert", k, create_ops);
+		run_cluster("create", k, 1, create_ops, 0, setup_create);
+		run_cluster("create", k, 3, create_ops, 0, setup_create);
+		run_pgref("pgbench-insert", k, create_ops);
+		report_progress();
+		run_idem("local-reuse", k, reuse_ops, reuse_ids, setup_reuse);
+		run_cluster("reuse", k, 1, reuse_ops, reuse_ids, setup_reuse);
+		run_cluster("reuse", k, 3, reuse_ops, reuse_ids, setup_reuse);
+		run_idem("local-reuse", k, reuse_ops, reuse_ids, setup_reuse);
+		report_progress();
+	}
+	pg_teardown();
+}
+#else
+static void
+run_cluster_figures(size_t create_ops, size_t reuse_ops, size_t reuse_ids)
+{
+	struct result	*r = result_new("pg-cluster", 0);
+
+	(void)create_ops;
+	(void)reuse_ops;
+	(void)reuse_ids;
+	r->failed = 1;
+	result_note(r, "not run: idem was built without PostgreSQL "
+	    "(configure --with-postgresql; Debian: libpq-dev)");
+}
+#endif
+
 /* ---- the summary ------------------------------------------------------- */
 
 struct target {
@@ -3326,7 +4130,7 @@ struct target {
 	int		 bound;		/* a reference under a target's rule */
 };
 
-static struct target	targets[16];
+static struct target	targets[24];
 static size_t		target_count;
 
 static void
@@ -3374,6 +4178,32 @@ difference(const struct result *a, const struct result *b)
 	if (a == NULL || b == NULL || isnan(a->cpu_us) || isnan(b->cpu_us))
 		return NAN;
 	return a->cpu_us - b->cpu_us;
+}
+
+/* The mean ops/s of every row named name at K (rows run twice). */
+static double
+mean_ops(const char *name, int clients)
+{
+	double	sum = 0;
+	size_t	i, n = 0;
+
+	for (i = 0; i < result_count; i++) {
+		if (strcmp(results[i].name, name) != 0 ||
+		    results[i].clients != clients || results[i].failed ||
+		    isnan(results[i].ops_per_s))
+			continue;
+		sum += results[i].ops_per_s;
+		n++;
+	}
+	return n > 0 ? sum / (double)n : NAN;
+}
+
+static double
+mean_ratio(const char *a, const char *b, int clients)
+{
+	double	x = mean_ops(a, clients), y = mean_ops(b, clients);
+
+	return isnan(x) || isnan(y) || y == 0 ? NAN : x / y;
 }
 
 static double
@@ -3428,6 +4258,22 @@ compute_targets(void)
 	target_add("journal bytes per committed creation", replay.ran ?
 	    replay.bytes_per_creation : NAN, " B", 0, 1, 1024.0,
 	    "replay not run");
+	if (find_result("pg-create-b1", k) == NULL &&
+	    find_result("pg-reuse-b1", k) == NULL)
+		return;
+	/* Issue #16: several brokers on PostgreSQL, against this run's refs. */
+	target_add("PG create, 1 broker / pgbench INSERT, K=8",
+	    mean_ratio("pg-create-b1", "pgbench-insert", k), "x", 1, 0, 0.5,
+	    "pg-create-b1 or pgbench-insert at K=8 not run");
+	target_add("PG create, 3 brokers (workspace) / pgbench, K=8",
+	    mean_ratio("pg-create-b3", "pgbench-insert", k), "x", 1, 0, 0.5,
+	    "pg-create-b3 or pgbench-insert at K=8 not run");
+	target_add("PG reuse, 1 broker / local store reuse, K=8",
+	    mean_ratio("pg-reuse-b1", "local-reuse", k), "x", 1, 0, 0.9,
+	    "pg-reuse-b1 or local-reuse at K=8 not run");
+	target_add("PG reuse, 3 brokers / local store reuse, K=8",
+	    mean_ratio("pg-reuse-b3", "local-reuse", k), "x", 1, 0, 0.9,
+	    "pg-reuse-b3 or local-reuse at K=8 not run");
 }
 
 static void
@@ -3481,6 +4327,10 @@ print_table(void)
 	printf("\ntargets (issue #14, \"Close to the floor\"):\n");
 	for (i = 0; i < target_count; i++) {
 		t = &targets[i];
+		if (strncmp(t->what, "PG ", 3) == 0 && (i == 0 ||
+		    strncmp(targets[i - 1].what, "PG ", 3) != 0))
+			printf("\ntargets (issue #16, several brokers on "
+			    "PostgreSQL):\n");
 		if (t->bound && (i == 0 || !targets[i - 1].bound))
 			printf("\nthe same rules on the references alone "
 			    "(NOT MET there: out of reach for any broker on "
@@ -3535,6 +4385,14 @@ print_json(void)
 		    json_number(r->csw));
 		json_object_set_new(o, "syscalls_per_op",
 		    json_number(r->syscalls));
+		json_object_set_new(o, "pg_statements_per_op",
+		    json_number(r->pg_statements));
+		json_object_set_new(o, "pg_transactions_per_op",
+		    json_number(r->pg_xacts));
+		json_object_set_new(o, "pg_wal_fsyncs_per_op",
+		    json_number(r->pg_wal_syncs));
+		json_object_set_new(o, "pg_wal_writes_per_op",
+		    json_number(r->pg_wal_writes));
 		json_object_set_new(o, "journal_fsyncs", r->fsyncs >= 0 ?
 		    json_integer(r->fsyncs) : json_null());
 		json_object_set_new(o, "journal_records", r->records >= 0 ?
@@ -3611,7 +4469,7 @@ static void __attribute__((noreturn))
 usage(int status)
 {
 	fprintf(status == 0 ? stdout : stderr,
-"usage: idem-bench [--idemd PATH] [--dir DIR] [--socket PATH]\n"
+"usage: idem-bench [--idemd PATH] [--dir DIR] [--socket PATH] [--store URI]\n"
 "                  [--clients K[,K...]] [--count N] [--scenario LIST]\n"
 "                  [--replay-count N] [--history-count N] [--keep] [--json]\n"
 "                  [--syscalls]\n"
@@ -3619,13 +4477,21 @@ usage(int status)
 "                    from this program's directory)\n"
 "  --dir DIR         where the run's directory goes (default $TMPDIR, /tmp)\n"
 "  --socket PATH     use a running broker instead of starting fresh ones\n"
+"  --store URI       the cluster scenario on this PostgreSQL (postgresql://...;\n"
+"                    alone, it runs that scenario only); without it the\n"
+"                    cluster scenario starts a private server\n"
+"  --idemctl PATH    for idemctl store init (default $IDEMCTL, else\n"
+"                    ../contrib/idemctl from idemd's directory)\n"
+"  --workers N       the cluster brokers' --workers (default idemd's)\n"
 "  --clients LIST    client counts (default 1,8,32); storm always uses 64\n"
 "  --count N         requests per scenario and reference (defaults: %d for\n"
 "                    create, mixed, SQLite creates, disk; %d for reuse,\n"
 "                    SQLite retries, echo)\n"
 "  --scenario LIST   create,reuse,mixed,storm,replay and the references\n"
 "                    floor,sqlite,disk,echo,fsync,cost; default all (exactly\n"
-"                    the ones named otherwise); history only when named\n"
+"                    the ones named otherwise); history and cluster (1 and 3\n"
+"                    brokers on PostgreSQL beside pgbench; K=8 unless\n"
+"                    --clients) only when named\n"
 "  --replay-count N  committed creations in the replay journal (%d)\n"
 "  --history-count N committed ids in the history scenario's index (%d;\n"
 "                    --capacity is a tenth of it)\n"
@@ -3725,6 +4591,27 @@ default_idemd(const char *argv0)
 	return path;
 }
 
+/* $IDEMCTL, else contrib/idemctl beside the broker's directory. */
+static const char *
+default_idemctl(const char *idemd)
+{
+	static char	 path[PATH_MAX + 32];
+	char		*copy, *resolved;
+	const char	*env = getenv("IDEMCTL");
+
+	if (env != NULL && *env != '\0')
+		return env;
+	if ((copy = strdup(idemd)) == NULL)
+		err(1, "strdup");
+	snprintf(path, sizeof path, "%s/../contrib/idemctl", dirname(copy));
+	free(copy);
+	if ((resolved = realpath(path, NULL)) != NULL) {
+		snprintf(path, sizeof path, "%s", resolved);
+		free(resolved);
+	}
+	return path;
+}
+
 static int
 remove_entry(const char *path, const struct stat *st, int flag,
     struct FTW *ftw)
@@ -3763,6 +4650,9 @@ main(int argc, char **argv)
 		{ "idemd", required_argument, NULL, 'i' },
 		{ "dir", required_argument, NULL, 'd' },
 		{ "socket", required_argument, NULL, 's' },
+		{ "store", required_argument, NULL, 'P' },
+		{ "idemctl", required_argument, NULL, 'C' },
+		{ "workers", required_argument, NULL, 'W' },
 		{ "clients", required_argument, NULL, 'k' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "scenario", required_argument, NULL, 'S' },
@@ -3776,7 +4666,7 @@ main(int argc, char **argv)
 	};
 	struct utsname	 u;
 	size_t		 create_ops, reuse_ops, reuse_ids;
-	int		 ch, i, k, failed = 0;
+	int		 ch, i, k, failed = 0, scenarios_given = 0;
 	unsigned	 sc;
 
 	opt.clients[0] = 1;
@@ -3801,12 +4691,24 @@ main(int argc, char **argv)
 			break;
 		case 'k':
 			parse_clients(optarg);
+			opt.clients_given = 1;
+			break;
+		case 'P':
+			opt.store = optarg;
+			break;
+		case 'C':
+			opt.idemctl = optarg;
+			break;
+		case 'W':
+			(void)size_option("workers", optarg, 1, IDEM_MAX_WORKERS);
+			opt.workers = optarg;
 			break;
 		case 'n':
 			opt.count = size_option("count", optarg, 1, 100000000);
 			break;
 		case 'S':
 			parse_scenarios(optarg);
+			scenarios_given = 1;
 			break;
 		case 'R':
 			opt.replay_count = size_option("replay-count", optarg,
@@ -3835,6 +4737,14 @@ main(int argc, char **argv)
 		usage(2);
 	if (opt.idemd == NULL)
 		opt.idemd = default_idemd(argv[0]);
+	if (opt.idemctl == NULL)
+		opt.idemctl = default_idemctl(opt.idemd);
+	/* --store alone: the cluster figures only. */
+	if (opt.store != NULL && !scenarios_given)
+		opt.scenarios = SC_CLUSTER;
+	if (opt.store != NULL && strncmp(opt.store, "postgresql://", 13) != 0 &&
+	    strncmp(opt.store, "postgres://", 11) != 0)
+		errx(2, "--store: %s is not a postgresql:// URI", opt.store);
 	if (sodium_init() < 0)
 		errx(1, "libsodium failed to initialise");
 	signal(SIGPIPE, SIG_IGN);
@@ -3896,6 +4806,10 @@ main(int argc, char **argv)
 	}
 	if (sc & SC_REPLAY) {
 		run_replay(opt.replay_count);
+		report_progress();
+	}
+	if (sc & SC_CLUSTER) {
+		run_cluster_figures(create_ops, reuse_ops, reuse_ids);
 		report_progress();
 	}
 	if (sc & SC_HISTORY) {
