@@ -138,6 +138,9 @@ int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
 void	journaler_kick_idle(struct shm_header *, int kick_fd);
+unsigned journaler_carrier_enter(struct shm_header *, unsigned worker);
+void	journaler_carrier_leave(struct shm_header *, unsigned worker,
+	    unsigned phase, int kick_fd);
 
 /* fileio.c: a worker's file-writing threads */
 #define FILEIO_THREADS	16	/* a carried creation holds one throughout */
@@ -185,6 +188,15 @@ struct fileio_job {
 	uint64_t		 commit_after;
 	uint64_t		 commit_epoch;
 	int			 reserve_verdict;
+	/*
+	 * Counted among the carriers the journaler gathers for
+	 * (journaler_carrier_enter) from the reservation's durability to
+	 * the commit's append; worker and kick_fd say where to uncount.
+	 */
+	int			 carrier;
+	unsigned		 carrier_phase;
+	unsigned		 worker_index;
+	int			 kick_fd;
 	int			 committed;	/* commit appended its records */
 	int			 commit_verdict;
 #ifdef IDEM_FAULT_INJECTION
@@ -198,6 +210,7 @@ struct fileio_job {
 	TAILQ_ENTRY(fileio_job)	 entry;
 };
 struct fileio	*fileio_start(struct event_base *);
+void		 fileio_carrier_done(struct fileio_job *);
 void		 fileio_submit(struct fileio *, struct fileio_job *);
 unsigned	 fileio_in_flight(struct fileio *);
 void		 fileio_stop(struct fileio *);

@@ -98,6 +98,12 @@
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
 /* After a journal failure, how often the journal is reopened and verified. */
 #define IDEM_JOURNAL_REOPEN_RETRY_MS	100
+/*
+ * The longest a journal round waits, before its writev, for the creations
+ * that were between their link and their commit's append when it began
+ * (journaler.c, the gather): their commits then share its fdatasync.
+ */
+#define IDEM_JOURNAL_GATHER_US		2000
 /* How often the master drains an idle broker's inotify queue (watch.c). */
 #define IDEM_WATCH_DRAIN_MS		1000
 #define IDEM_DEFAULT_SOCKET_MODE	0600

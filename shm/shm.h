@@ -189,7 +189,8 @@ struct shm_worker {
 	_Atomic int32_t		pid;		/* 0: no live worker */
 	_Atomic uint64_t	requests;
 	_Atomic uint32_t	connections;	/* open: given back if it dies */
-	char			pad[SHM_CACHELINE_BYTES - 20];
+	_Atomic uint32_t	carriers[2];	/* its share of carriers[]: given back */
+	char			pad[SHM_CACHELINE_BYTES - 28];
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 struct shm_counters {
@@ -322,6 +323,16 @@ struct shm_header {
 	 * worker that dies leaves its count: broadcasts, harmless ones.
 	 */
 	_Atomic uint32_t	loop_waiters;
+	/*
+	 * The journaler's gather (journaler.c): carriers[phase] counts the
+	 * file threads whose reservation is durable and who have not yet
+	 * appended their commit (or given up), by the carrier_phase they
+	 * entered in; journaler_gathering says the journaler waits for one
+	 * phase to drain, and the carrier that drains it kicks.
+	 */
+	_Atomic uint32_t	carriers[2];
+	_Atomic uint32_t	carrier_phase;
+	_Atomic uint32_t	journaler_gathering;
 
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */

@@ -1801,10 +1801,13 @@ run_idem(const char *name, int clients, size_t total_ops, size_t ids,
 		jbytes = journal_bytes(b.root);
 		if (r->records >= 0)
 			result_note(r, "per creation: %.2f records, %.2f "
-			    "journal fsyncs, %.0f journal bytes",
+			    "journal fsyncs, %.0f journal bytes; %.1f records "
+			    "a journal fsync",
 			    (double)r->records / (double)r->created,
 			    (double)r->fsyncs / (double)r->created,
-			    jbytes / (double)r->created);
+			    jbytes / (double)r->created,
+			    r->fsyncs > 0 ? (double)r->records /
+			    (double)r->fsyncs : 0.0);
 	}
 	if (strcmp(name, "mixed") == 0)
 		result_note(r, "%" PRIu64 " created, %" PRIu64 " reused, %"
