@@ -209,6 +209,21 @@ fileio_write(struct fileio_job *job)
 	    job->length, job->crash_points, &job->cause);
 }
 
+/*
+ * A carrier's commit is appended, or it gives up: the journaler no longer
+ * waits for it (journaler.c, the gather).  Once; commit calls it before
+ * it kicks the journaler.
+ */
+void
+fileio_carrier_done(struct fileio_job *job)
+{
+	if (!job->carrier)
+		return;
+	job->carrier = 0;
+	journaler_carrier_leave(job->journal, job->worker_index,
+	    job->carrier_phase, job->kick_fd);
+}
+
 /* FILEIO_CARRY: see the top of the file; io->lock not held. */
 static void
 fileio_carry(struct fileio *io, struct fileio_job *job)
@@ -229,16 +244,23 @@ fileio_carry(struct fileio *io, struct fileio_job *job)
 		crash_point(CRASH_AFTER_RESERVE_DURABLE);
 	log_debug("%s: its reservation is durable: linked by the file thread "
 	    "that wrote it", job->name);
+	/* From here to the commit's append the journaler may wait for us. */
+	job->carrier_phase = journaler_carrier_enter(job->journal,
+	    job->worker_index);
+	job->carrier = 1;
 	job->phase = FILEIO_LINK;
 	job->result = fileio_write(job);
 	job->error = job->result == 0 ? 0 : errno;
-	if (job->result != 0)
+	if (job->result == 0) {
+		pthread_mutex_lock(&io->lock);
+		fileio_sync_dir(io, job);
+		pthread_mutex_unlock(&io->lock);
+	}
+	if (job->result != 0 || job->commit(job) != 0) {
+		fileio_carrier_done(job);
 		return;
-	pthread_mutex_lock(&io->lock);
-	fileio_sync_dir(io, job);
-	pthread_mutex_unlock(&io->lock);
-	if (job->result != 0 || job->commit(job) != 0)
-		return;
+	}
+	fileio_carrier_done(job);	/* commit did, before its kick */
 	job->committed = 1;
 	job->commit_verdict = handoff_wait_durable(job->journal,
 	    job->commit_after, job->commit_epoch);

@@ -94,6 +94,13 @@ int	history_find(struct idemd *, const char *key, size_t key_length,
 	    struct index_entry *, uint8_t *result);
 /* Open the index at ROOT/.idem/index for this process. */
 int	history_open(struct idemd *, int flags, char **cause);
+/*
+ * A worker's warm-up: a thread that maps the index's pages into this
+ * process ahead of its lookups, so that a cold id costs no page fault;
+ * history_warm_stop ends it (before index_close).
+ */
+void	history_warm_start(struct idemd *);
+void	history_warm_stop(void);
 
 /* main.c */
 /* The segment filled from the journal, and the journal open to append. */
@@ -131,6 +138,9 @@ int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
 void	journaler_kick_idle(struct shm_header *, int kick_fd);
+unsigned journaler_carrier_enter(struct shm_header *, unsigned worker);
+void	journaler_carrier_leave(struct shm_header *, unsigned worker,
+	    unsigned phase, int kick_fd);
 
 /* fileio.c: a worker's file-writing threads */
 #define FILEIO_THREADS	16	/* a carried creation holds one throughout */
@@ -178,6 +188,15 @@ struct fileio_job {
 	uint64_t		 commit_after;
 	uint64_t		 commit_epoch;
 	int			 reserve_verdict;
+	/*
+	 * Counted among the carriers the journaler gathers for
+	 * (journaler_carrier_enter) from the reservation's durability to
+	 * the commit's append; worker and kick_fd say where to uncount.
+	 */
+	int			 carrier;
+	unsigned		 carrier_phase;
+	unsigned		 worker_index;
+	int			 kick_fd;
 	int			 committed;	/* commit appended its records */
 	int			 commit_verdict;
 #ifdef IDEM_FAULT_INJECTION
@@ -191,6 +210,7 @@ struct fileio_job {
 	TAILQ_ENTRY(fileio_job)	 entry;
 };
 struct fileio	*fileio_start(struct event_base *);
+void		 fileio_carrier_done(struct fileio_job *);
 void		 fileio_submit(struct fileio *, struct fileio_job *);
 unsigned	 fileio_in_flight(struct fileio *);
 void		 fileio_stop(struct fileio *);

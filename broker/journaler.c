@@ -12,6 +12,19 @@
  * worker.  Records that arrive while it is flushing wait for the next
  * round and share its fdatasync: that is the group commit.
  *
+ * The gather: a round that has records to write first waits, at most
+ * IDEM_JOURNAL_GATHER_US, for the carriers (fileio.c, FILEIO_CARRY) that
+ * were between their reservation's durability and their commit's append
+ * when it began: their commits are a directory fsync away, and would
+ * otherwise cost a round of their own right after this one.  The round
+ * flips carrier_phase and waits for the old phase's count to drain;
+ * carriers that enter meanwhile count in the new phase and are not
+ * waited for, so one round never waits for more than the bound, nor for
+ * creations that were not yet linking.  With no other creation in flight
+ * there is nobody to wait for: a lone carrier leaves its count before it
+ * kicks the journaler for its commit.  Nothing is acknowledged earlier
+ * for it: waiting only delays the writev and the fdatasync.
+ *
  * A failed write or fdatasync is never retried: after a failed fsync the
  * kernel may have dropped the dirty pages, and a second fsync that
  * succeeds would prove nothing.  The thread marks the journal failed
@@ -39,6 +52,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +111,89 @@ journaler_kick_idle(struct shm_header *h, int kick_fd)
 {
 	if (atomic_load(&h->journaler_idle) != 0)
 		journaler_kick(kick_fd);
+}
+
+/*
+ * A file thread whose reservation is durable is about to link and then
+ * append its commit: count it in the current phase.  The phase to leave
+ * from is returned.
+ */
+unsigned
+journaler_carrier_enter(struct shm_header *h, unsigned worker)
+{
+	unsigned	phase = atomic_load(&h->carrier_phase) & 1;
+
+	atomic_fetch_add(&h->workers[worker].carriers[phase], 1);
+	atomic_fetch_add(&h->carriers[phase], 1);
+	return phase;
+}
+
+/*
+ * Its commit is in the ring (or it gave up).  Called before the kick
+ * for that commit, so that a journaler woken by the kick does not wait
+ * for the very carrier that woke it.  The last of a phase wakes a
+ * journaler that gathers (both sides write, fence, then read the other's
+ * flag: one of them sees the other).
+ */
+void
+journaler_carrier_leave(struct shm_header *h, unsigned worker,
+    unsigned phase, int kick_fd)
+{
+	atomic_fetch_sub(&h->workers[worker].carriers[phase], 1);
+	if (atomic_fetch_sub(&h->carriers[phase], 1) == 1 &&
+	    atomic_load(&h->journaler_gathering))
+		journaler_kick(kick_fd);
+}
+
+static int64_t
+journaler_now_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/*
+ * Before a round's writev: wait for the carriers of the phase that ends
+ * here, at most IDEM_JOURNAL_GATHER_US (the top of the file).
+ */
+static void
+journaler_gather(struct idemd *d)
+{
+	struct shm_header	*h = d->seg.header;
+	struct pollfd		 pfd;
+	struct timespec		 ts;
+	uint64_t		 kicks;
+	int64_t			 start, left;
+	unsigned		 phase;
+
+	phase = atomic_fetch_add(&h->carrier_phase, 1) & 1;
+	if (atomic_load(&h->carriers[phase]) == 0)
+		return;
+	start = journaler_now_us();
+	atomic_store(&h->journaler_gathering, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	while (atomic_load(&h->carriers[phase]) != 0 &&
+	    !atomic_load(&journaler.stop)) {
+		left = start + IDEM_JOURNAL_GATHER_US - journaler_now_us();
+		if (left <= 0)
+			break;
+		ts.tv_sec = left / 1000000;
+		ts.tv_nsec = (left % 1000000) * 1000;
+		pfd.fd = d->kick_fd;
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		if (ppoll(&pfd, 1, &ts, NULL) == -1) {
+			if (errno != EINTR)
+				fatal("journaler: polling its eventfd");
+			continue;
+		}
+		if ((pfd.revents & POLLIN) && read(d->kick_fd, &kicks,
+		    sizeof kicks) == -1 && errno != EINTR && errno != EAGAIN)
+			fatal("journaler: reading its eventfd");
+	}
+	atomic_store(&h->journaler_gathering, 0);
 }
 
 static void
@@ -416,6 +514,8 @@ journaler_main(void *arg)
 			journaler_wait(d->kick_fd, failed && timeout < 0 ? 0 :
 			    timeout);
 		atomic_store(&h->journaler_idle, 0);
+		if (!failed && handoff_has_pending(&d->seg))
+			journaler_gather(d);
 		wake = asked = atomic_exchange(&h->wake_requested, 0);
 		durable_before = atomic_load(&h->ring_durable);
 		epoch_before = handoff_epoch(h);

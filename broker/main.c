@@ -910,8 +910,10 @@ run_worker(struct idemd *d)
 	    crash_init(&d->seg, (pid_t)master, &cause) != 0 ||
 	    history_open(d, INDEX_READONLY, &cause) != 0)
 		fatalx("worker %ld: %s", index, cause);
+	history_warm_start(d);
 	status = worker_main(d, (unsigned)index, (uint32_t)field[2],
 	    handle[WORKER_HANDLE_NOTIFY]);
+	history_warm_stop();
 	index_close(&d->index);
 	shm_detach(&d->seg);
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++) {

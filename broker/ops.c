@@ -412,6 +412,7 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("created", atomic_load(&k->created));
 	STAT("reused", atomic_load(&k->reused));
 	STAT("reused_fast", atomic_load(&k->reused_fast));
+	STAT("index_warm_bytes", atomic_load(&k->index_warm_bytes));
 	STAT("conflict", atomic_load(&k->conflict));
 	STAT("legacy_created", atomic_load(&k->legacy_created));
 	STAT("reports_created", atomic_load(&k->reports_created));

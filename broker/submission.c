@@ -558,6 +558,8 @@ sub_carry(struct pending *p)
 	job->dir_fd = s->ops->dir_fd(d);
 	job->crash_points = s->ops->crash_points;
 	job->journal = d->seg.header;
+	job->worker_index = p->worker->index;
+	job->kick_fd = d->kick_fd;
 	job->link_epoch = epoch;
 	atomic_store(&job->link_after, end);
 	job->commit = sub_carry_commit;
@@ -597,6 +599,9 @@ sub_carry_commit(struct fileio_job *job)
 	    n + m, &job->commit_after) != 0)
 		return -1;
 	atomic_fetch_add(&d->seg.header->counters.journal_records, 2);
+	/* Uncounted first: the journaler this kick wakes must not wait for
+	 * us. */
+	fileio_carrier_done(job);
 	journaler_kick_idle(d->seg.header, d->kick_fd);
 	s->entry = entry;
 	s->wrote_file = 1;

@@ -61,6 +61,14 @@
  * as it is written); the most committed history one root can hold.
  */
 #define IDEM_INDEX_MAP_BYTES		(256ULL * 1024 * 1024 * 1024)
+/*
+ * A worker maps the index's pages ahead of its lookups (broker/history.c):
+ * this much per step, at this nice value, and at most the physical
+ * memory over this divisor (a larger index keeps faulting the rest).
+ */
+#define IDEM_INDEX_WARM_CHUNK_BYTES	(16ULL * 1024 * 1024)
+#define IDEM_INDEX_WARM_NICE		10
+#define IDEM_INDEX_WARM_RAM_DIVISOR	2
 /* BLAKE2b-256 of a request's fingerprinted members (crypto_generichash). */
 #define IDEM_FAST_FINGERPRINT_BYTES		32
 
@@ -90,6 +98,12 @@
 #define IDEM_DEFAULT_IDLE_TIMEOUT_MS	300000	/* a silent connection is closed */
 /* After a journal failure, how often the journal is reopened and verified. */
 #define IDEM_JOURNAL_REOPEN_RETRY_MS	100
+/*
+ * The longest a journal round waits, before its writev, for the creations
+ * that were between their link and their commit's append when it began
+ * (journaler.c, the gather): their commits then share its fdatasync.
+ */
+#define IDEM_JOURNAL_GATHER_US		2000
 /* How often the master drains an idle broker's inotify queue (watch.c). */
 #define IDEM_WATCH_DRAIN_MS		1000
 #define IDEM_DEFAULT_SOCKET_MODE	0600

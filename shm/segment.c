@@ -66,6 +66,8 @@ layout(uint32_t capacity, uint64_t arena_bytes, struct shm_header *h)
 	at = round_up(at + h->arena_bytes, 4096);
 	h->receipts_bytes = (uint64_t)capacity *
 	    SHM_RECEIPT_BYTES_PER_SLOT;
+	if (h->receipts_bytes > SHM_RECEIPT_STORE_MAX_BYTES)
+		h->receipts_bytes = SHM_RECEIPT_STORE_MAX_BYTES;
 	h->receipts_offset = at;
 	at = round_up(at + h->receipts_bytes, 4096);
 	h->peer_slots = SHM_PEER_SLOTS;

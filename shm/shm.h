@@ -50,7 +50,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	3
+#define SHM_LAYOUT_VERSION	5
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -60,6 +60,13 @@
  */
 #define SHM_RECEIPT_BYTES_PER_SLOT	512
 #define SHM_RECEIPT_MAX_BYTES		4096
+/*
+ * The store is at most this, whatever the capacity (the default
+ * --capacity's store): a full store only stops new stored replies (their
+ * retries take the full path), and a large table, a cache of the index,
+ * is not made three times its slots' size by it.
+ */
+#define SHM_RECEIPT_STORE_MAX_BYTES	(128ULL * 1024 * 1024)
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
 /*
  * Entries of the peer table (peers.c): one per (peer pid or uid, worker)
@@ -182,7 +189,8 @@ struct shm_worker {
 	_Atomic int32_t		pid;		/* 0: no live worker */
 	_Atomic uint64_t	requests;
 	_Atomic uint32_t	connections;	/* open: given back if it dies */
-	char			pad[SHM_CACHELINE_BYTES - 20];
+	_Atomic uint32_t	carriers[2];	/* its share of carriers[]: given back */
+	char			pad[SHM_CACHELINE_BYTES - 28];
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 struct shm_counters {
@@ -206,6 +214,8 @@ struct shm_counters {
 	_Atomic uint64_t	effects_resolved;
 	_Atomic uint64_t	effects_stale_fence;
 	_Atomic uint64_t	reused_fast;	/* of reused: by the fast path */
+	/* The index's bytes the workers mapped ahead (history.c), all. */
+	_Atomic uint64_t	index_warm_bytes;
 };
 
 struct seqalloc_state {
@@ -313,6 +323,16 @@ struct shm_header {
 	 * worker that dies leaves its count: broadcasts, harmless ones.
 	 */
 	_Atomic uint32_t	loop_waiters;
+	/*
+	 * The journaler's gather (journaler.c): carriers[phase] counts the
+	 * file threads whose reservation is durable and who have not yet
+	 * appended their commit (or given up), by the carrier_phase they
+	 * entered in; journaler_gathering says the journaler waits for one
+	 * phase to drain, and the carrier that drains it kicks.
+	 */
+	_Atomic uint32_t	carriers[2];
+	_Atomic uint32_t	carrier_phase;
+	_Atomic uint32_t	journaler_gathering;
 
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */
@@ -322,7 +342,14 @@ struct shm_header {
 	struct shm_counters	counters;
 };
 
-/* One slot of the table. */
+/*
+ * One slot of the table: 224 bytes, packed to 8-byte alignment rather
+ * than padded to whole cache lines (256), because the slots are most of
+ * the segment (--capacity x 224) and a committed slot, the bulk of a
+ * full table, is read far more than written: the neighbours' sharing of
+ * a line costs less than 32 bytes a slot.  The slots start on a cache
+ * line (slots_offset).
+ */
 struct subtab_slot {
 	_Atomic uint32_t	state;		/* enum subtab_state; EMPTY if unused */
 	uint32_t		key_hash;
@@ -345,9 +372,10 @@ struct subtab_slot {
 	 * only: empty after a restart.
 	 */
 	_Atomic uint64_t	fast_receipt;
-} __attribute__((aligned(SHM_CACHELINE_BYTES)));
-_Static_assert(sizeof(struct subtab_slot) == 4 * SHM_CACHELINE_BYTES,
-    "fast_receipt fits the slot's padding");
+};
+#define SUBTAB_SLOT_BYTES	224
+_Static_assert(sizeof(struct subtab_slot) == SUBTAB_SLOT_BYTES,
+    "the slot is 224 bytes, no padding: see doc/architecture.md");
 /* subtab_slot.flags */
 #define SUBTAB_SLOT_INDEXED	0x1	/* committed, durable in the index */
 #define SUBTAB_SLOT_USED	0x2	/* looked up since the clock passed */

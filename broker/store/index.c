@@ -28,6 +28,7 @@
  * stores and finds; the table and the broker decide.
  */
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -396,6 +397,48 @@ index_stats(struct index *x, struct index_stats *s)
 	mdb_txn_abort(txn);
 	if (mdb_env_info(x->env, &info) == 0 && mdb_env_stat(x->env, &st) == 0)
 		s->bytes = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+	return 0;
+}
+
+/*
+ * LMDB does not name its map's address (me_mapaddr is only a fixed
+ * map's): the kernel's list of this process's mappings does, the one of
+ * the data file (device, inode) at offset 0.
+ */
+int
+index_mapped(struct index *x, uint8_t **base, uint64_t *bytes, int *fd)
+{
+	MDB_envinfo		 info;
+	MDB_stat		 st;
+	struct stat		 sb;
+	unsigned long long	 start, end, offset, inode;
+	unsigned		 major, minor;
+	char			 line[PATH_MAX + 128];
+	FILE			*maps;
+	int			 rc;
+
+	*base = NULL;
+	if ((rc = mdb_env_info(x->env, &info)) != 0 ||
+	    (rc = mdb_env_stat(x->env, &st)) != 0 ||
+	    (rc = mdb_env_get_fd(x->env, fd)) != 0)
+		return index_fail(NULL, x->dir, "info", rc);
+	*bytes = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+	if (fstat(*fd, &sb) == -1 || (maps = fopen("/proc/self/maps",
+	    "re")) == NULL)
+		return -1;
+	while (*base == NULL && fgets(line, sizeof line, maps) != NULL) {
+		if (sscanf(line, "%llx-%llx %*s %llx %x:%x %llu", &start, &end,
+		    &offset, &major, &minor, &inode) == 6 &&
+		    inode == (unsigned long long)sb.st_ino &&
+		    major == major(sb.st_dev) && minor == minor(sb.st_dev) &&
+		    offset == 0 && end - start >= *bytes)
+			*base = (uint8_t *)(uintptr_t)start;
+	}
+	fclose(maps);
+	if (*base == NULL) {
+		errno = ENOENT;
+		return -1;
+	}
 	return 0;
 }
 

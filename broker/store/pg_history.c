@@ -43,6 +43,41 @@ ph_command(struct pgstore *st, const char *sql, int n,
 	return 0;
 }
 
+/* A query's rows (PQclear them), or NULL with *cause (pgstore_failed). */
+static PGresult *
+ph_query(struct pgstore *st, const char *sql, int n,
+    const char *const *values, const char *what, char **cause)
+{
+	PGresult	*res;
+
+	res = PQexecParams((PGconn *)st->conn, sql, n, NULL, values, NULL,
+	    NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		(void)pgstore_failed(st, (struct pg_result *)res, what, cause);
+		return NULL;
+	}
+	return res;
+}
+
+/* A number as text parameters: $1 the workspace, $2 kind, $3 date, $4 seq. */
+struct ph_number {
+	char		 kind[4], date[16], seq[16];
+	const char	*v[4];
+};
+
+static void
+ph_number(struct pgstore *st, enum subtab_kind kind, uint32_t date,
+    uint32_t seq, struct ph_number *n)
+{
+	snprintf(n->kind, sizeof n->kind, "%d", (int)kind);
+	snprintf(n->date, sizeof n->date, "%" PRIu32, date);
+	snprintf(n->seq, sizeof n->seq, "%" PRIu32, seq);
+	n->v[0] = st->workspace;
+	n->v[1] = n->kind;
+	n->v[2] = n->date;
+	n->v[3] = n->seq;
+}
+
 int
 pgstore_import_begin(struct pgstore *st, char **cause)
 {
@@ -77,16 +112,14 @@ ph_number_taken(struct pgstore *st, const char *kind, const char *date,
 	PGresult	*res;
 
 	/* A legacy number (id NULL) is checked against every row. */
-	res = PQexecParams((PGconn *)st->conn, "SELECT client_submission_id "
-	    "FROM idem_submission WHERE workspace_id = $1 AND kind = $2 AND "
+	if ((res = ph_query(st, "SELECT client_submission_id FROM "
+	    "idem_submission WHERE workspace_id = $1 AND kind = $2 AND "
 	    "date = $3 AND seq = $4 AND NOT (scope = coalesce($5, '') AND "
 	    "client_submission_id = coalesce($6, '')) UNION ALL SELECT "
 	    "'(a call without an id)' FROM idem_legacy WHERE workspace_id = "
 	    "$1 AND kind = $2 AND date = $3 AND seq = $4 AND $6 IS NOT NULL "
-	    "LIMIT 1", 6, NULL, v, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pgstore_failed(st, (struct pg_result *)res,
-		    "looking a number up", cause);
+	    "LIMIT 1", 6, v, "looking a number up", cause)) == NULL)
+		return -1;
 	*holder = NULL;
 	if (PQntuples(res) > 0 &&
 	    (*holder = strdup(PQgetvalue(res, 0, 0))) == NULL) {
@@ -144,14 +177,12 @@ pgstore_import_row(struct pgstore *st, const struct pgstore_key *key,
 	v[1] = kind;
 	v[2] = key->scope;
 	v[3] = key->id;
-	res = PQexecParams((PGconn *)st->conn, "SELECT digest_schema, "
-	    "request_digest, state, task_id, created_at_ms FROM "
-	    "idem_submission WHERE workspace_id = $1 AND kind = $2 AND "
-	    "scope = $3 AND client_submission_id = $4", 4, NULL, v, NULL,
-	    NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pgstore_failed(st, (struct pg_result *)res,
-		    "reading a submission", cause);
+	if ((res = ph_query(st, "SELECT digest_schema, request_digest, "
+	    "state, task_id, created_at_ms FROM idem_submission WHERE "
+	    "workspace_id = $1 AND kind = $2 AND scope = $3 AND "
+	    "client_submission_id = $4", 4, v, "reading a submission",
+	    cause)) == NULL)
+		return -1;
 	if (PQntuples(res) == 1) {
 		int	s = atoi(PQgetvalue(res, 0, 2));
 
@@ -252,14 +283,12 @@ pgstore_import_effect(struct pgstore *st, const struct pgstore_key *key,
 	v[1] = "3";
 	v[2] = key->scope;
 	v[3] = key->id;
-	res = PQexecParams((PGconn *)st->conn, "SELECT digest_schema, "
-	    "request_digest, state, epoch, created_at_ms FROM "
-	    "idem_submission WHERE workspace_id = $1 AND kind = $2 AND "
-	    "scope = $3 AND client_submission_id = $4", 4, NULL, v, NULL,
-	    NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pgstore_failed(st, (struct pg_result *)res,
-		    "reading an effect", cause);
+	if ((res = ph_query(st, "SELECT digest_schema, request_digest, "
+	    "state, epoch, created_at_ms FROM idem_submission WHERE "
+	    "workspace_id = $1 AND kind = $2 AND scope = $3 AND "
+	    "client_submission_id = $4", 4, v, "reading an effect",
+	    cause)) == NULL)
+		return -1;
 	if (PQntuples(res) == 1) {
 		s = atoi(PQgetvalue(res, 0, 2));
 		/* The same binding, attempt and outcome: imported before. */
@@ -341,45 +370,37 @@ pgstore_import_legacy(struct pgstore *st, enum subtab_kind kind,
     uint32_t date, uint32_t seq, enum pgstore_import_result *result,
     char **cause)
 {
-	PGresult	*res;
-	const char	*v[4];
-	char		 kind_s[4], date_s[16], seq_s[16], *holder;
-	int		 rc;
+	PGresult		*res;
+	struct ph_number	 n;
+	char			*holder;
+	int			 rc;
 
 	*cause = NULL;
-	snprintf(kind_s, sizeof kind_s, "%d", (int)kind);
-	snprintf(date_s, sizeof date_s, "%" PRIu32, date);
-	snprintf(seq_s, sizeof seq_s, "%" PRIu32, seq);
-	v[0] = st->workspace;
-	v[1] = kind_s;
-	v[2] = date_s;
-	v[3] = seq_s;
-	res = PQexecParams((PGconn *)st->conn, "SELECT 1 FROM idem_legacy "
-	    "WHERE workspace_id = $1 AND kind = $2 AND date = $3 AND "
-	    "seq = $4", 4, NULL, v, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pgstore_failed(st, (struct pg_result *)res,
-		    "reading a legacy number", cause);
+	ph_number(st, kind, date, seq, &n);
+	if ((res = ph_query(st, "SELECT 1 FROM idem_legacy WHERE "
+	    "workspace_id = $1 AND kind = $2 AND date = $3 AND seq = $4", 4,
+	    n.v, "reading a legacy number", cause)) == NULL)
+		return -1;
 	rc = PQntuples(res);
 	PQclear(res);
 	if (rc > 0) {
 		*result = PGSTORE_IMPORT_PRESENT;
 		return 0;
 	}
-	if ((rc = ph_number_taken(st, kind_s, date_s, seq_s, NULL, NULL,
+	if ((rc = ph_number_taken(st, n.kind, n.date, n.seq, NULL, NULL,
 	    &holder, cause)) != 0) {
 		if (rc < 0)
 			return -1;
 		*result = PGSTORE_IMPORT_CONFLICT;
 		ph_conflict(cause, "number %s of %s, taken by a call without "
-		    "an id, is another submission's in the store: %s", seq_s,
-		    date_s, holder);
+		    "an id, is another submission's in the store: %s", n.seq,
+		    n.date, holder);
 		free(holder);
 		return 0;
 	}
 	if (ph_command(st, "INSERT INTO idem_legacy (workspace_id, kind, date, "
-	    "seq) VALUES ($1, $2, $3, $4)", 4, v, "importing a legacy number",
-	    cause) != 0)
+	    "seq) VALUES ($1, $2, $3, $4)", 4, n.v,
+	    "importing a legacy number", cause) != 0)
 		return -1;
 	*result = PGSTORE_IMPORT_ADDED;
 	return 0;
@@ -389,21 +410,14 @@ int
 pgstore_import_counter(struct pgstore *st, enum subtab_kind kind,
     uint32_t date, uint32_t next_seq, char **cause)
 {
-	const char	*v[4];
-	char		 kind_s[4], date_s[16], next_s[16];
+	struct ph_number	n;
 
 	*cause = NULL;
-	snprintf(kind_s, sizeof kind_s, "%d", (int)kind);
-	snprintf(date_s, sizeof date_s, "%" PRIu32, date);
-	snprintf(next_s, sizeof next_s, "%" PRIu32, next_seq);
-	v[0] = st->workspace;
-	v[1] = kind_s;
-	v[2] = date_s;
-	v[3] = next_s;
+	ph_number(st, kind, date, next_seq, &n);
 	return ph_command(st, "INSERT INTO idem_counter AS c (workspace_id, "
 	    "kind, date, next_seq) VALUES ($1, $2, $3, $4) ON CONFLICT "
 	    "(workspace_id, kind, date) DO UPDATE SET next_seq = "
-	    "excluded.next_seq WHERE c.next_seq < excluded.next_seq", 4, v,
+	    "excluded.next_seq WHERE c.next_seq < excluded.next_seq", 4, n.v,
 	    "raising a counter", cause);
 }
 
@@ -460,12 +474,9 @@ pgstore_compact(struct pgstore *st, int days, uint64_t *pruned,
 	 * reads it; the server's clock, as every time between brokers.
 	 * The tombstone keeps the key, kind, schema, request digest, number
 	 * (task_id) and created_at: the receipt without its file digest.
-	 */
-	/*
 	 * An effect's tombstone keeps its result's digest (file_digest),
-	 * the local index's: the receipt_pruned answer shows it, and a
-	 * complete with the same result is judged by it.  Its created_at
-	 * is its committed_at.
+	 * as the local index's does: the receipt_pruned answer shows it,
+	 * and a complete with the same result is judged by it.
 	 */
 	res = PQexecParams((PGconn *)st->conn, "UPDATE idem_submission SET "
 	    "state = " PGSTORE_STATE_TOMBSTONE_S ", receipt = NULL, "
@@ -495,12 +506,11 @@ pgstore_history_counts(struct pgstore *st, struct pgstore_history *h,
 	memset(h, 0, sizeof *h);
 	if (pgstore_conn(st, cause) == NULL)
 		return -1;
-	res = PQexecParams((PGconn *)st->conn, "SELECT state, kind, count(*) "
-	    "FROM idem_submission WHERE workspace_id = $1 AND kind IN (1, 2, "
-	    "3) GROUP BY state, kind", 1, NULL, v, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pgstore_failed(st, (struct pg_result *)res,
-		    "counting the history", cause);
+	if ((res = ph_query(st, "SELECT state, kind, count(*) FROM "
+	    "idem_submission WHERE workspace_id = $1 AND kind IN (1, 2, 3) "
+	    "GROUP BY state, kind", 1, v, "counting the history", cause)) ==
+	    NULL)
+		return -1;
 	for (i = 0; i < PQntuples(res); i++) {
 		state = atoi(PQgetvalue(res, i, 0));
 		n = strtoull(PQgetvalue(res, i, 2), NULL, 10);

@@ -252,6 +252,13 @@ int	index_put(struct index *, int form, const struct journal_record *,
 int	index_commit(struct index *, uint64_t checkpoint, char **cause);
 void	index_abort(struct index *);
 int	index_stats(struct index *, struct index_stats *);
+/*
+ * Where this process maps the index, how many bytes of the map the file
+ * holds now (its pages in use), and the file's descriptor (LMDB's: only
+ * to read ahead): what a warm-up may touch.
+ */
+int	index_mapped(struct index *, uint8_t **base, uint64_t *bytes,
+	    int *fd);
 /* Visit every entry in key order; visit returning non-zero stops (<0: error). */
 typedef int (*index_visit_fn)(const struct index_entry *, void *arg);
 int	index_foreach(struct index *, index_visit_fn, void *arg,

@@ -1801,10 +1801,13 @@ run_idem(const char *name, int clients, size_t total_ops, size_t ids,
 		jbytes = journal_bytes(b.root);
 		if (r->records >= 0)
 			result_note(r, "per creation: %.2f records, %.2f "
-			    "journal fsyncs, %.0f journal bytes",
+			    "journal fsyncs, %.0f journal bytes; %.1f records "
+			    "a journal fsync",
 			    (double)r->records / (double)r->created,
 			    (double)r->fsyncs / (double)r->created,
-			    jbytes / (double)r->created);
+			    jbytes / (double)r->created,
+			    r->fsyncs > 0 ? (double)r->records /
+			    (double)r->fsyncs : 0.0);
 	}
 	if (strcmp(name, "mixed") == 0)
 		result_note(r, "%" PRIu64 " created, %" PRIu64 " reused, %"
@@ -2989,6 +2992,7 @@ static struct {
 	double	bulk_s;
 	double	start_s;
 	double	shm_mb;
+	double	shm_resident_mb;	/* its pages in memory, at the end */
 	double	index_bytes_per_id;
 	double	disk_bytes_per_id;
 	double	create_empty, create_full, cold_rate, hot_rate;
@@ -3260,7 +3264,7 @@ run_history(size_t n, int clients)
 	struct result		*hot = result_new("history-hot-retry", clients);
 	struct result		 fill;
 	char			 root[PATH_MAX], path[PATH_MAX + 64];
-	char			 real[PATH_MAX], name[64];
+	char			 real[PATH_MAX], name[64], shm[PATH_MAX + 64];
 	struct stat		 st;
 	uint64_t		 t0;
 	size_t			 made;
@@ -3291,10 +3295,11 @@ run_history(size_t n, int clients)
 	}
 	if (realpath(root, real) != NULL) {
 		shm_name_for_root(real, name);
-		snprintf(path, sizeof path, "/dev/shm%s", name);
-		if (stat(path, &st) == 0)
+		snprintf(shm, sizeof shm, "/dev/shm%s", name);
+		if (stat(shm, &st) == 0)
 			hist.shm_mb = (double)st.st_size / 1048576.0;
-	}
+	} else
+		shm[0] = '\0';
 	entries = history_stat(b.socket, "history_entries");
 	hist.verified = entries == (int64_t)n;
 	bulk->ops = n;
@@ -3348,6 +3353,12 @@ run_history(size_t n, int clients)
 	hist.hot_p99_ms = hot->p99_ms;
 	result_note(cold, "%.2fx the hot rate", hist.cold_rate /
 	    hist.hot_rate);
+	/* The segment is sparse: what the run made it take from memory. */
+	if (shm[0] != '\0' && stat(shm, &st) == 0)
+		hist.shm_resident_mb = (double)st.st_blocks * 512 / 1048576.0;
+	result_note(hot, "shared memory resident after the run %.0f MB; "
+	    "index bytes warmed by the workers %lld", hist.shm_resident_mb,
+	    (long long)history_stat(b.socket, "index_warm_bytes"));
 	if (broker_stop(&b) != 0)
 		bulk->failed = 1;
 	snprintf(path, sizeof path, "%s/%s", root, IDEM_INDEX_DIR);

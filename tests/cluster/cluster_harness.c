@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sodium.h>
 
 #include "cluster_harness.h"
 #include "shm.h"
@@ -228,7 +229,7 @@ cluster_call_until_final(struct broker *b, json_t *request)
 int
 cluster_idemctl(char **out, const char *fmt, ...)
 {
-	char	cmd[2048], args[1536], buf[8192];
+	char	cmd[2048], args[1536], buf[16384];
 	va_list	ap;
 	FILE	*fp;
 	size_t	 n;
@@ -246,4 +247,79 @@ cluster_idemctl(char **out, const char *fmt, ...)
 	if (out != NULL)
 		*out = strdup(buf);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* psql's output of the SQL (malloc'd), failing the test if psql fails. */
+static char *
+cluster_vpsql(struct pgserver *server, const char *fmt, va_list ap)
+{
+	char	sql[2048], *out;
+
+	vsnprintf(sql, sizeof sql, fmt, ap);
+	assert_non_null(out = pgserver_psql(server, sql));
+	return out;
+}
+
+char *
+cluster_sql_value(struct pgserver *server, const char *fmt, ...)
+{
+	char	*out;
+	va_list	 ap;
+
+	va_start(ap, fmt);
+	out = cluster_vpsql(server, fmt, ap);
+	va_end(ap);
+	out[strcspn(out, "\n")] = '\0';
+	return out;
+}
+
+long
+cluster_sql_long(struct pgserver *server, const char *fmt, ...)
+{
+	char	*out;
+	long	 n;
+	va_list	 ap;
+
+	va_start(ap, fmt);
+	out = cluster_vpsql(server, fmt, ap);
+	va_end(ap);
+	n = strtol(out, NULL, 10);
+	free(out);
+	return n;
+}
+
+int
+cluster_main(struct pgserver *server, const struct CMUnitTest *tests,
+    size_t count)
+{
+#ifndef HAVE_POSTGRESQL
+	(void)server;
+	(void)tests;
+	(void)count;
+	return pgserver_skip_status("idem was built without PostgreSQL "
+	    "(configure --with-postgresql; Debian: libpq-dev)");
+#else
+	char	cmd[1024];
+	int	rc, failed;
+
+	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	if ((rc = pgserver_main_start(server)) != 0)
+		return rc;
+	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",
+	    getenv("IDEMCTL"), server->uri);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "idemctl store init failed\n");
+		pgserver_destroy(server, 1);
+		return 1;
+	}
+	/* What cmocka_run_group_tests expands to, for an array's pointer. */
+	failed = _cmocka_run_group_tests("tests", tests, count, NULL, NULL);
+	harness_watchdog(0);
+	pgserver_destroy(server, failed != 0);
+	return harness_exit_status(failed);
+#endif
 }

@@ -73,4 +73,25 @@ json_t	*cluster_call_until_final(struct broker *, json_t *request);
 int	 cluster_idemctl(char **out, const char *fmt, ...)
 	    __attribute__((format(printf, 2, 3)));
 
+/*
+ * SQL (printf-style) through psql on the server, failing the test if
+ * psql fails: its output's first line (malloc'd); that line as a number.
+ */
+char	*cluster_sql_value(struct pgserver *, const char *fmt, ...)
+	    __attribute__((format(printf, 2, 3)));
+long	 cluster_sql_long(struct pgserver *, const char *fmt, ...)
+	    __attribute__((format(printf, 2, 3)));
+
+/*
+ * A cluster test's main: libsodium, IDEM_TEST_FILTER, the server
+ * started (pgserver_main_start) and its schema made (idemctl store
+ * init), the count tests run, the watchdog disarmed, the server gone
+ * (its directory kept if a test failed).  What main returns: 77 (or 1
+ * in CI) in a build without PostgreSQL or a machine without its
+ * programs, 1 if it could not start, else harness_exit_status's.
+ */
+struct CMUnitTest;
+int	 cluster_main(struct pgserver *, const struct CMUnitTest *tests,
+	    size_t count);
+
 #endif

@@ -52,7 +52,6 @@
 
 #include <cmocka.h>
 #include <jansson.h>
-#include <sodium.h>
 
 #include "idem.h"
 #include "cluster_harness.h"
@@ -233,24 +232,6 @@ three_brokers_converge(void **state)
 	cluster_rm_root(root);
 }
 
-/* One SQL value, as text (malloc'd; its newline cut). */
-static char *sql_value(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static char *
-sql_value(const char *fmt, ...)
-{
-	char	q[1024], *out;
-	va_list	ap;
-
-	va_start(ap, fmt);
-	vsnprintf(q, sizeof q, fmt, ap);
-	va_end(ap);
-	assert_non_null(out = pgserver_psql(&server, q));
-	out[strcspn(out, "\n")] = '\0';
-	return out;
-}
-
 /*
  * The retry of id on b, until a final answer: the SPEC's disposition
  * for point, "recovered" as expected, the task_id of the row A left.
@@ -318,8 +299,8 @@ crash_on_one_broker_retry_on_another(void **state)
 		harness_wait_dead(&a.b);
 		cluster_node_reap(&a);
 		/* The number A reserved. */
-		out = sql_value("SELECT task_id FROM idem_submission WHERE "
-		    "client_submission_id = '%s'", id);
+		out = cluster_sql_value(&server, "SELECT task_id FROM "
+		    "idem_submission WHERE client_submission_id = '%s'", id);
 		assert_true(strncmp(out, "TASK-", 5) == 0);
 		json_decref(retry_expecting(&b.b, id, "Crash me",
 		    cases[i].point, cases[i].disposition, cases[i].recovered,
@@ -570,15 +551,15 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 		assert_int_equal(harness_workers(&a.b, &worker, 1), 1);
 		/* A stops at the point; its session stays open. */
 		fd = send_until_paused(&a, worker, id, "Pause me");
-		task_id = sql_value("SELECT task_id FROM idem_submission WHERE "
-		    "client_submission_id = '%s'", id);
+		task_id = cluster_sql_value(&server, "SELECT task_id FROM "
+		    "idem_submission WHERE client_submission_id = '%s'", id);
 		assert_true(strncmp(task_id, "TASK-", 5) == 0);
 		if (!cases[i].committed) {
 			/* Inside the lease: B waits, then says in_progress. */
-			out = sql_value("SELECT lease_expires > "
-			    "clock_timestamp() + interval '2 s' FROM "
-			    "idem_submission WHERE client_submission_id = "
-			    "'%s'", id);
+			out = cluster_sql_value(&server, "SELECT "
+			    "lease_expires > clock_timestamp() + interval "
+			    "'2 s' FROM idem_submission WHERE "
+			    "client_submission_id = '%s'", id);
 			if (strcmp(out, "t") != 0)
 				fail_msg("%s: A's lease of %s ms is nearly "
 				    "over before the first retry", id,
@@ -615,7 +596,7 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 		 * the lease, not a lost session, allowed it); none of a
 		 * committed id.
 		 */
-		out = sql_value("SELECT count(*) || ' ' || "
+		out = cluster_sql_value(&server, "SELECT count(*) || ' ' || "
 		    "coalesce(bool_and(at > old_expires AND owner_alive), "
 		    "true) FROM test_moves WHERE kind = 'takeover' AND "
 		    "csid = '%s'", id);
@@ -1263,8 +1244,8 @@ foreign_writer_concurrently_with_brokers(void **state)
 	fprintf(stderr, "numbers idem shares with the other-roles writer "
 	    "(FCoP's own race, not prevented): %d\n", shared_other);
 	/* How often a link met a foreign name (EEXIST) and moved on. */
-	content = sql_value("SELECT count(*) FROM test_moves WHERE kind = "
-	    "'%s'", "renumber");
+	content = cluster_sql_value(&server, "SELECT count(*) FROM "
+	    "test_moves WHERE kind = '%s'", "renumber");
 	fprintf(stderr, "links that met a foreign name and took a fresh "
 	    "number: %s\n", content);
 	free(content);
@@ -1982,26 +1963,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(effect_crash_then_retry_elsewhere,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
-	char	cmd[1024];
-	int	rc, failed;
 
-	if (sodium_init() < 0)
-		return 1;
-	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
-	if ((rc = pgserver_main_start(&server)) != 0)
-		return rc;
-	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",
-	    getenv("IDEMCTL"), server.uri);
-	if (system(cmd) != 0) {
-		fprintf(stderr, "idemctl store init failed\n");
-		pgserver_destroy(&server, 1);
-		return 1;
-	}
-	failed = cmocka_run_group_tests(tests, NULL, NULL);
-	harness_watchdog(0);
-	pgserver_destroy(&server, failed != 0);
-	return harness_exit_status(failed);
+	return cluster_main(&server, tests, sizeof tests / sizeof tests[0]);
 }
 #endif

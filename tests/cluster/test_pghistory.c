@@ -24,15 +24,7 @@
  *   "store" counts the workspace's rows from any broker, and is null
  *   while PostgreSQL is down.
  */
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,21 +35,9 @@
 
 #include <cmocka.h>
 #include <jansson.h>
-#include <sodium.h>
 
 #include "idem.h"
-#include "harness.h"
-#include "pgserver.h"
-#include "shm.h"
-
-#ifndef HAVE_POSTGRESQL
-int
-main(void)
-{
-	return pgserver_skip_status("idem was built without PostgreSQL "
-	    "(configure --with-postgresql; Debian: libpq-dev)");
-}
-#else
+#include "cluster_harness.h"
 
 static struct pgserver	server;
 
@@ -71,67 +51,12 @@ static struct pgserver	server;
 static const char *const local_args[] = { "--capacity", LOCAL_CAPACITY,
     NULL };
 
-struct node {
-	struct broker	b;
-	char		host[16];
-	int		live;
-};
-
-static struct node	*live_nodes[4];
-
-static void
-node_init(struct node *n, const char *root, const char *host)
-{
-	memset(n, 0, sizeof *n);
-	snprintf(n->host, sizeof n->host, "%s", host);
-	snprintf(n->b.root, sizeof n->b.root, "%s", root);
-	snprintf(n->b.socket, sizeof n->b.socket, "%s/.idem/hosts/%s/idemd.sock",
-	    root, host);
-	snprintf(n->b.log, sizeof n->b.log, "%s.%s.log", root, host);
-}
-
+/* A broker on the server: idemd's defaults, but one worker. */
 static void
 node_start(struct node *n)
 {
-	const char *const args[] = { "--store", server.uri, "--host-id",
-	    n->host, "--workers", "1", NULL };
-	size_t	i;
-
-	for (i = 0; i < sizeof live_nodes / sizeof live_nodes[0]; i++)
-		if (live_nodes[i] == NULL || live_nodes[i] == n) {
-			live_nodes[i] = n;
-			break;
-		}
-	assert_int_equal(harness_start(&n->b, args, NULL), 0);
-}
-
-/* Killed, its workers gone (the host's lock), its segment removed. */
-static void
-node_kill(struct node *n)
-{
-	char	path[512], name[64], *real;
-	size_t	i;
-	int	fd;
-
-	if (n->b.pid != 0)
-		harness_kill(&n->b);
-	snprintf(path, sizeof path, "%s/.idem/hosts/%s/idemd.lock", n->b.root,
-	    n->host);
-	if ((fd = open(path, O_RDWR | O_CLOEXEC)) != -1) {
-		while (flock(fd, LOCK_EX) == -1 && errno == EINTR)
-			;
-		close(fd);
-	}
-	if ((real = realpath(n->b.root, NULL)) != NULL) {
-		snprintf(path, sizeof path, "%s/.idem/hosts/%s", real,
-		    n->host);
-		free(real);
-		shm_name_for_root(path, name);
-		(void)shm_unlink(name);
-	}
-	for (i = 0; i < sizeof live_nodes / sizeof live_nodes[0]; i++)
-		if (live_nodes[i] == n)
-			live_nodes[i] = NULL;
+	assert_int_equal(cluster_node_start(n, "30000", "1", "10000", NULL,
+	    NULL), 0);
 }
 
 static int
@@ -142,80 +67,30 @@ setup(void **state)
 	return 0;
 }
 
+/* idemctl store import of root into the server; extra: its options. */
 static int
-teardown(void **state)
+store_import(char **out, const char *root, const char *extra)
 {
-	size_t	i;
-
-	(void)state;
-	for (i = 0; i < sizeof live_nodes / sizeof live_nodes[0]; i++)
-		if (live_nodes[i] != NULL)
-			node_kill(live_nodes[i]);
-	return 0;
+	return cluster_idemctl(out, "store import --store '%s' --root '%s'%s",
+	    server.uri, root, extra);
 }
 
+/* The local broker stopped, its history imported. */
 static void
-store_reset(void)
+stop_and_import(struct broker *b)
 {
 	char	*out;
 
-	out = pgserver_psql(&server, "DELETE FROM idem_submission; "
-	    "DELETE FROM idem_counter; DELETE FROM idem_legacy");
-	assert_non_null(out);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(store_import(&out, b->root, ""), 0);
 	free(out);
-}
-
-/* psql's output of sql (malloc'd), failing the test if psql fails. */
-static char *
-psql(const char *fmt, ...)
-{
-	char	sql[2048], *out;
-	va_list	ap;
-
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof sql, fmt, ap);
-	va_end(ap);
-	assert_non_null(out = pgserver_psql(&server, sql));
-	return out;
 }
 
 static long
-psql_count(const char *fmt, ...)
+submissions(void)
 {
-	char	sql[2048], *out;
-	long	n;
-	va_list	ap;
-
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof sql, fmt, ap);
-	va_end(ap);
-	assert_non_null(out = pgserver_psql(&server, sql));
-	n = strtol(out, NULL, 10);
-	free(out);
-	return n;
-}
-
-/* idemctl ARGS; its exit status, its stdout and stderr in out. */
-static int
-idemctl(char **out, const char *fmt, ...)
-{
-	char	args[1024], cmd[1536], buf[16384];
-	FILE	*fp;
-	size_t	 n;
-	int	 status;
-	va_list	 ap;
-
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof args, fmt, ap);
-	va_end(ap);
-	snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", getenv("IDEMCTL"), args);
-	assert_non_null(fp = popen(cmd, "r"));
-	n = fread(buf, 1, sizeof buf - 1, fp);
-	buf[n] = '\0';
-	status = pclose(fp);
-	fprintf(stderr, "idemctl %s:\n%s", args, buf);
-	*out = strdup(buf);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	return cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission");
 }
 
 /*
@@ -289,12 +164,38 @@ assert_store_counts(struct broker *b, json_int_t submissions,
 static char *
 store_dump(void)
 {
-	return psql("SELECT kind, scope, client_submission_id, "
-	    "digest_schema, request_digest, state, date, seq, task_id, "
-	    "created_at_ms, reserved_at, updated_at, file_digest, receipt, "
-	    "epoch FROM idem_submission ORDER BY 1, 2, 3; SELECT * FROM "
-	    "idem_counter ORDER BY 1, 2, 3; SELECT * FROM idem_legacy "
-	    "ORDER BY 1, 2, 3, 4");
+	char	*out;
+
+	out = pgserver_psql(&server, "SELECT kind, scope, "
+	    "client_submission_id, digest_schema, request_digest, state, "
+	    "date, seq, task_id, created_at_ms, reserved_at, updated_at, "
+	    "file_digest, receipt, epoch FROM idem_submission ORDER BY 1, 2, "
+	    "3; SELECT * FROM idem_counter ORDER BY 1, 2, 3; SELECT * FROM "
+	    "idem_legacy ORDER BY 1, 2, 3, 4");
+	assert_non_null(out);
+	return out;
+}
+
+/* The store as it was (before: store_dump's, freed). */
+static void
+assert_store_is(char *before)
+{
+	char	*after = store_dump();
+
+	assert_string_equal(before, after);
+	free(before);
+	free(after);
+}
+
+/* An import of root refused, the store as it was: idemctl's output. */
+static char *
+import_refused(const char *root)
+{
+	char	*before = store_dump(), *out;
+
+	assert_int_equal(store_import(&out, root, ""), 1);
+	assert_store_is(before);
+	return out;
 }
 
 /* A local history: IMPORT_TASKS ids, one legacy call, compacted. */
@@ -343,8 +244,8 @@ local_history(struct local *l)
 	l->report = raw_call(&l->b, report_request(l->task0));
 	assert_non_null(strstr(l->report, "\"deduplicated\":false"));
 	/* The index compacted, the broker running (it may). */
-	assert_int_equal(idemctl(&out, "--root '%s' compact --older-than 0",
-	    l->b.root), 0);
+	assert_int_equal(cluster_idemctl(&out, "--root '%s' compact "
+	    "--older-than 0", l->b.root), 0);
 	assert_non_null(at = strstr(out, "compact: "));
 	l->compacted = atoi(at + strlen("compact: "));
 	free(out);
@@ -396,27 +297,24 @@ import_local_history_answers_byte_identical(void **state)
 {
 	static struct local	 l;
 	static struct node	 a;
-	char			 id[32], subject[64], *out, *before, *after;
+	char			 id[32], subject[64], *out, *before;
 	char			*reply, today[9], *expected;
 	json_t			*r;
 	long			 next_seq;
 	int			 i, pruned;
 
 	(void)state;
-	store_reset();
+	cluster_store_reset(&server);
 	memset(&l, 0, sizeof l);
 	local_history(&l);
 	/* Refused while the local idemd holds the root: nothing written. */
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, l.b.root), 1);
+	assert_int_equal(store_import(&out, l.b.root, ""), 1);
 	assert_non_null(strstr(out, "in use by a local idemd"));
 	free(out);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission"),
-	    0);
+	assert_int_equal(submissions(), 0);
 	assert_int_equal(harness_stop(&l.b), 0);
 
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, l.b.root), 0);
+	assert_int_equal(store_import(&out, l.b.root, ""), 0);
 	/*
 	 * The legacy call is a record, or, past a checkpoint, only the
 	 * allocator's position: the counter below passes it either way.
@@ -425,44 +323,39 @@ import_local_history_answers_byte_identical(void **state)
 	assert_non_null(strstr(out, ", 0 already"));
 	free(out);
 	/* The tasks and the report, its task as its scope. */
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission"),
-	    IMPORT_TASKS + 1);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
-	    "WHERE kind = 2 AND scope = '%s' AND client_submission_id = "
-	    "'rep-1'", l.task0), 1);
+	assert_int_equal(submissions(), IMPORT_TASKS + 1);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE kind = 2 AND scope = '%s' AND "
+	    "client_submission_id = 'rep-1'", l.task0), 1);
 	/* The index's tombstones as tombstones, the rest with receipts. */
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
-	    "WHERE state = 10 AND receipt IS NULL AND file_digest IS NULL"),
-	    l.compacted);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
-	    "WHERE state = 3 AND receipt IS NOT NULL"),
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE state = 10 AND receipt IS NULL AND "
+	    "file_digest IS NULL"), l.compacted);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE state = 3 AND receipt IS NOT NULL"),
 	    IMPORT_TASKS + 1 - l.compacted);
 	/* The counter is past every number: the 30 ids and the legacy one. */
 	harness_today(today);
-	next_seq = psql_count("SELECT next_seq FROM idem_counter WHERE "
-	    "kind = 1 AND date = %s", today);
+	next_seq = cluster_sql_long(&server, "SELECT next_seq FROM "
+	    "idem_counter WHERE kind = 1 AND date = %s", today);
 	if (next_seq == 0)
 		harness_skip("the date moved during the test");
 	assert_int_equal(next_seq, IMPORT_TASKS + 2);
 
 	/* A second import changes nothing. */
 	before = store_dump();
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, l.b.root), 0);
+	assert_int_equal(store_import(&out, l.b.root, ""), 0);
 	assert_non_null(strstr(out, "0 submissions added, 0 effects added, "
 	    "0 legacy numbers added, "));
 	free(out);
-	after = store_dump();
-	assert_string_equal(before, after);
-	free(before);
-	free(after);
+	assert_store_is(before);
 
 	/*
 	 * A broker on PostgreSQL answers as the local one does, byte for
 	 * byte: the first receipt, or, compacted, its tombstone (a receipt
 	 * the local table still held whole is a tombstone all the same).
 	 */
-	node_init(&a, l.b.root, "a");
+	cluster_node_init(&a, server.uri, l.b.root, "a");
 	node_start(&a);
 	for (i = 0, pruned = 0; i < IMPORT_TASKS; i++) {
 		snprintf(id, sizeof id, "imp-%02d", i);
@@ -504,7 +397,7 @@ import_local_history_answers_byte_identical(void **state)
 	assert_int_equal(harness_count_tasks(&a.b), IMPORT_TASKS + 2);
 	assert_store_counts(&a.b, IMPORT_TASKS + 2, IMPORT_TASKS + 2 -
 	    l.compacted, 0, l.compacted);
-	node_kill(&a);
+	cluster_node_kill(&a);
 	local_free(&l);
 	harness_finish(&l.b);
 }
@@ -513,11 +406,11 @@ static void
 conflicting_import_writes_nothing(void **state)
 {
 	static struct broker	 b;
-	char			 id[32], *out, *before, *after, *reply;
+	char			 id[32], *out, *reply;
 	int			 i;
 
 	(void)state;
-	store_reset();
+	cluster_store_reset(&server);
 	harness_fresh_root(&b);
 	harness_must_start(&b, NULL, NULL);
 	for (i = 0; i < 4; i++) {
@@ -526,45 +419,30 @@ conflicting_import_writes_nothing(void **state)
 		assert_non_null(strstr(reply, "\"disposition\":\"created\""));
 		free(reply);
 	}
-	assert_int_equal(harness_stop(&b), 0);
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, b.root), 0);
-	free(out);
+	stop_and_import(&b);
 	/*
 	 * The store now binds conf-1 to another request, and lost conf-3
 	 * and the counter: an import would add those, but conflicts.
 	 */
-	free(psql("UPDATE idem_submission SET request_digest = repeat('0', "
-	    "64) WHERE client_submission_id = 'conf-1'; DELETE FROM "
-	    "idem_submission WHERE client_submission_id = 'conf-3'; DELETE "
-	    "FROM idem_counter"));
-	before = store_dump();
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, b.root), 1);
+	free(cluster_sql_value(&server, "UPDATE idem_submission SET "
+	    "request_digest = repeat('0', 64) WHERE client_submission_id = "
+	    "'conf-1'; DELETE FROM idem_submission WHERE "
+	    "client_submission_id = 'conf-3'; DELETE FROM idem_counter"));
+	out = import_refused(b.root);
 	assert_non_null(strstr(out, "conflict: conf-1"));
 	assert_non_null(strstr(out, "nothing was written"));
 	free(out);
-	after = store_dump();
-	assert_string_equal(before, after);
-	free(before);
-	free(after);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
-	    "WHERE client_submission_id = 'conf-3'"), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id = 'conf-3'"), 0);
 	/* Another submission on an imported number: a conflict too. */
-	free(psql("UPDATE idem_submission SET request_digest = (SELECT "
-	    "request_digest FROM idem_submission WHERE client_submission_id "
-	    "= 'conf-0'), client_submission_id = 'someone-else' WHERE "
-	    "client_submission_id = 'conf-1'"));
-	before = store_dump();
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, b.root), 1);
+	free(cluster_sql_value(&server, "UPDATE idem_submission SET "
+	    "request_digest = (SELECT request_digest FROM idem_submission "
+	    "WHERE client_submission_id = 'conf-0'), client_submission_id = "
+	    "'someone-else' WHERE client_submission_id = 'conf-1'"));
+	out = import_refused(b.root);
 	assert_non_null(strstr(out, "is another submission's in the store: "
 	    "someone-else"));
 	free(out);
-	after = store_dump();
-	assert_string_equal(before, after);
-	free(before);
-	free(after);
 	harness_finish(&b);
 }
 
@@ -577,7 +455,7 @@ unfinished_history_is_refused(void **state)
 	int			 fd;
 
 	(void)state;
-	store_reset();
+	cluster_store_reset(&server);
 	harness_fresh_root(&b);
 	harness_start_crashing(&b, "IDEM_CRASH_AT", "after_reserve_durable");
 	/* The broker dies with the reservation durable: no reply. */
@@ -590,24 +468,20 @@ unfinished_history_is_refused(void **state)
 	harness_wait_dead(&b);
 	free(harness_raw_read_line(fd));
 	close(fd);
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, b.root), 1);
+	assert_int_equal(store_import(&out, b.root, ""), 1);
 	assert_non_null(strstr(out, "unfinished: half-done"));
 	assert_non_null(strstr(out, "start the local idemd once"));
 	free(out);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission"),
-	    0);
+	assert_int_equal(submissions(), 0);
 	/* As told: the local idemd once (the retry finishes it), then import. */
 	harness_must_start(&b, NULL, NULL);
 	reply = raw_call(&b, harness_write_task("half-done", "Unfinished"));
 	assert_non_null(strstr(reply, "\"ok\":true"));
 	free(reply);
-	assert_int_equal(harness_stop(&b), 0);
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, b.root), 0);
-	free(out);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
-	    "WHERE client_submission_id = 'half-done' AND state = 3"), 1);
+	stop_and_import(&b);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id = 'half-done' AND "
+	    "state = 3"), 1);
 	harness_finish(&b);
 }
 
@@ -709,7 +583,7 @@ import_effects_answers_byte_identical(void **state)
 	json_t			*s;
 
 	(void)state;
-	store_reset();
+	cluster_store_reset(&server);
 	harness_fresh_root(&l);
 	harness_must_start(&l, local_args, NULL);
 	for (i = 0; i < IMPORT_EFFECTS; i++) {
@@ -722,7 +596,7 @@ import_effects_answers_byte_identical(void **state)
 	free(fx_complete(&l, "fx-released", reply, "not_applied", NULL));
 	free(reply);
 	/* The local index compacted, then every retry's answer recorded. */
-	assert_int_equal(idemctl(&out, "--root '%s' compact --older-than 0",
+	assert_int_equal(cluster_idemctl(&out, "--root '%s' compact --older-than 0",
 	    l.root), 0);
 	assert_non_null(at = strstr(out, "compact: "));
 	compacted = atoi(at + strlen("compact: "));
@@ -741,14 +615,13 @@ import_effects_answers_byte_identical(void **state)
 	open = raw_call(&l, fx_begin_request("fx-open", "later"));
 	assert_non_null(strstr(open, "\"disposition\":\"proceed\""));
 	assert_int_equal(harness_stop(&l), 0);
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, l.root), 1);
+	assert_int_equal(store_import(&out, l.root, ""), 1);
 	assert_non_null(strstr(out, "unfinished: effect fx-open of kind "
 	    FX_KIND " (reserved, attempt 1)"));
 	assert_non_null(strstr(out, "1 unfinished effect in"));
 	assert_non_null(strstr(out, "nothing was written"));
 	free(out);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission"),
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM idem_submission"),
 	    0);
 	/* As told: settled on the local idemd (its owner completes it). */
 	harness_must_start(&l, local_args, NULL);
@@ -756,24 +629,22 @@ import_effects_answers_byte_identical(void **state)
 	assert_non_null(strstr(reply, "\"state\":\"committed\""));
 	free(reply);
 	assert_int_equal(harness_stop(&l), 0);
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, l.root), 0);
+	assert_int_equal(store_import(&out, l.root, ""), 0);
 	assert_non_null(strstr(out, "16 effects added"));
 	free(out);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM idem_submission "
 	    "WHERE kind = 3 AND scope = '" FX_KIND "' AND date = 0 AND "
 	    "seq > 0"), IMPORT_EFFECTS + 2);
 	/* A tombstone keeps its result's digest, never the result. */
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM idem_submission "
 	    "WHERE kind = 3 AND state = 10 AND receipt IS NULL AND "
 	    "file_digest IS NOT NULL"), compacted);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM idem_submission "
 	    "WHERE kind = 3 AND state = 4 AND client_submission_id = "
 	    "'fx-released' AND epoch = 1"), 1);
 	/* A second import changes nothing. */
 	before = store_dump();
-	assert_int_equal(idemctl(&out, "store import --store '%s' --root '%s'",
-	    server.uri, l.root), 0);
+	assert_int_equal(store_import(&out, l.root, ""), 0);
 	assert_non_null(strstr(out, "0 effects added"));
 	free(out);
 	after = store_dump();
@@ -781,7 +652,7 @@ import_effects_answers_byte_identical(void **state)
 	free(before);
 	free(after);
 
-	node_init(&a, l.root, "a");
+	cluster_node_init(&a, server.uri, l.root, "a");
 	node_start(&a);
 	for (i = 0; i < IMPORT_EFFECTS; i++) {
 		snprintf(id, sizeof id, "fx-%02d", i);
@@ -822,7 +693,7 @@ import_effects_answers_byte_identical(void **state)
 	json_decref(s);
 	assert_store_counts(&a.b, IMPORT_EFFECTS + 2, IMPORT_EFFECTS + 2 -
 	    compacted, 0, compacted);
-	node_kill(&a);
+	cluster_node_kill(&a);
 	for (i = 0; i < IMPORT_EFFECTS; i++)
 		free(local[i]);
 	free(open);
@@ -848,10 +719,10 @@ compact_effects_on_store(void **state)
 	int			 i;
 
 	(void)state;
-	store_reset();
+	cluster_store_reset(&server);
 	harness_fresh_root(&root);
-	node_init(&a, root.root, "a");
-	node_init(&b, root.root, "b");
+	cluster_node_init(&a, server.uri, root.root, "a");
+	cluster_node_init(&b, server.uri, root.root, "b");
 	node_start(&a);
 	node_start(&b);
 	proceed0 = raw_call(&a.b, fx_begin_request("cfx-0", "x-0"));
@@ -869,12 +740,12 @@ compact_effects_on_store(void **state)
 	assert_int_equal(harness_int(s, "effects"), 4);
 	json_decref(s);
 	assert_store_counts(&b.b, 4, 3, 1, 0);
-	assert_int_equal(idemctl(&out, "compact --older-than 0 --store '%s' "
+	assert_int_equal(cluster_idemctl(&out, "compact --older-than 0 --store '%s' "
 	    "--root '%s'", server.uri, root.root), 0);
 	assert_non_null(strstr(out, "compact: 3 receipts pruned"));
 	free(out);
 	assert_store_counts(&a.b, 4, 0, 1, 3);
-	node_kill(&a);
+	cluster_node_kill(&a);
 	node_start(&a);
 	for (i = 0; i < 6; i++) {
 		struct node *n = i < 3 ? &b : &a;
@@ -908,15 +779,15 @@ compact_effects_on_store(void **state)
 	    "submission"), "receipt"), "result_digest"));
 	json_decref(r);
 	assert_store_counts(&b.b, 4, 0, 1, 3);
-	assert_int_equal(idemctl(&out, "--json compact --older-than 0 --store "
+	assert_int_equal(cluster_idemctl(&out, "--json compact --older-than 0 --store "
 	    "'%s' --root '%s'", server.uri, root.root), 0);
 	assert_non_null(strstr(out, "\"pruned\":0"));
 	free(out);
 	for (i = 0; i < 3; i++)
 		free(first[i]);
 	free(proceed0);
-	node_kill(&a);
-	node_kill(&b);
+	cluster_node_kill(&a);
+	cluster_node_kill(&b);
 	harness_finish(&root);
 }
 
@@ -934,9 +805,9 @@ effect_ops_during_outage(void **state)
 	json_t			*r;
 
 	(void)state;
-	store_reset();
+	cluster_store_reset(&server);
 	harness_fresh_root(&root);
-	node_init(&a, root.root, "a");
+	cluster_node_init(&a, server.uri, root.root, "a");
 	node_start(&a);
 	committed = fx_commit(&a.b, "ofx-done", "done");
 	proceed = raw_call(&a.b, fx_begin_request("ofx-open", "open"));
@@ -982,11 +853,11 @@ effect_ops_during_outage(void **state)
 	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
 	assert_string_equal(receipt_bytes(reply), receipt_bytes(committed));
 	free(reply);
-	assert_int_equal(psql_count("SELECT count(*) FROM idem_submission "
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM idem_submission "
 	    "WHERE kind = 3 AND state = 3"), 2);
 	free(proceed);
 	free(committed);
-	node_kill(&a);
+	cluster_node_kill(&a);
 	harness_finish(&root);
 }
 
@@ -1000,10 +871,10 @@ compact_then_retry_on_any_broker(void **state)
 	int			 i;
 
 	(void)state;
-	store_reset();
+	cluster_store_reset(&server);
 	harness_fresh_root(&root);
-	node_init(&a, root.root, "a");
-	node_init(&b, root.root, "b");
+	cluster_node_init(&a, server.uri, root.root, "a");
+	cluster_node_init(&b, server.uri, root.root, "b");
 	node_start(&a);
 	node_start(&b);
 	for (i = 0; i < 3; i++) {
@@ -1012,22 +883,22 @@ compact_then_retry_on_any_broker(void **state)
 		assert_non_null(strstr(first[i], "\"disposition\":\"created\""));
 	}
 	/* In flight: a reservation whose owner never goes on. */
-	free(psql("INSERT INTO idem_submission SELECT workspace_id, kind, "
-	    "scope, 'in-flight', digest_schema, request_digest, 1, date, "
-	    "900, 'TASK-x', 'x', sender, recipient, created_at_ms, "
-	    "reserved_at, updated_at, NULL, NULL, 1, 'gone', 'token', NULL, "
-	    "NULL, clock_timestamp() + interval '1 hour', false FROM "
-	    "idem_submission WHERE client_submission_id = 'cmp-0'"));
+	free(cluster_sql_value(&server, "INSERT INTO idem_submission SELECT "
+	    "workspace_id, kind, scope, 'in-flight', digest_schema, "
+	    "request_digest, 1, date, 900, 'TASK-x', 'x', sender, recipient, "
+	    "created_at_ms, reserved_at, updated_at, NULL, NULL, 1, 'gone', "
+	    "'token', NULL, NULL, clock_timestamp() + interval '1 hour', "
+	    "false FROM idem_submission WHERE client_submission_id = 'cmp-0'"));
 	assert_store_counts(&b.b, 4, 3, 1, 0);
-	assert_int_equal(idemctl(&out, "compact --older-than 0 --store '%s' "
-	    "--root '%s'", server.uri, root.root), 0);
+	assert_int_equal(cluster_idemctl(&out, "compact --older-than 0 "
+	    "--store '%s' --root '%s'", server.uri, root.root), 0);
 	assert_non_null(strstr(out, "compact: 3 receipts pruned"));
 	free(out);
-	free(psql("DELETE FROM idem_submission WHERE client_submission_id = "
-	    "'in-flight'"));
+	free(cluster_sql_value(&server, "DELETE FROM idem_submission WHERE "
+	    "client_submission_id = 'in-flight'"));
 	assert_store_counts(&a.b, 3, 0, 0, 3);
 	/* b never cached them; a is restarted, its cache gone. */
-	node_kill(&a);
+	cluster_node_kill(&a);
 	node_start(&a);
 	for (i = 0; i < 6; i++) {
 		struct node *n = i < 3 ? &b : &a;
@@ -1063,8 +934,8 @@ compact_then_retry_on_any_broker(void **state)
 	assert_int_equal(harness_count_tasks(&a.b), 3);
 	assert_store_counts(&b.b, 3, 0, 0, 3);
 	/* A second compaction finds nothing left. */
-	assert_int_equal(idemctl(&out, "--json compact --older-than 0 --store "
-	    "'%s' --root '%s'", server.uri, root.root), 0);
+	assert_int_equal(cluster_idemctl(&out, "--json compact --older-than 0 "
+	    "--store '%s' --root '%s'", server.uri, root.root), 0);
 	assert_non_null(strstr(out, "\"pruned\":0"));
 	free(out);
 	/* PostgreSQL down: stats answers its own figures, store null. */
@@ -1079,8 +950,8 @@ compact_then_retry_on_any_broker(void **state)
 	assert_store_counts(&b.b, 3, 0, 0, 3);
 	for (i = 0; i < 3; i++)
 		free(first[i]);
-	node_kill(&a);
-	node_kill(&b);
+	cluster_node_kill(&a);
+	cluster_node_kill(&b);
 	harness_finish(&root);
 }
 
@@ -1090,45 +961,23 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
 		    import_local_history_answers_byte_identical, setup,
-		    teardown),
+		    cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
-		    conflicting_import_writes_nothing, setup, teardown),
+		    conflicting_import_writes_nothing, setup,
+		    cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(unfinished_history_is_refused,
-		    setup, teardown),
+		    setup, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
-		    compact_then_retry_on_any_broker, setup, teardown),
+		    compact_then_retry_on_any_broker, setup,
+		    cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
-		    import_effects_answers_byte_identical, setup, teardown),
+		    import_effects_answers_byte_identical, setup,
+		    cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(compact_effects_on_store,
-		    setup, teardown),
+		    setup, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(effect_ops_during_outage,
-		    setup, teardown),
+		    setup, cluster_kill_live_nodes),
 	};
-	const char	*reason;
-	char		 cmd[1024];
-	int		 rc, failed;
 
-	if (sodium_init() < 0)
-		return 1;
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
-	if ((rc = pgserver_start(&server, &reason)) == 77)
-		return pgserver_skip_status(reason);
-	if (rc != 0) {
-		fprintf(stderr, "pgserver_start: %s\n", reason);
-		pgserver_destroy(&server, 1);
-		return 1;
-	}
-	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",
-	    getenv("IDEMCTL"), server.uri);
-	if (system(cmd) != 0) {
-		fprintf(stderr, "idemctl store init failed\n");
-		pgserver_destroy(&server, 1);
-		return 1;
-	}
-	failed = cmocka_run_group_tests(tests, NULL, NULL);
-	harness_watchdog(0);
-	pgserver_destroy(&server, failed != 0);
-	return harness_exit_status(failed);
+	return cluster_main(&server, tests, sizeof tests / sizeof tests[0]);
 }
-#endif

@@ -81,14 +81,11 @@ want_entry(struct subtab_entry *e, const char *digest_seed)
 	e->recipient_length = 3;
 }
 
+/* q's first line of output (malloc'd); q is not a format. */
 static char *
 sql(const char *q)
 {
-	char	*out = pgserver_psql(&server, q);
-
-	assert_non_null(out);
-	out[strcspn(out, "\n")] = '\0';
-	return out;
+	return cluster_sql_value(&server, "%s", q);
 }
 
 static void

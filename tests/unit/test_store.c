@@ -439,6 +439,69 @@ verify_refuses_a_non_workspace(void **state)
 	store_verify_free(&v);
 }
 
+/*
+ * nofollow_parent opens the directories on the way with one openat2
+ * where the kernel has it: the same answers as the walk, component by
+ * component (a symlink anywhere ELOOP, a file on the way ENOTDIR, ".."
+ * refused, the last component never followed).
+ */
+static void
+nofollow_refuses_symlinks_on_the_way(void **state)
+{
+	struct fixture	*f = *state;
+	struct stat	 st;
+	char		 path[PATH_MAX], last[NAME_MAX + 1];
+	int		 root, fd;
+
+	root = open(f->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(root >= 0);
+	assert_int_equal(mkdirat(root, "a", 0700), 0);
+	assert_int_equal(mkdirat(root, "a/b", 0700), 0);
+	fd = openat(root, "a/b/f", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	fd = openat(root, "plain", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(symlinkat("a", root, "link"), 0);
+	assert_int_equal(symlinkat("b", root, "a/lb"), 0);
+	snprintf(path, sizeof path, "%s/a", f->root);
+	assert_int_equal(symlinkat(path, root, "abs"), 0);
+
+	assert_int_equal(nofollow_lstat(root, "a/b/f", &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(nofollow_lstat(root, "/a//b/f", &st), 0);
+	assert_int_equal(nofollow_lstat(root, "./a/b/f", &st), 0);
+	fd = nofollow_parent(root, "a/b/f", last);
+	assert_true(fd >= 0);
+	assert_string_equal(last, "f");
+	assert_int_equal(fstatat(fd, last, &st, AT_SYMLINK_NOFOLLOW), 0);
+	close(fd);
+
+	errno = 0;
+	assert_int_equal(nofollow_lstat(root, "link/b/f", &st), -1);
+	assert_int_equal(errno, ELOOP);
+	errno = 0;
+	assert_int_equal(nofollow_lstat(root, "a/lb/f", &st), -1);
+	assert_int_equal(errno, ELOOP);
+	errno = 0;
+	assert_int_equal(nofollow_lstat(root, "abs/b/f", &st), -1);
+	assert_int_equal(errno, ELOOP);
+	errno = 0;
+	assert_int_equal(nofollow_lstat(root, "plain/f", &st), -1);
+	assert_int_equal(errno, ENOTDIR);
+	errno = 0;
+	assert_int_equal(nofollow_lstat(root, "a/../a/b/f", &st), -1);
+	assert_int_equal(errno, EINVAL);
+	errno = 0;
+	assert_int_equal(nofollow_lstat(root, "a/missing/f", &st), -1);
+	assert_int_equal(errno, ENOENT);
+	/* The last component is looked at, not followed. */
+	assert_int_equal(nofollow_lstat(root, "a/lb", &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	close(root);
+}
+
 int
 main(void)
 {
@@ -454,6 +517,7 @@ main(void)
 		T(verify_reports_typed_findings),
 		T(verify_reports_corruption_as_a_finding),
 		T(verify_refuses_a_non_workspace),
+		T(nofollow_refuses_symlinks_on_the_way),
 #undef T
 	};
 
