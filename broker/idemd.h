@@ -115,6 +115,12 @@ int	idemd_journal_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_index_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 	    void *arg);
+/*
+ * Microseconds on CLOCK_MONOTONIC, for deadlines and waits that a change
+ * of the wall clock must not stretch or cut (shm_now_ms is the wall
+ * clock, for what is stored or shown).
+ */
+int64_t	idemd_monotonic_us(void);
 
 /* master.c */
 int	master_run(struct idemd *);

@@ -145,15 +145,6 @@ journaler_carrier_leave(struct shm_header *h, unsigned worker,
 		journaler_kick(kick_fd);
 }
 
-static int64_t
-journaler_now_us(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /*
  * Before a round's writev: wait for the carriers of the phase that ends
  * here, at most IDEM_JOURNAL_GATHER_US (the top of the file).
@@ -171,12 +162,12 @@ journaler_gather(struct idemd *d)
 	phase = atomic_fetch_add(&h->carrier_phase, 1) & 1;
 	if (atomic_load(&h->carriers[phase]) == 0)
 		return;
-	start = journaler_now_us();
+	start = idemd_monotonic_us();
 	atomic_store(&h->journaler_gathering, 1);
 	atomic_thread_fence(memory_order_seq_cst);
 	while (atomic_load(&h->carriers[phase]) != 0 &&
 	    !atomic_load(&journaler.stop)) {
-		left = start + IDEM_JOURNAL_GATHER_US - journaler_now_us();
+		left = start + IDEM_JOURNAL_GATHER_US - idemd_monotonic_us();
 		if (left <= 0)
 			break;
 		ts.tv_sec = left / 1000000;

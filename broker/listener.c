@@ -24,15 +24,6 @@
 #include "log.h"
 #include "idemd.h"
 
-static int64_t
-monotonic_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * One connection to the socket: -1 refused (nobody listens), 0 answered
  * (who says by whom), 1 closed without a word (a listener on its way
@@ -138,14 +129,14 @@ probe_socket(const struct sockaddr_un *sun, char *who, size_t who_size)
 	int64_t			 deadline, left;
 	int			 rc;
 
-	deadline = monotonic_ms() + IDEM_SOCKET_PROBE_TIMEOUT_MS;
+	deadline = idemd_monotonic_us() / 1000 + IDEM_SOCKET_PROBE_TIMEOUT_MS;
 	for (;;) {
-		left = deadline - monotonic_ms();
+		left = deadline - idemd_monotonic_us() / 1000;
 		if (left < 1)
 			left = 1;
 		if ((rc = probe_once(sun, (int)left, who, who_size)) != 1)
 			return rc;
-		if (monotonic_ms() >= deadline) {
+		if (idemd_monotonic_us() / 1000 >= deadline) {
 			snprintf(who, who_size, "a listener that closes every "
 			    "connection unanswered");
 			return 0;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -174,6 +175,15 @@ idemd_index_dir(const struct idemd *d, char *out, size_t out_size)
 		return -1;
 	}
 	return 0;
+}
+
+int64_t
+idemd_monotonic_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* What parse_options, store_options and start-up allocated, at exit. */

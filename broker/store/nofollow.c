@@ -47,6 +47,39 @@ nofollow_errno(int at_fd, const char *name, int error)
 }
 
 /*
+ * The next component of relpath at *p, into name, *p moved past it: 1 a
+ * directory on the way, 0 the last component (a trailing slash or two
+ * ends it too), -1 with errno for an empty or too long one or "..".
+ * Both ways of opening the parent (nofollow_parent2, the walk) read a
+ * path with it, so they accept and refuse the same paths.
+ */
+static int
+path_next(const char **p, char name[NAME_MAX + 1])
+{
+	const char	*slash;
+	size_t		 length;
+
+	while (**p == '/')
+		(*p)++;
+	slash = strchr(*p, '/');
+	length = slash != NULL ? (size_t)(slash - *p) : strlen(*p);
+	if (length == 0 || length > NAME_MAX) {
+		errno = length == 0 ? EINVAL : ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(name, *p, length);
+	name[length] = '\0';
+	if (strcmp(name, "..") == 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (slash == NULL || slash[strspn(slash, "/")] == '\0')
+		return 0;
+	*p = slash + 1;
+	return 1;
+}
+
+/*
  * The directory part of relpath in one openat2, its components checked as
  * nofollow_parent's walk checks them.  -1 with errno ENOSYS: no openat2
  * (or a filter refuses it), walk instead.
@@ -56,43 +89,30 @@ nofollow_parent2(int at_fd, const char *relpath, char last[NAME_MAX + 1])
 {
 	static _Atomic int	 missing;
 	struct open_how		 how;
-	const char		*p = relpath, *slash;
-	char			 dir[PATH_MAX];
+	const char		*p = relpath;
+	char			 dir[PATH_MAX], name[NAME_MAX + 1];
 	size_t			 length, used = 0;
 	long			 fd;
+	int			 more;
 
 	if (atomic_load(&missing)) {
 		errno = ENOSYS;
 		return -1;
 	}
-	for (;;) {
-		while (*p == '/')
-			p++;
-		slash = strchr(p, '/');
-		length = slash != NULL ? (size_t)(slash - p) : strlen(p);
-		if (length == 0 || length > NAME_MAX) {
-			errno = length == 0 ? EINVAL : ENAMETOOLONG;
-			return -1;
-		}
-		if (length == 2 && p[0] == '.' && p[1] == '.') {
-			errno = EINVAL;
-			return -1;
-		}
-		if (slash == NULL || slash[strspn(slash, "/")] == '\0') {
-			memcpy(last, p, length);
-			last[length] = '\0';
-			break;
-		}
+	while ((more = path_next(&p, name)) == 1) {
+		length = strlen(name);
 		if (used + length + 2 > sizeof dir) {
 			errno = ENAMETOOLONG;
 			return -1;
 		}
 		if (used > 0)
 			dir[used++] = '/';
-		memcpy(dir + used, p, length);
+		memcpy(dir + used, name, length);
 		used += length;
-		p = slash + 1;
 	}
+	if (more == -1)
+		return -1;
+	memcpy(last, name, strlen(name) + 1);
 	if (used == 0)
 		return fcntl(at_fd, F_DUPFD_CLOEXEC, 0);
 	dir[used] = '\0';
@@ -113,10 +133,9 @@ nofollow_parent2(int at_fd, const char *relpath, char last[NAME_MAX + 1])
 int
 nofollow_parent(int at_fd, const char *relpath, char last[NAME_MAX + 1])
 {
-	const char	*p = relpath, *slash;
+	const char	*p = relpath;
 	char		 name[NAME_MAX + 1];
-	size_t		 length;
-	int		 fd, next, error;
+	int		 fd, next, more, error;
 
 	if ((fd = nofollow_parent2(at_fd, relpath, last)) != -1 ||
 	    errno != ENOSYS)
@@ -124,25 +143,14 @@ nofollow_parent(int at_fd, const char *relpath, char last[NAME_MAX + 1])
 	if ((fd = fcntl(at_fd, F_DUPFD_CLOEXEC, 0)) == -1)
 		return -1;
 	for (;;) {
-		while (*p == '/')
-			p++;
-		slash = strchr(p, '/');
-		length = slash != NULL ? (size_t)(slash - p) : strlen(p);
-		if (length == 0 || length > NAME_MAX) {
+		if ((more = path_next(&p, name)) == -1) {
+			error = errno;
 			close(fd);
-			errno = length == 0 ? EINVAL : ENAMETOOLONG;
+			errno = error;
 			return -1;
 		}
-		memcpy(name, p, length);
-		name[length] = '\0';
-		if (strcmp(name, "..") == 0) {
-			close(fd);
-			errno = EINVAL;
-			return -1;
-		}
-		/* The last component (a trailing slash or two ends it too). */
-		if (slash == NULL || slash[strspn(slash, "/")] == '\0') {
-			memcpy(last, name, length + 1);
+		if (more == 0) {
+			memcpy(last, name, strlen(name) + 1);
 			return fd;
 		}
 		next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
@@ -155,7 +163,6 @@ nofollow_parent(int at_fd, const char *relpath, char last[NAME_MAX + 1])
 		}
 		close(fd);
 		fd = next;
-		p = slash + 1;
 	}
 }
 

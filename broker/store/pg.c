@@ -254,10 +254,14 @@ copy_role(char *out, size_t size, uint8_t *length, const char *in)
 	return 0;
 }
 
-/* One row of ROW_COLUMNS starting at column first. */
-static int
-row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
-    struct pgstore_row *row, char **cause)
+/*
+ * The head both row kinds share: state at column first, schema at first + 1.
+ * A compacted row reads as committed and pruned (a submission is then
+ * answered from its facts, an effect from its result's digest).
+ */
+static void
+row_head(PGresult *res, int i, int first, enum subtab_kind kind,
+    struct pgstore_row *row)
 {
 	struct subtab_entry	*e = &row->entry;
 
@@ -265,11 +269,20 @@ row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
 	e->kind = (uint8_t)kind;
 	e->state = (uint8_t)value_i64(res, i, first + 0);
 	if (value_i64(res, i, first + 0) == PGSTORE_STATE_TOMBSTONE) {
-		/* Compacted: committed, answered from its facts. */
 		e->state = SUBTAB_COMMITTED;
 		row->pruned = 1;
 	}
 	e->schema = (uint8_t)value_i64(res, i, first + 1);
+}
+
+/* One row of ROW_COLUMNS starting at column first. */
+static int
+row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
+    struct pgstore_row *row, char **cause)
+{
+	struct subtab_entry	*e = &row->entry;
+
+	row_head(res, i, first, kind, row);
 	if (digest_from_hex(PQgetvalue(res, i, first + 2),
 	    e->request_digest) != 0)
 		goto bad;
@@ -773,15 +786,7 @@ effect_fill(PGresult *res, int i, int first, enum subtab_kind kind,
 	struct subtab_entry	*e = &row->entry;
 	const char		*result;
 
-	memset(row, 0, sizeof *row);
-	e->kind = (uint8_t)kind;
-	e->state = (uint8_t)value_i64(res, i, first + 0);
-	if (value_i64(res, i, first + 0) == PGSTORE_STATE_TOMBSTONE) {
-		/* Compacted: committed, its result's digest kept. */
-		e->state = SUBTAB_COMMITTED;
-		row->pruned = 1;
-	}
-	e->schema = (uint8_t)value_i64(res, i, first + 1);
+	row_head(res, i, first, kind, row);
 	if (digest_from_hex(PQgetvalue(res, i, first + 2),
 	    e->request_digest) != 0 || (!PQgetisnull(res, i, first + 8) &&
 	    digest_from_hex(PQgetvalue(res, i, first + 8),

@@ -132,6 +132,45 @@ ph_number_taken(struct pgstore *st, const char *kind, const char *date,
 	return *holder != NULL;
 }
 
+/* A time in ms as text: an int64's 20 characters and the NUL. */
+#define PH_MS_SIZE	24
+
+/* The times of an imported row as text. */
+static void
+ph_times(const struct subtab_entry *e, char created[PH_MS_SIZE],
+    char reserved[PH_MS_SIZE], char updated[PH_MS_SIZE])
+{
+	snprintf(created, PH_MS_SIZE, "%" PRId64, e->created_at_ms);
+	/* A tombstone of the local index keeps no other time. */
+	snprintf(reserved, PH_MS_SIZE, "%" PRId64, e->reserved_at_ms != 0 ?
+	    e->reserved_at_ms : e->created_at_ms);
+	snprintf(updated, PH_MS_SIZE, "%" PRId64, e->updated_at_ms != 0 ?
+	    e->updated_at_ms : e->created_at_ms);
+}
+
+/* The facts an import compares, column 3 the kind's own (task_id, epoch). */
+#define PH_ROW_OF_KEY(column) "SELECT digest_schema, request_digest, " \
+	"state, " column ", created_at_ms FROM idem_submission WHERE " \
+	"workspace_id = $1 AND kind = $2 AND scope = $3 AND " \
+	"client_submission_id = $4"
+
+/*
+ * The row of this key, if the store has it (NULL with *cause on an
+ * error).  v[0] to v[3] are set to the key's $1 to $4: the caller's
+ * INSERT goes on from them.
+ */
+static PGresult *
+ph_row_of_key(struct pgstore *st, const char **v, const char *kind,
+    const struct pgstore_key *key, const char *sql, const char *what,
+    char **cause)
+{
+	v[0] = st->workspace;
+	v[1] = kind;
+	v[2] = key->scope;
+	v[3] = key->id;
+	return ph_query(st, sql, 4, v, what, cause);
+}
+
 int
 pgstore_import_row(struct pgstore *st, const struct pgstore_key *key,
     const struct subtab_entry *e, const char *receipt,
@@ -142,8 +181,9 @@ pgstore_import_row(struct pgstore *st, const struct pgstore_key *key,
 	char		 kind[4], schema[4], digest[IDEM_DIGEST_HEX_SIZE];
 	char		 file[IDEM_DIGEST_HEX_SIZE], state[4], date[16], seq[16];
 	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
-	char		 path[IDEM_MAX_TASK_PATH_BYTES], created[24];
-	char		 reserved[24], updated[24];
+	char		 path[IDEM_MAX_TASK_PATH_BYTES];
+	char		 created[PH_MS_SIZE], reserved[PH_MS_SIZE];
+	char		 updated[PH_MS_SIZE];
 	char		 sender[IDEM_MAX_ROLE_BYTES + 1];
 	char		 recipient[IDEM_MAX_RECIPIENT_BYTES + 1], *holder;
 	int		 rc;
@@ -165,23 +205,10 @@ pgstore_import_row(struct pgstore *st, const struct pgstore_key *key,
 	    e->sender);
 	snprintf(recipient, sizeof recipient, "%.*s",
 	    (int)e->recipient_length, e->recipient);
-	snprintf(created, sizeof created, "%" PRId64, e->created_at_ms);
-	/* A tombstone of the local index keeps no other time. */
-	snprintf(reserved, sizeof reserved, "%" PRId64, e->reserved_at_ms != 0 ?
-	    e->reserved_at_ms : e->created_at_ms);
-	snprintf(updated, sizeof updated, "%" PRId64, e->updated_at_ms != 0 ?
-	    e->updated_at_ms : e->created_at_ms);
+	ph_times(e, created, reserved, updated);
 
-	/* The row of this key, if the store has it. */
-	v[0] = st->workspace;
-	v[1] = kind;
-	v[2] = key->scope;
-	v[3] = key->id;
-	if ((res = ph_query(st, "SELECT digest_schema, request_digest, "
-	    "state, task_id, created_at_ms FROM idem_submission WHERE "
-	    "workspace_id = $1 AND kind = $2 AND scope = $3 AND "
-	    "client_submission_id = $4", 4, v, "reading a submission",
-	    cause)) == NULL)
+	if ((res = ph_row_of_key(st, v, kind, key, PH_ROW_OF_KEY("task_id"),
+	    "reading a submission", cause)) == NULL)
 		return -1;
 	if (PQntuples(res) == 1) {
 		int	s = atoi(PQgetvalue(res, 0, 2));
@@ -260,7 +287,8 @@ pgstore_import_effect(struct pgstore *st, const struct pgstore_key *key,
 	const char	*v[16];
 	char		 schema[4], digest[IDEM_DIGEST_HEX_SIZE];
 	char		 file[IDEM_DIGEST_HEX_SIZE], state[4], seq[16];
-	char		 created[24], reserved[24], updated[24], epoch[16];
+	char		 created[PH_MS_SIZE], reserved[PH_MS_SIZE];
+	char		 updated[PH_MS_SIZE], epoch[16];
 	char		 token[PGSTORE_TOKEN_BYTES + 1];
 	int		 s, tries;
 
@@ -270,24 +298,13 @@ pgstore_import_effect(struct pgstore *st, const struct pgstore_key *key,
 	digest_to_hex(e->file_digest, file);
 	snprintf(state, sizeof state, "%d", tombstone ?
 	    PGSTORE_STATE_TOMBSTONE : (int)e->state);
-	snprintf(created, sizeof created, "%" PRId64, e->created_at_ms);
-	snprintf(reserved, sizeof reserved, "%" PRId64, e->reserved_at_ms != 0 ?
-	    e->reserved_at_ms : e->created_at_ms);
-	snprintf(updated, sizeof updated, "%" PRId64, e->updated_at_ms != 0 ?
-	    e->updated_at_ms : e->created_at_ms);
+	ph_times(e, created, reserved, updated);
 	snprintf(epoch, sizeof epoch, "%" PRIu32, e->attempt);
 	/* The fence's token: effect.c's "<attempt>-<16 hex>". */
 	snprintf(token, sizeof token, "%016" PRIx64, e->fence);
 
-	v[0] = st->workspace;
-	v[1] = "3";
-	v[2] = key->scope;
-	v[3] = key->id;
-	if ((res = ph_query(st, "SELECT digest_schema, request_digest, "
-	    "state, epoch, created_at_ms FROM idem_submission WHERE "
-	    "workspace_id = $1 AND kind = $2 AND scope = $3 AND "
-	    "client_submission_id = $4", 4, v, "reading an effect",
-	    cause)) == NULL)
+	if ((res = ph_row_of_key(st, v, "3", key, PH_ROW_OF_KEY("epoch"),
+	    "reading an effect", cause)) == NULL)
 		return -1;
 	if (PQntuples(res) == 1) {
 		s = atoi(PQgetvalue(res, 0, 2));

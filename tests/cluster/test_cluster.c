@@ -74,6 +74,15 @@ static struct pgserver	server;
 #define IDS		300
 #define SENDS_PER_ID	8
 
+/* The crash points (IDEM_CRASH_AT) exist only in a fault-injection build. */
+static void
+need_fault_injection(void)
+{
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+}
+
 /* ---- convergence ---------------------------------------------------- */
 
 struct converge {
@@ -276,9 +285,7 @@ crash_on_one_broker_retry_on_another(void **state)
 	json_t		*reply;
 
 	(void)state;
-	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
-	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
-		harness_skip("needs a build with --enable-fault-injection");
+	need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	cluster_node_init(&b, server.uri, root, "b");
@@ -387,9 +394,7 @@ paused_owner_never_answers_created(void **state)
 	json_t		*reply;
 
 	(void)state;
-	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
-	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
-		harness_skip("needs a build with --enable-fault-injection");
+	need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	cluster_node_init(&a, server.uri, root, "a");
@@ -529,9 +534,7 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 	json_t		*reply, *entry;
 
 	(void)state;
-	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
-	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
-		harness_skip("needs a build with --enable-fault-injection");
+	need_fault_injection();
 	cluster_store_reset(&server);
 	note_row_moves(1);
 	cluster_fresh_root(root);
@@ -1417,6 +1420,11 @@ verify_store_against_files(void **state)
 /* Polls of a short lease until it lapses (the lease is time itself). */
 #define LAPSE_POLLS	500
 
+/* A begin's members: the broker's lease, or a short one that lapses. */
+static const char	mail[] = "{\"request\":{\"to\":\"x@y\"}}";
+static const char	quick[] = "{\"request\":{\"to\":\"x@y\"},"
+    "\"lease_ms\":300}";
+
 /*
  * An effect op on node n: {"op": op, the key, and the members of
  * members_json}.  The reply as it came (in_progress is an answer here).
@@ -1450,6 +1458,14 @@ want(json_t *reply, const char *disposition, const char *reason)
 		    reason : "", json_dumps(reply, JSON_COMPACT));
 }
 
+/* want, and the reply is consumed. */
+static void
+expect(json_t *reply, const char *disposition, const char *reason)
+{
+	want(reply, disposition, reason);
+	json_decref(reply);
+}
+
 /* The reply's receipt, compact, in the order it came (malloc'd). */
 static char *
 receipt_of(json_t *reply)
@@ -1459,6 +1475,25 @@ receipt_of(json_t *reply)
 	if (r == NULL)
 		fail_msg("no receipt: %s", json_dumps(reply, JSON_COMPACT));
 	return json_dumps(r, JSON_COMPACT);
+}
+
+/* The reply's receipt is the same bytes as first. */
+static void
+same_receipt(json_t *reply, const char *first)
+{
+	char	*again = receipt_of(reply);
+
+	assert_string_equal(again, first);
+	free(again);
+}
+
+/* reused, with first's receipt; the reply is consumed. */
+static void
+reused_as(json_t *reply, const char *first)
+{
+	want(reply, "reused", NULL);
+	same_receipt(reply, first);
+	json_decref(reply);
 }
 
 /* {"fence": f, "outcome": outcome, "result": result} */
@@ -1527,10 +1562,7 @@ static void
 effects_across_brokers(void **state)
 {
 	static struct node	 a, b;
-	static const char	 mail[] = "{\"request\":{\"to\":\"x@y\"}}";
-	static const char	 quick[] = "{\"request\":{\"to\":\"x@y\"},"
-	    "\"lease_ms\":300}";
-	char			 root[256], *fence, *fence2, *first, *again;
+	char			 root[256], *fence, *fence2, *first;
 	char			*xkey, *out;
 	json_t			*reply;
 
@@ -1546,42 +1578,27 @@ effects_across_brokers(void **state)
 
 	/* Begin on A, complete on B, a retry anywhere: the same bytes. */
 	fence = proceed_fence(effect_call(&a, "effect_begin", "e1", mail), 1);
-	reply = effect_call(&b, "effect_begin", "e1", mail);
-	want(reply, "in_progress", NULL);
-	json_decref(reply);
+	expect(effect_call(&b, "effect_begin", "e1", mail), "in_progress",
+	    NULL);
 	reply = complete_on(&b, "e1", fence, "applied", "{\"id\":\"m-1\"}");
 	harness_assert_bool(reply, "ok", 1);
 	harness_assert_bool(reply, "action_taken", 1);
 	first = receipt_of(reply);
 	assert_non_null(strstr(first, "\"result\":{\"id\":\"m-1\"}"));
 	json_decref(reply);
-	reply = effect_call(&a, "effect_begin", "e1", mail);
-	want(reply, "reused", NULL);
-	again = receipt_of(reply);
-	assert_string_equal(again, first);
-	free(again);
-	json_decref(reply);
-	reply = effect_call(&b, "effect_begin", "e1", mail);
-	want(reply, "reused", NULL);
-	again = receipt_of(reply);
-	assert_string_equal(again, first);
-	free(again);
-	json_decref(reply);
+	reused_as(effect_call(&a, "effect_begin", "e1", mail), first);
+	reused_as(effect_call(&b, "effect_begin", "e1", mail), first);
 	/* The complete's retry on A: same receipt; another result: refused. */
 	reply = complete_on(&a, "e1", fence, "applied", "{\"id\":\"m-1\"}");
 	harness_assert_bool(reply, "action_taken", 0);
-	again = receipt_of(reply);
-	assert_string_equal(again, first);
-	free(again);
+	same_receipt(reply, first);
 	json_decref(reply);
-	reply = complete_on(&a, "e1", fence, "applied", "{\"id\":\"m-2\"}");
-	want(reply, "conflict", "already_committed");
-	json_decref(reply);
+	expect(complete_on(&a, "e1", fence, "applied", "{\"id\":\"m-2\"}"),
+	    "conflict", "already_committed");
 	/* Another request under the key: conflict, nothing to perform. */
-	reply = effect_call(&b, "effect_begin", "e1",
-	    "{\"request\":{\"to\":\"other@y\"}}");
-	want(reply, "conflict", "digest_mismatch");
-	json_decref(reply);
+	expect(effect_call(&b, "effect_begin", "e1",
+	    "{\"request\":{\"to\":\"other@y\"}}"), "conflict",
+	    "digest_mismatch");
 	/* get_submission with the kind, on either broker: the same receipt. */
 	reply = harness_call_once(&b.b, json_pack("{s:s,s:s,s:s}", "op",
 	    "get_submission", "client_submission_id", "e1", "effect_kind",
@@ -1589,9 +1606,7 @@ effects_across_brokers(void **state)
 	harness_assert_bool(reply, "found", 1);
 	assert_string_equal(harness_str(json_object_get(reply, "submission"),
 	    "state"), "committed");
-	again = receipt_of(json_object_get(reply, "submission"));
-	assert_string_equal(again, first);
-	free(again);
+	same_receipt(json_object_get(reply, "submission"), first);
 	json_decref(reply);
 	free(fence);
 	free(first);
@@ -1606,12 +1621,10 @@ effects_across_brokers(void **state)
 	reply = effect_call(&b, "effect_begin", "e2", mail);
 	assert_string_equal(harness_str(reply, "external_key"), xkey);
 	fence2 = proceed_fence(reply, 2);
-	reply = complete_on(&a, "e2", fence, "applied", "{\"id\":\"late\"}");
-	want(reply, "conflict", "stale_fence");
-	json_decref(reply);
-	reply = effect_call(&a, "effect_begin", "e2", mail);
-	want(reply, "in_progress", NULL);
-	json_decref(reply);
+	expect(complete_on(&a, "e2", fence, "applied", "{\"id\":\"late\"}"),
+	    "conflict", "stale_fence");
+	expect(effect_call(&a, "effect_begin", "e2", mail), "in_progress",
+	    NULL);
 	reply = complete_on(&a, "e2", fence2, "applied", "{\"id\":\"m-2\"}");
 	harness_assert_bool(reply, "ok", 1);
 	assert_int_equal(harness_int(json_object_get(reply, "receipt"),
@@ -1626,23 +1639,19 @@ effects_across_brokers(void **state)
 	free(fence);
 	free(fence2);
 	free(xkey);
-	reply = complete_on(&b, "nobody", "1-0123456789abcdef", "applied",
-	    "{}");
-	want(reply, "conflict", "no_reservation");
-	json_decref(reply);
+	expect(complete_on(&b, "nobody", "1-0123456789abcdef", "applied",
+	    "{}"), "conflict", "no_reservation");
 
 	/*
 	 * A lapsed lease: outcome_unknown on every broker, for ever (time
 	 * never turns it into proceed); evidence settles it.
 	 */
 	fence = proceed_fence(effect_call(&a, "effect_begin", "e3", quick), 1);
-	reply = resolve_on(&b, "e3", "applied", "{\"id\":\"early\"}");
-	want(reply, "in_progress", NULL);	/* evidence waits for the lease */
-	json_decref(reply);
+	expect(resolve_on(&b, "e3", "applied", "{\"id\":\"early\"}"),
+	    "in_progress", NULL);	/* evidence waits for the lease */
 	until_lapsed(&b, "e3", mail);
-	reply = effect_call(&a, "effect_begin", "e3", mail);
-	want(reply, "outcome_unknown", NULL);
-	json_decref(reply);
+	expect(effect_call(&a, "effect_begin", "e3", mail), "outcome_unknown",
+	    NULL);
 	/* diagnose on either broker: the unknown outcome first, counted. */
 	reply = harness_call_once(&b.b, json_pack("{s:s}", "op", "diagnose"));
 	assert_string_equal(harness_str(json_array_get(json_object_get(reply,
@@ -1657,9 +1666,8 @@ effects_across_brokers(void **state)
 	reply = resolve_on(&b, "e3", "unknown", NULL);
 	assert_string_equal(harness_str(reply, "state"), "outcome_unknown");
 	json_decref(reply);
-	reply = effect_call(&b, "effect_begin", "e3", mail);
-	want(reply, "outcome_unknown", NULL);
-	json_decref(reply);
+	expect(effect_call(&b, "effect_begin", "e3", mail), "outcome_unknown",
+	    NULL);
 	reply = resolve_on(&a, "e3", "applied", "{\"id\":\"m-3\"}");
 	harness_assert_bool(reply, "ok", 1);
 	harness_assert_bool(reply, "recovered", 1);
@@ -1668,14 +1676,11 @@ effects_across_brokers(void **state)
 	reply = effect_call(&b, "effect_begin", "e3", mail);
 	want(reply, "reused", NULL);
 	harness_assert_bool(reply, "recovered", 1);
-	again = receipt_of(reply);
-	assert_string_equal(again, first);
-	free(again);
+	same_receipt(reply, first);
 	free(first);
 	json_decref(reply);
-	reply = resolve_on(&b, "e3", "not_applied", NULL);
-	want(reply, "conflict", "already_committed");
-	json_decref(reply);
+	expect(resolve_on(&b, "e3", "not_applied", NULL), "conflict",
+	    "already_committed");
 	/* The stale owner's late complete after the resolve: refused. */
 	reply = complete_on(&a, "e3", fence, "applied", "{\"id\":\"m-3\"}");
 	harness_assert_bool(reply, "action_taken", 0);
@@ -1736,16 +1741,11 @@ static void
 effect_crash_then_retry_elsewhere(void **state)
 {
 	static struct node	 a, b;
-	static const char	 mail[] = "{\"request\":{\"to\":\"x@y\"}}";
-	static const char	 quick[] = "{\"request\":{\"to\":\"x@y\"},"
-	    "\"lease_ms\":300}";
-	char			 root[256], *fence, *first, *again;
+	char			 root[256], *fence, *first;
 	json_t			*reply;
 
 	(void)state;
-	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
-	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
-		harness_skip("needs a build with --enable-fault-injection");
+	need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	cluster_node_init(&b, server.uri, root, "b");
@@ -1772,14 +1772,9 @@ effect_crash_then_retry_elsewhere(void **state)
 	harness_assert_bool(reply, "action_taken", 0);
 	first = receipt_of(reply);
 	json_decref(reply);
-	reply = effect_call(&b, "effect_begin", "c-commit", mail);
-	want(reply, "reused", NULL);
-	again = receipt_of(reply);
-	assert_string_equal(again, first);
-	free(again);
+	reused_as(effect_call(&b, "effect_begin", "c-commit", mail), first);
 	free(first);
 	free(fence);
-	json_decref(reply);
 
 	/* Released, unanswered: the next begin is attempt 2. */
 	fence = proceed_fence(effect_call(&b, "effect_begin", "c-release",

@@ -59,6 +59,18 @@ node_start(struct node *n)
 	    NULL), 0);
 }
 
+/* An empty store, a fresh root, brokers a and b on both. */
+static void
+start_two(struct broker *root, struct node *a, struct node *b)
+{
+	cluster_store_reset(&server);
+	harness_fresh_root(root);
+	cluster_node_init(a, server.uri, root->root, "a");
+	cluster_node_init(b, server.uri, root->root, "b");
+	node_start(a);
+	node_start(b);
+}
+
 static int
 setup(void **state)
 {
@@ -119,6 +131,26 @@ raw_call(struct broker *b, json_t *request)
 	}
 	free(line);
 	return reply;
+}
+
+/*
+ * A raw reply (freed here) holds each of the strings after it, up to a
+ * NULL: the members a test expects, as the wire spells them.
+ */
+static void
+holds(char *reply, ...)
+{
+	const char	*want;
+	va_list		 ap;
+
+	va_start(ap, reply);
+	while ((want = va_arg(ap, const char *)) != NULL &&
+	    strstr(reply, want) != NULL)
+		;
+	va_end(ap);
+	if (want != NULL)
+		fail_msg("no %s in %s", want, reply);
+	free(reply);
 }
 
 /* The receipt's bytes in a raw write_task reply (its last member). */
@@ -234,9 +266,8 @@ local_history(struct local *l)
 		    NULL)
 			fail_msg("%s: %s", id, l->created[i]);
 	}
-	reply = raw_call(&l->b, harness_write_task(NULL, "A legacy call"));
-	assert_non_null(strstr(reply, "\"ok\":true"));
-	free(reply);
+	holds(raw_call(&l->b, harness_write_task(NULL, "A legacy call")),
+	    "\"ok\":true", NULL);
 	assert_non_null(r = json_loads(l->created[0], 0, NULL));
 	snprintf(l->task0, sizeof l->task0, "%s", harness_receipt_str(r,
 	    "task_id"));
@@ -384,9 +415,8 @@ import_local_history_answers_byte_identical(void **state)
 	free(reply);
 	assert_int_equal(pruned, l.compacted);
 	/* Another request under an imported id: conflict, no file. */
-	reply = raw_call(&a.b, harness_write_task("imp-03", "Other content"));
-	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
-	free(reply);
+	holds(raw_call(&a.b, harness_write_task("imp-03", "Other content")),
+	    "\"reason\":\"digest_mismatch\"", NULL);
 	/* A new id takes the next number, past the imported ones. */
 	reply = raw_call(&a.b, harness_write_task("imp-new", "New"));
 	assert_non_null(strstr(reply, "\"disposition\":\"created\""));
@@ -406,7 +436,7 @@ static void
 conflicting_import_writes_nothing(void **state)
 {
 	static struct broker	 b;
-	char			 id[32], *out, *reply;
+	char			 id[32], *out;
 	int			 i;
 
 	(void)state;
@@ -415,9 +445,8 @@ conflicting_import_writes_nothing(void **state)
 	harness_must_start(&b, NULL, NULL);
 	for (i = 0; i < 4; i++) {
 		snprintf(id, sizeof id, "conf-%d", i);
-		reply = raw_call(&b, harness_write_task(id, "Conflict"));
-		assert_non_null(strstr(reply, "\"disposition\":\"created\""));
-		free(reply);
+		holds(raw_call(&b, harness_write_task(id, "Conflict")),
+		    "\"disposition\":\"created\"", NULL);
 	}
 	stop_and_import(&b);
 	/*
@@ -450,7 +479,7 @@ static void
 unfinished_history_is_refused(void **state)
 {
 	static struct broker	 b;
-	char			*out, *reply, *line;
+	char			*out, *line;
 	json_t			*request;
 	int			 fd;
 
@@ -475,9 +504,8 @@ unfinished_history_is_refused(void **state)
 	assert_int_equal(submissions(), 0);
 	/* As told: the local idemd once (the retry finishes it), then import. */
 	harness_must_start(&b, NULL, NULL);
-	reply = raw_call(&b, harness_write_task("half-done", "Unfinished"));
-	assert_non_null(strstr(reply, "\"ok\":true"));
-	free(reply);
+	holds(raw_call(&b, harness_write_task("half-done", "Unfinished")),
+	    "\"ok\":true", NULL);
 	stop_and_import(&b);
 	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
 	    "idem_submission WHERE client_submission_id = 'half-done' AND "
@@ -625,9 +653,8 @@ import_effects_answers_byte_identical(void **state)
 	    0);
 	/* As told: settled on the local idemd (its owner completes it). */
 	harness_must_start(&l, local_args, NULL);
-	reply = fx_complete(&l, "fx-open", open, "applied", "late");
-	assert_non_null(strstr(reply, "\"state\":\"committed\""));
-	free(reply);
+	holds(fx_complete(&l, "fx-open", open, "applied", "late"),
+	    "\"state\":\"committed\"", NULL);
 	assert_int_equal(harness_stop(&l), 0);
 	assert_int_equal(store_import(&out, l.root, ""), 0);
 	assert_non_null(strstr(out, "16 effects added"));
@@ -673,15 +700,13 @@ import_effects_answers_byte_identical(void **state)
 		}
 		free(reply);
 		/* Another request under it: conflict. */
-		reply = raw_call(&a.b, fx_begin_request(id, "someone-else"));
-		assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
-		free(reply);
+		holds(raw_call(&a.b, fx_begin_request(id, "someone-else")),
+		    "\"reason\":\"digest_mismatch\"", NULL);
 	}
 	assert_int_equal(pruned, compacted);
-	reply = raw_call(&a.b, fx_begin_request("fx-open", "later"));
-	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
-	assert_non_null(strstr(reply, "\"result\":{\"status\":\"late\"}"));
-	free(reply);
+	holds(raw_call(&a.b, fx_begin_request("fx-open", "later")),
+	    "\"disposition\":\"reused\"", "\"result\":{\"status\":\"late\"}",
+	    NULL);
 	reply = raw_call(&a.b, fx_begin_request("fx-released", "nobody"));
 	assert_non_null(strstr(reply, "\"disposition\":\"proceed\""));
 	assert_non_null(strstr(reply, "\"attempt\":2"));
@@ -719,12 +744,7 @@ compact_effects_on_store(void **state)
 	int			 i;
 
 	(void)state;
-	cluster_store_reset(&server);
-	harness_fresh_root(&root);
-	cluster_node_init(&a, server.uri, root.root, "a");
-	cluster_node_init(&b, server.uri, root.root, "b");
-	node_start(&a);
-	node_start(&b);
+	start_two(&root, &a, &b);
 	proceed0 = raw_call(&a.b, fx_begin_request("cfx-0", "x-0"));
 	first[0] = fx_complete(&a.b, "cfx-0", proceed0, "applied", "x-0");
 	for (i = 1; i < 3; i++) {
@@ -733,9 +753,8 @@ compact_effects_on_store(void **state)
 		first[i] = fx_commit(&a.b, id, to);
 	}
 	/* One in flight, not compacted. */
-	reply = raw_call(&a.b, fx_begin_request("cfx-open", "y"));
-	assert_non_null(strstr(reply, "\"disposition\":\"proceed\""));
-	free(reply);
+	holds(raw_call(&a.b, fx_begin_request("cfx-open", "y")),
+	    "\"disposition\":\"proceed\"", NULL);
 	s = stats_store(&b.b);
 	assert_int_equal(harness_int(s, "effects"), 4);
 	json_decref(s);
@@ -758,18 +777,16 @@ compact_effects_on_store(void **state)
 		assert_non_null(strstr(reply, "\"receipt_pruned\":true"));
 		assert_same_but_result(reply, first[i % 3]);
 		free(reply);
-		reply = raw_call(&n->b, fx_begin_request(id, "other"));
-		assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
-		free(reply);
+		holds(raw_call(&n->b, fx_begin_request(id, "other")),
+		    "\"reason\":\"digest_mismatch\"", NULL);
 	}
 	/* The first fence and result: the same (pruned) receipt. */
 	reply = fx_complete(&b.b, "cfx-0", proceed0, "applied", "x-0");
 	assert_non_null(strstr(reply, "\"receipt_pruned\":true"));
 	assert_same_but_result(reply, first[0]);
 	free(reply);
-	reply = fx_complete(&b.b, "cfx-0", proceed0, "applied", "changed");
-	assert_non_null(strstr(reply, "\"reason\":\"already_committed\""));
-	free(reply);
+	holds(fx_complete(&b.b, "cfx-0", proceed0, "applied", "changed"),
+	    "\"reason\":\"already_committed\"", NULL);
 	r = harness_must_call(&b.b, json_pack("{s:s,s:i,s:s,s:s}", "op",
 	    "get_submission", "id", 2, "client_submission_id", "cfx-1",
 	    "effect_kind", FX_KIND));
@@ -813,25 +830,17 @@ effect_ops_during_outage(void **state)
 	proceed = raw_call(&a.b, fx_begin_request("ofx-open", "open"));
 	assert_non_null(strstr(proceed, "\"disposition\":\"proceed\""));
 	assert_int_equal(pgserver_stop(&server, 0), 0);
-	reply = raw_call(&a.b, fx_begin_request("ofx-new", "new"));
-	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
-	assert_non_null(strstr(reply, "\"retryable\":true"));
-	free(reply);
-	reply = raw_call(&a.b, fx_begin_request("ofx-done", "done"));
-	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
-	assert_non_null(strstr(reply, "\"retryable\":true"));
-	free(reply);
-	reply = fx_complete(&a.b, "ofx-open", proceed, "applied", "open");
-	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
-	assert_non_null(strstr(reply, "\"retryable\":true"));
-	free(reply);
-	reply = raw_call(&a.b, json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:s}}}",
+	holds(raw_call(&a.b, fx_begin_request("ofx-new", "new")),
+	    "\"code\":\"storage_unavailable\"", "\"retryable\":true", NULL);
+	holds(raw_call(&a.b, fx_begin_request("ofx-done", "done")),
+	    "\"code\":\"storage_unavailable\"", "\"retryable\":true", NULL);
+	holds(fx_complete(&a.b, "ofx-open", proceed, "applied", "open"),
+	    "\"code\":\"storage_unavailable\"", "\"retryable\":true", NULL);
+	holds(raw_call(&a.b, json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:s}}}",
 	    "op", "effect_resolve", "client_submission_id", "ofx-open",
-	    "effect_kind", FX_KIND, "evidence", "observed", "applied",
-	    "result", "status", "open"));
-	assert_non_null(strstr(reply, "\"code\":\"storage_unavailable\""));
-	assert_non_null(strstr(reply, "\"retryable\":true"));
-	free(reply);
+	    "effect_kind", FX_KIND, "evidence", "observed", "applied", "result",
+	    "status", "open")), "\"code\":\"storage_unavailable\"",
+	    "\"retryable\":true", NULL);
 	r = harness_must_call(&a.b, json_pack("{s:s,s:i,s:s,s:s}", "op",
 	    "get_submission", "id", 2, "client_submission_id", "ofx-open",
 	    "effect_kind", FX_KIND));
@@ -841,14 +850,10 @@ effect_ops_during_outage(void **state)
 	json_decref(r);
 	assert_int_equal(pgserver_restart(&server), 0);
 	/* Nothing moved: the owner's complete goes through, once. */
-	reply = fx_complete(&a.b, "ofx-open", proceed, "applied", "open");
-	assert_non_null(strstr(reply, "\"state\":\"committed\""));
-	assert_non_null(strstr(reply, "\"action_taken\":true"));
-	free(reply);
-	reply = raw_call(&a.b, fx_begin_request("ofx-new", "new"));
-	assert_non_null(strstr(reply, "\"disposition\":\"proceed\""));
-	assert_non_null(strstr(reply, "\"attempt\":1"));
-	free(reply);
+	holds(fx_complete(&a.b, "ofx-open", proceed, "applied", "open"),
+	    "\"state\":\"committed\"", "\"action_taken\":true", NULL);
+	holds(raw_call(&a.b, fx_begin_request("ofx-new", "new")),
+	    "\"disposition\":\"proceed\"", "\"attempt\":1", NULL);
 	reply = raw_call(&a.b, fx_begin_request("ofx-done", "done"));
 	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
 	assert_string_equal(receipt_bytes(reply), receipt_bytes(committed));
@@ -871,12 +876,7 @@ compact_then_retry_on_any_broker(void **state)
 	int			 i;
 
 	(void)state;
-	cluster_store_reset(&server);
-	harness_fresh_root(&root);
-	cluster_node_init(&a, server.uri, root.root, "a");
-	cluster_node_init(&b, server.uri, root.root, "b");
-	node_start(&a);
-	node_start(&b);
+	start_two(&root, &a, &b);
 	for (i = 0; i < 3; i++) {
 		snprintf(id, sizeof id, "cmp-%d", i);
 		first[i] = raw_call(&a.b, harness_write_task(id, "Compact me"));
@@ -920,9 +920,8 @@ compact_then_retry_on_any_broker(void **state)
 		json_decref(r);
 		free(reply);
 		/* Another request under it: still a conflict. */
-		reply = raw_call(&n->b, harness_write_task(id, "Other"));
-		assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
-		free(reply);
+		holds(raw_call(&n->b, harness_write_task(id, "Other")),
+		    "\"reason\":\"digest_mismatch\"", NULL);
 	}
 	/* get_submission shows the tombstone as the local store does. */
 	r = harness_must_call(&b.b, json_pack("{s:s,s:i,s:s}", "op",
