@@ -124,25 +124,34 @@ journaler_carrier_enter(struct shm_header *h, unsigned worker)
 	unsigned	phase = atomic_load(&h->carrier_phase) & 1;
 
 	atomic_fetch_add(&h->workers[worker].carriers[phase], 1);
-	atomic_fetch_add(&h->carriers[phase], 1);
 	return phase;
 }
 
 /*
  * Its commit is in the ring (or it gave up).  Called before the kick
  * for that commit, so that a journaler woken by the kick does not wait
- * for the very carrier that woke it.  The last of a phase wakes a
- * journaler that gathers (both sides write, fence, then read the other's
- * flag: one of them sees the other).
+ * for the very carrier that woke it.  A carrier that leaves while the
+ * journaler gathers wakes it to count again (both sides write, fence,
+ * then read the other's flag: one of them sees the other).
  */
 void
 journaler_carrier_leave(struct shm_header *h, unsigned worker,
     unsigned phase, int kick_fd)
 {
 	atomic_fetch_sub(&h->workers[worker].carriers[phase], 1);
-	if (atomic_fetch_sub(&h->carriers[phase], 1) == 1 &&
-	    atomic_load(&h->journaler_gathering))
+	if (atomic_load(&h->journaler_gathering))
 		journaler_kick(kick_fd);
+}
+
+/* The carriers of one phase, every worker's. */
+static uint32_t
+journaler_carriers(struct shm_header *h, unsigned phase)
+{
+	uint32_t	n = 0, i;
+
+	for (i = 0; i < h->worker_count && i < SHM_MAX_WORKERS; i++)
+		n += atomic_load(&h->workers[i].carriers[phase]);
+	return n;
 }
 
 /*
@@ -160,12 +169,12 @@ journaler_gather(struct idemd *d)
 	unsigned		 phase;
 
 	phase = atomic_fetch_add(&h->carrier_phase, 1) & 1;
-	if (atomic_load(&h->carriers[phase]) == 0)
+	if (journaler_carriers(h, phase) == 0)
 		return;
 	start = idemd_monotonic_us();
 	atomic_store(&h->journaler_gathering, 1);
 	atomic_thread_fence(memory_order_seq_cst);
-	while (atomic_load(&h->carriers[phase]) != 0 &&
+	while (journaler_carriers(h, phase) != 0 &&
 	    !atomic_load(&journaler.stop)) {
 		left = start + IDEM_JOURNAL_GATHER_US - idemd_monotonic_us();
 		if (left <= 0)
@@ -500,8 +509,13 @@ journaler_main(void *arg)
 		timeout = failed ? journaler.reopen_at - shm_now_ms() : -1;
 		atomic_store(&h->journaler_idle, 1);
 		atomic_thread_fence(memory_order_seq_cst);
-		/* Unless appended to while the last round ran. */
-		if (failed || !handoff_has_pending(&d->seg))
+		/*
+		 * Unless appended to while the last round ran, or asked to
+		 * stop: its kick may have been read with another (here or
+		 * in the gather), and a wait would never end.
+		 */
+		if (!atomic_load(&journaler.stop) &&
+		    (failed || !handoff_has_pending(&d->seg)))
 			journaler_wait(d->kick_fd, failed && timeout < 0 ? 0 :
 			    timeout);
 		atomic_store(&h->journaler_idle, 0);

@@ -295,6 +295,12 @@ diagnose_effect_counts(const uint32_t counts[SUBTAB_STATE_COUNT],
 {
 	json_t	*j = json_object();
 
+	/*
+	 * On the PostgreSQL store the counts and the lapsed leases are two
+	 * reads: a lease settled between them is not counted twice.
+	 */
+	if (lapsed > counts[SUBTAB_RESERVED])
+		lapsed = counts[SUBTAB_RESERVED];
 	json_object_set_new(j, "reserved",
 	    json_integer(counts[SUBTAB_RESERVED] - lapsed));
 	json_object_set_new(j, "outcome_unknown",

@@ -524,8 +524,11 @@ imp_write(const char *uri, const char *workspace, const struct imp *im)
 rollback:
 	{
 		char	*ignored = NULL;
+		int	 saved = errno;	/* libpq's calls may change it */
 
 		pgstore_import_finish(&st, 0, &ignored);
+		free(ignored);
+		errno = saved;
 	}
 unreachable:
 	rc = errno == EPROTO ? IMPORT_EXIT_REFUSED : IMPORT_EXIT_UNREACHABLE;

@@ -27,9 +27,7 @@ registry_exit(struct shm_segment *seg, unsigned index)
 	atomic_fetch_sub(&seg->header->connections,
 	    atomic_exchange(&w->connections, 0));
 	/* And its carriers: the journaler must not wait for them. */
-	atomic_fetch_sub(&seg->header->carriers[0],
-	    atomic_exchange(&w->carriers[0], 0));
-	atomic_fetch_sub(&seg->header->carriers[1],
-	    atomic_exchange(&w->carriers[1], 0));
+	atomic_store(&w->carriers[0], 0);
+	atomic_store(&w->carriers[1], 0);
 	peers_forget_worker(seg, index);
 }

@@ -189,7 +189,7 @@ struct shm_worker {
 	_Atomic int32_t		pid;		/* 0: no live worker */
 	_Atomic uint64_t	requests;
 	_Atomic uint32_t	connections;	/* open: given back if it dies */
-	_Atomic uint32_t	carriers[2];	/* its share of carriers[]: given back */
+	_Atomic uint32_t	carriers[2];	/* by phase (journaler.c): zeroed if it dies */
 	char			pad[SHM_CACHELINE_BYTES - 28];
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
@@ -324,13 +324,14 @@ struct shm_header {
 	 */
 	_Atomic uint32_t	loop_waiters;
 	/*
-	 * The journaler's gather (journaler.c): carriers[phase] counts the
-	 * file threads whose reservation is durable and who have not yet
-	 * appended their commit (or given up), by the carrier_phase they
-	 * entered in; journaler_gathering says the journaler waits for one
-	 * phase to drain, and the carrier that drains it kicks.
+	 * The journaler's gather (journaler.c): each worker's carriers[phase]
+	 * counts its file threads whose reservation is durable and who have
+	 * not yet appended their commit (or given up), by the carrier_phase
+	 * they entered in; journaler_gathering says the journaler waits for
+	 * one phase to drain, and a carrier that leaves while it does kicks.
+	 * Only the workers' counts exist, no total: a worker killed between
+	 * updating two counters would leave a total wrong for good.
 	 */
-	_Atomic uint32_t	carriers[2];
 	_Atomic uint32_t	carrier_phase;
 	_Atomic uint32_t	journaler_gathering;
 

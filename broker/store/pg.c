@@ -1018,6 +1018,6 @@ pgstore_effects_unfinished(struct pgstore *st, int (*fn)(const char *scope,
 {
 	return pg_each(st, "SELECT kind, scope, client_submission_id, "
 	    EFFECT_COLUMNS " FROM idem_submission WHERE workspace_id = $1 AND "
-	    "kind = 3 AND state <> 3 ORDER BY reserved_at", effect_fill, fn,
-	    arg, "listing unfinished effects", cause);
+	    "kind = 3 AND state IN (1, 4, 5) ORDER BY reserved_at",
+	    effect_fill, fn, arg, "listing unfinished effects", cause);
 }

@@ -345,8 +345,10 @@ pgstore_import_effect(struct pgstore *st, const struct pgstore_key *key,
 	v[15] = token;			/* $16 */
 	/*
 	 * Day 0 and a random seq, as a begin reserves (pg.c): a collision
-	 * with another effect's inserts nothing (no error, so the
-	 * transaction goes on), and the next try draws again.
+	 * with another effect's number inserts nothing (no error, so the
+	 * transaction goes on), and the next try draws again.  Only that
+	 * conflict: the same key, begun by a broker meanwhile, is an error
+	 * that names itself (and the import is rolled back).
 	 */
 	for (tries = 0; tries < 16; tries++) {
 		snprintf(seq, sizeof seq, "%" PRIu32,
@@ -360,7 +362,8 @@ pgstore_import_effect(struct pgstore *st, const struct pgstore_key *key,
 		    "lease_granted) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, "
 		    "'', '', '', '', $9, to_timestamp($10::bigint / 1000.0), "
 		    "to_timestamp($11::bigint / 1000.0), $12, $13, $14, $15, "
-		    "$16, clock_timestamp(), " "$17) ON CONFLICT DO NOTHING",
+		    "$16, clock_timestamp(), $17) ON CONFLICT (workspace_id, "
+		    "kind, date, seq) DO NOTHING",
 		    17, NULL, (const char *const[]){ v[0], v[1], v[2], v[3],
 		    v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12],
 		    v[13], v[14], v[15], (e->effect_flags &

@@ -796,6 +796,12 @@ compact_effects_on_store(void **state)
 	    "submission"), "receipt"), "result_digest"));
 	json_decref(r);
 	assert_store_counts(&b.b, 4, 0, 1, 3);
+	/* diagnose lists what is unfinished: the open one, no tombstone. */
+	r = harness_must_call(&b.b, json_pack("{s:s}", "op", "diagnose"));
+	assert_int_equal(json_array_size(json_object_get(r, "entries")), 1);
+	assert_string_equal(harness_str(json_array_get(json_object_get(r,
+	    "entries"), 0), "client_submission_id"), "cfx-open");
+	json_decref(r);
 	assert_int_equal(cluster_idemctl(&out, "--json compact --older-than 0 --store "
 	    "'%s' --root '%s'", server.uri, root.root), 0);
 	assert_non_null(strstr(out, "\"pruned\":0"));
