@@ -67,7 +67,8 @@ static const int chaos_restart_at[CHAOS_RESTARTS] = { 20, 45, 70 };
 #define CHAOS_RETRY_MAX_ATTEMPTS	50
 #define CHAOS_RETRY_BASE_DELAY_MS	50
 #define CHAOS_RETRY_MAX_DELAY_MS	1000
-/* make check must end within 3 minutes: fail instead of hanging. */
+/* make check must end within 3 minutes (a sanitizer build: harness_slowdown()
+ * times that): fail instead of hanging. */
 #define CHAOS_WATCHDOG_SECONDS		170
 #define CHAOS_MAX_TICKS			(CHAOS_WATCHDOG_SECONDS * 1000 / \
 					    CHAOS_KILL_INTERVAL_MS)
@@ -468,7 +469,7 @@ run_chaos(struct chaos *ch)
 	assert_int_equal(timerfd_settime(tfd, 0, &its, NULL), 0);
 
 	while (clients_reap(ch, WNOHANG) > 0) {
-		if (++ticks > CHAOS_MAX_TICKS)
+		if (++ticks > CHAOS_MAX_TICKS * (int)harness_slowdown())
 			fail_msg("clients still running after %d ticks "
 			    "(%u of %llu calls done)", ticks,
 			    clients_progress(ch), (unsigned long long)total);

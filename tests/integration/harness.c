@@ -144,11 +144,28 @@ watchdog_fired(int sig)
 	_exit(2);
 }
 
+/*
+ * The watchdog catches a hang, not a slow machine: a sanitizer build
+ * (IDEM_SANITIZER_FLAGS, set by make check) runs several times slower,
+ * more so on a loaded host, so its bound is HARNESS_SANITIZER_SLOWDOWN
+ * times longer.
+ */
+#define HARNESS_SANITIZER_SLOWDOWN	3
+
+unsigned
+harness_slowdown(void)
+{
+	const char	*sanitizers = getenv("IDEM_SANITIZER_FLAGS");
+
+	return sanitizers != NULL && *sanitizers != '\0' ?
+	    HARNESS_SANITIZER_SLOWDOWN : 1;
+}
+
 void
 harness_watchdog(unsigned seconds)
 {
 	signal(SIGALRM, watchdog_fired);
-	alarm(seconds);
+	alarm(seconds * harness_slowdown());
 }
 
 static void

@@ -68,6 +68,8 @@ void	 harness_cleanup(struct broker *);
  * fails the test instead of hanging make check.
  */
 void	 harness_watchdog(unsigned seconds);
+/* How many times slower this build runs (3 with sanitizers, else 1). */
+unsigned harness_slowdown(void);
 /* Today's UTC date, YYYYMMDD, the date idemd puts in task ids. */
 void	 harness_today(char out[9]);
 /* Create a file relative to the root with its directories (0 or -1). */
