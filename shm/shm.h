@@ -552,13 +552,10 @@ int	 subtab_snapshot(struct shm_segment *, enum subtab_kind,
 	    int unfinished_only, struct subtab_row **, size_t *count,
 	    uint32_t state_counts[SUBTAB_STATE_COUNT]);
 /*
- * Copy up to max slots from index from (entries and keys, keys not
- * NUL-terminated); returns how many.  The lock is held for one call only,
- * so a long export does not stall the workers.
+ * Copy up to max slots from index from (entries, keys not NUL-terminated,
+ * and each slot's SUBTAB_SLOT_* flags); returns how many.  The lock is
+ * held for one call only, so a long export does not stall the workers.
  */
-uint32_t subtab_copy(struct shm_segment *, uint32_t from, uint32_t max,
-	    struct subtab_entry *, char (*keys)[SUBTAB_MAX_KEY_BYTES]);
-/* The same, with each slot's SUBTAB_SLOT_* flags. */
 uint32_t subtab_copy_flags(struct shm_segment *, uint32_t from, uint32_t max,
 	    struct subtab_entry *, char (*keys)[SUBTAB_MAX_KEY_BYTES],
 	    uint32_t *flags);

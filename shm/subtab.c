@@ -669,24 +669,6 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 }
 
 uint32_t
-subtab_copy(struct shm_segment *seg, uint32_t from, uint32_t max,
-    struct subtab_entry *entries, char (*keys)[SUBTAB_MAX_KEY_BYTES])
-{
-	const struct subtab_slot	*s;
-	uint32_t			 n = 0;
-
-	if (lock_table(seg) != 0)
-		return 0;
-	for (; n < max && from + n < seg->header->slots_used; n++) {
-		s = &seg->slots[from + n];
-		entries[n] = s->entry;
-		memcpy(keys[n], seg->heap + s->key_offset, s->entry.key_length);
-	}
-	unlock_table(seg);
-	return n;
-}
-
-uint32_t
 subtab_copy_flags(struct shm_segment *seg, uint32_t from, uint32_t max,
     struct subtab_entry *entries, char (*keys)[SUBTAB_MAX_KEY_BYTES],
     uint32_t *flags)

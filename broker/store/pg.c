@@ -49,10 +49,17 @@
 	"(SELECT backend_start FROM pg_stat_activity WHERE " \
 	"pid = pg_backend_pid())"
 
-static int
-pg_failed(struct pgstore *st, PGresult *res, const char *what, char **cause)
+/*
+ * A failed statement (res, or the connection's message without one):
+ * *cause names it, errno is EIO, res is cleared.  The schema's code
+ * (pg_schema.c), which has a connection and no store, calls it too.
+ */
+int
+pgstore_conn_failed(struct pg_conn *pgconn, struct pg_result *pgres,
+    const char *what, char **cause)
 {
-	PGconn		*conn = (PGconn *)st->conn;
+	PGconn		*conn = (PGconn *)pgconn;
+	PGresult	*res = (PGresult *)pgres;
 	const char	*msg = res != NULL ? PQresultErrorMessage(res) : "";
 
 	if ((msg == NULL || *msg == '\0') && conn != NULL)
@@ -66,6 +73,13 @@ pg_failed(struct pgstore *st, PGresult *res, const char *what, char **cause)
 	PQclear(res);
 	errno = EIO;
 	return -1;
+}
+
+static int
+pg_failed(struct pgstore *st, PGresult *res, const char *what, char **cause)
+{
+	return pgstore_conn_failed(st->conn, (struct pg_result *)res, what,
+	    cause);
 }
 
 struct pg_conn *
@@ -324,6 +338,29 @@ bad:
 	return -1;
 }
 
+/* How a row of a result becomes a pgstore_row: row_fill, effect_fill. */
+typedef int (*row_fill_fn)(PGresult *, int, int, enum subtab_kind,
+    struct pgstore_row *, char **);
+
+/* A statement's result of at most one row: 1 filled, 0 none, -1. */
+static int
+one_row(struct pgstore *st, PGresult *res, row_fill_fn fill,
+    enum subtab_kind kind, struct pgstore_row *row, const char *what,
+    char **cause)
+{
+	int	rc;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return pg_failed(st, res, what, cause);
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		return 0;
+	}
+	rc = fill(res, 0, 0, kind, row, cause);
+	PQclear(res);
+	return rc == 0 ? 1 : -1;
+}
+
 int
 pgstore_read(struct pgstore *st, const struct pgstore_key *key,
     struct pgstore_row *row, char **cause)
@@ -331,22 +368,14 @@ pgstore_read(struct pgstore *st, const struct pgstore_key *key,
 	PGconn		*conn;
 	PGresult	*res;
 	struct params	 p;
-	int		 rc;
 
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
 	params_key(&p, st, key);
 	res = pg_exec(conn, "SELECT " ROW_COLUMNS " FROM idem_submission "
 	    "WHERE " KEY_WHERE, &p);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pg_failed(st, res, "reading a submission", cause);
-	if (PQntuples(res) == 0) {
-		PQclear(res);
-		return 0;
-	}
-	rc = row_fill(res, 0, 0, key->kind, row, cause);
-	PQclear(res);
-	return rc == 0 ? 1 : -1;
+	return one_row(st, res, row_fill, key->kind, row,
+	    "reading a submission", cause);
 }
 
 static void
@@ -661,7 +690,6 @@ pgstore_takeover(struct pgstore *st, const struct pgstore_key *key,
 	PGresult	*res;
 	struct params	 p;
 	char		 epoch_s[24], token[PGSTORE_TOKEN_BYTES + 1], lease[16];
-	int		 rc;
 
 	*cause = NULL;
 	if ((conn = pg_conn(st, cause)) == NULL)
@@ -689,15 +717,8 @@ pgstore_takeover(struct pgstore *st, const struct pgstore_key *key,
 	    "clock_timestamp() OR owner_pid = pg_backend_pid() OR NOT EXISTS "
 	    "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = owner_pid AND "
 	    "a.backend_start = owner_started)) RETURNING " ROW_COLUMNS, &p);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pg_failed(st, res, "taking over", cause);
-	if (PQntuples(res) == 0) {
-		PQclear(res);
-		return 0;
-	}
-	rc = row_fill(res, 0, 0, key->kind, row, cause);
-	PQclear(res);
-	return rc == 0 ? 1 : -1;
+	return one_row(st, res, row_fill, key->kind, row, "taking over",
+	    cause);
 }
 
 int
@@ -829,21 +850,13 @@ effect_exec(struct pgstore *st, const char *sql, const struct params *p,
 {
 	PGconn		*conn;
 	PGresult	*res;
-	int		 rc;
 
 	*cause = NULL;
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
 	res = pg_exec(conn, sql, p);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pg_failed(st, res, what, cause);
-	if (PQntuples(res) == 0) {
-		PQclear(res);
-		return 0;
-	}
-	rc = effect_fill(res, 0, 0, SUBTAB_KIND_EFFECT, row, cause);
-	PQclear(res);
-	return rc == 0 ? 1 : -1;
+	return one_row(st, res, effect_fill, SUBTAB_KIND_EFFECT, row, what,
+	    cause);
 }
 
 int
@@ -965,9 +978,7 @@ pgstore_effect_settle(struct pgstore *st, const struct pgstore_key *key,
 
 /* Each row of sql ($1 the workspace: kind, scope, id, then fill's). */
 static int
-pg_each(struct pgstore *st, const char *sql,
-    int (*fill)(PGresult *, int, int, enum subtab_kind,
-    struct pgstore_row *, char **),
+pg_each(struct pgstore *st, const char *sql, row_fill_fn fill,
     int (*fn)(const char *scope, const char *id, const struct pgstore_row *,
     void *), void *arg, const char *what, char **cause)
 {

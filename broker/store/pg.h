@@ -174,6 +174,9 @@ int	pgstore_unfinished(struct pgstore *, int (*fn)(const char *scope,
  * errno EIO).
  */
 struct pg_result;			/* libpq's PGresult */
+/* A failed statement: *cause names it, errno EIO, res cleared; -1. */
+int	pgstore_conn_failed(struct pg_conn *, struct pg_result *,
+	    const char *what, char **cause);
 struct pg_conn *pgstore_conn(struct pgstore *, char **cause);
 int	pgstore_failed(struct pgstore *, struct pg_result *, const char *what,
 	    char **cause);

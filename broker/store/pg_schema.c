@@ -77,29 +77,13 @@ _Static_assert(MIGRATION_COUNT == PGSTORE_SCHEMA_VERSION,
 #define PGSTORE_MIGRATE_LOCK	"7291540391"
 
 static int
-failed(PGconn *conn, PGresult *res, const char *what, char **cause)
-{
-	const char	*msg = res != NULL ? PQresultErrorMessage(res) : "";
-
-	if (msg == NULL || *msg == '\0')
-		msg = PQerrorMessage(conn);
-	if (asprintf(cause, "PostgreSQL: %s: %s", what, msg) == -1)
-		*cause = NULL;
-	else
-		(*cause)[strcspn(*cause, "\n")] = '\0';
-	PQclear(res);
-	errno = EIO;
-	return -1;
-}
-
-static int
 exec_ok(PGconn *conn, const char *sql, const char *what, char **cause)
 {
 	PGresult	*res = PQexec(conn, sql);
 
 	if (PQresultStatus(res) != PGRES_COMMAND_OK &&
 	    PQresultStatus(res) != PGRES_TUPLES_OK)
-		return failed(conn, res, what, cause);
+		return pgstore_conn_failed(conn, res, what, cause);
 	PQclear(res);
 	return 0;
 }
@@ -112,7 +96,8 @@ pgstore_schema_version(struct pg_conn *conn, int *version, char **cause)
 	res = PQexec(conn, "SELECT to_regclass('idem_schema_version') "
 	    "IS NOT NULL");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		return failed(conn, res, "reading the schema version", cause);
+		return pgstore_conn_failed(conn, res,
+		    "reading the schema version", cause);
 	if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
 		PQclear(res);
 		*version = 0;
@@ -121,7 +106,8 @@ pgstore_schema_version(struct pg_conn *conn, int *version, char **cause)
 	PQclear(res);
 	res = PQexec(conn, "SELECT max(version) FROM idem_schema_version");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		return failed(conn, res, "reading the schema version", cause);
+		return pgstore_conn_failed(conn, res,
+		    "reading the schema version", cause);
 	*version = PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
 	PQclear(res);
 	return 0;

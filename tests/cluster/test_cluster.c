@@ -629,6 +629,60 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 	cluster_rm_root(root);
 }
 
+/* ---- Replies: what they must say ------------------------------------ */
+
+static void
+want(json_t *reply, const char *disposition, const char *reason)
+{
+	const char	*got = json_string_value(json_object_get(reply,
+			    "disposition"));
+	const char	*why = json_string_value(json_object_get(
+			    json_object_get(reply, "error"), "reason"));
+
+	if (got == NULL || strcmp(got, disposition) != 0 || (reason != NULL &&
+	    (why == NULL || strcmp(why, reason) != 0)))
+		fail_msg("expected %s %s: %s", disposition, reason != NULL ?
+		    reason : "", json_dumps(reply, JSON_COMPACT));
+}
+
+/* want, and the reply is consumed. */
+static void
+expect(json_t *reply, const char *disposition, const char *reason)
+{
+	want(reply, disposition, reason);
+	json_decref(reply);
+}
+
+/* The reply's receipt, compact, in the order it came (malloc'd). */
+static char *
+receipt_of(json_t *reply)
+{
+	char	*text = harness_receipt_text(reply);
+
+	if (text == NULL)
+		fail_msg("no receipt: %s", json_dumps(reply, JSON_COMPACT));
+	return text;
+}
+
+/* The reply's receipt is the same bytes as first. */
+static void
+same_receipt(json_t *reply, const char *first)
+{
+	char	*again = receipt_of(reply);
+
+	assert_string_equal(again, first);
+	free(again);
+}
+
+/* reused, with first's receipt; the reply is consumed. */
+static void
+reused_as(json_t *reply, const char *first)
+{
+	want(reply, "reused", NULL);
+	same_receipt(reply, first);
+	json_decref(reply);
+}
+
 /* ---- PostgreSQL goes away mid-load ---------------------------------- */
 
 #define OUTAGE_COMMITTED	40
@@ -724,7 +778,7 @@ outage_answers_unavailable_or_cached(void **state)
 	struct outage_client	 clients[OUTAGE_CLIENTS];
 	pthread_t		 threads[OUTAGE_CLIENTS];
 	struct timespec		 down = { 3, 0 }, warm = { 0, 300000000 };
-	char			 root[256], id[48], *text;
+	char			 root[256], id[48];
 	const char		*key;
 	json_t			*reply, *value;
 	int			 i, k;
@@ -781,14 +835,10 @@ outage_answers_unavailable_or_cached(void **state)
 		if (!json_is_true(json_object_get(reply, "ok")))
 			fail_msg("%s after the outage: %s", key,
 			    json_dumps(reply, JSON_COMPACT));
-		if ((value = json_object_get(o.acked, key)) != NULL) {
-			assert_string_equal(harness_str(reply, "disposition"),
-			    "reused");
-			text = harness_receipt_text(reply);
-			assert_string_equal(text, json_string_value(value));
-			free(text);
-		}
-		json_decref(reply);
+		if ((value = json_object_get(o.acked, key)) != NULL)
+			reused_as(reply, json_string_value(value));
+		else
+			json_decref(reply);
 	}
 	assert_int_equal(cluster_tasks_on_disk(root, NULL),
 	    (int)json_object_size(o.sent));
@@ -873,7 +923,7 @@ kill_9_loop_loses_nothing(void **state)
 	struct churn_client	 clients[CHURN_CLIENTS];
 	pthread_t		 threads[CHURN_CLIENTS];
 	struct timespec		 period = { 2, 0 };
-	char			 root[256], *text;
+	char			 root[256];
 	const char		*key;
 	json_t			*reply, *value;
 	int			 i, k;
@@ -910,12 +960,7 @@ kill_9_loop_loses_nothing(void **state)
 			reply = cluster_call_until_final(&nodes[i].b,
 			    harness_write_task(key, "Churn"));
 			assert_non_null(reply);
-			assert_string_equal(harness_str(reply, "disposition"),
-			    "reused");
-			text = harness_receipt_text(reply);
-			assert_string_equal(text, json_string_value(value));
-			free(text);
-			json_decref(reply);
+			reused_as(reply, json_string_value(value));
 		}
 	}
 	assert_int_equal(cluster_tasks_on_disk(root, NULL),
@@ -1442,58 +1487,6 @@ effect_call(struct node *n, const char *op, const char *id,
 	assert_int_equal(json_object_update(request, members), 0);
 	json_decref(members);
 	return cluster_call_until_final(&n->b, request);
-}
-
-static void
-want(json_t *reply, const char *disposition, const char *reason)
-{
-	const char	*got = json_string_value(json_object_get(reply,
-			    "disposition"));
-	const char	*why = json_string_value(json_object_get(
-			    json_object_get(reply, "error"), "reason"));
-
-	if (got == NULL || strcmp(got, disposition) != 0 || (reason != NULL &&
-	    (why == NULL || strcmp(why, reason) != 0)))
-		fail_msg("expected %s %s: %s", disposition, reason != NULL ?
-		    reason : "", json_dumps(reply, JSON_COMPACT));
-}
-
-/* want, and the reply is consumed. */
-static void
-expect(json_t *reply, const char *disposition, const char *reason)
-{
-	want(reply, disposition, reason);
-	json_decref(reply);
-}
-
-/* The reply's receipt, compact, in the order it came (malloc'd). */
-static char *
-receipt_of(json_t *reply)
-{
-	json_t	*r = json_object_get(reply, "receipt");
-
-	if (r == NULL)
-		fail_msg("no receipt: %s", json_dumps(reply, JSON_COMPACT));
-	return json_dumps(r, JSON_COMPACT);
-}
-
-/* The reply's receipt is the same bytes as first. */
-static void
-same_receipt(json_t *reply, const char *first)
-{
-	char	*again = receipt_of(reply);
-
-	assert_string_equal(again, first);
-	free(again);
-}
-
-/* reused, with first's receipt; the reply is consumed. */
-static void
-reused_as(json_t *reply, const char *first)
-{
-	want(reply, "reused", NULL);
-	same_receipt(reply, first);
-	json_decref(reply);
 }
 
 /* {"fence": f, "outcome": outcome, "result": result} */
