@@ -8,11 +8,15 @@
  * The steps are doc/cluster.md's "Creation, step by step":
  *
  *   cache      the local table holds the key committed: reused
- *   read       a lock-free read of the row
- *   reserve    number and row, one transaction   [after_reserve_durable]
+ *   read       a lock-free read of the row (a conflict on an unfinished
+ *              row only once it is durable)
+ *   claim      number and row, one statement, committed without waiting
+ *              for the WAL flush; durable with the grant
+ *                                               [after_reserve_durable]
  *   temp       .<name>.md.tmp.<epoch>-<token>, fsync'd, directory fsync'd
  *                                               [after_task_file_written]
- *   grant      the lease, fenced on (epoch, token)
+ *   grant      the lease, fenced on (epoch, token); synchronous, so
+ *              the claim before it is durable too
  *                                       [pause: before_task_file_link]
  *   link       linkat(temp, name): EEXIST another writer, ENOENT fenced
  *                                               [after_task_file_linked]

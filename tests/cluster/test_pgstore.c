@@ -501,8 +501,12 @@ crash_racers(const char *phase, const char *log_path, int crash)
 static void
 claims_durable_by_the_grant_across_a_crash(void **state)
 {
+	struct pgstore		 a, b;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "", "unfinished-1" };
+	struct subtab_entry	 want;
+	struct pgstore_row	 claimed, seen;
 	char	 log_path[] = "/tmp/idem-claims.XXXXXX", line[128];
-	char	 id[64];
+	char	 id[64], *cause = NULL;
 	unsigned seq, acknowledged = 0, before;
 	FILE	*log;
 	int	 fd;
@@ -513,6 +517,22 @@ claims_durable_by_the_grant_across_a_crash(void **state)
 	disk_max = 0;
 	assert_true((fd = mkstemp(log_path)) != -1);
 	close(fd);
+	/*
+	 * Another store's claim, read by this one as a conflict is judged:
+	 * after pgstore_read_durable, the crash below cannot take it.
+	 */
+	open_store(&a, "claimer", 30000);
+	open_store(&b, "judge", 30000);
+	want_entry(&want, "unfinished");
+	assert_int_equal(pgstore_claim(&a, &key, &want, &claimed, &cause), 1);
+	assert_int_equal(pgstore_read_durable(&b, &key, &seen, &cause), 1);
+	assert_string_equal(seen.token, claimed.token);
+	assert_int_equal(seen.entry.seq, claimed.entry.seq);
+	assert_int_equal(seen.entry.state, SUBTAB_RESERVED);
+	assert_false(seen.lease_granted);
+	pgstore_row_clear(&seen);
+	pgstore_close(&a);
+	pgstore_close(&b);
 	crash_racers("before", log_path, 1);
 	assert_non_null(log = fopen(log_path, "r"));
 	while (fgets(line, sizeof line, log) != NULL)
@@ -538,6 +558,10 @@ claims_durable_by_the_grant_across_a_crash(void **state)
 	fclose(log);
 	unlink(log_path);
 	assert_int_equal(acknowledged, before + CRASH_RACERS * CRASH_KEYS);
+	assert_int_equal(cluster_sql_long(&server, "SELECT seq FROM "
+	    "idem_submission WHERE client_submission_id = 'unfinished-1' AND "
+	    "owner_token = '%s'", claimed.token), claimed.entry.seq);
+	pgstore_row_clear(&claimed);
 	/* No number twice, the name agrees, the counter is past them all. */
 	assert_sql("SELECT count(*) = count(DISTINCT seq) FROM idem_submission",
 	    "t");
