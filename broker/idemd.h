@@ -239,7 +239,7 @@ struct worker {
 	struct event		*term_ev;
 	struct event		*hup_ev;	/* SIGHUP: reopen the log */
 	struct event		*accept_pause_ev;
-	int64_t			 yield_since_ms; /* worker_yield: 0 none */
+	int64_t			 yield_since_ms; /* worker_yield (monotonic ms): 0 none */
 	int64_t			 yield_last_ms;
 	TAILQ_HEAD(, conn)	 conns;
 	unsigned		 conn_count;

@@ -442,12 +442,13 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
  * pending connection (measured: all eight of a bench's clients on one
  * of two workers) and serve them one after the other while the others
  * idle.  A worker holding more connections than another live worker
- * leaves a pending connection to it for WORKER_YIELD_MS, and takes it
- * itself after WORKER_YIELD_MAX_MS (the other may be blocked in a long
- * call, a connection attempt to a server that is down).  1: yield now.
+ * leaves a pending connection to it (looking again every
+ * WORKER_YIELD_MS), and takes it itself after WORKER_YIELD_MAX_MS (the
+ * other may be blocked in a long call, a connection attempt to a server
+ * that is down).  1: yield now.
  */
 #define WORKER_YIELD_MS		2
-#define WORKER_YIELD_MAX_MS	50
+#define WORKER_YIELD_MAX_MS	200
 
 static int
 worker_yield(struct worker *w)
@@ -456,7 +457,7 @@ worker_yield(struct worker *w)
 	struct timeval		 tv = { 0, WORKER_YIELD_MS * 1000 };
 	uint32_t		 mine, theirs;
 	unsigned		 i;
-	int64_t			 now = shm_now_ms();
+	int64_t			 now = idemd_monotonic_us() / 1000;
 
 	if (w->d->store_uri == NULL)
 		return 0;
@@ -472,9 +473,9 @@ worker_yield(struct worker *w)
 		w->yield_since_ms = 0;
 		return 0;
 	}
-	/* Yields more than a few periods apart are for another connection. */
+	/* A yield long after the last one is for another connection. */
 	if (w->yield_since_ms == 0 ||
-	    now - w->yield_last_ms > 10 * WORKER_YIELD_MS)
+	    now - w->yield_last_ms > WORKER_YIELD_MAX_MS)
 		w->yield_since_ms = now;
 	else if (now - w->yield_since_ms >= WORKER_YIELD_MAX_MS) {
 		w->yield_since_ms = 0;

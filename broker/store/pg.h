@@ -118,10 +118,10 @@ int	pgstore_read(struct pgstore *, const struct pgstore_key *,
 /*
  * Reserve: a number from the day's counter (the server's day, past the
  * disk's highest) and the row, state reserved, epoch 1, a fresh token,
- * the lease from now, in one transaction (pgstore_claim's).  want gives the schema,
- * request digest and roles.  1: reserved, row filled; 0: the row exists
- * already (nothing changed); -1 with errno ERANGE: the day's numbers are
- * used up (nothing changed).
+ * the lease from now, in one transaction (pgstore_claim's).  want gives
+ * the schema, request digest and roles.  1: reserved, row filled; 0: the
+ * row exists already (nothing changed); -1 with errno ERANGE: the day's
+ * numbers are used up (nothing changed).
  */
 int	pgstore_reserve(struct pgstore *, const struct pgstore_key *,
 	    const struct subtab_entry *want, struct pgstore_row *,
