@@ -8,11 +8,15 @@
  * The steps are doc/cluster.md's "Creation, step by step":
  *
  *   cache      the local table holds the key committed: reused
- *   read       a lock-free read of the row
- *   reserve    number and row, one transaction   [after_reserve_durable]
+ *   read       a lock-free read of the row (a conflict on an unfinished
+ *              row only once it is durable)
+ *   claim      number and row, one statement, committed without waiting
+ *              for the WAL flush; durable with the grant
+ *                                               [after_reserve_durable]
  *   temp       .<name>.md.tmp.<epoch>-<token>, fsync'd, directory fsync'd
  *                                               [after_task_file_written]
- *   grant      the lease, fenced on (epoch, token)
+ *   grant      the lease, fenced on (epoch, token); synchronous, so
+ *              the claim before it is durable too
  *                                       [pause: before_task_file_link]
  *   link       linkat(temp, name): EEXIST another writer, ENOENT fenced
  *                                               [after_task_file_linked]
@@ -666,6 +670,21 @@ cl_step(struct pending *p)
 		cl_fail_storage(p, "reading the submission", cause);
 		return;
 	}
+	if (rc == 1 && row.entry.state != SUBTAB_COMMITTED &&
+	    (row.entry.schema != schema || memcmp(row.entry.request_digest,
+	    s->digest, IDEM_SHA256_BYTES) != 0)) {
+		/*
+		 * Another broker's claim may not be durable yet (it commits
+		 * without waiting for the WAL flush): a conflict is answered
+		 * only on a row that would survive a server crash.
+		 */
+		pgstore_row_clear(&row);
+		rc = pgstore_read_durable(&cl_store, &c->key, &row, &cause);
+		if (rc < 0) {
+			cl_fail_storage(p, "reading the submission", cause);
+			return;
+		}
+	}
 	if (rc == 1) {
 		cl_take_row(s, &row);
 		if (row.entry.schema != schema || memcmp(row.entry.request_digest,
@@ -714,8 +733,12 @@ cl_step(struct pending *p)
 		cl_recover(p);
 		return;
 	}
-	/* Nobody has it: reserve. */
-	rc = pgstore_reserve(&cl_store, &c->key, &s->entry, &c->row, &cause);
+	/*
+	 * Nobody has it: claim (the number and the row in one round trip,
+	 * committed without waiting for the WAL flush; the grant's commit
+	 * makes it durable before anything is linked or answered).
+	 */
+	rc = pgstore_claim(&cl_store, &c->key, &s->entry, &c->row, &cause);
 	if (rc < 0 && errno == ERANGE) {
 		cl_fail_exhausted(p);
 		return;
@@ -725,7 +748,9 @@ cl_step(struct pending *p)
 		return;
 	}
 	if (rc == 0) {
-		cl_step(p);	/* reserved elsewhere a moment ago */
+		/* Reserved elsewhere a moment ago: judge its row. */
+		pgstore_row_clear(&c->row);
+		cl_step(p);
 		return;
 	}
 	c->owner = 1;

@@ -435,6 +435,58 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 	return -1;
 }
 
+/*
+ * On the PostgreSQL store a worker serves one request at a time with
+ * blocking calls (cluster.c), so connections must be spread over the
+ * workers: whichever worker runs first would otherwise take every
+ * pending connection (measured: all eight of a bench's clients on one
+ * of two workers) and serve them one after the other while the others
+ * idle.  A worker holding more connections than another live worker
+ * leaves a pending connection to it (looking again every
+ * WORKER_YIELD_MS), and takes it itself after WORKER_YIELD_MAX_MS (the
+ * other may be blocked in a long call, a connection attempt to a server
+ * that is down).  1: yield now.
+ */
+#define WORKER_YIELD_MS		2
+#define WORKER_YIELD_MAX_MS	200
+
+static int
+worker_yield(struct worker *w)
+{
+	struct shm_header	*h = w->d->seg.header;
+	struct timeval		 tv = { 0, WORKER_YIELD_MS * 1000 };
+	uint32_t		 mine, theirs;
+	unsigned		 i;
+	int64_t			 now = idemd_monotonic_us() / 1000;
+
+	if (w->d->store_uri == NULL)
+		return 0;
+	mine = atomic_load(&h->workers[w->index].connections);
+	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
+		if (i == w->index || atomic_load(&h->workers[i].pid) == 0)
+			continue;
+		theirs = atomic_load(&h->workers[i].connections);
+		if (theirs < mine)
+			break;
+	}
+	if (i >= w->d->worker_count || i >= SHM_MAX_WORKERS) {
+		w->yield_since_ms = 0;
+		return 0;
+	}
+	/* A yield long after the last one is for another connection. */
+	if (w->yield_since_ms == 0 ||
+	    now - w->yield_last_ms > WORKER_YIELD_MAX_MS)
+		w->yield_since_ms = now;
+	else if (now - w->yield_since_ms >= WORKER_YIELD_MAX_MS) {
+		w->yield_since_ms = 0;
+		return 0;
+	}
+	w->yield_last_ms = now;
+	event_del(w->listen_ev);
+	evtimer_add(w->accept_pause_ev, &tv);
+	return 1;
+}
+
 static void
 worker_accept(evutil_socket_t fd, short events, void *arg)
 {
@@ -445,6 +497,8 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 	struct timeval	 tv;
 	int		 s, counted;
 
+	if (worker_yield(w))
+		return;
 	for (;;) {
 		s = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (s == -1) {
@@ -515,6 +569,9 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		bufferevent_enable(c->bev, EV_READ);
 		TAILQ_INSERT_TAIL(&w->conns, c, entry);
 		w->conn_count++;
+		/* On the PostgreSQL store: one per wake-up (worker_yield). */
+		if (w->d->store_uri != NULL)
+			return;
 	}
 }
 

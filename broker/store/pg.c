@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 #include <sodium.h>
@@ -222,9 +223,9 @@ pgstore_host_id_valid(const char *s)
 	    "0123456789._-") == n;
 }
 
-/* The key's four parameters, then up to eight more. */
+/* The key's four parameters, then up to sixteen more. */
 struct params {
-	const char	*v[16];
+	const char	*v[20];
 	int		 n;
 	char		 kind[4];
 };
@@ -472,96 +473,242 @@ pg_abort(PGconn *conn)
 	return -1;
 }
 
+/*
+ * The reservation as one statement, so one round trip and one implicit
+ * transaction (doc/cluster.md, "The number counter and durability"):
+ * the server's clock and day; the row of the key if it exists (then
+ * nothing else happens); otherwise, if the day is the one the disk was
+ * scanned for, a number from the day's counter past the disk's highest
+ * (none past max_seq) and the row, reserved, epoch 1, the caller's
+ * token, the lease from now.  Its name is built here from the number,
+ * as taskfile_format_id does (pgstore_claim checks that the two agree).
+ * The transaction commits with synchronous_commit off: the counter row's
+ * lock is released at once, without waiting for the WAL flush; the
+ * grant, which follows before any file is linked and any answer given,
+ * commits synchronously and so flushes this commit too (the WAL is one
+ * ordered stream).  A row inserted meanwhile by another broker violates
+ * the primary key: the whole statement, its number with it, is rolled
+ * back.
+ *
+ * $1..$4 the key, $5 schema, $6 request digest, $7 the day scanned,
+ * $8 the disk's highest number that day, $9 max_seq, $10 the kind's
+ * prefix, $11 "-<sender>-to-<recipient>", $12 the kind's directory,
+ * $13 sender, $14 recipient, $15 host, $16 token, $17 lease (ms).
+ * Columns: the server's clock (ms), its day, the number taken (NULL if
+ * none), the task_id inserted (NULL if none), then ROW_COLUMNS of the
+ * row found (NULL if none).
+ */
+#define CLAIM_SQL \
+	"WITH clock AS (SELECT (extract(epoch from clock_timestamp()) * " \
+	"1000)::bigint AS now_ms, set_config('synchronous_commit', 'off', " \
+	"true) AS async), " \
+	"day AS (SELECT now_ms, async, to_char(date '1970-01-01' + " \
+	"(now_ms / 86400000)::integer, 'YYYYMMDD')::integer AS today " \
+	"FROM clock), " \
+	"found AS (SELECT 1 FROM idem_submission WHERE " KEY_WHERE "), " \
+	"num AS (INSERT INTO idem_counter AS c (workspace_id, kind, date, " \
+	"next_seq) SELECT $1::uuid, $2::smallint, today, $8::integer + 2 " \
+	"FROM day WHERE " \
+	"today = $7::integer AND $8::integer + 1 <= $9::integer AND NOT " \
+	"EXISTS (SELECT 1 FROM found) ON CONFLICT (workspace_id, kind, " \
+	"date) DO UPDATE SET next_seq = greatest(c.next_seq, $8::integer + " \
+	"1) + 1 WHERE greatest(c.next_seq, $8::integer + 1) <= $9::integer " \
+	"RETURNING c.next_seq - 1 AS got), " \
+	"named AS (SELECT got, $10::text || '-' || today || '-' || CASE " \
+	"WHEN got < 1000 THEN lpad(got::text, 3, '0') ELSE got::text END " \
+	"|| $11::text AS name FROM num, day), " \
+	"ins AS (INSERT INTO idem_submission (workspace_id, kind, scope, " \
+	"client_submission_id, digest_schema, request_digest, state, date, " \
+	"seq, task_id, task_path, sender, recipient, created_at_ms, " \
+	"reserved_at, updated_at, epoch, owner_host, owner_token, " \
+	"owner_pid, owner_started, lease_expires) SELECT $1::uuid, " \
+	"$2::smallint, $3::text, $4::text, $5::smallint, $6::text, 1, " \
+	"today, got, name, $12::text || '/' || name || '.md', $13::text, " \
+	"$14::text, now_ms, to_timestamp(now_ms / 1000.0), " \
+	"to_timestamp(now_ms / 1000.0), 1, $15::text, $16::text, " \
+	"pg_backend_pid(), " \
+	SESSION_STARTED ", clock_timestamp() + $17::integer * " \
+	"interval '1 millisecond' FROM named, day RETURNING task_id) " \
+	"SELECT day.now_ms, day.today, (SELECT got FROM num), (SELECT " \
+	"task_id FROM ins), day.async, " ROW_COLUMNS " FROM day LEFT JOIN " \
+	"idem_submission ON " KEY_WHERE
+#define CLAIM_ROW_FIRST		5	/* ROW_COLUMNS start here */
+
+/* The host's guess of the server's day, for the first disk scan. */
+static uint32_t
+host_day(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return taskfile_date_of((int64_t)ts.tv_sec * 1000 +
+	    ts.tv_nsec / 1000000);
+}
+
+/* How many times a reservation starts again (another day, a lost race). */
+#define CLAIM_TRIES		8
+
 int
-pgstore_reserve(struct pgstore *st, const struct pgstore_key *key,
+pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
     const struct subtab_entry *want, struct pgstore_row *row, char **cause)
 {
 	PGconn		*conn;
 	PGresult	*res;
 	struct params	 p;
 	struct subtab_entry *e = &row->entry;
+	const char	*constraint;
 	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char		 path[IDEM_MAX_TASK_PATH_BYTES];
-	char		 schema[4], digest[IDEM_DIGEST_HEX_SIZE], date[16];
-	char		 seq[16], created[24], sender[IDEM_MAX_ROLE_BYTES + 1];
-	char		 recipient[IDEM_MAX_RECIPIENT_BYTES + 1], lease[16];
-	int64_t		 now;
+	char		 schema[4], digest[IDEM_DIGEST_HEX_SIZE], day_s[16];
+	char		 disk_s[16], max_s[16], roles[IDEM_MAX_TASK_ID_BYTES];
+	char		 sender[IDEM_MAX_ROLE_BYTES + 1], lease[16];
+	char		 recipient[IDEM_MAX_RECIPIENT_BYTES + 1];
+	char		 token[PGSTORE_TOKEN_BYTES + 1];
+	uint32_t	 day = host_day(), disk;
+	int		 tries;
+
+	*cause = NULL;
+	memset(row, 0, sizeof *row);
+	snprintf(schema, sizeof schema, "%u", (unsigned)want->schema);
+	digest_to_hex(want->request_digest, digest);
+	snprintf(sender, sizeof sender, "%.*s", (int)want->sender_length,
+	    want->sender);
+	snprintf(recipient, sizeof recipient, "%.*s",
+	    (int)want->recipient_length, want->recipient);
+	snprintf(roles, sizeof roles, "-%s-to-%s", sender, recipient);
+	snprintf(max_s, sizeof max_s, "%" PRIu32, st->max_seq);
+	snprintf(lease, sizeof lease, "%d", st->lease_ms);
+	pgstore_new_token(token);
+	for (tries = 0; tries < CLAIM_TRIES; tries++) {
+		if ((conn = pg_conn(st, cause)) == NULL)
+			return -1;
+		/* Outside any lock: numbers other FCoP writers took that day. */
+		disk = 0;
+		if (st->scan != NULL && st->scan(key->kind, day, &disk,
+		    st->scan_arg) != 0) {
+			asprintf(cause, "scanning the workspace for numbers in "
+			    "use: %s", strerror(errno));
+			return -1;
+		}
+		snprintf(day_s, sizeof day_s, "%" PRIu32, day);
+		snprintf(disk_s, sizeof disk_s, "%" PRIu32, disk);
+		params_key(&p, st, key);
+		p.v[p.n++] = schema;		/* $5 */
+		p.v[p.n++] = digest;		/* $6 */
+		p.v[p.n++] = day_s;		/* $7 */
+		p.v[p.n++] = disk_s;		/* $8 */
+		p.v[p.n++] = max_s;		/* $9 */
+		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
+		    "TASK";			/* $10 */
+		p.v[p.n++] = roles;		/* $11 */
+		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ?
+		    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $12 */
+		p.v[p.n++] = sender;		/* $13 */
+		p.v[p.n++] = recipient;		/* $14 */
+		p.v[p.n++] = st->host;		/* $15 */
+		p.v[p.n++] = token;		/* $16 */
+		p.v[p.n++] = lease;		/* $17 */
+		res = pg_exec(conn, CLAIM_SQL, &p);
+		if (PQresultStatus(res) == PGRES_FATAL_ERROR &&
+		    (constraint = PQresultErrorField(res,
+		    PG_DIAG_CONSTRAINT_NAME)) != NULL &&
+		    strcmp(constraint, "idem_submission_pkey") == 0) {
+			/* Reserved by another broker a moment ago: read it. */
+			PQclear(res);
+			continue;
+		}
+		if (PQresultStatus(res) != PGRES_TUPLES_OK ||
+		    PQntuples(res) != 1)
+			return pg_failed(st, res, "reserving", cause);
+		if (!PQgetisnull(res, 0, CLAIM_ROW_FIRST)) {
+			/* The key's row: the caller judges it. */
+			if (row_fill(res, 0, CLAIM_ROW_FIRST, key->kind, row,
+			    cause) != 0) {
+				PQclear(res);
+				return -1;
+			}
+			PQclear(res);
+			return 0;
+		}
+		if ((uint32_t)value_i64(res, 0, 1) != day) {
+			/* The server's day is not the one scanned: again. */
+			day = (uint32_t)value_i64(res, 0, 1);
+			PQclear(res);
+			continue;
+		}
+		if (PQgetisnull(res, 0, 2)) {
+			PQclear(res);
+			errno = ERANGE;		/* the day's numbers are used up */
+			return -1;
+		}
+		*e = *want;
+		e->kind = (uint8_t)key->kind;
+		e->key_length = 0;
+		e->state = SUBTAB_RESERVED;
+		e->date = day;
+		e->seq = (uint32_t)value_i64(res, 0, 2);
+		e->created_at_ms = value_i64(res, 0, 0);
+		e->reserved_at_ms = e->created_at_ms;
+		e->updated_at_ms = e->created_at_ms;
+		memset(e->file_digest, 0, sizeof e->file_digest);
+		name_of(e, id, path);
+		if (PQgetisnull(res, 0, 3) ||
+		    strcmp(PQgetvalue(res, 0, 3), id) != 0) {
+			/* Never expected: the SQL's name is taskfile's. */
+			asprintf(cause, "PostgreSQL: the reservation named %s, "
+			    "idem names it %s", PQgetisnull(res, 0, 3) ?
+			    "nothing" : PQgetvalue(res, 0, 3), id);
+			PQclear(res);
+			errno = EPROTO;
+			return -1;
+		}
+		PQclear(res);
+		snprintf(row->token, sizeof row->token, "%s", token);
+		row->epoch = 1;
+		snprintf(row->owner, sizeof row->owner, "%s", st->host);
+		row->lease_ms_left = st->lease_ms;
+		row->owner_alive = 1;
+		return 1;
+	}
+	asprintf(cause, "PostgreSQL: reserving: no stable outcome after %d "
+	    "tries (the key's row came and went, or the day kept changing)",
+	    CLAIM_TRIES);
+	errno = EAGAIN;
+	return -1;
+}
+
+int
+pgstore_reserve(struct pgstore *st, const struct pgstore_key *key,
+    const struct subtab_entry *want, struct pgstore_row *row, char **cause)
+{
+	int	rc = pgstore_claim(st, key, want, row, cause);
+
+	if (rc == 0)
+		pgstore_row_clear(row);
+	return rc;
+}
+
+int
+pgstore_read_durable(struct pgstore *st, const struct pgstore_key *key,
+    struct pgstore_row *row, char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
 
 	*cause = NULL;
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
-	memset(row, 0, sizeof *row);
-	*e = *want;
-	e->kind = (uint8_t)key->kind;
-	e->key_length = 0;
-	if (pg_command(st, conn, "BEGIN", NULL, "BEGIN", cause) != 0)
-		return -1;
-	if (pg_number(st, conn, key->kind, &e->date, &e->seq, &now,
-	    cause) != 0)
-		return pg_abort(conn);
-	e->state = SUBTAB_RESERVED;
-	e->created_at_ms = now;
-	e->reserved_at_ms = now;
-	e->updated_at_ms = now;
-	memset(e->file_digest, 0, sizeof e->file_digest);
-	name_of(e, id, path);
-	pgstore_new_token(row->token);
-	row->epoch = 1;
-	snprintf(row->owner, sizeof row->owner, "%s", st->host);
-	row->lease_ms_left = st->lease_ms;
-	row->owner_alive = 1;
 	params_key(&p, st, key);
-	snprintf(schema, sizeof schema, "%u", (unsigned)e->schema);
-	digest_to_hex(e->request_digest, digest);
-	snprintf(date, sizeof date, "%" PRIu32, e->date);
-	snprintf(seq, sizeof seq, "%" PRIu32, e->seq);
-	snprintf(created, sizeof created, "%" PRId64, now);
-	snprintf(sender, sizeof sender, "%.*s", (int)e->sender_length,
-	    e->sender);
-	snprintf(recipient, sizeof recipient, "%.*s",
-	    (int)e->recipient_length, e->recipient);
-	snprintf(lease, sizeof lease, "%d", st->lease_ms);
-	p.v[p.n++] = schema;		/* $5 */
-	p.v[p.n++] = digest;		/* $6 */
-	p.v[p.n++] = date;		/* $7 */
-	p.v[p.n++] = seq;		/* $8 */
-	p.v[p.n++] = id;		/* $9 */
-	p.v[p.n++] = path;		/* $10 */
-	p.v[p.n++] = sender;		/* $11 */
-	p.v[p.n++] = recipient;		/* $12 */
-	p.v[p.n++] = created;		/* $13 */
-	p.v[p.n++] = st->host;		/* $14 */
-	p.v[p.n++] = row->token;	/* $15 */
-	p.v[p.n++] = lease;		/* $16 */
 	/*
-	 * created_at is the clock reading the number's day came from, so
-	 * that the file, the receipt and the name agree on every host.
+	 * An update that changes nothing but writes a row version, committed
+	 * synchronously: when it returns, the WAL is flushed past it, so past
+	 * the commit of whatever it read (doc/cluster.md).
 	 */
-	res = pg_exec(conn, "INSERT INTO idem_submission (workspace_id, kind, "
-	    "scope, client_submission_id, digest_schema, request_digest, "
-	    "state, date, seq, task_id, task_path, sender, recipient, "
-	    "created_at_ms, reserved_at, updated_at, epoch, owner_host, "
-	    "owner_token, owner_pid, owner_started, lease_expires) VALUES "
-	    "($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $10, $11, $12, $13, "
-	    "to_timestamp($13::bigint / 1000.0), "
-	    "to_timestamp($13::bigint / 1000.0), 1, $14, $15, "
-	    "pg_backend_pid(), " SESSION_STARTED ", clock_timestamp() + "
-	    "$16::integer * interval '1 millisecond') "
-	    "ON CONFLICT (workspace_id, kind, scope, client_submission_id) "
-	    "DO NOTHING", &p);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-		return pg_failed(st, res, "reserving", cause), pg_abort(conn);
-	if (strcmp(PQcmdTuples(res), "1") != 0) {
-		/* Reserved by someone else a moment ago: the number goes back. */
-		PQclear(res);
-		pg_rollback(conn);
-		return 0;
-	}
-	PQclear(res);
-	if (pg_command(st, conn, "COMMIT", NULL, "committing a reservation",
-	    cause) != 0)
-		return -1;
-	return 1;
+	res = pg_exec(conn, "UPDATE idem_submission SET updated_at = "
+	    "updated_at WHERE " KEY_WHERE " RETURNING " ROW_COLUMNS, &p);
+	return one_row(st, res, row_fill, key->kind, row,
+	    "making a submission durable", cause);
 }
 
 /* An UPDATE under the fence: 1 if it changed the row, 0 if fenced. */

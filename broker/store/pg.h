@@ -118,14 +118,32 @@ int	pgstore_read(struct pgstore *, const struct pgstore_key *,
 /*
  * Reserve: a number from the day's counter (the server's day, past the
  * disk's highest) and the row, state reserved, epoch 1, a fresh token,
- * the lease from now, in one transaction.  want gives the schema,
- * request digest and roles.  1: reserved, row filled; 0: the row exists
- * already (nothing changed); -1 with errno ERANGE: the day's numbers are
- * used up (nothing changed).
+ * the lease from now, in one transaction (pgstore_claim's).  want gives
+ * the schema, request digest and roles.  1: reserved, row filled; 0: the
+ * row exists already (nothing changed); -1 with errno ERANGE: the day's
+ * numbers are used up (nothing changed).
  */
 int	pgstore_reserve(struct pgstore *, const struct pgstore_key *,
 	    const struct subtab_entry *want, struct pgstore_row *,
 	    char **cause);
+/*
+ * The reservation, in one round trip (doc/cluster.md, "The number
+ * counter and durability"): if the key has a row, row is filled with it
+ * and 0 returned (nothing changed); otherwise a number and the row as
+ * pgstore_reserve says, 1.  Committed without waiting for the WAL flush:
+ * the grant's synchronous commit makes it durable, so nothing may be
+ * answered or linked on its strength before a synchronous commit.
+ */
+int	pgstore_claim(struct pgstore *, const struct pgstore_key *,
+	    const struct subtab_entry *want, struct pgstore_row *,
+	    char **cause);
+/*
+ * The row of key as pgstore_read, once durable: a synchronous commit
+ * after it was read, so that an answer given on the strength of an
+ * unfinished row (another broker's claim) survives a server crash.
+ */
+int	pgstore_read_durable(struct pgstore *, const struct pgstore_key *,
+	    struct pgstore_row *, char **cause);
 /*
  * The owner's temporary exists: grant its lease.  1: granted; 0: fenced
  * (the epoch or token moved: a takeover), nothing changed.

@@ -44,7 +44,8 @@ for row in pgbench-insert pg-create-b1 pg-create-b3 local-reuse \
 done
 for row in pg-create-b1 pg-create-b3; do
 	if grep "^$row " "$tmp/out" | grep -q \
-	    'statements (round trips) per creation: [0-9.]* BEGIN'; then
+	    'statements (round trips) per creation, [0-9.]* ms of '\
+'execution on the server: [0-9.]* [A-Z]'; then
 		pass "$row: statements per creation counted"
 	else
 		fail "$row: no statements per creation counted"

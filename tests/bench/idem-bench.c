@@ -3472,23 +3472,24 @@ pg_statements_mark(void)
 	if (pg_statements &&
 	    pg_ok(BENCH_PG_MINE "DROP TABLE IF EXISTS idem_bench_mark"))
 		pg_ok(BENCH_PG_MINE "CREATE TEMP TABLE idem_bench_mark AS "
-		    "SELECT userid, dbid, queryid, calls FROM "
-		    "pg_stat_statements");
+		    "SELECT userid, dbid, queryid, calls, total_exec_time "
+		    "FROM pg_stat_statements");
 }
 
 static void
 pg_statements_since(struct result *r, double n, const char *what)
 {
 	PGresult	*res;
-	char		 parts[400];
-	double		 total = 0, calls;
+	char		 parts[600];
+	double		 total = 0, calls, ms, total_ms = 0;
 	size_t		 used = 0;
 	int		 i;
 
 	if (!pg_statements || n <= 0)
 		return;
 	res = PQexec(pg_conn, BENCH_PG_MINE "SELECT left(regexp_replace(s.query, '\\s+', "
-	    "' ', 'g'), 36), s.calls - coalesce(m.calls, 0) FROM "
+	    "' ', 'g'), 36), s.calls - coalesce(m.calls, 0), "
+	    "s.total_exec_time - coalesce(m.total_exec_time, 0) FROM "
 	    "pg_stat_statements s LEFT JOIN idem_bench_mark m USING "
 	    "(userid, dbid, queryid) WHERE s.dbid = (SELECT oid FROM "
 	    "pg_database WHERE datname = current_database()) AND s.query NOT "
@@ -3503,16 +3504,21 @@ pg_statements_since(struct result *r, double n, const char *what)
 	parts[0] = '\0';
 	for (i = 0; i < PQntuples(res); i++) {
 		calls = strtod(PQgetvalue(res, i, 1), NULL);
+		ms = strtod(PQgetvalue(res, i, 2), NULL);
 		total += calls;
+		total_ms += ms;
+		/* The server's time executing it, per call (no commit wait). */
 		if (used < sizeof parts)
 			used += (size_t)snprintf(parts + used, sizeof parts -
-			    used, "%s%.2f %s", i > 0 ? ", " : "", calls / n,
-			    PQgetvalue(res, i, 0));
+			    used, "%s%.2f %s (%.3f ms)", i > 0 ? ", " : "",
+			    calls / n, PQgetvalue(res, i, 0),
+			    calls > 0 ? ms / calls : 0.0);
 	}
 	PQclear(res);
 	r->pg_statements = total / n;
-	result_note(r, "%.2f statements (round trips) per %s: %s",
-	    r->pg_statements, what, parts);
+	result_note(r, "%.2f statements (round trips) per %s, %.3f ms of "
+	    "execution on the server: %s", r->pg_statements, what,
+	    total_ms / n, parts);
 }
 
 static int

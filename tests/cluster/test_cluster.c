@@ -38,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -471,6 +472,96 @@ paused_owner_never_answers_created(void **state)
 	free(late);
 	cluster_node_kill(&a);
 	cluster_node_kill(&b);
+	cluster_rm_root(root);
+}
+
+/* ---- connections spread over the workers ---------------------------- */
+
+/* A stats round trip on fd, within 30 s: 1 if answered. */
+static int
+stats_answered(int fd)
+{
+	struct pollfd	 pfd = { fd, POLLIN, 0 };
+	json_t		*reply;
+	char		*line;
+	int		 ok;
+
+	if (harness_raw_send(fd, "{\"op\":\"stats\"}") != 0 ||
+	    poll(&pfd, 1, 30000) != 1)
+		return 0;
+	if ((line = harness_raw_read_line(fd)) == NULL)
+		return 0;
+	reply = json_loads(line, 0, NULL);
+	free(line);
+	ok = reply != NULL && json_is_true(json_object_get(reply, "ok"));
+	json_decref(reply);
+	return ok;
+}
+
+/*
+ * On PostgreSQL a worker serves one request at a time, so a broker's
+ * connections are spread over its workers (worker.c, worker_yield): two
+ * connections made one after the other land on two workers, and with
+ * one worker stopped in the middle of a creation, the other connection
+ * is still answered.  Taken together by one worker, it would wait.
+ */
+static void
+connections_spread_over_workers(void **state)
+{
+	const char *const pause_env[] = {
+	    "IDEM_CRASH_PAUSE_AT=before_task_file_link", NULL };
+	static struct node	 a;
+	char		 root[256], *line;
+	pid_t		 workers[2], stopped;
+	int		 fd1, fd2, i;
+	json_t		*request, *reply;
+
+	(void)state;
+	need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	cluster_node_init(&a, server.uri, root, "a");
+	assert_int_equal(cluster_node_start(&a, "60000", "2", NULL, NULL,
+	    pause_env), 0);
+	assert_int_equal(harness_workers(&a.b, workers, 2), 2);
+	/* Both connections accepted (each answered) before any creation. */
+	assert_true((fd1 = harness_raw_connect(&a.b)) >= 0);
+	assert_true(stats_answered(fd1));
+	assert_true((fd2 = harness_raw_connect(&a.b)) >= 0);
+	assert_true(stats_answered(fd2));
+	/* A creation on the first stops its worker at the pause point. */
+	request = harness_write_task("spread-1", "Stop my worker");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_int_equal(harness_raw_send(fd1, line), 0);
+	free(line);
+	stopped = 0;
+	for (i = 0; i < 3000 && stopped == 0; i++) {
+		struct timespec	ts = { 0, 10 * 1000 * 1000 };
+
+		if (pgserver_proc_state(workers[0]) == 'T')
+			stopped = workers[0];
+		else if (pgserver_proc_state(workers[1]) == 'T')
+			stopped = workers[1];
+		else
+			nanosleep(&ts, NULL);
+	}
+	assert_true(stopped != 0);
+	/* The second connection is on the other worker: answered. */
+	if (!stats_answered(fd2))
+		fail_msg("the second connection waits for the stopped worker: "
+		    "both connections went to one worker");
+	/* The stopped one resumed: its creation completes. */
+	assert_int_equal(kill(stopped, SIGCONT), 0);
+	line = harness_raw_read_line(fd1);
+	assert_non_null(line);
+	assert_non_null(reply = json_loads(line, 0, NULL));
+	free(line);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	close(fd1);
+	close(fd2);
+	cluster_node_kill(&a);
 	cluster_rm_root(root);
 }
 
@@ -1934,6 +2025,8 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    paused_at_each_point_taken_over_after_the_lease,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(connections_spread_over_workers,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(outage_answers_unavailable_or_cached,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),

@@ -5,8 +5,9 @@
  * migrate, the schema check at open, reservation (one row, one number,
  * numbers past the disk's, the day used up), the fence on grant and
  * commit, takeover only after the lease by the server's clock or once
- * the owner's session is gone, and numbers never twice under concurrent
- * reservers in several processes.
+ * the owner's session is gone, numbers never twice under concurrent
+ * reservers in several processes, and claims (committed without waiting
+ * for the WAL flush) durable once granted across a server crash.
  */
 #include <sys/wait.h>
 
@@ -34,6 +35,8 @@ main(void)
 	    "(configure --with-postgresql; Debian: libpq-dev)");
 }
 #else
+
+#include <libpq-fe.h>
 
 #include "pg.h"
 #include "store.h"
@@ -401,6 +404,175 @@ numbers_never_twice_across_processes(void **state)
 	assert_sql("SELECT max(seq) FROM idem_submission", expected);
 }
 
+/*
+ * The claim (pgstore_claim) commits without waiting for the WAL flush,
+ * and only inside its own transaction: the session's next commit (the
+ * grant) is synchronous again and makes the claim durable with it.
+ * Racers claim and grant keys in several processes while the server is
+ * killed (SIGKILL of the postmaster: a crash, whatever the WAL writer had
+ * not flushed is lost), then again after its restart: every key whose
+ * grant returned is there with the number the racer saw, its name's
+ * number agrees, no number is in two rows, and the counter is past them.
+ */
+#define CRASH_RACERS	4
+#define CRASH_KEYS	120	/* both phases under open_store's max_seq */
+
+static void
+crash_racer(int i, const char *phase, const char *log_path)
+{
+	struct pgstore		st;
+	struct pgstore_key	key = { SUBTAB_KIND_TASK, "", NULL };
+	struct subtab_entry	want;
+	struct pgstore_row	row;
+	PGresult		*res;
+	FILE			*log;
+	char			 id[64], host[16], *cause = NULL;
+	int			 k, rc;
+
+	snprintf(host, sizeof host, "crasher-%d", i);
+	if ((log = fopen(log_path, "a")) == NULL)
+		_exit(2);
+	open_store(&st, host, 30000);
+	want_entry(&want, "crash");
+	for (k = 0; k < CRASH_KEYS; k++) {
+		snprintf(id, sizeof id, "%s-%d-%d", phase, i, k);
+		key.id = id;
+		rc = pgstore_claim(&st, &key, &want, &row, &cause);
+		if (rc < 0) {
+			fprintf(stderr, "racer %d, %s: %s\n", i, id, cause);
+			break;		/* the server is gone */
+		}
+		if (rc != 1)
+			_exit(3);
+		/* The claim's setting stays in its transaction. */
+		res = PQexec((PGconn *)pgstore_conn(&st, &cause),
+		    "SHOW synchronous_commit");
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			break;
+		if (strcmp(PQgetvalue(res, 0, 0), "on") != 0)
+			_exit(4);
+		PQclear(res);
+		rc = pgstore_grant(&st, &key, row.epoch, row.token, &cause);
+		if (rc < 0) {
+			fprintf(stderr, "racer %d, %s: %s\n", i, id, cause);
+			break;
+		}
+		if (rc != 1)
+			_exit(5);
+		/* Acknowledged: the grant's commit returned. */
+		fprintf(log, "%s %u\n", id, row.entry.seq);
+		fflush(log);
+		pgstore_row_clear(&row);
+	}
+	fclose(log);
+	_exit(0);
+}
+
+static void
+crash_racers(const char *phase, const char *log_path, int crash)
+{
+	pid_t	pids[CRASH_RACERS];
+	int	i, status;
+	long	have;
+
+	for (i = 0; i < CRASH_RACERS; i++) {
+		if ((pids[i] = fork()) == 0)
+			crash_racer(i, phase, log_path);
+		assert_true(pids[i] > 0);
+	}
+	if (crash) {
+		/* Mid-run: some keys granted, the racers still going. */
+		do {
+			have = cluster_sql_long(&server, "SELECT count(*) FROM "
+			    "idem_submission WHERE client_submission_id LIKE "
+			    "'%s-%%'", phase);
+		} while (have < 40);
+		assert_int_equal(pgserver_stop(&server, 1), 0);
+	}
+	for (i = 0; i < CRASH_RACERS; i++) {
+		assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	if (crash)
+		assert_int_equal(pgserver_restart(&server), 0);
+}
+
+static void
+claims_durable_by_the_grant_across_a_crash(void **state)
+{
+	struct pgstore		 a, b;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "", "unfinished-1" };
+	struct subtab_entry	 want;
+	struct pgstore_row	 claimed, seen;
+	char	 log_path[] = "/tmp/idem-claims.XXXXXX", line[128];
+	char	 id[64], *cause = NULL;
+	unsigned seq, acknowledged = 0, before;
+	FILE	*log;
+	int	 fd;
+
+	(void)state;
+	free(sql("DELETE FROM idem_counter; DELETE FROM idem_submission; "
+	    "DELETE FROM idem_legacy"));
+	disk_max = 0;
+	assert_true((fd = mkstemp(log_path)) != -1);
+	close(fd);
+	/*
+	 * Another store's claim, read by this one as a conflict is judged:
+	 * after pgstore_read_durable, the crash below cannot take it.
+	 */
+	open_store(&a, "claimer", 30000);
+	open_store(&b, "judge", 30000);
+	want_entry(&want, "unfinished");
+	assert_int_equal(pgstore_claim(&a, &key, &want, &claimed, &cause), 1);
+	assert_int_equal(pgstore_read_durable(&b, &key, &seen, &cause), 1);
+	assert_string_equal(seen.token, claimed.token);
+	assert_int_equal(seen.entry.seq, claimed.entry.seq);
+	assert_int_equal(seen.entry.state, SUBTAB_RESERVED);
+	assert_false(seen.lease_granted);
+	pgstore_row_clear(&seen);
+	pgstore_close(&a);
+	pgstore_close(&b);
+	crash_racers("before", log_path, 1);
+	assert_non_null(log = fopen(log_path, "r"));
+	while (fgets(line, sizeof line, log) != NULL)
+		acknowledged++;
+	fclose(log);
+	before = acknowledged;
+	/* The crash came mid-run: not every key was granted. */
+	assert_true(before > 0);
+	assert_true(before < CRASH_RACERS * CRASH_KEYS);
+	crash_racers("after", log_path, 0);
+	assert_non_null(log = fopen(log_path, "r"));
+	acknowledged = 0;
+	while (fgets(line, sizeof line, log) != NULL) {
+		assert_int_equal(sscanf(line, "%63s %u", id, &seq), 2);
+		/* Each acknowledged claim survived, with its number. */
+		if (cluster_sql_long(&server, "SELECT seq FROM idem_submission "
+		    "WHERE client_submission_id = '%s' AND lease_granted",
+		    id) != (long)seq)
+			fail_msg("%s: granted with number %u before the crash, "
+			    "not in the table so after it", id, seq);
+		acknowledged++;
+	}
+	fclose(log);
+	unlink(log_path);
+	assert_int_equal(acknowledged, before + CRASH_RACERS * CRASH_KEYS);
+	assert_int_equal(cluster_sql_long(&server, "SELECT seq FROM "
+	    "idem_submission WHERE client_submission_id = 'unfinished-1' AND "
+	    "owner_token = '%s'", claimed.token), claimed.entry.seq);
+	pgstore_row_clear(&claimed);
+	/* No number twice, the name agrees, the counter is past them all. */
+	assert_sql("SELECT count(*) = count(DISTINCT seq) FROM idem_submission",
+	    "t");
+	assert_sql("SELECT bool_and(task_id = 'TASK-' || date || '-' || "
+	    "lpad(seq::text, 3, '0') || '-PM-to-DEV' AND task_path = "
+	    "'_lifecycle/inbox/' || task_id || '.md') FROM idem_submission",
+	    "t");
+	assert_sql("SELECT (SELECT max(next_seq) FROM idem_counter) > "
+	    "(SELECT max(seq) FROM idem_submission)", "t");
+}
+
 int
 main(void)
 {
@@ -410,6 +582,7 @@ main(void)
 		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
 		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),
 		cmocka_unit_test(numbers_never_twice_across_processes),
+		cmocka_unit_test(claims_durable_by_the_grant_across_a_crash),
 	};
 	int	rc, failed;
 
