@@ -157,7 +157,8 @@ fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
 		memcpy(buf + IDEM_FAST_FINGERPRINT_BYTES, text + skip,
 		    length - skip);
 		/* Stored meanwhile: this one is not needed. */
-		(void)receipts_put(&d->seg, sub->slot, buf,
+		(void)receipts_put(&d->seg, sub->slot, sub->key,
+		    sub->key_length, buf,
 		    IDEM_FAST_FINGERPRINT_BYTES + length - skip);
 	}
 	free(text);

@@ -1260,8 +1260,8 @@ receipt_copy(struct shm_segment *seg, uint32_t slot, uint32_t name,
  * slot with one store: a reader that sees the name sees the bytes.
  */
 int
-receipts_put(struct shm_segment *seg, uint32_t slot, const void *data,
-    size_t length)
+receipts_put(struct shm_segment *seg, uint32_t slot, const char *key,
+    size_t key_length, const void *data, size_t length)
 {
 	struct shm_header	*h = seg->header;
 	struct subtab_slot	*s;
@@ -1280,7 +1280,9 @@ receipts_put(struct shm_segment *seg, uint32_t slot, const void *data,
 		return -1;
 	if (slot >= h->slots_used)
 		errno = EINVAL;
-	else if ((s = &seg->slots[slot])->entry.state != SUBTAB_COMMITTED)
+	else if ((s = &seg->slots[slot])->entry.state != SUBTAB_COMMITTED ||
+	    s->entry.key_length != key_length ||
+	    memcmp(seg->heap + s->key_offset, key, key_length) != 0)
 		errno = EINVAL;
 	else if ((name = atomic_load(&s->fast_receipt)) != 0 &&
 	    receipt_copy(seg, slot, name, NULL, &had))

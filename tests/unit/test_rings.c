@@ -134,7 +134,7 @@ put_reply(struct fixture *f, const char *key, uint32_t slot, uint32_t seq)
 	size_t	length = reply_make(buf, slot, seq);
 
 	assert_int_equal(commit_task(f, key), slot);
-	if (receipts_put(&f->seg, slot, buf, length) != 0)
+	if (receipts_put(&f->seg, slot, key, strlen(key), buf, length) != 0)
 		fail_msg("receipts_put slot %u: %s", slot, strerror(errno));
 }
 
@@ -172,7 +172,8 @@ test_receipts_wrap_and_forget_overwritten(void **state)
 	}
 	/* Overwritten: none, and room for a new one. */
 	assert_int_equal(receipts_get(&f->seg, slots[0], got, &length), 0);
-	assert_int_equal(receipts_put(&f->seg, slots[0], "again", 5), 0);
+	assert_int_equal(receipts_put(&f->seg, slots[0], "r-0", 3, "again",
+	    5), 0);
 	assert_int_equal(receipts_get(&f->seg, slots[0], got, &length), 1);
 	assert_int_equal(length, 5);
 	assert_memory_equal(got, "again", 5);
@@ -214,7 +215,8 @@ test_receipts_names_wrap(void **state)
 		snprintf(key, sizeof key, "w-%u", i);
 		slots[i] = commit_task(f, key);
 		snprintf(want, sizeof want, "reply%u", i);
-		assert_int_equal(receipts_put(&f->seg, slots[i], want, 6), 0);
+		assert_int_equal(receipts_put(&f->seg, slots[i], key,
+		    strlen(key), want, 6), 0);
 	}
 	assert_int_equal(atomic_load(&f->seg.slots[slots[0]].fast_receipt),
 	    UINT32_MAX - 7);
