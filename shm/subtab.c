@@ -1076,15 +1076,18 @@ arena_reserve(struct shm_segment *seg, uint64_t n)
 	pos = ring_place(head, n, size, &pad);
 	need = pos + n > size ? pos + n - size : 0;
 	while (tail < need) {
+		if (tail >= head) {
+			tail = pos;	/* everything written is reclaimed */
+			break;
+		}
 		at = tail % size;
 		if (size - at < SHM_RING_RECORD_HEADER_BYTES) {
 			tail += size - at;
 			continue;
 		}
 		ring_load(seg->arena, at, &hdr, sizeof hdr);
-		if (hdr.pos != tail || hdr.slot == RING_PAD_SLOT ||
-		    tail >= head) {
-			/* A pad (or the end of what was written): next lap. */
+		if (hdr.pos != tail || hdr.slot == RING_PAD_SLOT) {
+			/* A pad: the rest of the lap is unused. */
 			tail += size - at;
 			continue;
 		}
