@@ -277,6 +277,20 @@ cluster_check(struct idemd *d, char **cause)
 	if (nofollow_mkdir(d->root_fd, d->state_dir, 0755) != 0 &&
 	    errno != EEXIST)
 		goto fail;
+	/*
+	 * A workspace a local idemd served keeps its history in its journal
+	 * until idemctl store import moves it: served from the store before
+	 * that, a retry of an id only the journal knows would be executed
+	 * again (doc/cluster.md, "Importing a local history").
+	 */
+	if (store_has_local_history(d->root_fd) != 0 &&
+	    workspace_imported(d->root_fd) != 1) {
+		asprintf(cause, "%s has a local history (%s) that is not in "
+		    "the store: stop its local idemd and run idemctl store "
+		    "import --root %s --store URI first", d->root_real,
+		    IDEM_JOURNAL_DIR, d->root_real);
+		return -1;
+	}
 	memset(&st, 0, sizeof st);
 	if (workspace_id_get(d->root_fd, 1, st.workspace, cause) != 1)
 		return -1;

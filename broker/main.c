@@ -31,6 +31,7 @@
 #include "log.h"
 #include "idemd.h"
 #include "pg.h"
+#include "workspace_id.h"
 
 static void
 usage(FILE *out, int status)
@@ -1031,6 +1032,11 @@ main(int argc, char **argv)
 	if (d.store_uri != NULL && cluster_check(&d, &cause) != 0)
 		fatalx("%s", cause);
 	lock_root(&d);
+	if (d.store_uri == NULL && workspace_imported(d.root_fd) != 0)
+		fatalx("%s: its history was imported into a PostgreSQL store "
+		    "(%s): serve it with --store URI; a local idemd would "
+		    "answer from a history the store no longer writes",
+		    d.root_real, WORKSPACE_IMPORTED_NAME);
 	listener_check(&d);
 	/* make_topology refused symlinks; these are the same, held. */
 	if ((d.inbox_fd = nofollow_dir(d.root_fd, IDEM_INBOX_DIR)) == -1)

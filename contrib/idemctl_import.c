@@ -13,8 +13,9 @@
  * when a single row conflicts.
  *
  * It holds DIR's lock (the local idemd's) from before it reads until it
- * has committed, so no local broker changes the history meanwhile; it
- * never writes anything under DIR but the workspace's id and that lock.
+ * has committed and marked DIR imported (.idem/imported), so no local
+ * broker changes the history meanwhile; it never writes anything under
+ * DIR but the workspace's id, that mark and that lock.
  */
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -580,6 +581,20 @@ idemctl_store_import(const char *uri, const char *root)
 		goto out;
 	}
 	status = imp_write(uri, workspace, &im);
+	/*
+	 * The history is the store's now: the mark makes a local idemd
+	 * refuse DIR, and lets brokers on the store serve it.  Made under
+	 * DIR's lock, after the commit; a second import writes it if this
+	 * one could not (the rows are there, so it changes nothing else).
+	 */
+	if (status == IMPORT_EXIT_OK &&
+	    workspace_mark_imported(root_fd, workspace, &cause) != 0) {
+		fprintf(stderr, "idemctl store import: imported, but %s; brokers "
+		    "on the store refuse %s until it is marked: run the import "
+		    "again\n", cause, root);
+		free(cause);
+		status = IMPORT_EXIT_REFUSED;
+	}
 out:
 	for (i = 0; i < im.n; i++)
 		free(im.v[i].result);

@@ -9,9 +9,11 @@
  * logs and never decides by the text of a cause: the broker logs once,
  * idemctl formats.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -27,6 +29,26 @@ store_journal_dir(const char *root, char *out, size_t out_size)
 		return -1;
 	}
 	return 0;
+}
+
+int
+store_has_local_history(int root_fd)
+{
+	struct dirent	*de;
+	DIR		*dir;
+	int		 fd, found = 0;
+
+	if ((fd = nofollow_dir(root_fd, IDEM_JOURNAL_DIR)) == -1)
+		return errno == ENOENT ? 0 : -1;
+	if ((dir = fdopendir(fd)) == NULL) {
+		close(fd);
+		return -1;
+	}
+	while (!found && (de = readdir(dir)) != NULL)
+		found = strcmp(de->d_name, ".") != 0 &&
+		    strcmp(de->d_name, "..") != 0;
+	closedir(dir);
+	return found;
 }
 
 /*

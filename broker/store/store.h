@@ -418,6 +418,12 @@ int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
 
 /* ROOT/.idem/journal in out; -1 with ENAMETOOLONG if it does not fit. */
 int	store_journal_dir(const char *root, char *out, size_t out_size);
+/*
+ * Has a local idemd kept a history on this root (anything in
+ * ROOT/.idem/journal, which every broker makes but only the local store
+ * writes)?  1 or 0; -1 with errno.
+ */
+int	store_has_local_history(int root_fd);
 
 /* Why store_load (or store_verify) could not read the state. */
 enum store_failure {

@@ -5,6 +5,13 @@
  * that mount the workspace at different paths agree on it.  Created
  * once, durably, never replaced: the first writer wins and everyone else
  * reads its id.  No symlink is followed.
+ *
+ * ROOT/.idem/imported says that the local history (.idem/journal) was
+ * moved into the PostgreSQL store: a local idemd refuses to serve such a
+ * workspace (it would answer from a history the cluster no longer
+ * writes), and a broker on the store refuses a workspace with a local
+ * history that has no such mark (a retry of an id only that history
+ * knows would be executed a second time).  Made the same way, once.
  */
 #include <sys/stat.h>
 
@@ -84,30 +91,29 @@ read_id(int root_fd, char out[WORKSPACE_ID_BYTES + 1], char **cause)
 	return 1;
 }
 
-int
-workspace_id_get(int root_fd, int create, char out[WORKSPACE_ID_BYTES + 1],
+/*
+ * STATE_DIR/name holding data, made once and durably: a temporary,
+ * fsync'd, linked (link never replaces: a file there first wins), the
+ * directory fsync'd.  0, or -1 with *cause.
+ */
+static int
+write_once(const char *name, const char *data, size_t length, int root_fd,
     char **cause)
 {
-	char	id[WORKSPACE_ID_BYTES + 2], temp[64];
+	char	temp[64];
 	int	rc, fd, dir_fd;
 
-	*cause = NULL;
-	if ((rc = read_id(root_fd, out, cause)) != 0 || !create)
-		return rc;
 	if ((dir_fd = nofollow_dir(root_fd, IDEM_STATE_DIR)) == -1) {
 		asprintf(cause, "%s: %s", IDEM_STATE_DIR, strerror(errno));
 		return -1;
 	}
-	new_uuid(id);
-	id[WORKSPACE_ID_BYTES] = '\n';
-	snprintf(temp, sizeof temp, ".workspace-id.tmp.%ld", (long)getpid());
+	snprintf(temp, sizeof temp, ".%s.tmp.%ld", name, (long)getpid());
 	(void)unlinkat(dir_fd, temp, 0);
 	if ((fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_EXCL |
 	    O_NOFOLLOW | O_CLOEXEC, 0644)) == -1 ||
-	    journal_write_all(fd, (const uint8_t *)id,
-	    WORKSPACE_ID_BYTES + 1) != 0 ||
+	    journal_write_all(fd, (const uint8_t *)data, length) != 0 ||
 	    fsync(fd) != 0) {
-		asprintf(cause, "writing %s: %s", WORKSPACE_ID_NAME,
+		asprintf(cause, "writing %s/%s: %s", IDEM_STATE_DIR, name,
 		    strerror(errno));
 		if (fd != -1)
 			close(fd);
@@ -116,10 +122,9 @@ workspace_id_get(int root_fd, int create, char out[WORKSPACE_ID_BYTES + 1],
 		return -1;
 	}
 	close(fd);
-	/* link never replaces: another broker's id, written first, wins. */
-	rc = linkat(dir_fd, temp, dir_fd, "workspace-id", 0);
+	rc = linkat(dir_fd, temp, dir_fd, name, 0);
 	if (rc != 0 && errno != EEXIST) {
-		asprintf(cause, "linking %s: %s", WORKSPACE_ID_NAME,
+		asprintf(cause, "linking %s/%s: %s", IDEM_STATE_DIR, name,
 		    strerror(errno));
 		(void)unlinkat(dir_fd, temp, 0);
 		close(dir_fd);
@@ -133,5 +138,45 @@ workspace_id_get(int root_fd, int create, char out[WORKSPACE_ID_BYTES + 1],
 		return -1;
 	}
 	close(dir_fd);
+	return 0;
+}
+
+int
+workspace_id_get(int root_fd, int create, char out[WORKSPACE_ID_BYTES + 1],
+    char **cause)
+{
+	char	id[WORKSPACE_ID_BYTES + 1];
+	int	rc;
+
+	*cause = NULL;
+	if ((rc = read_id(root_fd, out, cause)) != 0 || !create)
+		return rc;
+	new_uuid(id);
+	id[WORKSPACE_ID_BYTES] = '\n';
+	if (write_once("workspace-id", id, sizeof id, root_fd, cause) != 0)
+		return -1;
+	/* Another broker's id, written first, wins: read what is there. */
 	return read_id(root_fd, out, cause) == 1 ? 1 : -1;
+}
+
+int
+workspace_imported(int root_fd)
+{
+	struct stat	sb;
+
+	if (nofollow_lstat(root_fd, WORKSPACE_IMPORTED_NAME, &sb) == 0)
+		return S_ISREG(sb.st_mode) ? 1 : (errno = EINVAL, -1);
+	return errno == ENOENT ? 0 : -1;
+}
+
+int
+workspace_mark_imported(int root_fd,
+    const char workspace[WORKSPACE_ID_BYTES + 1], char **cause)
+{
+	char	line[WORKSPACE_ID_BYTES + 1];
+
+	*cause = NULL;
+	memcpy(line, workspace, WORKSPACE_ID_BYTES);
+	line[WORKSPACE_ID_BYTES] = '\n';
+	return write_once("imported", line, sizeof line, root_fd, cause);
 }

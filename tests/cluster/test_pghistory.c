@@ -329,7 +329,7 @@ import_local_history_answers_byte_identical(void **state)
 	static struct local	 l;
 	static struct node	 a;
 	char			 id[32], subject[64], *out, *before;
-	char			*reply, today[9], *expected;
+	char			*reply, today[9], *expected, *mark, *workspace;
 	json_t			*r;
 	long			 next_seq;
 	int			 i, pruned;
@@ -344,6 +344,17 @@ import_local_history_answers_byte_identical(void **state)
 	free(out);
 	assert_int_equal(submissions(), 0);
 	assert_int_equal(harness_stop(&l.b), 0);
+	/*
+	 * Not imported yet: a broker on the store refuses the workspace (a
+	 * retry of an id only the journal knows would be executed again).
+	 */
+	cluster_node_init(&a, server.uri, l.b.root, "a");
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "10000", NULL,
+	    NULL), -1);
+	assert_int_equal(harness_log_count(&a.b, "has a local history "
+	    "(.idem/journal) that is not in the store"), 1);
+	assert_int_equal(harness_exists(&l.b, ".idem/imported"), 0);
+	assert_int_equal(submissions(), 0);
 
 	assert_int_equal(store_import(&out, l.b.root, ""), 0);
 	/*
@@ -373,6 +384,12 @@ import_local_history_answers_byte_identical(void **state)
 		harness_skip("the date moved during the test");
 	assert_int_equal(next_seq, IMPORT_TASKS + 2);
 
+	/* The root is marked imported, with the workspace's id. */
+	assert_non_null(mark = harness_read(&l.b, ".idem/imported"));
+	assert_non_null(workspace = harness_read(&l.b, ".idem/workspace-id"));
+	assert_string_equal(mark, workspace);
+	free(mark);
+	free(workspace);
 	/* A second import changes nothing. */
 	before = store_dump();
 	assert_int_equal(store_import(&out, l.b.root, ""), 0);
@@ -386,7 +403,6 @@ import_local_history_answers_byte_identical(void **state)
 	 * byte: the first receipt, or, compacted, its tombstone (a receipt
 	 * the local table still held whole is a tombstone all the same).
 	 */
-	cluster_node_init(&a, server.uri, l.b.root, "a");
 	node_start(&a);
 	for (i = 0, pruned = 0; i < IMPORT_TASKS; i++) {
 		snprintf(id, sizeof id, "imp-%02d", i);
@@ -428,6 +444,10 @@ import_local_history_answers_byte_identical(void **state)
 	assert_store_counts(&a.b, IMPORT_TASKS + 2, IMPORT_TASKS + 2 -
 	    l.compacted, 0, l.compacted);
 	cluster_node_kill(&a);
+	/* The history is the store's: a local idemd refuses the root. */
+	assert_int_equal(harness_start(&l.b, local_args, NULL), -1);
+	assert_int_equal(harness_log_count(&l.b, "its history was imported "
+	    "into a PostgreSQL store"), 1);
 	local_free(&l);
 	harness_finish(&l.b);
 }

@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -81,11 +82,24 @@ kill_leftovers(void)
 	}
 }
 
+void
+harness_segment_path(const struct broker *b, char *out, size_t size)
+{
+	char	name[64], *real;
+
+	if (size > 0)
+		out[0] = '\0';
+	if (sodium_init() < 0 || (real = realpath(b->root, NULL)) == NULL)
+		return;
+	shm_name_for_root(real, name);
+	free(real);
+	snprintf(out, size, "/dev/shm%s", name);
+}
+
 static void
-note_started(pid_t pid, const char *root)
+note_started(const struct broker *b)
 {
 	static int	 registered;
-	char		 name[64], *real;
 	int		 i;
 
 	if (!registered && atexit(kill_leftovers) == 0) {
@@ -94,16 +108,9 @@ note_started(pid_t pid, const char *root)
 	}
 	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
 		if (harness_pids[i] == 0) {
-			harness_segments[i][0] = '\0';
-			if (sodium_init() >= 0 &&
-			    (real = realpath(root, NULL)) != NULL) {
-				shm_name_for_root(real, name);
-				free(real);
-				snprintf(harness_segments[i],
-				    sizeof harness_segments[i], "/dev/shm%s",
-				    name);
-			}
-			harness_pids[i] = pid;
+			harness_segment_path(b, harness_segments[i],
+			    sizeof harness_segments[i]);
+			harness_pids[i] = b->pid;
 			return;
 		}
 	}
@@ -198,6 +205,7 @@ harness_start(struct broker *b, const char *const *args,
 	char		 buf[16];
 	struct pollfd	 pfd;
 	int		 ready[2], logfd, n = 0, i;
+	pid_t		 parent;
 	ssize_t		 got;
 
 	if (idemd == NULL)
@@ -226,10 +234,21 @@ harness_start(struct broker *b, const char *const *args,
 		argv[n++] = args[i];
 	argv[n] = NULL;
 
+	parent = getpid();
 	b->pid = fork();
 	if (b->pid == -1)
 		die("fork");
 	if (b->pid == 0) {
+		/*
+		 * A test killed from outside (make's timeout, ^C, kill -9)
+		 * takes its broker with it: SIGTERM, so that the master
+		 * stops its workers and removes its segment.  Every test
+		 * starts its brokers from its main thread, whose end is
+		 * the process's.
+		 */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) == -1 ||
+		    getppid() != parent)
+			_exit(127);
 		close(ready[0]);
 		if (dup2(ready[1], 3) == -1)
 			_exit(127);
@@ -241,7 +260,7 @@ harness_start(struct broker *b, const char *const *args,
 		execv(idemd, (char *const *)argv);
 		_exit(127);
 	}
-	note_started(b->pid, b->root);
+	note_started(b);
 	close(ready[1]);
 	pfd.fd = ready[0];
 	pfd.events = POLLIN;

@@ -42,6 +42,8 @@ int	 harness_stop(struct broker *);
 void	 harness_kill(struct broker *);
 /* Wait for a broker that is dying on its own (IDEM_CRASH_AT). */
 void	 harness_wait_dead(struct broker *);
+/* /dev/shm/idem-...: the shared segment of the broker on b->root. */
+void	 harness_segment_path(const struct broker *, char *out, size_t size);
 /* The worker pids (children of the master); returns how many. */
 int	 harness_workers(struct broker *, pid_t *pids, int max);
 

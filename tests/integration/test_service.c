@@ -12,6 +12,7 @@
  */
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <errno.h>
@@ -387,6 +388,77 @@ syslog_leaves_stderr(void **state)
 	harness_finish(b);
 }
 
+/* ---- A test killed from outside -------------------------------------------- */
+
+/*
+ * A test process SIGKILLed while its broker runs (make's timeout, ^C, a
+ * watchdog of CI) leaves no broker and no segment behind: the harness
+ * starts idemd with SIGTERM as its parent-death signal, and the master
+ * stops its workers and removes its segment.  The master's end is
+ * awaited on a pidfd (it is not this process's child), never by polling.
+ */
+/* Wait for a process that is not this one's child to end: its pidfd. */
+static void
+wait_gone(int pidfd)
+{
+	struct pollfd	pfd;
+
+	pfd.fd = pidfd;
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, (int)(TEST_LOG_WAIT_MS *
+	    harness_slowdown())), 1);
+	close(pidfd);
+}
+
+static void
+killed_test_leaves_no_broker(void **state)
+{
+	struct broker	*b = *state;
+	char		 segment[PATH_MAX];
+	struct stat	 st;
+	pid_t		 test, pids[1 + TEST_WORKERS];
+	int		 fds[2], status, pidfds[1 + TEST_WORKERS], i;
+
+	assert_int_equal(pipe(fds), 0);
+	assert_int_not_equal(test = fork(), -1);
+	if (test == 0) {
+		close(fds[0]);
+		memset(pids, 0, sizeof pids);
+		start_workers(b, NULL, NULL);
+		pids[0] = b->pid;
+		if (harness_workers(b, pids + 1, TEST_WORKERS) !=
+		    TEST_WORKERS ||
+		    write(fds[1], pids, sizeof pids) != sizeof pids)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], pids, sizeof pids), sizeof pids);
+	close(fds[0]);
+	for (i = 0; i < 1 + TEST_WORKERS; i++) {
+		assert_true(pids[i] > 0);
+		pidfds[i] = (int)syscall(SYS_pidfd_open, pids[i], 0);
+		assert_true(pidfds[i] >= 0);
+	}
+	harness_segment_path(b, segment, sizeof segment);
+	assert_int_equal(stat(segment, &st), 0);
+
+	/* The test dies without a word: no atexit, no teardown. */
+	assert_int_equal(kill(test, SIGKILL), 0);
+	assert_int_equal(waitpid(test, &status, 0), test);
+	assert_true(WIFSIGNALED(status));
+
+	/* The master and its workers go, as on SIGTERM. */
+	for (i = 0; i < 1 + TEST_WORKERS; i++)
+		wait_gone(pidfds[i]);
+	free(wait_line(b->log, "stopped", NULL));
+	/* Its segment with them. */
+	assert_int_equal(stat(segment, &st), -1);
+	assert_int_equal(errno, ENOENT);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -403,6 +475,7 @@ main(void)
 		T(journal_stderr_gets_priorities),
 		T(other_stderr_gets_no_priorities),
 		T(syslog_leaves_stderr),
+		T(killed_test_leaves_no_broker),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
