@@ -35,10 +35,12 @@
  *                                        [after_effect_release_durable]
  *   resolve    its record durable        [after_effect_resolve_durable]
  *
- * A committed result's bytes are kept in the segment's result arena
- * (subtab.c: arena_put / arena_get) and in the journal record; every
- * receipt is built from the entry and those bytes, so it is the same,
- * byte for byte, on every reply.
+ * A committed result's bytes are kept in the journal record, in the
+ * index once a checkpoint wrote the entry there, and in the segment's
+ * result arena, a ring that caches them (subtab.c: arena_put /
+ * arena_read; bytes it reused are read from the index); every receipt
+ * is built from the entry and those bytes, so it is the same, byte for
+ * byte, on every reply.
  *
  * The fence is "<attempt>-<16 hex>": the attempt and a random nonce
  * drawn for each proceed.  Only the latest one issued is accepted.

@@ -3,9 +3,11 @@
  * subtab.c: the submission table.  Fixed slots, filled in order and
  * never freed; an open-addressing index of buckets (slot index + 1, 0 for
  * empty) sized to at least twice the capacity, so probes stay short; a
- * heap holding the keys; and the result arena, where committed effects
- * keep their results' bytes (arena_put, arena_get: the only way to
- * them).  Everything here runs under the table lock and does no I/O.
+ * heap holding the keys; and two rings, caches read without the lock:
+ * the result arena, where committed effects keep their results' bytes
+ * (arena_put, arena_read: the only way to them), and the fast path's
+ * receipt store.  Everything here runs under the table lock (but those
+ * reads) and does no I/O.
  *
  * An insert publishes last: the key and the slot are written first, then
  * the bucket that makes the slot reachable, then the counters.  So a
