@@ -584,8 +584,9 @@ out:
 /*
  * Put an effect's result into the arena (no slot names it yet).  The
  * arena reuses the bytes of indexed entries only: when the oldest are of
- * committed entries not yet indexed, those go to the index (the start-up
- * transaction) and the arena tries again.
+ * committed entries not yet indexed, those are marked indexed if they
+ * come from a checkpoint the index covers (they are there already), else
+ * go to the index (the start-up transaction), and the arena tries again.
  */
 static int
 replay_arena_put(struct idemd *d, const struct journal_record *r,
@@ -594,6 +595,13 @@ replay_arena_put(struct idemd *d, const struct journal_record *r,
 	if (arena_put_unlocked(&d->seg, ARENA_NO_SLOT, r->result,
 	    r->entry.result_length, offset) == 0)
 		return 0;
+	if (errno == ENOSPC && replay_index.loading_checkpoint &&
+	    replay_index.covers) {
+		subtab_mark_all_indexed(&d->seg);
+		if (arena_put_unlocked(&d->seg, ARENA_NO_SLOT, r->result,
+		    r->entry.result_length, offset) == 0)
+			return 0;
+	}
 	if (errno == ENOSPC && d->index_ready && replay_make_room(d) == 0 &&
 	    arena_put_unlocked(&d->seg, ARENA_NO_SLOT, r->result,
 	    r->entry.result_length, offset) == 0)

@@ -594,7 +594,9 @@ test_missing_index(void **state)
  * arena of 4096 bytes, far less than the results committed, every
  * effect still commits (a complete the arena refuses while its results
  * wait for the index is table_full, retryable, and succeeds again) and
- * answers reused with its first receipt, from the arena or the index;
+ * answers reused with its first receipt, from the arena or the index,
+ * and again after a kill and a start with a quarter of the arena (the
+ * start-up puts more results through it than it holds);
  * with a receipt store of 64 KiB, far less than the replies stored, a
  * retry whose stored reply was overwritten takes the full path, answers
  * the same, and the next one is fast again.
@@ -604,6 +606,9 @@ test_missing_index(void **state)
 
 static const char *const stores_args[] = { "--capacity", "512",
     "--result-bytes", STORES_RESULT_BYTES, NULL };
+/* A quarter: what the checkpoint and journal hold overflows it. */
+static const char *const stores_smaller_args[] = { "--capacity", "512",
+    "--result-bytes", "1024", NULL };
 
 static char *
 complete_effect(struct broker *b, int i, const char *fence, int *retries)
@@ -639,7 +644,7 @@ test_small_stores_reclaim(void **state)
 	char		 id[32], subject[64], fence[64], got[1024], *reply;
 	json_int_t	 fast;
 	json_t		*r;
-	int		 i, retries = 0;
+	int		 i, restarts, retries = 0;
 
 	memset(&h, 0, sizeof h);
 	assert_int_equal(harness_start(b, stores_args, NULL), 0);
@@ -661,13 +666,26 @@ test_small_stores_reclaim(void **state)
 	}
 	assert_int_equal(stat_of(b, "effects_committed"), STORES_COUNT);
 	assert_true(stat_of(b, "result_arena_used") <= 4096);
-	for (i = 0; i < STORES_COUNT; i++) {
-		reply = effect_begin(b, &h, i, 0);
-		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
-			fail_msg("fx-%d: %s", i, reply);
-		receipt_bytes(reply, got, sizeof got);
-		assert_string_equal(got, effects[i]);
-		free(reply);
+	for (restarts = 0; restarts < 2; restarts++) {
+		for (i = 0; i < STORES_COUNT; i++) {
+			reply = effect_begin(b, &h, i, 0);
+			if (strstr(reply, "\"disposition\":\"reused\"") ==
+			    NULL)
+				fail_msg("fx-%d: %s", i, reply);
+			receipt_bytes(reply, got, sizeof got);
+			assert_string_equal(got, effects[i]);
+			free(reply);
+		}
+		if (restarts > 0)
+			break;
+		/*
+		 * Killed, and started with a quarter of the arena: the
+		 * checkpoint and the journal hold more results than it.
+		 */
+		harness_kill(b);
+		assert_int_equal(harness_start(b, stores_smaller_args, NULL),
+		    0);
+		assert_int_equal(stat_of(b, "result_arena_bytes"), 1024);
 	}
 
 	for (i = 0; i < STORES_COUNT; i++) {
