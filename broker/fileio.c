@@ -15,16 +15,23 @@
  * linked before it started.  Finished jobs go back to the event loop
  * through an eventfd, and their callbacks run there, never in a thread.
  *
- * A fresh creation is carried by one thread from its temporary to its
- * commit (FILEIO_CARRY): the loop appends the reservation and hands the
- * job over; the thread writes and fsyncs the temporary while the
- * reservation is flushed, waits for the journal's durable position to
- * pass the reservation (handoff_wait_durable: a futex the journaler
- * moves, no trip through the loop), links, joins the directory's sync
- * round, appends task_created and the commit (the job's commit
- * callback), waits for them to be durable, and only then hands the job
- * back: the loop is woken once, to reply.  Nothing is linked before its
- * reservation is durable, nothing answered before its commit is.
+ * A fresh creation is carried from its temporary to its commit
+ * (FILEIO_CARRY): the loop appends the reservation and hands the job
+ * over; a thread writes and fsyncs the temporary while the reservation
+ * is flushed, waits for the journal's durable position to pass the
+ * reservation (handoff_wait_durable: a futex the journaler moves, no
+ * trip through the loop), links, and leaves the job to its directory's
+ * sync rounds: the thread is free at once.  Whoever runs a round (the
+ * first to find links uncovered and no round running) first waits, at
+ * most IDEM_LINK_GATHER_US, for the threads whose reservations are
+ * durable and that are about to link (fileio_gather: one journal flush
+ * makes a batch durable at once), fsyncs the directory once for all of
+ * them, appends every covered job's task_created and commit (the jobs'
+ * commit callbacks; one kick of the journaler for the batch), waits for
+ * them to be durable (one sleep for the batch) and hands the batch back
+ * with one eventfd write: the loop is woken once per batch, to reply.
+ * Nothing is linked before its reservation is durable, nothing
+ * answered before its commit is.
  *
  * The older split (FILEIO_TEMP, then FILEIO_LINK handed back by the
  * loop) serves what cannot be carried (the ring full, a render failed):
@@ -42,10 +49,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "idemd.h"
+
+TAILQ_HEAD(fileio_jobs, fileio_job);
 
 /* Directory sync rounds, per directory. */
 struct fileio_dir {
@@ -56,6 +66,7 @@ struct fileio_dir {
 	uint64_t	 failed_to;
 	int		 failed_errno;
 	int		 syncing;
+	struct fileio_jobs carried;	/* linked, for the next round */
 };
 
 struct fileio {
@@ -67,8 +78,18 @@ struct fileio {
 	pthread_mutex_t		 lock;
 	pthread_cond_t		 work;		/* a job queued, or stop */
 	pthread_cond_t		 round;		/* a directory round ended */
-	TAILQ_HEAD(, fileio_job) queue;
-	TAILQ_HEAD(, fileio_job) done;
+	/*
+	 * Per thread, the reservation its carried job waits for, from the
+	 * temporary's fsync to the link's round (fileio_gather): its end
+	 * (0: none) and epoch.  Set by the thread, cleared under lock.
+	 */
+	_Atomic uint64_t	 pending_end[FILEIO_THREADS];
+	_Atomic uint64_t	 pending_epoch[FILEIO_THREADS];
+	_Atomic unsigned	 next_thread;
+	pthread_cond_t		 linked;	/* nobody is about to link */
+	int			 gathering;	/* a round waits on linked */
+	struct fileio_jobs	 queue;
+	struct fileio_jobs	 done;
 	struct fileio_dir	 dirs[FILEIO_DIRS];
 	unsigned		 in_flight;
 	int			 stop;
@@ -90,12 +111,168 @@ fileio_dir(struct fileio *io, int fd)
 	return NULL;
 }
 
-/* Under io->lock: wait until a directory fsync after our link is done. */
+/*
+ * Is a carried job about to link: its temporary written, its
+ * reservation durable, its link not yet in a round?
+ */
+static int
+fileio_about_to_link(struct fileio *io, struct shm_header *h)
+{
+	uint64_t	end, epoch;
+	unsigned	i;
+
+	for (i = 0; i < FILEIO_THREADS; i++) {
+		if ((end = atomic_load(&io->pending_end[i])) == 0)
+			continue;
+		epoch = atomic_load(&io->pending_epoch[i]);
+		if (handoff_is_durable(h, end, epoch) > 0)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Under io->lock, with the round claimed (dir->syncing): wait, at most
+ * IDEM_LINK_GATHER_US, until no carried job is about to link.  A journal
+ * flush makes a batch of reservations durable at once, and their
+ * threads link within microseconds of each other: without this the
+ * first link's round would start alone, and the rest would need a
+ * second fsync of the directory.  Links made meanwhile join the round
+ * (their threads find it claimed and leave their jobs to it).
+ */
+static void
+fileio_gather(struct fileio *io, struct shm_header *h)
+{
+	struct timespec	at;
+	int64_t		ns;
+
+	if (h == NULL || !fileio_about_to_link(io, h))
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &at);
+	ns = at.tv_nsec + (int64_t)IDEM_LINK_GATHER_US * 1000;
+	at.tv_sec += ns / 1000000000;
+	at.tv_nsec = ns % 1000000000;
+	io->gathering = 1;
+	while (!io->stop && fileio_about_to_link(io, h))
+		if (pthread_cond_timedwait(&io->linked, &io->lock, &at) ==
+		    ETIMEDOUT)
+			break;
+	io->gathering = 0;
+}
+
+/*
+ * Under io->lock: thread's carried job has linked, or will not; the
+ * last one a gathering round waits for wakes it.
+ */
+static void
+fileio_link_done(struct fileio *io, unsigned thread, struct shm_header *h)
+{
+	atomic_store(&io->pending_end[thread], 0);
+	if (io->gathering && !fileio_about_to_link(io, h))
+		pthread_cond_signal(&io->linked);
+}
+
+/*
+ * Under io->lock, returned with it held: sync rounds of dir while links
+ * are not covered and nobody else syncs.  Each round takes the carried
+ * jobs linked before it (dir->carried) and, once the directory is
+ * durable, appends their commits (their commit callbacks) with the lock
+ * released: those are owed a wait for the journal, the others (a failed
+ * round, a commit not appended) go to post as they are.  A link made
+ * while a round runs is covered by the next one, which this thread or
+ * the syncer of the moment runs: whoever finds links uncovered and
+ * nobody syncing, under the lock, starts it, so none is left behind.
+ */
+static void
+fileio_rounds(struct fileio *io, struct fileio_dir *dir,
+    struct fileio_jobs *post, struct fileio_jobs *owed)
+{
+	struct fileio_jobs	 batch;
+	struct fileio_job	*j, *kick;
+	uint64_t		 target;
+	int			 rc, error;
+
+	while (dir->synced < dir->linked && !dir->syncing) {
+		dir->syncing = 1;
+		fileio_gather(io, TAILQ_EMPTY(&dir->carried) ? NULL :
+		    TAILQ_FIRST(&dir->carried)->journal);
+		target = dir->linked;
+		TAILQ_INIT(&batch);
+		TAILQ_CONCAT(&batch, &dir->carried, entry);
+		pthread_mutex_unlock(&io->lock);
+		rc = fsync(dir->fd);
+		error = errno;
+		pthread_mutex_lock(&io->lock);
+		if (rc == -1) {
+			dir->failed_from = dir->synced + 1;
+			dir->failed_to = target;
+			dir->failed_errno = error;
+		}
+		dir->synced = target;
+		dir->syncing = 0;
+		pthread_cond_broadcast(&io->round);
+		if (TAILQ_EMPTY(&batch))
+			continue;
+		pthread_mutex_unlock(&io->lock);
+		kick = TAILQ_FIRST(&batch);
+		while ((j = TAILQ_FIRST(&batch)) != NULL) {
+			TAILQ_REMOVE(&batch, j, entry);
+			j->batched = 1;
+			if (rc == -1) {
+				j->result = -1;
+				j->error = error;
+				asprintf(&j->cause, "fsync the directory of %s: "
+				    "%s", j->name, strerror(error));
+			} else if (j->commit(j) == 0) {
+				j->committed = 1;
+				TAILQ_INSERT_TAIL(owed, j, entry);
+				continue;
+			}
+			fileio_carrier_done(j);
+			TAILQ_INSERT_TAIL(post, j, entry);
+		}
+		/* One kick for the batch's records and leaves. */
+		journaler_kick_batch(kick->journal, kick->kick_fd);
+		pthread_mutex_lock(&io->lock);
+	}
+}
+
+/*
+ * io->lock not held: wait until the commits owed are durable (one sleep
+ * for the batch: they were appended in order, so the first wait covers
+ * most of the rest), then hand every job to the loop with one wake-up.
+ */
+static void
+fileio_settle(struct fileio *io, struct fileio_jobs *post,
+    struct fileio_jobs *owed)
+{
+	struct fileio_job	*j;
+	uint64_t		 one = 1;
+
+	if (TAILQ_EMPTY(post) && TAILQ_EMPTY(owed))
+		return;
+	TAILQ_FOREACH(j, owed, entry)
+		j->commit_verdict = handoff_wait_durable(j->journal,
+		    j->commit_after, j->commit_epoch);
+	pthread_mutex_lock(&io->lock);
+	TAILQ_CONCAT(&io->done, post, entry);
+	TAILQ_CONCAT(&io->done, owed, entry);
+	pthread_mutex_unlock(&io->lock);
+	while (write(io->done_fd, &one, sizeof one) == -1 && errno == EINTR)
+		;
+}
+
+/*
+ * Under io->lock: wait until a directory fsync after our link is done.
+ * A thread that syncs also finishes the carried jobs its rounds covered
+ * (fileio_rounds), and posts them before it returns.
+ */
 static void
 fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 {
 	struct fileio_dir	*dir = fileio_dir(io, job->dir_fd);
-	uint64_t		 mine, target;
+	struct fileio_jobs	 post, owed;
+	uint64_t		 mine;
 	int			 rc, error;
 
 	if (dir == NULL) {
@@ -110,26 +287,14 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 		}
 		return;
 	}
+	TAILQ_INIT(&post);
+	TAILQ_INIT(&owed);
 	mine = ++dir->linked;
 	while (dir->synced < mine) {
-		if (dir->syncing) {
+		if (dir->syncing)
 			pthread_cond_wait(&io->round, &io->lock);
-			continue;
-		}
-		dir->syncing = 1;
-		target = dir->linked;
-		pthread_mutex_unlock(&io->lock);
-		rc = fsync(dir->fd);
-		error = errno;
-		pthread_mutex_lock(&io->lock);
-		if (rc == -1) {
-			dir->failed_from = dir->synced + 1;
-			dir->failed_to = target;
-			dir->failed_errno = error;
-		}
-		dir->synced = target;
-		dir->syncing = 0;
-		pthread_cond_broadcast(&io->round);
+		else
+			fileio_rounds(io, dir, &post, &owed);
 	}
 	if (mine >= dir->failed_from && mine <= dir->failed_to) {
 		job->result = -1;
@@ -137,6 +302,41 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 		asprintf(&job->cause, "fsync the directory of %s: %s",
 		    job->name, strerror(job->error));
 	}
+	if (!TAILQ_EMPTY(&post) || !TAILQ_EMPTY(&owed)) {
+		pthread_mutex_unlock(&io->lock);
+		fileio_settle(io, &post, &owed);
+		pthread_mutex_lock(&io->lock);
+	}
+}
+
+/*
+ * A carried job whose file is linked joins its directory's rounds and
+ * is theirs from here: 1, the round that covers it commits it and posts
+ * it, and its thread is free at once, whether it syncs or not (no wait
+ * for a round another thread runs, nor for the commit).  0: a directory
+ * without rounds; the job was synced alone and is the caller's again.
+ */
+static int
+fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
+{
+	struct fileio_dir	*dir;
+	struct fileio_jobs	 post, owed;
+
+	pthread_mutex_lock(&io->lock);
+	fileio_link_done(io, thread, job->journal);
+	if ((dir = fileio_dir(io, job->dir_fd)) == NULL) {
+		fileio_sync_dir(io, job);
+		pthread_mutex_unlock(&io->lock);
+		return 0;
+	}
+	TAILQ_INIT(&post);
+	TAILQ_INIT(&owed);
+	dir->linked++;
+	TAILQ_INSERT_TAIL(&dir->carried, job, entry);
+	fileio_rounds(io, dir, &post, &owed);
+	pthread_mutex_unlock(&io->lock);
+	fileio_settle(io, &post, &owed);
+	return 1;
 }
 
 /*
@@ -221,24 +421,43 @@ fileio_carrier_done(struct fileio_job *job)
 		return;
 	job->carrier = 0;
 	journaler_carrier_leave(job->journal, job->worker_index,
-	    job->carrier_phase, job->kick_fd);
+	    job->carrier_phase, job->batched ? -1 : job->kick_fd);
 }
 
-/* FILEIO_CARRY: see the top of the file; io->lock not held. */
+/* The carried job of thread will not link. */
 static void
-fileio_carry(struct fileio *io, struct fileio_job *job)
+fileio_unpend(struct fileio *io, unsigned thread, struct fileio_job *job)
+{
+	pthread_mutex_lock(&io->lock);
+	fileio_link_done(io, thread, job->journal);
+	pthread_mutex_unlock(&io->lock);
+}
+
+/*
+ * FILEIO_CARRY: see the top of the file; io->lock not held.  1: the job
+ * went on to its directory's rounds, which post it; 0: the caller does.
+ */
+static int
+fileio_carry(struct fileio *io, unsigned thread, struct fileio_job *job)
 {
 	job->result = taskfile_write_temp(job->dir_fd, job->name, job->data,
 	    job->length, job->temp, &job->cause);
 	job->error = job->result == 0 ? 0 : errno;
+	if (job->result == 0) {
+		/* A round about to start may wait for our link. */
+		atomic_store(&io->pending_epoch[thread], job->link_epoch);
+		atomic_store(&io->pending_end[thread],
+		    atomic_load(&job->link_after));
+	}
 	/* Even a failed temporary waits: its reply says "reserved". */
 	job->reserve_verdict = handoff_wait_durable(job->journal,
 	    atomic_load(&job->link_after), job->link_epoch);
 	if (job->result != 0)
-		return;
+		return 0;
 	if (job->reserve_verdict < 0) {
+		fileio_unpend(io, thread, job);
 		taskfile_drop_temp(job->dir_fd, job->temp);
-		return;
+		return 0;
 	}
 	if (job->crash_points)
 		crash_point(CRASH_AFTER_RESERVE_DURABLE);
@@ -251,19 +470,19 @@ fileio_carry(struct fileio *io, struct fileio_job *job)
 	job->phase = FILEIO_LINK;
 	job->result = fileio_write(job);
 	job->error = job->result == 0 ? 0 : errno;
-	if (job->result == 0) {
-		pthread_mutex_lock(&io->lock);
-		fileio_sync_dir(io, job);
-		pthread_mutex_unlock(&io->lock);
-	}
+	if (job->result == 0 && fileio_carry_sync(io, thread, job))
+		return 1;
+	if (job->result != 0)
+		fileio_unpend(io, thread, job);
 	if (job->result != 0 || job->commit(job) != 0) {
 		fileio_carrier_done(job);
-		return;
+		return 0;
 	}
 	fileio_carrier_done(job);	/* commit did, before its kick */
 	job->committed = 1;
 	job->commit_verdict = handoff_wait_durable(job->journal,
 	    job->commit_after, job->commit_epoch);
+	return 0;
 }
 
 static void *
@@ -272,6 +491,7 @@ fileio_thread(void *arg)
 	struct fileio		*io = arg;
 	struct fileio_job	*job;
 	uint64_t		 one = 1;
+	unsigned		 thread = atomic_fetch_add(&io->next_thread, 1);
 
 	pthread_mutex_lock(&io->lock);
 	for (;;) {
@@ -283,7 +503,11 @@ fileio_thread(void *arg)
 		pthread_mutex_unlock(&io->lock);
 
 		if (job->phase == FILEIO_CARRY) {
-			fileio_carry(io, job);
+			if (fileio_carry(io, thread, job)) {
+				/* Its directory's round posts it. */
+				pthread_mutex_lock(&io->lock);
+				continue;
+			}
 			pthread_mutex_lock(&io->lock);
 		} else {
 			job->result = fileio_write(job);
@@ -306,19 +530,20 @@ static void
 fileio_finished(evutil_socket_t fd, short events, void *arg)
 {
 	struct fileio		*io = arg;
+	struct fileio_jobs	 done;
 	struct fileio_job	*job;
 	uint64_t		 count;
 
 	(void)read(fd, &count, sizeof count);
-	for (;;) {
-		pthread_mutex_lock(&io->lock);
-		if ((job = TAILQ_FIRST(&io->done)) != NULL) {
-			TAILQ_REMOVE(&io->done, job, entry);
-			io->in_flight--;
-		}
-		pthread_mutex_unlock(&io->lock);
-		if (job == NULL)
-			break;
+	/* All at once: one hold of the lock the threads contend for. */
+	TAILQ_INIT(&done);
+	pthread_mutex_lock(&io->lock);
+	TAILQ_CONCAT(&done, &io->done, entry);
+	TAILQ_FOREACH(job, &done, entry)
+		io->in_flight--;
+	pthread_mutex_unlock(&io->lock);
+	while ((job = TAILQ_FIRST(&done)) != NULL) {
+		TAILQ_REMOVE(&done, job, entry);
 		errno = job->error;
 		job->done(job);
 	}
@@ -327,8 +552,9 @@ fileio_finished(evutil_socket_t fd, short events, void *arg)
 struct fileio *
 fileio_start(struct event_base *base)
 {
-	struct fileio	*io;
-	unsigned	 i;
+	struct fileio		*io;
+	pthread_condattr_t	 attr;
+	unsigned		 i;
 
 	if ((io = calloc(1, sizeof *io)) == NULL)
 		return NULL;
@@ -336,11 +562,18 @@ fileio_start(struct event_base *base)
 	io->done_fd = -1;
 	TAILQ_INIT(&io->queue);
 	TAILQ_INIT(&io->done);
-	for (i = 0; i < FILEIO_DIRS; i++)
+	for (i = 0; i < FILEIO_DIRS; i++) {
 		io->dirs[i].fd = -1;
+		TAILQ_INIT(&io->dirs[i].carried);
+	}
 	pthread_mutex_init(&io->lock, NULL);
 	pthread_cond_init(&io->work, NULL);
 	pthread_cond_init(&io->round, NULL);
+	/* Its wait is bounded on the monotonic clock (fileio_gather). */
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&io->linked, &attr);
+	pthread_condattr_destroy(&attr);
 	if ((io->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1)
 		goto fail;
 	io->done_ev = event_new(base, io->done_fd, EV_READ | EV_PERSIST,
@@ -367,8 +600,9 @@ fileio_submit(struct fileio *io, struct fileio_job *job)
 	pthread_mutex_lock(&io->lock);
 	TAILQ_INSERT_TAIL(&io->queue, job, entry);
 	io->in_flight++;
-	pthread_cond_signal(&io->work);
 	pthread_mutex_unlock(&io->lock);
+	/* After the unlock: the thread it wakes does not block on it. */
+	pthread_cond_signal(&io->work);
 }
 
 unsigned
@@ -400,6 +634,7 @@ fileio_stop(struct fileio *io)
 		event_free(io->done_ev);
 	if (io->done_fd != -1)
 		close(io->done_fd);
+	pthread_cond_destroy(&io->linked);
 	pthread_cond_destroy(&io->round);
 	pthread_cond_destroy(&io->work);
 	pthread_mutex_destroy(&io->lock);

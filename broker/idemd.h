@@ -144,6 +144,7 @@ int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
 void	journaler_kick_idle(struct shm_header *, int kick_fd);
+void	journaler_kick_batch(struct shm_header *, int kick_fd);
 unsigned journaler_carrier_enter(struct shm_header *, unsigned worker);
 void	journaler_carrier_leave(struct shm_header *, unsigned worker,
 	    unsigned phase, int kick_fd);
@@ -204,6 +205,8 @@ struct fileio_job {
 	unsigned		 worker_index;
 	int			 kick_fd;
 	int			 committed;	/* commit appended its records */
+	/* Committed by a directory round: its kicks are the round's. */
+	int			 batched;
 	int			 commit_verdict;
 #ifdef IDEM_FAULT_INJECTION
 	int			 crash_released; /* crash_hold's flag */

@@ -114,6 +114,22 @@ journaler_kick_idle(struct shm_header *h, int kick_fd)
 }
 
 /*
+ * After a batch of appends and carriers' leaves that did not kick
+ * (fileio.c, a directory round's commits): one kick for them all, if
+ * the journaler sleeps or gathers.  Each flag is read after the appends
+ * and leaves, as journaler_kick_idle and journaler_carrier_leave read
+ * theirs, so the journaler misses none of them.
+ */
+void
+journaler_kick_batch(struct shm_header *h, int kick_fd)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&h->journaler_idle) != 0 ||
+	    atomic_load(&h->journaler_gathering) != 0)
+		journaler_kick(kick_fd);
+}
+
+/*
  * A file thread whose reservation is durable is about to link and then
  * append its commit: count it in the current phase.  The phase to leave
  * from is returned.
@@ -132,14 +148,15 @@ journaler_carrier_enter(struct shm_header *h, unsigned worker)
  * for that commit, so that a journaler woken by the kick does not wait
  * for the very carrier that woke it.  A carrier that leaves while the
  * journaler gathers wakes it to count again (both sides write, fence,
- * then read the other's flag: one of them sees the other).
+ * then read the other's flag: one of them sees the other).  kick_fd -1:
+ * the caller kicks later (journaler_kick_batch).
  */
 void
 journaler_carrier_leave(struct shm_header *h, unsigned worker,
     unsigned phase, int kick_fd)
 {
 	atomic_fetch_sub(&h->workers[worker].carriers[phase], 1);
-	if (atomic_load(&h->journaler_gathering))
+	if (kick_fd != -1 && atomic_load(&h->journaler_gathering))
 		journaler_kick(kick_fd);
 }
 

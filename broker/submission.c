@@ -604,7 +604,8 @@ sub_carry_commit(struct fileio_job *job)
 	/* Uncounted first: the journaler this kick wakes must not wait for
 	 * us. */
 	fileio_carrier_done(job);
-	journaler_kick_idle(d->seg.header, d->kick_fd);
+	if (!job->batched)
+		journaler_kick_idle(d->seg.header, d->kick_fd);
 	s->entry = entry;
 	s->wrote_file = 1;
 	return 0;

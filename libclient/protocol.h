@@ -112,6 +112,12 @@
  * (journaler.c, the gather): their commits then share its fdatasync.
  */
 #define IDEM_JOURNAL_GATHER_US		2000
+/*
+ * How long a directory sync round waits, at most, for the links of the
+ * creations whose reservations are durable and that are about to link
+ * (fileio.c, fileio_gather): they then share its fsync.
+ */
+#define IDEM_LINK_GATHER_US		1000
 /* How often the master drains an idle broker's inotify queue (watch.c). */
 #define IDEM_WATCH_DRAIN_MS		1000
 #define IDEM_DEFAULT_SOCKET_MODE	0600
