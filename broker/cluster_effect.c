@@ -273,7 +273,7 @@ ce_row_json(struct idemd *d, const char *key, size_t key_length,
 
 	row->entry.lease_expires_ms = now + row->lease_ms_left;
 	/* A tombstone: never the arena's bytes (an empty result, replaced). */
-	j = effect_submission_json(&d->seg, key, key_length, &row->entry,
+	j = effect_submission_json(d, key, key_length, &row->entry,
 	    row->pruned ? (const uint8_t *)"" : (const uint8_t *)row->receipt,
 	    0, now);
 	if (j != NULL && row->pruned) {

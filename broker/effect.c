@@ -35,10 +35,12 @@
  *                                        [after_effect_release_durable]
  *   resolve    its record durable        [after_effect_resolve_durable]
  *
- * A committed result's bytes are kept in the segment's result arena
- * (subtab.c: arena_put / arena_get) and in the journal record; every
- * receipt is built from the entry and those bytes, so it is the same,
- * byte for byte, on every reply.
+ * A committed result's bytes are kept in the journal record, in the
+ * index once a checkpoint wrote the entry there, and in the segment's
+ * result arena, a ring that caches them (subtab.c: arena_put /
+ * arena_read; bytes it reused are read from the index); every receipt
+ * is built from the entry and those bytes, so it is the same, byte for
+ * byte, on every reply.
  *
  * The fence is "<attempt>-<16 hex>": the attempt and a random nonce
  * drawn for each proceed.  Only the latest one issued is accepted.
@@ -51,8 +53,10 @@
  * complete and resolve below serve both stores (effect_record picks
  * the journal or the row).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
@@ -138,16 +142,52 @@ effect_state_name(const struct subtab_entry *e, int64_t now)
 	return subtab_state_name(e->state);
 }
 
-json_t *
-effect_receipt_json(struct shm_segment *seg, const char *key,
-    size_t key_length, const struct subtab_entry *e)
+/*
+ * The committed result of e (a table entry) into buf: from the arena,
+ * or, once the arena has reused their space, from the index (the arena
+ * gives up only bytes of an entry durable there).  NULL if neither
+ * holds them; *pruned when the index keeps only a tombstone (compact).
+ */
+static const uint8_t *
+effect_result_bytes(struct idemd *d, const char *key, size_t key_length,
+    const struct subtab_entry *e, uint8_t *buf, int *pruned)
 {
+	struct index_entry		 found;
+	const struct subtab_entry	*x = &found.record.entry;
+
+	*pruned = 0;
+	if (arena_read(&d->seg, e->result_offset, e->result_length, buf) == 0)
+		return buf;
+	if (history_find(d, key, key_length, &found, buf) != 1 ||
+	    x->kind != SUBTAB_KIND_EFFECT || x->state != SUBTAB_COMMITTED ||
+	    memcmp(x->request_digest, e->request_digest,
+	    IDEM_SHA256_BYTES) != 0 || memcmp(x->file_digest, e->file_digest,
+	    IDEM_SHA256_BYTES) != 0)
+		return NULL;
+	if (found.form == INDEX_TOMBSTONE) {
+		*pruned = 1;
+		return buf;
+	}
+	if (x->result_length != e->result_length ||
+	    (e->result_length > 0 && found.record.result != buf))
+		return NULL;
+	return buf;
+}
+
+json_t *
+effect_receipt_json(struct idemd *d, const char *key, size_t key_length,
+    const struct subtab_entry *e, int *pruned)
+{
+	/* The event loop's thread only (as history_find's scratch). */
+	static uint8_t	 buf[IDEM_MAX_EFFECT_RESULT_BYTES];
 	const uint8_t	*bytes;
 
-	bytes = arena_get(seg, e->result_offset, e->result_length);
+	if (e->result_length > sizeof buf)
+		return NULL;
+	bytes = effect_result_bytes(d, key, key_length, e, buf, pruned);
 	if (bytes == NULL)
 		return NULL;
-	return effect_receipt_json_from(key, key_length, e, bytes, 0);
+	return effect_receipt_json_from(key, key_length, e, bytes, *pruned);
 }
 
 /*
@@ -297,8 +337,8 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 	effect_release(p);
 	receipt = e->cold ? effect_receipt_json_from(e->key, e->key_length,
 	    &e->entry, e->cold_result, e->pruned) :
-	    effect_receipt_json(&idemd_of(p)->seg, e->key, e->key_length,
-	    &e->entry);
+	    effect_receipt_json(idemd_of(p), e->key, e->key_length,
+	    &e->entry, &e->pruned);
 	if (receipt == NULL) {
 		log_warnx("effect %s: its committed result is unreadable",
 		    e->id);
@@ -359,9 +399,15 @@ effect_journal(struct pending *p, pending_resume_fn next)
 	record.entry = e->entry;
 	record.entry.key_length = (uint16_t)e->key_length;
 	memcpy(record.key, e->key, e->key_length);
-	if (e->entry.result_length > 0)
-		record.result = arena_get(&idemd_of(p)->seg,
-		    e->entry.result_offset, e->entry.result_length);
+	/* Only a commit has a result: the request's own bytes. */
+	if (e->entry.result_length > 0 && e->has_result &&
+	    e->result_length == e->entry.result_length)
+		record.result = (const uint8_t *)e->result;
+	else if (e->entry.result_length > 0 && (e->cold_result != NULL ||
+	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) != NULL) &&
+	    arena_read(&idemd_of(p)->seg, e->entry.result_offset,
+	    e->entry.result_length, e->cold_result) == 0)
+		record.result = e->cold_result;
 	e->journaled = 1;
 	pending_journal_slot(p, &record, e->slot, &e->claim, &e->entry, next);
 }
@@ -714,10 +760,23 @@ result_matches(struct pending *p)
 		digest_sha256(e->result, e->result_length, digest);
 		return memcmp(digest, e->entry.file_digest, sizeof digest) == 0;
 	}
-	bytes = e->cold ? e->cold_result : arena_get(&idemd_of(p)->seg,
-	    e->entry.result_offset, e->entry.result_length);
-	return bytes != NULL && e->entry.result_length == e->result_length &&
-	    memcmp(bytes, e->result, e->result_length) == 0;
+	if (e->entry.result_length != e->result_length)
+		return 0;
+	if (e->cold)
+		bytes = e->cold_result;
+	else if (e->cold_result == NULL &&
+	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) == NULL)
+		bytes = NULL;
+	else if (arena_read(&idemd_of(p)->seg, e->entry.result_offset,
+	    e->entry.result_length, e->cold_result) == 0)
+		bytes = e->cold_result;
+	else
+		bytes = NULL;
+	if (bytes != NULL)
+		return memcmp(bytes, e->result, e->result_length) == 0;
+	/* No longer in the arena: the digest of the same bytes is equal. */
+	digest_sha256(e->result, e->result_length, digest);
+	return memcmp(digest, e->entry.file_digest, sizeof digest) == 0;
 }
 
 void
@@ -767,13 +826,25 @@ effect_commit(struct pending *p, int recovered)
 
 	/* The PostgreSQL store keeps the bytes in the row, not the arena. */
 	if (idemd_of(p)->store_uri == NULL && arena_put(&idemd_of(p)->seg,
-	    e->result, e->result_length, &e->entry.result_offset) != 0) {
-		log_warnx("effect %s: the result arena is full; restart idemd "
-		    "with a larger --result-bytes", e->id);
+	    e->slot, e->result, e->result_length,
+	    &e->entry.result_offset) != 0) {
+		if (errno == ENOSPC) {
+			/* The arena asked for a checkpoint: it makes room. */
+			journaler_kick(idemd_of(p)->kick_fd);
+			effect_fail(p, reply_error_simple(p->id,
+			    WIRE_TABLE_FULL, 1, "the result arena holds only "
+			    "results not yet in the index; retry in a moment "
+			    "(the checkpoint that indexes them is under way), "
+			    "or restart idemd with a larger --result-bytes"));
+			return;
+		}
+		log_warnx("effect %s: a result of %zu bytes does not fit the "
+		    "result arena; restart idemd with a larger --result-bytes",
+		    e->id, e->result_length);
 		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
-		    "the result arena is full; restart idemd with a larger "
-		    "--result-bytes, then complete again with the same "
-		    "fence"));
+		    "the result arena is too small for this result; restart "
+		    "idemd with a larger --result-bytes, then complete again "
+		    "with the same fence"));
 		return;
 	}
 	e->entry.result_length = (uint32_t)e->result_length;
@@ -1009,7 +1080,7 @@ op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 /* ---- Read-only views: get_submission and diagnose ------------------------ */
 
 json_t *
-effect_submission_json(struct shm_segment *seg, const char *key,
+effect_submission_json(struct idemd *d, const char *key,
     size_t key_length, const struct subtab_entry *x, const uint8_t *result,
     int in_flight, int64_t now)
 {
@@ -1019,6 +1090,7 @@ effect_submission_json(struct shm_segment *seg, const char *key,
 	char	 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
 	json_t	*j, *receipt;
 	int64_t	 age = now - x->updated_at_ms;
+	int	 pruned;
 
 	if (effect_key_split(key, key_length, kind, sizeof kind, id,
 	    sizeof id) != 0)
@@ -1051,9 +1123,12 @@ effect_submission_json(struct shm_segment *seg, const char *key,
 	if (x->state == SUBTAB_COMMITTED) {
 		if (x->effect_flags & SUBTAB_EFFECT_RECOVERED)
 			json_object_set_new(j, "recovered", json_true());
+		pruned = 0;
 		receipt = result != NULL ? effect_receipt_json_from(key,
-		    key_length, x, result, 0) : effect_receipt_json(seg, key,
-		    key_length, x);
+		    key_length, x, result, 0) : effect_receipt_json(d, key,
+		    key_length, x, &pruned);
+		if (pruned)
+			json_object_set_new(j, "receipt_pruned", json_true());
 		json_object_set_new(j, "receipt", receipt != NULL ? receipt :
 		    json_null());
 	}

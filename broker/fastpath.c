@@ -23,7 +23,10 @@
  * case (no entry, not committed, nothing stored, another fingerprint)
  * goes on to the full parse, which stores the reply if none is: after a
  * restart the store is empty (memory only) and the first retry of each
- * submission takes the full path, the next ones the fast one.
+ * submission takes the full path, the next ones the fast one.  The
+ * store is a ring (subtab.c): new replies overwrite the oldest, whose
+ * retries take the full path once again and store theirs anew.  The
+ * reply is copied out of it (and the copy checked) before it is sent.
  *
  * The fingerprint of the line being dispatched is kept here between
  * fastpath_answer and op_write_task (fastpath_hint_take): a worker
@@ -71,7 +74,7 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	struct fastscan		 scan;
 	struct subtab_entry	 e;
 	struct iovec		 iov[5];
-	const uint8_t		*stored;
+	uint8_t			 stored[SHM_RECEIPT_MAX_BYTES];
 	char			 id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char			 path[IDEM_MAX_TASK_PATH_BYTES], moved[PATH_MAX];
 	size_t			 stored_length;
@@ -86,7 +89,8 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	    e.kind != SUBTAB_KIND_TASK || e.state != SUBTAB_COMMITTED ||
 	    e.schema != SUBTAB_SCHEMA_WRITE_TASK_V1)
 		return 0;
-	if ((stored = receipts_get(&d->seg, slot, &stored_length)) == NULL ||
+	/* A copy: the store may overwrite its bytes once this is sent. */
+	if (receipts_get(&d->seg, slot, stored, &stored_length) != 1 ||
 	    stored_length <= IDEM_FAST_FINGERPRINT_BYTES ||
 	    memcmp(stored, scan.fingerprint, IDEM_FAST_FINGERPRINT_BYTES) != 0)
 		return 0;
@@ -108,7 +112,7 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 		iov[n].iov_base = FASTPATH_REPLY_OK;
 		iov[n++].iov_len = sizeof FASTPATH_REPLY_OK - 1;
 	}
-	iov[n].iov_base = (void *)(stored + IDEM_FAST_FINGERPRINT_BYTES);
+	iov[n].iov_base = stored + IDEM_FAST_FINGERPRINT_BYTES;
 	iov[n++].iov_len = stored_length - IDEM_FAST_FINGERPRINT_BYTES;
 	iov[n].iov_base = "\n";
 	iov[n++].iov_len = 1;
@@ -132,7 +136,7 @@ fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
 	    sub->entry.state != SUBTAB_COMMITTED ||
 	    hint->key_length != sub->key_length ||
 	    memcmp(hint->key, sub->key, sub->key_length) != 0 ||
-	    receipts_get(&d->seg, sub->slot, &length) != NULL)
+	    receipts_get(&d->seg, sub->slot, buf, &length) == 1)
 		return;
 	/* write_task_answer's reused reply, without id and current_path. */
 	if ((reply = json_object()) == NULL)
@@ -152,8 +156,9 @@ fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
 		memcpy(buf, hint->fingerprint, IDEM_FAST_FINGERPRINT_BYTES);
 		memcpy(buf + IDEM_FAST_FINGERPRINT_BYTES, text + skip,
 		    length - skip);
-		/* Full, or stored meanwhile: retries take the full path. */
-		(void)receipts_put(&d->seg, sub->slot, buf,
+		/* Stored meanwhile: this one is not needed. */
+		(void)receipts_put(&d->seg, sub->slot, sub->key,
+		    sub->key_length, buf,
 		    IDEM_FAST_FINGERPRINT_BYTES + length - skip);
 	}
 	free(text);

@@ -642,8 +642,12 @@ int	 effect_lease_live(const struct subtab_entry *, int64_t now);
 /* The wire state: a reserved effect past its lease is outcome_unknown. */
 const char *effect_state_name(const struct subtab_entry *, int64_t now);
 /* A committed effect's receipt, the same bytes every time (NULL: unreadable). */
-json_t	*effect_receipt_json(struct shm_segment *, const char *key,
-	    size_t key_length, const struct subtab_entry *);
+/*
+ * A committed effect's receipt, its result from the arena or, once the
+ * arena has reused their space, the index (*pruned: a tombstone's).
+ */
+json_t	*effect_receipt_json(struct idemd *, const char *key,
+	    size_t key_length, const struct subtab_entry *, int *pruned);
 /* The same from the result's bytes (an entry of the index; pruned: none). */
 json_t	*effect_receipt_json_from(const char *key, size_t key_length,
 	    const struct subtab_entry *, const uint8_t *bytes, int pruned);
@@ -652,7 +656,7 @@ json_t	*effect_receipt_json_from(const char *key, size_t key_length,
  * An effect's facts for get_submission and diagnose (receipt once
  * committed, from result's bytes; result NULL: from the arena).
  */
-json_t	*effect_submission_json(struct shm_segment *, const char *key,
+json_t	*effect_submission_json(struct idemd *, const char *key,
 	    size_t key_length, const struct subtab_entry *,
 	    const uint8_t *result, int in_flight, int64_t now);
 /* optable.c: every op served, one row each */

@@ -59,7 +59,8 @@ usage(FILE *out, int status)
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
 "  --segment-bytes N     start a journal segment and checkpoint the table\n"
 "                        when a segment passes N bytes (default 64 MiB)\n"
-"  --result-bytes N      memory for effects' committed results (default 64 MiB)\n"
+"  --result-bytes N      memory caching effects' committed results (default\n"
+"                        8 bytes per --capacity slot, 4 to 64 MiB)\n"
 "  --sequence-digits N   digits of a day's task and report numbers, %d to %d\n"
 "                        (default %d, FCoP's: 999 a day)\n"
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n"
@@ -250,7 +251,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		d->root = IDEM_DEFAULT_ROOT;
 	d->worker_count = IDEM_DEFAULT_WORKERS;
 	d->capacity = IDEM_DEFAULT_CAPACITY;
-	d->result_bytes = IDEM_DEFAULT_RESULT_ARENA_BYTES;
+	d->result_bytes = 0;	/* from --capacity */
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;
 	d->max_connections = IDEM_DEFAULT_MAX_CONNECTIONS;
 	d->max_connections_per_pid = IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID;
@@ -275,7 +276,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 			break;
 		case 'c':
 			d->capacity = (uint32_t)number_option("capacity",
-			    optarg, 1, 1L << 30);
+			    optarg, 1, IDEM_MAX_CAPACITY);
 			break;
 		case 'i':
 			d->inflight_wait_ms = (int)number_option(
@@ -522,6 +523,7 @@ replay_make_room(struct idemd *d)
 	char			(*keys)[SUBTAB_MAX_KEY_BYTES];
 	uint32_t		*flags, *slots = NULL, from = 0, n, i;
 	struct journal_record	 record;
+	uint8_t			*result = NULL;
 	size_t			 count = 0;
 	char			*cause = NULL;
 	int			 rc = -1;
@@ -530,7 +532,9 @@ replay_make_room(struct idemd *d)
 	keys = calloc(1024, sizeof *keys);
 	flags = calloc(1024, sizeof *flags);
 	slots = calloc(d->seg.header->slots_used + 1, sizeof *slots);
-	if (entries == NULL || keys == NULL || flags == NULL || slots == NULL)
+	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
+	if (entries == NULL || keys == NULL || flags == NULL || slots == NULL ||
+	    result == NULL)
 		goto out;
 	if (!replay_index.writing) {
 		if (index_begin(&d->index, &cause) != 0)
@@ -548,10 +552,11 @@ replay_make_room(struct idemd *d)
 			    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
 			record.entry = entries[i];
 			memcpy(record.key, keys[i], entries[i].key_length);
+			/* Not indexed: the arena keeps its bytes. */
+			record.result = result;
 			if (record.type == JOURNAL_RECORD_EFFECT &&
-			    (record.result = arena_get(&d->seg,
-			    entries[i].result_offset,
-			    entries[i].result_length)) == NULL)
+			    arena_read(&d->seg, entries[i].result_offset,
+			    entries[i].result_length, result) != 0)
 				goto out;
 			if (index_put(&d->index, INDEX_FULL, &record,
 			    &cause) != 0)
@@ -572,7 +577,40 @@ out:
 	free(keys);
 	free(flags);
 	free(slots);
+	free(result);
 	return rc;
+}
+
+/*
+ * Put an effect's result into the arena (no slot names it yet).  The
+ * arena reuses the bytes of indexed entries only: when the oldest are of
+ * committed entries not yet indexed, those are marked indexed if they
+ * come from a checkpoint the index covers (they are there already), else
+ * go to the index (the start-up transaction), and the arena tries again.
+ */
+static int
+replay_arena_put(struct idemd *d, const struct journal_record *r,
+    uint64_t *offset)
+{
+	if (arena_put_unlocked(&d->seg, ARENA_NO_SLOT, r->result,
+	    r->entry.result_length, offset) == 0)
+		return 0;
+	if (errno == ENOSPC && replay_index.loading_checkpoint &&
+	    replay_index.covers) {
+		subtab_mark_all_indexed(&d->seg);
+		if (arena_put_unlocked(&d->seg, ARENA_NO_SLOT, r->result,
+		    r->entry.result_length, offset) == 0)
+			return 0;
+	}
+	if (errno == ENOSPC && d->index_ready && replay_make_room(d) == 0 &&
+	    arena_put_unlocked(&d->seg, ARENA_NO_SLOT, r->result,
+	    r->entry.result_length, offset) == 0)
+		return 0;
+	log_warnx("replay: the result arena (%llu bytes) has no room for a "
+	    "result of %u bytes; restart with a larger --result-bytes",
+	    (unsigned long long)d->seg.header->arena_bytes,
+	    r->entry.result_length);
+	return -1;
 }
 
 static int
@@ -581,50 +619,45 @@ replay_apply(const struct journal_record *r, void *arg)
 	struct idemd		*d = arg;
 	struct subtab_entry	 effect;
 	const struct subtab_entry *e = &r->entry;
+	uint32_t		 slot;
 
 	if (r->type == JOURNAL_RECORD_EFFECT) {
 		/* Its result goes to the arena; the slot names it there. */
 		effect = r->entry;
 		effect.result_offset = 0;
-		if (effect.result_length > 0 && arena_put_unlocked(&d->seg,
-		    r->result, effect.result_length,
-		    &effect.result_offset) != 0) {
-			log_warnx("replay: the result arena is full (%llu "
-			    "bytes); restart with a larger --result-bytes",
-			    (unsigned long long)d->result_bytes);
+		if (effect.result_length > 0 &&
+		    replay_arena_put(d, r, &effect.result_offset) != 0)
 			return -1;
-		}
 		e = &effect;
 	} else
 		seqalloc_note_used(&d->seg, r->entry.kind, r->entry.date,
 		    r->entry.seq);
 	if (r->entry.key_length == 0)
 		return 0;	/* legacy: only its number matters */
-	if ((r->hint != 0 ? subtab_apply_hashed(&d->seg, r->key,
-	    r->entry.key_length, (uint32_t)r->hint, e) :
-	    subtab_apply(&d->seg, r->key, r->entry.key_length, e)) != 0) {
+	if (subtab_apply_slot(&d->seg, r->key, r->entry.key_length,
+	    r->hint != 0 ? (uint32_t)r->hint : subtab_prefetch(&d->seg, r->key,
+	    r->entry.key_length), e, &slot) != 0) {
+		/* A committed entry with no room: the index's (its result
+		 * left in the arena, named by no slot, reusable). */
 		if (errno == ENOSPC && d->index_ready &&
-		    r->entry.state == SUBTAB_COMMITTED) {
-			/* Its result is the index's now, not the arena's. */
-			if (r->type == JOURNAL_RECORD_EFFECT &&
-			    effect.result_length > 0 &&
-			    effect.result_offset + effect.result_length ==
-			    d->seg.header->arena_used)
-				d->seg.header->arena_used =
-				    effect.result_offset;
+		    r->entry.state == SUBTAB_COMMITTED)
 			return replay_to_index(d, r);
-		}
 		/* In flight: room is made by giving the index the rest. */
 		if (errno == ENOSPC && d->index_ready &&
 		    replay_make_room(d) == 0 &&
-		    subtab_apply(&d->seg, r->key, r->entry.key_length, e) == 0)
-			return 0;
+		    subtab_apply_slot(&d->seg, r->key, r->entry.key_length,
+		    subtab_prefetch(&d->seg, r->key, r->entry.key_length), e,
+		    &slot) == 0)
+			goto applied;
 		if (errno == ENOSPC && replay_overflowed(r) == 0)
 			return 0;	/* counted; refused after the replay */
 		log_warn("replay: submission table (capacity %u)",
 		    d->capacity);
 		return -1;
 	}
+applied:
+	if (r->type == JOURNAL_RECORD_EFFECT && effect.result_length > 0)
+		arena_own(&d->seg, effect.result_offset, slot);
 	return 0;
 }
 

@@ -103,7 +103,7 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
 		json_object_set_new(s, "receipt", receipt != NULL ? receipt :
 		    json_null());
 	} else if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT)
-		s = effect_submission_json(&d->seg, key, n, &e, NULL, 0,
+		s = effect_submission_json(d, key, n, &e, NULL, 0,
 		    shm_now_ms());
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "found", json_boolean(s != NULL));
@@ -367,7 +367,7 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	entries = json_array();
 	later = json_array();
 	for (i = 0; i < effect_count; i++)
-		diagnose_effect_place(effect_submission_json(&d->seg,
+		diagnose_effect_place(effect_submission_json(d,
 		    effects[i].key, effects[i].entry.key_length,
 		    &effects[i].entry, NULL, effects[i].claimed, now),
 		    &effects[i].entry, now, stale_after_ms, entries, later,
@@ -432,9 +432,9 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("effects_released", atomic_load(&k->effects_released));
 	STAT("effects_resolved", atomic_load(&k->effects_resolved));
 	STAT("effects_stale_fence", atomic_load(&k->effects_stale_fence));
-	STAT("result_arena_used", h->arena_used);
+	STAT("result_arena_used", arena_used(&d->seg));
 	STAT("result_arena_bytes", h->arena_bytes);
-	STAT("fast_receipts_used", h->receipts_used);
+	STAT("fast_receipts_used", receipts_used(&d->seg));
 	STAT("fast_receipts_bytes", h->receipts_bytes);
 	STAT("errors", atomic_load(&k->errors));
 	STAT("journal_records", atomic_load(&k->journal_records));

@@ -406,6 +406,7 @@ sub_from_index(struct pending *p)
 		sub_fail_storage(p, errno, "reading the index");
 		return;
 	}
+	s->slot = UINT32_MAX;	/* in no slot: no reply stored for it */
 	s->entry = found.record.entry;
 	s->pruned = found.form == INDEX_TOMBSTONE;
 	sub_set_name(s);
@@ -477,6 +478,7 @@ sub_acquire(struct pending *p)
 		    sub_reserved : sub_recover_created);
 		return;
 	case SUBTAB_DONE:
+		s->slot = a.slot;	/* the fast path stores its reply there */
 		s->entry = a.found;
 		sub_set_name(s);
 		sub_after_durable(p, a.found_journal_end, epoch,

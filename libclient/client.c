@@ -1594,8 +1594,9 @@ client_now_ms(void)
  * The three codes are retryable by SPEC.md whatever the flag says;
  * internal is retryable only when the broker says so, and so is
  * table_full (in-flight work past --capacity: it drains, and a
- * checkpoint makes committed entries evictable; a full result arena
- * is not retryable).
+ * checkpoint makes committed entries evictable, and the result
+ * arena's space reusable; a result larger than the arena is not
+ * retryable).
  */
 static int
 client_retry_worth(const struct idem_error *err)

@@ -469,7 +469,8 @@ int	idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE]);
  *  - in_progress, storage_unavailable, shutting_down, and internal and
  *    table_full errors marked retryable are retried;
  *  - every other error is returned at once (invalid_request, conflict,
- *    a full result arena, ...): sending it again cannot change the
+ *    a result larger than the result arena, ...): sending it again
+ *    cannot change the
  *    answer.
  * Every try sends the same client_submission_id (required: a legacy
  * call cannot be retried safely) and the same task, so however many

@@ -54,8 +54,14 @@
 #define IDEM_EFFECT_FENCE_SIZE		32
 /* "idem-" and 32 hex digits */
 #define IDEM_EFFECT_EXTERNAL_KEY_SIZE	40
-/* The shared-memory arena that keeps committed results (--result-bytes). */
-#define IDEM_DEFAULT_RESULT_ARENA_BYTES	(64ULL * 1024 * 1024)
+/*
+ * The shared-memory arena that keeps committed results, a cache of the
+ * index (--result-bytes; 0, the default: bytes per --capacity slot,
+ * within a floor and a ceiling).
+ */
+#define IDEM_RESULT_ARENA_BYTES_PER_SLOT	8
+#define IDEM_MIN_RESULT_ARENA_BYTES		(4ULL * 1024 * 1024)
+#define IDEM_MAX_DEFAULT_RESULT_ARENA_BYTES	(64ULL * 1024 * 1024)
 /*
  * The index's map: address space, not memory or disk (the file grows
  * as it is written); the most committed history one root can hold.
@@ -82,6 +88,8 @@
 #define IDEM_DEFAULT_WORKERS		2
 #define IDEM_MAX_WORKERS		64
 #define IDEM_DEFAULT_CAPACITY		262144
+/* --capacity at most (the key heap of the segment stays under 4 GiB). */
+#define IDEM_MAX_CAPACITY		(1U << 26)
 #define IDEM_DEFAULT_INFLIGHT_WAIT_MS	10000
 /*
  * Digits of a task or report number: FCoP's names have exactly three

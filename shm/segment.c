@@ -36,7 +36,33 @@ bucket_count_for(uint32_t capacity)
 	return n;
 }
 
-/* Offsets of every region after the header, and the total size. */
+static uint64_t
+per_slot(uint32_t capacity, uint64_t bytes, uint64_t min, uint64_t max)
+{
+	uint64_t	n = (uint64_t)capacity * bytes;
+
+	n = n < min ? min : n > max ? max : n;
+	return n / 8 * 8;	/* whole 8-byte words: the rings copy words */
+}
+
+uint64_t
+shm_arena_bytes_for_capacity(uint32_t capacity)
+{
+	return per_slot(capacity, SHM_ARENA_BYTES_PER_SLOT,
+	    SHM_ARENA_MIN_BYTES, SHM_ARENA_MAX_BYTES);
+}
+
+uint64_t
+shm_receipts_bytes_for_capacity(uint32_t capacity)
+{
+	return per_slot(capacity, SHM_RECEIPT_BYTES_PER_SLOT,
+	    SHM_RECEIPT_STORE_MIN_BYTES, SHM_RECEIPT_STORE_MAX_BYTES);
+}
+
+/*
+ * Offsets of every region after the header, and the total size; an
+ * arena_bytes of 0 is the capacity's default.
+ */
 static void
 layout(uint32_t capacity, uint64_t arena_bytes, struct shm_header *h)
 {
@@ -61,13 +87,11 @@ layout(uint32_t capacity, uint64_t arena_bytes, struct shm_header *h)
 	at = round_up(at + h->heap_bytes, SHM_CACHELINE_BYTES);
 	h->ring_offset = at;
 	at = round_up(at + h->ring_bytes, SHM_CACHELINE_BYTES);
-	h->arena_bytes = arena_bytes;
+	h->arena_bytes = arena_bytes == 0 ?
+	    shm_arena_bytes_for_capacity(capacity) : arena_bytes / 8 * 8;
 	h->arena_offset = at;
 	at = round_up(at + h->arena_bytes, 4096);
-	h->receipts_bytes = (uint64_t)capacity *
-	    SHM_RECEIPT_BYTES_PER_SLOT;
-	if (h->receipts_bytes > SHM_RECEIPT_STORE_MAX_BYTES)
-		h->receipts_bytes = SHM_RECEIPT_STORE_MAX_BYTES;
+	h->receipts_bytes = shm_receipts_bytes_for_capacity(capacity);
 	h->receipts_offset = at;
 	at = round_up(at + h->receipts_bytes, 4096);
 	h->peer_slots = SHM_PEER_SLOTS;
@@ -84,7 +108,7 @@ shm_bytes_for_capacity(uint32_t capacity)
 {
 	struct shm_header	h;
 
-	layout(capacity, SHM_DEFAULT_ARENA_BYTES, &h);
+	layout(capacity, 0, &h);
 	return h.total_bytes;
 }
 
@@ -128,8 +152,7 @@ int
 shm_create(const char *root_realpath, uint32_t capacity,
     struct shm_segment *seg, char **cause)
 {
-	return shm_create_sized(root_realpath, capacity,
-	    SHM_DEFAULT_ARENA_BYTES, seg, cause);
+	return shm_create_sized(root_realpath, capacity, 0, seg, cause);
 }
 
 int
@@ -142,12 +165,13 @@ shm_create_sized(const char *root_realpath, uint32_t capacity,
 	unsigned		 i;
 
 	memset(seg, 0, sizeof *seg);
-	if (capacity == 0 || capacity > (1U << 30)) {
+	if (capacity == 0 || capacity > SHM_MAX_CAPACITY) {
 		asprintf(cause, "capacity %u out of range", capacity);
 		return -1;
 	}
 	shm_name_for_root(root_realpath, seg->name);
-	if (arena_bytes > (1ULL << 40)) {
+	if (arena_bytes > (1ULL << 40) || (arena_bytes != 0 &&
+	    arena_bytes < 4 * SHM_RING_RECORD_HEADER_BYTES)) {
 		asprintf(cause, "result arena of %llu bytes out of range",
 		    (unsigned long long)arena_bytes);
 		return -1;

@@ -45,28 +45,34 @@
 #define SHM_MAX_RECIPIENT_BYTES		33	/* IDEM_MAX_RECIPIENT_BYTES */
 #define SHM_MAX_EFFECT_KIND_BYTES	128	/* IDEM_MAX_EFFECT_KIND_BYTES */
 #define SHM_MAX_SUBMISSION_ID_BYTES	200	/* IDEM_MAX_SUBMISSION_ID_BYTES */
-/* IDEM_DEFAULT_RESULT_ARENA_BYTES */
-#define SHM_DEFAULT_ARENA_BYTES		(64ULL * 1024 * 1024)
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	5
+#define SHM_LAYOUT_VERSION	6
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
- * The receipt store of the retry fast path (broker/fastpath.c): bytes
- * per slot (a stored reply is its 32-byte fingerprint and ~450 bytes of
- * reply; a full store only stops new ones), and the largest reply kept.
+ * The result arena (effects' committed results) and the receipt store
+ * (the retry fast path's replies) are rings, caches of what the index
+ * and the full path also answer: sized from the capacity, bytes per
+ * slot within a floor and a ceiling (--result-bytes overrides the
+ * arena's).  IDEM_RESULT_ARENA_BYTES_PER_SLOT and its bounds.
  */
-#define SHM_RECEIPT_BYTES_PER_SLOT	512
-#define SHM_RECEIPT_MAX_BYTES		4096
-/*
- * The store is at most this, whatever the capacity (the default
- * --capacity's store): a full store only stops new stored replies (their
- * retries take the full path), and a large table, a cache of the index,
- * is not made three times its slots' size by it.
- */
+#define SHM_ARENA_BYTES_PER_SLOT	8
+#define SHM_ARENA_MIN_BYTES		(4ULL * 1024 * 1024)
+#define SHM_ARENA_MAX_BYTES		(64ULL * 1024 * 1024)
+#define SHM_RECEIPT_BYTES_PER_SLOT	8
+#define SHM_RECEIPT_STORE_MIN_BYTES	(64ULL * 1024)
 #define SHM_RECEIPT_STORE_MAX_BYTES	(128ULL * 1024 * 1024)
+/* The largest reply the receipt store keeps. */
+#define SHM_RECEIPT_MAX_BYTES		4096
+/* Each record of either ring starts with 16 bytes: position, slot, length. */
+#define SHM_RING_RECORD_HEADER_BYTES	16
+/*
+ * Slots at most: the key heap (SHM_HEAP_BYTES_PER_SLOT each) must stay
+ * under 4 GiB, the reach of a slot's 32-bit key_offset.
+ */
+#define SHM_MAX_CAPACITY		(1U << 26)
 #define SHM_RING_BYTES		(8 * 1024 * 1024)
 /*
  * Entries of the peer table (peers.c): one per (peer pid or uid, worker)
@@ -261,7 +267,16 @@ struct shm_header {
 	uint32_t		slots_used;
 	uint32_t		state_counts[SUBTAB_STATE_COUNT];
 	uint64_t		heap_used;
-	uint64_t		arena_used;	/* append only */
+	/*
+	 * The result arena, a ring (subtab.c): bytes ever written (head,
+	 * under the table lock; atomic for the unlocked readers) and the
+	 * oldest byte still intact (tail, moved on before bytes are
+	 * overwritten).  arena_scout runs half an arena ahead of the tail
+	 * asking for a checkpoint when it passes results not yet indexed.
+	 */
+	_Atomic uint64_t	arena_head;
+	_Atomic uint64_t	arena_tail;
+	uint64_t		arena_scout;
 	/*
 	 * The table is a cache of the index (index.c): a committed slot
 	 * durable there (SUBTAB_SLOT_INDEXED) may be evicted for a new
@@ -274,7 +289,9 @@ struct shm_header {
 	uint32_t		evicting;
 	_Atomic uint64_t	evictions;	/* ever; read unlocked */
 	_Atomic uint32_t	checkpoint_wanted;	/* the table needs one */
-	uint64_t		receipts_used;	/* append only */
+	/* The receipt store, a ring like the arena's, every byte reclaimable. */
+	_Atomic uint64_t	receipts_head;
+	_Atomic uint64_t	receipts_tail;
 
 	/* Allocator (under alloc_lock), by kind - 1. */
 	struct seqalloc_state	alloc[SUBTAB_KIND_COUNT];
@@ -344,39 +361,41 @@ struct shm_header {
 };
 
 /*
- * One slot of the table: 224 bytes, packed to 8-byte alignment rather
+ * One slot of the table: 208 bytes, packed to 8-byte alignment rather
  * than padded to whole cache lines (256), because the slots are most of
- * the segment (--capacity x 224) and a committed slot, the bulk of a
+ * the segment (--capacity x 208) and a committed slot, the bulk of a
  * full table, is read far more than written: the neighbours' sharing of
- * a line costs less than 32 bytes a slot.  The slots start on a cache
+ * a line costs less than 48 bytes a slot.  The slots start on a cache
  * line (slots_offset).
  */
 struct subtab_slot {
 	_Atomic uint32_t	state;		/* enum subtab_state; EMPTY if unused */
 	uint32_t		key_hash;
-	uint64_t		key_offset;	/* into the heap */
+	uint32_t		key_offset;	/* into the heap (< 4 GiB) */
+	uint16_t		key_room;	/* heap bytes at key_offset */
+	_Atomic uint8_t		flags;		/* SUBTAB_SLOT_* */
+	_Atomic uint8_t		waiters;	/* someone waits for the claim */
 	struct subtab_entry	entry;
 	struct subtab_claim	claim;
-	_Atomic uint32_t	waiters;	/* someone waits for the claim */
+	/*
+	 * The fast path's stored reply (receipts_put): its position in the
+	 * receipt store, in 8-byte units, modulo 2^32 (the reader takes the
+	 * nearest position behind the store's head, and the record's own
+	 * header confirms it); 0: none.  Set only on a durably committed
+	 * slot, cleared whenever the slot's entry is set otherwise.  Memory
+	 * only: empty after a restart.
+	 */
+	_Atomic uint32_t	fast_receipt;
 	/*
 	 * Ring position just past the record of the entry's state: the
 	 * state is durable once ring_durable reaches it.  0: durable since
 	 * start-up (replayed).
 	 */
 	uint64_t		journal_end;
-	_Atomic uint32_t	flags;		/* SUBTAB_SLOT_* */
-	uint16_t		key_room;	/* heap bytes at key_offset */
-	/*
-	 * The fast path's stored reply (receipts_put): offset << 16 | length
-	 * in the receipt store; 0: none.  Set only on a durably committed
-	 * slot, cleared whenever the slot's entry is set otherwise.  Memory
-	 * only: empty after a restart.
-	 */
-	_Atomic uint64_t	fast_receipt;
 };
-#define SUBTAB_SLOT_BYTES	224
+#define SUBTAB_SLOT_BYTES	208
 _Static_assert(sizeof(struct subtab_slot) == SUBTAB_SLOT_BYTES,
-    "the slot is 224 bytes, no padding: see doc/architecture.md");
+    "the slot is 208 bytes, no padding: see doc/architecture.md");
 /* subtab_slot.flags */
 #define SUBTAB_SLOT_INDEXED	0x1	/* committed, durable in the index */
 #define SUBTAB_SLOT_USED	0x2	/* looked up since the clock passed */
@@ -399,14 +418,18 @@ struct shm_segment {
 void	 shm_name_for_root(const char *root_realpath, char name[64]);
 int	 shm_create(const char *root_realpath, uint32_t capacity,
 	    struct shm_segment *, char **cause);
-/* The same with an arena of arena_bytes for effects' results. */
+/* The same with an arena of arena_bytes (0: from the capacity). */
 int	 shm_create_sized(const char *root_realpath, uint32_t capacity,
 	    uint64_t arena_bytes, struct shm_segment *, char **cause);
 int	 shm_attach(const char *root_realpath, struct shm_segment *,
 	    char **cause);
 void	 shm_detach(struct shm_segment *);
 void	 shm_destroy(struct shm_segment *);	/* detach and unlink */
-size_t	 shm_bytes_for_capacity(uint32_t capacity);	/* default arena */
+/* The segment's size with the default arena (stats, docs, the bench). */
+size_t	 shm_bytes_for_capacity(uint32_t capacity);
+/* The default sizes of the two rings for a capacity. */
+uint64_t shm_arena_bytes_for_capacity(uint32_t capacity);
+uint64_t shm_receipts_bytes_for_capacity(uint32_t capacity);
 int64_t	 shm_now_ms(void);
 
 /* lock.c */
@@ -490,31 +513,46 @@ enum subtab_verdict subtab_claim_key(struct shm_segment *,
 	    struct subtab_acquire *);
 
 /*
- * The result arena: effects' committed results, append only (never
- * freed: a later issue moves committed history out of memory).  These
- * three calls are the whole interface, so that the bytes can move
- * behind it.  put reserves length bytes under the table lock and copies
- * outside it (-1 with ENOSPC when the arena is full); get points at
- * bytes put earlier (NULL if the range is not in the arena).
+ * The result arena: effects' committed results, a ring whose bytes are a
+ * cache of the index's (a committed slot's result is in its journal
+ * record and, once SUBTAB_SLOT_INDEXED, in the index).  put places
+ * length bytes for slot, claimed by the caller, who names them in the
+ * slot's entry (result_offset) when it records the commit; the oldest
+ * bytes are overwritten only if no slot names them or the slot naming
+ * them is indexed.  -1 with ENOSPC when the oldest bytes are a result
+ * not yet indexed (or of a commit in flight): a checkpoint is asked
+ * for, retry later; EINVAL when length can never fit.  The space is
+ * reserved (and the oldest reclaimed) under the table lock and the bytes
+ * copied outside it.  read copies the bytes at offset into out: -1 if
+ * they are no longer there (read them from the index), never torn ones.
  */
-int	 arena_put(struct shm_segment *, const void *, size_t length,
-	    uint64_t *offset);
-const uint8_t *arena_get(struct shm_segment *, uint64_t offset,
-	    size_t length);
+int	 arena_put(struct shm_segment *, uint32_t slot, const void *,
+	    size_t length, uint64_t *offset);
+int	 arena_read(struct shm_segment *, uint64_t offset, size_t length,
+	    void *out);
+/* Replay, single-threaded: no lock; arena_own names the owner after. */
+#define ARENA_NO_SLOT	UINT32_MAX
+int	 arena_put_unlocked(struct shm_segment *, uint32_t slot, const void *,
+	    size_t length, uint64_t *offset);
+void	 arena_own(struct shm_segment *, uint64_t offset, uint32_t slot);
+/* Bytes the arena holds now (head - tail). */
+uint64_t arena_used(const struct shm_segment *);
 /*
- * The receipt store of the retry fast path (fastpath.c): append only,
- * capacity * SHM_RECEIPT_BYTES_PER_SLOT bytes.  put copies bytes
- * for a committed slot and names them in it, unless the slot names some
- * already (-1 with EEXIST) or the store is full (ENOSPC); get returns
- * the bytes a slot names, or NULL.
+ * The receipt store of the retry fast path (fastpath.c): a ring of
+ * stored replies, new ones overwriting the oldest.  put copies bytes
+ * for a committed slot holding key and names them in it (EINVAL if it
+ * holds another key: evicted meanwhile), unless the slot names some
+ * still there (-1 with EEXIST); get copies the bytes a slot names
+ * into out (SHM_RECEIPT_MAX_BYTES) and returns 1, or 0 if it names none
+ * or they were overwritten: never a torn copy (the reader checks, after
+ * the copy, that the store's tail has not passed them: a seqlock).
  */
-int	 receipts_put(struct shm_segment *, uint32_t slot, const void *,
-	    size_t length);
-const uint8_t *receipts_get(struct shm_segment *, uint32_t slot,
+int	 receipts_put(struct shm_segment *, uint32_t slot, const char *key,
+	    size_t key_length, const void *, size_t length);
+int	 receipts_get(struct shm_segment *, uint32_t slot, void *out,
 	    size_t *length);
-/* Replay, single-threaded: no lock. */
-int	 arena_put_unlocked(struct shm_segment *, const void *, size_t length,
-	    uint64_t *offset);
+/* Bytes the store holds now. */
+uint64_t receipts_used(const struct shm_segment *);
 /*
  * Start loading the bucket of key into the cache (replay's hint); returns
  * the key's hash, for subtab_apply_hashed.
@@ -527,6 +565,10 @@ int	 subtab_apply(struct shm_segment *, const char *key, size_t key_length,
 /* The same with the hash subtab_prefetch gave for that key. */
 int	 subtab_apply_hashed(struct shm_segment *, const char *key,
 	    size_t key_length, uint32_t hash, const struct subtab_entry *);
+/* The same, saying which slot holds the key now. */
+int	 subtab_apply_slot(struct shm_segment *, const char *key,
+	    size_t key_length, uint32_t hash, const struct subtab_entry *,
+	    uint32_t *slot);
 /*
  * The checkpoint made these slots' committed states durable in the
  * index: they may be evicted from now on.  Slots no longer committed

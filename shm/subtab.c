@@ -3,9 +3,11 @@
  * subtab.c: the submission table.  Fixed slots, filled in order and
  * never freed; an open-addressing index of buckets (slot index + 1, 0 for
  * empty) sized to at least twice the capacity, so probes stay short; a
- * heap holding the keys; and the result arena, where committed effects
- * keep their results' bytes (arena_put, arena_get: the only way to
- * them).  Everything here runs under the table lock and does no I/O.
+ * heap holding the keys; and two rings, caches read without the lock:
+ * the result arena, where committed effects keep their results' bytes
+ * (arena_put, arena_read: the only way to them), and the fast path's
+ * receipt store.  Everything here runs under the table lock (but those
+ * reads) and does no I/O.
  *
  * An insert publishes last: the key and the slot are written first, then
  * the bucket that makes the slot reachable, then the counters.  So a
@@ -275,7 +277,7 @@ find_victim(struct shm_segment *seg, size_t length)
 		    s->entry.state != SUBTAB_COMMITTED)
 			continue;
 		if (flags & SUBTAB_SLOT_USED) {
-			atomic_fetch_and(&s->flags, ~(uint32_t)SUBTAB_SLOT_USED);
+			atomic_fetch_and(&s->flags, (uint8_t)~SUBTAB_SLOT_USED);
 			continue;
 		}
 		return i;
@@ -329,7 +331,7 @@ insert(struct shm_segment *seg, uint32_t index, uint32_t bucket,
 	int			 fresh = index == h->slots_used;
 
 	if (fresh || s->key_room < length) {
-		s->key_offset = h->heap_used;
+		s->key_offset = (uint32_t)h->heap_used;
 		s->key_room = (uint16_t)key_room(length);
 		h->heap_used += s->key_room;
 	}
@@ -572,6 +574,13 @@ int
 subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
     uint32_t hash, const struct subtab_entry *entry)
 {
+	return subtab_apply_slot(seg, key, length, hash, entry, NULL);
+}
+
+int
+subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
+    uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out)
+{
 	struct subtab_slot	*s;
 	uint32_t		 bucket, slot, index;
 	uint16_t		 key_length;
@@ -592,7 +601,8 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 		}
 		if (index != seg->header->slots_used)
 			bucket = probe(seg, hash, key, length, &slot);
-		insert(seg, index, bucket, hash, key, length, entry, NULL);
+		slot = insert(seg, index, bucket, hash, key, length, entry,
+		    NULL);
 	} else {
 		s = &seg->slots[slot];
 		key_length = s->entry.key_length;
@@ -602,6 +612,8 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 		s->entry.key_length = key_length;
 		atomic_store(&s->state, entry->state);
 	}
+	if (slot_out != NULL)
+		*slot_out = slot;
 	unlock_table(seg);
 	return 0;
 }
@@ -868,79 +880,404 @@ subtab_state_valid(unsigned kind, unsigned state)
 	return 0;
 }
 
+/* ---- The two rings: the result arena and the receipt store --------------- */
+
+/*
+ * Both are rings of records (a 16-byte header: the record's position,
+ * its slot, its length; then the bytes, padded to 8), at positions
+ * counted in bytes ever written (64 bits: never wrapping), a record
+ * never straddling the ring's end.  Writers hold the table lock.
+ * Readers hold no lock: they copy a record, then check that the ring's
+ * tail (the oldest intact byte) has not passed it, a seqlock whose
+ * writer moves the tail on before it overwrites anything:
+ *
+ *   writer: tail = new (relaxed); fence(release); the bytes (relaxed)
+ *   reader: the bytes (relaxed); fence(acquire); tail (relaxed) <= pos
+ *
+ * If the reader saw any byte of the new record, the fences make it see
+ * the new tail too, and it drops the copy.  The bytes are copied as
+ * relaxed atomic 8-byte words (plain moves), so a race is no undefined
+ * behaviour.  A writer that dies under the lock leaves at most a record
+ * past the head, which the next writer overwrites: nothing to repair.
+ */
+struct ring_header {
+	uint64_t	pos;
+	uint32_t	slot;
+	uint32_t	length;
+};
+_Static_assert(sizeof(struct ring_header) == SHM_RING_RECORD_HEADER_BYTES,
+    "a ring record's header");
+#define RING_PAD_SLOT	(UINT32_MAX - 1)	/* the rest of the lap is unused */
+
+static uint64_t
+ring_round(uint64_t n)
+{
+	return (n + 7) / 8 * 8;
+}
+
+static void
+ring_store(uint8_t *base, uint64_t at, const void *in, size_t n)
+{
+	_Atomic uint64_t	*w = (_Atomic uint64_t *)(void *)(base + at);
+	const uint8_t		*p = in;
+	uint64_t		 v;
+	size_t			 i;
+
+	for (i = 0; i < n; i += 8) {
+		v = 0;
+		memcpy(&v, p + i, n - i < 8 ? n - i : 8);
+		atomic_store_explicit(&w[i / 8], v, memory_order_relaxed);
+	}
+}
+
+static void
+ring_load(const uint8_t *base, uint64_t at, void *out, size_t n)
+{
+	_Atomic uint64_t	*w = (_Atomic uint64_t *)(void *)(uintptr_t)
+	    (base + at);
+	uint8_t			*p = out;
+	uint64_t		 v;
+	size_t			 i;
+
+	for (i = 0; i < n; i += 8) {
+		v = atomic_load_explicit(&w[i / 8], memory_order_relaxed);
+		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+	}
+}
+
+/*
+ * Where a record of n bytes (header included) goes after head in a ring
+ * of size bytes: at head, or at the next lap's start if it would cross
+ * the end.  *pad: a pad header is to be written at head.
+ */
+static uint64_t
+ring_place(uint64_t head, uint64_t n, uint64_t size, int *pad)
+{
+	uint64_t	at = head % size;
+
+	*pad = 0;
+	if (at + n <= size)
+		return head;
+	*pad = size - at >= SHM_RING_RECORD_HEADER_BYTES;
+	return head + (size - at);
+}
+
+/* Move the tail on to at least to (the writer, before any overwrite). */
+static void
+ring_advance(_Atomic uint64_t *tail, uint64_t to)
+{
+	if (to <= atomic_load_explicit(tail, memory_order_relaxed))
+		return;
+	atomic_store_explicit(tail, to, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+/*
+ * Copy the record at pos (its header and want bytes of its body) and
+ * check it: 0 if it was intact all along and its header says pos.
+ */
+static int
+ring_read(const uint8_t *base, uint64_t size, _Atomic uint64_t *head,
+    _Atomic uint64_t *tail, uint64_t pos, struct ring_header *hdr,
+    void *out, size_t want)
+{
+	uint64_t	at = pos % size;
+
+	if (pos < atomic_load_explicit(tail, memory_order_acquire) ||
+	    pos + SHM_RING_RECORD_HEADER_BYTES + want >
+	    atomic_load_explicit(head, memory_order_acquire) ||
+	    at + SHM_RING_RECORD_HEADER_BYTES + want > size)
+		return -1;
+	ring_load(base, at, hdr, sizeof *hdr);
+	if (want > 0)
+		ring_load(base, at + SHM_RING_RECORD_HEADER_BYTES, out, want);
+	atomic_thread_fence(memory_order_acquire);
+	if (pos < atomic_load_explicit(tail, memory_order_relaxed))
+		return -1;
+	return hdr->pos == pos ? 0 : -1;
+}
+
 /* ---- The result arena ---------------------------------------------------- */
 
-int
-arena_put_unlocked(struct shm_segment *seg, const void *data, size_t length,
-    uint64_t *offset)
+/*
+ * May the arena record hdr (at pos) be overwritten?  Yes if no slot
+ * names it (its owner gone, evicted, or naming another result) or the
+ * slot naming it is durable in the index; no while its slot holds a
+ * live claim without naming it yet (a commit on its way to the journal).
+ */
+static int
+arena_reclaimable(struct shm_segment *seg, uint64_t pos,
+    const struct ring_header *hdr)
+{
+	struct subtab_slot	*s;
+	int			 names;
+
+	if (hdr->slot >= seg->header->slots_used)
+		return 1;
+	s = &seg->slots[hdr->slot];
+	names = s->entry.kind == SUBTAB_KIND_EFFECT &&
+	    s->entry.state == SUBTAB_COMMITTED &&
+	    s->entry.result_length == hdr->length &&
+	    s->entry.result_offset == pos + SHM_RING_RECORD_HEADER_BYTES;
+	if (names)
+		return (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED) != 0;
+	return s->claim.worker == 0 || !subtab_claim_live(seg, &s->claim);
+}
+
+/*
+ * The scout walks the records half an arena ahead of the tail: a result
+ * not yet in the index there asks for a checkpoint, which will have made
+ * it reclaimable (indexed) by the time the tail reaches it.
+ */
+static void
+arena_scout(struct shm_segment *seg)
 {
 	struct shm_header	*h = seg->header;
+	struct ring_header	 hdr;
+	uint64_t		 head = atomic_load(&h->arena_head);
+	uint64_t		 size = h->arena_bytes, at;
 
-	if (length > h->arena_bytes - h->arena_used) {
-		errno = ENOSPC;
+	if (h->arena_scout < atomic_load(&h->arena_tail))
+		h->arena_scout = atomic_load(&h->arena_tail);
+	while (h->arena_scout < head && head - h->arena_scout > size / 2) {
+		at = h->arena_scout % size;
+		if (size - at < SHM_RING_RECORD_HEADER_BYTES) {
+			h->arena_scout += size - at;
+			continue;
+		}
+		ring_load(seg->arena, at, &hdr, sizeof hdr);
+		if (hdr.pos != h->arena_scout && at == 0)
+			break;	/* not a record: never so, unless damaged */
+		if (hdr.pos != h->arena_scout || hdr.slot == RING_PAD_SLOT) {
+			h->arena_scout += size - at;
+			continue;
+		}
+		if (!arena_reclaimable(seg, hdr.pos, &hdr))
+			atomic_store(&h->checkpoint_wanted, 1);
+		h->arena_scout += ring_round(SHM_RING_RECORD_HEADER_BYTES +
+		    hdr.length);
+	}
+}
+
+/*
+ * Make room for a record of n bytes: move the tail past every record
+ * the new one will overwrite, each of which must be reclaimable.  The
+ * record's position, or UINT64_MAX (ENOSPC: a checkpoint is asked for).
+ */
+static uint64_t
+arena_reserve(struct shm_segment *seg, uint64_t n)
+{
+	struct shm_header	*h = seg->header;
+	struct ring_header	 hdr;
+	uint64_t		 size = h->arena_bytes;
+	uint64_t		 head = atomic_load(&h->arena_head);
+	uint64_t		 tail = atomic_load(&h->arena_tail);
+	uint64_t		 pos, need, at;
+	int			 pad;
+
+	pos = ring_place(head, n, size, &pad);
+	need = pos + n > size ? pos + n - size : 0;
+	while (tail < need) {
+		if (tail >= head) {
+			tail = pos;	/* everything written is reclaimed */
+			break;
+		}
+		at = tail % size;
+		if (size - at < SHM_RING_RECORD_HEADER_BYTES) {
+			tail += size - at;
+			continue;
+		}
+		ring_load(seg->arena, at, &hdr, sizeof hdr);
+		if (hdr.pos != tail || hdr.slot == RING_PAD_SLOT) {
+			/* A pad: the rest of the lap is unused. */
+			tail += size - at;
+			continue;
+		}
+		if (!arena_reclaimable(seg, tail, &hdr)) {
+			ring_advance(&h->arena_tail, tail);
+			atomic_store(&h->checkpoint_wanted, 1);
+			errno = ENOSPC;
+			return UINT64_MAX;
+		}
+		tail += ring_round(SHM_RING_RECORD_HEADER_BYTES + hdr.length);
+	}
+	ring_advance(&h->arena_tail, tail);
+	if (pad) {
+		hdr.pos = head;
+		hdr.slot = RING_PAD_SLOT;
+		hdr.length = 0;
+		ring_store(seg->arena, head % size, &hdr, sizeof hdr);
+	}
+	return pos;
+}
+
+static int
+arena_place(struct shm_segment *seg, uint32_t slot, size_t length,
+    uint64_t *pos)
+{
+	struct shm_header	*h = seg->header;
+	struct ring_header	 hdr;
+	uint64_t		 n = ring_round(SHM_RING_RECORD_HEADER_BYTES +
+	    length);
+
+	if (length == 0 || n > h->arena_bytes) {
+		errno = EINVAL;
 		return -1;
 	}
-	*offset = h->arena_used;
-	memcpy(seg->arena + *offset, data, length);
-	h->arena_used += length;
+	if ((*pos = arena_reserve(seg, n)) == UINT64_MAX)
+		return -1;
+	hdr.pos = *pos;
+	hdr.slot = slot;
+	hdr.length = (uint32_t)length;
+	ring_store(seg->arena, *pos % h->arena_bytes, &hdr, sizeof hdr);
+	atomic_store_explicit(&h->arena_head, *pos + n, memory_order_release);
+	arena_scout(seg);
 	return 0;
+}
+
+int
+arena_put_unlocked(struct shm_segment *seg, uint32_t slot, const void *data,
+    size_t length, uint64_t *offset)
+{
+	uint64_t	pos;
+
+	if (arena_place(seg, slot, length, &pos) != 0)
+		return -1;
+	ring_store(seg->arena, (pos + SHM_RING_RECORD_HEADER_BYTES) %
+	    seg->header->arena_bytes, data, length);
+	*offset = pos + SHM_RING_RECORD_HEADER_BYTES;
+	return 0;
+}
+
+void
+arena_own(struct shm_segment *seg, uint64_t offset, uint32_t slot)
+{
+	struct ring_header	hdr;
+	uint64_t		at;
+
+	if (offset < SHM_RING_RECORD_HEADER_BYTES)
+		return;
+	at = (offset - SHM_RING_RECORD_HEADER_BYTES) % seg->header->arena_bytes;
+	ring_load(seg->arena, at, &hdr, sizeof hdr);
+	if (hdr.pos != offset - SHM_RING_RECORD_HEADER_BYTES)
+		return;
+	hdr.slot = slot;
+	ring_store(seg->arena, at, &hdr, sizeof hdr);
 }
 
 /*
  * Reserve under the table lock, copy outside it: a writer that dies
  * between the two leaves bytes nobody points at, never a torn result
- * that a slot names (a slot names it only after the copy).
+ * that a slot names (a slot names it only after the copy).  The tail
+ * does not pass them meanwhile: their slot is claimed by the writer.
  */
 int
-arena_put(struct shm_segment *seg, const void *data, size_t length,
-    uint64_t *offset)
+arena_put(struct shm_segment *seg, uint32_t slot, const void *data,
+    size_t length, uint64_t *offset)
 {
-	struct shm_header	*h = seg->header;
+	uint64_t	pos;
+	int		rc;
 
 	if (lock_table(seg) != 0)
 		return -1;
-	if (length > h->arena_bytes - h->arena_used) {
-		unlock_table(seg);
-		errno = ENOSPC;
-		return -1;
-	}
-	*offset = h->arena_used;
-	h->arena_used += length;
+	rc = arena_place(seg, slot, length, &pos);
 	unlock_table(seg);
-	memcpy(seg->arena + *offset, data, length);
+	if (rc != 0)
+		return -1;
+	ring_store(seg->arena, (pos + SHM_RING_RECORD_HEADER_BYTES) %
+	    seg->header->arena_bytes, data, length);
+	*offset = pos + SHM_RING_RECORD_HEADER_BYTES;
 	return 0;
 }
 
-const uint8_t *
-arena_get(struct shm_segment *seg, uint64_t offset, size_t length)
+int
+arena_read(struct shm_segment *seg, uint64_t offset, size_t length,
+    void *out)
 {
 	struct shm_header	*h = seg->header;
+	struct ring_header	 hdr;
 
-	if (offset > h->arena_bytes || length > h->arena_bytes - offset)
-		return NULL;
-	return seg->arena + offset;
+	if (length == 0)
+		return 0;
+	if (offset < SHM_RING_RECORD_HEADER_BYTES ||
+	    ring_read(seg->arena, h->arena_bytes, &h->arena_head,
+	    &h->arena_tail, offset - SHM_RING_RECORD_HEADER_BYTES, &hdr, out,
+	    length) != 0 || hdr.length != length)
+		return -1;
+	return 0;
+}
+
+uint64_t
+arena_used(const struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+	uint64_t		 tail = atomic_load(&h->arena_tail);
+	uint64_t		 head = atomic_load(&h->arena_head);
+
+	/* The tail passes the head only for a moment, at a lap's end. */
+	if (tail >= head)
+		return 0;
+	return head - tail < h->arena_bytes ? head - tail : h->arena_bytes;
 }
 
 /* ---- The receipt store of the fast path -------------------------------- */
 
-#define RECEIPT_LENGTH_BITS	16
-_Static_assert(SHM_RECEIPT_MAX_BYTES < (1 << RECEIPT_LENGTH_BITS),
-    "a stored reply's length fits its bits");
+/*
+ * The position a slot's 32-bit name stands for: the nearest one behind
+ * the head with those low bits (the name was published after the head
+ * passed the record; one written 32 GiB ago is long overwritten, and
+ * its header would not match).
+ */
+static uint64_t
+receipt_position(struct shm_header *h, uint32_t name)
+{
+	uint64_t	head8 = atomic_load_explicit(&h->receipts_head,
+	    memory_order_relaxed) / 8;
+
+	return (head8 - (uint32_t)((uint32_t)head8 - name)) * 8;
+}
+
+static int
+receipt_copy(struct shm_segment *seg, uint32_t slot, uint32_t name,
+    void *out, size_t *length)
+{
+	struct shm_header	*h = seg->header;
+	struct ring_header	 hdr;
+	uint8_t			 buf[SHM_RECEIPT_MAX_BYTES];
+	uint64_t		 pos = receipt_position(h, name);
+
+	/* The header first, for the length; then all of it again. */
+	if (ring_read(seg->receipts, h->receipts_bytes, &h->receipts_head,
+	    &h->receipts_tail, pos, &hdr, NULL, 0) != 0 ||
+	    hdr.slot != slot || hdr.length == 0 ||
+	    hdr.length > SHM_RECEIPT_MAX_BYTES)
+		return 0;
+	*length = hdr.length;
+	if (ring_read(seg->receipts, h->receipts_bytes, &h->receipts_head,
+	    &h->receipts_tail, pos, &hdr, out != NULL ? out : buf,
+	    *length) != 0 || hdr.slot != slot || hdr.length != *length)
+		return 0;
+	return 1;
+}
 
 /*
  * Reserve and copy under the table lock, then name the bytes in the
  * slot with one store: a reader that sees the name sees the bytes.
  */
 int
-receipts_put(struct shm_segment *seg, uint32_t slot, const void *data,
-    size_t length)
+receipts_put(struct shm_segment *seg, uint32_t slot, const char *key,
+    size_t key_length, const void *data, size_t length)
 {
 	struct shm_header	*h = seg->header;
 	struct subtab_slot	*s;
-	uint64_t		 offset;
-	int			 rc = -1;
+	struct ring_header	 hdr;
+	uint64_t		 n, pos, size = h->receipts_bytes;
+	uint32_t		 name;
+	size_t			 had;
+	int			 pad, rc = -1;
 
-	if (length == 0 || length > SHM_RECEIPT_MAX_BYTES) {
+	n = ring_round(SHM_RING_RECORD_HEADER_BYTES + length);
+	if (length == 0 || length > SHM_RECEIPT_MAX_BYTES || n > size) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -948,18 +1285,36 @@ receipts_put(struct shm_segment *seg, uint32_t slot, const void *data,
 		return -1;
 	if (slot >= h->slots_used)
 		errno = EINVAL;
-	else if ((s = &seg->slots[slot])->entry.state != SUBTAB_COMMITTED)
+	else if ((s = &seg->slots[slot])->entry.state != SUBTAB_COMMITTED ||
+	    s->entry.key_length != key_length ||
+	    memcmp(seg->heap + s->key_offset, key, key_length) != 0)
 		errno = EINVAL;
-	else if (atomic_load(&s->fast_receipt) != 0)
+	else if ((name = atomic_load(&s->fast_receipt)) != 0 &&
+	    receipt_copy(seg, slot, name, NULL, &had))
 		errno = EEXIST;
-	else if (length > h->receipts_bytes - h->receipts_used)
-		errno = ENOSPC;
 	else {
-		offset = h->receipts_used;
-		memcpy(seg->receipts + offset, data, length);
-		h->receipts_used += length;
-		atomic_store_explicit(&s->fast_receipt,
-		    offset << RECEIPT_LENGTH_BITS | length,
+		/*
+		 * A position whose name would be 0 (none) is skipped.  No
+		 * pad is written at a lap's end: nothing walks this ring.
+		 */
+		for (pos = atomic_load(&h->receipts_head);;) {
+			pos = ring_place(pos, n, size, &pad);
+			if ((uint32_t)(pos / 8) != 0)
+				break;
+			pos += 8;
+		}
+		/* Every byte may go: the store is a cache. */
+		ring_advance(&h->receipts_tail, pos + n > size ?
+		    pos + n - size : 0);
+		hdr.pos = pos;
+		hdr.slot = slot;
+		hdr.length = (uint32_t)length;
+		ring_store(seg->receipts, pos % size, &hdr, sizeof hdr);
+		ring_store(seg->receipts, pos % size +
+		    SHM_RING_RECORD_HEADER_BYTES, data, length);
+		atomic_store_explicit(&h->receipts_head, pos + n,
+		    memory_order_relaxed);
+		atomic_store_explicit(&s->fast_receipt, (uint32_t)(pos / 8),
 		    memory_order_release);
 		rc = 0;
 	}
@@ -967,21 +1322,30 @@ receipts_put(struct shm_segment *seg, uint32_t slot, const void *data,
 	return rc;
 }
 
-const uint8_t *
-receipts_get(struct shm_segment *seg, uint32_t slot, size_t *length)
+int
+receipts_get(struct shm_segment *seg, uint32_t slot, void *out,
+    size_t *length)
+{
+	uint32_t	name;
+
+	if (slot >= seg->header->capacity)
+		return 0;
+	name = atomic_load_explicit(&seg->slots[slot].fast_receipt,
+	    memory_order_acquire);
+	if (name == 0)
+		return 0;
+	return receipt_copy(seg, slot, name, out, length);
+}
+
+uint64_t
+receipts_used(const struct shm_segment *seg)
 {
 	struct shm_header	*h = seg->header;
-	uint64_t		 v, offset;
+	uint64_t		 tail = atomic_load(&h->receipts_tail);
+	uint64_t		 head = atomic_load(&h->receipts_head);
 
-	if (slot >= h->capacity)
-		return NULL;
-	v = atomic_load_explicit(&seg->slots[slot].fast_receipt,
-	    memory_order_acquire);
-	if (v == 0)
-		return NULL;
-	offset = v >> RECEIPT_LENGTH_BITS;
-	*length = v & ((1u << RECEIPT_LENGTH_BITS) - 1);
-	if (offset > h->receipts_bytes || *length > h->receipts_bytes - offset)
-		return NULL;
-	return seg->receipts + offset;
+	/* The tail passes the head only for a moment, at a lap's end. */
+	if (tail >= head)
+		return 0;
+	return head - tail < h->receipts_bytes ? head - tail : h->receipts_bytes;
 }

@@ -143,7 +143,7 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
 	uint8_t			 header[CHECKPOINT_HEADER_BYTES];
 	uint8_t			 trailer[CHECKPOINT_TRAILER_BYTES];
-	uint8_t			*buf = NULL, *big = NULL;
+	uint8_t			*buf = NULL, *big = NULL, *result = NULL;
 	size_t			 used, n_big;
 	char			 name[64], temp[80];
 	uint64_t		 records = 0;
@@ -157,8 +157,9 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	flags = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *flags);
 	buf = malloc((size_t)CHECKPOINT_CHUNK_SLOTS * JOURNAL_MAX_RECORD_BYTES);
 	big = malloc(JOURNAL_MAX_EFFECT_RECORD_BYTES);
+	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
 	if (entries == NULL || keys == NULL || flags == NULL || buf == NULL ||
-	    big == NULL) {
+	    big == NULL || result == NULL) {
 		asprintf(cause, "checkpoint: out of memory");
 		goto out;
 	}
@@ -191,11 +192,21 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 			memcpy(record.key, keys[i], entries[i].key_length);
 			if (entries[i].kind == SUBTAB_KIND_EFFECT) {
 				record.type = JOURNAL_RECORD_EFFECT;
-				record.result = arena_get(seg,
-				    entries[i].result_offset,
-				    entries[i].result_length);
-				if (record.result == NULL &&
-				    entries[i].result_length) {
+				record.result = result;
+				if (entries[i].result_length > 0 &&
+				    arena_read(seg, entries[i].result_offset,
+				    entries[i].result_length, result) != 0) {
+					/*
+					 * The arena reused the bytes of an
+					 * indexed entry: like an evicted one,
+					 * it is the index's alone now.
+					 */
+					if (entries[i].state ==
+					    SUBTAB_COMMITTED && (flags[i] &
+					    SUBTAB_SLOT_INDEXED)) {
+						entries[i].state = SUBTAB_EMPTY;
+						continue;
+					}
 					errno = EINVAL;
 					goto write_failed;
 				}
@@ -219,8 +230,9 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 				continue;
 			}
 			/*
-			 * An effect's record carries its result, read from
-			 * the arena: bytes a slot names never change.
+			 * An effect's record carries its result, copied from
+			 * the arena: bytes a slot names never change (once
+			 * reused, the copy says so and was not taken).
 			 */
 			n_big = journal_encode(&record, big,
 			    JOURNAL_MAX_EFFECT_RECORD_BYTES);
@@ -293,6 +305,7 @@ out:
 	free(keys);
 	free(buf);
 	free(big);
+	free(result);
 	return rc;
 }
 

@@ -18,8 +18,16 @@ _Static_assert(SHM_MAX_EFFECT_KIND_BYTES == IDEM_MAX_EFFECT_KIND_BYTES,
     "effect kind bytes");
 _Static_assert(SHM_MAX_SUBMISSION_ID_BYTES == IDEM_MAX_SUBMISSION_ID_BYTES,
     "submission id bytes");
-_Static_assert(SHM_DEFAULT_ARENA_BYTES == IDEM_DEFAULT_RESULT_ARENA_BYTES,
-    "result arena bytes");
+_Static_assert(SHM_ARENA_BYTES_PER_SLOT == IDEM_RESULT_ARENA_BYTES_PER_SLOT,
+    "result arena bytes per slot");
+_Static_assert(SHM_ARENA_MIN_BYTES == IDEM_MIN_RESULT_ARENA_BYTES,
+    "result arena floor");
+_Static_assert(SHM_ARENA_MAX_BYTES == IDEM_MAX_DEFAULT_RESULT_ARENA_BYTES,
+    "result arena ceiling");
+_Static_assert(SHM_MAX_CAPACITY == IDEM_MAX_CAPACITY, "capacity");
+/* The arena holds at least a few of the largest results. */
+_Static_assert(SHM_ARENA_MIN_BYTES >= 16 * (IDEM_MAX_EFFECT_RESULT_BYTES +
+    SHM_RING_RECORD_HEADER_BYTES), "result arena floor");
 /* A key is a task id or an effect kind, a separator, a submission id. */
 _Static_assert(IDEM_MAX_EFFECT_KIND_BYTES >= IDEM_MAX_TASK_ID_BYTES,
     "the effect key is the longest");

@@ -10,7 +10,9 @@
  * nothing; compaction leaves tombstones that answer reused with
  * receipt_pruned:true and never execute again; a missing index is
  * rebuilt when the journal still holds it all and refused when it held
- * receipts nothing else does.  Every test counts TASK files.
+ * receipts nothing else does; the result arena and the fast path's
+ * receipt store, far smaller than what they held, reuse their space and
+ * every retry still answers the same.  Every test counts TASK files.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -587,6 +589,143 @@ test_missing_index(void **state)
 	harness_finish(b);
 }
 
+/*
+ * The two stores of the segment are caches (shm/subtab.c): with a result
+ * arena of 4096 bytes, far less than the results committed, every
+ * effect still commits (a complete the arena refuses while its results
+ * wait for the index is table_full, retryable, and succeeds again) and
+ * answers reused with its first receipt, from the arena or the index,
+ * and again after a kill and a start with a quarter of the arena (the
+ * start-up puts more results through it than it holds);
+ * with a receipt store of 64 KiB, far less than the replies stored, a
+ * retry whose stored reply was overwritten takes the full path, answers
+ * the same, and the next one is fast again.
+ */
+#define STORES_COUNT		200
+#define STORES_RESULT_BYTES	"4096"
+
+static const char *const stores_args[] = { "--capacity", "512",
+    "--result-bytes", STORES_RESULT_BYTES, NULL };
+/* A quarter: what the checkpoint and journal hold overflows it. */
+static const char *const stores_smaller_args[] = { "--capacity", "512",
+    "--result-bytes", "1024", NULL };
+
+static char *
+complete_effect(struct broker *b, int i, const char *fence, int *retries)
+{
+	struct timespec	 ts = { 0, HISTORY_FULL_RETRY_MS * 1000000L };
+	char		 id[32], *reply;
+	int		 tries;
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	for (tries = 0;; tries++) {
+		reply = call_line(b, json_pack("{s:s, s:s, s:s, s:s, s:s, "
+		    "s:{s:i, s:s}}", "op", "effect_complete",
+		    "client_submission_id", id, "effect_kind", "mail.send/v1",
+		    "fence", fence, "outcome", "applied", "result",
+		    "message_id", i, "status", "sent"));
+		if (!is_table_full(reply))
+			return reply;
+		if (strstr(reply, "\"retryable\":true") == NULL)
+			fail_msg("complete fx-%d: %s", i, reply);
+		assert_true(tries < HISTORY_FULL_MAX_RETRIES);
+		free(reply);
+		(*retries)++;
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void
+test_small_stores_reclaim(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	static char	 effects[STORES_COUNT][1024], tasks[STORES_COUNT][1024];
+	char		 id[32], subject[64], fence[64], got[1024], *reply;
+	json_int_t	 fast;
+	json_t		*r;
+	int		 i, restarts, retries = 0;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, stores_args, NULL), 0);
+	assert_int_equal(stat_of(b, "result_arena_bytes"), 4096);
+	assert_int_equal(stat_of(b, "fast_receipts_bytes"), 65536);
+	for (i = 0; i < STORES_COUNT; i++) {
+		reply = effect_begin(b, &h, i, 0);
+		assert_non_null(r = json_loads(reply, 0, NULL));
+		if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
+			fail_msg("fx-%d: %s", i, reply);
+		snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+		json_decref(r);
+		free(reply);
+		reply = complete_effect(b, i, fence, &retries);
+		if (strstr(reply, "\"state\":\"committed\"") == NULL)
+			fail_msg("complete fx-%d: %s", i, reply);
+		receipt_bytes(reply, effects[i], sizeof effects[i]);
+		free(reply);
+	}
+	assert_int_equal(stat_of(b, "effects_committed"), STORES_COUNT);
+	assert_true(stat_of(b, "result_arena_used") <= 4096);
+	for (restarts = 0; restarts < 2; restarts++) {
+		for (i = 0; i < STORES_COUNT; i++) {
+			reply = effect_begin(b, &h, i, 0);
+			if (strstr(reply, "\"disposition\":\"reused\"") ==
+			    NULL)
+				fail_msg("fx-%d: %s", i, reply);
+			receipt_bytes(reply, got, sizeof got);
+			assert_string_equal(got, effects[i]);
+			free(reply);
+		}
+		if (restarts > 0)
+			break;
+		/*
+		 * Killed, and started with a quarter of the arena: the
+		 * checkpoint and the journal hold more results than it.
+		 */
+		harness_kill(b);
+		assert_int_equal(harness_start(b, stores_smaller_args, NULL),
+		    0);
+		assert_int_equal(stat_of(b, "result_arena_bytes"), 1024);
+	}
+
+	for (i = 0; i < STORES_COUNT; i++) {
+		snprintf(id, sizeof id, "st-%d", i);
+		snprintf(subject, sizeof subject, "stores %d", i);
+		reply = write_task(b, &h, id, subject);
+		if (strstr(reply, "\"disposition\":\"created\"") == NULL)
+			fail_msg("%s: %s", id, reply);
+		receipt_bytes(reply, tasks[i], sizeof tasks[i]);
+		free(reply);
+	}
+	assert_true(stat_of(b, "fast_receipts_used") <= 65536);
+	/* st-0's stored reply was overwritten: the full path, then fast. */
+	for (i = 0; i < 3; i++) {
+		fast = stat_of(b, "reused_fast");
+		reply = write_task(b, &h, "st-0", "stores 0");
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("st-0: %s", reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, tasks[0]);
+		free(reply);
+		assert_int_equal(stat_of(b, "reused_fast"), fast + (i > 0));
+	}
+	/* Every one answers the same, fast or not. */
+	for (i = 0; i < STORES_COUNT; i++) {
+		snprintf(id, sizeof id, "st-%d", i);
+		snprintf(subject, sizeof subject, "stores %d", i);
+		reply = write_task(b, &h, id, subject);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("%s: %s", id, reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, tasks[i]);
+		free(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), STORES_COUNT);
+	print_message("complete retried %d times while the arena waited for "
+	    "the index\n", retries);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -602,6 +741,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_compact_leaves_tombstones,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_missing_index,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_small_stores_reclaim,
 		    harness_setup, harness_teardown),
 	};
 

@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_rings.c: the segment's two rings (shm/subtab.c).  The receipt
+ * store of the fast path wraps for ever, a slot naming an overwritten
+ * reply gets none (never another's or a torn one, even while a writer
+ * in another process overwrites it under the reader), and its 32-bit
+ * names survive their own wrap.  The result arena reuses the space of
+ * indexed results only: the bytes of a committed result not yet in the
+ * index, or of a commit in flight, are never overwritten (ENOSPC, and a
+ * checkpoint is asked for, half an arena ahead).  And the segment at
+ * --capacity 1000000 is under 300 MB.
+ */
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "shm.h"
+
+#define RINGS_CAPACITY		64
+#define RINGS_ARENA_BYTES	4096
+#define RINGS_RESULT_BYTES	200	/* a record of 216 bytes */
+#define RINGS_STRESS_PUTS	40000
+
+struct fixture {
+	struct shm_segment	seg;
+	char			root[64];
+};
+
+static int
+setup_arena(void **state, uint64_t arena_bytes)
+{
+	struct fixture	*f = calloc(1, sizeof *f);
+	char		*cause = NULL;
+
+	assert_non_null(f);
+	assert_true(sodium_init() >= 0);
+	snprintf(f->root, sizeof f->root, "/idem-test-rings-%ld",
+	    (long)getpid());
+	if (shm_create_sized(f->root, RINGS_CAPACITY, arena_bytes, &f->seg,
+	    &cause) != 0)
+		fail_msg("shm_create_sized: %s", cause);
+	*state = f;
+	return 0;
+}
+
+static int
+setup(void **state)
+{
+	return setup_arena(state, 0);
+}
+
+static int
+setup_small_arena(void **state)
+{
+	return setup_arena(state, RINGS_ARENA_BYTES);
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture	*f = *state;
+
+	shm_destroy(&f->seg);
+	free(f);
+	return 0;
+}
+
+/* Set key's slot to a committed task (a replay would); its slot. */
+static uint32_t
+commit_task(struct fixture *f, const char *key)
+{
+	struct subtab_entry	e;
+	uint32_t		slot;
+
+	memset(&e, 0, sizeof e);
+	e.kind = SUBTAB_KIND_TASK;
+	e.state = SUBTAB_COMMITTED;
+	e.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	assert_int_equal(subtab_apply_slot(&f->seg, key, strlen(key),
+	    subtab_prefetch(&f->seg, key, strlen(key)), &e, &slot), 0);
+	return slot;
+}
+
+/*
+ * A reply that says whose it is: slot, sequence number, a length and a
+ * filler byte both derived from them.  A copy torn between two replies
+ * fails reply_check.
+ */
+static size_t
+reply_make(uint8_t *buf, uint32_t slot, uint32_t seq)
+{
+	size_t	length = 64 + (seq * 97u) % 3000;
+
+	memcpy(buf, &slot, 4);
+	memcpy(buf + 4, &seq, 4);
+	memset(buf + 8, (int)((seq * 31u + slot) & 0xff), length - 8);
+	return length;
+}
+
+static void
+reply_check(const uint8_t *buf, size_t length, uint32_t slot, uint32_t *seq)
+{
+	uint32_t	s;
+	size_t		i;
+
+	assert_true(length >= 64);
+	memcpy(&s, buf, 4);
+	memcpy(seq, buf + 4, 4);
+	if (s != slot)
+		fail_msg("slot %u got a reply of slot %u", slot, s);
+	assert_int_equal(length, 64 + (*seq * 97u) % 3000);
+	for (i = 8; i < length; i++)
+		if (buf[i] != (uint8_t)((*seq * 31u + slot) & 0xff))
+			fail_msg("slot %u: byte %zu of reply %u torn", slot, i,
+			    *seq);
+}
+
+/* Store a new reply for slot (the slot recorded again first). */
+static void
+put_reply(struct fixture *f, const char *key, uint32_t slot, uint32_t seq)
+{
+	uint8_t	buf[SHM_RECEIPT_MAX_BYTES];
+	size_t	length = reply_make(buf, slot, seq);
+
+	assert_int_equal(commit_task(f, key), slot);
+	if (receipts_put(&f->seg, slot, key, strlen(key), buf, length) != 0)
+		fail_msg("receipts_put slot %u: %s", slot, strerror(errno));
+}
+
+/*
+ * Twice round the store: the oldest reply is overwritten and its slot
+ * gets none (and may store one again); the latest replies are intact.
+ */
+static void
+test_receipts_wrap_and_forget_overwritten(void **state)
+{
+	struct fixture	*f = *state;
+	struct shm_header *h = f->seg.header;
+	uint8_t		 got[SHM_RECEIPT_MAX_BYTES];
+	uint32_t	 slots[RINGS_CAPACITY], last[RINGS_CAPACITY];
+	uint32_t	 seq, i, seen;
+	char		 key[32];
+	size_t		 length;
+
+	assert_int_equal(h->receipts_bytes, SHM_RECEIPT_STORE_MIN_BYTES);
+	for (i = 0; i < RINGS_CAPACITY; i++) {
+		snprintf(key, sizeof key, "r-%u", i);
+		slots[i] = commit_task(f, key);
+	}
+	put_reply(f, "r-0", slots[0], 0);
+	assert_int_equal(receipts_get(&f->seg, slots[0], got, &length), 1);
+	reply_check(got, length, slots[0], &seen);
+	assert_int_equal(seen, 0);
+	for (seq = 1; atomic_load(&h->receipts_head) < 2 * h->receipts_bytes;
+	    seq++) {
+		i = 1 + seq % (RINGS_CAPACITY - 1);
+		snprintf(key, sizeof key, "r-%u", i);
+		put_reply(f, key, slots[i], seq);
+		last[i] = seq;
+		assert_true(receipts_used(&f->seg) <= h->receipts_bytes);
+	}
+	/* Overwritten: none, and room for a new one. */
+	assert_int_equal(receipts_get(&f->seg, slots[0], got, &length), 0);
+	assert_int_equal(receipts_put(&f->seg, slots[0], "r-0", 3, "again",
+	    5), 0);
+	assert_int_equal(receipts_get(&f->seg, slots[0], got, &length), 1);
+	assert_int_equal(length, 5);
+	assert_memory_equal(got, "again", 5);
+	/* The latest replies are there, each its slot's latest. */
+	for (i = 1; i < RINGS_CAPACITY; i++) {
+		if (receipts_get(&f->seg, slots[i], got, &length) == 0)
+			continue;
+		reply_check(got, length, slots[i], &seen);
+		assert_int_equal(seen, last[i]);
+	}
+	for (seq -= 1, i = 0; i < 8; i++, seq--) {
+		uint32_t j = 1 + seq % (RINGS_CAPACITY - 1);
+
+		assert_int_equal(receipts_get(&f->seg, slots[j], got, &length),
+		    1);
+		reply_check(got, length, slots[j], &seen);
+		assert_int_equal(seen, seq);
+	}
+}
+
+/*
+ * A slot names its reply by position / 8 modulo 2^32: across the wrap
+ * of the names (and a lap's end), every reply is still found, and no
+ * reply is named 0 (none).
+ */
+static void
+test_receipts_names_wrap(void **state)
+{
+	struct fixture	*f = *state;
+	struct shm_header *h = f->seg.header;
+	uint8_t		 got[SHM_RECEIPT_MAX_BYTES];
+	uint32_t	 slots[3], i;
+	char		 key[32], want[8];
+	size_t		 length;
+
+	atomic_store(&h->receipts_head, (1ULL << 35) - 64);
+	atomic_store(&h->receipts_tail, (1ULL << 35) - 64);
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "w-%u", i);
+		slots[i] = commit_task(f, key);
+		snprintf(want, sizeof want, "reply%u", i);
+		assert_int_equal(receipts_put(&f->seg, slots[i], key,
+		    strlen(key), want, 6), 0);
+	}
+	assert_int_equal(atomic_load(&f->seg.slots[slots[0]].fast_receipt),
+	    UINT32_MAX - 7);
+	/* The third crossed the lap's end, at a position named 0: moved. */
+	assert_int_equal(atomic_load(&f->seg.slots[slots[2]].fast_receipt), 1);
+	for (i = 0; i < 3; i++) {
+		snprintf(want, sizeof want, "reply%u", i);
+		assert_int_equal(receipts_get(&f->seg, slots[i], got, &length),
+		    1);
+		assert_int_equal(length, 6);
+		assert_memory_equal(got, want, 6);
+	}
+}
+
+/*
+ * A writer process overwrites the store round and round while this one
+ * reads every slot: each reply read is whole and its slot's, never torn.
+ */
+static void
+test_receipts_never_torn_under_writer(void **state)
+{
+	struct fixture	*f = *state;
+	uint8_t		 got[SHM_RECEIPT_MAX_BYTES];
+	uint32_t	 slots[RINGS_CAPACITY], seq, i;
+	uint64_t	 found = 0, missed = 0;
+	char		 key[32];
+	size_t		 length;
+	pid_t		 pid;
+	int		 status;
+
+	for (i = 0; i < RINGS_CAPACITY; i++) {
+		snprintf(key, sizeof key, "t-%u", i);
+		slots[i] = commit_task(f, key);
+	}
+	if ((pid = fork()) == 0) {
+		for (seq = 0; seq < RINGS_STRESS_PUTS; seq++) {
+			i = seq % RINGS_CAPACITY;
+			snprintf(key, sizeof key, "t-%u", i);
+			put_reply(f, key, slots[i], seq);
+		}
+		_exit(0);
+	}
+	assert_true(pid > 0);
+	for (i = 0; waitpid(pid, &status, WNOHANG) == 0; i++) {
+		uint32_t s = slots[i % RINGS_CAPACITY];
+
+		if (receipts_get(&f->seg, s, got, &length) == 1) {
+			reply_check(got, length, s, &seq);
+			found++;
+		} else
+			missed++;
+	}
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	print_message("%llu replies read whole, %llu gone or none\n",
+	    (unsigned long long)found, (unsigned long long)missed);
+	assert_true(found > 0);
+	/* The store went round many times under the reader. */
+	assert_true(atomic_load(&f->seg.header->receipts_head) >
+	    4 * f->seg.header->receipts_bytes);
+}
+
+/* ---- The result arena ---------------------------------------------------- */
+
+static uint32_t
+effect_entry(struct fixture *f, const char *key, enum subtab_state state,
+    uint64_t offset, uint32_t length)
+{
+	struct subtab_entry	e;
+	uint32_t		slot;
+
+	memset(&e, 0, sizeof e);
+	e.kind = SUBTAB_KIND_EFFECT;
+	e.state = state;
+	e.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	e.attempt = 1;
+	e.result_offset = offset;
+	e.result_length = length;
+	assert_int_equal(subtab_apply_slot(&f->seg, key, strlen(key),
+	    subtab_prefetch(&f->seg, key, strlen(key)), &e, &slot), 0);
+	return slot;
+}
+
+static void
+result_make(uint8_t *buf, int i)
+{
+	memset(buf, 'a' + i % 26, RINGS_RESULT_BYTES);
+	memcpy(buf, &i, sizeof i);
+}
+
+/*
+ * Commit effect i: reserved (its slot), its result put, committed naming
+ * it.  0, or -1 with errno from arena_put.
+ */
+static int
+commit_effect(struct fixture *f, int i, uint32_t *slot, uint64_t *offset)
+{
+	uint8_t	result[RINGS_RESULT_BYTES];
+	char	key[32];
+
+	snprintf(key, sizeof key, "fx%c%d", SUBTAB_EFFECT_SEPARATOR, i);
+	*slot = effect_entry(f, key, SUBTAB_RESERVED, 0, 0);
+	result_make(result, i);
+	if (arena_put(&f->seg, *slot, result, sizeof result, offset) != 0)
+		return -1;
+	assert_int_equal(effect_entry(f, key, SUBTAB_COMMITTED, *offset,
+	    RINGS_RESULT_BYTES), *slot);
+	return 0;
+}
+
+static void
+assert_result(struct fixture *f, int i, uint64_t offset, int present)
+{
+	uint8_t	want[RINGS_RESULT_BYTES], got[RINGS_RESULT_BYTES];
+
+	result_make(want, i);
+	if (!present) {
+		assert_int_equal(arena_read(&f->seg, offset, sizeof got, got),
+		    -1);
+		return;
+	}
+	assert_int_equal(arena_read(&f->seg, offset, sizeof got, got), 0);
+	assert_memory_equal(got, want, sizeof got);
+}
+
+/*
+ * Results not yet indexed are never overwritten: a full arena refuses
+ * (ENOSPC) and asks for a checkpoint, which the scout asked for already
+ * half an arena earlier; once indexed, the oldest are reused and their
+ * reads say they are gone.
+ */
+static void
+test_arena_reuses_only_indexed(void **state)
+{
+	struct fixture	*f = *state;
+	struct shm_header *h = f->seg.header;
+	uint64_t	 offsets[64];
+	uint32_t	 slots[64];
+	uint8_t		 big[RINGS_ARENA_BYTES];
+	int		 i, n;
+
+	assert_int_equal(h->arena_bytes, RINGS_ARENA_BYTES);
+	for (n = 0; n < 64; n++) {
+		if (commit_effect(f, n, &slots[n], &offsets[n]) != 0)
+			break;
+		if (n == 4)
+			assert_int_equal(atomic_load(&h->checkpoint_wanted), 0);
+		if (n == 12)
+			assert_int_equal(atomic_load(&h->checkpoint_wanted), 1);
+	}
+	assert_int_equal(errno, ENOSPC);
+	assert_int_equal(n, RINGS_ARENA_BYTES / (16 + RINGS_RESULT_BYTES));
+	assert_int_equal(atomic_load(&h->checkpoint_wanted), 1);
+	for (i = 0; i < n; i++)
+		assert_result(f, i, offsets[i], 1);
+	/* Too large for the arena at all: never. */
+	memset(big, 'x', sizeof big);
+	assert_int_equal(arena_put(&f->seg, slots[0], big, sizeof big,
+	    &offsets[63]), -1);
+	assert_int_equal(errno, EINVAL);
+
+	/* The first five become durable in the index. */
+	subtab_mark_indexed(&f->seg, slots, 5);
+	for (i = n; i < n + 5; i++)
+		assert_int_equal(commit_effect(f, i, &slots[i], &offsets[i]),
+		    0);
+	for (i = 0; i < 5; i++)
+		assert_result(f, i, offsets[i], 0);
+	for (i = 5; i < n + 5; i++)
+		assert_result(f, i, offsets[i], 1);
+	/* The sixth is not indexed: the next refuses again. */
+	assert_int_equal(commit_effect(f, n + 5, &slots[n + 5],
+	    &offsets[n + 5]), -1);
+	assert_int_equal(errno, ENOSPC);
+	assert_result(f, 5, offsets[5], 1);
+	assert_true(arena_used(&f->seg) <= h->arena_bytes);
+}
+
+/*
+ * A result put by a request that holds the slot's claim and has not
+ * recorded its commit yet is spared; once the claim is gone (released,
+ * or its worker dead) and no slot names it, its space is reused.
+ */
+static void
+test_arena_spares_commit_in_flight(void **state)
+{
+	struct fixture		*f = *state;
+	struct subtab_acquire	 a;
+	uint8_t			 result[RINGS_RESULT_BYTES];
+	uint64_t		 offset, other;
+	uint32_t		 slot;
+	int			 i;
+
+	memset(&a, 0, sizeof a);
+	a.key = "fx\x1f" "inflight";
+	a.key_length = strlen(a.key);
+	a.want.kind = SUBTAB_KIND_EFFECT;
+	a.want.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	a.index_checked = 1;
+	a.claim.worker = 1;
+	a.claim.generation = registry_start(&f->seg, 0);
+	a.claim.token = 1;
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	result_make(result, 1000);
+	assert_int_equal(arena_put(&f->seg, a.slot, result, sizeof result,
+	    &offset), 0);
+	/* Others, each indexed at once: reusable, all but the first. */
+	for (i = 0;; i++) {
+		if (commit_effect(f, i, &slot, &other) != 0)
+			break;
+		subtab_mark_indexed(&f->seg, &slot, 1);
+		assert_true(i < 64);
+	}
+	assert_int_equal(errno, ENOSPC);
+	assert_result(f, 1000, offset, 1);
+	assert_int_equal(subtab_release(&f->seg, a.slot, &a.claim), 0);
+	assert_int_equal(commit_effect(f, i, &slot, &other), 0);
+	assert_result(f, 1000, offset, 0);
+}
+
+/* The figure: --capacity 1000000 under 300 MB of segment. */
+static void
+test_segment_size(void **state)
+{
+	size_t	bytes = shm_bytes_for_capacity(1000000);
+
+	(void)state;
+	print_message("segment at --capacity 1000000: %zu bytes\n", bytes);
+	assert_true(bytes < 300000000);
+	assert_int_equal(shm_arena_bytes_for_capacity(1000000), 8000000);
+	assert_int_equal(shm_receipts_bytes_for_capacity(1000000), 8000000);
+	assert_int_equal(shm_arena_bytes_for_capacity(16),
+	    SHM_ARENA_MIN_BYTES);
+	assert_int_equal(shm_receipts_bytes_for_capacity(16),
+	    SHM_RECEIPT_STORE_MIN_BYTES);
+	assert_int_equal(shm_arena_bytes_for_capacity(SHM_MAX_CAPACITY),
+	    SHM_ARENA_MAX_BYTES);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+		    test_receipts_wrap_and_forget_overwritten, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_receipts_names_wrap,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_receipts_never_torn_under_writer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_arena_reuses_only_indexed,
+		    setup_small_arena, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_arena_spares_commit_in_flight, setup_small_arena,
+		    teardown),
+		cmocka_unit_test(test_segment_size),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
