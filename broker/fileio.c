@@ -87,7 +87,7 @@ struct fileio {
 	_Atomic uint64_t	 pending_epoch[FILEIO_THREADS];
 	_Atomic unsigned	 next_thread;
 	pthread_cond_t		 linked;	/* nobody is about to link */
-	int			 gathering;	/* a round waits on linked */
+	unsigned		 gathering;	/* rounds waiting on linked */
 	struct fileio_jobs	 queue;
 	struct fileio_jobs	 done;
 	struct fileio_dir	 dirs[FILEIO_DIRS];
@@ -152,12 +152,12 @@ fileio_gather(struct fileio *io, struct shm_header *h)
 	ns = at.tv_nsec + (int64_t)IDEM_LINK_GATHER_US * 1000;
 	at.tv_sec += ns / 1000000000;
 	at.tv_nsec = ns % 1000000000;
-	io->gathering = 1;
+	io->gathering++;
 	while (!io->stop && fileio_about_to_link(io, h))
 		if (pthread_cond_timedwait(&io->linked, &io->lock, &at) ==
 		    ETIMEDOUT)
 			break;
-	io->gathering = 0;
+	io->gathering--;
 }
 
 /*
@@ -168,8 +168,8 @@ static void
 fileio_link_done(struct fileio *io, unsigned thread, struct shm_header *h)
 {
 	atomic_store(&io->pending_end[thread], 0);
-	if (io->gathering && !fileio_about_to_link(io, h))
-		pthread_cond_signal(&io->linked);
+	if (io->gathering > 0 && !fileio_about_to_link(io, h))
+		pthread_cond_broadcast(&io->linked);
 }
 
 /*
@@ -204,7 +204,16 @@ fileio_rounds(struct fileio *io, struct fileio_dir *dir,
 		error = errno;
 		pthread_mutex_lock(&io->lock);
 		if (rc == -1) {
-			dir->failed_from = dir->synced + 1;
+			/*
+			 * Widened, never moved: a waiter of an earlier failed
+			 * round may not have looked yet, and a range moved
+			 * past it would tell it its link is durable.  Links
+			 * a later good round covered between two failures
+			 * may be told of a failure: an error a retry repairs
+			 * (it adopts the file), never a false success.
+			 */
+			if (dir->failed_to == 0)
+				dir->failed_from = dir->synced + 1;
 			dir->failed_to = target;
 			dir->failed_errno = error;
 		}

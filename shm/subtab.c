@@ -966,9 +966,14 @@ ring_place(uint64_t head, uint64_t n, uint64_t size, int *pad)
 static void
 ring_advance(_Atomic uint64_t *tail, uint64_t to)
 {
-	if (to <= atomic_load_explicit(tail, memory_order_relaxed))
-		return;
-	atomic_store_explicit(tail, to, memory_order_relaxed);
+	if (to > atomic_load_explicit(tail, memory_order_relaxed))
+		atomic_store_explicit(tail, to, memory_order_relaxed);
+	/*
+	 * Even when the tail had passed already (moved by an earlier
+	 * writer): the fence that orders this writer's bytes after it is
+	 * its own, so the seqlock holds by C11's rules, not only by the
+	 * table lock's hand-over.
+	 */
 	atomic_thread_fence(memory_order_release);
 }
 
