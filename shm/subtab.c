@@ -1002,6 +1002,18 @@ ring_read(const uint8_t *base, uint64_t size, _Atomic uint64_t *head,
 	return hdr->pos == pos ? 0 : -1;
 }
 
+/* Bytes a ring holds between its tail and its head (for stats). */
+static uint64_t
+ring_used(_Atomic uint64_t *head, _Atomic uint64_t *tail, uint64_t size)
+{
+	uint64_t	t = atomic_load(tail), h = atomic_load(head);
+
+	/* The tail passes the head only for a moment, at a lap's end. */
+	if (t >= h)
+		return 0;
+	return h - t < size ? h - t : size;
+}
+
 /* ---- The result arena ---------------------------------------------------- */
 
 /*
@@ -1216,13 +1228,8 @@ uint64_t
 arena_used(const struct shm_segment *seg)
 {
 	struct shm_header	*h = seg->header;
-	uint64_t		 tail = atomic_load(&h->arena_tail);
-	uint64_t		 head = atomic_load(&h->arena_head);
 
-	/* The tail passes the head only for a moment, at a lap's end. */
-	if (tail >= head)
-		return 0;
-	return head - tail < h->arena_bytes ? head - tail : h->arena_bytes;
+	return ring_used(&h->arena_head, &h->arena_tail, h->arena_bytes);
 }
 
 /* ---- The receipt store of the fast path -------------------------------- */
@@ -1346,11 +1353,7 @@ uint64_t
 receipts_used(const struct shm_segment *seg)
 {
 	struct shm_header	*h = seg->header;
-	uint64_t		 tail = atomic_load(&h->receipts_tail);
-	uint64_t		 head = atomic_load(&h->receipts_head);
 
-	/* The tail passes the head only for a moment, at a lap's end. */
-	if (tail >= head)
-		return 0;
-	return head - tail < h->receipts_bytes ? head - tail : h->receipts_bytes;
+	return ring_used(&h->receipts_head, &h->receipts_tail,
+	    h->receipts_bytes);
 }

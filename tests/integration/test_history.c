@@ -393,7 +393,12 @@ test_kill_during_index_write(void **state)
 		free(reply);
 	}
 	harness_wait_dead(b);
-	assert_true(answered >= 5);	/* a checkpoint was due by then */
+	/*
+	 * A checkpoint is due once capacity / 2 + 1 (5) are committed; the
+	 * 5th's reply races the checkpoint that dies (its commit is in the
+	 * table before it is durable and answered), so 4 at least.
+	 */
+	assert_true(answered >= 4);
 	assert_true(answered < HISTORY_TASKS);
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
 	for (i = 0; i < HISTORY_TASKS; i++) {
