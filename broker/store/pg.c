@@ -362,21 +362,27 @@ one_row(struct pgstore *st, PGresult *res, row_fill_fn fill,
 	return rc == 0 ? 1 : -1;
 }
 
-int
-pgstore_read(struct pgstore *st, const struct pgstore_key *key,
-    struct pgstore_row *row, char **cause)
+/* A statement on the key's row returning ROW_COLUMNS: 1, 0 none, -1. */
+static int
+key_row(struct pgstore *st, const struct pgstore_key *key, const char *sql,
+    struct pgstore_row *row, const char *what, char **cause)
 {
 	PGconn		*conn;
-	PGresult	*res;
 	struct params	 p;
 
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
 	params_key(&p, st, key);
-	res = pg_exec(conn, "SELECT " ROW_COLUMNS " FROM idem_submission "
-	    "WHERE " KEY_WHERE, &p);
-	return one_row(st, res, row_fill, key->kind, row,
-	    "reading a submission", cause);
+	return one_row(st, pg_exec(conn, sql, &p), row_fill, key->kind, row,
+	    what, cause);
+}
+
+int
+pgstore_read(struct pgstore *st, const struct pgstore_key *key,
+    struct pgstore_row *row, char **cause)
+{
+	return key_row(st, key, "SELECT " ROW_COLUMNS " FROM idem_submission "
+	    "WHERE " KEY_WHERE, row, "reading a submission", cause);
 }
 
 static void
@@ -692,22 +698,14 @@ int
 pgstore_read_durable(struct pgstore *st, const struct pgstore_key *key,
     struct pgstore_row *row, char **cause)
 {
-	PGconn		*conn;
-	PGresult	*res;
-	struct params	 p;
-
 	*cause = NULL;
-	if ((conn = pg_conn(st, cause)) == NULL)
-		return -1;
-	params_key(&p, st, key);
 	/*
 	 * An update that changes nothing but writes a row version, committed
 	 * synchronously: when it returns, the WAL is flushed past it, so past
 	 * the commit of whatever it read (doc/cluster.md).
 	 */
-	res = pg_exec(conn, "UPDATE idem_submission SET updated_at = "
-	    "updated_at WHERE " KEY_WHERE " RETURNING " ROW_COLUMNS, &p);
-	return one_row(st, res, row_fill, key->kind, row,
+	return key_row(st, key, "UPDATE idem_submission SET updated_at = "
+	    "updated_at WHERE " KEY_WHERE " RETURNING " ROW_COLUMNS, row,
 	    "making a submission durable", cause);
 }
 
