@@ -3288,13 +3288,20 @@ history_turn(const char *name, const char *socket, struct history_scenario *s,
     size_t *made, int clients, uint64_t *ops, double *seconds)
 {
 	struct result	*r = result_new(name, clients);
+	int64_t		 indexed, errors;
 
+	indexed = history_stat(socket, "index_entries");
+	errors = history_stat(socket, "errors");
 	s->mode = 0;
 	s->base = *made / (size_t)clients;
 	history_job(r, socket, s, clients, BENCH_HISTORY_OPS / 2);
 	*made += BENCH_HISTORY_OPS / 2;
 	*ops += r->ops;
 	*seconds += r->seconds;
+	/* A checkpoint in the turn gives the index its new receipts. */
+	result_note(r, "index +%lld, error replies +%lld (table_full, "
+	    "retried)", (long long)(history_stat(socket, "index_entries") -
+	    indexed), (long long)(history_stat(socket, "errors") - errors));
 }
 
 static void
