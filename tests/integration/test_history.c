@@ -1028,7 +1028,11 @@ test_pruned_results_left_the_arena(void **state)
 		    fences[i], &retries);
 		pruned_effect_receipt(whole[i], pruned[i], sizeof pruned[i]);
 	}
-	/* 4 results of ~1960 bytes take the arena past every one above. */
+	/*
+	 * Records of 1960 bytes: the smaller ones above end at 2720, the
+	 * third big one starts the arena's second lap and the fourth takes
+	 * its tail past them all (the last two are margin).
+	 */
 	for (i = all; i < all + ARENA_BIG; i++)
 		commit_effect(b, &h, i, ARENA_BIG_PAD, big, sizeof big, NULL,
 		    &retries);
@@ -1111,8 +1115,8 @@ test_pruned_results_left_the_arena(void **state)
 /*
  * Ids that left the table (64 slots for 220 ids) after compact turned
  * their index entries into tombstones, tasks whose fast path replies
- * the receipt store (64 KiB, far less than 200 replies) overwrote among
- * them: each retry answers reused with receipt_pruned:true and exactly
+ * the receipt store (64 KiB, less than 200 replies of ~450 bytes)
+ * overwrote among them: each retry answers reused with receipt_pruned:true and exactly
  * the first receipt without its file digest (tasks) or with the
  * result's SHA-256 in place of the result (effects), never through the
  * fast path and never a second TASK file; the ids still in the table
