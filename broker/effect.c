@@ -872,6 +872,27 @@ effect_set_state(struct pending *p, enum subtab_state state)
 	effect_record(p);
 }
 
+/*
+ * Is the complete's fence the latest one issued?  A tombstone of the
+ * index (compact) keeps the attempt but not the fence's random part
+ * (index_tombstone_of zeroes it): there the attempt decides, so that a
+ * complete retried with the committed attempt's fence is judged by its
+ * result's digest (result_matches) as it was before the compaction, and
+ * one of an earlier attempt is still stale.  (PostgreSQL's tombstones
+ * keep the whole fence.)
+ */
+static int
+fence_latest(const struct effect *e)
+{
+	const struct subtab_entry *x = &e->entry;
+
+	if (e->fence_attempt != x->attempt)
+		return 0;
+	if (e->pruned && x->fence == 0)
+		return 1;
+	return e->fence_nonce == x->fence;
+}
+
 /* complete: the slot is claimed and its state durable. */
 static void
 effect_complete_judge(struct pending *p)
@@ -881,7 +902,7 @@ effect_complete_judge(struct pending *p)
 
 	if (effect_journal_failed(p))
 		return;
-	if (e->fence_attempt != x->attempt || e->fence_nonce != x->fence) {
+	if (!fence_latest(e)) {
 		effect_conflict(p, REASON_STALE_FENCE, "this fence is not the "
 		    "latest one issued for the effect; nothing changed");
 		return;

@@ -12,7 +12,10 @@
  * rebuilt when the journal still holds it all and refused when it held
  * receipts nothing else does; the result arena and the fast path's
  * receipt store, far smaller than what they held, reuse their space and
- * every retry still answers the same.  Every test counts TASK files.
+ * every retry still answers the same; and an id compacted whose bytes
+ * those rings no longer hold (a result the arena reused, a reply the
+ * store overwrote and an entry evicted) answers its tombstone byte for
+ * byte, in either order.  Every test counts TASK files.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +31,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sodium.h>
 
 #include "harness.h"
 
@@ -37,6 +41,8 @@
 /* A checkpoint runs in the background: table_full is retried meanwhile. */
 #define HISTORY_FULL_RETRY_MS	2
 #define HISTORY_FULL_MAX_RETRIES 5000
+/* A fence's text ("<attempt>-<16 hex>") with room to spare. */
+#define HISTORY_FENCE_BYTES	64
 
 static const char *const small_args[] = { "--capacity", HISTORY_CAPACITY,
     NULL };
@@ -160,20 +166,56 @@ effect_begin(struct broker *b, struct history *h, int i, int other)
 	}
 }
 
-static char *
-complete_effect(struct broker *b, int i, const char *fence, int *retries)
+/*
+ * fx-i's result: its message id and status, and with pad > 0 that many
+ * bytes of 'x' under "pad" (a result large enough to wrap a small arena).
+ */
+static json_t *
+effect_result(int i, size_t pad)
 {
-	struct timespec	 ts = { 0, HISTORY_FULL_RETRY_MS * 1000000L };
-	char		 id[32], *reply;
-	int		 tries;
+	json_t	*r;
+	char	*x;
+
+	if (pad == 0)
+		return json_pack("{s:i, s:s}", "message_id", i, "status",
+		    "sent");
+	assert_non_null(x = malloc(pad + 1));
+	memset(x, 'x', pad);
+	x[pad] = '\0';
+	r = json_pack("{s:i, s:s, s:s}", "message_id", i, "status", "sent",
+	    "pad", x);
+	free(x);
+	return r;
+}
+
+/* An effect_complete of fx-i (result stolen; NULL: none). */
+static json_t *
+complete_request(int i, const char *fence, const char *outcome,
+    json_t *result)
+{
+	char	 id[32];
+	json_t	*r;
 
 	snprintf(id, sizeof id, "fx-%d", i);
+	r = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op", "effect_complete",
+	    "client_submission_id", id, "effect_kind", "mail.send/v1",
+	    "fence", fence, "outcome", outcome);
+	if (result != NULL)
+		json_object_set_new(r, "result", result);
+	return r;
+}
+
+static char *
+complete_effect(struct broker *b, int i, const char *fence, size_t pad,
+    int *retries)
+{
+	struct timespec	 ts = { 0, HISTORY_FULL_RETRY_MS * 1000000L };
+	char		*reply;
+	int		 tries;
+
 	for (tries = 0;; tries++) {
-		reply = call_line(b, json_pack("{s:s, s:s, s:s, s:s, s:s, "
-		    "s:{s:i, s:s}}", "op", "effect_complete",
-		    "client_submission_id", id, "effect_kind", "mail.send/v1",
-		    "fence", fence, "outcome", "applied", "result",
-		    "message_id", i, "status", "sent"));
+		reply = call_line(b, complete_request(i, fence, "applied",
+		    effect_result(i, pad)));
 		if (!is_table_full(reply))
 			return reply;
 		if (strstr(reply, "\"retryable\":true") == NULL)
@@ -185,29 +227,60 @@ complete_effect(struct broker *b, int i, const char *fence, int *retries)
 	}
 }
 
-/*
- * fx-i begun (it must proceed) and completed: its committed receipt's
- * bytes in out.  A retryable table_full of the complete is retried and
- * counted in *retries.
- */
+/* fx-i begun: it must proceed; its fence in fence. */
 static void
-commit_effect(struct broker *b, struct history *h, int i, char *out,
-    size_t size, int *retries)
+proceed_effect(struct broker *b, struct history *h, int i,
+    char fence[HISTORY_FENCE_BYTES])
 {
-	char	 fence[64], *reply;
+	char	*reply;
 	json_t	*r;
 
 	reply = effect_begin(b, h, i, 0);
 	assert_non_null(r = json_loads(reply, 0, NULL));
 	if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
 		fail_msg("fx-%d: %s", i, reply);
-	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+	snprintf(fence, HISTORY_FENCE_BYTES, "%s", harness_str(r, "fence"));
 	json_decref(r);
 	free(reply);
-	reply = complete_effect(b, i, fence, retries);
+}
+
+/*
+ * fx-i begun (it must proceed) and completed with a result of pad extra
+ * bytes: its committed receipt's bytes in out, its fence in fence (if
+ * not NULL).  A retryable table_full of the complete is retried and
+ * counted in *retries.
+ */
+static void
+commit_effect(struct broker *b, struct history *h, int i, size_t pad,
+    char *out, size_t size, char *fence, int *retries)
+{
+	char	 mine[HISTORY_FENCE_BYTES], *reply;
+
+	proceed_effect(b, h, i, mine);
+	if (fence != NULL)
+		memcpy(fence, mine, HISTORY_FENCE_BYTES);
+	reply = complete_effect(b, i, mine, pad, retries);
 	if (strstr(reply, "\"state\":\"committed\"") == NULL)
 		fail_msg("complete fx-%d: %s", i, reply);
 	receipt_bytes(reply, out, size);
+	free(reply);
+}
+
+/*
+ * fx-i begun (it must proceed) and completed not_applied: released, the
+ * next begin proceeds with the next attempt.  The released fence in
+ * fence: stale from then on.
+ */
+static void
+release_effect(struct broker *b, struct history *h, int i,
+    char fence[HISTORY_FENCE_BYTES])
+{
+	char	*reply;
+
+	proceed_effect(b, h, i, fence);
+	reply = call_line(b, complete_request(i, fence, "not_applied", NULL));
+	if (strstr(reply, "\"state\":\"released\"") == NULL)
+		fail_msg("release fx-%d: %s", i, reply);
 	free(reply);
 }
 
@@ -227,8 +300,8 @@ create_history(struct broker *b, struct history *h)
 		free(reply);
 	}
 	for (i = 0; i < HISTORY_EFFECTS; i++)
-		commit_effect(b, h, i, h->effects[i], sizeof h->effects[i],
-		    &retries);
+		commit_effect(b, h, i, 0, h->effects[i], sizeof h->effects[i],
+		    NULL, &retries);
 	/* The default arena holds them all: no complete waits here. */
 	assert_int_equal(retries, 0);
 }
@@ -531,6 +604,32 @@ idemctl(struct broker *b, const char *const *args, char *out, size_t size)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* idemctl verify finds nothing wrong (the broker running). */
+static void
+verify_clean(struct broker *b)
+{
+	static const char *const verify[] = { "verify", NULL };
+	char	out[8192];
+
+	if (idemctl(b, verify, out, sizeof out) != 0)
+		fail_msg("idemctl verify: %s", out);
+}
+
+/* idemctl compact --older-than 0 (everything committed so far): how many. */
+static unsigned long long
+compact_now(struct broker *b)
+{
+	static const char *const compact[] = { "compact", "--older-than",
+	    "0", NULL };
+	char			 out[8192];
+	unsigned long long	 n;
+
+	if (idemctl(b, compact, out, sizeof out) != 0 ||
+	    sscanf(out, "compact: %llu receipt", &n) != 1)
+		fail_msg("idemctl compact: %s", out);
+	return n;
+}
+
 /*
  * idemctl compact --older-than 0 turns every receipt of the index into
  * its tombstone: a retry answers reused with receipt_pruned:true and the
@@ -542,19 +641,14 @@ test_compact_leaves_tombstones(void **state)
 {
 	struct broker	*b = *state;
 	static struct history h;
-	static const char *const compact[] = { "compact", "--older-than",
-	    "0", NULL };
-	static const char *const verify[] = { "verify", NULL };
-	char		 id[32], subject[64], out[8192], *reply;
+	char		 id[32], subject[64], *reply;
 	json_t		*r, *first, *receipt;
 	int		 i, pruned = 0, effects_pruned = 0;
 
 	memset(&h, 0, sizeof h);
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
 	create_history(b, &h);
-	if (idemctl(b, compact, out, sizeof out) != 0)
-		fail_msg("idemctl compact: %s", out);
-	assert_non_null(strstr(out, "pruned to tombstones"));
+	assert_true(compact_now(b) >= HISTORY_TASKS + HISTORY_EFFECTS - 8);
 	for (i = 0; i < HISTORY_TASKS; i++) {
 		snprintf(id, sizeof id, "hist-%d", i);
 		snprintf(subject, sizeof subject, "history %d", i);
@@ -606,8 +700,7 @@ test_compact_leaves_tombstones(void **state)
 	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
 	assert_int_equal(stat_of(b, "history_entries"),
 	    HISTORY_TASKS + HISTORY_EFFECTS);
-	if (idemctl(b, verify, out, sizeof out) != 0)
-		fail_msg("idemctl verify after compact: %s", out);
+	verify_clean(b);
 	harness_finish(b);
 }
 
@@ -701,8 +794,8 @@ test_small_stores_reclaim(void **state)
 	assert_int_equal(stat_of(b, "result_arena_bytes"), 4096);
 	assert_int_equal(stat_of(b, "fast_receipts_bytes"), 65536);
 	for (i = 0; i < STORES_COUNT; i++)
-		commit_effect(b, &h, i, effects[i], sizeof effects[i],
-		    &retries);
+		commit_effect(b, &h, i, 0, effects[i], sizeof effects[i],
+		    NULL, &retries);
 	assert_int_equal(stat_of(b, "effects_committed"), STORES_COUNT);
 	assert_true(stat_of(b, "result_arena_used") <= 4096);
 	for (restarts = 0; restarts < 2; restarts++) {
@@ -765,6 +858,406 @@ test_small_stores_reclaim(void **state)
 	harness_finish(b);
 }
 
+/* ---- Tombstones of receipts the rings no longer hold ---------------------- */
+
+#define PRUNED_RECEIPT_BYTES	4096
+/*
+ * With --capacity 64 (both tests below) the first checkpoint comes once
+ * 64 / 2 + 1 entries are committed and not in the index
+ * (journaler_maybe_rotate), and gives the index every one of them.
+ */
+#define PRUNED_FIRST_CHECKPOINT	33
+
+/*
+ * What a retry of a compacted effect answers: the receipt with its
+ * result's bytes replaced by their SHA-256 (all the tombstone keeps of
+ * them), every other byte the first receipt's.
+ */
+static void
+pruned_effect_receipt(const char *whole, char *out, size_t size)
+{
+	unsigned char	 digest[crypto_hash_sha256_BYTES];
+	char		 hex[crypto_hash_sha256_BYTES * 2 + 1];
+	const char	*at = strstr(whole, "\"result\":");
+	const char	*end = strstr(whole, ",\"state\":\"committed\"");
+	const char	*bytes;
+
+	if (at == NULL || end == NULL || end < at)
+		fail_msg("no result in the receipt %s", whole);
+	bytes = at + strlen("\"result\":");
+	crypto_hash_sha256(digest, (const unsigned char *)bytes,
+	    (unsigned long long)(end - bytes));
+	sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
+	assert_true((size_t)snprintf(out, size, "%.*s\"result_digest\":\"%s\"%s",
+	    (int)(at - whole), whole, hex, end) < size);
+}
+
+/* A compacted task's: the receipt without its file digest. */
+static void
+pruned_task_receipt(const char *whole, char *out, size_t size)
+{
+	static const char	 member[] = ",\"file_digest\":\"";
+	const char		*at = strstr(whole, member);
+	size_t			 skip = strlen(member) + 64 + 1;
+
+	if (at == NULL || strlen(at) < skip || at[skip - 1] != '"')
+		fail_msg("no file_digest in the receipt %s", whole);
+	assert_true((size_t)snprintf(out, size, "%.*s%s", (int)(at - whole),
+	    whole, at + skip) < size);
+}
+
+/*
+ * A retry's reply: ok, nothing done, the disposition (NULL: none, as a
+ * complete's), and the receipt either the first one byte for byte, or
+ * with receipt_pruned:true exactly pruned.  1 if pruned.
+ */
+static int
+reused_whole_or_pruned(const char *what, const char *reply,
+    const char *disposition, const char *whole, const char *pruned)
+{
+	char	 got[PRUNED_RECEIPT_BYTES];
+	json_t	*r, *flag;
+	int	 is_pruned;
+
+	if ((r = json_loads(reply, 0, NULL)) == NULL ||
+	    !json_is_true(json_object_get(r, "ok")))
+		fail_msg("%s: %s", what, reply);
+	if (disposition != NULL)
+		assert_string_equal(harness_str(r, "disposition"), disposition);
+	else
+		assert_null(json_object_get(r, "disposition"));
+	harness_assert_bool(r, "action_taken", 0);
+	flag = json_object_get(r, "receipt_pruned");
+	assert_true(flag == NULL || json_is_true(flag));
+	is_pruned = flag != NULL;
+	receipt_bytes(reply, got, sizeof got);
+	if (strcmp(got, is_pruned ? pruned : whole) != 0)
+		fail_msg("%s: the %s receipt %s, not %s", what, is_pruned ?
+		    "pruned" : "whole", got, is_pruned ? pruned : whole);
+	json_decref(r);
+	return is_pruned;
+}
+
+/* A conflict with that reason, naming the first request's digest. */
+static void
+assert_conflict(const char *what, const char *reply, const char *reason,
+    const char *whole)
+{
+	json_t	*r, *first, *existing;
+
+	if ((r = json_loads(reply, 0, NULL)) == NULL ||
+	    json_is_true(json_object_get(r, "ok")))
+		fail_msg("%s: %s", what, reply);
+	harness_assert_bool(r, "action_taken", 0);
+	if (strcmp(harness_str(json_object_get(r, "error"), "reason"),
+	    reason) != 0)
+		fail_msg("%s: not %s: %s", what, reason, reply);
+	existing = json_object_get(r, "existing");
+	if (json_is_object(existing)) {
+		assert_non_null(first = json_loads(whole, 0, NULL));
+		assert_string_equal(harness_str(existing, "request_digest"),
+		    harness_str(first, "request_digest"));
+		json_decref(first);
+	}
+	json_decref(r);
+}
+
+/*
+ * An effect's slot stays in the table (64 slots for 56 ids: nothing is
+ * evicted) while its result's bytes leave a result arena of 8192 bytes
+ * and its index entry becomes a tombstone, in both orders:
+ *
+ * - fx-0..32, compacted first (the first checkpoint, at 33 committed,
+ *   gave them to the index): their answers stay whole while the arena
+ *   holds the bytes, and are pruned once results of 1900 bytes
+ *   (fx-50..55) have wrapped the arena past them;
+ * - fx-40..49, committed after that compaction: whole from the index
+ *   once the arena dropped them, pruned once compacted in turn.
+ *
+ * A pruned answer is the receipt with the result's SHA-256 in place of
+ * the result, byte for byte (begin, complete with the same fence and
+ * result, get_submission); another digest, or another result, is a
+ * conflict; nothing proceeds again, and after a restart (the ids now
+ * partly only in the index) every answer is the same bytes again.
+ */
+#define ARENA_EARLY		40	/* fx-0..39: before the compaction */
+#define ARENA_LATE		10	/* fx-40..49: after it */
+#define ARENA_BIG		6	/* fx-50..55: wrap the arena */
+#define ARENA_BIG_PAD		1900
+
+static const char *const arena_args[] = { "--capacity", "64",
+    "--result-bytes", "8192", NULL };
+
+static void
+test_pruned_results_left_the_arena(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	static char	 whole[ARENA_EARLY + ARENA_LATE][PRUNED_RECEIPT_BYTES];
+	static char	 pruned[ARENA_EARLY + ARENA_LATE][PRUNED_RECEIPT_BYTES];
+	static char	 fences[ARENA_EARLY + ARENA_LATE][HISTORY_FENCE_BYTES];
+	char		 big[PRUNED_RECEIPT_BYTES], what[64], *reply;
+	json_t		*r, *s;
+	char		*text;
+	int		 i, retries = 0, was_pruned;
+	const int	 all = ARENA_EARLY + ARENA_LATE;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, arena_args, NULL), 0);
+	assert_int_equal(stat_of(b, "result_arena_bytes"), 8192);
+	for (i = 0; i < ARENA_EARLY; i++) {
+		commit_effect(b, &h, i, 0, whole[i], sizeof whole[i],
+		    fences[i], &retries);
+		pruned_effect_receipt(whole[i], pruned[i], sizeof pruned[i]);
+	}
+	/* The first checkpoint: 33 committed and not in the index. */
+	harness_wait_log(b, " new in the index", 1, 30000 *
+	    (int)harness_slowdown());
+	assert_true(compact_now(b) >= PRUNED_FIRST_CHECKPOINT);
+	/* Compacted, but the table and the arena hold them: whole. */
+	for (i = 0; i < ARENA_EARLY; i++) {
+		snprintf(what, sizeof what, "fx-%d, compacted", i);
+		reply = effect_begin(b, &h, i, 0);
+		assert_int_equal(reused_whole_or_pruned(what, reply, "reused",
+		    whole[i], pruned[i]), 0);
+		free(reply);
+	}
+
+	for (i = ARENA_EARLY; i < all; i++) {
+		commit_effect(b, &h, i, 0, whole[i], sizeof whole[i],
+		    fences[i], &retries);
+		pruned_effect_receipt(whole[i], pruned[i], sizeof pruned[i]);
+	}
+	/*
+	 * Records of 1960 bytes: the smaller ones above end at 2720, the
+	 * third big one starts the arena's second lap and the fourth takes
+	 * its tail past them all (the last two are margin).
+	 */
+	for (i = all; i < all + ARENA_BIG; i++)
+		commit_effect(b, &h, i, ARENA_BIG_PAD, big, sizeof big, NULL,
+		    &retries);
+	for (i = 0; i < all; i++) {
+		snprintf(what, sizeof what, "fx-%d, its bytes reused", i);
+		reply = effect_begin(b, &h, i, 0);
+		was_pruned = reused_whole_or_pruned(what, reply, "reused",
+		    whole[i], pruned[i]);
+		free(reply);
+		/* Compacted before: pruned; committed after: whole. */
+		if (i < PRUNED_FIRST_CHECKPOINT)
+			assert_int_equal(was_pruned, 1);
+		else if (i >= ARENA_EARLY)
+			assert_int_equal(was_pruned, 0);
+	}
+	/* The same fence and result: the same pruned receipt. */
+	reply = call_line(b, complete_request(0, fences[0], "applied",
+	    effect_result(0, 0)));
+	assert_int_equal(reused_whole_or_pruned("complete fx-0", reply, NULL,
+	    whole[0], pruned[0]), 1);
+	free(reply);
+	reply = call_line(b, complete_request(0, fences[0], "applied",
+	    effect_result(1, 0)));
+	assert_conflict("complete fx-0, another result", reply,
+	    "already_committed", whole[0]);
+	free(reply);
+	reply = effect_begin(b, &h, 0, 1);
+	assert_conflict("fx-0, another request", reply, "digest_mismatch",
+	    whole[0]);
+	free(reply);
+	reply = call_line(b, json_pack("{s:s, s:s, s:s}", "op",
+	    "get_submission", "client_submission_id", "fx-0", "effect_kind",
+	    "mail.send/v1"));
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	s = json_object_get(r, "submission");
+	assert_true(json_is_true(json_object_get(s, "receipt_pruned")));
+	assert_non_null(text = json_dumps(json_object_get(s, "receipt"),
+	    JSON_COMPACT | JSON_PRESERVE_ORDER));
+	assert_string_equal(text, pruned[0]);
+	free(text);
+	json_decref(r);
+	free(reply);
+
+	/* Reused first, compacted now: every one is pruned. */
+	assert_true(compact_now(b) >= ARENA_LATE);
+	for (i = 0; i < all; i++) {
+		snprintf(what, sizeof what, "fx-%d, compacted again", i);
+		reply = effect_begin(b, &h, i, 0);
+		assert_int_equal(reused_whole_or_pruned(what, reply, "reused",
+		    whole[i], pruned[i]), 1);
+		free(reply);
+	}
+	assert_int_equal(stat_of(b, "table_evictions"), 0);
+	assert_int_equal(stat_of(b, "effects_proceed"), all + ARENA_BIG);
+	assert_int_equal(stat_of(b, "effects_committed"), all + ARENA_BIG);
+
+	/*
+	 * Killed and started again: the ids the checkpoint left to the
+	 * index are cold, the others back in the table, each answering
+	 * whole (a body the checkpoint or journal kept) or pruned, the
+	 * same bytes either way, and none proceeds.
+	 */
+	harness_kill(b);
+	assert_int_equal(harness_start(b, arena_args, NULL), 0);
+	for (i = 0; i < all; i++) {
+		snprintf(what, sizeof what, "fx-%d, restarted", i);
+		reply = effect_begin(b, &h, i, 0);
+		(void)reused_whole_or_pruned(what, reply, "reused", whole[i],
+		    pruned[i]);
+		free(reply);
+	}
+	assert_int_equal(stat_of(b, "effects_proceed"), 0);
+	assert_int_equal(stat_of(b, "effects_committed"), 0);
+	verify_clean(b);
+	print_message("complete retried %d times while the arena waited for "
+	    "the index\n", retries);
+	harness_finish(b);
+}
+
+/*
+ * Ids that left the table (64 slots for 220 ids) after compact turned
+ * their index entries into tombstones, tasks whose fast path replies
+ * the receipt store (64 KiB, less than 200 replies of ~450 bytes)
+ * overwrote among them: each retry answers reused with receipt_pruned:true and exactly
+ * the first receipt without its file digest (tasks) or with the
+ * result's SHA-256 in place of the result (effects), never through the
+ * fast path and never a second TASK file; the ids still in the table
+ * answer whole, through the full path and then the fast one.  Another
+ * request is a conflict.  An effect's complete retried with its fence
+ * and result answers the same pruned receipt (the tombstone keeps the
+ * attempt, not the fence's random part), with another result
+ * already_committed, and with the fence of an attempt it released
+ * stale_fence.
+ */
+#define EVICT_EFFECTS		20	/* fx-0..19, slots 0..19 */
+#define EVICT_EARLY_TASKS	40	/* pt-0..39, before the compaction */
+#define EVICT_TASKS		200
+
+static const char *const evict_args[] = { "--capacity", "64", NULL };
+
+static void
+test_pruned_after_eviction(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	static char	 tasks[EVICT_TASKS][PRUNED_RECEIPT_BYTES];
+	static char	 tasks_pruned[EVICT_TASKS][PRUNED_RECEIPT_BYTES];
+	static char	 fx[EVICT_EFFECTS][PRUNED_RECEIPT_BYTES];
+	static char	 fx_pruned[EVICT_EFFECTS][PRUNED_RECEIPT_BYTES];
+	static char	 fences[EVICT_EFFECTS][HISTORY_FENCE_BYTES];
+	static char	 released[EVICT_EFFECTS][HISTORY_FENCE_BYTES];
+	char		 id[32], subject[64], what[64], *reply;
+	json_int_t	 fast, table;
+	int		 i, j, retries = 0, pruned = 0, first_pruned;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, evict_args, NULL), 0);
+	assert_int_equal(stat_of(b, "fast_receipts_bytes"), 65536);
+	for (i = 0; i < EVICT_EFFECTS; i++) {
+		release_effect(b, &h, i, released[i]);
+		commit_effect(b, &h, i, 0, fx[i], sizeof fx[i], fences[i],
+		    &retries);
+		pruned_effect_receipt(fx[i], fx_pruned[i], sizeof fx_pruned[i]);
+	}
+	for (i = 0; i < EVICT_TASKS; i++) {
+		if (i == EVICT_EARLY_TASKS) {
+			/*
+			 * The first checkpoint (33 committed) gave fx-0..19
+			 * to the index: compacted while every id is in the
+			 * table, the tasks answer whole, from their stored
+			 * replies.
+			 */
+			harness_wait_log(b, " new in the index", 1, 30000 *
+			    (int)harness_slowdown());
+			assert_true(compact_now(b) >= PRUNED_FIRST_CHECKPOINT);
+			assert_int_equal(stat_of(b, "table_evictions"), 0);
+			fast = stat_of(b, "reused_fast");
+			for (j = 0; j < EVICT_EARLY_TASKS; j++) {
+				snprintf(id, sizeof id, "pt-%d", j);
+				snprintf(subject, sizeof subject, "pruned %d",
+				    j);
+				reply = write_task(b, &h, id, subject);
+				assert_int_equal(reused_whole_or_pruned(id,
+				    reply, "reused", tasks[j],
+				    tasks_pruned[j]), 0);
+				free(reply);
+			}
+			assert_int_equal(stat_of(b, "reused_fast"),
+			    fast + EVICT_EARLY_TASKS);
+		}
+		snprintf(id, sizeof id, "pt-%d", i);
+		snprintf(subject, sizeof subject, "pruned %d", i);
+		reply = write_task(b, &h, id, subject);
+		if (strstr(reply, "\"disposition\":\"created\"") == NULL)
+			fail_msg("%s: %s", id, reply);
+		receipt_bytes(reply, tasks[i], sizeof tasks[i]);
+		pruned_task_receipt(tasks[i], tasks_pruned[i],
+		    sizeof tasks_pruned[i]);
+		free(reply);
+	}
+	/* 156 evicted at least, every one indexed first: now tombstones. */
+	assert_true(stat_of(b, "table_evictions") >=
+	    EVICT_EFFECTS + EVICT_TASKS - 64);
+	assert_true(compact_now(b) > 0);
+	table = stat_of(b, "table_entries");
+
+	for (i = 0; i < EVICT_TASKS; i++) {
+		snprintf(id, sizeof id, "pt-%d", i);
+		snprintf(subject, sizeof subject, "pruned %d", i);
+		fast = stat_of(b, "reused_fast");
+		reply = write_task(b, &h, id, subject);
+		first_pruned = reused_whole_or_pruned(id, reply, "reused",
+		    tasks[i], tasks_pruned[i]);
+		free(reply);
+		/* Again: pruned never fast, whole fast from now on. */
+		reply = write_task(b, &h, id, subject);
+		assert_int_equal(reused_whole_or_pruned(id, reply, "reused",
+		    tasks[i], tasks_pruned[i]), first_pruned);
+		free(reply);
+		if (first_pruned)
+			assert_int_equal(stat_of(b, "reused_fast"), fast);
+		else
+			assert_true(stat_of(b, "reused_fast") >= fast + 1);
+		pruned += first_pruned;
+	}
+	reply = write_task(b, &h, "pt-0", "another subject");
+	assert_conflict("pt-0, another request", reply, "digest_mismatch",
+	    tasks[0]);
+	free(reply);
+
+	for (i = 0; i < EVICT_EFFECTS; i++) {
+		snprintf(what, sizeof what, "fx-%d", i);
+		/* The hand passed slots 0..19 three times: all evicted. */
+		reply = effect_begin(b, &h, i, 0);
+		assert_int_equal(reused_whole_or_pruned(what, reply, "reused",
+		    fx[i], fx_pruned[i]), 1);
+		free(reply);
+		reply = call_line(b, complete_request(i, fences[i], "applied",
+		    effect_result(i, 0)));
+		assert_int_equal(reused_whole_or_pruned(what, reply, NULL,
+		    fx[i], fx_pruned[i]), 1);
+		free(reply);
+		reply = call_line(b, complete_request(i, fences[i], "applied",
+		    effect_result(i + 1, 0)));
+		assert_conflict(what, reply, "already_committed", fx[i]);
+		free(reply);
+		reply = call_line(b, complete_request(i, released[i], "applied",
+		    effect_result(i, 0)));
+		assert_conflict(what, reply, "stale_fence", fx[i]);
+		free(reply);
+		reply = effect_begin(b, &h, i, 1);
+		assert_conflict(what, reply, "digest_mismatch", fx[i]);
+		free(reply);
+		pruned++;
+	}
+	/* Every id the table does not hold, and only those. */
+	assert_int_equal(pruned, EVICT_EFFECTS + EVICT_TASKS - table);
+	assert_int_equal(stat_of(b, "table_entries"), table);
+	assert_int_equal(harness_count_tasks(b), EVICT_TASKS);
+	assert_int_equal(stat_of(b, "effects_proceed"), 2 * EVICT_EFFECTS);
+	assert_int_equal(stat_of(b, "effects_committed"), EVICT_EFFECTS);
+	verify_clean(b);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -783,7 +1276,15 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_small_stores_reclaim,
 		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_pruned_results_left_the_arena, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(test_pruned_after_eviction,
+		    harness_setup, harness_teardown),
 	};
 
+	/* pruned_effect_receipt's SHA-256. */
+	if (sodium_init() < 0)
+		return harness_exit_status(1);
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
