@@ -42,6 +42,14 @@
  * A failed directory fsync fails every job its round covered (their files
  * are in place but not known durable; a retry adopts them), and is not
  * retried for them.
+ *
+ * The workers share a directory's fsyncs too (fileio_fsync_shared, the
+ * segment's shm_dir_round): every link takes a ticket, and a round whose
+ * tickets an fsync of another worker covers (begun after they were
+ * taken) makes none.  The round's fsync runs under the directory's
+ * process-shared lock, whose holder first waits, at most
+ * IDEM_LINK_GATHER_US, while file threads of any worker are about to
+ * link (fileio_gather_shared).
  */
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
