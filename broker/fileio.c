@@ -42,22 +42,10 @@
  * A failed directory fsync fails every job its round covered (their files
  * are in place but not known durable; a retry adopts them), and is not
  * retried for them.
- *
- * The workers share a directory's fsyncs too (fileio_fsync_shared, the
- * segment's shm_dir_round): every link takes a ticket, and a round whose
- * tickets an fsync of another worker covers (begun after they were
- * taken) makes none.  The round's fsync runs under the directory's
- * process-shared lock, whose holder first waits, at most
- * IDEM_LINK_GATHER_US, while file threads of any worker are about to
- * link (fileio_gather_shared).
  */
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
-
-#include <linux/futex.h>
 
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,14 +60,6 @@ TAILQ_HEAD(fileio_jobs, fileio_job);
 /* Directory sync rounds, per directory. */
 struct fileio_dir {
 	int		 fd;		/* -1: unused */
-	/*
-	 * The rounds every worker shares (NULL: this process's alone), and
-	 * the tickets (shm_dir_round.linked) of the links made since the
-	 * last round began (0: none).
-	 */
-	struct shm_dir_round *shared;
-	uint64_t	 tickets_from;
-	uint64_t	 tickets_to;
 	uint64_t	 linked;	/* links made so far */
 	uint64_t	 synced;	/* links covered by a finished round */
 	uint64_t	 failed_from;	/* a failed round covered (.., synced] */
@@ -91,8 +71,6 @@ struct fileio_dir {
 
 struct fileio {
 	struct event_base	*base;
-	struct shm_segment	*seg;
-	int			 round_fds[SHM_DIR_ROUNDS];
 	struct event		*done_ev;
 	int			 done_fd;	/* eventfd: jobs finished */
 	pthread_t		 threads[FILEIO_THREADS];
@@ -120,161 +98,17 @@ struct fileio {
 static struct fileio_dir *
 fileio_dir(struct fileio *io, int fd)
 {
-	unsigned	i, r;
+	unsigned	i;
 
 	for (i = 0; i < FILEIO_DIRS; i++) {
 		if (io->dirs[i].fd == fd)
 			return &io->dirs[i];
 		if (io->dirs[i].fd == -1) {
 			io->dirs[i].fd = fd;
-			for (r = 0; r < SHM_DIR_ROUNDS; r++) {
-				if (io->seg != NULL && io->round_fds[r] == fd)
-					io->dirs[i].shared =
-					    &io->seg->header->dir_rounds[r];
-			}
 			return &io->dirs[i];
 		}
 	}
 	return NULL;
-}
-
-/*
- * Under io->lock, right after a link in dir returned: its ticket among
- * every worker's links there (shm_dir_round), for the round that covers
- * it.
- */
-static void
-fileio_ticket(struct fileio_dir *dir)
-{
-	uint64_t	ticket;
-
-	dir->linked++;
-	if (dir->shared == NULL)
-		return;
-	ticket = atomic_fetch_add(&dir->shared->linked, 1) + 1;
-	if (dir->tickets_from == 0)
-		dir->tickets_from = ticket;
-	dir->tickets_to = ticket;
-}
-
-/* The file threads of every worker about to link (shm_worker.linking). */
-static uint32_t
-fileio_linking(struct shm_header *h)
-{
-	uint32_t	n = 0, i;
-
-	for (i = 0; i < h->worker_count && i < SHM_MAX_WORKERS; i++)
-		n += atomic_load(&h->workers[i].linking);
-	return n;
-}
-
-/*
- * A carried job's reservation is durable: it is about to link, and a
- * directory round about to fsync waits for it (fileio_gather_shared).
- */
-static void
-fileio_link_enter(struct fileio_job *job)
-{
-	atomic_fetch_add(&job->journal->workers[job->worker_index].linking, 1);
-	job->linking = 1;
-}
-
-/* Its link has its ticket (or it will not link): wake a waiting round. */
-static void
-fileio_link_leave(struct fileio_job *job)
-{
-	struct shm_header	*h = job->journal;
-
-	if (!job->linking)
-		return;
-	job->linking = 0;
-	atomic_fetch_sub(&h->workers[job->worker_index].linking, 1);
-	if (atomic_load(&h->link_gathering) != 0) {
-		atomic_fetch_add(&h->link_seq, 1);
-		(void)syscall(SYS_futex, &h->link_seq, FUTEX_WAKE, INT_MAX,
-		    NULL, NULL, 0);
-	}
-}
-
-/*
- * Holding a directory round's lock, before its fsync: wait, at most
- * IDEM_LINK_GATHER_US, while file threads of any worker are about to
- * link (one journal flush makes reservations of both workers durable at
- * once): their links join this fsync instead of needing the next.  Both
- * sides change their word, then read the other's (seq_cst), so a leave
- * either is seen here or moves link_seq before the wait sleeps.
- */
-static void
-fileio_gather_shared(struct fileio *io)
-{
-	struct shm_header	*h = io->seg->header;
-	struct timespec		 ts;
-	int64_t			 deadline, left;
-	uint32_t		 seq;
-
-	if (fileio_linking(h) == 0)
-		return;
-	deadline = idemd_monotonic_us() + IDEM_LINK_GATHER_US;
-	atomic_fetch_add(&h->link_gathering, 1);
-	for (;;) {
-		seq = atomic_load(&h->link_seq);
-		if (fileio_linking(h) == 0)
-			break;
-		if ((left = deadline - idemd_monotonic_us()) <= 0)
-			break;
-		ts.tv_sec = left / 1000000;
-		ts.tv_nsec = (left % 1000000) * 1000;
-		(void)syscall(SYS_futex, &h->link_seq, FUTEX_WAIT, seq, &ts,
-		    NULL, 0);
-	}
-	atomic_fetch_sub(&h->link_gathering, 1);
-}
-
-/*
- * A round's fsync of dir, io->lock not held: the links with tickets
- * from..to (0: none) are durable once it returns 0.  Shared by the
- * workers: under the round's lock, an fsync that another worker began
- * after the last of these tickets was taken covers them, and none is
- * made; else this one is, covering every ticket taken so far (theirs
- * too).  A failed fsync fails the tickets it covered for every worker,
- * and never moves that range (see fileio_rounds); -1 with errno if any
- * of from..to lies in it.
- */
-static int
-fileio_fsync_shared(struct fileio *io, struct fileio_dir *dir, uint64_t from,
-    uint64_t to)
-{
-	struct shm_dir_round	*r = dir->shared;
-	uint64_t		 target;
-	int			 rc = 0, error = 0;
-
-	if (r == NULL || from == 0)
-		return fsync(dir->fd);
-	/* A lock whose holder died is consistent as it is: nothing to repair. */
-	if (shm_lock(io->seg, &r->lock, NULL, "directory round") != 0)
-		return fsync(dir->fd);
-	if (r->synced < to)
-		fileio_gather_shared(io);
-	if (r->synced < to) {
-		target = atomic_load(&r->linked);
-		rc = fsync(dir->fd);
-		error = errno;
-		if (rc == -1) {
-			if (r->failed_to == 0)
-				r->failed_from = r->synced + 1;
-			r->failed_to = target;
-			r->failed_errno = error;
-		}
-		r->synced = target;
-	}
-	rc = 0;
-	if (r->failed_to != 0 && from <= r->failed_to && to >= r->failed_from) {
-		rc = -1;
-		error = r->failed_errno;
-	}
-	shm_unlock(&r->lock);
-	errno = error;
-	return rc;
 }
 
 /*
@@ -355,7 +189,7 @@ fileio_rounds(struct fileio *io, struct fileio_dir *dir,
 {
 	struct fileio_jobs	 batch;
 	struct fileio_job	*j, *kick;
-	uint64_t		 target, from, to;
+	uint64_t		 target;
 	int			 rc, error;
 
 	while (dir->synced < dir->linked && !dir->syncing) {
@@ -363,13 +197,10 @@ fileio_rounds(struct fileio *io, struct fileio_dir *dir,
 		fileio_gather(io, TAILQ_EMPTY(&dir->carried) ? NULL :
 		    TAILQ_FIRST(&dir->carried)->journal);
 		target = dir->linked;
-		from = dir->tickets_from;
-		to = dir->tickets_to;
-		dir->tickets_from = dir->tickets_to = 0;
 		TAILQ_INIT(&batch);
 		TAILQ_CONCAT(&batch, &dir->carried, entry);
 		pthread_mutex_unlock(&io->lock);
-		rc = fileio_fsync_shared(io, dir, from, to);
+		rc = fsync(dir->fd);
 		error = errno;
 		pthread_mutex_lock(&io->lock);
 		if (rc == -1) {
@@ -467,8 +298,7 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	fileio_ticket(dir);
-	mine = dir->linked;
+	mine = ++dir->linked;
 	while (dir->synced < mine) {
 		if (dir->syncing)
 			pthread_cond_wait(&io->round, &io->lock);
@@ -504,15 +334,13 @@ fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
 	pthread_mutex_lock(&io->lock);
 	fileio_link_done(io, thread, job->journal);
 	if ((dir = fileio_dir(io, job->dir_fd)) == NULL) {
-		fileio_link_leave(job);
 		fileio_sync_dir(io, job);
 		pthread_mutex_unlock(&io->lock);
 		return 0;
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	fileio_ticket(dir);
-	fileio_link_leave(job);
+	dir->linked++;
 	TAILQ_INSERT_TAIL(&dir->carried, job, entry);
 	fileio_rounds(io, dir, &post, &owed);
 	pthread_mutex_unlock(&io->lock);
@@ -612,7 +440,6 @@ fileio_unpend(struct fileio *io, unsigned thread, struct fileio_job *job)
 	pthread_mutex_lock(&io->lock);
 	fileio_link_done(io, thread, job->journal);
 	pthread_mutex_unlock(&io->lock);
-	fileio_link_leave(job);
 }
 
 /*
@@ -648,7 +475,6 @@ fileio_carry(struct fileio *io, unsigned thread, struct fileio_job *job)
 	/* From here to the commit's append the journaler may wait for us. */
 	job->carrier_phase = journaler_carrier_enter(job->journal,
 	    job->worker_index);
-	fileio_link_enter(job);
 	job->carrier = 1;
 	job->phase = FILEIO_LINK;
 	job->result = fileio_write(job);
@@ -733,8 +559,7 @@ fileio_finished(evutil_socket_t fd, short events, void *arg)
 }
 
 struct fileio *
-fileio_start(struct event_base *base, struct shm_segment *seg,
-    const int round_fds[SHM_DIR_ROUNDS])
+fileio_start(struct event_base *base)
 {
 	struct fileio		*io;
 	pthread_condattr_t	 attr;
@@ -743,9 +568,6 @@ fileio_start(struct event_base *base, struct shm_segment *seg,
 	if ((io = calloc(1, sizeof *io)) == NULL)
 		return NULL;
 	io->base = base;
-	io->seg = seg;
-	for (i = 0; i < SHM_DIR_ROUNDS; i++)
-		io->round_fds[i] = seg != NULL ? round_fds[i] : -1;
 	io->done_fd = -1;
 	TAILQ_INIT(&io->queue);
 	TAILQ_INIT(&io->done);

@@ -202,7 +202,6 @@ struct fileio_job {
 	 */
 	int			 carrier;
 	unsigned		 carrier_phase;
-	int			 linking;	/* fileio_link_enter'ed */
 	unsigned		 worker_index;
 	int			 kick_fd;
 	int			 committed;	/* commit appended its records */
@@ -219,8 +218,7 @@ struct fileio_job {
 	void			*arg;
 	TAILQ_ENTRY(fileio_job)	 entry;
 };
-struct fileio	*fileio_start(struct event_base *, struct shm_segment *,
-		    const int [SHM_DIR_ROUNDS]);
+struct fileio	*fileio_start(struct event_base *);
 void		 fileio_carrier_done(struct fileio_job *);
 void		 fileio_submit(struct fileio *, struct fileio_job *);
 unsigned	 fileio_in_flight(struct fileio *);

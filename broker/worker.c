@@ -624,7 +624,6 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 {
 	struct worker	 w;
 	sigset_t	 term;
-	int		 round_fds[SHM_DIR_ROUNDS];
 
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL);
@@ -640,10 +639,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	TAILQ_INIT(&w.parked);
 	if ((w.base = event_base_new()) == NULL)
 		fatalx("worker %u: event_base_new failed", index);
-	/* The same order as shm_header.dir_rounds. */
-	round_fds[0] = d->inbox_fd;
-	round_fds[1] = d->reports_fd;
-	if ((w.io = fileio_start(w.base, &d->seg, round_fds)) == NULL)
+	if ((w.io = fileio_start(w.base)) == NULL)
 		fatalx("worker %u: cannot start its file threads", index);
 	w.listen_ev = event_new(w.base, d->listen_fd, EV_READ | EV_PERSIST,
 	    worker_accept, &w);

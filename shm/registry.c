@@ -29,7 +29,5 @@ registry_exit(struct shm_segment *seg, unsigned index)
 	/* And its carriers: the journaler must not wait for them. */
 	atomic_store(&w->carriers[0], 0);
 	atomic_store(&w->carriers[1], 0);
-	/* Nor a directory round for its links (fileio.c). */
-	atomic_store(&w->linking, 0);
 	peers_forget_worker(seg, index);
 }

@@ -20,9 +20,6 @@
 
 #include "shm.h"
 
-/* shm_create initialises each directory round's lock by name. */
-_Static_assert(SHM_DIR_ROUNDS == 2, "the inbox's round and reports/'s");
-
 static size_t
 round_up(size_t n, size_t to)
 {
@@ -214,9 +211,7 @@ shm_create_sized(const char *root_realpath, uint32_t capacity,
 	if (shm_lock_init(&header->table_lock) != 0 ||
 	    shm_lock_init(&header->alloc_lock) != 0 ||
 	    shm_lock_init(&header->ring_lock) != 0 ||
-	    shm_lock_init(&header->peer_lock) != 0 ||
-	    shm_lock_init(&header->dir_rounds[0].lock) != 0 ||
-	    shm_lock_init(&header->dir_rounds[1].lock) != 0) {
+	    shm_lock_init(&header->peer_lock) != 0) {
 		asprintf(cause, "initialising robust mutexes: %s",
 		    strerror(errno));
 		munmap(base, h.total_bytes);

@@ -48,7 +48,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	7
+#define SHM_LAYOUT_VERSION	6
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -196,8 +196,7 @@ struct shm_worker {
 	_Atomic uint64_t	requests;
 	_Atomic uint32_t	connections;	/* open: given back if it dies */
 	_Atomic uint32_t	carriers[2];	/* by phase (journaler.c): zeroed if it dies */
-	_Atomic uint32_t	linking;	/* about to link (fileio.c): zeroed if it dies */
-	char			pad[SHM_CACHELINE_BYTES - 32];
+	char			pad[SHM_CACHELINE_BYTES - 28];
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 struct shm_counters {
@@ -231,32 +230,6 @@ struct seqalloc_state {
 	uint32_t	scanned_date;	/* the disk was scanned for this date */
 	uint32_t	sighted_date;	/* the date the sightings bitmap holds */
 };
-
-/*
- * A directory's fsync rounds, shared by every worker (fileio.c,
- * fileio_fsync_shared): each link made in the directory takes a ticket
- * (linked, after the link returned), and an fsync begun once a ticket
- * was taken covers its link, in whichever worker it runs.  The lock
- * serialises the directory's fsyncs; the holder records what its fsync
- * covered (synced: every ticket taken before it began) and, if it
- * failed, the tickets it failed (widened, never moved: fileio.c).  A
- * round that finds its tickets covered by another worker's fsync makes
- * none of its own.  A worker killed in its fsync leaves synced as it
- * was: the next holder syncs again.  Before its fsync the holder waits,
- * at most IDEM_LINK_GATHER_US, while file threads of any worker are
- * about to link (shm_worker.linking: their reservations are durable, so
- * their links are microseconds away); link_gathering says it waits,
- * and the last to link moves link_seq, the futex it sleeps on.
- */
-#define SHM_DIR_ROUNDS	2	/* the inbox, reports/ */
-struct shm_dir_round {
-	struct shm_lock		lock;
-	_Atomic uint64_t	linked;		/* tickets handed out */
-	uint64_t		synced;		/* under lock */
-	uint64_t		failed_from;	/* under lock; 0: none */
-	uint64_t		failed_to;
-	int32_t			failed_errno;
-} __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 /* The segment header.  Everything after it is located by its offsets. */
 struct shm_header {
@@ -378,9 +351,6 @@ struct shm_header {
 	 */
 	_Atomic uint32_t	carrier_phase;
 	_Atomic uint32_t	journaler_gathering;
-	struct shm_dir_round	dir_rounds[SHM_DIR_ROUNDS];
-	_Atomic uint32_t	link_seq;
-	_Atomic uint32_t	link_gathering;
 
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */

@@ -189,11 +189,9 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	if (in_lock != NULL && *in_lock != '\0') {
 		if (strcmp(in_lock, "table") != 0 &&
 		    strcmp(in_lock, "allocator") != 0 &&
-		    strcmp(in_lock, "journal-ring") != 0 &&
-		    strcmp(in_lock, "directory-round") != 0) {
+		    strcmp(in_lock, "journal-ring") != 0) {
 			asprintf(cause, "IDEM_CRASH_WORKER_IN_LOCK must be "
-			    "table, allocator, journal-ring or "
-			    "directory-round");
+			    "table, allocator or journal-ring");
 			return -1;
 		}
 		crash.in_lock = in_lock;

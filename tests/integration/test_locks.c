@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * test_locks.c: a worker killed while it holds each lock of the shared
- * segment (table, allocator, journal ring, the inbox's directory round),
- * with other clients busy.  The next owner of the lock repairs it
- * (EOWNERDEAD), the master replaces the worker, and every submission
- * still ends with exactly one TASK file and a receipt that later retries
- * get back unchanged.
+ * segment (table, allocator, journal ring), with other clients busy.  The
+ * next owner of the lock repairs it (EOWNERDEAD), the master replaces the
+ * worker, and every submission still ends with exactly one TASK file and
+ * a receipt that later retries get back unchanged.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -169,13 +168,6 @@ test_worker_dies_holding_journal_ring_lock(void **state)
 	run_lock_death("journal-ring");
 }
 
-/* Killed before its directory fsync: its links are not durable yet. */
-static void
-test_worker_dies_holding_directory_round_lock(void **state)
-{
-	run_lock_death("directory-round");
-}
-
 int
 main(void)
 {
@@ -183,7 +175,6 @@ main(void)
 		cmocka_unit_test(test_worker_dies_holding_table_lock),
 		cmocka_unit_test(test_worker_dies_holding_allocator_lock),
 		cmocka_unit_test(test_worker_dies_holding_journal_ring_lock),
-		cmocka_unit_test(test_worker_dies_holding_directory_round_lock),
 	};
 
 	harness_watchdog(120);
