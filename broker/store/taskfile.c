@@ -815,7 +815,7 @@ taskfile_write_temp(int dir_fd, const char *name, const void *data,
 	return 0;
 }
 
-/* renameat2(RENAME_NOREPLACE) failed with EINVAL once: not supported. */
+/* renameat2(RENAME_NOREPLACE) is not supported here (taskfile_link_temp). */
 static _Atomic int	taskfile_no_noreplace;
 
 int
@@ -832,8 +832,10 @@ taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 	 * name may have been taken by another FCoP writer since it was
 	 * reserved.  renameat2's RENAME_NOREPLACE fails with EEXIST as
 	 * link() does, in one call and one change of the directory instead
-	 * of a link and an unlink; a file system without it (EINVAL) gets
-	 * link() and unlink() from then on.  EEXIST goes back to the
+	 * of a link and an unlink; a file system or a kernel without it
+	 * (EINVAL, ENOSYS; EPERM from a system call filter; EOPNOTSUPP)
+	 * gets link() and unlink() from then on, which also give the real
+	 * answer if the error had another cause.  EEXIST goes back to the
 	 * caller as it is.
 	 */
 	if (!atomic_load(&taskfile_no_noreplace)) {
@@ -843,7 +845,9 @@ taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 				crash_point(CRASH_AFTER_TASK_FILE_LINKED);
 			return 0;
 		}
-		if (errno != EINVAL && errno != ENOSYS) {
+		/* Not this error: a link would fail the same way. */
+		if (errno != EINVAL && errno != ENOSYS && errno != EPERM &&
+		    errno != EOPNOTSUPP) {
 			taskfile_fail(cause, "rename %s to %s", temp, name);
 			taskfile_unlink_temp(dir_fd, temp, cause);
 			return -1;
