@@ -318,10 +318,11 @@ int	taskfile_make_topology(int root_fd, char **cause);
 
 /*
  * Write data durably as dir/name, never replacing a file: a temporary
- * file created O_EXCL in the same directory, written, fsync'd, link()ed
- * to name (EEXIST: -1 with errno EEXIST, nothing left behind), unlinked,
- * and the directory fsync'd.  With task_crash_points, the crash points
- * after_task_file_written and after_task_file_linked fire.
+ * file created O_EXCL in the same directory, written, fsync'd, renamed
+ * to name with RENAME_NOREPLACE (or, where the file system has no such
+ * rename, link()ed and unlinked; EEXIST: -1 with errno EEXIST, nothing
+ * left behind), and the directory fsync'd.  With task_crash_points, the
+ * crash points after_task_file_written and after_task_file_linked fire.
  */
 int	taskfile_write_durable(int dir_fd, const char *name, const void *data,
 	    size_t length, int task_crash_points, char **cause);

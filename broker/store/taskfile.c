@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <regex.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -681,6 +682,38 @@ taskfile_temp_noise(uint8_t noise[TASKFILE_TEMP_RANDOM_BYTES], pid_t pid,
 }
 
 /*
+ * This process's pid, read once (a system call per creation otherwise),
+ * and again in a child after fork (pthread_atfork).
+ */
+static _Atomic pid_t	taskfile_pid;
+
+static void
+taskfile_pid_forget(void)
+{
+	atomic_store(&taskfile_pid, 0);
+}
+
+static void
+taskfile_pid_watch(void)
+{
+	(void)pthread_atfork(NULL, NULL, taskfile_pid_forget);
+}
+
+static pid_t
+taskfile_getpid(void)
+{
+	static pthread_once_t	once = PTHREAD_ONCE_INIT;
+	pid_t			pid;
+
+	if ((pid = atomic_load(&taskfile_pid)) != 0)
+		return pid;
+	(void)pthread_once(&once, taskfile_pid_watch);
+	pid = getpid();
+	atomic_store(&taskfile_pid, pid);
+	return pid;
+}
+
+/*
  * Create ".<name>.tmp.<pid>.<random hex>" exclusively.  The random part
  * keeps two workers (or a worker and its restarted self with a reused
  * pid) apart; a collision just picks another name, because an EEXIST
@@ -692,7 +725,7 @@ taskfile_create_temp(int dir_fd, const char *name, char *temp,
 {
 	uint8_t		noise[TASKFILE_TEMP_RANDOM_BYTES];
 	char		hex[TASKFILE_TEMP_RANDOM_BYTES * 2 + 1];
-	pid_t		pid = getpid();
+	pid_t		pid = taskfile_getpid();
 	int		fd, tries, n;
 	size_t		i;
 
@@ -782,6 +815,9 @@ taskfile_write_temp(int dir_fd, const char *name, const void *data,
 	return 0;
 }
 
+/* renameat2(RENAME_NOREPLACE) is not supported here (taskfile_link_temp). */
+static _Atomic int	taskfile_no_noreplace;
+
 int
 taskfile_link_temp(int dir_fd, const char *temp, const char *name,
     int task_crash_points, char **cause)
@@ -792,10 +828,32 @@ taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 		crash_point(CRASH_AFTER_TASK_FILE_WRITTEN);
 
 	/*
-	 * link() and not rename(): rename replaces an existing file, and
-	 * the name may have been taken by another FCoP writer since it was
-	 * reserved.  EEXIST goes back to the caller as it is.
+	 * Never a plain rename(): it replaces an existing file, and the
+	 * name may have been taken by another FCoP writer since it was
+	 * reserved.  renameat2's RENAME_NOREPLACE fails with EEXIST as
+	 * link() does, in one call and one change of the directory instead
+	 * of a link and an unlink; a file system or a kernel without it
+	 * (EINVAL, ENOSYS; EPERM from a system call filter; EOPNOTSUPP)
+	 * gets link() and unlink() from then on, which also give the real
+	 * answer if the error had another cause.  EEXIST goes back to the
+	 * caller as it is.
 	 */
+	if (!atomic_load(&taskfile_no_noreplace)) {
+		if (renameat2(dir_fd, temp, dir_fd, name,
+		    RENAME_NOREPLACE) == 0) {
+			if (task_crash_points)
+				crash_point(CRASH_AFTER_TASK_FILE_LINKED);
+			return 0;
+		}
+		/* Not this error: a link would fail the same way. */
+		if (errno != EINVAL && errno != ENOSYS && errno != EPERM &&
+		    errno != EOPNOTSUPP) {
+			taskfile_fail(cause, "rename %s to %s", temp, name);
+			taskfile_unlink_temp(dir_fd, temp, cause);
+			return -1;
+		}
+		atomic_store(&taskfile_no_noreplace, 1);
+	}
 	if (linkat(dir_fd, temp, dir_fd, name, 0) == -1) {
 		taskfile_fail(cause, "link %s to %s", temp, name);
 		taskfile_unlink_temp(dir_fd, temp, cause);

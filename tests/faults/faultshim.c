@@ -18,6 +18,10 @@
  * matching call writes, syncs or truncates nothing and fails with that
  * errno.  A "write" rule with EROFS also fails ftruncate, as a
  * read-only file system does (a full one still lets a file shrink).
+ * "rename" fails renameat2 (taskfile.c's RENAME_NOREPLACE), matched by
+ * the path of its source directory, with EINVAL or ENOSYS (as a file
+ * system or a kernel without it does) or any errno above; "any" does
+ * not include it.
  * Reading the rule at every call is what lets a test turn a fault on
  * and off between two requests, or keep it for as long as it likes: a
  * sync rule makes every fsync fail until it is cleared.
@@ -59,6 +63,7 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -77,7 +82,8 @@ enum fault_op {
 	FAULT_WRITE,
 	FAULT_SYNC,
 	FAULT_TRUNCATE,
-	FAULT_FORK
+	FAULT_FORK,
+	FAULT_RENAME
 };
 
 static void	*real_write;
@@ -87,6 +93,7 @@ static void	*real_fsync;
 static void	*real_fdatasync;
 static void	*real_ftruncate;
 static void	*real_fork;
+static void	*real_renameat2;
 /* For "<n>": the rule counted (its hash) and its matching calls. */
 static uint64_t	 counted_rule;
 static uint64_t	 counted_calls;
@@ -121,6 +128,7 @@ fault_init(void)
 	(void)REAL(fdatasync);
 	(void)REAL(ftruncate);
 	(void)REAL(fork);
+	(void)REAL(renameat2);
 }
 
 static int
@@ -134,6 +142,10 @@ fault_errno(const char *name, size_t length)
 		return EDQUOT;
 	if (length == 5 && memcmp(name, "EROFS", 5) == 0)
 		return EROFS;
+	if (length == 6 && memcmp(name, "EINVAL", 6) == 0)
+		return EINVAL;
+	if (length == 6 && memcmp(name, "ENOSYS", 6) == 0)
+		return ENOSYS;
 	if (length == 6 && memcmp(name, "EAGAIN", 6) == 0)
 		return EAGAIN;
 	if (length == 6 && memcmp(name, "ENOMEM", 6) == 0)
@@ -263,6 +275,8 @@ fault_check(enum fault_op op, int fd)
 		rule_op = FAULT_SYNC;
 	else if (length == 8 && memcmp(word, "truncate", 8) == 0)
 		rule_op = FAULT_TRUNCATE;
+	else if (length == 6 && memcmp(word, "rename", 6) == 0)
+		rule_op = FAULT_RENAME;
 	else
 		return 0;
 	if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
@@ -273,6 +287,8 @@ fault_check(enum fault_op op, int fd)
 		return 0;
 	if (rule_op != -1 && rule_op != (int)op && !(op == FAULT_TRUNCATE &&
 	    rule_op == FAULT_WRITE && error == EROFS))
+		return 0;
+	if (rule_op == -1 && op == FAULT_RENAME)
 		return 0;
 
 match:
@@ -390,6 +406,19 @@ ftruncate(int fd, off_t length)
 		return -1;
 	}
 	return REAL(ftruncate)(fd, length);
+}
+
+int
+renameat2(int olddirfd, const char *oldpath, int newdirfd,
+    const char *newpath, unsigned int flags)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_RENAME, olddirfd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(renameat2)(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
 pid_t

@@ -234,6 +234,54 @@ assert_restart_replays(struct harness_shim *t, const char *const *ids,
 	assert_int_equal(harness_count_tasks(&t->b), tasks);
 }
 
+/* ---- A file system without RENAME_NOREPLACE ----------------------------- */
+
+/*
+ * renameat2 with RENAME_NOREPLACE fails as on a file system or a kernel
+ * without it: the temporary is linked and unlinked instead, for this
+ * call and the next ones, and nothing else changes: one TASK file per
+ * submission, no temporary left, retries reused.
+ */
+static void
+rename_unsupported(struct harness_shim *t, const char *rule)
+{
+	struct broker	*b = &t->b;
+	json_t		*reply;
+	char		*receipt;
+
+	start(t);
+	harness_fault_rule(t->fault_file, rule);
+	reply = harness_submit(b, "norename/1", "Fix login");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	assert_receipt_file(b, reply);
+	receipt = receipt_text(reply);
+	json_decref(reply);
+	reply = harness_submit(b, "norename/2", "Fix logout");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	assert_receipt_file(b, reply);
+	json_decref(reply);
+	assert_int_equal(harness_count_tasks(b), 2);
+	assert_int_equal(count_tasks_of(b, "norename/1"), 1);
+	assert_int_equal(count_tasks_of(b, "norename/2"), 1);
+	assert_int_equal(count_task_temporaries(b), 0);
+	assert_reused_as(b, "norename/1", "Fix login", receipt);
+	free(receipt);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+static void
+rename_einval_falls_back_to_link(void **state)
+{
+	rename_unsupported(*state, "rename _lifecycle/inbox$ EINVAL");
+}
+
+static void
+rename_enosys_falls_back_to_link(void **state)
+{
+	rename_unsupported(*state, "rename _lifecycle/inbox$ ENOSYS");
+}
+
 /* ---- A TASK file that cannot be written --------------------------------- */
 
 /*
@@ -1010,6 +1058,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		T(task_write_enospc_leaves_reserved_and_retry_creates),
 		T(task_fsync_eio_leaves_reserved_and_retry_creates),
+		T(rename_einval_falls_back_to_link),
+		T(rename_enosys_falls_back_to_link),
 		T(task_write_edquot_leaves_reserved_and_retry_creates),
 		T(task_write_erofs_leaves_reserved_and_retry_creates),
 		T(legacy_task_write_enospc_leaves_nothing),
