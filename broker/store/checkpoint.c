@@ -11,6 +11,12 @@
  * lock per chunk, never a global pause) into checkpoint-S.snap and then
  * removes the segments before S and the older checkpoints.
  *
+ * Once the index holds receipts the table does not (it outgrew the
+ * table), committed slots indexed by an earlier checkpoint are not
+ * copied: they are the index's, and a full table would make every
+ * checkpoint a copy of the whole cache.  Until then the checkpoint holds
+ * every entry, so that a lost index can be rebuilt from it.
+ *
  * The copy is not one instant, but it need not be: every change after
  * the rotation is also in segments >= S, each record is a whole entry,
  * and replaying them in order over the snapshot ends in the latest
@@ -149,6 +155,7 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	uint64_t		 records = 0;
 	uint32_t		 from = 0, n, i;
 	int			 dir_fd = -1, fd = -1, rc = -1;
+	int			 skip_indexed = 0;
 
 	snprintf(name, sizeof name, CHECKPOINT_NAME_FORMAT, segment);
 	snprintf(temp, sizeof temp, ".%s.tmp", name);
@@ -177,6 +184,19 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	header_encode(header, segment, 0, 0, alloc);
 	if (journal_write_all(fd, header, sizeof header) != 0)
 		goto write_failed;
+	/*
+	 * Once the index holds more receipts than the table has entries,
+	 * some are in no other file already and a lost index cannot be
+	 * rebuilt (start-up says so).  From then on a committed entry an
+	 * earlier checkpoint indexed is not copied again: with a full table
+	 * the copy would otherwise write the whole cache (about 200 bytes a
+	 * slot) at every rotation, several times the journal's own bytes.
+	 * Before then the checkpoint keeps everything, so that the index
+	 * can be rebuilt from it.
+	 */
+	if (ix != NULL && index_stats(ix, &istats) == 0 &&
+	    istats.entries > seg->header->slots_used)
+		skip_indexed = 1;
 	/* The committed states the index lacks go to it in one transaction. */
 	if (ix != NULL && index_begin(ix, cause) != 0)
 		goto out;
@@ -186,6 +206,12 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 			/* A slot whose state was lost with the journal. */
 			if (entries[i].state == SUBTAB_EMPTY)
 				continue;
+			if (skip_indexed && entries[i].state ==
+			    SUBTAB_COMMITTED && (flags[i] &
+			    SUBTAB_SLOT_INDEXED)) {
+				entries[i].state = SUBTAB_EMPTY;
+				continue;
+			}
 			memset(&record, 0, sizeof record);
 			record.type = JOURNAL_RECORD_ENTRY;
 			record.entry = entries[i];
@@ -246,7 +272,9 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 		for (i = 0; i < n; i++)
 			records += entries[i].state != SUBTAB_EMPTY;
 		from += n;
-		if (records >= seg->header->slots_used / 2)
+		/* Half written; when indexed slots are skipped, half read. */
+		if (records >= seg->header->slots_used / 2 || (skip_indexed &&
+		    from >= seg->header->capacity / 2))
 			crash_point(CRASH_DURING_CHECKPOINT);
 	}
 	/*
