@@ -501,11 +501,12 @@ stats_answered(int fd)
 }
 
 /*
- * On PostgreSQL a worker serves one request at a time, so a broker's
- * connections are spread over its workers (worker.c, worker_yield): two
- * connections made one after the other land on two workers, and with
- * one worker stopped in the middle of a creation, the other connection
- * is still answered.  Taken together by one worker, it would wait.
+ * On PostgreSQL a worker's loop makes blocking calls (effects, reads),
+ * so a broker's connections are spread over its workers (worker.c,
+ * worker_yield): two connections made one after the other land on two
+ * workers, and with one worker stopped (SIGSTOP: the whole process) in
+ * the middle of a creation, the other connection is still answered.
+ * Taken together by one worker, it would wait.
  */
 static void
 connections_spread_over_workers(void **state)
