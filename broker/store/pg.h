@@ -52,6 +52,7 @@ struct pg_conn;				/* libpq's PGconn, kept opaque here */
 
 struct pgstore {
 	struct pg_conn	*conn;
+	unsigned	 prepared;	/* statements prepared on conn (pg.c) */
 	char		*uri;
 	char		 workspace[PGSTORE_WORKSPACE_ID_BYTES + 1];
 	char		 host[PGSTORE_MAX_HOST_ID_BYTES + 1];
