@@ -30,10 +30,21 @@
  * recorded: never `created`.  A live owner is waited for by reading the
  * row again every CLUSTER_POLL_MS until --inflight-wait-ms.
  *
- * The PostgreSQL calls and the file writes run on the worker's loop, one
- * request at a time per worker (libpq's blocking calls): the workers
- * (--workers) are what serves requests side by side.  Each worker has
- * its own connection; its session is the owner's identity.
+ * The steps of a creation run in series on one of the worker's creation
+ * threads (cluster_pool.c, at most --store-connections), with libpq's
+ * blocking calls on that thread's own connection, whose session is the
+ * owner's identity; a thread carries one creation at a time, from the
+ * read to its outcome.  So a worker has that many creations side by
+ * side, and their commits and fsyncs wait together: PostgreSQL's group
+ * commit and the file system's journal serve them with shared flushes.
+ * A run only records its outcome (cl_fail, cl_conflict, cl_answer,
+ * cl_wait); the loop acts on it (cl_finish): the reply, the cache, the
+ * timer of a wait for a live owner, after which the next read runs on
+ * whichever thread is free (a waiting request holds no fence: it waits
+ * only for another owner).  The cache lookup of a committed retry runs
+ * on the loop, with no thread and no round trip.  The loop keeps a
+ * connection of its own for the effects, get_submission, diagnose and
+ * stats.
  *
  * Only built with configure --with-postgresql; without it idemd refuses
  * --store postgresql://... at start-up (main.c).
@@ -44,6 +55,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +75,19 @@
 /* ".<name>.md.tmp.<epoch>-<token>" */
 #define CLUSTER_TEMP_INFIX	".tmp."
 
+/* What a creation's run on its thread decided, for the loop to act on. */
+enum cl_outcome {
+	CL_OUT_NONE,
+	CL_OUT_FAIL,		/* reply: an error */
+	CL_OUT_CONFLICT,	/* reason, message */
+	CL_OUT_ANSWER,		/* created or reused (created says which) */
+	CL_OUT_WAIT		/* a live owner: read again after CLUSTER_POLL_MS */
+};
+
 struct cluster_sub {
+	struct cluster_job	 job;		/* first: the pool's handle */
+	struct pending		*p;
+	struct pgstore		*st;		/* its thread's, while it runs */
 	struct pgstore_row	 row;		/* the fence this request holds */
 	struct pgstore_key	 key;
 	char			 scope[SUBTAB_MAX_KEY_BYTES + 1];
@@ -72,13 +96,19 @@ struct cluster_sub {
 	int64_t			 deadline_ms;
 	struct event		*timer;
 	unsigned		 renumbered;
+	enum cl_outcome		 out;
+	json_t			*reply;
+	enum wire_reason	 reason;
+	const char		*message;	/* a literal */
+	int			 created;
 };
 
-/* This worker's connection (one per process). */
+/* This worker's loop's connection (effects, reads, diagnose, stats). */
 static struct pgstore	cl_store;
 static int		cl_open;
 
 static void	cl_step(struct pending *);
+static void	cl_dispatch(struct cluster_sub *);
 
 static struct submission *
 cl_sub(struct pending *p)
@@ -101,17 +131,24 @@ cl_free(struct submission *s)
 		return;
 	if (c->timer != NULL)
 		event_free(c->timer);
+	json_decref(c->reply);
 	pgstore_row_clear(&c->row);
 	free(c);
 	s->cluster = NULL;
 }
 
+/*
+ * The outcomes.  On a creation thread they are only recorded: the loop
+ * acts on them (cl_finish), since the reply, the cache and the timers
+ * are the loop's.
+ */
 static void
 cl_fail(struct pending *p, json_t *reply)
 {
-	cl_free(cl_sub(p));
-	atomic_fetch_add(&cl_idemd(p)->seg.header->counters.errors, 1);
-	pending_reply(p, reply);
+	struct cluster_sub	*c = cl_sub(p)->cluster;
+
+	c->out = CL_OUT_FAIL;
+	c->reply = reply;
 }
 
 /* PostgreSQL or the files failed: retryable, logged once here. */
@@ -143,8 +180,20 @@ static void
 cl_conflict(struct pending *p, enum wire_reason reason,
     const char *message)
 {
-	cl_free(cl_sub(p));
-	submission_conflict(p, reason, message);
+	struct cluster_sub	*c = cl_sub(p)->cluster;
+
+	c->out = CL_OUT_CONFLICT;
+	c->reason = reason;
+	c->message = message;
+}
+
+static void
+cl_answer(struct pending *p, int created)
+{
+	struct cluster_sub	*c = cl_sub(p)->cluster;
+
+	c->out = CL_OUT_ANSWER;
+	c->created = created;
 }
 
 static void
@@ -182,38 +231,119 @@ cl_cache(struct pending *p)
 		    &cached, &s->slot);
 }
 
+/* Read again after CLUSTER_POLL_MS (a live owner), on a thread. */
 static void
-cl_answer(struct pending *p, int created)
+cl_timer_fired(evutil_socket_t fd, short what, void *arg)
 {
-	struct submission	*s = cl_sub(p);
+	(void)fd;
+	(void)what;
+	cl_dispatch(arg);
+}
 
-	s->entry.state = SUBTAB_COMMITTED;
-	/* A tombstone is not cached: its file digest is not kept. */
-	s->slot = UINT32_MAX;
-	if (!s->pruned)
-		cl_cache(p);
-	cl_free(s);
-	s->ops->answer(p, created);
+/* On the loop: act on what the run decided. */
+static void
+cl_finish(struct cluster_sub *c)
+{
+	struct pending		*p = c->p;
+	struct submission	*s = cl_sub(p);
+	struct timeval		 tv = { 0, CLUSTER_POLL_MS * 1000 };
+	enum wire_reason	 reason = c->reason;
+	const char		*message = c->message;
+	json_t			*reply;
+	int			 created = c->created;
+
+	if (c->out == CL_OUT_WAIT) {
+		if (c->timer != NULL || (c->timer = evtimer_new(
+		    p->worker->base, cl_timer_fired, c)) != NULL) {
+			evtimer_add(c->timer, &tv);
+			return;
+		}
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		    "out of memory"));
+	}
+	if (c->out == CL_OUT_NONE)	/* never: every run decides */
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		    "a creation ended without an answer"));
+	switch (c->out) {
+	case CL_OUT_FAIL:
+		reply = c->reply;
+		c->reply = NULL;
+		cl_free(s);
+		atomic_fetch_add(&cl_idemd(p)->seg.header->counters.errors, 1);
+		pending_reply(p, reply);
+		break;
+	case CL_OUT_CONFLICT:
+		cl_free(s);
+		submission_conflict(p, reason, message);
+		break;
+	case CL_OUT_ANSWER:
+		s->entry.state = SUBTAB_COMMITTED;
+		/* A tombstone is not cached: its file digest is not kept. */
+		s->slot = UINT32_MAX;
+		if (!s->pruned)
+			cl_cache(p);
+		cl_free(s);
+		s->ops->answer(p, created);
+		break;
+	case CL_OUT_NONE:
+	case CL_OUT_WAIT:
+		break;
+	}
 }
 
 #ifdef IDEM_FAULT_INJECTION
 /*
+ * IDEM_CRASH_HOLD_AT=<point>:<fifo>: the first creation of a worker
+ * process to reach the point holds there, alone, while the worker's
+ * other creations and its loop go on: its thread opens the FIFO for
+ * reading, so that a test's open for writing returns once it is held
+ * (an event, not a guess), and reads it to its end, so that the test's
+ * close lets it go on.
+ */
+static void
+cl_hold_point(const char *point)
+{
+	static _Atomic int	 held;
+	const char		*at = getenv("IDEM_CRASH_HOLD_AT");
+	size_t			 n = strlen(point);
+	char			 buf[64];
+	ssize_t			 r;
+	int			 fd;
+
+	if (at == NULL || strncmp(at, point, n) != 0 || at[n] != ':' ||
+	    atomic_exchange(&held, 1))
+		return;
+	fprintf(stderr, "idemd[%ld]: hold point %s reached: waiting for "
+	    "%s\n", (long)getpid(), point, at + n + 1);
+	if ((fd = open(at + n + 1, O_RDONLY | O_CLOEXEC)) == -1) {
+		log_warn("hold point %s: %s", point, at + n + 1);
+		return;
+	}
+	do
+		r = read(fd, buf, sizeof buf);
+	while (r > 0 || (r == -1 && errno == EINTR));
+	close(fd);
+}
+
+/*
  * IDEM_CRASH_PAUSE_AT=before_task_file_link, or a crash point's name
  * (after_reserve_durable, after_task_file_written, after_task_file_linked,
  * after_commit_durable): the first request of a worker process to reach
- * that point stops the worker (SIGSTOP), as a scheduler or a VM pause
- * may; its PostgreSQL session stays open, so only its lease's expiry
- * lets another broker take over.  The test resumes it with SIGCONT.
+ * that point stops the worker (SIGSTOP: the whole process, its loop and
+ * every creation thread), as a scheduler or a VM pause may; its
+ * PostgreSQL sessions stay open, so only its lease's expiry lets
+ * another broker take over.  The test resumes it with SIGCONT.
  */
 static void
 cl_pause_point(const char *point)
 {
-	static int	 paused;
-	const char	*at = getenv("IDEM_CRASH_PAUSE_AT");
+	static _Atomic int	 paused;
+	const char		*at = getenv("IDEM_CRASH_PAUSE_AT");
 
-	if (paused || at == NULL || strcmp(at, point) != 0)
+	cl_hold_point(point);
+	if (at == NULL || strcmp(at, point) != 0 ||
+	    atomic_exchange(&paused, 1))
 		return;
-	paused = 1;
 	fprintf(stderr, "idemd[%ld]: pause point %s reached: SIGSTOP\n",
 	    (long)getpid(), point);
 	raise(SIGSTOP);
@@ -231,28 +361,104 @@ cl_crash_point(struct submission *s, enum crash_point point)
 	}
 }
 
-/* This worker's store, opened at its first request. */
+/*
+ * The disk scan of a reservation (the day's highest number on disk, so
+ * that numbers other FCoP writers used are skipped), shared by the
+ * worker's creation threads as a group commit shares a flush.  What a
+ * reservation needs is a scan begun after it asked, not one of its own:
+ * such a scan sees every file made before the reservation asked, as its
+ * own would.  So whoever asks while no scan runs makes one, and every
+ * reservation that asked before it began takes its result; one that
+ * asks while a scan runs waits for the next.  A scan reads every stage
+ * (O(files)); shared, a worker makes one per scan's time, not one per
+ * creation.
+ */
+static struct {
+	pthread_mutex_t		 lock;
+	pthread_cond_t		 done;
+	uint64_t		 begun;		/* scans begun */
+	int			 running;
+	/* The last scan that ended: */
+	uint64_t		 number;	/* 0: none */
+	enum subtab_kind	 kind;
+	uint32_t		 date;
+	uint32_t		 max_seq;
+	int			 error;		/* its errno; 0: it worked */
+} cl_scans = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0,
+    0, SUBTAB_KIND_TASK, 0, 0, 0 };
+
 static int
-cl_store_open(struct idemd *d, char **cause)
+cl_scan_shared(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
+    void *arg)
 {
-	if (cl_open)
-		return 0;
-	memset(&cl_store, 0, sizeof cl_store);
-	if (workspace_id_get(d->root_fd, 0, cl_store.workspace, cause) != 1) {
+	uint64_t	want, mine;
+	uint32_t	found;
+	int		error;
+
+	pthread_mutex_lock(&cl_scans.lock);
+	want = cl_scans.begun + 1;	/* begun from now on */
+	for (;;) {
+		if (cl_scans.number >= want && cl_scans.kind == kind &&
+		    cl_scans.date == date) {
+			*max_seq = cl_scans.max_seq;
+			error = cl_scans.error;
+			pthread_mutex_unlock(&cl_scans.lock);
+			errno = error;
+			return error != 0 ? -1 : 0;
+		}
+		if (cl_scans.running) {
+			pthread_cond_wait(&cl_scans.done, &cl_scans.lock);
+			continue;
+		}
+		cl_scans.running = 1;
+		mine = ++cl_scans.begun;
+		pthread_mutex_unlock(&cl_scans.lock);
+		found = 0;
+		error = 0;
+		if (idemd_scan_max_seq(kind, date, &found, arg) != 0)
+			error = errno != 0 ? errno : EIO;
+		pthread_mutex_lock(&cl_scans.lock);
+		cl_scans.running = 0;
+		cl_scans.number = mine;
+		cl_scans.kind = kind;
+		cl_scans.date = date;
+		cl_scans.max_seq = found;
+		cl_scans.error = error;
+		pthread_cond_broadcast(&cl_scans.done);
+	}
+}
+
+/* A store of this worker's on d's workspace: 0, or -1 and *cause. */
+static int
+cl_store_init(struct idemd *d, struct pgstore *st, char **cause)
+{
+	memset(st, 0, sizeof *st);
+	if (workspace_id_get(d->root_fd, 0, st->workspace, cause) != 1) {
 		if (*cause == NULL)
 			*cause = strdup("the workspace has no "
 			    WORKSPACE_ID_NAME);
 		return -1;
 	}
-	snprintf(cl_store.host, sizeof cl_store.host, "%s", d->host_id);
-	cl_store.lease_ms = d->lease_ms;
-	cl_store.max_seq = (uint32_t)d->seg.header->alloc_max_seq;
-	cl_store.scan = idemd_scan_max_seq;
-	cl_store.scan_arg = d;
-	if (pgstore_open(&cl_store, d->store_uri, cause) != 0) {
-		pgstore_close(&cl_store);
+	snprintf(st->host, sizeof st->host, "%s", d->host_id);
+	st->lease_ms = d->lease_ms;
+	st->max_seq = (uint32_t)d->seg.header->alloc_max_seq;
+	st->scan = cl_scan_shared;
+	st->scan_arg = d;
+	if (pgstore_open(st, d->store_uri, cause) != 0) {
+		pgstore_close(st);
 		return -1;
 	}
+	return 0;
+}
+
+/* The loop's store, opened at its first use. */
+static int
+cl_store_open(struct idemd *d, char **cause)
+{
+	if (cl_open)
+		return 0;
+	if (cl_store_init(d, &cl_store, cause) != 0)
+		return -1;
 	cl_open = 1;
 	return 0;
 }
@@ -343,7 +549,13 @@ cl_sweep(struct pending *p, const char *keep)
 
 	n = (size_t)snprintf(prefix, sizeof prefix, ".%s.md" CLUSTER_TEMP_INFIX,
 	    s->name);
-	if ((fd = dup(cl_dir(p))) == -1)
+	/*
+	 * Its own open file description: a dup would share the directory's
+	 * offset with another creation thread's sweep, and either could
+	 * miss a name.
+	 */
+	if ((fd = openat(cl_dir(p), ".", O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1)
 		return -1;
 	if ((dir = fdopendir(fd)) == NULL) {
 		close(fd);
@@ -415,7 +627,7 @@ cl_put_file(struct pending *p, char **cause)
 	close(fd);
 	free(data);
 	cl_crash_point(s, CRASH_AFTER_TASK_FILE_WRITTEN);
-	rc = pgstore_grant(&cl_store, &c->key, c->row.epoch, c->row.token,
+	rc = pgstore_grant(c->st, &c->key, c->row.epoch, c->row.token,
 	    cause);
 	if (rc != 1) {
 		unlinkat(dir, temp, 0);
@@ -446,20 +658,11 @@ cl_put_file(struct pending *p, char **cause)
 
 /* ---- the steps ------------------------------------------------------ */
 
-/* Read again after CLUSTER_POLL_MS (a live owner), or give up. */
-static void
-cl_timer_fired(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	cl_step(arg);
-}
-
+/* A live owner: read again after CLUSTER_POLL_MS (cl_finish), or give up. */
 static void
 cl_wait(struct pending *p)
 {
 	struct cluster_sub	*c = cl_sub(p)->cluster;
-	struct timeval		 tv = { 0, CLUSTER_POLL_MS * 1000 };
 
 	if (shm_now_ms() >= c->deadline_ms) {
 		cl_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
@@ -467,14 +670,7 @@ cl_wait(struct pending *p)
 		    "broker after %d ms", cl_idemd(p)->inflight_wait_ms));
 		return;
 	}
-	if (c->timer == NULL &&
-	    (c->timer = evtimer_new(p->worker->base, cl_timer_fired, p)) ==
-	    NULL) {
-		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
-		return;
-	}
-	evtimer_add(c->timer, &tv);
+	c->out = CL_OUT_WAIT;
 }
 
 /* The row's state as a receipt's bytes, and the commit under the fence. */
@@ -496,7 +692,7 @@ cl_commit(struct pending *p)
 		    "out of memory"));
 		return;
 	}
-	rc = pgstore_commit(&cl_store, &c->key, c->row.epoch, c->row.token,
+	rc = pgstore_commit(c->st, &c->key, c->row.epoch, c->row.token,
 	    s->entry.file_digest, text, &cause);
 	free(text);
 	if (rc < 0) {
@@ -552,7 +748,7 @@ cl_write(struct pending *p)
 			    "every number tried was taken by another writer"));
 			return;
 		}
-		rc = pgstore_renumber(&cl_store, &c->key, c->row.epoch,
+		rc = pgstore_renumber(c->st, &c->key, c->row.epoch,
 		    c->row.token, &c->row, &cause);
 		if (rc < 0 && errno == ERANGE) {
 			cl_fail_exhausted(p);
@@ -665,7 +861,7 @@ cl_step(struct pending *p)
 
 	schema = s->schema != 0 ? s->schema : s->ops->schema;
 	memset(&row, 0, sizeof row);
-	rc = pgstore_read(&cl_store, &c->key, &row, &cause);
+	rc = pgstore_read(c->st, &c->key, &row, &cause);
 	if (rc < 0) {
 		cl_fail_storage(p, "reading the submission", cause);
 		return;
@@ -679,7 +875,7 @@ cl_step(struct pending *p)
 		 * only on a row that would survive a server crash.
 		 */
 		pgstore_row_clear(&row);
-		rc = pgstore_read_durable(&cl_store, &c->key, &row, &cause);
+		rc = pgstore_read_durable(c->st, &c->key, &row, &cause);
 		if (rc < 0) {
 			cl_fail_storage(p, "reading the submission", cause);
 			return;
@@ -714,7 +910,7 @@ cl_step(struct pending *p)
 			cl_wait(p);
 			return;
 		}
-		rc = pgstore_takeover(&cl_store, &c->key, row.epoch, &c->row,
+		rc = pgstore_takeover(c->st, &c->key, row.epoch, &c->row,
 		    &cause);
 		pgstore_row_clear(&row);
 		if (rc < 0) {
@@ -738,7 +934,7 @@ cl_step(struct pending *p)
 	 * committed without waiting for the WAL flush; the grant's commit
 	 * makes it durable before anything is linked or answered).
 	 */
-	rc = pgstore_claim(&cl_store, &c->key, &s->entry, &c->row, &cause);
+	rc = pgstore_claim(c->st, &c->key, &s->entry, &c->row, &cause);
 	if (rc < 0 && errno == ERANGE) {
 		cl_fail_exhausted(p);
 		return;
@@ -765,13 +961,14 @@ static void
 cl_legacy(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
+	struct cluster_sub	*c = s->cluster;
 	char			 name[NAME_MAX + 1], *data, *cause = NULL;
 	size_t			 length;
 	int64_t			 now;
 	unsigned		 tries;
 
 	for (tries = 0; tries < CLUSTER_MAX_RENUMBER; tries++) {
-		if (pgstore_legacy_number(&cl_store, s->ops->kind,
+		if (pgstore_legacy_number(c->st, s->ops->kind,
 		    &s->entry.date, &s->entry.seq, &now, &cause) != 0) {
 			if (errno == ERANGE)
 				cl_fail_exhausted(p);
@@ -792,9 +989,7 @@ cl_legacy(struct pending *p)
 		    &cause) == 0) {
 			free(data);
 			s->wrote_file = 1;
-			s->entry.state = SUBTAB_COMMITTED;
-			cl_free(s);
-			s->ops->answer(p, 1);
+			cl_answer(p, 1);
 			return;
 		}
 		free(data);
@@ -809,6 +1004,54 @@ cl_legacy(struct pending *p)
 	    "every number tried was taken by another writer"));
 }
 
+/* On a creation thread: its store, then the steps until an outcome. */
+static void
+cl_run(struct cluster_job *job, struct pgstore *st, int *open)
+{
+	struct cluster_sub	*c = (struct cluster_sub *)job;
+	struct pending		*p = c->p;
+	char			*cause = NULL;
+
+	c->st = NULL;
+	if (!*open) {
+		if (cl_store_init(cl_idemd(p), st, &cause) != 0) {
+			cl_fail_storage(p, "opening the PostgreSQL store",
+			    cause);
+			return;
+		}
+		*open = 1;
+	}
+	c->st = st;
+	if (cl_sub(p)->submission_id == NULL)
+		cl_legacy(p);
+	else
+		cl_step(p);
+	c->st = NULL;
+}
+
+static void
+cl_run_done(struct cluster_job *job)
+{
+	cl_finish((struct cluster_sub *)job);
+}
+
+/* Hand the creation to a creation thread (cluster_pool.c). */
+static void
+cl_dispatch(struct cluster_sub *c)
+{
+	struct pending	*p = c->p;
+
+	c->out = CL_OUT_NONE;
+	c->job.run = cl_run;
+	c->job.done = cl_run_done;
+	if (cluster_pool_submit(p->worker->base,
+	    cl_idemd(p)->store_connections, &c->job) != 0) {
+		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		    "no creation thread could be started"));
+		cl_finish(c);
+	}
+}
+
 void
 cluster_submission_start(struct pending *p)
 {
@@ -816,23 +1059,21 @@ cluster_submission_start(struct pending *p)
 	struct idemd		*d = cl_idemd(p);
 	struct cluster_sub	*c;
 	struct subtab_entry	 known;
-	char			*cause = NULL, *nl;
+	char			*nl;
 
-	if (cl_store_open(d, &cause) != 0) {
-		cl_fail_storage(p, "opening the PostgreSQL store", cause);
-		return;
-	}
 	s->entry.kind = s->ops->kind;
 	conn_peer(p->conn, &s->entry.peer_uid, &s->entry.peer_pid);
 	if ((c = calloc(1, sizeof *c)) == NULL) {
-		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		atomic_fetch_add(&d->seg.header->counters.errors, 1);
+		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
 		    "out of memory"));
 		return;
 	}
+	c->p = p;
 	s->cluster = c;
 	if (s->submission_id == NULL) {
 		s->entry.schema = SUBTAB_SCHEMA_NONE;
-		cl_legacy(p);
+		cl_dispatch(c);
 		return;
 	}
 	s->entry.schema = s->schema != 0 ? s->schema : s->ops->schema;
@@ -845,13 +1086,13 @@ cluster_submission_start(struct pending *p)
 		s->entry = known;
 		cl_set_name(s);
 		if (known.schema != want || memcmp(known.request_digest,
-		    s->digest, IDEM_SHA256_BYTES) != 0) {
+		    s->digest, IDEM_SHA256_BYTES) != 0)
 			cl_conflict(p, known.schema != want ?
 			    REASON_SCHEMA_MISMATCH : REASON_DIGEST_MISMATCH, "the "
 			    "submission id is bound to another request");
-			return;
-		}
-		cl_answer(p, 0);
+		else
+			cl_answer(p, 0);
+		cl_finish(c);
 		return;
 	}
 	/* A report's key is "<task_id>\n<id>": the task is the row's scope. */
@@ -863,7 +1104,7 @@ cluster_submission_start(struct pending *p)
 		    (int)(nl - s->key), s->key);
 	c->key.scope = c->scope;
 	c->deadline_ms = shm_now_ms() + d->inflight_wait_ms;
-	cl_step(p);
+	cl_dispatch(c);
 }
 
 /* ---- get_submission and diagnose: the workspace's rows -------------- */

@@ -45,12 +45,13 @@ struct idemd {
 	pid_t			 master_pid;	/* hello names it */
 	/*
 	 * --store postgresql://... (NULL: the local store), --host-id,
-	 * --lease-ms (doc/cluster.md).  This broker's own state (lock,
+	 * --lease-ms, --store-connections (doc/cluster.md).  This broker's own state (lock,
 	 * socket, journal, segment) is then under .idem/hosts/<host-id>/.
 	 */
 	const char		*store_uri;
 	const char		*host_id;
 	int			 lease_ms;
+	unsigned		 store_connections; /* creation threads per worker */
 	char			*state_dir;	/* ".idem" or .idem/hosts/<id> */
 	char			*lock_name;	/* relative to the root */
 	char			*journal_name;
@@ -480,9 +481,29 @@ int	 cluster_check(struct idemd *, char **cause);
  */
 void	 cluster_reply_unavailable(struct conn *, json_t *id, const char *op,
 	    const char *what, char *cause);
-/* This worker's connection to the store, opened at its first use. */
+/*
+ * This worker's loop's connection to the store (effects, get_submission,
+ * diagnose, stats), opened at its first use.  Creations run on the
+ * creation threads' own connections (cluster_pool.c).
+ */
 struct pgstore;
 struct pgstore	*cluster_store(struct idemd *, char **cause);
+/*
+ * cluster_pool.c: a worker's creation threads, at most
+ * --store-connections, each with its own connection.  run is called on
+ * a thread with that thread's store (*open: whether it is open; run
+ * opens it); done, later, on the loop.
+ */
+struct cluster_job {
+	TAILQ_ENTRY(cluster_job) entry;
+	void	(*run)(struct cluster_job *, struct pgstore *, int *open);
+	void	(*done)(struct cluster_job *);
+};
+/* Hand job to a thread (started on demand); 0, or -1 (not taken). */
+int	 cluster_pool_submit(struct event_base *, unsigned max,
+	    struct cluster_job *);
+/* The worker's loop has ended: the idle threads joined, connections closed. */
+void	 cluster_pool_stop(void);
 /* cluster_effect.c: effect_begin, _complete, _resolve on the row. */
 void	 cluster_effect_start(struct pending *);
 /* The judge's transition as a compare-and-set, then effect_settled. */
@@ -506,6 +527,7 @@ int	 cluster_effects_diagnose(struct idemd *, json_t *first, json_t *later,
 #define cluster_effect_record(p)	((void)(p))
 #define cluster_get_effect(c, id, key, n)	((void)(c))
 #define cluster_stats(c, reply)		((void)(c))
+#define cluster_pool_stop()		((void)0)
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
 #endif

@@ -70,7 +70,9 @@ usage(FILE *out, int status)
 "  --store URI           local (default) or postgresql://...: several brokers\n"
 "                        on one workspace (doc/cluster.md)\n"
 "  --host-id NAME        this broker's name among them (with postgresql://)\n"
-"  --lease-ms N          a creation's lease (default 30000)\n",
+"  --lease-ms N          a creation's lease (default 30000)\n"
+"  --store-connections N creations in flight per worker, each on its own\n"
+"                        PostgreSQL connection (default %d, at most %d)\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
@@ -78,7 +80,8 @@ usage(FILE *out, int status)
 	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR,
 	    IDEM_DEFAULT_IDLE_TIMEOUT_MS, IDEM_DEFAULT_SOCKET_MODE,
 	    IDEM_MIN_SEQUENCE_DIGITS, IDEM_MAX_SEQUENCE_DIGITS,
-	    IDEM_DEFAULT_SEQUENCE_DIGITS);
+	    IDEM_DEFAULT_SEQUENCE_DIGITS, PGSTORE_DEFAULT_CONNECTIONS,
+	    PGSTORE_MAX_CONNECTIONS);
 	exit(status);
 }
 
@@ -239,6 +242,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "store", required_argument, NULL, 'T' },
 		{ "host-id", required_argument, NULL, 'H' },
 		{ "lease-ms", required_argument, NULL, 'A' },
+		{ "store-connections", required_argument, NULL, 'C' },
 		{ "worker", required_argument, NULL, 'W' },	/* master.c */
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -262,6 +266,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
 	d->segment_bytes = JOURNAL_DEFAULT_SEGMENT_BYTES;
 	d->sequence_digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
+	d->store_connections = PGSTORE_DEFAULT_CONNECTIONS;
 	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
@@ -345,6 +350,11 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'A':
 			d->lease_ms = (int)number_option("lease-ms", optarg,
 			    PGSTORE_MIN_LEASE_MS, PGSTORE_MAX_LEASE_MS);
+			break;
+		case 'C':
+			d->store_connections = (unsigned)number_option(
+			    "store-connections", optarg, 1,
+			    PGSTORE_MAX_CONNECTIONS);
 			break;
 		case 'h':
 			usage(stdout, 0);

@@ -436,12 +436,13 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 }
 
 /*
- * On the PostgreSQL store a worker serves one request at a time with
- * blocking calls (cluster.c), so connections must be spread over the
- * workers: whichever worker runs first would otherwise take every
- * pending connection (measured: all eight of a bench's clients on one
- * of two workers) and serve them one after the other while the others
- * idle.  A worker holding more connections than another live worker
+ * On the PostgreSQL store a worker's loop makes blocking calls (effects,
+ * get_submission, diagnose, stats; a creation runs on one of the
+ * worker's --store-connections threads, cluster_pool.c), so connections
+ * are spread over the workers: whichever worker runs first would
+ * otherwise take every pending connection (measured, when a worker ran
+ * one creation at a time: all eight of a bench's clients on one of two
+ * workers) while the others idle.  A worker holding more connections than another live worker
  * leaves a pending connection to it (looking again every
  * WORKER_YIELD_MS), and takes it itself after WORKER_YIELD_MAX_MS (the
  * other may be blocked in a long call, a connection attempt to a server
@@ -670,6 +671,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_base_dispatch(w.base);
 
 	fileio_stop(w.io);
+	cluster_pool_stop();
 	pending_free_parked(&w);
 	event_free(w.listen_ev);
 	event_free(w.notify_ev);

@@ -39,11 +39,20 @@
 #define PGSTORE_DEFAULT_LEASE_MS	30000
 #define PGSTORE_MIN_LEASE_MS		100
 #define PGSTORE_MAX_LEASE_MS		86400000
+/*
+ * --store-connections: a worker's creation threads, each with its own
+ * connection, so its creations in flight (a worker has one connection
+ * more, its loop's).  A server's max_connections (100 by default) must
+ * hold brokers x --workers x (this + 1).
+ */
+#define PGSTORE_DEFAULT_CONNECTIONS	4
+#define PGSTORE_MAX_CONNECTIONS		32
 
 struct pg_conn;				/* libpq's PGconn, kept opaque here */
 
 struct pgstore {
 	struct pg_conn	*conn;
+	unsigned	 prepared;	/* statements prepared on conn (pg.c) */
 	char		*uri;
 	char		 workspace[PGSTORE_WORKSPACE_ID_BYTES + 1];
 	char		 host[PGSTORE_MAX_HOST_ID_BYTES + 1];

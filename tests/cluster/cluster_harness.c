@@ -90,7 +90,8 @@ cluster_node_start(struct node *n, const char *lease_ms, const char *workers,
 	    n->host, "--lease-ms", lease_ms, "--workers", workers,
 	    "--inflight-wait-ms", inflight_wait_ms != NULL ?
 	    inflight_wait_ms : "60000", "--sequence-digits",
-	    digits != NULL ? digits : "3", NULL };
+	    digits != NULL ? digits : "3", n->store_connections != NULL ?
+	    "--store-connections" : NULL, n->store_connections, NULL };
 	int	i;
 
 	for (i = 0; i < CLUSTER_MAX_NODES; i++) {

@@ -18,6 +18,7 @@ struct node {
 	struct broker	 b;
 	char		 host[16];
 	const char	*uri;		/* --store */
+	const char	*store_connections; /* NULL: idemd's default */
 };
 
 /* A fresh workspace root under $TMPDIR (or /tmp); fails the test. */
@@ -31,7 +32,8 @@ void	 cluster_node_init(struct node *, const char *uri, const char *root,
 	    const char *host);
 /*
  * Start it on its store with --lease-ms, --workers, --inflight-wait-ms
- * (NULL: 60000) and --sequence-digits (NULL: FCoP's 3), env as
+ * (NULL: 60000), --sequence-digits (NULL: FCoP's 3) and the node's
+ * store_connections (if set), env as
  * harness_start's; it is killed by cluster_kill_live_nodes if the test
  * fails.  0 once it serves, -1 if it exited first.
  */

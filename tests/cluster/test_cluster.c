@@ -20,6 +20,8 @@
  *   by a retry on another broker while an FCoP mover moves the file, then
  *   resumed: it never answers created, one file across the stages;
  * - PostgreSQL stopped under load; kill -9 of a broker under load;
+ * - one worker carrying creations side by side: one held at a hold
+ *   point, the others created meanwhile;
  * - foreign FCoP writers between rounds and concurrently with the
  *   brokers (what is and is not guaranteed: foreign_writer_concurrently_
  *   with_brokers);
@@ -499,11 +501,12 @@ stats_answered(int fd)
 }
 
 /*
- * On PostgreSQL a worker serves one request at a time, so a broker's
- * connections are spread over its workers (worker.c, worker_yield): two
- * connections made one after the other land on two workers, and with
- * one worker stopped in the middle of a creation, the other connection
- * is still answered.  Taken together by one worker, it would wait.
+ * On PostgreSQL a worker's loop makes blocking calls (effects, reads),
+ * so a broker's connections are spread over its workers (worker.c,
+ * worker_yield): two connections made one after the other land on two
+ * workers, and with one worker stopped (SIGSTOP: the whole process) in
+ * the middle of a creation, the other connection is still answered.
+ * Taken together by one worker, it would wait.
  */
 static void
 connections_spread_over_workers(void **state)
@@ -562,6 +565,103 @@ connections_spread_over_workers(void **state)
 	close(fd1);
 	close(fd2);
 	cluster_node_kill(&a);
+	cluster_rm_root(root);
+}
+
+/* ---- creations side by side on one worker --------------------------- */
+
+/* Creations sent beside the held one; the worker's creation threads. */
+#define SIDE_BY_SIDE		3
+#define SIDE_BY_SIDE_THREADS	"4"
+
+/*
+ * A worker carries several creations at once, each on a creation thread
+ * of its own (broker/cluster_pool.c): with --workers 1, one creation
+ * held at before_task_file_link (its temporary written, its lease
+ * granted; its thread waits on a FIFO, IDEM_CRASH_HOLD_AT, and the
+ * test's open of the FIFO returns once it is held), three others sent
+ * on their own connections are all created while it is held; then,
+ * let go, the held one is created too.  One file each, no temporary.
+ * Carried one at a time per worker, the three would wait behind it.
+ */
+static void
+creations_side_by_side_on_one_worker(void **state)
+{
+	static struct node	 a;
+	char			 root[256], fifo[300], env[400], id[32];
+	const char *const	 hold_env[] = { env, NULL };
+	struct pollfd		 pfd;
+	json_t			*request, *reply;
+	char			*line, *out;
+	int			 held, w, fds[SIDE_BY_SIDE], i;
+
+	(void)state;
+	need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(env, sizeof env, "IDEM_CRASH_HOLD_AT=before_task_file_link:%s",
+	    fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = SIDE_BY_SIDE_THREADS;
+	assert_int_equal(cluster_node_start(&a, "60000", "1", NULL, NULL,
+	    hold_env), 0);
+	/* The first creation holds; opening the FIFO waits for that. */
+	assert_true((held = harness_raw_connect(&a.b)) >= 0);
+	request = harness_write_task("held-1", "Hold me");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_int_equal(harness_raw_send(held, line), 0);
+	free(line);
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	/* Three more, each on its own connection, all sent before any read. */
+	for (i = 0; i < SIDE_BY_SIDE; i++) {
+		assert_true((fds[i] = harness_raw_connect(&a.b)) >= 0);
+		snprintf(id, sizeof id, "beside-%d", i);
+		request = harness_write_task(id, "Beside the held one");
+		line = json_dumps(request, JSON_COMPACT);
+		json_decref(request);
+		assert_int_equal(harness_raw_send(fds[i], line), 0);
+		free(line);
+	}
+	for (i = 0; i < SIDE_BY_SIDE; i++) {
+		pfd.fd = fds[i];
+		pfd.events = POLLIN;
+		if (poll(&pfd, 1, 30000) != 1)
+			fail_msg("creation %d waits behind the held one: the "
+			    "worker carries one creation at a time", i);
+		assert_non_null(line = harness_raw_read_line(fds[i]));
+		assert_non_null(reply = json_loads(line, 0, NULL));
+		free(line);
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "created");
+		json_decref(reply);
+		close(fds[i]);
+	}
+	/* The held one is still held: no answer, its row granted, unlinked. */
+	pfd.fd = held;
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, 0), 0);
+	out = cluster_sql_value(&server, "SELECT state || ' ' || "
+	    "lease_granted FROM idem_submission WHERE client_submission_id "
+	    "= 'held-1'");
+	assert_string_equal(out, "1 true");
+	free(out);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), SIDE_BY_SIDE);
+	assert_int_equal(cluster_temporaries(root), 1);
+	/* Let go: it links and commits. */
+	close(w);
+	assert_non_null(line = harness_raw_read_line(held));
+	assert_non_null(reply = json_loads(line, 0, NULL));
+	free(line);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	json_decref(reply);
+	close(held);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), SIDE_BY_SIDE + 1);
+	assert_int_equal(cluster_temporaries(root), 0);
+	cluster_node_kill(&a);
+	unlink(fifo);
 	cluster_rm_root(root);
 }
 
@@ -2027,6 +2127,9 @@ main(void)
 		    paused_at_each_point_taken_over_after_the_lease,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(connections_spread_over_workers,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    creations_side_by_side_on_one_worker,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(outage_answers_unavailable_or_cached,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),

@@ -236,6 +236,57 @@ reserve_grant_commit_fenced(void **state)
 	pgstore_close(&st);
 }
 
+/*
+ * A creation's statements are prepared once per session (pg.c).  A
+ * session that lost them (DEALLOCATE ALL, as a pooler handing out
+ * another server session may) prepares them again: every step still
+ * works, and does what it did.
+ */
+static void
+prepared_statements_lost_are_prepared_again(void **state)
+{
+	struct pgstore		 st;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "", "prep-1" };
+	struct subtab_entry	 want;
+	struct pgstore_row	 row, again;
+	char			*cause = NULL;
+	uint8_t			 file_digest[32] = { 2 };
+	PGresult		*res;
+
+	(void)state;
+	free(sql("DELETE FROM idem_submission; DELETE FROM idem_counter"));
+	disk_max = 0;
+	open_store(&st, "alpha", 30000);
+	want_entry(&want, "p");
+	/* Every step once: each statement prepared in this session. */
+	assert_int_equal(pgstore_read(&st, &key, &row, &cause), 0);
+	assert_int_equal(pgstore_claim(&st, &key, &want, &row, &cause), 1);
+	assert_int_equal(pgstore_grant(&st, &key, 1, row.token, &cause), 1);
+	/* Gone from the session: each is prepared again where it is used. */
+	res = PQexec((PGconn *)pgstore_conn(&st, &cause), "DEALLOCATE ALL");
+	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+	PQclear(res);
+	assert_int_equal(pgstore_read(&st, &key, &again, &cause), 1);
+	assert_int_equal(again.entry.seq, row.entry.seq);
+	pgstore_row_clear(&again);
+	assert_int_equal(pgstore_grant(&st, &key, 1, row.token, &cause), 1);
+	assert_int_equal(pgstore_commit(&st, &key, 1, row.token, file_digest,
+	    "{\"prep\":1}", &cause), 1);
+	/* The claim of the same key returns its row, changes nothing. */
+	assert_int_equal(pgstore_claim(&st, &key, &want, &again, &cause), 0);
+	assert_int_equal(again.entry.state, SUBTAB_COMMITTED);
+	assert_string_equal(again.receipt, "{\"prep\":1}");
+	pgstore_row_clear(&again);
+	res = PQexec((PGconn *)pgstore_conn(&st, &cause), "DEALLOCATE ALL");
+	PQclear(res);
+	key.id = "prep-2";
+	assert_int_equal(pgstore_claim(&st, &key, &want, &again, &cause), 1);
+	assert_int_equal(again.entry.seq, row.entry.seq + 1);
+	pgstore_row_clear(&again);
+	pgstore_row_clear(&row);
+	pgstore_close(&st);
+}
+
 static void
 numbers_skip_the_disk_and_run_out(void **state)
 {
@@ -579,6 +630,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(store_init_and_migrate),
 		cmocka_unit_test(reserve_grant_commit_fenced),
+		cmocka_unit_test(prepared_statements_lost_are_prepared_again),
 		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
 		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),
 		cmocka_unit_test(numbers_never_twice_across_processes),
