@@ -179,9 +179,11 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		json_object_set_new(s, "request_digest", json_string(hex));
 		json_object_set_new(s, "task_id", json_string(task_id));
 		json_object_set_new(s, "task_path", json_string(path));
-		json_object_set_new(s, "reserved_at",
-		    reply_time(e.reserved_at_ms));
-		json_object_set_new(s, "updated_at", reply_time(e.updated_at_ms));
+		/* A tombstone of an earlier version kept no times. */
+		json_object_set_new(s, "reserved_at", reply_time(
+		    e.reserved_at_ms != 0 ? e.reserved_at_ms : e.created_at_ms));
+		json_object_set_new(s, "updated_at", reply_time(
+		    e.updated_at_ms != 0 ? e.updated_at_ms : e.created_at_ms));
 		if (e.state != SUBTAB_RESERVED)
 			current_path_add(d, s, task_id, path);
 		if (e.state == SUBTAB_COMMITTED) {

@@ -226,8 +226,7 @@ index_tombstone_of(const struct journal_record *full,
     struct journal_record *t)
 {
 	*t = *full;
-	t->entry.reserved_at_ms = 0;
-	t->entry.updated_at_ms = 0;
+	/* The times stay: get_submission still says when (PostgreSQL too). */
 	t->entry.peer_uid = 0;
 	t->entry.peer_pid = 0;
 	if (t->entry.kind == SUBTAB_KIND_EFFECT) {
@@ -331,7 +330,16 @@ index_put(struct index *x, int form, const struct journal_record *r,
 	k.mv_size = r->entry.key_length;
 	v.mv_data = buf;
 	v.mv_size = length;
-	if ((rc = mdb_put(x->write, x->receipts, &k, &v, 0)) != 0)
+	/*
+	 * A committed receipt never changes, so a key already here keeps
+	 * what it has: the same receipt, or its tombstone, which a replay
+	 * or a checkpoint holding the whole entry must not undo.
+	 */
+	rc = mdb_put(x->write, x->receipts, &k, &v,
+	    form == INDEX_FULL ? MDB_NOOVERWRITE : 0);
+	if (rc == MDB_KEYEXIST)
+		return 0;
+	if (rc != 0)
 		return index_fail(cause, x->dir, "put", rc);
 	return 0;
 }

@@ -246,6 +246,10 @@ int	index_get(struct index *, const char *key, size_t key_length,
 	    struct index_entry *, uint8_t *result, char **cause);
 /* One write transaction at a time; index_commit makes it durable. */
 int	index_begin(struct index *, char **cause);
+/*
+ * A whole entry put under a key the index has changes nothing: a
+ * committed receipt never changes, and a tombstone stays one.
+ */
 int	index_put(struct index *, int form, const struct journal_record *,
 	    char **cause);
 /* checkpoint (0: unchanged) is recorded with the same commit. */

@@ -630,33 +630,45 @@ compact_now(struct broker *b)
 	return n;
 }
 
-/*
- * idemctl compact --older-than 0 turns every receipt of the index into
- * its tombstone: a retry answers reused with receipt_pruned:true and the
- * first receipt's facts (no second TASK file, no proceed); another
- * request is still a conflict; verify still finds every file.
- */
-static void
-test_compact_leaves_tombstones(void **state)
+/* get_submission's reserved_at of a task id (malloc'd). */
+static char *
+reserved_at_of(struct broker *b, const char *id)
 {
-	struct broker	*b = *state;
-	static struct history h;
+	json_t	*r;
+	char	*reply, *at;
+
+	reply = call_line(b, json_pack("{s:s, s:s}", "op", "get_submission",
+	    "client_submission_id", id));
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	assert_non_null(at = strdup(harness_str(json_object_get(r,
+	    "submission"), "reserved_at")));
+	json_decref(r);
+	free(reply);
+	return at;
+}
+
+/*
+ * Retry every id of the history: each answers reused (no second TASK
+ * file, no proceed) with the first receipt, whole or as its tombstone's
+ * facts (receipt_pruned:true, no file digest, no result).  Which ones
+ * were pruned goes into pruned (HISTORY_TASKS tasks, then the effects);
+ * how many, returned.
+ */
+static int
+retry_compacted(struct broker *b, struct history *h, char *pruned)
+{
 	char		 id[32], subject[64], *reply;
 	json_t		*r, *first, *receipt;
-	int		 i, pruned = 0, effects_pruned = 0;
+	int		 i, n = 0;
 
-	memset(&h, 0, sizeof h);
-	assert_int_equal(harness_start(b, small_args, NULL), 0);
-	create_history(b, &h);
-	assert_true(compact_now(b) >= HISTORY_TASKS + HISTORY_EFFECTS - 8);
 	for (i = 0; i < HISTORY_TASKS; i++) {
 		snprintf(id, sizeof id, "hist-%d", i);
 		snprintf(subject, sizeof subject, "history %d", i);
-		reply = write_task(b, &h, id, subject);
+		reply = write_task(b, h, id, subject);
 		assert_non_null(r = json_loads(reply, 0, NULL));
 		assert_string_equal(harness_str(r, "disposition"), "reused");
 		harness_assert_bool(r, "action_taken", 0);
-		assert_non_null(first = json_loads(h.receipts[i], 0, NULL));
+		assert_non_null(first = json_loads(h->receipts[i], 0, NULL));
 		receipt = json_object_get(r, "receipt");
 		assert_string_equal(json_string_value(json_object_get(receipt,
 		    "task_id")), json_string_value(json_object_get(first,
@@ -667,30 +679,70 @@ test_compact_leaves_tombstones(void **state)
 		assert_string_equal(json_string_value(json_object_get(receipt,
 		    "created_at")), json_string_value(json_object_get(first,
 		    "created_at")));
-		if (json_is_true(json_object_get(r, "receipt_pruned"))) {
-			pruned++;
+		pruned[i] = json_is_true(json_object_get(r, "receipt_pruned"));
+		if (pruned[i])
 			assert_null(json_object_get(receipt, "file_digest"));
-		} else
-			assert_non_null(strstr(reply, h.receipts[i]));
+		else
+			assert_non_null(strstr(reply, h->receipts[i]));
+		n += pruned[i];
 		json_decref(first);
 		json_decref(r);
 		free(reply);
 	}
 	for (i = 0; i < HISTORY_EFFECTS; i++) {
-		reply = effect_begin(b, &h, i, 0);
+		reply = effect_begin(b, h, i, 0);
 		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
 			fail_msg("fx-%d after compact: %s", i, reply);
-		if (strstr(reply, "\"receipt_pruned\":true") != NULL) {
-			effects_pruned++;
+		pruned[HISTORY_TASKS + i] = strstr(reply,
+		    "\"receipt_pruned\":true") != NULL;
+		if (pruned[HISTORY_TASKS + i]) {
 			assert_non_null(strstr(reply, "\"result_digest\":"));
 			assert_null(strstr(reply, "\"result\":"));
 		}
+		n += pruned[HISTORY_TASKS + i];
 		free(reply);
 	}
+	return n;
+}
+
+/*
+ * idemctl compact --older-than 0 turns every receipt of the index into
+ * its tombstone: a retry answers reused with receipt_pruned:true and the
+ * first receipt's facts (no second TASK file, no proceed); another
+ * request is still a conflict; get_submission still says when it was
+ * reserved; verify still finds every file.  Killed and restarted with a
+ * smaller table (the journal replayed, whole entries given to the index
+ * again), every tombstone stays one.
+ */
+#define HISTORY_NEW_AFTER_COMPACT	20
+
+static void
+test_compact_leaves_tombstones(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	char		 before[HISTORY_TASKS + HISTORY_EFFECTS];
+	char		 after[HISTORY_TASKS + HISTORY_EFFECTS];
+	char		 id[32], *reply, *reserved, *reserved_pruned;
+	int		 i, pruned, tasks_pruned = 0;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	create_history(b, &h);
+	reserved = reserved_at_of(b, "hist-0");
+	assert_true(compact_now(b) >= HISTORY_TASKS + HISTORY_EFFECTS - 8);
+	pruned = retry_compacted(b, &h, before);
 	/* All but what the table (8) still holds whole. */
-	assert_true(pruned + effects_pruned >= HISTORY_TASKS +
-	    HISTORY_EFFECTS - 8);
-	assert_true(pruned > 0 && effects_pruned > 0);
+	assert_true(pruned >= HISTORY_TASKS + HISTORY_EFFECTS - 8);
+	for (i = 0; i < HISTORY_TASKS; i++)
+		tasks_pruned += before[i];
+	assert_true(tasks_pruned > 0 && tasks_pruned < pruned);
+	/* hist-0, the oldest, left the table: its tombstone keeps the time. */
+	assert_true(before[0]);
+	reserved_pruned = reserved_at_of(b, "hist-0");
+	assert_string_equal(reserved_pruned, reserved);
+	free(reserved);
+	free(reserved_pruned);
 	reply = write_task(b, &h, "hist-0", "another subject");
 	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
 	free(reply);
@@ -700,6 +752,23 @@ test_compact_leaves_tombstones(void **state)
 	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
 	assert_int_equal(stat_of(b, "history_entries"),
 	    HISTORY_TASKS + HISTORY_EFFECTS);
+	verify_clean(b);
+
+	harness_kill(b);
+	assert_int_equal(harness_start(b, smaller_args, NULL), 0);
+	/* New ids overflow the table: checkpoints give it to the index. */
+	for (i = 0; i < HISTORY_NEW_AFTER_COMPACT; i++) {
+		snprintf(id, sizeof id, "after-%d", i);
+		reply = write_task(b, &h, id, "after the compaction");
+		assert_non_null(strstr(reply, "\"disposition\":\"created\""));
+		free(reply);
+	}
+	assert_true(retry_compacted(b, &h, after) >= pruned);
+	for (i = 0; i < HISTORY_TASKS + HISTORY_EFFECTS; i++)
+		if (before[i] && !after[i])
+			fail_msg("id %d came back whole after the restart", i);
+	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS +
+	    HISTORY_NEW_AFTER_COMPACT);
 	verify_clean(b);
 	harness_finish(b);
 }

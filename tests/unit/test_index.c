@@ -332,6 +332,7 @@ test_compact_keeps_tombstones(void **state)
 	struct index_stats	 st;
 	uint8_t			 result[IDEM_MAX_EFFECT_RESULT_BYTES];
 	uint64_t		 pruned;
+	static const uint8_t	 zero_digest[IDEM_SHA256_BYTES];
 	char			*cause = NULL;
 
 	open_rw(f, &x);
@@ -355,8 +356,12 @@ test_compact_keeps_tombstones(void **state)
 	assert_int_equal(e.record.entry.recipient_length, 6);
 	assert_memory_equal(e.record.entry.recipient, "DEV.D1", 6);
 	assert_int_equal(e.record.entry.created_at_ms, 1700000000050);
-	assert_int_equal(e.record.entry.reserved_at_ms, 0);
+	/* When it was reserved and last changed stay (get_submission). */
+	assert_int_equal(e.record.entry.reserved_at_ms, 1700000000000);
+	assert_int_equal(e.record.entry.updated_at_ms, 1700000000100);
 	assert_int_equal(e.record.entry.peer_pid, 0);
+	assert_memory_equal(e.record.entry.file_digest, zero_digest,
+	    IDEM_SHA256_BYTES);
 
 	assert_int_equal(index_get(&x, r[1].key, r[1].entry.key_length, &e,
 	    result, NULL), 1);
@@ -370,6 +375,17 @@ test_compact_keeps_tombstones(void **state)
 	assert_int_equal(index_get(&x, "new-task", 8, &e, result, NULL), 1);
 	assert_int_equal(e.form, INDEX_FULL);
 	assert_memory_equal(&e.record.entry, &r[2].entry, sizeof r[2].entry);
+	/*
+	 * The whole entries put again (a replay, a checkpoint that still
+	 * held them) leave the tombstones as they are.
+	 */
+	put_all(&x, r, 3, 0);
+	assert_int_equal(index_get(&x, "old-task", 8, &e, result, NULL), 1);
+	assert_int_equal(e.form, INDEX_TOMBSTONE);
+	assert_int_equal(index_get(&x, r[1].key, r[1].entry.key_length, &e,
+	    result, NULL), 1);
+	assert_int_equal(e.form, INDEX_TOMBSTONE);
+	assert_int_equal(e.record.entry.result_length, 0);
 	/* Compacting again prunes nothing more; nothing is ever deleted. */
 	assert_int_equal(index_compact(&x, 1750000000000, &pruned, &cause), 0);
 	assert_int_equal(pruned, 0);
