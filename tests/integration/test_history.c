@@ -1355,5 +1355,8 @@ main(void)
 	/* pruned_effect_receipt's SHA-256. */
 	if (sodium_init() < 0)
 		return harness_exit_status(1);
+	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
