@@ -45,6 +45,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -881,8 +882,8 @@ reused_as(json_t *reply, const char *first)
 
 struct outage {
 	struct node	*nodes;
-	volatile int	 phase;		/* 0 before, 1 down, 2 back */
-	volatile int	 stop;
+	atomic_int	 phase;		/* 0 before, 1 down, 2 back */
+	atomic_int	 stop;
 	int		 bad;		/* an answer the outage forbids */
 	int		 unavailable;	/* storage_unavailable while down */
 	int		 reused_down;	/* cached reused while down */
@@ -1048,7 +1049,7 @@ outage_answers_unavailable_or_cached(void **state)
 
 struct churn {
 	struct node	*nodes;
-	volatile int	 stop;
+	atomic_int	 stop;
 	int		 bad;
 	json_t		*acked;		/* id -> the first receipt acknowledged */
 	pthread_mutex_t	 lock;
@@ -1313,7 +1314,7 @@ struct conc {
 	struct node	*nodes;
 	const char	*root;
 	char		 today[9];
-	volatile int	 stop;
+	atomic_int	 stop;
 	int		 bad;
 	json_t		*receipts;	/* id -> task_id */
 	pthread_mutex_t	 lock;
