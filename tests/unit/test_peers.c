@@ -18,48 +18,23 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-#include <sodium.h>
 
-#include "shm.h"
+#include "segment.h"
 
 #define PEERS_TEST_PIDS		4000	/* x3 workers: never full, chains long */
 #define PEERS_TEST_WORKERS	3
 #define PEERS_TEST_ROUNDS	60000
 
-struct fixture {
-	struct shm_segment	seg;
-	char			root[64];
-};
-
 static int
 setup(void **state)
 {
-	struct fixture	*f = calloc(1, sizeof *f);
-	char		*cause = NULL;
-
-	assert_non_null(f);
-	assert_true(sodium_init() >= 0);
-	snprintf(f->root, sizeof f->root, "/idem-test-peers-%ld",
-	    (long)getpid());
-	if (shm_create(f->root, 16, &f->seg, &cause) != 0)
-		fail_msg("shm_create: %s", cause);
-	*state = f;
-	return 0;
+	return unit_segment_setup(state, "peers", 16, 0);
 }
 
-static int
-teardown(void **state)
-{
-	struct fixture	*f = *state;
-
-	shm_destroy(&f->seg);
-	free(f);
-	return 0;
-}
 
 /* Entries in use: every admitted (peer, worker) pair has one. */
 static unsigned
-entries(struct fixture *f)
+entries(struct segment_fixture *f)
 {
 	unsigned	i, n = 0;
 
@@ -71,7 +46,7 @@ entries(struct fixture *f)
 static void
 test_limits_across_workers(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	int		 i;
 
 	/* Pid 100 of uid 7: 4 per pid, 6 per uid, over two workers. */
@@ -116,7 +91,7 @@ test_limits_across_workers(void **state)
 static void
 test_counts_exact_under_churn(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	static uint16_t	 held[PEERS_TEST_PIDS][PEERS_TEST_WORKERS];
 	uint32_t	 pid, uid, by_uid[4] = { 0 };
 	unsigned	 w, round, i, total;
@@ -170,7 +145,7 @@ test_counts_exact_under_churn(void **state)
 static void
 test_full_table_refuses(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	uint32_t	 slots = f->seg.header->peer_slots, pid;
 	enum peers_verdict v = PEERS_ADMITTED;
 
@@ -199,7 +174,7 @@ test_full_table_refuses(void **state)
 static void
 test_repair_removes_a_duplicate(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	uint32_t	 i, first = UINT32_MAX, mask;
 	uint64_t	 w;
 
@@ -233,13 +208,13 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_limits_across_workers,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_counts_exact_under_churn,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_full_table_refuses,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_repair_removes_a_duplicate,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 	};
 
 	if (getenv("IDEM_TEST_FILTER") != NULL)

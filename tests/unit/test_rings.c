@@ -23,62 +23,31 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-#include <sodium.h>
 
-#include "shm.h"
+#include "segment.h"
 
 #define RINGS_CAPACITY		64
 #define RINGS_ARENA_BYTES	4096
 #define RINGS_RESULT_BYTES	200	/* a record of 216 bytes */
 #define RINGS_STRESS_PUTS	40000
 
-struct fixture {
-	struct shm_segment	seg;
-	char			root[64];
-};
-
-static int
-setup_arena(void **state, uint64_t arena_bytes)
-{
-	struct fixture	*f = calloc(1, sizeof *f);
-	char		*cause = NULL;
-
-	assert_non_null(f);
-	assert_true(sodium_init() >= 0);
-	snprintf(f->root, sizeof f->root, "/idem-test-rings-%ld",
-	    (long)getpid());
-	if (shm_create_sized(f->root, RINGS_CAPACITY, arena_bytes, &f->seg,
-	    &cause) != 0)
-		fail_msg("shm_create_sized: %s", cause);
-	*state = f;
-	return 0;
-}
-
 static int
 setup(void **state)
 {
-	return setup_arena(state, 0);
+	return unit_segment_setup(state, "rings", RINGS_CAPACITY, 0);
 }
 
 static int
 setup_small_arena(void **state)
 {
-	return setup_arena(state, RINGS_ARENA_BYTES);
+	return unit_segment_setup(state, "rings", RINGS_CAPACITY,
+	    RINGS_ARENA_BYTES);
 }
 
-static int
-teardown(void **state)
-{
-	struct fixture	*f = *state;
-
-	shm_destroy(&f->seg);
-	free(f);
-	return 0;
-}
 
 /* Set key's slot to a committed task (a replay would); its slot. */
 static uint32_t
-commit_task(struct fixture *f, const char *key)
+commit_task(struct segment_fixture *f, const char *key)
 {
 	struct subtab_entry	e;
 	uint32_t		slot;
@@ -128,7 +97,7 @@ reply_check(const uint8_t *buf, size_t length, uint32_t slot, uint32_t *seq)
 
 /* Store a new reply for slot (the slot recorded again first). */
 static void
-put_reply(struct fixture *f, const char *key, uint32_t slot, uint32_t seq)
+put_reply(struct segment_fixture *f, const char *key, uint32_t slot, uint32_t seq)
 {
 	uint8_t	buf[SHM_RECEIPT_MAX_BYTES];
 	size_t	length = reply_make(buf, slot, seq);
@@ -145,7 +114,7 @@ put_reply(struct fixture *f, const char *key, uint32_t slot, uint32_t seq)
 static void
 test_receipts_wrap_and_forget_overwritten(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	struct shm_header *h = f->seg.header;
 	uint8_t		 got[SHM_RECEIPT_MAX_BYTES];
 	uint32_t	 slots[RINGS_CAPACITY], last[RINGS_CAPACITY];
@@ -202,7 +171,7 @@ test_receipts_wrap_and_forget_overwritten(void **state)
 static void
 test_receipts_names_wrap(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	struct shm_header *h = f->seg.header;
 	uint8_t		 got[SHM_RECEIPT_MAX_BYTES];
 	uint32_t	 slots[3], i;
@@ -238,7 +207,7 @@ test_receipts_names_wrap(void **state)
 static void
 test_receipts_never_torn_under_writer(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	uint8_t		 got[SHM_RECEIPT_MAX_BYTES];
 	uint32_t	 slots[RINGS_CAPACITY], seq, i;
 	uint64_t	 found = 0, missed = 0;
@@ -281,7 +250,7 @@ test_receipts_never_torn_under_writer(void **state)
 /* ---- The result arena ---------------------------------------------------- */
 
 static uint32_t
-effect_entry(struct fixture *f, const char *key, enum subtab_state state,
+effect_entry(struct segment_fixture *f, const char *key, enum subtab_state state,
     uint64_t offset, uint32_t length)
 {
 	struct subtab_entry	e;
@@ -311,7 +280,7 @@ result_make(uint8_t *buf, int i)
  * it.  0, or -1 with errno from arena_put.
  */
 static int
-commit_effect(struct fixture *f, int i, uint32_t *slot, uint64_t *offset)
+commit_effect(struct segment_fixture *f, int i, uint32_t *slot, uint64_t *offset)
 {
 	uint8_t	result[RINGS_RESULT_BYTES];
 	char	key[32];
@@ -327,7 +296,7 @@ commit_effect(struct fixture *f, int i, uint32_t *slot, uint64_t *offset)
 }
 
 static void
-assert_result(struct fixture *f, int i, uint64_t offset, int present)
+assert_result(struct segment_fixture *f, int i, uint64_t offset, int present)
 {
 	uint8_t	want[RINGS_RESULT_BYTES], got[RINGS_RESULT_BYTES];
 
@@ -350,7 +319,7 @@ assert_result(struct fixture *f, int i, uint64_t offset, int present)
 static void
 test_arena_reuses_only_indexed(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	struct shm_header *h = f->seg.header;
 	uint64_t	 offsets[64];
 	uint32_t	 slots[64];
@@ -402,7 +371,7 @@ test_arena_reuses_only_indexed(void **state)
 static void
 test_arena_spares_commit_in_flight(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	struct subtab_acquire	 a;
 	uint8_t			 result[RINGS_RESULT_BYTES];
 	uint64_t		 offset, other;
@@ -460,16 +429,16 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
-		    test_receipts_wrap_and_forget_overwritten, setup, teardown),
+		    test_receipts_wrap_and_forget_overwritten, setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_receipts_names_wrap,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
-		    test_receipts_never_torn_under_writer, setup, teardown),
+		    test_receipts_never_torn_under_writer, setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_arena_reuses_only_indexed,
-		    setup_small_arena, teardown),
+		    setup_small_arena, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_arena_spares_commit_in_flight, setup_small_arena,
-		    teardown),
+		    unit_segment_teardown),
 		cmocka_unit_test(test_segment_size),
 	};
 

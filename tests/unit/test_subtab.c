@@ -19,50 +19,20 @@
 #include <cmocka.h>
 #include <sodium.h>
 
-#include "shm.h"
-
-struct fixture {
-	struct shm_segment	seg;
-	char			root[64];
-};
-
-static int
-setup_capacity(void **state, uint32_t capacity)
-{
-	struct fixture	*f = calloc(1, sizeof *f);
-	char		*cause = NULL;
-
-	assert_non_null(f);
-	assert_true(sodium_init() >= 0);
-	snprintf(f->root, sizeof f->root, "/idem-test-subtab-%ld",
-	    (long)getpid());
-	if (shm_create(f->root, capacity, &f->seg, &cause) != 0)
-		fail_msg("shm_create: %s", cause);
-	*state = f;
-	return 0;
-}
+#include "segment.h"
 
 static int
 setup(void **state)
 {
-	return setup_capacity(state, 64);
+	return unit_segment_setup(state, "subtab", 64, 0);
 }
 
 static int
 setup_tiny(void **state)
 {
-	return setup_capacity(state, 3);
+	return unit_segment_setup(state, "subtab", 3, 0);
 }
 
-static int
-teardown(void **state)
-{
-	struct fixture	*f = *state;
-
-	shm_destroy(&f->seg);
-	free(f);
-	return 0;
-}
 
 static struct subtab_acquire
 request(const char *key, uint8_t digest_byte, uint32_t worker,
@@ -89,7 +59,7 @@ request(const char *key, uint8_t digest_byte, uint32_t worker,
 }
 
 static uint32_t
-start_worker(struct fixture *f, unsigned index)
+start_worker(struct segment_fixture *f, unsigned index)
 {
 	return registry_start(&f->seg, index);
 }
@@ -97,7 +67,7 @@ start_worker(struct fixture *f, unsigned index)
 static void
 test_reserve_then_lookup(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 gen = start_worker(f, 0);
 	struct subtab_acquire	 a = request("run-42/step-3", 7, 1, gen, 1);
 	struct subtab_entry	 e;
@@ -122,7 +92,7 @@ test_reserve_then_lookup(void **state)
 static void
 test_claim_excludes_others_until_released(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 g0 = start_worker(f, 0), g1 = start_worker(f, 1);
 	struct subtab_acquire	 first = request("id-1", 1, 1, g0, 1);
 	struct subtab_acquire	 second = request("id-1", 1, 2, g1, 1);
@@ -160,7 +130,7 @@ test_claim_excludes_others_until_released(void **state)
 static void
 test_mismatch_and_dead_claim(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 g0 = start_worker(f, 0), g1 = start_worker(f, 1);
 	struct subtab_acquire	 first = request("id-2", 1, 1, g0, 1);
 	struct subtab_acquire	 other = request("id-2", 9, 2, g1, 1);
@@ -178,7 +148,7 @@ test_mismatch_and_dead_claim(void **state)
 static void
 test_full_loses_nothing(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 gen = start_worker(f, 0);
 	struct subtab_acquire	 a;
 	struct subtab_entry	 e;
@@ -213,7 +183,7 @@ test_full_loses_nothing(void **state)
 static void
 test_eviction_only_of_indexed_committed(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 gen = start_worker(f, 0);
 	struct subtab_acquire	 a, stale;
 	struct subtab_entry	 e;
@@ -282,7 +252,7 @@ test_eviction_only_of_indexed_committed(void **state)
 static void
 test_apply_evicts_indexed(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	struct subtab_entry	 e, got;
 	char			 key[16];
 	int			 i, present = 0;
@@ -333,7 +303,7 @@ test_apply_evicts_indexed(void **state)
 static void
 test_apply_hashed_as_apply(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	struct subtab_entry	 e, got;
 	char			 key[16];
 	uint32_t		 hash;
@@ -373,7 +343,7 @@ test_apply_hashed_as_apply(void **state)
 static void
 test_owner_death_under_lock(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 gen = start_worker(f, 0);
 	struct subtab_acquire	 a = request("after-death", 3, 1, gen, 1);
 	struct subtab_entry	 e;
@@ -402,7 +372,7 @@ test_owner_death_under_lock(void **state)
  * lock before the counters move.
  */
 static void
-die_mid_insert(struct fixture *f, const char *key, int publish)
+die_mid_insert(struct segment_fixture *f, const char *key, int publish)
 {
 	struct shm_header	*h = f->seg.header;
 	struct subtab_slot	*s = &f->seg.slots[h->slots_used];
@@ -434,7 +404,7 @@ die_mid_insert(struct fixture *f, const char *key, int publish)
 }
 
 static void
-run_death_mid_insert(struct fixture *f, int publish)
+run_death_mid_insert(struct segment_fixture *f, int publish)
 {
 	struct shm_header	*h = f->seg.header;
 	uint32_t		 gen = start_worker(f, 0);
@@ -482,7 +452,7 @@ test_owner_death_mid_insert_unpublished(void **state)
 static void
 test_numbers_never_repeat(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	uint32_t	 date, seq, last = 0;
 	int		 i;
 
@@ -526,7 +496,7 @@ scan_says_41(enum subtab_kind kind, uint32_t date, uint32_t *max, void *arg)
 static void
 test_numbers_skip_disk(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	uint32_t	 date, seq;
 	int		 calls = 0;
 
@@ -554,7 +524,7 @@ scan_says_998(enum subtab_kind kind, uint32_t date, uint32_t *max, void *arg)
 static void
 test_numbers_stop_at_999(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 gen = start_worker(f, 0);
 	struct subtab_acquire	 a = request("past-999", 7, 1, gen, 1);
 	struct subtab_entry	 e;
@@ -600,7 +570,7 @@ test_numbers_stop_at_999(void **state)
 static void
 test_ring_wraps_and_fills(void **state)
 {
-	struct fixture	*f = *state;
+	struct segment_fixture	*f = *state;
 	struct iovec	 iov[2];
 	uint8_t		 chunk[1000], out[1000];
 	uint64_t	 end, pending_end, ring = f->seg.header->ring_bytes;
@@ -647,7 +617,7 @@ test_ring_wraps_and_fills(void **state)
 static void
 test_epoch_judges_durability(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	struct shm_header	*h = f->seg.header;
 	uint64_t		 kept, lost, failed, after;
 
@@ -703,7 +673,7 @@ test_epoch_judges_durability(void **state)
 static void
 test_settle_sets_back_lost_states(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	struct shm_header	*h = f->seg.header;
 	uint32_t		 gen = start_worker(f, 0);
 	struct subtab_acquire	 kept = request("kept", 1, 1, gen, 1);
@@ -792,7 +762,7 @@ test_settle_sets_back_lost_states(void **state)
 static void
 test_attach_checks_layout(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	struct shm_segment	 other;
 	char			*cause = NULL;
 
@@ -815,7 +785,7 @@ test_attach_checks_layout(void **state)
 static void
 test_receipts_only_for_committed(void **state)
 {
-	struct fixture		*f = *state;
+	struct segment_fixture		*f = *state;
 	uint32_t		 gen = start_worker(f, 0);
 	struct subtab_acquire	 a = request("fast-1", 3, 1, gen, 1);
 	struct subtab_entry	 e;
@@ -868,43 +838,43 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_reserve_then_lookup,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_claim_excludes_others_until_released, setup,
-		    teardown),
+		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_mismatch_and_dead_claim,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_full_loses_nothing,
-		    setup_tiny, teardown),
+		    setup_tiny, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_eviction_only_of_indexed_committed, setup_tiny,
-		    teardown),
+		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_apply_evicts_indexed,
-		    setup_tiny, teardown),
+		    setup_tiny, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_apply_hashed_as_apply,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_owner_death_under_lock,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
-		    test_owner_death_mid_insert_published, setup, teardown),
+		    test_owner_death_mid_insert_published, setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
-		    test_owner_death_mid_insert_unpublished, setup, teardown),
+		    test_owner_death_mid_insert_unpublished, setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_numbers_never_repeat,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_numbers_skip_disk,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_numbers_stop_at_999,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_ring_wraps_and_fills,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_epoch_judges_durability,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_settle_sets_back_lost_states,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_attach_checks_layout,
-		    setup, teardown),
+		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
-		    test_receipts_only_for_committed, setup, teardown),
+		    test_receipts_only_for_committed, setup, unit_segment_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
