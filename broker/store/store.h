@@ -520,7 +520,8 @@ enum store_check {
 	/* The index of committed receipts (index.c). */
 	STORE_CHECK_INDEX_MISSING,	/* index_missing: receipts only there */
 	STORE_CHECK_INDEX_CORRUPT,	/* index_corrupt: cause */
-	STORE_CHECK_INDEX_DISAGREES	/* index_disagrees: another binding */
+	STORE_CHECK_INDEX_DISAGREES,	/* index_disagrees: another binding */
+	STORE_CHECK_INDEX_LACKS		/* index_lacks: a checkpoint's receipt */
 };
 
 /*
@@ -554,6 +555,7 @@ struct store_vrecord {
 	int			checkpoint;	/* from the checkpoint */
 	int			from_index;	/* only the index holds it */
 	int			pruned;		/* a tombstone: no file digest */
+	int			indexed;	/* the index holds its key */
 };
 struct index_entry;
 

@@ -319,7 +319,8 @@ vout_add(struct vout *o, const struct store_problem *p, json_t *details,
 		[STORE_CHECK_FOREIGN] = "foreign",
 		[STORE_CHECK_INDEX_MISSING] = "index_missing",
 		[STORE_CHECK_INDEX_CORRUPT] = "index_corrupt",
-		[STORE_CHECK_INDEX_DISAGREES] = "index_disagrees"
+		[STORE_CHECK_INDEX_DISAGREES] = "index_disagrees",
+		[STORE_CHECK_INDEX_LACKS] = "index_lacks"
 	};
 	const char	*check = checks[p->check];
 	va_list		 ap;
@@ -632,6 +633,12 @@ verify_found(const struct store_problem *p, void *arg)
 		    "the one the %s's record holds (%s differ%s)", name,
 		    vr->checkpoint ? "checkpoint" : "journal", facts,
 		    strchr(facts, ',') != NULL ? "" : "s");
+		break;
+	case STORE_CHECK_INDEX_LACKS:
+		vout_add(o, p, vrecord_details(vr, NULL), "%s: committed in "
+		    "the checkpoint, which the index was written with, but "
+		    "not in the index: its receipt is lost once the table "
+		    "lets it go", name);
 		break;
 	}
 }

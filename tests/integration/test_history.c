@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <lmdb.h>
 #include <sodium.h>
 
 #include "harness.h"
@@ -745,7 +746,10 @@ effect_key(int i, char *key, size_t size)
 	    SUBTAB_EFFECT_SEPARATOR, i);
 }
 
-/* Collects the keys of the effects a record leaves committed. */
+/*
+ * Collects the keys of the effects a record leaves committed: true if
+ * that record is the checkpoint's.
+ */
 static int
 committed_effect(const struct journal_record *r,
     const struct store_where *where, void *arg)
@@ -753,13 +757,13 @@ committed_effect(const struct journal_record *r,
 	json_t	*keys = arg;
 	char	 key[SUBTAB_MAX_KEY_BYTES + 1];
 
-	(void)where;
 	if (r->entry.kind != SUBTAB_KIND_EFFECT)
 		return 0;
 	memcpy(key, r->key, r->entry.key_length);
 	key[r->entry.key_length] = '\0';
 	if (r->entry.state == SUBTAB_COMMITTED)
-		return json_object_set_new(keys, key, json_true());
+		return json_object_set_new(keys, key,
+		    json_boolean(where->checkpoint));
 	json_object_del(keys, key);
 	return 0;
 }
@@ -792,6 +796,36 @@ indexed_entry(struct broker *b, const char *key, struct index_entry *e,
 	return rc;
 }
 
+/* The checkpoint the index was last written with. */
+static uint64_t
+index_checkpoint(struct broker *b)
+{
+	struct index		x;
+	struct index_stats	st;
+
+	open_index(b, &x);
+	assert_int_equal(index_stats(&x, &st), 0);
+	index_close(&x);
+	return st.checkpoint;
+}
+
+/* Remove key from the index (the store never does: damage). */
+static void
+drop_entry(struct broker *b, const char *key)
+{
+	struct index	 x;
+	MDB_txn		*txn;
+	MDB_val		 k;
+
+	open_index(b, &x);
+	assert_int_equal(mdb_txn_begin(x.env, NULL, 0, &txn), 0);
+	k.mv_data = (void *)key;
+	k.mv_size = strlen(key);
+	assert_int_equal(mdb_del(txn, x.receipts, &k, NULL), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	index_close(&x);
+}
+
 /* Replace key's entry in the index by e, as the store writes one. */
 static void
 plant_entry(struct broker *b, const struct index_entry *e)
@@ -807,6 +841,29 @@ plant_entry(struct broker *b, const struct index_entry *e)
 	index_close(&x);
 }
 
+/* verify --json found exactly one problem, check, about fx-i: it. */
+static json_t *
+one_effect_problem(json_t *v, int i, const char *check)
+{
+	json_t	*problems = json_object_get(v, "problems"), *p;
+	char	 id[32];
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	if (json_array_size(problems) != 1)
+		fail_msg("verify found %zu problems, not 1",
+		    json_array_size(problems));
+	p = json_array_get(problems, 0);
+	assert_string_equal(harness_str(p, "check"), check);
+	assert_string_equal(harness_str(p, "severity"), "error");
+	assert_string_equal(harness_str(p, "kind"), "effect");
+	assert_string_equal(harness_str(p, "effect_kind"), "mail.send/v1");
+	assert_string_equal(harness_str(p, "client_submission_id"), id);
+	assert_string_equal(harness_str(p, "state"), "committed");
+	assert_non_null(strstr(harness_str(p, "message"), id));
+	assert_false(json_is_true(json_object_get(v, "ok")));
+	return p;
+}
+
 /*
  * verify --json found exactly one problem: index_disagrees of fx-i,
  * whose index entry (of form) differs in the one fact named.
@@ -815,30 +872,17 @@ static void
 assert_one_disagreement(json_t *v, int i, const char *form,
     const char *fact)
 {
-	json_t	*problems = json_object_get(v, "problems"), *p, *differs;
-	char	 id[32];
+	json_t	*p, *differs;
 
-	snprintf(id, sizeof id, "fx-%d", i);
-	if (json_array_size(problems) != 1)
-		fail_msg("verify found %zu problems, not 1",
-		    json_array_size(problems));
-	p = json_array_get(problems, 0);
-	assert_string_equal(harness_str(p, "check"), "index_disagrees");
-	assert_string_equal(harness_str(p, "severity"), "error");
-	assert_string_equal(harness_str(p, "kind"), "effect");
-	assert_string_equal(harness_str(p, "effect_kind"), "mail.send/v1");
-	assert_string_equal(harness_str(p, "client_submission_id"), id);
-	assert_string_equal(harness_str(p, "state"), "committed");
+	p = one_effect_problem(v, i, "index_disagrees");
 	assert_string_equal(harness_str(json_object_get(p, "indexed"),
 	    "form"), form);
 	differs = json_object_get(p, "differs");
 	assert_int_equal(json_array_size(differs), 1);
 	assert_string_equal(json_string_value(json_array_get(differs, 0)),
 	    fact);
-	/* In words too: the effect and the fact. */
-	assert_non_null(strstr(harness_str(p, "message"), id));
+	/* In words too. */
 	assert_non_null(strstr(harness_str(p, "message"), fact));
-	assert_false(json_is_true(json_object_get(v, "ok")));
 }
 
 /*
@@ -847,7 +891,9 @@ assert_one_disagreement(json_t *v, int i, const char *form,
  * (effects in both, effects only the index holds), clean once compacted
  * (a tombstone agrees on the facts it keeps), and an entry planted with
  * another result digest, or a tombstone with another attempt, is
- * index_disagrees naming exactly that effect.
+ * index_disagrees naming exactly that effect; one the checkpoint holds
+ * committed and the index, written with that checkpoint, lacks is
+ * index_lacks.
  */
 static void
 test_verify_compares_effects(void **state)
@@ -857,6 +903,7 @@ test_verify_compares_effects(void **state)
 	static uint8_t		 result[IDEM_MAX_EFFECT_RESULT_BYTES];
 	struct store_loaded	 loaded;
 	struct index_entry	 saved, e;
+	json_t			*from;
 	char			 dir[PATH_MAX];
 	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
 	char			*cause = NULL;
@@ -882,15 +929,17 @@ test_verify_compares_effects(void **state)
 			continue;
 		assert_int_equal(e.form, INDEX_FULL);
 		indexed++;
-		if (json_object_get(recorded, key) == NULL)
+		if ((from = json_object_get(recorded, key)) == NULL)
 			continue;
 		shared++;
-		if (target == -1)
+		if (target == -1 && json_is_true(from))
 			target = i;
 	}
 	json_decref(recorded);
 	/* A table of 8: most only in the index, some in both. */
 	assert_true(shared > 0);
+	assert_true(target >= 0);
+	assert_true(index_checkpoint(b) >= loaded.checkpoint);
 	assert_true(indexed > shared);
 	assert_int_equal(verify_json(b, &v), 0);
 	assert_true(json_is_true(json_object_get(v, "ok")));
@@ -908,6 +957,14 @@ test_verify_compares_effects(void **state)
 	plant_entry(b, &e);
 	assert_int_equal(verify_json(b, &v), 1);
 	assert_one_disagreement(v, target, "full", "result_digest");
+	json_decref(v);
+	/* Gone from the index, which the checkpoint was written with. */
+	drop_entry(b, key);
+	assert_int_equal(verify_json(b, &v), 1);
+	assert_string_equal(harness_str(one_effect_problem(v, target,
+	    "index_lacks"), "source"), "checkpoint");
+	assert_int_equal(verify_index_count(v, "effects_compared"),
+	    shared - 1);
 	json_decref(v);
 	/* Put back: clean again. */
 	plant_entry(b, &saved);
