@@ -226,8 +226,11 @@ static const struct command commands[] = {
 "parses: its name (a number of exactly three digits; up to N with\n"
 "--sequence-digits N, idemd's option) and its front matter.  The index\n"
 "of committed receipts (.idem/index) must decode entry by entry, agree\n"
-"with the checkpoint and journal where they hold the same id, and the\n"
-"files of the ids only it holds must exist too.\n"
+"with the checkpoint and journal where they hold the same key (tasks,\n"
+"reports and effects: an effect's digest, attempt, result and\n"
+"committed_at; a tombstone on what it keeps), hold every receipt of\n"
+"the checkpoint it was written with, and the files of the tasks and\n"
+"reports only it holds must exist too.\n"
 "\n"
 "Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n" },
 	{ "compact", cmd_compact, "prune old receipt bodies, keep tombstones",

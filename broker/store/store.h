@@ -524,8 +524,24 @@ enum store_check {
 	/* The index of committed receipts (index.c). */
 	STORE_CHECK_INDEX_MISSING,	/* index_missing: receipts only there */
 	STORE_CHECK_INDEX_CORRUPT,	/* index_corrupt: cause */
-	STORE_CHECK_INDEX_DISAGREES	/* index_disagrees: another binding */
+	STORE_CHECK_INDEX_DISAGREES,	/* index_disagrees: another binding */
+	STORE_CHECK_INDEX_LACKS		/* index_lacks: a checkpoint's receipt */
 };
+
+/*
+ * index_disagrees: the facts in which the index's entry and the
+ * journal's (or the checkpoint's) last record of one key differ, as
+ * bits.  A tombstone is compared on the facts it keeps only.
+ */
+#define STORE_FACT_STATE	0x001	/* the journal's: not committed */
+#define STORE_FACT_SCHEMA	0x002
+#define STORE_FACT_NUMBER	0x004	/* tasks, reports: date, seq */
+#define STORE_FACT_REQUEST_DIGEST 0x008
+#define STORE_FACT_ATTEMPT	0x010	/* effects from here on */
+#define STORE_FACT_RESULT_DIGEST 0x020
+#define STORE_FACT_RESULT	0x040	/* its length, or its bytes */
+#define STORE_FACT_COMMITTED_AT	0x080
+#define STORE_FACT_RECOVERED	0x100
 enum store_severity {
 	STORE_SEVERITY_ERROR,
 	STORE_SEVERITY_WARNING,
@@ -543,7 +559,9 @@ struct store_vrecord {
 	int			checkpoint;	/* from the checkpoint */
 	int			from_index;	/* only the index holds it */
 	int			pruned;		/* a tombstone: no file digest */
+	int			indexed;	/* the index holds its key */
 };
+struct index_entry;
 
 /* One finding: which check, and the facts (NULL or 0 where none). */
 struct store_problem {
@@ -565,6 +583,9 @@ struct store_problem {
 	int				 has_offset;
 	uint8_t				 found_digest[IDEM_SHA256_BYTES];
 	uint8_t				 recorded_digest[IDEM_SHA256_BYTES];
+	/* index_disagrees: the index's entry, and STORE_FACT_* bits. */
+	const struct index_entry	*indexed;
+	unsigned			 differs;
 };
 typedef void (*store_problem_fn)(const struct store_problem *, void *arg);
 
@@ -603,12 +624,18 @@ struct store_verify {
 	uint64_t		 index_entries;	/* every kind */
 	uint64_t		 index_only;	/* tasks, reports only there */
 	uint64_t		 index_lost;	/* index_missing: how many */
+	/* Effects: no file, only the index to agree with. */
+	unsigned		 effects;	/* committed (not index-only) */
+	uint64_t		 index_effects;	/* compared with a record */
+	uint64_t		 index_effects_only;	/* records pruned */
 };
 /*
  * Offline and read-only, beside a running broker or after a crash: the
  * journal intact, every task or report it records created present (with
  * its digest while idem's path), every TASK file naming a submission the
- * journal's, every TASK and REPORT file one FCoP parses.  Findings go to
+ * journal's, every TASK and REPORT file one FCoP parses, every receipt
+ * of the index (effects' too) the one the checkpoint or the journal
+ * records for its key where they hold it.  Findings go to
  * v->note.  0 when it ran (findings or not), -1 with v->failure (and
  * *cause for the journal).  store_verify_free releases v->corrupt.
  */

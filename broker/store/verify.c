@@ -5,6 +5,12 @@
  * JOURNAL_REPLAY_READONLY and nothing is written, moved or deleted, so
  * it is safe beside a running broker and after a crash.
  *
+ * The index of committed receipts is compared with the checkpoint and
+ * the journal for every kind: a task's or report's number and digest,
+ * an effect's receipt (its digest, attempt, result and committed_at);
+ * effects have no file, so that is all there is to check of them.  And
+ * the index must hold every receipt of the checkpoint it names.
+ *
  * Each finding goes to the caller as a struct store_problem, a check
  * (enum store_check) and its facts; the words are the caller's.  Only
  * the cause of a file that cannot be read, or of a damaged journal, is
@@ -24,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "digest.h"
 #include "store.h"
 
 /*
@@ -41,6 +48,9 @@ struct verify {
 	json_t			*by_key;	/* key: index */
 	json_t			*by_id;		/* TASK-...: index */
 	json_t			*seen_files;	/* task_id: path */
+	struct store_vrecord	*effects;	/* an effect key's last */
+	size_t			 effects_count, effects_cap;
+	json_t			*by_effect;	/* key: index */
 };
 
 /* One finding to the caller, counted by severity. */
@@ -78,6 +88,48 @@ verify_problem(struct store_problem *p, enum store_check check,
 	p->path = path;
 }
 
+/*
+ * An effect's record: only the last one of its key is kept, for the
+ * index to be compared with.
+ */
+static int
+verify_apply_effect(const struct journal_record *r, struct verify *vf)
+{
+	struct store_loaded	*loaded = &vf->v->loaded;
+	struct store_vrecord	*vr, *nv;
+	json_t			*at;
+	size_t			 index;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+
+	memcpy(key, r->key, r->entry.key_length);
+	key[r->entry.key_length] = '\0';
+	if ((at = json_object_get(vf->by_effect, key)) != NULL)
+		index = (size_t)json_integer_value(at);
+	else {
+		if (vf->effects_count == vf->effects_cap) {
+			vf->effects_cap = vf->effects_cap == 0 ? 256 :
+			    vf->effects_cap * 2;
+			if ((nv = reallocarray(vf->effects, vf->effects_cap,
+			    sizeof *nv)) == NULL)
+				return -1;
+			vf->effects = nv;
+		}
+		index = vf->effects_count++;
+		if (json_object_set_new(vf->by_effect, key,
+		    json_integer((json_int_t)index)) == -1)
+			return -1;
+	}
+	vr = &vf->effects[index];
+	memset(vr, 0, sizeof *vr);
+	vr->entry = r->entry;
+	memcpy(vr->key, key, sizeof key);
+	vr->checkpoint = loaded->stats.at_segment == 0;
+	vr->segment = vr->checkpoint ? loaded->checkpoint :
+	    loaded->stats.at_segment;
+	vr->offset = loaded->stats.at_offset;
+	return 0;
+}
+
 static int
 verify_apply(const struct journal_record *r, void *arg)
 {
@@ -90,9 +142,9 @@ verify_apply(const struct journal_record *r, void *arg)
 	int			 overwrite = 0;
 	char			 id[sizeof vr->id], key[sizeof vr->key];
 
-	/* Effects have no file in the workspace to agree with. */
+	/* Effects have no file in the workspace: only the index. */
 	if (r->entry.kind == SUBTAB_KIND_EFFECT)
-		return 0;
+		return verify_apply_effect(r, vf);
 	/* A key of the largest size fills r->key: no NUL after it. */
 	memcpy(key, r->key, r->entry.key_length);
 	key[r->entry.key_length] = '\0';
@@ -134,6 +186,8 @@ verify_apply(const struct journal_record *r, void *arg)
 
 	vr->entry = r->entry;
 	vr->pruned = 0;		/* the journal holds no tombstones */
+	vr->from_index = 0;
+	vr->indexed = 0;
 	memcpy(vr->key, key, sizeof key);
 	memcpy(vr->id, id, sizeof vr->id);
 	vr->checkpoint = loaded->stats.at_segment == 0;
@@ -149,11 +203,112 @@ verify_apply(const struct journal_record *r, void *arg)
 	return 0;
 }
 
+/* How a task's or report's index entry differs from its record's. */
+static unsigned
+verify_task_differs(const struct subtab_entry *j,
+    const struct subtab_entry *x)
+{
+	unsigned	differs = 0;
+
+	if (j->state != SUBTAB_COMMITTED)
+		differs |= STORE_FACT_STATE;
+	if (j->schema != x->schema)
+		differs |= STORE_FACT_SCHEMA;
+	if (j->date != x->date || j->seq != x->seq)
+		differs |= STORE_FACT_NUMBER;
+	if (memcmp(j->request_digest, x->request_digest,
+	    IDEM_SHA256_BYTES) != 0)
+		differs |= STORE_FACT_REQUEST_DIGEST;
+	return differs;
+}
+
+/*
+ * How an effect's index entry differs from its record's: the facts of
+ * its receipt (SPEC.md, "Effects"), which a retry is answered with from
+ * either.  A tombstone keeps all of them but the result, whose digest
+ * stands for it; a full entry's result must be the bytes of that digest
+ * (the record's result has it: effect_complete computed it from them).
+ * The lease, the fence and the audit times are not a receipt's.
+ */
+static unsigned
+verify_effect_differs(const struct subtab_entry *j,
+    const struct index_entry *e)
+{
+	const struct subtab_entry	*x = &e->record.entry;
+	uint8_t				 digest[IDEM_SHA256_BYTES];
+	unsigned			 differs = 0;
+
+	/* A record in flight: the rest is not a receipt yet. */
+	if (j->state != SUBTAB_COMMITTED)
+		return STORE_FACT_STATE;
+	if (j->schema != x->schema)
+		differs |= STORE_FACT_SCHEMA;
+	if (memcmp(j->request_digest, x->request_digest,
+	    IDEM_SHA256_BYTES) != 0)
+		differs |= STORE_FACT_REQUEST_DIGEST;
+	if (j->attempt != x->attempt)
+		differs |= STORE_FACT_ATTEMPT;
+	if (memcmp(j->file_digest, x->file_digest, IDEM_SHA256_BYTES) != 0)
+		differs |= STORE_FACT_RESULT_DIGEST;
+	if (j->created_at_ms != x->created_at_ms)
+		differs |= STORE_FACT_COMMITTED_AT;
+	if ((j->effect_flags ^ x->effect_flags) & SUBTAB_EFFECT_RECOVERED)
+		differs |= STORE_FACT_RECOVERED;
+	if (e->form == INDEX_FULL) {
+		if (x->result_length != j->result_length)
+			differs |= STORE_FACT_RESULT;
+		else {
+			digest_sha256(x->result_length > 0 ? e->record.result :
+			    (const uint8_t *)"", x->result_length, digest);
+			if (memcmp(digest, j->file_digest,
+			    IDEM_SHA256_BYTES) != 0)
+				differs |= STORE_FACT_RESULT;
+		}
+	}
+	return differs;
+}
+
+/*
+ * An effect of the index: the checkpoint's or the journal's last record
+ * of its key, where they still hold one, must be the same receipt.  One
+ * only the index holds (a checkpoint left it there and pruned the
+ * segments of its records) has nothing else to agree with.
+ */
+static int
+verify_index_effect(struct verify *vf, const struct index_entry *e)
+{
+	const struct journal_record	*r = &e->record;
+	struct store_vrecord		*vr;
+	struct store_problem		 p;
+	char				 key[SUBTAB_MAX_KEY_BYTES + 1];
+	json_t				*at;
+	unsigned			 differs;
+
+	memcpy(key, r->key, r->entry.key_length);
+	key[r->entry.key_length] = '\0';
+	if ((at = json_object_get(vf->by_effect, key)) == NULL) {
+		vf->v->index_effects_only++;
+		return 0;
+	}
+	vf->v->index_effects++;
+	vr = &vf->effects[json_integer_value(at)];
+	vr->indexed = 1;
+	if ((differs = verify_effect_differs(&vr->entry, e)) == 0)
+		return 0;
+	verify_problem(&p, STORE_CHECK_INDEX_DISAGREES, STORE_SEVERITY_ERROR,
+	    vr, NULL);
+	p.key = vr->key;
+	p.indexed = e;
+	p.differs = differs;
+	verify_note(vf, &p);
+	return 0;
+}
+
 /*
  * Index to journal: an entry the checkpoint or the journal also holds
  * must be the same committed submission there; one only the index holds
  * (evicted, its segments pruned) joins the records, so that its file is
- * checked against the workspace like the others.
+ * checked against the workspace like the others.  Effects: above.
  */
 static int
 verify_index_visit(const struct index_entry *e, void *arg)
@@ -165,24 +320,24 @@ verify_index_visit(const struct index_entry *e, void *arg)
 	struct store_problem		 p;
 	char				 key[SUBTAB_MAX_KEY_BYTES + 1];
 	json_t				*at;
+	unsigned			 differs;
 
 	vf->v->index_entries++;
 	if (r->entry.kind == SUBTAB_KIND_EFFECT)
-		return 0;
+		return verify_index_effect(vf, e);
 	memcpy(key, r->key, r->entry.key_length);
 	key[r->entry.key_length] = '\0';
 	if ((at = json_object_get(vf->by_key, key)) != NULL) {
 		vr = &vf->records[json_integer_value(at)];
-		if (vr->entry.state == SUBTAB_COMMITTED &&
-		    vr->entry.schema == r->entry.schema &&
-		    vr->entry.date == r->entry.date &&
-		    vr->entry.seq == r->entry.seq &&
-		    memcmp(vr->entry.request_digest, r->entry.request_digest,
-		    IDEM_SHA256_BYTES) == 0)
+		vr->indexed = 1;
+		if ((differs = verify_task_differs(&vr->entry,
+		    &r->entry)) == 0)
 			return 0;
 		verify_problem(&p, STORE_CHECK_INDEX_DISAGREES,
 		    STORE_SEVERITY_ERROR, vr, NULL);
 		p.key = vr->key;
+		p.indexed = e;
+		p.differs = differs;
 		verify_note(vf, &p);
 		return 0;
 	}
@@ -201,11 +356,41 @@ verify_index_visit(const struct index_entry *e, void *arg)
 	return 0;
 }
 
+/*
+ * A committed receipt of a checkpoint the index was written with must
+ * be in the index: checkpoint_write gives the index every committed
+ * entry it lacks before the checkpoint is put in place, and start-up
+ * leaves such an entry to the index when the table has no room for it
+ * (doc/journal.md, "Start-up and recovery"), so one missing there is a
+ * receipt lost as soon as the table lets it go.
+ */
+static void
+verify_index_lacks(struct verify *vf, struct store_vrecord *records,
+    size_t count)
+{
+	struct store_vrecord	*vr;
+	struct store_problem	 p;
+	size_t			 i;
+
+	for (i = 0; i < count; i++) {
+		vr = &records[i];
+		if (!vr->checkpoint || vr->indexed ||
+		    vr->entry.state != SUBTAB_COMMITTED ||
+		    vr->entry.key_length == 0)
+			continue;
+		verify_problem(&p, STORE_CHECK_INDEX_LACKS,
+		    STORE_SEVERITY_ERROR, vr, NULL);
+		p.key = vr->key;
+		verify_note(vf, &p);
+	}
+}
+
 /* The index of committed receipts, against the checkpoint and journal. */
 static void
 verify_index(struct verify *vf, const char *journal)
 {
 	struct store_problem	 p;
+	struct index_stats	 st;
 	struct index		 x;
 	char			 dir[PATH_MAX];
 	char			*cause = NULL;
@@ -237,6 +422,15 @@ verify_index(struct verify *vf, const char *journal)
 		p.cause = cause;
 		verify_note(vf, &p);
 		free(cause);
+	} else if (vf->v->loaded.checkpoint != 0 && index_stats(&x, &st) == 0 &&
+	    st.checkpoint >= vf->v->loaded.checkpoint) {
+		/*
+		 * The checkpoint was read first, and was put in place only
+		 * once the index held its receipts; the index only gains
+		 * keys (compact keeps each as a tombstone).
+		 */
+		verify_index_lacks(vf, vf->records, vf->count);
+		verify_index_lacks(vf, vf->effects, vf->effects_count);
 	}
 	index_close(&x);
 }
@@ -580,6 +774,9 @@ store_verify(struct store_verify *v, char **cause)
 	v->intermediate = v->present = v->moved = 0;
 	v->files = v->files_idem = v->files_legacy = 0;
 	v->reports_checked = v->not_fcop = 0;
+	v->index_entries = v->index_only = v->index_lost = 0;
+	v->effects = 0;
+	v->index_effects = v->index_effects_only = 0;
 	memset(&vf, 0, sizeof vf);
 	vf.v = v;
 	if (store_journal_dir(v->root, dir, sizeof dir) != 0 ||
@@ -606,13 +803,17 @@ store_verify(struct store_verify *v, char **cause)
 	vf.by_key = json_object();
 	vf.by_id = json_object();
 	vf.seen_files = json_object();
-	if (vf.by_key == NULL || vf.by_id == NULL || vf.seen_files == NULL) {
+	vf.by_effect = json_object();
+	if (vf.by_key == NULL || vf.by_id == NULL || vf.seen_files == NULL ||
+	    vf.by_effect == NULL) {
 		v->failure = STORE_VERIFY_NO_MEMORY;
 		v->error = ENOMEM;
 		goto out;
 	}
 	if (verify_journal(&vf, dir, cause) != 0)
 		goto out;
+	for (i = 0; i < vf.effects_count; i++)
+		v->effects += vf.effects[i].entry.state == SUBTAB_COMMITTED;
 	if (v->journal_complete)
 		verify_index(&vf, dir);
 	verify_records(&vf);
@@ -623,6 +824,8 @@ store_verify(struct store_verify *v, char **cause)
 	rc = 0;
 out:
 	free(vf.records);
+	free(vf.effects);
+	json_decref(vf.by_effect);
 	json_decref(vf.by_key);
 	json_decref(vf.by_id);
 	json_decref(vf.seen_files);

@@ -319,7 +319,8 @@ vout_add(struct vout *o, const struct store_problem *p, json_t *details,
 		[STORE_CHECK_FOREIGN] = "foreign",
 		[STORE_CHECK_INDEX_MISSING] = "index_missing",
 		[STORE_CHECK_INDEX_CORRUPT] = "index_corrupt",
-		[STORE_CHECK_INDEX_DISAGREES] = "index_disagrees"
+		[STORE_CHECK_INDEX_DISAGREES] = "index_disagrees",
+		[STORE_CHECK_INDEX_LACKS] = "index_lacks"
 	};
 	const char	*check = checks[p->check];
 	va_list		 ap;
@@ -340,12 +341,42 @@ vout_add(struct vout *o, const struct store_problem *p, json_t *details,
 	free(message);
 }
 
+/* Where an effect's key (vr->key, NUL-terminated) puts its id, or NULL. */
+static const char *
+vrecord_effect_id(const struct store_vrecord *vr)
+{
+	const char	*sep = strchr(vr->key, SUBTAB_EFFECT_SEPARATOR);
+
+	return sep != NULL ? sep + 1 : NULL;
+}
+
+/* An effect's record: its kind and id (no number, no file). */
+static json_t *
+vrecord_effect_details(const struct store_vrecord *vr)
+{
+	const char	*id = vrecord_effect_id(vr);
+	json_t		*j;
+
+	j = json_pack("{s:s,s:s,s:s,s:I,s:o}", "kind", "effect", "state",
+	    subtab_state_name(vr->entry.state), "source", vr->checkpoint ?
+	    "checkpoint" : "journal", "segment", (json_int_t)vr->segment,
+	    "offset", vr->checkpoint ? json_null() :
+	    json_integer((json_int_t)vr->offset));
+	json_object_set_new(j, "effect_kind", id != NULL ?
+	    json_stringn(vr->key, (size_t)(id - 1 - vr->key)) : json_null());
+	json_object_set_new(j, "client_submission_id", id != NULL ?
+	    json_string(id) : json_null());
+	return j;
+}
+
 static json_t *
 vrecord_details(const struct store_vrecord *vr, const char *path)
 {
 	const char	*csid = store_key_submission_id(&vr->entry, vr->key);
 	json_t		*j;
 
+	if (vr->entry.kind == SUBTAB_KIND_EFFECT)
+		return vrecord_effect_details(vr);
 	j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:o}", "kind",
 	    kind_name(vr->entry.kind), "id", vr->id, "state",
 	    subtab_state_name(vr->entry.state), "source", vr->from_index ?
@@ -365,13 +396,109 @@ static void
 vrecord_name(const struct store_vrecord *vr, char *out, size_t size)
 {
 	const char	*csid = store_key_submission_id(&vr->entry, vr->key);
+	const char	*id;
 
+	if (vr->entry.kind == SUBTAB_KIND_EFFECT) {
+		id = vrecord_effect_id(vr);
+		snprintf(out, size, "effect %.*s \"%s\" (%s)", id != NULL ?
+		    (int)(id - 1 - vr->key) : 0, vr->key, id != NULL ? id : "",
+		    subtab_state_name(vr->entry.state));
+		return;
+	}
 	if (csid != NULL)
 		snprintf(out, size, "%s (submission \"%s\", %s)", vr->id, csid,
 		    subtab_state_name(vr->entry.state));
 	else
 		snprintf(out, size, "%s (legacy %s)", vr->id,
 		    kind_name(vr->entry.kind));
+}
+
+/* index_disagrees: the names of the facts that differ (STORE_FACT_*). */
+static json_t *
+facts_differ_json(unsigned differs)
+{
+	static const struct {
+		unsigned	 bit;
+		const char	*name;
+	} facts[] = {
+		{ STORE_FACT_STATE, "state" },
+		{ STORE_FACT_SCHEMA, "schema" },
+		{ STORE_FACT_NUMBER, "number" },
+		{ STORE_FACT_REQUEST_DIGEST, "request_digest" },
+		{ STORE_FACT_ATTEMPT, "attempt" },
+		{ STORE_FACT_RESULT_DIGEST, "result_digest" },
+		{ STORE_FACT_RESULT, "result" },
+		{ STORE_FACT_COMMITTED_AT, "committed_at" },
+		{ STORE_FACT_RECOVERED, "recovered" }
+	};
+	json_t		*a = json_array();
+	size_t		 i;
+
+	for (i = 0; i < sizeof facts / sizeof facts[0]; i++)
+		if (differs & facts[i].bit)
+			json_array_append_new(a, json_string(facts[i].name));
+	return a;
+}
+
+/*
+ * The facts index_disagrees compares, of the journal's record or the
+ * index's entry (form: INDEX_FULL or INDEX_TOMBSTONE; 0 for a record).
+ */
+static json_t *
+compared_json(const struct subtab_entry *e, int form)
+{
+	const char	*schema = subtab_schema_name(e->schema);
+	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char		 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t		*j;
+
+	j = json_pack("{s:s}", "state", subtab_state_name(e->state));
+	if (form != 0)
+		json_object_set_new(j, "form", json_string(form ==
+		    INDEX_TOMBSTONE ? "tombstone" : "full"));
+	json_object_set_new(j, "schema", schema != NULL ? json_string(schema) :
+	    json_null());
+	store_digest_hex(e->request_digest, hex);
+	json_object_set_new(j, "request_digest", json_string(hex));
+	if (e->kind != SUBTAB_KIND_EFFECT) {
+		store_entry_id(e, id, sizeof id);
+		json_object_set_new(j, "id", json_string(id));
+		return j;
+	}
+	json_object_set_new(j, "attempt", json_integer(e->attempt));
+	store_digest_hex(e->file_digest, hex);
+	json_object_set_new(j, "result_digest", e->state == SUBTAB_COMMITTED ?
+	    json_string(hex) : json_null());
+	/* A tombstone keeps no result: its length is not a fact of it. */
+	json_object_set_new(j, "result_bytes", form == INDEX_TOMBSTONE ?
+	    json_null() : json_integer(e->result_length));
+	json_object_set_new(j, "committed_at", time_or_null(e->created_at_ms));
+	json_object_set_new(j, "recovered", json_boolean(e->effect_flags &
+	    SUBTAB_EFFECT_RECOVERED));
+	return j;
+}
+
+/* The facts of index_disagrees, and the names of those that differ. */
+static json_t *
+disagreement_json(const struct store_problem *p, char *names, size_t size)
+{
+	json_t	*d, *differs, *name;
+	size_t	 i, n = 0;
+
+	d = vrecord_details(p->record, NULL);
+	differs = facts_differ_json(p->differs);
+	names[0] = '\0';
+	json_array_foreach(differs, i, name)
+		n += (size_t)snprintf(names + (n < size ? n : size),
+		    n < size ? size - n : 0, "%s%s", i > 0 ? ", " : "",
+		    json_string_value(name));
+	json_object_set_new(d, "differs", differs);
+	json_object_set_new(d, "recorded", compared_json(&p->record->entry,
+	    0));
+	if (p->indexed != NULL)
+		json_object_set_new(d, "indexed", compared_json(
+		    &p->indexed->record.entry, p->indexed->form));
+	return d;
 }
 
 /* A finding of the store, in words. */
@@ -385,6 +512,7 @@ verify_found(const struct store_problem *p, void *arg)
 	json_t				*d;
 	char				 name[512], have[IDEM_DIGEST_HEX_SIZE];
 	char				 want[IDEM_DIGEST_HEX_SIZE];
+	char				 facts[160];
 
 	if (vr != NULL)
 		vrecord_name(vr, name, sizeof name);
@@ -500,9 +628,17 @@ verify_found(const struct store_problem *p, void *arg)
 		    p->cause != NULL ? p->cause : "index corrupt");
 		break;
 	case STORE_CHECK_INDEX_DISAGREES:
-		vout_add(o, p, vrecord_details(vr, NULL), "%s: the index holds "
-		    "\"%s\" committed with another number or digest than the "
-		    "journal's record", name, p->key);
+		d = disagreement_json(p, facts, sizeof facts);
+		vout_add(o, p, d, "%s: the index's committed receipt is not "
+		    "the one the %s's record holds (%s differ%s)", name,
+		    vr->checkpoint ? "checkpoint" : "journal", facts,
+		    strchr(facts, ',') != NULL ? "" : "s");
+		break;
+	case STORE_CHECK_INDEX_LACKS:
+		vout_add(o, p, vrecord_details(vr, NULL), "%s: committed in "
+		    "the checkpoint, which the index was written with, but "
+		    "not in the index: its receipt is lost once the table "
+		    "lets it go", name);
 		break;
 	}
 }
@@ -526,12 +662,13 @@ verify_print(struct vout *o)
 	    !v->journal_complete ? "CORRUPT" : st->torn_segment != 0 ?
 	    "torn tail" : "intact");
 	printf("index       %" PRIu64 " committed receipts, %" PRIu64
-	    " of tasks and reports only there\n", v->index_entries,
-	    v->index_only);
+	    " of tasks and reports only there; effects: %" PRIu64
+	    " compared, %" PRIu64 " only there\n", v->index_entries,
+	    v->index_only, v->index_effects, v->index_effects_only);
 	printf("journal has %u submissions, %u legacy, %u reports: "
-	    "%u present (%u moved by FCoP tools), %u intermediate\n",
-	    v->submissions, v->legacy, v->reports, v->present, v->moved,
-	    v->intermediate);
+	    "%u present (%u moved by FCoP tools), %u intermediate; "
+	    "%u effects committed\n", v->submissions, v->legacy, v->reports,
+	    v->present, v->moved, v->intermediate, v->effects);
 	if (v->journal_complete)
 		printf("workspace   %u TASK files: %u idem, %u idem legacy, "
 		    "%zu foreign\n", v->files, v->files_idem,
@@ -597,6 +734,12 @@ verify_print_json(struct vout *o)
 	    "problems", o->problems, "foreign", o->foreign,
 	    "errors", (int)(v->errors + v->unreadable), "warnings",
 	    (int)v->warnings);
+	json_object_set_new(j, "index", json_pack("{s:I,s:I,s:I,s:I}",
+	    "entries", (json_int_t)v->index_entries, "tasks_reports_only",
+	    (json_int_t)v->index_only, "effects_compared",
+	    (json_int_t)v->index_effects, "effects_only",
+	    (json_int_t)v->index_effects_only));
+	json_object_set_new(j, "effects", json_integer(v->effects));
 	ctl_print_json(j);
 	json_decref(j);
 }

@@ -15,7 +15,10 @@
  * every retry still answers the same; and an id compacted whose bytes
  * those rings no longer hold (a result the arena reused, a reply the
  * store overwrote and an entry evicted) answers its tombstone byte for
- * byte, in either order.  Every test counts TASK files.
+ * byte, in either order; idemctl verify compares the index's effects
+ * with the checkpoint's and the journal's records, full entries and
+ * tombstones, and names the one an index entry planted with other facts
+ * disagrees with.  Every test counts TASK files.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -31,9 +34,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <lmdb.h>
 #include <sodium.h>
 
 #include "harness.h"
+#include "store.h"
 
 #define HISTORY_TASKS		60
 #define HISTORY_EFFECTS		40
@@ -774,6 +779,293 @@ test_compact_leaves_tombstones(void **state)
 }
 
 /*
+ * idemctl verify --json: its exit status, its output parsed (a new ref).
+ * Its stderr is in the text too: a line without a brace, before it.
+ */
+static int
+verify_json(struct broker *b, json_t **out)
+{
+	static const char *const verify[] = { "verify", "--json", NULL };
+	static char	 text[65536];
+	const char	*start;
+	int		 status;
+
+	status = idemctl(b, verify, text, sizeof text);
+	if ((start = strchr(text, '{')) == NULL ||
+	    (*out = json_loads(start, 0, NULL)) == NULL)
+		fail_msg("idemctl verify --json (%d): %s", status, text);
+	return status;
+}
+
+static json_int_t
+verify_index_count(json_t *v, const char *name)
+{
+	json_t	*n = json_object_get(json_object_get(v, "index"), name);
+
+	if (!json_is_integer(n))
+		fail_msg("verify --json: no index.%s", name);
+	return json_integer_value(n);
+}
+
+/* fx-i's key in the table, the journal and the index. */
+static size_t
+effect_key(int i, char *key, size_t size)
+{
+	return (size_t)snprintf(key, size, "mail.send/v1%cfx-%d",
+	    SUBTAB_EFFECT_SEPARATOR, i);
+}
+
+/*
+ * Collects the keys of the effects a record leaves committed: true if
+ * that record is the checkpoint's.
+ */
+static int
+committed_effect(const struct journal_record *r,
+    const struct store_where *where, void *arg)
+{
+	json_t	*keys = arg;
+	char	 key[SUBTAB_MAX_KEY_BYTES + 1];
+
+	if (r->entry.kind != SUBTAB_KIND_EFFECT)
+		return 0;
+	memcpy(key, r->key, r->entry.key_length);
+	key[r->entry.key_length] = '\0';
+	if (r->entry.state == SUBTAB_COMMITTED)
+		return json_object_set_new(keys, key,
+		    json_boolean(where->checkpoint));
+	json_object_del(keys, key);
+	return 0;
+}
+
+/* The index of b's root, opened for writing (the broker stopped). */
+static void
+open_index(struct broker *b, struct index *x)
+{
+	char	 dir[PATH_MAX];
+	char	*cause = NULL;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	if (index_open(x, dir, 0, &cause) != 0)
+		fail_msg("index_open: %s", cause);
+}
+
+/* key's entry in the index (its result in result): 1, or 0 if absent. */
+static int
+indexed_entry(struct broker *b, const char *key, struct index_entry *e,
+    uint8_t *result)
+{
+	struct index	 x;
+	char		*cause = NULL;
+	int		 rc;
+
+	open_index(b, &x);
+	if ((rc = index_get(&x, key, strlen(key), e, result, &cause)) == -1)
+		fail_msg("index_get: %s", cause);
+	index_close(&x);
+	return rc;
+}
+
+/* The checkpoint the index was last written with. */
+static uint64_t
+index_checkpoint(struct broker *b)
+{
+	struct index		x;
+	struct index_stats	st;
+
+	open_index(b, &x);
+	assert_int_equal(index_stats(&x, &st), 0);
+	index_close(&x);
+	return st.checkpoint;
+}
+
+/* Remove key from the index (the store never does: damage). */
+static void
+drop_entry(struct broker *b, const char *key)
+{
+	struct index	 x;
+	MDB_txn		*txn;
+	MDB_val		 k;
+
+	open_index(b, &x);
+	assert_int_equal(mdb_txn_begin(x.env, NULL, 0, &txn), 0);
+	k.mv_data = (void *)key;
+	k.mv_size = strlen(key);
+	assert_int_equal(mdb_del(txn, x.receipts, &k, NULL), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	index_close(&x);
+}
+
+/* Replace key's entry in the index by e, as the store writes one. */
+static void
+plant_entry(struct broker *b, const struct index_entry *e)
+{
+	struct index	 x;
+	char		*cause = NULL;
+
+	open_index(b, &x);
+	if (index_begin(&x, &cause) != 0 ||
+	    index_put(&x, e->form, &e->record, &cause) != 0 ||
+	    index_commit(&x, 0, &cause) != 0)
+		fail_msg("planting an index entry: %s", cause);
+	index_close(&x);
+}
+
+/* verify --json found exactly one problem, check, about fx-i: it. */
+static json_t *
+one_effect_problem(json_t *v, int i, const char *check)
+{
+	json_t	*problems = json_object_get(v, "problems"), *p;
+	char	 id[32];
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	if (json_array_size(problems) != 1)
+		fail_msg("verify found %zu problems, not 1",
+		    json_array_size(problems));
+	p = json_array_get(problems, 0);
+	assert_string_equal(harness_str(p, "check"), check);
+	assert_string_equal(harness_str(p, "severity"), "error");
+	assert_string_equal(harness_str(p, "kind"), "effect");
+	assert_string_equal(harness_str(p, "effect_kind"), "mail.send/v1");
+	assert_string_equal(harness_str(p, "client_submission_id"), id);
+	assert_string_equal(harness_str(p, "state"), "committed");
+	assert_non_null(strstr(harness_str(p, "message"), id));
+	assert_false(json_is_true(json_object_get(v, "ok")));
+	return p;
+}
+
+/*
+ * verify --json found exactly one problem: index_disagrees of fx-i,
+ * whose index entry (of form) differs in the one fact named.
+ */
+static void
+assert_one_disagreement(json_t *v, int i, const char *form,
+    const char *fact)
+{
+	json_t	*p, *differs;
+
+	p = one_effect_problem(v, i, "index_disagrees");
+	assert_string_equal(harness_str(json_object_get(p, "indexed"),
+	    "form"), form);
+	differs = json_object_get(p, "differs");
+	assert_int_equal(json_array_size(differs), 1);
+	assert_string_equal(json_string_value(json_array_get(differs, 0)),
+	    fact);
+	/* In words too. */
+	assert_non_null(strstr(harness_str(p, "message"), fact));
+}
+
+/*
+ * idemctl verify compares the index's effects with the checkpoint's and
+ * the journal's last record of their keys: clean on a healthy store
+ * (effects in both, effects only the index holds), clean once compacted
+ * (a tombstone agrees on the facts it keeps), and an entry planted with
+ * another result digest, or a tombstone with another attempt, is
+ * index_disagrees naming exactly that effect; one the checkpoint holds
+ * committed and the index, written with that checkpoint, lacks is
+ * index_lacks.
+ */
+static void
+test_verify_compares_effects(void **state)
+{
+	struct broker		*b = *state;
+	static struct history	 h;
+	static uint8_t		 result[IDEM_MAX_EFFECT_RESULT_BYTES];
+	struct store_loaded	 loaded;
+	struct index_entry	 saved, e;
+	json_t			*from;
+	char			 dir[PATH_MAX];
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	char			*cause = NULL;
+	json_t			*recorded, *v;
+	int			 i, indexed = 0, shared = 0, target = -1;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	create_history(b, &h);
+	verify_clean(b);
+	assert_int_equal(harness_stop(b), 0);
+
+	/* Which effects the index holds, and which the records too. */
+	assert_non_null(recorded = json_object());
+	assert_int_equal(store_journal_dir(b->root, dir, sizeof dir), 0);
+	memset(&loaded, 0, sizeof loaded);
+	if (store_records(dir, committed_effect, recorded, &loaded,
+	    &cause) != 0)
+		fail_msg("store_records: %s", cause);
+	for (i = 0; i < HISTORY_EFFECTS; i++) {
+		effect_key(i, key, sizeof key);
+		if (indexed_entry(b, key, &e, result) != 1)
+			continue;
+		assert_int_equal(e.form, INDEX_FULL);
+		indexed++;
+		if ((from = json_object_get(recorded, key)) == NULL)
+			continue;
+		shared++;
+		if (target == -1 && json_is_true(from))
+			target = i;
+	}
+	json_decref(recorded);
+	/* A table of 8: most only in the index, some in both. */
+	assert_true(shared > 0);
+	assert_true(target >= 0);
+	assert_true(index_checkpoint(b) >= loaded.checkpoint);
+	assert_true(indexed > shared);
+	assert_int_equal(verify_json(b, &v), 0);
+	assert_true(json_is_true(json_object_get(v, "ok")));
+	assert_int_equal(json_array_size(json_object_get(v, "problems")), 0);
+	assert_int_equal(verify_index_count(v, "effects_compared"), shared);
+	assert_int_equal(verify_index_count(v, "effects_only"),
+	    indexed - shared);
+	json_decref(v);
+
+	/* Another result digest in fx-target's full entry. */
+	effect_key(target, key, sizeof key);
+	assert_int_equal(indexed_entry(b, key, &saved, result), 1);
+	e = saved;
+	e.record.entry.file_digest[0] ^= 0xff;
+	plant_entry(b, &e);
+	assert_int_equal(verify_json(b, &v), 1);
+	assert_one_disagreement(v, target, "full", "result_digest");
+	json_decref(v);
+	/* Gone from the index, which the checkpoint was written with. */
+	drop_entry(b, key);
+	assert_int_equal(verify_json(b, &v), 1);
+	assert_string_equal(harness_str(one_effect_problem(v, target,
+	    "index_lacks"), "source"), "checkpoint");
+	assert_int_equal(verify_index_count(v, "effects_compared"),
+	    shared - 1);
+	json_decref(v);
+	/* Put back: clean again. */
+	plant_entry(b, &saved);
+	assert_int_equal(verify_json(b, &v), 0);
+	assert_int_equal(json_array_size(json_object_get(v, "problems")), 0);
+	json_decref(v);
+
+	/* Compacted: tombstones agree with the full records they were. */
+	assert_true(compact_now(b) >= (unsigned long long)indexed);
+	assert_int_equal(indexed_entry(b, key, &e, result), 1);
+	assert_int_equal(e.form, INDEX_TOMBSTONE);
+	assert_int_equal(verify_json(b, &v), 0);
+	assert_int_equal(json_array_size(json_object_get(v, "problems")), 0);
+	assert_int_equal(verify_index_count(v, "effects_compared"), shared);
+	json_decref(v);
+	/* A tombstone with another attempt disagrees too. */
+	e.record.entry.attempt++;
+	plant_entry(b, &e);
+	assert_int_equal(verify_json(b, &v), 1);
+	assert_one_disagreement(v, target, "tombstone", "attempt");
+	json_decref(v);
+
+	/* Put back: a broker starts on it, and verify beside it is clean. */
+	e.record.entry.attempt--;
+	plant_entry(b, &e);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
+	verify_clean(b);
+	harness_finish(b);
+}
+
+/*
  * A missing index: rebuilt with a warning when the checkpoint and the
  * journal still hold every committed receipt; refused, naming the
  * count, when receipts were only in it.
@@ -1340,6 +1632,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_kill_during_index_write,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_leaves_tombstones,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_verify_compares_effects,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_missing_index,
 		    harness_setup, harness_teardown),

@@ -4,8 +4,9 @@
  * operations idemd and idemctl share: the journal's path, store_load's
  * typed failures (damage, a failed apply and a read error are told apart
  * by the store, never by the text of a cause), store_records' positions,
- * and store_verify's typed findings.  Each test runs in a fresh mkdtemp
- * root.
+ * and store_verify's typed findings (the index's entries of an effect
+ * and a task against their records too).  Each test runs in a fresh
+ * mkdtemp root.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -31,6 +32,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
+#include "digest.h"
 #include "store.h"
 #include "tree.h"
 
@@ -310,9 +312,11 @@ unreadable_journal_is_not_damage(void **state)
 }
 
 struct findings {
-	unsigned	count[STORE_CHECK_FOREIGN + 1];
+	unsigned	count[STORE_CHECK_INDEX_LACKS + 1];
 	char		missing[RECORDS][64];
 	char		foreign[PATH_MAX];
+	char		disagrees[SUBTAB_MAX_KEY_BYTES + 1];	/* the last */
+	unsigned	differs;
 };
 
 static void
@@ -320,7 +324,14 @@ note(const struct store_problem *p, void *arg)
 {
 	struct findings	*fs = arg;
 
-	assert_true(p->check <= STORE_CHECK_FOREIGN);
+	assert_true(p->check <= STORE_CHECK_INDEX_LACKS);
+	if (p->check == STORE_CHECK_INDEX_DISAGREES) {
+		assert_non_null(p->record);
+		assert_non_null(p->indexed);
+		assert_string_equal(p->key, p->record->key);
+		snprintf(fs->disagrees, sizeof fs->disagrees, "%s", p->key);
+		fs->differs = p->differs;
+	}
 	if (p->check == STORE_CHECK_MISSING) {
 		assert_non_null(p->record);
 		assert_int_equal(p->severity, STORE_SEVERITY_ERROR);
@@ -413,6 +424,139 @@ verify_reports_corruption_as_a_finding(void **state)
 	assert_int_equal(fs.count[STORE_CHECK_MISSING], 1);
 	assert_int_equal(v.files, 0);
 	store_verify_free(&v);
+}
+
+/* f's root verified: its findings in fs, its counts in v. */
+static void
+verify_root(struct fixture *f, struct store_verify *v, struct findings *fs)
+{
+	char	*cause = NULL;
+
+	memset(fs, 0, sizeof *fs);
+	memset(v, 0, sizeof *v);
+	v->root = f->root;
+	v->sequence_digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
+	v->note = note;
+	v->arg = fs;
+	assert_int_equal(store_verify(v, &cause), 0);
+	assert_null(cause);
+	assert_true(v->journal_complete);
+	store_verify_free(v);
+}
+
+/* f's index holds r (of form) alone among what this test put there. */
+static void
+index_holds(struct fixture *f, int form, const struct journal_record *r)
+{
+	struct index	 x;
+	char		 dir[PATH_MAX];
+	char		*cause = NULL;
+
+	snprintf(dir, sizeof dir, "%s/%s", f->root, IDEM_INDEX_DIR);
+	if (index_open(&x, dir, 0, &cause) != 0 ||
+	    index_begin(&x, &cause) != 0 ||
+	    index_put(&x, form, r, &cause) != 0 ||
+	    index_commit(&x, 0, &cause) != 0)
+		fail_msg("index: %s", cause);
+	index_close(&x);
+}
+
+/*
+ * store_verify compares the index's entry of an effect with the
+ * journal's record of its key, on its receipt's facts: the same entry
+ * agrees, and so does its tombstone; other result bytes under the same
+ * digest are STORE_FACT_RESULT, a tombstone's other committed_at and
+ * recovered flag those two facts; an effect only the index holds is
+ * counted, not a finding.  A task's entry with another number is
+ * STORE_FACT_NUMBER.
+ */
+static void
+verify_compares_an_effect_with_the_index(void **state)
+{
+	static const char	 result[] = "{\"message_id\":7}";
+	static const char	 other[] = "{\"message_id\":8}";
+	struct fixture		*f = *state;
+	struct store_verify	 v;
+	struct findings		 fs;
+	struct journal		 j;
+	struct journal_record	 r, x, task;
+	struct iovec		 iov;
+	uint8_t			 buf[JOURNAL_MAX_EFFECT_RECORD_BYTES];
+	char			*cause = NULL;
+
+	memset(&r, 0, sizeof r);
+	r.type = JOURNAL_RECORD_EFFECT;
+	r.entry.kind = SUBTAB_KIND_EFFECT;
+	r.entry.state = SUBTAB_COMMITTED;
+	r.entry.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	r.entry.attempt = 1;
+	r.entry.result_length = sizeof result - 1;
+	r.entry.key_length = (uint16_t)snprintf(r.key, sizeof r.key,
+	    "mail.send/v1%cfx-1", SUBTAB_EFFECT_SEPARATOR);
+	memset(r.entry.request_digest, 0xab, IDEM_SHA256_BYTES);
+	digest_sha256(result, sizeof result - 1, r.entry.file_digest);
+	r.entry.created_at_ms = 1764000000000LL;
+	r.result = (const uint8_t *)result;
+	if (journal_open(&j, f->dir, &cause) != 0)
+		fail_msg("journal_open: %s", cause);
+	iov.iov_base = buf;
+	iov.iov_len = journal_encode(&r, buf, sizeof buf);
+	assert_true(iov.iov_len > 0);
+	if (journal_append(&j, &iov, 1, &cause) != 0 ||
+	    journal_sync(&j, &cause) != 0)
+		fail_msg("append: %s", cause);
+	journal_close(&j);
+
+	/* The same entry: it agrees. */
+	index_holds(f, INDEX_FULL, &r);
+	verify_root(f, &v, &fs);
+	assert_int_equal(fs.count[STORE_CHECK_INDEX_DISAGREES], 0);
+	assert_int_equal(v.effects, 1);
+	assert_int_equal(v.index_entries, 1);
+	assert_int_equal(v.index_effects, 1);
+	assert_int_equal(v.index_effects_only, 0);
+
+	/* Other bytes under the recorded digest. */
+	x = r;
+	x.result = (const uint8_t *)other;
+	index_holds(f, INDEX_FULL, &x);
+	verify_root(f, &v, &fs);
+	assert_int_equal(fs.count[STORE_CHECK_INDEX_DISAGREES], 1);
+	assert_string_equal(fs.disagrees, r.key);
+	assert_int_equal(fs.differs, STORE_FACT_RESULT);
+
+	/* Compacted: the tombstone agrees; with other kept facts, not. */
+	index_tombstone_of(&r, &x);
+	index_holds(f, INDEX_TOMBSTONE, &x);
+	verify_root(f, &v, &fs);
+	assert_int_equal(fs.count[STORE_CHECK_INDEX_DISAGREES], 0);
+	x.entry.created_at_ms++;
+	x.entry.effect_flags |= SUBTAB_EFFECT_RECOVERED;
+	index_holds(f, INDEX_TOMBSTONE, &x);
+	verify_root(f, &v, &fs);
+	assert_int_equal(fs.count[STORE_CHECK_INDEX_DISAGREES], 1);
+	assert_int_equal(fs.differs, STORE_FACT_COMMITTED_AT |
+	    STORE_FACT_RECOVERED);
+	index_tombstone_of(&r, &x);
+	index_holds(f, INDEX_TOMBSTONE, &x);
+
+	/* An effect the journal does not hold: counted, nothing to agree. */
+	x = r;
+	x.entry.key_length = (uint16_t)snprintf(x.key, sizeof x.key,
+	    "mail.send/v1%cfx-2", SUBTAB_EFFECT_SEPARATOR);
+	index_holds(f, INDEX_FULL, &x);
+	/* A task of the journal under another number. */
+	make_record(&task, 2);
+	task.entry.seq++;
+	index_holds(f, INDEX_FULL, &task);
+	verify_root(f, &v, &fs);
+	assert_int_equal(v.index_effects, 1);
+	assert_int_equal(v.index_effects_only, 1);
+	assert_int_equal(fs.count[STORE_CHECK_INDEX_DISAGREES], 1);
+	assert_string_equal(fs.disagrees, "sub-2");
+	assert_int_equal(fs.differs, STORE_FACT_NUMBER);
+	/* No checkpoint: nothing the index must hold. */
+	assert_int_equal(fs.count[STORE_CHECK_INDEX_LACKS], 0);
 }
 
 /* A directory without .idem/ is not a workspace: typed, nothing noted. */
@@ -517,6 +661,7 @@ main(void)
 		T(verify_reports_typed_findings),
 		T(verify_reports_corruption_as_a_finding),
 		T(verify_refuses_a_non_workspace),
+		T(verify_compares_an_effect_with_the_index),
 		T(nofollow_refuses_symlinks_on_the_way),
 #undef T
 	};
