@@ -895,15 +895,24 @@ drop_entry(struct broker *b, const char *key)
 	index_close(&x);
 }
 
-/* Replace key's entry in the index by e, as the store writes one. */
+/*
+ * Replace key's entry in the index by e, encoded as the store writes
+ * one (the store itself never replaces an entry: it is deleted first).
+ */
 static void
 plant_entry(struct broker *b, const struct index_entry *e)
 {
 	struct index	 x;
+	MDB_val		 k;
 	char		*cause = NULL;
+	int		 rc;
 
 	open_index(b, &x);
+	k.mv_data = (void *)e->record.key;
+	k.mv_size = e->record.entry.key_length;
 	if (index_begin(&x, &cause) != 0 ||
+	    ((rc = mdb_del(x.write, x.receipts, &k, NULL)) != 0 &&
+	    rc != MDB_NOTFOUND) ||
 	    index_put(&x, e->form, &e->record, &cause) != 0 ||
 	    index_commit(&x, 0, &cause) != 0)
 		fail_msg("planting an index entry: %s", cause);
