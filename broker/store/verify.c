@@ -268,6 +268,23 @@ verify_effect_differs(const struct subtab_entry *j,
 	return differs;
 }
 
+/* index_disagrees, if the facts differs names differ (0: none). */
+static void
+verify_disagrees(struct verify *vf, const struct store_vrecord *vr,
+    const struct index_entry *e, unsigned differs)
+{
+	struct store_problem	p;
+
+	if (differs == 0)
+		return;
+	verify_problem(&p, STORE_CHECK_INDEX_DISAGREES, STORE_SEVERITY_ERROR,
+	    vr, NULL);
+	p.key = vr->key;
+	p.indexed = e;
+	p.differs = differs;
+	verify_note(vf, &p);
+}
+
 /*
  * An effect of the index: the checkpoint's or the journal's last record
  * of its key, where they still hold one, must be the same receipt.  One
@@ -279,10 +296,8 @@ verify_index_effect(struct verify *vf, const struct index_entry *e)
 {
 	const struct journal_record	*r = &e->record;
 	struct store_vrecord		*vr;
-	struct store_problem		 p;
 	char				 key[SUBTAB_MAX_KEY_BYTES + 1];
 	json_t				*at;
-	unsigned			 differs;
 
 	memcpy(key, r->key, r->entry.key_length);
 	key[r->entry.key_length] = '\0';
@@ -293,14 +308,7 @@ verify_index_effect(struct verify *vf, const struct index_entry *e)
 	vf->v->index_effects++;
 	vr = &vf->effects[json_integer_value(at)];
 	vr->indexed = 1;
-	if ((differs = verify_effect_differs(&vr->entry, e)) == 0)
-		return 0;
-	verify_problem(&p, STORE_CHECK_INDEX_DISAGREES, STORE_SEVERITY_ERROR,
-	    vr, NULL);
-	p.key = vr->key;
-	p.indexed = e;
-	p.differs = differs;
-	verify_note(vf, &p);
+	verify_disagrees(vf, vr, e, verify_effect_differs(&vr->entry, e));
 	return 0;
 }
 
@@ -317,10 +325,8 @@ verify_index_visit(const struct index_entry *e, void *arg)
 	struct store_loaded		*loaded = &vf->v->loaded;
 	const struct journal_record	*r = &e->record;
 	struct store_vrecord		*vr;
-	struct store_problem		 p;
 	char				 key[SUBTAB_MAX_KEY_BYTES + 1];
 	json_t				*at;
-	unsigned			 differs;
 
 	vf->v->index_entries++;
 	if (r->entry.kind == SUBTAB_KIND_EFFECT)
@@ -330,15 +336,8 @@ verify_index_visit(const struct index_entry *e, void *arg)
 	if ((at = json_object_get(vf->by_key, key)) != NULL) {
 		vr = &vf->records[json_integer_value(at)];
 		vr->indexed = 1;
-		if ((differs = verify_task_differs(&vr->entry,
-		    &r->entry)) == 0)
-			return 0;
-		verify_problem(&p, STORE_CHECK_INDEX_DISAGREES,
-		    STORE_SEVERITY_ERROR, vr, NULL);
-		p.key = vr->key;
-		p.indexed = e;
-		p.differs = differs;
-		verify_note(vf, &p);
+		verify_disagrees(vf, vr, e, verify_task_differs(&vr->entry,
+		    &r->entry));
 		return 0;
 	}
 	loaded->stats.at_segment = 0;
