@@ -26,7 +26,13 @@
 #include "pg.h"
 #include "store.h"
 
-/* The row's columns read into a pgstore_row, in row_fill's order. */
+/*
+ * The row's columns read into a pgstore_row, in row_fill's order.  The
+ * owner's session is looked up in pg_stat_activity (a copy of every
+ * backend's status) only for an unfinished row with an owner: it
+ * decides nothing for a finished one, and a claim that finds no row
+ * need not make that copy.
+ */
 #define ROW_COLUMNS \
 	"state, digest_schema, request_digest, date, seq, sender, " \
 	"recipient, created_at_ms, " \
@@ -36,9 +42,10 @@
 	"lease_granted, " \
 	"(extract(epoch from (lease_expires - clock_timestamp())) * 1000)" \
 	"::bigint, " \
-	"owner_pid = pg_backend_pid() OR EXISTS (SELECT 1 FROM " \
+	"CASE WHEN owner_pid IS NULL OR state >= 3 THEN false WHEN " \
+	"owner_pid = pg_backend_pid() THEN true ELSE EXISTS (SELECT 1 FROM " \
 	"pg_stat_activity a WHERE a.pid = owner_pid AND " \
-	"a.backend_start = owner_started)"
+	"a.backend_start = owner_started) END"
 #define ROW_COLUMN_COUNT	18
 
 #define KEY_WHERE \
@@ -266,6 +273,7 @@ pg_sqlstate(const PGresult *res, const char *code)
  * 250 with it planned each time).
  */
 enum pg_prepared {
+	PG_PREP_NUMBER,
 	PG_PREP_CLAIM,
 	PG_PREP_READ,
 	PG_PREP_GRANT,
@@ -273,7 +281,7 @@ enum pg_prepared {
 	PG_PREP_COUNT
 };
 static const char *const pg_prepared_names[PG_PREP_COUNT] = {
-	"idem_claim", "idem_read", "idem_grant", "idem_commit"
+	"idem_number", "idem_claim", "idem_read", "idem_grant", "idem_commit"
 };
 
 /*
@@ -546,31 +554,25 @@ pg_abort(PGconn *conn)
 }
 
 /*
- * The reservation as one statement, so one round trip and one implicit
- * transaction (doc/cluster.md, "The number counter and durability"):
- * the server's clock and day; the row of the key if it exists (then
- * nothing else happens); otherwise, if the day is the one the disk was
- * scanned for, a number from the day's counter past the disk's highest
- * (none past max_seq) and the row, reserved, epoch 1, the caller's
- * token, the lease from now.  Its name is built here from the number,
- * as taskfile_format_id does (pgstore_claim checks that the two agree).
- * The transaction commits with synchronous_commit off: the counter row's
- * lock is released at once, without waiting for the WAL flush; the
- * grant, which follows before any file is linked and any answer given,
- * commits synchronously and so flushes this commit too (the WAL is one
- * ordered stream).  A row inserted meanwhile by another broker violates
- * the primary key: the whole statement, its number with it, is rolled
- * back.
+ * The reservation in two statements, each its own implicit transaction
+ * committed without waiting for the WAL flush (doc/cluster.md, "The
+ * claim and the counter: why no flush is needed"); the grant, which
+ * follows before any file is linked and any answer given, commits
+ * synchronously and so flushes both (the WAL is one ordered stream).
  *
- * $1..$4 the key, $5 schema, $6 request digest, $7 the day scanned,
- * $8 the disk's highest number that day, $9 max_seq, $10 the kind's
- * prefix, $11 "-<sender>-to-<recipient>", $12 the kind's directory,
- * $13 sender, $14 recipient, $15 host, $16 token, $17 lease (ms).
- * Columns: the server's clock (ms), its day, the number taken (NULL if
- * none), the task_id inserted (NULL if none), then ROW_COLUMNS of the
- * row found (NULL if none).
+ * NUMBER_SQL: the server's clock and day, and the row of the key if it
+ * exists (then nothing else happens: the caller judges the row as a
+ * read's); otherwise, if the day is the one the disk was scanned for, a
+ * number from the day's counter past the disk's highest (none past
+ * max_seq).  The counter row's lock is held by this short statement
+ * alone, not across the row's insert: the claims of a workspace and day
+ * queue for the counter only as long as it takes to raise it.
+ * $1..$4 the key, $5 the day scanned, $6 the disk's highest number that
+ * day, $7 max_seq.  Columns: the server's clock (ms), its day, the
+ * number taken (NULL if none), then ROW_COLUMNS of the key's row (NULL
+ * if none).
  */
-#define CLAIM_SQL \
+#define NUMBER_SQL \
 	"WITH clock AS (SELECT (extract(epoch from clock_timestamp()) * " \
 	"1000)::bigint AS now_ms, set_config('synchronous_commit', 'off', " \
 	"true) AS async), " \
@@ -579,32 +581,50 @@ pg_abort(PGconn *conn)
 	"FROM clock), " \
 	"found AS (SELECT 1 FROM idem_submission WHERE " KEY_WHERE "), " \
 	"num AS (INSERT INTO idem_counter AS c (workspace_id, kind, date, " \
-	"next_seq) SELECT $1::uuid, $2::smallint, today, $8::integer + 2 " \
+	"next_seq) SELECT $1::uuid, $2::smallint, today, $6::integer + 2 " \
 	"FROM day WHERE " \
-	"today = $7::integer AND $8::integer + 1 <= $9::integer AND NOT " \
+	"today = $5::integer AND $6::integer + 1 <= $7::integer AND NOT " \
 	"EXISTS (SELECT 1 FROM found) ON CONFLICT (workspace_id, kind, " \
-	"date) DO UPDATE SET next_seq = greatest(c.next_seq, $8::integer + " \
-	"1) + 1 WHERE greatest(c.next_seq, $8::integer + 1) <= $9::integer " \
-	"RETURNING c.next_seq - 1 AS got), " \
-	"named AS (SELECT got, $10::text || '-' || today || '-' || CASE " \
-	"WHEN got < 1000 THEN lpad(got::text, 3, '0') ELSE got::text END " \
-	"|| $11::text AS name FROM num, day), " \
+	"date) DO UPDATE SET next_seq = greatest(c.next_seq, $6::integer + " \
+	"1) + 1 WHERE greatest(c.next_seq, $6::integer + 1) <= $7::integer " \
+	"RETURNING c.next_seq - 1 AS got) " \
+	"SELECT day.now_ms, day.today, (SELECT got FROM num), day.async, " \
+	ROW_COLUMNS " FROM day LEFT JOIN idem_submission ON " KEY_WHERE
+#define NUMBER_ROW_FIRST	4	/* ROW_COLUMNS start here */
+
+/*
+ * CLAIM_SQL: the row with the number NUMBER_SQL took, reserved, epoch
+ * 1, the caller's token, created_at the clock reading the number's day
+ * came from, the lease from now.  Its name is built here from the
+ * number, as taskfile_format_id does (pgstore_claim checks that the two
+ * agree).  A row inserted meanwhile by another broker violates the
+ * primary key: the statement is rolled back, and the number stays unused
+ * (a gap, as a claim that never comes back leaves).
+ * $1..$4 the key, $5 schema, $6 request digest, $7 the number's day,
+ * $8 the number, $9 the clock reading (ms), $10 the kind's prefix,
+ * $11 "-<sender>-to-<recipient>", $12 the kind's directory, $13 sender,
+ * $14 recipient, $15 host, $16 token, $17 lease (ms).  Columns: the
+ * task_id inserted, and the setting made (so that it is made).
+ */
+#define CLAIM_SQL \
+	"WITH async AS (SELECT set_config('synchronous_commit', 'off', " \
+	"true) AS off), " \
+	"named AS (SELECT $10::text || '-' || $7::integer || '-' || CASE " \
+	"WHEN $8::integer < 1000 THEN lpad($8::integer::text, 3, '0') ELSE " \
+	"$8::integer::text END || $11::text AS name FROM async), " \
 	"ins AS (INSERT INTO idem_submission (workspace_id, kind, scope, " \
 	"client_submission_id, digest_schema, request_digest, state, date, " \
 	"seq, task_id, task_path, sender, recipient, created_at_ms, " \
 	"reserved_at, updated_at, epoch, owner_host, owner_token, " \
 	"owner_pid, owner_started, lease_expires) SELECT $1::uuid, " \
 	"$2::smallint, $3::text, $4::text, $5::smallint, $6::text, 1, " \
-	"today, got, name, $12::text || '/' || name || '.md', $13::text, " \
-	"$14::text, now_ms, to_timestamp(now_ms / 1000.0), " \
-	"to_timestamp(now_ms / 1000.0), 1, $15::text, $16::text, " \
-	"pg_backend_pid(), " \
+	"$7::integer, $8::integer, name, $12::text || '/' || name || '.md', " \
+	"$13::text, $14::text, $9::bigint, to_timestamp($9::bigint / " \
+	"1000.0), to_timestamp($9::bigint / 1000.0), 1, $15::text, " \
+	"$16::text, pg_backend_pid(), " \
 	SESSION_STARTED ", clock_timestamp() + $17::integer * " \
-	"interval '1 millisecond' FROM named, day RETURNING task_id) " \
-	"SELECT day.now_ms, day.today, (SELECT got FROM num), (SELECT " \
-	"task_id FROM ins), day.async, " ROW_COLUMNS " FROM day LEFT JOIN " \
-	"idem_submission ON " KEY_WHERE
-#define CLAIM_ROW_FIRST		5	/* ROW_COLUMNS start here */
+	"interval '1 millisecond' FROM named RETURNING task_id) " \
+	"SELECT (SELECT task_id FROM ins), (SELECT off FROM async)"
 
 /* The host's guess of the server's day, for the first disk scan. */
 static uint32_t
@@ -636,7 +656,9 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 	char		 sender[IDEM_MAX_ROLE_BYTES + 1], lease[16];
 	char		 recipient[IDEM_MAX_RECIPIENT_BYTES + 1];
 	char		 token[PGSTORE_TOKEN_BYTES + 1];
-	uint32_t	 day = host_day(), disk;
+	char		 seq_s[16], now_s[24];
+	uint32_t	 day = host_day(), disk, seq;
+	int64_t		 now_ms;
 	int		 tries;
 
 	*cause = NULL;
@@ -665,36 +687,16 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 		snprintf(day_s, sizeof day_s, "%" PRIu32, day);
 		snprintf(disk_s, sizeof disk_s, "%" PRIu32, disk);
 		params_key(&p, st, key);
-		p.v[p.n++] = schema;		/* $5 */
-		p.v[p.n++] = digest;		/* $6 */
-		p.v[p.n++] = day_s;		/* $7 */
-		p.v[p.n++] = disk_s;		/* $8 */
-		p.v[p.n++] = max_s;		/* $9 */
-		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
-		    "TASK";			/* $10 */
-		p.v[p.n++] = roles;		/* $11 */
-		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ?
-		    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $12 */
-		p.v[p.n++] = sender;		/* $13 */
-		p.v[p.n++] = recipient;		/* $14 */
-		p.v[p.n++] = st->host;		/* $15 */
-		p.v[p.n++] = token;		/* $16 */
-		p.v[p.n++] = lease;		/* $17 */
-		res = pg_exec_prepared(st, conn, PG_PREP_CLAIM, CLAIM_SQL, &p);
-		if (PQresultStatus(res) == PGRES_FATAL_ERROR &&
-		    (constraint = PQresultErrorField(res,
-		    PG_DIAG_CONSTRAINT_NAME)) != NULL &&
-		    strcmp(constraint, "idem_submission_pkey") == 0) {
-			/* Reserved by another broker a moment ago: read it. */
-			PQclear(res);
-			continue;
-		}
+		p.v[p.n++] = day_s;		/* $5 */
+		p.v[p.n++] = disk_s;		/* $6 */
+		p.v[p.n++] = max_s;		/* $7 */
+		res = pg_exec_prepared(st, conn, PG_PREP_NUMBER, NUMBER_SQL, &p);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK ||
 		    PQntuples(res) != 1)
-			return pg_failed(st, res, "reserving", cause);
-		if (!PQgetisnull(res, 0, CLAIM_ROW_FIRST)) {
+			return pg_failed(st, res, "taking a number", cause);
+		if (!PQgetisnull(res, 0, NUMBER_ROW_FIRST)) {
 			/* The key's row: the caller judges it. */
-			if (row_fill(res, 0, CLAIM_ROW_FIRST, key->kind, row,
+			if (row_fill(res, 0, NUMBER_ROW_FIRST, key->kind, row,
 			    cause) != 0) {
 				PQclear(res);
 				return -1;
@@ -713,24 +715,65 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 			errno = ERANGE;		/* the day's numbers are used up */
 			return -1;
 		}
+		seq = (uint32_t)value_i64(res, 0, 2);
+		now_ms = value_i64(res, 0, 0);
+		PQclear(res);
+
 		*e = *want;
 		e->kind = (uint8_t)key->kind;
 		e->key_length = 0;
 		e->state = SUBTAB_RESERVED;
 		e->date = day;
-		e->seq = (uint32_t)value_i64(res, 0, 2);
-		e->created_at_ms = value_i64(res, 0, 0);
-		e->reserved_at_ms = e->created_at_ms;
-		e->updated_at_ms = e->created_at_ms;
+		e->seq = seq;
+		e->created_at_ms = now_ms;
+		e->reserved_at_ms = now_ms;
+		e->updated_at_ms = now_ms;
 		memset(e->file_digest, 0, sizeof e->file_digest);
 		name_of(e, id, path);
-		if (PQgetisnull(res, 0, 3) ||
-		    strcmp(PQgetvalue(res, 0, 3), id) != 0) {
+		snprintf(seq_s, sizeof seq_s, "%" PRIu32, seq);
+		snprintf(now_s, sizeof now_s, "%" PRId64, now_ms);
+		params_key(&p, st, key);
+		p.v[p.n++] = schema;		/* $5 */
+		p.v[p.n++] = digest;		/* $6 */
+		p.v[p.n++] = day_s;		/* $7 */
+		p.v[p.n++] = seq_s;		/* $8 */
+		p.v[p.n++] = now_s;		/* $9 */
+		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
+		    "TASK";			/* $10 */
+		p.v[p.n++] = roles;		/* $11 */
+		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ?
+		    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $12 */
+		p.v[p.n++] = sender;		/* $13 */
+		p.v[p.n++] = recipient;		/* $14 */
+		p.v[p.n++] = st->host;		/* $15 */
+		p.v[p.n++] = token;		/* $16 */
+		p.v[p.n++] = lease;		/* $17 */
+		res = pg_exec_prepared(st, conn, PG_PREP_CLAIM, CLAIM_SQL, &p);
+		if (PQresultStatus(res) == PGRES_FATAL_ERROR &&
+		    (constraint = PQresultErrorField(res,
+		    PG_DIAG_CONSTRAINT_NAME)) != NULL &&
+		    strcmp(constraint, "idem_submission_pkey") == 0) {
+			/*
+			 * Reserved by another broker since the number was
+			 * taken: the next turn reads its row.
+			 */
+			PQclear(res);
+			memset(row, 0, sizeof *row);
+			continue;
+		}
+		if (PQresultStatus(res) != PGRES_TUPLES_OK ||
+		    PQntuples(res) != 1) {
+			memset(row, 0, sizeof *row);
+			return pg_failed(st, res, "reserving", cause);
+		}
+		if (PQgetisnull(res, 0, 0) ||
+		    strcmp(PQgetvalue(res, 0, 0), id) != 0) {
 			/* Never expected: the SQL's name is taskfile's. */
 			asprintf(cause, "PostgreSQL: the reservation named %s, "
-			    "idem names it %s", PQgetisnull(res, 0, 3) ?
-			    "nothing" : PQgetvalue(res, 0, 3), id);
+			    "idem names it %s", PQgetisnull(res, 0, 0) ?
+			    "nothing" : PQgetvalue(res, 0, 0), id);
 			PQclear(res);
+			memset(row, 0, sizeof *row);
 			errno = EPROTO;
 			return -1;
 		}
