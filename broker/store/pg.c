@@ -722,9 +722,8 @@ int
 pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
     const struct subtab_entry *want, struct pgstore_row *row, char **cause)
 {
-	static const char *const sqls[2] = { NUMBER_SQL, CLAIM_SQL };
 	enum pg_prepared which[2] = { PG_PREP_NUMBER, PG_PREP_CLAIM };
-	const char	*sql[2] = { sqls[0], sqls[1] };
+	const char	*sql[2] = { NUMBER_SQL, CLAIM_SQL };
 	const struct params *pp[2];
 	PGconn		*conn;
 	PGresult	*res[2], *num;
