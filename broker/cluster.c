@@ -9,9 +9,11 @@
  *
  *   cache      the local table holds the key committed: reused
  *   read       a lock-free read of the row (a conflict on an unfinished
- *              row only once it is durable)
- *   claim      number and row, one statement, committed without waiting
- *              for the WAL flush; durable with the grant
+ *              row only once it is durable); on a request's first turn
+ *              the claim's number statement, which returns the row
+ *   claim      the number (the counter's lock held for that statement
+ *              only), then the row, each committed without waiting for
+ *              the WAL flush; durable with the grant
  *                                               [after_reserve_durable]
  *   temp       .<name>.md.tmp.<epoch>-<token>, fsync'd, directory fsync'd
  *                                               [after_task_file_written]
@@ -93,6 +95,7 @@ struct cluster_sub {
 	char			 scope[SUBTAB_MAX_KEY_BYTES + 1];
 	int			 owner;		/* it holds the fence */
 	int			 fresh;		/* it reserved (nothing promised) */
+	int			 started;	/* its first turn is done */
 	int64_t			 deadline_ms;
 	struct event		*timer;
 	unsigned		 renumbered;
@@ -848,6 +851,40 @@ cl_take_row(struct submission *s, const struct pgstore_row *row)
 	cl_set_name(s);
 }
 
+/*
+ * Claim: a number and the row (two statements, each committed without
+ * waiting for the WAL flush; the grant's commit makes them durable
+ * before anything is linked or answered), then the owner's file.  0: the
+ * key has a row, left in c->row for the caller to judge; otherwise the
+ * request went on (1) or its outcome is recorded (-1).
+ */
+static int
+cl_claim(struct pending *p)
+{
+	struct submission	*s = cl_sub(p);
+	struct cluster_sub	*c = s->cluster;
+	char			*cause = NULL;
+	int			 rc;
+
+	rc = pgstore_claim(c->st, &c->key, &s->entry, &c->row, &cause);
+	if (rc < 0 && errno == ERANGE) {
+		cl_fail_exhausted(p);
+		return -1;
+	}
+	if (rc < 0) {
+		cl_fail_storage(p, "reserving", cause);
+		return -1;
+	}
+	if (rc == 0)
+		return 0;
+	c->owner = 1;
+	c->fresh = 1;
+	cl_take_row(s, &c->row);
+	cl_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
+	cl_write(p);
+	return 1;
+}
+
 /* Read, then answer, wait, reserve or take over. */
 static void
 cl_step(struct pending *p)
@@ -861,7 +898,22 @@ cl_step(struct pending *p)
 
 	schema = s->schema != 0 ? s->schema : s->ops->schema;
 	memset(&row, 0, sizeof row);
-	rc = pgstore_read(c->st, &c->key, &row, &cause);
+	if (!c->started) {
+		/*
+		 * The first turn claims at once: the claim's first statement
+		 * returns the key's row if it has one, judged below as a
+		 * read's, so a new id costs no separate read.  Later turns
+		 * (after a wait, a lost fence) expect a row, and read it.
+		 */
+		c->started = 1;
+		rc = cl_claim(p);
+		if (rc != 0)
+			return;
+		row = c->row;
+		memset(&c->row, 0, sizeof c->row);
+		rc = 1;
+	} else
+		rc = pgstore_read(c->st, &c->key, &row, &cause);
 	if (rc < 0) {
 		cl_fail_storage(p, "reading the submission", cause);
 		return;
@@ -929,31 +981,12 @@ cl_step(struct pending *p)
 		cl_recover(p);
 		return;
 	}
-	/*
-	 * Nobody has it: claim (the number and the row in one round trip,
-	 * committed without waiting for the WAL flush; the grant's commit
-	 * makes it durable before anything is linked or answered).
-	 */
-	rc = pgstore_claim(c->st, &c->key, &s->entry, &c->row, &cause);
-	if (rc < 0 && errno == ERANGE) {
-		cl_fail_exhausted(p);
-		return;
-	}
-	if (rc < 0) {
-		cl_fail_storage(p, "reserving", cause);
-		return;
-	}
-	if (rc == 0) {
+	/* Nobody has it (any more: a claim a server crash lost). */
+	if (cl_claim(p) == 0) {
 		/* Reserved elsewhere a moment ago: judge its row. */
 		pgstore_row_clear(&c->row);
 		cl_step(p);
-		return;
 	}
-	c->owner = 1;
-	c->fresh = 1;
-	cl_take_row(s, &c->row);
-	cl_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
-	cl_write(p);
 }
 
 /* No submission id: a new file under a fresh number every time. */

@@ -26,7 +26,13 @@
 #include "pg.h"
 #include "store.h"
 
-/* The row's columns read into a pgstore_row, in row_fill's order. */
+/*
+ * The row's columns read into a pgstore_row, in row_fill's order.  The
+ * owner's session is looked up in pg_stat_activity (a copy of every
+ * backend's status) only for an unfinished row with an owner: it
+ * decides nothing for a finished one, and a claim that finds no row
+ * need not make that copy.
+ */
 #define ROW_COLUMNS \
 	"state, digest_schema, request_digest, date, seq, sender, " \
 	"recipient, created_at_ms, " \
@@ -36,9 +42,10 @@
 	"lease_granted, " \
 	"(extract(epoch from (lease_expires - clock_timestamp())) * 1000)" \
 	"::bigint, " \
-	"owner_pid = pg_backend_pid() OR EXISTS (SELECT 1 FROM " \
+	"CASE WHEN owner_pid IS NULL OR state >= 3 THEN false WHEN " \
+	"owner_pid = pg_backend_pid() THEN true ELSE EXISTS (SELECT 1 FROM " \
 	"pg_stat_activity a WHERE a.pid = owner_pid AND " \
-	"a.backend_start = owner_started)"
+	"a.backend_start = owner_started) END"
 #define ROW_COLUMN_COUNT	18
 
 #define KEY_WHERE \
@@ -266,6 +273,7 @@ pg_sqlstate(const PGresult *res, const char *code)
  * 250 with it planned each time).
  */
 enum pg_prepared {
+	PG_PREP_NUMBER,
 	PG_PREP_CLAIM,
 	PG_PREP_READ,
 	PG_PREP_GRANT,
@@ -273,7 +281,7 @@ enum pg_prepared {
 	PG_PREP_COUNT
 };
 static const char *const pg_prepared_names[PG_PREP_COUNT] = {
-	"idem_claim", "idem_read", "idem_grant", "idem_commit"
+	"idem_number", "idem_claim", "idem_read", "idem_grant", "idem_commit"
 };
 
 /*
@@ -307,6 +315,71 @@ pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
 		PQclear(res);
 		st->prepared &= ~bit;
 	}
+}
+
+/*
+ * Two prepared statements in one round trip: a libpq pipeline with a
+ * sync after each, so that each is its own implicit transaction and the
+ * second runs even if the first failed.  0 with both results (each
+ * PGRES_TUPLES_OK or an error for the caller to judge), or -1 with
+ * *cause: the connection is then dropped (the next call makes a new
+ * one), since a pipeline left half read cannot be trusted.
+ */
+static int
+pg_exec_prepared_pair(struct pgstore *st, PGconn *conn,
+    enum pg_prepared which[2], const char *sql[2],
+    const struct params *p[2], PGresult *res[2], char **cause)
+{
+	PGresult	*r;
+	int		 i;
+
+	res[0] = res[1] = NULL;
+	for (i = 0; i < 2; i++) {
+		if (st->prepared & (1u << which[i]))
+			continue;
+		r = PQprepare(conn, pg_prepared_names[which[i]], sql[i], 0,
+		    NULL);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK &&
+		    !pg_sqlstate(r, "42P05"))
+			return pg_failed(st, r, "preparing a statement", cause);
+		PQclear(r);
+		st->prepared |= 1u << which[i];
+	}
+	if (PQenterPipelineMode(conn) != 1)
+		return pg_failed(st, NULL, "entering pipeline mode", cause);
+	for (i = 0; i < 2; i++)
+		if (PQsendQueryPrepared(conn, pg_prepared_names[which[i]],
+		    p[i]->n, p[i]->v, NULL, NULL, 0) != 1 ||
+		    PQpipelineSync(conn) != 1)
+			goto broken;
+	for (i = 0; i < 2; i++) {
+		/* The statement's result, the end of it, the sync. */
+		if ((res[i] = PQgetResult(conn)) == NULL)
+			goto broken;
+		if ((r = PQgetResult(conn)) != NULL) {
+			PQclear(r);
+			goto broken;
+		}
+		r = PQgetResult(conn);
+		if (PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			goto broken;
+		}
+		PQclear(r);
+	}
+	if (PQexitPipelineMode(conn) != 1)
+		goto broken;
+	return 0;
+broken:
+	pg_failed(st, NULL, "a pipelined claim", cause);
+	PQclear(res[0]);
+	PQclear(res[1]);
+	res[0] = res[1] = NULL;
+	PQfinish(conn);
+	st->conn = NULL;
+	st->prepared = 0;
+	errno = EIO;
+	return -1;
 }
 
 static int64_t
@@ -546,31 +619,29 @@ pg_abort(PGconn *conn)
 }
 
 /*
- * The reservation as one statement, so one round trip and one implicit
- * transaction (doc/cluster.md, "The number counter and durability"):
- * the server's clock and day; the row of the key if it exists (then
- * nothing else happens); otherwise, if the day is the one the disk was
- * scanned for, a number from the day's counter past the disk's highest
- * (none past max_seq) and the row, reserved, epoch 1, the caller's
- * token, the lease from now.  Its name is built here from the number,
- * as taskfile_format_id does (pgstore_claim checks that the two agree).
- * The transaction commits with synchronous_commit off: the counter row's
- * lock is released at once, without waiting for the WAL flush; the
- * grant, which follows before any file is linked and any answer given,
- * commits synchronously and so flushes this commit too (the WAL is one
- * ordered stream).  A row inserted meanwhile by another broker violates
- * the primary key: the whole statement, its number with it, is rolled
- * back.
+ * The reservation in two statements, each its own implicit transaction
+ * committed without waiting for the WAL flush (doc/cluster.md, "The
+ * claim and the counter: why no flush is needed"); the grant, which
+ * follows before any file is linked and any answer given, commits
+ * synchronously and so flushes both (the WAL is one ordered stream).
  *
- * $1..$4 the key, $5 schema, $6 request digest, $7 the day scanned,
- * $8 the disk's highest number that day, $9 max_seq, $10 the kind's
- * prefix, $11 "-<sender>-to-<recipient>", $12 the kind's directory,
- * $13 sender, $14 recipient, $15 host, $16 token, $17 lease (ms).
- * Columns: the server's clock (ms), its day, the number taken (NULL if
- * none), the task_id inserted (NULL if none), then ROW_COLUMNS of the
- * row found (NULL if none).
+ * NUMBER_SQL: the server's clock and day, and the row of the key if it
+ * exists (then nothing else happens: the caller judges the row as a
+ * read's); otherwise, if the day is the one the disk was scanned for, a
+ * number from the day's counter past the disk's highest (none past
+ * max_seq).  The counter row's lock is held by this short statement
+ * alone, not across the row's insert: the claims of a workspace and day
+ * queue for the counter only as long as it takes to raise it.
+ * $1..$4 the key, $5 the day scanned, $6 the disk's highest number that
+ * day, $7 max_seq, $8 this turn's nonce.  Columns: the server's clock
+ * (ms), its day, the number taken (NULL if none), the setting below,
+ * then ROW_COLUMNS of the key's row (NULL if none).  The number, its day
+ * and the clock reading go to CLAIM_SQL through the session's setting
+ * idem.claim, "<nonce> <number> <day> <ms>" ('' when none was taken),
+ * so that the broker sends both statements in one round trip (a libpq
+ * pipeline, each its own transaction).
  */
-#define CLAIM_SQL \
+#define NUMBER_SQL \
 	"WITH clock AS (SELECT (extract(epoch from clock_timestamp()) * " \
 	"1000)::bigint AS now_ms, set_config('synchronous_commit', 'off', " \
 	"true) AS async), " \
@@ -579,32 +650,59 @@ pg_abort(PGconn *conn)
 	"FROM clock), " \
 	"found AS (SELECT 1 FROM idem_submission WHERE " KEY_WHERE "), " \
 	"num AS (INSERT INTO idem_counter AS c (workspace_id, kind, date, " \
-	"next_seq) SELECT $1::uuid, $2::smallint, today, $8::integer + 2 " \
+	"next_seq) SELECT $1::uuid, $2::smallint, today, $6::integer + 2 " \
 	"FROM day WHERE " \
-	"today = $7::integer AND $8::integer + 1 <= $9::integer AND NOT " \
+	"today = $5::integer AND $6::integer + 1 <= $7::integer AND NOT " \
 	"EXISTS (SELECT 1 FROM found) ON CONFLICT (workspace_id, kind, " \
-	"date) DO UPDATE SET next_seq = greatest(c.next_seq, $8::integer + " \
-	"1) + 1 WHERE greatest(c.next_seq, $8::integer + 1) <= $9::integer " \
-	"RETURNING c.next_seq - 1 AS got), " \
-	"named AS (SELECT got, $10::text || '-' || today || '-' || CASE " \
-	"WHEN got < 1000 THEN lpad(got::text, 3, '0') ELSE got::text END " \
-	"|| $11::text AS name FROM num, day), " \
+	"date) DO UPDATE SET next_seq = greatest(c.next_seq, $6::integer + " \
+	"1) + 1 WHERE greatest(c.next_seq, $6::integer + 1) <= $7::integer " \
+	"RETURNING c.next_seq - 1 AS got) " \
+	"SELECT day.now_ms, day.today, (SELECT got FROM num), " \
+	"set_config('idem.claim', coalesce((SELECT $8::text || ' ' || got " \
+	"|| ' ' || today || ' ' || now_ms FROM num, day), ''), false) || " \
+	"day.async, " \
+	ROW_COLUMNS " FROM day LEFT JOIN idem_submission ON " KEY_WHERE
+#define NUMBER_ROW_FIRST	4	/* ROW_COLUMNS start here */
+
+/*
+ * CLAIM_SQL: the row with the number NUMBER_SQL took, reserved, epoch
+ * 1, the caller's token, created_at the clock reading the number's day
+ * came from, the lease from now; nothing if the session's idem.claim
+ * does not carry this turn's nonce (NUMBER_SQL took no number, failed,
+ * or ran on another session: a pooler's).  Its name is built here from
+ * the number, as taskfile_format_id does (pgstore_claim checks that the
+ * two agree).  A row inserted meanwhile by another broker violates the
+ * primary key: the statement is rolled back, and the number stays unused
+ * (a gap, as a claim that never comes back leaves).
+ * $1..$4 the key, $5 schema, $6 request digest, $7 the nonce, $8 the
+ * kind's prefix, $9 "-<sender>-to-<recipient>", $10 the kind's
+ * directory, $11 sender, $12 recipient, $13 host, $14 token, $15 lease
+ * (ms).  Columns: the task_id inserted (NULL if none), and the setting
+ * made (so that it is made).
+ */
+#define CLAIM_SQL \
+	"WITH async AS (SELECT set_config('synchronous_commit', 'off', " \
+	"true) AS off), " \
+	"got AS (SELECT split_part(v, ' ', 2)::integer AS seq, " \
+	"split_part(v, ' ', 3)::integer AS today, split_part(v, ' ', 4)" \
+	"::bigint AS now_ms FROM (SELECT current_setting('idem.claim', " \
+	"true) AS v FROM async) g WHERE split_part(v, ' ', 1) = $7::text), " \
+	"named AS (SELECT seq, today, now_ms, $8::text || '-' || today || " \
+	"'-' || CASE WHEN seq < 1000 THEN lpad(seq::text, 3, '0') ELSE " \
+	"seq::text END || $9::text AS name FROM got), " \
 	"ins AS (INSERT INTO idem_submission (workspace_id, kind, scope, " \
 	"client_submission_id, digest_schema, request_digest, state, date, " \
 	"seq, task_id, task_path, sender, recipient, created_at_ms, " \
 	"reserved_at, updated_at, epoch, owner_host, owner_token, " \
 	"owner_pid, owner_started, lease_expires) SELECT $1::uuid, " \
 	"$2::smallint, $3::text, $4::text, $5::smallint, $6::text, 1, " \
-	"today, got, name, $12::text || '/' || name || '.md', $13::text, " \
-	"$14::text, now_ms, to_timestamp(now_ms / 1000.0), " \
-	"to_timestamp(now_ms / 1000.0), 1, $15::text, $16::text, " \
+	"today, seq, name, $10::text || '/' || name || '.md', " \
+	"$11::text, $12::text, now_ms, to_timestamp(now_ms / 1000.0), " \
+	"to_timestamp(now_ms / 1000.0), 1, $13::text, $14::text, " \
 	"pg_backend_pid(), " \
-	SESSION_STARTED ", clock_timestamp() + $17::integer * " \
-	"interval '1 millisecond' FROM named, day RETURNING task_id) " \
-	"SELECT day.now_ms, day.today, (SELECT got FROM num), (SELECT " \
-	"task_id FROM ins), day.async, " ROW_COLUMNS " FROM day LEFT JOIN " \
-	"idem_submission ON " KEY_WHERE
-#define CLAIM_ROW_FIRST		5	/* ROW_COLUMNS start here */
+	SESSION_STARTED ", clock_timestamp() + $15::integer * " \
+	"interval '1 millisecond' FROM named RETURNING task_id) " \
+	"SELECT (SELECT task_id FROM ins), (SELECT off FROM async)"
 
 /* The host's guess of the server's day, for the first disk scan. */
 static uint32_t
@@ -624,9 +722,12 @@ int
 pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
     const struct subtab_entry *want, struct pgstore_row *row, char **cause)
 {
+	enum pg_prepared which[2] = { PG_PREP_NUMBER, PG_PREP_CLAIM };
+	const char	*sql[2] = { NUMBER_SQL, CLAIM_SQL };
+	const struct params *pp[2];
 	PGconn		*conn;
-	PGresult	*res;
-	struct params	 p;
+	PGresult	*res[2], *num;
+	struct params	 p, c;
 	struct subtab_entry *e = &row->entry;
 	const char	*constraint;
 	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
@@ -636,8 +737,9 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 	char		 sender[IDEM_MAX_ROLE_BYTES + 1], lease[16];
 	char		 recipient[IDEM_MAX_RECIPIENT_BYTES + 1];
 	char		 token[PGSTORE_TOKEN_BYTES + 1];
+	char		 nonce[PGSTORE_TOKEN_BYTES + 8];
 	uint32_t	 day = host_day(), disk;
-	int		 tries;
+	int		 tries, i, lost;
 
 	*cause = NULL;
 	memset(row, 0, sizeof *row);
@@ -662,54 +764,86 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 			    "use: %s", strerror(errno));
 			return -1;
 		}
+		/* A fresh token each claim: the turn tells its number apart. */
+		snprintf(nonce, sizeof nonce, "%s-%d", token, tries);
 		snprintf(day_s, sizeof day_s, "%" PRIu32, day);
 		snprintf(disk_s, sizeof disk_s, "%" PRIu32, disk);
 		params_key(&p, st, key);
-		p.v[p.n++] = schema;		/* $5 */
-		p.v[p.n++] = digest;		/* $6 */
-		p.v[p.n++] = day_s;		/* $7 */
-		p.v[p.n++] = disk_s;		/* $8 */
-		p.v[p.n++] = max_s;		/* $9 */
-		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
-		    "TASK";			/* $10 */
-		p.v[p.n++] = roles;		/* $11 */
-		p.v[p.n++] = key->kind == SUBTAB_KIND_REPORT ?
-		    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $12 */
-		p.v[p.n++] = sender;		/* $13 */
-		p.v[p.n++] = recipient;		/* $14 */
-		p.v[p.n++] = st->host;		/* $15 */
-		p.v[p.n++] = token;		/* $16 */
-		p.v[p.n++] = lease;		/* $17 */
-		res = pg_exec_prepared(st, conn, PG_PREP_CLAIM, CLAIM_SQL, &p);
-		if (PQresultStatus(res) == PGRES_FATAL_ERROR &&
-		    (constraint = PQresultErrorField(res,
+		p.v[p.n++] = day_s;		/* $5 */
+		p.v[p.n++] = disk_s;		/* $6 */
+		p.v[p.n++] = max_s;		/* $7 */
+		p.v[p.n++] = nonce;		/* $8 */
+		params_key(&c, st, key);
+		c.v[c.n++] = schema;		/* $5 */
+		c.v[c.n++] = digest;		/* $6 */
+		c.v[c.n++] = nonce;		/* $7 */
+		c.v[c.n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
+		    "TASK";			/* $8 */
+		c.v[c.n++] = roles;		/* $9 */
+		c.v[c.n++] = key->kind == SUBTAB_KIND_REPORT ?
+		    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $10 */
+		c.v[c.n++] = sender;		/* $11 */
+		c.v[c.n++] = recipient;		/* $12 */
+		c.v[c.n++] = st->host;		/* $13 */
+		c.v[c.n++] = token;		/* $14 */
+		c.v[c.n++] = lease;		/* $15 */
+		pp[0] = &p;
+		pp[1] = &c;
+		if (pg_exec_prepared_pair(st, conn, which, sql, pp, res,
+		    cause) != 0)
+			return -1;
+		/* 26000: the session lost them (a pooler's): prepare again. */
+		for (i = 0, lost = 0; i < 2; i++)
+			if (pg_sqlstate(res[i], "26000")) {
+				st->prepared &= ~(1u << which[i]);
+				lost = 1;
+			}
+		if (lost) {
+			PQclear(res[0]);
+			PQclear(res[1]);
+			continue;
+		}
+		num = res[0];
+		if (PQresultStatus(num) != PGRES_TUPLES_OK ||
+		    PQntuples(num) != 1) {
+			PQclear(res[1]);
+			return pg_failed(st, num, "taking a number", cause);
+		}
+		if (PQresultStatus(res[1]) == PGRES_FATAL_ERROR &&
+		    (constraint = PQresultErrorField(res[1],
 		    PG_DIAG_CONSTRAINT_NAME)) != NULL &&
 		    strcmp(constraint, "idem_submission_pkey") == 0) {
-			/* Reserved by another broker a moment ago: read it. */
-			PQclear(res);
+			/*
+			 * Reserved by another broker since the number was
+			 * taken: the next turn reads its row.
+			 */
+			PQclear(num);
+			PQclear(res[1]);
 			continue;
 		}
-		if (PQresultStatus(res) != PGRES_TUPLES_OK ||
-		    PQntuples(res) != 1)
-			return pg_failed(st, res, "reserving", cause);
-		if (!PQgetisnull(res, 0, CLAIM_ROW_FIRST)) {
-			/* The key's row: the caller judges it. */
-			if (row_fill(res, 0, CLAIM_ROW_FIRST, key->kind, row,
-			    cause) != 0) {
-				PQclear(res);
-				return -1;
-			}
-			PQclear(res);
-			return 0;
+		if (PQresultStatus(res[1]) != PGRES_TUPLES_OK ||
+		    PQntuples(res[1]) != 1) {
+			PQclear(num);
+			return pg_failed(st, res[1], "reserving", cause);
 		}
-		if ((uint32_t)value_i64(res, 0, 1) != day) {
+		if (!PQgetisnull(num, 0, NUMBER_ROW_FIRST)) {
+			/* The key's row (nothing was inserted): judge it. */
+			i = row_fill(num, 0, NUMBER_ROW_FIRST, key->kind, row,
+			    cause);
+			PQclear(num);
+			PQclear(res[1]);
+			return i == 0 ? 0 : -1;
+		}
+		if ((uint32_t)value_i64(num, 0, 1) != day) {
 			/* The server's day is not the one scanned: again. */
-			day = (uint32_t)value_i64(res, 0, 1);
-			PQclear(res);
+			day = (uint32_t)value_i64(num, 0, 1);
+			PQclear(num);
+			PQclear(res[1]);
 			continue;
 		}
-		if (PQgetisnull(res, 0, 2)) {
-			PQclear(res);
+		if (PQgetisnull(num, 0, 2)) {
+			PQclear(num);
+			PQclear(res[1]);
 			errno = ERANGE;		/* the day's numbers are used up */
 			return -1;
 		}
@@ -718,23 +852,33 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 		e->key_length = 0;
 		e->state = SUBTAB_RESERVED;
 		e->date = day;
-		e->seq = (uint32_t)value_i64(res, 0, 2);
-		e->created_at_ms = value_i64(res, 0, 0);
+		e->seq = (uint32_t)value_i64(num, 0, 2);
+		e->created_at_ms = value_i64(num, 0, 0);
 		e->reserved_at_ms = e->created_at_ms;
 		e->updated_at_ms = e->created_at_ms;
 		memset(e->file_digest, 0, sizeof e->file_digest);
+		PQclear(num);
 		name_of(e, id, path);
-		if (PQgetisnull(res, 0, 3) ||
-		    strcmp(PQgetvalue(res, 0, 3), id) != 0) {
+		if (PQgetisnull(res[1], 0, 0)) {
+			/*
+			 * A number, no row: the insert did not see it (it ran
+			 * on another session, a pooler's).  The number stays
+			 * unused; the next turn takes another.
+			 */
+			PQclear(res[1]);
+			memset(row, 0, sizeof *row);
+			continue;
+		}
+		if (strcmp(PQgetvalue(res[1], 0, 0), id) != 0) {
 			/* Never expected: the SQL's name is taskfile's. */
 			asprintf(cause, "PostgreSQL: the reservation named %s, "
-			    "idem names it %s", PQgetisnull(res, 0, 3) ?
-			    "nothing" : PQgetvalue(res, 0, 3), id);
-			PQclear(res);
+			    "idem names it %s", PQgetvalue(res[1], 0, 0), id);
+			PQclear(res[1]);
+			memset(row, 0, sizeof *row);
 			errno = EPROTO;
 			return -1;
 		}
-		PQclear(res);
+		PQclear(res[1]);
 		snprintf(row->token, sizeof row->token, "%s", token);
 		row->epoch = 1;
 		snprintf(row->owner, sizeof row->owner, "%s", st->host);

@@ -127,7 +127,7 @@ int	pgstore_read(struct pgstore *, const struct pgstore_key *,
 /*
  * Reserve: a number from the day's counter (the server's day, past the
  * disk's highest) and the row, state reserved, epoch 1, a fresh token,
- * the lease from now, in one transaction (pgstore_claim's).  want gives
+ * the lease from now (pgstore_claim's two statements).  want gives
  * the schema, request digest and roles.  1: reserved, row filled; 0: the
  * row exists already (nothing changed); -1 with errno ERANGE: the day's
  * numbers are used up (nothing changed).
@@ -136,12 +136,13 @@ int	pgstore_reserve(struct pgstore *, const struct pgstore_key *,
 	    const struct subtab_entry *want, struct pgstore_row *,
 	    char **cause);
 /*
- * The reservation, in one round trip (doc/cluster.md, "The number
- * counter and durability"): if the key has a row, row is filled with it
- * and 0 returned (nothing changed); otherwise a number and the row as
- * pgstore_reserve says, 1.  Committed without waiting for the WAL flush:
- * the grant's synchronous commit makes it durable, so nothing may be
- * answered or linked on its strength before a synchronous commit.
+ * The reservation (doc/cluster.md, "Creation, step by step", 3): the
+ * disk scan, then a statement that returns the key's row if it has one
+ * (row filled, 0 returned, nothing changed) or takes a number, then the
+ * row's insert: 1 as pgstore_reserve says.  Both statements commit
+ * without waiting for the WAL flush: the grant's synchronous commit
+ * makes them durable, so nothing may be answered or linked on the
+ * claim's strength before a synchronous commit.
  */
 int	pgstore_claim(struct pgstore *, const struct pgstore_key *,
 	    const struct subtab_entry *want, struct pgstore_row *,

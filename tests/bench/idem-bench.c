@@ -173,6 +173,7 @@ static struct options {
 	const char	*store;		/* cluster: postgresql://...; NULL: own */
 	const char	*idemctl;
 	const char	*workers;	/* cluster brokers' --workers */
+	const char	*store_connections; /* their --store-connections */
 	int		 clients_given;
 	int		 clients[BENCH_MAX_CLIENT_COUNTS];
 	int		 client_counts;
@@ -852,6 +853,10 @@ broker_start_as(struct broker *b, const char *root, uint32_t capacity,
 		if (opt.workers != NULL) {
 			argv[n++] = "--workers";
 			argv[n++] = opt.workers;
+		}
+		if (opt.store_connections != NULL) {
+			argv[n++] = "--store-connections";
+			argv[n++] = opt.store_connections;
 		}
 	}
 	argv[n] = NULL;
@@ -4114,9 +4119,11 @@ run_cluster(const char *name, int clients, int brokers, size_t total_ops,
 	if (creating)
 		pg_quiet(&after);
 
-	result_note(r, "%d broker%s on one workspace (%s workers each), "
-	    "clients spread over them", brokers, brokers > 1 ? "s" : "",
-	    opt.workers != NULL ? opt.workers : "default");
+	result_note(r, "%d broker%s on one workspace (%s workers each, %s "
+	    "store connections a worker), clients spread over them", brokers,
+	    brokers > 1 ? "s" : "", opt.workers != NULL ? opt.workers :
+	    "default", opt.store_connections != NULL ? opt.store_connections :
+	    "default");
 	if (cr.warm_failed > 0) {
 		r->failed = 1;
 		result_note(r, "%zu cache-warming retries did not answer "
@@ -4613,7 +4620,7 @@ usage(int status)
 "usage: idem-bench [--idemd PATH] [--dir DIR] [--socket PATH] [--store URI]\n"
 "                  [--clients K[,K...]] [--count N] [--scenario LIST]\n"
 "                  [--replay-count N] [--history-count N] [--keep] [--json]\n"
-"                  [--syscalls]\n"
+"                  [--syscalls] [--workers N] [--store-connections N]\n"
 "  --idemd PATH      broker to start (default $IDEMD, else ../../broker/idemd\n"
 "                    from this program's directory)\n"
 "  --dir DIR         where the run's directory goes (default $TMPDIR, /tmp)\n"
@@ -4624,6 +4631,8 @@ usage(int status)
 "  --idemctl PATH    for idemctl store init (default $IDEMCTL, else\n"
 "                    ../contrib/idemctl from idemd's directory)\n"
 "  --workers N       the cluster brokers' --workers (default idemd's)\n"
+"  --store-connections N  the cluster brokers' --store-connections\n"
+"                    (default idemd's)\n"
 "  --clients LIST    client counts (default 1,8,32); storm always uses 64\n"
 "  --count N         requests per scenario and reference (defaults: %d for\n"
 "                    create, mixed, SQLite creates, disk; %d for reuse,\n"
@@ -4794,6 +4803,7 @@ main(int argc, char **argv)
 		{ "store", required_argument, NULL, 'P' },
 		{ "idemctl", required_argument, NULL, 'C' },
 		{ "workers", required_argument, NULL, 'W' },
+		{ "store-connections", required_argument, NULL, 'c' },
 		{ "clients", required_argument, NULL, 'k' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "scenario", required_argument, NULL, 'S' },
@@ -4843,6 +4853,10 @@ main(int argc, char **argv)
 		case 'W':
 			(void)size_option("workers", optarg, 1, IDEM_MAX_WORKERS);
 			opt.workers = optarg;
+			break;
+		case 'c':
+			(void)size_option("store-connections", optarg, 1, 32);
+			opt.store_connections = optarg;
 			break;
 		case 'n':
 			opt.count = size_option("count", optarg, 1, 100000000);
