@@ -23,7 +23,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1074,10 +1076,44 @@ test_verify_compares_effects(void **state)
 	harness_finish(b);
 }
 
+/* Overwrite the index's first pages (both LMDB meta pages) with 0xff. */
+static void
+damage_index(struct broker *b)
+{
+	char	path[600], junk[16384];
+	int	fd;
+
+	snprintf(path, sizeof path, "%s/.idem/index/data.mdb", b->root);
+	memset(junk, 0xff, sizeof junk);
+	assert_true((fd = open(path, O_WRONLY)) >= 0);
+	assert_int_equal(pwrite(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
+	assert_int_equal(fsync(fd), 0);
+	close(fd);
+}
+
+/* Whether start-up moved a damaged index aside (.idem/index.damaged-*). */
+static int
+index_set_aside(struct broker *b)
+{
+	char		 dir[600];
+	DIR		*d;
+	struct dirent	*de;
+	int		 found = 0;
+
+	snprintf(dir, sizeof dir, "%s/.idem", b->root);
+	assert_non_null(d = opendir(dir));
+	while ((de = readdir(d)) != NULL)
+		if (strncmp(de->d_name, "index.damaged-", 14) == 0)
+			found = 1;
+	closedir(d);
+	return found;
+}
+
 /*
- * A missing index: rebuilt with a warning when the checkpoint and the
- * journal still hold every committed receipt; refused, naming the
- * count, when receipts were only in it.
+ * A missing or damaged index: rebuilt with a warning (a damaged one
+ * moved aside first) when the checkpoint and the journal still hold
+ * every committed receipt; refused, naming the count, when receipts
+ * were only in it.
  */
 static void
 test_missing_index(void **state)
@@ -1098,6 +1134,18 @@ test_missing_index(void **state)
 	assert_non_null(log = read_log(b));
 	assert_non_null(strstr(log, "rebuilding it from the checkpoint"));
 	free(log);
+	check_history(b, &h);
+	harness_kill(b);
+
+	/* Damaged (its meta pages overwritten): moved aside and rebuilt. */
+	damage_index(b);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_non_null(log = read_log(b));
+	if (strstr(log, "is damaged") == NULL ||
+	    strstr(log, "rebuilding it from the checkpoint") == NULL)
+		fail_msg("no warning of the damaged index in: %s", log);
+	free(log);
+	assert_true(index_set_aside(b));
 	check_history(b, &h);
 	harness_kill(b);
 
