@@ -6,8 +6,9 @@
  * numbers past the disk's, the day used up), the fence on grant and
  * commit, takeover only after the lease by the server's clock or once
  * the owner's session is gone, numbers never twice under concurrent
- * reservers in several processes, and claims (committed without waiting
- * for the WAL flush) durable once granted across a server crash.
+ * reservers in several processes, a claim whose number statement fails
+ * inserting nothing, and claims (committed without waiting for the WAL
+ * flush) durable once granted across a server crash.
  */
 #include <sys/wait.h>
 
@@ -641,6 +642,57 @@ claims_durable_by_the_grant_across_a_crash(void **state)
 	    "(SELECT max(seq) FROM idem_submission)", "t");
 }
 
+
+/*
+ * The claim's two statements go in one round trip, each its own
+ * transaction: when the number statement fails, the insert still runs.
+ * It finds in the session's idem.claim only what an earlier claim left
+ * there (here a number whose row is gone, so free for an insert), and
+ * inserts nothing, since that value carries another turn's nonce.  The
+ * claim fails; once the number statement works again the key is
+ * reserved with a number of its own.
+ */
+static void
+failed_number_statement_inserts_nothing(void **state)
+{
+	struct pgstore		 st;
+	struct pgstore_key	 a = { SUBTAB_KIND_TASK, "", "nonce-a" };
+	struct pgstore_key	 b = { SUBTAB_KIND_TASK, "", "nonce-b" };
+	struct subtab_entry	 want;
+	struct pgstore_row	 row;
+	char			*cause = NULL;
+	uint32_t		 seq_a;
+
+	(void)state;
+	disk_max = 0;
+	open_store(&st, "alpha", 30000);
+	want_entry(&want, "nonce");
+	assert_int_equal(pgstore_reserve(&st, &a, &want, &row, &cause), 1);
+	seq_a = row.entry.seq;
+	pgstore_row_clear(&row);
+	/* Its number is free again, and still in the session's setting. */
+	free(sql("DELETE FROM idem_submission WHERE client_submission_id = "
+	    "'nonce-a'"));
+	free(sql("CREATE FUNCTION idem_test_refuse() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'refused by the "
+	    "test'; END$$; CREATE TRIGGER idem_test_refuse BEFORE INSERT OR "
+	    "UPDATE ON idem_counter FOR EACH ROW EXECUTE FUNCTION "
+	    "idem_test_refuse()"));
+	assert_int_equal(pgstore_reserve(&st, &b, &want, &row, &cause), -1);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "refused by the test"));
+	free(cause);
+	cause = NULL;
+	assert_sql("SELECT count(*) FROM idem_submission WHERE "
+	    "client_submission_id = 'nonce-b'", "0");
+	free(sql("DROP TRIGGER idem_test_refuse ON idem_counter; "
+	    "DROP FUNCTION idem_test_refuse()"));
+	assert_int_equal(pgstore_reserve(&st, &b, &want, &row, &cause), 1);
+	assert_true(row.entry.seq > seq_a);
+	pgstore_row_clear(&row);
+	pgstore_close(&st);
+}
+
 int
 main(void)
 {
@@ -651,6 +703,7 @@ main(void)
 		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
 		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),
 		cmocka_unit_test(numbers_never_twice_across_processes),
+		cmocka_unit_test(failed_number_statement_inserts_nothing),
 		cmocka_unit_test(claims_durable_by_the_grant_across_a_crash),
 	};
 	int	rc, failed;
