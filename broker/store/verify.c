@@ -88,6 +88,37 @@ verify_problem(struct store_problem *p, enum store_check check,
 	p->path = path;
 }
 
+/* A new record at the end of *records: its index, or -1 (no memory). */
+static int
+verify_append(struct store_vrecord **records, size_t *count, size_t *cap,
+    size_t *index)
+{
+	struct store_vrecord	*grown;
+	size_t			 more = *cap == 0 ? 256 : *cap * 2;
+
+	if (*count == *cap) {
+		if ((grown = reallocarray(*records, more,
+		    sizeof *grown)) == NULL)
+			return -1;
+		*records = grown;
+		*cap = more;
+	}
+	*index = (*count)++;
+	return 0;
+}
+
+/* Where the record being replayed is: the checkpoint, or a segment. */
+static void
+verify_locate(struct verify *vf, struct store_vrecord *vr)
+{
+	const struct store_loaded	*loaded = &vf->v->loaded;
+
+	vr->checkpoint = loaded->stats.at_segment == 0;
+	vr->segment = vr->checkpoint ? loaded->checkpoint :
+	    loaded->stats.at_segment;
+	vr->offset = loaded->stats.at_offset;
+}
+
 /*
  * An effect's record: only the last one of its key is kept, for the
  * index to be compared with.
@@ -95,8 +126,7 @@ verify_problem(struct store_problem *p, enum store_check check,
 static int
 verify_apply_effect(const struct journal_record *r, struct verify *vf)
 {
-	struct store_loaded	*loaded = &vf->v->loaded;
-	struct store_vrecord	*vr, *nv;
+	struct store_vrecord	*vr;
 	json_t			*at;
 	size_t			 index;
 	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
@@ -105,28 +135,16 @@ verify_apply_effect(const struct journal_record *r, struct verify *vf)
 	key[r->entry.key_length] = '\0';
 	if ((at = json_object_get(vf->by_effect, key)) != NULL)
 		index = (size_t)json_integer_value(at);
-	else {
-		if (vf->effects_count == vf->effects_cap) {
-			vf->effects_cap = vf->effects_cap == 0 ? 256 :
-			    vf->effects_cap * 2;
-			if ((nv = reallocarray(vf->effects, vf->effects_cap,
-			    sizeof *nv)) == NULL)
-				return -1;
-			vf->effects = nv;
-		}
-		index = vf->effects_count++;
-		if (json_object_set_new(vf->by_effect, key,
-		    json_integer((json_int_t)index)) == -1)
-			return -1;
-	}
+	else if (verify_append(&vf->effects, &vf->effects_count,
+	    &vf->effects_cap, &index) != 0 ||
+	    json_object_set_new(vf->by_effect, key,
+	    json_integer((json_int_t)index)) == -1)
+		return -1;
 	vr = &vf->effects[index];
 	memset(vr, 0, sizeof *vr);
 	vr->entry = r->entry;
 	memcpy(vr->key, key, sizeof key);
-	vr->checkpoint = loaded->stats.at_segment == 0;
-	vr->segment = vr->checkpoint ? loaded->checkpoint :
-	    loaded->stats.at_segment;
-	vr->offset = loaded->stats.at_offset;
+	verify_locate(vf, vr);
 	return 0;
 }
 
@@ -135,7 +153,7 @@ verify_apply(const struct journal_record *r, void *arg)
 {
 	struct verify		*vf = arg;
 	struct store_loaded	*loaded = &vf->v->loaded;
-	struct store_vrecord	*vr, *nv;
+	struct store_vrecord	*vr;
 	struct store_problem	 p;
 	json_t			*at;
 	size_t			 index;
@@ -153,16 +171,9 @@ verify_apply(const struct journal_record *r, void *arg)
 	    (at = json_object_get(vf->by_key, key)) != NULL) {
 		index = (size_t)json_integer_value(at);
 		overwrite = 1;
-	} else {
-		if (vf->count == vf->cap) {
-			vf->cap = vf->cap == 0 ? 1024 : vf->cap * 2;
-			if ((nv = reallocarray(vf->records, vf->cap,
-			    sizeof *nv)) == NULL)
-				return -1;
-			vf->records = nv;
-		}
-		index = vf->count++;
-	}
+	} else if (verify_append(&vf->records, &vf->count, &vf->cap,
+	    &index) != 0)
+		return -1;
 	vr = &vf->records[index];
 	/* A submission moved to a fresh number no longer owns the old one. */
 	if (overwrite && strcmp(vr->id, id) != 0 &&
@@ -190,10 +201,7 @@ verify_apply(const struct journal_record *r, void *arg)
 	vr->indexed = 0;
 	memcpy(vr->key, key, sizeof key);
 	memcpy(vr->id, id, sizeof vr->id);
-	vr->checkpoint = loaded->stats.at_segment == 0;
-	vr->segment = vr->checkpoint ? loaded->checkpoint :
-	    loaded->stats.at_segment;
-	vr->offset = loaded->stats.at_offset;
+	verify_locate(vf, vr);
 	if ((r->entry.key_length > 0 && !overwrite &&
 	    json_object_set_new(vf->by_key, key,
 	    json_integer((json_int_t)index)) == -1) ||
