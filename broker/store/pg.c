@@ -289,31 +289,42 @@ static const char *const pg_prepared_names[PG_PREP_COUNT] = {
  * has not yet); a session that lost it (a pooler's) prepares it again.
  * The result, as PQexecParams's (a failed PQprepare's if that failed).
  */
+/* Prepare which on this session unless it has it: NULL, or the failure. */
+static PGresult *
+pg_prepare(struct pgstore *st, PGconn *conn, enum pg_prepared which,
+    const char *sql)
+{
+	PGresult	*res;
+
+	if (st->prepared & (1u << which))
+		return NULL;
+	res = PQprepare(conn, pg_prepared_names[which], sql, 0, NULL);
+	/* 42P05: the session had it already. */
+	if (PQresultStatus(res) != PGRES_COMMAND_OK &&
+	    !pg_sqlstate(res, "42P05"))
+		return res;
+	PQclear(res);
+	st->prepared |= 1u << which;
+	return NULL;
+}
+
 static PGresult *
 pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
     const char *sql, const struct params *p)
 {
 	const char	*name = pg_prepared_names[which];
-	unsigned	 bit = 1u << which;
 	PGresult	*res;
 	int		 tries;
 
 	for (tries = 0;; tries++) {
-		if (!(st->prepared & bit)) {
-			res = PQprepare(conn, name, sql, 0, NULL);
-			/* 42P05: the session had it already. */
-			if (PQresultStatus(res) != PGRES_COMMAND_OK &&
-			    !pg_sqlstate(res, "42P05"))
-				return res;
-			PQclear(res);
-			st->prepared |= bit;
-		}
+		if ((res = pg_prepare(st, conn, which, sql)) != NULL)
+			return res;
 		res = PQexecPrepared(conn, name, p->n, p->v, NULL, NULL, 0);
 		/* 26000: the session has it no longer. */
 		if (tries > 0 || !pg_sqlstate(res, "26000"))
 			return res;
 		PQclear(res);
-		st->prepared &= ~bit;
+		st->prepared &= ~(1u << which);
 	}
 }
 
@@ -334,17 +345,9 @@ pg_exec_prepared_pair(struct pgstore *st, PGconn *conn,
 	int		 i;
 
 	res[0] = res[1] = NULL;
-	for (i = 0; i < 2; i++) {
-		if (st->prepared & (1u << which[i]))
-			continue;
-		r = PQprepare(conn, pg_prepared_names[which[i]], sql[i], 0,
-		    NULL);
-		if (PQresultStatus(r) != PGRES_COMMAND_OK &&
-		    !pg_sqlstate(r, "42P05"))
+	for (i = 0; i < 2; i++)
+		if ((r = pg_prepare(st, conn, which[i], sql[i])) != NULL)
 			return pg_failed(st, r, "preparing a statement", cause);
-		PQclear(r);
-		st->prepared |= 1u << which[i];
-	}
 	if (PQenterPipelineMode(conn) != 1)
 		return pg_failed(st, NULL, "entering pipeline mode", cause);
 	for (i = 0; i < 2; i++)
