@@ -340,17 +340,25 @@ insert(struct shm_segment *seg, uint32_t index, uint32_t bucket,
 	memcpy(seg->heap + s->key_offset, key, length);
 	s->key_hash = hash;
 	s->entry = *entry;
-	atomic_store(&s->fast_receipt, 0);
+	/*
+	 * Relaxed: nobody reaches this slot before the bucket below names
+	 * it, and the bucket is read under the table lock, whose release
+	 * publishes all of it.  A sequentially consistent store is a full
+	 * barrier on x86: each one waited for the slot's earlier stores to
+	 * leave the store buffer, and a replay, which fills fresh slots one
+	 * after the other, spent most of its time there.
+	 */
+	atomic_store_explicit(&s->fast_receipt, 0, memory_order_relaxed);
 	s->entry.key_length = (uint16_t)length;
 	if (claim != NULL)
 		s->claim = *claim;
 	else
 		memset(&s->claim, 0, sizeof s->claim);
-	atomic_store(&s->waiters, 0);
-	atomic_store(&s->flags, 0);
+	atomic_store_explicit(&s->waiters, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->flags, 0, memory_order_relaxed);
 	/* A reservation is not in the journal until its claimer records it. */
 	s->journal_end = claim != NULL ? SUBTAB_NOT_JOURNALED : 0;
-	atomic_store(&s->state, entry->state);
+	atomic_store_explicit(&s->state, entry->state, memory_order_relaxed);
 	seg->buckets[bucket] = index + 1;	/* publish */
 	if (fresh)
 		h->slots_used++;
