@@ -836,9 +836,10 @@ int
 idemd_open_state(struct idemd *d, char **cause)
 {
 	struct store_loaded	 loaded;
+	struct shm_prefault	 prefault;
 	char			 dir[PATH_MAX];
 	int64_t			 started = shm_now_ms();
-	int			 digit;
+	int			 digit, loaded_rv;
 
 	if (idemd_journal_dir(d, dir, sizeof dir) != 0) {
 		asprintf(cause, "%s: the journal's path is too long",
@@ -856,8 +857,17 @@ idemd_open_state(struct idemd *d, char **cause)
 	if (open_index(d, dir, cause) != 0)
 		goto fail;
 	replay_index.loading_checkpoint = 1;
-	if (store_load(dir, 0, replay_apply, replay_hint, d, &d->seg, &loaded,
-	    cause) != 0)
+	/* The table's pages mapped on the other CPU while the replay runs. */
+	if (shm_prefault_start(&prefault, &d->seg) != 0)
+		log_debug("state: the table is not mapped ahead: %s",
+		    strerror(prefault.error));
+	loaded_rv = store_load(dir, 0, replay_apply, replay_hint, d, &d->seg,
+	    &loaded, cause);
+	shm_prefault_stop(&prefault);
+	if (prefault.error != 0 && prefault.error != ENOSYS)
+		log_debug("state: mapping the table ahead stopped: %s",
+		    strerror(prefault.error));
+	if (loaded_rv != 0)
 		goto fail;
 	replay_checkpoint_done(d);
 	replay_warn_torn(dir, &loaded.stats);
@@ -878,11 +888,13 @@ idemd_open_state(struct idemd *d, char **cause)
 		goto fail;
 	checkpoint_prune(dir, loaded.checkpoint);
 	log_info("state: %llu submissions from the checkpoint, then %llu "
-	    "records (%llu bytes, %u segments), in %lld ms",
+	    "records (%llu bytes, %u segments), in %lld ms (%llu MiB of the "
+	    "table mapped ahead)",
 	    (unsigned long long)loaded.checkpoint_records,
 	    (unsigned long long)loaded.stats.records,
 	    (unsigned long long)loaded.stats.bytes, loaded.stats.segments,
-	    (long long)(shm_now_ms() - started));
+	    (long long)(shm_now_ms() - started),
+	    (unsigned long long)(atomic_load(&prefault.bytes) >> 20));
 	return 0;
 fail:
 	json_decref(replay_overflow);

@@ -432,6 +432,23 @@ uint64_t shm_arena_bytes_for_capacity(uint32_t capacity);
 uint64_t shm_receipts_bytes_for_capacity(uint32_t capacity);
 int64_t	 shm_now_ms(void);
 
+/*
+ * prefault.c: a thread mapping the table's pages (buckets, then slots and
+ * keys in step) ahead of a replay into a fresh segment, until stopped.
+ * Start and stop bracket the replay; a failure to start, or a kernel
+ * without MADV_POPULATE_WRITE, only forgoes the saving (error says why).
+ */
+struct shm_prefault {
+	struct shm_segment	*seg;
+	pthread_t		 thread;
+	atomic_int		 stop;
+	_Atomic uint64_t	 bytes;		/* mapped so far */
+	int			 error;		/* why it stopped early, or 0 */
+	int			 running;
+};
+int	 shm_prefault_start(struct shm_prefault *, struct shm_segment *);
+void	 shm_prefault_stop(struct shm_prefault *);
+
 /* lock.c */
 typedef int (*shm_repair_fn)(struct shm_segment *);
 int	 shm_lock_init(struct shm_lock *);

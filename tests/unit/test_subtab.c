@@ -3,8 +3,10 @@
  * test_subtab.c: the shared-memory segment: table reserve, lookup, claims
  * and full; a process that dies holding a lock (and one that dies in the
  * middle of an insert) leaves the table usable and correct; numbers are
- * never handed out twice; the journal hand-off ring.
+ * never handed out twice; the journal hand-off ring; the table mapped
+ * ahead of a replay changes nothing a replay writes.
  */
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include <errno.h>
@@ -31,6 +33,13 @@ static int
 setup_tiny(void **state)
 {
 	return unit_segment_setup(state, "subtab", 3, 0);
+}
+
+/* Slots and keys of several of the prefault's strides. */
+static int
+setup_large(void **state)
+{
+	return unit_segment_setup(state, "subtab", 40000, 0);
 }
 
 
@@ -833,6 +842,75 @@ test_receipts_only_for_committed(void **state)
 	assert_int_equal(receipts_get(&f->seg, a.slot, got, &length), 0);
 }
 
+/* Replay-style entries key-<from>.. key-<to - 1>, each seq its number. */
+static void
+apply_range(struct segment_fixture *f, int from, int to)
+{
+	struct subtab_entry	 e;
+	char			 key[32];
+	int			 i;
+
+	memset(&e, 0, sizeof e);
+	e.kind = SUBTAB_KIND_TASK;
+	e.state = SUBTAB_COMMITTED;
+	e.date = 20261204;
+	for (i = from; i < to; i++) {
+		snprintf(key, sizeof key, "prefault-key-%d", i);
+		e.seq = (uint32_t)i + 1;
+		assert_int_equal(subtab_apply(&f->seg, key, strlen(key), &e),
+		    0);
+	}
+}
+
+/*
+ * The prefault thread maps the table while a replay writes it: every
+ * entry written before, during and after reads back as written, the
+ * buckets are all resident once it stops (these 30 keys touch at most 30
+ * of their 128 pages), and stopping twice is harmless.
+ */
+static void
+test_prefault_maps_and_changes_nothing(void **state)
+{
+	struct segment_fixture	*f = *state;
+	struct shm_prefault	 p;
+	struct subtab_entry	 got;
+	const struct shm_header	*h = f->seg.header;
+	uintptr_t		 page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t		 start, end;
+	unsigned char		*resident;
+	size_t			 pages, i;
+	char			 key[32];
+	int			 n;
+
+	apply_range(f, 0, 10);
+	assert_int_equal(shm_prefault_start(&p, &f->seg), 0);
+	apply_range(f, 10, 20);
+	shm_prefault_stop(&p);
+	apply_range(f, 20, 30);
+	shm_prefault_stop(&p);
+	for (n = 0; n < 30; n++) {
+		snprintf(key, sizeof key, "prefault-key-%d", n);
+		assert_int_equal(subtab_lookup(&f->seg, key, strlen(key), &got,
+		    NULL), 1);
+		assert_int_equal(got.seq, (uint32_t)n + 1);
+		assert_int_equal(got.state, SUBTAB_COMMITTED);
+	}
+	assert_int_equal(h->slots_used, 30);
+	if (p.error == ENOSYS || p.error == EINVAL)
+		skip();		/* a kernel without MADV_POPULATE_WRITE */
+	assert_int_equal(p.error, 0);
+	start = (uintptr_t)f->seg.buckets & ~(page - 1);
+	end = ((uintptr_t)(f->seg.buckets + h->bucket_count) + page - 1) &
+	    ~(page - 1);
+	pages = (end - start) / page;
+	assert_true(pages >= 128);
+	assert_non_null(resident = malloc(pages));
+	assert_int_equal(mincore((void *)start, end - start, resident), 0);
+	for (i = 0; i < pages; i++)
+		assert_true(resident[i] & 1);
+	free(resident);
+}
+
 int
 main(void)
 {
@@ -875,6 +953,9 @@ main(void)
 		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_receipts_only_for_committed, setup, unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_prefault_maps_and_changes_nothing, setup_large,
+		    unit_segment_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
