@@ -15,7 +15,8 @@
  * side by side from their start, as the replay fills them, until the
  * replay ends.  The contents are untouched, so the replay writing the
  * same pages meanwhile is safe; a page it reaches first it faults as
- * before.  It is only ever a saving: a kernel without the advice (before
+ * before.  Stop is read between strides, so stopping waits for at most
+ * one stride (about a millisecond).  It is only ever a saving: a kernel without the advice (before
  * Linux 5.14) or a failed stride ends the thread and changes nothing.
  */
 #include <sys/mman.h>
@@ -55,12 +56,21 @@ prefault_run(void *arg)
 	struct shm_prefault		*p = arg;
 	const struct shm_header		*h = p->seg->header;
 	uintptr_t			 page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uint64_t			 slots, heap, at, n;
+	uint64_t			 buckets, slots, heap, at, n;
 
-	if (prefault_range(p->seg->buckets,
-	    (uint64_t)h->bucket_count * sizeof *p->seg->buckets, page) != 0) {
-		p->error = errno;
-		return NULL;
+	/* Stop is read after each stride: the first is always mapped. */
+	buckets = (uint64_t)h->bucket_count * sizeof *p->seg->buckets;
+	for (at = 0; at < buckets; at += n) {
+		n = buckets - at < PREFAULT_STRIDE_BYTES ?
+		    buckets - at : PREFAULT_STRIDE_BYTES;
+		if (prefault_range((char *)p->seg->buckets + at, n,
+		    page) != 0) {
+			p->error = errno;
+			return NULL;
+		}
+		atomic_fetch_add(&p->bytes, n);
+		if (atomic_load(&p->stop))
+			return NULL;
 	}
 	slots = (uint64_t)h->capacity * sizeof *p->seg->slots;
 	heap = h->heap_bytes;

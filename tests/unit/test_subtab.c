@@ -865,8 +865,9 @@ apply_range(struct segment_fixture *f, int from, int to)
 /*
  * The prefault thread maps the table while a replay writes it: every
  * entry written before, during and after reads back as written, the
- * buckets are all resident once it stops (these 30 keys touch at most 30
- * of their 128 pages), and stopping twice is harmless.
+ * buckets are all resident once it stops (they fit its first stride,
+ * which a stop never cuts; these 30 keys touch at most 30 of their 128
+ * pages), and stopping twice is harmless.
  */
 static void
 test_prefault_maps_and_changes_nothing(void **state)
