@@ -356,8 +356,6 @@ conn_event(struct bufferevent *bev, short events, void *arg)
 		conn_free(c);
 }
 
-
-
 static void
 conn_free(struct conn *c)
 {

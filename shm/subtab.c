@@ -23,7 +23,6 @@
 
 #include "shm.h"
 
-
 static uint32_t
 hash_key(struct shm_segment *seg, const char *key, size_t length)
 {
@@ -244,7 +243,6 @@ unlink_bucket(struct shm_segment *seg, uint32_t slot)
 	}
 	seg->buckets[b] = 0;
 }
-
 
 /*
  * A slot to reuse for a key of length bytes: a free one (evicted, its

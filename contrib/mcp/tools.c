@@ -257,7 +257,6 @@ static const char effect_resolve_input[] = MCP_JSON(
 	       "source": {"type": "string", "maxLength": 256,
 	         "description": "Who or what observed it."}}}}});
 
-
 static const char get_submission_input[] = MCP_JSON(
 	{"type": "object",
 	 "additionalProperties": false,
@@ -433,7 +432,6 @@ tools_str(json_t *object, const char *key)
 
 	return s != NULL ? s : "?";
 }
-
 
 static json_t *
 tools_load(const struct tool *t, const char *which, const char *text)

@@ -330,7 +330,6 @@ crash_on_one_broker_retry_on_another(void **state)
 	cluster_rm_root(root);
 }
 
-
 /* ---- a paused owner ------------------------------------------------- */
 
 static int

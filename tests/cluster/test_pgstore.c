@@ -642,7 +642,6 @@ claims_durable_by_the_grant_across_a_crash(void **state)
 	    "(SELECT max(seq) FROM idem_submission)", "t");
 }
 
-
 /*
  * The claim's two statements go in one round trip, each its own
  * transaction: when the number statement fails, the insert still runs.

@@ -134,22 +134,21 @@ fault_init(void)
 static int
 fault_errno(const char *name, size_t length)
 {
-	if (length == 6 && memcmp(name, "ENOSPC", 6) == 0)
-		return ENOSPC;
-	if (length == 3 && memcmp(name, "EIO", 3) == 0)
-		return EIO;
-	if (length == 6 && memcmp(name, "EDQUOT", 6) == 0)
-		return EDQUOT;
-	if (length == 5 && memcmp(name, "EROFS", 5) == 0)
-		return EROFS;
-	if (length == 6 && memcmp(name, "EINVAL", 6) == 0)
-		return EINVAL;
-	if (length == 6 && memcmp(name, "ENOSYS", 6) == 0)
-		return ENOSYS;
-	if (length == 6 && memcmp(name, "EAGAIN", 6) == 0)
-		return EAGAIN;
-	if (length == 6 && memcmp(name, "ENOMEM", 6) == 0)
-		return ENOMEM;
+	static const struct {
+		const char	*name;
+		int		 error;
+	} errnos[] = {
+		{ "ENOSPC", ENOSPC }, { "EIO", EIO }, { "EDQUOT", EDQUOT },
+		{ "EROFS", EROFS }, { "EINVAL", EINVAL }, { "ENOSYS", ENOSYS },
+		{ "EAGAIN", EAGAIN }, { "ENOMEM", ENOMEM }
+	};
+	size_t	i;
+
+	for (i = 0; i < sizeof errnos / sizeof errnos[0]; i++) {
+		if (strlen(errnos[i].name) == length &&
+		    memcmp(name, errnos[i].name, length) == 0)
+			return errnos[i].error;
+	}
 	return 0;
 }
 

@@ -80,7 +80,6 @@ static const struct crash_case after_commit_durable = {
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
-
 /* The call the crash interrupts: its connection ends without a reply. */
 static void
 submit_and_lose(struct broker *b, const char *id, const char *subject)

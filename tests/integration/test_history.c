@@ -1196,7 +1196,6 @@ static const char *const stores_args[] = { "--capacity", "512",
 static const char *const stores_smaller_args[] = { "--capacity", "512",
     "--result-bytes", "1024", NULL };
 
-
 static void
 test_small_stores_reclaim(void **state)
 {

@@ -39,7 +39,6 @@
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
-
 static struct idem_conn *
 connect_to(struct broker *b)
 {

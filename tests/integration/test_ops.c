@@ -41,7 +41,6 @@
 
 /* ---- Fixtures ------------------------------------------------------------ */
 
-
 /* Start with IDEM_CRASH_AT=point: the first call to reach it kills all. */
 static void
 start_crashing_at(struct broker *b, const char *point)

@@ -66,19 +66,11 @@ start(struct harness_shim *t)
 	assert_int_equal(harness_start(&t->b, wait_args, t->env), 0);
 }
 
-
 static void
 fault_clear(struct harness_shim *t)
 {
 	harness_fault_rule(t->fault_file, "");
 }
-
-
-
-
-
-
-
 
 static int
 count_task_temporaries(const struct broker *b)
@@ -91,9 +83,6 @@ count_report_temporaries(const struct broker *b)
 {
 	return count_named(b, "reports", ".REPORT-", "");
 }
-
-
-
 
 static json_t *
 get_submission(struct broker *b, const char *id)
@@ -213,12 +202,6 @@ wait_reopened(const struct broker *b)
 {
 	wait_log_for(b, log_reopened, "accepting writes again");
 }
-
-
-
-
-
-
 
 /* SIGTERM stops it cleanly, and a restart replays to the same receipts. */
 static void

@@ -306,7 +306,6 @@ test_socket_path_not_a_socket_is_left_alone(void **state)
 	harness_finish(a);
 }
 
-
 /* ---- connections per peer --------------------------------------------- */
 
 #define TRUST_HOLDER_CONNECTIONS	3000	/* over --max-connections too */
@@ -939,7 +938,6 @@ test_symlink_at_checkpoint_temporary(void **state)
 	harness_finish(b);
 	outside_remove(&o);
 }
-
 
 int
 main(void)

@@ -41,7 +41,6 @@
 
 /* ---- Fixtures and helpers ------------------------------------------------ */
 
-
 static const char *
 error_str(json_t *reply, const char *key)
 {

@@ -31,7 +31,6 @@ setup(void **state)
 	return unit_segment_setup(state, "peers", 16, 0);
 }
 
-
 /* Entries in use: every admitted (peer, worker) pair has one. */
 static unsigned
 entries(struct segment_fixture *f)

@@ -44,7 +44,6 @@ setup_small_arena(void **state)
 	    RINGS_ARENA_BYTES);
 }
 
-
 /* Set key's slot to a committed task (a replay would); its slot. */
 static uint32_t
 commit_task(struct segment_fixture *f, const char *key)

@@ -263,7 +263,7 @@ corrupt_checkpoint_is_typed(void **state)
 	struct fixture		*f = *state;
 	struct store_loaded	 loaded;
 	struct seen		 s = { 0 };
-	char			 path[PATH_MAX + 32];
+	char			 path[PATH_MAX + 64];
 	char			 junk[200];
 	char			*cause = NULL;
 	int			 fd;
@@ -323,7 +323,7 @@ unreadable_journal_is_not_damage(void **state)
 
 struct findings {
 	unsigned	count[STORE_CHECK_INDEX_LACKS + 1];
-	char		missing[RECORDS][64];
+	char		missing[RECORDS][IDEM_MAX_TASK_ID_BYTES + 16];	/* an id */
 	char		foreign[PATH_MAX];
 	char		disagrees[SUBTAB_MAX_KEY_BYTES + 1];	/* the last */
 	unsigned	differs;
@@ -346,7 +346,8 @@ note(const struct store_problem *p, void *arg)
 		assert_non_null(p->record);
 		assert_int_equal(p->severity, STORE_SEVERITY_ERROR);
 		assert_true(fs->count[p->check] < RECORDS);
-		snprintf(fs->missing[fs->count[p->check]], 64, "%s",
+		snprintf(fs->missing[fs->count[p->check]],
+		    sizeof fs->missing[0], "%s",
 		    p->record->id);
 	}
 	if (p->check == STORE_CHECK_FOREIGN) {

@@ -42,7 +42,6 @@ setup_large(void **state)
 	return unit_segment_setup(state, "subtab", 40000, 0);
 }
 
-
 static struct subtab_acquire
 request(const char *key, uint8_t digest_byte, uint32_t worker,
     uint32_t generation, uint32_t token)
@@ -180,7 +179,6 @@ test_full_loses_nothing(void **state)
 	/* The failed insert took no number. */
 	assert_int_equal(f->seg.header->alloc[0].next_seq, 4);
 }
-
 
 /*
  * The table as a cache: a committed slot is evicted for a new key only
