@@ -16,8 +16,9 @@
  * replay ends.  The contents are untouched, so the replay writing the
  * same pages meanwhile is safe; a page it reaches first it faults as
  * before.  Stop is read between strides, so stopping waits for at most
- * one stride (about a millisecond).  It is only ever a saving: a kernel without the advice (before
- * Linux 5.14) or a failed stride ends the thread and changes nothing.
+ * one stride (about a millisecond).  It is only ever a saving: a kernel
+ * without the advice (before Linux 5.14) or a failed stride ends the
+ * thread and changes nothing.
  */
 #include <sys/mman.h>
 
@@ -53,10 +54,10 @@ prefault_range(const void *at, uint64_t length, uintptr_t page)
 static void *
 prefault_run(void *arg)
 {
-	struct shm_prefault		*p = arg;
-	const struct shm_header		*h = p->seg->header;
-	uintptr_t			 page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uint64_t			 buckets, slots, heap, at, n;
+	struct shm_prefault	*p = arg;
+	const struct shm_header	*h = p->seg->header;
+	uintptr_t		 page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uint64_t		 buckets, slots, heap, at, n;
 
 	/* Stop is read after each stride: the first is always mapped. */
 	buckets = (uint64_t)h->bucket_count * sizeof *p->seg->buckets;
