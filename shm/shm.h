@@ -595,7 +595,7 @@ void	 subtab_mark_indexed(struct shm_segment *, const uint32_t *slots,
 	    size_t count);
 /* Start-up: every committed slot is in the index (it covers the checkpoint). */
 void	 subtab_mark_all_indexed(struct shm_segment *);
-/* Committed slots not yet in the index (read unlocked: a hint). */
+/* Committed slots not yet in the index (0 if the lock failed). */
 uint32_t subtab_unindexed(struct shm_segment *);
 /* A copy of one slot, for diagnostics. */
 struct subtab_row {
