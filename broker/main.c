@@ -2,10 +2,11 @@
 /*
  * main.c: idemd start-up.  Options, the root and its lock, the segment
  * filled by replaying the journal (state.c), the listening socket; then
- * the master takes over (master.c).  Everything that can fail at start-up fails here,
- * before any worker exists, with a message that says what to do.  A
- * worker is this same program run with --worker (run_worker): it maps
- * the segment and serves with the handles the master left it.
+ * the master takes over (master.c).  Everything that can fail at
+ * start-up fails here, before any worker exists, with a message that
+ * says what to do.  A worker is this same program run with --worker
+ * (run_worker): it maps the segment and serves with the handles the
+ * master left it.
  */
 #include <sys/eventfd.h>
 #include <sys/file.h>
