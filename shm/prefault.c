@@ -51,13 +51,20 @@ prefault_range(const void *at, uint64_t length, uintptr_t page)
 #endif
 }
 
+/* Where the key heap's share of the first slot_index slots ends. */
+static uint64_t
+prefault_heap_at(const struct shm_header *h, uint64_t slot_index)
+{
+	return slot_index * h->heap_bytes / h->capacity;
+}
+
 static void *
 prefault_run(void *arg)
 {
 	struct shm_prefault	*p = arg;
 	const struct shm_header	*h = p->seg->header;
 	uintptr_t		 page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uint64_t		 buckets, slots, heap, at, n;
+	uint64_t		 buckets, slots, heap, heap_end, at, n;
 
 	/* Stop is read after each stride: the first is always mapped. */
 	buckets = (uint64_t)h->bucket_count * sizeof *p->seg->buckets;
@@ -74,19 +81,24 @@ prefault_run(void *arg)
 			return NULL;
 	}
 	slots = (uint64_t)h->capacity * sizeof *p->seg->slots;
-	heap = h->heap_bytes;
 	for (at = 0; at < slots && !atomic_load(&p->stop); at += n) {
 		n = slots - at < PREFAULT_STRIDE_BYTES ?
 		    slots - at : PREFAULT_STRIDE_BYTES;
-		/* The heap's share of the same entries: keys in step. */
+		/*
+		 * The heap's share of the same entries: keys in step.  In
+		 * slots, not bytes, so that the products stay far below
+		 * 2^64 at any capacity.
+		 */
+		heap = prefault_heap_at(h, at / sizeof *p->seg->slots);
+		heap_end = prefault_heap_at(h,
+		    (at + n) / sizeof *p->seg->slots);
 		if (prefault_range((char *)p->seg->slots + at, n, page) != 0 ||
-		    prefault_range(p->seg->heap + at * heap / slots,
-		    (at + n) * heap / slots - at * heap / slots, page) != 0) {
+		    prefault_range(p->seg->heap + heap, heap_end - heap,
+		    page) != 0) {
 			p->error = errno;
 			break;
 		}
-		atomic_fetch_add(&p->bytes, n + (at + n) * heap / slots -
-		    at * heap / slots);
+		atomic_fetch_add(&p->bytes, n + heap_end - heap);
 	}
 	return NULL;
 }
