@@ -339,12 +339,15 @@ insert(struct shm_segment *seg, uint32_t index, uint32_t bucket,
 	s->key_hash = hash;
 	s->entry = *entry;
 	/*
-	 * Relaxed: nobody reaches this slot before the bucket below names
-	 * it, and the bucket is read under the table lock, whose release
-	 * publishes all of it.  A sequentially consistent store is a full
-	 * barrier on x86: each one waited for the slot's earlier stores to
-	 * leave the store buffer, and a replay, which fills fresh slots one
-	 * after the other, spent most of its time there.
+	 * Relaxed: a lookup reaches this slot only through the bucket below,
+	 * read under the table lock, whose release publishes all of it.  The
+	 * one reader without the lock, receipts_get on a slot number kept
+	 * from an earlier lookup, sees an old name or 0 either way, and the
+	 * receipt's slot and fingerprint are checked.  A sequentially
+	 * consistent store is a full barrier on x86: each one waited for the
+	 * slot's earlier stores to leave the store buffer, and a replay,
+	 * which fills fresh slots one after the other, spent most of its
+	 * time there.
 	 */
 	atomic_store_explicit(&s->fast_receipt, 0, memory_order_relaxed);
 	s->entry.key_length = (uint16_t)length;
@@ -357,6 +360,12 @@ insert(struct shm_segment *seg, uint32_t index, uint32_t bucket,
 	/* A reservation is not in the journal until its claimer records it. */
 	s->journal_end = claim != NULL ? SUBTAB_NOT_JOURNALED : 0;
 	atomic_store_explicit(&s->state, entry->state, memory_order_relaxed);
+	/*
+	 * Every store above before the bucket's, even for a holder that
+	 * dies here: the repair (subtab_repair) reads what it left, with
+	 * no unlock between them.  A compiler barrier on x86, no fence.
+	 */
+	atomic_thread_fence(memory_order_release);
 	seg->buckets[bucket] = index + 1;	/* publish */
 	if (fresh)
 		h->slots_used++;
