@@ -111,6 +111,8 @@ static struct pgstore	cl_store;
 static int		cl_open;
 
 static void	cl_step(struct pending *);
+static void	cl_judge(struct pending *, struct pgstore_row *, int);
+static void	cl_judge_claimed(struct pending *);
 static void	cl_dispatch(struct cluster_sub *);
 
 static struct submission *
@@ -866,6 +868,8 @@ cl_claim(struct pending *p)
 	char			*cause = NULL;
 	int			 rc;
 
+	/* A later turn's row (a lost fence's) is replaced, not leaked. */
+	pgstore_row_clear(&c->row);
 	rc = pgstore_claim(c->st, &c->key, &s->entry, &c->row, &cause);
 	if (rc < 0 && errno == ERANGE) {
 		cl_fail_exhausted(p);
@@ -889,14 +893,11 @@ cl_claim(struct pending *p)
 static void
 cl_step(struct pending *p)
 {
-	struct submission	*s = cl_sub(p);
-	struct cluster_sub	*c = s->cluster;
+	struct cluster_sub	*c = cl_sub(p)->cluster;
 	struct pgstore_row	 row;
-	uint8_t			 schema;
 	char			*cause = NULL;
 	int			 rc;
 
-	schema = s->schema != 0 ? s->schema : s->ops->schema;
 	memset(&row, 0, sizeof row);
 	if (!c->started) {
 		/*
@@ -906,18 +907,43 @@ cl_step(struct pending *p)
 		 * (after a wait, a lost fence) expect a row, and read it.
 		 */
 		c->started = 1;
-		rc = cl_claim(p);
-		if (rc != 0)
-			return;
-		row = c->row;
-		memset(&c->row, 0, sizeof c->row);
-		rc = 1;
-	} else
-		rc = pgstore_read(c->st, &c->key, &row, &cause);
+		if (cl_claim(p) == 0)
+			cl_judge_claimed(p);
+		return;
+	}
+	rc = pgstore_read(c->st, &c->key, &row, &cause);
 	if (rc < 0) {
 		cl_fail_storage(p, "reading the submission", cause);
 		return;
 	}
+	cl_judge(p, &row, rc);
+}
+
+/*
+ * cl_claim found the key's row (reserved elsewhere, maybe a moment ago):
+ * judge the row its number statement returned, as a read's.
+ */
+static void
+cl_judge_claimed(struct pending *p)
+{
+	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct pgstore_row	 row = c->row;
+
+	memset(&c->row, 0, sizeof c->row);
+	cl_judge(p, &row, 1);
+}
+
+/* What a read or a claim found (rc 1: row; 0: no row), and what follows. */
+static void
+cl_judge(struct pending *p, struct pgstore_row *found, int rc)
+{
+	struct submission	*s = cl_sub(p);
+	struct cluster_sub	*c = s->cluster;
+	struct pgstore_row	 row = *found;
+	uint8_t			 schema;
+	char			*cause = NULL;
+
+	schema = s->schema != 0 ? s->schema : s->ops->schema;
 	if (rc == 1 && row.entry.state != SUBTAB_COMMITTED &&
 	    (row.entry.schema != schema || memcmp(row.entry.request_digest,
 	    s->digest, IDEM_SHA256_BYTES) != 0)) {
@@ -982,11 +1008,8 @@ cl_step(struct pending *p)
 		return;
 	}
 	/* Nobody has it (any more: a claim a server crash lost). */
-	if (cl_claim(p) == 0) {
-		/* Reserved elsewhere a moment ago: judge its row. */
-		pgstore_row_clear(&c->row);
-		cl_step(p);
-	}
+	if (cl_claim(p) == 0)
+		cl_judge_claimed(p);
 }
 
 /* No submission id: a new file under a fresh number every time. */
