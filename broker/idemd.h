@@ -8,6 +8,7 @@
 #define IDEMD_H
 
 #include <sys/queue.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <event2/event.h>
@@ -24,6 +25,7 @@ struct idemd {
 	const char		*root;		/* as given */
 	char			*root_real;	/* realpath */
 	char			*socket_path;
+	struct stat		 socket_stat;	/* of the file bound there */
 	unsigned		 worker_count;
 	uint32_t		 capacity;
 	int			 inflight_wait_ms;
@@ -68,6 +70,13 @@ struct idemd {
 	int			 watch_fd;	/* inotify on the stages; -1: none */
 	struct shm_segment	 seg;
 	struct journal		 journal;	/* master only */
+	/*
+	 * The journal's directory, opened once at start-up (master only):
+	 * the journaler's reopen, checkpoints and prunes work in it and
+	 * never resolve the path again, so a state directory swapped for a
+	 * symlink while the broker runs leads nowhere.  -1: not open.
+	 */
+	int			 journal_dir_fd;
 	/* Committed receipts out of the table (each process opens its own). */
 	struct index		 index;
 	int			 index_ready;
@@ -126,9 +135,13 @@ int64_t	idemd_monotonic_us(void);
 /* master.c */
 int	master_run(struct idemd *);
 
-/* listener.c: the socket's path checked (nothing answers there), bound */
+/*
+ * listener.c: the socket's path checked (nothing answers there), bound;
+ * at exit removed if it is still the socket bound (socket_stat).
+ */
 void	listener_check(struct idemd *);
 void	listener_open(struct idemd *);
+void	listener_remove(struct idemd *);
 
 /* watch.c */
 int	watch_start(struct idemd *);

@@ -328,8 +328,9 @@ journaler_reopen(struct idemd *d, char **cause)
 	/* It fit at start-up (idemd_open_state): root_real is the same. */
 	(void)idemd_journal_dir(d, dir, sizeof dir);
 	journal_close(&d->journal);
-	if (journal_cut(dir, journaler.durable_segment, journaler.durable_size,
-	    cause) != 0 || journal_open(&d->journal, dir, cause) != 0)
+	if (journal_cut(d->journal_dir_fd, dir, journaler.durable_segment,
+	    journaler.durable_size, cause) != 0 ||
+	    journal_open_at(&d->journal, d->journal_dir_fd, dir, cause) != 0)
 		return -1;
 	if (d->journal.segment != journaler.durable_segment ||
 	    d->journal.size != journaler.durable_size) {
@@ -436,7 +437,7 @@ checkpoint_main(void *arg)
 		journaler.checkpoint_segment = 0;
 		pthread_mutex_unlock(&journaler.lock);
 
-		if (checkpoint_write(dir, segment, &d->seg,
+		if (checkpoint_write(d->journal_dir_fd, dir, segment, &d->seg,
 		    d->index_ready ? &d->index : NULL, &records, &indexed,
 		    &cause) == 0) {
 			log_info("checkpoint checkpoint-%016llx.snap: %llu "
@@ -444,7 +445,7 @@ checkpoint_main(void *arg)
 			    (unsigned long long)segment,
 			    (unsigned long long)indexed,
 			    (unsigned long long)records);
-			checkpoint_prune(dir, segment);
+			checkpoint_prune(d->journal_dir_fd, segment);
 		} else {
 			/* The segments stay: nothing is lost, only space. */
 			log_warnx("%s", cause);

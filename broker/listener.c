@@ -234,5 +234,28 @@ listener_open(struct idemd *d)
 		fatal("chmod %s", d->socket_path);
 	if (listen(fd, 1024) == -1)
 		fatal("listen %s", d->socket_path);
+	if (lstat(d->socket_path, &d->socket_stat) == -1)
+		fatal("stat %s", d->socket_path);
 	d->listen_fd = fd;
+}
+
+/*
+ * At exit: remove the socket file if the path still names the one this
+ * broker bound.  Its directory may have been swapped for a symlink since
+ * (nothing stops the workspace's owner): a file found there is not ours.
+ */
+void
+listener_remove(struct idemd *d)
+{
+	struct stat	st;
+
+	if (lstat(d->socket_path, &st) == -1)
+		return;
+	if (st.st_dev != d->socket_stat.st_dev ||
+	    st.st_ino != d->socket_stat.st_ino) {
+		log_warnx("%s is no longer the socket this broker bound: left "
+		    "as it is", d->socket_path);
+		return;
+	}
+	unlink(d->socket_path);
 }

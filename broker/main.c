@@ -263,6 +263,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->max_connections_per_uid = 0;		/* from max_connections */
 	d->ready_fd = -1;
 	d->watch_fd = -1;
+	d->journal_dir_fd = -1;
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
 	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
 	d->segment_bytes = JOURNAL_DEFAULT_SEGMENT_BYTES;
@@ -637,7 +638,7 @@ main(int argc, char **argv)
 
 	status = master_run(&d);
 
-	unlink(d.socket_path);
+	listener_remove(&d);
 	if (d.seg.header != NULL)
 		idemd_close_state(&d);
 	close(d.listen_fd);

@@ -12,10 +12,12 @@
 #include <sys/stat.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -456,7 +458,13 @@ idemd_open_state(struct idemd *d, char **cause)
 		    (unsigned long long)rp.put, d->capacity);
 	if (journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
-	checkpoint_prune(dir, loaded.checkpoint);
+	if ((d->journal_dir_fd = fcntl(d->journal.dir_fd, F_DUPFD_CLOEXEC,
+	    0)) == -1) {
+		asprintf(cause, "journal %s: %s", dir, strerror(errno));
+		journal_close(&d->journal);
+		goto fail;
+	}
+	checkpoint_prune(d->journal_dir_fd, loaded.checkpoint);
 	log_info("state: %llu submissions from the checkpoint, then %llu "
 	    "records (%llu bytes, %u segments), in %lld ms (%llu MiB of the "
 	    "table mapped ahead)",
@@ -484,5 +492,9 @@ idemd_close_state(struct idemd *d)
 		d->index_ready = 0;
 	}
 	journal_close(&d->journal);
+	if (d->journal_dir_fd != -1) {
+		close(d->journal_dir_fd);
+		d->journal_dir_fd = -1;
+	}
 	shm_destroy(&d->seg);
 }

@@ -136,8 +136,9 @@ note_slot(uint32_t **slots, size_t *count, size_t *size, uint32_t slot)
 }
 
 int
-checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
-    struct index *ix, uint64_t *written, uint64_t *indexed, char **cause)
+checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
+    struct shm_segment *seg, struct index *ix, uint64_t *written,
+    uint64_t *indexed, char **cause)
 {
 	struct subtab_entry	*entries = NULL;
 	uint32_t		*flags = NULL, *put = NULL;
@@ -154,7 +155,7 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 	char			 name[64], temp[80];
 	uint64_t		 records = 0;
 	uint32_t		 from = 0, n, i;
-	int			 dir_fd = -1, fd = -1, rc = -1;
+	int			 fd = -1, rc = -1;
 	int			 skip_indexed = 0;
 
 	snprintf(name, sizeof name, CHECKPOINT_NAME_FORMAT, segment);
@@ -170,10 +171,12 @@ checkpoint_write(const char *dir, uint64_t segment, struct shm_segment *seg,
 		asprintf(cause, "checkpoint: out of memory");
 		goto out;
 	}
-	/* No symlink at either name is followed: ELOOP fails the checkpoint. */
-	if ((dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC |
-	    O_NOFOLLOW)) == -1 ||
-	    (fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_TRUNC |
+	/*
+	 * In the directory the broker holds, never found by its path again:
+	 * no symlink planted since start-up is followed, and none at the
+	 * temporary's name either (ELOOP fails the checkpoint).
+	 */
+	if ((fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_TRUNC |
 	    O_CLOEXEC | O_NOFOLLOW, 0600)) == -1) {
 		asprintf(cause, "checkpoint %s/%s: %s", dir, temp,
 		    strerror(errno));
@@ -327,8 +330,6 @@ out:
 	}
 	free(flags);
 	free(put);
-	if (dir_fd != -1)
-		close(dir_fd);
 	free(entries);
 	free(keys);
 	free(buf);
@@ -470,17 +471,22 @@ out:
  * harmless, replay ignores it.
  */
 void
-checkpoint_prune(const char *dir, uint64_t segment)
+checkpoint_prune(int dir_fd, uint64_t segment)
 {
 	DIR		*d;
 	struct dirent	*e;
 	uint64_t	 n;
 	char		*end;
-	int		 dir_fd, removed = 0;
+	int		 fd, removed = 0;
 
-	if ((d = checkpoint_opendir(dir)) == NULL)
+	/* A descriptor of its own for readdir: the same directory, "." */
+	if ((fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
+	    -1)
 		return;
-	dir_fd = dirfd(d);
+	if ((d = fdopendir(fd)) == NULL) {
+		close(fd);
+		return;
+	}
 	while ((e = readdir(d)) != NULL) {
 		int	old = 0;
 

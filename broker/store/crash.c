@@ -346,8 +346,8 @@ crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
 	if (!found || !crash_claim(CRASH_AFTER_TASK_CREATED_DURABLE))
 		return;
 	/* What a crash during that fdatasync may leave: the first record. */
-	if (journal_cut(j->dir, j->segment, j->size - total + prev_end,
-	    &cause) != 0) {
+	if (journal_cut(j->dir_fd, j->dir, j->segment,
+	    j->size - total + prev_end, &cause) != 0) {
 		/* Die anyway: the test then finds the commit, and fails. */
 		store_notice(STORE_NOTICE_WARNING, "fault injection: cannot "
 		    "tear the journal: %s", cause);

@@ -890,18 +890,10 @@ sync_parent(const char *path)
 	return rv;
 }
 
-int
-journal_open(struct journal *j, const char *dir, char **cause)
+/* Start j in dir with no directory yet: what both opens share. */
+static int
+journal_init(struct journal *j, const char *dir, char **cause)
 {
-	uint64_t	*list = NULL;
-	size_t		 count;
-	uint8_t		 header[SEGMENT_HEADER_BYTES];
-	char		 name[SEGMENT_NAME_BYTES];
-	const char	*invalid;
-	struct stat	 st;
-	ssize_t		 n;
-	int		 saved_errno;
-
 	memset(j, 0, sizeof *j);
 	j->fd = j->dir_fd = -1;
 	if (sodium_init() < 0) {
@@ -914,7 +906,18 @@ journal_open(struct journal *j, const char *dir, char **cause)
 		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
 		return -1;
 	}
+	return 0;
+}
 
+static int	journal_open_dir(struct journal *, char **cause);
+
+int
+journal_open(struct journal *j, const char *dir, char **cause)
+{
+	int	saved_errno;
+
+	if (journal_init(j, dir, cause) != 0)
+		return -1;
 	/* Only the last component: the state directory is the caller's. */
 	if (mkdir(dir, 0700) == 0) {
 		/* A new directory's own entry must be durable too. */
@@ -933,6 +936,45 @@ journal_open(struct journal *j, const char *dir, char **cause)
 		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
 		goto fail;
 	}
+	return journal_open_dir(j, cause);
+fail:
+	saved_errno = errno;
+	journal_close(j);
+	errno = saved_errno;
+	return -1;
+}
+
+int
+journal_open_at(struct journal *j, int dir_fd, const char *dir,
+    char **cause)
+{
+	int	saved_errno;
+
+	if (journal_init(j, dir, cause) != 0)
+		return -1;
+	if ((j->dir_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0)) == -1) {
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		saved_errno = errno;
+		journal_close(j);
+		errno = saved_errno;
+		return -1;
+	}
+	return journal_open_dir(j, cause);
+}
+
+/* j->dir_fd is open: append to its last segment, or create the first. */
+static int
+journal_open_dir(struct journal *j, char **cause)
+{
+	const char	*dir = j->dir;
+	uint64_t	*list = NULL;
+	size_t		 count;
+	uint8_t		 header[SEGMENT_HEADER_BYTES];
+	char		 name[SEGMENT_NAME_BYTES];
+	const char	*invalid;
+	struct stat	 st;
+	ssize_t		 n;
+	int		 saved_errno;
 
 	if (segment_list(j->dir_fd, dir, &list, &count, cause) == -1)
 		goto fail;
@@ -1479,27 +1521,26 @@ out:
 }
 
 int
-journal_cut(const char *dir, uint64_t segment, uint64_t size, char **cause)
+journal_cut(int dir_fd, const char *dir, uint64_t segment, uint64_t size,
+    char **cause)
 {
-	char	path[PATH_MAX];
+	char	name[SEGMENT_NAME_BYTES];
 	int	fd, saved_errno;
 
-	if (snprintf(path, sizeof path, "%s/%016llx.jnl", dir,
-	    (unsigned long long)segment) >= (int)sizeof path) {
-		errno = ENAMETOOLONG;
-		journal_cause(cause, "journal %s: path too long", dir);
-		return -1;
-	}
-	if ((fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)) == -1) {
-		journal_cause(cause, "journal %s: %s", path, strerror(errno));
+	segment_name(segment, name);
+	if ((fd = openat(dir_fd, name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)) ==
+	    -1) {
+		journal_cause(cause, "journal %s/%s: %s", dir, name,
+		    strerror(errno));
 		return -1;
 	}
 	if (ftruncate(fd, (off_t)size) == -1 || fsync(fd) == -1) {
 		saved_errno = errno;
 		close(fd);
 		errno = saved_errno;
-		journal_cause(cause, "journal %s: cutting back to %llu bytes: %s",
-		    path, (unsigned long long)size, strerror(errno));
+		journal_cause(cause, "journal %s/%s: cutting back to %llu "
+		    "bytes: %s", dir, name, (unsigned long long)size,
+		    strerror(errno));
 		return -1;
 	}
 	close(fd);

@@ -97,6 +97,14 @@ struct journal {
 /* Open (creating dir and first segment if missing) for appending. */
 int	journal_open(struct journal *, const char *dir, char **cause);
 /*
+ * The same in the directory dir_fd already holds (kept by the caller;
+ * dir only names it in causes): a broker's reopen never resolves the
+ * path again, so a state directory swapped for a symlink since start-up
+ * is not followed.
+ */
+int	journal_open_at(struct journal *, int dir_fd, const char *dir,
+	    char **cause);
+/*
  * Append all bytes of iov.  A failed or short write truncates the
  * segment back to its previous size and returns -1 (errno set).
  */
@@ -112,8 +120,8 @@ int	journal_write_all(int fd, const uint8_t *, size_t);
  * what follows the last durable size was never acknowledged and its
  * state on disk is unknown, so it must not be replayed.
  */
-int	journal_cut(const char *dir, uint64_t segment, uint64_t size,
-	    char **cause);
+int	journal_cut(int dir_fd, const char *dir, uint64_t segment,
+	    uint64_t size, char **cause);
 
 typedef int (*journal_apply_fn)(const struct journal_record *, void *arg);
 struct journal_replay_stats {
@@ -180,7 +188,7 @@ int	journal_rotate(struct journal *, char **cause);
  * checkpoint is renamed into place; *indexed: how many.
  */
 struct index;
-int	checkpoint_write(const char *dir, uint64_t segment,
+int	checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	    struct shm_segment *, struct index *, uint64_t *records,
 	    uint64_t *indexed, char **cause);
 /*
@@ -197,8 +205,12 @@ int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
  */
 int	checkpoint_index_only(const char *dir, uint64_t *segment,
 	    uint64_t *count, char **cause);
-/* Remove segments and checkpoints older than segment, and temporaries. */
-void	checkpoint_prune(const char *dir, uint64_t segment);
+/*
+ * Remove segments and checkpoints older than segment, and temporaries.
+ * checkpoint_write and checkpoint_prune work in dir_fd, the journal's
+ * directory as the broker opened it at start-up (dir names it in causes).
+ */
+void	checkpoint_prune(int dir_fd, uint64_t segment);
 
 /* ---- index.c: every committed receipt, on disk (doc/journal.md) ------ */
 

@@ -939,6 +939,100 @@ test_symlink_at_checkpoint_temporary(void **state)
 	outside_remove(&o);
 }
 
+/* Entries of dir other than "." and "..". */
+static int
+entries_of(const char *dir)
+{
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	assert_non_null(d = opendir(dir));
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Create ids prefix-from .. prefix-(to - 1): every one "created". */
+static void
+create_range(struct broker *b, const char *prefix, int from, int to)
+{
+	char	 id[32];
+	json_t	*reply;
+	int	 i;
+
+	for (i = from; i < to; i++) {
+		snprintf(id, sizeof id, "%s-%d", prefix, i);
+		reply = harness_call_once(b, harness_write_task(id, id));
+		assert_non_null(reply);
+		assert_string_equal(harness_str(reply, "disposition"),
+		    "created");
+		json_decref(reply);
+	}
+}
+
+/*
+ * .idem/ swapped for a symlink while the broker runs (moved aside, and a
+ * link to a directory outside the root planted at its name, with a
+ * journal/ and an idemd.sock of its own): the journaler's checkpoints,
+ * prunes and rotations go on in the directory the broker opened at
+ * start-up, nothing is written into or removed from the outside, and at
+ * exit the socket file found there is not taken for the broker's.
+ */
+static void
+test_state_dir_swapped_while_running(void **state)
+{
+	struct broker	*b = *state;
+	struct outside	 o;
+	char		 journal[416], sock[416];	/* o.dir's */
+	char		 idem[272], moved[272], real_journal[288];	/* root's */
+	int		 checkpoints;
+
+	outside_make(b, &o);
+	snprintf(journal, sizeof journal, "%s/journal", o.dir);
+	assert_int_equal(mkdir(journal, 0755), 0);
+	snprintf(sock, sizeof sock, "%s/idemd.sock", o.dir);
+	assert_int_equal(rename(o.file, sock), 0);
+	snprintf(o.file, sizeof o.file, "%s", sock);
+
+	assert_int_equal(harness_start(b, (const char *const []){
+	    "--segment-bytes", "4096", NULL }, NULL), 0);
+	create_range(b, "swap", 0, 10);
+	checkpoints = harness_log_count(b, "checkpoint checkpoint-");
+
+	snprintf(idem, sizeof idem, "%s/.idem", b->root);
+	snprintf(moved, sizeof moved, "%s/.idem-moved", b->root);
+	assert_int_equal(rename(idem, moved), 0);
+	assert_int_equal(symlink(o.dir, idem), 0);
+	snprintf(b->socket, sizeof b->socket, "%s/idemd.sock", moved);
+	/* 4096 bytes of journal is a dozen creations: 40 rotate it. */
+	create_range(b, "swap", 10, 50);
+	harness_wait_log(b, "checkpoint checkpoint-", checkpoints + 2, 10000);
+	assert_int_equal(harness_stop(b), 0);
+
+	/* Nothing outside; the checkpoints are in the real journal. */
+	assert_int_equal(entries_of(journal), 0);
+	assert_int_equal(entries_of(o.dir), 2);	/* journal/, idemd.sock */
+	assert_file_untouched(o.file, "do not touch\n", o.file_mtime);
+	snprintf(real_journal, sizeof real_journal, "%s/journal", moved);
+	assert_true(entries_of(real_journal) >= 2);	/* a checkpoint, a segment */
+	assert_int_equal(harness_log_count(b, "no longer the socket"), 1);
+
+	/* Put back, every receipt is there. */
+	assert_int_equal(unlink(idem), 0);
+	assert_int_equal(rename(moved, idem), 0);
+	snprintf(b->socket, sizeof b->socket, "%s/idemd.sock", idem);
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	assert_int_equal(harness_count_tasks(b), 50);
+	harness_finish(b);
+	unlink(o.file);
+	rmdir(journal);
+	rmdir(o.dir);
+}
+
 int
 main(void)
 {
@@ -978,6 +1072,9 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_symlinks_in_the_workspace_skipped,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_state_dir_swapped_while_running,
 		    harness_setup, harness_teardown),
 	};
 
