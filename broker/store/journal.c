@@ -909,59 +909,6 @@ journal_init(struct journal *j, const char *dir, char **cause)
 	return 0;
 }
 
-static int	journal_open_dir(struct journal *, char **cause);
-
-int
-journal_open(struct journal *j, const char *dir, char **cause)
-{
-	int	saved_errno;
-
-	if (journal_init(j, dir, cause) != 0)
-		return -1;
-	/* Only the last component: the state directory is the caller's. */
-	if (mkdir(dir, 0700) == 0) {
-		/* A new directory's own entry must be durable too. */
-		if (sync_parent(dir) == -1) {
-			journal_cause(cause, "journal %s: fsync parent "
-			    "directory: %s", dir, strerror(errno));
-			goto fail;
-		}
-	} else if (errno != EEXIST) {
-		journal_cause(cause, "journal %s: mkdir: %s", dir,
-		    strerror(errno));
-		goto fail;
-	}
-	if ((j->dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW)) ==
-	    -1) {
-		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
-		goto fail;
-	}
-	return journal_open_dir(j, cause);
-fail:
-	saved_errno = errno;
-	journal_close(j);
-	errno = saved_errno;
-	return -1;
-}
-
-int
-journal_open_at(struct journal *j, int dir_fd, const char *dir,
-    char **cause)
-{
-	int	saved_errno;
-
-	if (journal_init(j, dir, cause) != 0)
-		return -1;
-	if ((j->dir_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0)) == -1) {
-		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
-		saved_errno = errno;
-		journal_close(j);
-		errno = saved_errno;
-		return -1;
-	}
-	return journal_open_dir(j, cause);
-}
-
 /* j->dir_fd is open: append to its last segment, or create the first. */
 static int
 journal_open_dir(struct journal *j, char **cause)
@@ -1033,6 +980,59 @@ fail:
 	errno = saved_errno;
 	return -1;
 }
+
+int
+journal_open(struct journal *j, const char *dir, char **cause)
+{
+	int	saved_errno;
+
+	if (journal_init(j, dir, cause) != 0)
+		return -1;
+	/* Only the last component: the state directory is the caller's. */
+	if (mkdir(dir, 0700) == 0) {
+		/* A new directory's own entry must be durable too. */
+		if (sync_parent(dir) == -1) {
+			journal_cause(cause, "journal %s: fsync parent "
+			    "directory: %s", dir, strerror(errno));
+			goto fail;
+		}
+	} else if (errno != EEXIST) {
+		journal_cause(cause, "journal %s: mkdir: %s", dir,
+		    strerror(errno));
+		goto fail;
+	}
+	if ((j->dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW)) ==
+	    -1) {
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		goto fail;
+	}
+	return journal_open_dir(j, cause);
+fail:
+	saved_errno = errno;
+	journal_close(j);
+	errno = saved_errno;
+	return -1;
+}
+
+int
+journal_open_at(struct journal *j, int dir_fd, const char *dir,
+    char **cause)
+{
+	int	saved_errno;
+
+	if (journal_init(j, dir, cause) != 0)
+		return -1;
+	if ((j->dir_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0)) == -1) {
+		saved_errno = errno;
+		journal_cause(cause, "journal %s: %s", dir,
+		    strerror(saved_errno));
+		journal_close(j);
+		errno = saved_errno;
+		return -1;
+	}
+	return journal_open_dir(j, cause);
+}
+
 
 /*
  * After a failure that leaves the end of the file unknown (a truncate
