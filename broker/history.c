@@ -36,19 +36,50 @@
 #include "log.h"
 #include "idemd.h"
 
+/*
+ * Open the index through d->index_dir_fd, opening that first (the
+ * master; created unless INDEX_READONLY) below the root's descriptor
+ * without following a symlink.  A worker inherits it.
+ */
 int
 history_open(struct idemd *d, int flags, char **cause)
 {
-	char	dir[PATH_MAX];
+	char	dir[PATH_MAX], rel[PATH_MAX];
 
-	if (idemd_index_dir(d, dir, sizeof dir) != 0) {
+	if (idemd_index_dir(d, dir, sizeof dir) != 0 ||
+	    (size_t)snprintf(rel, sizeof rel, "%s/index", d->state_dir) >=
+	    sizeof rel) {
 		*cause = strdup("the index's path is too long");
 		return -1;
 	}
-	if (index_open(&d->index, dir, flags, cause) != 0)
+	if (d->index_dir_fd == -1) {
+		if (!(flags & INDEX_READONLY) &&
+		    nofollow_mkdir(d->root_fd, rel, 0700) == -1 &&
+		    errno != EEXIST) {
+			asprintf(cause, "index %s: %s", dir, strerror(errno));
+			return -1;
+		}
+		if ((d->index_dir_fd = nofollow_dir(d->root_fd, rel)) == -1) {
+			asprintf(cause, "index %s: %s", dir, strerror(errno));
+			return -1;
+		}
+	}
+	if (index_open_at(&d->index, d->index_dir_fd, dir, flags, cause) != 0)
 		return -1;
 	d->index_ready = 1;
 	return 0;
+}
+
+/* The index and its directory's descriptor, if open. */
+void
+history_close(struct idemd *d)
+{
+	if (d->index_ready)
+		index_close(&d->index);
+	d->index_ready = 0;
+	if (d->index_dir_fd != -1)
+		close(d->index_dir_fd);
+	d->index_dir_fd = -1;
 }
 
 int

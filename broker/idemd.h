@@ -80,6 +80,14 @@ struct idemd {
 	/* Committed receipts out of the table (each process opens its own). */
 	struct index		 index;
 	int			 index_ready;
+	/*
+	 * The index's directory, opened once without following a symlink
+	 * (the master) or inherited (a worker): every process opens the
+	 * index through it, so a worker started again long after start-up
+	 * opens the index the master writes, not what the path names now.
+	 * -1: not open.
+	 */
+	int			 index_dir_fd;
 };
 
 /*
@@ -95,6 +103,7 @@ enum worker_handle {
 	WORKER_HANDLE_REPORTS,
 	WORKER_HANDLE_KICK,
 	WORKER_HANDLE_WATCH,	/* -1: no inotify */
+	WORKER_HANDLE_INDEX,	/* the index's directory */
 	WORKER_HANDLE_COUNT
 };
 
@@ -102,8 +111,12 @@ enum worker_handle {
 /* 1 and the entry (result into result, if not NULL), 0, -1 (logged). */
 int	history_find(struct idemd *, const char *key, size_t key_length,
 	    struct index_entry *, uint8_t *result);
-/* Open the index at ROOT/.idem/index for this process. */
+/*
+ * Open the index at ROOT/.idem/index for this process, through
+ * d->index_dir_fd (history_close closes both).
+ */
 int	history_open(struct idemd *, int flags, char **cause);
+void	history_close(struct idemd *);
 /*
  * A worker's warm-up: a thread that maps the index's pages into this
  * process ahead of its lookups, so that a cold id costs no page fault;

@@ -264,6 +264,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->ready_fd = -1;
 	d->watch_fd = -1;
 	d->journal_dir_fd = -1;
+	d->index_dir_fd = -1;
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
 	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
 	d->segment_bytes = JOURNAL_DEFAULT_SEGMENT_BYTES;
@@ -459,8 +460,8 @@ idemd_scan_max_seq(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 }
 
 /*
- * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH:
- * this process is a worker the master (PID) forked and exec'd
+ * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH,
+ * INDEXDIR: this process is a worker the master (PID) forked and exec'd
  * (master.c), with the same options and those inherited handles (enum
  * worker_handle).  It maps the master's segment and serves until told
  * to stop.
@@ -506,6 +507,8 @@ run_worker(struct idemd *d)
 			fatal("worker %ld: inherited handle %d", index,
 			    handle[i]);
 	}
+	d->index_dir_fd = handle[WORKER_HANDLE_INDEX];
+	handle[WORKER_HANDLE_INDEX] = -1;	/* history_close's */
 	if (fcntl(handle[WORKER_HANDLE_NOTIFY], F_SETFL, O_NONBLOCK) == -1)
 		fatal("worker %ld: notify socket", index);
 	if ((d->root_real = strdup(d->root)) == NULL)
@@ -519,7 +522,7 @@ run_worker(struct idemd *d)
 	status = worker_main(d, (unsigned)index, (uint32_t)field[2],
 	    handle[WORKER_HANDLE_NOTIFY]);
 	history_warm_stop();
-	index_close(&d->index);
+	history_close(d);
 	shm_detach(&d->seg);
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++) {
 		if (handle[i] != -1)

@@ -341,9 +341,7 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 			*cause = why;
 			return -1;
 		}
-		if (d->index_ready)
-			index_close(&d->index);
-		d->index_ready = 0;
+		history_close(d);
 		snprintf(aside, sizeof aside, "%s.damaged-%lld", idir,
 		    (long long)shm_now_ms());
 		if (rename(idir, aside) != 0) {
@@ -476,10 +474,7 @@ idemd_open_state(struct idemd *d, char **cause)
 	return 0;
 fail:
 	json_decref(rp.overflow);
-	if (d->index_ready) {
-		index_close(&d->index);
-		d->index_ready = 0;
-	}
+	history_close(d);
 	shm_destroy(&d->seg);
 	return -1;
 }
@@ -487,10 +482,7 @@ fail:
 void
 idemd_close_state(struct idemd *d)
 {
-	if (d->index_ready) {
-		index_close(&d->index);
-		d->index_ready = 0;
-	}
+	history_close(d);
 	journal_close(&d->journal);
 	if (d->journal_dir_fd != -1) {
 		close(d->journal_dir_fd);

@@ -87,30 +87,24 @@ index_exists(const char *dir)
 	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
-int
-index_open(struct index *x, const char *dir, int flags, char **cause)
+/*
+ * Open the environment at path (a directory), named label in causes:
+ * what index_open and index_open_at share once the directory is known.
+ */
+static int
+index_env_open(struct index *x, const char *path, const char *label,
+    int flags, char **cause)
 {
 	MDB_txn		*txn = NULL;
 	MDB_val		 k, v;
 	uint8_t		 format[8];
-	struct stat	 st;
 	unsigned	 envflags = MDB_NOTLS | MDB_NORDAHEAD;
 	int		 rc;
 
 	memset(x, 0, sizeof *x);
-	if ((x->dir = strdup(dir)) == NULL)
-		return index_fail(cause, dir, "strdup", ENOMEM);
+	if ((x->dir = strdup(label)) == NULL)
+		return index_fail(cause, label, "strdup", ENOMEM);
 	x->readonly = (flags & INDEX_READONLY) != 0;
-	if (lstat(dir, &st) == -1) {
-		if (errno != ENOENT || x->readonly)
-			goto sys;
-		/* The last component only, as the journal's. */
-		if (mkdir(dir, 0700) == -1 && errno != EEXIST)
-			goto sys;
-	} else if (!S_ISDIR(st.st_mode)) {
-		errno = ENOTDIR;
-		goto sys;
-	}
 	if ((rc = mdb_env_create(&x->env)) != 0 ||
 	    (rc = mdb_env_set_maxdbs(x->env, 2)) != 0 ||
 	    (rc = mdb_env_set_maxreaders(x->env, INDEX_MAX_READERS)) != 0 ||
@@ -118,7 +112,7 @@ index_open(struct index *x, const char *dir, int flags, char **cause)
 		goto lmdb;
 	if (x->readonly)
 		envflags |= MDB_RDONLY;
-	if ((rc = mdb_env_open(x->env, dir, envflags, 0600)) != 0)
+	if ((rc = mdb_env_open(x->env, path, envflags, 0600)) != 0)
 		goto lmdb;
 	if ((rc = mdb_txn_begin(x->env, NULL, x->readonly ? MDB_RDONLY : 0,
 	    &txn)) != 0)
@@ -152,19 +146,64 @@ index_open(struct index *x, const char *dir, int flags, char **cause)
 lmdb:
 	if (txn != NULL)
 		mdb_txn_abort(txn);
-	index_fail(cause, dir, "open", rc);
+	index_fail(cause, label, "open", rc);
 	rc = errno;
 	index_close(x);
 	errno = rc;
 	return -1;
-sys:
-	rc = errno;
+}
+
+static int
+index_open_refused(char **cause, const char *label)
+{
+	int	error = errno;
+
 	if (cause != NULL)
-		asprintf(cause, "index %s: %s", dir, strerror(rc));
-	free(x->dir);
-	x->dir = NULL;
-	errno = rc;
+		asprintf(cause, "index %s: %s", label, strerror(error));
+	errno = error;
 	return -1;
+}
+
+int
+index_open(struct index *x, const char *dir, int flags, char **cause)
+{
+	struct stat	st;
+
+	memset(x, 0, sizeof *x);
+	if (lstat(dir, &st) == -1) {
+		if (errno != ENOENT || (flags & INDEX_READONLY))
+			return index_open_refused(cause, dir);
+		/* The last component only, as the journal's. */
+		if (mkdir(dir, 0700) == -1 && errno != EEXIST)
+			return index_open_refused(cause, dir);
+	} else if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		return index_open_refused(cause, dir);
+	}
+	return index_env_open(x, dir, dir, flags, cause);
+}
+
+/*
+ * LMDB opens its files by path only; /proc/self/fd/N names the
+ * directory the descriptor holds, wherever it is now, and resolves no
+ * symlink planted at its old path.
+ */
+int
+index_open_at(struct index *x, int dir_fd, const char *label, int flags,
+    char **cause)
+{
+	char		path[32];
+	struct stat	st;
+
+	memset(x, 0, sizeof *x);
+	if (fstat(dir_fd, &st) == -1)
+		return index_open_refused(cause, label);
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		return index_open_refused(cause, label);
+	}
+	snprintf(path, sizeof path, "/proc/self/fd/%d", dir_fd);
+	return index_env_open(x, path, label, flags, cause);
 }
 
 void

@@ -248,6 +248,13 @@ int	index_exists(const char *dir);
  * another format.
  */
 int	index_open(struct index *, const char *dir, int flags, char **cause);
+/*
+ * The same in the directory dir_fd holds (it must exist; label names it
+ * in causes): a process that opened it once is not led elsewhere by a
+ * directory renamed or swapped for a symlink since.
+ */
+int	index_open_at(struct index *, int dir_fd, const char *label, int flags,
+	    char **cause);
 void	index_close(struct index *);
 /*
  * Look key up: 1 and the entry (an effect's result copied into result,

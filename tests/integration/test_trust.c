@@ -977,30 +977,43 @@ create_range(struct broker *b, const char *prefix, int from, int to)
 /*
  * .idem/ swapped for a symlink while the broker runs (moved aside, and a
  * link to a directory outside the root planted at its name, with a
- * journal/ and an idemd.sock of its own): the journaler's checkpoints,
- * prunes and rotations go on in the directory the broker opened at
- * start-up, nothing is written into or removed from the outside, and at
- * exit the socket file found there is not taken for the broker's.
+ * journal/, an index/ and an idemd.sock of its own): the journaler's
+ * checkpoints, prunes and rotations go on in the directory the broker
+ * opened at start-up; a worker killed then is replaced by one that opens
+ * the index the master writes (through the master's descriptor, not the
+ * path: by the path it found nothing and died at each start, or opened
+ * the planted one) and answers a retry and a new id; nothing is written
+ * into or removed from the outside, and at exit the socket file found
+ * there is not taken for the broker's.
  */
 static void
 test_state_dir_swapped_while_running(void **state)
 {
 	struct broker	*b = *state;
 	struct outside	 o;
-	char		 journal[416], sock[416];	/* o.dir's */
+	char		 journal[416], sock[416], index[416];	/* o.dir's */
 	char		 idem[272], moved[272], real_journal[288];	/* root's */
+	char		*task_id;
+	json_t		*reply;
+	pid_t		 workers[4];
 	int		 checkpoints;
 
 	outside_make(b, &o);
 	snprintf(journal, sizeof journal, "%s/journal", o.dir);
 	assert_int_equal(mkdir(journal, 0755), 0);
+	snprintf(index, sizeof index, "%s/index", o.dir);
+	assert_int_equal(mkdir(index, 0755), 0);
 	snprintf(sock, sizeof sock, "%s/idemd.sock", o.dir);
 	assert_int_equal(rename(o.file, sock), 0);
 	snprintf(o.file, sizeof o.file, "%s", sock);
 
 	assert_int_equal(harness_start(b, (const char *const []){
-	    "--segment-bytes", "4096", NULL }, NULL), 0);
+	    "--segment-bytes", "4096", "--workers", "1", NULL }, NULL), 0);
 	create_range(b, "swap", 0, 10);
+	reply = harness_must_call(b, harness_write_task("swap-0", "swap-0"));
+	task_id = strdup(harness_receipt_str(reply, "task_id"));
+	assert_non_null(task_id);
+	json_decref(reply);
 	checkpoints = harness_log_count(b, "checkpoint checkpoint-");
 
 	snprintf(idem, sizeof idem, "%s/.idem", b->root);
@@ -1011,11 +1024,23 @@ test_state_dir_swapped_while_running(void **state)
 	/* 4096 bytes of journal is a dozen creations: 40 rotate it. */
 	create_range(b, "swap", 10, 50);
 	harness_wait_log(b, "checkpoint checkpoint-", checkpoints + 2, 10000);
+
+	/* The replacement accepts from the backlog once it has started. */
+	assert_int_equal(harness_workers(b, workers, 4), 1);
+	assert_int_equal(kill(workers[0], SIGKILL), 0);
+	reply = harness_must_call(b, harness_write_task("swap-0", "swap-0"));
+	harness_assert_outcome(reply, "reused", 0, 1, 0);
+	assert_string_equal(harness_receipt_str(reply, "task_id"), task_id);
+	json_decref(reply);
+	free(task_id);
+	create_range(b, "swap", 50, 51);	/* looked up in the index first */
 	assert_int_equal(harness_stop(b), 0);
 
 	/* Nothing outside; the checkpoints are in the real journal. */
 	assert_int_equal(entries_of(journal), 0);
-	assert_int_equal(entries_of(o.dir), 2);	/* journal/, idemd.sock */
+	assert_int_equal(entries_of(index), 0);
+	/* journal/, index/, idemd.sock */
+	assert_int_equal(entries_of(o.dir), 3);
 	assert_file_untouched(o.file, "do not touch\n", o.file_mtime);
 	snprintf(real_journal, sizeof real_journal, "%s/journal", moved);
 	assert_true(entries_of(real_journal) >= 2);	/* a checkpoint, a segment */
@@ -1026,10 +1051,11 @@ test_state_dir_swapped_while_running(void **state)
 	assert_int_equal(rename(moved, idem), 0);
 	snprintf(b->socket, sizeof b->socket, "%s/idemd.sock", idem);
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
-	assert_int_equal(harness_count_tasks(b), 50);
+	assert_int_equal(harness_count_tasks(b), 51);
 	harness_finish(b);
 	unlink(o.file);
 	rmdir(journal);
+	rmdir(index);
 	rmdir(o.dir);
 }
 
