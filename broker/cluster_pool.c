@@ -17,7 +17,7 @@
  * libpq's blocking calls.  The loop never waits for them: it hands a
  * job over and goes on serving; a thread that finishes a job (an answer
  * to give, or a wait for a live owner to arm) puts it on the done list
- * and writes the eventfd, and the loop runs the job's done callback.
+ * and wakes the loop (loopwake.c), which runs the job's done callback.
  *
  * Threads and their connections are made on demand: a job goes to the
  * thread that went idle last (so the connections in use stay those of
@@ -31,7 +31,6 @@
  * the loop's (connections, events, the pending's reply): what it
  * decides is recorded in the job and acted on by done, on the loop.
  */
-#include <sys/eventfd.h>
 #include <sys/queue.h>
 
 #include <errno.h>
@@ -68,8 +67,7 @@ struct cluster_pool {
 	unsigned		 busy;
 	struct cluster_jobs	 queue;		/* waiting for a thread */
 	struct cluster_jobs	 done;		/* for the loop */
-	int			 done_fd;	/* eventfd */
-	struct event		*done_ev;
+	struct loopwake		 wake;
 	int			 stop;
 };
 
@@ -82,7 +80,6 @@ cluster_thread_main(void *arg)
 	struct cluster_thread	*t = arg;
 	struct cluster_pool	*pool = t->pool;
 	struct cluster_job	*job;
-	uint64_t		 one = 1;
 
 	pthread_mutex_lock(&pool->lock);
 	for (;;) {
@@ -103,10 +100,7 @@ cluster_thread_main(void *arg)
 			pool->idle[pool->idle_count++] = (unsigned)(t -
 			    pool->threads);
 		}
-		/* A full eventfd counter (EAGAIN) is still readable. */
-		while (write(pool->done_fd, &one, sizeof one) == -1 &&
-		    errno == EINTR)
-			;
+		loopwake_post(&pool->wake);
 	}
 	pthread_mutex_unlock(&pool->lock);
 	return NULL;
@@ -114,15 +108,12 @@ cluster_thread_main(void *arg)
 
 /* The loop: every finished job's done, in the order they finished. */
 static void
-cluster_pool_finished(evutil_socket_t fd, short what, void *arg)
+cluster_pool_finished(void *arg)
 {
 	struct cluster_pool	*pool = arg;
 	struct cluster_jobs	 done;
 	struct cluster_job	*job;
-	uint64_t		 count;
 
-	(void)what;
-	(void)read(fd, &count, sizeof count);
 	TAILQ_INIT(&done);
 	pthread_mutex_lock(&pool->lock);
 	TAILQ_CONCAT(&done, &pool->done, entry);
@@ -142,23 +133,14 @@ cluster_pool_new(struct event_base *base, unsigned max)
 		return NULL;
 	pool->max = max < 1 ? 1 : max > PGSTORE_MAX_CONNECTIONS ?
 	    PGSTORE_MAX_CONNECTIONS : max;
-	pool->done_fd = -1;
+	pool->wake.fd = -1;
 	TAILQ_INIT(&pool->queue);
 	TAILQ_INIT(&pool->done);
 	pthread_mutex_init(&pool->lock, NULL);
-	if ((pool->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1)
-		goto fail;
-	pool->done_ev = event_new(base, pool->done_fd, EV_READ | EV_PERSIST,
-	    cluster_pool_finished, pool);
-	if (pool->done_ev == NULL || event_add(pool->done_ev, NULL) != 0)
-		goto fail;
-	return pool;
-fail:
+	if (loopwake_open(&pool->wake, base, cluster_pool_finished, pool) ==
+	    0)
+		return pool;
 	log_warn("starting the creation threads");
-	if (pool->done_ev != NULL)
-		event_free(pool->done_ev);
-	if (pool->done_fd != -1)
-		close(pool->done_fd);
 	pthread_mutex_destroy(&pool->lock);
 	free(pool);
 	return NULL;
@@ -248,8 +230,7 @@ cluster_pool_stop(void)
 		if (pool->threads[i].store_open)
 			pgstore_close(&pool->threads[i].store);
 	}
-	event_free(pool->done_ev);
-	close(pool->done_fd);
+	loopwake_close(&pool->wake);
 	pthread_mutex_destroy(&pool->lock);
 	free(pool);
 	cl_pool = NULL;

@@ -13,7 +13,7 @@
  * one covering every link made so far, the others wait for it.  As with
  * the journal's group commit, one directory fsync serves every file
  * linked before it started.  Finished jobs go back to the event loop
- * through an eventfd, and their callbacks run there, never in a thread.
+ * (loopwake.c), and their callbacks run there, never in a thread.
  *
  * A fresh creation is carried from its temporary to its commit
  * (FILEIO_CARRY): the loop appends the reservation and hands the job
@@ -29,7 +29,7 @@
  * them, appends every covered job's task_created and commit (the jobs'
  * commit callbacks; one kick of the journaler for the batch), waits for
  * them to be durable (one sleep for the batch) and hands the batch back
- * with one eventfd write: the loop is woken once per batch, to reply.
+ * with one post: the loop is woken once per batch, to reply.
  * Nothing is linked before its reservation is durable, nothing
  * answered before its commit is.
  *
@@ -43,8 +43,6 @@
  * are in place but not known durable; a retry adopts them), and is not
  * retried for them.
  */
-#include <sys/eventfd.h>
-
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -71,8 +69,7 @@ struct fileio_dir {
 
 struct fileio {
 	struct event_base	*base;
-	struct event		*done_ev;
-	int			 done_fd;	/* eventfd: jobs finished */
+	struct loopwake		 wake;		/* jobs finished */
 	pthread_t		 threads[FILEIO_THREADS];
 	unsigned		 thread_count;
 	pthread_mutex_t		 lock;
@@ -256,7 +253,6 @@ fileio_settle(struct fileio *io, struct fileio_jobs *post,
     struct fileio_jobs *owed)
 {
 	struct fileio_job	*j;
-	uint64_t		 one = 1;
 
 	if (TAILQ_EMPTY(post) && TAILQ_EMPTY(owed))
 		return;
@@ -267,8 +263,7 @@ fileio_settle(struct fileio *io, struct fileio_jobs *post,
 	TAILQ_CONCAT(&io->done, post, entry);
 	TAILQ_CONCAT(&io->done, owed, entry);
 	pthread_mutex_unlock(&io->lock);
-	while (write(io->done_fd, &one, sizeof one) == -1 && errno == EINTR)
-		;
+	loopwake_post(&io->wake);
 }
 
 /*
@@ -499,7 +494,6 @@ fileio_thread(void *arg)
 {
 	struct fileio		*io = arg;
 	struct fileio_job	*job;
-	uint64_t		 one = 1;
 	unsigned		 thread = atomic_fetch_add(&io->next_thread, 1);
 
 	pthread_mutex_lock(&io->lock);
@@ -526,9 +520,7 @@ fileio_thread(void *arg)
 				fileio_sync_dir(io, job);
 		}
 		TAILQ_INSERT_TAIL(&io->done, job, entry);
-		while (write(io->done_fd, &one, sizeof one) == -1 &&
-		    errno == EINTR)
-			;
+		loopwake_post(&io->wake);
 	}
 	pthread_mutex_unlock(&io->lock);
 	return NULL;
@@ -536,14 +528,12 @@ fileio_thread(void *arg)
 
 /* In the event loop: run the callbacks of finished jobs. */
 static void
-fileio_finished(evutil_socket_t fd, short events, void *arg)
+fileio_finished(void *arg)
 {
 	struct fileio		*io = arg;
 	struct fileio_jobs	 done;
 	struct fileio_job	*job;
-	uint64_t		 count;
 
-	(void)read(fd, &count, sizeof count);
 	/* All at once: one hold of the lock the threads contend for. */
 	TAILQ_INIT(&done);
 	pthread_mutex_lock(&io->lock);
@@ -568,7 +558,7 @@ fileio_start(struct event_base *base)
 	if ((io = calloc(1, sizeof *io)) == NULL)
 		return NULL;
 	io->base = base;
-	io->done_fd = -1;
+	io->wake.fd = -1;
 	TAILQ_INIT(&io->queue);
 	TAILQ_INIT(&io->done);
 	for (i = 0; i < FILEIO_DIRS; i++) {
@@ -583,11 +573,7 @@ fileio_start(struct event_base *base)
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&io->linked, &attr);
 	pthread_condattr_destroy(&attr);
-	if ((io->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1)
-		goto fail;
-	io->done_ev = event_new(base, io->done_fd, EV_READ | EV_PERSIST,
-	    fileio_finished, io);
-	if (io->done_ev == NULL || event_add(io->done_ev, NULL) != 0)
+	if (loopwake_open(&io->wake, base, fileio_finished, io) != 0)
 		goto fail;
 	for (i = 0; i < FILEIO_THREADS; i++) {
 		if (pthread_create(&io->threads[i], NULL, fileio_thread,
@@ -639,10 +625,7 @@ fileio_stop(struct fileio *io)
 	pthread_mutex_unlock(&io->lock);
 	for (i = 0; i < io->thread_count; i++)
 		pthread_join(io->threads[i], NULL);
-	if (io->done_ev != NULL)
-		event_free(io->done_ev);
-	if (io->done_fd != -1)
-		close(io->done_fd);
+	loopwake_close(&io->wake);
 	pthread_cond_destroy(&io->linked);
 	pthread_cond_destroy(&io->round);
 	pthread_cond_destroy(&io->work);

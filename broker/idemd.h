@@ -176,6 +176,20 @@ unsigned journaler_carrier_enter(struct shm_header *, unsigned worker);
 void	journaler_carrier_leave(struct shm_header *, unsigned worker,
 	    unsigned phase, int kick_fd);
 
+/* loopwake.c: a worker's threads waking its event loop (an eventfd) */
+struct loopwake {
+	int		 fd;		/* -1: not open */
+	struct event	*ev;
+	void		(*fired)(void *);	/* in the loop, per wake-up */
+	void		*arg;
+};
+/* 0, or -1 (errno) with nothing left open. */
+int	loopwake_open(struct loopwake *, struct event_base *,
+	    void (*fired)(void *), void *arg);
+/* From any thread, after queueing what fired is to take. */
+void	loopwake_post(struct loopwake *);
+void	loopwake_close(struct loopwake *);
+
 /* fileio.c: a worker's file-writing threads */
 #define FILEIO_THREADS	16	/* a carried creation holds one throughout */
 #define FILEIO_DIRS	4	/* directories with shared sync rounds */
