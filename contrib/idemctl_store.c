@@ -53,7 +53,8 @@ static const char store_help[] =
 "transaction, safe beside running brokers.  verify reads the workspace's\n"
 "rows and files, read-only, and reports: a committed task without its file\n"
 "or with other bytes, a number used twice (rows or disk), a task in two\n"
-"places, a temporary that no live owner holds.\n"
+"places, a temporary that no live owner holds, a committed effect whose\n"
+"result is not the bytes of its result digest.\n"
 "\n"
 "import moves the local history of DIR (a workspace served by one idemd\n"
 "with --store local: journal, checkpoint and index under DIR/.idem) into\n"
@@ -226,6 +227,52 @@ sv_digest(const char *root, const char *rel, char hex[IDEM_DIGEST_HEX_SIZE])
 	return 0;
 }
 
+/*
+ * The committed effects (kind 3: no file, no number): the result kept in
+ * the row must be the bytes of its result digest, as the local store's
+ * verify checks an index entry.  A tombstone keeps only the digest.
+ * The number of effect rows, or -1 if they cannot be read.
+ */
+static int
+sv_effects(PGconn *conn, struct sverify *v, const char *workspace)
+{
+	PGresult	*res;
+	const char	*params[1] = { workspace }, *result;
+	char		 hex[IDEM_DIGEST_HEX_SIZE];
+	uint8_t		 digest[IDEM_SHA256_BYTES];
+	int		 i, rows;
+
+	res = PQexecParams(conn, "SELECT scope, client_submission_id, state, "
+	    "file_digest, receipt FROM idem_submission WHERE workspace_id = $1 "
+	    "AND kind = 3", 1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "idemctl store verify: %s",
+		    PQresultErrorMessage(res));
+		PQclear(res);
+		return -1;
+	}
+	rows = PQntuples(res);
+	for (i = 0; i < rows; i++) {
+		if (atoi(PQgetvalue(res, i, 2)) != SUBTAB_COMMITTED)
+			continue;
+		if (PQgetisnull(res, i, 3) || PQgetisnull(res, i, 4)) {
+			sv_problem(v, "effect %s/%s is committed without its "
+			    "result or its result digest", PQgetvalue(res, i,
+			    0), PQgetvalue(res, i, 1));
+			continue;
+		}
+		result = PQgetvalue(res, i, 4);
+		digest_sha256(result, strlen(result), digest);
+		digest_to_hex(digest, hex);
+		if (strcmp(hex, PQgetvalue(res, i, 3)) != 0)
+			sv_problem(v, "effect %s/%s: its result is not the "
+			    "bytes of its result digest %s", PQgetvalue(res, i,
+			    0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 3));
+	}
+	PQclear(res);
+	return rows;
+}
+
 static int
 store_verify_rows(struct pg_conn *pconn, const char *root)
 {
@@ -236,7 +283,7 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 	char		 name[2 * NAME_MAX], hex[IDEM_DIGEST_HEX_SIZE];
 	const char	*params[1], *key, *task_id, *state, *temp_key;
 	json_t		*live, *at, *value;
-	int		 fd, i, rc, rows;
+	int		 fd, i, rc, rows, effects;
 
 	memset(&v, 0, sizeof v);
 	v.root = root;
@@ -259,7 +306,7 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 	sv_walk(&v, "history", 3);
 	sv_walk(&v, IDEM_REPORTS_DIR, 0);
 	params[0] = workspace;
-	/* Effects (kind 3) have no file and no number: not checked here. */
+	/* Effects (kind 3) have no file and no number: sv_effects. */
 	res = PQexecParams(conn, "SELECT kind, client_submission_id, state, "
 	    "task_id, file_digest, epoch, owner_token FROM idem_submission "
 	    "WHERE workspace_id = $1 AND kind <> 3", 1, NULL, params, NULL,
@@ -319,12 +366,15 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 			    "(the next takeover of its task removes it)",
 			    json_string_value(value), temp_key);
 	}
-	printf("verify: %d rows, %u files, %u problems\n", rows, v.files,
-	    v.problems);
+	effects = sv_effects(conn, &v, workspace);
 	json_decref(v.where);
 	json_decref(v.numbers);
 	json_decref(v.temps);
 	json_decref(live);
+	if (effects < 0)
+		return STORE_EXIT_UNREACHABLE;
+	printf("verify: %d rows, %d effects, %u files, %u problems\n", rows,
+	    effects, v.files, v.problems);
 	return v.problems > 0 ? STORE_EXIT_PROBLEM : STORE_EXIT_OK;
 }
 #endif

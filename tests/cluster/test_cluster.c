@@ -1820,6 +1820,25 @@ effects_across_brokers(void **state)
 	assert_non_null(out);
 	assert_string_equal(out, "3/2\n");
 	free(out);
+	/*
+	 * verify --store: a committed effect's result must be the bytes of
+	 * its digest; one space more (the same JSON) is a problem.
+	 */
+	assert_int_equal(cluster_idemctl(&out, "verify --store '%s' --root %s",
+	    server.uri, root), 0);
+	assert_non_null(strstr(out, "2 effects, 0 files, 0 problems"));
+	free(out);
+	free(pgserver_psql(&server, "UPDATE idem_submission SET receipt = "
+	    "receipt || ' ' WHERE kind = 3 AND client_submission_id = 'e2'"));
+	assert_int_equal(cluster_idemctl(&out, "verify --store '%s' --root %s",
+	    server.uri, root), 1);
+	assert_non_null(strstr(out, "effect " EFFECT_KIND "/e2: its result is "
+	    "not the bytes of its result digest"));
+	assert_non_null(strstr(out, "1 problems"));
+	free(out);
+	free(pgserver_psql(&server, "UPDATE idem_submission SET receipt = "
+	    "left(receipt, -1) WHERE kind = 3 AND client_submission_id = "
+	    "'e2'"));
 	free(fence);
 	free(fence2);
 	free(xkey);
