@@ -283,6 +283,7 @@ struct worker {
 	struct event		*term_ev;
 	struct event		*hup_ev;	/* SIGHUP: reopen the log */
 	struct event		*accept_pause_ev;
+	struct timeval		 idle_timeout;	/* --idle-timeout-ms */
 	int64_t			 yield_since_ms; /* worker_yield (monotonic ms): 0 none */
 	int64_t			 yield_last_ms;
 	TAILQ_HEAD(, conn)	 conns;

@@ -13,6 +13,12 @@
  * peer ends in conn_free(), which detaches a running request so that it
  * still completes (its state stays consistent) and only its reply is
  * dropped.
+ *
+ * A connection's output is a bufferevent's (for the rare reply that does
+ * not fit in the socket at once); its input is read here, by one read(2)
+ * into an evbuffer of its own (conn_readable): a bufferevent would ask
+ * the kernel how much is readable (ioctl FIONREAD) before each read, one
+ * system call in four of a retry's.
  */
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -33,6 +39,9 @@
 struct conn {
 	struct worker		*worker;
 	struct bufferevent	*bev;
+	struct event		*read_ev;	/* input, and the idle timeout */
+	struct evbuffer		*input;		/* read, not yet taken as lines */
+	int			 read_paused;	/* a full line buffer waits */
 	struct pending		*running;
 	uint32_t		 uid;
 	uint32_t		 pid;
@@ -42,7 +51,11 @@ struct conn {
 };
 
 static void	conn_process(struct conn *);
+static void	conn_resume_reading(struct conn *);
 static void	conn_free(struct conn *);
+
+/* The most one read(2) of a connection takes. */
+#define CONN_READ_BYTES	16384
 
 /*
  * Open connections are counted for the whole broker (--max-connections)
@@ -274,7 +287,7 @@ refuse:
 static void
 conn_process(struct conn *c)
 {
-	struct evbuffer		*input = bufferevent_get_input(c->bev);
+	struct evbuffer		*input = c->input;
 	struct evbuffer_ptr	 eol;
 	struct request_error	 err;
 	size_t			 eol_length, length;
@@ -308,6 +321,7 @@ conn_process(struct conn *c)
 			return;
 		}
 		evbuffer_remove(input, line, length + 1);
+		conn_resume_reading(c);
 		conn_dispatch(c, line, length);
 		free(line);
 	}
@@ -319,14 +333,71 @@ too_large:
 	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 	c->closing = 1;
 	conn_send(c, reply_error(&err, NULL));
-	bufferevent_disable(c->bev, EV_READ);
+	event_del(c->read_ev);
 	evbuffer_drain(input, evbuffer_get_length(input));
 }
 
+/* Reading was paused on a full line buffer and there is room again. */
 static void
-conn_read(struct bufferevent *bev, void *arg)
+conn_resume_reading(struct conn *c)
 {
-	conn_process(arg);
+	if (c->read_paused && !c->closing && evbuffer_get_length(
+	    c->input) <= IDEM_MAX_LINE_BYTES) {
+		c->read_paused = 0;
+		event_add(c->read_ev, &c->worker->idle_timeout);
+	}
+}
+
+/*
+ * The socket is readable, or the connection was idle for the timeout.
+ * The input holds at most one line past the limit (IDEM_MAX_LINE_BYTES
+ * + 1 bytes): with that much and no line ending conn_process refuses the
+ * line; with whole lines waiting behind a running request, reading
+ * pauses (level-triggered, the event would fire again and again) until
+ * conn_process takes one.
+ */
+static void
+conn_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn		*c = arg;
+	struct evbuffer		*input = c->input;
+	struct evbuffer_iovec	 space;
+	size_t			 room;
+	ssize_t			 n;
+
+	if (what & EV_TIMEOUT) {
+		/* A silent peer times out only while it has nothing running. */
+		if (c->running == NULL)
+			conn_free(c);
+		return;
+	}
+	room = IDEM_MAX_LINE_BYTES + 1 - evbuffer_get_length(input);
+	if (room == 0) {
+		event_del(c->read_ev);
+		c->read_paused = 1;
+		log_debug("connection of pid %u: a line buffer of lines "
+		    "waiting: reading paused", c->pid);
+		return;
+	}
+	if (room > CONN_READ_BYTES)
+		room = CONN_READ_BYTES;
+	if (evbuffer_reserve_space(input, (ev_ssize_t)room, &space, 1) < 1) {
+		conn_free(c);
+		return;
+	}
+	do
+		n = read(fd, space.iov_base, room);
+	while (n == -1 && errno == EINTR);
+	if (n == 0 || (n == -1 && errno != EAGAIN)) {
+		/* End of stream, or the peer is gone. */
+		conn_free(c);
+		return;
+	}
+	if (n == -1)
+		return;
+	space.iov_len = (size_t)n;
+	evbuffer_commit_space(input, &space, 1);
+	conn_process(c);
 }
 
 static void
@@ -342,18 +413,12 @@ conn_written(struct bufferevent *bev, void *arg)
 		conn_free(c);
 }
 
+/* The output side: a write failed (the peer is gone). */
 static void
 conn_event(struct bufferevent *bev, short events, void *arg)
 {
-	struct conn	*c = arg;
-
-	/* A silent peer times out only while it has nothing running. */
-	if ((events & BEV_EVENT_TIMEOUT) && c->running != NULL) {
-		bufferevent_enable(bev, EV_READ);
-		return;
-	}
-	if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
-		conn_free(c);
+	if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		conn_free(arg);
 }
 
 static void
@@ -368,6 +433,8 @@ conn_free(struct conn *c)
 	connections_sub(w, 1);
 	if (c->peer_counted)
 		peers_release(&w->d->seg, w->index, c->pid, c->uid);
+	event_free(c->read_ev);		/* before the bufferevent closes fd */
+	evbuffer_free(c->input);
 	bufferevent_free(c->bev);
 	free(c);
 	worker_maybe_exit(w);
@@ -548,24 +615,28 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		c->peer_counted = counted;
 		c->bev = bufferevent_socket_new(w->base, s,
 		    BEV_OPT_CLOSE_ON_FREE);
-		if (c->bev == NULL) {
+		c->read_ev = event_new(w->base, s, EV_READ | EV_PERSIST,
+		    conn_readable, c);
+		c->input = evbuffer_new();
+		if (c->bev == NULL || c->read_ev == NULL || c->input == NULL ||
+		    event_add(c->read_ev, &w->idle_timeout) != 0) {
 			connections_sub(w, 1);
 			if (counted)
 				peers_release(&w->d->seg, w->index, c->pid,
 				    c->uid);
-			close(s);
+			if (c->read_ev != NULL)
+				event_free(c->read_ev);
+			if (c->input != NULL)
+				evbuffer_free(c->input);
+			if (c->bev != NULL)
+				bufferevent_free(c->bev);	/* closes s */
+			else
+				close(s);
 			free(c);
 			continue;
 		}
-		bufferevent_setcb(c->bev, conn_read, conn_written, conn_event,
-		    c);
-		/* Read no further than one line past the limit. */
-		bufferevent_setwatermark(c->bev, EV_READ, 0,
-		    IDEM_MAX_LINE_BYTES + 1);
-		tv.tv_sec = w->d->idle_timeout_ms / 1000;
-		tv.tv_usec = (w->d->idle_timeout_ms % 1000) * 1000;
-		bufferevent_set_timeouts(c->bev, &tv, NULL);
-		bufferevent_enable(c->bev, EV_READ);
+		/* No read callback: conn_readable reads. */
+		bufferevent_setcb(c->bev, NULL, conn_written, conn_event, c);
 		TAILQ_INSERT_TAIL(&w->conns, c, entry);
 		w->conn_count++;
 		/* On the PostgreSQL store: one per wake-up (worker_yield). */
@@ -636,6 +707,8 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	w.notify_fd = notify_fd;
 	TAILQ_INIT(&w.conns);
 	TAILQ_INIT(&w.parked);
+	w.idle_timeout.tv_sec = d->idle_timeout_ms / 1000;
+	w.idle_timeout.tv_usec = (d->idle_timeout_ms % 1000) * 1000;
 	if ((w.base = event_base_new()) == NULL)
 		fatalx("worker %u: event_base_new failed", index);
 	if ((w.io = fileio_start(w.base)) == NULL)

@@ -53,8 +53,11 @@
 #define TEST_IDLE_NOFILE	(TEST_IDLE_PEERS + 100)
 #define TEST_VANISHING_PEERS	50
 #define TEST_PIPELINED		20
-/* Enough hello replies to pass IDEM_MAX_OUTPUT_BYTES and the socket. */
-#define TEST_FLOOD_REQUESTS	50000
+/*
+ * Enough hello replies to pass IDEM_MAX_OUTPUT_BYTES and the socket, and
+ * enough requests left then to fill the input past IDEM_MAX_LINE_BYTES.
+ */
+#define TEST_FLOOD_REQUESTS	150000
 
 /* ---- Fixtures ------------------------------------------------------------ */
 
@@ -1310,7 +1313,7 @@ flood_send(void *arg)
 	char		*all, *at;
 	int		 i;
 
-	all = malloc((size_t)TEST_FLOOD_REQUESTS * 40);
+	all = malloc((size_t)TEST_FLOOD_REQUESTS * 48);
 	if (all == NULL) {
 		f->rc = -1;
 		return NULL;
@@ -1327,7 +1330,8 @@ static void
 unread_replies_do_not_stall_others(void **state)
 {
 	/* One worker: the flood and the other client share its loop. */
-	static const char *const args[] = { "--workers", "1", NULL };
+	static const char *const args[] = { "--workers", "1", "--log-level",
+	    "debug", NULL };
 	struct broker	*b = *state;
 	struct peer	 flooder, other;
 	struct flood	 f;
@@ -1366,6 +1370,9 @@ unread_replies_do_not_stall_others(void **state)
 	assert_int_equal(f.rc, 0);
 	peer_close(&flooder);
 	assert_int_equal(harness_count_tasks(b), 1);
+	/* Its input filled while its replies waited: reading paused, and
+	 * every request was still answered. */
+	assert_true(harness_log_count(b, "reading paused") >= 1);
 	harness_finish(b);
 }
 
