@@ -6,7 +6,10 @@
  * idem_write_task_retry: mostly new intents, 20% retries of an intent
  * the client already had answered (same content), 2% the same id with
  * other content (a real digest difference).  Meanwhile the test SIGKILLs
- * a random worker every 100 ms and kills the whole broker three times,
+ * a random worker every 100 ms (if the clients finished a call since
+ * the last kill: on a loaded machine a worker may need longer than that
+ * to start, and killing each before it serves would only stall the
+ * clients until the watchdog) and kills the whole broker three times,
  * starting it again on the same root; the clients' retries reconnect on
  * their own.  Each client writes one line per call to its own results
  * file.  Afterwards, with every client gone:
@@ -448,9 +451,9 @@ restart_broker(struct chaos *ch)
 }
 
 /*
- * The parent's loop: a worker kill on every tick of the timerfd, a
- * broker restart when the clients' progress passes the next mark, until
- * every client has exited.
+ * The parent's loop: a worker kill on every tick of the timerfd after
+ * which the clients made progress, a broker restart when their progress
+ * passes the next mark, until every client has exited.
  */
 static void
 run_chaos(struct chaos *ch)
@@ -458,6 +461,7 @@ run_chaos(struct chaos *ch)
 	struct itimerspec	its;
 	uint64_t		expirations, total;
 	ssize_t			got;
+	unsigned		done, done_at_kill = 0;
 	int			tfd, ticks = 0;
 
 	total = (uint64_t)CHAOS_CLIENTS * CHAOS_CALLS_PER_CLIENT;
@@ -477,12 +481,14 @@ run_chaos(struct chaos *ch)
 		if (got == -1 && errno == EINTR)
 			continue;
 		assert_int_equal(got, (ssize_t)sizeof expirations);
-		if (ch->restarts < CHAOS_RESTARTS &&
-		    clients_progress(ch) * 100 >=
+		done = clients_progress(ch);
+		if (ch->restarts < CHAOS_RESTARTS && done * 100 >=
 		    chaos_restart_at[ch->restarts] * total)
 			restart_broker(ch);
-		else
+		else if (done > done_at_kill) {
 			kill_random_worker(ch);
+			done_at_kill = done;
+		}
 	}
 	close(tfd);
 }
