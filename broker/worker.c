@@ -18,7 +18,7 @@
  * not fit in the socket at once); its input is read here, by one read(2)
  * into an evbuffer of its own (conn_readable): a bufferevent would ask
  * the kernel how much is readable (ioctl FIONREAD) before each read, one
- * system call in four of a retry's.
+ * system call in seven of a retry's.
  */
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -375,8 +375,8 @@ conn_readable(evutil_socket_t fd, short what, void *arg)
 	if (room == 0) {
 		event_del(c->read_ev);
 		c->read_paused = 1;
-		log_debug("connection of pid %u: a line buffer of lines "
-		    "waiting: reading paused", c->pid);
+		log_debug("connection of pid %u: its input is full, its "
+		    "lines waiting to be taken: reading paused", c->pid);
 		return;
 	}
 	if (room > CONN_READ_BYTES)
