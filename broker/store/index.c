@@ -89,7 +89,8 @@ index_exists(const char *dir)
 
 /*
  * Open the environment at path (a directory), named label in causes:
- * what index_open and index_open_at share once the directory is known.
+ * what index_open and index_open_at share once the directory is known
+ * (they zeroed x, so that a refusal before this leaves it closed too).
  */
 static int
 index_env_open(struct index *x, const char *path, const char *label,
@@ -101,7 +102,6 @@ index_env_open(struct index *x, const char *path, const char *label,
 	unsigned	 envflags = MDB_NOTLS | MDB_NORDAHEAD;
 	int		 rc;
 
-	memset(x, 0, sizeof *x);
 	if ((x->dir = strdup(label)) == NULL)
 		return index_fail(cause, label, "strdup", ENOMEM);
 	x->readonly = (flags & INDEX_READONLY) != 0;
