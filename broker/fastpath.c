@@ -17,7 +17,7 @@
  * same fingerprinted bytes, hence the same request and digest, and a
  * committed durable entry never changes: the full path would answer
  * "reused" with the same receipt.  Two things it would add are checked
- * here the same way: "current_path" (taskfile_current_path: the fast
+ * here the same way: "current_path" (current_path_find: the fast
  * path answers only when the file is where the receipt says or nowhere,
  * the cases without it), and the refusal while shutting down.  Any other
  * case (no entry, not committed, nothing stored, another fingerprint)
@@ -97,8 +97,7 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	taskfile_format_id(e.kind, e.date, e.seq, e.sender, e.sender_length,
 	    e.recipient, e.recipient_length, id, sizeof id);
 	taskfile_format_path(e.kind, id, path, sizeof path);
-	if (taskfile_current_path(d->root_fd, id, path, moved,
-	    sizeof moved) != 0)
+	if (current_path_find(d, id, path, moved, sizeof moved) != 0)
 		return 0;	/* moved (or unreadable): the full path says */
 	current.valid = 0;	/* nothing to remember */
 	if (scan.id != NULL) {

@@ -19,6 +19,34 @@
 #include "store.h"
 #include "fastpath.h"
 
+/*
+ * inboxview.c: whether a task is still where idem put it, from the held
+ * inbox (one fstatat) while an inotify queue shows the path unchanged.
+ */
+enum inboxview_state {
+	INBOXVIEW_OFF,		/* every check walks (zeroed: the master) */
+	INBOXVIEW_STALE,	/* arm at the next check */
+	INBOXVIEW_ARMED,	/* the path names the held inbox */
+	INBOXVIEW_MISMATCH	/* it does not: arm once the names change */
+};
+
+struct inboxview {
+	enum inboxview_state	 state;
+	int			 fd;		/* its own inotify queue */
+	int			 root_wd;
+	int			 lifecycle_wd;
+};
+
+/* Start the view (a worker with the local store); armed when first used. */
+void	inboxview_open(struct inboxview *);
+/*
+ * 1 if recorded (an inbox path) is a regular file there, judged as the
+ * root-relative walk would; 0: not known, walk (taskfile_current_path).
+ */
+int	inboxview_holds(struct inboxview *, int root_fd, int inbox_fd,
+	    const char *recorded);
+void	inboxview_close(struct inboxview *);
+
 /* What every process of one broker shares: options, segment, handles. */
 struct idemd {
 	/* Options. */
@@ -68,6 +96,7 @@ struct idemd {
 	int			 listen_fd;
 	int			 kick_fd;	/* eventfd: wake the journaler */
 	int			 watch_fd;	/* inotify on the stages; -1: none */
+	struct inboxview	 inbox_view;	/* a worker's own */
 	struct shm_segment	 seg;
 	struct journal		 journal;	/* master only */
 	/*
@@ -595,6 +624,12 @@ void	 op_write_task(struct conn *, json_t *request, json_t *id);
 /* receipt.c: a committed task's or report's receipt */
 json_t	*receipt_json(const char *key, size_t key_length,
 	    const struct subtab_entry *);
+/*
+ * Where the task recorded at recorded is now: 1 and its path if it was
+ * moved, 0 if it is there or nowhere, -1 on error (taskfile_current_path).
+ */
+int	 current_path_find(struct idemd *, const char *id,
+	    const char *recorded, char *path, size_t path_size);
 /* Add "current_path" to object if the task moved from recorded. */
 void	 current_path_add(struct idemd *, json_t *object, const char *id,
 	    const char *recorded);

@@ -24,13 +24,24 @@ receipt_json(const char *key, size_t key_length, const struct subtab_entry *e)
  * receipt keeps the path idem wrote.  Only answers from an earlier
  * creation look: a file this call just wrote is where it says.
  */
+int
+current_path_find(struct idemd *d, const char *id, const char *recorded,
+    char *path, size_t path_size)
+{
+	/* Where it almost always is: one fstatat in the held inbox. */
+	if (inboxview_holds(&d->inbox_view, d->root_fd, d->inbox_fd,
+	    recorded) == 1)
+		return 0;
+	return taskfile_current_path(d->root_fd, id, recorded, path,
+	    path_size);
+}
+
 void
 current_path_add(struct idemd *d, json_t *object, const char *id,
     const char *recorded)
 {
 	char	path[PATH_MAX];
 
-	if (taskfile_current_path(d->root_fd, id, recorded, path,
-	    sizeof path) == 1)
+	if (current_path_find(d, id, recorded, path, sizeof path) == 1)
 		json_object_set_new(object, "current_path", json_string(path));
 }

@@ -713,6 +713,9 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 		fatalx("worker %u: event_base_new failed", index);
 	if ((w.io = fileio_start(w.base)) == NULL)
 		fatalx("worker %u: cannot start its file threads", index);
+	/* Other hosts' changes are not in an inotify queue (inboxview.c). */
+	if (d->store_uri == NULL)
+		inboxview_open(&d->inbox_view);
 	w.listen_ev = event_new(w.base, d->listen_fd, EV_READ | EV_PERSIST,
 	    worker_accept, &w);
 	w.notify_ev = event_new(w.base, notify_fd, EV_READ | EV_PERSIST,
@@ -742,6 +745,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_base_dispatch(w.base);
 
 	fileio_stop(w.io);
+	inboxview_close(&d->inbox_view);
 	cluster_pool_stop();
 	pending_free_parked(&w);
 	event_free(w.listen_ev);

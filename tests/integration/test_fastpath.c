@@ -12,12 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
 #include "harness.h"
+
+/* How long an awaited event may take on a loaded machine. */
+#define TEST_EVENT_TIMEOUT_MS	20000
 
 #define TASK_MEMBER "\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\"," \
 	"\"subject\":\"fast\",\"body\":\"Steps:\\n1. retry\\n\"}"
@@ -223,7 +227,7 @@ doubts_take_the_full_parse(void **state)
 		  "reused", NULL },
 	};
 	struct broker	*b = *state;
-	char		*line, *text;
+	char		*text;
 	json_t		*reply;
 	json_int_t	 fast_before;
 	size_t		 i;
@@ -290,6 +294,97 @@ moved_task_takes_the_full_parse(void **state)
 	assert_int_equal(rename(to, from), 0);
 	free(exchange(fd, line));
 	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	free(line);
+	close(fd);
+	harness_finish(b);
+}
+
+/* A retry of sub, reused: its current_path, or NULL (malloc'd). */
+static char *
+retry_current_path(int fd, const char *line)
+{
+	char	*text, *path = NULL;
+	json_t	*reply;
+
+	text = exchange(fd, line);
+	reply = json_loads(text, 0, NULL);
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "reused");
+	if (json_object_get(reply, "current_path") != NULL)
+		path = strdup(harness_str(reply, "current_path"));
+	json_decref(reply);
+	free(text);
+	return path;
+}
+
+/*
+ * A worker answers "is the task still in the inbox" from the inbox it
+ * holds (inboxview.c) only while _lifecycle/inbox names that directory:
+ * the inbox moved aside and replaced, then replaced by a symlink to
+ * where it went, the retry says where the walk finds the task; put
+ * back, the retry is fast and without current_path again.
+ */
+static void
+replaced_inbox_is_seen(void **state)
+{
+	static const char *const args[] = { "--log-level", "debug", NULL };
+	struct broker	*b = *state;
+	char		*line, *text, *moved, inbox[1024], parked[1024];
+	char		 want[1024];
+	json_t		*reply;
+	json_int_t	 fast_before;
+	int		 fd;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	snprintf(inbox, sizeof inbox, "%s/_lifecycle/inbox", b->root);
+	snprintf(parked, sizeof parked, "%s/_lifecycle/parked", b->root);
+	fd = harness_raw_connect(b);
+	line = line_of("fp-inbox-swapped", "1");
+	text = exchange(fd, line);
+	reply = json_loads(text, 0, NULL);
+	assert_non_null(reply);
+	snprintf(want, sizeof want, "_lifecycle/parked/%s.md",
+	    harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	free(text);
+	assert_null(retry_current_path(fd, line));
+	harness_wait_log(b, "retries look for their task in the held inbox",
+	    1, TEST_EVENT_TIMEOUT_MS);
+	fast_before = stat_of(b, "reused_fast");
+	assert_null(retry_current_path(fd, line));
+	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+
+	/* Moved aside, a new empty inbox in its place. */
+	assert_int_equal(rename(inbox, parked), 0);
+	assert_int_equal(mkdir(inbox, 0755), 0);
+	moved = retry_current_path(fd, line);
+	assert_non_null(moved);
+	assert_string_equal(moved, want);
+	free(moved);
+	moved = retry_current_path(fd, line);
+	assert_non_null(moved);
+	assert_string_equal(moved, want);
+	free(moved);
+	harness_wait_log(b, "is not the inbox held since start-up", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+
+	/* A symlink to it: not followed, by the view or the walk. */
+	assert_int_equal(rmdir(inbox), 0);
+	assert_int_equal(symlink("parked", inbox), 0);
+	moved = retry_current_path(fd, line);
+	assert_non_null(moved);
+	assert_string_equal(moved, want);
+	free(moved);
+
+	/* Put back: the view is armed again, the retry fast. */
+	assert_int_equal(unlink(inbox), 0);
+	assert_int_equal(rename(parked, inbox), 0);
+	fast_before = stat_of(b, "reused_fast");
+	assert_null(retry_current_path(fd, line));
+	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	harness_wait_log(b, "retries look for their task in the held inbox",
+	    2, TEST_EVENT_TIMEOUT_MS);
+	assert_int_equal(harness_count_tasks(b), 1);
 	free(line);
 	close(fd);
 	harness_finish(b);
@@ -366,6 +461,7 @@ main(void)
 		T(odd_ids_take_the_full_parse),
 		T(doubts_take_the_full_parse),
 		T(moved_task_takes_the_full_parse),
+		T(replaced_inbox_is_seen),
 		T(fast_again_after_sigterm_restart),
 		T(fast_again_after_kill9_restart),
 		T(fast_again_after_checkpoint_restart),
