@@ -37,8 +37,8 @@ struct inboxview {
 	int			 lifecycle_wd;
 };
 
-/* Start the view (a worker with the local store); armed when first used. */
-void	inboxview_open(struct inboxview *);
+/* Start a worker's view of the inbox below root; armed when first used. */
+void	inboxview_open(struct inboxview *, int root_fd);
 /*
  * 1 if recorded (an inbox path) is a regular file there, judged as the
  * root-relative walk would; 0: not known, walk (taskfile_current_path).

@@ -31,21 +31,26 @@
  * (it was replaced while the broker ran), the view stays off until the
  * names change again, and every check walks, as before.
  *
- * What inotify cannot see: a mount over "_lifecycle" or its inbox, and
- * changes made by another host to a workspace on a network file system.
- * So the view is used with the local store only; with several brokers
- * on PostgreSQL (doc/cluster.md) every check walks.  Without inotify or
- * /proc the view is off and every check walks.
+ * What inotify cannot see: a mount over "_lifecycle" or its inbox (only
+ * the administrator can make one), and changes made by another host (or
+ * a FUSE daemon) to a workspace on a file system shared that way.  So on
+ * the file systems of inboxview_unseen (NFS, SMB, Ceph, FUSE, ...),
+ * where several brokers on PostgreSQL may share the workspace
+ * (doc/cluster.md), the view is off and every check walks.  Without
+ * inotify or /proc it is off too.
  */
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 #include "idemd.h"
 #include "log.h"
@@ -56,6 +61,30 @@
 
 #define INBOXVIEW_EVENTS	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | \
 	IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+
+/*
+ * File systems whose changes may come from elsewhere (other hosts, a
+ * FUSE daemon), where no inotify event tells of them.
+ */
+static const struct {
+	unsigned long	 magic;
+	const char	*name;
+} inboxview_unseen[] = {
+	{ NFS_SUPER_MAGIC, "NFS" },
+	{ SMB_SUPER_MAGIC, "SMB" },
+	{ CIFS_SUPER_MAGIC, "CIFS" },
+	{ SMB2_SUPER_MAGIC, "SMB2" },
+	{ CEPH_SUPER_MAGIC, "Ceph" },
+	{ AFS_SUPER_MAGIC, "AFS" },
+	{ AFS_FS_MAGIC, "AFS" },
+	{ CODA_SUPER_MAGIC, "Coda" },
+	{ OCFS2_SUPER_MAGIC, "OCFS2" },
+	{ V9FS_MAGIC, "9P" },
+	{ FUSE_SUPER_MAGIC, "FUSE" },
+	{ 0x01161970UL, "GFS2" },
+	{ 0x0bd00bd0UL, "Lustre" },
+	{ 0x47504653UL, "GPFS" },
+};
 
 /* Watch the directory open at fd (its watch descriptor; -1: cannot). */
 static int
@@ -211,10 +240,28 @@ inboxview_holds(struct inboxview *v, int root_fd, int inbox_fd,
 }
 
 void
-inboxview_open(struct inboxview *v)
+inboxview_open(struct inboxview *v, int root_fd)
 {
+	struct statfs	fs;
+	size_t		i;
+
 	v->fd = -1;
 	v->root_wd = v->lifecycle_wd = -1;
+	v->state = INBOXVIEW_OFF;
+	if (fstatfs(root_fd, &fs) == -1) {
+		log_notice("retries look for their task by path (fstatfs: "
+		    "%s)", strerror(errno));
+		return;
+	}
+	for (i = 0; i < sizeof inboxview_unseen / sizeof *inboxview_unseen;
+	    i++) {
+		if ((unsigned long)fs.f_type == inboxview_unseen[i].magic) {
+			log_info("the workspace is on %s, whose changes "
+			    "inotify may not see: retries look for their "
+			    "task by path", inboxview_unseen[i].name);
+			return;
+		}
+	}
 	v->state = INBOXVIEW_STALE;
 }
 
