@@ -22,6 +22,7 @@
 /*
  * inboxview.c: whether a task is still where idem put it, from the held
  * inbox (one fstatat) while an inotify queue shows the path unchanged.
+ * A worker's, used by its loop's thread alone.
  */
 enum inboxview_state {
 	INBOXVIEW_OFF,		/* every check walks (zeroed: the master) */

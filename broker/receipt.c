@@ -23,6 +23,7 @@ receipt_json(const char *key, size_t key_length, const struct subtab_entry *e)
  * Where FCoP tools moved the task since (SPEC.md: "current_path"); the
  * receipt keeps the path idem wrote.  Only answers from an earlier
  * creation look: a file this call just wrote is where it says.
+ * The worker's loop only: the view is not shared with its threads.
  */
 int
 current_path_find(struct idemd *d, const char *id, const char *recorded,
