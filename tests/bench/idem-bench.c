@@ -4667,7 +4667,7 @@ usage(int status)
 "  --clients LIST    client counts (default 1,8,32); storm always uses 64\n"
 "  --count N         requests per scenario and reference (defaults: %d for\n"
 "                    create, mixed, SQLite creates, disk; %d for reuse,\n"
-"                    SQLite retries, echo)\n"
+"                    SQLite retries, echo; %d for the cluster's reuse)\n"
 "  --scenario LIST   create,reuse,mixed,storm,replay and the references\n"
 "                    floor,sqlite,disk,echo,fsync,cost; default all (exactly\n"
 "                    the ones named otherwise); history and cluster (1 and 3\n"
@@ -4680,7 +4680,8 @@ usage(int status)
 "  --json            print the results as JSON instead of a table\n"
 "  --syscalls        count the brokers' system calls with strace -c -f over\n"
 "                    each timed part (slows them: the rates mean nothing)\n",
-	    BENCH_CREATE_OPS, BENCH_REUSE_OPS, BENCH_REPLAY_CREATIONS,
+	    BENCH_CREATE_OPS, BENCH_REUSE_OPS, BENCH_CLUSTER_REUSE_OPS,
+	    BENCH_REPLAY_CREATIONS,
 	    BENCH_HISTORY_IDS);
 	exit(status);
 }
