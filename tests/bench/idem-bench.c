@@ -3487,8 +3487,9 @@ run_history(size_t n, int clients)
 /*
  * The cluster figures: idemd --store URI with 1 and 3 brokers on one
  * workspace, beside pgbench running one plain INSERT ... ON CONFLICT per
- * transaction on the same server with the same client count, and the
- * local store's reuse, interleaved in one run.  PostgreSQL's own counters
+ * transaction on the same server with the same client count (and the
+ * creation's statements alone, PGREF_PROTOCOL), and the local store's
+ * create and reuse, interleaved in one run.  PostgreSQL's own counters
  * say what a creation costs there: statements (pg_stat_statements: one
  * per libpq call idemd makes, each a round trip), transactions
  * (pg_stat_database) and WAL writes and fsyncs (pg_stat_wal).
@@ -3501,6 +3502,7 @@ static void	report_progress(void);
 #define BENCH_PG_SETTLE_MS	250	/* WAL counters unchanged this long */
 #define BENCH_PG_SETTLE_TRIES	20
 #define BENCH_PG_REF_TABLE	"idem_bench_ref"
+#define BENCH_PG_PROTO_TABLE	"idem_bench_protocol"
 /* Starts the bench's own SQL: pg_stat_statements keeps it, we skip it. */
 #define BENCH_PG_MINE		"/* idem-bench */ "
 
@@ -3774,8 +3776,11 @@ pg_setup(void)
 		fprintf(stderr, "idem-bench: pg_stat_statements is not loaded "
 		    "on the server: statements per creation not counted\n");
 	if (!pg_ok(BENCH_PG_MINE "CREATE TABLE IF NOT EXISTS " BENCH_PG_REF_TABLE " (k text "
-	    "PRIMARY KEY, body text NOT NULL)"))
-		return "cannot create the reference's table";
+	    "PRIMARY KEY, body text NOT NULL)") ||
+	    !pg_ok(BENCH_PG_MINE "CREATE TABLE IF NOT EXISTS "
+	    BENCH_PG_PROTO_TABLE " (k text PRIMARY KEY, body text NOT NULL, "
+	    "state smallint NOT NULL, granted boolean NOT NULL)"))
+		return "cannot create the references' tables";
 	pg_baseline_sessions = pg_sessions();
 	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",
 	    opt.idemctl, store_uri);
@@ -3790,7 +3795,8 @@ pg_teardown(void)
 	if (pg_conn != NULL) {
 		/* An external server keeps idem's rows, not our table. */
 		if (opt.store != NULL)
-			pg_ok(BENCH_PG_MINE "DROP TABLE IF EXISTS " BENCH_PG_REF_TABLE);
+			pg_ok(BENCH_PG_MINE "DROP TABLE IF EXISTS "
+			    BENCH_PG_REF_TABLE ", " BENCH_PG_PROTO_TABLE);
 		PQfinish(pg_conn);
 		pg_conn = NULL;
 	}
@@ -3857,8 +3863,51 @@ pgref_latencies(const char *prefix, struct result *r)
 	return n;
 }
 
+/*
+ * pgbench's transaction scripts, one a reference, each with a fresh
+ * random key per transaction: an insert, as a reservation is.
+ *
+ * PGREF_INSERT is the reference the issue names: one plain INSERT ...
+ * ON CONFLICT.  PGREF_PROTOCOL is the PostgreSQL part of a creation as
+ * doc/cluster.md prescribes it, and nothing else (no counter, no file):
+ * the claim (the row inserted and committed without waiting for the WAL
+ * flush), then the grant and the commit (two fenced updates of that row,
+ * each committed synchronously), three round trips as a creation's.
+ * The create rule applied to it is a bound: a broker that follows the
+ * protocol, one creation at a time per session, waits at least for
+ * this, files aside.
+ */
+enum pgref {
+	PGREF_INSERT,
+	PGREF_PROTOCOL
+};
+
 static void
-run_pgref(const char *name, int clients, size_t total_ops)
+pgref_script(FILE *f, enum pgref kind)
+{
+	fprintf(f, "\\set r random(1, 9000000000000000000)\n");
+	if (kind == PGREF_INSERT) {
+		fprintf(f, "INSERT INTO " BENCH_PG_REF_TABLE " (k, body) "
+		    "VALUES ('%s-' || :client_id || '-' || :r, repeat('x', "
+		    "%d)) ON CONFLICT (k) DO NOTHING;\n", id_prefix,
+		    BENCH_BODY_BYTES);
+		return;
+	}
+	fprintf(f, "INSERT INTO " BENCH_PG_PROTO_TABLE " (k, body, state, "
+	    "granted) SELECT '%s-' || :client_id || '-' || :r, repeat('x', "
+	    "%d), 1, false FROM (SELECT set_config('synchronous_commit', "
+	    "'off', true)) async ON CONFLICT (k) DO NOTHING;\n",
+	    id_prefix, BENCH_BODY_BYTES);
+	fprintf(f, "UPDATE " BENCH_PG_PROTO_TABLE " SET granted = true "
+	    "WHERE k = '%s-' || :client_id || '-' || :r AND state = 1;\n",
+	    id_prefix);
+	fprintf(f, "UPDATE " BENCH_PG_PROTO_TABLE " SET state = 3, body = "
+	    "repeat('y', %d) WHERE k = '%s-' || :client_id || '-' || :r AND "
+	    "granted;\n", BENCH_BODY_BYTES, id_prefix);
+}
+
+static void
+run_pgref(const char *name, enum pgref kind, int clients, size_t total_ops)
 {
 	struct result		*r = result_new(name, clients);
 	struct pg_counters	 before, after;
@@ -3874,14 +3923,10 @@ run_pgref(const char *name, int clients, size_t total_ops)
 
 	if (per == 0)
 		per = 1;
-	snprintf(script, sizeof script, "%s/pgref.sql", top);
+	snprintf(script, sizeof script, "%s/%s.sql", top, name);
 	if ((f = fopen(script, "we")) == NULL)
 		err(1, "%s", script);
-	/* A fresh random key each time: an insert, as a reservation is. */
-	fprintf(f, "\\set r random(1, 9000000000000000000)\n"
-	    "INSERT INTO " BENCH_PG_REF_TABLE " (k, body) VALUES ('%s-' || "
-	    ":client_id || '-' || :r, repeat('x', %d)) ON CONFLICT (k) DO "
-	    "NOTHING;\n", id_prefix, BENCH_BODY_BYTES);
+	pgref_script(f, kind);
 	if (fclose(f) != 0)
 		err(1, "%s", script);
 	snprintf(prefix, sizeof prefix, "%s/%s-k%d.%zu", top, name, clients,
@@ -3952,8 +3997,14 @@ run_pgref(const char *name, int clients, size_t total_ops)
 		result_note(r, "%" PRIu64 " transactions logged, %zu sent",
 		    r->ops, per * (size_t)clients);
 	}
-	result_note(r, "pgbench -c %d -j %d: INSERT ... ON CONFLICT DO NOTHING, "
-	    "%d-byte text", clients, clients, BENCH_BODY_BYTES);
+	if (kind == PGREF_INSERT)
+		result_note(r, "pgbench -c %d -j %d: INSERT ... ON CONFLICT DO "
+		    "NOTHING, %d-byte text", clients, clients,
+		    BENCH_BODY_BYTES);
+	else
+		result_note(r, "pgbench -c %d -j %d: a creation's claim "
+		    "(committed without waiting for the flush), grant and "
+		    "commit (each waiting for it), no file", clients, clients);
 	pg_statements_since(r, (double)r->ops, "transaction");
 	pg_per_op(r, &before, &after, (double)r->ops, "transaction");
 }
@@ -4181,8 +4232,9 @@ run_cluster(const char *name, int clients, int brokers, size_t total_ops,
 
 /*
  * At each K, interleaved so that the machine's load falls on all alike:
- * the reference, the local store's create (the create rule applied to
- * it: a bound), create on 1 and 3 brokers, the reference again; the
+ * the references (pgbench's INSERT and the creation's statements alone,
+ * a bound), the local store's create (another bound), create on 1 and
+ * 3 brokers, the references again in reverse order; the
  * local store's reuse, reuse on 1 and 3 brokers, the local store again.
  */
 static void
@@ -4210,11 +4262,13 @@ run_cluster_figures(size_t create_ops, size_t reuse_ops, size_t reuse_ids)
 	}
 	for (i = 0; i < ncounts; i++) {
 		k = counts[i];
-		run_pgref("pgbench-insert", k, create_ops);
+		run_pgref("pgbench-insert", PGREF_INSERT, k, create_ops);
+		run_pgref("pgbench-protocol", PGREF_PROTOCOL, k, create_ops);
 		run_idem("local-create", k, create_ops, 0, setup_create);
 		run_cluster("create", k, 1, create_ops, 0, setup_create);
 		run_cluster("create", k, 3, create_ops, 0, setup_create);
-		run_pgref("pgbench-insert", k, create_ops);
+		run_pgref("pgbench-protocol", PGREF_PROTOCOL, k, create_ops);
+		run_pgref("pgbench-insert", PGREF_INSERT, k, create_ops);
 		report_progress();
 		run_idem("local-reuse", k, reuse_ops, reuse_ids, setup_reuse);
 		run_cluster("reuse", k, 1, reuse_ops, reuse_ids, setup_reuse);
@@ -4448,6 +4502,14 @@ compute_targets(void)
 	target_add_bound("local store create / pgbench INSERT, K=8",
 	    mean_ratio("local-create", "pgbench-insert", k), "x", 1, 0.5,
 	    "local-create or pgbench-insert at K=8 not run");
+	/*
+	 * The protocol's statements alone, with no file, under the same
+	 * rule: what a creation waits for in PostgreSQL, measured by
+	 * pgbench itself.
+	 */
+	target_add_bound("a creation's statements, no file / pgbench, K=8",
+	    mean_ratio("pgbench-protocol", "pgbench-insert", k),
+	    "x", 1, 0.5, "pgbench-protocol or pgbench-insert at K=8 not run");
 }
 
 static void
