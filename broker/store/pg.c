@@ -48,9 +48,8 @@
 	"a.backend_start = owner_started) END"
 #define ROW_COLUMN_COUNT	18
 
-#define KEY_WHERE \
-	"workspace_id = $1 AND kind = $2 AND scope = $3 AND " \
-	"client_submission_id = $4"
+/* The key's row, $1 to $4 (pg.h: one indexed value, not four columns). */
+#define KEY_WHERE	PGSTORE_KEY_WHERE
 
 /* This session's identity, for "is the owner's session gone?". */
 #define SESSION_STARTED \

@@ -17,7 +17,23 @@
 #include "shm.h"
 
 /* The schema this build reads and writes (idem_schema_version). */
-#define PGSTORE_SCHEMA_VERSION		2
+#define PGSTORE_SCHEMA_VERSION		3
+/*
+ * A submission's key (workspace, kind, scope, client_submission_id) as
+ * one text, unambiguous: the workspace's 36 characters, the kind's
+ * digits and ':', the scope's length in characters and ':', the scope,
+ * the id.  Schema version 3 indexes it (unique), and every lookup of a
+ * key compares it, so that the one index whose value it is serves the
+ * lookup whatever the planner knows of the table (pg_schema.c).
+ */
+#define PGSTORE_KEY_SQL(workspace, kind, scope, id) \
+	workspace "::text || " kind "::text || ':' || length(" scope \
+	")::text || ':' || " scope " || " id
+/* The key's row, the key being $1 to $4 of the statement. */
+#define PGSTORE_KEY_WHERE \
+	"(" PGSTORE_KEY_SQL("workspace_id", "kind", "scope", \
+	"client_submission_id") ") = (" PGSTORE_KEY_SQL("$1::uuid", \
+	"$2::smallint", "$3::text", "$4::text") ")"
 /*
  * A compacted row's state (idemctl compact --store): committed, its
  * receipt's body and file digest dropped (an effect keeps its result's

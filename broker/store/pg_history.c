@@ -151,8 +151,7 @@ ph_times(const struct subtab_entry *e, char created[PH_MS_SIZE],
 /* The facts an import compares, column 3 the kind's own (task_id, epoch). */
 #define PH_ROW_OF_KEY(column) "SELECT digest_schema, request_digest, " \
 	"state, " column ", created_at_ms FROM idem_submission WHERE " \
-	"workspace_id = $1 AND kind = $2 AND scope = $3 AND " \
-	"client_submission_id = $4"
+	PGSTORE_KEY_WHERE
 
 /*
  * The row of this key, if the store has it (NULL with *cause on an

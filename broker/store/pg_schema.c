@@ -67,7 +67,20 @@ static const char *const migrations[] = {
 	 * tombstones, which a broker of version 1 would not answer.
 	 */
 	"CREATE INDEX idem_submission_state ON idem_submission"
-	"  (workspace_id, state, created_at_ms);"
+	"  (workspace_id, state, created_at_ms);",
+	/*
+	 * 3: the key as one indexed value, PGSTORE_KEY_SQL, which every
+	 * lookup of a key matches (pg.h, PGSTORE_KEY_WHERE).  Matched
+	 * column by column, a key's equalities also fit the leading
+	 * (workspace_id, kind) of the number's unique index and the
+	 * workspace_id of the others; until the table had statistics the
+	 * planner took the smallest such index and read every row of the
+	 * workspace for each lookup (and with them, the unfinished rows'
+	 * index, dead entries included): O(rows) a statement.
+	 */
+	"CREATE UNIQUE INDEX idem_submission_key ON idem_submission"
+	"  ((" PGSTORE_KEY_SQL("workspace_id", "kind", "scope",
+	"client_submission_id") "));"
 };
 #define MIGRATION_COUNT	(sizeof migrations / sizeof migrations[0])
 _Static_assert(MIGRATION_COUNT == PGSTORE_SCHEMA_VERSION,

@@ -154,10 +154,10 @@ store_init_and_migrate(void **state)
 	snprintf(want, sizeof want, "%d", PGSTORE_SCHEMA_VERSION);
 	assert_sql("SELECT max(version) FROM idem_schema_version", want);
 	/*
-	 * From the version before tombstones (pg_schema.c's last
-	 * migration, the state index): that migration alone, once.
+	 * From the version before the key's index (pg_schema.c's last
+	 * migration): that migration alone, once.
 	 */
-	snprintf(want, sizeof want, "DROP INDEX idem_submission_state; "
+	snprintf(want, sizeof want, "DROP INDEX idem_submission_key; "
 	    "DELETE FROM idem_schema_version WHERE version = %d",
 	    PGSTORE_SCHEMA_VERSION);
 	free(sql(want));
@@ -167,7 +167,7 @@ store_init_and_migrate(void **state)
 	assert_non_null(strstr(out, want));
 	free(out);
 	assert_sql("SELECT count(*) FROM pg_indexes WHERE indexname = "
-	    "'idem_submission_state'", "1");
+	    "'idem_submission_key'", "1");
 	/* Usage errors. */
 	assert_int_equal(cluster_idemctl(NULL, "store init"), 2);
 	assert_int_equal(cluster_idemctl(NULL, "store frobnicate --store "
@@ -692,12 +692,58 @@ failed_number_statement_inserts_nothing(void **state)
 	pgstore_close(&st);
 }
 
+/*
+ * Every lookup of a key is served by the key's index (schema version 3,
+ * PGSTORE_KEY_WHERE), with no statistics (a table the autovacuum has not
+ * yet analysed: each row's lookup read the whole workspace before) and
+ * with them, in the plan a prepared statement makes for each call and in
+ * the generic one, with a fenced update's "state < 3" (which the
+ * unfinished rows' partial index answers too, dead entries included).
+ */
+static void
+key_lookups_use_the_key_index(void **state)
+{
+	static const char *const cases[] = {
+		"",
+		"SET plan_cache_mode = force_generic_plan; ",
+		"ANALYZE idem_test_plan; ",
+		"ANALYZE idem_test_plan; SET plan_cache_mode = "
+		    "force_generic_plan; ",
+	};
+	char	 q[4096], *out;
+	size_t	 i;
+
+	(void)state;
+	free(sql("DROP TABLE IF EXISTS idem_test_plan; CREATE TABLE "
+	    "idem_test_plan (LIKE idem_submission INCLUDING ALL) WITH "
+	    "(autovacuum_enabled = false); INSERT INTO idem_test_plan SELECT "
+	    "'00000000-0000-4000-8000-000000000001', 1, '', 'id-' || i, 1, "
+	    "'', CASE WHEN i % 100 = 0 THEN 1 ELSE 3 END, 20261204, i, "
+	    "'TASK-' || i, 'p', 'PM', 'DEV', 0, now(), now(), NULL, NULL, 1, "
+	    "'h', 't', NULL, NULL, now(), false FROM generate_series(1, "
+	    "20000) i"));
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(q, sizeof q, "%sPREPARE q(uuid, smallint, text, "
+		    "text) AS SELECT 1 FROM idem_test_plan WHERE "
+		    PGSTORE_KEY_WHERE " AND epoch = 1 AND state < 3; EXPLAIN "
+		    "(COSTS OFF) EXECUTE q('00000000-0000-4000-8000-"
+		    "000000000001', 1, '', 'id-300')", cases[i]);
+		out = sql(q);
+		if (strstr(out, "_expr_idx on idem_test_plan") == NULL)
+			fail_msg("%s: %s", cases[i][0] != '\0' ? cases[i] :
+			    "no statistics", out);
+		free(out);
+	}
+	free(sql("DROP TABLE idem_test_plan"));
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(store_init_and_migrate),
 		cmocka_unit_test(reserve_grant_commit_fenced),
+		cmocka_unit_test(key_lookups_use_the_key_index),
 		cmocka_unit_test(prepared_statements_lost_are_prepared_again),
 		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
 		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),
