@@ -15,10 +15,11 @@
  *              only), then the row, each committed without waiting for
  *              the WAL flush; durable with the grant
  *                                               [after_reserve_durable]
- *   temp       .<name>.md.tmp.<epoch>-<token>, fsync'd, directory fsync'd
- *                                               [after_task_file_written]
+ *   temp       .<name>.md.tmp.<epoch>-<token>, written
  *   grant      the lease, fenced on (epoch, token); synchronous, so
- *              the claim before it is durable too
+ *              the claim before it is durable too; the temporary is
+ *              fsync'd while the server flushes it
+ *                                               [after_task_file_written]
  *                                       [pause: before_task_file_link]
  *   link       linkat(temp, name): EEXIST another writer, ENOENT fenced
  *                                               [after_task_file_linked]
@@ -593,9 +594,12 @@ enum cl_link {
 };
 
 /*
- * The owner's file: temporary (fsync'd, directory fsync'd), grant, link,
- * directory fsync.  The temporary exists before the grant is asked, so
- * a takeover that follows the grant finds it (doc/cluster.md).
+ * The owner's file: temporary, grant (the temporary's fsync meanwhile),
+ * link, directory fsync.  The temporary exists before the grant is
+ * asked, so a takeover that follows the grant finds it and removes it;
+ * its bytes are durable before the link, its name needs no fsync of its
+ * own: a temporary a crash loses is one a takeover would have removed
+ * (doc/cluster.md, "Creation, step by step", 4-5).
  */
 static enum cl_link
 cl_put_file(struct pending *p, char **cause)
@@ -605,7 +609,7 @@ cl_put_file(struct pending *p, char **cause)
 	char			 temp[NAME_MAX + 1], name[NAME_MAX + 1];
 	char			*data = NULL;
 	size_t			 length;
-	int			 dir = cl_dir(p), fd, rc, saved;
+	int			 dir = cl_dir(p), fd, rc, saved, synced;
 
 	*cause = NULL;
 	if (s->ops->render(s, s->entry.created_at_ms, &data, &length) != 0) {
@@ -618,7 +622,7 @@ cl_put_file(struct pending *p, char **cause)
 	fd = openat(dir, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 	    O_CLOEXEC, 0644);
 	if (fd == -1 || journal_write_all(fd, (const uint8_t *)data,
-	    length) != 0 || fsync(fd) != 0 || fsync(dir) != 0) {
+	    length) != 0) {
 		saved = errno;
 		asprintf(cause, "writing %s: %s", temp, strerror(saved));
 		if (fd != -1) {
@@ -629,13 +633,32 @@ cl_put_file(struct pending *p, char **cause)
 		errno = saved;
 		return CL_FAILED;
 	}
-	close(fd);
 	free(data);
-	cl_crash_point(s, CRASH_AFTER_TASK_FILE_WRITTEN);
-	rc = pgstore_grant(c->st, &c->key, c->row.epoch, c->row.token,
-	    cause);
-	if (rc != 1) {
+	/*
+	 * The grant's WAL flush and the temporary's fsync wait for the
+	 * disk at the same time, not one after the other.
+	 */
+	if (pgstore_grant_send(c->st, &c->key, c->row.epoch, c->row.token,
+	    cause) != 0) {
+		close(fd);
 		unlinkat(dir, temp, 0);
+		return CL_FAILED;
+	}
+	synced = fsync(fd) == 0 ? 0 : errno;
+	close(fd);
+	if (synced == 0)
+		cl_crash_point(s, CRASH_AFTER_TASK_FILE_WRITTEN);
+	rc = pgstore_grant_wait(c->st, &c->key, c->row.epoch, c->row.token,
+	    cause);
+	if (rc != 1 || synced != 0) {
+		unlinkat(dir, temp, 0);
+		if (rc == 1) {
+			/* Granted, and no file will follow: a storage fault. */
+			asprintf(cause, "fsync of %s: %s", temp,
+			    strerror(synced));
+			errno = synced;
+			return CL_FAILED;
+		}
 		return rc == 0 ? CL_FENCED : CL_FAILED;
 	}
 	cl_pause_point("before_task_file_link");

@@ -941,6 +941,26 @@ pg_fenced_update(struct pgstore *st, enum pg_prepared prep, const char *sql,
 	return changed;
 }
 
+#define GRANT_SQL \
+	"UPDATE idem_submission SET lease_granted = true, lease_expires = " \
+	"clock_timestamp() + $7::integer * interval '1 millisecond', " \
+	"updated_at = clock_timestamp() WHERE " KEY_WHERE " AND epoch = $5 " \
+	"AND owner_token = $6 AND state < 3"
+
+/* The grant's parameters; epoch_s and lease hold their text. */
+static void
+grant_params(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, struct params *p, char epoch_s[24],
+    char lease[16])
+{
+	params_key(p, st, key);
+	snprintf(epoch_s, 24, "%" PRId64, epoch);
+	snprintf(lease, 16, "%d", st->lease_ms);
+	p->v[p->n++] = epoch_s;
+	p->v[p->n++] = token;
+	p->v[p->n++] = lease;
+}
+
 int
 pgstore_grant(struct pgstore *st, const struct pgstore_key *key,
     int64_t epoch, const char *token, char **cause)
@@ -949,17 +969,56 @@ pgstore_grant(struct pgstore *st, const struct pgstore_key *key,
 	char		epoch_s[24], lease[16];
 
 	*cause = NULL;
-	params_key(&p, st, key);
-	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
-	snprintf(lease, sizeof lease, "%d", st->lease_ms);
-	p.v[p.n++] = epoch_s;
-	p.v[p.n++] = token;
-	p.v[p.n++] = lease;
-	return pg_fenced_update(st, PG_PREP_GRANT, "UPDATE idem_submission SET "
-	    "lease_granted = true, lease_expires = clock_timestamp() + "
-	    "$7::integer * interval '1 millisecond', updated_at = "
-	    "clock_timestamp() WHERE " KEY_WHERE " AND epoch = $5 AND "
-	    "owner_token = $6 AND state < 3", &p, "granting a lease", cause);
+	grant_params(st, key, epoch, token, &p, epoch_s, lease);
+	return pg_fenced_update(st, PG_PREP_GRANT, GRANT_SQL, &p,
+	    "granting a lease", cause);
+}
+
+int
+pgstore_grant_send(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, char **cause)
+{
+	PGconn		*conn;
+	PGresult	*res;
+	struct params	 p;
+	char		 epoch_s[24], lease[16];
+
+	*cause = NULL;
+	if ((conn = pg_conn(st, cause)) == NULL)
+		return -1;
+	if ((res = pg_prepare(st, conn, PG_PREP_GRANT, GRANT_SQL)) != NULL)
+		return pg_failed(st, res, "preparing the grant", cause);
+	grant_params(st, key, epoch, token, &p, epoch_s, lease);
+	/* A blocking connection: the whole message is sent, or it failed. */
+	if (PQsendQueryPrepared(conn, pg_prepared_names[PG_PREP_GRANT], p.n,
+	    p.v, NULL, NULL, 0) != 1)
+		return pg_failed(st, NULL, "granting a lease", cause);
+	return 0;
+}
+
+int
+pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, char **cause)
+{
+	PGresult	*res, *extra;
+	int		 changed;
+
+	*cause = NULL;
+	res = PQgetResult((PGconn *)st->conn);
+	/* The end of the command's results: the connection is free again. */
+	while ((extra = PQgetResult((PGconn *)st->conn)) != NULL)
+		PQclear(extra);
+	if (pg_sqlstate(res, "26000")) {
+		/* A session that lost the statement (a pooler's): in full. */
+		PQclear(res);
+		st->prepared &= ~(1u << PG_PREP_GRANT);
+		return pgstore_grant(st, key, epoch, token, cause);
+	}
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return pg_failed(st, res, "granting a lease", cause);
+	changed = strcmp(PQcmdTuples(res), "0") != 0;
+	PQclear(res);
+	return changed;
 }
 
 int

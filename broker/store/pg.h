@@ -177,6 +177,17 @@ int	pgstore_read_durable(struct pgstore *, const struct pgstore_key *,
 int	pgstore_grant(struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, char **cause);
 /*
+ * The grant in two halves, so that the caller's fsync of its temporary
+ * runs while the server flushes the grant's WAL: _send (0, or -1 with
+ * *cause: nothing is pending), then, always after a 0, _wait with the
+ * same arguments, which answers as pgstore_grant.  Nothing else may use
+ * the store's connection between the two.
+ */
+int	pgstore_grant_send(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, char **cause);
+int	pgstore_grant_wait(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, char **cause);
+/*
  * The name was taken by another writer before anything was promised: a
  * fresh number under the same fence (row's date and seq updated).  1, 0
  * fenced, -1 (ERANGE: used up).

@@ -223,8 +223,23 @@ reserve_grant_commit_fenced(void **state)
 	pgstore_new_token(token);
 	assert_int_equal(pgstore_grant(&st, &key, 1, token, &cause), 0);
 	assert_int_equal(pgstore_grant(&st, &key, 2, row.token, &cause), 0);
+	/* The grant in halves answers as the whole (cluster.c's way). */
+	assert_int_equal(pgstore_grant_send(&st, &key, 2, row.token, &cause),
+	    0);
+	assert_int_equal(pgstore_grant_wait(&st, &key, 2, row.token, &cause),
+	    0);
 	assert_int_equal(pgstore_commit(&st, &key, 1, token, file_digest,
 	    "{}", &cause), 0);
+	assert_int_equal(pgstore_read(&st, &key, &again, &cause), 1);
+	assert_false(again.lease_granted);
+	pgstore_row_clear(&again);
+	assert_int_equal(pgstore_grant_send(&st, &key, 1, row.token, &cause),
+	    0);
+	assert_int_equal(pgstore_grant_wait(&st, &key, 1, row.token, &cause),
+	    1);
+	assert_int_equal(pgstore_read(&st, &key, &again, &cause), 1);
+	assert_true(again.lease_granted);
+	pgstore_row_clear(&again);
 	assert_int_equal(pgstore_grant(&st, &key, 1, row.token, &cause), 1);
 	assert_int_equal(pgstore_commit(&st, &key, 1, row.token, file_digest,
 	    "{\"receipt\":1}", &cause), 1);
@@ -281,6 +296,13 @@ prepared_statements_lost_are_prepared_again(void **state)
 	assert_int_equal(pgstore_read(&st, &key, &again, &cause), 1);
 	assert_int_equal(again.entry.seq, row.entry.seq);
 	pgstore_row_clear(&again);
+	/* The grant in halves: the wait finds it lost, and grants in full. */
+	assert_int_equal(pgstore_grant_send(&st, &key, 1, row.token, &cause),
+	    0);
+	assert_int_equal(pgstore_grant_wait(&st, &key, 1, row.token, &cause),
+	    1);
+	res = PQexec((PGconn *)pgstore_conn(&st, &cause), "DEALLOCATE ALL");
+	PQclear(res);
 	assert_int_equal(pgstore_grant(&st, &key, 1, row.token, &cause), 1);
 	assert_int_equal(pgstore_commit(&st, &key, 1, row.token, file_digest,
 	    "{\"prep\":1}", &cause), 1);
