@@ -3864,7 +3864,7 @@ pgref_latencies(const char *prefix, struct result *r)
 }
 
 /*
- * pgbench's transaction scripts, one a reference, each with a fresh
+ * pgbench's transaction scripts, one per reference, each with a fresh
  * random key per transaction: an insert, as a reservation is.
  *
  * PGREF_INSERT is the reference the issue names: one plain INSERT ...
