@@ -922,23 +922,31 @@ pgstore_read_durable(struct pgstore *st, const struct pgstore_key *key,
 	    "making a submission durable", cause);
 }
 
+/* A fenced UPDATE's result, cleared: 1 changed, 0 fenced, -1. */
+static int
+pg_fenced_result(struct pgstore *st, PGresult *res, const char *what,
+    char **cause)
+{
+	int	changed;
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return pg_failed(st, res, what, cause);
+	changed = strcmp(PQcmdTuples(res), "0") != 0;
+	PQclear(res);
+	return changed;
+}
+
 /* An UPDATE under the fence, prepared as prep: 1 changed, 0 fenced. */
 static int
 pg_fenced_update(struct pgstore *st, enum pg_prepared prep, const char *sql,
     struct params *p, const char *what, char **cause)
 {
 	PGconn		*conn;
-	PGresult	*res;
-	int		 changed;
 
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
-	res = pg_exec_prepared(st, conn, prep, sql, p);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-		return pg_failed(st, res, what, cause);
-	changed = strcmp(PQcmdTuples(res), "0") != 0;
-	PQclear(res);
-	return changed;
+	return pg_fenced_result(st, pg_exec_prepared(st, conn, prep, sql, p),
+	    what, cause);
 }
 
 #define GRANT_SQL \
@@ -965,13 +973,9 @@ int
 pgstore_grant(struct pgstore *st, const struct pgstore_key *key,
     int64_t epoch, const char *token, char **cause)
 {
-	struct params	p;
-	char		epoch_s[24], lease[16];
-
-	*cause = NULL;
-	grant_params(st, key, epoch, token, &p, epoch_s, lease);
-	return pg_fenced_update(st, PG_PREP_GRANT, GRANT_SQL, &p,
-	    "granting a lease", cause);
+	if (pgstore_grant_send(st, key, epoch, token, cause) != 0)
+		return -1;
+	return pgstore_grant_wait(st, key, epoch, token, cause);
 }
 
 int
@@ -1001,7 +1005,8 @@ pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
     int64_t epoch, const char *token, char **cause)
 {
 	PGresult	*res, *extra;
-	int		 changed;
+	struct params	 p;
+	char		 epoch_s[24], lease[16];
 
 	*cause = NULL;
 	res = PQgetResult((PGconn *)st->conn);
@@ -1009,16 +1014,17 @@ pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
 	while ((extra = PQgetResult((PGconn *)st->conn)) != NULL)
 		PQclear(extra);
 	if (pg_sqlstate(res, "26000")) {
-		/* A session that lost the statement (a pooler's): in full. */
+		/*
+		 * A session that lost the statement (a pooler's): prepared
+		 * again and run, as every prepared statement is.
+		 */
 		PQclear(res);
 		st->prepared &= ~(1u << PG_PREP_GRANT);
-		return pgstore_grant(st, key, epoch, token, cause);
+		grant_params(st, key, epoch, token, &p, epoch_s, lease);
+		return pg_fenced_update(st, PG_PREP_GRANT, GRANT_SQL, &p,
+		    "granting a lease", cause);
 	}
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-		return pg_failed(st, res, "granting a lease", cause);
-	changed = strcmp(PQcmdTuples(res), "0") != 0;
-	PQclear(res);
-	return changed;
+	return pg_fenced_result(st, res, "granting a lease", cause);
 }
 
 int

@@ -172,17 +172,15 @@ int	pgstore_read_durable(struct pgstore *, const struct pgstore_key *,
 	    struct pgstore_row *, char **cause);
 /*
  * The owner's temporary exists: grant its lease.  1: granted; 0: fenced
- * (the epoch or token moved: a takeover), nothing changed.
+ * (the epoch or token moved: a takeover), nothing changed.  It is
+ * _send then _wait, the two halves cluster.c calls apart so that its
+ * fsync of the temporary runs while the server flushes the grant's WAL:
+ * _send (0, or -1 with *cause: nothing is pending), then, always after
+ * a 0, _wait with the same arguments, which answers 1, 0 or -1.
+ * Nothing else may use the store's connection between the two.
  */
 int	pgstore_grant(struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, char **cause);
-/*
- * The grant in two halves, so that the caller's fsync of its temporary
- * runs while the server flushes the grant's WAL: _send (0, or -1 with
- * *cause: nothing is pending), then, always after a 0, _wait with the
- * same arguments, which answers as pgstore_grant.  Nothing else may use
- * the store's connection between the two.
- */
 int	pgstore_grant_send(struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, char **cause);
 int	pgstore_grant_wait(struct pgstore *, const struct pgstore_key *,
