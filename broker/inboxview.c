@@ -138,10 +138,7 @@ inboxview_off(struct inboxview *v, const char *what, int error)
 {
 	log_notice("retries look for their task by path (%s: %s)", what,
 	    strerror(error));
-	if (v->fd != -1)
-		close(v->fd);
-	v->fd = -1;
-	v->state = INBOXVIEW_OFF;
+	inboxview_close(v);
 }
 
 /* Watch the names again and compare the inbox they lead to. */
