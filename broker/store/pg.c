@@ -1009,10 +1009,20 @@ pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
 	char		 epoch_s[24], lease[16];
 
 	*cause = NULL;
+	/*
+	 * The command's last result is its answer, as PQexec's: libpq hands
+	 * over the update's CommandComplete before ReadyForQuery, and the
+	 * implicit transaction commits between the two.  A commit that
+	 * fails (a deferred constraint), or a session that ends there (an
+	 * immediate shutdown, the WAL flush perhaps not done), comes as a
+	 * later result, never as "UPDATE 1" alone.  Reading to the end also
+	 * frees the connection.
+	 */
 	res = PQgetResult((PGconn *)st->conn);
-	/* The end of the command's results: the connection is free again. */
-	while ((extra = PQgetResult((PGconn *)st->conn)) != NULL)
-		PQclear(extra);
+	while ((extra = PQgetResult((PGconn *)st->conn)) != NULL) {
+		PQclear(res);
+		res = extra;
+	}
 	if (pg_sqlstate(res, "26000")) {
 		/*
 		 * A session that lost the statement (a pooler's): prepared

@@ -715,6 +715,61 @@ failed_number_statement_inserts_nothing(void **state)
 }
 
 /*
+ * A fenced update's commit that fails is never taken for "changed".  In
+ * the extended protocol PostgreSQL sends the update's CommandComplete
+ * ("UPDATE 1") before the implicit transaction commits at the sync; a
+ * commit refused there (here a deferred constraint trigger; in the crash
+ * test above, an immediate shutdown during the WAL flush) comes as a
+ * later result.  The grant, read in halves, and the commit both answer
+ * -1, and the row is as it was.
+ */
+static void
+a_failed_commit_is_not_a_grant(void **state)
+{
+	struct pgstore		 st;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "", "refused-1" };
+	struct subtab_entry	 want;
+	struct pgstore_row	 row, again;
+	char			*cause = NULL;
+	uint8_t			 file_digest[32] = { 2 };
+
+	(void)state;
+	disk_max = 0;
+	open_store(&st, "alpha", 30000);
+	want_entry(&want, "refused");
+	assert_int_equal(pgstore_reserve(&st, &key, &want, &row, &cause), 1);
+	free(sql("CREATE FUNCTION idem_test_refuse_commit() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'refused at commit "
+	    "by the test'; END$$; CREATE CONSTRAINT TRIGGER "
+	    "idem_test_refuse_commit AFTER UPDATE ON idem_submission "
+	    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+	    "idem_test_refuse_commit()"));
+	assert_int_equal(pgstore_grant_send(&st, &key, 1, row.token, &cause),
+	    0);
+	assert_int_equal(pgstore_grant_wait(&st, &key, 1, row.token, &cause),
+	    -1);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "refused at commit by the test"));
+	free(cause);
+	cause = NULL;
+	assert_int_equal(pgstore_commit(&st, &key, 1, row.token, file_digest,
+	    "{}", &cause), -1);
+	assert_non_null(strstr(cause, "refused at commit by the test"));
+	free(cause);
+	cause = NULL;
+	assert_int_equal(pgstore_read(&st, &key, &again, &cause), 1);
+	assert_false(again.lease_granted);
+	assert_int_equal(again.entry.state, SUBTAB_RESERVED);
+	pgstore_row_clear(&again);
+	free(sql("DROP TRIGGER idem_test_refuse_commit ON idem_submission; "
+	    "DROP FUNCTION idem_test_refuse_commit()"));
+	/* The session is usable again, and the grant goes through. */
+	assert_int_equal(pgstore_grant(&st, &key, 1, row.token, &cause), 1);
+	pgstore_row_clear(&row);
+	pgstore_close(&st);
+}
+
+/*
  * Every lookup of a key is served by the key's index (schema version 3,
  * PGSTORE_KEY_WHERE), with no statistics (a table the autovacuum has not
  * yet analysed: each row's lookup read the whole workspace before) and
@@ -765,6 +820,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(store_init_and_migrate),
 		cmocka_unit_test(reserve_grant_commit_fenced),
+		cmocka_unit_test(a_failed_commit_is_not_a_grant),
 		cmocka_unit_test(key_lookups_use_the_key_index),
 		cmocka_unit_test(prepared_statements_lost_are_prepared_again),
 		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
