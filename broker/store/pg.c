@@ -283,11 +283,6 @@ static const char *const pg_prepared_names[PG_PREP_COUNT] = {
 	"idem_number", "idem_claim", "idem_read", "idem_grant", "idem_commit"
 };
 
-/*
- * sql as the prepared statement which (prepared first if this session
- * has not yet); a session that lost it (a pooler's) prepares it again.
- * The result, as PQexecParams's (a failed PQprepare's if that failed).
- */
 /* Prepare which on this session unless it has it: NULL, or the failure. */
 static PGresult *
 pg_prepare(struct pgstore *st, PGconn *conn, enum pg_prepared which,
@@ -307,6 +302,11 @@ pg_prepare(struct pgstore *st, PGconn *conn, enum pg_prepared which,
 	return NULL;
 }
 
+/*
+ * sql as the prepared statement which (prepared first if this session
+ * has not yet); a session that lost it (a pooler's) prepares it again.
+ * The result, as PQexecParams's (a failed PQprepare's if that failed).
+ */
 static PGresult *
 pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
     const char *sql, const struct params *p)
