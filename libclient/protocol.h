@@ -161,6 +161,7 @@
 	X(STORAGE_UNAVAILABLE,	"storage_unavailable")			\
 	X(IN_PROGRESS,		"in_progress")				\
 	X(SHUTTING_DOWN,	"shutting_down")			\
+	X(TOO_MANY_CONNECTIONS,	"too_many_connections")			\
 	X(INTERNAL,		"internal")
 
 /* A reply's "disposition": write_task's, then effect_begin's others. */
@@ -183,8 +184,8 @@
 	X(ALREADY_COMMITTED,	"already_committed")
 
 /*
- * error.reason of the internal error that refuses a connection: the
- * option whose limit was reached (doc/protocol.md).
+ * error.reason of too_many_connections, the refusal of a connection:
+ * the option whose limit was reached (doc/protocol.md).
  */
 #define IDEM_LIMIT_REASONS(X)						\
 	X(MAX_CONNECTIONS,	"max_connections")			\

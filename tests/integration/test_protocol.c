@@ -1060,7 +1060,8 @@ expect_refused(struct broker *b)
 	reply = peer_reply(&p);
 	harness_assert_bool(reply, "ok", 0);
 	error = json_object_get(reply, "error");
-	assert_string_equal(harness_str(error, "code"), "internal");
+	assert_string_equal(harness_str(error, "code"),
+	    "too_many_connections");
 	assert_string_equal(harness_str(error, "reason"), "max_connections");
 	harness_assert_bool(error, "retryable", 1);
 	json_decref(reply);
