@@ -164,6 +164,17 @@
 	X(TOO_MANY_CONNECTIONS,	"too_many_connections")			\
 	X(INTERNAL,		"internal")
 
+/*
+ * write_report's status: FCoP's own set (FCoP 3.2.5's report statuses).
+ * Only requests are checked against it: journals and REPORT files that
+ * hold an earlier release's statuses (partial, failed) replay unchanged.
+ */
+#define IDEM_REPORT_STATUSES(X)						\
+	X(DONE,			"done")					\
+	X(BLOCKED,		"blocked")				\
+	X(IN_PROGRESS,		"in_progress")				\
+	X(ABORTED,		"aborted")
+
 /* A reply's "disposition": write_task's, then effect_begin's others. */
 #define IDEM_DISPOSITIONS(X)						\
 	X(CREATED,		"created")				\

@@ -443,8 +443,8 @@ spec_write_report(json_t *request)
 	    "client_submission_id", "report", "meta", NULL };
 	static const char *const fields[] = { "sender", "recipient",
 	    "status", "body", NULL };
-	static const char *const statuses[] = { "done", "partial", "blocked",
-	    "failed", NULL };
+	static const char *const statuses[] = { "done", "blocked",
+	    "in_progress", "aborted", NULL };
 	json_t	*report, *v;
 
 	if (!spec_only_keys(request, top) ||

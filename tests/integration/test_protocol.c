@@ -574,6 +574,8 @@ static const struct bad_request bad_requests[] = {
 	    "\"recipient\":\"qa\""), INVALID, "report.recipient"),
 	BAD("report: bad status", WR("\"sender\":\"DEV\",\"status\":"
 	    "\"finished\""), INVALID, "report.status"),
+	BAD("report: status of an earlier release", WR("\"sender\":\"DEV\","
+	    "\"status\":\"partial\""), INVALID, "report.status"),
 	BAD("report: status a number", WR("\"sender\":\"DEV\",\"status\":1"),
 	    INVALID, "report.status"),
 	BAD("report: NUL in body", WR("\"sender\":\"DEV\","
