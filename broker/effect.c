@@ -730,11 +730,8 @@ effect_begin_acquire(struct pending *p)
 		return;
 	case SUBTAB_FULL:
 		journaler_kick(d->kick_fd);
-		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 1,
-		    "the submission table (--capacity %u) holds no entry it "
-		    "may evict: every one is in flight or not yet in the "
-		    "index; retry in a moment, or restart idemd with a "
-		    "larger --capacity", d->capacity));
+		effect_fail(p, reply_table_full(p->id, a.full, d->capacity,
+		    a.key_length));
 		return;
 	case SUBTAB_ALLOC_FAILED:
 		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
