@@ -1290,14 +1290,21 @@ ring_used(_Atomic uint64_t *head, _Atomic uint64_t *tail, uint64_t size)
 /* ---- The result arena ---------------------------------------------------- */
 
 /*
- * May the arena record hdr (at pos) be overwritten?  Yes if no slot
- * names it (its owner gone, evicted, or naming another result) or the
- * slot naming it is durable in the index; no while its slot holds a
- * live claim without naming it yet (a commit on its way to the journal).
+ * May the arena record hdr (at pos) be overwritten, for a put by the
+ * claimer of slot self (ARENA_NO_SLOT: the scout, or a replay)?  Yes if
+ * no slot names it (its owner gone, evicted, or naming another result)
+ * or the slot naming it is durable in the index; no while its slot
+ * holds a live claim without naming it yet (a commit on its way to the
+ * journal), unless that claim is the putter's own: the one commit a
+ * claimer has on its way is the put it is making now, so a record of
+ * its slot that the slot does not name is an earlier occupant's (the
+ * slot was evicted and reused) or an earlier put that never committed.
+ * Without that, a completion whose slot had held the oldest result
+ * waited on its own claim until it gave up (issue 27).
  */
 static int
 arena_reclaimable(struct shm_segment *seg, uint64_t pos,
-    const struct ring_header *hdr)
+    const struct ring_header *hdr, uint32_t self)
 {
 	struct subtab_slot	*s;
 	int			 names;
@@ -1311,7 +1318,8 @@ arena_reclaimable(struct shm_segment *seg, uint64_t pos,
 	    s->entry.result_offset == pos + SHM_RING_RECORD_HEADER_BYTES;
 	if (names)
 		return (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED) != 0;
-	return s->claim.worker == 0 || !subtab_claim_live(seg, &s->claim);
+	return hdr->slot == self || s->claim.worker == 0 ||
+	    !subtab_claim_live(seg, &s->claim);
 }
 
 /*
@@ -1342,7 +1350,7 @@ arena_scout(struct shm_segment *seg)
 			h->arena_scout += size - at;
 			continue;
 		}
-		if (!arena_reclaimable(seg, hdr.pos, &hdr))
+		if (!arena_reclaimable(seg, hdr.pos, &hdr, ARENA_NO_SLOT))
 			atomic_store(&h->checkpoint_wanted, 1);
 		h->arena_scout += ring_round(SHM_RING_RECORD_HEADER_BYTES +
 		    hdr.length);
@@ -1355,7 +1363,7 @@ arena_scout(struct shm_segment *seg)
  * record's position, or UINT64_MAX (ENOSPC: a checkpoint is asked for).
  */
 static uint64_t
-arena_reserve(struct shm_segment *seg, uint64_t n)
+arena_reserve(struct shm_segment *seg, uint32_t self, uint64_t n)
 {
 	struct shm_header	*h = seg->header;
 	struct ring_header	 hdr;
@@ -1383,7 +1391,7 @@ arena_reserve(struct shm_segment *seg, uint64_t n)
 			tail += size - at;
 			continue;
 		}
-		if (!arena_reclaimable(seg, tail, &hdr)) {
+		if (!arena_reclaimable(seg, tail, &hdr, self)) {
 			ring_advance(&h->arena_tail, tail);
 			atomic_store(&h->checkpoint_wanted, 1);
 			errno = ENOSPC;
@@ -1414,7 +1422,7 @@ arena_place(struct shm_segment *seg, uint32_t slot, size_t length,
 		errno = EINVAL;
 		return -1;
 	}
-	if ((*pos = arena_reserve(seg, n)) == UINT64_MAX)
+	if ((*pos = arena_reserve(seg, slot, n)) == UINT64_MAX)
 		return -1;
 	hdr.pos = *pos;
 	hdr.slot = slot;
