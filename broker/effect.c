@@ -830,11 +830,17 @@ effect_commit(struct pending *p, int recovered)
 			journaler_kick(idemd_of(p)->kick_fd);
 			effect_fail(p, reply_error_simple(p->id,
 			    WIRE_TABLE_FULL, 1, "the result arena holds only "
-			    "results not yet in the index; retry in a moment "
-			    "(the checkpoint that indexes them is under way), "
-			    "or restart idemd with a larger --result-bytes"));
+			    "results not yet in the index or commits in "
+			    "flight; retry in a moment (the checkpoint that "
+			    "indexes them is under way), or restart idemd "
+			    "with a larger --result-bytes"));
 			return;
 		}
+		/*
+		 * Never, since the arena holds at least one result of the
+		 * largest size (--result-bytes' least); kept for an arena
+		 * made smaller than that some other way.
+		 */
 		log_warnx("effect %s: a result of %zu bytes does not fit the "
 		    "result arena; restart idemd with a larger --result-bytes",
 		    e->id, e->result_length);
