@@ -68,6 +68,15 @@
 #define SHM_RECEIPT_MAX_BYTES		4096
 /* Each record of either ring starts with 16 bytes: position, slot, length. */
 #define SHM_RING_RECORD_HEADER_BYTES	16
+/* The largest result the ledger accepts (IDEM_MAX_EFFECT_RESULT_BYTES). */
+#define SHM_MAX_RESULT_BYTES		(64 * 1024)
+/*
+ * The smallest result arena: one record of the largest result (a
+ * multiple of 8, as the rings' records are).  A smaller one would
+ * accept results it can never hold.
+ */
+#define SHM_ARENA_LEAST_BYTES	\
+	(SHM_RING_RECORD_HEADER_BYTES + SHM_MAX_RESULT_BYTES)
 /*
  * Slots at most: the key heap (SHM_HEAP_BYTES_PER_SLOT each) must stay
  * under 4 GiB, the reach of a slot's 32-bit key_offset.

@@ -27,8 +27,9 @@
 #include "segment.h"
 
 #define RINGS_CAPACITY		64
-#define RINGS_ARENA_BYTES	4096
-#define RINGS_RESULT_BYTES	200	/* a record of 216 bytes */
+/* The smallest arena: one record of the largest result. */
+#define RINGS_ARENA_BYTES	SHM_ARENA_LEAST_BYTES
+#define RINGS_RESULT_BYTES	4080	/* a record of 4096 bytes */
 #define RINGS_STRESS_PUTS	40000
 
 static int
@@ -421,7 +422,7 @@ test_arena_own_claim_never_blocks(void **state)
 	struct subtab_acquire	 a;
 	uint8_t			 result[RINGS_RESULT_BYTES];
 	uint64_t		 offsets[32], offset;
-	uint32_t		 slots[32];
+	uint32_t		 slots[32], slot;
 	int			 i, n;
 
 	/* fx-0..3 fill the four slots, each indexed at once. */
@@ -485,6 +486,30 @@ test_segment_size(void **state)
 	    SHM_ARENA_MAX_BYTES);
 }
 
+/*
+ * An arena smaller than one record of the largest result is refused,
+ * naming the least (issue 27: 64 bytes were taken, then a 42-byte
+ * result refused for ever).
+ */
+static void
+test_arena_least(void **state)
+{
+	struct shm_segment	 seg;
+	char			*cause = NULL;
+
+	(void)state;
+	assert_int_equal(SHM_ARENA_LEAST_BYTES, 65552);
+	assert_int_equal(shm_create_sized("/nonexistent/idem-rings-least", 4,
+	    SHM_ARENA_LEAST_BYTES - 8, &seg, &cause), -1);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "at least 65552"));
+	free(cause);
+	cause = NULL;
+	assert_int_equal(shm_create_sized("/nonexistent/idem-rings-least", 4,
+	    64, &seg, &cause), -1);
+	free(cause);
+}
+
 int
 main(void)
 {
@@ -504,6 +529,7 @@ main(void)
 		    test_arena_own_claim_never_blocks, setup_four_slots,
 		    unit_segment_teardown),
 		cmocka_unit_test(test_segment_size),
+		cmocka_unit_test(test_arena_least),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
