@@ -619,6 +619,7 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 	struct subtab_entry	 entry;
 	struct slot_plan	 plan;
 	enum subtab_verdict	 verdict;
+	uint64_t		 evictions;
 	uint32_t		 hash, bucket, slot, index;
 
 	a->full = SUBTAB_FULL_NONE;
@@ -654,9 +655,13 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 			verdict = SUBTAB_ALLOC_FAILED;
 			goto out;
 		}
+		/*
+		 * An eviction may have moved the empty bucket found: a
+		 * gather evicts even when the slot is a fresh one.
+		 */
+		evictions = atomic_load(&seg->header->evictions);
 		index = take_slot(seg, a->key_length, &plan);
-		/* An eviction may have moved the empty bucket found. */
-		if (index != seg->header->slots_used)
+		if (atomic_load(&seg->header->evictions) != evictions)
 			bucket = probe(seg, hash, a->key, a->key_length, &slot);
 		a->slot = insert(seg, index, bucket, hash, a->key,
 		    a->key_length, &entry, &a->claim);
@@ -844,6 +849,7 @@ subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
 	struct subtab_slot	*s;
 	struct slot_plan	 plan;
 	enum subtab_full	 why;
+	uint64_t		 evictions;
 	uint32_t		 bucket, slot, index;
 	uint16_t		 key_length;
 
@@ -861,8 +867,9 @@ subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
 			errno = why == SUBTAB_FULL_MEMORY ? ENOMEM : ENOSPC;
 			return -1;
 		}
+		evictions = atomic_load(&seg->header->evictions);
 		index = take_slot(seg, length, &plan);
-		if (index != seg->header->slots_used)
+		if (atomic_load(&seg->header->evictions) != evictions)
 			bucket = probe(seg, hash, key, length, &slot);
 		slot = insert(seg, index, bucket, hash, key, length, entry,
 		    NULL);

@@ -797,6 +797,60 @@ test_long_keys_after_cycling(void **state)
 }
 
 /*
+ * Keys of 100 bytes fill the heap before the slots are all used; a
+ * longest key then fits no victim's room and gathers room for a fresh
+ * slot, evicting others, whose buckets move (linear probing's backward
+ * shift): the new key must go where a probe finds it, not into the
+ * empty bucket found before the evictions.  Each round a new segment
+ * (a new hash key), so that the evictions meet the new key's chain.
+ */
+#define GATHER_ROUNDS	200
+
+static void
+test_gather_for_a_fresh_slot(void **state)
+{
+	struct segment_fixture	*f;
+	struct subtab_acquire	 a;
+	struct subtab_entry	 e;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	uint32_t		 gen;
+	int			 round, i, gathered = 0;
+
+	(void)state;
+	for (round = 0; round < GATHER_ROUNDS; round++) {
+		assert_int_equal(unit_segment_setup((void **)&f, "gather", 64,
+		    0), 0);
+		gen = start_worker(f, 0);
+		for (i = 0; i < 39; i++) {
+			long_key(key, 100, i);
+			a = request(key, 1, 1, gen, (uint32_t)i + 1);
+			a.want.kind = SUBTAB_KIND_EFFECT;
+			assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+			commit_indexed(f, &a);
+		}
+		assert_int_equal(f->seg.header->slots_used, 39);
+		long_key(key, SUBTAB_MAX_KEY_BYTES, 1000);
+		a = request(key, 1, 1, gen, 100);
+		a.want.kind = SUBTAB_KIND_EFFECT;
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+		gathered += a.slot == 39;
+		if (subtab_lookup(&f->seg, key, SUBTAB_MAX_KEY_BYTES, &e,
+		    NULL) != 1)
+			fail_msg("round %d: the gathering key is not found",
+			    round);
+		for (i = 0; i < 39; i++) {
+			long_key(key, 100, i);
+			(void)subtab_lookup(&f->seg, key, 100, &e, NULL);
+		}
+		assert_heap_sound(f);
+		assert_int_equal(subtab_repair(&f->seg), 0);
+		unit_segment_teardown((void **)&f);
+	}
+	/* The fresh slot was the one taken every round. */
+	assert_int_equal(gathered, GATHER_ROUNDS);
+}
+
+/*
  * With --capacity 1 the table holds one maximal key: keys of the
  * maximal length and of one byte take turns in the one slot.
  */
@@ -1259,6 +1313,7 @@ main(void)
 		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_long_keys_after_cycling,
 		    setup, unit_segment_teardown),
+		cmocka_unit_test(test_gather_for_a_fresh_slot),
 		cmocka_unit_test_setup_teardown(
 		    test_capacity_one_holds_a_maximal_key, setup_one,
 		    unit_segment_teardown),
