@@ -327,6 +327,27 @@ evict(struct shm_segment *seg, uint32_t i)
 	atomic_fetch_add(&h->evictions, 1);
 }
 
+/* Drop slot i's key and entry, never durable, leaving the slot free. */
+static void
+forget(struct shm_segment *seg, uint32_t i)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s = &seg->slots[i];
+
+	h->evicting = 1;
+	unlink_bucket(seg, i);
+	s->entry.key_length = 0;
+	if (s->entry.state != SUBTAB_EMPTY)
+		h->state_counts[s->entry.state]--;
+	s->entry.state = SUBTAB_EMPTY;
+	h->free_count++;
+	s->journal_end = 0;
+	atomic_store(&s->fast_receipt, 0);
+	atomic_store(&s->state, SUBTAB_EMPTY);
+	atomic_store(&s->flags, 0);
+	h->evicting = 0;
+}
+
 /*
  * The key heap.  A slot keeps the key room it was first given (at
  * least SHM_HEAP_BYTES_PER_SLOT, the heap's average) and an evicted
@@ -781,6 +802,16 @@ subtab_release(struct shm_segment *seg, uint32_t slot,
 	if (claim_equal(&s->claim, claim)) {
 		memset(&s->claim, 0, sizeof s->claim);
 		wake = atomic_exchange(&s->waiters, 0) != 0;
+		/*
+		 * A reservation its claimer never appended: the request was
+		 * refused after the insert (the journal failed, the ring
+		 * stayed full).  Nothing durable names it, so it is forgotten
+		 * and its slot freed, rather than held, unevictable, until
+		 * the same key comes again (a task's number stays used).
+		 */
+		if (s->journal_end == SUBTAB_NOT_JOURNALED &&
+		    s->entry.key_length != 0)
+			forget(seg, slot);
 	}
 	unlock_table(seg);
 	return wake;

@@ -675,6 +675,58 @@ test_refused_creation_evicts_nothing(void **state)
 }
 
 /*
+ * A reservation its claimer never recorded (refused after the insert:
+ * the journal failed) is forgotten when the claim is dropped: the slot
+ * is free for another key, the key is not in the table (a retry
+ * inserts anew, with a new number), and nothing else moved.  One that
+ * was recorded stays.
+ */
+static void
+test_unrecorded_reservation_forgotten(void **state)
+{
+	struct segment_fixture	*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a, b;
+	struct subtab_entry	 e;
+	uint32_t		 slot;
+
+	char			 key[16];
+	int			 i;
+
+	/* Three slots: two recorded, the third refused before its record. */
+	for (i = 0; i < 2; i++) {
+		snprintf(key, sizeof key, "kept-%d", i);
+		a = request(key, 1, 1, gen, (uint32_t)i + 1);
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+		e = a.found;
+		assert_int_equal(subtab_record(&f->seg, a.slot, &a.claim, &e,
+		    "r", 1, &(uint64_t){ 0 }), 0);
+		subtab_release(&f->seg, a.slot, &a.claim);
+	}
+	b = request("refused", 1, 1, gen, 3);
+	assert_int_equal(acquire_new(f, &b), SUBTAB_INSERTED);
+	slot = b.slot;
+	assert_int_equal(b.found.seq, 3);
+	subtab_release(&f->seg, b.slot, &b.claim);
+	assert_int_equal(subtab_lookup(&f->seg, "refused", 7, &e, NULL), 0);
+	assert_int_equal(subtab_lookup(&f->seg, "kept-0", 6, &e, NULL), 1);
+	assert_int_equal(subtab_lookup(&f->seg, "kept-1", 6, &e, NULL), 1);
+	assert_int_equal(f->seg.header->free_count, 1);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_RESERVED], 2);
+	assert_slots_storable(f);
+	/* Its slot serves the next key (no other is free, none indexed). */
+	b = request("other", 1, 1, gen, 4);
+	assert_int_equal(acquire_new(f, &b), SUBTAB_INSERTED);
+	assert_int_equal(b.slot, slot);
+	assert_int_equal(b.found.seq, 4);
+	assert_int_equal(subtab_repair(&f->seg), 0);
+	assert_int_equal(f->seg.header->free_count, 0);
+	/* The refused key, again: the table is full of work in flight. */
+	b = request("refused", 1, 1, gen, 5);
+	assert_int_equal(acquire_new(f, &b), SUBTAB_FULL);
+}
+
+/*
  * A key of length bytes, different for each n (n < 36^length): n's
  * digits in base 36, then a filler.
  */
@@ -1314,6 +1366,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_long_keys_after_cycling,
 		    setup, unit_segment_teardown),
 		cmocka_unit_test(test_gather_for_a_fresh_slot),
+		cmocka_unit_test_setup_teardown(
+		    test_unrecorded_reservation_forgotten, setup_tiny,
+		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_capacity_one_holds_a_maximal_key, setup_one,
 		    unit_segment_teardown),
