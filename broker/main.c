@@ -60,8 +60,8 @@ usage(FILE *out, int status)
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
 "  --segment-bytes N     start a journal segment and checkpoint the table\n"
 "                        when a segment passes N bytes (default 64 MiB)\n"
-"  --result-bytes N      memory caching effects' committed results (default\n"
-"                        8 bytes per --capacity slot, 4 to 64 MiB)\n"
+"  --result-bytes N      memory caching effects' committed results, at least\n"
+"                        65552 (default 8 bytes per --capacity slot, 4 to 64 MiB)\n"
 "  --sequence-digits N   digits of a day's task and report numbers, %d to %d\n"
 "                        (default %d, FCoP's: 999 a day)\n"
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n"
@@ -323,6 +323,19 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'E':
 			d->result_bytes = (uint64_t)number_option(
 			    "result-bytes", optarg, 0, 1L << 40);
+			/*
+			 * The arena must hold one result of the largest size
+			 * the ledger accepts: a smaller one would take
+			 * results it then refuses for ever.
+			 */
+			if (d->result_bytes != 0 &&
+			    d->result_bytes < SHM_ARENA_LEAST_BYTES)
+				fatalx("--result-bytes must be 0 (the default) "
+				    "or at least %d: one result of the largest "
+				    "size an effect may commit (%d bytes) and "
+				    "its %d-byte header", SHM_ARENA_LEAST_BYTES,
+				    IDEM_MAX_EFFECT_RESULT_BYTES,
+				    SHM_RING_RECORD_HEADER_BYTES);
 			break;
 		case 'D':
 			d->sequence_digits = (unsigned)number_option(
