@@ -155,10 +155,12 @@ void	history_close(struct idemd *);
 void	history_warm_start(struct idemd *);
 void	history_warm_stop(void);
 
-/* main.c */
+/* state.c */
 /* The segment filled from the journal, and the journal open to append. */
 int	idemd_open_state(struct idemd *, char **cause);
 void	idemd_close_state(struct idemd *);
+
+/* main.c */
 /*
  * This broker's journal directory: the store's (store_journal_dir), or
  * under .idem/hosts/<host-id>/ beside other brokers.  0, or -1 if too long.
@@ -168,12 +170,14 @@ int	idemd_journal_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_index_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 	    void *arg);
+
+/* clock.c */
 /*
  * Microseconds on CLOCK_MONOTONIC, for deadlines and waits that a change
  * of the wall clock must not stretch or cut (shm_now_ms is the wall
  * clock, for what is stored or shown).
  */
-int64_t	idemd_monotonic_us(void);
+int64_t	clock_monotonic_us(void);
 
 /* master.c */
 int	master_run(struct idemd *);

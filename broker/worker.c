@@ -535,7 +535,7 @@ worker_yield(struct worker *w)
 	struct timeval		 tv = { 0, WORKER_YIELD_MS * 1000 };
 	uint32_t		 mine, theirs;
 	unsigned		 i;
-	int64_t			 now = idemd_monotonic_us() / 1000;
+	int64_t			 now = clock_monotonic_us() / 1000;
 
 	if (w->d->store_uri == NULL)
 		return 0;
