@@ -155,10 +155,12 @@ void	history_close(struct idemd *);
 void	history_warm_start(struct idemd *);
 void	history_warm_stop(void);
 
-/* main.c */
+/* state.c */
 /* The segment filled from the journal, and the journal open to append. */
 int	idemd_open_state(struct idemd *, char **cause);
 void	idemd_close_state(struct idemd *);
+
+/* main.c */
 /*
  * This broker's journal directory: the store's (store_journal_dir), or
  * under .idem/hosts/<host-id>/ beside other brokers.  0, or -1 if too long.
@@ -168,12 +170,14 @@ int	idemd_journal_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_index_dir(const struct idemd *, char *out, size_t out_size);
 int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 	    void *arg);
+
+/* clock.c */
 /*
  * Microseconds on CLOCK_MONOTONIC, for deadlines and waits that a change
  * of the wall clock must not stretch or cut (shm_now_ms is the wall
  * clock, for what is stored or shown).
  */
-int64_t	idemd_monotonic_us(void);
+int64_t	clock_monotonic_us(void);
 
 /* master.c */
 int	master_run(struct idemd *);
@@ -333,6 +337,9 @@ void	 worker_maybe_exit(struct worker *);
 void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
 /* Send a reply now (the request did not wait). */
 void	 conn_reply(struct conn *, json_t *);
+/* Count an op's refused request (counters.errors), then conn_reply it. */
+struct request_error;
+void	 reply_invalid(struct conn *, json_t *id, struct request_error *);
 struct iovec;
 void	 conn_send_iov(struct conn *, const struct iovec *, int count);
 struct idemd *conn_idemd(struct conn *);
@@ -798,13 +805,15 @@ const struct op_entry *optable_find(const char *name);
 /* A JSON array of every op's name, in the table's order. */
 json_t	*optable_names(void);
 
-/* ops.c: get_submission, diagnose, stats */
+/* ops.c: get_submission, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);
+void	 op_stats(struct conn *, json_t *request, json_t *id);
+
+/* diagnose.c */
 void	 op_diagnose(struct conn *, json_t *request, json_t *id);
 /* task_exists, request_digest_matches, file_digest_matches, into j. */
 void	 diagnose_file_facts(struct idemd *, const struct subtab_entry *,
 	    const char *task_id, json_t *);
-void	 op_stats(struct conn *, json_t *request, json_t *id);
 /* diagnose's effects, on either store: placed in order, and counted. */
 void	 diagnose_effect_place(json_t *x, const struct subtab_entry *,
 	    int64_t now, int64_t stale_after_ms, json_t *first, json_t *later,

@@ -194,12 +194,12 @@ journaler_gather(struct idemd *d)
 	phase = atomic_fetch_add(&h->carrier_phase, 1) & 1;
 	if (journaler_carriers(h, phase) == 0)
 		return;
-	start = idemd_monotonic_us();
+	start = clock_monotonic_us();
 	atomic_store(&h->journaler_gathering, 1);
 	atomic_thread_fence(memory_order_seq_cst);
 	while (journaler_carriers(h, phase) != 0 &&
 	    !atomic_load(&journaler.stop)) {
-		left = start + IDEM_JOURNAL_GATHER_US - idemd_monotonic_us();
+		left = start + IDEM_JOURNAL_GATHER_US - clock_monotonic_us();
 		if (left <= 0)
 			break;
 		ts.tv_sec = left / 1000000;

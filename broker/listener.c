@@ -129,14 +129,14 @@ probe_socket(const struct sockaddr_un *sun, char *who, size_t who_size)
 	int64_t			 deadline, left;
 	int			 rc;
 
-	deadline = idemd_monotonic_us() / 1000 + IDEM_SOCKET_PROBE_TIMEOUT_MS;
+	deadline = clock_monotonic_us() / 1000 + IDEM_SOCKET_PROBE_TIMEOUT_MS;
 	for (;;) {
-		left = deadline - idemd_monotonic_us() / 1000;
+		left = deadline - clock_monotonic_us() / 1000;
 		if (left < 1)
 			left = 1;
 		if ((rc = probe_once(sun, (int)left, who, who_size)) != 1)
 			return rc;
-		if (idemd_monotonic_us() / 1000 >= deadline) {
+		if (clock_monotonic_us() / 1000 >= deadline) {
 			snprintf(who, who_size, "a listener that closes every "
 			    "connection unanswered");
 			return 0;

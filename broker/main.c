@@ -183,15 +183,6 @@ idemd_index_dir(const struct idemd *d, char *out, size_t out_size)
 	return 0;
 }
 
-int64_t
-idemd_monotonic_us(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* What parse_options, store_options and start-up allocated, at exit. */
 static void
 free_names(struct idemd *d)

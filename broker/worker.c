@@ -175,6 +175,18 @@ conn_reply(struct conn *c, json_t *reply)
 	conn_send(c, reply);
 }
 
+/*
+ * A request refused by an op's checks (ops.c, diagnose.c): counted, then
+ * answered.  Here, not in reply.c, which only builds replies (and is
+ * linked without this file into tests/fuzz/fuzz_request).
+ */
+void
+reply_invalid(struct conn *c, json_t *id, struct request_error *err)
+{
+	atomic_fetch_add(&conn_idemd(c)->seg.header->counters.errors, 1);
+	conn_reply(c, reply_error(err, id));
+}
+
 struct idemd *
 conn_idemd(struct conn *c)
 {
@@ -523,7 +535,7 @@ worker_yield(struct worker *w)
 	struct timeval		 tv = { 0, WORKER_YIELD_MS * 1000 };
 	uint32_t		 mine, theirs;
 	unsigned		 i;
-	int64_t			 now = idemd_monotonic_us() / 1000;
+	int64_t			 now = clock_monotonic_us() / 1000;
 
 	if (w->d->store_uri == NULL)
 		return 0;
