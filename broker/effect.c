@@ -753,8 +753,10 @@ result_matches(struct pending *p)
 
 	uint8_t		 digest[IDEM_SHA256_BYTES];
 
-	if (!e->has_result)
-		return 1;
+	/*
+	 * An absent result is null (SPEC.md): result_field serialized it
+	 * so, and it matches only a receipt committed with null.
+	 */
 	if (e->pruned) {
 		/* Only the digest is kept: the same bytes digest the same. */
 		digest_sha256(e->result, e->result_length, digest);

@@ -493,6 +493,44 @@ make_root(const char *root)
 	free(path);
 }
 
+/*
+ * The workspace's --sequence-digits, recorded (seqdigits.c) so that
+ * idemctl verify uses it unasked.  Fewer digits than a file already has
+ * is refused: the allocator would hand out numbers below the wider
+ * ones, and FCoP readers order names by their text.  The disk is read
+ * only when the digits shrink or were never recorded (an upgrade).
+ */
+static void
+record_sequence_digits(struct idemd *d)
+{
+	char		 widest[NAME_MAX + 1], *cause;
+	unsigned	 recorded, digits;
+
+	if (seqdigits_read(d->root_fd, &recorded, &cause) == -1)
+		fatalx("%s: %s", d->root_real, cause);
+	if (recorded == d->sequence_digits)
+		return;
+	if (recorded == 0 || recorded > d->sequence_digits) {
+		if (taskfile_scan_widest(d->root_fd, &digits, widest,
+		    sizeof widest) == -1)
+			fatal("%s: reading the names of its TASK and REPORT "
+			    "files", d->root_real);
+		if (digits > d->sequence_digits && recorded != 0)
+			fatalx("%s: %s has a number of %u digits, more than "
+			    "--sequence-digits %u allows: start idemd with "
+			    "--sequence-digits %u (as it last ran) or at "
+			    "least %u", d->root_real, widest, digits,
+			    d->sequence_digits, recorded, digits);
+		if (digits > d->sequence_digits)
+			fatalx("%s: %s has a number of %u digits, more than "
+			    "--sequence-digits %u allows: start idemd with "
+			    "--sequence-digits %u or more", d->root_real,
+			    widest, digits, d->sequence_digits, digits);
+	}
+	if (seqdigits_record(d->root_fd, d->sequence_digits, &cause) == -1)
+		fatalx("%s: %s", d->root_real, cause);
+}
+
 /* One broker per root: flock the lock file, name the holder if taken. */
 static void
 lock_root(struct idemd *d)
@@ -700,6 +738,7 @@ main(int argc, char **argv)
 	if (d.store_uri != NULL && cluster_check(&d, &cause) != 0)
 		fatalx("%s", cause);
 	lock_root(&d);
+	record_sequence_digits(&d);
 	if (d.store_uri == NULL && workspace_imported(d.root_fd) != 0)
 		fatalx("%s: its history was imported into a PostgreSQL store "
 		    "(%s): serve it with --store URI; a local idemd would "
