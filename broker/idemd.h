@@ -78,8 +78,11 @@ struct idemd {
 	 * --store postgresql://... (NULL: the local store), --host-id,
 	 * --lease-ms, --store-connections (doc/cluster.md).  This broker's own state (lock,
 	 * socket, journal, segment) is then under .idem/hosts/<host-id>/.
+	 * store_uri is a copy (malloc'd): the command line's has its
+	 * password overwritten; a worker is sent it (master_spawn).
 	 */
-	const char		*store_uri;
+	char			*store_uri;
+	const char		*store_file;	/* --store-file */
 	const char		*host_id;
 	int			 lease_ms;
 	unsigned		 store_connections; /* creation threads per worker */

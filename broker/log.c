@@ -10,6 +10,13 @@
  * to the device and inode of the stream it gives a service, and a
  * stderr with those is the journal, which takes the prefix as the
  * line's priority (sd-daemon(3)).  A terminal or a file gets none.
+ *
+ * Every message is escaped (log_escape) in the one function that
+ * formats a line, whatever its destination: a message carries what
+ * clients sent (ids, kinds, an effect's evidence source), and a newline,
+ * a carriage return or an escape sequence in it would let a client write
+ * a line of its own, or rewrite one on a terminal, into what may be the
+ * only record of an effect's evidence.  No call site has to remember.
  */
 #include <sys/stat.h>
 
@@ -132,15 +139,120 @@ log_use_syslog(void)
 	log_state.syslog = 1;
 }
 
+/*
+ * One code point of valid UTF-8 at in (len bytes left): its length, or 0
+ * if the bytes there are not one (overlong, a surrogate, past U+10FFFF,
+ * cut short).  *cp is the code point.
+ */
+static size_t
+log_utf8(const unsigned char *in, size_t len, unsigned *cp)
+{
+	size_t		n, i;
+	unsigned	c = in[0], min;
+
+	if (c >= 0xc2 && c <= 0xdf) {
+		n = 2;
+		c &= 0x1f;
+		min = 0x80;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		c &= 0x0f;
+		min = 0x800;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		c &= 0x07;
+		min = 0x10000;
+	} else
+		return 0;
+	if (len < n)
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((in[i] & 0xc0) != 0x80)
+			return 0;
+		c = (c << 6) | (in[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return n;
+}
+
+/*
+ * Code points shown escaped although valid: the C1 controls (a terminal
+ * may take U+009B as CSI), the line and paragraph separators some
+ * viewers break lines at, and the bidirectional controls that make a
+ * line read otherwise than its bytes (CVE-2021-42574).
+ */
+static int
+log_unsafe_code_point(unsigned cp)
+{
+	return (cp >= 0x80 && cp <= 0x9f) || cp == 0x61c ||
+	    cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) ||
+	    (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+}
+
+size_t
+log_escape(char *out, size_t size, const char *in, size_t len)
+{
+	const unsigned char	*p = (const unsigned char *)in;
+	char			 piece[16];
+	size_t			 used = 0, i = 0, n, k;
+	unsigned		 cp;
+
+	if (size == 0)
+		return 0;
+	while (i < len) {
+		n = 1;
+		if (p[i] == '\\')
+			k = (size_t)snprintf(piece, sizeof piece, "\\\\");
+		else if (p[i] == '\n')
+			k = (size_t)snprintf(piece, sizeof piece, "\\n");
+		else if (p[i] == '\r')
+			k = (size_t)snprintf(piece, sizeof piece, "\\r");
+		else if (p[i] == '\t')
+			k = (size_t)snprintf(piece, sizeof piece, "\\t");
+		else if (p[i] < 0x20 || p[i] == 0x7f)
+			k = (size_t)snprintf(piece, sizeof piece, "\\x%02x",
+			    p[i]);
+		else if (p[i] < 0x80) {
+			piece[0] = (char)p[i];
+			k = 1;
+		} else if ((n = log_utf8(p + i, len - i, &cp)) == 0) {
+			n = 1;
+			k = (size_t)snprintf(piece, sizeof piece, "\\x%02x",
+			    p[i]);
+		} else if (log_unsafe_code_point(cp))
+			k = (size_t)snprintf(piece, sizeof piece, "\\u%04x",
+			    cp);
+		else {
+			memcpy(piece, p + i, n);
+			k = n;
+		}
+		/* Whole pieces only: never half an escape or a character. */
+		if (used + k >= size)
+			break;
+		memcpy(out + used, piece, k);
+		used += k;
+		i += n;
+	}
+	out[used] = '\0';
+	return used;
+}
+
 static void __attribute__((format(printf, 5, 0)))
 log_vline(int priority, const char *level, int with_errno, int saved_errno,
     const char *fmt, va_list ap)
 {
-	char	message[1024], prefix[8] = "";
+	char	raw[1024], message[4 * sizeof raw], prefix[8] = "";
+	int	n;
 
 	if (priority > log_state.level)
 		return;
-	vsnprintf(message, sizeof message, fmt, ap);
+	n = vsnprintf(raw, sizeof raw, fmt, ap);
+	if (n < 0)
+		n = 0;
+	log_escape(message, sizeof message, raw,
+	    (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1);
 	if (log_state.syslog) {
 		if (with_errno)
 			syslog(priority, "%s%s: %s", level, message,

@@ -7,11 +7,14 @@
  * prefix when stderr is the journal), to a file (--log-file, reopened on
  * SIGHUP) or to syslog (--syslog); those below the level (--log-level,
  * default info; IDEM_DEBUG in the environment: debug) are dropped.
+ * A message is escaped (log_escape) before it is written, whatever its
+ * destination: it may quote what a client sent.
  */
 #ifndef IDEM_LOG_H
 #define IDEM_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 void	log_init(const char *program);
 /* "error", "warning", "notice", "info" or "debug"; -1 if none of them. */
@@ -22,6 +25,15 @@ int	log_open_file(const char *path, char **cause);
 int	log_reopen(char **cause);
 /* Log to syslog (facility daemon) from now on. */
 void	log_use_syslog(void);
+/*
+ * in (len bytes, NULs included) as one line of safe text in out (size
+ * bytes, NUL-terminated): printable ASCII and valid UTF-8 as they are;
+ * a backslash doubled; \n \r \t; other control bytes, DEL and bytes
+ * that are not UTF-8 as \xHH; C1 controls, line separators and the
+ * bidirectional controls as \uHHHH.  An escape is never cut: what does
+ * not fit is dropped whole.  Returns the length written.
+ */
+size_t	log_escape(char *out, size_t size, const char *in, size_t len);
 void	log_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_warnx(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_notice(const char *, ...) __attribute__((format(printf, 1, 2)));

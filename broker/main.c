@@ -32,6 +32,7 @@
 #include "log.h"
 #include "idemd.h"
 #include "pg.h"
+#include "storeuri.h"
 #include "workspace_id.h"
 
 static void
@@ -44,6 +45,8 @@ usage(FILE *out, int status)
 "             [--idle-timeout-ms N] [--socket-mode MODE] [--socket-group GROUP]\n"
 "             [--segment-bytes N] [--result-bytes N] [--sequence-digits N]\n"
 "             [--ready-fd FD] [--log-file PATH | --syslog] [--log-level LEVEL]\n"
+"             [--store URI | --store-file PATH] [--host-id NAME] [--lease-ms N]\n"
+"             [--store-connections N]\n"
 "\n"
 "  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
 "  --socket PATH         Unix socket (default ROOT/%s)\n"
@@ -70,6 +73,8 @@ usage(FILE *out, int status)
 "  --log-level LEVEL     error, warning, notice, info (default) or debug\n"
 "  --store URI           local (default) or postgresql://...: several brokers\n"
 "                        on one workspace (doc/cluster.md)\n"
+"  --store-file PATH     the --store URI from PATH (mode 0600, ours or root's):\n"
+"                        a password in it stays out of every command line\n"
 "  --host-id NAME        this broker's name among them (with postgresql://)\n"
 "  --lease-ms N          a creation's lease (default 30000)\n"
 "  --store-connections N creations in flight per worker, each on its own\n"
@@ -112,6 +117,87 @@ socket_mode_option(const char *value)
 		fatalx("--socket-mode must be octal permissions that include "
 		    "0600 (the broker's own user), such as 0660");
 	return (unsigned)mode;
+}
+
+/*
+ * --store URI: the URI is kept (a copy), and its password overwritten
+ * where it was given, in the command line itself, which any local user
+ * can read in ps (as MySQL's client does).  It was there from the exec
+ * until now: --store-file closes that window.  Workers get the URI from
+ * the master through their notify socket (store_receive), never in
+ * their own command line.
+ */
+static void
+store_uri_option(struct idemd *d, char *value)
+{
+	free(d->store_uri);
+	d->store_uri = NULL;
+	if (strcmp(value, "local") == 0)
+		return;
+	if ((d->store_uri = strdup(value)) == NULL)
+		fatal("strdup");
+	storeuri_redact(value);
+}
+
+/* --store-file PATH (the master only: a worker is sent the URI). */
+static void
+store_file_option(struct idemd *d)
+{
+	char	*cause = NULL, *uri;
+
+	if (d->store_file == NULL)
+		return;
+	if (d->store_uri != NULL)
+		fatalx("--store and --store-file: choose one");
+	if ((uri = storeuri_read_file(d->store_file, (unsigned)getuid(),
+	    &cause)) == NULL)
+		fatalx("%s", cause != NULL ? cause : strerror(errno));
+	if (strcmp(uri, "local") == 0)
+		free(uri);
+	else
+		d->store_uri = uri;
+}
+
+/* Exactly size bytes from fd (blocking); a worker's start-up. */
+static void
+store_read_full(int fd, void *buf, size_t size, long index)
+{
+	size_t	done = 0;
+	ssize_t	n;
+
+	while (done < size) {
+		n = read(fd, (char *)buf + done, size - done);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1)
+			fatal("worker %ld: reading the store's URI", index);
+		if (n == 0)
+			fatalx("worker %ld: the master is gone", index);
+		done += (size_t)n;
+	}
+}
+
+/*
+ * A worker's store URI: the master writes it on the worker's notify
+ * socket before the fork, ahead of any wake-up (master_spawn), as a
+ * 32-bit length (0: the local store) and the bytes.
+ */
+static void
+store_receive(struct idemd *d, int fd, long index)
+{
+	uint32_t	length;
+
+	free(d->store_uri);
+	d->store_uri = NULL;
+	store_read_full(fd, &length, sizeof length, index);
+	if (length == 0)
+		return;
+	if (length > STOREURI_FILE_MAX)
+		fatalx("worker %ld: a store URI of %u bytes from the master",
+		    index, length);
+	if ((d->store_uri = calloc(1, (size_t)length + 1)) == NULL)
+		fatal("worker %ld", index);
+	store_read_full(fd, d->store_uri, length, index);
 }
 
 /*
@@ -194,6 +280,7 @@ free_names(struct idemd *d)
 	free(d->lock_name);
 	free(d->journal_name);
 	free(d->socket_name);
+	free(d->store_uri);
 }
 
 /* The shared-memory segment's name: per root, and per host in a cluster. */
@@ -232,6 +319,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "syslog", no_argument, NULL, 'S' },
 		{ "store", required_argument, NULL, 'T' },
+		{ "store-file", required_argument, NULL, 'F' },
 		{ "host-id", required_argument, NULL, 'H' },
 		{ "lease-ms", required_argument, NULL, 'A' },
 		{ "store-connections", required_argument, NULL, 'C' },
@@ -348,8 +436,10 @@ parse_options(struct idemd *d, int argc, char **argv)
 			d->worker_handles = optarg;
 			break;
 		case 'T':
-			d->store_uri = strcmp(optarg, "local") == 0 ? NULL :
-			    optarg;
+			store_uri_option(d, optarg);
+			break;
+		case 'F':
+			d->store_file = optarg;
 			break;
 		case 'H':
 			d->host_id = optarg;
@@ -383,7 +473,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	}
 	if (d->log_file != NULL && d->log_syslog)
 		fatalx("--log-file and --syslog: choose one");
-	store_options(d);
+	/* store_options once the URI is known: main, run_worker. */
 }
 
 /* mkdir -p for the root itself; the topology below is taskfile.c's. */
@@ -505,8 +595,9 @@ idemd_scan_max_seq(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
  * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH,
  * INDEXDIR: this process is a worker the master (PID) forked and exec'd
  * (master.c), with the same options and those inherited handles (enum
- * worker_handle).  It maps the master's segment and serves until told
- * to stop.
+ * worker_handle), and the store's URI, whose password its command line
+ * does not hold, first on its notify socket.  It maps the master's
+ * segment and serves until told to stop.
  */
 static int
 run_worker(struct idemd *d)
@@ -551,6 +642,9 @@ run_worker(struct idemd *d)
 	}
 	d->index_dir_fd = handle[WORKER_HANDLE_INDEX];
 	handle[WORKER_HANDLE_INDEX] = -1;	/* history_close's */
+	/* First on the socket, ahead of any wake-up: the store's URI. */
+	store_receive(d, handle[WORKER_HANDLE_NOTIFY], index);
+	store_options(d);
 	if (fcntl(handle[WORKER_HANDLE_NOTIFY], F_SETFL, O_NONBLOCK) == -1)
 		fatal("worker %ld: notify socket", index);
 	if ((d->root_real = strdup(d->root)) == NULL)
@@ -628,6 +722,8 @@ main(int argc, char **argv)
 	if (d.worker_handles != NULL)
 		return run_worker(&d);
 	d.master_pid = getpid();
+	store_file_option(&d);
+	store_options(&d);
 #ifndef IDEM_FAULT_INJECTION
 	if (faultenv_refuse(environ, &cause) != 0)
 		fatalx("%s", cause);

@@ -11,6 +11,7 @@
  * wakes the worker; the worker's end reading EOF means the master is gone.
  */
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 
 #ifdef HAVE_SYSTEMD
@@ -82,6 +83,40 @@ master_broadcast(void *arg)
 }
 
 /*
+ * The store's URI, the one option a worker is not given in its command
+ * line, which any local user can read (its password: issue #27): the
+ * first bytes on its notify socket, a 32-bit length (0: the local store)
+ * and the URI, read before the worker serves (main.c, store_receive).
+ * Written before the fork into an empty socket whose buffer holds far
+ * more, so it never blocks and always comes ahead of any wake-up.
+ */
+static int
+master_send_store(int fd, const char *uri)
+{
+	uint32_t	 length = uri != NULL ? (uint32_t)strlen(uri) : 0;
+	struct iovec	 iov[2];
+	struct msghdr	 msg;
+	ssize_t		 n;
+
+	iov[0].iov_base = &length;
+	iov[0].iov_len = sizeof length;
+	iov[1].iov_base = (void *)uri;
+	iov[1].iov_len = length;
+	memset(&msg, 0, sizeof msg);
+	msg.msg_iov = iov;
+	msg.msg_iovlen = 2;
+	do
+		n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	while (n == -1 && errno == EINTR);
+	if (n != (ssize_t)(sizeof length + length)) {
+		if (n != -1)
+			errno = EMSGSIZE;
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * A worker is this program again, exec'd with --worker and the numbers of
  * the handles it inherits (main.c).  Why exec and not a bare fork: once
  * serving, the master has threads (journaling, checkpoint), and a child
@@ -89,7 +124,9 @@ master_broadcast(void *arg)
  * functions until it execs: a lock another thread held at the fork, in
  * malloc or in a sanitizer's runtime, stays held in the child for ever.
  * So everything the child needs is prepared before the fork, and between
- * fork and exec it only clears close-on-exec flags.
+ * fork and exec it only clears close-on-exec flags.  Its command line is
+ * the master's, whose --store password main.c has overwritten; the URI
+ * itself goes through the notify socket (master_send_store).
  */
 static int
 master_spawn(struct master *m, unsigned index)
@@ -105,6 +142,12 @@ master_spawn(struct master *m, unsigned index)
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1) {
 		log_warn("socketpair for worker %u", index);
+		return -1;
+	}
+	if (master_send_store(sv[0], d->store_uri) != 0) {
+		log_warn("worker %u: sending the store's URI", index);
+		close(sv[0]);
+		close(sv[1]);
 		return -1;
 	}
 	if ((argv = calloc((size_t)d->argc + 5, sizeof *argv)) == NULL) {

@@ -234,7 +234,7 @@ static const struct command commands[] = {
 "\n"
 "Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n" },
 	{ "compact", cmd_compact, "prune old receipt bodies, keep tombstones",
-	    "--older-than DAYS [--root DIR] [--store URI]",
+	    "--older-than DAYS [--root DIR] [--store URI | --store-file PATH]",
 "Replace each receipt in the index committed more than DAYS days ago by\n"
 "its tombstone: the id, kind, digest schema, request digest, task_id (or\n"
 "the result's digest for an effect) and committed_at.  Nothing is ever\n"
@@ -244,7 +244,9 @@ static const struct command commands[] = {
 "in the broker's table keep their body until they leave it.  The broker\n"
 "may be running.  With --store postgresql://... the workspace DIR's rows\n"
 "in PostgreSQL are compacted the same way (one transaction, beside\n"
-"running brokers).  Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n" },
+"running brokers); --store-file PATH reads that URI from PATH (mode 0600,\n"
+"yours or root's), keeping its password out of the command line.\n"
+"Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n" },
 	{ "journal", cmd_journal, "journal dump: the audit trail, offline",
 	    "dump [--root DIR] [--json | --text]",
 "Journal commands.  See idemctl journal dump --help.\n" }

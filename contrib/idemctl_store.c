@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "store.h"
+#include "storeuri.h"
 #include "workspace_id.h"
 #ifdef HAVE_POSTGRESQL
 #include <libpq-fe.h>
@@ -40,6 +41,7 @@
 
 static const char store_help[] =
 "usage: idemctl store init --store URI [--root DIR]\n"
+"       (everywhere: --store-file PATH instead of --store URI)\n"
 "       idemctl store migrate --store URI\n"
 "       idemctl store verify --store URI --root DIR   (or idemctl verify\n"
 "                                   --store URI --root DIR)\n"
@@ -69,8 +71,45 @@ static const char store_help[] =
 "outcome_unknown: settle them with effect_complete or effect_resolve).\n"
 "Afterwards serve DIR with --store URI only.\n"
 "\n"
+"--store-file PATH reads the URI from PATH, which must be owned by you or\n"
+"root and have no group or other access (chmod 600): a password in it is\n"
+"then in no command line.  A password given with --store is overwritten in\n"
+"idemctl's command line at once, but ps may see it before; libpq's\n"
+"PGPASSFILE (~/.pgpass) and PGSERVICE keep it out of the URI altogether.\n"
+"\n"
 "Exit status: 0 ok, 1 refused (a newer schema, problems, conflicts), 2\n"
 "usage, 3 the database cannot be reached.\n";
+
+void
+idemctl_store_option(char **uri, char *value)
+{
+	free(*uri);
+	if ((*uri = strdup(value)) == NULL) {
+		fprintf(stderr, "idemctl: out of memory\n");
+		exit(STORE_EXIT_UNREACHABLE);
+	}
+	storeuri_redact(value);
+}
+
+int
+idemctl_store_file(char **uri, const char *path)
+{
+	char	*cause = NULL;
+
+	if (*uri != NULL) {
+		fprintf(stderr, "idemctl: --store and --store-file: choose "
+		    "one\n");
+		return -1;
+	}
+	if ((*uri = storeuri_read_file(path, (unsigned)getuid(), &cause)) ==
+	    NULL) {
+		fprintf(stderr, "idemctl: %s\n", cause != NULL ? cause :
+		    strerror(errno));
+		free(cause);
+		return -1;
+	}
+	return 0;
+}
 
 static int
 store_usage(const char *why)
@@ -379,17 +418,21 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 }
 #endif
 
+static int	store_run(const char *what, const char *uri, const char *root);
+
 int
 idemctl_store(int argc, char **argv)
 {
 	static const struct option options[] = {
 		{ "store", required_argument, NULL, 's' },
+		{ "store-file", required_argument, NULL, 'f' },
 		{ "root", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	const char	*uri = getenv("IDEM_STORE"), *root = NULL, *what;
-	int		 ch;
+	const char	*root = NULL, *what, *file = NULL;
+	char		*uri = NULL;
+	int		 ch, status;
 
 	if (argc < 2)
 		return store_usage("which store command?");
@@ -407,20 +450,45 @@ idemctl_store(int argc, char **argv)
 	    -1) {
 		switch (ch) {
 		case 's':
-			uri = optarg;
+			idemctl_store_option(&uri, optarg);
+			break;
+		case 'f':
+			file = optarg;
 			break;
 		case 'r':
 			root = optarg;
 			break;
 		case 'h':
+			free(uri);
 			fputs(store_help, stdout);
 			return STORE_EXIT_OK;
 		default:
+			free(uri);
 			return store_usage("unknown option or missing value");
 		}
 	}
-	if (optind != argc - 1)
+	if (optind != argc - 1) {
+		free(uri);
 		return store_usage("unexpected argument");
+	}
+	if (file != NULL && idemctl_store_file(&uri, file) != 0) {
+		free(uri);
+		return STORE_EXIT_USAGE;
+	}
+	if (uri == NULL && getenv("IDEM_STORE") != NULL &&
+	    (uri = strdup(getenv("IDEM_STORE"))) == NULL)
+		return STORE_EXIT_UNREACHABLE;
+	status = store_run(what, uri, root);
+	if (uri != NULL)
+		explicit_bzero(uri, strlen(uri));
+	free(uri);
+	return status;
+}
+
+/* idemctl store WHAT, its options read. */
+static int
+store_run(const char *what, const char *uri, const char *root)
+{
 	if (uri == NULL || strncmp(uri, "postgresql://", 13) != 0)
 		return store_usage("--store postgresql://... is required");
 	if (root != NULL && strcmp(what, "migrate") == 0)

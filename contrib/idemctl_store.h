@@ -14,6 +14,17 @@ int	idemctl_store_verify(int argc, char **argv);
 int	idemctl_store_compact(const char *uri, const char *root, int days,
 	    int json);
 
+/*
+ * --store VALUE: a copy in *uri (the one before freed), and the
+ * password in the command line overwritten (ps shows it to anyone).
+ */
+void	idemctl_store_option(char **uri, char *value);
+/*
+ * --store-file PATH: *uri read from it (storeuri.h's checks); refused
+ * if --store gave one.  0, or -1 with the message printed.
+ */
+int	idemctl_store_file(char **uri, const char *path);
+
 /* ---- idemctl_import.c ----------------------------------------------- */
 
 /* idemctl store import --store URI --root DIR. */

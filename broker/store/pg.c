@@ -24,6 +24,7 @@
 
 #include "digest.h"
 #include "pg.h"
+#include "storeuri.h"
 #include "store.h"
 
 /*
@@ -109,8 +110,11 @@ pgstore_connect(const char *uri, char **cause)
 		    conn != NULL ? PQerrorMessage(conn) : "out of memory") ==
 		    -1)
 			*cause = NULL;
-		else
+		else {
 			(*cause)[strcspn(*cause, "\n")] = '\0';
+			/* libpq may quote a malformed part: the password. */
+			storeuri_scrub(*cause, uri);
+		}
 		PQfinish(conn);
 		errno = EIO;
 		return NULL;

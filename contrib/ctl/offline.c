@@ -887,9 +887,11 @@ cmd_compact(struct idemctl *ctl, int argc, char **argv)
 		COMMON_OPTIONS,
 		{ "older-than", required_argument, NULL, OPT_OLDER_THAN },
 		{ "store", required_argument, NULL, OPT_STORE },
+		{ "store-file", required_argument, NULL, OPT_STORE_FILE },
 		{ NULL, 0, NULL, 0 }
 	};
-	const char	*store = NULL;
+	const char	*store_file = NULL;
+	char		*store = NULL;
 	struct index	 x;
 	char		 dir[PATH_MAX];
 	char		*end, *cause = NULL;
@@ -900,7 +902,9 @@ cmd_compact(struct idemctl *ctl, int argc, char **argv)
 
 	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
 		if (ch == OPT_STORE)
-			store = strcmp(optarg, "local") == 0 ? NULL : optarg;
+			idemctl_store_option(&store, optarg);
+		if (ch == OPT_STORE_FILE)
+			store_file = optarg;
 		if (ch != OPT_OLDER_THAN)
 			continue;
 		errno = 0;
@@ -914,13 +918,22 @@ cmd_compact(struct idemctl *ctl, int argc, char **argv)
 		ctl_usage_error(ctl, "--older-than DAYS is required");
 	if (optind != argc)
 		ctl_usage_error(ctl, "no arguments expected");
+	if (store_file != NULL && idemctl_store_file(&store, store_file) != 0)
+		return IDEMCTL_EXIT_USAGE;
+	if (store != NULL && strcmp(store, "local") == 0) {
+		free(store);
+		store = NULL;
+	}
 	/* The PostgreSQL store's rows (contrib/idemctl_store.c). */
 	if (store != NULL) {
 		if (strncmp(store, "postgresql://", 13) != 0)
 			ctl_usage_error(ctl, "--store is local or "
 			    "postgresql://...");
-		return idemctl_store_compact(store, ctl_root(ctl), (int)days,
+		ch = idemctl_store_compact(store, ctl_root(ctl), (int)days,
 		    ctl->json);
+		explicit_bzero(store, strlen(store));
+		free(store);
+		return ch;
 	}
 	snprintf(dir, sizeof dir, "%s/%s", ctl_root(ctl), IDEM_INDEX_DIR);
 	if (!index_exists(dir))

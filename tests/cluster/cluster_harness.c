@@ -83,6 +83,21 @@ cluster_node_init(struct node *n, const char *uri, const char *root,
 }
 
 int
+cluster_node_start_args(struct node *n, const char *const *args,
+    const char *const *env)
+{
+	int	i;
+
+	for (i = 0; i < CLUSTER_MAX_NODES; i++) {
+		if (live_nodes[i] == NULL || live_nodes[i] == n) {
+			live_nodes[i] = n;
+			break;
+		}
+	}
+	return harness_start(&n->b, args, env);
+}
+
+int
 cluster_node_start(struct node *n, const char *lease_ms, const char *workers,
     const char *inflight_wait_ms, const char *digits, const char *const *env)
 {

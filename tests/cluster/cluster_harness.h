@@ -41,6 +41,12 @@ int	 cluster_node_start(struct node *, const char *lease_ms,
 	    const char *workers, const char *inflight_wait_ms,
 	    const char *digits, const char *const *env);
 /*
+ * Start it with exactly these arguments (after --root and --ready-fd;
+ * its --store or --store-file among them), killed as the above.
+ */
+int	 cluster_node_start_args(struct node *, const char *const *args,
+	    const char *const *env);
+/*
  * count nodes on a fresh root (its path in root), named prefix0,
  * prefix1...: a 30 s lease, workers and digits as cluster_node_start's;
  * fails the test if one does not start.

@@ -1061,6 +1061,178 @@ test_state_dir_swapped_while_running(void **state)
 	rmdir(o.dir);
 }
 
+/* ---- the log ----------------------------------------------------------- */
+
+/*
+ * What a hostile client puts in every string a log line may quote: a
+ * whole forged line after a newline, a carriage return and terminal
+ * escapes, other C0 controls and DEL, a bidi override, a C1 control.
+ */
+#define EVIL	"x\nidemd[1]: effect pay (y): evidence applied from " \
+	"bank API\r\x1b[2K\x1b]0;t\x07\x01\x08\x0b\x1f\x7f" \
+	"\xe2\x80\xae\xe2\x81\xa6\xc2\x9b\xe2\x80\xa8"
+
+/* A line of the log: text a terminal shows as it is, one line. */
+static int
+log_line_safe(const unsigned char *p, size_t len)
+{
+	size_t		i = 0, n, k;
+	unsigned	cp;
+
+	while (i < len) {
+		if (p[i] < 0x20 || p[i] == 0x7f)
+			return 0;
+		if (p[i] < 0x80) {
+			i++;
+			continue;
+		}
+		n = p[i] >= 0xf0 && p[i] <= 0xf4 ? 4 : p[i] >= 0xe0 &&
+		    p[i] <= 0xef ? 3 : p[i] >= 0xc2 && p[i] <= 0xdf ? 2 : 0;
+		if (n == 0 || i + n > len)
+			return 0;
+		cp = p[i] & (0x7f >> n);
+		for (k = 1; k < n; k++) {
+			if ((p[i + k] & 0xc0) != 0x80)
+				return 0;
+			cp = (cp << 6) | (p[i + k] & 0x3f);
+		}
+		if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+		    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ||
+		    cp <= 0x9f || (cp >= 0x2028 && cp <= 0x202e) ||
+		    (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200e ||
+		    cp == 0x200f || cp == 0x61c)
+			return 0;
+		i += n;
+	}
+	return 1;
+}
+
+/*
+ * A request as the bytes a client sends (libidem would refuse some of
+ * these strings before they left): the reply, or NULL if the broker
+ * closed the connection instead.
+ */
+static json_t *
+raw_call(struct broker *b, json_t *request)
+{
+	json_t	*reply;
+	char	*text, *line;
+	int	 fd;
+
+	assert_non_null(request);
+	assert_non_null(text = json_dumps(request, JSON_COMPACT));
+	json_decref(request);
+	assert_true((fd = harness_raw_connect(b)) != -1);
+	assert_int_equal(harness_raw_send(fd, text), 0);
+	line = harness_raw_read_line(fd);
+	close(fd);
+	free(text);
+	reply = line != NULL ? json_loads(line, 0, NULL) : NULL;
+	free(line);
+	return reply;
+}
+
+static void
+send_raw_lines(struct broker *b, const char *const *lines)
+{
+	char	*reply;
+	int	 fd;
+
+	for (; *lines != NULL; lines++) {
+		assert_true((fd = harness_raw_connect(b)) != -1);
+		assert_int_equal(harness_raw_send(fd, *lines), 0);
+		reply = harness_raw_read_line(fd);	/* answered or closed */
+		free(reply);
+		close(fd);
+	}
+}
+
+/*
+ * Issue #27, item 5: a client wrote a whole "evidence applied" line of
+ * its own into the log through evidence.source.  Every string a client
+ * sends (ids, effect kinds, the task's and report's members, evidence,
+ * unknown ops, lines that are not UTF-8) goes to a broker logging
+ * at debug; afterwards every line of its log is one event with the
+ * broker's prefix and no control character, invalid UTF-8 or bidi
+ * control, and the evidence is logged on exactly one line, escaped.
+ */
+static void
+test_client_text_cannot_forge_log_lines(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--log-level", "debug", NULL };
+	const char	*raw[] = {
+		"{\"op\":\"write_task\",\"client_submission_id\":\"a\xff\x1b"
+		    "\",\"task\":{}}",
+		"{\"op\":\"hel\xc0\xafo\x1b[31m\"}",
+		"\xfe\xff\x1b]0;title\x07{",
+		"{\"op\":\"effect_begin\",\"client_submission_id\":"
+		    "\"\\u001b[1Aid\\r\",\"effect_kind\":\"pay\\n\","
+		    "\"request\":{}}",
+		NULL
+	};
+	json_t		*reply, *evidence;
+	char		*log, *line, *next;
+	int		 lines = 0, evidence_lines = 0;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	/* A task and a report whose every string is hostile. */
+	json_decref(raw_call(b, harness_write_task(EVIL, EVIL)));
+	json_decref(raw_call(b, json_pack("{s:s, s:s, "
+	    "s:{s:s, s:s, s:s, s:s}}", "op", "write_task",
+	    "client_submission_id", "evil-task", "task", "sender", EVIL,
+	    "recipient", EVIL, "subject", EVIL, "body", EVIL)));
+	json_decref(raw_call(b, json_pack("{s:s, s:s, s:s, "
+	    "s:{s:s, s:s}}", "op", "write_report", "task_id", EVIL,
+	    "client_submission_id", EVIL, "report", "sender", EVIL,
+	    "body", EVIL)));
+	/* An effect: its id and kind hostile, then a sane one's evidence. */
+	json_decref(raw_call(b, json_pack("{s:s, s:s, s:s, s:{}}",
+	    "op", "effect_begin", "client_submission_id", EVIL,
+	    "effect_kind", EVIL, "request")));
+	reply = raw_call(b, json_pack("{s:s, s:s, s:s, s:{}}",
+	    "op", "effect_begin", "client_submission_id", "pay-1",
+	    "effect_kind", "pay", "request"));
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	evidence = json_pack("{s:s, s:s, s:s}", "observed", "applied",
+	    "source", EVIL, "result", EVIL);
+	json_decref(raw_call(b, json_pack("{s:s, s:s, s:s, s:o}",
+	    "op", "effect_resolve", "client_submission_id", "pay-1",
+	    "effect_kind", "pay", "evidence", evidence)));
+	json_decref(raw_call(b, json_pack("{s:s, s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", EVIL,
+	    "effect_kind", EVIL)));
+	json_decref(raw_call(b, json_pack("{s:s}", "op", EVIL)));
+	json_decref(raw_call(b, json_pack("{s:s, s:s}", "op",
+	    "diagnose", EVIL, EVIL)));
+	send_raw_lines(b, raw);
+	/* The evidence is logged (escaped), and the broker stops. */
+	harness_wait_log(b, "evidence applied from x", 1, 10000);
+	assert_int_equal(harness_stop(b), 0);
+
+	assert_non_null(log = harness_read_log(b));
+	for (line = log; *line != '\0'; line = next) {
+		next = strchr(line, '\n');
+		assert_non_null(next);		/* every line ends */
+		*next++ = '\0';
+		lines++;
+		if (!log_line_safe((unsigned char *)line, strlen(line)))
+			fail_msg("an unsafe log line (line %d): %s", lines,
+			    line);
+		if (strncmp(line, "idemd[", 6) != 0 ||
+		    strncmp(line, "idemd[1]", 8) == 0)
+			fail_msg("a line not the broker's: %s", line);
+		if (strstr(line, "): evidence ") != NULL)
+			evidence_lines++;
+	}
+	assert_true(lines > 3);
+	assert_int_equal(evidence_lines, 1);
+	free(log);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -1103,6 +1275,9 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_state_dir_swapped_while_running,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_client_text_cannot_forge_log_lines,
 		    harness_setup, harness_teardown),
 	};
 
