@@ -663,7 +663,7 @@ static void
 need_fault_injection(struct broker *b)
 {
 #ifndef IDEM_FAULT_INJECTION
-	fprintf(stderr, "skipped: needs configure --enable-fault-injection\n");
+	printf("SKIP: needs configure --enable-fault-injection\n");
 	harness_cleanup(b);
 	b->root[0] = '\0';
 	skip();
@@ -950,7 +950,7 @@ journal_fault_acknowledges_nothing_and_retry_completes(void **state)
 
 	if (start_with_faults(b, rules, sizeof rules) != 0) {
 		/* Built by make check; run alone it may be missing. */
-		fprintf(stderr, "no fault shim (IDEM_FAULTSHIM): not run\n");
+		printf("SKIP: no fault shim (IDEM_FAULTSHIM)\n");
 		harness_finish(b);
 		skip();
 	}
