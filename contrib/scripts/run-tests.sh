@@ -129,7 +129,8 @@ if sh "$top/contrib/scripts/build.sh" build-default &&
     sh "$top/tests/fault_injection.sh" >"$top/build-default/fault.log" 2>&1
 then
 	grep -E '^(PASS|FAIL):' "$top/build-default/fault.log" || true
-	passed=$((passed + $(grep -c '^PASS:' "$top/build-default/fault.log")))
+	n=$(grep -c '^PASS:' "$top/build-default/fault.log" || true)
+	passed=$((passed + n))
 else
 	cat "$top/build-default/fault.log" 2>/dev/null || true
 	f=$(grep -c '^FAIL:' "$top/build-default/fault.log" 2>/dev/null) || f=0
@@ -143,8 +144,9 @@ if command -v clang >/dev/null 2>&1; then
 	then
 		grep -E '^fuzz_' "$top/build-fuzz/fuzz.log" || true
 		# One case per target ("fuzz_request: ok: ...").
-		passed=$((passed + $(grep -c '^fuzz_[a-z_]*: ok:' \
-		    "$top/build-fuzz/fuzz.log")))
+		n=$(grep -c '^fuzz_[a-z_]*: ok:' "$top/build-fuzz/fuzz.log" ||
+		    true)
+		passed=$((passed + n))
 	else
 		tail -40 "$top/build-fuzz/fuzz.log"
 		failed=$((failed + 1))
