@@ -88,7 +88,6 @@ for trs in $(find "$dir" -name '*.trs' | sort); do
 		skip_name[nskips] = n
 		skip_reason[nskips] = r == "" ? "no reason given" : r
 	}
-	function num(s) { sub(/^[^0-9]*/, "", s); return s + 0 }
 	# "failures=1, errors=2, skipped=3": the value of key, or 0.
 	function pycount(s, key,	i, n, parts, kv) {
 		n = split(s, parts, /, */)
