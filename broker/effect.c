@@ -730,11 +730,8 @@ effect_begin_acquire(struct pending *p)
 		return;
 	case SUBTAB_FULL:
 		journaler_kick(d->kick_fd);
-		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 1,
-		    "the submission table (--capacity %u) holds no entry it "
-		    "may evict: every one is in flight or not yet in the "
-		    "index; retry in a moment, or restart idemd with a "
-		    "larger --capacity", d->capacity));
+		effect_fail(p, reply_table_full(p->id, a.full, d->capacity,
+		    a.key_length));
 		return;
 	case SUBTAB_ALLOC_FAILED:
 		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
@@ -753,8 +750,10 @@ result_matches(struct pending *p)
 
 	uint8_t		 digest[IDEM_SHA256_BYTES];
 
-	if (!e->has_result)
-		return 1;
+	/*
+	 * An absent result is null (SPEC.md): result_field serialized it
+	 * so, and it matches only a receipt committed with null.
+	 */
 	if (e->pruned) {
 		/* Only the digest is kept: the same bytes digest the same. */
 		digest_sha256(e->result, e->result_length, digest);
@@ -833,11 +832,17 @@ effect_commit(struct pending *p, int recovered)
 			journaler_kick(idemd_of(p)->kick_fd);
 			effect_fail(p, reply_error_simple(p->id,
 			    WIRE_TABLE_FULL, 1, "the result arena holds only "
-			    "results not yet in the index; retry in a moment "
-			    "(the checkpoint that indexes them is under way), "
-			    "or restart idemd with a larger --result-bytes"));
+			    "results not yet in the index or commits in "
+			    "flight; retry in a moment (the checkpoint that "
+			    "indexes them is under way), or restart idemd "
+			    "with a larger --result-bytes"));
 			return;
 		}
+		/*
+		 * Never, since the arena holds at least one result of the
+		 * largest size (--result-bytes' least); kept for an arena
+		 * made smaller than that some other way.
+		 */
 		log_warnx("effect %s: a result of %zu bytes does not fit the "
 		    "result arena; restart idemd with a larger --result-bytes",
 		    e->id, e->result_length);

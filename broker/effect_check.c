@@ -174,7 +174,9 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 		    "request_digest", "request_digest must be 64 lower-case "
 		    "hex digits");
 	e->lease_ms = IDEM_DEFAULT_LEASE_MS;
-	if ((lease = json_object_get(request, "lease_ms")) != NULL) {
+	/* null is the default, as for every optional member (SPEC.md). */
+	if ((lease = json_object_get(request, "lease_ms")) != NULL &&
+	    !json_is_null(lease)) {
 		if (!json_is_integer(lease) ||
 		    json_integer_value(lease) < IDEM_MIN_LEASE_MS ||
 		    json_integer_value(lease) > IDEM_MAX_LEASE_MS)

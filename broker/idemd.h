@@ -444,6 +444,14 @@ json_t	*reply_new(int ok, json_t *id);
 json_t	*reply_error(const struct request_error *, json_t *id);
 json_t	*reply_error_simple(json_t *id, enum wire_error, int retryable,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/*
+ * table_full (retryable) for a new key of key_length bytes that found no
+ * slot or key room, saying which (subtab_acquire's full): the table's
+ * slots, or its key heap, held by submissions in flight or not yet in
+ * the index (a checkpoint is asked for), or no memory to compact.
+ */
+json_t	*reply_table_full(json_t *id, enum subtab_full, uint32_t capacity,
+	    size_t key_length);
 /* A time in a reply: the task files' UTC format, as a JSON string. */
 json_t	*reply_time(int64_t ms);
 

@@ -63,6 +63,9 @@
 #include "log.h"
 #include "idemd.h"
 
+/* After a failed checkpoint, the next of the same segment (see below). */
+#define JOURNALER_CHECKPOINT_RETRY_MS	1000
+
 static struct journaler {
 	struct idemd	*d;
 	pthread_t	 thread;
@@ -82,6 +85,9 @@ static struct journaler {
 	uint64_t	 rotate_after;		/* after a failed rotation */
 	int		 checkpoint_busy;
 	int		 checkpoint_stop;
+	/* The last checkpoint failed, at that time (shm_now_ms()). */
+	int		 checkpoint_failed;
+	int64_t		 checkpoint_failed_at;
 
 	/* While the journal is failed. */
 	int64_t		 reopen_at;	/* next try, shm_now_ms() */
@@ -423,6 +429,7 @@ checkpoint_main(void *arg)
 	struct idemd	*d = journaler.d;
 	char		 dir[PATH_MAX], *cause = NULL;
 	uint64_t	 segment, records, indexed;
+	int		 failed;
 
 	/* It fit at start-up (idemd_open_state): root_real is the same. */
 	(void)idemd_journal_dir(d, dir, sizeof dir);
@@ -446,15 +453,20 @@ checkpoint_main(void *arg)
 			    (unsigned long long)indexed,
 			    (unsigned long long)records);
 			checkpoint_prune(d->journal_dir_fd, segment);
+			failed = 0;
 		} else {
 			/* The segments stay: nothing is lost, only space. */
 			log_warnx("%s", cause);
 			free(cause);
 			cause = NULL;
+			failed = 1;
 		}
 
 		pthread_mutex_lock(&journaler.lock);
 		journaler.checkpoint_busy = 0;
+		journaler.checkpoint_failed = failed;
+		if (failed)
+			journaler.checkpoint_failed_at = shm_now_ms();
 		/*
 		 * A worker that found the table full while this one ran
 		 * asked for another: the journaler looks again now, not at
@@ -472,18 +484,42 @@ static void
 journaler_maybe_rotate(struct idemd *d)
 {
 	char	*cause = NULL;
-	int	 busy, wanted;
+	int	 busy, wanted, again;
 
 	/*
 	 * The table is a cache of the index: committed entries become
 	 * evictable only once a checkpoint gave them to the index, so a
-	 * table half full of them (or one that refused a key) wants one
-	 * before the segment is full.  A segment with no record after its
-	 * header has nothing new to give.
+	 * table half full of them (or one that refused a key, or a result
+	 * arena full of results not in the index) wants one before the
+	 * segment is full.
 	 */
-	wanted = d->index_ready && d->journal.size > JOURNAL_SEGMENT_HEADER_BYTES &&
+	wanted = d->index_ready &&
 	    (atomic_load(&d->seg.header->checkpoint_wanted) ||
 	    subtab_unindexed(&d->seg) >= d->capacity / 2 + 1);
+	if (wanted && d->journal.size <= JOURNAL_SEGMENT_HEADER_BYTES) {
+		/*
+		 * A segment with no record after its header has nothing new
+		 * to give, unless the checkpoint made at its start failed
+		 * (the index refused a write): its entries are still not in
+		 * the index, and a table or arena full of them refuses every
+		 * request that would append a record, so waiting for one
+		 * waits for ever.  Its checkpoint again, then, without a new
+		 * segment, and not more than once a second.
+		 */
+		pthread_mutex_lock(&journaler.lock);
+		again = !journaler.checkpoint_busy &&
+		    journaler.checkpoint_failed &&
+		    shm_now_ms() - journaler.checkpoint_failed_at >=
+		    JOURNALER_CHECKPOINT_RETRY_MS;
+		if (again) {
+			atomic_store(&d->seg.header->checkpoint_wanted, 0);
+			journaler.checkpoint_busy = 1;
+			journaler.checkpoint_segment = d->journal.segment;
+			pthread_cond_signal(&journaler.wake);
+		}
+		pthread_mutex_unlock(&journaler.lock);
+		return;
+	}
 	if ((d->journal.size < d->segment_bytes && !wanted) ||
 	    d->journal.size < journaler.rotate_after)
 		return;
@@ -611,6 +647,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *), void *arg)
 	journaler.checkpoint_segment = 0;
 	journaler.checkpoint_busy = 0;
 	journaler.checkpoint_stop = 0;
+	journaler.checkpoint_failed = 0;
 	journaler.rotate_after = 0;
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;

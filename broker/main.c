@@ -60,8 +60,8 @@ usage(FILE *out, int status)
 "  --socket-group GROUP  the socket's group (to share it with a group)\n"
 "  --segment-bytes N     start a journal segment and checkpoint the table\n"
 "                        when a segment passes N bytes (default 64 MiB)\n"
-"  --result-bytes N      memory caching effects' committed results (default\n"
-"                        8 bytes per --capacity slot, 4 to 64 MiB)\n"
+"  --result-bytes N      memory caching effects' committed results, at least\n"
+"                        65552 (default 8 bytes per --capacity slot, 4 to 64 MiB)\n"
 "  --sequence-digits N   digits of a day's task and report numbers, %d to %d\n"
 "                        (default %d, FCoP's: 999 a day)\n"
 "  --ready-fd FD         write \"ready\\n\" to FD once serving\n"
@@ -323,6 +323,19 @@ parse_options(struct idemd *d, int argc, char **argv)
 		case 'E':
 			d->result_bytes = (uint64_t)number_option(
 			    "result-bytes", optarg, 0, 1L << 40);
+			/*
+			 * The arena must hold one result of the largest size
+			 * the ledger accepts: a smaller one would take
+			 * results it then refuses for ever.
+			 */
+			if (d->result_bytes != 0 &&
+			    d->result_bytes < SHM_ARENA_LEAST_BYTES)
+				fatalx("--result-bytes must be 0 (the default) "
+				    "or at least %d: one result of the largest "
+				    "size an effect may commit (%d bytes) and "
+				    "its %d-byte header", SHM_ARENA_LEAST_BYTES,
+				    IDEM_MAX_EFFECT_RESULT_BYTES,
+				    SHM_RING_RECORD_HEADER_BYTES);
 			break;
 		case 'D':
 			d->sequence_digits = (unsigned)number_option(
@@ -401,6 +414,44 @@ make_root(const char *root)
 	if (mkdir(path, 0755) == -1 && errno != EEXIST)
 		fatal("mkdir %s", path);
 	free(path);
+}
+
+/*
+ * The workspace's --sequence-digits, recorded (seqdigits.c) so that
+ * idemctl verify uses it unasked.  Fewer digits than a file already has
+ * is refused: the allocator would hand out numbers below the wider
+ * ones, and FCoP readers order names by their text.  The disk is read
+ * only when the digits shrink or were never recorded (an upgrade).
+ */
+static void
+record_sequence_digits(struct idemd *d)
+{
+	char		 widest[NAME_MAX + 1], *cause;
+	unsigned	 recorded, digits;
+
+	if (seqdigits_read(d->root_fd, &recorded, &cause) == -1)
+		fatalx("%s: %s", d->root_real, cause);
+	if (recorded == d->sequence_digits)
+		return;
+	if (recorded == 0 || recorded > d->sequence_digits) {
+		if (taskfile_scan_widest(d->root_fd, &digits, widest,
+		    sizeof widest) == -1)
+			fatal("%s: reading the names of its TASK and REPORT "
+			    "files", d->root_real);
+		if (digits > d->sequence_digits && recorded != 0)
+			fatalx("%s: %s has a number of %u digits, more than "
+			    "--sequence-digits %u allows: start idemd with "
+			    "--sequence-digits %u (as it last ran) or at "
+			    "least %u", d->root_real, widest, digits,
+			    d->sequence_digits, recorded, digits);
+		if (digits > d->sequence_digits)
+			fatalx("%s: %s has a number of %u digits, more than "
+			    "--sequence-digits %u allows: start idemd with "
+			    "--sequence-digits %u or more", d->root_real,
+			    widest, digits, d->sequence_digits, digits);
+	}
+	if (seqdigits_record(d->root_fd, d->sequence_digits, &cause) == -1)
+		fatalx("%s: %s", d->root_real, cause);
 }
 
 /* One broker per root: flock the lock file, name the holder if taken. */
@@ -604,6 +655,7 @@ main(int argc, char **argv)
 	if (d.store_uri != NULL && cluster_check(&d, &cause) != 0)
 		fatalx("%s", cause);
 	lock_root(&d);
+	record_sequence_digits(&d);
 	if (d.store_uri == NULL && workspace_imported(d.root_fd) != 0)
 		fatalx("%s: its history was imported into a PostgreSQL store "
 		    "(%s): serve it with --store URI; a local idemd would "

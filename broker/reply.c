@@ -111,6 +111,31 @@ reply_error_simple(json_t *id, enum wire_error code, int retryable,
 }
 
 json_t *
+reply_table_full(json_t *id, enum subtab_full why, uint32_t capacity,
+    size_t key_length)
+{
+	switch (why) {
+	case SUBTAB_FULL_KEYS:
+		return reply_error_simple(id, WIRE_TABLE_FULL, 1, "the "
+		    "submission table's key space (--capacity %u) is held by "
+		    "keys in flight or not yet in the index, with no room "
+		    "for this %zu-byte key; retry in a moment, or restart "
+		    "idemd with a larger --capacity", capacity, key_length);
+	case SUBTAB_FULL_MEMORY:
+		return reply_error_simple(id, WIRE_TABLE_FULL, 1, "the "
+		    "submission table (--capacity %u) could not compact its "
+		    "key space for this %zu-byte key: out of memory; retry "
+		    "in a moment", capacity, key_length);
+	default:
+		return reply_error_simple(id, WIRE_TABLE_FULL, 1, "the "
+		    "submission table (--capacity %u) holds no entry it may "
+		    "evict: every one is in flight or not yet in the index; "
+		    "retry in a moment, or restart idemd with a larger "
+		    "--capacity", capacity);
+	}
+}
+
+json_t *
 reply_time(int64_t ms)
 {
 	char	at[TASKFILE_TIME_BYTES];

@@ -91,7 +91,16 @@ request_parse(const char *line, size_t length, struct request_error *err)
 	request = json_loadb(line, length, JSON_REJECT_DUPLICATES |
 	    JSON_ALLOW_NUL | JSON_DECODE_ANY, &error);
 	if (request == NULL) {
-		if (json_error_code(&error) == json_error_invalid_utf8)
+		/*
+		 * jansson refuses a member name with a NUL whatever the
+		 * flags; the contract makes it invalid_request like any
+		 * other string with a NUL.  The parser keeps no path.
+		 */
+		if (json_error_code(&error) == json_error_null_byte_in_key)
+			request_error_set(err, WIRE_INVALID_REQUEST, NULL,
+			    "a member name contains a NUL character (byte %d)",
+			    error.position);
+		else if (json_error_code(&error) == json_error_invalid_utf8)
 			request_error_set(err, WIRE_INVALID_UTF8, NULL,
 			    "the request is not valid UTF-8 (byte %d)",
 			    error.position);
@@ -180,11 +189,52 @@ request_string(json_t *object, const char *key, const char *path,
 	return 1;
 }
 
+/*
+ * Whether v holds a string with a NUL; if so, path (which holds v's own
+ * path) is left naming the member it is in.  Array items are named by
+ * their array, and a name that is no plain name by its parent, as
+ * request_known_keys names them; so is a member whose path would not
+ * fit.  jansson bounds the depth of what it parsed.
+ */
+static int
+request_nul_in(json_t *v, char *path, size_t size)
+{
+	const char	*key;
+	json_t		*member;
+	size_t		 i, n;
+
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		return memchr(json_string_value(v), '\0',
+		    json_string_length(v)) != NULL;
+	case JSON_ARRAY:
+		json_array_foreach(v, i, member) {
+			if (request_nul_in(member, path, size))
+				return 1;
+		}
+		return 0;
+	case JSON_OBJECT:
+		n = strlen(path);
+		json_object_foreach(v, key, member) {
+			if (plain_name(key) && n + 1 + strlen(key) < size)
+				snprintf(path + n, size - n, "%s%s",
+				    n > 0 ? "." : "", key);
+			if (request_nul_in(member, path, size))
+				return 1;
+			path[n] = '\0';
+		}
+		return 0;
+	default:
+		return 0;
+	}
+}
+
 int
 request_envelope(json_t *request, json_t **id, const char **op,
     struct request_error *err)
 {
 	json_t	*v;
+	char	 path[sizeof err->field];
 
 	*id = json_object_get(request, "id");
 	if (*id != NULL && (json_is_object(*id) || json_is_array(*id))) {
@@ -192,15 +242,31 @@ request_envelope(json_t *request, json_t **id, const char **op,
 		return request_error_set(err, WIRE_INVALID_REQUEST, "id",
 		    "id must be a JSON scalar");
 	}
+	/* Not echoed: a reply with a NUL is one no client can read. */
+	if (json_is_string(*id) && memchr(json_string_value(*id), '\0',
+	    json_string_length(*id)) != NULL) {
+		*id = NULL;
+		return request_error_set(err, WIRE_INVALID_REQUEST, "id",
+		    "id contains a NUL character");
+	}
 	v = json_object_get(request, "op");
 	if (!json_is_string(v))
 		return request_error_set(err, WIRE_INVALID_REQUEST, "op",
 		    "op is required and must be a string");
 	*op = json_string_value(v);
-	/* "hello\u0000x" is not hello. */
-	if (strlen(*op) != json_string_length(v))
-		return request_error_set(err, WIRE_UNKNOWN_OP, "op",
-		    "unknown op (it contains a NUL character)");
+	/*
+	 * No string anywhere in a request may hold a NUL (SPEC.md, "Wire
+	 * protocol"), whatever the op: a result or a meta with one would be
+	 * stored, and every later answer for its key would carry a string
+	 * that libidem, idemctl and idem-mcp refuse to read.  One check
+	 * here, before any op's, serves both stores; "hello\u0000x" is not
+	 * hello either.
+	 */
+	path[0] = '\0';
+	if (request_nul_in(request, path, sizeof path))
+		return request_error_set(err, WIRE_INVALID_REQUEST, path,
+		    "%s contains a NUL character (U+0000)",
+		    path[0] != '\0' ? path : "the request");
 	return 0;
 }
 

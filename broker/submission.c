@@ -499,11 +499,8 @@ sub_acquire(struct pending *p)
 	case SUBTAB_FULL:
 		/* The journaler checkpoints, which makes room (subtab.c). */
 		journaler_kick(d->kick_fd);
-		sub_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 1,
-		    "the submission table (--capacity %u) holds no entry it "
-		    "may evict: every one is in flight or not yet in the "
-		    "index; retry in a moment, or restart idemd with a "
-		    "larger --capacity", d->capacity));
+		sub_fail(p, reply_table_full(p->id, a.full, d->capacity,
+		    a.key_length));
 		return;
 	case SUBTAB_ALLOC_FAILED:
 		sub_fail_alloc(p, errno);

@@ -455,7 +455,7 @@ conn_refuse(struct worker *w, int s, enum wire_reason reason,
 	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
 	    "\"error\":{\"code\":\"%s\",\"reason\":\"%s\","
 	    "\"message\":\"too many connections%s (at most %d); retry "
-	    "later\",\"retryable\":true}}\n", wire_error_name(WIRE_INTERNAL),
+	    "later\",\"retryable\":true}}\n", wire_error_name(WIRE_TOO_MANY_CONNECTIONS),
 	    wire_reason_name(reason), whose, limit);
 	(void)send(s, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(s);

@@ -22,7 +22,10 @@ static const char *const report_keys[] = {
 	"sender", "recipient", "status", "body", NULL
 };
 static const char *const report_statuses[] = {
-	"done", "partial", "blocked", "failed", NULL
+#define REPORT_STATUS(code, name)	name,
+	IDEM_REPORT_STATUSES(REPORT_STATUS)
+#undef REPORT_STATUS
+	NULL
 };
 
 void
@@ -147,8 +150,8 @@ write_report_parse(struct write_report *wr, json_t *request,
 		status = "done";
 	else if (!request_one_of(status, report_statuses))
 		return request_error_set(err, WIRE_INVALID_REQUEST,
-		    "report.status", "report.status must be done, partial, "
-		    "blocked or failed");
+		    "report.status", "report.status must be done, blocked, "
+		    "in_progress or aborted");
 	snprintf(wr->status, sizeof wr->status, "%s", status);
 	wr->report.status = wr->status;
 	if (request_string(report, "body", "report.body", 0,

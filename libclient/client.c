@@ -1606,6 +1606,7 @@ client_retry_worth(const struct idem_error *err)
 	case IDEM_E_IN_PROGRESS:
 	case IDEM_E_STORAGE_UNAVAILABLE:
 	case IDEM_E_SHUTTING_DOWN:
+	case IDEM_E_TOO_MANY_CONNECTIONS:
 		return 1;
 	case IDEM_E_INTERNAL:
 	case IDEM_E_TABLE_FULL:
@@ -1701,10 +1702,12 @@ idem_write_task_retry(const char *socket_path,
 		/*
 		 * A lost stream is closed already; a broker that is shutting
 		 * down will not serve this stream again, its successor will
-		 * listen on a new one.
+		 * listen on a new one; a refused connection was closed by
+		 * the broker after its one line.
 		 */
 		if (conn != NULL && (conn->fd == -1 ||
-		    err->code == IDEM_E_SHUTTING_DOWN)) {
+		    err->code == IDEM_E_SHUTTING_DOWN ||
+		    err->code == IDEM_E_TOO_MANY_CONNECTIONS)) {
 			idem_close(conn);
 			conn = NULL;
 		}

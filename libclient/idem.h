@@ -138,6 +138,12 @@ enum idem_error_code {
 	IDEM_E_IN_PROGRESS,
 	IDEM_E_SHUTTING_DOWN,
 	IDEM_E_INTERNAL,
+	/*
+	 * A connection refused past a limit (error.reason names it):
+	 * retryable.  Last of the wire's codes, so that the values above
+	 * stay those of earlier releases.
+	 */
+	IDEM_E_TOO_MANY_CONNECTIONS,
 	/* Client side. */
 	IDEM_E_TRANSPORT,	/* connect, send or receive failed: retry */
 	IDEM_E_PROTOCOL,	/* the broker's answer did not parse */
@@ -466,8 +472,9 @@ int	idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE]);
  * the task, and retry until there is an outcome:
  *  - a transport failure (connect, send or receive; the broker died or
  *    restarted) is retried on a new connection;
- *  - in_progress, storage_unavailable, shutting_down, and internal and
- *    table_full errors marked retryable are retried;
+ *  - in_progress, storage_unavailable, shutting_down,
+ *    too_many_connections, and internal and table_full errors marked
+ *    retryable are retried;
  *  - every other error is returned at once (invalid_request, conflict,
  *    a result larger than the result arena, ...): sending it again
  *    cannot change the

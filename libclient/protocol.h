@@ -161,7 +161,19 @@
 	X(STORAGE_UNAVAILABLE,	"storage_unavailable")			\
 	X(IN_PROGRESS,		"in_progress")				\
 	X(SHUTTING_DOWN,	"shutting_down")			\
+	X(TOO_MANY_CONNECTIONS,	"too_many_connections")			\
 	X(INTERNAL,		"internal")
+
+/*
+ * write_report's status: FCoP's own set (FCoP 3.2.5's report statuses).
+ * Only requests are checked against it: journals and REPORT files that
+ * hold an earlier release's statuses (partial, failed) replay unchanged.
+ */
+#define IDEM_REPORT_STATUSES(X)						\
+	X(DONE,			"done")					\
+	X(BLOCKED,		"blocked")				\
+	X(IN_PROGRESS,		"in_progress")				\
+	X(ABORTED,		"aborted")
 
 /* A reply's "disposition": write_task's, then effect_begin's others. */
 #define IDEM_DISPOSITIONS(X)						\
@@ -183,8 +195,8 @@
 	X(ALREADY_COMMITTED,	"already_committed")
 
 /*
- * error.reason of the internal error that refuses a connection: the
- * option whose limit was reached (doc/protocol.md).
+ * error.reason of too_many_connections, the refusal of a connection:
+ * the option whose limit was reached (doc/protocol.md).
  */
 #define IDEM_LIMIT_REASONS(X)						\
 	X(MAX_CONNECTIONS,	"max_connections")			\

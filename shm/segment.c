@@ -171,9 +171,13 @@ shm_create_sized(const char *root_realpath, uint32_t capacity,
 	}
 	shm_name_for_root(root_realpath, seg->name);
 	if (arena_bytes > (1ULL << 40) || (arena_bytes != 0 &&
-	    arena_bytes < 4 * SHM_RING_RECORD_HEADER_BYTES)) {
-		asprintf(cause, "result arena of %llu bytes out of range",
-		    (unsigned long long)arena_bytes);
+	    arena_bytes / 8 * 8 < SHM_ARENA_LEAST_BYTES)) {
+		asprintf(cause, "result arena of %llu bytes out of range: "
+		    "at least %llu (one result of the largest size, %u "
+		    "bytes, and its header), at most 2^40",
+		    (unsigned long long)arena_bytes,
+		    (unsigned long long)SHM_ARENA_LEAST_BYTES,
+		    (unsigned)SHM_MAX_RESULT_BYTES);
 		return -1;
 	}
 	memset(&h, 0, sizeof h);

@@ -48,7 +48,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	6
+#define SHM_LAYOUT_VERSION	7
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -68,6 +68,15 @@
 #define SHM_RECEIPT_MAX_BYTES		4096
 /* Each record of either ring starts with 16 bytes: position, slot, length. */
 #define SHM_RING_RECORD_HEADER_BYTES	16
+/* The largest result the ledger accepts (IDEM_MAX_EFFECT_RESULT_BYTES). */
+#define SHM_MAX_RESULT_BYTES		(64 * 1024)
+/*
+ * The smallest result arena: one record of the largest result (a
+ * multiple of 8, as the rings' records are).  A smaller one would
+ * accept results it can never hold.
+ */
+#define SHM_ARENA_LEAST_BYTES	\
+	(SHM_RING_RECORD_HEADER_BYTES + SHM_MAX_RESULT_BYTES)
 /*
  * Slots at most: the key heap (SHM_HEAP_BYTES_PER_SLOT each) must stay
  * under 4 GiB, the reach of a slot's 32-bit key_offset.
@@ -288,6 +297,15 @@ struct shm_header {
 	uint32_t		evict_hand;
 	uint32_t		evicting;
 	_Atomic uint64_t	evictions;	/* ever; read unlocked */
+	/*
+	 * Compacting the key heap (subtab.c: compact_heap) moves one key at
+	 * a time through compact_key: while compact_slot (slot + 1) is set,
+	 * the key of that slot is whole in compact_key and goes to
+	 * compact_to, which a repair finishes.
+	 */
+	uint32_t		compact_slot;
+	uint64_t		compact_to;
+	char			compact_key[SUBTAB_MAX_KEY_BYTES];
 	_Atomic uint32_t	checkpoint_wanted;	/* the table needs one */
 	/* The receipt store, a ring like the arena's, every byte reclaimable. */
 	_Atomic uint64_t	receipts_head;
@@ -479,6 +497,14 @@ enum subtab_verdict {
 	SUBTAB_ALLOC_FAILED	/* the number allocator failed (see errno;
 				   ERANGE: the date's numbers are used up) */
 };
+/* Why subtab_acquire answered SUBTAB_FULL. */
+enum subtab_full {
+	SUBTAB_FULL_NONE = 0,
+	SUBTAB_FULL_SLOTS,	/* every slot is in flight or not yet indexed */
+	SUBTAB_FULL_KEYS,	/* a slot is there, but the keys in flight or
+				   not yet indexed hold the key heap */
+	SUBTAB_FULL_MEMORY	/* compacting the key heap found no memory */
+};
 typedef int (*seqalloc_scan_fn)(enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq, void *arg);
 struct subtab_acquire {
@@ -501,6 +527,7 @@ struct subtab_acquire {
 	uint32_t		 slot;
 	struct subtab_entry	 found;		/* the slot's entry after the call */
 	uint64_t		 found_journal_end;
+	enum subtab_full	 full;		/* why SUBTAB_FULL */
 };
 int	 subtab_repair(struct shm_segment *);
 enum subtab_verdict subtab_acquire(struct shm_segment *,

@@ -23,6 +23,8 @@
 
 #include "shm.h"
 
+static void	compact_finish(struct shm_segment *);
+
 static uint32_t
 hash_key(struct shm_segment *seg, const char *key, size_t length)
 {
@@ -161,6 +163,7 @@ subtab_repair(struct shm_segment *seg)
 	struct subtab_slot	*s;
 	uint32_t		 i, slot;
 
+	compact_finish(seg);
 	if (h->evicting)
 		rebuild_buckets(seg);
 
@@ -245,11 +248,26 @@ unlink_bucket(struct shm_segment *seg, uint32_t slot)
 }
 
 /*
- * A slot to reuse for a key of length bytes: a free one (evicted, its
- * new key never written), else a committed slot durable in the index,
- * by the clock's second chance (a slot looked up since the hand last
- * passed is skipped once).  Never a slot in flight, claimed or waited
- * for.  UINT32_MAX if there is none.
+ * May slot s be evicted: committed, durable in the index, and neither
+ * claimed nor waited for (a free slot, key_length 0, is not "evicted").
+ */
+static int
+evictable(const struct subtab_slot *s)
+{
+	return s->entry.key_length != 0 && s->claim.worker == 0 &&
+	    atomic_load(&s->waiters) == 0 &&
+	    s->entry.state == SUBTAB_COMMITTED &&
+	    (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED) != 0;
+}
+
+/*
+ * A slot to reuse for a key of length bytes, in its own key room or
+ * with room left in the heap: a free one (evicted, its new key never
+ * written), else a committed slot durable in the index, by the clock's
+ * second chance (a slot looked up since the hand last passed is skipped
+ * once).  Never a slot in flight, claimed or waited for.  UINT32_MAX if
+ * there is none.  Only the hand and the looked-up bits move: choosing
+ * is not evicting.
  */
 static uint32_t
 find_victim(struct shm_segment *seg, size_t length)
@@ -270,10 +288,9 @@ find_victim(struct shm_segment *seg, size_t length)
 			continue;
 		if (s->entry.key_length == 0)
 			return i;	/* free */
-		flags = atomic_load(&s->flags);
-		if (!(flags & SUBTAB_SLOT_INDEXED) ||
-		    s->entry.state != SUBTAB_COMMITTED)
+		if (!evictable(s))
 			continue;
+		flags = atomic_load(&s->flags);
 		if (flags & SUBTAB_SLOT_USED) {
 			atomic_fetch_and(&s->flags, (uint8_t)~SUBTAB_SLOT_USED);
 			continue;
@@ -284,38 +301,281 @@ find_victim(struct shm_segment *seg, size_t length)
 }
 
 /*
- * A slot and key space for a new key: the next unused slot, or a free or
- * evicted one (left free: insert fills it).  UINT32_MAX if none.
+ * Evict slot i (evictable): unreachable, its entry gone (the index
+ * answers for it), free for the next key.  The whole entry is cleared,
+ * not only the key: a free slot must read as empty to everything that
+ * walks the slots (a checkpoint copies every slot's entry).
  */
-static uint32_t
-take_slot(struct shm_segment *seg, size_t length)
+static void
+evict(struct shm_segment *seg, uint32_t i)
 {
 	struct shm_header	*h = seg->header;
-	struct subtab_slot	*s;
-	uint32_t		 victim;
+	struct subtab_slot	*s = &seg->slots[i];
 
-	if (h->slots_used < h->capacity &&
-	    h->heap_used + key_room(length) <= h->heap_bytes)
-		return h->slots_used;
-	if (h->indexed_count == 0 && h->free_count == 0)
-		return UINT32_MAX;
-	if ((victim = find_victim(seg, length)) == UINT32_MAX)
-		return UINT32_MAX;
-	s = &seg->slots[victim];
-	if (s->entry.key_length == 0)
-		return victim;
 	h->evicting = 1;
-	unlink_bucket(seg, victim);
+	unlink_bucket(seg, i);
 	s->entry.key_length = 0;
+	s->entry.state = SUBTAB_EMPTY;
 	h->state_counts[SUBTAB_COMMITTED]--;
 	h->indexed_count--;
 	h->free_count++;
 	s->journal_end = 0;
+	atomic_store(&s->fast_receipt, 0);
 	atomic_store(&s->state, SUBTAB_EMPTY);
 	atomic_store(&s->flags, 0);
 	h->evicting = 0;
 	atomic_fetch_add(&h->evictions, 1);
-	return victim;
+}
+
+/* Drop slot i's key and entry, never durable, leaving the slot free. */
+static void
+forget(struct shm_segment *seg, uint32_t i)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s = &seg->slots[i];
+
+	h->evicting = 1;
+	unlink_bucket(seg, i);
+	s->entry.key_length = 0;
+	if (s->entry.state != SUBTAB_EMPTY)
+		h->state_counts[s->entry.state]--;
+	s->entry.state = SUBTAB_EMPTY;
+	h->free_count++;
+	s->journal_end = 0;
+	atomic_store(&s->fast_receipt, 0);
+	atomic_store(&s->state, SUBTAB_EMPTY);
+	atomic_store(&s->flags, 0);
+	h->evicting = 0;
+}
+
+/*
+ * The key heap.  A slot keeps the key room it was first given (at
+ * least SHM_HEAP_BYTES_PER_SLOT, the heap's average) and an evicted
+ * slot's room serves the next key that fits in it; the heap grows only
+ * at its end.  So once the heap is used up, a key longer than every
+ * evictable slot's room (a 180-byte id where 56-byte rooms are all
+ * there is) found no room for good, though evicting could free plenty.
+ *
+ * Rooms of the maximal key (SUBTAB_MAX_KEY_BYTES) for every slot would
+ * cost six times the heap for keys that are mostly short, and break the
+ * 32-bit offsets at the largest --capacity.  Instead, when no single
+ * victim has the room, the keys gather it: evict committed, indexed
+ * slots by the clock until the keys left and the new one fit in the
+ * heap, then compact the heap (slide every key down, in offset order, to
+ * the room its length needs), so the room is at the heap's end.  That
+ * is rare (each compaction gives back all the room lost to moves) and
+ * it costs a sort of the slots under the table lock; in return every
+ * key up to the maximum is served whenever enough committed entries
+ * are evictable, and refused only when the keys in flight or not yet
+ * indexed hold the heap.
+ *
+ * A compaction moves one key at a time through the header's scratch
+ * key, so a holder that dies mid-move leaves a move the repair finishes
+ * (every other key is whole where its slot says).
+ */
+struct slot_plan {
+	uint32_t	 index;		/* the slot, or UINT32_MAX: gather */
+	uint64_t	*order;		/* gather: room for the sort */
+};
+
+/* Bytes of heap the keys of the slots that may not be evicted need. */
+static uint64_t
+kept_key_bytes(struct shm_segment *seg, int *slot_free)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+	uint64_t		 bytes = 0;
+	uint32_t		 i;
+
+	*slot_free = h->slots_used < h->capacity;
+	for (i = 0; i < h->slots_used; i++) {
+		s = &seg->slots[i];
+		if (s->entry.key_length == 0) {
+			if (s->claim.worker == 0 &&
+			    atomic_load(&s->waiters) == 0)
+				*slot_free = 1;
+		} else if (evictable(s))
+			*slot_free = 1;
+		else
+			bytes += key_room(s->entry.key_length);
+	}
+	return bytes;
+}
+
+/*
+ * Choose a slot and key room for a key of length bytes, changing
+ * nothing anyone can see: the caller may still refuse (no number left),
+ * and only take_slot evicts.  0, or -1 with *why.
+ */
+static int
+plan_slot(struct shm_segment *seg, size_t length, struct slot_plan *plan,
+    enum subtab_full *why)
+{
+	struct shm_header	*h = seg->header;
+	int			 slot_free;
+
+	plan->order = NULL;
+	if (h->slots_used < h->capacity &&
+	    h->heap_used + key_room(length) <= h->heap_bytes) {
+		plan->index = h->slots_used;
+		return 0;
+	}
+	*why = SUBTAB_FULL_SLOTS;
+	if (h->indexed_count == 0 && h->free_count == 0 &&
+	    h->slots_used == h->capacity)
+		return -1;
+	if ((plan->index = find_victim(seg, length)) != UINT32_MAX)
+		return 0;
+	if (kept_key_bytes(seg, &slot_free) + key_room(length) >
+	    h->heap_bytes) {
+		if (slot_free)
+			*why = SUBTAB_FULL_KEYS;
+		return -1;
+	}
+	if (!slot_free)
+		return -1;
+	if ((plan->order = calloc(h->slots_used + 1,
+	    sizeof *plan->order)) == NULL) {
+		*why = SUBTAB_FULL_MEMORY;
+		return -1;
+	}
+	return 0;
+}
+
+static void
+plan_drop(struct slot_plan *plan)
+{
+	free(plan->order);
+	plan->order = NULL;
+}
+
+static int
+by_offset(const void *a, const void *b)
+{
+	uint64_t	x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Finish a move of compact_heap that a dead holder left half done. */
+static void
+compact_finish(struct shm_segment *seg)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+
+	if (h->compact_slot == 0 || h->compact_slot > h->slots_used) {
+		h->compact_slot = 0;
+		return;
+	}
+	s = &seg->slots[h->compact_slot - 1];
+	memcpy(seg->heap + h->compact_to, h->compact_key,
+	    s->entry.key_length);
+	s->key_offset = (uint32_t)h->compact_to;
+	s->key_room = (uint16_t)key_room(s->entry.key_length);
+	h->compact_slot = 0;
+}
+
+/*
+ * Slide every key down to the room its length needs, in offset order,
+ * so that all the room left is at the heap's end.  Free slots give up
+ * their rooms first: none of them may be reused in place afterwards.
+ */
+static void
+compact_heap(struct shm_segment *seg, uint64_t *order)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+	uint64_t		 at = 0;
+	uint32_t		 i, n = 0;
+	size_t			 room;
+
+	for (i = 0; i < h->slots_used; i++) {
+		s = &seg->slots[i];
+		if (s->entry.key_length == 0) {
+			s->key_offset = 0;
+			s->key_room = 0;
+		} else
+			order[n++] = (uint64_t)s->key_offset << 32 | i;
+	}
+	qsort(order, n, sizeof *order, by_offset);
+	for (i = 0; i < n; i++) {
+		s = &seg->slots[(uint32_t)order[i]];
+		room = key_room(s->entry.key_length);
+		if (s->key_offset != at) {
+			/* at <= key_offset: rooms only shrink, in order. */
+			memcpy(h->compact_key, seg->heap + s->key_offset,
+			    s->entry.key_length);
+			h->compact_to = at;
+			h->compact_slot = (uint32_t)order[i] + 1;
+			memmove(seg->heap + at, h->compact_key,
+			    s->entry.key_length);
+			s->key_offset = (uint32_t)at;
+			s->key_room = (uint16_t)room;
+			h->compact_slot = 0;
+		} else
+			s->key_room = (uint16_t)room;
+		at += room;
+	}
+	h->heap_used = at;
+}
+
+/*
+ * Gather room for a key of length bytes (plan_slot found it possible):
+ * a slot first (a fresh one, a free one, or an evicted one), then
+ * evictions by the clock, regardless of the second chance, until the
+ * keys left and this one fit; then compact.
+ */
+static uint32_t
+gather(struct shm_segment *seg, size_t length, uint64_t *order)
+{
+	struct shm_header	*h = seg->header;
+	struct subtab_slot	*s;
+	uint64_t		 need = key_room(length), live = 0;
+	uint32_t		 i, steps, target = UINT32_MAX;
+
+	if (h->slots_used < h->capacity)
+		target = h->slots_used;
+	for (i = 0; i < h->slots_used; i++) {
+		s = &seg->slots[i];
+		if (s->entry.key_length != 0)
+			live += key_room(s->entry.key_length);
+		else if (target == UINT32_MAX && s->claim.worker == 0 &&
+		    atomic_load(&s->waiters) == 0)
+			target = i;
+	}
+	for (steps = 0; steps < h->slots_used &&
+	    (target == UINT32_MAX || live + need > h->heap_bytes); steps++) {
+		i = h->evict_hand++ % h->slots_used;
+		s = &seg->slots[i];
+		if (!evictable(s))
+			continue;
+		live -= key_room(s->entry.key_length);
+		evict(seg, i);
+		if (target == UINT32_MAX)
+			target = i;
+	}
+	compact_heap(seg, order);
+	return target;
+}
+
+/*
+ * Take the slot and key room plan_slot chose: the next unused slot, or
+ * a free or evicted one (left free: insert fills it).  Under the same
+ * hold of the table lock as the plan, so it cannot fail.
+ */
+static uint32_t
+take_slot(struct shm_segment *seg, size_t length, struct slot_plan *plan)
+{
+	uint32_t	index = plan->index;
+
+	if (index == UINT32_MAX)
+		index = gather(seg, length, plan->order);
+	else if (index != seg->header->slots_used &&
+	    seg->slots[index].entry.key_length != 0)
+		evict(seg, index);
+	plan_drop(plan);
+	return index;
 }
 
 /* Fill slot index, which take_slot gave, for key with entry. */
@@ -378,9 +638,12 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 {
 	struct subtab_slot	*s;
 	struct subtab_entry	 entry;
+	struct slot_plan	 plan;
 	enum subtab_verdict	 verdict;
+	uint64_t		 evictions;
 	uint32_t		 hash, bucket, slot, index;
 
+	a->full = SUBTAB_FULL_NONE;
 	hash = hash_key(seg, a->key, a->key_length);
 	if (lock_table(seg) != 0)
 		return SUBTAB_ALLOC_FAILED;
@@ -393,26 +656,34 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 			goto out;
 		}
 		/* Room first: a refusal takes no number. */
-		if ((index = take_slot(seg, a->key_length)) == UINT32_MAX) {
+		if (plan_slot(seg, a->key_length, &plan, &a->full) != 0) {
 			atomic_store(&seg->header->checkpoint_wanted, 1);
 			verdict = SUBTAB_FULL;
 			goto out;
 		}
-		/* An eviction may have moved the empty bucket found. */
-		if (index != seg->header->slots_used)
-			bucket = probe(seg, hash, a->key, a->key_length, &slot);
 		entry = a->want;
 		entry.state = SUBTAB_RESERVED;
 		/*
 		 * An effect takes no number: attempt and fence are the op's.
-		 * A failure leaves an evicted slot free, for the next key.
+		 * The number before the slot is taken: a refusal (the date's
+		 * numbers used up, the allocator's lock unusable) evicts
+		 * nothing and leaves the table as it was.
 		 */
 		if (entry.kind != SUBTAB_KIND_EFFECT &&
 		    seqalloc_next(seg, entry.kind, a->today, a->scan,
 		    a->scan_arg, &entry.date, &entry.seq) != 0) {
+			plan_drop(&plan);
 			verdict = SUBTAB_ALLOC_FAILED;
 			goto out;
 		}
+		/*
+		 * An eviction may have moved the empty bucket found: a
+		 * gather evicts even when the slot is a fresh one.
+		 */
+		evictions = atomic_load(&seg->header->evictions);
+		index = take_slot(seg, a->key_length, &plan);
+		if (atomic_load(&seg->header->evictions) != evictions)
+			bucket = probe(seg, hash, a->key, a->key_length, &slot);
 		a->slot = insert(seg, index, bucket, hash, a->key,
 		    a->key_length, &entry, &a->claim);
 		a->found = seg->slots[a->slot].entry;
@@ -531,6 +802,16 @@ subtab_release(struct shm_segment *seg, uint32_t slot,
 	if (claim_equal(&s->claim, claim)) {
 		memset(&s->claim, 0, sizeof s->claim);
 		wake = atomic_exchange(&s->waiters, 0) != 0;
+		/*
+		 * A reservation its claimer never appended: the request was
+		 * refused after the insert (the journal failed, the ring
+		 * stayed full).  Nothing durable names it, so it is forgotten
+		 * and its slot freed, rather than held, unevictable, until
+		 * the same key comes again (a task's number stays used).
+		 */
+		if (s->journal_end == SUBTAB_NOT_JOURNALED &&
+		    s->entry.key_length != 0)
+			forget(seg, slot);
 	}
 	unlock_table(seg);
 	return wake;
@@ -597,6 +878,9 @@ subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
     uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out)
 {
 	struct subtab_slot	*s;
+	struct slot_plan	 plan;
+	enum subtab_full	 why;
+	uint64_t		 evictions;
 	uint32_t		 bucket, slot, index;
 	uint16_t		 key_length;
 
@@ -609,12 +893,14 @@ subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
 		return -1;
 	bucket = probe(seg, hash, key, length, &slot);
 	if (slot == UINT32_MAX) {
-		if ((index = take_slot(seg, length)) == UINT32_MAX) {
+		if (plan_slot(seg, length, &plan, &why) != 0) {
 			unlock_table(seg);
-			errno = ENOSPC;
+			errno = why == SUBTAB_FULL_MEMORY ? ENOMEM : ENOSPC;
 			return -1;
 		}
-		if (index != seg->header->slots_used)
+		evictions = atomic_load(&seg->header->evictions);
+		index = take_slot(seg, length, &plan);
+		if (atomic_load(&seg->header->evictions) != evictions)
 			bucket = probe(seg, hash, key, length, &slot);
 		slot = insert(seg, index, bucket, hash, key, length, entry,
 		    NULL);
@@ -1042,14 +1328,21 @@ ring_used(_Atomic uint64_t *head, _Atomic uint64_t *tail, uint64_t size)
 /* ---- The result arena ---------------------------------------------------- */
 
 /*
- * May the arena record hdr (at pos) be overwritten?  Yes if no slot
- * names it (its owner gone, evicted, or naming another result) or the
- * slot naming it is durable in the index; no while its slot holds a
- * live claim without naming it yet (a commit on its way to the journal).
+ * May the arena record hdr (at pos) be overwritten, for a put by the
+ * claimer of slot self (ARENA_NO_SLOT: the scout, or a replay)?  Yes if
+ * no slot names it (its owner gone, evicted, or naming another result)
+ * or the slot naming it is durable in the index; no while its slot
+ * holds a live claim without naming it yet (a commit on its way to the
+ * journal), unless that claim is the putter's own: the one commit a
+ * claimer has on its way is the put it is making now, so a record of
+ * its slot that the slot does not name is an earlier occupant's (the
+ * slot was evicted and reused) or an earlier put that never committed.
+ * Without that, a completion whose slot had held the oldest result
+ * waited on its own claim until it gave up (issue 27).
  */
 static int
 arena_reclaimable(struct shm_segment *seg, uint64_t pos,
-    const struct ring_header *hdr)
+    const struct ring_header *hdr, uint32_t self)
 {
 	struct subtab_slot	*s;
 	int			 names;
@@ -1063,7 +1356,8 @@ arena_reclaimable(struct shm_segment *seg, uint64_t pos,
 	    s->entry.result_offset == pos + SHM_RING_RECORD_HEADER_BYTES;
 	if (names)
 		return (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED) != 0;
-	return s->claim.worker == 0 || !subtab_claim_live(seg, &s->claim);
+	return hdr->slot == self || s->claim.worker == 0 ||
+	    !subtab_claim_live(seg, &s->claim);
 }
 
 /*
@@ -1094,7 +1388,7 @@ arena_scout(struct shm_segment *seg)
 			h->arena_scout += size - at;
 			continue;
 		}
-		if (!arena_reclaimable(seg, hdr.pos, &hdr))
+		if (!arena_reclaimable(seg, hdr.pos, &hdr, ARENA_NO_SLOT))
 			atomic_store(&h->checkpoint_wanted, 1);
 		h->arena_scout += ring_round(SHM_RING_RECORD_HEADER_BYTES +
 		    hdr.length);
@@ -1107,7 +1401,7 @@ arena_scout(struct shm_segment *seg)
  * record's position, or UINT64_MAX (ENOSPC: a checkpoint is asked for).
  */
 static uint64_t
-arena_reserve(struct shm_segment *seg, uint64_t n)
+arena_reserve(struct shm_segment *seg, uint32_t self, uint64_t n)
 {
 	struct shm_header	*h = seg->header;
 	struct ring_header	 hdr;
@@ -1135,7 +1429,7 @@ arena_reserve(struct shm_segment *seg, uint64_t n)
 			tail += size - at;
 			continue;
 		}
-		if (!arena_reclaimable(seg, tail, &hdr)) {
+		if (!arena_reclaimable(seg, tail, &hdr, self)) {
 			ring_advance(&h->arena_tail, tail);
 			atomic_store(&h->checkpoint_wanted, 1);
 			errno = ENOSPC;
@@ -1166,7 +1460,7 @@ arena_place(struct shm_segment *seg, uint32_t slot, size_t length,
 		errno = EINVAL;
 		return -1;
 	}
-	if ((*pos = arena_reserve(seg, n)) == UINT64_MAX)
+	if ((*pos = arena_reserve(seg, slot, n)) == UINT64_MAX)
 		return -1;
 	hdr.pos = *pos;
 	hdr.slot = slot;

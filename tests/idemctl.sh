@@ -285,6 +285,17 @@ run "$IDEMCTL" verify --sequence-digits 4
 expect 0 "verify --sequence-digits 4 with a four-digit TASK number"
 run "$IDEMCTL" verify --sequence-digits 2
 expect 2 "verify --sequence-digits out of range"
+# Unasked, verify uses the digits idemd last ran with on this root.
+cp "$root/.idem/sequence-digits" "$tmp/digits"
+printf '4\n' >"$root/.idem/sequence-digits"
+run "$IDEMCTL" verify
+expect 0 "verify with the four digits idemd recorded"
+printf 'x\n' >"$root/.idem/sequence-digits"
+run "$IDEMCTL" verify
+expect 1 "verify with a sequence-digits file that is not idem's"
+contains "$tmp/err" "sequence-digits does not hold" \
+    "verify names the sequence-digits file"
+mv "$tmp/digits" "$root/.idem/sequence-digits"
 mv "$inbox/$long.md" "$root/reports/REPORT-20260101-1000-OPS-to-DEV.md"
 run "$IDEMCTL" verify
 expect 1 "verify with a four-digit REPORT number"

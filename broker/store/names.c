@@ -25,6 +25,8 @@ _Static_assert(SHM_ARENA_MIN_BYTES == IDEM_MIN_RESULT_ARENA_BYTES,
 _Static_assert(SHM_ARENA_MAX_BYTES == IDEM_MAX_DEFAULT_RESULT_ARENA_BYTES,
     "result arena ceiling");
 _Static_assert(SHM_MAX_CAPACITY == IDEM_MAX_CAPACITY, "capacity");
+_Static_assert(SHM_MAX_RESULT_BYTES == IDEM_MAX_EFFECT_RESULT_BYTES,
+    "result bytes");
 /* The arena holds at least a few of the largest results. */
 _Static_assert(SHM_ARENA_MIN_BYTES >= 16 * (IDEM_MAX_EFFECT_RESULT_BYTES +
     SHM_RING_RECORD_HEADER_BYTES), "result arena floor");

@@ -437,6 +437,23 @@ const char *taskfile_fcop_problem(const char *name, unsigned digits,
 /* Highest NNN of <TASK|REPORT>-<date>-NNN-* anywhere a file may be; 0 if none. */
 int	taskfile_scan_max_seq(int root_fd, enum subtab_kind, uint32_t date,
 	    uint32_t *max_seq);
+/*
+ * The most digits a number of any TASK or REPORT name has, anywhere a
+ * file may be (0 if none), and one such name in name (truncated to
+ * name_size).  0, or -1 with errno.
+ */
+int	taskfile_scan_widest(int root_fd, unsigned *digits, char *name,
+	    size_t name_size);
+
+/* ---- seqdigits.c: the --sequence-digits the workspace ran with ------- */
+
+/*
+ * ROOT/.idem/sequence-digits: 1 and *digits, 0 if none was recorded, -1
+ * with *cause (malloc'd) if it cannot be read or is not idem's.
+ */
+int	seqdigits_read(int root_fd, unsigned *digits, char **cause);
+/* Record digits durably, replacing what was there.  0, or -1 with *cause. */
+int	seqdigits_record(int root_fd, unsigned digits, char **cause);
 
 /* ---- store.c: what idemd and idemctl both do with the files ----------- */
 

@@ -1436,12 +1436,13 @@ taskfile_note_name(const char *name, const char *prefix, size_t prefix_length,
 }
 
 /*
- * Note every name in at_fd/path and, with depth, in each directory in it
- * (a missing directory, or an entry that is a file, is skipped).
+ * Call note(name, arg) for every name in at_fd/path and, with depth, in
+ * each directory in it (a missing directory, or an entry that is a file,
+ * is skipped).
  */
 static int
-taskfile_scan_dir(int at_fd, const char *path, int depth, const char *prefix,
-    size_t prefix_length, uint32_t *max_seq)
+taskfile_scan_dir(int at_fd, const char *path, int depth,
+    void (*note)(const char *, void *), void *arg)
 {
 	DIR		*dir;
 	struct dirent	*entry;
@@ -1450,10 +1451,9 @@ taskfile_scan_dir(int at_fd, const char *path, int depth, const char *prefix,
 	if ((dir = taskfile_open_dir(at_fd, path)) == NULL)
 		return errno == 0 ? 0 : -1;
 	while ((entry = taskfile_next_entry(dir)) != NULL) {
-		taskfile_note_name(entry->d_name, prefix, prefix_length,
-		    max_seq);
+		note(entry->d_name, arg);
 		if (depth > 0 && taskfile_scan_dir(dirfd(dir), entry->d_name,
-		    depth - 1, prefix, prefix_length, max_seq) == -1) {
+		    depth - 1, note, arg) == -1) {
 			error = 1;
 			break;
 		}
@@ -1464,32 +1464,108 @@ taskfile_scan_dir(int at_fd, const char *path, int depth, const char *prefix,
 	return error ? -1 : 0;
 }
 
+/*
+ * Every place a TASK or REPORT file of kind may be: reports/ for a
+ * report; every stage (_lifecycle/<stage>/<file>) and the history
+ * (<base>/<date dir>/<task_id>/, where the directory's name counts) for
+ * a task.
+ */
+static int
+taskfile_scan_kind(int root_fd, enum subtab_kind kind,
+    void (*note)(const char *, void *), void *arg)
+{
+	size_t	i;
+
+	if (kind == SUBTAB_KIND_REPORT)
+		return taskfile_scan_dir(root_fd, IDEM_REPORTS_DIR, 0, note,
+		    arg);
+	if (taskfile_scan_dir(root_fd, TASKFILE_LIFECYCLE_DIR, 1, note,
+	    arg) == -1)
+		return -1;
+	for (i = 0; i < TASKFILE_HISTORY_BASE_COUNT; i++) {
+		if (taskfile_scan_dir(root_fd, taskfile_history_bases[i], 1,
+		    note, arg) == -1)
+			return -1;
+	}
+	return 0;
+}
+
+struct taskfile_max_seq {
+	char		 prefix[32];
+	size_t		 prefix_length;
+	uint32_t	*max_seq;
+};
+
+static void
+taskfile_note_max_seq(const char *name, void *arg)
+{
+	struct taskfile_max_seq	*m = arg;
+
+	taskfile_note_name(name, m->prefix, m->prefix_length, m->max_seq);
+}
+
 int
 taskfile_scan_max_seq(int root_fd, enum subtab_kind kind, uint32_t date,
     uint32_t *max_seq)
 {
-	char	prefix[32];
-	size_t	prefix_length, i;
+	struct taskfile_max_seq	m = { .max_seq = max_seq };
 
 	*max_seq = 0;
-	snprintf(prefix, sizeof prefix, "%s-%08" PRIu32 "-",
+	snprintf(m.prefix, sizeof m.prefix, "%s-%08" PRIu32 "-",
 	    taskfile_kind_prefix(kind), date);
-	prefix_length = strlen(prefix);
+	m.prefix_length = strlen(m.prefix);
+	return taskfile_scan_kind(root_fd, kind, taskfile_note_max_seq, &m);
+}
 
-	if (kind == SUBTAB_KIND_REPORT)
-		return taskfile_scan_dir(root_fd, IDEM_REPORTS_DIR, 0, prefix,
-		    prefix_length, max_seq);
+struct taskfile_widest {
+	unsigned	 digits;
+	char		*name;
+	size_t		 size;
+};
 
-	/* Every stage: _lifecycle/<stage>/<file>. */
-	if (taskfile_scan_dir(root_fd, TASKFILE_LIFECYCLE_DIR, 1, prefix,
-	    prefix_length, max_seq) == -1)
-		return -1;
-	/* History: <base>/<date dir>/<task_id>/, the directory name counts. */
-	for (i = 0; i < TASKFILE_HISTORY_BASE_COUNT; i++) {
-		if (taskfile_scan_dir(root_fd, taskfile_history_bases[i], 1,
-		    prefix, prefix_length, max_seq) == -1)
-			return -1;
+/* <TASK|REPORT>-YYYYMMDD-N...-: the most digits of N seen, and where. */
+static void
+taskfile_note_widest(const char *name, void *arg)
+{
+	struct taskfile_widest	*w = arg;
+	const char		*p;
+	unsigned		 digits = 0;
+	int			 i;
+
+	if (strncmp(name, "TASK-", 5) == 0)
+		p = name + 5;
+	else if (strncmp(name, "REPORT-", 7) == 0)
+		p = name + 7;
+	else
+		return;
+	for (i = 0; i < 8; i++, p++) {
+		if (*p < '0' || *p > '9')
+			return;
 	}
+	if (*p++ != '-')
+		return;
+	for (; p[digits] >= '0' && p[digits] <= '9'; digits++)
+		;
+	if (digits == 0 || p[digits] != '-' || digits <= w->digits)
+		return;
+	w->digits = digits;
+	snprintf(w->name, w->size, "%s", name);
+}
+
+int
+taskfile_scan_widest(int root_fd, unsigned *digits, char *name,
+    size_t name_size)
+{
+	struct taskfile_widest	w = { 0, name, name_size };
+
+	if (name_size > 0)
+		name[0] = '\0';
+	if (taskfile_scan_kind(root_fd, SUBTAB_KIND_TASK,
+	    taskfile_note_widest, &w) == -1 ||
+	    taskfile_scan_kind(root_fd, SUBTAB_KIND_REPORT,
+	    taskfile_note_widest, &w) == -1)
+		return -1;
+	*digits = w.digits;
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -191,6 +192,35 @@ load_failure_status(const struct store_loaded *loaded)
 	return loaded->failure == STORE_CHECKPOINT_CORRUPT ||
 	    loaded->failure == STORE_JOURNAL_CORRUPT ? IDEMCTL_EXIT_PROBLEM :
 	    IDEMCTL_EXIT_UNREACHABLE;
+}
+
+/*
+ * Without --sequence-digits, verify judges names by the digits idemd
+ * last ran with on this root (ROOT/.idem/sequence-digits), else FCoP's
+ * three.
+ */
+static int
+recorded_digits(struct idemctl *ctl, unsigned *digits)
+{
+	char	*cause = NULL;
+	int	 root_fd, rc;
+
+	*digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
+	if ((root_fd = open(ctl_root(ctl), O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1)
+		return 0;	/* store_verify names what is missing */
+	rc = seqdigits_read(root_fd, digits, &cause);
+	close(root_fd);
+	/* A .idem store_verify refuses (a symlink, ...) is named there. */
+	if (rc == -1 && errno == EINVAL) {
+		rc = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "%s", cause);
+		free(cause);
+		return rc;
+	}
+	free(cause);
+	if (rc != 1)
+		*digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
+	return 0;
 }
 
 static int
@@ -760,7 +790,7 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 	};
 	struct vout	 o;
 	struct store_verify *v = &o.sv;
-	unsigned	 digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
+	unsigned	 digits = 0;
 	char		*end;
 	long		 n;
 	int		 ch;
@@ -784,6 +814,8 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 	if (optind != argc)
 		ctl_usage_error(ctl, "no arguments expected");
 	if ((status = journal_dir(ctl, dir, sizeof dir)) != 0)
+		return status;
+	if (digits == 0 && (status = recorded_digits(ctl, &digits)) != 0)
 		return status;
 
 	memset(&o, 0, sizeof o);

@@ -378,7 +378,12 @@ mcp_session_line(struct mcp_session *s, const char *line, size_t length)
 		;
 	if (i == length)
 		return NULL;	/* a blank line carries no message */
-	if ((msg = json_loadb(line, length, JSON_DECODE_ANY, &jerr)) == NULL) {
+	/*
+	 * Duplicate member names are refused as the broker refuses them
+	 * (a parse error): which of two values counts is no guess to make.
+	 */
+	if ((msg = json_loadb(line, length, JSON_DECODE_ANY |
+	    JSON_REJECT_DUPLICATES, &jerr)) == NULL) {
 		snprintf(message, sizeof message, "Parse error: %s", jerr.text);
 		return session_dump(session_error(NULL, MCP_PARSE_ERROR,
 		    message));

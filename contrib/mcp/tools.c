@@ -154,7 +154,7 @@ static const char write_report_input[] = MCP_JSON(
 	       "recipient": {"type": "string", "minLength": 1, "maxLength": 16,
 	         "description": "FCoP role code; default the task's sender."},
 	       "status": {"type": "string",
-	         "enum": ["done", "partial", "blocked", "failed"],
+	         "enum": ["done", "blocked", "in_progress", "aborted"],
 	         "description": "Default done."},
 	       "body": {"type": "string",
 	         "description": "Markdown body, at most 524288 bytes."}}}}});

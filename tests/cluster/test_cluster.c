@@ -1779,6 +1779,11 @@ effects_across_brokers(void **state)
 	json_decref(reply);
 	expect(complete_on(&a, "e1", fence, "applied", "{\"id\":\"m-2\"}"),
 	    "conflict", "already_committed");
+	/* An absent result is null, not the committed one (SPEC.md). */
+	expect(complete_on(&b, "e1", fence, "applied", NULL), "conflict",
+	    "already_committed");
+	expect(resolve_on(&b, "e1", "applied", NULL), "conflict",
+	    "already_committed");
 	/* Another request under the key: conflict, nothing to perform. */
 	expect(effect_call(&b, "effect_begin", "e1",
 	    "{\"request\":{\"to\":\"other@y\"}}"), "conflict",
@@ -1904,6 +1909,35 @@ effects_across_brokers(void **state)
 	reply = complete_on(&a, "e5", fence, "applied", "{\"id\":\"m-5\"}");
 	harness_assert_bool(reply, "ok", 1);
 	harness_assert_bool(reply, "action_taken", 1);
+	json_decref(reply);
+	free(fence);
+
+	/*
+	 * lease_ms null is the default; a NUL in a result is refused on
+	 * this store as on the local one, and the row is left as it was.
+	 */
+	reply = effect_call(&a, "effect_begin", "e6",
+	    "{\"request\":{\"to\":\"x@y\"},\"lease_ms\":null}");
+	assert_int_equal(harness_int(reply, "lease_ms"), 30000);
+	fence = proceed_fence(reply, 1);
+	reply = cluster_call_until_final(&b.b, json_pack("{s:s,s:s,s:s,s:s,"
+	    "s:s,s:s#}", "op", "effect_complete", "client_submission_id", "e6",
+	    "effect_kind", EFFECT_KIND, "fence", fence, "outcome", "applied",
+	    "result", "a\0b", (size_t)3));
+	harness_assert_bool(reply, "ok", 0);
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "code"), "invalid_request");
+	assert_string_equal(harness_str(json_object_get(reply, "error"),
+	    "field"), "result");
+	json_decref(reply);
+	reply = harness_call_once(&b.b, json_pack("{s:s,s:s,s:s}", "op",
+	    "get_submission", "client_submission_id", "e6", "effect_kind",
+	    EFFECT_KIND));
+	assert_string_equal(harness_str(json_object_get(reply, "submission"),
+	    "state"), "reserved");
+	json_decref(reply);
+	reply = complete_on(&b, "e6", fence, "not_applied", NULL);
+	harness_assert_bool(reply, "ok", 1);
 	json_decref(reply);
 	free(fence);
 

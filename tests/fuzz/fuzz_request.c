@@ -274,6 +274,30 @@ spec_submission_id(json_t *request)
 	return 1;
 }
 
+/* "No string anywhere in a request may contain U+0000" (names: jansson). */
+static int
+spec_has_nul(json_t *v)
+{
+	const char	*key;
+	json_t		*member;
+	size_t		 i;
+
+	if (json_is_string(v))
+		return memchr(json_string_value(v), '\0',
+		    json_string_length(v)) != NULL;
+	if (json_is_array(v)) {
+		json_array_foreach(v, i, member)
+			if (spec_has_nul(member))
+				return 1;
+	}
+	if (json_is_object(v)) {
+		json_object_foreach(v, key, member)
+			if (spec_has_nul(member))
+				return 1;
+	}
+	return 0;
+}
+
 static int
 spec_meta(json_t *request)
 {
@@ -443,8 +467,8 @@ spec_write_report(json_t *request)
 	    "client_submission_id", "report", "meta", NULL };
 	static const char *const fields[] = { "sender", "recipient",
 	    "status", "body", NULL };
-	static const char *const statuses[] = { "done", "partial", "blocked",
-	    "failed", NULL };
+	static const char *const statuses[] = { "done", "blocked",
+	    "in_progress", "aborted", NULL };
 	json_t	*report, *v;
 
 	if (!spec_only_keys(request, top) ||
@@ -652,6 +676,8 @@ spec_accepts(const char *line, size_t length)
 	id = json_object_get(request, "id");
 	op = json_object_get(request, "op");
 	if (id != NULL && (json_is_object(id) || json_is_array(id)))
+		rc = 0;
+	else if (spec_has_nul(request))
 		rc = 0;
 	else if (json_string_is(op, "write_task", 10))
 		rc = spec_write_task(request);

@@ -478,6 +478,332 @@ resolve_settles_by_evidence(void **state)
 	harness_finish(b);
 }
 
+/* ---- Edges ------------------------------------------------------------------ */
+
+/* get_submission's submission for the key (the reply, to free). */
+static json_t *
+submission(struct broker *b, const char *id, json_t **reply)
+{
+	*reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", id,
+	    "effect_kind", KIND));
+	harness_assert_bool(*reply, "found", 1);
+	return json_object_get(*reply, "submission");
+}
+
+static void
+assert_state(struct broker *b, const char *id, const char *state_name,
+    int attempt)
+{
+	json_t	*reply, *sub;
+
+	sub = submission(b, id, &reply);
+	assert_string_equal(harness_str(sub, "state"), state_name);
+	assert_int_equal(json_integer_value(json_object_get(sub, "attempt")),
+	    attempt);
+	json_decref(reply);
+}
+
+/*
+ * The fence is "<attempt>-<16 hex>": the attempt right and the random
+ * part wrong is as stale as an old attempt, and changes nothing.
+ */
+static void
+forged_fence_of_current_attempt_is_stale(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+	char		*fence, forged[64];
+
+	harness_must_start(b, NULL, NULL);
+	reply = begin(b, "f-1", REQUEST, 60000);
+	fence = fence_of(reply);
+	json_decref(reply);
+	assert_int_equal(strncmp(fence, "1-", 2), 0);
+	snprintf(forged, sizeof forged, "%s", fence);
+	/* One hex digit changed: the same attempt, another random part. */
+	forged[strlen(forged) - 1] = forged[strlen(forged) - 1] == '0' ?
+	    '1' : '0';
+	reply = complete(b, "f-1", forged, "applied", RESULT);
+	assert_reason(reply, "stale_fence");
+	harness_assert_bool(reply, "action_taken", 0);
+	json_decref(reply);
+	reply = complete(b, "f-1", forged, "not_applied", NULL);
+	assert_reason(reply, "stale_fence");
+	json_decref(reply);
+	reply = complete(b, "f-1", "1-0000000000000000", "applied", RESULT);
+	assert_reason(reply, "stale_fence");
+	json_decref(reply);
+	/* Nothing changed: still reserved, still held, attempt 1. */
+	assert_state(b, "f-1", "reserved", 1);
+	reply = begin(b, "f-1", REQUEST, 0);
+	assert_disposition(reply, "in_progress");
+	json_decref(reply);
+	/* The true fence still completes. */
+	reply = complete(b, "f-1", fence, "applied", RESULT);
+	harness_assert_bool(reply, "ok", 1);
+	assert_int_equal(json_integer_value(json_object_get(
+	    json_object_get(reply, "receipt"), "attempt")), 1);
+	json_decref(reply);
+	free(fence);
+	harness_finish(b);
+}
+
+/*
+ * SPEC.md: a complete with the latest fence after its lease lapsed is
+ * accepted (no other caller was let in): not_applied releases it like a
+ * live one, and the next begin proceeds, attempt 2, the same key.
+ */
+static void
+not_applied_after_lapse_releases(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+	char		*fence, *xkey;
+
+	harness_must_start(b, NULL, NULL);
+	reply = begin(b, "n-1", REQUEST, SHORT_LEASE_MS);
+	fence = fence_of(reply);
+	xkey = strdup(harness_str(reply, "external_key"));
+	json_decref(reply);
+	json_decref(begin_until_unknown(b, "n-1", REQUEST));
+	reply = complete(b, "n-1", fence, "not_applied", NULL);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "state"), "released");
+	json_decref(reply);
+	assert_state(b, "n-1", "released", 1);
+	reply = begin(b, "n-1", REQUEST, 0);
+	assert_disposition(reply, "proceed");
+	assert_int_equal(json_integer_value(json_object_get(reply, "attempt")),
+	    2);
+	assert_string_equal(harness_str(reply, "external_key"), xkey);
+	json_decref(reply);
+	/* The first fence is now stale. */
+	reply = complete(b, "n-1", fence, "applied", RESULT);
+	assert_reason(reply, "stale_fence");
+	json_decref(reply);
+	free(fence);
+	free(xkey);
+	harness_finish(b);
+}
+
+/*
+ * A lease that lapsed and was resolved unknown: the holder's late
+ * complete still carries the latest fence (a resolve issues none and
+ * lets no other caller in), so SPEC.md's rule accepts it: applied
+ * commits with its result; the later begins reuse that receipt.
+ */
+static void
+complete_after_resolve_unknown_is_accepted(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+	char		*fence, *fence2, *first, *again;
+
+	harness_must_start(b, NULL, NULL);
+	reply = begin(b, "u-1", REQUEST, SHORT_LEASE_MS);
+	fence = fence_of(reply);
+	json_decref(reply);
+	reply = begin(b, "u-2", REQUEST, SHORT_LEASE_MS);
+	fence2 = fence_of(reply);
+	json_decref(reply);
+	json_decref(begin_until_unknown(b, "u-1", REQUEST));
+	reply = resolve(b, "u-1", "unknown", NULL);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "state"), "outcome_unknown");
+	json_decref(reply);
+	assert_state(b, "u-1", "outcome_unknown", 1);
+	first = wire_receipt(b, complete_request("u-1", fence, "applied",
+	    RESULT));
+	assert_non_null(strstr(first, "\"state\":\"committed\""));
+	again = wire_receipt(b, begin_request("u-1", KIND, REQUEST, 0));
+	assert_string_equal(again, first);
+	free(again);
+	assert_state(b, "u-1", "committed", 1);
+	free(first);
+	free(fence);
+
+	/* not_applied after resolve unknown releases it the same way. */
+	json_decref(begin_until_unknown(b, "u-2", REQUEST));
+	reply = resolve(b, "u-2", "unknown", NULL);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	reply = complete(b, "u-2", fence2, "not_applied", NULL);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "state"), "released");
+	json_decref(reply);
+	reply = begin(b, "u-2", REQUEST, 0);
+	assert_disposition(reply, "proceed");
+	assert_int_equal(json_integer_value(json_object_get(reply, "attempt")),
+	    2);
+	json_decref(reply);
+	free(fence2);
+	harness_finish(b);
+}
+
+/* The bounds of lease_ms are in; null is the default (SPEC.md). */
+static void
+lease_bounds_and_null_default(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply, *r;
+
+	harness_must_start(b, NULL, NULL);
+	reply = begin(b, "l-min", REQUEST, 100);
+	assert_disposition(reply, "proceed");
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "lease_ms")), 100);
+	json_decref(reply);
+	reply = begin(b, "l-max", REQUEST, 86400000);
+	assert_disposition(reply, "proceed");
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "lease_ms")), 86400000);
+	json_decref(reply);
+	reply = begin(b, "l-below", REQUEST, 99);
+	assert_error(reply, "invalid_request", "lease_ms");
+	json_decref(reply);
+	reply = begin(b, "l-above", REQUEST, 86400001);
+	assert_error(reply, "invalid_request", "lease_ms");
+	json_decref(reply);
+	r = begin_request("l-null", KIND, REQUEST, 0);
+	json_object_set_new(r, "lease_ms", json_null());
+	reply = harness_must_call(b, r);
+	assert_disposition(reply, "proceed");
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "lease_ms")), 30000);
+	json_decref(reply);
+	/* Neither refused begin reserved anything. */
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", "l-below",
+	    "effect_kind", KIND));
+	harness_assert_bool(reply, "found", 0);
+	json_decref(reply);
+	harness_finish(b);
+}
+
+/*
+ * An absent result is null (SPEC.md): applied without a result on an
+ * effect committed with another result is already_committed, by
+ * complete and by resolve; on one committed with null, the same.
+ */
+static void
+applied_without_result_is_null(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply;
+	char		*fence, *first, *again;
+
+	harness_must_start(b, NULL, NULL);
+	reply = begin(b, "a-1", REQUEST, 0);
+	fence = fence_of(reply);
+	json_decref(reply);
+	reply = complete(b, "a-1", fence, "applied", RESULT);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	reply = complete(b, "a-1", fence, "applied", NULL);
+	assert_reason(reply, "already_committed");
+	json_decref(reply);
+	reply = complete(b, "a-1", fence, "applied", "null");
+	assert_reason(reply, "already_committed");
+	json_decref(reply);
+	reply = resolve(b, "a-1", "applied", NULL);
+	assert_reason(reply, "already_committed");
+	json_decref(reply);
+	free(fence);
+
+	/* Committed without a result: null, and an absent result agrees. */
+	reply = begin(b, "a-2", REQUEST, 0);
+	fence = fence_of(reply);
+	json_decref(reply);
+	first = wire_receipt(b, complete_request("a-2", fence, "applied",
+	    NULL));
+	assert_non_null(strstr(first, "\"result\":null"));
+	again = wire_receipt(b, complete_request("a-2", fence, "applied",
+	    "null"));
+	assert_string_equal(again, first);
+	free(again);
+	again = wire_receipt(b, resolve_request("a-2", "applied", NULL));
+	assert_string_equal(again, first);
+	free(again);
+	reply = complete(b, "a-2", fence, "applied", "{}");
+	assert_reason(reply, "already_committed");
+	json_decref(reply);
+	free(first);
+	free(fence);
+	harness_finish(b);
+}
+
+/*
+ * No string in a request may hold a NUL (SPEC.md): a result with one is
+ * refused (invalid_request, the field its path) and nothing is stored;
+ * every answer for the key stays readable.
+ */
+static void
+nul_in_result_is_refused_and_nothing_stored(void **state)
+{
+	struct broker	*b = *state;
+	json_t		*reply, *r;
+	char		*fence, *first;
+
+	harness_must_start(b, NULL, NULL);
+	reply = begin(b, "z-1", REQUEST, 0);
+	fence = fence_of(reply);
+	json_decref(reply);
+	r = complete_request("z-1", fence, "applied", NULL);
+	json_object_set_new(r, "result", json_stringn("a\0b", 3));
+	reply = harness_must_call(b, r);
+	assert_error(reply, "invalid_request", "result");
+	harness_assert_bool(reply, "action_taken", 0);
+	json_decref(reply);
+	r = complete_request("z-1", fence, "applied", NULL);
+	json_object_set_new(r, "result", json_pack("{s:[s#]}", "ids",
+	    "x\0", (size_t)2));
+	reply = harness_must_call(b, r);
+	assert_error(reply, "invalid_request", "result.ids");
+	json_decref(reply);
+	/* Nothing was stored: still reserved, nothing committed. */
+	assert_state(b, "z-1", "reserved", 1);
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
+	assert_int_equal(json_integer_value(json_object_get(reply,
+	    "effects_committed")), 0);
+	json_decref(reply);
+
+	/* Evidence with a NUL, in its result or its source: the same. */
+	r = resolve_request("z-1", "applied", NULL);
+	json_object_set_new(json_object_get(r, "evidence"), "result",
+	    json_stringn("\0", 1));
+	reply = harness_must_call(b, r);
+	assert_error(reply, "invalid_request", "evidence.result");
+	json_decref(reply);
+	r = resolve_request("z-1", "unknown", NULL);
+	json_object_set_new(json_object_get(r, "evidence"), "source",
+	    json_stringn("probe\0", 6));
+	reply = harness_must_call(b, r);
+	assert_error(reply, "invalid_request", "evidence.source");
+	json_decref(reply);
+	/* A begin with a NUL in its meta reserves nothing. */
+	r = begin_request("z-2", KIND, REQUEST, 0);
+	json_object_set_new(r, "meta", json_pack("{s:s#}", "trace", "t\0",
+	    (size_t)2));
+	reply = harness_must_call(b, r);
+	assert_error(reply, "invalid_request", "meta.trace");
+	json_decref(reply);
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}",
+	    "op", "get_submission", "client_submission_id", "z-2",
+	    "effect_kind", KIND));
+	harness_assert_bool(reply, "found", 0);
+	json_decref(reply);
+	assert_state(b, "z-1", "reserved", 1);
+
+	/* The clean complete commits; the receipt reads back as sent. */
+	first = wire_receipt(b, complete_request("z-1", fence, "applied",
+	    RESULT));
+	assert_non_null(strstr(first, "\"result\":" RESULT));
+	free(first);
+	free(fence);
+	harness_finish(b);
+}
+
 static void
 bad_requests_are_refused_and_change_nothing(void **state)
 {
@@ -887,10 +1213,12 @@ checkpoint_carries_results(void **state)
 
 /*
  * The broker with tests/faults/faultshim.c preloaded (as test_storage.c
- * runs it); the rule file is outside the root.  0, or -1 when the shim
- * is not built (the test is then skipped).
+ * runs it); the rule file is outside the root.  make check builds the
+ * shim and names it in $IDEM_FAULTSHIM; run by hand from the build
+ * directory, the harness's default path finds it.  A shim that is not
+ * there fails the test: a skip would hide the journal fault untried.
  */
-static int
+static void
 start_with_faults(struct broker *b, char *rule_file, size_t size)
 {
 	static char		 preload[PATH_MAX + 16], fault[PATH_MAX + 32];
@@ -899,8 +1227,11 @@ start_with_faults(struct broker *b, char *rule_file, size_t size)
 	const char *const	 env[] = { preload, fault, asan, NULL };
 	char			 real[PATH_MAX];
 
-	if (shim == NULL || realpath(shim, real) == NULL)
-		return -1;
+	if (shim == NULL)
+		shim = "tests/faults/.libs/libfaultshim.so";
+	if (realpath(shim, real) == NULL)
+		fail_msg("fault shim %s: %s (make check builds it; or set "
+		    "IDEM_FAULTSHIM)", shim, strerror(errno));
 	snprintf(rule_file, size, "%s.faults", b->root);
 	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", real);
 	snprintf(fault, sizeof fault, "IDEM_FAULT_FILE=%s", rule_file);
@@ -909,7 +1240,6 @@ start_with_faults(struct broker *b, char *rule_file, size_t size)
 	snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
 	    old != NULL ? old : "", old != NULL && *old != '\0' ? ":" : "");
 	assert_int_equal(harness_start(b, NULL, env), 0);
-	return 0;
 }
 
 static int
@@ -948,12 +1278,7 @@ journal_fault_acknowledges_nothing_and_retry_completes(void **state)
 	char		 rules[PATH_MAX + 16], *fence, *receipt, *again;
 	json_t		*reply;
 
-	if (start_with_faults(b, rules, sizeof rules) != 0) {
-		/* Built by make check; run alone it may be missing. */
-		printf("SKIP: no fault shim (IDEM_FAULTSHIM)\n");
-		harness_finish(b);
-		skip();
-	}
+	start_with_faults(b, rules, sizeof rules);
 	reply = begin(b, "s-1", REQUEST, 0);
 	fence = fence_of(reply);
 	json_decref(reply);
@@ -1122,6 +1447,12 @@ main(void)
 		T(not_applied_releases_and_stale_fences_change_nothing),
 		T(lapsed_lease_is_outcome_unknown_never_proceed),
 		T(resolve_settles_by_evidence),
+		T(forged_fence_of_current_attempt_is_stale),
+		T(not_applied_after_lapse_releases),
+		T(complete_after_resolve_unknown_is_accepted),
+		T(lease_bounds_and_null_default),
+		T(applied_without_result_is_null),
+		T(nul_in_result_is_refused_and_nothing_stored),
 		T(bad_requests_are_refused_and_change_nothing),
 		T(concurrent_begins_exactly_one_proceeds),
 		T(restart_and_kill_keep_receipts_and_leases),

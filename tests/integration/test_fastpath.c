@@ -225,6 +225,22 @@ doubts_take_the_full_parse(void **state)
 		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
 		  TASK_MEMBER ",\"digest_schema\":\"write-task-v1\"}",
 		  "reused", NULL },
+		/*
+		 * A NUL anywhere is refused (SPEC.md), never answered as the
+		 * stored retry: in the id (which is not fingerprinted, and
+		 * an escape sends it to the full parse), in meta (never
+		 * fast), in the task (no stored fingerprint holds one).
+		 */
+		{ "{\"op\":\"write_task\",\"id\":\"x\\u0000\","
+		  "\"client_submission_id\":\"fp-doubt\"," TASK_MEMBER "}", NULL,
+		  "invalid_request" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  TASK_MEMBER ",\"meta\":{\"trace\":\"\\u0000\"}}", NULL,
+		  "invalid_request" },
+		{ "{\"op\":\"write_task\",\"client_submission_id\":\"fp-doubt\","
+		  "\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\","
+		  "\"subject\":\"fast\",\"body\":\"Steps:\\n1. retry\\n\\u0000\"}}",
+		  NULL, "invalid_request" },
 	};
 	struct broker	*b = *state;
 	char		*text;

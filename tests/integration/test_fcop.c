@@ -187,6 +187,58 @@ sequence_digits_four_reaches_1000(void **state)
 	harness_finish(b);
 }
 
+/*
+ * The digits are recorded in the root's state: a restart with fewer than
+ * a file already has is refused, naming the file and the digits to use,
+ * and changes nothing; a restart with as many serves again.
+ */
+static void
+sequence_digits_recorded_and_never_fewer(void **state)
+{
+	static const char *const four[] = { "--sequence-digits", "4", NULL };
+	static const char *const five[] = { "--sequence-digits", "5", NULL };
+	struct broker	*b = *state;
+	char		 today[9], rel[256], want[64], *recorded;
+	json_t		*a;
+
+	harness_today(today);
+	snprintf(rel, sizeof rel, "_lifecycle/done/TASK-%s-999-X-to-Y.md",
+	    today);
+	assert_int_equal(harness_write(b, rel, TEST_FOREIGN_FILE), 0);
+	harness_must_start(b, four, NULL);
+	a = submit(b, "digits-1", "Past 999");
+	assert_disposition(a, "created");
+	harness_skip_if_date_moved(today, harness_receipt_str(a, "task_id"));
+	json_decref(a);
+	recorded = harness_read(b, ".idem/sequence-digits");
+	assert_non_null(recorded);
+	assert_string_equal(recorded, "4\n");
+	free(recorded);
+	assert_int_equal(harness_stop(b), 0);
+
+	/* Three digits: refused, naming the four-digit file and 4. */
+	assert_int_equal(harness_start(b, NULL, NULL), -1);
+	assert_int_not_equal(b->exit_status, 0);
+	snprintf(want, sizeof want, "TASK-%s-1000-PM-to-DEV.md", today);
+	assert_true(harness_log_count(b, want) > 0);
+	assert_true(harness_log_count(b, "--sequence-digits 4") > 0);
+	recorded = harness_read(b, ".idem/sequence-digits");
+	assert_string_equal(recorded, "4\n");
+	free(recorded);
+
+	/* More digits are always fine, and recorded; then 4 again. */
+	harness_must_start(b, five, NULL);
+	assert_int_equal(harness_stop(b), 0);
+	recorded = harness_read(b, ".idem/sequence-digits");
+	assert_string_equal(recorded, "5\n");
+	free(recorded);
+	harness_must_start(b, four, NULL);
+	a = submit(b, "digits-1", "Past 999");
+	assert_disposition(a, "reused");
+	json_decref(a);
+	harness_finish(b);
+}
+
 /* ---- Slots ---------------------------------------------------------------- */
 
 static void
@@ -654,6 +706,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		T(sequence_exhausted_after_999),
 		T(sequence_digits_four_reaches_1000),
+		T(sequence_digits_recorded_and_never_fewer),
 		T(slot_recipient_is_in_the_name_only),
 		T(null_optional_fields_mean_defaults),
 		T(vectors_match_the_broker),

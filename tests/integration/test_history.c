@@ -18,7 +18,13 @@
  * byte, in either order; idemctl verify compares the index's effects
  * with the checkpoint's and the journal's records, full entries and
  * tombstones, and names the one an index entry planted with other facts
- * disagrees with.  Every test counts TASK files.
+ * disagrees with.  Issue 27's cache tier: a creation refused for its
+ * number keeps every later checkpoint whole; ids of every length up to
+ * the longest key are served after the table has cycled; a complete is
+ * never stopped by its own claim; a full arena refuses a complete and a
+ * resolve, typed and retryable, nothing committed, and both go through
+ * once the index takes writes again; the least --result-bytes.  Every
+ * test counts TASK files.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -212,6 +218,13 @@ complete_request(int i, const char *fence, const char *outcome,
 	return r;
 }
 
+/*
+ * A fault rule file to clear at the first table_full of a complete
+ * (NULL: none): a test that keeps every result out of the index until
+ * the arena has refused one knows the refusal path ran.
+ */
+static const char *clear_rule_on_full;
+
 static char *
 complete_effect(struct broker *b, int i, const char *fence, size_t pad,
     int *retries)
@@ -227,6 +240,10 @@ complete_effect(struct broker *b, int i, const char *fence, size_t pad,
 			return reply;
 		if (strstr(reply, "\"retryable\":true") == NULL)
 			fail_msg("complete fx-%d: %s", i, reply);
+		if (clear_rule_on_full != NULL) {
+			harness_fault_rule(clear_rule_on_full, "");
+			clear_rule_on_full = NULL;
+		}
 		assert_true(tries < HISTORY_FULL_MAX_RETRIES);
 		free(reply);
 		(*retries)++;
@@ -1177,44 +1194,71 @@ test_missing_index(void **state)
 
 /*
  * The two stores of the segment are caches (shm/subtab.c): with a result
- * arena of 4096 bytes, far less than the results committed, every
- * effect still commits (a complete the arena refuses while its results
- * wait for the index is table_full, retryable, and succeeds again) and
- * answers reused with its first receipt, from the arena or the index,
- * and again after a kill and a start with a quarter of the arena (the
+ * arena of four maximal results (262208 bytes), far less than the
+ * results committed, every effect still commits (a complete the arena
+ * refuses while its results wait for the index is table_full,
+ * retryable, and succeeds again: the index's writes fail until the
+ * first such refusal, so it surely happens) and answers reused with its
+ * first receipt, from the arena or the index, and again after a kill
+ * and a start with a quarter of the arena, the least there is (the
  * start-up puts more results through it than it holds);
  * with a receipt store of 64 KiB, far less than the replies stored, a
  * retry whose stored reply was overwritten takes the full path, answers
  * the same, and the next one is fast again.
  */
 #define STORES_COUNT		200
-#define STORES_RESULT_BYTES	"4096"
+#define STORES_ARENA_BYTES	262208	/* 4 x 65552 */
+#define STORES_RESULT_BYTES	"262208"
+#define STORES_LEAST_BYTES	65552	/* one record of 64 KiB */
+/* Results of about 4 KiB: 200 of them are three laps of the arena. */
+#define STORES_PAD		4000
+#define STORES_RECEIPT_BYTES	8192
 
 static const char *const stores_args[] = { "--capacity", "512",
     "--result-bytes", STORES_RESULT_BYTES, NULL };
 /* A quarter: what the checkpoint and journal hold overflows it. */
 static const char *const stores_smaller_args[] = { "--capacity", "512",
-    "--result-bytes", "1024", NULL };
+    "--result-bytes", "65552", NULL };
+
+/* The fault shim's fixture: the index's writes can be made to fail. */
+static int
+shim_setup(void **state)
+{
+	return harness_shim_setup(state, HARNESS_TEST_SECONDS);
+}
+
+/* The rule that keeps every result out of the index: its writes fail. */
+#define INDEX_WRITES_FAIL	"write .idem/index EIO"
+/* What a checkpoint that met it logs. */
+#define INDEX_COMMIT_FAILED	"commit: Input/output error"
 
 static void
 test_small_stores_reclaim(void **state)
 {
-	struct broker	*b = *state;
+	struct harness_shim *t = *state;
+	struct broker	*b = &t->b;
 	static struct history h;
-	static char	 effects[STORES_COUNT][1024], tasks[STORES_COUNT][1024];
-	char		 id[32], subject[64], got[1024], *reply;
+	static char	 effects[STORES_COUNT][STORES_RECEIPT_BYTES];
+	static char	 tasks[STORES_COUNT][1024];
+	char		 id[32], subject[64], got[STORES_RECEIPT_BYTES], *reply;
 	json_int_t	 fast;
 	int		 i, restarts, retries = 0;
 
 	memset(&h, 0, sizeof h);
-	assert_int_equal(harness_start(b, stores_args, NULL), 0);
-	assert_int_equal(stat_of(b, "result_arena_bytes"), 4096);
+	assert_int_equal(harness_start(b, stores_args, t->env), 0);
+	assert_int_equal(stat_of(b, "result_arena_bytes"), STORES_ARENA_BYTES);
 	assert_int_equal(stat_of(b, "fast_receipts_bytes"), 65536);
+	/* Nothing reaches the index until the arena has refused a result. */
+	harness_fault_rule(t->fault_file, INDEX_WRITES_FAIL);
+	clear_rule_on_full = t->fault_file;
 	for (i = 0; i < STORES_COUNT; i++)
-		commit_effect(b, &h, i, 0, effects[i], sizeof effects[i],
-		    NULL, &retries);
+		commit_effect(b, &h, i, STORES_PAD, effects[i],
+		    sizeof effects[i], NULL, &retries);
+	/* The refusal path ran (and cleared the rule). */
+	assert_null(clear_rule_on_full);
+	assert_true(retries > 0);
 	assert_int_equal(stat_of(b, "effects_committed"), STORES_COUNT);
-	assert_true(stat_of(b, "result_arena_used") <= 4096);
+	assert_true(stat_of(b, "result_arena_used") <= STORES_ARENA_BYTES);
 	for (restarts = 0; restarts < 2; restarts++) {
 		for (i = 0; i < STORES_COUNT; i++) {
 			reply = effect_begin(b, &h, i, 0);
@@ -1232,9 +1276,10 @@ test_small_stores_reclaim(void **state)
 		 * checkpoint and the journal hold more results than it.
 		 */
 		harness_kill(b);
-		assert_int_equal(harness_start(b, stores_smaller_args, NULL),
+		assert_int_equal(harness_start(b, stores_smaller_args, t->env),
 		    0);
-		assert_int_equal(stat_of(b, "result_arena_bytes"), 1024);
+		assert_int_equal(stat_of(b, "result_arena_bytes"),
+		    STORES_LEAST_BYTES);
 	}
 
 	for (i = 0; i < STORES_COUNT; i++) {
@@ -1272,7 +1317,7 @@ test_small_stores_reclaim(void **state)
 	assert_int_equal(harness_count_tasks(b), STORES_COUNT);
 	print_message("complete retried %d times while the arena waited for "
 	    "the index\n", retries);
-	harness_finish(b);
+	harness_shim_finish(t);
 }
 
 /* ---- Tombstones of receipts the rings no longer hold ---------------------- */
@@ -1381,12 +1426,13 @@ assert_conflict(const char *what, const char *reply, const char *reason,
 
 /*
  * An effect's slot stays in the table (64 slots for 56 ids: nothing is
- * evicted) while its result's bytes leave a result arena of 8192 bytes
+ * evicted) while its result's bytes leave a result arena of 65552 bytes
+ * (the least)
  * and its index entry becomes a tombstone, in both orders:
  *
  * - fx-0..32, compacted first (the first checkpoint, at 33 committed,
  *   gave them to the index): their answers stay whole while the arena
- *   holds the bytes, and are pruned once results of 1900 bytes
+ *   holds the bytes, and are pruned once results of 24000 bytes
  *   (fx-50..55) have wrapped the arena past them;
  * - fx-40..49, committed after that compaction: whole from the index
  *   once the arena dropped them, pruned once compacted in turn.
@@ -1400,28 +1446,30 @@ assert_conflict(const char *what, const char *reply, const char *reason,
 #define ARENA_EARLY		40	/* fx-0..39: before the compaction */
 #define ARENA_LATE		10	/* fx-40..49: after it */
 #define ARENA_BIG		6	/* fx-50..55: wrap the arena */
-#define ARENA_BIG_PAD		1900
+#define ARENA_BIG_PAD		24000
+#define ARENA_BIG_RECEIPT_BYTES	32768
 
 static const char *const arena_args[] = { "--capacity", "64",
-    "--result-bytes", "8192", NULL };
+    "--result-bytes", "65552", NULL };
 
 static void
 test_pruned_results_left_the_arena(void **state)
 {
-	struct broker	*b = *state;
+	struct harness_shim *t = *state;
+	struct broker	*b = &t->b;
 	static struct history h;
 	static char	 whole[ARENA_EARLY + ARENA_LATE][PRUNED_RECEIPT_BYTES];
 	static char	 pruned[ARENA_EARLY + ARENA_LATE][PRUNED_RECEIPT_BYTES];
 	static char	 fences[ARENA_EARLY + ARENA_LATE][HISTORY_FENCE_BYTES];
-	char		 big[PRUNED_RECEIPT_BYTES], what[64], *reply;
+	char		 big[ARENA_BIG_RECEIPT_BYTES], what[64], *reply;
 	json_t		*r, *s;
 	char		*text;
 	int		 i, retries = 0, was_pruned;
 	const int	 all = ARENA_EARLY + ARENA_LATE;
 
 	memset(&h, 0, sizeof h);
-	assert_int_equal(harness_start(b, arena_args, NULL), 0);
-	assert_int_equal(stat_of(b, "result_arena_bytes"), 8192);
+	assert_int_equal(harness_start(b, arena_args, t->env), 0);
+	assert_int_equal(stat_of(b, "result_arena_bytes"), 65552);
 	for (i = 0; i < ARENA_EARLY; i++) {
 		commit_effect(b, &h, i, 0, whole[i], sizeof whole[i],
 		    fences[i], &retries);
@@ -1446,13 +1494,21 @@ test_pruned_results_left_the_arena(void **state)
 		pruned_effect_receipt(whole[i], pruned[i], sizeof pruned[i]);
 	}
 	/*
-	 * Records of 1960 bytes: the smaller ones above end at 2720, the
-	 * third big one starts the arena's second lap and the fourth takes
-	 * its tail past them all (the last two are margin).
+	 * Records of 24064 bytes: the smaller ones above end at 2720, the
+	 * third big one starts the arena's second lap and takes its tail
+	 * past them all (the last three are margin).
 	 */
+	/*
+	 * fx-40..49 reach the index only once the arena has refused a
+	 * result for them: the refusal path surely runs.
+	 */
+	harness_fault_rule(t->fault_file, INDEX_WRITES_FAIL);
+	clear_rule_on_full = t->fault_file;
 	for (i = all; i < all + ARENA_BIG; i++)
 		commit_effect(b, &h, i, ARENA_BIG_PAD, big, sizeof big, NULL,
 		    &retries);
+	assert_null(clear_rule_on_full);
+	assert_true(retries > 0);
 	for (i = 0; i < all; i++) {
 		snprintf(what, sizeof what, "fx-%d, its bytes reused", i);
 		reply = effect_begin(b, &h, i, 0);
@@ -1513,7 +1569,7 @@ test_pruned_results_left_the_arena(void **state)
 	 * same bytes either way, and none proceeds.
 	 */
 	harness_kill(b);
-	assert_int_equal(harness_start(b, arena_args, NULL), 0);
+	assert_int_equal(harness_start(b, arena_args, t->env), 0);
 	for (i = 0; i < all; i++) {
 		snprintf(what, sizeof what, "fx-%d, restarted", i);
 		reply = effect_begin(b, &h, i, 0);
@@ -1526,7 +1582,7 @@ test_pruned_results_left_the_arena(void **state)
 	verify_clean(b);
 	print_message("complete retried %d times while the arena waited for "
 	    "the index\n", retries);
-	harness_finish(b);
+	harness_shim_finish(t);
 }
 
 /*
@@ -1675,6 +1731,418 @@ test_pruned_after_eviction(void **state)
 	harness_finish(b);
 }
 
+/* ---- Issue 27: the cache tier under every sequence -------------------- */
+
+/*
+ * Polls: how long a retry loop below waits between tries, and how many
+ * tries it makes (about 20 s: a checkpoint, even a retried one, comes
+ * within a second or two; what the issue saw lasted for ever).
+ */
+#define CACHE_POLL_MS		5
+#define CACHE_MAX_POLLS		4000
+
+/* req sent until its answer is not a retryable table_full; that answer. */
+static char *
+call_until_not_full(struct broker *b, json_t *req, int *refusals)
+{
+	struct timespec	 ts = { 0, CACHE_POLL_MS * 1000000L };
+	char		*reply;
+	int		 tries;
+
+	for (tries = 0;; tries++) {
+		json_incref(req);
+		reply = call_line(b, req);
+		if (!is_table_full(reply))
+			break;
+		if (strstr(reply, "\"retryable\":true") == NULL)
+			fail_msg("not retryable: %s", reply);
+		if (tries >= CACHE_MAX_POLLS)
+			fail_msg("still table_full after %d tries: %s", tries,
+			    reply);
+		free(reply);
+		if (refusals != NULL)
+			(*refusals)++;
+		nanosleep(&ts, NULL);
+	}
+	json_decref(req);
+	return reply;
+}
+
+/* An effect request of kind and id (begin; other ops fill in after). */
+static json_t *
+keyed_request(const char *op, const char *kind, const char *id)
+{
+	return json_pack("{s:s, s:s, s:s}", "op", op, "client_submission_id",
+	    id, "effect_kind", kind);
+}
+
+/* A begin of kind/id that must proceed; its fence in fence. */
+static void
+keyed_proceed(struct broker *b, const char *kind, const char *id,
+    json_int_t lease_ms, char fence[HISTORY_FENCE_BYTES])
+{
+	json_t	*req = keyed_request("effect_begin", kind, id), *r;
+	char	*reply;
+
+	json_object_set_new(req, "request", json_pack("{s:s}", "id", id));
+	if (lease_ms != 0)
+		json_object_set_new(req, "lease_ms", json_integer(lease_ms));
+	reply = call_until_not_full(b, req, NULL);
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
+		fail_msg("begin %s: %s", id, reply);
+	snprintf(fence, HISTORY_FENCE_BYTES, "%s", harness_str(r, "fence"));
+	json_decref(r);
+	free(reply);
+}
+
+/* The disposition of a begin of kind/id (the same request as above). */
+static char *
+keyed_begin(struct broker *b, const char *kind, const char *id)
+{
+	json_t	*req = keyed_request("effect_begin", kind, id);
+
+	json_object_set_new(req, "request", json_pack("{s:s}", "id", id));
+	return call_line(b, req);
+}
+
+/* A complete (applied, result of exactly bytes bytes) of kind/id. */
+static json_t *
+keyed_complete(const char *kind, const char *id, const char *fence,
+    int i, size_t bytes)
+{
+	json_t	*req = keyed_request("effect_complete", kind, id);
+	size_t	 fixed = 40 + (size_t)snprintf(NULL, 0, "%d", i);
+
+	assert_true(bytes > fixed);
+	json_object_set_new(req, "fence", json_string(fence));
+	json_object_set_new(req, "outcome", json_string("applied"));
+	json_object_set_new(req, "result", effect_result(i, bytes - fixed));
+	return req;
+}
+
+/* The state a get_submission of kind/id finds ("none" if not found). */
+static char *
+keyed_state(struct broker *b, const char *kind, const char *id)
+{
+	static char	 state[32];
+	json_t		*r, *sub;
+	char		*reply;
+
+	reply = call_line(b, keyed_request("get_submission", kind, id));
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	sub = json_object_get(r, "submission");
+	snprintf(state, sizeof state, "%s", json_is_true(json_object_get(r,
+	    "found")) && sub != NULL ? harness_str(sub, "state") : "none");
+	json_decref(r);
+	free(reply);
+	return state;
+}
+
+/*
+ * Issue 27, item 1: with --capacity 64 full of committed, indexed
+ * effects and the day's task numbers used up (a foreign file holds
+ * 999), a write_task is sequence_exhausted, and the slot found for it
+ * is not evicted: the checkpoints after it still store every committed
+ * entry (before, each failed on a slot left committed with no key, the
+ * journal was no longer pruned, and commits were table_full for good).
+ */
+#define EXHAUSTED_EFFECTS	200
+
+static const char *const exhausted_args[] = { "--capacity", "64", NULL };
+
+static void
+test_exhausted_creation_keeps_checkpoints(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	char		 today[9], rel[256], receipt[1024], *reply;
+	int		 i, retries = 0;
+
+	memset(&h, 0, sizeof h);
+	harness_today(today);
+	snprintf(rel, sizeof rel, "_lifecycle/inbox/TASK-%s-999-X-to-Y.md",
+	    today);
+	assert_int_equal(harness_write(b, rel, "---\nprotocol: fcop\n"
+	    "version: 1\nsender: X\nrecipient: Y\npriority: P2\n---\n"
+	    "written by another FCoP tool\n"), 0);
+	assert_int_equal(harness_start(b, exhausted_args, NULL), 0);
+	for (i = 0; i < EXHAUSTED_EFFECTS; i++)
+		commit_effect(b, &h, i, 0, receipt, sizeof receipt, NULL,
+		    &retries);
+	reply = call_line(b, harness_write_task("exhausted-1", "one too many"));
+	if (strstr(reply, "\"code\":\"sequence_exhausted\"") == NULL) {
+		harness_skip_if_date_moved(today, "TASK-00000000");
+		fail_msg("not sequence_exhausted: %s", reply);
+	}
+	free(reply);
+	/* As many again: evictions, hence checkpoints, all along. */
+	for (i = EXHAUSTED_EFFECTS; i < 2 * EXHAUSTED_EFFECTS; i++)
+		commit_effect(b, &h, i, 0, receipt, sizeof receipt, NULL,
+		    &retries);
+	assert_true(stat_of(b, "table_evictions") >= 2 * EXHAUSTED_EFFECTS -
+	    64);
+	assert_int_equal(harness_log_count(b, "not a committed entry"), 0);
+	/* The first effects answer from the index, unchanged. */
+	for (i = 0; i < 3; i++) {
+		reply = effect_begin(b, &h, i, 0);
+		assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
+		free(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), 1);
+	harness_finish(b);
+}
+
+/*
+ * Issue 27, item 2: once 200 short ids have cycled through 64 slots,
+ * ids of 150, 180 and 200 bytes, and the longest key there is (an
+ * effect_kind of 128 bytes and an id of 200), are served (they gather
+ * the key room of several evicted entries), completed, and answer
+ * reused with their receipts; the short ids go on being served.
+ * Before, the 180-byte id was table_full until a restart.
+ */
+#define LONG_KEY_SHORT_IDS	200
+
+static void
+test_long_ids_after_cycling(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	static const size_t id_lengths[] = { 150, 180, 200, 200 };
+	char		 kinds[4][129], ids[4][201], fence[HISTORY_FENCE_BYTES];
+	char		 receipts[4][1024], got[1024], receipt[1024], *reply;
+	int		 i, retries = 0;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, exhausted_args, NULL), 0);
+	for (i = 0; i < LONG_KEY_SHORT_IDS; i++)
+		commit_effect(b, &h, i, 0, receipt, sizeof receipt, NULL,
+		    &retries);
+	for (i = 0; i < 4; i++) {
+		if (i < 3)
+			snprintf(kinds[i], sizeof kinds[i], "mail.send/v1");
+		else {
+			memset(kinds[i], 'k', 128);
+			kinds[i][128] = '\0';
+		}
+		memset(ids[i], 'a' + i, id_lengths[i]);
+		ids[i][id_lengths[i]] = '\0';
+		keyed_proceed(b, kinds[i], ids[i], 0, fence);
+		reply = call_until_not_full(b, keyed_complete(kinds[i], ids[i],
+		    fence, i, 100), NULL);
+		if (strstr(reply, "\"state\":\"committed\"") == NULL)
+			fail_msg("complete of a %zu-byte id: %s",
+			    id_lengths[i], reply);
+		receipt_bytes(reply, receipts[i], sizeof receipts[i]);
+		free(reply);
+		/* Short ids still served in between. */
+		commit_effect(b, &h, LONG_KEY_SHORT_IDS + i, 0, receipt,
+		    sizeof receipt, NULL, &retries);
+	}
+	for (i = 0; i < 4; i++) {
+		reply = keyed_begin(b, kinds[i], ids[i]);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("a %zu-byte id again: %s", id_lengths[i],
+			    reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, receipts[i]);
+		free(reply);
+	}
+	assert_int_equal(harness_log_count(b, "not a committed entry"), 0);
+	assert_int_equal(harness_count_tasks(b), 0);
+	harness_finish(b);
+}
+
+/*
+ * Issue 27, item 3: with four slots and an arena of four maximal
+ * results, each new effect evicts the oldest one and takes its slot,
+ * whose result is then the arena's oldest: the new effect's complete,
+ * claiming that slot, reclaims those bytes.  Before, it was table_full
+ * on its own claim until it gave up (20-60 s in the issue; here, for
+ * ever: no other commit comes).
+ */
+#define OWN_CLAIM_EFFECTS	12
+
+static const char *const own_claim_args[] = { "--capacity", "4",
+    "--result-bytes", "262208", NULL };
+
+static void
+test_completion_not_blocked_by_own_claim(void **state)
+{
+	struct broker	*b = *state;
+	char		 id[32], fence[HISTORY_FENCE_BYTES], *reply;
+	int		 i, refusals = 0;
+
+	assert_int_equal(harness_start(b, own_claim_args, NULL), 0);
+	for (i = 0; i < OWN_CLAIM_EFFECTS; i++) {
+		snprintf(id, sizeof id, "own-%d", i);
+		keyed_proceed(b, "mail.send/v1", id, 0, fence);
+		reply = call_until_not_full(b, keyed_complete("mail.send/v1",
+		    id, fence, i, 65536), &refusals);
+		if (strstr(reply, "\"state\":\"committed\"") == NULL)
+			fail_msg("complete %s: %s", id, reply);
+		free(reply);
+	}
+	assert_int_equal(stat_of(b, "effects_committed"), OWN_CLAIM_EFFECTS);
+	assert_true(stat_of(b, "table_evictions") >= OWN_CLAIM_EFFECTS - 4);
+	assert_int_equal(harness_count_tasks(b), 0);
+	print_message("complete retried %d times while the arena waited for "
+	    "the index\n", refusals);
+	harness_finish(b);
+}
+
+/*
+ * Issue 27, items 5 and 7: with the least arena there is (one maximal
+ * result) and the index's writes failing, so that nothing committed
+ * can leave the arena:
+ * - a result one byte over the largest the ledger takes is refused,
+ *   typed (invalid_request), nothing committed, and the key completes
+ *   with a maximal result afterwards;
+ * - a complete of another effect is table_full, retryable, nothing
+ *   committed (still reserved);
+ * - a resolve applied of an effect whose lease lapsed is table_full,
+ *   retryable, nothing committed (still outcome_unknown);
+ * then, the index writable again, both go through on a retry (a
+ * checkpoint is retried though no record came after the failed one),
+ * and every receipt answers the same again.
+ */
+static const char *const least_args[] = { "--capacity", "64",
+    "--result-bytes", "65552", NULL };
+
+static void
+test_arena_full_refuses_and_recovers(void **state)
+{
+	struct harness_shim *t = *state;
+	struct broker	*b = &t->b;
+	struct timespec	 ts = { 0, CACHE_POLL_MS * 1000000L };
+	static char	 first[70000], second[70000], third[70000];
+	static char	 got[70000];
+	char		 fence0[HISTORY_FENCE_BYTES], fence1[HISTORY_FENCE_BYTES];
+	char		 fence2[HISTORY_FENCE_BYTES], *reply;
+	json_t		*req, *evidence;
+	int		 polls, failed, refusals = 0;
+
+	assert_int_equal(harness_start(b, least_args, t->env), 0);
+	assert_int_equal(stat_of(b, "result_arena_bytes"), 65552);
+	harness_fault_rule(t->fault_file, INDEX_WRITES_FAIL);
+
+	keyed_proceed(b, "mail.send/v1", "big", 0, fence0);
+	reply = call_line(b, keyed_complete("mail.send/v1", "big", fence0, 0,
+	    65537));
+	assert_non_null(strstr(reply, "\"code\":\"invalid_request\""));
+	free(reply);
+	assert_string_equal(keyed_state(b, "mail.send/v1", "big"), "reserved");
+	reply = call_line(b, keyed_complete("mail.send/v1", "big", fence0, 0,
+	    65536));
+	if (strstr(reply, "\"state\":\"committed\"") == NULL)
+		fail_msg("a maximal result into the least arena: %s", reply);
+	receipt_bytes(reply, first, sizeof first);
+	free(reply);
+
+	/* The arena holds only that result, which cannot be indexed. */
+	keyed_proceed(b, "mail.send/v1", "next", 0, fence1);
+	reply = call_line(b, keyed_complete("mail.send/v1", "next", fence1, 1,
+	    42));
+	if (!is_table_full(reply) ||
+	    strstr(reply, "\"retryable\":true") == NULL)
+		fail_msg("a complete into a full arena: %s", reply);
+	free(reply);
+	assert_string_equal(keyed_state(b, "mail.send/v1", "next"),
+	    "reserved");
+
+	keyed_proceed(b, "mail.send/v1", "lapsed", 100, fence2);
+	for (polls = 0; strcmp(keyed_state(b, "mail.send/v1", "lapsed"),
+	    "outcome_unknown") != 0; polls++) {
+		assert_true(polls < CACHE_MAX_POLLS);
+		nanosleep(&ts, NULL);
+	}
+	req = keyed_request("effect_resolve", "mail.send/v1", "lapsed");
+	evidence = json_pack("{s:s, s:s}", "observed", "applied", "source",
+	    "test probe");
+	json_object_set_new(evidence, "result", effect_result(2, 100));
+	json_object_set_new(req, "evidence", evidence);
+	json_incref(req);
+	reply = call_line(b, req);
+	if (!is_table_full(reply) ||
+	    strstr(reply, "\"retryable\":true") == NULL)
+		fail_msg("a resolve applied into a full arena: %s", reply);
+	free(reply);
+	assert_string_equal(keyed_state(b, "mail.send/v1", "lapsed"),
+	    "outcome_unknown");
+	assert_int_equal(stat_of(b, "effects_committed"), 1);
+	/*
+	 * Refused again until a checkpoint asked for since has failed: then
+	 * the last checkpoint failed and no record came after it (refusals
+	 * append none), which is where a checkpoint used to be asked for
+	 * in vain until some other request wrote a record.
+	 */
+	failed = harness_log_count(b, INDEX_COMMIT_FAILED);
+	for (polls = 0; harness_log_count(b, INDEX_COMMIT_FAILED) <= failed;
+	    polls++) {
+		assert_true(polls < CACHE_MAX_POLLS);
+		json_incref(req);
+		reply = call_line(b, req);
+		assert_true(is_table_full(reply));
+		free(reply);
+		nanosleep(&ts, NULL);
+	}
+
+	/* The index writable again: both go through on a retry. */
+	harness_fault_rule(t->fault_file, "");
+	reply = call_until_not_full(b, keyed_complete("mail.send/v1", "next",
+	    fence1, 1, 42), &refusals);
+	if (strstr(reply, "\"state\":\"committed\"") == NULL)
+		fail_msg("complete next: %s", reply);
+	receipt_bytes(reply, second, sizeof second);
+	free(reply);
+	reply = call_until_not_full(b, req, &refusals);
+	if (strstr(reply, "\"state\":\"committed\"") == NULL)
+		fail_msg("resolve lapsed: %s", reply);
+	receipt_bytes(reply, third, sizeof third);
+	free(reply);
+
+	reply = keyed_begin(b, "mail.send/v1", "big");
+	receipt_bytes(reply, got, sizeof got);
+	assert_string_equal(got, first);
+	free(reply);
+	reply = keyed_begin(b, "mail.send/v1", "next");
+	receipt_bytes(reply, got, sizeof got);
+	assert_string_equal(got, second);
+	free(reply);
+	reply = keyed_begin(b, "mail.send/v1", "lapsed");
+	receipt_bytes(reply, got, sizeof got);
+	assert_string_equal(got, third);
+	free(reply);
+	assert_int_equal(harness_count_tasks(b), 0);
+	print_message("retried %d times until a checkpoint indexed the "
+	    "arena's result\n", refusals);
+	harness_shim_finish(t);
+}
+
+/*
+ * Issue 27, item 7: --result-bytes less than one maximal result (and
+ * its record's header) is refused at start-up, naming the least; the
+ * least itself is taken.
+ */
+static void
+test_result_bytes_least(void **state)
+{
+	struct broker	*b = *state;
+	static const char *const small[] = { "--result-bytes", "65551", NULL };
+	static const char *const tiny[] = { "--result-bytes", "64", NULL };
+
+	assert_int_equal(harness_start(b, tiny, NULL), -1);
+	assert_int_equal(b->exit_status, 1);
+	assert_int_equal(harness_start(b, small, NULL), -1);
+	assert_int_equal(b->exit_status, 1);
+	assert_true(harness_log_count(b, "--result-bytes must be 0 (the "
+	    "default) or at least 65552") >= 1);
+	assert_int_equal(harness_start(b, least_args, NULL), 0);
+	assert_int_equal(stat_of(b, "result_arena_bytes"), 65552);
+	assert_int_equal(harness_count_tasks(b), 0);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -1694,11 +2162,24 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_missing_index,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_small_stores_reclaim,
+		    shim_setup, harness_shim_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_pruned_results_left_the_arena, shim_setup,
+		    harness_shim_teardown),
+		cmocka_unit_test_setup_teardown(test_pruned_after_eviction,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
-		    test_pruned_results_left_the_arena, harness_setup,
+		    test_exhausted_creation_keeps_checkpoints, harness_setup,
 		    harness_teardown),
-		cmocka_unit_test_setup_teardown(test_pruned_after_eviction,
+		cmocka_unit_test_setup_teardown(test_long_ids_after_cycling,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_completion_not_blocked_by_own_claim, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_arena_full_refuses_and_recovers, shim_setup,
+		    harness_shim_teardown),
+		cmocka_unit_test_setup_teardown(test_result_bytes_least,
 		    harness_setup, harness_teardown),
 	};
 

@@ -142,7 +142,7 @@ write_report_created_deduplicated_conflict(void **state)
 	assert_int_equal(harness_count_reports(b), 1);
 
 	/* The same id, other content: conflict, still one file. */
-	report.status = "partial";
+	report.status = "in_progress";
 	assert_int_equal(idem_write_report(c, w.receipt.task_id, "report-1",
 	    &report, &other, &err), 0);
 	assert_int_equal(other.disposition, IDEM_CONFLICT);

@@ -434,7 +434,7 @@ report_same_id_other_content_conflicts(void **state)
 	    "not ok");
 	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
-	other = write_report(b, task_id, "r-1", "DEV", NULL, "failed", "ok");
+	other = write_report(b, task_id, "r-1", "DEV", NULL, "aborted", "ok");
 	assert_report_conflict(other, harness_str(first, "report_id"));
 	json_decref(other);
 	other = write_report(b, task_id, "r-1", "DEV", "QA", "done", "ok");
@@ -468,7 +468,7 @@ report_without_id_writes_each_time(void **state)
 	harness_must_start(b, NULL, NULL);
 	make_task(b, task_id, sizeof task_id);
 	for (i = 0; i < 3; i++) {
-		r[i] = write_report(b, task_id, NULL, "DEV", NULL, "partial",
+		r[i] = write_report(b, task_id, NULL, "DEV", NULL, "in_progress",
 		    "same words");
 		assert_report(r[i], 0);
 		assert_int_equal(harness_count_reports(b), i + 1);

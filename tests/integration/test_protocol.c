@@ -353,9 +353,72 @@ static const struct bad_request bad_requests[] = {
 	    "unknown_op", "op"),
 	BAD("op in upper case", "{\"op\":\"HELLO\",\"id\":13.5}", "unknown_op",
 	    "op"),
-	/* No string may carry a NUL: none may cut an op down to a known one. */
+	/*
+	 * No string anywhere in a request may carry a NUL (SPEC.md, "Wire
+	 * protocol"): none may cut an op down to a known one, and none may
+	 * be stored where every later answer would carry it.  The field is
+	 * the dotted path of the member it is in; a NUL in a member name
+	 * has none (jansson's parser keeps no path), nor does an id with
+	 * one get echoed.
+	 */
 	BAD("op with a NUL", "{\"op\":\"hello\\u0000x\",\"id\":true}",
-	    "unknown_op", "op"),
+	    INVALID, "op"),
+	BAD("NUL in an id", "{\"op\":\"hello\",\"id\":\"a\\u0000\"}",
+	    INVALID, "id"),
+	BAD("NUL in a member name", "{\"op\":\"hello\",\"id\":1,"
+	    "\"a\\u0000b\":1}", INVALID, NULL),
+	BAD("NUL in a member of hello", "{\"op\":\"hello\",\"id\":2,"
+	    "\"x\":\"\\u0000\"}", INVALID, "x"),
+	BAD("NUL with an unknown op", "{\"op\":\"frobnicate\",\"id\":3,"
+	    "\"x\":[\"\\u0000\"]}", INVALID, "x"),
+	BAD("NUL in meta", WT_TOP("\"meta\":{\"trace\":\"a\\u0000b\"}"),
+	    INVALID, "meta.trace"),
+	BAD("NUL deep in meta", WT_TOP("\"meta\":{\"a\":[1,{\"b\":"
+	    "[\"\\u0000\"]}]}"), INVALID, "meta.a.b"),
+	BAD("NUL in a meta member name", WT_TOP("\"meta\":{\"k\\u0000\":1}"),
+	    INVALID, NULL),
+	BAD("NUL in a name that is no plain name", WT_TOP("\"meta\":"
+	    "{\"a b\":\"\\u0000\"}"), INVALID, "meta"),
+	BAD("report: NUL in meta", "{\"op\":\"write_report\",\"id\":9,"
+	    "\"task_id\":\"@TASK@\",\"report\":{\"sender\":\"DEV\"},"
+	    "\"meta\":{\"m\":\"\\u0000\"}}", INVALID, "meta.m"),
+	BAD("effect_begin: NUL in request", "{\"op\":\"effect_begin\","
+	    "\"id\":20,\"client_submission_id\":\"nul-1\",\"effect_kind\":"
+	    "\"k/v1\",\"request\":{\"to\":\"a\\u0000\"}}", INVALID,
+	    "request.to"),
+	BAD("effect_begin: NUL in meta", "{\"op\":\"effect_begin\","
+	    "\"id\":21,\"client_submission_id\":\"nul-2\",\"effect_kind\":"
+	    "\"k/v1\",\"request\":{},\"meta\":{\"t\":\"\\u0000\"}}",
+	    INVALID, "meta.t"),
+	BAD("effect_begin: NUL in effect_kind", "{\"op\":\"effect_begin\","
+	    "\"id\":22,\"client_submission_id\":\"nul-3\",\"effect_kind\":"
+	    "\"k\\u0000\",\"request\":{}}", INVALID, "effect_kind"),
+	BAD("effect_complete: NUL in result", "{\"op\":\"effect_complete\","
+	    "\"id\":23,\"client_submission_id\":\"nul-4\",\"effect_kind\":"
+	    "\"k/v1\",\"fence\":\"1-0123456789abcdef\",\"outcome\":"
+	    "\"applied\",\"result\":\"a\\u0000b\"}", INVALID, "result"),
+	BAD("effect_complete: NUL deep in result", "{\"op\":"
+	    "\"effect_complete\",\"id\":24,\"client_submission_id\":\"nul-5\","
+	    "\"effect_kind\":\"k/v1\",\"fence\":\"1-0123456789abcdef\","
+	    "\"outcome\":\"applied\",\"result\":{\"ids\":[\"\\u0000\"]}}",
+	    INVALID, "result.ids"),
+	BAD("effect_complete: NUL in fence", "{\"op\":\"effect_complete\","
+	    "\"id\":25,\"client_submission_id\":\"nul-6\",\"effect_kind\":"
+	    "\"k/v1\",\"fence\":\"1-0123456789abcde\\u0000\",\"outcome\":"
+	    "\"applied\"}", INVALID, "fence"),
+	BAD("effect_resolve: NUL in evidence.result", "{\"op\":"
+	    "\"effect_resolve\",\"id\":26,\"client_submission_id\":\"nul-7\","
+	    "\"effect_kind\":\"k/v1\",\"evidence\":{\"observed\":"
+	    "\"applied\",\"result\":\"\\u0000\"}}", INVALID,
+	    "evidence.result"),
+	BAD("effect_resolve: NUL in evidence.source", "{\"op\":"
+	    "\"effect_resolve\",\"id\":27,\"client_submission_id\":\"nul-8\","
+	    "\"effect_kind\":\"k/v1\",\"evidence\":{\"observed\":"
+	    "\"unknown\",\"source\":\"probe\\u0000\"}}", INVALID,
+	    "evidence.source"),
+	BAD("get_submission: NUL in effect_kind", "{\"op\":"
+	    "\"get_submission\",\"id\":28,\"client_submission_id\":\"a\","
+	    "\"effect_kind\":\"k\\u0000\"}", INVALID, "effect_kind"),
 
 	/* write_task: the top level. */
 	BAD("unknown top-level field", WT_TOP("\"colour\":\"red\""), INVALID,
@@ -574,6 +637,8 @@ static const struct bad_request bad_requests[] = {
 	    "\"recipient\":\"qa\""), INVALID, "report.recipient"),
 	BAD("report: bad status", WR("\"sender\":\"DEV\",\"status\":"
 	    "\"finished\""), INVALID, "report.status"),
+	BAD("report: status of an earlier release", WR("\"sender\":\"DEV\","
+	    "\"status\":\"partial\""), INVALID, "report.status"),
 	BAD("report: status a number", WR("\"sender\":\"DEV\",\"status\":1"),
 	    INVALID, "report.status"),
 	BAD("report: NUL in body", WR("\"sender\":\"DEV\","
@@ -668,8 +733,10 @@ echoed_id(const struct bad_request *r, const char *line, size_t length)
 	if (request == NULL)
 		return NULL;
 	id = json_object_get(request, "id");
+	/* An id with a NUL is refused, not echoed. */
 	if (!json_is_object(request) || id == NULL || json_is_object(id) ||
-	    json_is_array(id))
+	    json_is_array(id) || (json_is_string(id) &&
+	    strlen(json_string_value(id)) != json_string_length(id)))
 		id = NULL;
 	else
 		json_incref(id);
@@ -1060,7 +1127,8 @@ expect_refused(struct broker *b)
 	reply = peer_reply(&p);
 	harness_assert_bool(reply, "ok", 0);
 	error = json_object_get(reply, "error");
-	assert_string_equal(harness_str(error, "code"), "internal");
+	assert_string_equal(harness_str(error, "code"),
+	    "too_many_connections");
 	assert_string_equal(harness_str(error, "reason"), "max_connections");
 	harness_assert_bool(error, "retryable", 1);
 	json_decref(reply);

@@ -339,6 +339,8 @@ open_and_classify(struct broker *b, int *fds, int n, const char *reason,
 			(*served)++;
 		} else {
 			error = json_object_get(reply, "error");
+			assert_string_equal(harness_str(error, "code"),
+			    "too_many_connections");
 			assert_string_equal(harness_str(error, "reason"),
 			    reason);
 			harness_assert_bool(error, "retryable", 1);

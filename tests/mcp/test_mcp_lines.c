@@ -289,6 +289,21 @@ parse_errors_and_invalid_requests(void **state)
 	/* Invalid UTF-8 is not JSON. */
 	assert_error(mcp_call(&m, "{\"jsonrpc\":\"2.0\",\"id\":1,"
 	    "\"method\":\"p\xff\"}"), -32700, NULL);
+	/*
+	 * Duplicate member names are not JSON idem-mcp reads, as the
+	 * broker does not (which one counts would be a guess): a parse
+	 * error, at the top and deeper, the id unknown.
+	 */
+	assert_error(mcp_call(&m, "{\"jsonrpc\":\"2.0\",\"id\":1,"
+	    "\"method\":\"ping\",\"method\":\"tools/list\"}"), -32700, NULL);
+	assert_error(mcp_call(&m, "{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,"
+	    "\"method\":\"ping\"}"), -32700, NULL);
+	assert_error(mcp_call(&m, "{\"jsonrpc\":\"2.0\",\"id\":1,"
+	    "\"method\":\"tools/call\",\"params\":{\"name\":\"diagnose\","
+	    "\"arguments\":{\"a\":1,\"a\":2}}}"), -32700, NULL);
+	assert_error(mcp_call(&m, "[" PING("1") ",{\"jsonrpc\":\"2.0\","
+	    "\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}]"), -32700,
+	    NULL);
 	assert_error(mcp_call(&m, "5"), -32600, NULL);
 	assert_error(mcp_call(&m, "\"ping\""), -32600, NULL);
 	assert_error(mcp_call(&m, "{\"jsonrpc\":\"1.0\",\"id\":1,"

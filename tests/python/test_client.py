@@ -640,7 +640,7 @@ class TestOps(BrokerTestCase):
         self.assertEqual(third.report_id, first.report_id)
         self.assertEqual(self.reports(), 1)
         with self.assertRaises(idem.IdemConflict):
-            c.write_report(task_id, dict(report, status="partial"), "r-1")
+            c.write_report(task_id, dict(report, status="blocked"), "r-1")
         self.assertEqual(self.reports(), 1)
         with self.assertRaises(idem.IdemError) as cm:
             c.write_report("TASK-20000101-001-PM-to-DEV", report, "r-2")

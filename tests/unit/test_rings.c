@@ -27,8 +27,9 @@
 #include "segment.h"
 
 #define RINGS_CAPACITY		64
-#define RINGS_ARENA_BYTES	4096
-#define RINGS_RESULT_BYTES	200	/* a record of 216 bytes */
+/* The smallest arena: one record of the largest result. */
+#define RINGS_ARENA_BYTES	SHM_ARENA_LEAST_BYTES
+#define RINGS_RESULT_BYTES	4080	/* a record of 4096 bytes */
 #define RINGS_STRESS_PUTS	40000
 
 static int
@@ -404,6 +405,68 @@ test_arena_spares_commit_in_flight(void **state)
 	assert_result(f, 1000, offset, 0);
 }
 
+/*
+ * Issue 27, item 3: a completion is never refused for a claim it holds
+ * itself.  The oldest result in the arena is that of an effect whose
+ * slot was evicted and given to a new key; the completion of the new
+ * key, claiming the slot, reclaims those bytes (no slot names them, and
+ * its own claim is no commit in flight), where it used to be refused
+ * until it gave its claim up.  Another slot's put is still refused
+ * meanwhile: to it, the claimed slot's bytes may be a commit in flight.
+ */
+static void
+test_arena_own_claim_never_blocks(void **state)
+{
+	struct segment_fixture		*f = *state;
+	struct shm_header	*h = f->seg.header;
+	struct subtab_acquire	 a;
+	uint8_t			 result[RINGS_RESULT_BYTES];
+	uint64_t		 offsets[32], offset;
+	uint32_t		 slots[32], slot;
+	int			 i, n;
+
+	/* fx-0..3 fill the four slots, each indexed at once. */
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(commit_effect(f, i, &slots[i], &offsets[i]),
+		    0);
+		subtab_mark_indexed(&f->seg, &slots[i], 1);
+	}
+	/* A new key evicts fx-0 and takes its slot. */
+	memset(&a, 0, sizeof a);
+	a.key = "fx\x1f" "new";
+	a.key_length = strlen(a.key);
+	a.want.kind = SUBTAB_KIND_EFFECT;
+	a.want.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	a.index_checked = 1;
+	a.evictions = atomic_load(&h->evictions);
+	a.claim.worker = 1;
+	a.claim.generation = registry_start(&f->seg, 0);
+	a.claim.token = 1;
+	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
+	assert_int_equal(a.slot, slots[0]);
+	/* Others fill the arena, until fx-0's bytes are the ones to go. */
+	for (n = 4; n < 32; n++) {
+		if (commit_effect(f, n, &slots[n], &offsets[n]) != 0)
+			break;
+		subtab_mark_indexed(&f->seg, &slots[n], 1);
+	}
+	assert_true(n < 32);
+	assert_int_equal(errno, ENOSPC);
+	assert_result(f, 0, offsets[0], 1);
+	/* The claimer of fx-0's old slot puts: its own claim is no bar. */
+	result_make(result, 1000);
+	if (arena_put(&f->seg, a.slot, result, sizeof result, &offset) != 0)
+		fail_msg("the new key's own put: %s", strerror(errno));
+	assert_result(f, 0, offsets[0], 0);
+	assert_result(f, 1000, offset, 1);
+}
+
+static int
+setup_four_slots(void **state)
+{
+	return unit_segment_setup(state, "rings", 4, RINGS_ARENA_BYTES);
+}
+
 /* The issue's figure: --capacity 1000000 under 300 MB of segment. */
 static void
 test_segment_size(void **state)
@@ -423,6 +486,30 @@ test_segment_size(void **state)
 	    SHM_ARENA_MAX_BYTES);
 }
 
+/*
+ * An arena smaller than one record of the largest result is refused,
+ * naming the least (issue 27: 64 bytes were taken, then a 42-byte
+ * result refused for ever).
+ */
+static void
+test_arena_least(void **state)
+{
+	struct shm_segment	 seg;
+	char			*cause = NULL;
+
+	(void)state;
+	assert_int_equal(SHM_ARENA_LEAST_BYTES, 65552);
+	assert_int_equal(shm_create_sized("/nonexistent/idem-rings-least", 4,
+	    SHM_ARENA_LEAST_BYTES - 8, &seg, &cause), -1);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "at least 65552"));
+	free(cause);
+	cause = NULL;
+	assert_int_equal(shm_create_sized("/nonexistent/idem-rings-least", 4,
+	    64, &seg, &cause), -1);
+	free(cause);
+}
+
 int
 main(void)
 {
@@ -438,7 +525,11 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_arena_spares_commit_in_flight, setup_small_arena,
 		    unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_arena_own_claim_never_blocks, setup_four_slots,
+		    unit_segment_teardown),
 		cmocka_unit_test(test_segment_size),
+		cmocka_unit_test(test_arena_least),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

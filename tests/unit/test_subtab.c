@@ -35,6 +35,12 @@ setup_tiny(void **state)
 	return unit_segment_setup(state, "subtab", 3, 0);
 }
 
+static int
+setup_one(void **state)
+{
+	return unit_segment_setup(state, "subtab", 1, 0);
+}
+
 /* Slots and keys of several of the prefault's strides. */
 static int
 setup_large(void **state)
@@ -574,6 +580,418 @@ test_numbers_stop_at_999(void **state)
 	assert_int_equal(errno, ERANGE);
 }
 
+/* subtab_acquire of a new key, the index checked since the last eviction. */
+static enum subtab_verdict
+acquire_new(struct segment_fixture *f, struct subtab_acquire *a)
+{
+	a->evictions = atomic_load(&f->seg.header->evictions);
+	return subtab_acquire(&f->seg, a);
+}
+
+/* Commit a with e's state, its claim dropped, and mark it indexed. */
+static void
+commit_indexed(struct segment_fixture *f, struct subtab_acquire *a)
+{
+	struct subtab_entry	e = a->found;
+
+	e.state = SUBTAB_COMMITTED;
+	assert_int_equal(subtab_record(&f->seg, a->slot, &a->claim, &e, "r",
+	    1, &(uint64_t){ 0 }), 0);
+	subtab_release(&f->seg, a->slot, &a->claim);
+	subtab_mark_indexed(&f->seg, &a->slot, 1);
+}
+
+/*
+ * Every slot a checkpoint copies is one it can store: a committed
+ * entry has its key (the index refuses one without: issue 27).
+ */
+static void
+assert_slots_storable(struct segment_fixture *f)
+{
+	struct subtab_entry	 entries[64];
+	char			 keys[64][SUBTAB_MAX_KEY_BYTES];
+	uint32_t		 flags[64], n, i;
+
+	n = subtab_copy_flags(&f->seg, 0, 64, entries, keys, flags);
+	assert_true(n > 0);
+	for (i = 0; i < n; i++)
+		if (entries[i].state == SUBTAB_COMMITTED &&
+		    entries[i].key_length == 0)
+			fail_msg("slot %u: committed with no key", i);
+}
+
+/*
+ * Issue 27, item 1: a creation refused after its room was found (the
+ * day's numbers used up) evicts nothing: every indexed entry is still
+ * in the table, no slot is left committed without a key (which every
+ * checkpoint then failed to store), and the next day's creation evicts
+ * one and reserves.
+ */
+static void
+test_refused_creation_evicts_nothing(void **state)
+{
+	struct segment_fixture	*f = *state;
+	uint32_t		 gen = start_worker(f, 0), date, seq;
+	struct subtab_acquire	 a;
+	struct subtab_entry	 e;
+	char			 key[16];
+	int			 i;
+
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		a = request(key, 1, 1, gen, (uint32_t)i + 1);
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+		commit_indexed(f, &a);
+	}
+	/* The day's numbers used up. */
+	assert_int_equal(seqalloc_next(&f->seg, SUBTAB_KIND_TASK, 20261202,
+	    scan_says_998, NULL, &date, &seq), 0);
+	assert_int_equal(seq, 999);
+	a = request("k3", 1, 1, gen, 9);
+	a.scan = scan_says_998;
+	assert_int_equal(acquire_new(f, &a), SUBTAB_ALLOC_FAILED);
+	assert_int_equal(errno, ERANGE);
+	assert_int_equal(atomic_load(&f->seg.header->evictions), 0);
+	assert_int_equal(f->seg.header->free_count, 0);
+	assert_int_equal(f->seg.header->indexed_count, 3);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_COMMITTED], 3);
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		assert_int_equal(subtab_lookup(&f->seg, key, strlen(key), &e,
+		    NULL), 1);
+	}
+	assert_slots_storable(f);
+	assert_int_equal(subtab_repair(&f->seg), 0);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_COMMITTED], 3);
+
+	/* The next day: one evicted, k3 reserved, still all storable. */
+	a.today = 20261203;
+	assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+	assert_int_equal(atomic_load(&f->seg.header->evictions), 1);
+	assert_slots_storable(f);
+	assert_int_equal(subtab_repair(&f->seg), 0);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_COMMITTED], 2);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_RESERVED], 1);
+}
+
+/*
+ * A reservation its claimer never recorded (refused after the insert:
+ * the journal failed) is forgotten when the claim is dropped: the slot
+ * is free for another key, the key is not in the table (a retry
+ * inserts anew, with a new number), and nothing else moved.  One that
+ * was recorded stays.
+ */
+static void
+test_unrecorded_reservation_forgotten(void **state)
+{
+	struct segment_fixture	*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a, b;
+	struct subtab_entry	 e;
+	uint32_t		 slot;
+
+	char			 key[16];
+	int			 i;
+
+	/* Three slots: two recorded, the third refused before its record. */
+	for (i = 0; i < 2; i++) {
+		snprintf(key, sizeof key, "kept-%d", i);
+		a = request(key, 1, 1, gen, (uint32_t)i + 1);
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+		e = a.found;
+		assert_int_equal(subtab_record(&f->seg, a.slot, &a.claim, &e,
+		    "r", 1, &(uint64_t){ 0 }), 0);
+		subtab_release(&f->seg, a.slot, &a.claim);
+	}
+	b = request("refused", 1, 1, gen, 3);
+	assert_int_equal(acquire_new(f, &b), SUBTAB_INSERTED);
+	slot = b.slot;
+	assert_int_equal(b.found.seq, 3);
+	subtab_release(&f->seg, b.slot, &b.claim);
+	assert_int_equal(subtab_lookup(&f->seg, "refused", 7, &e, NULL), 0);
+	assert_int_equal(subtab_lookup(&f->seg, "kept-0", 6, &e, NULL), 1);
+	assert_int_equal(subtab_lookup(&f->seg, "kept-1", 6, &e, NULL), 1);
+	assert_int_equal(f->seg.header->free_count, 1);
+	assert_int_equal(f->seg.header->state_counts[SUBTAB_RESERVED], 2);
+	assert_slots_storable(f);
+	/* Its slot serves the next key (no other is free, none indexed). */
+	b = request("other", 1, 1, gen, 4);
+	assert_int_equal(acquire_new(f, &b), SUBTAB_INSERTED);
+	assert_int_equal(b.slot, slot);
+	assert_int_equal(b.found.seq, 4);
+	assert_int_equal(subtab_repair(&f->seg), 0);
+	assert_int_equal(f->seg.header->free_count, 0);
+	/* The refused key, again: the table is full of work in flight. */
+	b = request("refused", 1, 1, gen, 5);
+	assert_int_equal(acquire_new(f, &b), SUBTAB_FULL);
+}
+
+/*
+ * A key of length bytes, different for each n (n < 36^length): n's
+ * digits in base 36, then a filler.
+ */
+static void
+long_key(char *key, size_t length, int n)
+{
+	static const char	digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+	size_t			i;
+
+	memset(key, '-', length);
+	for (i = 0; i < length && (i == 0 || n > 0); i++, n /= 36)
+		key[i] = digits[n % 36];
+	key[length] = '\0';
+}
+
+/* No two live keys' rooms overlap, and all lie inside the used heap. */
+static void
+assert_heap_sound(struct segment_fixture *f)
+{
+	struct shm_header	*h = f->seg.header;
+	struct subtab_slot	*s, *t;
+	uint32_t		 i, j;
+
+	assert_true(h->heap_used <= h->heap_bytes);
+	for (i = 0; i < h->slots_used; i++) {
+		s = &f->seg.slots[i];
+		if (s->entry.key_length == 0)
+			continue;
+		assert_true(s->key_room >= s->entry.key_length);
+		assert_true(s->key_offset + s->key_room <= h->heap_used);
+		for (j = i + 1; j < h->slots_used; j++) {
+			t = &f->seg.slots[j];
+			if (t->entry.key_length == 0)
+				continue;
+			if (s->key_offset < t->key_offset + t->key_room &&
+			    t->key_offset < s->key_offset + s->key_room)
+				fail_msg("slots %u and %u share key room", i, j);
+		}
+	}
+}
+
+/*
+ * Issue 27, item 2: once 200 short ids have cycled through 64 slots,
+ * every key room is a short one and the heap's end is used up; a key of
+ * any length up to the maximum (an effect's: kind, separator, id) is
+ * still served while committed entries can be evicted, several of them
+ * giving up their rooms to it; every key left is still found, whole.
+ * Then keys of every length, mixed: each served, the heap sound.
+ */
+static void
+test_long_keys_after_cycling(void **state)
+{
+	struct segment_fixture	*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a;
+	struct subtab_entry	 e;
+	static const size_t	 lengths[] = { 150, 180, SUBTAB_MAX_KEY_BYTES,
+	    57, 3, SUBTAB_MAX_KEY_BYTES, 200, 1, 329, 100 };
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	uint32_t		 token = 1;
+	enum subtab_verdict	 v;
+	int			 i, n;
+
+	for (i = 0; i < 200; i++) {
+		snprintf(key, sizeof key, "short-%d", i);
+		a = request(key, 1, 1, gen, token++);
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+		commit_indexed(f, &a);
+	}
+	assert_int_equal(f->seg.header->slots_used, 64);
+	for (i = 0; i < (int)(sizeof lengths / sizeof *lengths); i++) {
+		long_key(key, lengths[i], i);
+		a = request(key, 1, 1, gen, token++);
+		if (acquire_new(f, &a) != SUBTAB_INSERTED)
+			fail_msg("a key of %zu bytes: not inserted (full: %d)",
+			    lengths[i], a.full);
+		commit_indexed(f, &a);
+		assert_heap_sound(f);
+		assert_slots_storable(f);
+	}
+	/*
+	 * The keys moved by the compactions are whole: each still in the
+	 * table is found by its whole key, the latest surely is.
+	 */
+	for (i = 0, n = 0; i < (int)(sizeof lengths / sizeof *lengths); i++) {
+		long_key(key, lengths[i], i);
+		n += subtab_lookup(&f->seg, key, lengths[i], &e, NULL);
+	}
+	assert_int_equal(subtab_lookup(&f->seg, key, lengths[i - 1], &e,
+	    NULL), 1);
+	assert_true(n >= 1);
+	for (i = 0; i < 64; i++) {
+		snprintf(key, sizeof key, "short-%d", 199 - i);
+		n += subtab_lookup(&f->seg, key, strlen(key), &e, NULL);
+	}
+	/* The 64 slots hold 64 keys, every one found. */
+	assert_int_equal(n + f->seg.header->free_count, 64);
+	/* Many more, of every length: never refused. */
+	for (i = 0; i < 2000; i++) {
+		size_t length = 3 + (size_t)(i * 37) %
+		    (SUBTAB_MAX_KEY_BYTES - 2);
+
+		long_key(key, length, 100 + i);
+		a = request(key, 1, 1, gen, token++);
+		a.want.kind = SUBTAB_KIND_EFFECT;	/* a day has 999 numbers */
+		if ((v = acquire_new(f, &a)) != SUBTAB_INSERTED)
+			fail_msg("key %d of %zu bytes: %d, not inserted (full: %d; "
+			    "indexed %u free %u heap %lu/%lu)", i, length,
+			    v, a.full, f->seg.header->indexed_count,
+			    f->seg.header->free_count,
+			    (unsigned long)f->seg.header->heap_used,
+			    (unsigned long)f->seg.header->heap_bytes);
+		commit_indexed(f, &a);
+		assert_int_equal(subtab_lookup(&f->seg, key, length, &e, NULL),
+		    1);
+	}
+	assert_heap_sound(f);
+	assert_int_equal(subtab_repair(&f->seg), 0);
+	assert_heap_sound(f);
+}
+
+/*
+ * Keys of 100 bytes fill the heap before the slots are all used; a
+ * longest key then fits no victim's room and gathers room for a fresh
+ * slot, evicting others, whose buckets move (linear probing's backward
+ * shift): the new key must go where a probe finds it, not into the
+ * empty bucket found before the evictions.  Each round a new segment
+ * (a new hash key), so that the evictions meet the new key's chain.
+ */
+#define GATHER_ROUNDS	200
+
+static void
+test_gather_for_a_fresh_slot(void **state)
+{
+	struct segment_fixture	*f;
+	struct subtab_acquire	 a;
+	struct subtab_entry	 e;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	uint32_t		 gen;
+	int			 round, i, gathered = 0;
+
+	(void)state;
+	for (round = 0; round < GATHER_ROUNDS; round++) {
+		assert_int_equal(unit_segment_setup((void **)&f, "gather", 64,
+		    0), 0);
+		gen = start_worker(f, 0);
+		for (i = 0; i < 39; i++) {
+			long_key(key, 100, i);
+			a = request(key, 1, 1, gen, (uint32_t)i + 1);
+			a.want.kind = SUBTAB_KIND_EFFECT;
+			assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+			commit_indexed(f, &a);
+		}
+		assert_int_equal(f->seg.header->slots_used, 39);
+		long_key(key, SUBTAB_MAX_KEY_BYTES, 1000);
+		a = request(key, 1, 1, gen, 100);
+		a.want.kind = SUBTAB_KIND_EFFECT;
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+		gathered += a.slot == 39;
+		if (subtab_lookup(&f->seg, key, SUBTAB_MAX_KEY_BYTES, &e,
+		    NULL) != 1)
+			fail_msg("round %d: the gathering key is not found",
+			    round);
+		for (i = 0; i < 39; i++) {
+			long_key(key, 100, i);
+			(void)subtab_lookup(&f->seg, key, 100, &e, NULL);
+		}
+		assert_heap_sound(f);
+		assert_int_equal(subtab_repair(&f->seg), 0);
+		unit_segment_teardown((void **)&f);
+	}
+	/* The fresh slot was the one taken every round. */
+	assert_int_equal(gathered, GATHER_ROUNDS);
+}
+
+/*
+ * With --capacity 1 the table holds one maximal key: keys of the
+ * maximal length and of one byte take turns in the one slot.
+ */
+static void
+test_capacity_one_holds_a_maximal_key(void **state)
+{
+	struct segment_fixture	*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	int			 i;
+
+	for (i = 0; i < 20; i++) {
+		long_key(key, i % 2 ? 1 + (size_t)i / 10 :
+		    SUBTAB_MAX_KEY_BYTES, i);
+		a = request(key, 1, 1, gen, (uint32_t)i + 1);
+		a.want.kind = SUBTAB_KIND_EFFECT;	/* no numbers */
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+		commit_indexed(f, &a);
+		assert_heap_sound(f);
+	}
+}
+
+/*
+ * When the keys that may not be evicted hold the heap, a long key is
+ * refused and the refusal says so (the key space, not the slots); a
+ * short one is still served.
+ */
+static void
+test_key_space_full_says_so(void **state)
+{
+	struct segment_fixture	*f = *state;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	int			 i;
+
+	/* Three slots, 3 * 56 + 329 bytes of heap: two reserved 200s. */
+	for (i = 0; i < 2; i++) {
+		long_key(key, 200, i);
+		a = request(key, 1, 1, gen, (uint32_t)i + 1);
+		assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+	}
+	a = request("short", 1, 1, gen, 3);
+	assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+	commit_indexed(f, &a);
+	long_key(key, SUBTAB_MAX_KEY_BYTES, 9);
+	a = request(key, 1, 1, gen, 4);
+	assert_int_equal(acquire_new(f, &a), SUBTAB_FULL);
+	assert_int_equal(a.full, SUBTAB_FULL_KEYS);
+	/* Nothing was evicted for it. */
+	assert_int_equal(atomic_load(&f->seg.header->evictions), 0);
+	a = request("other", 1, 1, gen, 5);
+	assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+	/* Now no slot at all: the slots' cause. */
+	a = request("third", 1, 1, gen, 6);
+	assert_int_equal(acquire_new(f, &a), SUBTAB_FULL);
+	assert_int_equal(a.full, SUBTAB_FULL_SLOTS);
+}
+
+/*
+ * A holder that dies in the middle of a compaction's move leaves the
+ * key whole in the header's scratch: the repair puts it where it goes.
+ */
+static void
+test_repair_finishes_a_compaction_move(void **state)
+{
+	struct segment_fixture	*f = *state;
+	struct shm_header	*h = f->seg.header;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 a;
+	struct subtab_entry	 e;
+	struct subtab_slot	*s;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+
+	long_key(key, 120, 1);
+	a = request(key, 1, 1, gen, 1);
+	assert_int_equal(acquire_new(f, &a), SUBTAB_INSERTED);
+	s = &f->seg.slots[a.slot];
+	/* Mid-move (in place): the key in the scratch, its room torn. */
+	memcpy(h->compact_key, key, 120);
+	h->compact_to = s->key_offset;
+	h->compact_slot = a.slot + 1;
+	memset(f->seg.heap + s->key_offset, '#', 60);
+	assert_int_equal(subtab_repair(&f->seg), 0);
+	assert_int_equal(h->compact_slot, 0);
+	assert_int_equal(subtab_lookup(&f->seg, key, 120, &e, NULL), 1);
+}
+
 static void
 test_ring_wraps_and_fills(void **state)
 {
@@ -947,6 +1365,23 @@ main(void)
 		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_numbers_stop_at_999,
 		    setup, unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_refused_creation_evicts_nothing, setup_tiny,
+		    unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(test_long_keys_after_cycling,
+		    setup, unit_segment_teardown),
+		cmocka_unit_test(test_gather_for_a_fresh_slot),
+		cmocka_unit_test_setup_teardown(
+		    test_unrecorded_reservation_forgotten, setup_tiny,
+		    unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_capacity_one_holds_a_maximal_key, setup_one,
+		    unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(test_key_space_full_says_so,
+		    setup_tiny, unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_repair_finishes_a_compaction_move, setup,
+		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_ring_wraps_and_fills,
 		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_epoch_judges_durability,

@@ -18,7 +18,8 @@ from .replies import ReportResult, WriteResult
 
 __all__ = ["write_task_retry", "write_report_retry", "RETRYABLE_CODES"]
 
-RETRYABLE_CODES = ("in_progress", "storage_unavailable", "shutting_down")
+RETRYABLE_CODES = ("in_progress", "storage_unavailable", "shutting_down",
+                   "too_many_connections")
 
 _T = TypeVar("_T")
 OnRetry = Callable[[int, IdemError, float], None]
