@@ -416,7 +416,7 @@ write_report_through_broker(void **state)
 	/* Other content under the id: conflict, nothing written. */
 	snprintf(args, sizeof args, "{\"task_id\":\"%s\","
 	    "\"client_submission_id\":\"wr-1\",\"report\":{\"sender\":"
-	    "\"DEV\",\"status\":\"failed\",\"body\":\"Other\"}}", task);
+	    "\"DEV\",\"status\":\"blocked\",\"body\":\"Other\"}}", task);
 	r = mcp_tool(&m, "write_report", args, &text);
 	assert_true(json_is_true(json_object_get(r, "isError")));
 	assert_string_equal(harness_str(json_object_get(sc_of(r), "error"),
