@@ -9,7 +9,18 @@
  * written, as if its caller died between the side effect and
  * effect_complete; for half of the effects the client, on
  * outcome_unknown, probes the markers and resolves with what it finds,
- * for the other half it leaves the outcome unknown.  Meanwhile the test
+ * for the other half it leaves the outcome unknown.  Another one in eight
+ * is abandoned right after its proceed, before acting.  Those, and half
+ * of the effects abandoned after acting, are taken up again once the
+ * client has done its others, as a caller restarted would: their lease
+ * lapses into outcome_unknown, the probe finds the marker (resolve
+ * `applied`) or none (resolve `not_applied`, then the next attempt).
+ * Each resolve's answer must be one SPEC.md allows for its evidence
+ * (committed with that marker as result, or released with the attempt,
+ * or no answer / a retryable error), and the next begin must find the
+ * effect in that state: `reused` with the resolve's receipt, or
+ * `proceed` with the next attempt and the same external_key.  Meanwhile
+ * the test
  * SIGKILLs a random worker every 100 ms and kills the whole broker
  * twice, starting it again on the same root; the clients reconnect and
  * retry (with the same fence for a complete whose answer was lost).
@@ -22,7 +33,12 @@
  *  - every committed effect has its marker, and every receipt a client
  *    was given comes back byte for byte from a final begin (reused);
  *  - a final begin of an unknown effect answers outcome_unknown, never
- *    proceed.
+ *    proceed;
+ *  - every resolve answer was one the contract allows, and the effect
+ *    was in the state it named;
+ *  - the chaos happened: worker kills, both restarts, outcome_unknown
+ *    seen by clients and left at the end, resolves that committed and
+ *    resolves that released, and committed effects.
  * The kills are paced by a timerfd, the restarts by the clients'
  * progress; the only other wait is for the leases to lapse, which is
  * time itself.  CHAOS_SEED=N repeats a run's choices.
@@ -56,6 +72,9 @@
 #define EC_CLIENTS		6
 #define EC_EFFECTS		120	/* per client */
 #define EC_ABANDON_ONE_IN	8
+/* How a caller abandons an effect it was told to proceed with. */
+#define EC_ABANDON_AFTER	1	/* dies after acting (the marker) */
+#define EC_ABANDON_BEFORE	2	/* dies before acting */
 #define EC_KIND			"chaos.marker/v1"
 #define EC_LEASE_MS		300
 #define EC_KILL_INTERVAL_MS	100
@@ -68,11 +87,22 @@ static const int ec_restart_at[EC_RESTARTS] = { 30, 65 };	/* percent */
 #define EC_MAX_TICKS		(EC_WATCHDOG_SECONDS * 1000 / \
 				    EC_KILL_INTERVAL_MS)
 
+/* What the clients saw, counted in memory shared with the test. */
+enum ec_tally {
+	EC_T_UNKNOWN_SEEN,	/* a begin answered outcome_unknown */
+	EC_T_RESOLVE_APPLIED,	/* a resolve committed (its answer came) */
+	EC_T_RESOLVE_RELEASED,	/* a resolve released */
+	EC_T_RESOLVE_UNANSWERED, /* no answer, or a retryable error */
+	EC_T_BAD,		/* an answer the contract does not allow */
+	EC_TALLIES
+};
+
 struct ec {
 	struct broker	 b;
 	char		 markers[300];
 	char		 results[300];
 	uint32_t	*progress;	/* shared with the clients */
+	uint32_t	*tally;		/* [client][EC_TALLIES], shared too */
 	pid_t		 clients[EC_CLIENTS];
 	uint64_t	 seed, rng;
 	int		 worker_kills, restarts;
@@ -180,19 +210,129 @@ ec_request(const char *op, const char *id)
 	    "effect_kind", EC_KIND);
 }
 
+static void
+ec_count(struct ec *ec, int client, enum ec_tally t)
+{
+	__atomic_add_fetch(&ec->tally[client * EC_TALLIES + t], 1,
+	    __ATOMIC_RELAXED);
+}
+
+/* An answer the contract does not allow: counted, and said (stderr: a
+ * client _exits without flushing stdio buffers). */
+static void __attribute__((format(printf, 4, 5)))
+ec_bad(struct ec *ec, int client, const char *id, const char *fmt, ...)
+{
+	va_list	ap;
+
+	ec_count(ec, client, EC_T_BAD);
+	fprintf(stderr, "# %s: ", id);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/*
+ * A resolve's answer, judged by its evidence (marker: applied with that
+ * marker as result; NULL: not_applied).  Allowed: no answer or a
+ * retryable error (nothing known); for applied, committed with a receipt
+ * whose result is that marker; for not_applied, released with its
+ * attempt and external_key.  Returns what the next begin must then show:
+ * the attempt that was released (the next proceed is one more), -1 for
+ * committed (*receipt: the receipt the next reused must give), 0 when
+ * nothing is known.
+ */
+static json_int_t
+ec_judge_resolve(struct ec *ec, int client, const char *id, json_t *reply,
+    const char *marker, char **receipt, char *key, size_t keysize)
+{
+	json_t		*error = json_object_get(reply, "error");
+	json_t		*result;
+	const char	*state = ec_str(reply, "state");
+	json_int_t	 attempt;
+
+	if (reply == NULL || json_is_true(json_object_get(error,
+	    "retryable"))) {
+		ec_count(ec, client, EC_T_RESOLVE_UNANSWERED);
+		return 0;
+	}
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		ec_bad(ec, client, id, "resolve %s answered %s", marker !=
+		    NULL ? "applied" : "not_applied", json_dumps(reply,
+		    JSON_COMPACT));
+		return 0;
+	}
+	if (marker != NULL) {
+		result = json_object_get(json_object_get(reply, "receipt"),
+		    "result");
+		if (strcmp(state, "committed") != 0 ||
+		    strcmp(ec_str(result, "marker"), marker) != 0) {
+			ec_bad(ec, client, id, "resolve applied (%s) answered "
+			    "%s", marker, json_dumps(reply, JSON_COMPACT));
+			return 0;
+		}
+		ec_count(ec, client, EC_T_RESOLVE_APPLIED);
+		*receipt = json_dumps(json_object_get(reply, "receipt"),
+		    JSON_COMPACT | JSON_PRESERVE_ORDER);
+		return -1;
+	}
+	attempt = json_integer_value(json_object_get(reply, "attempt"));
+	if (strcmp(state, "released") != 0 || attempt < 1 ||
+	    ec_str(reply, "external_key")[0] == '\0') {
+		ec_bad(ec, client, id, "resolve not_applied answered %s",
+		    json_dumps(reply, JSON_COMPACT));
+		return 0;
+	}
+	ec_count(ec, client, EC_T_RESOLVE_RELEASED);
+	snprintf(key, keysize, "%s", ec_str(reply, "external_key"));
+	return attempt;
+}
+
+/* The begin after a resolve that answered: the state it named. */
+static void
+ec_judge_after_resolve(struct ec *ec, int client, const char *id,
+    json_t *reply, json_int_t expect_attempt, const char *receipt,
+    const char *key)
+{
+	const char	*disposition = ec_str(reply, "disposition");
+	char		*raw;
+
+	if (expect_attempt == -1) {
+		raw = json_dumps(json_object_get(reply, "receipt"),
+		    JSON_COMPACT | JSON_PRESERVE_ORDER);
+		if (strcmp(disposition, "reused") != 0 || raw == NULL ||
+		    receipt == NULL || strcmp(raw, receipt) != 0)
+			ec_bad(ec, client, id, "resolved applied (receipt %s), "
+			    "then begin answered %s", receipt, json_dumps(
+			    reply, JSON_COMPACT));
+		free(raw);
+		return;
+	}
+	if (strcmp(disposition, "proceed") != 0 ||
+	    json_integer_value(json_object_get(reply, "attempt")) !=
+	    expect_attempt + 1 ||
+	    strcmp(ec_str(reply, "external_key"), key) != 0)
+		ec_bad(ec, client, id, "released attempt %lld (key %s), then "
+		    "begin answered %s", (long long)expect_attempt, key,
+		    json_dumps(reply, JSON_COMPACT));
+}
+
 /*
  * One effect to its end: committed (the receipt), unknown, abandoned or
- * failed.  Writes one line: id, outcome, raw receipt.
+ * failed.  Writes one line: id, outcome, raw receipt; none for an
+ * abandoned effect that will be taken up again (later).  Returns the
+ * outcome.
  */
-static void
+static const char *
 ec_effect(struct ec *ec, FILE *f, const char *id, int client, int n,
-    int abandon, int probe)
+    int abandon, int probe, int later)
 {
 	json_t		*reply, *request, *receipt;
 	const char	*disposition, *outcome = "failed";
 	char		 marker[300], fence[64], result[400], *raw = NULL;
 	int64_t		 deadline = ec_now_ms() + EC_EFFECT_DEADLINE_MS;
-	json_int_t	 attempt;
+	json_int_t	 attempt, expect_attempt = 0;
+	char		*expect_receipt = NULL, expect_key[200];
 	int		 found;
 
 	while (ec_now_ms() < deadline) {
@@ -206,6 +346,14 @@ ec_effect(struct ec *ec, FILE *f, const char *id, int client, int n,
 			continue;
 		}
 		disposition = ec_str(reply, "disposition");
+		/* The first begin answered after a resolve that was. */
+		if (expect_attempt != 0 && disposition[0] != '\0') {
+			ec_judge_after_resolve(ec, client, id, reply,
+			    expect_attempt, expect_receipt, expect_key);
+			expect_attempt = 0;
+		}
+		if (strcmp(disposition, "outcome_unknown") == 0)
+			ec_count(ec, client, EC_T_UNKNOWN_SEEN);
 		if (strcmp(disposition, "reused") == 0) {
 			raw = json_dumps(json_object_get(reply, "receipt"),
 			    JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -219,6 +367,10 @@ ec_effect(struct ec *ec, FILE *f, const char *id, int client, int n,
 			attempt = json_integer_value(json_object_get(reply,
 			    "attempt"));
 			json_decref(reply);
+			if (abandon == EC_ABANDON_BEFORE) {
+				outcome = "abandoned";	/* never acted */
+				break;
+			}
 			if (ec_perform(ec, id, attempt, marker,
 			    sizeof marker) != 0) {
 				outcome = "double";	/* the marker existed */
@@ -279,17 +431,27 @@ ec_effect(struct ec *ec, FILE *f, const char *id, int client, int n,
 				json_object_set_new(request, "evidence",
 				    json_pack("{s:s,s:s}", "observed",
 				    "not_applied", "source", "marker scan"));
-			json_decref(ec_call(ec, request));
+			reply = ec_call(ec, request);
+			free(expect_receipt);
+			expect_receipt = NULL;
+			expect_attempt = ec_judge_resolve(ec, client, id, reply,
+			    found > 0 ? marker : NULL, &expect_receipt,
+			    expect_key, sizeof expect_key);
+			json_decref(reply);
 			continue;	/* begin again: reused or proceed */
 		}
 		/* in_progress, storage_unavailable, shutting_down, ... */
 		json_decref(reply);
 		ec_pause_ms(20);
 	}
+	free(expect_receipt);
 	receipt = NULL;
-	fprintf(f, "%s\t%s\t%s\n", id, outcome, raw != NULL ? raw : "-");
+	if (!(later && strcmp(outcome, "abandoned") == 0))
+		fprintf(f, "%s\t%s\t%s\n", id, outcome, raw != NULL ? raw :
+		    "-");
 	free(raw);
 	json_decref(receipt);
+	return outcome;
 }
 
 static void
@@ -298,7 +460,7 @@ ec_client(struct ec *ec, int client, pid_t parent)
 	char		 path[400], id[64];
 	uint64_t	 rng;
 	FILE		*f;
-	int		 i, abandon, probe;
+	int		 i, j, abandon, probe, revisit[EC_EFFECTS], nrevisit = 0;
 
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != parent)
 		_exit(3);
@@ -310,12 +472,28 @@ ec_client(struct ec *ec, int client, pid_t parent)
 	if (rng == 0)
 		rng = 1;
 	for (i = 0; i < EC_EFFECTS; i++) {
-		abandon = ec_random(&rng) % EC_ABANDON_ONE_IN == 0;
+		abandon = ec_random(&rng) % EC_ABANDON_ONE_IN == 0 ?
+		    EC_ABANDON_AFTER : 0;
 		probe = ec_random(&rng) % 2 == 0;
+		if (ec_random(&rng) % EC_ABANDON_ONE_IN == 0) {
+			abandon = EC_ABANDON_BEFORE;
+			probe = 1;
+		}
 		snprintf(id, sizeof id, "ec-%d-%d", client, i);
-		ec_effect(ec, f, id, client, i, abandon, probe);
+		/*
+		 * Half of those abandoned after acting, and all of those
+		 * abandoned before: taken up again at the end.
+		 */
+		if (strcmp(ec_effect(ec, f, id, client, i, abandon, probe,
+		    abandon && probe), "abandoned") == 0 && probe)
+			revisit[nrevisit++] = i;
 		__atomic_store_n(&ec->progress[client], (uint32_t)(i + 1),
 		    __ATOMIC_RELAXED);
+	}
+	/* Taken up again: outcome_unknown, the probe, resolve applied. */
+	for (j = 0; j < nrevisit; j++) {
+		snprintf(id, sizeof id, "ec-%d-%d", client, revisit[j]);
+		ec_effect(ec, f, id, client, revisit[j], 0, 1, 0);
 	}
 	if (ferror(f) || fclose(f) != 0)
 		_exit(6);
@@ -433,8 +611,9 @@ chaos_effects_markers_match_receipts(void **state)
 	FILE		*f;
 	const char	*seed = getenv("CHAOS_SEED");
 	char		 st[32];
-	int		 c, markers, failures = 0, committed = 0;
+	int		 c, i, markers, failures = 0, committed = 0;
 	int		 unknown = 0, abandoned = 0, lines = 0;
+	unsigned	 tally[EC_TALLIES] = { 0 };
 
 	(void)state;
 	harness_watchdog(EC_WATCHDOG_SECONDS + 20);
@@ -443,6 +622,9 @@ chaos_effects_markers_match_receipts(void **state)
 	ec->progress = mmap(NULL, EC_CLIENTS * sizeof *ec->progress,
 	    PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_true(ec->progress != MAP_FAILED);
+	ec->tally = mmap(NULL, EC_CLIENTS * EC_TALLIES * sizeof *ec->tally,
+	    PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(ec->tally != MAP_FAILED);
 	harness_fresh_root(&ec->b);
 	snprintf(ec->markers, sizeof ec->markers, "%s/markers", ec->b.root);
 	snprintf(ec->results, sizeof ec->results, "%s/results", ec->b.root);
@@ -550,17 +732,37 @@ chaos_effects_markers_match_receipts(void **state)
 		}
 		fclose(f);
 	}
+	for (c = 0; c < EC_CLIENTS; c++)
+		for (i = 0; i < EC_TALLIES; i++)
+			tally[i] += ec->tally[c * EC_TALLIES + i];
 	printf("# %d effects: %d committed, %d outcome_unknown (%d "
 	    "abandoned by their caller); %d worker kills, %d broker "
 	    "restarts\n", lines, committed, unknown, abandoned,
 	    ec->worker_kills, ec->restarts);
+	printf("# clients saw outcome_unknown %u times; resolves: %u "
+	    "committed, %u released, %u unanswered (or retryable), %u "
+	    "answers the contract does not allow\n",
+	    tally[EC_T_UNKNOWN_SEEN], tally[EC_T_RESOLVE_APPLIED],
+	    tally[EC_T_RESOLVE_RELEASED], tally[EC_T_RESOLVE_UNANSWERED],
+	    tally[EC_T_BAD]);
 	assert_int_equal(lines, EC_CLIENTS * EC_EFFECTS);
 	assert_int_equal(failures, 0);
-	/* The chaos must have happened, and both ends been reached. */
+	assert_int_equal(tally[EC_T_BAD], 0);
+	/*
+	 * The chaos must have happened, and every end been reached: a test
+	 * where no worker died, no outcome was unknown or no resolve
+	 * committed or released proved nothing about them.
+	 */
 	assert_int_equal(ec->restarts, EC_RESTARTS);
+	assert_true(ec->worker_kills > 0);
 	assert_true(committed > 0);
+	assert_true(unknown > 0);
+	assert_true(tally[EC_T_UNKNOWN_SEEN] > 0);
+	assert_true(tally[EC_T_RESOLVE_APPLIED] > 0);
+	assert_true(tally[EC_T_RESOLVE_RELEASED] > 0);
 	harness_watchdog(0);
 	harness_finish(&ec->b);
+	munmap(ec->tally, EC_CLIENTS * EC_TALLIES * sizeof *ec->tally);
 	munmap(ec->progress, EC_CLIENTS * sizeof *ec->progress);
 	free(ec);
 }

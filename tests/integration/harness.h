@@ -112,11 +112,13 @@ void	 harness_finish(struct broker *);
 
 /*
  * A test that cannot run here (a limit, the date moving under it): print
- * the reason, remember it and skip (cmocka's skip(), which reports the
- * test as passed in the binary's exit status).  main() returns
+ * "SKIP: reason" inside the case (run-tests.sh lists each skipped case
+ * with it) and skip (cmocka's skip(), which reports the test as passed
+ * in the binary's exit status).  main() returns
  * harness_exit_status(cmocka_run_group_tests(...)): the failures if any,
- * else 77 (automake's SKIP) with the reasons if a test was skipped, so a
- * test that checked nothing never counts as a PASS.
+ * else 77 (automake's SKIP) if a test was skipped, so a program that
+ * skipped a test never counts as a PASS either.  Every other skip site
+ * prints its "SKIP: reason" line before skip() too.
  */
 void	 harness_skip(const char *fmt, ...)
 	    __attribute__((format(printf, 1, 2)));

@@ -989,7 +989,7 @@ static void
 need_fault_injection(struct broker *b)
 {
 #ifndef IDEM_FAULT_INJECTION
-	fprintf(stderr, "skipped: needs configure --enable-fault-injection\n");
+	printf("SKIP: needs configure --enable-fault-injection\n");
 	harness_cleanup(b);
 	b->root[0] = '\0';
 	skip();

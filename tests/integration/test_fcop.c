@@ -717,5 +717,5 @@ main(void)
 
 	if (sodium_init() < 0)
 		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

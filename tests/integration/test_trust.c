@@ -1284,5 +1284,5 @@ main(void)
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("IDEM_TEST_FILTER") != NULL)
 		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -8,9 +8,21 @@
 # never globally) with `npm ci` from the committed package.json and
 # package-lock.json (exact versions), once: later runs reuse it while the
 # lock file is unchanged.  Exit 77 (skip) with the reason when node or
-# npm is missing or the SDK cannot be installed.
+# npm is missing or too old or the SDK cannot be installed, but 1 (fail)
+# in CI (CI=true), which must run it (contrib/scripts/install-deps.sh
+# installs node and npm; npm ci needs the registry).
 # make check sets IDEMD, IDEM_MCP and IDEM_SRCDIR.
 set -u
+
+# not_run REASON: skip (77) with the reason; in CI, fail.
+not_run() {
+	if [ "${CI:-}" = true ]; then
+		echo "FAIL: $1 (CI=true: CI must run the MCP SDK's tests)"
+		exit 1
+	fi
+	echo "SKIP: $1"
+	exit 77
+}
 IDEMD=${IDEMD:?set IDEMD to the idemd binary}
 IDEM_MCP=${IDEM_MCP:?set IDEM_MCP to the idem-mcp binary}
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/mcp
@@ -19,14 +31,12 @@ dir=$(pwd)/tests/mcp
 
 for tool in node npm; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "SKIP: $tool not found (contrib/scripts/install-deps.sh installs it)"
-		exit 77
+		not_run "$tool not found (contrib/scripts/install-deps.sh installs it)"
 	fi
 done
 major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null) || major=0
 if [ "$major" -lt 18 ]; then
-	echo "SKIP: node $(node --version) is older than 18 (the SDK needs 18)"
-	exit 77
+	not_run "node $(node --version) is older than 18 (the SDK needs 18)"
 fi
 
 mkdir -p "$dir" || exit 99
@@ -44,9 +54,7 @@ if ! cmp -s "$src/package-lock.json" "$dir/package-lock.json" ||
 		# A partial tree must not pass for an installed one next time.
 		rm -rf "$dir/node_modules"
 		[ "$src" != "$dir" ] && rm -f "$dir/package-lock.json"
-		echo "SKIP: npm ci could not install @modelcontextprotocol/sdk" \
-		    "(no registry?)"
-		exit 77
+		not_run "npm ci could not install @modelcontextprotocol/sdk (no registry?)"
 	fi
 fi
 

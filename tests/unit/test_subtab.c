@@ -1313,8 +1313,13 @@ test_prefault_maps_and_changes_nothing(void **state)
 		assert_int_equal(got.state, SUBTAB_COMMITTED);
 	}
 	assert_int_equal(h->slots_used, 30);
-	if (p.error == ENOSYS || p.error == EINVAL)
-		skip();		/* a kernel without MADV_POPULATE_WRITE */
+	if (p.error == ENOSYS || p.error == EINVAL) {
+		/* run-tests.sh lists the case with this reason. */
+		printf("SKIP: a kernel without MADV_POPULATE_WRITE "
+		    "(madvise: %s)\n", strerror(p.error));
+		fflush(stdout);
+		skip();
+	}
 	assert_int_equal(p.error, 0);
 	start = (uintptr_t)f->seg.buckets & ~(page - 1);
 	end = ((uintptr_t)(f->seg.buckets + h->bucket_count) + page - 1) &
