@@ -1470,5 +1470,6 @@ main(void)
 	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
 	if (getenv("IDEM_TEST_FILTER") != NULL)
 		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL,
+	    NULL));
 }
