@@ -781,24 +781,26 @@ typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);
 #define OP_WHILE_DRAINING	0x1	/* still served after SIGTERM */
 /*
- * Every op served, one row each, in the order SPEC.md lists them (hello
- * shows this order): X(name, handler, check, flags), check NULL for none.
- * The worker's table (optable.c) and the stateless checks (request.c,
- * which the fuzzer links without any handler) are both made from this
- * list, so an op is added here and nowhere else.
+ * Every op served, one row each: X(symbol, handler, check, flags), check
+ * NULL for none.  The symbol is the op's in IDEM_OP_NAMES (protocol.h),
+ * which holds its name and SPEC.md's order (hello shows this order), so
+ * the rows may come in any order and none may be missing (optable.c
+ * asserts it).  The worker's table (optable.c) and the stateless checks
+ * (request.c, which the fuzzer links without any handler) are both made
+ * from this list, so an op is added here and to IDEM_OP_NAMES only.
  */
 #define IDEM_OPS(X)							\
-	X(hello, op_hello, NULL, OP_WHILE_DRAINING)			\
-	X(write_task, op_write_task, write_task_check, 0)		\
-	X(write_report, op_write_report, write_report_check, 0)		\
-	X(get_submission, op_get_submission, NULL, 0)			\
-	X(diagnose, op_diagnose, NULL, 0)				\
-	X(stats, op_stats, NULL, 0)					\
-	X(effect_begin, op_effect_begin, effect_begin_check, 0)	\
-	X(effect_complete, op_effect_complete, effect_complete_check, 0) \
-	X(effect_resolve, op_effect_resolve, effect_resolve_check, 0)
+	X(HELLO, op_hello, NULL, OP_WHILE_DRAINING)			\
+	X(WRITE_TASK, op_write_task, write_task_check, 0)		\
+	X(WRITE_REPORT, op_write_report, write_report_check, 0)		\
+	X(GET_SUBMISSION, op_get_submission, NULL, 0)			\
+	X(DIAGNOSE, op_diagnose, NULL, 0)				\
+	X(STATS, op_stats, NULL, 0)					\
+	X(EFFECT_BEGIN, op_effect_begin, effect_begin_check, 0)		\
+	X(EFFECT_COMPLETE, op_effect_complete, effect_complete_check, 0) \
+	X(EFFECT_RESOLVE, op_effect_resolve, effect_resolve_check, 0)
+/* Row IDEM_OPC_x of the table serves op idem_op_names[IDEM_OPC_x]. */
 struct op_entry {
-	const char	*name;
 	op_handler_fn	 handler;	/* answers, now or once parked */
 	op_check_fn	 check;		/* stateless validation; NULL: none */
 	int		 flags;

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * optable.c: the ops this broker serves, in one table (as tmux's
- * cmd_table), made from the IDEM_OPS list (idemd.h): each row names an
- * op, the handler a worker dispatches it to, the check that validates it
- * without touching any state, and whether it is still served while the
- * broker drains.  The worker's dispatcher (worker.c) and hello's "ops"
- * read this table; the stateless check (request_check_line) reads the
- * same list's checks without the handlers.  Also hello itself, which
- * describes the broker.
+ * cmd_table), made from the IDEM_OPS list (idemd.h): each row is an op
+ * of IDEM_OP_NAMES (protocol.h), the handler a worker dispatches it to,
+ * the check that validates it without touching any state, and whether
+ * it is still served while the broker drains.  The worker's dispatcher
+ * (worker.c) and hello's "ops" read this table; the stateless check
+ * (request_check_line) reads the same list's checks without the
+ * handlers.  Also hello itself, which describes the broker.
  */
 #include <string.h>
 #include <unistd.h>
@@ -16,20 +16,27 @@
 
 static void	op_hello(struct conn *, json_t *, json_t *);
 
-static const struct op_entry optable[] = {
-#define OPTABLE_ROW(name, handler, check, flags)			\
-	{ #name, handler, check, flags },
+/* Row IDEM_OPC_x serves idem_op_names[IDEM_OPC_x]: SPEC.md's order. */
+static const struct op_entry optable[IDEM_OPC_COUNT] = {
+#define OPTABLE_ROW(sym, handler, check, flags)				\
+	[IDEM_OPC_##sym] = { handler, check, flags },
 	IDEM_OPS(OPTABLE_ROW)
 #undef OPTABLE_ROW
 };
+
+/* A row for every op of IDEM_OP_NAMES (-Woverride-init: no two). */
+#define OPTABLE_ONE(sym, handler, check, flags)	+ 1
+_Static_assert(0 IDEM_OPS(OPTABLE_ONE) == IDEM_OPC_COUNT,
+    "IDEM_OPS and IDEM_OP_NAMES list different ops");
+#undef OPTABLE_ONE
 
 const struct op_entry *
 optable_find(const char *name)
 {
 	size_t	i;
 
-	for (i = 0; i < sizeof optable / sizeof optable[0]; i++) {
-		if (strcmp(optable[i].name, name) == 0)
+	for (i = 0; i < IDEM_OPC_COUNT; i++) {
+		if (strcmp(idem_op_names[i], name) == 0)
 			return &optable[i];
 	}
 	return NULL;
@@ -44,8 +51,8 @@ optable_names(void)
 
 	if ((names = json_array()) == NULL)
 		return NULL;
-	for (i = 0; i < sizeof optable / sizeof optable[0]; i++)
-		json_array_append_new(names, json_string(optable[i].name));
+	for (i = 0; i < IDEM_OPC_COUNT; i++)
+		json_array_append_new(names, json_string(idem_op_names[i]));
 	return names;
 }
 

@@ -294,12 +294,13 @@ request_submission_id(json_t *request, const char **id,
 	return 1;
 }
 
-/* IDEM_OPS's checks, without the handlers (optable.c has both). */
-static const struct {
-	const char	*name;
-	op_check_fn	 check;
-} request_checks[] = {
-#define REQUEST_CHECK(name, handler, check, flags)	{ #name, check },
+/*
+ * IDEM_OPS's checks, without the handlers (optable.c has both): the
+ * check of op idem_op_names[i] is request_checks[i].
+ */
+static const op_check_fn request_checks[IDEM_OPC_COUNT] = {
+#define REQUEST_CHECK(sym, handler, check, flags)			\
+	[IDEM_OPC_##sym] = check,
 	IDEM_OPS(REQUEST_CHECK)
 #undef REQUEST_CHECK
 };
@@ -320,16 +321,15 @@ request_check_line(const char *line, size_t length, struct request_error *err)
 	if ((request = request_parse(line, length, err)) == NULL)
 		return -1;
 	if ((rc = request_envelope(request, &id, &name, err)) == 0) {
-		for (i = 0; i < sizeof request_checks /
-		    sizeof request_checks[0]; i++) {
-			if (strcmp(request_checks[i].name, name) == 0)
+		for (i = 0; i < IDEM_OPC_COUNT; i++) {
+			if (strcmp(idem_op_names[i], name) == 0)
 				break;
 		}
-		if (i == sizeof request_checks / sizeof request_checks[0])
+		if (i == IDEM_OPC_COUNT)
 			rc = request_error_set(err, WIRE_UNKNOWN_OP, "op",
 			    "unknown op \"%.64s\"", name);
-		else if (request_checks[i].check != NULL)
-			rc = request_checks[i].check(request, err);
+		else if (request_checks[i] != NULL)
+			rc = request_checks[i](request, err);
 	}
 	json_decref(request);
 	return rc;

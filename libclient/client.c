@@ -60,6 +60,31 @@ static const struct {
 #undef CLIENT_CODE
 };
 
+/* A reply's "disposition": IDEM_DISPOSITIONS, protocol.h. */
+enum client_disposition {
+	CLIENT_DISPOSITION_NONE = -1,	/* absent, or none of them */
+#define CLIENT_DISPOSITION_ENUM(sym, name)	CLIENT_DISPOSITION_##sym,
+	IDEM_DISPOSITIONS(CLIENT_DISPOSITION_ENUM)
+#undef CLIENT_DISPOSITION_ENUM
+	CLIENT_DISPOSITION_COUNT
+};
+static const char *const client_disposition_names[] = {
+#define CLIENT_DISPOSITION_NAME(sym, name)	name,
+	IDEM_DISPOSITIONS(CLIENT_DISPOSITION_NAME)
+#undef CLIENT_DISPOSITION_NAME
+};
+_Static_assert(nitems(client_disposition_names) == CLIENT_DISPOSITION_COUNT,
+    "a disposition without a name");
+/* What an effect op's disposition is to this library; NONE: not one. */
+static const enum idem_effect_disposition
+    client_effect_dispositions[CLIENT_DISPOSITION_COUNT] = {
+	[CLIENT_DISPOSITION_PROCEED] = IDEM_EFFECT_PROCEED,
+	[CLIENT_DISPOSITION_REUSED] = IDEM_EFFECT_REUSED,
+	[CLIENT_DISPOSITION_CONFLICT] = IDEM_EFFECT_CONFLICT,
+	[CLIENT_DISPOSITION_IN_PROGRESS] = IDEM_EFFECT_IN_PROGRESS,
+	[CLIENT_DISPOSITION_OUTCOME_UNKNOWN] = IDEM_EFFECT_OUTCOME_UNKNOWN,
+};
+
 /* A receipt's string members; raw is filled separately. */
 #define CLIENT_RECEIPT(member, required) { #member,			\
 	offsetof(struct idem_receipt, member),				\
@@ -84,6 +109,18 @@ static const struct {
 
 static void	client_error(struct idem_error *, enum idem_error_code,
 		    const char *, ...) __attribute__((format(printf, 3, 4)));
+
+/* The disposition named name (NULL: none). */
+static enum client_disposition
+client_disposition(const char *name)
+{
+	size_t	i;
+
+	for (i = 0; name != NULL && i < nitems(client_disposition_names); i++)
+		if (strcmp(name, client_disposition_names[i]) == 0)
+			return (enum client_disposition)i;
+	return CLIENT_DISPOSITION_NONE;
+}
 
 static void
 client_error(struct idem_error *err, enum idem_error_code code,
@@ -463,7 +500,8 @@ idem_hello(struct idem_conn *conn, struct idem_hello *hello,
 		err = &scratch;
 	memset(err, 0, sizeof *err);
 	memset(hello, 0, sizeof *hello);
-	if ((request = json_pack("{ss}", "op", "hello")) == NULL) {
+	if ((request = json_pack("{ss}", "op",
+	    idem_op_names[IDEM_OPC_HELLO])) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
 		return -1;
 	}
@@ -557,27 +595,100 @@ client_list(const char *key, const char *const *items, size_t count,
 	return array;
 }
 
+/*
+ * A new request, its members in the order libidem has always sent them
+ * (the broker's retry fast path matches a line by its members' bytes, in
+ * order): the object under inner_key first (write_task's "task",
+ * write_report's "report"; *inner is it, the request owns it), then op,
+ * task_id and client_submission_id, each of the last two only when given.
+ */
+static json_t *
+client_request_new(enum idem_op_code op, const char *inner_key,
+    json_t **inner, const char *task_id, const char *client_submission_id,
+    struct idem_error *err)
+{
+	json_t	*request, *object = NULL;
+
+	if ((request = json_object()) == NULL ||
+	    (inner_key != NULL && (object = json_object()) == NULL)) {
+		json_decref(request);
+		client_error(err, IDEM_E_NOMEM, "out of memory");
+		return NULL;
+	}
+	/* The request owns object from here, also when setting it fails. */
+	if ((inner_key != NULL && client_set(request, inner_key, object,
+	    err) != 0) ||
+	    client_set(request, "op", client_string(idem_op_names[op], "op",
+	    err), err) != 0 ||
+	    (task_id != NULL && client_set(request, "task_id",
+	    client_string(task_id, "task_id", err), err) != 0) ||
+	    (client_submission_id != NULL && client_set(request,
+	    "client_submission_id", client_string(client_submission_id,
+	    "client_submission_id", err), err) != 0)) {
+		json_decref(request);
+		return NULL;
+	}
+	if (inner != NULL)
+		*inner = object;
+	return request;
+}
+
+/* A string member of a task or a report: where the caller's struct has it. */
+struct client_field {
+	const char	*key;
+	size_t		 offset;	/* of a const char * */
+};
+#define CLIENT_FIELD(type, member)					\
+	{ #member, offsetof(type, member) }
+static const struct client_field client_task_fields[] = {
+	CLIENT_FIELD(struct idem_task, sender),
+	CLIENT_FIELD(struct idem_task, recipient),
+	CLIENT_FIELD(struct idem_task, subject),
+	CLIENT_FIELD(struct idem_task, body),
+	CLIENT_FIELD(struct idem_task, priority),
+	CLIENT_FIELD(struct idem_task, risk_level),
+	CLIENT_FIELD(struct idem_task, thread_key),
+	CLIENT_FIELD(struct idem_task, parent),
+};
+static const struct client_field client_report_fields[] = {
+	CLIENT_FIELD(struct idem_report, sender),
+	CLIENT_FIELD(struct idem_report, recipient),
+	CLIENT_FIELD(struct idem_report, status),
+	CLIENT_FIELD(struct idem_report, body),
+};
+#undef CLIENT_FIELD
+
+/*
+ * The fields of from (a task or a report, named what in err->field) into
+ * object, in the table's order: only those the caller gave.
+ */
+static int
+client_put_fields(json_t *object, const char *what, const void *from,
+    const struct client_field *fields, size_t count, struct idem_error *err)
+{
+	const char	*value;
+	char		 field[64];
+	size_t		 i;
+
+	for (i = 0; i < count; i++) {
+		value = *(const char *const *)(const void *)
+		    ((const char *)from + fields[i].offset);
+		if (value == NULL)
+			continue;
+		snprintf(field, sizeof field, "%s.%s", what, fields[i].key);
+		if (client_set(object, fields[i].key, client_string(value,
+		    field, err), err) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* The write_task request: only the fields the caller gave. */
 static json_t *
 client_task_request(const char *client_submission_id,
     const struct idem_task *task, struct idem_error *err)
 {
-	const struct {
-		const char	*key;
-		const char	*value;
-	} strings[] = {
-		{ "sender", task->sender },
-		{ "recipient", task->recipient },
-		{ "subject", task->subject },
-		{ "body", task->body },
-		{ "priority", task->priority },
-		{ "risk_level", task->risk_level },
-		{ "thread_key", task->thread_key },
-		{ "parent", task->parent },
-	};
 	json_t	*request, *t;
-	char	 field[64];
-	size_t	 i;
 
 	if ((task->references == NULL && task->references_count != 0) ||
 	    (task->depends_on == NULL && task->depends_on_count != 0)) {
@@ -585,40 +696,21 @@ client_task_request(const char *client_submission_id,
 		    "a list with a count has no items");
 		return NULL;
 	}
-	if ((request = json_object()) == NULL ||
-	    (t = json_object()) == NULL) {
-		json_decref(request);
-		client_error(err, IDEM_E_NOMEM, "out of memory");
+	if ((request = client_request_new(IDEM_OPC_WRITE_TASK, "task", &t,
+	    NULL, client_submission_id, err)) == NULL)
 		return NULL;
-	}
-	/* The request owns t from here, also when setting it fails. */
-	if (client_set(request, "task", t, err) != 0 ||
-	    client_set(request, "op", client_string("write_task", "op", err),
-	    err) != 0 ||
-	    (client_submission_id != NULL && client_set(request,
-	    "client_submission_id", client_string(client_submission_id,
-	    "client_submission_id", err), err) != 0))
-		goto fail;
-	for (i = 0; i < nitems(strings); i++) {
-		if (strings[i].value == NULL)
-			continue;
-		snprintf(field, sizeof field, "task.%s", strings[i].key);
-		if (client_set(t, strings[i].key, client_string(
-		    strings[i].value, field, err), err) != 0)
-			goto fail;
-	}
-	if ((task->references != NULL && client_set(t, "references",
+	if (client_put_fields(t, "task", task, client_task_fields,
+	    nitems(client_task_fields), err) != 0 ||
+	    (task->references != NULL && client_set(t, "references",
 	    client_list("references", task->references,
 	    task->references_count, err), err) != 0) ||
 	    (task->depends_on != NULL && client_set(t, "depends_on",
 	    client_list("depends_on", task->depends_on,
-	    task->depends_on_count, err), err) != 0))
-		goto fail;
+	    task->depends_on_count, err), err) != 0)) {
+		json_decref(request);
+		return NULL;
+	}
 	return request;
-
-fail:
-	json_decref(request);
-	return NULL;
 }
 
 static int
@@ -660,11 +752,11 @@ static int
 client_write_result(json_t *response, struct idem_write_result *result,
     struct idem_error *err)
 {
-	json_t		*existing;
-	const char	*disposition;
+	json_t			*existing;
+	enum client_disposition	 disposition;
 
-	disposition = json_string_value(json_object_get(response,
-	    "disposition"));
+	disposition = client_disposition(json_string_value(json_object_get(
+	    response, "disposition")));
 	if (client_bool(response, "action_taken", &result->action_taken,
 	    err) != 0 ||
 	    client_bool(response, "idempotent", &result->idempotent,
@@ -673,8 +765,7 @@ client_write_result(json_t *response, struct idem_write_result *result,
 		return -1;
 
 	if (!json_is_true(json_object_get(response, "ok"))) {
-		if (disposition == NULL ||
-		    strcmp(disposition, "conflict") != 0) {
+		if (disposition != CLIENT_DISPOSITION_CONFLICT) {
 			client_wire_error(response, err);
 			return -1;
 		}
@@ -698,8 +789,8 @@ client_write_result(json_t *response, struct idem_write_result *result,
 		return 0;
 	}
 
-	if (disposition == NULL || (strcmp(disposition, "created") != 0 &&
-	    strcmp(disposition, "reused") != 0)) {
+	if (disposition != CLIENT_DISPOSITION_CREATED &&
+	    disposition != CLIENT_DISPOSITION_REUSED) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "ok response without created or reused disposition");
 		return -1;
@@ -709,7 +800,7 @@ client_write_result(json_t *response, struct idem_write_result *result,
 	    client_copy(response, "current_path", result->current_path,
 	    sizeof result->current_path, 0, err) != 0)
 		return -1;
-	result->disposition = strcmp(disposition, "created") == 0 ?
+	result->disposition = disposition == CLIENT_DISPOSITION_CREATED ?
 	    IDEM_CREATED : IDEM_REUSED;
 	return 0;
 }
@@ -756,57 +847,27 @@ idem_write_task(struct idem_conn *conn, const char *client_submission_id,
 
 /* ---- write_report ------------------------------------------------------ */
 
+/* The write_report request: only the fields the caller gave. */
 static json_t *
 client_report_request(const char *task_id, const char *client_submission_id,
     const struct idem_report *report, struct idem_error *err)
 {
-	const struct {
-		const char	*key;
-		const char	*value;
-	} strings[] = {
-		{ "sender", report->sender },
-		{ "recipient", report->recipient },
-		{ "status", report->status },
-		{ "body", report->body },
-	};
 	json_t	*request, *r;
-	char	 field[64];
-	size_t	 i;
 
 	if (task_id == NULL) {
 		client_error(err, IDEM_E_ARGUMENT, "task_id is required");
 		snprintf(err->field, sizeof err->field, "task_id");
 		return NULL;
 	}
-	if ((request = json_object()) == NULL ||
-	    (r = json_object()) == NULL) {
+	if ((request = client_request_new(IDEM_OPC_WRITE_REPORT, "report", &r,
+	    task_id, client_submission_id, err)) == NULL)
+		return NULL;
+	if (client_put_fields(r, "report", report, client_report_fields,
+	    nitems(client_report_fields), err) != 0) {
 		json_decref(request);
-		client_error(err, IDEM_E_NOMEM, "out of memory");
 		return NULL;
 	}
-	/* The request owns r from here, also when setting it fails. */
-	if (client_set(request, "report", r, err) != 0 ||
-	    client_set(request, "op", client_string("write_report", "op",
-	    err), err) != 0 ||
-	    client_set(request, "task_id", client_string(task_id, "task_id",
-	    err), err) != 0 ||
-	    (client_submission_id != NULL && client_set(request,
-	    "client_submission_id", client_string(client_submission_id,
-	    "client_submission_id", err), err) != 0))
-		goto fail;
-	for (i = 0; i < nitems(strings); i++) {
-		if (strings[i].value == NULL)
-			continue;
-		snprintf(field, sizeof field, "report.%s", strings[i].key);
-		if (client_set(r, strings[i].key, client_string(
-		    strings[i].value, field, err), err) != 0)
-			goto fail;
-	}
 	return request;
-
-fail:
-	json_decref(request);
-	return NULL;
 }
 
 static int
@@ -914,7 +975,7 @@ client_json_text(const char *text, const char *field, struct idem_error *err)
 
 /* A request {op, client_submission_id, effect_kind}. */
 static json_t *
-client_effect_request(const char *op, const char *id, const char *kind,
+client_effect_request(enum idem_op_code op, const char *id, const char *kind,
     struct idem_error *err)
 {
 	json_t	*request;
@@ -924,31 +985,16 @@ client_effect_request(const char *op, const char *id, const char *kind,
 		    "client_submission_id and effect_kind are required");
 		return NULL;
 	}
-	if ((request = json_object()) == NULL) {
-		client_error(err, IDEM_E_NOMEM, "out of memory");
+	if ((request = client_request_new(op, NULL, NULL, NULL, id,
+	    err)) == NULL)
 		return NULL;
-	}
-	if (client_set(request, "op", client_string(op, "op", err), err) != 0 ||
-	    client_set(request, "client_submission_id", client_string(id,
-	    "client_submission_id", err), err) != 0 ||
-	    client_set(request, "effect_kind", client_string(kind,
+	if (client_set(request, "effect_kind", client_string(kind,
 	    "effect_kind", err), err) != 0) {
 		json_decref(request);
 		return NULL;
 	}
 	return request;
 }
-
-static const struct {
-	const char			*name;
-	enum idem_effect_disposition	 disposition;
-} client_effect_dispositions[] = {
-	{ "proceed", IDEM_EFFECT_PROCEED },
-	{ "reused", IDEM_EFFECT_REUSED },
-	{ "conflict", IDEM_EFFECT_CONFLICT },
-	{ "in_progress", IDEM_EFFECT_IN_PROGRESS },
-	{ "outcome_unknown", IDEM_EFFECT_OUTCOME_UNKNOWN },
-};
 
 /* The facts of an answer (its top level, existing, or receipt) into out. */
 static int
@@ -982,9 +1028,9 @@ static int
 client_effect_answer(json_t *response, struct idem_effect *out,
     struct idem_error *err)
 {
-	json_t		*receipt = json_object_get(response, "receipt");
-	const char	*disposition;
-	size_t		 i;
+	json_t			*receipt = json_object_get(response, "receipt");
+	const char		*disposition;
+	enum client_disposition	 code;
 
 	disposition = json_string_value(json_object_get(response,
 	    "disposition"));
@@ -995,11 +1041,9 @@ client_effect_answer(json_t *response, struct idem_effect *out,
 	    err) != 0 || client_effect_facts(receipt, out, err) != 0)
 		return -1;
 	if (disposition != NULL) {
-		for (i = 0; i < nitems(client_effect_dispositions); i++)
-			if (strcmp(disposition,
-			    client_effect_dispositions[i].name) == 0)
-				out->disposition =
-				    client_effect_dispositions[i].disposition;
+		if ((code = client_disposition(disposition)) !=
+		    CLIENT_DISPOSITION_NONE)
+			out->disposition = client_effect_dispositions[code];
 	} else if (json_is_true(json_object_get(response, "ok"))) {
 		if (strcmp(out->state, "committed") == 0)
 			out->disposition = IDEM_EFFECT_COMMITTED;
@@ -1062,8 +1106,8 @@ idem_effect_begin(struct idem_conn *conn, const char *client_submission_id,
 		client_error(err, IDEM_E_ARGUMENT, "request is required");
 		return -1;
 	}
-	request = client_effect_request("effect_begin", client_submission_id,
-	    effect_kind, err);
+	request = client_effect_request(IDEM_OPC_EFFECT_BEGIN,
+	    client_submission_id, effect_kind, err);
 	if (request == NULL)
 		return -1;
 	if ((value = client_json_text(request_json, "request", err)) == NULL ||
@@ -1092,7 +1136,7 @@ idem_effect_complete(struct idem_conn *conn, const char *client_submission_id,
 		client_error(err, IDEM_E_ARGUMENT, "fence is required");
 		return -1;
 	}
-	request = client_effect_request("effect_complete",
+	request = client_effect_request(IDEM_OPC_EFFECT_COMPLETE,
 	    client_submission_id, effect_kind, err);
 	if (request == NULL)
 		return -1;
@@ -1128,7 +1172,7 @@ idem_effect_resolve(struct idem_conn *conn, const char *client_submission_id,
 		client_error(err, IDEM_E_ARGUMENT, "observed is out of range");
 		return -1;
 	}
-	request = client_effect_request("effect_resolve",
+	request = client_effect_request(IDEM_OPC_EFFECT_RESOLVE,
 	    client_submission_id, effect_kind, err);
 	if (request == NULL)
 		return -1;
@@ -1375,16 +1419,9 @@ idem_get_submission(struct idem_conn *conn, const char *client_submission_id,
 		    "client_submission_id is required");
 		return -1;
 	}
-	if ((request = json_object()) == NULL ||
-	    client_set(request, "op", client_string("get_submission", "op",
-	    err), err) != 0 ||
-	    client_set(request, "client_submission_id", client_string(
-	    client_submission_id, "client_submission_id", err), err) != 0) {
-		if (request == NULL)
-			client_error(err, IDEM_E_NOMEM, "out of memory");
-		json_decref(request);
+	if ((request = client_request_new(IDEM_OPC_GET_SUBMISSION, NULL, NULL,
+	    NULL, client_submission_id, err)) == NULL)
 		return -1;
-	}
 	if ((response = client_call_ok(conn, request, err)) == NULL)
 		return -1;
 	f = json_object_get(response, "found");
@@ -1459,8 +1496,9 @@ idem_diagnose(struct idem_conn *conn, int64_t stale_after_ms,
 		    "stale_after_ms must be -1 or at least 0");
 		return -1;
 	}
-	request = stale_after_ms == -1 ? json_pack("{ss}", "op", "diagnose") :
-	    json_pack("{sssI}", "op", "diagnose", "stale_after_ms",
+	request = stale_after_ms == -1 ? json_pack("{ss}", "op",
+	    idem_op_names[IDEM_OPC_DIAGNOSE]) : json_pack("{sssI}", "op",
+	    idem_op_names[IDEM_OPC_DIAGNOSE], "stale_after_ms",
 	    (json_int_t)stale_after_ms);
 	if ((response = client_call_ok(conn, request, err)) == NULL)
 		return -1;
@@ -1545,8 +1583,8 @@ idem_stats(struct idem_conn *conn, struct idem_stats *stats,
 		err = &scratch;
 	memset(err, 0, sizeof *err);
 	memset(stats, 0, sizeof *stats);
-	if ((response = client_call_ok(conn, json_pack("{ss}", "op", "stats"),
-	    err)) == NULL)
+	if ((response = client_call_ok(conn, json_pack("{ss}", "op",
+	    idem_op_names[IDEM_OPC_STATS]), err)) == NULL)
 		return -1;
 	for (i = 0; i < nitems(client_stats_fields) && rc == 0; i++) {
 		counter = (int64_t *)((char *)stats +

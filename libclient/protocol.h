@@ -144,6 +144,41 @@
 #define IDEM_INBOX_DIR			"_lifecycle/inbox"
 #define IDEM_REPORTS_DIR		"reports"
 
+/*
+ * The ops of the wire protocol, in SPEC.md's order (hello's "ops" lists
+ * them so): X(symbol, name).  The broker's table (IDEM_OPS, idemd.h) has
+ * a row for each; libidem, idemctl and idem-mcp name an op by
+ * idem_op_names[IDEM_OPC_symbol], never by a literal of their own.
+ */
+#define IDEM_OP_NAMES(X)						\
+	X(HELLO,		"hello")				\
+	X(WRITE_TASK,		"write_task")				\
+	X(WRITE_REPORT,		"write_report")				\
+	X(GET_SUBMISSION,	"get_submission")			\
+	X(DIAGNOSE,		"diagnose")				\
+	X(STATS,		"stats")				\
+	X(EFFECT_BEGIN,		"effect_begin")				\
+	X(EFFECT_COMPLETE,	"effect_complete")			\
+	X(EFFECT_RESOLVE,	"effect_resolve")
+
+enum idem_op_code {
+#define IDEM_OPC_ENUM(sym, name)	IDEM_OPC_##sym,
+	IDEM_OP_NAMES(IDEM_OPC_ENUM)
+#undef IDEM_OPC_ENUM
+	IDEM_OPC_COUNT
+};
+
+/*
+ * A header static: each program that includes this has its own copy
+ * (libidem exports none of it), and gcc's -Wunused-const-variable does
+ * not report one a file leaves unused.
+ */
+static const char *const idem_op_names[IDEM_OPC_COUNT] = {
+#define IDEM_OPC_NAME(sym, name)	[IDEM_OPC_##sym] = name,
+	IDEM_OP_NAMES(IDEM_OPC_NAME)
+#undef IDEM_OPC_NAME
+};
+
 /* Error codes of the wire protocol, in SPEC.md's order. */
 #define IDEM_ERROR_CODES(X)						\
 	X(INVALID_JSON,		"invalid_json")				\

@@ -320,7 +320,8 @@ cmd_status(struct idemctl *ctl, int argc, char **argv)
 		}
 		return status;
 	}
-	if ((hello = ctl_call_op(ctl, "hello", &status)) == NULL)
+	if ((hello = ctl_call_op(ctl, idem_op_names[IDEM_OPC_HELLO],
+	    &status)) == NULL)
 		return status;
 	if (!json_is_true(json_object_get(hello, "ok"))) {
 		status = ctl_answer_error(ctl, hello);
@@ -328,7 +329,8 @@ cmd_status(struct idemctl *ctl, int argc, char **argv)
 		return status;
 	}
 	/* Stats are extra: a broker that cannot give them is still up. */
-	if ((stats = ctl_call_op(ctl, "stats", &status)) != NULL &&
+	if ((stats = ctl_call_op(ctl, idem_op_names[IDEM_OPC_STATS],
+	    &status)) != NULL &&
 	    !json_is_true(json_object_get(stats, "ok"))) {
 		json_decref(stats);
 		stats = NULL;
@@ -528,9 +530,11 @@ cmd_stats(struct idemctl *ctl, int argc, char **argv)
 			    "1 if the broker answered.", "", 0);
 		return status;
 	}
-	if (prometheus && (hello = ctl_call_op(ctl, "hello", &status)) == NULL)
+	if (prometheus && (hello = ctl_call_op(ctl,
+	    idem_op_names[IDEM_OPC_HELLO], &status)) == NULL)
 		return status;
-	if ((stats = ctl_call_op(ctl, "stats", &status)) == NULL) {
+	if ((stats = ctl_call_op(ctl, idem_op_names[IDEM_OPC_STATS],
+	    &status)) == NULL) {
 		json_decref(hello);
 		return status;
 	}
@@ -602,8 +606,9 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		ctl_usage_error(ctl, "no arguments expected");
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
-	response = ctl_call_ok(ctl, json_pack("{s:s,s:I}", "op", "diagnose",
-	    "stale_after_ms", (json_int_t)stale_after_ms), &status);
+	response = ctl_call_ok(ctl, json_pack("{s:s,s:I}", "op",
+	    idem_op_names[IDEM_OPC_DIAGNOSE], "stale_after_ms",
+	    (json_int_t)stale_after_ms), &status);
 	if (response == NULL)
 		return status;
 	entries = json_object_get(response, "entries");
@@ -727,7 +732,8 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
 	response = ctl_call_ok(ctl, json_pack("{s:s,s:s}", "op",
-	    "get_submission", "client_submission_id", argv[optind]), &status);
+	    idem_op_names[IDEM_OPC_GET_SUBMISSION], "client_submission_id",
+	    argv[optind]), &status);
 	if (response == NULL)
 		return status;
 	strip_envelope(response);
@@ -781,8 +787,8 @@ effects_list(struct idemctl *ctl)
 
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
-	response = ctl_call_ok(ctl, json_pack("{s:s}", "op", "diagnose"),
-	    &status);
+	response = ctl_call_ok(ctl, json_pack("{s:s}", "op",
+	    idem_op_names[IDEM_OPC_DIAGNOSE]), &status);
 	if (response == NULL)
 		return status;
 	entries = json_object_get(response, "entries");
@@ -855,8 +861,8 @@ effects_show(struct idemctl *ctl, const char *kind, const char *id)
 	if ((status = ctl_connect(ctl)) != 0)
 		return status;
 	response = ctl_call_ok(ctl, json_pack("{s:s,s:s,s:s}", "op",
-	    "get_submission", "client_submission_id", id, "effect_kind", kind),
-	    &status);
+	    idem_op_names[IDEM_OPC_GET_SUBMISSION], "client_submission_id", id,
+	    "effect_kind", kind), &status);
 	if (response == NULL)
 		return status;
 	strip_envelope(response);
@@ -948,7 +954,7 @@ cmd_resolve(struct idemctl *ctl, int argc, char **argv)
 		return status;
 	}
 	response = ctl_call_ok(ctl, json_pack("{s:s,s:s,s:s,s:o}", "op",
-	    "effect_resolve", "effect_kind", argv[optind],
+	    idem_op_names[IDEM_OPC_EFFECT_RESOLVE], "effect_kind", argv[optind],
 	    "client_submission_id", argv[optind + 1], "evidence", evidence),
 	    &status);
 	if (response == NULL)
@@ -1158,7 +1164,8 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 			return status;
 		op = json_object_get(request, "op");
 		if (op != NULL && (!json_is_string(op) ||
-		    strcmp(json_string_value(op), "write_task") != 0)) {
+		    strcmp(json_string_value(op),
+		    idem_op_names[IDEM_OPC_WRITE_TASK]) != 0)) {
 			json_decref(request);
 			ctl_usage_error(ctl, "%s: \"op\" must be write_task "
 			    "or absent", file);
@@ -1179,7 +1186,8 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 	if (request == NULL)
 		return ctl_fail(ctl, IDEMCTL_EXIT_USAGE, "an argument is not "
 		    "valid UTF-8");
-	json_object_set_new(request, "op", json_string("write_task"));
+	json_object_set_new(request, "op",
+	    json_string(idem_op_names[IDEM_OPC_WRITE_TASK]));
 	if (id != NULL &&
 	    json_object_set_new(request, "client_submission_id",
 	    json_string(id)) == -1) {

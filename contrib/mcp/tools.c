@@ -33,6 +33,7 @@
 
 #include "idem.h"
 #include "mcp.h"
+#include "protocol.h"
 
 #ifndef nitems
 #define nitems(a)	(sizeof (a) / sizeof (a)[0])
@@ -329,7 +330,7 @@ struct tool {
 	unsigned	 flags;
 	const char	*input;		/* JSON Schema text */
 	const char	*output;
-	const char	*op;		/* the broker op it sends */
+	enum idem_op_code op;		/* the broker op it sends */
 	/* One line for the model on success (malloc'd). */
 	char		*(*summary)(json_t *structured);
 	/* Parsed at start-up. */
@@ -356,7 +357,7 @@ static struct tool tool_table[] = {
 	  "second task. The same id with a different task is a conflict "
 	  "(an error result with the existing binding) and writes nothing; "
 	  "use a new client_submission_id only for a genuinely new task.",
-	  TOOL_WRITES, write_task_input, write_task_output, "write_task",
+	  TOOL_WRITES, write_task_input, write_task_output, IDEM_OPC_WRITE_TASK,
 	  summary_write_task, NULL, NULL },
 	{ "write_report", "Write an FCoP report exactly once",
 	  "Write an FCoP report (a REPORT-*.md file in reports/) on an "
@@ -369,7 +370,7 @@ static struct tool tool_table[] = {
 	  "writes nothing, while a new id would write a second report. The "
 	  "same id with other content is a conflict and writes nothing.",
 	  TOOL_WRITES, write_report_input, write_report_output,
-	  "write_report", summary_write_report, NULL, NULL },
+	  IDEM_OPC_WRITE_REPORT, summary_write_report, NULL, NULL },
 	{ "get_submission", "Look up a submission",
 	  "Read what the idem broker recorded for a client_submission_id: "
 	  "its state (reserved, task_created, committed), its task_id and "
@@ -378,14 +379,14 @@ static struct tool tool_table[] = {
 	  "did not, call write_task again with the same "
 	  "client_submission_id and task.",
 	  TOOL_READ_ONLY, get_submission_input, get_submission_output,
-	  "get_submission", summary_get_submission, NULL, NULL },
+	  IDEM_OPC_GET_SUBMISSION, summary_get_submission, NULL, NULL },
 	{ "diagnose", "List unfinished submissions",
 	  "List the submissions the idem broker holds in an intermediate "
 	  "state (reserved or task_created: a creation that was interrupted "
 	  "and not retried yet), whether each one's TASK file exists and "
 	  "matches, and how many submissions are in each state. Read-only: "
 	  "it never repairs, deletes or recreates anything.",
-	  TOOL_READ_ONLY, diagnose_input, diagnose_output, "diagnose",
+	  TOOL_READ_ONLY, diagnose_input, diagnose_output, IDEM_OPC_DIAGNOSE,
 	  summary_diagnose, NULL, NULL },
 	{ "effect_begin", "Ask before performing a side effect",
 	  "Ask idem before performing a side effect it cannot perform "
@@ -400,7 +401,7 @@ static struct tool tool_table[] = {
 	  "the downstream system, then call effect_resolve. When you retry "
 	  "the same intent, send the EXACT SAME client_submission_id, "
 	  "effect_kind and request, never with a new one.",
-	  TOOL_WRITES, effect_begin_input, effect_output, "effect_begin",
+	  TOOL_WRITES, effect_begin_input, effect_output, IDEM_OPC_EFFECT_BEGIN,
 	  summary_effect, NULL, NULL },
 	{ "effect_complete", "Report a side effect's outcome",
 	  "Report what the effect that effect_begin let you perform did: "
@@ -411,7 +412,7 @@ static struct tool tool_table[] = {
 	  "client_submission_id, effect_kind, fence and outcome: the same "
 	  "answer comes back.",
 	  TOOL_WRITES, effect_complete_input, effect_output,
-	  "effect_complete", summary_effect, NULL, NULL },
+	  IDEM_OPC_EFFECT_COMPLETE, summary_effect, NULL, NULL },
 	{ "effect_resolve", "Settle an effect whose outcome is unknown",
 	  "Settle an effect that effect_begin answered outcome_unknown, with "
 	  "what you observed in the downstream system: \"applied\" commits "
@@ -420,7 +421,7 @@ static struct tool tool_table[] = {
 	  "diagnose. Use the EXACT SAME client_submission_id and effect_kind "
 	  "as the effect.",
 	  TOOL_WRITES, effect_resolve_input, effect_output,
-	  "effect_resolve", summary_effect, NULL, NULL },
+	  IDEM_OPC_EFFECT_RESOLVE, summary_effect, NULL, NULL },
 };
 
 /* ---- start-up ----------------------------------------------------------- */
@@ -728,7 +729,7 @@ tools_send(const struct mcp_config *cfg, const struct tool *t, json_t *args)
 	char			*line, *answer, message[512];
 
 	request = json_deep_copy(args);
-	json_object_set_new(request, "op", json_string(t->op));
+	json_object_set_new(request, "op", json_string(idem_op_names[t->op]));
 	line = json_dumps(request, JSON_COMPACT);
 	json_decref(request);
 	if (line == NULL)

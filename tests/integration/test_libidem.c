@@ -4,11 +4,14 @@
  * socket: write_report, get_submission, diagnose, stats, submission ids
  * and the retry helper, including a broker killed in the middle of the
  * helper's request.  Each test runs its own broker on a fresh root and
- * judges by what is authoritative: the files on disk and the receipts.
+ * judges by what is authoritative: the files on disk and the receipts;
+ * one, about the bytes libidem sends, has a stand-in record them.
  * Nothing here sleeps to synchronise; it waits on replies, on a thread
  * or on the broker's exit.
  */
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -728,6 +731,194 @@ retry_gives_up_without_broker(void **state)
 	harness_finish(b);
 }
 
+/*
+ * What libidem sends, byte for byte, for every op with every optional
+ * member present and absent: a stand-in for the broker on a socket of
+ * the test's own records each request line and answers internal.  The
+ * broker's retry fast path matches a line by its members' bytes in
+ * order (broker/fastscan.c), so a retry from another release of libidem
+ * is fast only while these lines stay as they are.
+ */
+struct capture {
+	int	 listen_fd;
+	json_t	*lines;		/* every request line, as strings */
+};
+
+static void *
+capture_serve(void *arg)
+{
+	static const char answer[] = "{\"ok\":false,\"error\":{\"code\":"
+	    "\"internal\",\"message\":\"captured\",\"retryable\":false}}\n";
+	struct capture	*cap = arg;
+	char		 buf[4096];
+	size_t		 length = 0;
+	ssize_t		 n;
+	char		*nl;
+	int		 fd;
+
+	if ((fd = accept(cap->listen_fd, NULL, NULL)) == -1)
+		return NULL;
+	while ((n = read(fd, buf + length, sizeof buf - length)) > 0) {
+		length += (size_t)n;
+		while ((nl = memchr(buf, '\n', length)) != NULL) {
+			json_array_append_new(cap->lines, json_stringn(buf,
+			    (size_t)(nl - buf)));
+			length -= (size_t)(nl - buf) + 1;
+			memmove(buf, nl + 1, length);
+			if (write(fd, answer, sizeof answer - 1) !=
+			    (ssize_t)sizeof answer - 1)
+				break;
+		}
+		if (length == sizeof buf)
+			break;
+	}
+	close(fd);
+	return NULL;
+}
+
+static void
+requests_keep_their_bytes(void **state)
+{
+	static const char *const expected[] = {
+		"{\"op\":\"hello\"}",
+		"{\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\","
+		    "\"subject\":\"s\\\"q\",\"body\":\"b\\nb\",\"priority\":"
+		    "\"P1\",\"risk_level\":\"low\",\"thread_key\":\"tk\","
+		    "\"parent\":\"TASK-1\",\"references\":[\"r1\",\"r2\"],"
+		    "\"depends_on\":[\"d1\"]},\"op\":\"write_task\","
+		    "\"client_submission_id\":\"id-1\"}",
+		"{\"task\":{\"sender\":\"PM\",\"subject\":\"x\"},"
+		    "\"op\":\"write_task\"}",
+		"{\"report\":{\"sender\":\"DEV\",\"recipient\":\"PM\","
+		    "\"status\":\"done\",\"body\":\"rb\"},\"op\":"
+		    "\"write_report\",\"task_id\":\"TASK-1\","
+		    "\"client_submission_id\":\"rid\"}",
+		"{\"report\":{\"body\":\"only\"},\"op\":\"write_report\","
+		    "\"task_id\":\"TASK-1\"}",
+		"{\"op\":\"effect_begin\",\"client_submission_id\":\"eid\","
+		    "\"effect_kind\":\"mail\",\"request\":{\"b\":1,\"a\":[2]},"
+		    "\"lease_ms\":5000}",
+		"{\"op\":\"effect_begin\",\"client_submission_id\":\"eid\","
+		    "\"effect_kind\":\"mail\",\"request\":{}}",
+		"{\"op\":\"effect_complete\",\"client_submission_id\":\"eid\","
+		    "\"effect_kind\":\"mail\",\"fence\":\"1-abc\",\"outcome\":"
+		    "\"applied\",\"result\":{\"r\":true}}",
+		"{\"op\":\"effect_complete\",\"client_submission_id\":\"eid\","
+		    "\"effect_kind\":\"mail\",\"fence\":\"1-abc\",\"outcome\":"
+		    "\"not_applied\"}",
+		"{\"op\":\"effect_resolve\",\"client_submission_id\":\"eid\","
+		    "\"effect_kind\":\"mail\",\"evidence\":{\"observed\":"
+		    "\"applied\",\"result\":7,\"source\":\"src\"}}",
+		"{\"op\":\"effect_resolve\",\"client_submission_id\":\"eid\","
+		    "\"effect_kind\":\"mail\",\"evidence\":{\"observed\":"
+		    "\"not_applied\"}}",
+		"{\"op\":\"get_submission\",\"client_submission_id\":\"gid\"}",
+		"{\"op\":\"diagnose\"}",
+		"{\"op\":\"diagnose\",\"stale_after_ms\":1234}",
+		"{\"op\":\"stats\"}",
+	};
+	static const char *const refs[] = { "r1", "r2" }, *const deps[] = {
+		"d1"
+	};
+	struct broker		*b = *state;
+	struct capture		 cap;
+	struct sockaddr_un	 sa;
+	struct idem_conn	*c;
+	struct idem_error	 err;
+	struct idem_hello	 hello;
+	struct idem_write_result wr;
+	struct idem_report_result rr;
+	struct idem_effect	 e;
+	struct idem_submission	 sub;
+	struct idem_diagnosis	 dg;
+	struct idem_stats	 st;
+	struct idem_task	 task, few;
+	struct idem_report	 report, body_only;
+	pthread_t		 thread;
+	size_t			 i;
+	int			 found;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
+	    "%s/capture.sock", b->root) < sizeof sa.sun_path);
+	cap.lines = json_array();
+	cap.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(cap.listen_fd != -1);
+	assert_int_equal(bind(cap.listen_fd, (struct sockaddr *)&sa,
+	    sizeof sa), 0);
+	assert_int_equal(listen(cap.listen_fd, 1), 0);
+	assert_int_equal(pthread_create(&thread, NULL, capture_serve, &cap),
+	    0);
+	c = idem_connect(sa.sun_path, &err);
+	assert_non_null(c);
+
+	memset(&task, 0, sizeof task);
+	task.sender = "PM";
+	task.recipient = "DEV";
+	task.subject = "s\"q";
+	task.body = "b\nb";
+	task.priority = "P1";
+	task.risk_level = "low";
+	task.thread_key = "tk";
+	task.parent = "TASK-1";
+	task.references = refs;
+	task.references_count = 2;
+	task.depends_on = deps;
+	task.depends_on_count = 1;
+	memset(&few, 0, sizeof few);
+	few.sender = "PM";
+	few.subject = "x";
+	memset(&report, 0, sizeof report);
+	report.sender = "DEV";
+	report.recipient = "PM";
+	report.status = "done";
+	report.body = "rb";
+	memset(&body_only, 0, sizeof body_only);
+	body_only.body = "only";
+
+	/* Each call fails with the stand-in's answer, after sending. */
+	assert_int_equal(idem_hello(c, &hello, &err), -1);
+	assert_int_equal(idem_write_task(c, "id-1", &task, &wr, &err), -1);
+	assert_int_equal(idem_write_task(c, NULL, &few, &wr, &err), -1);
+	assert_int_equal(idem_write_report(c, "TASK-1", "rid", &report, &rr,
+	    &err), -1);
+	assert_int_equal(idem_write_report(c, "TASK-1", NULL, &body_only, &rr,
+	    &err), -1);
+	assert_int_equal(idem_effect_begin(c, "eid", "mail",
+	    "{\"b\":1,\"a\":[2]}", 5000, &e, &err), -1);
+	assert_int_equal(idem_effect_begin(c, "eid", "mail", "{}", 0, &e,
+	    &err), -1);
+	assert_int_equal(idem_effect_complete(c, "eid", "mail", "1-abc", 1,
+	    "{\"r\":true}", &e, &err), -1);
+	assert_int_equal(idem_effect_complete(c, "eid", "mail", "1-abc", 0,
+	    NULL, &e, &err), -1);
+	assert_int_equal(idem_effect_resolve(c, "eid", "mail",
+	    IDEM_OBSERVED_APPLIED, "7", "src", &e, &err), -1);
+	assert_int_equal(idem_effect_resolve(c, "eid", "mail",
+	    IDEM_OBSERVED_NOT_APPLIED, NULL, NULL, &e, &err), -1);
+	assert_int_equal(idem_get_submission(c, "gid", &found, &sub, &err),
+	    -1);
+	assert_int_equal(idem_diagnose(c, -1, &dg, &err), -1);
+	assert_int_equal(idem_diagnose(c, 1234, &dg, &err), -1);
+	assert_int_equal(idem_stats(c, &st, &err), -1);
+	/* The last answer came back: the stream is still whole. */
+	assert_int_equal(err.code, IDEM_E_INTERNAL);
+	assert_string_equal(err.message, "captured");
+	idem_close(c);
+	assert_int_equal(pthread_join(thread, NULL), 0);
+	close(cap.listen_fd);
+
+	for (i = 0; i < json_array_size(cap.lines) &&
+	    i < sizeof expected / sizeof expected[0]; i++)
+		assert_string_equal(json_string_value(json_array_get(
+		    cap.lines, i)), expected[i]);
+	assert_int_equal(json_array_size(cap.lines),
+	    sizeof expected / sizeof expected[0]);
+	json_decref(cap.lines);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -748,6 +939,7 @@ main(void)
 		T(retry_survives_worker_killed_mid_request),
 		T(retry_returns_non_retryable_at_once),
 		T(retry_gives_up_without_broker),
+		T(requests_keep_their_bytes),
 	};
 
 	if (sodium_init() < 0)
