@@ -18,6 +18,9 @@ table() {
 shm			shm
 libclient		libclient
 broker/store		shm libclient
+broker/pg		broker/backend.h broker/idemd.h broker/log.h broker/store shm libclient
+broker/local		broker/backend.h broker/idemd.h broker/log.h broker/store shm libclient
+broker/backend.c	broker broker/local broker/pg broker/store shm libclient
 broker			broker/store shm libclient
 contrib/idemctl.c	contrib/ctl libclient/idem.h broker/store/store.h
 contrib/idemctl_store.c	broker/store libclient
