@@ -24,8 +24,9 @@
 
 /* What a backend could not do, logged once by it; the op layer replies. */
 struct backend_error {
-	enum wire_error	 code;	/* STORAGE_UNAVAILABLE, INTERNAL, TABLE_FULL,
-				   SEQUENCE_EXHAUSTED, IN_PROGRESS */
+	enum wire_error	 code;		/* STORAGE_UNAVAILABLE, INTERNAL,
+					   TABLE_FULL, SEQUENCE_EXHAUSTED,
+					   IN_PROGRESS */
 	int		 retryable;
 	char		 message[512];	/* today's texts verbatim; a reply
 					   keeps 255 bytes of it (reply.c) */
@@ -34,35 +35,42 @@ struct backend_error {
 int	backend_fail(struct backend_error *, enum wire_error, int retryable,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* ---- creations: write_task, write_report (p->op: struct submission) ---- */
+/* ---- creations: write_task, write_report (p->op: struct submission) -- */
 enum backend_create_result {
 	BACKEND_CREATED,	/* committed; this call wrote the file */
-	BACKEND_REUSED,		/* committed; s->entry, s->name, s->slot set */
-	BACKEND_CONFLICT,	/* bound to another request: s->entry, s->name */
+	BACKEND_REUSED,		/* committed; s->entry, s->name, s->slot */
+	BACKEND_CONFLICT,	/* bound to another request: s->entry,
+				   s->name */
 	BACKEND_CREATE_FAILED	/* err */
 };
 struct backend_create_outcome {
 	enum backend_create_result	 result;
 	enum wire_reason		 reason;	/* CONFLICT */
-	const char			*message;	/* CONFLICT: a literal */
+	const char			*message;	/* CONFLICT: a
+							   literal */
 	struct backend_error		 err;		/* FAILED */
 };
 typedef void (*backend_create_done_fn)(struct pending *,
 	    const struct backend_create_outcome *);
 
-/* ---- effects (p->op: struct effect) ------------------------------------ */
+/* ---- effects (p->op: struct effect) ---------------------------------- */
 enum backend_effect_result {
-	BACKEND_EFFECT_PROCEED,	/* begin: a new attempt durable in e->entry */
+	BACKEND_EFFECT_PROCEED,	/* begin: a new attempt durable in
+				   e->entry */
 	BACKEND_EFFECT_REUSED,	/* begin: committed with the same digest */
-	BACKEND_EFFECT_MISMATCH,/* begin: bound to another digest or schema */
+	BACKEND_EFFECT_MISMATCH,/* begin: bound to another digest or
+				   schema */
 	BACKEND_EFFECT_IN_PROGRESS, /* begin: a live lease */
-	BACKEND_EFFECT_UNKNOWN,	/* begin: a lapsed lease, or outcome_unknown */
-	BACKEND_EFFECT_FOUND,	/* claim, or a record that lost a race: e->entry
-				   as read and durable; the op layer judges it
-				   (local: the key stays claimed until release
-				   or effect_record) */
+	BACKEND_EFFECT_UNKNOWN,	/* begin: a lapsed lease, or
+				   outcome_unknown */
+	BACKEND_EFFECT_FOUND,	/* claim, or a record that lost a race:
+				   e->entry as read and durable; the op
+				   layer judges it (local: the key stays
+				   claimed until release or
+				   effect_record) */
 	BACKEND_EFFECT_NONE,	/* claim: no effect under the key */
-	BACKEND_EFFECT_SETTLED,	/* record: the judge's transition is durable */
+	BACKEND_EFFECT_SETTLED,	/* record: the judge's transition is
+				   durable */
 	BACKEND_EFFECT_FAILED	/* err */
 };
 struct backend_effect_outcome {
@@ -72,7 +80,7 @@ struct backend_effect_outcome {
 typedef void (*backend_effect_done_fn)(struct pending *,
 	    const struct backend_effect_outcome *);
 
-/* ---- reads: get_submission, diagnose, stats ---------------------------- */
+/* ---- reads: get_submission, diagnose, stats -------------------------- */
 
 /*
  * One submission or effect as a backend read it; ops.c and diagnose.c
@@ -91,10 +99,10 @@ struct backend_row {
 	 */
 	const uint8_t		*result;
 	int			 pruned;	/* a tombstone */
-	int			 from_index;	/* local: committed, out of the
-						   table (the index's form) */
-	int			 in_flight;	/* a request holds it; -1: not
-						   known (the member left out) */
+	int			 from_index;	/* local: committed, out of
+						   the table (the index's) */
+	int			 in_flight;	/* a request holds it; -1:
+						   not known (left out) */
 	/*
 	 * A shared store's row (PostgreSQL): its lease is the server's
 	 * judgement, lease_ms_left, put on this host's clock by the op
@@ -105,9 +113,9 @@ struct backend_row {
 	 */
 	int			 has_owner;
 	int64_t			 epoch;
-	char			 owner[128];	/* a host id (pg.h bounds it) */
+	char			 owner[128];	/* a host id (pg.h's bound) */
 	int64_t			 lease_ms_left;
-	int			 owner_alive;	/* -1: not shown (effects) */
+	int			 owner_alive;	/* -1: not shown */
 };
 struct backend_history {	/* stats' "store" member */
 	uint64_t	submissions, committed, in_flight, tombstones, effects;
@@ -118,10 +126,10 @@ typedef int (*backend_row_fn)(const struct backend_row *, void *);
 struct backend {
 	const char	*name;		/* "local", "postgresql": logs only */
 	unsigned	 flags;
-#define BACKEND_SWEEPS_TEMPORARIES	0x1	/* no other broker's temporaries
-						   can be live: sweep at start */
-#define BACKEND_SPREADS_CONNECTIONS	0x2	/* one accept per wake-up, and
-						   worker_yield (worker.c) */
+/* No other broker's temporaries can be live: sweep them at start. */
+#define BACKEND_SWEEPS_TEMPORARIES	0x1
+/* One accept per wake-up, and worker_yield (worker.c). */
+#define BACKEND_SPREADS_CONNECTIONS	0x2
 	/* Per-request room after the op's state (one allocation; G2, G3). */
 	size_t		 create_state_size;
 	size_t		 effect_state_size;
@@ -131,9 +139,11 @@ struct backend {
 
 	/* Start-up, master and worker alike (parse_options runs in both). */
 	int	(*configure)(struct idemd *, const char *arg, char **cause);
-	int	(*preflight)(struct idemd *, char **cause);	/* before the lock */
-	int	(*locked)(struct idemd *, char **cause);	/* after it */
-	void	(*worker_stop)(struct worker *);		/* its loop ended */
+	/* Before the root's lock is taken; after it. */
+	int	(*preflight)(struct idemd *, char **cause);
+	int	(*locked)(struct idemd *, char **cause);
+	/* The worker's loop has ended. */
+	void	(*worker_stop)(struct worker *);
 
 	/* A creation: s filled and checked by the op layer. */
 	void	(*create)(struct pending *, backend_create_done_fn);
