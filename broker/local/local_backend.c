@@ -127,6 +127,61 @@ local_diagnose(struct idemd *d, backend_row_fn each, void *arg,
 	return 0;
 }
 
+int
+local_needs_journal(struct idemd *d, const char *key, size_t key_length,
+    uint8_t schema, const uint8_t digest[IDEM_SHA256_BYTES])
+{
+	struct subtab_entry	 known;
+	struct index_entry	 old;
+
+	if (subtab_lookup(&d->seg, key, key_length, &known, NULL) != 1) {
+		/* Only in the index: committed, answered without a record. */
+		if (history_find(d, key, key_length, &old, NULL) != 1)
+			return 1;
+		known = old.record.entry;
+	}
+	if (known.schema != schema || memcmp(known.request_digest, digest,
+	    IDEM_SHA256_BYTES) != 0)
+		return 0;
+	return known.state != SUBTAB_COMMITTED;
+}
+
+void
+local_after_durable(struct pending *p, uint64_t end, uint64_t epoch,
+    pending_resume_fn next)
+{
+	struct shm_header	*h = p->worker->d->seg.header;
+	int			 durable;
+
+	durable = end == SUBTAB_NOT_JOURNALED ? 1 :
+	    handoff_is_durable(h, end, epoch);
+	if (durable == 0) {
+		pending_wait_durable(p, end, epoch, next);
+		return;
+	}
+	/* Lost with the journal: storage_unavailable, never an answer. */
+	p->journal_failed = durable < 0;
+	next(p);
+}
+
+int
+local_fail_reopening(struct backend_error *err)
+{
+	return backend_fail(err, WIRE_STORAGE_UNAVAILABLE, 1,
+	    "the journal failed; writes resume when the broker has reopened "
+	    "and verified it");
+}
+
+int
+local_journal_failed(struct pending *p, struct backend_error *err)
+{
+	if (!p->journal_failed)
+		return 0;
+	backend_fail(err, WIRE_STORAGE_UNAVAILABLE, 1,
+	    "the journal could not be made durable");
+	return 1;
+}
+
 const struct backend local_backend = {
 	.name = "local",
 	.flags = BACKEND_SWEEPS_TEMPORARIES,
