@@ -222,18 +222,6 @@ pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1])
 	sodium_bin2hex(out, PGSTORE_TOKEN_BYTES + 1, raw, sizeof raw);
 }
 
-int
-pgstore_host_id_valid(const char *s)
-{
-	size_t	n = strlen(s);
-
-	if (n == 0 || n > PGSTORE_MAX_HOST_ID_BYTES || strcmp(s, ".") == 0 ||
-	    strcmp(s, "..") == 0)
-		return 0;
-	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-	    "0123456789._-") == n;
-}
-
 /* The key's four parameters, then up to sixteen more. */
 struct params {
 	const char	*v[20];

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "protocol.h"
 #include "shm.h"
 
 /* The schema this build reads and writes (idem_schema_version). */
@@ -43,26 +44,20 @@
  */
 #define PGSTORE_STATE_TOMBSTONE		10
 #define PGSTORE_STATE_TOMBSTONE_S	"10"	/* the same, in SQL */
-/* --host-id: 1..64 bytes of [A-Za-z0-9._-]. */
-#define PGSTORE_MAX_HOST_ID_BYTES	64
+/* --host-id's (protocol.h, where the broker's limits are). */
+#define PGSTORE_MAX_HOST_ID_BYTES	IDEM_STORE_MAX_HOST_ID_BYTES
 /* A workspace id: a lower-case UUID, 36 characters. */
 #define PGSTORE_WORKSPACE_ID_BYTES	36
 /* A fence token: 64 random bits as 16 lower-case hex digits. */
 #define PGSTORE_TOKEN_BYTES		16
 /* Seconds a connection attempt may take (the URI may say otherwise). */
 #define PGSTORE_CONNECT_TIMEOUT_S	"5"
-/* --lease-ms: default and bounds. */
-#define PGSTORE_DEFAULT_LEASE_MS	30000
-#define PGSTORE_MIN_LEASE_MS		100
-#define PGSTORE_MAX_LEASE_MS		86400000
-/*
- * --store-connections: a worker's creation threads, each with its own
- * connection, so its creations in flight (a worker has one connection
- * more, its loop's).  A server's max_connections (100 by default) must
- * hold brokers x --workers x (this + 1).
- */
-#define PGSTORE_DEFAULT_CONNECTIONS	4
-#define PGSTORE_MAX_CONNECTIONS		32
+/* --lease-ms and --store-connections (protocol.h). */
+#define PGSTORE_DEFAULT_LEASE_MS	IDEM_STORE_DEFAULT_LEASE_MS
+#define PGSTORE_MIN_LEASE_MS		IDEM_STORE_MIN_LEASE_MS
+#define PGSTORE_MAX_LEASE_MS		IDEM_STORE_MAX_LEASE_MS
+#define PGSTORE_DEFAULT_CONNECTIONS	IDEM_STORE_DEFAULT_CONNECTIONS
+#define PGSTORE_MAX_CONNECTIONS		IDEM_STORE_MAX_CONNECTIONS
 
 struct pg_conn;				/* libpq's PGconn, kept opaque here */
 
@@ -355,7 +350,5 @@ int	pgstore_history_counts(struct pgstore *, struct pgstore_history *,
 
 /* A fresh token: 64 random bits, hex. */
 void	pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1]);
-/* Is s a valid --host-id? */
-int	pgstore_host_id_valid(const char *s);
 
 #endif
