@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * pg.c: the PostgreSQL store's steps (doc/cluster.md, "Creation, step
+ * pg_conn.c: the PostgreSQL store's steps (doc/cluster.md, "Creation, step
  * by step" and "Takeover"): read, reserve, grant, renumber, commit,
  * take over, and the legacy numbers.  Each is one transaction; each
  * change of an existing row is a compare-and-set on (epoch, token), so
