@@ -421,7 +421,7 @@ cl_scan_shared(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 		pthread_mutex_unlock(&cl_scans.lock);
 		found = 0;
 		error = 0;
-		if (idemd_scan_max_seq(kind, date, &found, arg) != 0)
+		if (paths_scan_max_seq(kind, date, &found, arg) != 0)
 			error = errno != 0 ? errno : EIO;
 		pthread_mutex_lock(&cl_scans.lock);
 		cl_scans.running = 0;

@@ -37,6 +37,8 @@ void	store_notice(enum store_notice_level, const char *, ...)
  */
 const char *subtab_state_name(unsigned);	/* "reserved", ... */
 const char *subtab_schema_name(unsigned);	/* NULL for legacy */
+/* Is s a valid --host-id (IDEM_STORE_MAX_HOST_ID_BYTES)? */
+int	store_host_id_valid(const char *s);
 
 /* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
 
