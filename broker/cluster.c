@@ -621,8 +621,7 @@ cl_put_file(struct pending *p, char **cause)
 	snprintf(name, sizeof name, "%s.md", s->name);
 	fd = openat(dir, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 	    O_CLOEXEC, 0644);
-	if (fd == -1 || journal_write_all(fd, (const uint8_t *)data,
-	    length) != 0) {
+	if (fd == -1 || durable_write_all(fd, data, length) != 0) {
 		saved = errno;
 		asprintf(cause, "writing %s: %s", temp, strerror(saved));
 		if (fd != -1) {

@@ -40,6 +40,11 @@ const char *subtab_schema_name(unsigned);	/* NULL for legacy */
 /* Is s a valid --host-id (IDEM_STORE_MAX_HOST_ID_BYTES)? */
 int	store_host_id_valid(const char *s);
 
+/* ---- durable.c: the one write-all loop of the store's files ---------- */
+
+/* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
+int	durable_write_all(int fd, const void *, size_t);
+
 /* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
 
 /* A segment's header: the bytes before its first record. */
@@ -115,8 +120,12 @@ int	journal_append(struct journal *, const struct iovec *, int iovcnt,
 /* fdatasync.  A failure is never retried by the caller (see doc). */
 int	journal_sync(struct journal *, char **cause);
 void	journal_close(struct journal *);
-/* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
-int	journal_write_all(int fd, const uint8_t *, size_t);
+/* durable_write_all's old name, for branches still calling it (#28: G4). */
+static inline int
+journal_write_all(int fd, const uint8_t *p, size_t n)
+{
+	return durable_write_all(fd, p, n);
+}
 /*
  * Cut segment back to size and fsync it: after a failed write or fsync,
  * what follows the last durable size was never acknowledged and its

@@ -608,31 +608,6 @@ taskfile_make_topology(int root_fd, char **cause)
 
 /* ---- durable writes --------------------------------------------------- */
 
-/* Write all of data, across short writes and signals. */
-static int
-taskfile_write_all(int fd, const void *data, size_t length)
-{
-	const char	*p = data;
-	ssize_t		 n;
-
-	while (length > 0) {
-		n = write(fd, p, length > SSIZE_MAX ? SSIZE_MAX : length);
-		if (n == -1) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (n == 0) {
-			/* A regular file never does this; do not spin. */
-			errno = EIO;
-			return -1;
-		}
-		p += n;
-		length -= (size_t)n;
-	}
-	return 0;
-}
-
 /*
  * Remove our temporary file after a failure, keeping the errno that
  * brought us here: if it stays, *cause (the failure's) says so too.
@@ -792,7 +767,7 @@ taskfile_write_temp(int dir_fd, const char *name, const void *data,
 		return taskfile_fail(cause, "create temporary file for %s",
 		    name);
 
-	if (taskfile_write_all(fd, data, length) == -1)
+	if (durable_write_all(fd, data, length) == -1)
 		what = "write";
 	else if (fsync(fd) == -1)
 		what = "fsync";
