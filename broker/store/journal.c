@@ -798,27 +798,6 @@ fail:
 	return -1;
 }
 
-int
-journal_write_all(int fd, const uint8_t *p, size_t n)
-{
-	ssize_t	w;
-
-	while (n > 0) {
-		if ((w = write(fd, p, n)) == -1) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (w == 0) {
-			errno = EIO;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /*
  * Create segment number, durably: O_EXCL (never reuse a name), header,
  * fsync the file, fsync the directory.  On failure nothing is left
@@ -845,7 +824,7 @@ create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
 	}
 	segment_header_encode(number, header);
 	what = "write header";
-	if (journal_write_all(fd, header, sizeof header) == -1)
+	if (durable_write_all(fd, header, sizeof header) == -1)
 		goto fail;
 	what = "fsync";
 	if (fsync(fd) == -1)

@@ -608,31 +608,6 @@ taskfile_make_topology(int root_fd, char **cause)
 
 /* ---- durable writes --------------------------------------------------- */
 
-/* Write all of data, across short writes and signals. */
-static int
-taskfile_write_all(int fd, const void *data, size_t length)
-{
-	const char	*p = data;
-	ssize_t		 n;
-
-	while (length > 0) {
-		n = write(fd, p, length > SSIZE_MAX ? SSIZE_MAX : length);
-		if (n == -1) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (n == 0) {
-			/* A regular file never does this; do not spin. */
-			errno = EIO;
-			return -1;
-		}
-		p += n;
-		length -= (size_t)n;
-	}
-	return 0;
-}
-
 /*
  * Remove our temporary file after a failure, keeping the errno that
  * brought us here: if it stays, *cause (the failure's) says so too.
@@ -749,6 +724,223 @@ taskfile_create_temp(int dir_fd, const char *name, char *temp,
 	return -1;
 }
 
+/*
+ * The failure of one of our own operations in *cause, errno kept: the
+ * caller's texts if it has its own (steps->failed), else taskfile's.
+ */
+static void
+taskfile_put_failed(const struct taskfile_steps *steps, enum taskfile_op op,
+    const char *temp, const char *name, char **cause)
+{
+	int	saved_errno = errno;
+
+	if (steps->failed != NULL) {
+		steps->failed(steps->arg, op, temp, name, cause);
+		errno = saved_errno;
+		return;
+	}
+	switch (op) {
+	case TASKFILE_OP_CREATE:
+		taskfile_fail(cause, "create temporary file for %s", name);
+		break;
+	case TASKFILE_OP_WRITE:
+	case TASKFILE_OP_FSYNC:
+		taskfile_fail(cause, "%s %s (as %s)", op == TASKFILE_OP_WRITE ?
+		    "write" : "fsync", name, temp);
+		break;
+	case TASKFILE_OP_CLOSE:
+		taskfile_fail(cause, "close %s (as %s)", name, temp);
+		break;
+	case TASKFILE_OP_RENAME:
+		taskfile_fail(cause, "rename %s to %s", temp, name);
+		break;
+	case TASKFILE_OP_LINK:
+		taskfile_fail(cause, "link %s to %s", temp, name);
+		break;
+	}
+}
+
+/*
+ * The temporary removed after a failure.  A "left behind" is added to
+ * a cause of taskfile's texts only: a caller with texts of its own
+ * (steps->failed) gets its cause as it made it.
+ */
+static void
+taskfile_put_drop(int dir_fd, const char *temp,
+    const struct taskfile_steps *steps, char **cause)
+{
+	taskfile_unlink_temp(dir_fd, temp, steps->failed == NULL ? cause :
+	    NULL);
+}
+
+/*
+ * The first half of taskfile_write_stepped: the temporary created (as
+ * steps->temp, or a fresh name of ours) with its name in temp, written,
+ * steps->written, fsync'd and closed, steps->synced.  0: on to the
+ * link; 1: fenced (steps->synced said so); -1: failed (errno, *cause).
+ * On 1 and -1 nothing is left, but a temporary of that name that was
+ * there before (the create's EEXIST): it is not ours.
+ */
+static int
+taskfile_put_temp(int dir_fd, const char *name, const void *data,
+    size_t length, const struct taskfile_steps *steps,
+    char temp[NAME_MAX + 1], char **cause)
+{
+	enum taskfile_op	 op;
+	int			 fd, sync_error, rc;
+
+	if (cause != NULL)
+		*cause = NULL;
+	if (*name == '\0' || strchr(name, '/') != NULL) {
+		errno = EINVAL;
+		return taskfile_fail(cause, "bad file name \"%s\"", name);
+	}
+	if (steps->temp != NULL) {
+		snprintf(temp, NAME_MAX + 1, "%s", steps->temp);
+		fd = openat(dir_fd, temp,
+		    O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC,
+		    TASKFILE_FILE_MODE);
+	} else
+		fd = taskfile_create_temp(dir_fd, name, temp, NAME_MAX + 1);
+	if (fd == -1) {
+		taskfile_put_failed(steps, TASKFILE_OP_CREATE, temp, name,
+		    cause);
+		return -1;
+	}
+
+	if (durable_write_all(fd, data, length) == -1) {
+		rc = errno;
+		close(fd);
+		errno = rc;
+		taskfile_put_failed(steps, TASKFILE_OP_WRITE, temp, name,
+		    cause);
+		taskfile_put_drop(dir_fd, temp, steps, cause);
+		return -1;
+	}
+	if (steps->written != NULL && steps->written(steps->arg, cause) !=
+	    0) {
+		rc = errno;
+		close(fd);
+		errno = rc;
+		taskfile_put_drop(dir_fd, temp, steps, cause);
+		return -1;
+	}
+	sync_error = 0;
+	op = TASKFILE_OP_FSYNC;
+	if (fsync(fd) == -1)
+		sync_error = errno;
+	/* On NFS a deferred write error may only show here. */
+	if (close(fd) == -1 && errno != EINTR && sync_error == 0) {
+		sync_error = errno;
+		op = TASKFILE_OP_CLOSE;
+	}
+	if (steps->synced != NULL &&
+	    (rc = steps->synced(steps->arg, sync_error, cause)) != 0) {
+		taskfile_put_drop(dir_fd, temp, steps, cause);
+		return rc > 0 ? 1 : -1;
+	}
+	if (sync_error != 0) {
+		errno = sync_error;
+		taskfile_put_failed(steps, op, temp, name, cause);
+		taskfile_put_drop(dir_fd, temp, steps, cause);
+		return -1;
+	}
+	return 0;
+}
+
+/* A link refused: EEXIST is the name taken, anything else a failure. */
+static enum taskfile_put
+taskfile_put_refused(int dir_fd, const char *temp, const char *name,
+    enum taskfile_op op, const struct taskfile_steps *steps, char **cause)
+{
+	int	taken = errno == EEXIST;
+
+	taskfile_put_failed(steps, op, temp, name, cause);
+	taskfile_put_drop(dir_fd, temp, steps, cause);
+	return taken ? TASKFILE_TAKEN : TASKFILE_FAILED;
+}
+
+/* renameat2(RENAME_NOREPLACE) is not supported here (taskfile_put_link). */
+static _Atomic int	taskfile_no_noreplace;
+
+/* The second half: the temporary linked to name, and gone. */
+static enum taskfile_put
+taskfile_put_link(int dir_fd, const char *temp, const char *name,
+    const struct taskfile_steps *steps, char **cause)
+{
+	if (cause != NULL)
+		*cause = NULL;
+	if (steps->crash_points & TASKFILE_CRASH_WRITTEN)
+		crash_point(CRASH_AFTER_TASK_FILE_WRITTEN);
+
+	/*
+	 * Never a plain rename(): it replaces an existing file, and the
+	 * name may have been taken by another FCoP writer since it was
+	 * reserved.  renameat2's RENAME_NOREPLACE fails with EEXIST as
+	 * link() does, in one call and one change of the directory instead
+	 * of a link and an unlink; a file system or a kernel without it
+	 * (EINVAL, ENOSYS; EPERM from a system call filter; EOPNOTSUPP)
+	 * gets link() and unlink() from then on, which also give the real
+	 * answer if the error had another cause.  EEXIST goes back to the
+	 * caller as it is.  steps->plain_link always links: a fenced
+	 * writer's temporary that a takeover removed is then ENOENT.
+	 */
+	if (!steps->plain_link && !atomic_load(&taskfile_no_noreplace)) {
+		if (renameat2(dir_fd, temp, dir_fd, name,
+		    RENAME_NOREPLACE) == 0)
+			goto linked;
+		/* Not this error: a link would fail the same way. */
+		if (errno != EINVAL && errno != ENOSYS && errno != EPERM &&
+		    errno != EOPNOTSUPP)
+			return taskfile_put_refused(dir_fd, temp, name,
+			    TASKFILE_OP_RENAME, steps, cause);
+		atomic_store(&taskfile_no_noreplace, 1);
+	}
+	if (linkat(dir_fd, temp, dir_fd, name, 0) == -1) {
+		if (steps->plain_link && errno == ENOENT) {
+			/* A takeover removed the temporary: fenced. */
+			taskfile_unlink_temp(dir_fd, temp, NULL);
+			return TASKFILE_FENCED;
+		}
+		return taskfile_put_refused(dir_fd, temp, name,
+		    TASKFILE_OP_LINK, steps, cause);
+	}
+	/*
+	 * The file is in place from here on: a failure below leaves it
+	 * there (a retry finds and adopts it) and says so through -1.
+	 */
+	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT)
+		store_notice(STORE_NOTICE_WARNING, "%s in place, but "
+		    "cannot remove %s: %s", name, temp, strerror(errno));
+linked:
+	if (steps->crash_points & TASKFILE_CRASH_LINKED)
+		crash_point(CRASH_AFTER_TASK_FILE_LINKED);
+	return TASKFILE_LINKED;
+}
+
+enum taskfile_put
+taskfile_write_stepped(int dir_fd, const char *name, const void *data,
+    size_t length, const struct taskfile_steps *steps, char **cause)
+{
+	char	temp[NAME_MAX + 1];
+	int	rc;
+
+	if ((rc = taskfile_put_temp(dir_fd, name, data, length, steps, temp,
+	    cause)) != 0)
+		return rc > 0 ? TASKFILE_FENCED : TASKFILE_FAILED;
+	return taskfile_put_link(dir_fd, temp, name, steps, cause);
+}
+
+/* A local creation's steps: none, and both crash points or neither. */
+static void
+taskfile_local_steps(struct taskfile_steps *steps, int task_crash_points)
+{
+	memset(steps, 0, sizeof *steps);
+	if (task_crash_points)
+		steps->crash_points = TASKFILE_CRASH_WRITTEN |
+		    TASKFILE_CRASH_LINKED;
+}
+
 int
 taskfile_write_durable(int dir_fd, const char *name, const void *data,
     size_t length, int task_crash_points, char **cause)
@@ -766,109 +958,33 @@ int
 taskfile_write_linked(int dir_fd, const char *name, const void *data,
     size_t length, int task_crash_points, char **cause)
 {
-	char	temp[NAME_MAX + 1];
+	struct taskfile_steps	steps;
 
-	if (taskfile_write_temp(dir_fd, name, data, length, temp, cause) != 0)
-		return -1;
-	return taskfile_link_temp(dir_fd, temp, name, task_crash_points,
-	    cause);
+	taskfile_local_steps(&steps, task_crash_points);
+	return taskfile_write_stepped(dir_fd, name, data, length, &steps,
+	    cause) == TASKFILE_LINKED ? 0 : -1;
 }
 
 int
 taskfile_write_temp(int dir_fd, const char *name, const void *data,
     size_t length, char temp[NAME_MAX + 1], char **cause)
 {
-	const char	*what;
-	int		 fd, saved_errno;
+	struct taskfile_steps	steps;
 
-	if (cause != NULL)
-		*cause = NULL;
-	if (*name == '\0' || strchr(name, '/') != NULL) {
-		errno = EINVAL;
-		return taskfile_fail(cause, "bad file name \"%s\"", name);
-	}
-	if ((fd = taskfile_create_temp(dir_fd, name, temp, NAME_MAX + 1)) ==
-	    -1)
-		return taskfile_fail(cause, "create temporary file for %s",
-		    name);
-
-	if (taskfile_write_all(fd, data, length) == -1)
-		what = "write";
-	else if (fsync(fd) == -1)
-		what = "fsync";
-	else
-		what = NULL;
-	if (what != NULL) {
-		saved_errno = errno;
-		close(fd);
-		errno = saved_errno;
-		taskfile_fail(cause, "%s %s (as %s)", what, name, temp);
-		taskfile_unlink_temp(dir_fd, temp, cause);
-		return -1;
-	}
-	/* On NFS a deferred write error may only show here. */
-	if (close(fd) == -1 && errno != EINTR) {
-		taskfile_fail(cause, "close %s (as %s)", name, temp);
-		taskfile_unlink_temp(dir_fd, temp, cause);
-		return -1;
-	}
-	return 0;
+	taskfile_local_steps(&steps, 0);
+	return taskfile_put_temp(dir_fd, name, data, length, &steps, temp,
+	    cause) == 0 ? 0 : -1;
 }
-
-/* renameat2(RENAME_NOREPLACE) is not supported here (taskfile_link_temp). */
-static _Atomic int	taskfile_no_noreplace;
 
 int
 taskfile_link_temp(int dir_fd, const char *temp, const char *name,
     int task_crash_points, char **cause)
 {
-	if (cause != NULL)
-		*cause = NULL;
-	if (task_crash_points)
-		crash_point(CRASH_AFTER_TASK_FILE_WRITTEN);
+	struct taskfile_steps	steps;
 
-	/*
-	 * Never a plain rename(): it replaces an existing file, and the
-	 * name may have been taken by another FCoP writer since it was
-	 * reserved.  renameat2's RENAME_NOREPLACE fails with EEXIST as
-	 * link() does, in one call and one change of the directory instead
-	 * of a link and an unlink; a file system or a kernel without it
-	 * (EINVAL, ENOSYS; EPERM from a system call filter; EOPNOTSUPP)
-	 * gets link() and unlink() from then on, which also give the real
-	 * answer if the error had another cause.  EEXIST goes back to the
-	 * caller as it is.
-	 */
-	if (!atomic_load(&taskfile_no_noreplace)) {
-		if (renameat2(dir_fd, temp, dir_fd, name,
-		    RENAME_NOREPLACE) == 0) {
-			if (task_crash_points)
-				crash_point(CRASH_AFTER_TASK_FILE_LINKED);
-			return 0;
-		}
-		/* Not this error: a link would fail the same way. */
-		if (errno != EINVAL && errno != ENOSYS && errno != EPERM &&
-		    errno != EOPNOTSUPP) {
-			taskfile_fail(cause, "rename %s to %s", temp, name);
-			taskfile_unlink_temp(dir_fd, temp, cause);
-			return -1;
-		}
-		atomic_store(&taskfile_no_noreplace, 1);
-	}
-	if (linkat(dir_fd, temp, dir_fd, name, 0) == -1) {
-		taskfile_fail(cause, "link %s to %s", temp, name);
-		taskfile_unlink_temp(dir_fd, temp, cause);
-		return -1;
-	}
-	/*
-	 * The file is in place from here on: a failure below leaves it
-	 * there (a retry finds and adopts it) and says so through -1.
-	 */
-	if (unlinkat(dir_fd, temp, 0) == -1 && errno != ENOENT)
-		store_notice(STORE_NOTICE_WARNING, "%s in place, but "
-		    "cannot remove %s: %s", name, temp, strerror(errno));
-	if (task_crash_points)
-		crash_point(CRASH_AFTER_TASK_FILE_LINKED);
-	return 0;
+	taskfile_local_steps(&steps, task_crash_points);
+	return taskfile_put_link(dir_fd, temp, name, &steps, cause) ==
+	    TASKFILE_LINKED ? 0 : -1;
 }
 
 /* Remove a temporary file that will not be linked. */
