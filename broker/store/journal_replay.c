@@ -20,6 +20,7 @@
  * verify and journal dump), which may run beside a live broker: there an
  * append in flight looks exactly like a torn tail, so the tail is only
  * reported in the stats, never cut, and a stub segment is never removed.
+ *
  * Every function here works on what it is given: no global mutable state.
  * Callers must have called sodium_init() (idemd's main does); the
  * entry points that do I/O call it again, which is cheap and harmless.
