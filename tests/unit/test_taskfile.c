@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_taskfile.c: unit tests of broker/store/taskfile.c, each on a fresh
+ * test_taskfile.c: unit tests of broker/store/taskfile*.c, each on a fresh
  * temporary root.
  *
  * Built without broker/store/crash.c: crash_point() below counts the points
