@@ -421,7 +421,7 @@ cl_scan_shared(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 		pthread_mutex_unlock(&cl_scans.lock);
 		found = 0;
 		error = 0;
-		if (idemd_scan_max_seq(kind, date, &found, arg) != 0)
+		if (paths_scan_max_seq(kind, date, &found, arg) != 0)
 			error = errno != 0 ? errno : EIO;
 		pthread_mutex_lock(&cl_scans.lock);
 		cl_scans.running = 0;
@@ -593,23 +593,104 @@ enum cl_link {
 	CL_FAILED		/* storage: errno, *cause */
 };
 
+/* cl_put_file's steps (taskfile_write_stepped). */
+struct cl_put {
+	struct pending	*p;
+	char		 temp[NAME_MAX + 1];
+};
+
+/*
+ * After the temporary's write, before its fsync: the grant asked.  The
+ * grant's WAL flush and the temporary's fsync wait for the disk at the
+ * same time, not one after the other.
+ */
+static int
+cl_put_written(void *arg, char **cause)
+{
+	struct cl_put		*put = arg;
+	struct cluster_sub	*c = cl_sub(put->p)->cluster;
+
+	if (pgstore_grant_send(c->st, &c->key, c->row.epoch, c->row.token,
+	    cause) != 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * After the fsync (a failed one too: the grant sent is awaited on its
+ * connection), before the link: the grant's answer.  0 granted, 1
+ * fenced, -1 failed.
+ */
+static int
+cl_put_synced(void *arg, int synced, char **cause)
+{
+	struct cl_put		*put = arg;
+	struct submission	*s = cl_sub(put->p);
+	struct cluster_sub	*c = s->cluster;
+	int			 rc;
+
+	if (synced == 0)
+		cl_crash_point(s, CRASH_AFTER_TASK_FILE_WRITTEN);
+	rc = pgstore_grant_wait(c->st, &c->key, c->row.epoch, c->row.token,
+	    cause);
+	if (rc != 1 || synced != 0) {
+		if (rc == 1) {
+			/* Granted, and no file will follow: a storage fault. */
+			asprintf(cause, "fsync of %s: %s", put->temp,
+			    strerror(synced));
+			errno = synced;
+			return -1;
+		}
+		return rc == 0 ? 1 : -1;
+	}
+	cl_pause_point("before_task_file_link");
+	return 0;
+}
+
+/*
+ * The causes of taskfile_write_stepped's own failures: the temporary's
+ * create and write, and the link.  (Its fsync's are cl_put_synced's.)
+ */
+static void
+cl_put_failed(void *arg, enum taskfile_op op, const char *temp,
+    const char *name, char **cause)
+{
+	if (op == TASKFILE_OP_LINK)
+		asprintf(cause, "linking %s: %s", name, strerror(errno));
+	else
+		asprintf(cause, "writing %s: %s", temp, strerror(errno));
+}
+
 /*
  * The owner's file: temporary, grant (the temporary's fsync meanwhile),
  * link, directory fsync.  The temporary exists before the grant is
  * asked, so a takeover that follows the grant finds it and removes it;
  * its bytes are durable before the link, its name needs no fsync of its
  * own: a temporary a crash loses is one a takeover would have removed
- * (doc/cluster.md, "Creation, step by step", 4-5).
+ * (doc/cluster.md, "Creation, step by step", 4-5).  The link is a plain
+ * linkat: ENOENT is that takeover's removal, EEXIST another writer's
+ * file.  The crash points are ours (cl_crash_point also pauses), not
+ * taskfile's.
  */
 static enum cl_link
 cl_put_file(struct pending *p, char **cause)
 {
 	struct submission	*s = cl_sub(p);
 	struct cluster_sub	*c = s->cluster;
-	char			 temp[NAME_MAX + 1], name[NAME_MAX + 1];
+	struct cl_put		 put = { .p = p };
+	struct taskfile_steps	 steps = {
+		.temp = put.temp,
+		.written = cl_put_written,
+		.synced = cl_put_synced,
+		.failed = cl_put_failed,
+		.arg = &put,
+		.plain_link = 1
+	};
+	char			 name[NAME_MAX + 1];
 	char			*data = NULL;
 	size_t			 length;
-	int			 dir = cl_dir(p), fd, rc, saved, synced;
+	enum taskfile_put	 rc;
+	int			 dir = cl_dir(p);
 
 	*cause = NULL;
 	if (s->ops->render(s, s->entry.created_at_ms, &data, &length) != 0) {
@@ -617,63 +698,22 @@ cl_put_file(struct pending *p, char **cause)
 		return CL_FAILED;
 	}
 	digest_sha256(data, length, s->entry.file_digest);
-	cl_temp_name(s, &c->row, temp);
+	cl_temp_name(s, &c->row, put.temp);
 	snprintf(name, sizeof name, "%s.md", s->name);
-	fd = openat(dir, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-	    O_CLOEXEC, 0644);
-	if (fd == -1 || journal_write_all(fd, (const uint8_t *)data,
-	    length) != 0) {
-		saved = errno;
-		asprintf(cause, "writing %s: %s", temp, strerror(saved));
-		if (fd != -1) {
-			close(fd);
-			unlinkat(dir, temp, 0);
-		}
-		free(data);
-		errno = saved;
-		return CL_FAILED;
-	}
+	rc = taskfile_write_stepped(dir, name, data, length, &steps, cause);
 	free(data);
-	/*
-	 * The grant's WAL flush and the temporary's fsync wait for the
-	 * disk at the same time, not one after the other.
-	 */
-	if (pgstore_grant_send(c->st, &c->key, c->row.epoch, c->row.token,
-	    cause) != 0) {
-		close(fd);
-		unlinkat(dir, temp, 0);
+	switch (rc) {
+	case TASKFILE_LINKED:
+		break;
+	case TASKFILE_FENCED:
+		return CL_FENCED;
+	case TASKFILE_TAKEN:
+		free(*cause);
+		*cause = NULL;
+		return CL_TAKEN;
+	case TASKFILE_FAILED:
 		return CL_FAILED;
 	}
-	synced = fsync(fd) == 0 ? 0 : errno;
-	close(fd);
-	if (synced == 0)
-		cl_crash_point(s, CRASH_AFTER_TASK_FILE_WRITTEN);
-	rc = pgstore_grant_wait(c->st, &c->key, c->row.epoch, c->row.token,
-	    cause);
-	if (rc != 1 || synced != 0) {
-		unlinkat(dir, temp, 0);
-		if (rc == 1) {
-			/* Granted, and no file will follow: a storage fault. */
-			asprintf(cause, "fsync of %s: %s", temp,
-			    strerror(synced));
-			errno = synced;
-			return CL_FAILED;
-		}
-		return rc == 0 ? CL_FENCED : CL_FAILED;
-	}
-	cl_pause_point("before_task_file_link");
-	if (linkat(dir, temp, dir, name, 0) != 0) {
-		saved = errno;
-		unlinkat(dir, temp, 0);
-		if (saved == ENOENT)
-			return CL_FENCED;	/* a takeover removed it */
-		if (saved == EEXIST)
-			return CL_TAKEN;
-		asprintf(cause, "linking %s: %s", name, strerror(saved));
-		errno = saved;
-		return CL_FAILED;
-	}
-	unlinkat(dir, temp, 0);
 	cl_crash_point(s, CRASH_AFTER_TASK_FILE_LINKED);
 	if (fsync(dir) != 0) {
 		asprintf(cause, "fsync of %s's directory: %s", name,

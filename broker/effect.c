@@ -37,7 +37,7 @@
  *
  * A committed result's bytes are kept in the journal record, in the
  * index once a checkpoint wrote the entry there, and in the segment's
- * result arena, a ring that caches them (subtab.c: arena_put /
+ * result arena, a ring that caches them (shm/arena.c: arena_put /
  * arena_read; bytes it reused are read from the index); every receipt
  * is built from the entry and those bytes, so it is the same, byte for
  * byte, on every reply.

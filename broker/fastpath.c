@@ -24,9 +24,10 @@
  * goes on to the full parse, which stores the reply if none is: after a
  * restart the store is empty (memory only) and the first retry of each
  * submission takes the full path, the next ones the fast one.  The
- * store is a ring (subtab.c): new replies overwrite the oldest, whose
- * retries take the full path once again and store theirs anew.  The
- * reply is copied out of it (and the copy checked) before it is sent.
+ * store is a ring (shm/receipts.c): new replies overwrite the oldest,
+ * whose retries take the full path once again and store theirs anew.
+ * The reply is copied out of it (and the copy checked) before it is
+ * sent.
  *
  * The fingerprint of the line being dispatched is kept here between
  * fastpath_answer and op_write_task (fastpath_hint_take): a worker

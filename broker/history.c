@@ -46,7 +46,7 @@ history_open(struct idemd *d, int flags, char **cause)
 {
 	char	dir[PATH_MAX], rel[PATH_MAX];
 
-	if (idemd_index_dir(d, dir, sizeof dir) != 0 ||
+	if (paths_index_dir(d, dir, sizeof dir) != 0 ||
 	    (size_t)snprintf(rel, sizeof rel, "%s/index", d->state_dir) >=
 	    sizeof rel) {
 		*cause = strdup("the index's path is too long");

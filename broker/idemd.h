@@ -93,6 +93,7 @@ struct idemd {
 	char			*journal_name;
 	char			*socket_name;
 	char			*segment_key;	/* names the shm segment */
+	const char		*segment_suffix; /* NULL, or state_dir (pg) */
 
 	/* Handles, opened by the master before forking. */
 	int			 root_fd;
@@ -164,18 +165,21 @@ void	history_warm_stop(void);
 
 /* state.c */
 /* The segment filled from the journal, and the journal open to append. */
-int	idemd_open_state(struct idemd *, char **cause);
-void	idemd_close_state(struct idemd *);
+int	state_open(struct idemd *, char **cause);
+void	state_close(struct idemd *);
 
-/* main.c */
+/* paths.c: where this broker's own files are */
 /*
  * This broker's journal directory: the store's (store_journal_dir), or
  * under .idem/hosts/<host-id>/ beside other brokers.  0, or -1 if too long.
  */
-int	idemd_journal_dir(const struct idemd *, char *out, size_t out_size);
+int	paths_journal_dir(const struct idemd *, char *out, size_t out_size);
 /* The history index's directory: .idem/index, or under the host's. */
-int	idemd_index_dir(const struct idemd *, char *out, size_t out_size);
-int	idemd_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
+int	paths_index_dir(const struct idemd *, char *out, size_t out_size);
+/* d->segment_key from root_real and segment_suffix; 0, or -1 (ENOMEM). */
+int	paths_segment_key(struct idemd *);
+/* taskfile_scan_max_seq on the root (arg: the struct idemd). */
+int	paths_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
 	    void *arg);
 
 /* clock.c */

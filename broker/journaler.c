@@ -331,8 +331,8 @@ journaler_reopen(struct idemd *d, char **cause)
 		asprintf(cause, "a checkpoint is being written; waiting");
 		return -1;
 	}
-	/* It fit at start-up (idemd_open_state): root_real is the same. */
-	(void)idemd_journal_dir(d, dir, sizeof dir);
+	/* It fit at start-up (state_open): root_real is the same. */
+	(void)paths_journal_dir(d, dir, sizeof dir);
 	journal_close(&d->journal);
 	if (journal_cut(d->journal_dir_fd, dir, journaler.durable_segment,
 	    journaler.durable_size, cause) != 0 ||
@@ -431,8 +431,8 @@ checkpoint_main(void *arg)
 	uint64_t	 segment, records, indexed;
 	int		 failed;
 
-	/* It fit at start-up (idemd_open_state): root_real is the same. */
-	(void)idemd_journal_dir(d, dir, sizeof dir);
+	/* It fit at start-up (state_open): root_real is the same. */
+	(void)paths_journal_dir(d, dir, sizeof dir);
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&

@@ -32,7 +32,6 @@
 #include "log.h"
 #include "idemd.h"
 #include "backend.h"
-#include "pg.h"
 #include "storeuri.h"
 #include "workspace_id.h"
 
@@ -87,8 +86,8 @@ usage(FILE *out, int status)
 	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR,
 	    IDEM_DEFAULT_IDLE_TIMEOUT_MS, IDEM_DEFAULT_SOCKET_MODE,
 	    IDEM_MIN_SEQUENCE_DIGITS, IDEM_MAX_SEQUENCE_DIGITS,
-	    IDEM_DEFAULT_SEQUENCE_DIGITS, PGSTORE_DEFAULT_CONNECTIONS,
-	    PGSTORE_MAX_CONNECTIONS);
+	    IDEM_DEFAULT_SEQUENCE_DIGITS, IDEM_STORE_DEFAULT_CONNECTIONS,
+	    IDEM_STORE_MAX_CONNECTIONS);
 	exit(status);
 }
 
@@ -210,7 +209,7 @@ static void
 store_options(struct idemd *d)
 {
 	if (d->lease_ms == 0)
-		d->lease_ms = PGSTORE_DEFAULT_LEASE_MS;
+		d->lease_ms = IDEM_STORE_DEFAULT_LEASE_MS;
 	if (d->store_uri == NULL) {
 		if (d->host_id != NULL)
 			fatalx("--host-id is for --store postgresql://...");
@@ -234,40 +233,17 @@ store_options(struct idemd *d)
 	if (d->host_id == NULL)
 		fatalx("--store postgresql://... needs --host-id NAME, unique "
 		    "among the brokers of the workspace");
-	if (!pgstore_host_id_valid(d->host_id))
+	if (!store_host_id_valid(d->host_id))
 		fatalx("--host-id: 1 to %d characters of A-Z a-z 0-9 . _ -",
-		    PGSTORE_MAX_HOST_ID_BYTES);
+		    IDEM_STORE_MAX_HOST_ID_BYTES);
 	if (asprintf(&d->state_dir, "%s/hosts/%s", IDEM_STATE_DIR,
 	    d->host_id) == -1 ||
 	    asprintf(&d->lock_name, "%s/idemd.lock", d->state_dir) == -1 ||
 	    asprintf(&d->journal_name, "%s/journal", d->state_dir) == -1 ||
 	    asprintf(&d->socket_name, "%s/idemd.sock", d->state_dir) == -1)
 		fatal("asprintf");
+	d->segment_suffix = d->state_dir;	/* a segment per host */
 #endif
-}
-
-int
-idemd_journal_dir(const struct idemd *d, char *out, size_t out_size)
-{
-	if (d->store_uri == NULL)
-		return store_journal_dir(d->root_real, out, out_size);
-	if ((size_t)snprintf(out, out_size, "%s/%s", d->root_real,
-	    d->journal_name) >= out_size) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	return 0;
-}
-
-int
-idemd_index_dir(const struct idemd *d, char *out, size_t out_size)
-{
-	if ((size_t)snprintf(out, out_size, "%s/%s/index", d->root_real,
-	    d->state_dir) >= out_size) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	return 0;
 }
 
 /* What parse_options, store_options and start-up allocated, at exit. */
@@ -282,19 +258,6 @@ free_names(struct idemd *d)
 	free(d->journal_name);
 	free(d->socket_name);
 	free(d->store_uri);
-}
-
-/* The shared-memory segment's name: per root, and per host in a cluster. */
-static int
-set_segment_key(struct idemd *d)
-{
-	free(d->segment_key);
-	if (d->store_uri == NULL)
-		d->segment_key = strdup(d->root_real);
-	else if (asprintf(&d->segment_key, "%s/%s", d->root_real,
-	    d->state_dir) == -1)
-		d->segment_key = NULL;
-	return d->segment_key != NULL ? 0 : -1;
 }
 
 static void
@@ -349,7 +312,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->socket_mode = IDEM_DEFAULT_SOCKET_MODE;
 	d->segment_bytes = JOURNAL_DEFAULT_SEGMENT_BYTES;
 	d->sequence_digits = IDEM_DEFAULT_SEQUENCE_DIGITS;
-	d->store_connections = PGSTORE_DEFAULT_CONNECTIONS;
+	d->store_connections = IDEM_STORE_DEFAULT_CONNECTIONS;
 	while ((ch = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
@@ -447,12 +410,12 @@ parse_options(struct idemd *d, int argc, char **argv)
 			break;
 		case 'A':
 			d->lease_ms = (int)number_option("lease-ms", optarg,
-			    PGSTORE_MIN_LEASE_MS, PGSTORE_MAX_LEASE_MS);
+			    IDEM_STORE_MIN_LEASE_MS, IDEM_STORE_MAX_LEASE_MS);
 			break;
 		case 'C':
 			d->store_connections = (unsigned)number_option(
 			    "store-connections", optarg, 1,
-			    PGSTORE_MAX_CONNECTIONS);
+			    IDEM_STORE_MAX_CONNECTIONS);
 			break;
 		case 'h':
 			usage(stdout, 0);
@@ -583,15 +546,6 @@ lock_root(struct idemd *d)
 		log_warn("writing the pid to %s", d->lock_name);
 }
 
-int
-idemd_scan_max_seq(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
-    void *arg)
-{
-	struct idemd	*d = arg;
-
-	return taskfile_scan_max_seq(d->root_fd, kind, date, max_seq);
-}
-
 /*
  * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH,
  * INDEXDIR: this process is a worker the master (PID) forked and exec'd
@@ -652,7 +606,7 @@ run_worker(struct idemd *d)
 		fatal("worker %ld: notify socket", index);
 	if ((d->root_real = strdup(d->root)) == NULL)
 		fatal("strdup");
-	if (set_segment_key(d) != 0 ||
+	if (paths_segment_key(d) != 0 ||
 	    shm_attach(d->segment_key, &d->seg, &cause) != 0 ||
 	    crash_init(&d->seg, (pid_t)master, &cause) != 0 ||
 	    history_open(d, INDEX_READONLY, &cause) != 0)
@@ -742,7 +696,7 @@ main(int argc, char **argv)
 		fatal("open %s", d.root_real);
 	if (taskfile_make_topology(d.root_fd, &cause) != 0)
 		fatalx("%s: %s", d.root_real, cause);
-	if (set_segment_key(&d) != 0)
+	if (paths_segment_key(&d) != 0)
 		fatal("segment name");
 	if (d.store_uri != NULL && cluster_check(&d, &cause) != 0)
 		fatalx("%s", cause);
@@ -773,10 +727,10 @@ main(int argc, char **argv)
 	    taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_REPORTS_DIR);
 
-	if (idemd_open_state(&d, &cause) != 0)
+	if (state_open(&d, &cause) != 0)
 		fatalx("%s", cause);
 	if (crash_init(&d.seg, getpid(), &cause) != 0) {
-		idemd_close_state(&d);	/* no segment left in /dev/shm */
+		state_close(&d);	/* no segment left in /dev/shm */
 		fatalx("%s", cause);
 	}
 	if ((d.kick_fd = eventfd(0, EFD_CLOEXEC)) == -1)
@@ -787,7 +741,7 @@ main(int argc, char **argv)
 
 	listener_remove(&d);
 	if (d.seg.header != NULL)
-		idemd_close_state(&d);
+		state_close(&d);
 	close(d.listen_fd);
 	close(d.kick_fd);
 	close(d.inbox_fd);

@@ -7,7 +7,7 @@
  * that finds no room in the table goes to the index, and a --capacity
  * too small for what is in flight is refused with the one that fits.
  * Everything a replay keeps between its callbacks is in struct replay,
- * on idemd_open_state's stack.
+ * on state_open's stack.
  */
 #include <sys/stat.h>
 
@@ -324,7 +324,7 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	uint64_t		 segment, index_only;
 	int			 existed, damaged = 0;
 
-	if (idemd_index_dir(d, idir, sizeof idir) != 0) {
+	if (paths_index_dir(d, idir, sizeof idir) != 0) {
 		*cause = strdup("the index's path is too long");
 		return -1;
 	}
@@ -403,7 +403,7 @@ replay_warn_torn(const char *dir, const struct journal_replay_stats *st)
 }
 
 int
-idemd_open_state(struct idemd *d, char **cause)
+state_open(struct idemd *d, char **cause)
 {
 	struct replay		 rp = { .d = d };
 	struct store_loaded	 loaded;
@@ -412,7 +412,7 @@ idemd_open_state(struct idemd *d, char **cause)
 	int64_t			 started = shm_now_ms();
 	int			 digit, loaded_rv;
 
-	if (idemd_journal_dir(d, dir, sizeof dir) != 0) {
+	if (paths_journal_dir(d, dir, sizeof dir) != 0) {
 		asprintf(cause, "%s: the journal's path is too long",
 		    d->root_real);
 		return -1;
@@ -480,7 +480,7 @@ fail:
 }
 
 void
-idemd_close_state(struct idemd *d)
+state_close(struct idemd *d)
 {
 	history_close(d);
 	journal_close(&d->journal);

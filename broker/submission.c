@@ -438,7 +438,7 @@ sub_acquire(struct pending *p)
 	a.want = s->entry;
 	a.claim = s->claim;
 	a.today = taskfile_date_of(shm_now_ms());
-	a.scan = idemd_scan_max_seq;
+	a.scan = paths_scan_max_seq;
 	a.scan_arg = d;
 	a.index_checked = s->index_checked;
 	a.evictions = s->evictions;
@@ -920,7 +920,7 @@ sub_file_written(struct fileio_job *job)
 		 * conflict target_mismatch (doc/protocol.md).
 		 */
 		if (seqalloc_next(&d->seg, s->ops->kind,
-		    taskfile_date_of(shm_now_ms()), idemd_scan_max_seq, d,
+		    taskfile_date_of(shm_now_ms()), paths_scan_max_seq, d,
 		    &s->entry.date, &s->entry.seq) != 0) {
 			sub_fail_alloc(p, errno);
 			return;
@@ -1007,7 +1007,7 @@ sub_legacy(struct pending *p)
 		return;
 	}
 	if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(shm_now_ms()),
-	    idemd_scan_max_seq, d, &s->entry.date, &s->entry.seq) != 0) {
+	    paths_scan_max_seq, d, &s->entry.date, &s->entry.seq) != 0) {
 		sub_fail_alloc(p, errno);
 		return;
 	}

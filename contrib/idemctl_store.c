@@ -26,7 +26,6 @@
 #include "storeuri.h"
 #include "workspace_id.h"
 #ifdef HAVE_POSTGRESQL
-#include <libpq-fe.h>
 #include <jansson.h>
 
 #include "digest.h"
@@ -159,6 +158,7 @@ struct sverify {
 	json_t		*where;		/* file name -> its first path */
 	json_t		*numbers;	/* "kind date seq" -> file name */
 	json_t		*temps;		/* temporary name -> its directory */
+	json_t		*live;		/* temporaries live owners hold */
 	unsigned	 files;
 	unsigned	 problems;
 };
@@ -267,62 +267,101 @@ sv_digest(const char *root, const char *rel, char hex[IDEM_DIGEST_HEX_SIZE])
 }
 
 /*
- * The committed effects (kind 3: no file, no number): the result kept in
+ * A committed effect (kind 3: no file, no number): the result kept in
  * the row must be the bytes of its result digest, as the local store's
  * verify checks an index entry.  A tombstone keeps only the digest.
- * The number of effect rows, or -1 if they cannot be read.
  */
-static int
-sv_effects(PGconn *conn, struct sverify *v, const char *workspace)
+static void
+sv_effect(const struct pgstore_verify_row *r, void *arg)
 {
-	PGresult	*res;
-	const char	*params[1] = { workspace }, *result;
+	struct sverify	*v = arg;
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
 	uint8_t		 digest[IDEM_SHA256_BYTES];
-	int		 i, rows;
 
-	res = PQexecParams(conn, "SELECT scope, client_submission_id, state, "
-	    "file_digest, receipt FROM idem_submission WHERE workspace_id = $1 "
-	    "AND kind = 3", 1, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		fprintf(stderr, "idemctl store verify: %s",
-		    PQresultErrorMessage(res));
-		PQclear(res);
-		return -1;
+	if (r->state != SUBTAB_COMMITTED)
+		return;
+	if (r->file_digest_hex == NULL || r->receipt == NULL) {
+		sv_problem(v, "effect %s/%s is committed without its "
+		    "result or its result digest", r->scope,
+		    r->client_submission_id);
+		return;
 	}
-	rows = PQntuples(res);
-	for (i = 0; i < rows; i++) {
-		if (atoi(PQgetvalue(res, i, 2)) != SUBTAB_COMMITTED)
-			continue;
-		if (PQgetisnull(res, i, 3) || PQgetisnull(res, i, 4)) {
-			sv_problem(v, "effect %s/%s is committed without its "
-			    "result or its result digest", PQgetvalue(res, i,
-			    0), PQgetvalue(res, i, 1));
-			continue;
-		}
-		result = PQgetvalue(res, i, 4);
-		digest_sha256(result, strlen(result), digest);
-		digest_to_hex(digest, hex);
-		if (strcmp(hex, PQgetvalue(res, i, 3)) != 0)
-			sv_problem(v, "effect %s/%s: its result is not the "
-			    "bytes of its result digest %s", PQgetvalue(res, i,
-			    0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 3));
+	digest_sha256(r->receipt, strlen(r->receipt), digest);
+	digest_to_hex(digest, hex);
+	if (strcmp(hex, r->file_digest_hex) != 0)
+		sv_problem(v, "effect %s/%s: its result is not the "
+		    "bytes of its result digest %s", r->scope,
+		    r->client_submission_id, r->file_digest_hex);
+}
+
+/* The number of effect rows, or -1 if they cannot be read (said). */
+static int
+sv_effects(struct pg_conn *conn, struct sverify *v, const char *workspace)
+{
+	char	*cause = NULL;
+	int	 rows;
+
+	if ((rows = pgstore_verify_rows(conn, workspace, 1, sv_effect, v,
+	    &cause)) < 0) {
+		fprintf(stderr, "idemctl store verify: %s", cause != NULL ?
+		    cause : "out of memory\n");
+		free(cause);
 	}
-	PQclear(res);
 	return rows;
 }
 
-static int
-store_verify_rows(struct pg_conn *pconn, const char *root)
+/* A task or report row against the files walked. */
+static void
+sv_row(const struct pgstore_verify_row *r, void *arg)
 {
-	PGconn		*conn = (PGconn *)pconn;
-	PGresult	*res;
+	struct sverify	*v = arg;
+	char		 name[2 * NAME_MAX], hex[IDEM_DIGEST_HEX_SIZE];
+	const char	*key = r->client_submission_id, *task_id = r->task_id;
+	json_t		*at;
+
+	snprintf(name, sizeof name, "%s.md", task_id);
+	at = json_object_get(v->where, name);
+	if (r->state == SUBTAB_RESERVED) {
+		/* Its owner's temporary is not stray. */
+		snprintf(name, sizeof name, ".%s.md.tmp.%" PRId64 "-%s",
+		    task_id, r->epoch, r->owner_token);
+		json_object_set_new(v->live, name, json_true());
+		return;
+	}
+	if (at == NULL) {
+		sv_problem(v, "%s (%s) is %s "
+		    "but %s.md is nowhere in the workspace", key,
+		    task_id, r->state == SUBTAB_COMMITTED ?
+		    "committed" : "task_created", task_id);
+		return;
+	}
+	if (r->file_digest_hex != NULL && sv_digest(v->root,
+	    json_string_value(at), hex) == 0 &&
+	    strcmp(hex, r->file_digest_hex) != 0)
+		printf("warning: %s: its bytes changed since idem "
+		    "wrote it (an FCoP tool may edit a moved task)\n",
+		    json_string_value(at));
+}
+
+/* A number more than one row holds. */
+static void
+sv_number(enum subtab_kind kind, uint32_t date, uint32_t seq,
+    unsigned count, void *arg)
+{
+	struct sverify	*v = arg;
+
+	(void)kind;
+	sv_problem(v, "number %u of %u used by %u rows", seq, date, count);
+}
+
+static int
+store_verify_rows(struct pg_conn *conn, const char *root)
+{
 	struct sverify	 v;
 	char		 workspace[WORKSPACE_ID_BYTES + 1], *cause = NULL;
-	char		 name[2 * NAME_MAX], hex[IDEM_DIGEST_HEX_SIZE];
-	const char	*params[1], *key, *task_id, *state, *temp_key;
-	json_t		*live, *at, *value;
-	int		 fd, i, rc, rows, effects;
+	const char	*temp_key;
+	json_t		*value;
+	int		 fd, rc, rows, effects;
 
 	memset(&v, 0, sizeof v);
 	v.root = root;
@@ -340,67 +379,28 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 	v.where = json_object();
 	v.numbers = json_object();
 	v.temps = json_object();
-	live = json_object();
+	v.live = json_object();
 	sv_walk(&v, "_lifecycle", 4);
 	sv_walk(&v, "history", 3);
 	sv_walk(&v, IDEM_REPORTS_DIR, 0);
-	params[0] = workspace;
 	/* Effects (kind 3) have no file and no number: sv_effects. */
-	res = PQexecParams(conn, "SELECT kind, client_submission_id, state, "
-	    "task_id, file_digest, epoch, owner_token FROM idem_submission "
-	    "WHERE workspace_id = $1 AND kind <> 3", 1, NULL, params, NULL,
-	    NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		fprintf(stderr, "idemctl store verify: %s",
-		    PQresultErrorMessage(res));
-		PQclear(res);
+	if ((rows = pgstore_verify_rows(conn, workspace, 0, sv_row, &v,
+	    &cause)) < 0) {
+		fprintf(stderr, "idemctl store verify: %s", cause != NULL ?
+		    cause : "out of memory\n");
+		free(cause);
 		json_decref(v.where);
 		json_decref(v.numbers);
 		json_decref(v.temps);
-		json_decref(live);
+		json_decref(v.live);
 		return STORE_EXIT_UNREACHABLE;
 	}
-	rows = PQntuples(res);
-	for (i = 0; i < rows; i++) {
-		key = PQgetvalue(res, i, 1);
-		state = PQgetvalue(res, i, 2);
-		task_id = PQgetvalue(res, i, 3);
-		snprintf(name, sizeof name, "%s.md", task_id);
-		at = json_object_get(v.where, name);
-		if (atoi(state) == SUBTAB_RESERVED) {
-			/* Its owner's temporary is not stray. */
-			snprintf(name, sizeof name, ".%s.md.tmp.%s-%s", task_id,
-			    PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
-			json_object_set_new(live, name, json_true());
-			continue;
-		}
-		if (at == NULL) {
-			sv_problem(&v, "%s (%s) is %s "
-			    "but %s.md is nowhere in the workspace", key,
-			    task_id, atoi(state) == SUBTAB_COMMITTED ?
-			    "committed" : "task_created", task_id);
-			continue;
-		}
-		if (!PQgetisnull(res, i, 4) && sv_digest(root,
-		    json_string_value(at), hex) == 0 &&
-		    strcmp(hex, PQgetvalue(res, i, 4)) != 0)
-			printf("warning: %s: its bytes changed since idem "
-			    "wrote it (an FCoP tool may edit a moved task)\n",
-			    json_string_value(at));
-	}
-	PQclear(res);
-	res = PQexecParams(conn, "SELECT kind, date, seq, count(*) FROM "
-	    "idem_submission WHERE workspace_id = $1 AND kind <> 3 GROUP BY "
-	    "kind, date, seq "
-	    "HAVING count(*) > 1", 1, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK)
-		for (i = 0; i < PQntuples(res); i++)
-			sv_problem(&v, "number %s of %s used by %s rows",
-			    PQgetvalue(res, i, 2), PQgetvalue(res, i, 1),
-			    PQgetvalue(res, i, 3));
-	PQclear(res);
+	/* Numbers used twice by rows: not said if they cannot be read. */
+	if (pgstore_verify_numbers(conn, workspace, sv_number, &v,
+	    &cause) != 0)
+		free(cause);
 	json_object_foreach(v.temps, temp_key, value) {
-		if (json_object_get(live, temp_key) == NULL)
+		if (json_object_get(v.live, temp_key) == NULL)
 			sv_problem(&v, "%s/%s: a temporary no live owner holds "
 			    "(the next takeover of its task removes it)",
 			    json_string_value(value), temp_key);
@@ -409,7 +409,7 @@ store_verify_rows(struct pg_conn *pconn, const char *root)
 	json_decref(v.where);
 	json_decref(v.numbers);
 	json_decref(v.temps);
-	json_decref(live);
+	json_decref(v.live);
 	if (effects < 0)
 		return STORE_EXIT_UNREACHABLE;
 	printf("verify: %d rows, %d effects, %u files, %u problems\n", rows,

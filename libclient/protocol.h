@@ -125,6 +125,23 @@
 #define IDEM_SOCKET_PROBE_TIMEOUT_MS	2000
 /* Replies queued for a connection that does not read them: stop reading it. */
 #define IDEM_MAX_OUTPUT_BYTES		(4 * 1024 * 1024)
+/*
+ * Several brokers on one workspace (idemd --store postgresql://...,
+ * doc/cluster.md).  --host-id: 1..64 bytes of [A-Za-z0-9._-].
+ */
+#define IDEM_STORE_MAX_HOST_ID_BYTES	64
+/* --lease-ms: default and bounds. */
+#define IDEM_STORE_DEFAULT_LEASE_MS	30000
+#define IDEM_STORE_MIN_LEASE_MS		100
+#define IDEM_STORE_MAX_LEASE_MS		86400000
+/*
+ * --store-connections: a worker's creation threads, each with its own
+ * connection, so its creations in flight (a worker has one connection
+ * more, its loop's).  A server's max_connections (100 by default) must
+ * hold brokers x --workers x (this + 1).
+ */
+#define IDEM_STORE_DEFAULT_CONNECTIONS	4
+#define IDEM_STORE_MAX_CONNECTIONS	32
 
 /*
  * idem-mcp (contrib/mcp/): one JSON-RPC message on its stdin, newline

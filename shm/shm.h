@@ -277,7 +277,7 @@ struct shm_header {
 	uint32_t		state_counts[SUBTAB_STATE_COUNT];
 	uint64_t		heap_used;
 	/*
-	 * The result arena, a ring (subtab.c): bytes ever written (head,
+	 * The result arena, a ring (arena.c): bytes ever written (head,
 	 * under the table lock; atomic for the unlocked readers) and the
 	 * oldest byte still intact (tail, moved on before bytes are
 	 * overwritten).  arena_scout runs half an arena ahead of the tail

@@ -3,11 +3,10 @@
  * subtab.c: the submission table.  Fixed slots, filled in order and
  * never freed; an open-addressing index of buckets (slot index + 1, 0 for
  * empty) sized to at least twice the capacity, so probes stay short; a
- * heap holding the keys; and two rings, caches read without the lock:
- * the result arena, where committed effects keep their results' bytes
- * (arena_put, arena_read: the only way to them), and the fast path's
- * receipt store.  Everything here runs under the table lock (but those
- * reads) and does no I/O.
+ * heap holding the keys.  Everything here runs under the table lock and
+ * does no I/O.  The table lock is shared (subtab_int.h) with the two
+ * rings beside the table, caches read without the lock: the result
+ * arena (arena.c) and the fast path's receipt store (receipts.c).
  *
  * An insert publishes last: the key and the slot are written first, then
  * the bucket that makes the slot reachable, then the counters.  So a
@@ -22,6 +21,7 @@
 #include <sodium.h>
 
 #include "shm.h"
+#include "subtab_int.h"
 
 static void	compact_finish(struct shm_segment *);
 
@@ -206,14 +206,15 @@ subtab_repair(struct shm_segment *seg)
 	return 0;
 }
 
-static int
-lock_table(struct shm_segment *seg)
+/* The table lock; arena.c and receipts.c take it too (subtab_int.h). */
+int
+subtab_lock_table(struct shm_segment *seg)
 {
 	return shm_lock(seg, &seg->header->table_lock, subtab_repair, "table");
 }
 
-static void
-unlock_table(struct shm_segment *seg)
+void
+subtab_unlock_table(struct shm_segment *seg)
 {
 	shm_unlock(&seg->header->table_lock);
 }
@@ -645,7 +646,7 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 
 	a->full = SUBTAB_FULL_NONE;
 	hash = hash_key(seg, a->key, a->key_length);
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return SUBTAB_ALLOC_FAILED;
 	bucket = probe(seg, hash, a->key, a->key_length, &slot);
 	if (slot == UINT32_MAX) {
@@ -730,7 +731,7 @@ subtab_acquire(struct shm_segment *seg, struct subtab_acquire *a)
 		verdict = SUBTAB_CLAIMED;
 	}
 out:
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return verdict;
 }
 
@@ -742,7 +743,7 @@ subtab_claim_key(struct shm_segment *seg, struct subtab_acquire *a)
 	uint32_t		 hash, slot;
 
 	hash = hash_key(seg, a->key, a->key_length);
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return SUBTAB_ALLOC_FAILED;
 	probe(seg, hash, a->key, a->key_length, &slot);
 	/* A slot whose state was lost with the journal holds nothing. */
@@ -759,7 +760,7 @@ subtab_claim_key(struct shm_segment *seg, struct subtab_acquire *a)
 		verdict = SUBTAB_CLAIMED;
 	}
 out:
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return verdict;
 }
 
@@ -772,7 +773,7 @@ subtab_record(struct shm_segment *seg, uint32_t slot,
 	uint16_t		 key_length;
 	int			 rc = -1;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return -1;
 	if (!claim_equal(&s->claim, claim))
 		errno = EPERM;
@@ -786,7 +787,7 @@ subtab_record(struct shm_segment *seg, uint32_t slot,
 		s->journal_end = *end;
 		rc = 0;
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return rc;
 }
 
@@ -797,7 +798,7 @@ subtab_release(struct shm_segment *seg, uint32_t slot,
 	struct subtab_slot	*s = &seg->slots[slot];
 	int			 wake = 0;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return 1;	/* waking for nothing is harmless */
 	if (claim_equal(&s->claim, claim)) {
 		memset(&s->claim, 0, sizeof s->claim);
@@ -813,7 +814,7 @@ subtab_release(struct shm_segment *seg, uint32_t slot,
 		    s->entry.key_length != 0)
 			forget(seg, slot);
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return wake;
 }
 
@@ -824,7 +825,7 @@ subtab_lookup(struct shm_segment *seg, const char *key, size_t length,
 	uint32_t	hash, slot;
 
 	hash = hash_key(seg, key, length);
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return -1;
 	probe(seg, hash, key, length, &slot);
 	/* A slot whose state was lost with the journal holds nothing. */
@@ -839,7 +840,7 @@ subtab_lookup(struct shm_segment *seg, const char *key, size_t length,
 		if (slot_out != NULL)
 			*slot_out = slot;
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return slot != UINT32_MAX;
 }
 
@@ -889,12 +890,12 @@ subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
 		errno = EINVAL;
 		return -1;
 	}
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return -1;
 	bucket = probe(seg, hash, key, length, &slot);
 	if (slot == UINT32_MAX) {
 		if (plan_slot(seg, length, &plan, &why) != 0) {
-			unlock_table(seg);
+			subtab_unlock_table(seg);
 			errno = why == SUBTAB_FULL_MEMORY ? ENOMEM : ENOSPC;
 			return -1;
 		}
@@ -915,7 +916,7 @@ subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
 	}
 	if (slot_out != NULL)
 		*slot_out = slot;
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return 0;
 }
 
@@ -947,7 +948,7 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 	const struct subtab_slot *s;
 
 	memset(state_counts, 0, SUBTAB_STATE_COUNT * sizeof *state_counts);
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return -1;
 	for (i = 0; i < h->slots_used; i++) {
 		s = &seg->slots[i];
@@ -961,7 +962,7 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 			size = size == 0 ? 16 : 2 * size;
 			grown = realloc(rows, size * sizeof *rows);
 			if (grown == NULL) {
-				unlock_table(seg);
+				subtab_unlock_table(seg);
 				free(rows);
 				return -1;
 			}
@@ -975,7 +976,7 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 		rows[count].key[s->entry.key_length] = '\0';
 		count++;
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	*rows_out = rows;
 	*count_out = count;
 	return 0;
@@ -989,7 +990,7 @@ subtab_copy_flags(struct shm_segment *seg, uint32_t from, uint32_t max,
 	const struct subtab_slot	*s;
 	uint32_t			 n = 0;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return 0;
 	for (; n < max && from + n < seg->header->slots_used; n++) {
 		s = &seg->slots[from + n];
@@ -997,7 +998,7 @@ subtab_copy_flags(struct shm_segment *seg, uint32_t from, uint32_t max,
 		flags[n] = atomic_load(&s->flags);
 		memcpy(keys[n], seg->heap + s->key_offset, s->entry.key_length);
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return n;
 }
 
@@ -1008,7 +1009,7 @@ subtab_mark_indexed(struct shm_segment *seg, const uint32_t *slots,
 	struct subtab_slot	*s;
 	size_t			 i;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return;
 	for (i = 0; i < count; i++) {
 		s = &seg->slots[slots[i]];
@@ -1019,7 +1020,7 @@ subtab_mark_indexed(struct shm_segment *seg, const uint32_t *slots,
 		atomic_fetch_or(&s->flags, SUBTAB_SLOT_INDEXED);
 		seg->header->indexed_count++;
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 }
 
 void
@@ -1027,7 +1028,7 @@ subtab_mark_all_indexed(struct shm_segment *seg)
 {
 	uint32_t	i;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return;
 	for (i = 0; i < seg->header->slots_used; i++) {
 		if (seg->slots[i].entry.state != SUBTAB_COMMITTED ||
@@ -1036,7 +1037,7 @@ subtab_mark_all_indexed(struct shm_segment *seg)
 		atomic_fetch_or(&seg->slots[i].flags, SUBTAB_SLOT_INDEXED);
 		seg->header->indexed_count++;
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 }
 
 /*
@@ -1051,11 +1052,11 @@ subtab_unindexed(struct shm_segment *seg)
 	struct shm_header	*h = seg->header;
 	uint32_t		 committed, indexed;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return 0;
 	committed = h->state_counts[SUBTAB_COMMITTED];
 	indexed = h->indexed_count;
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return committed > indexed ? committed - indexed : 0;
 }
 
@@ -1075,7 +1076,7 @@ subtab_unsettled(struct shm_segment *seg, uint64_t lost_from,
 	size_t			 count = 0, size = 0;
 	uint32_t		 i;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return -1;
 	for (i = 0; i < h->slots_used; i++) {
 		s = &seg->slots[i];
@@ -1086,7 +1087,7 @@ subtab_unsettled(struct shm_segment *seg, uint64_t lost_from,
 			size = size == 0 ? 16 : 2 * size;
 			grown = realloc(rows, size * sizeof *rows);
 			if (grown == NULL) {
-				unlock_table(seg);
+				subtab_unlock_table(seg);
 				free(rows);
 				return -1;
 			}
@@ -1099,7 +1100,7 @@ subtab_unsettled(struct shm_segment *seg, uint64_t lost_from,
 		    s->entry.key_length);
 		count++;
 	}
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	*rows_out = rows;
 	*count_out = count;
 	return 0;
@@ -1126,7 +1127,7 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 	uint32_t			 i;
 	int				 rc = 0;
 
-	if (lock_table(seg) != 0)
+	if (subtab_lock_table(seg) != 0)
 		return -1;
 	/* Every slot to settle must have its durable state looked up. */
 	for (i = 0; i < h->slots_used; i++) {
@@ -1173,7 +1174,7 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 	if (handoff_reopened(seg) != 0)
 		rc = -1;
 out:
-	unlock_table(seg);
+	subtab_unlock_table(seg);
 	return rc;
 }
 
@@ -1189,490 +1190,4 @@ subtab_state_valid(unsigned kind, unsigned state)
 		    state == SUBTAB_RELEASED || state == SUBTAB_OUTCOME_UNKNOWN;
 	}
 	return 0;
-}
-
-/* ---- The two rings: the result arena and the receipt store --------------- */
-
-/*
- * Both are rings of records (a 16-byte header: the record's position,
- * its slot, its length; then the bytes, padded to 8), at positions
- * counted in bytes ever written (64 bits: never wrapping), a record
- * never straddling the ring's end.  Writers hold the table lock.
- * Readers hold no lock: they copy a record, then check that the ring's
- * tail (the oldest intact byte) has not passed it, a seqlock whose
- * writer moves the tail on before it overwrites anything:
- *
- *   writer: tail = new (relaxed); fence(release); the bytes (relaxed)
- *   reader: the bytes (relaxed); fence(acquire); tail (relaxed) <= pos
- *
- * If the reader saw any byte of the new record, the fences make it see
- * the new tail too, and it drops the copy.  The bytes are copied as
- * relaxed atomic 8-byte words (plain moves), so a race is no undefined
- * behaviour.  A writer that dies under the lock leaves at most a record
- * past the head, which the next writer overwrites: nothing to repair.
- */
-struct ring_header {
-	uint64_t	pos;
-	uint32_t	slot;
-	uint32_t	length;
-};
-_Static_assert(sizeof(struct ring_header) == SHM_RING_RECORD_HEADER_BYTES,
-    "a ring record's header");
-#define RING_PAD_SLOT	(UINT32_MAX - 1)	/* the rest of the lap is unused */
-
-static uint64_t
-ring_round(uint64_t n)
-{
-	return (n + 7) / 8 * 8;
-}
-
-static void
-ring_store(uint8_t *base, uint64_t at, const void *in, size_t n)
-{
-	_Atomic uint64_t	*w = (_Atomic uint64_t *)(void *)(base + at);
-	const uint8_t		*p = in;
-	uint64_t		 v;
-	size_t			 i;
-
-	for (i = 0; i < n; i += 8) {
-		v = 0;
-		memcpy(&v, p + i, n - i < 8 ? n - i : 8);
-		atomic_store_explicit(&w[i / 8], v, memory_order_relaxed);
-	}
-}
-
-static void
-ring_load(const uint8_t *base, uint64_t at, void *out, size_t n)
-{
-	_Atomic uint64_t	*w = (_Atomic uint64_t *)(void *)(uintptr_t)
-	    (base + at);
-	uint8_t			*p = out;
-	uint64_t		 v;
-	size_t			 i;
-
-	for (i = 0; i < n; i += 8) {
-		v = atomic_load_explicit(&w[i / 8], memory_order_relaxed);
-		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
-	}
-}
-
-/*
- * Where a record of n bytes (header included) goes after head in a ring
- * of size bytes: at head, or at the next lap's start if it would cross
- * the end.  *pad: a pad header is to be written at head.
- */
-static uint64_t
-ring_place(uint64_t head, uint64_t n, uint64_t size, int *pad)
-{
-	uint64_t	at = head % size;
-
-	*pad = 0;
-	if (at + n <= size)
-		return head;
-	*pad = size - at >= SHM_RING_RECORD_HEADER_BYTES;
-	return head + (size - at);
-}
-
-/* Move the tail on to at least to (the writer, before any overwrite). */
-static void
-ring_advance(_Atomic uint64_t *tail, uint64_t to)
-{
-	if (to > atomic_load_explicit(tail, memory_order_relaxed))
-		atomic_store_explicit(tail, to, memory_order_relaxed);
-	/*
-	 * Even when the tail had passed already (moved by an earlier
-	 * writer): the fence that orders this writer's bytes after it is
-	 * its own, so the seqlock holds by C11's rules, not only by the
-	 * table lock's hand-over.
-	 */
-	atomic_thread_fence(memory_order_release);
-}
-
-/*
- * Copy the record at pos (its header and want bytes of its body) and
- * check it: 0 if it was intact all along and its header says pos.
- */
-static int
-ring_read(const uint8_t *base, uint64_t size, _Atomic uint64_t *head,
-    _Atomic uint64_t *tail, uint64_t pos, struct ring_header *hdr,
-    void *out, size_t want)
-{
-	uint64_t	at = pos % size;
-
-	if (pos < atomic_load_explicit(tail, memory_order_acquire) ||
-	    pos + SHM_RING_RECORD_HEADER_BYTES + want >
-	    atomic_load_explicit(head, memory_order_acquire) ||
-	    at + SHM_RING_RECORD_HEADER_BYTES + want > size)
-		return -1;
-	ring_load(base, at, hdr, sizeof *hdr);
-	if (want > 0)
-		ring_load(base, at + SHM_RING_RECORD_HEADER_BYTES, out, want);
-	atomic_thread_fence(memory_order_acquire);
-	if (pos < atomic_load_explicit(tail, memory_order_relaxed))
-		return -1;
-	return hdr->pos == pos ? 0 : -1;
-}
-
-/* Bytes a ring holds between its tail and its head (for stats). */
-static uint64_t
-ring_used(_Atomic uint64_t *head, _Atomic uint64_t *tail, uint64_t size)
-{
-	uint64_t	t = atomic_load(tail), h = atomic_load(head);
-
-	/* The tail passes the head only for a moment, at a lap's end. */
-	if (t >= h)
-		return 0;
-	return h - t < size ? h - t : size;
-}
-
-/* ---- The result arena ---------------------------------------------------- */
-
-/*
- * May the arena record hdr (at pos) be overwritten, for a put by the
- * claimer of slot self (ARENA_NO_SLOT: the scout, or a replay)?  Yes if
- * no slot names it (its owner gone, evicted, or naming another result)
- * or the slot naming it is durable in the index; no while its slot
- * holds a live claim without naming it yet (a commit on its way to the
- * journal), unless that claim is the putter's own: the one commit a
- * claimer has on its way is the put it is making now, so a record of
- * its slot that the slot does not name is an earlier occupant's (the
- * slot was evicted and reused) or an earlier put that never committed.
- * Without that, a completion whose slot had held the oldest result
- * waited on its own claim until it gave up (issue 27).
- */
-static int
-arena_reclaimable(struct shm_segment *seg, uint64_t pos,
-    const struct ring_header *hdr, uint32_t self)
-{
-	struct subtab_slot	*s;
-	int			 names;
-
-	if (hdr->slot >= seg->header->slots_used)
-		return 1;
-	s = &seg->slots[hdr->slot];
-	names = s->entry.kind == SUBTAB_KIND_EFFECT &&
-	    s->entry.state == SUBTAB_COMMITTED &&
-	    s->entry.result_length == hdr->length &&
-	    s->entry.result_offset == pos + SHM_RING_RECORD_HEADER_BYTES;
-	if (names)
-		return (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED) != 0;
-	return hdr->slot == self || s->claim.worker == 0 ||
-	    !subtab_claim_live(seg, &s->claim);
-}
-
-/*
- * The scout walks the records half an arena ahead of the tail: a result
- * not yet in the index there asks for a checkpoint, which will have made
- * it reclaimable (indexed) by the time the tail reaches it.
- */
-static void
-arena_scout(struct shm_segment *seg)
-{
-	struct shm_header	*h = seg->header;
-	struct ring_header	 hdr;
-	uint64_t		 head = atomic_load(&h->arena_head);
-	uint64_t		 size = h->arena_bytes, at;
-
-	if (h->arena_scout < atomic_load(&h->arena_tail))
-		h->arena_scout = atomic_load(&h->arena_tail);
-	while (h->arena_scout < head && head - h->arena_scout > size / 2) {
-		at = h->arena_scout % size;
-		if (size - at < SHM_RING_RECORD_HEADER_BYTES) {
-			h->arena_scout += size - at;
-			continue;
-		}
-		ring_load(seg->arena, at, &hdr, sizeof hdr);
-		if (hdr.pos != h->arena_scout && at == 0)
-			break;	/* not a record: never so, unless damaged */
-		if (hdr.pos != h->arena_scout || hdr.slot == RING_PAD_SLOT) {
-			h->arena_scout += size - at;
-			continue;
-		}
-		if (!arena_reclaimable(seg, hdr.pos, &hdr, ARENA_NO_SLOT))
-			atomic_store(&h->checkpoint_wanted, 1);
-		h->arena_scout += ring_round(SHM_RING_RECORD_HEADER_BYTES +
-		    hdr.length);
-	}
-}
-
-/*
- * Make room for a record of n bytes: move the tail past every record
- * the new one will overwrite, each of which must be reclaimable.  The
- * record's position, or UINT64_MAX (ENOSPC: a checkpoint is asked for).
- */
-static uint64_t
-arena_reserve(struct shm_segment *seg, uint32_t self, uint64_t n)
-{
-	struct shm_header	*h = seg->header;
-	struct ring_header	 hdr;
-	uint64_t		 size = h->arena_bytes;
-	uint64_t		 head = atomic_load(&h->arena_head);
-	uint64_t		 tail = atomic_load(&h->arena_tail);
-	uint64_t		 pos, need, at;
-	int			 pad;
-
-	pos = ring_place(head, n, size, &pad);
-	need = pos + n > size ? pos + n - size : 0;
-	while (tail < need) {
-		if (tail >= head) {
-			tail = pos;	/* everything written is reclaimed */
-			break;
-		}
-		at = tail % size;
-		if (size - at < SHM_RING_RECORD_HEADER_BYTES) {
-			tail += size - at;
-			continue;
-		}
-		ring_load(seg->arena, at, &hdr, sizeof hdr);
-		if (hdr.pos != tail || hdr.slot == RING_PAD_SLOT) {
-			/* A pad: the rest of the lap is unused. */
-			tail += size - at;
-			continue;
-		}
-		if (!arena_reclaimable(seg, tail, &hdr, self)) {
-			ring_advance(&h->arena_tail, tail);
-			atomic_store(&h->checkpoint_wanted, 1);
-			errno = ENOSPC;
-			return UINT64_MAX;
-		}
-		tail += ring_round(SHM_RING_RECORD_HEADER_BYTES + hdr.length);
-	}
-	ring_advance(&h->arena_tail, tail);
-	if (pad) {
-		hdr.pos = head;
-		hdr.slot = RING_PAD_SLOT;
-		hdr.length = 0;
-		ring_store(seg->arena, head % size, &hdr, sizeof hdr);
-	}
-	return pos;
-}
-
-static int
-arena_place(struct shm_segment *seg, uint32_t slot, size_t length,
-    uint64_t *pos)
-{
-	struct shm_header	*h = seg->header;
-	struct ring_header	 hdr;
-	uint64_t		 n = ring_round(SHM_RING_RECORD_HEADER_BYTES +
-	    length);
-
-	if (length == 0 || n > h->arena_bytes) {
-		errno = EINVAL;
-		return -1;
-	}
-	if ((*pos = arena_reserve(seg, slot, n)) == UINT64_MAX)
-		return -1;
-	hdr.pos = *pos;
-	hdr.slot = slot;
-	hdr.length = (uint32_t)length;
-	ring_store(seg->arena, *pos % h->arena_bytes, &hdr, sizeof hdr);
-	atomic_store_explicit(&h->arena_head, *pos + n, memory_order_release);
-	arena_scout(seg);
-	return 0;
-}
-
-int
-arena_put_unlocked(struct shm_segment *seg, uint32_t slot, const void *data,
-    size_t length, uint64_t *offset)
-{
-	uint64_t	pos;
-
-	if (arena_place(seg, slot, length, &pos) != 0)
-		return -1;
-	ring_store(seg->arena, (pos + SHM_RING_RECORD_HEADER_BYTES) %
-	    seg->header->arena_bytes, data, length);
-	*offset = pos + SHM_RING_RECORD_HEADER_BYTES;
-	return 0;
-}
-
-void
-arena_own(struct shm_segment *seg, uint64_t offset, uint32_t slot)
-{
-	struct ring_header	hdr;
-	uint64_t		at;
-
-	if (offset < SHM_RING_RECORD_HEADER_BYTES)
-		return;
-	at = (offset - SHM_RING_RECORD_HEADER_BYTES) % seg->header->arena_bytes;
-	ring_load(seg->arena, at, &hdr, sizeof hdr);
-	if (hdr.pos != offset - SHM_RING_RECORD_HEADER_BYTES)
-		return;
-	hdr.slot = slot;
-	ring_store(seg->arena, at, &hdr, sizeof hdr);
-}
-
-/*
- * Reserve under the table lock, copy outside it: a writer that dies
- * between the two leaves bytes nobody points at, never a torn result
- * that a slot names (a slot names it only after the copy).  The tail
- * does not pass them meanwhile: their slot is claimed by the writer.
- */
-int
-arena_put(struct shm_segment *seg, uint32_t slot, const void *data,
-    size_t length, uint64_t *offset)
-{
-	uint64_t	pos;
-	int		rc;
-
-	if (lock_table(seg) != 0)
-		return -1;
-	rc = arena_place(seg, slot, length, &pos);
-	unlock_table(seg);
-	if (rc != 0)
-		return -1;
-	ring_store(seg->arena, (pos + SHM_RING_RECORD_HEADER_BYTES) %
-	    seg->header->arena_bytes, data, length);
-	*offset = pos + SHM_RING_RECORD_HEADER_BYTES;
-	return 0;
-}
-
-int
-arena_read(struct shm_segment *seg, uint64_t offset, size_t length,
-    void *out)
-{
-	struct shm_header	*h = seg->header;
-	struct ring_header	 hdr;
-
-	if (length == 0)
-		return 0;
-	if (offset < SHM_RING_RECORD_HEADER_BYTES ||
-	    ring_read(seg->arena, h->arena_bytes, &h->arena_head,
-	    &h->arena_tail, offset - SHM_RING_RECORD_HEADER_BYTES, &hdr, out,
-	    length) != 0 || hdr.length != length)
-		return -1;
-	return 0;
-}
-
-uint64_t
-arena_used(const struct shm_segment *seg)
-{
-	struct shm_header	*h = seg->header;
-
-	return ring_used(&h->arena_head, &h->arena_tail, h->arena_bytes);
-}
-
-/* ---- The receipt store of the fast path -------------------------------- */
-
-/*
- * The position a slot's 32-bit name stands for: the nearest one behind
- * the head with those low bits (the name was published after the head
- * passed the record; one written 32 GiB ago is long overwritten, and
- * its header would not match).
- */
-static uint64_t
-receipt_position(struct shm_header *h, uint32_t name)
-{
-	uint64_t	head8 = atomic_load_explicit(&h->receipts_head,
-	    memory_order_relaxed) / 8;
-
-	return (head8 - (uint32_t)((uint32_t)head8 - name)) * 8;
-}
-
-static int
-receipt_copy(struct shm_segment *seg, uint32_t slot, uint32_t name,
-    void *out, size_t *length)
-{
-	struct shm_header	*h = seg->header;
-	struct ring_header	 hdr;
-	uint8_t			 buf[SHM_RECEIPT_MAX_BYTES];
-	uint64_t		 pos = receipt_position(h, name);
-
-	/* The header first, for the length; then all of it again. */
-	if (ring_read(seg->receipts, h->receipts_bytes, &h->receipts_head,
-	    &h->receipts_tail, pos, &hdr, NULL, 0) != 0 ||
-	    hdr.slot != slot || hdr.length == 0 ||
-	    hdr.length > SHM_RECEIPT_MAX_BYTES)
-		return 0;
-	*length = hdr.length;
-	if (ring_read(seg->receipts, h->receipts_bytes, &h->receipts_head,
-	    &h->receipts_tail, pos, &hdr, out != NULL ? out : buf,
-	    *length) != 0 || hdr.slot != slot || hdr.length != *length)
-		return 0;
-	return 1;
-}
-
-/*
- * Reserve and copy under the table lock, then name the bytes in the
- * slot with one store: a reader that sees the name sees the bytes.
- */
-int
-receipts_put(struct shm_segment *seg, uint32_t slot, const char *key,
-    size_t key_length, const void *data, size_t length)
-{
-	struct shm_header	*h = seg->header;
-	struct subtab_slot	*s;
-	struct ring_header	 hdr;
-	uint64_t		 n, pos, size = h->receipts_bytes;
-	uint32_t		 name;
-	size_t			 had;
-	int			 pad, rc = -1;
-
-	n = ring_round(SHM_RING_RECORD_HEADER_BYTES + length);
-	if (length == 0 || length > SHM_RECEIPT_MAX_BYTES || n > size) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (lock_table(seg) != 0)
-		return -1;
-	if (slot >= h->slots_used)
-		errno = EINVAL;
-	else if ((s = &seg->slots[slot])->entry.state != SUBTAB_COMMITTED ||
-	    s->entry.key_length != key_length ||
-	    memcmp(seg->heap + s->key_offset, key, key_length) != 0)
-		errno = EINVAL;
-	else if ((name = atomic_load(&s->fast_receipt)) != 0 &&
-	    receipt_copy(seg, slot, name, NULL, &had))
-		errno = EEXIST;
-	else {
-		/*
-		 * A position whose name would be 0 (none) is skipped.  No
-		 * pad is written at a lap's end: nothing walks this ring.
-		 */
-		for (pos = atomic_load(&h->receipts_head);;) {
-			pos = ring_place(pos, n, size, &pad);
-			if ((uint32_t)(pos / 8) != 0)
-				break;
-			pos += 8;
-		}
-		/* Every byte may go: the store is a cache. */
-		ring_advance(&h->receipts_tail, pos + n > size ?
-		    pos + n - size : 0);
-		hdr.pos = pos;
-		hdr.slot = slot;
-		hdr.length = (uint32_t)length;
-		ring_store(seg->receipts, pos % size, &hdr, sizeof hdr);
-		ring_store(seg->receipts, pos % size +
-		    SHM_RING_RECORD_HEADER_BYTES, data, length);
-		atomic_store_explicit(&h->receipts_head, pos + n,
-		    memory_order_relaxed);
-		atomic_store_explicit(&s->fast_receipt, (uint32_t)(pos / 8),
-		    memory_order_release);
-		rc = 0;
-	}
-	unlock_table(seg);
-	return rc;
-}
-
-int
-receipts_get(struct shm_segment *seg, uint32_t slot, void *out,
-    size_t *length)
-{
-	uint32_t	name;
-
-	if (slot >= seg->header->capacity)
-		return 0;
-	name = atomic_load_explicit(&seg->slots[slot].fast_receipt,
-	    memory_order_acquire);
-	if (name == 0)
-		return 0;
-	return receipt_copy(seg, slot, name, out, length);
-}
-
-uint64_t
-receipts_used(const struct shm_segment *seg)
-{
-	struct shm_header	*h = seg->header;
-
-	return ring_used(&h->receipts_head, &h->receipts_tail,
-	    h->receipts_bytes);
 }

@@ -17,14 +17,15 @@ table() {
 	cat <<'EOF'
 shm			shm
 libclient		libclient
+broker/pg/store		broker/store shm libclient
 broker/store		shm libclient
-broker/pg		broker/backend.h broker/idemd.h broker/log.h broker/store shm libclient
+broker/pg		broker/pg/store broker/backend.h broker/idemd.h broker/log.h broker/store shm libclient
 broker/local		broker/backend.h broker/idemd.h broker/log.h broker/store shm libclient
 broker/backend.c	broker broker/local broker/pg broker/store shm libclient
-broker			broker/store shm libclient
+broker			broker/pg/store broker/store shm libclient
 contrib/idemctl.c	contrib/ctl libclient/idem.h broker/store/store.h
-contrib/idemctl_store.c	broker/store libclient
-contrib/idemctl_import.c	broker/store libclient
+contrib/idemctl_store.c	broker/pg/store broker/store libclient
+contrib/idemctl_import.c	broker/pg/store broker/store libclient
 contrib/idemctl_store.h
 contrib/ctl		libclient/idem.h broker/store/store.h contrib/idemctl_store.h
 contrib/mcp		libclient/idem.h libclient/protocol.h
@@ -42,7 +43,7 @@ tests/bench		broker/store shm libclient tests/cluster/pgserver.h
 tests/faults
 tests/integration	broker/store shm libclient
 tests/chaos		tests/integration libclient
-tests/cluster		tests/integration broker/store shm libclient
+tests/cluster		tests/integration broker/pg/store broker/store shm libclient
 tests/mcp		tests/integration libclient
 EOF
 }

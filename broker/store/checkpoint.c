@@ -185,7 +185,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	/* The allocator first: it is at least every number in the copy. */
 	memcpy(alloc, seg->header->alloc, sizeof alloc);
 	header_encode(header, segment, 0, 0, alloc);
-	if (journal_write_all(fd, header, sizeof header) != 0)
+	if (durable_write_all(fd, header, sizeof header) != 0)
 		goto write_failed;
 	/*
 	 * Once the index holds more receipts than the table has entries,
@@ -265,12 +265,12 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			 */
 			n_big = journal_encode(&record, big,
 			    JOURNAL_MAX_EFFECT_RECORD_BYTES);
-			if (n_big == 0 || journal_write_all(fd, buf, used) != 0 ||
-			    journal_write_all(fd, big, n_big) != 0)
+			if (n_big == 0 || durable_write_all(fd, buf, used) != 0 ||
+			    durable_write_all(fd, big, n_big) != 0)
 				goto write_failed;
 			used = 0;
 		}
-		if (journal_write_all(fd, buf, used) != 0)
+		if (durable_write_all(fd, buf, used) != 0)
 			goto write_failed;
 		for (i = 0; i < n; i++)
 			records += entries[i].state != SUBTAB_EMPTY;
@@ -296,7 +296,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	memcpy(trailer, checkpoint_end, 8);
 	put64(trailer + 8, records);
 	header_encode(header, segment, records, index_only, alloc);
-	if (journal_write_all(fd, trailer, sizeof trailer) != 0 ||
+	if (durable_write_all(fd, trailer, sizeof trailer) != 0 ||
 	    pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
 	    fsync(fd) != 0)
 		goto write_failed;

@@ -4,8 +4,11 @@
  * names of states and digest schemas), and the one place that proves
  * shm/'s own sizes equal the protocol's limits.  shm/ knows neither the
  * protocol nor its strings; the store, which writes both the table and
- * the journal, ties them together here.
+ * the journal, ties them together here.  And a --host-id's spelling,
+ * which names a directory (.idem/hosts/<host-id>) whatever the store.
  */
+#include <string.h>
+
 #include "store.h"
 
 /* shm.h's layout sizes are protocol.h's limits (shm.h, "The sizes"). */
@@ -67,4 +70,16 @@ subtab_schema_name(unsigned schema)
 		return IDEM_SCHEMA_FCOP_CREATE_TASK_V1;
 	}
 	return NULL;
+}
+
+int
+store_host_id_valid(const char *s)
+{
+	size_t	n = strlen(s);
+
+	if (n == 0 || n > IDEM_STORE_MAX_HOST_ID_BYTES ||
+	    strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+		return 0;
+	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "0123456789._-") == n;
 }

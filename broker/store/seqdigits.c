@@ -70,8 +70,8 @@ seqdigits_record(int root_fd, unsigned digits, char **cause)
 	if ((fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_EXCL |
 	    O_NOFOLLOW | O_CLOEXEC, 0644)) == -1)
 		what = "creating";
-	else if (journal_write_all(fd, (const uint8_t *)line, sizeof line) !=
-	    0 || fsync(fd) != 0)
+	else if (durable_write_all(fd, line, sizeof line) != 0 ||
+	    fsync(fd) != 0)
 		what = "writing";
 	else if (renameat(dir_fd, temp, dir_fd, SEQDIGITS_NAME) != 0)
 		what = "renaming";

@@ -37,6 +37,13 @@ void	store_notice(enum store_notice_level, const char *, ...)
  */
 const char *subtab_state_name(unsigned);	/* "reserved", ... */
 const char *subtab_schema_name(unsigned);	/* NULL for legacy */
+/* Is s a valid --host-id (IDEM_STORE_MAX_HOST_ID_BYTES)? */
+int	store_host_id_valid(const char *s);
+
+/* ---- durable.c: the one write-all loop of the store's files ---------- */
+
+/* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
+int	durable_write_all(int fd, const void *, size_t);
 
 /* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
 
@@ -113,8 +120,12 @@ int	journal_append(struct journal *, const struct iovec *, int iovcnt,
 /* fdatasync.  A failure is never retried by the caller (see doc). */
 int	journal_sync(struct journal *, char **cause);
 void	journal_close(struct journal *);
-/* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
-int	journal_write_all(int fd, const uint8_t *, size_t);
+/* durable_write_all's old name, for branches still calling it (#28: G4). */
+static inline int
+journal_write_all(int fd, const uint8_t *p, size_t n)
+{
+	return durable_write_all(fd, p, n);
+}
 /*
  * Cut segment back to size and fsync it: after a failed write or fsync,
  * what follows the last durable size was never acknowledged and its
@@ -364,6 +375,67 @@ int	taskfile_link_temp(int dir_fd, const char *temp, const char *name,
 	    int task_crash_points, char **cause);
 /* -1 (errno set) if the temporary is still there: the caller says so. */
 int	taskfile_drop_temp(int dir_fd, const char *temp);
+
+/*
+ * All of the above is one form with the caller's steps between its
+ * operations: the temporary created and written; written(); fsync'd
+ * and closed; synced(); [after_task_file_written]; linked to name;
+ * [after_task_file_linked].  The PostgreSQL store asks for and awaits
+ * its lease's grant in the steps (broker/cluster.c, cl_put_file), and
+ * fires its own crash points there, since its order differs: the
+ * directory fsync is the caller's in every case.
+ */
+enum taskfile_op {		/* taskfile's own operations, for texts */
+	TASKFILE_OP_CREATE,	/* the temporary's open */
+	TASKFILE_OP_WRITE,
+	TASKFILE_OP_FSYNC,
+	TASKFILE_OP_CLOSE,	/* a deferred write error (NFS) */
+	TASKFILE_OP_RENAME,
+	TASKFILE_OP_LINK
+};
+#define TASKFILE_CRASH_WRITTEN	0x1	/* after_task_file_written */
+#define TASKFILE_CRASH_LINKED	0x2	/* after_task_file_linked */
+struct taskfile_steps {
+	/* The temporary's name, created O_EXCL (NULL: taskfile's own). */
+	const char	*temp;
+	/* After the write, before the fsync; 0 or -1 (*cause set). */
+	int		(*written)(void *arg, char **cause);
+	/*
+	 * After the fsync and the close, before the link, called even when
+	 * they failed (sync_error: its errno, else 0), since what written()
+	 * began may have to be finished; 0 go on (a sync_error then fails
+	 * with taskfile's cause), 1 fenced, -1 failed (*cause set).
+	 */
+	int		(*synced)(void *arg, int sync_error, char **cause);
+	/*
+	 * The cause of an operation of taskfile's own that failed (errno
+	 * set), in the caller's words; NULL: taskfile's.  A cause of the
+	 * caller's gets no "temporary left" added.
+	 */
+	void		(*failed)(void *arg, enum taskfile_op, const char *temp,
+			    const char *name, char **cause);
+	void		*arg;
+	int		 crash_points;	/* TASKFILE_CRASH_WRITTEN | _LINKED */
+	/*
+	 * linkat, never renameat2: a takeover's removal of the temporary
+	 * then fences the link (ENOENT: TASKFILE_FENCED).
+	 */
+	int		 plain_link;
+};
+enum taskfile_put {
+	TASKFILE_LINKED,	/* in place (the directory not fsync'd) */
+	TASKFILE_FENCED,	/* synced() said so, or plain_link's ENOENT */
+	TASKFILE_TAKEN,		/* EEXIST: the name is another file's; *cause */
+	TASKFILE_FAILED		/* errno, *cause */
+};
+/*
+ * Whatever the outcome but LINKED, the temporary is gone; but one that
+ * was there before (steps->temp's create fails, EEXIST) is not ours and
+ * stays.
+ */
+enum taskfile_put taskfile_write_stepped(int dir_fd, const char *name,
+	    const void *data, size_t length, const struct taskfile_steps *,
+	    char **cause);
 
 /*
  * Where is <id>.md now?  inbox first, then every directory under

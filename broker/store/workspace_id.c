@@ -111,7 +111,7 @@ write_once(const char *name, const char *data, size_t length, int root_fd,
 	(void)unlinkat(dir_fd, temp, 0);
 	if ((fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_EXCL |
 	    O_NOFOLLOW | O_CLOEXEC, 0644)) == -1 ||
-	    journal_write_all(fd, (const uint8_t *)data, length) != 0 ||
+	    durable_write_all(fd, data, length) != 0 ||
 	    fsync(fd) != 0) {
 		asprintf(cause, "writing %s/%s: %s", IDEM_STATE_DIR, name,
 		    strerror(errno));

@@ -75,6 +75,28 @@ const char *ctl_root(struct idemctl *);
 void	ctl_print_json(json_t *);
 const char *ctl_string_member(json_t *, const char *, const char *);
 
+/* format.c: how answers print */
+#define IDEMCTL_TABLE_MAX_COLUMNS	10
+/*
+ * A table printed with aligned columns.  Cells are copied; the last
+ * column is not padded, so lines carry no trailing blanks.
+ */
+struct ctl_table {
+	size_t	  columns;
+	size_t	  rows;
+	size_t	  width[IDEMCTL_TABLE_MAX_COLUMNS];
+	char	**cells;
+};
+int	ctl_table_add(struct ctl_table *, const char *const *row);
+void	ctl_table_print(struct ctl_table *, const char *indent);
+void	ctl_table_free(struct ctl_table *);
+/* "500ms", "30s", "1.5s", "5m", "2h"; a bare number is seconds. */
+int	ctl_parse_duration_ms(const char *, int64_t *ms);
+/* 850ms, 12.3s, 4m05s, 2h03m, 3d02h. */
+void	ctl_format_duration(int64_t ms, char *out, size_t size);
+const char *ctl_yes_no(json_t *);
+json_int_t ctl_int_member(json_t *, const char *key);
+
 /* online.c: the commands that ask the broker */
 int	cmd_status(struct idemctl *, int, char **);
 int	cmd_stats(struct idemctl *, int, char **);

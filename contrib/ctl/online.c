@@ -27,7 +27,6 @@
 #define IDEMCTL_DEFAULT_STALE_AFTER_MS	30000
 /* A --file task, like any request, must fit one line. */
 #define IDEMCTL_MAX_FILE_BYTES		IDEM_MAX_LINE_BYTES
-#define IDEMCTL_TABLE_MAX_COLUMNS	10
 
 /*
  * --socket, else the socket of an explicit --root, else $IDEM_SOCKET,
@@ -46,141 +45,6 @@ ctl_socket_path(struct idemctl *ctl)
 	snprintf(ctl->socket_buf, sizeof ctl->socket_buf, "%s/%s",
 	    ctl_root(ctl), IDEM_SOCKET_NAME);
 	return ctl->socket_buf;
-}
-
-/* ---- formatting ---------------------------------------------------------- */
-
-/* "500ms", "30s", "1.5s", "5m", "2h"; a bare number is seconds. */
-static int
-parse_duration_ms(const char *s, int64_t *ms)
-{
-	static const struct {
-		const char	*suffix;
-		double		 ms;
-	} units[] = {
-		{ "ms", 1 }, { "s", 1000 }, { "", 1000 }, { "m", 60000 },
-		{ "h", 3600000 }, { "d", 86400000 }
-	};
-	char	*end;
-	double	 v;
-	size_t	 i;
-
-	if (!((*s >= '0' && *s <= '9') || *s == '.'))
-		return -1;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno != 0 || end == s)
-		return -1;
-	for (i = 0; i < sizeof units / sizeof units[0]; i++) {
-		if (strcmp(end, units[i].suffix) == 0) {
-			v *= units[i].ms;
-			/* Also refuses NaN and infinity. */
-			if (!(v >= 0 && v < (double)INT64_MAX / 2))
-				return -1;
-			*ms = (int64_t)(v + 0.5);
-			return 0;
-		}
-	}
-	return -1;
-}
-
-/* An age or uptime, short and readable: 850ms, 12.3s, 4m05s, 2h03m, 3d02h. */
-static void
-format_duration(int64_t ms, char *out, size_t size)
-{
-	int64_t	s;
-
-	if (ms < 0)
-		ms = 0;
-	s = ms / 1000;
-	if (ms < 1000)
-		snprintf(out, size, "%" PRId64 "ms", ms);
-	else if (s < 60)
-		snprintf(out, size, "%.1fs", (double)ms / 1000);
-	else if (s < 3600)
-		snprintf(out, size, "%" PRId64 "m%02" PRId64 "s", s / 60,
-		    s % 60);
-	else if (s < 86400)
-		snprintf(out, size, "%" PRId64 "h%02" PRId64 "m", s / 3600,
-		    s / 60 % 60);
-	else
-		snprintf(out, size, "%" PRId64 "d%02" PRId64 "h", s / 86400,
-		    s / 3600 % 24);
-}
-
-static const char *
-yes_no(json_t *v)
-{
-	if (json_is_true(v))
-		return "yes";
-	if (json_is_false(v))
-		return "no";
-	return "-";
-}
-
-static json_int_t
-int_member(json_t *object, const char *key)
-{
-	return json_integer_value(json_object_get(object, key));
-}
-
-/*
- * A table printed with aligned columns.  Cells are copied; the last
- * column is not padded, so lines carry no trailing blanks.
- */
-struct table {
-	size_t	  columns;
-	size_t	  rows;
-	size_t	  width[IDEMCTL_TABLE_MAX_COLUMNS];
-	char	**cells;
-};
-
-static int
-table_add(struct table *t, const char *const *row)
-{
-	char	**cells;
-	size_t	  i, n;
-
-	cells = reallocarray(t->cells, (t->rows + 1) * t->columns,
-	    sizeof *cells);
-	if (cells == NULL)
-		return -1;
-	t->cells = cells;
-	for (i = 0; i < t->columns; i++) {
-		if ((cells[t->rows * t->columns + i] = strdup(row[i])) == NULL)
-			return -1;
-		if ((n = strlen(row[i])) > t->width[i])
-			t->width[i] = n;
-	}
-	t->rows++;
-	return 0;
-}
-
-static void
-table_print(struct table *t, const char *indent)
-{
-	size_t	r, i;
-
-	for (r = 0; r < t->rows; r++) {
-		fputs(indent, stdout);
-		for (i = 0; i < t->columns; i++) {
-			if (i + 1 < t->columns)
-				printf("%-*s  ", (int)t->width[i],
-				    t->cells[r * t->columns + i]);
-			else
-				printf("%s\n", t->cells[r * t->columns + i]);
-		}
-	}
-}
-
-static void
-table_free(struct table *t)
-{
-	size_t	i;
-
-	for (i = 0; i < t->rows * t->columns; i++)
-		free(t->cells[i]);
-	free(t->cells);
 }
 
 /* ---- talking to the broker ----------------------------------------------- */
@@ -353,19 +217,19 @@ cmd_status(struct idemctl *ctl, int argc, char **argv)
 		printf("%s %s is up (protocol %" JSON_INTEGER_FORMAT ")\n",
 		    ctl_string_member(hello, "server", "?"),
 		    ctl_string_member(hello, "version", "?"),
-		    int_member(hello, "protocol"));
+		    ctl_int_member(hello, "protocol"));
 		printf("  socket    %s\n", ctl_socket_path(ctl));
 		if (stats != NULL) {
-			format_duration(int_member(stats, "uptime_ms"), uptime,
+			ctl_format_duration(ctl_int_member(stats, "uptime_ms"), uptime,
 			    sizeof uptime);
-			used = int_member(stats, "table_used");
-			capacity = int_member(stats, "table_capacity");
+			used = ctl_int_member(stats, "table_used");
+			capacity = ctl_int_member(stats, "table_capacity");
 			printf("  uptime    %s\n", uptime);
 			printf("  workers   %" JSON_INTEGER_FORMAT " running, %"
 			    JSON_INTEGER_FORMAT " restart%s\n",
-			    int_member(stats, "workers"),
-			    int_member(stats, "worker_restarts"),
-			    int_member(stats, "worker_restarts") == 1 ? "" :
+			    ctl_int_member(stats, "workers"),
+			    ctl_int_member(stats, "worker_restarts"),
+			    ctl_int_member(stats, "worker_restarts") == 1 ? "" :
 			    "s");
 			printf("  table     %" JSON_INTEGER_FORMAT " of %"
 			    JSON_INTEGER_FORMAT " submissions used (%.1f%%)\n",
@@ -374,12 +238,12 @@ cmd_status(struct idemctl *ctl, int argc, char **argv)
 			printf("  tasks     %" JSON_INTEGER_FORMAT " created, %"
 			    JSON_INTEGER_FORMAT " reused, %" JSON_INTEGER_FORMAT
 			    " conflicts, %" JSON_INTEGER_FORMAT " legacy\n",
-			    int_member(stats, "created"),
-			    int_member(stats, "reused"),
-			    int_member(stats, "conflict"),
-			    int_member(stats, "legacy_created"));
+			    ctl_int_member(stats, "created"),
+			    ctl_int_member(stats, "reused"),
+			    ctl_int_member(stats, "conflict"),
+			    ctl_int_member(stats, "legacy_created"));
 			printf("  errors    %" JSON_INTEGER_FORMAT "\n",
-			    int_member(stats, "errors"));
+			    ctl_int_member(stats, "errors"));
 		}
 	}
 	json_decref(hello);
@@ -472,7 +336,7 @@ print_prometheus(json_t *hello, json_t *stats)
 	print_metric("idem_up", "gauge", "1 if the broker answered.", "", 1);
 	snprintf(labels, sizeof labels, "{version=\"%s\",protocol=\"%"
 	    JSON_INTEGER_FORMAT "\"}", ctl_string_member(hello, "version", ""),
-	    int_member(hello, "protocol"));
+	    ctl_int_member(hello, "protocol"));
 	print_metric("idem_build_info", "gauge", "The broker's version.",
 	    labels, 1);
 	json_object_foreach(stats, key, value) {
@@ -508,7 +372,7 @@ cmd_stats(struct idemctl *ctl, int argc, char **argv)
 		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 		{ NULL, 0, NULL, 0 }
 	};
-	struct table	 t = { .columns = 2 };
+	struct ctl_table	 t = { .columns = 2 };
 	json_t		*hello = NULL, *stats, *value;
 	const char	*key;
 	char		 number[64];
@@ -552,7 +416,7 @@ cmd_stats(struct idemctl *ctl, int argc, char **argv)
 	else {
 		json_object_foreach(stats, key, value) {
 			if (strcmp(key, "uptime_ms") == 0)
-				format_duration(json_integer_value(value),
+				ctl_format_duration(json_integer_value(value),
 				    number, sizeof number);
 			else if (json_is_integer(value))
 				snprintf(number, sizeof number, "%"
@@ -560,15 +424,15 @@ cmd_stats(struct idemctl *ctl, int argc, char **argv)
 				    json_integer_value(value));
 			else
 				continue;
-			if (table_add(&t, (const char *[]){ key, number }) ==
+			if (ctl_table_add(&t, (const char *[]){ key, number }) ==
 			    -1) {
 				status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM,
 				    "out of memory");
 				break;
 			}
 		}
-		table_print(&t, "");
-		table_free(&t);
+		ctl_table_print(&t, "");
+		ctl_table_free(&t);
 	}
 	json_decref(stats);
 	json_decref(hello);
@@ -589,7 +453,7 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		"CLIENT_SUBMISSION_ID", "STATE", "AGE", "TASK_ID", "EXISTS",
 		"REQUEST_DIGEST", "FILE_DIGEST", "IN_FLIGHT", "STALLED"
 	};
-	struct table	 t = { .columns = 9 };
+	struct ctl_table	 t = { .columns = 9 };
 	json_t		*response, *entries, *entry, *counts;
 	int64_t		 stale_after_ms = IDEMCTL_DEFAULT_STALE_AFTER_MS;
 	size_t		 i, stalled = 0, effects = 0;
@@ -598,7 +462,7 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 
 	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
 		if (ch == OPT_STALE_AFTER &&
-		    parse_duration_ms(optarg, &stale_after_ms) == -1)
+		    ctl_parse_duration_ms(optarg, &stale_after_ms) == -1)
 			ctl_usage_error(ctl, "--stale-after: \"%s\" is not a "
 			    "duration (like 500ms, 30s, 5m)", optarg);
 	}
@@ -632,35 +496,35 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		ctl_print_json(response);
 	} else if (json_array_size(entries) == 0)
 		printf("no intermediate submissions (%" JSON_INTEGER_FORMAT
-		    " committed)\n", int_member(counts, "committed"));
+		    " committed)\n", ctl_int_member(counts, "committed"));
 	else {
-		if (table_add(&t, header) == -1)
+		if (ctl_table_add(&t, header) == -1)
 			goto nomem;
 		json_array_foreach(entries, i, entry) {
-			format_duration(int_member(entry, "age_ms"), age,
+			ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
 			    sizeof age);
-			if (table_add(&t, (const char *[]){
+			if (ctl_table_add(&t, (const char *[]){
 			    ctl_string_member(entry, "client_submission_id", "?"),
 			    ctl_string_member(entry, "state", "?"), age,
 			    ctl_string_member(entry, "task_id", "-"),
-			    yes_no(json_object_get(entry, "task_exists")),
-			    yes_no(json_object_get(entry,
+			    ctl_yes_no(json_object_get(entry, "task_exists")),
+			    ctl_yes_no(json_object_get(entry,
 			    "request_digest_matches")),
-			    yes_no(json_object_get(entry,
+			    ctl_yes_no(json_object_get(entry,
 			    "file_digest_matches")),
-			    yes_no(json_object_get(entry, "in_flight")),
-			    yes_no(json_object_get(entry, "stalled")) }) == -1)
+			    ctl_yes_no(json_object_get(entry, "in_flight")),
+			    ctl_yes_no(json_object_get(entry, "stalled")) }) == -1)
 				goto nomem;
 		}
-		table_print(&t, "");
+		ctl_table_print(&t, "");
 		printf("\n%zu intermediate (%" JSON_INTEGER_FORMAT
 		    " reserved, %" JSON_INTEGER_FORMAT " task_created), %zu "
 		    "stalled (no "
 		    "progress for %" PRId64 " ms), %" JSON_INTEGER_FORMAT
 		    " committed\n", json_array_size(entries),
-		    int_member(counts, "reserved"),
-		    int_member(counts, "task_created"), stalled,
-		    stale_after_ms, int_member(counts, "committed"));
+		    ctl_int_member(counts, "reserved"),
+		    ctl_int_member(counts, "task_created"), stalled,
+		    stale_after_ms, ctl_int_member(counts, "committed"));
 		if (stalled > 0)
 			printf("A retry with the same client_submission_id and "
 			    "request completes a stalled submission.\n");
@@ -668,13 +532,13 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 	if (effects > 0 && !ctl->json)
 		printf("%zu unfinished effects: see idemctl effects\n",
 		    effects);
-	table_free(&t);
+	ctl_table_free(&t);
 	json_decref(response);
 	/* Something is stuck: a monitor wants to know without parsing. */
 	return stalled > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
 
 nomem:
-	table_free(&t);
+	ctl_table_free(&t);
 	json_decref(response);
 	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
 }
@@ -684,7 +548,7 @@ nomem:
 static void
 print_fields(json_t *object, const char *const *keys, const char *indent)
 {
-	struct table	 t = { .columns = 2 };
+	struct ctl_table	 t = { .columns = 2 };
 	json_t		*v;
 	char		*s;
 	size_t		 i;
@@ -696,15 +560,15 @@ print_fields(json_t *object, const char *const *keys, const char *indent)
 			s = strdup(json_string_value(v));
 		else
 			s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		if (s == NULL || table_add(&t,
+		if (s == NULL || ctl_table_add(&t,
 		    (const char *[]){ keys[i], s }) == -1) {
 			free(s);
 			break;
 		}
 		free(s);
 	}
-	table_print(&t, indent);
-	table_free(&t);
+	ctl_table_print(&t, indent);
+	ctl_table_free(&t);
 }
 
 int
@@ -779,7 +643,7 @@ effects_list(struct idemctl *ctl)
 		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
 		"AGE", "EXTERNAL_KEY"
 	};
-	struct table	 t = { .columns = 6 };
+	struct ctl_table	 t = { .columns = 6 };
 	json_t		*response, *entries, *entry, *counts, *list;
 	size_t		 i, unknown = 0;
 	char		 age[32], attempt[16];
@@ -808,14 +672,14 @@ effects_list(struct idemctl *ctl)
 		ctl_print_json(entry);
 		json_decref(entry);
 	} else {
-		if (table_add(&t, header) == -1)
+		if (ctl_table_add(&t, header) == -1)
 			goto nomem;
 		json_array_foreach(list, i, entry) {
-			format_duration(int_member(entry, "age_ms"), age,
+			ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
 			    sizeof age);
 			snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
-			    int_member(entry, "attempt"));
-			if (table_add(&t, (const char *[]){
+			    ctl_int_member(entry, "attempt"));
+			if (ctl_table_add(&t, (const char *[]){
 			    ctl_string_member(entry, "effect_kind", "?"),
 			    ctl_string_member(entry, "client_submission_id", "?"),
 			    ctl_string_member(entry, "state", "?"), attempt, age,
@@ -823,30 +687,30 @@ effects_list(struct idemctl *ctl)
 				goto nomem;
 		}
 		if (json_array_size(list) > 0)
-			table_print(&t, "");
+			ctl_table_print(&t, "");
 		printf("%s%zu unfinished effects: %" JSON_INTEGER_FORMAT
 		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live "
 		    "lease, %" JSON_INTEGER_FORMAT " released; %"
 		    JSON_INTEGER_FORMAT " committed\n", json_array_size(list) >
 		    0 ? "\n" : "", json_array_size(list),
-		    int_member(counts, "outcome_unknown"),
-		    int_member(counts, "reserved"),
-		    int_member(counts, "released"),
-		    int_member(counts, "committed"));
+		    ctl_int_member(counts, "outcome_unknown"),
+		    ctl_int_member(counts, "reserved"),
+		    ctl_int_member(counts, "released"),
+		    ctl_int_member(counts, "committed"));
 		if (unknown > 0)
 			printf("An outcome_unknown effect may or may not have "
 			    "happened: look downstream by its external key,\n"
 			    "then: idemctl resolve KIND ID applied|not_applied"
 			    "|unknown\n");
 	}
-	table_free(&t);
+	ctl_table_free(&t);
 	json_decref(list);
 	json_decref(response);
 	/* Something needs a decision: a monitor wants to know. */
 	return unknown > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
 
 nomem:
-	table_free(&t);
+	ctl_table_free(&t);
 	json_decref(list);
 	json_decref(response);
 	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_pgstore: the PostgreSQL store's steps (broker/store/pg.c) against
- * a real server (tests/cluster/pgserver.c): idemctl store init and
+ * test_pgstore: the PostgreSQL store's steps (broker/pg/store/pg_conn.c)
+ * against a real server (tests/cluster/pgserver.c): idemctl store init and
  * migrate, the schema check at open, reservation (one row, one number,
  * numbers past the disk's, the day used up), the fence on grant and
  * commit, takeover only after the lease by the server's clock or once
@@ -264,7 +264,7 @@ reserve_grant_commit_fenced(void **state)
 }
 
 /*
- * A creation's statements are prepared once per session (pg.c).  A
+ * A creation's statements are prepared once per session (pg_conn.c).  A
  * session that lost them (DEALLOCATE ALL, as a pooler handing out
  * another server session may) prepares them again: every step still
  * works, and does what it did.

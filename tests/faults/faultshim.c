@@ -11,14 +11,14 @@
  *
  * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync),
  * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
- * truncates a file with (journal.c, checkpoint.c, taskfile.c, fileio.c,
+ * truncates a file with (journal.c, checkpoint.c, taskfile_write.c, fileio.c,
  * main.c).  The path is the fd's, from /proc/self/fd; a substring
  * ending in "$" must end it (so "_lifecycle/inbox$" is the directory,
  * not the files in it).  The errno is ENOSPC, EIO, EDQUOT or EROFS.  A
  * matching call writes, syncs or truncates nothing and fails with that
  * errno.  A "write" rule with EROFS also fails ftruncate, as a
  * read-only file system does (a full one still lets a file shrink).
- * "rename" fails renameat2 (taskfile.c's RENAME_NOREPLACE), matched by
+ * "rename" fails renameat2 (taskfile_write.c's RENAME_NOREPLACE), matched by
  * the path of its source directory, with EINVAL or ENOSYS (as a file
  * system or a kernel without it does) or any errno above; "any" does
  * not include it.

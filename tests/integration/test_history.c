@@ -1193,15 +1193,16 @@ test_missing_index(void **state)
 }
 
 /*
- * The two stores of the segment are caches (shm/subtab.c): with a result
- * arena of four maximal results (262208 bytes), far less than the
- * results committed, every effect still commits (a complete the arena
- * refuses while its results wait for the index is table_full,
- * retryable, and succeeds again: the index's writes fail until the
- * first such refusal, so it surely happens) and answers reused with its
- * first receipt, from the arena or the index, and again after a kill
- * and a start with a quarter of the arena, the least there is (the
- * start-up puts more results through it than it holds);
+ * The two stores of the segment are caches (shm/arena.c, receipts.c):
+ * with a result arena of four maximal results (262208 bytes), far less
+ * than the results committed, every effect still commits (a complete
+ * the arena refuses while its results wait for the index is
+ * table_full, retryable, and succeeds again: the index's writes fail
+ * until the first such refusal, so it surely happens) and answers
+ * reused with its first receipt, from the arena or the index, and
+ * again after a kill and a start with a quarter of the arena, the
+ * least there is (the start-up puts more results through it than it
+ * holds);
  * with a receipt store of 64 KiB, far less than the replies stored, a
  * retry whose stored reply was overwritten takes the full path, answers
  * the same, and the next one is fast again.

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_rings.c: the segment's two rings (shm/subtab.c).  The receipt
- * store of the fast path wraps for ever, a slot naming an overwritten
- * reply gets none (never another's or a torn one, even while a writer
- * in another process overwrites it under the reader), and its 32-bit
- * names survive their own wrap.  The result arena reuses the space of
- * indexed results only: the bytes of a committed result not yet in the
- * index, or of a commit in flight, are never overwritten (ENOSPC, and a
- * checkpoint is asked for, half an arena ahead).  And the segment at
- * --capacity 1000000 is under 300 MB.
+ * test_rings.c: the segment's two rings (shm/ring.c, arena.c,
+ * receipts.c).  The receipt store of the fast path wraps for ever, a
+ * slot naming an overwritten reply gets none (never another's or a torn
+ * one, even while a writer in another process overwrites it under the
+ * reader), and its 32-bit names survive their own wrap.  The result
+ * arena reuses the space of indexed results only: the bytes of a
+ * committed result not yet in the index, or of a commit in flight, are
+ * never overwritten (ENOSPC, and a checkpoint is asked for, half an
+ * arena ahead).  And the segment at --capacity 1000000 is under 300 MB.
  */
 #include <sys/wait.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_taskfile.c: unit tests of broker/store/taskfile.c, each on a fresh
+ * test_taskfile.c: unit tests of broker/store/taskfile*.c, each on a fresh
  * temporary root.
  *
  * Built without broker/store/crash.c: crash_point() below counts the points
@@ -43,11 +43,31 @@
 
 static int	crash_counts[CRASH_POINT_COUNT];
 
+/*
+ * What a stepped write did, in order: its steps ('w' written, 's'
+ * synced), every fsync ('f') and the crash points ('W' written, 'L'
+ * linked).
+ */
+static char	events[64];
+static size_t	event_count;
+
+static void
+event(char c)
+{
+	if (event_count < sizeof events - 1)
+		events[event_count++] = c;
+	events[event_count] = '\0';
+}
+
 #ifdef IDEM_FAULT_INJECTION
 void
 crash_point(enum crash_point point)
 {
 	crash_counts[point]++;
+	if (point == CRASH_AFTER_TASK_FILE_WRITTEN)
+		event('W');
+	else if (point == CRASH_AFTER_TASK_FILE_LINKED)
+		event('L');
 }
 #endif
 
@@ -69,6 +89,7 @@ write(int fd, const void *data, size_t length)
 int
 fsync(int fd)
 {
+	event('f');
 	if (fault_fsync_nth != 0 && --fault_fsync_nth == 0) {
 		errno = fault_fsync_errno;
 		return -1;
@@ -96,6 +117,8 @@ root_setup(void **state)
 	if ((root->fd = open(root->path, O_RDONLY|O_DIRECTORY)) == -1)
 		return -1;
 	memset(crash_counts, 0, sizeof crash_counts);
+	event_count = 0;
+	events[0] = '\0';
 	fault_write_errno = fault_fsync_nth = fault_fsync_errno = 0;
 	*state = root;
 	return 0;
@@ -698,6 +721,307 @@ test_write_durable_storage_faults_leave_nothing(void **state)
 	close(dir_fd);
 }
 
+/* ---- stepped writes (the PostgreSQL store's form) ---------------------- */
+
+#define STEP_DIR	"_lifecycle/inbox"
+#define STEP_TEMP	".a.md.tmp.7-token"
+#define STEP_BYTES	"the bytes"
+
+struct step_test {
+	struct root	*root;
+	int		 written_rc;	/* what the steps answer */
+	int		 synced_rc;
+	int		 sweep;		/* synced removes the temporary first,
+					   as a takeover's sweep does */
+	int		 sync_error;	/* what synced was told */
+	int		 failed_op;	/* what failed was told; -1 none */
+	int		 taken;		/* another writer's a.md is there */
+};
+
+/* 1 if root/STEP_DIR/name exists. */
+static int
+step_exists(struct root *root, const char *name)
+{
+	char		path[PATH_MAX];
+	struct stat	st;
+
+	snprintf(path, sizeof path, "%s/%s", STEP_DIR, name);
+	return fstatat(root->fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+static int
+step_written(void *arg, char **cause)
+{
+	struct step_test	*t = arg;
+	char			*back;
+	size_t			 length;
+
+	event('w');
+	/* The temporary holds every byte; the name does not exist yet. */
+	back = read_file(t->root, STEP_DIR "/" STEP_TEMP, &length);
+	assert_int_equal(length, sizeof STEP_BYTES - 1);
+	assert_memory_equal(back, STEP_BYTES, length);
+	free(back);
+	assert_int_equal(step_exists(t->root, "a.md"), t->taken);
+	if (t->written_rc != 0) {
+		*cause = strdup("the step's own cause");
+		errno = ECONNRESET;
+	}
+	return t->written_rc;
+}
+
+static int
+step_synced(void *arg, int sync_error, char **cause)
+{
+	struct step_test	*t = arg;
+
+	event('s');
+	t->sync_error = sync_error;
+	assert_true(step_exists(t->root, STEP_TEMP));
+	assert_int_equal(step_exists(t->root, "a.md"), t->taken);
+	if (t->sweep)
+		assert_int_equal(unlinkat(t->root->fd, STEP_DIR "/" STEP_TEMP,
+		    0), 0);
+	if (t->synced_rc < 0) {
+		*cause = strdup("the grant failed");
+		errno = EPROTO;
+	}
+	return t->synced_rc;
+}
+
+static void
+step_failed(void *arg, enum taskfile_op op, const char *temp,
+    const char *name, char **cause)
+{
+	struct step_test	*t = arg;
+
+	t->failed_op = (int)op;
+	if (asprintf(cause, "caller's words: %s %s %d", temp, name,
+	    errno) == -1)
+		*cause = NULL;
+}
+
+static void
+step_init(struct step_test *t, struct taskfile_steps *steps,
+    struct root *root, int plain_link)
+{
+	memset(t, 0, sizeof *t);
+	t->root = root;
+	t->sync_error = -1;
+	t->failed_op = -1;
+	memset(steps, 0, sizeof *steps);
+	steps->temp = STEP_TEMP;
+	steps->written = step_written;
+	steps->synced = step_synced;
+	steps->failed = step_failed;
+	steps->arg = t;
+	steps->crash_points = TASKFILE_CRASH_WRITTEN | TASKFILE_CRASH_LINKED;
+	steps->plain_link = plain_link;
+}
+
+static enum taskfile_put
+step_write(struct root *root, const struct taskfile_steps *steps,
+    char **cause)
+{
+	enum taskfile_put	 put;
+	int			 dir_fd = open_dir(root, STEP_DIR);
+
+	*cause = NULL;
+	put = taskfile_write_stepped(dir_fd, "a.md", STEP_BYTES,
+	    sizeof STEP_BYTES - 1, steps, cause);
+	close(dir_fd);
+	return put;
+}
+
+/*
+ * The order the PostgreSQL store's fencing rests on: written (the grant
+ * sent) before the temporary's fsync, synced (the grant awaited) after
+ * it, then the crash points around the link; the caller's temporary name.
+ */
+static void
+test_write_stepped_steps_in_order(void **state)
+{
+	struct root		*root = *state;
+	struct step_test	 t;
+	struct taskfile_steps	 steps;
+	char			*cause, *back;
+	size_t			 length;
+	int			 hidden, plain;
+
+	for (plain = 0; plain <= 1; plain++) {
+		step_init(&t, &steps, root, plain);
+		event_count = 0;
+		assert_int_equal(step_write(root, &steps, &cause),
+		    TASKFILE_LINKED);
+		assert_null(cause);
+		assert_int_equal(t.sync_error, 0);
+		assert_int_equal(t.failed_op, -1);
+#ifdef IDEM_FAULT_INJECTION
+		assert_string_equal(events, "wfsWL");
+#else
+		assert_string_equal(events, "wfs");
+#endif
+		back = read_file(root, STEP_DIR "/a.md", &length);
+		assert_int_equal(length, sizeof STEP_BYTES - 1);
+		assert_memory_equal(back, STEP_BYTES, length);
+		free(back);
+		/* The temporary is gone; the directory is the caller's. */
+		assert_int_equal(count_entries(root, STEP_DIR, &hidden), 1);
+		assert_int_equal(hidden, 0);
+		assert_int_equal(unlinkat(root->fd, STEP_DIR "/a.md", 0), 0);
+	}
+}
+
+/* Fenced, by the synced step or by a takeover's removal: nothing left. */
+static void
+test_write_stepped_fenced_removes_the_temporary(void **state)
+{
+	struct root		*root = *state;
+	struct step_test	 t;
+	struct taskfile_steps	 steps;
+	char			*cause;
+	int			 hidden;
+
+	/* synced says fenced: the temporary is removed, never linked. */
+	step_init(&t, &steps, root, 1);
+	t.synced_rc = 1;
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FENCED);
+	assert_null(cause);
+	assert_int_equal(count_entries(root, STEP_DIR, &hidden), 0);
+#ifdef IDEM_FAULT_INJECTION
+	assert_int_equal(crash_counts[CRASH_AFTER_TASK_FILE_WRITTEN], 0);
+#endif
+
+	/* A takeover removed it before the link: linkat's ENOENT. */
+	step_init(&t, &steps, root, 1);
+	t.sweep = 1;
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FENCED);
+	assert_null(cause);
+	assert_int_equal(count_entries(root, STEP_DIR, &hidden), 0);
+#ifdef IDEM_FAULT_INJECTION
+	assert_int_equal(crash_counts[CRASH_AFTER_TASK_FILE_LINKED], 0);
+#endif
+
+	/* Without plain_link that ENOENT is a failure, not a fence. */
+	step_init(&t, &steps, root, 0);
+	t.sweep = 1;
+	errno = 0;
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FAILED);
+	assert_int_equal(errno, ENOENT);
+	assert_non_null(cause);
+	free(cause);
+	/* (A file system without RENAME_NOREPLACE links instead.) */
+	assert_true(t.failed_op == TASKFILE_OP_RENAME ||
+	    t.failed_op == TASKFILE_OP_LINK);
+	assert_int_equal(count_entries(root, STEP_DIR, &hidden), 0);
+
+	/* synced failed: its cause, and the temporary removed. */
+	step_init(&t, &steps, root, 1);
+	t.synced_rc = -1;
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FAILED);
+	assert_string_equal(cause, "the grant failed");
+	free(cause);
+	assert_int_equal(count_entries(root, STEP_DIR, &hidden), 0);
+}
+
+/* EEXIST at the link is the name taken, whichever link: not replaced. */
+static void
+test_write_stepped_eexist_is_taken(void **state)
+{
+	struct root		*root = *state;
+	struct step_test	 t;
+	struct taskfile_steps	 steps;
+	char			*cause, *back;
+	size_t			 length;
+	int			 hidden, plain;
+
+	put_file(root, STEP_DIR "/a.md", "another writer's", 16);
+	for (plain = 0; plain <= 1; plain++) {
+		step_init(&t, &steps, root, plain);
+		t.taken = 1;
+		errno = 0;
+		assert_int_equal(step_write(root, &steps, &cause),
+		    TASKFILE_TAKEN);
+		assert_int_equal(errno, EEXIST);
+		/* The cause is the caller's text (it frees it). */
+		assert_non_null(cause);
+		assert_non_null(strstr(cause, "caller's words"));
+		free(cause);
+		if (plain)
+			assert_int_equal(t.failed_op, TASKFILE_OP_LINK);
+		else
+			assert_true(t.failed_op == TASKFILE_OP_RENAME ||
+			    t.failed_op == TASKFILE_OP_LINK);
+		back = read_file(root, STEP_DIR "/a.md", &length);
+		assert_int_equal(length, 16);
+		assert_memory_equal(back, "another writer's", 16);
+		free(back);
+		assert_int_equal(count_entries(root, STEP_DIR, &hidden), 1);
+		assert_int_equal(hidden, 0);
+	}
+#ifdef IDEM_FAULT_INJECTION
+	assert_int_equal(crash_counts[CRASH_AFTER_TASK_FILE_WRITTEN], 2);
+	assert_int_equal(crash_counts[CRASH_AFTER_TASK_FILE_LINKED], 0);
+#endif
+}
+
+/*
+ * Failures before the link: the step's cause or the caller's words,
+ * the temporary removed, and one that was there already left alone.
+ */
+static void
+test_write_stepped_failures(void **state)
+{
+	struct root		*root = *state;
+	struct step_test	 t;
+	struct taskfile_steps	 steps;
+	char			*cause;
+	int			 hidden;
+
+	/* written fails: synced is never called, nothing is fsync'd. */
+	step_init(&t, &steps, root, 1);
+	t.written_rc = -1;
+	event_count = 0;
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FAILED);
+	assert_int_equal(errno, ECONNRESET);
+	assert_string_equal(cause, "the step's own cause");
+	free(cause);
+	assert_string_equal(events, "w");
+	assert_int_equal(count_entries(root, STEP_DIR, &hidden), 0);
+
+	/* The write fails: the caller's words for it. */
+	step_init(&t, &steps, root, 1);
+	fault_write_errno = ENOSPC;
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FAILED);
+	assert_int_equal(errno, ENOSPC);
+	assert_int_equal(t.failed_op, TASKFILE_OP_WRITE);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, STEP_TEMP));
+	free(cause);
+	assert_int_equal(count_entries(root, STEP_DIR, &hidden), 0);
+
+	/* The fsync fails: synced hears it, and saying "go on" fails. */
+	step_init(&t, &steps, root, 1);
+	fault_fsync_nth = 1;
+	fault_fsync_errno = EIO;
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FAILED);
+	assert_int_equal(errno, EIO);
+	assert_int_equal(t.sync_error, EIO);
+	assert_int_equal(t.failed_op, TASKFILE_OP_FSYNC);
+	free(cause);
+	assert_int_equal(count_entries(root, STEP_DIR, &hidden), 0);
+
+	/* A temporary of that name is there already: not ours, kept. */
+	put_file(root, STEP_DIR "/" STEP_TEMP, "x", 1);
+	step_init(&t, &steps, root, 1);
+	assert_int_equal(step_write(root, &steps, &cause), TASKFILE_FAILED);
+	assert_int_equal(errno, EEXIST);
+	assert_int_equal(t.failed_op, TASKFILE_OP_CREATE);
+	free(cause);
+	assert_true(step_exists(root, STEP_TEMP));
+	assert_false(step_exists(root, "a.md"));
+}
+
 /* ---- finding ---------------------------------------------------------- */
 
 static void
@@ -1070,6 +1394,10 @@ main(void)
 		T(test_write_durable_crash_points),
 #endif
 		T(test_write_durable_storage_faults_leave_nothing),
+		T(test_write_stepped_steps_in_order),
+		T(test_write_stepped_fenced_removes_the_temporary),
+		T(test_write_stepped_eexist_is_taken),
+		T(test_write_stepped_failures),
 		T(test_find_follows_fcop_moves),
 		T(test_find_reports_and_bad_ids),
 		T(test_inspect_rendered_task),

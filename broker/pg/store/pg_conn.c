@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * pg.c: the PostgreSQL store's steps (doc/cluster.md, "Creation, step
+ * pg_conn.c: the PostgreSQL store's steps (doc/cluster.md, "Creation, step
  * by step" and "Takeover"): read, reserve, grant, renumber, commit,
  * take over, and the legacy numbers.  Each is one transaction; each
  * change of an existing row is a compare-and-set on (epoch, token), so
@@ -23,39 +23,9 @@
 #include <sodium.h>
 
 #include "digest.h"
-#include "pg.h"
+#include "pg_int.h"
 #include "storeuri.h"
 #include "store.h"
-
-/*
- * The row's columns read into a pgstore_row, in row_fill's order.  The
- * owner's session is looked up in pg_stat_activity (a copy of every
- * backend's status) only for an unfinished row with an owner: it
- * decides nothing for a finished one, and a claim that finds no row
- * need not make that copy.
- */
-#define ROW_COLUMNS \
-	"state, digest_schema, request_digest, date, seq, sender, " \
-	"recipient, created_at_ms, " \
-	"(extract(epoch from reserved_at) * 1000)::bigint, " \
-	"(extract(epoch from updated_at) * 1000)::bigint, " \
-	"file_digest, receipt, epoch, owner_token, owner_host, " \
-	"lease_granted, " \
-	"(extract(epoch from (lease_expires - clock_timestamp())) * 1000)" \
-	"::bigint, " \
-	"CASE WHEN owner_pid IS NULL OR state >= 3 THEN false WHEN " \
-	"owner_pid = pg_backend_pid() THEN true ELSE EXISTS (SELECT 1 FROM " \
-	"pg_stat_activity a WHERE a.pid = owner_pid AND " \
-	"a.backend_start = owner_started) END"
-#define ROW_COLUMN_COUNT	18
-
-/* The key's row, $1 to $4 (pg.h: one indexed value, not four columns). */
-#define KEY_WHERE	PGSTORE_KEY_WHERE
-
-/* This session's identity, for "is the owner's session gone?". */
-#define SESSION_STARTED \
-	"(SELECT backend_start FROM pg_stat_activity WHERE " \
-	"pid = pg_backend_pid())"
 
 /*
  * A failed statement (res, or the connection's message without one):
@@ -83,7 +53,7 @@ pgstore_conn_failed(struct pg_conn *pgconn, struct pg_result *pgres,
 	return -1;
 }
 
-static int
+int
 pg_failed(struct pgstore *st, PGresult *res, const char *what, char **cause)
 {
 	return pgstore_conn_failed(st->conn, (struct pg_result *)res, what,
@@ -144,7 +114,7 @@ pgstore_disconnect(struct pg_conn *conn)
 }
 
 /* A working connection, made again if it was lost. */
-static PGconn *
+PGconn *
 pg_conn(struct pgstore *st, char **cause)
 {
 	if (st->conn != NULL && PQstatus((PGconn *)st->conn) == CONNECTION_OK)
@@ -222,27 +192,8 @@ pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1])
 	sodium_bin2hex(out, PGSTORE_TOKEN_BYTES + 1, raw, sizeof raw);
 }
 
-int
-pgstore_host_id_valid(const char *s)
-{
-	size_t	n = strlen(s);
-
-	if (n == 0 || n > PGSTORE_MAX_HOST_ID_BYTES || strcmp(s, ".") == 0 ||
-	    strcmp(s, "..") == 0)
-		return 0;
-	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-	    "0123456789._-") == n;
-}
-
-/* The key's four parameters, then up to sixteen more. */
-struct params {
-	const char	*v[20];
-	int		 n;
-	char		 kind[4];
-};
-
-static void
-params_key(struct params *p, const struct pgstore *st,
+void
+pg_params_key(struct pg_params *p, const struct pgstore *st,
     const struct pgstore_key *key)
 {
 	snprintf(p->kind, sizeof p->kind, "%d", (int)key->kind);
@@ -253,8 +204,8 @@ params_key(struct params *p, const struct pgstore *st,
 	p->n = 4;
 }
 
-static PGresult *
-pg_exec(PGconn *conn, const char *sql, const struct params *p)
+PGresult *
+pg_exec(PGconn *conn, const char *sql, const struct pg_params *p)
 {
 	return PQexecParams(conn, sql, p != NULL ? p->n : 0, NULL,
 	    p != NULL ? p->v : NULL, NULL, NULL, 0);
@@ -313,7 +264,7 @@ pg_prepare(struct pgstore *st, PGconn *conn, enum pg_prepared which,
  */
 static PGresult *
 pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
-    const char *sql, const struct params *p)
+    const char *sql, const struct pg_params *p)
 {
 	const char	*name = pg_prepared_names[which];
 	PGresult	*res;
@@ -342,7 +293,7 @@ pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
 static int
 pg_exec_prepared_pair(struct pgstore *st, PGconn *conn,
     enum pg_prepared which[2], const char *sql[2],
-    const struct params *p[2], PGresult *res[2], char **cause)
+    const struct pg_params *p[2], PGresult *res[2], char **cause)
 {
 	PGresult	*r;
 	int		 i;
@@ -388,8 +339,8 @@ broken:
 	return -1;
 }
 
-static int64_t
-value_i64(PGresult *res, int row, int column)
+int64_t
+pg_value_i64(PGresult *res, int row, int column)
 {
 	return PQgetisnull(res, row, column) ? 0 :
 	    strtoll(PQgetvalue(res, row, column), NULL, 10);
@@ -413,43 +364,43 @@ copy_role(char *out, size_t size, uint8_t *length, const char *in)
  * A compacted row reads as committed and pruned (a submission is then
  * answered from its facts, an effect from its result's digest).
  */
-static void
-row_head(PGresult *res, int i, int first, enum subtab_kind kind,
+void
+pg_row_head(PGresult *res, int i, int first, enum subtab_kind kind,
     struct pgstore_row *row)
 {
 	struct subtab_entry	*e = &row->entry;
 
 	memset(row, 0, sizeof *row);
 	e->kind = (uint8_t)kind;
-	e->state = (uint8_t)value_i64(res, i, first + 0);
-	if (value_i64(res, i, first + 0) == PGSTORE_STATE_TOMBSTONE) {
+	e->state = (uint8_t)pg_value_i64(res, i, first + 0);
+	if (pg_value_i64(res, i, first + 0) == PGSTORE_STATE_TOMBSTONE) {
 		e->state = SUBTAB_COMMITTED;
 		row->pruned = 1;
 	}
-	e->schema = (uint8_t)value_i64(res, i, first + 1);
+	e->schema = (uint8_t)pg_value_i64(res, i, first + 1);
 }
 
 /* One row of ROW_COLUMNS starting at column first. */
-static int
-row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
+int
+pg_row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
     struct pgstore_row *row, char **cause)
 {
 	struct subtab_entry	*e = &row->entry;
 
-	row_head(res, i, first, kind, row);
+	pg_row_head(res, i, first, kind, row);
 	if (digest_from_hex(PQgetvalue(res, i, first + 2),
 	    e->request_digest) != 0)
 		goto bad;
-	e->date = (uint32_t)value_i64(res, i, first + 3);
-	e->seq = (uint32_t)value_i64(res, i, first + 4);
+	e->date = (uint32_t)pg_value_i64(res, i, first + 3);
+	e->seq = (uint32_t)pg_value_i64(res, i, first + 4);
 	if (copy_role(e->sender, sizeof e->sender, &e->sender_length,
 	    PQgetvalue(res, i, first + 5)) != 0 ||
 	    copy_role(e->recipient, sizeof e->recipient, &e->recipient_length,
 	    PQgetvalue(res, i, first + 6)) != 0)
 		goto bad;
-	e->created_at_ms = value_i64(res, i, first + 7);
-	e->reserved_at_ms = value_i64(res, i, first + 8);
-	e->updated_at_ms = value_i64(res, i, first + 9);
+	e->created_at_ms = pg_value_i64(res, i, first + 7);
+	e->reserved_at_ms = pg_value_i64(res, i, first + 8);
+	e->updated_at_ms = pg_value_i64(res, i, first + 9);
 	if (!PQgetisnull(res, i, first + 10) &&
 	    digest_from_hex(PQgetvalue(res, i, first + 10),
 	    e->file_digest) != 0)
@@ -460,13 +411,13 @@ row_fill(PGresult *res, int i, int first, enum subtab_kind kind,
 		errno = ENOMEM;
 		return -1;
 	}
-	row->epoch = value_i64(res, i, first + 12);
+	row->epoch = pg_value_i64(res, i, first + 12);
 	snprintf(row->token, sizeof row->token, "%s",
 	    PQgetvalue(res, i, first + 13));
 	snprintf(row->owner, sizeof row->owner, "%s",
 	    PQgetvalue(res, i, first + 14));
 	row->lease_granted = strcmp(PQgetvalue(res, i, first + 15), "t") == 0;
-	row->lease_ms_left = value_i64(res, i, first + 16);
+	row->lease_ms_left = pg_value_i64(res, i, first + 16);
 	row->owner_alive = strcmp(PQgetvalue(res, i, first + 17), "t") == 0;
 	return 0;
 bad:
@@ -478,13 +429,9 @@ bad:
 	return -1;
 }
 
-/* How a row of a result becomes a pgstore_row: row_fill, effect_fill. */
-typedef int (*row_fill_fn)(PGresult *, int, int, enum subtab_kind,
-    struct pgstore_row *, char **);
-
 /* A statement's result of at most one row: 1 filled, 0 none, -1. */
-static int
-one_row(struct pgstore *st, PGresult *res, row_fill_fn fill,
+int
+pg_one_row(struct pgstore *st, PGresult *res, pg_row_fill_fn fill,
     enum subtab_kind kind, struct pgstore_row *row, const char *what,
     char **cause)
 {
@@ -511,14 +458,14 @@ key_row(struct pgstore *st, const struct pgstore_key *key,
     const char *what, char **cause)
 {
 	PGconn		*conn;
-	struct params	 p;
+	struct pg_params p;
 
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
-	params_key(&p, st, key);
-	return one_row(st, prep != PG_PREP_COUNT ? pg_exec_prepared(st, conn,
-	    prep, sql, &p) : pg_exec(conn, sql, &p), row_fill, key->kind, row,
-	    what, cause);
+	pg_params_key(&p, st, key);
+	return pg_one_row(st, prep != PG_PREP_COUNT ? pg_exec_prepared(st,
+	    conn, prep, sql, &p) : pg_exec(conn, sql, &p), pg_row_fill,
+	    key->kind, row, what, cause);
 }
 
 int
@@ -539,7 +486,7 @@ pg_rollback(PGconn *conn)
 
 static int
 pg_command(struct pgstore *st, PGconn *conn, const char *sql,
-    const struct params *p, const char *what, char **cause)
+    const struct pg_params *p, const char *what, char **cause)
 {
 	PGresult	*res = pg_exec(conn, sql, p);
 
@@ -560,7 +507,7 @@ pg_number(struct pgstore *st, PGconn *conn, enum subtab_kind kind,
     uint32_t *date, uint32_t *seq, int64_t *now_ms, char **cause)
 {
 	PGresult	*res;
-	struct params	 p;
+	struct pg_params p;
 	char		 kind_s[4], date_s[16], low_s[16];
 	uint32_t	 disk = 0;
 
@@ -568,7 +515,7 @@ pg_number(struct pgstore *st, PGconn *conn, enum subtab_kind kind,
 	    "* 1000)::bigint");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		return pg_failed(st, res, "reading the server's clock", cause);
-	*now_ms = value_i64(res, 0, 0);
+	*now_ms = pg_value_i64(res, 0, 0);
 	PQclear(res);
 	*date = taskfile_date_of(*now_ms);
 	if (st->scan != NULL && st->scan(kind, *date, &disk, st->scan_arg) !=
@@ -593,7 +540,7 @@ pg_number(struct pgstore *st, PGconn *conn, enum subtab_kind kind,
 	    &p);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		return pg_failed(st, res, "taking a number", cause);
-	*seq = (uint32_t)value_i64(res, 0, 0);
+	*seq = (uint32_t)pg_value_i64(res, 0, 0);
 	PQclear(res);
 	if (*seq > st->max_seq) {
 		errno = ERANGE;
@@ -730,10 +677,10 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 {
 	enum pg_prepared which[2] = { PG_PREP_NUMBER, PG_PREP_CLAIM };
 	const char	*sql[2] = { NUMBER_SQL, CLAIM_SQL };
-	const struct params *pp[2];
+	const struct pg_params *pp[2];
 	PGconn		*conn;
 	PGresult	*res[2], *num;
-	struct params	 p, c;
+	struct pg_params p, c;
 	struct subtab_entry *e = &row->entry;
 	const char	*constraint;
 	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
@@ -774,12 +721,12 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 		snprintf(nonce, sizeof nonce, "%s-%d", token, tries);
 		snprintf(day_s, sizeof day_s, "%" PRIu32, day);
 		snprintf(disk_s, sizeof disk_s, "%" PRIu32, disk);
-		params_key(&p, st, key);
+		pg_params_key(&p, st, key);
 		p.v[p.n++] = day_s;		/* $5 */
 		p.v[p.n++] = disk_s;		/* $6 */
 		p.v[p.n++] = max_s;		/* $7 */
 		p.v[p.n++] = nonce;		/* $8 */
-		params_key(&c, st, key);
+		pg_params_key(&c, st, key);
 		c.v[c.n++] = schema;		/* $5 */
 		c.v[c.n++] = digest;		/* $6 */
 		c.v[c.n++] = nonce;		/* $7 */
@@ -834,15 +781,15 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 		}
 		if (!PQgetisnull(num, 0, NUMBER_ROW_FIRST)) {
 			/* The key's row (nothing was inserted): judge it. */
-			i = row_fill(num, 0, NUMBER_ROW_FIRST, key->kind, row,
-			    cause);
+			i = pg_row_fill(num, 0, NUMBER_ROW_FIRST, key->kind,
+			    row, cause);
 			PQclear(num);
 			PQclear(res[1]);
 			return i == 0 ? 0 : -1;
 		}
-		if ((uint32_t)value_i64(num, 0, 1) != day) {
+		if ((uint32_t)pg_value_i64(num, 0, 1) != day) {
 			/* The server's day is not the one scanned: again. */
-			day = (uint32_t)value_i64(num, 0, 1);
+			day = (uint32_t)pg_value_i64(num, 0, 1);
 			PQclear(num);
 			PQclear(res[1]);
 			continue;
@@ -858,8 +805,8 @@ pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
 		e->key_length = 0;
 		e->state = SUBTAB_RESERVED;
 		e->date = day;
-		e->seq = (uint32_t)value_i64(num, 0, 2);
-		e->created_at_ms = value_i64(num, 0, 0);
+		e->seq = (uint32_t)pg_value_i64(num, 0, 2);
+		e->created_at_ms = pg_value_i64(num, 0, 0);
 		e->reserved_at_ms = e->created_at_ms;
 		e->updated_at_ms = e->created_at_ms;
 		memset(e->file_digest, 0, sizeof e->file_digest);
@@ -943,7 +890,7 @@ pg_fenced_result(struct pgstore *st, PGresult *res, const char *what,
 /* An UPDATE under the fence, prepared as prep: 1 changed, 0 fenced. */
 static int
 pg_fenced_update(struct pgstore *st, enum pg_prepared prep, const char *sql,
-    struct params *p, const char *what, char **cause)
+    struct pg_params *p, const char *what, char **cause)
 {
 	PGconn		*conn;
 
@@ -962,10 +909,10 @@ pg_fenced_update(struct pgstore *st, enum pg_prepared prep, const char *sql,
 /* The grant's parameters; epoch_s and lease hold their text. */
 static void
 grant_params(struct pgstore *st, const struct pgstore_key *key,
-    int64_t epoch, const char *token, struct params *p, char epoch_s[24],
+    int64_t epoch, const char *token, struct pg_params *p, char epoch_s[24],
     char lease[16])
 {
-	params_key(p, st, key);
+	pg_params_key(p, st, key);
 	snprintf(epoch_s, 24, "%" PRId64, epoch);
 	snprintf(lease, 16, "%d", st->lease_ms);
 	p->v[p->n++] = epoch_s;
@@ -988,7 +935,7 @@ pgstore_grant_send(struct pgstore *st, const struct pgstore_key *key,
 {
 	PGconn		*conn;
 	PGresult	*res;
-	struct params	 p;
+	struct pg_params p;
 	char		 epoch_s[24], lease[16];
 
 	*cause = NULL;
@@ -1009,7 +956,7 @@ pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
     int64_t epoch, const char *token, char **cause)
 {
 	PGresult	*res, *extra;
-	struct params	 p;
+	struct pg_params p;
 	char		 epoch_s[24], lease[16];
 
 	*cause = NULL;
@@ -1046,11 +993,11 @@ pgstore_commit(struct pgstore *st, const struct pgstore_key *key,
     int64_t epoch, const char *token, const uint8_t *file_digest,
     const char *receipt, char **cause)
 {
-	struct params	p;
+	struct pg_params p;
 	char		epoch_s[24], digest[IDEM_DIGEST_HEX_SIZE];
 
 	*cause = NULL;
-	params_key(&p, st, key);
+	pg_params_key(&p, st, key);
 	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
 	digest_to_hex(file_digest, digest);
 	p.v[p.n++] = epoch_s;
@@ -1069,7 +1016,7 @@ pgstore_renumber(struct pgstore *st, const struct pgstore_key *key,
     int64_t epoch, const char *token, struct pgstore_row *row, char **cause)
 {
 	PGconn		*conn;
-	struct params	 p;
+	struct pg_params p;
 	struct subtab_entry e = row->entry;
 	PGresult	*res;
 	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
@@ -1090,7 +1037,7 @@ pgstore_renumber(struct pgstore *st, const struct pgstore_key *key,
 	 * name's day is the day the name was taken.
 	 */
 	name_of(&e, id, path);
-	params_key(&p, st, key);
+	pg_params_key(&p, st, key);
 	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
 	snprintf(date, sizeof date, "%" PRIu32, e.date);
 	snprintf(seq, sizeof seq, "%" PRIu32, e.seq);
@@ -1126,14 +1073,14 @@ pgstore_takeover(struct pgstore *st, const struct pgstore_key *key,
 {
 	PGconn		*conn;
 	PGresult	*res;
-	struct params	 p;
+	struct pg_params p;
 	char		 epoch_s[24], token[PGSTORE_TOKEN_BYTES + 1], lease[16];
 
 	*cause = NULL;
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
 	pgstore_new_token(token);
-	params_key(&p, st, key);
+	pg_params_key(&p, st, key);
 	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
 	snprintf(lease, sizeof lease, "%d", st->lease_ms);
 	p.v[p.n++] = epoch_s;		/* $5 */
@@ -1156,7 +1103,7 @@ pgstore_takeover(struct pgstore *st, const struct pgstore_key *key,
 	    "clock_timestamp() OR owner_pid = pg_backend_pid() OR NOT EXISTS "
 	    "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = owner_pid AND "
 	    "a.backend_start = owner_started)) RETURNING " ROW_COLUMNS, &p);
-	return one_row(st, res, row_fill, key->kind, row, "taking over",
+	return pg_one_row(st, res, pg_row_fill, key->kind, row, "taking over",
 	    cause);
 }
 
@@ -1165,7 +1112,7 @@ pgstore_legacy_number(struct pgstore *st, enum subtab_kind kind,
     uint32_t *date, uint32_t *seq, int64_t *now_ms, char **cause)
 {
 	PGconn		*conn;
-	struct params	 p;
+	struct pg_params p;
 	char		 kind_s[4], date_s[16], seq_s[16];
 
 	*cause = NULL;
@@ -1197,7 +1144,7 @@ pgstore_counts(struct pgstore *st, enum subtab_kind kind,
 {
 	PGconn		*conn;
 	PGresult	*res;
-	struct params	 p;
+	struct pg_params p;
 	char		 kind_s[4];
 	int		 i, state;
 
@@ -1217,257 +1164,10 @@ pgstore_counts(struct pgstore *st, enum subtab_kind kind,
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return pg_failed(st, res, "counting submissions", cause);
 	for (i = 0; i < PQntuples(res); i++) {
-		state = (int)value_i64(res, i, 0);
+		state = (int)pg_value_i64(res, i, 0);
 		if (state >= 0 && state < SUBTAB_STATE_COUNT)
-			counts[state] = (uint32_t)value_i64(res, i, 1);
+			counts[state] = (uint32_t)pg_value_i64(res, i, 1);
 	}
 	PQclear(res);
 	return 0;
-}
-
-/* ---- effects -------------------------------------------------------- */
-
-/* An effect's columns, in effect_fill's order. */
-#define EFFECT_COLUMNS \
-	"state, digest_schema, request_digest, epoch, owner_token, " \
-	"created_at_ms, (extract(epoch from reserved_at) * 1000)::bigint, " \
-	"(extract(epoch from updated_at) * 1000)::bigint, file_digest, " \
-	"receipt, lease_granted, " \
-	"(extract(epoch from (lease_expires - clock_timestamp())) * 1000)" \
-	"::bigint, owner_host"
-
-#define LEASE_FROM_NOW(param) \
-	"clock_timestamp() + " param "::integer * interval '1 millisecond'"
-
-static int
-effect_fill(PGresult *res, int i, int first, enum subtab_kind kind,
-    struct pgstore_row *row, char **cause)
-{
-	struct subtab_entry	*e = &row->entry;
-	const char		*result;
-
-	row_head(res, i, first, kind, row);
-	if (digest_from_hex(PQgetvalue(res, i, first + 2),
-	    e->request_digest) != 0 || (!PQgetisnull(res, i, first + 8) &&
-	    digest_from_hex(PQgetvalue(res, i, first + 8),
-	    e->file_digest) != 0) || strlen(PQgetvalue(res, i, first + 4)) !=
-	    PGSTORE_TOKEN_BYTES) {
-		asprintf(cause, "PostgreSQL: an effect row of idem_submission "
-		    "that idem did not write (bad digest or token)");
-		errno = EPROTO;
-		return -1;
-	}
-	row->epoch = value_i64(res, i, first + 3);
-	e->attempt = (uint32_t)row->epoch;
-	snprintf(row->token, sizeof row->token, "%s",
-	    PQgetvalue(res, i, first + 4));
-	e->fence = strtoull(row->token, NULL, 16);
-	e->created_at_ms = value_i64(res, i, first + 5);
-	e->reserved_at_ms = value_i64(res, i, first + 6);
-	e->updated_at_ms = value_i64(res, i, first + 7);
-	if (!PQgetisnull(res, i, first + 9)) {
-		result = PQgetvalue(res, i, first + 9);
-		if ((row->receipt = strdup(result)) == NULL) {
-			*cause = strdup("out of memory");
-			errno = ENOMEM;
-			return -1;
-		}
-		e->result_length = (uint32_t)strlen(result);
-	}
-	if (strcmp(PQgetvalue(res, i, first + 10), "t") == 0)
-		e->effect_flags |= SUBTAB_EFFECT_RECOVERED;
-	row->lease_ms_left = value_i64(res, i, first + 11);
-	snprintf(row->owner, sizeof row->owner, "%s",
-	    PQgetvalue(res, i, first + 12));
-	return 0;
-}
-
-/* A statement returning at most one effect row: 1 filled, 0 none. */
-static int
-effect_exec(struct pgstore *st, const char *sql, const struct params *p,
-    struct pgstore_row *row, const char *what, char **cause)
-{
-	PGconn		*conn;
-	PGresult	*res;
-
-	*cause = NULL;
-	if ((conn = pg_conn(st, cause)) == NULL)
-		return -1;
-	res = pg_exec(conn, sql, p);
-	return one_row(st, res, effect_fill, SUBTAB_KIND_EFFECT, row, what,
-	    cause);
-}
-
-int
-pgstore_effect_read(struct pgstore *st, const struct pgstore_key *key,
-    struct pgstore_row *row, char **cause)
-{
-	struct params	p;
-
-	params_key(&p, st, key);
-	return effect_exec(st, "SELECT " EFFECT_COLUMNS " FROM idem_submission "
-	    "WHERE " KEY_WHERE, &p, row, "reading an effect", cause);
-}
-
-int
-pgstore_effect_reserve(struct pgstore *st, const struct pgstore_key *key,
-    const uint8_t *request_digest, int64_t lease_ms, struct pgstore_row *row,
-    char **cause)
-{
-	struct params	p;
-	char		schema[4], digest[IDEM_DIGEST_HEX_SIZE], seq[16];
-	char		token[PGSTORE_TOKEN_BYTES + 1], lease[24];
-
-	params_key(&p, st, key);
-	snprintf(schema, sizeof schema, "%d", SUBTAB_SCHEMA_GENERIC_JSON_V1);
-	digest_to_hex(request_digest, digest);
-	/*
-	 * An effect has no number, but the table's UNIQUE (kind, date, seq)
-	 * holds for it too: day 0 and a random positive seq, without a
-	 * counter every begin would wait for.  A collision inserts nothing
-	 * (ON CONFLICT without a target), like an existing key: the caller
-	 * reads again, finds no row, and reserves with another seq.
-	 */
-	snprintf(seq, sizeof seq, "%" PRIu32,
-	    randombytes_uniform(INT32_MAX) + 1);
-	pgstore_new_token(token);
-	snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-	p.v[p.n++] = schema;		/* $5 */
-	p.v[p.n++] = digest;		/* $6 */
-	p.v[p.n++] = seq;		/* $7 */
-	p.v[p.n++] = st->host;		/* $8 */
-	p.v[p.n++] = token;		/* $9 */
-	p.v[p.n++] = lease;		/* $10 */
-	return effect_exec(st, "INSERT INTO idem_submission (workspace_id, "
-	    "kind, scope, client_submission_id, digest_schema, request_digest, "
-	    "state, date, seq, task_id, task_path, sender, recipient, "
-	    "created_at_ms, reserved_at, updated_at, epoch, owner_host, "
-	    "owner_token, owner_pid, owner_started, lease_expires) VALUES "
-	    "($1, $2, $3, $4, $5, $6, 1, 0, $7, '', '', '', '', "
-	    "(extract(epoch from clock_timestamp()) * 1000)::bigint, "
-	    "clock_timestamp(), clock_timestamp(), 1, $8, $9, pg_backend_pid(), "
-	    SESSION_STARTED ", " LEASE_FROM_NOW("$10") ") ON CONFLICT DO "
-	    "NOTHING RETURNING " EFFECT_COLUMNS, &p, row, "reserving an effect",
-	    cause);
-}
-
-int
-pgstore_effect_rebegin(struct pgstore *st, const struct pgstore_key *key,
-    int64_t epoch, const char *token, int64_t lease_ms,
-    struct pgstore_row *row, char **cause)
-{
-	struct params	p;
-	char		epoch_s[24], fresh[PGSTORE_TOKEN_BYTES + 1], lease[24];
-
-	params_key(&p, st, key);
-	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
-	pgstore_new_token(fresh);
-	snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-	p.v[p.n++] = epoch_s;		/* $5 */
-	p.v[p.n++] = token;		/* $6 */
-	p.v[p.n++] = st->host;		/* $7 */
-	p.v[p.n++] = fresh;		/* $8 */
-	p.v[p.n++] = lease;		/* $9 */
-	return effect_exec(st, "UPDATE idem_submission SET state = 1, "
-	    "epoch = epoch + 1, owner_host = $7, owner_token = $8, owner_pid = "
-	    "pg_backend_pid(), owner_started = " SESSION_STARTED ", "
-	    "lease_expires = " LEASE_FROM_NOW("$9") ", updated_at = "
-	    "clock_timestamp() WHERE " KEY_WHERE " AND epoch = $5 AND "
-	    "owner_token = $6 AND state = 4 RETURNING " EFFECT_COLUMNS, &p, row,
-	    "beginning an effect's next attempt", cause);
-}
-
-int
-pgstore_effect_settle(struct pgstore *st, const struct pgstore_key *key,
-    const struct pgstore_effect_change *c, struct pgstore_row *row,
-    char **cause)
-{
-	struct params	p;
-	char		epoch_s[24], from[4], to[4];
-	char		digest[IDEM_DIGEST_HEX_SIZE];
-
-	params_key(&p, st, key);
-	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, c->epoch);
-	snprintf(from, sizeof from, "%d", c->from_state);
-	snprintf(to, sizeof to, "%d", c->to_state);
-	if (c->result_digest != NULL)
-		digest_to_hex(c->result_digest, digest);
-	p.v[p.n++] = epoch_s;		/* $5 */
-	p.v[p.n++] = c->token;		/* $6 */
-	p.v[p.n++] = from;		/* $7 */
-	p.v[p.n++] = to;		/* $8 */
-	p.v[p.n++] = c->result;		/* $9: NULL unless committed */
-	p.v[p.n++] = c->result_digest != NULL ? digest : NULL;	/* $10 */
-	p.v[p.n++] = c->recovered ? "t" : "f";			/* $11 */
-	p.v[p.n++] = c->lapsed_only ? "t" : "f";		/* $12 */
-	/*
-	 * committed_at is the server's clock at the commit, so every broker
-	 * renders the same receipt from the row.
-	 */
-	return effect_exec(st, "UPDATE idem_submission SET state = "
-	    "$8::smallint, receipt = $9, file_digest = $10, lease_granted = "
-	    "$11::boolean, created_at_ms = CASE WHEN $8::smallint = 3 THEN "
-	    "(extract(epoch from clock_timestamp()) * 1000)::bigint ELSE "
-	    "created_at_ms END, updated_at = clock_timestamp() WHERE "
-	    KEY_WHERE " AND epoch = $5 AND owner_token = $6 AND state = "
-	    "$7::smallint AND (NOT $12::boolean OR state <> 1 OR "
-	    "lease_expires <= clock_timestamp()) RETURNING " EFFECT_COLUMNS, &p,
-	    row, "recording an effect's outcome", cause);
-}
-
-/* Each row of sql ($1 the workspace: kind, scope, id, then fill's). */
-static int
-pg_each(struct pgstore *st, const char *sql, row_fill_fn fill,
-    int (*fn)(const char *scope, const char *id, const struct pgstore_row *,
-    void *), void *arg, const char *what, char **cause)
-{
-	PGconn		*conn;
-	PGresult	*res;
-	struct params	 p;
-	struct pgstore_row row;
-	int		 i, rc = 0;
-
-	*cause = NULL;
-	if ((conn = pg_conn(st, cause)) == NULL)
-		return -1;
-	p.v[0] = st->workspace;
-	p.n = 1;
-	res = pg_exec(conn, sql, &p);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return pg_failed(st, res, what, cause);
-	for (i = 0; i < PQntuples(res) && rc == 0; i++) {
-		if (fill(res, i, 3, (enum subtab_kind)value_i64(res, i, 0),
-		    &row, cause) != 0) {
-			rc = -1;
-			break;
-		}
-		rc = fn(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), &row,
-		    arg);
-		pgstore_row_clear(&row);
-	}
-	PQclear(res);
-	return rc;
-}
-
-int
-pgstore_unfinished(struct pgstore *st, int (*fn)(const char *scope,
-    const char *id, const struct pgstore_row *, void *), void *arg,
-    char **cause)
-{
-	/* Effects have their own columns: pgstore_effects_unfinished. */
-	return pg_each(st, "SELECT kind, scope, client_submission_id, "
-	    ROW_COLUMNS " FROM idem_submission WHERE workspace_id = $1 AND "
-	    "state < 3 AND kind <> 3 ORDER BY reserved_at", row_fill, fn, arg,
-	    "listing unfinished submissions", cause);
-}
-
-int
-pgstore_effects_unfinished(struct pgstore *st, int (*fn)(const char *scope,
-    const char *id, const struct pgstore_row *, void *), void *arg,
-    char **cause)
-{
-	return pg_each(st, "SELECT kind, scope, client_submission_id, "
-	    EFFECT_COLUMNS " FROM idem_submission WHERE workspace_id = $1 AND "
-	    "kind = 3 AND state IN (1, 4, 5) ORDER BY reserved_at",
-	    effect_fill, fn, arg, "listing unfinished effects", cause);
 }

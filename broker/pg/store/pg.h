@@ -3,8 +3,9 @@
  * pg.h: the PostgreSQL store (idemd --store postgresql://...), the
  * authoritative record of several brokers on one workspace: the schema
  * and its migrations (pg_schema.c), the submissions, numbers and leases
- * (pg.c), the history's bulk work: import, compaction, counts
- * (pg_history.c).  The protocol, its durability points and its fencing are in
+ * (pg_conn.c), the history's bulk work: import, compaction, counts
+ * (pg_history.c), the rows idemctl store verify reads (pg_verify.c).
+ * The protocol, its durability points and its fencing are in
  * doc/cluster.md; every function here is one step of it.
  *
  * Only built with configure --with-postgresql (HAVE_POSTGRESQL).
@@ -14,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "protocol.h"
 #include "shm.h"
 
 /* The schema this build reads and writes (idem_schema_version). */
@@ -43,32 +45,27 @@
  */
 #define PGSTORE_STATE_TOMBSTONE		10
 #define PGSTORE_STATE_TOMBSTONE_S	"10"	/* the same, in SQL */
-/* --host-id: 1..64 bytes of [A-Za-z0-9._-]. */
-#define PGSTORE_MAX_HOST_ID_BYTES	64
+/* --host-id's (protocol.h, where the broker's limits are). */
+#define PGSTORE_MAX_HOST_ID_BYTES	IDEM_STORE_MAX_HOST_ID_BYTES
 /* A workspace id: a lower-case UUID, 36 characters. */
 #define PGSTORE_WORKSPACE_ID_BYTES	36
 /* A fence token: 64 random bits as 16 lower-case hex digits. */
 #define PGSTORE_TOKEN_BYTES		16
 /* Seconds a connection attempt may take (the URI may say otherwise). */
 #define PGSTORE_CONNECT_TIMEOUT_S	"5"
-/* --lease-ms: default and bounds. */
-#define PGSTORE_DEFAULT_LEASE_MS	30000
-#define PGSTORE_MIN_LEASE_MS		100
-#define PGSTORE_MAX_LEASE_MS		86400000
-/*
- * --store-connections: a worker's creation threads, each with its own
- * connection, so its creations in flight (a worker has one connection
- * more, its loop's).  A server's max_connections (100 by default) must
- * hold brokers x --workers x (this + 1).
- */
-#define PGSTORE_DEFAULT_CONNECTIONS	4
-#define PGSTORE_MAX_CONNECTIONS		32
+/* --lease-ms and --store-connections (protocol.h). */
+#define PGSTORE_DEFAULT_LEASE_MS	IDEM_STORE_DEFAULT_LEASE_MS
+#define PGSTORE_MIN_LEASE_MS		IDEM_STORE_MIN_LEASE_MS
+#define PGSTORE_MAX_LEASE_MS		IDEM_STORE_MAX_LEASE_MS
+#define PGSTORE_DEFAULT_CONNECTIONS	IDEM_STORE_DEFAULT_CONNECTIONS
+#define PGSTORE_MAX_CONNECTIONS		IDEM_STORE_MAX_CONNECTIONS
 
 struct pg_conn;				/* libpq's PGconn, kept opaque here */
 
 struct pgstore {
 	struct pg_conn	*conn;
-	unsigned	 prepared;	/* statements prepared on conn (pg.c) */
+	unsigned	 prepared;	/* statements prepared on conn
+					   (pg_conn.c) */
 	char		*uri;
 	char		 workspace[PGSTORE_WORKSPACE_ID_BYTES + 1];
 	char		 host[PGSTORE_MAX_HOST_ID_BYTES + 1];
@@ -118,7 +115,7 @@ int	pgstore_schema_version(struct pg_conn *, int *version, char **cause);
  */
 int	pgstore_migrate(struct pg_conn *, int *from, int *to, char **cause);
 
-/* ---- pg.c ----------------------------------------------------------- */
+/* ---- pg_conn.c ------------------------------------------------------ */
 
 /* Connect (without touching the schema). */
 struct pg_conn *pgstore_connect(const char *uri, char **cause);
@@ -353,9 +350,41 @@ struct pgstore_history {
 int	pgstore_history_counts(struct pgstore *, struct pgstore_history *,
 	    char **cause);
 
+/* ---- pg_verify.c ---------------------------------------------------- */
+
+/*
+ * A row as idemctl store verify reads it (strings valid during fn only).
+ * A task or report row has no scope (""), an effect row no task_id,
+ * epoch or owner_token ("", 0, "") and only it a receipt.
+ */
+struct pgstore_verify_row {
+	enum subtab_kind	 kind;
+	const char		*scope;
+	const char		*client_submission_id;
+	const char		*task_id;
+	const char		*file_digest_hex;	/* NULL: none */
+	const char		*owner_token;
+	int			 state;		/* or PGSTORE_STATE_TOMBSTONE */
+	int64_t			 epoch;
+	const char		*receipt;	/* NULL: none */
+};
+/*
+ * The workspace's task and report rows (effects 0) or its effect rows
+ * (effects 1), each to fn: how many, or -1 with *cause, the server's
+ * message as libpq gives it (a line).
+ */
+int	pgstore_verify_rows(struct pg_conn *, const char *workspace,
+	    int effects, void (*fn)(const struct pgstore_verify_row *, void *),
+	    void *arg, char **cause);
+/*
+ * Every (kind, date, seq) more than one task or report row holds, with
+ * how many: 0, or -1 with *cause as above.
+ */
+int	pgstore_verify_numbers(struct pg_conn *, const char *workspace,
+	    void (*fn)(enum subtab_kind, uint32_t date, uint32_t seq,
+	    unsigned count, void *), void *arg, char **cause);
+
 /* A fresh token: 64 random bits, hex. */
 void	pgstore_new_token(char out[PGSTORE_TOKEN_BYTES + 1]);
-/* Is s a valid --host-id? */
-int	pgstore_host_id_valid(const char *s);
 
 #endif

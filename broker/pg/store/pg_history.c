@@ -343,9 +343,9 @@ pgstore_import_effect(struct pgstore *st, const struct pgstore_key *key,
 	v[14] = PGSTORE_IMPORT_OWNER;	/* $15 */
 	v[15] = token;			/* $16 */
 	/*
-	 * Day 0 and a random seq, as a begin reserves (pg.c): a collision
-	 * with another effect's number inserts nothing (no error, so the
-	 * transaction goes on), and the next try draws again.  Only that
+	 * Day 0 and a random seq, as a begin reserves (pg_conn.c): a
+	 * collision with another effect's number inserts nothing (no error,
+	 * so the transaction goes on), and the next try draws again.  Only that
 	 * conflict: the same key, begun by a broker meanwhile, is an error
 	 * that names itself (and the import is rolled back).
 	 */

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * pg_int.h: what the PostgreSQL store's files share and no caller sees:
+ * the row's columns and the key's condition, a statement's parameters,
+ * and the helpers pg_conn.c lends pg_effects.c (a connection, a
+ * statement, a failure, a row read into a pgstore_row).
+ */
+#ifndef IDEM_PG_INT_H
+#define IDEM_PG_INT_H
+
+#include <libpq-fe.h>
+
+#include "pg.h"
+
+/*
+ * The row's columns read into a pgstore_row, in pg_row_fill's order.  The
+ * owner's session is looked up in pg_stat_activity (a copy of every
+ * backend's status) only for an unfinished row with an owner: it
+ * decides nothing for a finished one, and a claim that finds no row
+ * need not make that copy.
+ */
+#define ROW_COLUMNS \
+	"state, digest_schema, request_digest, date, seq, sender, " \
+	"recipient, created_at_ms, " \
+	"(extract(epoch from reserved_at) * 1000)::bigint, " \
+	"(extract(epoch from updated_at) * 1000)::bigint, " \
+	"file_digest, receipt, epoch, owner_token, owner_host, " \
+	"lease_granted, " \
+	"(extract(epoch from (lease_expires - clock_timestamp())) * 1000)" \
+	"::bigint, " \
+	"CASE WHEN owner_pid IS NULL OR state >= 3 THEN false WHEN " \
+	"owner_pid = pg_backend_pid() THEN true ELSE EXISTS (SELECT 1 FROM " \
+	"pg_stat_activity a WHERE a.pid = owner_pid AND " \
+	"a.backend_start = owner_started) END"
+#define ROW_COLUMN_COUNT	18
+
+/* The key's row, $1 to $4 (pg.h: one indexed value, not four columns). */
+#define KEY_WHERE	PGSTORE_KEY_WHERE
+
+/* This session's identity, for "is the owner's session gone?". */
+#define SESSION_STARTED \
+	"(SELECT backend_start FROM pg_stat_activity WHERE " \
+	"pid = pg_backend_pid())"
+
+/* The key's four parameters, then up to sixteen more. */
+struct pg_params {
+	const char	*v[20];
+	int		 n;
+	char		 kind[4];
+};
+
+/* How a row of a result becomes a pgstore_row: pg_row_fill, effect_fill. */
+typedef int (*pg_row_fill_fn)(PGresult *, int, int, enum subtab_kind,
+    struct pgstore_row *, char **);
+
+/* ---- pg_conn.c ------------------------------------------------------ */
+
+/* st's connection, made again unless it is OK; NULL with *cause. */
+PGconn	*pg_conn(struct pgstore *, char **cause);
+/* A failed statement: -1 (pgstore_conn_failed on st's connection). */
+int	 pg_failed(struct pgstore *, PGresult *, const char *what,
+	    char **cause);
+void	 pg_params_key(struct pg_params *, const struct pgstore *,
+	    const struct pgstore_key *);
+PGresult *pg_exec(PGconn *, const char *sql, const struct pg_params *);
+/* A column as a number; NULL reads 0. */
+int64_t	 pg_value_i64(PGresult *, int row, int column);
+void	 pg_row_head(PGresult *, int i, int first, enum subtab_kind,
+	    struct pgstore_row *);
+int	 pg_row_fill(PGresult *, int i, int first, enum subtab_kind,
+	    struct pgstore_row *, char **cause);
+int	 pg_one_row(struct pgstore *, PGresult *, pg_row_fill_fn,
+	    enum subtab_kind, struct pgstore_row *, const char *what,
+	    char **cause);
+
+#endif

@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * journal_replay.c: replaying the journal at start-up (or for a reader
+ * such as idemctl verify): every segment in order, each record handed to
+ * the caller, a torn tail cut off, damage reported and nothing changed.
+ *
+ * DESIGN
+ *
+ * Replay maps each segment and decodes record by record.  At the first
+ * record that does not decode it looks further on for any record that
+ * does: if one exists, bytes that were once durable are damaged and
+ * replay stops with a cause naming the file and offset, changing nothing
+ * (the operator decides, not us); if none exists and this is the last
+ * segment, it is the remains of an append that never completed, so was
+ * never acknowledged (acknowledgement waits for the fsync), and it is
+ * cut off with a warning.  Records before the bad one have already been
+ * applied when replay fails: the caller throws away what it built.
+ *
+ * JOURNAL_REPLAY_READONLY is for readers other than the broker (idemctl
+ * verify and journal dump), which may run beside a live broker: there an
+ * append in flight looks exactly like a torn tail, so the tail is only
+ * reported in the stats, never cut, and a stub segment is never removed.
+ *
+ * Every function here works on what it is given: no global mutable state.
+ * Callers must have called sodium_init() (idemd's main does); the
+ * entry points that do I/O call it again, which is cheap and harmless.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE		/* asprintf, memmem */
+#endif
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "store.h"
+#include "journal_int.h"
+
+/* ---- replay ------------------------------------------------------------- */
+
+struct replay {
+	const char			*dir;
+	int				 dir_fd;
+	int				 flags;
+	journal_apply_fn		 apply;
+	journal_hint_fn			 hint;	/* NULL: none */
+	void				*arg;
+	struct journal_replay_stats	*stats;
+	char				**cause;
+	uint64_t			 from;	/* a checkpoint's segment, or 0 */
+};
+
+/*
+ * Cut the last segment at offset: an append that was never acknowledged.
+ * The fsync makes the cut durable before anything is appended after it.
+ */
+static int
+replay_cut(struct replay *rp, const char *name, uint64_t offset,
+    uint64_t size, const char *why)
+{
+	int	fd, saved_errno;
+
+	rp->stats->torn_offset = offset;
+	rp->stats->torn_why = why;
+	if (rp->flags & JOURNAL_REPLAY_READONLY) {
+		/* The caller reports it: a running broker may be appending. */
+		rp->stats->truncated_bytes += size - offset;
+		return 0;
+	}
+	fd = openat(rp->dir_fd, name, O_WRONLY|O_CLOEXEC|O_NOFOLLOW);
+	if (fd == -1 || ftruncate(fd, (off_t)offset) == -1 || fsync(fd) == -1) {
+		saved_errno = errno;
+		if (fd != -1)
+			close(fd);
+		errno = saved_errno;
+		journal_cause(rp->cause, "journal %s/%s: cutting the torn "
+		    "tail at offset %" PRIu64 ": %s", rp->dir, name, offset,
+		    strerror(errno));
+		return -1;
+	}
+	close(fd);
+	rp->stats->truncated_bytes += size - offset;
+	return 0;
+}
+
+/*
+ * The last segment is shorter than a header: its creation was cut short
+ * before the header was synced, so it never held a record.  Remove it:
+ * the segment before it (sealed) is the last again, or, if there is
+ * none, journal_open creates segment 1 afresh.
+ */
+static int
+replay_remove_stub(struct replay *rp, const char *name, uint64_t size)
+{
+	rp->stats->torn_offset = 0;
+	rp->stats->torn_why = "segment shorter than its header";
+	rp->stats->torn_stub = 1;
+	if (rp->flags & JOURNAL_REPLAY_READONLY) {
+		rp->stats->truncated_bytes += size;
+		return 0;
+	}
+	if (unlinkat(rp->dir_fd, name, 0) == -1 || fsync(rp->dir_fd) == -1) {
+		journal_cause(rp->cause, "journal %s/%s: removing the "
+		    "incomplete segment: %s", rp->dir, name, strerror(errno));
+		return -1;
+	}
+	rp->stats->truncated_bytes += size;
+	return 0;
+}
+
+static int
+replay_corrupt(struct replay *rp, const char *name, uint64_t offset,
+    const char *why, const char *after)
+{
+	rp->stats->has_corrupt_offset = 1;
+	rp->stats->corrupt_offset = offset;
+	errno = EINVAL;
+	journal_cause(rp->cause, "journal corrupt at %s/%s offset %" PRIu64
+	    ": %s (%s; run `idemctl verify` and see doc/journal.md before "
+	    "starting again; do not delete or edit the journal)", rp->dir,
+	    name, offset, why, after);
+	return -1;
+}
+
+/*
+ * Records decoded ahead of the one applied, when the caller gives a
+ * hint: the hint can start loading what apply will touch (a table
+ * bucket, in idemd) while the records before it are applied.
+ */
+#define REPLAY_AHEAD	8
+
+/* Replay the records of one mapped segment; see the DESIGN comment. */
+static int
+replay_records(struct replay *rp, const char *name, const uint8_t *map,
+    size_t size, int last, size_t *cut_at, const char **cut_why)
+{
+	struct journal_record	 ring[REPLAY_AHEAD];
+	size_t			 at[REPLAY_AHEAD], length[REPLAY_AHEAD];
+	const char		*why = NULL;
+	char			 after[128];
+	size_t			 offset, decoded, next, head = 0, count = 0;
+	size_t			 ahead = rp->hint != NULL ? REPLAY_AHEAD : 1;
+	size_t			 i;
+	int			 applied, more = 1;
+
+	*cut_at = size;
+	offset = decoded = SEGMENT_HEADER_BYTES;
+	for (;;) {
+		/* Decode up to ahead records past the next to apply. */
+		while (more && count < ahead && decoded < size) {
+			i = (head + count) % ahead;
+			if (journal_record_decode(map + decoded, size - decoded,
+			    &ring[i], &length[i], &why) != JOURNAL_DECODE_OK) {
+				more = 0;
+				break;
+			}
+			at[i] = decoded;
+			if (rp->hint != NULL)
+				rp->hint(&ring[i], rp->arg);
+			decoded += length[i];
+			count++;
+		}
+		if (count == 0)
+			break;
+		rp->stats->at_offset = at[head];
+		if ((applied = rp->apply(&ring[head], rp->arg)) != 0) {
+			errno = ECANCELED;
+			journal_cause(rp->cause, "journal replay stopped at "
+			    "%s/%s offset %zu: applying the record failed "
+			    "(%d)", rp->dir, name, at[head], applied);
+			return -1;
+		}
+		rp->stats->records++;
+		rp->stats->bytes += length[head];
+		offset = at[head] + length[head];
+		head = (head + 1) % ahead;
+		count--;
+	}
+	if (offset == size)
+		return 0;
+
+	/* A record at offset does not decode: torn tail or corruption? */
+	if (journal_record_follows(map, size, offset + 1, &next)) {
+		snprintf(after, sizeof after, "valid records follow, the "
+		    "first at offset %zu", next);
+		return replay_corrupt(rp, name, offset, why, after);
+	}
+	if (!last) {
+		return replay_corrupt(rp, name, offset, why, "later segments "
+		    "follow, so this one was sealed complete");
+	}
+	*cut_at = offset;
+	*cut_why = why;
+	return 0;
+}
+
+static int
+replay_segment(struct replay *rp, uint64_t number, int last)
+{
+	char		 name[SEGMENT_NAME_BYTES];
+	struct stat	 st;
+	void		*map;
+	const char	*why = NULL;
+	size_t		 size, cut_at = 0;
+	int		 fd, rv, saved_errno;
+
+	journal_segment_name(number, name);
+	rp->stats->at_segment = number;
+	fd = openat(rp->dir_fd, name, O_RDONLY|O_CLOEXEC|O_NOFOLLOW);
+	if (fd == -1 || fstat(fd, &st) == -1) {
+		journal_cause(rp->cause, "journal %s/%s: %s", rp->dir, name,
+		    strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		journal_cause(rp->cause, "journal %s/%s: not a regular file",
+		    rp->dir, name);
+		goto fail;
+	}
+	if ((uint64_t)st.st_size > SIZE_MAX) {
+		errno = EFBIG;
+		journal_cause(rp->cause, "journal %s/%s: too large to map",
+		    rp->dir, name);
+		goto fail;
+	}
+	size = (size_t)st.st_size;
+
+	if (size < SEGMENT_HEADER_BYTES) {
+		close(fd);
+		/* A checkpoint continues here: its header was made durable. */
+		if (number == rp->from)
+			return replay_corrupt(rp, name, 0, "segment shorter than "
+			    "its header", "a checkpoint continues in it, so its "
+			    "header was durable");
+		if (last) {
+			rp->stats->torn_segment = number;
+			return replay_remove_stub(rp, name, size);
+		}
+		return replay_corrupt(rp, name, 0, "segment shorter than its "
+		    "header", "later segments follow, so it was sealed "
+		    "complete");
+	}
+
+	/* One mapping per segment: no system call per record. */
+	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED) {
+		journal_cause(rp->cause, "journal %s/%s: mmap: %s", rp->dir,
+		    name, strerror(errno));
+		goto fail;
+	}
+	close(fd);
+	madvise(map, size, MADV_SEQUENTIAL);
+
+	if ((why = journal_segment_header_invalid(map, number)) != NULL &&
+	    last && size == SEGMENT_HEADER_BYTES && number != rp->from) {
+		/*
+		 * Nothing but a header that never reached the disk whole (a
+		 * file system may keep the size and lose the data): no
+		 * record can follow an unsynced header, so this is a
+		 * creation cut short, like a shorter stub.
+		 */
+		munmap(map, size);
+		rp->stats->torn_segment = number;
+		return replay_remove_stub(rp, name, size);
+	} else if (why != NULL) {
+		rv = replay_corrupt(rp, name, 0, why, "a segment header is "
+		    "synced before any record is written after it");
+	} else {
+		rp->stats->segments++;
+		rv = replay_records(rp, name, map, size, last, &cut_at, &why);
+	}
+	saved_errno = errno;
+	munmap(map, size);
+	errno = saved_errno;
+	if (rv == -1)
+		return -1;
+	if (cut_at < size) {
+		rp->stats->torn_segment = number;
+		return replay_cut(rp, name, cut_at, size, why);
+	}
+	return 0;
+
+fail:
+	saved_errno = errno;
+	if (fd != -1)
+		close(fd);
+	errno = saved_errno;
+	return -1;
+}
+
+int
+journal_replay(const char *dir, int flags, journal_apply_fn apply,
+    void *arg, struct journal_replay_stats *stats, char **cause)
+{
+	return journal_replay_from(dir, 0, flags, apply, arg, stats, cause);
+}
+
+int
+journal_replay_from(const char *dir, uint64_t from, int flags,
+    journal_apply_fn apply, void *arg, struct journal_replay_stats *stats,
+    char **cause)
+{
+	return journal_replay_hinted(dir, from, flags, apply, NULL, arg,
+	    stats, cause);
+}
+
+int
+journal_replay_hinted(const char *dir, uint64_t from, int flags,
+    journal_apply_fn apply, journal_hint_fn hint, void *arg,
+    struct journal_replay_stats *stats, char **cause)
+{
+	size_t				 first;
+	struct journal_replay_stats	 scratch;
+	struct replay			 rp;
+	uint64_t			*list = NULL;
+	size_t				 count, i;
+	int				 dir_fd, rv = -1, saved_errno;
+
+	if (stats == NULL)
+		stats = &scratch;
+	memset(stats, 0, sizeof *stats);
+	*cause = NULL;
+	if (sodium_init() < 0) {
+		errno = EIO;
+		journal_cause(cause, "journal %s: libsodium failed to "
+		    "initialise", dir);
+		return -1;
+	}
+
+	if ((dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW)) ==
+	    -1) {
+		if (errno == ENOENT)
+			return 0;	/* never written: an empty journal */
+		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (journal_segment_list(dir_fd, dir, &list, &count, cause) == -1)
+		goto out;
+
+	/*
+	 * Segments before a checkpoint's are what an interrupted prune left:
+	 * the checkpoint holds their records.  The checkpoint's own segment
+	 * was made durable before the checkpoint was written, so it must be
+	 * there.
+	 */
+	for (first = 0; first < count && list[first] < from; first++)
+		;
+	if (from > 0 && (first == count || list[first] != from)) {
+		errno = EINVAL;
+		journal_cause(cause, "journal corrupt in %s: segment %016"
+		    PRIx64 SEGMENT_SUFFIX ", where the checkpoint continues, "
+		    "is missing (see doc/journal.md)", dir, from);
+		goto out;
+	}
+	if (first > 0) {
+		memmove(list, list + first, (count - first) * sizeof *list);
+		count -= first;
+	}
+
+	/* Segments go away oldest first, so a gap means records were lost. */
+	for (i = 1; i < count; i++) {
+		if (list[i] != list[i - 1] + 1) {
+			errno = EINVAL;
+			journal_cause(cause, "journal corrupt in %s: segment "
+			    "%016" PRIx64 SEGMENT_SUFFIX " is missing between "
+			    "%016" PRIx64 " and %016" PRIx64 " (run `idemctl "
+			    "verify` and see doc/journal.md)", dir,
+			    list[i - 1] + 1, list[i - 1], list[i]);
+			goto out;
+		}
+	}
+
+	rp.dir = dir;
+	rp.dir_fd = dir_fd;
+	rp.flags = flags;
+	rp.apply = apply;
+	rp.hint = hint;
+	rp.arg = arg;
+	rp.stats = stats;
+	rp.cause = cause;
+	rp.from = from;
+	for (i = 0; i < count; i++) {
+		if (replay_segment(&rp, list[i], i == count - 1) == -1)
+			goto out;
+	}
+	rv = 0;
+
+out:
+	saved_errno = errno;
+	free(list);
+	close(dir_fd);
+	errno = saved_errno;
+	return rv;
+}

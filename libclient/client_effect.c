@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * client_effect.c: the effect ledger's calls of idem.h (SPEC.md,
+ * "Effects"): effect_begin, effect_complete, effect_resolve and the
+ * idem_effect_run helper over them, on client.c's connection.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "idem.h"
+#include "protocol.h"
+#include "client_int.h"
+
+/* What an effect op's disposition is to this library; NONE: not one. */
+static const enum idem_effect_disposition
+    client_effect_dispositions[CLIENT_DISPOSITION_COUNT] = {
+	[CLIENT_DISPOSITION_PROCEED] = IDEM_EFFECT_PROCEED,
+	[CLIENT_DISPOSITION_REUSED] = IDEM_EFFECT_REUSED,
+	[CLIENT_DISPOSITION_CONFLICT] = IDEM_EFFECT_CONFLICT,
+	[CLIENT_DISPOSITION_IN_PROGRESS] = IDEM_EFFECT_IN_PROGRESS,
+	[CLIENT_DISPOSITION_OUTCOME_UNKNOWN] = IDEM_EFFECT_OUTCOME_UNKNOWN,
+};
+
+/* ---- Effects ------------------------------------------------------------- */
+
+void
+idem_effect_clear(struct idem_effect *e)
+{
+	free(e->receipt);
+	free(e->result);
+	memset(e, 0, sizeof *e);
+}
+
+/* A JSON value from the caller's text (NULL: null). */
+static json_t *
+client_json_text(const char *text, const char *field, struct idem_error *err)
+{
+	json_error_t	 jerr;
+	json_t		*v;
+
+	if (text == NULL)
+		return json_null();
+	if ((v = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+	    &jerr)) == NULL) {
+		client_error(err, IDEM_E_ARGUMENT, "%s is not JSON: %s", field,
+		    jerr.text);
+		snprintf(err->field, sizeof err->field, "%s", field);
+	}
+	return v;
+}
+
+/* A request {op, client_submission_id, effect_kind}. */
+static json_t *
+client_effect_request(enum idem_op_code op, const char *id, const char *kind,
+    struct idem_error *err)
+{
+	json_t	*request;
+
+	if (id == NULL || kind == NULL) {
+		client_error(err, IDEM_E_ARGUMENT,
+		    "client_submission_id and effect_kind are required");
+		return NULL;
+	}
+	if ((request = client_request_new(op, NULL, NULL, NULL, id,
+	    err)) == NULL)
+		return NULL;
+	if (client_set(request, "effect_kind", client_string(kind,
+	    "effect_kind", err), err) != 0) {
+		json_decref(request);
+		return NULL;
+	}
+	return request;
+}
+
+/* The facts of an answer (its top level, existing, or receipt) into out. */
+static int
+client_effect_facts(json_t *j, struct idem_effect *out, struct idem_error *err)
+{
+	int64_t	attempt = 0;
+
+	if (!json_is_object(j))
+		return 0;
+	if (client_copy(j, "fence", out->fence, sizeof out->fence, 0,
+	    err) != 0 ||
+	    client_copy(j, "external_key", out->external_key,
+	    sizeof out->external_key, 0, err) != 0 ||
+	    client_copy(j, "state", out->state, sizeof out->state, 0,
+	    err) != 0 ||
+	    client_copy(j, "request_digest", out->request_digest,
+	    sizeof out->request_digest, 0, err) != 0 ||
+	    client_copy(j, "lease_expires_at", out->lease_expires_at,
+	    sizeof out->lease_expires_at, 0, err) != 0 ||
+	    client_copy(j, "committed_at", out->committed_at,
+	    sizeof out->committed_at, 0, err) != 0 ||
+	    client_int(j, "attempt", &attempt, 0, err) != 0)
+		return -1;
+	if (attempt > 0)
+		out->attempt = (unsigned)attempt;
+	return 0;
+}
+
+/* Any effect op's answer into out; 0 if it is one the op may give. */
+static int
+client_effect_answer(json_t *response, struct idem_effect *out,
+    struct idem_error *err)
+{
+	json_t			*receipt = json_object_get(response, "receipt");
+	const char		*disposition;
+	enum client_disposition	 code;
+
+	disposition = json_string_value(json_object_get(response,
+	    "disposition"));
+	if (client_bool(response, "action_taken", &out->action_taken,
+	    err) != 0 || client_bool(response, "recovered", &out->recovered,
+	    err) != 0 || client_effect_facts(response, out, err) != 0 ||
+	    client_effect_facts(json_object_get(response, "existing"), out,
+	    err) != 0 || client_effect_facts(receipt, out, err) != 0)
+		return -1;
+	if (disposition != NULL) {
+		if ((code = client_disposition(disposition)) !=
+		    CLIENT_DISPOSITION_NONE)
+			out->disposition = client_effect_dispositions[code];
+	} else if (json_is_true(json_object_get(response, "ok"))) {
+		if (strcmp(out->state, "committed") == 0)
+			out->disposition = IDEM_EFFECT_COMMITTED;
+		else if (strcmp(out->state, "released") == 0)
+			out->disposition = IDEM_EFFECT_RELEASED;
+		else if (strcmp(out->state, "outcome_unknown") == 0)
+			out->disposition = IDEM_EFFECT_OUTCOME_UNKNOWN;
+	}
+	if (json_is_object(receipt)) {
+		out->receipt = json_dumps(receipt, JSON_COMPACT |
+		    JSON_PRESERVE_ORDER);
+		out->result = json_dumps(json_object_get(receipt, "result"),
+		    JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+		if (out->receipt == NULL || out->result == NULL) {
+			client_error(err, IDEM_E_NOMEM, "out of memory");
+			return -1;
+		}
+	}
+	if (!json_is_true(json_object_get(response, "ok"))) {
+		client_wire_error(response, err);
+		/* Only a disposition makes a refusal an answer. */
+		if (disposition == NULL)
+			out->disposition = IDEM_EFFECT_NONE;
+	}
+	return out->disposition == IDEM_EFFECT_NONE ? -1 : 0;
+}
+
+/* Send request (consumed) and take the answer into out. */
+static int
+client_effect_call(struct idem_conn *conn, json_t *request,
+    struct idem_effect *out, struct idem_error *err)
+{
+	json_t	*response;
+	int	 rc;
+
+	if (request == NULL)
+		return -1;
+	response = client_call_json(conn, request, err);
+	json_decref(request);
+	if (response == NULL)
+		return -1;
+	rc = client_effect_answer(response, out, err);
+	json_decref(response);
+	return rc;
+}
+
+int
+idem_effect_begin(struct idem_conn *conn, const char *client_submission_id,
+    const char *effect_kind, const char *request_json, int64_t lease_ms,
+    struct idem_effect *out, struct idem_error *err)
+{
+	struct idem_error	 scratch;
+	json_t			*request, *value;
+
+	if (err == NULL)
+		err = &scratch;
+	memset(err, 0, sizeof *err);
+	memset(out, 0, sizeof *out);
+	if (request_json == NULL) {
+		client_error(err, IDEM_E_ARGUMENT, "request is required");
+		return -1;
+	}
+	request = client_effect_request(IDEM_OPC_EFFECT_BEGIN,
+	    client_submission_id, effect_kind, err);
+	if (request == NULL)
+		return -1;
+	if ((value = client_json_text(request_json, "request", err)) == NULL ||
+	    client_set(request, "request", value, err) != 0 ||
+	    (lease_ms > 0 && client_set(request, "lease_ms",
+	    json_integer(lease_ms), err) != 0)) {
+		json_decref(request);
+		return -1;
+	}
+	return client_effect_call(conn, request, out, err);
+}
+
+int
+idem_effect_complete(struct idem_conn *conn, const char *client_submission_id,
+    const char *effect_kind, const char *fence, int applied,
+    const char *result_json, struct idem_effect *out, struct idem_error *err)
+{
+	struct idem_error	 scratch;
+	json_t			*request, *value = NULL;
+
+	if (err == NULL)
+		err = &scratch;
+	memset(err, 0, sizeof *err);
+	memset(out, 0, sizeof *out);
+	if (fence == NULL) {
+		client_error(err, IDEM_E_ARGUMENT, "fence is required");
+		return -1;
+	}
+	request = client_effect_request(IDEM_OPC_EFFECT_COMPLETE,
+	    client_submission_id, effect_kind, err);
+	if (request == NULL)
+		return -1;
+	if (client_set(request, "fence", client_string(fence, "fence", err),
+	    err) != 0 || client_set(request, "outcome", json_string(applied ?
+	    "applied" : "not_applied"), err) != 0 ||
+	    (applied && ((value = client_json_text(result_json, "result",
+	    err)) == NULL || client_set(request, "result", value,
+	    err) != 0))) {
+		json_decref(request);
+		return -1;
+	}
+	return client_effect_call(conn, request, out, err);
+}
+
+int
+idem_effect_resolve(struct idem_conn *conn, const char *client_submission_id,
+    const char *effect_kind, enum idem_effect_observed observed,
+    const char *result_json, const char *source, struct idem_effect *out,
+    struct idem_error *err)
+{
+	static const char *const names[] = {
+		"applied", "not_applied", "unknown"
+	};
+	struct idem_error	 scratch;
+	json_t			*request, *evidence, *value;
+
+	if (err == NULL)
+		err = &scratch;
+	memset(err, 0, sizeof *err);
+	memset(out, 0, sizeof *out);
+	if ((unsigned)observed >= nitems(names)) {
+		client_error(err, IDEM_E_ARGUMENT, "observed is out of range");
+		return -1;
+	}
+	request = client_effect_request(IDEM_OPC_EFFECT_RESOLVE,
+	    client_submission_id, effect_kind, err);
+	if (request == NULL)
+		return -1;
+	if ((evidence = json_object()) == NULL ||
+	    client_set(evidence, "observed", json_string(names[observed]),
+	    err) != 0 ||
+	    (observed == IDEM_OBSERVED_APPLIED && ((value = client_json_text(
+	    result_json, "result", err)) == NULL || client_set(evidence,
+	    "result", value, err) != 0)) ||
+	    (source != NULL && client_set(evidence, "source",
+	    client_string(source, "source", err), err) != 0) ||
+	    client_set(request, "evidence", evidence, err) != 0) {
+		if (evidence == NULL)
+			client_error(err, IDEM_E_NOMEM, "out of memory");
+		json_decref(request);
+		return -1;
+	}
+	return client_effect_call(conn, request, out, err);
+}
+
+int
+idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
+    const char *effect_kind, const char *request_json, int64_t lease_ms,
+    idem_effect_perform_fn perform, idem_effect_probe_fn probe, void *arg,
+    struct idem_effect *out, struct idem_error *err)
+{
+	struct idem_error		 scratch;
+	struct idem_effect		 begun;
+	enum idem_effect_observed	 seen;
+	char				*result, *source, fence[sizeof begun.fence];
+	int				 rounds, rc;
+
+	if (err == NULL)
+		err = &scratch;
+	memset(out, 0, sizeof *out);
+	if (perform == NULL) {
+		memset(err, 0, sizeof *err);
+		client_error(err, IDEM_E_ARGUMENT, "perform is required");
+		return -1;
+	}
+	/* A second round only after evidence said "not applied". */
+	for (rounds = 0; rounds < 2; rounds++) {
+		idem_effect_clear(out);
+		if (idem_effect_begin(conn, client_submission_id, effect_kind,
+		    request_json, lease_ms, out, err) != 0)
+			return -1;
+		switch (out->disposition) {
+		case IDEM_EFFECT_REUSED:
+			return 0;
+		case IDEM_EFFECT_PROCEED:
+			result = NULL;
+			seen = perform(out, &result, arg);
+			if (seen == IDEM_OBSERVED_UNKNOWN) {
+				free(result);
+				client_error(err, IDEM_E_OUTCOME_UNKNOWN,
+				    "perform could not tell whether the effect "
+				    "happened; it is settled by evidence "
+				    "(effect_resolve) once its lease lapses");
+				return -1;
+			}
+			begun = *out;
+			begun.receipt = begun.result = NULL;
+			snprintf(fence, sizeof fence, "%s", begun.fence);
+			idem_effect_clear(out);
+			rc = idem_effect_complete(conn, client_submission_id,
+			    effect_kind, fence, seen == IDEM_OBSERVED_APPLIED,
+			    result, out, err);
+			free(result);
+			if (rc != 0) {
+				/* Where it stopped: performed, not reported. */
+				idem_effect_clear(out);
+				*out = begun;
+				return -1;
+			}
+			return out->disposition == IDEM_EFFECT_COMMITTED ||
+			    out->disposition == IDEM_EFFECT_RELEASED ? 0 : -1;
+		case IDEM_EFFECT_OUTCOME_UNKNOWN:
+			if (probe == NULL)
+				return -1;
+			result = source = NULL;
+			seen = probe(out, &result, &source, arg);
+			if (seen == IDEM_OBSERVED_UNKNOWN) {
+				free(result);
+				free(source);
+				return -1;	/* err: outcome_unknown */
+			}
+			idem_effect_clear(out);
+			rc = idem_effect_resolve(conn, client_submission_id,
+			    effect_kind, seen, result, source, out, err);
+			free(result);
+			free(source);
+			if (rc != 0)
+				return -1;
+			if (out->disposition == IDEM_EFFECT_COMMITTED)
+				return 0;
+			if (out->disposition != IDEM_EFFECT_RELEASED)
+				return -1;
+			continue;	/* not applied: perform it now */
+		default:		/* conflict, in_progress */
+			return -1;
+		}
+	}
+	return -1;
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * client_int.h: what libidem's client*.c files share and nothing else
+ * includes (not installed; none of it is exported: only idem_* is):
+ * the connection, the disposition names' enum, client.c's helpers.
+ */
+#ifndef CLIENT_INT_H
+#define CLIENT_INT_H
+
+#ifndef nitems
+#define nitems(a)	(sizeof (a) / sizeof (a)[0])
+#endif
+
+struct idem_conn {
+	int	 fd;		/* -1 once the stream is unusable */
+	char	*buf;		/* bytes read but not yet returned */
+	size_t	 length;
+	size_t	 size;
+};
+
+/* A reply's "disposition": IDEM_DISPOSITIONS, protocol.h. */
+enum client_disposition {
+	CLIENT_DISPOSITION_NONE = -1,	/* absent, or none of them */
+#define CLIENT_DISPOSITION_ENUM(sym, name)	CLIENT_DISPOSITION_##sym,
+	IDEM_DISPOSITIONS(CLIENT_DISPOSITION_ENUM)
+#undef CLIENT_DISPOSITION_ENUM
+	CLIENT_DISPOSITION_COUNT
+};
+
+void	client_error(struct idem_error *, enum idem_error_code,
+	    const char *, ...) __attribute__((format(printf, 3, 4)));
+struct idem_conn *client_connect(const char *socket_path, int64_t timeout_ms,
+	    struct idem_error *);
+int	client_timeout(int fd, int64_t timeout_ms, struct idem_error *);
+json_t	*client_call_json(struct idem_conn *, json_t *request,
+	    struct idem_error *);
+json_t	*client_call_ok(struct idem_conn *, json_t *request,
+	    struct idem_error *);
+void	client_wire_error(json_t *response, struct idem_error *);
+enum client_disposition client_disposition(const char *name);
+int	client_copy(json_t *object, const char *key, char *out, size_t size,
+	    int required, struct idem_error *);
+int	client_bool(json_t *object, const char *key, int *out,
+	    struct idem_error *);
+int	client_int(json_t *object, const char *key, int64_t *out,
+	    int required, struct idem_error *);
+json_t	*client_string(const char *s, const char *field, struct idem_error *);
+int	client_set(json_t *object, const char *key, json_t *value,
+	    struct idem_error *);
+json_t	*client_request_new(enum idem_op_code op, const char *inner_key,
+	    json_t **inner, const char *task_id,
+	    const char *client_submission_id, struct idem_error *);
+int	client_receipt(json_t *receipt, struct idem_receipt *,
+	    struct idem_error *);
+int	client_write_task(struct idem_conn *, const char *client_submission_id,
+	    const struct idem_task *, struct idem_write_result *,
+	    struct idem_error *);
+
+#endif /* CLIENT_INT_H */
