@@ -2,17 +2,17 @@
 /*
  * diagnose.c: the diagnose op.  Every unfinished submission and effect,
  * with what the workspace says of its file, and the counts per state.
- * Read-only: it never deletes, repairs or recreates anything.  The
- * helpers that place, count and inspect an entry are shared with the
- * PostgreSQL store's diagnose (cluster.c, cluster_effect.c).
+ * Read-only: it never deletes, repairs or recreates anything.  The rows
+ * are the backend's (d->be->diagnose); their JSON is made here, once,
+ * for every backend.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "digest.h"
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
 
 #define DIAGNOSE_DEFAULT_STALE_AFTER_MS	30000
 
@@ -23,9 +23,9 @@ static const char *const diagnose_keys[] = {
 /*
  * What the workspace says of an unfinished submission's file, into j:
  * task_exists, request_digest_matches, file_digest_matches (SPEC.md,
- * diagnose).  Shared by the local table's and the cluster's diagnose.
+ * diagnose), for every backend's rows.
  */
-void
+static void
 diagnose_file_facts(struct idemd *d, const struct subtab_entry *e,
     const char *task_id, json_t *j)
 {
@@ -63,14 +63,19 @@ diagnose_file_facts(struct idemd *d, const struct subtab_entry *e,
 		    IDEM_SHA256_BYTES) == 0));
 }
 
-/* Facts about one unfinished submission: read-only. */
+/*
+ * Facts about one unfinished submission: read-only.  A shared store's
+ * row (has_owner) in the cluster's layout (doc/cluster.md): the request
+ * digest, the report's task, the age after the path, who holds it.
+ */
 static json_t *
-diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
+diagnose_entry(struct idemd *d, const struct backend_row *row, int64_t now,
     int64_t stale_after_ms)
 {
 	const struct subtab_entry *e = &row->entry;
 	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
 	int64_t			 age = now - e->updated_at_ms;
 	json_t			*j = json_object();
 
@@ -81,12 +86,35 @@ diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
 	json_object_set_new(j, "client_submission_id", json_string(row->key));
 	json_object_set_new(j, "state",
 	    json_string(subtab_state_name(e->state)));
-	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
+	if (!row->has_owner)
+		json_object_set_new(j, "age_ms",
+		    json_integer(age < 0 ? 0 : age));
+	else {
+		digest_to_hex(e->request_digest, hex);
+		json_object_set_new(j, "request_digest", json_string(hex));
+	}
 	json_object_set_new(j, "task_id", json_string(task_id));
 	json_object_set_new(j, "task_path", json_string(path));
+	if (row->has_owner) {
+		if (e->kind == SUBTAB_KIND_REPORT)
+			json_object_set_new(j, "for_task_id",
+			    json_string(row->scope));
+		json_object_set_new(j, "age_ms",
+		    json_integer(age < 0 ? 0 : age));
+	}
 	diagnose_file_facts(d, e, task_id, j);
-	json_object_set_new(j, "in_flight", json_boolean(row->claimed));
+	if (row->in_flight >= 0)
+		json_object_set_new(j, "in_flight",
+		    json_boolean(row->in_flight));
 	json_object_set_new(j, "stalled", json_boolean(age > stale_after_ms));
+	if (row->has_owner) {
+		json_object_set_new(j, "epoch", json_integer(row->epoch));
+		json_object_set_new(j, "lease_owner", json_string(row->owner));
+		json_object_set_new(j, "lease_ms_left",
+		    json_integer(row->lease_ms_left));
+		json_object_set_new(j, "owner_alive",
+		    json_boolean(row->owner_alive));
+	}
 	return j;
 }
 
@@ -95,7 +123,7 @@ diagnose_entry(struct idemd *d, const struct subtab_row *row, int64_t now,
  * (stored, or a lapsed lease: counted in *lapsed) to first, as an
  * operator must settle it; any other to later.
  */
-void
+static void
 diagnose_effect_place(json_t *x, const struct subtab_entry *e, int64_t now,
     int64_t stale_after_ms, json_t *first, json_t *later, uint32_t *lapsed)
 {
@@ -111,7 +139,7 @@ diagnose_effect_place(json_t *x, const struct subtab_entry *e, int64_t now,
 }
 
 /* effect_counts: a lapsed lease counts as outcome_unknown. */
-json_t *
+static json_t *
 diagnose_effect_counts(const uint32_t counts[SUBTAB_STATE_COUNT],
     uint32_t lapsed)
 {
@@ -134,20 +162,48 @@ diagnose_effect_counts(const uint32_t counts[SUBTAB_STATE_COUNT],
 	return j;
 }
 
+/*
+ * Effects whose outcome is unknown first: they are what an operator
+ * must settle (effect_resolve); then the tasks, then the other
+ * unfinished effects (live leases, released).  The backend gives the
+ * effects first.
+ */
+struct diagnose_walk {
+	struct idemd	*d;
+	json_t		*entries, *later;
+	int64_t		 now, stale_after_ms;
+	uint32_t	 lapsed;
+};
+
+static int
+diagnose_row(const struct backend_row *row, void *arg)
+{
+	struct diagnose_walk	*dw = arg;
+	struct subtab_entry	 shown;
+	json_t			*x;
+
+	if (row->entry.kind == SUBTAB_KIND_EFFECT) {
+		x = effect_row_json(dw->d, row, dw->now, &shown);
+		diagnose_effect_place(x, &shown, dw->now, dw->stale_after_ms,
+		    dw->entries, dw->later, &dw->lapsed);
+	} else
+		json_array_append_new(dw->entries, diagnose_entry(dw->d, row,
+		    dw->now, dw->stale_after_ms));
+	return 0;
+}
+
 void
 op_diagnose(struct conn *c, json_t *request, json_t *id)
 {
 	struct request_error	 err;
+	struct backend_error	 berr;
 	struct idemd		*d = conn_idemd(c);
-	struct subtab_row	*rows, *effects;
-	size_t			 count, effect_count, i;
+	struct diagnose_walk	 dw;
 	uint32_t		 counts[SUBTAB_STATE_COUNT];
 	uint32_t		 effect_counts[SUBTAB_STATE_COUNT];
-	uint32_t		 lapsed = 0;
-	json_t			*later;
 	int64_t			 stale_after_ms = DIAGNOSE_DEFAULT_STALE_AFTER_MS;
 	int64_t			 now = shm_now_ms();
-	json_t			*v, *reply, *entries, *j;
+	json_t			*v, *reply, *j;
 
 	if (request_known_keys(request, "", diagnose_keys, &err) != 0) {
 		reply_invalid(c, id, &err);
@@ -164,45 +220,24 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 		}
 		stale_after_ms = json_integer_value(v);
 	}
-	if (d->store_uri != NULL) {
-		cluster_diagnose(c, id, stale_after_ms);
+	memset(&dw, 0, sizeof dw);
+	dw.d = d;
+	dw.entries = json_array();
+	dw.later = json_array();
+	dw.now = now;
+	dw.stale_after_ms = stale_after_ms;
+	if (d->be->diagnose(d, diagnose_row, &dw, counts, effect_counts,
+	    &berr) != 0) {
+		json_decref(dw.entries);
+		json_decref(dw.later);
+		conn_reply(c, reply_error_simple(id, berr.code, berr.retryable,
+		    "%s", berr.message));
 		return;
 	}
-	if (subtab_snapshot(&d->seg, SUBTAB_KIND_TASK, 1, &rows, &count,
-	    counts) != 0) {
-		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
-		    "cannot read the submission table: %s", strerror(errno)));
-		return;
-	}
-	if (subtab_snapshot(&d->seg, SUBTAB_KIND_EFFECT, 1, &effects,
-	    &effect_count, effect_counts) != 0) {
-		free(rows);
-		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
-		    "cannot read the submission table: %s", strerror(errno)));
-		return;
-	}
-	/*
-	 * Effects whose outcome is unknown first: they are what an operator
-	 * must settle (effect_resolve); then the tasks, then the other
-	 * unfinished effects (live leases, released).
-	 */
-	entries = json_array();
-	later = json_array();
-	for (i = 0; i < effect_count; i++)
-		diagnose_effect_place(effect_submission_json(d,
-		    effects[i].key, effects[i].entry.key_length,
-		    &effects[i].entry, NULL, effects[i].claimed, now),
-		    &effects[i].entry, now, stale_after_ms, entries, later,
-		    &lapsed);
-	for (i = 0; i < count; i++)
-		json_array_append_new(entries, diagnose_entry(d, &rows[i], now,
-		    stale_after_ms));
-	json_array_extend(entries, later);
-	json_decref(later);
-	free(rows);
-	free(effects);
+	json_array_extend(dw.entries, dw.later);
+	json_decref(dw.later);
 	reply = reply_new(1, id);
-	json_object_set_new(reply, "entries", entries);
+	json_object_set_new(reply, "entries", dw.entries);
 	j = json_object();
 	json_object_set_new(j, "reserved", json_integer(counts[SUBTAB_RESERVED]));
 	json_object_set_new(j, "task_created",
@@ -211,6 +246,6 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 	    json_integer(counts[SUBTAB_COMMITTED]));
 	json_object_set_new(reply, "counts", j);
 	json_object_set_new(reply, "effect_counts",
-	    diagnose_effect_counts(effect_counts, lapsed));
+	    diagnose_effect_counts(effect_counts, dw.lapsed));
 	conn_reply(c, reply);
 }

@@ -48,6 +48,8 @@ int	inboxview_holds(struct inboxview *, int root_fd, int inbox_fd,
 	    const char *recorded);
 void	inboxview_close(struct inboxview *);
 
+struct backend;
+
 /* What every process of one broker shares: options, segment, handles. */
 struct idemd {
 	/* Options. */
@@ -122,6 +124,8 @@ struct idemd {
 	 * -1: not open.
 	 */
 	int			 index_dir_fd;
+	/* Where submissions are kept: backend.c's choice from --store. */
+	const struct backend	*be;
 };
 
 /*
@@ -561,22 +565,11 @@ void	 submission_conflict(struct pending *, enum wire_reason,
 struct cluster_sub;
 #ifdef HAVE_POSTGRESQL
 void	 cluster_submission_start(struct pending *);
-/* get_submission and diagnose from PostgreSQL: the whole workspace's. */
-void	 cluster_get_submission(struct conn *, json_t *id, const char *key);
-void	 cluster_diagnose(struct conn *, json_t *id, int64_t stale_after_ms);
-/* stats' "store": the workspace's counts in PostgreSQL (null if down). */
-void	 cluster_stats(struct conn *, json_t *reply);
 /* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
 int	 cluster_check(struct idemd *, char **cause);
 /*
- * PostgreSQL failed for a read of op (what: its key): logged once, then
- * storage_unavailable (retryable); cause is freed.
- */
-void	 cluster_reply_unavailable(struct conn *, json_t *id, const char *op,
-	    const char *what, char *cause);
-/*
- * This worker's loop's connection to the store (effects, get_submission,
- * diagnose, stats), opened at its first use.  Creations run on the
+ * This worker's loop's connection to the store (effects, and pg_read.c's
+ * get_submission, diagnose, stats), opened at its first use.  Creations run on the
  * creation threads' own connections (cluster_pool.c).
  */
 struct pgstore;
@@ -601,25 +594,11 @@ void	 cluster_pool_stop(void);
 void	 cluster_effect_start(struct pending *);
 /* The judge's transition as a compare-and-set, then effect_settled. */
 void	 cluster_effect_record(struct pending *);
-/* get_submission with an effect_kind: the row of key ("kind 0x1f id"). */
-void	 cluster_get_effect(struct conn *, json_t *id, const char *key,
-	    size_t key_length);
-/*
- * diagnose's effects: outcome_unknown ones appended to first, the other
- * unfinished ones to later; *effect_counts made.  0, or -1 with *cause.
- */
-int	 cluster_effects_diagnose(struct idemd *, json_t *first, json_t *later,
-	    json_t **effect_counts, int64_t now, int64_t stale_after_ms,
-	    char **cause);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
 #define cluster_submission_start(p)	((void)(p))
-#define cluster_get_submission(c, id, key)	((void)(c))
-#define cluster_diagnose(c, id, stale)	((void)(c))
 #define cluster_effect_start(p)	((void)(p))
 #define cluster_effect_record(p)	((void)(p))
-#define cluster_get_effect(c, id, key, n)	((void)(c))
-#define cluster_stats(c, reply)		((void)(c))
 #define cluster_pool_stop()		((void)0)
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
@@ -817,17 +796,15 @@ json_t	*optable_names(void);
 /* ops.c: get_submission, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);
 void	 op_stats(struct conn *, json_t *request, json_t *id);
+struct backend_row;
+/*
+ * An effect's facts from a backend's row (get_submission, diagnose);
+ * *shown: the entry as shown (the lease on this host's clock).
+ */
+json_t	*effect_row_json(struct idemd *, const struct backend_row *,
+	    int64_t now, struct subtab_entry *shown);
 
 /* diagnose.c */
 void	 op_diagnose(struct conn *, json_t *request, json_t *id);
-/* task_exists, request_digest_matches, file_digest_matches, into j. */
-void	 diagnose_file_facts(struct idemd *, const struct subtab_entry *,
-	    const char *task_id, json_t *);
-/* diagnose's effects, on either store: placed in order, and counted. */
-void	 diagnose_effect_place(json_t *x, const struct subtab_entry *,
-	    int64_t now, int64_t stale_after_ms, json_t *first, json_t *later,
-	    uint32_t *lapsed);
-json_t	*diagnose_effect_counts(const uint32_t counts[SUBTAB_STATE_COUNT],
-	    uint32_t lapsed);
 
 #endif

@@ -31,6 +31,7 @@
 
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
 #include "storeuri.h"
 #include "workspace_id.h"
 
@@ -599,6 +600,8 @@ run_worker(struct idemd *d)
 	/* First on the socket, ahead of any wake-up: the store's URI. */
 	store_receive(d, handle[WORKER_HANDLE_NOTIFY], index);
 	store_options(d);
+	if (backend_select(d, d->store_uri, &cause) != 0)
+		fatalx("worker %ld: %s", index, cause);
 	if (fcntl(handle[WORKER_HANDLE_NOTIFY], F_SETFL, O_NONBLOCK) == -1)
 		fatal("worker %ld: notify socket", index);
 	if ((d->root_real = strdup(d->root)) == NULL)
@@ -678,6 +681,8 @@ main(int argc, char **argv)
 	d.master_pid = getpid();
 	store_file_option(&d);
 	store_options(&d);
+	if (backend_select(&d, d.store_uri, &cause) != 0)
+		fatalx("%s", cause);
 #ifndef IDEM_FAULT_INJECTION
 	if (faultenv_refuse(environ, &cause) != 0)
 		fatalx("%s", cause);

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * ops.c: the read-only ops get_submission and stats (diagnose is
- * diagnose.c's).  They read the table and the workspace and change
- * nothing.
+ * diagnose.c's).  They read through the backend (d->be) and the
+ * workspace and change nothing; the JSON of a submission's or an
+ * effect's row is built here, once, for every backend.
  */
 #include <string.h>
 
 #include "digest.h"
 #include "idemd.h"
+#include "backend.h"
 
 static const char *const get_submission_keys[] = {
 	"op", "id", "client_submission_id", "effect_kind", NULL
@@ -15,31 +17,115 @@ static const char *const get_submission_keys[] = {
 static const char *const stats_keys[] = { "op", "id", NULL };
 
 /*
- * The table, then the index (cold->form 0: found in the table).  An
- * eviction between the two looks is seen by its count: look again.
+ * A submission's facts from a backend's row (get_submission): the same
+ * members, in the same order, whichever backend read it.
  */
-static int
-lookup_history(struct idemd *d, const char *key, size_t n,
-    struct subtab_entry *e, struct index_entry *cold)
+static json_t *
+submission_json(struct idemd *d, const struct backend_row *row)
 {
-	static uint8_t	 result[IDEM_MAX_EFFECT_RESULT_BYTES];
-	uint64_t	 evictions;
-	int		 rc, tries;
+	const struct subtab_entry *e = &row->entry;
+	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
+	char			 path[IDEM_MAX_TASK_PATH_BYTES];
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t			*s, *receipt;
 
-	cold->form = 0;
-	for (tries = 0; tries < 2; tries++) {
-		evictions = atomic_load(&d->seg.header->evictions);
-		if ((rc = subtab_lookup(&d->seg, key, n, e, NULL)) != 0)
-			return rc;
-		if ((rc = history_find(d, key, n, cold, result)) != 0) {
-			if (rc == 1)
-				*e = cold->record.entry;
-			return rc;
+	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, task_id,
+	    sizeof task_id);
+	taskfile_format_path(e->kind, task_id, path, sizeof path);
+	digest_to_hex(e->request_digest, hex);
+	s = json_object();
+	json_object_set_new(s, "client_submission_id", json_string(row->key));
+	json_object_set_new(s, "state",
+	    json_string(subtab_state_name(e->state)));
+	json_object_set_new(s, "digest_schema",
+	    json_string(subtab_schema_name(e->schema)));
+	json_object_set_new(s, "request_digest", json_string(hex));
+	json_object_set_new(s, "task_id", json_string(task_id));
+	json_object_set_new(s, "task_path", json_string(path));
+	json_object_set_new(s, "reserved_at", reply_time(e->reserved_at_ms));
+	json_object_set_new(s, "updated_at", reply_time(e->updated_at_ms));
+	if (e->state != SUBTAB_RESERVED)
+		current_path_add(d, s, task_id, path);
+	if (e->state == SUBTAB_COMMITTED) {
+		receipt = receipt_json(row->key, row->key_length, e);
+		if (row->pruned) {
+			json_object_del(receipt, "file_digest");
+			json_object_set_new(s, "receipt_pruned", json_true());
 		}
-		if (atomic_load(&d->seg.header->evictions) == evictions)
-			return 0;
+		json_object_set_new(s, "receipt", receipt);
 	}
-	return 0;
+	return s;
+}
+
+/*
+ * An effect's facts from a backend's row (get_submission, diagnose);
+ * *shown: its entry, the lease on this host's clock.  NULL: a key that
+ * is not an effect's.
+ */
+json_t *
+effect_row_json(struct idemd *d, const struct backend_row *row, int64_t now,
+    struct subtab_entry *shown)
+{
+	const struct subtab_entry *e = shown;
+	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	char			 hex[IDEM_DIGEST_HEX_SIZE];
+	json_t			*s, *receipt;
+
+	*shown = row->entry;
+	if (row->from_index) {
+		/* From the index: committed, with the result it keeps. */
+		if (effect_key_split(row->key, row->key_length, kind,
+		    sizeof kind, id, sizeof id) != 0)
+			return NULL;
+		s = json_object();
+		json_object_set_new(s, "client_submission_id",
+		    json_string(id));
+		json_object_set_new(s, "effect_kind", json_string(kind));
+		json_object_set_new(s, "state", json_string("committed"));
+		json_object_set_new(s, "digest_schema",
+		    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
+		digest_to_hex(e->request_digest, hex);
+		json_object_set_new(s, "request_digest", json_string(hex));
+		json_object_set_new(s, "attempt", json_integer(e->attempt));
+		if (row->pruned)
+			json_object_set_new(s, "receipt_pruned", json_true());
+		receipt = effect_receipt_json_from(row->key, row->key_length,
+		    e, row->result, row->pruned);
+		json_object_set_new(s, "receipt", receipt != NULL ? receipt :
+		    json_null());
+		return s;
+	}
+	/* The server's judgement of the lease, on this host's clock. */
+	if (row->has_owner)
+		shown->lease_expires_ms = now + row->lease_ms_left;
+	/* A tombstone: never the arena's bytes (an empty result, replaced). */
+	s = effect_submission_json(d, row->key, row->key_length, e,
+	    row->pruned ? (const uint8_t *)"" : row->result, row->in_flight,
+	    now);
+	if (s != NULL && row->pruned) {
+		/* As the local store shows an index tombstone. */
+		json_object_set_new(s, "receipt_pruned", json_true());
+		json_object_set_new(s, "receipt", effect_receipt_json_from(
+		    row->key, row->key_length, e, NULL, 1));
+	}
+	if (s != NULL && row->has_owner && e->state != SUBTAB_COMMITTED) {
+		json_object_set_new(s, "epoch", json_integer(row->epoch));
+		json_object_set_new(s, "lease_owner", json_string(row->owner));
+		json_object_set_new(s, "lease_ms_left",
+		    json_integer(row->lease_ms_left));
+	}
+	return s;
+}
+
+/* A failed read of the backend's (logged by it). */
+static void
+reply_backend_error(struct conn *c, json_t *id,
+    const struct backend_error *err)
+{
+	conn_reply(c, reply_error_simple(id, err->code, err->retryable, "%s",
+	    err->message));
 }
 
 /* get_submission with an effect_kind: the effect under that key. */
@@ -48,48 +134,23 @@ get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
     const char *submission_id)
 {
 	struct idemd		*d = conn_idemd(c);
-	struct subtab_entry	 e;
-	struct index_entry	 cold;
+	struct backend_row	 row;
+	struct backend_error	 err;
+	struct subtab_entry	 shown;
 	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
-	char			 hex[IDEM_DIGEST_HEX_SIZE];
 	size_t			 n;
-	json_t			*reply, *s = NULL, *receipt;
+	json_t			*reply, *s = NULL;
 	int			 rc;
 
 	n = (size_t)snprintf(key, sizeof key, "%.*s%c%s", (int)kind_length,
 	    kind, SUBTAB_EFFECT_SEPARATOR, submission_id);
-	if (d->store_uri != NULL) {
-		cluster_get_effect(c, id, key, n);
-		return;
-	}
-	rc = lookup_history(d, key, n, &e, &cold);
+	rc = d->be->get(d, SUBTAB_KIND_EFFECT, key, n, &row, &err);
 	if (rc < 0) {
-		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
-		    "the submission table is unusable"));
+		reply_backend_error(c, id, &err);
 		return;
 	}
-	if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT && cold.form != 0) {
-		/* From the index: committed, with the result it keeps. */
-		s = json_object();
-		json_object_set_new(s, "client_submission_id",
-		    json_string(submission_id));
-		json_object_set_new(s, "effect_kind", json_stringn(kind,
-		    kind_length));
-		json_object_set_new(s, "state", json_string("committed"));
-		json_object_set_new(s, "digest_schema",
-		    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
-		digest_to_hex(e.request_digest, hex);
-		json_object_set_new(s, "request_digest", json_string(hex));
-		json_object_set_new(s, "attempt", json_integer(e.attempt));
-		if (cold.form == INDEX_TOMBSTONE)
-			json_object_set_new(s, "receipt_pruned", json_true());
-		receipt = effect_receipt_json_from(key, n, &e,
-		    cold.record.result, cold.form == INDEX_TOMBSTONE);
-		json_object_set_new(s, "receipt", receipt != NULL ? receipt :
-		    json_null());
-	} else if (rc == 1 && e.kind == SUBTAB_KIND_EFFECT)
-		s = effect_submission_json(d, key, n, &e, NULL, 0,
-		    shm_now_ms());
+	if (rc == 1)
+		s = effect_row_json(d, &row, shm_now_ms(), &shown);
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "found", json_boolean(s != NULL));
 	if (s != NULL)
@@ -102,14 +163,11 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 {
 	struct request_error	 err;
 	struct idemd		*d = conn_idemd(c);
-	struct subtab_entry	 e;
-	struct index_entry	 cold;
+	struct backend_row	 row;
+	struct backend_error	 berr;
 	const char		*key, *kind;
 	size_t			 kind_length;
-	char			 task_id[IDEM_MAX_TASK_ID_BYTES + 16];
-	char			 path[IDEM_MAX_TASK_PATH_BYTES];
-	char			 hex[IDEM_DIGEST_HEX_SIZE];
-	json_t			*reply, *s, *receipt;
+	json_t			*reply;
 	int			 rc;
 
 	if (request_known_keys(request, "", get_submission_keys, &err) != 0 ||
@@ -134,54 +192,16 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		get_effect(c, id, kind, kind_length, key);
 		return;
 	}
-	if (d->store_uri != NULL) {
-		cluster_get_submission(c, id, key);
-		return;
-	}
-	rc = lookup_history(d, key, strlen(key), &e, &cold);
-	if (rc < 0 || (rc == 1 && e.kind != SUBTAB_KIND_TASK))
-		rc = rc < 0 ? -1 : 0;
+	rc = d->be->get(d, SUBTAB_KIND_TASK, key, strlen(key), &row, &berr);
 	if (rc < 0) {
-		conn_reply(c, reply_error_simple(id, WIRE_INTERNAL, 1,
-		    "the submission table is unusable"));
+		reply_backend_error(c, id, &berr);
 		return;
 	}
 	reply = reply_new(1, id);
 	json_object_set_new(reply, "found", json_boolean(rc == 1));
-	if (rc == 1) {
-		taskfile_format_id(e.kind, e.date, e.seq, e.sender,
-		    e.sender_length, e.recipient, e.recipient_length, task_id,
-		    sizeof task_id);
-		taskfile_format_path(e.kind, task_id, path, sizeof path);
-		digest_to_hex(e.request_digest, hex);
-		s = json_object();
-		json_object_set_new(s, "client_submission_id",
-		    json_string(key));
-		json_object_set_new(s, "state",
-		    json_string(subtab_state_name(e.state)));
-		json_object_set_new(s, "digest_schema",
-		    json_string(subtab_schema_name(e.schema)));
-		json_object_set_new(s, "request_digest", json_string(hex));
-		json_object_set_new(s, "task_id", json_string(task_id));
-		json_object_set_new(s, "task_path", json_string(path));
-		/* A tombstone of an earlier version kept no times. */
-		json_object_set_new(s, "reserved_at", reply_time(
-		    e.reserved_at_ms != 0 ? e.reserved_at_ms : e.created_at_ms));
-		json_object_set_new(s, "updated_at", reply_time(
-		    e.updated_at_ms != 0 ? e.updated_at_ms : e.created_at_ms));
-		if (e.state != SUBTAB_RESERVED)
-			current_path_add(d, s, task_id, path);
-		if (e.state == SUBTAB_COMMITTED) {
-			receipt = receipt_json(key, strlen(key), &e);
-			if (cold.form == INDEX_TOMBSTONE) {
-				json_object_del(receipt, "file_digest");
-				json_object_set_new(s, "receipt_pruned",
-				    json_true());
-			}
-			json_object_set_new(s, "receipt", receipt);
-		}
-		json_object_set_new(reply, "submission", s);
-	}
+	if (rc == 1)
+		json_object_set_new(reply, "submission",
+		    submission_json(d, &row));
 	conn_reply(c, reply);
 }
 
@@ -193,7 +213,8 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	struct shm_header	*h = d->seg.header;
 	struct shm_counters	*k = &h->counters;
 	struct index_stats	 ix;
-	json_t			*reply;
+	struct backend_history	 history;
+	json_t			*reply, *j;
 	unsigned		 i, workers = 0;
 
 	if (request_known_keys(request, "", stats_keys, &err) != 0) {
@@ -249,8 +270,27 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("worker_restarts", atomic_load(&k->worker_restarts));
 	STAT("uptime_ms", shm_now_ms() - h->started_at_ms);
 #undef STAT
-	/* --store postgresql: the workspace's history, every broker's. */
-	if (d->store_uri != NULL)
-		cluster_stats(c, reply);
+	/*
+	 * --store postgresql: the workspace's history, every broker's.
+	 * stats answers without it: its own figures need no server.
+	 */
+	if (d->be->history != NULL) {
+		if (d->be->history(d, &history) != 0)
+			json_object_set_new(reply, "store", json_null());
+		else {
+			j = json_object();
+			json_object_set_new(j, "submissions", json_integer(
+			    (json_int_t)history.submissions));
+			json_object_set_new(j, "committed", json_integer(
+			    (json_int_t)history.committed));
+			json_object_set_new(j, "in_flight", json_integer(
+			    (json_int_t)history.in_flight));
+			json_object_set_new(j, "tombstones", json_integer(
+			    (json_int_t)history.tombstones));
+			json_object_set_new(j, "effects", json_integer(
+			    (json_int_t)history.effects));
+			json_object_set_new(reply, "store", j);
+		}
+	}
 	conn_reply(c, reply);
 }

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * backend.h: the one seam between the operations and where submissions
+ * are kept (OpenSMTPD's queue_backend.c), filled by broker/local/ and
+ * broker/pg/, chosen once (backend_select).  A backend reports outcomes
+ * and never replies: the operations (write_task.c, write_report.c,
+ * submission.c, effect.c, ops.c, diagnose.c) build every reply, the JSON
+ * of a row included, from what it reports.
+ *
+ * Every asynchronous call ends in exactly one call of its done function,
+ * on the worker's loop thread, possibly before the call returns; the
+ * caller touches p no more after the call.  Reads are synchronous, as
+ * they have always been (the PostgreSQL reads block the loop).
+ *
+ * Stage G1 of issue #28 fills the reads (get, diagnose, history); the
+ * creation and effect members are declared for G2 and G3, and NULL in
+ * both tables until then (submission.c and effect.c still call their
+ * stores by name).
+ */
+#ifndef BACKEND_H
+#define BACKEND_H
+
+#include "idemd.h"
+
+/* What a backend could not do, logged once by it; the op layer replies. */
+struct backend_error {
+	enum wire_error	 code;		/* STORAGE_UNAVAILABLE, INTERNAL,
+					   TABLE_FULL, SEQUENCE_EXHAUSTED,
+					   IN_PROGRESS */
+	int		 retryable;
+	char		 message[512];	/* today's texts verbatim; a reply
+					   keeps 255 bytes of it (reply.c) */
+};
+/* printf into err; returns -1 so a backend can `return backend_fail(...)`. */
+int	backend_fail(struct backend_error *, enum wire_error, int retryable,
+	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ---- creations: write_task, write_report (p->op: struct submission) -- */
+enum backend_create_result {
+	BACKEND_CREATED,	/* committed; this call wrote the file */
+	BACKEND_REUSED,		/* committed; s->entry, s->name, s->slot */
+	BACKEND_CONFLICT,	/* bound to another request: s->entry,
+				   s->name */
+	BACKEND_CREATE_FAILED	/* err */
+};
+struct backend_create_outcome {
+	enum backend_create_result	 result;
+	enum wire_reason		 reason;	/* CONFLICT */
+	const char			*message;	/* CONFLICT: a
+							   literal */
+	struct backend_error		 err;		/* FAILED */
+};
+typedef void (*backend_create_done_fn)(struct pending *,
+	    const struct backend_create_outcome *);
+
+/* ---- effects (p->op: struct effect) ---------------------------------- */
+enum backend_effect_result {
+	BACKEND_EFFECT_PROCEED,	/* begin: a new attempt durable in
+				   e->entry */
+	BACKEND_EFFECT_REUSED,	/* begin: committed with the same digest */
+	BACKEND_EFFECT_MISMATCH,/* begin: bound to another digest or
+				   schema */
+	BACKEND_EFFECT_IN_PROGRESS, /* begin: a live lease */
+	BACKEND_EFFECT_UNKNOWN,	/* begin: a lapsed lease, or
+				   outcome_unknown */
+	BACKEND_EFFECT_FOUND,	/* claim, or a record that lost a race:
+				   e->entry as read and durable; the op
+				   layer judges it (local: the key stays
+				   claimed until release or
+				   effect_record) */
+	BACKEND_EFFECT_NONE,	/* claim: no effect under the key */
+	BACKEND_EFFECT_SETTLED,	/* record: the judge's transition is
+				   durable */
+	BACKEND_EFFECT_FAILED	/* err */
+};
+struct backend_effect_outcome {
+	enum backend_effect_result	 result;
+	struct backend_error		 err;
+};
+typedef void (*backend_effect_done_fn)(struct pending *,
+	    const struct backend_effect_outcome *);
+
+/* ---- reads: get_submission, diagnose, stats -------------------------- */
+
+/*
+ * One submission or effect as a backend read it; ops.c and diagnose.c
+ * make its JSON (one builder per kind, for every backend).  Valid until
+ * the backend's next read (it may point into the backend's scratch).
+ */
+struct backend_row {
+	const char		*key;	/* a task's id, or "kind 0x1f id" */
+	size_t			 key_length;
+	const char		*scope;	/* a report's task; "" */
+	struct subtab_entry	 entry;
+	/*
+	 * A committed effect's result bytes (entry.result_length of them);
+	 * NULL: the op layer reads them from the local table's arena or
+	 * index (effect_receipt_json, until G3's effect_result).
+	 */
+	const uint8_t		*result;
+	int			 pruned;	/* a tombstone */
+	int			 from_index;	/* local: committed, out of
+						   the table (the index's) */
+	int			 in_flight;	/* a request holds it; -1:
+						   not known (left out) */
+	/*
+	 * A shared store's row (PostgreSQL): its lease is the server's
+	 * judgement, lease_ms_left, put on this host's clock by the op
+	 * layer when it builds the JSON (entry.lease_expires_ms = now +
+	 * lease_ms_left); epoch, owner (and owner_alive, if not -1) are
+	 * shown, and diagnose shows a task in the cluster's layout
+	 * (doc/cluster.md, "diagnose").
+	 */
+	int			 has_owner;
+	int64_t			 epoch;
+	char			 owner[128];	/* a host id (pg.h's bound) */
+	int64_t			 lease_ms_left;
+	int			 owner_alive;	/* -1: not shown */
+};
+struct backend_history {	/* stats' "store" member */
+	uint64_t	submissions, committed, in_flight, tombstones, effects;
+};
+/* diagnose's visitor: 0 go on (the backend ignores anything else). */
+typedef int (*backend_row_fn)(const struct backend_row *, void *);
+
+struct backend {
+	const char	*name;		/* "local", "postgresql": logs only */
+	unsigned	 flags;
+/* No other broker's temporaries can be live: sweep them at start. */
+#define BACKEND_SWEEPS_TEMPORARIES	0x1
+/* One accept per wake-up, and worker_yield (worker.c). */
+#define BACKEND_SPREADS_CONNECTIONS	0x2
+	/* Per-request room after the op's state (one allocation; G2, G3). */
+	size_t		 create_state_size;
+	size_t		 effect_state_size;
+
+	/* Whether --store's text names this backend (NULL: no --store). */
+	int	(*matches)(const char *arg);
+
+	/* Start-up, master and worker alike (parse_options runs in both). */
+	int	(*configure)(struct idemd *, const char *arg, char **cause);
+	/* Before the root's lock is taken; after it. */
+	int	(*preflight)(struct idemd *, char **cause);
+	int	(*locked)(struct idemd *, char **cause);
+	/* The worker's loop has ended. */
+	void	(*worker_stop)(struct worker *);
+
+	/* A creation: s filled and checked by the op layer. */
+	void	(*create)(struct pending *, backend_create_done_fn);
+
+	/* effect_begin: claim and reserve, or say why not. */
+	void	(*effect_begin)(struct pending *, backend_effect_done_fn);
+	/* effect_complete, effect_resolve: the effect's state, to judge. */
+	void	(*effect_claim)(struct pending *, backend_effect_done_fn);
+	/* The judge's transition in e->entry (e->result for a commit). */
+	void	(*effect_record)(struct pending *, backend_effect_done_fn);
+	/* A committed effect's result bytes (lazily: the arena, the index,
+	   the row); 0, or -1 unreadable.  *pruned: a tombstone's. */
+	int	(*effect_result)(struct pending *, const uint8_t **bytes,
+		    int *pruned);
+	/* Drop what the request holds (a table claim); idempotent.  The op
+	   layer calls it before every reply. */
+	void	(*release)(struct pending *);
+
+	/*
+	 * The submission (SUBTAB_KIND_TASK: key is its id) or effect
+	 * (SUBTAB_KIND_EFFECT: "kind 0x1f id") under key: 1 and *row, 0
+	 * not found, -1 and *err (logged by the backend).
+	 */
+	int	(*get)(struct idemd *, enum subtab_kind, const char *key,
+		    size_t key_length, struct backend_row *,
+		    struct backend_error *);
+	/*
+	 * Every unfinished effect, then every unfinished submission, to
+	 * each; the counts per state of each kind.  0, or -1 and *err
+	 * (logged), possibly after some rows were given.
+	 */
+	int	(*diagnose)(struct idemd *, backend_row_fn each, void *arg,
+		    uint32_t tasks[SUBTAB_STATE_COUNT],
+		    uint32_t effects[SUBTAB_STATE_COUNT],
+		    struct backend_error *);
+	/* stats' "store"; NULL: the member is left out (local).  0, or -1
+	   (logged): the member is null. */
+	int	(*history)(struct idemd *, struct backend_history *);
+};
+
+/*
+ * backend.c: d->be from --store's text (NULL: local; postgresql://...);
+ * 0, or -1 and *cause.
+ */
+int	backend_select(struct idemd *, const char *arg, char **cause);
+
+#endif

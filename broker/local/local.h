@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * local.h: the local backend (the shared-memory table, the journal, the
+ * index and the files of one broker), as backend.c sees it, and the
+ * calls its files share.  Only backend.c and broker/local/ include it.
+ */
+#ifndef LOCAL_H
+#define LOCAL_H
+
+#include "backend.h"
+
+extern const struct backend local_backend;
+
+/*
+ * The halves submission.c and effect.c each have a copy of today, one
+ * for both once G2 (local_create.c) and G3 (local_effect.c) call them
+ * (local_backend.c; the signatures agreed here, in G1).
+ */
+/*
+ * While the journal is failed only what needs no new record goes on: a
+ * committed key (reused) or another request's (conflict).  1: the key
+ * with this schema and digest would need a record.
+ */
+int	local_needs_journal(struct idemd *, const char *key,
+	    size_t key_length, uint8_t schema,
+	    const uint8_t digest[IDEM_SHA256_BYTES]);
+/*
+ * Wait until the record that ended at end (of journal epoch epoch) is
+ * durable, then next; p->journal_failed if it was lost with the
+ * journal.  end SUBTAB_NOT_JOURNALED: nothing to wait for.
+ */
+void	local_after_durable(struct pending *, uint64_t end, uint64_t epoch,
+	    pending_resume_fn next);
+/* The journal is failed, reopening: storage_unavailable (retryable). */
+int	local_fail_reopening(struct backend_error *);
+/* 1 and err if p's wait ended in a journal failure; 0 otherwise. */
+int	local_journal_failed(struct pending *, struct backend_error *);
+
+#endif

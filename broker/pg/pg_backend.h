@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * pg_backend.h: the PostgreSQL backend (several brokers on one
+ * workspace, doc/cluster.md), as backend.c sees it, and the calls its
+ * files share.  Only backend.c and broker/pg/ include it.
+ */
+#ifndef PG_BACKEND_H
+#define PG_BACKEND_H
+
+#include "backend.h"
+
+extern const struct backend pg_backend;
+
+/* pg_read.c: get_submission's row, diagnose's rows, stats' history. */
+int	pg_get(struct idemd *, enum subtab_kind, const char *key,
+	    size_t key_length, struct backend_row *, struct backend_error *);
+int	pg_diagnose(struct idemd *, backend_row_fn, void *,
+	    uint32_t tasks[SUBTAB_STATE_COUNT],
+	    uint32_t effects[SUBTAB_STATE_COUNT], struct backend_error *);
+int	pg_history(struct idemd *, struct backend_history *);
+
+#endif
