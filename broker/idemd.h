@@ -505,8 +505,13 @@ void	 request_storage_error(struct request_error *, int error,
 int	 request_check_line(const char *line, size_t length,
 	    struct request_error *);
 
-/* submission.c: the reserved -> task_created -> committed machine */
+/*
+ * submission.c: a creation, through the backend's create (backend.h);
+ * the local one is local_create.c's reserved -> task_created ->
+ * committed machine, whose state is kept here too for now.
+ */
 struct submission;
+struct backend_create_outcome;
 struct submission_ops {
 	enum subtab_kind	 kind;
 	uint8_t			 schema;	/* enum subtab_schema */
@@ -552,24 +557,26 @@ struct submission {
 	int			 index_checked;
 	uint64_t		 evictions;
 	int			 pruned;	/* answered from a tombstone */
-	struct cluster_sub	*cluster;	/* --store postgresql (cluster.c) */
+	struct cluster_sub	*cluster;	/* --store postgresql (pg_create.c) */
+	/* The op layer's done function, which the backend's create calls. */
+	void			(*done)(struct pending *,
+				    const struct backend_create_outcome *);
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
 
-/* The PostgreSQL store's conflict and storage answers, for cluster.c. */
-void	 submission_conflict(struct pending *, enum wire_reason,
-	    const char *message);
-
-/* cluster.c: a submission on the PostgreSQL store (doc/cluster.md) */
+/* pg_create.c: a submission on the PostgreSQL store (doc/cluster.md) */
 struct cluster_sub;
 #ifdef HAVE_POSTGRESQL
-void	 cluster_submission_start(struct pending *);
-/* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
+/*
+ * pg_backend.c: check the store at start-up (schema, workspace id); 0,
+ * or -1 and *cause.
+ */
 int	 cluster_check(struct idemd *, char **cause);
 /*
- * This worker's loop's connection to the store (effects, and pg_read.c's
- * get_submission, diagnose, stats), opened at its first use.  Creations run on the
+ * pg_backend.c: this worker's loop's connection to the store (effects,
+ * and pg_read.c's get_submission, diagnose, stats), opened at its first
+ * use.  Creations run on the
  * creation threads' own connections (cluster_pool.c).
  */
 struct pgstore;
@@ -596,7 +603,6 @@ void	 cluster_effect_start(struct pending *);
 void	 cluster_effect_record(struct pending *);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
-#define cluster_submission_start(p)	((void)(p))
 #define cluster_effect_start(p)	((void)(p))
 #define cluster_effect_record(p)	((void)(p))
 #define cluster_pool_stop()		((void)0)

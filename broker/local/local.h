@@ -36,4 +36,7 @@ int	local_fail_reopening(struct backend_error *);
 /* 1 and err if p's wait ended in a journal failure; 0 otherwise. */
 int	local_journal_failed(struct pending *, struct backend_error *);
 
+/* local_create.c: backend.h's create (write_task, write_report). */
+void	local_create(struct pending *, backend_create_done_fn);
+
 #endif

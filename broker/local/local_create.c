@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * submission.c: the state machine that makes one creation idempotent,
- * shared by write_task (TASK files) and write_report (REPORT files).
+ * local_create.c: the local backend's creation (backend.h's create): the
+ * state machine that makes one creation idempotent on the table, the
+ * journal and the files, shared by write_task (TASK files) and
+ * write_report (REPORT files).  It reports an outcome through the done
+ * function submission.c passed and never replies (submission.c does).
  *
  * DESIGN
  *
@@ -38,6 +41,7 @@
 #include <sys/stat.h>
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +49,8 @@
 #include "digest.h"
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
+#include "local.h"
 
 static void	sub_acquire(struct pending *);
 static void	sub_from_index(struct pending *);
@@ -81,12 +87,44 @@ sub_release(struct pending *p)
 		worker_wake_all(p->worker);
 }
 
+/* The outcome: the claim released first, then the op layer's done. */
 static void
-sub_fail(struct pending *p, json_t *reply)
+sub_done(struct pending *p, struct backend_create_outcome *out)
 {
+	struct submission	*s = sub_of(p);
+
 	sub_release(p);
-	atomic_fetch_add(&idemd_of(p)->seg.header->counters.errors, 1);
-	pending_reply(p, reply);
+	s->done(p, out);
+}
+
+static void
+sub_done_failed(struct pending *p, const struct backend_error *err)
+{
+	struct backend_create_outcome	out;
+
+	memset(&out, 0, sizeof out);
+	out.result = BACKEND_CREATE_FAILED;
+	out.err = *err;
+	sub_done(p, &out);
+}
+
+static void
+sub_fail(struct pending *p, enum wire_error code, int retryable,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void
+sub_fail(struct pending *p, enum wire_error code, int retryable,
+    const char *fmt, ...)
+{
+	struct backend_error	err;
+	va_list			ap;
+
+	err.code = code;
+	err.retryable = retryable;
+	va_start(ap, fmt);
+	vsnprintf(err.message, sizeof err.message, fmt, ap);
+	va_end(ap);
+	sub_done_failed(p, &err);
 }
 
 static void
@@ -95,7 +133,23 @@ sub_fail_storage(struct pending *p, int error, const char *what)
 	struct request_error	err;
 
 	request_storage_error(&err, error, what);
-	sub_fail(p, reply_error(&err, p->id));
+	sub_fail(p, err.code, err.retryable, "%s", err.message);
+}
+
+/* The table is full: reply.c's words for why. */
+static void
+sub_fail_table_full(struct pending *p, enum subtab_full why,
+    size_t key_length)
+{
+	struct idemd	*d = idemd_of(p);
+	json_t		*reply, *error;
+
+	reply = reply_table_full(NULL, why, d->capacity, key_length);
+	error = json_object_get(reply, "error");
+	sub_fail(p, WIRE_TABLE_FULL, json_is_true(json_object_get(error,
+	    "retryable")), "%s", json_string_value(json_object_get(error,
+	    "message")));
+	json_decref(reply);
 }
 
 /*
@@ -111,56 +165,35 @@ sub_fail_alloc(struct pending *p, int error)
 		sub_fail_storage(p, error, "allocating a number");
 		return;
 	}
-	sub_fail(p, reply_error_simple(p->id, WIRE_SEQUENCE_EXHAUSTED, 0,
+	sub_fail(p, WIRE_SEQUENCE_EXHAUSTED, 0,
 	    "every %s number of today (UTC) is used: FCoP names carry "
 	    "%u digits; nothing was written (a new number is free "
 	    "tomorrow, or restart idemd with a larger --sequence-digits)",
 	    s->ops->kind == SUBTAB_KIND_TASK ? "TASK" : "REPORT",
-	    idemd_of(p)->sequence_digits));
+	    idemd_of(p)->sequence_digits);
 }
 
+/* Bound to another request: s->entry, s->name; the op layer answers. */
 static void
 sub_conflict(struct pending *p, enum wire_reason reason, const char *message)
 {
-	struct submission	*s = sub_of(p);
-	const struct subtab_entry *e = &s->entry;
-	const char		*schema = subtab_schema_name(e->schema);
-	char			 hex[IDEM_DIGEST_HEX_SIZE];
-	json_t			*reply, *error, *existing;
+	struct backend_create_outcome	out;
 
-	sub_release(p);
-	atomic_fetch_add(&idemd_of(p)->seg.header->counters.conflict, 1);
-	reply = reply_new(0, p->id);
-	json_object_set_new(reply, "disposition",
-	    json_string(wire_disposition_name(DISPOSITION_CONFLICT)));
-	json_object_set_new(reply, "action_taken", json_false());
-	error = json_object();
-	json_object_set_new(error, "code",
-	    json_string(wire_error_name(WIRE_CONFLICT)));
-	json_object_set_new(error, "reason",
-	    json_string(wire_reason_name(reason)));
-	json_object_set_new(error, "message", json_string(message));
-	json_object_set_new(error, "retryable", json_false());
-	json_object_set_new(reply, "error", error);
-	existing = json_object();
-	json_object_set_new(existing, "client_submission_id",
-	    json_string(s->submission_id));
-	json_object_set_new(existing, "state",
-	    json_string(subtab_state_name(e->state)));
-	json_object_set_new(existing, "digest_schema",
-	    schema != NULL ? json_string(schema) : json_null());
-	digest_to_hex(e->request_digest, hex);
-	json_object_set_new(existing, "request_digest", json_string(hex));
-	json_object_set_new(existing, s->ops->id_key, json_string(s->name));
-	json_object_set_new(reply, "existing", existing);
-	pending_reply(p, reply);
+	memset(&out, 0, sizeof out);
+	out.result = BACKEND_CONFLICT;
+	out.reason = reason;
+	out.message = message;
+	sub_done(p, &out);
 }
 
 static void
 sub_answer(struct pending *p, int created)
 {
-	sub_release(p);
-	sub_of(p)->ops->answer(p, created);
+	struct backend_create_outcome	out;
+
+	memset(&out, 0, sizeof out);
+	out.result = created ? BACKEND_CREATED : BACKEND_REUSED;
+	sub_done(p, &out);
 }
 
 static void
@@ -212,32 +245,32 @@ sub_crash_point(struct submission *s, enum crash_point point)
 static void
 sub_fail_reopening(struct pending *p)
 {
-	sub_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
-	    "the journal failed; writes resume when the broker has reopened "
-	    "and verified it"));
+	struct backend_error	err;
+
+	local_fail_reopening(&err);
+	sub_done_failed(p, &err);
 }
 
 static int
 sub_journal_failed(struct pending *p)
 {
-	if (!p->journal_failed)
+	struct backend_error	err;
+
+	if (!local_journal_failed(p, &err))
 		return 0;
-	sub_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
-	    "the journal could not be made durable"));
+	sub_done_failed(p, &err);
 	return 1;
 }
 
+/* backend.h's create: s's kind, peer, schema and digest are filled. */
 void
-submission_start(struct pending *p)
+local_create(struct pending *p, backend_create_done_fn done)
 {
 	struct submission	*s = sub_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_entry	 known;
 
-	if (d->store_uri != NULL) {
-		cluster_submission_start(p);
-		return;
-	}
+	s->done = done;
 	/* A legacy call always writes; a retry may need nothing new. */
 	if (s->submission_id == NULL &&
 	    atomic_load(&d->seg.header->journal_failed)) {
@@ -253,21 +286,15 @@ submission_start(struct pending *p)
 	if (d->watch_fd != -1 && (s->submission_id == NULL ||
 	    subtab_lookup(&d->seg, s->key, s->key_length, &known, NULL) != 1))
 		watch_read(d, d->watch_fd);
-	s->entry.kind = s->ops->kind;
 	s->entry.reserved_at_ms = shm_now_ms();
 	s->entry.updated_at_ms = s->entry.reserved_at_ms;
-	conn_peer(p->conn, &s->entry.peer_uid, &s->entry.peer_pid);
 	s->claim.worker = p->worker->index + 1;
 	s->claim.generation = p->worker->generation;
 	s->claim.token = ++p->worker->next_token;
-	if (s->submission_id == NULL) {
-		s->entry.schema = SUBTAB_SCHEMA_NONE;
+	if (s->submission_id == NULL)
 		sub_legacy(p);
-	} else {
-		s->entry.schema = s->schema != 0 ? s->schema : s->ops->schema;
-		memcpy(s->entry.request_digest, s->digest, IDEM_SHA256_BYTES);
+	else
 		sub_acquire(p);
-	}
 }
 
 /* A committed result another request left: durable now, answer it. */
@@ -292,57 +319,6 @@ sub_mismatch(struct pending *p)
 	else
 		sub_conflict(p, REASON_DIGEST_MISMATCH, "the submission id is "
 		    "bound to a request with another digest");
-}
-
-/*
- * The slot's state is set when its record is appended, so a state found
- * after its claimer is gone may not be durable yet: wait for it before
- * answering from it.  A reservation that was never recorded (its claimer
- * died between insert and append) cannot be waited for; its binding is
- * answered as it is.
- */
-static void
-sub_after_durable(struct pending *p, uint64_t end, uint64_t epoch,
-    pending_resume_fn next)
-{
-	struct shm_header	*h = idemd_of(p)->seg.header;
-	int			 durable;
-
-	durable = end == SUBTAB_NOT_JOURNALED ? 1 :
-	    handoff_is_durable(h, end, epoch);
-	if (durable == 0) {
-		pending_wait_durable(p, end, epoch, next);
-		return;
-	}
-	/* Lost with the journal: storage_unavailable, never an answer. */
-	p->journal_failed = durable < 0;
-	next(p);
-}
-
-/*
- * While the journal is failed only what needs no new record goes on: a
- * committed submission (reused) or a mismatch (conflict).  Anything else
- * would insert or claim a slot whose record is dropped.
- */
-static int
-sub_needs_journal(struct pending *p)
-{
-	struct submission	*s = sub_of(p);
-	struct subtab_entry	 known;
-	struct index_entry	 old;
-
-	if (subtab_lookup(&idemd_of(p)->seg, s->key, s->key_length, &known,
-	    NULL) != 1) {
-		/* Only in the index: committed, answered without a record. */
-		if (history_find(idemd_of(p), s->key, s->key_length, &old,
-		    NULL) != 1)
-			return 1;
-		known = old.record.entry;
-	}
-	if (known.schema != s->entry.schema || memcmp(known.request_digest,
-	    s->entry.request_digest, IDEM_SHA256_BYTES) != 0)
-		return 0;
-	return known.state != SUBTAB_COMMITTED;
 }
 
 static void	sub_file_recorded(struct pending *);
@@ -427,9 +403,9 @@ sub_acquire(struct pending *p)
 	uint64_t		 epoch;
 
 	if (p->timed_out) {
-		sub_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
+		sub_fail(p, WIRE_IN_PROGRESS, 1,
 		    "an identical submission is still in flight after %d ms",
-		    d->inflight_wait_ms));
+		    d->inflight_wait_ms);
 		return;
 	}
 	memset(&a, 0, sizeof a);
@@ -443,9 +419,10 @@ sub_acquire(struct pending *p)
 	a.index_checked = s->index_checked;
 	a.evictions = s->evictions;
 
-	/* Before the table is read: see sub_after_durable. */
+	/* Before the table is read: see local_after_durable. */
 	epoch = handoff_epoch(d->seg.header);
-	if ((epoch & 1) && sub_needs_journal(p)) {
+	if ((epoch & 1) && local_needs_journal(d, s->key, s->key_length,
+	    s->entry.schema, s->entry.request_digest)) {
 		sub_fail_reopening(p);
 		return;
 	}
@@ -481,13 +458,13 @@ sub_acquire(struct pending *p)
 		s->slot = a.slot;	/* the fast path stores its reply there */
 		s->entry = a.found;
 		sub_set_name(s);
-		sub_after_durable(p, a.found_journal_end, epoch,
+		local_after_durable(p, a.found_journal_end, epoch,
 		    sub_done_durable);
 		return;
 	case SUBTAB_MISMATCH:
 		s->entry = a.found;
 		sub_set_name(s);
-		sub_after_durable(p, a.found_journal_end, epoch,
+		local_after_durable(p, a.found_journal_end, epoch,
 		    sub_mismatch);
 		return;
 	case SUBTAB_BUSY:
@@ -499,8 +476,7 @@ sub_acquire(struct pending *p)
 	case SUBTAB_FULL:
 		/* The journaler checkpoints, which makes room (subtab.c). */
 		journaler_kick(d->kick_fd);
-		sub_fail(p, reply_table_full(p->id, a.full, d->capacity,
-		    a.key_length));
+		sub_fail_table_full(p, a.full, a.key_length);
 		return;
 	case SUBTAB_ALLOC_FAILED:
 		sub_fail_alloc(p, errno);
@@ -833,8 +809,8 @@ sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 	s->file_time = shm_now_ms();
 	memset(job, 0, sizeof *job);
 	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0) {
-		sub_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "rendering %s: %s", s->name, strerror(errno)));
+		sub_fail(p, WIRE_INTERNAL, 1,
+		    "rendering %s: %s", s->name, strerror(errno));
 		return;
 	}
 	snprintf(job->name, sizeof job->name, "%s.md", s->name);
@@ -1002,8 +978,8 @@ sub_legacy(struct pending *p)
 	struct idemd		*d = idemd_of(p);
 
 	if (++s->attempts > 1000) {
-		sub_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "every number tried was taken by another writer"));
+		sub_fail(p, WIRE_INTERNAL, 1,
+		    "every number tried was taken by another writer");
 		return;
 	}
 	if (seqalloc_next(&d->seg, s->ops->kind, taskfile_date_of(shm_now_ms()),
@@ -1042,11 +1018,4 @@ sub_legacy_done(struct pending *p)
 	if (sub_journal_failed(p))
 		return;
 	sub_answer(p, 1);
-}
-
-void
-submission_conflict(struct pending *p, enum wire_reason reason,
-    const char *message)
-{
-	sub_conflict(p, reason, message);
 }

@@ -19,4 +19,13 @@ int	pg_diagnose(struct idemd *, backend_row_fn, void *,
 	    uint32_t effects[SUBTAB_STATE_COUNT], struct backend_error *);
 int	pg_history(struct idemd *, struct backend_history *);
 
+/* pg_create.c: backend.h's create (write_task, write_report). */
+void	pg_create(struct pending *, backend_create_done_fn);
+/*
+ * A store of this worker's on d's workspace (a creation thread's, or
+ * the loop's): 0, or -1 and *cause.
+ */
+struct pgstore;
+int	pg_store_init(struct idemd *, struct pgstore *, char **cause);
+
 #endif
