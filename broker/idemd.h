@@ -543,7 +543,7 @@ struct submission {
 	struct fileio_job	 job;		/* its file, while written */
 	/*
 	 * A fresh submission writes its temporary file while its reservation
-	 * is flushed; it is linked once both are done (submission.c).
+	 * is flushed; it is linked once both are done (local_create.c).
 	 */
 	enum {
 		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
