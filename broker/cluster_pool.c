@@ -94,6 +94,7 @@ cluster_pool_submit(struct event_base *base, unsigned max,
 		memset(&config, 0, sizeof config);
 		config.max = max < 1 ? 1 : max > PGSTORE_MAX_CONNECTIONS ?
 		    PGSTORE_MAX_CONNECTIONS : max;
+		config.lifo_idle = 1;
 		config.block_signals = 1;
 		config.ctx_size = sizeof (struct cluster_thread);
 		config.ctx_fini = cluster_thread_fini;

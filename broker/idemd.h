@@ -242,8 +242,13 @@ struct pool_job {
 };
 TAILQ_HEAD(pool_jobs, pool_job);
 struct pool_config {
-	unsigned	 min;		/* threads started by pool_start */
+	unsigned	 min;		/* lifo_idle: started by pool_start */
 	unsigned	 max;		/* at most; then jobs queue */
+	/*
+	 * 1: a job goes to the thread idle last, threads start on demand
+	 * (past min).  0: threads wait on one queue, all max start at once.
+	 */
+	int		 lifo_idle;
 	int		 block_signals;	/* a thread blocks every signal */
 	size_t		 ctx_size;	/* per thread, zeroed */
 	void		(*ctx_init)(void *ctx, unsigned index, void *arg);

@@ -7,15 +7,24 @@
  *
  * DESIGN
  *
- * The loop hands a job over (pool_submit) and goes on serving.  A job
- * goes to the thread that went idle last, so that the threads in use
- * (and what they hold, a PostgreSQL connection) stay those of the
- * busiest moment; a new thread is started only when none is idle and
- * fewer than the bound run (config max), and past the bound jobs queue
- * in arrival order and a thread that finishes one takes the next
- * without sleeping.  min threads are started at once (fileio.c: all of
- * them, because a carried creation holds one throughout and none may be
- * missing when they are needed), the rest on demand.
+ * The loop hands a job over (pool_submit) and goes on serving.  Two
+ * ways to pick its thread, one per user:
+ *
+ * lifo_idle (the PostgreSQL pool): a job goes to the thread that went
+ * idle last, so that the threads in use (and what they hold, a
+ * PostgreSQL connection) stay those of the busiest moment; min threads
+ * start at once, another only when none is idle and fewer than max run;
+ * past the bound jobs queue in arrival order.
+ *
+ * Otherwise (fileio.c): all max threads start at once (a carried
+ * creation holds one throughout, and none may be missing when they are
+ * needed) and wait on one condition for one queue; pool_submit queues
+ * the job and wakes one of them.  The threads are alike and a job does
+ * not care which runs it, so any thread may take it, the first to come
+ * by.
+ *
+ * Either way a thread that finishes a job takes the next queued one
+ * without sleeping.
  *
  * A thread runs the job's run callback with its own context (ctx_size
  * bytes that stay with the thread: the PostgreSQL pool's connection,
@@ -43,12 +52,15 @@
  * exit: the PostgreSQL pool's loop ended because the master is gone,
  * and a creation's thread may be waiting on a statement.
  *
- * One dispatch for both users: the plan proposed a switch between a
- * shared FIFO of waiting threads (fileio) and the LIFO idle stack (the
- * PostgreSQL pool).  fileio's threads are all alike and its jobs do not
- * care which runs them (a thread's index only names its slot in
- * fileio_gather's arrays), so the stack serves it as well, and the pool
- * has one path instead of two.
+ * Why two ways and not one: the LIFO stack alone served fileio too, but
+ * measured slower on a loaded machine (idem-bench create K=8, lower in 8
+ * of 10 interleaved pairs; the same CPU and context switches per
+ * creation).  Our reading: the job is bound to one sleeping thread,
+ * which must be scheduled on a busy machine, where one queue lets the
+ * first thread to come by take it.  So
+ * each keeps the dispatch it had; what they share is the rest: the
+ * threads and their contexts, the queue, the done list taken by the
+ * loop in one hold of the lock, the wake-up, the stop.
  */
 #include <sys/queue.h>
 
@@ -79,6 +91,7 @@ struct pool {
 	unsigned		 busy;
 	unsigned		 in_flight;	/* submitted, not yet taken back */
 	struct pool_jobs	 queue;		/* waiting for a thread */
+	pthread_cond_t		 work;		/* shared queue: a job, or stop */
 	struct pool_jobs	 done;		/* for the loop */
 	struct loopwake		 wake;
 	int			 stop;
@@ -95,9 +108,17 @@ pool_thread_main(void *arg)
 
 	pthread_mutex_lock(&pool->lock);
 	for (;;) {
-		while (t->job == NULL && !pool->stop)
-			pthread_cond_wait(&t->wake, &pool->lock);
-		if ((job = t->job) == NULL)
+		if (pool->config.lifo_idle) {
+			while (t->job == NULL && !pool->stop)
+				pthread_cond_wait(&t->wake, &pool->lock);
+			job = t->job;
+		} else {
+			while (!pool->stop && TAILQ_EMPTY(&pool->queue))
+				pthread_cond_wait(&pool->work, &pool->lock);
+			if ((job = TAILQ_FIRST(&pool->queue)) != NULL)
+				TAILQ_REMOVE(&pool->queue, job, entry);
+		}
+		if (job == NULL)
 			break;	/* stopping, and nothing left */
 		pthread_mutex_unlock(&pool->lock);
 		kept = job->run(job, t->ctx);
@@ -108,7 +129,9 @@ pool_thread_main(void *arg)
 		 */
 		if (!kept)
 			TAILQ_INSERT_TAIL(&pool->done, job, entry);
-		if ((t->job = TAILQ_FIRST(&pool->queue)) != NULL)
+		if (!pool->config.lifo_idle)
+			;
+		else if ((t->job = TAILQ_FIRST(&pool->queue)) != NULL)
 			TAILQ_REMOVE(&pool->queue, t->job, entry);
 		else {
 			pool->busy--;
@@ -176,7 +199,7 @@ pool_thread_start(struct pool *pool, struct pool_job *job)
 	pool->count++;
 	if (job != NULL)
 		pool->busy++;
-	else
+	else if (pool->config.lifo_idle)
 		pool->idle[pool->idle_count++] = t->index;
 	return 0;
 }
@@ -195,6 +218,7 @@ pool_start(struct event_base *base, const struct pool_config *config)
 	TAILQ_INIT(&pool->queue);
 	TAILQ_INIT(&pool->done);
 	pthread_mutex_init(&pool->lock, NULL);
+	pthread_cond_init(&pool->work, NULL);
 	pool->threads = calloc(max, sizeof *pool->threads);
 	pool->idle = calloc(max, sizeof *pool->idle);
 	pool->ctx = calloc(max, config->ctx_size > 0 ? config->ctx_size : 1);
@@ -203,7 +227,7 @@ pool_start(struct event_base *base, const struct pool_config *config)
 	if (loopwake_open(&pool->wake, base, pool_finished, pool) != 0)
 		goto fail;
 	pthread_mutex_lock(&pool->lock);
-	while (pool->count < config->min) {
+	while (pool->count < (config->lifo_idle ? config->min : max)) {
 		if (pool_thread_start(pool, NULL) != 0) {
 			pthread_mutex_unlock(&pool->lock);
 			goto fail;
@@ -225,7 +249,9 @@ pool_submit(struct pool *pool, struct pool_job *job)
 	int			 rc = 0;
 
 	pthread_mutex_lock(&pool->lock);
-	if (pool->idle_count > 0) {
+	if (!pool->config.lifo_idle)
+		TAILQ_INSERT_TAIL(&pool->queue, job, entry);
+	else if (pool->idle_count > 0) {
 		t = &pool->threads[pool->idle[--pool->idle_count]];
 		t->job = job;
 		pool->busy++;
@@ -242,6 +268,8 @@ pool_submit(struct pool *pool, struct pool_job *job)
 	/* After the unlock: the thread it wakes does not block on it. */
 	if (t != NULL)
 		pthread_cond_signal(&t->wake);
+	else if (!pool->config.lifo_idle)
+		pthread_cond_signal(&pool->work);
 	return rc;
 }
 
@@ -284,6 +312,7 @@ pool_stop(struct pool *pool, enum pool_stop how)
 		return;
 	}
 	pool->stop = 1;
+	pthread_cond_broadcast(&pool->work);
 	for (i = 0; i < pool->count; i++)
 		pthread_cond_signal(&pool->threads[i].wake);
 	pthread_mutex_unlock(&pool->lock);
@@ -294,6 +323,7 @@ pool_stop(struct pool *pool, enum pool_stop how)
 			pool->config.ctx_fini(pool->threads[i].ctx);
 	}
 	loopwake_close(&pool->wake);
+	pthread_cond_destroy(&pool->work);
 	pthread_mutex_destroy(&pool->lock);
 	free(pool->ctx);
 	free(pool->idle);
