@@ -53,9 +53,9 @@
  * and a creation's thread may be waiting on a statement.
  *
  * Why two ways and not one: the LIFO stack alone served fileio too, but
- * measured slower on a loaded machine (idem-bench create K=8, lower in 8
- * of 10 interleaved pairs; the same CPU and context switches per
- * creation).  Our reading: the job is bound to one sleeping thread,
+ * measured slower on a loaded machine (idem-bench create K=8, lower
+ * than main in 11 of 13 interleaved pairs, the shared queue in 5 of 13;
+ * the same CPU and context switches per creation).  Our reading: the job is bound to one sleeping thread,
  * which must be scheduled on a busy machine, where one queue lets the
  * first thread to come by take it.  So
  * each keeps the dispatch it had; what they share is the rest: the
