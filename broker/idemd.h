@@ -257,7 +257,8 @@ struct pool_config {
 };
 enum pool_stop {
 	POOL_DRAIN,		/* finish every job queued, join, free */
-	POOL_ABANDON_IF_BUSY	/* the same, or nothing if a job runs */
+	POOL_ABANDON_IF_BUSY	/* lifo_idle: the same, or nothing if a
+				   thread has a job */
 };
 /* NULL (errno) with nothing left running. */
 struct pool	*pool_start(struct event_base *, const struct pool_config *);
