@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, assume, settings
 from hypothesis import note as hyp_note
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Flaky
 from hypothesis.stateful import (RuleBasedStateMachine, initialize,
                                  invariant, precondition, rule,
                                  run_state_machine_as_test)
@@ -135,6 +136,10 @@ class Broker:
         self.tmp = tempfile.mkdtemp(prefix="idem-model.", dir=base)
         self.root = os.path.join(self.tmp, "root")
         os.mkdir(self.root)
+        # FCoP 4's declaration, for fcop-create-task-v1 (doc/protocol.md).
+        with open(os.path.join(self.root, "fcop.json"), "w") as f:
+            f.write('{"workspace_id":"urn:uuid:'
+                    '0f0e0d0c-0b0a-4908-8706-050403020100"}\n')
         self.sock = os.path.join(self.root, ".idem", "idemd.sock")
         self.log = os.path.join(self.tmp, "idemd.log")
         self.proc = None
@@ -460,14 +465,25 @@ class IdemMachine(RuleBasedStateMachine):
                 "task": t}, M.task_digest(t)
 
     def do_write_task(self, csid, text, v, sender=0, recipient=0,
-                      body=None):
+                      body=None, schema="write-task-v1"):
         obj, digest = self.task_obj(csid, text, v, sender, recipient)
         if body is not None:
             obj["task"]["body"] = body
             digest = M.task_digest(obj["task"])
+        if schema != "write-task-v1":
+            # FCoP 4's candidate schema (doc/protocol.md): the model
+            # does not compute its digest, it keeps the broker's, so
+            # "the same request" is the same text index.
+            obj["digest_schema"] = schema
+            digest = "%s/%d" % (schema, text)
         raw, rep, t0, t1 = self.call(obj)
         m = self.m
         t = m.tasks.get(csid)
+        if t is not None and t.receipt is not None and \
+                t.facts["digest_schema"] != schema:
+            self.expect(rep, {"conflict:schema_mismatch"},
+                        "write_task other schema")
+            return
         if t is not None and t.receipt is not None:
             if t.digest == digest:
                 self.expect(rep, {"ok:reused"}, "write_task retry")
@@ -477,7 +493,8 @@ class IdemMachine(RuleBasedStateMachine):
                 self.expect(rep, {"conflict:digest_mismatch"},
                             "write_task other digest")
                 ex = rep.get("existing") or {}
-                if ex.get("request_digest") != t.digest or \
+                if ex.get("request_digest") != \
+                        t.facts["request_digest"] or \
                         ex.get("task_id") != t.facts["task_id"]:
                     fail("conflict's existing is not the first: %s" % raw)
             return
@@ -509,8 +526,10 @@ class IdemMachine(RuleBasedStateMachine):
         used.add(num)
         exp = {"client_submission_id": csid,
                "task_path": "_lifecycle/inbox/%s.md" % rc["task_id"],
-               "digest_schema": "write-task-v1", "request_digest": digest,
+               "digest_schema": schema, "request_digest": digest,
                "state": "committed"}
+        if schema != "write-task-v1":
+            exp["request_digest"] = rc.get("request_digest")
         for f, v2 in exp.items():
             if rc.get(f) != v2:
                 fail("receipt %s is %r, not %r" % (f, rc.get(f), v2))
@@ -562,6 +581,25 @@ class IdemMachine(RuleBasedStateMachine):
         s = ROLES.index(t.task["sender"])
         r = RECIPIENTS.index(t.task["recipient"])
         self.do_write_task(csid, text, v, s, r)
+
+    @rule(n=st.integers(1, 100), first=st.booleans(),
+          text=st.integers(0, 1), again=st.sampled_from(
+              ["same", "other schema", "other text"]))
+    def write_task_schemas(self, n, first, text, again):
+        """An id under one digest schema, then under the other:
+        conflict schema_mismatch (FCoP 4's operation_id grammar for the
+        id; ROOT/fcop.json declares the workspace)."""
+        self.serial += 1
+        csid = ("s%d-" % self.serial + "aZ09._:-" * 20)[:max(n, 8)]
+        schemas = ["write-task-v1", "fcop-create-task-v1"]
+        s0 = schemas[int(first)]
+        self.do_write_task(csid, text, 0, schema=s0)
+        if again == "same":
+            self.do_write_task(csid, text, 1, schema=s0)
+        elif again == "other schema":
+            self.do_write_task(csid, text, 0, schema=schemas[1 - int(first)])
+        else:
+            self.do_write_task(csid, 1 - text, 0, schema=s0)
 
     @rule(k=st.integers(1, 80), n=st.sampled_from([1, 4, 8, 16]))
     def write_task_bulk(self, k, n):
@@ -1082,6 +1120,11 @@ class IdemMachine(RuleBasedStateMachine):
                 sum(1 for e in m.effects.values()
                     if e.state == "committed")}
         got = {k: rep.get(k) for k in want}
+        if "history-count" in KNOWN and got["history_entries"] is not None \
+                and got["history_entries"] >= want["history_entries"]:
+            # Counted twice is the known defect; fewer would be a lost
+            # receipt, still a failure.
+            got["history_entries"] = want["history_entries"]
         if got != want:
             fail("stats %s, the model %s" % (got, want))
         if rep.get("table_used", 0) > m.capacity:
@@ -1345,8 +1388,21 @@ def main():
                                budget), steps, db)
             print("PASS: seed %d, %.0f s" % (seed, time.time() - t),
                   flush=True)
-        except ModelFailure as e:
-            print("FAIL: seed %d: %s" % (seed, e), flush=True)
+        except (ModelFailure, Flaky) as e:
+            if isinstance(e, Flaky):
+                # A real broker is not a pure function of the sequence
+                # (a lease's end, a checkpoint's moment): Hypothesis saw
+                # the failure and could not replay it the same way.
+                # The failure itself is the exception's context.
+                print("FAIL: seed %d: %s" % (seed, e), flush=True)
+                c = e.__context__ or e.__cause__
+                while c is not None and not isinstance(c, ModelFailure):
+                    c = c.__context__ or c.__cause__
+                if c is not None:
+                    print("FAIL: seed %d, first seen: %s" % (seed, c))
+                    e = c
+            else:
+                print("FAIL: seed %d: %s" % (seed, e), flush=True)
             # Hypothesis puts the shrunk sequence in the exception's
             # notes (Python 3.11): print it, to be kept in
             # regressions.py.
