@@ -85,6 +85,40 @@ REGRESSIONS = [
         ("effects_bulk", {"k": 40, "size": 65536, "lease": 30000,
                           "batched": True}),
     ]),
+    # Found by the machine (seed 1, IDEM_MODEL_KNOWN=lease-null,nul,
+    # absent-result,history-count; 332 s, 209 sequences): with
+    # --capacity 64 --segment-bytes 4096 and the default arena (4 MiB),
+    # effects with results of 10 B to 64 KiB and leases of 100 ms and
+    # 30 s, one at a time: a complete with one effect in flight answers
+    # table_full ("the result arena holds only results not yet in the
+    # index") for more than 8 s.  Issue item 3, found by itself.
+    ("arena_full_complete_found_by_the_model", "arena-full-complete", [
+        ("start", {"cap": 64, "arena": 0, "seg": 4096}),
+        ("effects_bulk", {"k": 12, "size": 1000, "lease": 100,
+                          "batched": False}),
+        ("effects_bulk", {"k": 32, "size": 1000, "lease": 30000,
+                          "batched": False}),
+        ("effects_bulk", {"k": 10, "size": 10, "lease": 100,
+                          "batched": False}),
+        ("effects_bulk", {"k": 13, "size": 65536, "lease": 100,
+                          "batched": False}),
+        ("effects_bulk", {"k": 44, "size": 10, "lease": 100,
+                          "batched": False}),
+        ("effects_bulk", {"k": 19, "size": 1000, "lease": 30000,
+                          "batched": False}),
+        ("effects_bulk", {"k": 17, "size": 10, "lease": 100,
+                          "batched": False}),
+        ("effects_bulk", {"k": 1, "size": 65536, "lease": 30000,
+                          "batched": False}),
+        ("effects_bulk", {"k": 58, "size": 1000, "lease": 30000,
+                          "batched": False}),
+        ("effects_bulk", {"k": 16, "size": 10, "lease": 100,
+                          "batched": False}),
+        ("effects_bulk", {"k": 13, "size": 65536, "lease": 30000,
+                          "batched": False}),
+        ("effects_bulk", {"k": 69, "size": 65536, "lease": 100,
+                          "batched": False}),
+    ]),
     # Issue item 1: 999 numbers taken, 200 committed effects through a
     # 64-slot table, a creation refused sequence_exhausted; effects must
     # go on committing, and no checkpoint fails (the log_clean
