@@ -187,7 +187,7 @@ def _has_dup(text):
     return any(seen)
 
 
-# ---- raw receipts -----------------------------------------------------------
+# ---- raw receipts ----------------------------------------------------------
 
 def raw_member(line, name):
     """The bytes of the top-level member NAME's value (an object) in the
@@ -237,7 +237,7 @@ def raw_member(line, name):
     return None
 
 
-# ---- the model --------------------------------------------------------------
+# ---- the model -------------------------------------------------------------
 
 TASK_ID_RE = re.compile(r"^TASK-(\d{8})-(\d{3})-([A-Z0-9_-]+)-to-"
                         r"([A-Z0-9_.-]+)$")

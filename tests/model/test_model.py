@@ -135,7 +135,7 @@ def now_ms():
     return time.time() * 1000.0
 
 
-# ---- the broker ---------------------------------------------------------------
+# ---- the broker ------------------------------------------------------------
 
 class Broker:
     """A real idemd on a temporary root, started as tests/lib.sh does
@@ -284,7 +284,7 @@ class Broker:
         return raw, json.loads(raw), t0, t1, None
 
 
-# ---- strategies ---------------------------------------------------------------
+# ---- strategies ------------------------------------------------------------
 
 def id_lengths():
     near = [k * KEY_SLOT + d for k in range(1, 4) for d in (-2, -1, 0, 1, 2)]
@@ -344,7 +344,7 @@ RESULT_SIZES = st.sampled_from([0, 1, 16, 100, 1000, 4096, 32768, 65535,
                                 MAX_RESULT])
 
 
-# ---- the machine --------------------------------------------------------------
+# ---- the machine -----------------------------------------------------------
 
 class IdemMachine(RuleBasedStateMachine):
     """The broker and the model side by side (model.py)."""
@@ -1116,7 +1116,8 @@ class IdemMachine(RuleBasedStateMachine):
             fail("get_submission of an effect: %s; model %s attempt %d"
                  % (raw[:500], e.state, e.attempt))
         if e.state == "committed":
-            self.check_effect_receipt(e, raw, dict(rep, **s), "get_submission",
+            self.check_effect_receipt(e, raw, dict(rep, **s),
+                                      "get_submission",
                                       container=M.raw_member(
                                           raw, "submission"))
 
@@ -1340,7 +1341,7 @@ class IdemMachine(RuleBasedStateMachine):
         return None
 
 
-# ---- running it ---------------------------------------------------------------
+# ---- running it ------------------------------------------------------------
 
 STATS = {"sequences": 0, "steps": 0, "requests": 0, "created": 0,
          "transient_retries": 0, "restarts": 0, "kills": 0,
