@@ -9,12 +9,12 @@ fences and leases, and the digests themselves, computed here from
 SPEC.md's text (not with the project's own digest code), checked
 against tests/vectors/*.json by check_vectors().
 
-Each method returns an Expect: the set of answers SPEC.md allows for
-the request in the model's current state (more than one only where the
-contract leaves a window: a lease measured on the broker's clock whose
-end falls between the request's send and receive times, a retryable
-refusal), and a function that applies the actual answer to the model.
-The harness (test_model.py) compares and applies.
+The answers SPEC.md allows for each request in a given state are
+decided in test_model.py's rules (one function per op, beside the
+request they check), on this state: where the contract allows more than
+one answer (a lease measured on the broker's clock whose end falls
+between a request's send and receive times, a retryable refusal) they
+name the set, and apply the actual answer to the model.
 """
 
 import hashlib
@@ -123,14 +123,6 @@ def effect_canonical(kind, request):
 
 def effect_digest(kind, request):
     return sha(effect_canonical(kind, request))
-
-
-def external_key(kind, csid, digest):
-    """doc/effects.md: idem- and 32 hex of SHA-256(key, NUL, digest), the
-    key being kind 0x1f id."""
-    h = hashlib.sha256((kind + "\x1f" + csid + "\x00" + digest)
-                       .encode("ascii")).hexdigest()
-    return "idem-" + h[:32]
 
 
 def has_nul(v):
