@@ -75,6 +75,29 @@ REGRESSIONS = [
         ("write_task_new", {"n": 200, "text": 1, "v": 1, "sender": 2,
                             "recipient": 3}),
     ]),
+    # Found by the machine (seed 1, IDEM_MODEL_KNOWN=lease-null,nul,
+    # absent-result,history-count,arena-full-complete; 359 s, 283
+    # sequences): 76 ids of 8 bytes through a 64-slot table, an effect
+    # of a 127-byte kind committed with a 32 KiB result, then a 196-byte
+    # id: table_full ("holds no entry it may evict") for more than 8 s
+    # with nothing in flight.  Issue item 2, found by itself.
+    ("long_id_after_cycling_found_by_the_model", "long-id-table-full", [
+        ("start", {"cap": 64, "arena": 0, "seg": 4096}),
+        ("write_task_bulk", {"k": 76, "n": 8}),
+        ("do_begin", {"kind": "charge/" + "v" * 120,
+                      "csid": "effect-with-21-bytes-", "which": 1, "v": 0,
+                      "lease": "absent"}),
+        ("write_task_new", {"n": 27, "text": 2, "v": 0, "sender": 3,
+                            "recipient": 2}),
+        ("stats", {}),
+        ("do_complete", {"kind": "charge/" + "v" * 120,
+                         "csid": "effect-with-21-bytes-", "e": "model",
+                         "fence": "latest", "outcome": "applied",
+                         "size": 32768, "same": True}),
+        ("write_report_no_task", {}),
+        ("write_task_new", {"n": 196, "text": 4, "v": 1, "sender": 4,
+                            "recipient": 1}),
+    ]),
     # Issue item 3: 64 results of 64 KiB in a 4 MiB arena, then more.
     ("complete_with_a_full_result_arena", "arena-full-complete", [
         ("start", {"cap": 64, "arena": 4194304, "seg": 0}),
