@@ -83,6 +83,9 @@ KNOWN_DEFECTS = {
     "committed with another result",
     "history-count": "found by the model: stats history_entries counts "
     "a receipt twice after restarts with another --capacity",
+    "restart-capacity": "found by the model: a restart with --capacity "
+    "64 after 63 submissions (2 in flight) is refused ('63 ... more "
+    "than --capacity 64 holds')",
 }
 KNOWN = set(x for x in os.environ.get("IDEM_MODEL_KNOWN", "").split(",")
             if x)
@@ -394,7 +397,7 @@ class IdemMachine(RuleBasedStateMachine):
         note("start idemd %s" % " ".join(self._args(cap, arena, seg)))
         if not self.b.start(self._args(cap, arena, seg)):
             in_flight = self.m.in_flight()
-            if cap < in_flight:
+            if cap < in_flight or "restart-capacity" in KNOWN:
                 # doc/idemd.8: a capacity smaller than the work in
                 # flight stops start-up with the capacity that fits.
                 note("refused: capacity %d < %d in flight" %
@@ -1364,6 +1367,18 @@ def run_seed(seed, seconds, steps, db):
     run_state_machine_as_test(MACHINE, settings=s)
 
 
+class Draws:
+    """A rule's `data` in a kept sequence: the values Hypothesis drew
+    (its "Draw n:" lines), in order."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def draw(self, strategy):
+        del strategy
+        return self.values.pop(0)
+
+
 def has_model_failure(e):
     c = e.__context__ or e.__cause__
     while c is not None and not isinstance(c, ModelFailure):
@@ -1391,6 +1406,8 @@ def run_regressions(known):
         mach = MACHINE()
         try:
             for rule_name, kw in steps:
+                if "data" in kw:
+                    kw = dict(kw, data=Draws(kw["data"]))
                 getattr(mach, rule_name)(**kw)
                 mach.files()
                 mach.log_clean()
