@@ -402,6 +402,11 @@ class IdemMachine(RuleBasedStateMachine):
                 # flight stops start-up with the capacity that fits.
                 note("refused: capacity %d < %d in flight" %
                      (cap, in_flight))
+                # Its "fatal:" line is the refusal the model allows.
+                try:
+                    self.log_seen = os.path.getsize(self.b.log)
+                except OSError:
+                    pass
                 cap = DEFAULT_CAPACITY
                 if self.b.start(self._args(cap, arena, seg)):
                     self.cfg = (cap, arena, seg)
