@@ -685,6 +685,8 @@ int	 current_path_find(struct idemd *, const char *id,
 /* Add "current_path" to object if the task moved from recorded. */
 void	 current_path_add(struct idemd *, json_t *object, const char *id,
 	    const char *recorded);
+/* s->name from s->entry's kind, date, number and roles (both backends). */
+void	 submission_set_name(struct submission *);
 
 /* write_report_check.c: a write_report request, read and checked */
 struct write_report {

@@ -5,7 +5,8 @@
  * every time, so that a reused receipt is byte for byte the first one
  * (SPEC.md).  Beside it, current_path: where FCoP tools moved the task
  * since, which both answers add and the receipt never holds.  An
- * effect's receipt is effect.c's (effect_receipt_json).
+ * effect's receipt is effect.c's (effect_receipt_json).  And a
+ * submission's name (its id), which both backends' creations set.
  */
 #include <limits.h>
 
@@ -45,4 +46,15 @@ current_path_add(struct idemd *d, json_t *object, const char *id,
 
 	if (current_path_find(d, id, recorded, path, sizeof path) == 1)
 		json_object_set_new(object, "current_path", json_string(path));
+}
+
+/* s->name: the id (file name without .md) of s->entry's number. */
+void
+submission_set_name(struct submission *s)
+{
+	const struct subtab_entry *e = &s->entry;
+
+	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, s->name,
+	    sizeof s->name);
 }

@@ -226,16 +226,6 @@ sub_journal(struct pending *p, pending_resume_fn next)
 }
 
 static void
-sub_set_name(struct submission *s)
-{
-	const struct subtab_entry *e = &s->entry;
-
-	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
-	    e->sender_length, e->recipient, e->recipient_length, s->name,
-	    sizeof s->name);
-}
-
-static void
 sub_crash_point(struct submission *s, enum crash_point point)
 {
 	if (s->ops->crash_points)
@@ -385,7 +375,7 @@ sub_from_index(struct pending *p)
 	s->slot = UINT32_MAX;	/* in no slot: no reply stored for it */
 	s->entry = found.record.entry;
 	s->pruned = found.form == INDEX_TOMBSTONE;
-	sub_set_name(s);
+	submission_set_name(s);
 	if (s->entry.schema != (s->schema != 0 ? s->schema : s->ops->schema) ||
 	    memcmp(s->entry.request_digest, s->digest,
 	    IDEM_SHA256_BYTES) != 0)
@@ -432,7 +422,7 @@ sub_acquire(struct pending *p)
 		s->slot = a.slot;
 		s->entry = a.found;
 		s->fresh = 1;
-		sub_set_name(s);
+		submission_set_name(s);
 		if (sub_carry(p) == 0)
 			return;		/* a file thread carries it */
 		sub_start_temp(p);
@@ -450,20 +440,20 @@ sub_acquire(struct pending *p)
 		s->claimed = 1;
 		s->slot = a.slot;
 		s->entry = a.found;
-		sub_set_name(s);
+		submission_set_name(s);
 		sub_journal(p, a.found.state == SUBTAB_RESERVED ?
 		    sub_reserved : sub_recover_created);
 		return;
 	case SUBTAB_DONE:
 		s->slot = a.slot;	/* the fast path stores its reply there */
 		s->entry = a.found;
-		sub_set_name(s);
+		submission_set_name(s);
 		local_after_durable(p, a.found_journal_end, epoch,
 		    sub_done_durable);
 		return;
 	case SUBTAB_MISMATCH:
 		s->entry = a.found;
-		sub_set_name(s);
+		submission_set_name(s);
 		local_after_durable(p, a.found_journal_end, epoch,
 		    sub_mismatch);
 		return;
@@ -904,7 +894,7 @@ sub_file_written(struct fileio_job *job)
 		log_warnx("%s was taken by another writer; submission %s "
 		    "moves to number %u", s->name, s->submission_id,
 		    s->entry.seq);
-		sub_set_name(s);
+		submission_set_name(s);
 		sub_journal(p, sub_reserved);
 		return;
 	}
@@ -987,7 +977,7 @@ sub_legacy(struct pending *p)
 		sub_fail_alloc(p, errno);
 		return;
 	}
-	sub_set_name(s);
+	submission_set_name(s);
 	sub_put_file(p, sub_legacy_written);
 }
 

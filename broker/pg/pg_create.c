@@ -213,16 +213,6 @@ cl_answer(struct pending *p, int created)
 	c->created = created;
 }
 
-static void
-cl_set_name(struct submission *s)
-{
-	const struct subtab_entry *e = &s->entry;
-
-	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
-	    e->sender_length, e->recipient, e->recipient_length, s->name,
-	    sizeof s->name);
-}
-
 /*
  * Committed receipts never change: keep it for retries on this broker.
  * The slot it landed in is the one the answer's fast-path reply is
@@ -784,7 +774,7 @@ cl_write(struct pending *p)
 		    c->row.entry.seq);
 		s->entry.date = c->row.entry.date;
 		s->entry.seq = c->row.entry.seq;
-		cl_set_name(s);
+		submission_set_name(s);
 	}
 }
 
@@ -861,7 +851,7 @@ cl_take_row(struct submission *s, const struct pgstore_row *row)
 	memcpy(s->entry.recipient, row->entry.recipient,
 	    sizeof s->entry.recipient);
 	s->entry.recipient_length = row->entry.recipient_length;
-	cl_set_name(s);
+	submission_set_name(s);
 }
 
 /*
@@ -1043,7 +1033,7 @@ cl_legacy(struct pending *p)
 				cl_fail_storage(p, "taking a number", cause);
 			return;
 		}
-		cl_set_name(s);
+		submission_set_name(s);
 		s->entry.created_at_ms = now;
 		if (s->ops->render(s, now, &data, &length) != 0) {
 			cl_fail(p, WIRE_INTERNAL, 1,
@@ -1150,7 +1140,7 @@ pg_create(struct pending *p, backend_create_done_fn done)
 		uint8_t	want = s->entry.schema;
 
 		s->entry = known;
-		cl_set_name(s);
+		submission_set_name(s);
 		if (known.schema != want || memcmp(known.request_digest,
 		    s->digest, IDEM_SHA256_BYTES) != 0)
 			cl_conflict(p, known.schema != want ?
