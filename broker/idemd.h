@@ -590,15 +590,9 @@ int	 cluster_pool_submit(struct event_base *, unsigned max,
 	    struct cluster_job *);
 /* The worker's loop has ended: the idle threads joined, connections closed. */
 void	 cluster_pool_stop(void);
-/* cluster_effect.c: effect_begin, _complete, _resolve on the row. */
-void	 cluster_effect_start(struct pending *);
-/* The judge's transition as a compare-and-set, then effect_settled. */
-void	 cluster_effect_record(struct pending *);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
 #define cluster_submission_start(p)	((void)(p))
-#define cluster_effect_start(p)	((void)(p))
-#define cluster_effect_record(p)	((void)(p))
 #define cluster_pool_stop()		((void)0)
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
@@ -656,6 +650,7 @@ int	 write_report_check(json_t *request, struct request_error *);
 void	 op_write_report(struct conn *, json_t *request, json_t *id);
 
 /* effect_check.c: an effect op's request, read and checked */
+struct backend_effect_outcome;
 enum effect_op {
 	EFFECT_BEGIN,
 	EFFECT_COMPLETE,
@@ -698,9 +693,15 @@ struct effect {
 	uint8_t			*cold_result;	/* malloc'd */
 	int			 index_checked;
 	uint64_t		 evictions;
-	/* --store postgresql (cluster_effect.c): the state the row was read in. */
+	/* --store postgresql (pg_effect.c): the state the row was read in. */
 	uint8_t			 found_state;
 	unsigned		 cluster_reads;
+	/* The backend's outcome goes to done (backend.h's done function). */
+	void			(*done)(struct pending *,
+				    const struct backend_effect_outcome *);
+	/* The local table was full (e->full why): reply_table_full's text. */
+	int			 table_full;
+	enum subtab_full	 full;
 };
 /* Read request into e (zeroed by the caller): 0, or -1 with err. */
 int	 effect_parse(enum effect_op, json_t *request, struct effect *,
@@ -717,27 +718,10 @@ int	 effect_kind_valid(const char *kind, size_t length,
 void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
 void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
 void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
-/*
- * The answers and judges, shared with the PostgreSQL store's flow
- * (cluster_effect.c): p->op is a struct effect whose entry holds the
- * effect's facts (a committed result's bytes in cold_result).
- */
-void	 effect_proceed(struct pending *);
-void	 effect_reused(struct pending *);
-void	 effect_mismatch(struct pending *);
-void	 effect_in_progress(struct pending *);
-void	 effect_outcome_unknown(struct pending *);
-void	 effect_refuse(struct pending *, enum wire_disposition,
-	    enum wire_error, enum wire_reason, int retryable,
-	    const char *message, int existing);
-void	 effect_fail(struct pending *, json_t *reply);
-/* complete or resolve on the state read: answer, or record a transition. */
-void	 effect_judge(struct pending *);
-/* A transition recorded (durable): its answer. */
-void	 effect_settled(struct pending *);
+/* receipt.c: an effect's key into kind and id (NUL-terminated copies). */
 int	 effect_key_split(const char *key, size_t key_length, char *kind,
 	    size_t kind_size, char *id, size_t id_size);
-/* A reserved effect whose lease has not expired at now. */
+/* receipt.c: a reserved effect whose lease has not expired at now. */
 int	 effect_lease_live(const struct subtab_entry *, int64_t now);
 /* The wire state: a reserved effect past its lease is outcome_unknown. */
 const char *effect_state_name(const struct subtab_entry *, int64_t now);

@@ -36,4 +36,10 @@ int	local_fail_reopening(struct backend_error *);
 /* 1 and err if p's wait ended in a journal failure; 0 otherwise. */
 int	local_journal_failed(struct pending *, struct backend_error *);
 
+/* local_effect.c: effect_begin, _complete and _resolve on the slot. */
+void	local_effect_begin(struct pending *, backend_effect_done_fn);
+void	local_effect_claim(struct pending *, backend_effect_done_fn);
+void	local_effect_record(struct pending *, backend_effect_done_fn);
+void	local_effect_release(struct pending *);
+
 #endif

@@ -2,8 +2,9 @@
 /*
  * local_backend.c: the local backend's table of operations, and its
  * reads: get_submission's entry (the table, then the index), diagnose's
- * unfinished entries (a snapshot of the table).  The creations and the
- * effects still run in submission.c and effect.c (issue #28, G2, G3).
+ * unfinished entries (a snapshot of the table).  Its effects are
+ * local_effect.c's; the creations still run in submission.c (issue #28,
+ * G2).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -187,7 +188,11 @@ const struct backend local_backend = {
 	.flags = BACKEND_SWEEPS_TEMPORARIES,
 	.matches = local_matches,
 	/* configure, locked: main.c's store_options and start-up (G4). */
-	/* create: submission.c (G2); effect_*, release: effect.c (G3). */
+	/* create: submission.c (G2). */
+	.effect_begin = local_effect_begin,
+	.effect_claim = local_effect_claim,
+	.effect_record = local_effect_record,
+	.release = local_effect_release,
 	.get = local_get,
 	.diagnose = local_diagnose,
 	.history = NULL,	/* stats has no "store" member */

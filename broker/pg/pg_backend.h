@@ -19,4 +19,10 @@ int	pg_diagnose(struct idemd *, backend_row_fn, void *,
 	    uint32_t effects[SUBTAB_STATE_COUNT], struct backend_error *);
 int	pg_history(struct idemd *, struct backend_history *);
 
+/* pg_effect.c: effect_begin, _complete and _resolve on the row. */
+void	pg_effect_begin(struct pending *, backend_effect_done_fn);
+void	pg_effect_claim(struct pending *, backend_effect_done_fn);
+void	pg_effect_record(struct pending *, backend_effect_done_fn);
+void	pg_effect_release(struct pending *);
+
 #endif
