@@ -94,10 +94,14 @@ struct backend_row {
 	struct subtab_entry	 entry;
 	/*
 	 * A committed effect's result bytes (entry.result_length of them);
-	 * NULL: the op layer reads them from the local table's arena or
-	 * index (effect_receipt_json, until G3's effect_result).
+	 * NULL: unreadable (its receipt is shown null).
 	 */
 	const uint8_t		*result;
+	/*
+	 * Local: a committed effect of the table whose bytes the arena
+	 * reused and the index keeps as a tombstone (receipt_pruned).
+	 */
+	int			 result_pruned;
 	int			 pruned;	/* a tombstone */
 	int			 from_index;	/* local: committed, out of
 						   the table (the index's) */

@@ -125,54 +125,6 @@ effect_state_name(const struct subtab_entry *e, int64_t now)
 }
 
 /*
- * The committed result of e (a table entry) into buf: from the arena,
- * or, once the arena has reused their space, from the index (the arena
- * gives up only bytes of an entry durable there).  NULL if neither
- * holds them; *pruned when the index keeps only a tombstone (compact).
- */
-static const uint8_t *
-effect_result_bytes(struct idemd *d, const char *key, size_t key_length,
-    const struct subtab_entry *e, uint8_t *buf, int *pruned)
-{
-	struct index_entry		 found;
-	const struct subtab_entry	*x = &found.record.entry;
-
-	*pruned = 0;
-	if (arena_read(&d->seg, e->result_offset, e->result_length, buf) == 0)
-		return buf;
-	if (history_find(d, key, key_length, &found, buf) != 1 ||
-	    x->kind != SUBTAB_KIND_EFFECT || x->state != SUBTAB_COMMITTED ||
-	    memcmp(x->request_digest, e->request_digest,
-	    IDEM_SHA256_BYTES) != 0 || memcmp(x->file_digest, e->file_digest,
-	    IDEM_SHA256_BYTES) != 0)
-		return NULL;
-	if (found.form == INDEX_TOMBSTONE) {
-		*pruned = 1;
-		return buf;
-	}
-	if (x->result_length != e->result_length ||
-	    (e->result_length > 0 && found.record.result != buf))
-		return NULL;
-	return buf;
-}
-
-json_t *
-effect_receipt_json(struct idemd *d, const char *key, size_t key_length,
-    const struct subtab_entry *e, int *pruned)
-{
-	/* The event loop's thread only (as history_find's scratch). */
-	static uint8_t	 buf[IDEM_MAX_EFFECT_RESULT_BYTES];
-	const uint8_t	*bytes;
-
-	if (e->result_length > sizeof buf)
-		return NULL;
-	bytes = effect_result_bytes(d, key, key_length, e, buf, pruned);
-	if (bytes == NULL)
-		return NULL;
-	return effect_receipt_json_from(key, key_length, e, bytes, *pruned);
-}
-
-/*
  * The receipt from an entry and its result's bytes, wherever they are
  * (the arena, or the index).  A tombstone (pruned) has no result: its
  * digest stands in its place.
@@ -239,7 +191,6 @@ existing_json(struct effect *e)
 	return j;
 }
 
-
 static void
 effect_fail(struct pending *p, json_t *reply)
 {
@@ -247,7 +198,6 @@ effect_fail(struct pending *p, json_t *reply)
 	atomic_fetch_add(&counters_of(p)->errors, 1);
 	pending_reply(p, reply);
 }
-
 
 /* A refusal with a disposition: conflict, in_progress, outcome_unknown. */
 static void
@@ -293,14 +243,21 @@ static void
 effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
     int action_taken)
 {
-	struct effect	*e = effect_of(p);
-	json_t		*reply, *receipt;
+	struct effect		*e = effect_of(p);
+	const struct backend	*be = idemd_of(p)->be;
+	const uint8_t		*bytes;
+	json_t			*reply, *receipt;
 
-	idemd_of(p)->be->release(p);
-	receipt = e->cold ? effect_receipt_json_from(e->key, e->key_length,
-	    &e->entry, e->cold_result, e->pruned) :
-	    effect_receipt_json(idemd_of(p), e->key, e->key_length,
-	    &e->entry, &e->pruned);
+	be->release(p);
+	if (e->cold)
+		receipt = effect_receipt_json_from(e->key, e->key_length,
+		    &e->entry, e->cold_result, e->pruned);
+	else if (be->effect_result != NULL &&
+	    be->effect_result(p, &bytes, &e->pruned) == 0)
+		receipt = effect_receipt_json_from(e->key, e->key_length,
+		    &e->entry, bytes, e->pruned);
+	else
+		receipt = NULL;
 	if (receipt == NULL) {
 		log_warnx("effect %s: its committed result is unreadable",
 		    e->id);
@@ -343,13 +300,7 @@ effect_answer_state(struct pending *p, int action_taken)
 	pending_reply(p, reply);
 }
 
-
-
-
-
-
 /* ---- effect_begin ------------------------------------------------------------ */
-
 
 static void
 effect_proceed(struct pending *p)
@@ -421,10 +372,6 @@ effect_in_progress(struct pending *p)
 	effect_refuse(p, DISPOSITION_IN_PROGRESS, WIRE_IN_PROGRESS, REASON_NONE,
 	    1, "another caller holds a live lease on this effect", 1);
 }
-
-
-
-
 
 /* ---- effect_complete and effect_resolve ------------------------------------ */
 
@@ -612,7 +559,7 @@ effect_resolve_judge(struct pending *p)
 			    "the evidence contradicts the committed receipt");
 		return;
 	}
-	if (e->found_end != SUBTAB_NOT_JOURNALED &&
+	if (!e->found_unrecorded &&
 	    effect_lease_live(x, shm_now_ms())) {
 		effect_in_progress(p);
 		return;
@@ -644,7 +591,6 @@ effect_judge(struct pending *p)
 	else
 		effect_resolve_judge(p);
 }
-
 
 /* ---- The backend's outcomes ------------------------------------------------ */
 
@@ -782,8 +728,8 @@ op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 /* ---- Read-only views: get_submission and diagnose ------------------------ */
 
 json_t *
-effect_submission_json(struct idemd *d, const char *key,
-    size_t key_length, const struct subtab_entry *x, const uint8_t *result,
+effect_submission_json(const char *key, size_t key_length,
+    const struct subtab_entry *x, const uint8_t *result, int result_pruned,
     int in_flight, int64_t now)
 {
 	char	 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
@@ -792,7 +738,6 @@ effect_submission_json(struct idemd *d, const char *key,
 	char	 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
 	json_t	*j, *receipt;
 	int64_t	 age = now - x->updated_at_ms;
-	int	 pruned;
 
 	if (effect_key_split(key, key_length, kind, sizeof kind, id,
 	    sizeof id) != 0)
@@ -825,11 +770,9 @@ effect_submission_json(struct idemd *d, const char *key,
 	if (x->state == SUBTAB_COMMITTED) {
 		if (x->effect_flags & SUBTAB_EFFECT_RECOVERED)
 			json_object_set_new(j, "recovered", json_true());
-		pruned = 0;
 		receipt = result != NULL ? effect_receipt_json_from(key,
-		    key_length, x, result, 0) : effect_receipt_json(d, key,
-		    key_length, x, &pruned);
-		if (pruned)
+		    key_length, x, result, result_pruned) : NULL;
+		if (result != NULL && result_pruned)
 			json_object_set_new(j, "receipt_pruned", json_true());
 		json_object_set_new(j, "receipt", receipt != NULL ? receipt :
 		    json_null());

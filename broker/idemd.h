@@ -686,6 +686,8 @@ struct effect {
 	uint32_t		 slot;
 	uint64_t		 found_end;
 	uint64_t		 found_epoch;	/* the journal's, read before it */
+	/* The found state was never journaled (nobody was answered it). */
+	int			 found_unrecorded;
 	int			 journaled;	/* this call wrote a record */
 	/* Found in the index, not the table: its result's bytes here. */
 	int			 cold;
@@ -725,24 +727,22 @@ int	 effect_key_split(const char *key, size_t key_length, char *kind,
 int	 effect_lease_live(const struct subtab_entry *, int64_t now);
 /* The wire state: a reserved effect past its lease is outcome_unknown. */
 const char *effect_state_name(const struct subtab_entry *, int64_t now);
-/* A committed effect's receipt, the same bytes every time (NULL: unreadable). */
 /*
- * A committed effect's receipt, its result from the arena or, once the
- * arena has reused their space, the index (*pruned: a tombstone's).
+ * A committed effect's receipt, the same bytes every time (NULL:
+ * unreadable), from its result's bytes wherever they are (the arena,
+ * the index, the row); pruned: a tombstone's (no result).
  */
-json_t	*effect_receipt_json(struct idemd *, const char *key,
-	    size_t key_length, const struct subtab_entry *, int *pruned);
-/* The same from the result's bytes (an entry of the index; pruned: none). */
 json_t	*effect_receipt_json_from(const char *key, size_t key_length,
 	    const struct subtab_entry *, const uint8_t *bytes, int pruned);
 
 /*
  * An effect's facts for get_submission and diagnose (receipt once
- * committed, from result's bytes; result NULL: from the arena).
+ * committed, from result's bytes; NULL: unreadable, shown null;
+ * result_pruned: a tombstone's receipt, receipt_pruned).
  */
-json_t	*effect_submission_json(struct idemd *, const char *key,
-	    size_t key_length, const struct subtab_entry *,
-	    const uint8_t *result, int in_flight, int64_t now);
+json_t	*effect_submission_json(const char *key, size_t key_length,
+	    const struct subtab_entry *, const uint8_t *result,
+	    int result_pruned, int in_flight, int64_t now);
 /* optable.c: every op served, one row each */
 typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);

@@ -41,5 +41,13 @@ void	local_effect_begin(struct pending *, backend_effect_done_fn);
 void	local_effect_claim(struct pending *, backend_effect_done_fn);
 void	local_effect_record(struct pending *, backend_effect_done_fn);
 void	local_effect_release(struct pending *);
+int	local_effect_result(struct pending *, const uint8_t **, int *);
+/*
+ * The committed result of e (a table entry) into buf (from the arena,
+ * else the index): buf, or NULL unreadable; *pruned: a tombstone's.
+ */
+const uint8_t *local_effect_result_bytes(struct idemd *, const char *key,
+	    size_t key_length, const struct subtab_entry *, uint8_t *buf,
+	    int *pruned);
 
 #endif

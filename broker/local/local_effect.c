@@ -130,6 +130,55 @@ le_settled(struct pending *p)
 	le_done(p, BACKEND_EFFECT_SETTLED);
 }
 
+/* ---- A committed result --------------------------------------------------- */
+
+/*
+ * The committed result of e (a table entry) into buf: from the arena,
+ * or, once the arena has reused their space, from the index (the arena
+ * gives up only bytes of an entry durable there).  NULL if neither
+ * holds them; *pruned when the index keeps only a tombstone (compact).
+ */
+const uint8_t *
+local_effect_result_bytes(struct idemd *d, const char *key, size_t key_length,
+    const struct subtab_entry *e, uint8_t *buf, int *pruned)
+{
+	struct index_entry		 found;
+	const struct subtab_entry	*x = &found.record.entry;
+
+	*pruned = 0;
+	if (arena_read(&d->seg, e->result_offset, e->result_length, buf) == 0)
+		return buf;
+	if (history_find(d, key, key_length, &found, buf) != 1 ||
+	    x->kind != SUBTAB_KIND_EFFECT || x->state != SUBTAB_COMMITTED ||
+	    memcmp(x->request_digest, e->request_digest,
+	    IDEM_SHA256_BYTES) != 0 || memcmp(x->file_digest, e->file_digest,
+	    IDEM_SHA256_BYTES) != 0)
+		return NULL;
+	if (found.form == INDEX_TOMBSTONE) {
+		*pruned = 1;
+		return buf;
+	}
+	if (x->result_length != e->result_length ||
+	    (e->result_length > 0 && found.record.result != buf))
+		return NULL;
+	return buf;
+}
+
+/* The receipt's bytes of p's committed entry (the loop's thread only). */
+int
+local_effect_result(struct pending *p, const uint8_t **bytes, int *pruned)
+{
+	/* The event loop's thread only (as history_find's scratch). */
+	static uint8_t	 buf[IDEM_MAX_EFFECT_RESULT_BYTES];
+	struct effect	*e = effect_of(p);
+
+	if (e->entry.result_length > sizeof buf)
+		return -1;
+	*bytes = local_effect_result_bytes(idemd_of(p), e->key,
+	    e->key_length, &e->entry, buf, pruned);
+	return *bytes != NULL ? 0 : -1;
+}
+
 /* ---- The slot ---------------------------------------------------------------- */
 
 void
@@ -143,7 +192,6 @@ local_effect_release(struct pending *p)
 	if (subtab_release(&idemd_of(p)->seg, e->slot, &e->claim))
 		worker_wake_all(p->worker);
 }
-
 
 /*
  * Record e->entry (claimed slot: appended and set in the table in one
@@ -174,14 +222,12 @@ effect_journal(struct pending *p, pending_resume_fn next)
 	pending_journal_slot(p, &record, e->slot, &e->claim, &e->entry, next);
 }
 
-
 /* Is the journal failed (an odd epoch: writes wait for its reopen)? */
 static int
 effect_journal_down(struct pending *p)
 {
 	return (handoff_epoch(idemd_of(p)->seg.header) & 1) != 0;
 }
-
 
 /* A new attempt: the next number, a fresh fence, a lease from now. */
 static void
@@ -195,7 +241,6 @@ effect_new_attempt(struct effect *e, uint32_t attempt)
 	e->entry.lease_expires_ms = now + e->lease_ms;
 	e->entry.updated_at_ms = now;
 }
-
 
 /*
  * Reserve attempt (claimed slot): record it, and proceed once durable.
@@ -212,7 +257,6 @@ effect_reserve(struct pending *p, uint32_t attempt)
 	effect_new_attempt(effect_of(p), attempt);
 	effect_journal(p, le_proceed);
 }
-
 
 /*
  * The start of every look at the table for this effect (begin, complete,
@@ -239,7 +283,6 @@ effect_acquire_start(struct pending *p, struct subtab_acquire *a)
 	e->found_epoch = handoff_epoch(d->seg.header);
 	return 0;
 }
-
 
 /*
  * The table does not hold the key: look in the index.  0: not there
@@ -269,6 +312,7 @@ effect_from_index(struct pending *p)
 		e->pruned = found.form == INDEX_TOMBSTONE;
 		e->entry = found.record.entry;
 		e->found_end = 0;	/* durable */
+		e->found_unrecorded = 0;
 		return 1;
 	default:
 		le_failed(p, WIRE_STORAGE_UNAVAILABLE,
@@ -376,7 +420,6 @@ effect_begin_acquire(struct pending *p)
 	}
 }
 
-
 /* complete and resolve: claim the key whatever its digest, to judge. */
 static void
 effect_claim(struct pending *p)
@@ -393,6 +436,8 @@ effect_claim(struct pending *p)
 		e->slot = a.slot;
 		e->entry = a.found;
 		e->found_end = a.found_journal_end;
+		e->found_unrecorded = a.found_journal_end ==
+		    SUBTAB_NOT_JOURNALED;
 		if (e->entry.kind != SUBTAB_KIND_EFFECT) {
 			le_failed(p, WIRE_INTERNAL, 0,
 			    "the key names no effect");

@@ -125,6 +125,7 @@ ce_take_row(struct effect *e, struct pgstore_row *row)
 	e->entry.lease_expires_ms = shm_now_ms() + row->lease_ms_left;
 	e->found_state = row->entry.state;
 	e->found_end = 0;	/* durable: a COMMIT that returned */
+	e->found_unrecorded = 0;
 	free(e->cold_result);
 	e->cold_result = (uint8_t *)row->receipt;
 	row->receipt = NULL;
