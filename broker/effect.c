@@ -684,7 +684,8 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	struct pending		*p;
 	struct idemd		*d;
 
-	if ((p = pending_new_op(conn, id, sizeof *e, effect_free)) == NULL)
+	if ((p = pending_new_op(conn, id, BACKEND_EFFECT_OP_SIZE +
+	    conn_idemd(conn)->be->effect_state_size, effect_free)) == NULL)
 		return;
 	e = p->op;
 	e->op = op;

@@ -679,25 +679,14 @@ struct effect {
 	char			*result;	/* compact JSON; malloc'd */
 	size_t			 result_length;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
-	/* the slot */
+	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;
-	struct subtab_claim	 claim;
-	int			 claimed;
-	uint32_t		 slot;
-	uint64_t		 found_end;
-	uint64_t		 found_epoch;	/* the journal's, read before it */
 	/* The found state was never journaled (nobody was answered it). */
 	int			 found_unrecorded;
-	int			 journaled;	/* this call wrote a record */
-	/* Found in the index, not the table: its result's bytes here. */
+	/* Found in the index or a row, not the table: its result here. */
 	int			 cold;
 	int			 pruned;	/* a tombstone: no result */
 	uint8_t			*cold_result;	/* malloc'd */
-	int			 index_checked;
-	uint64_t		 evictions;
-	/* --store postgresql (pg_effect.c): the state the row was read in. */
-	uint8_t			 found_state;
-	unsigned		 cluster_reads;
 	/* The backend's outcome goes to done (backend.h's done function). */
 	void			(*done)(struct pending *,
 				    const struct backend_effect_outcome *);

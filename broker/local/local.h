@@ -11,6 +11,18 @@
 
 extern const struct backend local_backend;
 
+/* An effect's request's room (backend_effect_state): its slot. */
+struct local_effect {
+	struct subtab_claim	 claim;
+	int			 claimed;
+	uint32_t		 slot;
+	uint64_t		 found_end;
+	uint64_t		 found_epoch;	/* the journal's, read before it */
+	int			 journaled;	/* this call wrote a record */
+	int			 index_checked;
+	uint64_t		 evictions;
+};
+
 /*
  * The halves submission.c and effect.c each have a copy of today, one
  * for both once G2 (local_create.c) and G3 (local_effect.c) call them

@@ -192,6 +192,7 @@ local_journal_failed(struct pending *p, struct backend_error *err)
 const struct backend local_backend = {
 	.name = "local",
 	.flags = BACKEND_SWEEPS_TEMPORARIES,
+	.effect_state_size = sizeof(struct local_effect),
 	.matches = local_matches,
 	/* configure, locked: main.c's store_options and start-up (G4). */
 	/* create: submission.c (G2). */

@@ -34,6 +34,12 @@ effect_of(struct pending *p)
 	return p->op;
 }
 
+static struct local_effect *
+le_of(struct pending *p)
+{
+	return backend_effect_state(p);
+}
+
 static struct idemd *
 idemd_of(struct pending *p)
 {
@@ -184,12 +190,12 @@ local_effect_result(struct pending *p, const uint8_t **bytes, int *pruned)
 void
 local_effect_release(struct pending *p)
 {
-	struct effect	*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 
-	if (!e->claimed)
+	if (!le->claimed)
 		return;
-	e->claimed = 0;
-	if (subtab_release(&idemd_of(p)->seg, e->slot, &e->claim))
+	le->claimed = 0;
+	if (subtab_release(&idemd_of(p)->seg, le->slot, &le->claim))
 		worker_wake_all(p->worker);
 }
 
@@ -202,6 +208,7 @@ static void
 effect_journal(struct pending *p, pending_resume_fn next)
 {
 	struct effect		*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 	struct journal_record	 record;
 
 	memset(&record, 0, sizeof record);
@@ -218,8 +225,8 @@ effect_journal(struct pending *p, pending_resume_fn next)
 	    arena_read(&idemd_of(p)->seg, e->entry.result_offset,
 	    e->entry.result_length, e->cold_result) == 0)
 		record.result = e->cold_result;
-	e->journaled = 1;
-	pending_journal_slot(p, &record, e->slot, &e->claim, &e->entry, next);
+	le->journaled = 1;
+	pending_journal_slot(p, &record, le->slot, &le->claim, &e->entry, next);
 }
 
 /* Is the journal failed (an odd epoch: writes wait for its reopen)? */
@@ -266,7 +273,8 @@ effect_reserve(struct pending *p, uint32_t attempt)
 static int
 effect_acquire_start(struct pending *p, struct subtab_acquire *a)
 {
-	struct effect	*e = effect_of(p);
+	struct effect		*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 	struct idemd	*d = idemd_of(p);
 
 	if (p->timed_out) {
@@ -278,9 +286,9 @@ effect_acquire_start(struct pending *p, struct subtab_acquire *a)
 	memset(a, 0, sizeof *a);
 	a->key = e->key;
 	a->key_length = e->key_length;
-	a->claim = e->claim;
+	a->claim = le->claim;
 	/* Before the table is read: see local_after_durable. */
-	e->found_epoch = handoff_epoch(d->seg.header);
+	le->found_epoch = handoff_epoch(d->seg.header);
 	return 0;
 }
 
@@ -293,10 +301,11 @@ static int
 effect_from_index(struct pending *p)
 {
 	struct effect		*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct index_entry	 found;
 
-	e->evictions = atomic_load(&d->seg.header->evictions);
+	le->evictions = atomic_load(&d->seg.header->evictions);
 	if (e->cold_result == NULL &&
 	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) == NULL) {
 		le_failed(p, WIRE_INTERNAL, 1, "out of memory");
@@ -305,13 +314,13 @@ effect_from_index(struct pending *p)
 	switch (history_find(d, e->key, e->key_length, &found,
 	    e->cold_result)) {
 	case 0:
-		e->index_checked = 1;
+		le->index_checked = 1;
 		return 0;
 	case 1:
 		e->cold = 1;
 		e->pruned = found.form == INDEX_TOMBSTONE;
 		e->entry = found.record.entry;
-		e->found_end = 0;	/* durable */
+		le->found_end = 0;	/* durable */
 		e->found_unrecorded = 0;
 		return 1;
 	default:
@@ -325,31 +334,32 @@ static void
 effect_begin_acquire(struct pending *p)
 {
 	struct effect		*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
 
 	if (effect_acquire_start(p, &a) != 0)
 		return;
 	a.want = e->entry;
-	a.index_checked = e->index_checked;
-	a.evictions = e->evictions;
-	if ((e->found_epoch & 1) && local_needs_journal(d, e->key,
+	a.index_checked = le->index_checked;
+	a.evictions = le->evictions;
+	if ((le->found_epoch & 1) && local_needs_journal(d, e->key,
 	    e->key_length, e->entry.schema, e->entry.request_digest)) {
 		le_fail_reopening(p);
 		return;
 	}
 	switch (subtab_acquire(&d->seg, &a)) {
 	case SUBTAB_INSERTED:
-		e->claimed = 1;
-		e->slot = a.slot;
+		le->claimed = 1;
+		le->slot = a.slot;
 		e->entry = a.found;
 		effect_reserve(p, 1);
 		return;
 	case SUBTAB_CLAIMED:
-		e->claimed = 1;
-		e->slot = a.slot;
+		le->claimed = 1;
+		le->slot = a.slot;
 		e->entry = a.found;
-		e->found_end = a.found_journal_end;
+		le->found_end = a.found_journal_end;
 		switch (e->entry.state) {
 		case SUBTAB_RESERVED:
 			if (a.found_journal_end == SUBTAB_NOT_JOURNALED) {
@@ -363,8 +373,8 @@ effect_begin_acquire(struct pending *p)
 				le_done(p, BACKEND_EFFECT_IN_PROGRESS);
 			else {
 				local_effect_release(p);
-				local_after_durable(p, e->found_end,
-				    e->found_epoch, le_unknown);
+				local_after_durable(p, le->found_end,
+				    le->found_epoch, le_unknown);
 			}
 			return;
 		case SUBTAB_RELEASED:
@@ -372,20 +382,20 @@ effect_begin_acquire(struct pending *p)
 			return;
 		default:	/* OUTCOME_UNKNOWN */
 			local_effect_release(p);
-			local_after_durable(p, e->found_end, e->found_epoch,
+			local_after_durable(p, le->found_end, le->found_epoch,
 			    le_unknown);
 			return;
 		}
 	case SUBTAB_DONE:
 		e->entry = a.found;
-		e->found_end = a.found_journal_end;
-		local_after_durable(p, e->found_end, e->found_epoch,
+		le->found_end = a.found_journal_end;
+		local_after_durable(p, le->found_end, le->found_epoch,
 		    le_reused);
 		return;
 	case SUBTAB_MISMATCH:
 		e->entry = a.found;
-		e->found_end = a.found_journal_end;
-		local_after_durable(p, e->found_end, e->found_epoch,
+		le->found_end = a.found_journal_end;
+		local_after_durable(p, le->found_end, le->found_epoch,
 		    le_mismatch);
 		return;
 	case SUBTAB_BUSY:
@@ -425,6 +435,7 @@ static void
 effect_claim(struct pending *p)
 {
 	struct effect		*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
 
@@ -432,10 +443,10 @@ effect_claim(struct pending *p)
 		return;
 	switch (subtab_claim_key(&d->seg, &a)) {
 	case SUBTAB_CLAIMED:
-		e->claimed = 1;
-		e->slot = a.slot;
+		le->claimed = 1;
+		le->slot = a.slot;
 		e->entry = a.found;
-		e->found_end = a.found_journal_end;
+		le->found_end = a.found_journal_end;
 		e->found_unrecorded = a.found_journal_end ==
 		    SUBTAB_NOT_JOURNALED;
 		if (e->entry.kind != SUBTAB_KIND_EFFECT) {
@@ -443,7 +454,7 @@ effect_claim(struct pending *p)
 			    "the key names no effect");
 			return;
 		}
-		local_after_durable(p, e->found_end, e->found_epoch,
+		local_after_durable(p, le->found_end, le->found_epoch,
 		    le_found);
 		return;
 	case SUBTAB_BUSY:
@@ -471,11 +482,11 @@ effect_claim(struct pending *p)
 static void
 le_claim_init(struct pending *p)
 {
-	struct effect	*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 
-	e->claim.worker = p->worker->index + 1;
-	e->claim.generation = p->worker->generation;
-	e->claim.token = ++p->worker->next_token;
+	le->claim.worker = p->worker->index + 1;
+	le->claim.generation = p->worker->generation;
+	le->claim.token = ++p->worker->next_token;
 }
 
 void
@@ -506,11 +517,12 @@ local_effect_claim(struct pending *p, backend_effect_done_fn done)
 void
 local_effect_record(struct pending *p, backend_effect_done_fn done)
 {
-	struct effect	*e = effect_of(p);
+	struct effect		*e = effect_of(p);
+	struct local_effect	*le = le_of(p);
 
 	e->done = done;
 	if (e->entry.state == SUBTAB_COMMITTED && arena_put(&idemd_of(p)->seg,
-	    e->slot, e->result, e->result_length,
+	    le->slot, e->result, e->result_length,
 	    &e->entry.result_offset) != 0) {
 		if (errno == ENOSPC) {
 			/* The arena asked for a checkpoint: it makes room. */

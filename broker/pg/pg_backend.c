@@ -21,6 +21,7 @@ pg_matches(const char *arg)
 const struct backend pg_backend = {
 	.name = "postgresql",
 	.flags = BACKEND_SPREADS_CONNECTIONS,
+	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,
 	/* configure, preflight (cluster_check): main.c (G4). */
 	/* worker_stop (cluster_pool_stop): worker.c (G4). */

@@ -11,6 +11,12 @@
 
 extern const struct backend pg_backend;
 
+/* An effect's request's room (backend_effect_state): the row as read. */
+struct pg_effect {
+	uint8_t		 found_state;	/* the state the row was read in */
+	unsigned	 cluster_reads;
+};
+
 /* pg_read.c: get_submission's row, diagnose's rows, stats' history. */
 int	pg_get(struct idemd *, enum subtab_kind, const char *key,
 	    size_t key_length, struct backend_row *, struct backend_error *);

@@ -80,6 +80,12 @@ ce_failed(struct pending *p, const struct backend_error *err)
 	ce_of(p)->done(p, &out);
 }
 
+static struct pg_effect *
+ce_state(struct pending *p)
+{
+	return backend_effect_state(p);
+}
+
 static void
 ce_key(struct effect *e, struct pgstore_key *key)
 {
@@ -109,7 +115,7 @@ ce_too_many_reads(struct pending *p)
 {
 	struct backend_error	 err;
 
-	if (++ce_of(p)->cluster_reads <= CLUSTER_EFFECT_MAX_READS)
+	if (++ce_state(p)->cluster_reads <= CLUSTER_EFFECT_MAX_READS)
 		return 0;
 	backend_fail(&err, WIRE_IN_PROGRESS, 1,
 	    "the effect kept changing under this request on other brokers");
@@ -119,12 +125,14 @@ ce_too_many_reads(struct pending *p)
 
 /* The row's facts into e, as effect.c reads them. */
 static void
-ce_take_row(struct effect *e, struct pgstore_row *row)
+ce_take_row(struct pending *p, struct pgstore_row *row)
 {
+	struct effect	*e = ce_of(p);
+
 	e->entry = row->entry;
 	e->entry.lease_expires_ms = shm_now_ms() + row->lease_ms_left;
-	e->found_state = row->entry.state;
-	e->found_end = 0;	/* durable: a COMMIT that returned */
+	ce_state(p)->found_state = row->entry.state;
+	/* durable (a COMMIT that returned): never unrecorded */
 	e->found_unrecorded = 0;
 	free(e->cold_result);
 	e->cold_result = (uint8_t *)row->receipt;
@@ -152,7 +160,7 @@ ce_read(struct pending *p, struct pgstore *st)
 		return -1;
 	}
 	if (rc == 1)
-		ce_take_row(e, &row);
+		ce_take_row(p, &row);
 	return rc;
 }
 
@@ -220,7 +228,7 @@ ce_begin(struct pending *p)
 			return;
 		}
 	} while (rc == 0);	/* another broker moved the row: read again */
-	ce_take_row(e, &row);
+	ce_take_row(p, &row);
 	ce_done(p, BACKEND_EFFECT_PROCEED);
 }
 
@@ -258,7 +266,7 @@ pg_effect_record(struct pending *p, backend_effect_done_fn done)
 	memset(&c, 0, sizeof c);
 	c.epoch = e->entry.attempt;
 	c.token = token;
-	c.from_state = e->found_state;
+	c.from_state = ce_state(p)->found_state;
 	c.to_state = e->entry.state;
 	c.result = committed ? e->result : NULL;
 	c.result_digest = committed ? e->entry.file_digest : NULL;
@@ -277,7 +285,7 @@ pg_effect_record(struct pending *p, backend_effect_done_fn done)
 		ce_claim(p);
 		return;
 	}
-	ce_take_row(e, &row);
+	ce_take_row(p, &row);
 	ce_done(p, BACKEND_EFFECT_SETTLED);
 }
 
