@@ -7,13 +7,15 @@
  * Writing a TASK or REPORT file durably costs an fsync of the file and
  * one of its directory: milliseconds that a worker's event loop must not
  * spend, or one slow disk would stall every connection of the worker.
- * So each worker hands its files to FILEIO_THREADS threads.  A thread
+ * So each worker hands its files to FILEIO_THREADS threads (pool.c, all
+ * started at once, keeping the worker's signal mask).  A thread
  * writes, fsyncs and links its file (taskfile_write_linked), then joins
  * the directory's next sync round: whoever finds no round running starts
  * one covering every link made so far, the others wait for it.  As with
  * the journal's group commit, one directory fsync serves every file
  * linked before it started.  Finished jobs go back to the event loop
- * (loopwake.c), and their callbacks run there, never in a thread.
+ * (pool.c, loopwake.c), and their callbacks run there, never in a
+ * thread.
  *
  * A fresh creation is carried from its temporary to its commit
  * (FILEIO_CARRY): the loop appends the reservation and hands the job
@@ -21,7 +23,8 @@
  * is flushed, waits for the journal's durable position to pass the
  * reservation (handoff_wait_durable: a futex the journaler moves, no
  * trip through the loop), links, and leaves the job to its directory's
- * sync rounds: the thread is free at once.  Whoever runs a round (the
+ * sync rounds (the job's run returns 1: pool.c's thread no longer
+ * touches it): the thread is free at once.  Whoever runs a round (the
  * first to find links uncovered and no round running) first waits, at
  * most IDEM_LINK_GATHER_US, for the threads whose reservations are
  * durable and that are about to link (fileio_gather: one journal flush
@@ -29,7 +32,7 @@
  * them, appends every covered job's task_created and commit (the jobs'
  * commit callbacks; one kick of the journaler for the batch), waits for
  * them to be durable (one sleep for the batch) and hands the batch back
- * with one post: the loop is woken once per batch, to reply.
+ * with one pool_post: the loop is woken once per batch, to reply.
  * Nothing is linked before its reservation is durable, nothing
  * answered before its commit is.
  *
@@ -45,6 +48,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -67,13 +71,13 @@ struct fileio_dir {
 	struct fileio_jobs carried;	/* linked, for the next round */
 };
 
+/*
+ * The threads, queue and done list are pool.c's; lock guards the
+ * directory rounds (and gathering) only.
+ */
 struct fileio {
-	struct event_base	*base;
-	struct loopwake		 wake;		/* jobs finished */
-	pthread_t		 threads[FILEIO_THREADS];
-	unsigned		 thread_count;
+	struct pool		*pool;
 	pthread_mutex_t		 lock;
-	pthread_cond_t		 work;		/* a job queued, or stop */
 	pthread_cond_t		 round;		/* a directory round ended */
 	/*
 	 * Per thread, the reservation its carried job waits for, from the
@@ -82,14 +86,16 @@ struct fileio {
 	 */
 	_Atomic uint64_t	 pending_end[FILEIO_THREADS];
 	_Atomic uint64_t	 pending_epoch[FILEIO_THREADS];
-	_Atomic unsigned	 next_thread;
 	pthread_cond_t		 linked;	/* nobody is about to link */
 	unsigned		 gathering;	/* rounds waiting on linked */
-	struct fileio_jobs	 queue;
-	struct fileio_jobs	 done;
 	struct fileio_dir	 dirs[FILEIO_DIRS];
-	unsigned		 in_flight;
 	int			 stop;
+};
+
+/* A thread's context (pool.c): its slot in pending_end, pending_epoch. */
+struct fileio_thread {
+	struct fileio		*io;
+	unsigned		 index;
 };
 
 static struct fileio_dir *
@@ -253,17 +259,19 @@ fileio_settle(struct fileio *io, struct fileio_jobs *post,
     struct fileio_jobs *owed)
 {
 	struct fileio_job	*j;
+	struct pool_jobs	 done;
 
 	if (TAILQ_EMPTY(post) && TAILQ_EMPTY(owed))
 		return;
 	TAILQ_FOREACH(j, owed, entry)
 		j->commit_verdict = handoff_wait_durable(j->journal,
 		    j->commit_after, j->commit_epoch);
-	pthread_mutex_lock(&io->lock);
-	TAILQ_CONCAT(&io->done, post, entry);
-	TAILQ_CONCAT(&io->done, owed, entry);
-	pthread_mutex_unlock(&io->lock);
-	loopwake_post(&io->wake);
+	TAILQ_INIT(&done);
+	TAILQ_FOREACH(j, post, entry)
+		TAILQ_INSERT_TAIL(&done, &j->pool, entry);
+	TAILQ_FOREACH(j, owed, entry)
+		TAILQ_INSERT_TAIL(&done, &j->pool, entry);
+	pool_post(io->pool, &done);
 }
 
 /*
@@ -489,146 +497,115 @@ fileio_carry(struct fileio *io, unsigned thread, struct fileio_job *job)
 	return 0;
 }
 
-static void *
-fileio_thread(void *arg)
+static struct fileio_job *
+fileio_job_of(struct pool_job *pj)
 {
-	struct fileio		*io = arg;
-	struct fileio_job	*job;
-	unsigned		 thread = atomic_fetch_add(&io->next_thread, 1);
-
-	pthread_mutex_lock(&io->lock);
-	for (;;) {
-		while (!io->stop && TAILQ_EMPTY(&io->queue))
-			pthread_cond_wait(&io->work, &io->lock);
-		if ((job = TAILQ_FIRST(&io->queue)) == NULL)
-			break;	/* stopping, and nothing left */
-		TAILQ_REMOVE(&io->queue, job, entry);
-		pthread_mutex_unlock(&io->lock);
-
-		if (job->phase == FILEIO_CARRY) {
-			if (fileio_carry(io, thread, job)) {
-				/* Its directory's round posts it. */
-				pthread_mutex_lock(&io->lock);
-				continue;
-			}
-			pthread_mutex_lock(&io->lock);
-		} else {
-			job->result = fileio_write(job);
-			job->error = job->result == 0 ? 0 : errno;
-			pthread_mutex_lock(&io->lock);
-			if (job->result == 0 && job->phase != FILEIO_TEMP)
-				fileio_sync_dir(io, job);
-		}
-		TAILQ_INSERT_TAIL(&io->done, job, entry);
-		loopwake_post(&io->wake);
-	}
-	pthread_mutex_unlock(&io->lock);
-	return NULL;
+	return (struct fileio_job *)((char *)pj -
+	    offsetof(struct fileio_job, pool));
 }
 
-/* In the event loop: run the callbacks of finished jobs. */
-static void
-fileio_finished(void *arg)
+/* On a thread (pool.c): 1, a carried job its directory's round posts. */
+static int
+fileio_run(struct pool_job *pj, void *ctx)
 {
-	struct fileio		*io = arg;
-	struct fileio_jobs	 done;
-	struct fileio_job	*job;
+	struct fileio_thread	*t = ctx;
+	struct fileio		*io = t->io;
+	struct fileio_job	*job = fileio_job_of(pj);
 
-	/* All at once: one hold of the lock the threads contend for. */
-	TAILQ_INIT(&done);
-	pthread_mutex_lock(&io->lock);
-	TAILQ_CONCAT(&done, &io->done, entry);
-	TAILQ_FOREACH(job, &done, entry)
-		io->in_flight--;
-	pthread_mutex_unlock(&io->lock);
-	while ((job = TAILQ_FIRST(&done)) != NULL) {
-		TAILQ_REMOVE(&done, job, entry);
-		errno = job->error;
-		job->done(job);
+	if (job->phase == FILEIO_CARRY)
+		return fileio_carry(io, t->index, job);
+	job->result = fileio_write(job);
+	job->error = job->result == 0 ? 0 : errno;
+	if (job->result == 0 && job->phase != FILEIO_TEMP) {
+		pthread_mutex_lock(&io->lock);
+		fileio_sync_dir(io, job);
+		pthread_mutex_unlock(&io->lock);
 	}
+	return 0;
+}
+
+/* In the event loop: a finished job's callback. */
+static void
+fileio_finished(struct pool_job *pj)
+{
+	struct fileio_job	*job = fileio_job_of(pj);
+
+	errno = job->error;
+	job->done(job);
+}
+
+static void
+fileio_thread_init(void *ctx, unsigned index, void *arg)
+{
+	struct fileio_thread	*t = ctx;
+
+	t->io = arg;
+	t->index = index;
 }
 
 struct fileio *
 fileio_start(struct event_base *base)
 {
 	struct fileio		*io;
+	struct pool_config	 config;
 	pthread_condattr_t	 attr;
 	unsigned		 i;
 
 	if ((io = calloc(1, sizeof *io)) == NULL)
 		return NULL;
-	io->base = base;
-	io->wake.fd = -1;
-	TAILQ_INIT(&io->queue);
-	TAILQ_INIT(&io->done);
 	for (i = 0; i < FILEIO_DIRS; i++) {
 		io->dirs[i].fd = -1;
 		TAILQ_INIT(&io->dirs[i].carried);
 	}
 	pthread_mutex_init(&io->lock, NULL);
-	pthread_cond_init(&io->work, NULL);
 	pthread_cond_init(&io->round, NULL);
 	/* Its wait is bounded on the monotonic clock (fileio_gather). */
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&io->linked, &attr);
 	pthread_condattr_destroy(&attr);
-	if (loopwake_open(&io->wake, base, fileio_finished, io) != 0)
-		goto fail;
-	for (i = 0; i < FILEIO_THREADS; i++) {
-		if (pthread_create(&io->threads[i], NULL, fileio_thread,
-		    io) != 0)
-			goto fail;
-		io->thread_count++;
+	/* All at once, with the worker's signal mask: see the top. */
+	memset(&config, 0, sizeof config);
+	config.min = config.max = FILEIO_THREADS;
+	config.ctx_size = sizeof (struct fileio_thread);
+	config.ctx_init = fileio_thread_init;
+	config.arg = io;
+	if ((io->pool = pool_start(base, &config)) == NULL) {
+		log_warn("starting the file threads");
+		fileio_stop(io);
+		return NULL;
 	}
 	return io;
-fail:
-	log_warn("starting the file threads");
-	fileio_stop(io);
-	return NULL;
 }
 
 void
 fileio_submit(struct fileio *io, struct fileio_job *job)
 {
 	job->cause = NULL;
-	pthread_mutex_lock(&io->lock);
-	TAILQ_INSERT_TAIL(&io->queue, job, entry);
-	io->in_flight++;
-	pthread_mutex_unlock(&io->lock);
-	/* After the unlock: the thread it wakes does not block on it. */
-	pthread_cond_signal(&io->work);
+	job->pool.run = fileio_run;
+	job->pool.done = fileio_finished;
+	/* Every thread runs from the start: the job is taken or queued. */
+	pool_submit(io->pool, &job->pool);
 }
 
 unsigned
 fileio_in_flight(struct fileio *io)
 {
-	unsigned	n;
-
-	pthread_mutex_lock(&io->lock);
-	n = io->in_flight;
-	pthread_mutex_unlock(&io->lock);
-	return n;
+	return pool_in_flight(io->pool);
 }
 
 /* Finish the queue, join the threads, free.  Callbacks do not run. */
 void
 fileio_stop(struct fileio *io)
 {
-	unsigned	i;
-
 	if (io == NULL)
 		return;
 	pthread_mutex_lock(&io->lock);
 	io->stop = 1;
-	pthread_cond_broadcast(&io->work);
 	pthread_mutex_unlock(&io->lock);
-	for (i = 0; i < io->thread_count; i++)
-		pthread_join(io->threads[i], NULL);
-	loopwake_close(&io->wake);
+	pool_stop(io->pool, POOL_DRAIN);
 	pthread_cond_destroy(&io->linked);
 	pthread_cond_destroy(&io->round);
-	pthread_cond_destroy(&io->work);
 	pthread_mutex_destroy(&io->lock);
 	free(io);
 }

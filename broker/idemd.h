@@ -235,6 +235,49 @@ int	loopwake_open(struct loopwake *, struct event_base *,
 void	loopwake_post(struct loopwake *);
 void	loopwake_close(struct loopwake *);
 
+/*
+ * pool.c: a worker's thread pool (fileio.c's file threads, cluster_pool.c's
+ * creation threads).  run is called on a thread with that thread's
+ * context: 0, the job is done and goes back to the loop; 1, it was given
+ * away, and its holder hands it back with pool_post.  done is called on
+ * the loop.
+ */
+struct pool;
+struct pool_job {
+	TAILQ_ENTRY(pool_job)	 entry;
+	int			(*run)(struct pool_job *, void *ctx);
+	void			(*done)(struct pool_job *);
+};
+TAILQ_HEAD(pool_jobs, pool_job);
+struct pool_config {
+	unsigned	 min;		/* lifo_idle: started by pool_start */
+	unsigned	 max;		/* at most; then jobs queue */
+	/*
+	 * 1: a job goes to the thread idle last, threads start on demand
+	 * (past min).  0: threads wait on one queue, all max start at once.
+	 */
+	int		 lifo_idle;
+	int		 block_signals;	/* a thread blocks every signal */
+	size_t		 ctx_size;	/* per thread, zeroed */
+	void		(*ctx_init)(void *ctx, unsigned index, void *arg);
+	void		(*ctx_fini)(void *ctx);	/* its thread joined */
+	void		*arg;		/* ctx_init's */
+};
+enum pool_stop {
+	POOL_DRAIN,		/* finish every job queued, join, free */
+	POOL_ABANDON_IF_BUSY	/* lifo_idle: the same, or nothing if a
+				   thread has a job */
+};
+/* NULL (errno) with nothing left running. */
+struct pool	*pool_start(struct event_base *, const struct pool_config *);
+/* From the loop; 0, or -1 (errno): no thread runs and none could start. */
+int		 pool_submit(struct pool *, struct pool_job *);
+/* From any thread: jobs given away are done (one wake-up); jobs emptied. */
+void		 pool_post(struct pool *, struct pool_jobs *);
+unsigned	 pool_in_flight(struct pool *);
+/* From the loop; done callbacks do not run. */
+void		 pool_stop(struct pool *, enum pool_stop);
+
 /* fileio.c: a worker's file-writing threads */
 #define FILEIO_THREADS	16	/* a carried creation holds one throughout */
 #define FILEIO_DIRS	4	/* directories with shared sync rounds */
@@ -302,7 +345,8 @@ struct fileio_job {
 	char			*cause;
 	void			(*done)(struct fileio_job *);	/* in the loop */
 	void			*arg;
-	TAILQ_ENTRY(fileio_job)	 entry;
+	TAILQ_ENTRY(fileio_job)	 entry;		/* fileio.c's rounds */
+	struct pool_job		 pool;		/* the threads' handle */
 };
 struct fileio	*fileio_start(struct event_base *);
 void		 fileio_carrier_done(struct fileio_job *);
@@ -581,7 +625,7 @@ struct pgstore	*cluster_store(struct idemd *, char **cause);
  * opens it); done, later, on the loop.
  */
 struct cluster_job {
-	TAILQ_ENTRY(cluster_job) entry;
+	struct pool_job	 pool;		/* the threads' handle (pool.c) */
 	void	(*run)(struct cluster_job *, struct pgstore *, int *open);
 	void	(*done)(struct cluster_job *);
 };

@@ -383,6 +383,73 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	return 0;
 }
 
+/*
+ * After the replay: committed slots the journal's tail gave the table
+ * that the index holds already are marked indexed.  A checkpoint gives
+ * the index every committed entry of the table it lacks, also those
+ * committed after the journal position the checkpoint covers; their
+ * records are replayed again at the next start, and without this each
+ * would count twice in stats' history_entries (the index's, and the
+ * table's "not yet indexed") and wait for a checkpoint to be evictable.
+ * Only the unindexed committed slots are looked up, and only when the
+ * index holds anything.  0, or -1 on an index error (logged).
+ */
+static int
+replay_mark_held(struct replay *rp)
+{
+	struct idemd		*d = rp->d;
+	struct subtab_entry	*entries;
+	struct index_stats	 st;
+	struct index_entry	 found;
+	char			(*keys)[SUBTAB_MAX_KEY_BYTES];
+	uint32_t		*flags, *slots = NULL, from = 0, n, i;
+	uint8_t			*result = NULL;
+	size_t			 count = 0;
+	char			*cause = NULL;
+	int			 rc = -1, got;
+
+	if (index_stats(&d->index, &st) != 0 || st.entries == 0 ||
+	    subtab_unindexed(&d->seg) == 0)
+		return 0;
+	entries = calloc(1024, sizeof *entries);
+	keys = calloc(1024, sizeof *keys);
+	flags = calloc(1024, sizeof *flags);
+	slots = calloc(d->seg.header->slots_used + 1, sizeof *slots);
+	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
+	if (entries == NULL || keys == NULL || flags == NULL || slots == NULL ||
+	    result == NULL)
+		goto out;
+	while ((n = subtab_copy_flags(&d->seg, from, 1024, entries, keys,
+	    flags)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (entries[i].state != SUBTAB_COMMITTED ||
+			    (flags[i] & SUBTAB_SLOT_INDEXED))
+				continue;
+			got = index_get(&d->index, keys[i],
+			    entries[i].key_length, &found, result, &cause);
+			if (got < 0)
+				goto out;
+			if (got == 1 &&
+			    found.record.entry.state == SUBTAB_COMMITTED)
+				slots[count++] = from + i;
+		}
+		from += n;
+	}
+	subtab_mark_indexed(&d->seg, slots, count);
+	rc = 0;
+out:
+	if (rc < 0)
+		log_warnx("replay: the index's receipts: %s", cause != NULL ?
+		    cause : "out of memory");
+	free(cause);
+	free(entries);
+	free(keys);
+	free(flags);
+	free(slots);
+	free(result);
+	return rc;
+}
+
 /* What replay cut or removed (the store reports it; idemd says it). */
 static void
 replay_warn_torn(const char *dir, const struct journal_replay_stats *st)
@@ -448,6 +515,10 @@ state_open(struct idemd *d, char **cause)
 		rp.writing = 0;
 		if (index_commit(&d->index, 0, cause) != 0)
 			goto fail;
+	}
+	if (replay_mark_held(&rp) != 0) {
+		asprintf(cause, "the index could not be read after the replay");
+		goto fail;
 	}
 	if (rp.put + rp.skipped > 0)
 		log_info("state: %llu committed submissions left to the index "
