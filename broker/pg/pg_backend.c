@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_backend.c: the PostgreSQL backend's table of operations.  Its reads
- * are pg_read.c's; its creations (cluster.c) and effects
- * (cluster_effect.c) are still called by name (issue #28, G2, G3), and
- * its start-up by main.c (G4).
+ * are pg_read.c's, its effects pg_effect.c's; its creations (cluster.c)
+ * are still called by name (issue #28, G2), and its start-up by main.c
+ * (G4).
  */
 #include <string.h>
 
@@ -21,10 +21,15 @@ pg_matches(const char *arg)
 const struct backend pg_backend = {
 	.name = "postgresql",
 	.flags = BACKEND_SPREADS_CONNECTIONS,
+	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,
 	/* configure, preflight (cluster_check): main.c (G4). */
 	/* worker_stop (cluster_pool_stop): worker.c (G4). */
-	/* create: cluster.c (G2); effect_*: cluster_effect.c (G3). */
+	/* create: cluster.c (G2). */
+	.effect_begin = pg_effect_begin,
+	.effect_claim = pg_effect_claim,
+	.effect_record = pg_effect_record,
+	.release = pg_effect_release,
 	.get = pg_get,
 	.diagnose = pg_diagnose,
 	.history = pg_history,
