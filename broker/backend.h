@@ -20,6 +20,8 @@
 #ifndef BACKEND_H
 #define BACKEND_H
 
+#include <stddef.h>
+
 #include "idemd.h"
 
 /* What a backend could not do, logged once by it; the op layer replies. */
@@ -77,6 +79,18 @@ struct backend_effect_outcome {
 	enum backend_effect_result	 result;
 	struct backend_error		 err;
 };
+/*
+ * An effect's request is one allocation: its struct effect (p->op), then
+ * the backend's room (effect_state_size bytes, zeroed), at this offset.
+ */
+#define BACKEND_EFFECT_OP_SIZE						\
+	((sizeof(struct effect) + _Alignof(max_align_t) - 1) &		\
+	    ~(_Alignof(max_align_t) - 1))
+static inline void *
+backend_effect_state(struct pending *p)
+{
+	return (char *)p->op + BACKEND_EFFECT_OP_SIZE;
+}
 typedef void (*backend_effect_done_fn)(struct pending *,
 	    const struct backend_effect_outcome *);
 
@@ -94,10 +108,14 @@ struct backend_row {
 	struct subtab_entry	 entry;
 	/*
 	 * A committed effect's result bytes (entry.result_length of them);
-	 * NULL: the op layer reads them from the local table's arena or
-	 * index (effect_receipt_json, until G3's effect_result).
+	 * NULL: unreadable (its receipt is shown null).
 	 */
 	const uint8_t		*result;
+	/*
+	 * Local: a committed effect of the table whose bytes the arena
+	 * reused and the index keeps as a tombstone (receipt_pruned).
+	 */
+	int			 result_pruned;
 	int			 pruned;	/* a tombstone */
 	int			 from_index;	/* local: committed, out of
 						   the table (the index's) */

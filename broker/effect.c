@@ -47,11 +47,13 @@
  * external_key is derived from the key and the request digest, so it is
  * the same for every attempt and after any restart.
  *
- * With --store postgresql://... the effect is a row in PostgreSQL
- * instead of a slot (cluster_effect.c reads it and records each
- * transition as a compare-and-set); the answers and the judges of
- * complete and resolve below serve both stores (effect_record picks
- * the journal or the row).
+ * Where the effect is kept is the backend's (backend.h): the local one
+ * (broker/local/local_effect.c) acquires or claims the slot, waits for
+ * the records to be durable and keeps the arena; with --store
+ * postgresql://... the effect is a row (broker/pg/pg_effect.c reads it
+ * and records each transition as a compare-and-set).  Each gives its
+ * outcome to effect_begun, effect_claimed or effect_recorded; the
+ * answers and the judges of complete and resolve below serve both.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -64,9 +66,10 @@
 #include "digest.h"
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
 
-static void	effect_begin_acquire(struct pending *);
-static void	effect_claim(struct pending *);
+static void	effect_recorded(struct pending *,
+		    const struct backend_effect_outcome *);
 
 static struct effect *
 effect_of(struct pending *p)
@@ -113,81 +116,12 @@ external_key(const char *key, size_t key_length,
 	snprintf(out, IDEM_EFFECT_EXTERNAL_KEY_SIZE, "idem-%.32s", hex);
 }
 
-/* Split an effect's key into kind and id (NUL-terminated copies). */
-int
-effect_key_split(const char *key, size_t key_length, char *kind,
-    size_t kind_size, char *id, size_t id_size)
-{
-	const char	*sep = memchr(key, SUBTAB_EFFECT_SEPARATOR, key_length);
-
-	if (sep == NULL)
-		return -1;
-	snprintf(kind, kind_size, "%.*s", (int)(sep - key), key);
-	snprintf(id, id_size, "%.*s", (int)(key_length - (size_t)(sep - key) -
-	    1), sep + 1);
-	return 0;
-}
-
-int
-effect_lease_live(const struct subtab_entry *e, int64_t now)
-{
-	return e->state == SUBTAB_RESERVED && now < e->lease_expires_ms;
-}
-
 const char *
 effect_state_name(const struct subtab_entry *e, int64_t now)
 {
 	if (e->state == SUBTAB_RESERVED && !effect_lease_live(e, now))
 		return "outcome_unknown";
 	return subtab_state_name(e->state);
-}
-
-/*
- * The committed result of e (a table entry) into buf: from the arena,
- * or, once the arena has reused their space, from the index (the arena
- * gives up only bytes of an entry durable there).  NULL if neither
- * holds them; *pruned when the index keeps only a tombstone (compact).
- */
-static const uint8_t *
-effect_result_bytes(struct idemd *d, const char *key, size_t key_length,
-    const struct subtab_entry *e, uint8_t *buf, int *pruned)
-{
-	struct index_entry		 found;
-	const struct subtab_entry	*x = &found.record.entry;
-
-	*pruned = 0;
-	if (arena_read(&d->seg, e->result_offset, e->result_length, buf) == 0)
-		return buf;
-	if (history_find(d, key, key_length, &found, buf) != 1 ||
-	    x->kind != SUBTAB_KIND_EFFECT || x->state != SUBTAB_COMMITTED ||
-	    memcmp(x->request_digest, e->request_digest,
-	    IDEM_SHA256_BYTES) != 0 || memcmp(x->file_digest, e->file_digest,
-	    IDEM_SHA256_BYTES) != 0)
-		return NULL;
-	if (found.form == INDEX_TOMBSTONE) {
-		*pruned = 1;
-		return buf;
-	}
-	if (x->result_length != e->result_length ||
-	    (e->result_length > 0 && found.record.result != buf))
-		return NULL;
-	return buf;
-}
-
-json_t *
-effect_receipt_json(struct idemd *d, const char *key, size_t key_length,
-    const struct subtab_entry *e, int *pruned)
-{
-	/* The event loop's thread only (as history_find's scratch). */
-	static uint8_t	 buf[IDEM_MAX_EFFECT_RESULT_BYTES];
-	const uint8_t	*bytes;
-
-	if (e->result_length > sizeof buf)
-		return NULL;
-	bytes = effect_result_bytes(d, key, key_length, e, buf, pruned);
-	if (bytes == NULL)
-		return NULL;
-	return effect_receipt_json_from(key, key_length, e, bytes, *pruned);
 }
 
 /*
@@ -258,37 +192,15 @@ existing_json(struct effect *e)
 }
 
 static void
-effect_release(struct pending *p)
-{
-	struct effect	*e = effect_of(p);
-
-	if (!e->claimed)
-		return;
-	e->claimed = 0;
-	if (subtab_release(&idemd_of(p)->seg, e->slot, &e->claim))
-		worker_wake_all(p->worker);
-}
-
-void
 effect_fail(struct pending *p, json_t *reply)
 {
-	effect_release(p);
+	idemd_of(p)->be->release(p);
 	atomic_fetch_add(&counters_of(p)->errors, 1);
 	pending_reply(p, reply);
 }
 
-static int
-effect_journal_failed(struct pending *p)
-{
-	if (!p->journal_failed)
-		return 0;
-	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
-	    "the journal could not be made durable"));
-	return 1;
-}
-
 /* A refusal with a disposition: conflict, in_progress, outcome_unknown. */
-void
+static void
 effect_refuse(struct pending *p, enum wire_disposition disposition,
     enum wire_error code, enum wire_reason reason, int retryable,
     const char *message, int existing)
@@ -296,7 +208,7 @@ effect_refuse(struct pending *p, enum wire_disposition disposition,
 	struct effect	*e = effect_of(p);
 	json_t		*reply, *error;
 
-	effect_release(p);
+	idemd_of(p)->be->release(p);
 	if (code == WIRE_CONFLICT)
 		atomic_fetch_add(&counters_of(p)->conflict, 1);
 	if (reason == REASON_STALE_FENCE)
@@ -331,14 +243,21 @@ static void
 effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
     int action_taken)
 {
-	struct effect	*e = effect_of(p);
-	json_t		*reply, *receipt;
+	struct effect		*e = effect_of(p);
+	const struct backend	*be = idemd_of(p)->be;
+	const uint8_t		*bytes;
+	json_t			*reply, *receipt;
 
-	effect_release(p);
-	receipt = e->cold ? effect_receipt_json_from(e->key, e->key_length,
-	    &e->entry, e->cold_result, e->pruned) :
-	    effect_receipt_json(idemd_of(p), e->key, e->key_length,
-	    &e->entry, &e->pruned);
+	be->release(p);
+	if (e->cold)
+		receipt = effect_receipt_json_from(e->key, e->key_length,
+		    &e->entry, e->cold_result, e->pruned);
+	else if (be->effect_result != NULL &&
+	    be->effect_result(p, &bytes, &e->pruned) == 0)
+		receipt = effect_receipt_json_from(e->key, e->key_length,
+		    &e->entry, bytes, e->pruned);
+	else
+		receipt = NULL;
 	if (receipt == NULL) {
 		log_warnx("effect %s: its committed result is unreadable",
 		    e->id);
@@ -370,7 +289,7 @@ effect_answer_state(struct pending *p, int action_taken)
 	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
 	json_t		*reply;
 
-	effect_release(p);
+	idemd_of(p)->be->release(p);
 	reply = reply_new(1, p->id);
 	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
 	json_object_set_new(reply, "state",
@@ -381,116 +300,9 @@ effect_answer_state(struct pending *p, int action_taken)
 	pending_reply(p, reply);
 }
 
-/* ---- Journaling ------------------------------------------------------------ */
-
-/*
- * Record e->entry (claimed slot: appended and set in the table in one
- * step), with the result's bytes when it is committed; park until
- * durable and go on with next.
- */
-static void
-effect_journal(struct pending *p, pending_resume_fn next)
-{
-	struct effect		*e = effect_of(p);
-	struct journal_record	 record;
-
-	memset(&record, 0, sizeof record);
-	record.type = JOURNAL_RECORD_EFFECT;
-	record.entry = e->entry;
-	record.entry.key_length = (uint16_t)e->key_length;
-	memcpy(record.key, e->key, e->key_length);
-	/* Only a commit has a result: the request's own bytes. */
-	if (e->entry.result_length > 0 && e->has_result &&
-	    e->result_length == e->entry.result_length)
-		record.result = (const uint8_t *)e->result;
-	else if (e->entry.result_length > 0 && (e->cold_result != NULL ||
-	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) != NULL) &&
-	    arena_read(&idemd_of(p)->seg, e->entry.result_offset,
-	    e->entry.result_length, e->cold_result) == 0)
-		record.result = e->cold_result;
-	e->journaled = 1;
-	pending_journal_slot(p, &record, e->slot, &e->claim, &e->entry, next);
-}
-
-/*
- * The found state may rest on a record not durable yet (its claimer
- * died before the flush), or lost with a failed journal: wait, and
- * answer storage_unavailable rather than from a lost state.
- */
-static void
-effect_after_durable(struct pending *p, pending_resume_fn next)
-{
-	struct effect		*e = effect_of(p);
-	struct shm_header	*h = idemd_of(p)->seg.header;
-	int			 durable;
-
-	durable = e->found_end == SUBTAB_NOT_JOURNALED ? 1 :
-	    handoff_is_durable(h, e->found_end, e->found_epoch);
-	if (durable == 0) {
-		pending_wait_durable(p, e->found_end, e->found_epoch, next);
-		return;
-	}
-	p->journal_failed = durable < 0;
-	next(p);
-}
-
-/* Is the journal failed (an odd epoch: writes wait for its reopen)? */
-static int
-effect_journal_down(struct pending *p)
-{
-	return (handoff_epoch(idemd_of(p)->seg.header) & 1) != 0;
-}
-
-static void
-effect_fail_reopening(struct pending *p)
-{
-	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
-	    "the journal failed; writes resume when the broker has reopened "
-	    "and verified it"));
-}
-
-/*
- * While the journal is failed only a begin that needs no new record goes
- * on: a committed effect (reused) or another request (conflict).  Any
- * other would insert or claim a slot whose record would be dropped.
- */
-static int
-effect_begin_needs_journal(struct pending *p)
-{
-	struct effect		*e = effect_of(p);
-	struct subtab_entry	 known;
-	struct index_entry	 old;
-
-	if (subtab_lookup(&idemd_of(p)->seg, e->key, e->key_length, &known,
-	    NULL) != 1) {
-		/* Only in the index: committed, answered without a record. */
-		if (history_find(idemd_of(p), e->key, e->key_length, &old,
-		    NULL) != 1)
-			return 1;
-		known = old.record.entry;
-	}
-	if (known.schema != e->entry.schema || memcmp(known.request_digest,
-	    e->entry.request_digest, IDEM_SHA256_BYTES) != 0)
-		return 0;
-	return known.state != SUBTAB_COMMITTED;
-}
-
 /* ---- effect_begin ------------------------------------------------------------ */
 
-/* A new attempt: the next number, a fresh fence, a lease from now. */
 static void
-effect_new_attempt(struct effect *e, uint32_t attempt)
-{
-	int64_t	now = shm_now_ms();
-
-	e->entry.state = SUBTAB_RESERVED;
-	e->entry.attempt = attempt;
-	randombytes_buf(&e->entry.fence, sizeof e->entry.fence);
-	e->entry.lease_expires_ms = now + e->lease_ms;
-	e->entry.updated_at_ms = now;
-}
-
-void
 effect_proceed(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
@@ -499,10 +311,8 @@ effect_proceed(struct pending *p)
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
 	json_t		*reply;
 
-	if (effect_journal_failed(p))
-		return;
 	crash_point(CRASH_AFTER_EFFECT_RESERVE_DURABLE);
-	effect_release(p);
+	idemd_of(p)->be->release(p);
 	atomic_fetch_add(&counters_of(p)->effects_proceed, 1);
 	fence_format(&e->entry, fence);
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
@@ -525,11 +335,9 @@ effect_proceed(struct pending *p)
 	pending_reply(p, reply);
 }
 
-void
+static void
 effect_outcome_unknown(struct pending *p)
 {
-	if (effect_journal_failed(p))
-		return;
 	atomic_fetch_add(&counters_of(p)->effects_outcome_unknown, 1);
 	effect_refuse(p, DISPOSITION_OUTCOME_UNKNOWN, WIRE_OUTCOME_UNKNOWN,
 	    REASON_NONE, 0, "a lease lapsed without effect_complete: the "
@@ -537,22 +345,18 @@ effect_outcome_unknown(struct pending *p)
 	    "effect_resolve", 1);
 }
 
-void
+static void
 effect_reused(struct pending *p)
 {
-	if (effect_journal_failed(p))
-		return;
 	atomic_fetch_add(&counters_of(p)->effects_reused, 1);
 	effect_answer_receipt(p, DISPOSITION_REUSED, 0);
 }
 
-void
+static void
 effect_mismatch(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
 
-	if (effect_journal_failed(p))
-		return;
 	if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1)
 		effect_conflict(p, REASON_SCHEMA_MISMATCH, "the key is bound "
 		    "to another digest schema");
@@ -561,183 +365,12 @@ effect_mismatch(struct pending *p)
 		    "to a request with another digest; nothing to perform");
 }
 
-void
+static void
 effect_in_progress(struct pending *p)
 {
 	atomic_fetch_add(&counters_of(p)->effects_in_progress, 1);
 	effect_refuse(p, DISPOSITION_IN_PROGRESS, WIRE_IN_PROGRESS, REASON_NONE,
 	    1, "another caller holds a live lease on this effect", 1);
-}
-
-/*
- * Reserve attempt (claimed slot): record it, and proceed once durable.
- * With the journal failed nothing new is recorded: the slot stays as it
- * was (a fresh one unjournaled, which the next begin takes over).
- */
-static void
-effect_reserve(struct pending *p, uint32_t attempt)
-{
-	if (effect_journal_down(p)) {
-		effect_fail_reopening(p);
-		return;
-	}
-	effect_new_attempt(effect_of(p), attempt);
-	effect_journal(p, effect_proceed);
-}
-
-/*
- * The start of every look at the table for this effect (begin, complete,
- * resolve): -1 after the in_progress answer once the wait for another
- * request on the key ran out, else 0 with a filled for the key and claim.
- */
-static int
-effect_acquire_start(struct pending *p, struct subtab_acquire *a)
-{
-	struct effect	*e = effect_of(p);
-	struct idemd	*d = idemd_of(p);
-
-	if (p->timed_out) {
-		effect_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
-		    "another request on this effect is still in flight after "
-		    "%d ms", d->inflight_wait_ms));
-		return -1;
-	}
-	memset(a, 0, sizeof *a);
-	a->key = e->key;
-	a->key_length = e->key_length;
-	a->claim = e->claim;
-	/* Before the table is read: see effect_after_durable. */
-	e->found_epoch = handoff_epoch(d->seg.header);
-	return 0;
-}
-
-/*
- * The table does not hold the key: look in the index.  0: not there
- * (acquire again, now allowed to insert), 1: committed, in e->entry
- * and e->cold_result; -1: answered (the index failed).
- */
-static int
-effect_from_index(struct pending *p)
-{
-	struct effect		*e = effect_of(p);
-	struct idemd		*d = idemd_of(p);
-	struct index_entry	 found;
-
-	e->evictions = atomic_load(&d->seg.header->evictions);
-	if (e->cold_result == NULL &&
-	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) == NULL) {
-		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
-		return -1;
-	}
-	switch (history_find(d, e->key, e->key_length, &found,
-	    e->cold_result)) {
-	case 0:
-		e->index_checked = 1;
-		return 0;
-	case 1:
-		e->cold = 1;
-		e->pruned = found.form == INDEX_TOMBSTONE;
-		e->entry = found.record.entry;
-		e->found_end = 0;	/* durable */
-		return 1;
-	default:
-		effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE,
-		    1, "the index of committed receipts could not be read"));
-		return -1;
-	}
-}
-
-static void
-effect_begin_acquire(struct pending *p)
-{
-	struct effect		*e = effect_of(p);
-	struct idemd		*d = idemd_of(p);
-	struct subtab_acquire	 a;
-
-	if (effect_acquire_start(p, &a) != 0)
-		return;
-	a.want = e->entry;
-	a.index_checked = e->index_checked;
-	a.evictions = e->evictions;
-	if ((e->found_epoch & 1) && effect_begin_needs_journal(p)) {
-		effect_fail_reopening(p);
-		return;
-	}
-	switch (subtab_acquire(&d->seg, &a)) {
-	case SUBTAB_INSERTED:
-		e->claimed = 1;
-		e->slot = a.slot;
-		e->entry = a.found;
-		effect_reserve(p, 1);
-		return;
-	case SUBTAB_CLAIMED:
-		e->claimed = 1;
-		e->slot = a.slot;
-		e->entry = a.found;
-		e->found_end = a.found_journal_end;
-		switch (e->entry.state) {
-		case SUBTAB_RESERVED:
-			if (a.found_journal_end == SUBTAB_NOT_JOURNALED) {
-				/*
-				 * Never durable, so never answered: take it
-				 * (a fresh slot has no attempt yet).
-				 */
-				effect_reserve(p, e->entry.attempt > 0 ?
-				    e->entry.attempt : 1);
-			} else if (effect_lease_live(&e->entry, shm_now_ms()))
-				effect_in_progress(p);
-			else {
-				effect_release(p);
-				effect_after_durable(p, effect_outcome_unknown);
-			}
-			return;
-		case SUBTAB_RELEASED:
-			effect_reserve(p, e->entry.attempt + 1);
-			return;
-		default:	/* OUTCOME_UNKNOWN */
-			effect_release(p);
-			effect_after_durable(p, effect_outcome_unknown);
-			return;
-		}
-	case SUBTAB_DONE:
-		e->entry = a.found;
-		e->found_end = a.found_journal_end;
-		effect_after_durable(p, effect_reused);
-		return;
-	case SUBTAB_MISMATCH:
-		e->entry = a.found;
-		e->found_end = a.found_journal_end;
-		effect_after_durable(p, effect_mismatch);
-		return;
-	case SUBTAB_BUSY:
-		pending_wait_claim(p, effect_begin_acquire);
-		return;
-	case SUBTAB_NOT_HERE:
-		switch (effect_from_index(p)) {
-		case 0:
-			effect_begin_acquire(p);
-			return;
-		case 1:
-			if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
-			    memcmp(e->entry.request_digest, e->digest,
-			    IDEM_SHA256_BYTES) != 0)
-				effect_mismatch(p);
-			else
-				effect_reused(p);
-			return;
-		}
-		return;
-	case SUBTAB_FULL:
-		journaler_kick(d->kick_fd);
-		effect_fail(p, reply_table_full(p->id, a.full, d->capacity,
-		    a.key_length));
-		return;
-	case SUBTAB_ALLOC_FAILED:
-		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "the submission table is unusable"));
-		return;
-	}
 }
 
 /* ---- effect_complete and effect_resolve ------------------------------------ */
@@ -778,13 +411,11 @@ result_matches(struct pending *p)
 	return memcmp(digest, e->entry.file_digest, sizeof digest) == 0;
 }
 
-void
+static void
 effect_settled(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
 
-	if (effect_journal_failed(p))
-		return;
 	if (e->op == EFFECT_RESOLVE) {
 		crash_point(CRASH_AFTER_EFFECT_RESOLVE_DURABLE);
 		atomic_fetch_add(&counters_of(p)->effects_resolved, 1);
@@ -805,53 +436,25 @@ effect_settled(struct pending *p)
 /*
  * Record the transition the judge set in e->entry: a journal record on
  * the local store, a compare-and-set of the row on the PostgreSQL store
- * (cluster_effect.c); effect_settled answers once it is durable.
+ * (the backend's effect_record); effect_settled answers once it is
+ * durable (effect_recorded).
  */
 static void
 effect_record(struct pending *p)
 {
-	if (idemd_of(p)->store_uri != NULL)
-		cluster_effect_record(p);
-	else
-		effect_journal(p, effect_settled);
+	idemd_of(p)->be->effect_record(p, effect_recorded);
 }
 
-/* Commit with e->result: into the arena, then the record. */
+/*
+ * Commit with e->result: the record (the local backend puts the bytes
+ * into the arena first; PostgreSQL keeps them in the row).
+ */
 static void
 effect_commit(struct pending *p, int recovered)
 {
 	struct effect	*e = effect_of(p);
 	int64_t		 now = shm_now_ms();
 
-	/* The PostgreSQL store keeps the bytes in the row, not the arena. */
-	if (idemd_of(p)->store_uri == NULL && arena_put(&idemd_of(p)->seg,
-	    e->slot, e->result, e->result_length,
-	    &e->entry.result_offset) != 0) {
-		if (errno == ENOSPC) {
-			/* The arena asked for a checkpoint: it makes room. */
-			journaler_kick(idemd_of(p)->kick_fd);
-			effect_fail(p, reply_error_simple(p->id,
-			    WIRE_TABLE_FULL, 1, "the result arena holds only "
-			    "results not yet in the index or commits in "
-			    "flight; retry in a moment (the checkpoint that "
-			    "indexes them is under way), or restart idemd "
-			    "with a larger --result-bytes"));
-			return;
-		}
-		/*
-		 * Never, since the arena holds at least one result of the
-		 * largest size (--result-bytes' least); kept for an arena
-		 * made smaller than that some other way.
-		 */
-		log_warnx("effect %s: a result of %zu bytes does not fit the "
-		    "result arena; restart idemd with a larger --result-bytes",
-		    e->id, e->result_length);
-		effect_fail(p, reply_error_simple(p->id, WIRE_TABLE_FULL, 0,
-		    "the result arena is too small for this result; restart "
-		    "idemd with a larger --result-bytes, then complete again "
-		    "with the same fence"));
-		return;
-	}
 	e->entry.result_length = (uint32_t)e->result_length;
 	/* Evidence about a reservation that was never proceeded. */
 	if (e->entry.attempt == 0)
@@ -905,8 +508,6 @@ effect_complete_judge(struct pending *p)
 	struct effect		*e = effect_of(p);
 	const struct subtab_entry *x = &e->entry;
 
-	if (effect_journal_failed(p))
-		return;
 	if (!fence_latest(e)) {
 		effect_conflict(p, REASON_STALE_FENCE, "this fence is not the "
 		    "latest one issued for the effect; nothing changed");
@@ -945,8 +546,6 @@ effect_resolve_judge(struct pending *p)
 	struct effect		*e = effect_of(p);
 	const struct subtab_entry *x = &e->entry;
 
-	if (effect_journal_failed(p))
-		return;
 	if (e->source[0] != '\0')
 		log_info("effect %s (%s): evidence %s from %s", e->id, e->kind,
 		    e->outcome == OUTCOME_APPLIED ? "applied" :
@@ -960,7 +559,7 @@ effect_resolve_judge(struct pending *p)
 			    "the evidence contradicts the committed receipt");
 		return;
 	}
-	if (e->found_end != SUBTAB_NOT_JOURNALED &&
+	if (!e->found_unrecorded &&
 	    effect_lease_live(x, shm_now_ms())) {
 		effect_in_progress(p);
 		return;
@@ -984,7 +583,7 @@ effect_resolve_judge(struct pending *p)
 	}
 }
 
-void
+static void
 effect_judge(struct pending *p)
 {
 	if (effect_of(p)->op == EFFECT_COMPLETE)
@@ -993,50 +592,85 @@ effect_judge(struct pending *p)
 		effect_resolve_judge(p);
 }
 
-/* complete and resolve: claim the key whatever its digest. */
-static void
-effect_claim(struct pending *p)
-{
-	struct effect		*e = effect_of(p);
-	struct idemd		*d = idemd_of(p);
-	struct subtab_acquire	 a;
+/* ---- The backend's outcomes ------------------------------------------------ */
 
-	if (effect_acquire_start(p, &a) != 0)
+/* What the backend could not do (logged by it), as effect.c replied it. */
+static void
+effect_failed(struct pending *p, const struct backend_error *err)
+{
+	struct effect	*e = effect_of(p);
+	struct idemd	*d = idemd_of(p);
+
+	if (e->table_full)
+		effect_fail(p, reply_table_full(p->id, e->full, d->capacity,
+		    e->key_length));
+	else
+		effect_fail(p, reply_error_simple(p->id, err->code,
+		    err->retryable, "%s", err->message));
+}
+
+static void
+effect_no_reservation(struct pending *p)
+{
+	effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT,
+	    REASON_NO_RESERVATION, 0, "no effect was begun under this key", 0);
+}
+
+/* effect_begin's outcome: its answer. */
+static void
+effect_begun(struct pending *p, const struct backend_effect_outcome *out)
+{
+	switch (out->result) {
+	case BACKEND_EFFECT_PROCEED:
+		effect_proceed(p);
 		return;
-	switch (subtab_claim_key(&d->seg, &a)) {
-	case SUBTAB_CLAIMED:
-		e->claimed = 1;
-		e->slot = a.slot;
-		e->entry = a.found;
-		e->found_end = a.found_journal_end;
-		if (e->entry.kind != SUBTAB_KIND_EFFECT) {
-			effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL,
-			    0, "the key names no effect"));
-			return;
-		}
-		effect_after_durable(p, effect_judge);
+	case BACKEND_EFFECT_REUSED:
+		effect_reused(p);
 		return;
-	case SUBTAB_BUSY:
-		pending_wait_claim(p, effect_claim);
+	case BACKEND_EFFECT_MISMATCH:
+		effect_mismatch(p);
 		return;
-	case SUBTAB_FULL:	/* no such key in the table */
-		switch (effect_from_index(p)) {
-		case 0:
-			effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT,
-			    REASON_NO_RESERVATION, 0, "no effect was begun "
-			    "under this key", 0);
-			return;
-		case 1:
-			/* Committed: the judges answer without a record. */
-			effect_judge(p);
-			return;
-		}
+	case BACKEND_EFFECT_IN_PROGRESS:
+		effect_in_progress(p);
 		return;
-	default:
-		effect_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "the submission table is unusable"));
+	case BACKEND_EFFECT_UNKNOWN:
+		effect_outcome_unknown(p);
+		return;
+	default:	/* FAILED */
+		effect_failed(p, &out->err);
 		return;
 	}
+}
+
+/*
+ * effect_complete's and effect_resolve's read (FOUND: claimed on the
+ * local store until an answer releases it or effect_record), or a
+ * record's: judged, or answered.
+ */
+static void
+effect_claimed(struct pending *p, const struct backend_effect_outcome *out)
+{
+	switch (out->result) {
+	case BACKEND_EFFECT_FOUND:
+		effect_judge(p);
+		return;
+	case BACKEND_EFFECT_NONE:
+		effect_no_reservation(p);
+		return;
+	case BACKEND_EFFECT_SETTLED:
+		effect_settled(p);
+		return;
+	default:	/* FAILED */
+		effect_failed(p, &out->err);
+		return;
+	}
+}
+
+/* A record's outcome; FOUND: another broker moved the row first. */
+static void
+effect_recorded(struct pending *p, const struct backend_effect_outcome *out)
+{
+	effect_claimed(p, out);
 }
 
 /* ---- The ops --------------------------------------------------------------- */
@@ -1050,7 +684,8 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	struct pending		*p;
 	struct idemd		*d;
 
-	if ((p = pending_new_op(conn, id, sizeof *e, effect_free)) == NULL)
+	if ((p = pending_new_op(conn, id, BACKEND_EFFECT_OP_SIZE +
+	    conn_idemd(conn)->be->effect_state_size, effect_free)) == NULL)
 		return;
 	e = p->op;
 	e->op = op;
@@ -1063,26 +698,14 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	e->entry.kind = SUBTAB_KIND_EFFECT;
 	e->entry.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
 	memcpy(e->entry.request_digest, e->digest, IDEM_SHA256_BYTES);
-	if (d->store_uri != NULL) {
-		/* Several brokers: the row in PostgreSQL (cluster_effect.c). */
-		cluster_effect_start(p);
-		return;
-	}
-	if (op != EFFECT_BEGIN && effect_journal_down(p)) {
-		/* A begin of a committed effect needs no write: it goes on. */
-		effect_fail_reopening(p);
-		return;
-	}
+	/* A new slot's facts (PostgreSQL's row replaces them all). */
 	e->entry.reserved_at_ms = shm_now_ms();
 	e->entry.updated_at_ms = e->entry.reserved_at_ms;
 	conn_peer(conn, &e->entry.peer_uid, &e->entry.peer_pid);
-	e->claim.worker = p->worker->index + 1;
-	e->claim.generation = p->worker->generation;
-	e->claim.token = ++p->worker->next_token;
 	if (op == EFFECT_BEGIN)
-		effect_begin_acquire(p);
+		d->be->effect_begin(p, effect_begun);
 	else
-		effect_claim(p);
+		d->be->effect_claim(p, effect_claimed);
 }
 
 void
@@ -1106,8 +729,8 @@ op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 /* ---- Read-only views: get_submission and diagnose ------------------------ */
 
 json_t *
-effect_submission_json(struct idemd *d, const char *key,
-    size_t key_length, const struct subtab_entry *x, const uint8_t *result,
+effect_submission_json(const char *key, size_t key_length,
+    const struct subtab_entry *x, const uint8_t *result, int result_pruned,
     int in_flight, int64_t now)
 {
 	char	 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
@@ -1116,7 +739,6 @@ effect_submission_json(struct idemd *d, const char *key,
 	char	 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
 	json_t	*j, *receipt;
 	int64_t	 age = now - x->updated_at_ms;
-	int	 pruned;
 
 	if (effect_key_split(key, key_length, kind, sizeof kind, id,
 	    sizeof id) != 0)
@@ -1149,11 +771,9 @@ effect_submission_json(struct idemd *d, const char *key,
 	if (x->state == SUBTAB_COMMITTED) {
 		if (x->effect_flags & SUBTAB_EFFECT_RECOVERED)
 			json_object_set_new(j, "recovered", json_true());
-		pruned = 0;
 		receipt = result != NULL ? effect_receipt_json_from(key,
-		    key_length, x, result, 0) : effect_receipt_json(d, key,
-		    key_length, x, &pruned);
-		if (pruned)
+		    key_length, x, result, result_pruned) : NULL;
+		if (result != NULL && result_pruned)
 			json_object_set_new(j, "receipt_pruned", json_true());
 		json_object_set_new(j, "receipt", receipt != NULL ? receipt :
 		    json_null());

@@ -641,14 +641,8 @@ int	 cluster_pool_submit(struct event_base *, unsigned max,
 	    struct cluster_job *);
 /* The worker's loop has ended: the idle threads joined, connections closed. */
 void	 cluster_pool_stop(void);
-/* cluster_effect.c: effect_begin, _complete, _resolve on the row. */
-void	 cluster_effect_start(struct pending *);
-/* The judge's transition as a compare-and-set, then effect_settled. */
-void	 cluster_effect_record(struct pending *);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
-#define cluster_effect_start(p)	((void)(p))
-#define cluster_effect_record(p)	((void)(p))
 #define cluster_pool_stop()		((void)0)
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
@@ -708,6 +702,7 @@ int	 write_report_check(json_t *request, struct request_error *);
 void	 op_write_report(struct conn *, json_t *request, json_t *id);
 
 /* effect_check.c: an effect op's request, read and checked */
+struct backend_effect_outcome;
 enum effect_op {
 	EFFECT_BEGIN,
 	EFFECT_COMPLETE,
@@ -736,23 +731,20 @@ struct effect {
 	char			*result;	/* compact JSON; malloc'd */
 	size_t			 result_length;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
-	/* the slot */
+	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;
-	struct subtab_claim	 claim;
-	int			 claimed;
-	uint32_t		 slot;
-	uint64_t		 found_end;
-	uint64_t		 found_epoch;	/* the journal's, read before it */
-	int			 journaled;	/* this call wrote a record */
-	/* Found in the index, not the table: its result's bytes here. */
+	/* The found state was never journaled (nobody was answered it). */
+	int			 found_unrecorded;
+	/* Found in the index or a row, not the table: its result here. */
 	int			 cold;
 	int			 pruned;	/* a tombstone: no result */
 	uint8_t			*cold_result;	/* malloc'd */
-	int			 index_checked;
-	uint64_t		 evictions;
-	/* --store postgresql (cluster_effect.c): the state the row was read in. */
-	uint8_t			 found_state;
-	unsigned		 cluster_reads;
+	/* The backend's outcome goes to done (backend.h's done function). */
+	void			(*done)(struct pending *,
+				    const struct backend_effect_outcome *);
+	/* The local table was full (e->full why): reply_table_full's text. */
+	int			 table_full;
+	enum subtab_full	 full;
 };
 /* Read request into e (zeroed by the caller): 0, or -1 with err. */
 int	 effect_parse(enum effect_op, json_t *request, struct effect *,
@@ -769,48 +761,29 @@ int	 effect_kind_valid(const char *kind, size_t length,
 void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
 void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
 void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
-/*
- * The answers and judges, shared with the PostgreSQL store's flow
- * (cluster_effect.c): p->op is a struct effect whose entry holds the
- * effect's facts (a committed result's bytes in cold_result).
- */
-void	 effect_proceed(struct pending *);
-void	 effect_reused(struct pending *);
-void	 effect_mismatch(struct pending *);
-void	 effect_in_progress(struct pending *);
-void	 effect_outcome_unknown(struct pending *);
-void	 effect_refuse(struct pending *, enum wire_disposition,
-	    enum wire_error, enum wire_reason, int retryable,
-	    const char *message, int existing);
-void	 effect_fail(struct pending *, json_t *reply);
-/* complete or resolve on the state read: answer, or record a transition. */
-void	 effect_judge(struct pending *);
-/* A transition recorded (durable): its answer. */
-void	 effect_settled(struct pending *);
+/* receipt.c: an effect's key into kind and id (NUL-terminated copies). */
 int	 effect_key_split(const char *key, size_t key_length, char *kind,
 	    size_t kind_size, char *id, size_t id_size);
-/* A reserved effect whose lease has not expired at now. */
+/* receipt.c: a reserved effect whose lease has not expired at now. */
 int	 effect_lease_live(const struct subtab_entry *, int64_t now);
 /* The wire state: a reserved effect past its lease is outcome_unknown. */
 const char *effect_state_name(const struct subtab_entry *, int64_t now);
-/* A committed effect's receipt, the same bytes every time (NULL: unreadable). */
 /*
- * A committed effect's receipt, its result from the arena or, once the
- * arena has reused their space, the index (*pruned: a tombstone's).
+ * A committed effect's receipt, the same bytes every time (NULL:
+ * unreadable), from its result's bytes wherever they are (the arena,
+ * the index, the row); pruned: a tombstone's (no result).
  */
-json_t	*effect_receipt_json(struct idemd *, const char *key,
-	    size_t key_length, const struct subtab_entry *, int *pruned);
-/* The same from the result's bytes (an entry of the index; pruned: none). */
 json_t	*effect_receipt_json_from(const char *key, size_t key_length,
 	    const struct subtab_entry *, const uint8_t *bytes, int pruned);
 
 /*
  * An effect's facts for get_submission and diagnose (receipt once
- * committed, from result's bytes; result NULL: from the arena).
+ * committed, from result's bytes; NULL: unreadable, shown null;
+ * result_pruned: a tombstone's receipt, receipt_pruned).
  */
-json_t	*effect_submission_json(struct idemd *, const char *key,
-	    size_t key_length, const struct subtab_entry *,
-	    const uint8_t *result, int in_flight, int64_t now);
+json_t	*effect_submission_json(const char *key, size_t key_length,
+	    const struct subtab_entry *, const uint8_t *result,
+	    int result_pruned, int in_flight, int64_t now);
 /* optable.c: every op served, one row each */
 typedef void (*op_handler_fn)(struct conn *, json_t *request, json_t *id);
 typedef int (*op_check_fn)(json_t *request, struct request_error *);

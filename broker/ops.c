@@ -101,9 +101,9 @@ effect_row_json(struct idemd *d, const struct backend_row *row, int64_t now,
 	if (row->has_owner)
 		shown->lease_expires_ms = now + row->lease_ms_left;
 	/* A tombstone: never the arena's bytes (an empty result, replaced). */
-	s = effect_submission_json(d, row->key, row->key_length, e,
-	    row->pruned ? (const uint8_t *)"" : row->result, row->in_flight,
-	    now);
+	s = effect_submission_json(row->key, row->key_length, e,
+	    row->pruned ? (const uint8_t *)"" : row->result,
+	    row->result_pruned, row->in_flight, now);
 	if (s != NULL && row->pruned) {
 		/* As the local store shows an index tombstone. */
 		json_object_set_new(s, "receipt_pruned", json_true());

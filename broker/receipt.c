@@ -5,10 +5,14 @@
  * every time, so that a reused receipt is byte for byte the first one
  * (SPEC.md).  Beside it, current_path: where FCoP tools moved the task
  * since, which both answers add and the receipt never holds.  An
- * effect's receipt is effect.c's (effect_receipt_json).  And a
+ * effect's receipt is effect.c's (effect_receipt_json_from); its key's
+ * halves (effect_key_split) and its lease (effect_lease_live) are here, for the op layer and the
+ * backends alike.  And a
  * submission's name (its id), which both backends' creations set.
  */
 #include <limits.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "digest.h"
 #include "idemd.h"
@@ -46,6 +50,27 @@ current_path_add(struct idemd *d, json_t *object, const char *id,
 
 	if (current_path_find(d, id, recorded, path, sizeof path) == 1)
 		json_object_set_new(object, "current_path", json_string(path));
+}
+
+/* Split an effect's key into kind and id (NUL-terminated copies). */
+int
+effect_key_split(const char *key, size_t key_length, char *kind,
+    size_t kind_size, char *id, size_t id_size)
+{
+	const char	*sep = memchr(key, SUBTAB_EFFECT_SEPARATOR, key_length);
+
+	if (sep == NULL)
+		return -1;
+	snprintf(kind, kind_size, "%.*s", (int)(sep - key), key);
+	snprintf(id, id_size, "%.*s", (int)(key_length - (size_t)(sep - key) -
+	    1), sep + 1);
+	return 0;
+}
+
+int
+effect_lease_live(const struct subtab_entry *e, int64_t now)
+{
+	return e->state == SUBTAB_RESERVED && now < e->lease_expires_ms;
 }
 
 /* s->name: the id (file name without .md) of s->entry's number. */

@@ -91,6 +91,82 @@ fail:
 }
 
 /*
+ * Call one for every committed slot of the table not marked indexed,
+ * with its entry, its key and a buffer of IDEM_MAX_EFFECT_RESULT_BYTES;
+ * then mark indexed the slots one answered 1 for.  The count marked, or
+ * -1 with *cause (NULL: out of memory).
+ */
+static int
+replay_each_unindexed(struct replay *rp, int (*one)(struct replay *,
+    const struct subtab_entry *, const char *key, uint8_t *buf,
+    char **cause), char **cause)
+{
+	struct idemd		*d = rp->d;
+	struct subtab_entry	*entries;
+	char			(*keys)[SUBTAB_MAX_KEY_BYTES];
+	uint32_t		*flags, *slots = NULL, from = 0, n, i;
+	uint8_t			*buf = NULL;
+	size_t			 count = 0;
+	int			 rc = -1, yes;
+
+	entries = calloc(1024, sizeof *entries);
+	keys = calloc(1024, sizeof *keys);
+	flags = calloc(1024, sizeof *flags);
+	slots = calloc(d->seg.header->slots_used + 1, sizeof *slots);
+	buf = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
+	if (entries == NULL || keys == NULL || flags == NULL || slots == NULL ||
+	    buf == NULL)
+		goto out;
+	while ((n = subtab_copy_flags(&d->seg, from, 1024, entries, keys,
+	    flags)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (entries[i].state != SUBTAB_COMMITTED ||
+			    (flags[i] & SUBTAB_SLOT_INDEXED))
+				continue;
+			if ((yes = one(rp, &entries[i], keys[i], buf,
+			    cause)) < 0)
+				goto out;
+			if (yes)
+				slots[count++] = from + i;
+		}
+		from += n;
+	}
+	subtab_mark_indexed(&d->seg, slots, count);
+	rc = (int)count;
+out:
+	free(entries);
+	free(keys);
+	free(flags);
+	free(slots);
+	free(buf);
+	return rc;
+}
+
+/* replay_make_room's step: the entry given to the index. */
+static int
+replay_give(struct replay *rp, const struct subtab_entry *e,
+    const char *key, uint8_t *buf, char **cause)
+{
+	struct idemd		*d = rp->d;
+	struct journal_record	 record;
+
+	memset(&record, 0, sizeof record);
+	record.type = e->kind == SUBTAB_KIND_EFFECT ? JOURNAL_RECORD_EFFECT :
+	    JOURNAL_RECORD_ENTRY;
+	record.entry = *e;
+	memcpy(record.key, key, e->key_length);
+	/* Not indexed: the arena keeps its bytes. */
+	record.result = buf;
+	if (record.type == JOURNAL_RECORD_EFFECT &&
+	    arena_read(&d->seg, e->result_offset, e->result_length, buf) != 0)
+		return -1;
+	if (index_put(&d->index, INDEX_FULL, &record, cause) != 0)
+		return -1;
+	rp->put++;
+	return 1;
+}
+
+/*
  * No room for a submission in flight: give the index every committed
  * entry of the table it lacks (the start-up transaction, committed
  * before the broker serves), which makes them evictable.  0 if that
@@ -99,67 +175,22 @@ fail:
 static int
 replay_make_room(struct replay *rp)
 {
-	struct idemd		*d = rp->d;
-	struct subtab_entry	*entries;
-	char			(*keys)[SUBTAB_MAX_KEY_BYTES];
-	uint32_t		*flags, *slots = NULL, from = 0, n, i;
-	struct journal_record	 record;
-	uint8_t			*result = NULL;
-	size_t			 count = 0;
-	char			*cause = NULL;
-	int			 rc = -1;
+	struct idemd	*d = rp->d;
+	char		*cause = NULL;
+	int		 given = -1;
 
-	entries = calloc(1024, sizeof *entries);
-	keys = calloc(1024, sizeof *keys);
-	flags = calloc(1024, sizeof *flags);
-	slots = calloc(d->seg.header->slots_used + 1, sizeof *slots);
-	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
-	if (entries == NULL || keys == NULL || flags == NULL || slots == NULL ||
-	    result == NULL)
-		goto out;
 	if (!rp->writing) {
 		if (index_begin(&d->index, &cause) != 0)
 			goto out;
 		rp->writing = 1;
 	}
-	while ((n = subtab_copy_flags(&d->seg, from, 1024, entries, keys,
-	    flags)) > 0) {
-		for (i = 0; i < n; i++) {
-			if (entries[i].state != SUBTAB_COMMITTED ||
-			    (flags[i] & SUBTAB_SLOT_INDEXED))
-				continue;
-			memset(&record, 0, sizeof record);
-			record.type = entries[i].kind == SUBTAB_KIND_EFFECT ?
-			    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
-			record.entry = entries[i];
-			memcpy(record.key, keys[i], entries[i].key_length);
-			/* Not indexed: the arena keeps its bytes. */
-			record.result = result;
-			if (record.type == JOURNAL_RECORD_EFFECT &&
-			    arena_read(&d->seg, entries[i].result_offset,
-			    entries[i].result_length, result) != 0)
-				goto out;
-			if (index_put(&d->index, INDEX_FULL, &record,
-			    &cause) != 0)
-				goto out;
-			slots[count++] = from + i;
-			rp->put++;
-		}
-		from += n;
-	}
-	subtab_mark_indexed(&d->seg, slots, count);
-	rc = count > 0 ? 0 : 1;
+	given = replay_each_unindexed(rp, replay_give, &cause);
 out:
-	if (rc < 0)
+	if (given < 0)
 		log_warnx("replay: making room: %s", cause != NULL ? cause :
 		    "out of memory");
 	free(cause);
-	free(entries);
-	free(keys);
-	free(flags);
-	free(slots);
-	free(result);
-	return rc;
+	return given < 0 ? -1 : given > 0 ? 0 : 1;
 }
 
 /*
@@ -383,6 +414,20 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	return 0;
 }
 
+/* replay_mark_held's step: does the index hold the entry committed? */
+static int
+replay_held(struct replay *rp, const struct subtab_entry *e, const char *key,
+    uint8_t *buf, char **cause)
+{
+	struct index_entry	found;
+	int			got;
+
+	if ((got = index_get(&rp->d->index, key, e->key_length, &found, buf,
+	    cause)) < 0)
+		return -1;
+	return got == 1 && found.record.entry.state == SUBTAB_COMMITTED;
+}
+
 /*
  * After the replay: committed slots the journal's tail gave the table
  * that the index holds already are marked indexed.  A checkpoint gives
@@ -397,57 +442,18 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 static int
 replay_mark_held(struct replay *rp)
 {
-	struct idemd		*d = rp->d;
-	struct subtab_entry	*entries;
 	struct index_stats	 st;
-	struct index_entry	 found;
-	char			(*keys)[SUBTAB_MAX_KEY_BYTES];
-	uint32_t		*flags, *slots = NULL, from = 0, n, i;
-	uint8_t			*result = NULL;
-	size_t			 count = 0;
 	char			*cause = NULL;
-	int			 rc = -1, got;
+	int			 marked;
 
-	if (index_stats(&d->index, &st) != 0 || st.entries == 0 ||
-	    subtab_unindexed(&d->seg) == 0)
+	if (index_stats(&rp->d->index, &st) != 0 || st.entries == 0 ||
+	    subtab_unindexed(&rp->d->seg) == 0)
 		return 0;
-	entries = calloc(1024, sizeof *entries);
-	keys = calloc(1024, sizeof *keys);
-	flags = calloc(1024, sizeof *flags);
-	slots = calloc(d->seg.header->slots_used + 1, sizeof *slots);
-	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
-	if (entries == NULL || keys == NULL || flags == NULL || slots == NULL ||
-	    result == NULL)
-		goto out;
-	while ((n = subtab_copy_flags(&d->seg, from, 1024, entries, keys,
-	    flags)) > 0) {
-		for (i = 0; i < n; i++) {
-			if (entries[i].state != SUBTAB_COMMITTED ||
-			    (flags[i] & SUBTAB_SLOT_INDEXED))
-				continue;
-			got = index_get(&d->index, keys[i],
-			    entries[i].key_length, &found, result, &cause);
-			if (got < 0)
-				goto out;
-			if (got == 1 &&
-			    found.record.entry.state == SUBTAB_COMMITTED)
-				slots[count++] = from + i;
-		}
-		from += n;
-	}
-	subtab_mark_indexed(&d->seg, slots, count);
-	rc = 0;
-out:
-	if (rc < 0)
+	if ((marked = replay_each_unindexed(rp, replay_held, &cause)) < 0)
 		log_warnx("replay: the index's receipts: %s", cause != NULL ?
 		    cause : "out of memory");
 	free(cause);
-	free(entries);
-	free(keys);
-	free(flags);
-	free(slots);
-	free(result);
-	return rc;
+	return marked < 0 ? -1 : 0;
 }
 
 /* What replay cut or removed (the store reports it; idemd says it). */

@@ -302,33 +302,11 @@ find_victim(struct shm_segment *seg, size_t length)
 }
 
 /*
- * Evict slot i (evictable): unreachable, its entry gone (the index
- * answers for it), free for the next key.  The whole entry is cleared,
- * not only the key: a free slot must read as empty to everything that
- * walks the slots (a checkpoint copies every slot's entry).
+ * Drop slot i's key and entry, leaving the slot free for the next key.
+ * The whole entry is cleared, not only the key: a free slot must read
+ * as empty to everything that walks the slots (a checkpoint copies
+ * every slot's entry).
  */
-static void
-evict(struct shm_segment *seg, uint32_t i)
-{
-	struct shm_header	*h = seg->header;
-	struct subtab_slot	*s = &seg->slots[i];
-
-	h->evicting = 1;
-	unlink_bucket(seg, i);
-	s->entry.key_length = 0;
-	s->entry.state = SUBTAB_EMPTY;
-	h->state_counts[SUBTAB_COMMITTED]--;
-	h->indexed_count--;
-	h->free_count++;
-	s->journal_end = 0;
-	atomic_store(&s->fast_receipt, 0);
-	atomic_store(&s->state, SUBTAB_EMPTY);
-	atomic_store(&s->flags, 0);
-	h->evicting = 0;
-	atomic_fetch_add(&h->evictions, 1);
-}
-
-/* Drop slot i's key and entry, never durable, leaving the slot free. */
 static void
 forget(struct shm_segment *seg, uint32_t i)
 {
@@ -340,6 +318,8 @@ forget(struct shm_segment *seg, uint32_t i)
 	s->entry.key_length = 0;
 	if (s->entry.state != SUBTAB_EMPTY)
 		h->state_counts[s->entry.state]--;
+	if (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED)
+		h->indexed_count--;
 	s->entry.state = SUBTAB_EMPTY;
 	h->free_count++;
 	s->journal_end = 0;
@@ -347,6 +327,14 @@ forget(struct shm_segment *seg, uint32_t i)
 	atomic_store(&s->state, SUBTAB_EMPTY);
 	atomic_store(&s->flags, 0);
 	h->evicting = 0;
+}
+
+/* Evict slot i (evictable: the index answers for it from now on). */
+static void
+evict(struct shm_segment *seg, uint32_t i)
+{
+	forget(seg, i);
+	atomic_fetch_add(&seg->header->evictions, 1);
 }
 
 /*

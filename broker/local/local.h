@@ -11,6 +11,18 @@
 
 extern const struct backend local_backend;
 
+/* An effect's request's room (backend_effect_state): its slot. */
+struct local_effect {
+	struct subtab_claim	 claim;
+	int			 claimed;
+	uint32_t		 slot;
+	uint64_t		 found_end;
+	uint64_t		 found_epoch;	/* the journal's, read before it */
+	int			 journaled;	/* this call wrote a record */
+	int			 index_checked;
+	uint64_t		 evictions;
+};
+
 /*
  * The halves submission.c and effect.c each have a copy of today, one
  * for both once G2 (local_create.c) and G3 (local_effect.c) call them
@@ -36,6 +48,19 @@ int	local_fail_reopening(struct backend_error *);
 /* 1 and err if p's wait ended in a journal failure; 0 otherwise. */
 int	local_journal_failed(struct pending *, struct backend_error *);
 
+/* local_effect.c: effect_begin, _complete and _resolve on the slot. */
+void	local_effect_begin(struct pending *, backend_effect_done_fn);
+void	local_effect_claim(struct pending *, backend_effect_done_fn);
+void	local_effect_record(struct pending *, backend_effect_done_fn);
+void	local_effect_release(struct pending *);
+int	local_effect_result(struct pending *, const uint8_t **, int *);
+/*
+ * The committed result of e (a table entry) into buf (from the arena,
+ * else the index): buf, or NULL unreadable; *pruned: a tombstone's.
+ */
+const uint8_t *local_effect_result_bytes(struct idemd *, const char *key,
+	    size_t key_length, const struct subtab_entry *, uint8_t *buf,
+	    int *pruned);
 /* local_create.c: backend.h's create (write_task, write_report). */
 void	local_create(struct pending *, backend_create_done_fn);
 

@@ -3,7 +3,7 @@
  * local_backend.c: the local backend's table of operations, and its
  * reads: get_submission's entry (the table, then the index), diagnose's
  * unfinished entries (a snapshot of the table).  Its creations are
- * local_create.c's; the effects still run in effect.c (issue #28, G3).
+ * local_create.c's, its effects local_effect.c's.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -51,6 +51,8 @@ static int
 local_get(struct idemd *d, enum subtab_kind kind, const char *key,
     size_t key_length, struct backend_row *row, struct backend_error *err)
 {
+	/* The event loop's thread only (as history_find's scratch). */
+	static uint8_t		 bytes[IDEM_MAX_EFFECT_RESULT_BYTES];
 	struct index_entry	 cold;
 	struct subtab_entry	*e = &row->entry;
 	int			 rc;
@@ -72,7 +74,11 @@ local_get(struct idemd *d, enum subtab_kind kind, const char *key,
 		/* From the index: committed, with the result it keeps. */
 		row->from_index = 1;
 		row->result = cold.record.result;
-	}
+	} else if (kind == SUBTAB_KIND_EFFECT &&
+	    e->state == SUBTAB_COMMITTED && e->result_length <= sizeof bytes)
+		/* From the table: the arena, or the index once reused. */
+		row->result = local_effect_result_bytes(d, key, key_length, e,
+		    bytes, &row->result_pruned);
 	if (kind == SUBTAB_KIND_TASK) {
 		/* A tombstone of an earlier version kept no times. */
 		if (e->reserved_at_ms == 0)
@@ -185,10 +191,15 @@ local_journal_failed(struct pending *p, struct backend_error *err)
 const struct backend local_backend = {
 	.name = "local",
 	.flags = BACKEND_SWEEPS_TEMPORARIES,
+	.effect_state_size = sizeof(struct local_effect),
 	.matches = local_matches,
 	/* configure, locked: main.c's store_options and start-up (G4). */
 	.create = local_create,
-	/* effect_*, release: effect.c (G3). */
+	.effect_begin = local_effect_begin,
+	.effect_claim = local_effect_claim,
+	.effect_record = local_effect_record,
+	.effect_result = local_effect_result,
+	.release = local_effect_release,
 	.get = local_get,
 	.diagnose = local_diagnose,
 	.history = NULL,	/* stats has no "store" member */

@@ -3,8 +3,8 @@
  * pg_backend.c: the PostgreSQL backend's table of operations, the
  * loop's own connection to the store (cluster_store) and the check of
  * the store at start-up (cluster_check).  Its reads are pg_read.c's,
- * its creations pg_create.c's; its effects (cluster_effect.c) are still
- * called by name (issue #28, G3), and its start-up by main.c (G4).
+ * its creations pg_create.c's, its effects pg_effect.c's; its start-up
+ * is still main.c's (issue #28, G4).
  */
 #include <sys/stat.h>
 
@@ -101,11 +101,15 @@ pg_matches(const char *arg)
 const struct backend pg_backend = {
 	.name = "postgresql",
 	.flags = BACKEND_SPREADS_CONNECTIONS,
+	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,
 	/* configure, preflight (cluster_check): main.c (G4). */
 	/* worker_stop (cluster_pool_stop): worker.c (G4). */
 	.create = pg_create,
-	/* effect_*: cluster_effect.c (G3). */
+	.effect_begin = pg_effect_begin,
+	.effect_claim = pg_effect_claim,
+	.effect_record = pg_effect_record,
+	.release = pg_effect_release,
 	.get = pg_get,
 	.diagnose = pg_diagnose,
 	.history = pg_history,

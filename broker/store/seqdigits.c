@@ -54,42 +54,8 @@ seqdigits_read(int root_fd, unsigned *digits, char **cause)
 int
 seqdigits_record(int root_fd, unsigned digits, char **cause)
 {
-	char		 line[2] = { (char)('0' + digits), '\n' };
-	char		 temp[64];
-	const char	*what = NULL;
-	int		 fd = -1, dir_fd;
+	char	line[2] = { (char)('0' + digits), '\n' };
 
-	*cause = NULL;
-	if ((dir_fd = nofollow_dir(root_fd, IDEM_STATE_DIR)) == -1) {
-		asprintf(cause, "%s: %s", IDEM_STATE_DIR, strerror(errno));
-		return -1;
-	}
-	snprintf(temp, sizeof temp, "." SEQDIGITS_NAME ".tmp.%ld",
-	    (long)getpid());
-	(void)unlinkat(dir_fd, temp, 0);
-	if ((fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_EXCL |
-	    O_NOFOLLOW | O_CLOEXEC, 0644)) == -1)
-		what = "creating";
-	else if (durable_write_all(fd, line, sizeof line) != 0 ||
-	    fsync(fd) != 0)
-		what = "writing";
-	else if (renameat(dir_fd, temp, dir_fd, SEQDIGITS_NAME) != 0)
-		what = "renaming";
-	if (fd != -1)
-		close(fd);
-	if (what != NULL) {
-		asprintf(cause, "%s %s/%s: %s", what, IDEM_STATE_DIR,
-		    SEQDIGITS_NAME, strerror(errno));
-		(void)unlinkat(dir_fd, temp, 0);
-		close(dir_fd);
-		return -1;
-	}
-	if (fsync(dir_fd) != 0) {
-		asprintf(cause, "fsync %s: %s", IDEM_STATE_DIR,
-		    strerror(errno));
-		close(dir_fd);
-		return -1;
-	}
-	close(dir_fd);
-	return 0;
+	return durable_state_file(root_fd, SEQDIGITS_NAME, line, sizeof line,
+	    1, cause);
 }

@@ -44,6 +44,14 @@ int	store_host_id_valid(const char *s);
 
 /* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
 int	durable_write_all(int fd, const void *, size_t);
+/*
+ * ROOT/.idem/name holding data, made durably: a temporary, fsync'd,
+ * then renamed over name (replace) or linked, which never replaces (a
+ * file there first wins); the directory fsync'd.  No symlink followed.
+ * 0, or -1 with *cause (malloc'd).
+ */
+int	durable_state_file(int root_fd, const char *name, const void *data,
+	    size_t length, int replace, char **cause);
 
 /* ---- journal.c: the on-disk journal (format in doc/journal.md) -------- */
 

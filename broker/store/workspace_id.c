@@ -91,56 +91,6 @@ read_id(int root_fd, char out[WORKSPACE_ID_BYTES + 1], char **cause)
 	return 1;
 }
 
-/*
- * STATE_DIR/name holding data, made once and durably: a temporary,
- * fsync'd, linked (link never replaces: a file there first wins), the
- * directory fsync'd.  0, or -1 with *cause.
- */
-static int
-write_once(const char *name, const char *data, size_t length, int root_fd,
-    char **cause)
-{
-	char	temp[64];
-	int	rc, fd, dir_fd;
-
-	if ((dir_fd = nofollow_dir(root_fd, IDEM_STATE_DIR)) == -1) {
-		asprintf(cause, "%s: %s", IDEM_STATE_DIR, strerror(errno));
-		return -1;
-	}
-	snprintf(temp, sizeof temp, ".%s.tmp.%ld", name, (long)getpid());
-	(void)unlinkat(dir_fd, temp, 0);
-	if ((fd = openat(dir_fd, temp, O_WRONLY | O_CREAT | O_EXCL |
-	    O_NOFOLLOW | O_CLOEXEC, 0644)) == -1 ||
-	    durable_write_all(fd, data, length) != 0 ||
-	    fsync(fd) != 0) {
-		asprintf(cause, "writing %s/%s: %s", IDEM_STATE_DIR, name,
-		    strerror(errno));
-		if (fd != -1)
-			close(fd);
-		(void)unlinkat(dir_fd, temp, 0);
-		close(dir_fd);
-		return -1;
-	}
-	close(fd);
-	rc = linkat(dir_fd, temp, dir_fd, name, 0);
-	if (rc != 0 && errno != EEXIST) {
-		asprintf(cause, "linking %s/%s: %s", IDEM_STATE_DIR, name,
-		    strerror(errno));
-		(void)unlinkat(dir_fd, temp, 0);
-		close(dir_fd);
-		return -1;
-	}
-	(void)unlinkat(dir_fd, temp, 0);
-	if (fsync(dir_fd) != 0) {
-		asprintf(cause, "fsync %s: %s", IDEM_STATE_DIR,
-		    strerror(errno));
-		close(dir_fd);
-		return -1;
-	}
-	close(dir_fd);
-	return 0;
-}
-
 int
 workspace_id_get(int root_fd, int create, char out[WORKSPACE_ID_BYTES + 1],
     char **cause)
@@ -153,7 +103,8 @@ workspace_id_get(int root_fd, int create, char out[WORKSPACE_ID_BYTES + 1],
 		return rc;
 	new_uuid(id);
 	id[WORKSPACE_ID_BYTES] = '\n';
-	if (write_once("workspace-id", id, sizeof id, root_fd, cause) != 0)
+	if (durable_state_file(root_fd, "workspace-id", id, sizeof id, 0,
+	    cause) != 0)
 		return -1;
 	/* Another broker's id, written first, wins: read what is there. */
 	return read_id(root_fd, out, cause) == 1 ? 1 : -1;
@@ -178,5 +129,6 @@ workspace_mark_imported(int root_fd,
 	*cause = NULL;
 	memcpy(line, workspace, WORKSPACE_ID_BYTES);
 	line[WORKSPACE_ID_BYTES] = '\n';
-	return write_once("imported", line, sizeof line, root_fd, cause);
+	return durable_state_file(root_fd, "imported", line, sizeof line, 0,
+	    cause);
 }

@@ -342,6 +342,15 @@ ec_effect(struct ec *ec, FILE *f, const char *id, int client, int n,
 		json_object_set_new(request, "lease_ms",
 		    json_integer(EC_LEASE_MS));
 		if ((reply = ec_call(ec, request)) == NULL) {
+			/*
+			 * Unanswered after a release: it may have reserved
+			 * the next attempt (its record durable, the worker
+			 * killed before the reply), so the next answer may be
+			 * in_progress or outcome_unknown.  (After a commit
+			 * the next is still reused.)
+			 */
+			if (expect_attempt > 0)
+				expect_attempt = 0;
 			ec_pause_ms(20);
 			continue;
 		}

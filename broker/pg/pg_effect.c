@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * cluster_effect.c: effect_begin, effect_complete and effect_resolve on
+ * pg_effect.c: the PostgreSQL backend's effect_begin, effect_claim and
+ * effect_record: effect_begin, effect_complete and effect_resolve on
  * the PostgreSQL store, where several brokers serve one workspace
  * (doc/cluster.md, "Effects"; SPEC.md, "Effects").
  *
@@ -31,7 +32,8 @@
  *
  * The answers and the judges are effect.c's (the same replies, the same
  * receipt bytes from the row's facts and the result's bytes); here is
- * only the reading and writing of the row.
+ * only the reading and writing of the row, and each ends in one outcome
+ * given to the op layer's done function (backend.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,6 +43,8 @@
 
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
+#include "pg_backend.h"
 #include "pg.h"
 
 /* Reads of one request's row before it gives up (each race lost is one). */
@@ -52,6 +56,34 @@ static struct effect *
 ce_of(struct pending *p)
 {
 	return p->op;
+}
+
+/* The outcome to the op layer's done function (saved by the first call). */
+static void
+ce_done(struct pending *p, enum backend_effect_result result)
+{
+	struct backend_effect_outcome	 out;
+
+	memset(&out, 0, sizeof out);
+	out.result = result;
+	ce_of(p)->done(p, &out);
+}
+
+static void
+ce_failed(struct pending *p, const struct backend_error *err)
+{
+	struct backend_effect_outcome	 out;
+
+	memset(&out, 0, sizeof out);
+	out.result = BACKEND_EFFECT_FAILED;
+	out.err = *err;
+	ce_of(p)->done(p, &out);
+}
+
+static struct pg_effect *
+ce_state(struct pending *p)
+{
+	return backend_effect_state(p);
 }
 
 static void
@@ -66,34 +98,42 @@ ce_key(struct effect *e, struct pgstore_key *key)
 static void
 ce_fail_storage(struct pending *p, const char *what, char *cause)
 {
-	struct effect	*e = ce_of(p);
+	struct effect		*e = ce_of(p);
+	struct backend_error	 err;
 
 	log_warnx("effect %s (%s): %s: %s", e->id, e->kind, what,
 	    cause != NULL ? cause : strerror(errno));
-	effect_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
-	    "%s: %s", what, cause != NULL ? cause : strerror(errno)));
+	backend_fail(&err, WIRE_STORAGE_UNAVAILABLE, 1, "%s: %s", what,
+	    cause != NULL ? cause : strerror(errno));
 	free(cause);
+	ce_failed(p, &err);
 }
 
 /* Every read lost a race: answered in_progress (retryable). */
 static int
 ce_too_many_reads(struct pending *p)
 {
-	if (++ce_of(p)->cluster_reads <= CLUSTER_EFFECT_MAX_READS)
+	struct backend_error	 err;
+
+	if (++ce_state(p)->cluster_reads <= CLUSTER_EFFECT_MAX_READS)
 		return 0;
-	effect_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
-	    "the effect kept changing under this request on other brokers"));
+	backend_fail(&err, WIRE_IN_PROGRESS, 1,
+	    "the effect kept changing under this request on other brokers");
+	ce_failed(p, &err);
 	return 1;
 }
 
 /* The row's facts into e, as effect.c reads them. */
 static void
-ce_take_row(struct effect *e, struct pgstore_row *row)
+ce_take_row(struct pending *p, struct pgstore_row *row)
 {
+	struct effect	*e = ce_of(p);
+
 	e->entry = row->entry;
 	e->entry.lease_expires_ms = shm_now_ms() + row->lease_ms_left;
-	e->found_state = row->entry.state;
-	e->found_end = 0;	/* durable: a COMMIT that returned */
+	ce_state(p)->found_state = row->entry.state;
+	/* durable (a COMMIT that returned): never unrecorded */
+	e->found_unrecorded = 0;
 	free(e->cold_result);
 	e->cold_result = (uint8_t *)row->receipt;
 	row->receipt = NULL;
@@ -120,7 +160,7 @@ ce_read(struct pending *p, struct pgstore *st)
 		return -1;
 	}
 	if (rc == 1)
-		ce_take_row(e, &row);
+		ce_take_row(p, &row);
 	return rc;
 }
 
@@ -159,23 +199,23 @@ ce_begin(struct pending *p)
 		else if (e->entry.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
 		    memcmp(e->entry.request_digest, e->digest,
 		    IDEM_SHA256_BYTES) != 0) {
-			effect_mismatch(p);
+			ce_done(p, BACKEND_EFFECT_MISMATCH);
 			return;
 		} else {
 			switch (e->entry.state) {
 			case SUBTAB_COMMITTED:
-				effect_reused(p);
+				ce_done(p, BACKEND_EFFECT_REUSED);
 				return;
 			case SUBTAB_RESERVED:
 				if (effect_lease_live(&e->entry, shm_now_ms()))
-					effect_in_progress(p);
+					ce_done(p, BACKEND_EFFECT_IN_PROGRESS);
 				else
-					effect_outcome_unknown(p);
+					ce_done(p, BACKEND_EFFECT_UNKNOWN);
 				return;
 			case SUBTAB_RELEASED:
 				break;
 			default:	/* OUTCOME_UNKNOWN: evidence only */
-				effect_outcome_unknown(p);
+				ce_done(p, BACKEND_EFFECT_UNKNOWN);
 				return;
 			}
 			snprintf(row.token, sizeof row.token, "%016" PRIx64,
@@ -188,11 +228,11 @@ ce_begin(struct pending *p)
 			return;
 		}
 	} while (rc == 0);	/* another broker moved the row: read again */
-	ce_take_row(e, &row);
-	effect_proceed(p);
+	ce_take_row(p, &row);
+	ce_done(p, BACKEND_EFFECT_PROCEED);
 }
 
-/* effect_complete and effect_resolve: read, then effect.c's judge. */
+/* effect_complete and effect_resolve: read, for effect.c's judge. */
 static void
 ce_claim(struct pending *p)
 {
@@ -202,17 +242,12 @@ ce_claim(struct pending *p)
 	if ((st = ce_store(p)) == NULL || ce_too_many_reads(p) ||
 	    (rc = ce_read(p, st)) < 0)
 		return;
-	if (rc == 0) {
-		effect_refuse(p, DISPOSITION_CONFLICT, WIRE_CONFLICT,
-		    REASON_NO_RESERVATION, 0, "no effect was begun under this "
-		    "key", 0);
-		return;
-	}
-	effect_judge(p);
+	ce_done(p, rc == 0 ? BACKEND_EFFECT_NONE : BACKEND_EFFECT_FOUND);
 }
 
+/* The judge's transition as a compare-and-set. */
 void
-cluster_effect_record(struct pending *p)
+pg_effect_record(struct pending *p, backend_effect_done_fn done)
 {
 	struct effect			*e = ce_of(p);
 	struct pgstore			*st;
@@ -223,6 +258,7 @@ cluster_effect_record(struct pending *p)
 	char				*cause = NULL;
 	int				 rc, committed;
 
+	e->done = done;
 	if ((st = ce_store(p)) == NULL)
 		return;
 	committed = e->entry.state == SUBTAB_COMMITTED;
@@ -230,7 +266,7 @@ cluster_effect_record(struct pending *p)
 	memset(&c, 0, sizeof c);
 	c.epoch = e->entry.attempt;
 	c.token = token;
-	c.from_state = e->found_state;
+	c.from_state = ce_state(p)->found_state;
 	c.to_state = e->entry.state;
 	c.result = committed ? e->result : NULL;
 	c.result_digest = committed ? e->entry.file_digest : NULL;
@@ -249,15 +285,27 @@ cluster_effect_record(struct pending *p)
 		ce_claim(p);
 		return;
 	}
-	ce_take_row(e, &row);
-	effect_settled(p);
+	ce_take_row(p, &row);
+	ce_done(p, BACKEND_EFFECT_SETTLED);
 }
 
 void
-cluster_effect_start(struct pending *p)
+pg_effect_begin(struct pending *p, backend_effect_done_fn done)
 {
-	if (ce_of(p)->op == EFFECT_BEGIN)
-		ce_begin(p);
-	else
-		ce_claim(p);
+	ce_of(p)->done = done;
+	ce_begin(p);
+}
+
+void
+pg_effect_claim(struct pending *p, backend_effect_done_fn done)
+{
+	ce_of(p)->done = done;
+	ce_claim(p);
+}
+
+/* Nothing is held between the statements. */
+void
+pg_effect_release(struct pending *p)
+{
+	(void)p;
 }
