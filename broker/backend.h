@@ -12,10 +12,10 @@
  * caller touches p no more after the call.  Reads are synchronous, as
  * they have always been (the PostgreSQL reads block the loop).
  *
- * Stage G1 of issue #28 fills the reads (get, diagnose, history); the
- * creation and effect members are declared for G2 and G3, and NULL in
- * both tables until then (submission.c and effect.c still call their
- * stores by name).
+ * Stage G1 of issue #28 fills the reads (get, diagnose, history), G2
+ * the creations (create); the effect members are declared for G3, and
+ * NULL in both tables until then (effect.c still calls its stores by
+ * name).
  */
 #ifndef BACKEND_H
 #define BACKEND_H

@@ -549,8 +549,13 @@ void	 request_storage_error(struct request_error *, int error,
 int	 request_check_line(const char *line, size_t length,
 	    struct request_error *);
 
-/* submission.c: the reserved -> task_created -> committed machine */
+/*
+ * submission.c: a creation, through the backend's create (backend.h);
+ * the local one is local_create.c's reserved -> task_created ->
+ * committed machine, whose state is kept here too for now.
+ */
 struct submission;
+struct backend_create_outcome;
 struct submission_ops {
 	enum subtab_kind	 kind;
 	uint8_t			 schema;	/* enum subtab_schema */
@@ -582,7 +587,7 @@ struct submission {
 	struct fileio_job	 job;		/* its file, while written */
 	/*
 	 * A fresh submission writes its temporary file while its reservation
-	 * is flushed; it is linked once both are done (submission.c).
+	 * is flushed; it is linked once both are done (local_create.c).
 	 */
 	enum {
 		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
@@ -596,24 +601,26 @@ struct submission {
 	int			 index_checked;
 	uint64_t		 evictions;
 	int			 pruned;	/* answered from a tombstone */
-	struct cluster_sub	*cluster;	/* --store postgresql (cluster.c) */
+	struct cluster_sub	*cluster;	/* --store postgresql (pg_create.c) */
+	/* The op layer's done function, which the backend's create calls. */
+	void			(*done)(struct pending *,
+				    const struct backend_create_outcome *);
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
 
-/* The PostgreSQL store's conflict and storage answers, for cluster.c. */
-void	 submission_conflict(struct pending *, enum wire_reason,
-	    const char *message);
-
-/* cluster.c: a submission on the PostgreSQL store (doc/cluster.md) */
+/* pg_create.c: a submission on the PostgreSQL store (doc/cluster.md) */
 struct cluster_sub;
 #ifdef HAVE_POSTGRESQL
-void	 cluster_submission_start(struct pending *);
-/* Check the store at start-up (schema, workspace id); 0 or -1 cause. */
+/*
+ * pg_backend.c: check the store at start-up (schema, workspace id); 0,
+ * or -1 and *cause.
+ */
 int	 cluster_check(struct idemd *, char **cause);
 /*
- * This worker's loop's connection to the store (effects, and pg_read.c's
- * get_submission, diagnose, stats), opened at its first use.  Creations run on the
+ * pg_backend.c: this worker's loop's connection to the store (effects,
+ * and pg_read.c's get_submission, diagnose, stats), opened at its first
+ * use.  Creations run on the
  * creation threads' own connections (cluster_pool.c).
  */
 struct pgstore;
@@ -636,7 +643,6 @@ int	 cluster_pool_submit(struct event_base *, unsigned max,
 void	 cluster_pool_stop(void);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
-#define cluster_submission_start(p)	((void)(p))
 #define cluster_pool_stop()		((void)0)
 #define cluster_check(d, cause)	\
 	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
@@ -673,6 +679,8 @@ int	 current_path_find(struct idemd *, const char *id,
 /* Add "current_path" to object if the task moved from recorded. */
 void	 current_path_add(struct idemd *, json_t *object, const char *id,
 	    const char *recorded);
+/* s->name from s->entry's kind, date, number and roles (both backends). */
+void	 submission_set_name(struct submission *);
 
 /* write_report_check.c: a write_report request, read and checked */
 struct write_report {

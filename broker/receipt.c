@@ -7,7 +7,8 @@
  * since, which both answers add and the receipt never holds.  An
  * effect's receipt is effect.c's (effect_receipt_json_from); its key's
  * halves (effect_key_split) and its lease (effect_lease_live) are here, for the op layer and the
- * backends alike.
+ * backends alike.  And a
+ * submission's name (its id), which both backends' creations set.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -70,4 +71,15 @@ int
 effect_lease_live(const struct subtab_entry *e, int64_t now)
 {
 	return e->state == SUBTAB_RESERVED && now < e->lease_expires_ms;
+}
+
+/* s->name: the id (file name without .md) of s->entry's number. */
+void
+submission_set_name(struct submission *s)
+{
+	const struct subtab_entry *e = &s->entry;
+
+	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
+	    e->sender_length, e->recipient, e->recipient_length, s->name,
+	    sizeof s->name);
 }

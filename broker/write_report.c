@@ -3,7 +3,7 @@
  * write_report.c: the write_report op.  A report is deduplicated by
  * (task_id, client_submission_id) and the write-report-v1 digest of its
  * normalized content, through the same durable state machine as tasks
- * (submission.c); without an id every call writes a new REPORT file.
+ * (submission.c, the backend's create); without an id every call writes a new REPORT file.
  * The request is read and checked by write_report_check.c.
  */
 #include <errno.h>

@@ -2,7 +2,8 @@
 /*
  * write_task.c: the write_task op: a request read and checked by
  * write_task_check.c, its TASK file and its success reply.  The creation
- * itself is submission.c's, the receipt receipt.c's.
+ * itself is submission.c's (through the backend's create), the receipt
+ * receipt.c's.
  */
 #include <string.h>
 

@@ -61,5 +61,7 @@ int	local_effect_result(struct pending *, const uint8_t **, int *);
 const uint8_t *local_effect_result_bytes(struct idemd *, const char *key,
 	    size_t key_length, const struct subtab_entry *, uint8_t *buf,
 	    int *pruned);
+/* local_create.c: backend.h's create (write_task, write_report). */
+void	local_create(struct pending *, backend_create_done_fn);
 
 #endif

@@ -2,9 +2,8 @@
 /*
  * local_backend.c: the local backend's table of operations, and its
  * reads: get_submission's entry (the table, then the index), diagnose's
- * unfinished entries (a snapshot of the table).  Its effects are
- * local_effect.c's; the creations still run in submission.c (issue #28,
- * G2).
+ * unfinished entries (a snapshot of the table).  Its creations are
+ * local_create.c's, its effects local_effect.c's.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -195,7 +194,7 @@ const struct backend local_backend = {
 	.effect_state_size = sizeof(struct local_effect),
 	.matches = local_matches,
 	/* configure, locked: main.c's store_options and start-up (G4). */
-	/* create: submission.c (G2). */
+	.create = local_create,
 	.effect_begin = local_effect_begin,
 	.effect_claim = local_effect_claim,
 	.effect_record = local_effect_record,

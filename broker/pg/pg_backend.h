@@ -30,5 +30,13 @@ void	pg_effect_begin(struct pending *, backend_effect_done_fn);
 void	pg_effect_claim(struct pending *, backend_effect_done_fn);
 void	pg_effect_record(struct pending *, backend_effect_done_fn);
 void	pg_effect_release(struct pending *);
+/* pg_create.c: backend.h's create (write_task, write_report). */
+void	pg_create(struct pending *, backend_create_done_fn);
+/*
+ * A store of this worker's on d's workspace (a creation thread's, or
+ * the loop's): 0, or -1 and *cause.
+ */
+struct pgstore;
+int	pg_store_init(struct idemd *, struct pgstore *, char **cause);
 
 #endif

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * cluster.c: one submission (write_task, write_report) on the PostgreSQL
- * store, where several brokers serve one workspace (doc/cluster.md).
+ * pg_create.c: the PostgreSQL backend's creation (backend.h's create):
+ * one submission (write_task, write_report) on the PostgreSQL store,
+ * where several brokers serve one workspace (doc/cluster.md).  It
+ * reports an outcome through the done function submission.c passed and
+ * never replies.
  *
  * DESIGN
  *
@@ -41,13 +44,13 @@
  * side, and their commits and fsyncs wait together: PostgreSQL's group
  * commit and the file system's journal serve them with shared flushes.
  * A run only records its outcome (cl_fail, cl_conflict, cl_answer,
- * cl_wait); the loop acts on it (cl_finish): the reply, the cache, the
- * timer of a wait for a live owner, after which the next read runs on
- * whichever thread is free (a waiting request holds no fence: it waits
- * only for another owner).  The cache lookup of a committed retry runs
+ * cl_wait); the loop acts on it (cl_finish): the outcome to
+ * submission.c's done, the cache, the timer of a wait for a live owner,
+ * after which the next read runs on whichever thread is free (a waiting
+ * request holds no fence: it waits only for another owner).  The cache lookup of a committed retry runs
  * on the loop, with no thread and no round trip.  The loop keeps a
  * connection of its own for the effects, get_submission, diagnose and
- * stats.
+ * stats (pg_backend.c).
  *
  * Only built with configure --with-postgresql; without it idemd refuses
  * --store postgresql://... at start-up (main.c).
@@ -60,6 +63,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +72,8 @@
 #include "digest.h"
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
+#include "pg_backend.h"
 #include "pg.h"
 #include "workspace_id.h"
 
@@ -81,7 +87,7 @@
 /* What a creation's run on its thread decided, for the loop to act on. */
 enum cl_outcome {
 	CL_OUT_NONE,
-	CL_OUT_FAIL,		/* reply: an error */
+	CL_OUT_FAIL,		/* err */
 	CL_OUT_CONFLICT,	/* reason, message */
 	CL_OUT_ANSWER,		/* created or reused (created says which) */
 	CL_OUT_WAIT		/* a live owner: read again after CLUSTER_POLL_MS */
@@ -101,15 +107,11 @@ struct cluster_sub {
 	struct event		*timer;
 	unsigned		 renumbered;
 	enum cl_outcome		 out;
-	json_t			*reply;
+	struct backend_error	 err;
 	enum wire_reason	 reason;
 	const char		*message;	/* a literal */
 	int			 created;
 };
-
-/* This worker's loop's connection (effects, reads, diagnose, stats). */
-static struct pgstore	cl_store;
-static int		cl_open;
 
 static void	cl_step(struct pending *);
 static void	cl_judge(struct pending *, struct pgstore_row *, int);
@@ -137,7 +139,6 @@ cl_free(struct submission *s)
 		return;
 	if (c->timer != NULL)
 		event_free(c->timer);
-	json_decref(c->reply);
 	pgstore_row_clear(&c->row);
 	free(c);
 	s->cluster = NULL;
@@ -145,16 +146,26 @@ cl_free(struct submission *s)
 
 /*
  * The outcomes.  On a creation thread they are only recorded: the loop
- * acts on them (cl_finish), since the reply, the cache and the timers
+ * acts on them (cl_finish), since the outcome, the cache and the timers
  * are the loop's.
  */
 static void
-cl_fail(struct pending *p, json_t *reply)
+cl_fail(struct pending *p, enum wire_error code, int retryable,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void
+cl_fail(struct pending *p, enum wire_error code, int retryable,
+    const char *fmt, ...)
 {
 	struct cluster_sub	*c = cl_sub(p)->cluster;
+	va_list			 ap;
 
 	c->out = CL_OUT_FAIL;
-	c->reply = reply;
+	c->err.code = code;
+	c->err.retryable = retryable;
+	va_start(ap, fmt);
+	vsnprintf(c->err.message, sizeof c->err.message, fmt, ap);
+	va_end(ap);
 }
 
 /* PostgreSQL or the files failed: retryable, logged once here. */
@@ -166,8 +177,8 @@ cl_fail_storage(struct pending *p, const char *what, char *cause)
 	log_warnx("submission %s: %s: %s", s->submission_id != NULL ?
 	    s->submission_id : "(legacy)", what, cause != NULL ? cause :
 	    strerror(errno));
-	cl_fail(p, reply_error_simple(p->id, WIRE_STORAGE_UNAVAILABLE, 1,
-	    "%s: %s", what, cause != NULL ? cause : strerror(errno)));
+	cl_fail(p, WIRE_STORAGE_UNAVAILABLE, 1,
+	    "%s: %s", what, cause != NULL ? cause : strerror(errno));
 	free(cause);
 }
 
@@ -176,10 +187,10 @@ cl_fail_exhausted(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
 
-	cl_fail(p, reply_error_simple(p->id, WIRE_SEQUENCE_EXHAUSTED, 0,
+	cl_fail(p, WIRE_SEQUENCE_EXHAUSTED, 0,
 	    "every %s number of today (UTC) is used: FCoP names carry %u "
 	    "digits; nothing was written", s->ops->kind == SUBTAB_KIND_TASK ?
-	    "TASK" : "REPORT", cl_idemd(p)->sequence_digits));
+	    "TASK" : "REPORT", cl_idemd(p)->sequence_digits);
 }
 
 static void
@@ -200,16 +211,6 @@ cl_answer(struct pending *p, int created)
 
 	c->out = CL_OUT_ANSWER;
 	c->created = created;
-}
-
-static void
-cl_set_name(struct submission *s)
-{
-	const struct subtab_entry *e = &s->entry;
-
-	taskfile_format_id(s->ops->kind, e->date, e->seq, e->sender,
-	    e->sender_length, e->recipient, e->recipient_length, s->name,
-	    sizeof s->name);
 }
 
 /*
@@ -253,10 +254,8 @@ cl_finish(struct cluster_sub *c)
 	struct pending		*p = c->p;
 	struct submission	*s = cl_sub(p);
 	struct timeval		 tv = { 0, CLUSTER_POLL_MS * 1000 };
-	enum wire_reason	 reason = c->reason;
-	const char		*message = c->message;
-	json_t			*reply;
-	int			 created = c->created;
+	backend_create_done_fn	 done = s->done;
+	struct backend_create_outcome out;
 
 	if (c->out == CL_OUT_WAIT) {
 		if (c->timer != NULL || (c->timer = evtimer_new(
@@ -264,23 +263,26 @@ cl_finish(struct cluster_sub *c)
 			evtimer_add(c->timer, &tv);
 			return;
 		}
-		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
+		cl_fail(p, WIRE_INTERNAL, 1,
+		    "out of memory");
 	}
 	if (c->out == CL_OUT_NONE)	/* never: every run decides */
-		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "a creation ended without an answer"));
+		cl_fail(p, WIRE_INTERNAL, 1,
+		    "a creation ended without an answer");
+	memset(&out, 0, sizeof out);
 	switch (c->out) {
 	case CL_OUT_FAIL:
-		reply = c->reply;
-		c->reply = NULL;
+		out.result = BACKEND_CREATE_FAILED;
+		out.err = c->err;
 		cl_free(s);
-		atomic_fetch_add(&cl_idemd(p)->seg.header->counters.errors, 1);
-		pending_reply(p, reply);
+		done(p, &out);
 		break;
 	case CL_OUT_CONFLICT:
+		out.result = BACKEND_CONFLICT;
+		out.reason = c->reason;
+		out.message = c->message;
 		cl_free(s);
-		submission_conflict(p, reason, message);
+		done(p, &out);
 		break;
 	case CL_OUT_ANSWER:
 		s->entry.state = SUBTAB_COMMITTED;
@@ -288,8 +290,9 @@ cl_finish(struct cluster_sub *c)
 		s->slot = UINT32_MAX;
 		if (!s->pruned)
 			cl_cache(p);
+		out.result = c->created ? BACKEND_CREATED : BACKEND_REUSED;
 		cl_free(s);
-		s->ops->answer(p, created);
+		done(p, &out);
 		break;
 	case CL_OUT_NONE:
 	case CL_OUT_WAIT:
@@ -435,8 +438,8 @@ cl_scan_shared(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 }
 
 /* A store of this worker's on d's workspace: 0, or -1 and *cause. */
-static int
-cl_store_init(struct idemd *d, struct pgstore *st, char **cause)
+int
+pg_store_init(struct idemd *d, struct pgstore *st, char **cause)
 {
 	memset(st, 0, sizeof *st);
 	if (workspace_id_get(d->root_fd, 0, st->workspace, cause) != 1) {
@@ -455,71 +458,6 @@ cl_store_init(struct idemd *d, struct pgstore *st, char **cause)
 		return -1;
 	}
 	return 0;
-}
-
-/* The loop's store, opened at its first use. */
-static int
-cl_store_open(struct idemd *d, char **cause)
-{
-	if (cl_open)
-		return 0;
-	if (cl_store_init(d, &cl_store, cause) != 0)
-		return -1;
-	cl_open = 1;
-	return 0;
-}
-
-struct pgstore *
-cluster_store(struct idemd *d, char **cause)
-{
-	*cause = NULL;
-	return cl_store_open(d, cause) == 0 ? &cl_store : NULL;
-}
-
-int
-cluster_check(struct idemd *d, char **cause)
-{
-	struct pgstore	st;
-	char		path[PATH_MAX];
-	int		rc;
-
-	*cause = NULL;
-	if (nofollow_mkdir(d->root_fd, IDEM_STATE_DIR, 0755) != 0 &&
-	    errno != EEXIST)
-		goto fail;
-	snprintf(path, sizeof path, "%s/hosts", IDEM_STATE_DIR);
-	if (nofollow_mkdir(d->root_fd, path, 0755) != 0 && errno != EEXIST)
-		goto fail;
-	if (nofollow_mkdir(d->root_fd, d->state_dir, 0755) != 0 &&
-	    errno != EEXIST)
-		goto fail;
-	/*
-	 * A workspace a local idemd served keeps its history in its journal
-	 * until idemctl store import moves it: served from the store before
-	 * that, a retry of an id only the journal knows would be executed
-	 * again (doc/cluster.md, "Importing a local history").
-	 */
-	if (store_has_local_history(d->root_fd) != 0 &&
-	    workspace_imported(d->root_fd) != 1) {
-		asprintf(cause, "%s has a local history (%s) that is not in "
-		    "the store: stop its local idemd and run idemctl store "
-		    "import --root %s --store URI first", d->root_real,
-		    IDEM_JOURNAL_DIR, d->root_real);
-		return -1;
-	}
-	memset(&st, 0, sizeof st);
-	if (workspace_id_get(d->root_fd, 1, st.workspace, cause) != 1)
-		return -1;
-	rc = pgstore_open(&st, d->store_uri, cause);
-	pgstore_close(&st);
-	if (rc == 0)
-		log_info("cluster: workspace %s, host %s, lease %d ms",
-		    st.workspace, d->host_id, d->lease_ms);
-	return rc;
-fail:
-	asprintf(cause, "%s/%s: %s", d->root_real, d->state_dir,
-	    strerror(errno));
-	return -1;
 }
 
 /* ---- files ---------------------------------------------------------- */
@@ -733,9 +671,9 @@ cl_wait(struct pending *p)
 	struct cluster_sub	*c = cl_sub(p)->cluster;
 
 	if (shm_now_ms() >= c->deadline_ms) {
-		cl_fail(p, reply_error_simple(p->id, WIRE_IN_PROGRESS, 1,
+		cl_fail(p, WIRE_IN_PROGRESS, 1,
 		    "an identical submission is still in flight on another "
-		    "broker after %d ms", cl_idemd(p)->inflight_wait_ms));
+		    "broker after %d ms", cl_idemd(p)->inflight_wait_ms);
 		return;
 	}
 	c->out = CL_OUT_WAIT;
@@ -756,8 +694,8 @@ cl_commit(struct pending *p)
 	text = receipt != NULL ? json_dumps(receipt, JSON_COMPACT) : NULL;
 	json_decref(receipt);
 	if (text == NULL) {
-		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
+		cl_fail(p, WIRE_INTERNAL, 1,
+		    "out of memory");
 		return;
 	}
 	rc = pgstore_commit(c->st, &c->key, c->row.epoch, c->row.token,
@@ -812,8 +750,8 @@ cl_write(struct pending *p)
 		 * anything was promised: a fresh number under the same fence.
 		 */
 		if (++c->renumbered > CLUSTER_MAX_RENUMBER) {
-			cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-			    "every number tried was taken by another writer"));
+			cl_fail(p, WIRE_INTERNAL, 1,
+			    "every number tried was taken by another writer");
 			return;
 		}
 		rc = pgstore_renumber(c->st, &c->key, c->row.epoch,
@@ -836,7 +774,7 @@ cl_write(struct pending *p)
 		    c->row.entry.seq);
 		s->entry.date = c->row.entry.date;
 		s->entry.seq = c->row.entry.seq;
-		cl_set_name(s);
+		submission_set_name(s);
 	}
 }
 
@@ -913,7 +851,7 @@ cl_take_row(struct submission *s, const struct pgstore_row *row)
 	memcpy(s->entry.recipient, row->entry.recipient,
 	    sizeof s->entry.recipient);
 	s->entry.recipient_length = row->entry.recipient_length;
-	cl_set_name(s);
+	submission_set_name(s);
 }
 
 /*
@@ -1095,11 +1033,11 @@ cl_legacy(struct pending *p)
 				cl_fail_storage(p, "taking a number", cause);
 			return;
 		}
-		cl_set_name(s);
+		submission_set_name(s);
 		s->entry.created_at_ms = now;
 		if (s->ops->render(s, now, &data, &length) != 0) {
-			cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-			    "rendering %s: %s", s->name, strerror(errno)));
+			cl_fail(p, WIRE_INTERNAL, 1,
+			    "rendering %s: %s", s->name, strerror(errno));
 			return;
 		}
 		digest_sha256(data, length, s->entry.file_digest);
@@ -1119,8 +1057,8 @@ cl_legacy(struct pending *p)
 		free(cause);
 		cause = NULL;
 	}
-	cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-	    "every number tried was taken by another writer"));
+	cl_fail(p, WIRE_INTERNAL, 1,
+	    "every number tried was taken by another writer");
 }
 
 /* On a creation thread: its store, then the steps until an outcome. */
@@ -1133,7 +1071,7 @@ cl_run(struct cluster_job *job, struct pgstore *st, int *open)
 
 	c->st = NULL;
 	if (!*open) {
-		if (cl_store_init(cl_idemd(p), st, &cause) != 0) {
+		if (pg_store_init(cl_idemd(p), st, &cause) != 0) {
 			cl_fail_storage(p, "opening the PostgreSQL store",
 			    cause);
 			return;
@@ -1165,45 +1103,44 @@ cl_dispatch(struct cluster_sub *c)
 	c->job.done = cl_run_done;
 	if (cluster_pool_submit(p->worker->base,
 	    cl_idemd(p)->store_connections, &c->job) != 0) {
-		cl_fail(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "no creation thread could be started"));
+		cl_fail(p, WIRE_INTERNAL, 1,
+		    "no creation thread could be started");
 		cl_finish(c);
 	}
 }
 
+/* backend.h's create: s's kind, peer, schema and digest are filled. */
 void
-cluster_submission_start(struct pending *p)
+pg_create(struct pending *p, backend_create_done_fn done)
 {
 	struct submission	*s = cl_sub(p);
 	struct idemd		*d = cl_idemd(p);
+	struct backend_create_outcome out;
 	struct cluster_sub	*c;
 	struct subtab_entry	 known;
 	char			*nl;
 
-	s->entry.kind = s->ops->kind;
-	conn_peer(p->conn, &s->entry.peer_uid, &s->entry.peer_pid);
+	s->done = done;
 	if ((c = calloc(1, sizeof *c)) == NULL) {
-		atomic_fetch_add(&d->seg.header->counters.errors, 1);
-		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
+		memset(&out, 0, sizeof out);
+		out.result = BACKEND_CREATE_FAILED;
+		backend_fail(&out.err, WIRE_INTERNAL, 1, "out of memory");
+		done(p, &out);
 		return;
 	}
 	c->p = p;
 	s->cluster = c;
 	if (s->submission_id == NULL) {
-		s->entry.schema = SUBTAB_SCHEMA_NONE;
 		cl_dispatch(c);
 		return;
 	}
-	s->entry.schema = s->schema != 0 ? s->schema : s->ops->schema;
-	memcpy(s->entry.request_digest, s->digest, IDEM_SHA256_BYTES);
 	/* The cache: a committed receipt on this broker needs no round trip. */
 	if (subtab_lookup(&d->seg, s->key, s->key_length, &known, NULL) == 1 &&
 	    known.state == SUBTAB_COMMITTED) {
 		uint8_t	want = s->entry.schema;
 
 		s->entry = known;
-		cl_set_name(s);
+		submission_set_name(s);
 		if (known.schema != want || memcmp(known.request_digest,
 		    s->digest, IDEM_SHA256_BYTES) != 0)
 			cl_conflict(p, known.schema != want ?
