@@ -224,4 +224,15 @@ REGRESSIONS = [
         ("restart", {"cap": 64, "arena": 0, "seg": 0}),
         ("stats", {}),
     ]),
+    # Found by the machine (seed 1, 4 December 2026), a defect of the
+    # model: a sequence of write_task_bulk steps created 999 tasks in a
+    # day, and the model, which counted only fill_day's numbers as a
+    # full day, did not allow the 1000th creation's sequence_exhausted
+    # (SPEC.md, Names).  13 times 80 creations; then stats.
+    ("the_models_own_creations_fill_the_day", None,
+     [("start", TINY)] +
+     [("write_task_bulk", {"k": 80, "n": 8})] * 13 +
+     [("write_task_new", {"n": 30, "text": 0, "v": 0, "sender": 0,
+                          "recipient": 0}),
+      ("stats", {})]),
 ]

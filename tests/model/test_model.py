@@ -111,18 +111,25 @@ class ModelFailure(AssertionError):
 # The random search stops at a deadline, not a count of examples:
 # Hypothesis keeps its first examples small, and a sequence's length
 # varies.  Past it, the next sequence ends the run at its start with
-# BudgetSpent, which is not an Exception, so Hypothesis lets it through
-# instead of shrinking it; unless a failure was seen, whose shrinking
-# must run to its end.
-RUN = {"deadline": None, "failed": False}
+# BudgetSpent; unless a failure was seen (any exception of a sequence,
+# not only the model's), whose shrinking must run to its end.
+RUN = {"deadline": None, "failed": False, "first": None}
 
 
-class BudgetSpent(BaseException):
-    pass
+class BudgetSpent(KeyboardInterrupt):
+    """Hypothesis (6.67, engine.py's test_function) records where every
+    sequence ended in its tree of draws, KeyboardInterrupt alone
+    excepted.  A sequence ended by any other exception right after
+    `start`'s draws, where earlier sequences went on drawing, is
+    "Inconsistent data generation!" (Flaky), which ended every seed at
+    its budget that way, and saved that sequence in the example
+    database; a KeyboardInterrupt is neither recorded nor saved."""
 
 
 def fail(msg):
     RUN["failed"] = True
+    if RUN["first"] is None:
+        RUN["first"] = msg
     raise ModelFailure(msg)
 
 
@@ -429,6 +436,11 @@ class IdemMachine(RuleBasedStateMachine):
             return ""
 
     def teardown(self):
+        # Called as the sequence ends, by Hypothesis's `finally`: an
+        # exception of the sequence's own (not Hypothesis's StopTest,
+        # not BudgetSpent) is a failure to shrink to its end.
+        if isinstance(sys.exc_info()[1], Exception):
+            RUN["failed"] = True
         if self.b is not None:
             self.b.close()
 
@@ -546,6 +558,10 @@ class IdemMachine(RuleBasedStateMachine):
         if t is not None:
             fail("the model holds an uncommitted task %r" % csid)
         today = time.strftime("%Y%m%d", time.gmtime(t0 / 1000))
+        if len(m.numbers.get(today, ())) >= 999:
+            # The model's own creations used the date's 999 numbers
+            # (write_task_bulk: up to 80 a step), as fill_day does.
+            m.day_full.add(today)
         if today in m.day_full:
             k = self.expect(rep, {"sequence_exhausted"}, "write_task new")
             return
@@ -1375,6 +1391,7 @@ def run_seed(seed, seconds, steps, db):
     SEED; raises on the first (shrunk) failure."""
     RUN["deadline"] = time.time() + seconds
     RUN["failed"] = False
+    RUN["first"] = None
     s = settings(max_examples=1000000, stateful_step_count=steps,
                  deadline=None, database=db, print_blob=True,
                  suppress_health_check=list(HealthCheck),
@@ -1492,7 +1509,8 @@ def main():
             print("PASS: seed %d, %.0f s" % (seed, time.time() - t),
                   flush=True)
         except (ModelFailure, Flaky) as e:
-            if isinstance(e, Flaky) and not has_model_failure(e):
+            if isinstance(e, Flaky) and not has_model_failure(e) and \
+                    not RUN["failed"]:
                 # The broker answered one sequence two ways within the
                 # contract (a lease's end, a retry's moment) and
                 # Hypothesis cannot replay it: no failure was seen.
@@ -1502,7 +1520,10 @@ def main():
                 # A real broker is not a pure function of the sequence
                 # (a lease's end, a checkpoint's moment): Hypothesis saw
                 # the failure and could not replay it the same way.
-                # The failure itself is the exception's context.
+                # The failure itself is the exception's context, or
+                # (Hypothesis's tree of draws raised Flaky when no
+                # exception was being handled) the first one fail()
+                # saw in this seed.
                 print("FAIL: seed %d: %s" % (seed, e), flush=True)
                 c = e.__context__ or e.__cause__
                 while c is not None and not isinstance(c, ModelFailure):
@@ -1510,6 +1531,10 @@ def main():
                 if c is not None:
                     print("FAIL: seed %d, first seen: %s" % (seed, c))
                     e = c
+                else:
+                    print("FAIL: seed %d, first seen: %s" % (
+                        seed, RUN["first"] or "an exception of the "
+                        "sequence (not the model's), not replayed"))
             else:
                 print("FAIL: seed %d: %s" % (seed, e), flush=True)
             # Hypothesis puts the shrunk sequence in the exception's
