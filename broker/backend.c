@@ -25,15 +25,23 @@ static const struct backend *const backends[] = {
 };
 
 int
+backend_vfail(struct backend_error *err, enum wire_error code, int retryable,
+    const char *fmt, va_list ap)
+{
+	err->code = code;
+	err->retryable = retryable;
+	vsnprintf(err->message, sizeof err->message, fmt, ap);
+	return -1;
+}
+
+int
 backend_fail(struct backend_error *err, enum wire_error code, int retryable,
     const char *fmt, ...)
 {
 	va_list	ap;
 
-	err->code = code;
-	err->retryable = retryable;
 	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof err->message, fmt, ap);
+	backend_vfail(err, code, retryable, fmt, ap);
 	va_end(ap);
 	return -1;
 }

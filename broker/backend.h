@@ -20,6 +20,7 @@
 #ifndef BACKEND_H
 #define BACKEND_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "idemd.h"
@@ -36,6 +37,8 @@ struct backend_error {
 /* printf into err; returns -1 so a backend can `return backend_fail(...)`. */
 int	backend_fail(struct backend_error *, enum wire_error, int retryable,
 	    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int	backend_vfail(struct backend_error *, enum wire_error, int retryable,
+	    const char *fmt, va_list) __attribute__((format(printf, 4, 0)));
 
 /* ---- creations: write_task, write_report (p->op: struct submission) -- */
 enum backend_create_result {

@@ -119,10 +119,8 @@ sub_fail(struct pending *p, enum wire_error code, int retryable,
 	struct backend_error	err;
 	va_list			ap;
 
-	err.code = code;
-	err.retryable = retryable;
 	va_start(ap, fmt);
-	vsnprintf(err.message, sizeof err.message, fmt, ap);
+	backend_vfail(&err, code, retryable, fmt, ap);
 	va_end(ap);
 	sub_done_failed(p, &err);
 }

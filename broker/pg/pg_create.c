@@ -161,10 +161,8 @@ cl_fail(struct pending *p, enum wire_error code, int retryable,
 	va_list			 ap;
 
 	c->out = CL_OUT_FAIL;
-	c->err.code = code;
-	c->err.retryable = retryable;
 	va_start(ap, fmt);
-	vsnprintf(c->err.message, sizeof c->err.message, fmt, ap);
+	backend_vfail(&c->err, code, retryable, fmt, ap);
 	va_end(ap);
 }
 
