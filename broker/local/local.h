@@ -43,6 +43,12 @@ int	local_needs_journal(struct idemd *, const char *key,
  */
 void	local_after_durable(struct pending *, uint64_t end, uint64_t epoch,
 	    pending_resume_fn next);
+/*
+ * Let go of the table claim *claimed says p holds on slot (once: it
+ * clears *claimed), waking the worker's requests parked on it.
+ */
+void	local_release_claim(struct pending *, int *claimed, uint32_t slot,
+	    const struct subtab_claim *);
 /* The journal is failed, reopening: storage_unavailable (retryable). */
 int	local_fail_reopening(struct backend_error *);
 /* 1 and err if p's wait ended in a journal failure; 0 otherwise. */

@@ -153,6 +153,17 @@ local_needs_journal(struct idemd *d, const char *key, size_t key_length,
 }
 
 void
+local_release_claim(struct pending *p, int *claimed, uint32_t slot,
+    const struct subtab_claim *claim)
+{
+	if (!*claimed)
+		return;
+	*claimed = 0;
+	if (subtab_release(&p->worker->d->seg, slot, claim))
+		worker_wake_all(p->worker);
+}
+
+void
 local_after_durable(struct pending *p, uint64_t end, uint64_t epoch,
     pending_resume_fn next)
 {

@@ -80,11 +80,7 @@ sub_release(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
 
-	if (!s->claimed)
-		return;
-	s->claimed = 0;
-	if (subtab_release(&idemd_of(p)->seg, s->slot, &s->claim))
-		worker_wake_all(p->worker);
+	local_release_claim(p, &s->claimed, s->slot, &s->claim);
 }
 
 /* The outcome: the claim released first, then the op layer's done. */

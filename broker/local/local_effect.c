@@ -190,11 +190,7 @@ local_effect_release(struct pending *p)
 {
 	struct local_effect	*le = le_of(p);
 
-	if (!le->claimed)
-		return;
-	le->claimed = 0;
-	if (subtab_release(&idemd_of(p)->seg, le->slot, &le->claim))
-		worker_wake_all(p->worker);
+	local_release_claim(p, &le->claimed, le->slot, &le->claim);
 }
 
 /*
