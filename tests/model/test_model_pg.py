@@ -144,6 +144,10 @@ class Pair:
     def workers(self):
         return self.a.workers()
 
+    def request_killed(self, obj):
+        """To the broker whose processes the kill rules act on (A)."""
+        return self.a.request(obj)
+
     def request(self, obj):
         self.turn += 1
         return (self.a if self.turn % 2 else self.b).request(obj)
