@@ -313,7 +313,7 @@ class TestLines(unittest.TestCase):
             head = b'{"ok":true,"id":%d,"pad":"' % req["id"]
             pad = idem.MAX_LINE_BYTES - len(head) - len(b'"}\n')
             s.sendall(head + b"x" * pad + b'"}\n')
-        reply = self.peer(script).stats()
+        reply = self.peer(script).call({"op": "stats"})
         self.assertEqual(len(reply.raw) + 1, idem.MAX_LINE_BYTES)
 
     def test_a_longer_line_is_a_protocol_error(self):

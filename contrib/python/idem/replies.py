@@ -14,14 +14,15 @@ reply objects also answer reply["member"], reply.get("member") and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Literal, Optional, Union, cast
 
 from .errors import IdemProtocolError
 from .wire import Reply
 
 __all__ = ["Fence", "Receipt", "WriteResult", "ReportResult", "ConflictExisting",
            "Conflict", "Submission", "SubmissionLookup", "Hello",
-           "EffectReceipt", "EffectBegin", "EffectSettled"]
+           "EffectReceipt", "EffectBegin", "EffectSettled", "EffectExtended",
+           "Disposition"]
 
 
 def _req_str(data: Dict[str, Any], key: str, what: str) -> str:
@@ -355,6 +356,11 @@ class Hello(_ReplyAccess):
         return self.ops is not None and op in self.ops
 
 
+# What effect_begin answers with "ok": true (the other dispositions are
+# raised as errors).
+Disposition = Literal["proceed", "reused"]
+
+
 @dataclass(frozen=True)
 class EffectBegin(_ReplyAccess):
     """effect_begin's answer, one of SPEC.md's dispositions:
@@ -368,7 +374,7 @@ class EffectBegin(_ReplyAccess):
       (IdemConflict, IdemInProgress, IdemOutcomeUnknown) rather than
       return them, so that nobody mistakes them for a go-ahead."""
 
-    disposition: str
+    disposition: Disposition
     attempt: Optional[int]
     fence: Optional[Fence]
     external_key: Optional[str]
@@ -379,7 +385,11 @@ class EffectBegin(_ReplyAccess):
     @classmethod
     def parse(cls, reply: Reply) -> EffectBegin:
         disposition = _req_str(reply, "disposition", "an effect_begin reply")
-        begin = cls(disposition, _opt_int(reply, "attempt"),
+        if disposition not in ("proceed", "reused"):
+            raise IdemProtocolError("effect_begin answered ok with "
+                                    "disposition %r" % disposition)
+        begin = cls(cast(Disposition, disposition),
+                    _opt_int(reply, "attempt"),
                     _fence(reply), _opt_str(reply, "external_key"),
                     _effect_receipt_of(reply, "receipt"),
                     reply.get("recovered") is True, reply)
@@ -388,9 +398,6 @@ class EffectBegin(_ReplyAccess):
             raise IdemProtocolError("proceed without fence or external_key")
         if disposition == "reused" and begin.receipt is None:
             raise IdemProtocolError("reused without a receipt")
-        if disposition not in ("proceed", "reused"):
-            raise IdemProtocolError("effect_begin answered ok with "
-                                    "disposition %r" % disposition)
         return begin
 
     @property
@@ -414,3 +421,17 @@ class EffectSettled(_ReplyAccess):
     @classmethod
     def parse(cls, reply: Reply) -> EffectSettled:
         return cls(_effect_receipt_of(reply, "receipt"), reply)
+
+
+@dataclass(frozen=True)
+class EffectExtended(_ReplyAccess):
+    """effect_extend's answer: the live lease now ends at
+    lease_expires_at (the broker's clock, RFC 3339 UTC)."""
+
+    lease_expires_at: str
+    reply: Reply = field(repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, reply: Reply) -> EffectExtended:
+        return cls(_req_str(reply, "lease_expires_at",
+                            "an effect_extend reply"), reply)
