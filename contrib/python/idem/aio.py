@@ -154,14 +154,35 @@ class Client:
                 self.path, e.strerror or e), e) from e
 
     async def _bounded(self, aw: Awaitable[_T]) -> _T:
+        """await aw, cancelled after self.timeout seconds (then the
+        connection is closed: IdemTransportError).  Not asyncio.wait_for:
+        before Python 3.12 it can swallow a cancellation of the caller
+        that comes as aw finishes, and a cancelled effect must stop."""
         if self.timeout is None:
             return await aw
+        current = asyncio.current_task()
+        assert current is not None
+        task = current
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+        timer = asyncio.get_running_loop().call_later(self.timeout, expire)
         try:
-            return await asyncio.wait_for(aw, self.timeout)
-        except asyncio.TimeoutError:
+            return await aw
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            uncancel = getattr(task, "uncancel", None)     # 3.11+
+            if uncancel is not None:
+                uncancel()
             self.abort()
             raise IdemTransportError("no answer within %g s"
                                      % self.timeout) from None
+        finally:
+            timer.cancel()
 
     async def _read_line(self) -> bytes:
         while True:
@@ -334,6 +355,7 @@ class Effect(EffectCore):
         self.client = client
         self.probe = probe
         self._keeper: Optional[asyncio.Future[None]] = None
+        self._keeper_stopped = False
 
     # -- begin --
 
@@ -382,7 +404,9 @@ class Effect(EffectCore):
             t = min(t, self.client.timeout)
         keeper: Optional[Client] = None
         try:
-            while True:
+            # The flag as well as the cancellation: a stop must hold even
+            # if a cancellation were lost on the way.
+            while not self._keeper_stopped:
                 await asyncio.sleep(self._extend_every())
                 if keeper is None:
                     keeper = Client(self.client.path, t)
@@ -404,6 +428,7 @@ class Effect(EffectCore):
         keeper, self._keeper = self._keeper, None
         if keeper is None:
             return
+        self._keeper_stopped = True
         keeper.cancel()
         await asyncio.wait([keeper])
         if not keeper.cancelled():
