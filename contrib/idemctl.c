@@ -162,10 +162,11 @@ static const struct command commands[] = {
 "if it does not answer (with --json, {\"up\":false,...} on stdout too).\n" },
 	{ "stats", cmd_stats, "counters, also for Prometheus",
 	    "[--json | --prometheus]",
-"The broker's counters.  --prometheus prints the Prometheus text format\n"
-"(counters idem_<name>_total, gauges idem_table_used, idem_table_capacity,\n"
-"idem_workers, idem_uptime_seconds, and idem_up, which is 0 when the\n"
-"broker does not answer), for a textfile collector or a scrape wrapper.\n" },
+"The broker's stats, each with its value and unit (--json: the reply as\n"
+"it is).  --prometheus prints the Prometheus text format, for a textfile\n"
+"collector or a scrape wrapper: idem_<name>, counters ending _total, a\n"
+"stat in bytes _bytes, one in ms in _seconds; and idem_up, which is 0\n"
+"when the broker does not answer.  Every stat: doc/metrics.md.\n" },
 	{ "diagnose", cmd_diagnose, "unfinished submissions, stalled ones",
 	    "[--stale-after DURATION]",
 "List the submissions in an intermediate state (reserved, task_created):\n"
