@@ -210,6 +210,44 @@ contains "$tmp/out" '"entries":[]' "diagnose --json has no entries"
 run "$IDEMCTL" diagnose --stale-after soon
 expect 2 "diagnose with a bad duration"
 
+# Effects in diagnose (as idemctl effects shows them): listed, and one
+# whose outcome is unknown, or reserved and stalled, makes it exit 1.
+NOTIFY=${NOTIFY_ONCE:?set NOTIFY_ONCE to the notify_once example}
+run "$NOTIFY" --lease-ms 60000 --die-after-append ctl-held "$tmp/outbox" held
+expect 3 "an effect whose caller dies after the effect (a long lease)"
+run "$IDEMCTL" diagnose --stale-after 1h
+expect 0 "diagnose with an effect's lease live"
+contains "$tmp/out" "EFFECT_KIND" "diagnose prints the effects' table"
+contains "$tmp/out" "ctl-held" "diagnose lists the effect"
+contains "$tmp/out" "1 unfinished effect (0 outcome_unknown, 1 with a live lease" \
+    "diagnose counts the effect"
+run "$IDEMCTL" diagnose --stale-after 0ms
+expect 1 "diagnose with a stalled effect"
+contains "$tmp/out" "1 needing a decision" "diagnose says the effect needs a decision"
+run "$NOTIFY" --lease-ms 100 --die-after-append ctl-lapsed "$tmp/outbox" lapsed
+expect 3 "an effect whose caller dies (a short lease)"
+# The lease lapses (time is the event here).
+tries=0
+while :; do
+	run "$IDEMCTL" diagnose --stale-after 1h
+	grep -q "ctl-lapsed.*outcome_unknown" "$tmp/out" && break
+	tries=$((tries + 1))
+	if [ "$tries" -gt 100 ]; then
+		fail "the lease did not lapse"
+		break
+	fi
+	sleep 0.1
+done
+expect 1 "diagnose with an effect's outcome unknown"
+contains "$tmp/out" "idemctl resolve KIND ID" "diagnose says how to settle it"
+run "$IDEMCTL" diagnose --json --stale-after 1h
+expect 1 "diagnose --json with an effect's outcome unknown"
+contains "$tmp/out" '"effect_kind"' "diagnose --json has the effects"
+run "$IDEMCTL" resolve outbox.append/v1 ctl-lapsed applied
+expect 0 "the unknown effect resolved"
+run "$IDEMCTL" diagnose --stale-after 1h
+expect 0 "diagnose once it is settled (the live lease left)"
+
 run "$IDEMCTL" status --help
 expect 0 "status --help"
 contains "$tmp/out" "usage: idemctl status" "status --help prints usage"

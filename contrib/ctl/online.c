@@ -461,6 +461,65 @@ cmd_stats(struct idemctl *ctl, int argc, char **argv)
 
 /* ---- diagnose ------------------------------------------------------------ */
 
+/*
+ * The effects of a diagnose answer (entries with an effect_kind), one row
+ * each, as idemctl effects and idemctl diagnose show them; stalled adds
+ * its column (diagnose's), else the external key (effects').  -1: out
+ * of memory.
+ */
+static int
+effects_table_print(json_t *list, int stalled)
+{
+	static const char *const header[] = {
+		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
+		"AGE", NULL
+	};
+	struct ctl_table	 t = { .columns = 6 };
+	json_t			*entry;
+	size_t			 i;
+	char			 age[32], attempt[16];
+
+	if (ctl_table_add(&t, (const char *[]){ header[0], header[1],
+	    header[2], header[3], header[4], stalled ? "STALLED" :
+	    "EXTERNAL_KEY" }) == -1)
+		goto nomem;
+	json_array_foreach(list, i, entry) {
+		ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
+		    sizeof age);
+		snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
+		    ctl_int_member(entry, "attempt"));
+		if (ctl_table_add(&t, (const char *[]){
+		    ctl_string_member(entry, "effect_kind", "-"),
+		    ctl_string_member(entry, "client_submission_id", "-"),
+		    ctl_string_member(entry, "state", "-"), attempt, age,
+		    stalled ? ctl_yes_no(json_object_get(entry, "stalled")) :
+		    ctl_string_member(entry, "external_key", "-") }) == -1)
+			goto nomem;
+	}
+	ctl_table_print(&t, "");
+	ctl_table_free(&t);
+	return 0;
+
+nomem:
+	ctl_table_free(&t);
+	return -1;
+}
+
+/*
+ * An effect that needs someone: its outcome unknown, or reserved with no
+ * progress (stalled).  A released one waits for nothing: its next begin
+ * proceeds.
+ */
+static int
+effect_needs_attention(json_t *entry)
+{
+	const char	*state = ctl_string_member(entry, "state", "");
+
+	return strcmp(state, "outcome_unknown") == 0 ||
+	    (strcmp(state, "reserved") == 0 &&
+	    json_is_true(json_object_get(entry, "stalled")));
+}
+
 int
 cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 {
@@ -474,9 +533,10 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		"REQUEST_DIGEST", "FILE_DIGEST", "IN_FLIGHT", "STALLED"
 	};
 	struct ctl_table	 t = { .columns = 9 };
-	json_t		*response, *entries, *entry, *counts;
+	json_t		*response, *entries, *entry, *counts, *effect_counts;
+	json_t		*tasks = NULL, *effects = NULL;
 	int64_t		 stale_after_ms = IDEMCTL_DEFAULT_STALE_AFTER_MS;
-	size_t		 i, stalled = 0, effects = 0;
+	size_t		 i, stalled = 0, attention = 0;
 	char		 age[32];
 	int		 ch, status;
 
@@ -497,35 +557,42 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		return status;
 	entries = json_object_get(response, "entries");
 	counts = json_object_get(response, "counts");
-	/* Effects have their own view (idemctl effects): tasks here. */
-	for (i = 0; i < json_array_size(entries);) {
-		entry = json_array_get(entries, i);
-		if (json_object_get(entry, "effect_kind") != NULL &&
-		    !ctl->json) {
-			effects++;
-			json_array_remove(entries, i);
+	effect_counts = json_object_get(response, "effect_counts");
+	/*
+	 * Tasks and effects apart: a stalled task, and an effect whose
+	 * outcome is unknown or that is stalled, each need someone.
+	 */
+	if ((tasks = json_array()) == NULL || (effects = json_array()) == NULL)
+		goto nomem;
+	json_array_foreach(entries, i, entry) {
+		if (json_object_get(entry, "effect_kind") != NULL) {
+			if (json_array_append(effects, entry) != 0)
+				goto nomem;
+			if (effect_needs_attention(entry))
+				attention++;
 			continue;
 		}
+		if (json_array_append(tasks, entry) != 0)
+			goto nomem;
 		if (json_is_true(json_object_get(entry, "stalled")))
 			stalled++;
-		i++;
 	}
 
 	if (ctl->json) {
 		strip_envelope(response);
 		ctl_print_json(response);
-	} else if (json_array_size(entries) == 0)
+	} else if (json_array_size(tasks) == 0)
 		printf("no intermediate submissions (%" JSON_INTEGER_FORMAT
 		    " committed)\n", ctl_int_member(counts, "committed"));
 	else {
 		if (ctl_table_add(&t, header) == -1)
 			goto nomem;
-		json_array_foreach(entries, i, entry) {
+		json_array_foreach(tasks, i, entry) {
 			ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
 			    sizeof age);
 			if (ctl_table_add(&t, (const char *[]){
-			    ctl_string_member(entry, "client_submission_id", "?"),
-			    ctl_string_member(entry, "state", "?"), age,
+			    ctl_string_member(entry, "client_submission_id", "-"),
+			    ctl_string_member(entry, "state", "-"), age,
 			    ctl_string_member(entry, "task_id", "-"),
 			    ctl_yes_no(json_object_get(entry, "task_exists")),
 			    ctl_yes_no(json_object_get(entry,
@@ -541,7 +608,7 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		    " reserved, %" JSON_INTEGER_FORMAT " task_created), %zu "
 		    "stalled (no "
 		    "progress for %" PRId64 " ms), %" JSON_INTEGER_FORMAT
-		    " committed\n", json_array_size(entries),
+		    " committed\n", json_array_size(tasks),
 		    ctl_int_member(counts, "reserved"),
 		    ctl_int_member(counts, "task_created"), stalled,
 		    stale_after_ms, ctl_int_member(counts, "committed"));
@@ -549,16 +616,39 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 			printf("A retry with the same client_submission_id and "
 			    "request completes a stalled submission.\n");
 	}
-	if (effects > 0 && !ctl->json)
-		printf("%zu unfinished effects: see idemctl effects\n",
-		    effects);
+	if (!ctl->json && json_array_size(effects) > 0) {
+		printf("\n");
+		if (effects_table_print(effects, 1) != 0)
+			goto nomem;
+		printf("\n%zu unfinished effect%s (%" JSON_INTEGER_FORMAT
+		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live lease, %"
+		    JSON_INTEGER_FORMAT " released), %zu needing a decision; %"
+		    JSON_INTEGER_FORMAT " committed\n", json_array_size(effects),
+		    json_array_size(effects) == 1 ? "" : "s",
+		    ctl_int_member(effect_counts, "outcome_unknown"),
+		    ctl_int_member(effect_counts, "reserved"),
+		    ctl_int_member(effect_counts, "released"), attention,
+		    ctl_int_member(effect_counts, "committed"));
+		if (attention > 0)
+			printf("An effect whose outcome is unknown, or that "
+			    "made no progress, may or may not have happened:\n"
+			    "look downstream by its external key (idemctl "
+			    "effects show KIND ID), then:\n"
+			    "idemctl resolve KIND ID applied|not_applied|"
+			    "unknown\n");
+	}
 	ctl_table_free(&t);
+	json_decref(tasks);
+	json_decref(effects);
 	json_decref(response);
 	/* Something is stuck: a monitor wants to know without parsing. */
-	return stalled > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
+	return stalled > 0 || attention > 0 ? IDEMCTL_EXIT_PROBLEM :
+	    IDEMCTL_EXIT_OK;
 
 nomem:
 	ctl_table_free(&t);
+	json_decref(tasks);
+	json_decref(effects);
 	json_decref(response);
 	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
 }
@@ -659,14 +749,8 @@ static const char *const effect_receipt_keys[] = {
 static int
 effects_list(struct idemctl *ctl)
 {
-	static const char *const header[] = {
-		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
-		"AGE", "EXTERNAL_KEY"
-	};
-	struct ctl_table	 t = { .columns = 6 };
 	json_t		*response, *entries, *entry, *counts, *list;
 	size_t		 i, unknown = 0;
-	char		 age[32], attempt[16];
 	int		 status;
 
 	if ((status = ctl_connect(ctl)) != 0)
@@ -692,22 +776,9 @@ effects_list(struct idemctl *ctl)
 		ctl_print_json(entry);
 		json_decref(entry);
 	} else {
-		if (ctl_table_add(&t, header) == -1)
+		if (json_array_size(list) > 0 &&
+		    effects_table_print(list, 0) != 0)
 			goto nomem;
-		json_array_foreach(list, i, entry) {
-			ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
-			    sizeof age);
-			snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
-			    ctl_int_member(entry, "attempt"));
-			if (ctl_table_add(&t, (const char *[]){
-			    ctl_string_member(entry, "effect_kind", "?"),
-			    ctl_string_member(entry, "client_submission_id", "?"),
-			    ctl_string_member(entry, "state", "?"), attempt, age,
-			    ctl_string_member(entry, "external_key", "?") }) == -1)
-				goto nomem;
-		}
-		if (json_array_size(list) > 0)
-			ctl_table_print(&t, "");
 		printf("%s%zu unfinished effects: %" JSON_INTEGER_FORMAT
 		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live "
 		    "lease, %" JSON_INTEGER_FORMAT " released; %"
@@ -723,14 +794,12 @@ effects_list(struct idemctl *ctl)
 			    "then: idemctl resolve KIND ID applied|not_applied"
 			    "|unknown\n");
 	}
-	ctl_table_free(&t);
 	json_decref(list);
 	json_decref(response);
 	/* Something needs a decision: a monitor wants to know. */
 	return unknown > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
 
 nomem:
-	ctl_table_free(&t);
 	json_decref(list);
 	json_decref(response);
 	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
