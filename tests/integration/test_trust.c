@@ -1221,8 +1221,10 @@ test_client_text_cannot_forge_log_lines(void **state)
 		if (!log_line_safe((unsigned char *)line, strlen(line)))
 			fail_msg("an unsafe log line (line %d): %s", lines,
 			    line);
-		if (strncmp(line, "idemd[", 6) != 0 ||
-		    strncmp(line, "idemd[1]", 8) == 0)
+		/* Its time ("2026-12-05T01:02:03.456Z "), then the broker. */
+		if (strlen(line) < 25 || line[10] != 'T' || line[23] != 'Z' ||
+		    strncmp(line + 25, "idemd[", 6) != 0 ||
+		    strncmp(line + 25, "idemd[1]", 8) == 0)
 			fail_msg("a line not the broker's: %s", line);
 		if (strstr(line, "): evidence ") != NULL)
 			evidence_lines++;
