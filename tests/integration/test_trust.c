@@ -1209,7 +1209,9 @@ test_client_text_cannot_forge_log_lines(void **state)
 	    "diagnose", EVIL, EVIL)));
 	send_raw_lines(b, raw);
 	/* The evidence is logged (escaped), and the broker stops. */
-	harness_wait_log(b, "evidence applied from x", 1, 10000);
+	/* Refused (the lease is live), and logged as refused. */
+	harness_wait_log(b, "refused evidence applied (another caller holds "
+	    "a live lease) from x", 1, 10000);
 	assert_int_equal(harness_stop(b), 0);
 
 	assert_non_null(log = harness_read_log(b));
@@ -1226,7 +1228,7 @@ test_client_text_cannot_forge_log_lines(void **state)
 		    strncmp(line + 25, "idemd[", 6) != 0 ||
 		    strncmp(line + 25, "idemd[1]", 8) == 0)
 			fail_msg("a line not the broker's: %s", line);
-		if (strstr(line, "): evidence ") != NULL)
+		if (strstr(line, "): refused evidence ") != NULL)
 			evidence_lines++;
 	}
 	assert_true(lines > 3);
