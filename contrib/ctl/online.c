@@ -281,14 +281,16 @@ print_metric(const char *name, const char *type, const char *help,
 	    name, help, name, type, name, labels, value);
 }
 
-/* A stat in ms, in seconds with the ms exact (%.3f of an integer/1000). */
+/* A stat in ms, in seconds: the integer's digits, never through a double. */
 static void
 print_metric_ms(const char *name, const char *type, const char *help,
     json_int_t ms)
 {
-	printf("# HELP %s %s\n# TYPE %s %s\n%s %s%" JSON_INTEGER_FORMAT
-	    ".%03d\n", name, help, name, type, name, ms < 0 ? "-" : "",
-	    (ms < 0 ? -ms : ms) / 1000, (int)((ms < 0 ? -ms : ms) % 1000));
+	if (ms < 0)
+		ms = 0;
+	printf("# HELP %s %s\n# TYPE %s %s\n%s %" JSON_INTEGER_FORMAT
+	    ".%03d\n", name, help, name, type, name, ms / 1000,
+	    (int)(ms % 1000));
 }
 
 /* Metric names allow [a-zA-Z0-9_:] only. */
