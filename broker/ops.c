@@ -318,9 +318,9 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 		memset(&ix, 0, sizeof ix);
 	reply = reply_new(1, id);
 	for (i = 0; i < IDEM_STAT_COUNT; i++)
-		json_object_set_new(reply, idem_stat_table[i].name, json_integer(
-		    (json_int_t)stat_value(d, (enum idem_stat)i, &ix,
-		    workers)));
+		json_object_set_new(reply, idem_stat_table[i].name,
+		    json_integer((json_int_t)stat_value(d, (enum idem_stat)i,
+		    &ix, workers)));
 	/*
 	 * --store postgresql: the workspace's history, every broker's.
 	 * stats answers without it: its own figures need no server.

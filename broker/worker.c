@@ -140,6 +140,8 @@ conn_send(struct conn *c, json_t *reply)
 	ssize_t		 n;
 
 	conn_log_refusal(c, reply);
+	/* Answered: a later refusal (a line too long) is not this op's. */
+	c->op[0] = '\0';
 	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(reply);
 	if (text == NULL) {

@@ -398,7 +398,8 @@ print_stats_text(json_t *stats)
 	}
 	store = json_object_get(stats, IDEM_STORE_STATS_MEMBER);
 #define STORE_ROW(member, help)						\
-	snprintf(name, sizeof name, "%s.%s", IDEM_STORE_STATS_MEMBER, #member); \
+	snprintf(name, sizeof name, "%s.%s", IDEM_STORE_STATS_MEMBER,	\
+	    #member);							\
 	rc |= stats_text_row(&t, name, json_object_get(store, #member),	\
 	    NULL, "rows");
 	IDEM_STORE_STATS(STORE_ROW)
@@ -593,8 +594,8 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 			ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
 			    sizeof age);
 			if (ctl_table_add(&t, (const char *[]){
-			    ctl_string_member(entry, "client_submission_id", "-"),
-			    ctl_string_member(entry, "state", "-"), age,
+			    ctl_string_member(entry, "client_submission_id",
+			    "-"), ctl_string_member(entry, "state", "-"), age,
 			    ctl_string_member(entry, "task_id", "-"),
 			    ctl_yes_no(json_object_get(entry, "task_exists")),
 			    ctl_yes_no(json_object_get(entry,
@@ -623,9 +624,10 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		if (effects_table_print(effects, 1) != 0)
 			goto nomem;
 		printf("\n%zu unfinished effect%s (%" JSON_INTEGER_FORMAT
-		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live lease, %"
-		    JSON_INTEGER_FORMAT " released), %zu needing a decision; %"
-		    JSON_INTEGER_FORMAT " committed\n", json_array_size(effects),
+		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live "
+		    "lease, %" JSON_INTEGER_FORMAT " released), %zu needing a "
+		    "decision; %" JSON_INTEGER_FORMAT " committed\n",
+		    json_array_size(effects),
 		    json_array_size(effects) == 1 ? "" : "s",
 		    ctl_int_member(effect_counts, "outcome_unknown"),
 		    ctl_int_member(effect_counts, "reserved"),

@@ -117,7 +117,7 @@ mcp_request(struct mcp *m, const char *method, const char *params)
 	return r;
 }
 
-/* ---- the words ------------------------------------------------------------- */
+/* ---- the words --------------------------------------------------------- */
 
 /* s has word (letters on neither side), any case. */
 static int
@@ -257,7 +257,7 @@ complete(struct mcp *m, const char *id, const char *fence,
 	return call_text(m, "effect_complete", args, NULL);
 }
 
-/* ---- tests ------------------------------------------------------------------- */
+/* ---- tests -------------------------------------------------------------- */
 
 /* tools/list: every tool's words, and idem-mcp --help lists them all. */
 static void

@@ -84,7 +84,8 @@ names_follow_conventions(void **state)
 		s = &idem_stat_table[i];
 		idem_stat_metric_name(s, name, sizeof name);
 		if (strncmp(name, "idem_", 5) != 0)
-			fail_msg("%s: %s lacks the idem_ prefix", s->name, name);
+			fail_msg("%s: %s lacks the idem_ prefix", s->name,
+			    name);
 		for (j = 5; name[j] != '\0'; j++) {
 			if (!((name[j] >= 'a' && name[j] <= 'z') ||
 			    (name[j] >= '0' && name[j] <= '9') ||
