@@ -484,6 +484,41 @@ log_level_debug_logs_refusals(void **state)
 	harness_finish(b);
 }
 
+/* A connection refused as one too many: logged once, with its peer. */
+static void
+log_level_debug_logs_refused_connections(void **state)
+{
+	struct broker		*b = *state;
+	const char		*args[] = { "--log-level", "debug",
+				    "--max-connections-per-pid", "1", NULL };
+	struct idem_conn	*held, *extra;
+	char			 want[96];
+	json_t			*reply;
+
+	start_workers(b, args, NULL);
+	assert_non_null(held = harness_connect(b));
+	reply = harness_call(held, json_pack("{s:s}", "op", "hello"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	/* The second is refused at its accept: its reply says so. */
+	assert_non_null(extra = harness_connect(b));
+	reply = harness_call(extra, json_pack("{s:s}", "op", "hello"));
+	if (reply != NULL) {
+		harness_assert_bool(reply, "ok", 0);
+		json_decref(reply);
+	}
+	idem_close(extra);
+	snprintf(want, sizeof want, "from pid %ld uid %lu", (long)getpid(),
+	    (unsigned long)getuid());
+	free(wait_line(b->log, "refused a connection: too_many_connections "
+	    "max_connections_per_pid", want));
+	assert_int_equal(count_lines(b->log, "refused a connection"), 1);
+	/* The refusal is the connection's, not a request's. */
+	assert_int_equal(count_lines(b->log, "refused a request"), 0);
+	idem_close(held);
+	harness_finish(b);
+}
+
 /*
  * One worker is "1 worker"; its command line (ps) names --root once,
  * the root the master resolved.
@@ -632,6 +667,7 @@ main(void)
 		T(journal_stderr_gets_priorities),
 		T(other_stderr_gets_no_priorities),
 		T(log_level_debug_logs_refusals),
+		T(log_level_debug_logs_refused_connections),
 		T(one_worker_said_once),
 		T(syslog_leaves_stderr),
 		T(killed_test_leaves_no_broker),
