@@ -13,14 +13,17 @@ where the awaited thing happens.
 import asyncio
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
 import idem
 import idem.aio
 
-from harness import CAPACITY, MAIL, TASK, BrokerTestCase, Marker
+from harness import CAPACITY, HERE, MAIL, TASK, BrokerTestCase, Marker
 
 
 def run(coro):
@@ -296,6 +299,52 @@ class TestAioEffects(AioBrokerTestCase):
         r = self.client().effect_begin("conv-1", MAIL, {"to": "all"})
         self.assertTrue(r.reused)
         self.assertEqual(r.receipt.result, results[0])
+
+
+class TestDocExamples(BrokerTestCase):
+    """doc/effects.md's Python examples, as a user runs them: each block
+    a program of its own, in a fresh directory, with IDEM_SOCKET set."""
+
+    def examples(self):
+        src = os.environ.get("IDEM_SRCDIR") or os.path.join(
+            HERE, os.pardir, os.pardir)
+        with open(os.path.join(src, "doc", "effects.md"),
+                  encoding="utf-8") as f:
+            doc = f.read()
+        section = doc[doc.index("\n## Python: sync and asyncio\n"):]
+        end = section.find("\n## ", 1)
+        if end != -1:
+            section = section[:end]
+        blocks = re.findall(r"\n```python\n(.*?)\n```\n", section, re.S)
+        self.assertEqual(len(blocks), 2, "a sync and an asyncio example")
+        return blocks
+
+    def run_example(self, code, cwd):
+        env = dict(os.environ, IDEM_SOCKET=self.broker.socket)
+        env.pop("IDEM_ROOT", None)
+        p = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        return p.stdout.decode().splitlines()
+
+    def test_the_examples_run(self):
+        sync, aio = self.examples()
+        cwd = os.path.join(self.tmp, "example")
+        os.mkdir(cwd)
+        lines = self.run_example(sync, cwd) + self.run_example(sync, cwd)
+        self.assertEqual(len(lines), 4, lines)
+        self.assertRegex(lines[0], r"^proceed \{'message_id': 'm-")
+        result = lines[0][len("proceed "):]
+        self.assertEqual(lines[1:], ["reused " + result] * 3)
+        with open(os.path.join(cwd, "outbox.jsonl"), encoding="utf-8") as f:
+            self.assertEqual(len(f.readlines()), 1)     # one mail
+
+        self.assertEqual(self.run_example(aio, cwd), ["60 charged"])
+        self.assertEqual(self.run_example(aio, cwd), ["60 charged"])
+        s = self.client().stats()
+        self.assertEqual(s.counters["effects_proceed"], 1 + 3)
+        self.assertEqual(s.counters["effects_outcome_unknown"], 0)
 
 
 class Peer:
