@@ -139,6 +139,46 @@ class TestAioOps(AioBrokerTestCase):
                 await idem.aio.connect(os.path.join(self.tmp, "none.sock"))
         run(main())
 
+    def test_the_retry_helpers_wait_for_the_broker(self):
+        """write_task_retry across a broker that is down at the first
+        attempt and started by the retry callback: one task, and the
+        same receipt for a later retry."""
+        self.broker.stop()
+        calls = []
+
+        def on_retry(attempt, error, delay):
+            calls.append((attempt, error.code))
+            if attempt == 1:
+                self.broker.start()
+
+        async def main():
+            first = await idem.aio.write_task_retry(
+                TASK, "retry-1", path=self.broker.socket, timeout=60,
+                request_digest=True, on_retry=on_retry)
+            again = await idem.aio.write_task_retry(
+                TASK, "retry-1", path=self.broker.socket, timeout=60)
+            self.assertTrue(first.created)
+            self.assertEqual(again.receipt.raw, first.receipt.raw)
+            report = {"sender": "DEV", "body": "done"}
+            r1 = await idem.aio.write_report_retry(
+                first.receipt.task_id, report, "rep-1",
+                path=self.broker.socket)
+            r2 = await idem.aio.write_report_retry(
+                first.receipt.task_id, report, "rep-1",
+                path=self.broker.socket)
+            self.assertEqual((r1.deduplicated, r2.deduplicated),
+                             (False, True))
+            with self.assertRaises(idem.IdemConflict):
+                await idem.aio.write_task_retry(
+                    dict(TASK, subject="other"), "retry-1",
+                    path=self.broker.socket, on_retry=on_retry)
+            with self.assertRaises(ValueError):
+                await idem.aio.write_task_retry(TASK, "")
+        run(main())
+        self.assertEqual(calls, [(1, "transport")])
+        self.assertEqual(self.tasks(), 1)
+        self.assertEqual(self.reports(), 1)
+
     def test_one_client_serves_coroutines_in_turn(self):
         async def main():
             async with self.aclient() as c:

@@ -116,3 +116,9 @@ async def asend(msg: Dict[str, str], e: idem.aio.Effect) -> Dict[str, str]:
 async def asend_twice() -> Any:
     first: Any = await asend("run-1/amail", {"to": "a@example.com"})
     return first == await asend("run-1/amail", {"to": "a@example.com"})
+
+
+async def aretry(task: Dict[str, Any], sid: str) -> str:
+    r: idem.WriteResult = await idem.aio.write_task_retry(task, sid,
+                                                          deadline=5.0)
+    return r.receipt.task_id

@@ -28,6 +28,9 @@ wire, the connection is closed and every later call raises
 IdemTransportError (an unread answer could otherwise be taken for the
 reply to a later request): go on with a new Client.
 
+write_task_retry and write_report_retry are idem's, awaited (the same
+policy: idem.retry.Backoff).
+
 Effects (idem.effects says what each disposition means; Effect here has
 the same properties: disposition, state, proceed, receipt, result,
 lease_expires_at, lease_error ...).  While a block told to proceed runs,
@@ -59,18 +62,21 @@ from typing import (Any, Awaitable, Callable, List, Mapping, Optional,
 
 from . import ops
 from .client import default_socket_path
+from .digest import task_digest
 from .effects import (REPORT_ATTEMPTS, EffectCore, Evidence, NotApplied,
                       report_delay)
 from .errors import IdemError, IdemOutcomeUnknown, IdemTransportError
 from .replies import (EffectBegin, EffectExtended, EffectReceipt,
                       EffectSettled, Fence, Hello, ReportResult,
                       SubmissionLookup, WriteResult)
+from .retry import Backoff, OnRetry, _check_id
 from .views import Diagnosis, Stats
 from .wire import (READ_BYTES, LineBuffer, Reply, closes_connection,
                    decode_reply, encode_request)
 
 __all__ = ["Client", "Effect", "AsyncProbe", "connect", "effectful",
-           "NotApplied", "Evidence"]
+           "write_task_retry", "write_report_retry", "NotApplied",
+           "Evidence"]
 
 _T = TypeVar("_T")
 
@@ -513,3 +519,60 @@ def effectful(effect_kind: str, client: Optional[Client] = None,
                     await c.close()
         return run
     return wrap
+
+
+async def _retrying(call: Callable[[Client], Awaitable[_T]], attempts: int,
+                    base_delay: float, max_delay: float,
+                    deadline: Optional[float], path: Optional[str],
+                    timeout: Optional[float],
+                    on_retry: Optional[OnRetry]) -> _T:
+    """await call(client) on a fresh connection until it answers, fails
+    for good, or attempts / time run out (idem.write_task_retry)."""
+    backoff = Backoff(attempts, base_delay, max_delay, deadline)
+    while True:
+        try:
+            async with Client(path, backoff.timeout(timeout)) as c:
+                return await call(c)
+        except IdemError as e:
+            delay = backoff.failed(e)
+            if on_retry is not None:
+                on_retry(backoff.attempt, e, delay)
+            await asyncio.sleep(delay)
+
+
+async def write_task_retry(task: Mapping[str, Any],
+                           client_submission_id: str, attempts: int = 8,
+                           base_delay: float = 0.05, max_delay: float = 5.0,
+                           deadline: Optional[float] = None,
+                           path: Optional[str] = None,
+                           timeout: Optional[float] = None,
+                           request_digest: Any = None,
+                           meta: Optional[Mapping[str, Any]] = None,
+                           on_retry: Optional[OnRetry] = None
+                           ) -> WriteResult:
+    """idem.write_task_retry, awaited: the same id on every attempt, so
+    at most one task however many reach the broker."""
+    sid = _check_id(client_submission_id, "write_task_retry")
+    if request_digest is True:
+        request_digest = task_digest(task)
+    return await _retrying(
+        lambda c: c.write_task(task, sid, request_digest=request_digest,
+                               meta=meta),
+        attempts, base_delay, max_delay, deadline, path, timeout, on_retry)
+
+
+async def write_report_retry(task_id: str, report: Mapping[str, Any],
+                             client_submission_id: str, attempts: int = 8,
+                             base_delay: float = 0.05,
+                             max_delay: float = 5.0,
+                             deadline: Optional[float] = None,
+                             path: Optional[str] = None,
+                             timeout: Optional[float] = None,
+                             meta: Optional[Mapping[str, Any]] = None,
+                             on_retry: Optional[OnRetry] = None
+                             ) -> ReportResult:
+    """idem.write_report_retry, awaited."""
+    sid = _check_id(client_submission_id, "write_report_retry")
+    return await _retrying(
+        lambda c: c.write_report(task_id, report, sid, meta=meta),
+        attempts, base_delay, max_delay, deadline, path, timeout, on_retry)
