@@ -70,7 +70,10 @@ class FakeBroker:
                     if reply is None:
                         return
                     reply["id"] = req["id"]
-                    self.wfile.write(json.dumps(reply).encode() + b"\n")
+                    try:
+                        self.wfile.write(json.dumps(reply).encode() + b"\n")
+                    except OSError:
+                        return  # the client hung up (a stopped keeper)
 
         self.server = socketserver.ThreadingUnixStreamServer(self.path,
                                                              Handler)
@@ -272,7 +275,7 @@ class TestLeaseAgainstIdemd(BrokerTestCase):
     def test_extend_answers(self):
         c = self.client()
         with self.assertRaises(idem.IdemConflict) as cm:
-            c.effect_extend("x-none", MAIL, "1", 1000)
+            c.effect_extend("x-none", MAIL, "1-0123456789abcdef", 1000)
         self.assertEqual(cm.exception.conflict.reason, "no_reservation")
 
         first = c.effect_begin("x-1", MAIL, {"to": "a"}, lease_ms=30000)
