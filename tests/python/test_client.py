@@ -933,6 +933,12 @@ class TestEffects(BrokerTestCase):
         sub = c.get_submission("e-5", effect_kind=MAIL).submission
         self.assertNotEqual(sub.state, "committed")
         self.assertIsNone(sub.raw_receipt)
+        self.assertEqual((sub.state, sub.external_key, sub.attempt,
+                          sub.lease_live, sub.recovered),
+                         ("reserved", e.external_key, 1, True, False))
+        self.assertRegex(sub.lease_expires_at, r"^\d{4}-\d\d-\d\dT")
+        self.assertIsInstance(sub.age_ms, int)
+        self.assertEqual(e.state, "abandoned")
         self.assertEqual(self.sent(), 1)
 
     def test_a_block_that_forgets_to_report_is_an_error(self):

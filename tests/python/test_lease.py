@@ -311,6 +311,11 @@ class TestLeaseAgainstIdemd(BrokerTestCase):
             for _ in range(5):
                 time.sleep(0.2)             # the work: 1 s in all
                 self.assert_in_progress("long-1")
+            sub = self.client().get_submission("long-1", MAIL).submission
+            self.assertEqual((sub.state, sub.lease_live, sub.external_key),
+                             ("reserved", True, e.external_key))
+            self.assertGreater(sub.lease_ms_left, 0)
+            self.assertLessEqual(sub.lease_ms_left, 300)
             e.complete(self.marker.send("long", e.external_key))
         self.assertEqual(e.state, "committed")
         self.assertIsNone(e.lease_error)

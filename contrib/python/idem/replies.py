@@ -37,6 +37,11 @@ def _opt_str(data: Dict[str, Any], key: str) -> Optional[str]:
     return v if isinstance(v, str) else None
 
 
+def _opt_bool(data: Dict[str, Any], key: str) -> Optional[bool]:
+    v = data.get(key)
+    return v if isinstance(v, bool) else None
+
+
 def _opt_int(data: Dict[str, Any], key: str) -> Optional[int]:
     v = data.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -263,7 +268,11 @@ class Submission:
     """get_submission's record of one id (a task, or an effect when
     effect_kind is set).  receipt (tasks) / effect_receipt (effects) and
     raw_receipt once committed; current_path when FCoP tools moved the
-    task; data holds every member."""
+    task.  An effect's: external_key, age_ms, and while it is reserved
+    its lease (lease_expires_at, lease_live, lease_ms_left: what
+    effect_extend moves; 0 once lapsed); recovered (settled by
+    evidence), receipt_pruned (compacted: a tombstone).  data holds
+    every member."""
 
     client_submission_id: str
     state: str
@@ -278,6 +287,13 @@ class Submission:
     attempt: Optional[int]
     receipt: Optional[Receipt]
     effect_receipt: Optional[EffectReceipt]
+    external_key: Optional[str]
+    age_ms: Optional[int]
+    lease_expires_at: Optional[str]
+    lease_live: Optional[bool]
+    lease_ms_left: Optional[int]
+    recovered: bool
+    receipt_pruned: bool
     raw_receipt: Optional[bytes] = field(repr=False)
     data: Dict[str, Any] = field(repr=False, compare=False)
 
@@ -304,7 +320,13 @@ class Submission:
                    _opt_str(data, "current_path"),
                    _opt_str(data, "reserved_at"),
                    _opt_str(data, "updated_at"), _opt_int(data, "attempt"),
-                   receipt, effect_receipt, raw, data)
+                   receipt, effect_receipt, _opt_str(data, "external_key"),
+                   _opt_int(data, "age_ms"),
+                   _opt_str(data, "lease_expires_at"),
+                   _opt_bool(data, "lease_live"),
+                   _opt_int(data, "lease_ms_left"),
+                   data.get("recovered") is True,
+                   data.get("receipt_pruned") is True, raw, data)
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]

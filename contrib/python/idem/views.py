@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .errors import IdemProtocolError
-from .replies import _object, _opt_int, _opt_str, _ReplyAccess
+from .replies import _object, _opt_bool, _opt_int, _opt_str, _ReplyAccess
 from .wire import Reply
 
 __all__ = ["Stats", "StoreHistory", "Diagnosis", "DiagnoseEntry",
@@ -27,11 +27,6 @@ def _int(data: Dict[str, Any], key: str, what: str) -> int:
     if v is None:
         raise IdemProtocolError("%s without an integer %s" % (what, key))
     return v
-
-
-def _opt_bool(data: Dict[str, Any], key: str) -> Optional[bool]:
-    v = data.get(key)
-    return v if isinstance(v, bool) else None
 
 
 @dataclass(frozen=True)
