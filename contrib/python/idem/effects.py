@@ -133,7 +133,12 @@ Probe = Callable[[IdemOutcomeUnknown], Evidence]
 class NotApplied(Exception):
     """Raised in an effect block (or an @effectful function) that knows
     the effect did not happen (the downstream system refused it before
-    acting): the reservation is released, and the exception goes on."""
+    acting).  In a block told to proceed and not yet reported, leaving
+    the with (or async with) statement reports not_applied (the
+    reservation is released: the next begin proceeds with attempt + 1
+    and the same external_key, e.state "released") and the exception
+    goes on out of the statement: catch it outside.  After reused or
+    complete() nothing is reported.  A subclass does the same."""
 
 
 class EffectCore:
