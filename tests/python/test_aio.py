@@ -398,8 +398,14 @@ class Peer:
         self.script = script
         self.server = None
 
+    async def handle(self, reader, writer):
+        try:
+            await self.script(reader, writer)
+        finally:
+            writer.close()      # also when the loop ends and cancels it
+
     async def __aenter__(self):
-        self.server = await asyncio.start_unix_server(self.script, self.path)
+        self.server = await asyncio.start_unix_server(self.handle, self.path)
         return self
 
     async def __aexit__(self, *exc):
