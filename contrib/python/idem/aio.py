@@ -36,7 +36,9 @@ the same properties: disposition, state, proceed, receipt, result,
 lease_expires_at, lease_error ...).  While a block told to proceed runs,
 an asyncio task extends the lease every third of lease_ms on a
 connection of its own; it stops before the report and on every way out
-of the block.
+of the block.  The task runs on the block's event loop: a block that
+blocks the loop (time.sleep, long CPU work) starves it and the lease may
+lapse; run such work in an executor (loop.run_in_executor).
 
 Cancellation.  A block (or an @effectful coroutine) cancelled after
 proceed reports nothing, like any exception after proceed: the effect
