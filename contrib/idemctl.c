@@ -247,6 +247,20 @@ static const struct command commands[] = {
 "running brokers); --store-file PATH reads that URI from PATH (mode 0600,\n"
 "yours or root's), keeping its password out of the command line.\n"
 "Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n" },
+	{ "backup", cmd_backup, "a consistent copy of the state, broker running",
+	    "[--root DIR] [--with-workspace] DEST",
+"Copy the root's state into DEST (a new or empty directory, never a\n"
+"symlink) while the broker runs, with no window where an acknowledged\n"
+"receipt is missing from the copy: the newest checkpoint and every\n"
+"journal segment after it (held open, so a checkpoint's pruning cannot\n"
+"take one away mid-copy; a record being written is cut), the index\n"
+"(LMDB's own compacted copy), and .idem/'s small files (workspace-id,\n"
+"imported, sequence-digits).  The workspace's files are listed with their\n"
+"SHA-256 in DEST/.idem/backup-manifest (sha256sum -c reads it) and copied\n"
+"only with --with-workspace; DEST/.idem/backup-info says what was taken.\n"
+"Every file is fsync'd.  Restore: stop idemd, copy DEST's contents into\n"
+"an empty root (cp -a DEST/. ROOT/), run idemctl verify --root ROOT.\n"
+"Exit 0 done, 1 failed, 2 usage or DEST not empty, 3 cannot read.\n" },
 	{ "journal", cmd_journal, "journal dump: the audit trail, offline",
 	    "dump [--root DIR] [--json | --text]",
 "Journal commands.  See idemctl journal dump --help.\n" }

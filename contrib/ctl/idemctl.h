@@ -35,7 +35,8 @@ enum {
 	OPT_SEQUENCE_DIGITS,
 	OPT_OLDER_THAN,
 	OPT_STORE,
-	OPT_STORE_FILE
+	OPT_STORE_FILE,
+	OPT_WITH_WORKSPACE
 };
 
 #define COMMON_OPTIONS							\
@@ -112,5 +113,8 @@ int	cmd_journal(struct idemctl *, int, char **);
 /* compact --older-than DAYS: tombstones for old receipts in the index. */
 #define IDEMCTL_MAX_COMPACT_DAYS	36500	/* a century */
 int	cmd_compact(struct idemctl *, int, char **);
+
+/* backup.c: a consistent copy of a running broker's state */
+int	cmd_backup(struct idemctl *, int, char **);
 
 #endif

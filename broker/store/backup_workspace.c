@@ -1,0 +1,374 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * backup_workspace.c: a backup's part of the workspace (backup.c has
+ * the state's): every file below the root but .idem/ listed with its
+ * SHA-256 in DEST/.idem/backup-manifest (sha256sum's format, paths from
+ * the root), and with --with-workspace copied into DEST, its
+ * directories, modes and times kept, a symlink made again as a symlink
+ * (never followed).  Then DEST/.idem/backup-info says what was taken.
+ *
+ * The workspace is copied after the journal's cut, so every task the
+ * copied journal records as created has its file in the copy (unless
+ * an FCoP tool moved it across the walk).  A TASK file made after the
+ * cut names a submission the copy does not know: a restored broker
+ * would answer a retry of it with a second task.  So the copy is read
+ * by store_verify, and each such file (unknown_submission) is removed
+ * from the copy and named in backup-info: after a restore, its retry
+ * creates it again, as after a crash before its reservation.
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "store.h"
+
+#define WALK_BUF_BYTES	(256 * 1024)
+#define WALK_MAX_DEPTH	64
+
+struct walk {
+	struct store_backup	*b;
+	FILE			*manifest;
+	FILE			*info;
+	char			*buf;
+	char			**cause;
+};
+
+static int
+walk_fail(struct walk *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int
+walk_fail(struct walk *w, const char *fmt, ...)
+{
+	va_list	ap;
+	int	saved_errno = errno;
+
+	free(*w->cause);
+	*w->cause = NULL;
+	va_start(ap, fmt);
+	if (vasprintf(w->cause, fmt, ap) == -1)
+		*w->cause = NULL;
+	va_end(ap);
+	errno = saved_errno;
+	return -1;
+}
+
+/* A path as sha256sum writes it: "\" first when it escapes \ or \n. */
+static void
+manifest_line(FILE *f, const uint8_t digest[32], const char *path)
+{
+	const char	*p;
+	int		 escape = strpbrk(path, "\\\n") != NULL;
+	int		 i;
+
+	if (escape)
+		fputc('\\', f);
+	for (i = 0; i < 32; i++)
+		fprintf(f, "%02x", digest[i]);
+	fputs("  ", f);
+	for (p = path; *p != '\0'; p++) {
+		if (*p == '\\')
+			fputs("\\\\", f);
+		else if (*p == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*p, f);
+	}
+	fputc('\n', f);
+}
+
+/* One regular file: hashed, and copied to to_dir when it is given. */
+static int
+walk_file(struct walk *w, int dir_fd, int to_dir, const char *name,
+    const char *path, const struct stat *st)
+{
+	crypto_hash_sha256_state	 state;
+	struct timespec			 times[2];
+	uint8_t				 digest[32];
+	ssize_t				 n;
+	int				 fd, to = -1;
+
+	if ((fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) ==
+	    -1) {
+		if (errno == ENOENT)
+			return 0;	/* moved or removed meanwhile */
+		return walk_fail(w, "reading %s: %s", path, strerror(errno));
+	}
+	if (to_dir != -1 && (to = openat(to_dir, name, O_WRONLY | O_CREAT |
+	    O_EXCL | O_NOFOLLOW | O_CLOEXEC, st->st_mode & 07777)) == -1) {
+		close(fd);
+		return walk_fail(w, "creating %s in %s: %s", path, w->b->dest,
+		    strerror(errno));
+	}
+	crypto_hash_sha256_init(&state);
+	for (;;) {
+		n = read(fd, w->buf, WALK_BUF_BYTES);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		crypto_hash_sha256_update(&state, (unsigned char *)w->buf,
+		    (unsigned long long)n);
+		if (to != -1 && durable_write_all(to, w->buf, (size_t)n) != 0)
+			break;
+	}
+	if (n != 0) {
+		walk_fail(w, "copying %s: %s", path, strerror(errno));
+		goto bad;
+	}
+	crypto_hash_sha256_final(&state, digest);
+	if (to != -1) {
+		times[0] = st->st_atim;
+		times[1] = st->st_mtim;
+		if (futimens(to, times) != 0 || fsync(to) != 0) {
+			walk_fail(w, "fsync %s in %s: %s", path, w->b->dest,
+			    strerror(errno));
+			goto bad;
+		}
+		close(to);
+		w->b->workspace_bytes += (uint64_t)st->st_size;
+	}
+	close(fd);
+	manifest_line(w->manifest, digest, path);
+	w->b->workspace_files++;
+	return 0;
+bad:
+	if (to != -1)
+		close(to);
+	close(fd);
+	return -1;
+}
+
+/* The directory dir_fd (path from the root) and everything below it. */
+static int
+walk_dir(struct walk *w, int dir_fd, int to_dir, const char *path,
+    int depth)
+{
+	DIR		*d;
+	struct dirent	*e;
+	struct stat	 st;
+	char		 sub[PATH_MAX], target[PATH_MAX];
+	ssize_t		 n;
+	int		 fd, child, to_child, rc = 0;
+
+	if (depth > WALK_MAX_DEPTH)
+		return walk_fail(w, "%s: directories nested past %d",
+		    path, WALK_MAX_DEPTH);
+	if ((fd = dup(dir_fd)) == -1 || (d = fdopendir(fd)) == NULL) {
+		if (fd != -1)
+			close(fd);
+		return walk_fail(w, "reading %s: %s", path, strerror(errno));
+	}
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") ==
+		    0 || (depth == 0 && strcmp(e->d_name, IDEM_STATE_DIR) == 0))
+			continue;
+		if ((size_t)snprintf(sub, sizeof sub, "%s%s%s", path,
+		    path[0] != '\0' ? "/" : "", e->d_name) >= sizeof sub) {
+			errno = ENAMETOOLONG;
+			rc = walk_fail(w, "%s/%s: %s", path, e->d_name,
+			    strerror(errno));
+			break;
+		}
+		if (fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;	/* gone meanwhile */
+		if (S_ISREG(st.st_mode))
+			rc = walk_file(w, dir_fd, to_dir, e->d_name, sub, &st);
+		else if (S_ISDIR(st.st_mode)) {
+			if ((child = openat(dir_fd, e->d_name, O_RDONLY |
+			    O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) == -1)
+				continue;	/* swapped meanwhile */
+			to_child = -1;
+			if (to_dir != -1 && (mkdirat(to_dir, e->d_name,
+			    st.st_mode & 07777) != 0 || (to_child =
+			    openat(to_dir, e->d_name, O_RDONLY | O_DIRECTORY |
+			    O_NOFOLLOW | O_CLOEXEC)) == -1)) {
+				rc = walk_fail(w, "creating %s in %s: %s", sub,
+				    w->b->dest, strerror(errno));
+				close(child);
+				break;
+			}
+			rc = walk_dir(w, child, to_child, sub, depth + 1);
+			if (rc == 0 && to_child != -1) {
+				struct timespec	times[2] = { st.st_atim,
+				    st.st_mtim };
+
+				if (futimens(to_child, times) != 0 ||
+				    fsync(to_child) != 0)
+					rc = walk_fail(w, "fsync %s in %s: %s",
+					    sub, w->b->dest, strerror(errno));
+			}
+			if (to_child != -1)
+				close(to_child);
+			close(child);
+		} else if (S_ISLNK(st.st_mode)) {
+			/* The link itself, never what it names. */
+			n = readlinkat(dir_fd, e->d_name, target,
+			    sizeof target - 1);
+			if (n == -1)
+				continue;
+			target[n] = '\0';
+			fprintf(w->info, "symlink: %s\n", sub);
+			if (to_dir != -1 && symlinkat(target, to_dir,
+			    e->d_name) != 0)
+				rc = walk_fail(w, "creating %s in %s: %s", sub,
+				    w->b->dest, strerror(errno));
+		} else
+			fprintf(w->info, "skipped (not a file): %s\n", sub);
+	}
+	closedir(d);
+	return rc;
+}
+
+/*
+ * The TASK files a restored broker would not know (made after the
+ * journal's cut), found by store_verify on DEST and removed there.
+ */
+struct after_cut {
+	struct walk	*w;
+	int		 dest_fd;
+	int		 failed;
+};
+
+static void
+after_cut_note(const struct store_problem *p, void *arg)
+{
+	struct after_cut	*a = arg;
+
+	if (p->check != STORE_CHECK_UNKNOWN_SUBMISSION || p->path == NULL)
+		return;
+	if (unlinkat(a->dest_fd, p->path, 0) != 0 && errno != ENOENT) {
+		a->failed = errno;
+		return;
+	}
+	fprintf(a->w->info, "after the cut, not copied: %s\n", p->path);
+	a->w->b->after_cut++;
+}
+
+static int
+remove_after_cut(struct walk *w, int dest_fd)
+{
+	struct store_verify	 v;
+	struct after_cut	 a;
+	char			*cause = NULL;
+	int			 rc;
+
+	memset(&v, 0, sizeof v);
+	memset(&a, 0, sizeof a);
+	a.w = w;
+	a.dest_fd = dest_fd;
+	v.root = w->b->dest;
+	v.sequence_digits = w->b->sequence_digits;
+	v.note = after_cut_note;
+	v.arg = &a;
+	rc = store_verify(&v, &cause);
+	store_verify_free(&v);
+	if (rc != 0) {
+		walk_fail(w, "reading the copy back: %s", cause != NULL ?
+		    cause : "store_verify failed");
+		free(cause);
+		return -1;
+	}
+	free(cause);
+	if (a.failed != 0) {
+		errno = a.failed;
+		return walk_fail(w, "removing a file made after the cut from "
+		    "%s: %s", w->b->dest, strerror(errno));
+	}
+	return 0;
+}
+
+/* A stream on a new file of DEST/.idem/ (O_EXCL, never a symlink). */
+static FILE *
+state_stream(int dest_state_fd, const char *name)
+{
+	FILE	*f;
+	int	 fd;
+
+	if ((fd = openat(dest_state_fd, name, O_WRONLY | O_CREAT | O_EXCL |
+	    O_NOFOLLOW | O_CLOEXEC, 0600)) == -1)
+		return NULL;
+	if ((f = fdopen(fd, "w")) == NULL)
+		close(fd);
+	return f;
+}
+
+static int
+stream_close(FILE *f)
+{
+	int	rc = 0;
+
+	if (f == NULL)
+		return 0;
+	if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+		rc = -1;
+	if (fclose(f) != 0)
+		rc = -1;
+	return rc;
+}
+
+int
+backup_workspace(struct store_backup *b, int root_fd, int dest_fd,
+    int dest_state_fd, char **cause)
+{
+	struct walk	 w;
+	int		 rc = -1;
+
+	memset(&w, 0, sizeof w);
+	w.b = b;
+	w.cause = cause;
+	if ((w.buf = malloc(WALK_BUF_BYTES)) == NULL ||
+	    (w.manifest = state_stream(dest_state_fd,
+	    STORE_BACKUP_MANIFEST)) == NULL ||
+	    (w.info = state_stream(dest_state_fd, STORE_BACKUP_INFO)) ==
+	    NULL) {
+		walk_fail(&w, "creating %s/%s: %s", b->dest, IDEM_STATE_DIR,
+		    strerror(errno));
+		goto out;
+	}
+	fprintf(w.info, "idem backup of %s\nstarted_ms: %lld\n"
+	    "with_workspace: %s\ncheckpoint: %llu\nsegments: %llu..%llu\n"
+	    "journal_records: %llu\njournal_bytes: %llu\n"
+	    "torn_tail_cut_bytes: %llu\nindex: %s\nindex_entries: %llu\n"
+	    "index_checkpoint: %llu\nstate_files: %u\n", b->root,
+	    (long long)b->started_ms, b->with_workspace ? "yes" : "no",
+	    (unsigned long long)b->checkpoint,
+	    (unsigned long long)b->first_segment,
+	    (unsigned long long)b->last_segment,
+	    (unsigned long long)b->records,
+	    (unsigned long long)b->journal_bytes,
+	    (unsigned long long)b->torn_bytes,
+	    b->index_copied ? "copied" : "none",
+	    (unsigned long long)b->index.entries,
+	    (unsigned long long)b->index.checkpoint, b->state_files);
+	if (walk_dir(&w, root_fd, b->with_workspace ? dest_fd : -1, "", 0) !=
+	    0)
+		goto out;
+	if (b->with_workspace && remove_after_cut(&w, dest_fd) != 0)
+		goto out;
+	fprintf(w.info, "workspace_files: %llu\nworkspace_bytes_copied: "
+	    "%llu\nafter_cut: %u\n", (unsigned long long)b->workspace_files,
+	    (unsigned long long)b->workspace_bytes, b->after_cut);
+	rc = 0;
+out:
+	if (stream_close(w.manifest) != 0 && rc == 0)
+		rc = walk_fail(&w, "writing %s/%s/%s: %s", b->dest,
+		    IDEM_STATE_DIR, STORE_BACKUP_MANIFEST, strerror(errno));
+	if (stream_close(w.info) != 0 && rc == 0)
+		rc = walk_fail(&w, "writing %s/%s/%s: %s", b->dest,
+		    IDEM_STATE_DIR, STORE_BACKUP_INFO, strerror(errno));
+	if (rc == 0 && (fsync(dest_state_fd) != 0 || fsync(dest_fd) != 0))
+		rc = walk_fail(&w, "fsync %s: %s", b->dest, strerror(errno));
+	free(w.buf);
+	return rc;
+}
