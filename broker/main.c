@@ -707,6 +707,7 @@ main(int argc, char **argv)
 		    "(%s): serve it with --store URI; a local idemd would "
 		    "answer from a history the store no longer writes",
 		    d.root_real, WORKSPACE_IMPORTED_NAME);
+	listener_activated(&d);
 	listener_check(&d);
 	/* make_topology refused symlinks; these are the same, held. */
 	if ((d.inbox_fd = nofollow_dir(d.root_fd, IDEM_INBOX_DIR)) == -1)
