@@ -597,6 +597,29 @@ open_dest(struct store_backup *b, int *dest_fd, int *dest_state_fd,
 	return 0;
 }
 
+#ifdef IDEM_FAULT_INJECTION
+/*
+ * Tests only (configure --enable-fault-injection): IDEM_BACKUP_HOLD=FIFO
+ * waits once every file is held and before any byte of the journal is
+ * read, until the test writes to FIFO (the test's open for writing
+ * returns once this waits), so that the test can make the broker prune
+ * the held segments meanwhile (tests/integration/test_backup).
+ */
+static void
+backup_hold(void)
+{
+	const char	*fifo = getenv("IDEM_BACKUP_HOLD");
+	char		 c;
+	int		 fd;
+
+	if (fifo == NULL || (fd = open(fifo, O_RDONLY | O_CLOEXEC)) == -1)
+		return;
+	while (read(fd, &c, 1) == -1 && errno == EINTR)
+		;
+	close(fd);
+}
+#endif
+
 int
 store_backup(struct store_backup *b, char **cause)
 {
@@ -673,6 +696,9 @@ store_backup(struct store_backup *b, char **cause)
 	b->checkpoint = h.checkpoint;
 	b->first_segment = h.first;
 	b->last_segment = h.last;
+#ifdef IDEM_FAULT_INJECTION
+	backup_hold();
+#endif
 	if (copy_journal(b, &h, dest_state_fd, cause) != 0 ||
 	    copy_state_files(b, state_fd, dest_state_fd, cause) != 0)
 		goto out;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -306,6 +307,162 @@ test_backup_under_load_restores_every_receipt(void **state)
 	harness_cleanup(&a);
 }
 
+/* The newest checkpoint's segment in ROOT's journal, else the lowest segment. */
+static unsigned long long
+held_first(const struct broker *b)
+{
+	struct dirent		*e;
+	unsigned long long	 n, checkpoint = 0, lowest = 0;
+	char			 path[400];
+	DIR			*d;
+
+	snprintf(path, sizeof path, "%s/.idem/journal", b->root);
+	assert_non_null(d = opendir(path));
+	while ((e = readdir(d)) != NULL) {
+		if (sscanf(e->d_name, "checkpoint-%16llx.snap", &n) == 1 &&
+		    n > checkpoint)
+			checkpoint = n;
+		else if (strlen(e->d_name) == 20 &&
+		    sscanf(e->d_name, "%16llx.jnl", &n) == 1 &&
+		    (lowest == 0 || n < lowest))
+			lowest = n;
+	}
+	closedir(d);
+	return checkpoint != 0 ? checkpoint : lowest;
+}
+
+static int
+segment_exists(const char *root, unsigned long long n)
+{
+	char	path[400];
+
+	snprintf(path, sizeof path, "%s/.idem/journal/%016llx.jnl", root, n);
+	return access(path, F_OK) == 0;
+}
+
+/*
+ * The journal's files are held open before they are read: a backup held
+ * (IDEM_BACKUP_HOLD) while the broker, under load, rotates and prunes
+ * the held segments away still copies them, and the restored root
+ * answers every earlier receipt.  Copying by name would find them gone.
+ */
+static void
+test_backup_holds_pruned_segments(void **state)
+{
+	struct broker		 a, r;
+	struct idem_conn	*c;
+	struct stat		 st;
+	char			 acks[400], dest[400], fifo[400], out[16384];
+	char			 name[64], env[450], *text, *line, *tab, *next;
+	char			*answer, *argv[8];
+	unsigned long long	 first;
+	off_t			 before;
+	pid_t			 child;
+	int			 ack_fd, fd, i, status, checked = 0, made;
+
+	(void)state;
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("IDEM_BACKUP_HOLD needs configure --enable-fault-injection");
+#endif
+	harness_fresh_root(&a);
+	harness_must_start(&a, backup_args, NULL);
+	snprintf(acks, sizeof acks, "%s.acks", a.root);
+	snprintf(dest, sizeof dest, "%s.backup", a.root);
+	snprintf(fifo, sizeof fifo, "%s.hold", a.root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_true((ack_fd = open(acks, O_WRONLY | O_CREAT | O_TRUNC |
+	    O_APPEND | O_CLOEXEC, 0600)) != -1);
+	assert_non_null(c = harness_connect(&a));
+	for (i = 0; i < BACKUP_FIRST; i++) {
+		snprintf(name, sizeof name, "bk-held-%d", i);
+		while (create_pair(c, name, ack_fd) != 0)
+			;
+	}
+	assert_int_equal(fstat(ack_fd, &st), 0);
+	before = st.st_size;
+	first = held_first(&a);
+	assert_true(first > 0);
+
+	snprintf(env, sizeof env, "IDEM_BACKUP_HOLD=%s", fifo);
+	argv[0] = getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
+	    "contrib/idemctl";
+	argv[1] = "--root";
+	argv[2] = a.root;
+	argv[3] = "backup";
+	argv[4] = "--with-workspace";
+	argv[5] = dest;
+	argv[6] = NULL;
+	if ((child = fork()) == 0) {
+		snprintf(out, sizeof out, "%s.out", dest);
+		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		putenv(env);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	assert_true(child > 0);
+	/* Open for writing returns once the backup waits, its files held. */
+	assert_true((fd = open(fifo, O_WRONLY | O_CLOEXEC)) != -1);
+	/* Load until a checkpoint has pruned the first held segment. */
+	for (made = 0; segment_exists(a.root, first); made++) {
+		if (made > 5000)
+			fail_msg("segment %llu never pruned", first);
+		snprintf(name, sizeof name, "bk-during-%d", made);
+		(void)create_pair(c, name, ack_fd);
+	}
+	idem_close(c);
+	assert_int_equal(write(fd, "go", 2), 2);
+	close(fd);
+	assert_int_equal(waitpid(child, &status, 0), child);
+	snprintf(out, sizeof out, "%s.out", dest);
+	text = read_file(out, 8192);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("idemctl backup (status %d): %s", status, text);
+	free(text);
+	unlink(out);
+	close(ack_fd);
+	assert_int_equal(harness_stop(&a), 0);
+	/* The copy holds the segment the root no longer has. */
+	assert_false(segment_exists(a.root, first));
+	assert_true(segment_exists(dest, first));
+	print_message("backup: segment %llu pruned while held (%d pairs "
+	    "made meanwhile), copied all the same\n", first, made);
+
+	harness_fresh_root(&r);
+	snprintf(out, sizeof out, "cp -a '%s/.' '%s/'", dest, r.root);
+	assert_int_equal(system(out), 0);
+	status = idemctl(out, sizeof out, "--root '%s' verify", r.root);
+	if (status != 0)
+		fail_msg("idemctl verify of the restored root (exit %d): %s",
+		    status, out);
+	harness_must_start(&r, backup_args, NULL);
+	text = read_file(acks, (size_t)before);
+	assert_non_null(c = harness_connect(&r));
+	for (line = text; *line != '\0'; line = next) {
+		assert_non_null(next = strchr(line, '\n'));
+		*next++ = '\0';
+		assert_non_null(tab = strchr(line, '\t'));
+		*tab = '\0';
+		answer = call_line(c, line);
+		if (strstr(answer, "\"disposition\":\"reused\"") == NULL ||
+		    strcmp(receipt_of(answer), tab + 1) != 0)
+			fail_msg("%s answered %s after the restore, %s before",
+			    line, answer, tab + 1);
+		free(answer);
+		checked++;
+	}
+	idem_close(c);
+	free(text);
+	assert_int_equal(checked, 2 * BACKUP_FIRST);
+	harness_finish(&r);
+	unlink(acks);
+	unlink(fifo);
+	snprintf(out, sizeof out, "rm -rf '%s'", dest);
+	assert_int_equal(system(out), 0);
+	harness_cleanup(&a);
+}
+
 /* Nothing below path but what mkdir made: 1 if it is still empty. */
 static int
 dir_empty(const char *path)
@@ -389,9 +546,10 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_backup_under_load_restores_every_receipt),
+		cmocka_unit_test(test_backup_holds_pruned_segments),
 		cmocka_unit_test(test_backup_refuses_a_dest_in_use),
 	};
 
-	harness_watchdog(180);
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	harness_watchdog(240);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
