@@ -37,6 +37,8 @@
 
 struct walk {
 	struct store_backup	*b;
+	dev_t			 dest_dev;	/* DEST, if it is below the root */
+	ino_t			 dest_ino;
 	FILE			*manifest;
 	FILE			*info;
 	char			*buf;
@@ -185,6 +187,13 @@ walk_dir(struct walk *w, int dir_fd, int to_dir, const char *path,
 		if (S_ISREG(st.st_mode))
 			rc = walk_file(w, dir_fd, to_dir, e->d_name, sub, &st);
 		else if (S_ISDIR(st.st_mode)) {
+			/* DEST below the root: never copied into itself. */
+			if (st.st_dev == w->dest_dev &&
+			    st.st_ino == w->dest_ino) {
+				fprintf(w->info, "skipped (the backup): %s\n",
+				    sub);
+				continue;
+			}
 			if ((child = openat(dir_fd, e->d_name, O_RDONLY |
 			    O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) == -1)
 				continue;	/* swapped meanwhile */
@@ -322,11 +331,16 @@ backup_workspace(struct store_backup *b, int root_fd, int dest_fd,
     int dest_state_fd, char **cause)
 {
 	struct walk	 w;
+	struct stat	 st;
 	int		 rc = -1;
 
 	memset(&w, 0, sizeof w);
 	w.b = b;
 	w.cause = cause;
+	if (fstat(dest_fd, &st) != 0)
+		return walk_fail(&w, "%s: %s", b->dest, strerror(errno));
+	w.dest_dev = st.st_dev;
+	w.dest_ino = st.st_ino;
 	if ((w.buf = malloc(WALK_BUF_BYTES)) == NULL ||
 	    (w.manifest = state_stream(dest_state_fd,
 	    STORE_BACKUP_MANIFEST)) == NULL ||
@@ -356,6 +370,8 @@ backup_workspace(struct store_backup *b, int root_fd, int dest_fd,
 		goto out;
 	if (b->with_workspace && remove_after_cut(&w, dest_fd) != 0)
 		goto out;
+	/* Reading the copy back made LMDB's reader table: not the state's. */
+	(void)unlinkat(dest_state_fd, "index/lock.mdb", 0);
 	fprintf(w.info, "workspace_files: %llu\nworkspace_bytes_copied: "
 	    "%llu\nafter_cut: %u\n", (unsigned long long)b->workspace_files,
 	    (unsigned long long)b->workspace_bytes, b->after_cut);

@@ -536,6 +536,19 @@ test_backup_refuses_a_dest_in_use(void **state)
 	status = idemctl(out, sizeof out, "--root '%s' verify", dest);
 	if (status != 0)
 		fail_msg("idemctl verify of the backup (%d): %s", status, out);
+
+	/* DEST below the root: taken, and never copied into itself. */
+	status = idemctl(out, sizeof out, "--root '%s' backup "
+	    "--with-workspace '%s/shared/bk'", a.root, a.root);
+	if (status != 0)
+		fail_msg("idemctl backup into the root's shared/ (%d): %s",
+		    status, out);
+	snprintf(path, sizeof path, "%s/shared/bk/shared/bk", a.root);
+	assert_int_equal(access(path, F_OK), -1);
+	status = idemctl(out, sizeof out, "--root '%s/shared/bk' verify",
+	    a.root);
+	if (status != 0)
+		fail_msg("idemctl verify of shared/bk (%d): %s", status, out);
 	harness_finish(&a);
 	snprintf(path, sizeof path, "rm -rf '%s' '%s'", dest, outside);
 	assert_int_equal(system(path), 0);
