@@ -14,7 +14,9 @@
  * would answer a retry of it with a second task.  So the copy is read
  * by store_verify, and each such file (unknown_submission) is removed
  * from the copy and named in backup-info: after a restore, its retry
- * creates it again, as after a crash before its reservation.
+ * creates it again, as after a crash before its reservation.  A REPORT
+ * file made after the cut is found by its number (past the highest the
+ * copy's journal handed out) and left out the same way.
  */
 #include <sys/stat.h>
 
@@ -297,6 +299,108 @@ remove_after_cut(struct walk *w, int dest_fd)
 	return 0;
 }
 
+/*
+ * REPORT files: verify reads only FCoP's rules in them, so the cut is
+ * found by number.  Numbers are handed out in order (a day's, days only
+ * forward) and recorded with the reservation, so the highest report
+ * number the copied checkpoint's allocator and journal know is the cut:
+ * an idem REPORT file (one naming its client_submission_id) numbered
+ * past it was written after the cut, and its retry on a restored broker
+ * would write a second one.
+ */
+struct report_cut {
+	uint32_t	date, seq;
+};
+
+static void
+cut_note(struct report_cut *c, uint32_t date, uint32_t seq)
+{
+	if (date > c->date || (date == c->date && seq > c->seq)) {
+		c->date = date;
+		c->seq = seq;
+	}
+}
+
+static int
+cut_apply(const struct journal_record *r, void *arg)
+{
+	if (r->entry.kind == SUBTAB_KIND_REPORT)
+		cut_note(arg, r->entry.date, r->entry.seq);
+	return 0;
+}
+
+static int
+remove_reports_after_cut(struct walk *w, int dest_fd)
+{
+	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
+	struct journal_replay_stats stats;
+	struct taskfile_facts	 facts;
+	struct report_cut	 cut = { 0, 0 };
+	struct dirent		*e;
+	enum subtab_kind	 kind;
+	uint64_t		 segment = 0, records;
+	uint32_t		 date, seq;
+	char			 dir[PATH_MAX], path[NAME_MAX + 16];
+	char			*cause = NULL;
+	DIR			*d;
+	int			 fd, rc;
+
+	memset(alloc, 0, sizeof alloc);
+	memset(&stats, 0, sizeof stats);
+	snprintf(dir, sizeof dir, "%s/%s", w->b->dest, IDEM_JOURNAL_DIR);
+	rc = checkpoint_load(dir, cut_apply, &cut, alloc, &segment, &records,
+	    &cause);
+	if (rc == 0)
+		rc = segment != 0 ? journal_replay_from(dir, segment,
+		    JOURNAL_REPLAY_READONLY, cut_apply, &cut, &stats, &cause) :
+		    journal_replay(dir, JOURNAL_REPLAY_READONLY, cut_apply,
+		    &cut, &stats, &cause);
+	if (rc != 0) {
+		walk_fail(w, "reading the copy's journal back: %s",
+		    cause != NULL ? cause : strerror(errno));
+		free(cause);
+		return -1;
+	}
+	if (alloc[SUBTAB_KIND_REPORT - 1].next_seq > 0)
+		cut_note(&cut, alloc[SUBTAB_KIND_REPORT - 1].date,
+		    alloc[SUBTAB_KIND_REPORT - 1].next_seq - 1);
+	if ((fd = nofollow_dir(dest_fd, IDEM_REPORTS_DIR)) == -1)
+		return errno == ENOENT ? 0 : walk_fail(w, "%s/%s: %s",
+		    w->b->dest, IDEM_REPORTS_DIR, strerror(errno));
+	if ((d = fdopendir(fd)) == NULL) {
+		close(fd);
+		return walk_fail(w, "%s/%s: %s", w->b->dest, IDEM_REPORTS_DIR,
+		    strerror(errno));
+	}
+	while ((e = readdir(d)) != NULL) {
+		if (!taskfile_parse_name(e->d_name, &kind, &date, &seq) ||
+		    kind != SUBTAB_KIND_REPORT || (date < cut.date ||
+		    (date == cut.date && seq <= cut.seq)))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", IDEM_REPORTS_DIR,
+		    e->d_name);
+		if (taskfile_inspect(dest_fd, path, &facts, &cause) != 0) {
+			free(cause);
+			cause = NULL;
+			continue;	/* not a file idem could have written */
+		}
+		if (!facts.has_client_submission_id)
+			continue;	/* a legacy call's, or another writer's */
+		if (unlinkat(dirfd(d), e->d_name, 0) != 0) {
+			rc = walk_fail(w, "removing %s from %s: %s", path,
+			    w->b->dest, strerror(errno));
+			break;
+		}
+		fprintf(w->info, "after the cut, not copied: %s\n", path);
+		w->b->after_cut++;
+	}
+	if (rc == 0 && fsync(dirfd(d)) != 0)
+		rc = walk_fail(w, "fsync %s/%s: %s", w->b->dest,
+		    IDEM_REPORTS_DIR, strerror(errno));
+	closedir(d);
+	return rc;
+}
+
 /* A stream on a new file of DEST/.idem/ (O_EXCL, never a symlink). */
 static FILE *
 state_stream(int dest_state_fd, const char *name)
@@ -368,7 +472,8 @@ backup_workspace(struct store_backup *b, int root_fd, int dest_fd,
 	if (walk_dir(&w, root_fd, b->with_workspace ? dest_fd : -1, "", 0) !=
 	    0)
 		goto out;
-	if (b->with_workspace && remove_after_cut(&w, dest_fd) != 0)
+	if (b->with_workspace && (remove_after_cut(&w, dest_fd) != 0 ||
+	    remove_reports_after_cut(&w, dest_fd) != 0))
 		goto out;
 	/* Reading the copy back made LMDB's reader table: not the state's. */
 	(void)unlinkat(dest_state_fd, "index/lock.mdb", 0);

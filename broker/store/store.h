@@ -339,7 +339,7 @@ struct store_backup {
 	unsigned		 sequence_digits;
 	uint64_t		 workspace_files;	/* in the manifest */
 	uint64_t		 workspace_bytes;	/* copied */
-	unsigned		 after_cut;	/* TASK files left out */
+	unsigned		 after_cut;	/* TASK, REPORT files left out */
 };
 /*
  * A consistent copy of root's state into dest beside a running broker,

@@ -96,8 +96,8 @@ cmd_backup(struct idemctl *ctl, int argc, char **argv)
 		    (unsigned long long)b.workspace_bytes);
 	printf("\n");
 	if (b.after_cut > 0)
-		printf("  %u TASK file%s made after the journal's cut left out "
-		    "(named in %s/.idem/%s)\n", b.after_cut,
+		printf("  %u TASK or REPORT file%s made after the journal's cut "
+		    "left out (named in %s/.idem/%s)\n", b.after_cut,
 		    b.after_cut == 1 ? "" : "s", b.dest, STORE_BACKUP_INFO);
 	return IDEMCTL_EXIT_OK;
 }

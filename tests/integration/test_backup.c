@@ -85,6 +85,31 @@ receipt_of(const char *response)
 }
 
 /*
+ * What a retry of request must answer again, byte for byte: a receipt,
+ * or a report's id and path (write_report's reply has no receipt).
+ */
+static const char *
+answer_of(const char *request, const char *response)
+{
+	const char	*at;
+
+	if (strstr(request, "\"op\":\"write_report\"") == NULL)
+		return receipt_of(response);
+	if ((at = strstr(response, "\"report_id\":")) == NULL)
+		fail_msg("no report_id in %s", response);
+	return at;
+}
+
+/* A retry's answer: reused, or for a report deduplicated. */
+static int
+answered_again(const char *request, const char *response)
+{
+	if (strstr(request, "\"op\":\"write_report\"") != NULL)
+		return strstr(response, "\"deduplicated\":true") != NULL;
+	return strstr(response, "\"disposition\":\"reused\"") != NULL;
+}
+
+/*
  * One submission acknowledged, as a line of the acknowledgements file:
  * the request that answers it again, a tab, its receipt's text.
  */
@@ -101,11 +126,39 @@ note_ack(int fd, const char *retry, const char *receipt)
 	free(line);
 }
 
+/* Also a report on each task create_pair makes (the held test's). */
+static int	with_reports;
+
+/* A report on task_id, client_submission_id NAME, acknowledged into fd. */
+static void
+create_report(struct idem_conn *c, const char *task_id, const char *name,
+    int fd)
+{
+	char	 report[512];
+	char	*r;
+
+	snprintf(report, sizeof report, "{\"op\":\"write_report\","
+	    "\"task_id\":\"%s\",\"client_submission_id\":\"%s\","
+	    "\"report\":{\"sender\":\"DEV\",\"body\":\"Done %s.\\n\"}}",
+	    task_id, name, name);
+	for (;;) {
+		r = call_line(c, report);
+		if (strstr(r, "\"ok\":true") != NULL)
+			break;
+		if (strstr(r, "\"retryable\":true") == NULL)
+			fail_msg("write_report %s: %s", name, r);
+		free(r);
+	}
+	note_ack(fd, report, answer_of(report, r));
+	free(r);
+}
+
 /* Create task NAME and effect NAME, each acknowledged into fd. */
 static int
 create_pair(struct idem_conn *c, const char *name, int fd)
 {
 	char	 task[512], begin[512], complete[512], fence[64];
+	char	 task_id[128];
 	char	*r;
 	const char *at;
 
@@ -125,7 +178,13 @@ create_pair(struct idem_conn *c, const char *name, int fd)
 		return 1;
 	}
 	note_ack(fd, task, receipt_of(r));
+	if ((at = strstr(r, "\"task_id\":\"")) == NULL)
+		fail_msg("write_task %s: no task_id in %s", name, r);
+	at += 11;
+	snprintf(task_id, sizeof task_id, "%.*s", (int)strcspn(at, "\""), at);
 	free(r);
+	if (with_reports)
+		create_report(c, task_id, name, fd);
 
 	snprintf(begin, sizeof begin, "{\"op\":\"effect_begin\","
 	    "\"client_submission_id\":\"%s\",\"effect_kind\":\"" BACKUP_KIND
@@ -359,11 +418,13 @@ test_backup_holds_pruned_segments(void **state)
 	off_t			 before;
 	pid_t			 child;
 	int			 ack_fd, fd, i, status, checked = 0, made;
+	int			 reports;
 
 	(void)state;
 #ifndef IDEM_FAULT_INJECTION
 	harness_skip("IDEM_BACKUP_HOLD needs configure --enable-fault-injection");
 #endif
+	with_reports = 1;
 	harness_fresh_root(&a);
 	harness_must_start(&a, backup_args, NULL);
 	snprintf(acks, sizeof acks, "%s.acks", a.root);
@@ -411,6 +472,11 @@ test_backup_holds_pruned_segments(void **state)
 		snprintf(name, sizeof name, "bk-during-%d", made);
 		(void)create_pair(c, name, ack_fd);
 	}
+	/* And more, into segments the backup does not hold: after its cut. */
+	for (i = 0; i < 10; i++) {
+		snprintf(name, sizeof name, "bk-after-%d", i);
+		(void)create_pair(c, name, ack_fd);
+	}
 	idem_close(c);
 	assert_int_equal(write(fd, "go", 2), 2);
 	close(fd);
@@ -423,6 +489,7 @@ test_backup_holds_pruned_segments(void **state)
 	unlink(out);
 	close(ack_fd);
 	assert_int_equal(harness_stop(&a), 0);
+	with_reports = 0;
 	/* The copy holds the segment the root no longer has. */
 	assert_false(segment_exists(a.root, first));
 	assert_true(segment_exists(dest, first));
@@ -445,16 +512,46 @@ test_backup_holds_pruned_segments(void **state)
 		assert_non_null(tab = strchr(line, '\t'));
 		*tab = '\0';
 		answer = call_line(c, line);
-		if (strstr(answer, "\"disposition\":\"reused\"") == NULL ||
-		    strcmp(receipt_of(answer), tab + 1) != 0)
+		if (!answered_again(line, answer) ||
+		    strcmp(answer_of(line, answer), tab + 1) != 0)
 			fail_msg("%s answered %s after the restore, %s before",
 			    line, answer, tab + 1);
 		free(answer);
 		checked++;
 	}
-	idem_close(c);
 	free(text);
-	assert_int_equal(checked, 2 * BACKUP_FIRST);
+	assert_int_equal(checked, 3 * BACKUP_FIRST);
+	/*
+	 * The reports acknowledged while the backup was held, again: each
+	 * is in the copy or made anew (or its task, made after the cut
+	 * too, is not found), never twice: a REPORT file left in the copy
+	 * past the cut would be one more file than answers.
+	 */
+	text = read_file(acks, 1 << 22);
+	for (line = text, reports = 0; *line != '\0'; line = next) {
+		assert_non_null(next = strchr(line, '\n'));
+		*next++ = '\0';
+		assert_non_null(tab = strchr(line, '\t'));
+		*tab = '\0';
+		if (strstr(line, "\"op\":\"write_report\"") == NULL)
+			continue;
+		if (line - text < before) {
+			reports++;
+			continue;
+		}
+		answer = call_line(c, line);
+		if (strstr(answer, "\"ok\":true") != NULL)
+			reports++;
+		else if (strstr(answer, "\"task_not_found\"") == NULL)
+			fail_msg("%s answered %s after the restore", line,
+			    answer);
+		free(answer);
+	}
+	free(text);
+	idem_close(c);
+	assert_int_equal(harness_count_reports(&r), reports);
+	print_message("backup: %d reports, one file each after the restore\n",
+	    reports);
 	harness_finish(&r);
 	unlink(acks);
 	unlink(fifo);
