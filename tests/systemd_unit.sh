@@ -43,7 +43,7 @@ for want in 'PrivateNetwork=no' \
 	has "$dropin" "$want"
 done
 # The socket is systemd's now: idemd binds none of its own there.
-if grep -q -- '--socket' "$unit"; then
+if grep '^ExecStart=' "$unit" | grep -q -- '--socket'; then
 	fail "ExecStart still names --socket: idemd.socket owns it"
 else
 	pass "ExecStart leaves the socket to idemd.socket"
