@@ -277,7 +277,8 @@ const struct command ctl_commands[] = {
 "only with --with-workspace; DEST/.idem/backup-info says what was taken.\n"
 "Every file is fsync'd.  Restore: stop idemd, copy DEST's contents into\n"
 "an empty root (cp -a DEST/. ROOT/), run idemctl verify --root ROOT.\n"
-"Exit 0 done, 1 failed, 2 usage or DEST not empty, 3 cannot read.\n",
+"Exit 0 done, 1 failed (the cause on stderr), 2 usage, or DEST not empty\n"
+"or a symlink.\n",
 	    ctl_backup_options, NULL, NULL, 0 },
 	{ "journal", cmd_journal, "journal dump: the audit trail, offline",
 	    "dump [--root DIR] [--json | --text]",
