@@ -477,8 +477,10 @@ backup_workspace(struct store_backup *b, int root_fd, int dest_fd,
 		goto out;
 	/* Reading the copy back made LMDB's reader table: not the state's. */
 	(void)unlinkat(dest_state_fd, "index/lock.mdb", 0);
+	/* Last: a copy that failed half-way never says it is complete. */
 	fprintf(w.info, "workspace_files: %llu\nworkspace_bytes_copied: "
-	    "%llu\nafter_cut: %u\n", (unsigned long long)b->workspace_files,
+	    "%llu\nafter_cut: %u\ncomplete: yes\n",
+	    (unsigned long long)b->workspace_files,
 	    (unsigned long long)b->workspace_bytes, b->after_cut);
 	rc = 0;
 out:
