@@ -38,6 +38,33 @@
 static const char *const backup_args[] = { "--segment-bytes", "8192",
     "--capacity", "64", NULL };
 
+/*
+ * The load runs in a forked child: a cmocka failure there would unwind
+ * into the child's copy of the test runner, which would go on with the
+ * next tests.  So the helpers it shares fail through here: in the child,
+ * a message and _exit(3), which the parent's waitpid sees.
+ */
+static int	in_load_child;
+
+static void	load_fail(const char *, ...)
+		    __attribute__((format(printf, 1, 2)));
+
+static void
+load_fail(const char *fmt, ...)
+{
+	char	message[4096];
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof message, fmt, ap);
+	va_end(ap);
+	if (in_load_child) {
+		fprintf(stderr, "load: %s\n", message);
+		_exit(3);
+	}
+	fail_msg("%s", message);
+}
+
 /* idemctl ARGS... (a shell command's words); its exit status, its output. */
 static int
 idemctl(char *out, size_t size, const char *fmt, ...)
@@ -69,7 +96,7 @@ call_line(struct idem_conn *c, const char *line)
 	char			*response = NULL;
 
 	if (idem_call_raw(c, line, &response, &err) != 0)
-		fail_msg("call %s: %s", line, err.message);
+		load_fail("call %s: %s", line, err.message);
 	return response;
 }
 
@@ -80,7 +107,7 @@ receipt_of(const char *response)
 	const char	*at = strstr(response, "\"receipt\":");
 
 	if (at == NULL)
-		fail_msg("no receipt in %s", response);
+		load_fail("no receipt in %s", response);
 	return at;
 }
 
@@ -96,7 +123,7 @@ answer_of(const char *request, const char *response)
 	if (strstr(request, "\"op\":\"write_report\"") == NULL)
 		return receipt_of(response);
 	if ((at = strstr(response, "\"report_id\":")) == NULL)
-		fail_msg("no report_id in %s", response);
+		load_fail("no report_id in %s", response);
 	return at;
 }
 
@@ -120,9 +147,11 @@ note_ack(int fd, const char *retry, const char *receipt)
 	int	 n;
 
 	n = asprintf(&line, "%s\t%s\n", retry, receipt);
-	assert_true(n > 0);
+	if (n <= 0)
+		load_fail("asprintf: out of memory");
 	/* O_APPEND: one write, one whole line. */
-	assert_int_equal(write(fd, line, (size_t)n), n);
+	if (write(fd, line, (size_t)n) != n)
+		load_fail("writing an acknowledgement: %s", strerror(errno));
 	free(line);
 }
 
@@ -146,7 +175,7 @@ create_report(struct idem_conn *c, const char *task_id, const char *name,
 		if (strstr(r, "\"ok\":true") != NULL)
 			break;
 		if (strstr(r, "\"retryable\":true") == NULL)
-			fail_msg("write_report %s: %s", name, r);
+			load_fail("write_report %s: %s", name, r);
 		free(r);
 	}
 	note_ack(fd, report, answer_of(report, r));
@@ -173,13 +202,13 @@ create_pair(struct idem_conn *c, const char *name, int fd)
 		int retry = strstr(r, "\"retryable\":true") != NULL;
 
 		if (!retry)
-			fail_msg("write_task %s: %s", name, r);
+			load_fail("write_task %s: %s", name, r);
 		free(r);
 		return 1;
 	}
 	note_ack(fd, task, receipt_of(r));
 	if ((at = strstr(r, "\"task_id\":\"")) == NULL)
-		fail_msg("write_task %s: no task_id in %s", name, r);
+		load_fail("write_task %s: no task_id in %s", name, r);
 	at += 11;
 	snprintf(task_id, sizeof task_id, "%.*s", (int)strcspn(at, "\""), at);
 	free(r);
@@ -191,7 +220,7 @@ create_pair(struct idem_conn *c, const char *name, int fd)
 	    "\",\"request\":{\"name\":\"%s\"}}", name, name);
 	r = call_line(c, begin);
 	if ((at = strstr(r, "\"fence\":\"")) == NULL)
-		fail_msg("effect_begin %s: %s", name, r);
+		load_fail("effect_begin %s: %s", name, r);
 	at += 9;
 	snprintf(fence, sizeof fence, "%.*s", (int)strcspn(at, "\""), at);
 	free(r);
@@ -204,7 +233,7 @@ create_pair(struct idem_conn *c, const char *name, int fd)
 		if (strstr(r, "\"receipt\":") != NULL)
 			break;
 		if (strstr(r, "\"retryable\":true") == NULL)
-			fail_msg("effect_complete %s: %s", name, r);
+			load_fail("effect_complete %s: %s", name, r);
 		free(r);	/* table_full: the arena waits for the index */
 	}
 	note_ack(fd, begin, receipt_of(r));
@@ -285,6 +314,7 @@ test_backup_under_load_restores_every_receipt(void **state)
 	assert_int_equal(pipe(ready), 0);
 	assert_int_equal(pipe(stop), 0);
 	if ((child = fork()) == 0) {
+		in_load_child = 1;
 		close(ready[0]);
 		close(stop[1]);
 		load(&a, ack_fd, ready[1], stop[0]);
