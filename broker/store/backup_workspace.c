@@ -45,7 +45,34 @@ struct walk {
 	FILE			*info;
 	char			*buf;
 	char			**cause;
+	char			**removed;	/* after the cut: paths */
+	size_t			 removed_count, removed_size;
 };
+
+static FILE	*state_stream(int, const char *);
+static int	 stream_close(FILE *);
+
+/* A file left out of the copy, for the manifest (paths from the root). */
+static int
+note_removed(struct walk *w, const char *path)
+{
+	char	**p;
+
+	if (w->removed_count == w->removed_size) {
+		w->removed_size = w->removed_size == 0 ? 16 :
+		    w->removed_size * 2;
+		if ((p = reallocarray(w->removed, w->removed_size,
+		    sizeof *p)) == NULL)
+			return -1;
+		w->removed = p;
+	}
+	if ((w->removed[w->removed_count] = strdup(path)) == NULL)
+		return -1;
+	w->removed_count++;
+	fprintf(w->info, "after the cut, not copied: %s\n", path);
+	w->b->after_cut++;
+	return 0;
+}
 
 static int
 walk_fail(struct walk *w, const char *fmt, ...)
@@ -258,12 +285,9 @@ after_cut_note(const struct store_problem *p, void *arg)
 
 	if (p->check != STORE_CHECK_UNKNOWN_SUBMISSION || p->path == NULL)
 		return;
-	if (unlinkat(a->dest_fd, p->path, 0) != 0 && errno != ENOENT) {
+	if ((unlinkat(a->dest_fd, p->path, 0) != 0 && errno != ENOENT) ||
+	    note_removed(a->w, p->path) != 0)
 		a->failed = errno;
-		return;
-	}
-	fprintf(a->w->info, "after the cut, not copied: %s\n", p->path);
-	a->w->b->after_cut++;
 }
 
 static int
@@ -391,13 +415,66 @@ remove_reports_after_cut(struct walk *w, int dest_fd)
 			    w->b->dest, strerror(errno));
 			break;
 		}
-		fprintf(w->info, "after the cut, not copied: %s\n", path);
-		w->b->after_cut++;
+		if (note_removed(w, path) != 0) {
+			rc = walk_fail(w, "out of memory");
+			break;
+		}
 	}
 	if (rc == 0 && fsync(dirfd(d)) != 0)
 		rc = walk_fail(w, "fsync %s/%s: %s", w->b->dest,
 		    IDEM_REPORTS_DIR, strerror(errno));
 	closedir(d);
+	return rc;
+}
+
+/*
+ * The manifest without the files left out of the copy, so that
+ * sha256sum -c of a restored root checks what it has: rewritten through
+ * a temporary, renamed over it.
+ */
+static int
+manifest_drop(struct walk *w, int dest_state_fd)
+{
+	static const char	 temp[] = "." STORE_BACKUP_MANIFEST ".tmp";
+	FILE			*in = NULL, *out = NULL;
+	char			*line = NULL;
+	size_t			 size = 0, i;
+	ssize_t			 n;
+	int			 fd, keep, rc = -1;
+
+	if (fflush(w->manifest) != 0 ||
+	    (fd = openat(dest_state_fd, STORE_BACKUP_MANIFEST, O_RDONLY |
+	    O_NOFOLLOW | O_CLOEXEC)) == -1 || (in = fdopen(fd, "r")) == NULL ||
+	    (out = state_stream(dest_state_fd, temp)) == NULL)
+		goto out;
+	while ((n = getline(&line, &size, in)) > 0) {
+		/* "<64 hex>  PATH\n": the left-out names need no escape. */
+		keep = 1;
+		for (i = 0; keep && i < w->removed_count; i++)
+			keep = !(n == 66 + (ssize_t)strlen(w->removed[i]) + 1 &&
+			    strncmp(line + 66, w->removed[i], (size_t)n - 67) ==
+			    0);
+		if (keep && fputs(line, out) == EOF)
+			goto out;
+	}
+	if (ferror(in) || stream_close(out) != 0) {
+		out = NULL;
+		goto out;
+	}
+	out = NULL;
+	if (renameat(dest_state_fd, temp, dest_state_fd,
+	    STORE_BACKUP_MANIFEST) != 0 || fsync(dest_state_fd) != 0)
+		goto out;
+	rc = 0;
+out:
+	if (rc != 0)
+		walk_fail(w, "rewriting %s/%s/%s: %s", w->b->dest,
+		    IDEM_STATE_DIR, STORE_BACKUP_MANIFEST, strerror(errno));
+	if (out != NULL)
+		fclose(out);
+	if (in != NULL)
+		fclose(in);
+	free(line);
 	return rc;
 }
 
@@ -473,7 +550,8 @@ backup_workspace(struct store_backup *b, int root_fd, int dest_fd,
 	    0)
 		goto out;
 	if (b->with_workspace && (remove_after_cut(&w, dest_fd) != 0 ||
-	    remove_reports_after_cut(&w, dest_fd) != 0))
+	    remove_reports_after_cut(&w, dest_fd) != 0 ||
+	    (w.removed_count > 0 && manifest_drop(&w, dest_state_fd) != 0)))
 		goto out;
 	/* Reading the copy back made LMDB's reader table: not the state's. */
 	(void)unlinkat(dest_state_fd, "index/lock.mdb", 0);
@@ -492,6 +570,9 @@ out:
 		    IDEM_STATE_DIR, STORE_BACKUP_INFO, strerror(errno));
 	if (rc == 0 && (fsync(dest_state_fd) != 0 || fsync(dest_fd) != 0))
 		rc = walk_fail(&w, "fsync %s: %s", b->dest, strerror(errno));
+	while (w.removed_count > 0)
+		free(w.removed[--w.removed_count]);
+	free(w.removed);
 	free(w.buf);
 	return rc;
 }

@@ -364,6 +364,10 @@ test_backup_under_load_restores_every_receipt(void **state)
 	if (status != 0)
 		fail_msg("idemctl verify of the restored root (exit %d): %s",
 		    status, out);
+	/* The manifest checks the restored workspace, file by file. */
+	snprintf(out, sizeof out, "cd '%s' && sha256sum --quiet -c "
+	    ".idem/backup-manifest", r.root);
+	assert_int_equal(system(out), 0);
 	harness_must_start(&r, backup_args, NULL);
 
 	/* Every receipt acknowledged before the backup: reused, same bytes. */
@@ -535,6 +539,9 @@ test_backup_holds_pruned_segments(void **state)
 	if (status != 0)
 		fail_msg("idemctl verify of the restored root (exit %d): %s",
 		    status, out);
+	snprintf(out, sizeof out, "cd '%s' && sha256sum --quiet -c "
+	    ".idem/backup-manifest", r.root);
+	assert_int_equal(system(out), 0);
 	harness_must_start(&r, backup_args, NULL);
 	text = read_file(acks, (size_t)before);
 	assert_non_null(c = harness_connect(&r));
