@@ -282,12 +282,18 @@ static void
 after_cut_note(const struct store_problem *p, void *arg)
 {
 	struct after_cut	*a = arg;
+	char			 last[NAME_MAX + 1];
+	int			 dir_fd;
 
 	if (p->check != STORE_CHECK_UNKNOWN_SUBMISSION || p->path == NULL)
 		return;
-	if ((unlinkat(a->dest_fd, p->path, 0) != 0 && errno != ENOENT) ||
-	    note_removed(a->w, p->path) != 0)
+	/* Its directory fsync'd: backup-info's "complete" comes after. */
+	if ((dir_fd = nofollow_parent(a->dest_fd, p->path, last)) == -1 ||
+	    (unlinkat(dir_fd, last, 0) != 0 && errno != ENOENT) ||
+	    fsync(dir_fd) != 0 || note_removed(a->w, p->path) != 0)
 		a->failed = errno;
+	if (dir_fd != -1)
+		close(dir_fd);
 }
 
 static int
