@@ -619,7 +619,7 @@ test_backup_refuses_a_dest_in_use(void **state)
 	(void)state;
 	harness_fresh_root(&a);
 	harness_must_start(&a, NULL, NULL);
-	harness_submit(&a, "bk-refuse-1", "one task");
+	json_decref(harness_submit(&a, "bk-refuse-1", "one task"));
 	snprintf(dest, sizeof dest, "%s.dest", a.root);
 	snprintf(outside, sizeof outside, "%s.outside", a.root);
 	assert_int_equal(mkdir(dest, 0700), 0);
