@@ -613,11 +613,6 @@ void	 submission_start(struct pending *);
 struct cluster_sub;
 #ifdef HAVE_POSTGRESQL
 /*
- * pg_backend.c: check the store at start-up (schema, workspace id); 0,
- * or -1 and *cause.
- */
-int	 cluster_check(struct idemd *, char **cause);
-/*
  * pg_backend.c: this worker's loop's connection to the store (effects,
  * and pg_read.c's get_submission, diagnose, stats), opened at its first
  * use.  Creations run on the
@@ -644,8 +639,6 @@ void	 cluster_pool_stop(void);
 #else
 /* Never reached: main.c refuses --store postgresql://... without it. */
 #define cluster_pool_stop()		((void)0)
-#define cluster_check(d, cause)	\
-	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
 #endif
 
 /* write_task_check.c: a write_task request, read and checked */

@@ -35,6 +35,7 @@
 #include "fastpath.h"
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
 
 struct conn {
 	struct worker		*worker;
@@ -537,7 +538,7 @@ worker_yield(struct worker *w)
 	unsigned		 i;
 	int64_t			 now = clock_monotonic_us() / 1000;
 
-	if (w->d->store_uri == NULL)
+	if (!(w->d->be->flags & BACKEND_SPREADS_CONNECTIONS))
 		return 0;
 	mine = atomic_load(&h->workers[w->index].connections);
 	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
@@ -652,7 +653,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		TAILQ_INSERT_TAIL(&w->conns, c, entry);
 		w->conn_count++;
 		/* On the PostgreSQL store: one per wake-up (worker_yield). */
-		if (w->d->store_uri != NULL)
+		if (w->d->be->flags & BACKEND_SPREADS_CONNECTIONS)
 			return;
 	}
 }
@@ -756,7 +757,8 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 
 	fileio_stop(w.io);
 	inboxview_close(&d->inbox_view);
-	cluster_pool_stop();
+	if (d->be->worker_stop != NULL)
+		d->be->worker_stop(&w);
 	pending_free_parked(&w);
 	event_free(w.listen_ev);
 	event_free(w.notify_ev);

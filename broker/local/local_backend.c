@@ -1,17 +1,22 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * local_backend.c: the local backend's table of operations, and its
- * reads: get_submission's entry (the table, then the index), diagnose's
- * unfinished entries (a snapshot of the table).  Its creations are
- * local_create.c's, its effects local_effect.c's.
+ * local_backend.c: the local backend's table of operations, its
+ * start-up (this broker's names in .idem/, the refusal of a workspace a
+ * PostgreSQL store took over), and its reads: get_submission's entry
+ * (the table, then the index), diagnose's unfinished entries (a
+ * snapshot of the table).  Its creations are local_create.c's, its
+ * effects local_effect.c's.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "idemd.h"
 #include "backend.h"
 #include "local.h"
+#include "workspace_id.h"
 
 /*
  * The table, then the index (cold->form 0: found in the table).  An
@@ -45,6 +50,41 @@ static int
 local_matches(const char *arg)
 {
 	return arg == NULL;
+}
+
+/* This broker's own state is .idem/ (no --host-id: one broker). */
+static int
+local_configure(struct idemd *d, const char *arg, char **cause)
+{
+	if (d->host_id != NULL) {
+		if (asprintf(cause,
+		    "--host-id is for --store postgresql://...") == -1)
+			*cause = NULL;
+		return -1;
+	}
+	d->state_dir = strdup(IDEM_STATE_DIR);
+	d->lock_name = strdup(IDEM_LOCK_NAME);
+	d->journal_name = strdup(IDEM_JOURNAL_DIR);
+	d->socket_name = strdup(IDEM_SOCKET_NAME);
+	if (d->state_dir == NULL || d->lock_name == NULL ||
+	    d->journal_name == NULL || d->socket_name == NULL)
+		fatal("strdup");
+	return 0;
+}
+
+/* The root is ours (locked): refuse one a PostgreSQL store took over. */
+static int
+local_locked(struct idemd *d, char **cause)
+{
+	if (workspace_imported(d->root_fd) == 0)
+		return 0;
+	if (asprintf(cause,
+	    "%s: its history was imported into a PostgreSQL store "
+	    "(%s): serve it with --store URI; a local idemd would "
+	    "answer from a history the store no longer writes",
+	    d->root_real, WORKSPACE_IMPORTED_NAME) == -1)
+		*cause = NULL;
+	return -1;
 }
 
 static int
@@ -204,7 +244,8 @@ const struct backend local_backend = {
 	.flags = BACKEND_SWEEPS_TEMPORARIES,
 	.effect_state_size = sizeof(struct local_effect),
 	.matches = local_matches,
-	/* configure, locked: main.c's store_options and start-up (G4). */
+	.configure = local_configure,
+	.locked = local_locked,
 	.create = local_create,
 	.effect_begin = local_effect_begin,
 	.effect_claim = local_effect_claim,
