@@ -77,13 +77,14 @@ struct idemd {
 	const char		*worker_handles; /* --worker: this is one */
 	pid_t			 master_pid;	/* hello names it */
 	/*
-	 * --store postgresql://... (NULL: the local store), --host-id,
-	 * --lease-ms, --store-connections (doc/cluster.md).  This broker's own state (lock,
-	 * socket, journal, segment) is then under .idem/hosts/<host-id>/.
-	 * store_uri is a copy (malloc'd): the command line's has its
+	 * --store's text, postgresql://... (NULL: local), which
+	 * backend_select reads; --host-id, --lease-ms, --store-connections
+	 * (doc/cluster.md).  On PostgreSQL this broker's own state (lock,
+	 * socket, journal, segment) is under .idem/hosts/<host-id>/.
+	 * store_arg is a copy (malloc'd): the command line's has its
 	 * password overwritten; a worker is sent it (master_spawn).
 	 */
-	char			*store_uri;
+	char			*store_arg;
 	const char		*store_file;	/* --store-file */
 	const char		*host_id;
 	int			 lease_ms;
@@ -236,7 +237,7 @@ void	loopwake_post(struct loopwake *);
 void	loopwake_close(struct loopwake *);
 
 /*
- * pool.c: a worker's thread pool (fileio.c's file threads, cluster_pool.c's
+ * pool.c: a worker's thread pool (fileio.c's file threads, pg_pool.c's
  * creation threads).  run is called on a thread with that thread's
  * context: 0, the job is done and goes back to the loop; 1, it was given
  * away, and its holder hands it back with pool_post.  done is called on
@@ -611,35 +612,6 @@ void	 submission_start(struct pending *);
 
 /* pg_create.c: a submission on the PostgreSQL store (doc/cluster.md) */
 struct cluster_sub;
-#ifdef HAVE_POSTGRESQL
-/*
- * pg_backend.c: this worker's loop's connection to the store (effects,
- * and pg_read.c's get_submission, diagnose, stats), opened at its first
- * use.  Creations run on the
- * creation threads' own connections (cluster_pool.c).
- */
-struct pgstore;
-struct pgstore	*cluster_store(struct idemd *, char **cause);
-/*
- * cluster_pool.c: a worker's creation threads, at most
- * --store-connections, each with its own connection.  run is called on
- * a thread with that thread's store (*open: whether it is open; run
- * opens it); done, later, on the loop.
- */
-struct cluster_job {
-	struct pool_job	 pool;		/* the threads' handle (pool.c) */
-	void	(*run)(struct cluster_job *, struct pgstore *, int *open);
-	void	(*done)(struct cluster_job *);
-};
-/* Hand job to a thread (started on demand); 0, or -1 (not taken). */
-int	 cluster_pool_submit(struct event_base *, unsigned max,
-	    struct cluster_job *);
-/* The worker's loop has ended: the idle threads joined, connections closed. */
-void	 cluster_pool_stop(void);
-#else
-/* Never reached: main.c refuses --store postgresql://... without it. */
-#define cluster_pool_stop()		((void)0)
-#endif
 
 /* write_task_check.c: a write_task request, read and checked */
 struct write_task {

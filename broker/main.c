@@ -129,11 +129,11 @@ socket_mode_option(const char *value)
 static void
 store_uri_option(struct idemd *d, char *value)
 {
-	free(d->store_uri);
-	d->store_uri = NULL;
+	free(d->store_arg);
+	d->store_arg = NULL;
 	if (strcmp(value, "local") == 0)
 		return;
-	if ((d->store_uri = strdup(value)) == NULL)
+	if ((d->store_arg = strdup(value)) == NULL)
 		fatal("strdup");
 	storeuri_redact(value);
 }
@@ -146,7 +146,7 @@ store_file_option(struct idemd *d)
 
 	if (d->store_file == NULL)
 		return;
-	if (d->store_uri != NULL)
+	if (d->store_arg != NULL)
 		fatalx("--store and --store-file: choose one");
 	if ((uri = storeuri_read_file(d->store_file, (unsigned)getuid(),
 	    &cause)) == NULL)
@@ -154,7 +154,7 @@ store_file_option(struct idemd *d)
 	if (strcmp(uri, "local") == 0)
 		free(uri);
 	else
-		d->store_uri = uri;
+		d->store_arg = uri;
 }
 
 /* Exactly size bytes from fd (blocking); a worker's start-up. */
@@ -186,17 +186,17 @@ store_receive(struct idemd *d, int fd, long index)
 {
 	uint32_t	length;
 
-	free(d->store_uri);
-	d->store_uri = NULL;
+	free(d->store_arg);
+	d->store_arg = NULL;
 	store_read_full(fd, &length, sizeof length, index);
 	if (length == 0)
 		return;
 	if (length > STOREURI_FILE_MAX)
 		fatalx("worker %ld: a store URI of %u bytes from the master",
 		    index, length);
-	if ((d->store_uri = calloc(1, (size_t)length + 1)) == NULL)
+	if ((d->store_arg = calloc(1, (size_t)length + 1)) == NULL)
 		fatal("worker %ld", index);
-	store_read_full(fd, d->store_uri, length, index);
+	store_read_full(fd, d->store_arg, length, index);
 }
 
 /* What parse_options, the backend's configure and start-up allocated. */
@@ -210,7 +210,7 @@ free_names(struct idemd *d)
 	free(d->lock_name);
 	free(d->journal_name);
 	free(d->socket_name);
-	free(d->store_uri);
+	free(d->store_arg);
 }
 
 static void
@@ -555,7 +555,7 @@ run_worker(struct idemd *d)
 	/* First on the socket, ahead of any wake-up: the store's URI. */
 	store_receive(d, handle[WORKER_HANDLE_NOTIFY], index);
 	/* The master's checks, passed there: its texts, unprefixed. */
-	if (backend_select(d, d->store_uri, &cause) != 0)
+	if (backend_select(d, d->store_arg, &cause) != 0)
 		fatalx("%s", cause);
 	if (fcntl(handle[WORKER_HANDLE_NOTIFY], F_SETFL, O_NONBLOCK) == -1)
 		fatal("worker %ld: notify socket", index);
@@ -635,7 +635,7 @@ main(int argc, char **argv)
 		return run_worker(&d);
 	d.master_pid = getpid();
 	store_file_option(&d);
-	if (backend_select(&d, d.store_uri, &cause) != 0)
+	if (backend_select(&d, d.store_arg, &cause) != 0)
 		fatalx("%s", cause);
 #ifndef IDEM_FAULT_INJECTION
 	if (faultenv_refuse(environ, &cause) != 0)

@@ -516,7 +516,7 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 /*
  * On the PostgreSQL store a worker's loop makes blocking calls (effects,
  * get_submission, diagnose, stats; a creation runs on one of the
- * worker's --store-connections threads, cluster_pool.c), so connections
+ * worker's --store-connections threads, pg_pool.c), so connections
  * are spread over the workers: whichever worker runs first would
  * otherwise take every pending connection (measured, when a worker ran
  * one creation at a time: all eight of a bench's clients on one of two

@@ -3,7 +3,7 @@
  * pg_backend.c: the PostgreSQL backend's table of operations, its
  * start-up (--host-id and this broker's names in .idem/hosts/<host-id>/,
  * the check of the store before the root's lock), the loop's own
- * connection to the store (cluster_store) and the end of a worker's
+ * connection to the store (pg_loop_store) and the end of a worker's
  * creation threads.  Its reads are pg_read.c's, its creations
  * pg_create.c's, its effects pg_effect.c's.
  */
@@ -40,7 +40,7 @@ cl_store_open(struct idemd *d, char **cause)
 }
 
 struct pgstore *
-cluster_store(struct idemd *d, char **cause)
+pg_loop_store(struct idemd *d, char **cause)
 {
 	*cause = NULL;
 	return cl_store_open(d, cause) == 0 ? &cl_store : NULL;
@@ -112,7 +112,7 @@ pg_preflight(struct idemd *d, char **cause)
 	memset(&st, 0, sizeof st);
 	if (workspace_id_get(d->root_fd, 1, st.workspace, cause) != 1)
 		return -1;
-	rc = pgstore_open(&st, d->store_uri, cause);
+	rc = pgstore_open(&st, d->store_arg, cause);
 	pgstore_close(&st);
 	if (rc == 0)
 		log_info("cluster: workspace %s, host %s, lease %d ms",
@@ -134,7 +134,7 @@ pg_matches(const char *arg)
 static void
 pg_worker_stop(struct worker *w)
 {
-	cluster_pool_stop();
+	pg_pool_stop();
 }
 
 const struct backend pg_backend = {

@@ -37,7 +37,7 @@
  * row again every CLUSTER_POLL_MS until --inflight-wait-ms.
  *
  * The steps of a creation run in series on one of the worker's creation
- * threads (cluster_pool.c, at most --store-connections), with libpq's
+ * threads (pg_pool.c, at most --store-connections), with libpq's
  * blocking calls on that thread's own connection, whose session is the
  * owner's identity; a thread carries one creation at a time, from the
  * read to its outcome.  So a worker has that many creations side by
@@ -94,7 +94,7 @@ enum cl_outcome {
 };
 
 struct cluster_sub {
-	struct cluster_job	 job;		/* first: the pool's handle */
+	struct pg_job	 job;		/* first: the pool's handle */
 	struct pending		*p;
 	struct pgstore		*st;		/* its thread's, while it runs */
 	struct pgstore_row	 row;		/* the fence this request holds */
@@ -451,7 +451,7 @@ pg_store_init(struct idemd *d, struct pgstore *st, char **cause)
 	st->max_seq = (uint32_t)d->seg.header->alloc_max_seq;
 	st->scan = cl_scan_shared;
 	st->scan_arg = d;
-	if (pgstore_open(st, d->store_uri, cause) != 0) {
+	if (pgstore_open(st, d->store_arg, cause) != 0) {
 		pgstore_close(st);
 		return -1;
 	}
@@ -1061,7 +1061,7 @@ cl_legacy(struct pending *p)
 
 /* On a creation thread: its store, then the steps until an outcome. */
 static void
-cl_run(struct cluster_job *job, struct pgstore *st, int *open)
+cl_run(struct pg_job *job, struct pgstore *st, int *open)
 {
 	struct cluster_sub	*c = (struct cluster_sub *)job;
 	struct pending		*p = c->p;
@@ -1085,12 +1085,12 @@ cl_run(struct cluster_job *job, struct pgstore *st, int *open)
 }
 
 static void
-cl_run_done(struct cluster_job *job)
+cl_run_done(struct pg_job *job)
 {
 	cl_finish((struct cluster_sub *)job);
 }
 
-/* Hand the creation to a creation thread (cluster_pool.c). */
+/* Hand the creation to a creation thread (pg_pool.c). */
 static void
 cl_dispatch(struct cluster_sub *c)
 {
@@ -1099,7 +1099,7 @@ cl_dispatch(struct cluster_sub *c)
 	c->out = CL_OUT_NONE;
 	c->job.run = cl_run;
 	c->job.done = cl_run_done;
-	if (cluster_pool_submit(p->worker->base,
+	if (pg_pool_submit(p->worker->base,
 	    cl_idemd(p)->store_connections, &c->job) != 0) {
 		cl_fail(p, WIRE_INTERNAL, 1,
 		    "no creation thread could be started");
