@@ -552,8 +552,8 @@ int	 request_check_line(const char *line, size_t length,
 
 /*
  * submission.c: a creation, through the backend's create (backend.h);
- * the local one is local_create.c's reserved -> task_created ->
- * committed machine, whose state is kept here too for now.
+ * what the backend keeps while it works (the local one's claim and
+ * file, the PostgreSQL one's row) is in its room, s->backend_state.
  */
 struct submission;
 struct backend_create_outcome;
@@ -578,40 +578,22 @@ struct submission {
 	uint8_t			 digest[IDEM_SHA256_BYTES];
 	char			 digest_hex[IDEM_DIGEST_HEX_SIZE];
 	struct subtab_entry	 entry;		/* the op fills the roles */
-	struct subtab_claim	 claim;
-	int			 claimed;
-	uint32_t		 slot;
-	int			 fresh;		/* this call reserved */
+	uint32_t		 slot;		/* the fast path's */
 	int			 recovered;
 	int			 wrote_file;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 16];
-	struct fileio_job	 job;		/* its file, while written */
-	/*
-	 * A fresh submission writes its temporary file while its reservation
-	 * is flushed; it is linked once both are done (local_create.c).
-	 */
-	enum {
-		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
-		SUB_TEMP_LINKED		/* linked early, its job's result waits */
-	}			 temp_state;
-	int			 temp_error;
-	int			 reserve_done;	/* the reservation's wait ended */
-	int64_t			 file_time;	/* the file's created_at */
-	unsigned		 attempts;	/* numbers tried (legacy) */
-	/* The index was looked in when the table had evicted this many. */
-	int			 index_checked;
-	uint64_t		 evictions;
 	int			 pruned;	/* answered from a tombstone */
-	struct cluster_sub	*cluster;	/* --store postgresql (pg_create.c) */
+	/*
+	 * The backend's room (create_state_size bytes, zeroed) in the
+	 * request's allocation, after the op's state (backend.h).
+	 */
+	void			*backend_state;
 	/* The op layer's done function, which the backend's create calls. */
 	void			(*done)(struct pending *,
 				    const struct backend_create_outcome *);
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
-
-/* pg_create.c: a submission on the PostgreSQL store (doc/cluster.md) */
-struct cluster_sub;
 
 /* write_task_check.c: a write_task request, read and checked */
 struct write_task {

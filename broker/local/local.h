@@ -11,6 +11,29 @@
 
 extern const struct backend local_backend;
 
+/* A creation's request's room (s->backend_state): its claim, its file. */
+struct local_create {
+	struct subtab_claim	 claim;
+	int			 claimed;
+	int			 fresh;		/* this call reserved */
+	struct fileio_job	 job;		/* its file, while written */
+	/*
+	 * A fresh submission writes its temporary file while its reservation
+	 * is flushed; it is linked once both are done (local_create.c).
+	 */
+	enum {
+		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
+		SUB_TEMP_LINKED		/* linked early, its job's result waits */
+	}			 temp_state;
+	int			 temp_error;
+	int			 reserve_done;	/* the reservation's wait ended */
+	int64_t			 file_time;	/* the file's created_at */
+	unsigned		 attempts;	/* numbers tried (legacy) */
+	/* The index was looked in when the table had evicted this many. */
+	int			 index_checked;
+	uint64_t		 evictions;
+};
+
 /* An effect's request's room (backend_effect_state): its slot. */
 struct local_effect {
 	struct subtab_claim	 claim;

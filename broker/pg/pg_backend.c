@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "pg_backend.h"
 #include "pg.h"
+#include "pg_create.h"
 #include "storeuri.h"
 #include "workspace_id.h"
 
@@ -140,6 +141,7 @@ pg_worker_stop(struct worker *w)
 const struct backend pg_backend = {
 	.name = "postgresql",
 	.flags = BACKEND_SPREADS_CONNECTIONS,
+	.create_state_size = sizeof(struct pg_create),
 	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,
 	.configure = pg_configure,
