@@ -382,13 +382,21 @@ struct worker {
 	unsigned		 running;	/* requests not yet answered */
 	struct fileio		*io;
 	int			 draining;
+	/*
+	 * Take a connection's waiting lines (worker.c's conn_process):
+	 * conn_answer's way back to the loop after a reply (conn.c).
+	 */
+	void			(*dispatch)(struct conn *);
 };
 
 int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
 	    int notify_fd);
 /* Wake the other parked requests of every worker (a claim was released). */
 void	 worker_wake_all(struct worker *);
-/* A draining worker exits once nothing is connected or running. */
+/*
+ * conn.c: what a request does with its connection.  A draining worker
+ * exits once nothing is connected or running.
+ */
 void	 worker_maybe_exit(struct worker *);
 void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
 /* Send a reply now (the request did not wait). */

@@ -16,13 +16,19 @@
 #     defines;
 #   - outside backend.c, main.c's option, master.c's hand-over to a
 #     worker, idemd.h's field and broker/pg/, nothing in broker/ reads
-#     --store's text (store_arg) or asks whether PostgreSQL was built.
+#     --store's text (store_arg) or asks whether PostgreSQL was built;
+#   - broker/'s files (broker/local/ and broker/pg/ too, not the store's)
+#     call each other without a cycle: a call is a relocation of a call
+#     or jump instruction (readelf) into another file's definition; a
+#     function's address taken (a backend's table, a done function
+#     passed, w->dispatch) is not one.
 #
 # Run in the build directory (make check); skipped without its objects.
 set -eu
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 build=${IDEM_BUILDDIR:-$(pwd)}
 : "${NM:=nm}"
+: "${READELF:=readelf}"
 
 # The object a source file was compiled to, if this build has one.
 object() {
@@ -100,7 +106,29 @@ END {
 	exit bad
 }' || bad=1
 
+# The calls between broker/'s files, "caller callee" once each.
+edges=$(for f in $sources; do
+	case $f in shm/* | broker/store/* | broker/pg/store/*) continue ;; esac
+	o=$(object "$f")
+	[ -n "$o" ] || continue
+	$READELF -rW "$o" | awk -v f="$f" '
+	    /^Relocation section/ { text = index($3, ".rela.text") == 2 }
+	    text && $3 ~ /_(PLT32|CALL26|JUMP26)$/ {
+		print "C", $5, f
+	    }'
+done | { echo "$table" | grep '^D '; cat; } | awk '
+$1 == "D" { def[$2] = $3; next }
+($2 in def) && def[$2] != $3 { print $3, def[$2] }' | sort -u)
+if [ -z "$edges" ]; then
+	echo "calls: no calls between broker/'s files found (readelf)"
+	bad=1
+elif ! loops=$(echo "$edges" | tsort 2>&1 >/dev/null); then
+	echo "calls: broker/'s files call each other in a cycle:"
+	echo "$loops" | sed -n 's/^tsort: \(broker\/.*\)/	\1/p'
+	bad=1
+fi
+
 if [ $bad -eq 0 ]; then
-	echo "calls: every call within its layer"
+	echo "calls: every call within its layer; broker/'s files without a cycle"
 fi
 exit $bad
