@@ -156,7 +156,12 @@ struct backend {
 	/* Whether --store's text names this backend (NULL: no --store). */
 	int	(*matches)(const char *arg);
 
-	/* Start-up, master and worker alike (parse_options runs in both). */
+	/*
+	 * Start-up, master and worker alike: backend_select calls it once
+	 * it chose the backend.  Its options checked, its names under the
+	 * root set (state_dir, lock_name, journal_name, socket_name,
+	 * segment_suffix); 0, or -1 and *cause (the text main.c dies with).
+	 */
 	int	(*configure)(struct idemd *, const char *arg, char **cause);
 	/* Before the root's lock is taken; after it. */
 	int	(*preflight)(struct idemd *, char **cause);
@@ -204,8 +209,9 @@ struct backend {
 };
 
 /*
- * backend.c: d->be from --store's text (NULL: local; postgresql://...);
- * 0, or -1 and *cause.
+ * backend.c: d->be from --store's text (NULL: local; postgresql://...),
+ * then its configure; 0, or -1 and *cause: why no backend takes the
+ * text, or why the chosen one refused its options.
  */
 int	backend_select(struct idemd *, const char *arg, char **cause);
 
