@@ -58,6 +58,32 @@ conn_after_output(struct conn *c)
  * is full does the rest go through the output buffer, whose drain
  * callback is conn_written.
  */
+/*
+ * --log-level debug: a refused request (an ok:false reply), once, as it
+ * is sent: what refused it and whose it was, never what it carried (a
+ * message may quote the request).  Every JSON reply passes here, and
+ * nothing else sends one, so none is logged twice or missed.
+ */
+static void
+conn_log_refusal(struct conn *c, json_t *reply)
+{
+	json_t		*error;
+	const char	*reason, *field;
+
+	if (!json_is_false(json_object_get(reply, "ok")))
+		return;
+	error = json_object_get(reply, "error");
+	reason = json_string_value(json_object_get(error, "reason"));
+	field = json_string_value(json_object_get(error, "field"));
+	log_debug("refused a request%s%s: %s%s%s%s%s, from pid %lu uid %lu",
+	    c->op[0] != '\0' ? ", op " : "", c->op,
+	    json_string_value(json_object_get(error, "code")) != NULL ?
+	    json_string_value(json_object_get(error, "code")) : "error",
+	    reason != NULL ? " " : "", reason != NULL ? reason : "",
+	    field != NULL ? ", field " : "", field != NULL ? field : "",
+	    (unsigned long)c->pid, (unsigned long)c->uid);
+}
+
 void
 conn_send(struct conn *c, json_t *reply)
 {
@@ -67,6 +93,9 @@ conn_send(struct conn *c, json_t *reply)
 	size_t		 length, sent = 0;
 	ssize_t		 n;
 
+	conn_log_refusal(c, reply);
+	/* Answered: a later refusal (a line too long) is not this op's. */
+	c->op[0] = '\0';
 	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(reply);
 	if (text == NULL) {

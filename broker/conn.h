@@ -19,6 +19,7 @@ struct conn {
 	struct pending		*running;
 	uint32_t		 uid;
 	uint32_t		 pid;
+	char			 op[40];	/* the request's, for the log */
 	int			 peer_counted;	/* in the peer table (peers.c) */
 	int			 closing;	/* close once the output is sent */
 	TAILQ_ENTRY(conn)	 entry;

@@ -108,6 +108,7 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	    c->worker->index].requests, 1);
 	if (fastpath_answer(c, line, length))
 		return;
+	c->op[0] = '\0';
 	request = request_parse(line, length, &err);
 	if (request == NULL) {
 		atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
@@ -121,6 +122,8 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		    "unknown op \"%.64s\"", name);
 		goto refuse;
 	}
+	/* One of the table's names: the log quotes nothing a client chose. */
+	snprintf(c->op, sizeof c->op, "%s", name);
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    !(op->flags & OP_WHILE_DRAINING)) {
 		request_error_set(&err, WIRE_SHUTTING_DOWN, NULL,
@@ -303,9 +306,18 @@ static void
 conn_refuse(struct worker *w, int s, enum wire_reason reason,
     const char *whose, int limit)
 {
-	char	line[384];
-	int	n;
+	struct ucred	cred;
+	socklen_t	len = sizeof cred;
+	char		line[384];
+	int		n;
 
+	/* Logged as conn_log_refusal logs a request's (debug). */
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+		memset(&cred, 0, sizeof cred);
+	log_debug("refused a connection: %s %s, from pid %lu uid %lu",
+	    wire_error_name(WIRE_TOO_MANY_CONNECTIONS),
+	    wire_reason_name(reason), (unsigned long)cred.pid,
+	    (unsigned long)cred.uid);
 	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
 	    "\"error\":{\"code\":\"%s\",\"reason\":\"%s\","
 	    "\"message\":\"too many connections%s (at most %d); retry "
