@@ -379,8 +379,9 @@ static int
 result_matches(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
+	const struct backend *be = idemd_of(p)->be;
 	const uint8_t	*bytes;
-
+	int		 pruned;
 	uint8_t		 digest[IDEM_SHA256_BYTES];
 
 	/*
@@ -396,17 +397,12 @@ result_matches(struct pending *p)
 		return 0;
 	if (e->cold)
 		bytes = e->cold_result;
-	else if (e->cold_result == NULL &&
-	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) == NULL)
-		bytes = NULL;
-	else if (arena_read(&idemd_of(p)->seg, e->entry.result_offset,
-	    e->entry.result_length, e->cold_result) == 0)
-		bytes = e->cold_result;
-	else
+	else if (be->effect_result == NULL ||
+	    be->effect_result(p, &bytes, &pruned) != 0 || pruned)
 		bytes = NULL;
 	if (bytes != NULL)
 		return memcmp(bytes, e->result, e->result_length) == 0;
-	/* No longer in the arena: the digest of the same bytes is equal. */
+	/* Unreadable, or a tombstone: the digest of the same bytes is equal. */
 	digest_sha256(e->result, e->result_length, digest);
 	return memcmp(digest, e->entry.file_digest, sizeof digest) == 0;
 }
@@ -539,6 +535,23 @@ effect_complete_judge(struct pending *p)
 	}
 }
 
+/*
+ * An operator's evidence with its source, logged once with what became
+ * of it: taken, or refused and why (the source, a client's text, last).
+ */
+static void
+effect_log_evidence(struct effect *e, const char *refused)
+{
+	if (e->source[0] == '\0')
+		return;
+	log_info("effect %s (%s): %s evidence %s%s%s%s from %s", e->id,
+	    e->kind, refused != NULL ? "refused" : "took",
+	    e->outcome == OUTCOME_APPLIED ? "applied" :
+	    e->outcome == OUTCOME_NOT_APPLIED ? "not_applied" : "unknown",
+	    refused != NULL ? " (" : "", refused != NULL ? refused : "",
+	    refused != NULL ? ")" : "", e->source);
+}
+
 /* resolve: the slot is claimed and its state durable. */
 static void
 effect_resolve_judge(struct pending *p)
@@ -546,24 +559,25 @@ effect_resolve_judge(struct pending *p)
 	struct effect		*e = effect_of(p);
 	const struct subtab_entry *x = &e->entry;
 
-	if (e->source[0] != '\0')
-		log_info("effect %s (%s): evidence %s from %s", e->id, e->kind,
-		    e->outcome == OUTCOME_APPLIED ? "applied" :
-		    e->outcome == OUTCOME_NOT_APPLIED ? "not_applied" :
-		    "unknown", e->source);
 	if (x->state == SUBTAB_COMMITTED) {
-		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
+		if (e->outcome == OUTCOME_APPLIED && result_matches(p)) {
+			effect_log_evidence(e, NULL);
 			effect_answer_receipt(p, DISPOSITION_NONE, 0);
-		else
+		} else {
+			effect_log_evidence(e, "it contradicts the committed "
+			    "receipt");
 			effect_conflict(p, REASON_ALREADY_COMMITTED,
 			    "the evidence contradicts the committed receipt");
+		}
 		return;
 	}
 	if (!e->found_unrecorded &&
 	    effect_lease_live(x, shm_now_ms())) {
+		effect_log_evidence(e, "another caller holds a live lease");
 		effect_in_progress(p);
 		return;
 	}
+	effect_log_evidence(e, NULL);
 	switch (e->outcome) {
 	case OUTCOME_APPLIED:
 		effect_commit(p, 1);
