@@ -213,9 +213,9 @@ hold_segment(int jfd, struct held *h, uint64_t n)
 static int
 hold_journal(int jfd, struct held *h, unsigned *tries, char **cause)
 {
-	uint64_t	 checkpoint, low, high, n;
+	uint64_t	 checkpoint = 0, low, high, n;
 	char		 name[40];
-	int		 gap;
+	int		 gap = 0;
 
 	for (; *tries < BACKUP_MAX_TRIES; (*tries)++) {
 		held_close(h);
@@ -250,6 +250,16 @@ hold_journal(int jfd, struct held *h, unsigned *tries, char **cause)
 		if (errno != ENOENT)
 			return fail(cause, "opening segment %llu: %s",
 			    (unsigned long long)n, strerror(errno));
+	}
+	if (gap) {
+		/* Not a prune in passing: the same hole every time. */
+		errno = EINVAL;
+		if (checkpoint == 0)
+			return fail(cause, "the journal's segments are not "
+			    "consecutive: damaged (idemctl verify names it)");
+		return fail(cause, "the journal's segments are not consecutive "
+		    "from checkpoint %llu's: damaged (idemctl verify names it)",
+		    (unsigned long long)checkpoint);
 	}
 	errno = EAGAIN;
 	return fail(cause, "the journal changed under %u listings in a row",
