@@ -685,7 +685,20 @@ test_backup_refuses_a_dest_in_use(void **state)
 	    a.root);
 	if (status != 0)
 		fail_msg("idemctl verify of shared/bk (%d): %s", status, out);
-	harness_finish(&a);
+
+	/* A hole in the journal's segments: damage, named, nothing taken. */
+	assert_int_equal(harness_stop(&a), 0);
+	assert_int_equal(harness_write(&a, ".idem/journal/00000000000000ff.jnl",
+	    ""), 0);
+	snprintf(path, sizeof path, "rm -rf '%s'", dest);
+	assert_int_equal(system(path), 0);
+	status = idemctl(out, sizeof out, "--root '%s' backup '%s'", a.root,
+	    dest);
+	assert_int_equal(status, 1);
+	assert_non_null(strstr(out, "not consecutive"));
+	snprintf(path, sizeof path, "%s/.idem/backup-info", dest);
+	assert_int_equal(access(path, F_OK), -1);
+	harness_cleanup(&a);
 	snprintf(path, sizeof path, "rm -rf '%s' '%s'", dest, outside);
 	assert_int_equal(system(path), 0);
 }
