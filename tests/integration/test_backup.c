@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -429,7 +430,7 @@ held_first(const struct broker *b)
 static int
 segment_exists(const char *root, unsigned long long n)
 {
-	char	path[400];
+	char	path[PATH_MAX];
 
 	snprintf(path, sizeof path, "%s/.idem/journal/%016llx.jnl", root, n);
 	return access(path, F_OK) == 0;
