@@ -22,11 +22,12 @@ cp "$tmp/out" "$tmp/list"
 run "$IDEMCTL" completion csh
 expect 2 "a shell idemctl has no completion for"
 # What make install installs is what the build made with this idemctl
-# (the tests run in the build tree).
+# (BUILDDIR/completion/, BUILDDIR/contrib/idemctl).
+built=$(dirname "$IDEMCTL")/..
 for made in completion/idemctl:bash completion/_idemctl:zsh \
     completion/idemctl.fish:fish; do
 	"$IDEMCTL" completion "${made#*:}" >"$tmp/made"
-	if cmp -s "${made%:*}" "$tmp/made"; then
+	if cmp -s "$built/${made%:*}" "$tmp/made"; then
 		pass "the build made ${made%:*} with idemctl completion ${made#*:}"
 	else
 		fail "${made%:*} is not idemctl completion ${made#*:}'s output"
