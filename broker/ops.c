@@ -245,6 +245,7 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	STAT("effects_released", atomic_load(&k->effects_released));
 	STAT("effects_resolved", atomic_load(&k->effects_resolved));
 	STAT("effects_stale_fence", atomic_load(&k->effects_stale_fence));
+	STAT("effects_extended", atomic_load(&k->effects_extended));
 	STAT("result_arena_used", arena_used(&d->seg));
 	STAT("result_arena_bytes", h->arena_bytes);
 	STAT("fast_receipts_used", receipts_used(&d->seg));

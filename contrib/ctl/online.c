@@ -309,7 +309,10 @@ static const struct metric {
 	{ "effects_resolved", "idem_effects_resolved_total", "counter", 1,
 	    "effect_resolve calls that recorded evidence." },
 	{ "effects_stale_fence", "idem_effects_stale_fence_total", "counter",
-	    1, "effect_complete calls refused with a stale fence." },
+	    1, "effect_complete and effect_extend calls refused with a\n"
+	    "    stale fence." },
+	{ "effects_extended", "idem_effects_extended_total", "counter", 1,
+	    "effect_extend calls that moved a live lease's expiry." },
 	{ "result_arena_used", "idem_result_arena_used_bytes", "gauge", 1,
 	    "Bytes of committed effects' results in memory." },
 	{ "result_arena_bytes", "idem_result_arena_bytes", "gauge", 1,
