@@ -309,8 +309,8 @@ static const struct metric {
 	{ "effects_resolved", "idem_effects_resolved_total", "counter", 1,
 	    "effect_resolve calls that recorded evidence." },
 	{ "effects_stale_fence", "idem_effects_stale_fence_total", "counter",
-	    1, "effect_complete and effect_extend calls refused with a\n"
-	    "    stale fence." },
+	    1, "effect_complete and effect_extend calls refused with a "
+	    "stale fence." },
 	{ "effects_extended", "idem_effects_extended_total", "counter", 1,
 	    "effect_extend calls that moved a live lease's expiry." },
 	{ "result_arena_used", "idem_result_arena_used_bytes", "gauge", 1,
@@ -631,8 +631,8 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 static const char *const effect_keys[] = {
 	"client_submission_id", "effect_kind", "state", "attempt",
 	"external_key", "digest_schema", "request_digest", "reserved_at",
-	"updated_at", "lease_expires_at", "lease_live", "in_flight",
-	"recovered", NULL
+	"updated_at", "lease_expires_at", "lease_live", "lease_ms_left",
+	"in_flight", "recovered", NULL
 };
 static const char *const effect_receipt_keys[] = {
 	"attempt", "external_key", "result", "state", "committed_at", NULL
@@ -644,12 +644,12 @@ effects_list(struct idemctl *ctl)
 {
 	static const char *const header[] = {
 		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
-		"AGE", "EXTERNAL_KEY"
+		"AGE", "LEASE_LEFT", "EXTERNAL_KEY"
 	};
-	struct ctl_table	 t = { .columns = 6 };
+	struct ctl_table	 t = { .columns = 7 };
 	json_t		*response, *entries, *entry, *counts, *list;
 	size_t		 i, unknown = 0;
-	char		 age[32], attempt[16];
+	char		 age[32], attempt[16], left[32];
 	int		 status;
 
 	if ((status = ctl_connect(ctl)) != 0)
@@ -682,11 +682,18 @@ effects_list(struct idemctl *ctl)
 			    sizeof age);
 			snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
 			    ctl_int_member(entry, "attempt"));
+			/* A live lease's time left (effect_extend moves it). */
+			if (json_is_true(json_object_get(entry, "lease_live")))
+				ctl_format_duration(ctl_int_member(entry,
+				    "lease_ms_left"), left, sizeof left);
+			else
+				snprintf(left, sizeof left, "-");
 			if (ctl_table_add(&t, (const char *[]){
 			    ctl_string_member(entry, "effect_kind", "?"),
 			    ctl_string_member(entry, "client_submission_id", "?"),
 			    ctl_string_member(entry, "state", "?"), attempt, age,
-			    ctl_string_member(entry, "external_key", "?") }) == -1)
+			    left, ctl_string_member(entry, "external_key", "?") })
+			    == -1)
 				goto nomem;
 		}
 		if (json_array_size(list) > 0)

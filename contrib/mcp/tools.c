@@ -242,6 +242,32 @@ static const char effect_complete_input[] = MCP_JSON(
 	   "outcome": {"type": "string", "enum": ["applied", "not_applied"]},
 	   "result": {"description": "What the effect produced (any JSON), kept in the receipt when applied."}}});
 
+static const char effect_extend_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["client_submission_id", "effect_kind", "fence"],
+	 "properties": {) SCHEMA_EFFECT_KEY MCP_JSON(,
+	   "fence": {"type": "string", "minLength": 1,
+	     "description": "The fence effect_begin answered with proceed."},
+	   "lease_ms": {"type": "integer", "minimum": 100,
+	     "maximum": 86400000,
+	     "description": "The lease ends this long from now (the broker's clock), however long it had left; default 30000."}}});
+
+/* effect_extend's result: the lease's new end, or why not. */
+static const char effect_extend_output[] = MCP_JSON(
+	{"type": "object",
+	 "required": ["action_taken", "idempotent"],
+	 "properties": {
+	   "lease_expires_at": {"type": "string",
+	     "description": "When the lease now ends: extend again well before then while the effect is still running, or call effect_complete."},
+	   "disposition": {"type": "string",
+	     "enum": ["conflict", "outcome_unknown", "error"],
+	     "description": "Only when it was not extended: conflict (stale_fence: another attempt holds the effect now, stop; no_reservation: it was released; already_committed: it is done), outcome_unknown (the lease had already lapsed: finish, then call effect_complete with the same fence, which is still accepted), error."},
+	   "action_taken": {"type": ["boolean", "null"]},
+	   "idempotent": {"type": "boolean"},
+	   "existing": {"type": ["object", "null"]},
+	   "error":) SCHEMA_ERROR MCP_JSON(}});
+
 static const char effect_resolve_input[] = MCP_JSON(
 	{"type": "object",
 	 "additionalProperties": false,
@@ -343,6 +369,7 @@ static char	*summary_write_report(json_t *);
 static char	*summary_get_submission(json_t *);
 static char	*summary_diagnose(json_t *);
 static char	*summary_effect(json_t *);
+static char	*summary_effect_extend(json_t *);
 
 static struct tool tool_table[] = {
 	{ "write_task", "Create an FCoP task exactly once",
@@ -413,6 +440,21 @@ static struct tool tool_table[] = {
 	  "answer comes back.",
 	  TOOL_WRITES, effect_complete_input, effect_output,
 	  IDEM_OPC_EFFECT_COMPLETE, summary_effect, NULL, NULL },
+	{ "effect_extend", "Keep a long side effect's lease",
+	  "While a side effect that effect_begin let you perform is still "
+	  "running (a deployment, a long API call), call this before its "
+	  "lease ends (lease_expires_at), for example every third of "
+	  "lease_ms, with the EXACT SAME client_submission_id, effect_kind "
+	  "and fence, never with a new one: the lease then ends lease_ms "
+	  "from now, and other callers keep getting in_progress. If its "
+	  "answer is lost, call it again: that is safe. \"outcome_unknown\": "
+	  "the lease had already lapsed and was not extended; finish the "
+	  "effect and call effect_complete with the same fence (still "
+	  "accepted). A conflict stale_fence means another attempt holds "
+	  "the effect now: stop. When the effect is done, call "
+	  "effect_complete.",
+	  TOOL_WRITES, effect_extend_input, effect_extend_output,
+	  IDEM_OPC_EFFECT_EXTEND, summary_effect_extend, NULL, NULL },
 	{ "effect_resolve", "Settle an effect whose outcome is unknown",
 	  "Settle an effect that effect_begin answered outcome_unknown, with "
 	  "what you observed in the downstream system: \"applied\" commits "
@@ -612,6 +654,14 @@ summary_effect(json_t *sc)
 	    "unchanged", tools_str(sc, "state"));
 }
 
+static char *
+summary_effect_extend(json_t *sc)
+{
+	return tools_printf("extended: the lease now ends at %s; extend "
+	    "again before then while the effect runs, then call "
+	    "effect_complete.", tools_str(sc, "lease_expires_at"));
+}
+
 /* The one line for a failed call: what happened and what to do next. */
 static char *
 summary_error(const struct tool *t, json_t *sc)
@@ -622,6 +672,16 @@ summary_error(const struct tool *t, json_t *sc)
 	const char	*field;
 	int		 writes = (t->flags & TOOL_WRITES) != 0;
 
+	/*
+	 * An effect's fence or state refused (complete, extend): not another
+	 * request under the id.  The broker's message says which.
+	 */
+	if (strcmp(code, "conflict") == 0 && (strcmp(tools_str(error,
+	    "reason"), "stale_fence") == 0 || strcmp(tools_str(error,
+	    "reason"), "no_reservation") == 0 || strcmp(tools_str(error,
+	    "reason"), "already_committed") == 0))
+		return tools_printf("conflict (%s): %s.", tools_str(error,
+		    "reason"), tools_str(error, "message"));
 	if (strcmp(code, "conflict") == 0)
 		return tools_printf("conflict (%s): this client_submission_id "
 		    "is already bound to other content%s%s%s; nothing was "
