@@ -566,6 +566,108 @@ extend_refusals_change_nothing(void **state)
 	harness_shim_finish(*state);
 }
 
+/* ---- libidem ------------------------------------------------------------------ */
+
+struct slow_side {
+	struct broker	*b;
+	int64_t		 run_ms;
+	int		 performed, rivals_in_progress, rivals_other;
+};
+
+/* A perform five leases long; the others' begins meanwhile. */
+static enum idem_effect_observed
+slow_perform(const struct idem_effect *begun, char **result, void *arg)
+{
+	struct slow_side	*s = arg;
+	int64_t			 started = harness_now_ms();
+	json_t			*reply;
+
+	s->performed++;
+	assert_int_equal(begun->disposition, IDEM_EFFECT_PROCEED);
+	while (harness_now_ms() - started < s->run_ms) {
+		reply = harness_must_call(s->b, begin_request("lib-run", 0));
+		if (strcmp(disposition_of(reply), "in_progress") == 0)
+			s->rivals_in_progress++;
+		else
+			s->rivals_other++;
+		json_decref(reply);
+		sleep_ms(20);
+	}
+	*result = strdup(RESULT);
+	return IDEM_OBSERVED_APPLIED;
+}
+
+static void
+libidem_extend_and_run_keep_the_lease(void **state)
+{
+	struct broker		*b = start(state);
+	struct idem_conn	*c;
+	struct idem_effect	 out;
+	struct idem_error	 err;
+	struct slow_side	 side;
+	char			 fence[IDEM_EFFECT_FENCE_SIZE];
+	json_t			*reply;
+	int64_t			 lease = LEASE_MS * (int64_t)harness_slowdown();
+
+	c = harness_connect(b);
+	assert_non_null(c);
+	/* idem_effect_extend: EXTENDED, then each refusal as an answer. */
+	assert_int_equal(idem_effect_begin(c, "lib-1", KIND, REQUEST, lease,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_PROCEED);
+	snprintf(fence, sizeof fence, "%s", out.fence);
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 600000,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_EXTENDED);
+	assert_true(time_ms(out.lease_expires_at) > wall_ms() + 500000);
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND,
+	    "1-0000000000000000", 1000, &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_CONFLICT);
+	assert_string_equal(err.reason, "stale_fence");
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-none", KIND, fence, 1000,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_CONFLICT);
+	assert_string_equal(err.reason, "no_reservation");
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 99, &out,
+	    &err), -1);
+	assert_int_equal(out.disposition, IDEM_EFFECT_NONE);
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 100,
+	    &out, &err), 0);
+	idem_effect_clear(&out);
+	json_decref(begin_until_unknown(b, "lib-1"));
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 1000,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_OUTCOME_UNKNOWN);
+	assert_int_equal(err.code, IDEM_E_OUTCOME_UNKNOWN);
+	idem_effect_clear(&out);
+
+	/* idem_effect_run: a perform five leases long, kept throughout. */
+	memset(&side, 0, sizeof side);
+	side.b = b;
+	side.run_ms = 5 * lease;
+	assert_int_equal(idem_effect_run(c, "lib-run", KIND, REQUEST, lease,
+	    slow_perform, NULL, &side, &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_COMMITTED);
+	assert_int_equal(out.attempt, 1);
+	assert_string_equal(out.result, RESULT);
+	idem_effect_clear(&out);
+	assert_int_equal(side.performed, 1);
+	assert_int_equal(side.rivals_other, 0);
+	assert_true(side.rivals_in_progress > 0);
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
+	/* lib-1's lapse only; lib-run's keeper extended it. */
+	assert_int_equal(harness_int(reply, "effects_outcome_unknown"), 1);
+	assert_true(harness_int(reply, "effects_extended") >= 2 + 10);
+	json_decref(reply);
+	idem_close(c);
+	harness_shim_finish(*state);
+}
+
 /* ---- Restarts --------------------------------------------------------------- */
 
 /* The bytes of the journal's segments: they grow when a round writes. */
@@ -687,6 +789,7 @@ main(void)
 		T(holder_killed_mid_effect_lapses_to_outcome_unknown),
 		T(extend_refusals_change_nothing),
 		T(restart_keeps_the_last_durable_expiry),
+		T(libidem_extend_and_run_keep_the_lease),
 #undef T
 	};
 
