@@ -600,6 +600,57 @@ extend_refusals_change_nothing(void **state)
 	harness_shim_finish(*state);
 }
 
+/*
+ * While the journal is failed an extension needs a record it cannot
+ * have: storage_unavailable (retryable), nothing recorded, the lease
+ * running on; once the broker reopened its state, the same extension
+ * goes through.
+ */
+static void
+extend_while_the_journal_fails(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = start(state);
+	json_t			*reply = NULL, *error;
+	char			*fence;
+	int64_t			 before;
+	int			 tries;
+
+	reply = harness_must_call(b, begin_request("j-1", 60000));
+	fence = proceed_fence(reply);
+	json_decref(reply);
+	before = lease_now(b, "j-1");
+	harness_fault_rule(t->fault_file, "write .idem/journal ENOSPC");
+	/* A record that fails the journal, then the extension meets it. */
+	json_decref(harness_call_once(b, begin_request("j-2", 0)));
+	reply = harness_call_once(b, extend_request("j-1", fence, 600000));
+	/* Refused, or dropped by a worker draining for the reopen. */
+	if (reply != NULL) {
+		error = json_object_get(reply, "error");
+		assert_string_equal(harness_str(error, "code"),
+		    "storage_unavailable");
+		harness_assert_bool(error, "retryable", 1);
+	}
+	json_decref(reply);
+	harness_fault_rule(t->fault_file, "");
+	assert_int_equal(lease_now(b, "j-1"), before);
+	for (tries = 0; tries < 1000; tries++) {
+		reply = harness_call_once(b, extend_request("j-1", fence,
+		    600000));
+		if (reply != NULL && json_is_true(json_object_get(reply, "ok")))
+			break;
+		json_decref(reply);
+		reply = NULL;
+		sleep_ms(5);
+	}
+	if (reply == NULL)
+		fail_msg("the extension failed across the reopen");
+	assert_true(extended_until(reply) > before);
+	json_decref(reply);
+	free(fence);
+	harness_shim_finish(*state);
+}
+
 /* ---- libidem ------------------------------------------------------------------ */
 
 struct slow_side {
@@ -822,6 +873,7 @@ main(void)
 		T(extended_lease_outlives_itself_and_nobody_else_proceeds),
 		T(holder_killed_mid_effect_lapses_to_outcome_unknown),
 		T(extend_refusals_change_nothing),
+		T(extend_while_the_journal_fails),
 		T(restart_keeps_the_last_durable_expiry),
 		T(libidem_extend_and_run_keep_the_lease),
 #undef T
