@@ -129,9 +129,12 @@ diagnose_effect_place(json_t *x, const struct subtab_entry *e, int64_t now,
 {
 	if (x == NULL)
 		return;
-	/* A holder that keeps extending its lease is not stalled. */
+	/*
+	 * updated_at is the last begin, transition or extension: a holder
+	 * that keeps extending its lease is not stalled.
+	 */
 	json_object_set_new(x, "stalled", json_boolean(now - e->updated_at_ms >
-	    stale_after_ms && !effect_lease_live(e, now)));
+	    stale_after_ms));
 	if (strcmp(effect_state_name(e, now), "outcome_unknown") == 0) {
 		*lapsed += e->state == SUBTAB_RESERVED;
 		json_array_append_new(first, x);

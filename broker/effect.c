@@ -608,12 +608,30 @@ effect_extend_judge(struct pending *p)
 		return;
 	}
 	/*
-	 * Only the expiry moves: the attempt, the fence and updated_at (the
-	 * last transition) stay, so the record is the reservation's with a
-	 * later lease.
+	 * The attempt and the fence stay: the record is the reservation's
+	 * with a new lease, granted now (updated_at, from which diagnose's
+	 * age and stalled count: an extension is a sign of life).
 	 */
 	x->lease_expires_ms = now + e->lease_ms;
+	x->updated_at_ms = now;
 	effect_record(p);
+}
+
+/*
+ * An operator's evidence with its source, logged once with what became
+ * of it: taken, or refused and why (the source, a client's text, last).
+ */
+static void
+effect_log_evidence(struct effect *e, const char *refused)
+{
+	if (e->source[0] == '\0')
+		return;
+	log_info("effect %s (%s): %s evidence %s%s%s%s from %s", e->id,
+	    e->kind, refused != NULL ? "refused" : "took",
+	    e->outcome == OUTCOME_APPLIED ? "applied" :
+	    e->outcome == OUTCOME_NOT_APPLIED ? "not_applied" : "unknown",
+	    refused != NULL ? " (" : "", refused != NULL ? refused : "",
+	    refused != NULL ? ")" : "", e->source);
 }
 
 /* resolve: the slot is claimed and its state durable. */
@@ -623,24 +641,25 @@ effect_resolve_judge(struct pending *p)
 	struct effect		*e = effect_of(p);
 	const struct subtab_entry *x = &e->entry;
 
-	if (e->source[0] != '\0')
-		log_info("effect %s (%s): evidence %s from %s", e->id, e->kind,
-		    e->outcome == OUTCOME_APPLIED ? "applied" :
-		    e->outcome == OUTCOME_NOT_APPLIED ? "not_applied" :
-		    "unknown", e->source);
 	if (x->state == SUBTAB_COMMITTED) {
-		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
+		if (e->outcome == OUTCOME_APPLIED && result_matches(p)) {
+			effect_log_evidence(e, NULL);
 			effect_answer_receipt(p, DISPOSITION_NONE, 0);
-		else
+		} else {
+			effect_log_evidence(e, "it contradicts the committed "
+			    "receipt");
 			effect_conflict(p, REASON_ALREADY_COMMITTED,
 			    "the evidence contradicts the committed receipt");
+		}
 		return;
 	}
 	if (!e->found_unrecorded &&
 	    effect_lease_live(x, shm_now_ms())) {
+		effect_log_evidence(e, "another caller holds a live lease");
 		effect_in_progress(p);
 		return;
 	}
+	effect_log_evidence(e, NULL);
 	switch (e->outcome) {
 	case OUTCOME_APPLIED:
 		effect_commit(p, 1);
@@ -849,7 +868,7 @@ effect_submission_json(const char *key, size_t key_length,
 	json_object_set_new(j, "updated_at", reply_time(x->updated_at_ms));
 	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
 	if (x->state == SUBTAB_RESERVED) {
-		/* The lease started at the attempt's record (updated_at). */
+		/* The lease was granted at the last record (updated_at). */
 		json_object_set_new(j, "lease_expires_at",
 		    reply_time(x->lease_expires_ms));
 		json_object_set_new(j, "lease_age_ms",

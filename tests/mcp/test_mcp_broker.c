@@ -739,8 +739,8 @@ effect_extend_through_broker(void **state)
 			    "isError")));
 			assert_string_equal(harness_str(sc_of(r),
 			    "disposition"), "outcome_unknown");
-			assert_non_null(strstr(first_text(r), "complete "
-			    "with this fence"));
+			assert_non_null(strstr(first_text(r), "call "
+			    "effect_complete with the same fence"));
 		}
 		free(text);
 		json_decref(r);

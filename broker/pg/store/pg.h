@@ -289,9 +289,9 @@ int	pgstore_effect_settle(struct pgstore *, const struct pgstore_key *,
 /*
  * effect_extend: the lease of a reserved row ends lease_ms from now, by
  * the server's clock, if (epoch, token) are still those read and the
- * lease has not lapsed by that clock.  Nothing else changes (updated_at
- * stays the last transition's).  1: row filled; 0: the row moved or the
- * lease lapsed (read again and judge).
+ * lease has not lapsed by that clock; updated_at becomes now (the lease's
+ * grant).  1: row filled; 0: the row moved or the lease lapsed (read
+ * again and judge).
  */
 int	pgstore_effect_extend(struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, int64_t lease_ms,

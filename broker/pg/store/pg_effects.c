@@ -226,7 +226,8 @@ pgstore_effect_extend(struct pgstore *st, const struct pgstore_key *key,
 	 * broker may already have answered outcome_unknown for it.
 	 */
 	return effect_exec(st, "UPDATE idem_submission SET lease_expires = "
-	    LEASE_FROM_NOW("$7") " WHERE " KEY_WHERE " AND epoch = $5 AND "
+	    LEASE_FROM_NOW("$7") ", updated_at = clock_timestamp() WHERE "
+	    KEY_WHERE " AND epoch = $5 AND "
 	    "owner_token = $6 AND state = 1 AND lease_expires > "
 	    "clock_timestamp() RETURNING " EFFECT_COLUMNS, &p, row,
 	    "extending an effect's lease", cause);
