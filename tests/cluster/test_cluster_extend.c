@@ -278,7 +278,9 @@ extended_across_brokers_nobody_else_proceeds(void **state)
 		    extend_request("long-1", fence, lease)));
 	}
 	/* diagnose on either shows the time left, not stalled. */
-	reply = harness_must_call(&b.b, json_pack("{s:s}", "op", "diagnose"));
+	reply = harness_must_call(&b.b, json_pack("{s:s, s:I}", "op",
+	    "diagnose", "stale_after_ms", (json_int_t)(1000 *
+	    harness_slowdown())));
 	entry = json_array_get(json_object_get(reply, "entries"), 0);
 	assert_non_null(entry);
 	assert_string_equal(harness_str(entry, "client_submission_id"),

@@ -346,12 +346,17 @@ extended_lease_outlives_itself_and_nobody_else_proceeds(void **state)
 	left = harness_int(s, "lease_ms_left");
 	assert_true(left > 0 && left <= lease);
 	json_decref(s);
-	reply = harness_must_call(b, json_pack("{s:s}", "op", "diagnose"));
+	/*
+	 * The attempt is three seconds old; its last extension, a tenth of
+	 * one: not stalled after a second, as age counts from it.
+	 */
+	reply = harness_must_call(b, json_pack("{s:s, s:I}", "op", "diagnose",
+	    "stale_after_ms", (json_int_t)(1000 * slow)));
 	s = json_array_get(json_object_get(reply, "entries"), 0);
 	assert_non_null(s);
 	assert_string_equal(harness_str(s, "client_submission_id"), "long-1");
 	assert_true(harness_int(s, "lease_ms_left") > 0);
-	/* Extending, so not stalled, however old the attempt. */
+	assert_true(harness_int(s, "age_ms") < 1000 * (int64_t)slow);
 	harness_assert_bool(s, "stalled", 0);
 	json_decref(reply);
 
@@ -497,7 +502,7 @@ static void
 extend_refusals_change_nothing(void **state)
 {
 	struct broker	*b = start(state);
-	json_t		*reply, *r;
+	json_t		*reply, *r, *s;
 	char		*f1, *f2, forged[64];
 	int64_t		 before, sent, until;
 
@@ -533,6 +538,12 @@ extend_refusals_change_nothing(void **state)
 	until = extended_until(reply);
 	json_decref(reply);
 	assert_int_equal(lease_now(b, "r-1"), until);
+	/* The extension granted the lease now: updated_at is its time. */
+	s = effect_state(b, "r-1");
+	assert_int_equal(time_ms(harness_str(s, "updated_at")), until - 100);
+	assert_true(time_ms(harness_str(s, "updated_at")) >=
+	    time_ms(harness_str(s, "reserved_at")));
+	json_decref(s);
 
 	/* Bad requests: refused before anything is read. */
 	reply = harness_must_call(b, extend_request("r-1", f1, 99));
