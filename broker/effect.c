@@ -2,8 +2,8 @@
 /*
  * effect.c: the effect ledger: effect_begin, effect_complete,
  * effect_extend and effect_resolve (SPEC.md, "Effects"), for side
- * effects the caller performs itself.  It never performs anything and never lets time turn
- * an unknown outcome into a new attempt.
+ * effects the caller performs itself.  It never performs anything and
+ * never lets time turn an unknown outcome into a new attempt.
  *
  * DESIGN
  *

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * effect_check.c: reading effect_begin, effect_complete,
- * effect_extend and effect_resolve requests into a struct effect (effect.c carries them
- * out), and the op table's checks, which read a request the same way
+ * effect_extend and effect_resolve requests into a struct effect
+ * (effect.c carries them out), and the op table's checks, which read a request the same way
  * and change nothing.  Nothing here touches the segment, the journal, a
  * file or a connection: the fuzzer links this file alone.
  */
@@ -300,7 +300,9 @@ fence_field(json_t *request, struct effect *e, struct request_error *err)
 static int
 complete_parse(json_t *request, struct effect *e, struct request_error *err)
 {
-	static const char *const outcomes[] = { "applied", "not_applied", NULL };
+	static const char *const outcomes[] = {
+		"applied", "not_applied", NULL
+	};
 	const char	*outcome;
 	size_t		 length;
 	int		 rc;

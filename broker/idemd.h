@@ -436,7 +436,7 @@ struct pending {
 	uint32_t		 record_slot;
 	const struct subtab_claim *record_claim;
 	const struct subtab_entry *record_entry;
-	/* Resume once appended, not once durable (pending_journal_slot_nowait). */
+	/* Resumed once appended, not durable (pending_journal_slot_nowait). */
 	int			 record_nowait;
 	void			*op;		/* the op's own state */
 	void			(*op_free)(void *);

@@ -2,8 +2,8 @@
 /*
  * pg_effect.c: the PostgreSQL backend's effect_begin, effect_claim and
  * effect_record: effect_begin, effect_complete, effect_extend and
- * effect_resolve on the PostgreSQL store, where several brokers serve one workspace
- * (doc/cluster.md, "Effects"; SPEC.md, "Effects").
+ * effect_resolve on the PostgreSQL store, where several brokers serve
+ * one workspace (doc/cluster.md, "Effects"; SPEC.md, "Effects").
  *
  * DESIGN
  *

@@ -795,9 +795,9 @@ summary_effect_conflict(const struct tool *t, const char *reason,
 		return tools_printf("conflict (stale_fence): this fence is not "
 		    "the effect's latest: your lease lapsed and a later "
 		    "effect_begin took the effect over%s; the lease was not "
-		    "extended. Stop performing the effect if you still can, and "
-		    "do not extend or complete with this fence again. If you "
-		    "performed it, the downstream system knows it by its "
+		    "extended. Stop performing the effect if you still can, "
+		    "and do not extend or complete with this fence again. If "
+		    "you performed it, the downstream system knows it by its "
 		    "external_key, which every attempt shares.", facts);
 	if (strcmp(reason, "no_reservation") == 0 &&
 	    t->op == IDEM_OPC_EFFECT_EXTEND && json_is_object(existing))
@@ -905,8 +905,9 @@ summary_error(const struct tool *t, json_t *sc)
 		    "lapsed, so it was not extended, and other callers may "
 		    "have been told the outcome is unknown. If you are still "
 		    "performing the effect, finish it and call effect_complete "
-		    "with the same fence: it is still accepted. If you stopped, "
-		    "check the downstream system by the effect's external_key "
+		    "with the same fence: it is still accepted. If you "
+		    "stopped, check the downstream system by the effect's "
+		    "external_key "
 		    "and call effect_resolve with what you observed.");
 	if (effect && strcmp(code, "outcome_unknown") == 0) {
 		existing_effect_facts(existing, facts, sizeof facts);

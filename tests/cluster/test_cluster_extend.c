@@ -312,7 +312,7 @@ extended_across_brokers_nobody_else_proceeds(void **state)
 	cluster_rm_root(root);
 }
 
-/* ---- the holder killed ---------------------------------------------------- */
+/* ---- the holder killed --------------------------------------------------- */
 
 /* Begin on n, hand the fence to fd, extend every EXTEND_EVERY_MS. */
 static void
@@ -392,7 +392,7 @@ holder_killed_lapses_on_the_other_broker(void **state)
 	cluster_rm_root(root);
 }
 
-/* ---- refusals ------------------------------------------------------------- */
+/* ---- refusals ------------------------------------------------------------ */
 
 static void
 refusals_leave_the_row(void **state)
@@ -444,7 +444,7 @@ refusals_leave_the_row(void **state)
 	cluster_rm_root(root);
 }
 
-/* ---- a broker killed mid-effect -------------------------------------------- */
+/* ---- a broker killed mid-effect ------------------------------------------ */
 
 static void
 broker_killed_mid_extended_effect(void **state)

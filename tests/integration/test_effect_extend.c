@@ -163,7 +163,7 @@ time_ms(const char *text)
 	return (int64_t)timegm(&tm) * 1000 + ms;
 }
 
-/* An extension's new end; the reply is SPEC's {"ok":true,"lease_expires_at"}. */
+/* An extension's new end: SPEC's {"ok":true,"lease_expires_at":...}. */
 static int64_t
 extended_until(json_t *reply)
 {
@@ -257,7 +257,7 @@ start(void **state)
 	return &t->b;
 }
 
-/* ---- A long effect -------------------------------------------------------- */
+/* ---- A long effect ------------------------------------------------------- */
 
 struct rival {
 	struct broker	*b;
@@ -309,7 +309,8 @@ extended_lease_outlives_itself_and_nobody_else_proceeds(void **state)
 	json_t			*reply, *s;
 	char			*fence;
 	unsigned		 slow = harness_slowdown();
-	int64_t			 lease = LEASE_MS * slow, until, last, sent;
+	int64_t			 lease = LEASE_MS * slow, until, last;
+	int64_t			 sent;
 	int64_t			 started, left;
 	int			 extensions = 0, records;
 	char			*out, *at;
@@ -435,7 +436,8 @@ holder_killed_mid_effect_lapses_to_outcome_unknown(void **state)
 	char		 fence[64];
 	int		 fds[2], status, alive;
 	unsigned	 slow = harness_slowdown();
-	int64_t		 lease = LEASE_MS * slow, started, killed_at, until;
+	int64_t		 lease = LEASE_MS * slow, started, killed_at;
+	int64_t		 until;
 	ssize_t		 n;
 	pid_t		 pid;
 
@@ -496,7 +498,7 @@ holder_killed_mid_effect_lapses_to_outcome_unknown(void **state)
 	harness_shim_finish(*state);
 }
 
-/* ---- Refusals ------------------------------------------------------------------ */
+/* ---- Refusals ------------------------------------------------------------ */
 
 static void
 extend_refusals_change_nothing(void **state)
@@ -662,7 +664,7 @@ extend_while_the_journal_fails(void **state)
 	harness_shim_finish(*state);
 }
 
-/* ---- libidem ------------------------------------------------------------------ */
+/* ---- libidem ------------------------------------------------------------- */
 
 struct slow_side {
 	struct broker	*b;
@@ -703,8 +705,9 @@ libidem_extend_and_run_keep_the_lease(void **state)
 	struct slow_side	 side;
 	char			 fence[IDEM_EFFECT_FENCE_SIZE];
 	json_t			*reply;
-	int64_t			 lease = LEASE_MS * (int64_t)harness_slowdown();
+	int64_t			 lease;
 
+	lease = LEASE_MS * (int64_t)harness_slowdown();
 	c = harness_connect(b);
 	assert_non_null(c);
 	/* idem_effect_extend: EXTENDED, then each refusal as an answer. */
@@ -764,7 +767,7 @@ libidem_extend_and_run_keep_the_lease(void **state)
 	harness_shim_finish(*state);
 }
 
-/* ---- Restarts --------------------------------------------------------------- */
+/* ---- Restarts ------------------------------------------------------------ */
 
 /* The bytes of the journal's segments: they grow when a round writes. */
 static off_t
