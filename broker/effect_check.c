@@ -2,9 +2,10 @@
 /*
  * effect_check.c: reading effect_begin, effect_complete,
  * effect_extend and effect_resolve requests into a struct effect
- * (effect.c carries them out), and the op table's checks, which read a request the same way
- * and change nothing.  Nothing here touches the segment, the journal, a
- * file or a connection: the fuzzer links this file alone.
+ * (effect.c carries them out), and the op table's checks, which read a
+ * request the same way and change nothing.  Nothing here touches the
+ * segment, the journal, a file or a connection: the fuzzer links this
+ * file alone.
  */
 #include <errno.h>
 #include <inttypes.h>

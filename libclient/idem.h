@@ -359,7 +359,8 @@ enum idem_effect_disposition {
 	IDEM_EFFECT_IN_PROGRESS,	/* another caller holds a live lease */
 	IDEM_EFFECT_OUTCOME_UNKNOWN,	/* a lease lapsed: settle by evidence */
 	IDEM_EFFECT_COMMITTED,		/* complete or resolve: applied */
-	IDEM_EFFECT_RELEASED,		/* not applied: the next begin proceeds */
+	IDEM_EFFECT_RELEASED,		/* not applied: the next begin
+					   proceeds */
 	IDEM_EFFECT_EXTENDED		/* extend: the lease ends later */
 };
 

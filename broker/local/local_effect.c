@@ -7,9 +7,10 @@
  * record (effect_extend) is the reservation's EFFECT record with the
  * new expiry, set in the slot and appended in one step like any other,
  * but settled once it is in the ring: the next group commit makes it
- * durable, and nothing waits for that (SPEC.md, "Effects").  Each call ends in
- * one outcome given to the op layer's done function (backend.h);
- * effect.c judges and answers (its DESIGN describes the ledger).
+ * durable, and nothing waits for that (SPEC.md, "Effects").  Each call
+ * ends in one outcome given to the op layer's done function
+ * (backend.h); effect.c judges and answers (its DESIGN describes the
+ * ledger).
  *
  * A found state may rest on a record not durable yet, or lost with a
  * failed journal: the outcome waits for it (local_after_durable), and

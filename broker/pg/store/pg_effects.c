@@ -3,8 +3,8 @@
  * pg_effects.c: the PostgreSQL store's effect ledger (doc/cluster.md,
  * "Effects"): read, reserve, begin the next attempt, settle, extend a
  * lease, each one compare-and-set on (epoch, token); and the unfinished
- * rows of both kinds that diagnose lists.  The connection, the statements and the
- * row's head are pg_conn.c's (pg_int.h).
+ * rows of both kinds that diagnose lists.  The connection, the
+ * statements and the row's head are pg_conn.c's (pg_int.h).
  */
 #include <errno.h>
 #include <inttypes.h>
