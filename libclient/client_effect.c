@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +405,8 @@ client_keeper_start(struct client_keeper *k, const struct idem_conn *conn,
     const char *id, const char *kind, const char *fence, int64_t lease_ms)
 {
 	pthread_condattr_t	attr;
+	sigset_t		all, old;
+	int			error;
 
 	memset(k, 0, sizeof *k);
 	memcpy(k->socket_path, conn->path, sizeof k->socket_path);
@@ -423,7 +426,15 @@ client_keeper_start(struct client_keeper *k, const struct idem_conn *conn,
 		pthread_cond_destroy(&k->wake);
 		return -1;
 	}
-	if (pthread_create(&k->thread, NULL, client_keeper_main, k) != 0) {
+	/*
+	 * The caller's signals are the caller's threads' to take: the
+	 * keeper blocks them all (it inherits this mask).
+	 */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	error = pthread_create(&k->thread, NULL, client_keeper_main, k);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (error != 0) {
 		pthread_mutex_destroy(&k->lock);
 		pthread_cond_destroy(&k->wake);
 		return -1;
