@@ -820,6 +820,13 @@ restart_keeps_the_last_durable_expiry(void **state)
 	reply = harness_must_call(b, begin_request("x-1", 0));
 	assert_disposition(reply, "in_progress");
 	json_decref(reply);
+	/* A SIGTERM flushes what the ring holds: the last one counts. */
+	reply = harness_must_call(b, extend_request("x-1", fence, 500000));
+	extended = extended_until(reply);
+	json_decref(reply);
+	assert_int_equal(harness_stop(b), 0);
+	harness_must_start(b, NULL, t->env);
+	assert_int_equal(lease_now(b, "x-1"), extended);
 	free(fence);
 
 	/*
