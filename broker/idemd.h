@@ -104,6 +104,7 @@ struct idemd {
 	int			 reports_fd;
 	int			 lock_fd;
 	int			 listen_fd;
+	int			 socket_activated;	/* listen_fd is systemd's */
 	int			 kick_fd;	/* eventfd: wake the journaler */
 	int			 watch_fd;	/* inotify on the stages; -1: none */
 	struct inboxview	 inbox_view;	/* a worker's own */
@@ -201,6 +202,8 @@ int	master_run(struct idemd *);
  * at exit removed if it is still the socket bound (socket_stat).
  */
 void	listener_check(struct idemd *);
+/* Socket activation: take the listening socket systemd passed, if any. */
+void	listener_activated(struct idemd *);
 void	listener_open(struct idemd *);
 void	listener_remove(struct idemd *);
 
