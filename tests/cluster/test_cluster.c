@@ -576,7 +576,7 @@ connections_spread_over_workers(void **state)
 
 /*
  * A worker carries several creations at once, each on a creation thread
- * of its own (broker/cluster_pool.c): with --workers 1, one creation
+ * of its own (broker/pg/pg_pool.c): with --workers 1, one creation
  * held at before_task_file_link (its temporary written, its lease
  * granted; its thread waits on a FIFO, IDEM_CRASH_HOLD_AT, and the
  * test's open of the FIFO returns once it is held), three others sent
@@ -1550,7 +1550,7 @@ cluster_options_and_ops(void **state)
 	effects = 0;
 	json_array_foreach(ops, i, v)
 		effects += strncmp(json_string_value(v), "effect_", 7) == 0;
-	assert_int_equal(effects, 3);
+	assert_int_equal(effects, 4);
 	json_decref(reply);
 	reply = harness_call_once(&a.b, json_pack("{s:s,s:s,s:s,s:{}}", "op",
 	    "effect_begin", "client_submission_id", "e1", "effect_kind",
