@@ -460,16 +460,13 @@ proxy_from_client(char *line, size_t length)
 	} else if (method != NULL && strcmp(method,
 	    "notifications/cancelled") == 0 && (id = json_object_get(params,
 	    "requestId")) != NULL) {
+		/* Not answered now, and not waited for past a lease. */
+		proxy_call_cancel(id);
 		if ((fid = proxy_forwarded_id(id)) != NULL) {
 			json_object_set_new(params, "requestId", fid);
 			proxy_send_json(msg, proxy_to_server);
 			json_decref(msg);
 			return;
-		}
-		/* A wrapped call still at the broker never went downstream. */
-		if ((key = proxy_id_key(id)) != NULL) {
-			proxy_call_cancel(id);
-			free(key);
 		}
 	}
 	json_decref(msg);

@@ -57,6 +57,7 @@ struct call {
 	const char		*tool;
 	int			 has_output_schema;
 	int			 cancelled;	/* under calls_lock */
+	int64_t			 cancelled_at;	/* the tick that saw it */
 	char			 key[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
 	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	json_t			*arguments;	/* without the key; may be NULL */
@@ -384,13 +385,22 @@ call_complete(struct call *c, int applied, const char *result_json)
 	}
 }
 
-/* Keep the lease alive while the server works on the call. */
+/*
+ * Every third of a lease while the server works on the call: keep the
+ * lease alive.  A call the client cancelled is waited for one lease more
+ * (the server may still answer, and what ran is then recorded), without
+ * extending: if no answer comes, it is left to become outcome_unknown.
+ */
 static int
 call_tick(void *arg)
 {
 	struct call	*c = arg;
 
-	(void)c;
+	if (call_cancelled(c)) {
+		if (c->cancelled_at == 0)
+			c->cancelled_at = call_now_ms();
+		return call_now_ms() - c->cancelled_at >= proxy_cfg.lease_ms;
+	}
 	return 0;
 }
 
@@ -423,6 +433,11 @@ call_forward(struct call *c)
 	    proxy_cfg.lease_ms / 3, call_tick, c, &gone);
 	json_decref(params);
 
+	if (response == NULL && !gone) {
+		proxy_log("%s %s: cancelled and not answered within a lease: "
+		    "left unsettled", c->kind, c->key);
+		return;
+	}
 	if (response == NULL) {
 		call_tool_error(c, "server_exited", 0,
 		    "The MCP server exited while it worked on this call "
