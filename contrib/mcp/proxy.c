@@ -422,7 +422,6 @@ proxy_from_client(char *line, size_t length)
 {
 	json_t		*msg, *id, *params, *fid;
 	const char	*method, *name;
-	char		*key;
 
 	msg = json_loadb(line, length, 0, NULL);
 	if (!json_is_object(msg)) {
