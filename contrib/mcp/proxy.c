@@ -819,6 +819,8 @@ proxy_main(int argc, char **argv)
 	proxy_command = argv[optind];
 
 	signal(SIGPIPE, SIG_IGN);
+	/* Jansson seeds its hash lazily: once, before any thread does. */
+	json_object_seed(0);
 	if (proxy_spawn(argv + optind) != 0)
 		return 1;
 	if ((errno = pthread_create(&reader, NULL, proxy_server_reader,

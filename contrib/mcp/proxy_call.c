@@ -560,7 +560,14 @@ call_wrapped(struct call *c)
 	}
 	for (;;) {
 		memset(&err, 0, sizeof err);
-		if (call_begin(c, &err) != 0) {
+		if (call_begin(c, &err) != 0 && !err.retryable &&
+		    err.code != IDEM_E_TRANSPORT) {
+			/* Arguments idem cannot key (past 2^53, ...). */
+			call_tool_error(c, "refused_by_broker", 0,
+			    "The call was not made: idem's broker refused to "
+			    "record it: %s.", err.message);
+			return;
+		} else if (c->begun.disposition == IDEM_EFFECT_NONE) {
 			call_tool_error(c, "broker_unavailable", 1,
 			    "The call was not made: idem's broker could not "
 			    "record it (%s). Retry the same call with the same "

@@ -402,6 +402,22 @@ check('ours: the key is stripped, the external_key is in _meta; SEP-3182 idempot
   assert.equal(executions(log), 2);
 });
 
+check('ours: a call before any tools/list is still wrapped (the proxy lists itself); arguments idem cannot key', async () => {
+  const log = newLog();
+  const s = await connect(OURS, { log });
+  const none = await call(s, 'act', { label: 'unlisted' });
+  assert.equal(facts(none).disposition, 'invalid_key', 'wrapped without a listing');
+  const args = { label: 'unlisted', idempotency_key: 'unlisted/1' };
+  const first = await call(s, 'act', args);
+  assert.deepEqual(await call(s, 'act', args), first);
+  assert.equal((await call(s, 'peek', {})).content[0].text, '1');
+  // An integer past 2^53 has no exact digest: refused, not run.
+  const huge = await call(s, 'act', { label: 'huge', n: 2 ** 60, idempotency_key: 'huge/1' });
+  assert.equal(facts(huge).disposition, 'refused_by_broker');
+  assert.equal(facts(huge).retryable, false);
+  assert.equal(executions(log), 1);
+});
+
 check('ours: 8 concurrent calls with one key execute once and answer the same', async () => {
   const log = newLog();
   const s = await connect(OURS, { log });
