@@ -417,16 +417,62 @@ proxy_deliver(const char *key, json_t *msg)
 
 /* ---- the two directions ------------------------------------------------ */
 
+/*
+ * A line jansson cannot read exactly (an integer past 64 bits) may still
+ * be a call of a wrapped tool, which must not reach the server unkeyed:
+ * read it loosely, and refuse such a call here.  1 if it was one.
+ */
+static int
+proxy_unreadable_call(const char *line, size_t length)
+{
+	json_t		*msg, *id, *answer;
+	const char	*name;
+	int		 refused = 0;
+
+	msg = json_loadb(line, length, JSON_DECODE_INT_AS_REAL |
+	    JSON_ALLOW_NUL, NULL);
+	name = json_string_value(json_object_get(json_object_get(msg,
+	    "params"), "name"));
+	id = json_object_get(msg, "id");
+	/* Read loosely, an integer id came back a double: make it one again. */
+	if (json_is_real(id) && json_real_value(id) ==
+	    (double)(json_int_t)json_real_value(id)) {
+		json_object_set_new(msg, "id",
+		    json_integer((json_int_t)json_real_value(id)));
+		id = json_object_get(msg, "id");
+	}
+	if (name != NULL && id != NULL && strcmp(json_string_value(
+	    json_object_get(msg, "method")) ?: "", "tools/call") == 0 &&
+	    proxy_tool_wrap(name, NULL) != PROXY_PASSED) {
+		answer = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b, "
+		    "s:{s:{s:s, s:b}}}}", "jsonrpc", "2.0", "id", id, "result",
+		    "content", "type", "text", "text", "The call was not made: "
+		    "its arguments hold a number beyond 64 bits, which idem "
+		    "cannot key exactly; send it as a string.", "isError", 1,
+		    "_meta", PROXY_META_ERROR, "disposition",
+		    "refused_by_broker", "retryable", 0);
+		if (answer != NULL)
+			proxy_to_client_json(answer);
+		json_decref(answer);
+		refused = 1;
+	}
+	json_decref(msg);
+	return refused;
+}
+
 static void
 proxy_from_client(char *line, size_t length)
 {
 	json_t		*msg, *id, *params, *fid;
 	const char	*method, *name;
 
-	msg = json_loadb(line, length, 0, NULL);
+	/* NUL in strings parses here, so that the broker refuses it. */
+	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
 	if (!json_is_object(msg)) {
-		/* Not ours to judge: the downstream answers what it reads. */
 		json_decref(msg);
+		if (proxy_unreadable_call(line, length))
+			return;
+		/* Not ours to judge: the downstream answers what it reads. */
 		proxy_to_server(line, length);
 		return;
 	}
@@ -479,7 +525,22 @@ proxy_from_server(char *line, size_t length)
 	json_t			*msg, *id, *result;
 	char			*key;
 
-	msg = json_loadb(line, length, 0, NULL);
+	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
+	if (msg == NULL) {
+		/*
+		 * An integer past 64 bits: an answer to a call of ours must
+		 * still reach its call, read as a double (as a JavaScript
+		 * client reads it anyway).
+		 */
+		msg = json_loadb(line, length, JSON_DECODE_INT_AS_REAL |
+		    JSON_ALLOW_NUL, NULL);
+		id = json_object_get(msg, "id");
+		if (!json_is_string(id) || strncmp(json_string_value(id),
+		    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) != 0) {
+			json_decref(msg);
+			msg = NULL;
+		}
+	}
 	if (!json_is_object(msg) || json_object_get(msg, "method") != NULL ||
 	    (id = json_object_get(msg, "id")) == NULL ||
 	    (key = proxy_id_key(id)) == NULL) {

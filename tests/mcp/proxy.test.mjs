@@ -22,6 +22,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
+import readline from 'node:readline';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -416,6 +417,47 @@ check('ours: a call before any tools/list is still wrapped (the proxy lists itse
   assert.equal(facts(huge).disposition, 'refused_by_broker');
   assert.equal(facts(huge).retryable, false);
   assert.equal(executions(log), 1);
+});
+
+check('raw lines: a colliding id keeps its own; reused answers are the same bytes; unkeyable arguments refused, not run', async () => {
+  const log = newLog();
+  const child = spawn(IDEM_MCP, ['proxy', '--root', root, '--', ...OURS], {
+    stdio: ['pipe', 'pipe', 'ignore'],
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', IDEM_MCP_NODE_PREFIX: PREFIX,
+      PROXY_SERVER_LOG: log },
+  });
+  const waiting = new Map();
+  readline.createInterface({ input: child.stdout }).on('line', (line) => {
+    const id = JSON.stringify(JSON.parse(line).id);
+    waiting.get(id)?.(line);
+    waiting.delete(id);
+  });
+  // Send a line as is; resolves with the answer's line, as it came.
+  const send = (id, line) => new Promise((resolve) => {
+    waiting.set(JSON.stringify(id), resolve);
+    child.stdin.write(line + '\n');
+  });
+  await send(1, '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}');
+  child.stdin.write('{"jsonrpc":"2.0","method":"notifications/initialized"}\n');
+  await send(2, '{"jsonrpc":"2.0","id":2,"method":"tools/list"}');
+  // An id in the proxy's own form, escapes, a 1.5e0: the first answer...
+  const first = await send('io.idem/proxy/1', '{"jsonrpc":"2.0","id":"io.idem/proxy/1","method":"tools/call","params":{"name":"act","arguments":{"label":"\\u00e9\\u2028\\"\\\\ \\ud83d\\ude00","ms":1.5e0,"idempotency_key":"bytes/1"}}}');
+  assert.equal(JSON.parse(first).id, 'io.idem/proxy/1');
+  // ... and the retry's, members in another order, are the same bytes.
+  const again = await send(3, '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"act","arguments":{"idempotency_key":"bytes/1","ms":1.5,"label":"\\u00e9\\u2028\\"\\\\ \\ud83d\\ude00"}}}');
+  const result = (line) => line.slice(line.indexOf('"result":'));
+  assert.equal(result(again), result(first));
+  // Past 64 bits (jansson cannot read it exactly) and NUL: refused here.
+  const big = JSON.parse(await send(4, '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"act","arguments":{"label":"big","n":123456789012345678901234567890,"idempotency_key":"big/1"}}}'));
+  assert.equal(big.id, 4);
+  assert.equal(big.result._meta['io.idem/proxy'].disposition, 'refused_by_broker');
+  const nul = JSON.parse(await send(5, '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"act","arguments":{"label":"a\\u0000b","idempotency_key":"nul/1"}}}'));
+  assert.equal(nul.result._meta['io.idem/proxy'].disposition, 'refused_by_broker');
+  assert.equal(executions(log), 1);
+  const exited = once(child, 'exit');
+  child.stdin.end();
+  const [code] = await exited;
+  assert.equal(code, 0, 'the proxy exits 0 at the end of its input');
 });
 
 check('ours: 8 concurrent calls with one key execute once and answer the same', async () => {
