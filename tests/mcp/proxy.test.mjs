@@ -515,6 +515,30 @@ check('ours: the proxy killed after forwarding: the retry is outcome_unknown, ne
   }
 });
 
+check('ours: a cancelled wrapped call is sent on under the proxy\'s id, and never runs twice', async () => {
+  const log = newLog();
+  const s = await connect(OURS, { log, args: ['--lease-ms', String(LEASE_MS)] });
+  await listAll(s.client);
+  const args = { label: 'cancel', mode: 'slow', ms: 3000, idempotency_key: 'cancel/1' };
+  const abort = new AbortController();
+  const pending = call(s, 'act', args, { signal: abort.signal });
+  await until(log, () => executions(log) === 1);
+  abort.abort('changed my mind');
+  await assert.rejects(pending);
+  const cancelled = () => fs.existsSync(log + '.cancelled') ?
+    fs.readFileSync(log + '.cancelled', 'utf8') : '';
+  await until(log, () => cancelled().endsWith('\n'));
+  assert.match(cancelled(), /^"io\.idem\/proxy\/\d+"\n$/,
+      'the server heard it under the id the call went downstream with');
+  // The server heard the cancellation (the SDK's server then answers
+  // nothing): the call is left to lapse, never performed again.
+  const r = await retryWhileInProgress(s, 'act', args);
+  assert.equal(facts(r).disposition, 'outcome_unknown');
+  assert.equal(executions(log), 1);
+  // Pass-through still flows.
+  assert.equal((await call(s, 'peek', {})).content[0].text, '1');
+});
+
 check('ours: the server killed mid-call: a tool error, the proxy exits; the retry never runs it again', async () => {
   const log = newLog();
   const args = { label: 'crash', mode: 'crash', idempotency_key: 'crash/1' };

@@ -14,7 +14,9 @@
 //   big     answer arguments.bytes bytes of text
 //   refuse  refuse with a JSON-RPC error, not recorded (it did not run);
 //           each refusal is a line in $PROXY_SERVER_LOG.refused
-// With a progressToken, `act` sends one progress notification first.
+// With a progressToken, `act` sends one progress notification first; a
+// cancellation it hears is a line in $PROXY_SERVER_LOG.cancelled (the
+// request id it came under).
 // `peek` (readOnlyHint) answers how many executions there were.
 // The server exits when its stdin ends, so that a test that kills the
 // proxy leaves nothing behind.
@@ -83,6 +85,10 @@ server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     process.kill(process.pid, 'SIGKILL');
   if (mode === 'hang')
     return new Promise(() => {});
+  // A cancellation heard: its request id, one line in LOG.cancelled.
+  extra.signal.addEventListener('abort', () => {
+    fs.appendFileSync(LOG + '.cancelled', JSON.stringify(extra.requestId) + '\n');
+  });
   if (mode === 'slow')
     await new Promise((resolve) => setTimeout(resolve, args.ms ?? 100));
   if (mode === 'big')
