@@ -20,7 +20,9 @@
  *    under a fresh id of ours and its answer given back its own id, so
  *    that the two never collide;
  *  - a client's notifications/cancelled of a wrapped call: its requestId
- *    becomes the id the call went downstream under.
+ *    becomes the id the call went downstream under;
+ *  - a JSON-RPC batch (2025-03-26), either way, is taken apart into its
+ *    messages, each handled as above (their answers go one by one).
  *
  * End of the client's input: the wrapped calls still running are let
  * finish (each at most its lease, so that what ran is recorded), then
@@ -418,6 +420,31 @@ proxy_deliver(const char *key, json_t *msg)
 /* ---- the two directions ------------------------------------------------ */
 
 /*
+ * A JSON-RPC batch (2025-03-26 has them) is taken apart into its
+ * messages, each handled as a line of its own, so that a wrapped call
+ * or a tools/list answer in a batch is seen; their answers go one by one.
+ * Steals msg.
+ */
+static void
+proxy_split_batch(json_t *msg, void (*handle)(char *, size_t))
+{
+	json_t	*item;
+	char	*s;
+	size_t	 i;
+
+	json_array_foreach(msg, i, item) {
+		if ((s = json_dumps(item, JSON_COMPACT | JSON_PRESERVE_ORDER |
+		    JSON_ENCODE_ANY)) == NULL) {
+			proxy_log("out of memory: a batch's message dropped");
+			continue;
+		}
+		handle(s, strlen(s));
+		free(s);
+	}
+	json_decref(msg);
+}
+
+/*
  * A line jansson cannot read exactly (an integer past 64 bits) may still
  * be a call of a wrapped tool, which must not reach the server unkeyed:
  * read it loosely, and refuse such a call here.  1 if it was one.
@@ -468,6 +495,10 @@ proxy_from_client(char *line, size_t length)
 
 	/* NUL in strings parses here, so that the broker refuses it. */
 	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
+	if (json_is_array(msg) && json_array_size(msg) > 0) {
+		proxy_split_batch(msg, proxy_from_client);
+		return;
+	}
 	if (!json_is_object(msg)) {
 		json_decref(msg);
 		if (proxy_unreadable_call(line, length))
@@ -526,6 +557,10 @@ proxy_from_server(char *line, size_t length)
 	char			*key;
 
 	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
+	if (json_is_array(msg) && json_array_size(msg) > 0) {
+		proxy_split_batch(msg, proxy_from_server);
+		return;
+	}
 	if (msg == NULL) {
 		/*
 		 * An integer past 64 bits: an answer to a call of ours must

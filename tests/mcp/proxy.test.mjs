@@ -437,6 +437,7 @@ check('raw lines: a colliding id keeps its own; reused answers are the same byte
     waiting.set(JSON.stringify(id), resolve);
     child.stdin.write(line + '\n');
   });
+  const expect = (id) => new Promise((resolve) => waiting.set(JSON.stringify(id), resolve));
   await send(1, '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}');
   child.stdin.write('{"jsonrpc":"2.0","method":"notifications/initialized"}\n');
   await send(2, '{"jsonrpc":"2.0","id":2,"method":"tools/list"}');
@@ -454,6 +455,16 @@ check('raw lines: a colliding id keeps its own; reused answers are the same byte
   const nul = JSON.parse(await send(5, '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"act","arguments":{"label":"a\\u0000b","idempotency_key":"nul/1"}}}'));
   assert.equal(nul.result._meta['io.idem/proxy'].disposition, 'refused_by_broker');
   assert.equal(executions(log), 1);
+  // A batch (2025-03-26) is taken apart: its wrapped calls are keyed.
+  const answers = [6, 7, 8].map(expect);
+  child.stdin.write('[{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"act","arguments":{"label":"batched","idempotency_key":"batch/1"}}},' +
+      '{"jsonrpc":"2.0","id":7,"method":"ping"},' +
+      '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"act","arguments":{"label":"batched","idempotency_key":"batch/1"}}}]\n');
+  const [a6, a7, a8] = (await Promise.all(answers)).map((l) => JSON.parse(l));
+  assert.deepEqual(a7.result, {});
+  assert.deepEqual(a6.result, a8.result);
+  assert.equal(JSON.parse(a6.result.content[0].text).arguments.idempotency_key, undefined);
+  assert.equal(executions(log), 2);
   const exited = once(child, 'exit');
   child.stdin.end();
   const [code] = await exited;
