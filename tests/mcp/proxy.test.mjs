@@ -202,6 +202,10 @@ after(async () => {
   for (const s of sessions)
     await s.client.close().catch(() => {});
   await stopBroker().catch(() => {});
+  // Under ASan and UBSan (run-tests.sh), a proxy's report is a failure.
+  for (const s of sessions)
+    assert.doesNotMatch(s.stderr, /ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:/,
+        'a sanitizer report from idem-mcp proxy');
   if (completed === defined)
     fs.rmSync(tmp, { recursive: true, force: true });
   else
