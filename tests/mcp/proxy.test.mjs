@@ -530,7 +530,7 @@ check('ours: the proxy killed after forwarding: the retry is outcome_unknown, ne
   }
 });
 
-check('ours: a cancelled wrapped call is sent on under the proxy\'s id, and never runs twice', async () => {
+check('ours: a wrapped call in flight holds nothing up; cancelled, it is sent on under the proxy\'s id and never runs twice', async () => {
   const log = newLog();
   const s = await connect(OURS, { log, args: ['--lease-ms', String(LEASE_MS)] });
   await listAll(s.client);
@@ -538,6 +538,11 @@ check('ours: a cancelled wrapped call is sent on under the proxy\'s id, and neve
   const abort = new AbortController();
   const pending = call(s, 'act', args, { signal: abort.signal });
   await until(log, () => executions(log) === 1);
+  // While it runs, nothing waits behind it: a pass-through call and
+  // another wrapped one are answered.
+  assert.equal((await call(s, 'peek', {})).content[0].text, '1');
+  const other = await call(s, 'act', { label: 'meanwhile', idempotency_key: 'meanwhile/1' });
+  assert.equal(JSON.parse(other.content[0].text).execution, 2);
   abort.abort('changed my mind');
   await assert.rejects(pending);
   const cancelled = () => fs.existsSync(log + '.cancelled') ?
@@ -549,9 +554,7 @@ check('ours: a cancelled wrapped call is sent on under the proxy\'s id, and neve
   // nothing): the call is left to lapse, never performed again.
   const r = await retryWhileInProgress(s, 'act', args);
   assert.equal(facts(r).disposition, 'outcome_unknown');
-  assert.equal(executions(log), 1);
-  // Pass-through still flows.
-  assert.equal((await call(s, 'peek', {})).content[0].text, '1');
+  assert.equal(executions(log), 2);
 });
 
 check('ours: the server killed mid-call: a tool error, the proxy exits; the retry never runs it again', async () => {
