@@ -475,15 +475,15 @@ effects_table_print(json_t *list, int stalled)
 {
 	static const char *const header[] = {
 		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
-		"AGE", NULL
+		"AGE", "LEASE_LEFT", NULL
 	};
-	struct ctl_table	 t = { .columns = 6 };
+	struct ctl_table	 t = { .columns = 7 };
 	json_t			*entry;
 	size_t			 i;
-	char			 age[32], attempt[16];
+	char			 age[32], attempt[16], left[32];
 
 	if (ctl_table_add(&t, (const char *[]){ header[0], header[1],
-	    header[2], header[3], header[4], stalled ? "STALLED" :
+	    header[2], header[3], header[4], header[5], stalled ? "STALLED" :
 	    "EXTERNAL_KEY" }) == -1)
 		goto nomem;
 	json_array_foreach(list, i, entry) {
@@ -491,10 +491,16 @@ effects_table_print(json_t *list, int stalled)
 		    sizeof age);
 		snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
 		    ctl_int_member(entry, "attempt"));
+		/* A live lease's time left (effect_extend moves it). */
+		if (json_is_true(json_object_get(entry, "lease_live")))
+			ctl_format_duration(ctl_int_member(entry,
+			    "lease_ms_left"), left, sizeof left);
+		else
+			snprintf(left, sizeof left, "-");
 		if (ctl_table_add(&t, (const char *[]){
 		    ctl_string_member(entry, "effect_kind", "-"),
 		    ctl_string_member(entry, "client_submission_id", "-"),
-		    ctl_string_member(entry, "state", "-"), attempt, age,
+		    ctl_string_member(entry, "state", "-"), attempt, age, left,
 		    stalled ? ctl_yes_no(json_object_get(entry, "stalled")) :
 		    ctl_string_member(entry, "external_key", "-") }) == -1)
 			goto nomem;
@@ -742,8 +748,8 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 static const char *const effect_keys[] = {
 	"client_submission_id", "effect_kind", "state", "attempt",
 	"external_key", "digest_schema", "request_digest", "reserved_at",
-	"updated_at", "lease_expires_at", "lease_live", "in_flight",
-	"recovered", NULL
+	"updated_at", "lease_expires_at", "lease_live", "lease_ms_left",
+	"in_flight", "recovered", NULL
 };
 static const char *const effect_receipt_keys[] = {
 	"attempt", "external_key", "result", "state", "committed_at", NULL
