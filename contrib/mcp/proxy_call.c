@@ -394,13 +394,44 @@ call_complete(struct call *c, int applied, const char *result_json)
 static int
 call_tick(void *arg)
 {
-	struct call	*c = arg;
+	struct call		*c = arg;
+	struct idem_effect	 out;
+	struct idem_error	 err;
 
 	if (call_cancelled(c)) {
 		if (c->cancelled_at == 0)
 			c->cancelled_at = call_now_ms();
 		return call_now_ms() - c->cancelled_at >= proxy_cfg.lease_ms;
 	}
+	memset(&out, 0, sizeof out);
+	memset(&err, 0, sizeof err);
+	/* The call's connection is idle while it waits: extend on it. */
+	if (c->conn == NULL && (c->conn = call_conn_get(&err)) == NULL) {
+		proxy_log("%s %s: extend: %s (tried again next tick)",
+		    c->kind, c->key, err.message);
+		return 0;
+	}
+	if (idem_effect_extend(c->conn, c->key, c->kind, c->begun.fence,
+	    proxy_cfg.lease_ms, &out, &err) != 0) {
+		if (err.code == IDEM_E_TRANSPORT) {
+			idem_close(c->conn);
+			c->conn = NULL;
+		}
+		proxy_log("%s %s: extend: %s (tried again next tick)",
+		    c->kind, c->key, err.message);
+		return 0;
+	}
+	/*
+	 * Lapsed (the broker was away longer than a lease) or taken over:
+	 * the server's answer is still waited for and passed on; the
+	 * complete says whether it can still be recorded.
+	 */
+	if (out.disposition != IDEM_EFFECT_EXTENDED)
+		proxy_log("%s %s: extend: %s%s%s", c->kind, c->key,
+		    out.disposition == IDEM_EFFECT_OUTCOME_UNKNOWN ?
+		    "the lease had lapsed" : "conflict",
+		    err.reason[0] != '\0' ? ": " : "", err.reason);
+	idem_effect_clear(&out);
 	return 0;
 }
 

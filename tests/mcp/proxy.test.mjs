@@ -557,6 +557,28 @@ check('ours: a wrapped call in flight holds nothing up; cancelled, it is sent on
   assert.equal(executions(log), 2);
 });
 
+check('ours: a call longer than its lease keeps it alive (effect_extend): another caller waits, never outcome_unknown', async () => {
+  const log = newLog();
+  const lease = 600;
+  const args = { label: 'long', mode: 'slow', ms: 4000, idempotency_key: 'long/1' };
+  const a = await connect(OURS, { log, args: ['--lease-ms', String(lease)] });
+  const b = await connect(OURS, { log, args: ['--lease-ms', String(lease)] });
+  await listAll(a.client);
+  await listAll(b.client);
+  const first = call(a, 'act', args);
+  await until(log, () => executions(log) === 1);
+  // Time itself is what is tested: two and a half leases pass, which
+  // without an extension would have lapsed into outcome_unknown.
+  await new Promise((resolve) => setTimeout(resolve, 2.5 * lease));
+  const meanwhile = await call(b, 'act', args);
+  assert.equal(facts(meanwhile).disposition, 'in_progress', JSON.stringify(meanwhile));
+  assert.equal(facts(meanwhile).retryable, true);
+  const r = await first;
+  assert.ok(!r.isError, JSON.stringify(r));
+  assert.deepEqual(await call(b, 'act', args), r, 'the retry gets the first answer');
+  assert.equal(executions(log), 1);
+});
+
 check('ours: the server killed mid-call: a tool error, the proxy exits; the retry never runs it again', async () => {
   const log = newLog();
   const args = { label: 'crash', mode: 'crash', idempotency_key: 'crash/1' };
