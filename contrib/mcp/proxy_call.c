@@ -44,7 +44,9 @@
 #include "protocol.h"
 #include "proxy.h"
 
-#define CALL_POOL_SIZE		16
+#define CALL_POOL_SIZE		16	/* idle connections kept */
+#define CALL_CONNS_MAX		32	/* connections held at once */
+#define CALL_THREADS_MAX	1024	/* wrapped calls in flight */
 #define CALL_POLL_FIRST_MS	5	/* in_progress: the first wait */
 #define CALL_POLL_MAX_MS	200
 #define CALL_LIST_PAGES_MAX	100	/* our own tools/list */
@@ -72,38 +74,72 @@ static struct call	*calls_running;
 static int		 calls_count;
 
 static pthread_mutex_t	 pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t	 pool_free = PTHREAD_COND_INITIALIZER;
 static struct idem_conn	*pool[CALL_POOL_SIZE];
 static size_t		 npool;
+static int		 pool_out;	/* connections a call holds */
 
 /* ---- the broker's connections ----------------------------------------- */
 
+/*
+ * A connection to the broker, from the pool or new.  At most
+ * CALL_CONNS_MAX are held at once (the broker refuses a process past
+ * --max-connections-per-pid, 64 by default): a call past them waits for
+ * one.  A call holds one only while it talks to the broker, not while
+ * the server works.
+ */
 static struct idem_conn *
 call_conn_get(struct idem_error *err)
 {
 	struct idem_conn	*conn = NULL;
 
 	pthread_mutex_lock(&pool_lock);
+	while (npool == 0 && pool_out >= CALL_CONNS_MAX)
+		pthread_cond_wait(&pool_free, &pool_lock);
 	if (npool > 0)
 		conn = pool[--npool];
+	pool_out++;
 	pthread_mutex_unlock(&pool_lock);
-	if (conn == NULL)
-		conn = idem_connect(proxy_cfg.socket_path, err);
+	if (conn == NULL &&
+	    (conn = idem_connect(proxy_cfg.socket_path, err)) == NULL) {
+		pthread_mutex_lock(&pool_lock);
+		pool_out--;
+		pthread_cond_signal(&pool_free);
+		pthread_mutex_unlock(&pool_lock);
+	}
 	return conn;
 }
 
+/* Give a connection back (dead: closed, not pooled); NULL is none. */
 static void
-call_conn_put(struct idem_conn *conn)
+call_conn_release(struct idem_conn *conn, int dead)
 {
 	if (conn == NULL)
 		return;
 	pthread_mutex_lock(&pool_lock);
-	if (npool < CALL_POOL_SIZE) {
+	pool_out--;
+	if (!dead && npool < CALL_POOL_SIZE) {
 		pool[npool++] = conn;
 		conn = NULL;
 	}
+	pthread_cond_signal(&pool_free);
 	pthread_mutex_unlock(&pool_lock);
 	if (conn != NULL)
 		idem_close(conn);
+}
+
+static void
+call_conn_put(struct call *c)
+{
+	call_conn_release(c->conn, 0);
+	c->conn = NULL;
+}
+
+static void
+call_conn_drop(struct call *c)
+{
+	call_conn_release(c->conn, 1);
+	c->conn = NULL;
 }
 
 static void
@@ -332,8 +368,7 @@ call_begin(struct call *c, struct idem_error *err)
 			return 0;
 		if (err->code != IDEM_E_TRANSPORT)
 			return -1;
-		idem_close(c->conn);
-		c->conn = NULL;
+		call_conn_drop(c);
 	}
 	return -1;
 }
@@ -370,10 +405,7 @@ call_complete(struct call *c, int applied, const char *result_json)
 			return proxy_log("%s %s: complete: %s", c->kind,
 			    c->key, err.message);
 		}
-		if (c->conn != NULL) {
-			idem_close(c->conn);
-			c->conn = NULL;
-		}
+		call_conn_drop(c);
 		if (call_now_ms() + wait > until)
 			return proxy_log("%s %s: complete: the broker is "
 			    "unreachable (%s): the call stays unsettled and "
@@ -405,7 +437,7 @@ call_tick(void *arg)
 	}
 	memset(&out, 0, sizeof out);
 	memset(&err, 0, sizeof err);
-	/* The call's connection is idle while it waits: extend on it. */
+	/* A connection for the moment of the extension. */
 	if (c->conn == NULL && (c->conn = call_conn_get(&err)) == NULL) {
 		proxy_log("%s %s: extend: %s (tried again next tick)",
 		    c->kind, c->key, err.message);
@@ -413,14 +445,15 @@ call_tick(void *arg)
 	}
 	if (idem_effect_extend(c->conn, c->key, c->kind, c->begun.fence,
 	    proxy_cfg.lease_ms, &out, &err) != 0) {
-		if (err.code == IDEM_E_TRANSPORT) {
-			idem_close(c->conn);
-			c->conn = NULL;
-		}
+		if (err.code == IDEM_E_TRANSPORT)
+			call_conn_drop(c);
+		else
+			call_conn_put(c);
 		proxy_log("%s %s: extend: %s (tried again next tick)",
 		    c->kind, c->key, err.message);
 		return 0;
 	}
+	call_conn_put(c);
 	/*
 	 * Lapsed (the broker was away longer than a lease) or taken over:
 	 * the server's answer is still waited for and passed on; the
@@ -460,6 +493,8 @@ call_forward(struct call *c)
 	}
 	json_object_set_new(meta, PROXY_META_EXTERNAL_KEY,
 	    json_string(c->begun.external_key));
+	/* Not held while the server works: others may need it. */
+	call_conn_put(c);
 	response = proxy_request("tools/call", params, c->id,
 	    proxy_cfg.lease_ms / 3, call_tick, c, &gone);
 	json_decref(params);
@@ -648,6 +683,7 @@ call_wrapped(struct call *c)
 				    c->kind);
 				return;
 			}
+			call_conn_put(c);
 			call_sleep_ms(wait);
 			if ((wait *= 2) > CALL_POLL_MAX_MS)
 				wait = CALL_POLL_MAX_MS;
@@ -733,7 +769,7 @@ call_thread(void *arg)
 	else
 		call_relay(c);
 
-	call_conn_put(c->conn);
+	call_conn_put(c);
 	idem_effect_clear(&c->begun);
 	pthread_mutex_lock(&calls_lock);
 	for (cp = &calls_running; *cp != NULL; cp = &(*cp)->next)
@@ -775,6 +811,16 @@ proxy_call_start(json_t *request)
 		return -1;
 	}
 	pthread_mutex_lock(&calls_lock);
+	if (calls_count >= CALL_THREADS_MAX) {
+		pthread_mutex_unlock(&calls_lock);
+		call_tool_error(c, "busy", 1, "The call was not made: %d calls "
+		    "are in flight through this proxy already; retry the same "
+		    "call with the same key later.", CALL_THREADS_MAX);
+		json_decref(request);
+		free(c->id_key);
+		free(c);
+		return 0;
+	}
 	c->next = calls_running;
 	calls_running = c;
 	calls_count++;

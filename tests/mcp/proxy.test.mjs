@@ -475,7 +475,7 @@ check('raw lines: a colliding id keeps its own; reused answers are the same byte
   assert.equal(code, 0, 'the proxy exits 0 at the end of its input');
 });
 
-check('ours: 8 concurrent calls with one key execute once and answer the same', async () => {
+check('ours: 8 concurrent calls with one key execute once and answer the same; 100 keys at once each once', async () => {
   const log = newLog();
   const s = await connect(OURS, { log });
   await listAll(s.client);
@@ -486,6 +486,13 @@ check('ours: 8 concurrent calls with one key execute once and answer the same', 
     assert.deepEqual(r, results[0]);
   // Meanwhile pass-through kept moving: peek answers at once.
   assert.equal((await call(s, 'peek', {})).content[0].text, '1');
+  // More calls at once than the broker lets one process connect (64):
+  // each holds a connection only while it talks to the broker.
+  const many = await Promise.all(Array.from({ length: 100 }, (_, i) =>
+    call(s, 'act', { label: `many-${i}`, mode: 'slow', ms: 300, idempotency_key: `many/${i}` })));
+  for (const r of many)
+    assert.ok(!r.isError, JSON.stringify(r));
+  assert.equal(executions(log), 101);
 });
 
 check('ours: a JSON-RPC error releases the key (passed through); isError is kept', async () => {
