@@ -375,8 +375,9 @@ call_begin(struct call *c, struct idem_error *err)
 
 /*
  * effect_complete, sent again (the same fence and result) while the
- * broker cannot be reached, for at most a lease: what ran is recorded
- * if the broker comes back in time.  0 once the broker answered.
+ * broker cannot be reached or answers a retryable error, for at most a
+ * lease: what ran is recorded if the broker comes back in time.  0 once
+ * the broker answered.
  */
 static int
 call_complete(struct call *c, int applied, const char *result_json)
@@ -401,16 +402,22 @@ call_complete(struct call *c, int applied, const char *result_json)
 		idem_effect_clear(&out);
 		if (status == 0)
 			return 0;
-		if (c->conn != NULL && err.code != IDEM_E_TRANSPORT) {
+		if (c->conn != NULL && !err.retryable)
 			return proxy_log("%s %s: complete: %s", c->kind,
 			    c->key, err.message);
-		}
-		call_conn_drop(c);
+		/* Unreachable, or storage_unavailable and the like: again. */
+		if (wait == 20)
+			proxy_log("%s %s: complete: %s; sent again until the "
+			    "broker answers, for at most a lease", c->kind,
+			    c->key, err.message);
+		if (err.code == IDEM_E_TRANSPORT)
+			call_conn_drop(c);
+		else
+			call_conn_put(c);
 		if (call_now_ms() + wait > until)
-			return proxy_log("%s %s: complete: the broker is "
-			    "unreachable (%s): the call stays unsettled and "
-			    "becomes outcome_unknown", c->kind, c->key,
-			    err.message);
+			return proxy_log("%s %s: complete: %s, for a lease: "
+			    "the call stays unsettled and becomes "
+			    "outcome_unknown", c->kind, c->key, err.message);
 		call_sleep_ms(wait);
 		if (wait < 1000)
 			wait *= 2;

@@ -632,6 +632,30 @@ check('ours: the broker restarted between two calls, and down: once per key', as
   assert.equal(executions(log), 2);
 });
 
+check('ours: the broker down when the server answers: the complete is sent again until it is back', async () => {
+  const log = newLog();
+  const s = await connect(OURS, { log, args: ['--lease-ms', '20000'] });
+  await listAll(s.client);
+  const args = { label: 'late', mode: 'slow', ms: 300, idempotency_key: 'late/1' };
+  const pending = call(s, 'act', args);
+  await until(log, () => executions(log) === 1);
+  await stopBroker();
+  // The server answers now; the answer waits for its record.
+  const deadline = Date.now() + 20000;
+  while (!/late\/1: complete: .*sent again/.test(s.stderr) && Date.now() < deadline)
+    await new Promise((resolve) => {
+      s.transport.stderr.once('data', resolve);
+      setTimeout(resolve, 1000);
+    });
+  assert.match(s.stderr, /complete: .*sent again until the broker answers/);
+  await startBroker();
+  const r = await pending;
+  assert.ok(!r.isError, JSON.stringify(r));
+  assert.equal(JSON.parse(r.content[0].text).execution, 1);
+  assert.deepEqual(await call(s, 'act', args), r, 'recorded: the retry is reused');
+  assert.equal(executions(log), 1);
+});
+
 check('ours: --scope gives the keys a namespace of their own', async () => {
   const log = newLog();
   const args = { label: 'scoped', idempotency_key: 'scoped/1' };
