@@ -573,7 +573,7 @@ call_kind(struct call *c)
 			*p = '_';
 }
 
-/* The key, from the argument or SEP-3182's member; 0 or an error told. */
+/* The key, SEP-3182's member or else the argument; 0 or an error told. */
 static int
 call_key(struct call *c)
 {
@@ -582,12 +582,11 @@ call_key(struct call *c)
 
 	params = json_object_get(c->request, "params");
 	args = json_object_get(params, "arguments");
-	arg = json_object_get(args, PROXY_KEY_ARGUMENT);
-	if (arg != NULL)
-		key = json_string_value(arg);
-	else
-		key = json_string_value(json_object_get(params,
-		    PROXY_KEY_PARAM));
+	/* SPEC.md: a params.idempotencyKey, when set, is the key. */
+	arg = json_object_get(params, PROXY_KEY_PARAM);
+	if (arg == NULL || json_is_null(arg))
+		arg = json_object_get(args, PROXY_KEY_ARGUMENT);
+	key = json_string_value(arg);
 	for (p = key; p != NULL && *p != '\0'; p++)
 		if (*p < 0x21 || *p > 0x7e)
 			break;

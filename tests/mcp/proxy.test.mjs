@@ -400,6 +400,13 @@ check('ours: the key is stripped, the external_key is in _meta; SEP-3182 idempot
   const p1 = await viaParam();
   assert.deepEqual(await viaParam(), p1);
   assert.equal(executions(log), 2);
+  // Both given: params.idempotencyKey is the key (SPEC.md), the argument
+  // is stripped all the same.
+  const both = await s.client.request({ method: 'tools/call',
+    params: { name: 'act', arguments: { label: 'param', idempotency_key: 'other/1' },
+      idempotencyKey: 'param/1' } }, CallToolResultSchema);
+  assert.deepEqual(both, p1);
+  assert.equal(executions(log), 2);
   // No key: a tool error, nothing run.
   const none = await call(s, 'act', { label: 'nokey' });
   assert.equal(none.isError, true);
