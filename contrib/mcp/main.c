@@ -59,7 +59,7 @@ usage(FILE *out, int status)
 {
 	fprintf(out,
 "usage: idem-mcp [--root DIR | --socket PATH] [--tools-page-size N]\n"
-"       idem-mcp proxy [OPTION]... -- COMMAND [ARG...]  (idem-mcp proxy --help)\n"
+"       idem-mcp proxy [OPTION]... -- COMMAND [ARG...]  (see proxy --help)\n"
 "\n"
 "An MCP server over stdio exposing idemd's idempotent calls as tools:\n"
 "\n");

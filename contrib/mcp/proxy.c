@@ -73,7 +73,7 @@ struct proxy_tracked {
 	struct proxy_tracked	*next;
 	enum proxy_track	 what;
 	char			*key;	/* the id, compact JSON */
-	json_t			*id;	/* REMAPPED: the client's; FORWARDED: ours */
+	json_t			*id;	/* REMAPPED: client's, FORWARDED: ours */
 };
 
 /* A request of ours waiting for its response. */
@@ -525,7 +525,7 @@ proxy_from_client(char *line, size_t length)
 			proxy_track(TRACK_TOOLS_LIST, id, NULL);
 		if (json_is_string(id) && strncmp(json_string_value(id),
 		    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) == 0) {
-			/* Would collide with ours: send it under one of ours. */
+			/* It would collide with ours: sent under our own. */
 			fid = proxy_new_id();
 			proxy_track(TRACK_REMAPPED, fid, id);
 			json_object_set_new(msg, "id", fid);

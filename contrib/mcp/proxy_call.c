@@ -62,7 +62,7 @@ struct call {
 	int64_t			 cancelled_at;	/* the tick that saw it */
 	char			 key[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
 	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
-	json_t			*arguments;	/* without the key; may be NULL */
+	json_t			*arguments;	/* without the key, or NULL */
 	char			*request_json;
 	struct idem_conn	*conn;
 	struct idem_effect	 begun;
@@ -684,8 +684,8 @@ call_wrapped(struct call *c)
 				call_tool_error(c, "in_progress", 1,
 				    "The call was not made: a call with "
 				    "idempotency key %s (effect %s) is still "
-				    "running. Retry the same call with the same "
-				    "key later to get its result.", c->key,
+				    "running. Retry the same call with the "
+				    "same key later to get its result.", c->key,
 				    c->kind);
 				return;
 			}
