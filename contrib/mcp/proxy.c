@@ -73,7 +73,7 @@ struct proxy_tracked {
 	struct proxy_tracked	*next;
 	enum proxy_track	 what;
 	char			*key;	/* the id, compact JSON */
-	json_t			*id;	/* REMAPPED: client's, FORWARDED: ours */
+	json_t			*id;	/* REMAPPED: theirs; FORWARDED: ours */
 };
 
 /* A request of ours waiting for its response. */
