@@ -565,9 +565,10 @@ spec_effect_begin(json_t *request)
 	v = json_object_get(request, "digest_schema");
 	if (v != NULL && !json_string_is(v, "generic-json-v1", 15))
 		return 0;
+	/* Absent or null: the default (SPEC.md, "Effects"). */
 	v = json_object_get(request, "lease_ms");
-	if (v != NULL && (!json_is_integer(v) || json_integer_value(v) < 100 ||
-	    json_integer_value(v) > 86400000))
+	if (v != NULL && !json_is_null(v) && (!json_is_integer(v) ||
+	    json_integer_value(v) < 100 || json_integer_value(v) > 86400000))
 		return 0;
 	if ((req = json_object_get(request, "request")) == NULL)
 		return 0;
