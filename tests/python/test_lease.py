@@ -9,8 +9,9 @@ client does: it extends every third of the lease with the begin's fence,
 reconnects after a lost connection, stops on an answer that is not a
 lease (stale_fence) and on every way out of the block.
 
-Against a real idemd (skipped, with the reason, by a broker whose hello
-does not list effect_extend): effect_extend's answers (SPEC.md), a
+Against a real idemd (the tree's, which serves effect_extend: a broker
+whose hello does not list it fails here): effect_extend's answers
+(SPEC.md), a
 300 ms lease around a body that runs 1 s completes with no
 outcome_unknown while a second caller is told in_progress (sync and
 asyncio), and a body that raises or is cancelled lets the lease lapse
@@ -267,9 +268,9 @@ class TestLeaseAgainstIdemd(BrokerTestCase):
 
     def setUp(self):
         super().setUp()
-        if not serves(self.broker, "effect_extend"):
-            self.skipTest("this idemd does not serve effect_extend yet "
-                          "(hello's ops lack it)")
+        self.assertTrue(serves(self.broker, "effect_extend"),
+                        "this idemd does not serve effect_extend (hello's "
+                        "ops lack it)")
         self.marker = Marker(os.path.join(self.tmp, "sent.txt"))
 
     def test_extend_answers(self):
