@@ -317,6 +317,12 @@ class TestLeaseAgainstIdemd(BrokerTestCase):
                              ("reserved", True, e.external_key))
             self.assertGreater(sub.lease_ms_left, 0)
             self.assertLessEqual(sub.lease_ms_left, 300)
+            row = [x for x in self.client().diagnose().entries
+                   if x.client_submission_id == "long-1"]
+            self.assertEqual(len(row), 1)
+            self.assertEqual((row[0].effect_kind, row[0].state,
+                              row[0].lease_live), (MAIL, "reserved", True))
+            self.assertGreater(row[0].lease_ms_left, 0)
             e.complete(self.marker.send("long", e.external_key))
         self.assertEqual(e.state, "committed")
         self.assertIsNone(e.lease_error)
