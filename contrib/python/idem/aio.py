@@ -407,9 +407,6 @@ class Effect(EffectCore):
         own, until cancelled or told no (module documentation)."""
         fence = self._began().fence
         assert fence is not None
-        t = self._lease() / 1000.0
-        if self.client.timeout is not None:
-            t = min(t, self.client.timeout)
         keeper: Optional[Client] = None
         try:
             # The flag as well as the cancellation: a stop must hold even
@@ -417,7 +414,8 @@ class Effect(EffectCore):
             while not self._keeper_stopped:
                 await asyncio.sleep(self._extend_every())
                 if keeper is None:
-                    keeper = Client(self.client.path, t)
+                    # The block's client's timeout (as idem.Effect's).
+                    keeper = Client(self.client.path, self.client.timeout)
                 try:
                     self._extended(await keeper.effect_extend(
                         self.client_submission_id, self.effect_kind, fence,

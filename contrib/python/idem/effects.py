@@ -324,11 +324,10 @@ class _LeaseKeeper(threading.Thread):
             if self._stopping:
                 return
             if self._client is None:
-                # No call may wait longer than the lease it keeps.
-                t = e._lease() / 1000.0
-                if e.client.timeout is not None:
-                    t = min(t, e.client.timeout)
-                self._client = Client(e.client.path, t)
+                # The block's client's timeout, not the lease: a late
+                # answer only delays the next extension, and a reconnect
+                # costs more (stop() wakes a call in flight anyway).
+                self._client = Client(e.client.path, e.client.timeout)
             c = self._client
         e._extended(c.effect_extend(e.client_submission_id, e.effect_kind,
                                     fence, e._lease()))
