@@ -3,8 +3,10 @@
 # The Python client as a user gets it: contrib/python installed with pip
 # into a fresh venv of Debian's python3 (python3-venv), with no package
 # index (PIP_NO_INDEX, no pip configuration), then typechecked (mypy
-# --strict, when python3-mypy is installed) and tests/python/test_client.py
-# run with the venv's python against a real idemd.  make check sets IDEMD,
+# --strict, when python3-mypy is installed) and tests/python/test_*.py
+# (test_client: the sync client; test_aio: idem.aio; test_lease: the
+# lease kept by effect_extend) run with the venv's python against a real
+# idemd (tests/python/harness.py starts it).  make check sets IDEMD,
 # IDEM_VECTORS, IDEM_SRCDIR and IDEM_VERSION.  Exit 77 (skip) without
 # python3 or its venv module, and the typecheck skipped (a "SKIP:" line)
 # without mypy, but in CI (CI=true) each of them fails: CI must run it
@@ -85,4 +87,8 @@ fi
 
 IDEM_VENV=$venv
 export IDEM_VENV
-cd "$work" && "$venv/bin/python" "$src/tests/python/test_client.py" -v
+# Every test_*.py, from the build tree (discover puts tests/python on
+# sys.path for harness.py; PYTHONDONTWRITEBYTECODE keeps the sources
+# clean).
+cd "$work" && "$venv/bin/python" -m unittest discover -v \
+    -s "$src/tests/python" -t "$src/tests/python" -p 'test_*.py'

@@ -9,14 +9,12 @@ run the installed copy), IDEM_VERSION (configure.ac's version: then
 __version__ must equal it).  `make check` sets them and runs this
 through tests/python_client.sh, with the venv's python.
 
-Every broker runs on its own tempfile.mkdtemp() root and is waited for
-through --ready-fd; the tests count the TASK and REPORT files on disk,
+The brokers are harness.py's, one per test; the tests count the TASK and REPORT files on disk,
 the authoritative objects.  Nothing sleeps to synchronise: the only
 sleeps are the retry helper's own backoff.
 """
 
 import contextlib
-import fcntl
 import hashlib
 import io
 import json
@@ -24,7 +22,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,141 +30,8 @@ import unittest
 
 import idem
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CAPACITY = "4096"       # a small shared segment is enough here
-TASK = {"sender": "PM", "recipient": "DEV", "subject": "Fix login",
-        "body": "Steps:\r\n1. reproduce\r\n2. fix"}
-
-
-def vectors_path(name="write-task-v1.json"):
-    path = os.environ.get("IDEM_VECTORS") or os.path.join(
-        HERE, os.pardir, "vectors")
-    if os.path.isdir(path):
-        path = os.path.join(path, name)
-    else:
-        path = os.path.join(os.path.dirname(path), name)
-    return path
-
-
-def idemd_path():
-    path = os.environ.get("IDEMD")
-    if not path:
-        raise RuntimeError("set IDEMD to the idemd binary (make check does)")
-    return path
-
-
-def count_files(root, prefix):
-    """Files named PREFIX-*.md anywhere in the workspace (FCoP tools move
-    tasks between stages; idem's temporaries start with a dot)."""
-    n = 0
-    for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if x != ".idem"]
-        n += sum(1 for f in files
-                 if f.startswith(prefix + "-") and f.endswith(".md"))
-    return n
-
-
-class Broker:
-    """One idemd on root, started and known to be serving."""
-
-    def __init__(self, root, env=None):
-        self.root = root
-        self.socket = os.path.join(root, ".idem", "idemd.sock")
-        self.log_path = os.path.join(os.path.dirname(root),
-                                     os.path.basename(root) + ".log")
-        self.proc = None
-        self.start(env)
-
-    def start(self, env=None):
-        full_env = {k: v for k, v in os.environ.items()
-                    if k not in ("IDEM_CRASH_AT", "IDEM_CRASH_WORKER_AT",
-                                 "IDEM_ROOT", "IDEM_SOCKET")}
-        full_env.update(env or {})
-        r, w = os.pipe()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [idemd_path(), "--root", self.root, "--capacity", CAPACITY,
-                 "--ready-fd", str(w)],
-                pass_fds=(w,), env=full_env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log)
-        os.close(w)
-        got = b""
-        with os.fdopen(r, "rb") as ready:
-            # EOF without "ready" means every holder of the pipe is gone.
-            while not got.endswith(b"\n"):
-                chunk = ready.read(1)
-                if not chunk:
-                    break
-                got += chunk
-        if got != b"ready\n":
-            self.proc.wait()
-            raise RuntimeError("idemd did not start (status %s): %s" % (
-                self.proc.returncode, self.log()))
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def wait_dead(self, timeout=60):
-        """Wait for the master to exit, then for its workers: they die
-        with it but hold the root's lock until they have."""
-        status = self.proc.wait(timeout=timeout)
-        fd = os.open(os.path.join(self.root, ".idem", "idemd.lock"),
-                     os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-        return status
-
-    def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.wait_dead(timeout=5)
-            except subprocess.TimeoutExpired:
-                sys.stderr.write("warning: idemd ignored SIGTERM for 5 s; "
-                                 "killing it\n")
-                self.proc.kill()
-                self.wait_dead()
-        if self.proc.returncode != 0:
-            self.remove_segment()
-
-    def remove_segment(self):
-        """A broker that did not stop cleanly leaves its shared segment,
-        /dev/shm/idem-<16 hex of SHA-256 of the root's real path>."""
-        digest = hashlib.sha256(
-            os.path.realpath(self.root).encode("utf-8")).hexdigest()
-        try:
-            os.unlink("/dev/shm/idem-" + digest[:16])
-        except FileNotFoundError:
-            pass
-
-
-class BrokerTestCase(unittest.TestCase):
-    broker_env = None
-
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="idem-py-")
-        self.root = os.path.join(self.tmp, "fcop")
-        self.broker = Broker(self.root, self.broker_env)
-        self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.addCleanup(self.broker.stop)
-
-    def client(self):
-        c = idem.Client(self.broker.socket, timeout=60)
-        self.addCleanup(c.close)
-        return c
-
-    def tasks(self):
-        return count_files(self.root, "TASK")
-
-    def reports(self):
-        return count_files(self.root, "REPORT")
-
+from harness import (CAPACITY, HERE, MAIL, TASK, Broker, BrokerTestCase,
+                     count_files, vectors_path)
 
 # ---- Digest -----------------------------------------------------------------
 
@@ -313,7 +177,7 @@ class TestLines(unittest.TestCase):
             head = b'{"ok":true,"id":%d,"pad":"' % req["id"]
             pad = idem.MAX_LINE_BYTES - len(head) - len(b'"}\n')
             s.sendall(head + b"x" * pad + b'"}\n')
-        reply = self.peer(script).stats()
+        reply = self.peer(script).call({"op": "stats"})
         self.assertEqual(len(reply.raw) + 1, idem.MAX_LINE_BYTES)
 
     def test_a_longer_line_is_a_protocol_error(self):
@@ -673,6 +537,11 @@ class TestOps(BrokerTestCase):
         self.assertEqual(d["entries"], [])
         self.assertEqual(d["counts"],
                          {"reserved": 0, "task_created": 0, "committed": 1})
+        self.assertIsInstance(d, idem.Diagnosis)
+        self.assertEqual(d.entries, [])
+        self.assertEqual(d.counts, idem.DiagnoseCounts(0, 0, 1))
+        if d.effect_counts is not None:
+            self.assertEqual(d.effect_counts, idem.EffectCounts(0, 0, 0, 0))
         with self.assertRaises(idem.IdemError) as cm:
             c.diagnose(stale_after_ms=-1)
         self.assertEqual(cm.exception.field, "stale_after_ms")
@@ -694,6 +563,19 @@ class TestOps(BrokerTestCase):
                           s["legacy_created"]), (1, 1, 1, 1))
         self.assertEqual(s["table_capacity"], int(CAPACITY))
         self.assertEqual(s["workers"], 2)
+        # Typed: SPEC's members as fields, every counter in counters.
+        self.assertIsInstance(s, idem.Stats)
+        self.assertEqual((s.created, s.reused, s.conflict, s.legacy_created,
+                          s.table_capacity, s.workers),
+                         (1, 1, 1, 1, int(CAPACITY), 2))
+        self.assertGreater(s.journal_records, 0)
+        self.assertGreater(s.uptime_ms, 0)
+        self.assertEqual(s.counters["created"], 1)
+        self.assertEqual(s.counters, {k: v for k, v in s.reply.items()
+                                      if k not in ("ok", "id", "store")
+                                      and isinstance(v, int)
+                                      and not isinstance(v, bool)})
+        self.assertIsNone(s.store)
 
     def test_pipelined_replies_come_in_request_order(self):
         c = self.client()
@@ -891,8 +773,6 @@ class TestRetryAcrossCrash(unittest.TestCase):
 
 # ---- Effects (SPEC.md, "Effects") -------------------------------------------
 
-MAIL = "mail.send/v1"
-
 
 class TestEffects(BrokerTestCase):
     """Client.effect, effectful and the three ops against idemd.  Each
@@ -943,8 +823,11 @@ class TestEffects(BrokerTestCase):
     def test_proceed_complete_then_reused_byte_identical(self):
         c = self.client()
         msg = {"to": "a@example.com", "subject": "Hi", "n": 1.5}
-        with c.effect("e-1", MAIL, msg) as e:
+        e = c.effect("e-1", MAIL, msg)
+        self.assertEqual(e.state, "pending")
+        with e:
             self.assertTrue(e.proceed)
+            self.assertEqual((e.disposition, e.state), ("proceed", "running"))
             self.assertFalse(e.reused)
             self.assertEqual(e.attempt, 1)
             self.assertIsNotNone(e.fence)
@@ -952,6 +835,7 @@ class TestEffects(BrokerTestCase):
             key = e.external_key
             receipt = e.complete(self.send(msg, e))
         self.assertIsInstance(receipt, idem.EffectReceipt)
+        self.assertEqual(e.state, "committed")
         self.assertIs(e.receipt, receipt)
         self.assertEqual(e.result, {"message_id": "m-1", "key": key})
         self.assertEqual(json.loads(receipt.raw), receipt.data)
@@ -961,6 +845,8 @@ class TestEffects(BrokerTestCase):
             with c2.effect("e-1", MAIL, dict(msg)) as again:
                 self.assertFalse(again.proceed)
                 self.assertTrue(again.reused)
+                self.assertEqual((again.disposition, again.state),
+                                 ("reused", "committed"))
                 if again.proceed:
                     self.send(msg)
             self.assertEqual(again.receipt.raw, receipt.raw)
@@ -1047,6 +933,12 @@ class TestEffects(BrokerTestCase):
         sub = c.get_submission("e-5", effect_kind=MAIL).submission
         self.assertNotEqual(sub.state, "committed")
         self.assertIsNone(sub.raw_receipt)
+        self.assertEqual((sub.state, sub.external_key, sub.attempt,
+                          sub.lease_live, sub.recovered),
+                         ("reserved", e.external_key, 1, True, False))
+        self.assertRegex(sub.lease_expires_at, r"^\d{4}-\d\d-\d\dT")
+        self.assertIsInstance(sub.age_ms, int)
+        self.assertEqual(e.state, "abandoned")
         self.assertEqual(self.sent(), 1)
 
     def test_a_block_that_forgets_to_report_is_an_error(self):
@@ -1078,6 +970,17 @@ class TestEffects(BrokerTestCase):
         entries = c.diagnose()["entries"]
         self.assertGreater(len(entries), 0)
         self.assertEqual(entries[0]["client_submission_id"], "e-7")
+        d = c.diagnose()
+        first = d.entries[0]
+        self.assertTrue(first.is_effect)
+        self.assertEqual((first.client_submission_id, first.effect_kind,
+                          first.state, first.attempt, first.external_key),
+                         ("e-7", MAIL, "outcome_unknown", 1,
+                          e.external_key))
+        self.assertEqual([x.client_submission_id for x in d.outcome_unknown],
+                         ["e-7"])
+        self.assertEqual(d.effect_counts.outcome_unknown, 1)
+        self.assertEqual(e.state, "abandoned")
         self.assertEqual(self.sent(), 1)
 
     def test_a_probe_settles_outcome_unknown(self):

@@ -4,9 +4,10 @@ the INSTALLED idem package by tests/python_client.sh: it proves that the
 package ships its hints (py.typed) and that they say what the README
 shows.  It is only typechecked, never run."""
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import idem
+import idem.aio
 
 
 def create(task: Dict[str, Any], sid: str) -> str:
@@ -61,3 +62,63 @@ def send(msg: Dict[str, str], e: idem.Effect) -> Dict[str, str]:
 result: Any = send("run-1/mail", {"to": "a@example.com"})
 digest: str = idem.effect_digest("mail.send/v1", {"to": "a@example.com"})
 version: str = idem.__version__
+
+
+def states(sid: str) -> idem.EffectState:
+    with idem.Client() as c:
+        with c.effect(sid, "mail.send/v1", {}, lease_ms=300) as e:
+            d: idem.Disposition = e.disposition
+            if d == "proceed":
+                e.complete(None)
+            expires: Optional[str] = e.lease_expires_at
+            assert expires is None or e.lease_error is None
+        return e.state
+
+
+def views() -> int:
+    with idem.Client() as c:
+        s: idem.Stats = c.stats()
+        d: idem.Diagnosis = c.diagnose(stale_after_ms=0)
+        unknown: List[idem.DiagnoseEntry] = d.outcome_unknown
+        counts: Optional[idem.EffectCounts] = d.effect_counts
+        left: Optional[int] = unknown[0].lease_ms_left if unknown else None
+        assert counts is None or left is None or left >= 0
+        return s.created + s.counters["effects_committed"] + d.counts.committed
+
+
+async def amail(sid: str, msg: Dict[str, str]) -> Any:
+    async with idem.aio.Client(timeout=30.0) as c:
+        h: idem.Hello = await c.hello()
+        assert h.serves("effect_extend")
+        async with c.effect(sid, "mail.send/v1", msg) as e:
+            if e.proceed:
+                r: idem.EffectReceipt = await e.complete(
+                    send_mail(msg, e.external_key))
+                assert r.raw
+        ext: idem.EffectExtended = await c.effect_extend(
+            sid, "mail.send/v1", "fence", 30000)
+        assert ext.lease_expires_at
+        w: idem.WriteResult = await c.write_task(
+            {"sender": "PM", "recipient": "DEV", "subject": "x"}, sid)
+        assert w.receipt.task_id
+        return e.result
+
+
+async def aprobe(error: idem.IdemOutcomeUnknown) -> idem.Evidence:
+    return idem.Evidence("unknown", source=error.external_key)
+
+
+@idem.aio.effectful("mail.send/v1", probe=aprobe, lease_ms=60000)
+async def asend(msg: Dict[str, str], e: idem.aio.Effect) -> Dict[str, str]:
+    return send_mail(msg, e.external_key)
+
+
+async def asend_twice() -> Any:
+    first: Any = await asend("run-1/amail", {"to": "a@example.com"})
+    return first == await asend("run-1/amail", {"to": "a@example.com"})
+
+
+async def aretry(task: Dict[str, Any], sid: str) -> str:
+    r: idem.WriteResult = await idem.aio.write_task_retry(task, sid,
+                                                          deadline=5.0)
+    return r.receipt.task_id

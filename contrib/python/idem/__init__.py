@@ -18,10 +18,13 @@ Usage (10 lines)::
             print(e.conflict.reason, e.conflict.bound.task_id)
 
 The wire protocol is SPEC.md's: newline-delimited JSON over a Unix
-stream socket.  Modules: client (Client, the ops), replies (the typed
-replies: WriteResult, Receipt, ...), errors, digest (write-task-v1 and
-generic-json-v1), retry (write_task_retry, write_report_retry), effects
-(Client.effect, effectful).
+stream socket.  Modules: client (Client, the ops), aio (the asyncio
+client: idem.aio.Client, async with client.effect(...), @effectful for
+coroutines; import idem.aio), replies (the typed replies: WriteResult,
+Receipt, ...), views (Stats, Diagnosis), errors, digest (write-task-v1
+and generic-json-v1), retry (write_task_retry, write_report_retry),
+effects (Client.effect, effectful), and what both clients share: ops
+(each op's request and reply parser) and wire (lines).
 
 Errors.  An op returns a typed reply when the broker says "ok": true, and
 raises otherwise:
@@ -49,14 +52,18 @@ from .client import DEFAULT_ROOT, SOCKET_NAME, Client, default_socket_path
 from .digest import (DIGEST_SCHEMA, EFFECT_DIGEST_SCHEMA, effect_canonical,
                      effect_digest, submission_id_new, task_canonical,
                      task_digest)
-from .effects import Effect, Evidence, NotApplied, Probe, effectful
+from .effects import (Effect, EffectState, Evidence, NotApplied, Probe,
+                      effectful)
 from .errors import (IdemConflict, IdemEffectIncomplete, IdemError,
                      IdemInProgress, IdemOutcomeUnknown, IdemProtocolError,
                      IdemTransportError)
-from .replies import (Conflict, ConflictExisting, EffectBegin, EffectReceipt,
-                      EffectSettled, Fence, Hello, Receipt, ReportResult,
-                      Submission, SubmissionLookup, WriteResult)
+from .replies import (Conflict, ConflictExisting, Disposition, EffectBegin,
+                      EffectExtended, EffectReceipt, EffectSettled, Fence,
+                      Hello, Receipt, ReportResult, Submission,
+                      SubmissionLookup, WriteResult)
 from .retry import RETRYABLE_CODES, write_report_retry, write_task_retry
+from .views import (DiagnoseCounts, DiagnoseEntry, Diagnosis, EffectCounts,
+                    Stats, StoreHistory)
 from .wire import MAX_LINE_BYTES, Reply
 
 # The version of idem this client ships with (configure.ac's AC_INIT):
@@ -72,7 +79,9 @@ __all__ = [
     "IdemInProgress", "IdemOutcomeUnknown", "IdemEffectIncomplete",
     "Receipt", "WriteResult", "ReportResult", "Conflict", "ConflictExisting",
     "Submission", "SubmissionLookup", "Hello", "EffectBegin",
-    "EffectReceipt", "EffectSettled", "Fence",
-    "Effect", "Evidence", "NotApplied", "Probe", "effectful",
+    "EffectReceipt", "EffectSettled", "EffectExtended", "Fence",
+    "Disposition", "Stats", "StoreHistory", "Diagnosis", "DiagnoseEntry",
+    "DiagnoseCounts", "EffectCounts",
+    "Effect", "EffectState", "Evidence", "NotApplied", "Probe", "effectful",
     "write_task_retry", "write_report_retry", "RETRYABLE_CODES",
 ]

@@ -9,19 +9,19 @@ thread-safe: use one per thread.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from types import TracebackType
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping,
-                    Optional, Sequence, Tuple, Type, TypeVar)
+from typing import (TYPE_CHECKING, Any, List, Mapping, Optional, Sequence,
+                    Tuple, Type, TypeVar)
 
-from .digest import task_digest
-from .errors import (IdemError, IdemProtocolError, IdemTransportError,
-                     error_from_reply)
-from .replies import (EffectBegin, EffectSettled, Fence, Hello,
-                      ReportResult, SubmissionLookup, WriteResult)
-from .wire import MAX_LINE_BYTES, Reply
+from . import ops
+from .errors import IdemError, IdemProtocolError, IdemTransportError
+from .replies import (EffectBegin, EffectExtended, EffectSettled, Fence,
+                      Hello, ReportResult, SubmissionLookup, WriteResult)
+from .views import Diagnosis, Stats
+from .wire import (READ_BYTES, LineBuffer, Reply, closes_connection,
+                   decode_reply, encode_request)
 
 if TYPE_CHECKING:
     from .effects import Effect, Probe
@@ -30,7 +30,6 @@ __all__ = ["Client", "default_socket_path", "DEFAULT_ROOT", "SOCKET_NAME"]
 
 DEFAULT_ROOT = "./fcop"
 SOCKET_NAME = ".idem/idemd.sock"
-_READ_BYTES = 65536
 
 _T = TypeVar("_T")
 
@@ -64,7 +63,7 @@ class Client:
                  sock: Optional[socket.socket] = None) -> None:
         self.path = path if path is not None else default_socket_path()
         self.timeout = timeout
-        self._buf = bytearray()
+        self._lines = LineBuffer()
         self._next_id = 1
         self._sock: Optional[socket.socket]
         if sock is not None:        # an already connected stream (tests)
@@ -93,7 +92,7 @@ class Client:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        self._buf = bytearray()
+        self._lines.clear()
 
     @property
     def closed(self) -> bool:
@@ -103,26 +102,23 @@ class Client:
         self.close()
         return error
 
-    # -- lines --
+    def _interrupt(self) -> None:
+        """From another thread: wake a call blocked on this connection
+        (it fails with IdemTransportError).  The lease keeper's stop."""
+        s = self._sock
+        if s is not None:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    # -- lines (idem.wire decides, this reads and writes) --
 
     def _encode(self, request: Mapping[str, Any]) -> Tuple[Any, bytes]:
         if "id" not in request:
             request = dict(request, id=self._next_id)
             self._next_id += 1
-        try:
-            line = json.dumps(request, ensure_ascii=False,
-                              separators=(",", ":"),
-                              allow_nan=False).encode("utf-8") + b"\n"
-        except UnicodeEncodeError as e:
-            raise IdemError("invalid_utf8", "the request holds a string "
-                            "that is not valid Unicode: %s" % e) from e
-        except (TypeError, ValueError) as e:
-            raise IdemError("invalid_request", str(e)) from e
-        if len(line) > MAX_LINE_BYTES:
-            raise IdemError("too_large", "the request is %d bytes; a line "
-                            "is at most %d, newline included" % (
-                                len(line), MAX_LINE_BYTES))
-        return request.get("id"), line
+        return request.get("id"), encode_request(request)
 
     def _send(self, data: bytes) -> None:
         if self._sock is None:
@@ -136,19 +132,17 @@ class Client:
     def _read_line(self) -> bytes:
         """One response line without its newline; partial reads are
         joined, bytes past the line are kept for the next call."""
-        if self._sock is None:
-            raise IdemTransportError("the connection is closed")
-        scanned = 0
         while True:
-            nl = self._buf.find(b"\n", scanned)
-            if nl != -1:
-                break
-            scanned = len(self._buf)
-            if scanned >= MAX_LINE_BYTES:
-                raise self._lost(IdemProtocolError(
-                    "a response line over %d bytes" % MAX_LINE_BYTES))
+            if self._sock is None:
+                raise IdemTransportError("the connection is closed")
             try:
-                chunk = self._sock.recv(_READ_BYTES)
+                line = self._lines.next_line()
+            except IdemProtocolError as e:
+                raise self._lost(e) from None
+            if line is not None:
+                return line
+            try:
+                chunk = self._sock.recv(READ_BYTES)
             except InterruptedError:
                 continue
             except OSError as e:
@@ -157,33 +151,15 @@ class Client:
             if not chunk:
                 raise self._lost(IdemTransportError(
                     "receive: the broker closed the connection"))
-            self._buf += chunk
-        if nl + 1 > MAX_LINE_BYTES:
-            raise self._lost(IdemProtocolError(
-                "a response line over %d bytes" % MAX_LINE_BYTES))
-        line = bytes(self._buf[:nl])
-        del self._buf[:nl + 1]
-        return line
+            self._lines.feed(chunk)
 
     def _decode(self, line: bytes, request_id: Any) -> Reply:
         try:
-            data = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise self._lost(IdemProtocolError(
-                "the response is not JSON: %s" % e)) from e
-        if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
-            raise self._lost(IdemProtocolError(
-                "the response is not an object with a boolean ok"))
-        # Error replies to unparseable lines carry no id; ours always parse.
-        if "id" in data and data["id"] != request_id:
-            raise self._lost(IdemProtocolError(
-                "the response answers request %r, not %r" % (
-                    data["id"], request_id)))
-        reply = Reply(data, line)
-        if not data["ok"]:
-            error = reply.get("error")
-            if isinstance(error, dict) and error.get("code") == "too_large":
-                self.close()    # the broker closes the connection
+            reply = decode_reply(line, request_id)
+        except IdemProtocolError as e:
+            raise self._lost(e) from None
+        if closes_connection(reply):
+            self.close()        # the broker closes the connection
         return reply
 
     # -- requests --
@@ -203,16 +179,12 @@ class Client:
         self._send(b"".join(line for _, line in encoded))
         return [self._decode(self._read_line(), rid) for rid, _ in encoded]
 
-    def _ok(self, request: Mapping[str, Any],
-            parse: Callable[[Reply], _T]) -> _T:
-        reply = self.call(request)
-        if not reply["ok"]:
-            raise error_from_reply(reply)
-        return parse(reply)
+    def _run(self, op: ops.Op[_T]) -> _T:
+        return op.result(self.call(op.request))
 
     def hello(self) -> Hello:
         """Who is there: server, version, protocol, digest_schemas, ops."""
-        return self._ok({"op": "hello"}, Hello.parse)
+        return self._run(ops.hello())
 
     def write_task(self, task: Mapping[str, Any],
                    client_submission_id: Optional[str] = None,
@@ -226,18 +198,8 @@ class Client:
         a free-form mapping, never digested.  Returns a WriteResult
         (created or reused); raises IdemConflict on a conflict, IdemError
         on any other error."""
-        request: Dict[str, Any] = {"op": "write_task", "task": task}
-        if client_submission_id is not None:
-            request["client_submission_id"] = client_submission_id
-        if digest_schema is not None:
-            request["digest_schema"] = digest_schema
-        if request_digest is True:
-            request_digest = task_digest(task)
-        if request_digest is not None:
-            request["request_digest"] = request_digest
-        if meta is not None:
-            request["meta"] = meta
-        return self._ok(request, WriteResult.parse)
+        return self._run(ops.write_task(task, client_submission_id,
+                                        request_digest, meta, digest_schema))
 
     def write_report(self, task_id: str, report: Mapping[str, Any],
                      client_submission_id: Optional[str] = None,
@@ -247,13 +209,8 @@ class Client:
         recipient, status, body.  Returns a ReportResult (deduplicated,
         report_id, report_path); raises IdemConflict when the id is bound
         to other content, IdemError (task_not_found, ...) otherwise."""
-        request: Dict[str, Any] = {"op": "write_report", "task_id": task_id,
-                                   "report": report}
-        if client_submission_id is not None:
-            request["client_submission_id"] = client_submission_id
-        if meta is not None:
-            request["meta"] = meta
-        return self._ok(request, ReportResult.parse)
+        return self._run(ops.write_report(task_id, report,
+                                          client_submission_id, meta))
 
     def get_submission(self, client_submission_id: str,
                        effect_kind: Optional[str] = None
@@ -261,23 +218,19 @@ class Client:
         """The record of an id: found, submission (state, receipt once
         committed, ...).  effect_kind: look the id up among that kind's
         effects rather than the tasks.  Read-only."""
-        request: Dict[str, Any] = {
-            "op": "get_submission",
-            "client_submission_id": client_submission_id}
-        if effect_kind is not None:
-            request["effect_kind"] = effect_kind
-        return self._ok(request, SubmissionLookup.parse)
+        return self._run(ops.get_submission(client_submission_id,
+                                            effect_kind))
 
-    def diagnose(self, stale_after_ms: Optional[int] = None) -> Reply:
-        """The unfinished submissions: {"entries": [...], "counts": {...}}."""
-        request: Dict[str, Any] = {"op": "diagnose"}
-        if stale_after_ms is not None:
-            request["stale_after_ms"] = stale_after_ms
-        return self._ok(request, lambda r: r)
+    def diagnose(self, stale_after_ms: Optional[int] = None) -> Diagnosis:
+        """The unfinished submissions and effects (Diagnosis: entries,
+        outcome_unknown effects first; counts; effect_counts).
+        stale_after_ms: the age past which an entry is stalled (the
+        broker's default is 30000).  Read-only."""
+        return self._run(ops.diagnose(stale_after_ms))
 
-    def stats(self) -> Reply:
-        """The broker's counters."""
-        return self._ok({"op": "stats"}, lambda r: r)
+    def stats(self) -> Stats:
+        """The broker's counters (Stats)."""
+        return self._run(ops.stats())
 
     # -- effects (SPEC.md, "Effects") --
 
@@ -291,15 +244,9 @@ class Client:
         IdemInProgress (another caller's lease is live; retryable) and
         IdemOutcomeUnknown (a lease lapsed: settle it with
         effect_resolve), IdemError otherwise."""
-        req: Dict[str, Any] = {"op": "effect_begin",
-                               "client_submission_id": client_submission_id,
-                               "effect_kind": effect_kind,
-                               "request": request}
-        if request_digest is not None:
-            req["request_digest"] = request_digest
-        if lease_ms is not None:
-            req["lease_ms"] = lease_ms
-        return self._ok(req, EffectBegin.parse)
+        return self._run(ops.effect_begin(client_submission_id,
+                                          effect_kind, request, lease_ms,
+                                          request_digest))
 
     def effect_complete(self, client_submission_id: str, effect_kind: str,
                         fence: Fence, outcome: str = "applied",
@@ -309,13 +256,21 @@ class Client:
         reservation (the next begin proceeds, attempt + 1, same
         external_key).  Raises IdemConflict (stale_fence: another begin
         was let in since; no_reservation)."""
-        req: Dict[str, Any] = {"op": "effect_complete",
-                               "client_submission_id": client_submission_id,
-                               "effect_kind": effect_kind, "fence": fence,
-                               "outcome": outcome}
-        if outcome == "applied" or result is not None:
-            req["result"] = result
-        return self._ok(req, EffectSettled.parse)
+        return self._run(ops.effect_complete(client_submission_id,
+                                             effect_kind, fence, outcome,
+                                             result))
+
+    def effect_extend(self, client_submission_id: str, effect_kind: str,
+                      fence: Fence, lease_ms: int = ops.DEFAULT_LEASE_MS
+                      ) -> EffectExtended:
+        """Keep a proceeded effect's lease live: it now ends lease_ms
+        from now on the broker's clock (.lease_expires_at).  Raises
+        IdemConflict (stale_fence: another begin was let in since;
+        no_reservation; already_committed), IdemOutcomeUnknown (the lease
+        had lapsed: not extended, but effect_complete with this fence is
+        still accepted).  Client.effect calls it for its block."""
+        return self._run(ops.effect_extend(client_submission_id,
+                                           effect_kind, fence, lease_ms))
 
     def effect_resolve(self, client_submission_id: str, effect_kind: str,
                        observed: str, result: Any = None,
@@ -325,26 +280,24 @@ class Client:
         "not_applied" releases, "unknown" leaves it for diagnose.  Raises
         IdemConflict (already_committed) when the evidence contradicts a
         committed receipt."""
-        evidence: Dict[str, Any] = {"observed": observed}
-        if result is not None:
-            evidence["result"] = result
-        if source is not None:
-            evidence["source"] = source
-        return self._ok({"op": "effect_resolve",
-                         "client_submission_id": client_submission_id,
-                         "effect_kind": effect_kind, "evidence": evidence},
-                        EffectSettled.parse)
+        return self._run(ops.effect_resolve(client_submission_id,
+                                            effect_kind, observed, result,
+                                            source))
 
     def effect(self, client_submission_id: str, effect_kind: str,
                request: Any, lease_ms: Optional[int] = None,
-               probe: Optional[Probe] = None) -> Effect:
+               probe: Optional[Probe] = None, extend: bool = True) -> Effect:
         """A context manager around one effect (see idem.Effect):
 
             with client.effect(sid, "mail.send/v1", msg) as e:
                 if e.proceed:
                     e.complete(send(msg, idempotency_key=e.external_key))
             print(e.result)         # the first result, on every retry
-        """
+
+        While a block that was told to proceed runs, a thread extends the
+        lease (effect_extend, on a connection of its own) every third of
+        lease_ms (default 30000), so a block may run longer than its
+        lease; extend=False leaves the lease as begin set it."""
         from .effects import Effect
         return Effect(self, client_submission_id, effect_kind, request,
-                      lease_ms=lease_ms, probe=probe)
+                      lease_ms=lease_ms, probe=probe, extend=extend)

@@ -14,14 +14,15 @@ reply objects also answer reply["member"], reply.get("member") and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Literal, Optional, Union, cast
 
 from .errors import IdemProtocolError
 from .wire import Reply
 
 __all__ = ["Fence", "Receipt", "WriteResult", "ReportResult", "ConflictExisting",
            "Conflict", "Submission", "SubmissionLookup", "Hello",
-           "EffectReceipt", "EffectBegin", "EffectSettled"]
+           "EffectReceipt", "EffectBegin", "EffectSettled", "EffectExtended",
+           "Disposition"]
 
 
 def _req_str(data: Dict[str, Any], key: str, what: str) -> str:
@@ -34,6 +35,11 @@ def _req_str(data: Dict[str, Any], key: str, what: str) -> str:
 def _opt_str(data: Dict[str, Any], key: str) -> Optional[str]:
     v = data.get(key)
     return v if isinstance(v, str) else None
+
+
+def _opt_bool(data: Dict[str, Any], key: str) -> Optional[bool]:
+    v = data.get(key)
+    return v if isinstance(v, bool) else None
 
 
 def _opt_int(data: Dict[str, Any], key: str) -> Optional[int]:
@@ -262,7 +268,11 @@ class Submission:
     """get_submission's record of one id (a task, or an effect when
     effect_kind is set).  receipt (tasks) / effect_receipt (effects) and
     raw_receipt once committed; current_path when FCoP tools moved the
-    task; data holds every member."""
+    task.  An effect's: external_key, age_ms, and while it is reserved
+    its lease (lease_expires_at, lease_live, lease_ms_left: what
+    effect_extend moves; 0 once lapsed); recovered (settled by
+    evidence), receipt_pruned (compacted: a tombstone).  data holds
+    every member."""
 
     client_submission_id: str
     state: str
@@ -277,6 +287,13 @@ class Submission:
     attempt: Optional[int]
     receipt: Optional[Receipt]
     effect_receipt: Optional[EffectReceipt]
+    external_key: Optional[str]
+    age_ms: Optional[int]
+    lease_expires_at: Optional[str]
+    lease_live: Optional[bool]
+    lease_ms_left: Optional[int]
+    recovered: bool
+    receipt_pruned: bool
     raw_receipt: Optional[bytes] = field(repr=False)
     data: Dict[str, Any] = field(repr=False, compare=False)
 
@@ -303,7 +320,13 @@ class Submission:
                    _opt_str(data, "current_path"),
                    _opt_str(data, "reserved_at"),
                    _opt_str(data, "updated_at"), _opt_int(data, "attempt"),
-                   receipt, effect_receipt, raw, data)
+                   receipt, effect_receipt, _opt_str(data, "external_key"),
+                   _opt_int(data, "age_ms"),
+                   _opt_str(data, "lease_expires_at"),
+                   _opt_bool(data, "lease_live"),
+                   _opt_int(data, "lease_ms_left"),
+                   data.get("recovered") is True,
+                   data.get("receipt_pruned") is True, raw, data)
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
@@ -355,6 +378,11 @@ class Hello(_ReplyAccess):
         return self.ops is not None and op in self.ops
 
 
+# What effect_begin answers with "ok": true (the other dispositions are
+# raised as errors).
+Disposition = Literal["proceed", "reused"]
+
+
 @dataclass(frozen=True)
 class EffectBegin(_ReplyAccess):
     """effect_begin's answer, one of SPEC.md's dispositions:
@@ -368,7 +396,7 @@ class EffectBegin(_ReplyAccess):
       (IdemConflict, IdemInProgress, IdemOutcomeUnknown) rather than
       return them, so that nobody mistakes them for a go-ahead."""
 
-    disposition: str
+    disposition: Disposition
     attempt: Optional[int]
     fence: Optional[Fence]
     external_key: Optional[str]
@@ -379,7 +407,11 @@ class EffectBegin(_ReplyAccess):
     @classmethod
     def parse(cls, reply: Reply) -> EffectBegin:
         disposition = _req_str(reply, "disposition", "an effect_begin reply")
-        begin = cls(disposition, _opt_int(reply, "attempt"),
+        if disposition not in ("proceed", "reused"):
+            raise IdemProtocolError("effect_begin answered ok with "
+                                    "disposition %r" % disposition)
+        begin = cls(cast(Disposition, disposition),
+                    _opt_int(reply, "attempt"),
                     _fence(reply), _opt_str(reply, "external_key"),
                     _effect_receipt_of(reply, "receipt"),
                     reply.get("recovered") is True, reply)
@@ -388,9 +420,6 @@ class EffectBegin(_ReplyAccess):
             raise IdemProtocolError("proceed without fence or external_key")
         if disposition == "reused" and begin.receipt is None:
             raise IdemProtocolError("reused without a receipt")
-        if disposition not in ("proceed", "reused"):
-            raise IdemProtocolError("effect_begin answered ok with "
-                                    "disposition %r" % disposition)
         return begin
 
     @property
@@ -414,3 +443,17 @@ class EffectSettled(_ReplyAccess):
     @classmethod
     def parse(cls, reply: Reply) -> EffectSettled:
         return cls(_effect_receipt_of(reply, "receipt"), reply)
+
+
+@dataclass(frozen=True)
+class EffectExtended(_ReplyAccess):
+    """effect_extend's answer: the live lease now ends at
+    lease_expires_at (the broker's clock, RFC 3339 UTC)."""
+
+    lease_expires_at: str
+    reply: Reply = field(repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, reply: Reply) -> EffectExtended:
+        return cls(_req_str(reply, "lease_expires_at",
+                            "an effect_extend reply"), reply)

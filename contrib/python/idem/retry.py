@@ -16,7 +16,8 @@ from .digest import task_digest
 from .errors import IdemConflict, IdemError
 from .replies import ReportResult, WriteResult
 
-__all__ = ["write_task_retry", "write_report_retry", "RETRYABLE_CODES"]
+__all__ = ["write_task_retry", "write_report_retry", "RETRYABLE_CODES",
+           "Backoff", "OnRetry"]
 
 RETRYABLE_CODES = ("in_progress", "storage_unavailable", "shutting_down",
                    "too_many_connections")
@@ -33,6 +34,50 @@ def _check_id(client_submission_id: Optional[str], what: str) -> str:
     return client_submission_id
 
 
+class Backoff:
+    """The retry policy of the helpers here and of idem.aio's: which
+    failures are retried, how long to wait, when to give up.  No I/O:
+    the caller connects, calls and sleeps.
+
+    timeout(t): the socket timeout of the next attempt (t, bounded by
+    what is left of deadline).  failed(error): call it in the except
+    clause of a failed attempt; it raises error when it is not to be
+    retried (a conflict, a code that is not retryable, attempts or time
+    run out), else returns the delay to sleep before the next attempt
+    (full jitter: uniform(0, min(max_delay, base_delay * 2 ** (n - 1)))
+    after the n-th failure).  attempt: the attempts made so far."""
+
+    def __init__(self, attempts: int, base_delay: float, max_delay: float,
+                 deadline: Optional[float]) -> None:
+        if attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        self.attempts = attempts
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.end = None if deadline is None else time.monotonic() + deadline
+        self.attempt = 0
+
+    def timeout(self, timeout: Optional[float]) -> Optional[float]:
+        self.attempt += 1
+        if self.end is None:
+            return timeout
+        left = max(self.end - time.monotonic(), 0.001)
+        return left if timeout is None else min(timeout, left)
+
+    def failed(self, error: IdemError) -> float:
+        if isinstance(error, IdemConflict):
+            raise error
+        if not (error.retryable or error.code in RETRYABLE_CODES):
+            raise error
+        if self.attempt >= self.attempts:
+            raise error
+        delay = random.uniform(0, min(self.max_delay, self.base_delay
+                                      * 2 ** (self.attempt - 1)))
+        if self.end is not None and time.monotonic() + delay >= self.end:
+            raise error
+        return delay
+
+
 def _retrying(call: Callable[[Client], _T], attempts: int,
               base_delay: float, max_delay: float,
               deadline: Optional[float], path: Optional[str],
@@ -40,32 +85,15 @@ def _retrying(call: Callable[[Client], _T], attempts: int,
               sleep: Callable[[float], None]) -> _T:
     """call(client) on a fresh connection until it answers, fails for
     good, or attempts / time run out (see write_task_retry)."""
-    if attempts < 1:
-        raise ValueError("attempts must be at least 1")
-    end = None if deadline is None else time.monotonic() + deadline
-    attempt = 0
+    backoff = Backoff(attempts, base_delay, max_delay, deadline)
     while True:
-        attempt += 1
-        t = timeout
-        if end is not None:
-            left = max(end - time.monotonic(), 0.001)
-            t = left if t is None else min(t, left)
         try:
-            with Client(path, timeout=t) as c:
+            with Client(path, timeout=backoff.timeout(timeout)) as c:
                 return call(c)
-        except IdemConflict:
-            raise
         except IdemError as e:
-            if not (e.retryable or e.code in RETRYABLE_CODES):
-                raise
-            if attempt >= attempts:
-                raise
-            delay = random.uniform(0, min(max_delay,
-                                          base_delay * 2 ** (attempt - 1)))
-            if end is not None and time.monotonic() + delay >= end:
-                raise
+            delay = backoff.failed(e)
             if on_retry is not None:
-                on_retry(attempt, e, delay)
+                on_retry(backoff.attempt, e, delay)
             sleep(delay)
 
 

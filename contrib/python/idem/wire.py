@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: ISC
-"""idem.wire: one response line, decoded, with its bytes kept.
+"""idem.wire: the protocol's lines, for every client (idem.Client and
+idem.aio.Client): a request encoded, response lines cut out of what the
+socket gives (LineBuffer), and one response line decoded, with its bytes
+kept.  No I/O here: the clients read and write, this module decides.
 
 SPEC.md promises that a reused receipt is byte for byte the first call's.
 json.loads cannot keep that promise visible (it forgets spacing, member
@@ -10,11 +13,15 @@ raw_value() slices a member's exact text out of them: no re-serialising.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-__all__ = ["MAX_LINE_BYTES", "Reply"]
+from .errors import IdemError, IdemProtocolError
+
+__all__ = ["MAX_LINE_BYTES", "READ_BYTES", "Reply", "LineBuffer",
+           "encode_request", "decode_reply", "closes_connection"]
 
 MAX_LINE_BYTES = 1024 * 1024    # a request or response line, with its newline
+READ_BYTES = 65536              # what a client asks its socket for at once
 
 _WS = " \t\r\n"
 _DECODER = json.JSONDecoder()
@@ -75,3 +82,85 @@ class Reply(Dict[str, Any]):
                 return None
             begin, end = span
         return text[begin:end].encode("utf-8")
+
+
+def encode_request(request: Mapping[str, Any]) -> bytes:
+    """The request's line, newline included.  Raises IdemError for one
+    the client refuses to send: invalid_utf8 (a lone surrogate),
+    invalid_request (not JSON: NaN, an object), too_large."""
+    try:
+        line = json.dumps(request, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError as e:
+        raise IdemError("invalid_utf8", "the request holds a string that "
+                        "is not valid Unicode: %s" % e) from e
+    except (TypeError, ValueError) as e:
+        raise IdemError("invalid_request", str(e)) from e
+    if len(line) > MAX_LINE_BYTES:
+        raise IdemError("too_large", "the request is %d bytes; a line is "
+                        "at most %d, newline included" % (
+                            len(line), MAX_LINE_BYTES))
+    return line
+
+
+class LineBuffer:
+    """The bytes received and not yet taken as lines.  feed() what the
+    socket gave; next_line() takes one response line (without its
+    newline) or None until a whole one is there; bytes past it are kept
+    for the next call.  A line over MAX_LINE_BYTES (newline included)
+    raises IdemProtocolError."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._scanned = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk
+
+    def next_line(self) -> Optional[bytes]:
+        nl = self._buf.find(b"\n", self._scanned)
+        if nl == -1:
+            self._scanned = len(self._buf)
+            if self._scanned >= MAX_LINE_BYTES:
+                raise IdemProtocolError("a response line over %d bytes"
+                                        % MAX_LINE_BYTES)
+            return None
+        if nl + 1 > MAX_LINE_BYTES:
+            raise IdemProtocolError("a response line over %d bytes"
+                                    % MAX_LINE_BYTES)
+        line = bytes(self._buf[:nl])
+        del self._buf[:nl + 1]
+        self._scanned = 0
+        return line
+
+    def clear(self) -> None:
+        self._buf = bytearray()
+        self._scanned = 0
+
+
+def decode_reply(line: bytes, request_id: Any) -> Reply:
+    """The Reply of one response line to the request of request_id.
+    Raises IdemProtocolError for a line that is not a JSON object with a
+    boolean ok, or that answers another request: the caller must close
+    the connection, whose later lines can no longer be matched."""
+    try:
+        data = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise IdemProtocolError("the response is not JSON: %s" % e) from e
+    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        raise IdemProtocolError("the response is not an object with a "
+                                "boolean ok")
+    # Error replies to unparseable lines carry no id; ours always parse.
+    if "id" in data and data["id"] != request_id:
+        raise IdemProtocolError("the response answers request %r, not %r"
+                                % (data["id"], request_id))
+    return Reply(data, line)
+
+
+def closes_connection(reply: Reply) -> bool:
+    """Whether the broker closes the connection after this reply
+    (too_large, SPEC.md): the client closes its end too."""
+    if reply["ok"]:
+        return False
+    error = reply.get("error")
+    return isinstance(error, dict) and error.get("code") == "too_large"
