@@ -39,29 +39,67 @@ export function defaultSocketPath(env = process.env) {
   return path.join(env.IDEM_ROOT || DEFAULT_ROOT, SOCKET_NAME);
 }
 
-/** Refuse before sending what JSON.stringify would silently change
- * (NaN, infinities become null) or what is not Unicode (a lone
- * surrogate has no UTF-8 form), as the broker would refuse it. */
-function checkWire(v, where) {
-  if (typeof v === 'string') {
-    if (LONE_SURROGATE.test(v))
-      throw new IdemRequestError('invalid_utf8',
-          `${where} holds a lone surrogate: it is not valid Unicode`, { field: where });
-  } else if (typeof v === 'number') {
+const MAX_SAFE = 2 ** 53;
+
+function refuse(code, where, what) {
+  return new IdemRequestError(code, `${where || 'the request'} ${what}`,
+      { field: where || null });
+}
+
+/** The request's JSON text, as JSON.stringify writes it (toJSON, members
+ * that are undefined or functions left out, such elements null) except
+ * where that would change or lose the value on the wire, which it
+ * refuses instead, as the broker would: NaN and infinities (stringify
+ * writes null), a lone surrogate (no UTF-8 form), a cycle.  A number
+ * past 2**53 whose plain form is all digits is written in exponent form,
+ * so that the broker reads the double it is (an integer literal past
+ * 2**53 it refuses); a bigint is written as its digits (the broker
+ * refuses it past 2**53). */
+function encodeJson(v, where, seen) {
+  if (v === null)
+    return 'null';
+  switch (typeof v) {
+  case 'boolean':
+    return String(v);
+  case 'number': {
     if (!Number.isFinite(v))
-      throw new IdemRequestError('invalid_request', `${where} is ${v}: JSON has no such number`,
-          { field: where });
-  } else if (typeof v === 'bigint') {
-    throw new IdemRequestError('invalid_request',
-        `${where} is a bigint: send integers past 2**53 as strings`, { field: where });
-  } else if (Array.isArray(v)) {
-    v.forEach((x, i) => checkWire(x, `${where}.${i}`));
-  } else if (v !== null && typeof v === 'object' && typeof v.toJSON !== 'function') {
-    for (const [k, x] of Object.entries(v)) {
-      checkWire(k, `${where} (a member name)`);
-      checkWire(x, where ? `${where}.${k}` : k);
-    }
+      throw refuse('invalid_request', where, `is ${v}: JSON has no such number`);
+    const text = String(v);
+    return Math.abs(v) > MAX_SAFE && !text.includes('e') ? v.toExponential() : text;
   }
+  case 'bigint':
+    return String(v);
+  case 'string':
+    if (LONE_SURROGATE.test(v))
+      throw refuse('invalid_utf8', where, 'holds a lone surrogate: it is not valid Unicode');
+    return JSON.stringify(v);
+  case 'object':
+    break;
+  default:
+    return undefined;
+  }
+  if (typeof v.toJSON === 'function')
+    return encodeJson(v.toJSON(), where, seen);
+  if (seen.has(v))
+    throw refuse('invalid_request', where, 'is cyclic');
+  seen.add(v);
+  let text;
+  if (Array.isArray(v)) {
+    text = '[' + Array.from(v, (x, i) =>
+      encodeJson(x, `${where}${where ? '.' : ''}${i}`, seen) ?? 'null').join(',') + ']';
+  } else {
+    const parts = [];
+    for (const [k, x] of Object.entries(v)) {
+      const member = `${where}${where ? '.' : ''}${k}`;
+      const value = encodeJson(x, member, seen);
+      if (value === undefined)
+        continue;
+      parts.push(encodeJson(k, `${member} (its name)`, seen) + ':' + value);
+    }
+    text = '{' + parts.join(',') + '}';
+  }
+  seen.delete(v);
+  return text;
 }
 
 /** One connection: the socket, the calls waiting for their answers in
@@ -231,11 +269,12 @@ export class Client {
           { field: 'op' });
     if (!Object.hasOwn(request, 'id'))
       request = { ...request, id: this.#nextId++ };
-    checkWire(request, '');
     let line;
     try {
-      line = JSON.stringify(request) + '\n';
+      line = encodeJson(request, '', new Set()) + '\n';
     } catch (e) {
+      if (e instanceof IdemError)
+        throw e;
       throw new IdemRequestError('invalid_request', `the request is not JSON: ${e.message}`);
     }
     const bytes = Buffer.byteLength(line, 'utf8');

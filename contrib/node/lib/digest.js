@@ -19,7 +19,6 @@ export const DIGEST_SCHEMA = 'write-task-v1';
 export const EFFECT_DIGEST_SCHEMA = 'generic-json-v1';
 
 // generic-json-v1 refuses integers a double cannot hold exactly.
-const MAX_SAFE = 2 ** 53;
 const MAX_SAFE_BIG = 2n ** 53n;
 
 const TASK_REQUIRED = ['sender', 'recipient', 'subject'];
@@ -123,17 +122,13 @@ export function taskDigest(task) {
 }
 
 /** A number as JCS writes it: ECMAScript's Number::toString (String()
- * is exactly that), after refusing what generic-json-v1 refuses. */
+ * is exactly that).  Every finite double has its form: a double is not
+ * an integer literal, whatever its value (the client sends one past
+ * 2**53 in exponent form, which the broker reads as this very double). */
 function jcsNumber(v) {
   if (!Number.isFinite(v))
     throw new RangeError('generic-json-v1 has no NaN or infinity');
-  const text = String(v);
-  // Past 2**53 and below 1e21 a number is written as an integer literal,
-  // which the broker refuses (a double cannot hold it exactly); from
-  // 1e21 on it is written with an exponent, a real, which it takes.
-  if (Math.abs(v) > MAX_SAFE && !text.includes('e'))
-    throw new RangeError(`generic-json-v1: the integer ${text} is past 2**53`);
-  return text;
+  return String(v);
 }
 
 function jcs(v, out, seen) {
@@ -144,8 +139,9 @@ function jcs(v, out, seen) {
   } else if (typeof v === 'number') {
     out.push(jcsNumber(v));
   } else if (typeof v === 'bigint') {
-    // A bigint is how a caller (or a parser that keeps integers exact)
-    // holds an integer past 2**53: refused as the broker refuses it.
+    // A bigint is an integer held exactly (as a parser that keeps
+    // integer literals exact gives them): past 2**53 it is refused, as
+    // the broker refuses such a literal.
     if (v > MAX_SAFE_BIG || v < -MAX_SAFE_BIG)
       throw new RangeError(`generic-json-v1: the integer ${v} is past 2**53`);
     out.push(String(v));
@@ -200,12 +196,15 @@ function jcs(v, out, seen) {
 /** The generic-json-v1 canonical bytes (a Buffer of UTF-8) of
  * {"kind": effectKind, "request": request}.  Throws TypeError for names
  * equal after normalization, a lone surrogate or a non-JSON value, and
- * RangeError for integers past 2**53 (a bigint is taken exactly) and
- * non-finite numbers: what the broker answers invalid_request. */
+ * RangeError for non-finite numbers and bigints past 2**53: what the
+ * broker answers invalid_request. */
 export function effectCanonical(effectKind, request) {
-  const out = [];
-  jcs({ kind: effectKind, request: request === undefined ? null : request }, out,
-      new Set());
+  if (typeof effectKind !== 'string')
+    throw new TypeError('effectKind must be a string');
+  // {"kind":..,"request":..}: the two names are in order already.
+  const out = ['{"kind":', jsonString(normalizeString(effectKind)), ',"request":'];
+  jcs(request === undefined ? null : request, out, new Set());
+  out.push('}');
   return Buffer.from(out.join(''), 'utf8');
 }
 

@@ -1,0 +1,642 @@
+/* SPDX-License-Identifier: ISC */
+// client.test.mjs: idemd-client (contrib/node) as a user gets it, the
+// copy `npm install ./contrib/node` put into node_modules, against a real
+// idemd.  Run by tests/node_client.sh under node's test runner, from a
+// directory where 'idemd-client' resolves; IDEMD, IDEM_VECTORS and
+// IDEM_FAULT_INJECTION come from make check.
+//
+// What it proves: the digests equal the shared vectors byte for byte
+// and the broker agrees with them; every op of hello has its method;
+// typed replies and one error class per family (code, retryable, a
+// conflict's facts); pipelined calls on one connection; refusals before
+// sending; reconnection after a restart; writeTaskRetry across a broker
+// crash and restart gives exactly one TASK file; runEffect's proceed,
+// reused, conflict, in_progress, outcome_unknown, NotApplied, a throwing
+// fn and aborts; and, on a broker that serves effect_extend, a 300 ms
+// lease kept alive through a 1 s effect.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import * as idem from 'idemd-client';
+import { Broker, countFiles, tempDir } from './broker.mjs';
+
+const {
+  Client, IdemConflict, IdemError, IdemInProgress, IdemNotFound, IdemOutcomeUnknown,
+  IdemRequestError, IdemTransportError, NotApplied, runEffect, writeTaskRetry,
+} = idem;
+
+const VECTORS = process.env.IDEM_VECTORS
+    ?? path.join(path.dirname(new URL(import.meta.url).pathname), '..', 'vectors');
+const FAULTS = process.env.IDEM_FAULT_INJECTION === 'yes';
+const TASK = { sender: 'PM', recipient: 'DEV', subject: 'Fix login' };
+
+const tmp = tempDir('idem-node.');
+let broker;
+const clients = [];
+let nth = 0;
+
+function client(options = {}) {
+  const c = new Client({ socket: broker.socket, timeoutMs: 60000, ...options });
+  clients.push(c);
+  return c;
+}
+
+/** A fresh key for each use, so the cases share one broker. */
+function key(what) {
+  return `node-${what}-${++nth}`;
+}
+
+before(async () => {
+  broker = await new Broker(path.join(tmp, 'fcop')).start();
+});
+
+after(async () => {
+  for (const c of clients)
+    c.close();
+  await broker.stop();
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+function readVectors(name) {
+  const doc = JSON.parse(fs.readFileSync(path.join(VECTORS, name), 'utf8'));
+  assert.ok(doc.vectors.length > 0, `${name} holds vectors`);
+  return doc;
+}
+
+// JSON.parse rounds integers past 2**53 and keeps the last of two equal
+// names, so the generic-json-v1 vectors (which refuse both) are read
+// with this parser: integers exact (bigint past the safe range), a
+// repeated name an error.
+function parseExact(text) {
+  let i = 0;
+  const ws = () => {
+    while (' \t\r\n'.includes(text[i]) && i < text.length)
+      i++;
+  };
+  const value = () => {
+    ws();
+    const c = text[i];
+    if (c === '{') {
+      i++;
+      const obj = {};
+      ws();
+      if (text[i] === '}') {
+        i++;
+        return obj;
+      }
+      for (;;) {
+        ws();
+        const name = value();
+        ws();
+        assert.equal(text[i++], ':');
+        if (Object.hasOwn(obj, name))
+          throw new SyntaxError(`duplicate name ${name}`);
+        obj[name] = value();
+        ws();
+        if (text[i++] === '}')
+          return obj;
+      }
+    }
+    if (c === '[') {
+      i++;
+      const arr = [];
+      ws();
+      if (text[i] === ']') {
+        i++;
+        return arr;
+      }
+      for (;;) {
+        arr.push(value());
+        ws();
+        if (text[i++] === ']')
+          return arr;
+      }
+    }
+    const m = /^(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null)/
+        .exec(text.slice(i));
+    assert.ok(m, `JSON at ${i}`);
+    i += m[0].length;
+    const tok = m[0];
+    if (/^-?\d+$/.test(tok) && !Number.isSafeInteger(Number(tok)))
+      return BigInt(tok);
+    return JSON.parse(tok);
+  };
+  const v = value();
+  ws();
+  assert.equal(i, text.length);
+  return v;
+}
+
+// ---- digests ----------------------------------------------------------------
+
+test('write-task-v1: every vector, byte for byte', () => {
+  for (const name of ['write-task-v1.json', 'write-task-v1-fcop.json']) {
+    const doc = readVectors(name);
+    assert.equal(doc.schema, idem.DIGEST_SCHEMA);
+    for (const v of doc.vectors) {
+      assert.deepEqual(idem.taskCanonical(v.task), Buffer.from(v.canonical, 'utf8'),
+          `${name} ${v.name}: canonical bytes`);
+      assert.equal(idem.taskDigest(v.task), v.request_digest, `${name} ${v.name}: digest`);
+    }
+  }
+});
+
+test('generic-json-v1: every vector, byte for byte, and its refusals', () => {
+  const doc = readVectors('generic-json-v1.json');
+  assert.equal(doc.schema, idem.EFFECT_DIGEST_SCHEMA);
+  let refused = 0;
+  for (const v of doc.vectors) {
+    const request = parseExact(v.request_json);
+    if (v.error) {
+      assert.throws(() => idem.effectCanonical(v.effect_kind, request),
+          /normalization|2\*\*53/, `${v.name}: refused (${v.error})`);
+      refused++;
+      continue;
+    }
+    assert.deepEqual(idem.effectCanonical(v.effect_kind, request),
+        Buffer.from(v.canonical, 'utf8'), `${v.name}: canonical bytes`);
+    assert.equal(idem.effectDigest(v.effect_kind, request), v.request_digest,
+        `${v.name}: digest`);
+  }
+  assert.ok(refused > 0, 'the vectors include refusals');
+});
+
+test('generic-json-v1: numbers as the wire carries them, refusals', () => {
+  assert.equal(idem.effectCanonical('k/v1', [1.0, -0, 1e21, 1e-7, 0.000001]).toString(),
+      '{"kind":"k/v1","request":[1,0,1e+21,1e-7,0.000001]}');
+  // A double is a double whatever its value: JCS's form, exactly.
+  assert.equal(idem.effectCanonical('k/v1', [2 ** 53 + 2, 1e20]).toString(),
+      '{"kind":"k/v1","request":[9007199254740994,100000000000000000000]}');
+  // A bigint is an exact integer: refused past 2**53, as the broker does.
+  assert.equal(idem.effectCanonical('k/v1', 2n ** 53n).toString(),
+      '{"kind":"k/v1","request":9007199254740992}');
+  for (const bad of [NaN, Infinity, 2n ** 53n + 1n, -(2n ** 53n) - 1n,
+    { ['a\r\nb']: 1, ['a\nb']: 2 }, '\ud800', () => 1, Symbol('s')])
+    assert.throws(() => idem.effectCanonical('k/v1', bad), `${String(bad)} refused`);
+  // undefined members are left out, as JSON.stringify leaves them out.
+  assert.equal(idem.effectDigest('k/v1', { a: 1, b: undefined }),
+      idem.effectDigest('k/v1', { a: 1 }));
+});
+
+test('the broker agrees with the digests it is sent', async () => {
+  const c = client();
+  for (const v of readVectors('write-task-v1.json').vectors) {
+    const r = await c.writeTask(v.task, key('vec'), { requestDigest: true });
+    assert.equal(r.receipt.requestDigest, v.request_digest, v.name);
+  }
+  for (const v of readVectors('generic-json-v1.json').vectors) {
+    if (v.error)
+      continue;
+    const b = await c.effectBegin(key('gvec'), v.effect_kind, JSON.parse(v.request_json),
+        { requestDigest: true });
+    assert.equal(b.requestDigest, v.request_digest, v.name);
+  }
+  // Doubles past 2**53 reach the broker as the doubles they are.
+  for (const request of [2 ** 53 + 2, [1e20, -(2 ** 60)], { big: 123456789012345680000 }]) {
+    const b = await c.effectBegin(key('big'), 'n/v1', request, { requestDigest: true });
+    assert.equal(b.requestDigest, idem.effectDigest('n/v1', request));
+  }
+  await assert.rejects(c.effectBegin(key('big'), 'n/v1', 2n ** 53n + 1n),
+      (e) => e instanceof IdemRequestError && e.code === 'invalid_request');
+  await assert.rejects(c.writeTask(TASK, key('bad'), { requestDigest: '0'.repeat(64) }),
+      (e) => e instanceof IdemRequestError && e.code === 'digest_disagrees' && !e.retryable);
+});
+
+// ---- ops --------------------------------------------------------------------
+
+const camel = (op) => op.replace(/_([a-z])/g, (_, ch) => ch.toUpperCase());
+
+test('hello, and a method for every op the broker serves', async () => {
+  const h = await client().hello();
+  assert.equal(h.server, 'idemd');
+  assert.equal(h.protocol, 1);
+  assert.ok(h.digestSchemas.includes('write-task-v1'));
+  assert.ok(h.digestSchemas.includes('generic-json-v1'));
+  assert.ok(h.ops.length >= 9);
+  for (const op of h.ops)
+    assert.equal(typeof Client.prototype[camel(op)], 'function', `Client#${camel(op)}`);
+  // SPEC.md's op list, whether or not this broker serves it yet.
+  for (const op of ['hello', 'write_task', 'write_report', 'get_submission', 'diagnose',
+    'stats', 'effect_begin', 'effect_complete', 'effect_extend', 'effect_resolve'])
+    assert.equal(typeof Client.prototype[camel(op)], 'function', `Client#${camel(op)}`);
+  assert.equal(h.serves('write_task'), true);
+  assert.equal(h.serves('no_such_op'), false);
+});
+
+test('writeTask: created, reused byte for byte, legacy, conflict, refusals', async () => {
+  const c = client();
+  const sid = key('task');
+  const before = countFiles(broker.root, 'TASK');
+  const first = await c.writeTask({ ...TASK, body: 'a\r\nb' }, sid, { meta: { retry: 0 } });
+  assert.equal(first.disposition, 'created');
+  assert.ok(first.created && first.actionTaken && first.idempotent && !first.recovered);
+  assert.match(first.receipt.taskId, /^TASK-\d{8}-\d{3}-PM-to-DEV$/);
+  assert.equal(first.receipt.taskPath, `_lifecycle/inbox/${first.receipt.taskId}.md`);
+  assert.equal(first.path, first.receipt.taskPath);
+  assert.equal(first.receipt.requestDigest, idem.taskDigest({ ...TASK, body: 'a\nb' }));
+  assert.ok(fs.existsSync(path.join(broker.root, first.receipt.taskPath)));
+
+  const again = await c.writeTask({ ...TASK, body: 'a\nb' }, sid, { meta: { retry: 1 } });
+  assert.equal(again.disposition, 'reused');
+  assert.ok(again.reused && !again.actionTaken);
+  assert.equal(again.receipt.raw, first.receipt.raw, 'the first receipt, byte for byte');
+  assert.equal(countFiles(broker.root, 'TASK'), before + 1);
+
+  const legacy = await c.writeTask(TASK);
+  assert.equal(legacy.idempotent, false);
+  assert.equal(legacy.receipt.clientSubmissionId, null);
+  assert.equal(countFiles(broker.root, 'TASK'), before + 2);
+
+  await assert.rejects(c.writeTask({ ...TASK, subject: 'Other' }, sid), (e) => {
+    assert.ok(e instanceof IdemConflict && e instanceof IdemError);
+    assert.equal(e.code, 'conflict');
+    assert.equal(e.reason, 'digest_mismatch');
+    assert.equal(e.retryable, false);
+    assert.equal(e.bound.taskId, first.receipt.taskId);
+    assert.equal(e.bound.requestDigest, first.receipt.requestDigest);
+    assert.equal(e.bound.state, 'committed');
+    return true;
+  });
+  await assert.rejects(c.writeTask({ sender: 'PM', recipient: 'DEV' }, key('bad')), (e) =>
+    e instanceof IdemRequestError && e.code === 'invalid_request'
+        && e.field === 'task.subject' && !e.retryable);
+  await assert.rejects(c.writeTask({ ...TASK, priority: 'P9' }, key('bad')),
+      (e) => e instanceof IdemRequestError && e.field === 'task.priority');
+  assert.equal(countFiles(broker.root, 'TASK'), before + 2, 'no task from a refusal');
+});
+
+test('writeReport: written, deduplicated, conflict, task_not_found', async () => {
+  const c = client();
+  const task = await c.writeTask(TASK, key('rtask'));
+  const sid = key('report');
+  const before = countFiles(broker.root, 'REPORT');
+  const r = await c.writeReport(task.receipt.taskId, { sender: 'DEV', body: 'done' }, sid);
+  assert.equal(r.deduplicated, false);
+  assert.match(r.reportId, /^REPORT-\d{8}-\d{3}-DEV-to-PM$/);
+  assert.equal(r.reportPath, `reports/${r.reportId}.md`);
+  const again = await c.writeReport(task.receipt.taskId, { sender: 'DEV', body: 'done' }, sid);
+  assert.equal(again.deduplicated, true);
+  assert.equal(again.reportId, r.reportId);
+  await assert.rejects(c.writeReport(task.receipt.taskId, { sender: 'DEV', body: 'other' }, sid),
+      (e) => e instanceof IdemConflict && e.code === 'conflict');
+  await assert.rejects(c.writeReport('TASK-20000101-001-PM-to-DEV', { sender: 'DEV' }, key('r')),
+      (e) => e instanceof IdemNotFound && e.code === 'task_not_found');
+  assert.equal(countFiles(broker.root, 'REPORT'), before + 1);
+});
+
+test('getSubmission, diagnose, stats', async () => {
+  const c = client();
+  const sid = key('get');
+  const w = await c.writeTask(TASK, sid);
+  const got = await c.getSubmission(sid);
+  assert.equal(got.found, true);
+  assert.equal(got.submission.state, 'committed');
+  assert.equal(got.submission.taskId, w.receipt.taskId);
+  assert.equal(got.submission.receipt.raw, w.receipt.raw);
+  const none = await c.getSubmission(key('none'));
+  assert.equal(none.found, false);
+  assert.equal(none.submission, null);
+
+  const ekey = key('geteff');
+  const out = await runEffect(c, 'get/v1', ekey, { n: 1 }, () => ({ sent: true }));
+  const eff = await c.getSubmission(ekey, { effectKind: 'get/v1' });
+  assert.equal(eff.submission.effectKind, 'get/v1');
+  assert.deepEqual(eff.submission.receipt.result, out);
+  assert.equal((await c.getSubmission(ekey)).found, false, 'not among the tasks');
+
+  const d = await c.diagnose({ staleAfterMs: 1000 });
+  assert.ok(Array.isArray(d.entries));
+  assert.equal(typeof d.counts.committed, 'number');
+  const s = await c.stats();
+  for (const counter of ['created', 'reused', 'conflict', 'legacy_created', 'errors',
+    'journal_records', 'journal_fsyncs', 'table_used', 'table_capacity', 'history_entries',
+    'workers', 'worker_restarts', 'uptime_ms'])
+    assert.equal(typeof s[counter], 'number', counter);
+  assert.ok(s.created >= 1);
+  assert.equal(s.reply.ok, true);
+});
+
+// ---- the connection ---------------------------------------------------------
+
+test('pipelined calls on one connection come back each to its caller', async () => {
+  const c = client();
+  const n = 40;
+  const sids = Array.from({ length: n }, () => key('pipe'));
+  const results = await Promise.all(sids.map((sid, i) =>
+    c.writeTask({ ...TASK, subject: `pipe ${i}` }, sid)));
+  results.forEach((r, i) => {
+    assert.equal(r.receipt.clientSubmissionId, sids[i]);
+    assert.equal(r.disposition, 'created');
+  });
+  assert.equal(new Set(results.map((r) => r.receipt.taskId)).size, n);
+  // Mixed ops, answered in order, each id echoed.
+  const replies = await c.pipeline([{ op: 'hello' }, { op: 'stats' }, { op: 'nope' },
+    { op: 'get_submission', client_submission_id: sids[0] }]);
+  assert.equal(replies[0].server, 'idemd');
+  assert.equal(typeof replies[1].created, 'number');
+  assert.equal(replies[2].ok, false);
+  assert.equal(replies[2].error.code, 'unknown_op');
+  assert.equal(replies[3].submission.client_submission_id, sids[0]);
+  assert.ok(replies[3].raw.startsWith('{'));
+  const ids = replies.map((r) => r.id);
+  assert.equal(new Set(ids).size, 4);
+  // An error reply did not break the connection.
+  assert.equal((await c.hello()).server, 'idemd');
+});
+
+test('refusals before sending: too large, not Unicode, not JSON', async () => {
+  const c = client();
+  const before = (await c.stats()).errors;
+  await assert.rejects(c.writeTask({ ...TASK, body: 'x'.repeat(idem.MAX_LINE_BYTES) }, key('big')),
+      (e) => e instanceof IdemRequestError && e.code === 'too_large');
+  await assert.rejects(c.writeTask({ ...TASK, subject: 'a\ud800' }, key('sur')),
+      (e) => e instanceof IdemRequestError && e.code === 'invalid_utf8');
+  await assert.rejects(c.effectBegin(key('nan'), 'n/v1', { x: NaN }),
+      (e) => e instanceof IdemRequestError && e.code === 'invalid_request');
+  assert.equal((await c.stats()).errors, before, 'nothing reached the broker');
+});
+
+test('transport errors, reconnection after a restart, close, abort', async () => {
+  const missing = new Client({ socket: path.join(tmp, 'no.sock') });
+  await assert.rejects(missing.hello(), (e) =>
+    e instanceof IdemTransportError && e.code === 'transport' && e.retryable);
+
+  const c = client();
+  const sid = key('restart');
+  const first = await c.writeTask(TASK, sid);
+  assert.equal(c.connected, true);
+  await broker.stop();
+  await assert.rejects(c.hello(), (e) => e instanceof IdemTransportError);
+  await broker.start();
+  const again = await c.writeTask(TASK, sid);
+  assert.equal(again.disposition, 'reused');
+  assert.equal(again.receipt.raw, first.receipt.raw, 'the receipt survives the restart');
+
+  const ac = new AbortController();
+  ac.abort();
+  await assert.rejects(c.hello({ signal: ac.signal }), { name: 'AbortError' });
+  assert.equal((await c.hello()).server, 'idemd', 'the connection is still good');
+
+  c.close();
+  assert.equal(c.closed, true);
+  await assert.rejects(c.hello(), (e) => e instanceof IdemError && e.code === 'closed');
+});
+
+// ---- writeTaskRetry -----------------------------------------------------------
+
+test('writeTaskRetry across a broker restart creates one task', async () => {
+  const sid = key('retry');
+  const task = { ...TASK, subject: 'once, across a restart' };
+  const before = countFiles(broker.root, 'TASK');
+  const retries = [];
+  let twice;
+  const failedTwice = new Promise((resolve) => {
+    twice = resolve;
+  });
+  const onRetry = (attempt, e) => {
+    retries.push(e.code);
+    if (retries.length === 2)
+      twice();
+  };
+  await broker.stop();
+  // The broker is down when the call starts: it retries until one is up.
+  const call = writeTaskRetry(task, sid, {
+    socket: broker.socket, attempts: 200, baseDelayMs: 20, maxDelayMs: 100, onRetry,
+  });
+  await failedTwice;
+  await broker.start();
+  const r = await call;
+  assert.equal(r.disposition, 'created');
+  assert.ok(retries.every((code) => code === 'transport'), retries.join());
+  // A second call under the same id: the same task.
+  const again = await writeTaskRetry(task, sid, { socket: broker.socket });
+  assert.equal(again.disposition, 'reused');
+  assert.equal(again.receipt.raw, r.receipt.raw);
+  assert.equal(countFiles(broker.root, 'TASK'), before + 1);
+  await assert.rejects(writeTaskRetry({ ...task, subject: 'else' }, sid,
+      { socket: broker.socket }), IdemConflict);
+  assert.throws(() => writeTaskRetry(task, ''), TypeError);
+});
+
+test('writeTaskRetry: the broker killed mid-creation, restarted, one task',
+    { skip: !FAULTS && 'idemd built without --enable-fault-injection' }, async () => {
+  for (const point of ['after_reserve_durable', 'after_task_file_linked',
+    'after_commit_durable']) {
+    const sid = key(`crash-${point}`);
+    const task = { ...TASK, subject: `crash at ${point}` };
+    const before = countFiles(broker.root, 'TASK');
+    await broker.stop();
+    await broker.start({ IDEM_CRASH_AT: point });
+    const codes = [];
+    const call = writeTaskRetry(task, sid, {
+      socket: broker.socket, attempts: 400, baseDelayMs: 20, maxDelayMs: 100,
+      onRetry: (attempt, e) => codes.push(e.code),
+    });
+    // The broker kills itself at the point; the retries meet a new one.
+    await broker.dead();
+    await broker.start();
+    const r = await call;
+    assert.ok(codes.length >= 1 && codes.every((c) => c === 'transport'),
+        `${point}: retried after the crash (${codes.join()})`);
+    assert.equal(countFiles(broker.root, 'TASK'), before + 1, `${point}: one task`);
+    const got = await client().getSubmission(sid);
+    assert.equal(got.submission.state, 'committed');
+    assert.equal(got.submission.taskId, r.receipt.taskId);
+    if (point === 'after_commit_durable')
+      assert.equal(r.disposition, 'reused', `${point}: the committed receipt`);
+    else
+      assert.ok(r.recovered, `${point}: finished the interrupted creation`);
+  }
+});
+
+// ---- runEffect ----------------------------------------------------------------
+
+/** Resolves once the key's lease has lapsed on the broker's clock (its
+ * diagnose entry says lease_live false). */
+async function lapsed(c, kind, sid) {
+  for (;;) {
+    const d = await c.diagnose();
+    const e = d.entries.find((x) => x.client_submission_id === sid && x.effect_kind === kind);
+    if (e && e.lease_live === false)
+      return e;
+    await sleep(20);
+  }
+}
+
+test('runEffect: proceed runs fn once; reused returns the stored result', async () => {
+  const c = client();
+  const sid = key('eff');
+  const calls = [];
+  const fn = async (externalKey, ctx) => {
+    calls.push({ externalKey, attempt: ctx.attempt });
+    return { sent: externalKey, n: calls.length };
+  };
+  const first = await runEffect(c, 'mail.send/v1', sid, { to: 'a@example.com' }, fn);
+  assert.equal(calls.length, 1);
+  assert.match(calls[0].externalKey, /^idem-/);
+  assert.equal(calls[0].attempt, 1);
+  assert.deepEqual(first, { sent: calls[0].externalKey, n: 1 });
+  const second = await runEffect(client(), 'mail.send/v1', sid, { to: 'a@example.com' }, fn);
+  assert.deepEqual(second, first, 'the stored result');
+  assert.equal(calls.length, 1, 'fn ran once');
+  // An absent result commits null.
+  assert.equal(await runEffect(c, 'void/v1', key('void'), null, () => undefined), null);
+});
+
+test('runEffect: conflict and in_progress are typed errors; fn never runs', async () => {
+  const c = client();
+  const sid = key('effc');
+  await runEffect(c, 'k/v1', sid, { a: 1 }, () => 1);
+  let ran = 0;
+  await assert.rejects(runEffect(c, 'k/v1', sid, { a: 2 }, () => ran++), (e) =>
+    e instanceof IdemConflict && e.reason === 'digest_mismatch' && !e.retryable
+        && e.bound.effectKind === 'k/v1');
+  const held = key('held');
+  const b = await c.effectBegin(held, 'k/v1', {}, { leaseMs: 60000 });
+  await assert.rejects(runEffect(client(), 'k/v1', held, {}, () => ran++), (e) =>
+    e instanceof IdemInProgress && e.retryable && e.externalKey === b.externalKey);
+  assert.equal(ran, 0);
+  await c.effectComplete(held, 'k/v1', b.fence, 'not_applied');
+});
+
+test('runEffect: a lapsed lease is outcome_unknown until resolved', async () => {
+  const c = client();
+  const sid = key('unk');
+  const b = await c.effectBegin(sid, 'pay/v1', { cents: 5 }, { leaseMs: 100 });
+  assert.ok(b.proceed);
+  await lapsed(c, 'pay/v1', sid);
+  let ran = 0;
+  await assert.rejects(runEffect(c, 'pay/v1', sid, { cents: 5 }, () => ran++), (e) => {
+    assert.ok(e instanceof IdemOutcomeUnknown);
+    assert.equal(e.code, 'outcome_unknown');
+    assert.equal(e.retryable, false);
+    assert.equal(e.externalKey, b.externalKey);
+    assert.equal(e.attempt, 1);
+    return true;
+  });
+  assert.equal(ran, 0);
+  const settled = await c.effectResolve(sid, 'pay/v1', 'applied',
+      { result: { paid: true }, source: 'the bank' });
+  assert.deepEqual(settled.receipt.result, { paid: true });
+  assert.deepEqual(await runEffect(c, 'pay/v1', sid, { cents: 5 }, () => ran++), { paid: true });
+  assert.equal(ran, 0);
+  await assert.rejects(c.effectResolve(sid, 'pay/v1', 'applied', { result: { paid: 2 } }),
+      (e) => e instanceof IdemConflict && e.reason === 'already_committed');
+});
+
+test('runEffect: NotApplied releases; a throwing fn reports nothing', async () => {
+  const c = client();
+  const sid = key('na');
+  const keys = [];
+  await assert.rejects(runEffect(c, 'k/v1', sid, 1, (k) => {
+    keys.push(k);
+    throw new NotApplied('the downstream refused it');
+  }), NotApplied);
+  const r = await runEffect(c, 'k/v1', sid, 1, (k, ctx) => {
+    keys.push(k);
+    return ctx.attempt;
+  });
+  assert.equal(r, 2, 'attempt 2 after the release');
+  assert.equal(keys[0], keys[1], 'the same externalKey on every attempt');
+
+  const sid2 = key('throw');
+  await assert.rejects(runEffect(c, 'k/v1', sid2, 1, () => {
+    throw new Error('broke after sending?');
+  }, { leaseMs: 100 }), /broke after sending/);
+  const got = await c.getSubmission(sid2, { effectKind: 'k/v1' });
+  assert.equal(got.submission.state, 'reserved', 'nothing reported');
+  await lapsed(c, 'k/v1', sid2);
+  await assert.rejects(runEffect(c, 'k/v1', sid2, 1, () => 1), IdemOutcomeUnknown);
+});
+
+test('runEffect: an AbortSignal aborts the call', async () => {
+  const c = client();
+  const pre = new AbortController();
+  pre.abort();
+  const sid = key('abort');
+  let ran = 0;
+  await assert.rejects(runEffect(c, 'k/v1', sid, 1, () => ran++, { signal: pre.signal }),
+      { name: 'AbortError' });
+  assert.equal((await c.getSubmission(sid, { effectKind: 'k/v1' })).found, false,
+      'aborted before the begin: nothing asked');
+
+  // Aborted while fn runs: rejects at once; fn saw the signal; nothing
+  // is reported, so the key lapses into outcome_unknown.
+  const ac = new AbortController();
+  const sid2 = key('abort2');
+  let sawAbort = null;
+  const call = runEffect(c, 'k/v1', sid2, 1, (k, ctx) => new Promise((resolve) => {
+    ran++;
+    ctx.signal.addEventListener('abort', () => {
+      sawAbort = true;
+      resolve('finished anyway');
+    });
+    setImmediate(() => ac.abort());
+  }), { signal: ac.signal, leaseMs: 150 });
+  await assert.rejects(call, { name: 'AbortError' });
+  assert.equal(ran, 1);
+  assert.equal(sawAbort, true);
+  await lapsed(c, 'k/v1', sid2);
+  await assert.rejects(runEffect(c, 'k/v1', sid2, 1, () => ran++), IdemOutcomeUnknown);
+  assert.equal(ran, 1);
+});
+
+test('runEffect: a 300 ms lease lives through a 1 s effect (effect_extend)', async (t) => {
+  const c = client();
+  if (!(await c.hello()).serves('effect_extend')) {
+    t.skip('this idemd does not serve effect_extend yet (hello lists no such op)');
+    return;
+  }
+  const sid = key('long');
+  const other = client();
+  let ran = 0;
+  const seen = [];
+  const result = await runEffect(c, 'deploy/v1', sid, { app: 'x' }, async (externalKey) => {
+    ran++;
+    const end = Date.now() + 1000;
+    // A concurrent caller meets the live lease throughout: in_progress.
+    while (Date.now() < end) {
+      await assert.rejects(other.effectBegin(sid, 'deploy/v1', { app: 'x' }), (e) => {
+        seen.push(e.code);
+        return e instanceof IdemInProgress;
+      });
+      await sleep(100);
+    }
+    return { deployed: externalKey };
+  }, { leaseMs: 300 });
+  assert.equal(ran, 1);
+  assert.ok(seen.length >= 5 && seen.every((code) => code === 'in_progress'), seen.join());
+  assert.match(result.deployed, /^idem-/);
+  const again = await other.effectBegin(sid, 'deploy/v1', { app: 'x' });
+  assert.equal(again.disposition, 'reused');
+  assert.deepEqual(again.receipt.result, result);
+});
+
+test('effectExtend: stale fence, after a lapse, after a commit', async (t) => {
+  const c = client();
+  if (!(await c.hello()).serves('effect_extend')) {
+    t.skip('this idemd does not serve effect_extend yet (hello lists no such op)');
+    return;
+  }
+  const sid = key('ext');
+  const b = await c.effectBegin(sid, 'k/v1', 1, { leaseMs: 100 });
+  const ext = await c.effectExtend(sid, 'k/v1', b.fence, 60000);
+  assert.equal(typeof ext.leaseExpiresAt, 'string');
+  await c.effectComplete(sid, 'k/v1', b.fence, 'not_applied');
+  const b2 = await c.effectBegin(sid, 'k/v1', 1, { leaseMs: 100 });
+  assert.equal(b2.attempt, 2);
+  await assert.rejects(c.effectExtend(sid, 'k/v1', b.fence, 1000),
+      (e) => e instanceof IdemConflict && e.reason === 'stale_fence');
+  await lapsed(c, 'k/v1', sid);
+  await assert.rejects(c.effectExtend(sid, 'k/v1', b2.fence, 1000), IdemOutcomeUnknown);
+  // The holder still completes after the lapse (SPEC.md).
+  const done = await c.effectComplete(sid, 'k/v1', b2.fence, 'applied', { ok: 1 });
+  assert.deepEqual(done.receipt.result, { ok: 1 });
+  await assert.rejects(c.effectExtend(sid, 'k/v1', b2.fence, 1000),
+      (e) => e instanceof IdemConflict && e.reason === 'already_committed');
+  await assert.rejects(c.effectExtend(key('none'), 'k/v1', b2.fence, 1000),
+      (e) => e instanceof IdemConflict && e.reason === 'no_reservation');
+});
