@@ -14,7 +14,10 @@
 #     with the SDK's client: the SDK and zod installed into the BUILD
 #     tree (tests/node/app) with `npm ci` from tests/node's committed
 #     package.json and package-lock.json, once (reused while the lock is
-#     unchanged), idemd-client next to them from contrib/node, offline.
+#     unchanged), idemd-client next to them from contrib/node, offline;
+#  4. there too, contrib/node/index.d.ts checked by TypeScript's tsc
+#     --strict (pinned in the same lock) against tests/node/typed_usage.ts,
+#     a caller's code.
 #
 # Exit 77 (skip) with the reason without node or npm or with node older
 # than 18; the example alone is skipped (a "SKIP:" line) when npm ci
@@ -134,7 +137,7 @@ if [ $sdk_ready = no ]; then
 	if in_ci; then
 		fail "npm ci could not install @modelcontextprotocol/sdk (CI=true: CI must run the example)"
 	else
-		echo "SKIP: the MCP example: npm ci could not install @modelcontextprotocol/sdk (no registry?)"
+		echo "SKIP: the MCP example and the typecheck: npm ci could not install the SDK and TypeScript (no registry?)"
 	fi
 elif ! npm install --prefix "$app" --no-save --offline "$pkg" \
     >"$work/app-install.log" 2>&1; then
@@ -143,7 +146,15 @@ elif ! npm install --prefix "$app" --no-save --offline "$pkg" \
 else
 	cp "$src/contrib/examples/mcp_notify.mjs" \
 	    "$src/tests/node/example.test.mjs" "$src/tests/node/broker.mjs" \
-	    "$app/" || exit 99
+	    "$src/tests/node/typed_usage.ts" "$app/" || exit 99
+	# The hand-written declarations against a caller's code, strictly.
+	if (cd "$app" && node_modules/.bin/tsc --noEmit --strict \
+	    --target es2022 --module nodenext --moduleResolution nodenext \
+	    --types node typed_usage.ts); then
+		pass "contrib/node/index.d.ts: tsc --strict on tests/node/typed_usage.ts"
+	else
+		fail "contrib/node/index.d.ts: tsc --strict on tests/node/typed_usage.ts"
+	fi
 	if (cd "$app" && IDEM_NODE_EXAMPLE=$app/mcp_notify.mjs \
 	    node --test example.test.mjs); then
 		pass "contrib/examples/mcp_notify.mjs (tests/node/example.test.mjs)"

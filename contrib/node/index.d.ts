@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: ISC
 // idemd-client's types, written by hand (no compiler at install time).
 // Wire names are snake_case in .reply and .data; the typed fields are
-// camelCase.  SPEC.md (in the idem source tree) is the contract.
+// camelCase.  SPEC.md (in the idem source tree) is the contract.  The
+// globals AbortSignal and Uint8Array come from @types/node (or the DOM
+// library); canonical bytes are Buffers, typed as the Uint8Array they are.
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 /** An effect's fence: sent back as effect_begin's proceed gave it. */
@@ -335,10 +337,10 @@ export const EFFECT_DIGEST_SCHEMA: 'generic-json-v1';
 export function submissionIdNew(prefix?: string): string;
 /** CRLF and lone CR become LF, then NFC. */
 export function normalizeString(s: string): string;
-export function taskCanonical(task: Task): Buffer;
+export function taskCanonical(task: Task): Uint8Array;
 export function taskDigest(task: Task): string;
 /** bigint: an integer held exactly (refused past 2**53, as the broker does). */
-export function effectCanonical(effectKind: string, request: unknown): Buffer;
+export function effectCanonical(effectKind: string, request: unknown): Uint8Array;
 export function effectDigest(effectKind: string, request: unknown): string;
 /** The exact text of the member at path of a JSON object's text. */
 export function rawMember(text: string, ...path: string[]): string | null;

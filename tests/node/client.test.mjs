@@ -18,6 +18,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as idem from 'idemd-client';
@@ -203,6 +204,14 @@ test('the broker agrees with the digests it is sent', async () => {
       (e) => e instanceof IdemRequestError && e.code === 'invalid_request');
   await assert.rejects(c.writeTask(TASK, key('bad'), { requestDigest: '0'.repeat(64) }),
       (e) => e instanceof IdemRequestError && e.code === 'digest_disagrees' && !e.retryable);
+});
+
+test('index.d.ts declares every export, and only those', async () => {
+  const pkg = createRequire(import.meta.url).resolve('idemd-client/package.json');
+  const dts = fs.readFileSync(path.join(path.dirname(pkg), 'index.d.ts'), 'utf8');
+  const declared = new Set([...dts.matchAll(
+      /^export (?:const|function|class) ([A-Za-z_]\w*)/gm)].map((m) => m[1]));
+  assert.deepEqual([...declared].sort(), Object.keys(idem).sort());
 });
 
 // ---- ops --------------------------------------------------------------------
