@@ -109,7 +109,7 @@ fi
 # 2. The client's tests, importing the installed package.
 cp "$src/tests/node/client.test.mjs" "$src/tests/node/broker.mjs" "$fresh/" ||
     exit 99
-if (cd "$fresh" && node --test client.test.mjs); then
+if (cd "$fresh" && IDEM_NODE_DOC=$src/doc/node.md node --test client.test.mjs); then
 	pass "tests/node/client.test.mjs"
 else
 	fail "tests/node/client.test.mjs"

@@ -19,6 +19,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as idem from 'idemd-client';
@@ -648,4 +649,37 @@ test('effectExtend: stale fence, after a lapse, after a commit', async (t) => {
       (e) => e instanceof IdemConflict && e.reason === 'already_committed');
   await assert.rejects(c.effectExtend(key('none'), 'k/v1', b2.fence, 1000),
       (e) => e instanceof IdemConflict && e.reason === 'no_reservation');
+});
+
+// ---- doc/node.md's complete example ---------------------------------------------
+
+test("doc/node.md's example, run twice: one task, one deployment, one report",
+    { skip: !process.env.IDEM_NODE_DOC && 'IDEM_NODE_DOC does not name doc/node.md' },
+    async () => {
+  const doc = fs.readFileSync(process.env.IDEM_NODE_DOC, 'utf8');
+  const m = /```js\n(\/\/ deploy\.mjs[^]*?)```/.exec(doc);
+  assert.ok(m, "doc/node.md holds the deploy.mjs block");
+  // Beside this file, where 'idemd-client' resolves as it does for a user.
+  const script = new URL('./deploy.mjs', import.meta.url).pathname;
+  fs.writeFileSync(script, m[1]);
+  const log = path.join(tmp, 'deployments.log');
+  const env = { ...process.env, IDEM_SOCKET: broker.socket, JOB_ID: key('doc'),
+    DEPLOY_LOG: log };
+  const run = () => new Promise((resolve, reject) => {
+    execFile(process.execPath, [script], { env }, (error, stdout, stderr) =>
+      (error ? reject(new Error(`${error.message}${stderr}`)) : resolve(stdout)));
+  });
+  const tasks = countFiles(broker.root, 'TASK');
+  const reports = countFiles(broker.root, 'REPORT');
+  const first = await run();
+  const second = await run();
+  assert.match(first, /^created TASK-/m);
+  assert.match(first, /reported$/m);
+  assert.match(second, /^reused TASK-/m);
+  assert.match(second, /reported before$/m);
+  assert.equal(first.split('\n')[1].split(' ')[1], second.split('\n')[1].split(' ')[1],
+      'the same deployment');
+  assert.equal(fs.readFileSync(log, 'utf8').trim().split('\n').length, 1, 'one deployment');
+  assert.equal(countFiles(broker.root, 'TASK'), tasks + 1);
+  assert.equal(countFiles(broker.root, 'REPORT'), reports + 1);
 });
