@@ -573,6 +573,16 @@ test('runEffect: an AbortSignal aborts the call', async () => {
   assert.equal((await c.getSubmission(sid, { effectKind: 'k/v1' })).found, false,
       'aborted before the begin: nothing asked');
 
+  // Aborted while the begin is on its way: its lease is released, so
+  // the next call proceeds (attempt 2) rather than waiting for a lapse.
+  const mid = new AbortController();
+  const sid1 = key('abort1');
+  const during = runEffect(c, 'k/v1', sid1, 1, () => ran++, { signal: mid.signal });
+  mid.abort();
+  await assert.rejects(during, { name: 'AbortError' });
+  assert.equal(ran, 0);
+  assert.equal(await runEffect(c, 'k/v1', sid1, 1, (k, ctx) => ctx.attempt), 2);
+
   // Aborted while fn runs: rejects at once; fn saw the signal; nothing
   // is reported, so the key lapses into outcome_unknown.
   const ac = new AbortController();

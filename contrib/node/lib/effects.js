@@ -116,8 +116,9 @@ function untilAborted(promise, signal) {
  * options.leaseMs: the lease (100..86400000; the broker's default,
  * 30000, when absent), extended every leaseMs/3 (options.extendEveryMs)
  * while fn runs; options.signal: an AbortSignal that aborts the call
- * (before fn: nothing performed; while fn runs: rejects at once with
- * signal.reason and reports nothing, see above); options.requestDigest:
+ * (before fn: nothing performed, and a lease the begin got is released;
+ * while fn runs: rejects at once with signal.reason and reports nothing,
+ * see above); options.requestDigest:
  * true to have the broker check effectDigest(kind, request).
  *
  * Rejects with IdemConflict, IdemInProgress, IdemOutcomeUnknown (the
@@ -129,15 +130,19 @@ export async function runEffect(client, kind, id, request, fn, options = {}) {
   if (typeof fn !== 'function')
     throw new TypeError('runEffect needs fn, the function that performs the effect');
   signal?.throwIfAborted();
-  const begin = await client.effectBegin(id, kind, request, { leaseMs, requestDigest, signal });
+  // The begin is not abandoned on an abort: its answer may be a lease
+  // that nobody would report, which would lapse into outcome_unknown
+  // though nothing was performed.  It is awaited (the broker answers a
+  // begin at once), and a proceed that came after an abort is released.
+  const begin = await client.effectBegin(id, kind, request, { leaseMs, requestDigest });
+  if (signal?.aborted) {
+    if (begin.proceed)
+      await report(client, id, kind, begin.fence, 'not_applied');
+    throw signal.reason;
+  }
   if (begin.reused)
     return begin.receipt.result;
   const { fence, externalKey, attempt } = begin;
-  if (signal?.aborted) {
-    // Told to proceed, and nothing performed: release the key.
-    await report(client, id, kind, fence, 'not_applied');
-    throw signal.reason;
-  }
   const lease = leaseMs ?? begin.leaseMs ?? DEFAULT_LEASE_MS;
   const extender = new Extender(client, id, kind, fence, lease,
       extendEveryMs ?? Math.max(Math.floor(lease / 3), 1));
