@@ -329,6 +329,47 @@ test('getSubmission, diagnose, stats', async () => {
   assert.equal(s.reply.ok, true);
 });
 
+test("one error class per family, for exactly SPEC.md's error codes", () => {
+  // The codes as SPEC.md lists them ("Error codes: `invalid_json`, ...").
+  const spec = fs.readFileSync(path.join(VECTORS, 'SPEC.md'), 'utf8');
+  const para = /^Error codes: ([^]*?)\. No string/m.exec(spec);
+  assert.ok(para, "SPEC.md's list of error codes");
+  // Besides the codes it names the members `field` and `reason` and
+  // too_many_connections' reasons.
+  const codes = [...para[1].matchAll(/`([a-z0-9_]+)`/g)].map((m) => m[1])
+    .filter((c) => !['field', 'reason'].includes(c) && !c.startsWith('max_connections'));
+  assert.deepEqual(Object.keys(idem.ERROR_CLASSES).sort(), [...new Set(codes)].sort());
+  const family = {
+    IdemRequestError: ['invalid_json', 'invalid_utf8', 'too_large', 'invalid_request',
+      'unknown_op', 'unsupported_schema', 'digest_disagrees'],
+    IdemNotFound: ['task_not_found'],
+    IdemConflict: ['conflict'],
+    IdemInProgress: ['in_progress'],
+    IdemOutcomeUnknown: ['outcome_unknown'],
+    IdemUnavailable: ['storage_unavailable', 'shutting_down', 'too_many_connections'],
+    IdemExhausted: ['table_full', 'sequence_exhausted'],
+    IdemInternal: ['internal'],
+  };
+  for (const [cls, members] of Object.entries(family)) {
+    for (const code of members) {
+      const retryable = ['in_progress', 'storage_unavailable', 'shutting_down',
+        'too_many_connections'].includes(code);
+      const e = idem.errorFromReply({ ok: false, error: { code, message: 'm', retryable,
+        reason: code === 'too_many_connections' ? 'max_connections_per_pid' : undefined } });
+      assert.ok(e instanceof idem[cls] && e instanceof IdemError, `${code}: ${cls}`);
+      assert.equal(e.code, code);
+      assert.equal(e.retryable, retryable);
+      assert.equal(e.name, cls);
+    }
+  }
+  assert.equal(idem.errorFromReply({ ok: false, error: { code: 'too_many_connections',
+    reason: 'max_connections' } }).reason, 'max_connections');
+  // A code of a later broker: still an IdemError with its code.
+  const later = idem.errorFromReply({ ok: false, error: { code: 'new_code', retryable: true } });
+  assert.equal(later.constructor, IdemError);
+  assert.equal(later.retryable, true);
+});
+
 // ---- the connection ---------------------------------------------------------
 
 test('pipelined calls on one connection come back each to its caller', async () => {
@@ -429,6 +470,20 @@ test('writeTaskRetry across a broker restart creates one task', async () => {
   await assert.rejects(writeTaskRetry({ ...task, subject: 'else' }, sid,
       { socket: broker.socket }), IdemConflict);
   assert.throws(() => writeTaskRetry(task, ''), TypeError);
+  // Its report twin: one REPORT however often it is sent.
+  const reports = countFiles(broker.root, 'REPORT');
+  const rep = await idem.writeReportRetry(r.receipt.taskId, { sender: 'DEV' }, `${sid}/r`,
+      { socket: broker.socket });
+  const rep2 = await idem.writeReportRetry(r.receipt.taskId, { sender: 'DEV' }, `${sid}/r`,
+      { socket: broker.socket });
+  assert.ok(!rep.deduplicated && rep2.deduplicated && rep2.reportId === rep.reportId);
+  assert.equal(countFiles(broker.root, 'REPORT'), reports + 1);
+  // Out of attempts: the last error (the outcome unknown, the id kept).
+  const nowhere = path.join(tmp, 'nowhere.sock');
+  const seen = [];
+  await assert.rejects(writeTaskRetry(task, sid, { socket: nowhere, attempts: 3,
+    baseDelayMs: 1, onRetry: (n) => seen.push(n) }), IdemTransportError);
+  assert.deepEqual(seen, [1, 2]);
 });
 
 test('writeTaskRetry: the broker killed mid-creation, restarted, one task',
@@ -533,6 +588,21 @@ test('runEffect: a lapsed lease is outcome_unknown until resolved', async () => 
   assert.deepEqual(settled.receipt.result, { paid: true });
   assert.deepEqual(await runEffect(c, 'pay/v1', sid, { cents: 5 }, () => ran++), { paid: true });
   assert.equal(ran, 0);
+  const again = await c.effectBegin(sid, 'pay/v1', { cents: 5 });
+  assert.ok(again.reused && again.recovered, 'reused, settled by evidence');
+
+  // Evidence "unknown" keeps it unknown; "not_applied" releases it.
+  const sid2 = key('unk2');
+  const b2 = await c.effectBegin(sid2, 'pay/v1', { cents: 6 }, { leaseMs: 100 });
+  await lapsed(c, 'pay/v1', sid2);
+  await c.effectResolve(sid2, 'pay/v1', 'unknown', { source: 'nobody knows' });
+  await assert.rejects(c.effectBegin(sid2, 'pay/v1', { cents: 6 }), IdemOutcomeUnknown);
+  const released = await c.effectResolve(sid2, 'pay/v1', 'not_applied');
+  assert.equal(released.receipt, null);
+  assert.equal(await runEffect(c, 'pay/v1', sid2, { cents: 6 }, (k, ctx) => {
+    assert.equal(k, b2.externalKey, 'the same external key');
+    return ctx.attempt;
+  }), 2);
   await assert.rejects(c.effectResolve(sid, 'pay/v1', 'applied', { result: { paid: 2 } }),
       (e) => e instanceof IdemConflict && e.reason === 'already_committed');
 });
