@@ -21,6 +21,17 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+export interface WriteTaskOptions extends CallOptions {
+  /** A digest for the broker to check; true: computed here. */
+  requestDigest?: string | true | null;
+  /** Free-form, never digested. */
+  meta?: Record<string, unknown> | null;
+  /** 'write-task-v1' (the default) or 'fcop-create-task-v1'. */
+  digestSchema?: string | null;
+  /** fcop-create-task-v1: the workspace's id (fcop.json's), checked by the broker. */
+  workspaceId?: string | null;
+}
+
 export interface ClientOptions {
   /** Default: defaultSocketPath(). */
   socket?: string;
@@ -230,11 +241,8 @@ export class Client {
     options?: CallOptions): Promise<Reply[]>;
 
   hello(options?: CallOptions): Promise<Hello>;
-  writeTask(task: Task, clientSubmissionId?: string | null, options?: CallOptions & {
-    requestDigest?: string | true | null;
-    meta?: Record<string, unknown> | null;
-    digestSchema?: string | null;
-  }): Promise<WriteResult>;
+  writeTask(task: Task | FcopTask, clientSubmissionId?: string | null,
+    options?: WriteTaskOptions): Promise<WriteResult>;
   writeReport(taskId: string, report: Report, clientSubmissionId?: string | null,
     options?: CallOptions & { meta?: Record<string, unknown> | null }): Promise<ReportResult>;
   getSubmission(clientSubmissionId: string,
@@ -334,6 +342,7 @@ export function errorFromReply(reply: Reply): IdemError;
 
 export const DIGEST_SCHEMA: 'write-task-v1';
 export const EFFECT_DIGEST_SCHEMA: 'generic-json-v1';
+export const FCOP_DIGEST_SCHEMA: 'fcop-create-task-v1';
 export function submissionIdNew(prefix?: string): string;
 /** CRLF and lone CR become LF, then NFC. */
 export function normalizeString(s: string): string;
@@ -342,6 +351,21 @@ export function taskDigest(task: Task): string;
 /** bigint: an integer held exactly (refused past 2**53, as the broker does). */
 export function effectCanonical(effectKind: string, request: unknown): Uint8Array;
 export function effectDigest(effectKind: string, request: unknown): string;
+/** A task under fcop-create-task-v1 (doc/protocol.md): no thread_key,
+ * risk_level or depends_on; branch_of besides parent. */
+export interface FcopTask {
+  sender: string;
+  recipient: string;
+  subject: string;
+  body?: string | null;
+  priority?: Priority | null;
+  parent?: string | null;
+  branch_of?: string | null;
+  references?: string[] | null;
+}
+/** operationId: the client_submission_id; workspaceId: fcop.json's. */
+export function fcopTaskCanonical(task: FcopTask, operationId: string, workspaceId: string): Uint8Array;
+export function fcopTaskDigest(task: FcopTask, operationId: string, workspaceId: string): string;
 /** The exact text of the member at path of a JSON object's text. */
 export function rawMember(text: string, ...path: string[]): string | null;
 
@@ -362,8 +386,8 @@ export interface RetryOptions {
   onRetry?: (attempt: number, error: IdemError, delayMs: number) => void;
   signal?: AbortSignal;
 }
-export function writeTaskRetry(task: Task, clientSubmissionId: string,
-  options?: RetryOptions & { requestDigest?: string | true | null }): Promise<WriteResult>;
+export function writeTaskRetry(task: Task | FcopTask, clientSubmissionId: string,
+  options?: RetryOptions & Omit<WriteTaskOptions, 'signal' | 'meta'>): Promise<WriteResult>;
 export function writeReportRetry(taskId: string, report: Report, clientSubmissionId: string,
   options?: RetryOptions): Promise<ReportResult>;
 

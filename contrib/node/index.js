@@ -8,7 +8,7 @@
 //   lib/client.js   Client: one connection, every op, pipelined
 //   lib/replies.js  the typed replies (receipts keep their raw text)
 //   lib/errors.js   the error classes, one per family of codes
-//   lib/digest.js   write-task-v1 and generic-json-v1, submission ids
+//   lib/digest.js   write-task-v1, generic-json-v1, fcop-create-task-v1, ids
 //   lib/retry.js    writeTaskRetry, writeReportRetry
 //   lib/effects.js  runEffect (begin, extend while fn runs, complete)
 
@@ -21,8 +21,8 @@ export {
   IdemInternal, NotApplied, ERROR_CLASSES, errorFromReply,
 } from './lib/errors.js';
 export {
-  DIGEST_SCHEMA, EFFECT_DIGEST_SCHEMA, submissionIdNew, normalizeString,
-  taskCanonical, taskDigest, effectCanonical, effectDigest,
+  DIGEST_SCHEMA, EFFECT_DIGEST_SCHEMA, FCOP_DIGEST_SCHEMA, submissionIdNew, normalizeString,
+  taskCanonical, taskDigest, effectCanonical, effectDigest, fcopTaskCanonical, fcopTaskDigest,
 } from './lib/digest.js';
 export { writeTaskRetry, writeReportRetry, RETRYABLE_CODES } from './lib/retry.js';
 export { runEffect, DEFAULT_LEASE_MS } from './lib/effects.js';

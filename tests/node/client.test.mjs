@@ -146,6 +146,25 @@ test('write-task-v1: every vector, byte for byte', () => {
   }
 });
 
+test('fcop-create-task-v1: every vector, byte for byte', () => {
+  const doc = readVectors('fcop-create-task-v1.json');
+  assert.equal(doc.schema, idem.FCOP_DIGEST_SCHEMA);
+  for (const v of doc.vectors) {
+    assert.deepEqual(idem.fcopTaskCanonical(v.task, v.operation_id, v.workspace_id),
+        Buffer.from(v.canonical, 'utf8'), `${v.name}: canonical bytes`);
+    assert.equal(idem.fcopTaskDigest(v.task, v.operation_id, v.workspace_id),
+        v.request_digest, `${v.name}: digest`);
+  }
+  for (const field of ['thread_key', 'risk_level', 'depends_on'])
+    assert.throws(() => idem.fcopTaskCanonical({ ...TASK, [field]: 'x' }, 'op-1', 'w'), TypeError);
+});
+
+test('the tasks of every vector file, every file of tests/vectors/ read', () => {
+  const files = fs.readdirSync(VECTORS).filter((f) => f.endsWith('.json')).sort();
+  assert.deepEqual(files, ['fcop-create-task-v1.json', 'generic-json-v1.json',
+    'write-task-v1-fcop.json', 'write-task-v1.json'], 'a new vector file needs its test here');
+});
+
 test('generic-json-v1: every vector, byte for byte, and its refusals', () => {
   const doc = readVectors('generic-json-v1.json');
   assert.equal(doc.schema, idem.EFFECT_DIGEST_SCHEMA);
@@ -196,6 +215,19 @@ test('the broker agrees with the digests it is sent', async () => {
         { requestDigest: true });
     assert.equal(b.requestDigest, v.request_digest, v.name);
   }
+  // fcop-create-task-v1, in the workspace each vector names (the broker
+  // reads ROOT/fcop.json at each such call).
+  for (const v of readVectors('fcop-create-task-v1.json').vectors) {
+    fs.writeFileSync(path.join(broker.root, 'fcop.json'), JSON.stringify({
+      protocol: 'fcop', protocol_version: '4.0', workspace_id: v.workspace_id,
+      encoding: { name: 'fcop-filesystem', version: '4.0' }, profiles: [] }) + '\n');
+    const r = await writeTaskRetry(v.task, v.operation_id, { socket: broker.socket,
+      digestSchema: idem.FCOP_DIGEST_SCHEMA, workspaceId: v.workspace_id, requestDigest: true });
+    assert.equal(r.disposition, 'created', v.name);
+    assert.equal(r.receipt.digestSchema, 'fcop-create-task-v1', v.name);
+    assert.equal(r.receipt.requestDigest, v.request_digest, v.name);
+  }
+  fs.rmSync(path.join(broker.root, 'fcop.json'));
   // Doubles past 2**53 reach the broker as the doubles they are.
   for (const request of [2 ** 53 + 2, [1e20, -(2 ** 60)], { big: 123456789012345680000 }]) {
     const b = await c.effectBegin(key('big'), 'n/v1', request, { requestDigest: true });

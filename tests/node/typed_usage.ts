@@ -6,7 +6,8 @@
 
 import {
   Client, IdemConflict, IdemError, IdemInProgress, IdemOutcomeUnknown, NotApplied,
-  effectDigest, runEffect, submissionIdNew, taskDigest, writeTaskRetry,
+  effectDigest, FCOP_DIGEST_SCHEMA, fcopTaskDigest, runEffect, submissionIdNew, taskDigest,
+  writeTaskRetry,
 } from 'idemd-client';
 import type {
   EffectBegin, EffectReceipt, Receipt, Stats, Task, WriteResult,
@@ -23,6 +24,12 @@ async function main(): Promise<void> {
   const again = await writeTaskRetry(task, sid, { attempts: 5, deadlineMs: 10000 });
   const same: boolean = again.receipt.raw === raw && again.reused;
   const digest: string = taskDigest(task);
+  const fcop = await client.writeTask({ sender: 'PM', recipient: 'DEV', subject: 'x',
+    branch_of: null }, 'op-1', { digestSchema: FCOP_DIGEST_SCHEMA,
+    workspaceId: 'urn:uuid:00000000-0000-4000-8000-000000000000', requestDigest: true });
+  const fd: string = fcopTaskDigest({ sender: 'PM', recipient: 'DEV', subject: 'x' }, 'op-1',
+      'urn:uuid:00000000-0000-4000-8000-000000000000');
+  void fcop; void fd;
 
   const report = await client.writeReport(id, { sender: 'DEV', status: 'done' }, 'r-1');
   const reportId: string = report.reportId;

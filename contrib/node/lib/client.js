@@ -16,7 +16,9 @@ import path from 'node:path';
 import {
   IdemError, IdemProtocolError, IdemRequestError, IdemTransportError, errorFromReply,
 } from './errors.js';
-import { taskDigest, effectDigest } from './digest.js';
+import {
+  DIGEST_SCHEMA, FCOP_DIGEST_SCHEMA, effectDigest, fcopTaskDigest, taskDigest,
+} from './digest.js';
 import {
   parseDiagnosis, parseEffectBegin, parseExtended, parseHello, parseLookup,
   parseReportResult, parseSettled, parseStats, parseWriteResult,
@@ -100,6 +102,23 @@ function encodeJson(v, where, seen) {
   }
   seen.delete(v);
   return text;
+}
+
+/** The request_digest of a write_task under its schema (requestDigest:
+ * true), or a TypeError when the client cannot compute it. */
+export function writeTaskDigest(task, clientSubmissionId, digestSchema, workspaceId) {
+  switch (digestSchema ?? DIGEST_SCHEMA) {
+  case DIGEST_SCHEMA:
+    return taskDigest(task);
+  case FCOP_DIGEST_SCHEMA:
+    if (workspaceId == null || clientSubmissionId == null) {
+      throw new TypeError(`requestDigest: true under ${FCOP_DIGEST_SCHEMA} needs `
+          + 'workspaceId and a clientSubmissionId');
+    }
+    return fcopTaskDigest(task, clientSubmissionId, workspaceId);
+  default:
+    throw new TypeError(`requestDigest: true: no digest of ${digestSchema} here`);
+  }
 }
 
 /** One connection: the socket, the calls waiting for their answers in
@@ -362,15 +381,21 @@ export class Client {
    * options.requestDigest: a digest for the broker to check (true:
    * taskDigest(task)); options.meta: free-form, never digested.  Resolves
    * to a WriteResult (created or reused); rejects with IdemConflict on a
-   * conflict. */
-  writeTask(task, clientSubmissionId, { requestDigest, meta, digestSchema, signal } = {}) {
+   * conflict.  options.digestSchema: "write-task-v1" (the broker's
+   * default) or "fcop-create-task-v1" (doc/protocol.md; its
+   * requestDigest: true needs options.workspaceId, also sent for the
+   * broker to check against the workspace's fcop.json). */
+  writeTask(task, clientSubmissionId,
+      { requestDigest, meta, digestSchema, workspaceId, signal } = {}) {
     const request = { op: 'write_task' };
     if (clientSubmissionId != null)
       request.client_submission_id = clientSubmissionId;
     if (digestSchema != null)
       request.digest_schema = digestSchema;
+    if (workspaceId != null)
+      request.workspace_id = workspaceId;
     if (requestDigest === true)
-      requestDigest = taskDigest(task);
+      requestDigest = writeTaskDigest(task, clientSubmissionId, digestSchema, workspaceId);
     if (requestDigest != null)
       request.request_digest = requestDigest;
     request.task = task;

@@ -10,7 +10,9 @@
 //                    string and member name normalized alike, JCS
 //                    (members by UTF-16 code units, ECMAScript numbers)
 //
-// The vectors in tests/vectors/*.json are the judges
+// and the third that hello lists, fcop-create-task-v1 (FCoP 4.0's
+// candidate, doc/protocol.md "Digest schemas").  The vectors in
+// tests/vectors/*.json are the judges
 // (tests/node/client.test.mjs checks these functions byte for byte).
 
 import { createHash, randomBytes } from 'node:crypto';
@@ -119,6 +121,76 @@ export function taskCanonical(task) {
  * request_digest the broker computes for the same task. */
 export function taskDigest(task) {
   return createHash('sha256').update(taskCanonical(task)).digest('hex');
+}
+
+// ---- fcop-create-task-v1 (doc/protocol.md, "Digest schemas") --------------
+
+export const FCOP_DIGEST_SCHEMA = 'fcop-create-task-v1';
+const FCOP_DEFAULTS = {
+  body: '', priority: 'P2', parent: null, branch_of: null, references: [],
+};
+const FCOP_FIELDS = new Set([...TASK_REQUIRED, ...Object.keys(FCOP_DEFAULTS)]);
+
+function jsonValue(v) {
+  if (v === null)
+    return 'null';
+  if (typeof v === 'string')
+    return jsonString(v);
+  return '[' + v.map(jsonString).join(',') + ']';
+}
+
+/** The fcop-create-task-v1 canonical bytes (FCoP 4.0's candidate create
+ * digest, as idem decides it: doc/protocol.md) of task under
+ * operationId (the client_submission_id) in the workspace workspaceId
+ * (its fcop.json's "urn:uuid:..."): defaults applied, strings
+ * normalized, the body ending in exactly one LF, references
+ * de-duplicated and sorted by code point, twelve members in byte order.
+ * Throws TypeError for a task the broker refuses for its shape
+ * (thread_key, risk_level and depends_on are not part of it). */
+export function fcopTaskCanonical(task, operationId, workspaceId) {
+  if (!isPlainObject(task))
+    throw new TypeError('task must be an object');
+  for (const key of Object.keys(task)) {
+    if (!FCOP_FIELDS.has(key))
+      throw new TypeError(`task has no field ${JSON.stringify(key)} under ${FCOP_DIGEST_SCHEMA}`);
+  }
+  if (typeof operationId !== 'string' || typeof workspaceId !== 'string')
+    throw new TypeError('operationId and workspaceId must be strings');
+  const fields = {
+    contract: FCOP_DIGEST_SCHEMA,
+    operation_id: normalizeString(operationId),
+    operation_kind: 'create_task',
+    workspace_id: normalizeString(workspaceId),
+  };
+  for (const key of FCOP_FIELDS) {
+    const v = task[key];
+    if (v === null || v === undefined) {
+      if (TASK_REQUIRED.includes(key))
+        throw new TypeError(`task.${key} is required`);
+      fields[key] = FCOP_DEFAULTS[key];
+    } else if (key === 'references') {
+      if (!Array.isArray(v) || !v.every((x) => typeof x === 'string'))
+        throw new TypeError('task.references must be an array of strings');
+      // Code point order is the byte order of UTF-8 (not UTF-16's).
+      fields[key] = [...new Set(v.map(normalizeString))]
+        .sort((a, b) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8')));
+    } else if (typeof v === 'string') {
+      fields[key] = normalizeString(v);
+    } else {
+      throw new TypeError(`task.${key} must be a string`);
+    }
+  }
+  if (typeof fields.body === 'string')
+    fields.body = fields.body.replace(/\n+$/, '') + '\n';
+  const keys = Object.keys(fields).sort();
+  return Buffer.from('{' + keys.map((k) => jsonString(k) + ':' + jsonValue(fields[k]))
+    .join(',') + '}', 'utf8');
+}
+
+/** fcop-create-task-v1: the lower-case hex SHA-256 of fcopTaskCanonical. */
+export function fcopTaskDigest(task, operationId, workspaceId) {
+  return createHash('sha256').update(fcopTaskCanonical(task, operationId, workspaceId))
+    .digest('hex');
 }
 
 /** A number as JCS writes it: ECMAScript's Number::toString (String()

@@ -5,8 +5,7 @@
 // retry under a new id would be a new intent, and could create twice.
 
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Client } from './client.js';
-import { taskDigest } from './digest.js';
+import { Client, writeTaskDigest } from './client.js';
 import { IdemConflict, IdemError } from './errors.js';
 
 /** The codes a retry with the same id may get past (besides an error
@@ -75,14 +74,16 @@ async function retrying(call, {
  * (the outcome is then unknown: calling again with the same id is safe).
  * options: socket, attempts, baseDelayMs, maxDelayMs, deadlineMs,
  * timeoutMs (each attempt's), requestDigest (true: computed), meta,
+ * digestSchema, workspaceId (as writeTask takes them),
  * onRetry(attempt, error, delayMs), signal. */
 export function writeTaskRetry(task, clientSubmissionId, options = {}) {
   const sid = checkId(clientSubmissionId, 'writeTaskRetry');
-  let { requestDigest, meta } = options;
+  let { requestDigest } = options;
+  const { meta, digestSchema, workspaceId } = options;
   if (requestDigest === true)
-    requestDigest = taskDigest(task);
-  return retrying((c, signal) => c.writeTask(task, sid, { requestDigest, meta, signal }),
-      options);
+    requestDigest = writeTaskDigest(task, sid, digestSchema, workspaceId);
+  return retrying((c, signal) => c.writeTask(task, sid,
+      { requestDigest, meta, digestSchema, workspaceId, signal }), options);
 }
 
 /** writeReport with writeTaskRetry's retries: one REPORT however many
