@@ -106,6 +106,31 @@ else
 	exit 1
 fi
 
+# The tarball npm pack makes of it (what "files" in package.json lets
+# through) installs offline too, and every module of it loads.
+packed=$work/packed
+mkdir -p "$packed" &&
+    printf '{"name":"packed","version":"0.0.0","private":true}\n' \
+    >"$packed/package.json" || exit 99
+if (cd "$work" && npm pack --pack-destination "$work" "$pkg") \
+    >"$work/pack.log" 2>&1 &&
+    (cd "$packed" && npm install --offline --registry=http://127.0.0.1:9/ \
+    "$work/idemd-client-$v_json.tgz") >>"$work/pack.log" 2>&1 &&
+    (cd "$packed" && node --input-type=module -e "
+	import * as idem from 'idemd-client';
+	const d = idem.taskDigest({ sender: 'PM', recipient: 'DEV', subject: 'Fix login' });
+	if (d !== 'ecf0a65e053f6bce1619f40faa166a35c85ea531076af05ede106ed777cb105f')
+		throw new Error('digest ' + d);
+	for (const f of ['Client', 'runEffect', 'writeTaskRetry', 'effectDigest'])
+		if (typeof idem[f] !== 'function') throw new Error(f);
+	") >>"$work/pack.log" 2>&1 &&
+    [ -f "$packed/node_modules/idemd-client/index.d.ts" ]; then
+	pass "npm pack's tarball installs offline and loads (with index.d.ts)"
+else
+	sed 's/^/	npm: /' "$work/pack.log"
+	fail "npm pack $pkg, installed offline"
+fi
+
 # 2. The client's tests, importing the installed package.
 cp "$src/tests/node/client.test.mjs" "$src/tests/node/broker.mjs" "$fresh/" ||
     exit 99
