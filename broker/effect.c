@@ -539,6 +539,23 @@ effect_complete_judge(struct pending *p)
 	}
 }
 
+/*
+ * An operator's evidence with its source, logged once with what became
+ * of it: taken, or refused and why (the source, a client's text, last).
+ */
+static void
+effect_log_evidence(struct effect *e, const char *refused)
+{
+	if (e->source[0] == '\0')
+		return;
+	log_info("effect %s (%s): %s evidence %s%s%s%s from %s", e->id,
+	    e->kind, refused != NULL ? "refused" : "took",
+	    e->outcome == OUTCOME_APPLIED ? "applied" :
+	    e->outcome == OUTCOME_NOT_APPLIED ? "not_applied" : "unknown",
+	    refused != NULL ? " (" : "", refused != NULL ? refused : "",
+	    refused != NULL ? ")" : "", e->source);
+}
+
 /* resolve: the slot is claimed and its state durable. */
 static void
 effect_resolve_judge(struct pending *p)
@@ -546,24 +563,25 @@ effect_resolve_judge(struct pending *p)
 	struct effect		*e = effect_of(p);
 	const struct subtab_entry *x = &e->entry;
 
-	if (e->source[0] != '\0')
-		log_info("effect %s (%s): evidence %s from %s", e->id, e->kind,
-		    e->outcome == OUTCOME_APPLIED ? "applied" :
-		    e->outcome == OUTCOME_NOT_APPLIED ? "not_applied" :
-		    "unknown", e->source);
 	if (x->state == SUBTAB_COMMITTED) {
-		if (e->outcome == OUTCOME_APPLIED && result_matches(p))
+		if (e->outcome == OUTCOME_APPLIED && result_matches(p)) {
+			effect_log_evidence(e, NULL);
 			effect_answer_receipt(p, DISPOSITION_NONE, 0);
-		else
+		} else {
+			effect_log_evidence(e, "it contradicts the committed "
+			    "receipt");
 			effect_conflict(p, REASON_ALREADY_COMMITTED,
 			    "the evidence contradicts the committed receipt");
+		}
 		return;
 	}
 	if (!e->found_unrecorded &&
 	    effect_lease_live(x, shm_now_ms())) {
+		effect_log_evidence(e, "another caller holds a live lease");
 		effect_in_progress(p);
 		return;
 	}
+	effect_log_evidence(e, NULL);
 	switch (e->outcome) {
 	case OUTCOME_APPLIED:
 		effect_commit(p, 1);

@@ -272,10 +272,13 @@ complete_parse(json_t *request, struct effect *e, struct request_error *err)
 	    IDEM_EFFECT_FENCE_SIZE - 1, 0, &fence, &length, err);
 	if (rc < 0)
 		return -1;
-	if (rc == 0 || fence_parse(fence, &e->fence_attempt,
-	    &e->fence_nonce) != 0)
+	if (rc == 0)
 		return request_error_set(err, WIRE_INVALID_REQUEST, "fence",
 		    "fence is required: the one effect_begin's proceed gave");
+	if (fence_parse(fence, &e->fence_attempt, &e->fence_nonce) != 0)
+		return request_error_set(err, WIRE_INVALID_REQUEST, "fence",
+		    "fence is malformed: a fence is the attempt, \"-\" and 16 "
+		    "hex digits, as effect_begin's proceed gave it");
 	rc = request_string(request, "outcome", "outcome", 1, 16, 0, &outcome,
 	    &length, err);
 	if (rc < 0)

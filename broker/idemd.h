@@ -74,6 +74,8 @@ struct idemd {
 	int			 log_syslog;	/* --syslog */
 	int			 argc;		/* the command line, which */
 	char			**argv;		/* each worker is exec'd with */
+	/* argv's --root options, which a worker's command line drops. */
+	unsigned char		*argv_root;
 	const char		*worker_handles; /* --worker: this is one */
 	pid_t			 master_pid;	/* hello names it */
 	/*

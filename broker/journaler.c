@@ -372,9 +372,10 @@ journaler_reopen(struct idemd *d, char **cause)
 		return -1;
 	}
 	log_info("journal reopened and verified at segment %llu, %llu bytes; "
-	    "%zu submissions set back to their durable state; accepting "
+	    "%zu submission%s set back to %s durable state; accepting "
 	    "writes again", (unsigned long long)d->journal.segment,
-	    (unsigned long long)d->journal.size, settled);
+	    (unsigned long long)d->journal.size, settled, log_plural(settled),
+	    settled == 1 ? "its" : "their");
 	return 0;
 }
 
@@ -448,10 +449,10 @@ checkpoint_main(void *arg)
 		    d->index_ready ? &d->index : NULL, &records, &indexed,
 		    &cause) == 0) {
 			log_info("checkpoint checkpoint-%016llx.snap: %llu "
-			    "new in the index, %llu submissions",
+			    "new in the index, %llu submission%s",
 			    (unsigned long long)segment,
 			    (unsigned long long)indexed,
-			    (unsigned long long)records);
+			    (unsigned long long)records, log_plural(records));
 			checkpoint_prune(d->journal_dir_fd, segment);
 			failed = 0;
 		} else {

@@ -11,6 +11,11 @@
  * stderr with those is the journal, which takes the prefix as the
  * line's priority (sd-daemon(3)).  A terminal or a file gets none.
  *
+ * On a terminal or in a file (--log-file, or a stderr the caller
+ * redirected) each line starts with its time, RFC 3339 in UTC with
+ * milliseconds (2026-12-05T01:02:03.456Z): the journal and syslog stamp
+ * lines themselves, and get none.
+ *
  * Every message is escaped (log_escape) in the one function that
  * formats a line, whatever its destination: a message carries what
  * clients sent (ids, kinds, an effect's evidence source), and a newline,
@@ -26,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -239,11 +245,29 @@ log_escape(char *out, size_t size, const char *in, size_t len)
 	return used;
 }
 
+/* "2026-12-05T01:02:03.456Z " in buf: now, in UTC ("" if unknown). */
+static void
+log_stamp(char *buf, size_t size)
+{
+	struct timespec	ts;
+	struct tm	tm;
+	size_t		n;
+
+	buf[0] = '\0';
+	if (clock_gettime(CLOCK_REALTIME, &ts) != 0 ||
+	    gmtime_r(&ts.tv_sec, &tm) == NULL)
+		return;
+	n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (n == 0)
+		return;
+	snprintf(buf + n, size - n, ".%03ldZ ", ts.tv_nsec / 1000000L);
+}
+
 static void __attribute__((format(printf, 5, 0)))
 log_vline(int priority, const char *level, int with_errno, int saved_errno,
     const char *fmt, va_list ap)
 {
-	char	raw[1024], message[4 * sizeof raw], prefix[8] = "";
+	char	raw[1024], message[4 * sizeof raw], prefix[40] = "";
 	int	n;
 
 	if (priority > log_state.level)
@@ -263,6 +287,8 @@ log_vline(int priority, const char *level, int with_errno, int saved_errno,
 	}
 	if (log_state.journal)
 		snprintf(prefix, sizeof prefix, "<%d>", priority);
+	else
+		log_stamp(prefix, sizeof prefix);
 	if (with_errno)
 		fprintf(stderr, "%s%s[%ld]: %s%s: %s\n", prefix,
 		    log_state.program, (long)getpid(), level, message,

@@ -2,7 +2,9 @@
 /*
  * log.h: logging for idemd (shm/ and the store log nothing: they return
  * causes, and main.c's hooks log what they say).  One line per
- * event, prefixed with the program name and pid; log_warn appends
+ * event, prefixed with its time (RFC 3339, UTC, milliseconds; not on the
+ * journal or syslog, which stamp lines themselves), the program name and
+ * pid; log_warn appends
  * strerror(errno).  Lines go to stderr (with a "<N>" syslog priority
  * prefix when stderr is the journal), to a file (--log-file, reopened on
  * SIGHUP) or to syslog (--syslog); those below the level (--log-level,
@@ -34,6 +36,12 @@ void	log_use_syslog(void);
  * not fit is dropped whole.  Returns the length written.
  */
 size_t	log_escape(char *out, size_t size, const char *in, size_t len);
+/* "s" unless n is 1, for counts: "%u worker%s", n, log_plural(n). */
+static inline const char *
+log_plural(unsigned long long n)
+{
+	return n == 1 ? "" : "s";
+}
 void	log_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_warnx(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_notice(const char *, ...) __attribute__((format(printf, 1, 2)));

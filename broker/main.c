@@ -258,6 +258,7 @@ free_names(struct idemd *d)
 	free(d->journal_name);
 	free(d->socket_name);
 	free(d->store_uri);
+	free(d->argv_root);
 }
 
 static void
@@ -317,6 +318,17 @@ parse_options(struct idemd *d, int argc, char **argv)
 		switch (ch) {
 		case 'r':
 			d->root = optarg;
+			/*
+			 * Where it is in argv ("--root DIR", or
+			 * "--root=DIR"): a worker is given the resolved
+			 * root instead (master.c), and ps shows it once.
+			 */
+			if (d->argv_root == NULL &&
+			    (d->argv_root = calloc((size_t)argc, 1)) == NULL)
+				fatal("--root");
+			d->argv_root[optind - 1] = 1;
+			if (optarg == argv[optind - 1] && optind >= 2)
+				d->argv_root[optind - 2] = 1;
 			break;
 		case 's':
 			d->socket_path = strdup(optarg);

@@ -176,9 +176,14 @@ master_spawn(struct master *m, unsigned index)
 	argv[n++] = name;
 	argv[n++] = "--worker";
 	argv[n++] = handles;
-	for (i = 1; i < d->argc; i++)
-		argv[n++] = d->argv[i];
-	/* The root exactly as the master resolved it: it names the segment. */
+	for (i = 1; i < d->argc; i++) {
+		if (d->argv_root == NULL || !d->argv_root[i])
+			argv[n++] = d->argv[i];
+	}
+	/*
+	 * The root exactly as the master resolved it: it names the segment.
+	 * Its --root options are left out above, so that ps shows one.
+	 */
 	argv[n++] = "--root";
 	argv[n++] = d->root_real;
 	argv[n] = NULL;
@@ -423,8 +428,8 @@ master_run(struct idemd *d)
 	}
 	if (journaler_start(d, master_broadcast, &m) != 0)
 		fatal("starting the journaling thread");
-	log_notice("serving %s on %s with %u workers", d->root_real,
-	    d->socket_path, d->worker_count);
+	log_notice("serving %s on %s with %u worker%s", d->root_real,
+	    d->socket_path, d->worker_count, log_plural(d->worker_count));
 	master_notify("READY=1");
 	if (d->ready_fd != -1) {
 		(void)write(d->ready_fd, "ready\n", 6);

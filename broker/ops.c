@@ -10,6 +10,7 @@
 #include "digest.h"
 #include "idemd.h"
 #include "backend.h"
+#include "stats.h"
 
 static const char *const get_submission_keys[] = {
 	"op", "id", "client_submission_id", "effect_kind", NULL
@@ -205,13 +206,101 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 	conn_reply(c, reply);
 }
 
+/*
+ * A stat's value now (libclient/stats.h names them): a switch without a
+ * default, so that a stat added to the table and not here is a compiler
+ * warning (-Wswitch, in -Wall).
+ */
+static uint64_t
+stat_value(struct idemd *d, enum idem_stat s, const struct index_stats *ix,
+    unsigned workers)
+{
+	struct shm_header	*h = d->seg.header;
+	struct shm_counters	*k = &h->counters;
+
+	switch (s) {
+	case IDEM_STAT_created:
+		return atomic_load(&k->created);
+	case IDEM_STAT_reused:
+		return atomic_load(&k->reused);
+	case IDEM_STAT_reused_fast:
+		return atomic_load(&k->reused_fast);
+	case IDEM_STAT_index_warm_bytes:
+		return atomic_load(&k->index_warm_bytes);
+	case IDEM_STAT_conflict:
+		return atomic_load(&k->conflict);
+	case IDEM_STAT_legacy_created:
+		return atomic_load(&k->legacy_created);
+	case IDEM_STAT_reports_created:
+		return atomic_load(&k->reports_created);
+	case IDEM_STAT_reports_deduplicated:
+		return atomic_load(&k->reports_deduplicated);
+	case IDEM_STAT_effects_proceed:
+		return atomic_load(&k->effects_proceed);
+	case IDEM_STAT_effects_reused:
+		return atomic_load(&k->effects_reused);
+	case IDEM_STAT_effects_in_progress:
+		return atomic_load(&k->effects_in_progress);
+	case IDEM_STAT_effects_outcome_unknown:
+		return atomic_load(&k->effects_outcome_unknown);
+	case IDEM_STAT_effects_committed:
+		return atomic_load(&k->effects_committed);
+	case IDEM_STAT_effects_released:
+		return atomic_load(&k->effects_released);
+	case IDEM_STAT_effects_resolved:
+		return atomic_load(&k->effects_resolved);
+	case IDEM_STAT_effects_stale_fence:
+		return atomic_load(&k->effects_stale_fence);
+	case IDEM_STAT_result_arena_used:
+		return arena_used(&d->seg);
+	case IDEM_STAT_result_arena_bytes:
+		return h->arena_bytes;
+	case IDEM_STAT_fast_receipts_used:
+		return receipts_used(&d->seg);
+	case IDEM_STAT_fast_receipts_bytes:
+		return h->receipts_bytes;
+	case IDEM_STAT_errors:
+		return atomic_load(&k->errors);
+	case IDEM_STAT_journal_records:
+		return atomic_load(&k->journal_records);
+	case IDEM_STAT_journal_fsyncs:
+		return atomic_load(&k->journal_fsyncs);
+	case IDEM_STAT_table_used:
+	case IDEM_STAT_table_entries:
+		return h->slots_used - h->free_count;
+	case IDEM_STAT_table_capacity:
+		return h->capacity;
+	/*
+	 * Two tiers: the table is a cache of the index.  history_entries
+	 * counts every committed receipt kept (tombstones too): the
+	 * index's, and the table's not given to it yet.
+	 */
+	case IDEM_STAT_history_entries:
+		return ix->entries + subtab_unindexed(&d->seg);
+	case IDEM_STAT_index_entries:
+		return ix->entries;
+	case IDEM_STAT_index_bytes:
+		return ix->bytes;
+	case IDEM_STAT_table_evictions:
+		return atomic_load(&h->evictions);
+	case IDEM_STAT_workers:
+		return workers;
+	case IDEM_STAT_worker_restarts:
+		return atomic_load(&k->worker_restarts);
+	case IDEM_STAT_uptime_ms:
+		return (uint64_t)(shm_now_ms() - h->started_at_ms);
+	case IDEM_STAT_COUNT:
+		break;
+	}
+	return 0;
+}
+
 void
 op_stats(struct conn *c, json_t *request, json_t *id)
 {
 	struct request_error	 err;
 	struct idemd		*d = conn_idemd(c);
 	struct shm_header	*h = d->seg.header;
-	struct shm_counters	*k = &h->counters;
 	struct index_stats	 ix;
 	struct backend_history	 history;
 	json_t			*reply, *j;
@@ -225,71 +314,28 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 		if (atomic_load(&h->workers[i].pid) != 0)
 			workers++;
 	}
-	reply = reply_new(1, id);
-#define STAT(name, value) json_object_set_new(reply, name, \
-	json_integer((json_int_t)(value)))
-	STAT("created", atomic_load(&k->created));
-	STAT("reused", atomic_load(&k->reused));
-	STAT("reused_fast", atomic_load(&k->reused_fast));
-	STAT("index_warm_bytes", atomic_load(&k->index_warm_bytes));
-	STAT("conflict", atomic_load(&k->conflict));
-	STAT("legacy_created", atomic_load(&k->legacy_created));
-	STAT("reports_created", atomic_load(&k->reports_created));
-	STAT("reports_deduplicated", atomic_load(&k->reports_deduplicated));
-	STAT("effects_proceed", atomic_load(&k->effects_proceed));
-	STAT("effects_reused", atomic_load(&k->effects_reused));
-	STAT("effects_in_progress", atomic_load(&k->effects_in_progress));
-	STAT("effects_outcome_unknown",
-	    atomic_load(&k->effects_outcome_unknown));
-	STAT("effects_committed", atomic_load(&k->effects_committed));
-	STAT("effects_released", atomic_load(&k->effects_released));
-	STAT("effects_resolved", atomic_load(&k->effects_resolved));
-	STAT("effects_stale_fence", atomic_load(&k->effects_stale_fence));
-	STAT("result_arena_used", arena_used(&d->seg));
-	STAT("result_arena_bytes", h->arena_bytes);
-	STAT("fast_receipts_used", receipts_used(&d->seg));
-	STAT("fast_receipts_bytes", h->receipts_bytes);
-	STAT("errors", atomic_load(&k->errors));
-	STAT("journal_records", atomic_load(&k->journal_records));
-	STAT("journal_fsyncs", atomic_load(&k->journal_fsyncs));
-	/*
-	 * Two tiers: the table is a cache of the index.  history_entries
-	 * counts every committed receipt kept (tombstones too): the
-	 * index's, and the table's not given to it yet.
-	 */
 	if (!d->index_ready || index_stats(&d->index, &ix) != 0)
 		memset(&ix, 0, sizeof ix);
-	STAT("table_used", h->slots_used - h->free_count);
-	STAT("table_entries", h->slots_used - h->free_count);
-	STAT("table_capacity", h->capacity);
-	STAT("history_entries", ix.entries + subtab_unindexed(&d->seg));
-	STAT("index_entries", ix.entries);
-	STAT("index_bytes", ix.bytes);
-	STAT("table_evictions", atomic_load(&h->evictions));
-	STAT("workers", workers);
-	STAT("worker_restarts", atomic_load(&k->worker_restarts));
-	STAT("uptime_ms", shm_now_ms() - h->started_at_ms);
-#undef STAT
+	reply = reply_new(1, id);
+	for (i = 0; i < IDEM_STAT_COUNT; i++)
+		json_object_set_new(reply, idem_stat_table[i].name,
+		    json_integer((json_int_t)stat_value(d, (enum idem_stat)i,
+		    &ix, workers)));
 	/*
 	 * --store postgresql: the workspace's history, every broker's.
 	 * stats answers without it: its own figures need no server.
 	 */
 	if (d->be->history != NULL) {
 		if (d->be->history(d, &history) != 0)
-			json_object_set_new(reply, "store", json_null());
+			json_object_set_new(reply, IDEM_STORE_STATS_MEMBER,
+			    json_null());
 		else {
 			j = json_object();
-			json_object_set_new(j, "submissions", json_integer(
-			    (json_int_t)history.submissions));
-			json_object_set_new(j, "committed", json_integer(
-			    (json_int_t)history.committed));
-			json_object_set_new(j, "in_flight", json_integer(
-			    (json_int_t)history.in_flight));
-			json_object_set_new(j, "tombstones", json_integer(
-			    (json_int_t)history.tombstones));
-			json_object_set_new(j, "effects", json_integer(
-			    (json_int_t)history.effects));
-			json_object_set_new(reply, "store", j);
+#define STORE_STAT(name, help)	json_object_set_new(j, #name,		\
+	json_integer((json_int_t)history.name));
+			IDEM_STORE_STATS(STORE_STAT)
+#undef STORE_STAT
+			json_object_set_new(reply, IDEM_STORE_STATS_MEMBER, j);
 		}
 	}
 	conn_reply(c, reply);

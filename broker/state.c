@@ -527,9 +527,10 @@ state_open(struct idemd *d, char **cause)
 		goto fail;
 	}
 	if (rp.put + rp.skipped > 0)
-		log_info("state: %llu committed submissions left to the index "
-		    "(%llu given to it now): the table (--capacity %u) holds "
-		    "the rest", (unsigned long long)(rp.put + rp.skipped),
+		log_info("state: %llu committed submission%s left to the "
+		    "index (%llu given to it now): the table (--capacity %u) "
+		    "holds the rest", (unsigned long long)(rp.put + rp.skipped),
+		    log_plural(rp.put + rp.skipped),
 		    (unsigned long long)rp.put, d->capacity);
 	if (journal_open(&d->journal, dir, cause) != 0)
 		goto fail;
@@ -540,12 +541,15 @@ state_open(struct idemd *d, char **cause)
 		goto fail;
 	}
 	checkpoint_prune(d->journal_dir_fd, loaded.checkpoint);
-	log_info("state: %llu submissions from the checkpoint, then %llu "
-	    "records (%llu bytes, %u segments), in %lld ms (%llu MiB of the "
-	    "table mapped ahead)",
+	log_info("state: %llu submission%s from the checkpoint, then %llu "
+	    "record%s (%llu bytes, %u segment%s), in %lld ms (%llu MiB of "
+	    "the table mapped ahead)",
 	    (unsigned long long)loaded.checkpoint_records,
+	    log_plural(loaded.checkpoint_records),
 	    (unsigned long long)loaded.stats.records,
+	    log_plural(loaded.stats.records),
 	    (unsigned long long)loaded.stats.bytes, loaded.stats.segments,
+	    log_plural(loaded.stats.segments),
 	    (long long)(shm_now_ms() - started),
 	    (unsigned long long)(atomic_load(&prefault.bytes) >> 20));
 	return 0;

@@ -45,6 +45,7 @@ struct conn {
 	struct pending		*running;
 	uint32_t		 uid;
 	uint32_t		 pid;
+	char			 op[40];	/* the request's, for the log */
 	int			 peer_counted;	/* in the peer table (peers.c) */
 	int			 closing;	/* close once the output is sent */
 	TAILQ_ENTRY(conn)	 entry;
@@ -103,6 +104,32 @@ conn_after_output(struct conn *c)
  * is full does the rest go through the output buffer, whose drain
  * callback is conn_written.
  */
+/*
+ * --log-level debug: a refused request (an ok:false reply), once, as it
+ * is sent: what refused it and whose it was, never what it carried (a
+ * message may quote the request).  Every JSON reply passes here, and
+ * nothing else sends one, so none is logged twice or missed.
+ */
+static void
+conn_log_refusal(struct conn *c, json_t *reply)
+{
+	json_t		*error;
+	const char	*reason, *field;
+
+	if (!json_is_false(json_object_get(reply, "ok")))
+		return;
+	error = json_object_get(reply, "error");
+	reason = json_string_value(json_object_get(error, "reason"));
+	field = json_string_value(json_object_get(error, "field"));
+	log_debug("refused a request%s%s: %s%s%s%s%s, from pid %lu uid %lu",
+	    c->op[0] != '\0' ? ", op " : "", c->op,
+	    json_string_value(json_object_get(error, "code")) != NULL ?
+	    json_string_value(json_object_get(error, "code")) : "error",
+	    reason != NULL ? " " : "", reason != NULL ? reason : "",
+	    field != NULL ? ", field " : "", field != NULL ? field : "",
+	    (unsigned long)c->pid, (unsigned long)c->uid);
+}
+
 static void
 conn_send(struct conn *c, json_t *reply)
 {
@@ -112,6 +139,9 @@ conn_send(struct conn *c, json_t *reply)
 	size_t		 length, sent = 0;
 	ssize_t		 n;
 
+	conn_log_refusal(c, reply);
+	/* Answered: a later refusal (a line too long) is not this op's. */
+	c->op[0] = '\0';
 	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(reply);
 	if (text == NULL) {
@@ -266,6 +296,7 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	    c->worker->index].requests, 1);
 	if (fastpath_answer(c, line, length))
 		return;
+	c->op[0] = '\0';
 	request = request_parse(line, length, &err);
 	if (request == NULL) {
 		atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
@@ -279,6 +310,8 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		    "unknown op \"%.64s\"", name);
 		goto refuse;
 	}
+	/* One of the table's names: the log quotes nothing a client chose. */
+	snprintf(c->op, sizeof c->op, "%s", name);
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    !(op->flags & OP_WHILE_DRAINING)) {
 		request_error_set(&err, WIRE_SHUTTING_DOWN, NULL,
@@ -461,9 +494,18 @@ static void
 conn_refuse(struct worker *w, int s, enum wire_reason reason,
     const char *whose, int limit)
 {
-	char	line[384];
-	int	n;
+	struct ucred	cred;
+	socklen_t	len = sizeof cred;
+	char		line[384];
+	int		n;
 
+	/* Logged as conn_log_refusal logs a request's (debug). */
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+		memset(&cred, 0, sizeof cred);
+	log_debug("refused a connection: %s %s, from pid %lu uid %lu",
+	    wire_error_name(WIRE_TOO_MANY_CONNECTIONS),
+	    wire_reason_name(reason), (unsigned long)cred.pid,
+	    (unsigned long)cred.uid);
 	n = snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
 	    "\"error\":{\"code\":\"%s\",\"reason\":\"%s\","
 	    "\"message\":\"too many connections%s (at most %d); retry "

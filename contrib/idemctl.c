@@ -162,18 +162,21 @@ static const struct command commands[] = {
 "if it does not answer (with --json, {\"up\":false,...} on stdout too).\n" },
 	{ "stats", cmd_stats, "counters, also for Prometheus",
 	    "[--json | --prometheus]",
-"The broker's counters.  --prometheus prints the Prometheus text format\n"
-"(counters idem_<name>_total, gauges idem_table_used, idem_table_capacity,\n"
-"idem_workers, idem_uptime_seconds, and idem_up, which is 0 when the\n"
-"broker does not answer), for a textfile collector or a scrape wrapper.\n" },
-	{ "diagnose", cmd_diagnose, "unfinished submissions, stalled ones",
+"The broker's stats, each with its value and unit (--json: the reply as\n"
+"it is).  --prometheus prints the Prometheus text format, for a textfile\n"
+"collector or a scrape wrapper: idem_<name>, counters ending _total, a\n"
+"stat in bytes _bytes, one in ms in _seconds; and idem_up, which is 0\n"
+"when the broker does not answer.  Every stat: doc/metrics.md.\n" },
+	{ "diagnose", cmd_diagnose, "unfinished submissions and effects",
 	    "[--stale-after DURATION]",
 "List the submissions in an intermediate state (reserved, task_created):\n"
 "age, task_id, whether the task file exists, whether its request and file\n"
 "digests match the record, whether a request is working on it now, and\n"
 "whether it is stalled (no progress for DURATION: 500ms, 30s, 5m, 2h;\n"
 "default 30s).  Read-only: a retry of the same request completes a\n"
-"stalled submission.  Exit 1 if any submission is stalled.\n" },
+"stalled submission.  Then the unfinished effects, as idemctl effects\n"
+"lists them.  Exit 1 if any submission is stalled, or any effect's\n"
+"outcome is unknown or its reservation stalled (see idemctl resolve).\n" },
 	{ "show", cmd_show, "one submission and its receipt",
 	    "CLIENT_SUBMISSION_ID",
 "One submission: its state, task, digests and times, and its receipt once\n"

@@ -157,9 +157,49 @@ contains "$tmp/out" "# TYPE idem_created_total counter" "prometheus: TYPE line"
 contains "$tmp/out" "# HELP idem_created_total" "prometheus: HELP line"
 contains "$tmp/out" "idem_created_total 3" "prometheus: idem_created_total"
 contains "$tmp/out" "# TYPE idem_table_used gauge" "prometheus: a gauge"
+# Every stat idemd sends is in idemctl's table (libclient/stats.h): none
+# is untyped; names follow Prometheus's conventions; no float noise.
+if grep -q untyped "$tmp/out"; then
+	fail "prometheus: a stat is untyped: $(grep -A1 untyped "$tmp/out" | tail -1)"
+else
+	pass "prometheus: every stat is typed"
+fi
+contains "$tmp/out" "# TYPE idem_reused_fast_total counter" "prometheus: reused_fast a counter"
+contains "$tmp/out" "# TYPE idem_index_bytes gauge" "prometheus: index_bytes in bytes"
+contains "$tmp/out" "# TYPE idem_table_evictions_total counter" "prometheus: evictions a counter"
+contains "$tmp/out" "# TYPE idem_result_arena_used_bytes gauge" "prometheus: a _bytes gauge"
+contains "$tmp/out" "# TYPE idem_uptime_seconds gauge" "prometheus: uptime in seconds"
+if grep -Eq '^idem_uptime_seconds [0-9]+\.[0-9]{3}$' "$tmp/out"; then
+	pass "prometheus: uptime with three decimals"
+else
+	fail "prometheus: uptime: $(grep '^idem_uptime_seconds' "$tmp/out")"
+fi
+bad=$(grep -v '^#' "$tmp/out" | grep -v '^idem_uptime_seconds ' |
+    grep -Ev '^[a-z_]+(\{[^}]*\})? [0-9]+$')
+if [ -z "$bad" ]; then
+	pass "prometheus: every other value an integer"
+else
+	fail "prometheus: values not integers: $bad"
+fi
+bad=$(grep '^# TYPE .* counter$' "$tmp/out" | grep -v '_total counter$')
+if [ -z "$bad" ]; then
+	pass "prometheus: every counter ends _total"
+else
+	fail "prometheus: counters without _total: $bad"
+fi
 run "$IDEMCTL" stats
 expect 0 "stats"
 contains "$tmp/out" "legacy_created" "stats as text"
+if grep -Eq '^uptime_ms +[0-9]+ +ms \(' "$tmp/out"; then
+	pass "stats: uptime_ms is in ms, with its duration"
+else
+	fail "stats: uptime_ms: $(grep uptime "$tmp/out")"
+fi
+if grep -Eq '^index_bytes +[0-9]+ +bytes$' "$tmp/out"; then
+	pass "stats: index_bytes labelled bytes"
+else
+	fail "stats: index_bytes: $(grep index_bytes "$tmp/out")"
+fi
 
 run "$IDEMCTL" diagnose --stale-after 500ms
 expect 0 "diagnose with nothing unfinished"
@@ -169,6 +209,44 @@ expect 0 "diagnose --json"
 contains "$tmp/out" '"entries":[]' "diagnose --json has no entries"
 run "$IDEMCTL" diagnose --stale-after soon
 expect 2 "diagnose with a bad duration"
+
+# Effects in diagnose (as idemctl effects shows them): listed, and one
+# whose outcome is unknown, or reserved and stalled, makes it exit 1.
+NOTIFY=${NOTIFY_ONCE:?set NOTIFY_ONCE to the notify_once example}
+run "$NOTIFY" --lease-ms 60000 --die-after-append ctl-held "$tmp/outbox" held
+expect 3 "an effect whose caller dies after the effect (a long lease)"
+run "$IDEMCTL" diagnose --stale-after 1h
+expect 0 "diagnose with an effect's lease live"
+contains "$tmp/out" "EFFECT_KIND" "diagnose prints the effects' table"
+contains "$tmp/out" "ctl-held" "diagnose lists the effect"
+contains "$tmp/out" "1 unfinished effect (0 outcome_unknown, 1 with a live lease" \
+    "diagnose counts the effect"
+run "$IDEMCTL" diagnose --stale-after 0ms
+expect 1 "diagnose with a stalled effect"
+contains "$tmp/out" "1 needing a decision" "diagnose says the effect needs a decision"
+run "$NOTIFY" --lease-ms 100 --die-after-append ctl-lapsed "$tmp/outbox" lapsed
+expect 3 "an effect whose caller dies (a short lease)"
+# The lease lapses (time is the event here).
+tries=0
+while :; do
+	run "$IDEMCTL" diagnose --stale-after 1h
+	grep -q "ctl-lapsed.*outcome_unknown" "$tmp/out" && break
+	tries=$((tries + 1))
+	if [ "$tries" -gt 100 ]; then
+		fail "the lease did not lapse"
+		break
+	fi
+	sleep 0.1
+done
+expect 1 "diagnose with an effect's outcome unknown"
+contains "$tmp/out" "idemctl resolve KIND ID" "diagnose says how to settle it"
+run "$IDEMCTL" diagnose --json --stale-after 1h
+expect 1 "diagnose --json with an effect's outcome unknown"
+contains "$tmp/out" '"effect_kind"' "diagnose --json has the effects"
+run "$IDEMCTL" resolve outbox.append/v1 ctl-lapsed applied
+expect 0 "the unknown effect resolved"
+run "$IDEMCTL" diagnose --stale-after 1h
+expect 0 "diagnose once it is settled (the live lease left)"
 
 run "$IDEMCTL" status --help
 expect 0 "status --help"

@@ -27,7 +27,7 @@ contrib/idemctl.c	contrib/ctl libclient/idem.h broker/store/store.h
 contrib/idemctl_store.c	broker/pg/store broker/store libclient
 contrib/idemctl_import.c	broker/pg/store broker/store libclient
 contrib/idemctl_store.h
-contrib/ctl		libclient/idem.h broker/store/store.h contrib/idemctl_store.h
+contrib/ctl		libclient/idem.h libclient/stats.h broker/store/store.h contrib/idemctl_store.h
 contrib/mcp		libclient/idem.h libclient/protocol.h
 contrib/examples	libclient/idem.h
 tests/unit/test_subtab.c	shm

@@ -22,6 +22,7 @@
 
 #include "idem.h"
 #include "store.h"		/* and through it the protocol's limits */
+#include "stats.h"
 #include "idemctl.h"
 
 #define IDEMCTL_DEFAULT_STALE_AFTER_MS	30000
@@ -254,84 +255,67 @@ cmd_status(struct idemctl *ctl, int argc, char **argv)
 /* ---- stats --------------------------------------------------------------- */
 
 /*
- * How each stat is exposed to Prometheus.  Stats a newer broker adds are
- * exposed as idem_<name>, untyped, rather than dropped.
+ * Every stat's type, unit and help come from libclient/stats.h, the
+ * table idemd answers from.  A stat a newer broker adds, not in this
+ * idemctl's table, is still shown: untyped for Prometheus, without a
+ * unit as text.
  */
-static const struct metric {
-	const char	*stat;
-	const char	*name;
-	const char	*type;
-	double		 scale;
-	const char	*help;
-} metrics[] = {
-	{ "created", "idem_created_total", "counter", 1,
-	    "Idempotent write_task calls that created their task." },
-	{ "reused", "idem_reused_total", "counter", 1,
-	    "write_task calls answered with the first call's receipt." },
-	{ "conflict", "idem_conflict_total", "counter", 1,
-	    "write_task calls refused as a conflict." },
-	{ "legacy_created", "idem_legacy_created_total", "counter", 1,
-	    "Tasks created by legacy calls, without a client_submission_id." },
-	{ "reports_created", "idem_reports_created_total", "counter", 1,
-	    "REPORT files written." },
-	{ "reports_deduplicated", "idem_reports_deduplicated_total",
-	    "counter", 1,
-	    "write_report calls answered with an earlier report." },
-	{ "errors", "idem_errors_total", "counter", 1,
-	    "Requests answered with an error." },
-	{ "journal_records", "idem_journal_records_total", "counter", 1,
-	    "Journal records written." },
-	{ "journal_fsyncs", "idem_journal_fsyncs_total", "counter", 1,
-	    "Journal fdatasync calls (one per group commit)." },
-	{ "worker_restarts", "idem_worker_restarts_total", "counter", 1,
-	    "Worker processes replaced after they died." },
-	{ "table_used", "idem_table_used", "gauge", 1,
-	    "Submission table slots in use." },
-	{ "table_capacity", "idem_table_capacity", "gauge", 1,
-	    "Submission table slots in all." },
-	{ "workers", "idem_workers", "gauge", 1,
-	    "Worker processes running." },
-	{ "uptime_ms", "idem_uptime_seconds", "gauge", 0.001,
-	    "Seconds since the broker started." },
-	{ "effects_proceed", "idem_effects_proceed_total", "counter", 1,
-	    "effect_begin calls answered proceed." },
-	{ "effects_reused", "idem_effects_reused_total", "counter", 1,
-	    "effect_begin calls answered with the committed receipt." },
-	{ "effects_in_progress", "idem_effects_in_progress_total", "counter",
-	    1, "effect_begin calls refused: another caller holds the lease." },
-	{ "effects_outcome_unknown", "idem_effects_outcome_unknown_total",
-	    "counter", 1,
-	    "effect_begin calls answered outcome_unknown (a lease lapsed)." },
-	{ "effects_committed", "idem_effects_committed_total", "counter", 1,
-	    "Effects committed by effect_complete or effect_resolve." },
-	{ "effects_released", "idem_effects_released_total", "counter", 1,
-	    "Effects released (not applied)." },
-	{ "effects_resolved", "idem_effects_resolved_total", "counter", 1,
-	    "effect_resolve calls that recorded evidence." },
-	{ "effects_stale_fence", "idem_effects_stale_fence_total", "counter",
-	    1, "effect_complete calls refused with a stale fence." },
-	{ "result_arena_used", "idem_result_arena_used_bytes", "gauge", 1,
-	    "Bytes of committed effects' results in memory." },
-	{ "result_arena_bytes", "idem_result_arena_bytes", "gauge", 1,
-	    "The result arena's size (--result-bytes)." }
-};
+static const struct idem_stat_row *
+stat_row(const char *name)
+{
+	size_t	i;
 
+	for (i = 0; i < IDEM_STAT_COUNT; i++) {
+		if (strcmp(idem_stat_table[i].name, name) == 0)
+			return &idem_stat_table[i];
+	}
+	return NULL;
+}
+
+/* An integer as itself, never through a double (no 196.24600000000001). */
 static void
 print_metric(const char *name, const char *type, const char *help,
-    const char *labels, double value)
+    const char *labels, json_int_t value)
 {
-	printf("# HELP %s %s\n# TYPE %s %s\n%s%s %.17g\n", name, help, name,
-	    type, name, labels, value);
+	printf("# HELP %s %s\n# TYPE %s %s\n%s%s %" JSON_INTEGER_FORMAT "\n",
+	    name, help, name, type, name, labels, value);
+}
+
+/* A stat in ms, in seconds: the integer's digits, never through a double. */
+static void
+print_metric_ms(const char *name, const char *type, const char *help,
+    json_int_t ms)
+{
+	if (ms < 0)
+		ms = 0;
+	printf("# HELP %s %s\n# TYPE %s %s\n%s %" JSON_INTEGER_FORMAT
+	    ".%03d\n", name, help, name, type, name, ms / 1000,
+	    (int)(ms % 1000));
+}
+
+/* Metric names allow [a-zA-Z0-9_:] only. */
+static void
+metric_name_of(const char *prefix, const char *key, char *name, size_t size)
+{
+	size_t		 n;
+	const char	*p;
+
+	n = (size_t)snprintf(name, size, "%s", prefix);
+	for (p = key; *p != '\0' && n + 1 < size; p++)
+		name[n++] = (*p >= 'a' && *p <= 'z') ||
+		    (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') ? *p : '_';
+	name[n] = '\0';
 }
 
 static void
 print_prometheus(json_t *hello, json_t *stats)
 {
-	const struct metric	*m;
-	const char		*key, *p;
-	json_t			*value;
-	char			 name[128], labels[256];
-	size_t			 i, n;
+	const struct idem_stat_row	*s;
+	const char			*key;
+	json_t				*value, *store;
+	char				 name[128], labels[256];
+	size_t				 i;
 
 	print_metric("idem_up", "gauge", "1 if the broker answered.", "", 1);
 	snprintf(labels, sizeof labels, "{version=\"%s\",protocol=\"%"
@@ -339,29 +323,90 @@ print_prometheus(json_t *hello, json_t *stats)
 	    ctl_int_member(hello, "protocol"));
 	print_metric("idem_build_info", "gauge", "The broker's version.",
 	    labels, 1);
-	json_object_foreach(stats, key, value) {
-		if (!json_is_number(value))
+	/* The table's order, whatever the reply's. */
+	for (i = 0; i < IDEM_STAT_COUNT; i++) {
+		s = &idem_stat_table[i];
+		if (!json_is_integer(value = json_object_get(stats, s->name)))
 			continue;
-		m = NULL;
-		for (i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
-			if (strcmp(metrics[i].stat, key) == 0)
-				m = &metrics[i];
-		}
-		if (m != NULL) {
-			print_metric(m->name, m->type, m->help, "",
-			    json_number_value(value) * m->scale);
-			continue;
-		}
-		/* Metric names allow [a-zA-Z0-9_:] only. */
-		n = (size_t)snprintf(name, sizeof name, "idem_");
-		for (p = key; *p != '\0' && n + 1 < sizeof name; p++)
-			name[n++] = (*p >= 'a' && *p <= 'z') ||
-			    (*p >= 'A' && *p <= 'Z') ||
-			    (*p >= '0' && *p <= '9') ? *p : '_';
-		name[n] = '\0';
-		print_metric(name, "untyped", "A stat this idemctl does not "
-		    "know yet.", "", json_number_value(value));
+		idem_stat_metric_name(s, name, sizeof name);
+		if (s->unit == IDEM_STAT_UNIT_MS)
+			print_metric_ms(name, s->type == IDEM_STAT_COUNTER ?
+			    "counter" : "gauge", s->help,
+			    json_integer_value(value));
+		else
+			print_metric(name, s->type == IDEM_STAT_COUNTER ?
+			    "counter" : "gauge", s->help, "",
+			    json_integer_value(value));
 	}
+	json_object_foreach(stats, key, value) {
+		if (!json_is_integer(value) || stat_row(key) != NULL)
+			continue;
+		metric_name_of("idem_", key, name, sizeof name);
+		print_metric(name, "untyped", "A stat this idemctl does not "
+		    "know yet.", "", json_integer_value(value));
+	}
+	/* --store postgresql: the workspace's rows, gauges. */
+	store = json_object_get(stats, IDEM_STORE_STATS_MEMBER);
+#define STORE_METRIC(member, help)					\
+	if (json_is_integer(value = json_object_get(store, #member)))	\
+		print_metric("idem_store_" #member, "gauge", help, "",	\
+		    json_integer_value(value));
+	IDEM_STORE_STATS(STORE_METRIC)
+#undef STORE_METRIC
+}
+
+/* One row of stats as text: the stat, its value, its unit. */
+static int
+stats_text_row(struct ctl_table *t, const char *key, json_t *value,
+    const struct idem_stat_row *s, const char *unit)
+{
+	char	number[32], label[64], human[32];
+
+	if (!json_is_integer(value))
+		return 0;
+	snprintf(number, sizeof number, "%" JSON_INTEGER_FORMAT,
+	    json_integer_value(value));
+	if (s != NULL && s->unit == IDEM_STAT_UNIT_MS) {
+		ctl_format_duration(json_integer_value(value), human,
+		    sizeof human);
+		snprintf(label, sizeof label, "%s (%s)", unit, human);
+		unit = label;
+	}
+	return ctl_table_add(t, (const char *[]){ key, number, unit });
+}
+
+static int
+print_stats_text(json_t *stats)
+{
+	struct ctl_table		 t = { .columns = 3 };
+	const struct idem_stat_row	*s;
+	const char			*key;
+	json_t				*value, *store;
+	char				 name[128];
+	size_t				 i;
+	int				 rc = 0;
+
+	rc |= ctl_table_add(&t, (const char *[]){ "STAT", "VALUE", "UNIT" });
+	for (i = 0; i < IDEM_STAT_COUNT; i++) {
+		s = &idem_stat_table[i];
+		rc |= stats_text_row(&t, s->name, json_object_get(stats,
+		    s->name), s, idem_stat_unit_names[s->unit]);
+	}
+	json_object_foreach(stats, key, value) {
+		if (stat_row(key) == NULL)
+			rc |= stats_text_row(&t, key, value, NULL, "-");
+	}
+	store = json_object_get(stats, IDEM_STORE_STATS_MEMBER);
+#define STORE_ROW(member, help)						\
+	snprintf(name, sizeof name, "%s.%s", IDEM_STORE_STATS_MEMBER,	\
+	    #member);							\
+	rc |= stats_text_row(&t, name, json_object_get(store, #member),	\
+	    NULL, "rows");
+	IDEM_STORE_STATS(STORE_ROW)
+#undef STORE_ROW
+	ctl_table_print(&t, "");
+	ctl_table_free(&t);
+	return rc;
 }
 
 int
@@ -372,10 +417,7 @@ cmd_stats(struct idemctl *ctl, int argc, char **argv)
 		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 		{ NULL, 0, NULL, 0 }
 	};
-	struct ctl_table	 t = { .columns = 2 };
-	json_t		*hello = NULL, *stats, *value;
-	const char	*key;
-	char		 number[64];
+	json_t		*hello = NULL, *stats;
 	int		 ch, prometheus = 0, status;
 
 	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
@@ -413,33 +455,73 @@ cmd_stats(struct idemctl *ctl, int argc, char **argv)
 		ctl_print_json(stats);
 	else if (prometheus)
 		print_prometheus(hello, stats);
-	else {
-		json_object_foreach(stats, key, value) {
-			if (strcmp(key, "uptime_ms") == 0)
-				ctl_format_duration(json_integer_value(value),
-				    number, sizeof number);
-			else if (json_is_integer(value))
-				snprintf(number, sizeof number, "%"
-				    JSON_INTEGER_FORMAT,
-				    json_integer_value(value));
-			else
-				continue;
-			if (ctl_table_add(&t, (const char *[]){ key, number }) ==
-			    -1) {
-				status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM,
-				    "out of memory");
-				break;
-			}
-		}
-		ctl_table_print(&t, "");
-		ctl_table_free(&t);
-	}
+	else if (print_stats_text(stats) != 0)
+		status = ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
 	json_decref(stats);
 	json_decref(hello);
 	return status;
 }
 
 /* ---- diagnose ------------------------------------------------------------ */
+
+/*
+ * The effects of a diagnose answer (entries with an effect_kind), one row
+ * each, as idemctl effects and idemctl diagnose show them; stalled adds
+ * its column (diagnose's), else the external key (effects').  -1: out
+ * of memory.
+ */
+static int
+effects_table_print(json_t *list, int stalled)
+{
+	static const char *const header[] = {
+		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
+		"AGE", NULL
+	};
+	struct ctl_table	 t = { .columns = 6 };
+	json_t			*entry;
+	size_t			 i;
+	char			 age[32], attempt[16];
+
+	if (ctl_table_add(&t, (const char *[]){ header[0], header[1],
+	    header[2], header[3], header[4], stalled ? "STALLED" :
+	    "EXTERNAL_KEY" }) == -1)
+		goto nomem;
+	json_array_foreach(list, i, entry) {
+		ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
+		    sizeof age);
+		snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
+		    ctl_int_member(entry, "attempt"));
+		if (ctl_table_add(&t, (const char *[]){
+		    ctl_string_member(entry, "effect_kind", "-"),
+		    ctl_string_member(entry, "client_submission_id", "-"),
+		    ctl_string_member(entry, "state", "-"), attempt, age,
+		    stalled ? ctl_yes_no(json_object_get(entry, "stalled")) :
+		    ctl_string_member(entry, "external_key", "-") }) == -1)
+			goto nomem;
+	}
+	ctl_table_print(&t, "");
+	ctl_table_free(&t);
+	return 0;
+
+nomem:
+	ctl_table_free(&t);
+	return -1;
+}
+
+/*
+ * An effect that needs someone: its outcome unknown, or reserved with no
+ * progress (stalled).  A released one waits for nothing: its next begin
+ * proceeds.
+ */
+static int
+effect_needs_attention(json_t *entry)
+{
+	const char	*state = ctl_string_member(entry, "state", "");
+
+	return strcmp(state, "outcome_unknown") == 0 ||
+	    (strcmp(state, "reserved") == 0 &&
+	    json_is_true(json_object_get(entry, "stalled")));
+}
 
 int
 cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
@@ -454,9 +536,10 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		"REQUEST_DIGEST", "FILE_DIGEST", "IN_FLIGHT", "STALLED"
 	};
 	struct ctl_table	 t = { .columns = 9 };
-	json_t		*response, *entries, *entry, *counts;
+	json_t		*response, *entries, *entry, *counts, *effect_counts;
+	json_t		*tasks = NULL, *effects = NULL;
 	int64_t		 stale_after_ms = IDEMCTL_DEFAULT_STALE_AFTER_MS;
-	size_t		 i, stalled = 0, effects = 0;
+	size_t		 i, stalled = 0, attention = 0;
 	char		 age[32];
 	int		 ch, status;
 
@@ -477,35 +560,42 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		return status;
 	entries = json_object_get(response, "entries");
 	counts = json_object_get(response, "counts");
-	/* Effects have their own view (idemctl effects): tasks here. */
-	for (i = 0; i < json_array_size(entries);) {
-		entry = json_array_get(entries, i);
-		if (json_object_get(entry, "effect_kind") != NULL &&
-		    !ctl->json) {
-			effects++;
-			json_array_remove(entries, i);
+	effect_counts = json_object_get(response, "effect_counts");
+	/*
+	 * Tasks and effects apart: a stalled task, and an effect whose
+	 * outcome is unknown or that is stalled, each need someone.
+	 */
+	if ((tasks = json_array()) == NULL || (effects = json_array()) == NULL)
+		goto nomem;
+	json_array_foreach(entries, i, entry) {
+		if (json_object_get(entry, "effect_kind") != NULL) {
+			if (json_array_append(effects, entry) != 0)
+				goto nomem;
+			if (effect_needs_attention(entry))
+				attention++;
 			continue;
 		}
+		if (json_array_append(tasks, entry) != 0)
+			goto nomem;
 		if (json_is_true(json_object_get(entry, "stalled")))
 			stalled++;
-		i++;
 	}
 
 	if (ctl->json) {
 		strip_envelope(response);
 		ctl_print_json(response);
-	} else if (json_array_size(entries) == 0)
+	} else if (json_array_size(tasks) == 0)
 		printf("no intermediate submissions (%" JSON_INTEGER_FORMAT
 		    " committed)\n", ctl_int_member(counts, "committed"));
 	else {
 		if (ctl_table_add(&t, header) == -1)
 			goto nomem;
-		json_array_foreach(entries, i, entry) {
+		json_array_foreach(tasks, i, entry) {
 			ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
 			    sizeof age);
 			if (ctl_table_add(&t, (const char *[]){
-			    ctl_string_member(entry, "client_submission_id", "?"),
-			    ctl_string_member(entry, "state", "?"), age,
+			    ctl_string_member(entry, "client_submission_id",
+			    "-"), ctl_string_member(entry, "state", "-"), age,
 			    ctl_string_member(entry, "task_id", "-"),
 			    ctl_yes_no(json_object_get(entry, "task_exists")),
 			    ctl_yes_no(json_object_get(entry,
@@ -521,7 +611,7 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 		    " reserved, %" JSON_INTEGER_FORMAT " task_created), %zu "
 		    "stalled (no "
 		    "progress for %" PRId64 " ms), %" JSON_INTEGER_FORMAT
-		    " committed\n", json_array_size(entries),
+		    " committed\n", json_array_size(tasks),
 		    ctl_int_member(counts, "reserved"),
 		    ctl_int_member(counts, "task_created"), stalled,
 		    stale_after_ms, ctl_int_member(counts, "committed"));
@@ -529,16 +619,40 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 			printf("A retry with the same client_submission_id and "
 			    "request completes a stalled submission.\n");
 	}
-	if (effects > 0 && !ctl->json)
-		printf("%zu unfinished effects: see idemctl effects\n",
-		    effects);
+	if (!ctl->json && json_array_size(effects) > 0) {
+		printf("\n");
+		if (effects_table_print(effects, 1) != 0)
+			goto nomem;
+		printf("\n%zu unfinished effect%s (%" JSON_INTEGER_FORMAT
+		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live "
+		    "lease, %" JSON_INTEGER_FORMAT " released), %zu needing a "
+		    "decision; %" JSON_INTEGER_FORMAT " committed\n",
+		    json_array_size(effects),
+		    json_array_size(effects) == 1 ? "" : "s",
+		    ctl_int_member(effect_counts, "outcome_unknown"),
+		    ctl_int_member(effect_counts, "reserved"),
+		    ctl_int_member(effect_counts, "released"), attention,
+		    ctl_int_member(effect_counts, "committed"));
+		if (attention > 0)
+			printf("An effect whose outcome is unknown, or that "
+			    "made no progress, may or may not have happened:\n"
+			    "look downstream by its external key (idemctl "
+			    "effects show KIND ID), then:\n"
+			    "idemctl resolve KIND ID applied|not_applied|"
+			    "unknown\n");
+	}
 	ctl_table_free(&t);
+	json_decref(tasks);
+	json_decref(effects);
 	json_decref(response);
 	/* Something is stuck: a monitor wants to know without parsing. */
-	return stalled > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
+	return stalled > 0 || attention > 0 ? IDEMCTL_EXIT_PROBLEM :
+	    IDEMCTL_EXIT_OK;
 
 nomem:
 	ctl_table_free(&t);
+	json_decref(tasks);
+	json_decref(effects);
 	json_decref(response);
 	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
 }
@@ -639,14 +753,8 @@ static const char *const effect_receipt_keys[] = {
 static int
 effects_list(struct idemctl *ctl)
 {
-	static const char *const header[] = {
-		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
-		"AGE", "EXTERNAL_KEY"
-	};
-	struct ctl_table	 t = { .columns = 6 };
 	json_t		*response, *entries, *entry, *counts, *list;
 	size_t		 i, unknown = 0;
-	char		 age[32], attempt[16];
 	int		 status;
 
 	if ((status = ctl_connect(ctl)) != 0)
@@ -672,22 +780,9 @@ effects_list(struct idemctl *ctl)
 		ctl_print_json(entry);
 		json_decref(entry);
 	} else {
-		if (ctl_table_add(&t, header) == -1)
+		if (json_array_size(list) > 0 &&
+		    effects_table_print(list, 0) != 0)
 			goto nomem;
-		json_array_foreach(list, i, entry) {
-			ctl_format_duration(ctl_int_member(entry, "age_ms"), age,
-			    sizeof age);
-			snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
-			    ctl_int_member(entry, "attempt"));
-			if (ctl_table_add(&t, (const char *[]){
-			    ctl_string_member(entry, "effect_kind", "?"),
-			    ctl_string_member(entry, "client_submission_id", "?"),
-			    ctl_string_member(entry, "state", "?"), attempt, age,
-			    ctl_string_member(entry, "external_key", "?") }) == -1)
-				goto nomem;
-		}
-		if (json_array_size(list) > 0)
-			ctl_table_print(&t, "");
 		printf("%s%zu unfinished effects: %" JSON_INTEGER_FORMAT
 		    " outcome_unknown, %" JSON_INTEGER_FORMAT " with a live "
 		    "lease, %" JSON_INTEGER_FORMAT " released; %"
@@ -703,14 +798,12 @@ effects_list(struct idemctl *ctl)
 			    "then: idemctl resolve KIND ID applied|not_applied"
 			    "|unknown\n");
 	}
-	ctl_table_free(&t);
 	json_decref(list);
 	json_decref(response);
 	/* Something needs a decision: a monitor wants to know. */
 	return unknown > 0 ? IDEMCTL_EXIT_PROBLEM : IDEMCTL_EXIT_OK;
 
 nomem:
-	ctl_table_free(&t);
 	json_decref(list);
 	json_decref(response);
 	return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");

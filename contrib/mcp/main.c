@@ -33,6 +33,26 @@ enum {
 
 static void	usage(FILE *, int) __attribute__((noreturn));
 
+/* The tools, from the tool table (tools.c): each name and its title. */
+static void
+usage_tools(FILE *out)
+{
+	json_t	*tool;
+	size_t	 i;
+
+	if (mcp_tools_init() != 0)
+		return;
+	for (i = 0; i < mcp_tools_count(); i++) {
+		if ((tool = mcp_tools_describe(i)) == NULL)
+			continue;
+		fprintf(out, "  %-20s %s\n", json_string_value(json_object_get(
+		    tool, "name")), json_string_value(json_object_get(tool,
+		    "title")));
+		json_decref(tool);
+	}
+	mcp_tools_free();
+}
+
 static void
 usage(FILE *out, int status)
 {
@@ -40,7 +60,9 @@ usage(FILE *out, int status)
 "usage: idem-mcp [--root DIR | --socket PATH] [--tools-page-size N]\n"
 "\n"
 "An MCP server over stdio exposing idemd's idempotent calls as tools:\n"
-"write_task, write_report, get_submission, diagnose.\n"
+"\n");
+	usage_tools(out);
+	fprintf(out,
 "\n"
 "  --root DIR             the FCoP workspace whose broker to use (its\n"
 "                         socket is DIR/.idem/idemd.sock)\n"

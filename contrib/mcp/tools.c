@@ -51,7 +51,8 @@
 
 /* ---- schemas ------------------------------------------------------------ */
 
-#define SCHEMA_ERROR MCP_JSON(						\
+/* An error's schema; reasons: what error.reason of a conflict may be. */
+#define SCHEMA_ERROR_OF(reasons) MCP_JSON(				\
 	{"type": "object",						\
 	 "description": "Why the call failed. code is the broker's error code (SPEC.md), or invalid_arguments (the arguments do not satisfy the inputSchema) or broker_unavailable (idemd could not be reached or did not answer). retryable: the same call may succeed later, with the same client_submission_id.", \
 	 "required": ["code", "message"],				\
@@ -60,7 +61,11 @@
 	   "message": {"type": "string"},				\
 	   "retryable": {"type": "boolean"},				\
 	   "field": {"type": "string", "description": "invalid_request: the offending field, a dotted path"}, \
-	   "reason": {"type": "string", "description": "conflict: digest_mismatch, schema_mismatch, target_mismatch, task_missing, ..."}}})
+	   "reason": {"type": "string", "description":) "\"" reasons "\"" MCP_JSON(}}})
+#define SCHEMA_ERROR SCHEMA_ERROR_OF(					\
+	"conflict: digest_mismatch or schema_mismatch (the id is bound to other content), target_mismatch or task_missing (the file is not what was recorded).")
+#define SCHEMA_EFFECT_ERROR SCHEMA_ERROR_OF(				\
+	"conflict: digest_mismatch or schema_mismatch (the key is bound to another request), stale_fence (a later attempt took the effect over), no_reservation (nothing to complete) or already_committed (the receipt stands).")
 
 #define SCHEMA_RECEIPT MCP_JSON(					\
 	{"type": "object",						\
@@ -89,6 +94,9 @@
 	"recovered": {"type": "boolean", "description": "This call finished a creation an earlier call began."}, \
 	"existing": {"type": ["object", "null"], "description": "conflict: what the client_submission_id is bound to."}, \
 	"error":) SCHEMA_ERROR
+
+#define EFFECT_ID_DESCRIPTION						\
+	"Names ONE intent, chosen once by you when you first decide to perform this effect (for example \\\"run-42/notify-ops\\\"). When you retry the same intent for any reason (an error, a timeout, a lost or unclear answer, a restart), send the EXACT SAME client_submission_id and effect_kind with the same request. NEVER invent a new client_submission_id on a retry: a new id is a new intent, and idem would let the effect be performed a second time. 1 to 200 printable ASCII characters, no spaces."
 
 #define ID_DESCRIPTION							\
 	"Names ONE intent, chosen once by you when you first decide to make this call (for example \\\"run-42/step-3\\\"). When you retry the same intent for any reason (an error, a timeout, a lost or unclear answer, a restart), send the EXACT SAME client_submission_id with the same content. NEVER invent a new client_submission_id on a retry: a new id is a new intent and writes a second file. 1 to 200 printable ASCII characters, no spaces."
@@ -172,7 +180,7 @@ static const char write_report_output[] = MCP_JSON(
 /* Effects (SPEC.md, "Effects"): the ledger for side effects the caller performs. */
 #define SCHEMA_EFFECT_KEY MCP_JSON(					\
 	"client_submission_id": {"type": "string", "minLength": 1,	\
-	  "maxLength": 200, "description":) "\"" ID_DESCRIPTION "\"" MCP_JSON(}, \
+	  "maxLength": 200, "description":) "\"" EFFECT_ID_DESCRIPTION "\"" MCP_JSON(}, \
 	"effect_kind": {"type": "string", "minLength": 1, "maxLength": 128, \
 	  "description": "What kind of effect, versioned, 1 to 128 printable ASCII characters: mail.send/v1, charge/v1. The key is effect_kind and client_submission_id together."})
 
@@ -218,8 +226,9 @@ static const char effect_output[] = MCP_JSON(
 	   "lease_ms": {"type": "integer"},
 	   "lease_expires_at": {"type": "string"},
 	   "receipt":) SCHEMA_EFFECT_RECEIPT MCP_JSON(,
-	   "existing": {"type": ["object", "null"]},
-	   "error":) SCHEMA_ERROR MCP_JSON(}});
+	   "existing": {"type": ["object", "null"],
+	     "description": "conflict, in_progress and outcome_unknown: the effect as recorded (state, attempt, external_key)."},
+	   "error":) SCHEMA_EFFECT_ERROR MCP_JSON(}});
 
 static const char effect_begin_input[] = MCP_JSON(
 	{"type": "object",
@@ -264,10 +273,11 @@ static const char get_submission_input[] = MCP_JSON(
 	 "required": ["client_submission_id"],
 	 "properties": {
 	   "client_submission_id": {"type": "string", "minLength": 1,
-	     "maxLength": 200},
+	     "maxLength": 200,
+	     "description": "The client_submission_id to look up: the one a write_task call was made with or, with effect_kind, an effect_begin call."},
 	   "effect_kind": {"type": "string", "minLength": 1,
 	     "maxLength": 128,
-	     "description": "Look up the effect under this kind instead of a task."}}});
+	     "description": "Look up the effect of this kind under the client_submission_id, instead of a task."}}});
 
 static const char get_submission_output[] = MCP_JSON(
 	{"type": "object",
@@ -277,8 +287,14 @@ static const char get_submission_output[] = MCP_JSON(
 	     "required": ["client_submission_id", "state"],
 	     "properties": {
 	       "client_submission_id": {"type": "string"},
+	       "effect_kind": {"type": "string",
+	         "description": "Only for an effect: its kind."},
 	       "state": {"type": "string",
-	         "description": "reserved, task_created or committed."},
+	         "description": "A task: reserved, task_created or committed. An effect: reserved, outcome_unknown, released or committed."},
+	       "attempt": {"type": "integer",
+	         "description": "Only for an effect: its latest attempt."},
+	       "external_key": {"type": "string",
+	         "description": "Only for an effect: the key the downstream system knows it by."},
 	       "digest_schema": {"type": "string"},
 	       "request_digest": {"type": "string"},
 	       "task_id": {"type": "string"},
@@ -305,6 +321,8 @@ static const char diagnose_output[] = MCP_JSON(
 	       "required": ["client_submission_id", "state"],
 	       "properties": {
 	         "client_submission_id": {"type": "string"},
+	         "effect_kind": {"type": "string",
+	           "description": "Only for an effect: its kind. The entries without it are task submissions."},
 	         "state": {"type": "string"},
 	         "age_ms": {"type": "integer"},
 	         "task_id": {"type": "string"},
@@ -315,9 +333,17 @@ static const char diagnose_output[] = MCP_JSON(
 	         "in_flight": {"type": ["boolean", "null"]},
 	         "stalled": {"type": "boolean"}}}},
 	   "counts": {"type": "object",
+	     "description": "Task submissions by state.",
 	     "properties": {
 	       "reserved": {"type": "integer"},
 	       "task_created": {"type": "integer"},
+	       "committed": {"type": "integer"}}},
+	   "effect_counts": {"type": "object",
+	     "description": "Effects by state; outcome_unknown counts a lapsed lease too.",
+	     "properties": {
+	       "reserved": {"type": "integer"},
+	       "outcome_unknown": {"type": "integer"},
+	       "released": {"type": "integer"},
 	       "committed": {"type": "integer"}}},
 	   "error":) SCHEMA_ERROR MCP_JSON(}});
 
@@ -371,21 +397,26 @@ static struct tool tool_table[] = {
 	  "same id with other content is a conflict and writes nothing.",
 	  TOOL_WRITES, write_report_input, write_report_output,
 	  IDEM_OPC_WRITE_REPORT, summary_write_report, NULL, NULL },
-	{ "get_submission", "Look up a submission",
+	{ "get_submission", "Look up a submission or an effect",
 	  "Read what the idem broker recorded for a client_submission_id: "
 	  "its state (reserved, task_created, committed), its task_id and "
 	  "path, and the receipt once committed. Read-only. Use it to learn "
 	  "whether an earlier write_task took effect; to finish one that "
 	  "did not, call write_task again with the same "
-	  "client_submission_id and task.",
+	  "client_submission_id and task. With effect_kind, the effect "
+	  "under that key instead: its state (reserved, outcome_unknown, "
+	  "released, committed), attempt, external_key, and its receipt "
+	  "once committed.",
 	  TOOL_READ_ONLY, get_submission_input, get_submission_output,
 	  IDEM_OPC_GET_SUBMISSION, summary_get_submission, NULL, NULL },
-	{ "diagnose", "List unfinished submissions",
-	  "List the submissions the idem broker holds in an intermediate "
-	  "state (reserved or task_created: a creation that was interrupted "
-	  "and not retried yet), whether each one's TASK file exists and "
-	  "matches, and how many submissions are in each state. Read-only: "
-	  "it never repairs, deletes or recreates anything.",
+	{ "diagnose", "List unfinished submissions and effects",
+	  "List the task submissions the idem broker holds in an "
+	  "intermediate state (reserved or task_created: a creation that "
+	  "was interrupted and not retried yet), whether each one's TASK "
+	  "file exists and matches, and the unfinished effects (those with "
+	  "an effect_kind: outcome_unknown first, then live leases and "
+	  "released ones), with how many of each are in each state. "
+	  "Read-only: it never repairs, deletes or recreates anything.",
 	  TOOL_READ_ONLY, diagnose_input, diagnose_output, IDEM_OPC_DIAGNOSE,
 	  summary_diagnose, NULL, NULL },
 	{ "effect_begin", "Ask before performing a side effect",
@@ -431,7 +462,8 @@ tools_str(json_t *object, const char *key)
 {
 	const char	*s = json_string_value(json_object_get(object, key));
 
-	return s != NULL ? s : "?";
+	/* "": every text says what it has, never a placeholder. */
+	return s != NULL ? s : "";
 }
 
 static json_t *
@@ -566,28 +598,75 @@ summary_write_report(json_t *sc)
 static char *
 summary_get_submission(json_t *sc)
 {
-	json_t	*sub = json_object_get(sc, "submission");
+	json_t		*sub = json_object_get(sc, "submission");
+	const char	*path;
 
 	if (!json_is_true(json_object_get(sc, "found")))
-		return tools_printf("No submission has this "
-		    "client_submission_id.");
-	return tools_printf("Submission %s: state %s, task %s.",
+		return tools_printf("Not found: idem has recorded nothing under "
+		    "this client_submission_id (with this effect_kind, if one "
+		    "was given).");
+	if (json_object_get(sub, "effect_kind") != NULL)
+		return tools_printf("Effect %s, client_submission_id %s: state "
+		    "%s, attempt %" JSON_INTEGER_FORMAT "%s%s%s.",
+		    tools_str(sub, "effect_kind"),
+		    tools_str(sub, "client_submission_id"),
+		    tools_str(sub, "state"),
+		    json_integer_value(json_object_get(sub, "attempt")),
+		    json_object_get(sub, "external_key") != NULL ?
+		    ", external_key " : "", tools_str(sub, "external_key"),
+		    json_object_get(sub, "receipt") != NULL ?
+		    "; its receipt is in the result" : "");
+	path = json_string_value(json_object_get(sub, "current_path"));
+	if (path == NULL)
+		path = tools_str(sub, "task_path");
+	return tools_printf("Submission %s: state %s, task %s (%s)%s.",
 	    tools_str(sub, "client_submission_id"), tools_str(sub, "state"),
-	    tools_str(sub, "task_id"));
+	    tools_str(sub, "task_id"), path,
+	    json_object_get(sub, "receipt") != NULL ?
+	    "; its receipt is in the result" : "");
 }
 
 static char *
 summary_diagnose(json_t *sc)
 {
-	json_t	*counts = json_object_get(sc, "counts");
+	json_t		*counts = json_object_get(sc, "counts");
+	json_t		*effect_counts = json_object_get(sc, "effect_counts");
+	json_t		*entries = json_object_get(sc, "entries"), *entry;
+	size_t		 i, tasks = 0, effects = 0;
+	char		*line, *more;
 
-	return tools_printf("%zu submissions in an intermediate state "
+	/* The entries with an effect_kind are effects, not tasks. */
+	json_array_foreach(entries, i, entry) {
+		if (json_object_get(entry, "effect_kind") != NULL)
+			effects++;
+		else
+			tasks++;
+	}
+	line = tools_printf("%zu task submission%s in an intermediate state "
 	    "(reserved %" JSON_INTEGER_FORMAT ", task_created %"
-	    JSON_INTEGER_FORMAT ", committed %" JSON_INTEGER_FORMAT ").",
-	    json_array_size(json_object_get(sc, "entries")),
+	    JSON_INTEGER_FORMAT "); %" JSON_INTEGER_FORMAT " committed.",
+	    tasks, tasks == 1 ? "" : "s",
 	    json_integer_value(json_object_get(counts, "reserved")),
 	    json_integer_value(json_object_get(counts, "task_created")),
 	    json_integer_value(json_object_get(counts, "committed")));
+	if (line == NULL || !json_is_object(effect_counts))
+		return line;
+	more = tools_printf("%s %zu unfinished effect%s (outcome_unknown %"
+	    JSON_INTEGER_FORMAT ", with a live lease %" JSON_INTEGER_FORMAT
+	    ", released %" JSON_INTEGER_FORMAT "); %" JSON_INTEGER_FORMAT
+	    " committed.%s", line, effects, effects == 1 ? "" : "s",
+	    json_integer_value(json_object_get(effect_counts,
+	    "outcome_unknown")),
+	    json_integer_value(json_object_get(effect_counts, "reserved")),
+	    json_integer_value(json_object_get(effect_counts, "released")),
+	    json_integer_value(json_object_get(effect_counts, "committed")),
+	    json_integer_value(json_object_get(effect_counts,
+	    "outcome_unknown")) > 0 ? " An outcome_unknown effect may or "
+	    "may not have happened: check the downstream system by its "
+	    "external_key, then call effect_resolve with what you "
+	    "observed." : "");
+	free(line);
+	return more;
 }
 
 static char *
@@ -612,6 +691,119 @@ summary_effect(json_t *sc)
 	    "unchanged", tools_str(sc, "state"));
 }
 
+/*
+ * What an effect's "existing" says, as " (state S, attempt N, external_key
+ * K)": only what it has; "" without any.
+ */
+static void
+existing_effect_facts(json_t *existing, char *buf, size_t size)
+{
+	json_t		*attempt = json_object_get(existing, "attempt");
+	const char	*state, *xkey;
+	size_t		 n = 0;
+
+	state = json_string_value(json_object_get(existing, "state"));
+	xkey = json_string_value(json_object_get(existing, "external_key"));
+	buf[0] = '\0';
+	if (state != NULL)
+		n += (size_t)snprintf(buf + n, size - n, ", state %s", state);
+	if (json_is_integer(attempt) && n < size)
+		n += (size_t)snprintf(buf + n, size - n, ", attempt %"
+		    JSON_INTEGER_FORMAT, json_integer_value(attempt));
+	if (xkey != NULL && n < size)
+		n += (size_t)snprintf(buf + n, size - n, ", external_key %s",
+		    xkey);
+	if (n > 0 && n + 2 < size) {
+		/* ", state S" -> " (state S)" */
+		buf[0] = ' ';
+		buf[1] = '(';
+		buf[n] = ')';
+		buf[n + 1] = '\0';
+	}
+}
+
+/* A conflict of an effect tool: what it means for this reason. */
+static char *
+summary_effect_conflict(const struct tool *t, const char *reason,
+    json_t *existing, const char *message)
+{
+	char		 facts[160];
+
+	existing_effect_facts(existing, facts, sizeof facts);
+	if (strcmp(reason, "digest_mismatch") == 0 ||
+	    strcmp(reason, "schema_mismatch") == 0)
+		return tools_printf("conflict (%s): this client_submission_id "
+		    "and effect_kind are already bound to another request%s; "
+		    "nothing was recorded, and this request "
+		    "must not be performed under them. To retry the first "
+		    "intent, send exactly its request; a new intent needs a "
+		    "new client_submission_id.", reason, facts);
+	if (strcmp(reason, "stale_fence") == 0)
+		return tools_printf("conflict (stale_fence): this fence is not "
+		    "the effect's latest: your lease lapsed and a later "
+		    "effect_begin took the effect over%s; your outcome was not "
+		    "recorded. Do not call effect_complete with this fence "
+		    "again. If you performed the effect, the downstream system "
+		    "knows it by its external_key, which every attempt "
+		    "shares; get_submission with effect_kind shows the "
+		    "effect's state.", facts);
+	if (strcmp(reason, "no_reservation") == 0 && !json_is_object(existing))
+		return tools_printf("conflict (no_reservation): no effect was "
+		    "begun under this client_submission_id and effect_kind; "
+		    "nothing was recorded. Check both (a typo makes another "
+		    "key); effect_begin comes first.");
+	if (strcmp(reason, "no_reservation") == 0)
+		return tools_printf("conflict (no_reservation): the effect was "
+		    "released (not applied), so this fence has no reservation "
+		    "to complete; nothing was recorded. Call effect_begin again "
+		    "before performing the effect.");
+	if (strcmp(reason, "already_committed") == 0)
+		return tools_printf("conflict (already_committed): the effect "
+		    "is already committed%s%s; nothing was changed and its "
+		    "receipt stands. Do not perform it again; get_submission "
+		    "with effect_kind shows the receipt.", facts,
+		    t->op == IDEM_OPC_EFFECT_RESOLVE ? ", and your evidence "
+		    "contradicts its receipt" : " with another outcome or "
+		    "result");
+	return tools_printf("conflict (%s): %s; nothing was recorded.", reason,
+	    message);
+}
+
+/* A conflict of write_task or write_report. */
+static char *
+summary_write_conflict(const struct tool *t, const char *reason,
+    json_t *existing, const char *message)
+{
+	int		 report = t->op == IDEM_OPC_WRITE_REPORT;
+	const char	*what = report ? "report" : "task";
+	const char	*id = json_string_value(json_object_get(existing,
+			    report ? "report_id" : "task_id"));
+
+	if (strcmp(reason, "digest_mismatch") == 0 ||
+	    strcmp(reason, "schema_mismatch") == 0)
+		return tools_printf("conflict (%s): this client_submission_id "
+		    "is already bound to another %s%s%s%s; nothing was "
+		    "written. To retry the first intent, resend exactly its "
+		    "%s; a new %s needs a new client_submission_id.", reason,
+		    what, id != NULL ? " (" : "", id != NULL ? id : "",
+		    id != NULL ? ")" : "", what, what);
+	if (strcmp(reason, "target_mismatch") == 0)
+		return tools_printf("conflict (target_mismatch): the path "
+		    "reserved for this submission's %s%s%s holds a file that "
+		    "is not it; nothing was overwritten. Retrying will not "
+		    "help: an operator must look at that file (idemctl "
+		    "diagnose).", what, id != NULL ? " " : "",
+		    id != NULL ? id : "");
+	if (strcmp(reason, "task_missing") == 0)
+		return tools_printf("conflict (task_missing): the %s%s%s was "
+		    "created for this client_submission_id, but no file of it "
+		    "is left in the workspace; nothing was recreated. Retrying "
+		    "will not help: an operator must look (idemctl verify).",
+		    what, id != NULL ? " " : "", id != NULL ? id : "");
+	return tools_printf("conflict (%s): %s; nothing was written.", reason,
+	    message);
+}
+
 /* The one line for a failed call: what happened and what to do next. */
 static char *
 summary_error(const struct tool *t, json_t *sc)
@@ -619,28 +811,46 @@ summary_error(const struct tool *t, json_t *sc)
 	json_t		*error = json_object_get(sc, "error");
 	json_t		*existing = json_object_get(sc, "existing");
 	const char	*code = tools_str(error, "code");
+	const char	*message = tools_str(error, "message");
 	const char	*field;
 	int		 writes = (t->flags & TOOL_WRITES) != 0;
+	int		 effect = t->op == IDEM_OPC_EFFECT_BEGIN ||
+			    t->op == IDEM_OPC_EFFECT_COMPLETE ||
+			    t->op == IDEM_OPC_EFFECT_RESOLVE;
+	char		 facts[160];
 
 	if (strcmp(code, "conflict") == 0)
-		return tools_printf("conflict (%s): this client_submission_id "
-		    "is already bound to other content%s%s%s; nothing was "
-		    "written. To retry the first intent, resend exactly its "
-		    "content; a new intent needs a new client_submission_id.",
-		    tools_str(error, "reason"),
-		    existing != NULL ? " (" : "",
-		    existing != NULL ? tools_str(existing, "task_id") : "",
-		    existing != NULL ? ")" : "");
+		return effect ? summary_effect_conflict(t,
+		    tools_str(error, "reason"), existing, message) :
+		    summary_write_conflict(t, tools_str(error, "reason"),
+		    existing, message);
+	if (effect && strcmp(code, "outcome_unknown") == 0) {
+		existing_effect_facts(existing, facts, sizeof facts);
+		return tools_printf("outcome_unknown: an earlier attempt of "
+		    "this effect%s may or may not have been performed, and "
+		    "its lease lapsed. Do not perform it again blindly: check "
+		    "the downstream system by the effect's external_key, then "
+		    "call effect_resolve with what you observed.", facts);
+	}
+	if (effect && strcmp(code, "in_progress") == 0)
+		return tools_printf("in_progress: another caller holds this "
+		    "effect's lease%s%s; do not perform it now. Call %s again "
+		    "later with the same arguments.",
+		    json_is_string(json_object_get(existing,
+		    "lease_expires_at")) ? " until " : "",
+		    tools_str(existing, "lease_expires_at"), t->name);
 	if (json_is_true(json_object_get(error, "retryable")))
 		return tools_printf("%s failed (%s: %s). %s", t->name, code,
-		    tools_str(error, "message"), writes ?
+		    message, !writes ? "Retrying later is safe." : effect ?
+		    "Retrying is safe: call it again with the same arguments, "
+		    "never a new client_submission_id." :
 		    "Retrying is safe: call it again with the same "
 		    "client_submission_id and the same content, never a new "
-		    "id." : "Retrying later is safe.");
+		    "id.");
 	field = json_string_value(json_object_get(error, "field"));
 	return tools_printf("%s failed (%s: %s%s%s); not retryable as is.",
-	    t->name, code, tools_str(error, "message"),
-	    field != NULL ? ", field " : "", field != NULL ? field : "");
+	    t->name, code, message, field != NULL ? ", field " : "",
+	    field != NULL ? field : "");
 }
 
 /*

@@ -6,7 +6,11 @@
  * processes.  With --log-file, a log moved away (as logrotate does) is
  * followed, after SIGHUP, by a new file at the path, for the master and
  * the workers.  --log-level drops what is below it; on a stderr that is
- * the journal (JOURNAL_STREAM), each line carries its "<N>" priority.
+ * the journal (JOURNAL_STREAM), each line carries its "<N>" priority;
+ * anywhere else (a file, a terminal) its time, RFC 3339 in UTC with
+ * milliseconds.  --log-level debug logs each refused request once, with
+ * its code, op and peer, never its content.  A count of one is said in
+ * the singular; a worker's command line names the root once.
  * Every wait is on an event: the broker's ready pipe, a reply, the log
  * growing (inotify), never a sleep.
  */
@@ -98,6 +102,66 @@ assert_no_line(const char *path, const char *a)
 
 	if (line != NULL)
 		fail_msg("unexpected line in %s: %s", path, line);
+}
+
+/*
+ * line starts with "2026-12-05T01:02:03.456Z " (RFC 3339, UTC, ms), a
+ * time within a few minutes of now (so UTC, not local time, unless the
+ * test runs in UTC anyway).
+ */
+static void
+assert_stamped(const char *line)
+{
+	static const char	 shape[] = "dddd-dd-ddTdd:dd:dd.dddZ ";
+	struct tm		 tm;
+	time_t			 t;
+	size_t			 i;
+
+	for (i = 0; i < sizeof shape - 1; i++) {
+		if (shape[i] == 'd' ? !(line[i] >= '0' && line[i] <= '9') :
+		    line[i] != shape[i])
+			fail_msg("no RFC 3339 UTC time with ms at the start "
+			    "of: %s", line);
+	}
+	memset(&tm, 0, sizeof tm);
+	assert_non_null(strptime(line, "%Y-%m-%dT%H:%M:%S", &tm));
+	t = timegm(&tm);
+	if (t < time(NULL) - 600 || t > time(NULL) + 600)
+		fail_msg("the time is not now in UTC: %s", line);
+}
+
+/* Every line of path is stamped; there is one at least. */
+static void
+assert_all_stamped(const char *path)
+{
+	FILE	*f;
+	char	 line[2048];
+	int	 n = 0;
+
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof line, f) != NULL) {
+		assert_stamped(line);
+		n++;
+	}
+	fclose(f);
+	assert_true(n > 0);
+}
+
+/* How many lines of path have a in them. */
+static int
+count_lines(const char *path, const char *a)
+{
+	FILE	*f;
+	char	 line[2048];
+	int	 n = 0;
+
+	if ((f = fopen(path, "r")) == NULL)
+		return 0;
+	while (fgets(line, sizeof line, f) != NULL)
+		n += strstr(line, a) != NULL;
+	fclose(f);
+	return n;
 }
 
 static int
@@ -243,6 +307,9 @@ sighup_reopens_log_file(void **state)
 	assert_serving(b, "hup/file");
 	assert_int_equal(harness_stop(b), 0);
 	free(wait_line(path, "stopped", NULL));
+	/* Lines in a log file carry their time, the workers' too. */
+	assert_all_stamped(path);
+	assert_all_stamped(moved);
 	unlink(path);
 	unlink(moved);
 	harness_finish(b);
@@ -359,8 +426,133 @@ other_stderr_gets_no_priorities(void **state)
 
 	start_workers(b, NULL, env);
 	line = wait_line(b->log, "serving", NULL);
-	assert_true(strncmp(line, "idemd[", 6) == 0);
+	/* Not the journal: the time, then the program, no priority. */
+	assert_stamped(line);
+	assert_true(strncmp(line + strlen("2026-12-05T01:02:03.456Z "),
+	    "idemd[", 6) == 0);
 	free(line);
+	assert_int_equal(harness_stop(b), 0);
+	free(wait_line(b->log, "stopped", NULL));
+	assert_all_stamped(b->log);
+	harness_finish(b);
+}
+
+/* ---- What the lines say ------------------------------------------------------ */
+
+/*
+ * --log-level debug: a refused request is logged once, with its code,
+ * its op and its peer (this process), and nothing of what it carried.
+ */
+static void
+log_level_debug_logs_refusals(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--log-level", "debug", NULL };
+	char		 want[96], *line;
+	json_t		*reply;
+
+	start_workers(b, args, NULL);
+	reply = harness_call_once(b, json_pack("{s:s,s:s,s:{s:s,s:s,s:s}}",
+	    "op", "write_task", "client_submission_id", "refused-1", "task",
+	    "sender", "not a role", "recipient", "DEV", "body",
+	    "a body the log must never show"));
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 0);
+	json_decref(reply);
+	/* Written before the reply was sent: no wait needed, but allowed. */
+	line = wait_line(b->log, "refused a request, op write_task: "
+	    "invalid_request, field task.sender", NULL);
+	snprintf(want, sizeof want, "from pid %ld uid %lu", (long)getpid(),
+	    (unsigned long)getuid());
+	if (strstr(line, want) == NULL)
+		fail_msg("the refusal does not name its peer (%s): %s", want,
+		    line);
+	free(line);
+	assert_int_equal(count_lines(b->log, "refused a request"), 1);
+	assert_no_line(b->log, "a body the log must never show");
+	assert_no_line(b->log, "not a role");
+
+	reply = harness_call_once(b, json_pack("{s:s}", "op", "frobnicate"));
+	assert_non_null(reply);
+	json_decref(reply);
+	/* An op the broker does not know is not quoted: a client chose it. */
+	free(wait_line(b->log, "refused a request: unknown_op", want));
+	assert_no_line(b->log, "frobnicate");
+	/* An answered request is not logged as refused. */
+	assert_serving(b, "refused-2");
+	assert_int_equal(count_lines(b->log, "refused a request"), 2);
+	harness_finish(b);
+}
+
+/* A connection refused as one too many: logged once, with its peer. */
+static void
+log_level_debug_logs_refused_connections(void **state)
+{
+	struct broker		*b = *state;
+	const char		*args[] = { "--log-level", "debug",
+				    "--max-connections-per-pid", "1", NULL };
+	struct idem_conn	*held, *extra;
+	char			 want[96];
+	json_t			*reply;
+
+	start_workers(b, args, NULL);
+	assert_non_null(held = harness_connect(b));
+	reply = harness_call(held, json_pack("{s:s}", "op", "hello"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	/* The second is refused at its accept: its reply says so. */
+	assert_non_null(extra = harness_connect(b));
+	reply = harness_call(extra, json_pack("{s:s}", "op", "hello"));
+	if (reply != NULL) {
+		harness_assert_bool(reply, "ok", 0);
+		json_decref(reply);
+	}
+	idem_close(extra);
+	snprintf(want, sizeof want, "from pid %ld uid %lu", (long)getpid(),
+	    (unsigned long)getuid());
+	free(wait_line(b->log, "refused a connection: too_many_connections "
+	    "max_connections_per_pid", want));
+	assert_int_equal(count_lines(b->log, "refused a connection"), 1);
+	/* The refusal is the connection's, not a request's. */
+	assert_int_equal(count_lines(b->log, "refused a request"), 0);
+	idem_close(held);
+	harness_finish(b);
+}
+
+/*
+ * One worker is "1 worker"; its command line (ps) names --root once,
+ * the root the master resolved.
+ */
+static void
+one_worker_said_once(void **state)
+{
+	struct broker	*b = *state;
+	const char	*args[] = { "--workers", "1", NULL };
+	char		 path[64], cmdline[8192], *line;
+	pid_t		 pid;
+	size_t		 n, i;
+	int		 roots = 0;
+	FILE		*f;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	line = wait_line(b->log, "serving", NULL);
+	if (strstr(line, " with 1 worker\n") == NULL)
+		fail_msg("not \"with 1 worker\": %s", line);
+	free(line);
+	assert_no_line(b->log, " 1 workers");
+	assert_int_equal(harness_workers(b, &pid, 1), 1);
+	snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)pid);
+	assert_non_null(f = fopen(path, "r"));
+	n = fread(cmdline, 1, sizeof cmdline - 1, f);
+	fclose(f);
+	assert_true(n > 0);
+	cmdline[n] = '\0';
+	for (i = 0; i < n; i += strlen(cmdline + i) + 1) {
+		if (strcmp(cmdline + i, "--root") == 0 ||
+		    strncmp(cmdline + i, "--root=", 7) == 0)
+			roots++;
+	}
+	assert_int_equal(roots, 1);
 	harness_finish(b);
 }
 
@@ -474,6 +666,9 @@ main(void)
 		T(log_level_unknown_refused),
 		T(journal_stderr_gets_priorities),
 		T(other_stderr_gets_no_priorities),
+		T(log_level_debug_logs_refusals),
+		T(log_level_debug_logs_refused_connections),
+		T(one_worker_said_once),
 		T(syslog_leaves_stderr),
 		T(killed_test_leaves_no_broker),
 	};

@@ -1209,7 +1209,9 @@ test_client_text_cannot_forge_log_lines(void **state)
 	    "diagnose", EVIL, EVIL)));
 	send_raw_lines(b, raw);
 	/* The evidence is logged (escaped), and the broker stops. */
-	harness_wait_log(b, "evidence applied from x", 1, 10000);
+	/* Refused (the lease is live), and logged as refused. */
+	harness_wait_log(b, "refused evidence applied (another caller holds "
+	    "a live lease) from x", 1, 10000);
 	assert_int_equal(harness_stop(b), 0);
 
 	assert_non_null(log = harness_read_log(b));
@@ -1221,10 +1223,12 @@ test_client_text_cannot_forge_log_lines(void **state)
 		if (!log_line_safe((unsigned char *)line, strlen(line)))
 			fail_msg("an unsafe log line (line %d): %s", lines,
 			    line);
-		if (strncmp(line, "idemd[", 6) != 0 ||
-		    strncmp(line, "idemd[1]", 8) == 0)
+		/* Its time ("2026-12-05T01:02:03.456Z "), then the broker. */
+		if (strlen(line) < 25 || line[10] != 'T' || line[23] != 'Z' ||
+		    strncmp(line + 25, "idemd[", 6) != 0 ||
+		    strncmp(line + 25, "idemd[1]", 8) == 0)
 			fail_msg("a line not the broker's: %s", line);
-		if (strstr(line, "): evidence ") != NULL)
+		if (strstr(line, "): refused evidence ") != NULL)
 			evidence_lines++;
 	}
 	assert_true(lines > 3);

@@ -164,12 +164,14 @@ class Broker:
                 f.write('{"workspace_id":"urn:uuid:'
                         '0f0e0d0c-0b0a-4908-8706-050403020100"}\n')
         if host is None:
-            self.sock = os.path.join(self.root, ".idem", "idemd.sock")
+            self.state = os.path.join(self.root, ".idem")
             self.log = os.path.join(self.tmp, "idemd.log")
         else:
-            self.sock = os.path.join(self.root, ".idem", "hosts", host,
-                                     "idemd.sock")
+            # On PostgreSQL each host has its own state directory, its
+            # socket and its lock (doc/cluster.md).
+            self.state = os.path.join(self.root, ".idem", "hosts", host)
             self.log = os.path.join(self.tmp, "idemd-%s.log" % host)
+        self.sock = os.path.join(self.state, "idemd.sock")
         self.store_args = list(store_args)
         self.proc = None
         self.args = []
@@ -215,7 +217,7 @@ class Broker:
         self.proc = None
         # Workers die with the master but hold the root's lock until
         # they do (doc/idemd.8): the next start must not race them.
-        lock = os.path.join(self.root, ".idem", "idemd.lock")
+        lock = os.path.join(self.state, "idemd.lock")
         try:
             import fcntl
             fd = os.open(lock, os.O_RDWR)

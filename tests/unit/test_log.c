@@ -220,7 +220,7 @@ test_any_bytes_round_trip(void **state)
 	}
 }
 
-/* Through log_info to a file: one line, the prefix once, no control. */
+/* Through log_info to a file: one line, its time and prefix once, no control. */
 static void
 test_one_line_in_the_file(void **state)
 {
@@ -248,7 +248,10 @@ test_one_line_in_the_file(void **state)
 
 		assert_true(len > 0 && line[len - 1] == '\n');
 		assert_true(safe_text(line, len - 1));
-		assert_int_equal(strncmp(line, "idemd[", 6), 0);
+		/* "2026-12-05T01:02:03.456Z idemd[": the time, once. */
+		assert_true(len > 25 && line[4] == '-' && line[10] == 'T' &&
+		    line[19] == '.' && line[23] == 'Z' && line[24] == ' ');
+		assert_int_equal(strncmp(line + 25, "idemd[", 6), 0);
 		lines++;
 	}
 	fclose(fp);
