@@ -854,7 +854,7 @@ test('effectExtend: stale fence, after a lapse, after a commit', async (t) => {
     return;
   }
   const sid = key('ext');
-  const b = await c.effectBegin(sid, 'k/v1', 1, { leaseMs: 100 });
+  const b = await c.effectBegin(sid, 'k/v1', 1, { leaseMs: 5000 });
   const ext = await c.effectExtend(sid, 'k/v1', b.fence, 60000);
   assert.equal(typeof ext.leaseExpiresAt, 'string');
   await c.effectComplete(sid, 'k/v1', b.fence, 'not_applied');
