@@ -49,19 +49,19 @@ async function report(client, id, kind, fence, outcome, result) {
  * broker without effect_extend (unknown_op) ends it; a lost connection
  * is retried at the next tick. */
 class Extender {
-  constructor(client, id, kind, fence, leaseMs, everyMs) {
+  constructor(client, id, kind, fence, leaseMs, everyMs, firstMs) {
     Object.assign(this, { client, id, kind, fence, leaseMs, everyMs });
     this.extensions = 0;
     this.error = null;
     this.stopped = false;
     this.inflight = null;
     this.timer = null;
-    this.schedule();
+    this.schedule(firstMs);
   }
 
-  schedule() {
+  schedule(ms = this.everyMs) {
     if (!this.stopped)
-      this.timer = setTimeout(() => this.tick(), this.everyMs);
+      this.timer = setTimeout(() => this.tick(), ms);
   }
 
   async tick() {
@@ -134,7 +134,11 @@ export async function runEffect(client, kind, id, request, fn, options = {}) {
   // that nobody would report, which would lapse into outcome_unknown
   // though nothing was performed.  It is awaited (the broker answers a
   // begin at once), and a proceed that came after an abort is released.
+  const asked = Date.now();
   const begin = await client.effectBegin(id, kind, request, { leaseMs, requestDigest });
+  // The lease runs from the reservation, before the begin's answer: the
+  // answer's time is already spent of the first interval.
+  const spent = Date.now() - asked;
   if (signal?.aborted) {
     if (begin.proceed)
       await report(client, id, kind, begin.fence, 'not_applied');
@@ -144,8 +148,9 @@ export async function runEffect(client, kind, id, request, fn, options = {}) {
     return begin.receipt.result;
   const { fence, externalKey, attempt } = begin;
   const lease = leaseMs ?? begin.leaseMs ?? DEFAULT_LEASE_MS;
-  const extender = new Extender(client, id, kind, fence, lease,
-      extendEveryMs ?? Math.max(Math.floor(lease / 3), 1));
+  const every = extendEveryMs ?? Math.max(Math.floor(lease / 3), 1);
+  const extender = new Extender(client, id, kind, fence, lease, every,
+      Math.max(every - spent, 0));
   const running = (async () => fn(externalKey, { attempt, fence, signal }))();
   let result;
   try {
