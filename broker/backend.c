@@ -12,6 +12,7 @@
 
 #include "idemd.h"
 #include "backend.h"
+#include "storeuri.h"
 #include "local/local.h"
 #ifdef HAVE_POSTGRESQL
 #include "pg/pg_backend.h"
@@ -51,15 +52,24 @@ backend_select(struct idemd *d, const char *arg, char **cause)
 {
 	size_t	i;
 
+	*cause = NULL;
 	for (i = 0; i < sizeof backends / sizeof backends[0]; i++) {
 		if (backends[i]->matches(arg)) {
 			d->be = backends[i];
-			return 0;
+			return d->be->configure(d, arg, cause);
 		}
 	}
-	/* main.c's store_options refused it first (until G4 moves it here). */
-	if (asprintf(cause, "--store %s: no backend", arg != NULL ? arg :
-	    "local") == -1)
+	if (!storeuri_is_postgresql(arg)) {
+		if (asprintf(cause,
+		    "--store must be local or postgresql://...") == -1)
+			*cause = NULL;
+		return -1;
+	}
+	/* A PostgreSQL store, and no row for it. */
+	if (asprintf(cause,
+	    "--store %s: this idemd was built without PostgreSQL; "
+	    "configure --with-postgresql (Debian: apt-get install libpq-dev) "
+	    "and build again", "postgresql://...") == -1)
 		*cause = NULL;
 	return -1;
 }

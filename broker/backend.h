@@ -11,11 +11,6 @@
  * on the worker's loop thread, possibly before the call returns; the
  * caller touches p no more after the call.  Reads are synchronous, as
  * they have always been (the PostgreSQL reads block the loop).
- *
- * Stage G1 of issue #28 fills the reads (get, diagnose, history), G2
- * the creations (create); the effect members are declared for G3, and
- * NULL in both tables until then (effect.c still calls its stores by
- * name).
  */
 #ifndef BACKEND_H
 #define BACKEND_H
@@ -83,12 +78,15 @@ struct backend_effect_outcome {
 	struct backend_error		 err;
 };
 /*
- * An effect's request is one allocation: its struct effect (p->op), then
- * the backend's room (effect_state_size bytes, zeroed), at this offset.
+ * A request is one allocation: its op's state (p->op), then the
+ * backend's room (create_state_size or effect_state_size bytes,
+ * zeroed), at this offset from p->op for an op's state of size bytes.
  */
-#define BACKEND_EFFECT_OP_SIZE						\
-	((sizeof(struct effect) + _Alignof(max_align_t) - 1) &		\
+#define BACKEND_ROOM_OFFSET(size)					\
+	(((size) + _Alignof(max_align_t) - 1) &				\
 	    ~(_Alignof(max_align_t) - 1))
+/* An effect's (struct effect). */
+#define BACKEND_EFFECT_OP_SIZE	BACKEND_ROOM_OFFSET(sizeof(struct effect))
 static inline void *
 backend_effect_state(struct pending *p)
 {
@@ -151,14 +149,19 @@ struct backend {
 #define BACKEND_SWEEPS_TEMPORARIES	0x1
 /* One accept per wake-up, and worker_yield (worker.c). */
 #define BACKEND_SPREADS_CONNECTIONS	0x2
-	/* Per-request room after the op's state (one allocation; G2, G3). */
+	/* Per-request room after the op's state (BACKEND_ROOM_OFFSET). */
 	size_t		 create_state_size;
 	size_t		 effect_state_size;
 
 	/* Whether --store's text names this backend (NULL: no --store). */
 	int	(*matches)(const char *arg);
 
-	/* Start-up, master and worker alike (parse_options runs in both). */
+	/*
+	 * Start-up, master and worker alike: backend_select calls it once
+	 * it chose the backend.  Its options checked, its names under the
+	 * root set (state_dir, lock_name, journal_name, socket_name,
+	 * segment_suffix); 0, or -1 and *cause (the text main.c dies with).
+	 */
 	int	(*configure)(struct idemd *, const char *arg, char **cause);
 	/* Before the root's lock is taken; after it. */
 	int	(*preflight)(struct idemd *, char **cause);
@@ -206,8 +209,9 @@ struct backend {
 };
 
 /*
- * backend.c: d->be from --store's text (NULL: local; postgresql://...);
- * 0, or -1 and *cause.
+ * backend.c: d->be from --store's text (NULL: local; postgresql://...),
+ * then its configure; 0, or -1 and *cause: why no backend takes the
+ * text, or why the chosen one refused its options.
  */
 int	backend_select(struct idemd *, const char *arg, char **cause);
 

@@ -379,8 +379,9 @@ static int
 result_matches(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
+	const struct backend *be = idemd_of(p)->be;
 	const uint8_t	*bytes;
-
+	int		 pruned;
 	uint8_t		 digest[IDEM_SHA256_BYTES];
 
 	/*
@@ -396,17 +397,12 @@ result_matches(struct pending *p)
 		return 0;
 	if (e->cold)
 		bytes = e->cold_result;
-	else if (e->cold_result == NULL &&
-	    (e->cold_result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES)) == NULL)
-		bytes = NULL;
-	else if (arena_read(&idemd_of(p)->seg, e->entry.result_offset,
-	    e->entry.result_length, e->cold_result) == 0)
-		bytes = e->cold_result;
-	else
+	else if (be->effect_result == NULL ||
+	    be->effect_result(p, &bytes, &pruned) != 0 || pruned)
 		bytes = NULL;
 	if (bytes != NULL)
 		return memcmp(bytes, e->result, e->result_length) == 0;
-	/* No longer in the arena: the digest of the same bytes is equal. */
+	/* Unreadable, or a tombstone: the digest of the same bytes is equal. */
 	digest_sha256(e->result, e->result_length, digest);
 	return memcmp(digest, e->entry.file_digest, sizeof digest) == 0;
 }

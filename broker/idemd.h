@@ -79,13 +79,14 @@ struct idemd {
 	const char		*worker_handles; /* --worker: this is one */
 	pid_t			 master_pid;	/* hello names it */
 	/*
-	 * --store postgresql://... (NULL: the local store), --host-id,
-	 * --lease-ms, --store-connections (doc/cluster.md).  This broker's own state (lock,
-	 * socket, journal, segment) is then under .idem/hosts/<host-id>/.
-	 * store_uri is a copy (malloc'd): the command line's has its
+	 * --store's text, postgresql://... (NULL: local), which
+	 * backend_select reads; --host-id, --lease-ms, --store-connections
+	 * (doc/cluster.md).  On PostgreSQL this broker's own state (lock,
+	 * socket, journal, segment) is under .idem/hosts/<host-id>/.
+	 * store_arg is a copy (malloc'd): the command line's has its
 	 * password overwritten; a worker is sent it (master_spawn).
 	 */
-	char			*store_uri;
+	char			*store_arg;
 	const char		*store_file;	/* --store-file */
 	const char		*host_id;
 	int			 lease_ms;
@@ -238,7 +239,7 @@ void	loopwake_post(struct loopwake *);
 void	loopwake_close(struct loopwake *);
 
 /*
- * pool.c: a worker's thread pool (fileio.c's file threads, cluster_pool.c's
+ * pool.c: a worker's thread pool (fileio.c's file threads, pg_pool.c's
  * creation threads).  run is called on a thread with that thread's
  * context: 0, the job is done and goes back to the loop; 1, it was given
  * away, and its holder hands it back with pool_post.  done is called on
@@ -383,13 +384,21 @@ struct worker {
 	unsigned		 running;	/* requests not yet answered */
 	struct fileio		*io;
 	int			 draining;
+	/*
+	 * Take a connection's waiting lines (worker.c's conn_process):
+	 * conn_answer's way back to the loop after a reply (conn.c).
+	 */
+	void			(*dispatch)(struct conn *);
 };
 
 int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
 	    int notify_fd);
 /* Wake the other parked requests of every worker (a claim was released). */
 void	 worker_wake_all(struct worker *);
-/* A draining worker exits once nothing is connected or running. */
+/*
+ * conn.c: what a request does with its connection.  A draining worker
+ * exits once nothing is connected or running.
+ */
 void	 worker_maybe_exit(struct worker *);
 void	 conn_peer(const struct conn *, uint32_t *uid, uint32_t *pid);
 /* Send a reply now (the request did not wait). */
@@ -553,8 +562,8 @@ int	 request_check_line(const char *line, size_t length,
 
 /*
  * submission.c: a creation, through the backend's create (backend.h);
- * the local one is local_create.c's reserved -> task_created ->
- * committed machine, whose state is kept here too for now.
+ * what the backend keeps while it works (the local one's claim and
+ * file, the PostgreSQL one's row) is in its room, s->backend_state.
  */
 struct submission;
 struct backend_create_outcome;
@@ -579,76 +588,22 @@ struct submission {
 	uint8_t			 digest[IDEM_SHA256_BYTES];
 	char			 digest_hex[IDEM_DIGEST_HEX_SIZE];
 	struct subtab_entry	 entry;		/* the op fills the roles */
-	struct subtab_claim	 claim;
-	int			 claimed;
-	uint32_t		 slot;
-	int			 fresh;		/* this call reserved */
+	uint32_t		 slot;		/* the fast path's */
 	int			 recovered;
 	int			 wrote_file;
 	char			 name[IDEM_MAX_TASK_ID_BYTES + 16];
-	struct fileio_job	 job;		/* its file, while written */
-	/*
-	 * A fresh submission writes its temporary file while its reservation
-	 * is flushed; it is linked once both are done (local_create.c).
-	 */
-	enum {
-		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
-		SUB_TEMP_LINKED		/* linked early, its job's result waits */
-	}			 temp_state;
-	int			 temp_error;
-	int			 reserve_done;	/* the reservation's wait ended */
-	int64_t			 file_time;	/* the file's created_at */
-	unsigned		 attempts;	/* numbers tried (legacy) */
-	/* The index was looked in when the table had evicted this many. */
-	int			 index_checked;
-	uint64_t		 evictions;
 	int			 pruned;	/* answered from a tombstone */
-	struct cluster_sub	*cluster;	/* --store postgresql (pg_create.c) */
+	/*
+	 * The backend's room (create_state_size bytes, zeroed) in the
+	 * request's allocation, after the op's state (backend.h).
+	 */
+	void			*backend_state;
 	/* The op layer's done function, which the backend's create calls. */
 	void			(*done)(struct pending *,
 				    const struct backend_create_outcome *);
 };
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
-
-/* pg_create.c: a submission on the PostgreSQL store (doc/cluster.md) */
-struct cluster_sub;
-#ifdef HAVE_POSTGRESQL
-/*
- * pg_backend.c: check the store at start-up (schema, workspace id); 0,
- * or -1 and *cause.
- */
-int	 cluster_check(struct idemd *, char **cause);
-/*
- * pg_backend.c: this worker's loop's connection to the store (effects,
- * and pg_read.c's get_submission, diagnose, stats), opened at its first
- * use.  Creations run on the
- * creation threads' own connections (cluster_pool.c).
- */
-struct pgstore;
-struct pgstore	*cluster_store(struct idemd *, char **cause);
-/*
- * cluster_pool.c: a worker's creation threads, at most
- * --store-connections, each with its own connection.  run is called on
- * a thread with that thread's store (*open: whether it is open; run
- * opens it); done, later, on the loop.
- */
-struct cluster_job {
-	struct pool_job	 pool;		/* the threads' handle (pool.c) */
-	void	(*run)(struct cluster_job *, struct pgstore *, int *open);
-	void	(*done)(struct cluster_job *);
-};
-/* Hand job to a thread (started on demand); 0, or -1 (not taken). */
-int	 cluster_pool_submit(struct event_base *, unsigned max,
-	    struct cluster_job *);
-/* The worker's loop has ended: the idle threads joined, connections closed. */
-void	 cluster_pool_stop(void);
-#else
-/* Never reached: main.c refuses --store postgresql://... without it. */
-#define cluster_pool_stop()		((void)0)
-#define cluster_check(d, cause)	\
-	((void)(d), *(cause) = strdup("built without PostgreSQL"), -1)
-#endif
 
 /* write_task_check.c: a write_task request, read and checked */
 struct write_task {

@@ -3,7 +3,7 @@
  * loopwake.c: how a worker's threads wake its event loop.
  *
  * The file threads (fileio.c) and the creation threads of the
- * PostgreSQL store (cluster_pool.c) finish jobs off the loop and hand
+ * PostgreSQL store (pg_pool.c) finish jobs off the loop and hand
  * them back to it: they queue the job under their own lock, then post
  * here.  An eventfd counts the posts, so many posts before the loop
  * runs cost it one wake-up; the loop reads the counter once and runs

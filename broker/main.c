@@ -33,7 +33,6 @@
 #include "idemd.h"
 #include "backend.h"
 #include "storeuri.h"
-#include "workspace_id.h"
 
 static void
 usage(FILE *out, int status)
@@ -130,11 +129,11 @@ socket_mode_option(const char *value)
 static void
 store_uri_option(struct idemd *d, char *value)
 {
-	free(d->store_uri);
-	d->store_uri = NULL;
+	free(d->store_arg);
+	d->store_arg = NULL;
 	if (strcmp(value, "local") == 0)
 		return;
-	if ((d->store_uri = strdup(value)) == NULL)
+	if ((d->store_arg = strdup(value)) == NULL)
 		fatal("strdup");
 	storeuri_redact(value);
 }
@@ -147,7 +146,7 @@ store_file_option(struct idemd *d)
 
 	if (d->store_file == NULL)
 		return;
-	if (d->store_uri != NULL)
+	if (d->store_arg != NULL)
 		fatalx("--store and --store-file: choose one");
 	if ((uri = storeuri_read_file(d->store_file, (unsigned)getuid(),
 	    &cause)) == NULL)
@@ -155,7 +154,7 @@ store_file_option(struct idemd *d)
 	if (strcmp(uri, "local") == 0)
 		free(uri);
 	else
-		d->store_uri = uri;
+		d->store_arg = uri;
 }
 
 /* Exactly size bytes from fd (blocking); a worker's start-up. */
@@ -187,66 +186,20 @@ store_receive(struct idemd *d, int fd, long index)
 {
 	uint32_t	length;
 
-	free(d->store_uri);
-	d->store_uri = NULL;
+	free(d->store_arg);
+	d->store_arg = NULL;
 	store_read_full(fd, &length, sizeof length, index);
 	if (length == 0)
 		return;
 	if (length > STOREURI_FILE_MAX)
 		fatalx("worker %ld: a store URI of %u bytes from the master",
 		    index, length);
-	if ((d->store_uri = calloc(1, (size_t)length + 1)) == NULL)
+	if ((d->store_arg = calloc(1, (size_t)length + 1)) == NULL)
 		fatal("worker %ld", index);
-	store_read_full(fd, d->store_uri, length, index);
+	store_read_full(fd, d->store_arg, length, index);
 }
 
-/*
- * --store, --host-id, --lease-ms, and where this broker's own state is:
- * .idem/ for the local store; .idem/hosts/<host-id>/ when several
- * brokers share the workspace through PostgreSQL (doc/cluster.md).
- */
-static void
-store_options(struct idemd *d)
-{
-	if (d->lease_ms == 0)
-		d->lease_ms = IDEM_STORE_DEFAULT_LEASE_MS;
-	if (d->store_uri == NULL) {
-		if (d->host_id != NULL)
-			fatalx("--host-id is for --store postgresql://...");
-		d->state_dir = strdup(IDEM_STATE_DIR);
-		d->lock_name = strdup(IDEM_LOCK_NAME);
-		d->journal_name = strdup(IDEM_JOURNAL_DIR);
-		d->socket_name = strdup(IDEM_SOCKET_NAME);
-		if (d->state_dir == NULL || d->lock_name == NULL ||
-		    d->journal_name == NULL || d->socket_name == NULL)
-			fatal("strdup");
-		return;
-	}
-	if (strncmp(d->store_uri, "postgresql://", 13) != 0 &&
-	    strncmp(d->store_uri, "postgres://", 11) != 0)
-		fatalx("--store must be local or postgresql://...");
-#ifndef HAVE_POSTGRESQL
-	fatalx("--store %s: this idemd was built without PostgreSQL; "
-	    "configure --with-postgresql (Debian: apt-get install libpq-dev) "
-	    "and build again", "postgresql://...");
-#else
-	if (d->host_id == NULL)
-		fatalx("--store postgresql://... needs --host-id NAME, unique "
-		    "among the brokers of the workspace");
-	if (!store_host_id_valid(d->host_id))
-		fatalx("--host-id: 1 to %d characters of A-Z a-z 0-9 . _ -",
-		    IDEM_STORE_MAX_HOST_ID_BYTES);
-	if (asprintf(&d->state_dir, "%s/hosts/%s", IDEM_STATE_DIR,
-	    d->host_id) == -1 ||
-	    asprintf(&d->lock_name, "%s/idemd.lock", d->state_dir) == -1 ||
-	    asprintf(&d->journal_name, "%s/journal", d->state_dir) == -1 ||
-	    asprintf(&d->socket_name, "%s/idemd.sock", d->state_dir) == -1)
-		fatal("asprintf");
-	d->segment_suffix = d->state_dir;	/* a segment per host */
-#endif
-}
-
-/* What parse_options, store_options and start-up allocated, at exit. */
+/* What parse_options, the backend's configure and start-up allocated. */
 static void
 free_names(struct idemd *d)
 {
@@ -257,7 +210,7 @@ free_names(struct idemd *d)
 	free(d->lock_name);
 	free(d->journal_name);
 	free(d->socket_name);
-	free(d->store_uri);
+	free(d->store_arg);
 	free(d->argv_root);
 }
 
@@ -449,7 +402,9 @@ parse_options(struct idemd *d, int argc, char **argv)
 	}
 	if (d->log_file != NULL && d->log_syslog)
 		fatalx("--log-file and --syslog: choose one");
-	/* store_options once the URI is known: main, run_worker. */
+	if (d->lease_ms == 0)
+		d->lease_ms = IDEM_STORE_DEFAULT_LEASE_MS;
+	/* backend_select once --store's text is known: main, run_worker. */
 }
 
 /* mkdir -p for the root itself; the topology below is taskfile.c's. */
@@ -611,9 +566,9 @@ run_worker(struct idemd *d)
 	handle[WORKER_HANDLE_INDEX] = -1;	/* history_close's */
 	/* First on the socket, ahead of any wake-up: the store's URI. */
 	store_receive(d, handle[WORKER_HANDLE_NOTIFY], index);
-	store_options(d);
-	if (backend_select(d, d->store_uri, &cause) != 0)
-		fatalx("worker %ld: %s", index, cause);
+	/* The master's checks, passed there: its texts, unprefixed. */
+	if (backend_select(d, d->store_arg, &cause) != 0)
+		fatalx("%s", cause);
 	if (fcntl(handle[WORKER_HANDLE_NOTIFY], F_SETFL, O_NONBLOCK) == -1)
 		fatal("worker %ld: notify socket", index);
 	if ((d->root_real = strdup(d->root)) == NULL)
@@ -692,8 +647,7 @@ main(int argc, char **argv)
 		return run_worker(&d);
 	d.master_pid = getpid();
 	store_file_option(&d);
-	store_options(&d);
-	if (backend_select(&d, d.store_uri, &cause) != 0)
+	if (backend_select(&d, d.store_arg, &cause) != 0)
 		fatalx("%s", cause);
 #ifndef IDEM_FAULT_INJECTION
 	if (faultenv_refuse(environ, &cause) != 0)
@@ -710,15 +664,12 @@ main(int argc, char **argv)
 		fatalx("%s: %s", d.root_real, cause);
 	if (paths_segment_key(&d) != 0)
 		fatal("segment name");
-	if (d.store_uri != NULL && cluster_check(&d, &cause) != 0)
+	if (d.be->preflight != NULL && d.be->preflight(&d, &cause) != 0)
 		fatalx("%s", cause);
 	lock_root(&d);
 	record_sequence_digits(&d);
-	if (d.store_uri == NULL && workspace_imported(d.root_fd) != 0)
-		fatalx("%s: its history was imported into a PostgreSQL store "
-		    "(%s): serve it with --store URI; a local idemd would "
-		    "answer from a history the store no longer writes",
-		    d.root_real, WORKSPACE_IMPORTED_NAME);
+	if (d.be->locked != NULL && d.be->locked(&d, &cause) != 0)
+		fatalx("%s", cause);
 	listener_check(&d);
 	/* make_topology refused symlinks; these are the same, held. */
 	if ((d.inbox_fd = nofollow_dir(d.root_fd, IDEM_INBOX_DIR)) == -1)
@@ -727,7 +678,7 @@ main(int argc, char **argv)
 	 * Beside other brokers, a temporary may be a live owner's: only a
 	 * takeover removes those (doc/cluster.md).
 	 */
-	if (d.store_uri == NULL &&
+	if ((d.be->flags & BACKEND_SWEEPS_TEMPORARIES) &&
 	    taskfile_sweep_temporaries(d.inbox_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_INBOX_DIR);
 	if (swept > 0)
@@ -735,7 +686,7 @@ main(int argc, char **argv)
 		    IDEM_INBOX_DIR);
 	if ((d.reports_fd = nofollow_dir(d.root_fd, IDEM_REPORTS_DIR)) == -1)
 		fatal("open %s/%s", d.root_real, IDEM_REPORTS_DIR);
-	if (d.store_uri == NULL &&
+	if ((d.be->flags & BACKEND_SWEEPS_TEMPORARIES) &&
 	    taskfile_sweep_temporaries(d.reports_fd, &swept) != 0)
 		fatal("sweeping %s/%s", d.root_real, IDEM_REPORTS_DIR);
 

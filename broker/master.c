@@ -144,7 +144,7 @@ master_spawn(struct master *m, unsigned index)
 		log_warn("socketpair for worker %u", index);
 		return -1;
 	}
-	if (master_send_store(sv[0], d->store_uri) != 0) {
+	if (master_send_store(sv[0], d->store_arg) != 0) {
 		log_warn("worker %u: sending the store's URI", index);
 		close(sv[0]);
 		close(sv[1]);

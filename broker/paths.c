@@ -4,7 +4,7 @@
  * journal, the history index, the name of its shared-memory segment,
  * and the highest number a day's files already took.  The names
  * (state_dir, journal_name, segment_suffix) are the store's choice, set
- * once at start-up (main.c's store_options): .idem/ for the local store,
+ * once at start-up (the backend's configure): .idem/ for the local store,
  * .idem/hosts/<host-id>/ beside other brokers (doc/cluster.md).
  */
 #include <errno.h>

@@ -2,7 +2,7 @@
 /*
  * pool.c: a worker's thread pool: threads, a queue, a done list and a
  * wake-up of the loop.  Its users are the file threads (fileio.c) and
- * the creation threads of the PostgreSQL store (cluster_pool.c); what a
+ * the creation threads of the PostgreSQL store (pg_pool.c); what a
  * job does is theirs.
  *
  * DESIGN

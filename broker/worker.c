@@ -6,7 +6,8 @@
  * (optable.c), and writing the replies.  The requests that wait (for the
  * journal, for another request's claim) are pending.c's; this loop only
  * wakes them when the master's journaling thread or a peer worker says
- * so.
+ * so.  What a request does with its connection (its reply, its peer)
+ * is conn.c's.
  *
  * A connection runs one request at a time; later lines wait in its input
  * buffer, so replies go out in request order.  Every way of losing a
@@ -35,21 +36,8 @@
 #include "fastpath.h"
 #include "log.h"
 #include "idemd.h"
-
-struct conn {
-	struct worker		*worker;
-	struct bufferevent	*bev;
-	struct event		*read_ev;	/* input, and the idle timeout */
-	struct evbuffer		*input;		/* read, not yet taken as lines */
-	int			 read_paused;	/* a full line buffer waits */
-	struct pending		*running;
-	uint32_t		 uid;
-	uint32_t		 pid;
-	char			 op[40];	/* the request's, for the log */
-	int			 peer_counted;	/* in the peer table (peers.c) */
-	int			 closing;	/* close once the output is sent */
-	TAILQ_ENTRY(conn)	 entry;
-};
+#include "backend.h"
+#include "conn.h"
 
 static void	conn_process(struct conn *);
 static void	conn_resume_reading(struct conn *);
@@ -67,182 +55,6 @@ connections_sub(struct worker *w, uint32_t n)
 {
 	atomic_fetch_sub(&w->d->seg.header->workers[w->index].connections, n);
 	atomic_fetch_sub(&w->d->seg.header->connections, n);
-}
-
-/* Draining ends when no connection is left and no request runs. */
-void
-worker_maybe_exit(struct worker *w)
-{
-	if (w->draining && w->conn_count == 0 && w->running == 0)
-		event_base_loopbreak(w->base);
-}
-
-void
-conn_peer(const struct conn *c, uint32_t *uid, uint32_t *pid)
-{
-	*uid = c != NULL ? c->uid : 0;
-	*pid = c != NULL ? c->pid : 0;
-}
-
-/*
- * The output drained, or there never was any: conn_written decides.  It
- * runs from the loop, never from inside conn_process, which may be
- * several frames up and would find the connection freed.
- */
-static void
-conn_after_output(struct conn *c)
-{
-	bufferevent_trigger(c->bev, EV_WRITE,
-	    BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
-}
-
-/*
- * Most replies fit in the socket's buffer: write them at once instead of
- * through the bufferevent, which would arm the write event (epoll_ctl),
- * wait for the wake-up and disarm it again: three system calls a
- * request.  Only when output is already queued (order) or the socket
- * is full does the rest go through the output buffer, whose drain
- * callback is conn_written.
- */
-/*
- * --log-level debug: a refused request (an ok:false reply), once, as it
- * is sent: what refused it and whose it was, never what it carried (a
- * message may quote the request).  Every JSON reply passes here, and
- * nothing else sends one, so none is logged twice or missed.
- */
-static void
-conn_log_refusal(struct conn *c, json_t *reply)
-{
-	json_t		*error;
-	const char	*reason, *field;
-
-	if (!json_is_false(json_object_get(reply, "ok")))
-		return;
-	error = json_object_get(reply, "error");
-	reason = json_string_value(json_object_get(error, "reason"));
-	field = json_string_value(json_object_get(error, "field"));
-	log_debug("refused a request%s%s: %s%s%s%s%s, from pid %lu uid %lu",
-	    c->op[0] != '\0' ? ", op " : "", c->op,
-	    json_string_value(json_object_get(error, "code")) != NULL ?
-	    json_string_value(json_object_get(error, "code")) : "error",
-	    reason != NULL ? " " : "", reason != NULL ? reason : "",
-	    field != NULL ? ", field " : "", field != NULL ? field : "",
-	    (unsigned long)c->pid, (unsigned long)c->uid);
-}
-
-static void
-conn_send(struct conn *c, json_t *reply)
-{
-	struct evbuffer	*output = bufferevent_get_output(c->bev);
-	struct iovec	 iov[2];
-	char		*text;
-	size_t		 length, sent = 0;
-	ssize_t		 n;
-
-	conn_log_refusal(c, reply);
-	/* Answered: a later refusal (a line too long) is not this op's. */
-	c->op[0] = '\0';
-	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(reply);
-	if (text == NULL) {
-		log_warnx("cannot serialize a reply");
-		c->closing = 1;
-		conn_after_output(c);
-		return;
-	}
-	length = strlen(text);
-	if (evbuffer_get_length(output) == 0) {
-		iov[0].iov_base = text;
-		iov[0].iov_len = length;
-		iov[1].iov_base = "\n";
-		iov[1].iov_len = 1;
-		do
-			n = writev(bufferevent_getfd(c->bev), iov, 2);
-		while (n == -1 && errno == EINTR);
-		/* An error is the bufferevent's to find and report. */
-		if (n > 0)
-			sent = (size_t)n;
-	}
-	if (sent < length)
-		bufferevent_write(c->bev, text + sent, length - sent);
-	if (sent < length + 1)
-		bufferevent_write(c->bev, "\n", 1);
-	else if (c->closing || c->worker->draining)
-		conn_after_output(c);
-	free(text);
-}
-
-/* Serialised pieces (the fast path's reply, its newline included). */
-void
-conn_send_iov(struct conn *c, const struct iovec *iov, int count)
-{
-	struct evbuffer	*output = bufferevent_get_output(c->bev);
-	size_t		 sent = 0, skip;
-	ssize_t		 n;
-	int		 i;
-
-	if (evbuffer_get_length(output) == 0) {
-		do
-			n = writev(bufferevent_getfd(c->bev), iov, count);
-		while (n == -1 && errno == EINTR);
-		if (n > 0)
-			sent = (size_t)n;
-	}
-	for (i = 0; i < count; i++) {
-		skip = sent < iov[i].iov_len ? sent : iov[i].iov_len;
-		sent -= skip;
-		if (skip < iov[i].iov_len)
-			bufferevent_write(c->bev, (const char *)iov[i].iov_base +
-			    skip, iov[i].iov_len - skip);
-		else if (i == count - 1 && (c->closing || c->worker->draining))
-			conn_after_output(c);
-	}
-}
-
-void
-conn_reply(struct conn *c, json_t *reply)
-{
-	conn_send(c, reply);
-}
-
-/*
- * A request refused by an op's checks (ops.c, diagnose.c): counted, then
- * answered.  Here, not in reply.c, which only builds replies (and is
- * linked without this file into tests/fuzz/fuzz_request).
- */
-void
-reply_invalid(struct conn *c, json_t *id, struct request_error *err)
-{
-	atomic_fetch_add(&conn_idemd(c)->seg.header->counters.errors, 1);
-	conn_reply(c, reply_error(err, id));
-}
-
-struct idemd *
-conn_idemd(struct conn *c)
-{
-	return c->worker->d;
-}
-
-struct worker *
-conn_worker(struct conn *c)
-{
-	return c->worker;
-}
-
-/* p is the connection's request now: its later lines wait. */
-void
-conn_start(struct conn *c, struct pending *p)
-{
-	c->running = p;
-}
-
-/* The running request's reply; then the lines that waited for it. */
-void
-conn_answer(struct conn *c, json_t *reply)
-{
-	c->running = NULL;
-	conn_send(c, reply);
-	conn_process(c);
 }
 
 static void
@@ -557,7 +369,7 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 /*
  * On the PostgreSQL store a worker's loop makes blocking calls (effects,
  * get_submission, diagnose, stats; a creation runs on one of the
- * worker's --store-connections threads, cluster_pool.c), so connections
+ * worker's --store-connections threads, pg_pool.c), so connections
  * are spread over the workers: whichever worker runs first would
  * otherwise take every pending connection (measured, when a worker ran
  * one creation at a time: all eight of a bench's clients on one of two
@@ -579,7 +391,7 @@ worker_yield(struct worker *w)
 	unsigned		 i;
 	int64_t			 now = clock_monotonic_us() / 1000;
 
-	if (w->d->store_uri == NULL)
+	if (!(w->d->be->flags & BACKEND_SPREADS_CONNECTIONS))
 		return 0;
 	mine = atomic_load(&h->workers[w->index].connections);
 	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
@@ -694,7 +506,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		TAILQ_INSERT_TAIL(&w->conns, c, entry);
 		w->conn_count++;
 		/* On the PostgreSQL store: one per wake-up (worker_yield). */
-		if (w->d->store_uri != NULL)
+		if (w->d->be->flags & BACKEND_SPREADS_CONNECTIONS)
 			return;
 	}
 }
@@ -756,6 +568,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	crash_worker_started();
 	memset(&w, 0, sizeof w);
 	w.d = d;
+	w.dispatch = conn_process;
 	w.index = index;
 	w.generation = generation;
 	w.notify_fd = notify_fd;
@@ -798,7 +611,8 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 
 	fileio_stop(w.io);
 	inboxview_close(&d->inbox_view);
-	cluster_pool_stop();
+	if (d->be->worker_stop != NULL)
+		d->be->worker_stop(&w);
 	pending_free_parked(&w);
 	event_free(w.listen_ev);
 	event_free(w.notify_ev);

@@ -9,6 +9,7 @@
 
 #include "fastpath.h"
 #include "idemd.h"
+#include "backend.h"
 
 static int
 write_task_dir_fd(struct idemd *d)
@@ -90,10 +91,11 @@ op_write_task(struct conn *conn, json_t *request, json_t *id)
 	struct pending		*p;
 	const struct idem_task	*t;
 
-	if ((p = pending_new_op(conn, id, sizeof *wt, write_task_free)) ==
-	    NULL)
+	if ((p = pending_new_op(conn, id, BACKEND_ROOM_OFFSET(sizeof *wt) +
+	    conn_idemd(conn)->be->create_state_size, write_task_free)) == NULL)
 		return;
 	wt = p->op;
+	wt->sub.backend_state = (char *)wt + BACKEND_ROOM_OFFSET(sizeof *wt);
 	fastpath_hint_take(&wt->fast);
 	wt->sub.ops = &write_task_ops;
 	if (write_task_parse(wt, request, p->worker->d->root_fd, &err) != 0) {

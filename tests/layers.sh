@@ -19,10 +19,10 @@ shm			shm
 libclient		libclient
 broker/pg/store		broker/store shm libclient
 broker/store		shm libclient
-broker/pg		broker/pg/store broker/backend.h broker/idemd.h broker/log.h broker/store shm libclient
-broker/local		broker/backend.h broker/idemd.h broker/log.h broker/store shm libclient
+broker/pg		broker/pg/store broker/backend.h broker/idemd.h broker/log.h broker/fastpath.h broker/store shm libclient
+broker/local		broker/backend.h broker/idemd.h broker/log.h broker/fastpath.h broker/store shm libclient
 broker/backend.c	broker broker/local broker/pg broker/store shm libclient
-broker			broker/pg/store broker/store shm libclient
+broker			broker/store shm libclient
 contrib/idemctl.c	contrib/ctl libclient/idem.h broker/store/store.h
 contrib/idemctl_store.c	broker/pg/store broker/store libclient
 contrib/idemctl_import.c	broker/pg/store broker/store libclient

@@ -11,6 +11,29 @@
 
 extern const struct backend local_backend;
 
+/* A creation's request's room (s->backend_state): its claim, its file. */
+struct local_create {
+	struct subtab_claim	 claim;
+	int			 claimed;
+	int			 fresh;		/* this call reserved */
+	struct fileio_job	 job;		/* its file, while written */
+	/*
+	 * A fresh submission writes its temporary file while its reservation
+	 * is flushed; it is linked once both are done (local_create.c).
+	 */
+	enum {
+		SUB_TEMP_NONE, SUB_TEMP_WRITING, SUB_TEMP_READY, SUB_TEMP_FAILED,
+		SUB_TEMP_LINKED		/* linked early, its job's result waits */
+	}			 temp_state;
+	int			 temp_error;
+	int			 reserve_done;	/* the reservation's wait ended */
+	int64_t			 file_time;	/* the file's created_at */
+	unsigned		 attempts;	/* numbers tried (legacy) */
+	/* The index was looked in when the table had evicted this many. */
+	int			 index_checked;
+	uint64_t		 evictions;
+};
+
 /* An effect's request's room (backend_effect_state): its slot. */
 struct local_effect {
 	struct subtab_claim	 claim;
@@ -67,6 +90,12 @@ int	local_effect_result(struct pending *, const uint8_t **, int *);
 const uint8_t *local_effect_result_bytes(struct idemd *, const char *key,
 	    size_t key_length, const struct subtab_entry *, uint8_t *buf,
 	    int *pruned);
+/* local_read.c: get_submission's entry, diagnose's entries. */
+int	local_get(struct idemd *, enum subtab_kind, const char *key,
+	    size_t key_length, struct backend_row *, struct backend_error *);
+int	local_diagnose(struct idemd *, backend_row_fn, void *,
+	    uint32_t tasks[SUBTAB_STATE_COUNT],
+	    uint32_t effects[SUBTAB_STATE_COUNT], struct backend_error *);
 /* local_create.c: backend.h's create (write_task, write_report). */
 void	local_create(struct pending *, backend_create_done_fn);
 

@@ -69,6 +69,13 @@ sub_of(struct pending *p)
 	return p->op;
 }
 
+/* The local backend's room in the request (struct local_create). */
+static struct local_create *
+lc_of(struct pending *p)
+{
+	return sub_of(p)->backend_state;
+}
+
 static struct idemd *
 idemd_of(struct pending *p)
 {
@@ -79,8 +86,9 @@ static void
 sub_release(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 
-	local_release_claim(p, &s->claimed, s->slot, &s->claim);
+	local_release_claim(p, &lc->claimed, s->slot, &lc->claim);
 }
 
 /* The outcome: the claim released first, then the op layer's done. */
@@ -209,11 +217,12 @@ static void
 sub_journal(struct pending *p, pending_resume_fn next)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct journal_record	 record;
 
 	sub_record_of(s, &s->entry, &record);
-	if (s->claimed)
-		pending_journal_slot(p, &record, s->slot, &s->claim, &s->entry,
+	if (lc->claimed)
+		pending_journal_slot(p, &record, s->slot, &lc->claim, &s->entry,
 		    next);
 	else
 		pending_journal(p, &record, next);
@@ -251,6 +260,7 @@ void
 local_create(struct pending *p, backend_create_done_fn done)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_entry	 known;
 
@@ -272,9 +282,9 @@ local_create(struct pending *p, backend_create_done_fn done)
 		watch_read(d, d->watch_fd);
 	s->entry.reserved_at_ms = shm_now_ms();
 	s->entry.updated_at_ms = s->entry.reserved_at_ms;
-	s->claim.worker = p->worker->index + 1;
-	s->claim.generation = p->worker->generation;
-	s->claim.token = ++p->worker->next_token;
+	lc->claim.worker = p->worker->index + 1;
+	lc->claim.generation = p->worker->generation;
+	lc->claim.token = ++p->worker->next_token;
 	if (s->submission_id == NULL)
 		sub_legacy(p);
 	else
@@ -326,18 +336,19 @@ static void
 sub_record_file(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct journal_record	 created, committed;
 
 	s->entry.state = SUBTAB_TASK_CREATED;
 	s->entry.updated_at_ms = shm_now_ms();
-	if (!s->claimed) {
+	if (!lc->claimed) {
 		sub_journal(p, sub_file_recorded);
 		return;
 	}
 	sub_record_of(s, &s->entry, &created);
 	s->entry.state = SUBTAB_COMMITTED;
 	sub_record_of(s, &s->entry, &committed);
-	pending_journal_slot_pair(p, &created, &committed, s->slot, &s->claim,
+	pending_journal_slot_pair(p, &created, &committed, s->slot, &lc->claim,
 	    &s->entry, sub_committed);
 }
 
@@ -351,13 +362,14 @@ static void
 sub_from_index(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct index_entry	 found;
 
-	s->evictions = atomic_load(&d->seg.header->evictions);
+	lc->evictions = atomic_load(&d->seg.header->evictions);
 	switch (history_find(d, s->key, s->key_length, &found, NULL)) {
 	case 0:
-		s->index_checked = 1;
+		lc->index_checked = 1;
 		sub_acquire(p);
 		return;
 	case 1:
@@ -382,6 +394,7 @@ static void
 sub_acquire(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
 	uint64_t		 epoch;
@@ -396,12 +409,12 @@ sub_acquire(struct pending *p)
 	a.key = s->key;
 	a.key_length = s->key_length;
 	a.want = s->entry;
-	a.claim = s->claim;
+	a.claim = lc->claim;
 	a.today = taskfile_date_of(shm_now_ms());
 	a.scan = paths_scan_max_seq;
 	a.scan_arg = d;
-	a.index_checked = s->index_checked;
-	a.evictions = s->evictions;
+	a.index_checked = lc->index_checked;
+	a.evictions = lc->evictions;
 
 	/* Before the table is read: see local_after_durable. */
 	epoch = handoff_epoch(d->seg.header);
@@ -412,26 +425,26 @@ sub_acquire(struct pending *p)
 	}
 	switch (subtab_acquire(&d->seg, &a)) {
 	case SUBTAB_INSERTED:
-		s->claimed = 1;
+		lc->claimed = 1;
 		s->slot = a.slot;
 		s->entry = a.found;
-		s->fresh = 1;
+		lc->fresh = 1;
 		submission_set_name(s);
 		if (sub_carry(p) == 0)
 			return;		/* a file thread carries it */
 		sub_start_temp(p);
 		sub_journal(p, sub_reserved);
 		/* Appended: the file thread may link once this is durable. */
-		if (s->temp_state == SUB_TEMP_WRITING &&
+		if (lc->temp_state == SUB_TEMP_WRITING &&
 		    p->wait == PENDING_DURABLE) {
-			s->job.link_epoch = p->epoch;
-			atomic_store(&s->job.link_after, p->wait_end);
+			lc->job.link_epoch = p->epoch;
+			atomic_store(&lc->job.link_after, p->wait_end);
 		}
 		return;
 	case SUBTAB_CLAIMED:
 		/* Record the state again: the last claimer may have died
 		 * before its record was durable. */
-		s->claimed = 1;
+		lc->claimed = 1;
 		s->slot = a.slot;
 		s->entry = a.found;
 		submission_set_name(s);
@@ -484,16 +497,17 @@ static int
 sub_carry(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct idemd		*d = idemd_of(p);
-	struct fileio_job	*job = &s->job;
+	struct fileio_job	*job = &lc->job;
 	struct journal_record	 record;
 	uint8_t			 buf[JOURNAL_MAX_RECORD_BYTES];
 	size_t			 length;
 	uint64_t		 end, epoch;
 
 	memset(job, 0, sizeof *job);
-	s->file_time = shm_now_ms();
-	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0)
+	lc->file_time = shm_now_ms();
+	if (s->ops->render(s, lc->file_time, &job->data, &job->length) != 0)
 		return -1;
 	digest_sha256(job->data, job->length, s->entry.file_digest);
 	sub_record_of(s, &s->entry, &record);
@@ -501,7 +515,7 @@ sub_carry(struct pending *p)
 	epoch = handoff_epoch(d->seg.header);
 	if ((length = journal_encode(&record, buf, sizeof buf)) == 0 ||
 	    atomic_load(&d->seg.header->journal_failed) ||
-	    subtab_record(&d->seg, s->slot, &s->claim, &s->entry, buf, length,
+	    subtab_record(&d->seg, s->slot, &lc->claim, &s->entry, buf, length,
 	    &end) != 0) {
 		free(job->data);
 		job->data = NULL;
@@ -539,13 +553,14 @@ sub_carry_commit(struct fileio_job *job)
 {
 	struct pending		*p = job->arg;
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_entry	 entry = s->entry;
 	struct journal_record	 created, committed;
 	uint8_t			 buf[2 * JOURNAL_MAX_RECORD_BYTES];
 	size_t			 n, m = 0;
 
-	entry.created_at_ms = s->file_time;
+	entry.created_at_ms = lc->file_time;
 	entry.updated_at_ms = shm_now_ms();
 	entry.state = SUBTAB_TASK_CREATED;
 	sub_record_of(s, &entry, &created);
@@ -554,7 +569,7 @@ sub_carry_commit(struct fileio_job *job)
 	if ((n = journal_encode(&created, buf, sizeof buf)) != 0)
 		m = journal_encode(&committed, buf + n, sizeof buf - n);
 	job->commit_epoch = handoff_epoch(d->seg.header);
-	if (m == 0 || subtab_record(&d->seg, s->slot, &s->claim, &entry, buf,
+	if (m == 0 || subtab_record(&d->seg, s->slot, &lc->claim, &entry, buf,
 	    n + m, &job->commit_after) != 0)
 		return -1;
 	atomic_fetch_add(&d->seg.header->counters.journal_records, 2);
@@ -617,11 +632,12 @@ static void
 sub_start_temp(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
-	struct fileio_job	*job = &s->job;
+	struct local_create	*lc = lc_of(p);
+	struct fileio_job	*job = &lc->job;
 
 	memset(job, 0, sizeof *job);
-	s->file_time = shm_now_ms();
-	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0)
+	lc->file_time = shm_now_ms();
+	if (s->ops->render(s, lc->file_time, &job->data, &job->length) != 0)
 		return;		/* sub_reserved writes it the slow way */
 	snprintf(job->name, sizeof job->name, "%s.md", s->name);
 	job->phase = FILEIO_TEMP;
@@ -634,8 +650,8 @@ sub_start_temp(struct pending *p)
 	job->done = sub_temp_written;
 	job->arg = p;
 	digest_sha256(job->data, job->length, s->entry.file_digest);
-	s->temp_state = SUB_TEMP_WRITING;
-	s->reserve_done = 0;
+	lc->temp_state = SUB_TEMP_WRITING;
+	lc->reserve_done = 0;
 	fileio_submit(p->worker->io, job);
 }
 
@@ -644,11 +660,12 @@ sub_temp_written(struct fileio_job *job)
 {
 	struct pending		*p = job->arg;
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 
 	if (job->linked_early) {
 		/* Its reservation is durable: only the loop's wait may lag. */
-		s->temp_state = SUB_TEMP_LINKED;
-		if (s->reserve_done)
+		lc->temp_state = SUB_TEMP_LINKED;
+		if (lc->reserve_done)
 			sub_joined(p);
 		return;
 	}
@@ -659,11 +676,11 @@ sub_temp_written(struct fileio_job *job)
 		    job->cause != NULL ? job->cause : strerror(job->error));
 		free(job->cause);
 		job->cause = NULL;
-		s->temp_state = SUB_TEMP_FAILED;
-		s->temp_error = job->error;
+		lc->temp_state = SUB_TEMP_FAILED;
+		lc->temp_error = job->error;
 	} else
-		s->temp_state = SUB_TEMP_READY;
-	if (s->reserve_done)
+		lc->temp_state = SUB_TEMP_READY;
+	if (lc->reserve_done)
 		sub_joined(p);
 }
 
@@ -671,35 +688,35 @@ sub_temp_written(struct fileio_job *job)
 static void
 sub_joined(struct pending *p)
 {
-	struct submission	*s = sub_of(p);
-	struct fileio_job	*job = &s->job;
+	struct local_create	*lc = lc_of(p);
+	struct fileio_job	*job = &lc->job;
 
 	if (p->journal_failed) {
-		if (s->temp_state == SUB_TEMP_READY &&
+		if (lc->temp_state == SUB_TEMP_READY &&
 		    taskfile_drop_temp(job->dir_fd, job->temp) != 0)
 			log_warn("cannot remove temporary file %s", job->temp);
-		if (s->temp_state == SUB_TEMP_LINKED) {
+		if (lc->temp_state == SUB_TEMP_LINKED) {
 			/* In place, its reservation durable: a retry adopts it. */
 			free(job->data);
 			job->data = NULL;
 			free(job->cause);
 			job->cause = NULL;
 		}
-		s->temp_state = SUB_TEMP_NONE;
+		lc->temp_state = SUB_TEMP_NONE;
 		sub_journal_failed(p);
 		return;
 	}
-	if (s->temp_state == SUB_TEMP_FAILED) {
-		s->temp_state = SUB_TEMP_NONE;
-		sub_fail_storage(p, s->temp_error, "writing the file");
+	if (lc->temp_state == SUB_TEMP_FAILED) {
+		lc->temp_state = SUB_TEMP_NONE;
+		sub_fail_storage(p, lc->temp_error, "writing the file");
 		return;
 	}
-	if (s->temp_state == SUB_TEMP_LINKED) {
-		s->temp_state = SUB_TEMP_NONE;
+	if (lc->temp_state == SUB_TEMP_LINKED) {
+		lc->temp_state = SUB_TEMP_NONE;
 		sub_file_written(job);
 		return;
 	}
-	s->temp_state = SUB_TEMP_NONE;
+	lc->temp_state = SUB_TEMP_NONE;
 	job->phase = FILEIO_LINK;
 	job->done = sub_file_written;
 	fileio_submit(p->worker->io, job);
@@ -710,21 +727,22 @@ static void
 sub_reserved(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 
-	if (s->temp_state != SUB_TEMP_NONE) {
+	if (lc->temp_state != SUB_TEMP_NONE) {
 		if (!p->journal_failed)
 			sub_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
-		s->reserve_done = 1;
+		lc->reserve_done = 1;
 		/* IDEM_CRASH_LINK_EARLY: its file thread may link now. */
-		crash_release(&s->job.crash_released);
-		if (s->temp_state != SUB_TEMP_WRITING)
+		crash_release(&lc->job.crash_released);
+		if (lc->temp_state != SUB_TEMP_WRITING)
 			sub_joined(p);
 		return;		/* sub_temp_written goes on */
 	}
 	if (sub_journal_failed(p))
 		return;
 	sub_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
-	if (s->fresh)
+	if (lc->fresh)
 		sub_write_file(p);
 	else
 		sub_resolve_reserved(p);
@@ -788,11 +806,12 @@ static void
 sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 {
 	struct submission	*s = sub_of(p);
-	struct fileio_job	*job = &s->job;
+	struct local_create	*lc = lc_of(p);
+	struct fileio_job	*job = &lc->job;
 
-	s->file_time = shm_now_ms();
+	lc->file_time = shm_now_ms();
 	memset(job, 0, sizeof *job);
-	if (s->ops->render(s, s->file_time, &job->data, &job->length) != 0) {
+	if (s->ops->render(s, lc->file_time, &job->data, &job->length) != 0) {
 		sub_fail(p, WIRE_INTERNAL, 1,
 		    "rendering %s: %s", s->name, strerror(errno));
 		return;
@@ -800,7 +819,7 @@ sub_put_file(struct pending *p, void (*done)(struct fileio_job *))
 	snprintf(job->name, sizeof job->name, "%s.md", s->name);
 	job->root_fd = idemd_of(p)->root_fd;
 	/* A number just handed out; a retry's looks the slow way. */
-	if (s->fresh || s->submission_id == NULL)
+	if (lc->fresh || s->submission_id == NULL)
 		job->watch = idemd_of(p);
 	job->dir_fd = s->ops->dir_fd(idemd_of(p));
 	job->crash_points = s->ops->crash_points;
@@ -842,6 +861,7 @@ sub_file_written(struct fileio_job *job)
 {
 	struct pending		*p = job->arg;
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct stat		 st;
 
@@ -850,7 +870,7 @@ sub_file_written(struct fileio_job *job)
 			sub_fail_storage(p, errno, "writing the file");
 			return;
 		}
-		if (!s->fresh) {
+		if (!lc->fresh) {
 			/*
 			 * Someone put something there since we looked.  A
 			 * file is judged by its content; anything else at
@@ -893,7 +913,7 @@ sub_file_written(struct fileio_job *job)
 		return;
 	}
 	s->wrote_file = 1;
-	s->entry.created_at_ms = s->file_time;
+	s->entry.created_at_ms = lc->file_time;
 	sub_record_file(p);
 }
 
@@ -959,9 +979,10 @@ static void
 sub_legacy(struct pending *p)
 {
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 	struct idemd		*d = idemd_of(p);
 
-	if (++s->attempts > 1000) {
+	if (++lc->attempts > 1000) {
 		sub_fail(p, WIRE_INTERNAL, 1,
 		    "every number tried was taken by another writer");
 		return;
@@ -980,6 +1001,7 @@ sub_legacy_written(struct fileio_job *job)
 {
 	struct pending		*p = job->arg;
 	struct submission	*s = sub_of(p);
+	struct local_create	*lc = lc_of(p);
 
 	if (sub_file_result(p, job) != 0) {
 		if (errno == EEXIST)
@@ -989,7 +1011,7 @@ sub_legacy_written(struct fileio_job *job)
 		return;
 	}
 	s->wrote_file = 1;
-	s->entry.created_at_ms = s->file_time;
+	s->entry.created_at_ms = lc->file_time;
 	s->entry.state = SUBTAB_COMMITTED;
 	s->entry.updated_at_ms = shm_now_ms();
 	/* Recorded so that the number is never handed out again. */

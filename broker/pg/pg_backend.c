@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * pg_backend.c: the PostgreSQL backend's table of operations, the
- * loop's own connection to the store (cluster_store) and the check of
- * the store at start-up (cluster_check).  Its reads are pg_read.c's,
- * its creations pg_create.c's, its effects pg_effect.c's; its start-up
- * is still main.c's (issue #28, G4).
+ * pg_backend.c: the PostgreSQL backend's table of operations, its
+ * start-up (--host-id and this broker's names in .idem/hosts/<host-id>/,
+ * the check of the store before the root's lock), the loop's own
+ * connection to the store (pg_loop_store) and the end of a worker's
+ * creation threads.  Its reads are pg_read.c's, its creations
+ * pg_create.c's, its effects pg_effect.c's.
  */
 #include <sys/stat.h>
 
@@ -19,6 +20,8 @@
 #include "backend.h"
 #include "pg_backend.h"
 #include "pg.h"
+#include "pg_create.h"
+#include "storeuri.h"
 #include "workspace_id.h"
 
 /* This worker's loop's connection (effects, reads, diagnose, stats). */
@@ -38,14 +41,46 @@ cl_store_open(struct idemd *d, char **cause)
 }
 
 struct pgstore *
-cluster_store(struct idemd *d, char **cause)
+pg_loop_store(struct idemd *d, char **cause)
 {
 	*cause = NULL;
 	return cl_store_open(d, cause) == 0 ? &cl_store : NULL;
 }
 
-int
-cluster_check(struct idemd *d, char **cause)
+/*
+ * --host-id, unique among the brokers of the workspace, and this
+ * broker's own state in .idem/hosts/<host-id>/ (doc/cluster.md).
+ */
+static int
+pg_configure(struct idemd *d, const char *arg, char **cause)
+{
+	if (d->host_id == NULL) {
+		if (asprintf(cause,
+		    "--store postgresql://... needs --host-id NAME, unique "
+		    "among the brokers of the workspace") == -1)
+			*cause = NULL;
+		return -1;
+	}
+	if (!store_host_id_valid(d->host_id)) {
+		if (asprintf(cause,
+		    "--host-id: 1 to %d characters of A-Z a-z 0-9 . _ -",
+		    IDEM_STORE_MAX_HOST_ID_BYTES) == -1)
+			*cause = NULL;
+		return -1;
+	}
+	if (asprintf(&d->state_dir, "%s/hosts/%s", IDEM_STATE_DIR,
+	    d->host_id) == -1 ||
+	    asprintf(&d->lock_name, "%s/idemd.lock", d->state_dir) == -1 ||
+	    asprintf(&d->journal_name, "%s/journal", d->state_dir) == -1 ||
+	    asprintf(&d->socket_name, "%s/idemd.sock", d->state_dir) == -1)
+		fatal("asprintf");
+	d->segment_suffix = d->state_dir;	/* a segment per host */
+	return 0;
+}
+
+/* The store, its schema and the workspace's id, before the root's lock. */
+static int
+pg_preflight(struct idemd *d, char **cause)
 {
 	struct pgstore	st;
 	char		path[PATH_MAX];
@@ -78,7 +113,7 @@ cluster_check(struct idemd *d, char **cause)
 	memset(&st, 0, sizeof st);
 	if (workspace_id_get(d->root_fd, 1, st.workspace, cause) != 1)
 		return -1;
-	rc = pgstore_open(&st, d->store_uri, cause);
+	rc = pgstore_open(&st, d->store_arg, cause);
 	pgstore_close(&st);
 	if (rc == 0)
 		log_info("cluster: workspace %s, host %s, lease %d ms",
@@ -90,21 +125,28 @@ fail:
 	return -1;
 }
 
-
 static int
 pg_matches(const char *arg)
 {
-	return arg != NULL && (strncmp(arg, "postgresql://", 13) == 0 ||
-	    strncmp(arg, "postgres://", 11) == 0);
+	return arg != NULL && storeuri_is_postgresql(arg);
+}
+
+/* The worker's loop has ended: its creation threads too. */
+static void
+pg_worker_stop(struct worker *w)
+{
+	pg_pool_stop();
 }
 
 const struct backend pg_backend = {
 	.name = "postgresql",
 	.flags = BACKEND_SPREADS_CONNECTIONS,
+	.create_state_size = sizeof(struct pg_create),
 	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,
-	/* configure, preflight (cluster_check): main.c (G4). */
-	/* worker_stop (cluster_pool_stop): worker.c (G4). */
+	.configure = pg_configure,
+	.preflight = pg_preflight,
+	.worker_stop = pg_worker_stop,
 	.create = pg_create,
 	.effect_begin = pg_effect_begin,
 	.effect_claim = pg_effect_claim,

@@ -33,10 +33,32 @@ void	pg_effect_release(struct pending *);
 /* pg_create.c: backend.h's create (write_task, write_report). */
 void	pg_create(struct pending *, backend_create_done_fn);
 /*
+ * pg_backend.c: this worker's loop's connection to the store (effects,
+ * and pg_read.c's get_submission, diagnose, stats), opened at its first
+ * use.  Creations run on the creation threads' own connections
+ * (pg_pool.c).
+ */
+struct pgstore;
+struct pgstore	*pg_loop_store(struct idemd *, char **cause);
+/*
+ * pg_pool.c: a worker's creation threads, at most --store-connections,
+ * each with its own connection.  run is called on a thread with that
+ * thread's store (*open: whether it is open; run opens it); done,
+ * later, on the loop.
+ */
+struct pg_job {
+	struct pool_job	 pool;		/* the threads' handle (pool.c) */
+	void	(*run)(struct pg_job *, struct pgstore *, int *open);
+	void	(*done)(struct pg_job *);
+};
+/* Hand job to a thread (started on demand); 0, or -1 (not taken). */
+int	 pg_pool_submit(struct event_base *, unsigned max, struct pg_job *);
+/* The worker's loop has ended: the idle threads joined, connections closed. */
+void	 pg_pool_stop(void);
+/*
  * A store of this worker's on d's workspace (a creation thread's, or
  * the loop's): 0, or -1 and *cause.
  */
-struct pgstore;
 int	pg_store_init(struct idemd *, struct pgstore *, char **cause);
 
 #endif

@@ -37,7 +37,7 @@
  * row again every CLUSTER_POLL_MS until --inflight-wait-ms.
  *
  * The steps of a creation run in series on one of the worker's creation
- * threads (cluster_pool.c, at most --store-connections), with libpq's
+ * threads (pg_pool.c, at most --store-connections), with libpq's
  * blocking calls on that thread's own connection, whose session is the
  * owner's identity; a thread carries one creation at a time, from the
  * read to its outcome.  So a worker has that many creations side by
@@ -53,7 +53,7 @@
  * stats (pg_backend.c).
  *
  * Only built with configure --with-postgresql; without it idemd refuses
- * --store postgresql://... at start-up (main.c).
+ * --store postgresql://... at start-up (backend.c).
  */
 #include <sys/stat.h>
 
@@ -75,6 +75,7 @@
 #include "backend.h"
 #include "pg_backend.h"
 #include "pg.h"
+#include "pg_create.h"
 #include "workspace_id.h"
 
 /* How often a request that waits for a live owner reads the row again. */
@@ -84,44 +85,22 @@
 /* ".<name>.md.tmp.<epoch>-<token>" */
 #define CLUSTER_TEMP_INFIX	".tmp."
 
-/* What a creation's run on its thread decided, for the loop to act on. */
-enum cl_outcome {
-	CL_OUT_NONE,
-	CL_OUT_FAIL,		/* err */
-	CL_OUT_CONFLICT,	/* reason, message */
-	CL_OUT_ANSWER,		/* created or reused (created says which) */
-	CL_OUT_WAIT		/* a live owner: read again after CLUSTER_POLL_MS */
-};
-
-struct cluster_sub {
-	struct cluster_job	 job;		/* first: the pool's handle */
-	struct pending		*p;
-	struct pgstore		*st;		/* its thread's, while it runs */
-	struct pgstore_row	 row;		/* the fence this request holds */
-	struct pgstore_key	 key;
-	char			 scope[SUBTAB_MAX_KEY_BYTES + 1];
-	int			 owner;		/* it holds the fence */
-	int			 fresh;		/* it reserved (nothing promised) */
-	int			 started;	/* its first turn is done */
-	int64_t			 deadline_ms;
-	struct event		*timer;
-	unsigned		 renumbered;
-	enum cl_outcome		 out;
-	struct backend_error	 err;
-	enum wire_reason	 reason;
-	const char		*message;	/* a literal */
-	int			 created;
-};
-
 static void	cl_step(struct pending *);
 static void	cl_judge(struct pending *, struct pgstore_row *, int);
 static void	cl_judge_claimed(struct pending *);
-static void	cl_dispatch(struct cluster_sub *);
+static void	cl_dispatch(struct pg_create *);
 
 static struct submission *
 cl_sub(struct pending *p)
 {
 	return p->op;
+}
+
+/* The backend's room in the request (pg_create.h). */
+static struct pg_create *
+cl_of(struct submission *s)
+{
+	return s->backend_state;
 }
 
 static struct idemd *
@@ -133,15 +112,12 @@ cl_idemd(struct pending *p)
 static void
 cl_free(struct submission *s)
 {
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 
-	if (c == NULL)
-		return;
 	if (c->timer != NULL)
 		event_free(c->timer);
+	c->timer = NULL;
 	pgstore_row_clear(&c->row);
-	free(c);
-	s->cluster = NULL;
 }
 
 /*
@@ -157,7 +133,7 @@ static void
 cl_fail(struct pending *p, enum wire_error code, int retryable,
     const char *fmt, ...)
 {
-	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct pg_create	*c = cl_of(cl_sub(p));
 	va_list			 ap;
 
 	c->out = CL_OUT_FAIL;
@@ -195,7 +171,7 @@ static void
 cl_conflict(struct pending *p, enum wire_reason reason,
     const char *message)
 {
-	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct pg_create	*c = cl_of(cl_sub(p));
 
 	c->out = CL_OUT_CONFLICT;
 	c->reason = reason;
@@ -205,7 +181,7 @@ cl_conflict(struct pending *p, enum wire_reason reason,
 static void
 cl_answer(struct pending *p, int created)
 {
-	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct pg_create	*c = cl_of(cl_sub(p));
 
 	c->out = CL_OUT_ANSWER;
 	c->created = created;
@@ -247,7 +223,7 @@ cl_timer_fired(evutil_socket_t fd, short what, void *arg)
 
 /* On the loop: act on what the run decided. */
 static void
-cl_finish(struct cluster_sub *c)
+cl_finish(struct pg_create *c)
 {
 	struct pending		*p = c->p;
 	struct submission	*s = cl_sub(p);
@@ -451,7 +427,7 @@ pg_store_init(struct idemd *d, struct pgstore *st, char **cause)
 	st->max_seq = (uint32_t)d->seg.header->alloc_max_seq;
 	st->scan = cl_scan_shared;
 	st->scan_arg = d;
-	if (pgstore_open(st, d->store_uri, cause) != 0) {
+	if (pgstore_open(st, d->store_arg, cause) != 0) {
 		pgstore_close(st);
 		return -1;
 	}
@@ -544,7 +520,7 @@ static int
 cl_put_written(void *arg, char **cause)
 {
 	struct cl_put		*put = arg;
-	struct cluster_sub	*c = cl_sub(put->p)->cluster;
+	struct pg_create	*c = cl_of(cl_sub(put->p));
 
 	if (pgstore_grant_send(c->st, &c->key, c->row.epoch, c->row.token,
 	    cause) != 0)
@@ -562,7 +538,7 @@ cl_put_synced(void *arg, int synced, char **cause)
 {
 	struct cl_put		*put = arg;
 	struct submission	*s = cl_sub(put->p);
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 	int			 rc;
 
 	if (synced == 0)
@@ -612,7 +588,7 @@ static enum cl_link
 cl_put_file(struct pending *p, char **cause)
 {
 	struct submission	*s = cl_sub(p);
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 	struct cl_put		 put = { .p = p };
 	struct taskfile_steps	 steps = {
 		.temp = put.temp,
@@ -666,7 +642,7 @@ cl_put_file(struct pending *p, char **cause)
 static void
 cl_wait(struct pending *p)
 {
-	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct pg_create	*c = cl_of(cl_sub(p));
 
 	if (shm_now_ms() >= c->deadline_ms) {
 		cl_fail(p, WIRE_IN_PROGRESS, 1,
@@ -682,7 +658,7 @@ static void
 cl_commit(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 	json_t			*receipt;
 	char			*text, *cause = NULL;
 	int			 rc;
@@ -719,7 +695,7 @@ static void
 cl_write(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 	char			*cause = NULL;
 	int			 rc;
 
@@ -863,7 +839,7 @@ static int
 cl_claim(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 	char			*cause = NULL;
 	int			 rc;
 
@@ -892,7 +868,7 @@ cl_claim(struct pending *p)
 static void
 cl_step(struct pending *p)
 {
-	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct pg_create	*c = cl_of(cl_sub(p));
 	struct pgstore_row	 row;
 	char			*cause = NULL;
 	int			 rc;
@@ -925,7 +901,7 @@ cl_step(struct pending *p)
 static void
 cl_judge_claimed(struct pending *p)
 {
-	struct cluster_sub	*c = cl_sub(p)->cluster;
+	struct pg_create	*c = cl_of(cl_sub(p));
 	struct pgstore_row	 row = c->row;
 
 	memset(&c->row, 0, sizeof c->row);
@@ -937,7 +913,7 @@ static void
 cl_judge(struct pending *p, struct pgstore_row *found, int rc)
 {
 	struct submission	*s = cl_sub(p);
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 	struct pgstore_row	 row = *found;
 	uint8_t			 schema;
 	char			*cause = NULL;
@@ -1016,7 +992,7 @@ static void
 cl_legacy(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
-	struct cluster_sub	*c = s->cluster;
+	struct pg_create	*c = cl_of(s);
 	char			 name[NAME_MAX + 1], *data, *cause = NULL;
 	size_t			 length;
 	int64_t			 now;
@@ -1061,9 +1037,9 @@ cl_legacy(struct pending *p)
 
 /* On a creation thread: its store, then the steps until an outcome. */
 static void
-cl_run(struct cluster_job *job, struct pgstore *st, int *open)
+cl_run(struct pg_job *job, struct pgstore *st, int *open)
 {
-	struct cluster_sub	*c = (struct cluster_sub *)job;
+	struct pg_create	*c = (struct pg_create *)job;
 	struct pending		*p = c->p;
 	char			*cause = NULL;
 
@@ -1085,21 +1061,21 @@ cl_run(struct cluster_job *job, struct pgstore *st, int *open)
 }
 
 static void
-cl_run_done(struct cluster_job *job)
+cl_run_done(struct pg_job *job)
 {
-	cl_finish((struct cluster_sub *)job);
+	cl_finish((struct pg_create *)job);
 }
 
-/* Hand the creation to a creation thread (cluster_pool.c). */
+/* Hand the creation to a creation thread (pg_pool.c). */
 static void
-cl_dispatch(struct cluster_sub *c)
+cl_dispatch(struct pg_create *c)
 {
 	struct pending	*p = c->p;
 
 	c->out = CL_OUT_NONE;
 	c->job.run = cl_run;
 	c->job.done = cl_run_done;
-	if (cluster_pool_submit(p->worker->base,
+	if (pg_pool_submit(p->worker->base,
 	    cl_idemd(p)->store_connections, &c->job) != 0) {
 		cl_fail(p, WIRE_INTERNAL, 1,
 		    "no creation thread could be started");
@@ -1113,21 +1089,13 @@ pg_create(struct pending *p, backend_create_done_fn done)
 {
 	struct submission	*s = cl_sub(p);
 	struct idemd		*d = cl_idemd(p);
-	struct backend_create_outcome out;
-	struct cluster_sub	*c;
+	struct pg_create	*c;
 	struct subtab_entry	 known;
 	char			*nl;
 
 	s->done = done;
-	if ((c = calloc(1, sizeof *c)) == NULL) {
-		memset(&out, 0, sizeof out);
-		out.result = BACKEND_CREATE_FAILED;
-		backend_fail(&out.err, WIRE_INTERNAL, 1, "out of memory");
-		done(p, &out);
-		return;
-	}
+	c = cl_of(s);
 	c->p = p;
-	s->cluster = c;
 	if (s->submission_id == NULL) {
 		cl_dispatch(c);
 		return;

@@ -170,7 +170,7 @@ ce_store(struct pending *p)
 	struct pgstore	*st;
 	char		*cause = NULL;
 
-	if ((st = cluster_store(p->worker->d, &cause)) == NULL)
+	if ((st = pg_loop_store(p->worker->d, &cause)) == NULL)
 		ce_fail_storage(p, "opening the PostgreSQL store", cause);
 	return st;
 }

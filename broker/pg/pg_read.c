@@ -3,7 +3,7 @@
  * pg_read.c: the PostgreSQL backend's reads, the whole workspace's:
  * get_submission's row, diagnose's unfinished rows, stats' history
  * (out of cluster.c and cluster_effect.c).  Each read blocks the loop,
- * as it always has, on the loop's own connection (cluster_store).  The
+ * as it always has, on the loop's own connection (pg_loop_store).  The
  * op layer builds the JSON (ops.c, diagnose.c); a failed read is logged
  * here, once, and answered there.
  */
@@ -84,14 +84,14 @@ pg_get(struct idemd *d, enum subtab_kind kind, const char *key,
 		k.kind = SUBTAB_KIND_TASK;
 		k.scope = "";
 		k.id = key;
-		if ((st = cluster_store(d, &cause)) == NULL ||
+		if ((st = pg_loop_store(d, &cause)) == NULL ||
 		    (rc = pgstore_read(st, &k, &row, &cause)) < 0)
 			return pg_unavailable(err, "get_submission", key,
 			    cause);
 	} else {
 		sid[0] = ekind[0] = '\0';
 		if (effect_key_split(key, key_length, ekind, sizeof ekind, sid,
-		    sizeof sid) == 0 && (st = cluster_store(d, &cause)) !=
+		    sizeof sid) == 0 && (st = pg_loop_store(d, &cause)) !=
 		    NULL) {
 			k.kind = SUBTAB_KIND_EFFECT;
 			k.scope = ekind;
@@ -154,7 +154,7 @@ pg_diagnose(struct idemd *d, backend_row_fn each, void *arg,
 	struct pgstore	*st;
 	char		*cause = NULL;
 
-	if ((st = cluster_store(d, &cause)) == NULL ||
+	if ((st = pg_loop_store(d, &cause)) == NULL ||
 	    pgstore_effects_unfinished(st, pg_diagnose_effect, &walk,
 	    &cause) != 0 ||
 	    pgstore_counts(st, SUBTAB_KIND_EFFECT, effect_counts,
@@ -174,7 +174,7 @@ pg_history(struct idemd *d, struct backend_history *out)
 	struct pgstore		*st;
 	char			*cause = NULL;
 
-	if ((st = cluster_store(d, &cause)) == NULL ||
+	if ((st = pg_loop_store(d, &cause)) == NULL ||
 	    pgstore_history_counts(st, &h, &cause) != 0) {
 		log_warnx("stats: the store's counts: %s", cause != NULL ?
 		    cause : strerror(errno));

@@ -132,6 +132,13 @@ storeuri_scrub(char *text, const char *uri)
 }
 
 int
+storeuri_is_postgresql(const char *uri)
+{
+	return strncmp(uri, "postgresql://", 13) == 0 ||
+	    strncmp(uri, "postgres://", 11) == 0;
+}
+
+int
 storeuri_has_password(const char *uri)
 {
 	char	*copy;

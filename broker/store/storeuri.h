@@ -26,6 +26,8 @@ size_t	storeuri_redact(char *uri);
  * of a URI, which may be the password, in its message).
  */
 void	storeuri_scrub(char *text, const char *uri);
+/* Does --store's text name a PostgreSQL store (postgresql://, postgres://)? */
+int	storeuri_is_postgresql(const char *uri);
 /* Does uri hold a password (storeuri_redact would change it)? */
 int	storeuri_has_password(const char *uri);
 /*

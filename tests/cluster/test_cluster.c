@@ -576,7 +576,7 @@ connections_spread_over_workers(void **state)
 
 /*
  * A worker carries several creations at once, each on a creation thread
- * of its own (broker/cluster_pool.c): with --workers 1, one creation
+ * of its own (broker/pg/pg_pool.c): with --workers 1, one creation
  * held at before_task_file_link (its temporary written, its lease
  * granted; its thread waits on a FIFO, IDEM_CRASH_HOLD_AT, and the
  * test's open of the FIFO returns once it is held), three others sent

@@ -1092,7 +1092,7 @@ pgstore_takeover(struct pgstore *st, const struct pgstore_key *key,
 	 * owner's session is gone, or when the owner is this very session
 	 * (a session carries one creation at a time, to its answer: a row
 	 * it owns is not in flight, it was left by a request that failed;
-	 * broker/cluster_pool.c).
+	 * broker/pg_pool.c).
 	 */
 	res = pg_exec(conn, "UPDATE idem_submission SET epoch = epoch + 1, "
 	    "owner_host = $6, owner_token = $7, owner_pid = pg_backend_pid(), "

@@ -1,19 +1,19 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * cluster_pool.c: a worker's creation threads on the PostgreSQL store
+ * pg_pool.c: a worker's creation threads on the PostgreSQL store
  * (--store postgresql://..., doc/cluster.md, "Where the code is").
  *
  * DESIGN
  *
  * A creation on the store is a handful of steps in series, each a wait:
  * two synchronous PostgreSQL commits and three file-system fsyncs
- * (cluster.c).  Run one at a time on the worker's loop, they leave the
+ * (pg_create.c).  Run one at a time on the worker's loop, they leave the
  * server idle between them and share nothing: PostgreSQL's group commit
  * and the file system's journal can only merge the flushes of creations
  * that wait at the same time.  So a worker runs its creations on up to
  * --store-connections threads, each with its own PostgreSQL connection
  * (whose session is the owner's identity of the rows it claims), each
- * carrying one creation at a time through cluster.c's steps with
+ * carrying one creation at a time through pg_create.c's steps with
  * libpq's blocking calls.  The loop never waits for them: it hands a
  * job over and goes on serving; a thread that finishes a job (an answer
  * to give, or a wait for a live owner to arm) puts it on the done list
@@ -39,73 +39,75 @@
 
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
+#include "pg_backend.h"
 #include "pg.h"
 
 /* A thread's context: its own connection, opened by a job. */
-struct cluster_thread {
+struct pg_thread {
 	struct pgstore		 store;
 	int			 store_open;
 };
 
 /* This worker's (one per process, made at its first job). */
-static struct pool	*cl_pool;
+static struct pool	*pg_pool;
 
-static struct cluster_job *
-cluster_job_of(struct pool_job *pj)
+static struct pg_job *
+pg_job_of(struct pool_job *pj)
 {
-	return (struct cluster_job *)((char *)pj -
-	    offsetof(struct cluster_job, pool));
+	return (struct pg_job *)((char *)pj -
+	    offsetof(struct pg_job, pool));
 }
 
 static int
-cluster_pool_run(struct pool_job *pj, void *ctx)
+pg_pool_run(struct pool_job *pj, void *ctx)
 {
-	struct cluster_thread	*t = ctx;
-	struct cluster_job	*job = cluster_job_of(pj);
+	struct pg_thread	*t = ctx;
+	struct pg_job	*job = pg_job_of(pj);
 
 	job->run(job, &t->store, &t->store_open);
 	return 0;
 }
 
 static void
-cluster_pool_done(struct pool_job *pj)
+pg_pool_done(struct pool_job *pj)
 {
-	struct cluster_job	*job = cluster_job_of(pj);
+	struct pg_job	*job = pg_job_of(pj);
 
 	job->done(job);
 }
 
 static void
-cluster_thread_fini(void *ctx)
+pg_thread_fini(void *ctx)
 {
-	struct cluster_thread	*t = ctx;
+	struct pg_thread	*t = ctx;
 
 	if (t->store_open)
 		pgstore_close(&t->store);
 }
 
 int
-cluster_pool_submit(struct event_base *base, unsigned max,
-    struct cluster_job *job)
+pg_pool_submit(struct event_base *base, unsigned max,
+    struct pg_job *job)
 {
 	struct pool_config	 config;
 
-	if (cl_pool == NULL) {
+	if (pg_pool == NULL) {
 		memset(&config, 0, sizeof config);
 		config.max = max < 1 ? 1 : max > PGSTORE_MAX_CONNECTIONS ?
 		    PGSTORE_MAX_CONNECTIONS : max;
 		config.lifo_idle = 1;
 		config.block_signals = 1;
-		config.ctx_size = sizeof (struct cluster_thread);
-		config.ctx_fini = cluster_thread_fini;
-		if ((cl_pool = pool_start(base, &config)) == NULL) {
+		config.ctx_size = sizeof (struct pg_thread);
+		config.ctx_fini = pg_thread_fini;
+		if ((pg_pool = pool_start(base, &config)) == NULL) {
 			log_warn("starting the creation threads");
 			return -1;
 		}
 	}
-	job->pool.run = cluster_pool_run;
-	job->pool.done = cluster_pool_done;
-	if (pool_submit(cl_pool, &job->pool) != 0) {
+	job->pool.run = pg_pool_run;
+	job->pool.done = pg_pool_done;
+	if (pool_submit(pg_pool, &job->pool) != 0) {
 		log_warn("starting a creation thread");
 		return -1;
 	}
@@ -113,8 +115,8 @@ cluster_pool_submit(struct event_base *base, unsigned max,
 }
 
 void
-cluster_pool_stop(void)
+pg_pool_stop(void)
 {
-	pool_stop(cl_pool, POOL_ABANDON_IF_BUSY);
-	cl_pool = NULL;
+	pool_stop(pg_pool, POOL_ABANDON_IF_BUSY);
+	pg_pool = NULL;
 }

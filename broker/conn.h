@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * conn.h: a worker's connection, shared by worker.c (its loop: accept,
+ * read, take lines, close) and conn.c (what the ops and pending.c do
+ * with it: reply, the peer, the running request).  Only those two
+ * include it; everyone else has idemd.h's opaque struct conn.
+ */
+#ifndef CONN_H
+#define CONN_H
+
+#include "idemd.h"
+
+struct conn {
+	struct worker		*worker;
+	struct bufferevent	*bev;
+	struct event		*read_ev;	/* input, and the idle timeout */
+	struct evbuffer		*input;		/* read, not yet taken as lines */
+	int			 read_paused;	/* a full line buffer waits */
+	struct pending		*running;
+	uint32_t		 uid;
+	uint32_t		 pid;
+	char			 op[40];	/* the request's, for the log */
+	int			 peer_counted;	/* in the peer table (peers.c) */
+	int			 closing;	/* close once the output is sent */
+	TAILQ_ENTRY(conn)	 entry;
+};
+
+/*
+ * The output drained, or there never was any: conn_written (worker.c)
+ * decides, from the loop.
+ */
+void	conn_after_output(struct conn *);
+/* A reply, now if the socket takes it, else through the output buffer. */
+void	conn_send(struct conn *, json_t *reply);
+
+#endif
