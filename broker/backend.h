@@ -70,7 +70,8 @@ enum backend_effect_result {
 				   effect_record) */
 	BACKEND_EFFECT_NONE,	/* claim: no effect under the key */
 	BACKEND_EFFECT_SETTLED,	/* record: the judge's transition is
-				   durable */
+				   durable (an extension's: recorded,
+				   durable with the next flush) */
 	BACKEND_EFFECT_FAILED	/* err */
 };
 struct backend_effect_outcome {
@@ -174,9 +175,14 @@ struct backend {
 
 	/* effect_begin: claim and reserve, or say why not. */
 	void	(*effect_begin)(struct pending *, backend_effect_done_fn);
-	/* effect_complete, effect_resolve: the effect's state, to judge. */
+	/* effect_complete, _extend, _resolve: the effect's state, to judge. */
 	void	(*effect_claim)(struct pending *, backend_effect_done_fn);
-	/* The judge's transition in e->entry (e->result for a commit). */
+	/*
+	 * The judge's transition in e->entry (e->result for a commit); for
+	 * effect_extend (e->op) the new lease_expires_ms, e->lease_ms from
+	 * now, on a live lease of the same fence only (PostgreSQL judges
+	 * both again by the server's clock; FOUND if they no longer hold).
+	 */
 	void	(*effect_record)(struct pending *, backend_effect_done_fn);
 	/* A committed effect's result bytes (lazily: the arena, the index,
 	   the row); 0, or -1 unreadable.  *pruned: a tombstone's. */

@@ -129,6 +129,10 @@ diagnose_effect_place(json_t *x, const struct subtab_entry *e, int64_t now,
 {
 	if (x == NULL)
 		return;
+	/*
+	 * updated_at is the last begin, transition or extension: a holder
+	 * that keeps extending its lease is not stalled.
+	 */
 	json_object_set_new(x, "stalled", json_boolean(now - e->updated_at_ms >
 	    stale_after_ms));
 	if (strcmp(effect_state_name(e, now), "outcome_unknown") == 0) {

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * effect.c: the effect ledger: effect_begin, effect_complete and
- * effect_resolve (SPEC.md, "Effects"), for side effects the caller
- * performs itself.  It never performs anything and never lets time turn
- * an unknown outcome into a new attempt.
+ * effect.c: the effect ledger: effect_begin, effect_complete,
+ * effect_extend and effect_resolve (SPEC.md, "Effects"), for side
+ * effects the caller performs itself.  It never performs anything and
+ * never lets time turn an unknown outcome into a new attempt.
  *
  * DESIGN
  *
@@ -41,6 +41,15 @@
  * arena_read; bytes it reused are read from the index); every receipt
  * is built from the entry and those bytes, so it is the same, byte for
  * byte, on every reply.
+ *
+ * effect_extend moves a live lease's expiry to now + lease_ms, for an
+ * effect that outlives its lease (a deployment, a payment batch): judged
+ * like a complete (the latest fence, then the state; a lease that lapsed
+ * is outcome_unknown, not extended), recorded as the same EFFECT record
+ * with the new expiry, and answered once the record is in the journal's
+ * ring, not once it is durable (SPEC.md allows it: after a crash the
+ * last durable expiry, an earlier one, counts, which can only make an
+ * outcome unknown sooner).  No crash point: nothing waits on it.
  *
  * The fence is "<attempt>-<16 hex>": the attempt and a random nonce
  * drawn for each proceed.  Only the latest one issued is accepted.
@@ -407,11 +416,30 @@ result_matches(struct pending *p)
 	return memcmp(digest, e->entry.file_digest, sizeof digest) == 0;
 }
 
+/* effect_extend's answer: the lease's new end (SPEC.md's reply). */
+static void
+effect_extended(struct pending *p)
+{
+	struct effect	*e = effect_of(p);
+	json_t		*reply;
+
+	idemd_of(p)->be->release(p);
+	atomic_fetch_add(&counters_of(p)->effects_extended, 1);
+	reply = reply_new(1, p->id);
+	json_object_set_new(reply, "lease_expires_at",
+	    reply_time(e->entry.lease_expires_ms));
+	pending_reply(p, reply);
+}
+
 static void
 effect_settled(struct pending *p)
 {
 	struct effect	*e = effect_of(p);
 
+	if (e->op == EFFECT_EXTEND) {
+		effect_extended(p);
+		return;
+	}
 	if (e->op == EFFECT_RESOLVE) {
 		crash_point(CRASH_AFTER_EFFECT_RESOLVE_DURABLE);
 		atomic_fetch_add(&counters_of(p)->effects_resolved, 1);
@@ -536,6 +564,56 @@ effect_complete_judge(struct pending *p)
 }
 
 /*
+ * extend: the slot is claimed and its state durable (on the local store
+ * a previous extension's record may still be on its way: the claim
+ * waited for it).  The order is complete's: a stale fence first, then
+ * what the state allows.
+ */
+static void
+effect_extend_judge(struct pending *p)
+{
+	struct effect		*e = effect_of(p);
+	struct subtab_entry	*x = &e->entry;
+	int64_t			 now = shm_now_ms();
+
+	if (!fence_latest(e)) {
+		effect_conflict(p, REASON_STALE_FENCE, "this fence is not the "
+		    "latest one issued for the effect; nothing changed");
+		return;
+	}
+	switch (x->state) {
+	case SUBTAB_COMMITTED:
+		effect_conflict(p, REASON_ALREADY_COMMITTED, "the effect is "
+		    "committed; there is no lease to extend");
+		return;
+	case SUBTAB_RELEASED:
+		effect_conflict(p, REASON_NO_RESERVATION, "the reservation was "
+		    "released; there is no lease to extend");
+		return;
+	case SUBTAB_RESERVED:
+		if (effect_lease_live(x, now))
+			break;
+		/* FALLTHROUGH */
+	default:	/* a lapsed lease, outcome_unknown */
+		effect_refuse(p, DISPOSITION_OUTCOME_UNKNOWN,
+		    WIRE_OUTCOME_UNKNOWN, REASON_NONE, 0, "the lease lapsed "
+		    "before this extension: not extended, and another caller "
+		    "may have been told the outcome is unknown; complete with "
+		    "this fence (accepted) or settle it with effect_resolve",
+		    1);
+		return;
+	}
+	/*
+	 * The attempt and the fence stay: the record is the reservation's
+	 * with a new lease, granted now (updated_at, from which diagnose's
+	 * age and stalled count: an extension is a sign of life).
+	 */
+	x->lease_expires_ms = now + e->lease_ms;
+	x->updated_at_ms = now;
+	effect_record(p);
+}
+
+/*
  * An operator's evidence with its source, logged once with what became
  * of it: taken, or refused and why (the source, a client's text, last).
  */
@@ -600,10 +678,17 @@ effect_resolve_judge(struct pending *p)
 static void
 effect_judge(struct pending *p)
 {
-	if (effect_of(p)->op == EFFECT_COMPLETE)
+	switch (effect_of(p)->op) {
+	case EFFECT_COMPLETE:
 		effect_complete_judge(p);
-	else
+		return;
+	case EFFECT_EXTEND:
+		effect_extend_judge(p);
+		return;
+	default:
 		effect_resolve_judge(p);
+		return;
+	}
 }
 
 /* ---- The backend's outcomes ------------------------------------------------ */
@@ -740,6 +825,12 @@ op_effect_resolve(struct conn *conn, json_t *request, json_t *id)
 	effect_start(conn, request, id, EFFECT_RESOLVE);
 }
 
+void
+op_effect_extend(struct conn *conn, json_t *request, json_t *id)
+{
+	effect_start(conn, request, id, EFFECT_EXTEND);
+}
+
 /* ---- Read-only views: get_submission and diagnose ------------------------ */
 
 json_t *
@@ -773,13 +864,16 @@ effect_submission_json(const char *key, size_t key_length,
 	json_object_set_new(j, "updated_at", reply_time(x->updated_at_ms));
 	json_object_set_new(j, "age_ms", json_integer(age < 0 ? 0 : age));
 	if (x->state == SUBTAB_RESERVED) {
-		/* The lease started at the attempt's record (updated_at). */
+		/* The lease was granted at the last record (updated_at). */
 		json_object_set_new(j, "lease_expires_at",
 		    reply_time(x->lease_expires_ms));
 		json_object_set_new(j, "lease_age_ms",
 		    json_integer(age < 0 ? 0 : age));
 		json_object_set_new(j, "lease_live",
 		    json_boolean(effect_lease_live(x, now)));
+		/* The time left, which effect_extend moves (0: lapsed). */
+		json_object_set_new(j, "lease_ms_left", json_integer(
+		    effect_lease_live(x, now) ? x->lease_expires_ms - now : 0));
 	}
 	json_object_set_new(j, "in_flight", json_boolean(in_flight));
 	if (x->state == SUBTAB_COMMITTED) {

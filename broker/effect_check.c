@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * effect_check.c: reading effect_begin, effect_complete and
- * effect_resolve requests into a struct effect (effect.c carries them
- * out), and the op table's checks, which read a request the same way
- * and change nothing.  Nothing here touches the segment, the journal, a
- * file or a connection: the fuzzer links this file alone.
+ * effect_check.c: reading effect_begin, effect_complete,
+ * effect_extend and effect_resolve requests into a struct effect
+ * (effect.c carries them out), and the op table's checks, which read a
+ * request the same way and change nothing.  Nothing here touches the
+ * segment, the journal, a file or a connection: the fuzzer links this
+ * file alone.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,6 +32,11 @@ static const char *const complete_keys[] = {
 static const char *const resolve_keys[] = {
 	"op", "id", "client_submission_id", "effect_kind", "evidence", "meta",
 	NULL
+};
+
+static const char *const extend_keys[] = {
+	"op", "id", "client_submission_id", "effect_kind", "fence", "lease_ms",
+	"meta", NULL
 };
 
 static const char *const evidence_keys[] = {
@@ -145,10 +151,33 @@ result_field(json_t *result, const char *path, struct effect *e,
 	return 0;
 }
 
+/*
+ * lease_ms (begin and extend): 100..86400000, absent or null the default
+ * (SPEC.md, "Effects": null is the default, as for every optional member).
+ */
+static int
+lease_field(json_t *request, struct effect *e, struct request_error *err)
+{
+	json_t	*lease;
+
+	e->lease_ms = IDEM_DEFAULT_LEASE_MS;
+	if ((lease = json_object_get(request, "lease_ms")) == NULL ||
+	    json_is_null(lease))
+		return 0;
+	if (!json_is_integer(lease) ||
+	    json_integer_value(lease) < IDEM_MIN_LEASE_MS ||
+	    json_integer_value(lease) > IDEM_MAX_LEASE_MS)
+		return request_error_set(err, WIRE_INVALID_REQUEST,
+		    "lease_ms", "lease_ms must be an integer from %d to %d",
+		    IDEM_MIN_LEASE_MS, IDEM_MAX_LEASE_MS);
+	e->lease_ms = json_integer_value(lease);
+	return 0;
+}
+
 static int
 begin_parse(json_t *request, struct effect *e, struct request_error *err)
 {
-	json_t		*req, *lease;
+	json_t		*req;
 	const char	*schema, *given;
 	char		*canonical, where[DIGEST_PATH_BYTES];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
@@ -173,18 +202,8 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 		return request_error_set(err, WIRE_INVALID_REQUEST,
 		    "request_digest", "request_digest must be 64 lower-case "
 		    "hex digits");
-	e->lease_ms = IDEM_DEFAULT_LEASE_MS;
-	/* null is the default, as for every optional member (SPEC.md). */
-	if ((lease = json_object_get(request, "lease_ms")) != NULL &&
-	    !json_is_null(lease)) {
-		if (!json_is_integer(lease) ||
-		    json_integer_value(lease) < IDEM_MIN_LEASE_MS ||
-		    json_integer_value(lease) > IDEM_MAX_LEASE_MS)
-			return request_error_set(err, WIRE_INVALID_REQUEST,
-			    "lease_ms", "lease_ms must be an integer from %d "
-			    "to %d", IDEM_MIN_LEASE_MS, IDEM_MAX_LEASE_MS);
-		e->lease_ms = json_integer_value(lease);
-	}
+	if (lease_field(request, e, err) != 0)
+		return -1;
 	if ((req = json_object_get(request, "request")) == NULL)
 		return request_error_set(err, WIRE_INVALID_REQUEST, "request",
 		    "request is required (any JSON value: what the effect "
@@ -257,17 +276,14 @@ fence_parse(const char *s, uint32_t *attempt, uint64_t *nonce)
 	return 0;
 }
 
+/* fence (complete and extend): required, the one a proceed gave. */
 static int
-complete_parse(json_t *request, struct effect *e, struct request_error *err)
+fence_field(json_t *request, struct effect *e, struct request_error *err)
 {
-	static const char *const outcomes[] = { "applied", "not_applied", NULL };
-	const char	*fence, *outcome;
+	const char	*fence;
 	size_t		 length;
 	int		 rc;
 
-	if (request_known_keys(request, "", complete_keys, err) != 0 ||
-	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0)
-		return -1;
 	rc = request_string(request, "fence", "fence", 1,
 	    IDEM_EFFECT_FENCE_SIZE - 1, 0, &fence, &length, err);
 	if (rc < 0)
@@ -279,6 +295,23 @@ complete_parse(json_t *request, struct effect *e, struct request_error *err)
 		return request_error_set(err, WIRE_INVALID_REQUEST, "fence",
 		    "fence is malformed: a fence is the attempt, \"-\" and 16 "
 		    "hex digits, as effect_begin's proceed gave it");
+	return 0;
+}
+
+static int
+complete_parse(json_t *request, struct effect *e, struct request_error *err)
+{
+	static const char *const outcomes[] = {
+		"applied", "not_applied", NULL
+	};
+	const char	*outcome;
+	size_t		 length;
+	int		 rc;
+
+	if (request_known_keys(request, "", complete_keys, err) != 0 ||
+	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0 ||
+	    fence_field(request, e, err) != 0)
+		return -1;
 	rc = request_string(request, "outcome", "outcome", 1, 16, 0, &outcome,
 	    &length, err);
 	if (rc < 0)
@@ -290,6 +323,16 @@ complete_parse(json_t *request, struct effect *e, struct request_error *err)
 	    OUTCOME_NOT_APPLIED;
 	return result_field(json_object_get(request, "result"), "result", e,
 	    err);
+}
+
+static int
+extend_parse(json_t *request, struct effect *e, struct request_error *err)
+{
+	if (request_known_keys(request, "", extend_keys, err) != 0 ||
+	    effect_key(request, e, err) != 0 || meta_field(request, err) != 0 ||
+	    fence_field(request, e, err) != 0)
+		return -1;
+	return lease_field(request, e, err);
 }
 
 static int
@@ -344,6 +387,8 @@ effect_parse(enum effect_op op, json_t *request, struct effect *e,
 		return complete_parse(request, e, err);
 	case EFFECT_RESOLVE:
 		return resolve_parse(request, e, err);
+	case EFFECT_EXTEND:
+		return extend_parse(request, e, err);
 	}
 	return -1;
 }
@@ -365,6 +410,12 @@ int
 effect_resolve_check(json_t *request, struct request_error *err)
 {
 	return effect_check_op(EFFECT_RESOLVE, request, err);
+}
+
+int
+effect_extend_check(json_t *request, struct request_error *err)
+{
+	return effect_check_op(EFFECT_EXTEND, request, err);
 }
 
 static int

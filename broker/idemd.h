@@ -104,6 +104,7 @@ struct idemd {
 	int			 reports_fd;
 	int			 lock_fd;
 	int			 listen_fd;
+	int			 socket_activated;	/* listen_fd is systemd's */
 	int			 kick_fd;	/* eventfd: wake the journaler */
 	int			 watch_fd;	/* inotify on the stages; -1: none */
 	struct inboxview	 inbox_view;	/* a worker's own */
@@ -201,6 +202,8 @@ int	master_run(struct idemd *);
  * at exit removed if it is still the socket bound (socket_stat).
  */
 void	listener_check(struct idemd *);
+/* Socket activation: take the listening socket systemd passed, if any. */
+void	listener_activated(struct idemd *);
 void	listener_open(struct idemd *);
 void	listener_remove(struct idemd *);
 
@@ -445,6 +448,8 @@ struct pending {
 	uint32_t		 record_slot;
 	const struct subtab_claim *record_claim;
 	const struct subtab_entry *record_entry;
+	/* Resumed once appended, not durable (pending_journal_slot_nowait). */
+	int			 record_nowait;
 	void			*op;		/* the op's own state */
 	void			(*op_free)(void *);
 	TAILQ_ENTRY(pending)	 entry;
@@ -461,6 +466,17 @@ void	 pending_journal(struct pending *, const struct journal_record *,
 void	 pending_journal_slot(struct pending *, const struct journal_record *,
 	    uint32_t slot, const struct subtab_claim *,
 	    const struct subtab_entry *, pending_resume_fn);
+/*
+ * The same, resumed as soon as the record is in the ring (after a wait
+ * for room, if the ring is full), not once it is durable: for a record
+ * whose loss in a crash is harmless (an effect's lease extension, SPEC.md
+ * "Effects").  The journaler is kicked, so it is flushed with the next
+ * group commit; journal_failed only if it could not be appended.
+ */
+void	 pending_journal_slot_nowait(struct pending *,
+	    const struct journal_record *, uint32_t slot,
+	    const struct subtab_claim *, const struct subtab_entry *,
+	    pending_resume_fn);
 /* Two records in one append, so one flush covers both; entry is the last. */
 void	 pending_journal_slot_pair(struct pending *,
 	    const struct journal_record *, const struct journal_record *,
@@ -663,7 +679,8 @@ struct backend_effect_outcome;
 enum effect_op {
 	EFFECT_BEGIN,
 	EFFECT_COMPLETE,
-	EFFECT_RESOLVE
+	EFFECT_RESOLVE,
+	EFFECT_EXTEND
 };
 
 enum effect_outcome {
@@ -679,8 +696,8 @@ struct effect {
 	char			 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
 	uint8_t			 digest[IDEM_SHA256_BYTES];
-	int64_t			 lease_ms;
-	/* complete and resolve */
+	int64_t			 lease_ms;	/* begin and extend */
+	/* complete, resolve and extend (fence) */
 	enum effect_outcome	 outcome;
 	uint32_t		 fence_attempt;
 	uint64_t		 fence_nonce;
@@ -710,6 +727,7 @@ void	 effect_free(void *);	/* a struct effect */
 int	 effect_begin_check(json_t *request, struct request_error *);
 int	 effect_complete_check(json_t *request, struct request_error *);
 int	 effect_resolve_check(json_t *request, struct request_error *);
+int	 effect_extend_check(json_t *request, struct request_error *);
 /* effect_kind's characters (0 or -1 with err). */
 int	 effect_kind_valid(const char *kind, size_t length,
 	    struct request_error *);
@@ -718,6 +736,7 @@ int	 effect_kind_valid(const char *kind, size_t length,
 void	 op_effect_begin(struct conn *, json_t *request, json_t *id);
 void	 op_effect_complete(struct conn *, json_t *request, json_t *id);
 void	 op_effect_resolve(struct conn *, json_t *request, json_t *id);
+void	 op_effect_extend(struct conn *, json_t *request, json_t *id);
 /* receipt.c: an effect's key into kind and id (NUL-terminated copies). */
 int	 effect_key_split(const char *key, size_t key_length, char *kind,
 	    size_t kind_size, char *id, size_t id_size);
@@ -763,7 +782,8 @@ typedef int (*op_check_fn)(json_t *request, struct request_error *);
 	X(STATS, op_stats, NULL, 0)					\
 	X(EFFECT_BEGIN, op_effect_begin, effect_begin_check, 0)		\
 	X(EFFECT_COMPLETE, op_effect_complete, effect_complete_check, 0) \
-	X(EFFECT_RESOLVE, op_effect_resolve, effect_resolve_check, 0)
+	X(EFFECT_RESOLVE, op_effect_resolve, effect_resolve_check, 0)	\
+	X(EFFECT_EXTEND, op_effect_extend, effect_extend_check, 0)
 /* Row IDEM_OPC_x of the table serves op idem_op_names[IDEM_OPC_x]. */
 struct op_entry {
 	op_handler_fn	 handler;	/* answers, now or once parked */

@@ -6,15 +6,28 @@
  * is not a socket is never removed.  An idemd found there is asked hello
  * and named by its pid and root in the refusal.  Then the socket is
  * bound with the mode and group the options give.
+ *
+ * Under socket activation (an idemd.socket unit, or
+ * systemd-socket-activate) the socket is systemd's: idemd takes the one
+ * listening Unix stream socket passed to it (sd_listen_fds, libsystemd:
+ * optional at build, like the readiness notice), binds and removes
+ * nothing, and the master hands it to the workers as it does its own.
+ * Connections made while idemd (re)starts wait in its backlog.
  */
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +203,66 @@ socket_address(struct idemd *d, struct sockaddr_un *sun)
 }
 
 /*
+ * The socket systemd passed (LISTEN_FDS, LISTEN_PID), if it passed one:
+ * it must be exactly one listening Unix stream socket.  The variables
+ * are removed, so the workers (exec'd with this environment) and
+ * anything they start never take it for theirs.
+ */
+void
+listener_activated(struct idemd *d)
+{
+#ifdef HAVE_SYSTEMD
+	struct sockaddr_un	sun;
+	socklen_t		len = sizeof sun;
+	int			n, fd, flags;
+
+	if ((n = sd_listen_fds(1)) < 0)
+		fatalx("sd_listen_fds: %s", strerror(-n));
+	if (n == 0)
+		return;
+	if (n != 1)
+		fatalx("systemd passed %d sockets; idemd listens on one "
+		    "(one ListenStream= in idemd.socket)", n);
+	fd = SD_LISTEN_FDS_START;
+	if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
+		fatalx("the socket systemd passed is not a listening Unix "
+		    "stream socket (idemd.socket needs ListenStream=PATH)");
+	memset(&sun, 0, sizeof sun);
+	if (getsockname(fd, (struct sockaddr *)&sun, &len) == -1)
+		fatal("getsockname of the socket systemd passed");
+	if (len <= offsetof(struct sockaddr_un, sun_path) ||
+	    sun.sun_path[0] == '\0')
+		fatalx("the socket systemd passed has no path (an abstract "
+		    "socket): give ListenStream= a file name");
+	sun.sun_path[sizeof sun.sun_path - 1] = '\0';
+	if (d->socket_path != NULL && strcmp(d->socket_path, sun.sun_path) !=
+	    0)
+		fatalx("--socket %s, but systemd passed %s: drop --socket or "
+		    "make them one", d->socket_path, sun.sun_path);
+	/* Workers accept from libevent's loop; exec'd, they inherit it. */
+	if ((flags = fcntl(fd, F_GETFL)) == -1 ||
+	    fcntl(fd, F_SETFL, flags | O_NONBLOCK) == -1 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) == -1)
+		fatal("fcntl on the socket systemd passed");
+	free(d->socket_path);
+	if ((d->socket_path = strdup(sun.sun_path)) == NULL)
+		fatal("strdup");
+	d->listen_fd = fd;
+	d->socket_activated = 1;
+	log_info("listening on %s, the socket systemd passed", d->socket_path);
+#else
+	const char	*pid = getenv("LISTEN_PID");
+
+	if (getenv("LISTEN_FDS") != NULL && pid != NULL &&
+	    strtol(pid, NULL, 10) == (long)getpid())
+		fatalx("systemd passed a socket (LISTEN_FDS), but this idemd "
+		    "was built without libsystemd: build it with libsystemd "
+		    "(Debian: libsystemd-dev) or run it without idemd.socket");
+	(void)d;
+#endif
+}
+
+/*
  * Before anything is built for this start (the segment above all): a
  * broker that will not get its socket must leave nothing behind.
  */
@@ -198,6 +271,8 @@ listener_check(struct idemd *d)
 {
 	struct sockaddr_un	sun;
 
+	if (d->socket_activated)
+		return;		/* systemd's, bound already */
 	socket_address(d, &sun);
 	claim_socket_path(&sun);
 }
@@ -209,6 +284,8 @@ listener_open(struct idemd *d)
 	mode_t			old;
 	int			fd;
 
+	if (d->socket_activated)
+		return;
 	/* Checked at start-up; look again: time passed (the replay). */
 	socket_address(d, &sun);
 	claim_socket_path(&sun);
@@ -249,6 +326,9 @@ listener_remove(struct idemd *d)
 {
 	struct stat	st;
 
+	/* systemd's: it stays for the next start (or the unit's stop). */
+	if (d->socket_activated)
+		return;
 	if (lstat(d->socket_path, &st) == -1)
 		return;
 	if (st.st_dev != d->socket_stat.st_dev ||

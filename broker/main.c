@@ -670,6 +670,7 @@ main(int argc, char **argv)
 	record_sequence_digits(&d);
 	if (d.be->locked != NULL && d.be->locked(&d, &cause) != 0)
 		fatalx("%s", cause);
+	listener_activated(&d);
 	listener_check(&d);
 	/* make_topology refused symlinks; these are the same, held. */
 	if ((d.inbox_fd = nofollow_dir(d.root_fd, IDEM_INBOX_DIR)) == -1)

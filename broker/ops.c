@@ -251,6 +251,8 @@ stat_value(struct idemd *d, enum idem_stat s, const struct index_stats *ix,
 		return atomic_load(&k->effects_resolved);
 	case IDEM_STAT_effects_stale_fence:
 		return atomic_load(&k->effects_stale_fence);
+	case IDEM_STAT_effects_extended:
+		return atomic_load(&k->effects_extended);
 	case IDEM_STAT_result_arena_used:
 		return arena_used(&d->seg);
 	case IDEM_STAT_result_arena_bytes:

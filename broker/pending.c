@@ -13,6 +13,11 @@
  * released or timed out) by calling its resume function.  Whatever the
  * outcome, the request ends in pending_reply(), once.
  *
+ * One record is acknowledged before it is durable, by SPEC.md's leave:
+ * an effect's lease extension (pending_journal_slot_nowait).  Lost in a
+ * crash, it leaves the last durable expiry, an earlier one, which can
+ * only make an outcome unknown sooner, never let a second caller in.
+ *
  * A pending outlives its connection: a peer that is gone leaves it
  * running (p->conn NULL) so that the state it changes stays consistent;
  * only the reply is dropped.  This file never reads a socket: the
@@ -152,6 +157,13 @@ pending_try_append(struct pending *p)
 	atomic_fetch_add(&d->seg.header->counters.journal_records,
 	    p->record_count);
 	p->wait_end = end;
+	if (p->record_nowait) {
+		/* In the ring is enough: the next round flushes it. */
+		loop_waiter(p, -1);
+		journaler_kick(d->kick_fd);
+		p->resume(p);
+		return;
+	}
 	park(p, PENDING_DURABLE);
 	journaler_kick(d->kick_fd);
 }
@@ -167,6 +179,20 @@ pending_journal_slot(struct pending *p, const struct journal_record *record,
 	p->record_slot = slot;
 	p->record_claim = claim;
 	p->record_entry = entry;
+	p->record_nowait = 0;
+	pending_encode_append(p, record, resume);
+}
+
+void
+pending_journal_slot_nowait(struct pending *p,
+    const struct journal_record *record, uint32_t slot,
+    const struct subtab_claim *claim, const struct subtab_entry *entry,
+    pending_resume_fn resume)
+{
+	p->record_slot = slot;
+	p->record_claim = claim;
+	p->record_entry = entry;
+	p->record_nowait = 1;
 	pending_encode_append(p, record, resume);
 }
 
@@ -181,6 +207,7 @@ pending_journal_slot_pair(struct pending *p, const struct journal_record *first,
 	p->record_slot = slot;
 	p->record_claim = claim;
 	p->record_entry = entry;
+	p->record_nowait = 0;
 	p->resume = resume;
 	p->journal_failed = 0;
 	p->record_count = 2;
@@ -217,6 +244,7 @@ pending_journal(struct pending *p, const struct journal_record *record,
     pending_resume_fn resume)
 {
 	p->record_claim = NULL;
+	p->record_nowait = 0;
 	pending_encode_append(p, record, resume);
 }
 

@@ -64,6 +64,22 @@ replay_overflowed(struct replay *rp, const struct journal_record *r)
 	return 0;
 }
 
+/*
+ * A submission that overflowed has a place after all: a later record of
+ * it went to the table or the index.  The journal of effects begun
+ * together and completed after holds more in flight at one point than
+ * at its end, and only its end must fit.
+ */
+static void
+replay_placed(struct replay *rp, const struct journal_record *r)
+{
+	if (rp->overflow == NULL || json_object_getn(rp->overflow, r->key,
+	    r->entry.key_length) == NULL)
+		return;
+	json_object_deln(rp->overflow, r->key, r->entry.key_length);
+	rp->overflow_bytes -= r->entry.key_length;
+}
+
 /* A committed entry with no room in the table: the index keeps it. */
 static int
 replay_to_index(struct replay *rp, const struct journal_record *r)
@@ -255,8 +271,12 @@ replay_apply(const struct journal_record *r, void *arg)
 		/* A committed entry with no room: the index's (its result
 		 * left in the arena, named by no slot, reusable). */
 		if (errno == ENOSPC && d->index_ready &&
-		    r->entry.state == SUBTAB_COMMITTED)
-			return replay_to_index(rp, r);
+		    r->entry.state == SUBTAB_COMMITTED) {
+			if (replay_to_index(rp, r) != 0)
+				return -1;
+			replay_placed(rp, r);
+			return 0;
+		}
 		/* In flight: room is made by giving the index the rest. */
 		if (errno == ENOSPC && d->index_ready &&
 		    replay_make_room(rp) == 0 &&
@@ -271,6 +291,7 @@ replay_apply(const struct journal_record *r, void *arg)
 		return -1;
 	}
 applied:
+	replay_placed(rp, r);
 	if (r->type == JOURNAL_RECORD_EFFECT && effect.result_length > 0)
 		arena_own(&d->seg, effect.result_offset, slot);
 	return 0;
@@ -284,7 +305,7 @@ replay_check_capacity(struct replay *rp, char **cause)
 	struct shm_header	*h = d->seg.header;
 	uint64_t		 keys, bytes, needed, by_heap;
 
-	if (rp->overflow == NULL)
+	if (rp->overflow == NULL || json_object_size(rp->overflow) == 0)
 		return 0;
 	keys = h->slots_used + json_object_size(rp->overflow);
 	bytes = h->heap_used + rp->overflow_bytes;

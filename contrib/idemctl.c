@@ -49,6 +49,7 @@
 "3 broker unreachable or files unreadable.\n"
 
 static void	usage(FILE *, int) __attribute__((noreturn));
+static int	cmd_store(struct idemctl *, int, char **);
 
 /* ---- messages and options ------------------------------------------------ */
 
@@ -155,18 +156,27 @@ ctl_string_member(json_t *object, const char *key, const char *absent)
 
 /* ---- main ---------------------------------------------------------------- */
 
-static const struct command commands[] = {
+static const char *const journal_words[] = { "dump", NULL };
+static const char *const effects_words[] = { "list", "show", NULL };
+static const char *const completion_words[] = {
+	"bash", "zsh", "fish", "list", NULL
+};
+
+/* A command's entry ends with its options: what completion offers. */
+const struct command ctl_commands[] = {
 	{ "status", cmd_status, "is the broker up; version, workers, table", "",
 "Is the broker up?  Its version and protocol, uptime, workers, how full\n"
 "the submission table is, and what it has done since it started.  Exit 3\n"
-"if it does not answer (with --json, {\"up\":false,...} on stdout too).\n" },
+"if it does not answer (with --json, {\"up\":false,...} on stdout too).\n",
+	    ctl_status_options, NULL, NULL, 0 },
 	{ "stats", cmd_stats, "counters, also for Prometheus",
 	    "[--json | --prometheus]",
 "The broker's stats, each with its value and unit (--json: the reply as\n"
 "it is).  --prometheus prints the Prometheus text format, for a textfile\n"
 "collector or a scrape wrapper: idem_<name>, counters ending _total, a\n"
 "stat in bytes _bytes, one in ms in _seconds; and idem_up, which is 0\n"
-"when the broker does not answer.  Every stat: doc/metrics.md.\n" },
+"when the broker does not answer.  Every stat: doc/metrics.md.\n",
+	    ctl_stats_options, NULL, NULL, 0 },
 	{ "diagnose", cmd_diagnose, "unfinished submissions and effects",
 	    "[--stale-after DURATION]",
 "List the submissions in an intermediate state (reserved, task_created):\n"
@@ -176,11 +186,13 @@ static const struct command commands[] = {
 "default 30s).  Read-only: a retry of the same request completes a\n"
 "stalled submission.  Then the unfinished effects, as idemctl effects\n"
 "lists them.  Exit 1 if any submission is stalled, or any effect's\n"
-"outcome is unknown or its reservation stalled (see idemctl resolve).\n" },
+"outcome is unknown or its reservation stalled (see idemctl resolve).\n",
+	    ctl_diagnose_options, NULL, NULL, 0 },
 	{ "show", cmd_show, "one submission and its receipt",
 	    "CLIENT_SUBMISSION_ID",
 "One submission: its state, task, digests and times, and its receipt once\n"
-"committed.  Exit 1 if the broker knows no such submission.\n" },
+"committed.  Exit 1 if the broker knows no such submission.\n",
+	    ctl_show_options, NULL, NULL, 0 },
 	{ "submit", cmd_submit, "create a task (write_task)",
 "[--id ID] --sender R --recipient R --subject S [--body B]\n"
 "              [--priority P] [--risk-level L] [--thread-key K]\n"
@@ -195,7 +207,8 @@ static const struct command commands[] = {
 "\n"
 "Exit 0 created or reused, 1 conflict or refused (the error's code on\n"
 "stderr), 2 usage, 3 unreachable or the connection lost: the outcome is\n"
-"unknown, and running the same command again with the same id is safe.\n" },
+"unknown, and running the same command again with the same id is safe.\n",
+	    ctl_submit_options, NULL, NULL, 0 },
 	{ "effects", cmd_effects, "unfinished effects; one effect",
 	    "[list] | show EFFECT_KIND CLIENT_SUBMISSION_ID",
 "List the effects (effect_begin) that are not committed, outcome_unknown\n"
@@ -203,7 +216,8 @@ static const struct command commands[] = {
 "released), attempt, age and the external key to look for downstream.\n"
 "Exit 1 if any outcome is unknown: it waits for idemctl resolve.  show\n"
 "prints one effect, its lease and, once committed, its receipt (exit 1\n"
-"if there is no such effect).\n" },
+"if there is no such effect).\n",
+	    ctl_effects_options, NULL, effects_words, 0 },
 	{ "resolve", cmd_resolve, "settle an outcome_unknown effect",
 	    "[--result JSON] [--source TEXT] EFFECT_KIND CLIENT_SUBMISSION_ID\n"
 "              applied|not_applied|unknown",
@@ -213,7 +227,8 @@ static const struct command commands[] = {
 "releases it (the next begin proceeds, same external key), unknown keeps\n"
 "it listed.  --source says who or what saw it (logged by idemd).  Exit 1\n"
 "on a conflict (evidence against a committed receipt, no such effect) or\n"
-"while a caller still holds a live lease (in_progress).\n" },
+"while a caller still holds a live lease (in_progress).\n",
+	    ctl_resolve_options, NULL, NULL, 0 },
 	{ "verify", cmd_verify, "offline: journal and workspace agree?",
 	    "[--root DIR] [--sequence-digits N]",
 "Check, offline, that the journal and the FCoP workspace agree; the\n"
@@ -235,7 +250,8 @@ static const struct command commands[] = {
 "the checkpoint it was written with, and the files of the tasks and\n"
 "reports only it holds must exist too.\n"
 "\n"
-"Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n" },
+"Exit 0 clean (warnings allowed), 1 problems found, 3 cannot read.\n",
+	    ctl_verify_options, idemctl_store_options, NULL, 0 },
 	{ "compact", cmd_compact, "prune old receipt bodies, keep tombstones",
 	    "--older-than DAYS [--root DIR] [--store URI | --store-file PATH]",
 "Replace each receipt in the index committed more than DAYS days ago by\n"
@@ -249,11 +265,46 @@ static const struct command commands[] = {
 "in PostgreSQL are compacted the same way (one transaction, beside\n"
 "running brokers); --store-file PATH reads that URI from PATH (mode 0600,\n"
 "yours or root's), keeping its password out of the command line.\n"
-"Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n" },
+"Exit 0 done, 1 refused, 2 usage, 3 cannot read.\n",
+	    ctl_compact_options, NULL, NULL, 0 },
+	{ "backup", cmd_backup, "a consistent copy of the state, broker running",
+	    "[--root DIR] [--with-workspace] DEST",
+"Copy the root's state into DEST (a new or empty directory, never a\n"
+"symlink) while the broker runs, with no window where an acknowledged\n"
+"receipt is missing from the copy: the newest checkpoint and every\n"
+"journal segment after it (held open, so a checkpoint's pruning cannot\n"
+"take one away mid-copy; a record being written is cut), the index\n"
+"(LMDB's own compacted copy), and .idem/'s small files (workspace-id,\n"
+"imported, sequence-digits).  The workspace's files are listed with their\n"
+"SHA-256 in DEST/.idem/backup-manifest (sha256sum -c reads it) and copied\n"
+"only with --with-workspace; DEST/.idem/backup-info says what was taken.\n"
+"Every file is fsync'd.  Restore: stop idemd, copy DEST's contents into\n"
+"an empty root (cp -a DEST/. ROOT/), run idemctl verify --root ROOT.\n"
+"Exit 0 done, 1 failed (the cause on stderr), 2 usage, or DEST not empty\n"
+"or a symlink.\n",
+	    ctl_backup_options, NULL, NULL, 0 },
 	{ "journal", cmd_journal, "journal dump: the audit trail, offline",
 	    "dump [--root DIR] [--json | --text]",
-"Journal commands.  See idemctl journal dump --help.\n" }
+"Journal commands.  See idemctl journal dump --help.\n",
+	    ctl_journal_dump_options, NULL, journal_words, 0 },
+	{ "store", cmd_store, "init|migrate|verify|import: the PostgreSQL store",
+	    "init|migrate|verify|import --store URI [--root DIR]",
+"The PostgreSQL store's schema and history.  See idemctl store --help.\n",
+	    idemctl_store_options, NULL, idemctl_store_commands, 0 },
+	{ "completion", cmd_completion, "shell completion", "bash|zsh|fish|list",
+"Print idemctl's completion for bash, zsh or fish, made from its command\n"
+"table (make install installs them); list prints each command's options.\n",
+	    ctl_completion_options, NULL, completion_words, 1 }
 };
+const size_t ctl_command_count = sizeof ctl_commands / sizeof ctl_commands[0];
+
+/* The PostgreSQL store's commands (contrib/idemctl_store.c). */
+static int
+cmd_store(struct idemctl *ctl, int argc, char **argv)
+{
+	(void)ctl;
+	return idemctl_store(argc, argv);
+}
 
 static void
 usage(FILE *out, int status)
@@ -262,11 +313,10 @@ usage(FILE *out, int status)
 
 	fprintf(out, "usage: idemctl [--socket PATH] [--root DIR] [--json] "
 	    "COMMAND [ARGS]\n\ncommands:\n");
-	for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		fprintf(out, "  %-10s %s\n", commands[i].name,
-		    commands[i].summary);
-	fprintf(out, "  %-10s %s\n", "store",
-	    "init|migrate|verify|import: the PostgreSQL store");
+	for (i = 0; i < ctl_command_count; i++)
+		if (!ctl_commands[i].hidden)
+			fprintf(out, "  %-10s %s\n", ctl_commands[i].name,
+			    ctl_commands[i].summary);
 	fprintf(out, "\nidemctl COMMAND --help says more.\n\n%s", COMMON_HELP);
 	exit(status);
 }
@@ -315,21 +365,18 @@ main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
-	/* The PostgreSQL store's schema (contrib/idemctl_store.c). */
-	if (strcmp(argv[0], "store") == 0)
-		return idemctl_store(argc, argv);
 	/* verify --store URI: the store's rows against the workspace. */
 	for (i = 1; strcmp(argv[0], "verify") == 0 && i < (size_t)argc; i++)
 		if (strncmp(argv[i], "--store", 7) == 0) {
 			argv[0] = "verify";
 			return idemctl_store_verify(argc, argv);
 		}
-	for (i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-		if (strcmp(argv[0], commands[i].name) != 0)
+	for (i = 0; i < ctl_command_count; i++) {
+		if (strcmp(argv[0], ctl_commands[i].name) != 0)
 			continue;
-		ctl.command = &commands[i];
+		ctl.command = &ctl_commands[i];
 		optind = 0;	/* restart getopt on the command's arguments */
-		status = commands[i].run(&ctl, argc, argv);
+		status = ctl_commands[i].run(&ctl, argc, argv);
 		idem_close(ctl.conn);
 		if (fflush(stdout) == EOF && status == IDEMCTL_EXIT_OK) {
 			fprintf(stderr, "idemctl: writing output: %s\n",

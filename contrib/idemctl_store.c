@@ -420,18 +420,24 @@ store_verify_rows(struct pg_conn *conn, const char *root)
 
 static int	store_run(const char *what, const char *uri, const char *root);
 
+const struct option idemctl_store_options[] = {
+	{ "store", required_argument, NULL, 's' },
+	{ "store-file", required_argument, NULL, 'f' },
+	{ "root", required_argument, NULL, 'r' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 }
+};
+const char *const idemctl_store_commands[] = {
+	"init", "migrate", "verify", "import", NULL
+};
+
 int
 idemctl_store(int argc, char **argv)
 {
-	static const struct option options[] = {
-		{ "store", required_argument, NULL, 's' },
-		{ "store-file", required_argument, NULL, 'f' },
-		{ "root", required_argument, NULL, 'r' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 }
-	};
+	const struct option	*options = idemctl_store_options;
 	const char	*root = NULL, *what, *file = NULL;
 	char		*uri = NULL;
+	size_t		 known;
 	int		 ch, status;
 
 	if (argc < 2)
@@ -441,8 +447,10 @@ idemctl_store(int argc, char **argv)
 		fputs(store_help, stdout);
 		return STORE_EXIT_OK;
 	}
-	if (strcmp(what, "init") != 0 && strcmp(what, "migrate") != 0 &&
-	    strcmp(what, "verify") != 0 && strcmp(what, "import") != 0)
+	for (known = 0; idemctl_store_commands[known] != NULL &&
+	    strcmp(what, idemctl_store_commands[known]) != 0; known++)
+		;
+	if (idemctl_store_commands[known] == NULL)
 		return store_usage("unknown store command");
 	optind = 0;
 	opterr = 0;

@@ -3,8 +3,13 @@
 #ifndef IDEMCTL_STORE_H
 #define IDEMCTL_STORE_H
 
+#include <getopt.h>
+
 /* argv[0] is "store"; returns idemctl's exit status. */
 int	idemctl_store(int argc, char **argv);
+/* What idemctl store (and verify --store) parses: for the completions. */
+extern const struct option idemctl_store_options[];
+extern const char *const idemctl_store_commands[];
 /* idemctl verify --store URI --root DIR: argv[0] is "verify". */
 int	idemctl_store_verify(int argc, char **argv);
 /*

@@ -190,6 +190,9 @@ client_connect(const char *socket_path, int64_t timeout_ms,
 		return NULL;
 	}
 	conn->fd = fd;
+	_Static_assert(sizeof conn->path == sizeof sa.sun_path,
+	    "a connection keeps its socket's path");
+	memcpy(conn->path, sa.sun_path, sizeof conn->path);
 	return conn;
 }
 

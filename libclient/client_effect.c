@@ -1,13 +1,21 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * client_effect.c: the effect ledger's calls of idem.h (SPEC.md,
- * "Effects"): effect_begin, effect_complete, effect_resolve and the
- * idem_effect_run helper over them, on client.c's connection.
+ * "Effects"): effect_begin, effect_complete, effect_extend,
+ * effect_resolve and the idem_effect_run helper over them, on client.c's
+ * connection.  While perform runs, idem_effect_run keeps the lease with
+ * a keeper thread of its own on a connection of its own (a connection is
+ * not thread-safe, and perform may use the caller's): it extends every
+ * third of the lease, so a perform longer than its lease is not
+ * answered outcome_unknown to the next caller while it still runs.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -274,6 +282,179 @@ idem_effect_resolve(struct idem_conn *conn, const char *client_submission_id,
 }
 
 int
+idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
+    const char *effect_kind, const char *fence, int64_t lease_ms,
+    struct idem_effect *out, struct idem_error *err)
+{
+	struct idem_error	 scratch;
+	json_t			*request, *response;
+	int			 rc;
+
+	if (err == NULL)
+		err = &scratch;
+	memset(err, 0, sizeof *err);
+	memset(out, 0, sizeof *out);
+	if (fence == NULL) {
+		client_error(err, IDEM_E_ARGUMENT, "fence is required");
+		return -1;
+	}
+	request = client_effect_request(IDEM_OPC_EFFECT_EXTEND,
+	    client_submission_id, effect_kind, err);
+	if (request == NULL)
+		return -1;
+	if (client_set(request, "fence", client_string(fence, "fence", err),
+	    err) != 0 || (lease_ms > 0 && client_set(request, "lease_ms",
+	    json_integer(lease_ms), err) != 0)) {
+		json_decref(request);
+		return -1;
+	}
+	response = client_call_json(conn, request, err);
+	json_decref(request);
+	if (response == NULL)
+		return -1;
+	/* {"ok":true,"lease_expires_at":...}: no disposition, no state. */
+	if (json_is_true(json_object_get(response, "ok"))) {
+		rc = client_copy(response, "lease_expires_at",
+		    out->lease_expires_at, sizeof out->lease_expires_at, 1,
+		    err);
+		if (rc == 0)
+			out->disposition = IDEM_EFFECT_EXTENDED;
+	} else
+		rc = client_effect_answer(response, out, err);
+	json_decref(response);
+	return rc;
+}
+
+/* ---- idem_effect_run's keeper: the lease, extended while perform runs --- */
+
+struct client_keeper {
+	pthread_t	 thread;
+	pthread_mutex_t	 lock;
+	pthread_cond_t	 wake;
+	int		 stop;
+	char		 socket_path[sizeof ((struct idem_conn *)0)->path];
+	const char	*id;
+	const char	*kind;
+	const char	*fence;
+	int64_t		 lease_ms;
+};
+
+/* now + ms on CLOCK_MONOTONIC (the condition variable's clock). */
+static void
+client_keeper_deadline(struct timespec *ts, int64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+/*
+ * Every third of the lease: effect_extend.  A refusal (the lease lapsed,
+ * another attempt's fence) ends it: there is nothing left to keep, and
+ * the complete says what the broker decided.  A failure to reach the
+ * broker (a restart) is tried again at the next third, on a new
+ * connection.
+ */
+static void *
+client_keeper_main(void *arg)
+{
+	struct client_keeper	*k = arg;
+	struct idem_conn	*conn = NULL;
+	struct idem_effect	 out;
+	struct idem_error	 err;
+	struct timespec		 at;
+	int			 rc, done = 0;
+
+	pthread_mutex_lock(&k->lock);
+	while (!k->stop && !done) {
+		client_keeper_deadline(&at, k->lease_ms / 3);
+		while (!k->stop && pthread_cond_timedwait(&k->wake, &k->lock,
+		    &at) != ETIMEDOUT)
+			;
+		if (k->stop)
+			break;
+		pthread_mutex_unlock(&k->lock);
+		if (conn == NULL)
+			conn = client_connect(k->socket_path, k->lease_ms / 3,
+			    &err);
+		if (conn != NULL) {
+			rc = idem_effect_extend(conn, k->id, k->kind, k->fence,
+			    k->lease_ms, &out, &err);
+			if (rc == 0 && out.disposition != IDEM_EFFECT_EXTENDED)
+				done = 1;
+			else if (rc != 0) {
+				idem_close(conn);
+				conn = NULL;
+			}
+			idem_effect_clear(&out);
+		}
+		pthread_mutex_lock(&k->lock);
+	}
+	pthread_mutex_unlock(&k->lock);
+	idem_close(conn);
+	return NULL;
+}
+
+/* 0 and the keeper running, or -1 (perform runs without one). */
+static int
+client_keeper_start(struct client_keeper *k, const struct idem_conn *conn,
+    const char *id, const char *kind, const char *fence, int64_t lease_ms)
+{
+	pthread_condattr_t	attr;
+	sigset_t		all, old;
+	int			error;
+
+	memset(k, 0, sizeof *k);
+	memcpy(k->socket_path, conn->path, sizeof k->socket_path);
+	k->id = id;
+	k->kind = kind;
+	k->fence = fence;
+	k->lease_ms = lease_ms > 0 ? lease_ms : IDEM_DEFAULT_LEASE_MS;
+	if (pthread_condattr_init(&attr) != 0)
+		return -1;
+	if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
+	    pthread_cond_init(&k->wake, &attr) != 0) {
+		pthread_condattr_destroy(&attr);
+		return -1;
+	}
+	pthread_condattr_destroy(&attr);
+	if (pthread_mutex_init(&k->lock, NULL) != 0) {
+		pthread_cond_destroy(&k->wake);
+		return -1;
+	}
+	/*
+	 * The caller's signals are the caller's threads' to take: the
+	 * keeper blocks them all (it inherits this mask).
+	 */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	error = pthread_create(&k->thread, NULL, client_keeper_main, k);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (error != 0) {
+		pthread_mutex_destroy(&k->lock);
+		pthread_cond_destroy(&k->wake);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+client_keeper_stop(struct client_keeper *k)
+{
+	pthread_mutex_lock(&k->lock);
+	k->stop = 1;
+	pthread_cond_signal(&k->wake);
+	pthread_mutex_unlock(&k->lock);
+	pthread_join(k->thread, NULL);
+	pthread_mutex_destroy(&k->lock);
+	pthread_cond_destroy(&k->wake);
+}
+
+int
 idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
     const char *effect_kind, const char *request_json, int64_t lease_ms,
     idem_effect_perform_fn perform, idem_effect_probe_fn probe, void *arg,
@@ -281,9 +462,10 @@ idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
 {
 	struct idem_error		 scratch;
 	struct idem_effect		 begun;
+	struct client_keeper		 keeper;
 	enum idem_effect_observed	 seen;
 	char				*result, *source, fence[sizeof begun.fence];
-	int				 rounds, rc;
+	int				 rounds, rc, kept;
 
 	if (err == NULL)
 		err = &scratch;
@@ -304,7 +486,14 @@ idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
 			return 0;
 		case IDEM_EFFECT_PROCEED:
 			result = NULL;
+			snprintf(fence, sizeof fence, "%s", out->fence);
+			/* Without a keeper, perform has its lease as it is. */
+			kept = client_keeper_start(&keeper, conn,
+			    client_submission_id, effect_kind, fence,
+			    lease_ms) == 0;
 			seen = perform(out, &result, arg);
+			if (kept)
+				client_keeper_stop(&keeper);
 			if (seen == IDEM_OBSERVED_UNKNOWN) {
 				free(result);
 				client_error(err, IDEM_E_OUTCOME_UNKNOWN,
@@ -315,7 +504,6 @@ idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
 			}
 			begun = *out;
 			begun.receipt = begun.result = NULL;
-			snprintf(fence, sizeof fence, "%s", begun.fence);
 			idem_effect_clear(out);
 			rc = idem_effect_complete(conn, client_submission_id,
 			    effect_kind, fence, seen == IDEM_OBSERVED_APPLIED,

@@ -16,6 +16,8 @@ struct idem_conn {
 	char	*buf;		/* bytes read but not yet returned */
 	size_t	 length;
 	size_t	 size;
+	/* Where it connected: idem_effect_run's keeper connects there too. */
+	char	 path[108];	/* sockaddr_un's sun_path */
 };
 
 /* A reply's "disposition": IDEM_DISPOSITIONS, protocol.h. */

@@ -348,7 +348,8 @@ int	idem_stats(struct idem_conn *, struct idem_stats *,
  * What the broker answered about an effect.  begin answers PROCEED,
  * REUSED, CONFLICT, IN_PROGRESS or OUTCOME_UNKNOWN; complete and resolve
  * answer COMMITTED, RELEASED, OUTCOME_UNKNOWN (resolve: evidence
- * unknown, kept for diagnose) or CONFLICT.
+ * unknown, kept for diagnose) or CONFLICT; extend answers EXTENDED,
+ * OUTCOME_UNKNOWN (the lease had lapsed) or CONFLICT.
  */
 enum idem_effect_disposition {
 	IDEM_EFFECT_NONE = 0,		/* the call failed before an answer */
@@ -358,7 +359,9 @@ enum idem_effect_disposition {
 	IDEM_EFFECT_IN_PROGRESS,	/* another caller holds a live lease */
 	IDEM_EFFECT_OUTCOME_UNKNOWN,	/* a lease lapsed: settle by evidence */
 	IDEM_EFFECT_COMMITTED,		/* complete or resolve: applied */
-	IDEM_EFFECT_RELEASED		/* not applied: the next begin proceeds */
+	IDEM_EFFECT_RELEASED,		/* not applied: the next begin
+					   proceeds */
+	IDEM_EFFECT_EXTENDED		/* extend: the lease ends later */
 };
 
 enum idem_effect_observed {
@@ -410,6 +413,23 @@ int	idem_effect_complete(struct idem_conn *,
 	    const char *fence, int applied, const char *result_json,
 	    struct idem_effect *out, struct idem_error *);
 /*
+ * effect_extend with the fence begin gave: the live lease ends lease_ms
+ * from now on the broker's clock (0: its default, 30000), for an effect
+ * that runs longer than its lease; call it every third of the lease or
+ * so while the effect runs.  0 with EXTENDED (out->lease_expires_at the
+ * new end), OUTCOME_UNKNOWN (the lease had lapsed: not extended; the
+ * complete with this fence is still accepted) or CONFLICT (err.reason
+ * stale_fence: another attempt holds it, stop; no_reservation;
+ * already_committed), -1 otherwise (no answer: retrying is safe).  The
+ * broker answers before the new expiry is durable: after its crash the
+ * previous expiry may count, so the effect may be outcome_unknown to
+ * other callers sooner, never proceed.
+ */
+int	idem_effect_extend(struct idem_conn *,
+	    const char *client_submission_id, const char *effect_kind,
+	    const char *fence, int64_t lease_ms, struct idem_effect *out,
+	    struct idem_error *);
+/*
  * effect_resolve: settle an outcome_unknown with evidence (source: who
  * or what observed it; may be NULL).  0 with COMMITTED (recovered),
  * RELEASED, OUTCOME_UNKNOWN or CONFLICT (already_committed,
@@ -439,7 +459,11 @@ typedef enum idem_effect_observed (*idem_effect_probe_fn)(
 	    const struct idem_effect *unknown, char **result_json,
 	    char **source, void *arg);
 /*
- * Begin; on PROCEED call perform and complete with what it says; on
+ * Begin; on PROCEED call perform and complete with what it says; while
+ * perform runs, a thread of the library's own extends the lease every
+ * third of lease_ms (effect_extend, on a connection of its own to the
+ * same socket; it stops when perform returns or the broker refuses), so
+ * perform may take longer than the lease; on
  * OUTCOME_UNKNOWN call probe (if not NULL) and resolve with its
  * evidence (and, if it says not applied, begin and perform once more).
  * Returns 0 when the effect is settled: out->disposition REUSED or

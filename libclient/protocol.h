@@ -176,6 +176,7 @@
 	X(STATS,		"stats")				\
 	X(EFFECT_BEGIN,		"effect_begin")				\
 	X(EFFECT_COMPLETE,	"effect_complete")			\
+	X(EFFECT_EXTEND,	"effect_extend")			\
 	X(EFFECT_RESOLVE,	"effect_resolve")
 
 enum idem_op_code {

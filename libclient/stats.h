@@ -71,8 +71,10 @@
 	X(effects_resolved, COUNTER, REPLIES,				\
 	    "effect_resolve calls that settled an effect.")		\
 	X(effects_stale_fence, COUNTER, REPLIES,			\
-	    "effect_complete calls refused: the fence was not the "	\
-	    "latest attempt's.")					\
+	    "effect_complete and effect_extend calls refused: the "	\
+	    "fence was not the latest attempt's.")			\
+	X(effects_extended, COUNTER, REPLIES,				\
+	    "effect_extend calls that moved a live lease's end.")	\
 	X(result_arena_used, GAUGE, BYTES,				\
 	    "Bytes of committed effects' results cached in memory now.") \
 	X(result_arena_bytes, GAUGE, BYTES,				\

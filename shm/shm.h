@@ -228,6 +228,7 @@ struct shm_counters {
 	_Atomic uint64_t	effects_released;
 	_Atomic uint64_t	effects_resolved;
 	_Atomic uint64_t	effects_stale_fence;
+	_Atomic uint64_t	effects_extended;	/* leases extended */
 	_Atomic uint64_t	reused_fast;	/* of reused: by the fast path */
 	/* The index's bytes the workers mapped ahead (history.c), all. */
 	_Atomic uint64_t	index_warm_bytes;

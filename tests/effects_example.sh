@@ -106,6 +106,15 @@ contains "$tmp/err" "already_committed" "is already_committed"
 run "$IDEMCTL" effects
 expect 0 "idemctl effects with nothing unknown (one lease held)"
 contains "$tmp/out" "note-held" "idemctl effects lists the held lease"
+contains "$tmp/out" "LEASE_LEFT" "idemctl effects has the time left"
+# note-held's 60 s lease, begun seconds ago: 50 to 60 s left (its age
+# is a few seconds, so only LEASE_LEFT reads so).
+if grep 'note-held' "$tmp/out" | grep -Eq ' (5[0-9]\.[0-9]s|1m00s) '; then
+	pass "the held lease's time left is shown"
+else
+	fail "no time left on the held lease's line"
+	sed 's/^/	| /' "$tmp/out"
+fi
 run "$NOTIFY" note-3 "$outbox" "hand"
 contains "$tmp/out" "reused recovered" "the tool reuses the operator's receipt"
 lines_for "hand" 1 "one line for the hand-settled effect"

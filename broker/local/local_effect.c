@@ -3,9 +3,14 @@
  * local_effect.c: the local backend's effect_begin, effect_claim,
  * effect_record and release: an effect's slot of the submission table
  * (acquired or claimed), its journal records, its result in the arena,
- * and the index once a checkpoint moved it there.  Each call ends in
- * one outcome given to the op layer's done function (backend.h);
- * effect.c judges and answers (its DESIGN describes the ledger).
+ * and the index once a checkpoint moved it there.  An extension's
+ * record (effect_extend) is the reservation's EFFECT record with the
+ * new expiry, set in the slot and appended in one step like any other,
+ * but settled once it is in the ring: the next group commit makes it
+ * durable, and nothing waits for that (SPEC.md, "Effects").  Each call
+ * ends in one outcome given to the op layer's done function
+ * (backend.h); effect.c judges and answers (its DESIGN describes the
+ * ledger).
  *
  * A found state may rest on a record not durable yet, or lost with a
  * failed journal: the outcome waits for it (local_after_durable), and
@@ -196,10 +201,10 @@ local_effect_release(struct pending *p)
 /*
  * Record e->entry (claimed slot: appended and set in the table in one
  * step), with the result's bytes when it is committed; park until
- * durable and go on with next.
+ * durable (nowait: until appended) and go on with next.
  */
 static void
-effect_journal(struct pending *p, pending_resume_fn next)
+effect_journal(struct pending *p, int nowait, pending_resume_fn next)
 {
 	struct effect		*e = effect_of(p);
 	struct local_effect	*le = le_of(p);
@@ -220,7 +225,12 @@ effect_journal(struct pending *p, pending_resume_fn next)
 	    e->entry.result_length, e->cold_result) == 0)
 		record.result = e->cold_result;
 	le->journaled = 1;
-	pending_journal_slot(p, &record, le->slot, &le->claim, &e->entry, next);
+	if (nowait)
+		pending_journal_slot_nowait(p, &record, le->slot, &le->claim,
+		    &e->entry, next);
+	else
+		pending_journal_slot(p, &record, le->slot, &le->claim,
+		    &e->entry, next);
 }
 
 /* Is the journal failed (an odd epoch: writes wait for its reopen)? */
@@ -256,7 +266,7 @@ effect_reserve(struct pending *p, uint32_t attempt)
 		return;
 	}
 	effect_new_attempt(effect_of(p), attempt);
-	effect_journal(p, le_proceed);
+	effect_journal(p, 0, le_proceed);
 }
 
 /*
@@ -542,5 +552,6 @@ local_effect_record(struct pending *p, backend_effect_done_fn done)
 		    "with the same fence");
 		return;
 	}
-	effect_journal(p, le_settled);
+	/* An extension: in the ring is enough (see the top of this file). */
+	effect_journal(p, e->op == EFFECT_EXTEND, le_settled);
 }

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_effect.c: the PostgreSQL backend's effect_begin, effect_claim and
- * effect_record: effect_begin, effect_complete and effect_resolve on
- * the PostgreSQL store, where several brokers serve one workspace
- * (doc/cluster.md, "Effects"; SPEC.md, "Effects").
+ * effect_record: effect_begin, effect_complete, effect_extend and
+ * effect_resolve on the PostgreSQL store, where several brokers serve
+ * one workspace (doc/cluster.md, "Effects"; SPEC.md, "Effects").
  *
  * DESIGN
  *
@@ -19,6 +19,9 @@
  *   reserved, unknown --complete/resolve--> committed, released, unknown
  *                                              WHERE epoch, token, state
  *                                              (resolve: and the lease lapsed)
+ *   reserved        --extend--> reserved, a later lease_expires
+ *                                              WHERE epoch, token, reserved
+ *                                              and the lease not lapsed
  *
  * A request whose compare-and-set changes nothing lost a race to
  * another broker: it reads the row again and judges anew, so two
@@ -263,25 +266,35 @@ pg_effect_record(struct pending *p, backend_effect_done_fn done)
 		return;
 	committed = e->entry.state == SUBTAB_COMMITTED;
 	snprintf(token, sizeof token, "%016" PRIx64, e->entry.fence);
-	memset(&c, 0, sizeof c);
-	c.epoch = e->entry.attempt;
-	c.token = token;
-	c.from_state = ce_state(p)->found_state;
-	c.to_state = e->entry.state;
-	c.result = committed ? e->result : NULL;
-	c.result_digest = committed ? e->entry.file_digest : NULL;
-	c.recovered = (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED) != 0;
-	/* Evidence never overrides a live lease (effect_resolve_judge). */
-	c.lapsed_only = e->op == EFFECT_RESOLVE;
 	ce_key(e, &key);
 	memset(&row, 0, sizeof row);
-	rc = pgstore_effect_settle(st, &key, &c, &row, &cause);
+	if (e->op == EFFECT_EXTEND)
+		/* Judged again by the server's clock in the WHERE. */
+		rc = pgstore_effect_extend(st, &key, e->entry.attempt, token,
+		    e->lease_ms, &row, &cause);
+	else {
+		memset(&c, 0, sizeof c);
+		c.epoch = e->entry.attempt;
+		c.token = token;
+		c.from_state = ce_state(p)->found_state;
+		c.to_state = e->entry.state;
+		c.result = committed ? e->result : NULL;
+		c.result_digest = committed ? e->entry.file_digest : NULL;
+		c.recovered = (e->entry.effect_flags &
+		    SUBTAB_EFFECT_RECOVERED) != 0;
+		/* Evidence never overrides a live lease (effect.c's judge). */
+		c.lapsed_only = e->op == EFFECT_RESOLVE;
+		rc = pgstore_effect_settle(st, &key, &c, &row, &cause);
+	}
 	if (rc < 0) {
 		ce_fail_storage(p, "recording the effect's outcome", cause);
 		return;
 	}
 	if (rc == 0) {
-		/* Another broker moved the row first: judge what it left. */
+		/*
+		 * Another broker moved the row first (or, for an extension,
+		 * the lease lapsed by the server's clock): judge what it left.
+		 */
 		ce_claim(p);
 		return;
 	}

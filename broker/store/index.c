@@ -447,6 +447,17 @@ index_stats(struct index *x, struct index_stats *s)
 	return 0;
 }
 
+int
+index_copy_fd(struct index *x, int fd, char **cause)
+{
+	int	rc;
+
+	/* A read transaction's snapshot, free pages left out. */
+	if ((rc = mdb_env_copyfd2(x->env, fd, MDB_CP_COMPACT)) != 0)
+		return index_fail(cause, x->dir, "copy", rc);
+	return 0;
+}
+
 /*
  * LMDB does not name its map's address (me_mapaddr is only a fixed
  * map's): the kernel's list of this process's mappings does, the one of

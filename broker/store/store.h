@@ -301,6 +301,8 @@ int	index_stats(struct index *, struct index_stats *);
  */
 int	index_mapped(struct index *, uint8_t **base, uint64_t *bytes,
 	    int *fd);
+/* A consistent copy of the whole index (compacted) into fd, not synced. */
+int	index_copy_fd(struct index *, int fd, char **cause);
 /* Visit every entry in key order; visit returning non-zero stops (<0: error). */
 typedef int (*index_visit_fn)(const struct index_entry *, void *arg);
 int	index_foreach(struct index *, index_visit_fn, void *arg,
@@ -312,6 +314,42 @@ int	index_compact(struct index *, int64_t before_ms, uint64_t *pruned,
 void	index_tombstone_of(const struct journal_record *full,
 	    struct journal_record *);
 int	index_decode(const void *, size_t, struct index_entry *);
+
+/* ---- backup.c, backup_workspace.c: idemctl backup (doc/journal.md) --- */
+
+#define STORE_BACKUP_MANIFEST	"backup-manifest"	/* in DEST/.idem/ */
+#define STORE_BACKUP_INFO	"backup-info"
+struct store_backup {
+	/* In. */
+	const char		*root;
+	const char		*dest;		/* new, or an empty directory */
+	int			 with_workspace;
+	/* Out. */
+	int64_t			 started_ms;
+	unsigned		 listings;	/* of the journal directory */
+	uint64_t		 checkpoint;	/* S copied, 0: none */
+	uint64_t		 first_segment, last_segment;
+	uint64_t		 journal_bytes;	/* checkpoint and segments */
+	uint64_t		 records;	/* in the copied segments */
+	uint64_t		 torn_bytes;	/* a record being written, cut */
+	int			 index_copied;
+	uint64_t		 index_bytes;
+	struct index_stats	 index;		/* the copy's */
+	unsigned		 state_files;	/* workspace-id, ... */
+	unsigned		 sequence_digits;
+	uint64_t		 workspace_files;	/* in the manifest */
+	uint64_t		 workspace_bytes;	/* copied */
+	unsigned		 after_cut;	/* TASK, REPORT files left out */
+};
+/*
+ * A consistent copy of root's state into dest beside a running broker,
+ * the workspace listed (and copied with with_workspace): 0, or -1 with
+ * *cause (malloc'd; errno EEXIST: dest is not empty, ELOOP: a symlink).
+ */
+int	store_backup(struct store_backup *, char **cause);
+/* backup_workspace.c: the manifest, the copy, backup-info. */
+int	backup_workspace(struct store_backup *, int root_fd, int dest_fd,
+	    int dest_state_fd, char **cause);
 
 /* ---- taskfile.c: TASK and REPORT files in the FCoP workspace ---------- */
 

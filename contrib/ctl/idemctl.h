@@ -35,7 +35,8 @@ enum {
 	OPT_SEQUENCE_DIGITS,
 	OPT_OLDER_THAN,
 	OPT_STORE,
-	OPT_STORE_FILE
+	OPT_STORE_FILE,
+	OPT_WITH_WORKSPACE
 };
 
 #define COMMON_OPTIONS							\
@@ -46,13 +47,25 @@ enum {
 
 struct idemctl;
 
+/*
+ * One command: what --help says, and what it parses, which the shell
+ * completions are generated from (completion.c), so they offer exactly
+ * the options the command takes.
+ */
 struct command {
 	const char	*name;
 	int		(*run)(struct idemctl *, int, char **);
 	const char	*summary;	/* for idemctl --help */
 	const char	*synopsis;
 	const char	*help;
+	const struct option *options;	/* its getopt_long table */
+	const struct option *also;	/* another parser's for it, or NULL */
+	const char *const *words;	/* its subcommands, NULL-ended; NULL */
+	int		 hidden;	/* not in --help, not completed */
 };
+/* idemctl.c: every command, in --help's order. */
+extern const struct command	ctl_commands[];
+extern const size_t		ctl_command_count;
 
 struct idemctl {
 	const struct command	*command;
@@ -98,6 +111,9 @@ const char *ctl_yes_no(json_t *);
 json_int_t ctl_int_member(json_t *, const char *key);
 
 /* online.c: the commands that ask the broker */
+extern const struct option ctl_status_options[], ctl_stats_options[],
+	    ctl_diagnose_options[], ctl_show_options[], ctl_effects_options[],
+	    ctl_resolve_options[], ctl_submit_options[];
 int	cmd_status(struct idemctl *, int, char **);
 int	cmd_stats(struct idemctl *, int, char **);
 int	cmd_diagnose(struct idemctl *, int, char **);
@@ -107,10 +123,20 @@ int	cmd_resolve(struct idemctl *, int, char **);
 int	cmd_submit(struct idemctl *, int, char **);
 
 /* offline.c: the commands that read the files (through the store) */
+extern const struct option ctl_verify_options[], ctl_journal_dump_options[],
+	    ctl_compact_options[];
 int	cmd_verify(struct idemctl *, int, char **);
 int	cmd_journal(struct idemctl *, int, char **);
 /* compact --older-than DAYS: tombstones for old receipts in the index. */
 #define IDEMCTL_MAX_COMPACT_DAYS	36500	/* a century */
 int	cmd_compact(struct idemctl *, int, char **);
+
+/* backup.c: a consistent copy of a running broker's state */
+extern const struct option ctl_backup_options[];
+int	cmd_backup(struct idemctl *, int, char **);
+
+/* completion.c: idemctl completion bash|zsh|fish|list (hidden) */
+extern const struct option ctl_completion_options[];
+int	cmd_completion(struct idemctl *, int, char **);
 
 #endif

@@ -223,21 +223,23 @@ recorded_digits(struct idemctl *ctl, unsigned *digits)
 	return 0;
 }
 
+const struct option ctl_journal_dump_options[] = {
+	COMMON_OPTIONS,
+	{ "text", no_argument, NULL, OPT_TEXT },
+	{ NULL, 0, NULL, 0 }
+};
+
 static int
 cmd_journal_dump(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS,
-		{ "text", no_argument, NULL, OPT_TEXT },
-		{ NULL, 0, NULL, 0 }
-	};
 	struct store_loaded	 loaded;
 	struct dump		 d = { 0 };
 	char			 dir[PATH_MAX];
 	char			*cause = NULL;
 	int			 ch, status;
 
-	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+	while ((ch = ctl_next_option(ctl, argc, argv,
+	    ctl_journal_dump_options)) != -1) {
 		if (ch == OPT_TEXT)
 			d.text = 1;
 	}
@@ -287,7 +289,8 @@ static const struct command journal_commands[] = {
 "\n"
 "Read-only, safe beside a running broker: a torn tail (an append in\n"
 "flight, or one a crash cut short) is a warning on stderr, corruption an\n"
-"error naming the offset (exit 1) after the records before it.\n" }
+"error naming the offset (exit 1) after the records before it.\n",
+	    ctl_journal_dump_options, NULL, NULL, 0 }
 };
 
 int
@@ -774,15 +777,16 @@ verify_print_json(struct vout *o)
 	json_decref(j);
 }
 
+const struct option ctl_verify_options[] = {
+	COMMON_OPTIONS,
+	{ "sequence-digits", required_argument, NULL,
+	    OPT_SEQUENCE_DIGITS },
+	{ NULL, 0, NULL, 0 }
+};
+
 int
 cmd_verify(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS,
-		{ "sequence-digits", required_argument, NULL,
-		    OPT_SEQUENCE_DIGITS },
-		{ NULL, 0, NULL, 0 }
-	};
 	static const char *const state_dir[] = {
 		[STORE_STATE_DIR_MISSING] = "does not exist",
 		[STORE_STATE_DIR_SYMLINK] = "is a symlink",
@@ -798,7 +802,8 @@ cmd_verify(struct idemctl *ctl, int argc, char **argv)
 	char		*cause = NULL;
 	int		 status;
 
-	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+	while ((ch = ctl_next_option(ctl, argc, argv,
+	    ctl_verify_options)) != -1) {
 		if (ch != OPT_SEQUENCE_DIGITS)
 			continue;
 		errno = 0;
@@ -880,16 +885,17 @@ out:
 
 /* ---- compact -------------------------------------------------------------- */
 
+const struct option ctl_compact_options[] = {
+	COMMON_OPTIONS,
+	{ "older-than", required_argument, NULL, OPT_OLDER_THAN },
+	{ "store", required_argument, NULL, OPT_STORE },
+	{ "store-file", required_argument, NULL, OPT_STORE_FILE },
+	{ NULL, 0, NULL, 0 }
+};
+
 int
 cmd_compact(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS,
-		{ "older-than", required_argument, NULL, OPT_OLDER_THAN },
-		{ "store", required_argument, NULL, OPT_STORE },
-		{ "store-file", required_argument, NULL, OPT_STORE_FILE },
-		{ NULL, 0, NULL, 0 }
-	};
 	const char	*store_file = NULL;
 	char		*store = NULL;
 	struct index	 x;
@@ -900,7 +906,8 @@ cmd_compact(struct idemctl *ctl, int argc, char **argv)
 	int64_t		 before;
 	int		 ch;
 
-	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+	while ((ch = ctl_next_option(ctl, argc, argv,
+	    ctl_compact_options)) != -1) {
 		if (ch == OPT_STORE)
 			idemctl_store_option(&store, optarg);
 		if (ch == OPT_STORE_FILE)

@@ -160,18 +160,19 @@ strip_envelope(json_t *response)
 
 /* ---- status -------------------------------------------------------------- */
 
+const struct option ctl_status_options[] = {
+	COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+};
+
 int
 cmd_status(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
-	};
 	json_t		*hello, *stats = NULL, *out;
 	json_int_t	 used, capacity;
 	char		 uptime[32];
 	int		 status = 0;
 
-	while (ctl_next_option(ctl, argc, argv, options) != -1)
+	while (ctl_next_option(ctl, argc, argv, ctl_status_options) != -1)
 		ctl_usage_error(ctl, "no options of its own");
 	if (optind != argc)
 		ctl_usage_error(ctl, "no arguments expected");
@@ -409,18 +410,20 @@ print_stats_text(json_t *stats)
 	return rc;
 }
 
+const struct option ctl_stats_options[] = {
+	COMMON_OPTIONS,
+	{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
+	{ NULL, 0, NULL, 0 }
+};
+
 int
 cmd_stats(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS,
-		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
-		{ NULL, 0, NULL, 0 }
-	};
 	json_t		*hello = NULL, *stats;
 	int		 ch, prometheus = 0, status;
 
-	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+	while ((ch = ctl_next_option(ctl, argc, argv,
+	    ctl_stats_options)) != -1) {
 		if (ch == OPT_PROMETHEUS)
 			prometheus = 1;
 	}
@@ -475,15 +478,15 @@ effects_table_print(json_t *list, int stalled)
 {
 	static const char *const header[] = {
 		"EFFECT_KIND", "CLIENT_SUBMISSION_ID", "STATE", "ATTEMPT",
-		"AGE", NULL
+		"AGE", "LEASE_LEFT", NULL
 	};
-	struct ctl_table	 t = { .columns = 6 };
+	struct ctl_table	 t = { .columns = 7 };
 	json_t			*entry;
 	size_t			 i;
-	char			 age[32], attempt[16];
+	char			 age[32], attempt[16], left[32];
 
 	if (ctl_table_add(&t, (const char *[]){ header[0], header[1],
-	    header[2], header[3], header[4], stalled ? "STALLED" :
+	    header[2], header[3], header[4], header[5], stalled ? "STALLED" :
 	    "EXTERNAL_KEY" }) == -1)
 		goto nomem;
 	json_array_foreach(list, i, entry) {
@@ -491,10 +494,16 @@ effects_table_print(json_t *list, int stalled)
 		    sizeof age);
 		snprintf(attempt, sizeof attempt, "%" JSON_INTEGER_FORMAT,
 		    ctl_int_member(entry, "attempt"));
+		/* A live lease's time left (effect_extend moves it). */
+		if (json_is_true(json_object_get(entry, "lease_live")))
+			ctl_format_duration(ctl_int_member(entry,
+			    "lease_ms_left"), left, sizeof left);
+		else
+			snprintf(left, sizeof left, "-");
 		if (ctl_table_add(&t, (const char *[]){
 		    ctl_string_member(entry, "effect_kind", "-"),
 		    ctl_string_member(entry, "client_submission_id", "-"),
-		    ctl_string_member(entry, "state", "-"), attempt, age,
+		    ctl_string_member(entry, "state", "-"), attempt, age, left,
 		    stalled ? ctl_yes_no(json_object_get(entry, "stalled")) :
 		    ctl_string_member(entry, "external_key", "-") }) == -1)
 			goto nomem;
@@ -523,14 +532,15 @@ effect_needs_attention(json_t *entry)
 	    json_is_true(json_object_get(entry, "stalled")));
 }
 
+const struct option ctl_diagnose_options[] = {
+	COMMON_OPTIONS,
+	{ "stale-after", required_argument, NULL, OPT_STALE_AFTER },
+	{ NULL, 0, NULL, 0 }
+};
+
 int
 cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS,
-		{ "stale-after", required_argument, NULL, OPT_STALE_AFTER },
-		{ NULL, 0, NULL, 0 }
-	};
 	static const char *const header[] = {
 		"CLIENT_SUBMISSION_ID", "STATE", "AGE", "TASK_ID", "EXISTS",
 		"REQUEST_DIGEST", "FILE_DIGEST", "IN_FLIGHT", "STALLED"
@@ -543,7 +553,8 @@ cmd_diagnose(struct idemctl *ctl, int argc, char **argv)
 	char		 age[32];
 	int		 ch, status;
 
-	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+	while ((ch = ctl_next_option(ctl, argc, argv,
+	    ctl_diagnose_options)) != -1) {
 		if (ch == OPT_STALE_AFTER &&
 		    ctl_parse_duration_ms(optarg, &stale_after_ms) == -1)
 			ctl_usage_error(ctl, "--stale-after: \"%s\" is not a "
@@ -685,12 +696,13 @@ print_fields(json_t *object, const char *const *keys, const char *indent)
 	ctl_table_free(&t);
 }
 
+const struct option ctl_show_options[] = {
+	COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+};
+
 int
 cmd_show(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
-	};
 	static const char *const submission_keys[] = {
 		"client_submission_id", "state", "task_id", "task_path",
 		"current_path", "digest_schema", "request_digest",
@@ -703,7 +715,7 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 	json_t	*response, *submission, *receipt;
 	int	 status;
 
-	while (ctl_next_option(ctl, argc, argv, options) != -1)
+	while (ctl_next_option(ctl, argc, argv, ctl_show_options) != -1)
 		ctl_usage_error(ctl, "no options of its own");
 	if (optind + 1 != argc)
 		ctl_usage_error(ctl, "one CLIENT_SUBMISSION_ID expected");
@@ -742,8 +754,8 @@ cmd_show(struct idemctl *ctl, int argc, char **argv)
 static const char *const effect_keys[] = {
 	"client_submission_id", "effect_kind", "state", "attempt",
 	"external_key", "digest_schema", "request_digest", "reserved_at",
-	"updated_at", "lease_expires_at", "lease_live", "in_flight",
-	"recovered", NULL
+	"updated_at", "lease_expires_at", "lease_live", "lease_ms_left",
+	"in_flight", "recovered", NULL
 };
 static const char *const effect_receipt_keys[] = {
 	"attempt", "external_key", "result", "state", "committed_at", NULL
@@ -842,14 +854,15 @@ effects_show(struct idemctl *ctl, const char *kind, const char *id)
 	return status;
 }
 
+const struct option ctl_effects_options[] = {
+	COMMON_OPTIONS, { NULL, 0, NULL, 0 }
+};
+
 int
 cmd_effects(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS, { NULL, 0, NULL, 0 }
-	};
 
-	while (ctl_next_option(ctl, argc, argv, options) != -1)
+	while (ctl_next_option(ctl, argc, argv, ctl_effects_options) != -1)
 		ctl_usage_error(ctl, "no options of its own");
 	if (optind == argc || (optind + 1 == argc &&
 	    strcmp(argv[optind], "list") == 0))
@@ -859,15 +872,16 @@ cmd_effects(struct idemctl *ctl, int argc, char **argv)
 	ctl_usage_error(ctl, "expected \"list\" or \"show KIND ID\"");
 }
 
+const struct option ctl_resolve_options[] = {
+	COMMON_OPTIONS,
+	{ "result", required_argument, NULL, 'r' },
+	{ "source", required_argument, NULL, 's' },
+	{ NULL, 0, NULL, 0 }
+};
+
 int
 cmd_resolve(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS,
-		{ "result", required_argument, NULL, 'r' },
-		{ "source", required_argument, NULL, 's' },
-		{ NULL, 0, NULL, 0 }
-	};
 	static const char *const observed[] = {
 		"applied", "not_applied", "unknown", NULL
 	};
@@ -877,7 +891,8 @@ cmd_resolve(struct idemctl *ctl, int argc, char **argv)
 	char		 who[128];
 	int		 ch, status, i;
 
-	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+	while ((ch = ctl_next_option(ctl, argc, argv,
+	    ctl_resolve_options)) != -1) {
 		if (ch == 'r') {
 			json_decref(result);
 			result = json_loads(optarg, JSON_DECODE_ANY |
@@ -1029,32 +1044,34 @@ submit_answer(struct idemctl *ctl, json_t *response)
 	return IDEMCTL_EXIT_OK;
 }
 
+const struct option ctl_submit_options[] = {
+	COMMON_OPTIONS,
+	{ "id", required_argument, NULL, 'i' },
+	{ "sender", required_argument, NULL, 's' },
+	{ "recipient", required_argument, NULL, 'r' },
+	{ "subject", required_argument, NULL, 'S' },
+	{ "body", required_argument, NULL, 'b' },
+	{ "priority", required_argument, NULL, 'p' },
+	{ "risk-level", required_argument, NULL, 'l' },
+	{ "thread-key", required_argument, NULL, 't' },
+	{ "parent", required_argument, NULL, 'P' },
+	{ "reference", required_argument, NULL, OPT_REFERENCE },
+	{ "depends-on", required_argument, NULL, OPT_DEPENDS_ON },
+	{ "file", required_argument, NULL, OPT_FILE },
+	{ NULL, 0, NULL, 0 }
+};
+
 int
 cmd_submit(struct idemctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {
-		COMMON_OPTIONS,
-		{ "id", required_argument, NULL, 'i' },
-		{ "sender", required_argument, NULL, 's' },
-		{ "recipient", required_argument, NULL, 'r' },
-		{ "subject", required_argument, NULL, 'S' },
-		{ "body", required_argument, NULL, 'b' },
-		{ "priority", required_argument, NULL, 'p' },
-		{ "risk-level", required_argument, NULL, 'l' },
-		{ "thread-key", required_argument, NULL, 't' },
-		{ "parent", required_argument, NULL, 'P' },
-		{ "reference", required_argument, NULL, OPT_REFERENCE },
-		{ "depends-on", required_argument, NULL, OPT_DEPENDS_ON },
-		{ "file", required_argument, NULL, OPT_FILE },
-		{ NULL, 0, NULL, 0 }
-	};
 	json_t		*request = NULL, *task, *response, *op;
 	const char	*id = NULL, *file = NULL;
 	int		 ch, status, task_flags = 0;
 
 	if ((task = json_object()) == NULL)
 		return ctl_fail(ctl, IDEMCTL_EXIT_PROBLEM, "out of memory");
-	while ((ch = ctl_next_option(ctl, argc, argv, options)) != -1) {
+	while ((ch = ctl_next_option(ctl, argc, argv,
+	    ctl_submit_options)) != -1) {
 		if (ch != 'i' && ch != OPT_FILE)
 			task_flags = 1;
 		switch (ch) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "mcp.h"
+#include "proxy.h"
 #include "protocol.h"
 
 #define MCP_READ_BYTES		65536	/* one read(2) from stdin */
@@ -58,6 +59,7 @@ usage(FILE *out, int status)
 {
 	fprintf(out,
 "usage: idem-mcp [--root DIR | --socket PATH] [--tools-page-size N]\n"
+"       idem-mcp proxy [OPTION]... -- COMMAND [ARG...]  (see proxy --help)\n"
 "\n"
 "An MCP server over stdio exposing idemd's idempotent calls as tools:\n"
 "\n");
@@ -165,6 +167,9 @@ main(int argc, char **argv)
 	long			 n;
 	int			 ch, status;
 
+	/* `idem-mcp proxy ...`: the proxy in front of another server. */
+	if (argc > 1 && strcmp(argv[1], "proxy") == 0)
+		return proxy_main(argc - 1, argv + 1);
 	memset(&cfg, 0, sizeof cfg);
 	cfg.tools_page_size = IDEM_MCP_TOOLS_PAGE_SIZE;
 	while ((ch = getopt_long(argc, argv, "hV", options, NULL)) != -1) {

@@ -66,6 +66,8 @@
 	"conflict: digest_mismatch or schema_mismatch (the id is bound to other content), target_mismatch or task_missing (the file is not what was recorded).")
 #define SCHEMA_EFFECT_ERROR SCHEMA_ERROR_OF(				\
 	"conflict: digest_mismatch or schema_mismatch (the key is bound to another request), stale_fence (a later attempt took the effect over), no_reservation (nothing to complete) or already_committed (the receipt stands).")
+#define SCHEMA_EXTEND_ERROR SCHEMA_ERROR_OF(				\
+	"conflict: stale_fence (a later attempt took the effect over: stop), no_reservation (released, or never begun: no lease to extend) or already_committed (the receipt stands).")
 
 #define SCHEMA_RECEIPT MCP_JSON(					\
 	{"type": "object",						\
@@ -251,6 +253,32 @@ static const char effect_complete_input[] = MCP_JSON(
 	   "outcome": {"type": "string", "enum": ["applied", "not_applied"]},
 	   "result": {"description": "What the effect produced (any JSON), kept in the receipt when applied."}}});
 
+static const char effect_extend_input[] = MCP_JSON(
+	{"type": "object",
+	 "additionalProperties": false,
+	 "required": ["client_submission_id", "effect_kind", "fence"],
+	 "properties": {) SCHEMA_EFFECT_KEY MCP_JSON(,
+	   "fence": {"type": "string", "minLength": 1,
+	     "description": "The fence effect_begin answered with proceed."},
+	   "lease_ms": {"type": "integer", "minimum": 100,
+	     "maximum": 86400000,
+	     "description": "The lease ends this long from now (the broker's clock), however long it had left; default 30000."}}});
+
+/* effect_extend's result: the lease's new end, or why not. */
+static const char effect_extend_output[] = MCP_JSON(
+	{"type": "object",
+	 "required": ["action_taken", "idempotent"],
+	 "properties": {
+	   "lease_expires_at": {"type": "string",
+	     "description": "When the lease now ends: extend again well before then while the effect is still running, or call effect_complete."},
+	   "disposition": {"type": "string",
+	     "enum": ["conflict", "outcome_unknown", "error"],
+	     "description": "Only when it was not extended: conflict (stale_fence: another attempt holds the effect now, stop; no_reservation: it was released; already_committed: it is done), outcome_unknown (the lease had already lapsed: finish, then call effect_complete with the same fence, which is still accepted), error."},
+	   "action_taken": {"type": ["boolean", "null"]},
+	   "idempotent": {"type": "boolean"},
+	   "existing": {"type": ["object", "null"]},
+	   "error":) SCHEMA_EXTEND_ERROR MCP_JSON(}});
+
 static const char effect_resolve_input[] = MCP_JSON(
 	{"type": "object",
 	 "additionalProperties": false,
@@ -369,6 +397,7 @@ static char	*summary_write_report(json_t *);
 static char	*summary_get_submission(json_t *);
 static char	*summary_diagnose(json_t *);
 static char	*summary_effect(json_t *);
+static char	*summary_effect_extend(json_t *);
 
 static struct tool tool_table[] = {
 	{ "write_task", "Create an FCoP task exactly once",
@@ -444,6 +473,21 @@ static struct tool tool_table[] = {
 	  "answer comes back.",
 	  TOOL_WRITES, effect_complete_input, effect_output,
 	  IDEM_OPC_EFFECT_COMPLETE, summary_effect, NULL, NULL },
+	{ "effect_extend", "Keep a long side effect's lease",
+	  "While a side effect that effect_begin let you perform is still "
+	  "running (a deployment, a long API call), call this before its "
+	  "lease ends (lease_expires_at), for example every third of "
+	  "lease_ms, with the EXACT SAME client_submission_id, effect_kind "
+	  "and fence, never with a new one: the lease then ends lease_ms "
+	  "from now, and other callers keep getting in_progress. If its "
+	  "answer is lost, call it again: that is safe. \"outcome_unknown\": "
+	  "the lease had already lapsed and was not extended; finish the "
+	  "effect and call effect_complete with the same fence (still "
+	  "accepted). A conflict stale_fence means another attempt holds "
+	  "the effect now: stop. When the effect is done, call "
+	  "effect_complete.",
+	  TOOL_WRITES, effect_extend_input, effect_extend_output,
+	  IDEM_OPC_EFFECT_EXTEND, summary_effect_extend, NULL, NULL },
 	{ "effect_resolve", "Settle an effect whose outcome is unknown",
 	  "Settle an effect that effect_begin answered outcome_unknown, with "
 	  "what you observed in the downstream system: \"applied\" commits "
@@ -691,6 +735,14 @@ summary_effect(json_t *sc)
 	    "unchanged", tools_str(sc, "state"));
 }
 
+static char *
+summary_effect_extend(json_t *sc)
+{
+	return tools_printf("extended: the lease now ends at %s; extend "
+	    "again before then while the effect runs, then call "
+	    "effect_complete.", tools_str(sc, "lease_expires_at"));
+}
+
 /*
  * What an effect's "existing" says, as " (state S, attempt N, external_key
  * K)": only what it has; "" without any.
@@ -738,6 +790,28 @@ summary_effect_conflict(const struct tool *t, const char *reason,
 		    "must not be performed under them. To retry the first "
 		    "intent, send exactly its request; a new intent needs a "
 		    "new client_submission_id.", reason, facts);
+	if (strcmp(reason, "stale_fence") == 0 &&
+	    t->op == IDEM_OPC_EFFECT_EXTEND)
+		return tools_printf("conflict (stale_fence): this fence is not "
+		    "the effect's latest: your lease lapsed and a later "
+		    "effect_begin took the effect over%s; the lease was not "
+		    "extended. Stop performing the effect if you still can, "
+		    "and do not extend or complete with this fence again. If "
+		    "you performed it, the downstream system knows it by its "
+		    "external_key, which every attempt shares.", facts);
+	if (strcmp(reason, "no_reservation") == 0 &&
+	    t->op == IDEM_OPC_EFFECT_EXTEND && json_is_object(existing))
+		return tools_printf("conflict (no_reservation): the effect was "
+		    "released (not applied), so this fence has no lease to "
+		    "extend; nothing was recorded. Call effect_begin again "
+		    "before performing the effect.");
+	if (strcmp(reason, "already_committed") == 0 &&
+	    t->op == IDEM_OPC_EFFECT_EXTEND)
+		return tools_printf("conflict (already_committed): the effect "
+		    "is already committed%s, so there is no lease to extend; "
+		    "nothing was changed and its receipt stands. Do not "
+		    "perform it again; get_submission with effect_kind shows "
+		    "the receipt.", facts);
 	if (strcmp(reason, "stale_fence") == 0)
 		return tools_printf("conflict (stale_fence): this fence is not "
 		    "the effect's latest: your lease lapsed and a later "
@@ -816,6 +890,7 @@ summary_error(const struct tool *t, json_t *sc)
 	int		 writes = (t->flags & TOOL_WRITES) != 0;
 	int		 effect = t->op == IDEM_OPC_EFFECT_BEGIN ||
 			    t->op == IDEM_OPC_EFFECT_COMPLETE ||
+			    t->op == IDEM_OPC_EFFECT_EXTEND ||
 			    t->op == IDEM_OPC_EFFECT_RESOLVE;
 	char		 facts[160];
 
@@ -824,6 +899,16 @@ summary_error(const struct tool *t, json_t *sc)
 		    tools_str(error, "reason"), existing, message) :
 		    summary_write_conflict(t, tools_str(error, "reason"),
 		    existing, message);
+	if (t->op == IDEM_OPC_EFFECT_EXTEND &&
+	    strcmp(code, "outcome_unknown") == 0)
+		return tools_printf("outcome_unknown: the lease had already "
+		    "lapsed, so it was not extended, and other callers may "
+		    "have been told the outcome is unknown. If you are still "
+		    "performing the effect, finish it and call effect_complete "
+		    "with the same fence: it is still accepted. If you "
+		    "stopped, check the downstream system by the effect's "
+		    "external_key "
+		    "and call effect_resolve with what you observed.");
 	if (effect && strcmp(code, "outcome_unknown") == 0) {
 		existing_effect_facts(existing, facts, sizeof facts);
 		return tools_printf("outcome_unknown: an earlier attempt of "

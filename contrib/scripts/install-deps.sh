@@ -6,7 +6,7 @@ packages="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev libsqlite3-dev liblmdb-dev
 python3 strace clang libclang-rt-dev libsystemd-dev
 python3-venv python3-mypy python3-hypothesis postgresql-15 libpq-dev
-systemd"
+systemd zsh fish"
 missing=""
 for p in $packages; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -1550,7 +1550,7 @@ cluster_options_and_ops(void **state)
 	effects = 0;
 	json_array_foreach(ops, i, v)
 		effects += strncmp(json_string_value(v), "effect_", 7) == 0;
-	assert_int_equal(effects, 3);
+	assert_int_equal(effects, 4);
 	json_decref(reply);
 	reply = harness_call_once(&a.b, json_pack("{s:s,s:s,s:s,s:{}}", "op",
 	    "effect_begin", "client_submission_id", "e1", "effect_kind",

@@ -1145,6 +1145,8 @@ class Kind:
             self.check_effect_begin(r, reply, acks, problems)
         elif self.name == "effect_complete":
             self.check_effect_complete(r, reply, acks, problems)
+        elif self.name == "effect_extend":
+            self.check_effect_extend(r, reply, acks, problems)
         elif self.name == "legacy":
             self.check_legacy(root, before, r, acks, problems)
         else:
@@ -1225,6 +1227,23 @@ class Kind:
             if r.get("action_taken"):
                 problems.append("a commit was answered before the crash, "
                                 "and the retry committed again")
+
+    def check_effect_extend(self, r, reply, acks, problems):
+        # The base's lease is a day: whichever expiry the crash left (the
+        # reservation's, or the extension's if its record got through),
+        # the lease is live, so the retry extends it again: ok, never a
+        # refusal, and never earlier than an extension sent before.
+        if not r.get("ok") or "lease_expires_at" not in r or \
+                "disposition" in r:
+            problems.append("the extension's retry answered %s" %
+                            reply.decode())
+            return
+        for ack in sorted(acks):
+            sent = json.loads(ack).get("lease_expires_at", "")
+            if r["lease_expires_at"] < sent:
+                problems.append("the retry's lease ends at %s, before "
+                                "the %s sent before the crash" % (
+                                    r["lease_expires_at"], sent))
 
     def check_legacy(self, root, before, r, acks, problems):
         if not r.get("ok") or r.get("disposition") != "created" or \
@@ -1634,9 +1653,9 @@ def main():
                         help="the idemd binary (env IDEMD)")
     # rotate last: its many states take what the budget leaves.
     parser.add_argument("--kinds", default="task,legacy,report,"
-                        "effect_begin,effect_complete,rotate",
+                        "effect_begin,effect_complete,effect_extend,rotate",
                         help="request kinds: task, legacy, report, rotate, "
-                        "effect_begin, effect_complete")
+                        "effect_begin, effect_complete, effect_extend")
     parser.add_argument("--depth", type=int, default=2, choices=(1, 2),
                         help="2: also the crash states of each retry "
                         "(a crash during recovery)")
@@ -1667,7 +1686,7 @@ def main():
     names = args.kinds.split(",")
     for name in names:
         if name not in ("task", "legacy", "report", "rotate",
-                        "effect_begin", "effect_complete"):
+                        "effect_begin", "effect_complete", "effect_extend"):
             parser.error("unknown kind %s" % name)
     if shutil.which("strace") is None:
         return not_proved("strace not found")
@@ -1684,6 +1703,7 @@ def main():
     kinds = []
     try:
         small = ex.make_base("base", False)
+        begun = None
         for name in names:
             if name == "task":
                 kinds.append(Kind("task", task_request(
@@ -1697,11 +1717,17 @@ def main():
             elif name == "effect_begin":
                 kinds.append(Kind("effect_begin", effect_begin_request(2),
                                   small))
-            elif name == "effect_complete":
-                begun = ex.make_base("base-effect", False, effect=True)
-                kinds.append(Kind("effect_complete", effect_request(
-                    "effect_complete", 2, fence=begun.effect_fence,
-                    outcome="applied", result=EFFECT_RESULT), begun))
+            elif name in ("effect_complete", "effect_extend"):
+                if begun is None:
+                    begun = ex.make_base("base-effect", False, effect=True)
+                if name == "effect_complete":
+                    kinds.append(Kind("effect_complete", effect_request(
+                        "effect_complete", 2, fence=begun.effect_fence,
+                        outcome="applied", result=EFFECT_RESULT), begun))
+                else:
+                    kinds.append(Kind("effect_extend", effect_request(
+                        "effect_extend", 2, fence=begun.effect_fence,
+                        lease_ms=EFFECT_LEASE_MS), begun))
             else:
                 kinds.append(Kind("rotate", task_request(
                     TASK_ID, "one new task past the segment", 2),

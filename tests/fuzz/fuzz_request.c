@@ -565,9 +565,10 @@ spec_effect_begin(json_t *request)
 	v = json_object_get(request, "digest_schema");
 	if (v != NULL && !json_string_is(v, "generic-json-v1", 15))
 		return 0;
+	/* Absent or null: the default (SPEC.md, "Effects"). */
 	v = json_object_get(request, "lease_ms");
-	if (v != NULL && (!json_is_integer(v) || json_integer_value(v) < 100 ||
-	    json_integer_value(v) > 86400000))
+	if (v != NULL && !json_is_null(v) && (!json_is_integer(v) ||
+	    json_integer_value(v) < 100 || json_integer_value(v) > 86400000))
 		return 0;
 	if ((req = json_object_get(request, "request")) == NULL)
 		return 0;
@@ -630,6 +631,23 @@ spec_effect_complete(json_t *request)
 }
 
 static int
+spec_effect_extend(json_t *request)
+{
+	static const char *const top[] = { "op", "id", "client_submission_id",
+	    "effect_kind", "fence", "lease_ms", "meta", NULL };
+	json_t	*v;
+
+	if (!spec_only_keys(request, top) || !spec_effect_key(request) ||
+	    !spec_meta(request) || !spec_fence(json_object_get(request,
+	    "fence")))
+		return 0;
+	/* Absent or null: the default (SPEC.md, "Effects"). */
+	v = json_object_get(request, "lease_ms");
+	return v == NULL || json_is_null(v) || (json_is_integer(v) &&
+	    json_integer_value(v) >= 100 && json_integer_value(v) <= 86400000);
+}
+
+static int
 spec_effect_resolve(json_t *request)
 {
 	static const char *const top[] = { "op", "id", "client_submission_id",
@@ -689,6 +707,8 @@ spec_accepts(const char *line, size_t length)
 		rc = spec_effect_complete(request);
 	else if (json_string_is(op, "effect_resolve", 14))
 		rc = spec_effect_resolve(request);
+	else if (json_string_is(op, "effect_extend", 13))
+		rc = spec_effect_extend(request);
 	else
 		rc = spec_one_of(op, other_ops);
 	json_decref(request);

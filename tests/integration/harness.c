@@ -57,7 +57,7 @@ static int	harness_skip_count;
  * At exit, the brokers a failed test left running (a test without a
  * teardown, its struct broker on the stack, stops at its first failed
  * assertion): killed, and their segments removed, so that a failure
- * leaves neither a live broker nor 72 MiB in /dev/shm behind.
+ * leaves neither a live broker nor 86 MB in /dev/shm behind.
  */
 static pid_t	harness_owner;	/* the test process, not a forked client */
 
@@ -140,7 +140,7 @@ watchdog_fired(int sig)
 	}
 	/*
 	 * Their segments too (unlink is async-signal-safe; a mapping
-	 * outlives its name): a hung test must not leave 72 MiB behind.
+	 * outlives its name): a hung test must not leave 86 MB behind.
 	 */
 	for (i = 0; i < HARNESS_MAX_BROKERS; i++) {
 		if (harness_pids[i] != 0 && harness_segments[i][0] != '\0')

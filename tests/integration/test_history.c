@@ -51,6 +51,8 @@
 #define HISTORY_TASKS		60
 #define HISTORY_EFFECTS		40
 #define HISTORY_CAPACITY	"8"
+/* Effects in flight at once before a restart with HISTORY_CAPACITY. */
+#define HISTORY_CAPACITY_PEAK	12
 /* A checkpoint runs in the background: table_full is retried meanwhile. */
 #define HISTORY_FULL_RETRY_MS	2
 #define HISTORY_FULL_MAX_RETRIES 5000
@@ -531,6 +533,50 @@ test_restart_with_smaller_capacity(void **state)
 	/* Killed, not stopped: the journal after the checkpoint replays. */
 	assert_int_equal(harness_start(b, smaller_args, NULL), 0);
 	check_history_files(b, &h, HISTORY_TASKS + 1);
+	harness_finish(b);
+}
+
+/*
+ * Effects begun together and completed after, then a restart with a
+ * capacity smaller than were ever in flight at once but not smaller
+ * than are in flight at the end (none): the journal replays, and every
+ * effect answers reused with its receipt.  Found by the model (seed
+ * 573113680): the replay counted the first records that did not fit and
+ * refused the start though their commits came later in the journal.
+ */
+static void
+test_restart_below_the_journals_peak(void **state)
+{
+	struct broker	*b = *state;
+	static struct history h;
+	static const char *const wide_args[] = { "--capacity", "64", NULL };
+	char		 fences[HISTORY_CAPACITY_PEAK][HISTORY_FENCE_BYTES];
+	char		 got[1024], *reply;
+	int		 i, retries = 0;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, wide_args, NULL), 0);
+	for (i = 0; i < HISTORY_CAPACITY_PEAK; i++)
+		proceed_effect(b, &h, i, fences[i]);
+	for (i = 0; i < HISTORY_CAPACITY_PEAK; i++) {
+		reply = complete_effect(b, i, fences[i], 0, &retries);
+		if (strstr(reply, "\"state\":\"committed\"") == NULL)
+			fail_msg("complete fx-%d: %s", i, reply);
+		receipt_bytes(reply, h.effects[i], sizeof h.effects[i]);
+		free(reply);
+	}
+	/* 64 slots: no checkpoint ran, the journal keeps every record. */
+	assert_int_equal(stat_of(b, "index_entries"), 0);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	for (i = 0; i < HISTORY_CAPACITY_PEAK; i++) {
+		reply = effect_begin(b, &h, i, 0);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d after the restart: %s", i, reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, h.effects[i]);
+		free(reply);
+	}
 	harness_finish(b);
 }
 
@@ -2153,6 +2199,9 @@ main(void)
 		    harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_restart_with_smaller_capacity, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_restart_below_the_journals_peak, harness_setup,
 		    harness_teardown),
 		cmocka_unit_test_setup_teardown(test_kill_during_index_write,
 		    harness_setup, harness_teardown),

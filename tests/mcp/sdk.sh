@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: ISC
 # idem-mcp driven by the official MCP TypeScript SDK's client
 # (@modelcontextprotocol/sdk, over its stdio transport) against a real
-# idemd: tests/mcp/sdk.test.mjs under node's test runner.
+# idemd: tests/mcp/sdk.test.mjs under node's test runner, or the test
+# file named by $1 (tests/mcp/proxy.sh runs proxy.test.mjs so).
 #
-# The SDK is installed into the BUILD tree (tests/mcp/node_modules there,
+# The SDK (and the real MCP servers the proxy's tests wrap) is installed
+# into the BUILD tree (tests/mcp/node_modules there,
 # never globally) with `npm ci` from the committed package.json and
 # package-lock.json (exact versions), once: later runs reuse it while the
 # lock file is unchanged.  Exit 77 (skip) with the reason when node or
@@ -39,9 +41,15 @@ if [ "$major" -lt 18 ]; then
 	not_run "node $(node --version) is older than 18 (the SDK needs 18)"
 fi
 
+test_file=${1:-sdk.test.mjs}
 mkdir -p "$dir" || exit 99
+# One installation at a time (make check -j runs sdk.sh and proxy.sh).
+exec 9>"$dir/.npm-ci.lock" || exit 99
+flock 9 || exit 99
 if ! cmp -s "$src/package-lock.json" "$dir/package-lock.json" ||
-    [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+    [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ] ||
+    [ ! -f "$dir/node_modules/@modelcontextprotocol/server-filesystem/package.json" ] ||
+    [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ]; then
 	if [ "$src" != "$dir" ]; then
 		rm -rf "$dir/node_modules" "$dir/package-lock.json"
 		cp "$src/package.json" "$src/package-lock.json" "$dir/" ||
@@ -54,10 +62,11 @@ if ! cmp -s "$src/package-lock.json" "$dir/package-lock.json" ||
 		# A partial tree must not pass for an installed one next time.
 		rm -rf "$dir/node_modules"
 		[ "$src" != "$dir" ] && rm -f "$dir/package-lock.json"
-		not_run "npm ci could not install @modelcontextprotocol/sdk (no registry?)"
+		not_run "npm ci could not install @modelcontextprotocol/sdk and the servers (no registry?)"
 	fi
 fi
+exec 9>&-
 
 IDEM_MCP_NODE_PREFIX=$dir
 export IDEMD IDEM_MCP IDEM_MCP_NODE_PREFIX
-exec node --test "$src/sdk.test.mjs"
+exec node --test "$src/$test_file"

@@ -38,7 +38,7 @@ const Ajv2020Module = require('ajv/dist/2020');
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
 const TOOLS = ['write_task', 'write_report', 'get_submission', 'diagnose',
-  'effect_begin', 'effect_complete', 'effect_resolve'];
+  'effect_begin', 'effect_complete', 'effect_extend', 'effect_resolve'];
 const WRITE_TOOLS = ['write_task', 'write_report', 'effect_begin'];
 const BROKER_READY_MS = 30000;
 
@@ -491,6 +491,29 @@ check('effects: proceed, complete, retries reused; in_progress; conflict; stale 
   const sub = await call(c, 'get_submission', key);
   assert.equal(sub.structuredContent.found, true);
   assert.equal(sub.structuredContent.submission.state, 'committed');
+});
+
+check('effects: effect_extend keeps a long effect\'s lease; its refusals say why', async () => {
+  const c = main.client;
+  const key = { client_submission_id: 'sdk-fx-long', effect_kind: 'deploy/v1' };
+  const begun = (await call(c, 'effect_begin',
+      { ...key, request: { service: 'api' }, lease_ms: 60000 })).structuredContent;
+  assert.equal(begun.disposition, 'proceed');
+  // The SDK checks each result against effect_extend's outputSchema.
+  const ext = await call(c, 'effect_extend', { ...key, fence: begun.fence, lease_ms: 600000 });
+  assert.equal(ext.isError, false);
+  assert.ok(Date.parse(ext.structuredContent.lease_expires_at) > Date.now() + 500000);
+  assert.match(ext.content[0].text, /extend again before then/);
+  const forged = begun.fence.replace(/-.*/, '-0000000000000000');
+  const stale = await call(c, 'effect_extend', { ...key, fence: forged });
+  assert.equal(stale.isError, true);
+  assert.equal(stale.structuredContent.disposition, 'conflict');
+  assert.equal(stale.structuredContent.error.reason, 'stale_fence');
+  assert.match(stale.content[0].text, /stale_fence/);
+  await call(c, 'effect_complete', { ...key, fence: begun.fence, outcome: 'applied' });
+  const done = await call(c, 'effect_extend', { ...key, fence: begun.fence });
+  assert.equal(done.isError, true);
+  assert.equal(done.structuredContent.error.reason, 'already_committed');
 });
 
 check('effects: a lapsed lease is outcome_unknown until effect_resolve; a restart keeps the lease', async () => {

@@ -3,7 +3,8 @@
  * test_mcp_broker.c: idem-mcp's tools other than write_task and diagnose
  * (test_mcp_lines' own), through a real idemd: write_report (created,
  * retried, conflict), the effect ledger (effect_begin, effect_complete,
- * effect_resolve applied and not_applied after a lapsed lease) and
+ * effect_resolve applied and not_applied after a lapsed lease,
+ * effect_extend live and lapsed) and
  * get_submission, for tasks and effects.
  *
  * Receipts are compared as bytes, never re-serialized: the receipt's
@@ -679,6 +680,85 @@ raw_member_reads_bytes(void **state)
 	free(v);
 }
 
+/* A tool result's first text block: the line the model reads. */
+static const char *
+first_text(json_t *r)
+{
+	const char	*t = json_string_value(json_object_get(json_array_get(
+			    json_object_get(r, "content"), 0), "text"));
+
+	assert_non_null(t);
+	return t;
+}
+
+/*
+ * effect_extend through idem-mcp: a live lease moves (the tool's text
+ * says until when), a lapsed one is an outcome_unknown tool error whose
+ * text says the complete with the same fence is still accepted, and
+ * that complete commits.
+ */
+static void
+effect_extend_through_broker(void **state)
+{
+	struct broker	*b = *state;
+	struct mcp	 m;
+	json_t		*r;
+	char		*text, args[1024], fence[80];
+	const char	*id[] = { "ext-live", "ext-lapsed" };
+	int		 i;
+
+	harness_must_start(b, NULL, NULL);
+	mcp_open(&m, b->socket);
+	for (i = 0; i < 2; i++) {
+		snprintf(args, sizeof args, "{\"client_submission_id\":\"%s\","
+		    "\"effect_kind\":\"" KIND "\",\"request\":{\"to\":"
+		    "\"a@b\"},\"lease_ms\":%d}", id[i], i == 0 ? 60000 :
+		    LEASE_SHORT);
+		r = mcp_tool(&m, "effect_begin", args, &text);
+		assert_string_equal(harness_str(sc_of(r), "disposition"),
+		    "proceed");
+		snprintf(fence, sizeof fence, "%s", harness_str(sc_of(r),
+		    "fence"));
+		free(text);
+		json_decref(r);
+		if (i == 1)
+			begin_until_unknown(&m, id[i]);
+		snprintf(args, sizeof args, "{\"client_submission_id\":\"%s\","
+		    "\"effect_kind\":\"" KIND "\",\"fence\":\"%s\","
+		    "\"lease_ms\":600000}", id[i], fence);
+		r = mcp_tool(&m, "effect_extend", args, &text);
+		if (i == 0) {
+			assert_false(json_is_true(json_object_get(r,
+			    "isError")));
+			assert_non_null(json_object_get(sc_of(r),
+			    "lease_expires_at"));
+			harness_assert_bool(sc_of(r), "action_taken", 1);
+			assert_non_null(strstr(first_text(r), "extended"));
+		} else {
+			assert_true(json_is_true(json_object_get(r,
+			    "isError")));
+			assert_string_equal(harness_str(sc_of(r),
+			    "disposition"), "outcome_unknown");
+			assert_non_null(strstr(first_text(r), "call "
+			    "effect_complete with the same fence"));
+		}
+		free(text);
+		json_decref(r);
+		snprintf(args, sizeof args, "{\"client_submission_id\":\"%s\","
+		    "\"effect_kind\":\"" KIND "\",\"fence\":\"%s\","
+		    "\"outcome\":\"applied\",\"result\":%s}", id[i], fence,
+		    RESULT);
+		r = mcp_tool(&m, "effect_complete", args, &text);
+		assert_false(json_is_true(json_object_get(r, "isError")));
+		assert_string_equal(harness_str(sc_of(r), "state"),
+		    "committed");
+		free(text);
+		json_decref(r);
+	}
+	mcp_close(&m);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -691,6 +771,7 @@ main(void)
 		T(write_report_through_broker),
 		T(effects_through_broker),
 		T(effect_resolve_through_broker),
+		T(effect_extend_through_broker),
 	};
 
 	/* A closed pipe to idem-mcp must fail an assertion, not kill us. */

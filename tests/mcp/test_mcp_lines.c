@@ -46,7 +46,7 @@
 	"\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}," \
 	"\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}"
 /* The tools idem-mcp lists, and the size of the pages asked for. */
-#define MCP_TOOLS	7
+#define MCP_TOOLS	8
 #define MCP_PAGE	"3"
 #define MCP_PAGE_SIZE	3
 #define PING(id)	"{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"ping\"}"

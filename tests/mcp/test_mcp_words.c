@@ -4,7 +4,8 @@
  * (issue #31, item 3).  Every tool's description, title and schema as
  * tools/list gives them, and the text of every kind of answer idem-mcp
  * can give (each conflict reason of tasks, reports and effects, a stale
- * fence, an unknown outcome, a live lease, a malformed fence, a lookup
+ * fence, an unknown outcome, a live lease, effect_extend's answers, a
+ * malformed fence, a lookup
  * of an effect and of nothing, diagnose with an effect whose outcome is
  * unknown, arguments the schema refuses, a broker that cannot be
  * reached, an unknown tool) through a real idemd, read for wrong words:
@@ -257,6 +258,18 @@ complete(struct mcp *m, const char *id, const char *fence,
 	return call_text(m, "effect_complete", args, NULL);
 }
 
+/* effect_extend under id with fence: its text (malloc'd). */
+static char *
+extend(struct mcp *m, const char *id, const char *fence)
+{
+	char	args[1024];
+
+	snprintf(args, sizeof args, "{\"client_submission_id\":\"%s\","
+	    "\"effect_kind\":\"" KIND "\",\"fence\":\"%s\","
+	    "\"lease_ms\":60000}", id, fence);
+	return call_text(m, "effect_extend", args, NULL);
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 /* tools/list: every tool's words, and idem-mcp --help lists them all. */
@@ -369,7 +382,7 @@ effect_texts(void **state)
 	struct broker	*b = *state;
 	struct mcp	 m;
 	json_t		*sc;
-	char		*text, *f1, *f2, *f3, args[1024], *log;
+	char		*text, *f1, *f2, *f3, *f4, args[1024], *log;
 	struct timespec	 ts = { 0, 20 * 1000000L };
 	int		 i;
 
@@ -407,9 +420,21 @@ effect_texts(void **state)
 	assert_not_says(text, "fence is required");
 	free(text);
 
+	/* An extension of the live lease says until when. */
+	text = extend(&m, "e-1", f1);
+	assert_says(text, "extended");
+	assert_says(text, "effect_complete");
+	free(text);
+
 	/* Released, begun again: the first fence is stale. */
 	free(complete(&m, "e-1", f1, "not_applied", NULL));
 	f2 = begin(&m, "e-1", 30000);
+	text = extend(&m, "e-1", f1);
+	assert_says(text, "conflict (stale_fence)");
+	assert_says(text, "not extended");
+	assert_says(text, "attempt 2");
+	assert_not_says(text, "resend");
+	free(text);
 	text = complete(&m, "e-1", f1, "applied", "{\"id\":1}");
 	assert_says(text, "conflict (stale_fence)");
 	assert_says(text, "attempt 2");
@@ -417,8 +442,12 @@ effect_texts(void **state)
 	assert_not_says(text, "send exactly");
 	assert_not_says(text, "content");
 	free(text);
-	/* Released again: its fence has nothing to complete. */
+	/* Released again: its fence has nothing to complete or extend. */
 	free(complete(&m, "e-1", f2, "not_applied", NULL));
+	text = extend(&m, "e-1", f2);
+	assert_says(text, "conflict (no_reservation)");
+	assert_says(text, "no lease to extend");
+	free(text);
 	text = complete(&m, "e-1", f2, "applied", "{\"id\":1}");
 	assert_says(text, "conflict (no_reservation)");
 	assert_says(text, "released");
@@ -435,6 +464,10 @@ effect_texts(void **state)
 	text = complete(&m, "e-2", f3, "applied", "{\"id\":2}");
 	assert_says(text, "conflict (already_committed)");
 	assert_says(text, "another outcome or result");
+	free(text);
+	text = extend(&m, "e-2", f3);
+	assert_says(text, "conflict (already_committed)");
+	assert_says(text, "no lease to extend");
 	free(text);
 	text = call_text(&m, "effect_resolve", "{\"client_submission_id\":"
 	    "\"e-2\",\"effect_kind\":\"" KIND "\",\"evidence\":{\"observed\":"
@@ -453,7 +486,7 @@ effect_texts(void **state)
 	free(text);
 
 	/* A lease that lapsed: outcome_unknown (time is the event). */
-	free(begin(&m, "e-3", LEASE_SHORT));
+	f4 = begin(&m, "e-3", LEASE_SHORT);
 	snprintf(args, sizeof args, "{\"client_submission_id\":\"e-3\","
 	    "\"effect_kind\":\"" KIND "\",\"request\":{\"to\":\"a@b\"}}");
 	for (i = 0; i < 500; i++) {
@@ -469,6 +502,12 @@ effect_texts(void **state)
 	json_decref(sc);
 	assert_says(text, "outcome_unknown");
 	assert_says(text, "effect_resolve");
+	free(text);
+	/* Its holder's extension: not extended, but it may still complete. */
+	text = extend(&m, "e-3", f4);
+	assert_says(text, "outcome_unknown");
+	assert_says(text, "not extended");
+	assert_says(text, "effect_complete with the same fence");
 	free(text);
 	/* diagnose: the effect is an effect, not a task. */
 	text = call_text(&m, "diagnose", "{}", NULL);
@@ -486,6 +525,7 @@ effect_texts(void **state)
 	free(f1);
 	free(f2);
 	free(f3);
+	free(f4);
 	mcp_close(&m);
 	harness_finish(b);
 }

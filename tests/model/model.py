@@ -254,8 +254,9 @@ class Report:
 
 class Effect:
     """States: reserved (a lease [lo, hi] in broker wall-clock ms, the
-    window being the begin's send and receive times), unknown (lapsed,
-    or evidence said unknown), released, committed."""
+    window being the begin's (or the last effect_extend's) send and
+    receive times), unknown (lapsed, or evidence said unknown),
+    released, committed."""
 
     def __init__(self, kind, csid, digest):
         self.kind = kind
@@ -267,6 +268,10 @@ class Effect:
         self.fences = []           # every fence issued, oldest first
         self.lease_lo = 0.0
         self.lease_hi = 0.0
+        # The earliest expiry a record of this attempt gave: after a
+        # kill -9 the last durable one counts (an extension is answered
+        # before it is durable), which may be any of them.
+        self.lease_floor = 0.0
         self.result_raw = None     # compact result bytes once committed
         self.receipt = None
         self.recovered = False

@@ -85,7 +85,8 @@ KNOWN_DEFECTS = {
     "a receipt twice after restarts with another --capacity",
     "restart-capacity": "found by the model: a restart with --capacity "
     "64 after 63 submissions (2 in flight) is refused ('63 ... more "
-    "than --capacity 64 holds')",
+    "than --capacity 64 holds'); and after 65 effects begun together, "
+    "all committed since",
 }
 KNOWN = set(x for x in os.environ.get("IDEM_MODEL_KNOWN", "").split(",")
             if x)
@@ -143,6 +144,17 @@ def note(text):
 
 def now_ms():
     return time.time() * 1000.0
+
+
+def parse_time_ms(text):
+    """A reply's time ("2026-12-05T01:02:03.456Z") in ms since the epoch."""
+    import calendar
+    m = re.match(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$",
+                 text or "")
+    if m is None:
+        fail("not a reply time: %r" % text)
+    f = [int(x) for x in m.groups()]
+    return calendar.timegm(tuple(f[:6]) + (0, 0, 0)) * 1000.0 + f[6]
 
 
 # ---- the broker ------------------------------------------------------------
@@ -835,6 +847,7 @@ class IdemMachine(RuleBasedStateMachine):
             e.state = "reserved"
             e.lease_lo = t0 + lease_ms
             e.lease_hi = t1 + lease_ms
+            e.lease_floor = e.lease_lo
             return
         if e.digest != digest:
             self.expect(rep, {"conflict:digest_mismatch"},
@@ -922,6 +935,19 @@ class IdemMachine(RuleBasedStateMachine):
         e = self.m.effects.get((kind, csid))
         self.do_complete(kind, csid, e, fence, outcome, size, same)
 
+    def pick_fence(self, e, fence):
+        """A fence of e as FENCE says ("latest", "stale", "forged"):
+        (fence, whether it is the latest issued)."""
+        if e is None or not e.fences:
+            return "1-%016x" % (self.serial * 2654435761 % (1 << 64)), \
+                False
+        if fence == "stale" and len(e.fences) > 1:
+            return e.fences[-2], False
+        if fence == "forged":
+            return e.fence.split("-")[0] + "-" + "%016x" % (
+                int(e.fence.split("-")[1], 16) ^ 0x5a5a), False
+        return e.fence, True
+
     def do_complete(self, kind, csid, e, fence, outcome, size, same):
         if e == "model":
             e = self.m.effects.get((kind, csid))
@@ -929,17 +955,7 @@ class IdemMachine(RuleBasedStateMachine):
             result = e.result
         else:
             result = result_value(size, self.serial)
-        if e is None or not e.fences:
-            f = "1-%016x" % (self.serial * 2654435761 % (1 << 64))
-            latest = False
-        elif fence == "stale" and len(e.fences) > 1:
-            f, latest = e.fences[-2], False
-        elif fence == "forged":
-            f = e.fence.split("-")[0] + "-" + "%016x" % (
-                int(e.fence.split("-")[1], 16) ^ 0x5a5a)
-            latest = False
-        else:
-            f, latest = e.fence, True
+        f, latest = self.pick_fence(e, fence)
         obj = {"op": "effect_complete", "client_submission_id": csid,
                "effect_kind": kind, "fence": f, "outcome": outcome}
         if result is not None or size != 0 or ("absent-result" in KNOWN
@@ -996,6 +1012,68 @@ class IdemMachine(RuleBasedStateMachine):
             if rep.get("state") != "released" or \
                     rep.get("action_taken") is not False:
                 fail("a repeated release: %s" % raw)
+
+    @rule(data=st.data(), fence=st.sampled_from(
+        ["latest", "latest", "latest", "stale", "forged"]),
+        lease=st.sampled_from(["absent", None, 100, 300, 30000, 86400000]))
+    def effect_extend(self, data, fence, lease):
+        """SPEC.md, "Effects": the latest fence moves a live lease to now
+        + lease_ms; a lapsed one is outcome_unknown (not revived)."""
+        kind, csid = self.pick_effect(data)
+        e = self.m.effects.get((kind, csid))
+        f, latest = self.pick_fence(e, fence)
+        obj = {"op": "effect_extend", "client_submission_id": csid,
+               "effect_kind": kind, "fence": f}
+        if lease != "absent":
+            obj["lease_ms"] = lease
+        lease_ms = 30000 if lease in ("absent", None) else lease
+        raw, rep, t0, t1 = self.call(obj)
+        what = "effect_extend"
+        if e is None:
+            self.expect(rep, {"conflict:no_reservation"}, what + " none")
+            return
+        if not latest:
+            allowed = {"conflict:stale_fence"}
+            if fence == "forged" and e.compacted and \
+                    e.state == "committed":
+                # A tombstone keeps the attempt, not the random part
+                # (as for effect_complete): the committed state answers.
+                allowed.add("conflict:already_committed")
+            self.expect(rep, allowed, what + " stale")
+            STATS["stale_fences"] += 1
+            return
+        if e.state == "committed":
+            self.expect(rep, {"conflict:already_committed"},
+                        what + " committed")
+            return
+        if e.state == "released":
+            self.expect(rep, {"conflict:no_reservation"}, what + " released")
+            return
+        if e.state == "unknown":
+            self.expect(rep, {"outcome_unknown"}, what + " unknown")
+            return
+        ls = self.m.lease_state(e, t0, t1)
+        allowed = {"live": {"ok:None"}, "lapsed": {"outcome_unknown"},
+                   "either": {"ok:None", "outcome_unknown"}}[ls]
+        k = self.expect(rep, allowed, what + " reserved " + ls)
+        if k == "outcome_unknown":
+            e.state = "unknown"
+            return
+        if k != "ok:None":
+            return
+        if sorted(rep) != sorted(["ok", "id", "lease_expires_at"]
+                                 if "id" in rep else
+                                 ["ok", "lease_expires_at"]):
+            fail("effect_extend answered more than SPEC.md's "
+                 "{ok, lease_expires_at}: %s" % raw)
+        until = parse_time_ms(rep["lease_expires_at"])
+        if not (t0 + lease_ms - self.m.slack_ms <= until <=
+                t1 + lease_ms + self.m.slack_ms):
+            fail("effect_extend: the lease ends at %s, not %d ms after "
+                 "the call: %s" % (rep["lease_expires_at"], lease_ms, raw))
+        e.lease_lo = t0 + lease_ms
+        e.lease_hi = t1 + lease_ms
+        e.lease_floor = min(e.lease_floor, e.lease_lo)
 
     def release(self, e, rep, raw):
         if rep.get("state") != "released" or \
@@ -1270,6 +1348,11 @@ class IdemMachine(RuleBasedStateMachine):
     def kill_master(self):
         self.b.kill9()
         self._boot(*self.cfg)
+        # An extension not flushed yet is lost: the lease may end at any
+        # earlier expiry of the attempt (SPEC.md, "Effects").
+        for e in self.m.effects.values():
+            if e.state == "reserved":
+                e.lease_lo = min(e.lease_lo, e.lease_floor)
         STATS["kills"] += 1
 
     @rule()

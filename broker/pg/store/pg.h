@@ -287,6 +287,17 @@ int	pgstore_effect_settle(struct pgstore *, const struct pgstore_key *,
 	    char **cause);
 
 /*
+ * effect_extend: the lease of a reserved row ends lease_ms from now, by
+ * the server's clock, if (epoch, token) are still those read and the
+ * lease has not lapsed by that clock; updated_at becomes now (the lease's
+ * grant).  1: row filled; 0: the row moved or the lease lapsed (read
+ * again and judge).
+ */
+int	pgstore_effect_extend(struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, int64_t lease_ms,
+	    struct pgstore_row *, char **cause);
+
+/*
  * Every effect of the workspace not committed (reserved, released,
  * outcome_unknown), oldest first, to fn (its effect_kind and id, and the
  * row); fn returning non-zero stops.  pgstore_unfinished lists the

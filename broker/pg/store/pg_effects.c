@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_effects.c: the PostgreSQL store's effect ledger (doc/cluster.md,
- * "Effects"): read, reserve, begin the next attempt, settle, each one
- * compare-and-set on (epoch, token); and the unfinished rows of both
- * kinds that diagnose lists.  The connection, the statements and the
- * row's head are pg_conn.c's (pg_int.h).
+ * "Effects"): read, reserve, begin the next attempt, settle, extend a
+ * lease, each one compare-and-set on (epoch, token); and the unfinished
+ * rows of both kinds that diagnose lists.  The connection, the
+ * statements and the row's head are pg_conn.c's (pg_int.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -205,6 +205,32 @@ pgstore_effect_settle(struct pgstore *st, const struct pgstore_key *key,
 	    "$7::smallint AND (NOT $12::boolean OR state <> 1 OR "
 	    "lease_expires <= clock_timestamp()) RETURNING " EFFECT_COLUMNS, &p,
 	    row, "recording an effect's outcome", cause);
+}
+
+int
+pgstore_effect_extend(struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, int64_t lease_ms,
+    struct pgstore_row *row, char **cause)
+{
+	struct pg_params p;
+	char		epoch_s[24], lease[24];
+
+	pg_params_key(&p, st, key);
+	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
+	snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+	p.v[p.n++] = epoch_s;		/* $5 */
+	p.v[p.n++] = token;		/* $6 */
+	p.v[p.n++] = lease;		/* $7 */
+	/*
+	 * A lapsed lease is never revived, by the server's clock: another
+	 * broker may already have answered outcome_unknown for it.
+	 */
+	return effect_exec(st, "UPDATE idem_submission SET lease_expires = "
+	    LEASE_FROM_NOW("$7") ", updated_at = clock_timestamp() WHERE "
+	    KEY_WHERE " AND epoch = $5 AND "
+	    "owner_token = $6 AND state = 1 AND lease_expires > "
+	    "clock_timestamp() RETURNING " EFFECT_COLUMNS, &p, row,
+	    "extending an effect's lease", cause);
 }
 
 /* Each row of sql ($1 the workspace: kind, scope, id, then fill's). */

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * proxy.h: `idem-mcp proxy`, an idempotency proxy in front of any MCP
+ * server over stdio (SPEC.md, "The MCP proxy"), grouped by the file that
+ * owns each part.  proxy.c owns the process (options, the downstream
+ * child, the two readers and the two locked writers, the table of
+ * requests the proxy sent downstream); proxy_tools.c the messages it
+ * rewrites (initialize's result, tools/list's result) and which tools
+ * are wrapped; proxy_call.c one wrapped tools/call, on its own thread:
+ * the effect protocol with idemd around the downstream's call.
+ */
+#ifndef IDEM_MCP_PROXY_H
+#define IDEM_MCP_PROXY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* The _meta member that carries the effect's external_key downstream. */
+#define PROXY_META_EXTERNAL_KEY	"io.idem/external_key"
+/* The _meta member of the proxy's own tool errors: the facts, for code. */
+#define PROXY_META_ERROR	"io.idem/proxy"
+/* The argument a wrapped tool gains, and SEP-3182's params member. */
+#define PROXY_KEY_ARGUMENT	"idempotency_key"
+#define PROXY_KEY_PARAM		"idempotencyKey"
+/* Ids of requests the proxy itself sends downstream start with this. */
+#define PROXY_ID_PREFIX		"io.idem/proxy/"
+/* The start of a too-large result's text kept in its stand-in. */
+#define PROXY_STANDIN_TEXT_BYTES	1024
+#define PROXY_DEFAULT_LEASE_MS		30000
+/* Longest message line read from either side (a large file read). */
+#define PROXY_MAX_LINE_BYTES		(256 * 1024 * 1024)
+
+struct proxy_config {
+	const char	 *socket_path;	/* NULL: libidem's lookup */
+	const char	 *name;		/* --name; NULL: serverInfo.name */
+	const char	 *scope;	/* --scope; NULL: none */
+	const char	**wrap;		/* --wrap TOOL..., NULL-terminated */
+	const char	**pass;		/* --pass TOOL..., NULL-terminated */
+	int64_t		  lease_ms;
+};
+
+/* ---- proxy.c: the process ------------------------------------------- */
+
+extern struct proxy_config proxy_cfg;
+
+int	proxy_main(int argc, char **argv);
+/* Write one message (no newline) to the client / downstream, locked. */
+int	proxy_to_client(const char *, size_t);
+int	proxy_to_server(const char *, size_t);
+/* Serialize and send (steals nothing; the value stays the caller's). */
+int	proxy_to_client_json(json_t *);
+/*
+ * Send a request downstream under a fresh id of ours (method, params
+ * borrowed) and wait for its response.  client_id (may be NULL): the
+ * client's request it stands for, so that a cancellation of it is sent
+ * on under our id.  Every tick_ms without an answer tick(tick_arg) is
+ * called (the lease's extension; NULL: none); a tick that returns
+ * non-zero stops the wait.  Returns the response (a new reference), or
+ * NULL: the downstream is gone (*gone set) or a tick stopped the wait.
+ */
+json_t	*proxy_request(const char *method, json_t *params, json_t *client_id,
+	    int64_t tick_ms, int (*tick)(void *), void *tick_arg, int *gone);
+/*
+ * Translate a client's notifications/cancelled for a request that the
+ * proxy forwarded under its own id: the id it went downstream under (a
+ * new reference), or NULL.
+ */
+json_t	*proxy_forwarded_id(json_t *client_id);
+void	 proxy_forwarded_set(json_t *client_id, json_t *proxy_id);
+void	 proxy_forwarded_clear(json_t *client_id);
+/* The downstream's serverInfo.name, once initialize answered (or NULL). */
+const char *proxy_server_name(void);
+void	 proxy_set_server_name(const char *);
+int	 proxy_log(const char *, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- proxy_tools.c: wrapped tools and the messages rewritten -------- */
+
+enum proxy_wrap {
+	PROXY_UNKNOWN = 0,	/* not listed yet */
+	PROXY_WRAPPED,
+	PROXY_PASSED
+};
+
+/* Is the tool wrapped?  (PROXY_UNKNOWN: ask with tools/list.) */
+enum proxy_wrap proxy_tool_wrap(const char *name, int *has_output_schema);
+/* Learn and rewrite one tools/list result in place. */
+void	proxy_tools_list_result(json_t *result);
+/* Rewrite initialize's result in place (the capability, the name). */
+void	proxy_initialize_result(json_t *result);
+/* The description of the idempotency_key property. */
+extern const char proxy_key_description[];
+
+/* ---- proxy_call.c: one wrapped tools/call --------------------------- */
+
+/*
+ * Serve a client's tools/call (request a new reference, stolen) on a
+ * thread of its own; answers the client itself.  -1 if no thread could
+ * be started (the caller answers an internal error).
+ */
+int	proxy_call_start(json_t *request);
+/* A client's cancellation of a call still at the broker. */
+void	proxy_call_cancel(json_t *client_id);
+/* Calls still running (the process waits for them at the client's EOF). */
+int	proxy_calls_running(void);
+void	proxy_calls_wait(int64_t timeout_ms);
+
+#endif

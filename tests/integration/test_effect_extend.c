@@ -1,0 +1,908 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_effect_extend.c: effect_extend against a real idemd on the local
+ * store (SPEC.md, "Effects"; doc/effects.md, "Long effects"): a short
+ * lease kept alive by extensions outlives itself while a concurrent
+ * caller gets in_progress throughout; a holder killed mid-effect stops
+ * extending and its lease lapses into outcome_unknown, never proceed;
+ * every refusal (stale fence, a lapse, a commit, no reservation, a
+ * release, bad requests) changes nothing; and a broker killed in the
+ * middle of an extended effect keeps the last durable expiry: the
+ * extension itself once it was flushed, the earlier one when the kill
+ * came while the journal's fdatasync was held (the fault shim's hold
+ * rule), so that the extension was answered and never written.  The
+ * PostgreSQL store's are in tests/cluster/test_cluster.c.
+ */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "integration/harness.h"
+
+#define KIND		"deploy/v1"
+#define REQUEST		"{\"service\":\"api\",\"version\":\"2.4.1\"}"
+#define RESULT		"{\"deployed\":true}"
+/* The figures: a 300 ms lease extended every 100 ms for 3 s. */
+#define LEASE_MS	300
+#define EXTEND_EVERY_MS	100
+#define EXTEND_FOR_MS	3000
+#define LAPSE_WAIT_MS	10000
+
+/* ---- Helpers ------------------------------------------------------------- */
+
+static void
+sleep_ms(int64_t ms)
+{
+	struct timespec	ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* The broker's clock (wall-clock ms), for its lease_expires_at. */
+static int64_t
+wall_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static json_t *
+begin_request(const char *id, int64_t lease_ms)
+{
+	json_t	*r;
+
+	r = json_pack("{s:s, s:s, s:s, s:o}", "op", "effect_begin",
+	    "client_submission_id", id, "effect_kind", KIND, "request",
+	    json_loads(REQUEST, 0, NULL));
+	assert_non_null(r);
+	if (lease_ms > 0)
+		json_object_set_new(r, "lease_ms", json_integer(lease_ms));
+	return r;
+}
+
+static json_t *
+extend_request(const char *id, const char *fence, int64_t lease_ms)
+{
+	json_t	*r;
+
+	r = json_pack("{s:s, s:s, s:s, s:s}", "op", "effect_extend",
+	    "client_submission_id", id, "effect_kind", KIND, "fence", fence);
+	assert_non_null(r);
+	if (lease_ms > 0)
+		json_object_set_new(r, "lease_ms", json_integer(lease_ms));
+	return r;
+}
+
+static json_t *
+complete_request(const char *id, const char *fence, const char *outcome)
+{
+	json_t	*r;
+
+	r = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op", "effect_complete",
+	    "client_submission_id", id, "effect_kind", KIND, "fence", fence,
+	    "outcome", outcome);
+	assert_non_null(r);
+	json_object_set_new(r, "result", json_loads(RESULT, 0, NULL));
+	return r;
+}
+
+static const char *
+disposition_of(json_t *reply)
+{
+	const char	*d = json_string_value(json_object_get(reply,
+			    "disposition"));
+
+	return d != NULL ? d : "";
+}
+
+static void
+assert_disposition(json_t *reply, const char *disposition)
+{
+	char	*text;
+
+	if (strcmp(disposition_of(reply), disposition) != 0) {
+		text = json_dumps(reply, JSON_COMPACT);
+		fail_msg("expected %s, got %s", disposition, text);
+	}
+}
+
+static void
+assert_reason(json_t *reply, const char *reason)
+{
+	json_t	*error = json_object_get(reply, "error");
+
+	harness_assert_bool(reply, "ok", 0);
+	assert_disposition(reply, "conflict");
+	assert_string_equal(harness_str(error, "code"), "conflict");
+	assert_string_equal(harness_str(error, "reason"), reason);
+}
+
+static void
+assert_error(json_t *reply, const char *code, const char *field)
+{
+	json_t	*error = json_object_get(reply, "error");
+
+	harness_assert_bool(reply, "ok", 0);
+	assert_string_equal(harness_str(error, "code"), code);
+	if (field != NULL)
+		assert_string_equal(harness_str(error, "field"), field);
+}
+
+/* "2026-12-05T01:02:03.456Z" -> milliseconds since the epoch. */
+static int64_t
+time_ms(const char *text)
+{
+	struct tm	 tm;
+	const char	*end;
+	int		 ms;
+
+	memset(&tm, 0, sizeof tm);
+	end = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (end == NULL || sscanf(end, ".%3dZ", &ms) != 1)
+		fail_msg("not a reply time: %s", text);
+	return (int64_t)timegm(&tm) * 1000 + ms;
+}
+
+/* An extension's new end: SPEC's {"ok":true,"lease_expires_at":...}. */
+static int64_t
+extended_until(json_t *reply)
+{
+	char	*text;
+
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		text = json_dumps(reply, JSON_COMPACT);
+		fail_msg("extension refused: %s", text);
+	}
+	assert_null(json_object_get(reply, "disposition"));
+	return time_ms(harness_str(reply, "lease_expires_at"));
+}
+
+/* get_submission of the effect: its "submission" (a new reference). */
+static json_t *
+effect_state(struct broker *b, const char *id)
+{
+	json_t	*reply, *s;
+
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}", "op",
+	    "get_submission", "client_submission_id", id, "effect_kind",
+	    KIND));
+	harness_assert_bool(reply, "found", 1);
+	s = json_incref(json_object_get(reply, "submission"));
+	json_decref(reply);
+	return s;
+}
+
+static int64_t
+lease_now(struct broker *b, const char *id)
+{
+	json_t	*s = effect_state(b, id);
+	int64_t	 t = time_ms(harness_str(s, "lease_expires_at"));
+
+	json_decref(s);
+	return t;
+}
+
+/* Begin until the lease lapsed: every answer before it in_progress. */
+static json_t *
+begin_until_unknown(struct broker *b, const char *id)
+{
+	json_t	*reply;
+	int	 waited;
+
+	for (waited = 0; waited < LAPSE_WAIT_MS; waited += 10) {
+		reply = harness_must_call(b, begin_request(id, 0));
+		if (strcmp(disposition_of(reply), "outcome_unknown") == 0)
+			return reply;
+		assert_disposition(reply, "in_progress");
+		json_decref(reply);
+		/* The lease is time itself: nothing else to wait on. */
+		sleep_ms(10);
+	}
+	fail_msg("the lease did not lapse in %d ms", LAPSE_WAIT_MS);
+	return NULL;
+}
+
+static char *
+proceed_fence(json_t *reply)
+{
+	assert_disposition(reply, "proceed");
+	return strdup(harness_str(reply, "fence"));
+}
+
+/* idemctl on the broker's root: its exit status, its output in out. */
+static int
+idemctl(struct broker *b, const char *args, char *out, size_t size)
+{
+	char	 cmd[2048];
+	FILE	*p;
+	size_t	 n;
+	int	 status;
+
+	snprintf(cmd, sizeof cmd, "'%s' --root '%s' %s 2>&1",
+	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl",
+	    b->root, args);
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static struct broker *
+start(void **state)
+{
+	struct harness_shim	*t = *state;
+
+	harness_must_start(&t->b, NULL, t->env);
+	return &t->b;
+}
+
+/* ---- A long effect ------------------------------------------------------- */
+
+struct rival {
+	struct broker	*b;
+	_Atomic int	 stop;
+	int		 in_progress, other;
+	char		 other_text[512];
+};
+
+/* Another caller, begin after begin, for as long as the holder extends. */
+static void *
+rival_main(void *arg)
+{
+	struct rival		*r = arg;
+	struct idem_conn	*c = harness_connect(r->b);
+	json_t			*reply;
+	char			*text;
+
+	if (c == NULL) {
+		r->other++;
+		return NULL;
+	}
+	while (!r->stop) {
+		reply = harness_call(c, begin_request("long-1", LEASE_MS));
+		if (reply != NULL && strcmp(disposition_of(reply),
+		    "in_progress") == 0)
+			r->in_progress++;
+		else {
+			r->other++;
+			text = reply != NULL ? json_dumps(reply,
+			    JSON_COMPACT) : NULL;
+			snprintf(r->other_text, sizeof r->other_text, "%s",
+			    text != NULL ? text : "(no reply)");
+			free(text);
+		}
+		json_decref(reply);
+		sleep_ms(10);
+	}
+	idem_close(c);
+	return NULL;
+}
+
+static void
+extended_lease_outlives_itself_and_nobody_else_proceeds(void **state)
+{
+	struct broker		*b = start(state);
+	struct idem_conn	*c;
+	struct rival		 rival;
+	pthread_t		 thread;
+	json_t			*reply, *s;
+	char			*fence;
+	unsigned		 slow = harness_slowdown();
+	int64_t			 lease = LEASE_MS * slow, until, last;
+	int64_t			 sent;
+	int64_t			 started, left;
+	int			 extensions = 0, records;
+	char			*out, *at;
+
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call(c, begin_request("long-1", lease));
+	fence = proceed_fence(reply);
+	last = time_ms(harness_str(reply, "lease_expires_at"));
+	json_decref(reply);
+
+	memset(&rival, 0, sizeof rival);
+	rival.b = b;
+	assert_int_equal(pthread_create(&thread, NULL, rival_main, &rival), 0);
+	started = harness_now_ms();
+	while (harness_now_ms() - started < EXTEND_FOR_MS * (int64_t)slow) {
+		sleep_ms(EXTEND_EVERY_MS * slow);
+		sent = wall_ms();
+		reply = harness_call(c, extend_request("long-1", fence, lease));
+		assert_non_null(reply);
+		until = extended_until(reply);
+		/* now + lease_ms on the broker's clock (this host's). */
+		assert_true(until >= sent + lease - 1);
+		assert_true(until <= wall_ms() + lease + 1);
+		assert_true(until > last);
+		last = until;
+		json_decref(reply);
+		extensions++;
+	}
+	/* diagnose and get_submission show the time left. */
+	s = effect_state(b, "long-1");
+	assert_string_equal(harness_str(s, "state"), "reserved");
+	harness_assert_bool(s, "lease_live", 1);
+	left = harness_int(s, "lease_ms_left");
+	assert_true(left > 0 && left <= lease);
+	json_decref(s);
+	/*
+	 * The attempt is three seconds old; its last extension, a tenth of
+	 * one: not stalled after a second, as age counts from it.
+	 */
+	reply = harness_must_call(b, json_pack("{s:s, s:I}", "op", "diagnose",
+	    "stale_after_ms", (json_int_t)(1000 * slow)));
+	s = json_array_get(json_object_get(reply, "entries"), 0);
+	assert_non_null(s);
+	assert_string_equal(harness_str(s, "client_submission_id"), "long-1");
+	assert_true(harness_int(s, "lease_ms_left") > 0);
+	assert_true(harness_int(s, "age_ms") < 1000 * (int64_t)slow);
+	harness_assert_bool(s, "stalled", 0);
+	json_decref(reply);
+
+	/* The rival stops before the complete (it would be reused). */
+	rival.stop = 1;
+	pthread_join(thread, NULL);
+	if (rival.other > 0)
+		fail_msg("a rival's begin got %s", rival.other_text);
+	assert_true(rival.in_progress > 0);
+	/* Ten times its lease later, the effect completes. */
+	reply = harness_call(c, complete_request("long-1", fence, "applied"));
+	assert_non_null(reply);
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "state"), "committed");
+	json_decref(reply);
+	assert_true(extensions >= EXTEND_FOR_MS / EXTEND_EVERY_MS - 1);
+
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
+	assert_int_equal(harness_int(reply, "effects_proceed"), 1);
+	assert_int_equal(harness_int(reply, "effects_outcome_unknown"), 0);
+	assert_int_equal(harness_int(reply, "effects_extended"), extensions);
+	json_decref(reply);
+	reply = harness_call(c, begin_request("long-1", lease));
+	assert_disposition(reply, "reused");
+	json_decref(reply);
+	idem_close(c);
+	free(fence);
+	/*
+	 * The extensions are EFFECT records of the key like any other:
+	 * journal dump shows each (the begin's, one per extension, the
+	 * commit's) and verify reads them clean.
+	 */
+	out = malloc(1 << 20);
+	assert_non_null(out);
+	assert_int_equal(idemctl(b, "verify", out, 1 << 20), 0);
+	assert_int_equal(idemctl(b, "journal dump", out, 1 << 20), 0);
+	for (records = 0, at = out; (at = strstr(at, "long-1")) != NULL;
+	    at++)
+		records++;
+	assert_true(records >= extensions + 2);
+	free(out);
+	harness_shim_finish(*state);
+}
+
+/*
+ * The holder is a process of its own that extends until it is killed:
+ * it writes its fence to fd, then extends every EXTEND_EVERY_MS.
+ */
+static void
+holder_main(struct broker *b, int fd, int64_t lease)
+{
+	struct idem_conn	*c = harness_connect(b);
+	json_t			*reply, *r;
+	const char		*fence;
+
+	if (c == NULL || (reply = harness_call(c, begin_request("held-1",
+	    lease))) == NULL || strcmp(disposition_of(reply), "proceed") != 0)
+		_exit(1);
+	fence = json_string_value(json_object_get(reply, "fence"));
+	if (write(fd, fence, strlen(fence) + 1) != (ssize_t)strlen(fence) + 1)
+		_exit(1);
+	for (;;) {
+		sleep_ms(EXTEND_EVERY_MS * harness_slowdown());
+		r = harness_call(c, extend_request("held-1", fence, lease));
+		if (r == NULL || !json_is_true(json_object_get(r, "ok")))
+			_exit(2);
+		json_decref(r);
+	}
+}
+
+static void
+holder_killed_mid_effect_lapses_to_outcome_unknown(void **state)
+{
+	struct broker	*b = start(state);
+	json_t		*reply, *s;
+	char		 fence[64];
+	int		 fds[2], status, alive;
+	unsigned	 slow = harness_slowdown();
+	int64_t		 lease = LEASE_MS * slow, started, killed_at;
+	int64_t		 until;
+	ssize_t		 n;
+	pid_t		 pid;
+
+	assert_int_equal(pipe(fds), 0);
+	if ((pid = fork()) == 0) {
+		close(fds[0]);
+		holder_main(b, fds[1], lease);
+	}
+	assert_true(pid > 0);
+	close(fds[1]);
+	n = read(fds[0], fence, sizeof fence);
+	close(fds[0]);
+	assert_true(n > 0 && fence[n - 1] == '\0');
+
+	/* Three leases long the holder keeps it: in_progress throughout. */
+	started = harness_now_ms();
+	while (harness_now_ms() - started < 3 * lease) {
+		reply = harness_must_call(b, begin_request("held-1", 0));
+		assert_disposition(reply, "in_progress");
+		json_decref(reply);
+		sleep_ms(20);
+	}
+	alive = waitpid(pid, &status, WNOHANG) == 0;
+	assert_true(alive);
+	/* Killed mid-effect: nobody extends any more. */
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	killed_at = wall_ms();
+	until = lease_now(b, "held-1");
+	reply = begin_until_unknown(b, "held-1");
+	/* It lapsed at the last extension's end, not before. */
+	assert_true(wall_ms() >= until);
+	assert_true(until <= killed_at + lease + 1);
+	json_decref(reply);
+	/* For ever: time never turns it into proceed. */
+	reply = harness_must_call(b, begin_request("held-1", 0));
+	assert_disposition(reply, "outcome_unknown");
+	json_decref(reply);
+
+	/* The dead holder's fence: not extended, but its complete counts. */
+	reply = harness_must_call(b, extend_request("held-1", fence, lease));
+	assert_disposition(reply, "outcome_unknown");
+	assert_error(reply, "outcome_unknown", NULL);
+	harness_assert_bool(json_object_get(reply, "error"), "retryable", 0);
+	assert_string_equal(harness_str(json_object_get(reply, "existing"),
+	    "state"), "outcome_unknown");
+	json_decref(reply);
+	s = effect_state(b, "held-1");
+	assert_int_equal(time_ms(harness_str(s, "lease_expires_at")), until);
+	harness_assert_bool(s, "lease_live", 0);
+	assert_int_equal(harness_int(s, "lease_ms_left"), 0);
+	json_decref(s);
+	reply = harness_must_call(b, complete_request("held-1", fence,
+	    "applied"));
+	harness_assert_bool(reply, "ok", 1);
+	assert_string_equal(harness_str(reply, "state"), "committed");
+	json_decref(reply);
+	harness_shim_finish(*state);
+}
+
+/* ---- Refusals ------------------------------------------------------------ */
+
+static void
+extend_refusals_change_nothing(void **state)
+{
+	struct broker	*b = start(state);
+	json_t		*reply, *r, *s;
+	char		*f1, *f2, forged[64];
+	int64_t		 before, sent, until;
+
+	/* No reservation under the key. */
+	reply = harness_must_call(b, extend_request("none",
+	    "1-0123456789abcdef", 1000));
+	assert_reason(reply, "no_reservation");
+	json_decref(reply);
+
+	reply = harness_must_call(b, begin_request("r-1", 60000));
+	f1 = proceed_fence(reply);
+	json_decref(reply);
+	before = lease_now(b, "r-1");
+	/* The current attempt with another random part: stale. */
+	snprintf(forged, sizeof forged, "%.*s%s", (int)(strchr(f1, '-') - f1),
+	    f1, strcmp(strchr(f1, '-'), "-0000000000000000") == 0 ?
+	    "-0000000000000001" : "-0000000000000000");
+	reply = harness_must_call(b, extend_request("r-1", forged, 600000));
+	assert_reason(reply, "stale_fence");
+	json_decref(reply);
+	assert_int_equal(lease_now(b, "r-1"), before);
+
+	/* null is the default lease, 30 s; a shorter one is allowed. */
+	r = extend_request("r-1", f1, 0);
+	json_object_set_new(r, "lease_ms", json_null());
+	sent = wall_ms();
+	reply = harness_must_call(b, r);
+	until = extended_until(reply);
+	assert_true(until >= sent + 30000 - 1 &&
+	    until <= wall_ms() + 30000 + 1);
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("r-1", f1, 100));
+	until = extended_until(reply);
+	json_decref(reply);
+	assert_int_equal(lease_now(b, "r-1"), until);
+	/* The extension granted the lease now: updated_at is its time. */
+	s = effect_state(b, "r-1");
+	assert_int_equal(time_ms(harness_str(s, "updated_at")), until - 100);
+	assert_true(time_ms(harness_str(s, "updated_at")) >=
+	    time_ms(harness_str(s, "reserved_at")));
+	json_decref(s);
+
+	/* Bad requests: refused before anything is read. */
+	reply = harness_must_call(b, extend_request("r-1", f1, 99));
+	assert_error(reply, "invalid_request", "lease_ms");
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("r-1", f1, 86400001));
+	assert_error(reply, "invalid_request", "lease_ms");
+	json_decref(reply);
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s}", "op",
+	    "effect_extend", "client_submission_id", "r-1", "effect_kind",
+	    KIND));
+	assert_error(reply, "invalid_request", "fence");
+	json_decref(reply);
+	r = extend_request("r-1", f1, 1000);
+	json_object_set_new(r, "request", json_object());
+	reply = harness_must_call(b, r);
+	assert_error(reply, "invalid_request", NULL);
+	json_decref(reply);
+	reply = harness_must_call(b, json_pack("{s:s, s:s, s:s, s:s}", "op",
+	    "effect_extend", "client_submission_id", "r-1", "effect_kind",
+	    "write_task", "fence", f1));
+	assert_error(reply, "invalid_request", "effect_kind");
+	json_decref(reply);
+
+	/* After the lapse: outcome_unknown, not extended. */
+	json_decref(begin_until_unknown(b, "r-1"));
+	reply = harness_must_call(b, extend_request("r-1", f1, 600000));
+	assert_disposition(reply, "outcome_unknown");
+	json_decref(reply);
+	assert_int_equal(lease_now(b, "r-1"), until);
+
+	/* Released: nothing to extend; a new attempt makes f1 stale. */
+	reply = harness_must_call(b, complete_request("r-1", f1,
+	    "not_applied"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("r-1", f1, 1000));
+	assert_reason(reply, "no_reservation");
+	json_decref(reply);
+	reply = harness_must_call(b, begin_request("r-1", 60000));
+	f2 = proceed_fence(reply);
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("r-1", f1, 600000));
+	assert_reason(reply, "stale_fence");
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("r-1", f2, 600000));
+	(void)extended_until(reply);
+	json_decref(reply);
+
+	/* Committed: already_committed (a stale fence is still stale). */
+	reply = harness_must_call(b, complete_request("r-1", f2, "applied"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("r-1", f2, 1000));
+	assert_reason(reply, "already_committed");
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("r-1", f1, 1000));
+	assert_reason(reply, "stale_fence");
+	json_decref(reply);
+	reply = harness_must_call(b, begin_request("r-1", 0));
+	assert_disposition(reply, "reused");
+	json_decref(reply);
+	free(f1);
+	free(f2);
+	harness_shim_finish(*state);
+}
+
+/*
+ * While the journal is failed an extension needs a record it cannot
+ * have: storage_unavailable (retryable), nothing recorded, the lease
+ * running on; once the broker reopened its state, the same extension
+ * goes through.
+ */
+static void
+extend_while_the_journal_fails(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = start(state);
+	json_t			*reply = NULL, *error;
+	char			*fence;
+	int64_t			 before;
+	int			 tries;
+
+	reply = harness_must_call(b, begin_request("j-1", 60000));
+	fence = proceed_fence(reply);
+	json_decref(reply);
+	before = lease_now(b, "j-1");
+	harness_fault_rule(t->fault_file, "write .idem/journal ENOSPC");
+	/* A record that fails the journal, then the extension meets it. */
+	json_decref(harness_call_once(b, begin_request("j-2", 0)));
+	reply = harness_call_once(b, extend_request("j-1", fence, 600000));
+	/* Refused, or dropped by a worker draining for the reopen. */
+	if (reply != NULL) {
+		error = json_object_get(reply, "error");
+		assert_string_equal(harness_str(error, "code"),
+		    "storage_unavailable");
+		harness_assert_bool(error, "retryable", 1);
+	}
+	json_decref(reply);
+	harness_fault_rule(t->fault_file, "");
+	assert_int_equal(lease_now(b, "j-1"), before);
+	for (tries = 0; tries < 1000; tries++) {
+		reply = harness_call_once(b, extend_request("j-1", fence,
+		    600000));
+		if (reply != NULL && json_is_true(json_object_get(reply, "ok")))
+			break;
+		json_decref(reply);
+		reply = NULL;
+		sleep_ms(5);
+	}
+	if (reply == NULL)
+		fail_msg("the extension failed across the reopen");
+	assert_true(extended_until(reply) > before);
+	json_decref(reply);
+	free(fence);
+	harness_shim_finish(*state);
+}
+
+/* ---- libidem ------------------------------------------------------------- */
+
+struct slow_side {
+	struct broker	*b;
+	int64_t		 run_ms;
+	int		 performed, rivals_in_progress, rivals_other;
+};
+
+/* A perform five leases long; the others' begins meanwhile. */
+static enum idem_effect_observed
+slow_perform(const struct idem_effect *begun, char **result, void *arg)
+{
+	struct slow_side	*s = arg;
+	int64_t			 started = harness_now_ms();
+	json_t			*reply;
+
+	s->performed++;
+	assert_int_equal(begun->disposition, IDEM_EFFECT_PROCEED);
+	while (harness_now_ms() - started < s->run_ms) {
+		reply = harness_must_call(s->b, begin_request("lib-run", 0));
+		if (strcmp(disposition_of(reply), "in_progress") == 0)
+			s->rivals_in_progress++;
+		else
+			s->rivals_other++;
+		json_decref(reply);
+		sleep_ms(20);
+	}
+	*result = strdup(RESULT);
+	return IDEM_OBSERVED_APPLIED;
+}
+
+static void
+libidem_extend_and_run_keep_the_lease(void **state)
+{
+	struct broker		*b = start(state);
+	struct idem_conn	*c;
+	struct idem_effect	 out;
+	struct idem_error	 err;
+	struct slow_side	 side;
+	char			 fence[IDEM_EFFECT_FENCE_SIZE];
+	json_t			*reply;
+	int64_t			 lease;
+
+	lease = LEASE_MS * (int64_t)harness_slowdown();
+	c = harness_connect(b);
+	assert_non_null(c);
+	/* idem_effect_extend: EXTENDED, then each refusal as an answer. */
+	assert_int_equal(idem_effect_begin(c, "lib-1", KIND, REQUEST, lease,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_PROCEED);
+	snprintf(fence, sizeof fence, "%s", out.fence);
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 600000,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_EXTENDED);
+	assert_true(time_ms(out.lease_expires_at) > wall_ms() + 500000);
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND,
+	    "1-0000000000000000", 1000, &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_CONFLICT);
+	assert_string_equal(err.reason, "stale_fence");
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-none", KIND, fence, 1000,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_CONFLICT);
+	assert_string_equal(err.reason, "no_reservation");
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 99, &out,
+	    &err), -1);
+	assert_int_equal(out.disposition, IDEM_EFFECT_NONE);
+	idem_effect_clear(&out);
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 100,
+	    &out, &err), 0);
+	idem_effect_clear(&out);
+	json_decref(begin_until_unknown(b, "lib-1"));
+	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 1000,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_OUTCOME_UNKNOWN);
+	assert_int_equal(err.code, IDEM_E_OUTCOME_UNKNOWN);
+	idem_effect_clear(&out);
+
+	/* idem_effect_run: a perform five leases long, kept throughout. */
+	memset(&side, 0, sizeof side);
+	side.b = b;
+	side.run_ms = 5 * lease;
+	assert_int_equal(idem_effect_run(c, "lib-run", KIND, REQUEST, lease,
+	    slow_perform, NULL, &side, &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_COMMITTED);
+	assert_int_equal(out.attempt, 1);
+	assert_string_equal(out.result, RESULT);
+	idem_effect_clear(&out);
+	assert_int_equal(side.performed, 1);
+	assert_int_equal(side.rivals_other, 0);
+	assert_true(side.rivals_in_progress > 0);
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
+	/* lib-1's lapse only; lib-run's keeper extended it. */
+	assert_int_equal(harness_int(reply, "effects_outcome_unknown"), 1);
+	assert_true(harness_int(reply, "effects_extended") >= 2 + 10);
+	json_decref(reply);
+	idem_close(c);
+	harness_shim_finish(*state);
+}
+
+/* ---- Restarts ------------------------------------------------------------ */
+
+/* The bytes of the journal's segments: they grow when a round writes. */
+static off_t
+journal_bytes(const struct broker *b)
+{
+	char		 dir[PATH_MAX], path[PATH_MAX + 256];
+	struct dirent	*de;
+	struct stat	 st;
+	off_t		 total = 0;
+	DIR		*d;
+
+	snprintf(dir, sizeof dir, "%s/.idem/journal", b->root);
+	assert_non_null(d = opendir(dir));
+	while ((de = readdir(d)) != NULL) {
+		if (strstr(de->d_name, ".jnl") == NULL)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if (stat(path, &st) == 0)
+			total += st.st_size;
+	}
+	closedir(d);
+	return total;
+}
+
+static void
+restart_keeps_the_last_durable_expiry(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = start(state);
+	json_t			*reply;
+	char			*fence, *line;
+	int64_t			 first, extended, seen;
+	off_t			 size;
+	int			 fd, waited;
+
+	/* A flushed extension survives a kill -9. */
+	reply = harness_must_call(b, begin_request("x-1", 2000));
+	fence = proceed_fence(reply);
+	json_decref(reply);
+	reply = harness_must_call(b, extend_request("x-1", fence, 600000));
+	extended = extended_until(reply);
+	json_decref(reply);
+	/* A durable record after it in the journal: the extension's too. */
+	reply = harness_must_call(b, begin_request("x-flush", 0));
+	assert_disposition(reply, "proceed");
+	json_decref(reply);
+	harness_kill(b);
+	harness_must_start(b, NULL, t->env);
+	assert_int_equal(lease_now(b, "x-1"), extended);
+	reply = harness_must_call(b, begin_request("x-1", 0));
+	assert_disposition(reply, "in_progress");
+	json_decref(reply);
+	/* A SIGTERM flushes what the ring holds: the last one counts. */
+	reply = harness_must_call(b, extend_request("x-1", fence, 500000));
+	extended = extended_until(reply);
+	json_decref(reply);
+	assert_int_equal(harness_stop(b), 0);
+	harness_must_start(b, NULL, t->env);
+	assert_int_equal(lease_now(b, "x-1"), extended);
+	free(fence);
+
+	/*
+	 * An extension answered while the journal's fdatasync is held: the
+	 * round that writes it never comes, and a kill -9 loses it.  The
+	 * earlier expiry, the durable one, counts: outcome_unknown sooner,
+	 * never proceed.
+	 */
+	reply = harness_must_call(b, begin_request("x-2", 1500 *
+	    (int64_t)harness_slowdown()));
+	fence = proceed_fence(reply);
+	first = time_ms(harness_str(reply, "lease_expires_at"));
+	json_decref(reply);
+	size = journal_bytes(b);
+	harness_fault_rule(t->fault_file, "hold .idem/journal/");
+	/* Another begin's round: written, then held in its fdatasync. */
+	fd = harness_raw_connect(b);
+	assert_true(fd >= 0);
+	line = json_dumps(begin_request("x-hold", 0), JSON_COMPACT);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	for (waited = 0; journal_bytes(b) == size; waited++) {
+		if (waited > 10000)
+			fail_msg("the held round wrote nothing in 10 s");
+		sleep_ms(1);
+	}
+	/* Answered though nothing can be made durable now. */
+	reply = harness_must_call(b, extend_request("x-2", fence, 600000));
+	extended = extended_until(reply);
+	json_decref(reply);
+	assert_true(extended > first);
+	assert_int_equal(lease_now(b, "x-2"), extended);
+	reply = harness_must_call(b, begin_request("x-2", 0));
+	assert_disposition(reply, "in_progress");
+	json_decref(reply);
+	harness_kill(b);
+	close(fd);
+	harness_fault_rule(t->fault_file, "");
+	harness_must_start(b, NULL, t->env);
+	seen = lease_now(b, "x-2");
+	assert_int_equal(seen, first);
+	reply = begin_until_unknown(b, "x-2");
+	assert_true(wall_ms() >= first);
+	json_decref(reply);
+	/* The holder, alive, may still complete with its fence. */
+	reply = harness_must_call(b, complete_request("x-2", fence, "applied"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	free(fence);
+	harness_shim_finish(*state);
+}
+
+static int
+setup(void **state)
+{
+	return harness_shim_setup(state, HARNESS_TEST_SECONDS);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, \
+	harness_shim_teardown)
+		T(extended_lease_outlives_itself_and_nobody_else_proceeds),
+		T(holder_killed_mid_effect_lapses_to_outcome_unknown),
+		T(extend_refusals_change_nothing),
+		T(extend_while_the_journal_fails),
+		T(restart_keeps_the_last_durable_expiry),
+		T(libidem_extend_and_run_keep_the_lease),
+#undef T
+	};
+
+	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
+	if (getenv("IDEM_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL,
+	    NULL));
+}
