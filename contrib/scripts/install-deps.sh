@@ -12,8 +12,9 @@ for p in $packages; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
 	    missing="$missing $p"
 done
-# node and npm for tests/mcp/sdk.sh (the MCP SDK itself goes into the
-# build tree); by command, since a node from elsewhere may bring its own npm.
+# node (18 or later) and npm for tests/mcp/sdk.sh and tests/node_client.sh
+# (the MCP SDK and TypeScript go into the build tree); by command, since a
+# node from elsewhere may bring its own npm.
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
 if [ -n "$missing" ]; then
