@@ -101,6 +101,9 @@
  * wants runs of seconds, not the 0.6 s of BENCH_REUSE_OPS at K=8.
  */
 #define BENCH_CLUSTER_REUSE_OPS	100000
+/* Effects: runs of seconds at K=8 on both sides, Redis's GETs included. */
+#define BENCH_EFFECT_OPS	10000
+#define BENCH_EFFECT_REUSE_OPS	100000
 #define BENCH_STORM_CLIENTS	64
 #define BENCH_STORM_IDS		100
 #define BENCH_REPLAY_CREATIONS	1000000
@@ -5435,7 +5438,8 @@ usage(int status)
 "  --clients LIST    client counts (default 1,8,32); storm always uses 64\n"
 "  --count N         requests per scenario and reference (defaults: %d for\n"
 "                    create, mixed, SQLite creates, disk; %d for reuse,\n"
-"                    SQLite retries, echo; %d for the cluster's reuse)\n"
+"                    SQLite retries, echo; %d for the cluster's reuse;\n"
+"                    %d effects and %d retries for effects)\n"
 "  --scenario LIST   create,reuse,mixed,storm,replay and the references\n"
 "                    floor,sqlite,disk,echo,fsync,cost, history, cluster (1\n"
 "                    and 3 brokers on PostgreSQL beside pgbench; K=8 unless\n"
@@ -5450,6 +5454,7 @@ usage(int status)
 "  --syscalls        count the brokers' system calls with strace -c -f over\n"
 "                    each timed part (slows them: the rates mean nothing)\n",
 	    BENCH_CREATE_OPS, BENCH_REUSE_OPS, BENCH_CLUSTER_REUSE_OPS,
+	    BENCH_EFFECT_OPS, BENCH_EFFECT_REUSE_OPS,
 	    BENCH_REPLAY_CREATIONS,
 	    BENCH_HISTORY_IDS);
 	exit(status);
@@ -5754,7 +5759,9 @@ main(int argc, char **argv)
 		if (sc & SC_MIXED)
 			run_idem("mixed", k, create_ops, 0, setup_mixed);
 		if (sc & SC_EFFECTS)
-			run_effects(k, create_ops, reuse_ops, reuse_ids);
+			run_effects(k, opt.count != 0 ? opt.count :
+			    BENCH_EFFECT_OPS, opt.count != 0 ? opt.count :
+			    BENCH_EFFECT_REUSE_OPS, reuse_ids);
 		report_progress();
 	}
 	if (sc & SC_STORM) {
