@@ -10,7 +10,9 @@
  * one plain C process), a SQLite peer doing the same bookkeeping
  * in-process, the disk limit (file + fsync + directory fsync, nothing
  * else) and the socket limit (an echo server; and one answering a
- * reused-sized reply that its clients parse with jansson).  For every
+ * reused-sized reply that its clients parse with jansson); for the
+ * effects scenario, a private redis-server made durable (appendfsync
+ * always), the store a user would pick instead (issue #33).  For every
  * idemd scenario it reports the broker's CPU, context switches (and,
  * with --syscalls, system calls) per operation from /proc.  It never touches a broker's files while
  * that broker runs: the only broker file it writes is the journal of the
