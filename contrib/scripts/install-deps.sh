@@ -6,7 +6,10 @@ packages="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libsodium-dev libutf8proc-dev libcmocka-dev libsqlite3-dev liblmdb-dev
 python3 strace clang libclang-rt-dev libsystemd-dev
 python3-venv python3-mypy python3-hypothesis postgresql-15 libpq-dev
-systemd zsh fish"
+systemd zsh fish
+redis-server"
+# redis-server: only idem-bench's effects scenario and its smoke test
+# (the reference store, started privately); idem itself never needs it.
 missing=""
 for p in $packages; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
