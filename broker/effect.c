@@ -525,6 +525,17 @@ fence_latest(const struct effect *e)
 	return e->fence_nonce == x->fence;
 }
 
+/* A holder's op (complete, extend) with a fence not the latest: 1, answered. */
+static int
+effect_stale_fence(struct pending *p)
+{
+	if (fence_latest(effect_of(p)))
+		return 0;
+	effect_conflict(p, REASON_STALE_FENCE, "this fence is not the latest "
+	    "one issued for the effect; nothing changed");
+	return 1;
+}
+
 /* complete: the slot is claimed and its state durable. */
 static void
 effect_complete_judge(struct pending *p)
@@ -532,11 +543,8 @@ effect_complete_judge(struct pending *p)
 	struct effect		*e = effect_of(p);
 	const struct subtab_entry *x = &e->entry;
 
-	if (!fence_latest(e)) {
-		effect_conflict(p, REASON_STALE_FENCE, "this fence is not the "
-		    "latest one issued for the effect; nothing changed");
+	if (effect_stale_fence(p))
 		return;
-	}
 	switch (x->state) {
 	case SUBTAB_COMMITTED:
 		/* A retry of the complete that committed: same answer. */
@@ -576,11 +584,8 @@ effect_extend_judge(struct pending *p)
 	struct subtab_entry	*x = &e->entry;
 	int64_t			 now = shm_now_ms();
 
-	if (!fence_latest(e)) {
-		effect_conflict(p, REASON_STALE_FENCE, "this fence is not the "
-		    "latest one issued for the effect; nothing changed");
+	if (effect_stale_fence(p))
 		return;
-	}
 	switch (x->state) {
 	case SUBTAB_COMMITTED:
 		effect_conflict(p, REASON_ALREADY_COMMITTED, "the effect is "

@@ -84,6 +84,27 @@ client_effect_request(enum idem_op_code op, const char *id, const char *kind,
 	return request;
 }
 
+/* A request {op, client_submission_id, effect_kind, fence}: a holder's. */
+static json_t *
+client_effect_fenced(enum idem_op_code op, const char *id, const char *kind,
+    const char *fence, struct idem_error *err)
+{
+	json_t	*request;
+
+	if (fence == NULL) {
+		client_error(err, IDEM_E_ARGUMENT, "fence is required");
+		return NULL;
+	}
+	if ((request = client_effect_request(op, id, kind, err)) == NULL)
+		return NULL;
+	if (client_set(request, "fence", client_string(fence, "fence", err),
+	    err) != 0) {
+		json_decref(request);
+		return NULL;
+	}
+	return request;
+}
+
 /* The facts of an answer (its top level, existing, or receipt) into out. */
 static int
 client_effect_facts(json_t *j, struct idem_effect *out, struct idem_error *err)
@@ -220,16 +241,11 @@ idem_effect_complete(struct idem_conn *conn, const char *client_submission_id,
 		err = &scratch;
 	memset(err, 0, sizeof *err);
 	memset(out, 0, sizeof *out);
-	if (fence == NULL) {
-		client_error(err, IDEM_E_ARGUMENT, "fence is required");
-		return -1;
-	}
-	request = client_effect_request(IDEM_OPC_EFFECT_COMPLETE,
-	    client_submission_id, effect_kind, err);
+	request = client_effect_fenced(IDEM_OPC_EFFECT_COMPLETE,
+	    client_submission_id, effect_kind, fence, err);
 	if (request == NULL)
 		return -1;
-	if (client_set(request, "fence", client_string(fence, "fence", err),
-	    err) != 0 || client_set(request, "outcome", json_string(applied ?
+	if (client_set(request, "outcome", json_string(applied ?
 	    "applied" : "not_applied"), err) != 0 ||
 	    (applied && ((value = client_json_text(result_json, "result",
 	    err)) == NULL || client_set(request, "result", value,
@@ -294,17 +310,12 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
 		err = &scratch;
 	memset(err, 0, sizeof *err);
 	memset(out, 0, sizeof *out);
-	if (fence == NULL) {
-		client_error(err, IDEM_E_ARGUMENT, "fence is required");
-		return -1;
-	}
-	request = client_effect_request(IDEM_OPC_EFFECT_EXTEND,
-	    client_submission_id, effect_kind, err);
+	request = client_effect_fenced(IDEM_OPC_EFFECT_EXTEND,
+	    client_submission_id, effect_kind, fence, err);
 	if (request == NULL)
 		return -1;
-	if (client_set(request, "fence", client_string(fence, "fence", err),
-	    err) != 0 || (lease_ms > 0 && client_set(request, "lease_ms",
-	    json_integer(lease_ms), err) != 0)) {
+	if (lease_ms > 0 && client_set(request, "lease_ms",
+	    json_integer(lease_ms), err) != 0) {
 		json_decref(request);
 		return -1;
 	}
