@@ -341,6 +341,7 @@ effect_begin_acquire(struct pending *p)
 	struct local_effect	*le = le_of(p);
 	struct idemd		*d = idemd_of(p);
 	struct subtab_acquire	 a;
+	enum subtab_verdict	 acquired;
 
 	if (effect_acquire_start(p, &a) != 0)
 		return;
@@ -352,7 +353,7 @@ effect_begin_acquire(struct pending *p)
 		le_fail_reopening(p);
 		return;
 	}
-	switch (subtab_acquire(&d->seg, &a)) {
+	switch ((acquired = subtab_acquire(&d->seg, &a))) {
 	case SUBTAB_INSERTED:
 		le->claimed = 1;
 		le->slot = a.slot;
@@ -390,17 +391,12 @@ effect_begin_acquire(struct pending *p)
 			    le_unknown);
 			return;
 		}
-	case SUBTAB_DONE:
+	case SUBTAB_DONE:	/* committed with this digest */
+	case SUBTAB_MISMATCH:	/* bound to another */
 		e->entry = a.found;
 		le->found_end = a.found_journal_end;
 		local_after_durable(p, le->found_end, le->found_epoch,
-		    le_reused);
-		return;
-	case SUBTAB_MISMATCH:
-		e->entry = a.found;
-		le->found_end = a.found_journal_end;
-		local_after_durable(p, le->found_end, le->found_epoch,
-		    le_mismatch);
+		    acquired == SUBTAB_DONE ? le_reused : le_mismatch);
 		return;
 	case SUBTAB_BUSY:
 		pending_wait_claim(p, effect_begin_acquire);
