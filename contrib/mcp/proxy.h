@@ -96,8 +96,9 @@ extern const char proxy_key_description[];
 
 /*
  * Serve a client's tools/call (request a new reference, stolen) on a
- * thread of its own; answers the client itself.  -1 if no thread could
- * be started (the caller answers an internal error).
+ * thread of its own (one that waits for calls, or a new one); answers
+ * the client itself.  -1 if no thread could be started (the caller
+ * answers an internal error).
  */
 int	proxy_call_start(json_t *request);
 /* A client's cancellation of a call still at the broker. */

@@ -47,12 +47,14 @@
 #define CALL_POOL_SIZE		16	/* idle connections kept */
 #define CALL_CONNS_MAX		32	/* connections held at once */
 #define CALL_THREADS_MAX	1024	/* wrapped calls in flight */
+#define CALL_IDLE_MAX		8	/* threads kept waiting for a call */
 #define CALL_POLL_FIRST_MS	5	/* in_progress: the first wait */
 #define CALL_POLL_MAX_MS	200
 #define CALL_LIST_PAGES_MAX	100	/* our own tools/list */
 
 struct call {
 	struct call		*next;		/* calls_running */
+	struct call		*queued;	/* calls_queue */
 	json_t			*request;	/* the client's tools/call */
 	json_t			*id;		/* its id (borrowed) */
 	char			*id_key;	/* the id, compact JSON */
@@ -72,6 +74,16 @@ static pthread_mutex_t	 calls_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t	 calls_done = PTHREAD_COND_INITIALIZER;
 static struct call	*calls_running;
 static int		 calls_count;
+/*
+ * A thread whose call ended waits here for the next one instead of
+ * exiting (at most CALL_IDLE_MAX do): starting a thread per call, and
+ * the kernel's freeing its stack at its exit, was a tenth of what the
+ * proxy added to a call.  calls_idle counts the waiting threads not yet
+ * promised a queued call.
+ */
+static pthread_cond_t	 calls_work = PTHREAD_COND_INITIALIZER;
+static struct call	*calls_queue, **calls_queue_tail = &calls_queue;
+static int		 calls_idle;
 
 static pthread_mutex_t	 pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t	 pool_free = PTHREAD_COND_INITIALIZER;
@@ -759,10 +771,11 @@ call_list_tools(void)
 	json_decref(cursor);
 }
 
-static void *
-call_thread(void *arg)
+/* One call, from its tool's lookup to its end (c freed). */
+static void
+call_serve(struct call *c)
 {
-	struct call	*c = arg, **cp;
+	struct call	**cp;
 	enum proxy_wrap	 wrap;
 
 	wrap = proxy_tool_wrap(c->tool, &c->has_output_schema);
@@ -791,7 +804,28 @@ call_thread(void *arg)
 	free(c->request_json);
 	free(c->id_key);
 	free(c);
-	return NULL;
+}
+
+static void *
+call_thread(void *arg)
+{
+	struct call	*c = arg;
+
+	for (;;) {
+		call_serve(c);
+		pthread_mutex_lock(&calls_lock);
+		if (calls_idle >= CALL_IDLE_MAX) {
+			pthread_mutex_unlock(&calls_lock);
+			return NULL;
+		}
+		calls_idle++;
+		while (calls_queue == NULL)
+			pthread_cond_wait(&calls_work, &calls_lock);
+		c = calls_queue;
+		if ((calls_queue = c->queued) == NULL)
+			calls_queue_tail = &calls_queue;
+		pthread_mutex_unlock(&calls_lock);
+	}
 }
 
 int
@@ -830,6 +864,15 @@ proxy_call_start(json_t *request)
 	c->next = calls_running;
 	calls_running = c;
 	calls_count++;
+	if (calls_idle > 0) {
+		/* A waiting thread takes it. */
+		calls_idle--;
+		*calls_queue_tail = c;
+		calls_queue_tail = &c->queued;
+		pthread_cond_signal(&calls_work);
+		pthread_mutex_unlock(&calls_lock);
+		return 0;
+	}
 	pthread_mutex_unlock(&calls_lock);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
