@@ -4,7 +4,8 @@
 # "Several brokers on PostgreSQL"): the scenario runs end to end on a
 # private server beside pgbench, every reply is the one expected and the
 # inbox holds one file per creation (the bench fails otherwise), the
-# statements of a creation are counted, and a cached retry on a cluster
+# statements, transactions, WAL flushes and the server's CPU of a
+# creation are counted beside the local store's rate, and a cached retry on a cluster
 # broker costs no PostgreSQL round trip and takes the fast path.  Skips
 # (77) where idem has no PostgreSQL or PostgreSQL is not installed,
 # except in CI (CI=true), which must run it.
@@ -44,17 +45,36 @@ for row in pgbench-insert pg-create-b1 pg-create-b3 local-reuse \
 done
 for row in pg-create-b1 pg-create-b3; do
 	if grep "^$row " "$tmp/out" | grep -q \
-	    'statements (round trips) per creation, [0-9.]* ms of '\
+	    'statements (libpq calls) per creation, [0-9.]* ms of '\
 'execution on the server: [0-9.]* [A-Z]'; then
 		pass "$row: statements per creation counted"
 	else
 		fail "$row: no statements per creation counted"
 	fi
 done
+# The server's side beside the broker's (doc/performance.md): a
+# creation commits at least one transaction and flushes WAL, the local
+# store's rate of the same run is set beside it, and the server's and
+# the brokers' CPU are read from /proc (their processes are ours).
+if [ "$(grep -c '^PostgreSQL per operation' "$tmp/out")" -ne 1 ]; then
+	fail "no table of the server's side"
+fi
+for row in pg-create-b1 pg-create-b3; do
+	line=$(sed -n '/^PostgreSQL per operation/,$p' "$tmp/out" |
+	    grep "^$row ")
+	# scenario K ops/s xlocal stmts sendto xacts wal_sync wal_writ srv brk
+	if echo "$line" | awk '{ exit !($4 ~ /^[0-9.]+x$/ && $5 + 0 >= 1 &&
+	    $7 + 0 >= 1 && $8 + 0 > 0 && $10 ~ /^[0-9]+$/ &&
+	    $11 ~ /^[0-9]+$/) }'; then
+		pass "$row: server side counted: $line"
+	else
+		fail "$row: server side missing: $line"
+	fi
+done
 for row in pg-reuse-b1 pg-reuse-b3; do
 	line=$(grep "^$row " "$tmp/out")
 	case $line in
-	*"0.00 statements (round trips) per retry"*) pass "$row: no round trip" ;;
+	*"0.00 statements (libpq calls) per retry"*) pass "$row: no round trip" ;;
 	*) fail "$row: cached retries made round trips: $line" ;;
 	esac
 	case $line in
