@@ -551,6 +551,7 @@ process_cpu_s(pid_t pid)
 	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
+#ifdef HAVE_POSTGRESQL
 /*
  * A process's own CPU (utime + stime) and its reaped children's (cutime
  * + cstime), in seconds, and its parent: -1 if /proc does not say.
@@ -616,6 +617,7 @@ server_cpu_s(pid_t master)
 	closedir(d);
 	return total;
 }
+#endif
 
 /*
  * What idemd's processes (the master and every worker) have spent: CPU
