@@ -82,4 +82,28 @@ for row in pg-reuse-b1 pg-reuse-b3; do
 	*) fail "$row: not all retries took the fast path: $line" ;;
 	esac
 done
+# --syscalls: the brokers' sendto (libpq's sends) counted by strace; a
+# creation sends at least its statements, a cached retry nothing.  Where
+# strace cannot attach (ptrace restricted), the bench says so and the
+# count is not checked.
+run "$BENCH" --scenario cluster --clients 2 --count 40 --syscalls \
+    --dir "$tmp"
+expect 0 "idem-bench --scenario cluster --clients 2 --count 40 --syscalls"
+if grep -q 'strace failed' "$tmp/out"; then
+	echo "NOTE: strace could not attach: sendto not counted here"
+else
+	for row in pg-create-b1 pg-reuse-b1; do
+		line=$(sed -n '/^PostgreSQL per operation/,$p' "$tmp/out" |
+		    grep "^$row ")
+		case $row in
+		pg-create-*) rule='$6 + 0 >= 1' ;;
+		*) rule='$6 == "0.00"' ;;
+		esac
+		if echo "$line" | awk "{ exit !($rule) }"; then
+			pass "$row: sendto counted: $line"
+		else
+			fail "$row: sendto: $line"
+		fi
+	done
+fi
 finish
