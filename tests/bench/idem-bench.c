@@ -139,6 +139,8 @@
 #define BENCH_FLOOR_COMMIT_BYTES	383
 #define BENCH_FLOOR_FILE_BYTES		1536
 #define BENCH_MAX_BROKER_PROCS		(IDEM_MAX_WORKERS + 1)
+/* A sample of several brokers (the cluster's) holds all their pids. */
+#define BENCH_MAX_SAMPLE_PROCS		(3 * BENCH_MAX_BROKER_PROCS)
 
 enum scenario_bit {
 	SC_CREATE = 1 << 0,
@@ -221,6 +223,9 @@ struct result {
 	double		pg_xacts;
 	double		pg_wal_syncs;
 	double		pg_wal_writes;
+	double		pg_cpu_us;	/* the server's processes, /proc */
+	double		pg_sends;	/* --syscalls: the brokers' sendto */
+	double		pg_recvs;	/* and recvfrom */
 	char		note[768];
 };
 
@@ -374,6 +379,7 @@ result_new(const char *name, int clients)
 	r->cpu_us = r->csw = r->syscalls = NAN;
 	r->pg_statements = r->pg_xacts = r->pg_wal_syncs = r->pg_wal_writes =
 	    NAN;
+	r->pg_cpu_us = r->pg_sends = r->pg_recvs = NAN;
 	return r;
 }
 
@@ -545,6 +551,74 @@ process_cpu_s(pid_t pid)
 	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
+#ifdef HAVE_POSTGRESQL
+/*
+ * A process's own CPU (utime + stime) and its reaped children's (cutime
+ * + cstime), in seconds, and its parent: -1 if /proc does not say.
+ */
+static int
+process_times(pid_t pid, double *own, double *reaped, pid_t *ppid)
+{
+	char		 path[64], buf[1024], *p;
+	unsigned long	 utime, stime;
+	long		 cutime, cstime, parent;
+	double		 hz = (double)sysconf(_SC_CLK_TCK);
+	ssize_t		 n;
+	int		 fd;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 2,
+	    "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %ld %ld",
+	    &parent, &utime, &stime, &cutime, &cstime) != 5)
+		return -1;
+	*own = (double)(utime + stime) / hz;
+	*reaped = (double)(cutime + cstime) / hz;
+	*ppid = (pid_t)parent;
+	return 0;
+}
+
+/*
+ * A server's CPU in seconds: the master's own and its reaped children's
+ * (a PostgreSQL backend that ended is reaped by the postmaster, so its
+ * time lands there), plus every live child's own (backends, WAL writer,
+ * checkpointer, ...).  NAN if the master is not ours to read.  Children
+ * of children are not counted (PostgreSQL's processes are all the
+ * postmaster's).
+ */
+static double
+server_cpu_s(pid_t master)
+{
+	char		 name[300];
+	struct dirent	*de;
+	double		 own, reaped, total;
+	pid_t		 parent;
+	DIR		*d;
+
+	if (master <= 0 || process_times(master, &own, &reaped, &parent) != 0)
+		return NAN;
+	total = own + reaped;
+	if ((d = opendir("/proc")) == NULL)
+		return NAN;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(name, sizeof name, "%s", de->d_name);
+		if (process_times((pid_t)atol(name), &own, &reaped,
+		    &parent) == 0 && parent == master)
+			total += own;
+	}
+	closedir(d);
+	return total;
+}
+#endif
+
 /*
  * What idemd's processes (the master and every worker) have spent: CPU
  * from each process's /proc/<pid>/stat (its threads, dead ones
@@ -558,7 +632,7 @@ struct proc_sample {
 	int		ok;
 	int		procs;
 	int		tasks;
-	pid_t		pids[BENCH_MAX_BROKER_PROCS];
+	pid_t		pids[BENCH_MAX_SAMPLE_PROCS];
 	double		cpu_s;
 	uint64_t	voluntary;
 	uint64_t	involuntary;
@@ -723,8 +797,8 @@ traced_wait(const struct proc_sample *s)
 static pid_t
 strace_attach(const struct proc_sample *s, const char *out)
 {
-	const char	*argv[8 + 2 * BENCH_MAX_BROKER_PROCS];
-	char		 pidtext[BENCH_MAX_BROKER_PROCS][16], buf[4096];
+	const char	*argv[8 + 2 * BENCH_MAX_SAMPLE_PROCS];
+	char		 pidtext[BENCH_MAX_SAMPLE_PROCS][16], buf[4096];
 	char		*line, *nl;
 	size_t		 used = 0;
 	ssize_t		 n;
@@ -787,14 +861,25 @@ strace_attach(const struct proc_sample *s, const char *out)
 	return pid;
 }
 
-/* Detach strace and read its total; -1 if there is none. */
+/*
+ * Detach strace and read its total; -1 if there is none.  sends and
+ * recvs (NULL: not wanted) get the sendto and recvfrom counts: idemd
+ * speaks to its clients with read, write and sendmsg, so these are
+ * libpq's send() and recv() on the PostgreSQL sockets (and the
+ * listener's one recv a connection).
+ */
 static double
-strace_total(pid_t pid, const char *out)
+strace_total_pg(pid_t pid, const char *out, double *sends, double *recvs)
 {
-	char	line[256];
+	char	line[256], name[64];
 	double	total = -1;
 	long	calls;
 	FILE	*f;
+
+	if (sends != NULL)
+		*sends = 0;
+	if (recvs != NULL)
+		*recvs = 0;
 
 	kill(pid, SIGINT);
 	while (waitpid(pid, NULL, 0) == -1 && errno == EINTR)
@@ -803,11 +888,23 @@ strace_total(pid_t pid, const char *out)
 	if ((f = fopen(out, "re")) == NULL)
 		return -1;
 	while (fgets(line, sizeof line, f) != NULL) {
-		if (sscanf(line, " %ld total", &calls) == 1)
+		if (sscanf(line, " %ld %63s", &calls, name) != 2)
+			continue;
+		if (strcmp(name, "total") == 0)
 			total = (double)calls;
+		else if (sends != NULL && strcmp(name, "sendto") == 0)
+			*sends = (double)calls;
+		else if (recvs != NULL && strcmp(name, "recvfrom") == 0)
+			*recvs = (double)calls;
 	}
 	fclose(f);
 	return total;
+}
+
+static double
+strace_total(pid_t pid, const char *out)
+{
+	return strace_total_pg(pid, out, NULL, NULL);
 }
 
 /*
@@ -3513,7 +3610,7 @@ run_history(size_t n, int clients)
  * creation's statements alone, PGREF_PROTOCOL), and the local store's
  * create and reuse, interleaved in one run.  PostgreSQL's own counters
  * say what a creation costs there: statements (pg_stat_statements: one
- * per libpq call idemd makes, each a round trip), transactions
+ * per libpq call idemd makes; pipelined ones share a wait), transactions
  * (pg_stat_database) and WAL writes and fsyncs (pg_stat_wal).
  */
 static void	report_progress(void);
@@ -3533,6 +3630,7 @@ static int		 pg_statements;	/* pg_stat_statements is there */
 static int		 pg_private_started;
 static struct pgserver	 pg_private;	/* without --store: our own server */
 static char		 pg_bindir[256];
+static pid_t		 pg_master;	/* the postmaster, if /proc shows it */
 
 struct pg_counters {
 	int	ok;
@@ -3591,8 +3689,9 @@ pg_ok(const char *sql)
 
 /*
  * pg_stat_statements per statement since the mark: the statements
- * (each one libpq call idemd made, so one round trip) per operation, in
- * total and by statement (its first words), into r's note.  The bench's
+ * (each one libpq call idemd made; two pipelined share one wait) per
+ * operation, in total and by statement (its first words), into r's
+ * note.  The bench's
  * own queries start with BENCH_PG_MINE and are left out.
  */
 static void
@@ -3645,7 +3744,7 @@ pg_statements_since(struct result *r, double n, const char *what)
 	}
 	PQclear(res);
 	r->pg_statements = total / n;
-	result_note(r, "%.2f statements (round trips) per %s, %.3f ms of "
+	result_note(r, "%.2f statements (libpq calls) per %s, %.3f ms of "
 	    "execution on the server: %s", r->pg_statements, what,
 	    total_ms / n, parts);
 }
@@ -3768,6 +3867,47 @@ pg_private_start(void)
 	return NULL;
 }
 
+/*
+ * The postmaster: the private server's, else the parent of the bench's
+ * own backend when that server runs on this machine (its /proc visible
+ * to us).  0: the server's CPU is not measured.
+ */
+static void
+pg_find_master(void)
+{
+	PGresult	*res;
+	double		 own, reaped;
+	pid_t		 backend, parent;
+
+	pg_master = 0;
+	if (pg_private_started) {
+		pg_master = pg_private.pid;
+		return;
+	}
+	res = PQexec(pg_conn, BENCH_PG_MINE "SELECT pg_backend_pid()");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+		backend = (pid_t)atol(PQgetvalue(res, 0, 0));
+		if (process_times(backend, &own, &reaped, &parent) == 0)
+			pg_master = parent;
+	}
+	PQclear(res);
+	if (pg_master == 0)
+		fprintf(stderr, "idem-bench: the server's processes are not "
+		    "visible here: its CPU is not measured\n");
+}
+
+/* The server's CPU per operation between two server_cpu_s() samples. */
+static void
+pg_cpu_per_op(struct result *r, double a, double b, double n,
+    const char *what)
+{
+	if (isnan(a) || isnan(b) || n <= 0)
+		return;
+	r->pg_cpu_us = (b - a) * 1e6 / n;
+	result_note(r, "server CPU per %s: %.0f us (its processes' utime + "
+	    "stime, /proc)", what, r->pg_cpu_us);
+}
+
 /* The server, the schema, the reference's table: NULL, or why not. */
 static const char *
 pg_setup(void)
@@ -3804,6 +3944,7 @@ pg_setup(void)
 	    "state smallint NOT NULL, granted boolean NOT NULL)"))
 		return "cannot create the references' tables";
 	pg_baseline_sessions = pg_sessions();
+	pg_find_master();
 	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",
 	    opt.idemctl, store_uri);
 	if (system(cmd) != 0)
@@ -3941,6 +4082,7 @@ run_pgref(const char *name, enum pgref kind, int clients, size_t total_ops)
 	size_t			 per = total_ops / (size_t)clients;
 	pid_t			 pid;
 	FILE			*f;
+	double			 cpu0, cpu1;
 	int			 status, fd, n = 0;
 
 	if (per == 0)
@@ -3976,6 +4118,7 @@ run_pgref(const char *name, enum pgref kind, int clients, size_t total_ops)
 
 	pg_quiet(&before);
 	pg_statements_mark();
+	cpu0 = server_cpu_s(pg_master);
 	fflush(NULL);
 	if ((pid = fork()) == -1)
 		err(1, "fork");
@@ -3993,6 +4136,7 @@ run_pgref(const char *name, enum pgref kind, int clients, size_t total_ops)
 		if (errno != EINTR)
 			err(1, "waitpid");
 	}
+	cpu1 = server_cpu_s(pg_master);
 	pg_quiet(&after);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		r->failed = 1;
@@ -4029,6 +4173,8 @@ run_pgref(const char *name, enum pgref kind, int clients, size_t total_ops)
 		    "commit (each waiting for it), no file", clients, clients);
 	pg_statements_since(r, (double)r->ops, "transaction");
 	pg_per_op(r, &before, &after, (double)r->ops, "transaction");
+	/* pgbench's connections' start and end included. */
+	pg_cpu_per_op(r, cpu0, cpu1, (double)r->ops, "transaction");
 }
 
 /* ---- idemd --store URI, one workspace, n brokers ------------------------ */
@@ -4041,7 +4187,76 @@ struct cluster_release {
 	struct broker_stats		 stats;
 	int				 stats_ok;
 	size_t				 warm_failed;
+	struct proc_sample		 proc;		/* every broker's */
+	double				 server_cpu_s;
+	pid_t				 strace;	/* --syscalls; -1 */
+	char				 strace_out[PATH_MAX + 16];
 };
+
+/* One sample of all the brokers' processes together. */
+static void
+cluster_sample(const struct broker *b, int n, struct proc_sample *s)
+{
+	struct proc_sample	one;
+	int			i, j;
+
+	memset(s, 0, sizeof *s);
+	for (i = 0; i < n; i++) {
+		proc_sample(b[i].pid, &one);
+		if (!one.ok)
+			return;
+		for (j = 0; j < one.procs && s->procs < BENCH_MAX_SAMPLE_PROCS;
+		    j++)
+			s->pids[s->procs++] = one.pids[j];
+		s->tasks += one.tasks;
+		s->cpu_s += one.cpu_s;
+		s->voluntary += one.voluntary;
+		s->involuntary += one.involuntary;
+		s->run_ns += one.run_ns;
+		s->wait_ns += one.wait_ns;
+	}
+	s->ok = n > 0;
+}
+
+/*
+ * After the timed part: the brokers' CPU and switches, the server's CPU
+ * and (--syscalls) the brokers' sendto and recvfrom, per operation.
+ * libpq sends each flush of its output with one send(), and
+ * PQpipelineSync flushes: a statement is one sendto, a pipeline of two
+ * is two sendto but one wait for the server (its round trips are the
+ * statements less the pipelined ones; doc/performance.md).
+ */
+static void
+cluster_costs(struct cluster_release *cr, struct result *r, const char *what)
+{
+	struct proc_sample	after;
+	double			calls = -1, sends, recvs, n = (double)r->ops;
+
+	pg_cpu_per_op(r, cr->server_cpu_s, server_cpu_s(pg_master), n, what);
+	if (cr->strace > 0)
+		calls = strace_total_pg(cr->strace, cr->strace_out, &sends,
+		    &recvs);
+	if (!cr->proc.ok || r->ops == 0)
+		return;
+	cluster_sample(cr->b, cr->n, &after);
+	if (after.ok) {
+		r->cpu_us = (after.cpu_s - cr->proc.cpu_s) * 1e6 / n;
+		r->csw = (double)(after.voluntary + after.involuntary -
+		    cr->proc.voluntary - cr->proc.involuntary) / n;
+		result_note(r, "brokers per %s: %.0f us CPU, %.1f context "
+		    "switches", what, r->cpu_us, r->csw);
+	}
+	if (calls >= 0) {
+		r->syscalls = calls / n;
+		r->pg_sends = sends / n;
+		r->pg_recvs = recvs / n;
+		result_note(r, "strace (rates void): %.1f system calls, %.2f "
+		    "sendto (libpq's sends to PostgreSQL), %.2f recvfrom per %s",
+		    r->syscalls, r->pg_sends, r->pg_recvs, what);
+	} else if (opt.syscalls) {
+		result_note(r, "strace failed: no system call count");
+	}
+}
 
 static int
 cluster_start(struct broker *b, int n, const char *root)
@@ -4129,6 +4344,11 @@ cluster_at_release(void *arg)
 	cr->stats_ok = cluster_sum(cr, &cr->stats) == 0;
 	pg_counters(&cr->pg);
 	pg_statements_mark();
+	cr->strace = -1;
+	cluster_sample(cr->b, cr->n, &cr->proc);
+	if (opt.syscalls && cr->proc.ok)
+		cr->strace = strace_attach(&cr->proc, cr->strace_out);
+	cr->server_cpu_s = server_cpu_s(pg_master);
 }
 
 static void
@@ -4186,7 +4406,10 @@ run_cluster(const char *name, int clients, int brokers, size_t total_ops,
 	job.sockets = sockets;
 	job.nsockets = brokers;
 	job.arg = &s;
+	cr.strace = -1;
+	snprintf(cr.strace_out, sizeof cr.strace_out, "%s.strace", root);
 	run_job(&job, r);
+	cluster_costs(&cr, r, creating ? "creation" : "retry");
 	pg_statements_since(r, (double)r->ops, creating ? "creation" :
 	    "retry");
 	st_ok = cluster_sum(&cr, &st) == 0 && cr.stats_ok;
@@ -5228,6 +5451,81 @@ print_ms(double v)
 		printf(" %9.3f", v);
 }
 
+/*
+ * The local store's rate in the same run that a PostgreSQL row is set
+ * beside: pg-create-* and the pgbench rows against local-create,
+ * pg-reuse-* against local-reuse (the mean of that reference's rows).
+ */
+static double
+pg_local_ratio(const struct result *r)
+{
+	double	local;
+
+	if (strncmp(r->name, "pg-reuse-", 9) == 0)
+		local = mean_ops("local-reuse", r->clients);
+	else if (strncmp(r->name, "pg-create-", 10) == 0 ||
+	    strncmp(r->name, "pgbench-", 8) == 0)
+		local = mean_ops("local-create", r->clients);
+	else
+		return NAN;
+	return isnan(local) || local == 0 || isnan(r->ops_per_s) ? NAN :
+	    r->ops_per_s / local;
+}
+
+static void
+print_cell(double v, int decimals)
+{
+	if (isnan(v))
+		printf(" %8s", "-");
+	else
+		printf(" %8.*f", decimals, v);
+}
+
+/* The server's side beside the broker's, one line per PostgreSQL row. */
+static void
+print_pg_table(void)
+{
+	const struct result	*r;
+	size_t			 i;
+	int			 header = 0;
+
+	for (i = 0; i < result_count; i++) {
+		r = &results[i];
+		if (r->skipped || (isnan(r->pg_xacts) &&
+		    isnan(r->pg_statements) && isnan(r->pg_cpu_us)))
+			continue;
+		if (!header) {
+			printf("\nPostgreSQL per operation (statements: "
+			    "pg_stat_statements; sendto: the brokers' libpq "
+			    "sends, --syscalls only; xacts: pg_stat_database; "
+			    "WAL: pg_stat_wal; CPU: /proc utime+stime, "
+			    "server's processes and brokers'):\n");
+			printf("%-16s %4s %10s %8s %8s %8s %8s %8s %8s %8s "
+			    "%8s\n", "scenario", "K", "ops/s", "x local",
+			    "stmts", "sendto", "xacts", "wal_sync",
+			    "wal_writ", "srv us", "brk us");
+			header = 1;
+		}
+		printf("%-16s %4d", r->name, r->clients);
+		if (isnan(r->ops_per_s))
+			printf(" %10s", "-");
+		else
+			printf(" %10.1f", r->ops_per_s);
+		if (isnan(pg_local_ratio(r)))
+			printf(" %8s", "-");
+		else
+			printf(" %7.3fx", pg_local_ratio(r));
+		print_cell(r->pg_statements, 2);
+		print_cell(r->pg_sends, 2);
+		print_cell(r->pg_xacts, 2);
+		print_cell(r->pg_wal_syncs, 3);
+		print_cell(r->pg_wal_writes, 3);
+		print_cell(r->pg_cpu_us, 0);
+		print_cell(r->cpu_us, 0);
+		printf("%s\n", r->failed ? "  [FAILED]" : "");
+	}
+}
+
 static void
 print_table(void)
 {
@@ -5261,6 +5559,7 @@ print_table(void)
 			printf(" %10s", "-");
 		printf("  %s%s\n", r->failed ? "[FAILED] " : "", r->note);
 	}
+	print_pg_table();
 	printf("\nload average (1 min): %.2f at the start, %.2f at the end "
 	    "(%ld cpus)\n", load_start[0], load_end[0],
 	    sysconf(_SC_NPROCESSORS_ONLN));
@@ -5345,6 +5644,14 @@ print_json(void)
 		    json_number(r->pg_wal_syncs));
 		json_object_set_new(o, "pg_wal_writes_per_op",
 		    json_number(r->pg_wal_writes));
+		json_object_set_new(o, "pg_server_cpu_us_per_op",
+		    json_number(r->pg_cpu_us));
+		json_object_set_new(o, "pg_sendto_per_op",
+		    json_number(r->pg_sends));
+		json_object_set_new(o, "pg_recvfrom_per_op",
+		    json_number(r->pg_recvs));
+		json_object_set_new(o, "ratio_to_local",
+		    json_number(pg_local_ratio(r)));
 		json_object_set_new(o, "journal_fsyncs", r->fsyncs >= 0 ?
 		    json_integer(r->fsyncs) : json_null());
 		json_object_set_new(o, "journal_records", r->records >= 0 ?
