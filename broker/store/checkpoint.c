@@ -242,9 +242,18 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			}
 			if (entries[i].state == SUBTAB_COMMITTED)
 				committed++;
+			/*
+			 * A commit whose record is not durable yet waits for
+			 * the next checkpoint: the index keeps a receipt for
+			 * ever, and this one may still be lost and made
+			 * again with another time.  The checkpoint's own copy
+			 * may keep it: the journal after the checkpoint
+			 * records whatever became of the entry since.
+			 */
 			if (ix != NULL &&
 			    entries[i].state == SUBTAB_COMMITTED &&
-			    !(flags[i] & SUBTAB_SLOT_INDEXED)) {
+			    !(flags[i] & (SUBTAB_SLOT_INDEXED |
+			    SUBTAB_COPY_UNDURABLE))) {
 				if (index_put(ix, INDEX_FULL, &record,
 				    cause) != 0 ||
 				    note_slot(&put, &n_put, &put_size,

@@ -1094,6 +1094,83 @@ test_epoch_judges_durability(void **state)
 	assert_int_equal(handoff_is_durable(h, 0, 0), 1);
 }
 
+/*
+ * A checkpoint gives the index only durable commits: the copy marks a
+ * commit whose record is still on its way (SUBTAB_COPY_UNDURABLE), and a
+ * journal failure that takes a commit back also takes back the slot's
+ * "indexed" (found by review: an index given the lost commit served it
+ * for ever, while the retry's commit, acknowledged, had another time).
+ */
+static void
+test_undurable_commit_not_indexed(void **state)
+{
+	struct segment_fixture	*f = *state;
+	struct shm_header	*h = f->seg.header;
+	uint32_t		 gen = start_worker(f, 0);
+	struct subtab_acquire	 kept = request("kept", 1, 1, gen, 1);
+	struct subtab_acquire	 moved = request("moved", 3, 1, gen, 3);
+	struct subtab_unsettled	*rows;
+	struct subtab_entry	 e, done, entries[8];
+	char			 keys[8][SUBTAB_MAX_KEY_BYTES];
+	uint32_t		 flags[8];
+	uint64_t		 end;
+	size_t			 count;
+
+	assert_int_equal(subtab_acquire(&f->seg, &kept), SUBTAB_INSERTED);
+	done = kept.found;
+	done.state = SUBTAB_COMMITTED;
+	assert_int_equal(subtab_record(&f->seg, kept.slot, &kept.claim, &done,
+	    "k", 1, &end), 0);
+	assert_int_equal(subtab_acquire(&f->seg, &moved), SUBTAB_INSERTED);
+	assert_int_equal(subtab_record(&f->seg, moved.slot, &moved.claim,
+	    &moved.found, "m", 1, &end), 0);
+	handoff_taken(&f->seg, end);
+	handoff_durable(&f->seg, end);
+	/* moved's commit appended, not yet durable. */
+	done = moved.found;
+	done.state = SUBTAB_COMMITTED;
+	assert_int_equal(subtab_record(&f->seg, moved.slot, &moved.claim,
+	    &done, "M", 1, &end), 0);
+	assert_int_equal(subtab_copy_flags(&f->seg, 0, 8, entries, keys,
+	    flags), 2);
+	assert_int_equal(entries[kept.slot].state, SUBTAB_COMMITTED);
+	assert_false(flags[kept.slot] & SUBTAB_COPY_UNDURABLE);
+	assert_int_equal(entries[moved.slot].state, SUBTAB_COMMITTED);
+	assert_true(flags[moved.slot] & SUBTAB_COPY_UNDURABLE);
+
+	/* Indexed all the same (as before the fix), then the journal fails. */
+	subtab_mark_indexed(&f->seg, &moved.slot, 1);
+	assert_int_equal(h->indexed_count, 1);
+	handoff_failed(&f->seg);
+	assert_int_equal(subtab_unsettled(&f->seg, h->ring_lost_from, &rows,
+	    &count), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(rows[0].slot, moved.slot);
+	rows[0].durable = 1;
+	rows[0].entry = moved.found;
+	assert_int_equal(subtab_settle(&f->seg, h->ring_lost_from, rows,
+	    count), 0);
+	free(rows);
+	assert_int_equal(subtab_lookup(&f->seg, "moved", 5, &e, NULL), 1);
+	assert_int_equal(e.state, SUBTAB_RESERVED);
+	assert_int_equal(h->indexed_count, 0);
+	assert_int_equal(subtab_copy_flags(&f->seg, 0, 8, entries, keys,
+	    flags), 2);
+	assert_false(flags[moved.slot] & SUBTAB_SLOT_INDEXED);
+
+	/* The retry's commit, once durable, is the one to index. */
+	assert_int_equal(subtab_record(&f->seg, moved.slot, &moved.claim,
+	    &done, "M", 1, &end), 0);
+	assert_int_equal(subtab_copy_flags(&f->seg, 0, 8, entries, keys,
+	    flags), 2);
+	assert_true(flags[moved.slot] & SUBTAB_COPY_UNDURABLE);
+	handoff_taken(&f->seg, end);
+	handoff_durable(&f->seg, end);
+	assert_int_equal(subtab_copy_flags(&f->seg, 0, 8, entries, keys,
+	    flags), 2);
+	assert_false(flags[moved.slot] & SUBTAB_COPY_UNDURABLE);
+}
+
 /* A slot whose record a journal failure dropped goes back, or empty. */
 static void
 test_settle_sets_back_lost_states(void **state)
@@ -1385,6 +1462,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_ring_wraps_and_fills,
 		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_epoch_judges_durability,
+		    setup, unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(test_undurable_commit_not_indexed,
 		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_settle_sets_back_lost_states,
 		    setup, unit_segment_teardown),
