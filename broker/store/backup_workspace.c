@@ -304,6 +304,7 @@ remove_after_cut(struct walk *w, int dest_fd)
 {
 	struct store_verify	 v;
 	struct after_cut	 a;
+	char			 root[32];
 	char			*cause = NULL;
 	int			 rc;
 
@@ -311,7 +312,9 @@ remove_after_cut(struct walk *w, int dest_fd)
 	memset(&a, 0, sizeof a);
 	a.w = w;
 	a.dest_fd = dest_fd;
-	v.root = w->b->dest;
+	/* DEST's directory, not its name (which may be a symlink now). */
+	snprintf(root, sizeof root, "/proc/self/fd/%d", dest_fd);
+	v.root = root;
 	v.sequence_digits = w->b->sequence_digits;
 	v.note = after_cut_note;
 	v.arg = &a;
