@@ -9,7 +9,9 @@
  * and every receipt acknowledged before the backup began is answered
  * again, reused, byte for byte.  Also: a DEST that is not empty, is a
  * symlink or holds a symlink is refused, and nothing is written through
- * it.
+ * it; an idem REPORT file the copy does not record is left out of it,
+ * whatever its number; and DEST swapped for a symlink to the root while
+ * the backup runs cuts nothing of the root's journal.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
