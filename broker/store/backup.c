@@ -382,13 +382,14 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 	/*
 	 * The last segment may end in a record the broker was writing:
 	 * cut it as a start-up would, so that the copy verifies clean.
+	 * Through the descriptor, not DEST's name: the replay truncates,
+	 * and DEST swapped for a symlink to a live root meanwhile would
+	 * have it cut that root's journal.  /proc/self/fd/N names the
+	 * directory jfd opened (as in index_open_at); the "/." makes it a
+	 * component on the way, which the replay's O_NOFOLLOW open of its
+	 * last one would refuse to be.
 	 */
-	if ((size_t)snprintf(dir, sizeof dir, "%s/%s", b->dest,
-	    IDEM_JOURNAL_DIR) >= sizeof dir) {
-		errno = ENAMETOOLONG;
-		fail(cause, "%s: %s", b->dest, strerror(errno));
-		goto out;
-	}
+	snprintf(dir, sizeof dir, "/proc/self/fd/%d/.", jfd);
 	memset(&stats, 0, sizeof stats);
 	if (journal_replay_from(dir, h->first, 0, apply_nothing, NULL,
 	    &stats, cause) != 0)

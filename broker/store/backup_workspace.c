@@ -14,9 +14,12 @@
  * would answer a retry of it with a second task.  So the copy is read
  * by store_verify, and each such file (unknown_submission) is removed
  * from the copy and named in backup-info: after a restore, its retry
- * creates it again, as after a crash before its reservation.  A REPORT
- * file made after the cut is found by its number (past the highest the
- * copy's journal handed out) and left out the same way.
+ * creates it again, as after a crash before its reservation.  An idem
+ * REPORT file (one naming its client_submission_id) made after the cut
+ * is found the same way (store_verify's report_keys) and left out: by
+ * its key, not its number, since numbers reach the journal out of order
+ * (one worker's reservation of N+1 can be durable before another's of
+ * N, so a cut can hold N+1 and not N).
  */
 #include <sys/stat.h>
 
@@ -301,6 +304,7 @@ remove_after_cut(struct walk *w, int dest_fd)
 {
 	struct store_verify	 v;
 	struct after_cut	 a;
+	char			 root[32];
 	char			*cause = NULL;
 	int			 rc;
 
@@ -308,11 +312,22 @@ remove_after_cut(struct walk *w, int dest_fd)
 	memset(&a, 0, sizeof a);
 	a.w = w;
 	a.dest_fd = dest_fd;
-	v.root = w->b->dest;
+	/* DEST's directory, not its name (which may be a symlink now). */
+	snprintf(root, sizeof root, "/proc/self/fd/%d", dest_fd);
+	v.root = root;
 	v.sequence_digits = w->b->sequence_digits;
 	v.note = after_cut_note;
 	v.arg = &a;
+	v.report_keys = 1;
 	rc = store_verify(&v, &cause);
+	if (rc == 0 && !v.journal_complete) {
+		/* Its files were not checked: none would be left out. */
+		walk_fail(w, "reading the copy's journal back: %s",
+		    v.corrupt != NULL ? v.corrupt : "incomplete");
+		store_verify_free(&v);
+		free(cause);
+		return -1;
+	}
 	store_verify_free(&v);
 	if (rc != 0) {
 		walk_fail(w, "reading the copy back: %s", cause != NULL ?
@@ -327,110 +342,6 @@ remove_after_cut(struct walk *w, int dest_fd)
 		    "%s: %s", w->b->dest, strerror(errno));
 	}
 	return 0;
-}
-
-/*
- * REPORT files: verify reads only FCoP's rules in them, so the cut is
- * found by number.  Numbers are handed out in order (a day's, days only
- * forward) and recorded with the reservation, so the highest report
- * number the copied checkpoint's allocator and journal know is the cut:
- * an idem REPORT file (one naming its client_submission_id) numbered
- * past it was written after the cut, and its retry on a restored broker
- * would write a second one.
- */
-struct report_cut {
-	uint32_t	date, seq;
-};
-
-static void
-cut_note(struct report_cut *c, uint32_t date, uint32_t seq)
-{
-	if (date > c->date || (date == c->date && seq > c->seq)) {
-		c->date = date;
-		c->seq = seq;
-	}
-}
-
-static int
-cut_apply(const struct journal_record *r, void *arg)
-{
-	if (r->entry.kind == SUBTAB_KIND_REPORT)
-		cut_note(arg, r->entry.date, r->entry.seq);
-	return 0;
-}
-
-static int
-remove_reports_after_cut(struct walk *w, int dest_fd)
-{
-	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
-	struct journal_replay_stats stats;
-	struct taskfile_facts	 facts;
-	struct report_cut	 cut = { 0, 0 };
-	struct dirent		*e;
-	enum subtab_kind	 kind;
-	uint64_t		 segment = 0, records;
-	uint32_t		 date, seq;
-	char			 dir[PATH_MAX], path[NAME_MAX + 16];
-	char			*cause = NULL;
-	DIR			*d;
-	int			 fd, rc;
-
-	memset(alloc, 0, sizeof alloc);
-	memset(&stats, 0, sizeof stats);
-	snprintf(dir, sizeof dir, "%s/%s", w->b->dest, IDEM_JOURNAL_DIR);
-	rc = checkpoint_load(dir, cut_apply, &cut, alloc, &segment, &records,
-	    &cause);
-	if (rc == 0)
-		rc = segment != 0 ? journal_replay_from(dir, segment,
-		    JOURNAL_REPLAY_READONLY, cut_apply, &cut, &stats, &cause) :
-		    journal_replay(dir, JOURNAL_REPLAY_READONLY, cut_apply,
-		    &cut, &stats, &cause);
-	if (rc != 0) {
-		walk_fail(w, "reading the copy's journal back: %s",
-		    cause != NULL ? cause : strerror(errno));
-		free(cause);
-		return -1;
-	}
-	if (alloc[SUBTAB_KIND_REPORT - 1].next_seq > 0)
-		cut_note(&cut, alloc[SUBTAB_KIND_REPORT - 1].date,
-		    alloc[SUBTAB_KIND_REPORT - 1].next_seq - 1);
-	if ((fd = nofollow_dir(dest_fd, IDEM_REPORTS_DIR)) == -1)
-		return errno == ENOENT ? 0 : walk_fail(w, "%s/%s: %s",
-		    w->b->dest, IDEM_REPORTS_DIR, strerror(errno));
-	if ((d = fdopendir(fd)) == NULL) {
-		close(fd);
-		return walk_fail(w, "%s/%s: %s", w->b->dest, IDEM_REPORTS_DIR,
-		    strerror(errno));
-	}
-	while ((e = readdir(d)) != NULL) {
-		if (!taskfile_parse_name(e->d_name, &kind, &date, &seq) ||
-		    kind != SUBTAB_KIND_REPORT || (date < cut.date ||
-		    (date == cut.date && seq <= cut.seq)))
-			continue;
-		snprintf(path, sizeof path, "%s/%s", IDEM_REPORTS_DIR,
-		    e->d_name);
-		if (taskfile_inspect(dest_fd, path, &facts, &cause) != 0) {
-			free(cause);
-			cause = NULL;
-			continue;	/* not a file idem could have written */
-		}
-		if (!facts.has_client_submission_id)
-			continue;	/* a legacy call's, or another writer's */
-		if (unlinkat(dirfd(d), e->d_name, 0) != 0) {
-			rc = walk_fail(w, "removing %s from %s: %s", path,
-			    w->b->dest, strerror(errno));
-			break;
-		}
-		if (note_removed(w, path) != 0) {
-			rc = walk_fail(w, "out of memory");
-			break;
-		}
-	}
-	if (rc == 0 && fsync(dirfd(d)) != 0)
-		rc = walk_fail(w, "fsync %s/%s: %s", w->b->dest,
-		    IDEM_REPORTS_DIR, strerror(errno));
-	closedir(d);
-	return rc;
 }
 
 /*
@@ -556,7 +467,6 @@ backup_workspace(struct store_backup *b, int root_fd, int dest_fd,
 	    0)
 		goto out;
 	if (b->with_workspace && (remove_after_cut(&w, dest_fd) != 0 ||
-	    remove_reports_after_cut(&w, dest_fd) != 0 ||
 	    (w.removed_count > 0 && manifest_drop(&w, dest_state_fd) != 0)))
 		goto out;
 	/* Reading the copy back made LMDB's reader table: not the state's. */

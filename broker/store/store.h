@@ -763,6 +763,14 @@ struct store_verify {
 	unsigned		 sequence_digits;	/* idemd's */
 	store_problem_fn	 note;		/* each finding, in order */
 	void			*arg;
+	/*
+	 * Also an idem REPORT file (one naming its client_submission_id)
+	 * whose number the state does not record for that submission is
+	 * unknown_submission: for a backup's copy, where such a file was
+	 * written after the cut (backup_workspace.c).  idemctl verify
+	 * leaves it 0.
+	 */
+	int			 report_keys;
 	/* Out. */
 	enum store_verify_failure failure;
 	enum store_state_dir	 state_dir;	/* STORE_VERIFY_NOT_WORKSPACE */

@@ -569,12 +569,22 @@ verify_unreadable_file(struct verify *vf, const char *path, char *cause)
 	free(cause);
 }
 
-/* A REPORT file under reports/: only FCoP's rules are checked here. */
+/*
+ * A REPORT file under reports/: FCoP's rules, and with v->report_keys
+ * whether the state records an idem REPORT's number for the submission
+ * it names.
+ */
 static void
 verify_report_file(struct verify *vf, const char *path, const char *file)
 {
 	struct taskfile_facts	 facts;
+	struct store_problem	 p;
+	struct store_vrecord	*vr;
+	json_t			*at;
+	const char		*csid;
+	char			 report_id[NAME_MAX + 1];
 	char			*cause;
+	int			 known = 0;
 
 	vf->v->reports_checked++;
 	if (taskfile_inspect(vf->root_fd, path, &facts, &cause) == -1) {
@@ -582,6 +592,28 @@ verify_report_file(struct verify *vf, const char *path, const char *file)
 		return;
 	}
 	verify_fcop(vf, path, file, &facts);
+	if (!vf->v->report_keys || !facts.has_client_submission_id)
+		return;
+	/*
+	 * A report's key is "<task_id>\n<id>" and its file does not say
+	 * the task_id: so by its number, which the state records with the
+	 * key (numbers are never handed out twice).
+	 */
+	snprintf(report_id, sizeof report_id, "%.*s", (int)(strlen(file) - 3),
+	    file);	/* ".md" */
+	if ((at = json_object_get(vf->by_id, report_id)) != NULL) {
+		vr = &vf->records[json_integer_value(at)];
+		csid = store_key_submission_id(&vr->entry, vr->key);
+		known = vr->entry.kind == SUBTAB_KIND_REPORT && csid != NULL &&
+		    strcmp(csid, facts.client_submission_id) == 0;
+	}
+	if (!known) {
+		verify_problem(&p, STORE_CHECK_UNKNOWN_SUBMISSION,
+		    STORE_SEVERITY_ERROR, NULL, path);
+		p.id = report_id;
+		p.client_submission_id = facts.client_submission_id;
+		verify_note(vf, &p);
+	}
 }
 
 /* One TASK file found on disk: is it idem's, and does the journal agree? */

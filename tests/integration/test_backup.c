@@ -9,7 +9,9 @@
  * and every receipt acknowledged before the backup began is answered
  * again, reused, byte for byte.  Also: a DEST that is not empty, is a
  * symlink or holds a symlink is refused, and nothing is written through
- * it.
+ * it; an idem REPORT file the copy does not record is left out of it,
+ * whatever its number; and DEST swapped for a symlink to the root while
+ * the backup runs cuts nothing of the root's journal.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -704,6 +706,172 @@ test_backup_refuses_a_dest_in_use(void **state)
 	assert_int_equal(system(path), 0);
 }
 
+/*
+ * An idem REPORT file whose submission the copy does not know is left
+ * out of the copy even when its number is below the cut: numbers reach
+ * the journal out of order (one worker's reservation of N+1 durable
+ * before another's of N), so the cut goes by what the copy records,
+ * not by number.  Made here by hand: a report of the broker's, its
+ * client_submission_id changed to a task's, under an earlier day's
+ * number.
+ */
+static void
+test_backup_leaves_out_a_report_the_copy_does_not_know(void **state)
+{
+	struct broker		 a;
+	struct idem_conn	*c;
+	char			 acks[400], dest[400], cmd[1600], out[4096];
+	int			 ack_fd, status;
+
+	(void)state;
+	harness_fresh_root(&a);
+	harness_must_start(&a, NULL, NULL);
+	snprintf(acks, sizeof acks, "%s.acks", a.root);
+	snprintf(dest, sizeof dest, "%s.dest", a.root);
+	assert_true((ack_fd = open(acks, O_WRONLY | O_CREAT | O_TRUNC |
+	    O_APPEND | O_CLOEXEC, 0600)) != -1);
+	assert_non_null(c = harness_connect(&a));
+	with_reports = 1;
+	assert_int_equal(create_pair(c, "bk-known-report", ack_fd), 0);
+	with_reports = 0;
+	/* Its key a task's: the file's number, not its key, is unknown. */
+	assert_int_equal(create_pair(c, "bk-unknown-report", ack_fd), 0);
+	idem_close(c);
+	close(ack_fd);
+	unlink(acks);
+	assert_int_equal(harness_stop(&a), 0);
+	snprintf(cmd, sizeof cmd, "cd '%s/reports' && f=$(ls REPORT-*.md) && "
+	    "sed 's/bk-known-report/bk-unknown-report/' \"$f\" >"
+	    "\"$(echo \"$f\" | sed 's/^REPORT-[0-9]*-/REPORT-20200101-/')\"",
+	    a.root);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(harness_count_reports(&a), 2);
+
+	status = idemctl(out, sizeof out, "--root '%s' backup "
+	    "--with-workspace '%s'", a.root, dest);
+	if (status != 0)
+		fail_msg("idemctl backup (%d): %s", status, out);
+	/* Left out and said so; the known report kept. */
+	snprintf(cmd, sizeof cmd, "test -z \"$(ls '%s/reports' | grep "
+	    "'^REPORT-20200101-')\"", dest);
+	if (system(cmd) != 0)
+		fail_msg("the unknown report stayed in the copy");
+	snprintf(cmd, sizeof cmd, "ls '%s/reports' | grep -q '^REPORT-'",
+	    dest);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof cmd, "grep -q '^after_cut: 1$' "
+	    "'%s/.idem/backup-info'", dest);
+	assert_int_equal(system(cmd), 0);
+	status = idemctl(out, sizeof out, "--root '%s' verify", dest);
+	if (status != 0)
+		fail_msg("idemctl verify of the backup (%d): %s", status, out);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dest);
+	assert_int_equal(system(cmd), 0);
+	harness_cleanup(&a);
+}
+
+/*
+ * DEST swapped for a symlink to a live root while the backup runs
+ * (held after DEST is opened, before the journal is copied): the torn
+ * tail the copy's replay cuts is cut in the directory the backup
+ * opened, never through the name, so the live root's journal keeps its
+ * bytes and the copy lands in the original DEST.
+ */
+static void
+test_backup_dest_swapped_for_a_symlink(void **state)
+{
+	struct broker	 a;
+	struct stat	 st;
+	char		 dest[400], moved[450], fifo[400], seg[900];
+	char		 name[256], copy[900], out[1400], env[450];
+	char		*argv[8], *text;
+	pid_t		 child;
+	off_t		 live;
+	int		 fd, status;
+	FILE		*p;
+
+	(void)state;
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("IDEM_BACKUP_HOLD needs configure --enable-fault-injection");
+#endif
+	harness_fresh_root(&a);
+	harness_must_start(&a, NULL, NULL);
+	json_decref(harness_submit(&a, "bk-swap-1", "one task"));
+	assert_int_equal(harness_stop(&a), 0);
+	/* A torn tail on the live root's last segment: the replay cuts it. */
+	snprintf(out, sizeof out, "ls '%s/.idem/journal' | grep 'jnl$' | "
+	    "tail -n 1", a.root);
+	assert_non_null(p = popen(out, "r"));
+	assert_non_null(fgets(name, sizeof name, p));
+	pclose(p);
+	name[strcspn(name, "\n")] = '\0';
+	snprintf(seg, sizeof seg, "%s/.idem/journal/%s", a.root, name);
+	assert_non_null(p = fopen(seg, "a"));
+	fputs("torn", p);
+	fclose(p);
+	assert_int_equal(stat(seg, &st), 0);
+	live = st.st_size;
+
+	snprintf(dest, sizeof dest, "%s.dest", a.root);
+	snprintf(moved, sizeof moved, "%s.moved", dest);
+	snprintf(fifo, sizeof fifo, "%s.hold", a.root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(env, sizeof env, "IDEM_BACKUP_HOLD=%s", fifo);
+	argv[0] = getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
+	    "contrib/idemctl";
+	argv[1] = "--root";
+	argv[2] = a.root;
+	argv[3] = "backup";
+	argv[4] = "--with-workspace";
+	argv[5] = dest;
+	argv[6] = NULL;
+	snprintf(out, sizeof out, "%s.out", a.root);
+	if ((child = fork()) == 0) {
+		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		putenv(env);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	assert_true(child > 0);
+	/* Open for writing returns once the backup waits, DEST open. */
+	assert_true((fd = open(fifo, O_WRONLY | O_CLOEXEC)) != -1);
+	assert_int_equal(rename(dest, moved), 0);
+	assert_int_equal(symlink(a.root, dest), 0);
+	assert_int_equal(write(fd, "go", 2), 2);
+	close(fd);
+	assert_int_equal(waitpid(child, &status, 0), child);
+	text = read_file(out, 8192);
+	print_message("backup with DEST swapped (status %d): %s", status,
+	    text);
+	unlink(out);
+
+	/* The live journal untouched, nothing of the backup's in the root. */
+	assert_int_equal(stat(seg, &st), 0);
+	if (st.st_size != live)
+		fail_msg("the live segment %s was cut from %lld to %lld bytes "
+		    "through the swapped DEST", seg, (long long)live,
+		    (long long)st.st_size);
+	snprintf(out, sizeof out, "%s/.idem/backup-info", a.root);
+	assert_int_equal(access(out, F_OK), -1);
+	/* Succeeded: the copy is whole in the original DEST, its tail cut. */
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+		snprintf(copy, sizeof copy, "%s/.idem/journal/%s", moved,
+		    name);
+		assert_int_equal(stat(copy, &st), 0);
+		assert_int_equal(st.st_size, live - 4);
+		snprintf(out, sizeof out, "%s/.idem/backup-info", moved);
+		assert_int_equal(access(out, F_OK), 0);
+	}
+	free(text);
+	unlink(dest);
+	unlink(fifo);
+	snprintf(out, sizeof out, "rm -rf '%s'", moved);
+	assert_int_equal(system(out), 0);
+	harness_cleanup(&a);
+}
+
 int
 main(void)
 {
@@ -711,6 +879,9 @@ main(void)
 		cmocka_unit_test(test_backup_under_load_restores_every_receipt),
 		cmocka_unit_test(test_backup_holds_pruned_segments),
 		cmocka_unit_test(test_backup_refuses_a_dest_in_use),
+		cmocka_unit_test(
+		    test_backup_leaves_out_a_report_the_copy_does_not_know),
+		cmocka_unit_test(test_backup_dest_swapped_for_a_symlink),
 	};
 
 	harness_watchdog(240);
