@@ -91,8 +91,12 @@ idemctl(char *out, size_t size, const char *fmt, ...)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* One call as lines: the answer's text (malloc'd), or fail. */
-static char *
+/*
+ * One call as lines: the answer's text (malloc'd), or fail.  Not inlined:
+ * GCC 12's -Wdangling-pointer then takes the answer for the local that
+ * received it.
+ */
+static __attribute__((noinline)) char *
 call_line(struct idem_conn *c, const char *line)
 {
 	struct idem_error	 err;
