@@ -418,13 +418,6 @@ _Static_assert(sizeof(struct subtab_slot) == SUBTAB_SLOT_BYTES,
 /* subtab_slot.flags */
 #define SUBTAB_SLOT_INDEXED	0x1	/* committed, durable in the index */
 #define SUBTAB_SLOT_USED	0x2	/* looked up since the clock passed */
-/*
- * subtab_copy_flags' flags only: the state's record is not durable yet
- * (the slot's journal_end is past ring_durable).  A checkpoint gives the
- * index no such committed state: a journal failure or a crash may still
- * take it back, and the retry's commit would differ from the index's.
- */
-#define SUBTAB_COPY_UNDURABLE	0x80000000u
 
 struct shm_segment {
 	struct shm_header	*header;
@@ -647,8 +640,7 @@ int	 subtab_snapshot(struct shm_segment *, enum subtab_kind,
 	    uint32_t state_counts[SUBTAB_STATE_COUNT]);
 /*
  * Copy up to max slots from index from (entries, keys not NUL-terminated,
- * and each slot's SUBTAB_SLOT_* flags, with SUBTAB_COPY_UNDURABLE);
- * returns how many.  The lock is
+ * and each slot's SUBTAB_SLOT_* flags); returns how many.  The lock is
  * held for one call only, so a long export does not stall the workers.
  */
 uint32_t subtab_copy_flags(struct shm_segment *, uint32_t from, uint32_t max,

@@ -976,20 +976,14 @@ subtab_copy_flags(struct shm_segment *seg, uint32_t from, uint32_t max,
     uint32_t *flags)
 {
 	const struct subtab_slot	*s;
-	uint64_t			 durable;
 	uint32_t			 n = 0;
 
 	if (subtab_lock_table(seg) != 0)
 		return 0;
-	durable = atomic_load(&seg->header->ring_durable);
 	for (; n < max && from + n < seg->header->slots_used; n++) {
 		s = &seg->slots[from + n];
 		entries[n] = s->entry;
 		flags[n] = atomic_load(&s->flags);
-		/* 0: durable since start-up; SUBTAB_NOT_JOURNALED: never. */
-		if (s->journal_end != 0 && (s->journal_end ==
-		    SUBTAB_NOT_JOURNALED || s->journal_end > durable))
-			flags[n] |= SUBTAB_COPY_UNDURABLE;
 		memcpy(keys[n], seg->heap + s->key_offset, s->entry.key_length);
 	}
 	subtab_unlock_table(seg);
@@ -1163,8 +1157,8 @@ subtab_settle(struct shm_segment *seg, uint64_t lost_from,
 		}
 		/*
 		 * Only a durable commit is given to the index (a checkpoint
-		 * skips SUBTAB_COPY_UNDURABLE), so a settled slot is not an
-		 * indexed one; if it were, the flag would let the slot be
+		 * waits for its copy to be durable), so a settled slot is not
+		 * an indexed one; if it were, the flag would let the slot be
 		 * evicted and the index serve a commit that was lost.
 		 */
 		if (s->entry.state != SUBTAB_COMMITTED &&

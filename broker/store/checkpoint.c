@@ -153,7 +153,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	uint8_t			*buf = NULL, *big = NULL, *result = NULL;
 	size_t			 used, n_big;
 	char			 name[64], temp[80];
-	uint64_t		 records = 0;
+	uint64_t		 records = 0, epoch;
 	uint32_t		 from = 0, n, i;
 	int			 fd = -1, rc = -1;
 	int			 skip_indexed = 0;
@@ -182,6 +182,8 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 		    strerror(errno));
 		goto out;
 	}
+	/* The journal's epoch the copy's states are judged durable in. */
+	epoch = handoff_epoch(seg->header);
 	/* The allocator first: it is at least every number in the copy. */
 	memcpy(alloc, seg->header->alloc, sizeof alloc);
 	header_encode(header, segment, 0, 0, alloc);
@@ -242,18 +244,9 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			}
 			if (entries[i].state == SUBTAB_COMMITTED)
 				committed++;
-			/*
-			 * A commit whose record is not durable yet waits for
-			 * the next checkpoint: the index keeps a receipt for
-			 * ever, and this one may still be lost and made
-			 * again with another time.  The checkpoint's own copy
-			 * may keep it: the journal after the checkpoint
-			 * records whatever became of the entry since.
-			 */
 			if (ix != NULL &&
 			    entries[i].state == SUBTAB_COMMITTED &&
-			    !(flags[i] & (SUBTAB_SLOT_INDEXED |
-			    SUBTAB_COPY_UNDURABLE))) {
+			    !(flags[i] & SUBTAB_SLOT_INDEXED)) {
 				if (index_put(ix, INDEX_FULL, &record,
 				    cause) != 0 ||
 				    note_slot(&put, &n_put, &put_size,
@@ -288,6 +281,22 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 		if (records >= seg->header->slots_used / 2 || (skip_indexed &&
 		    from >= seg->header->capacity / 2))
 			crash_point(CRASH_DURING_CHECKPOINT);
+	}
+	/*
+	 * Every state copied is durable before the index or this file keeps
+	 * it.  The copy ran beside the journaling thread, and a commit still
+	 * on its way could yet be lost to a crash or a failed write: the
+	 * index, which keeps a receipt for ever, would then serve it instead
+	 * of the retry's commit, acknowledged with another time.  The
+	 * journaling thread flushes what was appended; a failure meanwhile
+	 * fails this checkpoint (the segments stay), and the next one copies
+	 * the states settled since.
+	 */
+	if (handoff_wait_durable(seg->header,
+	    atomic_load(&seg->header->ring_head), epoch) != 1) {
+		asprintf(cause, "checkpoint %s: the journal failed while the "
+		    "table was copied", name);
+		goto out;
 	}
 	/*
 	 * The index first: once this checkpoint is in place, the segments
