@@ -312,6 +312,17 @@ class Model:
                  if e.state in ("reserved", "unknown", "released"))
         return n
 
+    def in_flight_key_room(self, least):
+        """The table's key bytes the submissions in flight hold: each
+        key's UTF-8 length (an effect's: kind, 0x1f, id), at least
+        LEAST."""
+        n = sum(max(len(c.encode()), least)
+                for c, t in self.tasks.items() if t.receipt is None)
+        n += sum(max(len(k.encode()) + 1 + len(c.encode()), least)
+                 for (k, c), e in self.effects.items()
+                 if e.state in ("reserved", "unknown", "released"))
+        return n
+
     def count(self, name, k=1):
         self.counters[name] = self.counters.get(name, 0) + k
 
