@@ -6,6 +6,7 @@
  * effect's row is built here, once, for every backend.
  */
 #include <string.h>
+#include <time.h>
 
 #include "digest.h"
 #include "idemd.h"
@@ -211,9 +212,40 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
  * default, so that a stat added to the table and not here is a compiler
  * warning (-Wswitch, in -Wall).
  */
+/*
+ * The index's figures and the table's committed entries not given to it
+ * yet, read while no checkpoint publishes (index_publishing even and the
+ * same before and after): between its index commit and its marks a
+ * batch would be counted twice or not at all.  A publish is one LMDB
+ * commit; after STATS_PUBLISH_WAITS waits the figures are taken as they
+ * are.
+ */
+#define STATS_PUBLISH_WAITS	2000
+#define STATS_PUBLISH_WAIT_NS	100000L
+static void
+stats_history(struct idemd *d, struct index_stats *ix, uint64_t *unindexed)
+{
+	struct shm_header	*h = d->seg.header;
+	struct timespec		 ts = { 0, STATS_PUBLISH_WAIT_NS };
+	uint32_t		 before;
+	int			 waits;
+
+	for (waits = 0;; waits++) {
+		before = atomic_load(&h->index_publishing);
+		if (!d->index_ready || index_stats(&d->index, ix) != 0)
+			memset(ix, 0, sizeof *ix);
+		*unindexed = subtab_unindexed(&d->seg);
+		if (((before & 1) == 0 &&
+		    atomic_load(&h->index_publishing) == before) ||
+		    waits >= STATS_PUBLISH_WAITS)
+			return;
+		nanosleep(&ts, NULL);
+	}
+}
+
 static uint64_t
 stat_value(struct idemd *d, enum idem_stat s, const struct index_stats *ix,
-    unsigned workers)
+    uint64_t unindexed, unsigned workers)
 {
 	struct shm_header	*h = d->seg.header;
 	struct shm_counters	*k = &h->counters;
@@ -278,7 +310,7 @@ stat_value(struct idemd *d, enum idem_stat s, const struct index_stats *ix,
 	 * index's, and the table's not given to it yet.
 	 */
 	case IDEM_STAT_history_entries:
-		return ix->entries + subtab_unindexed(&d->seg);
+		return ix->entries + unindexed;
 	case IDEM_STAT_index_entries:
 		return ix->entries;
 	case IDEM_STAT_index_bytes:
@@ -305,6 +337,7 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	struct shm_header	*h = d->seg.header;
 	struct index_stats	 ix;
 	struct backend_history	 history;
+	uint64_t		 unindexed;
 	json_t			*reply, *j;
 	unsigned		 i, workers = 0;
 
@@ -316,13 +349,12 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 		if (atomic_load(&h->workers[i].pid) != 0)
 			workers++;
 	}
-	if (!d->index_ready || index_stats(&d->index, &ix) != 0)
-		memset(&ix, 0, sizeof ix);
+	stats_history(d, &ix, &unindexed);
 	reply = reply_new(1, id);
 	for (i = 0; i < IDEM_STAT_COUNT; i++)
 		json_object_set_new(reply, idem_stat_table[i].name,
 		    json_integer((json_int_t)stat_value(d, (enum idem_stat)i,
-		    &ix, workers)));
+		    &ix, unindexed, workers)));
 	/*
 	 * --store postgresql: the workspace's history, every broker's.
 	 * stats answers without it: its own figures need no server.

@@ -48,7 +48,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	7
+#define SHM_LAYOUT_VERSION	8
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -374,6 +374,13 @@ struct shm_header {
 	_Atomic uint32_t	crash_fired;	/* IDEM_CRASH_*: the firing process's token; once per broker */
 	_Atomic uint32_t	connections;	/* open, across all workers */
 	_Atomic uint32_t	shutting_down;
+	/*
+	 * Odd while a checkpoint publishes: from before its index commit to
+	 * after it marked the slots indexed.  stats reads the index's count
+	 * and the table's unindexed count between two even, equal values,
+	 * so that no batch is counted twice or not at all.
+	 */
+	_Atomic uint32_t	index_publishing;
 	uint32_t		worker_count;
 	struct shm_worker	workers[SHM_MAX_WORKERS];
 	struct shm_counters	counters;

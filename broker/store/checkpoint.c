@@ -305,9 +305,14 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	 * and this checkpoint unfinished: nothing is lost.
 	 */
 	if (ix != NULL) {
-		if (index_commit(ix, segment, cause) != 0)
+		/* stats counts the batch once: see index_publishing. */
+		atomic_fetch_add(&seg->header->index_publishing, 1);
+		if (index_commit(ix, segment, cause) != 0) {
+			atomic_fetch_add(&seg->header->index_publishing, 1);
 			goto out;
+		}
 		subtab_mark_indexed(seg, put, n_put);
+		atomic_fetch_add(&seg->header->index_publishing, 1);
 		if (index_stats(ix, &istats) == 0 && istats.entries > committed)
 			index_only = istats.entries - committed;
 	}
