@@ -810,7 +810,7 @@ restart_keeps_the_last_durable_expiry(void **state)
 {
 	struct harness_shim	*t = *state;
 	struct broker		*b = start(state);
-	json_t			*reply;
+	json_t			*reply, *held;
 	char			*fence, *line;
 	int64_t			 first, extended, seen;
 	off_t			 size;
@@ -858,7 +858,9 @@ restart_keeps_the_last_durable_expiry(void **state)
 	/* Another begin's round: written, then held in its fdatasync. */
 	fd = harness_raw_connect(b);
 	assert_true(fd >= 0);
-	line = json_dumps(begin_request("x-hold", 0), JSON_COMPACT);
+	held = begin_request("x-hold", 0);
+	line = json_dumps(held, JSON_COMPACT);
+	json_decref(held);
 	assert_int_equal(harness_raw_send(fd, line), 0);
 	free(line);
 	for (waited = 0; journal_bytes(b) == size; waited++) {
