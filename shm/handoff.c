@@ -184,6 +184,18 @@ handoff_failed(struct shm_segment *seg)
 }
 
 int
+handoff_head(struct shm_segment *seg, uint64_t *head)
+{
+	struct shm_header	*h = seg->header;
+
+	if (shm_lock(seg, &h->ring_lock, handoff_repair, "journal ring") != 0)
+		return -1;
+	*head = h->ring_head;
+	shm_unlock(&h->ring_lock);
+	return 0;
+}
+
+int
 handoff_reopened(struct shm_segment *seg)
 {
 	struct shm_header	*h = seg->header;

@@ -742,6 +742,8 @@ int	 handoff_wait_durable(struct shm_header *, uint64_t end,
  * moved: from == to), wakes those whose records may be concerned.
  */
 void	 handoff_wake(struct shm_segment *, uint64_t from, uint64_t to);
+/* Every byte appended so far (the ring's head, under its lock); 0 or -1. */
+int	 handoff_head(struct shm_segment *, uint64_t *head);
 /* The journaling thread: the journal failed (enter an odd epoch). */
 void	 handoff_failed(struct shm_segment *);
 /* Under the table lock, after a reopen: drop what is pending, heal. */

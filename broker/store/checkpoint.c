@@ -153,7 +153,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	uint8_t			*buf = NULL, *big = NULL, *result = NULL;
 	size_t			 used, n_big;
 	char			 name[64], temp[80];
-	uint64_t		 records = 0, epoch;
+	uint64_t		 records = 0, epoch, head;
 	uint32_t		 from = 0, n, i;
 	int			 fd = -1, rc = -1;
 	int			 skip_indexed = 0;
@@ -292,8 +292,8 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	 * fails this checkpoint (the segments stay), and the next one copies
 	 * the states settled since.
 	 */
-	if (handoff_wait_durable(seg->header,
-	    atomic_load(&seg->header->ring_head), epoch) != 1) {
+	if (handoff_head(seg, &head) != 0 ||
+	    handoff_wait_durable(seg->header, head, epoch) != 1) {
 		asprintf(cause, "checkpoint %s: the journal failed while the "
 		    "table was copied", name);
 		goto out;
