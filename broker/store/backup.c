@@ -42,6 +42,7 @@
 #include <sodium.h>
 
 #include "store.h"
+#include "journal_int.h"
 
 #define BACKUP_MAX_TRIES	100
 #define BACKUP_COPY_BYTES	(1024 * 1024)
@@ -90,31 +91,6 @@ held_close(struct held *h)
 	h->checkpoint_fd = -1;
 }
 
-static int
-segment_name_parse(const char *name, uint64_t *n)
-{
-	char	*end;
-
-	if (strlen(name) != 20 || strcmp(name + 16, ".jnl") != 0 ||
-	    strspn(name, "0123456789abcdef") != 16)
-		return 0;
-	*n = strtoull(name, &end, 16);
-	return end == name + 16 && *n != 0;
-}
-
-static int
-checkpoint_name_parse(const char *name, uint64_t *n)
-{
-	char	*end;
-
-	if (strlen(name) != 32 || strncmp(name, "checkpoint-", 11) != 0 ||
-	    strcmp(name + 27, ".snap") != 0 ||
-	    strspn(name + 11, "0123456789abcdef") != 16)
-		return 0;
-	*n = strtoull(name + 11, &end, 16);
-	return end == name + 27;
-}
-
 /*
  * The journal directory's newest checkpoint and the lowest and highest
  * segment from it on (every one between listed too: *gap otherwise).
@@ -140,7 +116,7 @@ list_journal(int jfd, uint64_t *checkpoint, uint64_t *low, uint64_t *high,
 		if (checkpoint_name_parse(e->d_name, &n)) {
 			if (n > *checkpoint)
 				*checkpoint = n;
-		} else if (segment_name_parse(e->d_name, &n)) {
+		} else if (journal_segment_parse_name(e->d_name, &n)) {
 			if (count == size) {
 				uint64_t *p;
 

@@ -87,7 +87,7 @@ get64(const uint8_t *p)
 	return get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
-static int
+int
 checkpoint_name_parse(const char *name, uint64_t *segment)
 {
 	char	*end;

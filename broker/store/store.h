@@ -224,6 +224,8 @@ int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
  */
 int	checkpoint_index_only(const char *dir, uint64_t *segment,
 	    uint64_t *count, char **cause);
+/* Is name a checkpoint ("checkpoint-%016llx.snap")?  Its segment in *segment. */
+int	checkpoint_name_parse(const char *name, uint64_t *segment);
 /*
  * Remove segments and checkpoints older than segment, and temporaries.
  * checkpoint_write and checkpoint_prune work in dir_fd, the journal's
