@@ -165,6 +165,7 @@ master_spawn(struct master *m, unsigned index)
 	inherit[WORKER_HANDLE_KICK] = d->kick_fd;
 	inherit[WORKER_HANDLE_WATCH] = d->watch_fd;
 	inherit[WORKER_HANDLE_INDEX] = d->index_dir_fd;
+	inherit[WORKER_HANDLE_LOCK] = d->lock_fd;
 	used = (size_t)snprintf(handles, sizeof handles, "%ld,%u,%u",
 	    (long)getpid(), index, generation);
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
