@@ -264,6 +264,112 @@ reserve_grant_commit_fenced(void **state)
 }
 
 /*
+ * Grants and commits in batches (pg_batch.c): each member's row changes
+ * under its own fence, and only a member whose row changed comes back;
+ * ids, scopes and receipts with the array syntax's own characters are
+ * stored byte for byte; a session that lost the batch's statement says
+ * so (the members then go alone) and prepares it again next time.
+ */
+static void
+batches_fence_each_member(void **state)
+{
+	static const char *const ids[] = { "batch-1", "batch \"2\", {x}",
+	    "batch\\3", "batch-4" };
+	static const char *const receipts[] = { "{\"a\":\"q\\\"uote\"}",
+	    "{\"b\":\"back\\\\slash, {brace}\"}", "{\"c\":\"\xc3\xa9\"}",
+	    "{\"d\":4}" };
+	struct pgstore		 st;
+	struct pgstore_key	 keys[4];
+	struct pgstore_batch_member m[5], *mp[5];
+	struct pgstore_row	 rows[4], again;
+	struct subtab_entry	 want;
+	enum pgstore_batch_failure failure;
+	uint8_t			 digest[32] = { 7 };
+	char			*cause = NULL, stale[PGSTORE_TOKEN_BYTES + 1];
+	PGresult		*res;
+	int			 i;
+
+	(void)state;
+	disk_max = 0;
+	open_store(&st, "alpha", 30000);
+	want_entry(&want, "batch");
+	for (i = 0; i < 4; i++) {
+		keys[i].kind = i == 3 ? SUBTAB_KIND_REPORT : SUBTAB_KIND_TASK;
+		keys[i].scope = i == 3 ? "TASK-1 \"x\"" : "";
+		keys[i].id = ids[i];
+		assert_int_equal(pgstore_reserve(&st, &keys[i], &want, &rows[i],
+		    &cause), 1);
+	}
+	/* Member 2 with a stale token; member 4 is member 0 stale, twice. */
+	pgstore_new_token(stale);
+	for (i = 0; i < 5; i++) {
+		memset(&m[i], 0, sizeof m[i]);
+		m[i].key = &keys[i % 4];
+		m[i].epoch = rows[i % 4].epoch;
+		m[i].token = i == 2 || i == 4 ? stale : rows[i % 4].token;
+		m[i].file_digest = digest;
+		m[i].receipt = receipts[i % 4];
+		mp[i] = &m[i];
+	}
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, mp, 5,
+	    &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, mp, 5,
+	    &failure, &cause), 0);
+	for (i = 0; i < 5; i++) {
+		assert_int_equal(m[i].returned, i != 2 && i != 4);
+		assert_int_equal(pgstore_read(&st, &keys[i % 4], &again,
+		    &cause), 1);
+		assert_int_equal(again.lease_granted, i % 4 != 2);
+		pgstore_row_clear(&again);
+	}
+	/* The commits: the stale members change nothing. */
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_COMMIT, mp, 5,
+	    &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_COMMIT, mp, 5,
+	    &failure, &cause), 0);
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(m[i].returned, i != 2);
+		assert_int_equal(pgstore_read(&st, &keys[i], &again, &cause),
+		    1);
+		if (i == 2)
+			assert_int_equal(again.entry.state, SUBTAB_RESERVED);
+		else {
+			assert_int_equal(again.entry.state, SUBTAB_COMMITTED);
+			assert_string_equal(again.receipt, receipts[i]);
+			assert_memory_equal(again.entry.file_digest, digest, 32);
+		}
+		pgstore_row_clear(&again);
+	}
+	assert_int_equal(m[4].returned, 0);
+	/* Committed rows are not committed twice. */
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_COMMIT, mp, 2,
+	    &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_COMMIT, mp, 2,
+	    &failure, &cause), 0);
+	assert_int_equal(m[0].returned + m[1].returned, 0);
+	/* The statement lost by the session: a failure, then prepared again. */
+	res = PQexec((PGconn *)pgstore_conn(&st, &cause), "DEALLOCATE ALL");
+	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+	PQclear(res);
+	m[2].token = rows[2].token;
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &failure, &cause), -1);
+	assert_int_equal(failure, PGSTORE_BATCH_FAILED);
+	free(cause);
+	cause = NULL;
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &failure, &cause), 0);
+	assert_int_equal(m[2].returned, 1);
+	for (i = 0; i < 4; i++)
+		pgstore_row_clear(&rows[i]);
+	pgstore_close(&st);
+}
+
+/*
  * A creation's statements are prepared once per session (pg_conn.c).  A
  * session that lost them (DEALLOCATE ALL, as a pooler handing out
  * another server session may) prepares them again: every step still
@@ -820,6 +926,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(store_init_and_migrate),
 		cmocka_unit_test(reserve_grant_commit_fenced),
+		cmocka_unit_test(batches_fence_each_member),
 		cmocka_unit_test(a_failed_commit_is_not_a_grant),
 		cmocka_unit_test(key_lookups_use_the_key_index),
 		cmocka_unit_test(prepared_statements_lost_are_prepared_again),
