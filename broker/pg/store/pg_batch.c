@@ -70,6 +70,21 @@
 	"UPDATE idem_submission s SET state = 3, file_digest = l.digest, " \
 	"receipt = l.receipt, updated_at = clock_timestamp()" BATCH_FENCE
 
+/*
+ * The generic plan is made once, with the table's statistics of that
+ * moment: on a table still small (a new workspace, never analyzed) the
+ * planner hashes the members against a scan of every row, and keeps
+ * that plan while the table grows (measured: 1 ms a batch at 3,000
+ * rows, growing with them).  Every lookup here has the key's index, so
+ * the session that sends batches (a creation thread's, whose every
+ * statement is a lookup of a key) plans without scans of the table,
+ * hash or merge joins: the members in a nested loop over the index.
+ */
+#define BATCH_PLANNER \
+	"SELECT set_config('enable_seqscan', 'off', false), " \
+	"set_config('enable_hashjoin', 'off', false), " \
+	"set_config('enable_mergejoin', 'off', false)"
+
 /* One array's text form, being written. */
 struct batch_array {
 	FILE	*f;
@@ -148,6 +163,13 @@ pgstore_batch_send(struct pgstore *st, enum pgstore_batch step,
 	*cause = NULL;
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
+	if ((st->prepared & (1u << which)) == 0) {
+		res = PQexec(conn, BATCH_PLANNER);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			return pg_failed(st, res, "setting the batch's planner",
+			    cause);
+		PQclear(res);
+	}
 	if ((res = pg_prepare(st, conn, which, step == PGSTORE_BATCH_GRANT ?
 	    GRANT_BATCH_SQL : COMMIT_BATCH_SQL)) != NULL)
 		return pg_failed(st, res, "preparing a batch", cause);
