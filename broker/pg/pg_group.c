@@ -21,6 +21,10 @@
  * own: no hand-off on the common path; the followers' connections stay
  * idle meanwhile.
  *
+ * A batch of one member is sent as the lone statement
+ * (pgstore_grant_send and _wait, pgstore_commit), which costs the server
+ * less than the array's, and answers as it always did.
+ *
  * The grant is sent before the member's fsync of its temporary and
  * awaited after it (pg_group_grant_join, then _wait), as a lone grant
  * is: the leader fsyncs after sending, a follower while it waits.  The
@@ -209,6 +213,25 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 		g->tail = NULL;
 	g->sent++;
 	pthread_mutex_unlock(&g->lock);
+	if (me->batch_size == 1) {
+		/*
+		 * Alone: the lone statement, cheaper for the server than the
+		 * array's (its plan's sort, lock and materialized rows); the
+		 * commit's is sent and awaited by group_read.
+		 */
+		rc = 0;
+		if (g->step == PGSTORE_BATCH_GRANT) {
+			rc = pgstore_grant_send(st, me->m.key, me->m.epoch,
+			    me->m.token, &cause);
+			if (rc == 0)
+				pg_pause_point("after_grant_batch_sent");
+		}
+		pthread_mutex_lock(&g->lock);
+		if (rc != 0)
+			group_settle(g, me, GROUP_FAILED, cause);
+		free(cause);
+		return;
+	}
 	group_members(me, m);
 	rc = pgstore_batch_send(st, g->step, m, me->batch_size, &cause);
 	if (rc != 0)
@@ -220,6 +243,27 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	pthread_mutex_lock(&g->lock);
 	if (rc != 0)
 		group_settle(g, me, GROUP_ALONE, NULL);
+}
+
+/* group_read of a batch of one: the lone statement's answer. */
+static void
+group_read_lone(struct pg_group *g, struct pg_group_member *me,
+    struct pgstore *st)
+{
+	char	*cause = NULL;
+	int	 rc;
+
+	pthread_mutex_unlock(&g->lock);
+	if (g->step == PGSTORE_BATCH_GRANT)
+		rc = pgstore_grant_wait(st, me->m.key, me->m.epoch,
+		    me->m.token, &cause);
+	else
+		rc = pgstore_commit(st, me->m.key, me->m.epoch, me->m.token,
+		    me->m.file_digest, me->m.receipt, &cause);
+	me->m.returned = rc == 1;
+	pthread_mutex_lock(&g->lock);
+	group_settle(g, me, rc < 0 ? GROUP_FAILED : 0, cause);
+	free(cause);
 }
 
 /*
@@ -275,7 +319,9 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 	for (;;) {
 		if (me->state == GROUP_DONE)
 			break;
-		if (me->batch_size > 0)
+		if (me->batch_size == 1)
+			group_read_lone(g, me, st);
+		else if (me->batch_size > 0)
 			group_read(g, me, st);
 		else if (me->state == GROUP_QUEUED && !g->in_flight)
 			group_send(g, me, st);
