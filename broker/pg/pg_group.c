@@ -93,39 +93,47 @@ static struct pg_group pg_commits = { PTHREAD_MUTEX_INITIALIZER,
 
 #ifdef IDEM_FAULT_INJECTION
 /*
- * IDEM_CRASH_BATCH_OF=<n>: a worker's first grant batch is sent only
- * once n members are queued (or after CRASH_BATCH_MAX_SECONDS), so that
- * a test knows which creations share it.
+ * IDEM_CRASH_BATCH_OF=<n> (or commit:<n>): a worker's first grant (or
+ * commit) batch is sent only once n members are queued (or after
+ * CRASH_BATCH_MAX_SECONDS), so that a test knows which creations share
+ * it.
  */
 #define CRASH_BATCH_MAX_SECONDS	30
+#define CRASH_BATCH_COMMIT	"commit:"
 
 static size_t
-group_batch_of(void)
+group_batch_of(const struct pg_group *g)
 {
 	const char	*v = getenv("IDEM_CRASH_BATCH_OF");
+	size_t		 n = strlen(CRASH_BATCH_COMMIT);
 
-	return v != NULL ? strtoul(v, NULL, 10) : 0;
+	if (v == NULL)
+		return 0;
+	if (strncmp(v, CRASH_BATCH_COMMIT, n) == 0)
+		return g->step == PGSTORE_BATCH_COMMIT ? strtoul(v + n, NULL,
+		    10) : 0;
+	return g->step == PGSTORE_BATCH_GRANT ? strtoul(v, NULL, 10) : 0;
 }
 
-/* Under the lock: the first grant batch waits for its members. */
+/* Under the lock: the step's first batch waits for its members. */
 static void
 group_hold_first(struct pg_group *g)
 {
 	struct timespec	 deadline;
-	size_t		 want = group_batch_of();
+	size_t		 want = group_batch_of(g);
 
-	if (g->step != PGSTORE_BATCH_GRANT || g->sent != 0 || want == 0)
+	if (g->sent != 0 || want == 0)
 		return;
 	clock_gettime(CLOCK_REALTIME, &deadline);
 	deadline.tv_sec += CRASH_BATCH_MAX_SECONDS;
 	while (g->queued < want && pthread_cond_timedwait(&g->done, &g->lock,
 	    &deadline) == 0)
 		;
-	fprintf(stderr, "idemd[%ld]: the first grant batch: %zu members\n",
-	    (long)getpid(), g->queued);
+	fprintf(stderr, "idemd[%ld]: the first %s batch: %zu members\n",
+	    (long)getpid(), g->name, g->queued);
 }
 #else
-#define group_batch_of()	0
+#define group_batch_of(g)	0
 #define group_hold_first(g)	((void)0)
 #endif
 
@@ -142,7 +150,7 @@ group_enqueue(struct pg_group *g, struct pg_group_member *me)
 		g->head = me;
 	g->tail = me;
 	g->queued++;
-	if (group_batch_of() > 0)
+	if (group_batch_of(g) > 0)
 		pthread_cond_broadcast(&g->done);
 }
 
@@ -237,8 +245,9 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	if (rc != 0)
 		log_warnx("a %s batch of %zu: %s: each goes alone", g->name,
 		    me->batch_size, cause != NULL ? cause : "out of memory");
-	else if (g->step == PGSTORE_BATCH_GRANT)
-		pg_pause_point("after_grant_batch_sent");
+	else
+		pg_pause_point(g->step == PGSTORE_BATCH_GRANT ?
+		    "after_grant_batch_sent" : "after_commit_batch_sent");
 	free(cause);
 	pthread_mutex_lock(&g->lock);
 	if (rc != 0)

@@ -5,18 +5,23 @@
  * halfway: the server's backend of the batch's leader terminated between
  * the batch's send and its commit's result.
  *
- * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF=4
- * makes the worker's first grant batch wait until four creations are
- * queued (so the test knows its members), IDEM_CRASH_HOLD_AT=
- * after_grant_batch_sent holds the leader once the batch is sent (the
- * test's open of the FIFO returns then), and a trigger on the server
- * makes a grant wait for an advisory lock the test holds, so that the
- * batch cannot commit before the test terminates the leader's backend
+ * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
+ * makes the worker's first grant (or commit) batch wait until four
+ * creations are queued (so the test knows its members),
+ * IDEM_CRASH_HOLD_AT=after_grant_batch_sent (after_commit_batch_sent)
+ * holds the leader once the batch is sent (the test's open of the FIFO
+ * returns then), and a trigger on the server makes a grant (a commit)
+ * wait for an advisory lock the test holds, so that the batch cannot
+ * commit before the test terminates the leader's backend
  * (pg_terminate_backend).  Then every member must answer
- * storage_unavailable (retryable), none created, no row granted, no
- * temporary and no file left; each id retried is created once (a
- * takeover after the members' leases), exactly one TASK file each, and
- * a second retry is reused with the same task id.
+ * storage_unavailable (retryable), none created:
+ *
+ * - the grant: no row granted, no temporary and no file left; each id
+ *   retried is created once (a takeover after the members' leases),
+ *   exactly one TASK file each, a second retry reused, the same task;
+ * - the commit: no row committed, each member's file linked and
+ *   durable; each id retried is reused from its file (recovered, a
+ *   takeover), exactly one TASK file each, and so is a second retry.
  */
 #include <sys/stat.h>
 
@@ -78,24 +83,40 @@ gate_exec(PGconn *conn, const char *sql)
 	PQclear(res);
 }
 
+/* The step a test fails: its fault variables, its gate, its log. */
+struct halfway {
+	const char	*name;		/* "grant", "commit" */
+	const char	*batch_of;	/* IDEM_CRASH_BATCH_OF=... */
+	const char	*point;		/* the hold point */
+	const char	*gated;		/* the trigger's WHEN */
+};
+
+static const struct halfway grant_halfway = { "grant",
+    "IDEM_CRASH_BATCH_OF=" MEMBERS_S, "after_grant_batch_sent",
+    "NEW.lease_granted AND NOT OLD.lease_granted" };
+static const struct halfway commit_halfway = { "commit",
+    "IDEM_CRASH_BATCH_OF=commit:" MEMBERS_S, "after_commit_batch_sent",
+    "NEW.state = 3 AND OLD.state < 3" };
+
 /*
- * Grants wait for GATE_KEY while on: a trigger on the update that grants
- * a lease (lease_granted false to true), nothing else.
+ * The step's updates (a grant: lease_granted false to true; a commit:
+ * the state to committed) wait for GATE_KEY while on; nothing else.
  */
 static void
-gate_grants(int on)
+gate_step(const struct halfway *h, int on)
 {
-	char	*out;
+	char	 q[1024], *out;
 
-	out = pgserver_psql(&server, on ?
+	snprintf(q, sizeof q, on ?
 	    "CREATE OR REPLACE FUNCTION test_gate() RETURNS trigger "
 	    "LANGUAGE plpgsql AS $$ BEGIN PERFORM "
 	    "pg_advisory_xact_lock_shared(" GATE_KEY "); RETURN NEW; END $$; "
 	    "DROP TRIGGER IF EXISTS test_gate ON idem_submission; "
 	    "CREATE TRIGGER test_gate BEFORE UPDATE ON idem_submission "
-	    "FOR EACH ROW WHEN (NEW.lease_granted AND NOT OLD.lease_granted) "
-	    "EXECUTE FUNCTION test_gate()" :
-	    "DROP TRIGGER IF EXISTS test_gate ON idem_submission");
+	    "FOR EACH ROW WHEN (%s) EXECUTE FUNCTION test_gate()" :
+	    "DROP TRIGGER IF EXISTS test_gate ON idem_submission%.0s",
+	    h->gated);
+	out = pgserver_psql(&server, q);
 	assert_non_null(out);
 	free(out);
 }
@@ -106,30 +127,29 @@ gate_grants(int on)
 	"wait_event = 'advisory' AND left(query, 9) = 'WITH b AS'"
 
 static void
-batch_fails_halfway_every_member_answers(void **state)
+batch_fails_halfway(const struct halfway *h)
 {
 	static struct node	 a;
-	char		 root[256], fifo[300], hold[400], id[32], *out;
-	char		*task_id[MEMBERS];
-	const char *const env[] = { "IDEM_CRASH_BATCH_OF=" MEMBERS_S, hold,
-	    NULL };
+	char		 root[256], fifo[300], hold[400], id[32], want[64];
+	char		*task_id[MEMBERS], *out;
+	const char *const env[] = { h->batch_of, hold, NULL };
+	int		 commit = strcmp(h->name, "commit") == 0;
 	struct pollfd	 pfd;
 	json_t		*request, *reply;
 	PGconn		*gate;
 	char		*line;
 	int		 fds[MEMBERS], w, i;
 
-	(void)state;
 	need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	snprintf(fifo, sizeof fifo, "%s.hold", root);
 	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, sizeof hold,
-	    "IDEM_CRASH_HOLD_AT=after_grant_batch_sent:%s", fifo);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s", h->point,
+	    fifo);
 
-	/* The gate shut: the test's session holds the lock grants wait for. */
-	gate_grants(1);
+	/* The gate shut: the test's session holds the lock the step waits for. */
+	gate_step(h, 1);
 	gate = PQconnectdb(server.uri);
 	assert_int_equal(PQstatus(gate), CONNECTION_OK);
 	gate_exec(gate, "SELECT pg_advisory_lock(" GATE_KEY ")");
@@ -149,8 +169,9 @@ batch_fails_halfway_every_member_answers(void **state)
 	}
 	/* The batch of four is sent; its leader holds before its result. */
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
-	assert_int_equal(harness_log_count(&a.b,
-	    "the first grant batch: " MEMBERS_S " members"), 1);
+	snprintf(want, sizeof want, "the first %s batch: " MEMBERS_S
+	    " members", h->name);
+	assert_int_equal(harness_log_count(&a.b, want), 1);
 	/* Its statement waits at the gate: not committed, cannot be. */
 	if (!pgserver_await(&server, "SELECT count(*) = 1 " AT_THE_GATE, 30))
 		fail_msg("the batch's statement never reached the gate");
@@ -174,26 +195,35 @@ batch_fails_halfway_every_member_answers(void **state)
 		json_decref(reply);
 		close(fds[i]);
 	}
-	harness_wait_log(&a.b, "a grant batch of " MEMBERS_S ": ", 1, 10000);
+	snprintf(want, sizeof want, "a %s batch of " MEMBERS_S ": ", h->name);
+	harness_wait_log(&a.b, want, 1, 10000);
 	assert_true(harness_log_count(&a.b, "its outcome is unknown, every "
 	    "member fails") >= 1);
-	/* Nothing granted, no file, every member's temporary removed. */
+	/*
+	 * Nothing committed.  The grant: nothing granted, no file, every
+	 * member's temporary removed.  The commit: each file linked.
+	 */
 	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
 	    "idem_submission WHERE client_submission_id LIKE 'halfway-%%' "
-	    "AND state = 1 AND NOT lease_granted"), MEMBERS);
-	assert_int_equal(cluster_tasks_on_disk(root, NULL), 0);
+	    "AND state = 1 AND lease_granted = %s", commit ? "true" :
+	    "false"), MEMBERS);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), commit ? MEMBERS :
+	    0);
 	assert_int_equal(cluster_temporaries(root), 0);
 
-	/* The gate open; each id retried: created once, a takeover. */
+	/* The gate open; each id retried: a takeover, once. */
 	gate_exec(gate, "SELECT pg_advisory_unlock(" GATE_KEY ")");
 	PQfinish(gate);
-	gate_grants(0);
+	gate_step(h, 0);
 	for (i = 0; i < MEMBERS; i++) {
 		snprintf(id, sizeof id, "halfway-%d", i);
 		reply = cluster_call_until_final(&a.b,
 		    harness_write_task(id, "A batch that fails halfway"));
 		assert_non_null(reply);
-		harness_assert_outcome(reply, "created", 1, 1, 1);
+		if (commit)
+			harness_assert_outcome(reply, "reused", 0, 1, 1);
+		else
+			harness_assert_outcome(reply, "created", 1, 1, 1);
 		task_id[i] = strdup(harness_receipt_str(reply, "task_id"));
 		json_decref(reply);
 	}
@@ -219,12 +249,27 @@ batch_fails_halfway_every_member_answers(void **state)
 	cluster_rm_root(root);
 }
 
+static void
+grant_batch_fails_halfway(void **state)
+{
+	(void)state;
+	batch_fails_halfway(&grant_halfway);
+}
+
+static void
+commit_batch_fails_halfway(void **state)
+{
+	(void)state;
+	batch_fails_halfway(&commit_halfway);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(
-		    batch_fails_halfway_every_member_answers,
+		cmocka_unit_test_setup_teardown(grant_batch_fails_halfway,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(commit_batch_fails_halfway,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
