@@ -218,7 +218,8 @@ void	watch_read(struct idemd *, int fd);
 int	watch_name_new(struct idemd *, const char *name);
 
 /* journaler.c: the master's journaling thread */
-int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
+int	journaler_start(struct idemd *, int (*broadcast)(void *, int all),
+	    void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
 void	journaler_kick_idle(struct shm_header *, int kick_fd);

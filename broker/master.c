@@ -65,14 +65,23 @@ master_notify(const char *state)
 #endif
 }
 
+/*
+ * Wake the workers' loops: every one (all), or only those with a
+ * request parked for durability or ring room (a flush's: the others
+ * would wake to find nothing, two context switches and three system
+ * calls each).
+ */
 static int
-master_broadcast(void *arg)
+master_broadcast(void *arg, int all)
 {
-	struct master	*m = arg;
-	unsigned	 i;
+	struct master		*m = arg;
+	struct shm_header	*h = m->d->seg.header;
+	unsigned		 i;
 
 	pthread_mutex_lock(&m->fds_lock);
 	for (i = 0; i < m->d->worker_count; i++) {
+		if (!all && atomic_load(&h->workers[i].loop_waiters) == 0)
+			continue;
 		/* A full socket already holds a wake-up: EAGAIN is fine. */
 		if (m->notify_fds[i] != -1)
 			(void)send(m->notify_fds[i], "w", 1,
@@ -288,7 +297,7 @@ master_child(evutil_socket_t fd, short events, void *arg)
 		pthread_mutex_unlock(&m->fds_lock);
 		m->pids[i] = 0;
 		m->live--;
-		master_broadcast(m);
+		master_broadcast(m, 1);
 		if (m->stopping)
 			continue;
 		atomic_fetch_add(&m->d->seg.header->counters.worker_restarts,

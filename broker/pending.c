@@ -8,9 +8,10 @@
  * a struct pending: pending_journal*() encodes its record, appends it to
  * the shared ring (handoff.c; subtab_record() for a claimed slot's new
  * state) and parks it on its worker; the master's journaling thread
- * flushes and wakes every worker, and pending_run_parked() resumes each
- * request whose wait is over (durable, room in the ring, or a claim
- * released or timed out) by calling its resume function.  Whatever the
+ * flushes and wakes the workers with requests parked, and
+ * pending_run_parked() resumes each request whose wait is over
+ * (durable, room in the ring, or a claim released or timed out) by
+ * calling its resume function.  Whatever the
  * outcome, the request ends in pending_reply(), once.
  *
  * One record is acknowledged before it is durable, by SPEC.md's leave:
@@ -106,12 +107,14 @@ pending_reply(struct pending *p, json_t *reply)
 static void
 loop_waiter(struct pending *p, int delta)
 {
-	struct shm_header	*h = p->worker->d->seg.header;
+	struct shm_worker	*sw =
+	    &p->worker->d->seg.header->workers[p->worker->index];
 
+	/* This worker's count: a flush wakes only the loops that wait. */
 	if (delta > 0)
-		atomic_fetch_add(&h->loop_waiters, 1);
+		atomic_fetch_add(&sw->loop_waiters, 1);
 	else
-		atomic_fetch_sub(&h->loop_waiters, 1);
+		atomic_fetch_sub(&sw->loop_waiters, 1);
 }
 
 static void
@@ -157,15 +160,21 @@ pending_try_append(struct pending *p)
 	atomic_fetch_add(&d->seg.header->counters.journal_records,
 	    p->record_count);
 	p->wait_end = end;
+	/*
+	 * Kick only a journaler that sleeps: a busy one takes the record
+	 * with its next round (journaler_kick_idle; the ring lock orders
+	 * the append against its last look), a write and a read of the
+	 * eventfd fewer per record while records flow.
+	 */
 	if (p->record_nowait) {
 		/* In the ring is enough: the next round flushes it. */
 		loop_waiter(p, -1);
-		journaler_kick(d->kick_fd);
+		journaler_kick_idle(d->seg.header, d->kick_fd);
 		p->resume(p);
 		return;
 	}
 	park(p, PENDING_DURABLE);
-	journaler_kick(d->kick_fd);
+	journaler_kick_idle(d->seg.header, d->kick_fd);
 }
 
 static void	pending_encode_append(struct pending *,

@@ -66,6 +66,12 @@ worker_notified(evutil_socket_t fd, short events, void *arg)
 
 	for (;;) {
 		n = read(fd, buf, sizeof buf);
+		/*
+		 * Less than asked: the socket is empty (a wake-up sent
+		 * meanwhile fires the event again), so no read for EAGAIN.
+		 */
+		if (n > 0 && (size_t)n < sizeof buf)
+			break;
 		if (n > 0)
 			continue;
 		if (n == 0) {
