@@ -403,13 +403,23 @@ journaler_try_reopen(struct idemd *d)
 	return -1;
 }
 
-/* Sleep on the eventfd; with a timeout while a reopen is due. */
+/*
+ * Sleep on the eventfd; with a timeout while a reopen is due.  Without
+ * one, a read of the (blocking) eventfd is the sleep: one system call
+ * a round instead of a poll and a read.
+ */
 static void
 journaler_wait(int kick_fd, int64_t timeout_ms)
 {
 	struct pollfd	pfd;
 	uint64_t	kicks;
 
+	if (timeout_ms < 0) {
+		if (read(kick_fd, &kicks, sizeof kicks) == -1 &&
+		    errno != EINTR)
+			fatal("journaler: reading its eventfd");
+		return;
+	}
 	pfd.fd = kick_fd;
 	pfd.events = POLLIN;
 	pfd.revents = 0;
