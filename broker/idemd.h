@@ -705,6 +705,9 @@ struct effect {
 	int			 has_result;
 	char			*result;	/* compact JSON; malloc'd */
 	size_t			 result_length;
+	/* The request's result as parsed (a reference): the receipt of
+	 * the commit it makes, without parsing result again. */
+	json_t			*result_json;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
 	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;
