@@ -386,6 +386,7 @@ struct worker {
 	unsigned		 conn_count;
 	TAILQ_HEAD(, pending)	 parked;
 	unsigned		 running;	/* requests not yet answered */
+	unsigned		 unkicked;	/* records appended, journaler not kicked */
 	struct fileio		*io;
 	int			 draining;
 	/*
@@ -496,6 +497,8 @@ void	 pending_wait_claim(struct pending *, pending_resume_fn);
 void	 pending_reply(struct pending *, json_t *);
 /* Resume every parked request of the worker whose wait is over. */
 void	 pending_run_parked(struct worker *);
+/* After a pass of the loop: kick the journaler for the records it appended. */
+void	 pending_kick(struct worker *);
 /* Free the parked requests of a worker whose loop has ended. */
 void	 pending_free_parked(struct worker *);
 

@@ -131,6 +131,34 @@ unpark(struct pending *p)
 	p->wait = PENDING_RUNNING;
 }
 
+/*
+ * The journaler's kick for the records this loop appends: once the loop
+ * has run every callback that was ready (worker.c's pass, then
+ * pending_kick), so that the requests of one pass go to the journal
+ * together, in one round, for one kick; at the latest every
+ * PENDING_KICK_BATCH records, so that no pass holds the journal back
+ * for long.  And only a journaler that sleeps is kicked: a busy one
+ * takes the records with its next round (journaler_kick_idle: the ring
+ * lock orders the appends before the look at its flag).
+ */
+#define PENDING_KICK_BATCH	32
+
+void
+pending_kick(struct worker *w)
+{
+	if (w->unkicked == 0)
+		return;
+	w->unkicked = 0;
+	journaler_kick_idle(w->d->seg.header, w->d->kick_fd);
+}
+
+static void
+pending_kick_later(struct worker *w)
+{
+	if (++w->unkicked >= PENDING_KICK_BATCH)
+		pending_kick(w);
+}
+
 static void
 pending_try_append(struct pending *p)
 {
@@ -160,21 +188,15 @@ pending_try_append(struct pending *p)
 	atomic_fetch_add(&d->seg.header->counters.journal_records,
 	    p->record_count);
 	p->wait_end = end;
-	/*
-	 * Kick only a journaler that sleeps: a busy one takes the record
-	 * with its next round (journaler_kick_idle; the ring lock orders
-	 * the append against its last look), a write and a read of the
-	 * eventfd fewer per record while records flow.
-	 */
 	if (p->record_nowait) {
 		/* In the ring is enough: the next round flushes it. */
 		loop_waiter(p, -1);
-		journaler_kick_idle(d->seg.header, d->kick_fd);
+		pending_kick_later(p->worker);
 		p->resume(p);
 		return;
 	}
 	park(p, PENDING_DURABLE);
-	journaler_kick_idle(d->seg.header, d->kick_fd);
+	pending_kick_later(p->worker);
 }
 
 static void	pending_encode_append(struct pending *,

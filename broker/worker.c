@@ -613,7 +613,15 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	sigprocmask(SIG_UNBLOCK, &term, NULL);
 	log_debug("worker %u (generation %u) serving", index, generation);
 
-	event_base_dispatch(w.base);
+	/*
+	 * One pass at a time (every callback that is ready, and those they
+	 * make ready, then back here): the records the pass appended get
+	 * one kick (pending_kick), where each record had its own.
+	 */
+	while (event_base_loop(w.base, EVLOOP_ONCE) == 0 &&
+	    !event_base_got_break(w.base) && !event_base_got_exit(w.base))
+		pending_kick(&w);
+	pending_kick(&w);
 
 	fileio_stop(w.io);
 	inboxview_close(&d->inbox_view);
