@@ -146,6 +146,7 @@ enum worker_handle {
 	WORKER_HANDLE_KICK,
 	WORKER_HANDLE_WATCH,	/* -1: no inotify */
 	WORKER_HANDLE_INDEX,	/* the index's directory */
+	WORKER_HANDLE_WAKE,	/* the eventfd of the master's wake-ups */
 	WORKER_HANDLE_COUNT
 };
 
@@ -371,10 +372,13 @@ struct worker {
 	unsigned		 index;
 	uint32_t		 generation;
 	uint32_t		 next_token;
-	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
+	int			 notify_fd;	/* the store's URI; EOF: master gone */
+	int			 wake_fd;	/* master's wake-ups (eventfd) */
+	int			 wake_reads;	/* no edge-triggered events: read it */
 	struct event_base	*base;
 	struct event		*listen_ev;
 	struct event		*notify_ev;
+	struct event		*wake_ev;
 	struct event		*local_wake_ev;
 	struct event		*term_ev;
 	struct event		*hup_ev;	/* SIGHUP: reopen the log */
@@ -397,7 +401,7 @@ struct worker {
 };
 
 int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
-	    int notify_fd);
+	    int notify_fd, int wake_fd);
 /* Wake the other parked requests of every worker (a claim was released). */
 void	 worker_wake_all(struct worker *);
 /*
