@@ -77,6 +77,8 @@
 #include "idemd.h"
 #include "backend.h"
 
+static json_t	*effect_receipt_json_with(const char *, size_t,
+		    const struct subtab_entry *, json_t *);
 static void	effect_recorded(struct pending *,
 		    const struct backend_effect_outcome *);
 
@@ -142,18 +144,36 @@ json_t *
 effect_receipt_json_from(const char *key, size_t key_length,
     const struct subtab_entry *e, const uint8_t *bytes, int pruned)
 {
+	json_t		*result = NULL;
+
+	if (!pruned && (result = json_loadb((const char *)bytes,
+	    e->result_length, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL)) == NULL)
+		return NULL;
+	return effect_receipt_json_with(key, key_length, e, result);
+}
+
+/*
+ * The receipt with its result already parsed (a reference taken; NULL:
+ * a tombstone's, the digest in its place).  The stored bytes are the
+ * result's compact serialization, and jansson's output of a parsed
+ * serialization is that serialization again, so a reply built from the
+ * request's own result is byte for byte one built from the bytes.
+ */
+static json_t *
+effect_receipt_json_with(const char *key, size_t key_length,
+    const struct subtab_entry *e, json_t *result)
+{
 	char		 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	char		 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
 	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
-	json_t		*r, *result = NULL;
+	json_t		*r;
 
 	if (effect_key_split(key, key_length, kind, sizeof kind, id,
-	    sizeof id) != 0)
+	    sizeof id) != 0) {
+		json_decref(result);
 		return NULL;
-	if (!pruned && (result = json_loadb((const char *)bytes,
-	    e->result_length, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL)) == NULL)
-		return NULL;
+	}
 	r = json_object();
 	json_object_set_new(r, "client_submission_id", json_string(id));
 	json_object_set_new(r, "effect_kind", json_string(kind));
@@ -164,7 +184,7 @@ effect_receipt_json_from(const char *key, size_t key_length,
 	external_key(key, key_length, e->request_digest, xkey);
 	json_object_set_new(r, "external_key", json_string(xkey));
 	json_object_set_new(r, "attempt", json_integer(e->attempt));
-	if (pruned) {
+	if (result == NULL) {
 		digest_to_hex(e->file_digest, hex);
 		json_object_set_new(r, "result_digest", json_string(hex));
 	} else
@@ -258,7 +278,15 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 	json_t			*reply, *receipt;
 
 	be->release(p);
-	if (e->cold)
+	/*
+	 * This request committed it: the result is the request's own,
+	 * parsed already (not read back from the arena and parsed again).
+	 */
+	if (action_taken && !e->pruned && e->result_json != NULL &&
+	    e->entry.result_length == e->result_length)
+		receipt = effect_receipt_json_with(e->key, e->key_length,
+		    &e->entry, json_incref(e->result_json));
+	else if (e->cold)
 		receipt = effect_receipt_json_from(e->key, e->key_length,
 		    &e->entry, e->cold_result, e->pruned);
 	else if (be->effect_result != NULL &&

@@ -146,6 +146,7 @@ enum worker_handle {
 	WORKER_HANDLE_KICK,
 	WORKER_HANDLE_WATCH,	/* -1: no inotify */
 	WORKER_HANDLE_INDEX,	/* the index's directory */
+	WORKER_HANDLE_WAKE,	/* the eventfd of the master's wake-ups */
 	/*
 	 * The root's lock, held open (never used) until the worker exits:
 	 * a broker started again after the master died must not find the
@@ -224,7 +225,8 @@ void	watch_read(struct idemd *, int fd);
 int	watch_name_new(struct idemd *, const char *name);
 
 /* journaler.c: the master's journaling thread */
-int	journaler_start(struct idemd *, int (*broadcast)(void *), void *arg);
+int	journaler_start(struct idemd *, int (*broadcast)(void *, int all),
+	    void *arg);
 void	journaler_stop(void);
 void	journaler_kick(int kick_fd);
 void	journaler_kick_idle(struct shm_header *, int kick_fd);
@@ -376,10 +378,13 @@ struct worker {
 	unsigned		 index;
 	uint32_t		 generation;
 	uint32_t		 next_token;
-	int			 notify_fd;	/* master's wake-ups; EOF: master gone */
+	int			 notify_fd;	/* the store's URI; EOF: master gone */
+	int			 wake_fd;	/* master's wake-ups (eventfd) */
+	int			 wake_reads;	/* no edge-triggered events: read it */
 	struct event_base	*base;
 	struct event		*listen_ev;
 	struct event		*notify_ev;
+	struct event		*wake_ev;
 	struct event		*local_wake_ev;
 	struct event		*term_ev;
 	struct event		*hup_ev;	/* SIGHUP: reopen the log */
@@ -391,6 +396,7 @@ struct worker {
 	unsigned		 conn_count;
 	TAILQ_HEAD(, pending)	 parked;
 	unsigned		 running;	/* requests not yet answered */
+	unsigned		 unkicked;	/* records appended, journaler not kicked */
 	struct fileio		*io;
 	int			 draining;
 	/*
@@ -401,7 +407,7 @@ struct worker {
 };
 
 int	 worker_main(struct idemd *, unsigned index, uint32_t generation,
-	    int notify_fd);
+	    int notify_fd, int wake_fd);
 /* Wake the other parked requests of every worker (a claim was released). */
 void	 worker_wake_all(struct worker *);
 /*
@@ -501,6 +507,8 @@ void	 pending_wait_claim(struct pending *, pending_resume_fn);
 void	 pending_reply(struct pending *, json_t *);
 /* Resume every parked request of the worker whose wait is over. */
 void	 pending_run_parked(struct worker *);
+/* After a pass of the loop: kick the journaler for the records it appended. */
+void	 pending_kick(struct worker *);
 /* Free the parked requests of a worker whose loop has ended. */
 void	 pending_free_parked(struct worker *);
 
@@ -710,6 +718,9 @@ struct effect {
 	int			 has_result;
 	char			*result;	/* compact JSON; malloc'd */
 	size_t			 result_length;
+	/* The request's result as parsed (a reference): the receipt of
+	 * the commit it makes, without parsing result again. */
+	json_t			*result_json;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
 	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;

@@ -8,8 +8,8 @@
  * Workers append encoded records to the hand-off ring and kick an
  * eventfd.  The thread sleeps on that eventfd; when woken it takes
  * everything appended so far, writes it with one writev, makes it durable
- * with one fdatasync, publishes the new durable position and wakes every
- * worker.  Records that arrive while it is flushing wait for the next
+ * with one fdatasync, publishes the new durable position and wakes the
+ * workers whose loops have a request parked (each worker's loop_waiters).  Records that arrive while it is flushing wait for the next
  * round and share its fdatasync: that is the group commit.
  *
  * The gather: a round that has records to write first waits, at most
@@ -71,7 +71,7 @@ static struct journaler {
 	pthread_t	 thread;
 	int		 running;
 	_Atomic int	 stop;
-	int		(*broadcast)(void *);
+	int		(*broadcast)(void *, int all);
 	void		*broadcast_arg;
 	/* Where the journal was last known durable: for a reopen. */
 	uint64_t	 durable_segment;
@@ -403,13 +403,23 @@ journaler_try_reopen(struct idemd *d)
 	return -1;
 }
 
-/* Sleep on the eventfd; with a timeout while a reopen is due. */
+/*
+ * Sleep on the eventfd; with a timeout while a reopen is due.  Without
+ * one, a read of the (blocking) eventfd is the sleep: one system call
+ * a round instead of a poll and a read.
+ */
 static void
 journaler_wait(int kick_fd, int64_t timeout_ms)
 {
 	struct pollfd	pfd;
 	uint64_t	kicks;
 
+	if (timeout_ms < 0) {
+		if (read(kick_fd, &kicks, sizeof kicks) == -1 &&
+		    errno != EINTR)
+			fatal("journaler: reading its eventfd");
+		return;
+	}
 	pfd.fd = kick_fd;
 	pfd.events = POLLIN;
 	pfd.revents = 0;
@@ -614,17 +624,22 @@ journaler_main(void *arg)
 			handoff_wake(&d->seg, durable_before,
 			    handoff_epoch(h) == epoch_before ?
 			    atomic_load(&h->ring_durable) : durable_before);
-			/* The loops: only if a request parked there waits. */
-			if (asked || handoff_epoch(h) != epoch_before ||
-			    atomic_load(&h->loop_waiters) != 0)
-				journaler.broadcast(journaler.broadcast_arg);
+			/*
+			 * The loops: all if asked or the epoch moved, else
+			 * only those where a request is parked (each
+			 * worker's loop_waiters, read after ring_durable
+			 * moved: a count not seen is of a request that
+			 * judges durability after this flush published).
+			 */
+			journaler.broadcast(journaler.broadcast_arg, asked ||
+			    handoff_epoch(h) != epoch_before);
 		}
 		if (atomic_load(&h->journal_failed) &&
 		    !atomic_load(&journaler.stop) &&
 		    shm_now_ms() >= journaler.reopen_at &&
 		    journaler_try_reopen(d) == 0) {
 			handoff_wake(&d->seg, 0, 0);
-			journaler.broadcast(journaler.broadcast_arg);
+			journaler.broadcast(journaler.broadcast_arg, 1);
 		}
 		if ((n > 0 || atomic_load(&h->checkpoint_wanted)) &&
 		    !atomic_load(&h->journal_failed))
@@ -636,7 +651,8 @@ journaler_main(void *arg)
 }
 
 int
-journaler_start(struct idemd *d, int (*broadcast)(void *), void *arg)
+journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
+    void *arg)
 {
 	int	error;
 

@@ -624,7 +624,7 @@ run_worker(struct idemd *d)
 		fatalx("worker %ld: %s", index, cause);
 	history_warm_start(d);
 	status = worker_main(d, (unsigned)index, (uint32_t)field[2],
-	    handle[WORKER_HANDLE_NOTIFY]);
+	    handle[WORKER_HANDLE_NOTIFY], handle[WORKER_HANDLE_WAKE]);
 	history_warm_stop();
 	history_close(d);
 	shm_detach(&d->seg);

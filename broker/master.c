@@ -6,10 +6,13 @@
  * exit, the journaler flushes the rest, and the socket and segment are
  * removed.
  *
- * Each worker has a socketpair to the master.  The master's end is how
- * the journaling thread (and the master itself, when a worker dies)
- * wakes the worker; the worker's end reading EOF means the master is gone.
+ * Each worker has a socketpair to the master, which carries the store's
+ * URI first; the worker's end reading EOF means the master is gone.  And
+ * an eventfd of its own: the journaling thread (and the master itself,
+ * when a worker dies) wakes the worker by writing it, and the worker's
+ * loop, edge-triggered, never reads it (worker.c).
  */
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -39,7 +42,8 @@ struct master {
 	struct event_base	*base;
 	pid_t			 pids[IDEM_MAX_WORKERS];
 	int			 notify_fds[IDEM_MAX_WORKERS];
-	pthread_mutex_t		 fds_lock;	/* notify_fds: shared with the journaler */
+	int			 wake_fds[IDEM_MAX_WORKERS];
+	pthread_mutex_t		 fds_lock;	/* the fds: shared with the journaler */
 	int			 stopping;
 	unsigned		 live;
 	int64_t			 burst_started_ms;
@@ -65,18 +69,27 @@ master_notify(const char *state)
 #endif
 }
 
+/*
+ * Wake the workers' loops: every one (all), or only those with a
+ * request parked for durability or ring room (a flush's: the others
+ * would wake to find nothing, two context switches and three system
+ * calls each).
+ */
 static int
-master_broadcast(void *arg)
+master_broadcast(void *arg, int all)
 {
-	struct master	*m = arg;
-	unsigned	 i;
+	struct master		*m = arg;
+	struct shm_header	*h = m->d->seg.header;
+	uint64_t		 one = 1;
+	unsigned		 i;
 
 	pthread_mutex_lock(&m->fds_lock);
 	for (i = 0; i < m->d->worker_count; i++) {
-		/* A full socket already holds a wake-up: EAGAIN is fine. */
-		if (m->notify_fds[i] != -1)
-			(void)send(m->notify_fds[i], "w", 1,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (!all && atomic_load(&h->workers[i].loop_waiters) == 0)
+			continue;
+		/* Never full (2^64 - 2 writes): a write cannot fail. */
+		if (m->wake_fds[i] != -1)
+			(void)write(m->wake_fds[i], &one, sizeof one);
 	}
 	pthread_mutex_unlock(&m->fds_lock);
 	return 0;
@@ -136,7 +149,7 @@ master_spawn(struct master *m, unsigned index)
 	sigset_t	 term, old;
 	uint32_t	 generation;
 	char		 handles[160], name[32], **argv;
-	int		 sv[2], inherit[WORKER_HANDLE_COUNT], i, n;
+	int		 sv[2], wake, inherit[WORKER_HANDLE_COUNT], i, n;
 	size_t		 used;
 	pid_t		 pid;
 
@@ -150,10 +163,17 @@ master_spawn(struct master *m, unsigned index)
 		close(sv[1]);
 		return -1;
 	}
+	if ((wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1) {
+		log_warn("worker %u: eventfd", index);
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
 	if ((argv = calloc((size_t)d->argc + 5, sizeof *argv)) == NULL) {
 		log_warn("worker %u", index);
 		close(sv[0]);
 		close(sv[1]);
+		close(wake);
 		return -1;
 	}
 	generation = registry_start(&d->seg, index);
@@ -165,6 +185,7 @@ master_spawn(struct master *m, unsigned index)
 	inherit[WORKER_HANDLE_KICK] = d->kick_fd;
 	inherit[WORKER_HANDLE_WATCH] = d->watch_fd;
 	inherit[WORKER_HANDLE_INDEX] = d->index_dir_fd;
+	inherit[WORKER_HANDLE_WAKE] = wake;
 	inherit[WORKER_HANDLE_LOCK] = d->lock_fd;
 	used = (size_t)snprintf(handles, sizeof handles, "%ld,%u,%u",
 	    (long)getpid(), index, generation);
@@ -190,16 +211,19 @@ master_spawn(struct master *m, unsigned index)
 	argv[n] = NULL;
 
 	/*
-	 * Publish the master's end before the fork: the worker may be
+	 * Publish the wake eventfd before the fork: the worker may be
 	 * serving, and parked until a flush, before the parent runs again
 	 * (on a loaded machine it can be descheduled right after fork), and
 	 * a journaling round that found no descriptor here would never wake
-	 * it.  A wake-up sent early waits in the socket.
+	 * it.  A wake-up sent early waits in the eventfd's counter, which
+	 * the loop's event reports when it is added (epoll looks at the
+	 * file then, edge-triggered or not).
 	 */
 	if (fcntl(sv[0], F_SETFL, O_NONBLOCK) == -1)
 		log_warn("worker %u notify socket", index);
 	pthread_mutex_lock(&m->fds_lock);
 	m->notify_fds[index] = sv[0];
+	m->wake_fds[index] = wake;
 	pthread_mutex_unlock(&m->fds_lock);
 
 	/*
@@ -241,8 +265,10 @@ master_spawn(struct master *m, unsigned index)
 		log_warn("fork of worker %u", index);
 		pthread_mutex_lock(&m->fds_lock);
 		m->notify_fds[index] = -1;
+		m->wake_fds[index] = -1;
 		pthread_mutex_unlock(&m->fds_lock);
 		close(sv[0]);
+		close(wake);
 		return -1;
 	}
 	atomic_store(&d->seg.header->workers[index].pid, pid);
@@ -293,10 +319,12 @@ master_child(evutil_socket_t fd, short events, void *arg)
 		pthread_mutex_lock(&m->fds_lock);
 		close(m->notify_fds[i]);
 		m->notify_fds[i] = -1;
+		close(m->wake_fds[i]);
+		m->wake_fds[i] = -1;
 		pthread_mutex_unlock(&m->fds_lock);
 		m->pids[i] = 0;
 		m->live--;
-		master_broadcast(m);
+		master_broadcast(m, 1);
 		if (m->stopping)
 			continue;
 		atomic_fetch_add(&m->d->seg.header->counters.worker_restarts,
@@ -395,7 +423,7 @@ master_run(struct idemd *d)
 	memset(&m, 0, sizeof m);
 	m.d = d;
 	for (i = 0; i < IDEM_MAX_WORKERS; i++)
-		m.notify_fds[i] = -1;
+		m.notify_fds[i] = m.wake_fds[i] = -1;
 	pthread_mutex_init(&m.fds_lock, NULL);
 	if ((m.base = event_base_new()) == NULL)
 		fatalx("event_base_new failed");

@@ -8,9 +8,10 @@
  * a struct pending: pending_journal*() encodes its record, appends it to
  * the shared ring (handoff.c; subtab_record() for a claimed slot's new
  * state) and parks it on its worker; the master's journaling thread
- * flushes and wakes every worker, and pending_run_parked() resumes each
- * request whose wait is over (durable, room in the ring, or a claim
- * released or timed out) by calling its resume function.  Whatever the
+ * flushes and wakes the workers with requests parked, and
+ * pending_run_parked() resumes each request whose wait is over
+ * (durable, room in the ring, or a claim released or timed out) by
+ * calling its resume function.  Whatever the
  * outcome, the request ends in pending_reply(), once.
  *
  * One record is acknowledged before it is durable, by SPEC.md's leave:
@@ -106,12 +107,14 @@ pending_reply(struct pending *p, json_t *reply)
 static void
 loop_waiter(struct pending *p, int delta)
 {
-	struct shm_header	*h = p->worker->d->seg.header;
+	struct shm_worker	*sw =
+	    &p->worker->d->seg.header->workers[p->worker->index];
 
+	/* This worker's count: a flush wakes only the loops that wait. */
 	if (delta > 0)
-		atomic_fetch_add(&h->loop_waiters, 1);
+		atomic_fetch_add(&sw->loop_waiters, 1);
 	else
-		atomic_fetch_sub(&h->loop_waiters, 1);
+		atomic_fetch_sub(&sw->loop_waiters, 1);
 }
 
 static void
@@ -126,6 +129,34 @@ unpark(struct pending *p)
 {
 	TAILQ_REMOVE(&p->worker->parked, p, entry);
 	p->wait = PENDING_RUNNING;
+}
+
+/*
+ * The journaler's kick for the records this loop appends: once the loop
+ * has run every callback that was ready (worker.c's pass, then
+ * pending_kick), so that the requests of one pass go to the journal
+ * together, in one round, for one kick; at the latest every
+ * PENDING_KICK_BATCH records, so that no pass holds the journal back
+ * for long.  And only a journaler that sleeps is kicked: a busy one
+ * takes the records with its next round (journaler_kick_idle: the ring
+ * lock orders the appends before the look at its flag).
+ */
+#define PENDING_KICK_BATCH	32
+
+void
+pending_kick(struct worker *w)
+{
+	if (w->unkicked == 0)
+		return;
+	w->unkicked = 0;
+	journaler_kick_idle(w->d->seg.header, w->d->kick_fd);
+}
+
+static void
+pending_kick_later(struct worker *w)
+{
+	if (++w->unkicked >= PENDING_KICK_BATCH)
+		pending_kick(w);
 }
 
 static void
@@ -160,12 +191,12 @@ pending_try_append(struct pending *p)
 	if (p->record_nowait) {
 		/* In the ring is enough: the next round flushes it. */
 		loop_waiter(p, -1);
-		journaler_kick(d->kick_fd);
+		pending_kick_later(p->worker);
 		p->resume(p);
 		return;
 	}
 	park(p, PENDING_DURABLE);
-	journaler_kick(d->kick_fd);
+	pending_kick_later(p->worker);
 }
 
 static void	pending_encode_append(struct pending *,

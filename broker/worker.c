@@ -66,6 +66,12 @@ worker_notified(evutil_socket_t fd, short events, void *arg)
 
 	for (;;) {
 		n = read(fd, buf, sizeof buf);
+		/*
+		 * Less than asked: the socket is empty (a wake-up sent
+		 * meanwhile fires the event again), so no read for EAGAIN.
+		 */
+		if (n > 0 && (size_t)n < sizeof buf)
+			break;
 		if (n > 0)
 			continue;
 		if (n == 0) {
@@ -77,6 +83,23 @@ worker_notified(evutil_socket_t fd, short events, void *arg)
 			continue;
 		break;
 	}
+	pending_run_parked(w);
+}
+
+/*
+ * The master's journaling thread wrote the wake eventfd: a flush this
+ * loop's parked requests may wait for.  Edge-triggered, the counter is
+ * never read (each write is an edge of its own): one system call a
+ * wake-up fewer.  A counter of 2^64 - 2 writes would take centuries.
+ */
+static void
+worker_woken(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+	uint64_t	 count;
+
+	if (w->wake_reads)
+		(void)read(fd, &count, sizeof count);
 	pending_run_parked(w);
 }
 
@@ -556,7 +579,7 @@ worker_hangup(evutil_socket_t fd, short events, void *arg)
 
 int
 worker_main(struct idemd *d, unsigned index, uint32_t generation,
-    int notify_fd)
+    int notify_fd, int wake_fd)
 {
 	struct worker	 w;
 	sigset_t	 term;
@@ -572,6 +595,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	w.index = index;
 	w.generation = generation;
 	w.notify_fd = notify_fd;
+	w.wake_fd = wake_fd;
 	TAILQ_INIT(&w.conns);
 	TAILQ_INIT(&w.parked);
 	w.idle_timeout.tv_sec = d->idle_timeout_ms / 1000;
@@ -585,16 +609,20 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	    worker_accept, &w);
 	w.notify_ev = event_new(w.base, notify_fd, EV_READ | EV_PERSIST,
 	    worker_notified, &w);
+	w.wake_reads = !(event_base_get_features(w.base) & EV_FEATURE_ET);
+	w.wake_ev = event_new(w.base, wake_fd, EV_READ | EV_PERSIST |
+	    (w.wake_reads ? 0 : EV_ET), worker_woken, &w);
 	w.local_wake_ev = event_new(w.base, -1, 0, worker_local_wake, &w);
 	w.term_ev = evsignal_new(w.base, SIGTERM, worker_terminate, &w);
 	w.hup_ev = evsignal_new(w.base, SIGHUP, worker_hangup, &w);
 	w.accept_pause_ev = evtimer_new(w.base, worker_accept_resume, &w);
-	if (w.listen_ev == NULL || w.notify_ev == NULL ||
+	if (w.listen_ev == NULL || w.notify_ev == NULL || w.wake_ev == NULL ||
 	    w.local_wake_ev == NULL || w.term_ev == NULL ||
 	    w.accept_pause_ev == NULL || w.hup_ev == NULL)
 		fatalx("worker %u: cannot create events", index);
 	event_add(w.listen_ev, NULL);
 	event_add(w.notify_ev, NULL);
+	event_add(w.wake_ev, NULL);
 	event_add(w.term_ev, NULL);
 	event_add(w.hup_ev, NULL);
 	/*
@@ -607,7 +635,15 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	sigprocmask(SIG_UNBLOCK, &term, NULL);
 	log_debug("worker %u (generation %u) serving", index, generation);
 
-	event_base_dispatch(w.base);
+	/*
+	 * One pass at a time (every callback that is ready, and those they
+	 * make ready, then back here): the records the pass appended get
+	 * one kick (pending_kick), where each record had its own.
+	 */
+	while (event_base_loop(w.base, EVLOOP_ONCE) == 0 &&
+	    !event_base_got_break(w.base) && !event_base_got_exit(w.base))
+		pending_kick(&w);
+	pending_kick(&w);
 
 	fileio_stop(w.io);
 	inboxview_close(&d->inbox_view);
@@ -616,6 +652,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	pending_free_parked(&w);
 	event_free(w.listen_ev);
 	event_free(w.notify_ev);
+	event_free(w.wake_ev);
 	event_free(w.local_wake_ev);
 	event_free(w.term_ev);
 	event_free(w.hup_ev);

@@ -29,5 +29,7 @@ registry_exit(struct shm_segment *seg, unsigned index)
 	/* And its carriers: the journaler must not wait for them. */
 	atomic_store(&w->carriers[0], 0);
 	atomic_store(&w->carriers[1], 0);
+	/* And its parked requests: no flush needs to wake it for them. */
+	atomic_store(&w->loop_waiters, 0);
 	peers_forget_worker(seg, index);
 }

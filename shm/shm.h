@@ -48,7 +48,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	8
+#define SHM_LAYOUT_VERSION	9
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -205,7 +205,13 @@ struct shm_worker {
 	_Atomic uint64_t	requests;
 	_Atomic uint32_t	connections;	/* open: given back if it dies */
 	_Atomic uint32_t	carriers[2];	/* by phase (journaler.c): zeroed if it dies */
-	char			pad[SHM_CACHELINE_BYTES - 28];
+	/*
+	 * Requests parked on this worker's loop for durability or ring
+	 * room (pending.c): after a flush the journaler wakes only the
+	 * workers whose count is not 0.  Zeroed if it dies.
+	 */
+	_Atomic uint32_t	loop_waiters;
+	char			pad[SHM_CACHELINE_BYTES - 32];
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 struct shm_counters {
@@ -352,13 +358,6 @@ struct shm_header {
 	 * a busy one looks at the ring again before it sleeps).
 	 */
 	_Atomic uint32_t	journaler_idle;
-	/*
-	 * Requests parked on a worker's loop for durability or ring room
-	 * (pending.c): the journaler's broadcast after a flush is skipped
-	 * while none waits (a carried creation waits on durable_seq).  A
-	 * worker that dies leaves its count: broadcasts, harmless ones.
-	 */
-	_Atomic uint32_t	loop_waiters;
 	/*
 	 * The journaler's gather (journaler.c): each worker's carriers[phase]
 	 * counts its file threads whose reservation is durable and who have

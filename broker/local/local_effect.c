@@ -240,6 +240,29 @@ effect_journal_down(struct pending *p)
 	return (handoff_epoch(idemd_of(p)->seg.header) & 1) != 0;
 }
 
+/*
+ * A fence's random part, from a pool drawn from the kernel 64 at a
+ * time: a getrandom(2) per begin was one system call in sixteen of an
+ * effect's.  The loop's thread only (as every begin); a worker is a
+ * process of its own, exec'd (master.c), so no two share a pool.  A
+ * part handed out is wiped from the pool.
+ */
+static uint64_t
+effect_fence_random(void)
+{
+	static uint64_t	pool[64];
+	static size_t	left;
+	uint64_t	v;
+
+	if (left == 0) {
+		randombytes_buf(pool, sizeof pool);
+		left = sizeof pool / sizeof pool[0];
+	}
+	v = pool[--left];
+	pool[left] = 0;
+	return v;
+}
+
 /* A new attempt: the next number, a fresh fence, a lease from now. */
 static void
 effect_new_attempt(struct effect *e, uint32_t attempt)
@@ -248,7 +271,7 @@ effect_new_attempt(struct effect *e, uint32_t attempt)
 
 	e->entry.state = SUBTAB_RESERVED;
 	e->entry.attempt = attempt;
-	randombytes_buf(&e->entry.fence, sizeof e->entry.fence);
+	e->entry.fence = effect_fence_random();
 	e->entry.lease_expires_ms = now + e->lease_ms;
 	e->entry.updated_at_ms = now;
 }
