@@ -146,6 +146,12 @@ enum worker_handle {
 	WORKER_HANDLE_KICK,
 	WORKER_HANDLE_WATCH,	/* -1: no inotify */
 	WORKER_HANDLE_INDEX,	/* the index's directory */
+	/*
+	 * The root's lock, held open (never used) until the worker exits:
+	 * a broker started again after the master died must not find the
+	 * root free while a worker still listens on its socket.
+	 */
+	WORKER_HANDLE_LOCK,
 	WORKER_HANDLE_COUNT
 };
 

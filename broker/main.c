@@ -466,6 +466,42 @@ record_sequence_digits(struct idemd *d)
 		fatalx("%s: %s", d->root_real, cause);
 }
 
+/*
+ * The lock is taken, by the master whose pid the file holds: if that
+ * master is gone, its workers hold it (they inherit it so that no
+ * broker starts while one of them still listens) and are dying with it
+ * (PR_SET_PDEATHSIG): wait for them, as long as the socket's probe
+ * waits for a listener on its way out.  1 once the lock is ours, 0 if
+ * the master lives (or the file names none), -1 if its workers outlast
+ * the wait.
+ */
+static int
+lock_held_by_dead_master(struct idemd *d, const char *pid_text)
+{
+	const struct timespec	 pause = { 0, 10 * 1000000 };
+	int64_t			 deadline;
+	char			*end;
+	long			 pid;
+
+	errno = 0;
+	pid = strtol(pid_text, &end, 10);
+	if (errno != 0 || end == pid_text || *end != '\0' || pid <= 0 ||
+	    pid > INT_MAX || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		return 0;
+	deadline = clock_monotonic_us() / 1000 + IDEM_SOCKET_PROBE_TIMEOUT_MS;
+	while (clock_monotonic_us() / 1000 < deadline) {
+		nanosleep(&pause, NULL);
+		if (flock(d->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+			log_info("%s: the workers of idemd pid %ld, which "
+			    "died, have exited", d->root_real, pid);
+			return 1;
+		}
+		if (errno != EWOULDBLOCK)
+			fatal("flock %s/%s", d->root_real, d->lock_name);
+	}
+	return -1;
+}
+
 /* One broker per root: flock the lock file, name the holder if taken. */
 static void
 lock_root(struct idemd *d)
@@ -494,8 +530,16 @@ lock_root(struct idemd *d)
 		n = pread(d->lock_fd, buf, sizeof buf - 1, 0);
 		buf[n > 0 ? n : 0] = '\0';
 		buf[strcspn(buf, "\n")] = '\0';
-		fatalx("%s is in use by another idemd (pid %s); one broker "
-		    "per root", d->root_real, buf[0] != '\0' ? buf : "unknown");
+		switch (lock_held_by_dead_master(d, buf)) {
+		case 0:
+			fatalx("%s is in use by another idemd (pid %s); one "
+			    "broker per root", d->root_real,
+			    buf[0] != '\0' ? buf : "unknown");
+		case -1:
+			fatalx("%s is held by the workers of idemd pid %s, "
+			    "which died; they have not exited within %d ms",
+			    d->root_real, buf, IDEM_SOCKET_PROBE_TIMEOUT_MS);
+		}
 	}
 	/*
 	 * Held: only now is the file ours to truncate, and only if no other
@@ -515,7 +559,7 @@ lock_root(struct idemd *d)
 
 /*
  * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH,
- * INDEXDIR: this process is a worker the master (PID) forked and exec'd
+ * INDEXDIR,LOCK: this process is a worker the master (PID) forked and exec'd
  * (master.c), with the same options and those inherited handles (enum
  * worker_handle), and the store's URI, whose password its command line
  * does not hold, first on its notify socket.  It maps the master's

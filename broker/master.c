@@ -165,6 +165,7 @@ master_spawn(struct master *m, unsigned index)
 	inherit[WORKER_HANDLE_KICK] = d->kick_fd;
 	inherit[WORKER_HANDLE_WATCH] = d->watch_fd;
 	inherit[WORKER_HANDLE_INDEX] = d->index_dir_fd;
+	inherit[WORKER_HANDLE_LOCK] = d->lock_fd;
 	used = (size_t)snprintf(handles, sizeof handles, "%ld,%u,%u",
 	    (long)getpid(), index, generation);
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
@@ -212,6 +213,13 @@ master_spawn(struct master *m, unsigned index)
 	sigprocmask(SIG_BLOCK, &term, &old);
 	pid = fork();
 	if (pid == 0) {
+		/*
+		 * Registered by itself too, before it can serve: the parent's
+		 * store below may come after the worker answers its first
+		 * stats (a loaded machine deschedules the parent), which
+		 * would not count the worker answering it.
+		 */
+		atomic_store(&d->seg.header->workers[index].pid, getpid());
 		for (i = 0; i < WORKER_HANDLE_COUNT; i++) {
 			if (inherit[i] != -1 &&
 			    fcntl(inherit[i], F_SETFD, 0) == -1)

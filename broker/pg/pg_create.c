@@ -317,8 +317,8 @@ cl_hold_point(const char *point)
  * PostgreSQL sessions stay open, so only its lease's expiry lets
  * another broker take over.  The test resumes it with SIGCONT.
  */
-static void
-cl_pause_point(const char *point)
+void
+pg_pause_point(const char *point)
 {
 	static _Atomic int	 paused;
 	const char		*at = getenv("IDEM_CRASH_PAUSE_AT");
@@ -331,8 +331,6 @@ cl_pause_point(const char *point)
 	    (long)getpid(), point);
 	raise(SIGSTOP);
 }
-#else
-#define cl_pause_point(point)	((void)0)
 #endif
 
 static void
@@ -340,7 +338,7 @@ cl_crash_point(struct submission *s, enum crash_point point)
 {
 	if (s->ops->crash_points) {
 		crash_point(point);
-		cl_pause_point(crash_point_name(point));
+		pg_pause_point(crash_point_name(point));
 	}
 }
 
@@ -522,16 +520,16 @@ cl_put_written(void *arg, char **cause)
 	struct cl_put		*put = arg;
 	struct pg_create	*c = cl_of(cl_sub(put->p));
 
-	if (pgstore_grant_send(c->st, &c->key, c->row.epoch, c->row.token,
-	    cause) != 0)
-		return -1;
+	*cause = NULL;
+	pg_group_grant_join(&c->member, c->st, &c->key, c->row.epoch,
+	    c->row.token);
 	return 0;
 }
 
 /*
- * After the fsync (a failed one too: the grant sent is awaited on its
- * connection), before the link: the grant's answer.  0 granted, 1
- * fenced, -1 failed.
+ * After the fsync (a failed one too: the grant joined is awaited), before
+ * the link: the grant's answer, the batch's (pg_group.c).  0 granted,
+ * 1 fenced, -1 failed.
  */
 static int
 cl_put_synced(void *arg, int synced, char **cause)
@@ -541,10 +539,9 @@ cl_put_synced(void *arg, int synced, char **cause)
 	struct pg_create	*c = cl_of(s);
 	int			 rc;
 
+	rc = pg_group_grant_wait(&c->member, c->st, cause);
 	if (synced == 0)
 		cl_crash_point(s, CRASH_AFTER_TASK_FILE_WRITTEN);
-	rc = pgstore_grant_wait(c->st, &c->key, c->row.epoch, c->row.token,
-	    cause);
 	if (rc != 1 || synced != 0) {
 		if (rc == 1) {
 			/* Granted, and no file will follow: a storage fault. */
@@ -555,7 +552,7 @@ cl_put_synced(void *arg, int synced, char **cause)
 		}
 		return rc == 0 ? 1 : -1;
 	}
-	cl_pause_point("before_task_file_link");
+	pg_pause_point("before_task_file_link");
 	return 0;
 }
 
@@ -672,8 +669,8 @@ cl_commit(struct pending *p)
 		    "out of memory");
 		return;
 	}
-	rc = pgstore_commit(c->st, &c->key, c->row.epoch, c->row.token,
-	    s->entry.file_digest, text, &cause);
+	rc = pg_group_commit(&c->member, c->st, &c->key, c->row.epoch,
+	    c->row.token, s->entry.file_digest, text, &cause);
 	free(text);
 	if (rc < 0) {
 		cl_fail_storage(p, "committing", cause);

@@ -10,6 +10,7 @@
 
 #include "pg_backend.h"
 #include "pg.h"
+#include "pg_group.h"
 
 /* What a creation's run on its thread decided, for the loop to act on. */
 enum cl_outcome {
@@ -38,6 +39,17 @@ struct pg_create {
 	enum wire_reason	 reason;
 	const char		*message;	/* a literal */
 	int			 created;
+	struct pg_group_member	 member;	/* in a grant or commit batch */
 };
+
+#ifdef IDEM_FAULT_INJECTION
+/*
+ * A pause or hold point's name (IDEM_CRASH_PAUSE_AT, IDEM_CRASH_HOLD_AT):
+ * the first creation of the worker to reach it stops there.
+ */
+void	pg_pause_point(const char *point);
+#else
+#define pg_pause_point(point)	((void)0)
+#endif
 
 #endif

@@ -264,6 +264,205 @@ reserve_grant_commit_fenced(void **state)
 }
 
 /*
+ * Grants and commits in batches (pg_batch.c): each member's row changes
+ * under its own fence, and only a member whose row changed comes back;
+ * ids, scopes and receipts with the array syntax's own characters are
+ * stored byte for byte; a session that lost the batch's statement says
+ * so (the members then go alone) and prepares it again next time.
+ */
+static void
+batches_fence_each_member(void **state)
+{
+	static const char *const ids[] = { "batch-1", "batch \"2\", {x}",
+	    "batch\\3", "batch-4" };
+	static const char *const receipts[] = { "{\"a\":\"q\\\"uote\"}",
+	    "{\"b\":\"back\\\\slash, {brace}\"}", "{\"c\":\"\xc3\xa9\"}",
+	    "{\"d\":4}" };
+	struct pgstore		 st;
+	struct pgstore_key	 keys[4];
+	struct pgstore_batch_member m[5], *mp[5];
+	struct pgstore_row	 rows[4], again;
+	struct subtab_entry	 want;
+	enum pgstore_batch_failure failure;
+	uint8_t			 digest[32] = { 7 };
+	char			*cause = NULL, stale[PGSTORE_TOKEN_BYTES + 1];
+	PGresult		*res;
+	int			 i;
+
+	(void)state;
+	disk_max = 0;
+	open_store(&st, "alpha", 30000);
+	want_entry(&want, "batch");
+	for (i = 0; i < 4; i++) {
+		keys[i].kind = i == 3 ? SUBTAB_KIND_REPORT : SUBTAB_KIND_TASK;
+		keys[i].scope = i == 3 ? "TASK-1 \"x\"" : "";
+		keys[i].id = ids[i];
+		assert_int_equal(pgstore_reserve(&st, &keys[i], &want, &rows[i],
+		    &cause), 1);
+	}
+	/* Member 2 with a stale token; member 4 is member 0 stale, twice. */
+	pgstore_new_token(stale);
+	for (i = 0; i < 5; i++) {
+		memset(&m[i], 0, sizeof m[i]);
+		m[i].key = &keys[i % 4];
+		m[i].epoch = rows[i % 4].epoch;
+		m[i].token = i == 2 || i == 4 ? stale : rows[i % 4].token;
+		m[i].file_digest = digest;
+		m[i].receipt = receipts[i % 4];
+		mp[i] = &m[i];
+	}
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, mp, 5,
+	    &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, mp, 5,
+	    &failure, &cause), 0);
+	for (i = 0; i < 5; i++) {
+		assert_int_equal(m[i].returned, i != 2 && i != 4);
+		assert_int_equal(pgstore_read(&st, &keys[i % 4], &again,
+		    &cause), 1);
+		assert_int_equal(again.lease_granted, i % 4 != 2);
+		pgstore_row_clear(&again);
+	}
+	/* The commits: the stale members change nothing. */
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_COMMIT, mp, 5,
+	    &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_COMMIT, mp, 5,
+	    &failure, &cause), 0);
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(m[i].returned, i != 2);
+		assert_int_equal(pgstore_read(&st, &keys[i], &again, &cause),
+		    1);
+		if (i == 2)
+			assert_int_equal(again.entry.state, SUBTAB_RESERVED);
+		else {
+			assert_int_equal(again.entry.state, SUBTAB_COMMITTED);
+			assert_string_equal(again.receipt, receipts[i]);
+			assert_memory_equal(again.entry.file_digest, digest, 32);
+		}
+		pgstore_row_clear(&again);
+	}
+	assert_int_equal(m[4].returned, 0);
+	/* Committed rows are not committed twice. */
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_COMMIT, mp, 2,
+	    &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_COMMIT, mp, 2,
+	    &failure, &cause), 0);
+	assert_int_equal(m[0].returned + m[1].returned, 0);
+	/* The statement lost by the session: a failure, then prepared again. */
+	res = PQexec((PGconn *)pgstore_conn(&st, &cause), "DEALLOCATE ALL");
+	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+	PQclear(res);
+	m[2].token = rows[2].token;
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &failure, &cause), -1);
+	assert_int_equal(failure, PGSTORE_BATCH_FAILED);
+	free(cause);
+	cause = NULL;
+	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, &mp[2],
+	    1, &failure, &cause), 0);
+	assert_int_equal(m[2].returned, 1);
+	for (i = 0; i < 4; i++)
+		pgstore_row_clear(&rows[i]);
+	pgstore_close(&st);
+}
+
+/*
+ * A batch's statement finds its members through the key's index however
+ * small the table was when its session made the generic plan: a table
+ * never analyzed (a temporary one: the autovacuum never analyzes it)
+ * with two rows while seven batches run, then 20,000 rows; the session's
+ * cached plans of both batches use the index, with no scan of the table
+ * and no hash join (before, they hashed every row for each batch).
+ */
+static void
+batch_plans_use_the_key_index(void **state)
+{
+	static const char *const explain[] = {
+		"EXPLAIN (COSTS OFF) EXECUTE idem_grant_batch('%s', '{1}', "
+		    "'{\"\"}', '{plan-1}', '{1}', '{t}', 1000)",
+		"EXPLAIN (COSTS OFF) EXECUTE idem_commit_batch('%s', '{1}', "
+		    "'{\"\"}', '{plan-1}', '{1}', '{t}', '{d}', '{r}')",
+	};
+	struct pgstore		 st;
+	struct pgstore_key	 keys[2] = { { SUBTAB_KIND_TASK, "", "plan-1" },
+	    { SUBTAB_KIND_TASK, "", "plan-2" } };
+	struct pgstore_batch_member m[2], *mp[2];
+	struct pgstore_row	 rows[2];
+	struct subtab_entry	 want;
+	enum pgstore_batch_failure failure;
+	uint8_t			 digest[32] = { 9 };
+	char			*cause = NULL, plan[4096], q[512];
+	PGconn			*conn;
+	PGresult		*res;
+	size_t			 i, n;
+	int			 r, step;
+
+	(void)state;
+	disk_max = 0;
+	open_store(&st, "alpha", 30000);
+	conn = (PGconn *)pgstore_conn(&st, &cause);
+	res = PQexec(conn, "CREATE TEMPORARY TABLE idem_submission (LIKE "
+	    "public.idem_submission INCLUDING ALL)");
+	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+	PQclear(res);
+	want_entry(&want, "plan");
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(pgstore_reserve(&st, &keys[i], &want, &rows[i],
+		    &cause), 1);
+		memset(&m[i], 0, sizeof m[i]);
+		m[i].key = &keys[i];
+		m[i].epoch = rows[i].epoch;
+		m[i].token = "stale";
+		m[i].file_digest = digest;
+		m[i].receipt = "{}";
+		mp[i] = &m[i];
+	}
+	for (r = 0; r < 7; r++)
+		for (step = 0; step < 2; step++) {
+			assert_int_equal(pgstore_batch_send(&st, step == 0 ?
+			    PGSTORE_BATCH_GRANT : PGSTORE_BATCH_COMMIT, mp, 2,
+			    &cause), 0);
+			assert_int_equal(pgstore_batch_wait(&st, step == 0 ?
+			    PGSTORE_BATCH_GRANT : PGSTORE_BATCH_COMMIT, mp, 2,
+			    &failure, &cause), 0);
+		}
+	res = PQexec(conn, "INSERT INTO idem_submission "
+	    "(workspace_id, kind, scope, client_submission_id, digest_schema, "
+	    "request_digest, state, date, seq, task_id, task_path, sender, "
+	    "recipient, created_at_ms, reserved_at, updated_at, epoch, "
+	    "owner_host, owner_token, lease_expires) SELECT '" "00000000-0000-"
+	    "4000-8000-000000000002', 1, '', 'id-' || i, 1, '', 1, 20261205, "
+	    "i, 'TASK-' || i, 'p', 'PM', 'DEV', 0, now(), now(), 1, 'h', 't', "
+	    "now() FROM generate_series(1, 20000) i");
+	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+	PQclear(res);
+	for (step = 0; step < 2; step++) {
+		snprintf(q, sizeof q, explain[step], workspace);
+		res = PQexec(conn, q);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			fail_msg("%s: %s", q, PQerrorMessage(conn));
+		plan[0] = '\0';
+		for (n = 0; n < (size_t)PQntuples(res); n++) {
+			strncat(plan, PQgetvalue(res, (int)n, 0),
+			    sizeof plan - strlen(plan) - 2);
+			strcat(plan, "\n");
+		}
+		PQclear(res);
+		if (strstr(plan, "_expr_idx on idem_submission") ==
+		    NULL || strstr(plan, "Seq Scan on idem_submission") != NULL ||
+		    strstr(plan, "Hash") != NULL)
+			fail_msg("the %s batch's plan:\n%s", step == 0 ? "grant" :
+			    "commit", plan);
+	}
+	for (i = 0; i < 2; i++)
+		pgstore_row_clear(&rows[i]);
+	pgstore_close(&st);
+}
+
+/*
  * A creation's statements are prepared once per session (pg_conn.c).  A
  * session that lost them (DEALLOCATE ALL, as a pooler handing out
  * another server session may) prepares them again: every step still
@@ -820,6 +1019,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(store_init_and_migrate),
 		cmocka_unit_test(reserve_grant_commit_fenced),
+		cmocka_unit_test(batches_fence_each_member),
+		cmocka_unit_test(batch_plans_use_the_key_index),
 		cmocka_unit_test(a_failed_commit_is_not_a_grant),
 		cmocka_unit_test(key_lookups_use_the_key_index),
 		cmocka_unit_test(prepared_statements_lost_are_prepared_again),

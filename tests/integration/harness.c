@@ -365,6 +365,28 @@ harness_kill(struct broker *b)
 	harness_wait_dead(b);
 }
 
+/*
+ * SIGKILL to the master and its exit awaited, not its workers' (nor the
+ * root's lock): what a supervisor restarting it at once sees.  The next
+ * start replaces the segment.
+ */
+void
+harness_kill_master_only(struct broker *b)
+{
+	int	status;
+
+	if (b->pid == 0)
+		return;
+	kill(b->pid, SIGKILL);
+	while (waitpid(b->pid, &status, 0) == -1) {
+		if (errno != EINTR)
+			die("waitpid");
+	}
+	b->exit_status = 128 + SIGKILL;
+	note_gone(b->pid);
+	b->pid = 0;
+}
+
 int
 harness_workers(struct broker *b, pid_t *pids, int max)
 {

@@ -40,6 +40,8 @@ int	 harness_start(struct broker *, const char *const *args,
 int	 harness_stop(struct broker *);
 /* SIGKILL the master, wait for it and for its workers (the root lock). */
 void	 harness_kill(struct broker *);
+/* SIGKILL to the master, its exit awaited, not its workers'. */
+void	 harness_kill_master_only(struct broker *);
 /* Wait for a broker that is dying on its own (IDEM_CRASH_AT). */
 void	 harness_wait_dead(struct broker *);
 /* /dev/shm/idem-...: the shared segment of the broker on b->root. */

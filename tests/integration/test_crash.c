@@ -43,6 +43,8 @@
  * long after each fork (start-up too), and the reply must come sooner.
  */
 #define TEST_SPAWN_DELAY_MS	8000
+/* Tries of start_right_after_the_master_died. */
+#define TEST_QUICK_RESTARTS	10
 #define TEST_MAX_WORKERS	64
 #define TEST_CONCURRENT_RETRIES	8
 /* Start-and-stop cycles that look for a lost SIGTERM. */
@@ -578,6 +580,111 @@ workers_are_exec_d(void **state)
 	harness_finish(b);
 }
 
+/* Whether process pid has the file st open (by /proc/PID/fd). */
+static int
+holds_open(pid_t pid, const struct stat *st)
+{
+	struct stat	 fd_st;
+	struct dirent	*e;
+	char		 path[PATH_MAX];
+	DIR		*dir;
+	int		 found = 0;
+
+	snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+	if ((dir = opendir(path)) == NULL)
+		return 0;
+	while (!found && (e = readdir(dir)) != NULL) {
+		snprintf(path, sizeof path, "/proc/%ld/fd/%s", (long)pid,
+		    e->d_name);
+		found = e->d_name[0] != '.' && stat(path, &fd_st) == 0 &&
+		    fd_st.st_dev == st->st_dev && fd_st.st_ino == st->st_ino;
+	}
+	closedir(dir);
+	return found;
+}
+
+/*
+ * And a broker started the moment its predecessor's master was killed,
+ * without waiting for that one's workers, waits for them itself (they
+ * die with the master) instead of refusing the root "in use": a
+ * supervisor restarting a crashed broker at once gets a broker.
+ */
+static void
+start_right_after_the_master_died(void **state)
+{
+	struct broker	*b = *state;
+	int		 i;
+
+	for (i = 0; i < TEST_QUICK_RESTARTS; i++) {
+		harness_must_start(b, NULL, NULL);
+		harness_kill_master_only(b);	/* its workers live on */
+		if (harness_start(b, NULL, NULL) != 0)
+			fail_msg("try %d: idemd did not start right after its "
+			    "predecessor's master was killed (see the log)", i);
+		assert_int_equal(harness_stop(b), 0);
+	}
+	harness_finish(b);
+}
+
+/* Whether pid, exec'd, named itself "idemd worker N" within the deadline. */
+static int
+await_worker_named(pid_t pid)
+{
+	const struct timespec	 pause = { 0, 5 * 1000000 };
+	int64_t			 deadline;
+	char			 path[64], comm[32];
+	FILE			*f;
+	int			 named;
+
+	snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
+	deadline = harness_now_ms() + TEST_RESPAWN_TIMEOUT_MS;
+	do {
+		named = 0;
+		if ((f = fopen(path, "r")) != NULL) {
+			named = fgets(comm, sizeof comm, f) != NULL &&
+			    strncmp(comm, "idemd worker", 12) == 0;
+			fclose(f);
+		}
+		if (named)
+			return 1;
+		nanosleep(&pause, NULL);
+	} while (harness_now_ms() < deadline);
+	return 0;
+}
+
+/*
+ * Every worker holds the root's lock open until it exits (idemd(8),
+ * SIGKILL): a broker started right after its master died must wait
+ * for a worker still on its way out, not find the root free while that
+ * worker listens on the socket (the model saw the next start refused:
+ * "socket ... in use", the old worker accepting and not answering).
+ */
+static void
+workers_hold_the_lock(void **state)
+{
+	struct broker	*b = *state;
+	struct stat	 lock;
+	pid_t		 workers[TEST_MAX_WORKERS];
+	char		 path[PATH_MAX];
+	int		 i, n;
+
+	harness_must_start(b, NULL, NULL);
+	snprintf(path, sizeof path, "%s/.idem/idemd.lock", b->root);
+	assert_int_equal(stat(path, &lock), 0);
+	n = harness_workers(b, workers, TEST_MAX_WORKERS);
+	assert_true(n >= 1);
+	for (i = 0; i < n; i++) {
+		/* After its exec (its name set), not the fork's copy. */
+		if (!await_worker_named(workers[i]))
+			fail_msg("worker pid %ld has not named itself",
+			    (long)workers[i]);
+		if (!holds_open(workers[i], &lock))
+			fail_msg("worker pid %ld does not hold %s open",
+			    (long)workers[i], path);
+	}
+	harness_finish(b);
+}
+
 /*
  * Where /proc shows it (the master is our child: no ptrace restriction),
  * the master's main thread is still in its pause: in nanosleep.
@@ -614,7 +721,8 @@ master_still_asleep(pid_t master)
  * there on purpose.  The journaling thread must still wake the new
  * worker, so the creation completes while the master sleeps; a master
  * that published the worker's wake-up socket only after the fork left
- * it parked for ever.
+ * it parked for ever.  And stats counts it: a worker registers itself
+ * before it serves, not only when the master runs again.
  */
 static void
 replacement_served_while_master_paused(void **state)
@@ -647,6 +755,14 @@ replacement_served_while_master_paused(void **state)
 		fail_msg("the reply came %lld ms after the kill, not while the "
 		    "master slept (%d ms after the fork)",
 		    (long long)(answered - killed), TEST_SPAWN_DELAY_MS);
+	/*
+	 * The worker that answered is counted although the master has
+	 * not run since the fork: it registers itself (a stats that said
+	 * 0 here made the model see "workers: 1" on a loaded machine).
+	 */
+	reply = harness_must_call(b, json_pack("{s:s}", "op", "stats"));
+	assert_int_equal(harness_int(reply, "workers"), 1);
+	json_decref(reply);
 	master_still_asleep(b->pid);
 	assert_int_equal(harness_count_tasks(b), 1);
 	harness_finish(b);
@@ -1117,6 +1233,8 @@ main(void)
 		T(sigterm_soon_after_start_stops),
 		T(sigterm_soon_after_respawn_stops),
 		T(workers_are_exec_d),
+		T(workers_hold_the_lock),
+		T(start_right_after_the_master_died),
 		T(replacement_served_while_master_paused),
 		T(worker_option_refused),
 	};

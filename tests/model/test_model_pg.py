@@ -144,6 +144,9 @@ class Pair:
     def workers(self):
         return self.a.workers()
 
+    def logs(self):
+        return [self.a.log, self.b.log]
+
     def request_killed(self, obj):
         """To the broker whose processes the kill rules act on (A)."""
         return self.a.request(obj)

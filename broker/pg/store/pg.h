@@ -3,8 +3,9 @@
  * pg.h: the PostgreSQL store (idemd --store postgresql://...), the
  * authoritative record of several brokers on one workspace: the schema
  * and its migrations (pg_schema.c), the submissions, numbers and leases
- * (pg_conn.c), the history's bulk work: import, compaction, counts
- * (pg_history.c), the rows idemctl store verify reads (pg_verify.c).
+ * (pg_conn.c), the batched grants and commits (pg_batch.c), the
+ * history's bulk work: import, compaction, counts (pg_history.c), the
+ * rows idemctl store verify reads (pg_verify.c).
  * The protocol, its durability points and its fencing are in
  * doc/cluster.md; every function here is one step of it.
  *
@@ -198,6 +199,55 @@ int	pgstore_renumber(struct pgstore *, const struct pgstore_key *,
 int	pgstore_commit(struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, const uint8_t *file_digest,
 	    const char *receipt, char **cause);
+/*
+ * ---- batches (pg_batch.c; doc/cluster.md, "Group commit") -----------
+ *
+ * Several creations' grants, or commits, in one statement over arrays:
+ * one round trip, one transaction, one synchronous commit for them all.
+ * Each member's row is changed under its own fence, exactly as
+ * pgstore_grant's or pgstore_commit's would be; the rows are locked in
+ * the order of their keys, so two batches never wait for each other in
+ * a cycle.  What a member learns is only whether its row came back
+ * (returned), read once the command's last result, the commit's, is in.
+ */
+enum pgstore_batch {
+	PGSTORE_BATCH_GRANT,
+	PGSTORE_BATCH_COMMIT
+};
+struct pgstore_batch_member {
+	const struct pgstore_key *key;
+	int64_t			 epoch;
+	const char		*token;
+	const uint8_t		*file_digest;	/* a commit's */
+	const char		*receipt;	/* a commit's */
+	int			 returned;	/* _wait: granted or committed */
+};
+/* How a batch failed (pgstore_batch_wait's -1). */
+enum pgstore_batch_failure {
+	/*
+	 * The connection lost, or the server gone, after the send: the
+	 * outcome is unknown (the batch may have committed).  The
+	 * connection is dropped; the next call makes a new one.
+	 */
+	PGSTORE_BATCH_LOST,
+	/* Rolled back, worth one more try (40xxx, 57014). */
+	PGSTORE_BATCH_TRANSIENT,
+	/* Rolled back, any other error: the members go alone. */
+	PGSTORE_BATCH_FAILED
+};
+/*
+ * Send the batch (n members, at most PGSTORE_MAX_CONNECTIONS): 0, or -1
+ * with *cause (nothing was sent that could commit; the connection is
+ * dropped).  Then, always after a 0, _wait: 0 with each member's
+ * returned filled, or -1 with *cause and *failure.  Nothing else may use
+ * the store's connection between the two.
+ */
+int	pgstore_batch_send(struct pgstore *, enum pgstore_batch,
+	    struct pgstore_batch_member *const *, size_t n, char **cause);
+int	pgstore_batch_wait(struct pgstore *, enum pgstore_batch,
+	    struct pgstore_batch_member *const *, size_t n,
+	    enum pgstore_batch_failure *, char **cause);
+
 /*
  * Take over an unfinished row whose lease expired by the server's clock
  * or whose owner's session is gone, if its epoch is still epoch: epoch

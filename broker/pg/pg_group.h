@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * pg_group.h: group commit at the broker for the PostgreSQL store
+ * (pg_group.c): a creation's grant and commit as a member of its
+ * worker's batch.  Only broker/pg/ includes it.
+ */
+#ifndef PG_GROUP_H
+#define PG_GROUP_H
+
+#include "pg.h"
+
+struct pg_group_member {
+	struct pgstore_batch_member	 m;
+	struct pg_group_member		*next;		/* the queue's */
+	int				 state;		/* pg_group.c's */
+	int				 outcome;	/* pg_group.c's */
+	char				*cause;
+	/* A leader's batch, in flight on its connection. */
+	struct pg_group_member		*batch[PGSTORE_MAX_CONNECTIONS];
+	size_t				 batch_size;
+};
+
+/*
+ * The grant in two halves around the member's fsync of its temporary:
+ * _join once its temporary exists (it may send a batch on st, its own
+ * connection), then, always, _wait: 1 granted, 0 fenced (nothing
+ * changed), -1 with *cause (storage: not granted, or not known to be).
+ * Nothing else may use st between the two.
+ */
+void	pg_group_grant_join(struct pg_group_member *, struct pgstore *st,
+	    const struct pgstore_key *, int64_t epoch, const char *token);
+int	pg_group_grant_wait(struct pg_group_member *, struct pgstore *st,
+	    char **cause);
+/* The commit, as a member of a batch: 1, 0 fenced, -1 with *cause. */
+int	pg_group_commit(struct pg_group_member *, struct pgstore *st,
+	    const struct pgstore_key *, int64_t epoch, const char *token,
+	    const uint8_t *file_digest, const char *receipt, char **cause);
+
+#endif

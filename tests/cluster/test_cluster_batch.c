@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_cluster_batch: group commit at the broker on the PostgreSQL store
+ * (doc/cluster.md, "Group commit at the broker"), a batch that fails
+ * halfway: the server's backend of the batch's leader terminated between
+ * the batch's send and its commit's result.
+ *
+ * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
+ * makes the worker's first grant (or commit) batch wait until four
+ * creations are queued (so the test knows its members),
+ * IDEM_CRASH_HOLD_AT=after_grant_batch_sent (after_commit_batch_sent)
+ * holds the leader once the batch is sent (the test's open of the FIFO
+ * returns then), and a trigger on the server makes a grant (a commit)
+ * wait for an advisory lock the test holds, so that the batch cannot
+ * commit before the test terminates the leader's backend
+ * (pg_terminate_backend).  Then every member must answer
+ * storage_unavailable (retryable), none created:
+ *
+ * - the grant: no row granted, no temporary and no file left; each id
+ *   retried is created once (a takeover after the members' leases),
+ *   exactly one TASK file each, a second retry reused, the same task;
+ * - the commit: no row committed, each member's file linked and
+ *   durable; each id retried is reused from its file (recovered, a
+ *   takeover), exactly one TASK file each, and so is a second retry.
+ */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "cluster_harness.h"
+
+#ifndef HAVE_POSTGRESQL
+int
+main(void)
+{
+	return pgserver_skip_status("idem was built without PostgreSQL "
+	    "(configure --with-postgresql; Debian: libpq-dev)");
+}
+#else
+
+#include <libpq-fe.h>
+
+static struct pgserver	server;
+
+/* The batch's members, and the worker's creation threads. */
+#define MEMBERS		4
+#define MEMBERS_S	"4"
+/* The advisory lock the trigger's grants wait for. */
+#define GATE_KEY	"7232032"
+/* The members' leases: a retry takes over once they ran out. */
+#define LEASE_MS	"2000"
+
+static void
+need_fault_injection(void)
+{
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+}
+
+/* A statement on the test's own session, failing the test on an error. */
+static void
+gate_exec(PGconn *conn, const char *sql)
+{
+	PGresult	*res = PQexec(conn, sql);
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK &&
+	    PQresultStatus(res) != PGRES_COMMAND_OK)
+		fail_msg("%s: %s", sql, PQerrorMessage(conn));
+	PQclear(res);
+}
+
+/* The step a test fails: its fault variables, its gate, its log. */
+struct halfway {
+	const char	*name;		/* "grant", "commit" */
+	const char	*batch_of;	/* IDEM_CRASH_BATCH_OF=... */
+	const char	*point;		/* the hold point */
+	const char	*gated;		/* the trigger's WHEN */
+};
+
+static const struct halfway grant_halfway = { "grant",
+    "IDEM_CRASH_BATCH_OF=" MEMBERS_S, "after_grant_batch_sent",
+    "NEW.lease_granted AND NOT OLD.lease_granted" };
+static const struct halfway commit_halfway = { "commit",
+    "IDEM_CRASH_BATCH_OF=commit:" MEMBERS_S, "after_commit_batch_sent",
+    "NEW.state = 3 AND OLD.state < 3" };
+
+/*
+ * The step's updates (a grant: lease_granted false to true; a commit:
+ * the state to committed) wait for GATE_KEY while on; nothing else.
+ */
+static void
+gate_step(const struct halfway *h, int on)
+{
+	char	 q[1024], *out;
+
+	snprintf(q, sizeof q, on ?
+	    "CREATE OR REPLACE FUNCTION test_gate() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$ BEGIN PERFORM "
+	    "pg_advisory_xact_lock_shared(" GATE_KEY "); RETURN NEW; END $$; "
+	    "DROP TRIGGER IF EXISTS test_gate ON idem_submission; "
+	    "CREATE TRIGGER test_gate BEFORE UPDATE ON idem_submission "
+	    "FOR EACH ROW WHEN (%s) EXECUTE FUNCTION test_gate()" :
+	    "DROP TRIGGER IF EXISTS test_gate ON idem_submission%.0s",
+	    h->gated);
+	out = pgserver_psql(&server, q);
+	assert_non_null(out);
+	free(out);
+}
+
+/* The batch's statement waiting at the gate: its backend's pid. */
+#define AT_THE_GATE \
+	"FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND " \
+	"wait_event = 'advisory' AND left(query, 9) = 'WITH b AS'"
+
+static void
+batch_fails_halfway(const struct halfway *h)
+{
+	static struct node	 a;
+	char		 root[256], fifo[300], hold[400], id[32], want[64];
+	char		*task_id[MEMBERS], *out;
+	const char *const env[] = { h->batch_of, hold, NULL };
+	int		 commit = strcmp(h->name, "commit") == 0;
+	struct pollfd	 pfd;
+	json_t		*request, *reply;
+	PGconn		*gate;
+	char		*line;
+	int		 fds[MEMBERS], w, i;
+
+	need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s", h->point,
+	    fifo);
+
+	/* The gate shut: the test's session holds the lock the step waits for. */
+	gate_step(h, 1);
+	gate = PQconnectdb(server.uri);
+	assert_int_equal(PQstatus(gate), CONNECTION_OK);
+	gate_exec(gate, "SELECT pg_advisory_lock(" GATE_KEY ")");
+
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = MEMBERS_S;
+	assert_int_equal(cluster_node_start(&a, LEASE_MS, "1", "30000", NULL,
+	    env), 0);
+	for (i = 0; i < MEMBERS; i++) {
+		assert_true((fds[i] = harness_raw_connect(&a.b)) >= 0);
+		snprintf(id, sizeof id, "halfway-%d", i);
+		request = harness_write_task(id, "A batch that fails halfway");
+		line = json_dumps(request, JSON_COMPACT);
+		json_decref(request);
+		assert_int_equal(harness_raw_send(fds[i], line), 0);
+		free(line);
+	}
+	/* The batch of four is sent; its leader holds before its result. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	snprintf(want, sizeof want, "the first %s batch: " MEMBERS_S
+	    " members", h->name);
+	assert_int_equal(harness_log_count(&a.b, want), 1);
+	/* Its statement waits at the gate: not committed, cannot be. */
+	if (!pgserver_await(&server, "SELECT count(*) = 1 " AT_THE_GATE, 30))
+		fail_msg("the batch's statement never reached the gate");
+	out = cluster_sql_value(&server, "SELECT bool_and("
+	    "pg_terminate_backend(pid)) " AT_THE_GATE);
+	assert_string_equal(out, "t");
+	free(out);
+	/* Let the leader read what came back: its session's end. */
+	close(w);
+
+	for (i = 0; i < MEMBERS; i++) {
+		pfd.fd = fds[i];
+		pfd.events = POLLIN;
+		if (poll(&pfd, 1, 30000) != 1)
+			fail_msg("member %d has no answer", i);
+		assert_non_null(line = harness_raw_read_line(fds[i]));
+		assert_non_null(reply = json_loads(line, 0, NULL));
+		free(line);
+		/* Not created, not in progress: storage_unavailable. */
+		harness_assert_error(reply, "storage_unavailable", 1);
+		json_decref(reply);
+		close(fds[i]);
+	}
+	snprintf(want, sizeof want, "a %s batch of " MEMBERS_S ": ", h->name);
+	harness_wait_log(&a.b, want, 1, 10000);
+	assert_true(harness_log_count(&a.b, "its outcome is unknown, every "
+	    "member fails") >= 1);
+	/*
+	 * Nothing committed.  The grant: nothing granted, no file, every
+	 * member's temporary removed.  The commit: each file linked.
+	 */
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'halfway-%%' "
+	    "AND state = 1 AND lease_granted = %s", commit ? "true" :
+	    "false"), MEMBERS);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), commit ? MEMBERS :
+	    0);
+	assert_int_equal(cluster_temporaries(root), 0);
+
+	/* The gate open; each id retried: a takeover, once. */
+	gate_exec(gate, "SELECT pg_advisory_unlock(" GATE_KEY ")");
+	PQfinish(gate);
+	gate_step(h, 0);
+	for (i = 0; i < MEMBERS; i++) {
+		snprintf(id, sizeof id, "halfway-%d", i);
+		reply = cluster_call_until_final(&a.b,
+		    harness_write_task(id, "A batch that fails halfway"));
+		assert_non_null(reply);
+		if (commit)
+			harness_assert_outcome(reply, "reused", 0, 1, 1);
+		else
+			harness_assert_outcome(reply, "created", 1, 1, 1);
+		task_id[i] = strdup(harness_receipt_str(reply, "task_id"));
+		json_decref(reply);
+	}
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), MEMBERS);
+	assert_int_equal(cluster_temporaries(root), 0);
+	/* Again: reused, the same task, still one file each. */
+	for (i = 0; i < MEMBERS; i++) {
+		snprintf(id, sizeof id, "halfway-%d", i);
+		reply = harness_must_call(&a.b, harness_write_task(id,
+		    "A batch that fails halfway"));
+		harness_assert_outcome(reply, "reused", 0, 1, 0);
+		assert_string_equal(harness_receipt_str(reply, "task_id"),
+		    task_id[i]);
+		json_decref(reply);
+		free(task_id[i]);
+	}
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), MEMBERS);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'halfway-%%' "
+	    "AND state = 3"), MEMBERS);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
+static void
+grant_batch_fails_halfway(void **state)
+{
+	(void)state;
+	batch_fails_halfway(&grant_halfway);
+}
+
+static void
+commit_batch_fails_halfway(void **state)
+{
+	(void)state;
+	batch_fails_halfway(&commit_halfway);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(grant_batch_fails_halfway,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(commit_batch_fails_halfway,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+	};
+
+	return cluster_main(&server, tests, sizeof tests / sizeof tests[0]);
+}
+#endif
