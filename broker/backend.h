@@ -150,6 +150,11 @@ struct backend {
 #define BACKEND_SWEEPS_TEMPORARIES	0x1
 /* One accept per wake-up, and worker_yield (worker.c). */
 #define BACKEND_SPREADS_CONNECTIONS	0x2
+/*
+ * Effects live in this broker's table and arena, which no other broker
+ * changes: the fast path may answer their retries (fastpath.c).
+ */
+#define BACKEND_EFFECTS_IN_TABLE	0x4
 	/* Per-request room after the op's state (BACKEND_ROOM_OFFSET). */
 	size_t		 create_state_size;
 	size_t		 effect_state_size;

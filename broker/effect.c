@@ -267,7 +267,27 @@ effect_conflict(struct pending *p, enum wire_reason reason,
 	    message, 1);
 }
 
-/* ok:true with the committed receipt. */
+/* ok:true with the committed receipt (id NULL: none, as stored). */
+static json_t *
+receipt_reply(const struct effect *e, json_t *id,
+    enum wire_disposition disposition, int action_taken, json_t *receipt)
+{
+	json_t	*reply = reply_new(1, id);
+
+	if (disposition != DISPOSITION_NONE)
+		json_object_set_new(reply, "disposition",
+		    json_string(wire_disposition_name(disposition)));
+	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
+	json_object_set_new(reply, "idempotent", json_true());
+	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
+		json_object_set_new(reply, "recovered", json_true());
+	if (e->pruned)
+		json_object_set_new(reply, "receipt_pruned", json_true());
+	json_object_set_new(reply, "state", json_string("committed"));
+	json_object_set(reply, "receipt", receipt);
+	return reply;
+}
+
 static void
 effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
     int action_taken)
@@ -275,7 +295,7 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 	struct effect		*e = effect_of(p);
 	const struct backend	*be = idemd_of(p)->be;
 	const uint8_t		*bytes;
-	json_t			*reply, *receipt;
+	json_t			*reply, *receipt, *bare;
 
 	be->release(p);
 	/*
@@ -303,18 +323,20 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 		    "the committed result of this effect is unreadable"));
 		return;
 	}
-	reply = reply_new(1, p->id);
-	if (disposition != DISPOSITION_NONE)
-		json_object_set_new(reply, "disposition",
-		    json_string(wire_disposition_name(disposition)));
-	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
-	json_object_set_new(reply, "idempotent", json_true());
-	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
-		json_object_set_new(reply, "recovered", json_true());
-	if (e->pruned)
-		json_object_set_new(reply, "receipt_pruned", json_true());
-	json_object_set_new(reply, "state", json_string("committed"));
-	json_object_set_new(reply, "receipt", receipt);
+	reply = receipt_reply(e, p->id, disposition, action_taken, receipt);
+	/*
+	 * A reuse answered whole from the table's entry: the reply its
+	 * retries get, kept for the fast path (fastpath.c's DESIGN).
+	 */
+	if (disposition == DISPOSITION_REUSED && e->fast.valid && !e->cold &&
+	    !e->pruned) {
+		bare = receipt_reply(e, NULL, disposition, action_taken,
+		    receipt);
+		fastpath_remember_effect(idemd_of(p), &e->fast, e->key,
+		    e->key_length, &e->entry, bare);
+		json_decref(bare);
+	}
+	json_decref(receipt);
 	pending_reply(p, reply);
 }
 
@@ -821,6 +843,8 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 		return;
 	e = p->op;
 	e->op = op;
+	if (op == EFFECT_BEGIN)
+		fastpath_hint_take(&e->fast);
 	d = idemd_of(p);
 	if (effect_parse(op, request, e, &err) != 0) {
 		atomic_fetch_add(&d->seg.header->counters.errors, 1);

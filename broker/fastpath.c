@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * fastpath.c: retries of committed write_task submissions answered
- * without jansson or the digest.
+ * fastpath.c: retries of committed write_task submissions and
+ * effect_begin retries of committed effects answered without jansson or
+ * the digest.
  *
  * DESIGN
  *
@@ -29,15 +30,39 @@
  * The reply is copied out of it (and the copy checked) before it is
  * sent.
  *
+ * An effect_begin retry of a committed effect is answered the same way
+ * (issue #33).  Its full answer (effect.c, effect_answer_receipt) is
+ * "reused" with the receipt built from the table's entry and the
+ * result's bytes: from the arena while it holds them, else from the
+ * index, whose entry compaction turns into a tombstone (then
+ * "receipt_pruned" and the result's digest in place of the result).
+ * So the reply is stored only when the full path answered it whole from
+ * a table entry (not a tombstone, not an entry found in the index), and
+ * answered fast only while the arena still holds the result (read, as
+ * the full path reads it first): then the full path would build the same
+ * receipt from the same bytes.  Once the arena reused them the full path
+ * decides (whole from the index, or the tombstone).  The entry itself
+ * never changes while committed in its slot (a slot given to another key
+ * forgets its stored reply; the fingerprint covers the kind and id).
+ * Replies above the store's 4 KiB (results near their 64 KiB limit) are
+ * not stored: those retries keep the full path.  Only the local store
+ * keeps effects in this broker's table and arena
+ * (BACKEND_EFFECTS_IN_TABLE); on PostgreSQL an effect is a row that
+ * another broker may compact into a tombstone at any moment, so no
+ * stored reply could be trusted there: the fast path never answers an
+ * effect with that store.
+ *
  * The fingerprint of the line being dispatched is kept here between
- * fastpath_answer and op_write_task (fastpath_hint_take): a worker
- * handles one line at a time, synchronously, so there is exactly one.
+ * fastpath_answer and op_write_task or op_effect_begin
+ * (fastpath_hint_take): a worker handles one line at a time,
+ * synchronously, so there is exactly one.
  */
 #include <sys/uio.h>
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "fastpath.h"
 #include "idemd.h"
 #include "log.h"
@@ -54,10 +79,90 @@ hint_keep(const struct fastscan *scan)
 	current.valid = scan->valid;
 	if (!scan->valid)
 		return;
+	current.op = scan->op;
 	memcpy(current.fingerprint, scan->fingerprint,
 	    sizeof current.fingerprint);
-	current.key_length = scan->key_length;
-	memcpy(current.key, scan->key, scan->key_length);
+	if (scan->op != FASTSCAN_EFFECT_BEGIN) {
+		current.key_length = scan->key_length;
+		memcpy(current.key, scan->key, scan->key_length);
+		return;
+	}
+	/* effect_check.c's effect_key: "<kind> 0x1f <id>" (both bounded). */
+	memcpy(current.key, scan->kind, scan->kind_length);
+	current.key[scan->kind_length] = SUBTAB_EFFECT_SEPARATOR;
+	memcpy(current.key + scan->kind_length + 1, scan->key,
+	    scan->key_length);
+	current.key_length = scan->kind_length + 1 + scan->key_length;
+}
+
+/* The stored reply, the line's id spliced in as it was sent. */
+static void
+send_stored(struct conn *c, const struct fastscan *scan,
+    const uint8_t *stored, size_t stored_length)
+{
+	struct iovec	 iov[5];
+	int		 n = 0;
+
+	if (scan->id != NULL) {
+		iov[n].iov_base = FASTPATH_REPLY_ID;
+		iov[n++].iov_len = sizeof FASTPATH_REPLY_ID - 1;
+		iov[n].iov_base = (void *)scan->id;
+		iov[n++].iov_len = scan->id_length;
+		iov[n].iov_base = ",";
+		iov[n++].iov_len = 1;
+	} else {
+		iov[n].iov_base = FASTPATH_REPLY_OK;
+		iov[n++].iov_len = sizeof FASTPATH_REPLY_OK - 1;
+	}
+	iov[n].iov_base = (void *)(stored + IDEM_FAST_FINGERPRINT_BYTES);
+	iov[n++].iov_len = stored_length - IDEM_FAST_FINGERPRINT_BYTES;
+	iov[n].iov_base = "\n";
+	iov[n++].iov_len = 1;
+	conn_send_iov(c, iov, n);
+}
+
+/* A copy of slot's stored reply if it was stored for scan's bytes. */
+static int
+stored_for(struct idemd *d, uint32_t slot, const struct fastscan *scan,
+    uint8_t stored[SHM_RECEIPT_MAX_BYTES], size_t *stored_length)
+{
+	/* A copy: the store may overwrite its bytes once this is sent. */
+	return receipts_get(&d->seg, slot, stored, stored_length) == 1 &&
+	    *stored_length > IDEM_FAST_FINGERPRINT_BYTES &&
+	    memcmp(stored, scan->fingerprint, IDEM_FAST_FINGERPRINT_BYTES) == 0;
+}
+
+/*
+ * An effect_begin retry: its effect committed in the table, a reply
+ * stored for these bytes, and the result still in the arena (DESIGN).
+ */
+static int
+effect_answer(struct conn *c, struct idemd *d, const struct fastscan *scan)
+{
+	struct shm_header	*h = d->seg.header;
+	struct subtab_entry	 e;
+	uint8_t			 stored[SHM_RECEIPT_MAX_BYTES];
+	uint8_t			 result[SHM_RECEIPT_MAX_BYTES];
+	size_t			 stored_length;
+	uint32_t		 slot;
+
+	if (!(d->be->flags & BACKEND_EFFECTS_IN_TABLE) ||
+	    subtab_lookup(&d->seg, current.key, current.key_length, &e,
+	    &slot) != 1 || e.kind != SUBTAB_KIND_EFFECT ||
+	    e.state != SUBTAB_COMMITTED ||
+	    e.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
+	    !stored_for(d, slot, scan, stored, &stored_length))
+		return 0;
+	/* The full path reads the arena first: while it holds them, whole. */
+	if (e.result_length == 0 || e.result_length > sizeof result ||
+	    arena_read(&d->seg, e.result_offset, e.result_length,
+	    result) != 0)
+		return 0;
+	current.valid = 0;	/* nothing to remember */
+	atomic_fetch_add(&h->counters.effects_reused, 1);
+	atomic_fetch_add(&h->counters.effects_reused_fast, 1);
+	send_stored(c, scan, stored, stored_length);
+	return 1;
 }
 
 void
@@ -74,26 +179,22 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	struct shm_header	*h = d->seg.header;
 	struct fastscan		 scan;
 	struct subtab_entry	 e;
-	struct iovec		 iov[5];
 	uint8_t			 stored[SHM_RECEIPT_MAX_BYTES];
 	char			 id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char			 path[IDEM_MAX_TASK_PATH_BYTES], moved[PATH_MAX];
 	size_t			 stored_length;
 	uint32_t		 slot;
-	int			 n = 0;
 
 	fastscan_line(line, length, &scan);
 	hint_keep(&scan);
 	if (!scan.valid || atomic_load(&h->shutting_down))
 		return 0;
+	if (scan.op == FASTSCAN_EFFECT_BEGIN)
+		return effect_answer(c, d, &scan);
 	if (subtab_lookup(&d->seg, scan.key, scan.key_length, &e, &slot) != 1 ||
 	    e.kind != SUBTAB_KIND_TASK || e.state != SUBTAB_COMMITTED ||
-	    e.schema != SUBTAB_SCHEMA_WRITE_TASK_V1)
-		return 0;
-	/* A copy: the store may overwrite its bytes once this is sent. */
-	if (receipts_get(&d->seg, slot, stored, &stored_length) != 1 ||
-	    stored_length <= IDEM_FAST_FINGERPRINT_BYTES ||
-	    memcmp(stored, scan.fingerprint, IDEM_FAST_FINGERPRINT_BYTES) != 0)
+	    e.schema != SUBTAB_SCHEMA_WRITE_TASK_V1 ||
+	    !stored_for(d, slot, &scan, stored, &stored_length))
 		return 0;
 	taskfile_format_id(e.kind, e.date, e.seq, e.sender, e.sender_length,
 	    e.recipient, e.recipient_length, id, sizeof id);
@@ -101,25 +202,35 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	if (current_path_find(d, id, path, moved, sizeof moved) != 0)
 		return 0;	/* moved (or unreadable): the full path says */
 	current.valid = 0;	/* nothing to remember */
-	if (scan.id != NULL) {
-		iov[n].iov_base = FASTPATH_REPLY_ID;
-		iov[n++].iov_len = sizeof FASTPATH_REPLY_ID - 1;
-		iov[n].iov_base = (void *)scan.id;
-		iov[n++].iov_len = scan.id_length;
-		iov[n].iov_base = ",";
-		iov[n++].iov_len = 1;
-	} else {
-		iov[n].iov_base = FASTPATH_REPLY_OK;
-		iov[n++].iov_len = sizeof FASTPATH_REPLY_OK - 1;
-	}
-	iov[n].iov_base = stored + IDEM_FAST_FINGERPRINT_BYTES;
-	iov[n++].iov_len = stored_length - IDEM_FAST_FINGERPRINT_BYTES;
-	iov[n].iov_base = "\n";
-	iov[n++].iov_len = 1;
 	atomic_fetch_add(&h->counters.reused, 1);
 	atomic_fetch_add(&h->counters.reused_fast, 1);
-	conn_send_iov(c, iov, n);
+	send_stored(c, &scan, stored, stored_length);
 	return 1;
+}
+
+/* reply's text after {"ok":true, behind the fingerprint, stored in slot. */
+static void
+store_reply(struct idemd *d, const struct fastpath_hint *hint, uint32_t slot,
+    json_t *reply)
+{
+	uint8_t		 buf[SHM_RECEIPT_MAX_BYTES];
+	size_t		 length, skip = sizeof FASTPATH_REPLY_OK - 1;
+	char		*text;
+
+	if ((text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER)) ==
+	    NULL)
+		return;
+	length = strlen(text);
+	if (length > skip && strncmp(text, FASTPATH_REPLY_OK, skip) == 0 &&
+	    IDEM_FAST_FINGERPRINT_BYTES + length - skip <= sizeof buf) {
+		memcpy(buf, hint->fingerprint, IDEM_FAST_FINGERPRINT_BYTES);
+		memcpy(buf + IDEM_FAST_FINGERPRINT_BYTES, text + skip,
+		    length - skip);
+		/* Stored meanwhile: this one is not needed. */
+		(void)receipts_put(&d->seg, slot, hint->key, hint->key_length,
+		    buf, IDEM_FAST_FINGERPRINT_BYTES + length - skip);
+	}
+	free(text);
 }
 
 void
@@ -127,11 +238,11 @@ fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
     const struct submission *sub, json_t *receipt)
 {
 	uint8_t		 buf[SHM_RECEIPT_MAX_BYTES];
-	size_t		 length, skip = sizeof FASTPATH_REPLY_OK - 1;
+	size_t		 length;
 	json_t		*reply;
-	char		*text;
 
-	if (!hint->valid || sub->submission_id == NULL ||
+	if (!hint->valid || hint->op != FASTSCAN_WRITE_TASK ||
+	    sub->submission_id == NULL ||
 	    sub->entry.schema != SUBTAB_SCHEMA_WRITE_TASK_V1 ||
 	    sub->entry.state != SUBTAB_COMMITTED ||
 	    hint->key_length != sub->key_length ||
@@ -146,20 +257,38 @@ fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
 	json_object_set_new(reply, "action_taken", json_false());
 	json_object_set_new(reply, "idempotent", json_true());
 	json_object_set(reply, "receipt", receipt);
-	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	store_reply(d, hint, sub->slot, reply);
 	json_decref(reply);
-	if (text == NULL)
+}
+
+void
+fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
+    const char *key, size_t key_length, const struct subtab_entry *entry,
+    json_t *reply)
+{
+	struct subtab_entry	 x;
+	uint8_t			 buf[SHM_RECEIPT_MAX_BYTES];
+	size_t			 length;
+	uint32_t		 slot;
+
+	if (!hint->valid || hint->op != FASTSCAN_EFFECT_BEGIN ||
+	    !(d->be->flags & BACKEND_EFFECTS_IN_TABLE) ||
+	    hint->key_length != key_length ||
+	    memcmp(hint->key, key, key_length) != 0)
 		return;
-	length = strlen(text);
-	if (length > skip && strncmp(text, FASTPATH_REPLY_OK, skip) == 0 &&
-	    IDEM_FAST_FINGERPRINT_BYTES + length - skip <= sizeof buf) {
-		memcpy(buf, hint->fingerprint, IDEM_FAST_FINGERPRINT_BYTES);
-		memcpy(buf + IDEM_FAST_FINGERPRINT_BYTES, text + skip,
-		    length - skip);
-		/* Stored meanwhile: this one is not needed. */
-		(void)receipts_put(&d->seg, sub->slot, sub->key,
-		    sub->key_length, buf,
-		    IDEM_FAST_FINGERPRINT_BYTES + length - skip);
-	}
-	free(text);
+	/* The entry the reply was built from, committed in its slot. */
+	if (subtab_lookup(&d->seg, key, key_length, &x, &slot) != 1 ||
+	    x.kind != SUBTAB_KIND_EFFECT || x.state != SUBTAB_COMMITTED ||
+	    x.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
+	    x.attempt != entry->attempt ||
+	    x.created_at_ms != entry->created_at_ms ||
+	    x.effect_flags != entry->effect_flags ||
+	    x.result_length != entry->result_length ||
+	    x.result_offset != entry->result_offset ||
+	    memcmp(x.request_digest, entry->request_digest,
+	    IDEM_SHA256_BYTES) != 0 ||
+	    memcmp(x.file_digest, entry->file_digest, IDEM_SHA256_BYTES) != 0 ||
+	    receipts_get(&d->seg, slot, buf, &length) == 1)
+		return;
+	store_reply(d, hint, slot, reply);
 }

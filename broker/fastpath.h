@@ -13,6 +13,7 @@
 
 #include "fastscan.h"
 #include "protocol.h"
+#include "shm.h"
 
 struct conn;
 struct idemd;
@@ -20,10 +21,12 @@ struct submission;
 
 /* The fingerprint of the request being handled, for fastpath_remember. */
 struct fastpath_hint {
-	int		valid;
-	uint8_t		fingerprint[IDEM_FAST_FINGERPRINT_BYTES];
-	size_t		key_length;
-	char		key[IDEM_MAX_SUBMISSION_ID_BYTES];
+	int		 valid;
+	enum fastscan_op op;
+	uint8_t		 fingerprint[IDEM_FAST_FINGERPRINT_BYTES];
+	/* The table's key: the submission id, or "kind 0x1f id" (effects). */
+	size_t		 key_length;
+	char		 key[SUBTAB_MAX_KEY_BYTES];
 };
 
 /*
@@ -32,7 +35,10 @@ struct fastpath_hint {
  * way the line's fingerprint is kept for fastpath_hint_take.
  */
 int	fastpath_answer(struct conn *, const char *line, size_t length);
-/* The kept fingerprint, once: op_write_task, while its line is handled. */
+/*
+ * The kept fingerprint, once: op_write_task or op_effect_begin, while
+ * its line is handled.
+ */
 void	fastpath_hint_take(struct fastpath_hint *);
 /*
  * Store the reply a retry of a durably committed write-task-v1
@@ -40,5 +46,14 @@ void	fastpath_hint_take(struct fastpath_hint *);
  */
 void	fastpath_remember(struct idemd *, const struct fastpath_hint *,
 	    const struct submission *, json_t *receipt);
+/*
+ * Store reply (without "id"), the answer a retry of the effect_begin of
+ * hint gets, built from entry (its effect's, under key) and the result's
+ * bytes once it is durably committed, if the table still holds entry;
+ * unless one is stored.
+ */
+void	fastpath_remember_effect(struct idemd *, const struct fastpath_hint *,
+	    const char *key, size_t key_length,
+	    const struct subtab_entry *entry, json_t *reply);
 
 #endif

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * fastscan.c: finds, in the raw bytes of a request line, what the retry
- * fast path needs (fastpath.c) without building a JSON tree: the
- * fingerprint of the members that decide the answer, the submission id
- * to look up and the id to echo.
+ * fast path needs (fastpath.c) without building a JSON tree: the op
+ * (write_task or effect_begin), the fingerprint of the members that
+ * decide the answer, the submission id (and an effect's kind) to look
+ * up and the id to echo.
  *
  * DESIGN
  *
  * The line must be one JSON object whose top-level members are all
- * known to write_task, each at most once, keys without escapes.  Every
+ * known to its op (write_task.c's request_keys, effect_check.c's
+ * begin_keys), each at most once, keys without escapes.  Every
  * member except "id" is fingerprinted as the exact bytes from its key's
  * opening quote to the end of its value, each followed by a newline
  * (which no request line holds, so the pieces cannot run together), in
@@ -22,6 +24,10 @@
  * (JSON's own), and the id, which is accepted only in a form whose
  * bytes jansson would echo unchanged (null, true, false, an integer of
  * at most 18 digits, a string of printable ASCII without escapes).
+ * The op's required members must be there (write_task's task,
+ * effect_begin's effect_kind and request), and the submission id and
+ * effect kind plain strings (printable ASCII, no escapes), so that their
+ * bytes are the key the table holds.
  * "meta" and "workspace_id" are never on the fast path: meta is not
  * fingerprinted (SPEC.md keeps it out of the digest) but would need a
  * full check, and workspace_id belongs to fcop-create-task-v1, whose
@@ -43,17 +49,43 @@
 /* An integer id echoed as sent: jansson reads up to 63 bits. */
 #define FASTSCAN_MAX_ID_DIGITS	18
 
-_Static_assert(FASTSCAN_MAX_MEMBERS >= 8, "every member has a place");
-
 enum member {
 	MEMBER_OP, MEMBER_ID, MEMBER_SUBMISSION_ID, MEMBER_DIGEST_SCHEMA,
 	MEMBER_REQUEST_DIGEST, MEMBER_TASK, MEMBER_META, MEMBER_WORKSPACE_ID,
+	MEMBER_EFFECT_KIND, MEMBER_REQUEST, MEMBER_LEASE_MS,
 	MEMBER_COUNT
 };
-/* write_task's request members (write_task.c, request_keys). */
+/* The request members of the ops scanned (meta, workspace_id refused). */
 static const char *const member_names[MEMBER_COUNT] = {
 	"op", "id", "client_submission_id", "digest_schema", "request_digest",
-	"task", "meta", "workspace_id"
+	"task", "meta", "workspace_id", "effect_kind", "request", "lease_ms"
+};
+#define BIT(m)	(1u << (m))
+#define SCANNED	(BIT(MEMBER_OP) | BIT(MEMBER_ID) |			\
+	BIT(MEMBER_SUBMISSION_ID) | BIT(MEMBER_DIGEST_SCHEMA) |		\
+	BIT(MEMBER_REQUEST_DIGEST) | BIT(MEMBER_TASK) |			\
+	BIT(MEMBER_EFFECT_KIND) | BIT(MEMBER_REQUEST) | BIT(MEMBER_LEASE_MS))
+/* Each member at most once: every one scanned has a place. */
+_Static_assert(FASTSCAN_MAX_MEMBERS >= 9, "every member has a place");
+
+/* Per op: the members it knows (but meta, workspace_id) and requires. */
+static const struct {
+	enum fastscan_op	 op;
+	const char		*text;	/* the op member's value, quoted */
+	unsigned		 allowed, required;
+} ops[] = {
+	{ FASTSCAN_WRITE_TASK, "\"write_task\"",
+	    BIT(MEMBER_OP) | BIT(MEMBER_ID) | BIT(MEMBER_SUBMISSION_ID) |
+	    BIT(MEMBER_DIGEST_SCHEMA) | BIT(MEMBER_REQUEST_DIGEST) |
+	    BIT(MEMBER_TASK),
+	    BIT(MEMBER_OP) | BIT(MEMBER_SUBMISSION_ID) | BIT(MEMBER_TASK) },
+	{ FASTSCAN_EFFECT_BEGIN, "\"effect_begin\"",
+	    BIT(MEMBER_OP) | BIT(MEMBER_ID) | BIT(MEMBER_SUBMISSION_ID) |
+	    BIT(MEMBER_EFFECT_KIND) | BIT(MEMBER_REQUEST) |
+	    BIT(MEMBER_DIGEST_SCHEMA) | BIT(MEMBER_REQUEST_DIGEST) |
+	    BIT(MEMBER_LEASE_MS),
+	    BIT(MEMBER_OP) | BIT(MEMBER_SUBMISSION_ID) |
+	    BIT(MEMBER_EFFECT_KIND) | BIT(MEMBER_REQUEST) },
 };
 
 static int
@@ -242,13 +274,16 @@ plain_id(const char *v, size_t n)
 	return 1;
 }
 
-/* The submission id as the table keys it: no escapes, printable. */
+/*
+ * The submission id or effect kind as the table keys it: a string of
+ * 1..max printable bytes without escapes.
+ */
 static int
-plain_submission_id(const char *v, size_t n)
+plain_key_part(const char *v, size_t n, size_t max)
 {
 	size_t	i;
 
-	if (n < 3 || n - 2 > IDEM_MAX_SUBMISSION_ID_BYTES || v[0] != '"')
+	if (n < 3 || n - 2 > max || v[0] != '"')
 		return 0;
 	for (i = 1; i < n - 1; i++) {
 		if (v[i] < 0x21 || v[i] > 0x7e || v[i] == '"' || v[i] == '\\')
@@ -276,8 +311,10 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 	crypto_generichash_state	 state;
 	const char			*p, *end = line + length, *key, *v;
 	const char			*ve;
+	const char			*op = NULL;
+	size_t				 op_length = 0, o;
 	unsigned			 seen = 0;
-	int				 m, escaped, write_task = 0;
+	int				 m, escaped;
 
 	memset(scan, 0, sizeof *scan);
 	p = skip_space(line, end);
@@ -295,10 +332,9 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 		if ((p = skip_string(p + 1, end, &escaped)) == NULL || escaped)
 			return 0;
 		if ((m = member_of(key + 1, (size_t)(p - key - 2))) < 0 ||
-		    (seen & 1u << m) || m == MEMBER_META ||
-		    m == MEMBER_WORKSPACE_ID)
+		    (seen & BIT(m)) || !(SCANNED & BIT(m)))
 			return 0;
-		seen |= 1u << m;
+		seen |= BIT(m);
 		p = skip_space(p, end);
 		if (p >= end || *p != ':')
 			return 0;
@@ -317,14 +353,23 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 			scan->id = v;
 			scan->id_length = (size_t)(ve - v);
 		} else {
-			if (m == MEMBER_OP)
-				write_task = ve - v == 12 &&
-				    memcmp(v, "\"write_task\"", 12) == 0;
+			if (m == MEMBER_OP) {
+				op = v;
+				op_length = (size_t)(ve - v);
+			}
 			if (m == MEMBER_SUBMISSION_ID) {
-				if (!plain_submission_id(v, (size_t)(ve - v)))
+				if (!plain_key_part(v, (size_t)(ve - v),
+				    IDEM_MAX_SUBMISSION_ID_BYTES))
 					return 0;
 				scan->key = v + 1;
 				scan->key_length = (size_t)(ve - v) - 2;
+			}
+			if (m == MEMBER_EFFECT_KIND) {
+				if (!plain_key_part(v, (size_t)(ve - v),
+				    IDEM_MAX_EFFECT_KIND_BYTES))
+					return 0;
+				scan->kind = v + 1;
+				scan->kind_length = (size_t)(ve - v) - 2;
 			}
 			crypto_generichash_update(&state,
 			    (const unsigned char *)key, (size_t)(ve - key));
@@ -340,9 +385,17 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 			break;
 		return 0;
 	}
-	if (skip_space(p + 1, end) != end || !write_task ||
-	    scan->key == NULL || !(seen & 1u << MEMBER_TASK))
+	if (skip_space(p + 1, end) != end || op == NULL)
 		return 0;
+	for (o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+		if (op_length == strlen(ops[o].text) &&
+		    memcmp(op, ops[o].text, op_length) == 0)
+			break;
+	}
+	if (o == sizeof ops / sizeof ops[0] || (seen & ~ops[o].allowed) ||
+	    (seen & ops[o].required) != ops[o].required)
+		return 0;
+	scan->op = ops[o].op;
 	if (crypto_generichash_final(&state, scan->fingerprint,
 	    sizeof scan->fingerprint) != 0)
 		return 0;

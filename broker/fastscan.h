@@ -12,8 +12,17 @@
 
 #include "protocol.h"
 
-/* Top-level members a write_task line may have (write_task.c). */
-#define FASTSCAN_MAX_MEMBERS	8
+/*
+ * Top-level members a scanned line may have, each at most once: those
+ * of write_task and effect_begin except meta and workspace_id (9).
+ */
+#define FASTSCAN_MAX_MEMBERS	9
+
+/* The ops whose retries the fast path answers. */
+enum fastscan_op {
+	FASTSCAN_WRITE_TASK = 1,
+	FASTSCAN_EFFECT_BEGIN
+};
 
 /* One member as it stands in the line (for tests and fuzzing). */
 struct fastscan_member {
@@ -23,12 +32,15 @@ struct fastscan_member {
 	size_t		 value_length;
 };
 
-/* What a write_task line says, found without parsing it. */
+/* What a write_task or effect_begin line says, found without parsing it. */
 struct fastscan {
 	int		 valid;		/* 1: the fields below are set */
+	enum fastscan_op op;
 	uint8_t		 fingerprint[IDEM_FAST_FINGERPRINT_BYTES];
 	const char	*key;		/* client_submission_id, in the line */
 	size_t		 key_length;
+	const char	*kind;		/* effect_begin's effect_kind */
+	size_t		 kind_length;
 	const char	*id;		/* the id member's value; NULL: none */
 	size_t		 id_length;
 	struct fastscan_member members[FASTSCAN_MAX_MEMBERS];	/* in order */
@@ -36,9 +48,9 @@ struct fastscan {
 };
 
 /*
- * 1 if line is a write_task request the fast path may answer (scan
- * filled, pointing into line), 0 if only the full parse may judge it:
- * anything the scanner does not know for certain (see fastscan.c).
+ * 1 if line is a write_task or effect_begin request the fast path may
+ * answer (scan filled, pointing into line), 0 if only the full parse may
+ * judge it: anything the scanner does not know for certain (fastscan.c).
  */
 int	fastscan_line(const char *line, size_t length, struct fastscan *scan);
 

@@ -736,6 +736,7 @@ struct effect {
 	/* The local table was full (e->full why): reply_table_full's text. */
 	int			 table_full;
 	enum subtab_full	 full;
+	struct fastpath_hint	 fast;	/* begin: the line's fingerprint */
 };
 /* Read request into e (zeroed by the caller): 0, or -1 with err. */
 int	 effect_parse(enum effect_op, json_t *request, struct effect *,

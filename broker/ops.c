@@ -271,6 +271,8 @@ stat_value(struct idemd *d, enum idem_stat s, const struct index_stats *ix,
 		return atomic_load(&k->effects_proceed);
 	case IDEM_STAT_effects_reused:
 		return atomic_load(&k->effects_reused);
+	case IDEM_STAT_effects_reused_fast:
+		return atomic_load(&k->effects_reused_fast);
 	case IDEM_STAT_effects_in_progress:
 		return atomic_load(&k->effects_in_progress);
 	case IDEM_STAT_effects_outcome_unknown:

@@ -59,6 +59,9 @@
 	    "effect_begin replies proceed.")				\
 	X(effects_reused, COUNTER, REPLIES,				\
 	    "effect_begin replies reused: the committed receipt.")	\
+	X(effects_reused_fast, COUNTER, REPLIES,			\
+	    "Of the effects_reused replies, those answered from the "	\
+	    "stored reply without parsing the request.")		\
 	X(effects_in_progress, COUNTER, REPLIES,			\
 	    "effect_begin replies in_progress: another caller holds "	\
 	    "the lease.")						\

@@ -48,7 +48,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	9
+#define SHM_LAYOUT_VERSION	10	/* 9 twice: loop_waiters, effects_reused_fast */
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -236,6 +236,7 @@ struct shm_counters {
 	_Atomic uint64_t	effects_stale_fence;
 	_Atomic uint64_t	effects_extended;	/* leases extended */
 	_Atomic uint64_t	reused_fast;	/* of reused: by the fast path */
+	_Atomic uint64_t	effects_reused_fast;	/* of effects_reused */
 	/* The index's bytes the workers mapped ahead (history.c), all. */
 	_Atomic uint64_t	index_warm_bytes;
 };

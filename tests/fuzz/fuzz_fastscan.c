@@ -7,9 +7,10 @@
  *
  * Invariants, whenever the scanner accepts a line:
  *   - it is deterministic, and everything it points at lies in the line:
- *     at most 8 members, in order, with distinct known keys; the id is
+ *     at most 9 members, in order, with distinct known keys; the id is
  *     the "id" member's value; the submission id is printable ASCII of 1
- *     to 200 bytes without quote or backslash;
+ *     to 200 bytes without quote or backslash, an effect_begin's kind
+ *     the same of 1 to 128 bytes;
  *   - the fingerprint ignores the id and the glue between members: the
  *     line rebuilt from its members' texts (joined by commas) without
  *     the id, or with another plain id, is accepted with the same
@@ -19,8 +20,10 @@
  *     members; each value's bytes, parsed alone, equal that member's
  *     value (the scanner delimits values as JSON does); the id's bytes
  *     are exactly what jansson's compact output of it would be (the fast
- *     path echoes them as the full path would); op is "write_task"; the
- *     submission id is the client_submission_id string.
+ *     path echoes them as the full path would); op is "write_task" (with
+ *     a task) or "effect_begin" (with a request) as scanned; the
+ *     submission id is the client_submission_id string, the kind the
+ *     effect_kind string.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -102,6 +105,9 @@ check_rebuilt(const char *line, const struct fastscan *scan, const char *id)
 	check(other.key_length == scan->key_length &&
 	    memcmp(other.key, scan->key, scan->key_length) == 0,
 	    "the same submission id");
+	check(other.op == scan->op && other.kind_length == scan->kind_length &&
+	    (scan->kind == NULL || memcmp(other.kind, scan->kind,
+	    scan->kind_length) == 0), "the same op and kind");
 	check((id == NULL) == (other.id == NULL), "the rebuilt id");
 	free(text);
 }
@@ -141,13 +147,24 @@ check_jansson(const char *line, size_t size, const struct fastscan *scan)
 	}
 	check(json_is_string(json_object_get(whole, "op")) &&
 	    strcmp(json_string_value(json_object_get(whole, "op")),
-	    "write_task") == 0, "op is write_task");
+	    scan->op == FASTSCAN_EFFECT_BEGIN ? "effect_begin" :
+	    "write_task") == 0, "op is the one scanned");
 	value = json_object_get(whole, "client_submission_id");
 	check(json_is_string(value) &&
 	    json_string_length(value) == scan->key_length &&
 	    memcmp(json_string_value(value), scan->key, scan->key_length) == 0,
 	    "the submission id is the string");
-	check(json_object_get(whole, "task") != NULL, "a task");
+	if (scan->op == FASTSCAN_EFFECT_BEGIN) {
+		value = json_object_get(whole, "effect_kind");
+		check(json_is_string(value) &&
+		    json_string_length(value) == scan->kind_length &&
+		    memcmp(json_string_value(value), scan->kind,
+		    scan->kind_length) == 0, "the kind is the string");
+		check(json_object_get(whole, "request") != NULL &&
+		    json_object_get(whole, "task") == NULL, "a request");
+	} else
+		check(json_object_get(whole, "task") != NULL &&
+		    scan->kind == NULL, "a task");
 	json_decref(whole);
 }
 
@@ -173,6 +190,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (i = 0; i < scan.key_length; i++)
 		check(scan.key[i] > 0x20 && scan.key[i] < 0x7f &&
 		    scan.key[i] != '"' && scan.key[i] != '\\', "a plain key");
+	check(scan.op == FASTSCAN_WRITE_TASK || (scan.op ==
+	    FASTSCAN_EFFECT_BEGIN && scan.kind >= line && scan.kind +
+	    scan.kind_length <= end && scan.kind_length >= 1 &&
+	    scan.kind_length <= 128), "an effect's kind");
+	for (i = 0; i < scan.kind_length; i++)
+		check(scan.kind[i] > 0x20 && scan.kind[i] < 0x7f &&
+		    scan.kind[i] != '"' && scan.kind[i] != '\\',
+		    "a plain kind");
 	for (i = 0; i < scan.member_count; i++) {
 		check(scan.members[i].key > line &&
 		    scan.members[i].value + scan.members[i].value_length <=

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * test_fastscan.c: the retry fast path's scanner (broker/fastscan.c):
- * which lines it accepts, exactly which bytes it fingerprints, and that
- * every doubt is refused (left to the full parse).
+ * which lines it accepts (write_task and effect_begin), exactly which
+ * bytes it fingerprints, and that every doubt is refused (left to the
+ * full parse).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,10 @@
 #define SUB	"\"client_submission_id\":\"sub-1\""
 #define TASK	"\"task\":{\"sender\":\"PM\",\"recipient\":\"DEV\"," \
 	"\"subject\":\"s\",\"body\":\"a\\\"b\\\\c\\u00e9\"}"
+
+#define BEGIN	"\"op\":\"effect_begin\""
+#define FXKIND	"\"effect_kind\":\"mail.send/v1\""
+#define FXREQ	"\"request\":{\"to\":[\"a\",1,null]}"
 
 static int
 scan_of(const char *line, struct fastscan *scan)
@@ -197,6 +202,82 @@ nul_bytes_are_bytes(void **state)
 	assert_int_equal(fastscan_line(line, strlen(line), &scan), 1);
 }
 
+/* effect_begin: its kind and id found, every member fingerprinted. */
+static void
+effect_begin_scanned(void **state)
+{
+	static const char	 line[] = "{" BEGIN ",\"id\":\"x\"," SUB ","
+	    FXKIND "," FXREQ ",\"digest_schema\":\"generic-json-v1\","
+	    "\"request_digest\":\"00\",\"lease_ms\":30000}";
+	static const char	 hashed[] = BEGIN "\n" SUB "\n" FXKIND "\n"
+	    FXREQ "\n\"digest_schema\":\"generic-json-v1\"\n"
+	    "\"request_digest\":\"00\"\n\"lease_ms\":30000\n";
+	uint8_t			 want[IDEM_FAST_FINGERPRINT_BYTES];
+	uint8_t			 a[IDEM_FAST_FINGERPRINT_BYTES];
+	struct fastscan		 scan;
+	char			 kind[512];
+
+	(void)state;
+	assert_int_equal(crypto_generichash(want, sizeof want,
+	    (const unsigned char *)hashed, strlen(hashed), NULL, 0), 0);
+	assert_int_equal(scan_of(line, &scan), 1);
+	assert_int_equal(scan.op, FASTSCAN_EFFECT_BEGIN);
+	assert_memory_equal(scan.fingerprint, want, sizeof want);
+	assert_int_equal(scan.member_count, 8);
+	assert_int_equal(scan.key_length, 5);
+	assert_memory_equal(scan.key, "sub-1", 5);
+	assert_int_equal(scan.kind_length, 12);
+	assert_memory_equal(scan.kind, "mail.send/v1", 12);
+	assert_int_equal(scan.id_length, 3);
+	/* The least: op, id, kind, request; kinds up to 128 bytes. */
+	fingerprint_of("{" BEGIN "," SUB "," FXKIND "," FXREQ "}", a);
+	assert_memory_not_equal(a, want, sizeof a);
+	snprintf(kind, sizeof kind, "{" BEGIN ",\"effect_kind\":\"%0128d\","
+	    SUB "," FXREQ "}", 0);
+	assert_int_equal(scan_of(kind, &scan), 1);
+	assert_int_equal(scan.kind_length, 128);
+	snprintf(kind, sizeof kind, "{" BEGIN ",\"effect_kind\":\"%0129d\","
+	    SUB "," FXREQ "}", 0);
+	assert_int_equal(scan_of(kind, &scan), 0);
+	/* write_task's kind of line has no kind. */
+	assert_int_equal(scan_of("{" OP "," SUB "," TASK "}", &scan), 1);
+	assert_int_equal(scan.op, FASTSCAN_WRITE_TASK);
+	assert_null(scan.kind);
+}
+
+/* effect_begin's doubts, and members of one op in the other's line. */
+static void
+effect_begin_doubts_refused(void **state)
+{
+	static const char *const lines[] = {
+		"{" BEGIN "," SUB "," FXKIND "}",		/* no request */
+		"{" BEGIN "," SUB "," FXREQ "}",		/* no kind */
+		"{" BEGIN "," FXKIND "," FXREQ "}",		/* no id */
+		"{" BEGIN "," SUB "," FXKIND "," FXREQ ",\"meta\":{}}",
+		"{" BEGIN "," SUB "," FXKIND "," FXREQ "," TASK "}",
+		"{" BEGIN "," SUB "," FXKIND "," FXREQ ",\"fence\":\"1-0\"}",
+		"{" BEGIN "," SUB ",\"effect_kind\":\"a\\u0041\"," FXREQ "}",
+		"{" BEGIN "," SUB ",\"effect_kind\":\"a b\"," FXREQ "}",
+		"{" BEGIN "," SUB ",\"effect_kind\":\"\"," FXREQ "}",
+		"{" BEGIN "," SUB ",\"effect_kind\":1," FXREQ "}",
+		"{" BEGIN "," SUB "," FXKIND "," FXKIND "," FXREQ "}",
+		"{" OP "," SUB "," TASK "," FXKIND "}",
+		"{" OP "," SUB "," TASK "," FXREQ "}",
+		"{" OP "," SUB "," TASK ",\"lease_ms\":100}",
+		"{\"op\":\"effect_complete\"," SUB "," FXKIND "," FXREQ "}",
+		NULL
+	};
+	struct fastscan	scan;
+	int		i;
+
+	(void)state;
+	for (i = 0; lines[i] != NULL; i++) {
+		if (scan_of(lines[i], &scan) != 0)
+			fail_msg("accepted: %s", lines[i]);
+		assert_int_equal(scan.valid, 0);
+	}
+}
+
 int
 main(void)
 {
@@ -207,6 +288,8 @@ main(void)
 		cmocka_unit_test(doubts_refused),
 		cmocka_unit_test(depth_limited),
 		cmocka_unit_test(nul_bytes_are_bytes),
+		cmocka_unit_test(effect_begin_scanned),
+		cmocka_unit_test(effect_begin_doubts_refused),
 	};
 
 	if (sodium_init() < 0)

@@ -1,0 +1,603 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_fastpath_effects.c: effect_begin retries of committed effects
+ * answered from the stored reply (broker/fastpath.c) are byte for byte
+ * what the full path answers at that moment.  Each case sends the same
+ * request twice: with its members in the order the stored reply was
+ * kept for (the fast path may answer it) and reordered (the fingerprint
+ * differs: always the full path), and compares the two lines; stats'
+ * effects_reused_fast says which path answered.  The first retry takes
+ * the full path and stores the reply, the later ones are fast: with
+ * every id the fast path echoes, a recovered effect, kinds and ids of
+ * every length up to the longest key, results on both sides of the
+ * store's 4 KiB and near their 64 KiB limit; after a restart (SIGTERM,
+ * SIGKILL) the first retry is full again with the same bytes; compacted
+ * while the arena holds the result, fast and whole; once the arena
+ * reused its bytes, never fast and the tombstone (receipt_pruned) as the
+ * full path says; while shutting down the refusal; another digest is a
+ * conflict, meta and unfinished effects take the full path.
+ */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "harness.h"
+#include "shm.h"
+
+#define KIND		"fast.mail/v1"
+#define REQUEST		"{\"to\":\"a@example.org\",\"n\":1}"
+#define FAST_STAT	"effects_reused_fast"
+/* The receipt store's bound on one reply, its fingerprint included. */
+#define STORE_MAX	4096
+#define FINGERPRINT	32
+/* A result close to IDEM_MAX_EFFECT_RESULT_BYTES (64 KiB). */
+#define HUGE_PAD	65000
+/* A retry of a complete the arena refused meanwhile (table_full). */
+#define FULL_RETRY_MS	2
+#define FULL_RETRIES	5000
+/* Past a lease of 100 ms (the least). */
+#define LAPSE_MS	250
+
+/*
+ * effect_begin of kind/id with request (raw JSON) and id_text (raw
+ * JSON, NULL: no id); reordered puts the request first.  malloc'd.
+ */
+static char *
+begin_line(const char *kind, const char *id, const char *request,
+    const char *id_text, int reordered)
+{
+	char	*line, idm[128] = "";
+
+	if (id_text != NULL)
+		snprintf(idm, sizeof idm, "\"id\":%s,", id_text);
+	if (reordered) {
+		if (asprintf(&line, "{\"request\":%s,%s\"op\":\"effect_begin\","
+		    "\"client_submission_id\":\"%s\",\"effect_kind\":\"%s\","
+		    "\"lease_ms\":30000}", request, idm, id, kind) == -1)
+			fail_msg("asprintf");
+	} else if (asprintf(&line, "{\"op\":\"effect_begin\",%s"
+	    "\"client_submission_id\":\"%s\",\"effect_kind\":\"%s\","
+	    "\"request\":%s,\"lease_ms\":30000}", idm, id, kind,
+	    request) == -1)
+		fail_msg("asprintf");
+	return line;
+}
+
+static char *
+exchange(int fd, const char *line)
+{
+	char	*reply;
+
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	reply = harness_raw_read_line(fd);
+	assert_non_null(reply);
+	return reply;
+}
+
+static json_int_t
+stat_of(struct broker *b, const char *key)
+{
+	json_t		*reply;
+	json_int_t	 v;
+
+	reply = harness_call_once(b, json_pack("{s:s}", "op", "stats"));
+	assert_non_null(reply);
+	assert_true(json_is_integer(json_object_get(reply, key)));
+	v = json_integer_value(json_object_get(reply, key));
+	json_decref(reply);
+	return v;
+}
+
+static void
+assert_disposition(const char *text, const char *want)
+{
+	json_t	*reply = json_loads(text, 0, NULL);
+
+	if (reply == NULL || harness_str(reply, "disposition") == NULL ||
+	    strcmp(harness_str(reply, "disposition"), want) != 0)
+		fail_msg("want %s: %s", want, text);
+	json_decref(reply);
+}
+
+/* begin (proceed expected): its fence, malloc'd. */
+static char *
+proceed(int fd, const char *kind, const char *id, const char *request)
+{
+	char	*line = begin_line(kind, id, request, "1", 0), *reply, *fence;
+	json_t	*r;
+
+	reply = exchange(fd, line);
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	if (harness_str(r, "fence") == NULL)
+		fail_msg("%s: %s", id, reply);
+	fence = strdup(harness_str(r, "fence"));
+	json_decref(r);
+	free(reply);
+	free(line);
+	return fence;
+}
+
+/*
+ * complete (applied) with result (raw JSON), retried while the arena
+ * waits for the index (table_full, retryable); the committed reply.
+ */
+static char *
+complete(int fd, const char *kind, const char *id, const char *fence,
+    const char *result)
+{
+	char	*line, *reply;
+	int	 i;
+
+	if (asprintf(&line, "{\"op\":\"effect_complete\",\"client_submission_id"
+	    "\":\"%s\",\"effect_kind\":\"%s\",\"fence\":\"%s\",\"outcome\":"
+	    "\"applied\",\"result\":%s}", id, kind, fence, result) == -1)
+		fail_msg("asprintf");
+	for (i = 0;; i++) {
+		reply = exchange(fd, line);
+		if (strstr(reply, "\"code\":\"table_full\"") == NULL ||
+		    i >= FULL_RETRIES)
+			break;
+		free(reply);
+		usleep(FULL_RETRY_MS * 1000);
+	}
+	if (strstr(reply, "\"ok\":true") == NULL)
+		fail_msg("complete %s: %s", id, reply);
+	free(line);
+	return reply;
+}
+
+static void
+commit(int fd, const char *kind, const char *id, const char *request,
+    const char *result)
+{
+	char	*fence = proceed(fd, kind, id, request);
+
+	free(complete(fd, kind, id, fence, result));
+	free(fence);
+}
+
+/* {"pad":"xxx..."}: n bytes of 'x'.  malloc'd. */
+static char *
+result_of(size_t n)
+{
+	char	*r = malloc(n + 16);
+
+	assert_non_null(r);
+	memcpy(r, "{\"pad\":\"", 8);
+	memset(r + 8, 'x', n);
+	memcpy(r + 8 + n, "\"}", 3);
+	return r;
+}
+
+/*
+ * The retry in both orders: the reordered line (full path) first, then
+ * the stored order; both the same bytes.  fast: whether the second was
+ * answered from the stored reply.  The reply, malloc'd.
+ */
+static char *
+both_paths(struct broker *b, int fd, const char *kind, const char *id,
+    const char *request, const char *id_text, int fast)
+{
+	char		*full, *quick, *line;
+	json_int_t	 before = stat_of(b, FAST_STAT);
+
+	line = begin_line(kind, id, request, id_text, 1);
+	full = exchange(fd, line);
+	free(line);
+	assert_int_equal(stat_of(b, FAST_STAT), before);
+	line = begin_line(kind, id, request, id_text, 0);
+	quick = exchange(fd, line);
+	free(line);
+	assert_int_equal(stat_of(b, FAST_STAT), before + (fast ? 1 : 0));
+	assert_string_equal(quick, full);
+	free(full);
+	return quick;
+}
+
+/* The first retry in the stored order: the full path, which stores it. */
+static char *
+first_retry(struct broker *b, int fd, const char *kind, const char *id,
+    const char *request)
+{
+	char		*line = begin_line(kind, id, request, "1", 0), *reply;
+	json_int_t	 before = stat_of(b, FAST_STAT);
+
+	reply = exchange(fd, line);
+	assert_int_equal(stat_of(b, FAST_STAT), before);
+	assert_disposition(reply, "reused");
+	free(line);
+	return reply;
+}
+
+/* Ids the fast path echoes itself (fastscan.c, plain_id). */
+static const char *const plain_ids[] = {
+	"0", "7", "-12", "123456789012345678", "null", "true", "false",
+	"\"\"", "\"with spaces / a slash, {braces}\"", NULL
+};
+
+static void
+fx_fast_reply_is_byte_identical(void **state)
+{
+	struct broker	*b = *state;
+	char		*reply, *quick, *line;
+	int		 fd, i;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	commit(fd, KIND, "fx-same", REQUEST, "{\"sent\":true}");
+	free(first_retry(b, fd, KIND, "fx-same", REQUEST));
+	free(both_paths(b, fd, KIND, "fx-same", REQUEST, NULL, 1));
+	for (i = 0; plain_ids[i] != NULL; i++)
+		free(both_paths(b, fd, KIND, "fx-same", REQUEST, plain_ids[i],
+		    1));
+	/* Whitespace between members is not fingerprinted: fast too. */
+	line = begin_line(KIND, "fx-same", REQUEST, "5", 0);
+	reply = exchange(fd, " { \"op\":\"effect_begin\" ,\t\"id\" : 5 ,\r"
+	    "\"client_submission_id\":\"fx-same\",\"effect_kind\":\"" KIND
+	    "\",\"request\":" REQUEST ",\"lease_ms\":30000 } ");
+	assert_int_equal(stat_of(b, FAST_STAT), 2 + i);
+	quick = exchange(fd, line);
+	assert_int_equal(stat_of(b, FAST_STAT), 3 + i);
+	assert_string_equal(reply, quick);
+	free(quick);
+	free(reply);
+	free(line);
+
+	/*
+	 * Recovered by effect_resolve once its lease lapsed (waited out
+	 * on the broker's clock): "recovered":true, the same way.
+	 */
+	reply = exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
+	    "\":\"fx-recovered\",\"effect_kind\":\"" KIND "\",\"request\":"
+	    REQUEST ",\"lease_ms\":100}");
+	assert_disposition(reply, "proceed");
+	free(reply);
+	usleep(LAPSE_MS * 1000);
+	reply = exchange(fd, "{\"op\":\"effect_resolve\",\"client_submission_id"
+	    "\":\"fx-recovered\",\"effect_kind\":\"" KIND "\",\"evidence\":{"
+	    "\"observed\":\"applied\",\"result\":[1,2],\"source\":\"t\"}}");
+	assert_non_null(strstr(reply, "\"ok\":true"));
+	free(reply);
+	free(first_retry(b, fd, KIND, "fx-recovered", REQUEST));
+	reply = both_paths(b, fd, KIND, "fx-recovered", REQUEST, "\"r\"", 1);
+	assert_non_null(strstr(reply, "\"recovered\":true"));
+	free(reply);
+	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 2. */
+	assert_int_equal(stat_of(b, "effects_reused"), 2 * i + 8);
+	close(fd);
+	harness_finish(b);
+}
+
+/* Anything but a committed effect's retry of the same bytes: full. */
+static void
+fx_doubts_take_the_full_parse(void **state)
+{
+	struct broker	*b = *state;
+	char		*line, *reply, *fence;
+	int		 fd;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	commit(fd, KIND, "fx-doubt", REQUEST, "\"done\"");
+	free(first_retry(b, fd, KIND, "fx-doubt", REQUEST));
+	free(both_paths(b, fd, KIND, "fx-doubt", REQUEST, "1", 1));
+	/* Another request under the key: conflict, by the full path. */
+	line = begin_line(KIND, "fx-doubt", "{\"to\":\"other\"}", "1", 0);
+	reply = exchange(fd, line);
+	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
+	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	free(reply);
+	free(line);
+	/* meta is never on the fast path. */
+	reply = exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
+	    "\":\"fx-doubt\",\"effect_kind\":\"" KIND "\",\"request\":"
+	    REQUEST ",\"lease_ms\":30000,\"meta\":{\"trace\":\"t\"}}");
+	assert_disposition(reply, "reused");
+	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	free(reply);
+	/* The same id under another kind: another effect. */
+	fence = proceed(fd, "other.kind/v1", "fx-doubt", REQUEST);
+	free(fence);
+	/* Not committed yet: in_progress, never a stored reply. */
+	line = begin_line("other.kind/v1", "fx-doubt", REQUEST, "1", 0);
+	reply = exchange(fd, line);
+	assert_disposition(reply, "in_progress");
+	free(reply);
+	reply = exchange(fd, line);
+	assert_disposition(reply, "in_progress");
+	free(reply);
+	free(line);
+	/* An escaped id is the full path's (the same key, answered alike). */
+	reply = exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
+	    "\":\"fx-do\\u0075bt\",\"effect_kind\":\"" KIND "\",\"request\":"
+	    REQUEST ",\"lease_ms\":30000}");
+	assert_disposition(reply, "reused");
+	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	free(reply);
+	close(fd);
+	harness_finish(b);
+}
+
+/* Kinds of 1 and 128 bytes, ids of 1 and 200: keys up to 329 bytes. */
+static void
+fx_key_lengths_up_to_max(void **state)
+{
+	static const size_t kinds[] = { 1, 64, 128 };
+	static const size_t ids[] = { 1, 100, 200 };
+	struct broker	*b = *state;
+	char		 kind[129], id[201], *reply;
+	size_t		 k, i;
+	int		 fd;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+		memset(kind, 'a' + (int)k, kinds[k]);
+		kind[kinds[k]] = '\0';
+		kind[0] = '~';	/* printable, not a letter: any 0x21..0x7e */
+		for (i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+			memset(id, '0' + (int)i, ids[i]);
+			id[ids[i]] = '\0';
+			commit(fd, kind, id, REQUEST, "{\"k\":1}");
+			free(first_retry(b, fd, kind, id, REQUEST));
+			reply = both_paths(b, fd, kind, id, REQUEST, "9", 1);
+			assert_non_null(strstr(reply, id));
+			free(reply);
+		}
+	}
+	close(fd);
+	harness_finish(b);
+}
+
+/*
+ * Results whose reply is just under and just over the store's 4 KiB,
+ * and one near the 64 KiB limit: fast where it fits, else always the
+ * full path, the same bytes either way.
+ */
+static void
+fx_results_near_the_store_limit(void **state)
+{
+	struct broker	*b = *state;
+	char		 id[32], *result, *reply;
+	size_t		 overhead, pad, fits;
+	int		 fd, d;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	/* A probe: the stored length is the reply's, less {"ok":true,"id":1. */
+	result = result_of(100);
+	commit(fd, KIND, "fx-probe", REQUEST, result);
+	free(result);
+	reply = first_retry(b, fd, KIND, "fx-probe", REQUEST);
+	overhead = FINGERPRINT + strlen(reply) -
+	    strlen("{\"ok\":true,\"id\":1,") - 100;
+	free(reply);
+	fits = STORE_MAX - overhead;	/* the longest pad stored */
+	for (d = -2; d <= 2; d++) {
+		pad = fits + (size_t)d;
+		/* As long as "fx-probe": the same receipt but the pad. */
+		snprintf(id, sizeof id, "fx-lim%+d", d);
+		result = result_of(pad);
+		commit(fd, KIND, id, REQUEST, result);
+		free(result);
+		free(first_retry(b, fd, KIND, id, REQUEST));
+		reply = both_paths(b, fd, KIND, id, REQUEST, "2", d <= 0);
+		free(reply);
+	}
+	result = result_of(HUGE_PAD);
+	commit(fd, KIND, "fx-huge", REQUEST, result);
+	free(result);
+	free(first_retry(b, fd, KIND, "fx-huge", REQUEST));
+	reply = both_paths(b, fd, KIND, "fx-huge", REQUEST, "3", 0);
+	assert_true(strlen(reply) > HUGE_PAD);
+	free(reply);
+	close(fd);
+	harness_finish(b);
+}
+
+/* After a restart the store is empty: full first, the same, then fast. */
+static void
+restart_checks(struct broker *b, int kill9)
+{
+	char	*before, *after, *line;
+	int	 fd;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	commit(fd, KIND, "fx-restart", REQUEST, "{\"a\":[1,2,3]}");
+	free(first_retry(b, fd, KIND, "fx-restart", REQUEST));
+	before = both_paths(b, fd, KIND, "fx-restart", REQUEST, "4", 1);
+	close(fd);
+	if (kill9)
+		harness_kill(b);
+	else
+		assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	line = begin_line(KIND, "fx-restart", REQUEST, "4", 0);
+	after = exchange(fd, line);
+	assert_int_equal(stat_of(b, FAST_STAT), 0);
+	assert_string_equal(after, before);
+	free(after);
+	after = both_paths(b, fd, KIND, "fx-restart", REQUEST, "4", 1);
+	assert_string_equal(after, before);
+	free(after);
+	free(before);
+	free(line);
+	close(fd);
+	harness_finish(b);
+}
+
+static void
+fx_fast_again_after_sigterm_restart(void **state)
+{
+	restart_checks(*state, 0);
+}
+
+static void
+fx_fast_again_after_kill9_restart(void **state)
+{
+	restart_checks(*state, 1);
+}
+
+/* idemctl compact --older-than 0 on the broker's root. */
+static void
+compact_now(struct broker *b)
+{
+	char	 cmd[1024], out[4096];
+	FILE	*p;
+	size_t	 n;
+
+	snprintf(cmd, sizeof cmd, "'%s' --root '%s' compact --older-than 0 "
+	    "2>&1", getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
+	    "contrib/idemctl", b->root);
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, sizeof out - 1, p);
+	out[n] = '\0';
+	if (pclose(p) != 0 || strstr(out, "compact: ") == NULL)
+		fail_msg("idemctl compact: %s", out);
+}
+
+/*
+ * The arena's least size (one 64 KiB record) and a checkpoint on every
+ * 4 KiB journal segment: the target is indexed, compacted and its
+ * result's bytes reused within a few dozen effects, while the table
+ * (512) keeps its entry.
+ */
+#define COMPACT_FILLERS		400
+#define COMPACT_BIG_PAD		3000
+static const char *const compact_args[] = { "--capacity", "512",
+    "--result-bytes", "65552", "--segment-bytes", "4096", NULL };
+
+static void
+fx_after_compaction(void **state)
+{
+	struct broker	*b = *state;
+	char		 id[32], *result, *whole, *reply, *line;
+	int		 fd, i, base;
+
+	assert_int_equal(harness_start(b, compact_args, NULL), 0);
+	fd = harness_raw_connect(b);
+	result = result_of(500);
+	commit(fd, KIND, "fx-target", REQUEST, result);
+	free(result);
+	free(first_retry(b, fd, KIND, "fx-target", REQUEST));
+	whole = both_paths(b, fd, KIND, "fx-target", REQUEST, "6", 1);
+	assert_null(strstr(whole, "receipt_pruned"));
+	/* Two checkpoints after the commit: the second indexed it. */
+	base = harness_log_count(b, " new in the index");
+	for (i = 0; i < COMPACT_FILLERS &&
+	    harness_log_count(b, " new in the index") < base + 2; i++) {
+		snprintf(id, sizeof id, "fx-fill-%d", i);
+		commit(fd, KIND, id, REQUEST, "1");
+	}
+	harness_wait_log(b, " new in the index", base + 2,
+	    20000 * (int)harness_slowdown());
+	compact_now(b);
+	/* The arena still holds the result: whole, and fast. */
+	reply = both_paths(b, fd, KIND, "fx-target", REQUEST, "6", 1);
+	assert_string_equal(reply, whole);
+	free(reply);
+	/* Results until the arena has reused the target's bytes. */
+	result = result_of(COMPACT_BIG_PAD);
+	line = begin_line(KIND, "fx-target", REQUEST, "6", 1);
+	for (i = 0; i < COMPACT_FILLERS; i++) {
+		snprintf(id, sizeof id, "fx-big-%d", i);
+		commit(fd, KIND, id, REQUEST, result);
+		reply = exchange(fd, line);
+		assert_disposition(reply, "reused");
+		if (strstr(reply, "\"receipt_pruned\":true") != NULL) {
+			free(reply);
+			break;
+		}
+		assert_string_equal(reply, whole);
+		free(reply);
+	}
+	assert_true(i < COMPACT_FILLERS);
+	free(result);
+	free(line);
+	/* The tombstone, by the full path only, though a reply is stored. */
+	reply = both_paths(b, fd, KIND, "fx-target", REQUEST, "6", 0);
+	assert_non_null(strstr(reply, "\"receipt_pruned\":true"));
+	assert_non_null(strstr(reply, "\"result_digest\":"));
+	free(reply);
+	reply = both_paths(b, fd, KIND, "fx-target", REQUEST, "6", 0);
+	free(reply);
+	free(whole);
+	close(fd);
+	harness_finish(b);
+}
+
+/*
+ * shutting_down set in the segment (as the master's SIGTERM does): the
+ * full path's refusal, never the stored reply; fast again once cleared.
+ */
+static void
+fx_shutting_down_refuses(void **state)
+{
+	struct broker		*b = *state;
+	struct shm_segment	 seg;
+	char			 root[PATH_MAX], *cause = NULL, *reply, *line;
+	char			*full;
+	int			 fd;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	commit(fd, KIND, "fx-down", REQUEST, "true");
+	free(first_retry(b, fd, KIND, "fx-down", REQUEST));
+	free(both_paths(b, fd, KIND, "fx-down", REQUEST, "8", 1));
+	assert_non_null(realpath(b->root, root));
+	memset(&seg, 0, sizeof seg);
+	if (shm_attach(root, &seg, &cause) != 0)
+		fail_msg("shm_attach: %s", cause);
+	atomic_store(&seg.header->shutting_down, 1);
+	/* stats is refused too: the replies say which path answered. */
+	line = begin_line(KIND, "fx-down", REQUEST, "8", 1);
+	full = exchange(fd, line);
+	free(line);
+	line = begin_line(KIND, "fx-down", REQUEST, "8", 0);
+	reply = exchange(fd, line);
+	assert_non_null(strstr(reply, "\"code\":\"shutting_down\""));
+	assert_string_equal(reply, full);
+	free(reply);
+	free(full);
+	atomic_store(&seg.header->shutting_down, 0);
+	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	free(both_paths(b, fd, KIND, "fx-down", REQUEST, "8", 1));
+	shm_detach(&seg);
+	free(line);
+	close(fd);
+	harness_finish(b);
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
+	harness_teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(fx_fast_reply_is_byte_identical),
+		T(fx_doubts_take_the_full_parse),
+		T(fx_key_lengths_up_to_max),
+		T(fx_results_near_the_store_limit),
+		T(fx_fast_again_after_sigterm_restart),
+		T(fx_fast_again_after_kill9_restart),
+		T(fx_after_compaction),
+		T(fx_shutting_down_refuses),
+	};
+
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
