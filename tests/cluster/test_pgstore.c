@@ -380,11 +380,13 @@ batches_fence_each_member(void **state)
 static void
 batch_plans_use_the_key_index(void **state)
 {
-	static const char *const explain[] = {
-		"EXPLAIN (COSTS OFF) EXECUTE idem_grant_batch('%s', '{1}', "
-		    "'{\"\"}', '{plan-1}', '{1}', '{t}', 1000)",
-		"EXPLAIN (COSTS OFF) EXECUTE idem_commit_batch('%s', '{1}', "
-		    "'{\"\"}', '{plan-1}', '{1}', '{t}', '{d}', '{r}')",
+	/* Each statement around the workspace's id. */
+	static const char *const explain[][2] = {
+		{ "EXPLAIN (COSTS OFF) EXECUTE idem_grant_batch('",
+		    "', '{1}', '{\"\"}', '{plan-1}', '{1}', '{t}', 1000)" },
+		{ "EXPLAIN (COSTS OFF) EXECUTE idem_commit_batch('",
+		    "', '{1}', '{\"\"}', '{plan-1}', '{1}', '{t}', '{d}', "
+		    "'{r}')" },
 	};
 	struct pgstore		 st;
 	struct pgstore_key	 keys[2] = { { SUBTAB_KIND_TASK, "", "plan-1" },
@@ -440,7 +442,8 @@ batch_plans_use_the_key_index(void **state)
 	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
 	PQclear(res);
 	for (step = 0; step < 2; step++) {
-		snprintf(q, sizeof q, explain[step], workspace);
+		snprintf(q, sizeof q, "%s%s%s", explain[step][0], workspace,
+		    explain[step][1]);
 		res = PQexec(conn, q);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			fail_msg("%s: %s", q, PQerrorMessage(conn));

@@ -730,6 +730,34 @@ harness_call_once(struct broker *b, json_t *request)
 	return reply;
 }
 
+/* One stats counter of the broker's, by name (the test fails without it). */
+json_int_t
+harness_stat(struct broker *b, const char *name)
+{
+	json_t		*reply;
+	json_int_t	 v;
+
+	reply = harness_call_once(b, json_pack("{s:s}", "op", "stats"));
+	assert_non_null(reply);
+	if (!json_is_integer(json_object_get(reply, name)))
+		fail_msg("stats has no %s", name);
+	v = json_integer_value(json_object_get(reply, name));
+	json_decref(reply);
+	return v;
+}
+
+/* A raw line sent on fd and the reply's line read back (malloc'd). */
+char *
+harness_raw_exchange(int fd, const char *line)
+{
+	char	*reply;
+
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	reply = harness_raw_read_line(fd);
+	assert_non_null(reply);
+	return reply;
+}
+
 const char *
 harness_str(json_t *object, const char *key)
 {

@@ -88,6 +88,10 @@ int	 harness_raw_connect(const struct broker *);
 int	 harness_raw_send(int fd, const char *line);
 /* Read one line (malloc'd, without its newline); NULL at end of stream. */
 char	*harness_raw_read_line(int fd);
+/* A raw line sent and its reply's line read back (malloc'd). */
+char	*harness_raw_exchange(int, const char *);
+/* One stats counter of the broker's, by name. */
+json_int_t harness_stat(struct broker *, const char *);
 
 /* A write_task request for submission id (NULL: legacy) and subject. */
 json_t	*harness_write_task(const char *id, const char *subject);

@@ -54,31 +54,6 @@ reordered_line_of(const char *sub, const char *id_text)
 	return line;
 }
 
-static char *
-exchange(int fd, const char *line)
-{
-	char	*reply;
-
-	assert_int_equal(harness_raw_send(fd, line), 0);
-	reply = harness_raw_read_line(fd);
-	assert_non_null(reply);
-	return reply;
-}
-
-static json_int_t
-stat_of(struct broker *b, const char *key)
-{
-	json_t		*reply;
-	json_int_t	 v;
-
-	reply = harness_call_once(b, json_pack("{s:s}", "op", "stats"));
-	assert_non_null(reply);
-	assert_true(json_is_integer(json_object_get(reply, key)));
-	v = json_integer_value(json_object_get(reply, key));
-	json_decref(reply);
-	return v;
-}
-
 static void
 assert_disposition(const char *text, const char *want)
 {
@@ -95,7 +70,7 @@ create(struct broker *b, int fd, const char *sub)
 {
 	char	*line = line_of(sub, "1"), *reply;
 
-	reply = exchange(fd, line);
+	reply = harness_raw_exchange(fd, line);
 	assert_disposition(reply, "created");
 	free(reply);
 	free(line);
@@ -130,13 +105,13 @@ fast_reply_is_byte_identical(void **state)
 	for (i = 0; i < PLAIN_ID_COUNT; i++) {
 		/* Full path first: it stores the reply if none is. */
 		line = reordered_line_of("fp-identical", plain_ids[i]);
-		fast_before = stat_of(b, "reused_fast");
-		full = exchange(fd, line);
-		assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+		fast_before = harness_stat(b, "reused_fast");
+		full = harness_raw_exchange(fd, line);
+		assert_int_equal(harness_stat(b, "reused_fast"), fast_before);
 		free(line);
 		line = line_of("fp-identical", plain_ids[i]);
-		fast = exchange(fd, line);
-		assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+		fast = harness_raw_exchange(fd, line);
+		assert_int_equal(harness_stat(b, "reused_fast"), fast_before + 1);
 		assert_disposition(fast, "reused");
 		/* The same bytes, the id echoed exactly. */
 		assert_string_equal(fast, full);
@@ -145,11 +120,11 @@ fast_reply_is_byte_identical(void **state)
 		free(full);
 	}
 	/* Whitespace between members is not fingerprinted: fast too. */
-	full = exchange(fd, " { \"op\":\"write_task\" ,\t\"id\" : 5 ,\r"
+	full = harness_raw_exchange(fd, " { \"op\":\"write_task\" ,\t\"id\" : 5 ,\r"
 	    "\"client_submission_id\":\"fp-identical\"," TASK_MEMBER " } ");
-	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 2);
+	assert_int_equal(harness_stat(b, "reused_fast"), fast_before + 2);
 	line = line_of("fp-identical", "5");
-	fast = exchange(fd, line);
+	fast = harness_raw_exchange(fd, line);
 	assert_string_equal(fast, full);
 	free(line);
 	free(fast);
@@ -172,15 +147,15 @@ odd_ids_take_the_full_parse(void **state)
 	create(b, fd, "fp-odd");
 	/* Stored by the creation: a plain retry is fast. */
 	line = line_of("fp-odd", "3");
-	fast_before = stat_of(b, "reused_fast");
-	free(exchange(fd, line));
-	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	fast_before = harness_stat(b, "reused_fast");
+	free(harness_raw_exchange(fd, line));
+	assert_int_equal(harness_stat(b, "reused_fast"), fast_before + 1);
 	free(line);
 	for (i = 0; odd_ids[i] != NULL; i++) {
 		line = line_of("fp-odd", odd_ids[i]);
-		fast_before = stat_of(b, "reused_fast");
-		text = exchange(fd, line);
-		assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+		fast_before = harness_stat(b, "reused_fast");
+		text = harness_raw_exchange(fd, line);
+		assert_int_equal(harness_stat(b, "reused_fast"), fast_before);
 		reply = json_loads(text, 0, NULL);
 		sent = json_loads(odd_ids[i], JSON_DECODE_ANY, NULL);
 		assert_non_null(reply);
@@ -253,9 +228,9 @@ doubts_take_the_full_parse(void **state)
 	fd = harness_raw_connect(b);
 	create(b, fd, "fp-doubt");
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		fast_before = stat_of(b, "reused_fast");
-		text = exchange(fd, cases[i].line);
-		assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+		fast_before = harness_stat(b, "reused_fast");
+		text = harness_raw_exchange(fd, cases[i].line);
+		assert_int_equal(harness_stat(b, "reused_fast"), fast_before);
 		reply = json_loads(text, 0, NULL);
 		assert_non_null(reply);
 		if (cases[i].disposition != NULL)
@@ -286,7 +261,7 @@ moved_task_takes_the_full_parse(void **state)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	line = line_of("fp-moved", "1");
-	text = exchange(fd, line);
+	text = harness_raw_exchange(fd, line);
 	reply = json_loads(text, 0, NULL);
 	assert_non_null(reply);
 	snprintf(from, sizeof from, "%s/%s", b->root,
@@ -296,9 +271,9 @@ moved_task_takes_the_full_parse(void **state)
 	json_decref(reply);
 	free(text);
 	assert_int_equal(rename(from, to), 0);
-	fast_before = stat_of(b, "reused_fast");
-	text = exchange(fd, line);
-	assert_int_equal(stat_of(b, "reused_fast"), fast_before);
+	fast_before = harness_stat(b, "reused_fast");
+	text = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, "reused_fast"), fast_before);
 	reply = json_loads(text, 0, NULL);
 	assert_non_null(reply);
 	assert_string_equal(harness_str(reply, "disposition"), "reused");
@@ -308,8 +283,8 @@ moved_task_takes_the_full_parse(void **state)
 	free(text);
 	/* Back where the receipt says: fast again. */
 	assert_int_equal(rename(to, from), 0);
-	free(exchange(fd, line));
-	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	free(harness_raw_exchange(fd, line));
+	assert_int_equal(harness_stat(b, "reused_fast"), fast_before + 1);
 	free(line);
 	close(fd);
 	harness_finish(b);
@@ -322,7 +297,7 @@ retry_current_path(int fd, const char *line)
 	char	*text, *path = NULL;
 	json_t	*reply;
 
-	text = exchange(fd, line);
+	text = harness_raw_exchange(fd, line);
 	reply = json_loads(text, 0, NULL);
 	assert_non_null(reply);
 	assert_string_equal(harness_str(reply, "disposition"), "reused");
@@ -356,7 +331,7 @@ replaced_inbox_is_seen(void **state)
 	snprintf(parked, sizeof parked, "%s/_lifecycle/parked", b->root);
 	fd = harness_raw_connect(b);
 	line = line_of("fp-inbox-swapped", "1");
-	text = exchange(fd, line);
+	text = harness_raw_exchange(fd, line);
 	reply = json_loads(text, 0, NULL);
 	assert_non_null(reply);
 	snprintf(want, sizeof want, "_lifecycle/parked/%s.md",
@@ -366,9 +341,9 @@ replaced_inbox_is_seen(void **state)
 	assert_null(retry_current_path(fd, line));
 	harness_wait_log(b, "retries look for their task in the held inbox",
 	    1, TEST_EVENT_TIMEOUT_MS);
-	fast_before = stat_of(b, "reused_fast");
+	fast_before = harness_stat(b, "reused_fast");
 	assert_null(retry_current_path(fd, line));
-	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	assert_int_equal(harness_stat(b, "reused_fast"), fast_before + 1);
 	/*
 	 * Files made and moved in the inbox do not disarm it (the log line
 	 * is written before the reply, so it would be there by now).
@@ -403,9 +378,9 @@ replaced_inbox_is_seen(void **state)
 	/* Put back: the view is armed again, the retry fast. */
 	assert_int_equal(unlink(inbox), 0);
 	assert_int_equal(rename(parked, inbox), 0);
-	fast_before = stat_of(b, "reused_fast");
+	fast_before = harness_stat(b, "reused_fast");
 	assert_null(retry_current_path(fd, line));
-	assert_int_equal(stat_of(b, "reused_fast"), fast_before + 1);
+	assert_int_equal(harness_stat(b, "reused_fast"), fast_before + 1);
 	harness_wait_log(b, "retries look for their task in the held inbox",
 	    2, TEST_EVENT_TIMEOUT_MS);
 	assert_int_equal(harness_count_tasks(b), 2);
@@ -428,9 +403,9 @@ restart_checks(struct broker *b, int kill9, const char *const *args)
 	assert_int_equal(harness_start(b, args, NULL), 0);
 	fd = harness_raw_connect(b);
 	line = line_of(kill9 ? "fp-kill9" : "fp-restart", "\"r\"");
-	free(exchange(fd, line));
-	before = exchange(fd, line);
-	assert_int_equal(stat_of(b, "reused_fast"), 1);
+	free(harness_raw_exchange(fd, line));
+	before = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, "reused_fast"), 1);
 	close(fd);
 	if (kill9)
 		harness_kill(b);
@@ -438,12 +413,12 @@ restart_checks(struct broker *b, int kill9, const char *const *args)
 		assert_int_equal(harness_stop(b), 0);
 	assert_int_equal(harness_start(b, args, NULL), 0);
 	fd = harness_raw_connect(b);
-	after = exchange(fd, line);
-	assert_int_equal(stat_of(b, "reused_fast"), 0);
+	after = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, "reused_fast"), 0);
 	assert_string_equal(after, before);
 	free(after);
-	after = exchange(fd, line);
-	assert_int_equal(stat_of(b, "reused_fast"), 1);
+	after = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, "reused_fast"), 1);
 	assert_string_equal(after, before);
 	assert_int_equal(harness_count_tasks(b), 1);
 	free(after);

@@ -75,31 +75,6 @@ begin_line(const char *kind, const char *id, const char *request,
 	return line;
 }
 
-static char *
-exchange(int fd, const char *line)
-{
-	char	*reply;
-
-	assert_int_equal(harness_raw_send(fd, line), 0);
-	reply = harness_raw_read_line(fd);
-	assert_non_null(reply);
-	return reply;
-}
-
-static json_int_t
-stat_of(struct broker *b, const char *key)
-{
-	json_t		*reply;
-	json_int_t	 v;
-
-	reply = harness_call_once(b, json_pack("{s:s}", "op", "stats"));
-	assert_non_null(reply);
-	assert_true(json_is_integer(json_object_get(reply, key)));
-	v = json_integer_value(json_object_get(reply, key));
-	json_decref(reply);
-	return v;
-}
-
 static void
 assert_disposition(const char *text, const char *want)
 {
@@ -118,7 +93,7 @@ proceed(int fd, const char *kind, const char *id, const char *request)
 	char	*line = begin_line(kind, id, request, "1", 0), *reply, *fence;
 	json_t	*r;
 
-	reply = exchange(fd, line);
+	reply = harness_raw_exchange(fd, line);
 	assert_non_null(r = json_loads(reply, 0, NULL));
 	if (harness_str(r, "fence") == NULL)
 		fail_msg("%s: %s", id, reply);
@@ -145,7 +120,7 @@ complete(int fd, const char *kind, const char *id, const char *fence,
 	    "\"applied\",\"result\":%s}", id, kind, fence, result) == -1)
 		fail_msg("asprintf");
 	for (i = 0;; i++) {
-		reply = exchange(fd, line);
+		reply = harness_raw_exchange(fd, line);
 		if (strstr(reply, "\"code\":\"table_full\"") == NULL ||
 		    i >= FULL_RETRIES)
 			break;
@@ -191,16 +166,16 @@ both_paths(struct broker *b, int fd, const char *kind, const char *id,
     const char *request, const char *id_text, int fast)
 {
 	char		*full, *quick, *line;
-	json_int_t	 before = stat_of(b, FAST_STAT);
+	json_int_t	 before = harness_stat(b, FAST_STAT);
 
 	line = begin_line(kind, id, request, id_text, 1);
-	full = exchange(fd, line);
+	full = harness_raw_exchange(fd, line);
 	free(line);
-	assert_int_equal(stat_of(b, FAST_STAT), before);
+	assert_int_equal(harness_stat(b, FAST_STAT), before);
 	line = begin_line(kind, id, request, id_text, 0);
-	quick = exchange(fd, line);
+	quick = harness_raw_exchange(fd, line);
 	free(line);
-	assert_int_equal(stat_of(b, FAST_STAT), before + (fast ? 1 : 0));
+	assert_int_equal(harness_stat(b, FAST_STAT), before + (fast ? 1 : 0));
 	assert_string_equal(quick, full);
 	free(full);
 	return quick;
@@ -212,10 +187,10 @@ first_retry(struct broker *b, int fd, const char *kind, const char *id,
     const char *request)
 {
 	char		*line = begin_line(kind, id, request, "1", 0), *reply;
-	json_int_t	 before = stat_of(b, FAST_STAT);
+	json_int_t	 before = harness_stat(b, FAST_STAT);
 
-	reply = exchange(fd, line);
-	assert_int_equal(stat_of(b, FAST_STAT), before);
+	reply = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, FAST_STAT), before);
 	assert_disposition(reply, "reused");
 	free(line);
 	return reply;
@@ -244,12 +219,12 @@ fx_fast_reply_is_byte_identical(void **state)
 		    1));
 	/* Whitespace between members is not fingerprinted: fast too. */
 	line = begin_line(KIND, "fx-same", REQUEST, "5", 0);
-	reply = exchange(fd, " { \"op\":\"effect_begin\" ,\t\"id\" : 5 ,\r"
+	reply = harness_raw_exchange(fd, " { \"op\":\"effect_begin\" ,\t\"id\" : 5 ,\r"
 	    "\"client_submission_id\":\"fx-same\",\"effect_kind\":\"" KIND
 	    "\",\"request\":" REQUEST ",\"lease_ms\":30000 } ");
-	assert_int_equal(stat_of(b, FAST_STAT), 2 + i);
-	quick = exchange(fd, line);
-	assert_int_equal(stat_of(b, FAST_STAT), 3 + i);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2 + i);
+	quick = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, FAST_STAT), 3 + i);
 	assert_string_equal(reply, quick);
 	free(quick);
 	free(reply);
@@ -259,13 +234,13 @@ fx_fast_reply_is_byte_identical(void **state)
 	 * Recovered by effect_resolve once its lease lapsed (waited out
 	 * on the broker's clock): "recovered":true, the same way.
 	 */
-	reply = exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
+	reply = harness_raw_exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
 	    "\":\"fx-recovered\",\"effect_kind\":\"" KIND "\",\"request\":"
 	    REQUEST ",\"lease_ms\":100}");
 	assert_disposition(reply, "proceed");
 	free(reply);
 	usleep(LAPSE_MS * 1000);
-	reply = exchange(fd, "{\"op\":\"effect_resolve\",\"client_submission_id"
+	reply = harness_raw_exchange(fd, "{\"op\":\"effect_resolve\",\"client_submission_id"
 	    "\":\"fx-recovered\",\"effect_kind\":\"" KIND "\",\"evidence\":{"
 	    "\"observed\":\"applied\",\"result\":[1,2],\"source\":\"t\"}}");
 	assert_non_null(strstr(reply, "\"ok\":true"));
@@ -275,7 +250,7 @@ fx_fast_reply_is_byte_identical(void **state)
 	assert_non_null(strstr(reply, "\"recovered\":true"));
 	free(reply);
 	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 2. */
-	assert_int_equal(stat_of(b, "effects_reused"), 2 * i + 8);
+	assert_int_equal(harness_stat(b, "effects_reused"), 2 * i + 8);
 	close(fd);
 	harness_finish(b);
 }
@@ -295,36 +270,36 @@ fx_doubts_take_the_full_parse(void **state)
 	free(both_paths(b, fd, KIND, "fx-doubt", REQUEST, "1", 1));
 	/* Another request under the key: conflict, by the full path. */
 	line = begin_line(KIND, "fx-doubt", "{\"to\":\"other\"}", "1", 0);
-	reply = exchange(fd, line);
+	reply = harness_raw_exchange(fd, line);
 	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
-	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 1);
 	free(reply);
 	free(line);
 	/* meta is never on the fast path. */
-	reply = exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
+	reply = harness_raw_exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
 	    "\":\"fx-doubt\",\"effect_kind\":\"" KIND "\",\"request\":"
 	    REQUEST ",\"lease_ms\":30000,\"meta\":{\"trace\":\"t\"}}");
 	assert_disposition(reply, "reused");
-	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 1);
 	free(reply);
 	/* The same id under another kind: another effect. */
 	fence = proceed(fd, "other.kind/v1", "fx-doubt", REQUEST);
 	free(fence);
 	/* Not committed yet: in_progress, never a stored reply. */
 	line = begin_line("other.kind/v1", "fx-doubt", REQUEST, "1", 0);
-	reply = exchange(fd, line);
+	reply = harness_raw_exchange(fd, line);
 	assert_disposition(reply, "in_progress");
 	free(reply);
-	reply = exchange(fd, line);
+	reply = harness_raw_exchange(fd, line);
 	assert_disposition(reply, "in_progress");
 	free(reply);
 	free(line);
 	/* An escaped id is the full path's (the same key, answered alike). */
-	reply = exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
+	reply = harness_raw_exchange(fd, "{\"op\":\"effect_begin\",\"client_submission_id"
 	    "\":\"fx-do\\u0075bt\",\"effect_kind\":\"" KIND "\",\"request\":"
 	    REQUEST ",\"lease_ms\":30000}");
 	assert_disposition(reply, "reused");
-	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 1);
 	free(reply);
 	close(fd);
 	harness_finish(b);
@@ -427,8 +402,8 @@ restart_checks(struct broker *b, int kill9)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	line = begin_line(KIND, "fx-restart", REQUEST, "4", 0);
-	after = exchange(fd, line);
-	assert_int_equal(stat_of(b, FAST_STAT), 0);
+	after = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, FAST_STAT), 0);
 	assert_string_equal(after, before);
 	free(after);
 	after = both_paths(b, fd, KIND, "fx-restart", REQUEST, "4", 1);
@@ -516,7 +491,7 @@ fx_after_compaction(void **state)
 	for (i = 0; i < COMPACT_FILLERS; i++) {
 		snprintf(id, sizeof id, "fx-big-%d", i);
 		commit(fd, KIND, id, REQUEST, result);
-		reply = exchange(fd, line);
+		reply = harness_raw_exchange(fd, line);
 		assert_disposition(reply, "reused");
 		if (strstr(reply, "\"receipt_pruned\":true") != NULL) {
 			free(reply);
@@ -565,16 +540,16 @@ fx_shutting_down_refuses(void **state)
 	atomic_store(&seg.header->shutting_down, 1);
 	/* stats is refused too: the replies say which path answered. */
 	line = begin_line(KIND, "fx-down", REQUEST, "8", 1);
-	full = exchange(fd, line);
+	full = harness_raw_exchange(fd, line);
 	free(line);
 	line = begin_line(KIND, "fx-down", REQUEST, "8", 0);
-	reply = exchange(fd, line);
+	reply = harness_raw_exchange(fd, line);
 	assert_non_null(strstr(reply, "\"code\":\"shutting_down\""));
 	assert_string_equal(reply, full);
 	free(reply);
 	free(full);
 	atomic_store(&seg.header->shutting_down, 0);
-	assert_int_equal(stat_of(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 1);
 	free(both_paths(b, fd, KIND, "fx-down", REQUEST, "8", 1));
 	shm_detach(&seg);
 	free(line);

@@ -366,21 +366,6 @@ check_history(struct broker *b, struct history *h)
 	check_history_files(b, h, HISTORY_TASKS);
 }
 
-static json_int_t
-stat_of(struct broker *b, const char *name)
-{
-	json_t		*r;
-	json_int_t	 v;
-
-	assert_non_null(r = harness_call_once(b, json_pack("{s:s}", "op",
-	    "stats")));
-	if (!json_is_integer(json_object_get(r, name)))
-		fail_msg("stats has no %s", name);
-	v = json_integer_value(json_object_get(r, name));
-	json_decref(r);
-	return v;
-}
-
 /* The broker's log (malloc'd). */
 static char *
 read_log(struct broker *b)
@@ -442,14 +427,14 @@ test_small_capacity_evicts_and_answers_cold(void **state)
 	memset(&h, 0, sizeof h);
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
 	create_history(b, &h);
-	assert_true(stat_of(b, "table_entries") <= 8);
-	assert_true(stat_of(b, "table_evictions") > 0);
+	assert_true(harness_stat(b, "table_entries") <= 8);
+	assert_true(harness_stat(b, "table_evictions") > 0);
 	check_history(b, &h);
-	assert_int_equal(stat_of(b, "history_entries"),
+	assert_int_equal(harness_stat(b, "history_entries"),
 	    HISTORY_TASKS + HISTORY_EFFECTS);
-	assert_true(stat_of(b, "index_entries") >= HISTORY_TASKS +
+	assert_true(harness_stat(b, "index_entries") >= HISTORY_TASKS +
 	    HISTORY_EFFECTS - 8);
-	assert_true(stat_of(b, "index_bytes") > 0);
+	assert_true(harness_stat(b, "index_bytes") > 0);
 	/*
 	 * The index outgrew the table: a checkpoint copies only what the
 	 * index lacks (the receipts it gives it, and at most the one
@@ -493,10 +478,10 @@ await_index_warm(struct broker *b)
 	long long	want, got = 0;
 	int		polls;
 
-	want = stat_of(b, "workers") * stat_of(b, "index_bytes");
+	want = harness_stat(b, "workers") * harness_stat(b, "index_bytes");
 	assert_true(want > 0);
 	for (polls = 0; polls < HISTORY_WARM_MAX_POLLS; polls++) {
-		if ((got = stat_of(b, "index_warm_bytes")) >= want)
+		if ((got = harness_stat(b, "index_warm_bytes")) >= want)
 			break;
 		nanosleep(&ts, NULL);
 	}
@@ -521,7 +506,7 @@ test_restart_with_smaller_capacity(void **state)
 	create_history(b, &h);
 	assert_int_equal(harness_stop(b), 0);
 	assert_int_equal(harness_start(b, smaller_args, NULL), 0);
-	assert_true(stat_of(b, "table_entries") <= 4);
+	assert_true(harness_stat(b, "table_entries") <= 4);
 	await_index_warm(b);
 	check_history(b, &h);
 	/* And new ids still get made. */
@@ -566,7 +551,7 @@ test_restart_below_the_journals_peak(void **state)
 		free(reply);
 	}
 	/* 64 slots: no checkpoint ran, the journal keeps every record. */
-	assert_int_equal(stat_of(b, "index_entries"), 0);
+	assert_int_equal(harness_stat(b, "index_entries"), 0);
 	assert_int_equal(harness_stop(b), 0);
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
 	for (i = 0; i < HISTORY_CAPACITY_PEAK; i++) {
@@ -820,7 +805,7 @@ test_compact_leaves_tombstones(void **state)
 	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
 	free(reply);
 	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
-	assert_int_equal(stat_of(b, "history_entries"),
+	assert_int_equal(harness_stat(b, "history_entries"),
 	    HISTORY_TASKS + HISTORY_EFFECTS);
 	verify_clean(b);
 
@@ -1225,7 +1210,7 @@ test_missing_index(void **state)
 		free(reply);
 	}
 	check_history_files(b, &h, HISTORY_TASKS + 40);
-	assert_true(stat_of(b, "table_evictions") > 0);
+	assert_true(harness_stat(b, "table_evictions") > 0);
 	assert_int_equal(harness_stop(b), 0);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s/.idem/index'", b->root);
 	assert_int_equal(system(cmd), 0);
@@ -1293,8 +1278,8 @@ test_small_stores_reclaim(void **state)
 
 	memset(&h, 0, sizeof h);
 	assert_int_equal(harness_start(b, stores_args, t->env), 0);
-	assert_int_equal(stat_of(b, "result_arena_bytes"), STORES_ARENA_BYTES);
-	assert_int_equal(stat_of(b, "fast_receipts_bytes"), 65536);
+	assert_int_equal(harness_stat(b, "result_arena_bytes"), STORES_ARENA_BYTES);
+	assert_int_equal(harness_stat(b, "fast_receipts_bytes"), 65536);
 	/* Nothing reaches the index until the arena has refused a result. */
 	harness_fault_rule(t->fault_file, INDEX_WRITES_FAIL);
 	clear_rule_on_full = t->fault_file;
@@ -1304,8 +1289,8 @@ test_small_stores_reclaim(void **state)
 	/* The refusal path ran (and cleared the rule). */
 	assert_null(clear_rule_on_full);
 	assert_true(retries > 0);
-	assert_int_equal(stat_of(b, "effects_committed"), STORES_COUNT);
-	assert_true(stat_of(b, "result_arena_used") <= STORES_ARENA_BYTES);
+	assert_int_equal(harness_stat(b, "effects_committed"), STORES_COUNT);
+	assert_true(harness_stat(b, "result_arena_used") <= STORES_ARENA_BYTES);
 	for (restarts = 0; restarts < 2; restarts++) {
 		for (i = 0; i < STORES_COUNT; i++) {
 			reply = effect_begin(b, &h, i, 0);
@@ -1325,7 +1310,7 @@ test_small_stores_reclaim(void **state)
 		harness_kill(b);
 		assert_int_equal(harness_start(b, stores_smaller_args, t->env),
 		    0);
-		assert_int_equal(stat_of(b, "result_arena_bytes"),
+		assert_int_equal(harness_stat(b, "result_arena_bytes"),
 		    STORES_LEAST_BYTES);
 	}
 
@@ -1338,17 +1323,17 @@ test_small_stores_reclaim(void **state)
 		receipt_bytes(reply, tasks[i], sizeof tasks[i]);
 		free(reply);
 	}
-	assert_true(stat_of(b, "fast_receipts_used") <= 65536);
+	assert_true(harness_stat(b, "fast_receipts_used") <= 65536);
 	/* st-0's stored reply was overwritten: the full path, then fast. */
 	for (i = 0; i < 3; i++) {
-		fast = stat_of(b, "reused_fast");
+		fast = harness_stat(b, "reused_fast");
 		reply = write_task(b, &h, "st-0", "stores 0");
 		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
 			fail_msg("st-0: %s", reply);
 		receipt_bytes(reply, got, sizeof got);
 		assert_string_equal(got, tasks[0]);
 		free(reply);
-		assert_int_equal(stat_of(b, "reused_fast"), fast + (i > 0));
+		assert_int_equal(harness_stat(b, "reused_fast"), fast + (i > 0));
 	}
 	/* Every one answers the same, fast or not. */
 	for (i = 0; i < STORES_COUNT; i++) {
@@ -1516,7 +1501,7 @@ test_pruned_results_left_the_arena(void **state)
 
 	memset(&h, 0, sizeof h);
 	assert_int_equal(harness_start(b, arena_args, t->env), 0);
-	assert_int_equal(stat_of(b, "result_arena_bytes"), 65552);
+	assert_int_equal(harness_stat(b, "result_arena_bytes"), 65552);
 	for (i = 0; i < ARENA_EARLY; i++) {
 		commit_effect(b, &h, i, 0, whole[i], sizeof whole[i],
 		    fences[i], &retries);
@@ -1605,9 +1590,9 @@ test_pruned_results_left_the_arena(void **state)
 		    whole[i], pruned[i]), 1);
 		free(reply);
 	}
-	assert_int_equal(stat_of(b, "table_evictions"), 0);
-	assert_int_equal(stat_of(b, "effects_proceed"), all + ARENA_BIG);
-	assert_int_equal(stat_of(b, "effects_committed"), all + ARENA_BIG);
+	assert_int_equal(harness_stat(b, "table_evictions"), 0);
+	assert_int_equal(harness_stat(b, "effects_proceed"), all + ARENA_BIG);
+	assert_int_equal(harness_stat(b, "effects_committed"), all + ARENA_BIG);
 
 	/*
 	 * Killed and started again: the ids the checkpoint left to the
@@ -1624,8 +1609,8 @@ test_pruned_results_left_the_arena(void **state)
 		    pruned[i]);
 		free(reply);
 	}
-	assert_int_equal(stat_of(b, "effects_proceed"), 0);
-	assert_int_equal(stat_of(b, "effects_committed"), 0);
+	assert_int_equal(harness_stat(b, "effects_proceed"), 0);
+	assert_int_equal(harness_stat(b, "effects_committed"), 0);
 	verify_clean(b);
 	print_message("complete retried %d times while the arena waited for "
 	    "the index\n", retries);
@@ -1670,7 +1655,7 @@ test_pruned_after_eviction(void **state)
 
 	memset(&h, 0, sizeof h);
 	assert_int_equal(harness_start(b, evict_args, NULL), 0);
-	assert_int_equal(stat_of(b, "fast_receipts_bytes"), 65536);
+	assert_int_equal(harness_stat(b, "fast_receipts_bytes"), 65536);
 	for (i = 0; i < EVICT_EFFECTS; i++) {
 		release_effect(b, &h, i, released[i]);
 		commit_effect(b, &h, i, 0, fx[i], sizeof fx[i], fences[i],
@@ -1688,8 +1673,8 @@ test_pruned_after_eviction(void **state)
 			harness_wait_log(b, " new in the index", 1, 30000 *
 			    (int)harness_slowdown());
 			assert_true(compact_now(b) >= PRUNED_FIRST_CHECKPOINT);
-			assert_int_equal(stat_of(b, "table_evictions"), 0);
-			fast = stat_of(b, "reused_fast");
+			assert_int_equal(harness_stat(b, "table_evictions"), 0);
+			fast = harness_stat(b, "reused_fast");
 			for (j = 0; j < EVICT_EARLY_TASKS; j++) {
 				snprintf(id, sizeof id, "pt-%d", j);
 				snprintf(subject, sizeof subject, "pruned %d",
@@ -1700,7 +1685,7 @@ test_pruned_after_eviction(void **state)
 				    tasks_pruned[j]), 0);
 				free(reply);
 			}
-			assert_int_equal(stat_of(b, "reused_fast"),
+			assert_int_equal(harness_stat(b, "reused_fast"),
 			    fast + EVICT_EARLY_TASKS);
 		}
 		snprintf(id, sizeof id, "pt-%d", i);
@@ -1714,15 +1699,15 @@ test_pruned_after_eviction(void **state)
 		free(reply);
 	}
 	/* 156 evicted at least, every one indexed first: now tombstones. */
-	assert_true(stat_of(b, "table_evictions") >=
+	assert_true(harness_stat(b, "table_evictions") >=
 	    EVICT_EFFECTS + EVICT_TASKS - 64);
 	assert_true(compact_now(b) > 0);
-	table = stat_of(b, "table_entries");
+	table = harness_stat(b, "table_entries");
 
 	for (i = 0; i < EVICT_TASKS; i++) {
 		snprintf(id, sizeof id, "pt-%d", i);
 		snprintf(subject, sizeof subject, "pruned %d", i);
-		fast = stat_of(b, "reused_fast");
+		fast = harness_stat(b, "reused_fast");
 		reply = write_task(b, &h, id, subject);
 		first_pruned = reused_whole_or_pruned(id, reply, "reused",
 		    tasks[i], tasks_pruned[i]);
@@ -1733,9 +1718,9 @@ test_pruned_after_eviction(void **state)
 		    tasks[i], tasks_pruned[i]), first_pruned);
 		free(reply);
 		if (first_pruned)
-			assert_int_equal(stat_of(b, "reused_fast"), fast);
+			assert_int_equal(harness_stat(b, "reused_fast"), fast);
 		else
-			assert_true(stat_of(b, "reused_fast") >= fast + 1);
+			assert_true(harness_stat(b, "reused_fast") >= fast + 1);
 		pruned += first_pruned;
 	}
 	reply = write_task(b, &h, "pt-0", "another subject");
@@ -1770,10 +1755,10 @@ test_pruned_after_eviction(void **state)
 	}
 	/* Every id the table does not hold, and only those. */
 	assert_int_equal(pruned, EVICT_EFFECTS + EVICT_TASKS - table);
-	assert_int_equal(stat_of(b, "table_entries"), table);
+	assert_int_equal(harness_stat(b, "table_entries"), table);
 	assert_int_equal(harness_count_tasks(b), EVICT_TASKS);
-	assert_int_equal(stat_of(b, "effects_proceed"), 2 * EVICT_EFFECTS);
-	assert_int_equal(stat_of(b, "effects_committed"), EVICT_EFFECTS);
+	assert_int_equal(harness_stat(b, "effects_proceed"), 2 * EVICT_EFFECTS);
+	assert_int_equal(harness_stat(b, "effects_committed"), EVICT_EFFECTS);
 	verify_clean(b);
 	harness_finish(b);
 }
@@ -1927,7 +1912,7 @@ test_exhausted_creation_keeps_checkpoints(void **state)
 	for (i = EXHAUSTED_EFFECTS; i < 2 * EXHAUSTED_EFFECTS; i++)
 		commit_effect(b, &h, i, 0, receipt, sizeof receipt, NULL,
 		    &retries);
-	assert_true(stat_of(b, "table_evictions") >= 2 * EXHAUSTED_EFFECTS -
+	assert_true(harness_stat(b, "table_evictions") >= 2 * EXHAUSTED_EFFECTS -
 	    64);
 	assert_int_equal(harness_log_count(b, "not a committed entry"), 0);
 	/* The first effects answer from the index, unchanged. */
@@ -2030,8 +2015,8 @@ test_completion_not_blocked_by_own_claim(void **state)
 			fail_msg("complete %s: %s", id, reply);
 		free(reply);
 	}
-	assert_int_equal(stat_of(b, "effects_committed"), OWN_CLAIM_EFFECTS);
-	assert_true(stat_of(b, "table_evictions") >= OWN_CLAIM_EFFECTS - 4);
+	assert_int_equal(harness_stat(b, "effects_committed"), OWN_CLAIM_EFFECTS);
+	assert_true(harness_stat(b, "table_evictions") >= OWN_CLAIM_EFFECTS - 4);
 	assert_int_equal(harness_count_tasks(b), 0);
 	print_message("complete retried %d times while the arena waited for "
 	    "the index\n", refusals);
@@ -2070,7 +2055,7 @@ test_arena_full_refuses_and_recovers(void **state)
 	int		 polls, failed, refusals = 0;
 
 	assert_int_equal(harness_start(b, least_args, t->env), 0);
-	assert_int_equal(stat_of(b, "result_arena_bytes"), 65552);
+	assert_int_equal(harness_stat(b, "result_arena_bytes"), 65552);
 	harness_fault_rule(t->fault_file, INDEX_WRITES_FAIL);
 
 	keyed_proceed(b, "mail.send/v1", "big", 0, fence0);
@@ -2116,7 +2101,7 @@ test_arena_full_refuses_and_recovers(void **state)
 	free(reply);
 	assert_string_equal(keyed_state(b, "mail.send/v1", "lapsed"),
 	    "outcome_unknown");
-	assert_int_equal(stat_of(b, "effects_committed"), 1);
+	assert_int_equal(harness_stat(b, "effects_committed"), 1);
 	/*
 	 * Refused again until a checkpoint asked for since has failed: then
 	 * the last checkpoint failed and no record came after it (refusals
@@ -2185,7 +2170,7 @@ test_result_bytes_least(void **state)
 	assert_true(harness_log_count(b, "--result-bytes must be 0 (the "
 	    "default) or at least 65552") >= 1);
 	assert_int_equal(harness_start(b, least_args, NULL), 0);
-	assert_int_equal(stat_of(b, "result_arena_bytes"), 65552);
+	assert_int_equal(harness_stat(b, "result_arena_bytes"), 65552);
 	assert_int_equal(harness_count_tasks(b), 0);
 	harness_finish(b);
 }
