@@ -45,7 +45,7 @@ struct pg_create {
 #ifdef IDEM_FAULT_INJECTION
 /*
  * A pause or hold point's name (IDEM_CRASH_PAUSE_AT, IDEM_CRASH_HOLD_AT):
- * the first creation of the worker to reach it stops there.
+ * the first creation of the worker to reach it stops there (pg_points.c).
  */
 void	pg_pause_point(const char *point);
 #else
