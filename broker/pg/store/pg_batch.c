@@ -265,22 +265,13 @@ pgstore_batch_wait(struct pgstore *st, enum pgstore_batch step,
 {
 	enum pg_prepared which = step == PGSTORE_BATCH_GRANT ?
 	    PG_PREP_GRANT_BATCH : PG_PREP_COMMIT_BATCH;
-	PGconn		*conn = (PGconn *)st->conn;
-	PGresult	*res, *extra;
+	PGresult	*res;
 	int64_t		 k;
 	int		 r;
 
 	*cause = NULL;
-	/*
-	 * The command's last result is its answer (pgstore_grant_wait): a
-	 * commit that fails, or a session that ends before its commit's
-	 * ReadyForQuery, comes as a later result, never as the rows alone.
-	 */
-	res = PQgetResult(conn);
-	while ((extra = PQgetResult(conn)) != NULL) {
-		PQclear(res);
-		res = extra;
-	}
+	/* Its last result, never the rows alone (pg_last_result). */
+	res = pg_last_result((PGconn *)st->conn);
 	if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK) {
 		for (r = 0; r < PQntuples(res); r++) {
 			k = pg_value_i64(res, r, 0);

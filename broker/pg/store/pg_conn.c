@@ -211,6 +211,28 @@ pg_exec(PGconn *conn, const char *sql, const struct pg_params *p)
 	    p != NULL ? p->v : NULL, NULL, NULL, 0);
 }
 
+/*
+ * The last result of the command sent on conn, the earlier ones freed:
+ * it is the command's answer, as PQexec's.  libpq hands over an
+ * update's CommandComplete before ReadyForQuery, and the implicit
+ * transaction commits between the two: a commit that fails (a deferred
+ * constraint), or a session that ends there (an immediate shutdown, the
+ * WAL flush perhaps not done), comes as a later result, never as the
+ * rows alone.  Reading to the end also frees the connection.
+ */
+PGresult *
+pg_last_result(PGconn *conn)
+{
+	PGresult	*res, *extra;
+
+	res = PQgetResult(conn);
+	while ((extra = PQgetResult(conn)) != NULL) {
+		PQclear(res);
+		res = extra;
+	}
+	return res;
+}
+
 /* Did res fail with this SQLSTATE? */
 int
 pg_sqlstate(const PGresult *res, const char *code)
@@ -943,25 +965,13 @@ int
 pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
     int64_t epoch, const char *token, char **cause)
 {
-	PGresult	*res, *extra;
+	PGresult	*res;
 	struct pg_params p;
 	char		 epoch_s[24], lease[16];
 
 	*cause = NULL;
-	/*
-	 * The command's last result is its answer, as PQexec's: libpq hands
-	 * over the update's CommandComplete before ReadyForQuery, and the
-	 * implicit transaction commits between the two.  A commit that
-	 * fails (a deferred constraint), or a session that ends there (an
-	 * immediate shutdown, the WAL flush perhaps not done), comes as a
-	 * later result, never as "UPDATE 1" alone.  Reading to the end also
-	 * frees the connection.
-	 */
-	res = PQgetResult((PGconn *)st->conn);
-	while ((extra = PQgetResult((PGconn *)st->conn)) != NULL) {
-		PQclear(res);
-		res = extra;
-	}
+	/* Its last result, never "UPDATE 1" alone (pg_last_result). */
+	res = pg_last_result((PGconn *)st->conn);
 	if (pg_sqlstate(res, "26000")) {
 		/*
 		 * A session that lost the statement (a pooler's): prepared

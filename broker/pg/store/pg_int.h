@@ -76,6 +76,8 @@ extern const char *const pg_prepared_names[PG_PREP_COUNT];
 /* Prepare which as sql on this session unless it has it: NULL, or the failure. */
 PGresult *pg_prepare(struct pgstore *, PGconn *, enum pg_prepared which,
 	    const char *sql);
+/* The last result of the command sent on conn: its answer. */
+PGresult *pg_last_result(PGconn *);
 /* Did res fail with this SQLSTATE? */
 int	 pg_sqlstate(const PGresult *, const char *code);
 
