@@ -57,6 +57,11 @@ connections_sub(struct worker *w, uint32_t n)
 	atomic_fetch_sub(&w->d->seg.header->connections, n);
 }
 
+/*
+ * The notify socket carries the store's URI (read before the loop) and
+ * nothing after it: the master's wake-ups come on the wake eventfd.
+ * Readable, it says the master is gone (EOF).
+ */
 static void
 worker_notified(evutil_socket_t fd, short events, void *arg)
 {
@@ -64,26 +69,13 @@ worker_notified(evutil_socket_t fd, short events, void *arg)
 	char		 buf[64];
 	ssize_t		 n;
 
-	for (;;) {
-		n = read(fd, buf, sizeof buf);
-		/*
-		 * Less than asked: the socket is empty (a wake-up sent
-		 * meanwhile fires the event again), so no read for EAGAIN.
-		 */
-		if (n > 0 && (size_t)n < sizeof buf)
-			break;
-		if (n > 0)
-			continue;
-		if (n == 0) {
-			log_warnx("worker %u: the master is gone; exiting",
-			    w->index);
-			_exit(1);
-		}
-		if (errno == EINTR)
-			continue;
-		break;
+	while ((n = read(fd, buf, sizeof buf)) > 0 ||
+	    (n == -1 && errno == EINTR))
+		;
+	if (n == 0) {
+		log_warnx("worker %u: the master is gone; exiting", w->index);
+		_exit(1);
 	}
-	pending_run_parked(w);
 }
 
 /*
