@@ -108,14 +108,11 @@ handoff_pending(struct shm_segment *seg, struct iovec iov[2], uint64_t *end)
 int
 handoff_has_pending(struct shm_segment *seg)
 {
-	struct shm_header	*h = seg->header;
-	uint64_t		 head;
+	uint64_t	head;
 
-	if (shm_lock(seg, &h->ring_lock, handoff_repair, "journal ring") != 0)
+	if (handoff_head(seg, &head) != 0)
 		return 1;
-	head = h->ring_head;
-	shm_unlock(&h->ring_lock);
-	return head != atomic_load(&h->ring_taken);
+	return head != atomic_load(&seg->header->ring_taken);
 }
 
 void
