@@ -274,7 +274,6 @@ cl_finish(struct pg_create *c)
 	}
 }
 
-
 static void
 cl_crash_point(struct submission *s, enum crash_point point)
 {
