@@ -111,6 +111,12 @@ mkdir "$work/distcheck"
 if ! IDEM_CHECK_LOGS="$work/distcheck" make -C "$top/build" -j"$(nproc)" \
     distcheck >"$top/build/distcheck.log" 2>&1; then
 	tail -60 "$top/build/distcheck.log"
+	# A failed distcheck leaves its tree: the failing programs' logs
+	# are in its test-suite.log (the tail above names none of them).
+	grep -E '^(FAIL|ERROR|XPASS):' "$top/build/distcheck.log" || true
+	for log in "$top"/build/idem-*/_build/sub/test-suite.log; do
+		if [ -f "$log" ]; then cat "$log"; fi
+	done
 	failed=$((failed + 1))
 	count_cases "$work/distcheck" distcheck
 	finish 1
