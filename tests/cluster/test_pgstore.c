@@ -1016,6 +1016,60 @@ key_lookups_use_the_key_index(void **state)
 	free(sql("DROP TABLE idem_test_plan"));
 }
 
+/* conn's value of keyword in PQconninfo ("" if none). */
+static void
+assert_conninfo(PGconn *conn, const char *keyword, const char *expected)
+{
+	PQconninfoOption	*o, *all = PQconninfo(conn);
+
+	assert_non_null(all);
+	for (o = all; o->keyword != NULL; o++)
+		if (strcmp(o->keyword, keyword) == 0)
+			break;
+	if (o->keyword == NULL || o->val == NULL ||
+	    strcmp(o->val, expected) != 0)
+		fail_msg("%s is \"%s\", not \"%s\"", keyword,
+		    o->keyword != NULL && o->val != NULL ? o->val : "", expected);
+	PQconninfoFree(all);
+}
+
+/*
+ * A half-open TCP connection ends (doc/cluster.md, "Connections"): every
+ * store connection asks for keepalives and a TCP user timeout, which a
+ * URI's own values override.
+ */
+static void
+connections_keep_alive(void **state)
+{
+	struct pg_conn	*conn;
+	char		*cause = NULL, uri[1200];
+
+	(void)state;
+	conn = pgstore_connect(server.uri, &cause);
+	if (conn == NULL)
+		fail_msg("pgstore_connect: %s", cause);
+	assert_conninfo((PGconn *)conn, "keepalives", "1");
+	assert_conninfo((PGconn *)conn, "keepalives_idle",
+	    PGSTORE_KEEPALIVES_IDLE_S);
+	assert_conninfo((PGconn *)conn, "keepalives_interval",
+	    PGSTORE_KEEPALIVES_INTERVAL_S);
+	assert_conninfo((PGconn *)conn, "keepalives_count",
+	    PGSTORE_KEEPALIVES_COUNT);
+	assert_conninfo((PGconn *)conn, "tcp_user_timeout",
+	    PGSTORE_TCP_USER_TIMEOUT_MS);
+	assert_conninfo((PGconn *)conn, "connect_timeout",
+	    PGSTORE_CONNECT_TIMEOUT_S);
+	pgstore_disconnect(conn);
+	snprintf(uri, sizeof uri, "%s&keepalives_idle=7&tcp_user_timeout=900",
+	    server.uri);
+	if ((conn = pgstore_connect(uri, &cause)) == NULL)
+		fail_msg("pgstore_connect: %s", cause);
+	assert_conninfo((PGconn *)conn, "keepalives_idle", "7");
+	assert_conninfo((PGconn *)conn, "tcp_user_timeout", "900");
+	assert_conninfo((PGconn *)conn, "keepalives", "1");
+	pgstore_disconnect(conn);
+}
+
 int
 main(void)
 {
@@ -1026,6 +1080,7 @@ main(void)
 		cmocka_unit_test(batch_plans_use_the_key_index),
 		cmocka_unit_test(a_failed_commit_is_not_a_grant),
 		cmocka_unit_test(key_lookups_use_the_key_index),
+		cmocka_unit_test(connections_keep_alive),
 		cmocka_unit_test(prepared_statements_lost_are_prepared_again),
 		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
 		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),

@@ -54,6 +54,20 @@
 #define PGSTORE_TOKEN_BYTES		16
 /* Seconds a connection attempt may take (the URI may say otherwise). */
 #define PGSTORE_CONNECT_TIMEOUT_S	"5"
+/*
+ * A half-open TCP connection (the server's host gone without a FIN or
+ * RST) must end, not hold a creation thread, or a round of its worker's
+ * statements (pg_group.c), for ever: TCP keepalives probe an idle
+ * connection after 10 s, every 5 s, 3 times (dead after ~25 s), and
+ * data the server has not acknowledged for 30 s ends it
+ * (tcp_user_timeout).  A statement that waits on the server (a lock, a
+ * WAL flush) is not idle data: the kernel still acknowledges.  The URI
+ * may set its own (doc/cluster.md, "Connections").
+ */
+#define PGSTORE_KEEPALIVES_IDLE_S	"10"
+#define PGSTORE_KEEPALIVES_INTERVAL_S	"5"
+#define PGSTORE_KEEPALIVES_COUNT	"3"
+#define PGSTORE_TCP_USER_TIMEOUT_MS	"30000"
 /* --lease-ms and --store-connections (protocol.h). */
 #define PGSTORE_DEFAULT_LEASE_MS	IDEM_STORE_DEFAULT_LEASE_MS
 #define PGSTORE_MIN_LEASE_MS		IDEM_STORE_MIN_LEASE_MS

@@ -65,12 +65,16 @@ pgstore_connect(const char *uri, char **cause)
 {
 	/*
 	 * A server that does not answer must not hold a worker for ever:
-	 * a connect timeout unless the URI sets its own (its parameters,
-	 * expanded after this one, win).
+	 * a connect timeout, and keepalives and a TCP user timeout (pg.h),
+	 * unless the URI sets its own (its parameters, expanded after
+	 * these, win).
 	 */
-	static const char *const keywords[] = { "connect_timeout", "dbname",
-	    NULL };
-	const char	*values[] = { PGSTORE_CONNECT_TIMEOUT_S, uri, NULL };
+	static const char *const keywords[] = { "connect_timeout",
+	    "keepalives", "keepalives_idle", "keepalives_interval",
+	    "keepalives_count", "tcp_user_timeout", "dbname", NULL };
+	const char	*values[] = { PGSTORE_CONNECT_TIMEOUT_S, "1",
+	    PGSTORE_KEEPALIVES_IDLE_S, PGSTORE_KEEPALIVES_INTERVAL_S,
+	    PGSTORE_KEEPALIVES_COUNT, PGSTORE_TCP_USER_TIMEOUT_MS, uri, NULL };
 	PGconn		*conn;
 	PGresult	*res;
 
