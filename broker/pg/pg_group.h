@@ -42,5 +42,7 @@ int	pg_group_grant_wait(struct pg_group_member *, struct pgstore *st,
 int	pg_group_commit(struct pg_group_member *, struct pgstore *st,
 	    const struct pgstore_key *, int64_t epoch, const char *token,
 	    const uint8_t *file_digest, const char *receipt, char **cause);
+/* The worker's rounds and their members, logged once at its end. */
+void	pg_group_report(void);
 
 #endif

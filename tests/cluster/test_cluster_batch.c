@@ -3,9 +3,8 @@
  * test_cluster_batch: group commit at the broker on the PostgreSQL store
  * (doc/cluster.md, "Group commit at the broker"), a batch that fails
  * halfway: the server's backend of the batch's leader terminated between
- * the batch's send and its commit's result; and a mixed round (claims
- * and grants in one pipeline) whose backend is terminated between its
- * statements (mixed_round_fails_halfway).
+ * the batch's send and its commit's result; and a mixed round (grants
+ * and commits in one statement) likewise (mixed_round_fails_halfway).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -265,16 +264,6 @@ commit_batch_fails_halfway(void **state)
 	batch_fails_halfway(&commit_halfway);
 }
 
-/* Poll until the workspace holds n temporaries (a grant queued each). */
-static void
-await_temporaries(const char *root, int n)
-{
-	int	i;
-
-	for (i = 0; i < 3000 && cluster_temporaries(root) < n; i++)
-		usleep(10000);
-	assert_int_equal(cluster_temporaries(root), n);
-}
 
 /* One reply on fd, within 30 s. */
 static json_t *
@@ -292,17 +281,35 @@ read_reply(int fd)
 	return reply;
 }
 
+/* Send a write_task of id "mixed-<i>" on a new connection: its fd. */
+static int
+send_mixed(struct node *a, int i)
+{
+	json_t	*request;
+	char	 id[32], *line;
+	int	 fd;
+
+	assert_true((fd = harness_raw_connect(&a->b)) >= 0);
+	snprintf(id, sizeof id, "mixed-%d", i);
+	request = harness_write_task(id, "A round that fails halfway");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	return fd;
+}
+
 /*
- * A mixed round (doc/cluster.md, "One round a worker") failing halfway:
- * two creations' grants and two others' claims in one pipeline
- * (IDEM_CRASH_BATCH_OF=round:4), its leader held after the send, the
- * grants' statement kept at the gate, and the leader's backend
- * terminated there: after the claims ran, before the grants' commit.
- * The claims' results came before the end: those two creations go on
- * and are created; the grants' outcome is unknown: those two answer
- * storage_unavailable, no row granted, no temporary left.  Each id
- * retried: the two failed ones created once (a takeover), the two
- * others reused; one TASK file each, every row committed once.
+ * A mixed round (doc/cluster.md, "Group commit at the broker") failing
+ * halfway: two creations' commits and two others' grants in one
+ * statement (IDEM_CRASH_BATCH_OF=round:4 holds the first two commits
+ * until two grants join them), its leader held after the send, the
+ * statement kept at the gate by the grants' rows, and its backend
+ * terminated there.  The outcome is unknown: all four answer
+ * storage_unavailable, none created; the commits' files are linked,
+ * the grants' temporaries removed.  Retried: the two commits reused from
+ * their files, the two grants created once (takeovers), one TASK file
+ * each, every row committed once.
  */
 static void
 mixed_round_fails_halfway(void **state)
@@ -312,9 +319,8 @@ mixed_round_fails_halfway(void **state)
 	char		*task_id[MEMBERS], *out;
 	const char *const env[] = { "IDEM_CRASH_BATCH_OF=round:" MEMBERS_S,
 	    hold, NULL };
-	json_t		*request, *reply;
+	json_t		*reply;
 	PGconn		*gate;
-	char		*line;
 	int		 fds[MEMBERS], w, i;
 
 	(void)state;
@@ -324,69 +330,65 @@ mixed_round_fails_halfway(void **state)
 	snprintf(fifo, sizeof fifo, "%s.hold", root);
 	assert_int_equal(mkfifo(fifo, 0600), 0);
 	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s",
-	    grant_halfway.point, fifo);
-	gate_step(&grant_halfway, 1);
-	gate = PQconnectdb(server.uri);
-	assert_int_equal(PQstatus(gate), CONNECTION_OK);
-	gate_exec(gate, "SELECT pg_advisory_lock(" GATE_KEY ")");
-
+	    commit_halfway.point, fifo);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = MEMBERS_S;
 	assert_int_equal(cluster_node_start(&a, LEASE_MS, "1", "30000", NULL,
 	    env), 0);
-	for (i = 0; i < MEMBERS; i++) {
-		/* Two claimed and queued at the grant first, then two more. */
-		if (i == 2)
-			await_temporaries(root, 2);
-		assert_true((fds[i] = harness_raw_connect(&a.b)) >= 0);
-		snprintf(id, sizeof id, "mixed-%d", i);
-		request = harness_write_task(id, "A round that fails halfway");
-		line = json_dumps(request, JSON_COMPACT);
-		json_decref(request);
-		assert_int_equal(harness_raw_send(fds[i], line), 0);
-		free(line);
-	}
+	/* Two creations granted, linked, their commits held. */
+	for (i = 0; i < 2; i++)
+		fds[i] = send_mixed(&a, i);
+	harness_wait_log(&a.b, "the first mixed round: holding 2 commits", 1,
+	    30000);
+	/* The gate shut for the grants of the two that follow. */
+	gate_step(&grant_halfway, 1);
+	gate = PQconnectdb(server.uri);
+	assert_int_equal(PQstatus(gate), CONNECTION_OK);
+	gate_exec(gate, "SELECT pg_advisory_lock(" GATE_KEY ")");
+	for (i = 2; i < MEMBERS; i++)
+		fds[i] = send_mixed(&a, i);
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	assert_int_equal(harness_log_count(&a.b, "the first mixed round: 2 "
-	    "claims, 2 grants"), 1);
+	    "grants, 2 commits"), 1);
 	if (!pgserver_await(&server, "SELECT count(*) = 1 " AT_THE_GATE, 30))
-		fail_msg("the round's grants never reached the gate");
+		fail_msg("the round's statement never reached the gate");
 	out = cluster_sql_value(&server, "SELECT bool_and("
 	    "pg_terminate_backend(pid)) " AT_THE_GATE);
 	assert_string_equal(out, "t");
 	free(out);
-	/* The gate open for the grants that follow; the leader goes on. */
-	gate_exec(gate, "SELECT pg_advisory_unlock(" GATE_KEY ")");
-	PQfinish(gate);
-	gate_step(&grant_halfway, 0);
 	close(w);
 
 	for (i = 0; i < MEMBERS; i++) {
 		reply = read_reply(fds[i]);
-		if (i < 2)
-			harness_assert_error(reply, "storage_unavailable", 1);
-		else
-			harness_assert_outcome(reply, "created", 1, 1, 0);
+		harness_assert_error(reply, "storage_unavailable", 1);
 		json_decref(reply);
 		close(fds[i]);
 	}
-	harness_wait_log(&a.b, "a grant batch of 2 (and 2 claims): ", 1,
-	    10000);
+	harness_wait_log(&a.b, "a grant and commit batch of " MEMBERS_S ": ",
+	    1, 10000);
+	assert_true(harness_log_count(&a.b, "its outcome is unknown, every "
+	    "member fails") >= 1);
 	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
 	assert_int_equal(cluster_temporaries(root), 0);
 	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
 	    "idem_submission WHERE client_submission_id IN ('mixed-0', "
-	    "'mixed-1') AND state = 1 AND NOT lease_granted"), 2);
+	    "'mixed-1') AND state = 1 AND lease_granted"), 2);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id IN ('mixed-2', "
+	    "'mixed-3') AND state = 1 AND NOT lease_granted"), 2);
 
+	gate_exec(gate, "SELECT pg_advisory_unlock(" GATE_KEY ")");
+	PQfinish(gate);
+	gate_step(&grant_halfway, 0);
 	for (i = 0; i < MEMBERS; i++) {
 		snprintf(id, sizeof id, "mixed-%d", i);
 		reply = cluster_call_until_final(&a.b,
 		    harness_write_task(id, "A round that fails halfway"));
 		assert_non_null(reply);
 		if (i < 2)
-			harness_assert_outcome(reply, "created", 1, 1, 1);
+			harness_assert_outcome(reply, "reused", 0, 1, 1);
 		else
-			harness_assert_outcome(reply, "reused", 0, 1, 0);
+			harness_assert_outcome(reply, "created", 1, 1, 1);
 		task_id[i] = strdup(harness_receipt_str(reply, "task_id"));
 		json_decref(reply);
 	}

@@ -84,7 +84,7 @@ broken:
  * follows before any file is linked and any answer given, commits
  * synchronously and so flushes both (the WAL is one ordered stream).
  *
- * NUMBER_SQL: the server's clock and day, and the row of the key if it
+ * pg_number_sql: the server's clock and day, and the row of the key if it
  * exists (then nothing else happens: the caller judges the row as a
  * read's); otherwise, if the day is the one the disk was scanned for, a
  * number from the day's counter past the disk's highest (none past
@@ -95,7 +95,7 @@ broken:
  * day, $7 max_seq, $8 this turn's nonce.  Columns: the server's clock
  * (ms), its day, the number taken (NULL if none), the setting below,
  * then ROW_COLUMNS of the key's row (NULL if none).  The number, its day
- * and the clock reading go to CLAIM_SQL through the session's setting
+ * and the clock reading go to pg_claim_sql through the session's setting
  * idem.claim, "<nonce> <number> <day> <ms>" ('' when none was taken),
  * so that the broker sends both statements in one round trip (a libpq
  * pipeline, each its own transaction).
@@ -124,10 +124,10 @@ const char pg_number_sql[] =
 #define NUMBER_ROW_FIRST	4	/* ROW_COLUMNS start here */
 
 /*
- * CLAIM_SQL: the row with the number NUMBER_SQL took, reserved, epoch
+ * pg_claim_sql: the row with the number pg_number_sql took, reserved, epoch
  * 1, the caller's token, created_at the clock reading the number's day
  * came from, the lease from now; nothing if the session's idem.claim
- * does not carry this turn's nonce (NUMBER_SQL took no number, failed,
+ * does not carry this turn's nonce (pg_number_sql took no number, failed,
  * or ran on another session: a pooler's).  Its name is built here from
  * the number, as taskfile_format_id does (pgstore_claim checks that the
  * two agree).  A row inserted meanwhile by another broker violates the
