@@ -230,8 +230,10 @@ group_enqueue(struct pg_group *g, struct pg_group_member *me)
 		g->head = me;
 	g->tail = me;
 	g->queued++;
-	/* A leader held back for members (fault injection) sees it. */
+#ifdef IDEM_FAULT_INJECTION
+	/* A leader held back for members sees it. */
 	pthread_cond_broadcast(&g->done);
+#endif
 }
 
 /*

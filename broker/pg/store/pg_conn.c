@@ -286,7 +286,7 @@ pg_prepare(struct pgstore *st, PGconn *conn, enum pg_prepared which,
  * has not yet); a session that lost it (a pooler's) prepares it again.
  * The result, as PQexecParams's (a failed PQprepare's if that failed).
  */
-PGresult *
+static PGresult *
 pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
     const char *sql, const struct pg_params *p)
 {
@@ -554,7 +554,8 @@ pgstore_read_durable(struct pgstore *st, const struct pgstore_key *key,
 	    "making a submission durable", cause);
 }
 
-int
+/* A fenced UPDATE's result, cleared: 1 changed, 0 fenced, -1. */
+static int
 pg_fenced_result(struct pgstore *st, PGresult *res, const char *what,
     char **cause)
 {

@@ -107,12 +107,6 @@ void	 pg_grant_params(const struct pgstore *, const struct pgstore_key *,
 void	 pg_commit_params(const struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, const uint8_t *file_digest,
 	    const char *receipt, struct pg_params *, struct pg_fence_text *);
-/* A fenced UPDATE's result, cleared: 1 changed, 0 fenced, -1. */
-int	 pg_fenced_result(struct pgstore *, PGresult *, const char *what,
-	    char **cause);
-/* sql as the prepared statement which, prepared first if need be. */
-PGresult *pg_exec_prepared(struct pgstore *, PGconn *, enum pg_prepared,
-	    const char *sql, const struct pg_params *);
 /* A task's id and path from its entry's kind, day, number and roles. */
 void	 pg_name_of(const struct subtab_entry *,
 	    char id[IDEM_MAX_TASK_ID_BYTES + 16],
