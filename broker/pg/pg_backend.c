@@ -21,6 +21,7 @@
 #include "pg_backend.h"
 #include "pg.h"
 #include "pg_create.h"
+#include "pg_group.h"
 #include "storeuri.h"
 #include "workspace_id.h"
 
@@ -136,6 +137,7 @@ static void
 pg_worker_stop(struct worker *w)
 {
 	pg_pool_stop();
+	pg_group_report();
 }
 
 const struct backend pg_backend = {

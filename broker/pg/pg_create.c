@@ -768,8 +768,9 @@ cl_take_row(struct submission *s, const struct pgstore_row *row)
 
 /*
  * Claim: a number and the row (two statements, each committed without
- * waiting for the WAL flush; the grant's commit makes them durable
- * before anything is linked or answered), then the owner's file.  0: the
+ * waiting for the WAL flush, sent in the worker's round: pg_group.c;
+ * the grant's commit makes them durable before anything is linked or
+ * answered), then the owner's file.  0: the
  * key has a row, left in c->row for the caller to judge; otherwise the
  * request went on (1) or its outcome is recorded (-1).
  */
@@ -783,7 +784,8 @@ cl_claim(struct pending *p)
 
 	/* A later turn's row (a lost fence's) is replaced, not leaked. */
 	pgstore_row_clear(&c->row);
-	rc = pgstore_claim(c->st, &c->key, &s->entry, &c->row, &cause);
+	rc = pg_group_claim(&c->member, c->st, &c->key, &s->entry, &c->row,
+	    &cause);
 	if (rc < 0 && errno == ERANGE) {
 		cl_fail_exhausted(p);
 		return -1;

@@ -39,7 +39,7 @@ struct pg_create {
 	enum wire_reason	 reason;
 	const char		*message;	/* a literal */
 	int			 created;
-	struct pg_group_member	 member;	/* in a grant or commit batch */
+	struct pg_group_member	 member;	/* in its worker's round */
 };
 
 #ifdef IDEM_FAULT_INJECTION

@@ -1,44 +1,50 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_group.c: group commit at the broker for the PostgreSQL store
- * (doc/cluster.md, "Group commit at the broker"): the grants of a
- * worker's creations that wait at the same time go to the server as one
- * statement (pg_batch.c), and so do their commits, so that one round
- * trip and one synchronous commit serve them all.
+ * (doc/cluster.md, "Group commit at the broker"): the claims a worker's
+ * creation threads have waiting go to the server in one round
+ * (pg_batch.c: one libpq pipeline, one round trip), and so do its
+ * grants and commits, together: one statement, one transaction and so
+ * one WAL flush for all of them.
  *
  * DESIGN
  *
- * A batch is per worker process and per step (grant, commit), formed as
- * the claims' directory scans are shared (pg_create.c, cl_scan_shared):
- * a creation thread that reaches the step puts its member on the step's
- * queue under a mutex; if no batch of that step is in flight it becomes
- * the leader, takes every member queued (itself included) and sends one
- * statement on its own connection; if one is in flight it waits on the
- * condition variable, and when that batch's result is in, the first
- * queued member to wake leads the next one with every member queued by
- * then.  A batch is never held open waiting for members: a thread alone
- * sends at once.  The leader is a creation thread, not a thread of its
- * own: no hand-off on the common path; the followers' connections stay
- * idle meanwhile.
+ * A worker has two queues, each with its rounds: the claims' and the
+ * grants' and commits'.  (One round for all three was measured first:
+ * fewer round trips, but a claim waited behind a round's WAL flush it
+ * does not need, and the rate fell to 0.62-0.68x; doc/cluster.md.)  A
+ * creation thread that reaches a step puts its member on its queue
+ * under the queue's mutex; if no round of that queue is in flight it
+ * becomes the leader, takes every member queued (itself included) and
+ * sends the round on its own connection; if one is in flight it waits
+ * on the condition variable.  A round is never held open waiting for
+ * members: a thread alone sends at once.  The round's results are read,
+ * once the leader's send is done, by the first of its members free to
+ * (the leader, or a member woken while the leader fsyncs its
+ * temporary: a grant is sent before the member's fsync and awaited
+ * after it), on the leader's connection, which no one else uses until
+ * the round is settled; then the first queued member to wake leads the
+ * next round with every member queued by then.
  *
- * A batch of one member is sent as the lone statement
- * (pgstore_grant_send and _wait, pgstore_commit), which costs the server
- * less than the array's, and answers as it always did.
- *
- * The grant is sent before the member's fsync of its temporary and
- * awaited after it (pg_group_grant_join, then _wait), as a lone grant
- * is: the leader fsyncs after sending, a follower while it waits.  The
- * commit is sent and awaited at once (pg_group_commit).
+ * A claim member's two statements run on the leader's session, but the
+ * row records the member's own session as its owner (pg_claim.c: the
+ * pid and start passed by value), which the member keeps open: the
+ * leader's session is nobody's identity.
  *
  * Each member gets the answer its own statement would have got
- * (doc/cluster.md, "What a failed batch answers to each member"): its
- * row in RETURNING of a batch whose commit returned (1), or not (0:
- * fenced); a batch rolled back by a transient error (40xxx, 57014) is
- * sent once more, then, as after any other error, every member runs its
- * own lone statement on its own connection; a batch whose connection
- * was lost (the outcome unknown) fails every member (-1, retryable),
- * never grants or commits one, and the leader's connection is dropped
- * and made again by its next call.
+ * (doc/cluster.md, "What a failed batch answers to each member"): a
+ * grant or commit member its row in RETURNING of a batch whose commit
+ * returned (1), or not (0: fenced); a batch rolled back by a transient
+ * error (40xxx, 57014) is sent once more, then, as after any other
+ * error, every member runs its own lone statement on its own
+ * connection; a round whose connection was lost (the outcome unknown)
+ * fails every grant and commit member (-1, retryable), never grants or
+ * commits one, and the leader's connection is dropped and made again
+ * by its next call.  A claim member judges its own two results
+ * (pgstore_claim_end); one whose results did not come (the outcome
+ * unknown) fails, and drops its own connection, so that a row its claim
+ * may have made has an owner whose session is gone: a retry takes it
+ * over at once.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -60,7 +66,7 @@
 enum {
 	GROUP_IDLE,
 	GROUP_QUEUED,		/* on the queue, not sent */
-	GROUP_SENT,		/* in a batch in flight */
+	GROUP_SENT,		/* in the round in flight */
 	GROUP_DONE		/* outcome (and cause) filled */
 };
 
@@ -68,73 +74,147 @@ enum {
 enum {
 	GROUP_FAILED = -1,	/* cause */
 	GROUP_FENCED = 0,
-	GROUP_CHANGED = 1,	/* granted, committed */
+	GROUP_CHANGED = 1,	/* granted, committed; a claim's results in */
 	GROUP_ALONE = 2		/* the batch rolled back: its own statement */
 };
 
 struct pg_group {
 	pthread_mutex_t		 lock;
 	pthread_cond_t		 done;
-	enum pgstore_batch	 step;
-	const char		*name;
 	struct pg_group_member	*head;		/* queued, in arrival order */
 	struct pg_group_member	*tail;
 	size_t			 queued;
-	int			 in_flight;
-	uint64_t		 sent;		/* batches sent */
+	int			 in_flight;	/* a round sending, not settled */
+	int			 sent;		/* its send done: it may be read */
+	int			 reading;	/* its results being read */
+	struct pgstore		*round_st;	/* the leader's store */
+	struct pg_group_member	*round[PGSTORE_MAX_CONNECTIONS];
+	size_t			 round_size;
+	uint64_t		 grants_sent;	/* rounds with a grant */
+	uint64_t		 commits_sent;	/* rounds with a commit */
+	/* For the worker's last log line (pg_group_report). */
+	uint64_t		 rounds;
+	uint64_t		 members[3];	/* by op */
+	uint64_t		 flushes;	/* rounds with a grant or commit */
 };
 
-static struct pg_group pg_grants = { PTHREAD_MUTEX_INITIALIZER,
-    PTHREAD_COND_INITIALIZER, PGSTORE_BATCH_GRANT, "grant", NULL, NULL, 0,
-    0, 0 };
-static struct pg_group pg_commits = { PTHREAD_MUTEX_INITIALIZER,
-    PTHREAD_COND_INITIALIZER, PGSTORE_BATCH_COMMIT, "commit", NULL, NULL,
-    0, 0, 0 };
+/* The claims' rounds, and the grants' and commits'. */
+static struct pg_group pg_claims = { PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
+    0, 0, 0, { 0, 0, 0 }, 0 };
+static struct pg_group pg_steps = { PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
+    0, 0, 0, { 0, 0, 0 }, 0 };
+
+static const char *
+group_op_name(enum pgstore_round_op op)
+{
+	return op == PGSTORE_OP_CLAIM ? "claim" : op == PGSTORE_OP_GRANT ?
+	    "grant" : "commit";
+}
+
+/* The grants and commits of a round, as its log lines name them. */
+static const char *
+group_batch_name(struct pgstore_batch_member *const *u, size_t nu)
+{
+	size_t	i, grants = 0;
+
+	for (i = 0; i < nu; i++)
+		grants += u[i]->op == PGSTORE_OP_GRANT;
+	return grants == nu ? "grant" : grants == 0 ? "commit" :
+	    "grant and commit";
+}
 
 #ifdef IDEM_FAULT_INJECTION
 /*
- * IDEM_CRASH_BATCH_OF=<n> (or commit:<n>): a worker's first grant (or
- * commit) batch is sent only once n members are queued (or after
- * CRASH_BATCH_MAX_SECONDS), so that a test knows which creations share
- * it.
+ * IDEM_CRASH_BATCH_OF=<n> (or commit:<n>): a worker's first round with
+ * a grant (or a commit) carries its grants (commits) only once n of
+ * them are queued (or after CRASH_BATCH_MAX_SECONDS), so that a test
+ * knows which creations share it; the other step goes on meanwhile.
+ * round:<n>: commits are held until n/2 of them are queued (logged),
+ * then no round of grants and commits goes until n of them are queued:
+ * a mixed round of grants and commits (test_cluster_batch).  Claims
+ * are never held.
  */
 #define CRASH_BATCH_MAX_SECONDS	30
 #define CRASH_BATCH_COMMIT	"commit:"
+#define CRASH_BATCH_ROUND	"round:"
 
-static size_t
-group_batch_of(const struct pg_group *g)
+/* Under the lock: may the round take members of op yet? */
+static int
+group_may_take(struct pg_group *g, enum pgstore_round_op op)
 {
-	const char	*v = getenv("IDEM_CRASH_BATCH_OF");
-	size_t		 n = strlen(CRASH_BATCH_COMMIT);
+	static time_t		 hold_until;
+	static int		 said;
+	const char		*v = getenv("IDEM_CRASH_BATCH_OF");
+	struct pg_group_member	*x;
+	enum pgstore_round_op	 held = PGSTORE_OP_GRANT;
+	size_t			 want, have, ops[3] = { 0, 0, 0 };
+	int			 round = 0;
 
-	if (v == NULL)
+	if (v == NULL || op == PGSTORE_OP_CLAIM)
+		return 1;
+	if (strncmp(v, CRASH_BATCH_COMMIT, strlen(CRASH_BATCH_COMMIT)) == 0) {
+		held = PGSTORE_OP_COMMIT;
+		v += strlen(CRASH_BATCH_COMMIT);
+	} else if (strncmp(v, CRASH_BATCH_ROUND,
+	    strlen(CRASH_BATCH_ROUND)) == 0) {
+		held = PGSTORE_OP_COMMIT;
+		round = 1;
+		v += strlen(CRASH_BATCH_ROUND);
+	}
+	want = strtoul(v, NULL, 10);
+	for (x = g->head; x != NULL; x = x->next)
+		ops[x->m.op]++;
+	if (want == 0 || (held == PGSTORE_OP_GRANT ? g->grants_sent :
+	    g->commits_sent) != 0)
+		return 1;
+	if (round) {
+		/* Grants go, commits gather, until n/2 commits wait. */
+		if (hold_until == 0)
+			hold_until = time(NULL) + CRASH_BATCH_MAX_SECONDS;
+		if (ops[PGSTORE_OP_COMMIT] < want / 2)
+			return op == PGSTORE_OP_GRANT ||
+			    time(NULL) >= hold_until;
+		if (!said++)
+			fprintf(stderr, "idemd[%ld]: the first mixed round: "
+			    "holding %zu commits\n", (long)getpid(),
+			    ops[PGSTORE_OP_COMMIT]);
+		have = g->queued;
+	} else {
+		if (op != held)
+			return 1;
+		have = ops[held];
+	}
+	if (hold_until == 0)
+		hold_until = time(NULL) + CRASH_BATCH_MAX_SECONDS;
+	if (have < want && time(NULL) < hold_until)
 		return 0;
-	if (strncmp(v, CRASH_BATCH_COMMIT, n) == 0)
-		return g->step == PGSTORE_BATCH_COMMIT ? strtoul(v + n, NULL,
-		    10) : 0;
-	return g->step == PGSTORE_BATCH_GRANT ? strtoul(v, NULL, 10) : 0;
+	if (round && op != PGSTORE_OP_COMMIT)
+		return 1;		/* said once, for the commit */
+	if (round)
+		fprintf(stderr, "idemd[%ld]: the first mixed round: %zu grants, "
+		    "%zu commits\n", (long)getpid(), ops[PGSTORE_OP_GRANT],
+		    ops[PGSTORE_OP_COMMIT]);
+	else
+		fprintf(stderr, "idemd[%ld]: the first %s batch: %zu members\n",
+		    (long)getpid(), group_op_name(op), have);
+	return 1;
 }
 
-/* Under the lock: the step's first batch waits for its members. */
+/* Under the lock: wait a little for members held back. */
 static void
-group_hold_first(struct pg_group *g)
+group_hold_wait(struct pg_group *g)
 {
 	struct timespec	 deadline;
-	size_t		 want = group_batch_of(g);
 
-	if (g->sent != 0 || want == 0)
-		return;
 	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += CRASH_BATCH_MAX_SECONDS;
-	while (g->queued < want && pthread_cond_timedwait(&g->done, &g->lock,
-	    &deadline) == 0)
-		;
-	fprintf(stderr, "idemd[%ld]: the first %s batch: %zu members\n",
-	    (long)getpid(), g->name, g->queued);
+	deadline.tv_sec += 1;
+	pthread_cond_timedwait(&g->done, &g->lock, &deadline);
 }
 #else
-#define group_batch_of(g)	0
-#define group_hold_first(g)	((void)0)
+#define group_may_take(g, op)	1
+#define group_hold_wait(g)	pthread_cond_wait(&(g)->done, &(g)->lock)
 #endif
 
 /* Under the lock: me at the queue's end. */
@@ -143,184 +223,206 @@ group_enqueue(struct pg_group *g, struct pg_group_member *me)
 {
 	me->state = GROUP_QUEUED;
 	me->next = NULL;
-	me->batch_size = 0;
+	me->cause = NULL;
 	if (g->tail != NULL)
 		g->tail->next = me;
 	else
 		g->head = me;
 	g->tail = me;
 	g->queued++;
-	if (group_batch_of(g) > 0)
-		pthread_cond_broadcast(&g->done);
+#ifdef IDEM_FAULT_INJECTION
+	/* A leader held back for members sees it. */
+	pthread_cond_broadcast(&g->done);
+#endif
 }
 
 /*
- * Under the lock: every member of the leader's batch has its outcome
- * (a copy of cause for each failed one); the next batch may go.
+ * Under the lock: every member of the round has its outcome (set by the
+ * reader, a copy of cause for each failed one without its own); the
+ * next round may go.
  */
 static void
-group_settle(struct pg_group *g, struct pg_group_member *leader,
-    int failed, const char *cause)
+group_settle(struct pg_group *g, const char *cause)
 {
 	struct pg_group_member	*x;
 	size_t			 i;
 
-	for (i = 0; i < leader->batch_size; i++) {
-		x = leader->batch[i];
-		if (failed == 0)
-			x->outcome = x->m.returned ? GROUP_CHANGED :
-			    GROUP_FENCED;
-		else
-			x->outcome = failed;
-		if (failed == GROUP_FAILED)
+	for (i = 0; i < g->round_size; i++) {
+		x = g->round[i];
+		if (x->outcome == GROUP_FAILED && x->cause == NULL)
 			x->cause = strdup(cause != NULL ? cause :
-			    "PostgreSQL: a batch failed");
+			    "PostgreSQL: a round failed");
 		x->state = GROUP_DONE;
 	}
-	leader->batch_size = 0;
+	g->round_size = 0;
+	g->round_st = NULL;
 	g->in_flight = 0;
+	g->sent = 0;
+	g->reading = 0;
 	pthread_cond_broadcast(&g->done);
 }
 
-/* The batch's members as the store takes them. */
+/* The round's members as the store takes them. */
 static void
-group_members(struct pg_group_member *leader,
+group_members(struct pg_group *g,
     struct pgstore_batch_member *m[PGSTORE_MAX_CONNECTIONS])
 {
 	size_t	i;
 
-	for (i = 0; i < leader->batch_size; i++)
-		m[i] = &leader->batch[i]->m;
+	for (i = 0; i < g->round_size; i++)
+		m[i] = &g->round[i]->m;
 }
 
 /*
- * Under the lock, me queued and no batch in flight: me leads, with
- * every member queued, and sends on st (the lock let go meanwhile).  A
- * send that failed committed nothing: every member goes alone.
+ * Under the lock, me queued and no round in flight: me leads, with every
+ * member queued (that fault injection does not hold back), and sends on
+ * st (the lock let go meanwhile).  A send that failed committed none of
+ * its grants and commits: they go alone; its claims' outcome is not
+ * known: they fail.  0: nothing to send yet (held back).
  */
-static void
+static int
 group_send(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st)
 {
 	struct pgstore_batch_member *m[PGSTORE_MAX_CONNECTIONS];
-	struct pg_group_member	*x;
+	struct pg_group_member	*x, *rest = NULL, *rest_tail = NULL;
 	char			*cause = NULL;
-	int			 rc;
+	size_t			 i, n, grants = 0, commits = 0;
+	int			 take[3], rc;
 
-	g->in_flight = 1;		/* before the hold: one leader */
-	group_hold_first(g);
-	me->batch_size = 0;
-	while ((x = g->head) != NULL &&
-	    me->batch_size < PGSTORE_MAX_CONNECTIONS) {
+	(void)me;
+	/* Before the queue changes: whether each op may go yet. */
+	for (i = 0; i < 3; i++)
+		take[i] = group_may_take(g, (enum pgstore_round_op)i);
+	g->round_size = 0;
+	while ((x = g->head) != NULL) {
 		g->head = x->next;
-		x->state = GROUP_SENT;
-		me->batch[me->batch_size++] = x;
-		g->queued--;
-	}
-	if (g->head == NULL)
-		g->tail = NULL;
-	g->sent++;
-	pthread_mutex_unlock(&g->lock);
-	if (me->batch_size == 1) {
-		/*
-		 * Alone: the lone statement, cheaper for the server than the
-		 * array's (its plan's sort, lock and materialized rows); the
-		 * commit's is sent and awaited by group_read.
-		 */
-		rc = 0;
-		if (g->step == PGSTORE_BATCH_GRANT) {
-			rc = pgstore_grant_send(st, me->m.key, me->m.epoch,
-			    me->m.token, &cause);
-			if (rc == 0)
-				pg_pause_point("after_grant_batch_sent");
+		x->next = NULL;
+		if (g->round_size == PGSTORE_MAX_CONNECTIONS ||
+		    !take[x->m.op]) {
+			/* Stays queued, in its order. */
+			if (rest_tail != NULL)
+				rest_tail->next = x;
+			else
+				rest = x;
+			rest_tail = x;
+			continue;
 		}
-		pthread_mutex_lock(&g->lock);
-		if (rc != 0)
-			group_settle(g, me, GROUP_FAILED, cause);
-		free(cause);
-		return;
+		x->state = GROUP_SENT;
+		x->outcome = GROUP_FAILED;
+		g->round[g->round_size++] = x;
+		g->queued--;
+		grants += x->m.op == PGSTORE_OP_GRANT;
+		commits += x->m.op == PGSTORE_OP_COMMIT;
+		g->members[x->m.op]++;
 	}
-	group_members(me, m);
-	rc = pgstore_batch_send(st, g->step, m, me->batch_size, &cause);
-	if (rc != 0)
-		log_warnx("a %s batch of %zu: %s: each goes alone", g->name,
-		    me->batch_size, cause != NULL ? cause : "out of memory");
-	else
-		pg_pause_point(g->step == PGSTORE_BATCH_GRANT ?
-		    "after_grant_batch_sent" : "after_commit_batch_sent");
-	free(cause);
-	pthread_mutex_lock(&g->lock);
-	if (rc != 0)
-		group_settle(g, me, GROUP_ALONE, NULL);
-}
-
-/* group_read of a batch of one: the lone statement's answer. */
-static void
-group_read_lone(struct pg_group *g, struct pg_group_member *me,
-    struct pgstore *st)
-{
-	char	*cause = NULL;
-	int	 rc;
-
+	g->head = rest;
+	g->tail = rest_tail;
+	if (g->round_size == 0)
+		return 0;
+	g->in_flight = 1;
+	g->round_st = st;
+	g->grants_sent += grants != 0;
+	g->commits_sent += commits != 0;
+	g->rounds++;
+	g->flushes += grants + commits != 0;
+	group_members(g, m);
+	n = g->round_size;
 	pthread_mutex_unlock(&g->lock);
-	if (g->step == PGSTORE_BATCH_GRANT)
-		rc = pgstore_grant_wait(st, me->m.key, me->m.epoch,
-		    me->m.token, &cause);
-	else
-		rc = pgstore_commit(st, me->m.key, me->m.epoch, me->m.token,
-		    me->m.file_digest, me->m.receipt, &cause);
-	me->m.returned = rc == 1;
+	rc = pgstore_round_send(st, m, n, &cause);
+	if (rc != 0)
+		log_warnx("a round of %zu: %s: its grants and commits go alone, "
+		    "its claims fail", n, cause != NULL ? cause :
+		    "out of memory");
+	else {
+		if (grants > 0)
+			pg_pause_point("after_grant_batch_sent");
+		if (commits > 0)
+			pg_pause_point("after_commit_batch_sent");
+	}
 	pthread_mutex_lock(&g->lock);
-	group_settle(g, me, rc < 0 ? GROUP_FAILED : 0, cause);
+	if (rc != 0) {
+		for (i = 0; i < g->round_size; i++)
+			g->round[i]->outcome = g->round[i]->m.op ==
+			    PGSTORE_OP_CLAIM ? GROUP_FAILED : GROUP_ALONE;
+		group_settle(g, cause);
+	} else {
+		/* Only now may a member read it: the send is done. */
+		g->sent = 1;
+		pthread_cond_broadcast(&g->done);
+	}
 	free(cause);
+	return 1;
 }
 
 /*
- * Under the lock, me the leader of a batch in flight: its result (the
- * lock let go meanwhile), once more after a transient error, and every
+ * Under the lock, a round in flight that nobody reads: me (one of its
+ * members) reads it on its leader's connection (the lock let go
+ * meanwhile), once more after a transient error, and settles every
  * member's outcome.
  */
 static void
-group_read(struct pg_group *g, struct pg_group_member *me,
-    struct pgstore *st)
+group_read(struct pg_group *g)
 {
 	struct pgstore_batch_member *m[PGSTORE_MAX_CONNECTIONS];
+	struct pgstore_batch_member *u[PGSTORE_MAX_CONNECTIONS];
 	enum pgstore_batch_failure failure = PGSTORE_BATCH_FAILED;
+	struct pg_group_member	*r[PGSTORE_MAX_CONNECTIONS], *x;
+	struct pgstore		*st = g->round_st;
 	char			*cause = NULL;
-	int			 rc, outcome = 0;
+	size_t			 i, n = g->round_size, nu = 0;
+	int			 rc, steps;
 
+	g->reading = 1;
+	group_members(g, m);
+	memcpy(r, g->round, n * sizeof *r);
 	pthread_mutex_unlock(&g->lock);
-	group_members(me, m);
-	rc = pgstore_batch_wait(st, g->step, m, me->batch_size, &failure,
-	    &cause);
-	if (rc != 0 && failure == PGSTORE_BATCH_TRANSIENT) {
-		log_info("a %s batch of %zu: %s: sent again", g->name,
-		    me->batch_size, cause);
+	for (i = 0; i < n; i++)
+		if (m[i]->op != PGSTORE_OP_CLAIM)
+			u[nu++] = m[i];
+	rc = pgstore_round_wait(st, m, n, &failure, &cause);
+	if (rc != 0 && failure == PGSTORE_BATCH_TRANSIENT && nu > 1) {
+		log_info("a %s batch of %zu: %s: sent again",
+		    group_batch_name(u, nu), nu, cause);
 		free(cause);
 		cause = NULL;
-		rc = pgstore_batch_send(st, g->step, m, me->batch_size, &cause);
+		rc = pgstore_batch_send(st, u, nu, &cause);
 		if (rc == 0)
-			rc = pgstore_batch_wait(st, g->step, m, me->batch_size,
-			    &failure, &cause);
+			rc = pgstore_batch_wait(st, u, nu, &failure, &cause);
 		else
 			failure = PGSTORE_BATCH_FAILED;	/* nothing sent */
-		if (rc != 0 && failure == PGSTORE_BATCH_TRANSIENT)
-			failure = PGSTORE_BATCH_FAILED;
 	}
-	if (rc != 0) {
-		outcome = failure == PGSTORE_BATCH_LOST ? GROUP_FAILED :
-		    GROUP_ALONE;
-		log_warnx("a %s batch of %zu: %s: %s", g->name,
-		    me->batch_size, cause != NULL ? cause : "out of memory",
-		    outcome == GROUP_FAILED ? "its outcome is unknown, every "
-		    "member fails" : "each goes alone");
+	if (rc != 0 && failure == PGSTORE_BATCH_TRANSIENT)
+		failure = PGSTORE_BATCH_FAILED;
+	steps = rc == 0 ? 0 : failure == PGSTORE_BATCH_LOST ? GROUP_FAILED :
+	    GROUP_ALONE;
+	if (rc != 0 && nu == 0)
+		log_warnx("a round of %zu claims: %s: their outcome is unknown, "
+		    "every member fails", n, cause != NULL ? cause :
+		    "out of memory");
+	else if (rc != 0)
+		log_warnx("a %s batch of %zu%s%.0zu%s: %s: %s",
+		    group_batch_name(u, nu), nu, n > nu ? " (and " : "",
+		    n - nu, n > nu ? " claims)" : "", cause != NULL ? cause :
+		    "out of memory", steps == GROUP_FAILED ? "its outcome is "
+		    "unknown, every member fails" : "each goes alone");
+	for (i = 0; i < n; i++) {
+		x = r[i];
+		if (x->m.op == PGSTORE_OP_CLAIM)
+			x->outcome = x->claim.res[0] != NULL ? GROUP_CHANGED :
+			    GROUP_FAILED;
+		else if (rc == 0)
+			x->outcome = x->m.returned ? GROUP_CHANGED :
+			    GROUP_FENCED;
+		else
+			x->outcome = steps;
 	}
 	pthread_mutex_lock(&g->lock);
-	group_settle(g, me, outcome, cause);
+	group_settle(g, cause);
 	free(cause);
 }
 
-/* Under the lock: me's outcome, leading a batch when its turn comes. */
+/* Under the lock: me's outcome, leading or reading a round in turn. */
 static int
 group_wait(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, char **cause)
@@ -328,13 +430,12 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 	for (;;) {
 		if (me->state == GROUP_DONE)
 			break;
-		if (me->batch_size == 1)
-			group_read_lone(g, me, st);
-		else if (me->batch_size > 0)
-			group_read(g, me, st);
-		else if (me->state == GROUP_QUEUED && !g->in_flight)
-			group_send(g, me, st);
-		else
+		if (me->state == GROUP_SENT && g->sent && !g->reading)
+			group_read(g);
+		else if (me->state == GROUP_QUEUED && !g->in_flight) {
+			if (group_send(g, me, st) == 0)
+				group_hold_wait(g);
+		} else
 			pthread_cond_wait(&g->done, &g->lock);
 	}
 	me->state = GROUP_IDLE;
@@ -346,21 +447,64 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 	return me->outcome;
 }
 
-void
-pg_group_grant_join(struct pg_group_member *me, struct pgstore *st,
+/* me as a member of op, not queued. */
+static void
+group_member_set(struct pg_group_member *me, enum pgstore_round_op op,
     const struct pgstore_key *key, int64_t epoch, const char *token)
 {
-	struct pg_group	*g = &pg_grants;
-
 	memset(&me->m, 0, sizeof me->m);
+	me->m.op = op;
 	me->m.key = key;
 	me->m.epoch = epoch;
 	me->m.token = token;
 	me->cause = NULL;
+}
+
+int
+pg_group_claim(struct pg_group_member *me, struct pgstore *st,
+    const struct pgstore_key *key, const struct subtab_entry *want,
+    struct pgstore_row *row, char **cause)
+{
+	struct pg_group	*g = &pg_claims;
+	int		 rc;
+
+	*cause = NULL;
+	if (pgstore_claim_begin(st, &me->claim, key, want, row, cause) != 0)
+		return -1;
+	group_member_set(me, PGSTORE_OP_CLAIM, key, 0, NULL);
+	me->m.claim = &me->claim;
+	pthread_mutex_lock(&g->lock);
+	group_enqueue(g, me);
+	rc = group_wait(g, me, st, cause);
+	if (rc == GROUP_FAILED) {
+		/*
+		 * Its outcome unknown: a row it may have made is owned by
+		 * this session, which ends, so a retry may take it over at
+		 * once (doc/cluster.md, "Whose session owns a claimed row").
+		 */
+		pgstore_claim_clear(&me->claim);
+		pgstore_drop(st);
+		return -1;
+	}
+	free(*cause);
+	*cause = NULL;
+	rc = pgstore_claim_end(st, &me->claim, cause);
+	if (rc == 2)
+		rc = pgstore_claim_next(st, &me->claim, cause);
+	return rc;
+}
+
+void
+pg_group_grant_join(struct pg_group_member *me, struct pgstore *st,
+    const struct pgstore_key *key, int64_t epoch, const char *token)
+{
+	struct pg_group	*g = &pg_steps;
+
+	group_member_set(me, PGSTORE_OP_GRANT, key, epoch, token);
 	pthread_mutex_lock(&g->lock);
 	group_enqueue(g, me);
 	if (!g->in_flight)
-		group_send(g, me, st);
+		(void)group_send(g, me, st);
 	pthread_mutex_unlock(&g->lock);
 }
 
@@ -368,7 +512,7 @@ int
 pg_group_grant_wait(struct pg_group_member *me, struct pgstore *st,
     char **cause)
 {
-	struct pg_group	*g = &pg_grants;
+	struct pg_group	*g = &pg_steps;
 	int		 rc;
 
 	*cause = NULL;
@@ -385,17 +529,13 @@ pg_group_commit(struct pg_group_member *me, struct pgstore *st,
     const struct pgstore_key *key, int64_t epoch, const char *token,
     const uint8_t *file_digest, const char *receipt, char **cause)
 {
-	struct pg_group	*g = &pg_commits;
+	struct pg_group	*g = &pg_steps;
 	int		 rc;
 
 	*cause = NULL;
-	memset(&me->m, 0, sizeof me->m);
-	me->m.key = key;
-	me->m.epoch = epoch;
-	me->m.token = token;
+	group_member_set(me, PGSTORE_OP_COMMIT, key, epoch, token);
 	me->m.file_digest = file_digest;
 	me->m.receipt = receipt;
-	me->cause = NULL;
 	pthread_mutex_lock(&g->lock);
 	group_enqueue(g, me);
 	rc = group_wait(g, me, st, cause);
@@ -403,4 +543,27 @@ pg_group_commit(struct pg_group_member *me, struct pgstore *st,
 		rc = pgstore_commit(st, key, epoch, token, file_digest, receipt,
 		    cause);
 	return rc;
+}
+
+/* One group's counts, logged. */
+static void
+group_report(struct pg_group *g, const char *what)
+{
+	pthread_mutex_lock(&g->lock);
+	if (g->rounds > 0)
+		log_info("store rounds of %s: %llu, with %llu claims, %llu "
+		    "grants, %llu commits; %llu with grants or commits (a WAL "
+		    "flush each)", what, (unsigned long long)g->rounds,
+		    (unsigned long long)g->members[PGSTORE_OP_CLAIM],
+		    (unsigned long long)g->members[PGSTORE_OP_GRANT],
+		    (unsigned long long)g->members[PGSTORE_OP_COMMIT],
+		    (unsigned long long)g->flushes);
+	pthread_mutex_unlock(&g->lock);
+}
+
+void
+pg_group_report(void)
+{
+	group_report(&pg_claims, "claims");
+	group_report(&pg_steps, "grants and commits");
 }

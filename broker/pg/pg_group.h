@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_group.h: group commit at the broker for the PostgreSQL store
- * (pg_group.c): a creation's grant and commit as a member of its
- * worker's batch.  Only broker/pg/ includes it.
+ * (pg_group.c): a creation's claim, grant and commit as a member of its
+ * worker's round.  Only broker/pg/ includes it.
  */
 #ifndef PG_GROUP_H
 #define PG_GROUP_H
@@ -11,18 +11,25 @@
 
 struct pg_group_member {
 	struct pgstore_batch_member	 m;
+	struct pgstore_claim		 claim;		/* a claim's turn */
 	struct pg_group_member		*next;		/* the queue's */
 	int				 state;		/* pg_group.c's */
 	int				 outcome;	/* pg_group.c's */
 	char				*cause;
-	/* A leader's batch, in flight on its connection. */
-	struct pg_group_member		*batch[PGSTORE_MAX_CONNECTIONS];
-	size_t				 batch_size;
 };
 
 /*
+ * The claim (pgstore_claim's answers: 1 claimed, row filled; 0 the key
+ * has a row, in row; -1 with *cause, errno ERANGE for numbers used up),
+ * its first turn sent in the worker's round, on whichever session leads
+ * it, its row owned by st's session all the same.
+ */
+int	pg_group_claim(struct pg_group_member *, struct pgstore *st,
+	    const struct pgstore_key *, const struct subtab_entry *want,
+	    struct pgstore_row *, char **cause);
+/*
  * The grant in two halves around the member's fsync of its temporary:
- * _join once its temporary exists (it may send a batch on st, its own
+ * _join once its temporary exists (it may send a round on st, its own
  * connection), then, always, _wait: 1 granted, 0 fenced (nothing
  * changed), -1 with *cause (storage: not granted, or not known to be).
  * Nothing else may use st between the two.
@@ -31,9 +38,11 @@ void	pg_group_grant_join(struct pg_group_member *, struct pgstore *st,
 	    const struct pgstore_key *, int64_t epoch, const char *token);
 int	pg_group_grant_wait(struct pg_group_member *, struct pgstore *st,
 	    char **cause);
-/* The commit, as a member of a batch: 1, 0 fenced, -1 with *cause. */
+/* The commit, as a member of a round: 1, 0 fenced, -1 with *cause. */
 int	pg_group_commit(struct pg_group_member *, struct pgstore *st,
 	    const struct pgstore_key *, int64_t epoch, const char *token,
 	    const uint8_t *file_digest, const char *receipt, char **cause);
+/* The worker's rounds and their members, logged once at its end. */
+void	pg_group_report(void);
 
 #endif

@@ -3,7 +3,8 @@
  * test_cluster_batch: group commit at the broker on the PostgreSQL store
  * (doc/cluster.md, "Group commit at the broker"), a batch that fails
  * halfway: the server's backend of the batch's leader terminated between
- * the batch's send and its commit's result.
+ * the batch's send and its commit's result; and a mixed round (grants
+ * and commits in one statement) likewise (mixed_round_fails_halfway).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -263,6 +264,154 @@ commit_batch_fails_halfway(void **state)
 	batch_fails_halfway(&commit_halfway);
 }
 
+
+/* One reply on fd, within 30 s. */
+static json_t *
+read_reply(int fd)
+{
+	struct pollfd	 pfd = { .fd = fd, .events = POLLIN };
+	json_t		*reply;
+	char		*line;
+
+	if (poll(&pfd, 1, 30000) != 1)
+		fail_msg("no answer");
+	assert_non_null(line = harness_raw_read_line(fd));
+	assert_non_null(reply = json_loads(line, 0, NULL));
+	free(line);
+	return reply;
+}
+
+/* Send a write_task of id "mixed-<i>" on a new connection: its fd. */
+static int
+send_mixed(struct node *a, int i)
+{
+	json_t	*request;
+	char	 id[32], *line;
+	int	 fd;
+
+	assert_true((fd = harness_raw_connect(&a->b)) >= 0);
+	snprintf(id, sizeof id, "mixed-%d", i);
+	request = harness_write_task(id, "A round that fails halfway");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	return fd;
+}
+
+/*
+ * A mixed round (doc/cluster.md, "Group commit at the broker") failing
+ * halfway: two creations' commits and two others' grants in one
+ * statement (IDEM_CRASH_BATCH_OF=round:4 holds the first two commits
+ * until two grants join them), its leader held after the send, the
+ * statement kept at the gate by the grants' rows, and its backend
+ * terminated there.  The outcome is unknown: all four answer
+ * storage_unavailable, none created; the commits' files are linked,
+ * the grants' temporaries removed.  Retried: the two commits reused from
+ * their files, the two grants created once (takeovers), one TASK file
+ * each, every row committed once.
+ */
+static void
+mixed_round_fails_halfway(void **state)
+{
+	static struct node	 a;
+	char		 root[256], fifo[300], hold[400], id[32];
+	char		*task_id[MEMBERS], *out;
+	const char *const env[] = { "IDEM_CRASH_BATCH_OF=round:" MEMBERS_S,
+	    hold, NULL };
+	json_t		*reply;
+	PGconn		*gate;
+	int		 fds[MEMBERS], w, i;
+
+	(void)state;
+	need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s",
+	    commit_halfway.point, fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = MEMBERS_S;
+	assert_int_equal(cluster_node_start(&a, LEASE_MS, "1", "30000", NULL,
+	    env), 0);
+	/* Two creations granted, linked, their commits held. */
+	for (i = 0; i < 2; i++)
+		fds[i] = send_mixed(&a, i);
+	harness_wait_log(&a.b, "the first mixed round: holding 2 commits", 1,
+	    30000);
+	/* The gate shut for the grants of the two that follow. */
+	gate_step(&grant_halfway, 1);
+	gate = PQconnectdb(server.uri);
+	assert_int_equal(PQstatus(gate), CONNECTION_OK);
+	gate_exec(gate, "SELECT pg_advisory_lock(" GATE_KEY ")");
+	for (i = 2; i < MEMBERS; i++)
+		fds[i] = send_mixed(&a, i);
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	assert_int_equal(harness_log_count(&a.b, "the first mixed round: 2 "
+	    "grants, 2 commits"), 1);
+	if (!pgserver_await(&server, "SELECT count(*) = 1 " AT_THE_GATE, 30))
+		fail_msg("the round's statement never reached the gate");
+	out = cluster_sql_value(&server, "SELECT bool_and("
+	    "pg_terminate_backend(pid)) " AT_THE_GATE);
+	assert_string_equal(out, "t");
+	free(out);
+	close(w);
+
+	for (i = 0; i < MEMBERS; i++) {
+		reply = read_reply(fds[i]);
+		harness_assert_error(reply, "storage_unavailable", 1);
+		json_decref(reply);
+		close(fds[i]);
+	}
+	harness_wait_log(&a.b, "a grant and commit batch of " MEMBERS_S ": ",
+	    1, 10000);
+	assert_true(harness_log_count(&a.b, "its outcome is unknown, every "
+	    "member fails") >= 1);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id IN ('mixed-0', "
+	    "'mixed-1') AND state = 1 AND lease_granted"), 2);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id IN ('mixed-2', "
+	    "'mixed-3') AND state = 1 AND NOT lease_granted"), 2);
+
+	gate_exec(gate, "SELECT pg_advisory_unlock(" GATE_KEY ")");
+	PQfinish(gate);
+	gate_step(&grant_halfway, 0);
+	for (i = 0; i < MEMBERS; i++) {
+		snprintf(id, sizeof id, "mixed-%d", i);
+		reply = cluster_call_until_final(&a.b,
+		    harness_write_task(id, "A round that fails halfway"));
+		assert_non_null(reply);
+		if (i < 2)
+			harness_assert_outcome(reply, "reused", 0, 1, 1);
+		else
+			harness_assert_outcome(reply, "created", 1, 1, 1);
+		task_id[i] = strdup(harness_receipt_str(reply, "task_id"));
+		json_decref(reply);
+	}
+	for (i = 0; i < MEMBERS; i++) {
+		snprintf(id, sizeof id, "mixed-%d", i);
+		reply = harness_must_call(&a.b, harness_write_task(id,
+		    "A round that fails halfway"));
+		harness_assert_outcome(reply, "reused", 0, 1, 0);
+		assert_string_equal(harness_receipt_str(reply, "task_id"),
+		    task_id[i]);
+		json_decref(reply);
+		free(task_id[i]);
+	}
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), MEMBERS);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'mixed-%%' "
+	    "AND state = 3"), MEMBERS);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -270,6 +419,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(grant_batch_fails_halfway,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(commit_batch_fails_halfway,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(mixed_round_fails_halfway,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 

@@ -304,6 +304,7 @@ batches_fence_each_member(void **state)
 	pgstore_new_token(stale);
 	for (i = 0; i < 5; i++) {
 		memset(&m[i], 0, sizeof m[i]);
+		m[i].op = PGSTORE_OP_GRANT;
 		m[i].key = &keys[i % 4];
 		m[i].epoch = rows[i % 4].epoch;
 		m[i].token = i == 2 || i == 4 ? stale : rows[i % 4].token;
@@ -311,10 +312,8 @@ batches_fence_each_member(void **state)
 		m[i].receipt = receipts[i % 4];
 		mp[i] = &m[i];
 	}
-	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, mp, 5,
-	    &cause), 0);
-	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, mp, 5,
-	    &failure, &cause), 0);
+	assert_int_equal(pgstore_batch_send(&st, mp, 5, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, mp, 5, &failure, &cause), 0);
 	for (i = 0; i < 5; i++) {
 		assert_int_equal(m[i].returned, i != 2 && i != 4);
 		assert_int_equal(pgstore_read(&st, &keys[i % 4], &again,
@@ -323,10 +322,10 @@ batches_fence_each_member(void **state)
 		pgstore_row_clear(&again);
 	}
 	/* The commits: the stale members change nothing. */
-	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_COMMIT, mp, 5,
-	    &cause), 0);
-	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_COMMIT, mp, 5,
-	    &failure, &cause), 0);
+	for (i = 0; i < 5; i++)
+		m[i].op = PGSTORE_OP_COMMIT;
+	assert_int_equal(pgstore_batch_send(&st, mp, 5, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, mp, 5, &failure, &cause), 0);
 	for (i = 0; i < 4; i++) {
 		assert_int_equal(m[i].returned, i != 2);
 		assert_int_equal(pgstore_read(&st, &keys[i], &again, &cause),
@@ -342,31 +341,120 @@ batches_fence_each_member(void **state)
 	}
 	assert_int_equal(m[4].returned, 0);
 	/* Committed rows are not committed twice. */
-	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_COMMIT, mp, 2,
-	    &cause), 0);
-	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_COMMIT, mp, 2,
-	    &failure, &cause), 0);
+	assert_int_equal(pgstore_batch_send(&st, mp, 2, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, mp, 2, &failure, &cause), 0);
 	assert_int_equal(m[0].returned + m[1].returned, 0);
 	/* The statement lost by the session: a failure, then prepared again. */
 	res = PQexec((PGconn *)pgstore_conn(&st, &cause), "DEALLOCATE ALL");
 	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
 	PQclear(res);
 	m[2].token = rows[2].token;
-	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, &mp[2],
-	    1, &cause), 0);
-	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, &mp[2],
-	    1, &failure, &cause), -1);
+	m[2].op = PGSTORE_OP_GRANT;
+	assert_int_equal(pgstore_batch_send(&st, &mp[2], 1, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, &mp[2], 1, &failure, &cause),
+	    -1);
 	assert_int_equal(failure, PGSTORE_BATCH_FAILED);
 	free(cause);
 	cause = NULL;
-	assert_int_equal(pgstore_batch_send(&st, PGSTORE_BATCH_GRANT, &mp[2],
-	    1, &cause), 0);
-	assert_int_equal(pgstore_batch_wait(&st, PGSTORE_BATCH_GRANT, &mp[2],
-	    1, &failure, &cause), 0);
+	assert_int_equal(pgstore_batch_send(&st, &mp[2], 1, &cause), 0);
+	assert_int_equal(pgstore_batch_wait(&st, &mp[2], 1, &failure, &cause),
+	    0);
 	assert_int_equal(m[2].returned, 1);
 	for (i = 0; i < 4; i++)
 		pgstore_row_clear(&rows[i]);
 	pgstore_close(&st);
+}
+
+/*
+ * A worker's round (pg_batch.c): a claim sent on another session (the
+ * leader's) records its member's own session as the row's owner, not
+ * the leader's; the round's grant and commit change their rows under
+ * their fences; a second round's claim of a key with a row returns the
+ * row, and its lone commit is the lone statement's.
+ */
+static void
+rounds_claim_for_their_own_session(void **state)
+{
+	struct pgstore		 a, b;
+	struct pgstore_key	 keys[3] = { { SUBTAB_KIND_TASK, "", "round-1" },
+	    { SUBTAB_KIND_TASK, "", "round-2" },
+	    { SUBTAB_KIND_TASK, "", "round-3" } };
+	struct pgstore_batch_member m[3], *mp[3];
+	struct pgstore_claim	 c;
+	struct pgstore_row	 rows[3], again;
+	struct subtab_entry	 want;
+	enum pgstore_batch_failure failure;
+	uint8_t			 digest[32] = { 5 };
+	char			*cause = NULL, q[512], pid[16];
+	int			 i;
+
+	(void)state;
+	disk_max = 0;
+	open_store(&a, "alpha", 30000);
+	open_store(&b, "alpha", 30000);
+	want_entry(&want, "round");
+	for (i = 1; i < 3; i++)
+		assert_int_equal(pgstore_reserve(&a, &keys[i], &want, &rows[i],
+		    &cause), 1);
+	assert_int_equal(pgstore_grant(&a, &keys[2], rows[2].epoch,
+	    rows[2].token, &cause), 1);
+	/* b's claim, a's grant and commit, sent on a's session. */
+	assert_int_equal(pgstore_claim_begin(&b, &c, &keys[0], &want, &rows[0],
+	    &cause), 0);
+	memset(m, 0, sizeof m);
+	m[0].op = PGSTORE_OP_CLAIM;
+	m[0].key = &keys[0];
+	m[0].claim = &c;
+	for (i = 1; i < 3; i++) {
+		m[i].op = i == 1 ? PGSTORE_OP_GRANT : PGSTORE_OP_COMMIT;
+		m[i].key = &keys[i];
+		m[i].epoch = rows[i].epoch;
+		m[i].token = rows[i].token;
+		m[i].file_digest = digest;
+		m[i].receipt = "{\"round\":3}";
+	}
+	for (i = 0; i < 3; i++)
+		mp[i] = &m[i];
+	assert_int_equal(pgstore_round_send(&a, mp, 3, &cause), 0);
+	assert_int_equal(pgstore_round_wait(&a, mp, 3, &failure, &cause), 0);
+	assert_non_null(c.res[0]);
+	assert_int_equal(pgstore_claim_end(&b, &c, &cause), 1);
+	assert_int_equal(m[1].returned, 1);
+	assert_int_equal(m[2].returned, 1);
+	snprintf(pid, sizeof pid, "%d",
+	    PQbackendPID((PGconn *)pgstore_conn(&b, &cause)));
+	assert_int_not_equal(PQbackendPID((PGconn *)pgstore_conn(&a, &cause)),
+	    PQbackendPID((PGconn *)pgstore_conn(&b, &cause)));
+	snprintf(q, sizeof q, "SELECT s.owner_pid FROM idem_submission s JOIN "
+	    "pg_stat_activity p ON p.pid = s.owner_pid AND p.backend_start = "
+	    "s.owner_started WHERE s.client_submission_id = 'round-1'");
+	assert_sql(q, pid);
+	assert_int_equal(pgstore_read(&a, &keys[1], &again, &cause), 1);
+	assert_int_equal(again.lease_granted, 1);
+	pgstore_row_clear(&again);
+	assert_int_equal(pgstore_read(&a, &keys[2], &again, &cause), 1);
+	assert_int_equal(again.entry.state, SUBTAB_COMMITTED);
+	assert_string_equal(again.receipt, "{\"round\":3}");
+	pgstore_row_clear(&again);
+	/* A claim that finds a row, and a lone commit, in one round. */
+	assert_int_equal(pgstore_claim_begin(&b, &c, &keys[1], &want, &again,
+	    &cause), 0);
+	m[0].key = &keys[1];
+	m[1].op = PGSTORE_OP_COMMIT;
+	assert_int_equal(pgstore_round_send(&a, mp, 2, &cause), 0);
+	assert_int_equal(pgstore_round_wait(&a, mp, 2, &failure, &cause), 0);
+	assert_int_equal(pgstore_claim_end(&b, &c, &cause), 0);
+	assert_int_equal(again.entry.state, SUBTAB_RESERVED);
+	assert_string_equal(again.token, rows[1].token);
+	pgstore_row_clear(&again);
+	assert_int_equal(m[1].returned, 1);
+	assert_int_equal(pgstore_read(&b, &keys[1], &again, &cause), 1);
+	assert_int_equal(again.entry.state, SUBTAB_COMMITTED);
+	pgstore_row_clear(&again);
+	for (i = 0; i < 3; i++)
+		pgstore_row_clear(&rows[i]);
+	pgstore_close(&a);
+	pgstore_close(&b);
 }
 
 /*
@@ -382,11 +470,12 @@ batch_plans_use_the_key_index(void **state)
 {
 	/* Each statement around the workspace's id. */
 	static const char *const explain[][2] = {
-		{ "EXPLAIN (COSTS OFF) EXECUTE idem_grant_batch('",
-		    "', '{1}', '{\"\"}', '{plan-1}', '{1}', '{t}', 1000)" },
-		{ "EXPLAIN (COSTS OFF) EXECUTE idem_commit_batch('",
-		    "', '{1}', '{\"\"}', '{plan-1}', '{1}', '{t}', '{d}', "
-		    "'{r}')" },
+		{ "EXPLAIN (COSTS OFF) EXECUTE idem_step_batch('",
+		    "', '{1}', '{\"\"}', '{plan-1}', '{1}', '{t}', '{1}', "
+		    "'{NULL}', '{NULL}', 1000)" },
+		{ "EXPLAIN (COSTS OFF) EXECUTE idem_step_batch('",
+		    "', '{1,1}', '{\"\",\"\"}', '{plan-1,plan-2}', '{1,1}', "
+		    "'{t,t}', '{2,1}', '{d,NULL}', '{r,NULL}', 1000)" },
 	};
 	struct pgstore		 st;
 	struct pgstore_key	 keys[2] = { { SUBTAB_KIND_TASK, "", "plan-1" },
@@ -415,6 +504,7 @@ batch_plans_use_the_key_index(void **state)
 		assert_int_equal(pgstore_reserve(&st, &keys[i], &want, &rows[i],
 		    &cause), 1);
 		memset(&m[i], 0, sizeof m[i]);
+		m[i].op = PGSTORE_OP_GRANT;
 		m[i].key = &keys[i];
 		m[i].epoch = rows[i].epoch;
 		m[i].token = "stale";
@@ -423,12 +513,15 @@ batch_plans_use_the_key_index(void **state)
 		mp[i] = &m[i];
 	}
 	for (r = 0; r < 7; r++)
-		for (step = 0; step < 2; step++) {
-			assert_int_equal(pgstore_batch_send(&st, step == 0 ?
-			    PGSTORE_BATCH_GRANT : PGSTORE_BATCH_COMMIT, mp, 2,
-			    &cause), 0);
-			assert_int_equal(pgstore_batch_wait(&st, step == 0 ?
-			    PGSTORE_BATCH_GRANT : PGSTORE_BATCH_COMMIT, mp, 2,
+		for (step = 0; step < 3; step++) {
+			/* Grants, commits, then one of each. */
+			m[0].op = step == 0 ? PGSTORE_OP_GRANT :
+			    PGSTORE_OP_COMMIT;
+			m[1].op = step == 1 ? PGSTORE_OP_COMMIT :
+			    PGSTORE_OP_GRANT;
+			assert_int_equal(pgstore_batch_send(&st, mp, 2, &cause),
+			    0);
+			assert_int_equal(pgstore_batch_wait(&st, mp, 2,
 			    &failure, &cause), 0);
 		}
 	res = PQexec(conn, "INSERT INTO idem_submission "
@@ -458,7 +551,7 @@ batch_plans_use_the_key_index(void **state)
 		    NULL || strstr(plan, "Seq Scan on idem_submission") != NULL ||
 		    strstr(plan, "Hash") != NULL)
 			fail_msg("the %s batch's plan:\n%s", step == 0 ? "grant" :
-			    "commit", plan);
+			    "mixed", plan);
 	}
 	for (i = 0; i < 2; i++)
 		pgstore_row_clear(&rows[i]);
@@ -1016,6 +1109,60 @@ key_lookups_use_the_key_index(void **state)
 	free(sql("DROP TABLE idem_test_plan"));
 }
 
+/* conn's value of keyword in PQconninfo ("" if none). */
+static void
+assert_conninfo(PGconn *conn, const char *keyword, const char *expected)
+{
+	PQconninfoOption	*o, *all = PQconninfo(conn);
+
+	assert_non_null(all);
+	for (o = all; o->keyword != NULL; o++)
+		if (strcmp(o->keyword, keyword) == 0)
+			break;
+	if (o->keyword == NULL || o->val == NULL ||
+	    strcmp(o->val, expected) != 0)
+		fail_msg("%s is \"%s\", not \"%s\"", keyword,
+		    o->keyword != NULL && o->val != NULL ? o->val : "", expected);
+	PQconninfoFree(all);
+}
+
+/*
+ * A half-open TCP connection ends (doc/cluster.md, "Connections"): every
+ * store connection asks for keepalives and a TCP user timeout, which a
+ * URI's own values override.
+ */
+static void
+connections_keep_alive(void **state)
+{
+	struct pg_conn	*conn;
+	char		*cause = NULL, uri[1200];
+
+	(void)state;
+	conn = pgstore_connect(server.uri, &cause);
+	if (conn == NULL)
+		fail_msg("pgstore_connect: %s", cause);
+	assert_conninfo((PGconn *)conn, "keepalives", "1");
+	assert_conninfo((PGconn *)conn, "keepalives_idle",
+	    PGSTORE_KEEPALIVES_IDLE_S);
+	assert_conninfo((PGconn *)conn, "keepalives_interval",
+	    PGSTORE_KEEPALIVES_INTERVAL_S);
+	assert_conninfo((PGconn *)conn, "keepalives_count",
+	    PGSTORE_KEEPALIVES_COUNT);
+	assert_conninfo((PGconn *)conn, "tcp_user_timeout",
+	    PGSTORE_TCP_USER_TIMEOUT_MS);
+	assert_conninfo((PGconn *)conn, "connect_timeout",
+	    PGSTORE_CONNECT_TIMEOUT_S);
+	pgstore_disconnect(conn);
+	snprintf(uri, sizeof uri, "%s&keepalives_idle=7&tcp_user_timeout=900",
+	    server.uri);
+	if ((conn = pgstore_connect(uri, &cause)) == NULL)
+		fail_msg("pgstore_connect: %s", cause);
+	assert_conninfo((PGconn *)conn, "keepalives_idle", "7");
+	assert_conninfo((PGconn *)conn, "tcp_user_timeout", "900");
+	assert_conninfo((PGconn *)conn, "keepalives", "1");
+	pgstore_disconnect(conn);
+}
+
 int
 main(void)
 {
@@ -1024,8 +1171,10 @@ main(void)
 		cmocka_unit_test(reserve_grant_commit_fenced),
 		cmocka_unit_test(batches_fence_each_member),
 		cmocka_unit_test(batch_plans_use_the_key_index),
+		cmocka_unit_test(rounds_claim_for_their_own_session),
 		cmocka_unit_test(a_failed_commit_is_not_a_grant),
 		cmocka_unit_test(key_lookups_use_the_key_index),
+		cmocka_unit_test(connections_keep_alive),
 		cmocka_unit_test(prepared_statements_lost_are_prepared_again),
 		cmocka_unit_test(numbers_skip_the_disk_and_run_out),
 		cmocka_unit_test(takeover_only_after_the_lease_or_the_session),

@@ -54,6 +54,20 @@
 #define PGSTORE_TOKEN_BYTES		16
 /* Seconds a connection attempt may take (the URI may say otherwise). */
 #define PGSTORE_CONNECT_TIMEOUT_S	"5"
+/*
+ * A half-open TCP connection (the server's host gone without a FIN or
+ * RST) must end, not hold a creation thread, or a round of its worker's
+ * statements (pg_group.c), for ever: TCP keepalives probe an idle
+ * connection after 10 s, every 5 s, 3 times (dead after ~25 s), and
+ * data the server has not acknowledged for 30 s ends it
+ * (tcp_user_timeout).  A statement that waits on the server (a lock, a
+ * WAL flush) is not idle data: the kernel still acknowledges.  The URI
+ * may set its own (doc/cluster.md, "Connections").
+ */
+#define PGSTORE_KEEPALIVES_IDLE_S	"10"
+#define PGSTORE_KEEPALIVES_INTERVAL_S	"5"
+#define PGSTORE_KEEPALIVES_COUNT	"3"
+#define PGSTORE_TCP_USER_TIMEOUT_MS	"30000"
 /* --lease-ms and --store-connections (protocol.h). */
 #define PGSTORE_DEFAULT_LEASE_MS	IDEM_STORE_DEFAULT_LEASE_MS
 #define PGSTORE_MIN_LEASE_MS		IDEM_STORE_MIN_LEASE_MS
@@ -76,6 +90,14 @@ struct pgstore {
 	int		(*scan)(enum subtab_kind, uint32_t date,
 			    uint32_t *max_seq, void *arg);
 	void		*scan_arg;
+	/*
+	 * conn's session as a row's owner (pg_claim.c): its backend's pid
+	 * and start (microseconds since 1970), passed by value to a claim
+	 * that another thread's session sends (pg_batch.c's round); 0
+	 * until asked of the session.
+	 */
+	int		 session_pid;
+	char		 session_started[24];
 };
 
 /* Which row: kind, scope ('' for a task, the task_id of a report). */
@@ -161,6 +183,49 @@ int	pgstore_reserve(struct pgstore *, const struct pgstore_key *,
 int	pgstore_claim(struct pgstore *, const struct pgstore_key *,
 	    const struct subtab_entry *want, struct pgstore_row *,
 	    char **cause);
+
+/*
+ * The claim in parts, so that another thread's session may send its
+ * first turn in a round (pg_batch.c; doc/cluster.md, "One round a
+ * worker"): _begin makes the turn's parameters (the disk scan, the
+ * owner's session by value: st's, made if it has none) and needs no
+ * round trip unless st has no connection; the round fills res; _end
+ * judges them (and clears them): 1, 0, -1 as pgstore_claim, or 2:
+ * another turn, which _next runs on st's own connection, as many as
+ * pgstore_claim would.  pgstore_claim is _begin, then _next.
+ */
+struct pgstore_claim {
+	const struct pgstore_key *key;
+	const struct subtab_entry *want;
+	struct pgstore_row	*row;
+	int			 tries;
+	uint32_t		 day;
+	char			 schema[4];
+	char			 digest[2 * IDEM_SHA256_BYTES + 1];
+	char			 day_s[16], disk_s[16], max_s[16], lease[16];
+	char			 roles[IDEM_MAX_TASK_ID_BYTES];
+	char			 sender[IDEM_MAX_ROLE_BYTES + 1];
+	char			 recipient[IDEM_MAX_RECIPIENT_BYTES + 1];
+	char			 token[PGSTORE_TOKEN_BYTES + 1];
+	char			 nonce[PGSTORE_TOKEN_BYTES + 8];
+	char			 pid[16];
+	char			 started[24];
+	struct pg_result	*res[2];	/* the number's, the row's */
+};
+int	pgstore_claim_begin(struct pgstore *, struct pgstore_claim *,
+	    const struct pgstore_key *, const struct subtab_entry *want,
+	    struct pgstore_row *, char **cause);
+int	pgstore_claim_end(struct pgstore *, struct pgstore_claim *,
+	    char **cause);
+int	pgstore_claim_next(struct pgstore *, struct pgstore_claim *,
+	    char **cause);
+/*
+ * st's connection ended (the next call makes a new one): a claim whose
+ * outcome is not known leaves no row that looks owned by a live session.
+ */
+void	pgstore_drop(struct pgstore *);
+/* Results a round read and nobody judged. */
+void	pgstore_claim_clear(struct pgstore_claim *);
 /*
  * The row of key as pgstore_read, once durable: a synchronous commit
  * after it was read, so that an answer given on the strength of an
@@ -200,26 +265,34 @@ int	pgstore_commit(struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, const uint8_t *file_digest,
 	    const char *receipt, char **cause);
 /*
- * ---- batches (pg_batch.c; doc/cluster.md, "Group commit") -----------
+ * ---- rounds and batches (pg_batch.c; doc/cluster.md, "Group commit")
  *
- * Several creations' grants, or commits, in one statement over arrays:
- * one round trip, one transaction, one synchronous commit for them all.
- * Each member's row is changed under its own fence, exactly as
- * pgstore_grant's or pgstore_commit's would be; the rows are locked in
- * the order of their keys, so two batches never wait for each other in
- * a cycle.  What a member learns is only whether its row came back
- * (returned), read once the command's last result, the commit's, is in.
+ * A round: every statement a worker's creation threads have waiting, in
+ * one libpq pipeline on one session (one round trip): each claim's two
+ * statements (each its own transaction, committed without the flush),
+ * then the grants and commits as one statement over arrays (one
+ * transaction, one synchronous commit, so one WAL flush for them all
+ * and for the claims before it), or a lone member's own statement.
+ * Each grant or commit member's row is changed under its own fence,
+ * exactly as pgstore_grant's or pgstore_commit's would be; the rows are
+ * locked in the order of their keys, so two batches never wait for each
+ * other in a cycle.  What a member learns is only whether its row came
+ * back (returned), read once the command's last result, the commit's,
+ * is in; a claim member gets its two results (claim->res).
  */
-enum pgstore_batch {
-	PGSTORE_BATCH_GRANT,
-	PGSTORE_BATCH_COMMIT
+enum pgstore_round_op {
+	PGSTORE_OP_CLAIM,
+	PGSTORE_OP_GRANT,
+	PGSTORE_OP_COMMIT
 };
 struct pgstore_batch_member {
+	enum pgstore_round_op	 op;
 	const struct pgstore_key *key;
 	int64_t			 epoch;
 	const char		*token;
 	const uint8_t		*file_digest;	/* a commit's */
 	const char		*receipt;	/* a commit's */
+	struct pgstore_claim	*claim;		/* a claim's turn */
 	int			 returned;	/* _wait: granted or committed */
 };
 /* How a batch failed (pgstore_batch_wait's -1). */
@@ -236,15 +309,32 @@ enum pgstore_batch_failure {
 	PGSTORE_BATCH_FAILED
 };
 /*
- * Send the batch (n members, at most PGSTORE_MAX_CONNECTIONS): 0, or -1
+ * The grants and commits alone (n members, at most
+ * PGSTORE_MAX_CONNECTIONS, op GRANT or COMMIT), one statement over
+ * arrays, outside a pipeline (a round's retry after a transient
+ * error): 0, or -1
  * with *cause (nothing was sent that could commit; the connection is
  * dropped).  Then, always after a 0, _wait: 0 with each member's
  * returned filled, or -1 with *cause and *failure.  Nothing else may use
  * the store's connection between the two.
  */
-int	pgstore_batch_send(struct pgstore *, enum pgstore_batch,
+int	pgstore_batch_send(struct pgstore *,
 	    struct pgstore_batch_member *const *, size_t n, char **cause);
-int	pgstore_batch_wait(struct pgstore *, enum pgstore_batch,
+int	pgstore_batch_wait(struct pgstore *,
+	    struct pgstore_batch_member *const *, size_t n,
+	    enum pgstore_batch_failure *, char **cause);
+/*
+ * A round (members of any op, at most PGSTORE_MAX_CONNECTIONS): 0 sent,
+ * or -1 with *cause: nothing of its grants and commits committed, and a
+ * claim's outcome is not known (the connection is dropped).  Then,
+ * always after a 0, _wait: every claim member whose two results came
+ * has claim->res (the others' outcome is not known); 0 with each grant
+ * and commit member's returned, or -1 with *cause and *failure for
+ * them (a claim not read makes it LOST: the connection broke).
+ */
+int	pgstore_round_send(struct pgstore *,
+	    struct pgstore_batch_member *const *, size_t n, char **cause);
+int	pgstore_round_wait(struct pgstore *,
 	    struct pgstore_batch_member *const *, size_t n,
 	    enum pgstore_batch_failure *, char **cause);
 

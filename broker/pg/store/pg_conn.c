@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_conn.c: the PostgreSQL store's steps (doc/cluster.md, "Creation, step
- * by step" and "Takeover"): read, reserve, grant, renumber, commit,
- * take over, and the legacy numbers.  Each is one transaction; each
+ * by step" and "Takeover"): read, grant, renumber, commit, take over,
+ * and the legacy numbers (the claim, a reservation, is pg_claim.c's).  Each is one transaction; each
  * change of an existing row is a compare-and-set on (epoch, token), so
  * a broker that lost its lease changes nothing.  Times that decide
  * between brokers (leases, the day of a number, created_at) are the
@@ -65,12 +65,16 @@ pgstore_connect(const char *uri, char **cause)
 {
 	/*
 	 * A server that does not answer must not hold a worker for ever:
-	 * a connect timeout unless the URI sets its own (its parameters,
-	 * expanded after this one, win).
+	 * a connect timeout, and keepalives and a TCP user timeout (pg.h),
+	 * unless the URI sets its own (its parameters, expanded after
+	 * these, win).
 	 */
-	static const char *const keywords[] = { "connect_timeout", "dbname",
-	    NULL };
-	const char	*values[] = { PGSTORE_CONNECT_TIMEOUT_S, uri, NULL };
+	static const char *const keywords[] = { "connect_timeout",
+	    "keepalives", "keepalives_idle", "keepalives_interval",
+	    "keepalives_count", "tcp_user_timeout", "dbname", NULL };
+	const char	*values[] = { PGSTORE_CONNECT_TIMEOUT_S, "1",
+	    PGSTORE_KEEPALIVES_IDLE_S, PGSTORE_KEEPALIVES_INTERVAL_S,
+	    PGSTORE_KEEPALIVES_COUNT, PGSTORE_TCP_USER_TIMEOUT_MS, uri, NULL };
 	PGconn		*conn;
 	PGresult	*res;
 
@@ -121,8 +125,18 @@ pg_conn(struct pgstore *st, char **cause)
 		return (PGconn *)st->conn;
 	PQfinish((PGconn *)st->conn);
 	st->prepared = 0;		/* a new session has none */
+	st->session_pid = 0;		/* nor the old one's identity */
 	st->conn = pgstore_connect(st->uri, cause);
 	return (PGconn *)st->conn;
+}
+
+void
+pgstore_drop(struct pgstore *st)
+{
+	PQfinish((PGconn *)st->conn);
+	st->conn = NULL;
+	st->prepared = 0;
+	st->session_pid = 0;
 }
 
 struct pg_conn *
@@ -245,7 +259,7 @@ pg_sqlstate(const PGresult *res, const char *code)
 /* The names of pg_int.h's prepared statements, one per session. */
 const char *const pg_prepared_names[PG_PREP_COUNT] = {
 	"idem_number", "idem_claim", "idem_read", "idem_grant", "idem_commit",
-	"idem_grant_batch", "idem_commit_batch"
+	"idem_step_batch"
 };
 
 /* Prepare which on this session unless it has it: NULL, or the failure. */
@@ -290,63 +304,6 @@ pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
 		PQclear(res);
 		st->prepared &= ~(1u << which);
 	}
-}
-
-/*
- * Two prepared statements in one round trip: a libpq pipeline with a
- * sync after each, so that each is its own implicit transaction and the
- * second runs even if the first failed.  0 with both results (each
- * PGRES_TUPLES_OK or an error for the caller to judge), or -1 with
- * *cause: the connection is then dropped (the next call makes a new
- * one), since a pipeline left half read cannot be trusted.
- */
-static int
-pg_exec_prepared_pair(struct pgstore *st, PGconn *conn,
-    enum pg_prepared which[2], const char *sql[2],
-    const struct pg_params *p[2], PGresult *res[2], char **cause)
-{
-	PGresult	*r;
-	int		 i;
-
-	res[0] = res[1] = NULL;
-	for (i = 0; i < 2; i++)
-		if ((r = pg_prepare(st, conn, which[i], sql[i])) != NULL)
-			return pg_failed(st, r, "preparing a statement", cause);
-	if (PQenterPipelineMode(conn) != 1)
-		return pg_failed(st, NULL, "entering pipeline mode", cause);
-	for (i = 0; i < 2; i++)
-		if (PQsendQueryPrepared(conn, pg_prepared_names[which[i]],
-		    p[i]->n, p[i]->v, NULL, NULL, 0) != 1 ||
-		    PQpipelineSync(conn) != 1)
-			goto broken;
-	for (i = 0; i < 2; i++) {
-		/* The statement's result, the end of it, the sync. */
-		if ((res[i] = PQgetResult(conn)) == NULL)
-			goto broken;
-		if ((r = PQgetResult(conn)) != NULL) {
-			PQclear(r);
-			goto broken;
-		}
-		r = PQgetResult(conn);
-		if (PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
-			PQclear(r);
-			goto broken;
-		}
-		PQclear(r);
-	}
-	if (PQexitPipelineMode(conn) != 1)
-		goto broken;
-	return 0;
-broken:
-	pg_failed(st, NULL, "a pipelined claim", cause);
-	PQclear(res[0]);
-	PQclear(res[1]);
-	res[0] = res[1] = NULL;
-	PQfinish(conn);
-	st->conn = NULL;
-	st->prepared = 0;
-	errno = EIO;
-	return -1;
 }
 
 int64_t
@@ -560,8 +517,8 @@ pg_number(struct pgstore *st, PGconn *conn, enum subtab_kind kind,
 	return 0;
 }
 
-static void
-name_of(const struct subtab_entry *e, char id[IDEM_MAX_TASK_ID_BYTES + 16],
+void
+pg_name_of(const struct subtab_entry *e, char id[IDEM_MAX_TASK_ID_BYTES + 16],
     char path[IDEM_MAX_TASK_PATH_BYTES])
 {
 	taskfile_format_id(e->kind, e->date, e->seq, e->sender,
@@ -579,292 +536,6 @@ pg_abort(PGconn *conn)
 	pg_rollback(conn);
 	errno = saved;
 	return -1;
-}
-
-/*
- * The reservation in two statements, each its own implicit transaction
- * committed without waiting for the WAL flush (doc/cluster.md, "The
- * claim and the counter: why no flush is needed"); the grant, which
- * follows before any file is linked and any answer given, commits
- * synchronously and so flushes both (the WAL is one ordered stream).
- *
- * NUMBER_SQL: the server's clock and day, and the row of the key if it
- * exists (then nothing else happens: the caller judges the row as a
- * read's); otherwise, if the day is the one the disk was scanned for, a
- * number from the day's counter past the disk's highest (none past
- * max_seq).  The counter row's lock is held by this short statement
- * alone, not across the row's insert: the claims of a workspace and day
- * queue for the counter only as long as it takes to raise it.
- * $1..$4 the key, $5 the day scanned, $6 the disk's highest number that
- * day, $7 max_seq, $8 this turn's nonce.  Columns: the server's clock
- * (ms), its day, the number taken (NULL if none), the setting below,
- * then ROW_COLUMNS of the key's row (NULL if none).  The number, its day
- * and the clock reading go to CLAIM_SQL through the session's setting
- * idem.claim, "<nonce> <number> <day> <ms>" ('' when none was taken),
- * so that the broker sends both statements in one round trip (a libpq
- * pipeline, each its own transaction).
- */
-#define NUMBER_SQL \
-	"WITH clock AS (SELECT (extract(epoch from clock_timestamp()) * " \
-	"1000)::bigint AS now_ms, set_config('synchronous_commit', 'off', " \
-	"true) AS async), " \
-	"day AS (SELECT now_ms, async, to_char(date '1970-01-01' + " \
-	"(now_ms / 86400000)::integer, 'YYYYMMDD')::integer AS today " \
-	"FROM clock), " \
-	"found AS (SELECT 1 FROM idem_submission WHERE " KEY_WHERE "), " \
-	"num AS (INSERT INTO idem_counter AS c (workspace_id, kind, date, " \
-	"next_seq) SELECT $1::uuid, $2::smallint, today, $6::integer + 2 " \
-	"FROM day WHERE " \
-	"today = $5::integer AND $6::integer + 1 <= $7::integer AND NOT " \
-	"EXISTS (SELECT 1 FROM found) ON CONFLICT (workspace_id, kind, " \
-	"date) DO UPDATE SET next_seq = greatest(c.next_seq, $6::integer + " \
-	"1) + 1 WHERE greatest(c.next_seq, $6::integer + 1) <= $7::integer " \
-	"RETURNING c.next_seq - 1 AS got) " \
-	"SELECT day.now_ms, day.today, (SELECT got FROM num), " \
-	"set_config('idem.claim', coalesce((SELECT $8::text || ' ' || got " \
-	"|| ' ' || today || ' ' || now_ms FROM num, day), ''), false) || " \
-	"day.async, " \
-	ROW_COLUMNS " FROM day LEFT JOIN idem_submission ON " KEY_WHERE
-#define NUMBER_ROW_FIRST	4	/* ROW_COLUMNS start here */
-
-/*
- * CLAIM_SQL: the row with the number NUMBER_SQL took, reserved, epoch
- * 1, the caller's token, created_at the clock reading the number's day
- * came from, the lease from now; nothing if the session's idem.claim
- * does not carry this turn's nonce (NUMBER_SQL took no number, failed,
- * or ran on another session: a pooler's).  Its name is built here from
- * the number, as taskfile_format_id does (pgstore_claim checks that the
- * two agree).  A row inserted meanwhile by another broker violates the
- * primary key: the statement is rolled back, and the number stays unused
- * (a gap, as a claim that never comes back leaves).
- * $1..$4 the key, $5 schema, $6 request digest, $7 the nonce, $8 the
- * kind's prefix, $9 "-<sender>-to-<recipient>", $10 the kind's
- * directory, $11 sender, $12 recipient, $13 host, $14 token, $15 lease
- * (ms).  Columns: the task_id inserted (NULL if none), and the setting
- * made (so that it is made).
- */
-#define CLAIM_SQL \
-	"WITH async AS (SELECT set_config('synchronous_commit', 'off', " \
-	"true) AS off), " \
-	"got AS (SELECT split_part(v, ' ', 2)::integer AS seq, " \
-	"split_part(v, ' ', 3)::integer AS today, split_part(v, ' ', 4)" \
-	"::bigint AS now_ms FROM (SELECT current_setting('idem.claim', " \
-	"true) AS v FROM async) g WHERE split_part(v, ' ', 1) = $7::text), " \
-	"named AS (SELECT seq, today, now_ms, $8::text || '-' || today || " \
-	"'-' || CASE WHEN seq < 1000 THEN lpad(seq::text, 3, '0') ELSE " \
-	"seq::text END || $9::text AS name FROM got), " \
-	"ins AS (INSERT INTO idem_submission (workspace_id, kind, scope, " \
-	"client_submission_id, digest_schema, request_digest, state, date, " \
-	"seq, task_id, task_path, sender, recipient, created_at_ms, " \
-	"reserved_at, updated_at, epoch, owner_host, owner_token, " \
-	"owner_pid, owner_started, lease_expires) SELECT $1::uuid, " \
-	"$2::smallint, $3::text, $4::text, $5::smallint, $6::text, 1, " \
-	"today, seq, name, $10::text || '/' || name || '.md', " \
-	"$11::text, $12::text, now_ms, to_timestamp(now_ms / 1000.0), " \
-	"to_timestamp(now_ms / 1000.0), 1, $13::text, $14::text, " \
-	"pg_backend_pid(), " \
-	SESSION_STARTED ", clock_timestamp() + $15::integer * " \
-	"interval '1 millisecond' FROM named RETURNING task_id) " \
-	"SELECT (SELECT task_id FROM ins), (SELECT off FROM async)"
-
-/* The host's guess of the server's day, for the first disk scan. */
-static uint32_t
-host_day(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return taskfile_date_of((int64_t)ts.tv_sec * 1000 +
-	    ts.tv_nsec / 1000000);
-}
-
-/* How many times a reservation starts again (another day, a lost race). */
-#define CLAIM_TRIES		8
-
-int
-pgstore_claim(struct pgstore *st, const struct pgstore_key *key,
-    const struct subtab_entry *want, struct pgstore_row *row, char **cause)
-{
-	enum pg_prepared which[2] = { PG_PREP_NUMBER, PG_PREP_CLAIM };
-	const char	*sql[2] = { NUMBER_SQL, CLAIM_SQL };
-	const struct pg_params *pp[2];
-	PGconn		*conn;
-	PGresult	*res[2], *num;
-	struct pg_params p, c;
-	struct subtab_entry *e = &row->entry;
-	const char	*constraint;
-	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
-	char		 path[IDEM_MAX_TASK_PATH_BYTES];
-	char		 schema[4], digest[IDEM_DIGEST_HEX_SIZE], day_s[16];
-	char		 disk_s[16], max_s[16], roles[IDEM_MAX_TASK_ID_BYTES];
-	char		 sender[IDEM_MAX_ROLE_BYTES + 1], lease[16];
-	char		 recipient[IDEM_MAX_RECIPIENT_BYTES + 1];
-	char		 token[PGSTORE_TOKEN_BYTES + 1];
-	char		 nonce[PGSTORE_TOKEN_BYTES + 8];
-	uint32_t	 day = host_day(), disk;
-	int		 tries, i, lost;
-
-	*cause = NULL;
-	memset(row, 0, sizeof *row);
-	snprintf(schema, sizeof schema, "%u", (unsigned)want->schema);
-	digest_to_hex(want->request_digest, digest);
-	snprintf(sender, sizeof sender, "%.*s", (int)want->sender_length,
-	    want->sender);
-	snprintf(recipient, sizeof recipient, "%.*s",
-	    (int)want->recipient_length, want->recipient);
-	snprintf(roles, sizeof roles, "-%s-to-%s", sender, recipient);
-	snprintf(max_s, sizeof max_s, "%" PRIu32, st->max_seq);
-	snprintf(lease, sizeof lease, "%d", st->lease_ms);
-	pgstore_new_token(token);
-	for (tries = 0; tries < CLAIM_TRIES; tries++) {
-		if ((conn = pg_conn(st, cause)) == NULL)
-			return -1;
-		/* Outside any lock: numbers other FCoP writers took that day. */
-		disk = 0;
-		if (st->scan != NULL && st->scan(key->kind, day, &disk,
-		    st->scan_arg) != 0) {
-			asprintf(cause, "scanning the workspace for numbers in "
-			    "use: %s", strerror(errno));
-			return -1;
-		}
-		/* A fresh token each claim: the turn tells its number apart. */
-		snprintf(nonce, sizeof nonce, "%s-%d", token, tries);
-		snprintf(day_s, sizeof day_s, "%" PRIu32, day);
-		snprintf(disk_s, sizeof disk_s, "%" PRIu32, disk);
-		pg_params_key(&p, st, key);
-		p.v[p.n++] = day_s;		/* $5 */
-		p.v[p.n++] = disk_s;		/* $6 */
-		p.v[p.n++] = max_s;		/* $7 */
-		p.v[p.n++] = nonce;		/* $8 */
-		pg_params_key(&c, st, key);
-		c.v[c.n++] = schema;		/* $5 */
-		c.v[c.n++] = digest;		/* $6 */
-		c.v[c.n++] = nonce;		/* $7 */
-		c.v[c.n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
-		    "TASK";			/* $8 */
-		c.v[c.n++] = roles;		/* $9 */
-		c.v[c.n++] = key->kind == SUBTAB_KIND_REPORT ?
-		    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $10 */
-		c.v[c.n++] = sender;		/* $11 */
-		c.v[c.n++] = recipient;		/* $12 */
-		c.v[c.n++] = st->host;		/* $13 */
-		c.v[c.n++] = token;		/* $14 */
-		c.v[c.n++] = lease;		/* $15 */
-		pp[0] = &p;
-		pp[1] = &c;
-		if (pg_exec_prepared_pair(st, conn, which, sql, pp, res,
-		    cause) != 0)
-			return -1;
-		/* 26000: the session lost them (a pooler's): prepare again. */
-		for (i = 0, lost = 0; i < 2; i++)
-			if (pg_sqlstate(res[i], "26000")) {
-				st->prepared &= ~(1u << which[i]);
-				lost = 1;
-			}
-		if (lost) {
-			PQclear(res[0]);
-			PQclear(res[1]);
-			continue;
-		}
-		num = res[0];
-		if (PQresultStatus(num) != PGRES_TUPLES_OK ||
-		    PQntuples(num) != 1) {
-			PQclear(res[1]);
-			return pg_failed(st, num, "taking a number", cause);
-		}
-		if (PQresultStatus(res[1]) == PGRES_FATAL_ERROR &&
-		    (constraint = PQresultErrorField(res[1],
-		    PG_DIAG_CONSTRAINT_NAME)) != NULL &&
-		    strcmp(constraint, "idem_submission_pkey") == 0) {
-			/*
-			 * Reserved by another broker since the number was
-			 * taken: the next turn reads its row.
-			 */
-			PQclear(num);
-			PQclear(res[1]);
-			continue;
-		}
-		if (PQresultStatus(res[1]) != PGRES_TUPLES_OK ||
-		    PQntuples(res[1]) != 1) {
-			PQclear(num);
-			return pg_failed(st, res[1], "reserving", cause);
-		}
-		if (!PQgetisnull(num, 0, NUMBER_ROW_FIRST)) {
-			/* The key's row (nothing was inserted): judge it. */
-			i = pg_row_fill(num, 0, NUMBER_ROW_FIRST, key->kind,
-			    row, cause);
-			PQclear(num);
-			PQclear(res[1]);
-			return i == 0 ? 0 : -1;
-		}
-		if ((uint32_t)pg_value_i64(num, 0, 1) != day) {
-			/* The server's day is not the one scanned: again. */
-			day = (uint32_t)pg_value_i64(num, 0, 1);
-			PQclear(num);
-			PQclear(res[1]);
-			continue;
-		}
-		if (PQgetisnull(num, 0, 2)) {
-			PQclear(num);
-			PQclear(res[1]);
-			errno = ERANGE;		/* the day's numbers are used up */
-			return -1;
-		}
-		*e = *want;
-		e->kind = (uint8_t)key->kind;
-		e->key_length = 0;
-		e->state = SUBTAB_RESERVED;
-		e->date = day;
-		e->seq = (uint32_t)pg_value_i64(num, 0, 2);
-		e->created_at_ms = pg_value_i64(num, 0, 0);
-		e->reserved_at_ms = e->created_at_ms;
-		e->updated_at_ms = e->created_at_ms;
-		memset(e->file_digest, 0, sizeof e->file_digest);
-		PQclear(num);
-		name_of(e, id, path);
-		if (PQgetisnull(res[1], 0, 0)) {
-			/*
-			 * A number, no row: the insert did not see it (it ran
-			 * on another session, a pooler's).  The number stays
-			 * unused; the next turn takes another.
-			 */
-			PQclear(res[1]);
-			memset(row, 0, sizeof *row);
-			continue;
-		}
-		if (strcmp(PQgetvalue(res[1], 0, 0), id) != 0) {
-			/* Never expected: the SQL's name is taskfile's. */
-			asprintf(cause, "PostgreSQL: the reservation named %s, "
-			    "idem names it %s", PQgetvalue(res[1], 0, 0), id);
-			PQclear(res[1]);
-			memset(row, 0, sizeof *row);
-			errno = EPROTO;
-			return -1;
-		}
-		PQclear(res[1]);
-		snprintf(row->token, sizeof row->token, "%s", token);
-		row->epoch = 1;
-		snprintf(row->owner, sizeof row->owner, "%s", st->host);
-		row->lease_ms_left = st->lease_ms;
-		row->owner_alive = 1;
-		return 1;
-	}
-	asprintf(cause, "PostgreSQL: reserving: no stable outcome after %d "
-	    "tries (the key's row came and went, or the day kept changing)",
-	    CLAIM_TRIES);
-	errno = EAGAIN;
-	return -1;
-}
-
-int
-pgstore_reserve(struct pgstore *st, const struct pgstore_key *key,
-    const struct subtab_entry *want, struct pgstore_row *row, char **cause)
-{
-	int	rc = pgstore_claim(st, key, want, row, cause);
-
-	if (rc == 0)
-		pgstore_row_clear(row);
-	return rc;
 }
 
 int
@@ -910,24 +581,31 @@ pg_fenced_update(struct pgstore *st, enum pg_prepared prep, const char *sql,
 	    what, cause);
 }
 
-#define GRANT_SQL \
-	"UPDATE idem_submission SET lease_granted = true, lease_expires = " \
-	"clock_timestamp() + $7::integer * interval '1 millisecond', " \
-	"updated_at = clock_timestamp() WHERE " KEY_WHERE " AND epoch = $5 " \
-	"AND owner_token = $6 AND state < 3"
-
-/* The grant's parameters; epoch_s and lease hold their text. */
-static void
-grant_params(struct pgstore *st, const struct pgstore_key *key,
-    int64_t epoch, const char *token, struct pg_params *p, char epoch_s[24],
-    char lease[16])
+void
+pg_grant_params(const struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, struct pg_params *p,
+    struct pg_fence_text *t)
 {
 	pg_params_key(p, st, key);
-	snprintf(epoch_s, 24, "%" PRId64, epoch);
-	snprintf(lease, 16, "%d", st->lease_ms);
-	p->v[p->n++] = epoch_s;
+	snprintf(t->epoch, sizeof t->epoch, "%" PRId64, epoch);
+	snprintf(t->lease, sizeof t->lease, "%d", st->lease_ms);
+	p->v[p->n++] = t->epoch;
 	p->v[p->n++] = token;
-	p->v[p->n++] = lease;
+	p->v[p->n++] = t->lease;
+}
+
+void
+pg_commit_params(const struct pgstore *st, const struct pgstore_key *key,
+    int64_t epoch, const char *token, const uint8_t *file_digest,
+    const char *receipt, struct pg_params *p, struct pg_fence_text *t)
+{
+	pg_params_key(p, st, key);
+	snprintf(t->epoch, sizeof t->epoch, "%" PRId64, epoch);
+	digest_to_hex(file_digest, t->digest);
+	p->v[p->n++] = t->epoch;
+	p->v[p->n++] = token;
+	p->v[p->n++] = t->digest;
+	p->v[p->n++] = receipt;
 }
 
 int
@@ -946,14 +624,14 @@ pgstore_grant_send(struct pgstore *st, const struct pgstore_key *key,
 	PGconn		*conn;
 	PGresult	*res;
 	struct pg_params p;
-	char		 epoch_s[24], lease[16];
+	struct pg_fence_text t;
 
 	*cause = NULL;
 	if ((conn = pg_conn(st, cause)) == NULL)
 		return -1;
 	if ((res = pg_prepare(st, conn, PG_PREP_GRANT, GRANT_SQL)) != NULL)
 		return pg_failed(st, res, "preparing the grant", cause);
-	grant_params(st, key, epoch, token, &p, epoch_s, lease);
+	pg_grant_params(st, key, epoch, token, &p, &t);
 	/* A blocking connection: the whole message is sent, or it failed. */
 	if (PQsendQueryPrepared(conn, pg_prepared_names[PG_PREP_GRANT], p.n,
 	    p.v, NULL, NULL, 0) != 1)
@@ -967,7 +645,7 @@ pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
 {
 	PGresult	*res;
 	struct pg_params p;
-	char		 epoch_s[24], lease[16];
+	struct pg_fence_text t;
 
 	*cause = NULL;
 	/* Its last result, never "UPDATE 1" alone (pg_last_result). */
@@ -979,7 +657,7 @@ pgstore_grant_wait(struct pgstore *st, const struct pgstore_key *key,
 		 */
 		PQclear(res);
 		st->prepared &= ~(1u << PG_PREP_GRANT);
-		grant_params(st, key, epoch, token, &p, epoch_s, lease);
+		pg_grant_params(st, key, epoch, token, &p, &t);
 		return pg_fenced_update(st, PG_PREP_GRANT, GRANT_SQL, &p,
 		    "granting a lease", cause);
 	}
@@ -992,21 +670,12 @@ pgstore_commit(struct pgstore *st, const struct pgstore_key *key,
     const char *receipt, char **cause)
 {
 	struct pg_params p;
-	char		epoch_s[24], digest[IDEM_DIGEST_HEX_SIZE];
+	struct pg_fence_text t;
 
 	*cause = NULL;
-	pg_params_key(&p, st, key);
-	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
-	digest_to_hex(file_digest, digest);
-	p.v[p.n++] = epoch_s;
-	p.v[p.n++] = token;
-	p.v[p.n++] = digest;
-	p.v[p.n++] = receipt;
-	return pg_fenced_update(st, PG_PREP_COMMIT, "UPDATE idem_submission "
-	    "SET state = 3, "
-	    "file_digest = $7, receipt = $8, updated_at = clock_timestamp() "
-	    "WHERE " KEY_WHERE " AND epoch = $5 AND owner_token = $6 AND "
-	    "state < 3", &p, "committing", cause);
+	pg_commit_params(st, key, epoch, token, file_digest, receipt, &p, &t);
+	return pg_fenced_update(st, PG_PREP_COMMIT, COMMIT_SQL, &p,
+	    "committing", cause);
 }
 
 int
@@ -1034,7 +703,7 @@ pgstore_renumber(struct pgstore *st, const struct pgstore_key *key,
 	 * Today's number, as the local store does (seqalloc_next): the
 	 * name's day is the day the name was taken.
 	 */
-	name_of(&e, id, path);
+	pg_name_of(&e, id, path);
 	pg_params_key(&p, st, key);
 	snprintf(epoch_s, sizeof epoch_s, "%" PRId64, epoch);
 	snprintf(date, sizeof date, "%" PRIu32, e.date);

@@ -65,13 +65,52 @@ enum pg_prepared {
 	PG_PREP_READ,
 	PG_PREP_GRANT,
 	PG_PREP_COMMIT,
-	PG_PREP_GRANT_BATCH,
-	PG_PREP_COMMIT_BATCH,
+	PG_PREP_STEP_BATCH,
 	PG_PREP_COUNT
 };
 extern const char *const pg_prepared_names[PG_PREP_COUNT];
 
+/*
+ * The grant and the commit of one row under its fence ($1..$4 the key,
+ * $5 epoch, $6 token; the grant's $7 the lease in ms, the commit's $7
+ * the file's digest, $8 the receipt): 1 row changed, or 0.
+ */
+#define GRANT_SQL \
+	"UPDATE idem_submission SET lease_granted = true, lease_expires = " \
+	"clock_timestamp() + $7::integer * interval '1 millisecond', " \
+	"updated_at = clock_timestamp() WHERE " KEY_WHERE " AND epoch = $5 " \
+	"AND owner_token = $6 AND state < 3"
+#define COMMIT_SQL \
+	"UPDATE idem_submission SET state = 3, file_digest = $7, receipt = " \
+	"$8, updated_at = clock_timestamp() WHERE " KEY_WHERE " AND epoch = " \
+	"$5 AND owner_token = $6 AND state < 3"
+
+/* A grant's or a commit's parameters; the buffers hold their text. */
+struct pg_fence_text {
+	char	epoch[24];
+	char	lease[16];
+	char	digest[2 * IDEM_SHA256_BYTES + 1];
+};
+
+/* ---- pg_claim.c ----------------------------------------------------- */
+
+/* The claim's turn as its two statements' parameters (NUMBER, CLAIM). */
+void	 pg_claim_params(const struct pgstore *, const struct pgstore_claim *,
+	    struct pg_params *number, struct pg_params *row);
+extern const char pg_number_sql[], pg_claim_sql[];
+
 /* ---- pg_conn.c ------------------------------------------------------ */
+
+void	 pg_grant_params(const struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, struct pg_params *,
+	    struct pg_fence_text *);
+void	 pg_commit_params(const struct pgstore *, const struct pgstore_key *,
+	    int64_t epoch, const char *token, const uint8_t *file_digest,
+	    const char *receipt, struct pg_params *, struct pg_fence_text *);
+/* A task's id and path from its entry's kind, day, number and roles. */
+void	 pg_name_of(const struct subtab_entry *,
+	    char id[IDEM_MAX_TASK_ID_BYTES + 16],
+	    char path[IDEM_MAX_TASK_PATH_BYTES]);
 
 /* Prepare which as sql on this session unless it has it: NULL, or the failure. */
 PGresult *pg_prepare(struct pgstore *, PGconn *, enum pg_prepared which,
