@@ -208,10 +208,13 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	return 1;
 }
 
-/* reply's text after {"ok":true, behind the fingerprint, stored in slot. */
+/*
+ * reply's text after {"ok":true, behind the fingerprint, stored in slot
+ * if it still holds entry, the one reply was built from.
+ */
 static void
 store_reply(struct idemd *d, const struct fastpath_hint *hint, uint32_t slot,
-    json_t *reply)
+    const struct subtab_entry *entry, json_t *reply)
 {
 	uint8_t		 buf[SHM_RECEIPT_MAX_BYTES];
 	size_t		 length, skip = sizeof FASTPATH_REPLY_OK - 1;
@@ -226,9 +229,12 @@ store_reply(struct idemd *d, const struct fastpath_hint *hint, uint32_t slot,
 		memcpy(buf, hint->fingerprint, IDEM_FAST_FINGERPRINT_BYTES);
 		memcpy(buf + IDEM_FAST_FINGERPRINT_BYTES, text + skip,
 		    length - skip);
-		/* Stored meanwhile: this one is not needed. */
+		/*
+		 * Stored meanwhile (not needed), or the slot was given to
+		 * another entry since the look below (not its reply).
+		 */
 		(void)receipts_put(&d->seg, slot, hint->key, hint->key_length,
-		    buf, IDEM_FAST_FINGERPRINT_BYTES + length - skip);
+		    entry, buf, IDEM_FAST_FINGERPRINT_BYTES + length - skip);
 	}
 	free(text);
 }
@@ -257,7 +263,7 @@ fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
 	json_object_set_new(reply, "action_taken", json_false());
 	json_object_set_new(reply, "idempotent", json_true());
 	json_object_set(reply, "receipt", receipt);
-	store_reply(d, hint, sub->slot, reply);
+	store_reply(d, hint, sub->slot, &sub->entry, reply);
 	json_decref(reply);
 }
 
@@ -276,7 +282,10 @@ fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
 	    hint->key_length != key_length ||
 	    memcmp(hint->key, key, key_length) != 0)
 		return;
-	/* The entry the reply was built from, committed in its slot. */
+	/*
+	 * The entry the reply was built from, committed in its slot: a
+	 * cheap look first; receipts_put checks again under the lock.
+	 */
 	if (subtab_lookup(&d->seg, key, key_length, &x, &slot) != 1 ||
 	    x.kind != SUBTAB_KIND_EFFECT || x.state != SUBTAB_COMMITTED ||
 	    x.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
@@ -290,5 +299,5 @@ fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
 	    memcmp(x.file_digest, entry->file_digest, IDEM_SHA256_BYTES) != 0 ||
 	    receipts_get(&d->seg, slot, buf, &length) == 1)
 		return;
-	store_reply(d, hint, slot, reply);
+	store_reply(d, hint, slot, entry, reply);
 }
