@@ -428,6 +428,8 @@ struct worker *conn_worker(struct conn *);
 /* pending.c's side: the request p runs; its reply, and the next lines. */
 void	 conn_start(struct conn *, struct pending *);
 void	 conn_answer(struct conn *, json_t *reply);
+/* The same with an ok:true reply already written (without its newline). */
+void	 conn_answer_text(struct conn *, const char *, size_t);
 
 /* pending.c: parked requests and the journal hand-off */
 typedef void (*pending_resume_fn)(struct pending *);
@@ -505,6 +507,8 @@ void	 pending_wait_durable(struct pending *, uint64_t end, uint64_t epoch,
 void	 pending_wait_claim(struct pending *, pending_resume_fn);
 /* Reply on the pending's connection (if still there) and free it. */
 void	 pending_reply(struct pending *, json_t *);
+/* The same with an ok:true reply written as text (replytext.c). */
+void	 pending_reply_text(struct pending *, const char *, size_t);
 /* Resume every parked request of the worker whose wait is over. */
 void	 pending_run_parked(struct worker *);
 /* After a pass of the loop: kick the journaler for the records it appended. */

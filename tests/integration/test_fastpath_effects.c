@@ -557,6 +557,139 @@ fx_shutting_down_refuses(void **state)
 	harness_finish(b);
 }
 
+static void
+assert_janssons_receipt(json_t *receipt, const char *const *members,
+    const char *reply)
+{
+	const char	*key;
+	json_t		*v;
+	int		 i = 0;
+
+	if (!json_is_object(receipt))
+		fail_msg("no receipt: %s", reply);
+	json_object_foreach(receipt, key, v) {
+		if (members[i] == NULL || strcmp(key, members[i]) != 0)
+			fail_msg("receipt member %d is %s: %s", i, key, reply);
+		i++;
+	}
+	assert_null(members[i]);
+}
+
+/*
+ * reply is what jansson dumps of its own parse (compact, in order: no
+ * byte written another way) and holds the members named, in order.
+ */
+static void
+assert_janssons(const char *reply, const char *const *members,
+    const char *const *receipt)
+{
+	json_t		*r = json_loads(reply, JSON_ALLOW_NUL, NULL), *v;
+	const char	*key;
+	char		*again;
+	int		 i = 0;
+
+	if (r == NULL)
+		fail_msg("does not parse: %s", reply);
+	again = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	assert_non_null(again);
+	assert_string_equal(again, reply);
+	free(again);
+	json_object_foreach(r, key, v) {
+		if (members[i] == NULL || strcmp(key, members[i]) != 0)
+			fail_msg("member %d is %s: %s", i, key, reply);
+		i++;
+	}
+	assert_null(members[i]);
+	if (receipt != NULL)
+		assert_janssons_receipt(json_object_get(r, "receipt"), receipt,
+		    reply);
+	json_decref(r);
+}
+
+/*
+ * effect_begin's proceed and effect_complete's commit are written as
+ * text (broker/replytext.c): with every kind of id, member names and
+ * values that need escapes, and results of every JSON type, each is
+ * jansson's dump with SPEC.md's members in their order; the receipt is
+ * the one a retry gets from the full path, byte for byte.
+ */
+static void
+fx_text_replies_are_janssons(void **state)
+{
+	static const char *const proceed_members[] = { "ok", "id",
+	    "disposition", "idempotent", "client_submission_id",
+	    "effect_kind", "attempt", "fence", "external_key",
+	    "digest_schema", "request_digest", "lease_ms",
+	    "lease_expires_at", NULL };
+	static const char *const commit_members[] = { "ok", "id",
+	    "action_taken", "idempotent", "state", "receipt", NULL };
+	static const char *const receipt_members[] = {
+	    "client_submission_id", "effect_kind", "digest_schema",
+	    "request_digest", "external_key", "attempt", "result", "state",
+	    "committed_at", NULL };
+	static const char *const ids[] = { "0", "-9223372036854775807",
+	    "1.5", "1e300", "null", "true", "false", "\"\"",
+	    "\"\\u00e9\\u2028 \\\" \\\\ \\/ \\n\\t\\u0001\\u007f\"", NULL };
+	static const char *const csids[] = { "plain", "q\\\"uote",
+	    "back\\\\slash", "!#$%&'()*+,-./:;<=>?@[]^_`{|}~", NULL };
+	static const char *const results[] = { "null", "true", "0", "-1",
+	    "0.1", "1e-7", "\"\"", "\"\\u00e9\\ud83d\\ude00 \\\"\\\\\\/\\b\\f"
+	    "\\n\\r\\t\\u001f\"", "[]", "{}", "[1,{\"a\":[null,{\"\":\"\"}]}]",
+	    "{\"z\":1,\"a\":2,\"m\":{\"y\":[true,false]}}", NULL };
+	struct broker	*b = *state;
+	char		*line, *reply, *retry, *fence, csid[64];
+	json_t		*r;
+	int		 fd, i, j;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	for (i = 0; csids[i] != NULL; i++) {
+		for (j = 0; results[j] != NULL; j++) {
+			snprintf(csid, sizeof csid, "%s-%d", csids[i], j);
+			if (asprintf(&line, "{\"op\":\"effect_begin\",\"id\":%s,"
+			    "\"client_submission_id\":\"%s\",\"effect_kind\":"
+			    "\"%s\",\"request\":{\"n\":%d}}", ids[j % 9],
+			    csid, csids[(i + 1) % 4], j) == -1)
+				fail_msg("asprintf");
+			reply = harness_raw_exchange(fd, line);
+			free(line);
+			assert_janssons(reply, proceed_members, NULL);
+			assert_non_null(r = json_loads(reply, 0, NULL));
+			assert_non_null(harness_str(r, "fence"));
+			fence = strdup(harness_str(r, "fence"));
+			json_decref(r);
+			free(reply);
+			if (asprintf(&line, "{\"op\":\"effect_complete\",\"id\":"
+			    "%s,\"client_submission_id\":\"%s\",\"effect_kind\":"
+			    "\"%s\",\"fence\":\"%s\",\"outcome\":\"applied\","
+			    "\"result\":%s}", ids[(j + 1) % 9], csid,
+			    csids[(i + 1) % 4], fence, results[j]) == -1)
+				fail_msg("asprintf");
+			reply = harness_raw_exchange(fd, line);
+			free(line);
+			free(fence);
+			assert_janssons(reply, commit_members, receipt_members);
+			/* A retry's receipt, by the full path: the same. */
+			if (asprintf(&line, "{\"request\":{\"n\":%d},\"op\":"
+			    "\"effect_begin\",\"client_submission_id\":\"%s\","
+			    "\"effect_kind\":\"%s\"}", j, csid,
+			    csids[(i + 1) % 4]) == -1)
+				fail_msg("asprintf");
+			retry = harness_raw_exchange(fd, line);
+			free(line);
+			assert_disposition(retry, "reused");
+			assert_non_null(strstr(reply, "\"receipt\":"));
+			assert_non_null(strstr(retry, "\"receipt\":"));
+			assert_string_equal(strstr(retry, "\"receipt\":"),
+			    strstr(reply, "\"receipt\":"));
+			free(retry);
+			free(reply);
+		}
+	}
+	close(fd);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	harness_teardown)
 
@@ -572,6 +705,7 @@ main(void)
 		T(fx_fast_again_after_kill9_restart),
 		T(fx_after_compaction),
 		T(fx_shutting_down_refuses),
+		T(fx_text_replies_are_janssons),
 	};
 
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
