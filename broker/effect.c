@@ -387,7 +387,10 @@ receipt_text(struct replytext *t, const struct effect *e, const char *result,
 /*
  * The commit's reply, its receipt's result the request's own compact
  * JSON (e->result, the bytes the arena holds: a reply built from them
- * dumps them unchanged).  0, or -1: answer through the tree.
+ * dumps them unchanged); and, if this worker answered the proceed of
+ * this attempt to a line the fast path fingerprinted, the reply a
+ * retry of that line gets from now on, stored at once (fastpath.c:
+ * the first retry is fast too).  0, or -1: answer through the tree.
  */
 static int
 effect_answer_committed_text(struct pending *p,
@@ -395,15 +398,27 @@ effect_answer_committed_text(struct pending *p,
 {
 	struct effect		*e = effect_of(p);
 	struct replytext	*t = effect_text_start(p->id);
-	size_t			 reply_end;
+	struct fastpath_hint	 hint;
+	size_t			 reply_end, receipt_at;
 
 	receipt_head_text(t, e, disposition, 1);
+	receipt_at = t->length;
 	if (receipt_text(t, e, e->result, e->result_length) != 0)
 		return -1;
 	replytext_lit(t, "}");
 	reply_end = t->length;
 	if (t->failed)
 		return -1;
+	if (!e->pruned && fastpath_effect_begun(e->key, e->key_length,
+	    &e->entry, &hint)) {
+		/* After {"ok":true, as fastpath.c stores them. */
+		receipt_head_text(t, e, DISPOSITION_REUSED, 0);
+		replytext_raw(t, t->buf + receipt_at, reply_end - receipt_at);
+		if (!t->failed)
+			fastpath_remember_effect_text(idemd_of(p), &hint,
+			    e->key, e->key_length, &e->entry,
+			    t->buf + reply_end, t->length - reply_end);
+	}
 	pending_reply_text(p, t->buf, reply_end);
 	return 0;
 }
@@ -500,6 +515,8 @@ effect_proceed(struct pending *p)
 	fence_format(&e->entry, fence);
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
 	digest_to_hex(e->entry.request_digest, hex);
+	/* A later commit of this attempt stores its retries' reply. */
+	fastpath_effect_proceeded(&e->fast, e->key, e->key_length, &e->entry);
 	t = effect_text_start(p->id);
 	text_member_string(t, "\"disposition\":",
 	    wire_disposition_name(DISPOSITION_PROCEED));

@@ -181,16 +181,20 @@ both_paths(struct broker *b, int fd, const char *kind, const char *id,
 	return quick;
 }
 
-/* The first retry in the stored order: the full path, which stores it. */
+/*
+ * The first retry in the stored order, the begin's (proceed): fast when
+ * the commit stored its reply (it fits the store), else the full path,
+ * which stores it.
+ */
 static char *
 first_retry(struct broker *b, int fd, const char *kind, const char *id,
-    const char *request)
+    const char *request, int fast)
 {
 	char		*line = begin_line(kind, id, request, "1", 0), *reply;
 	json_int_t	 before = harness_stat(b, FAST_STAT);
 
 	reply = harness_raw_exchange(fd, line);
-	assert_int_equal(harness_stat(b, FAST_STAT), before);
+	assert_int_equal(harness_stat(b, FAST_STAT), before + (fast ? 1 : 0));
 	assert_disposition(reply, "reused");
 	free(line);
 	return reply;
@@ -206,13 +210,13 @@ static void
 fx_fast_reply_is_byte_identical(void **state)
 {
 	struct broker	*b = *state;
-	char		*reply, *quick, *line;
+	char		*reply, *quick, *line, *full;
 	int		 fd, i;
 
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-same", REQUEST, "{\"sent\":true}");
-	free(first_retry(b, fd, KIND, "fx-same", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-same", REQUEST, 1));
 	free(both_paths(b, fd, KIND, "fx-same", REQUEST, NULL, 1));
 	for (i = 0; plain_ids[i] != NULL; i++)
 		free(both_paths(b, fd, KIND, "fx-same", REQUEST, plain_ids[i],
@@ -222,9 +226,9 @@ fx_fast_reply_is_byte_identical(void **state)
 	reply = harness_raw_exchange(fd, " { \"op\":\"effect_begin\" ,\t\"id\" : 5 ,\r"
 	    "\"client_submission_id\":\"fx-same\",\"effect_kind\":\"" KIND
 	    "\",\"request\":" REQUEST ",\"lease_ms\":30000 } ");
-	assert_int_equal(harness_stat(b, FAST_STAT), 2 + i);
-	quick = harness_raw_exchange(fd, line);
 	assert_int_equal(harness_stat(b, FAST_STAT), 3 + i);
+	quick = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, FAST_STAT), 4 + i);
 	assert_string_equal(reply, quick);
 	free(quick);
 	free(reply);
@@ -245,12 +249,23 @@ fx_fast_reply_is_byte_identical(void **state)
 	    "\"observed\":\"applied\",\"result\":[1,2],\"source\":\"t\"}}");
 	assert_non_null(strstr(reply, "\"ok\":true"));
 	free(reply);
-	free(first_retry(b, fd, KIND, "fx-recovered", REQUEST));
-	reply = both_paths(b, fd, KIND, "fx-recovered", REQUEST, "\"r\"", 1);
+	/*
+	 * Stored at the commit for the line that was given the proceed
+	 * (its lease of 100 ms): that line is fast, "recovered" the same
+	 * way; another line's first retry is the full path's, which
+	 * stores nothing over it.
+	 */
+	full = first_retry(b, fd, KIND, "fx-recovered", REQUEST, 0);
+	reply = harness_raw_exchange(fd, "{\"op\":\"effect_begin\",\"id\":1,"
+	    "\"client_submission_id\":\"fx-recovered\",\"effect_kind\":\""
+	    KIND "\",\"request\":" REQUEST ",\"lease_ms\":100}");
+	assert_int_equal(harness_stat(b, FAST_STAT), 5 + i);
+	assert_string_equal(reply, full);
 	assert_non_null(strstr(reply, "\"recovered\":true"));
 	free(reply);
-	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 2. */
-	assert_int_equal(harness_stat(b, "effects_reused"), 2 * i + 8);
+	free(full);
+	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 1. */
+	assert_int_equal(harness_stat(b, "effects_reused"), 2 * i + 7);
 	close(fd);
 	harness_finish(b);
 }
@@ -266,13 +281,13 @@ fx_doubts_take_the_full_parse(void **state)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-doubt", REQUEST, "\"done\"");
-	free(first_retry(b, fd, KIND, "fx-doubt", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-doubt", REQUEST, 1));
 	free(both_paths(b, fd, KIND, "fx-doubt", REQUEST, "1", 1));
 	/* Another request under the key: conflict, by the full path. */
 	line = begin_line(KIND, "fx-doubt", "{\"to\":\"other\"}", "1", 0);
 	reply = harness_raw_exchange(fd, line);
 	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(reply);
 	free(line);
 	/* meta is never on the fast path. */
@@ -280,7 +295,7 @@ fx_doubts_take_the_full_parse(void **state)
 	    "\":\"fx-doubt\",\"effect_kind\":\"" KIND "\",\"request\":"
 	    REQUEST ",\"lease_ms\":30000,\"meta\":{\"trace\":\"t\"}}");
 	assert_disposition(reply, "reused");
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(reply);
 	/* The same id under another kind: another effect. */
 	fence = proceed(fd, "other.kind/v1", "fx-doubt", REQUEST);
@@ -299,7 +314,7 @@ fx_doubts_take_the_full_parse(void **state)
 	    "\":\"fx-do\\u0075bt\",\"effect_kind\":\"" KIND "\",\"request\":"
 	    REQUEST ",\"lease_ms\":30000}");
 	assert_disposition(reply, "reused");
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(reply);
 	close(fd);
 	harness_finish(b);
@@ -326,7 +341,7 @@ fx_key_lengths_up_to_max(void **state)
 			memset(id, '0' + (int)i, ids[i]);
 			id[ids[i]] = '\0';
 			commit(fd, kind, id, REQUEST, "{\"k\":1}");
-			free(first_retry(b, fd, kind, id, REQUEST));
+			free(first_retry(b, fd, kind, id, REQUEST, 1));
 			reply = both_paths(b, fd, kind, id, REQUEST, "9", 1);
 			assert_non_null(strstr(reply, id));
 			free(reply);
@@ -355,7 +370,7 @@ fx_results_near_the_store_limit(void **state)
 	result = result_of(100);
 	commit(fd, KIND, "fx-probe", REQUEST, result);
 	free(result);
-	reply = first_retry(b, fd, KIND, "fx-probe", REQUEST);
+	reply = first_retry(b, fd, KIND, "fx-probe", REQUEST, 1);
 	overhead = FINGERPRINT + strlen(reply) -
 	    strlen("{\"ok\":true,\"id\":1,") - 100;
 	free(reply);
@@ -367,14 +382,14 @@ fx_results_near_the_store_limit(void **state)
 		result = result_of(pad);
 		commit(fd, KIND, id, REQUEST, result);
 		free(result);
-		free(first_retry(b, fd, KIND, id, REQUEST));
+		free(first_retry(b, fd, KIND, id, REQUEST, d <= 0));
 		reply = both_paths(b, fd, KIND, id, REQUEST, "2", d <= 0);
 		free(reply);
 	}
 	result = result_of(HUGE_PAD);
 	commit(fd, KIND, "fx-huge", REQUEST, result);
 	free(result);
-	free(first_retry(b, fd, KIND, "fx-huge", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-huge", REQUEST, 0));
 	reply = both_paths(b, fd, KIND, "fx-huge", REQUEST, "3", 0);
 	assert_true(strlen(reply) > HUGE_PAD);
 	free(reply);
@@ -392,7 +407,7 @@ restart_checks(struct broker *b, int kill9)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-restart", REQUEST, "{\"a\":[1,2,3]}");
-	free(first_retry(b, fd, KIND, "fx-restart", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-restart", REQUEST, 1));
 	before = both_paths(b, fd, KIND, "fx-restart", REQUEST, "4", 1);
 	close(fd);
 	if (kill9)
@@ -468,7 +483,7 @@ fx_after_compaction(void **state)
 	result = result_of(500);
 	commit(fd, KIND, "fx-target", REQUEST, result);
 	free(result);
-	free(first_retry(b, fd, KIND, "fx-target", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-target", REQUEST, 1));
 	whole = both_paths(b, fd, KIND, "fx-target", REQUEST, "6", 1);
 	assert_null(strstr(whole, "receipt_pruned"));
 	/* Two checkpoints after the commit: the second indexed it. */
@@ -531,7 +546,7 @@ fx_shutting_down_refuses(void **state)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-down", REQUEST, "true");
-	free(first_retry(b, fd, KIND, "fx-down", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-down", REQUEST, 1));
 	free(both_paths(b, fd, KIND, "fx-down", REQUEST, "8", 1));
 	assert_non_null(realpath(b->root, root));
 	memset(&seg, 0, sizeof seg);
@@ -549,7 +564,7 @@ fx_shutting_down_refuses(void **state)
 	free(reply);
 	free(full);
 	atomic_store(&seg.header->shutting_down, 0);
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(both_paths(b, fd, KIND, "fx-down", REQUEST, "8", 1));
 	shm_detach(&seg);
 	free(line);
