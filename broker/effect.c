@@ -409,11 +409,12 @@ effect_answer_committed_text(struct pending *p,
 	reply_end = t->length;
 	if (t->failed)
 		return -1;
-	if (!e->pruned && fastpath_effect_begun(e->key, e->key_length,
-	    &e->entry, &hint)) {
+	/* Only a receipt the store can hold (its 4 KiB, more than enough). */
+	if (!e->pruned && reply_end - receipt_at < SHM_RECEIPT_MAX_BYTES &&
+	    fastpath_effect_begun(e->key, e->key_length, &e->entry, &hint)) {
 		/* After {"ok":true, as fastpath.c stores them. */
 		receipt_head_text(t, e, DISPOSITION_REUSED, 0);
-		replytext_raw(t, t->buf + receipt_at, reply_end - receipt_at);
+		replytext_copy(t, receipt_at, reply_end - receipt_at);
 		if (!t->failed)
 			fastpath_remember_effect_text(idemd_of(p), &hint,
 			    e->key, e->key_length, &e->entry,

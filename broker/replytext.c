@@ -78,6 +78,18 @@ replytext_lit(struct replytext *t, const char *s)
 	replytext_raw(t, s, strlen(s));
 }
 
+void
+replytext_copy(struct replytext *t, size_t offset, size_t n)
+{
+	/* Room first: growing may move the buffer the bytes are in. */
+	if (offset + n > t->length || reserve(t, n) != 0) {
+		t->failed = 1;
+		return;
+	}
+	memcpy(t->buf + t->length, t->buf + offset, n);
+	t->length += n;
+}
+
 /* jansson's dump of value, appended. */
 static void
 dump(struct replytext *t, json_t *value)

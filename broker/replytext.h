@@ -27,6 +27,8 @@ void	replytext_free(struct replytext *);
 /* Bytes as they are (punctuation, member names, a serialised value). */
 void	replytext_raw(struct replytext *, const void *, size_t);
 void	replytext_lit(struct replytext *, const char *);
+/* length bytes of the text itself from offset, appended again. */
+void	replytext_copy(struct replytext *, size_t offset, size_t length);
 /* A JSON string holding length bytes of s (UTF-8), escaped as jansson. */
 void	replytext_string(struct replytext *, const char *s, size_t length);
 void	replytext_int(struct replytext *, int64_t);

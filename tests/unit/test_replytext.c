@@ -5,7 +5,8 @@
  * of each pair of bytes 0x01..0x7f (the escapes and their neighbours),
  * UTF-8 of one to four bytes, NUL inside a string, integers at their
  * ends, and every kind of scalar an id may be; and a text that grows
- * past its first buffer keeps every byte.
+ * past its first buffer keeps every byte, a copy of its own bytes too
+ * while the buffer moves.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -97,6 +98,13 @@ test_grows_whole(void **state)
 	assert_int_equal(t.length, 1 + sizeof want + 3);
 	assert_memory_equal(t.buf + 1, want, sizeof want);
 	assert_memory_equal(t.buf + 1 + sizeof want, "-42", 3);
+	/* A copy of its own bytes that makes it grow (the buffer moves). */
+	replytext_copy(&t, 1, sizeof want);
+	assert_false(t.failed);
+	assert_int_equal(t.length, 1 + 2 * sizeof want + 3);
+	assert_memory_equal(t.buf + 4 + sizeof want, want, sizeof want);
+	replytext_copy(&t, t.length, 1);
+	assert_true(t.failed);
 	replytext_free(&t);
 }
 
