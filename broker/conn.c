@@ -210,6 +210,13 @@ conn_answer(struct conn *c, json_t *reply)
 	c->worker->dispatch(c);
 }
 
+const char *
+conn_line(struct conn *c, size_t *length)
+{
+	*length = c->line != NULL ? c->line_length : 0;
+	return c->line;
+}
+
 /* conn_answer with an ok:true reply written as text (replytext.c). */
 void
 conn_answer_text(struct conn *c, const char *text, size_t length)

@@ -989,6 +989,7 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	struct effect		*e;
 	struct pending		*p;
 	struct idemd		*d;
+	int			 rc;
 
 	if ((p = pending_new_op(conn, id, BACKEND_EFFECT_OP_SIZE +
 	    conn_idemd(conn)->be->effect_state_size, effect_free)) == NULL)
@@ -997,8 +998,12 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	e->op = op;
 	if (op == EFFECT_BEGIN)
 		fastpath_hint_take(&e->fast);
+	if (op == EFFECT_COMPLETE)
+		e->line = conn_line(conn, &e->line_length);
 	d = idemd_of(p);
-	if (effect_parse(op, request, e, &err) != 0) {
+	rc = effect_parse(op, request, e, &err);
+	e->line = NULL;		/* freed once the handler returns */
+	if (rc != 0) {
 		atomic_fetch_add(&d->seg.header->counters.errors, 1);
 		pending_reply(p, reply_error(&err, p->id));
 		return;

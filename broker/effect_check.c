@@ -5,7 +5,8 @@
  * (effect.c carries them out), and the op table's checks, which read a
  * request the same way and change nothing.  Nothing here touches the
  * segment, the journal, a file or a connection: the fuzzer links this
- * file alone.
+ * file alone (with fastscan.c, whose fastscan_compact_member reads a
+ * complete's result from its line).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "digest.h"
+#include "fastscan.h"
 #include "idemd.h"
 
 static int	effect_check_op(enum effect_op, json_t *,
@@ -130,17 +132,30 @@ meta_field(json_t *request, struct request_error *err)
 	return 0;
 }
 
-/* result, as stored: its compact serialization, at most the limit. */
+/*
+ * result, as stored: its compact serialization, at most the limit.  A
+ * complete's top-level result already written as that serialization in
+ * its line (fastscan_compact_member) is copied, not dumped again.
+ */
 static int
 result_field(json_t *result, const char *path, struct effect *e,
     struct request_error *err)
 {
+	const char	*raw;
+	size_t		 raw_length;
+
 	e->has_result = result != NULL;
 	if (result == NULL)
 		result = json_null();
 	free(e->result);
-	e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
-	    JSON_PRESERVE_ORDER);
+	if (e->line != NULL && strcmp(path, "result") == 0 &&
+	    fastscan_compact_member(e->line, e->line_length, "result", &raw,
+	    &raw_length) && (e->result = malloc(raw_length + 1)) != NULL) {
+		memcpy(e->result, raw, raw_length);
+		e->result[raw_length] = '\0';
+	} else
+		e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
+		    JSON_PRESERVE_ORDER);
 	json_decref(e->result_json);
 	e->result_json = json_incref(result);
 	if (e->result == NULL)

@@ -424,6 +424,11 @@ void	 reply_invalid(struct conn *, json_t *id, struct request_error *);
 struct iovec;
 void	 conn_send_iov(struct conn *, const struct iovec *, int count);
 struct idemd *conn_idemd(struct conn *);
+/*
+ * The raw line of the request an op handler runs for, while it runs
+ * (from conn_dispatch); NULL anywhere else.
+ */
+const char *conn_line(struct conn *, size_t *length);
 struct worker *conn_worker(struct conn *);
 /* pending.c's side: the request p runs; its reply, and the next lines. */
 void	 conn_start(struct conn *, struct pending *);
@@ -725,6 +730,12 @@ struct effect {
 	/* The request's result as parsed (a reference): the receipt of
 	 * the commit it makes, without parsing result again. */
 	json_t			*result_json;
+	/*
+	 * complete: its raw line while effect_parse reads it (NULL: not
+	 * known), whose result may be kept as it stands (result_field).
+	 */
+	const char		*line;
+	size_t			 line_length;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
 	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;

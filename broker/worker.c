@@ -146,7 +146,10 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		err.retryable = 1;
 		goto refuse;
 	}
+	c->line = line;
+	c->line_length = length;
 	op->handler(c, request, id);
+	c->line = NULL;
 	json_decref(request);
 	return;
 refuse:
