@@ -6,8 +6,10 @@
  * request twice: with its members in the order the stored reply was
  * kept for (the fast path may answer it) and reordered (the fingerprint
  * differs: always the full path), and compares the two lines; stats'
- * effects_reused_fast says which path answered.  The first retry takes
- * the full path and stores the reply, the later ones are fast: with
+ * effects_reused_fast says which path answered.  The commit stores the
+ * reply for the begin's line, so its first retry is fast (a retry in
+ * other bytes, or after a restart, takes the full path, which stores
+ * it when nothing is stored), the later ones too: with
  * every id the fast path echoes, a recovered effect, kinds and ids of
  * every length up to the longest key, results on both sides of the
  * store's 4 KiB and near their 64 KiB limit; after a restart (SIGTERM,
@@ -15,7 +17,8 @@
  * while the arena holds the result, fast and whole; once the arena
  * reused its bytes, never fast and the tombstone (receipt_pruned) as the
  * full path says; while shutting down the refusal; another digest is a
- * conflict, meta and unfinished effects take the full path.
+ * conflict, meta and unfinished effects take the full path.  And the
+ * proceed and commit replies, written as text, are jansson's bytes.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
