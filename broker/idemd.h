@@ -577,9 +577,12 @@ struct request_error {
 int	 request_error_set(struct request_error *, enum wire_error,
 	    const char *field, const char *fmt, ...)
 	    __attribute__((format(printf, 4, 5)));
-/* The id (a scalar, or NULL) and op (a string without NUL) of a request. */
-int	 request_envelope(json_t *request, json_t **id, const char **op,
-	    struct request_error *);
+/*
+ * The id (a scalar, or NULL) and op (a string without NUL) of a request,
+ * parsed from line.
+ */
+int	 request_envelope(json_t *request, const char *line, size_t length,
+	    json_t **id, const char **op, struct request_error *);
 /* Parse one line: -1 with err for invalid_json / invalid_utf8 / not an object. */
 json_t	*request_parse(const char *line, size_t length,
 	    struct request_error *);
