@@ -111,6 +111,8 @@ fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
 /* ---- Replies ------------------------------------------------------------ */
 
 /* "idem-" and 32 hex digits of SHA-256(key, NUL, request digest). */
+_Static_assert(IDEM_EFFECT_EXTERNAL_KEY_SIZE >= 5 + 32 + 1,
+    "an external key's room holds idem- and 32 hex digits");
 static void
 external_key(const char *key, size_t key_length,
     const uint8_t digest[IDEM_SHA256_BYTES],
@@ -125,7 +127,9 @@ external_key(const char *key, size_t key_length,
 	memcpy(buf + key_length + 1, digest, IDEM_SHA256_BYTES);
 	digest_sha256(buf, key_length + 1 + IDEM_SHA256_BYTES, sum);
 	digest_to_hex(sum, hex);
-	snprintf(out, IDEM_EFFECT_EXTERNAL_KEY_SIZE, "idem-%.32s", hex);
+	memcpy(out, "idem-", 5);
+	memcpy(out + 5, hex, 32);
+	out[5 + 32] = '\0';
 }
 
 const char *

@@ -105,6 +105,7 @@ static int
 effect_key(json_t *request, struct effect *e, struct request_error *err)
 {
 	const char	*id;
+	size_t		 n, k;
 	int		 rc;
 
 	if ((rc = request_submission_id(request, &id, err)) < 0)
@@ -115,9 +116,17 @@ effect_key(json_t *request, struct effect *e, struct request_error *err)
 		    "required: effects are idempotent or not offered");
 	if (effect_kind_field(request, e, err) != 0)
 		return -1;
-	snprintf(e->id, sizeof e->id, "%s", id);
-	e->key_length = (size_t)snprintf(e->key, sizeof e->key, "%s%c%s",
-	    e->kind, SUBTAB_EFFECT_SEPARATOR, e->id);
+	/* Both checked for their lengths: copies, not formats. */
+	n = strlen(id);
+	k = strlen(e->kind);
+	if (n >= sizeof e->id || k + 1 + n >= sizeof e->key)
+		return request_error_set(err, WIRE_INTERNAL, NULL,
+		    "an effect's key longer than its room");
+	memcpy(e->id, id, n + 1);
+	memcpy(e->key, e->kind, k);
+	e->key[k] = SUBTAB_EFFECT_SEPARATOR;
+	memcpy(e->key + k + 1, id, n + 1);
+	e->key_length = k + 1 + n;
 	return 0;
 }
 
