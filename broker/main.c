@@ -20,7 +20,6 @@
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -624,14 +623,6 @@ run_worker(struct idemd *d)
 	    history_open(d, INDEX_READONLY, &cause) != 0)
 		fatalx("worker %ld: %s", index, cause);
 	history_warm_start(d);
-	/*
-	 * glibc gives the heap's top back to the kernel whenever 128 KiB
-	 * of it are free, and every request that follows takes it back:
-	 * a brk each way and the pages faulted in and zeroed again (seen
-	 * at 0.7 brk per effect, issue #33).  A worker's heap is bounded
-	 * by its connections and in-flight requests: keep up to 32 MiB.
-	 */
-	(void)mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
 	status = worker_main(d, (unsigned)index, (uint32_t)field[2],
 	    handle[WORKER_HANDLE_NOTIFY], handle[WORKER_HANDLE_WAKE]);
 	history_warm_stop();
