@@ -51,18 +51,11 @@ conn_after_output(struct conn *c)
 }
 
 /*
- * Most replies fit in the socket's buffer: write them at once instead of
- * through the bufferevent, which would arm the write event (epoll_ctl),
- * wait for the wake-up and disarm it again: three system calls a
- * request.  Only when output is already queued (order) or the socket
- * is full does the rest go through the output buffer, whose drain
- * callback is conn_written.
- */
-/*
  * --log-level debug: a refused request (an ok:false reply), once, as it
  * is sent: what refused it and whose it was, never what it carried (a
  * message may quote the request).  Every JSON reply passes here, and
- * nothing else sends one, so none is logged twice or missed.
+ * nothing else sends one, so none is logged twice or missed; the replies
+ * written as text (conn_answer_text) are ok:true ones.
  */
 static void
 conn_log_refusal(struct conn *c, json_t *reply)
@@ -84,29 +77,24 @@ conn_log_refusal(struct conn *c, json_t *reply)
 	    (unsigned long)c->pid, (unsigned long)c->uid);
 }
 
-void
-conn_send(struct conn *c, json_t *reply)
+/*
+ * Most replies fit in the socket's buffer: write them at once instead of
+ * through the bufferevent, which would arm the write event (epoll_ctl),
+ * wait for the wake-up and disarm it again: three system calls a
+ * request.  Only when output is already queued (order) or the socket
+ * is full does the rest go through the output buffer, whose drain
+ * callback is conn_written.  text is a whole reply but its newline.
+ */
+static void
+conn_write_line(struct conn *c, const char *text, size_t length)
 {
 	struct evbuffer	*output = bufferevent_get_output(c->bev);
 	struct iovec	 iov[2];
-	char		*text;
-	size_t		 length, sent = 0;
+	size_t		 sent = 0;
 	ssize_t		 n;
 
-	conn_log_refusal(c, reply);
-	/* Answered: a later refusal (a line too long) is not this op's. */
-	c->op[0] = '\0';
-	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(reply);
-	if (text == NULL) {
-		log_warnx("cannot serialize a reply");
-		c->closing = 1;
-		conn_after_output(c);
-		return;
-	}
-	length = strlen(text);
 	if (evbuffer_get_length(output) == 0) {
-		iov[0].iov_base = text;
+		iov[0].iov_base = (void *)text;
 		iov[0].iov_len = length;
 		iov[1].iov_base = "\n";
 		iov[1].iov_len = 1;
@@ -123,6 +111,25 @@ conn_send(struct conn *c, json_t *reply)
 		bufferevent_write(c->bev, "\n", 1);
 	else if (c->closing || c->worker->draining)
 		conn_after_output(c);
+}
+
+void
+conn_send(struct conn *c, json_t *reply)
+{
+	char		*text;
+
+	conn_log_refusal(c, reply);
+	/* Answered: a later refusal (a line too long) is not this op's. */
+	c->op[0] = '\0';
+	text = json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(reply);
+	if (text == NULL) {
+		log_warnx("cannot serialize a reply");
+		c->closing = 1;
+		conn_after_output(c);
+		return;
+	}
+	conn_write_line(c, text, strlen(text));
 	free(text);
 }
 
@@ -200,5 +207,22 @@ conn_answer(struct conn *c, json_t *reply)
 {
 	c->running = NULL;
 	conn_send(c, reply);
+	c->worker->dispatch(c);
+}
+
+const char *
+conn_line(struct conn *c, size_t *length)
+{
+	*length = c->line != NULL ? c->line_length : 0;
+	return c->line;
+}
+
+/* conn_answer with an ok:true reply written as text (replytext.c). */
+void
+conn_answer_text(struct conn *c, const char *text, size_t length)
+{
+	c->running = NULL;
+	c->op[0] = '\0';
+	conn_write_line(c, text, length);
 	c->worker->dispatch(c);
 }

@@ -20,6 +20,9 @@ struct conn {
 	uint32_t		 uid;
 	uint32_t		 pid;
 	char			 op[40];	/* the request's, for the log */
+	/* The line being dispatched (conn_line); NULL outside dispatch. */
+	const char		*line;
+	size_t			 line_length;
 	int			 peer_counted;	/* in the peer table (peers.c) */
 	int			 closing;	/* close once the output is sent */
 	TAILQ_ENTRY(conn)	 entry;

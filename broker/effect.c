@@ -76,6 +76,7 @@
 #include "log.h"
 #include "idemd.h"
 #include "backend.h"
+#include "replytext.h"
 
 static json_t	*effect_receipt_json_with(const char *, size_t,
 		    const struct subtab_entry *, json_t *);
@@ -110,6 +111,8 @@ fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
 /* ---- Replies ------------------------------------------------------------ */
 
 /* "idem-" and 32 hex digits of SHA-256(key, NUL, request digest). */
+_Static_assert(IDEM_EFFECT_EXTERNAL_KEY_SIZE >= 5 + 32 + 1,
+    "an external key's room holds idem- and 32 hex digits");
 static void
 external_key(const char *key, size_t key_length,
     const uint8_t digest[IDEM_SHA256_BYTES],
@@ -124,7 +127,9 @@ external_key(const char *key, size_t key_length,
 	memcpy(buf + key_length + 1, digest, IDEM_SHA256_BYTES);
 	digest_sha256(buf, key_length + 1 + IDEM_SHA256_BYTES, sum);
 	digest_to_hex(sum, hex);
-	snprintf(out, IDEM_EFFECT_EXTERNAL_KEY_SIZE, "idem-%.32s", hex);
+	memcpy(out, "idem-", 5);
+	memcpy(out + 5, hex, 32);
+	out[5 + 32] = '\0';
 }
 
 const char *
@@ -288,6 +293,141 @@ receipt_reply(const struct effect *e, json_t *id,
 	return reply;
 }
 
+/*
+ * The replies every effect gets, written as text (replytext.c): the
+ * proceed and the commit's receipt, the same bytes as the trees above
+ * dumped.  One buffer: a worker writes one reply at a time, and it is
+ * sent (or copied into the output buffer) before the next line runs.
+ */
+static struct replytext	effect_text;
+
+static struct replytext *
+effect_text_start(json_t *id)
+{
+	struct replytext	*t = &effect_text;
+
+	t->length = 0;
+	t->failed = 0;
+	replytext_lit(t, "{\"ok\":true,");
+	if (id != NULL) {
+		replytext_lit(t, "\"id\":");
+		replytext_value(t, id);
+		replytext_lit(t, ",");
+	}
+	return t;
+}
+
+static void
+text_member_string(struct replytext *t, const char *name, const char *value)
+{
+	replytext_lit(t, name);
+	replytext_string(t, value, strlen(value));
+}
+
+static void
+text_member_time(struct replytext *t, const char *name, int64_t ms)
+{
+	char	at[TASKFILE_TIME_BYTES];
+
+	taskfile_format_time(ms, at);
+	text_member_string(t, name, at);
+}
+
+/*
+ * receipt_reply's members after "ok" and "id", up to "receipt": (its
+ * value next): what a stored reply holds before the receipt, too.
+ */
+static void
+receipt_head_text(struct replytext *t, const struct effect *e,
+    enum wire_disposition disposition, int action_taken)
+{
+	if (disposition != DISPOSITION_NONE) {
+		text_member_string(t, "\"disposition\":",
+		    wire_disposition_name(disposition));
+		replytext_lit(t, ",");
+	}
+	replytext_lit(t, action_taken ? "\"action_taken\":true," :
+	    "\"action_taken\":false,");
+	replytext_lit(t, "\"idempotent\":true,");
+	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
+		replytext_lit(t, "\"recovered\":true,");
+	if (e->pruned)
+		replytext_lit(t, "\"receipt_pruned\":true,");
+	replytext_lit(t, "\"state\":\"committed\",\"receipt\":");
+}
+
+/* effect_receipt_json_with's object, result the compact JSON given. */
+static int
+receipt_text(struct replytext *t, const struct effect *e, const char *result,
+    size_t result_length)
+{
+	const struct subtab_entry *x = &e->entry;
+	char		 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
+	char		 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
+	char		 hex[IDEM_DIGEST_HEX_SIZE];
+	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+
+	if (effect_key_split(e->key, e->key_length, kind, sizeof kind, id,
+	    sizeof id) != 0)
+		return -1;
+	text_member_string(t, "{\"client_submission_id\":", id);
+	text_member_string(t, ",\"effect_kind\":", kind);
+	text_member_string(t, ",\"digest_schema\":",
+	    IDEM_SCHEMA_GENERIC_JSON_V1);
+	digest_to_hex(x->request_digest, hex);
+	text_member_string(t, ",\"request_digest\":", hex);
+	external_key(e->key, e->key_length, x->request_digest, xkey);
+	text_member_string(t, ",\"external_key\":", xkey);
+	replytext_lit(t, ",\"attempt\":");
+	replytext_int(t, x->attempt);
+	replytext_lit(t, ",\"result\":");
+	replytext_raw(t, result, result_length);
+	replytext_lit(t, ",\"state\":\"committed\"");
+	text_member_time(t, ",\"committed_at\":", x->created_at_ms);
+	replytext_lit(t, "}");
+	return 0;
+}
+
+/*
+ * The commit's reply, its receipt's result the request's own compact
+ * JSON (e->result, the bytes the arena holds: a reply built from them
+ * dumps them unchanged); and, if this worker answered the proceed of
+ * this attempt to a line the fast path fingerprinted, the reply a
+ * retry of that line gets from now on, stored at once (fastpath.c:
+ * the first retry is fast too).  0, or -1: answer through the tree.
+ */
+static int
+effect_answer_committed_text(struct pending *p,
+    enum wire_disposition disposition)
+{
+	struct effect		*e = effect_of(p);
+	struct replytext	*t = effect_text_start(p->id);
+	struct fastpath_hint	 hint;
+	size_t			 reply_end, receipt_at;
+
+	receipt_head_text(t, e, disposition, 1);
+	receipt_at = t->length;
+	if (receipt_text(t, e, e->result, e->result_length) != 0)
+		return -1;
+	replytext_lit(t, "}");
+	reply_end = t->length;
+	if (t->failed)
+		return -1;
+	/* Only a receipt the store can hold (its 4 KiB, more than enough). */
+	if (!e->pruned && reply_end - receipt_at < SHM_RECEIPT_MAX_BYTES &&
+	    fastpath_effect_begun(e->key, e->key_length, &e->entry, &hint)) {
+		/* After {"ok":true, as fastpath.c stores them. */
+		receipt_head_text(t, e, DISPOSITION_REUSED, 0);
+		replytext_copy(t, receipt_at, reply_end - receipt_at);
+		if (!t->failed)
+			fastpath_remember_effect_text(idemd_of(p), &hint,
+			    e->key, e->key_length, &e->entry,
+			    t->buf + reply_end, t->length - reply_end);
+	}
+	pending_reply_text(p, t->buf, reply_end);
+	return 0;
+}
+
 static void
 effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
     int action_taken)
@@ -298,6 +438,10 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 	json_t			*reply, *receipt, *bare;
 
 	be->release(p);
+	if (action_taken && !e->pruned && e->result != NULL &&
+	    e->entry.result_length == e->result_length &&
+	    effect_answer_committed_text(p, disposition) == 0)
+		return;
 	/*
 	 * This request committed it: the result is the request's own,
 	 * parsed already (not read back from the arena and parsed again).
@@ -368,7 +512,7 @@ effect_proceed(struct pending *p)
 	char		 fence[IDEM_EFFECT_FENCE_SIZE];
 	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
-	json_t		*reply;
+	struct replytext *t;
 
 	crash_point(CRASH_AFTER_EFFECT_RESERVE_DURABLE);
 	idemd_of(p)->be->release(p);
@@ -376,22 +520,34 @@ effect_proceed(struct pending *p)
 	fence_format(&e->entry, fence);
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
 	digest_to_hex(e->entry.request_digest, hex);
-	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "disposition", json_string(
-	    wire_disposition_name(DISPOSITION_PROCEED)));
-	json_object_set_new(reply, "idempotent", json_true());
-	json_object_set_new(reply, "client_submission_id", json_string(e->id));
-	json_object_set_new(reply, "effect_kind", json_string(e->kind));
-	json_object_set_new(reply, "attempt", json_integer(e->entry.attempt));
-	json_object_set_new(reply, "fence", json_string(fence));
-	json_object_set_new(reply, "external_key", json_string(xkey));
-	json_object_set_new(reply, "digest_schema",
-	    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
-	json_object_set_new(reply, "request_digest", json_string(hex));
-	json_object_set_new(reply, "lease_ms", json_integer(e->lease_ms));
-	json_object_set_new(reply, "lease_expires_at",
-	    reply_time(e->entry.lease_expires_ms));
-	pending_reply(p, reply);
+	/* A later commit of this attempt stores its retries' reply. */
+	fastpath_effect_proceeded(&e->fast, e->key, e->key_length, &e->entry);
+	t = effect_text_start(p->id);
+	text_member_string(t, "\"disposition\":",
+	    wire_disposition_name(DISPOSITION_PROCEED));
+	replytext_lit(t, ",\"idempotent\":true");
+	text_member_string(t, ",\"client_submission_id\":", e->id);
+	text_member_string(t, ",\"effect_kind\":", e->kind);
+	replytext_lit(t, ",\"attempt\":");
+	replytext_int(t, e->entry.attempt);
+	text_member_string(t, ",\"fence\":", fence);
+	text_member_string(t, ",\"external_key\":", xkey);
+	text_member_string(t, ",\"digest_schema\":",
+	    IDEM_SCHEMA_GENERIC_JSON_V1);
+	text_member_string(t, ",\"request_digest\":", hex);
+	replytext_lit(t, ",\"lease_ms\":");
+	replytext_int(t, e->lease_ms);
+	text_member_time(t, ",\"lease_expires_at\":",
+	    e->entry.lease_expires_ms);
+	replytext_lit(t, "}");
+	if (t->failed) {
+		log_warnx("effect %s: no memory for its proceed", e->id);
+		atomic_fetch_add(&counters_of(p)->errors, 1);
+		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+		    "out of memory"));
+		return;
+	}
+	pending_reply_text(p, t->buf, t->length);
 }
 
 static void
@@ -837,6 +993,7 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	struct effect		*e;
 	struct pending		*p;
 	struct idemd		*d;
+	int			 rc;
 
 	if ((p = pending_new_op(conn, id, BACKEND_EFFECT_OP_SIZE +
 	    conn_idemd(conn)->be->effect_state_size, effect_free)) == NULL)
@@ -845,8 +1002,12 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	e->op = op;
 	if (op == EFFECT_BEGIN)
 		fastpath_hint_take(&e->fast);
+	if (op == EFFECT_COMPLETE)
+		e->line = conn_line(conn, &e->line_length);
 	d = idemd_of(p);
-	if (effect_parse(op, request, e, &err) != 0) {
+	rc = effect_parse(op, request, e, &err);
+	e->line = NULL;		/* freed once the handler returns */
+	if (rc != 0) {
 		atomic_fetch_add(&d->seg.header->counters.errors, 1);
 		pending_reply(p, reply_error(&err, p->id));
 		return;

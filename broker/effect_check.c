@@ -5,7 +5,8 @@
  * (effect.c carries them out), and the op table's checks, which read a
  * request the same way and change nothing.  Nothing here touches the
  * segment, the journal, a file or a connection: the fuzzer links this
- * file alone.
+ * file alone (with fastscan.c, whose fastscan_compact_member reads a
+ * complete's result from its line).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "digest.h"
+#include "fastscan.h"
 #include "idemd.h"
 
 static int	effect_check_op(enum effect_op, json_t *,
@@ -103,6 +105,7 @@ static int
 effect_key(json_t *request, struct effect *e, struct request_error *err)
 {
 	const char	*id;
+	size_t		 n, k;
 	int		 rc;
 
 	if ((rc = request_submission_id(request, &id, err)) < 0)
@@ -113,9 +116,17 @@ effect_key(json_t *request, struct effect *e, struct request_error *err)
 		    "required: effects are idempotent or not offered");
 	if (effect_kind_field(request, e, err) != 0)
 		return -1;
-	snprintf(e->id, sizeof e->id, "%s", id);
-	e->key_length = (size_t)snprintf(e->key, sizeof e->key, "%s%c%s",
-	    e->kind, SUBTAB_EFFECT_SEPARATOR, e->id);
+	/* Both checked for their lengths: copies, not formats. */
+	n = strlen(id);
+	k = strlen(e->kind);
+	if (n >= sizeof e->id || k + 1 + n >= sizeof e->key)
+		return request_error_set(err, WIRE_INTERNAL, NULL,
+		    "an effect's key longer than its room");
+	memcpy(e->id, id, n + 1);
+	memcpy(e->key, e->kind, k);
+	e->key[k] = SUBTAB_EFFECT_SEPARATOR;
+	memcpy(e->key + k + 1, id, n + 1);
+	e->key_length = k + 1 + n;
 	return 0;
 }
 
@@ -130,17 +141,30 @@ meta_field(json_t *request, struct request_error *err)
 	return 0;
 }
 
-/* result, as stored: its compact serialization, at most the limit. */
+/*
+ * result, as stored: its compact serialization, at most the limit.  A
+ * complete's top-level result already written as that serialization in
+ * its line (fastscan_compact_member) is copied, not dumped again.
+ */
 static int
 result_field(json_t *result, const char *path, struct effect *e,
     struct request_error *err)
 {
+	const char	*raw;
+	size_t		 raw_length;
+
 	e->has_result = result != NULL;
 	if (result == NULL)
 		result = json_null();
 	free(e->result);
-	e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
-	    JSON_PRESERVE_ORDER);
+	if (e->line != NULL && strcmp(path, "result") == 0 &&
+	    fastscan_compact_member(e->line, e->line_length, "result", &raw,
+	    &raw_length) && (e->result = malloc(raw_length + 1)) != NULL) {
+		memcpy(e->result, raw, raw_length);
+		e->result[raw_length] = '\0';
+	} else
+		e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
+		    JSON_PRESERVE_ORDER);
 	json_decref(e->result_json);
 	e->result_json = json_incref(result);
 	if (e->result == NULL)

@@ -37,7 +37,11 @@
  * index, whose entry compaction turns into a tombstone (then
  * "receipt_pruned" and the result's digest in place of the result).
  * So the reply is stored only when the full path answered it whole from
- * a table entry (not a tombstone, not an entry found in the index), and
+ * a table entry (not a tombstone, not an entry found in the index), or
+ * at the commit itself, for the begin line this worker answered proceed
+ * to with the attempt and fence that commit names (fastpath_effect_
+ * proceeded and _begun: the first retry after a commit is fast too;
+ * the receipt is the commit's, the same bytes), and
  * answered fast only while the arena still holds the result (read, as
  * the full path reads it first): then the full path would build the same
  * receipt from the same bytes.  Once the arena reused them the full path
@@ -208,12 +212,33 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	return 1;
 }
 
-/* reply's text after {"ok":true, behind the fingerprint, stored in slot. */
+/*
+ * text (a reply after its {"ok":true,) behind the fingerprint, stored in
+ * slot if it still holds entry, the one the reply was built from.
+ */
 static void
-store_reply(struct idemd *d, const struct fastpath_hint *hint, uint32_t slot,
-    json_t *reply)
+store_text(struct idemd *d, const struct fastpath_hint *hint, uint32_t slot,
+    const struct subtab_entry *entry, const char *text, size_t length)
 {
 	uint8_t		 buf[SHM_RECEIPT_MAX_BYTES];
+
+	if (length == 0 || IDEM_FAST_FINGERPRINT_BYTES + length > sizeof buf)
+		return;
+	memcpy(buf, hint->fingerprint, IDEM_FAST_FINGERPRINT_BYTES);
+	memcpy(buf + IDEM_FAST_FINGERPRINT_BYTES, text, length);
+	/*
+	 * Stored meanwhile (not needed), or the slot was given to another
+	 * entry since the caller's look (not its reply).
+	 */
+	(void)receipts_put(&d->seg, slot, hint->key, hint->key_length, entry,
+	    buf, IDEM_FAST_FINGERPRINT_BYTES + length);
+}
+
+/* reply's dump, stored as store_text stores it. */
+static void
+store_reply(struct idemd *d, const struct fastpath_hint *hint, uint32_t slot,
+    const struct subtab_entry *entry, json_t *reply)
+{
 	size_t		 length, skip = sizeof FASTPATH_REPLY_OK - 1;
 	char		*text;
 
@@ -221,15 +246,8 @@ store_reply(struct idemd *d, const struct fastpath_hint *hint, uint32_t slot,
 	    NULL)
 		return;
 	length = strlen(text);
-	if (length > skip && strncmp(text, FASTPATH_REPLY_OK, skip) == 0 &&
-	    IDEM_FAST_FINGERPRINT_BYTES + length - skip <= sizeof buf) {
-		memcpy(buf, hint->fingerprint, IDEM_FAST_FINGERPRINT_BYTES);
-		memcpy(buf + IDEM_FAST_FINGERPRINT_BYTES, text + skip,
-		    length - skip);
-		/* Stored meanwhile: this one is not needed. */
-		(void)receipts_put(&d->seg, slot, hint->key, hint->key_length,
-		    buf, IDEM_FAST_FINGERPRINT_BYTES + length - skip);
-	}
+	if (length > skip && strncmp(text, FASTPATH_REPLY_OK, skip) == 0)
+		store_text(d, hint, slot, entry, text + skip, length - skip);
 	free(text);
 }
 
@@ -257,14 +275,18 @@ fastpath_remember(struct idemd *d, const struct fastpath_hint *hint,
 	json_object_set_new(reply, "action_taken", json_false());
 	json_object_set_new(reply, "idempotent", json_true());
 	json_object_set(reply, "receipt", receipt);
-	store_reply(d, hint, sub->slot, reply);
+	store_reply(d, hint, sub->slot, &sub->entry, reply);
 	json_decref(reply);
 }
 
-void
-fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
-    const char *key, size_t key_length, const struct subtab_entry *entry,
-    json_t *reply)
+/*
+ * The slot of key if it holds entry committed, and names no stored
+ * reply: a cheap look, unlocked; receipts_put checks again under the
+ * lock.  UINT32_MAX: none.
+ */
+static uint32_t
+effect_slot(struct idemd *d, const struct fastpath_hint *hint,
+    const char *key, size_t key_length, const struct subtab_entry *entry)
 {
 	struct subtab_entry	 x;
 	uint8_t			 buf[SHM_RECEIPT_MAX_BYTES];
@@ -275,8 +297,7 @@ fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
 	    !(d->be->flags & BACKEND_EFFECTS_IN_TABLE) ||
 	    hint->key_length != key_length ||
 	    memcmp(hint->key, key, key_length) != 0)
-		return;
-	/* The entry the reply was built from, committed in its slot. */
+		return UINT32_MAX;
 	if (subtab_lookup(&d->seg, key, key_length, &x, &slot) != 1 ||
 	    x.kind != SUBTAB_KIND_EFFECT || x.state != SUBTAB_COMMITTED ||
 	    x.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
@@ -289,6 +310,96 @@ fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
 	    IDEM_SHA256_BYTES) != 0 ||
 	    memcmp(x.file_digest, entry->file_digest, IDEM_SHA256_BYTES) != 0 ||
 	    receipts_get(&d->seg, slot, buf, &length) == 1)
+		return UINT32_MAX;
+	return slot;
+}
+
+void
+fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
+    const char *key, size_t key_length, const struct subtab_entry *entry,
+    json_t *reply)
+{
+	uint32_t	slot;
+
+	if ((slot = effect_slot(d, hint, key, key_length, entry)) !=
+	    UINT32_MAX)
+		store_reply(d, hint, slot, entry, reply);
+}
+
+void
+fastpath_remember_effect_text(struct idemd *d,
+    const struct fastpath_hint *hint, const char *key, size_t key_length,
+    const struct subtab_entry *entry, const char *text, size_t length)
+{
+	uint32_t	slot;
+
+	if ((slot = effect_slot(d, hint, key, key_length, entry)) !=
+	    UINT32_MAX)
+		store_text(d, hint, slot, entry, text, length);
+}
+
+/* ---- Proceeds, until their commit ---------------------------------------- */
+
+/*
+ * The begin lines this worker answered proceed to, by key: a commit of
+ * the attempt and fence they were given stores the reply their retries
+ * get (fastpath_effect_begun), so that the first retry after a commit
+ * is fast too.  A cache: one entry a key's hash, a newer proceed
+ * overwrites an older one, and a complete on another worker finds
+ * nothing here (its first retry takes the full path, which stores it).
+ */
+#define FASTPATH_BEGUN		64
+
+struct fastpath_begun {
+	struct fastpath_hint	hint;
+	uint32_t		attempt;
+	uint64_t		fence;
+};
+
+static struct fastpath_begun	begun[FASTPATH_BEGUN];
+
+static struct fastpath_begun *
+begun_of(const char *key, size_t key_length)
+{
+	uint32_t	h = 2166136261u;	/* FNV-1a */
+	size_t		i;
+
+	for (i = 0; i < key_length; i++)
+		h = (h ^ (unsigned char)key[i]) * 16777619u;
+	return &begun[h % FASTPATH_BEGUN];
+}
+
+void
+fastpath_effect_proceeded(const struct fastpath_hint *hint, const char *key,
+    size_t key_length, const struct subtab_entry *entry)
+{
+	struct fastpath_begun	*b;
+
+	if (!hint->valid || hint->op != FASTSCAN_EFFECT_BEGIN ||
+	    hint->key_length != key_length ||
+	    memcmp(hint->key, key, key_length) != 0)
 		return;
-	store_reply(d, hint, slot, reply);
+	b = begun_of(key, key_length);
+	b->hint = *hint;
+	b->attempt = entry->attempt;
+	b->fence = entry->fence;
+}
+
+int
+fastpath_effect_begun(const char *key, size_t key_length,
+    const struct subtab_entry *entry, struct fastpath_hint *hint)
+{
+	struct fastpath_begun	*b = begun_of(key, key_length);
+
+	/*
+	 * The fence's random part is drawn for each proceed: equal, the
+	 * commit is of the attempt that line was given.
+	 */
+	if (!b->hint.valid || b->hint.key_length != key_length ||
+	    memcmp(b->hint.key, key, key_length) != 0 ||
+	    b->attempt != entry->attempt || b->fence != entry->fence)
+		return 0;
+	*hint = b->hint;
+	b->hint.valid = 0;
+	return 1;
 }

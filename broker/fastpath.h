@@ -55,5 +55,23 @@ void	fastpath_remember(struct idemd *, const struct fastpath_hint *,
 void	fastpath_remember_effect(struct idemd *, const struct fastpath_hint *,
 	    const char *key, size_t key_length,
 	    const struct subtab_entry *entry, json_t *reply);
+/* The same with the reply written as text, after its {"ok":true, */
+void	fastpath_remember_effect_text(struct idemd *,
+	    const struct fastpath_hint *, const char *key, size_t key_length,
+	    const struct subtab_entry *entry, const char *text, size_t length);
+/*
+ * effect_begin answered proceed (entry: its attempt and fence) to the
+ * line of hint: kept until that attempt commits, for
+ * fastpath_effect_begun.
+ */
+void	fastpath_effect_proceeded(const struct fastpath_hint *,
+	    const char *key, size_t key_length,
+	    const struct subtab_entry *entry);
+/*
+ * Whether this worker answered proceed to the attempt and fence of
+ * entry, now committing, under key: 1 with that line's hint (taken).
+ */
+int	fastpath_effect_begun(const char *key, size_t key_length,
+	    const struct subtab_entry *entry, struct fastpath_hint *);
 
 #endif

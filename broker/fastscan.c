@@ -37,6 +37,16 @@
  * not.  The value skipper delimits values exactly as JSON does; whether
  * a fingerprinted value is valid JSON needs no check (it equals one
  * that was).
+ *
+ * fastscan_compact_member serves the full path (issue #33): in a line
+ * jansson accepted, a top-level member's value whose bytes are already
+ * jansson's compact dump of it (effect_complete's result, kept as that
+ * dump) is taken as it stands instead of dumped again.  Only the forms
+ * whose dump is certain to repeat them are: no whitespace, strings
+ * without escapes (bytes from 0x20 up: jansson checked the UTF-8, and
+ * writes it back unescaped), integers of at most 18 digits without
+ * "-0", literals, and the punctuation; a real, an escape or a space
+ * anywhere, and the dump decides.
  */
 #include <string.h>
 
@@ -401,4 +411,89 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 		return 0;
 	scan->valid = 1;
 	return 1;
+}
+
+/* [p, end) is a JSON value jansson's compact dump writes as it stands. */
+static int
+compact_as_dumped(const char *p, const char *end)
+{
+	const char	*q;
+
+	while (p < end) {
+		switch (*p) {
+		case '"':
+			for (p++; p < end && *p != '"'; p++) {
+				if (*p == '\\' || (unsigned char)*p < 0x20)
+					return 0;
+			}
+			if (p++ >= end)
+				return 0;
+			continue;
+		case '{': case '}': case '[': case ']': case ',': case ':':
+			p++;
+			continue;
+		case 't':
+			p = skip_literal(p, end, "true");
+			break;
+		case 'f':
+			p = skip_literal(p, end, "false");
+			break;
+		case 'n':
+			p = skip_literal(p, end, "null");
+			break;
+		default:
+			/* An integer: no fraction, exponent, "-0" or 19 digits. */
+			q = *p == '-' ? p + 1 : p;
+			if (q >= end || !is_digit(*q) || (*q == '0' && q != p))
+				return 0;
+			if ((p = skip_digits(q, end)) == NULL ||
+			    p - q > FASTSCAN_MAX_ID_DIGITS ||
+			    (*q == '0' && p - q > 1))
+				return 0;
+			continue;
+		}
+		if (p == NULL)
+			return 0;
+	}
+	return 1;
+}
+
+int
+fastscan_compact_member(const char *line, size_t length, const char *name,
+    const char **value, size_t *value_length)
+{
+	const char	*p, *end = line + length, *key, *ke, *v, *ve;
+	size_t		 n = strlen(name);
+	int		 escaped;
+
+	p = skip_space(line, end);
+	if (p >= end || *p != '{')
+		return 0;
+	p = skip_space(p + 1, end);
+	while (p < end && *p == '"') {
+		key = p + 1;
+		escaped = 0;
+		if ((ke = skip_string(key, end, &escaped)) == NULL)
+			return 0;
+		p = skip_space(ke, end);
+		if (p >= end || *p != ':')
+			return 0;
+		v = skip_space(p + 1, end);
+		if ((ve = skip_value(v, end, 0)) == NULL)
+			return 0;
+		/* jansson refused duplicates: an unescaped match is the one. */
+		if (!escaped && (size_t)(ke - 1 - key) == n &&
+		    memcmp(key, name, n) == 0) {
+			if (!compact_as_dumped(v, ve))
+				return 0;
+			*value = v;
+			*value_length = (size_t)(ve - v);
+			return 1;
+		}
+		p = skip_space(ve, end);
+		if (p >= end || *p != ',')
+			return 0;
+		p = skip_space(p + 1, end);
+	}
+	return 0;
 }

@@ -53,5 +53,13 @@ struct fastscan {
  * judge it: anything the scanner does not know for certain (fastscan.c).
  */
 int	fastscan_line(const char *line, size_t length, struct fastscan *scan);
+/*
+ * In a line jansson accepted (one object, no duplicate keys): 1 if its
+ * top-level member name (no escapes in it) has a value whose bytes are
+ * exactly jansson's compact dump of it, *value pointing at them in the
+ * line; else 0 (dump it).
+ */
+int	fastscan_compact_member(const char *line, size_t length,
+	    const char *name, const char **value, size_t *value_length);
 
 #endif

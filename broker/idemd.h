@@ -424,10 +424,17 @@ void	 reply_invalid(struct conn *, json_t *id, struct request_error *);
 struct iovec;
 void	 conn_send_iov(struct conn *, const struct iovec *, int count);
 struct idemd *conn_idemd(struct conn *);
+/*
+ * The raw line of the request an op handler runs for, while it runs
+ * (from conn_dispatch); NULL anywhere else.
+ */
+const char *conn_line(struct conn *, size_t *length);
 struct worker *conn_worker(struct conn *);
 /* pending.c's side: the request p runs; its reply, and the next lines. */
 void	 conn_start(struct conn *, struct pending *);
 void	 conn_answer(struct conn *, json_t *reply);
+/* The same with an ok:true reply already written (without its newline). */
+void	 conn_answer_text(struct conn *, const char *, size_t);
 
 /* pending.c: parked requests and the journal hand-off */
 typedef void (*pending_resume_fn)(struct pending *);
@@ -505,6 +512,8 @@ void	 pending_wait_durable(struct pending *, uint64_t end, uint64_t epoch,
 void	 pending_wait_claim(struct pending *, pending_resume_fn);
 /* Reply on the pending's connection (if still there) and free it. */
 void	 pending_reply(struct pending *, json_t *);
+/* The same with an ok:true reply written as text (replytext.c). */
+void	 pending_reply_text(struct pending *, const char *, size_t);
 /* Resume every parked request of the worker whose wait is over. */
 void	 pending_run_parked(struct worker *);
 /* After a pass of the loop: kick the journaler for the records it appended. */
@@ -568,9 +577,12 @@ struct request_error {
 int	 request_error_set(struct request_error *, enum wire_error,
 	    const char *field, const char *fmt, ...)
 	    __attribute__((format(printf, 4, 5)));
-/* The id (a scalar, or NULL) and op (a string without NUL) of a request. */
-int	 request_envelope(json_t *request, json_t **id, const char **op,
-	    struct request_error *);
+/*
+ * The id (a scalar, or NULL) and op (a string without NUL) of a request,
+ * parsed from line.
+ */
+int	 request_envelope(json_t *request, const char *line, size_t length,
+	    json_t **id, const char **op, struct request_error *);
 /* Parse one line: -1 with err for invalid_json / invalid_utf8 / not an object. */
 json_t	*request_parse(const char *line, size_t length,
 	    struct request_error *);
@@ -721,6 +733,12 @@ struct effect {
 	/* The request's result as parsed (a reference): the receipt of
 	 * the commit it makes, without parsing result again. */
 	json_t			*result_json;
+	/*
+	 * complete: its raw line while effect_parse reads it (NULL: not
+	 * known), whose result may be kept as it stands (result_field).
+	 */
+	const char		*line;
+	size_t			 line_length;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
 	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;

@@ -98,6 +98,14 @@ pending_reply(struct pending *p, json_t *reply)
 	pending_free(p);
 }
 
+void
+pending_reply_text(struct pending *p, const char *text, size_t length)
+{
+	if (p->conn != NULL)
+		conn_answer_text(p->conn, text, length);
+	pending_free(p);
+}
+
 /*
  * Count a request that is about to wait for durability or ring room
  * (before its record is appended or its durability judged: a journaler

@@ -230,8 +230,8 @@ request_nul_in(json_t *v, char *path, size_t size)
 }
 
 int
-request_envelope(json_t *request, json_t **id, const char **op,
-    struct request_error *err)
+request_envelope(json_t *request, const char *line, size_t length,
+    json_t **id, const char **op, struct request_error *err)
 {
 	json_t	*v;
 	char	 path[sizeof err->field];
@@ -260,10 +260,13 @@ request_envelope(json_t *request, json_t **id, const char **op,
 	 * stored, and every later answer for its key would carry a string
 	 * that libidem, idemctl and idem-mcp refuse to read.  One check
 	 * here, before any op's, serves both stores; "hello\u0000x" is not
-	 * hello either.
+	 * hello either.  A parsed string holds a NUL only where the line
+	 * has the escape \u0000 (jansson refuses raw control bytes, and a
+	 * NUL in a key): without one in the line, no tree to walk.
 	 */
 	path[0] = '\0';
-	if (request_nul_in(request, path, sizeof path))
+	if (memmem(line, length, "\\u0000", 6) != NULL &&
+	    request_nul_in(request, path, sizeof path))
 		return request_error_set(err, WIRE_INVALID_REQUEST, path,
 		    "%s contains a NUL character (U+0000)",
 		    path[0] != '\0' ? path : "the request");
@@ -320,7 +323,8 @@ request_check_line(const char *line, size_t length, struct request_error *err)
 
 	if ((request = request_parse(line, length, err)) == NULL)
 		return -1;
-	if ((rc = request_envelope(request, &id, &name, err)) == 0) {
+	if ((rc = request_envelope(request, line, length, &id, &name,
+	    err)) == 0) {
 		for (i = 0; i < IDEM_OPC_COUNT; i++) {
 			if (strcmp(idem_op_names[i], name) == 0)
 				break;

@@ -130,7 +130,7 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		conn_send(c, reply_error(&err, NULL));
 		return;
 	}
-	if (request_envelope(request, &id, &name, &err) != 0)
+	if (request_envelope(request, line, length, &id, &name, &err) != 0)
 		goto refuse;
 	if ((op = optable_find(name)) == NULL) {
 		request_error_set(&err, WIRE_UNKNOWN_OP, "op",
@@ -146,7 +146,10 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		err.retryable = 1;
 		goto refuse;
 	}
+	c->line = line;
+	c->line_length = length;
 	op->handler(c, request, id);
+	c->line = NULL;
 	json_decref(request);
 	return;
 refuse:

@@ -51,12 +51,34 @@ receipt_copy(struct shm_segment *seg, uint32_t slot, uint32_t name,
 }
 
 /*
+ * Whether the slot still holds the entry a reply was built from, not
+ * only its key: between the caller's look and the lock the entry may
+ * have been evicted, purged and its key taken by a new submission or
+ * effect, committed in the same slot.  The reservation's date and
+ * number (a task), the attempt and the result's length and place (an
+ * effect), the commit's time and the request's digest tell them apart.
+ */
+static int
+receipt_entry_same(const struct subtab_entry *s, const struct subtab_entry *e)
+{
+	if (s->kind != e->kind || s->date != e->date || s->seq != e->seq ||
+	    s->created_at_ms != e->created_at_ms ||
+	    memcmp(s->request_digest, e->request_digest,
+	    sizeof s->request_digest) != 0)
+		return 0;
+	/* date and seq share their bytes with attempt and result_length. */
+	return s->kind != SUBTAB_KIND_EFFECT ||
+	    s->result_offset == e->result_offset;
+}
+
+/*
  * Reserve and copy under the table lock, then name the bytes in the
  * slot with one store: a reader that sees the name sees the bytes.
  */
 int
 receipts_put(struct shm_segment *seg, uint32_t slot, const char *key,
-    size_t key_length, const void *data, size_t length)
+    size_t key_length, const struct subtab_entry *built, const void *data,
+    size_t length)
 {
 	struct shm_header	*h = seg->header;
 	struct subtab_slot	*s;
@@ -77,7 +99,8 @@ receipts_put(struct shm_segment *seg, uint32_t slot, const char *key,
 		errno = EINVAL;
 	else if ((s = &seg->slots[slot])->entry.state != SUBTAB_COMMITTED ||
 	    s->entry.key_length != key_length ||
-	    memcmp(seg->heap + s->key_offset, key, key_length) != 0)
+	    memcmp(seg->heap + s->key_offset, key, key_length) != 0 ||
+	    !receipt_entry_same(&s->entry, built))
 		errno = EINVAL;
 	else if ((name = atomic_load(&s->fast_receipt)) != 0 &&
 	    receipt_copy(seg, slot, name, NULL, &had))

@@ -592,15 +592,18 @@ uint64_t arena_used(const struct shm_segment *);
 /*
  * The receipt store of the retry fast path (fastpath.c): a ring of
  * stored replies, new ones overwriting the oldest.  put copies bytes
- * for a committed slot holding key and names them in it (EINVAL if it
- * holds another key: evicted meanwhile), unless the slot names some
- * still there (-1 with EEXIST); get copies the bytes a slot names
- * into out (SHM_RECEIPT_MAX_BYTES) and returns 1, or 0 if it names none
- * or they were overwritten: never a torn copy (the reader checks, after
- * the copy, that the store's tail has not passed them: a seqlock).
+ * for a committed slot holding key and the entry built (the one the
+ * reply was made from) and names them in it (EINVAL if it holds
+ * another key or another entry under it: evicted meanwhile), unless
+ * the slot names some still there (-1 with EEXIST); get copies the
+ * bytes a slot names into out (SHM_RECEIPT_MAX_BYTES) and returns 1, or
+ * 0 if it names none or they were overwritten: never a torn copy (the
+ * reader checks, after the copy, that the store's tail has not passed
+ * them: a seqlock).
  */
 int	 receipts_put(struct shm_segment *, uint32_t slot, const char *key,
-	    size_t key_length, const void *, size_t length);
+	    size_t key_length, const struct subtab_entry *built, const void *,
+	    size_t length);
 int	 receipts_get(struct shm_segment *, uint32_t slot, void *out,
 	    size_t *length);
 /* Bytes the store holds now. */

@@ -24,6 +24,10 @@
  *     a task) or "effect_begin" (with a request) as scanned; the
  *     submission id is the client_submission_id string, the kind the
  *     effect_kind string.
+ * And for any line jansson accepts as an object: a member whose bytes
+ * fastscan_compact_member takes as they stand is there, and those bytes
+ * are exactly jansson's compact dump of its value (effect_complete's
+ * result is stored as them instead of that dump).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -168,6 +172,36 @@ check_jansson(const char *line, size_t size, const struct fastscan *scan)
 	json_decref(whole);
 }
 
+static void
+check_compact(const char *line, size_t size)
+{
+	static const char *const names[] = { "result", "request", "task",
+	    "id", "op", NULL };
+	const char	*value;
+	char		*dumped;
+	json_t		*whole, *v;
+	size_t		 n;
+	int		 i;
+
+	if ((whole = json_loadb(line, size, PARSE_FLAGS, NULL)) == NULL)
+		return;
+	for (i = 0; json_is_object(whole) && names[i] != NULL; i++) {
+		if (!fastscan_compact_member(line, size, names[i], &value, &n))
+			continue;
+		check(value >= line && value + n <= line + size,
+		    "a compact member in the line");
+		v = json_object_get(whole, names[i]);
+		check(v != NULL, "a compact member is there");
+		dumped = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+		    JSON_PRESERVE_ORDER);
+		check(dumped != NULL && strlen(dumped) == n &&
+		    memcmp(dumped, value, n) == 0,
+		    "a compact member's bytes are jansson's dump of it");
+		free(dumped);
+	}
+	json_decref(whole);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -177,6 +211,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unsigned	 k;
 	int		 ok;
 
+	check_compact(line, size);
 	ok = fastscan_line(line, size, &scan);
 	check(fastscan_line(line, size, &again) == ok, "deterministic");
 	check(ok == scan.valid, "valid says it");

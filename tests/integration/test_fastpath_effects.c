@@ -6,8 +6,10 @@
  * request twice: with its members in the order the stored reply was
  * kept for (the fast path may answer it) and reordered (the fingerprint
  * differs: always the full path), and compares the two lines; stats'
- * effects_reused_fast says which path answered.  The first retry takes
- * the full path and stores the reply, the later ones are fast: with
+ * effects_reused_fast says which path answered.  The commit stores the
+ * reply for the begin's line, so its first retry is fast (a retry in
+ * other bytes, or after a restart, takes the full path, which stores
+ * it when nothing is stored), the later ones too: with
  * every id the fast path echoes, a recovered effect, kinds and ids of
  * every length up to the longest key, results on both sides of the
  * store's 4 KiB and near their 64 KiB limit; after a restart (SIGTERM,
@@ -15,7 +17,8 @@
  * while the arena holds the result, fast and whole; once the arena
  * reused its bytes, never fast and the tombstone (receipt_pruned) as the
  * full path says; while shutting down the refusal; another digest is a
- * conflict, meta and unfinished effects take the full path.
+ * conflict, meta and unfinished effects take the full path.  And the
+ * proceed and commit replies, written as text, are jansson's bytes.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -181,16 +184,20 @@ both_paths(struct broker *b, int fd, const char *kind, const char *id,
 	return quick;
 }
 
-/* The first retry in the stored order: the full path, which stores it. */
+/*
+ * The first retry in the stored order, the begin's (proceed): fast when
+ * the commit stored its reply (it fits the store), else the full path,
+ * which stores it.
+ */
 static char *
 first_retry(struct broker *b, int fd, const char *kind, const char *id,
-    const char *request)
+    const char *request, int fast)
 {
 	char		*line = begin_line(kind, id, request, "1", 0), *reply;
 	json_int_t	 before = harness_stat(b, FAST_STAT);
 
 	reply = harness_raw_exchange(fd, line);
-	assert_int_equal(harness_stat(b, FAST_STAT), before);
+	assert_int_equal(harness_stat(b, FAST_STAT), before + (fast ? 1 : 0));
 	assert_disposition(reply, "reused");
 	free(line);
 	return reply;
@@ -206,13 +213,13 @@ static void
 fx_fast_reply_is_byte_identical(void **state)
 {
 	struct broker	*b = *state;
-	char		*reply, *quick, *line;
+	char		*reply, *quick, *line, *full;
 	int		 fd, i;
 
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-same", REQUEST, "{\"sent\":true}");
-	free(first_retry(b, fd, KIND, "fx-same", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-same", REQUEST, 1));
 	free(both_paths(b, fd, KIND, "fx-same", REQUEST, NULL, 1));
 	for (i = 0; plain_ids[i] != NULL; i++)
 		free(both_paths(b, fd, KIND, "fx-same", REQUEST, plain_ids[i],
@@ -222,9 +229,9 @@ fx_fast_reply_is_byte_identical(void **state)
 	reply = harness_raw_exchange(fd, " { \"op\":\"effect_begin\" ,\t\"id\" : 5 ,\r"
 	    "\"client_submission_id\":\"fx-same\",\"effect_kind\":\"" KIND
 	    "\",\"request\":" REQUEST ",\"lease_ms\":30000 } ");
-	assert_int_equal(harness_stat(b, FAST_STAT), 2 + i);
-	quick = harness_raw_exchange(fd, line);
 	assert_int_equal(harness_stat(b, FAST_STAT), 3 + i);
+	quick = harness_raw_exchange(fd, line);
+	assert_int_equal(harness_stat(b, FAST_STAT), 4 + i);
 	assert_string_equal(reply, quick);
 	free(quick);
 	free(reply);
@@ -245,12 +252,23 @@ fx_fast_reply_is_byte_identical(void **state)
 	    "\"observed\":\"applied\",\"result\":[1,2],\"source\":\"t\"}}");
 	assert_non_null(strstr(reply, "\"ok\":true"));
 	free(reply);
-	free(first_retry(b, fd, KIND, "fx-recovered", REQUEST));
-	reply = both_paths(b, fd, KIND, "fx-recovered", REQUEST, "\"r\"", 1);
+	/*
+	 * Stored at the commit for the line that was given the proceed
+	 * (its lease of 100 ms): that line is fast, "recovered" the same
+	 * way; another line's first retry is the full path's, which
+	 * stores nothing over it.
+	 */
+	full = first_retry(b, fd, KIND, "fx-recovered", REQUEST, 0);
+	reply = harness_raw_exchange(fd, "{\"op\":\"effect_begin\",\"id\":1,"
+	    "\"client_submission_id\":\"fx-recovered\",\"effect_kind\":\""
+	    KIND "\",\"request\":" REQUEST ",\"lease_ms\":100}");
+	assert_int_equal(harness_stat(b, FAST_STAT), 5 + i);
+	assert_string_equal(reply, full);
 	assert_non_null(strstr(reply, "\"recovered\":true"));
 	free(reply);
-	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 2. */
-	assert_int_equal(harness_stat(b, "effects_reused"), 2 * i + 8);
+	free(full);
+	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 1. */
+	assert_int_equal(harness_stat(b, "effects_reused"), 2 * i + 7);
 	close(fd);
 	harness_finish(b);
 }
@@ -266,13 +284,13 @@ fx_doubts_take_the_full_parse(void **state)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-doubt", REQUEST, "\"done\"");
-	free(first_retry(b, fd, KIND, "fx-doubt", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-doubt", REQUEST, 1));
 	free(both_paths(b, fd, KIND, "fx-doubt", REQUEST, "1", 1));
 	/* Another request under the key: conflict, by the full path. */
 	line = begin_line(KIND, "fx-doubt", "{\"to\":\"other\"}", "1", 0);
 	reply = harness_raw_exchange(fd, line);
 	assert_non_null(strstr(reply, "\"reason\":\"digest_mismatch\""));
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(reply);
 	free(line);
 	/* meta is never on the fast path. */
@@ -280,7 +298,7 @@ fx_doubts_take_the_full_parse(void **state)
 	    "\":\"fx-doubt\",\"effect_kind\":\"" KIND "\",\"request\":"
 	    REQUEST ",\"lease_ms\":30000,\"meta\":{\"trace\":\"t\"}}");
 	assert_disposition(reply, "reused");
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(reply);
 	/* The same id under another kind: another effect. */
 	fence = proceed(fd, "other.kind/v1", "fx-doubt", REQUEST);
@@ -299,7 +317,7 @@ fx_doubts_take_the_full_parse(void **state)
 	    "\":\"fx-do\\u0075bt\",\"effect_kind\":\"" KIND "\",\"request\":"
 	    REQUEST ",\"lease_ms\":30000}");
 	assert_disposition(reply, "reused");
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(reply);
 	close(fd);
 	harness_finish(b);
@@ -326,7 +344,7 @@ fx_key_lengths_up_to_max(void **state)
 			memset(id, '0' + (int)i, ids[i]);
 			id[ids[i]] = '\0';
 			commit(fd, kind, id, REQUEST, "{\"k\":1}");
-			free(first_retry(b, fd, kind, id, REQUEST));
+			free(first_retry(b, fd, kind, id, REQUEST, 1));
 			reply = both_paths(b, fd, kind, id, REQUEST, "9", 1);
 			assert_non_null(strstr(reply, id));
 			free(reply);
@@ -355,7 +373,7 @@ fx_results_near_the_store_limit(void **state)
 	result = result_of(100);
 	commit(fd, KIND, "fx-probe", REQUEST, result);
 	free(result);
-	reply = first_retry(b, fd, KIND, "fx-probe", REQUEST);
+	reply = first_retry(b, fd, KIND, "fx-probe", REQUEST, 1);
 	overhead = FINGERPRINT + strlen(reply) -
 	    strlen("{\"ok\":true,\"id\":1,") - 100;
 	free(reply);
@@ -367,14 +385,14 @@ fx_results_near_the_store_limit(void **state)
 		result = result_of(pad);
 		commit(fd, KIND, id, REQUEST, result);
 		free(result);
-		free(first_retry(b, fd, KIND, id, REQUEST));
+		free(first_retry(b, fd, KIND, id, REQUEST, d <= 0));
 		reply = both_paths(b, fd, KIND, id, REQUEST, "2", d <= 0);
 		free(reply);
 	}
 	result = result_of(HUGE_PAD);
 	commit(fd, KIND, "fx-huge", REQUEST, result);
 	free(result);
-	free(first_retry(b, fd, KIND, "fx-huge", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-huge", REQUEST, 0));
 	reply = both_paths(b, fd, KIND, "fx-huge", REQUEST, "3", 0);
 	assert_true(strlen(reply) > HUGE_PAD);
 	free(reply);
@@ -392,7 +410,7 @@ restart_checks(struct broker *b, int kill9)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-restart", REQUEST, "{\"a\":[1,2,3]}");
-	free(first_retry(b, fd, KIND, "fx-restart", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-restart", REQUEST, 1));
 	before = both_paths(b, fd, KIND, "fx-restart", REQUEST, "4", 1);
 	close(fd);
 	if (kill9)
@@ -468,7 +486,7 @@ fx_after_compaction(void **state)
 	result = result_of(500);
 	commit(fd, KIND, "fx-target", REQUEST, result);
 	free(result);
-	free(first_retry(b, fd, KIND, "fx-target", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-target", REQUEST, 1));
 	whole = both_paths(b, fd, KIND, "fx-target", REQUEST, "6", 1);
 	assert_null(strstr(whole, "receipt_pruned"));
 	/* Two checkpoints after the commit: the second indexed it. */
@@ -531,7 +549,7 @@ fx_shutting_down_refuses(void **state)
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	fd = harness_raw_connect(b);
 	commit(fd, KIND, "fx-down", REQUEST, "true");
-	free(first_retry(b, fd, KIND, "fx-down", REQUEST));
+	free(first_retry(b, fd, KIND, "fx-down", REQUEST, 1));
 	free(both_paths(b, fd, KIND, "fx-down", REQUEST, "8", 1));
 	assert_non_null(realpath(b->root, root));
 	memset(&seg, 0, sizeof seg);
@@ -549,10 +567,143 @@ fx_shutting_down_refuses(void **state)
 	free(reply);
 	free(full);
 	atomic_store(&seg.header->shutting_down, 0);
-	assert_int_equal(harness_stat(b, FAST_STAT), 1);
+	assert_int_equal(harness_stat(b, FAST_STAT), 2);
 	free(both_paths(b, fd, KIND, "fx-down", REQUEST, "8", 1));
 	shm_detach(&seg);
 	free(line);
+	close(fd);
+	harness_finish(b);
+}
+
+static void
+assert_janssons_receipt(json_t *receipt, const char *const *members,
+    const char *reply)
+{
+	const char	*key;
+	json_t		*v;
+	int		 i = 0;
+
+	if (!json_is_object(receipt))
+		fail_msg("no receipt: %s", reply);
+	json_object_foreach(receipt, key, v) {
+		if (members[i] == NULL || strcmp(key, members[i]) != 0)
+			fail_msg("receipt member %d is %s: %s", i, key, reply);
+		i++;
+	}
+	assert_null(members[i]);
+}
+
+/*
+ * reply is what jansson dumps of its own parse (compact, in order: no
+ * byte written another way) and holds the members named, in order.
+ */
+static void
+assert_janssons(const char *reply, const char *const *members,
+    const char *const *receipt)
+{
+	json_t		*r = json_loads(reply, JSON_ALLOW_NUL, NULL), *v;
+	const char	*key;
+	char		*again;
+	int		 i = 0;
+
+	if (r == NULL)
+		fail_msg("does not parse: %s", reply);
+	again = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	assert_non_null(again);
+	assert_string_equal(again, reply);
+	free(again);
+	json_object_foreach(r, key, v) {
+		if (members[i] == NULL || strcmp(key, members[i]) != 0)
+			fail_msg("member %d is %s: %s", i, key, reply);
+		i++;
+	}
+	assert_null(members[i]);
+	if (receipt != NULL)
+		assert_janssons_receipt(json_object_get(r, "receipt"), receipt,
+		    reply);
+	json_decref(r);
+}
+
+/*
+ * effect_begin's proceed and effect_complete's commit are written as
+ * text (broker/replytext.c): with every kind of id, member names and
+ * values that need escapes, and results of every JSON type, each is
+ * jansson's dump with SPEC.md's members in their order; the receipt is
+ * the one a retry gets from the full path, byte for byte.
+ */
+static void
+fx_text_replies_are_janssons(void **state)
+{
+	static const char *const proceed_members[] = { "ok", "id",
+	    "disposition", "idempotent", "client_submission_id",
+	    "effect_kind", "attempt", "fence", "external_key",
+	    "digest_schema", "request_digest", "lease_ms",
+	    "lease_expires_at", NULL };
+	static const char *const commit_members[] = { "ok", "id",
+	    "action_taken", "idempotent", "state", "receipt", NULL };
+	static const char *const receipt_members[] = {
+	    "client_submission_id", "effect_kind", "digest_schema",
+	    "request_digest", "external_key", "attempt", "result", "state",
+	    "committed_at", NULL };
+	static const char *const ids[] = { "0", "-9223372036854775807",
+	    "1.5", "1e300", "null", "true", "false", "\"\"",
+	    "\"\\u00e9\\u2028 \\\" \\\\ \\/ \\n\\t\\u0001\\u007f\"", NULL };
+	static const char *const csids[] = { "plain", "q\\\"uote",
+	    "back\\\\slash", "!#$%&'()*+,-./:;<=>?@[]^_`{|}~", NULL };
+	static const char *const results[] = { "null", "true", "0", "-1",
+	    "0.1", "1e-7", "\"\"", "\"\\u00e9\\ud83d\\ude00 \\\"\\\\\\/\\b\\f"
+	    "\\n\\r\\t\\u001f\"", "[]", "{}", "[1,{\"a\":[null,{\"\":\"\"}]}]",
+	    "{\"z\":1,\"a\":2,\"m\":{\"y\":[true,false]}}", NULL };
+	struct broker	*b = *state;
+	char		*line, *reply, *retry, *fence, csid[64];
+	json_t		*r;
+	int		 fd, i, j;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	for (i = 0; csids[i] != NULL; i++) {
+		for (j = 0; results[j] != NULL; j++) {
+			snprintf(csid, sizeof csid, "%s-%d", csids[i], j);
+			if (asprintf(&line, "{\"op\":\"effect_begin\",\"id\":%s,"
+			    "\"client_submission_id\":\"%s\",\"effect_kind\":"
+			    "\"%s\",\"request\":{\"n\":%d}}", ids[j % 9],
+			    csid, csids[(i + 1) % 4], j) == -1)
+				fail_msg("asprintf");
+			reply = harness_raw_exchange(fd, line);
+			free(line);
+			assert_janssons(reply, proceed_members, NULL);
+			assert_non_null(r = json_loads(reply, 0, NULL));
+			assert_non_null(harness_str(r, "fence"));
+			fence = strdup(harness_str(r, "fence"));
+			json_decref(r);
+			free(reply);
+			if (asprintf(&line, "{\"op\":\"effect_complete\",\"id\":"
+			    "%s,\"client_submission_id\":\"%s\",\"effect_kind\":"
+			    "\"%s\",\"fence\":\"%s\",\"outcome\":\"applied\","
+			    "\"result\":%s}", ids[(j + 1) % 9], csid,
+			    csids[(i + 1) % 4], fence, results[j]) == -1)
+				fail_msg("asprintf");
+			reply = harness_raw_exchange(fd, line);
+			free(line);
+			free(fence);
+			assert_janssons(reply, commit_members, receipt_members);
+			/* A retry's receipt, by the full path: the same. */
+			if (asprintf(&line, "{\"request\":{\"n\":%d},\"op\":"
+			    "\"effect_begin\",\"client_submission_id\":\"%s\","
+			    "\"effect_kind\":\"%s\"}", j, csid,
+			    csids[(i + 1) % 4]) == -1)
+				fail_msg("asprintf");
+			retry = harness_raw_exchange(fd, line);
+			free(line);
+			assert_disposition(retry, "reused");
+			assert_non_null(strstr(reply, "\"receipt\":"));
+			assert_non_null(strstr(retry, "\"receipt\":"));
+			assert_string_equal(strstr(retry, "\"receipt\":"),
+			    strstr(reply, "\"receipt\":"));
+			free(retry);
+			free(reply);
+		}
+	}
 	close(fd);
 	harness_finish(b);
 }
@@ -572,6 +723,7 @@ main(void)
 		T(fx_fast_again_after_kill9_restart),
 		T(fx_after_compaction),
 		T(fx_shutting_down_refuses),
+		T(fx_text_replies_are_janssons),
 	};
 
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));

@@ -3,7 +3,8 @@
  * test_fastscan.c: the retry fast path's scanner (broker/fastscan.c):
  * which lines it accepts (write_task and effect_begin), exactly which
  * bytes it fingerprints, and that every doubt is refused (left to the
- * full parse).
+ * full parse); and which members' bytes are taken as jansson's compact
+ * dump of them (fastscan_compact_member).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -278,6 +279,52 @@ effect_begin_doubts_refused(void **state)
 	}
 }
 
+/* name's value in line as it stands (1), or 0: dumped instead. */
+static int
+compact_of(const char *line, const char *name, const char *want)
+{
+	const char	*v;
+	size_t		 n;
+
+	if (!fastscan_compact_member(line, strlen(line), name, &v, &n))
+		return 0;
+	assert_non_null(want);
+	assert_int_equal(n, strlen(want));
+	assert_memory_equal(v, want, n);
+	return 1;
+}
+
+static void
+compact_members(void **state)
+{
+	(void)state;
+	assert_true(compact_of("{\"result\":{\"a\":[1,-2,true,false,null,"
+	    "\"x/y\xc3\xa9\"]}}", "result", "{\"a\":[1,-2,true,false,null,"
+	    "\"x/y\xc3\xa9\"]}"));
+	/* Found after other members, whitespace around it kept out. */
+	assert_true(compact_of(" { \"op\" : \"effect_complete\" , \"result\" :"
+	    " [0,\"\"] , \"id\":1 } ", "result", "[0,\"\"]"));
+	assert_true(compact_of("{\"result\":123456789012345678}", "result",
+	    "123456789012345678"));
+	assert_true(compact_of("{\"result\":{}}", "result", "{}"));
+	/* Forms jansson would write otherwise: the dump decides. */
+	assert_false(compact_of("{\"result\":[1, 2]}", "result", NULL));
+	assert_false(compact_of("{\"result\":{\"a\" :1}}", "result", NULL));
+	assert_false(compact_of("{\"result\":1.0}", "result", NULL));
+	assert_false(compact_of("{\"result\":1e3}", "result", NULL));
+	assert_false(compact_of("{\"result\":-0}", "result", NULL));
+	assert_false(compact_of("{\"result\":[-0]}", "result", NULL));
+	assert_false(compact_of("{\"result\":1234567890123456789}", "result",
+	    NULL));
+	assert_false(compact_of("{\"result\":\"a\\u0041\"}", "result", NULL));
+	assert_false(compact_of("{\"result\":\"\\/\"}", "result", NULL));
+	/* Not there, or only under an escaped name. */
+	assert_false(compact_of("{\"outcome\":\"applied\"}", "result", NULL));
+	assert_false(compact_of("{\"res\\u0075lt\":1}", "result", NULL));
+	assert_false(compact_of("{\"results\":1}", "result", NULL));
+	assert_false(compact_of("[\"result\",1]", "result", NULL));
+}
+
 int
 main(void)
 {
@@ -290,6 +337,7 @@ main(void)
 		cmocka_unit_test(nul_bytes_are_bytes),
 		cmocka_unit_test(effect_begin_scanned),
 		cmocka_unit_test(effect_begin_doubts_refused),
+		cmocka_unit_test(compact_members),
 	};
 
 	if (sodium_init() < 0)

@@ -4,7 +4,8 @@
  * receipts.c).  The receipt store of the fast path wraps for ever, a
  * slot naming an overwritten reply gets none (never another's or a torn
  * one, even while a writer in another process overwrites it under the
- * reader), and its 32-bit names survive their own wrap.  The result
+ * reader), its 32-bit names survive their own wrap, and a reply is
+ * stored only against the entry it was built from.  The result
  * arena reuses the space of indexed results only: the bytes of a
  * committed result not yet in the index, or of a commit in flight, are
  * never overwritten (ENOSPC, and a checkpoint is asked for, half an
@@ -36,6 +37,12 @@ static int
 setup(void **state)
 {
 	return unit_segment_setup(state, "rings", RINGS_CAPACITY, 0);
+}
+
+static int
+setup_one_slot(void **state)
+{
+	return unit_segment_setup(state, "rings", 1, 0);
 }
 
 static int
@@ -103,7 +110,8 @@ put_reply(struct segment_fixture *f, const char *key, uint32_t slot, uint32_t se
 	size_t	length = reply_make(buf, slot, seq);
 
 	assert_int_equal(commit_task(f, key), slot);
-	if (receipts_put(&f->seg, slot, key, strlen(key), buf, length) != 0)
+	if (receipts_put(&f->seg, slot, key, strlen(key),
+	    &f->seg.slots[slot].entry, buf, length) != 0)
 		fail_msg("receipts_put slot %u: %s", slot, strerror(errno));
 }
 
@@ -141,8 +149,8 @@ test_receipts_wrap_and_forget_overwritten(void **state)
 	}
 	/* Overwritten: none, and room for a new one. */
 	assert_int_equal(receipts_get(&f->seg, slots[0], got, &length), 0);
-	assert_int_equal(receipts_put(&f->seg, slots[0], "r-0", 3, "again",
-	    5), 0);
+	assert_int_equal(receipts_put(&f->seg, slots[0], "r-0", 3,
+	    &f->seg.slots[slots[0]].entry, "again", 5), 0);
 	assert_int_equal(receipts_get(&f->seg, slots[0], got, &length), 1);
 	assert_int_equal(length, 5);
 	assert_memory_equal(got, "again", 5);
@@ -185,7 +193,7 @@ test_receipts_names_wrap(void **state)
 		slots[i] = commit_task(f, key);
 		snprintf(want, sizeof want, "reply%u", i);
 		assert_int_equal(receipts_put(&f->seg, slots[i], key,
-		    strlen(key), want, 6), 0);
+		    strlen(key), &f->seg.slots[slots[i]].entry, want, 6), 0);
 	}
 	assert_int_equal(atomic_load(&f->seg.slots[slots[0]].fast_receipt),
 	    UINT32_MAX - 7);
@@ -245,6 +253,105 @@ test_receipts_never_torn_under_writer(void **state)
 	/* The store went round many times under the reader. */
 	assert_true(atomic_load(&f->seg.header->receipts_head) >
 	    4 * f->seg.header->receipts_bytes);
+}
+
+/* Commit key in its slot (a replay would) as e says; the slot. */
+static uint32_t
+apply_entry(struct segment_fixture *f, const char *key,
+    const struct subtab_entry *e)
+{
+	uint32_t	slot;
+
+	assert_int_equal(subtab_apply_slot(&f->seg, key, strlen(key),
+	    subtab_prefetch(&f->seg, key, strlen(key)), e, &slot), 0);
+	return slot;
+}
+
+/*
+ * A reply is stored only against the entry it was built from.  Between
+ * the fast path's look at the slot (unlocked) and receipts_put, the
+ * entry may be evicted, and the same key committed anew in the same slot
+ * (an effect purged and begun again, another attempt, its result
+ * elsewhere in the arena; a task number reserved again): the old reply
+ * is refused, the new entry's is stored.  A table of one slot makes the
+ * new key take the evicted slot.
+ */
+static void
+test_receipts_only_for_the_entry_built_from(void **state)
+{
+	struct segment_fixture	*f = *state;
+	struct subtab_entry	 fx, task, other, built;
+	uint8_t			 got[SHM_RECEIPT_MAX_BYTES];
+	uint32_t		 slot;
+	size_t			 length;
+	const char		 key[] = "kind\x1fid";
+
+	memset(&fx, 0, sizeof fx);
+	fx.kind = SUBTAB_KIND_EFFECT;
+	fx.state = SUBTAB_COMMITTED;
+	fx.schema = SUBTAB_SCHEMA_GENERIC_JSON_V1;
+	fx.attempt = 1;
+	fx.result_offset = 64;
+	fx.result_length = 5;
+	fx.created_at_ms = 1000;
+	memset(fx.request_digest, 1, sizeof fx.request_digest);
+	slot = apply_entry(f, key, &fx);
+	built = f->seg.slots[slot].entry;	/* the fast path's look */
+
+	/* The gap: evicted for another key, then begun again and committed. */
+	memset(&other, 0, sizeof other);
+	other.kind = SUBTAB_KIND_TASK;
+	other.state = SUBTAB_COMMITTED;
+	other.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	other.date = 20261205;
+	other.seq = 1;
+	subtab_mark_all_indexed(&f->seg);
+	assert_int_equal(apply_entry(f, "other", &other), slot);
+	subtab_mark_all_indexed(&f->seg);
+	fx.attempt = 2;
+	fx.result_offset = 4160;
+	assert_int_equal(apply_entry(f, key, &fx), slot);
+	assert_int_equal(atomic_load(&f->seg.header->evictions), 2);
+
+	/* The old entry's reply: refused, nothing named. */
+	assert_int_equal(receipts_put(&f->seg, slot, key, strlen(key), &built,
+	    "old", 3), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(receipts_get(&f->seg, slot, got, &length), 0);
+	/* Either alone tells them apart: the offset, then the attempt. */
+	built.attempt = 2;
+	assert_int_equal(receipts_put(&f->seg, slot, key, strlen(key), &built,
+	    "old", 3), -1);
+	assert_int_equal(errno, EINVAL);
+	built.attempt = 1;
+	built.result_offset = 4160;
+	assert_int_equal(receipts_put(&f->seg, slot, key, strlen(key), &built,
+	    "old", 3), -1);
+	assert_int_equal(errno, EINVAL);
+	/* The new entry's reply is stored. */
+	assert_int_equal(receipts_put(&f->seg, slot, key, strlen(key), &fx,
+	    "new", 3), 0);
+	assert_int_equal(receipts_get(&f->seg, slot, got, &length), 1);
+	assert_int_equal(length, 3);
+	assert_memory_equal(got, "new", 3);
+
+	/* A task: the same key reserved again under another number. */
+	memset(&task, 0, sizeof task);
+	task.kind = SUBTAB_KIND_TASK;
+	task.state = SUBTAB_COMMITTED;
+	task.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	task.date = 20261205;
+	task.seq = 2;
+	subtab_mark_all_indexed(&f->seg);
+	assert_int_equal(apply_entry(f, "sub-1", &task), slot);
+	built = f->seg.slots[slot].entry;
+	task.seq = 3;
+	assert_int_equal(apply_entry(f, "sub-1", &task), slot);
+	assert_int_equal(receipts_put(&f->seg, slot, "sub-1", 5, &built,
+	    "old", 3), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(receipts_put(&f->seg, slot, "sub-1", 5, &task,
+	    "new", 3), 0);
 }
 
 /* ---- The result arena ---------------------------------------------------- */
@@ -520,6 +627,9 @@ main(void)
 		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_receipts_never_torn_under_writer, setup, unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_receipts_only_for_the_entry_built_from, setup_one_slot,
+		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_arena_reuses_only_indexed,
 		    setup_small_arena, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(

@@ -1271,7 +1271,7 @@ test_receipts_only_for_committed(void **state)
 	size_t			 length;
 
 	assert_int_equal(subtab_acquire(&f->seg, &a), SUBTAB_INSERTED);
-	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6,
+	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6, &a.found,
 	    "r", 1), -1);
 	assert_int_equal(errno, EINVAL);
 	assert_int_equal(receipts_get(&f->seg, a.slot, got, &length), 0);
@@ -1279,16 +1279,16 @@ test_receipts_only_for_committed(void **state)
 	e.state = SUBTAB_COMMITTED;
 	assert_int_equal(subtab_record(&f->seg, a.slot, &a.claim, &e, "x", 1,
 	    &end), 0);
-	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6,
+	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6, &e,
 	    "reply", 5), 0);
 	assert_int_equal(receipts_get(&f->seg, a.slot, got, &length), 1);
 	assert_int_equal(length, 5);
 	assert_memory_equal(got, "reply", 5);
-	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6,
+	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6, &e,
 	    "other", 5), -1);
 	assert_int_equal(errno, EEXIST);
 	/* Not for another key (the slot was evicted and taken meanwhile). */
-	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-2", 6, "r", 1),
+	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-2", 6, &e, "r", 1),
 	    -1);
 	assert_int_equal(errno, EINVAL);
 	/* Recorded again (a recovery): forgotten. */
@@ -1296,14 +1296,14 @@ test_receipts_only_for_committed(void **state)
 	    &end), 0);
 	assert_int_equal(receipts_get(&f->seg, a.slot, got, &length), 0);
 	/* Replayed over: forgotten too. */
-	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6,
+	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6, &e,
 	    "reply", 5), 0);
 	assert_int_equal(subtab_apply(&f->seg, "fast-1", 6, &e), 0);
 	assert_int_equal(receipts_get(&f->seg, a.slot, got, &length), 0);
 	memset(big, 'b', sizeof big);
-	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6,
+	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6, &e,
 	    big, 0), -1);
-	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6,
+	assert_int_equal(receipts_put(&f->seg, a.slot, "fast-1", 6, &e,
 	    big, sizeof big), -1);
 	assert_int_equal(errno, EINVAL);
 	assert_int_equal(receipts_get(&f->seg, a.slot, got, &length), 0);
