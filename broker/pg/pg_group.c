@@ -44,8 +44,11 @@
  * (pgstore_claim_end); one whose results did not come (the outcome
  * unknown) fails, and drops its own connection, so that a row its claim
  * may have made has an owner whose session is gone: a retry takes it
- * over at once.
+ * over at once.  A round of which nothing was sent (the leader's
+ * connection found broken before its pipeline) fails no one: every
+ * member, claims too, goes alone on its own connection.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,7 +78,7 @@ enum {
 	GROUP_FAILED = -1,	/* cause */
 	GROUP_FENCED = 0,
 	GROUP_CHANGED = 1,	/* granted, committed; a claim's results in */
-	GROUP_ALONE = 2		/* the batch rolled back: its own statement */
+	GROUP_ALONE = 2		/* rolled back, or not sent: its own statement */
 };
 
 struct pg_group {
@@ -332,8 +335,8 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	rc = pgstore_round_send(st, m, n, &cause);
 	if (rc != 0)
 		log_warnx("a round of %zu: %s: its grants and commits go alone, "
-		    "its claims fail", n, cause != NULL ? cause :
-		    "out of memory");
+		    "its claims %s", n, cause != NULL ? cause : "out of memory",
+		    rc == -2 ? "too (nothing was sent)" : "fail");
 	else {
 		if (grants > 0)
 			pg_pause_point("after_grant_batch_sent");
@@ -344,7 +347,8 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	if (rc != 0) {
 		for (i = 0; i < g->round_size; i++)
 			g->round[i]->outcome = g->round[i]->m.op ==
-			    PGSTORE_OP_CLAIM ? GROUP_FAILED : GROUP_ALONE;
+			    PGSTORE_OP_CLAIM && rc != -2 ? GROUP_FAILED :
+			    GROUP_ALONE;
 		group_settle(g, cause);
 	} else {
 		/* Only now may a member read it: the send is done. */
@@ -484,10 +488,14 @@ pg_group_claim(struct pg_group_member *me, struct pgstore *st,
 		 */
 		pgstore_claim_clear(&me->claim);
 		pgstore_drop(st);
+		errno = EIO;	/* not an ERANGE left from before */
 		return -1;
 	}
 	free(*cause);
 	*cause = NULL;
+	/* Nothing of the round was sent: the claim on its own session. */
+	if (rc == GROUP_ALONE)
+		return pgstore_claim_next(st, &me->claim, cause);
 	rc = pgstore_claim_end(st, &me->claim, cause);
 	if (rc == 2)
 		rc = pgstore_claim_next(st, &me->claim, cause);

@@ -458,6 +458,62 @@ rounds_claim_for_their_own_session(void **state)
 }
 
 /*
+ * A round sent by a leader whose session ended unnoticed, before the
+ * round prepared its claim's statements: nothing of it went, and the
+ * send says so (-2, not -1), so that its claim members go alone on
+ * their own sessions instead of failing (and dropping their own good
+ * connections) with the leader's (the review of #32's rounds, F2).
+ */
+static void
+a_round_not_sent_fails_no_claim(void **state)
+{
+	struct pgstore		 a, b;
+	struct pgstore_key	 key = { SUBTAB_KIND_TASK, "", "unsent-1" };
+	struct pgstore_batch_member m, *mp = &m;
+	struct pgstore_claim	 c;
+	struct pgstore_row	 row;
+	struct subtab_entry	 want;
+	char			*cause = NULL, q[256], *out;
+	int			 pid;
+
+	(void)state;
+	disk_max = 0;
+	open_store(&a, "alpha", 30000);
+	open_store(&b, "alpha", 30000);
+	want_entry(&want, "unsent");
+	/* a's session, which has prepared no claim, ended behind its back. */
+	pid = PQbackendPID((PGconn *)pgstore_conn(&a, &cause));
+	assert_true(pid > 0);
+	snprintf(q, sizeof q, "SELECT pg_terminate_backend(%d)", pid);
+	assert_sql(q, "t");
+	snprintf(q, sizeof q, "SELECT count(*) FROM pg_stat_activity WHERE "
+	    "pid = %d", pid);
+	for (out = sql(q); strcmp(out, "0") != 0; out = sql(q))
+		free(out);
+	free(out);
+	assert_int_equal(pgstore_claim_begin(&b, &c, &key, &want, &row,
+	    &cause), 0);
+	memset(&m, 0, sizeof m);
+	m.op = PGSTORE_OP_CLAIM;
+	m.key = &key;
+	m.claim = &c;
+	assert_int_equal(pgstore_round_send(&a, &mp, 1, &cause), -2);
+	assert_non_null(cause);
+	free(cause);
+	cause = NULL;
+	/* Alone, on b's own session, the claim is made and b's own. */
+	assert_int_equal(pgstore_claim_next(&b, &c, &cause), 1);
+	assert_int_equal(row.entry.state, SUBTAB_RESERVED);
+	snprintf(q, sizeof q, "SELECT s.owner_pid = %d FROM idem_submission s "
+	    "WHERE s.client_submission_id = 'unsent-1'",
+	    PQbackendPID((PGconn *)pgstore_conn(&b, &cause)));
+	assert_sql(q, "t");
+	pgstore_row_clear(&row);
+	pgstore_close(&a);
+	pgstore_close(&b);
+}
+
+/*
  * A batch's statement finds its members through the key's index however
  * small the table was when its session made the generic plan: a table
  * never analyzed (a temporary one: the autovacuum never analyzes it)
@@ -1172,6 +1228,7 @@ main(void)
 		cmocka_unit_test(batches_fence_each_member),
 		cmocka_unit_test(batch_plans_use_the_key_index),
 		cmocka_unit_test(rounds_claim_for_their_own_session),
+		cmocka_unit_test(a_round_not_sent_fails_no_claim),
 		cmocka_unit_test(a_failed_commit_is_not_a_grant),
 		cmocka_unit_test(key_lookups_use_the_key_index),
 		cmocka_unit_test(connections_keep_alive),

@@ -324,8 +324,9 @@ int	pgstore_batch_wait(struct pgstore *,
 	    struct pgstore_batch_member *const *, size_t n,
 	    enum pgstore_batch_failure *, char **cause);
 /*
- * A round (members of any op, at most PGSTORE_MAX_CONNECTIONS): 0 sent,
- * or -1 with *cause: nothing of its grants and commits committed, and a
+ * A round (members of any op, at most PGSTORE_MAX_CONNECTIONS): 0 sent;
+ * -2 with *cause: nothing of it was sent (each member may go alone); or
+ * -1 with *cause: nothing of its grants and commits committed, and a
  * claim's outcome is not known (the connection is dropped).  Then,
  * always after a 0, _wait: every claim member whose two results came
  * has claim->res (the others' outcome is not known); 0 with each grant

@@ -361,26 +361,38 @@ pgstore_round_send(struct pgstore *st, struct pgstore_batch_member *const *m,
 
 	*cause = NULL;
 	memset(text, 0, sizeof text);
+	/*
+	 * Until the pipeline is entered nothing of the round has gone: a
+	 * failure there is -2, and its claims may go alone (the leader's
+	 * connection failing must not fail the others').
+	 */
 	if ((conn = pg_conn(st, cause)) == NULL)
-		return -1;
+		return -2;
 	nu = round_steps(m, n, &lone);
 	/* Every statement prepared first: PQprepare is a round trip. */
 	if (nu < n && ((res = pg_prepare(st, conn, PG_PREP_NUMBER,
 	    pg_number_sql)) != NULL || (res = pg_prepare(st, conn,
-	    PG_PREP_CLAIM, pg_claim_sql)) != NULL))
-		return pg_failed(st, res, "preparing a claim", cause);
+	    PG_PREP_CLAIM, pg_claim_sql)) != NULL)) {
+		(void)pg_failed(st, res, "preparing a claim", cause);
+		return -2;
+	}
 	if (nu == 1 && (res = lone->op == PGSTORE_OP_GRANT ? pg_prepare(st,
 	    conn, PG_PREP_GRANT, GRANT_SQL) : pg_prepare(st, conn,
-	    PG_PREP_COMMIT, COMMIT_SQL)) != NULL)
-		return pg_failed(st, res, "preparing a grant or commit", cause);
+	    PG_PREP_COMMIT, COMMIT_SQL)) != NULL) {
+		(void)pg_failed(st, res, "preparing a grant or commit", cause);
+		return -2;
+	}
 	if (nu > 1) {
 		if (batch_prepare(st, conn, cause) != 0 ||
-		    batch_params(st, m, n, text, v, lease, cause) != 0)
-			return -1;
+		    batch_params(st, m, n, text, v, lease, cause) != 0) {
+			rc = -2;
+			goto out;
+		}
 		arrays = 1;
 	}
 	if (PQenterPipelineMode(conn) != 1) {
 		pg_failed(st, NULL, "entering pipeline mode", cause);
+		rc = -2;
 		goto out;
 	}
 	for (i = 0; i < n; i++) {
