@@ -103,6 +103,34 @@ static const struct halfway commit_halfway = { "commit",
  * The step's updates (a grant: lease_granted false to true; a commit:
  * the state to committed) wait for GATE_KEY while on; nothing else.
  */
+/*
+ * Each "<prefix>-<i>" sent once more after its retry answered: reused,
+ * the same task (task_id[i], freed here), still one TASK file each, and
+ * every row committed.
+ */
+static void
+retried_again(struct node *a, const char *root, const char *prefix,
+    const char *title, char *task_id[MEMBERS])
+{
+	json_t	*reply;
+	char	 id[32];
+	int	 i;
+
+	for (i = 0; i < MEMBERS; i++) {
+		snprintf(id, sizeof id, "%s-%d", prefix, i);
+		reply = harness_must_call(&a->b, harness_write_task(id, title));
+		harness_assert_outcome(reply, "reused", 0, 1, 0);
+		assert_string_equal(harness_receipt_str(reply, "task_id"),
+		    task_id[i]);
+		json_decref(reply);
+		free(task_id[i]);
+	}
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), MEMBERS);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE '%s-%%' AND "
+	    "state = 3", prefix), MEMBERS);
+}
+
 static void
 gate_step(const struct halfway *h, int on)
 {
@@ -230,21 +258,7 @@ batch_fails_halfway(const struct halfway *h)
 	}
 	assert_int_equal(cluster_tasks_on_disk(root, NULL), MEMBERS);
 	assert_int_equal(cluster_temporaries(root), 0);
-	/* Again: reused, the same task, still one file each. */
-	for (i = 0; i < MEMBERS; i++) {
-		snprintf(id, sizeof id, "halfway-%d", i);
-		reply = harness_must_call(&a.b, harness_write_task(id,
-		    "A batch that fails halfway"));
-		harness_assert_outcome(reply, "reused", 0, 1, 0);
-		assert_string_equal(harness_receipt_str(reply, "task_id"),
-		    task_id[i]);
-		json_decref(reply);
-		free(task_id[i]);
-	}
-	assert_int_equal(cluster_tasks_on_disk(root, NULL), MEMBERS);
-	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
-	    "idem_submission WHERE client_submission_id LIKE 'halfway-%%' "
-	    "AND state = 3"), MEMBERS);
+	retried_again(&a, root, "halfway", "A batch that fails halfway", task_id);
 	cluster_node_kill(&a);
 	unlink(fifo);
 	cluster_rm_root(root);
@@ -392,21 +406,8 @@ mixed_round_fails_halfway(void **state)
 		task_id[i] = strdup(harness_receipt_str(reply, "task_id"));
 		json_decref(reply);
 	}
-	for (i = 0; i < MEMBERS; i++) {
-		snprintf(id, sizeof id, "mixed-%d", i);
-		reply = harness_must_call(&a.b, harness_write_task(id,
-		    "A round that fails halfway"));
-		harness_assert_outcome(reply, "reused", 0, 1, 0);
-		assert_string_equal(harness_receipt_str(reply, "task_id"),
-		    task_id[i]);
-		json_decref(reply);
-		free(task_id[i]);
-	}
-	assert_int_equal(cluster_tasks_on_disk(root, NULL), MEMBERS);
+	retried_again(&a, root, "mixed", "A round that fails halfway", task_id);
 	assert_int_equal(cluster_temporaries(root), 0);
-	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
-	    "idem_submission WHERE client_submission_id LIKE 'mixed-%%' "
-	    "AND state = 3"), MEMBERS);
 	cluster_node_kill(&a);
 	unlink(fifo);
 	cluster_rm_root(root);
