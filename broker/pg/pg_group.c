@@ -109,13 +109,6 @@ static struct pg_group pg_steps = { PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
     0, 0, 0, { 0, 0, 0 }, 0 };
 
-static const char *
-group_op_name(enum pgstore_round_op op)
-{
-	return op == PGSTORE_OP_CLAIM ? "claim" : op == PGSTORE_OP_GRANT ?
-	    "grant" : "commit";
-}
-
 /* The grants and commits of a round, as its log lines name them. */
 static const char *
 group_batch_name(struct pgstore_batch_member *const *u, size_t nu)
@@ -129,6 +122,14 @@ group_batch_name(struct pgstore_batch_member *const *u, size_t nu)
 }
 
 #ifdef IDEM_FAULT_INJECTION
+/* A held batch's op, as its log line names it. */
+static const char *
+group_op_name(enum pgstore_round_op op)
+{
+	return op == PGSTORE_OP_CLAIM ? "claim" : op == PGSTORE_OP_GRANT ?
+	    "grant" : "commit";
+}
+
 /*
  * IDEM_CRASH_BATCH_OF=<n> (or commit:<n>): a worker's first round with
  * a grant (or a commit) carries its grants (commits) only once n of
