@@ -234,6 +234,11 @@ call_answer_json(struct call *c, const char *member, json_t *value)
 static void
 call_vproxy_result(struct call *c, int is_error, const char *disposition,
     int retryable, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
+
+static void
+call_vproxy_result(struct call *c, int is_error, const char *disposition,
+    int retryable, const char *fmt, va_list ap)
 {
 	json_t	*result, *facts;
 	char	 text[2048];
