@@ -66,6 +66,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "backend.h"
 #include "fastpath.h"
 #include "idemd.h"
@@ -358,15 +360,16 @@ struct fastpath_begun {
 
 static struct fastpath_begun	begun[FASTPATH_BEGUN];
 
+/* Which entry a key uses: libsodium's short hash, under a fixed key. */
 static struct fastpath_begun *
 begun_of(const char *key, size_t key_length)
 {
-	uint32_t	h = 2166136261u;	/* FNV-1a */
-	size_t		i;
+	static const unsigned char	 hash_key[crypto_shorthash_KEYBYTES];
+	unsigned char			 h[crypto_shorthash_BYTES];
 
-	for (i = 0; i < key_length; i++)
-		h = (h ^ (unsigned char)key[i]) * 16777619u;
-	return &begun[h % FASTPATH_BEGUN];
+	crypto_shorthash(h, (const unsigned char *)key, key_length,
+	    hash_key);
+	return &begun[h[0] % FASTPATH_BEGUN];
 }
 
 void
