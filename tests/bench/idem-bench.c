@@ -4929,16 +4929,22 @@ cleanup_redis(struct client *cl)
  * Send a command of argc bulk strings; read one reply.  *value is a
  * status or error line (its first byte kept: '+', '-', ':') or a bulk
  * string's bytes, NUL-terminated, in cl->buf; NULL for a nil.  -1
- * (counted) when the connection failed.
+ * (counted) when the connection failed.  The reply is awaited in
+ * poll(2), then read, as libidem awaits idemd's (client.c,
+ * client_wait_readable): a sleeper in read(2) is woken for nothing when
+ * the server reads the command, and that wake-up would be charged to
+ * Redis and not to idemd.
  */
 static int
 redis_call(struct client *cl, size_t i, int argc, const char *const *argv,
     char **value, size_t *length)
 {
-	char	*cmd = cl->buf, *in = cl->buf + BENCH_EFFECT_LINE_BYTES, *crlf;
-	size_t	 n = 0, have = 0, need, a, len;
-	ssize_t	 got = -1;
-	long	 bulk;
+	struct pollfd	 pfd;
+	char		*cmd = cl->buf, *in = cl->buf + BENCH_EFFECT_LINE_BYTES;
+	char		*crlf;
+	size_t		 n = 0, have = 0, need, a, len;
+	ssize_t		 got = -1;
+	long		 bulk;
 
 	n += (size_t)snprintf(cmd + n, BENCH_EFFECT_LINE_BYTES - n, "*%d\r\n",
 	    argc);
@@ -4955,6 +4961,14 @@ redis_call(struct client *cl, size_t i, int argc, const char *const *argv,
 	if (write_all(cl->redis_fd, cmd, n) == -1)
 		goto fail;
 	for (;;) {
+		pfd.fd = cl->redis_fd;
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		if (poll(&pfd, 1, -1) == -1) {
+			if (errno == EINTR)
+				continue;
+			goto fail;
+		}
 		got = read(cl->redis_fd, in + have, BENCH_REDIS_BUF_BYTES - 1 -
 		    have);
 		if (got == -1 && errno == EINTR)
