@@ -158,7 +158,8 @@ idem_write_task_retry(const char *socket_path,
 		else if (client_timeout(conn->fd, left, err) != 0) {
 			idem_close(conn);
 			conn = NULL;
-		}
+		} else
+			conn->timeout_ms = left;
 		if (conn != NULL && (rc = client_write_task(conn,
 		    client_submission_id, task, result, err)) == 0)
 			break;

@@ -732,6 +732,47 @@ retry_gives_up_without_broker(void **state)
 }
 
 /*
+ * A broker that takes the request and never answers (a stand-in that
+ * does not even accept: the connection waits in its backlog): the wait
+ * for the reply ends at the retry helper's deadline, not never.  The
+ * reply is awaited in poll(2) (client.c, client_wait_readable), so the
+ * deadline must bound the poll as it bounded the read.
+ */
+static void
+retry_deadline_bounds_the_reply_wait(void **state)
+{
+	struct broker		*b = *state;
+	struct retry_call	 rc;
+	struct sockaddr_un	 sa;
+	int64_t			 began, took;
+	int			 fd;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
+	    "%s/silent.sock", b->root) < sizeof sa.sun_path);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(fd != -1);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	assert_int_equal(listen(fd, 4), 0);
+	retry_call_init(&rc, b, "retry-5");
+	rc.socket = sa.sun_path;
+	rc.policy.max_attempts = 1;
+	rc.policy.deadline_ms = 300;
+	began = harness_now_ms();
+	assert_int_equal(idem_write_task_retry(rc.socket, rc.id, &rc.task,
+	    &rc.policy, &rc.result, &rc.err), -1);
+	took = harness_now_ms() - began;
+	assert_int_equal(rc.err.code, IDEM_E_TRANSPORT);
+	assert_non_null(strstr(rc.err.message, "no reply before the deadline"));
+	assert_int_equal(rc.result.attempts, 1);
+	assert_true(took >= 250);
+	assert_true(took < 300 + 2000);
+	close(fd);
+	harness_finish(b);
+}
+
+/*
  * What libidem sends, byte for byte, for every op with every optional
  * member present and absent: a stand-in for the broker on a socket of
  * the test's own records each request line and answers internal.  The
@@ -938,6 +979,7 @@ main(void)
 		T(retry_survives_broker_killed_mid_request),
 		T(retry_survives_worker_killed_mid_request),
 		T(retry_returns_non_retryable_at_once),
+		T(retry_deadline_bounds_the_reply_wait),
 		T(retry_gives_up_without_broker),
 		T(requests_keep_their_bytes),
 	};
