@@ -19,9 +19,19 @@
  *
  * Only the last segment is ever appended to.  A segment is sealed (fully
  * written and fsync'd) before the next one is created, so only the last
- * segment can end in a torn append; journal_rotate(), when it comes, must
- * keep that promise: sync the old segment, then create_segment() the next
- * number (O_EXCL, header, fsync file, fsync directory), then switch.
+ * segment can end in a torn append; journal_rotate() keeps that promise:
+ * the caller synced the old segment, rotate cuts its zero tail (and
+ * fsyncs the cut), then create_segment() the next number (O_EXCL,
+ * header, fsync file, fsync directory), then switch.
+ *
+ * The zero tail: an fdatasync after an append that grows the file costs
+ * about twice one after a write over blocks already allocated and
+ * synced (the size and the block map are metadata to commit).  So the
+ * writer keeps zeros ahead of its logical end (journal_prezero, between
+ * rounds), the fd is opened without O_APPEND (on Linux pwrite on an
+ * O_APPEND fd appends) and records go with pwritev at the logical end.
+ * Zeros are never records: replay takes an all-zero tail of the last
+ * segment for its clean end (doc/journal.md, "The zero tail").
  *
  * Every function here works on what it is given: no global mutable state.
  * Callers must have called sodium_init() (idemd's main does); the
@@ -50,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -59,6 +70,13 @@
 
 /* writev at most this many pieces per call (well under IOV_MAX). */
 #define APPEND_IOV_BATCH	64
+
+/* Zeros ahead: chunks of at most this, at least the smaller. */
+#define ZERO_CHUNK_MAX		(1024 * 1024)
+#define ZERO_CHUNK_MIN		512
+
+/* Never written: the source of every zero chunk (in .bss, not the file). */
+static uint8_t	journal_zeros[ZERO_CHUNK_MAX];
 
 /*
  * Set *cause (malloc'd; NULL if even that fails) without disturbing
@@ -152,8 +170,8 @@ fail:
  * fsync the file, fsync the directory.  On failure nothing is left
  * behind (best effort: on a failing disk the unlink may fail too, and
  * replay then finds a short or bad last segment).  Returns the fd, open
- * for appending.  journal_open uses it for segment 1; journal_rotate
- * will use it for the next one.
+ * for writing (not O_APPEND: records go with pwritev at the logical
+ * end).  journal_open uses it for segment 1; journal_rotate for the next.
  */
 static int
 create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
@@ -165,7 +183,7 @@ create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
 
 	journal_segment_name(number, name);
 	fd = openat(dir_fd, name,
-	    O_RDWR|O_APPEND|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW, 0600);
+	    O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW, 0600);
 	if (fd == -1) {
 		journal_cause(cause, "journal %s/%s: create: %s", dir, name,
 		    strerror(errno));
@@ -237,9 +255,50 @@ journal_init(struct journal *j, const char *dir, char **cause)
 	return 0;
 }
 
-/* j->dir_fd is open: append to its last segment, or create the first. */
+/*
+ * The logical end of the open segment fd (size bytes), read from it: for
+ * a caller that has no replay's word for it.  What replay left must be
+ * records then only zeros.
+ */
 static int
-journal_open_dir(struct journal *j, char **cause)
+journal_read_end(struct journal *j, const char *name, uint64_t size,
+    uint64_t *end, char **cause)
+{
+	void	*map;
+	size_t	 at;
+	int	 rv;
+
+	if (size > SIZE_MAX) {
+		errno = EFBIG;
+		journal_cause(cause, "journal %s/%s: too large to map", j->dir,
+		    name);
+		return -1;
+	}
+	map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, j->fd, 0);
+	if (map == MAP_FAILED) {
+		journal_cause(cause, "journal %s/%s: mmap: %s", j->dir, name,
+		    strerror(errno));
+		return -1;
+	}
+	rv = journal_segment_end(map, (size_t)size, &at);
+	munmap(map, (size_t)size);
+	if (rv != 0) {
+		errno = EINVAL;
+		journal_cause(cause, "journal %s/%s: its records are not "
+		    "followed by zeros only (replay it first)", j->dir, name);
+		return -1;
+	}
+	*end = at;
+	return 0;
+}
+
+/*
+ * j->dir_fd is open: append to its last segment, or create the first.
+ * end_segment, end: the last segment's logical end from a replay, or 0.
+ */
+static int
+journal_open_dir(struct journal *j, uint64_t end_segment, uint64_t end,
+    char **cause)
 {
 	const char	*dir = j->dir;
 	uint64_t	*list = NULL;
@@ -257,19 +316,21 @@ journal_open_dir(struct journal *j, char **cause)
 		j->segment = 1;
 		if ((j->fd = create_segment(j->dir_fd, dir, 1, cause)) == -1)
 			goto fail;
-		j->size = SEGMENT_HEADER_BYTES;
+		j->size = j->zeroed = SEGMENT_HEADER_BYTES;
 		return 0;
 	}
 
 	/*
 	 * Append to the highest segment.  Replay has already run and cut
-	 * any torn tail, so its size is the end of its last good record.
+	 * any torn tail, so its last good record is followed by zeros only
+	 * (the zero tail) or nothing: its logical end is replay's, or read
+	 * from it here, never st_size.
 	 */
 	j->segment = list[count - 1];
 	free(list);
 	list = NULL;
 	journal_segment_name(j->segment, name);
-	j->fd = openat(j->dir_fd, name, O_RDWR|O_APPEND|O_CLOEXEC|O_NOFOLLOW);
+	j->fd = openat(j->dir_fd, name, O_RDWR|O_CLOEXEC|O_NOFOLLOW);
 	if (j->fd == -1 || fstat(j->fd, &st) == -1) {
 		journal_cause(cause, "journal %s/%s: %s", dir, name,
 		    strerror(errno));
@@ -298,7 +359,12 @@ journal_open_dir(struct journal *j, char **cause)
 		    strerror(errno));
 		goto fail;
 	}
-	j->size = (uint64_t)st.st_size;
+	j->zeroed = (uint64_t)st.st_size;
+	if (end_segment == j->segment && end >= SEGMENT_HEADER_BYTES &&
+	    end <= j->zeroed)
+		j->size = end;
+	else if (journal_read_end(j, name, j->zeroed, &j->size, cause) != 0)
+		goto fail;
 	return 0;
 
 fail:
@@ -311,6 +377,13 @@ fail:
 
 int
 journal_open(struct journal *j, const char *dir, char **cause)
+{
+	return journal_open_end(j, dir, 0, 0, cause);
+}
+
+int
+journal_open_end(struct journal *j, const char *dir, uint64_t end_segment,
+    uint64_t end, char **cause)
 {
 	int	saved_errno;
 
@@ -334,7 +407,7 @@ journal_open(struct journal *j, const char *dir, char **cause)
 		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
 		goto fail;
 	}
-	return journal_open_dir(j, cause);
+	return journal_open_dir(j, end_segment, end, cause);
 fail:
 	saved_errno = errno;
 	journal_close(j);
@@ -358,7 +431,7 @@ journal_open_at(struct journal *j, int dir_fd, const char *dir,
 		errno = saved_errno;
 		return -1;
 	}
-	return journal_open_dir(j, cause);
+	return journal_open_dir(j, 0, 0, cause);
 }
 
 
@@ -425,7 +498,7 @@ journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
 			batch[n].iov_len = iov[k].iov_len - skip;
 			n++;
 		}
-		w = writev(j->fd, batch, n);
+		w = pwritev(j->fd, batch, n, (off_t)(j->size + done));
 		if (w == -1 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -446,10 +519,14 @@ journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
 		}
 	}
 	j->size += total;
+	if (j->zeroed < j->size)
+		j->zeroed = j->size;
 	return 0;
 
 fail:
+	/* Garbage or zeros past size: cut both, the zeros come again. */
 	saved_errno = errno;
+	j->zeroed = j->size;
 	if (ftruncate(j->fd, (off_t)j->size) == -1) {
 		journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
 		    ": write: %s; truncating back to %" PRIu64 " bytes also "
@@ -475,6 +552,83 @@ journal_sync(struct journal *j, char **cause)
 	journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
 	    ": fdatasync: %s", j->dir, j->segment, strerror(errno));
 	journal_poison(j);
+	return -1;
+}
+
+uint64_t
+journal_zero_chunk(uint64_t segment_bytes)
+{
+	uint64_t	chunk = segment_bytes / 8;
+
+	if (chunk > ZERO_CHUNK_MAX)
+		chunk = ZERO_CHUNK_MAX;
+	chunk -= chunk % ZERO_CHUNK_MIN;
+	return chunk < ZERO_CHUNK_MIN ? ZERO_CHUNK_MIN : chunk;
+}
+
+static int64_t
+journal_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
+{
+	uint64_t	chunk, limit, want, at;
+	size_t		n;
+	ssize_t		w;
+	struct stat	st;
+	int		saved_errno;
+
+	if (j->fd == -1 || segment_bytes == 0)
+		return 0;
+	chunk = journal_zero_chunk(segment_bytes);
+	/* Never past segment_bytes and one chunk: rotation comes first. */
+	limit = segment_bytes + chunk;
+	/* Less than a chunk ahead: up to the chunk boundary after next. */
+	if (j->zeroed >= j->size + chunk || j->zeroed >= limit)
+		return 0;
+	if (j->zero_retry_at != 0 && journal_now_ms() < j->zero_retry_at)
+		return 0;
+	want = (j->size / chunk + 2) * chunk;
+	if (want > limit)
+		want = limit;
+	for (at = j->zeroed; at < want; at += (uint64_t)w) {
+		n = want - at > chunk ? (size_t)chunk : (size_t)(want - at);
+		w = pwrite(j->fd, journal_zeros, n, (off_t)at);
+		if (w == -1 && errno == EINTR) {
+			w = 0;
+			continue;
+		}
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			goto fail;
+		}
+	}
+	j->zeroed = want;
+	j->zero_retry_at = 0;
+	return 0;
+
+fail:
+	/*
+	 * Nothing was acknowledged by zeros and only zeros can lie past
+	 * size, so the journal goes on as if none were written: the file's
+	 * end is what it says now (size at least), and appends extend it.
+	 */
+	saved_errno = errno;
+	j->zero_retry_at = journal_now_ms() + JOURNAL_ZERO_RETRY_MS;
+	if (fstat(j->fd, &st) == 0 && (uint64_t)st.st_size >= j->size)
+		j->zeroed = (uint64_t)st.st_size;
+	journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
+	    ": writing zeros ahead at offset %" PRIu64 ": %s; appending "
+	    "without them, trying again in %d ms", j->dir, j->segment, at,
+	    strerror(saved_errno), JOURNAL_ZERO_RETRY_MS);
+	errno = saved_errno;
 	return -1;
 }
 
@@ -524,13 +678,31 @@ journal_rotate(struct journal *j, char **cause)
 
 	if (j->fd == -1)
 		return journal_unusable(j, cause);
-	/* The caller synced the current segment: it is complete. */
+	/*
+	 * The caller synced the current segment: it is complete.  A sealed
+	 * segment keeps the format without zeros (replay calls a zero tail
+	 * in one corruption), so its zero tail is cut, and the cut made
+	 * durable, before the next segment can exist.
+	 */
+	if (j->zeroed != j->size) {
+		if (ftruncate(j->fd, (off_t)j->size) == -1 ||
+		    fsync(j->fd) == -1) {
+			journal_cause(cause, "journal %s/%016" PRIx64
+			    SEGMENT_SUFFIX ": cutting its zero tail at %"
+			    PRIu64 " before rotating: %s", j->dir, j->segment,
+			    j->size, strerror(errno));
+			/* Whatever is left past size is zeros, or nothing. */
+			return -1;
+		}
+		j->zeroed = j->size;
+	}
 	if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
 	    cause)) == -1)
 		return -1;
 	close(j->fd);
 	j->fd = fd;
 	j->segment++;
-	j->size = SEGMENT_HEADER_BYTES;
+	j->size = j->zeroed = SEGMENT_HEADER_BYTES;
+	j->zero_retry_at = 0;
 	return 0;
 }

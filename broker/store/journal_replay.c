@@ -16,6 +16,15 @@
  * cut off with a warning.  Records before the bad one have already been
  * applied when replay fails: the caller throws away what it built.
  *
+ * The zero tail: the writer keeps zeros ahead of its logical end
+ * (journal.c), so the last segment may end in zeros after its last
+ * record.  They are its clean end: no torn tail, nothing cut, left for
+ * the writer to write over (stats->zero_bytes says how many).  A bad
+ * record followed by zeros only is a torn tail as before (cut, zeros
+ * and all); zeros followed by a valid record are corruption as before
+ * (journal_record_follows finds it); a sealed segment ending in zeros
+ * is corruption, since rotation cuts them before the next segment.
+ *
  * JOURNAL_REPLAY_READONLY is for readers other than the broker (idemctl
  * verify and journal dump), which may run beside a live broker: there an
  * append in flight looks exactly like a torn tail, so the tail is only
@@ -141,6 +150,35 @@ replay_corrupt(struct replay *rp, const char *name, uint64_t offset,
 	return -1;
 }
 
+static int
+replay_all_zero(const uint8_t *p, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++)
+		if (p[i] != 0)
+			return 0;
+	return 1;
+}
+
+int
+journal_segment_end(const uint8_t *map, size_t size, size_t *end)
+{
+	struct journal_record	 r;
+	const char		*why;
+	size_t			 offset = SEGMENT_HEADER_BYTES, used;
+
+	if (size < SEGMENT_HEADER_BYTES)
+		return -1;
+	while (offset < size && journal_record_decode(map + offset,
+	    size - offset, &r, &used, &why) == JOURNAL_DECODE_OK)
+		offset += used;
+	if (!replay_all_zero(map + offset, size - offset))
+		return -1;
+	*end = offset;
+	return 0;
+}
+
 /*
  * Records decoded ahead of the one applied, when the caller gives a
  * hint: the hint can start loading what apply will touch (a table
@@ -151,7 +189,7 @@ replay_corrupt(struct replay *rp, const char *name, uint64_t offset,
 /* Replay the records of one mapped segment; see the DESIGN comment. */
 static int
 replay_records(struct replay *rp, const char *name, const uint8_t *map,
-    size_t size, int last, size_t *cut_at, const char **cut_why)
+    size_t size, int last, size_t *end, size_t *cut_at, const char **cut_why)
 {
 	struct journal_record	 ring[REPLAY_AHEAD];
 	size_t			 at[REPLAY_AHEAD], length[REPLAY_AHEAD];
@@ -195,8 +233,14 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
 		head = (head + 1) % ahead;
 		count--;
 	}
+	*end = offset;
 	if (offset == size)
 		return 0;
+	/* The last segment's zero tail: its clean end (the DESIGN above). */
+	if (last && replay_all_zero(map + offset, size - offset)) {
+		rp->stats->zero_bytes = size - offset;
+		return 0;
+	}
 
 	/* A record at offset does not decode: torn tail or corruption? */
 	if (journal_record_follows(map, size, offset + 1, &next)) {
@@ -220,11 +264,14 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 	struct stat	 st;
 	void		*map;
 	const char	*why = NULL;
-	size_t		 size, cut_at = 0;
+	size_t		 size, cut_at = 0, end = 0;
 	int		 fd, rv, saved_errno;
 
 	journal_segment_name(number, name);
 	rp->stats->at_segment = number;
+	/* A stub removed leaves no end known: the writer reads its own. */
+	rp->stats->end_segment = 0;
+	rp->stats->end_offset = 0;
 	fd = openat(rp->dir_fd, name, O_RDONLY|O_CLOEXEC|O_NOFOLLOW);
 	if (fd == -1 || fstat(fd, &st) == -1) {
 		journal_cause(rp->cause, "journal %s/%s: %s", rp->dir, name,
@@ -287,13 +334,18 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 		    "synced before any record is written after it");
 	} else {
 		rp->stats->segments++;
-		rv = replay_records(rp, name, map, size, last, &cut_at, &why);
+		rv = replay_records(rp, name, map, size, last, &end, &cut_at,
+		    &why);
 	}
 	saved_errno = errno;
 	munmap(map, size);
 	errno = saved_errno;
 	if (rv == -1)
 		return -1;
+	if (last) {
+		rp->stats->end_segment = number;
+		rp->stats->end_offset = cut_at < size ? cut_at : end;
+	}
 	if (cut_at < size) {
 		rp->stats->torn_segment = number;
 		return replay_cut(rp, name, cut_at, size, why);

@@ -106,11 +106,24 @@ struct journal {
 	int		 fd;		/* the segment appended to */
 	char		*dir;
 	uint64_t	 segment;	/* its number */
-	uint64_t	 size;		/* its size: bytes known written */
+	uint64_t	 size;		/* its logical end: records written */
+	/*
+	 * The file's end: zeros from size up to it, written ahead so that
+	 * an append overwrites allocated blocks (doc/journal.md, "The
+	 * zero tail").  A hint: only ever zeros lie past size.
+	 */
+	uint64_t	 zeroed;
+	int64_t		 zero_retry_at;	/* after a failed zero write (ms) */
 };
 
 /* Open (creating dir and first segment if missing) for appending. */
 int	journal_open(struct journal *, const char *dir, char **cause);
+/*
+ * The same, the last segment's logical end given by the replay that ran
+ * just before (segment 0: read it from the segment, as journal_open does).
+ */
+int	journal_open_end(struct journal *, const char *dir, uint64_t segment,
+	    uint64_t end, char **cause);
 /*
  * The same in the directory dir_fd already holds (kept by the caller;
  * dir only names it in causes): a broker's reopen never resolves the
@@ -127,6 +140,19 @@ int	journal_append(struct journal *, const struct iovec *, int iovcnt,
 	    char **cause);
 /* fdatasync.  A failure is never retried by the caller (see doc). */
 int	journal_sync(struct journal *, char **cause);
+/*
+ * Keep zeros ahead of the logical end of a segment rotated past
+ * segment_bytes: when less than a chunk is left, write zeros (pwrite)
+ * up to two chunks ahead, never past segment_bytes and one chunk.  No
+ * fdatasync: the next round's covers them.  -1 (cause set) when the
+ * write failed: the journal is as usable as before (nothing was
+ * acknowledged by it); tries again JOURNAL_ZERO_RETRY_MS later.
+ */
+#define JOURNAL_ZERO_RETRY_MS	1000
+int	journal_prezero(struct journal *, uint64_t segment_bytes,
+	    char **cause);
+/* The zero chunk for segment_bytes (1 MiB; less for small segments). */
+uint64_t journal_zero_chunk(uint64_t segment_bytes);
 void	journal_close(struct journal *);
 /* durable_write_all's old name, for branches still calling it (#28: G4). */
 static inline int
@@ -164,6 +190,14 @@ struct journal_replay_stats {
 	/* Corruption at an offset (-1, EINVAL): it, in segment at_segment. */
 	int		has_corrupt_offset;
 	uint64_t	corrupt_offset;
+	/*
+	 * The last segment's logical end (after a cut; end_segment 0: no
+	 * segment left) and the zeros after it, its clean end written
+	 * ahead by the writer: not records, not a torn tail.
+	 */
+	uint64_t	end_segment;
+	uint64_t	end_offset;
+	uint64_t	zero_bytes;
 };
 /* Never truncate or remove anything: a torn tail is only reported in stats. */
 #define JOURNAL_REPLAY_READONLY	0x1
@@ -192,6 +226,12 @@ typedef void (*journal_hint_fn)(struct journal_record *, void *arg);
 int	journal_replay_hinted(const char *dir, uint64_t from, int flags,
 	    journal_apply_fn, journal_hint_fn, void *arg,
 	    struct journal_replay_stats *, char **cause);
+/*
+ * The logical end of a segment's bytes map[0..size): the end of its last
+ * record, if only zeros follow it; -1 if anything else does (a torn tail
+ * or damage: replay's business).
+ */
+int	journal_segment_end(const uint8_t *map, size_t size, size_t *end);
 /* Start the next segment (after a sync): for checkpoints. */
 int	journal_rotate(struct journal *, char **cause);
 

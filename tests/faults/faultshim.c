@@ -9,7 +9,7 @@
  *
  *	<op> <path-substring> <errno-name>
  *
- * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync),
+ * op is "write" (write, writev, pwrite, pwritev), "sync" (fsync, fdatasync),
  * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
  * truncates a file with (journal.c, checkpoint.c, taskfile_write.c, fileio.c,
  * main.c).  The path is the fd's, from /proc/self/fd; a substring
@@ -89,6 +89,7 @@ enum fault_op {
 static void	*real_write;
 static void	*real_writev;
 static void	*real_pwrite;
+static void	*real_pwritev;
 static void	*real_fsync;
 static void	*real_fdatasync;
 static void	*real_ftruncate;
@@ -124,6 +125,7 @@ fault_init(void)
 	(void)REAL(write);
 	(void)REAL(writev);
 	(void)REAL(pwrite);
+	(void)REAL(pwritev);
 	(void)REAL(fsync);
 	(void)REAL(fdatasync);
 	(void)REAL(ftruncate);
@@ -354,6 +356,19 @@ pwrite(int fd, const void *buf, size_t count, off_t offset)
 		return -1;
 	}
 	return REAL(pwrite)(fd, buf, count, offset);
+}
+
+/* The journal's appends (journal.c): records at its logical end. */
+ssize_t
+pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_WRITE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(pwritev)(fd, iov, iovcnt, offset);
 }
 
 /* The errno a sync must fail with, or 0, once any hold has ended. */

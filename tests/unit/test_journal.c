@@ -834,7 +834,6 @@ static const struct tail_case {
 	{ "record 10 loses its last 30 bytes", 10, TAIL_TRUNCATE, 9, -30, 9 },
 	{ "5 bytes of record 3's header", 3, TAIL_TRUNCATE, 1, 5, 2 },
 	{ "700 bytes of junk", 10, TAIL_JUNK, 0, 700, 10 },
-	{ "4096 zeros", 10, TAIL_ZEROS, 0, 4096, 10 },
 	{ "a record's magic and header, no payload", 10, TAIL_HEADER, 0, 64,
 	    10 },
 };
@@ -1289,6 +1288,270 @@ short_write_is_truncated_back(void **state)
 	assert_replays(f->dir, 0, 7, 0);
 }
 
+/* ---- the zero tail (doc/journal.md, "The zero tail") ---------------- */
+
+/* A segment size whose zero chunk is small: the tests stay small too. */
+#define ZT_SEGMENT_BYTES	(64 * 1024)
+
+/* Replay read-write and read-only; both must see count records, clean. */
+static void
+assert_zero_tail_clean(const struct fixture *f, size_t count, uint64_t end,
+    uint64_t file)
+{
+	struct collected		c = { 0 };
+	struct journal_replay_stats	stats;
+	char				*cause = NULL;
+	int				flags;
+
+	for (flags = JOURNAL_REPLAY_READONLY; flags >= 0; flags -= 1) {
+		memset(&stats, 0xaa, sizeof stats);
+		assert_int_equal(journal_replay(f->dir, flags, collect, &c,
+		    &stats, &cause), 0);
+		assert_null(cause);
+		assert_int_equal(stats.records, count);
+		assert_int_equal(c.count, count);
+		/* Only the records count: the zeros are neither. */
+		assert_int_equal(stats.bytes, end - DOC_SEGMENT_HEADER_BYTES);
+		assert_int_equal(stats.truncated_bytes, 0);
+		assert_int_equal(stats.torn_segment, 0);
+		assert_int_equal(stats.end_segment, 1);
+		assert_int_equal(stats.end_offset, end);
+		assert_int_equal(stats.zero_bytes, file - end);
+		free(c.records);
+		memset(&c, 0, sizeof c);
+	}
+}
+
+static void
+zero_tail_is_the_clean_end(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	char		*cause = NULL, path[256];
+	uint64_t	 end, file;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 5, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	segment_path(f, 1, path, sizeof path);
+	file = (uint64_t)file_size(path);
+	/* Zeros ahead: the file is longer than its records. */
+	assert_true(file >= end + journal_zero_chunk(ZT_SEGMENT_BYTES));
+	assert_int_equal(j.zeroed, file);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+
+	/* Clean, twice: nothing was cut (the zeros are the writer's). */
+	assert_zero_tail_clean(f, 5, end, file);
+	assert_int_equal(file_size(path), file);
+
+	/* The writer finds the logical end, not st_size, and goes on. */
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.size, end);
+	assert_int_equal(j.zeroed, file);
+	append_records(&j, 5, 2, NULL);
+	/* Over the zeros: the file did not grow. */
+	assert_int_equal(file_size(path), file);
+	end = j.size;
+	journal_close(&j);
+	assert_zero_tail_clean(f, 7, end, file);
+
+	/* The same from replay's word for it. */
+	assert_int_equal(journal_open_end(&j, f->dir, 1, end, &cause), 0);
+	assert_int_equal(j.size, end);
+	journal_close(&j);
+}
+
+static void
+torn_record_over_zeros_is_cut(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 rec[JOURNAL_MAX_RECORD_BYTES];
+	char		*cause = NULL, path[256];
+	uint64_t	 end, file;
+	size_t		 len;
+	int		 fd;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 4, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	file = (uint64_t)file_size(path);
+
+	/* Half of the next record written over the zeros, then a crash. */
+	len = encode(4, rec, sizeof rec);
+	assert_true((fd = open(path, O_WRONLY)) != -1);
+	assert_int_equal(pwrite(fd, rec, len / 2, (off_t)end),
+	    (ssize_t)(len / 2));
+	close(fd);
+
+	assert_replays(f->dir, 0, 4, file - end);
+	assert_int_equal(file_size(path), end);
+	assert_replays(f->dir, 0, 4, 0);
+}
+
+static void
+zeros_then_a_record_are_corruption(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				 rec[JOURNAL_MAX_RECORD_BYTES];
+	char				*cause = NULL, path[256], want[64];
+	uint64_t			 end, file;
+	size_t				 len;
+	int				 fd;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	file = (uint64_t)file_size(path);
+
+	/* A whole record past a hole of zeros: once-durable bytes lost. */
+	len = encode(3, rec, sizeof rec);
+	assert_true(end + 1024 + len <= file);
+	assert_true((fd = open(path, O_WRONLY)) != -1);
+	assert_int_equal(pwrite(fd, rec, len, (off_t)(end + 1024)),
+	    (ssize_t)len);
+	close(fd);
+
+	errno = 0;
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	snprintf(want, sizeof want, "offset %" PRIu64 ":", end);
+	if (cause == NULL || strstr(cause, want) == NULL)
+		fail_msg("the cause does not name %s: %s", want,
+		    cause != NULL ? cause : "(none)");
+	free(cause);
+	free(c.records);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(file_size(path), file);
+}
+
+static void
+sealed_segment_with_zero_tail_is_corruption(void **state)
+{
+	struct fixture			*f = *state;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				 zeros[4096];
+	char				*cause = NULL, path[256];
+
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	make_segment(f, 1, 0, 3);
+	segment_path(f, 1, path, sizeof path);
+	memset(zeros, 0, sizeof zeros);
+	append_bytes(path, zeros, sizeof zeros);
+	make_segment(f, 2, 3, 2);
+
+	errno = 0;
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	if (cause == NULL || strstr(cause, "later segments follow") == NULL)
+		fail_msg("not refused as a sealed segment: %s",
+		    cause != NULL ? cause : "(none)");
+	free(cause);
+	free(c.records);
+}
+
+static void
+rotation_cuts_the_zero_tail(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+	uint64_t			 end, chunk;
+	int				 i;
+
+	chunk = journal_zero_chunk(ZT_SEGMENT_BYTES);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	/* However often it runs, never past the segment and one chunk. */
+	for (i = 0; i < 64; i++) {
+		assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES,
+		    &cause), 0);
+		assert_true(j.zeroed <= ZT_SEGMENT_BYTES + chunk);
+		if (j.size < ZT_SEGMENT_BYTES)
+			assert_true(j.zeroed >= j.size + chunk);
+		j.size += chunk / 2;	/* as if records had gone over */
+	}
+	j.size -= 64 * (chunk / 2);
+	end = j.size;
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	assert_int_equal(journal_rotate(&j, &cause), 0);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(file_size(path), end);
+	append_records(&j, 3, 2, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	journal_close(&j);
+
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), 0);
+	assert_int_equal(stats.records, 5);
+	assert_int_equal(stats.segments, 2);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(stats.end_segment, 2);
+	assert_true(stats.zero_bytes > 0);
+	free(c.records);
+}
+
+/*
+ * Zeros that cannot be written (the file size limit, as a full disk):
+ * not a journal failure.  The handle appends as before and replay reads
+ * whatever zeros did land as the clean end.
+ */
+static void
+failed_zero_write_is_not_a_failure(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	struct rlimit	 saved, limit;
+	char		*cause = NULL, path[256];
+	uint64_t	 end;
+	int		 rv, saved_errno;
+	void		(*old)(int);
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	end = j.size;
+
+	old = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	limit = saved;
+	limit.rlim_cur = end + 300;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &limit), 0);
+	rv = journal_prezero(&j, ZT_SEGMENT_BYTES, &cause);
+	saved_errno = errno;
+	/* Rate-limited: a second call at once does not try. */
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, NULL), 0);
+	/* A record still fits under the limit: appends go on. */
+	append_records(&j, 3, 1, NULL);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	signal(SIGXFSZ, old);
+
+	assert_int_equal(rv, -1);
+	assert_int_equal(saved_errno, EFBIG);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "writing zeros ahead"));
+	free(cause);
+	cause = NULL;
+	assert_true(j.zero_retry_at != 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	assert_zero_tail_clean(f, 4, end, (uint64_t)file_size(path));
+}
+
 /*
  * The segment's fd swapped for a read-only one: the write fails, and so
  * does the truncate, so the handle refuses everything after.
@@ -1395,6 +1658,12 @@ main(void)
 		T(short_write_is_truncated_back),
 		T(failed_write_and_truncate_poison_the_handle),
 		T(failed_sync_poisons_the_handle),
+		T(zero_tail_is_the_clean_end),
+		T(torn_record_over_zeros_is_cut),
+		T(zeros_then_a_record_are_corruption),
+		T(sealed_segment_with_zero_tail_is_corruption),
+		T(rotation_cuts_the_zero_tail),
+		T(failed_zero_write_is_not_a_failure),
 #undef T
 	};
 
