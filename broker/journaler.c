@@ -727,11 +727,27 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 void
 journaler_stop(void)
 {
+	char	*cause = NULL;
+
 	if (!journaler.running)
 		return;
 	atomic_store(&journaler.stop, 1);
 	journaler_kick(journaler.d->kick_fd);
 	pthread_join(journaler.thread, NULL);
+	/*
+	 * A clean stop leaves records only: the next start writes its zeros
+	 * again.  Not cut (a failure, or a journal failed): the zero tail
+	 * is the last segment's clean end all the same.
+	 */
+	if (!atomic_load(&journaler.d->seg.header->journal_failed) &&
+	    journaler.d->journal.fd != -1) {
+		if (journal_cut_zeros(&journaler.d->journal, &cause) != 0) {
+			log_warnx("%s; the next start reads it as the clean end",
+			    cause != NULL ? cause : "journal: cutting its zero "
+			    "tail failed");
+			free(cause);
+		}
+	}
 	/* A checkpoint under way finishes first: it is cheap to keep. */
 	pthread_mutex_lock(&journaler.lock);
 	journaler.checkpoint_stop = 1;

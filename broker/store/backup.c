@@ -20,7 +20,8 @@
  * was acknowledged before the backup began was durable then in the
  * checkpoint, the index or a segment from S on, and each of those is in
  * the copy.  The last segment may end in a record being written: the
- * copy's replay cuts it, as a start-up would.
+ * copy's replay cuts it, as a start-up would; its zero tail is cut too
+ * (the copy holds records only).
  *
  * Nothing is written below the root.  Everything made in DEST is made
  * O_EXCL (or mkdirat) and O_NOFOLLOW below descriptors opened without
@@ -370,6 +371,16 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 	if (journal_replay_from(dir, h->first, 0, apply_nothing, NULL,
 	    &stats, cause) != 0)
 		goto out;
+	/*
+	 * The live segment's zero tail (doc/journal.md) is not records:
+	 * the copy keeps its records only, and counts only them.
+	 */
+	if (stats.zero_bytes > 0) {
+		if (journal_cut(jfd, dir, stats.end_segment, stats.end_offset,
+		    cause) != 0)
+			goto out;
+		b->journal_bytes -= stats.zero_bytes;
+	}
 	b->records = stats.records;
 	b->torn_bytes = stats.truncated_bytes;
 	rc = 0;

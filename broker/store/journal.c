@@ -672,6 +672,24 @@ journal_cut(int dir_fd, const char *dir, uint64_t segment, uint64_t size,
 }
 
 int
+journal_cut_zeros(struct journal *j, char **cause)
+{
+	if (j->fd == -1)
+		return journal_unusable(j, cause);
+	if (j->zeroed == j->size)
+		return 0;
+	if (ftruncate(j->fd, (off_t)j->size) == -1 || fsync(j->fd) == -1) {
+		/* Whatever is left past size is zeros, or nothing. */
+		journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
+		    ": cutting its zero tail at %" PRIu64 ": %s", j->dir,
+		    j->segment, j->size, strerror(errno));
+		return -1;
+	}
+	j->zeroed = j->size;
+	return 0;
+}
+
+int
 journal_rotate(struct journal *j, char **cause)
 {
 	int	fd;
@@ -684,18 +702,8 @@ journal_rotate(struct journal *j, char **cause)
 	 * in one corruption), so its zero tail is cut, and the cut made
 	 * durable, before the next segment can exist.
 	 */
-	if (j->zeroed != j->size) {
-		if (ftruncate(j->fd, (off_t)j->size) == -1 ||
-		    fsync(j->fd) == -1) {
-			journal_cause(cause, "journal %s/%016" PRIx64
-			    SEGMENT_SUFFIX ": cutting its zero tail at %"
-			    PRIu64 " before rotating: %s", j->dir, j->segment,
-			    j->size, strerror(errno));
-			/* Whatever is left past size is zeros, or nothing. */
-			return -1;
-		}
-		j->zeroed = j->size;
-	}
+	if (journal_cut_zeros(j, cause) != 0)
+		return -1;
 	if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
 	    cause)) == -1)
 		return -1;

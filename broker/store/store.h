@@ -151,6 +151,12 @@ int	journal_sync(struct journal *, char **cause);
 #define JOURNAL_ZERO_RETRY_MS	1000
 int	journal_prezero(struct journal *, uint64_t segment_bytes,
 	    char **cause);
+/*
+ * Cut the zero tail (ftruncate to the logical end, fsync): before a
+ * rotation seals the segment, and at a clean stop, so a stopped broker's
+ * journal holds records only.
+ */
+int	journal_cut_zeros(struct journal *, char **cause);
 /* The zero chunk for segment_bytes (1 MiB; less for small segments). */
 uint64_t journal_zero_chunk(uint64_t segment_bytes);
 void	journal_close(struct journal *);

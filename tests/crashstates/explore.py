@@ -234,6 +234,19 @@ class Broker:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def segment_end(path):
+    """The logical end of a journal segment: its records' end, not its
+    size, which counts the zeros the writer keeps ahead (doc/journal.md,
+    "The zero tail").  Each record: magic ff 'JRC', a little-endian
+    payload length, an 8-byte checksum, the payload."""
+    with open(path, "rb") as f:
+        data = f.read()
+    at = 32
+    while data[at:at + 4] == b"\xffJRC" and at + 16 <= len(data):
+        at += 16 + int.from_bytes(data[at + 4:at + 8], "little")
+    return at
+
+
 def remove_segment(root):
     """The shared-memory segment a killed broker leaves (shm/segment.c)."""
     real = os.path.realpath(root).encode()
@@ -1346,7 +1359,7 @@ class Explorer:
         segment = os.path.join(root, ".idem", "journal",
                                "0000000000000001.jnl")
         # A legacy record is 160 bytes; the request's first one is more.
-        while fill and os.path.getsize(segment) + 160 < SEGMENT_BYTES:
+        while fill and segment_end(segment) + 160 < SEGMENT_BYTES:
             reply = json.loads(c.call(task_request(None, "filler", 0)))
             if not reply.get("ok"):
                 raise ExploreError("a filler task: %s" % reply)

@@ -9,7 +9,9 @@
  *
  *	<op> <path-substring> <errno-name>
  *
- * op is "write" (write, writev, pwrite, pwritev), "sync" (fsync, fdatasync),
+ * op is "write" (write, writev, pwrite, pwritev), "pwrite" (pwrite
+ * only: the zeros journal.c writes ahead of the journal's end, and not
+ * its records, which go with pwritev), "sync" (fsync, fdatasync),
  * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
  * truncates a file with (journal.c, checkpoint.c, taskfile_write.c, fileio.c,
  * main.c).  The path is the fd's, from /proc/self/fd; a substring
@@ -80,6 +82,7 @@
 
 enum fault_op {
 	FAULT_WRITE,
+	FAULT_PWRITE,	/* pwrite only; a "write" rule matches it too */
 	FAULT_SYNC,
 	FAULT_TRUNCATE,
 	FAULT_FORK,
@@ -272,6 +275,8 @@ fault_check(enum fault_op op, int fd)
 		rule_op = -1;
 	else if (length == 5 && memcmp(word, "write", 5) == 0)
 		rule_op = FAULT_WRITE;
+	else if (length == 6 && memcmp(word, "pwrite", 6) == 0)
+		rule_op = FAULT_PWRITE;
 	else if (length == 4 && memcmp(word, "sync", 4) == 0)
 		rule_op = FAULT_SYNC;
 	else if (length == 8 && memcmp(word, "truncate", 8) == 0)
@@ -287,7 +292,8 @@ fault_check(enum fault_op op, int fd)
 	    (error = fault_errno(word, length)) == 0)
 		return 0;
 	if (rule_op != -1 && rule_op != (int)op && !(op == FAULT_TRUNCATE &&
-	    rule_op == FAULT_WRITE && error == EROFS))
+	    rule_op == FAULT_WRITE && error == EROFS) && !(op == FAULT_PWRITE &&
+	    rule_op == FAULT_WRITE))
 		return 0;
 	if (rule_op == -1 && op == FAULT_RENAME)
 		return 0;
@@ -351,7 +357,7 @@ pwrite(int fd, const void *buf, size_t count, off_t offset)
 {
 	int	error;
 
-	if ((error = fault_for(FAULT_WRITE, fd)) != 0) {
+	if ((error = fault_for(FAULT_PWRITE, fd)) != 0) {
 		errno = error;
 		return -1;
 	}
