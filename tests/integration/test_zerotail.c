@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_zerotail.c: the journal's zero tail against a real idemd
+ * (doc/journal.md, "The zero tail"; issue 33).  The live segment holds
+ * zeros ahead of its last record; idemctl verify beside the broker, a
+ * restart after a SIGKILL and verify after a clean stop (which cuts the
+ * zeros) all read it clean, every receipt kept.  With the fault shim
+ * (tests/faults/faultshim.c) failing every pwrite of the journal, the
+ * zeros' call and not the records' (pwritev), clients see nothing: no
+ * storage_unavailable, every receipt durable across a SIGKILL, one
+ * warning in the log; once the fault clears the zeros come back.
+ *
+ * The logical end of a segment is read here from doc/journal.md's
+ * record layout (magic, length, checksum, payload), not from idemd.
+ */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "integration/harness.h"
+
+#define TEST_WATCHDOG_SECONDS	90
+/* How long to wait for an event that must come (a guard, not a pause). */
+#define TEST_EVENT_TIMEOUT_MS	20000
+#define TEST_SUBMISSIONS	6
+/* Between two rounds while the broker's zero retry interval runs. */
+#define TEST_ROUND_PACE_MS	100
+/* doc/journal.md: segment header, record header, the record magic. */
+#define DOC_SEGMENT_HEADER_BYTES	32
+#define DOC_RECORD_HEADER_BYTES		16
+static const uint8_t doc_record_magic[4] = { 0xff, 'J', 'R', 'C' };
+
+static int
+setup(void **state)
+{
+	if (sodium_init() < 0)
+		return -1;
+	return harness_shim_setup(state, TEST_WATCHDOG_SECONDS);
+}
+
+/* The last segment's bytes (malloc'd) and their count. */
+static uint8_t *
+read_segment(const struct broker *b, size_t *size)
+{
+	char		 path[512];
+	struct stat	 st;
+	uint8_t		*p;
+	int		 fd;
+
+	snprintf(path, sizeof path, "%s/.idem/journal/0000000000000001.jnl",
+	    b->root);
+	assert_true((fd = open(path, O_RDONLY | O_CLOEXEC)) != -1);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_non_null(p = malloc((size_t)st.st_size + 1));
+	assert_int_equal(read(fd, p, (size_t)st.st_size), st.st_size);
+	close(fd);
+	*size = (size_t)st.st_size;
+	return p;
+}
+
+/* Its records' end; *zeros: whether only zeros follow it. */
+static size_t
+logical_end(const uint8_t *p, size_t size, int *zeros)
+{
+	size_t		at = DOC_SEGMENT_HEADER_BYTES, i;
+	uint32_t	length;
+
+	while (at + DOC_RECORD_HEADER_BYTES <= size &&
+	    memcmp(p + at, doc_record_magic, sizeof doc_record_magic) == 0) {
+		length = (uint32_t)p[at + 4] | (uint32_t)p[at + 5] << 8 |
+		    (uint32_t)p[at + 6] << 16 | (uint32_t)p[at + 7] << 24;
+		at += DOC_RECORD_HEADER_BYTES + length;
+	}
+	assert_true(at <= size);
+	*zeros = 1;
+	for (i = at; i < size; i++)
+		if (p[i] != 0)
+			*zeros = 0;
+	return at;
+}
+
+/* The segment's size and logical end; only zeros between them. */
+static void
+segment_ends(const struct broker *b, size_t *size, size_t *end)
+{
+	uint8_t	*p;
+	int	 zeros;
+
+	p = read_segment(b, size);
+	*end = logical_end(p, *size, &zeros);
+	free(p);
+	assert_true(zeros);
+}
+
+/* idemctl verify --json on the root: its exit status; the journal's part. */
+static int
+verify(const struct broker *b, json_t **journal)
+{
+	char		 cmd[1024], out[1 << 16];
+	json_t		*j;
+	json_error_t	 error;
+	FILE		*p;
+	size_t		 n;
+	int		 status;
+
+	snprintf(cmd, sizeof cmd, "'%s' --root '%s' verify --json 2>/dev/null",
+	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl",
+	    b->root);
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, sizeof out - 1, p);
+	out[n] = '\0';
+	status = pclose(p);
+	if ((j = json_loads(out, 0, &error)) == NULL)
+		fail_msg("idemctl verify --json: not JSON: %s", out);
+	*journal = json_incref(json_object_get(j, "journal"));
+	json_decref(j);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void
+assert_verify_clean(const struct broker *b, size_t end)
+{
+	json_t	*journal;
+	int	 status;
+
+	status = verify(b, &journal);
+	assert_non_null(journal);
+	if (status != 0)
+		fail_msg("idemctl verify: exit %d: %s", status,
+		    json_dumps(journal, 0));
+	assert_true(json_is_null(json_object_get(journal, "torn_tail")));
+	assert_true(json_is_true(json_object_get(journal, "intact")));
+	/* Its records, not the file: the zeros are neither. */
+	assert_int_equal(json_integer_value(json_object_get(journal, "bytes")),
+	    end - DOC_SEGMENT_HEADER_BYTES);
+	json_decref(journal);
+}
+
+/* Submit TEST_SUBMISSIONS ids (prefix/i); each created; receipts kept. */
+static void
+submit_all(struct broker *b, const char *prefix, char **receipts)
+{
+	char	 id[64];
+	json_t	*reply;
+	int	 i;
+
+	for (i = 0; i < TEST_SUBMISSIONS; i++) {
+		snprintf(id, sizeof id, "%s/%d", prefix, i);
+		reply = harness_submit(b, id, "zero tail");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		receipts[i] = harness_receipt_text(reply);
+		json_decref(reply);
+	}
+}
+
+/* Each id again: reused, its receipt byte for byte. */
+static void
+assert_all_reused(struct broker *b, const char *prefix, char **receipts)
+{
+	char	 id[64], *again;
+	json_t	*reply;
+	int	 i;
+
+	for (i = 0; i < TEST_SUBMISSIONS; i++) {
+		snprintf(id, sizeof id, "%s/%d", prefix, i);
+		reply = harness_submit(b, id, "zero tail");
+		harness_assert_outcome(reply, "reused", 0, 1, 0);
+		again = harness_receipt_text(reply);
+		assert_string_equal(again, receipts[i]);
+		free(again);
+		json_decref(reply);
+	}
+}
+
+static void
+free_all(char **receipts)
+{
+	int	i;
+
+	for (i = 0; i < TEST_SUBMISSIONS; i++)
+		free(receipts[i]);
+}
+
+/*
+ * Zeros ahead of the live segment's last record; verify beside the
+ * broker, a restart after SIGKILL (the zeros still there) and verify
+ * after a clean stop (the zeros cut) read it clean.
+ */
+static void
+live_segment_has_zeros_ahead(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			*receipts[TEST_SUBMISSIONS];
+	size_t			 size, end;
+
+	assert_int_equal(harness_start(b, NULL, t->env), 0);
+	/*
+	 * The zeros come after a round; each submission is two rounds and
+	 * waits for the last, so those of the first are there by the last.
+	 */
+	submit_all(b, "zt", receipts);
+	segment_ends(b, &size, &end);
+	print_message("live segment: %zu bytes, records end at %zu\n", size,
+	    end);
+	assert_true(size > end);
+	assert_verify_clean(b, end);
+
+	/* A crash keeps the zeros; the restart reads them as the end. */
+	harness_kill(b);
+	segment_ends(b, &size, &end);
+	assert_true(size > end);
+	assert_int_equal(harness_start(b, NULL, t->env), 0);
+	assert_int_equal(harness_log_count(b, "torn tail"), 0);
+	assert_all_reused(b, "zt", receipts);
+
+	/* A clean stop cuts them: the stopped journal holds records only. */
+	assert_int_equal(harness_stop(b), 0);
+	segment_ends(b, &size, &end);
+	assert_int_equal(size, end);
+	assert_verify_clean(b, end);
+	free_all(receipts);
+	harness_shim_finish(t);
+}
+
+/*
+ * Every pwrite of the journal (the zeros, not the records) fails: the
+ * clients see nothing, the log says so once, the receipts are durable;
+ * once the fault clears, the zeros come back.
+ */
+static void
+failing_zero_write_changes_nothing(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			*receipts[TEST_SUBMISSIONS], id[64];
+	json_t			*reply;
+	struct timespec		 pace;
+	int64_t			 deadline;
+	size_t			 size, end;
+	int			 i;
+
+	harness_fault_rule(t->fault_file, "pwrite .idem/journal/0 ENOSPC");
+	assert_int_equal(harness_start(b, NULL, t->env), 0);
+	submit_all(b, "fz", receipts);
+	segment_ends(b, &size, &end);
+	assert_int_equal(size, end);
+	assert_int_equal(harness_log_count(b, "writing zeros ahead at"), 1);
+	assert_int_equal(harness_log_count(b, "refusing writes"), 0);
+	assert_verify_clean(b, end);
+
+	/*
+	 * Cleared: the broker tries again once its retry interval (1 s,
+	 * JOURNAL_ZERO_RETRY_MS) has passed, after a round.  A round a
+	 * TEST_ROUND_PACE_MS, not as fast as it goes: each is a TASK
+	 * number, and a day has 999.
+	 */
+	harness_fault_rule(t->fault_file, "");
+	deadline = harness_now_ms() + TEST_EVENT_TIMEOUT_MS;
+	pace.tv_sec = 0;
+	pace.tv_nsec = TEST_ROUND_PACE_MS * 1000000L;
+	for (i = 0; harness_log_count(b, "writing zeros ahead again") == 0;
+	    i++) {
+		if (harness_now_ms() > deadline)
+			fail_msg("no zeros written %d ms after the fault "
+			    "cleared", TEST_EVENT_TIMEOUT_MS);
+		if (i > 0)
+			nanosleep(&pace, NULL);
+		snprintf(id, sizeof id, "fz-after/%d", i);
+		reply = harness_submit(b, id, "zero tail");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+	}
+	/* One more round: the zeros are written after the one that logs. */
+	reply = harness_submit(b, "fz-last", "zero tail");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	segment_ends(b, &size, &end);
+	assert_true(size > end);
+
+	/* Durable, those written without zeros too: a crash loses none. */
+	harness_kill(b);
+	assert_int_equal(harness_start(b, NULL, t->env), 0);
+	assert_all_reused(b, "fz", receipts);
+	assert_int_equal(harness_stop(b), 0);
+	free_all(receipts);
+	harness_shim_finish(t);
+}
+
+int
+main(void)
+{
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, \
+	    harness_shim_teardown)
+	const struct CMUnitTest tests[] = {
+		T(live_segment_has_zeros_ahead),
+		T(failing_zero_write_changes_nothing),
+	};
+#undef T
+	const char	*filter = getenv("IDEM_TEST_FILTER");
+
+	if (filter != NULL)
+		cmocka_set_test_filter(filter);
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
