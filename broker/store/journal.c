@@ -46,6 +46,7 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -74,6 +75,11 @@
 /* Zeros ahead: chunks of at most this, at least the smaller. */
 #define ZERO_CHUNK_MAX		(1024 * 1024)
 #define ZERO_CHUNK_MIN		512
+/*
+ * Zeros only where the file system keeps this much free after them: on
+ * a disk nearly full they would take the last space a TASK file needs.
+ */
+#define ZERO_MIN_FREE_BYTES	(64ULL * 1024 * 1024)
 
 /* Never written: the source of every zero chunk (in .bss, not the file). */
 static uint8_t	journal_zeros[ZERO_CHUNK_MAX];
@@ -578,9 +584,10 @@ journal_now_ms(void)
 int
 journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 {
-	uint64_t	chunk, limit, want, at;
+	uint64_t	chunk, limit, want, at, before;
 	size_t		n;
 	ssize_t		w;
+	struct statvfs	vfs;
 	struct stat	st;
 	int		saved_errno;
 
@@ -597,6 +604,13 @@ journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 	want = (j->size / chunk + 2) * chunk;
 	if (want > limit)
 		want = limit;
+	/* Little space left: append as without zeros; look again later. */
+	if (fstatvfs(j->fd, &vfs) == 0 && (uint64_t)vfs.f_bavail *
+	    vfs.f_frsize < ZERO_MIN_FREE_BYTES + (want - j->zeroed)) {
+		j->zero_retry_at = journal_now_ms() + JOURNAL_ZERO_RETRY_MS;
+		return 0;
+	}
+	before = j->zeroed;
 	for (at = j->zeroed; at < want; at += (uint64_t)w) {
 		n = want - at > chunk ? (size_t)chunk : (size_t)(want - at);
 		w = pwrite(j->fd, journal_zeros, n, (off_t)at);
@@ -617,12 +631,15 @@ journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 fail:
 	/*
 	 * Nothing was acknowledged by zeros and only zeros can lie past
-	 * size, so the journal goes on as if none were written: the file's
-	 * end is what it says now (size at least), and appends extend it.
+	 * size, so the journal goes on as if none were written: what this
+	 * call wrote is cut again (space on a full disk), and if even that
+	 * fails the file's end is what it says now (size at least).
 	 */
 	saved_errno = errno;
 	j->zero_retry_at = journal_now_ms() + JOURNAL_ZERO_RETRY_MS;
-	if (fstat(j->fd, &st) == 0 && (uint64_t)st.st_size >= j->size)
+	if (ftruncate(j->fd, (off_t)before) == 0)
+		j->zeroed = before;
+	else if (fstat(j->fd, &st) == 0 && (uint64_t)st.st_size >= j->size)
 		j->zeroed = (uint64_t)st.st_size;
 	journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
 	    ": writing zeros ahead at offset %" PRIu64 ": %s; appending "
