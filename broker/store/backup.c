@@ -47,6 +47,8 @@
 
 #define BACKUP_MAX_TRIES	100
 #define BACKUP_COPY_BYTES	(1024 * 1024)
+/* Copies of the live segment, when a round overtook the first (below). */
+#define BACKUP_LAST_SEGMENT_TRIES	3
 
 /* The journal's files the copy holds open. */
 struct held {
@@ -329,8 +331,8 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 {
 	struct journal_replay_stats	 stats;
 	char				 name[40], dir[PATH_MAX];
-	uint64_t			 n;
-	int				 jfd, rc = -1;
+	uint64_t			 n, last_bytes = 0;
+	int				 jfd, rc = -1, tries = 0;
 
 	if (mkdirat(dest_state_fd, "journal", 0700) != 0 ||
 	    (jfd = openat(dest_state_fd, "journal", O_RDONLY | O_DIRECTORY |
@@ -347,10 +349,13 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 	for (n = h->first; n <= h->last; n++) {
 		snprintf(name, sizeof name, "%016llx.jnl",
 		    (unsigned long long)n);
+		if (n == h->last)
+			last_bytes = b->journal_bytes;
 		if (copy_fd(h->fds[n - h->first], jfd, name, 0600,
 		    &b->journal_bytes, cause) != 0)
 			goto out;
 	}
+again:
 	if (fsync(jfd) != 0) {
 		fail(cause, "fsync %s/.idem/journal: %s", b->dest,
 		    strerror(errno));
@@ -369,8 +374,33 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 	snprintf(dir, sizeof dir, "/proc/self/fd/%d/.", jfd);
 	memset(&stats, 0, sizeof stats);
 	if (journal_replay_from(dir, h->first, 0, apply_nothing, NULL,
-	    &stats, cause) != 0)
-		goto out;
+	    &stats, cause) != 0) {
+		/*
+		 * The broker's round may have gone over the live segment's
+		 * zero tail while it was copied, overtaking the read: the
+		 * copy then holds zeros, then whole records, which its
+		 * replay calls corruption.  Copy that segment again (damage
+		 * on the disk stays, a round in flight does not).
+		 */
+		if (errno != EINVAL || !stats.has_corrupt_offset ||
+		    stats.at_segment != h->last || h->last == 0 ||
+		    tries++ >= BACKUP_LAST_SEGMENT_TRIES)
+			goto out;
+		free(*cause);
+		*cause = NULL;
+		snprintf(name, sizeof name, "%016llx.jnl",
+		    (unsigned long long)h->last);
+		b->journal_bytes = last_bytes;
+		if (unlinkat(jfd, name, 0) != 0) {
+			fail(cause, "removing the copy of %s: %s", name,
+			    strerror(errno));
+			goto out;
+		}
+		if (copy_fd(h->fds[h->last - h->first], jfd, name, 0600,
+		    &b->journal_bytes, cause) != 0)
+			goto out;
+		goto again;
+	}
 	/*
 	 * The live segment's zero tail (doc/journal.md) is not records:
 	 * the copy keeps its records only, and counts only them.

@@ -691,9 +691,13 @@ journal_cut(int dir_fd, const char *dir, uint64_t segment, uint64_t size,
 int
 journal_cut_zeros(struct journal *j, char **cause)
 {
+	struct stat	st;
+
 	if (j->fd == -1)
 		return journal_unusable(j, cause);
-	if (j->zeroed == j->size)
+	/* zeroed is a hint; a sealed segment's end must be sure. */
+	if (j->zeroed == j->size && fstat(j->fd, &st) == 0 &&
+	    (uint64_t)st.st_size == j->size)
 		return 0;
 	if (ftruncate(j->fd, (off_t)j->size) == -1 || fsync(j->fd) == -1) {
 		/* Whatever is left past size is zeros, or nothing. */

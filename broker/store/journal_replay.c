@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -179,6 +180,10 @@ journal_segment_end(const uint8_t *map, size_t size, size_t *end)
 	return 0;
 }
 
+/* Read-only: looks again at what may be a live round, and how often. */
+#define REPLAY_LIVE_TRIES	20
+#define REPLAY_LIVE_PAUSE_NS	1000000L
+
 /*
  * Records decoded ahead of the one applied, when the caller gives a
  * hint: the hint can start loading what apply will touch (a table
@@ -198,10 +203,12 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
 	size_t			 offset, decoded, next, head = 0, count = 0;
 	size_t			 ahead = rp->hint != NULL ? REPLAY_AHEAD : 1;
 	size_t			 i;
-	int			 applied, more = 1;
+	int			 applied, more = 1, tries = 0;
+	struct timespec		 pause = { 0, REPLAY_LIVE_PAUSE_NS };
 
 	*cut_at = size;
 	offset = decoded = SEGMENT_HEADER_BYTES;
+again:
 	for (;;) {
 		/* Decode up to ahead records past the next to apply. */
 		while (more && count < ahead && decoded < size) {
@@ -244,6 +251,19 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
 
 	/* A record at offset does not decode: torn tail or corruption? */
 	if (journal_record_follows(map, size, offset + 1, &next)) {
+		/*
+		 * Read-only, beside a live broker: its round may be going
+		 * over the zero tail while we read it, and a read that the
+		 * write overtook shows zeros, then whole records.  Look again
+		 * a few times (the mapping shows the file's pages as they are
+		 * now): a round in flight completes, damage stays.
+		 */
+		if ((rp->flags & JOURNAL_REPLAY_READONLY) && last &&
+		    tries++ < REPLAY_LIVE_TRIES) {
+			nanosleep(&pause, NULL);
+			more = 1;
+			goto again;
+		}
 		snprintf(after, sizeof after, "valid records follow, the "
 		    "first at offset %zu", next);
 		return replay_corrupt(rp, name, offset, why, after);
