@@ -36,6 +36,8 @@
 
 #include "integration/harness.h"
 
+/* journal_bytes reads at most this much of a segment. */
+#define JOURNAL_BYTES_MAX	(8 * 1024 * 1024)
 #define KIND		"deploy/v1"
 #define REQUEST		"{\"service\":\"api\",\"version\":\"2.4.1\"}"
 #define RESULT		"{\"deployed\":true}"
@@ -782,25 +784,43 @@ libidem_extend_and_run_keep_the_lease(void **state)
 
 /* ---- Restarts ------------------------------------------------------------ */
 
-/* The bytes of the journal's segments: they grow when a round writes. */
+/*
+ * The bytes of the journal's records: they grow when a round writes.
+ * Not the files' sizes: a round writes over the zeros the broker keeps
+ * ahead (doc/journal.md, "The zero tail"), so a segment's size moves
+ * when zeros are written, not when records are.  Each record, from
+ * offset 32: magic ff 'JRC', a little-endian payload length, an 8-byte
+ * checksum, the payload.
+ */
 static off_t
 journal_bytes(const struct broker *b)
 {
-	char		 dir[PATH_MAX], path[PATH_MAX + 256];
-	struct dirent	*de;
-	struct stat	 st;
-	off_t		 total = 0;
-	DIR		*d;
+	static const uint8_t	 magic[4] = { 0xff, 'J', 'R', 'C' };
+	char			 dir[PATH_MAX], path[PATH_MAX + 256];
+	struct dirent		*de;
+	uint8_t			*p;
+	size_t			 n, at;
+	off_t			 total = 0;
+	FILE			*f;
+	DIR			*d;
 
 	snprintf(dir, sizeof dir, "%s/.idem/journal", b->root);
 	assert_non_null(d = opendir(dir));
+	assert_non_null(p = malloc(JOURNAL_BYTES_MAX));
 	while ((de = readdir(d)) != NULL) {
 		if (strstr(de->d_name, ".jnl") == NULL)
 			continue;
 		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-		if (stat(path, &st) == 0)
-			total += st.st_size;
+		if ((f = fopen(path, "rb")) == NULL)
+			continue;
+		n = fread(p, 1, JOURNAL_BYTES_MAX, f);
+		fclose(f);
+		for (at = 32; at + 16 <= n && memcmp(p + at, magic, 4) == 0;)
+			at += 16 + ((size_t)p[at + 4] | (size_t)p[at + 5] << 8 |
+			    (size_t)p[at + 6] << 16 | (size_t)p[at + 7] << 24);
+		total += (off_t)(at < n ? at : n);
 	}
+	free(p);
 	closedir(d);
 	return total;
 }
