@@ -47,10 +47,11 @@
  * the snapshot made redundant (checkpoint.c).  One checkpoint at a time;
  * a rotation while one runs waits for the next round.
  *
- * Between rounds, too, it keeps zeros ahead of the segment's logical end
- * (journal_prezero, doc/journal.md "The zero tail"): the next rounds'
- * records then overwrite blocks already allocated, and their fdatasync
- * commits no size or block map.  The zeros get no fdatasync of their
+ * After a round that wrote records, too, it keeps zeros ahead of the
+ * segment's logical end (journal_prezero, doc/journal.md "The zero
+ * tail"; never while idle, so a reader sees an idle journal still): the
+ * next rounds' records then overwrite blocks already allocated, and
+ * their fdatasync commits no size or block map.  The zeros get no fdatasync of their
  * own: the next round's covers them, and nothing relies on them.  A
  * failure to write them is not a journal failure (nothing was
  * acknowledged by zeros): logged once, appends go on extending the
@@ -681,7 +682,8 @@ journaler_main(void *arg)
 			journaler_maybe_rotate(d);
 		if (atomic_load(&journaler.stop) && n == 0)
 			break;
-		if (!atomic_load(&h->journal_failed))
+		/* After a round that wrote: an idle journal is left as it is. */
+		if (n > 0 && !atomic_load(&h->journal_failed))
 			journaler_prezero(d);
 	}
 	return NULL;
