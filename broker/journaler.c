@@ -51,11 +51,11 @@
  * segment's logical end (journal_prezero, doc/journal.md "The zero
  * tail"; never while idle, so a reader sees an idle journal still): the
  * next rounds' records then overwrite blocks already allocated, and
- * their fdatasync commits no size or block map.  The zeros get no fdatasync of their
- * own: the next round's covers them, and nothing relies on them.  A
- * failure to write them is not a journal failure (nothing was
- * acknowledged by zeros): logged once, appends go on extending the
- * file, and journal_prezero tries again a second later.
+ * their fdatasync commits no size or block map.  The zeros get no
+ * fdatasync of their own: the next round's covers them, and nothing
+ * relies on them.  A failure to write them is not a journal failure
+ * (nothing was acknowledged by zeros): logged once, appends go on
+ * extending the file, and journal_prezero tries again a second later.
  */
 #include <sys/eventfd.h>
 
@@ -682,7 +682,7 @@ journaler_main(void *arg)
 			journaler_maybe_rotate(d);
 		if (atomic_load(&journaler.stop) && n == 0)
 			break;
-		/* After a round that wrote: an idle journal is left as it is. */
+		/* After a round that wrote; an idle journal is left alone. */
 		if (n > 0 && !atomic_load(&h->journal_failed))
 			journaler_prezero(d);
 	}
@@ -744,9 +744,9 @@ journaler_stop(void)
 	if (!atomic_load(&journaler.d->seg.header->journal_failed) &&
 	    journaler.d->journal.fd != -1) {
 		if (journal_cut_zeros(&journaler.d->journal, &cause) != 0) {
-			log_warnx("%s; the next start reads it as the clean end",
-			    cause != NULL ? cause : "journal: cutting its zero "
-			    "tail failed");
+			log_warnx("%s; the next start reads it as the clean "
+			    "end", cause != NULL ? cause : "journal: cutting "
+			    "its zero tail failed");
 			free(cause);
 		}
 	}

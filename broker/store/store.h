@@ -106,14 +106,14 @@ struct journal {
 	int		 fd;		/* the segment appended to */
 	char		*dir;
 	uint64_t	 segment;	/* its number */
-	uint64_t	 size;		/* its logical end: records written */
+	uint64_t	 size;		/* its logical end: the records' */
 	/*
 	 * The file's end: zeros from size up to it, written ahead so that
 	 * an append overwrites allocated blocks (doc/journal.md, "The
 	 * zero tail").  A hint: only ever zeros lie past size.
 	 */
 	uint64_t	 zeroed;
-	int64_t		 zero_retry_at;	/* after a failed zero write (ms) */
+	int64_t		 zero_retry_at;	/* zeros failed: retry (ms) */
 };
 
 /* Open (creating dir and first segment if missing) for appending. */
