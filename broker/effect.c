@@ -364,6 +364,16 @@ receipt_result(struct pending *p, int action_taken, const uint8_t **bytes)
 	return e->pruned || *bytes != NULL ? 0 : -1;
 }
 
+/* A text reply the worker could not write (no memory): retryable. */
+static void
+effect_no_memory(struct pending *p, const char *what)
+{
+	log_warnx("effect %s: no memory for its %s", effect_of(p)->id, what);
+	atomic_fetch_add(&counters_of(p)->errors, 1);
+	pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+	    "out of memory"));
+}
+
 static void
 effect_unreadable(struct pending *p)
 {
@@ -432,10 +442,7 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 	replytext_lit(t, "}");
 	reply_end = t->length;
 	if (t->failed) {
-		log_warnx("effect %s: no memory for its receipt", e->id);
-		atomic_fetch_add(&counters_of(p)->errors, 1);
-		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
+		effect_no_memory(p, "receipt");
 		return;
 	}
 	if (receipt_stored_for(p, action_taken, disposition,
@@ -455,19 +462,26 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 static void
 effect_answer_state(struct pending *p, int action_taken)
 {
-	struct effect	*e = effect_of(p);
-	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
-	json_t		*reply;
+	struct effect		*e = effect_of(p);
+	char			 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	struct replytext	*t;
 
 	idemd_of(p)->be->release(p);
-	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
-	json_object_set_new(reply, "state",
-	    json_string(effect_state_name(&e->entry, shm_now_ms())));
-	json_object_set_new(reply, "attempt", json_integer(e->entry.attempt));
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
-	json_object_set_new(reply, "external_key", json_string(xkey));
-	pending_reply(p, reply);
+	t = effect_text_start(p);
+	replytext_lit(t, action_taken ? "\"action_taken\":true," :
+	    "\"action_taken\":false,");
+	text_member_string(t, "\"state\":",
+	    effect_state_name(&e->entry, shm_now_ms()));
+	replytext_lit(t, ",\"attempt\":");
+	replytext_int(t, e->entry.attempt);
+	text_member_string(t, ",\"external_key\":", xkey);
+	replytext_lit(t, "}");
+	if (t->failed) {
+		effect_no_memory(p, "answer");
+		return;
+	}
+	pending_reply_text(p, t->buf, t->length);
 }
 
 /* ---- effect_begin ------------------------------------------------------------ */
@@ -509,10 +523,7 @@ effect_proceed(struct pending *p)
 	    e->entry.lease_expires_ms);
 	replytext_lit(t, "}");
 	if (t->failed) {
-		log_warnx("effect %s: no memory for its proceed", e->id);
-		atomic_fetch_add(&counters_of(p)->errors, 1);
-		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
+		effect_no_memory(p, "proceed");
 		return;
 	}
 	pending_reply_text(p, t->buf, t->length);
@@ -594,15 +605,20 @@ result_matches(struct pending *p)
 static void
 effect_extended(struct pending *p)
 {
-	struct effect	*e = effect_of(p);
-	json_t		*reply;
+	struct effect		*e = effect_of(p);
+	struct replytext	*t;
 
 	idemd_of(p)->be->release(p);
 	atomic_fetch_add(&counters_of(p)->effects_extended, 1);
-	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "lease_expires_at",
-	    reply_time(e->entry.lease_expires_ms));
-	pending_reply(p, reply);
+	t = effect_text_start(p);
+	text_member_time(t, "\"lease_expires_at\":",
+	    e->entry.lease_expires_ms);
+	replytext_lit(t, "}");
+	if (t->failed) {
+		effect_no_memory(p, "extension");
+		return;
+	}
+	pending_reply_text(p, t->buf, t->length);
 }
 
 static void
