@@ -39,8 +39,11 @@
  * index once a checkpoint wrote the entry there, and in the segment's
  * result arena, a ring that caches them (shm/arena.c: arena_put /
  * arena_read; bytes it reused are read from the index); every receipt
- * is built from the entry and those bytes, so it is the same, byte for
- * byte, on every reply.
+ * is written from the entry and those bytes by one builder
+ * (effect_receipt_text), so it is the same, byte for byte, on every
+ * reply and view.  Every ok:true reply here is written as text into the
+ * worker's buffer (replytext.c), the bytes jansson's dump of the same
+ * tree would be; the refusals are trees, which conn.c logs.
  *
  * effect_extend moves a live lease's expiry to now + lease_ms, for an
  * effect that outlives its lease (a deployment, a payment batch): judged
