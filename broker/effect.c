@@ -237,6 +237,8 @@ effect_receipt_json_from(const char *key, size_t key_length,
 	struct replytext	 t;
 	json_t			*receipt = NULL;
 
+	if (!pruned && bytes == NULL)
+		return NULL;	/* unreadable, not a tombstone */
 	replytext_init(&t);
 	if (effect_receipt_text(&t, key, key_length, e, pruned ? NULL :
 	    bytes) == 0 && !t.failed)

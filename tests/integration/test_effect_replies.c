@@ -266,9 +266,10 @@ complete_line(const char *id, const char *csid, const char *kind,
     const char *fence, const char *outcome, const char *result)
 {
 	if (result == NULL)
-		return line_of("effect_complete", id, "\"client_submission_id\":"
-		    "\"%s\",\"effect_kind\":\"%s\",\"fence\":\"%s\","
-		    "\"outcome\":\"%s\"", csid, kind, fence, outcome);
+		return line_of("effect_complete", id,
+		    "\"client_submission_id\":\"%s\",\"effect_kind\":"
+		    "\"%s\",\"fence\":\"%s\",\"outcome\":\"%s\"", csid,
+		    kind, fence, outcome);
 	return line_of("effect_complete", id, "\"client_submission_id\":\"%s\","
 	    "\"effect_kind\":\"%s\",\"fence\":\"%s\",\"outcome\":\"%s\","
 	    "\"result\":%s", csid, kind, fence, outcome, result);
