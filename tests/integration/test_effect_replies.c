@@ -13,6 +13,12 @@
  * raw UTF-8, nesting, whitespace in the request, numbers at their
  * ends, and sizes on both sides of the fast path's store up to 60 KB.
  *
+ * Compiled twice: as tests/integration/test_effect_replies, on the local
+ * store, and with EFFECT_REPLIES_ON_POSTGRESQL as
+ * tests/cluster/test_cluster_replies, the same checks (but the
+ * compaction's tombstone, the local index's) against a broker on a
+ * private PostgreSQL server, whose receipts are read from the rows.
+ *
  * The broker writes these replies as text (broker/effect.c,
  * broker/replytext.c); before issue #33 it dumped jansson trees.  With
  * IDEM_REPLY_TRANSCRIPT=FILE every reply checked here is appended to
@@ -34,6 +40,9 @@
 #include <jansson.h>
 
 #include "harness.h"
+#ifdef EFFECT_REPLIES_ON_POSTGRESQL
+#include "cluster_harness.h"
+#endif
 
 /* Past a lease of 100 ms (the least), polled every 20 ms. */
 #define SHORT_LEASE_MS	100
@@ -72,16 +81,9 @@ static const char *const reused_members[] = { "ok", "id", "disposition",
 static const char *const reused_recovered_members[] = { "ok", "id",
     "disposition", "action_taken", "idempotent", "recovered", "state",
     "receipt", NULL };
-static const char *const reused_pruned_members[] = { "ok", "id",
-    "disposition", "action_taken", "idempotent", "receipt_pruned", "state",
-    "receipt", NULL };
 static const char *const receipt_members[] = { "client_submission_id",
     "effect_kind", "digest_schema", "request_digest", "external_key",
     "attempt", "result", "state", "committed_at", NULL };
-static const char *const pruned_receipt_members[] = {
-    "client_submission_id", "effect_kind", "digest_schema",
-    "request_digest", "external_key", "attempt", "result_digest", "state",
-    "committed_at", NULL };
 
 /* Request ids of every scalar kind, and none (NULL). */
 static const char *const ids[] = { "0", "-9223372036854775807", "1.5",
@@ -539,15 +541,63 @@ one_lapse(int fd, int j, const char *result)
 	free(receipt);
 }
 
+#ifdef EFFECT_REPLIES_ON_POSTGRESQL
+static struct pgserver	server;
+static struct node	node;
+static char		node_root[256];
+
+/* A broker on the store, a fresh workspace; a raw connection to it. */
+static int
+broker_start(void **state)
+{
+	int	fd;
+
+	(void)state;
+	cluster_store_reset(&server);
+	cluster_fresh_root(node_root);
+	cluster_node_init(&node, server.uri, node_root, "a");
+	assert_int_equal(cluster_node_start(&node, "30000", "2", NULL, NULL,
+	    NULL), 0);
+	assert_true((fd = harness_raw_connect(&node.b)) >= 0);
+	return fd;
+}
+
 static void
-every_answer_is_janssons(void **state)
+broker_finish(void **state, int fd)
+{
+	(void)state;
+	close(fd);
+	cluster_node_kill(&node);
+	cluster_rm_root(node_root);
+}
+#else
+/* A broker on the local store; a raw connection to it. */
+static int
+broker_start(void **state)
 {
 	struct broker	*b = *state;
-	char		*result;
-	int		 fd, j, k;
+	int		 fd;
 
 	assert_int_equal(harness_start(b, NULL, NULL), 0);
 	assert_true((fd = harness_raw_connect(b)) >= 0);
+	return fd;
+}
+
+static void
+broker_finish(void **state, int fd)
+{
+	close(fd);
+	harness_finish(*state);
+}
+#endif
+
+static void
+every_answer_is_janssons(void **state)
+{
+	char		*result;
+	int		 fd, j, k;
+
+	fd = broker_start(state);
 	for (j = 0; j < NRESULTS; j++)
 		one_effect(fd, j, results[j]);
 	for (k = 0; k < NPADS; k++) {
@@ -555,29 +605,26 @@ every_answer_is_janssons(void **state)
 		one_effect(fd, j + k, result);
 		free(result);
 	}
-	close(fd);
-	harness_finish(b);
+	broker_finish(state, fd);
 }
 
 static void
 every_lapse_is_janssons(void **state)
 {
-	struct broker	*b = *state;
 	char		*result;
 	int		 fd, j;
 
-	assert_int_equal(harness_start(b, NULL, NULL), 0);
-	assert_true((fd = harness_raw_connect(b)) >= 0);
+	fd = broker_start(state);
 	/* Every id, a result of each kind; and the largest. */
 	for (j = 0; j < NIDS; j++)
 		one_lapse(fd, j, results[(j * 2) % NRESULTS]);
 	result = result_of(pads[NPADS - 1]);
 	one_lapse(fd, j, result);
 	free(result);
-	close(fd);
-	harness_finish(b);
+	broker_finish(state, fd);
 }
 
+#ifndef EFFECT_REPLIES_ON_POSTGRESQL
 /* idemctl compact --older-than 0 on the broker's root. */
 static void
 compact_now(struct broker *b)
@@ -624,6 +671,13 @@ commit(int fd, const char *csid, const char *result)
  * target is indexed, compacted and its bytes reused within a few dozen
  * effects, while the table (512) keeps its entry.
  */
+static const char *const reused_pruned_members[] = { "ok", "id",
+    "disposition", "action_taken", "idempotent", "receipt_pruned", "state",
+    "receipt", NULL };
+static const char *const pruned_receipt_members[] = {
+    "client_submission_id", "effect_kind", "digest_schema",
+    "request_digest", "external_key", "attempt", "result_digest", "state",
+    "committed_at", NULL };
 #define COMPACT_FILLERS		400
 #define COMPACT_BIG_PAD		3000
 static const char *const compact_args[] = { "--capacity", "512",
@@ -669,6 +723,23 @@ tombstone_is_janssons(void **state)
 	harness_finish(b);
 }
 
+#endif
+
+#ifdef EFFECT_REPLIES_ON_POSTGRESQL
+#define T(name)	cmocka_unit_test_setup_teardown(name, cluster_arm_watchdog, \
+	cluster_kill_live_nodes)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(every_answer_is_janssons),
+		T(every_lapse_is_janssons),
+	};
+
+	return cluster_main(&server, tests, sizeof tests / sizeof tests[0]);
+}
+#else
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	harness_teardown)
 
@@ -683,3 +754,4 @@ main(void)
 
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
+#endif
