@@ -408,6 +408,9 @@ struct worker {
 	 * output buffer) before the next line runs.
 	 */
 	struct replytext	 effect_text;
+	/* The local store's fences' random parts (local_effect.c). */
+	uint64_t		 fence_pool[64];
+	size_t			 fence_left;
 	/*
 	 * Take a connection's waiting lines (worker.c's conn_process):
 	 * conn_answer's way back to the loop after a reply (conn.c).
