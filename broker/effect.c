@@ -349,12 +349,22 @@ receipt_head_text(struct replytext *t, const struct effect *e,
  * it committed them (e->result, the bytes the store holds), else where
  * the store keeps them: the row or the index (cold), the arena.  0 (a
  * tombstone: e->pruned, *bytes not used), or -1: unreadable.
+ *
+ * The bytes go into the reply as they are, unparsed, so bytes idem did
+ * not write must not get there: a row of the PostgreSQL store is
+ * anyone's to UPDATE, and a result with a newline in it would split the
+ * reply and answer the client's next request.  Bytes read cold (the row,
+ * the index) are checked against the result's digest, which is what
+ * `idemctl verify` checks too; one hash, on the path that already made
+ * a round trip or a disk read.  The arena's are the segment's own,
+ * written from a checked request and read under its seqlock.
  */
 static int
 receipt_result(struct pending *p, int action_taken, const uint8_t **bytes)
 {
 	struct effect		*e = effect_of(p);
 	const struct backend	*be = idemd_of(p)->be;
+	uint8_t			 digest[IDEM_SHA256_BYTES];
 
 	if (action_taken && !e->pruned && e->result != NULL &&
 	    e->entry.result_length == e->result_length) {
@@ -366,7 +376,17 @@ receipt_result(struct pending *p, int action_taken, const uint8_t **bytes)
 	else if (be->effect_result == NULL ||
 	    be->effect_result(p, bytes, &e->pruned) != 0)
 		return -1;
-	return e->pruned || *bytes != NULL ? 0 : -1;
+	if (e->pruned)
+		return 0;
+	/* No result is stored as null: an empty one is damage. */
+	if (*bytes == NULL || e->entry.result_length == 0)
+		return -1;
+	if (e->cold) {
+		digest_sha256(*bytes, e->entry.result_length, digest);
+		if (memcmp(digest, e->entry.file_digest, sizeof digest) != 0)
+			return -1;
+	}
+	return 0;
 }
 
 /* A text reply the worker could not write (no memory): retryable. */
