@@ -414,7 +414,7 @@ group_read(struct pg_group *g)
 	for (i = 0; i < n; i++) {
 		x = r[i];
 		if (x->m.op == PGSTORE_OP_CLAIM)
-			x->outcome = x->claim.res[0] != NULL ? GROUP_CHANGED :
+			x->outcome = x->claim.res != NULL ? GROUP_CHANGED :
 			    GROUP_FAILED;
 		else if (rc == 0)
 			x->outcome = x->m.returned ? GROUP_CHANGED :
