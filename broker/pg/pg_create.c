@@ -13,10 +13,10 @@
  *   cache      the local table holds the key committed: reused
  *   read       a lock-free read of the row (a conflict on an unfinished
  *              row only once it is durable); on a request's first turn
- *              the claim's number statement, which returns the row
- *   claim      the number (the counter's lock held for that statement
- *              only), then the row, each committed without waiting for
- *              the WAL flush; durable with the grant
+ *              the claim's statement, which returns the row
+ *   claim      the number and the row in one statement (the counter's
+ *              lock held for it), committed without waiting for the
+ *              WAL flush; durable with the grant
  *                                               [after_reserve_durable]
  *   temp       .<name>.md.tmp.<epoch>-<token>, written
  *   grant      the lease, fenced on (epoch, token); synchronous, so

@@ -26,7 +26,7 @@
  * the round is settled; then the first queued member to wake leads the
  * next round with every member queued by then.
  *
- * A claim member's two statements run on the leader's session, but the
+ * A claim member's statement runs on the leader's session, but the
  * row records the member's own session as its owner (pg_claim.c: the
  * pid and start passed by value), which the member keeps open: the
  * leader's session is nobody's identity.
