@@ -816,7 +816,7 @@ cl_step(struct pending *p)
 	memset(&row, 0, sizeof row);
 	if (!c->started) {
 		/*
-		 * The first turn claims at once: the claim's first statement
+		 * The first turn claims at once: the claim's statement
 		 * returns the key's row if it has one, judged below as a
 		 * read's, so a new id costs no separate read.  Later turns
 		 * (after a wait, a lost fence) expect a row, and read it.
