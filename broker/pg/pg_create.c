@@ -767,9 +767,9 @@ cl_take_row(struct submission *s, const struct pgstore_row *row)
 }
 
 /*
- * Claim: a number and the row (two statements, each committed without
+ * Claim: a number and the row (one statement, committed without
  * waiting for the WAL flush, sent in the worker's round: pg_group.c;
- * the grant's commit makes them durable before anything is linked or
+ * the grant's commit makes it durable before anything is linked or
  * answered), then the owner's file.  0: the
  * key has a row, left in c->row for the caller to judge; otherwise the
  * request went on (1) or its outcome is recorded (-1).

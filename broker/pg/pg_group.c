@@ -237,6 +237,13 @@ group_hold_wait(struct pg_group *g)
 #define group_hold_wait(g)	pthread_cond_wait(&(g)->done, &(g)->lock)
 #endif
 
+/* A member's wait behind a round in flight (group_wait_behind). */
+struct group_behind {
+	int		 waiting;
+	uint64_t	 round;		/* g->rounds when it began */
+	struct timespec	 deadline;
+};
+
 /* Under the lock: me at the queue's end. */
 static void
 group_enqueue(struct pg_group *g, struct pg_group_member *me)
@@ -276,25 +283,35 @@ group_dequeue(struct pg_group *g, struct pg_group_member *me)
 
 /*
  * Under the lock, me queued behind a round in flight: wait for it to be
- * settled, until *deadline (set at the first wait).  1: the deadline
- * passed with me still queued, and me is off the queue, to go alone.
+ * settled, until the deadline, GROUP_ALONE_MS after me began to wait
+ * behind this round (a later round starts the count again: w->round).
+ * 1: the deadline passed with me still queued, and me is off the queue,
+ * to go alone on st.  Never while the round in flight is on st itself
+ * (a leader held back by fault injection waits behind its own round):
+ * that connection is in a pipeline another member may be reading.
  */
 static int
 group_wait_behind(struct pg_group *g, struct pg_group_member *me,
-    struct timespec *deadline)
+    struct pgstore *st, struct group_behind *w)
 {
-	if (deadline->tv_sec == 0 && deadline->tv_nsec == 0) {
-		clock_gettime(CLOCK_MONOTONIC, deadline);
-		deadline->tv_sec += GROUP_ALONE_MS / 1000;
-		deadline->tv_nsec += (GROUP_ALONE_MS % 1000) * 1000000L;
-		if (deadline->tv_nsec >= 1000000000L) {
-			deadline->tv_sec++;
-			deadline->tv_nsec -= 1000000000L;
+	if (g->round_st == st) {
+		pthread_cond_wait(&g->done, &g->lock);
+		return 0;
+	}
+	if (!w->waiting || w->round != g->rounds) {
+		w->waiting = 1;
+		w->round = g->rounds;
+		clock_gettime(CLOCK_MONOTONIC, &w->deadline);
+		w->deadline.tv_sec += GROUP_ALONE_MS / 1000;
+		w->deadline.tv_nsec += (GROUP_ALONE_MS % 1000) * 1000000L;
+		if (w->deadline.tv_nsec >= 1000000000L) {
+			w->deadline.tv_sec++;
+			w->deadline.tv_nsec -= 1000000000L;
 		}
 	}
 	if (pthread_cond_clockwait(&g->done, &g->lock, CLOCK_MONOTONIC,
-	    deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||
-	    !g->in_flight)
+	    &w->deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||
+	    !g->in_flight || w->round != g->rounds)
 		return 0;
 	group_dequeue(g, me);
 	g->alone++;
@@ -496,8 +513,8 @@ static int
 group_wait(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, char **cause)
 {
-	struct timespec	 deadline = { 0, 0 };
-	int		 alone = 0;
+	struct group_behind	 behind = { 0, 0, { 0, 0 } };
+	int			 alone = 0;
 
 	for (;;) {
 		if (me->state == GROUP_DONE)
@@ -508,7 +525,7 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 			if (group_send(g, me, st) == 0)
 				group_hold_wait(g);
 		} else if (me->state == GROUP_QUEUED) {
-			if ((alone = group_wait_behind(g, me, &deadline)))
+			if ((alone = group_wait_behind(g, me, st, &behind)))
 				break;
 		} else
 			pthread_cond_wait(&g->done, &g->lock);

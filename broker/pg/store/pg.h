@@ -210,6 +210,7 @@ struct pgstore_claim {
 	char			 pid[16];
 	char			 started[24];
 	struct pg_result	*res;		/* the statement's */
+	int			 raise;		/* the day's counter first */
 };
 int	pgstore_claim_begin(struct pgstore *, struct pgstore_claim *,
 	    const struct pgstore_key *, const struct subtab_entry *want,

@@ -231,18 +231,71 @@ claim_again(struct pgstore_claim *c)
 	return 2;
 }
 
+/* The unique key a failed statement violated, or NULL. */
+static const char *
+claim_violated(PGresult *res)
+{
+	if (PQresultStatus(res) != PGRES_FATAL_ERROR)
+		return NULL;
+	return PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
+}
+
 /* Another broker's row of the key came first: a unique key refused ours. */
 static int
 claim_lost_race(PGresult *res)
 {
-	const char	*constraint;
+	const char	*constraint = claim_violated(res);
 
-	if (PQresultStatus(res) != PGRES_FATAL_ERROR ||
-	    (constraint = PQresultErrorField(res,
-	    PG_DIAG_CONSTRAINT_NAME)) == NULL)
-		return 0;
-	return strcmp(constraint, "idem_submission_pkey") == 0 ||
-	    strcmp(constraint, "idem_submission_key") == 0;
+	return constraint != NULL &&
+	    (strcmp(constraint, "idem_submission_pkey") == 0 ||
+	    strcmp(constraint, "idem_submission_key") == 0);
+}
+
+/*
+ * A row of the day already has the number the counter gave: the counter
+ * is behind the rows (a row restored or written by hand, never by idem,
+ * whose every number comes from the counter).  The statement rolled the
+ * counter's raise back with the insert, so every later claim would take
+ * the same number: the next turn first raises the counter past the
+ * day's rows (claim_raise).
+ */
+static int
+claim_number_taken(PGresult *res)
+{
+	const char	*constraint = claim_violated(res);
+
+	return constraint != NULL && strcmp(constraint,
+	    "idem_submission_workspace_id_kind_date_seq_key") == 0;
+}
+
+/* The day's counter past the day's highest row (claim_number_taken). */
+static const char claim_raise_sql[] =
+	"UPDATE idem_counter AS c SET next_seq = r.top + 1 FROM (SELECT "
+	"max(seq) AS top FROM idem_submission WHERE workspace_id = $1::uuid "
+	"AND kind = $2::smallint AND date = $3::integer) r WHERE "
+	"c.workspace_id = $1::uuid AND c.kind = $2::smallint AND c.date = "
+	"$3::integer AND c.next_seq <= r.top";
+
+static int
+claim_raise(struct pgstore *st, PGconn *conn, struct pgstore_claim *c,
+    char **cause)
+{
+	struct pg_params p;
+	PGresult	*res;
+
+	pg_params_key(&p, st, c->key);
+	p.v[2] = c->day_s;
+	p.n = 3;
+	res = pg_exec(conn, claim_raise_sql, &p);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return pg_failed(st, res, "raising the day's counter past its "
+		    "rows", cause);
+	store_notice(STORE_NOTICE_WARNING, "PostgreSQL: the counter of day %s was behind its rows "
+	    "(%s of them moved it): raised past them", c->day_s,
+	    PQcmdTuples(res));
+	PQclear(res);
+	c->raise = 0;
+	return 0;
 }
 
 int
@@ -264,6 +317,10 @@ pgstore_claim_end(struct pgstore *st, struct pgstore_claim *c, char **cause)
 	/* Reserved by another broker since the turn began. */
 	if (claim_lost_race(res))
 		return claim_again(c);
+	if (claim_number_taken(res)) {
+		c->raise = 1;
+		return claim_again(c);
+	}
 	c->res = NULL;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		return pg_failed(st, res, "reserving", cause);
@@ -337,6 +394,8 @@ pgstore_claim_next(struct pgstore *st, struct pgstore_claim *c,
 		    st->session_started);
 		/* _begin made the first turn's scan; the others make theirs. */
 		if ((!first || c->tries > 0) && claim_turn(st, c, cause) != 0)
+			return -1;
+		if (c->raise && claim_raise(st, conn, c, cause) != 0)
 			return -1;
 		pg_claim_params(st, c, &p);
 		res = pg_exec_prepared(st, conn, PG_PREP_CLAIM, pg_claim_sql,
