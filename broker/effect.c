@@ -39,8 +39,11 @@
  * index once a checkpoint wrote the entry there, and in the segment's
  * result arena, a ring that caches them (shm/arena.c: arena_put /
  * arena_read; bytes it reused are read from the index); every receipt
- * is built from the entry and those bytes, so it is the same, byte for
- * byte, on every reply.
+ * is written from the entry and those bytes by one builder
+ * (effect_receipt_text), so it is the same, byte for byte, on every
+ * reply and view.  Every ok:true reply here is written as text into the
+ * worker's buffer (replytext.c), the bytes jansson's dump of the same
+ * tree would be; the refusals are trees, which conn.c logs.
  *
  * effect_extend moves a live lease's expiry to now + lease_ms, for an
  * effect that outlives its lease (a deployment, a payment batch): judged
@@ -78,8 +81,6 @@
 #include "backend.h"
 #include "replytext.h"
 
-static json_t	*effect_receipt_json_with(const char *, size_t,
-		    const struct subtab_entry *, json_t *);
 static void	effect_recorded(struct pending *,
 		    const struct backend_effect_outcome *);
 
@@ -141,62 +142,109 @@ effect_state_name(const struct subtab_entry *e, int64_t now)
 }
 
 /*
- * The receipt from an entry and its result's bytes, wherever they are
- * (the arena, or the index).  A tombstone (pruned) has no result: its
- * digest stands in its place.
+ * Every effect reply written as text is written into the worker's
+ * buffer (struct worker's effect_text, replytext.c), the same bytes as
+ * jansson's compact, order-preserving dump of the tree of the same
+ * members; this starts one: {"ok":true, and the request's id if any.
  */
-json_t *
-effect_receipt_json_from(const char *key, size_t key_length,
-    const struct subtab_entry *e, const uint8_t *bytes, int pruned)
+static struct replytext *
+effect_text_start(struct pending *p)
 {
-	json_t		*result = NULL;
+	struct replytext	*t = &p->worker->effect_text;
 
-	if (!pruned && (result = json_loadb((const char *)bytes,
-	    e->result_length, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL)) == NULL)
-		return NULL;
-	return effect_receipt_json_with(key, key_length, e, result);
+	t->length = 0;
+	t->failed = 0;
+	replytext_lit(t, "{\"ok\":true,");
+	if (p->id != NULL) {
+		replytext_lit(t, "\"id\":");
+		replytext_value(t, p->id);
+		replytext_lit(t, ",");
+	}
+	return t;
+}
+
+static void
+text_member_string(struct replytext *t, const char *name, const char *value)
+{
+	replytext_lit(t, name);
+	replytext_string(t, value, strlen(value));
+}
+
+static void
+text_member_time(struct replytext *t, const char *name, int64_t ms)
+{
+	char	at[TASKFILE_TIME_BYTES];
+
+	taskfile_format_time(ms, at);
+	text_member_string(t, name, at);
 }
 
 /*
- * The receipt with its result already parsed (a reference taken; NULL:
- * a tombstone's, the digest in its place).  The stored bytes are the
- * result's compact serialization, and jansson's output of a parsed
- * serialization is that serialization again, so a reply built from the
- * request's own result is byte for byte one built from the bytes.
+ * The receipt of a committed effect: the one builder of its members and
+ * their order (SPEC.md), for every answer that carries it (committed,
+ * reused, resolved, pruned, on either store) and, parsed, for the views
+ * (effect_receipt_json_from).  result: its compact JSON as stored
+ * (result_field wrote jansson's dump of it, which jansson's dump of its
+ * parse writes again, so it is spliced as it is: the same bytes the
+ * tree of the parsed result dumped); NULL: a tombstone's, the result's
+ * digest in its place.  0, or -1: not an effect's key.
  */
-static json_t *
-effect_receipt_json_with(const char *key, size_t key_length,
-    const struct subtab_entry *e, json_t *result)
+static int
+effect_receipt_text(struct replytext *t, const char *key, size_t key_length,
+    const struct subtab_entry *x, const uint8_t *result)
 {
 	char		 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	char		 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
 	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
-	json_t		*r;
 
 	if (effect_key_split(key, key_length, kind, sizeof kind, id,
-	    sizeof id) != 0) {
-		json_decref(result);
-		return NULL;
-	}
-	r = json_object();
-	json_object_set_new(r, "client_submission_id", json_string(id));
-	json_object_set_new(r, "effect_kind", json_string(kind));
-	json_object_set_new(r, "digest_schema",
-	    json_string(IDEM_SCHEMA_GENERIC_JSON_V1));
-	digest_to_hex(e->request_digest, hex);
-	json_object_set_new(r, "request_digest", json_string(hex));
-	external_key(key, key_length, e->request_digest, xkey);
-	json_object_set_new(r, "external_key", json_string(xkey));
-	json_object_set_new(r, "attempt", json_integer(e->attempt));
+	    sizeof id) != 0)
+		return -1;
+	text_member_string(t, "{\"client_submission_id\":", id);
+	text_member_string(t, ",\"effect_kind\":", kind);
+	text_member_string(t, ",\"digest_schema\":",
+	    IDEM_SCHEMA_GENERIC_JSON_V1);
+	digest_to_hex(x->request_digest, hex);
+	text_member_string(t, ",\"request_digest\":", hex);
+	external_key(key, key_length, x->request_digest, xkey);
+	text_member_string(t, ",\"external_key\":", xkey);
+	replytext_lit(t, ",\"attempt\":");
+	replytext_int(t, x->attempt);
 	if (result == NULL) {
-		digest_to_hex(e->file_digest, hex);
-		json_object_set_new(r, "result_digest", json_string(hex));
-	} else
-		json_object_set_new(r, "result", result);
-	json_object_set_new(r, "state", json_string("committed"));
-	json_object_set_new(r, "committed_at", reply_time(e->created_at_ms));
-	return r;
+		digest_to_hex(x->file_digest, hex);
+		text_member_string(t, ",\"result_digest\":", hex);
+	} else {
+		replytext_lit(t, ",\"result\":");
+		replytext_raw(t, result, x->result_length);
+	}
+	replytext_lit(t, ",\"state\":\"committed\"");
+	text_member_time(t, ",\"committed_at\":", x->created_at_ms);
+	replytext_lit(t, "}");
+	return 0;
+}
+
+/*
+ * The receipt as a tree, for the views that embed it in an object of
+ * their own (get_submission, diagnose): effect_receipt_text's bytes
+ * parsed, so that there is one builder of its members.  A result that
+ * does not parse (unreadable bytes) gives NULL, as before.
+ */
+json_t *
+effect_receipt_json_from(const char *key, size_t key_length,
+    const struct subtab_entry *e, const uint8_t *bytes, int pruned)
+{
+	struct replytext	 t;
+	json_t			*receipt = NULL;
+
+	if (!pruned && bytes == NULL)
+		return NULL;	/* unreadable, not a tombstone */
+	replytext_init(&t);
+	if (effect_receipt_text(&t, key, key_length, e, pruned ? NULL :
+	    bytes) == 0 && !t.failed)
+		receipt = json_loadb(t.buf, t.length, JSON_ALLOW_NUL, NULL);
+	replytext_free(&t);
+	return receipt;
 }
 
 /* The facts of an effect, for conflicts and outcome_unknown. */
@@ -272,70 +320,10 @@ effect_conflict(struct pending *p, enum wire_reason reason,
 	    message, 1);
 }
 
-/* ok:true with the committed receipt (id NULL: none, as stored). */
-static json_t *
-receipt_reply(const struct effect *e, json_t *id,
-    enum wire_disposition disposition, int action_taken, json_t *receipt)
-{
-	json_t	*reply = reply_new(1, id);
-
-	if (disposition != DISPOSITION_NONE)
-		json_object_set_new(reply, "disposition",
-		    json_string(wire_disposition_name(disposition)));
-	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
-	json_object_set_new(reply, "idempotent", json_true());
-	if (e->entry.effect_flags & SUBTAB_EFFECT_RECOVERED)
-		json_object_set_new(reply, "recovered", json_true());
-	if (e->pruned)
-		json_object_set_new(reply, "receipt_pruned", json_true());
-	json_object_set_new(reply, "state", json_string("committed"));
-	json_object_set(reply, "receipt", receipt);
-	return reply;
-}
-
 /*
- * The replies every effect gets, written as text (replytext.c): the
- * proceed and the commit's receipt, the same bytes as the trees above
- * dumped.  One buffer: a worker writes one reply at a time, and it is
- * sent (or copied into the output buffer) before the next line runs.
- */
-static struct replytext	effect_text;
-
-static struct replytext *
-effect_text_start(json_t *id)
-{
-	struct replytext	*t = &effect_text;
-
-	t->length = 0;
-	t->failed = 0;
-	replytext_lit(t, "{\"ok\":true,");
-	if (id != NULL) {
-		replytext_lit(t, "\"id\":");
-		replytext_value(t, id);
-		replytext_lit(t, ",");
-	}
-	return t;
-}
-
-static void
-text_member_string(struct replytext *t, const char *name, const char *value)
-{
-	replytext_lit(t, name);
-	replytext_string(t, value, strlen(value));
-}
-
-static void
-text_member_time(struct replytext *t, const char *name, int64_t ms)
-{
-	char	at[TASKFILE_TIME_BYTES];
-
-	taskfile_format_time(ms, at);
-	text_member_string(t, name, at);
-}
-
-/*
- * receipt_reply's members after "ok" and "id", up to "receipt": (its
- * value next): what a stored reply holds before the receipt, too.
+ * The members of a receipt's reply after "ok" and "id", up to
+ * "receipt": (its value next): what a stored reply holds before the
+ * receipt, too.
  */
 static void
 receipt_head_text(struct replytext *t, const struct effect *e,
@@ -356,66 +344,134 @@ receipt_head_text(struct replytext *t, const struct effect *e,
 	replytext_lit(t, "\"state\":\"committed\",\"receipt\":");
 }
 
-/* effect_receipt_json_with's object, result the compact JSON given. */
+/*
+ * The committed result's bytes for p's receipt: the request's own when
+ * it committed them (e->result, the bytes the store holds), else where
+ * the store keeps them: the row or the index (cold), the arena.  0 (a
+ * tombstone: e->pruned, *bytes not used), or -1: unreadable.
+ *
+ * The bytes go into the reply as they are, unparsed, so bytes idem did
+ * not write must not get there: a row of the PostgreSQL store is
+ * anyone's to UPDATE, and a result with a newline in it would split the
+ * reply and answer the client's next request.  Bytes read cold (the row,
+ * the index) are checked against the result's digest, which is what
+ * `idemctl verify` checks too; one hash, on the path that already made
+ * a round trip or a disk read.  The arena's are the segment's own,
+ * written from a checked request and read under its seqlock.
+ */
 static int
-receipt_text(struct replytext *t, const struct effect *e, const char *result,
-    size_t result_length)
+receipt_result(struct pending *p, int action_taken, const uint8_t **bytes)
 {
-	const struct subtab_entry *x = &e->entry;
-	char		 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
-	char		 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
-	char		 hex[IDEM_DIGEST_HEX_SIZE];
-	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	struct effect		*e = effect_of(p);
+	const struct backend	*be = idemd_of(p)->be;
+	uint8_t			 digest[IDEM_SHA256_BYTES];
 
-	if (effect_key_split(e->key, e->key_length, kind, sizeof kind, id,
-	    sizeof id) != 0)
+	if (action_taken && !e->pruned && e->result != NULL &&
+	    e->entry.result_length == e->result_length) {
+		*bytes = (const uint8_t *)e->result;
+		return 0;
+	}
+	if (e->cold)
+		*bytes = e->cold_result;
+	else if (be->effect_result == NULL ||
+	    be->effect_result(p, bytes, &e->pruned) != 0)
 		return -1;
-	text_member_string(t, "{\"client_submission_id\":", id);
-	text_member_string(t, ",\"effect_kind\":", kind);
-	text_member_string(t, ",\"digest_schema\":",
-	    IDEM_SCHEMA_GENERIC_JSON_V1);
-	digest_to_hex(x->request_digest, hex);
-	text_member_string(t, ",\"request_digest\":", hex);
-	external_key(e->key, e->key_length, x->request_digest, xkey);
-	text_member_string(t, ",\"external_key\":", xkey);
-	replytext_lit(t, ",\"attempt\":");
-	replytext_int(t, x->attempt);
-	replytext_lit(t, ",\"result\":");
-	replytext_raw(t, result, result_length);
-	replytext_lit(t, ",\"state\":\"committed\"");
-	text_member_time(t, ",\"committed_at\":", x->created_at_ms);
-	replytext_lit(t, "}");
+	if (e->pruned)
+		return 0;
+	/* No result is stored as null: an empty one is damage. */
+	if (*bytes == NULL || e->entry.result_length == 0)
+		return -1;
+	if (e->cold) {
+		digest_sha256(*bytes, e->entry.result_length, digest);
+		if (memcmp(digest, e->entry.file_digest, sizeof digest) != 0)
+			return -1;
+	}
 	return 0;
 }
 
+/* A text reply the worker could not write (no memory): retryable. */
+static void
+effect_no_memory(struct pending *p, const char *what)
+{
+	log_warnx("effect %s: no memory for its %s", effect_of(p)->id, what);
+	atomic_fetch_add(&counters_of(p)->errors, 1);
+	pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
+	    "out of memory"));
+}
+
+static void
+effect_unreadable(struct pending *p)
+{
+	log_warnx("effect %s: its committed result is unreadable",
+	    effect_of(p)->id);
+	atomic_fetch_add(&counters_of(p)->errors, 1);
+	pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 0,
+	    "the committed result of this effect is unreadable"));
+}
+
 /*
- * The commit's reply, its receipt's result the request's own compact
- * JSON (e->result, the bytes the arena holds: a reply built from them
- * dumps them unchanged); and, if this worker answered the proceed of
- * this attempt to a line the fast path fingerprinted, the reply a
- * retry of that line gets from now on, stored at once (fastpath.c:
- * the first retry is fast too).  0, or -1: answer through the tree.
+ * The hint of the line whose retries get this reply from now on, if
+ * it is to be stored (fastpath.c's DESIGN): the commit of an attempt
+ * this worker answered proceed to (its begin line's, taken), or a reuse
+ * answered whole from the table's entry (this begin line's).  0: none.
  */
 static int
-effect_answer_committed_text(struct pending *p,
-    enum wire_disposition disposition)
+receipt_stored_for(struct pending *p, int action_taken,
+    enum wire_disposition disposition, size_t receipt_length,
+    struct fastpath_hint *hint)
+{
+	struct effect	*e = effect_of(p);
+
+	/* Only a receipt the store can hold (its 4 KiB, more than enough). */
+	if (e->pruned || e->cold || receipt_length >= SHM_RECEIPT_MAX_BYTES)
+		return 0;
+	if (action_taken)
+		return fastpath_effect_begun(&p->worker->fast, e->key,
+		    e->key_length, &e->entry, hint);
+	if (disposition != DISPOSITION_REUSED || !e->fast.valid)
+		return 0;
+	*hint = e->fast;
+	return 1;
+}
+
+/*
+ * ok:true with the committed receipt (committed, reused, resolved,
+ * pruned), written as text; and, if a retry's reply is to be stored for
+ * the fast path, that reply too (the receipt's bytes copied after its
+ * head: the same receipt).
+ */
+static void
+effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
+    int action_taken)
 {
 	struct effect		*e = effect_of(p);
-	struct replytext	*t = effect_text_start(p->id);
+	struct replytext	*t;
 	struct fastpath_hint	 hint;
-	size_t			 reply_end, receipt_at;
+	const uint8_t		*bytes = NULL;
+	size_t			 receipt_at, reply_end;
 
-	receipt_head_text(t, e, disposition, 1);
+	idemd_of(p)->be->release(p);
+	/* First: reading the bytes may find a tombstone (e->pruned). */
+	if (receipt_result(p, action_taken, &bytes) != 0) {
+		effect_unreadable(p);
+		return;
+	}
+	t = effect_text_start(p);
+	receipt_head_text(t, e, disposition, action_taken);
 	receipt_at = t->length;
-	if (receipt_text(t, e, e->result, e->result_length) != 0)
-		return -1;
+	if (effect_receipt_text(t, e->key, e->key_length, &e->entry,
+	    e->pruned ? NULL : bytes) != 0) {
+		effect_unreadable(p);
+		return;
+	}
 	replytext_lit(t, "}");
 	reply_end = t->length;
-	if (t->failed)
-		return -1;
-	/* Only a receipt the store can hold (its 4 KiB, more than enough). */
-	if (!e->pruned && reply_end - receipt_at < SHM_RECEIPT_MAX_BYTES &&
-	    fastpath_effect_begun(e->key, e->key_length, &e->entry, &hint)) {
+	if (t->failed) {
+		effect_no_memory(p, "receipt");
+		return;
+	}
+	if (receipt_stored_for(p, action_taken, disposition,
+	    reply_end - receipt_at, &hint)) {
 		/* After {"ok":true, as fastpath.c stores them. */
 		receipt_head_text(t, e, DISPOSITION_REUSED, 0);
 		replytext_copy(t, receipt_at, reply_end - receipt_at);
@@ -425,82 +481,32 @@ effect_answer_committed_text(struct pending *p,
 			    t->buf + reply_end, t->length - reply_end);
 	}
 	pending_reply_text(p, t->buf, reply_end);
-	return 0;
-}
-
-static void
-effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
-    int action_taken)
-{
-	struct effect		*e = effect_of(p);
-	const struct backend	*be = idemd_of(p)->be;
-	const uint8_t		*bytes;
-	json_t			*reply, *receipt, *bare;
-
-	be->release(p);
-	if (action_taken && !e->pruned && e->result != NULL &&
-	    e->entry.result_length == e->result_length &&
-	    effect_answer_committed_text(p, disposition) == 0)
-		return;
-	/*
-	 * This request committed it: the result is the request's own,
-	 * parsed already (not read back from the arena and parsed again).
-	 */
-	if (action_taken && !e->pruned && e->result_json != NULL &&
-	    e->entry.result_length == e->result_length)
-		receipt = effect_receipt_json_with(e->key, e->key_length,
-		    &e->entry, json_incref(e->result_json));
-	else if (e->cold)
-		receipt = effect_receipt_json_from(e->key, e->key_length,
-		    &e->entry, e->cold_result, e->pruned);
-	else if (be->effect_result != NULL &&
-	    be->effect_result(p, &bytes, &e->pruned) == 0)
-		receipt = effect_receipt_json_from(e->key, e->key_length,
-		    &e->entry, bytes, e->pruned);
-	else
-		receipt = NULL;
-	if (receipt == NULL) {
-		log_warnx("effect %s: its committed result is unreadable",
-		    e->id);
-		atomic_fetch_add(&counters_of(p)->errors, 1);
-		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 0,
-		    "the committed result of this effect is unreadable"));
-		return;
-	}
-	reply = receipt_reply(e, p->id, disposition, action_taken, receipt);
-	/*
-	 * A reuse answered whole from the table's entry: the reply its
-	 * retries get, kept for the fast path (fastpath.c's DESIGN).
-	 */
-	if (disposition == DISPOSITION_REUSED && e->fast.valid && !e->cold &&
-	    !e->pruned) {
-		bare = receipt_reply(e, NULL, disposition, action_taken,
-		    receipt);
-		fastpath_remember_effect(idemd_of(p), &e->fast, e->key,
-		    e->key_length, &e->entry, bare);
-		json_decref(bare);
-	}
-	json_decref(receipt);
-	pending_reply(p, reply);
 }
 
 /* ok:true for a transition that left no receipt: released, unknown. */
 static void
 effect_answer_state(struct pending *p, int action_taken)
 {
-	struct effect	*e = effect_of(p);
-	char		 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
-	json_t		*reply;
+	struct effect		*e = effect_of(p);
+	char			 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
+	struct replytext	*t;
 
 	idemd_of(p)->be->release(p);
-	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "action_taken", json_boolean(action_taken));
-	json_object_set_new(reply, "state",
-	    json_string(effect_state_name(&e->entry, shm_now_ms())));
-	json_object_set_new(reply, "attempt", json_integer(e->entry.attempt));
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
-	json_object_set_new(reply, "external_key", json_string(xkey));
-	pending_reply(p, reply);
+	t = effect_text_start(p);
+	replytext_lit(t, action_taken ? "\"action_taken\":true," :
+	    "\"action_taken\":false,");
+	text_member_string(t, "\"state\":",
+	    effect_state_name(&e->entry, shm_now_ms()));
+	replytext_lit(t, ",\"attempt\":");
+	replytext_int(t, e->entry.attempt);
+	text_member_string(t, ",\"external_key\":", xkey);
+	replytext_lit(t, "}");
+	if (t->failed) {
+		effect_no_memory(p, "answer");
+		return;
+	}
+	pending_reply_text(p, t->buf, t->length);
 }
 
 /* ---- effect_begin ------------------------------------------------------------ */
@@ -521,8 +527,9 @@ effect_proceed(struct pending *p)
 	external_key(e->key, e->key_length, e->entry.request_digest, xkey);
 	digest_to_hex(e->entry.request_digest, hex);
 	/* A later commit of this attempt stores its retries' reply. */
-	fastpath_effect_proceeded(&e->fast, e->key, e->key_length, &e->entry);
-	t = effect_text_start(p->id);
+	fastpath_effect_proceeded(&p->worker->fast, &e->fast, e->key,
+	    e->key_length, &e->entry);
+	t = effect_text_start(p);
 	text_member_string(t, "\"disposition\":",
 	    wire_disposition_name(DISPOSITION_PROCEED));
 	replytext_lit(t, ",\"idempotent\":true");
@@ -541,10 +548,7 @@ effect_proceed(struct pending *p)
 	    e->entry.lease_expires_ms);
 	replytext_lit(t, "}");
 	if (t->failed) {
-		log_warnx("effect %s: no memory for its proceed", e->id);
-		atomic_fetch_add(&counters_of(p)->errors, 1);
-		pending_reply(p, reply_error_simple(p->id, WIRE_INTERNAL, 1,
-		    "out of memory"));
+		effect_no_memory(p, "proceed");
 		return;
 	}
 	pending_reply_text(p, t->buf, t->length);
@@ -626,15 +630,20 @@ result_matches(struct pending *p)
 static void
 effect_extended(struct pending *p)
 {
-	struct effect	*e = effect_of(p);
-	json_t		*reply;
+	struct effect		*e = effect_of(p);
+	struct replytext	*t;
 
 	idemd_of(p)->be->release(p);
 	atomic_fetch_add(&counters_of(p)->effects_extended, 1);
-	reply = reply_new(1, p->id);
-	json_object_set_new(reply, "lease_expires_at",
-	    reply_time(e->entry.lease_expires_ms));
-	pending_reply(p, reply);
+	t = effect_text_start(p);
+	text_member_time(t, "\"lease_expires_at\":",
+	    e->entry.lease_expires_ms);
+	replytext_lit(t, "}");
+	if (t->failed) {
+		effect_no_memory(p, "extension");
+		return;
+	}
+	pending_reply_text(p, t->buf, t->length);
 }
 
 static void
@@ -1001,7 +1010,7 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	e = p->op;
 	e->op = op;
 	if (op == EFFECT_BEGIN)
-		fastpath_hint_take(&e->fast);
+		fastpath_hint_take(&p->worker->fast, &e->fast);
 	if (op == EFFECT_COMPLETE)
 		e->line = conn_line(conn, &e->line_length);
 	d = idemd_of(p);

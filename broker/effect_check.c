@@ -51,7 +51,6 @@ effect_free(void *arg)
 	struct effect	*e = arg;
 
 	free(e->result);
-	json_decref(e->result_json);
 	free(e->cold_result);
 	free(e);
 }
@@ -165,8 +164,6 @@ result_field(json_t *result, const char *path, struct effect *e,
 	} else
 		e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
 		    JSON_PRESERVE_ORDER);
-	json_decref(e->result_json);
-	e->result_json = json_incref(result);
 	if (e->result == NULL)
 		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "cannot serialize %s", path);

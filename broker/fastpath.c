@@ -56,10 +56,11 @@
  * stored reply could be trusted there: the fast path never answers an
  * effect with that store.
  *
- * The fingerprint of the line being dispatched is kept here between
- * fastpath_answer and op_write_task or op_effect_begin
- * (fastpath_hint_take): a worker handles one line at a time,
- * synchronously, so there is exactly one.
+ * The fingerprint of the line being dispatched is kept in the worker's
+ * struct fastpath (fastpath.h) between fastpath_answer and op_write_task
+ * or op_effect_begin (fastpath_hint_take): a worker handles one line at
+ * a time, synchronously, so there is exactly one.  The proceeds' cache
+ * is the worker's too; nothing here is a file-scope variable.
  */
 #include <sys/uio.h>
 
@@ -77,28 +78,28 @@
 #define FASTPATH_REPLY_OK	"{\"ok\":true,"
 #define FASTPATH_REPLY_ID	"{\"ok\":true,\"id\":"
 
-static struct fastpath_hint	current;
-
 static void
-hint_keep(const struct fastscan *scan)
+hint_keep(struct fastpath *fp, const struct fastscan *scan)
 {
-	current.valid = scan->valid;
+	struct fastpath_hint	*current = &fp->current;
+
+	current->valid = scan->valid;
 	if (!scan->valid)
 		return;
-	current.op = scan->op;
-	memcpy(current.fingerprint, scan->fingerprint,
-	    sizeof current.fingerprint);
+	current->op = scan->op;
+	memcpy(current->fingerprint, scan->fingerprint,
+	    sizeof current->fingerprint);
 	if (scan->op != FASTSCAN_EFFECT_BEGIN) {
-		current.key_length = scan->key_length;
-		memcpy(current.key, scan->key, scan->key_length);
+		current->key_length = scan->key_length;
+		memcpy(current->key, scan->key, scan->key_length);
 		return;
 	}
 	/* effect_check.c's effect_key: "<kind> 0x1f <id>" (both bounded). */
-	memcpy(current.key, scan->kind, scan->kind_length);
-	current.key[scan->kind_length] = SUBTAB_EFFECT_SEPARATOR;
-	memcpy(current.key + scan->kind_length + 1, scan->key,
+	memcpy(current->key, scan->kind, scan->kind_length);
+	current->key[scan->kind_length] = SUBTAB_EFFECT_SEPARATOR;
+	memcpy(current->key + scan->kind_length + 1, scan->key,
 	    scan->key_length);
-	current.key_length = scan->kind_length + 1 + scan->key_length;
+	current->key_length = scan->kind_length + 1 + scan->key_length;
 }
 
 /* The stored reply, the line's id spliced in as it was sent. */
@@ -143,7 +144,8 @@ stored_for(struct idemd *d, uint32_t slot, const struct fastscan *scan,
  * stored for these bytes, and the result still in the arena (DESIGN).
  */
 static int
-effect_answer(struct conn *c, struct idemd *d, const struct fastscan *scan)
+effect_answer(struct conn *c, struct idemd *d, struct fastpath *fp,
+    const struct fastscan *scan)
 {
 	struct shm_header	*h = d->seg.header;
 	struct subtab_entry	 e;
@@ -153,8 +155,8 @@ effect_answer(struct conn *c, struct idemd *d, const struct fastscan *scan)
 	uint32_t		 slot;
 
 	if (!(d->be->flags & BACKEND_EFFECTS_IN_TABLE) ||
-	    subtab_lookup(&d->seg, current.key, current.key_length, &e,
-	    &slot) != 1 || e.kind != SUBTAB_KIND_EFFECT ||
+	    subtab_lookup(&d->seg, fp->current.key, fp->current.key_length,
+	    &e, &slot) != 1 || e.kind != SUBTAB_KIND_EFFECT ||
 	    e.state != SUBTAB_COMMITTED ||
 	    e.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
 	    !stored_for(d, slot, scan, stored, &stored_length))
@@ -164,7 +166,7 @@ effect_answer(struct conn *c, struct idemd *d, const struct fastscan *scan)
 	    arena_read(&d->seg, e.result_offset, e.result_length,
 	    result) != 0)
 		return 0;
-	current.valid = 0;	/* nothing to remember */
+	fp->current.valid = 0;	/* nothing to remember */
 	atomic_fetch_add(&h->counters.effects_reused, 1);
 	atomic_fetch_add(&h->counters.effects_reused_fast, 1);
 	send_stored(c, scan, stored, stored_length);
@@ -172,16 +174,17 @@ effect_answer(struct conn *c, struct idemd *d, const struct fastscan *scan)
 }
 
 void
-fastpath_hint_take(struct fastpath_hint *hint)
+fastpath_hint_take(struct fastpath *fp, struct fastpath_hint *hint)
 {
-	*hint = current;
-	current.valid = 0;
+	*hint = fp->current;
+	fp->current.valid = 0;
 }
 
 int
 fastpath_answer(struct conn *c, const char *line, size_t length)
 {
 	struct idemd		*d = conn_idemd(c);
+	struct fastpath		*fp = &conn_worker(c)->fast;
 	struct shm_header	*h = d->seg.header;
 	struct fastscan		 scan;
 	struct subtab_entry	 e;
@@ -192,11 +195,11 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	uint32_t		 slot;
 
 	fastscan_line(line, length, &scan);
-	hint_keep(&scan);
+	hint_keep(fp, &scan);
 	if (!scan.valid || atomic_load(&h->shutting_down))
 		return 0;
 	if (scan.op == FASTSCAN_EFFECT_BEGIN)
-		return effect_answer(c, d, &scan);
+		return effect_answer(c, d, fp, &scan);
 	if (subtab_lookup(&d->seg, scan.key, scan.key_length, &e, &slot) != 1 ||
 	    e.kind != SUBTAB_KIND_TASK || e.state != SUBTAB_COMMITTED ||
 	    e.schema != SUBTAB_SCHEMA_WRITE_TASK_V1 ||
@@ -207,7 +210,7 @@ fastpath_answer(struct conn *c, const char *line, size_t length)
 	taskfile_format_path(e.kind, id, path, sizeof path);
 	if (current_path_find(d, id, path, moved, sizeof moved) != 0)
 		return 0;	/* moved (or unreadable): the full path says */
-	current.valid = 0;	/* nothing to remember */
+	fp->current.valid = 0;	/* nothing to remember */
 	atomic_fetch_add(&h->counters.reused, 1);
 	atomic_fetch_add(&h->counters.reused_fast, 1);
 	send_stored(c, &scan, stored, stored_length);
@@ -317,18 +320,6 @@ effect_slot(struct idemd *d, const struct fastpath_hint *hint,
 }
 
 void
-fastpath_remember_effect(struct idemd *d, const struct fastpath_hint *hint,
-    const char *key, size_t key_length, const struct subtab_entry *entry,
-    json_t *reply)
-{
-	uint32_t	slot;
-
-	if ((slot = effect_slot(d, hint, key, key_length, entry)) !=
-	    UINT32_MAX)
-		store_reply(d, hint, slot, entry, reply);
-}
-
-void
 fastpath_remember_effect_text(struct idemd *d,
     const struct fastpath_hint *hint, const char *key, size_t key_length,
     const struct subtab_entry *entry, const char *text, size_t length)
@@ -349,32 +340,25 @@ fastpath_remember_effect_text(struct idemd *d,
  * is fast too.  A cache: one entry a key's hash, a newer proceed
  * overwrites an older one, and a complete on another worker finds
  * nothing here (its first retry takes the full path, which stores it).
+ * The worker's struct fastpath holds it (FASTPATH_BEGUN entries).
  */
-#define FASTPATH_BEGUN		64
-
-struct fastpath_begun {
-	struct fastpath_hint	hint;
-	uint32_t		attempt;
-	uint64_t		fence;
-};
-
-static struct fastpath_begun	begun[FASTPATH_BEGUN];
 
 /* Which entry a key uses: libsodium's short hash, under a fixed key. */
 static struct fastpath_begun *
-begun_of(const char *key, size_t key_length)
+begun_of(struct fastpath *fp, const char *key, size_t key_length)
 {
 	static const unsigned char	 hash_key[crypto_shorthash_KEYBYTES];
 	unsigned char			 h[crypto_shorthash_BYTES];
 
 	crypto_shorthash(h, (const unsigned char *)key, key_length,
 	    hash_key);
-	return &begun[h[0] % FASTPATH_BEGUN];
+	return &fp->begun[h[0] % FASTPATH_BEGUN];
 }
 
 void
-fastpath_effect_proceeded(const struct fastpath_hint *hint, const char *key,
-    size_t key_length, const struct subtab_entry *entry)
+fastpath_effect_proceeded(struct fastpath *fp,
+    const struct fastpath_hint *hint, const char *key, size_t key_length,
+    const struct subtab_entry *entry)
 {
 	struct fastpath_begun	*b;
 
@@ -382,17 +366,18 @@ fastpath_effect_proceeded(const struct fastpath_hint *hint, const char *key,
 	    hint->key_length != key_length ||
 	    memcmp(hint->key, key, key_length) != 0)
 		return;
-	b = begun_of(key, key_length);
+	b = begun_of(fp, key, key_length);
 	b->hint = *hint;
 	b->attempt = entry->attempt;
 	b->fence = entry->fence;
 }
 
 int
-fastpath_effect_begun(const char *key, size_t key_length,
-    const struct subtab_entry *entry, struct fastpath_hint *hint)
+fastpath_effect_begun(struct fastpath *fp, const char *key,
+    size_t key_length, const struct subtab_entry *entry,
+    struct fastpath_hint *hint)
 {
-	struct fastpath_begun	*b = begun_of(key, key_length);
+	struct fastpath_begun	*b = begun_of(fp, key, key_length);
 
 	/*
 	 * The fence's random part is drawn for each proceed: equal, the

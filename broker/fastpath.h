@@ -30,6 +30,29 @@ struct fastpath_hint {
 };
 
 /*
+ * A begin line this worker answered proceed to, with the attempt and
+ * fence it was given (fastpath_effect_proceeded).
+ */
+struct fastpath_begun {
+	struct fastpath_hint	hint;
+	uint32_t		attempt;
+	uint64_t		fence;
+};
+
+#define FASTPATH_BEGUN		64
+
+/*
+ * A worker's fast path (struct worker's fast, passed to every call that
+ * needs it): the fingerprint of the line being dispatched, kept between
+ * fastpath_answer and the op (fastpath_hint_take), and the proceeds'
+ * cache, until their commit.  Zeroed: empty.
+ */
+struct fastpath {
+	struct fastpath_hint	current;
+	struct fastpath_begun	begun[FASTPATH_BEGUN];
+};
+
+/*
  * Answer line from the receipt store if it is a retry the fast path
  * knows (1: answered, counted and sent); 0: handle it in full.  Either
  * way the line's fingerprint is kept for fastpath_hint_take.
@@ -39,7 +62,7 @@ int	fastpath_answer(struct conn *, const char *line, size_t length);
  * The kept fingerprint, once: op_write_task or op_effect_begin, while
  * its line is handled.
  */
-void	fastpath_hint_take(struct fastpath_hint *);
+void	fastpath_hint_take(struct fastpath *, struct fastpath_hint *);
 /*
  * Store the reply a retry of a durably committed write-task-v1
  * submission gets, for the request of hint, unless one is stored.
@@ -47,15 +70,11 @@ void	fastpath_hint_take(struct fastpath_hint *);
 void	fastpath_remember(struct idemd *, const struct fastpath_hint *,
 	    const struct submission *, json_t *receipt);
 /*
- * Store reply (without "id"), the answer a retry of the effect_begin of
- * hint gets, built from entry (its effect's, under key) and the result's
- * bytes once it is durably committed, if the table still holds entry;
- * unless one is stored.
+ * Store text (a reply after its {"ok":true,, without "id"), the answer
+ * a retry of the effect_begin of hint gets, built from entry (its
+ * effect's, under key) and the result's bytes once it is durably
+ * committed, if the table still holds entry; unless one is stored.
  */
-void	fastpath_remember_effect(struct idemd *, const struct fastpath_hint *,
-	    const char *key, size_t key_length,
-	    const struct subtab_entry *entry, json_t *reply);
-/* The same with the reply written as text, after its {"ok":true, */
 void	fastpath_remember_effect_text(struct idemd *,
 	    const struct fastpath_hint *, const char *key, size_t key_length,
 	    const struct subtab_entry *entry, const char *text, size_t length);
@@ -64,14 +83,15 @@ void	fastpath_remember_effect_text(struct idemd *,
  * line of hint: kept until that attempt commits, for
  * fastpath_effect_begun.
  */
-void	fastpath_effect_proceeded(const struct fastpath_hint *,
-	    const char *key, size_t key_length,
+void	fastpath_effect_proceeded(struct fastpath *,
+	    const struct fastpath_hint *, const char *key, size_t key_length,
 	    const struct subtab_entry *entry);
 /*
  * Whether this worker answered proceed to the attempt and fence of
  * entry, now committing, under key: 1 with that line's hint (taken).
  */
-int	fastpath_effect_begun(const char *key, size_t key_length,
-	    const struct subtab_entry *entry, struct fastpath_hint *);
+int	fastpath_effect_begun(struct fastpath *, const char *key,
+	    size_t key_length, const struct subtab_entry *entry,
+	    struct fastpath_hint *);
 
 #endif

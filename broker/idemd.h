@@ -18,6 +18,7 @@
 #include "digest.h"
 #include "store.h"
 #include "fastpath.h"
+#include "replytext.h"
 
 /*
  * inboxview.c: whether a task is still where idem put it, from the held
@@ -399,6 +400,17 @@ struct worker {
 	unsigned		 unkicked;	/* records appended, journaler not kicked */
 	struct fileio		*io;
 	int			 draining;
+	/* fastpath.c's: the line's fingerprint, the proceeds' cache. */
+	struct fastpath		 fast;
+	/*
+	 * effect.c's replies written as text: one buffer, for a worker
+	 * writes one reply at a time and sends it (or copies it into the
+	 * output buffer) before the next line runs.
+	 */
+	struct replytext	 effect_text;
+	/* The local store's fences' random parts (local_effect.c). */
+	uint64_t		 fence_pool[64];
+	size_t			 fence_left;
 	/*
 	 * Take a connection's waiting lines (worker.c's conn_process):
 	 * conn_answer's way back to the loop after a reply (conn.c).
@@ -730,9 +742,6 @@ struct effect {
 	int			 has_result;
 	char			*result;	/* compact JSON; malloc'd */
 	size_t			 result_length;
-	/* The request's result as parsed (a reference): the receipt of
-	 * the commit it makes, without parsing result again. */
-	json_t			*result_json;
 	/*
 	 * complete: its raw line while effect_parse reads it (NULL: not
 	 * known), whose result may be kept as it stands (result_field).

@@ -5,10 +5,11 @@
  * every time, so that a reused receipt is byte for byte the first one
  * (SPEC.md).  Beside it, current_path: where FCoP tools moved the task
  * since, which both answers add and the receipt never holds.  An
- * effect's receipt is effect.c's (effect_receipt_json_from); its key's
- * halves (effect_key_split) and its lease (effect_lease_live) are here, for the op layer and the
- * backends alike.  And a
- * submission's name (its id), which both backends' creations set.
+ * effect's receipt is effect.c's (effect_receipt_text, one builder for
+ * every reply and view); its key's halves (effect_key_split) and its
+ * lease (effect_lease_live) are here, for the op layer and the backends
+ * alike.  And a submission's name (its id), which both backends'
+ * creations set.
  */
 #include <limits.h>
 #include <stdio.h>

@@ -653,5 +653,6 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	event_free(w.hup_ev);
 	event_free(w.accept_pause_ev);
 	event_base_free(w.base);
+	replytext_free(&w.effect_text);
 	return 0;
 }

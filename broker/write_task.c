@@ -96,7 +96,7 @@ op_write_task(struct conn *conn, json_t *request, json_t *id)
 		return;
 	wt = p->op;
 	wt->sub.backend_state = (char *)wt + BACKEND_ROOM_OFFSET(sizeof *wt);
-	fastpath_hint_take(&wt->fast);
+	fastpath_hint_take(&p->worker->fast, &wt->fast);
 	wt->sub.ops = &write_task_ops;
 	if (write_task_parse(wt, request, p->worker->d->root_fd, &err) != 0) {
 		atomic_fetch_add(&p->worker->d->seg.header->counters.errors, 1);

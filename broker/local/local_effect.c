@@ -241,37 +241,37 @@ effect_journal_down(struct pending *p)
 }
 
 /*
- * A fence's random part, from a pool drawn from the kernel 64 at a
- * time: a getrandom(2) per begin was one system call in sixteen of an
- * effect's.  The loop's thread only (as every begin); a worker is a
- * process of its own, exec'd (master.c), so no two share a pool.  A
- * part handed out is wiped from the pool.
+ * A fence's random part, from the worker's pool (struct worker's
+ * fence_pool), drawn from the kernel 64 at a time: a getrandom(2) per
+ * begin was one system call in sixteen of an effect's.  The loop's
+ * thread only (as every begin); a worker is a process of its own,
+ * exec'd (master.c), so no two share a pool.  A part handed out is
+ * wiped from the pool.
  */
 static uint64_t
-effect_fence_random(void)
+effect_fence_random(struct worker *w)
 {
-	static uint64_t	pool[64];
-	static size_t	left;
 	uint64_t	v;
 
-	if (left == 0) {
-		randombytes_buf(pool, sizeof pool);
-		left = sizeof pool / sizeof pool[0];
+	if (w->fence_left == 0) {
+		randombytes_buf(w->fence_pool, sizeof w->fence_pool);
+		w->fence_left = sizeof w->fence_pool / sizeof w->fence_pool[0];
 	}
-	v = pool[--left];
-	pool[left] = 0;
+	v = w->fence_pool[--w->fence_left];
+	w->fence_pool[w->fence_left] = 0;
 	return v;
 }
 
 /* A new attempt: the next number, a fresh fence, a lease from now. */
 static void
-effect_new_attempt(struct effect *e, uint32_t attempt)
+effect_new_attempt(struct pending *p, uint32_t attempt)
 {
-	int64_t	now = shm_now_ms();
+	struct effect	*e = effect_of(p);
+	int64_t		 now = shm_now_ms();
 
 	e->entry.state = SUBTAB_RESERVED;
 	e->entry.attempt = attempt;
-	e->entry.fence = effect_fence_random();
+	e->entry.fence = effect_fence_random(p->worker);
 	e->entry.lease_expires_ms = now + e->lease_ms;
 	e->entry.updated_at_ms = now;
 }
@@ -288,7 +288,7 @@ effect_reserve(struct pending *p, uint32_t attempt)
 		le_fail_reopening(p);
 		return;
 	}
-	effect_new_attempt(effect_of(p), attempt);
+	effect_new_attempt(p, attempt);
 	effect_journal(p, 0, le_proceed);
 }
 

@@ -13,10 +13,10 @@
  *   cache      the local table holds the key committed: reused
  *   read       a lock-free read of the row (a conflict on an unfinished
  *              row only once it is durable); on a request's first turn
- *              the claim's number statement, which returns the row
- *   claim      the number (the counter's lock held for that statement
- *              only), then the row, each committed without waiting for
- *              the WAL flush; durable with the grant
+ *              the claim's statement, which returns the row
+ *   claim      the number and the row in one statement (the counter's
+ *              lock held for it), committed without waiting for the
+ *              WAL flush; durable with the grant
  *                                               [after_reserve_durable]
  *   temp       .<name>.md.tmp.<epoch>-<token>, written
  *   grant      the lease, fenced on (epoch, token); synchronous, so
@@ -767,9 +767,9 @@ cl_take_row(struct submission *s, const struct pgstore_row *row)
 }
 
 /*
- * Claim: a number and the row (two statements, each committed without
+ * Claim: a number and the row (one statement, committed without
  * waiting for the WAL flush, sent in the worker's round: pg_group.c;
- * the grant's commit makes them durable before anything is linked or
+ * the grant's commit makes it durable before anything is linked or
  * answered), then the owner's file.  0: the
  * key has a row, left in c->row for the caller to judge; otherwise the
  * request went on (1) or its outcome is recorded (-1).
@@ -816,7 +816,7 @@ cl_step(struct pending *p)
 	memset(&row, 0, sizeof row);
 	if (!c->started) {
 		/*
-		 * The first turn claims at once: the claim's first statement
+		 * The first turn claims at once: the claim's statement
 		 * returns the key's row if it has one, judged below as a
 		 * read's, so a new id costs no separate read.  Later turns
 		 * (after a wait, a lost fence) expect a row, and read it.

@@ -26,7 +26,7 @@
  * the round is settled; then the first queued member to wake leads the
  * next round with every member queued by then.
  *
- * A claim member's two statements run on the leader's session, but the
+ * A claim member's statement runs on the leader's session, but the
  * row records the member's own session as its owner (pg_claim.c: the
  * pid and start passed by value), which the member keeps open: the
  * leader's session is nobody's identity.
@@ -47,6 +47,13 @@
  * over at once.  A round of which nothing was sent (the leader's
  * connection found broken before its pipeline) fails no one: every
  * member, claims too, goes alone on its own connection.
+ *
+ * A member queued behind a round in flight for GROUP_ALONE_MS leaves
+ * the queue and goes alone on its own connection: nothing of it was
+ * sent, so that is what it would have done without rounds.  A round
+ * stalled on the server (a lock, a slow flush) or on its leader's
+ * connection then holds back its own members only, not every claim,
+ * grant and commit of its worker.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -64,6 +71,13 @@
 #include "pg.h"
 #include "pg_create.h"
 #include "pg_group.h"
+
+/*
+ * How long a queued member waits behind a round in flight before it
+ * goes alone: far above a round's time (milliseconds), so that only a
+ * stalled round sends its followers on their own.
+ */
+#define GROUP_ALONE_MS		1000
 
 /* A member's state. */
 enum {
@@ -99,15 +113,16 @@ struct pg_group {
 	uint64_t		 rounds;
 	uint64_t		 members[3];	/* by op */
 	uint64_t		 flushes;	/* rounds with a grant or commit */
+	uint64_t		 alone;		/* gone alone, tired of waiting */
 };
 
 /* The claims' rounds, and the grants' and commits'. */
 static struct pg_group pg_claims = { PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0 };
+    0, 0, 0, { 0, 0, 0 }, 0, 0 };
 static struct pg_group pg_steps = { PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0 };
+    0, 0, 0, { 0, 0, 0 }, 0, 0 };
 
 /* The grants and commits of a round, as its log lines name them. */
 static const char *
@@ -121,14 +136,15 @@ group_batch_name(struct pgstore_batch_member *const *u, size_t nu)
 	    "grant and commit";
 }
 
-#ifdef IDEM_FAULT_INJECTION
-/* A held batch's op, as its log line names it. */
+/* A member's op, as its log lines name it. */
 static const char *
 group_op_name(enum pgstore_round_op op)
 {
 	return op == PGSTORE_OP_CLAIM ? "claim" : op == PGSTORE_OP_GRANT ?
 	    "grant" : "commit";
 }
+
+#ifdef IDEM_FAULT_INJECTION
 
 /*
  * IDEM_CRASH_BATCH_OF=<n> (or commit:<n>): a worker's first round with
@@ -221,6 +237,13 @@ group_hold_wait(struct pg_group *g)
 #define group_hold_wait(g)	pthread_cond_wait(&(g)->done, &(g)->lock)
 #endif
 
+/* A member's wait behind a round in flight (group_wait_behind). */
+struct group_behind {
+	int		 waiting;
+	uint64_t	 round;		/* g->rounds when it began */
+	struct timespec	 deadline;
+};
+
 /* Under the lock: me at the queue's end. */
 static void
 group_enqueue(struct pg_group *g, struct pg_group_member *me)
@@ -238,6 +261,61 @@ group_enqueue(struct pg_group *g, struct pg_group_member *me)
 	/* A leader held back for members sees it. */
 	pthread_cond_broadcast(&g->done);
 #endif
+}
+
+/* Under the lock: me, queued and not sent, off the queue. */
+static void
+group_dequeue(struct pg_group *g, struct pg_group_member *me)
+{
+	struct pg_group_member	**p, *prev = NULL;
+
+	for (p = &g->head; *p != NULL; prev = *p, p = &(*p)->next) {
+		if (*p != me)
+			continue;
+		*p = me->next;
+		if (g->tail == me)
+			g->tail = prev;
+		me->next = NULL;
+		g->queued--;
+		return;
+	}
+}
+
+/*
+ * Under the lock, me queued behind a round in flight: wait for it to be
+ * settled, until the deadline, GROUP_ALONE_MS after me began to wait
+ * behind this round (a later round starts the count again: w->round).
+ * 1: the deadline passed with me still queued, and me is off the queue,
+ * to go alone on st.  Never while the round in flight is on st itself
+ * (a leader held back by fault injection waits behind its own round):
+ * that connection is in a pipeline another member may be reading.
+ */
+static int
+group_wait_behind(struct pg_group *g, struct pg_group_member *me,
+    struct pgstore *st, struct group_behind *w)
+{
+	if (g->round_st == st) {
+		pthread_cond_wait(&g->done, &g->lock);
+		return 0;
+	}
+	if (!w->waiting || w->round != g->rounds) {
+		w->waiting = 1;
+		w->round = g->rounds;
+		clock_gettime(CLOCK_MONOTONIC, &w->deadline);
+		w->deadline.tv_sec += GROUP_ALONE_MS / 1000;
+		w->deadline.tv_nsec += (GROUP_ALONE_MS % 1000) * 1000000L;
+		if (w->deadline.tv_nsec >= 1000000000L) {
+			w->deadline.tv_sec++;
+			w->deadline.tv_nsec -= 1000000000L;
+		}
+	}
+	if (pthread_cond_clockwait(&g->done, &g->lock, CLOCK_MONOTONIC,
+	    &w->deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||
+	    !g->in_flight || w->round != g->rounds)
+		return 0;
+	group_dequeue(g, me);
+	g->alone++;
+	return 1;
 }
 
 /*
@@ -414,7 +492,7 @@ group_read(struct pg_group *g)
 	for (i = 0; i < n; i++) {
 		x = r[i];
 		if (x->m.op == PGSTORE_OP_CLAIM)
-			x->outcome = x->claim.res[0] != NULL ? GROUP_CHANGED :
+			x->outcome = x->claim.res != NULL ? GROUP_CHANGED :
 			    GROUP_FAILED;
 		else if (rc == 0)
 			x->outcome = x->m.returned ? GROUP_CHANGED :
@@ -427,11 +505,17 @@ group_read(struct pg_group *g)
 	free(cause);
 }
 
-/* Under the lock: me's outcome, leading or reading a round in turn. */
+/*
+ * Under the lock: me's outcome, leading or reading a round in turn, or
+ * GROUP_ALONE if it waited behind a round in flight too long.
+ */
 static int
 group_wait(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, char **cause)
 {
+	struct group_behind	 behind = { 0, 0, { 0, 0 } };
+	int			 alone = 0;
+
 	for (;;) {
 		if (me->state == GROUP_DONE)
 			break;
@@ -440,11 +524,20 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 		else if (me->state == GROUP_QUEUED && !g->in_flight) {
 			if (group_send(g, me, st) == 0)
 				group_hold_wait(g);
+		} else if (me->state == GROUP_QUEUED) {
+			if ((alone = group_wait_behind(g, me, st, &behind)))
+				break;
 		} else
 			pthread_cond_wait(&g->done, &g->lock);
 	}
 	me->state = GROUP_IDLE;
 	pthread_mutex_unlock(&g->lock);
+	if (alone) {
+		log_info("a %s waited %d ms behind a round in flight: it goes "
+		    "alone on its own connection", group_op_name(me->m.op),
+		    GROUP_ALONE_MS);
+		return GROUP_ALONE;
+	}
 	*cause = me->cause;
 	me->cause = NULL;
 	if (me->outcome == GROUP_FAILED && *cause == NULL)
@@ -562,11 +655,13 @@ group_report(struct pg_group *g, const char *what)
 	if (g->rounds > 0)
 		log_info("store rounds of %s: %llu, with %llu claims, %llu "
 		    "grants, %llu commits; %llu with grants or commits (a WAL "
-		    "flush each)", what, (unsigned long long)g->rounds,
+		    "flush each); %llu members went alone", what,
+		    (unsigned long long)g->rounds,
 		    (unsigned long long)g->members[PGSTORE_OP_CLAIM],
 		    (unsigned long long)g->members[PGSTORE_OP_GRANT],
 		    (unsigned long long)g->members[PGSTORE_OP_COMMIT],
-		    (unsigned long long)g->flushes);
+		    (unsigned long long)g->flushes,
+		    (unsigned long long)g->alone);
 	pthread_mutex_unlock(&g->lock);
 }
 

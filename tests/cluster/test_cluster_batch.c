@@ -4,7 +4,10 @@
  * (doc/cluster.md, "Group commit at the broker"), a batch that fails
  * halfway: the server's backend of the batch's leader terminated between
  * the batch's send and its commit's result; and a mixed round (grants
- * and commits in one statement) likewise (mixed_round_fails_halfway).
+ * and commits in one statement) likewise (mixed_round_fails_halfway);
+ * and a round stalled in flight, which the worker's other creations
+ * leave behind after a second, going alone on their own connections
+ * (a_member_behind_a_stalled_round_goes_alone).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -413,6 +416,108 @@ mixed_round_fails_halfway(void **state)
 	cluster_rm_root(root);
 }
 
+/* Send a write_task of id on a new connection: its fd. */
+static int
+send_task(struct node *a, const char *id, const char *title)
+{
+	json_t	*request;
+	char	*line;
+	int	 fd;
+
+	assert_true((fd = harness_raw_connect(&a->b)) >= 0);
+	request = harness_write_task(id, title);
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	return fd;
+}
+
+/*
+ * A round stalled in flight holds back only its own members (pg_group.c,
+ * GROUP_ALONE_MS): the first creation's grant round is held after its
+ * send (IDEM_CRASH_HOLD_AT=after_grant_batch_sent), so that nobody may
+ * read it and the worker's steps queue stays behind it.  A second
+ * creation on the worker's other thread claims (the claims' queue is
+ * free), then queues its grant behind the held round, waits a second
+ * and goes alone on its own connection, and so does its commit: it is
+ * created while the first still has no answer, and the log says twice
+ * that a member went alone.  Let go, the first is created too: two
+ * files, no temporary, both rows committed once; retried, both reused
+ * with their task ids.
+ */
+static void
+a_member_behind_a_stalled_round_goes_alone(void **state)
+{
+	static struct node	 a;
+	const char	*title = "A round that stalls";
+	char		 root[256], fifo[300], hold[400];
+	char		*task_id[2];
+	const char *const env[] = { hold, NULL };
+	struct pollfd	 pfd;
+	json_t		*reply;
+	int		 fds[2], w, i;
+
+	(void)state;
+	need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s",
+	    grant_halfway.point, fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	fds[0] = send_task(&a, "stall-0", title);
+	/* Its grant's round is sent and held: the steps queue is blocked. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	fds[1] = send_task(&a, "stall-1", title);
+	reply = read_reply(fds[1]);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	task_id[1] = strdup(harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	assert_int_equal(harness_log_count(&a.b, "a grant waited 1000 ms "
+	    "behind a round in flight: it goes alone"), 1);
+	assert_int_equal(harness_log_count(&a.b, "a commit waited 1000 ms "
+	    "behind a round in flight: it goes alone"), 1);
+	/* The held one has no answer yet, its row granted by no one. */
+	pfd.fd = fds[0];
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, 0), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id = 'stall-0' AND "
+	    "state = 1"), 1);
+	close(w);
+	reply = read_reply(fds[0]);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	task_id[0] = strdup(harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	assert_string_not_equal(task_id[0], task_id[1]);
+	for (i = 0; i < 2; i++)
+		close(fds[i]);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'stall-%%' AND "
+	    "state = 3"), 2);
+	for (i = 0; i < 2; i++) {
+		char	id[32];
+
+		snprintf(id, sizeof id, "stall-%d", i);
+		reply = harness_must_call(&a.b, harness_write_task(id, title));
+		harness_assert_outcome(reply, "reused", 0, 1, 0);
+		assert_string_equal(harness_receipt_str(reply, "task_id"),
+		    task_id[i]);
+		json_decref(reply);
+		free(task_id[i]);
+	}
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -422,6 +527,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(commit_batch_fails_halfway,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(mixed_round_fails_halfway,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_member_behind_a_stalled_round_goes_alone,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 

@@ -163,7 +163,7 @@ int	pgstore_read(struct pgstore *, const struct pgstore_key *,
 /*
  * Reserve: a number from the day's counter (the server's day, past the
  * disk's highest) and the row, state reserved, epoch 1, a fresh token,
- * the lease from now (pgstore_claim's two statements).  want gives
+ * the lease from now (pgstore_claim's statement).  want gives
  * the schema, request digest and roles.  1: reserved, row filled; 0: the
  * row exists already (nothing changed); -1 with errno ERANGE: the day's
  * numbers are used up (nothing changed).
@@ -173,12 +173,12 @@ int	pgstore_reserve(struct pgstore *, const struct pgstore_key *,
 	    char **cause);
 /*
  * The reservation (doc/cluster.md, "Creation, step by step", 3): the
- * disk scan, then a statement that returns the key's row if it has one
- * (row filled, 0 returned, nothing changed) or takes a number, then the
- * row's insert: 1 as pgstore_reserve says.  Both statements commit
- * without waiting for the WAL flush: the grant's synchronous commit
- * makes them durable, so nothing may be answered or linked on the
- * claim's strength before a synchronous commit.
+ * disk scan, then one statement that returns the key's row if it has
+ * one (row filled, 0 returned, nothing changed) or takes a number and
+ * inserts the row: 1 as pgstore_reserve says.  It commits without
+ * waiting for the WAL flush: the grant's synchronous commit makes it
+ * durable, so nothing may be answered or linked on the claim's
+ * strength before a synchronous commit.
  */
 int	pgstore_claim(struct pgstore *, const struct pgstore_key *,
 	    const struct subtab_entry *want, struct pgstore_row *,
@@ -190,7 +190,7 @@ int	pgstore_claim(struct pgstore *, const struct pgstore_key *,
  * worker"): _begin makes the turn's parameters (the disk scan, the
  * owner's session by value: st's, made if it has none) and needs no
  * round trip unless st has no connection; the round fills res; _end
- * judges them (and clears them): 1, 0, -1 as pgstore_claim, or 2:
+ * judges it (and clears it): 1, 0, -1 as pgstore_claim, or 2:
  * another turn, which _next runs on st's own connection, as many as
  * pgstore_claim would.  pgstore_claim is _begin, then _next.
  */
@@ -207,10 +207,10 @@ struct pgstore_claim {
 	char			 sender[IDEM_MAX_ROLE_BYTES + 1];
 	char			 recipient[IDEM_MAX_RECIPIENT_BYTES + 1];
 	char			 token[PGSTORE_TOKEN_BYTES + 1];
-	char			 nonce[PGSTORE_TOKEN_BYTES + 8];
 	char			 pid[16];
 	char			 started[24];
-	struct pg_result	*res[2];	/* the number's, the row's */
+	struct pg_result	*res;		/* the statement's */
+	int			 raise;		/* the day's counter first */
 };
 int	pgstore_claim_begin(struct pgstore *, struct pgstore_claim *,
 	    const struct pgstore_key *, const struct subtab_entry *want,
@@ -268,8 +268,8 @@ int	pgstore_commit(struct pgstore *, const struct pgstore_key *,
  * ---- rounds and batches (pg_batch.c; doc/cluster.md, "Group commit")
  *
  * A round: every statement a worker's creation threads have waiting, in
- * one libpq pipeline on one session (one round trip): each claim's two
- * statements (each its own transaction, committed without the flush),
+ * one libpq pipeline on one session (one round trip): each claim's
+ * statement (its own transaction, committed without the flush),
  * then the grants and commits as one statement over arrays (one
  * transaction, one synchronous commit, so one WAL flush for them all
  * and for the claims before it), or a lone member's own statement.
@@ -278,7 +278,7 @@ int	pgstore_commit(struct pgstore *, const struct pgstore_key *,
  * locked in the order of their keys, so two batches never wait for each
  * other in a cycle.  What a member learns is only whether its row came
  * back (returned), read once the command's last result, the commit's,
- * is in; a claim member gets its two results (claim->res).
+ * is in; a claim member gets its result (claim->res).
  */
 enum pgstore_round_op {
 	PGSTORE_OP_CLAIM,
@@ -328,8 +328,8 @@ int	pgstore_batch_wait(struct pgstore *,
  * -2 with *cause: nothing of it was sent (each member may go alone); or
  * -1 with *cause: nothing of its grants and commits committed, and a
  * claim's outcome is not known (the connection is dropped).  Then,
- * always after a 0, _wait: every claim member whose two results came
- * has claim->res (the others' outcome is not known); 0 with each grant
+ * always after a 0, _wait: every claim member whose result came has
+ * claim->res (the others' outcome is not known); 0 with each grant
  * and commit member's returned, or -1 with *cause and *failure for
  * them (a claim not read makes it LOST: the connection broke).
  */

@@ -2,9 +2,9 @@
 /*
  * pg_batch.c: a worker's round (doc/cluster.md, "Group commit at the
  * broker"): every statement its creation threads have waiting, sent in
- * one libpq pipeline on one session, one round trip: each claim's two
- * statements (pg_claim.c's, each its own transaction, committed without
- * the flush), then the grants and commits as one statement over arrays
+ * one libpq pipeline on one session, one round trip: each claim's
+ * statement (pg_claim.c's, its own transaction, committed without the
+ * flush), then the grants and commits as one statement over arrays
  * (one implicit transaction, one synchronous commit and so one WAL
  * flush, which covers the claims before it: one WAL stream), or a lone
  * grant's or commit's own statement.  broker/pg/pg_group.c forms the
@@ -19,7 +19,7 @@
  * cycle.  A member learns its outcome only from RETURNING, read once
  * the command's last result (the commit's, at its sync) is in: a batch
  * that did not commit changed no one's row.  A claim member gets its
- * two results, judged by its own thread (pgstore_claim_end).
+ * result, judged by its own thread (pgstore_claim_end).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -350,7 +350,7 @@ pgstore_round_send(struct pgstore *st, struct pgstore_batch_member *const *m,
     size_t n, char **cause)
 {
 	struct pgstore_batch_member *lone;
-	struct pg_params	 p, q;
+	struct pg_params	 p;
 	struct pg_fence_text	 t;
 	const char		*v[10];
 	char			*text[BATCH_ARRAYS], lease[16];
@@ -370,9 +370,8 @@ pgstore_round_send(struct pgstore *st, struct pgstore_batch_member *const *m,
 		return -2;
 	nu = round_steps(m, n, &lone);
 	/* Every statement prepared first: PQprepare is a round trip. */
-	if (nu < n && ((res = pg_prepare(st, conn, PG_PREP_NUMBER,
-	    pg_number_sql)) != NULL || (res = pg_prepare(st, conn,
-	    PG_PREP_CLAIM, pg_claim_sql)) != NULL)) {
+	if (nu < n && (res = pg_prepare(st, conn, PG_PREP_CLAIM,
+	    pg_claim_sql)) != NULL) {
 		(void)pg_failed(st, res, "preparing a claim", cause);
 		return -2;
 	}
@@ -398,10 +397,9 @@ pgstore_round_send(struct pgstore *st, struct pgstore_batch_member *const *m,
 	for (i = 0; i < n; i++) {
 		if (m[i]->op != PGSTORE_OP_CLAIM)
 			continue;
-		m[i]->claim->res[0] = m[i]->claim->res[1] = NULL;
-		pg_claim_params(st, m[i]->claim, &p, &q);
-		if (round_queue(conn, PG_PREP_NUMBER, p.n, p.v) != 0 ||
-		    round_queue(conn, PG_PREP_CLAIM, q.n, q.v) != 0)
+		m[i]->claim->res = NULL;
+		pg_claim_params(st, m[i]->claim, &p);
+		if (round_queue(conn, PG_PREP_CLAIM, p.n, p.v) != 0)
 			goto broken;
 	}
 	if (nu == 1) {
@@ -473,7 +471,7 @@ pgstore_round_wait(struct pgstore *st, struct pgstore_batch_member *const *m,
 {
 	struct pgstore_batch_member *lone;
 	PGconn		*conn = (PGconn *)st->conn;
-	PGresult	*res, *r0;
+	PGresult	*res;
 	size_t		 i, nu;
 
 	*cause = NULL;
@@ -481,19 +479,12 @@ pgstore_round_wait(struct pgstore *st, struct pgstore_batch_member *const *m,
 	for (i = 0; i < n; i++) {
 		if (m[i]->op != PGSTORE_OP_CLAIM)
 			continue;
-		if ((r0 = round_result(conn)) == NULL)
+		if ((res = round_result(conn)) == NULL)
 			goto broken;
-		if ((res = round_result(conn)) == NULL) {
-			PQclear(r0);
-			goto broken;
-		}
-		/* The leader's session lost them (a pooler's): its bits. */
-		if (pg_sqlstate(r0, "26000"))
-			st->prepared &= ~(1u << PG_PREP_NUMBER);
+		/* The leader's session lost it (a pooler's): its bit. */
 		if (pg_sqlstate(res, "26000"))
 			st->prepared &= ~(1u << PG_PREP_CLAIM);
-		m[i]->claim->res[0] = (struct pg_result *)r0;
-		m[i]->claim->res[1] = (struct pg_result *)res;
+		m[i]->claim->res = (struct pg_result *)res;
 	}
 	if (nu == 0)
 		goto done;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_claim.c: the claim, a creation's reservation (doc/cluster.md,
- * "Creation, step by step", 3): a number and the row, two statements in
- * one round trip, each committed without waiting for the WAL flush.  A
+ * "Creation, step by step", 3): a number and the row in one statement,
+ * committed without waiting for the WAL flush.  A
  * claim's turn is made (pgstore_claim_begin), sent (on the claiming
  * thread's own connection, or in its worker's round on another
  * thread's: pg_batch.c) and judged (pgstore_claim_end); the turns that
@@ -23,84 +23,49 @@
 #include "store.h"
 
 /*
- * Two prepared statements in one round trip: a libpq pipeline with a
- * sync after each, so that each is its own implicit transaction and the
- * second runs even if the first failed.  0 with both results (each
- * PGRES_TUPLES_OK or an error for the caller to judge), or -1 with
- * *cause: the connection is then dropped (the next call makes a new
- * one), since a pipeline left half read cannot be trusted.
- */
-static int
-pg_exec_prepared_pair(struct pgstore *st, PGconn *conn,
-    enum pg_prepared which[2], const char *sql[2],
-    const struct pg_params *p[2], PGresult *res[2], char **cause)
-{
-	PGresult	*r;
-	int		 i;
-
-	res[0] = res[1] = NULL;
-	for (i = 0; i < 2; i++)
-		if ((r = pg_prepare(st, conn, which[i], sql[i])) != NULL)
-			return pg_failed(st, r, "preparing a statement", cause);
-	if (PQenterPipelineMode(conn) != 1)
-		return pg_failed(st, NULL, "entering pipeline mode", cause);
-	for (i = 0; i < 2; i++)
-		if (PQsendQueryPrepared(conn, pg_prepared_names[which[i]],
-		    p[i]->n, p[i]->v, NULL, NULL, 0) != 1 ||
-		    PQpipelineSync(conn) != 1)
-			goto broken;
-	for (i = 0; i < 2; i++) {
-		/* The statement's result, the end of it, the sync. */
-		if ((res[i] = PQgetResult(conn)) == NULL)
-			goto broken;
-		if ((r = PQgetResult(conn)) != NULL) {
-			PQclear(r);
-			goto broken;
-		}
-		r = PQgetResult(conn);
-		if (PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
-			PQclear(r);
-			goto broken;
-		}
-		PQclear(r);
-	}
-	if (PQexitPipelineMode(conn) != 1)
-		goto broken;
-	return 0;
-broken:
-	pg_failed(st, NULL, "a pipelined claim", cause);
-	PQclear(res[0]);
-	PQclear(res[1]);
-	res[0] = res[1] = NULL;
-	pgstore_drop(st);
-	errno = EIO;
-	return -1;
-}
-
-/*
- * The reservation in two statements, each its own implicit transaction
+ * The reservation in one statement, its own implicit transaction
  * committed without waiting for the WAL flush (doc/cluster.md, "The
  * claim and the counter: why no flush is needed"); the grant, which
  * follows before any file is linked and any answer given, commits
- * synchronously and so flushes both (the WAL is one ordered stream).
+ * synchronously and so flushes it (the WAL is one ordered stream).
  *
- * pg_number_sql: the server's clock and day, and the row of the key if it
+ * It reads the server's clock and day, and the row of the key if it
  * exists (then nothing else happens: the caller judges the row as a
- * read's); otherwise, if the day is the one the disk was scanned for, a
- * number from the day's counter past the disk's highest (none past
- * max_seq).  The counter row's lock is held by this short statement
- * alone, not across the row's insert: the claims of a workspace and day
- * queue for the counter only as long as it takes to raise it.
+ * read's); otherwise, if the day is the one the disk was scanned for,
+ * it takes a number from the day's counter past the disk's highest
+ * (none past max_seq) and inserts the row with it: reserved, epoch 1,
+ * the caller's token, created_at the clock reading the day came from,
+ * the lease from now, its name built here from the number as
+ * taskfile_format_id does (pgstore_claim_end checks that the two
+ * agree).  A row of the key inserted meanwhile by another broker
+ * violates the primary key: the whole statement is rolled back, the
+ * counter's raise with it, and the caller takes another turn.
+ *
+ * Until 5 Dec 2026 these were two statements, each its own transaction
+ * (the number, then the row, the number passed through a session
+ * setting), so that the counter row's lock was held for the number
+ * alone.  One statement holds it across the row's insert too (tens of
+ * microseconds more, and a worker's claims go on one session in its
+ * round anyway), and saves a statement, a transaction and its commit
+ * record a creation: the server's CPU a creation is mostly what each
+ * statement and transaction costs, not what it does (doc/cluster.md,
+ * "Where the server's time goes").
+ *
  * $1..$4 the key, $5 the day scanned, $6 the disk's highest number that
- * day, $7 max_seq, $8 this turn's nonce.  Columns: the server's clock
- * (ms), its day, the number taken (NULL if none), the setting below,
- * then ROW_COLUMNS of the key's row (NULL if none).  The number, its day
- * and the clock reading go to pg_claim_sql through the session's setting
- * idem.claim, "<nonce> <number> <day> <ms>" ('' when none was taken),
- * so that the broker sends both statements in one round trip (a libpq
- * pipeline, each its own transaction).
+ * day, $7 max_seq, $8 schema, $9 request digest, $10 the kind's prefix,
+ * $11 "-<sender>-to-<recipient>", $12 the kind's directory, $13 sender,
+ * $14 recipient, $15 host, $16 token, $17 lease (ms), $18 and $19 the
+ * owner's session: the pid and the start (us since 1970) of the
+ * claiming thread's own session, passed by value because a round may
+ * send the claim on another thread's session (pg_batch.c): a row's
+ * owner is the session of the thread that goes on to grant, link and
+ * commit it, never the leader's, which is nobody's identity
+ * (doc/cluster.md, "Whose session owns a claimed row").  Columns: the
+ * server's clock (ms), its day, the number taken (NULL if none), the
+ * task_id inserted (NULL if none), the setting made (so that it is
+ * made), then ROW_COLUMNS of the key's row as it was (NULL if none).
  */
-const char pg_number_sql[] =
+const char pg_claim_sql[] =
 	"WITH clock AS (SELECT (extract(epoch from clock_timestamp()) * "
 	"1000)::bigint AS now_ms, set_config('synchronous_commit', 'off', "
 	"true) AS async), "
@@ -115,58 +80,26 @@ const char pg_number_sql[] =
 	"EXISTS (SELECT 1 FROM found) ON CONFLICT (workspace_id, kind, "
 	"date) DO UPDATE SET next_seq = greatest(c.next_seq, $6::integer + "
 	"1) + 1 WHERE greatest(c.next_seq, $6::integer + 1) <= $7::integer "
-	"RETURNING c.next_seq - 1 AS got) "
-	"SELECT day.now_ms, day.today, (SELECT got FROM num), "
-	"set_config('idem.claim', coalesce((SELECT $8::text || ' ' || got "
-	"|| ' ' || today || ' ' || now_ms FROM num, day), ''), false) || "
-	"day.async, "
-	ROW_COLUMNS " FROM day LEFT JOIN idem_submission ON " KEY_WHERE;
-#define NUMBER_ROW_FIRST	4	/* ROW_COLUMNS start here */
-
-/*
- * pg_claim_sql: the row with the number pg_number_sql took, reserved, epoch
- * 1, the caller's token, created_at the clock reading the number's day
- * came from, the lease from now; nothing if the session's idem.claim
- * does not carry this turn's nonce (pg_number_sql took no number, failed,
- * or ran on another session: a pooler's).  Its name is built here from
- * the number, as taskfile_format_id does (pgstore_claim checks that the
- * two agree).  A row inserted meanwhile by another broker violates the
- * primary key: the statement is rolled back, and the number stays unused
- * (a gap, as a claim that never comes back leaves).
- * $1..$4 the key, $5 schema, $6 request digest, $7 the nonce, $8 the
- * kind's prefix, $9 "-<sender>-to-<recipient>", $10 the kind's
- * directory, $11 sender, $12 recipient, $13 host, $14 token, $15 lease
- * (ms), $16 and $17 the owner's session: the pid and the start (us
- * since 1970) of the claiming thread's own session, passed by value
- * because a round may send the claim on another thread's session
- * (pg_batch.c): a row's owner is the session of the thread that goes on
- * to grant, link and commit it, never the leader's, which is nobody's
- * identity (doc/cluster.md, "Whose session owns a claimed row").  Columns: the task_id inserted (NULL if none), and the setting
- * made (so that it is made).
- */
-const char pg_claim_sql[] =
-	"WITH async AS (SELECT set_config('synchronous_commit', 'off', "
-	"true) AS off), "
-	"got AS (SELECT split_part(v, ' ', 2)::integer AS seq, "
-	"split_part(v, ' ', 3)::integer AS today, split_part(v, ' ', 4)"
-	"::bigint AS now_ms FROM (SELECT current_setting('idem.claim', "
-	"true) AS v FROM async) g WHERE split_part(v, ' ', 1) = $7::text), "
-	"named AS (SELECT seq, today, now_ms, $8::text || '-' || today || "
-	"'-' || CASE WHEN seq < 1000 THEN lpad(seq::text, 3, '0') ELSE "
-	"seq::text END || $9::text AS name FROM got), "
+	"RETURNING c.next_seq - 1 AS got), "
+	"named AS (SELECT got AS seq, today, now_ms, $10::text || '-' || "
+	"today || '-' || CASE WHEN got < 1000 THEN lpad(got::text, 3, '0') "
+	"ELSE got::text END || $11::text AS name FROM num, day), "
 	"ins AS (INSERT INTO idem_submission (workspace_id, kind, scope, "
 	"client_submission_id, digest_schema, request_digest, state, date, "
 	"seq, task_id, task_path, sender, recipient, created_at_ms, "
 	"reserved_at, updated_at, epoch, owner_host, owner_token, "
 	"owner_pid, owner_started, lease_expires) SELECT $1::uuid, "
-	"$2::smallint, $3::text, $4::text, $5::smallint, $6::text, 1, "
-	"today, seq, name, $10::text || '/' || name || '.md', "
-	"$11::text, $12::text, now_ms, to_timestamp(now_ms / 1000.0), "
-	"to_timestamp(now_ms / 1000.0), 1, $13::text, $14::text, "
-	"$16::integer, to_timestamp(0) + $17::bigint * interval "
-	"'1 microsecond', clock_timestamp() + $15::integer * "
+	"$2::smallint, $3::text, $4::text, $8::smallint, $9::text, 1, "
+	"today, seq, name, $12::text || '/' || name || '.md', "
+	"$13::text, $14::text, now_ms, to_timestamp(now_ms / 1000.0), "
+	"to_timestamp(now_ms / 1000.0), 1, $15::text, $16::text, "
+	"$18::integer, to_timestamp(0) + $19::bigint * interval "
+	"'1 microsecond', clock_timestamp() + $17::integer * "
 	"interval '1 millisecond' FROM named RETURNING task_id) "
-	"SELECT (SELECT task_id FROM ins), (SELECT off FROM async)";
+	"SELECT day.now_ms, day.today, (SELECT got FROM num), "
+	"(SELECT task_id FROM ins), day.async, "
+	ROW_COLUMNS " FROM day LEFT JOIN idem_submission ON " KEY_WHERE;
+#define CLAIM_ROW_FIRST	5	/* ROW_COLUMNS start here */
 
 /* The host's guess of the server's day, for the first disk scan. */
 static uint32_t
@@ -205,7 +138,7 @@ claim_identity(struct pgstore *st, PGconn *conn, char **cause)
 	return 0;
 }
 
-/* The turn's disk scan and nonce (c->tries, c->day). */
+/* The turn's disk scan (c->day). */
 static int
 claim_turn(struct pgstore *st, struct pgstore_claim *c, char **cause)
 {
@@ -218,8 +151,6 @@ claim_turn(struct pgstore *st, struct pgstore_claim *c, char **cause)
 		    strerror(errno));
 		return -1;
 	}
-	/* A fresh nonce each turn: the turn tells its number apart. */
-	snprintf(c->nonce, sizeof c->nonce, "%s-%d", c->token, c->tries);
 	snprintf(c->day_s, sizeof c->day_s, "%" PRIu32, c->day);
 	snprintf(c->disk_s, sizeof c->disk_s, "%" PRIu32, disk);
 	return 0;
@@ -260,7 +191,7 @@ pgstore_claim_begin(struct pgstore *st, struct pgstore_claim *c,
 
 void
 pg_claim_params(const struct pgstore *st, const struct pgstore_claim *c,
-    struct pg_params *p, struct pg_params *q)
+    struct pg_params *p)
 {
 	const struct pgstore_key *key = c->key;
 
@@ -268,31 +199,27 @@ pg_claim_params(const struct pgstore *st, const struct pgstore_claim *c,
 	p->v[p->n++] = c->day_s;	/* $5 */
 	p->v[p->n++] = c->disk_s;	/* $6 */
 	p->v[p->n++] = c->max_s;	/* $7 */
-	p->v[p->n++] = c->nonce;	/* $8 */
-	pg_params_key(q, st, key);
-	q->v[q->n++] = c->schema;	/* $5 */
-	q->v[q->n++] = c->digest;	/* $6 */
-	q->v[q->n++] = c->nonce;	/* $7 */
-	q->v[q->n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
-	    "TASK";			/* $8 */
-	q->v[q->n++] = c->roles;	/* $9 */
-	q->v[q->n++] = key->kind == SUBTAB_KIND_REPORT ?
-	    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $10 */
-	q->v[q->n++] = c->sender;	/* $11 */
-	q->v[q->n++] = c->recipient;	/* $12 */
-	q->v[q->n++] = st->host;	/* $13 */
-	q->v[q->n++] = c->token;	/* $14 */
-	q->v[q->n++] = c->lease;	/* $15 */
-	q->v[q->n++] = c->pid;		/* $16 */
-	q->v[q->n++] = c->started;	/* $17 */
+	p->v[p->n++] = c->schema;	/* $8 */
+	p->v[p->n++] = c->digest;	/* $9 */
+	p->v[p->n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
+	    "TASK";			/* $10 */
+	p->v[p->n++] = c->roles;	/* $11 */
+	p->v[p->n++] = key->kind == SUBTAB_KIND_REPORT ?
+	    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $12 */
+	p->v[p->n++] = c->sender;	/* $13 */
+	p->v[p->n++] = c->recipient;	/* $14 */
+	p->v[p->n++] = st->host;	/* $15 */
+	p->v[p->n++] = c->token;	/* $16 */
+	p->v[p->n++] = c->lease;	/* $17 */
+	p->v[p->n++] = c->pid;		/* $18 */
+	p->v[p->n++] = c->started;	/* $19 */
 }
 
 void
 pgstore_claim_clear(struct pgstore_claim *c)
 {
-	PQclear((PGresult *)c->res[0]);
-	PQclear((PGresult *)c->res[1]);
-	c->res[0] = c->res[1] = NULL;
+	PQclear((PGresult *)c->res);
+	c->res = NULL;
 }
 
 /* The turn's verdict: 2, another turn (c->tries and c->day moved). */
@@ -304,65 +231,115 @@ claim_again(struct pgstore_claim *c)
 	return 2;
 }
 
+/* The unique key a failed statement violated, or NULL. */
+static const char *
+claim_violated(PGresult *res)
+{
+	if (PQresultStatus(res) != PGRES_FATAL_ERROR)
+		return NULL;
+	return PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
+}
+
+/* Another broker's row of the key came first: a unique key refused ours. */
+static int
+claim_lost_race(PGresult *res)
+{
+	const char	*constraint = claim_violated(res);
+
+	return constraint != NULL &&
+	    (strcmp(constraint, "idem_submission_pkey") == 0 ||
+	    strcmp(constraint, "idem_submission_key") == 0);
+}
+
+/*
+ * A row of the day already has the number the counter gave: the counter
+ * is behind the rows (a row restored or written by hand, never by idem,
+ * whose every number comes from the counter).  The statement rolled the
+ * counter's raise back with the insert, so every later claim would take
+ * the same number: the next turn first raises the counter past the
+ * day's rows (claim_raise).
+ */
+static int
+claim_number_taken(PGresult *res)
+{
+	const char	*constraint = claim_violated(res);
+
+	return constraint != NULL && strcmp(constraint,
+	    "idem_submission_workspace_id_kind_date_seq_key") == 0;
+}
+
+/* The day's counter past the day's highest row (claim_number_taken). */
+static const char claim_raise_sql[] =
+	"UPDATE idem_counter AS c SET next_seq = r.top + 1 FROM (SELECT "
+	"max(seq) AS top FROM idem_submission WHERE workspace_id = $1::uuid "
+	"AND kind = $2::smallint AND date = $3::integer) r WHERE "
+	"c.workspace_id = $1::uuid AND c.kind = $2::smallint AND c.date = "
+	"$3::integer AND c.next_seq <= r.top";
+
+static int
+claim_raise(struct pgstore *st, PGconn *conn, struct pgstore_claim *c,
+    char **cause)
+{
+	struct pg_params p;
+	PGresult	*res;
+
+	pg_params_key(&p, st, c->key);
+	p.v[2] = c->day_s;
+	p.n = 3;
+	res = pg_exec(conn, claim_raise_sql, &p);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return pg_failed(st, res, "raising the day's counter past its "
+		    "rows", cause);
+	store_notice(STORE_NOTICE_WARNING, "PostgreSQL: the counter of day %s was behind its rows "
+	    "(%s of them moved it): raised past them", c->day_s,
+	    PQcmdTuples(res));
+	PQclear(res);
+	c->raise = 0;
+	return 0;
+}
+
 int
 pgstore_claim_end(struct pgstore *st, struct pgstore_claim *c, char **cause)
 {
-	PGresult	*num = (PGresult *)c->res[0];
-	PGresult	*ins = (PGresult *)c->res[1];
+	PGresult	*res = (PGresult *)c->res;
 	struct subtab_entry *e = &c->row->entry;
 	struct pgstore_row *row = c->row;
-	const char	*constraint;
 	char		 id[IDEM_MAX_TASK_ID_BYTES + 16];
 	char		 path[IDEM_MAX_TASK_PATH_BYTES];
-	int		 i, lost;
+	int		 i;
 
 	*cause = NULL;
-	/* 26000: the session lost them (a pooler's): prepare again. */
-	for (i = 0, lost = 0; i < 2; i++)
-		if (pg_sqlstate((PGresult *)c->res[i], "26000")) {
-			st->prepared &= ~(1u << (i == 0 ? PG_PREP_NUMBER :
-			    PG_PREP_CLAIM));
-			lost = 1;
-		}
-	if (lost)
-		return claim_again(c);
-	c->res[0] = c->res[1] = NULL;
-	if (PQresultStatus(num) != PGRES_TUPLES_OK || PQntuples(num) != 1) {
-		PQclear(ins);
-		return pg_failed(st, num, "taking a number", cause);
-	}
-	if (PQresultStatus(ins) == PGRES_FATAL_ERROR &&
-	    (constraint = PQresultErrorField(ins,
-	    PG_DIAG_CONSTRAINT_NAME)) != NULL &&
-	    strcmp(constraint, "idem_submission_pkey") == 0) {
-		/* Reserved by another broker since the number was taken. */
-		c->res[0] = (struct pg_result *)num;
-		c->res[1] = (struct pg_result *)ins;
+	/* 26000: the session lost it (a pooler's): prepare again. */
+	if (pg_sqlstate(res, "26000")) {
+		st->prepared &= ~(1u << PG_PREP_CLAIM);
 		return claim_again(c);
 	}
-	if (PQresultStatus(ins) != PGRES_TUPLES_OK || PQntuples(ins) != 1) {
-		PQclear(num);
-		return pg_failed(st, ins, "reserving", cause);
+	/* Reserved by another broker since the turn began. */
+	if (claim_lost_race(res))
+		return claim_again(c);
+	if (claim_number_taken(res)) {
+		c->raise = 1;
+		return claim_again(c);
 	}
-	if (!PQgetisnull(num, 0, NUMBER_ROW_FIRST)) {
+	c->res = NULL;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		return pg_failed(st, res, "reserving", cause);
+	if (!PQgetisnull(res, 0, CLAIM_ROW_FIRST)) {
 		/* The key's row (nothing was inserted): judge it. */
-		i = pg_row_fill(num, 0, NUMBER_ROW_FIRST, c->key->kind, row,
+		i = pg_row_fill(res, 0, CLAIM_ROW_FIRST, c->key->kind, row,
 		    cause);
-		PQclear(num);
-		PQclear(ins);
+		PQclear(res);
 		return i == 0 ? 0 : -1;
 	}
-	if ((uint32_t)pg_value_i64(num, 0, 1) != c->day) {
+	if ((uint32_t)pg_value_i64(res, 0, 1) != c->day) {
 		/* The server's day is not the one scanned: again. */
-		c->day = (uint32_t)pg_value_i64(num, 0, 1);
-		PQclear(num);
-		PQclear(ins);
+		c->day = (uint32_t)pg_value_i64(res, 0, 1);
+		PQclear(res);
 		c->tries++;
 		return 2;
 	}
-	if (PQgetisnull(num, 0, 2)) {
-		PQclear(num);
-		PQclear(ins);
+	if (PQgetisnull(res, 0, 2)) {
+		PQclear(res);
 		errno = ERANGE;		/* the day's numbers are used up */
 		return -1;
 	}
@@ -371,34 +348,23 @@ pgstore_claim_end(struct pgstore *st, struct pgstore_claim *c, char **cause)
 	e->key_length = 0;
 	e->state = SUBTAB_RESERVED;
 	e->date = c->day;
-	e->seq = (uint32_t)pg_value_i64(num, 0, 2);
-	e->created_at_ms = pg_value_i64(num, 0, 0);
+	e->seq = (uint32_t)pg_value_i64(res, 0, 2);
+	e->created_at_ms = pg_value_i64(res, 0, 0);
 	e->reserved_at_ms = e->created_at_ms;
 	e->updated_at_ms = e->created_at_ms;
 	memset(e->file_digest, 0, sizeof e->file_digest);
-	PQclear(num);
 	pg_name_of(e, id, path);
-	if (PQgetisnull(ins, 0, 0)) {
-		/*
-		 * A number, no row: the insert did not see it (it ran on
-		 * another session, a pooler's).  The number stays unused;
-		 * the next turn takes another.
-		 */
-		PQclear(ins);
-		memset(row, 0, sizeof *row);
-		c->tries++;
-		return 2;
-	}
-	if (strcmp(PQgetvalue(ins, 0, 0), id) != 0) {
-		/* Never expected: the SQL's name is taskfile's. */
+	if (PQgetisnull(res, 0, 3) || strcmp(PQgetvalue(res, 0, 3), id) != 0) {
+		/* Never expected: a number is inserted in the same statement. */
 		asprintf(cause, "PostgreSQL: the reservation named %s, idem "
-		    "names it %s", PQgetvalue(ins, 0, 0), id);
-		PQclear(ins);
+		    "names it %s", PQgetisnull(res, 0, 3) ? "nothing" :
+		    PQgetvalue(res, 0, 3), id);
+		PQclear(res);
 		memset(row, 0, sizeof *row);
 		errno = EPROTO;
 		return -1;
 	}
-	PQclear(ins);
+	PQclear(res);
 	snprintf(row->token, sizeof row->token, "%s", c->token);
 	row->epoch = 1;
 	snprintf(row->owner, sizeof row->owner, "%s", st->host);
@@ -411,12 +377,9 @@ int
 pgstore_claim_next(struct pgstore *st, struct pgstore_claim *c,
     char **cause)
 {
-	enum pg_prepared which[2] = { PG_PREP_NUMBER, PG_PREP_CLAIM };
-	const char	*sql[2] = { pg_number_sql, pg_claim_sql };
-	const struct pg_params *pp[2];
-	struct pg_params p, q;
+	struct pg_params p;
 	PGconn		*conn;
-	PGresult	*res[2];
+	PGresult	*res;
 	int		 rc, first = 1;
 
 	*cause = NULL;
@@ -432,14 +395,25 @@ pgstore_claim_next(struct pgstore *st, struct pgstore_claim *c,
 		/* _begin made the first turn's scan; the others make theirs. */
 		if ((!first || c->tries > 0) && claim_turn(st, c, cause) != 0)
 			return -1;
-		pg_claim_params(st, c, &p, &q);
-		pp[0] = &p;
-		pp[1] = &q;
-		if (pg_exec_prepared_pair(st, conn, which, sql, pp, res,
-		    cause) != 0)
+		if (c->raise && claim_raise(st, conn, c, cause) != 0)
 			return -1;
-		c->res[0] = (struct pg_result *)res[0];
-		c->res[1] = (struct pg_result *)res[1];
+		pg_claim_params(st, c, &p);
+		res = pg_exec_prepared(st, conn, PG_PREP_CLAIM, pg_claim_sql,
+		    &p);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK &&
+		    PQstatus(conn) != CONNECTION_OK) {
+			/*
+			 * The connection broke: the outcome is not known.
+			 * Dropped, so that a row it may have made has an
+			 * owner whose session is gone (a retry takes it over
+			 * at once).
+			 */
+			pg_failed(st, res, "reserving", cause);
+			pgstore_drop(st);
+			errno = EIO;
+			return -1;
+		}
+		c->res = (struct pg_result *)res;
 		if ((rc = pgstore_claim_end(st, c, cause)) != 2)
 			return rc;
 	}

@@ -258,7 +258,8 @@ pg_sqlstate(const PGresult *res, const char *code)
 
 /* The names of pg_int.h's prepared statements, one per session. */
 const char *const pg_prepared_names[PG_PREP_COUNT] = {
-	"idem_number", "idem_claim", "idem_read", "idem_grant", "idem_commit",
+	/* Not "idem_claim": that was the older claim's second statement. */
+	"idem_reserve", "idem_read", "idem_grant", "idem_commit",
 	"idem_step_batch"
 };
 
@@ -286,7 +287,7 @@ pg_prepare(struct pgstore *st, PGconn *conn, enum pg_prepared which,
  * has not yet); a session that lost it (a pooler's) prepares it again.
  * The result, as PQexecParams's (a failed PQprepare's if that failed).
  */
-static PGresult *
+PGresult *
 pg_exec_prepared(struct pgstore *st, PGconn *conn, enum pg_prepared which,
     const char *sql, const struct pg_params *p)
 {

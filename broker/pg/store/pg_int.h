@@ -60,7 +60,6 @@ typedef int (*pg_row_fill_fn)(PGresult *, int, int, enum subtab_kind,
  * 250 with it planned each time).  The batches' are pg_batch.c's.
  */
 enum pg_prepared {
-	PG_PREP_NUMBER,
 	PG_PREP_CLAIM,
 	PG_PREP_READ,
 	PG_PREP_GRANT,
@@ -94,12 +93,16 @@ struct pg_fence_text {
 
 /* ---- pg_claim.c ----------------------------------------------------- */
 
-/* The claim's turn as its two statements' parameters (NUMBER, CLAIM). */
+/* The claim's turn as its statement's parameters. */
 void	 pg_claim_params(const struct pgstore *, const struct pgstore_claim *,
-	    struct pg_params *number, struct pg_params *row);
-extern const char pg_number_sql[], pg_claim_sql[];
+	    struct pg_params *);
+extern const char pg_claim_sql[];
 
 /* ---- pg_conn.c ------------------------------------------------------ */
+
+/* sql as the prepared statement which, prepared on this session first. */
+PGresult *pg_exec_prepared(struct pgstore *, PGconn *, enum pg_prepared,
+	    const char *sql, const struct pg_params *);
 
 void	 pg_grant_params(const struct pgstore *, const struct pgstore_key *,
 	    int64_t epoch, const char *token, struct pg_params *,
