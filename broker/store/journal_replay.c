@@ -29,6 +29,11 @@
  * verify and journal dump), which may run beside a live broker: there an
  * append in flight looks exactly like a torn tail, so the tail is only
  * reported in the stats, never cut, and a stub segment is never removed.
+ * Such a reader reads the last segment with pread into a buffer, not
+ * mmap: the broker cuts that segment's zero tail at rotation and at a
+ * clean stop, and a mapping made at the old size would raise SIGBUS on
+ * the pages past the new end.  A pread that meets the new end returns
+ * fewer bytes, which is only a shorter segment.
  *
  * Every function here works on what it is given: no global mutable state.
  * Callers must have called sodium_init() (idemd's main does); the
@@ -77,6 +82,8 @@ struct replay {
 	struct journal_replay_stats	*stats;
 	char				**cause;
 	uint64_t			 from;	/* a checkpoint's segment, or 0 */
+	int				 live_fd;	/* read-only, last: or -1 */
+	uint8_t				*live_buf;	/* its bytes, malloc'd */
 };
 
 /*
@@ -180,6 +187,52 @@ journal_segment_end(const uint8_t *map, size_t size, size_t *end)
 	return 0;
 }
 
+/*
+ * Read-only, the last segment: its bytes as they are now, by pread into a
+ * fresh buffer (rp->live_buf, the old one freed).  The size is what the
+ * reads returned, so a cut made meanwhile only shortens it; what a read
+ * may see half written is looked at again by replay_records.
+ */
+static int
+replay_live_load(struct replay *rp, const char *name, size_t *size)
+{
+	struct stat	 st;
+	uint8_t		*buf;
+	size_t		 want, got = 0;
+	ssize_t		 n;
+
+	if (fstat(rp->live_fd, &st) == -1)
+		goto fail;
+	if ((uint64_t)st.st_size > SIZE_MAX) {
+		errno = EFBIG;
+		goto fail;
+	}
+	want = (size_t)st.st_size;
+	if ((buf = malloc(want > 0 ? want : 1)) == NULL)
+		goto fail;
+	while (got < want) {
+		n = pread(rp->live_fd, buf + got, want - got, (off_t)got);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1) {
+			free(buf);
+			goto fail;
+		}
+		if (n == 0)
+			break;		/* cut meanwhile: a shorter segment */
+		got += (size_t)n;
+	}
+	free(rp->live_buf);
+	rp->live_buf = buf;
+	*size = got;
+	return 0;
+
+fail:
+	journal_cause(rp->cause, "journal %s/%s: reading: %s", rp->dir, name,
+	    strerror(errno));
+	return -1;
+}
+
 /* Read-only: looks again at what may be a live round, and how often. */
 #define REPLAY_LIVE_TRIES	20
 #define REPLAY_LIVE_PAUSE_NS	1000000L
@@ -194,8 +247,10 @@ journal_segment_end(const uint8_t *map, size_t size, size_t *end)
 /* Replay the records of one mapped segment; see the DESIGN comment. */
 static int
 replay_records(struct replay *rp, const char *name, const uint8_t *map,
-    size_t size, int last, size_t *end, size_t *cut_at, const char **cut_why)
+    size_t *sizep, int last, size_t *end, size_t *cut_at,
+    const char **cut_why)
 {
+	size_t			 size = *sizep;
 	struct journal_record	 ring[REPLAY_AHEAD];
 	size_t			 at[REPLAY_AHEAD], length[REPLAY_AHEAD];
 	const char		*why = NULL;
@@ -258,9 +313,18 @@ again:
 		 * a few times (the mapping shows the file's pages as they are
 		 * now): a round in flight completes, damage stays.
 		 */
-		if ((rp->flags & JOURNAL_REPLAY_READONLY) && last &&
-		    tries++ < REPLAY_LIVE_TRIES) {
+		if (rp->live_fd != -1 && tries++ < REPLAY_LIVE_TRIES) {
 			nanosleep(&pause, NULL);
+			/* Nothing decoded is held: the ring is empty. */
+			if (replay_live_load(rp, name, sizep) == -1)
+				return -1;
+			map = rp->live_buf;
+			/* Cut back below what we read (a failed round's). */
+			if (*sizep < offset)
+				*sizep = offset;
+			size = *sizep;
+			*cut_at = size;
+			decoded = offset;
 			more = 1;
 			goto again;
 		}
@@ -275,6 +339,27 @@ again:
 	*cut_at = offset;
 	*cut_why = why;
 	return 0;
+}
+
+/* The live buffer and its descriptor, if any, are done with. */
+static void
+replay_live_end(struct replay *rp)
+{
+	if (rp->live_fd != -1)
+		close(rp->live_fd);
+	rp->live_fd = -1;
+	free(rp->live_buf);
+	rp->live_buf = NULL;
+}
+
+/* A segment's bytes are done with, mapped or read. */
+static void
+replay_unmap(struct replay *rp, void *map, size_t size)
+{
+	if (rp->live_fd != -1)
+		replay_live_end(rp);
+	else
+		munmap(map, size);
 }
 
 static int
@@ -328,15 +413,34 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 		    "complete");
 	}
 
-	/* One mapping per segment: no system call per record. */
-	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (map == MAP_FAILED) {
-		journal_cause(rp->cause, "journal %s/%s: mmap: %s", rp->dir,
-		    name, strerror(errno));
-		goto fail;
+	if ((rp->flags & JOURNAL_REPLAY_READONLY) && last) {
+		/* A live broker may cut it: read it (the DESIGN above). */
+		rp->live_fd = fd;
+		if (replay_live_load(rp, name, &size) == -1) {
+			saved_errno = errno;
+			replay_live_end(rp);	/* closes fd */
+			errno = saved_errno;
+			return -1;
+		}
+		map = rp->live_buf;
+		if (size < SEGMENT_HEADER_BYTES) {
+			/* Cut meanwhile: only a stub is that short. */
+			replay_live_end(rp);
+			rp->stats->torn_segment = number;
+			return replay_remove_stub(rp, name, size);
+		}
+	} else {
+		/* One mapping per segment: no system call per record. */
+		map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED) {
+			journal_cause(rp->cause, "journal %s/%s: mmap: %s",
+			    rp->dir, name, strerror(errno));
+			goto fail;
+		}
+		close(fd);
+		fd = -1;
+		madvise(map, size, MADV_SEQUENTIAL);
 	}
-	close(fd);
-	madvise(map, size, MADV_SEQUENTIAL);
 
 	if ((why = journal_segment_header_invalid(map, number)) != NULL &&
 	    last && size == SEGMENT_HEADER_BYTES && number != rp->from) {
@@ -346,7 +450,7 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 		 * record can follow an unsynced header, so this is a
 		 * creation cut short, like a shorter stub.
 		 */
-		munmap(map, size);
+		replay_unmap(rp, map, size);
 		rp->stats->torn_segment = number;
 		return replay_remove_stub(rp, name, size);
 	} else if (why != NULL) {
@@ -354,11 +458,11 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 		    "synced before any record is written after it");
 	} else {
 		rp->stats->segments++;
-		rv = replay_records(rp, name, map, size, last, &end, &cut_at,
+		rv = replay_records(rp, name, map, &size, last, &end, &cut_at,
 		    &why);
 	}
 	saved_errno = errno;
-	munmap(map, size);
+	replay_unmap(rp, map, size);
 	errno = saved_errno;
 	if (rv == -1)
 		return -1;
@@ -471,6 +575,8 @@ journal_replay_hinted(const char *dir, uint64_t from, int flags,
 	rp.stats = stats;
 	rp.cause = cause;
 	rp.from = from;
+	rp.live_fd = -1;
+	rp.live_buf = NULL;
 	for (i = 0; i < count; i++) {
 		if (replay_segment(&rp, list[i], i == count - 1) == -1)
 			goto out;

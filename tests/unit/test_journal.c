@@ -1645,6 +1645,130 @@ failed_sync_poisons_the_handle(void **state)
 	journal_close(&j);
 }
 
+/*
+ * A read-only replay beside a live broker, done to order: apply runs
+ * between replay's reads, and does to the segment what the broker does
+ * meanwhile (doc/journal.md, "Readers beside a live broker").
+ */
+struct live_step {
+	struct collected	 c;
+	size_t			 at;	/* after this many records applied */
+	const char		*path;
+	off_t			 cut;	/* >= 0: truncate the segment here */
+	const uint8_t		*rec;	/* else: write rec (len) at offset */
+	size_t			 len;
+	off_t			 offset;
+};
+
+static int
+live_apply(const struct journal_record *r, void *arg)
+{
+	struct live_step	*ls = arg;
+	int			 fd;
+
+	assert_int_equal(collect(r, &ls->c), 0);
+	if (ls->c.count != ls->at)
+		return 0;
+	assert_true((fd = open(ls->path, O_WRONLY)) != -1);
+	if (ls->cut >= 0)
+		assert_int_equal(ftruncate(fd, ls->cut), 0);
+	else
+		assert_int_equal(pwrite(fd, ls->rec, ls->len, ls->offset),
+		    (ssize_t)ls->len);
+	close(fd);
+	return 0;
+}
+
+/*
+ * The broker cuts the zero tail (rotation, a clean stop) while a reader
+ * is part way through the segment: the reader must not touch pages past
+ * the new end (a mapping made at the old size raised SIGBUS there).
+ */
+static void
+readonly_replay_survives_a_cut_zero_tail(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct live_step		 ls = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+	uint64_t			 end;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 4, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	/* Zeros over whole pages past the page of the end. */
+	assert_true((uint64_t)file_size(path) >= (end | 4095) + 1 + 4096);
+
+	ls.at = 1;
+	ls.path = path;
+	ls.cut = (off_t)end;
+	assert_int_equal(journal_replay(f->dir, JOURNAL_REPLAY_READONLY,
+	    live_apply, &ls, &stats, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(ls.c.count, 4);
+	assert_int_equal(stats.records, 4);
+	assert_int_equal(stats.end_offset, end);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(file_size(path), end);
+	free(ls.c.records);
+}
+
+/*
+ * A round going over the zero tail as the reader reads: it saw zeros
+ * where the round begins and the round's later record whole.  Looking
+ * again finds the round complete: clean, every record (not corruption).
+ */
+static void
+readonly_replay_looks_again_at_a_live_round(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct live_step		 ls = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				 first[JOURNAL_MAX_RECORD_BYTES];
+	uint8_t				 second[JOURNAL_MAX_RECORD_BYTES];
+	char				*cause = NULL, path[256];
+	uint64_t			 end;
+	size_t				 len1, len2;
+	int				 fd;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+
+	/* The round's second record landed, its first not yet. */
+	len1 = encode(3, first, sizeof first);
+	len2 = encode(4, second, sizeof second);
+	assert_true((fd = open(path, O_WRONLY)) != -1);
+	assert_int_equal(pwrite(fd, second, len2, (off_t)(end + len1)),
+	    (ssize_t)len2);
+	close(fd);
+
+	/* It lands once the reader has read past the records before it. */
+	ls.at = 3;
+	ls.path = path;
+	ls.cut = -1;
+	ls.rec = first;
+	ls.len = len1;
+	ls.offset = (off_t)end;
+	assert_int_equal(journal_replay(f->dir, JOURNAL_REPLAY_READONLY,
+	    live_apply, &ls, &stats, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(ls.c.count, 5);
+	assert_int_equal(stats.records, 5);
+	assert_int_equal(stats.end_offset, end + len1 + len2);
+	assert_int_equal(stats.has_corrupt_offset, 0);
+	free(ls.c.records);
+}
+
 int
 main(void)
 {
@@ -1679,6 +1803,8 @@ main(void)
 		T(sealed_segment_with_zero_tail_is_corruption),
 		T(rotation_cuts_the_zero_tail),
 		T(failed_zero_write_is_not_a_failure),
+		T(readonly_replay_survives_a_cut_zero_tail),
+		T(readonly_replay_looks_again_at_a_live_round),
 #undef T
 	};
 
