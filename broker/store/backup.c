@@ -324,6 +324,32 @@ apply_nothing(const struct journal_record *r, void *arg)
 	return 0;
 }
 
+#ifdef IDEM_FAULT_INJECTION
+/*
+ * Tests only (configure --enable-fault-injection): the variable names a
+ * FIFO; wait once, until the test writes to it (the test's open for
+ * writing returns once this waits).  IDEM_BACKUP_HOLD waits once every
+ * file is held and before any byte of the journal is read, so that the
+ * test can make the broker prune the held segments meanwhile;
+ * IDEM_BACKUP_COPIED waits once the journal's files are copied, before
+ * the copy is replayed, so that the test can change the live segment
+ * as a round in flight would (tests/integration/test_backup).
+ */
+static void
+backup_hold(const char *var)
+{
+	const char	*fifo = getenv(var);
+	char		 c;
+	int		 fd;
+
+	if (fifo == NULL || (fd = open(fifo, O_RDONLY | O_CLOEXEC)) == -1)
+		return;
+	while (read(fd, &c, 1) == -1 && errno == EINTR)
+		;
+	close(fd);
+}
+#endif
+
 /* Every held file into DEST/.idem/journal, then its torn tail cut. */
 static int
 copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
@@ -355,6 +381,9 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 		    &b->journal_bytes, cause) != 0)
 			goto out;
 	}
+#ifdef IDEM_FAULT_INJECTION
+	backup_hold("IDEM_BACKUP_COPIED");
+#endif
 again:
 	if (fsync(jfd) != 0) {
 		fail(cause, "fsync %s/.idem/journal: %s", b->dest,
@@ -625,29 +654,6 @@ open_dest(struct store_backup *b, int *dest_fd, int *dest_state_fd,
 	return 0;
 }
 
-#ifdef IDEM_FAULT_INJECTION
-/*
- * Tests only (configure --enable-fault-injection): IDEM_BACKUP_HOLD=FIFO
- * waits once every file is held and before any byte of the journal is
- * read, until the test writes to FIFO (the test's open for writing
- * returns once this waits), so that the test can make the broker prune
- * the held segments meanwhile (tests/integration/test_backup).
- */
-static void
-backup_hold(void)
-{
-	const char	*fifo = getenv("IDEM_BACKUP_HOLD");
-	char		 c;
-	int		 fd;
-
-	if (fifo == NULL || (fd = open(fifo, O_RDONLY | O_CLOEXEC)) == -1)
-		return;
-	while (read(fd, &c, 1) == -1 && errno == EINTR)
-		;
-	close(fd);
-}
-#endif
-
 int
 store_backup(struct store_backup *b, char **cause)
 {
@@ -725,7 +731,7 @@ store_backup(struct store_backup *b, char **cause)
 	b->first_segment = h.first;
 	b->last_segment = h.last;
 #ifdef IDEM_FAULT_INJECTION
-	backup_hold();
+	backup_hold("IDEM_BACKUP_HOLD");
 #endif
 	if (copy_journal(b, &h, dest_state_fd, cause) != 0 ||
 	    copy_state_files(b, state_fd, dest_state_fd, cause) != 0)
