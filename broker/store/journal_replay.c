@@ -82,6 +82,7 @@ struct replay {
 	struct journal_replay_stats	*stats;
 	char				**cause;
 	uint64_t			 from;	/* a checkpoint's segment, or 0 */
+	uint32_t			 format;	/* this segment's version */
 	int				 live_fd;	/* read-only, last: or -1 */
 	uint8_t				*live_buf;	/* its bytes, malloc'd */
 };
@@ -254,8 +255,8 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
 	struct journal_record	 ring[REPLAY_AHEAD];
 	size_t			 at[REPLAY_AHEAD], length[REPLAY_AHEAD];
 	const char		*why = NULL;
-	char			 after[128];
-	size_t			 offset, decoded, next, head = 0, count = 0;
+	char			 after[192];
+	size_t			 offset, decoded, next, bad, head = 0, count = 0;
 	size_t			 ahead = rp->hint != NULL ? REPLAY_AHEAD : 1;
 	size_t			 i;
 	int			 applied, more = 1, tries = 0;
@@ -270,6 +271,15 @@ again:
 			i = (head + count) % ahead;
 			if (journal_record_decode(map + decoded, size - decoded,
 			    &ring[i], &length[i], &why) != JOURNAL_DECODE_OK) {
+				more = 0;
+				break;
+			}
+			/* Each format version has its one record form. */
+			if (ring[i].form != rp->format) {
+				why = rp->format == JOURNAL_FORMAT_ROUNDS ?
+				    "a record without a round prefix in a "
+				    "format 2 segment" : "a record with a round "
+				    "prefix in a format 1 segment";
 				more = 0;
 				break;
 			}
@@ -327,6 +337,29 @@ again:
 			decoded = offset;
 			more = 1;
 			goto again;
+		}
+		/*
+		 * Format 2: a torn round if every record after offset is of
+		 * a round that began at or before it (doc/journal.md,
+		 * "Rounds over the zero tail").
+		 */
+		if (last && rp->format == JOURNAL_FORMAT_ROUNDS) {
+			switch (journal_round_after(map, size, offset, &next,
+			    &bad)) {
+			case 1:
+				*cut_at = offset;
+				*cut_why = why;
+				return 0;
+			case -1:
+				snprintf(after, sizeof after, "valid records "
+				    "follow, the first at offset %zu; the one "
+				    "at %zu is of a later round or names none",
+				    next, bad);
+				return replay_corrupt(rp, name, offset, why,
+				    after);
+			default:
+				break;
+			}
 		}
 		snprintf(after, sizeof after, "valid records follow, the "
 		    "first at offset %zu", next);
@@ -458,6 +491,7 @@ replay_segment(struct replay *rp, uint64_t number, int last)
 		    "synced before any record is written after it");
 	} else {
 		rp->stats->segments++;
+		rp->format = journal_segment_version(map);
 		rv = replay_records(rp, name, map, &size, last, &end, &cut_at,
 		    &why);
 	}

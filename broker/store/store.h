@@ -85,7 +85,27 @@ struct journal_record {
 	const uint8_t		*result;
 	/* Not in the journal: a replay hint's note for apply (0: none). */
 	uint64_t		hint;
+	/*
+	 * Set by decode: the record's form (1, or 2 with a round prefix,
+	 * doc/journal.md "Rounds over the zero tail") and, form 2, where
+	 * its round began.  Encode ignores them (it writes form 1).
+	 */
+	uint8_t			form;
+	uint64_t		round_start;
 };
+
+/* Form 2's round prefix before a form 1 record (doc/journal.md). */
+#define JOURNAL_ROUND_PREFIX_BYTES	24
+/* Segment format versions: 1 form 1 records, 2 form 2 records. */
+#define JOURNAL_FORMAT_PLAIN		1
+#define JOURNAL_FORMAT_ROUNDS		2
+/*
+ * Write into out the prefix that makes the form 1 record at record (its
+ * first 16 bytes are enough) a form 2 record of the round that began at
+ * round_start.
+ */
+void	journal_round_prefix(uint8_t out[JOURNAL_ROUND_PREFIX_BYTES],
+	    uint64_t round_start, const uint8_t *record);
 
 /* The bytes journal_encode needs for the record. */
 size_t	journal_encoded_size(const struct journal_record *);

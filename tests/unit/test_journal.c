@@ -1645,6 +1645,206 @@ failed_sync_poisons_the_handle(void **state)
 	journal_close(&j);
 }
 
+/* ---- format 2: rounds (doc/journal.md, "Rounds over the zero tail") -- */
+
+/*
+ * A format 2 segment built from the document: a version 2 header, then
+ * records of form 2 (a 24-byte prefix naming the round's start, then a
+ * form 1 record) written at given offsets.  The file is one buffer.
+ */
+struct rounds {
+	uint8_t	 file[16384];
+	size_t	 end;			/* the records' end */
+	size_t	 at[8];			/* where record i begins */
+	size_t	 len[8];		/* its bytes, prefix included */
+};
+
+static void
+rounds_header(struct rounds *rs)
+{
+	memset(rs, 0, sizeof *rs);
+	memcpy(rs->file, "IDEMJNL", 8);
+	put_le(rs->file + 8, 2, 4);		/* format version 2 */
+	put_le(rs->file + 16, 1, 8);		/* segment 1 */
+	crypto_shorthash(rs->file + 24, rs->file, 24, doc_key);
+	rs->end = DOC_SEGMENT_HEADER_BYTES;
+}
+
+/* Record n of the round that began at round_start, at the end. */
+static void
+rounds_add(struct rounds *rs, unsigned n, uint64_t round_start)
+{
+	uint8_t	*p = rs->file + rs->end, check[20];
+	size_t	 len;
+
+	len = encode(n, p + 24, sizeof rs->file - rs->end - 24);
+	memcpy(p, "\xff" "JRD", 4);
+	put_le(p + 4, 0, 4);
+	put_le(p + 8, round_start, 8);
+	/* The check: prefix bytes 4..15, then the inner record's checksum. */
+	memcpy(check, p + 4, 12);
+	memcpy(check + 12, p + 24 + 8, 8);
+	crypto_shorthash(p + 16, check, sizeof check, doc_key);
+	rs->at[n] = rs->end;
+	rs->len[n] = 24 + len;
+	rs->end += 24 + len;
+}
+
+static void
+rounds_write(const struct fixture *f, const struct rounds *rs, size_t size)
+{
+	char	path[256];
+
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	segment_path(f, 1, path, sizeof path);
+	append_bytes(path, rs->file, size);
+}
+
+/*
+ * Two rounds synced (records 0-1 from 32, record 2 from their end), the
+ * zeros ahead, then a third round (records 3-5) of which the disk kept
+ * the later records but not the first sector: the round never completed
+ * its fdatasync, so nothing of it was acknowledged.  Replay cuts at the
+ * hole, keeps 0-2 (read-only: reports it, cuts nothing).  With format 1
+ * this state was corruption and idemd refused to start.
+ */
+static void
+torn_round_over_zeros_is_cut(void **state)
+{
+	struct fixture			*f = *state;
+	struct rounds			 rs;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+	size_t				 r2, r3, size, half;
+
+	rounds_header(&rs);
+	rounds_add(&rs, 0, 32);
+	rounds_add(&rs, 1, 32);
+	r2 = rs.end;
+	rounds_add(&rs, 2, r2);
+	r3 = rs.end;
+	rounds_add(&rs, 3, r3);
+	rounds_add(&rs, 4, r3);
+	rounds_add(&rs, 5, r3);
+	size = rs.end + 4096;			/* the zeros ahead */
+	assert_true(size <= sizeof rs.file);
+
+	/* Whole, it replays whole: form 2 records, the zeros the end. */
+	rounds_write(f, &rs, size);
+	assert_replays(f->dir, 0, 6, 0);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rmdir(f->dir), 0);
+
+	/* The round's first record half there, the rest zeros: its sector. */
+	half = rs.len[3] / 2;
+	memset(rs.file + r3 + half, 0, rs.len[3] - half);
+	rounds_write(f, &rs, size);
+
+	memset(&stats, 0, sizeof stats);
+	assert_int_equal(journal_replay(f->dir, JOURNAL_REPLAY_READONLY,
+	    collect, &c, &stats, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(c.count, 3);
+	assert_int_equal(stats.torn_segment, 1);
+	assert_int_equal(stats.torn_offset, r3);
+	assert_int_equal(file_size(path), size);
+	free(c.records);
+	memset(&c, 0, sizeof c);
+
+	assert_replays(f->dir, 0, 3, size - r3);
+	assert_int_equal(file_size(path), r3);
+	assert_replays(f->dir, 0, 3, 0);
+}
+
+/*
+ * The same hole, but a record of a later round follows it (its round
+ * began past the hole, so the hole was synced once): corruption, as
+ * before, nothing changed.  So is a record after the hole that names no
+ * round (form 1 in a format 2 segment).
+ */
+static void
+hole_then_a_later_round_is_corruption(void **state)
+{
+	struct fixture			*f = *state;
+	struct rounds			 rs;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256], want[64];
+	size_t				 r2, r3, size;
+	int				 pass;
+
+	for (pass = 0; pass < 2; pass++) {
+		rounds_header(&rs);
+		rounds_add(&rs, 0, 32);
+		rounds_add(&rs, 1, 32);
+		r2 = rs.end;
+		rounds_add(&rs, 2, r2);
+		rounds_add(&rs, 3, r2);
+		r3 = rs.end;
+		if (pass == 0)
+			rounds_add(&rs, 4, r3);	/* a later round */
+		else
+			rs.end += encode(4, rs.file + rs.end,
+			    sizeof rs.file - rs.end);	/* no round */
+		size = rs.end + 4096;
+		/* Record 2, the second round's first, lost: zeros. */
+		memset(rs.file + r2, 0, rs.len[2]);
+		rounds_write(f, &rs, size);
+		segment_path(f, 1, path, sizeof path);
+
+		errno = 0;
+		assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+		assert_int_equal(errno, EINVAL);
+		snprintf(want, sizeof want, "offset %zu:", r2);
+		if (cause == NULL || strstr(cause, want) == NULL)
+			fail_msg("the cause does not name %s: %s", want,
+			    cause != NULL ? cause : "(none)");
+		free(cause);
+		cause = NULL;
+		assert_int_equal(file_size(path), size);
+		free(c.records);
+		memset(&c, 0, sizeof c);
+		assert_int_equal(unlink(path), 0);
+		assert_int_equal(rmdir(f->dir), 0);
+	}
+}
+
+/*
+ * Format 1 segments stay form 1: a form 2 record there is not theirs.
+ * Its inner record is whole, so it reads as a valid record after a bad
+ * one: refused as corruption, nothing cut.
+ */
+static void
+form_two_record_in_a_format_one_segment_is_refused(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct rounds			 rs;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+	uint64_t			 end;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 2, NULL);
+	end = j.size;
+	journal_close(&j);
+	rounds_header(&rs);
+	rounds_add(&rs, 2, end);
+	segment_path(f, 1, path, sizeof path);
+	append_bytes(path, rs.file + DOC_SEGMENT_HEADER_BYTES, rs.len[2]);
+	errno = 0;
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "round prefix in a format 1 segment"));
+	free(cause);
+	free(c.records);
+	assert_int_equal(file_size(path), end + rs.len[2]);
+}
+
 /*
  * A read-only replay beside a live broker, done to order: apply runs
  * between replay's reads, and does to the segment what the broker does
@@ -1805,6 +2005,9 @@ main(void)
 		T(failed_zero_write_is_not_a_failure),
 		T(readonly_replay_survives_a_cut_zero_tail),
 		T(readonly_replay_looks_again_at_a_live_round),
+		T(torn_round_over_zeros_is_cut),
+		T(hole_then_a_later_round_is_corruption),
+		T(form_two_record_in_a_format_one_segment_is_refused),
 #undef T
 	};
 
