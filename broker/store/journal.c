@@ -323,6 +323,7 @@ journal_open_dir(struct journal *j, uint64_t end_segment, uint64_t end,
 		if ((j->fd = create_segment(j->dir_fd, dir, 1, cause)) == -1)
 			goto fail;
 		j->size = j->zeroed = SEGMENT_HEADER_BYTES;
+		j->format = journal_new_format();
 		return 0;
 	}
 
@@ -356,6 +357,9 @@ journal_open_dir(struct journal *j, uint64_t end_segment, uint64_t end,
 		journal_cause(cause, "journal %s/%s: %s", dir, name, invalid);
 		goto fail;
 	}
+	/* Records go in the form of the segment's version, whatever new
+	 * segments get. */
+	j->format = journal_segment_version(header);
 	/*
 	 * What replay accepted is what start-up built on: make it durable,
 	 * in case a previous broker died between its write and its fsync.
@@ -465,8 +469,8 @@ journal_unusable(struct journal *j, char **cause)
 	return -1;
 }
 
-int
-journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
+static int
+append_raw(struct journal *j, const struct iovec *iov, int iovcnt,
     char **cause)
 {
 	struct iovec	 batch[APPEND_IOV_BATCH];
@@ -548,6 +552,135 @@ fail:
 	return -1;
 }
 
+/* Copy n bytes of the stream iov from piece *i, offset *off on. */
+static void
+stream_read(const struct iovec *iov, int *i, size_t *off, uint8_t *out,
+    size_t n)
+{
+	size_t	take;
+
+	while (n > 0) {
+		while (*off == iov[*i].iov_len) {
+			(*i)++;
+			*off = 0;
+		}
+		take = iov[*i].iov_len - *off;
+		if (take > n)
+			take = n;
+		memcpy(out, (const uint8_t *)iov[*i].iov_base + *off, take);
+		out += take;
+		*off += take;
+		n -= take;
+	}
+}
+
+/*
+ * Format 2 (doc/journal.md, "Rounds over the zero tail"): each record of
+ * the round, whole in iov (a ring's two pieces may split one), goes out
+ * after a round prefix naming j->size, the synced end the round starts
+ * from.  The records are not copied: the pieces point into iov.
+ */
+static int
+append_rounds(struct journal *j, const struct iovec *iov, int iovcnt,
+    char **cause)
+{
+	uint8_t		 head[16];
+	size_t		 total = 0, at = 0, off = 0, length, left, take;
+	size_t		 records = 0, pieces = 0, r, so;
+	int		 i = 0, k, si;
+	void		*p;
+
+	for (k = 0; k < iovcnt; k++)
+		total += iov[k].iov_len;
+	/* Count the records: each needs a prefix and up to 3 pieces. */
+	while (at < total) {
+		if (total - at < sizeof head)
+			goto malformed;
+		stream_read(iov, &i, &off, head, sizeof head);
+		length = sizeof head + ((size_t)head[4] | (size_t)head[5] << 8 |
+		    (size_t)head[6] << 16 | (size_t)head[7] << 24);
+		if (length > total - at)
+			goto malformed;
+		/* Skip the payload. */
+		for (left = length - sizeof head; left > 0; left -= take) {
+			while (off == iov[i].iov_len) {
+				i++;
+				off = 0;
+			}
+			take = iov[i].iov_len - off;
+			if (take > left)
+				take = left;
+			off += take;
+		}
+		at += length;
+		records++;
+	}
+	if (records > j->prefixes_cap) {
+		if ((p = reallocarray(j->prefixes, records,
+		    JOURNAL_ROUND_PREFIX_BYTES)) == NULL)
+			goto nomem;
+		j->prefixes = p;
+		j->prefixes_cap = records;
+	}
+	if (records * 2 + (size_t)iovcnt > j->wide_cap) {
+		if ((p = reallocarray(j->wide, records * 2 + (size_t)iovcnt,
+		    sizeof *j->wide)) == NULL)
+			goto nomem;
+		j->wide = p;
+		j->wide_cap = records * 2 + (size_t)iovcnt;
+	}
+	/*
+	 * Each record: its prefix, then its bytes in one piece, or two
+	 * where the ring's end splits it (records * 2 + iovcnt at most).
+	 */
+	i = 0;
+	off = 0;
+	for (r = 0; r < records; r++) {
+		si = i;
+		so = off;
+		stream_read(iov, &si, &so, head, sizeof head);
+		journal_round_prefix(j->prefixes + r * JOURNAL_ROUND_PREFIX_BYTES,
+		    j->size, head);
+		j->wide[pieces].iov_base = j->prefixes +
+		    r * JOURNAL_ROUND_PREFIX_BYTES;
+		j->wide[pieces++].iov_len = JOURNAL_ROUND_PREFIX_BYTES;
+		length = sizeof head + ((size_t)head[4] | (size_t)head[5] << 8 |
+		    (size_t)head[6] << 16 | (size_t)head[7] << 24);
+		for (left = length; left > 0; left -= take) {
+			while (off == iov[i].iov_len) {
+				i++;
+				off = 0;
+			}
+			take = iov[i].iov_len - off;
+			if (take > left)
+				take = left;
+			j->wide[pieces].iov_base = (uint8_t *)iov[i].iov_base +
+			    off;
+			j->wide[pieces++].iov_len = take;
+			off += take;
+		}
+	}
+	return append_raw(j, j->wide, (int)pieces, cause);
+
+malformed:
+	errno = EINVAL;
+	journal_cause(cause, "journal %s: append: not whole records", j->dir);
+	return -1;
+nomem:
+	journal_cause(cause, "journal %s: append: %s", j->dir,
+	    strerror(errno));
+	return -1;
+}
+
+int
+journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
+    char **cause)
+{
+	if (j->fd != -1 && j->format == JOURNAL_FORMAT_ROUNDS)
+		return append_rounds(j, iov, iovcnt, cause);
+	return append_raw(j, iov, iovcnt, cause);
+}
+
 int
 journal_sync(struct journal *j, char **cause)
 {
@@ -591,7 +724,15 @@ journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 	struct stat	st;
 	int		saved_errno;
 
-	if (j->fd == -1 || segment_bytes == 0)
+	/*
+	 * Only where records carry their round (format 2): in a format 1
+	 * segment (left by an older idemd) a round lost in part over the
+	 * zeros could not be told from damage (doc/journal.md, "Rounds
+	 * over the zero tail"), so it is appended to, growing, until the
+	 * next segment.
+	 */
+	if (j->fd == -1 || segment_bytes == 0 ||
+	    j->format != JOURNAL_FORMAT_ROUNDS)
 		return 0;
 	chunk = journal_zero_chunk(segment_bytes);
 	/* Never past segment_bytes and one chunk: rotation comes first. */
@@ -657,8 +798,13 @@ journal_close(struct journal *j)
 	if (j->dir_fd != -1)
 		close(j->dir_fd);
 	free(j->dir);
+	free(j->prefixes);
+	free(j->wide);
 	j->fd = j->dir_fd = -1;
 	j->dir = NULL;
+	j->prefixes = NULL;
+	j->wide = NULL;
+	j->prefixes_cap = j->wide_cap = 0;
 }
 
 int
@@ -732,6 +878,7 @@ journal_rotate(struct journal *j, char **cause)
 	j->fd = fd;
 	j->segment++;
 	j->size = j->zeroed = SEGMENT_HEADER_BYTES;
+	j->format = journal_new_format();
 	j->zero_retry_at = 0;
 	return 0;
 }

@@ -126,7 +126,7 @@ static const uint8_t journal_segment_magic[8] = {
  * The version new segments get.  Still 1: format 2 (JOURNAL_FORMAT_ROUNDS)
  * is read, not yet written (doc/journal.md, "Rounds over the zero tail").
  */
-#define SEGMENT_VERSION		JOURNAL_FORMAT_PLAIN
+#define SEGMENT_VERSION		JOURNAL_FORMAT_ROUNDS
 #define S_MAGIC			0
 #define S_VERSION		8
 #define S_RESERVED		12
@@ -777,6 +777,12 @@ journal_segment_header_encode(uint64_t number,
     uint8_t out[SEGMENT_HEADER_BYTES])
 {
 	journal_segment_header_encode_version(number, SEGMENT_VERSION, out);
+}
+
+uint32_t
+journal_new_format(void)
+{
+	return SEGMENT_VERSION;
 }
 
 uint32_t

@@ -37,6 +37,8 @@ int	journal_record_follows(const uint8_t *base, size_t size, size_t from,
  */
 int	journal_round_after(const uint8_t *base, size_t size, size_t x,
 	    size_t *first, size_t *at);
+/* The format version new segments get (JOURNAL_FORMAT_*). */
+uint32_t journal_new_format(void);
 /* The segment header's format version (the header checked valid). */
 uint32_t journal_segment_version(const uint8_t *in);
 /* A header of the given version (tests; the writer uses the default). */

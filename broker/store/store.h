@@ -134,6 +134,15 @@ struct journal {
 	 */
 	uint64_t	 zeroed;
 	int64_t		 zero_retry_at;	/* zeros failed: retry (ms) */
+	/*
+	 * The segment's format version: 2 (JOURNAL_FORMAT_ROUNDS), each
+	 * record written with a round prefix naming size at the append.
+	 */
+	uint32_t	 format;
+	uint8_t		*prefixes;	/* format 2: the round's, malloc'd */
+	size_t		 prefixes_cap;	/* in prefixes */
+	struct iovec	*wide;		/* format 2: the round's pieces */
+	size_t		 wide_cap;
 };
 
 /* Open (creating dir and first segment if missing) for appending. */

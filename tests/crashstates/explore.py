@@ -238,13 +238,18 @@ def segment_end(path):
     """The logical end of a journal segment: its records' end, not its
     size, which counts the zeros the writer keeps ahead (doc/journal.md,
     "The zero tail").  Each record: magic ff 'JRC', a little-endian
-    payload length, an 8-byte checksum, the payload."""
+    payload length, an 8-byte checksum, the payload; in a format 2
+    segment after a 24-byte round prefix, magic ff 'JRD' ("Rounds over
+    the zero tail")."""
     with open(path, "rb") as f:
         data = f.read()
     at = 32
-    while data[at:at + 4] == b"\xffJRC" and at + 16 <= len(data):
-        at += 16 + int.from_bytes(data[at + 4:at + 8], "little")
-    return at
+    while True:
+        inner = at + 24 if data[at:at + 4] == b"\xffJRD" else at
+        if data[inner:inner + 4] != b"\xffJRC" or inner + 16 > len(data):
+            return at
+        at = inner + 16 + int.from_bytes(data[inner + 4:inner + 8],
+                                         "little")
 
 
 def remove_segment(root):

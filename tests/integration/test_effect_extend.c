@@ -790,16 +790,18 @@ libidem_extend_and_run_keep_the_lease(void **state)
  * ahead (doc/journal.md, "The zero tail"), so a segment's size moves
  * when zeros are written, not when records are.  Each record, from
  * offset 32: magic ff 'JRC', a little-endian payload length, an 8-byte
- * checksum, the payload.
+ * checksum, the payload; in a format 2 segment after a 24-byte round
+ * prefix, magic ff 'JRD' (doc/journal.md, "Rounds over the zero tail").
  */
 static off_t
 journal_bytes(const struct broker *b)
 {
 	static const uint8_t	 magic[4] = { 0xff, 'J', 'R', 'C' };
+	static const uint8_t	 round[4] = { 0xff, 'J', 'R', 'D' };
 	char			 dir[PATH_MAX], path[PATH_MAX + 256];
 	struct dirent		*de;
 	uint8_t			*p;
-	size_t			 n, at;
+	size_t			 n, at, i;
 	off_t			 total = 0;
 	FILE			*f;
 	DIR			*d;
@@ -815,9 +817,15 @@ journal_bytes(const struct broker *b)
 			continue;
 		n = fread(p, 1, JOURNAL_BYTES_MAX, f);
 		fclose(f);
-		for (at = 32; at + 16 <= n && memcmp(p + at, magic, 4) == 0;)
-			at += 16 + ((size_t)p[at + 4] | (size_t)p[at + 5] << 8 |
-			    (size_t)p[at + 6] << 16 | (size_t)p[at + 7] << 24);
+		for (at = 32;;) {
+			i = at + 24 <= n && memcmp(p + at, round, 4) == 0 ?
+			    at + 24 : at;
+			if (i + 16 > n || memcmp(p + i, magic, 4) != 0)
+				break;
+			at = i + 16 + ((size_t)p[i + 4] | (size_t)p[i + 5] <<
+			    8 | (size_t)p[i + 6] << 16 | (size_t)p[i + 7] <<
+			    24);
+		}
 		total += (off_t)(at < n ? at : n);
 	}
 	free(p);

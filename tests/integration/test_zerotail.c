@@ -48,6 +48,9 @@
 #define DOC_SEGMENT_HEADER_BYTES	32
 #define DOC_RECORD_HEADER_BYTES		16
 static const uint8_t doc_record_magic[4] = { 0xff, 'J', 'R', 'C' };
+/* Format 2: a round prefix, its magic (the round start, a check follow). */
+#define DOC_ROUND_PREFIX_BYTES		24
+static const uint8_t doc_round_magic[4] = { 0xff, 'J', 'R', 'D' };
 
 static int
 setup(void **state)
@@ -81,14 +84,21 @@ read_segment(const struct broker *b, size_t *size)
 static size_t
 logical_end(const uint8_t *p, size_t size, int *zeros)
 {
-	size_t		at = DOC_SEGMENT_HEADER_BYTES, i;
+	size_t		at = DOC_SEGMENT_HEADER_BYTES, i, inner;
 	uint32_t	length;
 
-	while (at + DOC_RECORD_HEADER_BYTES <= size &&
-	    memcmp(p + at, doc_record_magic, sizeof doc_record_magic) == 0) {
-		length = (uint32_t)p[at + 4] | (uint32_t)p[at + 5] << 8 |
-		    (uint32_t)p[at + 6] << 16 | (uint32_t)p[at + 7] << 24;
-		at += DOC_RECORD_HEADER_BYTES + length;
+	for (;;) {
+		/* Format 2: a round prefix before each record. */
+		inner = at + DOC_ROUND_PREFIX_BYTES <= size && memcmp(p + at,
+		    doc_round_magic, sizeof doc_round_magic) == 0 ?
+		    at + DOC_ROUND_PREFIX_BYTES : at;
+		if (inner + DOC_RECORD_HEADER_BYTES > size ||
+		    memcmp(p + inner, doc_record_magic,
+		    sizeof doc_record_magic) != 0)
+			break;
+		length = (uint32_t)p[inner + 4] | (uint32_t)p[inner + 5] << 8 |
+		    (uint32_t)p[inner + 6] << 16 | (uint32_t)p[inner + 7] << 24;
+		at = inner + DOC_RECORD_HEADER_BYTES + length;
 	}
 	assert_true(at <= size);
 	*zeros = 1;

@@ -291,15 +291,23 @@ put_le(uint8_t *p, uint64_t v, int bytes)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* A segment file header built from doc/journal.md alone. */
+/* A segment file header built from doc/journal.md alone, version v. */
 static void
-doc_segment_header(uint64_t number, uint8_t out[DOC_SEGMENT_HEADER_BYTES])
+doc_segment_header_v(uint64_t number, uint32_t v,
+    uint8_t out[DOC_SEGMENT_HEADER_BYTES])
 {
 	memcpy(out, "IDEMJNL", 8);	/* and its NUL */
-	put_le(out + 8, 1, 4);
+	put_le(out + 8, v, 4);
 	put_le(out + 12, 0, 4);
 	put_le(out + 16, number, 8);
 	crypto_shorthash(out + 24, out, 24, doc_key);
+}
+
+/* Format 1's header (the records without round prefixes). */
+static void
+doc_segment_header(uint64_t number, uint8_t out[DOC_SEGMENT_HEADER_BYTES])
+{
+	doc_segment_header_v(number, 1, out);
 }
 
 /* ---- the record codec ----------------------------------------------------- */
@@ -742,7 +750,8 @@ open_creates_segment_one(void **state)
 
 	segment_path(f, 1, path, sizeof path);
 	got = read_file(path, &size);
-	doc_segment_header(1, want);
+	/* New segments are format 2 (records with round prefixes). */
+	doc_segment_header_v(1, 2, want);
 	assert_int_equal(size, sizeof want);
 	assert_memory_equal(got, want, sizeof want);
 	free(got);
@@ -1670,14 +1679,15 @@ rounds_header(struct rounds *rs)
 	rs->end = DOC_SEGMENT_HEADER_BYTES;
 }
 
-/* Record n of the round that began at round_start, at the end. */
-static void
-rounds_add(struct rounds *rs, unsigned n, uint64_t round_start)
+/* Record n in form 2, of the round that began at round_start. */
+static size_t
+encode_form2(unsigned n, uint64_t round_start, uint8_t *p, size_t size)
 {
-	uint8_t	*p = rs->file + rs->end, check[20];
-	size_t	 len;
+	uint8_t	check[20];
+	size_t	len;
 
-	len = encode(n, p + 24, sizeof rs->file - rs->end - 24);
+	assert_true(size > 24);
+	len = encode(n, p + 24, size - 24);
 	memcpy(p, "\xff" "JRD", 4);
 	put_le(p + 4, 0, 4);
 	put_le(p + 8, round_start, 8);
@@ -1685,9 +1695,17 @@ rounds_add(struct rounds *rs, unsigned n, uint64_t round_start)
 	memcpy(check, p + 4, 12);
 	memcpy(check + 12, p + 24 + 8, 8);
 	crypto_shorthash(p + 16, check, sizeof check, doc_key);
+	return 24 + len;
+}
+
+/* Record n of the round that began at round_start, at the end. */
+static void
+rounds_add(struct rounds *rs, unsigned n, uint64_t round_start)
+{
 	rs->at[n] = rs->end;
-	rs->len[n] = 24 + len;
-	rs->end += 24 + len;
+	rs->len[n] = encode_form2(n, round_start, rs->file + rs->end,
+	    sizeof rs->file - rs->end);
+	rs->end += rs->len[n];
 }
 
 static void
@@ -1812,6 +1830,66 @@ hole_then_a_later_round_is_corruption(void **state)
 }
 
 /*
+ * The writer in a format 2 segment: each record of a round goes out after
+ * a prefix naming the logical end the round started from, a record split
+ * between the ring's two pieces included; the file reads as the
+ * document says and replays whole.
+ */
+static void
+writer_prefixes_each_record_with_its_round(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 ring[3 * JOURNAL_MAX_RECORD_BYTES], *file, check[20];
+	uint8_t		 sum[8];
+	struct iovec	 iov[2];
+	char		*cause = NULL, path[256];
+	uint64_t	 start, want;
+	size_t		 used = 0, size, at, len, k;
+	unsigned	 n;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.format, 2);
+	append_records(&j, 0, 2, NULL);		/* two rounds of one */
+	start = j.size;
+	/* One round of three records, the second split by the ring's end. */
+	for (n = 2; n < 5; n++)
+		used += encode(n, ring + used, sizeof ring - used);
+	iov[0].iov_base = ring;
+	iov[0].iov_len = (size_t)(used / 2);
+	iov[1].iov_base = ring + used / 2;
+	iov[1].iov_len = used - used / 2;
+	assert_int_equal(journal_append(&j, iov, 2, &cause), 0);
+	assert_int_equal(j.size, start + used + 3 * 24);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+
+	segment_path(f, 1, path, sizeof path);
+	file = read_file(path, &size);
+	at = DOC_SEGMENT_HEADER_BYTES;
+	for (k = 0; k < 5; k++) {
+		assert_true(at + 40 <= size);
+		assert_memory_equal(file + at, "\xff" "JRD", 4);
+		want = k == 0 ? DOC_SEGMENT_HEADER_BYTES : k == 1 ?
+		    DOC_SEGMENT_HEADER_BYTES + 24 + encode(0, ring, sizeof ring) :
+		    start;
+		for (n = 0; n < 8; n++)
+			assert_int_equal(file[at + 8 + n],
+			    (uint8_t)(want >> (8 * n)));
+		memcpy(check, file + at + 4, 12);
+		memcpy(check + 12, file + at + 24 + 8, 8);
+		crypto_shorthash(sum, check, sizeof check, doc_key);
+		assert_memory_equal(sum, file + at + 16, 8);
+		assert_memory_equal(file + at + 24, "\xff" "JRC", 4);
+		len = (size_t)file[at + 28] | (size_t)file[at + 29] << 8;
+		at += 24 + 16 + len;
+	}
+	assert_int_equal(at, size);
+	free(file);
+	assert_replays(f->dir, 0, 5, 0);
+}
+
+/*
  * Format 1 segments stay form 1: a form 2 record there is not theirs.
  * Its inner record is whole, so it reads as a valid record after a bad
  * one: refused as corruption, nothing cut.
@@ -1820,17 +1898,16 @@ static void
 form_two_record_in_a_format_one_segment_is_refused(void **state)
 {
 	struct fixture			*f = *state;
-	struct journal			 j;
 	struct rounds			 rs;
 	struct collected		 c = { 0 };
 	struct journal_replay_stats	 stats;
 	char				*cause = NULL, path[256];
 	uint64_t			 end;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 2, NULL);
-	end = j.size;
-	journal_close(&j);
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	make_segment(f, 1, 0, 2);	/* format 1, by hand */
+	segment_path(f, 1, path, sizeof path);
+	end = (uint64_t)file_size(path);
 	rounds_header(&rs);
 	rounds_add(&rs, 2, end);
 	segment_path(f, 1, path, sizeof path);
@@ -1945,8 +2022,8 @@ readonly_replay_looks_again_at_a_live_round(void **state)
 	segment_path(f, 1, path, sizeof path);
 
 	/* The round's second record landed, its first not yet. */
-	len1 = encode(3, first, sizeof first);
-	len2 = encode(4, second, sizeof second);
+	len1 = encode_form2(3, end, first, sizeof first);
+	len2 = encode_form2(4, end, second, sizeof second);
 	assert_true((fd = open(path, O_WRONLY)) != -1);
 	assert_int_equal(pwrite(fd, second, len2, (off_t)(end + len1)),
 	    (ssize_t)len2);
@@ -2006,6 +2083,7 @@ main(void)
 		T(readonly_replay_survives_a_cut_zero_tail),
 		T(readonly_replay_looks_again_at_a_live_round),
 		T(torn_round_over_zeros_is_cut),
+		T(writer_prefixes_each_record_with_its_round),
 		T(hole_then_a_later_round_is_corruption),
 		T(form_two_record_in_a_format_one_segment_is_refused),
 #undef T
