@@ -33,6 +33,12 @@
  * Zeros are never records: replay takes an all-zero tail of the last
  * segment for its clean end (doc/journal.md, "The zero tail").
  *
+ * Over zeros already durable, a power loss may keep any subset of a
+ * round's sectors, so in a format 2 segment (every new one) each record
+ * goes out after a round prefix naming the logical end the round began
+ * at (append_rounds): replay then tells a torn round from damage.  A
+ * format 1 segment, left by an older idemd, gets no zeros ahead.
+ *
  * Every function here works on what it is given: no global mutable state.
  * Callers must have called sodium_init() (idemd's main does); the
  * entry points that do I/O call it again, which is cheap and harmless.

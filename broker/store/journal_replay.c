@@ -25,6 +25,13 @@
  * (journal_record_follows finds it); a sealed segment ending in zeros
  * is corruption, since rotation cuts them before the next segment.
  *
+ * Format 2 (doc/journal.md, "Rounds over the zero tail"): each record
+ * names where the round that wrote it began.  A bad record at X in the
+ * last segment whose following valid records all name a round begun at
+ * or before X is a torn round (that round never completed its fsync,
+ * else X would be whole): cut like a torn tail.  One record of a later
+ * round, or one naming none, keeps it corruption.
+ *
  * JOURNAL_REPLAY_READONLY is for readers other than the broker (idemctl
  * verify and journal dump), which may run beside a live broker: there an
  * append in flight looks exactly like a torn tail, so the tail is only
