@@ -1890,6 +1890,40 @@ writer_prefixes_each_record_with_its_round(void **state)
 }
 
 /*
+ * A format 1 segment (an older idemd's, upgraded): appended to as
+ * before, records of form 1, no zeros ahead (a torn round over zeros
+ * could not be told from damage there); the next segment is format 2.
+ */
+static void
+format_one_segment_is_appended_as_before(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		*file;
+	char		*cause = NULL, path[256];
+	size_t		 size, before;
+
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	make_segment(f, 1, 0, 2);
+	segment_path(f, 1, path, sizeof path);
+	before = (size_t)file_size(path);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.format, 1);
+	append_records(&j, 2, 2, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_int_equal(j.zeroed, j.size);
+	assert_int_equal((uint64_t)file_size(path), j.size);
+	file = read_file(path, &size);
+	assert_memory_equal(file + before, "\xff" "JRC", 4);
+	free(file);
+	assert_int_equal(journal_rotate(&j, &cause), 0);
+	assert_int_equal(j.format, 2);
+	append_records(&j, 4, 1, NULL);
+	journal_close(&j);
+	assert_replays(f->dir, 0, 5, 0);
+}
+
+/*
  * Format 1 segments stay form 1: a form 2 record there is not theirs.
  * Its inner record is whole, so it reads as a valid record after a bad
  * one: refused as corruption, nothing cut.
@@ -2084,6 +2118,7 @@ main(void)
 		T(readonly_replay_looks_again_at_a_live_round),
 		T(torn_round_over_zeros_is_cut),
 		T(writer_prefixes_each_record_with_its_round),
+		T(format_one_segment_is_appended_as_before),
 		T(hole_then_a_later_round_is_corruption),
 		T(form_two_record_in_a_format_one_segment_is_refused),
 #undef T
