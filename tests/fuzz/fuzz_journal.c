@@ -36,7 +36,8 @@
  *     into a rotated segment;
  *   - segments before a checkpoint's are never read or changed, and a
  *     failed replay changes nothing;
- *   - journal_decode on the bytes: OK re-encodes to the input, every
+ *   - journal_decode on the bytes: OK re-encodes to the input (after
+ *     its round prefix, form 2), every
  *     truncation of an OK record is SHORT, SHORT and BAD are what
  *     doc/journal.md says and leave the caller's record untouched.
  */
@@ -241,15 +242,26 @@ apply(const struct journal_record *r, void *arg)
 
 	/* A hinted record carries its own note: the hints ran in order. */
 	FUZZ_CHECK(r->hint == 0 || r->hint == run->records + 1);
-	/* The record re-encodes to the bytes it came from. */
+	/*
+	 * The record re-encodes to the bytes it came from; a form 2 record
+	 * (a segment journal_rotate made, format 2) after its 24-byte round
+	 * prefix (doc/journal.md, "Rounds over the zero tail").
+	 */
 	n = journal_encode(r, out, sizeof out);
 	FUZZ_CHECK(n >= RECORD_HEADER_BYTES + PAYLOAD_MIN);
 	FUZZ_CHECK(s >= 1 && s <= run->nseg);
+	FUZZ_CHECK(r->form == JOURNAL_FORMAT_PLAIN ||
+	    r->form == JOURNAL_FORMAT_ROUNDS);
+	if (r->form == JOURNAL_FORMAT_ROUNDS) {
+		FUZZ_CHECK(memcmp(run->seg[s] + at, "\xff" "JRD", 4) == 0);
+		at += JOURNAL_ROUND_PREFIX_BYTES;
+	}
 	FUZZ_CHECK(at >= HEADER_BYTES && at + n <= run->seg_size[s]);
 	FUZZ_CHECK(memcmp(out, run->seg[s] + at, n) == 0);
 	crypto_generichash_update(&run->hash, out, n);
 	run->records++;
-	run->bytes += n;
+	run->bytes += n + (r->form == JOURNAL_FORMAT_ROUNDS ?
+	    JOURNAL_ROUND_PREFIX_BYTES : 0);
 	return 0;
 }
 
@@ -466,8 +478,9 @@ fuzz_replay(const uint8_t *data, size_t size)
 		FUZZ_CHECK(st1.truncated_bytes <= total_before);
 	} else {
 		FUZZ_CHECK(alive == st1.segments);
+		/* The last segment's zero tail is its clean end, left. */
 		FUZZ_CHECK(total_after == HEADER_BYTES * st1.segments +
-		    st1.bytes);
+		    st1.bytes + st1.zero_bytes);
 		FUZZ_CHECK(total_before - total_after == st1.truncated_bytes);
 	}
 
@@ -514,7 +527,12 @@ decode_at(const uint8_t *buf, size_t size, size_t at)
 	    res == JOURNAL_DECODE_BAD);
 	if (length < RECORD_HEADER_BYTES)
 		FUZZ_CHECK(res == JOURNAL_DECODE_SHORT);
-	else if (memcmp(buf + at, record_magic, sizeof record_magic) != 0)
+	else if (memcmp(buf + at, "\xff" "JRD", 4) == 0) {
+		/* Form 2: a round prefix, then a form 1 record. */
+		if (res == JOURNAL_DECODE_OK)
+			FUZZ_CHECK(consumed > JOURNAL_ROUND_PREFIX_BYTES &&
+			    r.form == JOURNAL_FORMAT_ROUNDS);
+	} else if (memcmp(buf + at, record_magic, sizeof record_magic) != 0)
 		FUZZ_CHECK(res == JOURNAL_DECODE_BAD);
 	else {
 		l = get_u32(buf + at + 4);
@@ -534,7 +552,8 @@ decode_at(const uint8_t *buf, size_t size, size_t at)
 	FUZZ_CHECK(consumed <= length);
 	FUZZ_CHECK(r.entry.key_length <= SUBTAB_MAX_KEY_BYTES);
 	n = journal_encode(&r, out, sizeof out);
-	FUZZ_CHECK(n == consumed && memcmp(out, buf + at, n) == 0);
+	k = r.form == JOURNAL_FORMAT_ROUNDS ? JOURNAL_ROUND_PREFIX_BYTES : 0;
+	FUZZ_CHECK(n + k == consumed && memcmp(out, buf + at + k, n) == 0);
 	/* Every truncation of a valid record is SHORT. */
 	for (k = 0; k < consumed; k++)
 		FUZZ_CHECK(journal_decode(buf + at, k, &r, &n) ==
