@@ -75,8 +75,12 @@
 #include "store.h"
 #include "journal_int.h"
 
-/* writev at most this many pieces per call (well under IOV_MAX). */
-#define APPEND_IOV_BATCH	64
+/*
+ * writev at most this many pieces per call (under IOV_MAX, 1024).  Format
+ * 2 gives a round two pieces a record (its prefix, its bytes), so a round
+ * of up to 255 records still goes in one pwritev.
+ */
+#define APPEND_IOV_BATCH	512
 
 /* Zeros ahead: chunks of at most this, at least the smaller. */
 #define ZERO_CHUNK_MAX		(1024 * 1024)
