@@ -602,7 +602,7 @@ append_rounds(struct journal *j, const struct iovec *iov, int iovcnt,
 
 	for (k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
-	/* Count the records: each needs a prefix and up to 3 pieces. */
+	/* Count the records (their lengths checked against the bytes). */
 	while (at < total) {
 		if (total - at < sizeof head)
 			goto malformed;
