@@ -92,6 +92,12 @@ char	*harness_raw_read_line(int fd);
 char	*harness_raw_exchange(int, const char *);
 /* One stats counter of the broker's, by name. */
 json_int_t harness_stat(struct broker *, const char *);
+/*
+ * idemctl compact --older-than 0 on the broker's root (everything
+ * committed so far): the receipts it compacted; fails the test if it
+ * failed or said otherwise.
+ */
+unsigned long long harness_compact_now(const struct broker *);
 
 /* A write_task request for submission id (NULL: legacy) and subject. */
 json_t	*harness_write_task(const char *id, const char *subject);
