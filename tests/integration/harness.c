@@ -758,6 +758,24 @@ harness_raw_exchange(int fd, const char *line)
 	return reply;
 }
 
+int
+harness_raw_send_task(const struct broker *b, const char *id,
+    const char *subject)
+{
+	json_t	*request;
+	char	*line;
+	int	 fd;
+
+	assert_true((fd = harness_raw_connect(b)) >= 0);
+	request = harness_write_task(id, subject);
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_non_null(line);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	return fd;
+}
+
 unsigned long long
 harness_compact_now(const struct broker *b)
 {

@@ -90,6 +90,9 @@ int	 harness_raw_send(int fd, const char *line);
 char	*harness_raw_read_line(int fd);
 /* A raw line sent and its reply's line read back (malloc'd). */
 char	*harness_raw_exchange(int, const char *);
+/* harness_write_task(id, subject) sent on a new raw stream: its fd. */
+int	 harness_raw_send_task(const struct broker *, const char *id,
+	    const char *subject);
 /* One stats counter of the broker's, by name. */
 json_int_t harness_stat(struct broker *, const char *);
 /*
