@@ -1029,6 +1029,45 @@ def reorder_options(node):
     return out
 
 
+def check_reorder_model():
+    """The reordered-sector model on made-up writes, before any state is
+    trusted to it: ExploreError if it is not what the DESIGN says."""
+    def expect(ok, what):
+        if not ok:
+            raise ExploreError("the reorder model: " + what)
+    for n in range(REORDER_EXHAUSTIVE + 1):
+        got = reorder_subsets(n, REORDER_SEED)
+        expect(len(set(got)) == len(got) == max(0, (1 << n) - 2),
+               "%d units: not every subset but none and all" % n)
+    n = 20
+    got = reorder_subsets(n, REORDER_SEED)
+    every = frozenset(range(n))
+    expect(got == reorder_subsets(n, REORDER_SEED), "not deterministic")
+    expect(len(set(got)) == len(got) == REORDER_SAMPLES,
+           "%d subsets of %d units, not %d" % (len(got), n,
+                                               REORDER_SAMPLES))
+    for must in (every - {0}, frozenset([n - 1]),
+                 frozenset(range(0, n, 2)), every - {n // 2}):
+        expect(must in got, "a required subset is missing")
+    expect(all(s and s != every for s in got), "none or all sampled")
+    # A round of two writes over synced zeros (units: 841-1023,
+    # 1024-1240, then 1300-1535 and 1536-1599), then an append.
+    node = Inode(False, b"\0" * 1600)
+    fs = FileSystem({})
+    fs.root.entries["j"] = node
+    fs.apply(Op("write", "j", offset=841, data=b"a" * 400))
+    fs.apply(Op("write", "j", offset=1300, data=b"b" * 300))
+    fs.apply(Op("write", "j", offset=1600, data=b"c" * 10))
+    expect(node.overwrites == {0, 1}, "overwrites %s, not {0, 1}" %
+           sorted(node.overwrites))
+    options = reorder_options(node)
+    expect(len(options) == 14 and all(o[0] == 0 for o in options),
+           "a round of 4 units gives %d options" % len(options))
+    data = content_of(node, (0, "sectors", frozenset([1, 3])))
+    expect(data == b"\0" * 1024 + b"a" * 217 + b"\0" * 295 + b"b" * 64,
+           "kept units 2 and 4: other bytes")
+
+
 def entries_of(node, option):
     if option is None or option[0] == len(node.pending):
         return node.entries
@@ -1873,6 +1912,7 @@ def main():
     ex.deadline = started + args.budget
     kinds = []
     try:
+        check_reorder_model()
         small = ex.make_base("base", False)
         begun = None
         for name in names:
