@@ -39,6 +39,20 @@ file's content, a pid that only a message reads, does not count); a state
 that some crash after the reply was sent can leave counts as
 acknowledged.
 
+Reordered sectors.  A write that lands wholly inside its file's size at
+the time (the volatile size, unsynced zeros included) overwrites
+allocated blocks: a journal round's pwritev over the zero tail
+(doc/journal.md, "Rounds over the zero tail").  Such a write, with the
+overwrites right after it since the last sync (a round), may persist any
+subset of its 512-byte sectors, not a prefix: the options keep a subset
+of the round's units (one write's bytes in one sector), everything
+before the round applied and nothing after it; every subset up to
+REORDER_EXHAUSTIVE units, a seeded sample past that.  They are extra
+options of the file, each combined with the other items' options (see
+crash_states); appends keep the in-order model.  Not modelled: a sector
+torn inside itself, and ordering across files or between a round and
+the appends before it.
+
 Check.  Each state is written to a fresh root; idemd must reach ready on
 it (a refusal is a failure: a crash can produce the state); the same
 request is sent again, then the earlier submission; the answers and the
