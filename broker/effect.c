@@ -399,6 +399,16 @@ effect_no_memory(struct pending *p, const char *what)
 	    "out of memory"));
 }
 
+/* t's reply sent, or, if writing it ran out of memory, that said. */
+static void
+effect_send_text(struct pending *p, struct replytext *t, const char *what)
+{
+	if (t->failed)
+		effect_no_memory(p, what);
+	else
+		pending_reply_text(p, t->buf, t->length);
+}
+
 static void
 effect_unreadable(struct pending *p)
 {
@@ -502,11 +512,7 @@ effect_answer_state(struct pending *p, int action_taken)
 	replytext_int(t, e->entry.attempt);
 	text_member_string(t, ",\"external_key\":", xkey);
 	replytext_lit(t, "}");
-	if (t->failed) {
-		effect_no_memory(p, "answer");
-		return;
-	}
-	pending_reply_text(p, t->buf, t->length);
+	effect_send_text(p, t, "answer");
 }
 
 /* ---- effect_begin ------------------------------------------------------------ */
@@ -547,11 +553,7 @@ effect_proceed(struct pending *p)
 	text_member_time(t, ",\"lease_expires_at\":",
 	    e->entry.lease_expires_ms);
 	replytext_lit(t, "}");
-	if (t->failed) {
-		effect_no_memory(p, "proceed");
-		return;
-	}
-	pending_reply_text(p, t->buf, t->length);
+	effect_send_text(p, t, "proceed");
 }
 
 static void
@@ -639,11 +641,7 @@ effect_extended(struct pending *p)
 	text_member_time(t, "\"lease_expires_at\":",
 	    e->entry.lease_expires_ms);
 	replytext_lit(t, "}");
-	if (t->failed) {
-		effect_no_memory(p, "extension");
-		return;
-	}
-	pending_reply_text(p, t->buf, t->length);
+	effect_send_text(p, t, "extension");
 }
 
 static void

@@ -123,8 +123,9 @@ static const uint8_t journal_segment_magic[8] = {
 	'I', 'D', 'E', 'M', 'J', 'N', 'L', '\0'
 };
 /*
- * The version new segments get.  Still 1: format 2 (JOURNAL_FORMAT_ROUNDS)
- * is read, not yet written (doc/journal.md, "Rounds over the zero tail").
+ * The version new segments get: 2 (JOURNAL_FORMAT_ROUNDS), records with
+ * round prefixes (doc/journal.md, "Rounds over the zero tail").  Version
+ * 1 segments an older idemd wrote are still read and appended to.
  */
 #define SEGMENT_VERSION		JOURNAL_FORMAT_ROUNDS
 #define S_MAGIC			0
@@ -693,8 +694,10 @@ journal_record_follows(const uint8_t *base, size_t size, size_t from,
 /*
  * The valid records after a bad one at x, for replay's rule (doc/
  * journal.md, "Rounds over the zero tail").  Every record, of either
- * form, holds a form 1 record: search for its magic, decode there, and
- * take it as form 2 when a valid round prefix stands right before it.
+ * form, holds a form 1 record: search for the record magic only (never
+ * the prefix's), decode there, and take it as form 2 when a valid round
+ * prefix stands right before it, after x.  1: all of form 2 with a round
+ * start <= x (a torn round), 0: none, -1: *at is one that is not.
  */
 int
 journal_round_after(const uint8_t *base, size_t size, size_t x,

@@ -18,8 +18,10 @@
  *
  * The zero tail: the writer keeps zeros ahead of its logical end
  * (journal.c), so the last segment may end in zeros after its last
- * record.  They are its clean end: no torn tail, nothing cut, left for
- * the writer to write over (stats->zero_bytes says how many).  A bad
+ * record.  In a format 2 segment they are its clean end: no torn tail,
+ * nothing cut, left for the writer to write over (stats->zero_bytes says
+ * how many).  A format 1 segment never had zeros ahead: zeros ending it
+ * are a torn append's, cut with a warning exactly as before format 2.  A bad
  * record followed by zeros only is a torn tail as before (cut, zeros
  * and all); zeros followed by a valid record are corruption as before
  * (journal_record_follows finds it); a sealed segment ending in zeros
@@ -315,8 +317,14 @@ again:
 	*end = offset;
 	if (offset == size)
 		return 0;
-	/* The last segment's zero tail: its clean end (the DESIGN above). */
-	if (last && replay_all_zero(map + offset, size - offset)) {
+	/*
+	 * The last segment's zero tail: its clean end (the DESIGN above).
+	 * Only in format 2: a format 1 segment never had zeros written
+	 * ahead (an older idemd wrote it, and this one appends to it as
+	 * before), so zeros there are a torn append's, cut as they were.
+	 */
+	if (last && rp->format == JOURNAL_FORMAT_ROUNDS &&
+	    replay_all_zero(map + offset, size - offset)) {
 		rp->stats->zero_bytes = size - offset;
 		return 0;
 	}

@@ -354,16 +354,8 @@ static int
 send_until_paused(struct node *a, pid_t worker, const char *id,
     const char *subject)
 {
-	json_t	*request;
-	char	*line;
-	int	 fd;
+	int	fd = harness_raw_send_task(&a->b, id, subject);
 
-	assert_true((fd = harness_raw_connect(&a->b)) >= 0);
-	request = harness_write_task(id, subject);
-	line = json_dumps(request, JSON_COMPACT);
-	json_decref(request);
-	assert_int_equal(harness_raw_send(fd, line), 0);
-	free(line);
 	assert_true(await_stopped(worker));
 	return fd;
 }

@@ -302,18 +302,10 @@ read_reply(int fd)
 static int
 send_mixed(struct node *a, int i)
 {
-	json_t	*request;
-	char	 id[32], *line;
-	int	 fd;
+	char	id[32];
 
-	assert_true((fd = harness_raw_connect(&a->b)) >= 0);
 	snprintf(id, sizeof id, "mixed-%d", i);
-	request = harness_write_task(id, "A round that fails halfway");
-	line = json_dumps(request, JSON_COMPACT);
-	json_decref(request);
-	assert_int_equal(harness_raw_send(fd, line), 0);
-	free(line);
-	return fd;
+	return harness_raw_send_task(&a->b, id, "A round that fails halfway");
 }
 
 /*
@@ -416,23 +408,6 @@ mixed_round_fails_halfway(void **state)
 	cluster_rm_root(root);
 }
 
-/* Send a write_task of id on a new connection: its fd. */
-static int
-send_task(struct node *a, const char *id, const char *title)
-{
-	json_t	*request;
-	char	*line;
-	int	 fd;
-
-	assert_true((fd = harness_raw_connect(&a->b)) >= 0);
-	request = harness_write_task(id, title);
-	line = json_dumps(request, JSON_COMPACT);
-	json_decref(request);
-	assert_int_equal(harness_raw_send(fd, line), 0);
-	free(line);
-	return fd;
-}
-
 /*
  * A round stalled in flight holds back only its own members (pg_group.c,
  * GROUP_ALONE_MS): the first creation's grant round is held after its
@@ -470,10 +445,10 @@ a_member_behind_a_stalled_round_goes_alone(void **state)
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
 	    env), 0);
-	fds[0] = send_task(&a, "stall-0", title);
+	fds[0] = harness_raw_send_task(&a.b, "stall-0", title);
 	/* Its grant's round is sent and held: the steps queue is blocked. */
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
-	fds[1] = send_task(&a, "stall-1", title);
+	fds[1] = harness_raw_send_task(&a.b, "stall-1", title);
 	reply = read_reply(fds[1]);
 	harness_assert_outcome(reply, "created", 1, 1, 0);
 	task_id[1] = strdup(harness_receipt_str(reply, "task_id"));

@@ -47,6 +47,13 @@
  * the journaling thread, and the records behind it fill the hand-off
  * ring.  The wait looks at the rule every millisecond.
  *
+ *	hold <path-substring> <n>
+ *
+ * lets the first n matching syncs of each process through and holds the
+ * later ones (counted as above): "hold 0000000000000001.jnl 1" lets a
+ * request's first journal round be synced and holds its second, written
+ * and never synced, for a test to kill the broker there.
+ *
  * It never calls what it intercepts (open, read, close and readlink are
  * not intercepted) and keeps no state but the real functions' addresses
  * and that count, in atomic words, so it is safe in idemd's threads;
@@ -312,7 +319,8 @@ match:
 		for (i = 0; !matched && i + want_length <= (size_t)n; i++)
 			matched = memcmp(path + i, want, want_length) == 0;
 	}
-	if (!matched || (error != FAULT_HOLD && fault_passes(rule, &pos)))
+	/* A held sync asks again every poll: the count only grows. */
+	if (!matched || fault_passes(rule, &pos))
 		return 0;
 	return error;
 }

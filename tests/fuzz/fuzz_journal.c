@@ -40,6 +40,29 @@
  *     its round prefix, form 2), every
  *     truncation of an OK record is SHORT, SHORT and BAD are what
  *     doc/journal.md says and leave the caller's record untouched.
+ *
+ * The same input also builds a version 2 segment (fuzz_rounds; doc/
+ * journal.md, "Rounds over the zero tail"): byte 0 the number of
+ * records, byte 1 the damage (bits 0-1: zeros, the input's bytes, one
+ * bit flipped, none; bit 2: a segment 2 follows, so 1 is sealed and has
+ * no zero tail; bit 3: read-only), bytes 2 and 3 where the damage starts
+ * and how long it is (and how many zeros ahead), then one byte a record:
+ * bit 0 starts a new round before it, the rest its key's length.  Each
+ * record is form 2, its prefix naming its round's start as the writer
+ * does; the rest of the input is what "the input's bytes" damage
+ * writes.  Invariants, besides the ones above that apply:
+ *   - undamaged, it replays whole, the zeros its clean end;
+ *   - replay never skips a record: the records applied from segment 1
+ *     are its first C, every one that ends before the damage among them;
+ *   - the round rule's safety: when replay cuts segment 1 at X, no
+ *     record after X that the damage left whole names a round that
+ *     began after X (that round began once X was synced: cutting it
+ *     would drop acknowledged records), and a sealed segment is never
+ *     cut;
+ *   - its liveness: zeros or a flipped bit inside the last round of the
+ *     last segment, touching no record's prefix alone (a whole inner
+ *     record after a lost prefix carries no round, a refusal allowed),
+ *     is a torn round: cut at the first record it touches.
  */
 #include <sys/stat.h>
 
@@ -509,6 +532,220 @@ out:
 		free(run.seg[i]);
 }
 
+/* ---- format 2: rounds ------------------------------------------------ */
+
+#define ROUNDS_MAX_RECORDS	12
+#define ROUND_PREFIX_BYTES	24
+
+struct rounds_run {
+	uint8_t		*seg;
+	size_t		 size;
+	size_t		 at[ROUNDS_MAX_RECORDS], len[ROUNDS_MAX_RECORDS];
+	uint64_t	 start[ROUNDS_MAX_RECORDS];	/* its round's */
+	unsigned	 n;
+	unsigned	 applied;	/* from segment 1 */
+	unsigned	 others;	/* from segment 2 */
+	struct journal_replay_stats *stats;
+};
+
+static int
+rounds_apply(const struct journal_record *r, void *arg)
+{
+	struct rounds_run	*rr = arg;
+
+	FUZZ_CHECK(r->form == JOURNAL_FORMAT_ROUNDS);
+	if (rr->stats->at_segment == 2) {
+		rr->others++;
+		return 0;
+	}
+	FUZZ_CHECK(rr->stats->at_segment == 1);
+	/* Never a record skipped: the next applied is the next built. */
+	FUZZ_CHECK(rr->applied < rr->n);
+	FUZZ_CHECK(rr->stats->at_offset == rr->at[rr->applied]);
+	FUZZ_CHECK(r->round_start == rr->start[rr->applied]);
+	rr->applied++;
+	return 0;
+}
+
+/* A form 2 record of key length klen, its round begun at start. */
+static size_t
+rounds_record(uint8_t *out, size_t size, unsigned n, unsigned klen,
+    uint64_t start)
+{
+	struct journal_record	r;
+	uint8_t			check[20];
+	size_t			len;
+	unsigned		i;
+
+	memset(&r, 0, sizeof r);
+	r.type = JOURNAL_RECORD_ENTRY;
+	r.entry.kind = SUBTAB_KIND_TASK;
+	r.entry.state = SUBTAB_COMMITTED;
+	r.entry.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	r.entry.date = 20261205;
+	r.entry.seq = n + 1;
+	r.entry.key_length = (uint16_t)klen;
+	for (i = 0; i < klen; i++)
+		r.key[i] = (char)('a' + (n + i) % 26);
+	len = journal_encode(&r, out + ROUND_PREFIX_BYTES,
+	    size - ROUND_PREFIX_BYTES);
+	FUZZ_CHECK(len > 0);
+	/* The prefix, from doc/journal.md: magic, 0, R, check. */
+	memcpy(out, "\xff" "JRD", 4);
+	memset(out + 4, 0, 4);
+	put_u64(out + 8, start);
+	memcpy(check, out + 4, 12);
+	memcpy(check + 12, out + ROUND_PREFIX_BYTES + 8, 8);
+	crypto_shorthash(out + 16, check, sizeof check, checksum_key);
+	return ROUND_PREFIX_BYTES + len;
+}
+
+/* Did the damage change bytes [a, a + n) of the segment? */
+static int
+changed(const uint8_t *seg, const uint8_t *orig, size_t a, size_t n)
+{
+	return memcmp(seg + a, orig + a, n) != 0;
+}
+
+static void
+fuzz_rounds(const uint8_t *data, size_t size)
+{
+	static uint8_t			 seg[HEADER_BYTES + ROUNDS_MAX_RECORDS *
+					    (ROUND_PREFIX_BYTES + 16 +
+					    PAYLOAD_MIN + 64) + 4096];
+	static uint8_t			 orig[sizeof seg];
+	uint8_t				 two[HEADER_BYTES + 512], *now;
+	struct journal_replay_stats	 stats;
+	struct rounds_run		 rr;
+	char				 path[PATH_MAX], *cause = NULL;
+	size_t				 end, zeros, x, l, i, k, two_size = 0;
+	size_t				 n_now, first;
+	uint64_t			 start = HEADER_BYTES, last_start;
+	unsigned			 kind, sealed, flags, must;
+	int				 rv;
+
+	if (size < 5)
+		return;
+	memset(&rr, 0, sizeof rr);
+	rr.n = 1 + data[0] % ROUNDS_MAX_RECORDS;
+	kind = data[1] & 3;
+	sealed = (data[1] & 4) != 0;
+	flags = (data[1] & 8) ? JOURNAL_REPLAY_READONLY : 0;
+	memset(seg, 0, sizeof seg);
+	memcpy(seg, "IDEMJNL", 8);
+	seg[8] = 2;				/* version 2 */
+	put_u64(seg + 16, 1);
+	crypto_shorthash(seg + 24, seg, 24, checksum_key);
+	end = HEADER_BYTES;
+	for (i = 0; i < rr.n; i++) {
+		k = 4 + i < size ? data[4 + i] : 0;
+		if (i > 0 && (k & 1))
+			start = end;		/* a new round */
+		rr.at[i] = end;
+		rr.start[i] = start;
+		rr.len[i] = rounds_record(seg + end, sizeof seg - end,
+		    (unsigned)i, 1 + (unsigned)(k >> 1) % 64, start);
+		end += rr.len[i];
+	}
+	last_start = start;
+	zeros = sealed ? 0 : (size_t)(data[3] >> 4) * 256;
+	rr.size = end + zeros;
+	FUZZ_CHECK(rr.size <= sizeof seg);
+
+	memcpy(orig, seg, rr.size);
+	/* The damage: [x, x + l) within the records. */
+	x = HEADER_BYTES + (end - HEADER_BYTES) * data[2] / 256;
+	l = kind == 2 ? 1 : 1 + data[3] % 64;
+	if (x + l > end)
+		l = end - x;
+	if (kind == 0)
+		memset(seg + x, 0, l);
+	else if (kind == 1) {
+		data += 4 + rr.n;
+		size = size > 4 + rr.n ? size - 4 - rr.n : 0;
+		for (i = 0; i < l; i++)
+			seg[x + i] = size > 0 ? data[i % size] : 0x5a;
+	} else if (kind == 2)
+		seg[x] ^= (uint8_t)(1 << (data[3] % 8));
+	else
+		l = 0;
+
+	empty_dir();
+	segment_path(1, path, sizeof path);
+	write_file(path, seg, rr.size);
+	if (sealed) {
+		memset(two, 0, sizeof two);
+		memcpy(two, "IDEMJNL", 8);
+		two[8] = 2;
+		put_u64(two + 16, 2);
+		crypto_shorthash(two + 24, two, 24, checksum_key);
+		two_size = HEADER_BYTES + rounds_record(two + HEADER_BYTES,
+		    sizeof two - HEADER_BYTES, 99, 5, HEADER_BYTES);
+		segment_path(2, path, sizeof path);
+		write_file(path, two, two_size);
+	}
+
+	memset(&stats, 0x5a, sizeof stats);
+	rr.stats = &stats;
+	rv = journal_replay(journal_dir, (int)flags, rounds_apply, &rr, &stats,
+	    &cause);
+	FUZZ_CHECK(rv == 0 || rv == -1);
+	free(cause);
+	segment_path(1, path, sizeof path);
+	FUZZ_CHECK((now = read_file(path, &n_now)) != NULL);
+	FUZZ_CHECK(n_now <= rr.size && memcmp(now, seg, n_now) == 0);
+	free(now);
+	if (rv == -1 || (flags & JOURNAL_REPLAY_READONLY))
+		FUZZ_CHECK(n_now == rr.size);	/* nothing changed */
+
+	/* The first record the damage changed (zeros over zeros do not). */
+	for (first = 0; first < rr.n; first++)
+		if (changed(seg, orig, rr.at[first], rr.len[first]))
+			break;
+	if (first == rr.n)
+		l = 0;
+	/* Liveness: what must be a clean end or a torn round. */
+	must = l == 0;
+	if (l != 0 && !sealed && kind != 1 && x >= last_start) {
+		must = 1;
+		for (i = first; i < rr.n; i++)
+			/* Its prefix alone: its inner record stays whole. */
+			if (changed(seg, orig, rr.at[i], ROUND_PREFIX_BYTES) &&
+			    !changed(seg, orig, rr.at[i] + ROUND_PREFIX_BYTES,
+			    rr.len[i] - ROUND_PREFIX_BYTES))
+				must = 0;
+	}
+	if (must) {
+		FUZZ_CHECK(rv == 0);
+		FUZZ_CHECK(rr.applied == (l == 0 ? rr.n : first));
+		if (l == 0)
+			FUZZ_CHECK(stats.truncated_bytes == 0 &&
+			    stats.zero_bytes == (sealed ? 0 : zeros));
+		else
+			FUZZ_CHECK(stats.torn_offset == rr.at[first] &&
+			    stats.truncated_bytes == rr.size - rr.at[first]);
+	}
+	if (rv == -1)
+		return;
+
+	/* Every record before the first changed one was applied. */
+	FUZZ_CHECK(rr.applied >= first);
+	if (sealed) {
+		/* A sealed segment is never cut; segment 2 replays. */
+		FUZZ_CHECK(stats.torn_segment != 1);
+		FUZZ_CHECK(rr.applied == rr.n && rr.others == 1);
+		return;
+	}
+	if (rr.applied == rr.n)
+		return;
+	/* Cut at X: no whole record after it of a round begun after X. */
+	FUZZ_CHECK(stats.torn_segment == 1);
+	FUZZ_CHECK(stats.torn_offset == rr.at[rr.applied]);
+	for (i = rr.applied; i < rr.n; i++)
+		if (!changed(seg, orig, rr.at[i], rr.len[i]))
+			FUZZ_CHECK(rr.start[i] <= stats.torn_offset);
+}
+
 /* journal_decode on bytes at offset at, against doc/journal.md. */
 static void
 decode_at(const uint8_t *buf, size_t size, size_t at)
@@ -593,5 +830,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_decode(data, size);
 	fuzz_replay(data, size);
+	fuzz_rounds(data, size);
 	return 0;
 }

@@ -565,24 +565,6 @@ effect_replies_lapses(int fd)
 	free(result);
 }
 
-/* idemctl compact --older-than 0 on the broker's root. */
-static void
-compact_now(struct broker *b)
-{
-	char	 cmd[1024], out[4096];
-	FILE	*p;
-	size_t	 n;
-
-	snprintf(cmd, sizeof cmd, "'%s' --root '%s' compact --older-than 0 "
-	    "2>&1", getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
-	    "contrib/idemctl", b->root);
-	assert_non_null(p = popen(cmd, "r"));
-	n = fread(out, 1, sizeof out - 1, p);
-	out[n] = '\0';
-	if (pclose(p) != 0 || strstr(out, "compact: ") == NULL)
-		fail_msg("idemctl compact: %s", out);
-}
-
 /* begin and complete applied (not transcribed: their count varies). */
 static char *
 commit(int fd, const char *csid, const char *result)
@@ -638,7 +620,7 @@ effect_replies_tombstone(struct broker *b, int fd)
 	}
 	harness_wait_log(b, " new in the index", base + 2,
 	    20000 * (int)harness_slowdown());
-	compact_now(b);
+	harness_compact_now(b);
 	result = result_of(COMPACT_BIG_PAD);
 	for (i = 0; i < COMPACT_FILLERS; i++) {
 		snprintf(csid, sizeof csid, "big-%d", i);

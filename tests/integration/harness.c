@@ -758,6 +758,44 @@ harness_raw_exchange(int fd, const char *line)
 	return reply;
 }
 
+int
+harness_raw_send_task(const struct broker *b, const char *id,
+    const char *subject)
+{
+	json_t	*request;
+	char	*line;
+	int	 fd;
+
+	assert_true((fd = harness_raw_connect(b)) >= 0);
+	request = harness_write_task(id, subject);
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	assert_non_null(line);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	return fd;
+}
+
+unsigned long long
+harness_compact_now(const struct broker *b)
+{
+	char			 cmd[1024], out[8192];
+	FILE			*p;
+	size_t			 n;
+	unsigned long long	 compacted;
+
+	snprintf(cmd, sizeof cmd, "'%s' --root '%s' compact --older-than 0 "
+	    "2>&1", getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
+	    "contrib/idemctl", b->root);
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, sizeof out - 1, p);
+	out[n] = '\0';
+	if (pclose(p) != 0 || sscanf(out, "compact: %llu receipt",
+	    &compacted) != 1)
+		fail_msg("idemctl compact: %s", out);
+	return compacted;
+}
+
 const char *
 harness_str(json_t *object, const char *key)
 {

@@ -90,8 +90,17 @@ int	 harness_raw_send(int fd, const char *line);
 char	*harness_raw_read_line(int fd);
 /* A raw line sent and its reply's line read back (malloc'd). */
 char	*harness_raw_exchange(int, const char *);
+/* harness_write_task(id, subject) sent on a new raw stream: its fd. */
+int	 harness_raw_send_task(const struct broker *, const char *id,
+	    const char *subject);
 /* One stats counter of the broker's, by name. */
 json_int_t harness_stat(struct broker *, const char *);
+/*
+ * idemctl compact --older-than 0 on the broker's root (everything
+ * committed so far): the receipts it compacted; fails the test if it
+ * failed or said otherwise.
+ */
+unsigned long long harness_compact_now(const struct broker *);
 
 /* A write_task request for submission id (NULL: legacy) and subject. */
 json_t	*harness_write_task(const char *id, const char *subject);

@@ -445,24 +445,6 @@ fx_fast_again_after_kill9_restart(void **state)
 	restart_checks(*state, 1);
 }
 
-/* idemctl compact --older-than 0 on the broker's root. */
-static void
-compact_now(struct broker *b)
-{
-	char	 cmd[1024], out[4096];
-	FILE	*p;
-	size_t	 n;
-
-	snprintf(cmd, sizeof cmd, "'%s' --root '%s' compact --older-than 0 "
-	    "2>&1", getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
-	    "contrib/idemctl", b->root);
-	assert_non_null(p = popen(cmd, "r"));
-	n = fread(out, 1, sizeof out - 1, p);
-	out[n] = '\0';
-	if (pclose(p) != 0 || strstr(out, "compact: ") == NULL)
-		fail_msg("idemctl compact: %s", out);
-}
-
 /*
  * The arena's least size (one 64 KiB record) and a checkpoint on every
  * 4 KiB journal segment: the target is indexed, compacted and its
@@ -498,7 +480,7 @@ fx_after_compaction(void **state)
 	}
 	harness_wait_log(b, " new in the index", base + 2,
 	    20000 * (int)harness_slowdown());
-	compact_now(b);
+	harness_compact_now(b);
 	/* The arena still holds the result: whole, and fast. */
 	reply = both_paths(b, fd, KIND, "fx-target", REQUEST, "6", 1);
 	assert_string_equal(reply, whole);

@@ -670,21 +670,6 @@ verify_clean(struct broker *b)
 		fail_msg("idemctl verify: %s", out);
 }
 
-/* idemctl compact --older-than 0 (everything committed so far): how many. */
-static unsigned long long
-compact_now(struct broker *b)
-{
-	static const char *const compact[] = { "compact", "--older-than",
-	    "0", NULL };
-	char			 out[8192];
-	unsigned long long	 n;
-
-	if (idemctl(b, compact, out, sizeof out) != 0 ||
-	    sscanf(out, "compact: %llu receipt", &n) != 1)
-		fail_msg("idemctl compact: %s", out);
-	return n;
-}
-
 /* get_submission's reserved_at of a task id (malloc'd). */
 static char *
 reserved_at_of(struct broker *b, const char *id)
@@ -785,7 +770,8 @@ test_compact_leaves_tombstones(void **state)
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
 	create_history(b, &h);
 	reserved = reserved_at_of(b, "hist-0");
-	assert_true(compact_now(b) >= HISTORY_TASKS + HISTORY_EFFECTS - 8);
+	assert_true(harness_compact_now(b) >= HISTORY_TASKS + HISTORY_EFFECTS -
+	    8);
 	pruned = retry_compacted(b, &h, before);
 	/* All but what the table (8) still holds whole. */
 	assert_true(pruned >= HISTORY_TASKS + HISTORY_EFFECTS - 8);
@@ -1101,7 +1087,7 @@ test_verify_compares_effects(void **state)
 	json_decref(v);
 
 	/* Compacted: tombstones agree with the full records they were. */
-	assert_true(compact_now(b) >= (unsigned long long)indexed);
+	assert_true(harness_compact_now(b) >= (unsigned long long)indexed);
 	assert_int_equal(indexed_entry(b, key, &e, result), 1);
 	assert_int_equal(e.form, INDEX_TOMBSTONE);
 	assert_int_equal(verify_json(b, &v), 0);
@@ -1510,7 +1496,8 @@ test_pruned_results_left_the_arena(void **state)
 	/* The first checkpoint: 33 committed and not in the index. */
 	harness_wait_log(b, " new in the index", 1, 30000 *
 	    (int)harness_slowdown());
-	assert_true(compact_now(b) >= PRUNED_FIRST_CHECKPOINT);
+	assert_true(harness_compact_now(b) >=
+	    PRUNED_FIRST_CHECKPOINT);
 	/* Compacted, but the table and the arena hold them: whole. */
 	for (i = 0; i < ARENA_EARLY; i++) {
 		snprintf(what, sizeof what, "fx-%d, compacted", i);
@@ -1582,7 +1569,7 @@ test_pruned_results_left_the_arena(void **state)
 	free(reply);
 
 	/* Reused first, compacted now: every one is pruned. */
-	assert_true(compact_now(b) >= ARENA_LATE);
+	assert_true(harness_compact_now(b) >= ARENA_LATE);
 	for (i = 0; i < all; i++) {
 		snprintf(what, sizeof what, "fx-%d, compacted again", i);
 		reply = effect_begin(b, &h, i, 0);
@@ -1672,7 +1659,8 @@ test_pruned_after_eviction(void **state)
 			 */
 			harness_wait_log(b, " new in the index", 1, 30000 *
 			    (int)harness_slowdown());
-			assert_true(compact_now(b) >= PRUNED_FIRST_CHECKPOINT);
+			assert_true(harness_compact_now(b) >=
+			    PRUNED_FIRST_CHECKPOINT);
 			assert_int_equal(harness_stat(b, "table_evictions"), 0);
 			fast = harness_stat(b, "reused_fast");
 			for (j = 0; j < EVICT_EARLY_TASKS; j++) {
@@ -1701,7 +1689,7 @@ test_pruned_after_eviction(void **state)
 	/* 156 evicted at least, every one indexed first: now tombstones. */
 	assert_true(harness_stat(b, "table_evictions") >=
 	    EVICT_EFFECTS + EVICT_TASKS - 64);
-	assert_true(compact_now(b) > 0);
+	assert_true(harness_compact_now(b) > 0);
 	table = harness_stat(b, "table_entries");
 
 	for (i = 0; i < EVICT_TASKS; i++) {

@@ -318,13 +318,66 @@ failing_zero_write_changes_nothing(void **state)
 }
 
 /*
+ * The last round of the segment in p: its start (the round prefix's
+ * round start), its records and the end of its last record, which is
+ * whole (its checksum, doc/journal.md, verifies): 0 if there is none.
+ */
+static int
+last_round(const uint8_t *p, size_t size, uint64_t *start, size_t *count,
+    size_t *end)
+{
+	static const unsigned char	key[16] = "idem-journal-v1";
+	uint8_t				sum[8], *buf;
+	uint64_t			r;
+	size_t				at, inner, length, i;
+
+	*start = 0;
+	*count = 0;
+	for (at = DOC_SEGMENT_HEADER_BYTES; at + DOC_ROUND_PREFIX_BYTES +
+	    DOC_RECORD_HEADER_BYTES <= size &&
+	    memcmp(p + at, doc_round_magic, 4) == 0;) {
+		r = 0;
+		for (i = 0; i < 8; i++)
+			r |= (uint64_t)p[at + 8 + i] << (8 * i);
+		if (r != *start) {
+			*start = r;
+			*count = 0;
+		}
+		inner = at + DOC_ROUND_PREFIX_BYTES;
+		length = (size_t)p[inner + 4] | (size_t)p[inner + 5] << 8 |
+		    (size_t)p[inner + 6] << 16;
+		if (inner + DOC_RECORD_HEADER_BYTES + length > size)
+			return 0;
+		/* The checksum covers the length field and the payload. */
+		assert_non_null(buf = malloc(4 + length));
+		memcpy(buf, p + inner + 4, 4);
+		memcpy(buf + 4, p + inner + DOC_RECORD_HEADER_BYTES, length);
+		crypto_shorthash(sum, buf, 4 + length, key);
+		free(buf);
+		if (memcmp(sum, p + inner + 8, sizeof sum) != 0)
+			return 0;
+		(*count)++;
+		at = inner + DOC_RECORD_HEADER_BYTES + length;
+	}
+	*end = at;
+	return *count > 0;
+}
+
+/*
  * The review's state (doc/journal.md, "Rounds over the zero tail"): a
- * SIGKILL with the zero tail present, then the last round's first bytes
- * reset to zeros while its later record is whole, as a power loss before
- * the round's fdatasync may leave them (the round's first sector not
- * written).  The restart cuts the torn round with a warning and keeps
- * every earlier receipt; with records that name no round this state was
- * corruption and idemd refused to start.
+ * round written over the zero tail and never synced, of which a power
+ * loss kept the later record and not the first bytes.  Made for real:
+ * the fault shim lets tr-last's first round (its reservation) be synced
+ * and holds the fdatasync of its second (task_created and committed,
+ * two records), so that round is on the page cache, never acknowledged
+ * (the client gets no reply), when the broker is SIGKILLed; then the
+ * round's first 60 bytes are reset to zeros.  The restart cuts exactly
+ * that round (one warning, at its start, the bytes from there to the
+ * file's end), keeps every acknowledged receipt byte for byte, and
+ * tr-last, reserved with its TASK file linked, is adopted at start-up
+ * (its retry reused, recovered).
+ * With records that name no round this state was corruption and idemd
+ * refused to start.
  */
 static void
 torn_last_round_restarts_clean(void **state)
@@ -332,56 +385,74 @@ torn_last_round_restarts_clean(void **state)
 	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	char			*receipts[TEST_SUBMISSIONS], path[512];
+	char			 needle[128], *line;
 	json_t			*reply;
 	uint8_t			*p, zeros[60];
-	uint64_t		 r, last = 0;
-	size_t			 size, at, inner, count = 0;
-	int			 fd;
+	uint64_t		 start = 0;
+	size_t			 size, e0, count = 0, end = 0;
+	int64_t			 deadline;
+	struct timespec		 pace = { 0, 1000000L };
+	int			 fd, raw;
 
 	assert_int_equal(harness_start(b, NULL, t->env), 0);
 	submit_all(b, "tr", receipts);
-	/* The last round: its task_created and committed records. */
-	reply = harness_submit(b, "tr-last", "zero tail");
-	harness_assert_outcome(reply, "created", 1, 1, 0);
-	json_decref(reply);
-	harness_kill(b);
+	/* Every record below e0 was acknowledged. */
+	segment_ends(b, &size, &e0);
 
-	p = read_segment(b, &size);
-	for (at = DOC_SEGMENT_HEADER_BYTES; at + DOC_ROUND_PREFIX_BYTES +
-	    DOC_RECORD_HEADER_BYTES <= size &&
-	    memcmp(p + at, doc_round_magic, 4) == 0;) {
-		r = 0;
-		for (inner = 0; inner < 8; inner++)
-			r |= (uint64_t)p[at + 8 + inner] << (8 * inner);
-		if (r != last) {
-			last = r;
-			count = 0;
+	harness_fault_rule(t->fault_file, "hold 0000000000000001.jnl 1");
+	raw = harness_raw_send_task(b, "tr-last", "zero tail");
+	/* Until its second round is written whole (its sync then held). */
+	deadline = harness_now_ms() + TEST_EVENT_TIMEOUT_MS;
+	for (;;) {
+		p = read_segment(b, &size);
+		if (last_round(p, size, &start, &count, &end) && start > e0 &&
+		    count >= 2) {
+			free(p);
+			break;
 		}
-		count++;
-		inner = at + DOC_ROUND_PREFIX_BYTES;
-		at = inner + DOC_RECORD_HEADER_BYTES + ((size_t)p[inner + 4] |
-		    (size_t)p[inner + 5] << 8 | (size_t)p[inner + 6] << 16);
+		free(p);
+		assert_true(harness_now_ms() < deadline);
+		nanosleep(&pace, NULL);
 	}
-	free(p);
-	print_message("last round at offset %" PRIu64 ", %zu records\n",
-	    last, count);
-	assert_true(last > DOC_SEGMENT_HEADER_BYTES);
-	assert_true(count >= 2);
-	assert_true(size > at);		/* the zeros ahead are there */
+	harness_kill(b);
+	/* Never acknowledged: the connection ends without a reply. */
+	line = harness_raw_read_line(raw);
+	assert_null(line);
+	close(raw);
+	harness_fault_rule(t->fault_file, "");
+	print_message("acknowledged end %zu, unsynced round at %" PRIu64
+	    ", %zu records to %zu, file %zu\n", e0, start, count, end, size);
+	assert_true(start > e0);
+	assert_true(size > end);		/* the zeros ahead are there */
 
-	/* Its first 60 bytes never reached the disk. */
+	/* Its first 60 bytes never reached the disk; its later record did. */
 	snprintf(path, sizeof path, "%s/.idem/journal/0000000000000001.jnl",
 	    b->root);
 	memset(zeros, 0, sizeof zeros);
 	assert_true((fd = open(path, O_WRONLY | O_CLOEXEC)) != -1);
-	assert_int_equal(pwrite(fd, zeros, sizeof zeros, (off_t)last),
+	assert_int_equal(pwrite(fd, zeros, sizeof zeros, (off_t)start),
 	    (ssize_t)sizeof zeros);
 	close(fd);
 
 	assert_int_equal(harness_start(b, NULL, t->env), 0);
-	assert_int_equal(harness_log_count(b, "torn tail"), 1);
 	assert_int_equal(harness_log_count(b, "corrupt"), 0);
+	assert_int_equal(harness_log_count(b, "torn tail"), 1);
+	/* Cut at the round's start, to the end: the round and the zeros. */
+	snprintf(needle, sizeof needle, "torn tail at offset %" PRIu64 " (",
+	    start);
+	assert_int_equal(harness_log_count(b, needle), 1);
+	snprintf(needle, sizeof needle, "cut %" PRIu64 " bytes ",
+	    (uint64_t)size - start);
+	assert_int_equal(harness_log_count(b, needle), 1);
+	/* Nothing acknowledged was cut. */
 	assert_all_reused(b, "tr", receipts);
+	/*
+	 * Its reservation survived and its TASK file was linked: start-up
+	 * adopted it, so the retry is reused, recovered (SPEC.md).
+	 */
+	reply = harness_submit(b, "tr-last", "zero tail");
+	harness_assert_outcome(reply, "reused", 0, 1, 1);
+	json_decref(reply);
 	assert_int_equal(harness_stop(b), 0);
 	free_all(receipts);
 	harness_shim_finish(t);

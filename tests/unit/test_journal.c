@@ -1830,6 +1830,273 @@ hole_then_a_later_round_is_corruption(void **state)
 }
 
 /*
+ * Rewrite the round prefix of a form 2 record at p: its reserved field
+ * and round start, with a check made over them, so that only the field
+ * under test is wrong (the check is right for what it covers).
+ */
+static void
+reprefix(uint8_t *p, uint32_t reserved, uint64_t round_start)
+{
+	uint8_t	check[20];
+
+	put_le(p + 4, reserved, 4);
+	put_le(p + 8, round_start, 8);
+	memcpy(check, p + 4, 12);
+	memcpy(check + 12, p + 24 + 8, 8);
+	crypto_shorthash(p + 16, check, sizeof check, doc_key);
+}
+
+/* Replay of a segment 1 built as rs, size bytes: refused, naming x. */
+static void
+rounds_assert_refused(const struct fixture *f, const struct rounds *rs,
+    size_t size, size_t x)
+{
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256], want[64];
+
+	rounds_write(f, rs, size);
+	segment_path(f, 1, path, sizeof path);
+	errno = 0;
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	snprintf(want, sizeof want, "offset %zu:", x);
+	if (cause == NULL || strstr(cause, want) == NULL)
+		fail_msg("the cause does not name %s: %s", want,
+		    cause != NULL ? cause : "(none)");
+	free(cause);
+	free(c.records);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(file_size(path), size);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rmdir(f->dir), 0);
+}
+
+/*
+ * A format 1 segment ending in zeros: no writer put zeros ahead there (an
+ * older idemd wrote it, and this one appends to it without), so they are
+ * a torn append's, with the verdict the journal gave before format 2: a
+ * torn tail, cut with its reason, counted in truncated_bytes, no zero
+ * tail.  Fewer zeros than a record header are "runs past the end".  The
+ * same zeros after a format 2 segment's records are its clean end.
+ */
+static void
+format_one_zero_tail_is_a_torn_tail(void **state)
+{
+	struct fixture			*f = *state;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	struct rounds			 rs;
+	uint8_t				 zeros[4096];
+	char				*cause = NULL, path[256];
+	static const size_t		 sizes[] = { sizeof zeros, 10 };
+	static const char *const	 whys[] = { "bad record magic",
+	    "record runs past the end of the file" };
+	uint64_t			 end;
+	size_t				 i;
+
+	memset(zeros, 0, sizeof zeros);
+	segment_path(f, 1, path, sizeof path);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(mkdir(f->dir, 0700), 0);
+		make_segment(f, 1, 0, 3);		/* format 1 */
+		end = (uint64_t)file_size(path);
+		append_bytes(path, zeros, sizes[i]);
+
+		/* Read-only: reported, the file left as it is. */
+		memset(&stats, 0xaa, sizeof stats);
+		assert_int_equal(journal_replay(f->dir,
+		    JOURNAL_REPLAY_READONLY, collect, &c, &stats, &cause), 0);
+		assert_null(cause);
+		assert_int_equal(c.count, 3);
+		assert_int_equal(stats.torn_segment, 1);
+		assert_int_equal(stats.torn_offset, end);
+		assert_string_equal(stats.torn_why, whys[i]);
+		assert_int_equal(stats.truncated_bytes, sizes[i]);
+		assert_int_equal(stats.zero_bytes, 0);
+		assert_int_equal(file_size(path), end + sizes[i]);
+		free(c.records);
+		memset(&c, 0, sizeof c);
+
+		/* Read-write: cut at the last record's end, once. */
+		assert_replays(f->dir, 0, 3, sizes[i]);
+		assert_int_equal(file_size(path), end);
+		assert_replays(f->dir, 0, 3, 0);
+		assert_int_equal(unlink(path), 0);
+		assert_int_equal(rmdir(f->dir), 0);
+	}
+
+	/* Format 2, the same zeros: the clean end, nothing cut. */
+	rounds_header(&rs);
+	rounds_add(&rs, 0, 32);
+	rounds_add(&rs, 1, 32);
+	rounds_write(f, &rs, rs.end + sizeof zeros);
+	memset(&stats, 0xaa, sizeof stats);
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(c.count, 2);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(stats.torn_segment, 0);
+	assert_int_equal(stats.zero_bytes, sizeof zeros);
+	assert_int_equal(file_size(path), rs.end + sizeof zeros);
+	free(c.records);
+}
+
+/*
+ * The torn-round cut is for the last segment only: a sealed segment was
+ * synced whole before the next was begun, so a hole in it followed by
+ * valid records of the hole's own round is damage, refused.
+ */
+static void
+torn_round_shape_in_a_sealed_segment_is_corruption(void **state)
+{
+	struct fixture			*f = *state;
+	struct rounds			 rs;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256], want[64];
+	size_t				 r3;
+
+	rounds_header(&rs);
+	rounds_add(&rs, 0, 32);
+	rounds_add(&rs, 1, 32);
+	r3 = rs.end;
+	rounds_add(&rs, 2, r3);
+	rounds_add(&rs, 3, r3);
+	rounds_add(&rs, 4, r3);
+	memset(rs.file + r3, 0, 60);		/* the round's first sector */
+	rounds_write(f, &rs, rs.end);		/* sealed: no zeros */
+	make_segment(f, 2, 5, 2);
+	segment_path(f, 1, path, sizeof path);
+
+	errno = 0;
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	snprintf(want, sizeof want, "0000000000000001.jnl offset %zu:", r3);
+	if (cause == NULL || strstr(cause, want) == NULL)
+		fail_msg("the cause does not name %s: %s", want,
+		    cause != NULL ? cause : "(none)");
+	free(cause);
+	free(c.records);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(file_size(path), rs.end);
+}
+
+/*
+ * A round prefix is whole or the record is BAD: any byte of it changed
+ * (magic, reserved field, round start, check) fails the decode; a
+ * reserved field that is not zero fails it even under a check made
+ * over it.  In replay, a record after a hole whose prefix was damaged
+ * carries no round, so the hole stays corruption: a later round's record
+ * whose round start reads as before the hole (damaged, or with reserved
+ * bits under a good check) is not taken for the hole's own round.
+ */
+static void
+damaged_round_prefix_carries_no_round(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal_record		 r;
+	struct rounds			 rs;
+	uint8_t				 rec[JOURNAL_MAX_RECORD_BYTES + 24];
+	size_t				 len, used, i, r2, r3;
+	int				 pass, bit;
+
+	len = encode_form2(7, 4096, rec, sizeof rec);
+	assert_int_equal(journal_decode(rec, len, &r, &used),
+	    JOURNAL_DECODE_OK);
+	assert_int_equal(r.form, 2);
+	assert_int_equal(r.round_start, 4096);
+	assert_int_equal(used, len);
+	for (i = 0; i < 24; i++) {
+		for (bit = 0; bit < 8; bit++) {
+			rec[i] ^= (uint8_t)(1 << bit);
+			if (journal_decode(rec, len, &r, &used) ==
+			    JOURNAL_DECODE_OK)
+				fail_msg("prefix byte %zu bit %d flipped "
+				    "decodes", i, bit);
+			rec[i] ^= (uint8_t)(1 << bit);
+		}
+	}
+	reprefix(rec, 1, 4096);			/* reserved, good check */
+	assert_int_equal(journal_decode(rec, len, &r, &used),
+	    JOURNAL_DECODE_BAD);
+	reprefix(rec, 0, 4096);
+	assert_int_equal(journal_decode(rec, len, &r, &used),
+	    JOURNAL_DECODE_OK);
+
+	for (pass = 0; pass < 2; pass++) {
+		rounds_header(&rs);
+		rounds_add(&rs, 0, 32);
+		r2 = rs.end;
+		rounds_add(&rs, 1, r2);
+		rounds_add(&rs, 2, r2);
+		r3 = rs.end;
+		rounds_add(&rs, 3, r3);		/* a later round */
+		memset(rs.file + r2, 0, 60);	/* a synced round's sector */
+		if (pass == 0)			/* round start damaged */
+			put_le(rs.file + rs.at[3] + 8, r2, 8);
+		else				/* reserved, good check */
+			reprefix(rs.file + rs.at[3], 0x100, r2);
+		rounds_assert_refused(f, &rs, rs.end + 4096, r2);
+	}
+}
+
+/*
+ * A hole strictly inside the last round (records of the round before it
+ * and after it, all naming the round's start): the round never completed
+ * its fsync, so replay cuts at the hole, not at the round's start, and
+ * keeps the round's records before it (they are cut nowhere else: a torn
+ * tail keeps what decodes).  The same hole followed by a record of a
+ * later round (it began past the hole, so the hole was synced) is
+ * corruption.
+ */
+static void
+hole_inside_a_round(void **state)
+{
+	struct fixture			*f = *state;
+	struct rounds			 rs;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+	size_t				 r2, size;
+
+	rounds_header(&rs);
+	rounds_add(&rs, 0, 32);
+	r2 = rs.end;
+	rounds_add(&rs, 1, r2);
+	rounds_add(&rs, 2, r2);
+	rounds_add(&rs, 3, r2);
+	rounds_add(&rs, 4, r2);
+	size = rs.end + 4096;
+	memset(rs.file + rs.at[2], 0, 60);	/* inside the round */
+	rounds_write(f, &rs, size);
+	segment_path(f, 1, path, sizeof path);
+
+	memset(&stats, 0, sizeof stats);
+	assert_int_equal(journal_replay(f->dir, JOURNAL_REPLAY_READONLY,
+	    collect, &c, &stats, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(c.count, 2);
+	assert_int_equal(stats.torn_offset, rs.at[2]);
+	assert_int_equal(stats.truncated_bytes, size - rs.at[2]);
+	free(c.records);
+	assert_replays(f->dir, 0, 2, size - rs.at[2]);
+	assert_int_equal(file_size(path), rs.at[2]);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rmdir(f->dir), 0);
+
+	/* Records 1-2 one round, the hole in 2, then a later round's 3. */
+	rounds_header(&rs);
+	rounds_add(&rs, 0, 32);
+	r2 = rs.end;
+	rounds_add(&rs, 1, r2);
+	rounds_add(&rs, 2, r2);
+	rounds_add(&rs, 3, rs.end);
+	memset(rs.file + rs.at[2], 0, 60);
+	rounds_assert_refused(f, &rs, rs.end + 4096, rs.at[2]);
+}
+
+/*
  * The writer in a format 2 segment: each record of a round goes out after
  * a prefix naming the logical end the round started from, a record split
  * between the ring's two pieces included; the file reads as the
@@ -2121,6 +2388,10 @@ main(void)
 		T(format_one_segment_is_appended_as_before),
 		T(hole_then_a_later_round_is_corruption),
 		T(form_two_record_in_a_format_one_segment_is_refused),
+		T(format_one_zero_tail_is_a_torn_tail),
+		T(torn_round_shape_in_a_sealed_segment_is_corruption),
+		T(damaged_round_prefix_carries_no_round),
+		T(hole_inside_a_round),
 #undef T
 	};
 
