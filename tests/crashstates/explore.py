@@ -39,6 +39,20 @@ file's content, a pid that only a message reads, does not count); a state
 that some crash after the reply was sent can leave counts as
 acknowledged.
 
+Reordered sectors.  A write that lands wholly inside its file's size at
+the time (the volatile size, unsynced zeros included) overwrites
+allocated blocks: a journal round's pwritev over the zero tail
+(doc/journal.md, "Rounds over the zero tail").  Such a write, with the
+overwrites right after it since the last sync (a round), may persist any
+subset of its 512-byte sectors, not a prefix: the options keep a subset
+of the round's units (one write's bytes in one sector), everything
+before the round applied and nothing after it; every subset up to
+REORDER_EXHAUSTIVE units, a seeded sample past that.  They are extra
+options of the file, each combined with the other items' options (see
+crash_states); appends keep the in-order model.  Not modelled: a sector
+torn inside itself, and ordering across files or between a round and
+the appends before it.
+
 Check.  Each state is written to a fresh root; idemd must reach ready on
 it (a refusal is a failure: a crash can produce the state); the same
 request is sent again, then the earlier submission; the answers and the
@@ -53,6 +67,7 @@ import hashlib
 import itertools
 import json
 import os
+import random
 import re
 import select
 import shutil
@@ -770,7 +785,7 @@ class Inode:
     """A file or a directory: what it is now, what of it is durable, and
     the changes in between, in order."""
     __slots__ = ("is_dir", "data", "synced", "entries", "synced_entries",
-                 "pending")
+                 "pending", "overwrites")
 
     def __init__(self, is_dir, data=b""):
         self.is_dir = is_dir
@@ -781,6 +796,10 @@ class Inode:
         # Files: ("write", offset, bytes) or ("trunc", size, None).
         # Directories: ("set", name, inode) or ("del", name, None).
         self.pending = []
+        # Indexes in pending of the writes that landed wholly inside the
+        # file's size at the time: overwrites, whose sectors may persist
+        # in any order (reorder_options).
+        self.overwrites = set()
 
 
 class FileSystem:
@@ -839,6 +858,11 @@ class FileSystem:
         elif op.kind == "write":
             node = self.lookup(op.path)
             offset = len(node.data) if op.append else op.offset
+            # The volatile size, zeros written ahead but not yet synced
+            # included: a round over them is an overwrite whether or not
+            # they reached the disk (a superset of the durable case).
+            if offset + len(op.data) <= len(node.data):
+                node.overwrites.add(len(node.pending))
             write_at(node.data, offset, op.data)
             node.pending.append(("write", offset, op.data))
         elif op.kind == "trunc":
@@ -852,6 +876,7 @@ class FileSystem:
             else:
                 node.synced = bytes(node.data)
             node.pending = []
+            node.overwrites = set()
         else:
             raise ExploreError("unknown op %s" % op.kind)
 
@@ -925,6 +950,138 @@ def options(node, zero_fill):
     return out
 
 
+# Reordered sectors.  A write that lands wholly inside the file's size
+# (a journal round's pwritev over the zero tail, doc/journal.md "Rounds
+# over the zero tail") overwrites allocated blocks, and a power loss
+# before the sync after it may leave any subset of its 512-byte sectors,
+# not a prefix.  Such a run of overwrites (a round; one pwritev, or
+# several writes with no sync between) is split into units, the part of
+# one write in one sector; each reordered option keeps a subset of them.
+# Writes that extend the file keep the in-order model above.
+SECTOR = 512
+# Rounds of at most this many units: every subset; longer ones: the
+# chosen subsets of reorder_subsets, at most REORDER_SAMPLES of them.
+REORDER_EXHAUSTIVE = 8
+REORDER_SAMPLES = 24
+REORDER_SEED = 33
+
+
+def round_units(node, j):
+    """The units of the run of overwrites at pending[j]: [(offset,
+    bytes)] in write order, sector by sector; [] if pending[j] is not an
+    overwrite."""
+    units = []
+    i = j
+    while i < len(node.pending) and i in node.overwrites:
+        _, offset, chunk = node.pending[i]
+        at = offset
+        while at < offset + len(chunk):
+            end = min((at // SECTOR + 1) * SECTOR, offset + len(chunk))
+            units.append((at, chunk[at - offset:end - offset]))
+            at = end
+        i += 1
+    return units
+
+
+def round_end(node, j):
+    i = j
+    while i < len(node.pending) and i in node.overwrites:
+        i += 1
+    return i
+
+
+def reorder_subsets(n, seed):
+    """Subsets (frozensets of unit indexes) of n units kept, neither none
+    nor all (those are the in-order options): every one for n <=
+    REORDER_EXHAUSTIVE, otherwise the first lost and the rest kept, only
+    the last kept, alternate units (both ways), one hole strictly inside
+    (its middle unit lost) and a run of holes strictly inside, then
+    seeded random subsets up to REORDER_SAMPLES: the same every run."""
+    every = frozenset(range(n))
+    if n < 2:
+        return []
+    if n <= REORDER_EXHAUSTIVE:
+        return [frozenset(i for i in range(n) if mask >> i & 1)
+                for mask in range(1, (1 << n) - 1)]
+    chosen = [every - {0},
+              frozenset([n - 1]),
+              frozenset(range(0, n, 2)),
+              frozenset(range(1, n, 2)),
+              every - {n // 2},
+              every - set(range(n // 3, 2 * n // 3))]
+    rng = random.Random(seed * 1000003 + n)
+    tries = 0
+    while len(set(chosen)) < REORDER_SAMPLES and tries < 1000:
+        tries += 1
+        subset = frozenset(i for i in range(n) if rng.random() < 0.5)
+        if subset and subset != every:
+            chosen.append(subset)
+    out = []
+    for subset in chosen:
+        if subset not in out:
+            out.append(subset)
+    return out
+
+
+def reorder_options(node):
+    """The reordered options of a file's pending writes: (j, "sectors",
+    kept) for each run of overwrites starting at pending[j] (the changes
+    before it applied in order, those after it not), kept the units of
+    round_units(node, j) that persisted."""
+    out = []
+    if node.is_dir:
+        return out
+    j = 0
+    while j < len(node.pending):
+        if j not in node.overwrites:
+            j += 1
+            continue
+        units = round_units(node, j)
+        for kept in reorder_subsets(len(units), REORDER_SEED + j):
+            out.append((j, "sectors", kept))
+        j = round_end(node, j)
+    return out
+
+
+def check_reorder_model():
+    """The reordered-sector model on made-up writes, before any state is
+    trusted to it: ExploreError if it is not what the DESIGN says."""
+    def expect(ok, what):
+        if not ok:
+            raise ExploreError("the reorder model: " + what)
+    for n in range(REORDER_EXHAUSTIVE + 1):
+        got = reorder_subsets(n, REORDER_SEED)
+        expect(len(set(got)) == len(got) == max(0, (1 << n) - 2),
+               "%d units: not every subset but none and all" % n)
+    n = 20
+    got = reorder_subsets(n, REORDER_SEED)
+    every = frozenset(range(n))
+    expect(got == reorder_subsets(n, REORDER_SEED), "not deterministic")
+    expect(len(set(got)) == len(got) == REORDER_SAMPLES,
+           "%d subsets of %d units, not %d" % (len(got), n,
+                                               REORDER_SAMPLES))
+    for must in (every - {0}, frozenset([n - 1]),
+                 frozenset(range(0, n, 2)), every - {n // 2}):
+        expect(must in got, "a required subset is missing")
+    expect(all(s and s != every for s in got), "none or all sampled")
+    # A round of two writes over synced zeros (units: 841-1023,
+    # 1024-1240, then 1300-1535 and 1536-1599), then an append.
+    node = Inode(False, b"\0" * 1600)
+    fs = FileSystem({})
+    fs.root.entries["j"] = node
+    fs.apply(Op("write", "j", offset=841, data=b"a" * 400))
+    fs.apply(Op("write", "j", offset=1300, data=b"b" * 300))
+    fs.apply(Op("write", "j", offset=1600, data=b"c" * 10))
+    expect(node.overwrites == {0, 1}, "overwrites %s, not {0, 1}" %
+           sorted(node.overwrites))
+    options = reorder_options(node)
+    expect(len(options) == 14 and all(o[0] == 0 for o in options),
+           "a round of 4 units gives %d options" % len(options))
+    data = content_of(node, (0, "sectors", frozenset([1, 3])))
+    expect(data == b"\0" * 1024 + b"a" * 217 + b"\0" * 295 + b"b" * 64,
+           "kept units 2 and 4: other bytes")
+
+
 def entries_of(node, option):
     if option is None or option[0] == len(node.pending):
         return node.entries
@@ -940,14 +1097,18 @@ def entries_of(node, option):
 def content_of(node, option):
     if option is None or option == (len(node.pending), ""):
         return bytes(node.data)
-    j, how = option
+    j, how = option[0], option[1]
     data = bytearray(node.synced)
     for kind, a, chunk in node.pending[:j]:
         if kind == "write":
             write_at(data, a, chunk)
         else:
             truncate(data, a)
-    if how == "torn":
+    if how == "sectors":
+        units = round_units(node, j)
+        for i in sorted(option[2]):
+            write_at(data, units[i][0], units[i][1])
+    elif how == "torn":
         _, a, chunk = node.pending[j]
         write_at(data, a, chunk[:len(chunk) // 2])
     elif how == "zero":
@@ -957,21 +1118,34 @@ def content_of(node, option):
 
 
 def describe_option(path, node, option):
-    j, how = option
+    j, how = option[0], option[1]
     what = "entry changes" if node.is_dir else "changes"
     text = "%s%s: %d of %d unsynced %s" % (
         path or ".", "/" if node.is_dir else "", j, len(node.pending), what)
-    if how == "torn":
+    if how == "sectors":
+        units = round_units(node, j)
+        text += ", then of the round of overwrites %d..%d only the units " \
+            "kept: %s; lost: %s" % (
+                j + 1, round_end(node, j),
+                units_text(units, sorted(option[2])),
+                units_text(units, sorted(set(range(len(units))) -
+                                         option[2])))
+    elif how == "torn":
         text += ", the next one torn in half"
     elif how == "zero":
         text += ", the next one zero-filled"
     return text
 
 
+def units_text(units, indexes):
+    return " ".join("[%d,%d)" % (units[i][0], units[i][0] + len(units[i][1]))
+                    for i in indexes)
+
+
 class State:
     """One crash state: its tree, how it arose, and the replies that were
     sent before the crash (raw lines), which a retry must agree with."""
-    __slots__ = ("tree", "origin", "acks", "count", "number")
+    __slots__ = ("tree", "origin", "acks", "count", "number", "reordered")
 
 
 class Trace:
@@ -983,20 +1157,24 @@ class Trace:
                  "startup_ops", "origin")
 
 
-def crash_states(trace, zero_fill, limit, unique):
+def crash_states(trace, zero_fill, limit, unique, reorder=True):
     """Add every crash state of every prefix of trace.ops to unique
-    (tree key -> State); the number of states generated.
+    (tree key -> State); (states generated, of them reordered).
 
     At prefix k each pending item (a file or directory with changes since
     its last sync) may have persisted any prefix of its changes, the next
     write possibly torn; items are independent of each other.  All
     combinations are taken while there are at most limit of them; past
     that, each item's options with the others fully applied and with the
-    others fully dropped."""
+    others fully dropped.  With reorder, then each reordered option of an
+    item (reorder_options) with every combination of the others' options,
+    or past limit with the others fully applied and fully dropped: the
+    in-order combinations are the same with or without it."""
     fs = FileSystem(trace.tree)
     for op in trace.prefix:
         fs.apply(op)
     generated = 0
+    reordered = 0
     for k in range(len(trace.ops) + 1):
         if k > 0:
             fs.apply(trace.ops[k - 1])
@@ -1016,14 +1194,32 @@ def crash_states(trace, zero_fill, limit, unique):
                                  for opts in per_item]
                         combo[i] = option
                         combos.append(tuple(combo))
+        combos = [(combo, False) for combo in combos]
+        for i, (_, node) in enumerate(items):
+            extra = reorder_options(node) if reorder else []
+            if not extra:
+                continue
+            others = per_item[:i] + per_item[i + 1:]
+            total = len(extra)
+            for o in others:
+                total *= len(o)
+            if total <= limit:
+                rests = itertools.product(*others)
+            else:
+                rests = [tuple(o[0] for o in others),
+                         tuple(o[-1] for o in others)]
+            for rest in rests:
+                for option in extra:
+                    combos.append((rest[:i] + (option,) + rest[i:], True))
         # Replies sent before a crash at k: the base's, and this run's
         # once k passed it.  A state that several crashes can leave must
         # agree with every reply any of them had sent.
         acks = set(trace.acks)
         if k >= trace.k_ack:
             acks.add(trace.reply)
-        for combo in combos:
+        for combo, is_reordered in combos:
             generated += 1
+            reordered += is_reordered
             chosen = {id(node): option
                       for (_, node), option in zip(items, combo)}
             tree = fs.tree(lambda n: chosen.get(id(n)))
@@ -1042,10 +1238,11 @@ def crash_states(trace, zero_fill, limit, unique):
                 state.acks = set()
                 state.count = 0
                 state.number = len(unique) + 1
+                state.reordered = is_reordered
                 unique[key] = state
             state.count += 1
             state.acks |= acks
-    return generated
+    return generated, reordered
 
 
 # ---- the request kinds ------------------------------------------------
@@ -1147,6 +1344,7 @@ class Kind:
         self.base = base
         self.traces = 0
         self.generated = [0, 0]		# per level
+        self.reordered = [0, 0]		# of them reordered (sectors)
         self.unique = [{}, {}]
         self.explored = [0, 0]
         self.failures = [0, 0]
@@ -1456,12 +1654,18 @@ class Explorer:
                                              mark))
         kind.traces += 1
         kind.trace = trace
-        kind.generated[0] += crash_states(trace, self.args.zero_fill,
-                                          self.args.combinations,
-                                          kind.unique[0])
+        self.generate(kind, 0, trace)
         self.log("%s: %d operations on the root (%d in start-up, the reply "
                  "after op %d)" % (kind.name, len(trace.ops),
                                    trace.startup_ops, trace.k_ack))
+
+    def generate(self, kind, level, trace):
+        """The crash states of trace into kind's level, counted."""
+        generated, reordered = crash_states(
+            trace, self.args.zero_fill, self.args.combinations,
+            kind.unique[level], not self.args.no_reorder)
+        kind.generated[level] += generated
+        kind.reordered[level] += reordered
 
     def slot(self):
         """A directory for one check; reused, one per concurrent check."""
@@ -1581,9 +1785,7 @@ class Explorer:
             if trace is not None:
                 kind.traces += 1
                 kind.retries[keys[id(state)]] = trace
-                kind.generated[1] += crash_states(
-                    trace, self.args.zero_fill, self.args.combinations,
-                    kind.unique[1])
+                self.generate(kind, 1, trace)
         if level == 0 and self.args.depth > 1:
             self.after_process_crashes(kind)
             # A level-2 state that level 1 checked, with no reply more to
@@ -1594,10 +1796,13 @@ class Explorer:
                         same.acks:
                     del kind.unique[1][key]
         self.log("%s: level %d: crash states generated %d, unique %d (%d "
-                 "with a reply sent), explored %d, failures %d" % (
+                 "with a reply sent), explored %d, failures %d; reordered "
+                 "sectors: generated %d, unique %d" % (
                      kind.name, level + 1, kind.generated[level],
                      len(states), sum(1 for s in states if s.acks),
-                     kind.explored[level], kind.failures[level]))
+                     kind.explored[level], kind.failures[level],
+                     kind.reordered[level],
+                     sum(1 for s in states if s.reordered)))
 
     def after_process_crashes(self, kind):
         """Level 2, the other way to get there: the broker killed after op
@@ -1623,9 +1828,7 @@ class Explorer:
             trace.startup_ops = 0
             trace.origin = "level 2 after the broker was killed after " \
                 "level-1 op %d" % k
-            kind.generated[1] += crash_states(
-                trace, self.args.zero_fill, self.args.combinations,
-                kind.unique[1])
+            self.generate(kind, 1, trace)
 
 
 def fd_path_text(call):
@@ -1691,6 +1894,9 @@ def main():
     parser.add_argument("--zero-fill", action="store_true",
                         help="also crash states where an unsynced write's "
                         "size persisted but not its data (zeros)")
+    parser.add_argument("--no-reorder", action="store_true",
+                        help="persist every file's unsynced writes in "
+                        "order only: no reordered sectors of overwrites")
     parser.add_argument("--combinations", type=int, default=4096,
                         help="take every combination of the pending items' "
                         "options while there are at most this many")
@@ -1720,6 +1926,7 @@ def main():
     ex.deadline = started + args.budget
     kinds = []
     try:
+        check_reorder_model()
         small = ex.make_base("base", False)
         begun = None
         for name in names:
@@ -1767,13 +1974,20 @@ def main():
     unique = sum(sum(len(u) for u in k.unique) for k in kinds)
     for kind in kinds:
         print("%s: traces %d, crash states generated %d, unique %d, "
-              "explored %d, failures %d" % (
+              "explored %d, failures %d; reordered sectors: generated %d, "
+              "unique %d" % (
                   kind.name, kind.traces, sum(kind.generated),
                   sum(len(u) for u in kind.unique), sum(kind.explored),
-                  sum(kind.failures)))
+                  sum(kind.failures), sum(kind.reordered),
+                  sum(1 for u in kind.unique for s in u.values()
+                      if s.reordered)))
     print("wall time %.1f s" % elapsed)
-    print("crash states explored: %d, failures: %d" % (
-        explored, len(ex.failures)))
+    print("crash states explored: %d, failures: %d; reordered sectors: "
+          "generated %d, unique %d" % (
+              explored, len(ex.failures),
+              sum(sum(k.reordered) for k in kinds),
+              sum(1 for k in kinds for u in k.unique for s in u.values()
+                  if s.reordered)))
     if ex.failures or args.keep:
         print("work directory kept: %s" % ex.work)
     else:
