@@ -10,7 +10,9 @@ DESIGN
 Record.  A base root is made by a plain idemd: one committed write_task
 (the "earlier" submission), then, once the writer has its zeros ahead of
 the journal's logical end, SIGKILL (a clean stop would cut them, and the
-traced round would be an append, not a round over zeros).  For each request kind a copy of
+traced round would be an append, not a round over zeros).  The legacy
+and effect kinds' bases get legacy fillers first, so that their one
+round crosses a sector boundary (make_base).  For each request kind a copy of
 it is served by idemd --workers 1 under strace, from exec on: start-up,
 one request, its reply, SIGTERM.  Start-up is in the trace on purpose: it
 writes too (the lock file, fsyncs of the topology and of the journal), and
@@ -1576,10 +1578,10 @@ class Explorer:
 
     def make_base(self, name, fill, effect=False):
         """A root with the earlier submission committed; with effect, an
-        effect begun (proceed) after it; then legacy tasks until segment 1
-        is one record short of SEGMENT_BYTES (fill) or until the next
-        record crosses a sector boundary (without); killed with the zeros
-        ahead."""
+        effect begun (proceed) after it; then with fill "segment", legacy
+        tasks until segment 1 is one record short of SEGMENT_BYTES, with
+        "sector" until the next record crosses a sector boundary; killed
+        with the zeros ahead."""
         base = Base()
         root = os.path.join(self.work, name, "root")
         os.makedirs(root)
@@ -1601,21 +1603,26 @@ class Explorer:
                 raise ExploreError("the base's effect_begin: %s" % begun)
             base.effect_fence = begun["fence"]
         # Legacy fillers (a record of about LEGACY_RECORD bytes each):
-        # with fill, until the request's first record starts segment 2;
-        # without, until the logical end is in a sector's last
+        # "segment", until the request's first record starts segment 2;
+        # "sector", until the logical end is in a sector's last
         # LEGACY_RECORD bytes but not its last ROUND_PREFIX, so that the
-        # request's round (a record of LEGACY_RECORD bytes or more)
-        # crosses a sector boundary after its first record's round
+        # request's first round (a record of LEGACY_RECORD bytes or
+        # more) crosses a sector boundary after its first record's round
         # prefix.  A round inside one sector has no subset to reorder
-        # (some kinds' would be, from the earlier submission's end); a
-        # boundary inside the prefix is the false refusal doc/journal.md
-        # admits ("A record whose prefix was lost but whose inner record
-        # is whole"), found by this explorer with the end at 1009, not
-        # what a base should hit on every run.
-        while not (segment_end(segment) + LEGACY_RECORD >= SEGMENT_BYTES
-                   if fill else SECTOR - LEGACY_RECORD <=
-                   segment_end(segment) % SECTOR < SECTOR - ROUND_PREFIX):
-            if segment_end(segment) + 2 * LEGACY_RECORD > SEGMENT_BYTES:
+        # (legacy's and effect_begin's would be, from the earlier
+        # submission's end); a boundary inside the prefix is the false
+        # refusal doc/journal.md admits ("A record whose prefix was lost
+        # but whose inner record is whole"), found by this explorer with
+        # the end at 1009, not what a base should hit on every run.
+        # None: task's and report's second round (two records) crosses
+        # 1024 after its first record, the state that needs replay's
+        # torn-round rule.
+        while fill == "segment" and \
+                segment_end(segment) + LEGACY_RECORD < SEGMENT_BYTES or \
+                fill == "sector" and not SECTOR - LEGACY_RECORD <= \
+                segment_end(segment) % SECTOR < SECTOR - ROUND_PREFIX:
+            if fill == "sector" and segment_end(segment) + \
+                    2 * LEGACY_RECORD > SEGMENT_BYTES:
                 raise ExploreError("the base's fillers reached the end of "
                                    "segment 1 (%s)" % segment)
             reply = json.loads(c.call(task_request(None, "filler", 0)))
@@ -1988,24 +1995,30 @@ def main():
     kinds = []
     try:
         check_reorder_model()
-        small = ex.make_base("base", False)
+        small = ex.make_base("base", None)
+        sector = None
         begun = None
         for name in names:
             if name == "task":
                 kinds.append(Kind("task", task_request(
                     TASK_ID, "one new task", 2), small))
             elif name == "legacy":
+                if sector is None:
+                    sector = ex.make_base("base-sector", "sector")
                 kinds.append(Kind("legacy", task_request(
-                    None, "one legacy task", 2), small))
+                    None, "one legacy task", 2), sector))
             elif name == "report":
                 kinds.append(Kind("report", report_request(
                     small.earlier_task), small))
             elif name == "effect_begin":
+                if sector is None:
+                    sector = ex.make_base("base-sector", "sector")
                 kinds.append(Kind("effect_begin", effect_begin_request(2),
-                                  small))
+                                  sector))
             elif name in ("effect_complete", "effect_extend"):
                 if begun is None:
-                    begun = ex.make_base("base-effect", False, effect=True)
+                    begun = ex.make_base("base-effect", "sector",
+                                         effect=True)
                 if name == "effect_complete":
                     kinds.append(Kind("effect_complete", effect_request(
                         "effect_complete", 2, fence=begun.effect_fence,
@@ -2017,7 +2030,7 @@ def main():
             else:
                 kinds.append(Kind("rotate", task_request(
                     TASK_ID, "one new task past the segment", 2),
-                    ex.make_base("base-full", True)))
+                    ex.make_base("base-full", "segment")))
         for kind in kinds:
             ex.record(kind)
         # Level by level, so that a budget cut leaves no kind unexplored.
