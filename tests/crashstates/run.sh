@@ -39,8 +39,8 @@ fi
 # What fits the budget with room to spare (doc/testing.md, "Budget";
 # measured on 2 cores shared with other test runs): a plain build
 # explores level 1 of every kind and level 2 of task, legacy and report
-# (1170 to 1720 states, 145 to 176 of them reordered sectors, every kind
-# some: 37 to 59 s under a load of 3 to 9, 2026-12-05); rotate's level 2
+# (750 to 1020 states, 78 to 96 of them reordered sectors, every kind
+# some: 24 to 29 s under a load of 4 to 6, 2026-12-05); rotate's level 2
 # (600 more, a checkpoint's) by hand with --deep-kinds.  A sanitizer
 # build (IDEM_SANITIZER_FLAGS from make check) is ten times slower per
 # state and explores level 1 (about 80 states, 30 to 90 s).  States are
