@@ -352,6 +352,171 @@ recovered_start_needs_the_reserved_field_zero(void **state)
 	assert_refused(f, &rs, r1, "reserved bits", 4);
 }
 
+/* A record of key length klen (1..329), numbered n, at p in form 2. */
+static size_t
+encode_sized(unsigned n, unsigned klen, uint64_t round_start, uint8_t *p,
+    size_t size)
+{
+	struct journal_record	r;
+	uint8_t			check[20];
+	size_t			len;
+	unsigned		i;
+
+	memset(&r, 0, sizeof r);
+	r.type = JOURNAL_RECORD_ENTRY;
+	r.entry.kind = SUBTAB_KIND_TASK;
+	r.entry.state = SUBTAB_COMMITTED;
+	r.entry.date = 20261205;
+	r.entry.seq = n + 1;
+	r.entry.key_length = (uint16_t)klen;
+	for (i = 0; i < klen; i++)
+		r.key[i] = (char)('a' + (n + i) % 26);
+	len = journal_encode(&r, p + PREFIX_BYTES, size - PREFIX_BYTES);
+	assert_true(len > 0);
+	memcpy(p, "\xff" "JRD", 4);
+	put_le(p + 4, 0, 4);
+	put_le(p + 8, round_start, 8);
+	memcpy(check, p + 4, 12);
+	memcpy(check + 12, p + PREFIX_BYTES + 8, 8);
+	crypto_shorthash(p + 16, check, sizeof check, doc_key);
+	return PREFIX_BYTES + len;
+}
+
+static uint64_t
+next_random(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+#define SECTOR		512
+#define TRIAL_ROUNDS	40
+#define MAX_SECTORS	8
+
+/*
+ * Every state a power loss can leave of a round over the zeros: rounds of
+ * random records (keys of 1..329 bytes) from a random synced end, each of
+ * their 512-byte sectors kept or lost (its bytes before the round, zeros
+ * after R).  Replay (read-write, the file rewritten each time) cuts at
+ * the first record the loss changed, or refuses, and refuses only in the
+ * documented state: a record whose round start or check was lost, its
+ * inner record whole, with no record after it whose start and check are
+ * whole.  Prints how many lost-then-kept states are refused (doc/
+ * journal.md, "Which torn rounds are still refused").
+ */
+static void
+refusals_are_rare(void **state)
+{
+	struct fixture			*f = *state;
+	static uint8_t			 now[16384], old[16384], disk[16384];
+	struct journal_replay_stats	 stats;
+	size_t				 at[64], len[64], r, end, size, x, k;
+	size_t				 first_s, nsec, n, i, applied;
+	uint64_t			 seed = 0x9e3779b97f4a7c15ULL, mask;
+	unsigned long			 states = 0, ltk = 0, refused = 0;
+	char				 path[256], *cause;
+	int				 fd, rc, lost_seen, ltk_state, bare;
+	unsigned			 t;
+
+	snprintf(path, sizeof path, "%s/%016x.jnl", f->dir, 1);
+	for (t = 0; t < TRIAL_ROUNDS; t++) {
+		/* Synced: records from 32 to r; the round: r to end. */
+		memset(now, 0, sizeof now);
+		memcpy(now, "IDEMJNL", 8);
+		put_le(now + 8, 2, 4);
+		put_le(now + 16, 1, 8);
+		crypto_shorthash(now + 24, now, 24, doc_key);
+		end = 32;
+		n = next_random(&seed) % 4;
+		for (i = 0; i < n; i++)
+			end += encode_sized((unsigned)i, 1 +
+			    (unsigned)(next_random(&seed) % 329), 32,
+			    now + end, sizeof now - end);
+		r = end;
+		for (n = 0; ; n++) {
+			at[n] = end;
+			len[n] = encode_sized(100 + (unsigned)n, 1 +
+			    (unsigned)(next_random(&seed) % 329), r,
+			    now + end, sizeof now - end);
+			if ((end + len[n] + SECTOR - 1) / SECTOR - r / SECTOR >
+			    MAX_SECTORS)
+				break;
+			end += len[n];
+		}
+		memset(now + end, 0, len[n]);	/* the one that did not fit */
+		size = (end / SECTOR + 2) * SECTOR;	/* the zeros ahead */
+		memcpy(old, now, size);
+		memset(old + r, 0, size - r);
+		first_s = r / SECTOR;
+		nsec = (end + SECTOR - 1) / SECTOR - first_s;
+		for (mask = 0; mask < (1ULL << nsec) - 1; mask++) {
+			/* mask: the kept sectors; all kept is no loss. */
+			memcpy(disk, now, size);
+			lost_seen = ltk_state = 0;
+			for (k = 0; k < nsec; k++) {
+				if (mask >> k & 1) {
+					ltk_state |= lost_seen;
+					continue;
+				}
+				lost_seen = 1;
+				memcpy(disk + (first_s + k) * SECTOR,
+				    old + (first_s + k) * SECTOR, SECTOR);
+			}
+			/* X: the first record the loss changed. */
+			for (i = 0; i < n; i++)
+				if (memcmp(disk + at[i], now + at[i],
+				    len[i]) != 0)
+					break;
+			assert_true(i < n);
+			x = at[i];
+			/* The documented refusal: a bare last survivor. */
+			bare = 0;
+			for (; i < n; i++) {
+				if (memcmp(disk + at[i] + PREFIX_BYTES,
+				    now + at[i] + PREFIX_BYTES,
+				    len[i] - PREFIX_BYTES) != 0)
+					continue;
+				bare = memcmp(disk + at[i] + 8, now + at[i] + 8,
+				    PREFIX_BYTES - 8) != 0;
+			}
+			assert_true((fd = open(path, O_WRONLY | O_CREAT |
+			    O_TRUNC, 0600)) != -1);
+			assert_int_equal(write(fd, disk, size),
+			    (ssize_t)size);
+			close(fd);
+			applied = 0;
+			cause = NULL;
+			rc = journal_replay(f->dir, 0, count, &applied, &stats,
+			    &cause);
+			states++;
+			ltk += ltk_state;
+			if (rc != 0) {
+				if (!bare)
+					fail_msg("round %u, kept sectors %#llx: "
+					    "refused: %s", t,
+					    (unsigned long long)mask, cause);
+				refused++;
+				free(cause);
+				continue;
+			}
+			if (bare)
+				fail_msg("round %u, kept sectors %#llx: cut, "
+				    "not refused", t, (unsigned long long)mask);
+			/* Cut at X (or zeros from X: the clean end there). */
+			assert_int_equal(stats.end_offset, x);
+			assert_int_equal(stats.records, applied);
+		}
+	}
+	assert_int_equal(unlink(path), 0);
+	/* Every refusal is lost-then-kept: only those leave a record. */
+	print_message("torn rounds: %lu states, %lu lost-then-kept, %lu "
+	    "refused (%.2f%% of lost-then-kept)\n", states, ltk, refused,
+	    ltk != 0 ? 100.0 * (double)refused / (double)ltk : 0.0);
+	assert_true(refused * 100 < ltk * 6);
+}
+
 /*
  * Checkpoints and the index hold form 1 records: journal_decode reads
  * form 1 only, so a form 2 record there is refused (doc/journal.md).
@@ -437,6 +602,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    form_two_refused_outside_the_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(refusals_are_rare, setup,
+		    teardown),
 	};
 
 	if (sodium_init() < 0)
