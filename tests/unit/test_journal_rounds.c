@@ -832,8 +832,11 @@ boundary_in_the_last_prefix(void **state)
  * when a later record names a round begun at or before the hole: a
  * record of a later round after it (the hole was synced once) is
  * corruption, whether its prefix is whole or only its round start and
- * check are (a recovered start is taken both ways).  So is a bare record
- * followed by nothing but a later round's.
+ * check are (pass 0).  A recovered start is taken both ways: one past the
+ * hole is corruption even when a record naming a start before the hole
+ * follows it (pass 1, a layout made for the rule: a rule that took the
+ * recovered record for bare would let that one vouch for it and cut).
+ * So is a bare record followed by nothing but a later round's (pass 2).
  */
 static void
 bare_record_then_a_later_round_is_corruption(void **state)
@@ -841,23 +844,30 @@ bare_record_then_a_later_round_is_corruption(void **state)
 	struct fixture	*f = *state;
 	struct torn	 rs;
 	size_t		 r1, x, later, k;
+	int		 pass;
 
-	for (k = 0; k <= 8; k++) {
-		torn_header(&rs);
-		torn_add(&rs, 32);
-		r1 = rs.end;
-		torn_add(&rs, r1);
-		torn_add(&rs, r1);
-		torn_add(&rs, r1);
-		later = rs.end;
-		torn_add(&rs, later);		/* a later round */
-		torn_add(&rs, later);
-		/* Record 1 to byte 20 of record 2's prefix lost: 2 bare. */
-		x = rs.at[1];
-		memset(rs.file + x, 0, rs.at[2] + 20 - x);
-		/* The later round's first record: its magic lost up to k. */
-		memset(rs.file + rs.at[4], 0, k);
-		assert_refused(f, &rs, x, "a later round after a bare one", k);
+	for (pass = 0; pass < 3; pass++) {
+		for (k = 0; k <= 8; k++) {
+			torn_header(&rs);
+			torn_add(&rs, 32);
+			r1 = rs.end;
+			torn_add(&rs, r1);
+			torn_add(&rs, r1);
+			if (pass != 2)
+				torn_add(&rs, r1);
+			later = rs.end;
+			torn_add(&rs, later);		/* a later round */
+			torn_add(&rs, pass == 1 ? r1 : later);
+			/* Record 1 to byte 20 of record 2's prefix lost. */
+			x = rs.at[1];
+			memset(rs.file + x, 0, rs.at[2] + 20 - x);
+			/* The later round's first record: bytes 0..k-1 lost. */
+			memset(rs.file + rs.at[pass == 2 ? 3 : 4], 0, k);
+			assert_refused(f, &rs, x, pass == 0 ? "a later round "
+			    "after a bare one" : pass == 1 ? "a recovered "
+			    "later start before a witness" : "a bare one, then "
+			    "a later round only", k);
+		}
 	}
 }
 
