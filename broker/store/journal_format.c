@@ -728,8 +728,8 @@ round_recover(const uint8_t *rec, uint64_t *round_start)
  * journal.md, "Rounds over the zero tail").  Every record, of either
  * form, holds a form 1 record: search for the record magic only (never
  * the prefix's), decode there, and take its round start from the 24
- * bytes right before it, after x: a prefix that decodes, or one whose
- * round start and check are whole (round_recover).  A record with a
+ * bytes right before it (at or after x): a prefix that decodes, or one
+ * whose round start and check are whole (round_recover).  A record with a
  * round start > x makes it corruption.  A record with none (bare) counts
  * as the round of the next record that has one <= x: it lies inside
  * that round's bytes [R, its end), which that round wrote; a bare record
@@ -745,7 +745,7 @@ journal_round_after(const uint8_t *base, size_t size, size_t x,
 	const uint8_t		*p;
 	const char		*why;
 	size_t			 from = x + 1, used, start, bare = SIZE_MAX;
-	uint64_t		 round_start;
+	uint64_t		 round_start = 0;
 	int			 found = 0, named;
 
 	while (from < size) {
