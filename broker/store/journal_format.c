@@ -481,7 +481,7 @@ effect_decode(const uint8_t *in, const uint8_t *p, uint32_t payload_length,
 	return JOURNAL_DECODE_OK;
 }
 
-/* journal_decode, with the reason for BAD for replay's messages. */
+/* A form 1 record, with the reason for BAD for replay's messages. */
 static enum journal_decode_result record_decode_plain(const uint8_t *,
 	    size_t, struct journal_record *, size_t *, const char **);
 
@@ -653,13 +653,24 @@ record_decode_plain(const uint8_t *in, size_t length,
 	return JOURNAL_DECODE_OK;
 }
 
+/*
+ * Form 1 only: checkpoints and the index hold form 1 records (they are
+ * not written in rounds), so a round prefix there is BAD.  Replay reads
+ * both forms with journal_record_decode.
+ */
 enum journal_decode_result
 journal_decode(const uint8_t *in, size_t length, struct journal_record *r,
     size_t *consumed)
 {
-	const char	*why;
+	enum journal_decode_result	 res;
+	const char			*why;
 
-	return journal_record_decode(in, length, r, consumed, &why);
+	res = record_decode_plain(in, length, r, consumed, &why);
+	if (res == JOURNAL_DECODE_OK) {
+		r->form = JOURNAL_FORMAT_PLAIN;
+		r->round_start = 0;
+	}
+	return res;
 }
 
 /*
@@ -692,12 +703,39 @@ journal_record_follows(const uint8_t *base, size_t size, size_t from,
 }
 
 /*
+ * The round start of the prefix before the form 1 record at rec when the
+ * prefix's first 8 bytes (magic, reserved: both constant) were lost but
+ * its round start and check are whole: the check, recomputed with the
+ * reserved field 0 over them and the inner checksum, verifies it.  1 and
+ * *round_start, or 0.
+ */
+static int
+round_recover(const uint8_t *rec, uint64_t *round_start)
+{
+	uint8_t	prefix[JOURNAL_ROUND_PREFIX_BYTES], sum[crypto_shorthash_BYTES];
+
+	memcpy(prefix, rec - JOURNAL_ROUND_PREFIX_BYTES, sizeof prefix);
+	put_u32(prefix + ROUND_RESERVED_OFFSET, 0);
+	round_check(prefix, rec, sum);
+	if (memcmp(sum, prefix + ROUND_CHECK_OFFSET, sizeof sum) != 0)
+		return 0;
+	*round_start = get_u64(prefix + ROUND_START_OFFSET);
+	return 1;
+}
+
+/*
  * The valid records after a bad one at x, for replay's rule (doc/
  * journal.md, "Rounds over the zero tail").  Every record, of either
  * form, holds a form 1 record: search for the record magic only (never
- * the prefix's), decode there, and take it as form 2 when a valid round
- * prefix stands right before it, after x.  1: all of form 2 with a round
- * start <= x (a torn round), 0: none, -1: *at is one that is not.
+ * the prefix's), decode there, and take its round start from the 24
+ * bytes right before it (at or after x): a prefix that decodes, or one
+ * whose round start and check are whole (round_recover).  A record with a
+ * round start > x makes it corruption.  A record with none (bare) counts
+ * as the round of the next record that has one <= x: it lies inside
+ * that round's bytes [R, its end), which that round wrote; a bare record
+ * with no such record after it could be a later round's, so it makes it
+ * corruption.  1: a torn round, 0: no valid record, -1: *at is the one
+ * that makes it corruption.
  */
 int
 journal_round_after(const uint8_t *base, size_t size, size_t x,
@@ -706,8 +744,9 @@ journal_round_after(const uint8_t *base, size_t size, size_t x,
 	struct journal_record	 r;
 	const uint8_t		*p;
 	const char		*why;
-	size_t			 from = x + 1, used, start;
-	int			 found = 0;
+	size_t			 from = x + 1, used, start, bare = SIZE_MAX;
+	uint64_t		 round_start = 0;
+	int			 found = 0, named;
 
 	while (from < size) {
 		p = memmem(base + from, size - from, journal_record_magic,
@@ -721,22 +760,36 @@ journal_round_after(const uint8_t *base, size_t size, size_t x,
 			continue;
 		}
 		start = from;
-		r.form = JOURNAL_FORMAT_PLAIN;
-		if (from >= x + 1 + JOURNAL_ROUND_PREFIX_BYTES &&
-		    journal_record_decode(p - JOURNAL_ROUND_PREFIX_BYTES,
-		    size - from + JOURNAL_ROUND_PREFIX_BYTES, &r, &used,
-		    &why) == JOURNAL_DECODE_OK &&
-		    r.form == JOURNAL_FORMAT_ROUNDS)
-			start = from - JOURNAL_ROUND_PREFIX_BYTES;
+		named = 0;
+		if (from >= x + JOURNAL_ROUND_PREFIX_BYTES) {
+			if (journal_record_decode(p - JOURNAL_ROUND_PREFIX_BYTES,
+			    size - from + JOURNAL_ROUND_PREFIX_BYTES, &r, &used,
+			    &why) == JOURNAL_DECODE_OK &&
+			    r.form == JOURNAL_FORMAT_ROUNDS) {
+				round_start = r.round_start;
+				named = 1;
+			} else
+				named = round_recover(p, &round_start);
+			if (named)
+				start = from - JOURNAL_ROUND_PREFIX_BYTES;
+		}
 		if (!found) {
 			*first = start;
 			found = 1;
 		}
-		if (r.form != JOURNAL_FORMAT_ROUNDS || r.round_start > x) {
+		if (named && round_start > x) {
 			*at = start;
 			return -1;
 		}
+		if (named)
+			bare = SIZE_MAX;	/* the bare ones before: its */
+		else if (bare == SIZE_MAX)
+			bare = start;
 		from++;
+	}
+	if (bare != SIZE_MAX) {
+		*at = bare;
+		return -1;
 	}
 	return found;
 }

@@ -31,9 +31,11 @@ int	journal_record_follows(const uint8_t *base, size_t size, size_t from,
 	    size_t *at);
 /*
  * The valid records after a bad one at x (searched from x + 1): 0 none;
- * 1 all of form 2 whose round began at or before x (a torn round); -1 a
- * record of a later round or with no round (corruption).  *at: the first
- * valid record (1, -1), or the first that makes it corruption (-1).
+ * 1 each names a round begun at or before x (its prefix whole, or its
+ * round start and check whole), or has no round but such a record after
+ * it (a torn round); -1 a record of a later round, or one with no round
+ * and no such record after it (corruption).  *first: the first valid
+ * record (1, -1); *at: the one that makes it corruption (-1).
  */
 int	journal_round_after(const uint8_t *base, size_t size, size_t x,
 	    size_t *first, size_t *at);

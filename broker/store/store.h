@@ -118,6 +118,10 @@ enum journal_decode_result {
 	JOURNAL_DECODE_SHORT,	/* the record runs past the end of the input */
 	JOURNAL_DECODE_BAD	/* bad magic, length, checksum or field */
 };
+/*
+ * A form 1 record only (the ring, checkpoints, the index): a round prefix
+ * is BAD.  Replay reads form 2 records itself.
+ */
 enum journal_decode_result journal_decode(const uint8_t *in, size_t length,
 	    struct journal_record *, size_t *consumed);
 

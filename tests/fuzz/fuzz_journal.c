@@ -36,10 +36,12 @@
  *     into a rotated segment;
  *   - segments before a checkpoint's are never read or changed, and a
  *     failed replay changes nothing;
- *   - journal_decode on the bytes: OK re-encodes to the input (after
- *     its round prefix, form 2), every
- *     truncation of an OK record is SHORT, SHORT and BAD are what
- *     doc/journal.md says and leave the caller's record untouched.
+ *   - journal_decode on the bytes: OK is form 1 and re-encodes to the
+ *     input, every truncation of an OK record is SHORT, SHORT and BAD
+ *     are what doc/journal.md says and leave the caller's record
+ *     untouched; bytes that begin with a round prefix are BAD to it
+ *     (form 1 only), and replay's decoder (journal_record_decode) reads
+ *     them as form 2, re-encoding to the bytes after the prefix.
  *
  * The same input also builds a version 2 segment (fuzz_rounds; doc/
  * journal.md, "Rounds over the zero tail"): byte 0 the number of
@@ -59,10 +61,15 @@
  *     began after X (that round began once X was synced: cutting it
  *     would drop acknowledged records), and a sealed segment is never
  *     cut;
- *   - its liveness: zeros or a flipped bit inside the last round of the
- *     last segment, touching no record's prefix alone (a whole inner
- *     record after a lost prefix carries no round, a refusal allowed),
- *     is a torn round: cut at the first record it touches.
+ *   - its liveness, the rule exactly: zeros or a flipped bit inside the
+ *     last round of the last segment are a torn round, cut at the first
+ *     record they touch, unless they changed a record's round start or
+ *     check (bytes 8..23 of its prefix) but not its inner record and no
+ *     record after it keeps its start and check whole: then replay
+ *     refuses, changing nothing.  A prefix whose bytes 0..7 alone
+ *     changed is recovered (its check verifies its start), and a record
+ *     whose start was lost counts as the round of a later record that
+ *     names one (doc/journal.md).
  */
 #include <sys/stat.h>
 
@@ -80,6 +87,7 @@
 #include <sodium.h>
 
 #include "store.h"
+#include "journal_int.h"
 
 int	LLVMFuzzerInitialize(int *, char ***);
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
@@ -621,7 +629,7 @@ fuzz_rounds(const uint8_t *data, size_t size)
 	size_t				 end, zeros, x, l, i, k, two_size = 0;
 	size_t				 n_now, first;
 	uint64_t			 start = HEADER_BYTES, last_start;
-	unsigned			 kind, sealed, flags, must;
+	unsigned			 kind, sealed, flags, must, refuse;
 	int				 rv;
 
 	if (size < 5)
@@ -704,16 +712,34 @@ fuzz_rounds(const uint8_t *data, size_t size)
 			break;
 	if (first == rr.n)
 		l = 0;
-	/* Liveness: what must be a clean end or a torn round. */
+	/*
+	 * Liveness, the rule exactly: zeros or a flipped bit inside the
+	 * last round are a torn round, cut at the first record they
+	 * changed, unless a record whose round start or check they changed
+	 * (its inner record whole: "bare") has no record after it whose
+	 * start and check are whole; then they are refused.
+	 */
 	must = l == 0;
+	refuse = 0;
 	if (l != 0 && !sealed && kind != 1 && x >= last_start) {
 		must = 1;
-		for (i = first; i < rr.n; i++)
-			/* Its prefix alone: its inner record stays whole. */
-			if (changed(seg, orig, rr.at[i], ROUND_PREFIX_BYTES) &&
-			    !changed(seg, orig, rr.at[i] + ROUND_PREFIX_BYTES,
+		for (i = first; i < rr.n; i++) {
+			if (changed(seg, orig, rr.at[i] + ROUND_PREFIX_BYTES,
 			    rr.len[i] - ROUND_PREFIX_BYTES))
-				must = 0;
+				continue;	/* no record there */
+			/* Bytes 0..7 are constants: their loss is recovered. */
+			if (changed(seg, orig, rr.at[i] + 8,
+			    ROUND_PREFIX_BYTES - 8))
+				refuse = 1;	/* bare */
+			else
+				refuse = 0;	/* its round covers those before */
+		}
+		if (refuse)
+			must = 0;
+	}
+	if (refuse) {
+		FUZZ_CHECK(rv == -1);
+		FUZZ_CHECK(n_now == rr.size);
 	}
 	if (must) {
 		FUZZ_CHECK(rv == 0);
@@ -746,6 +772,30 @@ fuzz_rounds(const uint8_t *data, size_t size)
 			FUZZ_CHECK(rr.start[i] <= stats.torn_offset);
 }
 
+/*
+ * Replay's decoder on bytes that begin with a round prefix: OK is form 2
+ * and re-encodes to the bytes after the prefix; journal_decode (form 1
+ * only: checkpoints, the index) refuses them.
+ */
+static void
+decode_form2_at(const uint8_t *p, size_t length)
+{
+	struct journal_record	 r;
+	static uint8_t		 out[JOURNAL_MAX_EFFECT_RECORD_BYTES];
+	const char		*why;
+	size_t			 consumed, n;
+
+	if (journal_record_decode(p, length, &r, &consumed, &why) !=
+	    JOURNAL_DECODE_OK)
+		return;
+	FUZZ_CHECK(r.form == JOURNAL_FORMAT_ROUNDS &&
+	    consumed > JOURNAL_ROUND_PREFIX_BYTES && consumed <= length);
+	n = journal_encode(&r, out, sizeof out);
+	FUZZ_CHECK(n + JOURNAL_ROUND_PREFIX_BYTES == consumed &&
+	    memcmp(out, p + JOURNAL_ROUND_PREFIX_BYTES, n) == 0);
+	FUZZ_CHECK(journal_decode(p, length, &r, &n) == JOURNAL_DECODE_BAD);
+}
+
 /* journal_decode on bytes at offset at, against doc/journal.md. */
 static void
 decode_at(const uint8_t *buf, size_t size, size_t at)
@@ -759,17 +809,14 @@ decode_at(const uint8_t *buf, size_t size, size_t at)
 	memset(&r, 0xa5, sizeof r);
 	untouched = r;
 	consumed = SIZE_MAX;
+	if (length >= 4 && memcmp(buf + at, "\xff" "JRD", 4) == 0)
+		decode_form2_at(buf + at, length);
 	res = journal_decode(buf + at, length, &r, &consumed);
 	FUZZ_CHECK(res == JOURNAL_DECODE_OK || res == JOURNAL_DECODE_SHORT ||
 	    res == JOURNAL_DECODE_BAD);
 	if (length < RECORD_HEADER_BYTES)
 		FUZZ_CHECK(res == JOURNAL_DECODE_SHORT);
-	else if (memcmp(buf + at, "\xff" "JRD", 4) == 0) {
-		/* Form 2: a round prefix, then a form 1 record. */
-		if (res == JOURNAL_DECODE_OK)
-			FUZZ_CHECK(consumed > JOURNAL_ROUND_PREFIX_BYTES &&
-			    r.form == JOURNAL_FORMAT_ROUNDS);
-	} else if (memcmp(buf + at, record_magic, sizeof record_magic) != 0)
+	else if (memcmp(buf + at, record_magic, sizeof record_magic) != 0)
 		FUZZ_CHECK(res == JOURNAL_DECODE_BAD);
 	else {
 		l = get_u32(buf + at + 4);
@@ -788,9 +835,9 @@ decode_at(const uint8_t *buf, size_t size, size_t at)
 	}
 	FUZZ_CHECK(consumed <= length);
 	FUZZ_CHECK(r.entry.key_length <= SUBTAB_MAX_KEY_BYTES);
+	FUZZ_CHECK(r.form == JOURNAL_FORMAT_PLAIN);
 	n = journal_encode(&r, out, sizeof out);
-	k = r.form == JOURNAL_FORMAT_ROUNDS ? JOURNAL_ROUND_PREFIX_BYTES : 0;
-	FUZZ_CHECK(n + k == consumed && memcmp(out, buf + at + k, n) == 0);
+	FUZZ_CHECK(n == consumed && memcmp(out, buf + at, n) == 0);
 	/* Every truncation of a valid record is SHORT. */
 	for (k = 0; k < consumed; k++)
 		FUZZ_CHECK(journal_decode(buf + at, k, &r, &n) ==
