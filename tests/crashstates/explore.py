@@ -1610,10 +1610,11 @@ class Explorer:
         # more) crosses a sector boundary after its first record's round
         # prefix.  A round inside one sector has no subset to reorder
         # (legacy's and effect_begin's would be, from the earlier
-        # submission's end); a boundary inside the prefix is the false
-        # refusal doc/journal.md admits ("A record whose prefix was lost
-        # but whose inner record is whole"), found by this explorer with
-        # the end at 1009, not what a base should hit on every run.
+        # submission's end); a boundary at byte 9..24 of the prefix of
+        # the last record that survives is the refusal doc/journal.md
+        # keeps ("Which torn rounds are still refused"), found by this
+        # explorer with the end at 1009, not what a base should hit on
+        # every run.
         # None: task's and report's second round (two records) crosses
         # 1024 after its first record, the state that needs replay's
         # torn-round rule.
