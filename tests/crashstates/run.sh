@@ -15,7 +15,9 @@
 # 1...).  Zero-filled states (a file system that keeps a size but not the
 # data) are always explored, and so are reordered sectors (an overwrite,
 # a journal round over the zero tail, persisting any subset of its
-# 512-byte sectors; --no-reorder leaves them out).
+# 512-byte sectors; --no-reorder leaves them out).  A kind without a
+# reordered state at level 1 fails the run: every kind's round goes over
+# the zeros the base keeps ahead.
 set -u
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 idemd=${IDEMD:-$src/broker/idemd}
@@ -37,8 +39,8 @@ fi
 # What fits the budget with room to spare (doc/testing.md, "Budget";
 # measured on 2 cores shared with other test runs): a plain build
 # explores level 1 of every kind and level 2 of task, legacy and report
-# (1500 to 2200 states, about 100 of them reordered sectors: 42 to 97 s
-# under a load of 4 to 11, 2026-12-05); rotate's level 2
+# (750 to 1020 states, 78 to 96 of them reordered sectors, every kind
+# some: 24 to 29 s under a load of 4 to 6, 2026-12-05); rotate's level 2
 # (600 more, a checkpoint's) by hand with --deep-kinds.  A sanitizer
 # build (IDEM_SANITIZER_FLAGS from make check) is ten times slower per
 # state and explores level 1 (about 80 states, 30 to 90 s).  States are

@@ -32,6 +32,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "harness.h"
 
 #define BACKUP_FIRST	60	/* tasks and effects each, before the load */
@@ -1019,8 +1020,8 @@ main(void)
 	};
 
 	harness_watchdog(240);
-	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -34,6 +34,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 #define TEST_WATCHDOG_SECONDS	90
@@ -527,9 +528,8 @@ main(void)
 		T(torn_last_round_restarts_clean),
 	};
 #undef T
-	const char	*filter = getenv("IDEM_TEST_FILTER");
-
-	if (filter != NULL)
-		cmocka_set_test_filter(filter);
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
