@@ -224,6 +224,17 @@ void	watch_read(struct idemd *, int fd);
  * 0 if not known, and the caller looks (taskfile_find).  Thread-safe.
  */
 int	watch_name_new(struct idemd *, const char *name);
+/*
+ * The day's highest number of kind on disk for the PostgreSQL store's
+ * claims (doc/cluster.md, "Claim"): the queue read after the caller
+ * asked, then the number kept since a scan (*scanned 0), or scan's
+ * (*scanned 1) if none was made since the watch's last refresh.  1 if
+ * answered; 0 if the watch cannot vouch (none, not complete, a file
+ * system whose other hosts' writers inotify does not see): the caller
+ * scans; -1 if scan failed.  Thread-safe.
+ */
+int	watch_disk_max(struct idemd *, enum subtab_kind, uint32_t date,
+	    seqalloc_scan_fn, void *arg, uint32_t *max_seq, int *scanned);
 
 /* journaler.c: the master's journaling thread */
 int	journaler_start(struct idemd *, int (*broadcast)(void *, int all),

@@ -29,8 +29,18 @@
  *
  * The watch is best effort: without inotify the broker runs on, with
  * the start-of-day scan and the walk at every link.
+ *
+ * The day's highest number on disk (watch_disk_max, the PostgreSQL
+ * store's claims): the same sightings keep it from one scan on, as long
+ * as the watch vouches for every name: complete, no refresh since the
+ * scan (a refresh is what an overflow, a failed read or a directory made
+ * or moved in cause), and every watched directory on a file system whose
+ * other writers inotify sees.  A network or FUSE file system's other
+ * hosts make names the local kernel never hears of (statfs's f_type:
+ * watch_remote_fs); there the claims scan, as they did before the watch.
  */
 #include <sys/inotify.h>
+#include <sys/vfs.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -45,11 +55,63 @@
 
 #define WATCH_EVENTS	(IN_CREATE | IN_MOVED_TO)
 
+/*
+ * File systems on which other hosts write (linux/magic.h's values, and
+ * Lustre's, GPFS's): inotify reports only this kernel's own changes.
+ */
+static const unsigned long watch_remote_types[] = {
+	0x6969,		/* NFS */
+	0x517b,		/* SMB */
+	0xff534d42,	/* CIFS */
+	0xfe534d42,	/* SMB2 */
+	0x65735546,	/* FUSE (sshfs, glusterfs, s3fs...) */
+	0x00c36400,	/* Ceph */
+	0x01021997,	/* 9P */
+	0x5346414f,	/* AFS */
+	0x6b414653,	/* kAFS */
+	0x73757245,	/* Coda */
+	0x01161970,	/* GFS2 */
+	0x7461636f,	/* OCFS2 */
+	0x0bd00bd0,	/* Lustre */
+	0x47504653,	/* GPFS */
+	0x564c		/* NCP */
+};
+
+/*
+ * Set by watch_add during a refresh (under the allocator's lock): the
+ * first directory on such a file system; "" if none.
+ */
+static char	watch_remote_seen[PATH_MAX];
+
 /* The directories under which a history date directory holds tasks. */
 static const char *const watch_history_bases[] = {
 	"history",
 	"_lifecycle/history"
 };
+
+/* Is path on a file system that other hosts write to? */
+static int
+watch_remote_fs(const char *path)
+{
+	struct statfs	sfs;
+	size_t		i;
+
+#ifdef IDEM_FAULT_INJECTION
+	const char	*how = getenv("IDEM_CRASH_WATCH");
+
+	/* The test's stand-in for an NFS mount. */
+	if (how != NULL && strcmp(how, "remote") == 0)
+		return 1;
+#endif
+	if (statfs(path, &sfs) == -1)
+		return 1;	/* not known: not vouched for */
+	for (i = 0; i < sizeof watch_remote_types /
+	    sizeof watch_remote_types[0]; i++) {
+		if ((unsigned long)sfs.f_type == watch_remote_types[i])
+			return 1;
+	}
+	return 0;
+}
 
 /* Watch relpath (0; -1 if it exists but cannot be watched). */
 static int
@@ -68,6 +130,9 @@ watch_add(struct idemd *d, const char *relpath)
 		log_warn("inotify watch on %s", path);
 		return -1;
 	}
+	if (watch_remote_seen[0] == '\0' && watch_remote_fs(path))
+		snprintf(watch_remote_seen, sizeof watch_remote_seen, "%s",
+		    relpath);
 	return 0;
 }
 
@@ -136,10 +201,13 @@ static void
 watch_refresh_locked(struct idemd *d)
 {
 	size_t	i;
-	int	rc = 0;
+	int	rc = 0, was_local = atomic_load(&d->seg.header->watch_local);
 
 	atomic_store(&d->seg.header->watch_complete, 0);
 	d->seg.header->watch_refreshing = 1;
+	/* Every day's highest number kept since a scan is scanned again. */
+	d->seg.header->watch_refreshes++;
+	watch_remote_seen[0] = '\0';
 	if (watch_add(d, ".") != 0 || watch_dir(d, IDEM_REPORTS_DIR, 0) != 0 ||
 	    watch_dir(d, "_lifecycle", 1) != 0)
 		rc = -1;
@@ -149,6 +217,12 @@ watch_refresh_locked(struct idemd *d)
 			rc = -1;
 	}
 	d->seg.header->watch_refreshing = 0;
+	atomic_store(&d->seg.header->watch_local, watch_remote_seen[0] == '\0');
+	if (watch_remote_seen[0] != '\0' && was_local)
+		log_notice("%s is on a network or FUSE file system, whose "
+		    "other hosts' writers inotify does not see: on "
+		    "PostgreSQL every claim scans the workspace for numbers "
+		    "in use", watch_remote_seen);
 	if (rc != 0) {
 		log_warnx("the watch does not cover the whole workspace: every "
 		    "new name is looked for in every stage");
@@ -187,8 +261,11 @@ watch_drain_locked(struct idemd *d)
 		if ((size_t)n + sizeof *ev + NAME_MAX + 1 <= sizeof buf)
 			break;
 	}
-	if (n == -1 && errno != EAGAIN && errno != EINTR)
+	if (n == -1 && errno != EAGAIN && errno != EINTR) {
+		/* Events may be lost: read the workspace again. */
 		log_warn("reading inotify events");
+		refresh = 1;
+	}
 	if (refresh)
 		watch_refresh_locked(d);
 }
@@ -197,15 +274,33 @@ watch_drain_locked(struct idemd *d)
 int
 watch_start(struct idemd *d)
 {
-	if ((d->watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) == -1) {
+#ifdef IDEM_FAULT_INJECTION
+	const char	*how = getenv("IDEM_CRASH_WATCH");
+
+	/* The test's stand-in for a kernel without inotify (or its limits). */
+	if (how != NULL && strcmp(how, "off") == 0) {
+		d->watch_fd = -1;
+		errno = EMFILE;
+	} else
+#endif
+	d->watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (d->watch_fd == -1) {
 		log_warn("inotify: numbers other writers use after start-up "
-		    "are only caught by name");
+		    "are only caught by name (on PostgreSQL, by a scan of the "
+		    "workspace at every claim)");
 		return -1;
 	}
+	/* Until the first refresh says otherwise. */
+	atomic_store(&d->seg.header->watch_local, 1);
 	if (seqalloc_lock(&d->seg) != 0)
 		return d->watch_fd;	/* not complete: names are walked */
 	watch_refresh_locked(d);
 	seqalloc_unlock(&d->seg);
+	if (atomic_load(&d->seg.header->watch_complete) &&
+	    atomic_load(&d->seg.header->watch_local))
+		log_info("the watch sees every name made in the workspace: "
+		    "on PostgreSQL a claim reads the day's highest number on "
+		    "disk from it, scanning once a day");
 	return d->watch_fd;
 }
 
@@ -235,4 +330,31 @@ watch_name_new(struct idemd *d, const char *name)
 	    !seqalloc_sighted(&d->seg, kind, date, seq);
 	seqalloc_unlock(&d->seg);
 	return new;
+}
+
+int
+watch_disk_max(struct idemd *d, enum subtab_kind kind, uint32_t date,
+    seqalloc_scan_fn scan, void *arg, uint32_t *max_seq, int *scanned)
+{
+	int	rc;
+
+	*scanned = 0;
+	if (d->watch_fd == -1 || d->seg.header == NULL ||
+	    seqalloc_lock(&d->seg) != 0)
+		return 0;
+	/*
+	 * Every name made before the caller asked has its event in the
+	 * queue, or noted by whoever read it (reading and noting are one
+	 * hold of the lock): read what is left, then answer.
+	 */
+	watch_drain_locked(d);
+	if (!atomic_load(&d->seg.header->watch_complete) ||
+	    !atomic_load(&d->seg.header->watch_local)) {
+		seqalloc_unlock(&d->seg);
+		return 0;
+	}
+	rc = seqalloc_disk_max_locked(&d->seg, kind, date, scan, arg, max_seq,
+	    scanned);
+	seqalloc_unlock(&d->seg);
+	return rc == 0 ? 1 : -1;
 }

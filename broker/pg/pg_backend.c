@@ -138,6 +138,7 @@ pg_worker_stop(struct worker *w)
 {
 	pg_pool_stop();
 	pg_group_report();
+	pg_create_report();
 }
 
 const struct backend pg_backend = {

@@ -111,7 +111,8 @@ crash_check_names(char **cause)
 	    "IDEM_CRASH_WORKER_AT", "IDEM_CRASH_WORKER_IN_LOCK",
 	    "IDEM_CRASH_LINK_EARLY", "IDEM_SPAWN_DELAY_MS",
 	    "IDEM_CRASH_PAUSE_AT", "IDEM_CRASH_HOLD_AT",	/* pg_create.c */
-	    "IDEM_CRASH_BATCH_OF" };				/* pg_group.c */
+	    "IDEM_CRASH_BATCH_OF",				/* pg_group.c */
+	    "IDEM_CRASH_WATCH" };				/* watch.c */
 	char	*const *e;
 	char	*one[2] = { NULL, NULL }, name[64];
 	size_t	 i;

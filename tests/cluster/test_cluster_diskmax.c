@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_cluster_diskmax.c: where a claim on PostgreSQL gets the day's
+ * highest number on disk (doc/cluster.md, "Claim"): from the watch,
+ * without a scan of the workspace, where the watch vouches for every
+ * name; from a scan where it cannot (an overflow of its queue, a stage
+ * moved in, no inotify, a network file system).  Either way a number a
+ * foreign FCoP writer used is skipped.  The broker runs with IDEM_DEBUG,
+ * which logs every scan ("disk scan for"); the cases count those lines.
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "cluster_harness.h"
+
+static struct pgserver	server;
+static struct node	node;
+static char		node_root[256];
+static char		today[9];
+static int		next_id;
+
+/* IDEM_CRASH_WATCH exists only in a fault-injection build. */
+static void
+need_fault_injection(void)
+{
+	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
+	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+}
+
+/* One broker, one worker, on a fresh workspace; watch as IDEM_CRASH_WATCH. */
+static void
+broker_start(const char *watch)
+{
+	char		 env_watch[64];
+	const char	*env[3] = { "IDEM_DEBUG=1", NULL, NULL };
+
+	if (watch != NULL) {
+		snprintf(env_watch, sizeof env_watch, "IDEM_CRASH_WATCH=%s",
+		    watch);
+		env[1] = env_watch;
+	}
+	cluster_store_reset(&server);
+	cluster_fresh_root(node_root);
+	cluster_node_init(&node, server.uri, node_root, "a");
+	assert_int_equal(cluster_node_start(&node, "30000", "1", NULL, NULL,
+	    env), 0);
+	harness_today(today);
+}
+
+static void
+broker_finish(void)
+{
+	cluster_node_kill(&node);
+	cluster_rm_root(node_root);
+}
+
+/* Lines of the broker's log holding text. */
+static int
+log_count(const char *text)
+{
+	FILE	*f;
+	char	 line[4096];
+	int	 n = 0;
+
+	assert_non_null(f = fopen(node.b.log, "r"));
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (strstr(line, text) != NULL)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static int
+scans(void)
+{
+	return log_count("disk scan for TASK");
+}
+
+/* A new task created: its number. */
+static int
+create(void)
+{
+	char		 id[32];
+	json_t		*reply;
+	const char	*task_id;
+	int		 seq;
+
+	snprintf(id, sizeof id, "diskmax-%d", next_id++);
+	reply = harness_call_once(&node.b, harness_write_task(id,
+	    "Beside a foreign writer"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	task_id = harness_receipt_str(reply, "task_id");
+	harness_skip_if_date_moved(today, task_id);
+	seq = atoi(task_id + strlen("TASK-20261205-"));
+	json_decref(reply);
+	return seq;
+}
+
+/* A foreign FCoP writer's TASK file of number seq in dir (under root). */
+static void
+foreign_file(const char *dir, int seq)
+{
+	char	path[PATH_MAX];
+	int	fd;
+
+	snprintf(path, sizeof path, "%s/%s/TASK-%s-%03d-QA-to-DEV.md",
+	    node_root, dir, today, seq);
+	assert_true((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+	    0644)) >= 0);
+	dprintf(fd, "---\nprotocol: fcop\nversion: 1\nsender: QA\n"
+	    "recipient: DEV\n---\nA foreign task, %03d.\n", seq);
+	close(fd);
+}
+
+/*
+ * A foreign file made between two claims is skipped by the next claim,
+ * and neither claim after the first scans: the watch's sighting moved
+ * the day's highest number on.
+ */
+static void
+a_foreign_file_is_skipped_without_a_scan(void **state)
+{
+	char	path[PATH_MAX];
+	int	first, second, third;
+
+	(void)state;
+	broker_start(NULL);
+	assert_int_equal(log_count("the watch sees every name"), 1);
+	first = create();
+	assert_int_equal(scans(), 1);	/* the day's first */
+	foreign_file("_lifecycle/inbox", first + 1);
+	second = create();
+	assert_true(second > first + 1);
+	assert_int_equal(scans(), 1);
+	/* A new stage is a refresh of the watch: the next claim scans. */
+	snprintf(path, sizeof path, "%s/_lifecycle/extra", node_root);
+	assert_int_equal(mkdir(path, 0755), 0);
+	third = create();
+	assert_true(third > second);
+	assert_int_equal(scans(), 2);
+	/* A jump, in a stage idem does not link in. */
+	foreign_file("_lifecycle/extra", third + 20);
+	assert_true(create() > third + 20);
+	assert_true(create() > third + 21);
+	assert_int_equal(scans(), 2);
+	broker_finish();
+}
+
+/*
+ * The queue overflows while nobody reads it (the master stopped, no
+ * claim): the foreign file made after the overflow has no event, and the
+ * next claim scans and skips it.
+ */
+static void
+an_overflow_makes_the_next_claim_scan(void **state)
+{
+	char	 path[PATH_MAX];
+	FILE	*f;
+	long	 queued = 16384, i;
+	int	 first;
+
+	(void)state;
+	if ((f = fopen("/proc/sys/fs/inotify/max_queued_events", "r")) !=
+	    NULL) {
+		if (fscanf(f, "%ld", &queued) != 1)
+			queued = 16384;
+		fclose(f);
+	}
+	if (queued > 1000000)
+		harness_skip("max_queued_events is %ld: too many files to "
+		    "overflow it", queued);
+	broker_start(NULL);
+	first = create();
+	assert_int_equal(scans(), 1);
+	/* The master reads the queue once a second: not now. */
+	assert_int_equal(kill(node.b.pid, SIGSTOP), 0);
+	/* Files in the root: each an event, none a number (no directory: a
+	 * directory made would be a refresh by itself). */
+	for (i = 0; i <= queued; i++) {
+		int fd;
+
+		snprintf(path, sizeof path, "%s/flood-%ld", node_root, i);
+		assert_true((fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC,
+		    0644)) >= 0);
+		close(fd);
+	}
+	foreign_file("_lifecycle/inbox", first + 30);
+	assert_int_equal(kill(node.b.pid, SIGCONT), 0);
+	assert_true(create() > first + 30);
+	assert_int_equal(log_count("inotify queue overflow"), 1);
+	assert_int_equal(scans(), 2);
+	assert_true(create() > first + 31);
+	assert_int_equal(scans(), 2);
+	broker_finish();
+}
+
+/*
+ * A stage (review, made empty at start-up) replaced by another directory
+ * moved in, whose file was made before anyone watched it: the next
+ * claim scans.
+ */
+static void
+a_stage_moved_in_makes_the_next_claim_scan(void **state)
+{
+	char	from[PATH_MAX], to[PATH_MAX];
+	int	first;
+
+	(void)state;
+	broker_start(NULL);
+	first = create();
+	assert_int_equal(scans(), 1);
+	snprintf(from, sizeof from, "%s/review.new", node_root);
+	snprintf(to, sizeof to, "%s/_lifecycle/review", node_root);
+	assert_int_equal(mkdir(from, 0755), 0);
+	foreign_file("review.new", first + 40);
+	/* Made before it was watched: no event of the file, only of the move. */
+	assert_int_equal(rename(from, to), 0);
+	assert_true(create() > first + 40);
+	assert_int_equal(scans(), 2);
+	/* Replaced again: moved away, another moved in. */
+	snprintf(from, sizeof from, "%s/_lifecycle/review", node_root);
+	snprintf(to, sizeof to, "%s/review.old", node_root);
+	assert_int_equal(rename(from, to), 0);
+	snprintf(from, sizeof from, "%s/review.new", node_root);
+	assert_int_equal(mkdir(from, 0755), 0);
+	foreign_file("review.new", first + 50);
+	snprintf(to, sizeof to, "%s/_lifecycle/review", node_root);
+	assert_int_equal(rename(from, to), 0);
+	assert_true(create() > first + 50);
+	assert_int_equal(scans(), 3);
+	broker_finish();
+}
+
+/* Where the watch cannot vouch, every claim scans, as before it. */
+static void
+claims_scan(const char *watch, const char *said)
+{
+	int	first, second;
+
+	need_fault_injection();
+	broker_start(watch);
+	assert_int_equal(log_count(said), 1);
+	assert_int_equal(log_count("the watch sees every name"), 0);
+	first = create();
+	assert_int_equal(scans(), 1);
+	foreign_file("_lifecycle/inbox", first + 1);
+	second = create();
+	assert_true(second > first + 1);
+	assert_int_equal(scans(), 2);
+	assert_true(create() > second);
+	assert_int_equal(scans(), 3);
+	broker_finish();
+}
+
+static void
+without_inotify_every_claim_scans(void **state)
+{
+	(void)state;
+	claims_scan("off", "by a scan of the workspace at every claim");
+}
+
+static void
+on_a_network_file_system_every_claim_scans(void **state)
+{
+	(void)state;
+	claims_scan("remote", "is on a network or FUSE file system");
+}
+
+#define T(name)	cmocka_unit_test_setup_teardown(name, cluster_arm_watchdog, \
+	cluster_kill_live_nodes)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(a_foreign_file_is_skipped_without_a_scan),
+		T(an_overflow_makes_the_next_claim_scan),
+		T(a_stage_moved_in_makes_the_next_claim_scan),
+		T(without_inotify_every_claim_scans),
+		T(on_a_network_file_system_every_claim_scans),
+	};
+
+	return cluster_main(&server, tests, sizeof tests / sizeof tests[0]);
+}
