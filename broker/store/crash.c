@@ -161,6 +161,7 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	const char	*name = whole != NULL ? whole : worker;
 	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
 	const char	*early = getenv("IDEM_CRASH_LINK_EARLY");
+	const char	*watch = getenv("IDEM_CRASH_WATCH");
 	const char	*delay;
 	char		*end;
 	int		 in_master = getpid() == master;	/* logs once */
@@ -211,6 +212,17 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 			store_notice(STORE_NOTICE_INFO, "fault injection: "
 			    "file threads wait for the reservation to link "
 			    "early");
+	}
+	if (watch != NULL && *watch != '\0') {
+		/* Read where it acts (watch.c); only its value checked here. */
+		if (strcmp(watch, "off") != 0 && strcmp(watch, "remote") != 0) {
+			asprintf(cause, "IDEM_CRASH_WATCH must be off or remote");
+			return -1;
+		}
+		if (in_master)
+			store_notice(STORE_NOTICE_INFO, "fault injection: %s",
+			    strcmp(watch, "off") == 0 ? "no inotify watch" :
+			    "the watch's file systems count as remote");
 	}
 	if (name == NULL || *name == '\0')
 		return 0;
