@@ -231,6 +231,26 @@ watch_refresh_locked(struct idemd *d)
 	atomic_store(&d->seg.header->watch_complete, 1);
 }
 
+#ifdef IDEM_FAULT_INJECTION
+/* Does buf (n bytes of events) hold a TASK or REPORT name? */
+static int
+watch_names_in(const char *buf, ssize_t n)
+{
+	const struct inotify_event	*ev;
+	const char			*p;
+	enum subtab_kind		 kind;
+	uint32_t			 date, seq;
+
+	for (p = buf; p < buf + n; p += sizeof *ev + ev->len) {
+		ev = (const struct inotify_event *)p;
+		if (ev->len != 0 &&
+		    taskfile_parse_name(ev->name, &kind, &date, &seq))
+			return 1;
+	}
+	return 0;
+}
+#endif
+
 /* Alloc lock held: read what happened, note every number seen. */
 static void
 watch_drain_locked(struct idemd *d)
@@ -245,6 +265,7 @@ watch_drain_locked(struct idemd *d)
 
 	/* A read that leaves room emptied the queue: no second read. */
 	while ((n = read(d->watch_fd, buf, sizeof buf)) > 0) {
+		crash_watch_read(watch_names_in(buf, n));
 		for (p = buf; p < buf + n; p += sizeof *ev + ev->len) {
 			ev = (const struct inotify_event *)p;
 			if (ev->mask & IN_Q_OVERFLOW) {
@@ -252,6 +273,13 @@ watch_drain_locked(struct idemd *d)
 				    "reads the workspace again");
 				refresh = 1;
 			}
+			/*
+			 * A file system unmounted from a watched directory
+			 * (its watch gone with it), or a watch removed: what
+			 * is there now was never read.
+			 */
+			if (ev->mask & (IN_UNMOUNT | IN_IGNORED))
+				refresh = 1;
 			if (ev->len == 0 || ev->name[0] == '.')
 				continue;
 			/* A new stage or history date, or a history base. */

@@ -47,7 +47,16 @@ static void	seqalloc_note_disk_locked(struct shm_segment *,
 int
 seqalloc_repair(struct shm_segment *seg)
 {
-	/* Every change is a single store; nothing can be half done. */
+	/*
+	 * The allocator's own changes are single stores.  What the watch
+	 * keeps is not: a holder may have died after read(2) took events
+	 * from the inotify queue and before noting them (lost for good),
+	 * or between the stores of a disk[] entry or of a refresh.  So the
+	 * watch is refreshed by the next reader of its queue, which
+	 * re-reads every watched directory and, by moving watch_refreshes
+	 * on, makes the next claim of every kind scan again.
+	 */
+	seg->header->watch_refreshing = 1;
 	return 0;
 }
 

@@ -339,7 +339,12 @@ struct shm_header {
 	 * bitmap trusted in place of a walk of the workspace.
 	 */
 	_Atomic uint32_t	watch_complete;
-	uint32_t		watch_refreshing; /* a refresh under way (or its reader died) */
+	/*
+	 * A refresh under way, or due: its reader died, or a holder of
+	 * alloc_lock died (seqalloc_repair), maybe with events it had
+	 * read and not noted: the next reader of the queue refreshes.
+	 */
+	uint32_t		watch_refreshing;
 	/*
 	 * Refreshes begun (an overflow, a directory made or moved in): a
 	 * number kept from a scan before one is not trusted (under

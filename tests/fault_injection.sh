@@ -59,7 +59,8 @@ yes)
 	refused IDEM_CRASH_WORKER_AT=after_task_created_durable \
 	    "only a crash of the whole broker can: use IDEM_CRASH_AT"
 	refused IDEM_SPAWN_DELAY_MS=soon "IDEM_SPAWN_DELAY_MS must be a number"
-	refused IDEM_CRASH_WATCH=maybe "IDEM_CRASH_WATCH must be off or remote"
+	refused IDEM_CRASH_WATCH=maybe \
+	    "IDEM_CRASH_WATCH must be off, remote, remote:DIR or die-after-read"
 	refused IDEM_CRASH_ATT=after_commit_durable \
 	    "unknown fault-injection variable IDEM_CRASH_ATT"
 	;;

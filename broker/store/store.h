@@ -876,6 +876,8 @@ void	crash_journal_flushed(struct journal *, const struct iovec *, int n);
  */
 void	crash_hold(int *released);
 void	crash_release(int *released);
+/* IDEM_CRASH_WATCH=die-after-read: after a read of the watch's queue. */
+void	crash_watch_read(int names);
 #else
 /* Without fault injection every crash point compiles to nothing. */
 #define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
@@ -885,6 +887,7 @@ void	crash_release(int *released);
 #define crash_journal_flushed(j, iov, n) ((void)0)
 #define crash_hold(released)		((void)0)
 #define crash_release(released)		((void)0)
+#define crash_watch_read(names)		((void)0)
 #endif
 
 #endif

@@ -249,6 +249,49 @@ a_stage_moved_in_makes_the_next_claim_scan(void **state)
 	broker_finish();
 }
 
+/*
+ * A worker killed after read(2) took a foreign file's event from the
+ * queue and before it noted it (IDEM_CRASH_WATCH=die-after-read): the
+ * event is gone.  The next owner of the allocator's lock repairs it by
+ * refreshing the watch, so the retry on the respawned worker scans and
+ * skips the foreign number.
+ */
+static void
+a_worker_killed_after_reading_the_queue_loses_no_number(void **state)
+{
+	char	 id[32];
+	json_t	*reply;
+	int	 first, seq;
+
+	(void)state;
+	need_fault_injection();
+	broker_start("die-after-read");
+	first = create();
+	assert_int_equal(scans(), 1);
+	/* The master reads the queue once a second: only the worker now. */
+	assert_int_equal(kill(node.b.pid, SIGSTOP), 0);
+	foreign_file("_lifecycle/inbox", first + 1);
+	snprintf(id, sizeof id, "diskmax-%d", next_id++);
+	reply = harness_call_once(&node.b, harness_write_task(id,
+	    "Beside a foreign writer"));
+	assert_true(reply == NULL ||
+	    !json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	assert_int_equal(kill(node.b.pid, SIGCONT), 0);
+	reply = cluster_call_until_final(&node.b, harness_write_task(id,
+	    "Beside a foreign writer"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	seq = atoi(harness_receipt_str(reply, "task_id") +
+	    strlen("TASK-20261205-"));
+	json_decref(reply);
+	assert_int_equal(log_count("dying after reading the watch's queue"),
+	    1);
+	assert_true(seq > first + 1);
+	assert_int_equal(scans(), 2);
+	broker_finish();
+}
+
 /* Where the watch cannot vouch, every claim scans, as before it. */
 static void
 claims_scan(const char *watch, const char *said)
@@ -294,6 +337,7 @@ main(void)
 		T(a_foreign_file_is_skipped_without_a_scan),
 		T(an_overflow_makes_the_next_claim_scan),
 		T(a_stage_moved_in_makes_the_next_claim_scan),
+		T(a_worker_killed_after_reading_the_queue_loses_no_number),
 		T(without_inotify_every_claim_scans),
 		T(on_a_network_file_system_every_claim_scans),
 	};
