@@ -36,8 +36,10 @@
  * scan (a refresh is what an overflow, a failed read or a directory made
  * or moved in cause), and every watched directory on a file system whose
  * other writers inotify sees.  A network or FUSE file system's other
- * hosts make names the local kernel never hears of (statfs's f_type:
- * watch_remote_fs); there the claims scan, as they did before the watch.
+ * hosts make names the local kernel never hears of: only a file system
+ * known to be local (statfs's f_type, fslocal.c) is vouched for, each
+ * watched directory's checked at every refresh (watch_check_fs); on any
+ * other the claims scan, as they did before the watch.
  */
 #include <sys/inotify.h>
 #include <sys/vfs.h>
@@ -52,36 +54,19 @@
 
 #include "log.h"
 #include "idemd.h"
+#include "backend.h"
+#include "fslocal.h"
 
 #define WATCH_EVENTS	(IN_CREATE | IN_MOVED_TO)
 
 /*
- * File systems on which other hosts write (linux/magic.h's values, and
- * Lustre's, GPFS's): inotify reports only this kernel's own changes.
- */
-static const unsigned long watch_remote_types[] = {
-	0x6969,		/* NFS */
-	0x517b,		/* SMB */
-	0xff534d42,	/* CIFS */
-	0xfe534d42,	/* SMB2 */
-	0x65735546,	/* FUSE (sshfs, glusterfs, s3fs...) */
-	0x00c36400,	/* Ceph */
-	0x01021997,	/* 9P */
-	0x5346414f,	/* AFS */
-	0x6b414653,	/* kAFS */
-	0x73757245,	/* Coda */
-	0x01161970,	/* GFS2 */
-	0x7461636f,	/* OCFS2 */
-	0x0bd00bd0,	/* Lustre */
-	0x47504653,	/* GPFS */
-	0x564c		/* NCP */
-};
-
-/*
  * Set by watch_add during a refresh (under the allocator's lock): the
- * first directory on such a file system; "" if none.
+ * first directory not vouched for ("" if none) and why; the first
+ * local file system's type, for the start-up line.
  */
-static char	watch_remote_seen[PATH_MAX];
+static char		 watch_unvouched[PATH_MAX];
+static char		 watch_unvouched_why[160];
+static const char	*watch_local_type;
 
 /* The directories under which a history date directory holds tasks. */
 static const char *const watch_history_bases[] = {
@@ -89,28 +74,64 @@ static const char *const watch_history_bases[] = {
 	"_lifecycle/history"
 };
 
-/* Is path on a file system that other hosts write to? */
-static int
-watch_remote_fs(const char *path)
+/*
+ * Is path (relpath in the workspace) on a file system whose every writer
+ * is this kernel (fslocal.c)?  If not, and it is the first such
+ * directory of this refresh, say which and why.
+ */
+static void
+watch_check_fs(const char *path, const char *relpath)
 {
-	struct statfs	sfs;
-	size_t		i;
+	struct statfs	 sfs;
+	const char	*type = NULL;
+	unsigned long	 f_type = 0;
+	int		 failed = 0, error = 0;
 
-#ifdef IDEM_FAULT_INJECTION
-	const char	*how = getenv("IDEM_CRASH_WATCH");
-
-	/* The test's stand-in for an NFS mount. */
-	if (how != NULL && strcmp(how, "remote") == 0)
-		return 1;
-#endif
-	if (statfs(path, &sfs) == -1)
-		return 1;	/* not known: not vouched for */
-	for (i = 0; i < sizeof watch_remote_types /
-	    sizeof watch_remote_types[0]; i++) {
-		if ((unsigned long)sfs.f_type == watch_remote_types[i])
-			return 1;
+	if (statfs(path, &sfs) == -1) {
+		failed = 1;
+		error = errno;
+	} else {
+		f_type = (unsigned long)sfs.f_type & 0xffffffffUL;
+		type = fslocal_name(f_type);
 	}
-	return 0;
+#ifdef IDEM_FAULT_INJECTION
+	{
+		const char	*how = getenv("IDEM_CRASH_WATCH");
+
+		/* The test's stand-in for NFS: every directory, or one. */
+		if (type != NULL && how != NULL &&
+		    (strcmp(how, "remote") == 0 ||
+		    (strncmp(how, "remote:", 7) == 0 &&
+		    strcmp(how + 7, relpath) == 0))) {
+			if (watch_unvouched[0] == '\0') {
+				snprintf(watch_unvouched_why,
+				    sizeof watch_unvouched_why, "its file "
+				    "system (%s) counts as remote "
+				    "(IDEM_CRASH_WATCH)", type);
+				snprintf(watch_unvouched,
+				    sizeof watch_unvouched, "%s", relpath);
+			}
+			return;
+		}
+	}
+#endif
+	if (type != NULL) {
+		if (watch_local_type == NULL)
+			watch_local_type = type;
+		return;
+	}
+	if (watch_unvouched[0] != '\0')
+		return;
+	if (failed)
+		snprintf(watch_unvouched_why, sizeof watch_unvouched_why,
+		    "statfs failed (%s): its file system is not known",
+		    strerror(error));
+	else
+		snprintf(watch_unvouched_why, sizeof watch_unvouched_why,
+		    "its file system (type 0x%lx) is not one known to have "
+		    "no writers but this host's kernel (a network, cluster "
+		    "or FUSE file system?)", f_type);
+	snprintf(watch_unvouched, sizeof watch_unvouched, "%s", relpath);
 }
 
 /* Watch relpath (0; -1 if it exists but cannot be watched). */
@@ -130,9 +151,7 @@ watch_add(struct idemd *d, const char *relpath)
 		log_warn("inotify watch on %s", path);
 		return -1;
 	}
-	if (watch_remote_seen[0] == '\0' && watch_remote_fs(path))
-		snprintf(watch_remote_seen, sizeof watch_remote_seen, "%s",
-		    relpath);
+	watch_check_fs(path, relpath);
 	return 0;
 }
 
@@ -207,7 +226,8 @@ watch_refresh_locked(struct idemd *d)
 	d->seg.header->watch_refreshing = 1;
 	/* Every day's highest number kept since a scan is scanned again. */
 	d->seg.header->watch_refreshes++;
-	watch_remote_seen[0] = '\0';
+	watch_unvouched[0] = '\0';
+	watch_local_type = NULL;
 	if (watch_add(d, ".") != 0 || watch_dir(d, IDEM_REPORTS_DIR, 0) != 0 ||
 	    watch_dir(d, "_lifecycle", 1) != 0)
 		rc = -1;
@@ -217,12 +237,13 @@ watch_refresh_locked(struct idemd *d)
 			rc = -1;
 	}
 	d->seg.header->watch_refreshing = 0;
-	atomic_store(&d->seg.header->watch_local, watch_remote_seen[0] == '\0');
-	if (watch_remote_seen[0] != '\0' && was_local)
-		log_notice("%s is on a network or FUSE file system, whose "
-		    "other hosts' writers inotify does not see: on "
-		    "PostgreSQL every claim scans the workspace for numbers "
-		    "in use", watch_remote_seen);
+	atomic_store(&d->seg.header->watch_local, watch_unvouched[0] == '\0');
+	/* Once, when it stops vouching; only the PostgreSQL claims care. */
+	if (watch_unvouched[0] != '\0' && was_local &&
+	    (d->be->flags & BACKEND_CLAIMS_READ_WATCH))
+		log_notice("the watch cannot vouch for %s: %s: every claim "
+		    "scans the workspace for numbers in use",
+		    watch_unvouched, watch_unvouched_why);
 	if (rc != 0) {
 		log_warnx("the watch does not cover the whole workspace: every "
 		    "new name is looked for in every stage");
@@ -314,8 +335,9 @@ watch_start(struct idemd *d)
 	d->watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	if (d->watch_fd == -1) {
 		log_warn("inotify: numbers other writers use after start-up "
-		    "are only caught by name (on PostgreSQL, by a scan of the "
-		    "workspace at every claim)");
+		    "are only caught %s",
+		    d->be->flags & BACKEND_CLAIMS_READ_WATCH ? "by a scan of "
+		    "the workspace at every claim" : "by name");
 		return -1;
 	}
 	/* Until the first refresh says otherwise. */
@@ -325,10 +347,12 @@ watch_start(struct idemd *d)
 	watch_refresh_locked(d);
 	seqalloc_unlock(&d->seg);
 	if (atomic_load(&d->seg.header->watch_complete) &&
-	    atomic_load(&d->seg.header->watch_local))
-		log_info("the watch sees every name made in the workspace: "
-		    "on PostgreSQL a claim reads the day's highest number on "
-		    "disk from it, scanning once a day");
+	    atomic_load(&d->seg.header->watch_local) &&
+	    (d->be->flags & BACKEND_CLAIMS_READ_WATCH))
+		log_info("the watch sees every name made in the workspace "
+		    "(%s): a claim reads the day's highest number on disk "
+		    "from it, scanning once a day", watch_local_type != NULL ?
+		    watch_local_type : "?");
 	return d->watch_fd;
 }
 

@@ -349,7 +349,7 @@ struct shm_header {
 	 * Refreshes begun (an overflow, a directory made or moved in): a
 	 * number kept from a scan before one is not trusted (under
 	 * alloc_lock).  watch_local: every watched directory is on a file
-	 * system whose other writers inotify sees (not NFS, CIFS, FUSE...).
+	 * system known to be local (fslocal.c: no NFS, CIFS, FUSE...).
 	 */
 	uint32_t		watch_refreshes;
 	_Atomic uint32_t	watch_local;

@@ -297,8 +297,8 @@ cl_crash_point(struct submission *s, enum crash_point point)
  * again after a refresh of the watch (an overflow, a directory made or
  * moved in).  A claim reads a number, not the workspace.
  *
- * Otherwise (no inotify, a watch not complete, a network or FUSE file
- * system) a scan, shared by the worker's creation threads as a group
+ * Otherwise (no inotify, a watch not complete, a file system not known
+ * to be local: fslocal.c) a scan, shared by the worker's creation threads as a group
  * commit shares a flush.  What a reservation needs is a scan begun after
  * it asked, not one of its own: such a scan sees every file made before
  * the reservation asked, as its own would.  So whoever asks while no

@@ -313,6 +313,45 @@ claims_scan(const char *watch, const char *said)
 	broker_finish();
 }
 
+/*
+ * A directory made after start-up on a file system the watch cannot
+ * vouch for (IDEM_CRASH_WATCH=remote:_lifecycle/extra: its real statfs
+ * classified, then counted as remote): from its refresh on every claim
+ * scans, and the log says which directory and why, once.
+ */
+static void
+a_directory_made_later_on_a_remote_file_system(void **state)
+{
+	char	path[PATH_MAX];
+	int	first, second, third;
+
+	(void)state;
+	need_fault_injection();
+	broker_start("remote:_lifecycle/extra");
+	assert_int_equal(log_count("the watch sees every name"), 1);
+	first = create();
+	second = create();
+	assert_true(second > first);
+	assert_int_equal(scans(), 1);
+	snprintf(path, sizeof path, "%s/_lifecycle/extra", node_root);
+	assert_int_equal(mkdir(path, 0755), 0);
+	third = create();
+	assert_true(third > second);
+	assert_int_equal(scans(), 2);
+	assert_int_equal(log_count("the watch cannot vouch for "
+	    "_lifecycle/extra: its file system ("), 1);
+	assert_int_equal(log_count(") counts as remote (IDEM_CRASH_WATCH)"),
+	    1);
+	/* Each claim scans now: a foreign file in it is skipped by a scan. */
+	foreign_file("_lifecycle/extra", third + 5);
+	assert_true(create() > third + 5);
+	assert_int_equal(scans(), 3);
+	assert_true(create() > third + 6);
+	assert_int_equal(scans(), 4);
+	assert_int_equal(log_count("the watch cannot vouch for _"), 1);
+	broker_finish();
+}
+
 static void
 without_inotify_every_claim_scans(void **state)
 {
@@ -324,7 +363,7 @@ static void
 on_a_network_file_system_every_claim_scans(void **state)
 {
 	(void)state;
-	claims_scan("remote", "is on a network or FUSE file system");
+	claims_scan("remote", "counts as remote (IDEM_CRASH_WATCH)");
 }
 
 #define T(name)	cmocka_unit_test_setup_teardown(name, cluster_arm_watchdog, \
@@ -338,6 +377,7 @@ main(void)
 		T(an_overflow_makes_the_next_claim_scan),
 		T(a_stage_moved_in_makes_the_next_claim_scan),
 		T(a_worker_killed_after_reading_the_queue_loses_no_number),
+		T(a_directory_made_later_on_a_remote_file_system),
 		T(without_inotify_every_claim_scans),
 		T(on_a_network_file_system_every_claim_scans),
 	};
