@@ -18,8 +18,13 @@
  * Writers publish last: they fill a slot, then make it reachable with one
  * store, so a repair has little to guess.
  *
- * No lock is ever held across I/O except the rare directory scan of the
- * allocator on a new date.  Per-submission mutual exclusion across
+ * No lock is ever held across I/O except alloc_lock, across directory
+ * reads: the allocator's scan on a new date; the watch's refresh (every
+ * watched directory read, after an overflow, a directory made or moved
+ * in, a lost reader: watch.c); and, for the PostgreSQL store's claims,
+ * the day's scan per kind after each refresh (seqalloc_disk_max_locked).
+ * The last two are rare, but a claim that meets one waits for a whole
+ * scan of the workspace.  Per-submission mutual exclusion across
  * workers is a claim stored in the slot (worker index, generation,
  * request token), not a held mutex: a claim is live while the worker's
  * generation in the registry is unchanged, so a dead worker's claims

@@ -331,7 +331,7 @@ cl_scan_disk(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
     void *arg, const char *why)
 {
 	log_debug("disk scan for %s numbers of %" PRIu32 ": %s",
-	    kind == SUBTAB_KIND_REPORT ? "REPORT" : "TASK", date, why);
+	    taskfile_kind_prefix(kind), date, why);
 	atomic_fetch_add(&cl_disk_scans, 1);
 	return paths_scan_max_seq(kind, date, max_seq, arg);
 }

@@ -500,6 +500,8 @@ int	taskfile_find(int root_fd, const char *id, char *relpath,
 int	taskfile_current_path(int root_fd, const char *id,
 	    const char *recorded, char *relpath, size_t relpath_size);
 
+/* A kind's name prefix: "TASK" or "REPORT". */
+const char *taskfile_kind_prefix(enum subtab_kind);
 /* "TASK-YYYYMMDD-NNN-..." or "REPORT-...": 1 and its kind, date, number. */
 int	taskfile_parse_name(const char *name, enum subtab_kind *,
 	    uint32_t *date, uint32_t *seq);

@@ -164,6 +164,68 @@ a_foreign_file_is_skipped_without_a_scan(void **state)
 	broker_finish();
 }
 
+/* A new report on task_id: its number. */
+static int
+report(const char *task_id)
+{
+	char		 id[32];
+	json_t		*reply;
+	const char	*report_id;
+	int		 seq;
+
+	snprintf(id, sizeof id, "diskmax-r-%d", next_id++);
+	reply = harness_call_once(&node.b, json_pack("{s:s, s:s, s:s, "
+	    "s:{s:s, s:s}}", "op", "write_report", "task_id", task_id,
+	    "client_submission_id", id, "report", "sender", "DEV", "body",
+	    "Done beside a foreign writer"));
+	assert_non_null(reply);
+	assert_true(json_is_true(json_object_get(reply, "ok")));
+	assert_false(json_is_true(json_object_get(reply, "deduplicated")));
+	report_id = harness_str(reply, "report_id");
+	harness_skip_if_date_moved(today, report_id);
+	seq = atoi(report_id + strlen("REPORT-20261205-"));
+	json_decref(reply);
+	return seq;
+}
+
+/*
+ * The same for REPORT numbers in reports/: a foreign report made
+ * between two claims is skipped with no scan after the day's first of
+ * that kind (the sighting moved the REPORT number on, not the TASK one).
+ */
+static void
+a_foreign_report_is_skipped_without_a_scan(void **state)
+{
+	char	 path[PATH_MAX], task_id[64];
+	json_t	*reply;
+	int	 first, second, fd;
+
+	(void)state;
+	broker_start(NULL);
+	reply = harness_call_once(&node.b, harness_write_task("diskmax-t",
+	    "A task to report on"));
+	assert_non_null(reply);
+	assert_string_equal(harness_str(reply, "disposition"), "created");
+	snprintf(task_id, sizeof task_id, "%s",
+	    harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	first = report(task_id);
+	assert_int_equal(log_count("disk scan for REPORT"), 1);
+	snprintf(path, sizeof path, "%s/reports/REPORT-%s-%03d-DEV-to-QA.md",
+	    node_root, today, first + 1);
+	assert_true((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+	    0644)) >= 0);
+	dprintf(fd, "---\nprotocol: fcop\nversion: 1\nsender: DEV\n"
+	    "recipient: QA\nstatus: done\n---\nA foreign report.\n");
+	close(fd);
+	second = report(task_id);
+	assert_true(second > first + 1);
+	assert_true(report(task_id) > second);
+	assert_int_equal(log_count("disk scan for REPORT"), 1);
+	assert_int_equal(scans(), 1);	/* the task's */
+	broker_finish();
+}
+
 /*
  * The queue overflows while nobody reads it (the master stopped, no
  * claim): the foreign file made after the overflow has no event, and the
@@ -374,6 +436,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(a_foreign_file_is_skipped_without_a_scan),
+		T(a_foreign_report_is_skipped_without_a_scan),
 		T(an_overflow_makes_the_next_claim_scan),
 		T(a_stage_moved_in_makes_the_next_claim_scan),
 		T(a_worker_killed_after_reading_the_queue_loses_no_number),
