@@ -108,6 +108,12 @@ struct idemd {
 	int			 socket_activated;	/* listen_fd is systemd's */
 	int			 kick_fd;	/* eventfd: wake the journaler */
 	int			 watch_fd;	/* inotify on the stages; -1: none */
+	/*
+	 * /proc/self/mountinfo, the master's open file shared by every
+	 * worker: a mount or unmount makes its poll say so (watch.c);
+	 * -1: none.
+	 */
+	int			 mounts_fd;
 	struct inboxview	 inbox_view;	/* a worker's own */
 	struct shm_segment	 seg;
 	struct journal		 journal;	/* master only */
@@ -154,6 +160,7 @@ enum worker_handle {
 	 * root free while a worker still listens on its socket.
 	 */
 	WORKER_HANDLE_LOCK,
+	WORKER_HANDLE_MOUNTS,	/* -1: no watch, or no /proc */
 	WORKER_HANDLE_COUNT
 };
 

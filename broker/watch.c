@@ -27,6 +27,11 @@
  * missed.  Until a refresh succeeds in full (inotify's limits), the
  * watch is not complete and every check walks, as before the watch.
  *
+ * A mount on a watched directory makes no inotify event (the watch stays
+ * on the directory it covers) and an unmount uncovers one nobody
+ * watched: every drain polls the mount table first and refreshes on a
+ * change (watch_mounts_changed), as on IN_UNMOUNT and IN_IGNORED.
+ *
  * The watch is best effort: without inotify the broker runs on, with
  * the start-of-day scan and the walk at every link.
  *
@@ -46,7 +51,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +279,35 @@ watch_names_in(const char *buf, ssize_t n)
 }
 #endif
 
+/*
+ * Alloc lock held: was a file system mounted or unmounted anywhere since
+ * the last look?  inotify says nothing of a mount over a watched
+ * directory (its watch stays on the covered directory, blind to the
+ * names made on the mount); an unmount it reports (IN_UNMOUNT), but the
+ * directory uncovered is not watched.  The mount table's poll(2) says
+ * POLLPRI (POLLERR) once per change: the kernel (mounts_poll) records
+ * the change it reported in the open file, so the poll itself re-arms
+ * it, for every process sharing it (the master's, inherited by the
+ * workers; polled only under this lock, so the process that sees the
+ * change is the one that refreshes).  No read is needed.
+ */
+static int
+watch_mounts_changed(struct idemd *d)
+{
+	struct pollfd	pfd;
+
+	if (d->mounts_fd == -1)
+		return 0;
+	pfd.fd = d->mounts_fd;
+	pfd.events = POLLPRI;
+	pfd.revents = 0;
+	if (poll(&pfd, 1, 0) == -1) {
+		log_warn("polling /proc/self/mountinfo");
+		return 1;	/* not known: as if changed */
+	}
+	return (pfd.revents & (POLLPRI | POLLERR)) != 0;
+}
+
 /* Alloc lock held: read what happened, note every number seen. */
 static void
 watch_drain_locked(struct idemd *d)
@@ -283,6 +319,13 @@ watch_drain_locked(struct idemd *d)
 	char				*p;
 	/* A reader killed in the middle of a refresh left it to us. */
 	int				 refresh = d->seg.header->watch_refreshing;
+
+	/* A mount over a watched directory, or one gone: read it again. */
+	if (watch_mounts_changed(d)) {
+		log_info("the mount table changed: the watch reads the "
+		    "workspace again");
+		refresh = 1;
+	}
 
 	/* A read that leaves room emptied the queue: no second read. */
 	while ((n = read(d->watch_fd, buf, sizeof buf)) > 0) {
@@ -340,6 +383,16 @@ watch_start(struct idemd *d)
 		    "the workspace at every claim" : "by name");
 		return -1;
 	}
+	/*
+	 * Before the first refresh, so that no mount after it is missed;
+	 * without it no mount is seen, and the claims cannot trust the
+	 * watch (watch_disk_max).
+	 */
+	if ((d->mounts_fd = open("/proc/self/mountinfo", O_RDONLY |
+	    O_CLOEXEC)) == -1 && (d->be->flags & BACKEND_CLAIMS_READ_WATCH))
+		log_warn("/proc/self/mountinfo: a mount over a stage would "
+		    "not be seen, so every claim scans the workspace for "
+		    "numbers in use");
 	/* Until the first refresh says otherwise. */
 	atomic_store(&d->seg.header->watch_local, 1);
 	if (seqalloc_lock(&d->seg) != 0)
@@ -347,7 +400,7 @@ watch_start(struct idemd *d)
 	watch_refresh_locked(d);
 	seqalloc_unlock(&d->seg);
 	if (atomic_load(&d->seg.header->watch_complete) &&
-	    atomic_load(&d->seg.header->watch_local) &&
+	    atomic_load(&d->seg.header->watch_local) && d->mounts_fd != -1 &&
 	    (d->be->flags & BACKEND_CLAIMS_READ_WATCH))
 		log_info("the watch sees every name made in the workspace "
 		    "(%s): a claim reads the day's highest number on disk "
@@ -401,7 +454,7 @@ watch_disk_max(struct idemd *d, enum subtab_kind kind, uint32_t date,
 	 */
 	watch_drain_locked(d);
 	if (!atomic_load(&d->seg.header->watch_complete) ||
-	    !atomic_load(&d->seg.header->watch_local)) {
+	    !atomic_load(&d->seg.header->watch_local) || d->mounts_fd == -1) {
 		seqalloc_unlock(&d->seg);
 		return 0;
 	}

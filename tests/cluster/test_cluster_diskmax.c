@@ -8,6 +8,7 @@
  * foreign FCoP writer used is skipped.  The broker runs with IDEM_DEBUG,
  * which logs every scan ("disk scan for"); the cases count those lines.
  */
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <dirent.h>
@@ -33,6 +34,11 @@ static struct node	node;
 static char		node_root[256];
 static char		today[9];
 static int		next_id;
+/* A tmpfs a case mounted, unmounted by the teardown if the case failed. */
+static char		mounted[PATH_MAX];
+/* A stage broker_start mounts a tmpfs on before the broker starts. */
+static const char	*premount;
+static void	mount_tmpfs(const char *);
 
 /* IDEM_CRASH_WATCH exists only in a fault-injection build. */
 static void
@@ -57,6 +63,16 @@ broker_start(const char *watch)
 	}
 	cluster_store_reset(&server);
 	cluster_fresh_root(node_root);
+	if (premount != NULL) {
+		char	path[PATH_MAX];
+
+		snprintf(path, sizeof path, "%s/_lifecycle", node_root);
+		assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+		snprintf(path, sizeof path, "%s/%s", node_root, premount);
+		assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+		mount_tmpfs(premount);
+		premount = NULL;
+	}
 	cluster_node_init(&node, server.uri, node_root, "a");
 	assert_int_equal(cluster_node_start(&node, "30000", "1", NULL, NULL,
 	    env), 0);
@@ -354,6 +370,99 @@ a_worker_killed_after_reading_the_queue_loses_no_number(void **state)
 	broker_finish();
 }
 
+/* Mount a tmpfs on dir (under root); skipped (77) without the right to. */
+static void
+mount_tmpfs(const char *dir)
+{
+	char	path[PATH_MAX];
+
+	if (geteuid() != 0)
+		harness_skip("needs root to mount a tmpfs (CI runs as root)");
+	snprintf(path, sizeof path, "%s/%s", node_root, dir);
+	if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m") ==
+	    -1) {
+		if (errno == EPERM)
+			harness_skip("mount(2) refused (EPERM): a container "
+			    "without CAP_SYS_ADMIN");
+		fail_msg("mount tmpfs on %s: %s", path, strerror(errno));
+	}
+	snprintf(mounted, sizeof mounted, "%s", path);
+}
+
+static void
+unmount_tmpfs(void)
+{
+	assert_int_equal(umount2(mounted, 0), 0);
+	mounted[0] = '\0';
+}
+
+/* The fixture's teardown: a mount a failed case left, then its nodes. */
+static int
+unmount_and_kill(void **state)
+{
+	if (mounted[0] != '\0') {
+		if (umount2(mounted, MNT_DETACH) == -1)
+			fprintf(stderr, "umount %s: %s\n", mounted,
+			    strerror(errno));
+		mounted[0] = '\0';
+	}
+	return cluster_kill_live_nodes(state);
+}
+
+/*
+ * A tmpfs mounted on a stage after start-up: inotify says nothing (its
+ * watch stays on the covered directory), but the mount table's poll
+ * does, so the next claim's drain refreshes the watch and the claim
+ * scans: a foreign file made on the mount is skipped, and one made on
+ * it after that is seen without a scan (the mount's root is watched).
+ */
+static void
+a_mount_on_a_stage_makes_the_next_claim_scan(void **state)
+{
+	int	first, second;
+
+	(void)state;
+	broker_start(NULL);
+	first = create();
+	assert_int_equal(scans(), 1);
+	mount_tmpfs("_lifecycle/review");
+	foreign_file("_lifecycle/review", first + 10);
+	second = create();
+	assert_true(second > first + 10);
+	assert_int_equal(scans(), 2);
+	assert_int_equal(log_count("the mount table changed"), 1);
+	foreign_file("_lifecycle/review", second + 10);
+	assert_true(create() > second + 10);
+	assert_int_equal(scans(), 2);
+	unmount_tmpfs();
+	broker_finish();
+}
+
+/*
+ * A tmpfs on a stage when the broker starts, unmounted after the first
+ * claim: the stage underneath was never watched.  A foreign file made
+ * there is skipped by the next claim (IN_UNMOUNT, and the mount table,
+ * each make its drain refresh: the case fails only without both).
+ */
+static void
+an_unmount_from_a_stage_makes_the_next_claim_scan(void **state)
+{
+	int	first;
+
+	(void)state;
+	premount = "_lifecycle/review";
+	broker_start(NULL);
+	first = create();
+	assert_int_equal(scans(), 1);
+	assert_true(create() > first);
+	assert_int_equal(scans(), 1);
+	unmount_tmpfs();
+	foreign_file("_lifecycle/review", first + 20);
+	assert_true(create() > first + 20);
+	assert_int_equal(scans(), 2);
+	broker_finish();
+}
+
 /* Where the watch cannot vouch, every claim scans, as before it. */
 static void
 claims_scan(const char *watch, const char *said)
@@ -429,7 +538,7 @@ on_a_network_file_system_every_claim_scans(void **state)
 }
 
 #define T(name)	cmocka_unit_test_setup_teardown(name, cluster_arm_watchdog, \
-	cluster_kill_live_nodes)
+	unmount_and_kill)
 
 int
 main(void)
@@ -441,6 +550,8 @@ main(void)
 		T(a_stage_moved_in_makes_the_next_claim_scan),
 		T(a_worker_killed_after_reading_the_queue_loses_no_number),
 		T(a_directory_made_later_on_a_remote_file_system),
+		T(a_mount_on_a_stage_makes_the_next_claim_scan),
+		T(an_unmount_from_a_stage_makes_the_next_claim_scan),
 		T(without_inotify_every_claim_scans),
 		T(on_a_network_file_system_every_claim_scans),
 	};
