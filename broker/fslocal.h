@@ -11,4 +11,12 @@
  */
 const char	*fslocal_name(unsigned long f_type);
 
+/*
+ * Does the test's stand-in for NFS (IDEM_CRASH_WATCH=remote: every
+ * directory; remote:DIR: the one relative to the root) make relpath's
+ * file system, though listed, count as remote?  relpath NULL: does it
+ * make every directory's?  Always 0 in a build without fault injection.
+ */
+int		 fslocal_counts_remote(const char *relpath);
+
 #endif

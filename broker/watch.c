@@ -101,27 +101,17 @@ watch_check_fs(const char *path, const char *relpath)
 		f_type = (unsigned long)sfs.f_type & 0xffffffffUL;
 		type = fslocal_name(f_type);
 	}
-#ifdef IDEM_FAULT_INJECTION
-	{
-		const char	*how = getenv("IDEM_CRASH_WATCH");
-
-		/* The test's stand-in for NFS: every directory, or one. */
-		if (type != NULL && how != NULL &&
-		    (strcmp(how, "remote") == 0 ||
-		    (strncmp(how, "remote:", 7) == 0 &&
-		    strcmp(how + 7, relpath) == 0))) {
-			if (watch_unvouched[0] == '\0') {
-				snprintf(watch_unvouched_why,
-				    sizeof watch_unvouched_why, "its file "
-				    "system (%s) counts as remote "
-				    "(IDEM_CRASH_WATCH)", type);
-				snprintf(watch_unvouched,
-				    sizeof watch_unvouched, "%s", relpath);
-			}
-			return;
+	/* The test's stand-in for NFS: every directory, or one. */
+	if (type != NULL && fslocal_counts_remote(relpath)) {
+		if (watch_unvouched[0] == '\0') {
+			snprintf(watch_unvouched_why,
+			    sizeof watch_unvouched_why, "its file system (%s) "
+			    "counts as remote (IDEM_CRASH_WATCH)", type);
+			snprintf(watch_unvouched, sizeof watch_unvouched, "%s",
+			    relpath);
 		}
+		return;
 	}
-#endif
 	if (type != NULL) {
 		if (watch_local_type == NULL)
 			watch_local_type = type;
