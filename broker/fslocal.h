@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * fslocal.h: which file systems the watch vouches for (fslocal.c).
+ * fslocal.h: which file systems the watch and the inbox view vouch for
+ * (fslocal.c), and the tests' stand-in for one that is not local.
  */
 #ifndef FSLOCAL_H
 #define FSLOCAL_H
