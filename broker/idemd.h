@@ -39,8 +39,11 @@ struct inboxview {
 	int			 lifecycle_wd;
 };
 
-/* Start a worker's view of the inbox below root; armed when first used. */
-void	inboxview_open(struct inboxview *, int root_fd);
+/*
+ * Start a worker's view of the inbox below root (held at inbox_fd); armed
+ * when first used, off unless both are on a local file system (fslocal.c).
+ */
+void	inboxview_open(struct inboxview *, int root_fd, int inbox_fd);
 /*
  * 1 if recorded (an inbox path) is a regular file there, judged as the
  * root-relative walk would; 0: not known, walk (taskfile_current_path).

@@ -15,7 +15,9 @@
  * file of its number was sighted late.  watch_name_new drains the queue
  * and answers from the sightings; the caller walks the workspace
  * (taskfile_find) only when it says "not known": a sighting, another
- * date, or a watch that does not cover every directory.
+ * date, a watch that does not cover every directory, or one that does
+ * not vouch for every name (watch_local, below: another host's writer
+ * makes names it never sights).
  *
  * The queue is shared by the master and every worker (one inotify
  * descriptor), so whoever reads it notes what it read before anyone
@@ -101,27 +103,17 @@ watch_check_fs(const char *path, const char *relpath)
 		f_type = (unsigned long)sfs.f_type & 0xffffffffUL;
 		type = fslocal_name(f_type);
 	}
-#ifdef IDEM_FAULT_INJECTION
-	{
-		const char	*how = getenv("IDEM_CRASH_WATCH");
-
-		/* The test's stand-in for NFS: every directory, or one. */
-		if (type != NULL && how != NULL &&
-		    (strcmp(how, "remote") == 0 ||
-		    (strncmp(how, "remote:", 7) == 0 &&
-		    strcmp(how + 7, relpath) == 0))) {
-			if (watch_unvouched[0] == '\0') {
-				snprintf(watch_unvouched_why,
-				    sizeof watch_unvouched_why, "its file "
-				    "system (%s) counts as remote "
-				    "(IDEM_CRASH_WATCH)", type);
-				snprintf(watch_unvouched,
-				    sizeof watch_unvouched, "%s", relpath);
-			}
-			return;
+	/* The test's stand-in for NFS: every directory, or one. */
+	if (type != NULL && fslocal_counts_remote(relpath)) {
+		if (watch_unvouched[0] == '\0') {
+			snprintf(watch_unvouched_why,
+			    sizeof watch_unvouched_why, "its file system (%s) "
+			    "counts as remote (IDEM_CRASH_WATCH)", type);
+			snprintf(watch_unvouched, sizeof watch_unvouched, "%s",
+			    relpath);
 		}
+		return;
 	}
-#endif
 	if (type != NULL) {
 		if (watch_local_type == NULL)
 			watch_local_type = type;
@@ -162,16 +154,20 @@ watch_add(struct idemd *d, const char *relpath)
 	return 0;
 }
 
-/* Note name's number if it is a TASK or REPORT name (1), else 0. */
+/*
+ * Is name a TASK or REPORT name (1; its number noted if heard), else 0?
+ * An event's name not heard is one the test's stand-in for NFS drops.
+ */
 static int
-watch_note(struct idemd *d, const char *name)
+watch_note(struct idemd *d, const char *name, int heard)
 {
 	enum subtab_kind	kind;
 	uint32_t		date, seq;
 
 	if (!taskfile_parse_name(name, &kind, &date, &seq))
 		return 0;
-	seqalloc_note_seen_locked(&d->seg, kind, date, seq);
+	if (heard)
+		seqalloc_note_seen_locked(&d->seg, kind, date, seq);
 	return 1;
 }
 
@@ -212,7 +208,7 @@ watch_dir(struct idemd *d, const char *relpath, int subdirs)
 			    watch_dir(d, sub, 0) != 0)
 				rc = -1;
 		} else
-			watch_note(d, e->d_name);
+			watch_note(d, e->d_name, 1);
 	}
 	closedir(dir);
 	return rc;
@@ -319,6 +315,12 @@ watch_drain_locked(struct idemd *d)
 	char				*p;
 	/* A reader killed in the middle of a refresh left it to us. */
 	int				 refresh = d->seg.header->watch_refreshing;
+	/*
+	 * IDEM_CRASH_WATCH=remote: as on NFS, where another host's names
+	 * make no event here, no event's name is noted (a refresh still
+	 * reads them, as a directory read on NFS would).
+	 */
+	int				 heard = !fslocal_counts_remote(NULL);
 
 	/* A mount over a watched directory, or one gone: read it again. */
 	if (watch_mounts_changed(d)) {
@@ -347,7 +349,8 @@ watch_drain_locked(struct idemd *d)
 			if (ev->len == 0 || ev->name[0] == '.')
 				continue;
 			/* A new stage or history date, or a history base. */
-			if (!watch_note(d, ev->name) && (ev->mask & IN_ISDIR))
+			if (!watch_note(d, ev->name, heard) &&
+			    (ev->mask & IN_ISDIR))
 				refresh = 1;
 		}
 		if ((size_t)n + sizeof *ev + NAME_MAX + 1 <= sizeof buf)
@@ -431,7 +434,12 @@ watch_name_new(struct idemd *d, const char *name)
 	    seqalloc_lock(&d->seg) != 0)
 		return 0;
 	watch_drain_locked(d);
+	/*
+	 * Where the watch does not vouch (watch_local: NFS and the like),
+	 * another host's writer makes names it never sights: walk.
+	 */
 	new = atomic_load(&d->seg.header->watch_complete) &&
+	    atomic_load(&d->seg.header->watch_local) &&
 	    !seqalloc_sighted(&d->seg, kind, date, seq);
 	seqalloc_unlock(&d->seg);
 	return new;
