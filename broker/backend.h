@@ -155,6 +155,11 @@ struct backend {
  * changes: the fast path may answer their retries (fastpath.c).
  */
 #define BACKEND_EFFECTS_IN_TABLE	0x4
+/*
+ * Its claims take the day's highest number on disk from the watch
+ * (watch_disk_max): the watch says at start-up whether it vouches.
+ */
+#define BACKEND_CLAIMS_READ_WATCH	0x8
 	/* Per-request room after the op's state (BACKEND_ROOM_OFFSET). */
 	size_t		 create_state_size;
 	size_t		 effect_state_size;

@@ -39,8 +39,11 @@ struct inboxview {
 	int			 lifecycle_wd;
 };
 
-/* Start a worker's view of the inbox below root; armed when first used. */
-void	inboxview_open(struct inboxview *, int root_fd);
+/*
+ * Start a worker's view of the inbox below root (held at inbox_fd); armed
+ * when first used, off unless both are on a local file system (fslocal.c).
+ */
+void	inboxview_open(struct inboxview *, int root_fd, int inbox_fd);
 /*
  * 1 if recorded (an inbox path) is a regular file there, judged as the
  * root-relative walk would; 0: not known, walk (taskfile_current_path).
@@ -108,6 +111,12 @@ struct idemd {
 	int			 socket_activated;	/* listen_fd is systemd's */
 	int			 kick_fd;	/* eventfd: wake the journaler */
 	int			 watch_fd;	/* inotify on the stages; -1: none */
+	/*
+	 * /proc/self/mountinfo, the master's open file shared by every
+	 * worker: a mount or unmount makes its poll say so (watch.c);
+	 * -1: none.
+	 */
+	int			 mounts_fd;
 	struct inboxview	 inbox_view;	/* a worker's own */
 	struct shm_segment	 seg;
 	struct journal		 journal;	/* master only */
@@ -154,6 +163,7 @@ enum worker_handle {
 	 * root free while a worker still listens on its socket.
 	 */
 	WORKER_HANDLE_LOCK,
+	WORKER_HANDLE_MOUNTS,	/* -1: no watch, or no /proc */
 	WORKER_HANDLE_COUNT
 };
 
@@ -224,6 +234,17 @@ void	watch_read(struct idemd *, int fd);
  * 0 if not known, and the caller looks (taskfile_find).  Thread-safe.
  */
 int	watch_name_new(struct idemd *, const char *name);
+/*
+ * The day's highest number of kind on disk for the PostgreSQL store's
+ * claims (doc/cluster.md, "Claim"): the queue read after the caller
+ * asked, then the number kept since a scan (*scanned 0), or scan's
+ * (*scanned 1) if none was made since the watch's last refresh.  1 if
+ * answered; 0 if the watch cannot vouch (none, not complete, a file
+ * system whose other hosts' writers inotify does not see): the caller
+ * scans; -1 if scan failed.  Thread-safe.
+ */
+int	watch_disk_max(struct idemd *, enum subtab_kind, uint32_t date,
+	    seqalloc_scan_fn, void *arg, uint32_t *max_seq, int *scanned);
 
 /* journaler.c: the master's journaling thread */
 int	journaler_start(struct idemd *, int (*broadcast)(void *, int all),

@@ -33,11 +33,12 @@
  *
  * What inotify cannot see: a mount over "_lifecycle" or its inbox (only
  * the administrator can make one), and changes made by another host (or
- * a FUSE daemon) to a workspace on a file system shared that way.  So on
- * the file systems of inboxview_unseen (NFS, SMB, Ceph, FUSE, ...),
- * where several brokers on PostgreSQL may share the workspace
- * (doc/cluster.md), the view is off and every check walks.  Without
- * inotify or /proc it is off too.
+ * a FUSE daemon) to a workspace on a file system shared that way.  So
+ * unless the root and the held inbox are both on a file system known to
+ * be local (fslocal.c's list, the watch's: a network, cluster or FUSE
+ * file system, where several brokers on PostgreSQL may share the
+ * workspace (doc/cluster.md), or any type nobody listed), the view is
+ * off and every check walks.  Without inotify or /proc it is off too.
  */
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
@@ -50,9 +51,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <linux/magic.h>
-
 #include "idemd.h"
+#include "fslocal.h"
 #include "log.h"
 
 /* IDEM_INBOX_DIR, one component at a time. */
@@ -61,30 +61,6 @@
 
 #define INBOXVIEW_EVENTS	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | \
 	IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
-
-/*
- * File systems whose changes may come from elsewhere (other hosts, a
- * FUSE daemon), where no inotify event tells of them.
- */
-static const struct {
-	unsigned long	 magic;
-	const char	*name;
-} inboxview_unseen[] = {
-	{ NFS_SUPER_MAGIC, "NFS" },
-	{ SMB_SUPER_MAGIC, "SMB" },
-	{ CIFS_SUPER_MAGIC, "CIFS" },
-	{ SMB2_SUPER_MAGIC, "SMB2" },
-	{ CEPH_SUPER_MAGIC, "Ceph" },
-	{ AFS_SUPER_MAGIC, "AFS" },
-	{ AFS_FS_MAGIC, "AFS" },
-	{ CODA_SUPER_MAGIC, "Coda" },
-	{ OCFS2_SUPER_MAGIC, "OCFS2" },
-	{ V9FS_MAGIC, "9P" },
-	{ FUSE_SUPER_MAGIC, "FUSE" },
-	{ 0x01161970UL, "GFS2" },
-	{ 0x0bd00bd0UL, "Lustre" },
-	{ 0x47504653UL, "GPFS" },
-};
 
 /* Watch the directory open at fd (its watch descriptor; -1: cannot). */
 static int
@@ -236,29 +212,49 @@ inboxview_holds(struct inboxview *v, int root_fd, int inbox_fd,
 	}
 }
 
-void
-inboxview_open(struct inboxview *v, int root_fd)
+/*
+ * Is the directory open at fd (relpath in the workspace) on a file system
+ * known to be local?  If not, say which and why.
+ */
+static int
+inboxview_local(int fd, const char *relpath)
 {
-	struct statfs	fs;
-	size_t		i;
+	struct statfs	 fs;
+	const char	*type;
+	unsigned long	 f_type;
 
+	if (fstatfs(fd, &fs) == -1) {
+		log_notice("retries look for their task by path (fstatfs: "
+		    "%s)", strerror(errno));
+		return 0;
+	}
+	f_type = (unsigned long)fs.f_type & 0xffffffffUL;
+	if ((type = fslocal_name(f_type)) == NULL) {
+		log_info("%s is on a file system (type 0x%lx) not known to "
+		    "have no writers but this host's kernel, whose changes "
+		    "inotify may not see: retries look for their task by "
+		    "path", relpath, f_type);
+		return 0;
+	}
+	if (fslocal_counts_remote(relpath)) {
+		log_info("%s's file system (%s) counts as remote "
+		    "(IDEM_CRASH_WATCH): retries look for their task by path",
+		    relpath, type);
+		return 0;
+	}
+	return 1;
+}
+
+void
+inboxview_open(struct inboxview *v, int root_fd, int inbox_fd)
+{
 	v->fd = -1;
 	v->root_wd = v->lifecycle_wd = -1;
 	v->state = INBOXVIEW_OFF;
-	if (fstatfs(root_fd, &fs) == -1) {
-		log_notice("retries look for their task by path (fstatfs: "
-		    "%s)", strerror(errno));
+	/* The names watched are the root's, the file checked the inbox's. */
+	if (!inboxview_local(root_fd, ".") ||
+	    !inboxview_local(inbox_fd, IDEM_INBOX_DIR))
 		return;
-	}
-	for (i = 0; i < sizeof inboxview_unseen / sizeof *inboxview_unseen;
-	    i++) {
-		if ((unsigned long)fs.f_type == inboxview_unseen[i].magic) {
-			log_info("the workspace is on %s, whose changes "
-			    "inotify may not see: retries look for their "
-			    "task by path", inboxview_unseen[i].name);
-			return;
-		}
-	}
 	v->state = INBOXVIEW_STALE;
 }
 

@@ -260,6 +260,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->max_connections_per_uid = 0;		/* from max_connections */
 	d->ready_fd = -1;
 	d->watch_fd = -1;
+	d->mounts_fd = -1;
 	d->journal_dir_fd = -1;
 	d->index_dir_fd = -1;
 	d->idle_timeout_ms = IDEM_DEFAULT_IDLE_TIMEOUT_MS;
@@ -600,6 +601,7 @@ run_worker(struct idemd *d)
 	d->reports_fd = handle[WORKER_HANDLE_REPORTS];
 	d->kick_fd = handle[WORKER_HANDLE_KICK];
 	d->watch_fd = handle[WORKER_HANDLE_WATCH];
+	d->mounts_fd = handle[WORKER_HANDLE_MOUNTS];
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++) {
 		if (handle[i] != -1 &&
 		    fcntl(handle[i], F_SETFD, FD_CLOEXEC) == -1)

@@ -187,6 +187,7 @@ master_spawn(struct master *m, unsigned index)
 	inherit[WORKER_HANDLE_INDEX] = d->index_dir_fd;
 	inherit[WORKER_HANDLE_WAKE] = wake;
 	inherit[WORKER_HANDLE_LOCK] = d->lock_fd;
+	inherit[WORKER_HANDLE_MOUNTS] = d->mounts_fd;
 	used = (size_t)snprintf(handles, sizeof handles, "%ld,%u,%u",
 	    (long)getpid(), index, generation);
 	for (i = 0; i < WORKER_HANDLE_COUNT; i++)
@@ -500,6 +501,9 @@ master_run(struct idemd *d)
 		event_free(watch_ev);
 		close(d->watch_fd);
 		d->watch_fd = -1;
+		if (d->mounts_fd != -1)
+			close(d->mounts_fd);
+		d->mounts_fd = -1;
 	}
 	event_base_free(m.base);
 	pthread_mutex_destroy(&m.fds_lock);

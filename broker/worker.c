@@ -599,7 +599,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 		fatalx("worker %u: event_base_new failed", index);
 	if ((w.io = fileio_start(w.base)) == NULL)
 		fatalx("worker %u: cannot start its file threads", index);
-	inboxview_open(&d->inbox_view, d->root_fd);
+	inboxview_open(&d->inbox_view, d->root_fd, d->inbox_fd);
 	w.listen_ev = event_new(w.base, d->listen_fd, EV_READ | EV_PERSIST,
 	    worker_accept, &w);
 	w.notify_ev = event_new(w.base, notify_fd, EV_READ | EV_PERSIST,

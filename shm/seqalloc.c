@@ -24,6 +24,14 @@
  * only for a number whose bit is set.  Every number idem hands out is
  * past every number seen before it, so a name whose bit is clear exists
  * in no watched directory, as far as the events read so far tell.
+ *
+ * The day's highest number on disk (the PostgreSQL store's claims,
+ * doc/cluster.md, "Claim").  There the numbers come from the database;
+ * what the broker needs is only the highest number other writers used
+ * on disk that day.  Kept per kind beside the allocator (disk[]): a scan
+ * for the date, then every sighting of that date moves it on, for as
+ * long as no refresh of the watch began (a refresh means events were
+ * lost or a directory came that the scan did not see: scan again).
  */
 #include <errno.h>
 #include <string.h>
@@ -33,10 +41,22 @@
 /* idemd's numbers have at most six digits (--sequence-digits). */
 _Static_assert(SEQALLOC_SIGHTED_BITS > 999999, "a bit for every number");
 
+static void	seqalloc_note_disk_locked(struct shm_segment *,
+		    enum subtab_kind, uint32_t, uint32_t);
+
 int
 seqalloc_repair(struct shm_segment *seg)
 {
-	/* Every change is a single store; nothing can be half done. */
+	/*
+	 * The allocator's own changes are single stores.  What the watch
+	 * keeps is not: a holder may have died after read(2) took events
+	 * from the inotify queue and before noting them (lost for good),
+	 * or between the stores of a disk[] entry or of a refresh.  So the
+	 * watch is refreshed by the next reader of its queue, which
+	 * re-reads every watched directory and, by moving watch_refreshes
+	 * on, makes the next claim of every kind scan again.
+	 */
+	seg->header->watch_refreshing = 1;
 	return 0;
 }
 
@@ -115,6 +135,7 @@ seqalloc_note_seen_locked(struct shm_segment *seg, enum subtab_kind kind,
 
 	if (kind < 1 || kind > SUBTAB_KIND_COUNT)
 		return;
+	seqalloc_note_disk_locked(seg, kind, date, seq);
 	st = &seg->header->alloc[kind - 1];
 	if (date != st->date)
 		return;		/* older: walked; newer: scanned when due */
@@ -131,6 +152,48 @@ seqalloc_note_seen_locked(struct shm_segment *seg, enum subtab_kind kind,
 		st->sighted_date = st->date;
 	}
 	bits[seq / 8] |= (uint8_t)(1u << (seq % 8));
+}
+
+/* A sighting for the day's highest number on disk. */
+static void
+seqalloc_note_disk_locked(struct shm_segment *seg, enum subtab_kind kind,
+    uint32_t date, uint32_t seq)
+{
+	struct seqalloc_disk	*dk = &seg->header->disk[kind - 1];
+
+	if (date == dk->date && seq > dk->max_seq)
+		dk->max_seq = seq;
+}
+
+int
+seqalloc_disk_max_locked(struct shm_segment *seg, enum subtab_kind kind,
+    uint32_t date, seqalloc_scan_fn scan, void *arg, uint32_t *max_seq,
+    int *scanned)
+{
+	struct seqalloc_disk	*dk;
+	uint32_t		 found = 0;
+
+	*scanned = 0;
+	if (kind < 1 || kind > SUBTAB_KIND_COUNT) {
+		errno = EINVAL;
+		return -1;
+	}
+	dk = &seg->header->disk[kind - 1];
+	if (dk->date != date || dk->refresh != seg->header->watch_refreshes) {
+		/*
+		 * Under the lock, so that a sighting read meanwhile cannot
+		 * be overwritten by the scan's result: whatever is created
+		 * from now on is either in the scan or in the queue.
+		 */
+		if (scan(kind, date, &found, arg) != 0)
+			return -1;
+		*scanned = 1;
+		dk->date = date;
+		dk->max_seq = found;
+		dk->refresh = seg->header->watch_refreshes;
+	}
+	*max_seq = dk->max_seq;
+	return 0;
 }
 
 void

@@ -18,8 +18,13 @@
  * Writers publish last: they fill a slot, then make it reachable with one
  * store, so a repair has little to guess.
  *
- * No lock is ever held across I/O except the rare directory scan of the
- * allocator on a new date.  Per-submission mutual exclusion across
+ * No lock is ever held across I/O except alloc_lock, across directory
+ * reads: the allocator's scan on a new date; the watch's refresh (every
+ * watched directory read, after an overflow, a directory made or moved
+ * in, a lost reader: watch.c); and, for the PostgreSQL store's claims,
+ * the day's scan per kind after each refresh (seqalloc_disk_max_locked).
+ * The last two are rare, but a claim that meets one waits for a whole
+ * scan of the workspace.  Per-submission mutual exclusion across
  * workers is a claim stored in the slot (worker index, generation,
  * request token), not a held mutex: a claim is live while the worker's
  * generation in the registry is unchanged, so a dead worker's claims
@@ -48,7 +53,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	10
+#define SHM_LAYOUT_VERSION	11
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -248,6 +253,17 @@ struct seqalloc_state {
 	uint32_t	sighted_date;	/* the date the sightings bitmap holds */
 };
 
+/*
+ * The day's highest number on disk, kept for the PostgreSQL store's
+ * claims (seqalloc_disk_max_locked): scanned once, then moved on by the
+ * watch's sightings, as long as no refresh of the watch came between.
+ */
+struct seqalloc_disk {
+	uint32_t	date;		/* 0: never scanned */
+	uint32_t	max_seq;	/* the highest number seen for it */
+	uint32_t	refresh;	/* watch_refreshes when it was scanned */
+};
+
 /* The segment header.  Everything after it is located by its offsets. */
 struct shm_header {
 	/* Written last by the initialiser, checked by every attacher. */
@@ -328,7 +344,21 @@ struct shm_header {
 	 * bitmap trusted in place of a walk of the workspace.
 	 */
 	_Atomic uint32_t	watch_complete;
-	uint32_t		watch_refreshing; /* a refresh under way (or its reader died) */
+	/*
+	 * A refresh under way, or due: its reader died, or a holder of
+	 * alloc_lock died (seqalloc_repair), maybe with events it had
+	 * read and not noted: the next reader of the queue refreshes.
+	 */
+	uint32_t		watch_refreshing;
+	/*
+	 * Refreshes begun (an overflow, a directory made or moved in): a
+	 * number kept from a scan before one is not trusted (under
+	 * alloc_lock).  watch_local: every watched directory is on a file
+	 * system known to be local (fslocal.c: no NFS, CIFS, FUSE...).
+	 */
+	uint32_t		watch_refreshes;
+	_Atomic uint32_t	watch_local;
+	struct seqalloc_disk	disk[SUBTAB_KIND_COUNT];
 
 	/* Journal hand-off (head under ring_lock; the rest atomic). */
 	uint64_t		ring_head;	/* bytes ever appended */
@@ -716,6 +746,15 @@ void	 seqalloc_note_seen_locked(struct shm_segment *, enum subtab_kind,
  */
 int	 seqalloc_sighted(struct shm_segment *, enum subtab_kind,
 	    uint32_t date, uint32_t seq);
+/*
+ * alloc_lock held, the watch's queue just read and the watch complete
+ * and local: the highest number on disk for date, from the watch's
+ * sightings since a scan, or from scan (*scanned set) if no scan of
+ * date was made since the last refresh of the watch.  0 or scan's -1.
+ */
+int	 seqalloc_disk_max_locked(struct shm_segment *, enum subtab_kind,
+	    uint32_t date, seqalloc_scan_fn, void *arg, uint32_t *max_seq,
+	    int *scanned);
 
 /* handoff.c: the ring of encoded journal records, workers to journaler. */
 int	 handoff_repair(struct shm_segment *);

@@ -36,6 +36,7 @@ tests/unit/test_digest.c	libclient
 tests/unit/test_fastscan.c	broker libclient
 tests/unit/test_log.c		broker
 tests/unit/test_replytext.c	broker
+tests/unit/test_fslocal.c	broker
 tests/unit		broker/store shm libclient
 tests/fuzz/fuzz_canonical.c	libclient
 tests/fuzz/fuzz_journal.c	broker/store shm libclient

@@ -138,11 +138,12 @@ pg_worker_stop(struct worker *w)
 {
 	pg_pool_stop();
 	pg_group_report();
+	pg_create_report();
 }
 
 const struct backend pg_backend = {
 	.name = "postgresql",
-	.flags = BACKEND_SPREADS_CONNECTIONS,
+	.flags = BACKEND_SPREADS_CONNECTIONS | BACKEND_CLAIMS_READ_WATCH,
 	.create_state_size = sizeof(struct pg_create),
 	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,

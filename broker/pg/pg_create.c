@@ -60,10 +60,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,16 +286,26 @@ cl_crash_point(struct submission *s, enum crash_point point)
 }
 
 /*
- * The disk scan of a reservation (the day's highest number on disk, so
- * that numbers other FCoP writers used are skipped), shared by the
- * worker's creation threads as a group commit shares a flush.  What a
- * reservation needs is a scan begun after it asked, not one of its own:
- * such a scan sees every file made before the reservation asked, as its
- * own would.  So whoever asks while no scan runs makes one, and every
- * reservation that asked before it began takes its result; one that
- * asks while a scan runs waits for the next.  A scan reads every stage
- * (O(files)); shared, a worker makes one per scan's time, not one per
- * creation.
+ * The day's highest number on disk for a reservation, so that numbers
+ * other FCoP writers used are skipped (doc/cluster.md, "Claim").  What
+ * a reservation needs is every name made before it asked.
+ *
+ * From the watch (watch_disk_max), where it vouches for every name: it
+ * reads the inotify queue after the reservation asked, under the lock
+ * every reader notes what it read in, and answers with the number kept
+ * since the day's scan; the scan is made once per kind and day, and
+ * again after a refresh of the watch (an overflow, a directory made or
+ * moved in).  A claim reads a number, not the workspace.
+ *
+ * Otherwise (no inotify, a watch not complete, a file system not known
+ * to be local: fslocal.c) a scan, shared by the worker's creation threads as a group
+ * commit shares a flush.  What a reservation needs is a scan begun after
+ * it asked, not one of its own: such a scan sees every file made before
+ * the reservation asked, as its own would.  So whoever asks while no
+ * scan runs makes one, and every reservation that asked before it began
+ * takes its result; one that asks while a scan runs waits for the next.
+ * A scan reads every stage (O(files)); shared, a worker makes one per
+ * scan's time, not one per creation.
  */
 static struct {
 	pthread_mutex_t		 lock;
@@ -309,14 +321,47 @@ static struct {
 } cl_scans = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0,
     0, SUBTAB_KIND_TASK, 0, 0, 0 };
 
+/* For the worker's last log line (pg_create_report). */
+static _Atomic uint64_t	cl_disk_scans;	/* of the workspace, either way */
+static _Atomic uint64_t	cl_disk_watched; /* answered by the watch alone */
+
+/* One scan of the workspace, counted (IDEM_DEBUG: logged, with why). */
+static int
+cl_scan_disk(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
+    void *arg, const char *why)
+{
+	log_debug("disk scan for %s numbers of %" PRIu32 ": %s",
+	    taskfile_kind_prefix(kind), date, why);
+	atomic_fetch_add(&cl_disk_scans, 1);
+	return paths_scan_max_seq(kind, date, max_seq, arg);
+}
+
+/* watch_disk_max's scan: the first of the day since the last refresh. */
+static int
+cl_scan_watched(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
+    void *arg)
+{
+	return cl_scan_disk(kind, date, max_seq, arg, "the first since the "
+	    "watch's last refresh");
+}
+
 static int
 cl_scan_shared(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
     void *arg)
 {
 	uint64_t	want, mine;
 	uint32_t	found;
-	int		error;
+	int		error, scanned;
 
+	switch (watch_disk_max(arg, kind, date, cl_scan_watched, arg, max_seq,
+	    &scanned)) {
+	case 1:
+		if (!scanned)
+			atomic_fetch_add(&cl_disk_watched, 1);
+		return 0;
+	case -1:
+		return -1;
+	}
 	pthread_mutex_lock(&cl_scans.lock);
 	want = cl_scans.begun + 1;	/* begun from now on */
 	for (;;) {
@@ -337,7 +382,8 @@ cl_scan_shared(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 		pthread_mutex_unlock(&cl_scans.lock);
 		found = 0;
 		error = 0;
-		if (paths_scan_max_seq(kind, date, &found, arg) != 0)
+		if (cl_scan_disk(kind, date, &found, arg, "the watch cannot "
+		    "vouch for every name") != 0)
 			error = errno != 0 ? errno : EIO;
 		pthread_mutex_lock(&cl_scans.lock);
 		cl_scans.running = 0;
@@ -348,6 +394,15 @@ cl_scan_shared(enum subtab_kind kind, uint32_t date, uint32_t *max_seq,
 		cl_scans.error = error;
 		pthread_cond_broadcast(&cl_scans.done);
 	}
+}
+
+void
+pg_create_report(void)
+{
+	log_info("disk scans for numbers in use: %llu; %llu claims read the "
+	    "watch's number without one",
+	    (unsigned long long)atomic_load(&cl_disk_scans),
+	    (unsigned long long)atomic_load(&cl_disk_watched));
 }
 
 /* A store of this worker's on d's workspace: 0, or -1 and *cause. */

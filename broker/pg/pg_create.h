@@ -42,6 +42,9 @@ struct pg_create {
 	struct pg_group_member	 member;	/* in its worker's round */
 };
 
+/* The worker's disk scans and the claims the watch answered, logged. */
+void	pg_create_report(void);
+
 #ifdef IDEM_FAULT_INJECTION
 /*
  * A pause or hold point's name (IDEM_CRASH_PAUSE_AT, IDEM_CRASH_HOLD_AT):

@@ -53,7 +53,8 @@ static struct {
 	pid_t			 master;
 	long			 spawn_delay_ms; /* IDEM_SPAWN_DELAY_MS */
 	int			 link_early;	/* IDEM_CRASH_LINK_EARLY */
-} crash = { NULL, -1, 0, NULL, 0, 0, 0 };
+	int			 watch_die;	/* IDEM_CRASH_WATCH=die-after-read */
+} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0 };
 
 /*
  * This process's mark in the segment's crash_fired (random, not 0): a
@@ -103,6 +104,28 @@ crash_worker_started(void)
 		shm_lock_set_hook(crash_in_lock);
 }
 
+/*
+ * IDEM_CRASH_WATCH=die-after-read: the first worker whose read(2) of the
+ * inotify queue returned a TASK or REPORT name (names) dies before
+ * noting it, holding the allocator's lock, once per broker run: the
+ * next owner of the lock must not trust what the watch kept.
+ */
+void
+crash_watch_read(int names)
+{
+	uint32_t	fired = 0;
+
+	if (!crash.watch_die || !names || crash.seg == NULL ||
+	    getpid() == crash.master)
+		return;
+	if (!atomic_compare_exchange_strong(&crash.seg->header->crash_fired,
+	    &fired, crash_token))
+		return;
+	fprintf(stderr, "idemd[%ld]: dying after reading the watch's queue, "
+	    "before noting it: SIGKILL\n", (long)getpid());
+	raise(SIGKILL);
+}
+
 /* A misspelt variable would silently test nothing: refuse it. */
 static int
 crash_check_names(char **cause)
@@ -111,7 +134,8 @@ crash_check_names(char **cause)
 	    "IDEM_CRASH_WORKER_AT", "IDEM_CRASH_WORKER_IN_LOCK",
 	    "IDEM_CRASH_LINK_EARLY", "IDEM_SPAWN_DELAY_MS",
 	    "IDEM_CRASH_PAUSE_AT", "IDEM_CRASH_HOLD_AT",	/* pg_create.c */
-	    "IDEM_CRASH_BATCH_OF" };				/* pg_group.c */
+	    "IDEM_CRASH_BATCH_OF",				/* pg_group.c */
+	    "IDEM_CRASH_WATCH" };				/* watch.c */
 	char	*const *e;
 	char	*one[2] = { NULL, NULL }, name[64];
 	size_t	 i;
@@ -160,6 +184,7 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	const char	*name = whole != NULL ? whole : worker;
 	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
 	const char	*early = getenv("IDEM_CRASH_LINK_EARLY");
+	const char	*watch = getenv("IDEM_CRASH_WATCH");
 	const char	*delay;
 	char		*end;
 	int		 in_master = getpid() == master;	/* logs once */
@@ -210,6 +235,27 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 			store_notice(STORE_NOTICE_INFO, "fault injection: "
 			    "file threads wait for the reservation to link "
 			    "early");
+	}
+	if (watch != NULL && *watch != '\0') {
+		/* off and remote are read where they act (watch.c). */
+		if (strcmp(watch, "die-after-read") == 0)
+			crash.watch_die = 1;
+		else if (strcmp(watch, "off") != 0 &&
+		    strcmp(watch, "remote") != 0 &&
+		    (strncmp(watch, "remote:", 7) != 0 || watch[7] == '\0')) {
+			asprintf(cause, "IDEM_CRASH_WATCH must be off, remote, "
+			    "remote:DIR or die-after-read");
+			return -1;
+		}
+		if (in_master)
+			store_notice(STORE_NOTICE_INFO, "fault injection: %s%s",
+			    strcmp(watch, "off") == 0 ? "no inotify watch" :
+			    crash.watch_die ? "a worker dies after reading "
+			    "the watch's queue, before noting it" :
+			    watch[6] == ':' ? "the file system counts as "
+			    "remote for the watched directory " :
+			    "the watch's file systems count as remote",
+			    watch[6] == ':' ? watch + 7 : "");
 	}
 	if (name == NULL || *name == '\0')
 		return 0;

@@ -579,6 +579,8 @@ int	taskfile_find(int root_fd, const char *id, char *relpath,
 int	taskfile_current_path(int root_fd, const char *id,
 	    const char *recorded, char *relpath, size_t relpath_size);
 
+/* A kind's name prefix: "TASK" or "REPORT". */
+const char *taskfile_kind_prefix(enum subtab_kind);
 /* "TASK-YYYYMMDD-NNN-..." or "REPORT-...": 1 and its kind, date, number. */
 int	taskfile_parse_name(const char *name, enum subtab_kind *,
 	    uint32_t *date, uint32_t *seq);
@@ -955,6 +957,8 @@ void	crash_journal_flushed(struct journal *, const struct iovec *, int n);
  */
 void	crash_hold(int *released);
 void	crash_release(int *released);
+/* IDEM_CRASH_WATCH=die-after-read: after a read of the watch's queue. */
+void	crash_watch_read(int names);
 #else
 /* Without fault injection every crash point compiles to nothing. */
 #define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
@@ -964,6 +968,7 @@ void	crash_release(int *released);
 #define crash_journal_flushed(j, iov, n) ((void)0)
 #define crash_hold(released)		((void)0)
 #define crash_release(released)		((void)0)
+#define crash_watch_read(names)		((void)0)
 #endif
 
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * taskfile_int.h: what the taskfile*.c files share and nothing else
- * includes: the FCoP directories they all name, the error helper, the
- * name prefix of a kind.
+ * includes: the FCoP directories they all name, the error helper (a
+ * kind's name prefix, taskfile_kind_prefix, is store.h's).
  */
 #ifndef TASKFILE_INT_H
 #define TASKFILE_INT_H
@@ -18,7 +18,5 @@
  */
 int	taskfile_fail(char **cause, const char *fmt, ...)
 	    __attribute__((format(printf, 2, 3)));
-/* "TASK" or "REPORT". */
-const char *taskfile_kind_prefix(enum subtab_kind);
 
 #endif /* TASKFILE_INT_H */

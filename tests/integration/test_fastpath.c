@@ -6,6 +6,7 @@
  * takes the full path and the next ones the fast one again.
  * stats' reused_fast tells which path answered.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -391,6 +392,83 @@ replaced_inbox_is_seen(void **state)
 }
 
 /*
+ * IDEM_CRASH_WATCH exists only in a build configured
+ * --enable-fault-injection: without it, the case is skipped (the others
+ * of the suite run).
+ */
+static void
+need_fault_injection(struct broker *b)
+{
+#ifndef IDEM_FAULT_INJECTION
+	printf("SKIP: needs configure --enable-fault-injection\n");
+	harness_cleanup(b);
+	b->root[0] = '\0';
+	skip();
+#else
+	(void)b;
+#endif
+}
+
+/*
+ * Where the inbox's file system is not known to be local (fslocal.c; the
+ * stand-in IDEM_CRASH_WATCH=remote:_lifecycle/inbox counts it remote
+ * after its real statfs), another host may replace it unseen: the view
+ * stays off, every retry walks (still fast: reused_fast counts it), and
+ * a task moved away is found where it went.  Fails if the view trusts a
+ * file system it has no list entry against (inboxview.c's deny-list).
+ */
+static void
+inbox_off_local_fs_not_trusted(void **state)
+{
+	static const char *const args[] = { "--log-level", "debug", NULL };
+	static const char *const env[] = {
+	    "IDEM_CRASH_WATCH=remote:" "_lifecycle/inbox", NULL };
+	struct broker	*b = *state;
+	char		*line, *text, *moved, from[1024], to[1024], want[1024];
+	json_t		*reply;
+	json_int_t	 fast_before;
+	int		 fd;
+
+	need_fault_injection(b);
+	assert_int_equal(harness_start(b, args, env), 0);
+	fd = harness_raw_connect(b);
+	line = line_of("fp-inbox-remote", "1");
+	text = harness_raw_exchange(fd, line);
+	reply = json_loads(text, 0, NULL);
+	assert_non_null(reply);
+	snprintf(from, sizeof from, "%s/%s", b->root,
+	    harness_receipt_str(reply, "task_path"));
+	snprintf(want, sizeof want, "_lifecycle/active/%s.md",
+	    harness_receipt_str(reply, "task_id"));
+	json_decref(reply);
+	free(text);
+	assert_null(retry_current_path(fd, line));
+	fast_before = harness_stat(b, "reused_fast");
+	assert_null(retry_current_path(fd, line));
+	assert_int_equal(harness_stat(b, "reused_fast"), fast_before + 1);
+	/* Written before the reply, were the view armed. */
+	assert_int_equal(harness_log_count(b,
+	    "retries look for their task in the held inbox"), 0);
+
+	snprintf(to, sizeof to, "%s/_lifecycle/active", b->root);
+	assert_true(mkdir(to, 0755) == 0 || errno == EEXIST);
+	snprintf(to, sizeof to, "%s/%s", b->root, want);
+	assert_int_equal(rename(from, to), 0);
+	moved = retry_current_path(fd, line);
+	assert_non_null(moved);
+	assert_string_equal(moved, want);
+	free(moved);
+	assert_int_equal(harness_log_count(b,
+	    "retries look for their task in the held inbox"), 0);
+	/* Every worker said why, at start-up. */
+	harness_wait_log(b, "_lifecycle/inbox's file system (", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	free(line);
+	close(fd);
+	harness_finish(b);
+}
+
+/*
  * The store is memory only: after a restart (SIGTERM, or SIGKILL with
  * what replay finds) the first retry takes the full path and answers the
  * same bytes; it stores the reply and the next retry is fast again.
@@ -462,6 +540,7 @@ main(void)
 		T(doubts_take_the_full_parse),
 		T(moved_task_takes_the_full_parse),
 		T(replaced_inbox_is_seen),
+		T(inbox_off_local_fs_not_trusted),
 		T(fast_again_after_sigterm_restart),
 		T(fast_again_after_kill9_restart),
 		T(fast_again_after_checkpoint_restart),

@@ -144,7 +144,13 @@ claim_turn(struct pgstore *st, struct pgstore_claim *c, char **cause)
 {
 	uint32_t	disk = 0;
 
-	/* Outside any lock: numbers other FCoP writers took that day. */
+	/*
+	 * Numbers other FCoP writers took that day: st->scan is the
+	 * broker's (pg_create.c), which answers from the watch, or scans
+	 * under the allocator's lock (the day's first, after a refresh),
+	 * or scans under no lock of the segment where the watch cannot
+	 * vouch.  No lock of this file's is held.
+	 */
 	if (st->scan != NULL && st->scan(c->key->kind, c->day, &disk,
 	    st->scan_arg) != 0) {
 		asprintf(cause, "scanning the workspace for numbers in use: %s",
@@ -201,8 +207,7 @@ pg_claim_params(const struct pgstore *st, const struct pgstore_claim *c,
 	p->v[p->n++] = c->max_s;	/* $7 */
 	p->v[p->n++] = c->schema;	/* $8 */
 	p->v[p->n++] = c->digest;	/* $9 */
-	p->v[p->n++] = key->kind == SUBTAB_KIND_REPORT ? "REPORT" :
-	    "TASK";			/* $10 */
+	p->v[p->n++] = taskfile_kind_prefix(key->kind);	/* $10 */
 	p->v[p->n++] = c->roles;	/* $11 */
 	p->v[p->n++] = key->kind == SUBTAB_KIND_REPORT ?
 	    IDEM_REPORTS_DIR : IDEM_INBOX_DIR;	/* $12 */
