@@ -1059,7 +1059,8 @@ refusals_are_rare(void **state)
  * boundary of the file.  Rounds of 1..3 records with keys of 1..329
  * bytes put record starts at many offsets in a sector; the file is
  * walked from the document (zeros: padding, only where the rule asks for
- * it, up to the boundary) and replays whole.
+ * it, up to the boundary) and replays whole; journal_open finds its end
+ * through the padding and appends after it.
  */
 static void
 writer_never_splits_a_prefix(void **state)
@@ -1124,6 +1125,18 @@ writer_never_splits_a_prefix(void **state)
 	if (journal_replay(f->dir, 0, count_apply, &used, NULL, &cause) != 0)
 		fail_msg("replay: %s", cause);
 	assert_int_equal(used, records);
+	/* journal_open finds the same end through the padding, goes on. */
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.size, size);
+	iov.iov_base = ring;
+	iov.iov_len = encode_committed(records, 300, ring, sizeof ring);
+	assert_int_equal(journal_append(&j, &iov, 1, &cause), 0);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+	used = 0;
+	if (journal_replay(f->dir, 0, count_apply, &used, NULL, &cause) != 0)
+		fail_msg("replay after a reopen: %s", cause);
+	assert_int_equal(used, records + 1);
 }
 
 /*
