@@ -77,8 +77,8 @@
 
 /*
  * writev at most this many pieces per call (under IOV_MAX, 1024).  Format
- * 2 gives a round two pieces a record (its prefix, its bytes), so a round
- * of up to 255 records still goes in one pwritev.
+ * 2 gives a round up to three pieces a record (zero padding, its prefix,
+ * its bytes); append_raw writes a round of more pieces in several calls.
  */
 #define APPEND_IOV_BATCH	512
 
@@ -588,7 +588,11 @@ stream_read(const struct iovec *iov, int *i, size_t *off, uint8_t *out,
  * Format 2 (doc/journal.md, "Rounds over the zero tail"): each record of
  * the round, whole in iov (a ring's two pieces may split one), goes out
  * after a round prefix naming j->size, the synced end the round starts
- * from.  The records are not copied: the pieces point into iov.
+ * from (before any padding).  Where the prefix and the inner header would
+ * cross a sector boundary, zeros up to it go first (journal_round_pad,
+ * "Sector padding"): a sector kept whole then holds a record's whole
+ * prefix whenever it holds its inner header.  The records are not copied:
+ * the pieces point into iov, the padding into journal_zeros.
  */
 static int
 append_rounds(struct journal *j, const struct iovec *iov, int iovcnt,
@@ -596,7 +600,8 @@ append_rounds(struct journal *j, const struct iovec *iov, int iovcnt,
 {
 	uint8_t		 head[16];
 	size_t		 total = 0, at = 0, off = 0, length, left, take;
-	size_t		 records = 0, pieces = 0, r, so;
+	size_t		 records = 0, pieces = 0, r, so, pad;
+	uint64_t	 pos;
 	int		 i = 0, k, si;
 	void		*p;
 
@@ -632,20 +637,28 @@ append_rounds(struct journal *j, const struct iovec *iov, int iovcnt,
 		j->prefixes = p;
 		j->prefixes_cap = records;
 	}
-	if (records * 2 + (size_t)iovcnt > j->wide_cap) {
-		if ((p = reallocarray(j->wide, records * 2 + (size_t)iovcnt,
+	if (records * 3 + (size_t)iovcnt > j->wide_cap) {
+		if ((p = reallocarray(j->wide, records * 3 + (size_t)iovcnt,
 		    sizeof *j->wide)) == NULL)
 			goto nomem;
 		j->wide = p;
-		j->wide_cap = records * 2 + (size_t)iovcnt;
+		j->wide_cap = records * 3 + (size_t)iovcnt;
 	}
 	/*
-	 * Each record: its prefix, then its bytes in one piece, or two
-	 * where the ring's end splits it (records * 2 + iovcnt at most).
+	 * Each record: zeros if the rule asks for them, its prefix, then its
+	 * bytes in one piece, or two where the ring's end splits it
+	 * (records * 3 + iovcnt at most).  append_raw adds every piece,
+	 * padding too, to j->size.
 	 */
 	i = 0;
 	off = 0;
+	pos = j->size;
 	for (r = 0; r < records; r++) {
+		if ((pad = journal_round_pad(pos)) != 0) {
+			j->wide[pieces].iov_base = journal_zeros;
+			j->wide[pieces++].iov_len = pad;
+			pos += pad;
+		}
 		si = i;
 		so = off;
 		stream_read(iov, &si, &so, head, sizeof head);
@@ -656,6 +669,7 @@ append_rounds(struct journal *j, const struct iovec *iov, int iovcnt,
 		j->wide[pieces++].iov_len = JOURNAL_ROUND_PREFIX_BYTES;
 		length = sizeof head + ((size_t)head[4] | (size_t)head[5] << 8 |
 		    (size_t)head[6] << 16 | (size_t)head[7] << 24);
+		pos += JOURNAL_ROUND_PREFIX_BYTES + length;
 		for (left = length; left > 0; left -= take) {
 			while (off == iov[i].iov_len) {
 				i++;

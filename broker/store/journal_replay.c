@@ -32,7 +32,10 @@
  * last segment whose following valid records all name a round begun at
  * or before X is a torn round (that round never completed its fsync,
  * else X would be whole): cut like a torn tail.  One record of a later
- * round, or one naming none, keeps it corruption.
+ * round, or one naming none, keeps it corruption.  Where a record
+ * would put its prefix and inner header across a 512-byte boundary the
+ * writer pads with zeros to it ("Sector padding"): replay skips zero
+ * padding there and takes non-zero padding for a bad record.
  *
  * JOURNAL_REPLAY_READONLY is for readers other than the broker (idemctl
  * verify and journal dump), which may run beside a live broker: there an
@@ -184,13 +187,22 @@ journal_segment_end(const uint8_t *map, size_t size, size_t *end)
 {
 	struct journal_record	 r;
 	const char		*why;
-	size_t			 offset = SEGMENT_HEADER_BYTES, used;
+	size_t			 offset = SEGMENT_HEADER_BYTES, used, pad;
+	int			 rounds;
 
 	if (size < SEGMENT_HEADER_BYTES)
 		return -1;
-	while (offset < size && journal_record_decode(map + offset,
-	    size - offset, &r, &used, &why) == JOURNAL_DECODE_OK)
-		offset += used;
+	rounds = journal_segment_version(map) == JOURNAL_FORMAT_ROUNDS;
+	for (;;) {
+		/* Format 2: zero padding before a sector boundary. */
+		pad = rounds ? journal_round_pad(offset) : 0;
+		if (pad >= size - offset || !replay_all_zero(map + offset, pad))
+			break;
+		if (journal_record_decode(map + offset + pad,
+		    size - offset - pad, &r, &used, &why) != JOURNAL_DECODE_OK)
+			break;
+		offset += pad + used;
+	}
 	if (!replay_all_zero(map + offset, size - offset))
 		return -1;
 	*end = offset;
@@ -263,9 +275,11 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
 	size_t			 size = *sizep;
 	struct journal_record	 ring[REPLAY_AHEAD];
 	size_t			 at[REPLAY_AHEAD], length[REPLAY_AHEAD];
+	size_t			 lead[REPLAY_AHEAD];	/* its padding */
 	const char		*why = NULL;
 	char			 after[192];
 	size_t			 offset, decoded, next, bad, head = 0, count = 0;
+	size_t			 pad = 0;
 	size_t			 ahead = rp->hint != NULL ? REPLAY_AHEAD : 1;
 	size_t			 i;
 	int			 applied, more = 1, tries = 0;
@@ -277,6 +291,29 @@ again:
 	for (;;) {
 		/* Decode up to ahead records past the next to apply. */
 		while (more && count < ahead && decoded < size) {
+			/*
+			 * Format 2's sector padding (doc/journal.md): zeros,
+			 * then the record at the boundary.  Non-zero bytes
+			 * there are a bad record at decoded; zeros to the end
+			 * of the file are its zero tail.
+			 */
+			pad = 0;
+			if (rp->format == JOURNAL_FORMAT_ROUNDS &&
+			    (pad = journal_round_pad(decoded)) != 0) {
+				if (pad > size - decoded)
+					pad = size - decoded;
+				if (!replay_all_zero(map + decoded, pad)) {
+					why = "sector padding is not zero";
+					more = 0;
+					break;
+				}
+				if (pad == size - decoded) {
+					why = "the file ends in sector padding";
+					more = 0;
+					break;
+				}
+				decoded += pad;
+			}
 			i = (head + count) % ahead;
 			if (journal_record_decode(map + decoded, size - decoded,
 			    &ring[i], &length[i], &why) != JOURNAL_DECODE_OK) {
@@ -293,6 +330,7 @@ again:
 				break;
 			}
 			at[i] = decoded;
+			lead[i] = pad;
 			if (rp->hint != NULL)
 				rp->hint(&ring[i], rp->arg);
 			decoded += length[i];
@@ -309,7 +347,8 @@ again:
 			return -1;
 		}
 		rp->stats->records++;
-		rp->stats->bytes += length[head];
+		/* The padding counts: bytes is the segment's, header aside. */
+		rp->stats->bytes += lead[head] + length[head];
 		offset = at[head] + length[head];
 		head = (head + 1) % ahead;
 		count--;

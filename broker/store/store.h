@@ -96,6 +96,24 @@ struct journal_record {
 
 /* Form 2's round prefix before a form 1 record (doc/journal.md). */
 #define JOURNAL_ROUND_PREFIX_BYTES	24
+/*
+ * Format 2's layout rule (doc/journal.md, "Sector padding"): a record's
+ * round prefix and its inner record's header (24 + 16 bytes) never cross
+ * a JOURNAL_SECTOR_BYTES boundary of the file.  A record that would start
+ * at P with P % 512 + 40 > 512 starts at the next multiple of 512 instead,
+ * the bytes before it zeros.
+ */
+#define JOURNAL_SECTOR_BYTES		512
+#define JOURNAL_PAD_SPAN		(JOURNAL_ROUND_PREFIX_BYTES + 16)
+/* The zero bytes the rule puts at offset at before a record (0 or < 40). */
+static inline size_t
+journal_round_pad(uint64_t at)
+{
+	uint64_t	in = at % JOURNAL_SECTOR_BYTES;
+
+	return in + JOURNAL_PAD_SPAN > JOURNAL_SECTOR_BYTES ?
+	    (size_t)(JOURNAL_SECTOR_BYTES - in) : 0;
+}
 /* Segment format versions: 1 form 1 records, 2 form 2 records. */
 #define JOURNAL_FORMAT_PLAIN		1
 #define JOURNAL_FORMAT_ROUNDS		2

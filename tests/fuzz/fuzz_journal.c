@@ -51,9 +51,17 @@
  * and how long it is (and how many zeros ahead), then one byte a record:
  * bit 0 starts a new round before it, the rest its key's length.  Each
  * record is form 2, its prefix naming its round's start as the writer
- * does; the rest of the input is what "the input's bytes" damage
- * writes.  Invariants, besides the ones above that apply:
+ * does, after the writer's sector padding where the rule asks for it
+ * (doc/journal.md, "Sector padding"); the rest of the input is what "the
+ * input's bytes" damage writes.  Bit 4 of byte 1: the damage is a power
+ * loss instead, each 512-byte sector of the last round lost (what it
+ * held before: synced bytes before the round, zeros after) as the bits
+ * of byte 2 say.  Invariants, besides the ones above that apply:
  *   - undamaged, it replays whole, the zeros its clean end;
+ *   - every record replay applies starts right after the one before, or
+ *     in format 2 after the zero padding the rule asks for there, never
+ *     with its prefix and header across 512 bytes; bytes counts the
+ *     padding;
  *   - replay never skips a record: the records applied from segment 1
  *     are its first C, every one that ends before the damage among them;
  *   - the round rule's safety: when replay cuts segment 1 at X, no
@@ -69,7 +77,11 @@
  *     refuses, changing nothing.  A prefix whose bytes 0..7 alone
  *     changed is recovered (its check verifies its start), and a record
  *     whose start was lost counts as the round of a later record that
- *     names one (doc/journal.md).
+ *     names one (doc/journal.md).  Non-zero padding is a change to the
+ *     record after it;
+ *   - a torn round (bit 4: any subset of its sectors lost, over zeros)
+ *     is always cut at the first record it changed (or ends in zeros
+ *     there), never refused: the padding leaves no record bare.
  */
 #include <sys/stat.h>
 
@@ -123,6 +135,7 @@ struct run {
 	struct journal_replay_stats *stats;
 	uint64_t		 records;
 	uint64_t		 bytes;
+	uint64_t		 end_seg, end_at;	/* the last record's */
 	unsigned char		 trace[crypto_generichash_BYTES];
 	crypto_generichash_state hash;		/* of the records, in order */
 	unsigned		 replays;	/* every other one is hinted */
@@ -268,7 +281,7 @@ apply(const struct journal_record *r, void *arg)
 {
 	struct run	*run = arg;
 	static uint8_t	 out[JOURNAL_MAX_EFFECT_RECORD_BYTES];
-	size_t		 n;
+	size_t		 n, pad, k;
 	uint64_t	 s = run->stats->at_segment, at = run->stats->at_offset;
 
 	/* A hinted record carries its own note: the hints ran in order. */
@@ -281,6 +294,24 @@ apply(const struct journal_record *r, void *arg)
 	n = journal_encode(r, out, sizeof out);
 	FUZZ_CHECK(n >= RECORD_HEADER_BYTES + PAYLOAD_MIN);
 	FUZZ_CHECK(s >= 1 && s <= run->nseg);
+	/*
+	 * Right after the record before, or (format 2) after the zeros of
+	 * the sector padding the rule asks for there (doc/journal.md,
+	 * "Sector padding"); stats.bytes counts them.
+	 */
+	if (s != run->end_seg) {
+		run->end_seg = s;
+		run->end_at = HEADER_BYTES;
+	}
+	pad = r->form == JOURNAL_FORMAT_ROUNDS ?
+	    journal_round_pad(run->end_at) : 0;
+	FUZZ_CHECK(at == run->end_at + pad);
+	for (k = 0; k < pad; k++)
+		FUZZ_CHECK(run->seg[s][run->end_at + k] == 0);
+	FUZZ_CHECK(r->form != JOURNAL_FORMAT_ROUNDS ||
+	    at % JOURNAL_SECTOR_BYTES + JOURNAL_PAD_SPAN <=
+	    JOURNAL_SECTOR_BYTES);
+	run->bytes += pad;
 	FUZZ_CHECK(r->form == JOURNAL_FORMAT_PLAIN ||
 	    r->form == JOURNAL_FORMAT_ROUNDS);
 	if (r->form == JOURNAL_FORMAT_ROUNDS) {
@@ -293,6 +324,7 @@ apply(const struct journal_record *r, void *arg)
 	run->records++;
 	run->bytes += n + (r->form == JOURNAL_FORMAT_ROUNDS ?
 	    JOURNAL_ROUND_PREFIX_BYTES : 0);
+	run->end_at = at + n;
 	return 0;
 }
 
@@ -316,6 +348,7 @@ replay(struct run *run, unsigned from, int flags,
 	memset(stats, 0x5a, sizeof *stats);
 	run->stats = stats;
 	run->records = run->bytes = 0;
+	run->end_seg = 0;
 	crypto_generichash_init(&run->hash, NULL, 0, sizeof run->trace);
 	run->hints = 0;
 	if (++run->replays % 2 == 0)
@@ -549,6 +582,7 @@ struct rounds_run {
 	uint8_t		*seg;
 	size_t		 size;
 	size_t		 at[ROUNDS_MAX_RECORDS], len[ROUNDS_MAX_RECORDS];
+	size_t		 pre[ROUNDS_MAX_RECORDS];	/* before its padding */
 	uint64_t	 start[ROUNDS_MAX_RECORDS];	/* its round's */
 	unsigned	 n;
 	unsigned	 applied;	/* from segment 1 */
@@ -620,7 +654,8 @@ fuzz_rounds(const uint8_t *data, size_t size)
 {
 	static uint8_t			 seg[HEADER_BYTES + ROUNDS_MAX_RECORDS *
 					    (ROUND_PREFIX_BYTES + 16 +
-					    PAYLOAD_MIN + 64) + 4096];
+					    PAYLOAD_MIN + 64 + JOURNAL_PAD_SPAN) +
+					    4096];
 	static uint8_t			 orig[sizeof seg];
 	uint8_t				 two[HEADER_BYTES + 512], *now;
 	struct journal_replay_stats	 stats;
@@ -629,7 +664,7 @@ fuzz_rounds(const uint8_t *data, size_t size)
 	size_t				 end, zeros, x, l, i, k, two_size = 0;
 	size_t				 n_now, first;
 	uint64_t			 start = HEADER_BYTES, last_start;
-	unsigned			 kind, sealed, flags, must, refuse;
+	unsigned			 kind, sealed, flags, must, refuse, lose;
 	int				 rv;
 
 	if (size < 5)
@@ -637,7 +672,9 @@ fuzz_rounds(const uint8_t *data, size_t size)
 	memset(&rr, 0, sizeof rr);
 	rr.n = 1 + data[0] % ROUNDS_MAX_RECORDS;
 	kind = data[1] & 3;
-	sealed = (data[1] & 4) != 0;
+	/* Bit 4: a power loss, the last round's sectors lost as data[2]. */
+	lose = (data[1] & 16) != 0;
+	sealed = !lose && (data[1] & 4) != 0;
 	flags = (data[1] & 8) ? JOURNAL_REPLAY_READONLY : 0;
 	memset(seg, 0, sizeof seg);
 	memcpy(seg, "IDEMJNL", 8);
@@ -649,6 +686,9 @@ fuzz_rounds(const uint8_t *data, size_t size)
 		k = 4 + i < size ? data[4 + i] : 0;
 		if (i > 0 && (k & 1))
 			start = end;		/* a new round */
+		/* The writer's sector padding (doc/journal.md). */
+		rr.pre[i] = end;
+		end += journal_round_pad(end);
 		rr.at[i] = end;
 		rr.start[i] = start;
 		rr.len[i] = rounds_record(seg + end, sizeof seg - end,
@@ -666,7 +706,27 @@ fuzz_rounds(const uint8_t *data, size_t size)
 	l = kind == 2 ? 1 : 1 + data[3] % 64;
 	if (x + l > end)
 		l = end - x;
-	if (kind == 0)
+	if (lose) {
+		/*
+		 * A power loss during the last round, over the zeros: each
+		 * of its 512-byte sectors kept or lost as data[2]'s bits
+		 * say (a lost one holds what it held before the round:
+		 * the synced bytes before last_start, zeros after).
+		 */
+		for (i = 0; i < 8; i++) {
+			k = (last_start / 512 + i) * 512;
+			if (!(data[2] >> i & 1) || k >= rr.size)
+				continue;
+			if (k < last_start)
+				k = last_start;
+			l = (last_start / 512 + i + 1) * 512;
+			if (l > rr.size)
+				l = rr.size;
+			memset(seg + k, 0, l - k);
+		}
+		x = last_start;
+		l = 1;			/* set to 0 below if nothing changed */
+	} else if (kind == 0)
 		memset(seg + x, 0, l);
 	else if (kind == 1) {
 		data += 4 + rr.n;
@@ -706,9 +766,13 @@ fuzz_rounds(const uint8_t *data, size_t size)
 	if (rv == -1 || (flags & JOURNAL_REPLAY_READONLY))
 		FUZZ_CHECK(n_now == rr.size);	/* nothing changed */
 
-	/* The first record the damage changed (zeros over zeros do not). */
+	/*
+	 * The first record the damage changed (zeros over zeros do not),
+	 * its padding included: non-zero padding is a bad record there.
+	 */
 	for (first = 0; first < rr.n; first++)
-		if (changed(seg, orig, rr.at[first], rr.len[first]))
+		if (changed(seg, orig, rr.pre[first], rr.at[first] +
+		    rr.len[first] - rr.pre[first]))
 			break;
 	if (first == rr.n)
 		l = 0;
@@ -719,9 +783,9 @@ fuzz_rounds(const uint8_t *data, size_t size)
 	 * (its inner record whole: "bare") has no record after it whose
 	 * start and check are whole; then they are refused.
 	 */
-	must = l == 0;
+	must = l == 0 || lose;
 	refuse = 0;
-	if (l != 0 && !sealed && kind != 1 && x >= last_start) {
+	if (l != 0 && !lose && !sealed && kind != 1 && x >= last_start) {
 		must = 1;
 		for (i = first; i < rr.n; i++) {
 			if (changed(seg, orig, rr.at[i] + ROUND_PREFIX_BYTES,
@@ -741,15 +805,29 @@ fuzz_rounds(const uint8_t *data, size_t size)
 		FUZZ_CHECK(rv == -1);
 		FUZZ_CHECK(n_now == rr.size);
 	}
+	/*
+	 * A torn round (any subset of its sectors lost, over zeros) is
+	 * always cut, never refused: the padding keeps a prefix and its
+	 * inner header in one sector, so no record survives bare.
+	 */
+	if (lose && rv != 0) {
+		fprintf(stderr, "fuzz_journal: a torn round (sectors lost "
+		    "%#x) was refused\n", data[2]);
+		FUZZ_CHECK(!"a torn round refused");
+	}
 	if (must) {
 		FUZZ_CHECK(rv == 0);
 		FUZZ_CHECK(rr.applied == (l == 0 ? rr.n : first));
 		if (l == 0)
 			FUZZ_CHECK(stats.truncated_bytes == 0 &&
 			    stats.zero_bytes == (sealed ? 0 : zeros));
+		else if (stats.torn_segment == 0)
+			/* Lost sectors left only zeros: the clean end. */
+			FUZZ_CHECK(lose && stats.end_offset == rr.pre[first] &&
+			    stats.zero_bytes == rr.size - rr.pre[first]);
 		else
-			FUZZ_CHECK(stats.torn_offset == rr.at[first] &&
-			    stats.truncated_bytes == rr.size - rr.at[first]);
+			FUZZ_CHECK(stats.torn_offset == rr.pre[first] &&
+			    stats.truncated_bytes == rr.size - rr.pre[first]);
 	}
 	if (rv == -1)
 		return;
@@ -764,9 +842,16 @@ fuzz_rounds(const uint8_t *data, size_t size)
 	}
 	if (rr.applied == rr.n)
 		return;
+	/* Zeros from the last record applied on: nothing after it. */
+	if (stats.torn_segment == 0) {
+		FUZZ_CHECK(stats.end_offset == rr.pre[rr.applied]);
+		for (i = rr.pre[rr.applied]; i < rr.size; i++)
+			FUZZ_CHECK(seg[i] == 0);
+		return;
+	}
 	/* Cut at X: no whole record after it of a round begun after X. */
 	FUZZ_CHECK(stats.torn_segment == 1);
-	FUZZ_CHECK(stats.torn_offset == rr.at[rr.applied]);
+	FUZZ_CHECK(stats.torn_offset == rr.pre[rr.applied]);
 	for (i = rr.applied; i < rr.n; i++)
 		if (!changed(seg, orig, rr.at[i], rr.len[i]))
 			FUZZ_CHECK(rr.start[i] <= stats.torn_offset);

@@ -792,7 +792,9 @@ libidem_extend_and_run_keep_the_lease(void **state)
  * when zeros are written, not when records are.  Each record, from
  * offset 32: magic ff 'JRC', a little-endian payload length, an 8-byte
  * checksum, the payload; in a format 2 segment after a 24-byte round
- * prefix, magic ff 'JRD' (doc/journal.md, "Rounds over the zero tail").
+ * prefix, magic ff 'JRD' (doc/journal.md, "Rounds over the zero tail"),
+ * after zeros up to a 512-byte boundary where the rule asks ("Sector
+ * padding").
  */
 static off_t
 journal_bytes(const struct broker *b)
@@ -802,7 +804,7 @@ journal_bytes(const struct broker *b)
 	char			 dir[PATH_MAX], path[PATH_MAX + 256];
 	struct dirent		*de;
 	uint8_t			*p;
-	size_t			 n, at, i;
+	size_t			 n, at, i, s;
 	off_t			 total = 0;
 	FILE			*f;
 	DIR			*d;
@@ -819,8 +821,17 @@ journal_bytes(const struct broker *b)
 		n = fread(p, 1, JOURNAL_BYTES_MAX, f);
 		fclose(f);
 		for (at = 32;;) {
-			i = at + 24 <= n && memcmp(p + at, round, 4) == 0 ?
-			    at + 24 : at;
+			/*
+			 * Format 2's sector padding: a prefix and inner
+			 * header (40 bytes) never cross a 512-byte boundary,
+			 * zeros up to it instead.
+			 */
+			s = at;
+			if (p[8] == 2 && at % 512 + 40 > 512 &&
+			    (at / 512 + 1) * 512 <= n)
+				s = (at / 512 + 1) * 512;
+			i = s + 24 <= n && memcmp(p + s, round, 4) == 0 ?
+			    s + 24 : s;
 			if (i + 16 > n || memcmp(p + i, magic, 4) != 0)
 				break;
 			at = i + 16 + ((size_t)p[i + 4] | (size_t)p[i + 5] <<

@@ -86,18 +86,33 @@ read_segment(const struct broker *b, size_t *size)
 static size_t
 logical_end(const uint8_t *p, size_t size, int *zeros)
 {
-	size_t		at = DOC_SEGMENT_HEADER_BYTES, i, inner;
+	size_t		at = DOC_SEGMENT_HEADER_BYTES, i, inner, next, start;
 	uint32_t	length;
 
 	for (;;) {
+		start = at;
+		/*
+		 * Format 2's sector padding: a prefix and inner header (40
+		 * bytes) never cross a 512-byte boundary; zeros up to it.
+		 */
+		if (p[8] == 2 && at % 512 + 40 > 512) {
+			next = (at / 512 + 1) * 512;
+			for (i = at; i < next && i < size && p[i] == 0; i++)
+				;
+			if (i < next)
+				break;
+			at = next;
+		}
 		/* Format 2: a round prefix before each record. */
 		inner = at + DOC_ROUND_PREFIX_BYTES <= size && memcmp(p + at,
 		    doc_round_magic, sizeof doc_round_magic) == 0 ?
 		    at + DOC_ROUND_PREFIX_BYTES : at;
 		if (inner + DOC_RECORD_HEADER_BYTES > size ||
 		    memcmp(p + inner, doc_record_magic,
-		    sizeof doc_record_magic) != 0)
+		    sizeof doc_record_magic) != 0) {
+			at = start;	/* the padding is the zero tail's */
 			break;
+		}
 		length = (uint32_t)p[inner + 4] | (uint32_t)p[inner + 5] << 8 |
 		    (uint32_t)p[inner + 6] << 16 | (uint32_t)p[inner + 7] << 24;
 		at = inner + DOC_RECORD_HEADER_BYTES + length;
@@ -330,13 +345,24 @@ last_round(const uint8_t *p, size_t size, uint64_t *start, size_t *count,
 	static const unsigned char	key[16] = "idem-journal-v1";
 	uint8_t				sum[8], *buf;
 	uint64_t			r;
-	size_t				at, inner, length, i;
+	size_t				at, inner, length, i, next;
 
 	*start = 0;
 	*count = 0;
-	for (at = DOC_SEGMENT_HEADER_BYTES; at + DOC_ROUND_PREFIX_BYTES +
-	    DOC_RECORD_HEADER_BYTES <= size &&
-	    memcmp(p + at, doc_round_magic, 4) == 0;) {
+	for (at = DOC_SEGMENT_HEADER_BYTES;;) {
+		/* Sector padding (logical_end): zeros to the boundary. */
+		next = at;
+		if (at % 512 + 40 > 512) {
+			next = (at / 512 + 1) * 512;
+			for (i = at; i < next && i < size && p[i] == 0; i++)
+				;
+			if (i < next)
+				break;
+		}
+		if (next + DOC_ROUND_PREFIX_BYTES + DOC_RECORD_HEADER_BYTES >
+		    size || memcmp(p + next, doc_round_magic, 4) != 0)
+			break;
+		at = next;
 		r = 0;
 		for (i = 0; i < 8; i++)
 			r |= (uint64_t)p[at + 8 + i] << (8 * i);
