@@ -700,6 +700,7 @@ int
 journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
     char **cause)
 {
+	j->round_start = j->size;
 	if (j->fd != -1 && j->format == JOURNAL_FORMAT_ROUNDS)
 		return append_rounds(j, iov, iovcnt, cause);
 	return append_raw(j, iov, iovcnt, cause);

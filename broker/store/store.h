@@ -161,6 +161,8 @@ struct journal {
 	 * record written with a round prefix naming size at the append.
 	 */
 	uint32_t	 format;
+	/* Where the last append began: crash.c's tear finds its records. */
+	uint64_t	 round_start;
 	uint8_t		*prefixes;	/* format 2: the round's, malloc'd */
 	size_t		 prefixes_cap;	/* in prefixes */
 	struct iovec	*wide;		/* format 2: the round's pieces */
