@@ -1054,6 +1054,36 @@ refusals_are_rare(void **state)
 }
 
 /*
+ * The rule's edges, as doc/journal.md writes it (P % 512 + 40 > 512: pad
+ * to the boundary).  Writer, replay and the tests' builders all ask
+ * journal_round_pad, so only fixed numbers pin the rule itself: a record
+ * may start 472 bytes into a sector (its 40 bytes end on the boundary),
+ * not 473.
+ */
+static void
+pad_rule_at_its_edges(void **state)
+{
+	static const struct {
+		uint64_t	at;
+		size_t		pad;
+	} edge[] = {
+		{ 0, 0 }, { 32, 0 }, { 471, 0 }, { 472, 0 }, { 473, 39 },
+		{ 500, 12 }, { 511, 1 }, { 512, 0 }, { 512 + 472, 0 },
+		{ 512 + 473, 39 }, { 1023, 1 }, { 1024, 0 },
+		{ (1ULL << 32) + 473, 39 }
+	};
+	size_t	i;
+
+	(void)state;
+	for (i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+		if (journal_round_pad(edge[i].at) != edge[i].pad)
+			fail_msg("pad at %llu: %zu, not %zu",
+			    (unsigned long long)edge[i].at,
+			    journal_round_pad(edge[i].at), edge[i].pad);
+	}
+}
+
+/*
  * The layout rule (doc/journal.md, "Sector padding"): the writer never
  * lets a record's prefix and its inner header (40 bytes) cross a 512-byte
  * boundary of the file.  Rounds of 1..3 records with keys of 1..329
@@ -1295,6 +1325,7 @@ main(void)
 		T(recovered_start_needs_the_reserved_field_zero),
 		T(form_two_refused_outside_the_journal),
 		T(refusals_are_rare),
+		T(pad_rule_at_its_edges),
 		T(writer_never_splits_a_prefix),
 		T(sector_padding_zero_is_skipped_else_refused),
 #undef T
