@@ -1157,8 +1157,9 @@ journal_bytes_apply(const struct journal_record *r, void *arg)
 }
 
 /*
- * Bytes of journal records under root (segment headers not counted),
- * from a read-only replay: not st_size, which counts the last segment's
+ * Bytes of journal records under root (segment headers not counted; in
+ * format 2 each record's round prefix and sector padding counted with
+ * it), from a read-only replay: not st_size, which counts the last segment's
  * zero tail (doc/journal.md, "The zero tail").
  */
 static double
