@@ -46,6 +46,16 @@
  * the checkpoint thread, which snapshots the table and then removes what
  * the snapshot made redundant (checkpoint.c).  One checkpoint at a time;
  * a rotation while one runs waits for the next round.
+ *
+ * After a round that wrote records, too, it keeps zeros ahead of the
+ * segment's logical end (journal_prezero, doc/journal.md "The zero
+ * tail"; never while idle, so a reader sees an idle journal still): the
+ * next rounds' records then overwrite blocks already allocated, and
+ * their fdatasync commits no size or block map.  The zeros get no
+ * fdatasync of their own: the next round's covers them, and nothing
+ * relies on them.  A failure to write them is not a journal failure
+ * (nothing was acknowledged by zeros): logged once, appends go on
+ * extending the file, and journal_prezero tries again a second later.
  */
 #include <sys/eventfd.h>
 
@@ -92,6 +102,9 @@ static struct journaler {
 	/* While the journal is failed. */
 	int64_t		 reopen_at;	/* next try, shm_now_ms() */
 	char		*reopen_cause;	/* the last failure logged */
+
+	/* Writing zeros ahead failed, and was logged. */
+	int		 zero_failing;
 } journaler;
 
 void
@@ -558,6 +571,29 @@ journaler_maybe_rotate(struct idemd *d)
 	pthread_mutex_unlock(&journaler.lock);
 }
 
+/* Between rounds: zeros ahead of the logical end (top of the file). */
+static void
+journaler_prezero(struct idemd *d)
+{
+	char	*cause = NULL;
+
+	if (journal_prezero(&d->journal, d->segment_bytes, &cause) == 0) {
+		/* zero_retry_at 0: not waiting to try again, so one passed. */
+		if (journaler.zero_failing && d->journal.zero_retry_at == 0) {
+			log_info("journal: writing zeros ahead again");
+			journaler.zero_failing = 0;
+		}
+		return;
+	}
+	if (!journaler.zero_failing)
+		log_warnx("%s", cause != NULL ? cause : "journal: writing "
+		    "zeros ahead failed (out of memory)");
+	else
+		log_debug("%s", cause != NULL ? cause : "out of memory");
+	journaler.zero_failing = 1;
+	free(cause);
+}
+
 static void *
 journaler_main(void *arg)
 {
@@ -646,6 +682,9 @@ journaler_main(void *arg)
 			journaler_maybe_rotate(d);
 		if (atomic_load(&journaler.stop) && n == 0)
 			break;
+		/* After a round that wrote; an idle journal is left alone. */
+		if (n > 0 && !atomic_load(&h->journal_failed))
+			journaler_prezero(d);
 	}
 	return NULL;
 }
@@ -668,6 +707,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.rotate_after = 0;
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;
+	journaler.zero_failing = 0;
 	atomic_store(&journaler.stop, 0);
 	pthread_mutex_init(&journaler.lock, NULL);
 	pthread_cond_init(&journaler.wake, NULL);
@@ -689,11 +729,27 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 void
 journaler_stop(void)
 {
+	char	*cause = NULL;
+
 	if (!journaler.running)
 		return;
 	atomic_store(&journaler.stop, 1);
 	journaler_kick(journaler.d->kick_fd);
 	pthread_join(journaler.thread, NULL);
+	/*
+	 * A clean stop leaves records only: the next start writes its zeros
+	 * again.  Not cut (a failure, or a journal failed): the zero tail
+	 * is the last segment's clean end all the same.
+	 */
+	if (!atomic_load(&journaler.d->seg.header->journal_failed) &&
+	    journaler.d->journal.fd != -1) {
+		if (journal_cut_zeros(&journaler.d->journal, &cause) != 0) {
+			log_warnx("%s; the next start reads it as the clean "
+			    "end", cause != NULL ? cause : "journal: cutting "
+			    "its zero tail failed");
+			free(cause);
+		}
+	}
 	/* A checkpoint under way finishes first: it is cheap to keep. */
 	pthread_mutex_lock(&journaler.lock);
 	journaler.checkpoint_stop = 1;

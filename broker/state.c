@@ -553,7 +553,9 @@ state_open(struct idemd *d, char **cause)
 		    "holds the rest", (unsigned long long)(rp.put + rp.skipped),
 		    log_plural(rp.put + rp.skipped),
 		    (unsigned long long)rp.put, d->capacity);
-	if (journal_open(&d->journal, dir, cause) != 0)
+	/* Replay's logical end, not st_size: the zero tail is not records. */
+	if (journal_open_end(&d->journal, dir, loaded.stats.end_segment,
+	    loaded.stats.end_offset, cause) != 0)
 		goto fail;
 	if ((d->journal_dir_fd = fcntl(d->journal.dir_fd, F_DUPFD_CLOEXEC,
 	    0)) == -1) {

@@ -31,7 +31,7 @@ contrib/ctl		libclient/idem.h libclient/stats.h broker/store/store.h contrib/ide
 contrib/mcp		libclient/idem.h libclient/protocol.h
 contrib/examples	libclient/idem.h
 tests/unit/test_subtab.c	shm
-tests/unit/test_peers.c		shm
+tests/unit/test_peers.c		shm tests/integration/filter.h
 tests/unit/test_digest.c	libclient
 tests/unit/test_fastscan.c	broker libclient
 tests/unit/test_log.c		broker

@@ -20,7 +20,8 @@
  * was acknowledged before the backup began was durable then in the
  * checkpoint, the index or a segment from S on, and each of those is in
  * the copy.  The last segment may end in a record being written: the
- * copy's replay cuts it, as a start-up would.
+ * copy's replay cuts it, as a start-up would; its zero tail is cut too
+ * (the copy holds records only).
  *
  * Nothing is written below the root.  Everything made in DEST is made
  * O_EXCL (or mkdirat) and O_NOFOLLOW below descriptors opened without
@@ -46,6 +47,8 @@
 
 #define BACKUP_MAX_TRIES	100
 #define BACKUP_COPY_BYTES	(1024 * 1024)
+/* Copies of the live segment, when a round overtook the first (below). */
+#define BACKUP_LAST_SEGMENT_TRIES	3
 
 /* The journal's files the copy holds open. */
 struct held {
@@ -321,6 +324,32 @@ apply_nothing(const struct journal_record *r, void *arg)
 	return 0;
 }
 
+#ifdef IDEM_FAULT_INJECTION
+/*
+ * Tests only (configure --enable-fault-injection): the variable names a
+ * FIFO; wait once, until the test writes to it (the test's open for
+ * writing returns once this waits).  IDEM_BACKUP_HOLD waits once every
+ * file is held and before any byte of the journal is read, so that the
+ * test can make the broker prune the held segments meanwhile;
+ * IDEM_BACKUP_COPIED waits once the journal's files are copied, before
+ * the copy is replayed, so that the test can change the live segment
+ * as a round in flight would (tests/integration/test_backup).
+ */
+static void
+backup_hold(const char *var)
+{
+	const char	*fifo = getenv(var);
+	char		 c;
+	int		 fd;
+
+	if (fifo == NULL || (fd = open(fifo, O_RDONLY | O_CLOEXEC)) == -1)
+		return;
+	while (read(fd, &c, 1) == -1 && errno == EINTR)
+		;
+	close(fd);
+}
+#endif
+
 /* Every held file into DEST/.idem/journal, then its torn tail cut. */
 static int
 copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
@@ -328,8 +357,8 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 {
 	struct journal_replay_stats	 stats;
 	char				 name[40], dir[PATH_MAX];
-	uint64_t			 n;
-	int				 jfd, rc = -1;
+	uint64_t			 n, last_bytes = 0;
+	int				 jfd, rc = -1, tries = 0;
 
 	if (mkdirat(dest_state_fd, "journal", 0700) != 0 ||
 	    (jfd = openat(dest_state_fd, "journal", O_RDONLY | O_DIRECTORY |
@@ -346,10 +375,16 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 	for (n = h->first; n <= h->last; n++) {
 		snprintf(name, sizeof name, "%016llx.jnl",
 		    (unsigned long long)n);
+		if (n == h->last)
+			last_bytes = b->journal_bytes;
 		if (copy_fd(h->fds[n - h->first], jfd, name, 0600,
 		    &b->journal_bytes, cause) != 0)
 			goto out;
 	}
+#ifdef IDEM_FAULT_INJECTION
+	backup_hold("IDEM_BACKUP_COPIED");
+#endif
+again:
 	if (fsync(jfd) != 0) {
 		fail(cause, "fsync %s/.idem/journal: %s", b->dest,
 		    strerror(errno));
@@ -368,8 +403,43 @@ copy_journal(struct store_backup *b, struct held *h, int dest_state_fd,
 	snprintf(dir, sizeof dir, "/proc/self/fd/%d/.", jfd);
 	memset(&stats, 0, sizeof stats);
 	if (journal_replay_from(dir, h->first, 0, apply_nothing, NULL,
-	    &stats, cause) != 0)
-		goto out;
+	    &stats, cause) != 0) {
+		/*
+		 * The broker's round may have gone over the live segment's
+		 * zero tail while it was copied, overtaking the read: the
+		 * copy then holds zeros, then whole records, which its
+		 * replay calls corruption.  Copy that segment again (damage
+		 * on the disk stays, a round in flight does not).
+		 */
+		if (errno != EINVAL || !stats.has_corrupt_offset ||
+		    stats.at_segment != h->last || h->last == 0 ||
+		    tries++ >= BACKUP_LAST_SEGMENT_TRIES)
+			goto out;
+		free(*cause);
+		*cause = NULL;
+		snprintf(name, sizeof name, "%016llx.jnl",
+		    (unsigned long long)h->last);
+		b->journal_bytes = last_bytes;
+		if (unlinkat(jfd, name, 0) != 0) {
+			fail(cause, "removing the copy of %s: %s", name,
+			    strerror(errno));
+			goto out;
+		}
+		if (copy_fd(h->fds[h->last - h->first], jfd, name, 0600,
+		    &b->journal_bytes, cause) != 0)
+			goto out;
+		goto again;
+	}
+	/*
+	 * The live segment's zero tail (doc/journal.md) is not records:
+	 * the copy keeps its records only, and counts only them.
+	 */
+	if (stats.zero_bytes > 0) {
+		if (journal_cut(jfd, dir, stats.end_segment, stats.end_offset,
+		    cause) != 0)
+			goto out;
+		b->journal_bytes -= stats.zero_bytes;
+	}
 	b->records = stats.records;
 	b->torn_bytes = stats.truncated_bytes;
 	rc = 0;
@@ -584,29 +654,6 @@ open_dest(struct store_backup *b, int *dest_fd, int *dest_state_fd,
 	return 0;
 }
 
-#ifdef IDEM_FAULT_INJECTION
-/*
- * Tests only (configure --enable-fault-injection): IDEM_BACKUP_HOLD=FIFO
- * waits once every file is held and before any byte of the journal is
- * read, until the test writes to FIFO (the test's open for writing
- * returns once this waits), so that the test can make the broker prune
- * the held segments meanwhile (tests/integration/test_backup).
- */
-static void
-backup_hold(void)
-{
-	const char	*fifo = getenv("IDEM_BACKUP_HOLD");
-	char		 c;
-	int		 fd;
-
-	if (fifo == NULL || (fd = open(fifo, O_RDONLY | O_CLOEXEC)) == -1)
-		return;
-	while (read(fd, &c, 1) == -1 && errno == EINTR)
-		;
-	close(fd);
-}
-#endif
-
 int
 store_backup(struct store_backup *b, char **cause)
 {
@@ -684,7 +731,7 @@ store_backup(struct store_backup *b, char **cause)
 	b->first_segment = h.first;
 	b->last_segment = h.last;
 #ifdef IDEM_FAULT_INJECTION
-	backup_hold();
+	backup_hold("IDEM_BACKUP_HOLD");
 #endif
 	if (copy_journal(b, &h, dest_state_fd, cause) != 0 ||
 	    copy_state_files(b, state_fd, dest_state_fd, cause) != 0)

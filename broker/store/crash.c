@@ -357,7 +357,8 @@ crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
 {
 	struct journal_record	 prev, cur;
 	uint8_t			*buf;
-	size_t			 total = 0, at = 0, used, prev_end = 0;
+	size_t			 total = 0, at = 0, used;
+	uint64_t		 pos, prev_end = 0;
 	int			 i, have_prev = 0, found = 0;
 	char			*cause = NULL, how[160];
 
@@ -373,10 +374,19 @@ crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
 		memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
 		at += iov[i].iov_len;
 	}
+	/*
+	 * The ring's records are form 1; on disk, in format 2, each went
+	 * after its padding and round prefix: pos follows the file.
+	 */
+	pos = j->round_start;
 	for (at = 0; at < total; at += used) {
 		if (journal_decode(buf + at, total - at, &cur, &used) !=
 		    JOURNAL_DECODE_OK)
 			break;
+		if (j->format == JOURNAL_FORMAT_ROUNDS)
+			pos += journal_round_pad(pos) +
+			    JOURNAL_ROUND_PREFIX_BYTES;
+		pos += used;
 		if (have_prev && prev.entry.state == SUBTAB_TASK_CREATED &&
 		    cur.entry.state == SUBTAB_COMMITTED &&
 		    prev.entry.kind == cur.entry.kind &&
@@ -386,15 +396,15 @@ crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
 			break;
 		}
 		prev = cur;
-		prev_end = at + used;
+		prev_end = pos;
 		have_prev = 1;
 	}
 	free(buf);
 	if (!found || !crash_claim(CRASH_AFTER_TASK_CREATED_DURABLE))
 		return;
 	/* What a crash during that fdatasync may leave: the first record. */
-	if (journal_cut(j->dir_fd, j->dir, j->segment,
-	    j->size - total + prev_end, &cause) != 0) {
+	if (journal_cut(j->dir_fd, j->dir, j->segment, prev_end,
+	    &cause) != 0) {
 		/* Die anyway: the test then finds the commit, and fails. */
 		store_notice(STORE_NOTICE_WARNING, "fault injection: cannot "
 		    "tear the journal: %s", cause);
@@ -403,7 +413,7 @@ crash_journal_flushed(struct journal *j, const struct iovec *iov, int n)
 	snprintf(how, sizeof how, " (the journal torn back to its "
 	    "task_created record: segment %llu cut at %llu)",
 	    (unsigned long long)j->segment,
-	    (unsigned long long)(j->size - total + prev_end));
+	    (unsigned long long)prev_end);
 	crash_fire(CRASH_AFTER_TASK_CREATED_DURABLE, how);
 }
 

@@ -19,9 +19,25 @@
  *
  * Only the last segment is ever appended to.  A segment is sealed (fully
  * written and fsync'd) before the next one is created, so only the last
- * segment can end in a torn append; journal_rotate(), when it comes, must
- * keep that promise: sync the old segment, then create_segment() the next
- * number (O_EXCL, header, fsync file, fsync directory), then switch.
+ * segment can end in a torn append; journal_rotate() keeps that promise:
+ * the caller synced the old segment, rotate cuts its zero tail (and
+ * fsyncs the cut), then create_segment() the next number (O_EXCL,
+ * header, fsync file, fsync directory), then switch.
+ *
+ * The zero tail: an fdatasync after an append that grows the file costs
+ * about twice one after a write over blocks already allocated and
+ * synced (the size and the block map are metadata to commit).  So the
+ * writer keeps zeros ahead of its logical end (journal_prezero, between
+ * rounds), the fd is opened without O_APPEND (on Linux pwrite on an
+ * O_APPEND fd appends) and records go with pwritev at the logical end.
+ * Zeros are never records: replay takes an all-zero tail of the last
+ * segment for its clean end (doc/journal.md, "The zero tail").
+ *
+ * Over zeros already durable, a power loss may keep any subset of a
+ * round's sectors, so in a format 2 segment (every new one) each record
+ * goes out after a round prefix naming the logical end the round began
+ * at (append_rounds): replay then tells a torn round from damage.  A
+ * format 1 segment, left by an older idemd, gets no zeros ahead.
  *
  * Every function here works on what it is given: no global mutable state.
  * Callers must have called sodium_init() (idemd's main does); the
@@ -36,6 +52,7 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -50,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -57,8 +75,24 @@
 #include "store.h"
 #include "journal_int.h"
 
-/* writev at most this many pieces per call (well under IOV_MAX). */
-#define APPEND_IOV_BATCH	64
+/*
+ * writev at most this many pieces per call (under IOV_MAX, 1024).  Format
+ * 2 gives a round up to three pieces a record (zero padding, its prefix,
+ * its bytes); append_raw writes a round of more pieces in several calls.
+ */
+#define APPEND_IOV_BATCH	512
+
+/* Zeros ahead: chunks of at most this, at least the smaller. */
+#define ZERO_CHUNK_MAX		(1024 * 1024)
+#define ZERO_CHUNK_MIN		512
+/*
+ * Zeros only where the file system keeps this much free after them: on
+ * a disk nearly full they would take the last space a TASK file needs.
+ */
+#define ZERO_MIN_FREE_BYTES	(64ULL * 1024 * 1024)
+
+/* Never written: the source of every zero chunk (in .bss, not the file). */
+static uint8_t	journal_zeros[ZERO_CHUNK_MAX];
 
 /*
  * Set *cause (malloc'd; NULL if even that fails) without disturbing
@@ -152,8 +186,8 @@ fail:
  * fsync the file, fsync the directory.  On failure nothing is left
  * behind (best effort: on a failing disk the unlink may fail too, and
  * replay then finds a short or bad last segment).  Returns the fd, open
- * for appending.  journal_open uses it for segment 1; journal_rotate
- * will use it for the next one.
+ * for writing (not O_APPEND: records go with pwritev at the logical
+ * end).  journal_open uses it for segment 1; journal_rotate for the next.
  */
 static int
 create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
@@ -165,7 +199,7 @@ create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
 
 	journal_segment_name(number, name);
 	fd = openat(dir_fd, name,
-	    O_RDWR|O_APPEND|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW, 0600);
+	    O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW, 0600);
 	if (fd == -1) {
 		journal_cause(cause, "journal %s/%s: create: %s", dir, name,
 		    strerror(errno));
@@ -237,9 +271,50 @@ journal_init(struct journal *j, const char *dir, char **cause)
 	return 0;
 }
 
-/* j->dir_fd is open: append to its last segment, or create the first. */
+/*
+ * The logical end of the open segment fd (size bytes), read from it: for
+ * a caller that has no replay's word for it.  What replay left must be
+ * records then only zeros.
+ */
 static int
-journal_open_dir(struct journal *j, char **cause)
+journal_read_end(struct journal *j, const char *name, uint64_t size,
+    uint64_t *end, char **cause)
+{
+	void	*map;
+	size_t	 at;
+	int	 rv;
+
+	if (size > SIZE_MAX) {
+		errno = EFBIG;
+		journal_cause(cause, "journal %s/%s: too large to map", j->dir,
+		    name);
+		return -1;
+	}
+	map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, j->fd, 0);
+	if (map == MAP_FAILED) {
+		journal_cause(cause, "journal %s/%s: mmap: %s", j->dir, name,
+		    strerror(errno));
+		return -1;
+	}
+	rv = journal_segment_end(map, (size_t)size, &at);
+	munmap(map, (size_t)size);
+	if (rv != 0) {
+		errno = EINVAL;
+		journal_cause(cause, "journal %s/%s: its records are not "
+		    "followed by zeros only (replay it first)", j->dir, name);
+		return -1;
+	}
+	*end = at;
+	return 0;
+}
+
+/*
+ * j->dir_fd is open: append to its last segment, or create the first.
+ * end_segment, end: the last segment's logical end from a replay, or 0.
+ */
+static int
+journal_open_dir(struct journal *j, uint64_t end_segment, uint64_t end,
+    char **cause)
 {
 	const char	*dir = j->dir;
 	uint64_t	*list = NULL;
@@ -257,19 +332,22 @@ journal_open_dir(struct journal *j, char **cause)
 		j->segment = 1;
 		if ((j->fd = create_segment(j->dir_fd, dir, 1, cause)) == -1)
 			goto fail;
-		j->size = SEGMENT_HEADER_BYTES;
+		j->size = j->zeroed = SEGMENT_HEADER_BYTES;
+		j->format = journal_new_format();
 		return 0;
 	}
 
 	/*
 	 * Append to the highest segment.  Replay has already run and cut
-	 * any torn tail, so its size is the end of its last good record.
+	 * any torn tail, so its last good record is followed by zeros only
+	 * (the zero tail) or nothing: its logical end is replay's, or read
+	 * from it here, never st_size.
 	 */
 	j->segment = list[count - 1];
 	free(list);
 	list = NULL;
 	journal_segment_name(j->segment, name);
-	j->fd = openat(j->dir_fd, name, O_RDWR|O_APPEND|O_CLOEXEC|O_NOFOLLOW);
+	j->fd = openat(j->dir_fd, name, O_RDWR|O_CLOEXEC|O_NOFOLLOW);
 	if (j->fd == -1 || fstat(j->fd, &st) == -1) {
 		journal_cause(cause, "journal %s/%s: %s", dir, name,
 		    strerror(errno));
@@ -289,6 +367,9 @@ journal_open_dir(struct journal *j, char **cause)
 		journal_cause(cause, "journal %s/%s: %s", dir, name, invalid);
 		goto fail;
 	}
+	/* Records go in the form of the segment's version, whatever new
+	 * segments get. */
+	j->format = journal_segment_version(header);
 	/*
 	 * What replay accepted is what start-up built on: make it durable,
 	 * in case a previous broker died between its write and its fsync.
@@ -298,7 +379,12 @@ journal_open_dir(struct journal *j, char **cause)
 		    strerror(errno));
 		goto fail;
 	}
-	j->size = (uint64_t)st.st_size;
+	j->zeroed = (uint64_t)st.st_size;
+	if (end_segment == j->segment && end >= SEGMENT_HEADER_BYTES &&
+	    end <= j->zeroed)
+		j->size = end;
+	else if (journal_read_end(j, name, j->zeroed, &j->size, cause) != 0)
+		goto fail;
 	return 0;
 
 fail:
@@ -311,6 +397,13 @@ fail:
 
 int
 journal_open(struct journal *j, const char *dir, char **cause)
+{
+	return journal_open_end(j, dir, 0, 0, cause);
+}
+
+int
+journal_open_end(struct journal *j, const char *dir, uint64_t end_segment,
+    uint64_t end, char **cause)
 {
 	int	saved_errno;
 
@@ -334,7 +427,7 @@ journal_open(struct journal *j, const char *dir, char **cause)
 		journal_cause(cause, "journal %s: %s", dir, strerror(errno));
 		goto fail;
 	}
-	return journal_open_dir(j, cause);
+	return journal_open_dir(j, end_segment, end, cause);
 fail:
 	saved_errno = errno;
 	journal_close(j);
@@ -358,7 +451,7 @@ journal_open_at(struct journal *j, int dir_fd, const char *dir,
 		errno = saved_errno;
 		return -1;
 	}
-	return journal_open_dir(j, cause);
+	return journal_open_dir(j, 0, 0, cause);
 }
 
 
@@ -386,8 +479,8 @@ journal_unusable(struct journal *j, char **cause)
 	return -1;
 }
 
-int
-journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
+static int
+append_raw(struct journal *j, const struct iovec *iov, int iovcnt,
     char **cause)
 {
 	struct iovec	 batch[APPEND_IOV_BATCH];
@@ -425,7 +518,7 @@ journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
 			batch[n].iov_len = iov[k].iov_len - skip;
 			n++;
 		}
-		w = writev(j->fd, batch, n);
+		w = pwritev(j->fd, batch, n, (off_t)(j->size + done));
 		if (w == -1 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -446,10 +539,14 @@ journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
 		}
 	}
 	j->size += total;
+	if (j->zeroed < j->size)
+		j->zeroed = j->size;
 	return 0;
 
 fail:
+	/* Garbage or zeros past size: cut both, the zeros come again. */
 	saved_errno = errno;
+	j->zeroed = j->size;
 	if (ftruncate(j->fd, (off_t)j->size) == -1) {
 		journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
 		    ": write: %s; truncating back to %" PRIu64 " bytes also "
@@ -465,6 +562,150 @@ fail:
 	return -1;
 }
 
+/* Copy n bytes of the stream iov from piece *i, offset *off on. */
+static void
+stream_read(const struct iovec *iov, int *i, size_t *off, uint8_t *out,
+    size_t n)
+{
+	size_t	take;
+
+	while (n > 0) {
+		while (*off == iov[*i].iov_len) {
+			(*i)++;
+			*off = 0;
+		}
+		take = iov[*i].iov_len - *off;
+		if (take > n)
+			take = n;
+		memcpy(out, (const uint8_t *)iov[*i].iov_base + *off, take);
+		out += take;
+		*off += take;
+		n -= take;
+	}
+}
+
+/*
+ * Format 2 (doc/journal.md, "Rounds over the zero tail"): each record of
+ * the round, whole in iov (a ring's two pieces may split one), goes out
+ * after a round prefix naming j->size, the synced end the round starts
+ * from (before any padding).  Where the prefix and the inner header would
+ * cross a sector boundary, zeros up to it go first (journal_round_pad,
+ * "Sector padding"): a sector kept whole then holds a record's whole
+ * prefix whenever it holds its inner header.  The records are not copied:
+ * the pieces point into iov, the padding into journal_zeros.
+ */
+static int
+append_rounds(struct journal *j, const struct iovec *iov, int iovcnt,
+    char **cause)
+{
+	uint8_t		 head[16];
+	size_t		 total = 0, at = 0, off = 0, length, left, take;
+	size_t		 records = 0, pieces = 0, r, so, pad;
+	uint64_t	 pos;
+	int		 i = 0, k, si;
+	void		*p;
+
+	for (k = 0; k < iovcnt; k++)
+		total += iov[k].iov_len;
+	/* Count the records (their lengths checked against the bytes). */
+	while (at < total) {
+		if (total - at < sizeof head)
+			goto malformed;
+		stream_read(iov, &i, &off, head, sizeof head);
+		length = sizeof head + ((size_t)head[4] | (size_t)head[5] << 8 |
+		    (size_t)head[6] << 16 | (size_t)head[7] << 24);
+		if (length > total - at)
+			goto malformed;
+		/* Skip the payload. */
+		for (left = length - sizeof head; left > 0; left -= take) {
+			while (off == iov[i].iov_len) {
+				i++;
+				off = 0;
+			}
+			take = iov[i].iov_len - off;
+			if (take > left)
+				take = left;
+			off += take;
+		}
+		at += length;
+		records++;
+	}
+	if (records > j->prefixes_cap) {
+		if ((p = reallocarray(j->prefixes, records,
+		    JOURNAL_ROUND_PREFIX_BYTES)) == NULL)
+			goto nomem;
+		j->prefixes = p;
+		j->prefixes_cap = records;
+	}
+	if (records * 3 + (size_t)iovcnt > j->wide_cap) {
+		if ((p = reallocarray(j->wide, records * 3 + (size_t)iovcnt,
+		    sizeof *j->wide)) == NULL)
+			goto nomem;
+		j->wide = p;
+		j->wide_cap = records * 3 + (size_t)iovcnt;
+	}
+	/*
+	 * Each record: zeros if the rule asks for them, its prefix, then its
+	 * bytes in one piece, or two where the ring's end splits it
+	 * (records * 3 + iovcnt at most).  append_raw adds every piece,
+	 * padding too, to j->size.
+	 */
+	i = 0;
+	off = 0;
+	pos = j->size;
+	for (r = 0; r < records; r++) {
+		if ((pad = journal_round_pad(pos)) != 0) {
+			j->wide[pieces].iov_base = journal_zeros;
+			j->wide[pieces++].iov_len = pad;
+			pos += pad;
+		}
+		si = i;
+		so = off;
+		stream_read(iov, &si, &so, head, sizeof head);
+		journal_round_prefix(j->prefixes + r * JOURNAL_ROUND_PREFIX_BYTES,
+		    j->size, head);
+		j->wide[pieces].iov_base = j->prefixes +
+		    r * JOURNAL_ROUND_PREFIX_BYTES;
+		j->wide[pieces++].iov_len = JOURNAL_ROUND_PREFIX_BYTES;
+		length = sizeof head + ((size_t)head[4] | (size_t)head[5] << 8 |
+		    (size_t)head[6] << 16 | (size_t)head[7] << 24);
+		pos += JOURNAL_ROUND_PREFIX_BYTES + length;
+		for (left = length; left > 0; left -= take) {
+			while (off == iov[i].iov_len) {
+				i++;
+				off = 0;
+			}
+			take = iov[i].iov_len - off;
+			if (take > left)
+				take = left;
+			j->wide[pieces].iov_base = (uint8_t *)iov[i].iov_base +
+			    off;
+			j->wide[pieces++].iov_len = take;
+			off += take;
+		}
+	}
+	return append_raw(j, j->wide, (int)pieces, cause);
+
+malformed:
+	errno = EINVAL;
+	journal_cause(cause, "journal %s: append: not whole records", j->dir);
+	return -1;
+nomem:
+	journal_cause(cause, "journal %s: append: %s", j->dir,
+	    strerror(errno));
+	return -1;
+}
+
+int
+journal_append(struct journal *j, const struct iovec *iov, int iovcnt,
+    char **cause)
+{
+	j->round_start = j->size;
+	if (j->fd != -1 && j->format == JOURNAL_FORMAT_ROUNDS)
+		return append_rounds(j, iov, iovcnt, cause);
+	return append_raw(j, iov, iovcnt, cause);
+}
+
 int
 journal_sync(struct journal *j, char **cause)
 {
@@ -478,6 +719,102 @@ journal_sync(struct journal *j, char **cause)
 	return -1;
 }
 
+uint64_t
+journal_zero_chunk(uint64_t segment_bytes)
+{
+	uint64_t	chunk = segment_bytes / 8;
+
+	if (chunk > ZERO_CHUNK_MAX)
+		chunk = ZERO_CHUNK_MAX;
+	chunk -= chunk % ZERO_CHUNK_MIN;
+	return chunk < ZERO_CHUNK_MIN ? ZERO_CHUNK_MIN : chunk;
+}
+
+static int64_t
+journal_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
+{
+	uint64_t	chunk, limit, want, at, before;
+	size_t		n;
+	ssize_t		w;
+	struct statvfs	vfs;
+	struct stat	st;
+	int		saved_errno;
+
+	/*
+	 * Only where records carry their round (format 2): in a format 1
+	 * segment (left by an older idemd) a round lost in part over the
+	 * zeros could not be told from damage (doc/journal.md, "Rounds
+	 * over the zero tail"), so it is appended to, growing, until the
+	 * next segment.
+	 */
+	if (j->fd == -1 || segment_bytes == 0 ||
+	    j->format != JOURNAL_FORMAT_ROUNDS)
+		return 0;
+	chunk = journal_zero_chunk(segment_bytes);
+	/* Never past segment_bytes and one chunk: rotation comes first. */
+	limit = segment_bytes + chunk;
+	/* Less than a chunk ahead: up to the chunk boundary after next. */
+	if (j->zeroed >= j->size + chunk || j->zeroed >= limit)
+		return 0;
+	if (j->zero_retry_at != 0 && journal_now_ms() < j->zero_retry_at)
+		return 0;
+	want = (j->size / chunk + 2) * chunk;
+	if (want > limit)
+		want = limit;
+	/* Little space left: append as without zeros; look again later. */
+	if (fstatvfs(j->fd, &vfs) == 0 && (uint64_t)vfs.f_bavail *
+	    vfs.f_frsize < ZERO_MIN_FREE_BYTES + (want - j->zeroed)) {
+		j->zero_retry_at = journal_now_ms() + JOURNAL_ZERO_RETRY_MS;
+		return 0;
+	}
+	before = j->zeroed;
+	for (at = j->zeroed; at < want; at += (uint64_t)w) {
+		n = want - at > chunk ? (size_t)chunk : (size_t)(want - at);
+		w = pwrite(j->fd, journal_zeros, n, (off_t)at);
+		if (w == -1 && errno == EINTR) {
+			w = 0;
+			continue;
+		}
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			goto fail;
+		}
+	}
+	j->zeroed = want;
+	j->zero_retry_at = 0;
+	return 0;
+
+fail:
+	/*
+	 * Nothing was acknowledged by zeros and only zeros can lie past
+	 * size, so the journal goes on as if none were written: what this
+	 * call wrote is cut again (space on a full disk), and if even that
+	 * fails the file's end is what it says now (size at least).
+	 */
+	saved_errno = errno;
+	j->zero_retry_at = journal_now_ms() + JOURNAL_ZERO_RETRY_MS;
+	if (ftruncate(j->fd, (off_t)before) == 0)
+		j->zeroed = before;
+	else if (fstat(j->fd, &st) == 0 && (uint64_t)st.st_size >= j->size)
+		j->zeroed = (uint64_t)st.st_size;
+	journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
+	    ": writing zeros ahead at offset %" PRIu64 ": %s; appending "
+	    "without them, trying again in %d ms", j->dir, j->segment, at,
+	    strerror(saved_errno), JOURNAL_ZERO_RETRY_MS);
+	errno = saved_errno;
+	return -1;
+}
+
 void
 journal_close(struct journal *j)
 {
@@ -486,8 +823,13 @@ journal_close(struct journal *j)
 	if (j->dir_fd != -1)
 		close(j->dir_fd);
 	free(j->dir);
+	free(j->prefixes);
+	free(j->wide);
 	j->fd = j->dir_fd = -1;
 	j->dir = NULL;
+	j->prefixes = NULL;
+	j->wide = NULL;
+	j->prefixes_cap = j->wide_cap = 0;
 }
 
 int
@@ -518,19 +860,50 @@ journal_cut(int dir_fd, const char *dir, uint64_t segment, uint64_t size,
 }
 
 int
+journal_cut_zeros(struct journal *j, char **cause)
+{
+	struct stat	st;
+
+	if (j->fd == -1)
+		return journal_unusable(j, cause);
+	/* zeroed is a hint; a sealed segment's end must be sure. */
+	if (j->zeroed == j->size && fstat(j->fd, &st) == 0 &&
+	    (uint64_t)st.st_size == j->size)
+		return 0;
+	if (ftruncate(j->fd, (off_t)j->size) == -1 || fsync(j->fd) == -1) {
+		/* Whatever is left past size is zeros, or nothing. */
+		journal_cause(cause, "journal %s/%016" PRIx64 SEGMENT_SUFFIX
+		    ": cutting its zero tail at %" PRIu64 ": %s", j->dir,
+		    j->segment, j->size, strerror(errno));
+		return -1;
+	}
+	j->zeroed = j->size;
+	return 0;
+}
+
+int
 journal_rotate(struct journal *j, char **cause)
 {
 	int	fd;
 
 	if (j->fd == -1)
 		return journal_unusable(j, cause);
-	/* The caller synced the current segment: it is complete. */
+	/*
+	 * The caller synced the current segment: it is complete.  A sealed
+	 * segment keeps the format without zeros (replay calls a zero tail
+	 * in one corruption), so its zero tail is cut, and the cut made
+	 * durable, before the next segment can exist.
+	 */
+	if (journal_cut_zeros(j, cause) != 0)
+		return -1;
 	if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
 	    cause)) == -1)
 		return -1;
 	close(j->fd);
 	j->fd = fd;
 	j->segment++;
-	j->size = SEGMENT_HEADER_BYTES;
+	j->size = j->zeroed = SEGMENT_HEADER_BYTES;
+	j->format = journal_new_format();
+	j->zero_retry_at = 0;
 	return 0;
 }

@@ -62,6 +62,11 @@ static const unsigned char journal_checksum_key[crypto_shorthash_KEYBYTES] =
  * seldom stops anywhere but at a real record.
  */
 static const uint8_t journal_record_magic[4] = { 0xff, 'J', 'R', 'C' };
+/* Form 2's round prefix (doc/journal.md, "Rounds over the zero tail"). */
+static const uint8_t journal_round_magic[4] = { 0xff, 'J', 'R', 'D' };
+#define ROUND_RESERVED_OFFSET	4
+#define ROUND_START_OFFSET	8
+#define ROUND_CHECK_OFFSET	16
 
 #define RECORD_HEADER_BYTES	16	/* magic, length, checksum */
 #define RECORD_LENGTH_OFFSET	4
@@ -117,7 +122,12 @@ _Static_assert(PAYLOAD_EFFECT_MAX_BYTES >= PAYLOAD_ENTRY_MAX_BYTES,
 static const uint8_t journal_segment_magic[8] = {
 	'I', 'D', 'E', 'M', 'J', 'N', 'L', '\0'
 };
-#define SEGMENT_VERSION		1
+/*
+ * The version new segments get: 2 (JOURNAL_FORMAT_ROUNDS), records with
+ * round prefixes (doc/journal.md, "Rounds over the zero tail").  Version
+ * 1 segments an older idemd wrote are still read and appended to.
+ */
+#define SEGMENT_VERSION		JOURNAL_FORMAT_ROUNDS
 #define S_MAGIC			0
 #define S_VERSION		8
 #define S_RESERVED		12
@@ -471,9 +481,84 @@ effect_decode(const uint8_t *in, const uint8_t *p, uint32_t payload_length,
 	return JOURNAL_DECODE_OK;
 }
 
-/* journal_decode, with the reason for BAD for replay's messages. */
+/* A form 1 record, with the reason for BAD for replay's messages. */
+static enum journal_decode_result record_decode_plain(const uint8_t *,
+	    size_t, struct journal_record *, size_t *, const char **);
+
+/* The check of a round prefix: its bytes 4..15, the inner checksum. */
+static void
+round_check(const uint8_t *prefix, const uint8_t *record,
+    uint8_t sum[crypto_shorthash_BYTES])
+{
+	uint8_t	buf[ROUND_CHECK_OFFSET - ROUND_RESERVED_OFFSET +
+		    crypto_shorthash_BYTES];
+
+	memcpy(buf, prefix + ROUND_RESERVED_OFFSET,
+	    ROUND_CHECK_OFFSET - ROUND_RESERVED_OFFSET);
+	memcpy(buf + ROUND_CHECK_OFFSET - ROUND_RESERVED_OFFSET,
+	    record + RECORD_CHECKSUM_OFFSET, crypto_shorthash_BYTES);
+	crypto_shorthash(sum, buf, sizeof buf, journal_checksum_key);
+}
+
+void
+journal_round_prefix(uint8_t out[JOURNAL_ROUND_PREFIX_BYTES],
+    uint64_t round_start, const uint8_t *record)
+{
+	memcpy(out, journal_round_magic, sizeof journal_round_magic);
+	put_u32(out + ROUND_RESERVED_OFFSET, 0);
+	put_u64(out + ROUND_START_OFFSET, round_start);
+	round_check(out, record, out + ROUND_CHECK_OFFSET);
+}
+
+/*
+ * A record of either form: form 2 is a round prefix, then a form 1
+ * record; the prefix's check covers it and the inner checksum.
+ */
 enum journal_decode_result
 journal_record_decode(const uint8_t *in, size_t length,
+    struct journal_record *r, size_t *consumed, const char **why)
+{
+	enum journal_decode_result	 res;
+	uint8_t				 sum[crypto_shorthash_BYTES];
+
+	*why = "record runs past the end of the file";
+	if (length < sizeof journal_round_magic ||
+	    memcmp(in, journal_round_magic, sizeof journal_round_magic) != 0) {
+		if ((res = record_decode_plain(in, length, r, consumed,
+		    why)) == JOURNAL_DECODE_OK) {
+			r->form = JOURNAL_FORMAT_PLAIN;
+			r->round_start = 0;
+		}
+		return res;
+	}
+	if (length < JOURNAL_ROUND_PREFIX_BYTES + RECORD_HEADER_BYTES)
+		return JOURNAL_DECODE_SHORT;
+	if (get_u32(in + ROUND_RESERVED_OFFSET) != 0) {
+		*why = "round prefix reserved field is not zero";
+		return JOURNAL_DECODE_BAD;
+	}
+	if (memcmp(in + JOURNAL_ROUND_PREFIX_BYTES, journal_record_magic,
+	    sizeof journal_record_magic) != 0) {
+		*why = "bad record magic after a round prefix";
+		return JOURNAL_DECODE_BAD;
+	}
+	round_check(in, in + JOURNAL_ROUND_PREFIX_BYTES, sum);
+	if (memcmp(sum, in + ROUND_CHECK_OFFSET, sizeof sum) != 0) {
+		*why = "bad round prefix check";
+		return JOURNAL_DECODE_BAD;
+	}
+	res = record_decode_plain(in + JOURNAL_ROUND_PREFIX_BYTES,
+	    length - JOURNAL_ROUND_PREFIX_BYTES, r, consumed, why);
+	if (res != JOURNAL_DECODE_OK)
+		return res;
+	*consumed += JOURNAL_ROUND_PREFIX_BYTES;
+	r->form = JOURNAL_FORMAT_ROUNDS;
+	r->round_start = get_u64(in + ROUND_START_OFFSET);
+	return JOURNAL_DECODE_OK;
+}
+
+static enum journal_decode_result
+record_decode_plain(const uint8_t *in, size_t length,
     struct journal_record *r, size_t *consumed, const char **why)
 {
 	struct subtab_entry	 e;
@@ -568,13 +653,24 @@ journal_record_decode(const uint8_t *in, size_t length,
 	return JOURNAL_DECODE_OK;
 }
 
+/*
+ * Form 1 only: checkpoints and the index hold form 1 records (they are
+ * not written in rounds), so a round prefix there is BAD.  Replay reads
+ * both forms with journal_record_decode.
+ */
 enum journal_decode_result
 journal_decode(const uint8_t *in, size_t length, struct journal_record *r,
     size_t *consumed)
 {
-	const char	*why;
+	enum journal_decode_result	 res;
+	const char			*why;
 
-	return journal_record_decode(in, length, r, consumed, &why);
+	res = record_decode_plain(in, length, r, consumed, &why);
+	if (res == JOURNAL_DECODE_OK) {
+		r->form = JOURNAL_FORMAT_PLAIN;
+		r->round_start = 0;
+	}
+	return res;
 }
 
 /*
@@ -604,6 +700,98 @@ journal_record_follows(const uint8_t *base, size_t size, size_t from,
 		from++;
 	}
 	return 0;
+}
+
+/*
+ * The round start of the prefix before the form 1 record at rec when the
+ * prefix's first 8 bytes (magic, reserved: both constant) were lost but
+ * its round start and check are whole: the check, recomputed with the
+ * reserved field 0 over them and the inner checksum, verifies it.  1 and
+ * *round_start, or 0.
+ */
+static int
+round_recover(const uint8_t *rec, uint64_t *round_start)
+{
+	uint8_t	prefix[JOURNAL_ROUND_PREFIX_BYTES], sum[crypto_shorthash_BYTES];
+
+	memcpy(prefix, rec - JOURNAL_ROUND_PREFIX_BYTES, sizeof prefix);
+	put_u32(prefix + ROUND_RESERVED_OFFSET, 0);
+	round_check(prefix, rec, sum);
+	if (memcmp(sum, prefix + ROUND_CHECK_OFFSET, sizeof sum) != 0)
+		return 0;
+	*round_start = get_u64(prefix + ROUND_START_OFFSET);
+	return 1;
+}
+
+/*
+ * The valid records after a bad one at x, for replay's rule (doc/
+ * journal.md, "Rounds over the zero tail").  Every record, of either
+ * form, holds a form 1 record: search for the record magic only (never
+ * the prefix's), decode there, and take its round start from the 24
+ * bytes right before it (at or after x): a prefix that decodes, or one
+ * whose round start and check are whole (round_recover).  A record with a
+ * round start > x makes it corruption.  A record with none (bare) counts
+ * as the round of the next record that has one <= x: it lies inside
+ * that round's bytes [R, its end), which that round wrote; a bare record
+ * with no such record after it could be a later round's, so it makes it
+ * corruption.  1: a torn round, 0: no valid record, -1: *at is the one
+ * that makes it corruption.
+ */
+int
+journal_round_after(const uint8_t *base, size_t size, size_t x,
+    size_t *first, size_t *at)
+{
+	struct journal_record	 r;
+	const uint8_t		*p;
+	const char		*why;
+	size_t			 from = x + 1, used, start, bare = SIZE_MAX;
+	uint64_t		 round_start = 0;
+	int			 found = 0, named;
+
+	while (from < size) {
+		p = memmem(base + from, size - from, journal_record_magic,
+		    sizeof journal_record_magic);
+		if (p == NULL)
+			break;
+		from = (size_t)(p - base);
+		if (record_decode_plain(p, size - from, &r, &used, &why) !=
+		    JOURNAL_DECODE_OK) {
+			from++;
+			continue;
+		}
+		start = from;
+		named = 0;
+		if (from >= x + JOURNAL_ROUND_PREFIX_BYTES) {
+			if (journal_record_decode(p - JOURNAL_ROUND_PREFIX_BYTES,
+			    size - from + JOURNAL_ROUND_PREFIX_BYTES, &r, &used,
+			    &why) == JOURNAL_DECODE_OK &&
+			    r.form == JOURNAL_FORMAT_ROUNDS) {
+				round_start = r.round_start;
+				named = 1;
+			} else
+				named = round_recover(p, &round_start);
+			if (named)
+				start = from - JOURNAL_ROUND_PREFIX_BYTES;
+		}
+		if (!found) {
+			*first = start;
+			found = 1;
+		}
+		if (named && round_start > x) {
+			*at = start;
+			return -1;
+		}
+		if (named)
+			bare = SIZE_MAX;	/* the bare ones before: its */
+		else if (bare == SIZE_MAX)
+			bare = start;
+		from++;
+	}
+	if (bare != SIZE_MAX) {
+		*at = bare;
+		return -1;
+	}
+	return found;
 }
 
 /* ---- segment names and headers ------------------------------------------ */
@@ -644,9 +832,28 @@ void
 journal_segment_header_encode(uint64_t number,
     uint8_t out[SEGMENT_HEADER_BYTES])
 {
+	journal_segment_header_encode_version(number, SEGMENT_VERSION, out);
+}
+
+uint32_t
+journal_new_format(void)
+{
+	return SEGMENT_VERSION;
+}
+
+uint32_t
+journal_segment_version(const uint8_t *in)
+{
+	return get_u32(in + S_VERSION);
+}
+
+void
+journal_segment_header_encode_version(uint64_t number, uint32_t version,
+    uint8_t out[SEGMENT_HEADER_BYTES])
+{
 	memcpy(out + S_MAGIC, journal_segment_magic,
 	    sizeof journal_segment_magic);
-	put_u32(out + S_VERSION, SEGMENT_VERSION);
+	put_u32(out + S_VERSION, version);
 	put_u32(out + S_RESERVED, 0);
 	put_u64(out + S_NUMBER, number);
 	crypto_shorthash(out + S_CHECKSUM, out, S_CHECKSUM,
@@ -665,7 +872,8 @@ journal_segment_header_invalid(const uint8_t *in, uint64_t number)
 	crypto_shorthash(sum, in, S_CHECKSUM, journal_checksum_key);
 	if (memcmp(sum, in + S_CHECKSUM, sizeof sum) != 0)
 		return "bad segment header checksum";
-	if (get_u32(in + S_VERSION) != SEGMENT_VERSION)
+	if (get_u32(in + S_VERSION) != JOURNAL_FORMAT_PLAIN &&
+	    get_u32(in + S_VERSION) != JOURNAL_FORMAT_ROUNDS)
 		return "unsupported segment format version";
 	if (get_u32(in + S_RESERVED) != 0)
 		return "segment header reserved field is not zero";

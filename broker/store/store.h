@@ -85,7 +85,45 @@ struct journal_record {
 	const uint8_t		*result;
 	/* Not in the journal: a replay hint's note for apply (0: none). */
 	uint64_t		hint;
+	/*
+	 * Set by decode: the record's form (1, or 2 with a round prefix,
+	 * doc/journal.md "Rounds over the zero tail") and, form 2, where
+	 * its round began.  Encode ignores them (it writes form 1).
+	 */
+	uint8_t			form;
+	uint64_t		round_start;
 };
+
+/* Form 2's round prefix before a form 1 record (doc/journal.md). */
+#define JOURNAL_ROUND_PREFIX_BYTES	24
+/*
+ * Format 2's layout rule (doc/journal.md, "Sector padding"): a record's
+ * round prefix and its inner record's header (24 + 16 bytes) never cross
+ * a JOURNAL_SECTOR_BYTES boundary of the file.  A record that would start
+ * at P with P % 512 + 40 > 512 starts at the next multiple of 512 instead,
+ * the bytes before it zeros.
+ */
+#define JOURNAL_SECTOR_BYTES		512
+#define JOURNAL_PAD_SPAN		(JOURNAL_ROUND_PREFIX_BYTES + 16)
+/* The zero bytes the rule puts at offset at before a record (0 or < 40). */
+static inline size_t
+journal_round_pad(uint64_t at)
+{
+	uint64_t	in = at % JOURNAL_SECTOR_BYTES;
+
+	return in + JOURNAL_PAD_SPAN > JOURNAL_SECTOR_BYTES ?
+	    (size_t)(JOURNAL_SECTOR_BYTES - in) : 0;
+}
+/* Segment format versions: 1 form 1 records, 2 form 2 records. */
+#define JOURNAL_FORMAT_PLAIN		1
+#define JOURNAL_FORMAT_ROUNDS		2
+/*
+ * Write into out the prefix that makes the form 1 record at record (its
+ * first 16 bytes are enough) a form 2 record of the round that began at
+ * round_start.
+ */
+void	journal_round_prefix(uint8_t out[JOURNAL_ROUND_PREFIX_BYTES],
+	    uint64_t round_start, const uint8_t *record);
 
 /* The bytes journal_encode needs for the record. */
 size_t	journal_encoded_size(const struct journal_record *);
@@ -98,6 +136,10 @@ enum journal_decode_result {
 	JOURNAL_DECODE_SHORT,	/* the record runs past the end of the input */
 	JOURNAL_DECODE_BAD	/* bad magic, length, checksum or field */
 };
+/*
+ * A form 1 record only (the ring, checkpoints, the index): a round prefix
+ * is BAD.  Replay reads form 2 records itself.
+ */
 enum journal_decode_result journal_decode(const uint8_t *in, size_t length,
 	    struct journal_record *, size_t *consumed);
 
@@ -106,11 +148,35 @@ struct journal {
 	int		 fd;		/* the segment appended to */
 	char		*dir;
 	uint64_t	 segment;	/* its number */
-	uint64_t	 size;		/* its size: bytes known written */
+	uint64_t	 size;		/* its logical end: the records' */
+	/*
+	 * The file's end: zeros from size up to it, written ahead so that
+	 * an append overwrites allocated blocks (doc/journal.md, "The
+	 * zero tail").  A hint: only ever zeros lie past size.
+	 */
+	uint64_t	 zeroed;
+	int64_t		 zero_retry_at;	/* zeros failed: retry (ms) */
+	/*
+	 * The segment's format version: 2 (JOURNAL_FORMAT_ROUNDS), each
+	 * record written with a round prefix naming size at the append.
+	 */
+	uint32_t	 format;
+	/* Where the last append began: crash.c's tear finds its records. */
+	uint64_t	 round_start;
+	uint8_t		*prefixes;	/* format 2: the round's, malloc'd */
+	size_t		 prefixes_cap;	/* in prefixes */
+	struct iovec	*wide;		/* format 2: the round's pieces */
+	size_t		 wide_cap;
 };
 
 /* Open (creating dir and first segment if missing) for appending. */
 int	journal_open(struct journal *, const char *dir, char **cause);
+/*
+ * The same, the last segment's logical end given by the replay that ran
+ * just before (segment 0: read it from the segment, as journal_open does).
+ */
+int	journal_open_end(struct journal *, const char *dir, uint64_t segment,
+	    uint64_t end, char **cause);
 /*
  * The same in the directory dir_fd already holds (kept by the caller;
  * dir only names it in causes): a broker's reopen never resolves the
@@ -127,6 +193,25 @@ int	journal_append(struct journal *, const struct iovec *, int iovcnt,
 	    char **cause);
 /* fdatasync.  A failure is never retried by the caller (see doc). */
 int	journal_sync(struct journal *, char **cause);
+/*
+ * Keep zeros ahead of the logical end of a segment rotated past
+ * segment_bytes: when less than a chunk is left, write zeros (pwrite)
+ * up to two chunks ahead, never past segment_bytes and one chunk.  No
+ * fdatasync: the next round's covers them.  -1 (cause set) when the
+ * write failed: the journal is as usable as before (nothing was
+ * acknowledged by it); tries again JOURNAL_ZERO_RETRY_MS later.
+ */
+#define JOURNAL_ZERO_RETRY_MS	1000
+int	journal_prezero(struct journal *, uint64_t segment_bytes,
+	    char **cause);
+/*
+ * Cut the zero tail (ftruncate to the logical end, fsync): before a
+ * rotation seals the segment, and at a clean stop, so a stopped broker's
+ * journal holds records only.
+ */
+int	journal_cut_zeros(struct journal *, char **cause);
+/* The zero chunk for segment_bytes (1 MiB; less for small segments). */
+uint64_t journal_zero_chunk(uint64_t segment_bytes);
 void	journal_close(struct journal *);
 /* durable_write_all's old name, for branches still calling it (#28: G4). */
 static inline int
@@ -164,6 +249,14 @@ struct journal_replay_stats {
 	/* Corruption at an offset (-1, EINVAL): it, in segment at_segment. */
 	int		has_corrupt_offset;
 	uint64_t	corrupt_offset;
+	/*
+	 * The last segment's logical end (after a cut; end_segment 0: no
+	 * segment left) and the zeros after it, its clean end written
+	 * ahead by the writer: not records, not a torn tail.
+	 */
+	uint64_t	end_segment;
+	uint64_t	end_offset;
+	uint64_t	zero_bytes;
 };
 /* Never truncate or remove anything: a torn tail is only reported in stats. */
 #define JOURNAL_REPLAY_READONLY	0x1
@@ -192,6 +285,12 @@ typedef void (*journal_hint_fn)(struct journal_record *, void *arg);
 int	journal_replay_hinted(const char *dir, uint64_t from, int flags,
 	    journal_apply_fn, journal_hint_fn, void *arg,
 	    struct journal_replay_stats *, char **cause);
+/*
+ * The logical end of a segment's bytes map[0..size): the end of its last
+ * record, if only zeros follow it; -1 if anything else does (a torn tail
+ * or damage: replay's business).
+ */
+int	journal_segment_end(const uint8_t *map, size_t size, size_t *end);
 /* Start the next segment (after a sync): for checkpoints. */
 int	journal_rotate(struct journal *, char **cause);
 

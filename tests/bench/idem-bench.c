@@ -1148,29 +1148,33 @@ broker_committed(const char *socket, const char *csid)
 	return yes;
 }
 
-/* Bytes of journal records under root (segment headers not counted). */
+static int
+journal_bytes_apply(const struct journal_record *r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	return 0;
+}
+
+/*
+ * Bytes of journal records under root (segment headers not counted; in
+ * format 2 each record's round prefix and sector padding counted with
+ * it), from a read-only replay: not st_size, which counts the last segment's
+ * zero tail (doc/journal.md, "The zero tail").
+ */
 static double
 journal_bytes(const char *root)
 {
-	char		 path[PATH_MAX + 64];
-	struct dirent	*de;
-	struct stat	 st;
-	double		 total = 0;
-	DIR		*d;
+	struct journal_replay_stats	 stats;
+	char				 path[PATH_MAX + 64], *cause = NULL;
 
 	snprintf(path, sizeof path, "%s/%s", root, IDEM_JOURNAL_DIR);
-	if ((d = opendir(path)) == NULL)
+	if (journal_replay(path, JOURNAL_REPLAY_READONLY, journal_bytes_apply,
+	    NULL, &stats, &cause) != 0) {
+		free(cause);
 		return NAN;
-	while ((de = readdir(d)) != NULL) {
-		if (strlen(de->d_name) != 20 ||
-		    strcmp(de->d_name + 16, ".jnl") != 0)
-			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 &&
-		    st.st_size >= 32)
-			total += (double)(st.st_size - 32);
 	}
-	closedir(d);
-	return total;
+	return (double)stats.bytes;
 }
 
 /* ---- the client runner ------------------------------------------------- */

@@ -53,6 +53,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 #define CHAOS_CLIENTS			8
@@ -1005,6 +1006,9 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,6 +67,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 #define EC_CLIENTS		6
@@ -783,5 +784,8 @@ main(void)
 		cmocka_unit_test(chaos_effects_markers_match_receipts),
 	};
 
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

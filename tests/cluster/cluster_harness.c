@@ -28,6 +28,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "cluster_harness.h"
 #include "shm.h"
 
@@ -320,9 +321,9 @@ cluster_main(struct pgserver *server, const struct CMUnitTest *tests,
 
 	if (sodium_init() < 0)
 		return 1;
-	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (filter_apply("cluster test", tests, count) == -1)
+		return 1;
 	if ((rc = pgserver_main_start(server)) != 0)
 		return rc;
 	snprintf(cmd, sizeof cmd, "'%s' store init --store '%s' >/dev/null",

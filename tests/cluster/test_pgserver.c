@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "pgserver.h"
 
 static struct pgserver	server;
@@ -160,6 +161,9 @@ main(void)
 	};
 	int	rc, failed;
 
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	if ((rc = pgserver_main_start(&server)) != 0)
 		return rc;
 	failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "cluster_harness.h"
 
 #ifndef HAVE_POSTGRESQL
@@ -1350,9 +1351,9 @@ main(void)
 
 	if (sodium_init() < 0)
 		return 1;
-	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	if ((rc = pgserver_main_start(&server)) != 0)
 		return rc;
 	failed = cmocka_run_group_tests(tests, NULL, NULL);

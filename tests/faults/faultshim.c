@@ -9,7 +9,9 @@
  *
  *	<op> <path-substring> <errno-name>
  *
- * op is "write" (write, writev, pwrite), "sync" (fsync, fdatasync),
+ * op is "write" (write, writev, pwrite, pwritev), "pwrite" (pwrite
+ * only: the zeros journal.c writes ahead of the journal's end, and not
+ * its records, which go with pwritev), "sync" (fsync, fdatasync),
  * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
  * truncates a file with (journal.c, checkpoint.c, taskfile_write.c, fileio.c,
  * main.c).  The path is the fd's, from /proc/self/fd; a substring
@@ -44,6 +46,13 @@
  * disk that takes its time would: holding the journal's fdatasync holds
  * the journaling thread, and the records behind it fill the hand-off
  * ring.  The wait looks at the rule every millisecond.
+ *
+ *	hold <path-substring> <n>
+ *
+ * lets the first n matching syncs of each process through and holds the
+ * later ones (counted as above): "hold 0000000000000001.jnl 1" lets a
+ * request's first journal round be synced and holds its second, written
+ * and never synced, for a test to kill the broker there.
  *
  * It never calls what it intercepts (open, read, close and readlink are
  * not intercepted) and keeps no state but the real functions' addresses
@@ -80,6 +89,7 @@
 
 enum fault_op {
 	FAULT_WRITE,
+	FAULT_PWRITE,	/* pwrite only; a "write" rule matches it too */
 	FAULT_SYNC,
 	FAULT_TRUNCATE,
 	FAULT_FORK,
@@ -89,6 +99,7 @@ enum fault_op {
 static void	*real_write;
 static void	*real_writev;
 static void	*real_pwrite;
+static void	*real_pwritev;
 static void	*real_fsync;
 static void	*real_fdatasync;
 static void	*real_ftruncate;
@@ -124,6 +135,7 @@ fault_init(void)
 	(void)REAL(write);
 	(void)REAL(writev);
 	(void)REAL(pwrite);
+	(void)REAL(pwritev);
 	(void)REAL(fsync);
 	(void)REAL(fdatasync);
 	(void)REAL(ftruncate);
@@ -270,6 +282,8 @@ fault_check(enum fault_op op, int fd)
 		rule_op = -1;
 	else if (length == 5 && memcmp(word, "write", 5) == 0)
 		rule_op = FAULT_WRITE;
+	else if (length == 6 && memcmp(word, "pwrite", 6) == 0)
+		rule_op = FAULT_PWRITE;
 	else if (length == 4 && memcmp(word, "sync", 4) == 0)
 		rule_op = FAULT_SYNC;
 	else if (length == 8 && memcmp(word, "truncate", 8) == 0)
@@ -285,7 +299,8 @@ fault_check(enum fault_op op, int fd)
 	    (error = fault_errno(word, length)) == 0)
 		return 0;
 	if (rule_op != -1 && rule_op != (int)op && !(op == FAULT_TRUNCATE &&
-	    rule_op == FAULT_WRITE && error == EROFS))
+	    rule_op == FAULT_WRITE && error == EROFS) && !(op == FAULT_PWRITE &&
+	    rule_op == FAULT_WRITE))
 		return 0;
 	if (rule_op == -1 && op == FAULT_RENAME)
 		return 0;
@@ -304,7 +319,8 @@ match:
 		for (i = 0; !matched && i + want_length <= (size_t)n; i++)
 			matched = memcmp(path + i, want, want_length) == 0;
 	}
-	if (!matched || (error != FAULT_HOLD && fault_passes(rule, &pos)))
+	/* A held sync asks again every poll: the count only grows. */
+	if (!matched || fault_passes(rule, &pos))
 		return 0;
 	return error;
 }
@@ -349,11 +365,24 @@ pwrite(int fd, const void *buf, size_t count, off_t offset)
 {
 	int	error;
 
-	if ((error = fault_for(FAULT_WRITE, fd)) != 0) {
+	if ((error = fault_for(FAULT_PWRITE, fd)) != 0) {
 		errno = error;
 		return -1;
 	}
 	return REAL(pwrite)(fd, buf, count, offset);
+}
+
+/* The journal's appends (journal.c): records at its logical end. */
+ssize_t
+pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_WRITE, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(pwritev)(fd, iov, iovcnt, offset);
 }
 
 /* The errno a sync must fail with, or 0, once any hold has ended. */

@@ -36,9 +36,52 @@
  *     into a rotated segment;
  *   - segments before a checkpoint's are never read or changed, and a
  *     failed replay changes nothing;
- *   - journal_decode on the bytes: OK re-encodes to the input, every
- *     truncation of an OK record is SHORT, SHORT and BAD are what
- *     doc/journal.md says and leave the caller's record untouched.
+ *   - journal_decode on the bytes: OK is form 1 and re-encodes to the
+ *     input, every truncation of an OK record is SHORT, SHORT and BAD
+ *     are what doc/journal.md says and leave the caller's record
+ *     untouched; bytes that begin with a round prefix are BAD to it
+ *     (form 1 only), and replay's decoder (journal_record_decode) reads
+ *     them as form 2, re-encoding to the bytes after the prefix.
+ *
+ * The same input also builds a version 2 segment (fuzz_rounds; doc/
+ * journal.md, "Rounds over the zero tail"): byte 0 the number of
+ * records, byte 1 the damage (bits 0-1: zeros, the input's bytes, one
+ * bit flipped, none; bit 2: a segment 2 follows, so 1 is sealed and has
+ * no zero tail; bit 3: read-only), bytes 2 and 3 where the damage starts
+ * and how long it is (and how many zeros ahead), then one byte a record:
+ * bit 0 starts a new round before it, the rest its key's length.  Each
+ * record is form 2, its prefix naming its round's start as the writer
+ * does, after the writer's sector padding where the rule asks for it
+ * (doc/journal.md, "Sector padding"); the rest of the input is what "the
+ * input's bytes" damage writes.  Bit 4 of byte 1: the damage is a power
+ * loss instead, each 512-byte sector of the last round lost (what it
+ * held before: synced bytes before the round, zeros after) as the bits
+ * of byte 2 say.  Invariants, besides the ones above that apply:
+ *   - undamaged, it replays whole, the zeros its clean end;
+ *   - every record replay applies starts right after the one before, or
+ *     in format 2 after the zero padding the rule asks for there, never
+ *     with its prefix and header across 512 bytes; bytes counts the
+ *     padding;
+ *   - replay never skips a record: the records applied from segment 1
+ *     are its first C, every one that ends before the damage among them;
+ *   - the round rule's safety: when replay cuts segment 1 at X, no
+ *     record after X that the damage left whole names a round that
+ *     began after X (that round began once X was synced: cutting it
+ *     would drop acknowledged records), and a sealed segment is never
+ *     cut;
+ *   - its liveness, the rule exactly: zeros or a flipped bit inside the
+ *     last round of the last segment are a torn round, cut at the first
+ *     record they touch, unless they changed a record's round start or
+ *     check (bytes 8..23 of its prefix) but not its inner record and no
+ *     record after it keeps its start and check whole: then replay
+ *     refuses, changing nothing.  A prefix whose bytes 0..7 alone
+ *     changed is recovered (its check verifies its start), and a record
+ *     whose start was lost counts as the round of a later record that
+ *     names one (doc/journal.md).  Non-zero padding is a change to the
+ *     record after it;
+ *   - a torn round (bit 4: any subset of its sectors lost, over zeros)
+ *     is always cut at the first record it changed (or ends in zeros
+ *     there), never refused: the padding leaves no record bare.
  */
 #include <sys/stat.h>
 
@@ -56,6 +99,7 @@
 #include <sodium.h>
 
 #include "store.h"
+#include "journal_int.h"
 
 int	LLVMFuzzerInitialize(int *, char ***);
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
@@ -91,6 +135,7 @@ struct run {
 	struct journal_replay_stats *stats;
 	uint64_t		 records;
 	uint64_t		 bytes;
+	uint64_t		 end_seg, end_at;	/* the last record's */
 	unsigned char		 trace[crypto_generichash_BYTES];
 	crypto_generichash_state hash;		/* of the records, in order */
 	unsigned		 replays;	/* every other one is hinted */
@@ -236,20 +281,50 @@ apply(const struct journal_record *r, void *arg)
 {
 	struct run	*run = arg;
 	static uint8_t	 out[JOURNAL_MAX_EFFECT_RECORD_BYTES];
-	size_t		 n;
+	size_t		 n, pad, k;
 	uint64_t	 s = run->stats->at_segment, at = run->stats->at_offset;
 
 	/* A hinted record carries its own note: the hints ran in order. */
 	FUZZ_CHECK(r->hint == 0 || r->hint == run->records + 1);
-	/* The record re-encodes to the bytes it came from. */
+	/*
+	 * The record re-encodes to the bytes it came from; a form 2 record
+	 * (a segment journal_rotate made, format 2) after its 24-byte round
+	 * prefix (doc/journal.md, "Rounds over the zero tail").
+	 */
 	n = journal_encode(r, out, sizeof out);
 	FUZZ_CHECK(n >= RECORD_HEADER_BYTES + PAYLOAD_MIN);
 	FUZZ_CHECK(s >= 1 && s <= run->nseg);
+	/*
+	 * Right after the record before, or (format 2) after the zeros of
+	 * the sector padding the rule asks for there (doc/journal.md,
+	 * "Sector padding"); stats.bytes counts them.
+	 */
+	if (s != run->end_seg) {
+		run->end_seg = s;
+		run->end_at = HEADER_BYTES;
+	}
+	pad = r->form == JOURNAL_FORMAT_ROUNDS ?
+	    journal_round_pad(run->end_at) : 0;
+	FUZZ_CHECK(at == run->end_at + pad);
+	for (k = 0; k < pad; k++)
+		FUZZ_CHECK(run->seg[s][run->end_at + k] == 0);
+	FUZZ_CHECK(r->form != JOURNAL_FORMAT_ROUNDS ||
+	    at % JOURNAL_SECTOR_BYTES + JOURNAL_PAD_SPAN <=
+	    JOURNAL_SECTOR_BYTES);
+	run->bytes += pad;
+	FUZZ_CHECK(r->form == JOURNAL_FORMAT_PLAIN ||
+	    r->form == JOURNAL_FORMAT_ROUNDS);
+	if (r->form == JOURNAL_FORMAT_ROUNDS) {
+		FUZZ_CHECK(memcmp(run->seg[s] + at, "\xff" "JRD", 4) == 0);
+		at += JOURNAL_ROUND_PREFIX_BYTES;
+	}
 	FUZZ_CHECK(at >= HEADER_BYTES && at + n <= run->seg_size[s]);
 	FUZZ_CHECK(memcmp(out, run->seg[s] + at, n) == 0);
 	crypto_generichash_update(&run->hash, out, n);
 	run->records++;
-	run->bytes += n;
+	run->bytes += n + (r->form == JOURNAL_FORMAT_ROUNDS ?
+	    JOURNAL_ROUND_PREFIX_BYTES : 0);
+	run->end_at = at + n;
 	return 0;
 }
 
@@ -273,6 +348,7 @@ replay(struct run *run, unsigned from, int flags,
 	memset(stats, 0x5a, sizeof *stats);
 	run->stats = stats;
 	run->records = run->bytes = 0;
+	run->end_seg = 0;
 	crypto_generichash_init(&run->hash, NULL, 0, sizeof run->trace);
 	run->hints = 0;
 	if (++run->replays % 2 == 0)
@@ -466,8 +542,9 @@ fuzz_replay(const uint8_t *data, size_t size)
 		FUZZ_CHECK(st1.truncated_bytes <= total_before);
 	} else {
 		FUZZ_CHECK(alive == st1.segments);
+		/* The last segment's zero tail is its clean end, left. */
 		FUZZ_CHECK(total_after == HEADER_BYTES * st1.segments +
-		    st1.bytes);
+		    st1.bytes + st1.zero_bytes);
 		FUZZ_CHECK(total_before - total_after == st1.truncated_bytes);
 	}
 
@@ -496,6 +573,314 @@ out:
 		free(run.seg[i]);
 }
 
+/* ---- format 2: rounds ------------------------------------------------ */
+
+#define ROUNDS_MAX_RECORDS	12
+#define ROUND_PREFIX_BYTES	24
+
+struct rounds_run {
+	uint8_t		*seg;
+	size_t		 size;
+	size_t		 at[ROUNDS_MAX_RECORDS], len[ROUNDS_MAX_RECORDS];
+	size_t		 pre[ROUNDS_MAX_RECORDS];	/* before its padding */
+	uint64_t	 start[ROUNDS_MAX_RECORDS];	/* its round's */
+	unsigned	 n;
+	unsigned	 applied;	/* from segment 1 */
+	unsigned	 others;	/* from segment 2 */
+	struct journal_replay_stats *stats;
+};
+
+static int
+rounds_apply(const struct journal_record *r, void *arg)
+{
+	struct rounds_run	*rr = arg;
+
+	FUZZ_CHECK(r->form == JOURNAL_FORMAT_ROUNDS);
+	if (rr->stats->at_segment == 2) {
+		rr->others++;
+		return 0;
+	}
+	FUZZ_CHECK(rr->stats->at_segment == 1);
+	/* Never a record skipped: the next applied is the next built. */
+	FUZZ_CHECK(rr->applied < rr->n);
+	FUZZ_CHECK(rr->stats->at_offset == rr->at[rr->applied]);
+	FUZZ_CHECK(r->round_start == rr->start[rr->applied]);
+	rr->applied++;
+	return 0;
+}
+
+/* A form 2 record of key length klen, its round begun at start. */
+static size_t
+rounds_record(uint8_t *out, size_t size, unsigned n, unsigned klen,
+    uint64_t start)
+{
+	struct journal_record	r;
+	uint8_t			check[20];
+	size_t			len;
+	unsigned		i;
+
+	memset(&r, 0, sizeof r);
+	r.type = JOURNAL_RECORD_ENTRY;
+	r.entry.kind = SUBTAB_KIND_TASK;
+	r.entry.state = SUBTAB_COMMITTED;
+	r.entry.schema = SUBTAB_SCHEMA_WRITE_TASK_V1;
+	r.entry.date = 20261205;
+	r.entry.seq = n + 1;
+	r.entry.key_length = (uint16_t)klen;
+	for (i = 0; i < klen; i++)
+		r.key[i] = (char)('a' + (n + i) % 26);
+	len = journal_encode(&r, out + ROUND_PREFIX_BYTES,
+	    size - ROUND_PREFIX_BYTES);
+	FUZZ_CHECK(len > 0);
+	/* The prefix, from doc/journal.md: magic, 0, R, check. */
+	memcpy(out, "\xff" "JRD", 4);
+	memset(out + 4, 0, 4);
+	put_u64(out + 8, start);
+	memcpy(check, out + 4, 12);
+	memcpy(check + 12, out + ROUND_PREFIX_BYTES + 8, 8);
+	crypto_shorthash(out + 16, check, sizeof check, checksum_key);
+	return ROUND_PREFIX_BYTES + len;
+}
+
+/* Did the damage change bytes [a, a + n) of the segment? */
+static int
+changed(const uint8_t *seg, const uint8_t *orig, size_t a, size_t n)
+{
+	return memcmp(seg + a, orig + a, n) != 0;
+}
+
+static void
+fuzz_rounds(const uint8_t *data, size_t size)
+{
+	static uint8_t			 seg[HEADER_BYTES + ROUNDS_MAX_RECORDS *
+					    (ROUND_PREFIX_BYTES + 16 +
+					    PAYLOAD_MIN + 64 + JOURNAL_PAD_SPAN) +
+					    4096];
+	static uint8_t			 orig[sizeof seg];
+	uint8_t				 two[HEADER_BYTES + 512], *now;
+	struct journal_replay_stats	 stats;
+	struct rounds_run		 rr;
+	char				 path[PATH_MAX], *cause = NULL;
+	size_t				 end, zeros, x, l, i, k, two_size = 0;
+	size_t				 n_now, first;
+	uint64_t			 start = HEADER_BYTES, last_start;
+	unsigned			 kind, sealed, flags, must, refuse, lose;
+	int				 rv;
+
+	if (size < 5)
+		return;
+	memset(&rr, 0, sizeof rr);
+	rr.n = 1 + data[0] % ROUNDS_MAX_RECORDS;
+	kind = data[1] & 3;
+	/* Bit 4: a power loss, the last round's sectors lost as data[2]. */
+	lose = (data[1] & 16) != 0;
+	sealed = !lose && (data[1] & 4) != 0;
+	flags = (data[1] & 8) ? JOURNAL_REPLAY_READONLY : 0;
+	memset(seg, 0, sizeof seg);
+	memcpy(seg, "IDEMJNL", 8);
+	seg[8] = 2;				/* version 2 */
+	put_u64(seg + 16, 1);
+	crypto_shorthash(seg + 24, seg, 24, checksum_key);
+	end = HEADER_BYTES;
+	for (i = 0; i < rr.n; i++) {
+		k = 4 + i < size ? data[4 + i] : 0;
+		if (i > 0 && (k & 1))
+			start = end;		/* a new round */
+		/* The writer's sector padding (doc/journal.md). */
+		rr.pre[i] = end;
+		end += journal_round_pad(end);
+		rr.at[i] = end;
+		rr.start[i] = start;
+		rr.len[i] = rounds_record(seg + end, sizeof seg - end,
+		    (unsigned)i, 1 + (unsigned)(k >> 1) % 64, start);
+		end += rr.len[i];
+	}
+	last_start = start;
+	zeros = sealed ? 0 : (size_t)(data[3] >> 4) * 256;
+	rr.size = end + zeros;
+	FUZZ_CHECK(rr.size <= sizeof seg);
+
+	memcpy(orig, seg, rr.size);
+	/* The damage: [x, x + l) within the records. */
+	x = HEADER_BYTES + (end - HEADER_BYTES) * data[2] / 256;
+	l = kind == 2 ? 1 : 1 + data[3] % 64;
+	if (x + l > end)
+		l = end - x;
+	if (lose) {
+		/*
+		 * A power loss during the last round, over the zeros: each
+		 * of its 512-byte sectors kept or lost as data[2]'s bits
+		 * say (a lost one holds what it held before the round:
+		 * the synced bytes before last_start, zeros after).
+		 */
+		for (i = 0; i < 8; i++) {
+			k = (last_start / 512 + i) * 512;
+			if (!(data[2] >> i & 1) || k >= rr.size)
+				continue;
+			if (k < last_start)
+				k = last_start;
+			l = (last_start / 512 + i + 1) * 512;
+			if (l > rr.size)
+				l = rr.size;
+			memset(seg + k, 0, l - k);
+		}
+		x = last_start;
+		l = 1;			/* set to 0 below if nothing changed */
+	} else if (kind == 0)
+		memset(seg + x, 0, l);
+	else if (kind == 1) {
+		data += 4 + rr.n;
+		size = size > 4 + rr.n ? size - 4 - rr.n : 0;
+		for (i = 0; i < l; i++)
+			seg[x + i] = size > 0 ? data[i % size] : 0x5a;
+	} else if (kind == 2)
+		seg[x] ^= (uint8_t)(1 << (data[3] % 8));
+	else
+		l = 0;
+
+	empty_dir();
+	segment_path(1, path, sizeof path);
+	write_file(path, seg, rr.size);
+	if (sealed) {
+		memset(two, 0, sizeof two);
+		memcpy(two, "IDEMJNL", 8);
+		two[8] = 2;
+		put_u64(two + 16, 2);
+		crypto_shorthash(two + 24, two, 24, checksum_key);
+		two_size = HEADER_BYTES + rounds_record(two + HEADER_BYTES,
+		    sizeof two - HEADER_BYTES, 99, 5, HEADER_BYTES);
+		segment_path(2, path, sizeof path);
+		write_file(path, two, two_size);
+	}
+
+	memset(&stats, 0x5a, sizeof stats);
+	rr.stats = &stats;
+	rv = journal_replay(journal_dir, (int)flags, rounds_apply, &rr, &stats,
+	    &cause);
+	FUZZ_CHECK(rv == 0 || rv == -1);
+	free(cause);
+	segment_path(1, path, sizeof path);
+	FUZZ_CHECK((now = read_file(path, &n_now)) != NULL);
+	FUZZ_CHECK(n_now <= rr.size && memcmp(now, seg, n_now) == 0);
+	free(now);
+	if (rv == -1 || (flags & JOURNAL_REPLAY_READONLY))
+		FUZZ_CHECK(n_now == rr.size);	/* nothing changed */
+
+	/*
+	 * The first record the damage changed (zeros over zeros do not),
+	 * its padding included: non-zero padding is a bad record there.
+	 */
+	for (first = 0; first < rr.n; first++)
+		if (changed(seg, orig, rr.pre[first], rr.at[first] +
+		    rr.len[first] - rr.pre[first]))
+			break;
+	if (first == rr.n)
+		l = 0;
+	/*
+	 * Liveness, the rule exactly: zeros or a flipped bit inside the
+	 * last round are a torn round, cut at the first record they
+	 * changed, unless a record whose round start or check they changed
+	 * (its inner record whole: "bare") has no record after it whose
+	 * start and check are whole; then they are refused.
+	 */
+	must = l == 0 || lose;
+	refuse = 0;
+	if (l != 0 && !lose && !sealed && kind != 1 && x >= last_start) {
+		must = 1;
+		for (i = first; i < rr.n; i++) {
+			if (changed(seg, orig, rr.at[i] + ROUND_PREFIX_BYTES,
+			    rr.len[i] - ROUND_PREFIX_BYTES))
+				continue;	/* no record there */
+			/* Bytes 0..7 are constants: their loss is recovered. */
+			if (changed(seg, orig, rr.at[i] + 8,
+			    ROUND_PREFIX_BYTES - 8))
+				refuse = 1;	/* bare */
+			else
+				refuse = 0;	/* its round covers those before */
+		}
+		if (refuse)
+			must = 0;
+	}
+	if (refuse) {
+		FUZZ_CHECK(rv == -1);
+		FUZZ_CHECK(n_now == rr.size);
+	}
+	/*
+	 * A torn round (any subset of its sectors lost, over zeros) is
+	 * always cut, never refused: the padding keeps a prefix and its
+	 * inner header in one sector, so no record survives bare.
+	 */
+	if (lose && rv != 0) {
+		fprintf(stderr, "fuzz_journal: a torn round (sectors lost "
+		    "%#x) was refused\n", data[2]);
+		FUZZ_CHECK(!"a torn round refused");
+	}
+	if (must) {
+		FUZZ_CHECK(rv == 0);
+		FUZZ_CHECK(rr.applied == (l == 0 ? rr.n : first));
+		if (l == 0)
+			FUZZ_CHECK(stats.truncated_bytes == 0 &&
+			    stats.zero_bytes == (sealed ? 0 : zeros));
+		else if (stats.torn_segment == 0)
+			/* Lost sectors left only zeros: the clean end. */
+			FUZZ_CHECK(lose && stats.end_offset == rr.pre[first] &&
+			    stats.zero_bytes == rr.size - rr.pre[first]);
+		else
+			FUZZ_CHECK(stats.torn_offset == rr.pre[first] &&
+			    stats.truncated_bytes == rr.size - rr.pre[first]);
+	}
+	if (rv == -1)
+		return;
+
+	/* Every record before the first changed one was applied. */
+	FUZZ_CHECK(rr.applied >= first);
+	if (sealed) {
+		/* A sealed segment is never cut; segment 2 replays. */
+		FUZZ_CHECK(stats.torn_segment != 1);
+		FUZZ_CHECK(rr.applied == rr.n && rr.others == 1);
+		return;
+	}
+	if (rr.applied == rr.n)
+		return;
+	/* Zeros from the last record applied on: nothing after it. */
+	if (stats.torn_segment == 0) {
+		FUZZ_CHECK(stats.end_offset == rr.pre[rr.applied]);
+		for (i = rr.pre[rr.applied]; i < rr.size; i++)
+			FUZZ_CHECK(seg[i] == 0);
+		return;
+	}
+	/* Cut at X: no whole record after it of a round begun after X. */
+	FUZZ_CHECK(stats.torn_segment == 1);
+	FUZZ_CHECK(stats.torn_offset == rr.pre[rr.applied]);
+	for (i = rr.applied; i < rr.n; i++)
+		if (!changed(seg, orig, rr.at[i], rr.len[i]))
+			FUZZ_CHECK(rr.start[i] <= stats.torn_offset);
+}
+
+/*
+ * Replay's decoder on bytes that begin with a round prefix: OK is form 2
+ * and re-encodes to the bytes after the prefix; journal_decode (form 1
+ * only: checkpoints, the index) refuses them.
+ */
+static void
+decode_form2_at(const uint8_t *p, size_t length)
+{
+	struct journal_record	 r;
+	static uint8_t		 out[JOURNAL_MAX_EFFECT_RECORD_BYTES];
+	const char		*why;
+	size_t			 consumed, n;
+
+	if (journal_record_decode(p, length, &r, &consumed, &why) !=
+	    JOURNAL_DECODE_OK)
+		return;
+	FUZZ_CHECK(r.form == JOURNAL_FORMAT_ROUNDS &&
+	    consumed > JOURNAL_ROUND_PREFIX_BYTES && consumed <= length);
+	n = journal_encode(&r, out, sizeof out);
+	FUZZ_CHECK(n + JOURNAL_ROUND_PREFIX_BYTES == consumed &&
+	    memcmp(out, p + JOURNAL_ROUND_PREFIX_BYTES, n) == 0);
+	FUZZ_CHECK(journal_decode(p, length, &r, &n) == JOURNAL_DECODE_BAD);
+}
+
 /* journal_decode on bytes at offset at, against doc/journal.md. */
 static void
 decode_at(const uint8_t *buf, size_t size, size_t at)
@@ -509,6 +894,8 @@ decode_at(const uint8_t *buf, size_t size, size_t at)
 	memset(&r, 0xa5, sizeof r);
 	untouched = r;
 	consumed = SIZE_MAX;
+	if (length >= 4 && memcmp(buf + at, "\xff" "JRD", 4) == 0)
+		decode_form2_at(buf + at, length);
 	res = journal_decode(buf + at, length, &r, &consumed);
 	FUZZ_CHECK(res == JOURNAL_DECODE_OK || res == JOURNAL_DECODE_SHORT ||
 	    res == JOURNAL_DECODE_BAD);
@@ -533,6 +920,7 @@ decode_at(const uint8_t *buf, size_t size, size_t at)
 	}
 	FUZZ_CHECK(consumed <= length);
 	FUZZ_CHECK(r.entry.key_length <= SUBTAB_MAX_KEY_BYTES);
+	FUZZ_CHECK(r.form == JOURNAL_FORMAT_PLAIN);
 	n = journal_encode(&r, out, sizeof out);
 	FUZZ_CHECK(n == consumed && memcmp(out, buf + at, n) == 0);
 	/* Every truncation of a valid record is SHORT. */
@@ -574,5 +962,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_decode(data, size);
 	fuzz_replay(data, size);
+	fuzz_rounds(data, size);
 	return 0;
 }

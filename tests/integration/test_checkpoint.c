@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "harness.h"
 
 #define CKPT_TASKS	120
@@ -193,5 +194,8 @@ main(void)
 	};
 
 	harness_watchdog(120);
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 /*
@@ -264,6 +265,13 @@ broker_crash(struct broker *b, const struct crash_case *cc)
 		assert_int_equal(count_temporaries(b), 1);
 
 	harness_must_start(b, NULL, NULL);
+	/*
+	 * The tear cut the journal at its task_created record's end, where
+	 * the file says it ends (its padding and round prefix counted), not
+	 * inside the next record: start-up finds no torn tail.
+	 */
+	if (cc == &after_task_created_durable)
+		assert_int_equal(harness_log_count(b, "torn tail"), 0);
 	retry = retry_and_check(b, cc);
 	/* Start-up swept what the crash left (idemd(8)). */
 	assert_int_equal(count_temporaries(b), 0);
@@ -1240,6 +1248,9 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

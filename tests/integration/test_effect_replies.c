@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "effect_replies.h"
 #include "harness.h"
 
@@ -69,5 +70,8 @@ main(void)
 		T(tombstone_is_janssons),
 	};
 
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

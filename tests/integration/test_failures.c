@@ -43,6 +43,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 #include "protocol.h"
 #include "shm.h"
@@ -740,9 +741,8 @@ main(void)
 		T(report_worker_crash_after_task_file_linked),
 		T(report_worker_crash_after_commit_durable),
 	};
-	const char	*filter = getenv("IDEM_TEST_FILTER");
-
-	if (filter != NULL)
-		cmocka_set_test_filter(filter);
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

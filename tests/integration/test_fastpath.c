@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "harness.h"
 
 /* How long an awaited event may take on a loaded machine. */
@@ -545,5 +546,8 @@ main(void)
 		T(fast_again_after_checkpoint_restart),
 	};
 
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

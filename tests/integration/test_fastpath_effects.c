@@ -36,6 +36,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "harness.h"
 #include "shm.h"
 
@@ -708,5 +709,8 @@ main(void)
 		T(fx_text_replies_are_janssons),
 	};
 
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

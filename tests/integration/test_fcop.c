@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 /* A foreign FCoP writer's file, as FCoP's reference library writes one. */
@@ -716,6 +717,9 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -35,6 +35,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 #include "integration/storage_probe.h"
 
@@ -216,6 +217,9 @@ main(void)
 	}
 	mounted = 1;
 	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,6 +45,7 @@
 #include <lmdb.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "harness.h"
 #include "store.h"
 
@@ -2209,8 +2210,8 @@ main(void)
 	/* pruned_effect_receipt's SHA-256. */
 	if (sodium_init() < 0)
 		return harness_exit_status(1);
-	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

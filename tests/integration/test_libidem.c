@@ -31,6 +31,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 #include "protocol.h"
 
@@ -985,6 +986,9 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

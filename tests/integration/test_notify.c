@@ -24,6 +24,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 #define TEST_NOTIFY_WAIT_MS	20000
@@ -104,5 +105,8 @@ main(void)
 		    "found no libsystemd-dev): no sd_notify to test\n");
 		return 77;
 	}
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 #include "stats.h"
 
@@ -1256,8 +1257,8 @@ main(void)
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	/* IDEM_TEST_FILTER=pattern runs the matching tests only. */
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 /* How long a log line may take to appear before the test fails. */
@@ -673,5 +674,8 @@ main(void)
 		T(killed_test_leaves_no_broker),
 	};
 
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

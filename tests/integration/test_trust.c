@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "harness.h"
 #include "protocol.h"
 
@@ -1286,7 +1287,8 @@ main(void)
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

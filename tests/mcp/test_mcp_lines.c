@@ -29,6 +29,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 #include "protocol.h"
 
@@ -777,5 +778,8 @@ main(void)
 
 	/* A closed pipe to idem-mcp must fail an assertion, not kill us. */
 	signal(SIGPIPE, SIG_IGN);
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "integration/harness.h"
 
 #define INIT_LINE	"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\"," \
@@ -572,7 +573,8 @@ main(void)
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

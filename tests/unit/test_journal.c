@@ -4,7 +4,9 @@
  * segment format as doc/journal.md describes it (the tests build bytes
  * from the document, not from journal.c's helpers), append and replay,
  * and the line between a torn tail (cut) and corruption (refused).  Each
- * test runs in a fresh mkdtemp directory.
+ * test runs in a fresh mkdtemp directory.  Format 2 (round prefixes,
+ * replay's torn-round rule) is tested in test_journal_rounds.c; the
+ * helpers both use are in journal_test.c.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -36,271 +38,8 @@
 
 #include "store.h"
 #include "tree.h"
+#include "journal_test.h"
 
-/* From doc/journal.md. */
-#define DOC_SEGMENT_HEADER_BYTES	32
-#define DOC_RECORD_HEADER_BYTES		16
-#define DOC_PAYLOAD_FIXED_BYTES		144
-static const unsigned char doc_key[16] = "idem-journal-v1";
-
-struct fixture {
-	char	root[64];
-	char	dir[96];	/* root/journal: does not exist at first */
-};
-
-struct collected {
-	struct journal_record	*records;
-	size_t			 count;
-	size_t			 cap;
-	size_t			 fail_at;	/* apply fails on this one (1-based) */
-};
-
-static int
-setup(void **state)
-{
-	struct fixture	*f;
-
-	f = calloc(1, sizeof *f);
-	assert_non_null(f);
-	strcpy(f->root, "/tmp/test_journal.XXXXXX");
-	assert_non_null(mkdtemp(f->root));
-	snprintf(f->dir, sizeof f->dir, "%s/journal", f->root);
-	*state = f;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct fixture	*f = *state;
-
-	unit_remove_tree(f->root);
-	free(f);
-	return 0;
-}
-
-/* A record with every field set, distinct per n. */
-static void
-make_record(struct journal_record *r, unsigned n)
-{
-	struct subtab_entry	*e = &r->entry;
-	int			 len;
-	size_t			 i;
-
-	memset(r, 0, sizeof *r);
-	r->type = JOURNAL_RECORD_ENTRY;
-	e->kind = n % 2 ? SUBTAB_KIND_REPORT : SUBTAB_KIND_TASK;
-	e->state = 1 + n % 3;
-	e->schema = n % 4;	/* none, the three schemas */
-	memcpy(e->sender, "PM", 2);
-	e->sender_length = 2;
-	memcpy(e->recipient, "DEVELOPER-ABCDEF", 16);	/* the maximum */
-	e->recipient_length = 16;
-	e->date = 20261202 + n;
-	e->seq = 0x01020304u + n;
-	for (i = 0; i < IDEM_SHA256_BYTES; i++) {
-		e->request_digest[i] = (uint8_t)(i + n);
-		e->file_digest[i] = (uint8_t)(0xff - i - n);
-	}
-	e->reserved_at_ms = 1764676800123LL + n;
-	e->updated_at_ms = -1 - (int64_t)n;	/* the sign must survive */
-	e->created_at_ms = INT64_MAX - n;
-	e->peer_uid = 0xfedcba98u - n;
-	e->peer_pid = 0x7fffffffu - n;
-	len = snprintf(r->key, sizeof r->key, "run-%u/step-%u", n, n * 7);
-	e->key_length = (uint16_t)len;
-}
-
-static void
-assert_record_equal(const struct journal_record *a,
-    const struct journal_record *b)
-{
-	const struct subtab_entry	*x = &a->entry, *y = &b->entry;
-
-	assert_int_equal(a->type, b->type);
-	assert_int_equal(x->kind, y->kind);
-	assert_int_equal(x->state, y->state);
-	assert_int_equal(x->schema, y->schema);
-	assert_int_equal(x->sender_length, y->sender_length);
-	assert_int_equal(x->recipient_length, y->recipient_length);
-	assert_int_equal(x->key_length, y->key_length);
-	assert_int_equal(x->date, y->date);
-	assert_int_equal(x->seq, y->seq);
-	assert_memory_equal(x->request_digest, y->request_digest,
-	    IDEM_SHA256_BYTES);
-	assert_memory_equal(x->file_digest, y->file_digest, IDEM_SHA256_BYTES);
-	assert_memory_equal(x->sender, y->sender, x->sender_length);
-	assert_memory_equal(x->recipient, y->recipient, x->recipient_length);
-	assert_true(x->reserved_at_ms == y->reserved_at_ms);
-	assert_true(x->updated_at_ms == y->updated_at_ms);
-	assert_true(x->created_at_ms == y->created_at_ms);
-	assert_int_equal(x->peer_uid, y->peer_uid);
-	assert_int_equal(x->peer_pid, y->peer_pid);
-	assert_memory_equal(a->key, b->key, x->key_length);
-}
-
-static size_t
-encode(unsigned n, uint8_t *out, size_t out_size)
-{
-	struct journal_record	r;
-	size_t			len;
-
-	make_record(&r, n);
-	len = journal_encode(&r, out, out_size);
-	assert_true(len > 0);
-	return len;
-}
-
-static int
-collect(const struct journal_record *r, void *arg)
-{
-	struct collected	*c = arg;
-
-	if (c->fail_at != 0 && c->count + 1 == c->fail_at)
-		return 7;
-	if (c->count == c->cap) {
-		c->cap = c->cap ? c->cap * 2 : 16;
-		c->records = realloc(c->records, c->cap * sizeof *c->records);
-		assert_non_null(c->records);
-	}
-	c->records[c->count++] = *r;
-	return 0;
-}
-
-/* Replay dir; the records seen go to c (reset first). */
-static int
-replay(const char *dir, struct collected *c,
-    struct journal_replay_stats *stats, char **cause)
-{
-	free(c->records);
-	c->records = NULL;
-	c->count = c->cap = 0;
-	*cause = NULL;
-	return journal_replay(dir, 0, collect, c, stats, cause);
-}
-
-static void
-assert_replays(const char *dir, unsigned first, size_t count,
-    uint64_t truncated)
-{
-	struct collected		c = { 0 };
-	struct journal_replay_stats	stats;
-	struct journal_record		want;
-	char				*cause;
-	size_t				i;
-
-	if (replay(dir, &c, &stats, &cause) != 0)
-		fail_msg("replay failed: %s", cause);
-	assert_null(cause);
-	assert_int_equal(c.count, count);
-	assert_int_equal(stats.records, count);
-	assert_int_equal(stats.truncated_bytes, truncated);
-	for (i = 0; i < count; i++) {
-		make_record(&want, first + (unsigned)i);
-		assert_record_equal(&c.records[i], &want);
-	}
-	free(c.records);
-}
-
-/*
- * Append records first .. first + count - 1, one write each; ends[i] is
- * the segment size after record first + i.
- */
-static void
-append_records(struct journal *j, unsigned first, size_t count,
-    uint64_t *ends)
-{
-	uint8_t		buf[JOURNAL_MAX_RECORD_BYTES];
-	struct iovec	iov;
-	char		*cause = NULL;
-	size_t		i;
-
-	for (i = 0; i < count; i++) {
-		iov.iov_base = buf;
-		iov.iov_len = encode(first + (unsigned)i, buf, sizeof buf);
-		if (journal_append(j, &iov, 1, &cause) != 0)
-			fail_msg("append: %s", cause);
-		if (ends != NULL)
-			ends[i] = j->size;
-	}
-	if (journal_sync(j, &cause) != 0)
-		fail_msg("sync: %s", cause);
-}
-
-static void
-segment_path(const struct fixture *f, uint64_t n, char *out, size_t size)
-{
-	snprintf(out, size, "%s/%016" PRIx64 ".jnl", f->dir, n);
-}
-
-static uint8_t *
-read_file(const char *path, size_t *size)
-{
-	struct stat	 st;
-	uint8_t		*p;
-	int		 fd;
-
-	assert_true((fd = open(path, O_RDONLY)) != -1);
-	assert_int_equal(fstat(fd, &st), 0);
-	p = malloc((size_t)st.st_size + 1);
-	assert_non_null(p);
-	assert_int_equal(read(fd, p, (size_t)st.st_size), st.st_size);
-	close(fd);
-	*size = (size_t)st.st_size;
-	return p;
-}
-
-static off_t
-file_size(const char *path)
-{
-	struct stat	st;
-
-	assert_int_equal(stat(path, &st), 0);
-	return st.st_size;
-}
-
-static void
-flip_byte_at(const char *path, off_t offset)
-{
-	uint8_t	b;
-	int	fd;
-
-	assert_true((fd = open(path, O_RDWR)) != -1);
-	assert_int_equal(pread(fd, &b, 1, offset), 1);
-	b ^= 0x5a;
-	assert_int_equal(pwrite(fd, &b, 1, offset), 1);
-	close(fd);
-}
-
-static void
-append_bytes(const char *path, const void *p, size_t n)
-{
-	int	fd;
-
-	assert_true((fd = open(path, O_WRONLY|O_APPEND|O_CREAT, 0600)) != -1);
-	assert_int_equal(write(fd, p, n), (ssize_t)n);
-	close(fd);
-}
-
-static void
-put_le(uint8_t *p, uint64_t v, int bytes)
-{
-	int	i;
-
-	for (i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* A segment file header built from doc/journal.md alone. */
-static void
-doc_segment_header(uint64_t number, uint8_t out[DOC_SEGMENT_HEADER_BYTES])
-{
-	memcpy(out, "IDEMJNL", 8);	/* and its NUL */
-	put_le(out + 8, 1, 4);
-	put_le(out + 12, 0, 4);
-	put_le(out + 16, number, 8);
-	crypto_shorthash(out + 24, out, 24, doc_key);
-}
 
 /* ---- the record codec ----------------------------------------------------- */
 
@@ -742,7 +481,8 @@ open_creates_segment_one(void **state)
 
 	segment_path(f, 1, path, sizeof path);
 	got = read_file(path, &size);
-	doc_segment_header(1, want);
+	/* New segments are format 2 (records with round prefixes). */
+	doc_segment_header_v(1, 2, want);
 	assert_int_equal(size, sizeof want);
 	assert_memory_equal(got, want, sizeof want);
 	free(got);
@@ -834,7 +574,6 @@ static const struct tail_case {
 	{ "record 10 loses its last 30 bytes", 10, TAIL_TRUNCATE, 9, -30, 9 },
 	{ "5 bytes of record 3's header", 3, TAIL_TRUNCATE, 1, 5, 2 },
 	{ "700 bytes of junk", 10, TAIL_JUNK, 0, 700, 10 },
-	{ "4096 zeros", 10, TAIL_ZEROS, 0, 4096, 10 },
 	{ "a record's magic and header, no payload", 10, TAIL_HEADER, 0, 64,
 	    10 },
 };
@@ -906,28 +645,6 @@ torn_and_garbage_tails_are_cut_once(void **state)
 	}
 }
 
-/* Segment number by hand, holding records first .. first + count - 1. */
-static void
-make_segment(const struct fixture *f, uint64_t number, unsigned first,
-    unsigned count)
-{
-	uint8_t		header[DOC_SEGMENT_HEADER_BYTES];
-	uint8_t		rec[JOURNAL_MAX_RECORD_BYTES];
-	char		path[256];
-	size_t		len;
-	unsigned	n;
-	int		fd;
-
-	segment_path(f, number, path, sizeof path);
-	assert_true((fd = open(path, O_WRONLY|O_CREAT|O_EXCL, 0600)) != -1);
-	doc_segment_header(number, header);
-	assert_int_equal(write(fd, header, sizeof header), sizeof header);
-	for (n = first; n < first + count; n++) {
-		len = encode(n, rec, sizeof rec);
-		assert_int_equal(write(fd, rec, len), (ssize_t)len);
-	}
-	close(fd);
-}
 
 static void
 segments_replay_in_numeric_order(void **state)
@@ -1289,6 +1006,282 @@ short_write_is_truncated_back(void **state)
 	assert_replays(f->dir, 0, 7, 0);
 }
 
+/* ---- the zero tail (doc/journal.md, "The zero tail") ---------------- */
+
+/* Replay read-write and read-only; both must see count records, clean. */
+static void
+assert_zero_tail_clean(const struct fixture *f, size_t count, uint64_t end,
+    uint64_t file)
+{
+	struct collected		c = { 0 };
+	struct journal_replay_stats	stats;
+	char				*cause = NULL;
+	int				flags;
+
+	for (flags = JOURNAL_REPLAY_READONLY; flags >= 0; flags -= 1) {
+		memset(&stats, 0xaa, sizeof stats);
+		assert_int_equal(journal_replay(f->dir, flags, collect, &c,
+		    &stats, &cause), 0);
+		assert_null(cause);
+		assert_int_equal(stats.records, count);
+		assert_int_equal(c.count, count);
+		/* Only the records count: the zeros are neither. */
+		assert_int_equal(stats.bytes, end - DOC_SEGMENT_HEADER_BYTES);
+		assert_int_equal(stats.truncated_bytes, 0);
+		assert_int_equal(stats.torn_segment, 0);
+		assert_int_equal(stats.end_segment, 1);
+		assert_int_equal(stats.end_offset, end);
+		assert_int_equal(stats.zero_bytes, file - end);
+		free(c.records);
+		memset(&c, 0, sizeof c);
+	}
+}
+
+static void
+zero_tail_is_the_clean_end(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	char		*cause = NULL, path[256];
+	uint64_t	 end, file;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 5, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	segment_path(f, 1, path, sizeof path);
+	file = (uint64_t)file_size(path);
+	/* Zeros ahead: the file is longer than its records. */
+	assert_true(file >= end + journal_zero_chunk(ZT_SEGMENT_BYTES));
+	assert_int_equal(j.zeroed, file);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+
+	/* Clean, twice: nothing was cut (the zeros are the writer's). */
+	assert_zero_tail_clean(f, 5, end, file);
+	assert_int_equal(file_size(path), file);
+
+	/* The writer finds the logical end, not st_size, and goes on. */
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.size, end);
+	assert_int_equal(j.zeroed, file);
+	append_records(&j, 5, 2, NULL);
+	/* Over the zeros: the file did not grow. */
+	assert_int_equal(file_size(path), file);
+	end = j.size;
+	journal_close(&j);
+	assert_zero_tail_clean(f, 7, end, file);
+
+	/* The same from replay's word for it. */
+	assert_int_equal(journal_open_end(&j, f->dir, 1, end, &cause), 0);
+	assert_int_equal(j.size, end);
+	journal_close(&j);
+}
+
+static void
+torn_record_over_zeros_is_cut(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	uint8_t		 rec[JOURNAL_MAX_RECORD_BYTES];
+	char		*cause = NULL, path[256];
+	uint64_t	 end, file;
+	size_t		 len;
+	int		 fd;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 4, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	file = (uint64_t)file_size(path);
+
+	/* Half of the next record written over the zeros, then a crash. */
+	len = encode(4, rec, sizeof rec);
+	assert_true((fd = open(path, O_WRONLY)) != -1);
+	assert_int_equal(pwrite(fd, rec, len / 2, (off_t)end),
+	    (ssize_t)(len / 2));
+	close(fd);
+
+	assert_replays(f->dir, 0, 4, file - end);
+	assert_int_equal(file_size(path), end);
+	assert_replays(f->dir, 0, 4, 0);
+}
+
+static void
+zeros_then_a_record_are_corruption(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				 rec[JOURNAL_MAX_RECORD_BYTES];
+	char				*cause = NULL, path[256], want[64];
+	uint64_t			 end, file;
+	size_t				 len;
+	int				 fd;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	file = (uint64_t)file_size(path);
+
+	/* A whole record past a hole of zeros: once-durable bytes lost. */
+	len = encode(3, rec, sizeof rec);
+	assert_true(end + 1024 + len <= file);
+	assert_true((fd = open(path, O_WRONLY)) != -1);
+	assert_int_equal(pwrite(fd, rec, len, (off_t)(end + 1024)),
+	    (ssize_t)len);
+	close(fd);
+
+	errno = 0;
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	snprintf(want, sizeof want, "offset %" PRIu64 ":", end);
+	if (cause == NULL || strstr(cause, want) == NULL)
+		fail_msg("the cause does not name %s: %s", want,
+		    cause != NULL ? cause : "(none)");
+	free(cause);
+	cause = NULL;
+	free(c.records);
+	memset(&c, 0, sizeof c);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(file_size(path), file);
+
+	/*
+	 * Read-only (a reader beside a live broker), it looks again in case
+	 * a round was going over the zeros: damage stays damage.
+	 */
+	errno = 0;
+	assert_int_equal(journal_replay(f->dir, JOURNAL_REPLAY_READONLY,
+	    collect, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, want));
+	free(cause);
+	free(c.records);
+}
+
+static void
+sealed_segment_with_zero_tail_is_corruption(void **state)
+{
+	struct fixture			*f = *state;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				 zeros[4096];
+	char				*cause = NULL, path[256];
+
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	make_segment(f, 1, 0, 3);
+	segment_path(f, 1, path, sizeof path);
+	memset(zeros, 0, sizeof zeros);
+	append_bytes(path, zeros, sizeof zeros);
+	make_segment(f, 2, 3, 2);
+
+	errno = 0;
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), -1);
+	assert_int_equal(errno, EINVAL);
+	if (cause == NULL || strstr(cause, "later segments follow") == NULL)
+		fail_msg("not refused as a sealed segment: %s",
+		    cause != NULL ? cause : "(none)");
+	free(cause);
+	free(c.records);
+}
+
+static void
+rotation_cuts_the_zero_tail(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+	uint64_t			 end, chunk;
+	int				 i;
+
+	chunk = journal_zero_chunk(ZT_SEGMENT_BYTES);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	/* However often it runs, never past the segment and one chunk. */
+	for (i = 0; i < 64; i++) {
+		assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES,
+		    &cause), 0);
+		assert_true(j.zeroed <= ZT_SEGMENT_BYTES + chunk);
+		if (j.size < ZT_SEGMENT_BYTES)
+			assert_true(j.zeroed >= j.size + chunk);
+		j.size += chunk / 2;	/* as if records had gone over */
+	}
+	j.size -= 64 * (chunk / 2);
+	end = j.size;
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	assert_int_equal(journal_rotate(&j, &cause), 0);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(file_size(path), end);
+	append_records(&j, 3, 2, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	journal_close(&j);
+
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), 0);
+	assert_int_equal(stats.records, 5);
+	assert_int_equal(stats.segments, 2);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(stats.end_segment, 2);
+	assert_true(stats.zero_bytes > 0);
+	free(c.records);
+}
+
+/*
+ * Zeros that cannot be written (the file size limit, as a full disk):
+ * not a journal failure.  The handle appends as before and replay reads
+ * whatever zeros did land as the clean end.
+ */
+static void
+failed_zero_write_is_not_a_failure(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	struct rlimit	 saved, limit;
+	char		*cause = NULL, path[256];
+	uint64_t	 end;
+	int		 rv, saved_errno;
+	void		(*old)(int);
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	end = j.size;
+
+	old = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	limit = saved;
+	limit.rlim_cur = end + 300;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &limit), 0);
+	rv = journal_prezero(&j, ZT_SEGMENT_BYTES, &cause);
+	saved_errno = errno;
+	/* Rate-limited: a second call at once does not try. */
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, NULL), 0);
+	/* A record still fits under the limit: appends go on. */
+	append_records(&j, 3, 1, NULL);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	signal(SIGXFSZ, old);
+
+	assert_int_equal(rv, -1);
+	assert_int_equal(saved_errno, EFBIG);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "writing zeros ahead"));
+	free(cause);
+	cause = NULL;
+	assert_true(j.zero_retry_at != 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	assert_zero_tail_clean(f, 4, end, (uint64_t)file_size(path));
+}
+
 /*
  * The segment's fd swapped for a read-only one: the write fails, and so
  * does the truncate, so the handle refuses everything after.
@@ -1367,6 +1360,130 @@ failed_sync_poisons_the_handle(void **state)
 	journal_close(&j);
 }
 
+/*
+ * A read-only replay beside a live broker, done to order: apply runs
+ * between replay's reads, and does to the segment what the broker does
+ * meanwhile (doc/journal.md, "Readers beside a live broker").
+ */
+struct live_step {
+	struct collected	 c;
+	size_t			 at;	/* after this many records applied */
+	const char		*path;
+	off_t			 cut;	/* >= 0: truncate the segment here */
+	const uint8_t		*rec;	/* else: write rec (len) at offset */
+	size_t			 len;
+	off_t			 offset;
+};
+
+static int
+live_apply(const struct journal_record *r, void *arg)
+{
+	struct live_step	*ls = arg;
+	int			 fd;
+
+	assert_int_equal(collect(r, &ls->c), 0);
+	if (ls->c.count != ls->at)
+		return 0;
+	assert_true((fd = open(ls->path, O_WRONLY)) != -1);
+	if (ls->cut >= 0)
+		assert_int_equal(ftruncate(fd, ls->cut), 0);
+	else
+		assert_int_equal(pwrite(fd, ls->rec, ls->len, ls->offset),
+		    (ssize_t)ls->len);
+	close(fd);
+	return 0;
+}
+
+/*
+ * The broker cuts the zero tail (rotation, a clean stop) while a reader
+ * is part way through the segment: the reader must not touch pages past
+ * the new end (a mapping made at the old size raised SIGBUS there).
+ */
+static void
+readonly_replay_survives_a_cut_zero_tail(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct live_step		 ls = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256];
+	uint64_t			 end;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 4, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	assert_int_equal(journal_sync(&j, &cause), 0);
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+	/* Zeros over whole pages past the page of the end. */
+	assert_true((uint64_t)file_size(path) >= (end | 4095) + 1 + 4096);
+
+	ls.at = 1;
+	ls.path = path;
+	ls.cut = (off_t)end;
+	assert_int_equal(journal_replay(f->dir, JOURNAL_REPLAY_READONLY,
+	    live_apply, &ls, &stats, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(ls.c.count, 4);
+	assert_int_equal(stats.records, 4);
+	assert_int_equal(stats.end_offset, end);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(file_size(path), end);
+	free(ls.c.records);
+}
+
+/*
+ * A round going over the zero tail as the reader reads: it saw zeros
+ * where the round begins and the round's later record whole.  Looking
+ * again finds the round complete: clean, every record (not corruption).
+ */
+static void
+readonly_replay_looks_again_at_a_live_round(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct live_step		 ls = { 0 };
+	struct journal_replay_stats	 stats;
+	uint8_t				 first[JOURNAL_MAX_RECORD_BYTES];
+	uint8_t				 second[JOURNAL_MAX_RECORD_BYTES];
+	char				*cause = NULL, path[256];
+	uint64_t			 end;
+	size_t				 len1, len2;
+	int				 fd;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, sizeof path);
+
+	/* The round's second record landed, its first not yet. */
+	len1 = encode_form2(3, end, first, sizeof first);
+	len2 = encode_form2(4, end, second, sizeof second);
+	assert_true((fd = open(path, O_WRONLY)) != -1);
+	assert_int_equal(pwrite(fd, second, len2, (off_t)(end + len1)),
+	    (ssize_t)len2);
+	close(fd);
+
+	/* It lands once the reader has read past the records before it. */
+	ls.at = 3;
+	ls.path = path;
+	ls.cut = -1;
+	ls.rec = first;
+	ls.len = len1;
+	ls.offset = (off_t)end;
+	assert_int_equal(journal_replay(f->dir, JOURNAL_REPLAY_READONLY,
+	    live_apply, &ls, &stats, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(ls.c.count, 5);
+	assert_int_equal(stats.records, 5);
+	assert_int_equal(stats.end_offset, end + len1 + len2);
+	assert_int_equal(stats.has_corrupt_offset, 0);
+	free(ls.c.records);
+}
+
 int
 main(void)
 {
@@ -1395,6 +1512,14 @@ main(void)
 		T(short_write_is_truncated_back),
 		T(failed_write_and_truncate_poison_the_handle),
 		T(failed_sync_poisons_the_handle),
+		T(zero_tail_is_the_clean_end),
+		T(torn_record_over_zeros_is_cut),
+		T(zeros_then_a_record_are_corruption),
+		T(sealed_segment_with_zero_tail_is_corruption),
+		T(rotation_cuts_the_zero_tail),
+		T(failed_zero_write_is_not_a_failure),
+		T(readonly_replay_survives_a_cut_zero_tail),
+		T(readonly_replay_looks_again_at_a_live_round),
 #undef T
 	};
 

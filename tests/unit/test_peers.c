@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "segment.h"
 
 #define PEERS_TEST_PIDS		4000	/* x3 workers: never full, chains long */
@@ -216,7 +217,8 @@ main(void)
 		    setup, unit_segment_teardown),
 	};
 
-	if (getenv("IDEM_TEST_FILTER") != NULL)
-		cmocka_set_test_filter(getenv("IDEM_TEST_FILTER"));
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
