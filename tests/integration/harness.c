@@ -527,6 +527,19 @@ harness_read(const struct broker *b, const char *relpath)
 }
 
 void
+harness_need_fault_injection(struct broker *b)
+{
+#ifndef IDEM_FAULT_INJECTION
+	printf("SKIP: needs configure --enable-fault-injection\n");
+	harness_cleanup(b);
+	b->root[0] = '\0';
+	skip();
+#else
+	(void)b;
+#endif
+}
+
+void
 harness_cleanup(struct broker *b)
 {
 	char	cmd[700];

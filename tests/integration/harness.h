@@ -65,6 +65,11 @@ int	 harness_list_tasks(const struct broker *, json_t *names);
 char	*harness_read(const struct broker *, const char *relpath);
 /* Remove the root (call at the end of a passing test). */
 void	 harness_cleanup(struct broker *);
+/*
+ * Skip the case (cmocka's skip, the suite's others run) in a build
+ * without --enable-fault-injection, where idemd refuses IDEM_CRASH_*.
+ */
+void	 harness_need_fault_injection(struct broker *);
 
 /*
  * If the test is still running after this many seconds (0: disarm),

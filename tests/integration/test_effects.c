@@ -982,28 +982,11 @@ restart_and_kill_keep_receipts_and_leases(void **state)
 	harness_finish(b);
 }
 
-/*
- * Crash points exist only in a build configured --enable-fault-injection:
- * without them, this test is skipped (the others of the suite run).
- */
-static void
-need_fault_injection(struct broker *b)
-{
-#ifndef IDEM_FAULT_INJECTION
-	printf("SKIP: needs configure --enable-fault-injection\n");
-	harness_cleanup(b);
-	b->root[0] = '\0';
-	skip();
-#else
-	(void)b;
-#endif
-}
-
 /* Start with IDEM_CRASH_AT at a point (skipped without fault injection). */
 static void
 start_crashing(struct broker *b, const char *point)
 {
-	need_fault_injection(b);
+	harness_need_fault_injection(b);
 	harness_start_crashing(b, "IDEM_CRASH_AT", point);
 }
 
@@ -1136,7 +1119,7 @@ worker_crash_after_effect_commit_durable(void **state)
 	json_t			*reply;
 	char			*fence, *first;
 
-	need_fault_injection(b);
+	harness_need_fault_injection(b);
 	assert_int_equal(harness_start(b, NULL, env), 0);
 	reply = begin(b, "w-1", REQUEST, 0);
 	fence = fence_of(reply);

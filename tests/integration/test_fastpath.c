@@ -392,24 +392,6 @@ replaced_inbox_is_seen(void **state)
 }
 
 /*
- * IDEM_CRASH_WATCH exists only in a build configured
- * --enable-fault-injection: without it, the case is skipped (the others
- * of the suite run).
- */
-static void
-need_fault_injection(struct broker *b)
-{
-#ifndef IDEM_FAULT_INJECTION
-	printf("SKIP: needs configure --enable-fault-injection\n");
-	harness_cleanup(b);
-	b->root[0] = '\0';
-	skip();
-#else
-	(void)b;
-#endif
-}
-
-/*
  * Where the inbox's file system is not known to be local (fslocal.c; the
  * stand-in IDEM_CRASH_WATCH=remote:_lifecycle/inbox counts it remote
  * after its real statfs), another host may replace it unseen: the view
@@ -429,7 +411,7 @@ inbox_off_local_fs_not_trusted(void **state)
 	json_int_t	 fast_before;
 	int		 fd;
 
-	need_fault_injection(b);
+	harness_need_fault_injection(b);
 	assert_int_equal(harness_start(b, args, env), 0);
 	fd = harness_raw_connect(b);
 	line = line_of("fp-inbox-remote", "1");

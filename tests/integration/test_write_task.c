@@ -822,24 +822,6 @@ number_used_in_inbox_after_start(void **state)
 }
 
 /*
- * IDEM_CRASH_WATCH exists only in a build configured
- * --enable-fault-injection: without it, the case is skipped (the others
- * of the suite run).
- */
-static void
-need_fault_injection(struct broker *b)
-{
-#ifndef IDEM_FAULT_INJECTION
-	printf("SKIP: needs configure --enable-fault-injection\n");
-	harness_cleanup(b);
-	b->root[0] = '\0';
-	skip();
-#else
-	(void)b;
-#endif
-}
-
-/*
  * The same where the watch cannot vouch (IDEM_CRASH_WATCH=remote, the
  * stand-in for NFS: the foreign file's event is not heard, as another
  * host's is not): the name check walks and finds the name in active/
@@ -851,7 +833,7 @@ same_name_taken_in_active_unheard(void **state)
 	static const char *const	env[] = { "IDEM_CRASH_WATCH=remote",
 	    NULL };
 
-	need_fault_injection(*state);
+	harness_need_fault_injection(*state);
 	number_used_after_start(*state, "active", "PM-to-DEV", env);
 }
 
