@@ -305,6 +305,15 @@ cluster_sql_long(struct pgserver *server, const char *fmt, ...)
 	return n;
 }
 
+void
+cluster_need_fault_injection(void)
+{
+	const char	*built = getenv("IDEM_FAULT_INJECTION");
+
+	if (built != NULL && strcmp(built, "yes") != 0)
+		harness_skip("needs a build with --enable-fault-injection");
+}
+
 int
 cluster_main(struct pgserver *server, const struct CMUnitTest *tests,
     size_t count)

@@ -98,6 +98,13 @@ long	 cluster_sql_long(struct pgserver *, const char *fmt, ...)
  * in CI) in a build without PostgreSQL or a machine without its
  * programs, 1 if it could not start, else harness_exit_status's.
  */
+/*
+ * Skip the whole program (harness_skip) in a build without
+ * --enable-fault-injection (make check says which in
+ * $IDEM_FAULT_INJECTION), where idemd refuses IDEM_CRASH_*.
+ */
+void	 cluster_need_fault_injection(void);
+
 struct CMUnitTest;
 int	 cluster_main(struct pgserver *, const struct CMUnitTest *tests,
 	    size_t count);

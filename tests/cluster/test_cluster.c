@@ -78,15 +78,6 @@ static struct pgserver	server;
 #define IDS		300
 #define SENDS_PER_ID	8
 
-/* The crash points (IDEM_CRASH_AT) exist only in a fault-injection build. */
-static void
-need_fault_injection(void)
-{
-	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
-	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
-		harness_skip("needs a build with --enable-fault-injection");
-}
-
 /* ---- convergence ---------------------------------------------------- */
 
 struct converge {
@@ -289,7 +280,7 @@ crash_on_one_broker_retry_on_another(void **state)
 	json_t		*reply;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	cluster_node_init(&b, server.uri, root, "b");
@@ -389,7 +380,7 @@ paused_owner_never_answers_created(void **state)
 	json_t		*reply;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	cluster_node_init(&a, server.uri, root, "a");
@@ -512,7 +503,7 @@ connections_spread_over_workers(void **state)
 	json_t		*request, *reply;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	cluster_node_init(&a, server.uri, root, "a");
@@ -588,7 +579,7 @@ creations_side_by_side_on_one_worker(void **state)
 	int			 held, w, fds[SIDE_BY_SIDE], i;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	snprintf(fifo, sizeof fifo, "%s.hold", root);
@@ -717,7 +708,7 @@ paused_at_each_point_taken_over_after_the_lease(void **state)
 	json_t		*reply, *entry;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	note_row_moves(1);
 	cluster_fresh_root(root);
@@ -1974,7 +1965,7 @@ effect_crash_then_retry_elsewhere(void **state)
 	json_t			*reply;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	cluster_node_init(&b, server.uri, root, "b");

@@ -67,14 +67,6 @@ static struct pgserver	server;
 /* The members' leases: a retry takes over once they ran out. */
 #define LEASE_MS	"2000"
 
-static void
-need_fault_injection(void)
-{
-	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
-	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
-		harness_skip("needs a build with --enable-fault-injection");
-}
-
 /* A statement on the test's own session, failing the test on an error. */
 static void
 gate_exec(PGconn *conn, const char *sql)
@@ -172,7 +164,7 @@ batch_fails_halfway(const struct halfway *h)
 	char		*line;
 	int		 fds[MEMBERS], w, i;
 
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	snprintf(fifo, sizeof fifo, "%s.hold", root);
@@ -281,7 +273,6 @@ commit_batch_fails_halfway(void **state)
 	batch_fails_halfway(&commit_halfway);
 }
 
-
 /* One reply on fd, within 30 s. */
 static json_t *
 read_reply(int fd)
@@ -333,7 +324,7 @@ mixed_round_fails_halfway(void **state)
 	int		 fds[MEMBERS], w, i;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	snprintf(fifo, sizeof fifo, "%s.hold", root);
@@ -434,7 +425,7 @@ a_member_behind_a_stalled_round_goes_alone(void **state)
 	int		 fds[2], w, i;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	cluster_store_reset(&server);
 	cluster_fresh_root(root);
 	snprintf(fifo, sizeof fifo, "%s.hold", root);

@@ -40,15 +40,6 @@ static char		mounted[PATH_MAX];
 static const char	*premount;
 static void	mount_tmpfs(const char *);
 
-/* IDEM_CRASH_WATCH exists only in a fault-injection build. */
-static void
-need_fault_injection(void)
-{
-	if (getenv("IDEM_FAULT_INJECTION") != NULL &&
-	    strcmp(getenv("IDEM_FAULT_INJECTION"), "yes") != 0)
-		harness_skip("needs a build with --enable-fault-injection");
-}
-
 /* One broker, one worker, on a fresh workspace; watch as IDEM_CRASH_WATCH. */
 static void
 broker_start(const char *watch)
@@ -342,7 +333,7 @@ a_worker_killed_after_reading_the_queue_loses_no_number(void **state)
 	int	 first, seq;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	broker_start("die-after-read");
 	first = create();
 	assert_int_equal(scans(), 1);
@@ -469,7 +460,7 @@ claims_scan(const char *watch, const char *said)
 {
 	int	first, second;
 
-	need_fault_injection();
+	cluster_need_fault_injection();
 	broker_start(watch);
 	assert_int_equal(log_count(said), 1);
 	assert_int_equal(log_count("the watch sees every name"), 0);
@@ -497,7 +488,7 @@ a_directory_made_later_on_a_remote_file_system(void **state)
 	int	first, second, third;
 
 	(void)state;
-	need_fault_injection();
+	cluster_need_fault_injection();
 	broker_start("remote:_lifecycle/extra");
 	assert_int_equal(log_count("the watch sees every name"), 1);
 	first = create();
