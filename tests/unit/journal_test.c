@@ -202,6 +202,23 @@ append_records(struct journal *j, unsigned first, size_t count,
 		fail_msg("sync: %s", cause);
 }
 
+uint64_t
+zero_tailed_segment(const struct fixture *f, size_t count, char *path,
+    size_t path_size)
+{
+	struct journal	 j;
+	char		*cause = NULL;
+	uint64_t	 end;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, count, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	end = j.size;
+	journal_close(&j);
+	segment_path(f, 1, path, path_size);
+	return end;
+}
+
 void
 segment_path(const struct fixture *f, uint64_t n, char *out, size_t size)
 {

@@ -54,6 +54,13 @@ void	append_records(struct journal *, unsigned first, size_t count,
 	    uint64_t *ends);
 void	segment_path(const struct fixture *, uint64_t n, char *out,
 	    size_t size);
+/*
+ * The first segment: records 0 .. count - 1 and the writer's zeros ahead
+ * (ZT_SEGMENT_BYTES), closed as a crash would leave it.  Returns its
+ * logical end; its path in path.
+ */
+uint64_t zero_tailed_segment(const struct fixture *, size_t count,
+	    char *path, size_t path_size);
 uint8_t	*read_file(const char *path, size_t *size);
 off_t	file_size(const char *path);
 void	flip_byte_at(const char *path, off_t offset);

@@ -1082,19 +1082,13 @@ static void
 torn_record_over_zeros_is_cut(void **state)
 {
 	struct fixture	*f = *state;
-	struct journal	 j;
 	uint8_t		 rec[JOURNAL_MAX_RECORD_BYTES];
-	char		*cause = NULL, path[256];
+	char		 path[256];
 	uint64_t	 end, file;
 	size_t		 len;
 	int		 fd;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 4, NULL);
-	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
-	end = j.size;
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
+	end = zero_tailed_segment(f, 4, path, sizeof path);
 	file = (uint64_t)file_size(path);
 
 	/* Half of the next record written over the zeros, then a crash. */
@@ -1113,7 +1107,6 @@ static void
 zeros_then_a_record_are_corruption(void **state)
 {
 	struct fixture			*f = *state;
-	struct journal			 j;
 	struct collected		 c = { 0 };
 	struct journal_replay_stats	 stats;
 	uint8_t				 rec[JOURNAL_MAX_RECORD_BYTES];
@@ -1122,12 +1115,7 @@ zeros_then_a_record_are_corruption(void **state)
 	size_t				 len;
 	int				 fd;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 3, NULL);
-	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
-	end = j.size;
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
+	end = zero_tailed_segment(f, 3, path, sizeof path);
 	file = (uint64_t)file_size(path);
 
 	/* A whole record past a hole of zeros: once-durable bytes lost. */
@@ -1442,7 +1430,6 @@ static void
 readonly_replay_looks_again_at_a_live_round(void **state)
 {
 	struct fixture			*f = *state;
-	struct journal			 j;
 	struct live_step		 ls = { 0 };
 	struct journal_replay_stats	 stats;
 	uint8_t				 first[JOURNAL_MAX_RECORD_BYTES];
@@ -1452,12 +1439,7 @@ readonly_replay_looks_again_at_a_live_round(void **state)
 	size_t				 len1, len2;
 	int				 fd;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 3, NULL);
-	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
-	end = j.size;
-	journal_close(&j);
-	segment_path(f, 1, path, sizeof path);
+	end = zero_tailed_segment(f, 3, path, sizeof path);
 
 	/* The round's second record landed, its first not yet. */
 	len1 = encode_form2(3, end, first, sizeof first);
