@@ -98,6 +98,15 @@ static struct journaler {
 	/* The last checkpoint failed, at that time (shm_now_ms()). */
 	int		 checkpoint_failed;
 	int64_t		 checkpoint_failed_at;
+	/*
+	 * The next segment made ahead by the checkpoint thread (fd -1:
+	 * none ready), and the number the journaling thread wants made (0:
+	 * none).  Only the journaling thread asks, and only once it is done
+	 * with the one it took; each number has its own file, so the two
+	 * never make, rename or drop the same file at once.
+	 */
+	struct journal_next next;
+	uint64_t	 next_wanted;
 
 	/* While the journal is failed. */
 	int64_t		 reopen_at;	/* next try, shm_now_ms() */
@@ -447,6 +456,40 @@ journaler_wait(int kick_fd, int64_t timeout_ms)
 		fatal("journaler: reading its eventfd");
 }
 
+/*
+ * The checkpoint thread, journaler.lock held (dropped meanwhile): make
+ * the segment the journaling thread wants next, so that its rotation
+ * finds it created, zeroed and synced (doc/journal.md, "The next
+ * segment made ahead").  A failure is not the journal's: the rotation
+ * creates the segment itself, as without one made ahead.
+ */
+static void
+checkpoint_make_next(struct idemd *d, const char *dir)
+{
+	struct journal_next	 old, made;
+	uint64_t		 number;
+	char			*cause = NULL;
+
+	number = journaler.next_wanted;
+	journaler.next_wanted = 0;
+	old = journaler.next;
+	journaler.next.fd = -1;
+	if (old.fd != -1 && old.number == number) {
+		journaler.next = old;
+		return;
+	}
+	pthread_mutex_unlock(&journaler.lock);
+	journal_drop_next(d->journal_dir_fd, &old);
+	if (journal_make_next(d->journal_dir_fd, dir, number,
+	    d->segment_bytes, &made, &cause) != 0) {
+		log_warnx("%s; the rotation will create it", cause != NULL ?
+		    cause : "journal: making the next segment ahead failed");
+		free(cause);
+	}
+	pthread_mutex_lock(&journaler.lock);
+	journaler.next = made;
+}
+
 static void *
 checkpoint_main(void *arg)
 {
@@ -460,10 +503,14 @@ checkpoint_main(void *arg)
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&
-		    !journaler.checkpoint_stop)
+		    journaler.next_wanted == 0 && !journaler.checkpoint_stop)
 			pthread_cond_wait(&journaler.wake, &journaler.lock);
 		if (journaler.checkpoint_stop)
 			break;
+		if (journaler.checkpoint_segment == 0) {
+			checkpoint_make_next(d, dir);
+			continue;
+		}
 		segment = journaler.checkpoint_segment;
 		journaler.checkpoint_segment = 0;
 		pthread_mutex_unlock(&journaler.lock);
@@ -507,8 +554,9 @@ checkpoint_main(void *arg)
 static void
 journaler_maybe_rotate(struct idemd *d)
 {
-	char	*cause = NULL;
-	int	 busy, wanted, again;
+	struct journal_next	 next;
+	char			*cause = NULL;
+	int			 busy, wanted, again;
 
 	/*
 	 * The table is a cache of the index: committed entries become
@@ -549,15 +597,23 @@ journaler_maybe_rotate(struct idemd *d)
 		return;
 	pthread_mutex_lock(&journaler.lock);
 	busy = journaler.checkpoint_busy;
+	/* The segment made ahead, if it is ready: this thread's now. */
+	next = journaler.next;
+	if (!busy)
+		journaler.next.fd = -1;
 	pthread_mutex_unlock(&journaler.lock);
 	if (busy)
 		return;
-	if (journal_rotate(&d->journal, &cause) != 0) {
+	if (journal_rotate_next(&d->journal, &next, &cause) != 0) {
 		log_warnx("%s; going on with the current segment", cause);
 		free(cause);
 		/* Not again every round: after another eighth of a segment. */
 		journaler.rotate_after = d->journal.size +
 		    d->segment_bytes / 8;
+		pthread_mutex_lock(&journaler.lock);
+		journaler.next_wanted = d->journal.segment + 1;
+		pthread_cond_signal(&journaler.wake);
+		pthread_mutex_unlock(&journaler.lock);
 		return;
 	}
 	journaler.rotate_after = 0;
@@ -567,6 +623,8 @@ journaler_maybe_rotate(struct idemd *d)
 	pthread_mutex_lock(&journaler.lock);
 	journaler.checkpoint_busy = 1;
 	journaler.checkpoint_segment = d->journal.segment;
+	/* After its checkpoint, the segment after it. */
+	journaler.next_wanted = d->journal.segment + 1;
 	pthread_cond_signal(&journaler.wake);
 	pthread_mutex_unlock(&journaler.lock);
 }
@@ -705,6 +763,8 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
 	journaler.rotate_after = 0;
+	journaler.next.fd = -1;
+	journaler.next_wanted = d->journal.segment + 1;
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;
 	journaler.zero_failing = 0;
@@ -756,6 +816,8 @@ journaler_stop(void)
 	pthread_cond_signal(&journaler.wake);
 	pthread_mutex_unlock(&journaler.lock);
 	pthread_join(journaler.checkpointer, NULL);
+	/* A stopped broker's journal directory holds no file made ahead. */
+	journal_drop_next(journaler.d->journal_dir_fd, &journaler.next);
 	pthread_cond_destroy(&journaler.wake);
 	pthread_mutex_destroy(&journaler.lock);
 	free(journaler.reopen_cause);

@@ -196,7 +196,7 @@ int	journal_sync(struct journal *, char **cause);
 /*
  * Keep zeros ahead of the logical end of a segment rotated past
  * segment_bytes: when less than a chunk is left, write zeros (pwrite)
- * up to two chunks ahead, never past segment_bytes and one chunk.  No
+ * up to two chunks ahead, never past segment_bytes.  No
  * fdatasync: the next round's covers them.  -1 (cause set) when the
  * write failed: the journal is as usable as before (nothing was
  * acknowledged by it); tries again JOURNAL_ZERO_RETRY_MS later.
@@ -293,6 +293,44 @@ int	journal_replay_hinted(const char *dir, uint64_t from, int flags,
 int	journal_segment_end(const uint8_t *map, size_t size, size_t *end);
 /* Start the next segment (after a sync): for checkpoints. */
 int	journal_rotate(struct journal *, char **cause);
+/*
+ * The next segment made ahead (doc/journal.md, "The next segment made
+ * ahead"), off the journaling thread: its header and the first zeros
+ * written and fsync'd under ".next-<number>.tmp", a name that is no
+ * segment's (replay, verify and backup ignore it; a checkpoint prunes
+ * those of numbers before its own), so that a rotation only renames it
+ * into place.  fd -1: none.
+ */
+#define JOURNAL_NEXT_PREFIX	".next-"	/* then 16 hex digits, ".tmp" */
+#define JOURNAL_NEXT_NAME_BYTES	27
+void	journal_next_name(uint64_t number, char name[JOURNAL_NEXT_NAME_BYTES]);
+struct journal_next {
+	int		fd;
+	uint64_t	number;
+	uint64_t	zeroed;		/* its size: header and zeros */
+};
+/*
+ * Make segment number ahead in the directory dir_fd (dir names it in
+ * causes); any earlier file of that name is removed first.  0 with
+ * next->fd -1 when the file system is nearly full (none made); -1 and
+ * cause on failure (nothing left behind).
+ */
+int	journal_make_next(int dir_fd, const char *dir, uint64_t number,
+	    uint64_t segment_bytes, struct journal_next *next, char **cause);
+/*
+ * Close and unlink one made ahead and not used (nothing if fd is -1).
+ * Each number has its own name, so this never touches another being
+ * made meanwhile.
+ */
+void	journal_drop_next(int dir_fd, struct journal_next *next);
+/*
+ * journal_rotate, switching to next when it is segment + 1: renamed into
+ * place (never over an existing segment) and the directory fsync'd.
+ * next is consumed either way (used, or dropped); NULL or another
+ * number: the segment is created as journal_rotate does.
+ */
+int	journal_rotate_next(struct journal *, struct journal_next *next,
+	    char **cause);
 
 /* ---- checkpoint.c: snapshots of the table (format in doc/journal.md) -- */
 
