@@ -556,7 +556,7 @@ journaler_maybe_rotate(struct idemd *d)
 {
 	struct journal_next	 next;
 	char			*cause = NULL;
-	int			 busy, wanted, again;
+	int			 busy, wanted, again, made_ahead;
 
 	/*
 	 * The table is a cache of the index: committed entries become
@@ -604,6 +604,9 @@ journaler_maybe_rotate(struct idemd *d)
 	pthread_mutex_unlock(&journaler.lock);
 	if (busy)
 		return;
+	made_ahead = next.fd != -1 && next.number == d->journal.segment + 1;
+	if (made_ahead)
+		crash_point(CRASH_BEFORE_NEXT_SEGMENT_RENAMED);
 	if (journal_rotate_next(&d->journal, &next, &cause) != 0) {
 		log_warnx("%s; going on with the current segment", cause);
 		free(cause);
@@ -616,6 +619,9 @@ journaler_maybe_rotate(struct idemd *d)
 		pthread_mutex_unlock(&journaler.lock);
 		return;
 	}
+	/* zeroed past the header: it was the one made ahead. */
+	if (made_ahead && d->journal.zeroed > JOURNAL_SEGMENT_HEADER_BYTES)
+		crash_point(CRASH_AFTER_NEXT_SEGMENT_RENAMED);
 	journaler.rotate_after = 0;
 	atomic_store(&d->seg.header->checkpoint_wanted, 0);
 	journaler.durable_segment = d->journal.segment;

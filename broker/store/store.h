@@ -991,6 +991,13 @@ enum crash_point {
 	CRASH_AFTER_EFFECT_RESOLVE_DURABLE,	/* resolve, any evidence */
 	/* The master's: committed entries given to the index, uncommitted. */
 	CRASH_DURING_INDEX_WRITE,
+	/*
+	 * The master's, at a rotation to the segment made ahead: before
+	 * the cut and the rename (the old segment live, the new one under
+	 * its temporary name), and after both (no record in it yet).
+	 */
+	CRASH_BEFORE_NEXT_SEGMENT_RENAMED,
+	CRASH_AFTER_NEXT_SEGMENT_RENAMED,
 	CRASH_POINT_COUNT
 };
 #ifdef IDEM_FAULT_INJECTION
