@@ -21,8 +21,14 @@
  * written and fsync'd) before the next one is created, so only the last
  * segment can end in a torn append; journal_rotate() keeps that promise:
  * the caller synced the old segment, rotate cuts its zero tail (and
- * fsyncs the cut), then create_segment() the next number (O_EXCL,
- * header, fsync file, fsync directory), then switch.
+ * fsyncs the cut), then gives the next number its file, then switches.
+ * That file is made ahead by another thread (journal_make_next: header
+ * and zeros fsync'd under ".next-N.tmp", a name no reader takes for a
+ * segment) and only renamed into place (RENAME_NOREPLACE, fsync the
+ * directory), or, without one, created (create_segment: O_EXCL, header,
+ * fsync file, fsync directory).  Zeros stop at segment_bytes, so a full
+ * segment has no tail to cut (doc/journal.md, "The next segment made
+ * ahead").
  *
  * The zero tail: an fdatasync after an append that grows the file costs
  * about twice one after a write over blocks already allocated and
