@@ -107,6 +107,7 @@ static struct journaler {
 	 */
 	struct journal_next next;
 	uint64_t	 next_wanted;
+	int		 next_making;	/* taken off next_wanted, not yet in next */
 
 	/* While the journal is failed. */
 	int64_t		 reopen_at;	/* next try, shm_now_ms() */
@@ -472,10 +473,12 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 
 	number = journaler.next_wanted;
 	journaler.next_wanted = 0;
+	journaler.next_making = 1;
 	old = journaler.next;
 	journaler.next.fd = -1;
 	if (old.fd != -1 && old.number == number) {
 		journaler.next = old;
+		journaler.next_making = 0;
 		return;
 	}
 	pthread_mutex_unlock(&journaler.lock);
@@ -488,6 +491,7 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 	}
 	pthread_mutex_lock(&journaler.lock);
 	journaler.next = made;
+	journaler.next_making = 0;
 }
 
 static void *
@@ -596,7 +600,15 @@ journaler_maybe_rotate(struct idemd *d)
 	    d->journal.size < journaler.rotate_after)
 		return;
 	pthread_mutex_lock(&journaler.lock);
-	busy = journaler.checkpoint_busy;
+	/*
+	 * A rotation waits for the checkpoint before it and for the segment
+	 * being made ahead (a few ms: the rounds go on meanwhile), so that
+	 * two rotations close together (the bench's) both find theirs; one
+	 * that could not be made (a nearly full disk) leaves none wanted,
+	 * and the rotation creates the segment itself.
+	 */
+	busy = journaler.checkpoint_busy || journaler.next_wanted != 0 ||
+	    journaler.next_making;
 	/* The segment made ahead, if it is ready: this thread's now. */
 	next = journaler.next;
 	if (!busy)
@@ -771,6 +783,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.rotate_after = 0;
 	journaler.next.fd = -1;
 	journaler.next_wanted = d->journal.segment + 1;
+	journaler.next_making = 0;
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;
 	journaler.zero_failing = 0;
