@@ -634,6 +634,10 @@ journaler_maybe_rotate(struct idemd *d)
 	/* zeroed past the header: it was the one made ahead. */
 	if (made_ahead && d->journal.zeroed > JOURNAL_SEGMENT_HEADER_BYTES)
 		crash_point(CRASH_AFTER_NEXT_SEGMENT_RENAMED);
+	else
+		log_info("journal: segment %016llx created at its rotation "
+		    "(none was made ahead)",
+		    (unsigned long long)d->journal.segment);
 	journaler.rotate_after = 0;
 	atomic_store(&d->seg.header->checkpoint_wanted, 0);
 	journaler.durable_segment = d->journal.segment;

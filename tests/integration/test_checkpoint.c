@@ -132,6 +132,13 @@ test_checkpoints_bound_the_journal(void **state)
 	assert_int_equal(harness_start(&b, ckpt_args, NULL), 0);
 	assert_int_equal(create_all(&b, receipts), CKPT_TASKS);
 	assert_int_equal(harness_stop(&b), 0);
+	/*
+	 * Every rotation took the segment made ahead (doc/journal.md, "The
+	 * next segment made ahead"), rotations close together too: none
+	 * was created on the journaling thread.
+	 */
+	assert_true(harness_log_count(&b, "checkpoint checkpoint-") >= 3);
+	assert_int_equal(harness_log_count(&b, "none was made ahead"), 0);
 	/* Old segments are gone: one checkpoint and at most two segments. */
 	count_journal(&b, &jf);
 	assert_int_equal(jf.checkpoints, 1);
