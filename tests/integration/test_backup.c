@@ -450,6 +450,40 @@ segment_exists(const char *root, unsigned long long n)
 }
 
 /*
+ * Start idemctl backup of root into dest (with the workspace if asked),
+ * env (NAME=VALUE) added, its output to out: the child's pid.  The test
+ * then holds it at the fault point the variable names.
+ */
+static pid_t
+spawn_backup(const char *root, const char *dest, int with_workspace,
+    char *env, const char *out)
+{
+	char	*argv[8];
+	pid_t	 child;
+	int	 argc = 0, fd;
+
+	argv[argc++] = getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
+	    "contrib/idemctl";
+	argv[argc++] = "--root";
+	argv[argc++] = (char *)root;
+	argv[argc++] = "backup";
+	if (with_workspace)
+		argv[argc++] = "--with-workspace";
+	argv[argc++] = (char *)dest;
+	argv[argc] = NULL;
+	if ((child = fork()) == 0) {
+		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		putenv(env);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	assert_true(child > 0);
+	return child;
+}
+
+/*
  * The journal's files are held open before they are read: a backup held
  * (IDEM_BACKUP_HOLD) while the broker, under load, rotates and prunes
  * the held segments away still copies them, and the restored root
@@ -463,7 +497,7 @@ test_backup_holds_pruned_segments(void **state)
 	struct stat		 st;
 	char			 acks[400], dest[400], fifo[400], out[16384];
 	char			 name[64], env[450], *text, *line, *tab, *next;
-	char			*answer, *argv[8];
+	char			*answer;
 	unsigned long long	 first;
 	off_t			 before;
 	pid_t			 child;
@@ -495,24 +529,8 @@ test_backup_holds_pruned_segments(void **state)
 	assert_true(first > 0);
 
 	snprintf(env, sizeof env, "IDEM_BACKUP_HOLD=%s", fifo);
-	argv[0] = getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
-	    "contrib/idemctl";
-	argv[1] = "--root";
-	argv[2] = a.root;
-	argv[3] = "backup";
-	argv[4] = "--with-workspace";
-	argv[5] = dest;
-	argv[6] = NULL;
-	if ((child = fork()) == 0) {
-		snprintf(out, sizeof out, "%s.out", dest);
-		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		putenv(env);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	assert_true(child > 0);
+	snprintf(out, sizeof out, "%s.out", dest);
+	child = spawn_backup(a.root, dest, 1, env, out);
 	/* Open for writing returns once the backup waits, its files held. */
 	assert_true((fd = open(fifo, O_WRONLY | O_CLOEXEC)) != -1);
 	/*
@@ -803,7 +821,7 @@ test_backup_dest_swapped_for_a_symlink(void **state)
 	struct stat	 st;
 	char		 dest[400], moved[450], fifo[400], seg[900];
 	char		 name[256], copy[900], out[1400], env[450];
-	char		*argv[8], *text;
+	char		*text;
 	pid_t		 child;
 	off_t		 live;
 	int		 fd, status;
@@ -836,24 +854,8 @@ test_backup_dest_swapped_for_a_symlink(void **state)
 	snprintf(fifo, sizeof fifo, "%s.hold", a.root);
 	assert_int_equal(mkfifo(fifo, 0600), 0);
 	snprintf(env, sizeof env, "IDEM_BACKUP_HOLD=%s", fifo);
-	argv[0] = getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
-	    "contrib/idemctl";
-	argv[1] = "--root";
-	argv[2] = a.root;
-	argv[3] = "backup";
-	argv[4] = "--with-workspace";
-	argv[5] = dest;
-	argv[6] = NULL;
 	snprintf(out, sizeof out, "%s.out", a.root);
-	if ((child = fork()) == 0) {
-		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		putenv(env);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	assert_true(child > 0);
+	child = spawn_backup(a.root, dest, 1, env, out);
 	/* Open for writing returns once the backup waits, DEST open. */
 	assert_true((fd = open(fifo, O_WRONLY | O_CLOEXEC)) != -1);
 	assert_int_equal(rename(dest, moved), 0);
@@ -925,7 +927,7 @@ test_backup_copies_a_live_round_again(void **state)
 	struct broker	 a;
 	struct stat	 st;
 	char		 seg[900], dest[400], fifo[400], env[450], out[1400];
-	char		 copy[1400], *argv[8], *text;
+	char		 copy[1400], *text;
 	uint8_t		 block[16], zeros[16];
 	off_t		 s1, s2;
 	pid_t		 child;
@@ -955,7 +957,7 @@ test_backup_copies_a_live_round_again(void **state)
 
 	/* Not yet there as the backup reads: zeros, records after. */
 	memset(zeros, 0, sizeof zeros);
-	assert_true((fd = open(seg, O_RDWR)) != -1);
+	assert_true((fd = open(seg, O_RDWR | O_CLOEXEC)) != -1);
 	assert_int_equal(pread(fd, block, sizeof block, s1 - 16), 16);
 	assert_int_equal(pwrite(fd, zeros, sizeof zeros, s1 - 16), 16);
 
@@ -963,24 +965,8 @@ test_backup_copies_a_live_round_again(void **state)
 	snprintf(fifo, sizeof fifo, "%s.copied", a.root);
 	assert_int_equal(mkfifo(fifo, 0600), 0);
 	snprintf(env, sizeof env, "IDEM_BACKUP_COPIED=%s", fifo);
-	argv[0] = getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
-	    "contrib/idemctl";
-	argv[1] = "--root";
-	argv[2] = a.root;
-	argv[3] = "backup";
-	argv[4] = dest;
-	argv[5] = NULL;
 	snprintf(out, sizeof out, "%s.out", a.root);
-	if ((child = fork()) == 0) {
-		close(fd);
-		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		putenv(env);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	assert_true(child > 0);
+	child = spawn_backup(a.root, dest, 0, env, out);
 	/* Open for writing returns once the backup's copy is made. */
 	assert_true((hold = open(fifo, O_WRONLY | O_CLOEXEC)) != -1);
 	/* The bytes land. */
