@@ -492,6 +492,14 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 	pthread_mutex_lock(&journaler.lock);
 	journaler.next = made;
 	journaler.next_making = 0;
+	/*
+	 * A rotation waited for this one (journaler_maybe_rotate); one
+	 * asked for by a full table or arena looks again now, as after a
+	 * checkpoint: its refusals write no record, so there may be no
+	 * round to look after.
+	 */
+	if (atomic_load(&d->seg.header->checkpoint_wanted))
+		journaler_kick(d->kick_fd);
 }
 
 static void *
@@ -605,7 +613,12 @@ journaler_maybe_rotate(struct idemd *d)
 	 * being made ahead (a few ms: the rounds go on meanwhile), so that
 	 * two rotations close together (the bench's) both find theirs; one
 	 * that could not be made (a nearly full disk) leaves none wanted,
-	 * and the rotation creates the segment itself.
+	 * and the rotation creates the segment itself.  An urgent one (the
+	 * table or arena full) waits too: the checkpoint that frees them
+	 * runs on the thread making the segment, after it, so creating the
+	 * segment here would switch sooner but free nothing sooner; the
+	 * wait is one making at most (checkpoint_make_next wakes this
+	 * thread when it ends, a refusal writing no record).
 	 */
 	busy = journaler.checkpoint_busy || journaler.next_wanted != 0 ||
 	    journaler.next_making;
