@@ -4,6 +4,7 @@
 # "Crash-state exploration"): idemd is recorded under strace serving one
 # write_task (new id), one legacy write_task, one write_report and one
 # write_task that starts a journal segment and a checkpoint, one
+# effect_complete after an early rotation (rotate_early), one
 # effect_begin and one effect_complete (applied, with a result); every crash
 # state the recorded fsync order allows is restarted, the request retried
 # and the answers and files checked (tests/crashstates/explore.py).
