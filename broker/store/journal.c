@@ -763,7 +763,7 @@ journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 	 * next segment.
 	 */
 	if (j->fd == -1 || segment_bytes == 0 ||
-	    j->format != JOURNAL_FORMAT_ROUNDS)
+	    j->format != JOURNAL_FORMAT_ROUNDS || j->zeros_stopped)
 		return 0;
 	chunk = journal_zero_chunk(segment_bytes);
 	/*
@@ -1070,14 +1070,24 @@ journal_rotate_next(struct journal *j, struct journal_next *next,
 	}
 	if (next != NULL)
 		zeroed = next->zeroed;
-	if ((fd = rotate_to_next(j, next, cause)) == -2)
+	/*
+	 * Cut: from here a failure may leave the next segment's name on the
+	 * disk (its removal is no more durable than its creation), so this
+	 * one keeps no zeros ahead while it stays the live one.
+	 */
+	if ((fd = rotate_to_next(j, next, cause)) == -2) {
+		j->zeros_stopped = 1;
 		return -1;
+	}
 	if (fd == -1) {
 		zeroed = SEGMENT_HEADER_BYTES;
 		if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
-		    cause)) == -1)
+		    cause)) == -1) {
+			j->zeros_stopped = 1;
 			return -1;
+		}
 	}
+	j->zeros_stopped = 0;
 	close(j->fd);
 	j->fd = fd;
 	j->segment++;

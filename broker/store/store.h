@@ -157,6 +157,13 @@ struct journal {
 	uint64_t	 zeroed;
 	int64_t		 zero_retry_at;	/* zeros failed: retry (ms) */
 	/*
+	 * A rotation failed after its cut (its directory fsync, or the
+	 * creation's): the next segment's name may be on the disk all the
+	 * same, and a sealed segment ends in records only, so no zeros
+	 * ahead in this one until a rotation succeeds.
+	 */
+	int		 zeros_stopped;
+	/*
 	 * The segment's format version: 2 (JOURNAL_FORMAT_ROUNDS), each
 	 * record written with a round prefix naming size at the append.
 	 */

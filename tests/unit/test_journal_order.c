@@ -56,7 +56,23 @@ static struct {
 	int			on;
 	size_t			count;
 	struct order_call	calls[ORDER_MAX];
+	const char		*fail_fsync;	/* of this name: EIO */
 } order;
+
+/* The last path component of fd's file ("" if unknown). */
+static const char *
+order_fd_name(int fd, char path[PATH_MAX])
+{
+	char		 link[64];
+	const char	*slash;
+	ssize_t		 n;
+
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	if ((n = readlink(link, path, PATH_MAX - 1)) == -1)
+		n = 0;
+	path[n] = '\0';
+	return (slash = strrchr(path, '/')) != NULL ? slash + 1 : path;
+}
 
 static void
 order_record(const char *op, const char *name)
@@ -93,7 +109,14 @@ order_record_fd(const char *op, int fd)
 int
 fsync(int fd)
 {
+	char	path[PATH_MAX];
+
 	order_record_fd("fsync", fd);
+	if (order.fail_fsync != NULL &&
+	    strcmp(order_fd_name(fd, path), order.fail_fsync) == 0) {
+		errno = EIO;
+		return -1;
+	}
 	return REAL(fsync)(fd);
 }
 
@@ -243,6 +266,80 @@ rotation_without_one_made_ahead_syncs_in_order(void **state)
 	journal_close(&j);
 }
 
+/*
+ * The directory fsync after the rename fails: the rotation fails, the
+ * name is removed again, and the journal goes on in segment 1.  But that
+ * removal is no more durable than the rename was, so a crash may leave
+ * segment 2 (header and zeros) after segment 1: segment 1 must then end
+ * in records, i.e. get no zeros ahead until a rotation succeeds.  The
+ * state is built by hand (segment 2 made ahead again and renamed), and
+ * replay reads every record, segment 2 its clean empty end.  Fails when
+ * segment 1 gets zeros ahead again (replay: zeros in a sealed segment).
+ */
+static void
+failed_rotation_keeps_no_zeros_ahead(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j;
+	struct journal_next		 next;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, tmp[JOURNAL_NEXT_NAME_BYTES];
+	char				 path[256], from[512], to[512];
+	const char			*slash;
+
+	slash = strrchr(f->dir, '/');
+	journal_next_name(2, tmp);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_true(j.zeroed > j.size);
+	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 2,
+	    ZT_SEGMENT_BYTES, &next, &cause), 0);
+
+	order.fail_fsync = slash + 1;
+	assert_int_equal(journal_rotate_next(&j, &next, &cause), -1);
+	order.fail_fsync = NULL;
+	assert_non_null(strstr(cause, "fsync directory"));
+	free(cause);
+	cause = NULL;
+	assert_int_equal(j.segment, 1);
+	segment_path(f, 2, path, sizeof path);
+	assert_int_equal(access(path, F_OK), -1);
+
+	/* Rounds go on in segment 1, with no zeros ahead. */
+	append_records(&j, 3, 2, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_int_equal(j.zeroed, j.size);
+	segment_path(f, 1, path, sizeof path);
+	assert_int_equal(file_size(path), j.size);
+
+	/* The crash: the rename persisted, the removal did not. */
+	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 2,
+	    ZT_SEGMENT_BYTES, &next, &cause), 0);
+	close(next.fd);
+	snprintf(from, sizeof from, "%s/%s", f->dir, tmp);
+	segment_path(f, 2, to, sizeof to);
+	assert_int_equal(rename(from, to), 0);
+	journal_close(&j);
+	if (replay(f->dir, &c, &stats, &cause) != 0)
+		fail_msg("replay: %s", cause);
+	assert_int_equal(stats.records, 5);
+	assert_int_equal(stats.segments, 2);
+	assert_int_equal(stats.end_segment, 2);
+	free(c.records);
+
+	/* And a rotation that succeeds zeroes ahead again. */
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	assert_int_equal(j.segment, 2);
+	append_records(&j, 5, 1, NULL);
+	assert_int_equal(journal_rotate_next(&j, NULL, &cause), 0);
+	append_records(&j, 6, 1, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_true(j.zeroed > j.size);
+	journal_close(&j);
+}
+
 int
 main(void)
 {
@@ -252,6 +349,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    rotation_without_one_made_ahead_syncs_in_order, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    failed_rotation_keeps_no_zeros_ahead, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
