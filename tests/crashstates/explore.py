@@ -34,8 +34,8 @@ and a crash may have persisted any prefix of an item's changes (a
 directory's entry changes persist in order; a file's writes too, the
 first one not persisted possibly torn to its first half, or, with
 --zero-fill, present at full size but zero-filled; also with --zero-fill,
-a file whose unsynced changes are writes only, all of them present at
-their size and zero-filled).  Items are
+a file never synced whose changes are writes only, all of them present
+at their size and zero-filled).  Items are
 independent: every combination is taken (past --combinations of them,
 each item's options with the others all applied and with the others all
 dropped).  This contains the four states of the brief for every k: all
@@ -1047,9 +1047,13 @@ def options(node, zero_fill):
     # its full size): the state that tells a made-ahead segment not
     # fsync'd before its rename (doc/journal.md, "The next segment made
     # ahead").  Only where it differs from (0, "zero"): more than one
-    # write, no truncate among them.
+    # write, no truncate among them; and only for a file never synced
+    # (a synced one's later writes are the journal's rounds, whose
+    # lost sectors the reordered states cover, at a fraction of the
+    # states).
     pending = node.pending
-    if zero_fill and sum(1 for p in pending if p[0] == "write") > 1 and \
+    if zero_fill and not node.synced and \
+            sum(1 for p in pending if p[0] == "write") > 1 and \
             all(p[0] == "write" for p in pending):
         out.insert(len(out) - 1, (0, "zeros"))
     return out
