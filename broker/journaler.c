@@ -108,6 +108,13 @@ static struct journaler {
 	struct journal_next next;
 	uint64_t	 next_wanted;
 	int		 next_making;	/* taken off next_wanted, not yet in next */
+	/*
+	 * The file system cannot rename one into place (renameat2 with
+	 * RENAME_NOREPLACE: EINVAL, ENOSYS): none is made from then on,
+	 * rather than 2 MiB written, synced and dropped at every rotation.
+	 */
+	int		 next_unsupported;
+	int		 next_rename_logged;	/* a failed rename was logged */
 
 	/* While the journal is failed. */
 	int64_t		 reopen_at;	/* next try, shm_now_ms() */
@@ -476,20 +483,20 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 	journaler.next_making = 1;
 	old = journaler.next;
 	journaler.next.fd = -1;
-	if (old.fd != -1 && old.number == number) {
-		journaler.next = old;
-		journaler.next_making = 0;
-		return;
+	if (old.fd != -1 && old.number == number)
+		made = old;
+	else {
+		pthread_mutex_unlock(&journaler.lock);
+		journal_drop_next(d->journal_dir_fd, &old);
+		if (journal_make_next(d->journal_dir_fd, dir, number,
+		    d->segment_bytes, &made, &cause) != 0) {
+			log_warnx("%s; the rotation will create it",
+			    cause != NULL ? cause :
+			    "journal: making the next segment ahead failed");
+			free(cause);
+		}
+		pthread_mutex_lock(&journaler.lock);
 	}
-	pthread_mutex_unlock(&journaler.lock);
-	journal_drop_next(d->journal_dir_fd, &old);
-	if (journal_make_next(d->journal_dir_fd, dir, number,
-	    d->segment_bytes, &made, &cause) != 0) {
-		log_warnx("%s; the rotation will create it", cause != NULL ?
-		    cause : "journal: making the next segment ahead failed");
-		free(cause);
-	}
-	pthread_mutex_lock(&journaler.lock);
 	journaler.next = made;
 	journaler.next_making = 0;
 	/*
@@ -562,6 +569,32 @@ checkpoint_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A segment made ahead that journal_rotate_next could not rename into
+ * place (error, 0 if none failed): the rotation created its segment
+ * instead.  Said once, with why; a file system without RENAME_NOREPLACE
+ * gets none made ahead from then on.
+ */
+static void
+journaler_rename_failed(int error)
+{
+	if (error == 0)
+		return;
+	if (error == EINVAL || error == ENOSYS) {
+		journaler.next_unsupported = 1;
+		log_notice("journal: the segment made ahead cannot be renamed "
+		    "into place here (renameat2 RENAME_NOREPLACE: %s): "
+		    "segments are created at their rotation from now on",
+		    strerror(error));
+		return;
+	}
+	if (!journaler.next_rename_logged)
+		log_warnx("journal: the segment made ahead could not be "
+		    "renamed into place (%s): the rotation created its "
+		    "segment", strerror(error));
+	journaler.next_rename_logged = 1;
+}
+
 /* Between rounds: a new segment if this one is full, and its checkpoint. */
 static void
 journaler_maybe_rotate(struct idemd *d)
@@ -630,6 +663,7 @@ journaler_maybe_rotate(struct idemd *d)
 	if (busy)
 		return;
 	made_ahead = next.fd != -1 && next.number == d->journal.segment + 1;
+	next.rename_errno = 0;
 	if (made_ahead)
 		crash_point(CRASH_BEFORE_NEXT_SEGMENT_RENAMED);
 	if (journal_rotate_next(&d->journal, &next, &cause) != 0) {
@@ -638,12 +672,15 @@ journaler_maybe_rotate(struct idemd *d)
 		/* Not again every round: after another eighth of a segment. */
 		journaler.rotate_after = d->journal.size +
 		    d->segment_bytes / 8;
+		journaler_rename_failed(next.rename_errno);
 		pthread_mutex_lock(&journaler.lock);
-		journaler.next_wanted = d->journal.segment + 1;
+		journaler.next_wanted = journaler.next_unsupported ? 0 :
+		    d->journal.segment + 1;
 		pthread_cond_signal(&journaler.wake);
 		pthread_mutex_unlock(&journaler.lock);
 		return;
 	}
+	journaler_rename_failed(next.rename_errno);
 	/* zeroed past the header: it was the one made ahead. */
 	if (made_ahead && d->journal.zeroed > JOURNAL_SEGMENT_HEADER_BYTES)
 		crash_point(CRASH_AFTER_NEXT_SEGMENT_RENAMED);
@@ -659,7 +696,8 @@ journaler_maybe_rotate(struct idemd *d)
 	journaler.checkpoint_busy = 1;
 	journaler.checkpoint_segment = d->journal.segment;
 	/* After its checkpoint, the segment after it. */
-	journaler.next_wanted = d->journal.segment + 1;
+	journaler.next_wanted = journaler.next_unsupported ? 0 :
+	    d->journal.segment + 1;
 	pthread_cond_signal(&journaler.wake);
 	pthread_mutex_unlock(&journaler.lock);
 }

@@ -385,6 +385,17 @@ journal_open_dir(struct journal *j, uint64_t end_segment, uint64_t end,
 		    strerror(errno));
 		goto fail;
 	}
+	/*
+	 * The directory too.  A rotation that failed after its rename (a
+	 * previous broker's, or this one's before a reopen) removed the next
+	 * segment's name again with no fsync of its own: until the removal
+	 * is durable, a crash may bring that segment back and seal this
+	 * one, and a sealed segment ends in records only.  So no zeros
+	 * ahead (zeros_stopped) until a directory fsync has succeeded, here
+	 * or at the next rotation; its failure is no reason to refuse the
+	 * journal.
+	 */
+	j->zeros_stopped = fsync(j->dir_fd) == -1;
 	j->zeroed = (uint64_t)st.st_size;
 	if (end_segment == j->segment && end >= SEGMENT_HEADER_BYTES &&
 	    end <= j->zeroed)
@@ -1022,6 +1033,7 @@ rotate_to_next(struct journal *j, struct journal_next *next, char **cause)
 	journal_next_name(next->number, tmp);
 	if (renameat2(j->dir_fd, tmp, j->dir_fd, name,
 	    RENAME_NOREPLACE) == -1) {
+		next->rename_errno = errno;	/* the caller says why */
 		journal_drop_next(j->dir_fd, next);
 		return -1;
 	}

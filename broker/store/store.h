@@ -160,7 +160,9 @@ struct journal {
 	 * A rotation failed after its cut (its directory fsync, or the
 	 * creation's): the next segment's name may be on the disk all the
 	 * same, and a sealed segment ends in records only, so no zeros
-	 * ahead in this one until a rotation succeeds.
+	 * ahead in this one until a rotation succeeds.  Set at open too,
+	 * while the directory's fsync fails (journal_open_dir): the name
+	 * may be a previous handle's.
 	 */
 	int		 zeros_stopped;
 	/*
@@ -315,6 +317,8 @@ struct journal_next {
 	int		fd;
 	uint64_t	number;
 	uint64_t	zeroed;		/* its size: header and zeros */
+	int		rename_errno;	/* why journal_rotate_next could not
+					   rename it into place (0: it could) */
 };
 /*
  * Make segment number ahead in the directory dir_fd (dir names it in

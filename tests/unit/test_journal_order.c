@@ -39,6 +39,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "store.h"
 #include "tree.h"
 #include "journal_test.h"
@@ -340,6 +341,57 @@ failed_rotation_keeps_no_zeros_ahead(void **state)
 	journal_close(&j);
 }
 
+/*
+ * The same failure, then the journal reopened (journaler_reopen after a
+ * failed write, or a restart): the flag is gone with the old handle, so
+ * the open itself fsyncs the directory, which makes the name's removal
+ * durable, before any zeros.  While that fsync fails too, the reopened
+ * segment gets no zeros ahead; once it succeeds, it does.  Fails when
+ * the open does not fsync the directory, or zeroes ahead regardless.
+ */
+static void
+reopen_zeroes_ahead_only_after_a_directory_fsync(void **state)
+{
+	struct fixture		*f = *state;
+	struct journal		 j;
+	struct journal_next	 next;
+	char			*cause = NULL;
+	const char		*dir_name = strrchr(f->dir, '/') + 1;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 2,
+	    ZT_SEGMENT_BYTES, &next, &cause), 0);
+	order.fail_fsync = dir_name;
+	assert_int_equal(journal_rotate_next(&j, &next, &cause), -1);
+	free(cause);
+	cause = NULL;
+	journal_close(&j);
+
+	/* Reopened while the directory's fsync still fails: no zeros. */
+	if (journal_open(&j, f->dir, &cause) != 0)
+		fail_msg("open: %s", cause);
+	order.fail_fsync = NULL;
+	assert_int_equal(j.segment, 1);
+	append_records(&j, 3, 1, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_int_equal(j.zeroed, j.size);
+	journal_close(&j);
+
+	/* Reopened with the directory synced at the open: zeros again. */
+	order.on = 1;
+	order.count = 0;
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	order.on = 0;
+	order_print();
+	assert_true(order_find("fsync", dir_name, 0) != -1);
+	append_records(&j, 4, 1, NULL);
+	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_true(j.zeroed > j.size);
+	journal_close(&j);
+}
+
 int
 main(void)
 {
@@ -351,7 +403,12 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    failed_rotation_keeps_no_zeros_ahead, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    reopen_zeroes_ahead_only_after_a_directory_fsync, setup,
+		    teardown),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
