@@ -449,6 +449,13 @@ def write_tree(tree, root):
                 f.write(entry[1])
 
 
+def is_made_ahead(relpath):
+    """A journal segment being made ahead (.idem/journal/.next-N.tmp)."""
+    name = os.path.basename(relpath)
+    return (os.path.dirname(relpath) == ".idem/journal" and
+            name.startswith(".next-") and name.endswith(".tmp"))
+
+
 def tree_key(tree):
     """Dedup key: the whole tree but the lock file's content."""
     h = hashlib.sha256()
@@ -1754,9 +1761,20 @@ class Explorer:
             "task_id"]
         return base
 
-    def trace_of(self, root, trace_path, reply, tree, acks, origin):
+    def trace_of(self, root, trace_path, reply, tree, acks, origin,
+                 made_ahead=False):
         """The Trace of a run recorded in trace_path on root, which held
-        tree; reply is the raw reply the run sent."""
+        tree; reply is the raw reply the run sent.  Without made_ahead
+        (every kind but NEXT_KINDS), the segments being made ahead are
+        left out of the model: under their .next name nothing reads them
+        (start-up, verify and backup ignore them, a making replaces
+        them), and the checkpoint thread makes one beside every traced
+        request, whose crash states would multiply each kind's by its
+        own (7 times for task, legacy and report) to no purpose.  The
+        kinds that rename one into place keep them."""
+        if not made_ahead:
+            tree = {relpath: entry for relpath, entry in tree.items()
+                    if not is_made_ahead(relpath)}
         model = TraceModel(os.path.realpath(root),
                            os.path.dirname(os.path.realpath(root)), tree)
         reply_line = None
@@ -1774,6 +1792,10 @@ class Explorer:
             raise ExploreError("the reply is not in the trace %s" %
                                trace_path)
         model.ops.sort(key=lambda op: op.key)
+        if not made_ahead:
+            model.ops = [op for op in model.ops
+                         if not is_made_ahead(op.path or "") and
+                         not is_made_ahead(op.path2 or "")]
         trace = Trace()
         trace.tree = tree
         trace.prefix = []
@@ -1823,7 +1845,7 @@ class Explorer:
             raise ExploreError("the traced %s request failed: %s" % (
                 kind.name, kind.reply.decode()))
         trace = self.trace_of(root, trace_path, kind.reply, kind.base.tree,
-                              (), "level 1")
+                              (), "level 1", made_ahead=rotate)
         trace.startup_ops = sum(1 for op in trace.ops if op.ts < t_request)
         with open(os.path.join(where, "ops.txt"), "w") as f:
             for i, op in enumerate(trace.ops):
@@ -1927,7 +1949,8 @@ class Explorer:
         if traced and json.loads(reply).get("ok"):
             trace = self.trace_of(root, trace_path, reply, state.tree,
                                   state.acks, "level 2 from level-1 state "
-                                  "%d" % state.number)
+                                  "%d" % state.number,
+                                  made_ahead=kind.name in NEXT_KINDS)
         return problems, trace
 
     def failed(self, kind, level, state, problems):
