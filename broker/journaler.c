@@ -98,6 +98,23 @@ static struct journaler {
 	/* The last checkpoint failed, at that time (shm_now_ms()). */
 	int		 checkpoint_failed;
 	int64_t		 checkpoint_failed_at;
+	/*
+	 * The next segment made ahead by the checkpoint thread (fd -1:
+	 * none ready), and the number the journaling thread wants made (0:
+	 * none).  Only the journaling thread asks, and only once it is done
+	 * with the one it took; each number has its own file, so the two
+	 * never make, rename or drop the same file at once.
+	 */
+	struct journal_next next;
+	uint64_t	 next_wanted;
+	int		 next_making;	/* taken off next_wanted, not yet in next */
+	/*
+	 * The file system cannot rename one into place (renameat2 with
+	 * RENAME_NOREPLACE: EINVAL, ENOSYS): none is made from then on,
+	 * rather than 2 MiB written, synced and dropped at every rotation.
+	 */
+	int		 next_unsupported;
+	int		 next_rename_logged;	/* a failed rename was logged */
 
 	/* While the journal is failed. */
 	int64_t		 reopen_at;	/* next try, shm_now_ms() */
@@ -447,6 +464,51 @@ journaler_wait(int kick_fd, int64_t timeout_ms)
 		fatal("journaler: reading its eventfd");
 }
 
+/*
+ * The checkpoint thread, journaler.lock held (dropped meanwhile): make
+ * the segment the journaling thread wants next, so that its rotation
+ * finds it created, zeroed and synced (doc/journal.md, "The next
+ * segment made ahead").  A failure is not the journal's: the rotation
+ * creates the segment itself, as without one made ahead.
+ */
+static void
+checkpoint_make_next(struct idemd *d, const char *dir)
+{
+	struct journal_next	 old, made;
+	uint64_t		 number;
+	char			*cause = NULL;
+
+	number = journaler.next_wanted;
+	journaler.next_wanted = 0;
+	journaler.next_making = 1;
+	old = journaler.next;
+	journaler.next.fd = -1;
+	if (old.fd != -1 && old.number == number)
+		made = old;
+	else {
+		pthread_mutex_unlock(&journaler.lock);
+		journal_drop_next(d->journal_dir_fd, &old);
+		if (journal_make_next(d->journal_dir_fd, dir, number,
+		    d->segment_bytes, &made, &cause) != 0) {
+			log_warnx("%s; the rotation will create it",
+			    cause != NULL ? cause :
+			    "journal: making the next segment ahead failed");
+			free(cause);
+		}
+		pthread_mutex_lock(&journaler.lock);
+	}
+	journaler.next = made;
+	journaler.next_making = 0;
+	/*
+	 * A rotation waited for this one (journaler_maybe_rotate); one
+	 * asked for by a full table or arena looks again now, as after a
+	 * checkpoint: its refusals write no record, so there may be no
+	 * round to look after.
+	 */
+	if (atomic_load(&d->seg.header->checkpoint_wanted))
+		journaler_kick(d->kick_fd);
+}
+
 static void *
 checkpoint_main(void *arg)
 {
@@ -460,10 +522,14 @@ checkpoint_main(void *arg)
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&
-		    !journaler.checkpoint_stop)
+		    journaler.next_wanted == 0 && !journaler.checkpoint_stop)
 			pthread_cond_wait(&journaler.wake, &journaler.lock);
 		if (journaler.checkpoint_stop)
 			break;
+		if (journaler.checkpoint_segment == 0) {
+			checkpoint_make_next(d, dir);
+			continue;
+		}
 		segment = journaler.checkpoint_segment;
 		journaler.checkpoint_segment = 0;
 		pthread_mutex_unlock(&journaler.lock);
@@ -503,12 +569,39 @@ checkpoint_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A segment made ahead that journal_rotate_next could not rename into
+ * place (error, 0 if none failed): the rotation created its segment
+ * instead.  Said once, with why; a file system without RENAME_NOREPLACE
+ * gets none made ahead from then on.
+ */
+static void
+journaler_rename_failed(int error)
+{
+	if (error == 0)
+		return;
+	if (error == EINVAL || error == ENOSYS) {
+		journaler.next_unsupported = 1;
+		log_notice("journal: the segment made ahead cannot be renamed "
+		    "into place here (renameat2 RENAME_NOREPLACE: %s): "
+		    "segments are created at their rotation from now on",
+		    strerror(error));
+		return;
+	}
+	if (!journaler.next_rename_logged)
+		log_warnx("journal: the segment made ahead could not be "
+		    "renamed into place (%s): the rotation created its "
+		    "segment", strerror(error));
+	journaler.next_rename_logged = 1;
+}
+
 /* Between rounds: a new segment if this one is full, and its checkpoint. */
 static void
 journaler_maybe_rotate(struct idemd *d)
 {
-	char	*cause = NULL;
-	int	 busy, wanted, again;
+	struct journal_next	 next;
+	char			*cause = NULL;
+	int			 busy, wanted, again, made_ahead;
 
 	/*
 	 * The table is a cache of the index: committed entries become
@@ -548,18 +641,53 @@ journaler_maybe_rotate(struct idemd *d)
 	    d->journal.size < journaler.rotate_after)
 		return;
 	pthread_mutex_lock(&journaler.lock);
-	busy = journaler.checkpoint_busy;
+	/*
+	 * A rotation waits for the checkpoint before it and for the segment
+	 * being made ahead (a few ms: the rounds go on meanwhile), so that
+	 * two rotations close together (the bench's) both find theirs; one
+	 * that could not be made (a nearly full disk) leaves none wanted,
+	 * and the rotation creates the segment itself.  An urgent one (the
+	 * table or arena full) waits too: the checkpoint that frees them
+	 * runs on the thread making the segment, after it, so creating the
+	 * segment here would switch sooner but free nothing sooner; the
+	 * wait is one making at most (checkpoint_make_next wakes this
+	 * thread when it ends, a refusal writing no record).
+	 */
+	busy = journaler.checkpoint_busy || journaler.next_wanted != 0 ||
+	    journaler.next_making;
+	/* The segment made ahead, if it is ready: this thread's now. */
+	next = journaler.next;
+	if (!busy)
+		journaler.next.fd = -1;
 	pthread_mutex_unlock(&journaler.lock);
 	if (busy)
 		return;
-	if (journal_rotate(&d->journal, &cause) != 0) {
+	made_ahead = next.fd != -1 && next.number == d->journal.segment + 1;
+	next.rename_errno = 0;
+	if (made_ahead)
+		crash_point(CRASH_BEFORE_NEXT_SEGMENT_RENAMED);
+	if (journal_rotate_next(&d->journal, &next, &cause) != 0) {
 		log_warnx("%s; going on with the current segment", cause);
 		free(cause);
 		/* Not again every round: after another eighth of a segment. */
 		journaler.rotate_after = d->journal.size +
 		    d->segment_bytes / 8;
+		journaler_rename_failed(next.rename_errno);
+		pthread_mutex_lock(&journaler.lock);
+		journaler.next_wanted = journaler.next_unsupported ? 0 :
+		    d->journal.segment + 1;
+		pthread_cond_signal(&journaler.wake);
+		pthread_mutex_unlock(&journaler.lock);
 		return;
 	}
+	journaler_rename_failed(next.rename_errno);
+	/* zeroed past the header: it was the one made ahead. */
+	if (made_ahead && d->journal.zeroed > JOURNAL_SEGMENT_HEADER_BYTES)
+		crash_point(CRASH_AFTER_NEXT_SEGMENT_RENAMED);
+	else
+		log_info("journal: segment %016llx created at its rotation "
+		    "(none was made ahead)",
+		    (unsigned long long)d->journal.segment);
 	journaler.rotate_after = 0;
 	atomic_store(&d->seg.header->checkpoint_wanted, 0);
 	journaler.durable_segment = d->journal.segment;
@@ -567,6 +695,9 @@ journaler_maybe_rotate(struct idemd *d)
 	pthread_mutex_lock(&journaler.lock);
 	journaler.checkpoint_busy = 1;
 	journaler.checkpoint_segment = d->journal.segment;
+	/* After its checkpoint, the segment after it. */
+	journaler.next_wanted = journaler.next_unsupported ? 0 :
+	    d->journal.segment + 1;
 	pthread_cond_signal(&journaler.wake);
 	pthread_mutex_unlock(&journaler.lock);
 }
@@ -705,6 +836,9 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
 	journaler.rotate_after = 0;
+	journaler.next.fd = -1;
+	journaler.next_wanted = d->journal.segment + 1;
+	journaler.next_making = 0;
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;
 	journaler.zero_failing = 0;
@@ -756,6 +890,8 @@ journaler_stop(void)
 	pthread_cond_signal(&journaler.wake);
 	pthread_mutex_unlock(&journaler.lock);
 	pthread_join(journaler.checkpointer, NULL);
+	/* A stopped broker's journal directory holds no file made ahead. */
+	journal_drop_next(journaler.d->journal_dir_fd, &journaler.next);
 	pthread_cond_destroy(&journaler.wake);
 	pthread_mutex_destroy(&journaler.lock);
 	free(journaler.reopen_cause);

@@ -521,6 +521,14 @@ checkpoint_prune(int dir_fd, uint64_t segment)
 			old = end == e->d_name + 16 && n < segment;
 		} else if (strncmp(e->d_name, ".checkpoint-", 12) == 0)
 			old = 1;
+		else if (strlen(e->d_name) == JOURNAL_NEXT_NAME_BYTES - 1 &&
+		    strncmp(e->d_name, JOURNAL_NEXT_PREFIX,
+		    strlen(JOURNAL_NEXT_PREFIX)) == 0) {
+			/* A segment made ahead for a number now passed. */
+			n = strtoull(e->d_name + strlen(JOURNAL_NEXT_PREFIX),
+			    &end, 16);
+			old = strcmp(end, ".tmp") == 0 && n <= segment;
+		}
 		if (old && unlinkat(dir_fd, e->d_name, 0) == 0)
 			removed++;
 	}

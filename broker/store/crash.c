@@ -43,6 +43,8 @@ static const char *const crash_point_names[CRASH_POINT_COUNT] = {
 	"after_effect_release_durable",
 	"after_effect_resolve_durable",
 	"during_index_write",
+	"before_next_segment_renamed",
+	"after_next_segment_renamed",
 };
 
 static struct {

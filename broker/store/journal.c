@@ -21,8 +21,14 @@
  * written and fsync'd) before the next one is created, so only the last
  * segment can end in a torn append; journal_rotate() keeps that promise:
  * the caller synced the old segment, rotate cuts its zero tail (and
- * fsyncs the cut), then create_segment() the next number (O_EXCL,
- * header, fsync file, fsync directory), then switch.
+ * fsyncs the cut), then gives the next number its file, then switches.
+ * That file is made ahead by another thread (journal_make_next: header
+ * and zeros fsync'd under ".next-N.tmp", a name no reader takes for a
+ * segment) and only renamed into place (RENAME_NOREPLACE, fsync the
+ * directory), or, without one, created (create_segment: O_EXCL, header,
+ * fsync file, fsync directory).  Zeros stop at segment_bytes, so a full
+ * segment has no tail to cut (doc/journal.md, "The next segment made
+ * ahead").
  *
  * The zero tail: an fdatasync after an append that grows the file costs
  * about twice one after a write over blocks already allocated and
@@ -379,6 +385,17 @@ journal_open_dir(struct journal *j, uint64_t end_segment, uint64_t end,
 		    strerror(errno));
 		goto fail;
 	}
+	/*
+	 * The directory too.  A rotation that failed after its rename (a
+	 * previous broker's, or this one's before a reopen) removed the next
+	 * segment's name again with no fsync of its own: until the removal
+	 * is durable, a crash may bring that segment back and seal this
+	 * one, and a sealed segment ends in records only.  So no zeros
+	 * ahead (zeros_stopped) until a directory fsync has succeeded, here
+	 * or at the next rotation; its failure is no reason to refuse the
+	 * journal.
+	 */
+	j->zeros_stopped = fsync(j->dir_fd) == -1;
 	j->zeroed = (uint64_t)st.st_size;
 	if (end_segment == j->segment && end >= SEGMENT_HEADER_BYTES &&
 	    end <= j->zeroed)
@@ -757,11 +774,17 @@ journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 	 * next segment.
 	 */
 	if (j->fd == -1 || segment_bytes == 0 ||
-	    j->format != JOURNAL_FORMAT_ROUNDS)
+	    j->format != JOURNAL_FORMAT_ROUNDS || j->zeros_stopped)
 		return 0;
 	chunk = journal_zero_chunk(segment_bytes);
-	/* Never past segment_bytes and one chunk: rotation comes first. */
-	limit = segment_bytes + chunk;
+	/*
+	 * Never past segment_bytes: the round that crosses it appends
+	 * (growing the file), and the rotation after it finds no zero tail
+	 * to cut, so a full segment is sealed without a truncate and an
+	 * fsync on the journaling thread (doc/journal.md, "The next
+	 * segment made ahead").
+	 */
+	limit = segment_bytes;
 	/* Less than a chunk ahead: up to the chunk boundary after next. */
 	if (j->zeroed >= j->size + chunk || j->zeroed >= limit)
 		return 0;
@@ -881,28 +904,207 @@ journal_cut_zeros(struct journal *j, char **cause)
 	return 0;
 }
 
+/* ---- the next segment made ahead --------------------------------------- */
+
+void
+journal_next_name(uint64_t number, char name[JOURNAL_NEXT_NAME_BYTES])
+{
+	snprintf(name, JOURNAL_NEXT_NAME_BYTES, JOURNAL_NEXT_PREFIX "%016"
+	    PRIx64 ".tmp", number);
+}
+
+int
+journal_make_next(int dir_fd, const char *dir, uint64_t number,
+    uint64_t segment_bytes, struct journal_next *next, char **cause)
+{
+	uint8_t		header[SEGMENT_HEADER_BYTES];
+	char		tmp[JOURNAL_NEXT_NAME_BYTES];
+	uint64_t	chunk, want, at;
+	struct statvfs	vfs;
+	const char	*what;
+	size_t		n;
+	ssize_t		w;
+	int		fd, saved_errno;
+
+	next->fd = -1;
+	next->number = next->zeroed = 0;
+	journal_next_name(number, tmp);
+	/* One a crash left: made again, its state unknown. */
+	if (unlinkat(dir_fd, tmp, 0) == -1 && errno != ENOENT) {
+		journal_cause(cause, "journal %s/%s: unlink: %s", dir,
+		    tmp, strerror(errno));
+		return -1;
+	}
+	/* The zeros journal_prezero would write first in a new segment. */
+	chunk = journal_zero_chunk(segment_bytes);
+	want = (SEGMENT_HEADER_BYTES / chunk + 2) * chunk;
+	if (want > segment_bytes)
+		want = segment_bytes;
+	if (want < SEGMENT_HEADER_BYTES)
+		want = SEGMENT_HEADER_BYTES;
+	/* Nearly full: none made, rotation creates the segment itself. */
+	if (fstatvfs(dir_fd, &vfs) == 0 && (uint64_t)vfs.f_bavail *
+	    vfs.f_frsize < ZERO_MIN_FREE_BYTES + want)
+		return 0;
+	fd = openat(dir_fd, tmp, O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW,
+	    0600);
+	if (fd == -1) {
+		journal_cause(cause, "journal %s/%s: create: %s", dir, tmp,
+		    strerror(errno));
+		return -1;
+	}
+	journal_segment_header_encode(number, header);
+	what = "write header";
+	if (durable_write_all(fd, header, sizeof header) == -1)
+		goto fail;
+	what = "write zeros";
+	for (at = SEGMENT_HEADER_BYTES; at < want; at += (uint64_t)w) {
+		n = want - at > sizeof journal_zeros ? sizeof journal_zeros :
+		    (size_t)(want - at);
+		w = pwrite(fd, journal_zeros, n, (off_t)at);
+		if (w == -1 && errno == EINTR) {
+			w = 0;
+			continue;
+		}
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			goto fail;
+		}
+	}
+	/*
+	 * Header, zeros and their blocks durable before the name can be
+	 * the segment's: a rename that persists finds them on the disk.
+	 * The temporary name itself needs no directory fsync.
+	 */
+	what = "fsync";
+	if (fsync(fd) == -1)
+		goto fail;
+	next->fd = fd;
+	next->number = number;
+	next->zeroed = want;
+	return 0;
+
+fail:
+	saved_errno = errno;
+	close(fd);
+	unlinkat(dir_fd, tmp, 0);
+	errno = saved_errno;
+	journal_cause(cause, "journal %s/%s: %s: %s", dir, tmp, what,
+	    strerror(errno));
+	return -1;
+}
+
+void
+journal_drop_next(int dir_fd, struct journal_next *next)
+{
+	char	tmp[JOURNAL_NEXT_NAME_BYTES];
+
+	if (next->fd == -1)
+		return;
+	close(next->fd);
+	/* No directory fsync: a name replay ignores. */
+	journal_next_name(next->number, tmp);
+	unlinkat(dir_fd, tmp, 0);
+	next->fd = -1;
+	next->number = next->zeroed = 0;
+}
+
+/*
+ * Give the segment made ahead its name: RENAME_NOREPLACE (a segment is
+ * never overwritten, as create_segment's O_EXCL), then the directory
+ * fsync'd.  Returns its fd, -1 when it was not used (next dropped: the
+ * caller creates the segment), -2 after the rename when the directory
+ * fsync failed (the name removed again; cause set).
+ */
+static int
+rotate_to_next(struct journal *j, struct journal_next *next, char **cause)
+{
+	char	name[SEGMENT_NAME_BYTES], tmp[JOURNAL_NEXT_NAME_BYTES];
+	int	fd;
+
+	if (next == NULL || next->fd == -1)
+		return -1;
+	if (next->number != j->segment + 1) {
+		journal_drop_next(j->dir_fd, next);
+		return -1;
+	}
+	journal_segment_name(next->number, name);
+	journal_next_name(next->number, tmp);
+	if (renameat2(j->dir_fd, tmp, j->dir_fd, name,
+	    RENAME_NOREPLACE) == -1) {
+		next->rename_errno = errno;	/* the caller says why */
+		journal_drop_next(j->dir_fd, next);
+		return -1;
+	}
+	fd = next->fd;
+	next->fd = -1;
+	if (fsync(j->dir_fd) == -1) {
+		journal_cause(cause, "journal %s/%s: fsync directory: %s",
+		    j->dir, name, strerror(errno));
+		close(fd);
+		unlinkat(j->dir_fd, name, 0);
+		return -2;
+	}
+	return fd;
+}
+
 int
 journal_rotate(struct journal *j, char **cause)
 {
-	int	fd;
+	return journal_rotate_next(j, NULL, cause);
+}
 
-	if (j->fd == -1)
+int
+journal_rotate_next(struct journal *j, struct journal_next *next,
+    char **cause)
+{
+	uint64_t	zeroed = SEGMENT_HEADER_BYTES;
+	int		fd;
+
+	if (j->fd == -1) {
+		if (next != NULL)
+			journal_drop_next(j->dir_fd, next);
 		return journal_unusable(j, cause);
+	}
 	/*
 	 * The caller synced the current segment: it is complete.  A sealed
 	 * segment keeps the format without zeros (replay calls a zero tail
 	 * in one corruption), so its zero tail is cut, and the cut made
-	 * durable, before the next segment can exist.
+	 * durable, before the next segment can exist.  A segment rotated
+	 * because it is full has none (journal_prezero stops at
+	 * segment_bytes): the cut is then only an fstat.
 	 */
-	if (journal_cut_zeros(j, cause) != 0)
+	if (journal_cut_zeros(j, cause) != 0) {
+		if (next != NULL)
+			journal_drop_next(j->dir_fd, next);
 		return -1;
-	if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
-	    cause)) == -1)
+	}
+	if (next != NULL)
+		zeroed = next->zeroed;
+	/*
+	 * Cut: from here a failure may leave the next segment's name on the
+	 * disk (its removal is no more durable than its creation), so this
+	 * one keeps no zeros ahead while it stays the live one.
+	 */
+	if ((fd = rotate_to_next(j, next, cause)) == -2) {
+		j->zeros_stopped = 1;
 		return -1;
+	}
+	if (fd == -1) {
+		zeroed = SEGMENT_HEADER_BYTES;
+		if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
+		    cause)) == -1) {
+			j->zeros_stopped = 1;
+			return -1;
+		}
+	}
+	j->zeros_stopped = 0;
 	close(j->fd);
 	j->fd = fd;
 	j->segment++;
-	j->size = j->zeroed = SEGMENT_HEADER_BYTES;
+	j->size = SEGMENT_HEADER_BYTES;
+	j->zeroed = zeroed;
 	j->format = journal_new_format();
 	j->zero_retry_at = 0;
 	return 0;

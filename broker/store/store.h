@@ -157,6 +157,15 @@ struct journal {
 	uint64_t	 zeroed;
 	int64_t		 zero_retry_at;	/* zeros failed: retry (ms) */
 	/*
+	 * A rotation failed after its cut (its directory fsync, or the
+	 * creation's): the next segment's name may be on the disk all the
+	 * same, and a sealed segment ends in records only, so no zeros
+	 * ahead in this one until a rotation succeeds.  Set at open too,
+	 * while the directory's fsync fails (journal_open_dir): the name
+	 * may be a previous handle's.
+	 */
+	int		 zeros_stopped;
+	/*
 	 * The segment's format version: 2 (JOURNAL_FORMAT_ROUNDS), each
 	 * record written with a round prefix naming size at the append.
 	 */
@@ -196,7 +205,7 @@ int	journal_sync(struct journal *, char **cause);
 /*
  * Keep zeros ahead of the logical end of a segment rotated past
  * segment_bytes: when less than a chunk is left, write zeros (pwrite)
- * up to two chunks ahead, never past segment_bytes and one chunk.  No
+ * up to two chunks ahead, never past segment_bytes.  No
  * fdatasync: the next round's covers them.  -1 (cause set) when the
  * write failed: the journal is as usable as before (nothing was
  * acknowledged by it); tries again JOURNAL_ZERO_RETRY_MS later.
@@ -293,6 +302,46 @@ int	journal_replay_hinted(const char *dir, uint64_t from, int flags,
 int	journal_segment_end(const uint8_t *map, size_t size, size_t *end);
 /* Start the next segment (after a sync): for checkpoints. */
 int	journal_rotate(struct journal *, char **cause);
+/*
+ * The next segment made ahead (doc/journal.md, "The next segment made
+ * ahead"), off the journaling thread: its header and the first zeros
+ * written and fsync'd under ".next-<number>.tmp", a name that is no
+ * segment's (replay, verify and backup ignore it; a checkpoint prunes
+ * those of numbers before its own), so that a rotation only renames it
+ * into place.  fd -1: none.
+ */
+#define JOURNAL_NEXT_PREFIX	".next-"	/* then 16 hex digits, ".tmp" */
+#define JOURNAL_NEXT_NAME_BYTES	27
+void	journal_next_name(uint64_t number, char name[JOURNAL_NEXT_NAME_BYTES]);
+struct journal_next {
+	int		fd;
+	uint64_t	number;
+	uint64_t	zeroed;		/* its size: header and zeros */
+	int		rename_errno;	/* why journal_rotate_next could not
+					   rename it into place (0: it could) */
+};
+/*
+ * Make segment number ahead in the directory dir_fd (dir names it in
+ * causes); any earlier file of that name is removed first.  0 with
+ * next->fd -1 when the file system is nearly full (none made); -1 and
+ * cause on failure (nothing left behind).
+ */
+int	journal_make_next(int dir_fd, const char *dir, uint64_t number,
+	    uint64_t segment_bytes, struct journal_next *next, char **cause);
+/*
+ * Close and unlink one made ahead and not used (nothing if fd is -1).
+ * Each number has its own name, so this never touches another being
+ * made meanwhile.
+ */
+void	journal_drop_next(int dir_fd, struct journal_next *next);
+/*
+ * journal_rotate, switching to next when it is segment + 1: renamed into
+ * place (never over an existing segment) and the directory fsync'd.
+ * next is consumed either way (used, or dropped); NULL or another
+ * number: the segment is created as journal_rotate does.
+ */
+int	journal_rotate_next(struct journal *, struct journal_next *next,
+	    char **cause);
 
 /* ---- checkpoint.c: snapshots of the table (format in doc/journal.md) -- */
 
@@ -953,6 +1002,13 @@ enum crash_point {
 	CRASH_AFTER_EFFECT_RESOLVE_DURABLE,	/* resolve, any evidence */
 	/* The master's: committed entries given to the index, uncommitted. */
 	CRASH_DURING_INDEX_WRITE,
+	/*
+	 * The master's, at a rotation to the segment made ahead: before
+	 * the cut and the rename (the old segment live, the new one under
+	 * its temporary name), and after both (no record in it yet).
+	 */
+	CRASH_BEFORE_NEXT_SEGMENT_RENAMED,
+	CRASH_AFTER_NEXT_SEGMENT_RENAMED,
 	CRASH_POINT_COUNT
 };
 #ifdef IDEM_FAULT_INJECTION

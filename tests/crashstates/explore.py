@@ -33,7 +33,9 @@ file or directory with changes since its last sync is a pending item,
 and a crash may have persisted any prefix of an item's changes (a
 directory's entry changes persist in order; a file's writes too, the
 first one not persisted possibly torn to its first half, or, with
---zero-fill, present at full size but zero-filled).  Items are
+--zero-fill, present at full size but zero-filled; also with --zero-fill,
+a file never synced whose changes are writes only, all of them present
+at their size and zero-filled).  Items are
 independent: every combination is taken (past --combinations of them,
 each item's options with the others all applied and with the others all
 dropped).  This contains the four states of the brief for every k: all
@@ -109,6 +111,19 @@ LOCK_NAME = ".idem/idemd.lock"
 # The rotate kind's base fills segment 1 to just under this, so that the
 # request's first record starts segment 2 and a checkpoint.
 SEGMENT_BYTES = 4096
+# The table's slots: --capacity, for every kind but rotate_early.
+CAPACITY = 1024
+# rotate_early's: a table this small wants a checkpoint (an early
+# rotation, segment 1 still with its zero tail) once capacity / 2 + 1
+# committed entries are not in the index (journaler.c,
+# journaler_maybe_rotate).  Its base holds that many (the earlier
+# submission, an effect begun and fillers with ids, made by a broker of
+# CAPACITY, which wants none), so the traced broker rotates after the
+# round of a legacy task sent first, and the request, the effect's
+# complete, lies in segment 2 only: a commit whose only evidence is
+# there, so that losing the rename or segment 2's bytes commits it again
+# on the retry, which the check refuses.
+EARLY_CAPACITY = 8
 # A legacy write_task's journal record with its round prefix; every
 # kind's request writes one at least this long.
 LEGACY_RECORD = 160
@@ -127,8 +142,19 @@ STOP_TIMEOUT = 20.0
 
 # The kinds whose level 1 must have reordered-sector states: their
 # traced request writes a round over the zeros the base keeps ahead.
+# Not rotate: zeros stop at SEGMENT_BYTES, so its round in segment 1
+# overwrites only that segment's last sector (the rest is an append), and
+# its round in segment 2, over the zeros made ahead, lies in the first
+# sector.  Its trace must instead rename the segment made ahead into
+# place (NEXT_KINDS; doc/journal.md, "The next segment made ahead").
 REORDER_KINDS = ("task", "legacy", "report", "effect_begin",
-                 "effect_complete", "effect_extend", "rotate")
+                 "effect_complete", "effect_extend")
+NEXT_KINDS = ("rotate", "rotate_early")
+# The kinds whose rotation must be an early one: its trace cuts segment
+# 1's zero tail before the rename, and the reply waits for a record in
+# segment 2, so that losing the cut, the rename or segment 2's bytes
+# fails the check (doc/journal.md, "The next segment made ahead").
+EARLY_KINDS = ("rotate_early",)
 
 EARLIER_ID = "crashstates/earlier"
 TASK_ID = "crashstates/task"
@@ -150,7 +176,7 @@ class Broker:
     """One idemd on root, optionally under strace; ready when started."""
 
     def __init__(self, idemd, root, log_path, trace_path=None,
-                 watch_log=False):
+                 watch_log=False, capacity=CAPACITY):
         self.root = root
         self.log_path = log_path
         self.pid = None
@@ -159,7 +185,7 @@ class Broker:
         self.reader = None
         r, w = os.pipe()
         argv = [idemd, "--root", root, "--workers", "1", "--capacity",
-                "1024", "--segment-bytes", str(SEGMENT_BYTES),
+                str(capacity), "--segment-bytes", str(SEGMENT_BYTES),
                 "--ready-fd", str(w)]
         if trace_path is not None:
             argv = ["strace", "-f", "-ttt", "-xx", "-s", "1048576", "-y",
@@ -298,18 +324,40 @@ def segment_end(path):
 def await_zeros(path):
     """Wait until the writer has its zeros ahead of the logical end of
     journal segment path: at least a chunk of them (SEGMENT_BYTES/8), or
-    up to SEGMENT_BYTES and one chunk, the most it writes (journal.c,
-    journal_prezero).  False if they do not come within READY_TIMEOUT."""
+    up to SEGMENT_BYTES, the most it writes (journal.c, journal_prezero:
+    a full segment has no zero tail to cut).  False if they do not come
+    within READY_TIMEOUT."""
     chunk = SEGMENT_BYTES // 8
     deadline = time.monotonic() + READY_TIMEOUT
     while True:
-        want = min(segment_end(path) + chunk, SEGMENT_BYTES + chunk)
+        want = min(segment_end(path) + chunk, SEGMENT_BYTES)
         if os.stat(path).st_size >= want:
             return True
         if time.monotonic() > deadline:
             return False
         # Nothing to wait on from outside: the zeros are written
         # between the journaling thread's rounds, with no message.
+        time.sleep(0.005)
+
+
+def await_made_ahead(root):
+    """Wait until a broker just started on root has made segment 2 ahead
+    (.next-0000000000000002.tmp at its full size), so that the rotation
+    after the request's first round takes it, not one round later; the
+    fsync after the last write is the next call.  Nothing to wait on
+    from outside: the checkpoint thread makes it, with no message."""
+    path = os.path.join(root, ".idem", "journal",
+                        ".next-0000000000000002.tmp")
+    want = (32 // (SEGMENT_BYTES // 8) + 2) * (SEGMENT_BYTES // 8)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        try:
+            if os.stat(path).st_size >= want:
+                return
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            raise ExploreError("no segment made ahead in %s" % root)
         time.sleep(0.005)
 
 
@@ -399,6 +447,13 @@ def write_tree(tree, root):
         if entry[0] == "f":
             with open(os.path.join(root, relpath), "wb") as f:
                 f.write(entry[1])
+
+
+def is_made_ahead(relpath):
+    """A journal segment being made ahead (.idem/journal/.next-N.tmp)."""
+    name = os.path.basename(relpath)
+    return (os.path.dirname(relpath) == ".idem/journal" and
+            name.startswith(".next-") and name.endswith(".tmp"))
 
 
 def tree_key(tree):
@@ -993,6 +1048,21 @@ def options(node, zero_fill):
             if zero_fill:
                 out.append((j, "zero"))
         out.append((j, ""))
+    # With zero_fill, also every unsynced write's size kept and none of
+    # its data (a file system that allocates at writeback: a file
+    # created and written, never synced, and renamed can be all zeros at
+    # its full size): the state that tells a made-ahead segment not
+    # fsync'd before its rename (doc/journal.md, "The next segment made
+    # ahead").  Only where it differs from (0, "zero"): more than one
+    # write, no truncate among them; and only for a file never synced
+    # (a synced one's later writes are the journal's rounds, whose
+    # lost sectors the reordered states cover, at a fraction of the
+    # states).
+    pending = node.pending
+    if zero_fill and not node.synced and \
+            sum(1 for p in pending if p[0] == "write") > 1 and \
+            all(p[0] == "write" for p in pending):
+        out.insert(len(out) - 1, (0, "zeros"))
     return out
 
 
@@ -1160,6 +1230,9 @@ def content_of(node, option):
     elif how == "zero":
         _, a, chunk = node.pending[j]
         write_at(data, a, b"\0" * len(chunk))
+    elif how == "zeros":
+        for _, a, chunk in node.pending[j:]:
+            write_at(data, a, b"\0" * len(chunk))
     return bytes(data)
 
 
@@ -1180,6 +1253,8 @@ def describe_option(path, node, option):
         text += ", the next one torn in half"
     elif how == "zero":
         text += ", the next one zero-filled"
+    elif how == "zeros":
+        text += ", all of them zero-filled"
     return text
 
 
@@ -1378,16 +1453,20 @@ def sha256_hex(data):
 class Base:
     """A root to record on: its tree and its earlier submission."""
     __slots__ = ("tree", "earlier_request", "earlier_reply", "earlier_task",
-                 "effect_fence")
+                 "effect_fence", "capacity")
 
 
 class Kind:
     """One request kind: its request and what a retry must answer."""
 
-    def __init__(self, name, request, base):
+    def __init__(self, name, request, base, before=(), checks=None):
         self.name = name
         self.request = request
         self.base = base
+        # Sent first in the traced run only (their replies are no acks).
+        self.before = before
+        # Whose check its retry takes (rotate_early: effect_complete's).
+        self.checks = checks or name
         self.traces = 0
         self.generated = [0, 0]		# per level
         self.reordered = [0, 0]		# of them reordered (sectors)
@@ -1401,15 +1480,15 @@ class Kind:
         """Append to problems what is wrong with reply, the answer to a
         retry on root, which held the files before before the retry."""
         r = json.loads(reply)
-        if self.name in ("task", "rotate"):
+        if self.checks in ("task", "rotate"):
             self.check_task(root, before, r, reply, acks, problems)
-        elif self.name == "effect_begin":
+        elif self.checks == "effect_begin":
             self.check_effect_begin(r, reply, acks, problems)
-        elif self.name == "effect_complete":
+        elif self.checks == "effect_complete":
             self.check_effect_complete(r, reply, acks, problems)
-        elif self.name == "effect_extend":
+        elif self.checks == "effect_extend":
             self.check_effect_extend(r, reply, acks, problems)
-        elif self.name == "legacy":
+        elif self.checks == "legacy":
             self.check_legacy(root, before, r, acks, problems)
         else:
             self.check_report(root, before, r, reply, acks, problems)
@@ -1592,13 +1671,17 @@ class Explorer:
         with self.lock:
             print(text, flush=True)
 
-    def make_base(self, name, fill, effect=False):
+    def make_base(self, name, fill, effect=False, capacity=CAPACITY):
         """A root with the earlier submission committed; with effect, an
         effect begun (proceed) after it; then with fill "segment", legacy
         tasks until segment 1 is one record short of SEGMENT_BYTES, with
-        "sector" until the next record crosses a sector boundary; killed
-        with the zeros ahead."""
+        "sector" until the next record crosses a sector boundary, with
+        "table" tasks with ids until capacity / 2 + 1 entries are in the
+        table; killed with the zeros ahead.  The base is made with
+        CAPACITY; capacity is what the traced broker and the checks run
+        with."""
         base = Base()
+        base.capacity = capacity
         root = os.path.join(self.work, name, "root")
         os.makedirs(root)
         b = Broker(self.idemd, root, os.path.join(self.work, name,
@@ -1646,7 +1729,16 @@ class Explorer:
             reply = json.loads(c.call(task_request(None, "filler", 0)))
             if not reply.get("ok"):
                 raise ExploreError("a filler task: %s" % reply)
+        # "table": the early rotation's threshold, with the earlier one.
+        for i in range(capacity // 2 if fill == "table" else 0):
+            reply = json.loads(c.call(task_request(
+                "crashstates/filler/%d" % i, "filler", 0)))
+            if reply.get("disposition") != "created":
+                raise ExploreError("a filler task: %s" % reply)
         c.close()
+        if fill == "table" and os.path.exists(os.path.join(
+                os.path.dirname(segment), "0000000000000002.jnl")):
+            raise ExploreError("the base's fillers rotated the journal")
         # Killed, not stopped: a clean stop cuts the zeros the writer
         # keeps ahead (doc/journal.md, "The zero tail"), and then the
         # traced request's first round would be an append.  In production
@@ -1669,9 +1761,20 @@ class Explorer:
             "task_id"]
         return base
 
-    def trace_of(self, root, trace_path, reply, tree, acks, origin):
+    def trace_of(self, root, trace_path, reply, tree, acks, origin,
+                 made_ahead=False):
         """The Trace of a run recorded in trace_path on root, which held
-        tree; reply is the raw reply the run sent."""
+        tree; reply is the raw reply the run sent.  Without made_ahead
+        (every kind but NEXT_KINDS), the segments being made ahead are
+        left out of the model: under their .next name nothing reads them
+        (start-up, verify and backup ignore them, a making replaces
+        them), and the checkpoint thread makes one beside every traced
+        request, whose crash states would multiply each kind's by its
+        own (7 times for task, legacy and report) to no purpose.  The
+        kinds that rename one into place keep them."""
+        if not made_ahead:
+            tree = {relpath: entry for relpath, entry in tree.items()
+                    if not is_made_ahead(relpath)}
         model = TraceModel(os.path.realpath(root),
                            os.path.dirname(os.path.realpath(root)), tree)
         reply_line = None
@@ -1689,6 +1792,10 @@ class Explorer:
             raise ExploreError("the reply is not in the trace %s" %
                                trace_path)
         model.ops.sort(key=lambda op: op.key)
+        if not made_ahead:
+            model.ops = [op for op in model.ops
+                         if not is_made_ahead(op.path or "") and
+                         not is_made_ahead(op.path2 or "")]
         trace = Trace()
         trace.tree = tree
         trace.prefix = []
@@ -1707,14 +1814,22 @@ class Explorer:
         root = os.path.join(where, "traced", "root")
         write_tree(kind.base.tree, root)
         trace_path = os.path.join(where, "trace.txt")
-        rotate = kind.name == "rotate"
+        rotate = kind.name in NEXT_KINDS
         b = Broker(self.idemd, root, os.path.join(where, "traced.log"),
-                   trace_path=trace_path, watch_log=rotate)
+                   trace_path=trace_path, watch_log=rotate,
+                   capacity=kind.base.capacity)
         if not b.ready:
             raise ExploreError("idemd did not start under strace:\n" +
                                b.log_tail())
+        if kind.name in EARLY_KINDS:
+            await_made_ahead(root)
         c = Connection(root)
         t_request = time.time()
+        for request in kind.before:
+            reply = json.loads(c.call(request))
+            if not reply.get("ok"):
+                raise ExploreError("the traced %s run's first request "
+                                   "failed: %s" % (kind.name, reply))
         kind.reply = c.call(kind.request)
         c.close()
         # The checkpoint runs beside the request; its pruning follows the
@@ -1730,7 +1845,7 @@ class Explorer:
             raise ExploreError("the traced %s request failed: %s" % (
                 kind.name, kind.reply.decode()))
         trace = self.trace_of(root, trace_path, kind.reply, kind.base.tree,
-                              (), "level 1")
+                              (), "level 1", made_ahead=rotate)
         trace.startup_ops = sum(1 for op in trace.ops if op.ts < t_request)
         with open(os.path.join(where, "ops.txt"), "w") as f:
             for i, op in enumerate(trace.ops):
@@ -1801,7 +1916,8 @@ class Explorer:
         traced = level == 0 and self.args.depth > 1 and \
             kind.name in self.args.deep_kinds.split(",")
         b = Broker(self.idemd, root, log_path,
-                   trace_path=trace_path if traced else None)
+                   trace_path=trace_path if traced else None,
+                   capacity=kind.base.capacity)
         if not b.ready:
             b.stop()
             return ["idemd refused to start on this state:\n" +
@@ -1833,7 +1949,8 @@ class Explorer:
         if traced and json.loads(reply).get("ok"):
             trace = self.trace_of(root, trace_path, reply, state.tree,
                                   state.acks, "level 2 from level-1 state "
-                                  "%d" % state.number)
+                                  "%d" % state.number,
+                                  made_ahead=kind.name in NEXT_KINDS)
         return problems, trace
 
     def failed(self, kind, level, state, problems):
@@ -1925,6 +2042,28 @@ def fd_path_text(call):
     return path or ""
 
 
+def early_rotation(trace):
+    """Whether trace cuts segment 1 (a truncate to less than its size)
+    before renaming .next-0000000000000002.tmp into place, and sends its
+    reply after a write to segment 2."""
+    if trace is None:
+        return False
+    cut = renamed = written = None
+    for i, op in enumerate(trace.ops):
+        name = os.path.basename(op.path or "")
+        if op.kind == "trunc" and name == "0000000000000001.jnl" and \
+                cut is None:
+            cut = i
+        elif op.kind == "rename" and name.startswith(".next-") and \
+                (op.path2 or "").endswith("0000000000000002.jnl"):
+            renamed = i
+        elif op.kind == "write" and name == "0000000000000002.jnl" and \
+                renamed is not None and written is None:
+            written = i
+    return cut is not None and renamed is not None and \
+        written is not None and cut < renamed and written < trace.k_ack
+
+
 def choose(states, cap):
     """All states, or cap of them spread evenly over the traces."""
     if cap is None or len(states) <= cap:
@@ -1960,9 +2099,11 @@ def main():
                         help="the idemd binary (env IDEMD)")
     # rotate last: its many states take what the budget leaves.
     parser.add_argument("--kinds", default="task,legacy,report,"
-                        "effect_begin,effect_complete,effect_extend,rotate",
+                        "effect_begin,effect_complete,effect_extend,"
+                        "rotate_early,rotate",
                         help="request kinds: task, legacy, report, rotate, "
-                        "effect_begin, effect_complete, effect_extend")
+                        "rotate_early, effect_begin, effect_complete, "
+                        "effect_extend")
     parser.add_argument("--depth", type=int, default=2, choices=(1, 2),
                         help="2: also the crash states of each retry "
                         "(a crash during recovery)")
@@ -2005,7 +2146,7 @@ def main():
         parser.error("--idemd or IDEMD is required")
     names = args.kinds.split(",")
     for name in names:
-        if name not in ("task", "legacy", "report", "rotate",
+        if name not in ("task", "legacy", "report", "rotate", "rotate_early",
                         "effect_begin", "effect_complete", "effect_extend"):
             parser.error("unknown kind %s" % name)
     if shutil.which("strace") is None:
@@ -2055,6 +2196,15 @@ def main():
                     kinds.append(Kind("effect_extend", effect_request(
                         "effect_extend", 2, fence=begun.effect_fence,
                         lease_ms=EFFECT_LEASE_MS), begun))
+            elif name == "rotate_early":
+                early = ex.make_base("base-table", "table", effect=True,
+                                     capacity=EARLY_CAPACITY)
+                kinds.append(Kind("rotate_early", effect_request(
+                    "effect_complete", 2, fence=early.effect_fence,
+                    outcome="applied", result=EFFECT_RESULT), early,
+                    before=(task_request(None, "legacy, then a "
+                                         "rotation", 3),),
+                    checks="effect_complete"))
             else:
                 kinds.append(Kind("rotate", task_request(
                     TASK_ID, "one new task past the segment", 2),
@@ -2108,6 +2258,29 @@ def main():
                   "(its traced round must go over the base's zeros)" %
                   ", ".join(missing))
             return 1
+    # The rotation must take the segment made ahead, or its crash states
+    # (made, renamed, written over) went unexplored without a word.
+    missing = [k.name for k in kinds if k.name in NEXT_KINDS and
+               (k.trace is None or not any(
+                   op.kind == "rename" and
+                   os.path.basename(op.path).startswith(".next-") and
+                   op.path2.endswith("0000000000000002.jnl")
+                   for op in k.trace.ops))]
+    if missing:
+        print("FAIL: %s did not rename the segment made ahead into place "
+              "(.next-0000000000000002.tmp -> 0000000000000002.jnl)" %
+              ", ".join(missing))
+        return 1
+    # An early rotation: the cut of segment 1 before the rename, and the
+    # reply after a record written to segment 2, or the states that lose
+    # them went unexplored without a word.
+    missing = [k.name for k in kinds if k.name in EARLY_KINDS and
+               not early_rotation(k.trace)]
+    if missing:
+        print("FAIL: %s: no early rotation (segment 1 cut, then renamed "
+              "into place, the reply after a record in segment 2)" %
+              ", ".join(missing))
+        return 1
     if explored < unique:
         return not_proved("%d of %d unique states not explored (%s)" % (
             unique - explored, unique, "--max-states" if

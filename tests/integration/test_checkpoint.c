@@ -5,6 +5,9 @@
  * putting one in place.  The broker runs with a tiny --segment-bytes so
  * that a few dozen creations rotate segments and checkpoint the table.
  */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -27,6 +31,7 @@ struct journal_files {
 	int	segments;
 	int	checkpoints;
 	int	temporaries;
+	int	made_ahead;	/* .next-N.tmp: a segment made ahead */
 };
 
 static void
@@ -46,6 +51,8 @@ count_journal(const struct broker *b, struct journal_files *jf)
 			jf->segments++;
 		else if (strncmp(e->d_name, "checkpoint-", 11) == 0)
 			jf->checkpoints++;
+		else if (strncmp(e->d_name, ".next-", 6) == 0)
+			jf->made_ahead++;
 		else if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 &&
 		    strcmp(e->d_name, "..") != 0)
 			jf->temporaries++;
@@ -93,7 +100,7 @@ create_all(struct broker *b, char receipts[][2048])
 
 /* Every answered submission comes back byte for byte; the rest complete. */
 static void
-check_all(struct broker *b, char receipts[][2048], int answered)
+check_receipts(struct broker *b, char receipts[][2048], int answered)
 {
 	struct idem_conn	*conn;
 	struct idem_task	 task;
@@ -115,6 +122,13 @@ check_all(struct broker *b, char receipts[][2048], int answered)
 			    result.disposition == IDEM_REUSED);
 	}
 	idem_close(conn);
+}
+
+/* check_receipts, and no other task in the workspace. */
+static void
+check_all(struct broker *b, char receipts[][2048], int answered)
+{
+	check_receipts(b, receipts, answered);
 	assert_int_equal(harness_count_tasks(b), CKPT_TASKS);
 }
 
@@ -129,6 +143,13 @@ test_checkpoints_bound_the_journal(void **state)
 	assert_int_equal(harness_start(&b, ckpt_args, NULL), 0);
 	assert_int_equal(create_all(&b, receipts), CKPT_TASKS);
 	assert_int_equal(harness_stop(&b), 0);
+	/*
+	 * Every rotation took the segment made ahead (doc/journal.md, "The
+	 * next segment made ahead"), rotations close together too: none
+	 * was created on the journaling thread.
+	 */
+	assert_true(harness_log_count(&b, "checkpoint checkpoint-") >= 3);
+	assert_int_equal(harness_log_count(&b, "none was made ahead"), 0);
 	/* Old segments are gone: one checkpoint and at most two segments. */
 	count_journal(&b, &jf);
 	assert_int_equal(jf.checkpoints, 1);
@@ -172,6 +193,194 @@ run_crash(const char *point)
 	harness_cleanup(&b);
 }
 
+/*
+ * A crash at a rotation to the segment made ahead (doc/journal.md, "The
+ * next segment made ahead"): before its rename the journal is segment 1
+ * with the file made ahead beside it, which start-up ignores; after it,
+ * segment 2 holds no record yet.  Either way the restart answers every
+ * receipt acknowledged before, and a clean stop leaves no file made
+ * ahead.
+ */
+static void
+run_crash_next(const char *point, int renamed)
+{
+	static char		 receipts[CKPT_TASKS][2048];
+	struct broker		 b;
+	struct journal_files	 jf;
+	char			 env[64];
+	int			 answered;
+
+	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
+	harness_fresh_root(&b);
+	assert_int_equal(harness_start(&b, ckpt_args,
+	    (const char *const []){ env, NULL }), 0);
+	answered = create_all(&b, receipts);
+	assert_true(answered > 0 && answered < CKPT_TASKS);
+	harness_wait_dead(&b);
+	assert_int_equal(b.exit_status, 128 + 9);
+	count_journal(&b, &jf);
+	assert_int_equal(jf.checkpoints, 0);
+	assert_int_equal(jf.segments, renamed ? 2 : 1);
+	assert_int_equal(jf.made_ahead, renamed ? 0 : 1);
+
+	assert_int_equal(harness_start(&b, ckpt_args, NULL), 0);
+	check_all(&b, receipts, answered);
+	assert_int_equal(harness_stop(&b), 0);
+	count_journal(&b, &jf);
+	assert_int_equal(jf.made_ahead, 0);
+	assert_int_equal(jf.temporaries, 0);
+	harness_cleanup(&b);
+}
+
+static void
+test_crash_before_next_segment_renamed(void **state)
+{
+	run_crash_next("before_next_segment_renamed", 0);
+}
+
+static void
+test_crash_after_next_segment_renamed(void **state)
+{
+	run_crash_next("after_next_segment_renamed", 1);
+}
+
+/* idemctl ARGS... (a shell command's words): its exit status, its output. */
+static int
+idemctl(char *out, size_t size, const char *fmt, ...)
+{
+	char	 cmd[4096];
+	va_list	 ap;
+	FILE	*p;
+	size_t	 n;
+	int	 status;
+
+	n = (size_t)snprintf(cmd, sizeof cmd, "'%s' ",
+	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl");
+	va_start(ap, fmt);
+	n += (size_t)vsnprintf(cmd + n, sizeof cmd - n, fmt, ap);
+	va_end(ap);
+	snprintf(cmd + n, sizeof cmd - n, " 2>&1");
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The highest segment number in dir (0: none). */
+static unsigned long long
+last_segment(const char *dir)
+{
+	DIR			*d;
+	struct dirent		*e;
+	unsigned long long	 n, last = 0;
+	char			*end;
+
+	assert_non_null(d = opendir(dir));
+	while ((e = readdir(d)) != NULL) {
+		n = strtoull(e->d_name, &end, 16);
+		if (end == e->d_name + 16 && strcmp(end, ".jnl") == 0 &&
+		    n > last)
+			last = n;
+	}
+	closedir(d);
+	return last;
+}
+
+static void
+plant_stale(const char *dir, unsigned long long n)
+{
+	char	path[512];
+	FILE	*f;
+
+	snprintf(path, sizeof path, "%s/.next-%016llx.tmp", dir, n);
+	assert_non_null(f = fopen(path, "w"));
+	assert_int_equal(fputs("stale: no segment header\n", f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * .next-K.tmp files a crash left (doc/journal.md, "The next segment made
+ * ahead"), with K before, equal to and after the last segment's number
+ * L (L+1: the one a crash left half made; L+2: one further), holding no
+ * segment's bytes.  verify, journal dump and backup take no notice of
+ * them (the backup holds none), start-up is unharmed, and the next
+ * rotation takes a segment made ahead afresh (none created on the
+ * journaling thread, none of the stale bytes renamed into place: the
+ * restart after it answers every receipt); the making of a number
+ * replaces the stale file of that number, and a checkpoint removes
+ * those of numbers up to its own, so after two rotations a clean stop
+ * leaves none.  Fails without the checkpoint's
+ * cleanup of old .next files.
+ */
+static void
+test_stale_made_ahead_files(void **state)
+{
+	static char		 receipts[CKPT_TASKS][2048];
+	static char		 out[65536];
+	struct broker		 b;
+	struct journal_files	 jf;
+	char			 dir[400], dest[512], id[64], path[600];
+	unsigned long long	 last;
+	json_t			*reply;
+	int			 i, checkpoints;
+
+	harness_fresh_root(&b);
+	assert_int_equal(harness_start(&b, ckpt_args, NULL), 0);
+	assert_int_equal(create_all(&b, receipts), CKPT_TASKS);
+	assert_int_equal(harness_stop(&b), 0);
+	snprintf(dir, sizeof dir, "%s/.idem/journal", b.root);
+	last = last_segment(dir);
+	assert_true(last >= 2);
+	plant_stale(dir, last - 1);
+	plant_stale(dir, last);
+	plant_stale(dir, last + 1);
+	plant_stale(dir, last + 2);
+
+	if (idemctl(out, sizeof out, "--root '%s' verify", b.root) != 0)
+		fail_msg("idemctl verify: %s", out);
+	/* Its output is long: only whether it reads the journal whole. */
+	if (idemctl(out, sizeof out, "--root '%s' journal dump >/dev/null",
+	    b.root) != 0)
+		fail_msg("idemctl journal dump failed");
+	snprintf(dest, sizeof dest, "%s.backup", b.root);
+	if (idemctl(out, sizeof out, "--root '%s' backup '%s' "
+	    "--with-workspace", b.root, dest) != 0)
+		fail_msg("idemctl backup: %s", out);
+	snprintf(path, sizeof path, "%s/.idem/journal/.next-%016llx.tmp",
+	    dest, last);
+	assert_int_equal(access(path, F_OK), -1);
+	if (idemctl(out, sizeof out, "--root '%s' verify", dest) != 0)
+		fail_msg("idemctl verify of the backup: %s", out);
+	snprintf(path, sizeof path, "rm -rf '%s'", dest);
+	assert_int_equal(system(path), 0);
+
+	assert_int_equal(harness_start(&b, ckpt_args, NULL), 0);
+	check_all(&b, receipts, CKPT_TASKS);
+	/*
+	 * New tasks until two rotations and their checkpoints: to L+1, to
+	 * L+2 (its stale file replaced by the making), each checkpoint's
+	 * prune done before a stop (the making after it may not be).
+	 */
+	checkpoints = harness_log_count(&b, "checkpoint checkpoint-");
+	for (i = 0; harness_log_count(&b, "checkpoint checkpoint-") <
+	    checkpoints + 2; i++) {
+		assert_true(i < 400);
+		snprintf(id, sizeof id, "stale/%d", i);
+		reply = harness_submit(&b, id, "after the stale files");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+	}
+	assert_int_equal(harness_log_count(&b, "none was made ahead"), 0);
+	assert_int_equal(harness_stop(&b), 0);
+	count_journal(&b, &jf);
+	assert_int_equal(jf.made_ahead, 0);
+	assert_int_equal(jf.temporaries, 0);
+	assert_int_equal(harness_start(&b, ckpt_args, NULL), 0);
+	check_receipts(&b, receipts, CKPT_TASKS);
+	harness_cleanup(&b);
+}
+
 static void
 test_crash_during_checkpoint(void **state)
 {
@@ -191,6 +400,9 @@ main(void)
 		cmocka_unit_test(test_checkpoints_bound_the_journal),
 		cmocka_unit_test(test_crash_during_checkpoint),
 		cmocka_unit_test(test_crash_after_checkpoint_renamed),
+		cmocka_unit_test(test_crash_before_next_segment_renamed),
+		cmocka_unit_test(test_crash_after_next_segment_renamed),
+		cmocka_unit_test(test_stale_made_ahead_files),
 	};
 
 	harness_watchdog(120);

@@ -933,7 +933,10 @@ checkpoint_after_a_lost_reservation_loads(void **state)
 
 /*
  * A new segment that cannot be created: the journal goes on in the
- * current one, and rotates once the disk is back.
+ * current one, and rotates once the disk is back.  Its file cannot be
+ * written under either name: neither the one made ahead
+ * (.next-0000000000000002.tmp, which then is not made) nor the segment's
+ * own (the rotation creating it).
  */
 static void
 segment_create_enospc_goes_on_in_the_current_one(void **state)
@@ -943,15 +946,141 @@ segment_create_enospc_goes_on_in_the_current_one(void **state)
 	char			*receipts[2 * TEST_BATCH];
 	int			 i;
 
-	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	/* Before the start: the broker makes the next segment at once. */
 	harness_fault_rule(t->fault_file,
-	    "write .idem/journal/0000000000000002.jnl ENOSPC");
+	    "write 0000000000000002. ENOSPC");
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
 	submit_batch(b, "seg", 0, TEST_BATCH, receipts);
 	harness_wait_log(b, "going on with the current segment", 1,
 	    TEST_EVENT_TIMEOUT_MS);
+	/* No rotation went through: no checkpoint, no segment 2. */
+	assert_int_equal(harness_log_count(b, "checkpoint checkpoint-"), 0);
+	assert_false(harness_exists(b, ".idem/journal/0000000000000002.jnl"));
 	fault_clear(t);
 	submit_batch(b, "seg", TEST_BATCH, 2 * TEST_BATCH, receipts);
+	/* The disk back, the journal rotates again: a checkpoint follows. */
+	harness_wait_log(b, "checkpoint checkpoint-", 1,
+	    TEST_EVENT_TIMEOUT_MS);
 	assert_batch_replays(t, "seg", 2 * TEST_BATCH, receipts);
+	for (i = 0; i < 2 * TEST_BATCH; i++)
+		free(receipts[i]);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+/*
+ * The segment made ahead cannot be renamed into place for a passing
+ * reason (EIO): doc/journal.md, "The next segment made ahead", says the
+ * rotation drops it and creates the segment itself, and says why once.
+ * Every rotation still goes through (checkpoints follow), no .next file
+ * is left by a stop, and every receipt comes back after a restart.  Once
+ * renames work again, rotations take the one made ahead.
+ */
+static void
+segment_rename_eio_creates_the_segment(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			*receipts[2 * TEST_BATCH];
+	int			 i, created;
+
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	harness_fault_rule(t->fault_file, "rename .idem/journal$ EIO");
+	submit_batch(b, "ren", 0, TEST_BATCH, receipts);
+	harness_wait_log(b, "checkpoint checkpoint-", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	created = harness_log_count(b, "none was made ahead");
+	assert_true(created >= 1);
+	assert_int_equal(harness_log_count(b,
+	    "going on with the current segment"), 0);
+	assert_int_equal(harness_log_count(b, "could not be renamed into "
+	    "place (Input/output error)"), 1);
+	fault_clear(t);
+	/*
+	 * Two rotations at least (a batch fills more than two segments),
+	 * of which one at most (one asked for before the clear) created
+	 * its segment.
+	 */
+	submit_batch(b, "ren", TEST_BATCH, 2 * TEST_BATCH, receipts);
+	harness_wait_log(b, "checkpoint checkpoint-", created + 2,
+	    TEST_EVENT_TIMEOUT_MS);
+	assert_true(harness_log_count(b, "none was made ahead") <=
+	    created + 1);
+	assert_batch_replays(t, "ren", 2 * TEST_BATCH, receipts);
+	for (i = 0; i < 2 * TEST_BATCH; i++)
+		free(receipts[i]);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(count_named(b, ".idem/journal", ".next-", ""), 0);
+	harness_shim_finish(t);
+}
+
+/*
+ * A file system without RENAME_NOREPLACE (EINVAL): said once, and no
+ * segment is made ahead from then on (not 2 MiB written, synced and
+ * dropped at every rotation), so every later rotation creates its own,
+ * even once the fault is gone; every receipt comes back.
+ */
+static void
+segment_rename_einval_stops_making_ahead(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			*receipts[2 * TEST_BATCH];
+	int			 i, created, checkpoints;
+
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	harness_fault_rule(t->fault_file, "rename .idem/journal$ EINVAL");
+	submit_batch(b, "rnv", 0, TEST_BATCH, receipts);
+	harness_wait_log(b, "cannot be renamed into place here", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	harness_wait_log(b, "checkpoint checkpoint-", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	fault_clear(t);
+	created = harness_log_count(b, "none was made ahead");
+	checkpoints = harness_log_count(b, "checkpoint checkpoint-");
+	submit_batch(b, "rnv", TEST_BATCH, 2 * TEST_BATCH, receipts);
+	harness_wait_log(b, "checkpoint checkpoint-", checkpoints + 2,
+	    TEST_EVENT_TIMEOUT_MS);
+	/* Each rotation since created its own: none was made to take. */
+	assert_true(harness_log_count(b, "none was made ahead") >=
+	    created + 2);
+	assert_int_equal(harness_log_count(b,
+	    "cannot be renamed into place here"), 1);
+	assert_batch_replays(t, "rnv", 2 * TEST_BATCH, receipts);
+	for (i = 0; i < 2 * TEST_BATCH; i++)
+		free(receipts[i]);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+/*
+ * The directory fsync after the rename fails: the doc says the name is
+ * removed again and the rotation fails as a failed creation does, the
+ * journal going on in the current segment.  So no segment 2 while the
+ * fault lasts, no checkpoint, every request served; with the disk back
+ * the journal rotates, and every receipt comes back after a restart.
+ */
+static void
+segment_rename_dir_fsync_eio_goes_on_in_the_current_one(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			*receipts[2 * TEST_BATCH];
+	int			 i;
+
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	harness_fault_rule(t->fault_file, "sync .idem/journal$ EIO");
+	submit_batch(b, "dfs", 0, TEST_BATCH, receipts);
+	harness_wait_log(b, "fsync directory: ", 1, TEST_EVENT_TIMEOUT_MS);
+	assert_true(harness_log_count(b,
+	    "going on with the current segment") >= 1);
+	assert_int_equal(harness_log_count(b, "checkpoint checkpoint-"), 0);
+	assert_false(harness_exists(b, ".idem/journal/0000000000000002.jnl"));
+	fault_clear(t);
+	submit_batch(b, "dfs", TEST_BATCH, 2 * TEST_BATCH, receipts);
+	harness_wait_log(b, "checkpoint checkpoint-", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	assert_batch_replays(t, "dfs", 2 * TEST_BATCH, receipts);
 	for (i = 0; i < 2 * TEST_BATCH; i++)
 		free(receipts[i]);
 	assert_int_equal(harness_stop(b), 0);
@@ -1067,6 +1196,9 @@ main(void)
 		T(sigterm_while_reopen_fails_stops_cleanly),
 		T(checkpoint_write_enospc_loses_nothing),
 		T(segment_create_enospc_goes_on_in_the_current_one),
+		T(segment_rename_eio_creates_the_segment),
+		T(segment_rename_einval_stops_making_ahead),
+		T(segment_rename_dir_fsync_eio_goes_on_in_the_current_one),
 		T(checkpoint_after_a_lost_reservation_loads),
 	};
 

@@ -542,6 +542,113 @@ verify_beside_a_busy_broker(void **state)
 	harness_shim_finish(t);
 }
 
+/*
+ * A rotation waits for its segment being made ahead (doc/journal.md,
+ * "The next segment made ahead"): with 4 KiB segments and the fsync of
+ * segment 3's file held by the shim, segment 2 fills while requests go
+ * on being served, no segment 3 appears, and once the hold ends the
+ * rotation renames the one made ahead: the broker never logs that it
+ * created a segment itself.  Fails without the wait (the rotation then
+ * creates segment 3 while the other is still being made).
+ */
+static void
+rotation_waits_for_the_segment_made_ahead(void **state)
+{
+	static const char *const args[] = { "--segment-bytes", "4096", NULL };
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			 id[64], path[512];
+	json_t			*reply;
+	int			 i;
+
+	harness_fault_rule(t->fault_file, "hold .next-0000000000000003.tmp");
+	assert_int_equal(harness_start(b, args, t->env), 0);
+	/* Until the rotation to segment 2 and its checkpoint are done. */
+	for (i = 0; harness_log_count(b,
+	    "checkpoint checkpoint-0000000000000002") == 0; i++) {
+		assert_true(i < 400);
+		snprintf(id, sizeof id, "rw/%d", i);
+		reply = harness_submit(b, id, "made ahead");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+	}
+	/* Segment 2 past 4096 bytes (about 14 tasks fill one): served. */
+	for (i = 0; i < 40; i++) {
+		snprintf(id, sizeof id, "rw/more/%d", i);
+		reply = harness_submit(b, id, "made ahead");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+	}
+	snprintf(path, sizeof path, "%s/.idem/journal/0000000000000003.jnl",
+	    b->root);
+	assert_int_equal(access(path, F_OK), -1);
+	harness_fault_rule(t->fault_file, "");
+	/* Rotations come between rounds: requests until it is done. */
+	for (i = 0; harness_log_count(b,
+	    "checkpoint checkpoint-0000000000000003") == 0; i++) {
+		assert_true(i < 400);
+		snprintf(id, sizeof id, "rw/after/%d", i);
+		reply = harness_submit(b, id, "made ahead");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+	}
+	assert_int_equal(access(path, F_OK), 0);
+	assert_int_equal(harness_log_count(b, "none was made ahead"), 0);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+/*
+ * An urgent rotation (the table full: its refusal asks for a checkpoint
+ * and writes no record) waits for the segment being made ahead, as any
+ * rotation does: the checkpoint that frees the table runs on the same
+ * thread right after the making, so not waiting would not free it
+ * sooner (doc/journal.md, "The next segment made ahead").  The wait
+ * must end when the making does, with no record to wake the journaler:
+ * with --capacity 4 and the fsync of .next-0000000000000002.tmp held,
+ * four tasks fill the table, a fifth is refused (table_full), and once
+ * the hold ends the rotation and its checkpoint follow with no request
+ * sent; the fifth is then created.  Fails when the end of the making
+ * does not wake the journaler (the checkpoint never comes).
+ */
+static void
+urgent_rotation_after_the_segment_made_ahead(void **state)
+{
+	static const char *const args[] = { "--capacity", "4", NULL };
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	json_t			*reply, *error;
+	char			 id[64];
+	int			 i;
+
+	harness_fault_rule(t->fault_file, "hold .next-0000000000000002.tmp");
+	assert_int_equal(harness_start(b, args, t->env), 0);
+	for (i = 0; i < 4; i++) {
+		snprintf(id, sizeof id, "urgent/%d", i);
+		reply = harness_submit(b, id, "urgent");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+	}
+	reply = harness_submit(b, "urgent/4", "urgent");
+	harness_assert_bool(reply, "ok", 0);
+	error = json_object_get(reply, "error");
+	assert_non_null(error);
+	assert_string_equal(json_string_value(json_object_get(error, "code")),
+	    "table_full");
+	json_decref(reply);
+	/* Held: no rotation, no checkpoint. */
+	assert_int_equal(harness_log_count(b, "checkpoint checkpoint-"), 0);
+	harness_fault_rule(t->fault_file, "");
+	harness_wait_log(b, "checkpoint checkpoint-0000000000000002", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	assert_int_equal(harness_log_count(b, "none was made ahead"), 0);
+	reply = harness_submit(b, "urgent/4", "urgent");
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
 int
 main(void)
 {
@@ -552,6 +659,8 @@ main(void)
 		T(failing_zero_write_changes_nothing),
 		T(verify_beside_a_busy_broker),
 		T(torn_last_round_restarts_clean),
+		T(rotation_waits_for_the_segment_made_ahead),
+		T(urgent_rotation_after_the_segment_made_ahead),
 	};
 #undef T
 	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */

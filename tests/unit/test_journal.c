@@ -1195,13 +1195,18 @@ rotation_cuts_the_zero_tail(void **state)
 	chunk = journal_zero_chunk(ZT_SEGMENT_BYTES);
 	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
 	append_records(&j, 0, 3, NULL);
-	/* However often it runs, never past the segment and one chunk. */
+	/*
+	 * However often it runs, never past the segment (the round that
+	 * crosses it appends): at least a chunk ahead until then.
+	 */
 	for (i = 0; i < 64; i++) {
 		assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES,
 		    &cause), 0);
-		assert_true(j.zeroed <= ZT_SEGMENT_BYTES + chunk);
-		if (j.size < ZT_SEGMENT_BYTES)
+		assert_true(j.zeroed <= ZT_SEGMENT_BYTES);
+		if (j.size + chunk <= ZT_SEGMENT_BYTES)
 			assert_true(j.zeroed >= j.size + chunk);
+		else if (j.size < ZT_SEGMENT_BYTES)
+			assert_true(j.zeroed == ZT_SEGMENT_BYTES);
 		j.size += chunk / 2;	/* as if records had gone over */
 	}
 	j.size -= 64 * (chunk / 2);
@@ -1222,6 +1227,154 @@ rotation_cuts_the_zero_tail(void **state)
 	assert_int_equal(stats.end_segment, 2);
 	assert_true(stats.zero_bytes > 0);
 	free(c.records);
+}
+
+/*
+ * A segment rotated because it is full has no zero tail to cut: zeros
+ * stop at segment_bytes, the round that crosses it appends, so the file
+ * ends at the logical end and the rotation truncates and fsyncs nothing
+ * on the journaling thread (doc/journal.md, "The next segment made
+ * ahead").  Fails where zeros run a chunk past the segment.
+ */
+static void
+full_segment_has_no_tail_to_cut(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	char		*cause = NULL, path[256];
+	unsigned	 n = 0;
+	uint64_t	 end;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	while (j.size < ZT_SEGMENT_BYTES) {
+		append_records(&j, n++, 1, NULL);
+		assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES,
+		    &cause), 0);
+		assert_true(j.zeroed <= ZT_SEGMENT_BYTES ||
+		    j.zeroed == j.size);
+	}
+	end = j.size;
+	segment_path(f, 1, path, sizeof path);
+	/* Full: the file ends at its last record, nothing to cut. */
+	assert_int_equal(file_size(path), end);
+	assert_int_equal(j.zeroed, end);
+	assert_int_equal(journal_rotate(&j, &cause), 0);
+	assert_int_equal(file_size(path), end);
+	append_records(&j, n, 1, NULL);
+	journal_close(&j);
+	assert_replays(f->dir, 0, n + 1, 0);
+}
+
+static void
+next_path(const struct fixture *f, uint64_t n, char *out, size_t size)
+{
+	char	name[JOURNAL_NEXT_NAME_BYTES];
+
+	journal_next_name(n, name);
+	snprintf(out, size, "%s/%s", f->dir, name);
+}
+
+/*
+ * The next segment made ahead: header and zeros written and fsync'd
+ * under a name replay ignores, so a crash before the rotation leaves the
+ * journal as it was; the rotation renames it into place, and the first
+ * round in it writes over zeros already on the disk (the file does not
+ * grow).  Fails where the rotation creates the segment itself.
+ */
+static void
+rotation_takes_the_segment_made_ahead(void **state)
+{
+	struct fixture			*f = *state;
+	struct journal			 j, k;
+	struct journal_next		 next;
+	struct collected		 c = { 0 };
+	struct journal_replay_stats	 stats;
+	char				*cause = NULL, path[256], tmp[256];
+	uint64_t			 chunk, made;
+
+	chunk = journal_zero_chunk(ZT_SEGMENT_BYTES);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 3, NULL);
+	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 2,
+	    ZT_SEGMENT_BYTES, &next, &cause), 0);
+	assert_true(next.fd != -1);
+	assert_int_equal(next.number, 2);
+	made = next.zeroed;
+	assert_int_equal(made, 2 * chunk);
+	next_path(f, 2, tmp, sizeof tmp);
+	assert_int_equal(file_size(tmp), made);
+
+	/* A crash now: the journal is segment 1, appended to as before. */
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), 0);
+	assert_int_equal(stats.records, 3);
+	assert_int_equal(stats.segments, 1);
+	assert_int_equal(stats.end_segment, 1);
+	assert_int_equal(journal_open(&k, f->dir, &cause), 0);
+	assert_int_equal(k.segment, 1);
+	assert_int_equal(k.size, j.size);
+	journal_close(&k);
+
+	assert_int_equal(journal_rotate_next(&j, &next, &cause), 0);
+	assert_int_equal(next.fd, -1);
+	assert_int_equal(j.segment, 2);
+	assert_int_equal(j.size, DOC_SEGMENT_HEADER_BYTES);
+	assert_int_equal(j.zeroed, made);
+	assert_int_equal(access(tmp, F_OK), -1);
+	segment_path(f, 2, path, sizeof path);
+	assert_int_equal(file_size(path), made);
+	/* Over the zeros made ahead: the file keeps its size. */
+	append_records(&j, 3, 2, NULL);
+	assert_int_equal(file_size(path), made);
+	journal_close(&j);
+
+	assert_int_equal(replay(f->dir, &c, &stats, &cause), 0);
+	assert_int_equal(stats.records, 5);
+	assert_int_equal(stats.segments, 2);
+	assert_int_equal(stats.truncated_bytes, 0);
+	assert_int_equal(stats.zero_bytes, made - stats.end_offset);
+	free(c.records);
+}
+
+/*
+ * One made ahead for another number (the rotation created the segment
+ * itself meanwhile) is dropped, never renamed; and a segment that exists
+ * is never replaced by one made ahead (RENAME_NOREPLACE).
+ */
+static void
+segment_made_ahead_never_misplaced(void **state)
+{
+	struct fixture	*f = *state;
+	struct journal	 j;
+	struct journal_next next;
+	char		*cause = NULL, path[256], tmp[256];
+	off_t		 size;
+
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	append_records(&j, 0, 2, NULL);
+	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 3,
+	    ZT_SEGMENT_BYTES, &next, &cause), 0);
+	assert_int_equal(journal_rotate_next(&j, &next, &cause), 0);
+	assert_int_equal(j.segment, 2);
+	assert_int_equal(j.zeroed, DOC_SEGMENT_HEADER_BYTES);
+	next_path(f, 3, tmp, sizeof tmp);
+	assert_int_equal(access(tmp, F_OK), -1);
+	segment_path(f, 3, path, sizeof path);
+	assert_int_equal(access(path, F_OK), -1);
+	append_records(&j, 2, 1, NULL);
+
+	/* Segment 3 there already (by hand): neither replaced nor reused. */
+	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 3,
+	    ZT_SEGMENT_BYTES, &next, &cause), 0);
+	make_segment(f, 3, 7, 1);
+	size = file_size(path);
+	assert_int_equal(journal_rotate_next(&j, &next, &cause), -1);
+	assert_int_equal(errno, EEXIST);
+	free(cause);
+	assert_int_equal(next.fd, -1);
+	assert_int_equal(access(tmp, F_OK), -1);
+	assert_int_equal(file_size(path), size);
+	assert_int_equal(j.segment, 2);
+	journal_close(&j);
 }
 
 /*
@@ -1500,6 +1653,9 @@ main(void)
 		T(zeros_then_a_record_are_corruption),
 		T(sealed_segment_with_zero_tail_is_corruption),
 		T(rotation_cuts_the_zero_tail),
+		T(full_segment_has_no_tail_to_cut),
+		T(rotation_takes_the_segment_made_ahead),
+		T(segment_made_ahead_never_misplaced),
 		T(failed_zero_write_is_not_a_failure),
 		T(readonly_replay_survives_a_cut_zero_tail),
 		T(readonly_replay_looks_again_at_a_live_round),
