@@ -69,13 +69,15 @@
 #define WATCH_EVENTS	(IN_CREATE | IN_MOVED_TO)
 
 /*
- * Set by watch_add during a refresh (under the allocator's lock): the
- * first directory not vouched for ("" if none) and why; the first
- * local file system's type, for the start-up line.
+ * What one refresh (under the allocator's lock) learnt of the file
+ * systems it watches: the first directory not vouched for ("" if none)
+ * and why; the first local file system's type, for the start-up line.
  */
-static char		 watch_unvouched[PATH_MAX];
-static char		 watch_unvouched_why[160];
-static const char	*watch_local_type;
+struct watch_vouch {
+	char		 unvouched[PATH_MAX];
+	char		 why[160];
+	const char	*local_type;
+};
 
 /* The directories under which a history date directory holds tasks. */
 static const char *const watch_history_bases[] = {
@@ -89,7 +91,7 @@ static const char *const watch_history_bases[] = {
  * directory of this refresh, say which and why.
  */
 static void
-watch_check_fs(const char *path, const char *relpath)
+watch_check_fs(struct watch_vouch *v, const char *path, const char *relpath)
 {
 	struct statfs	 sfs;
 	const char	*type = NULL;
@@ -105,37 +107,37 @@ watch_check_fs(const char *path, const char *relpath)
 	}
 	/* The test's stand-in for NFS: every directory, or one. */
 	if (type != NULL && fslocal_counts_remote(relpath)) {
-		if (watch_unvouched[0] == '\0') {
-			snprintf(watch_unvouched_why,
-			    sizeof watch_unvouched_why, "its file system (%s) "
+		if (v->unvouched[0] == '\0') {
+			snprintf(v->why,
+			    sizeof v->why, "its file system (%s) "
 			    "counts as remote (IDEM_CRASH_WATCH)", type);
-			snprintf(watch_unvouched, sizeof watch_unvouched, "%s",
+			snprintf(v->unvouched, sizeof v->unvouched, "%s",
 			    relpath);
 		}
 		return;
 	}
 	if (type != NULL) {
-		if (watch_local_type == NULL)
-			watch_local_type = type;
+		if (v->local_type == NULL)
+			v->local_type = type;
 		return;
 	}
-	if (watch_unvouched[0] != '\0')
+	if (v->unvouched[0] != '\0')
 		return;
 	if (failed)
-		snprintf(watch_unvouched_why, sizeof watch_unvouched_why,
+		snprintf(v->why, sizeof v->why,
 		    "statfs failed (%s): its file system is not known",
 		    strerror(error));
 	else
-		snprintf(watch_unvouched_why, sizeof watch_unvouched_why,
+		snprintf(v->why, sizeof v->why,
 		    "its file system (type 0x%lx) is not one known to have "
 		    "no writers but this host's kernel (a network, cluster "
 		    "or FUSE file system?)", f_type);
-	snprintf(watch_unvouched, sizeof watch_unvouched, "%s", relpath);
+	snprintf(v->unvouched, sizeof v->unvouched, "%s", relpath);
 }
 
 /* Watch relpath (0; -1 if it exists but cannot be watched). */
 static int
-watch_add(struct idemd *d, const char *relpath)
+watch_add(struct idemd *d, struct watch_vouch *v, const char *relpath)
 {
 	char	path[PATH_MAX];
 
@@ -150,7 +152,7 @@ watch_add(struct idemd *d, const char *relpath)
 		log_warn("inotify watch on %s", path);
 		return -1;
 	}
-	watch_check_fs(path, relpath);
+	watch_check_fs(v, path, relpath);
 	return 0;
 }
 
@@ -177,14 +179,15 @@ watch_note(struct idemd *d, const char *name, int heard)
  * -1 if some directory could not be watched or read.
  */
 static int
-watch_dir(struct idemd *d, const char *relpath, int subdirs)
+watch_dir(struct idemd *d, struct watch_vouch *v, const char *relpath,
+    int subdirs)
 {
 	DIR		*dir;
 	struct dirent	*e;
 	char		 sub[PATH_MAX];
 	int		 fd, rc;
 
-	if ((rc = watch_add(d, relpath)) != 0)
+	if ((rc = watch_add(d, v, relpath)) != 0)
 		return rc;
 	if ((fd = nofollow_dir(d->root_fd, relpath)) == -1)
 		return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ?
@@ -205,7 +208,7 @@ watch_dir(struct idemd *d, const char *relpath, int subdirs)
 				continue;
 			if (snprintf(sub, sizeof sub, "%s/%s", relpath,
 			    e->d_name) >= (int)sizeof sub ||
-			    watch_dir(d, sub, 0) != 0)
+			    watch_dir(d, v, sub, 0) != 0)
 				rc = -1;
 		} else
 			watch_note(d, e->d_name, 1);
@@ -218,9 +221,10 @@ watch_dir(struct idemd *d, const char *relpath, int subdirs)
  * Alloc lock held: watch every directory a TASK or REPORT name can be
  * in and note what is in them; the watch is complete if all of it
  * succeeded.  The root and _lifecycle are watched for new directories.
+ * What it learnt of their file systems goes to *v.
  */
 static void
-watch_refresh_locked(struct idemd *d)
+watch_refresh_locked(struct idemd *d, struct watch_vouch *v)
 {
 	size_t	i;
 	int	rc = 0, was_local = atomic_load(&d->seg.header->watch_local);
@@ -229,24 +233,25 @@ watch_refresh_locked(struct idemd *d)
 	d->seg.header->watch_refreshing = 1;
 	/* Every day's highest number kept since a scan is scanned again. */
 	d->seg.header->watch_refreshes++;
-	watch_unvouched[0] = '\0';
-	watch_local_type = NULL;
-	if (watch_add(d, ".") != 0 || watch_dir(d, IDEM_REPORTS_DIR, 0) != 0 ||
-	    watch_dir(d, "_lifecycle", 1) != 0)
+	v->unvouched[0] = '\0';
+	v->local_type = NULL;
+	if (watch_add(d, v, ".") != 0 ||
+	    watch_dir(d, v, IDEM_REPORTS_DIR, 0) != 0 ||
+	    watch_dir(d, v, "_lifecycle", 1) != 0)
 		rc = -1;
 	for (i = 0; i < sizeof watch_history_bases /
 	    sizeof watch_history_bases[0]; i++) {
-		if (watch_dir(d, watch_history_bases[i], 1) != 0)
+		if (watch_dir(d, v, watch_history_bases[i], 1) != 0)
 			rc = -1;
 	}
 	d->seg.header->watch_refreshing = 0;
-	atomic_store(&d->seg.header->watch_local, watch_unvouched[0] == '\0');
+	atomic_store(&d->seg.header->watch_local, v->unvouched[0] == '\0');
 	/* Once, when it stops vouching; only the PostgreSQL claims care. */
-	if (watch_unvouched[0] != '\0' && was_local &&
+	if (v->unvouched[0] != '\0' && was_local &&
 	    (d->be->flags & BACKEND_CLAIMS_READ_WATCH))
 		log_notice("the watch cannot vouch for %s: %s: every claim "
 		    "scans the workspace for numbers in use",
-		    watch_unvouched, watch_unvouched_why);
+		    v->unvouched, v->why);
 	if (rc != 0) {
 		log_warnx("the watch does not cover the whole workspace: every "
 		    "new name is looked for in every stage");
@@ -311,6 +316,7 @@ watch_drain_locked(struct idemd *d)
 	char				 buf[16384]
 	    __attribute__((aligned(__alignof__(struct inotify_event))));
 	const struct inotify_event	*ev;
+	struct watch_vouch		 vouch;
 	ssize_t				 n;
 	char				*p;
 	/* A reader killed in the middle of a refresh left it to us. */
@@ -362,13 +368,14 @@ watch_drain_locked(struct idemd *d)
 		refresh = 1;
 	}
 	if (refresh)
-		watch_refresh_locked(d);
+		watch_refresh_locked(d, &vouch);
 }
 
 /* An inotify descriptor watching the workspace; -1 if none. */
 int
 watch_start(struct idemd *d)
 {
+	struct watch_vouch	 vouch;
 #ifdef IDEM_FAULT_INJECTION
 	const char	*how = getenv("IDEM_CRASH_WATCH");
 
@@ -400,15 +407,15 @@ watch_start(struct idemd *d)
 	atomic_store(&d->seg.header->watch_local, 1);
 	if (seqalloc_lock(&d->seg) != 0)
 		return d->watch_fd;	/* not complete: names are walked */
-	watch_refresh_locked(d);
+	watch_refresh_locked(d, &vouch);
 	seqalloc_unlock(&d->seg);
 	if (atomic_load(&d->seg.header->watch_complete) &&
 	    atomic_load(&d->seg.header->watch_local) && d->mounts_fd != -1 &&
 	    (d->be->flags & BACKEND_CLAIMS_READ_WATCH))
 		log_info("the watch sees every name made in the workspace "
 		    "(%s): a claim reads the day's highest number on disk "
-		    "from it, scanning once a day", watch_local_type != NULL ?
-		    watch_local_type : "?");
+		    "from it, scanning once a day", vouch.local_type != NULL ?
+		    vouch.local_type : "?");
 	return d->watch_fd;
 }
 

@@ -30,15 +30,15 @@ contrib/idemctl_store.h
 contrib/ctl		libclient/idem.h libclient/stats.h broker/store/store.h contrib/idemctl_store.h
 contrib/mcp		libclient/idem.h libclient/protocol.h
 contrib/examples	libclient/idem.h
-tests/unit/test_subtab.c	shm
+tests/unit/test_subtab.c	shm tests/integration/filter.h
 tests/unit/test_peers.c		shm tests/integration/filter.h
-tests/unit/test_digest.c	libclient
-tests/unit/test_fastscan.c	broker libclient
-tests/unit/test_log.c		broker
-tests/unit/test_replytext.c	broker
-tests/unit/test_fslocal.c	broker
-tests/unit/test_dirsync.c	broker
-tests/unit		broker/store shm libclient
+tests/unit/test_digest.c	libclient tests/integration/filter.h
+tests/unit/test_fastscan.c	broker libclient tests/integration/filter.h
+tests/unit/test_log.c		broker tests/integration/filter.h
+tests/unit/test_replytext.c	broker tests/integration/filter.h
+tests/unit/test_fslocal.c	broker tests/integration/filter.h
+tests/unit/test_dirsync.c	broker tests/integration/filter.h
+tests/unit		broker/store shm libclient tests/integration/filter.h
 tests/fuzz/fuzz_canonical.c	libclient
 tests/fuzz/fuzz_journal.c	broker/store shm libclient
 tests/fuzz		broker broker/store shm libclient

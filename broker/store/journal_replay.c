@@ -182,6 +182,36 @@ replay_all_zero(const uint8_t *p, size_t n)
 	return 1;
 }
 
+/*
+ * Format 2's sector padding at offset (doc/journal.md, "Sector padding"):
+ * the zeros a writer puts before a record so that its round prefix and
+ * inner header never cross a 512-byte boundary.  OK with *pad its length
+ * (0 where none is due, and always in a format 1 segment), NOT_ZERO when
+ * a byte of it is not zero (a bad record here), ENDS when the file ends
+ * inside it or at offset (zeros up to the end: a zero tail).  One rule
+ * for both readers, so that they cannot disagree on where records are.
+ */
+enum replay_pad {
+	REPLAY_PAD_OK,
+	REPLAY_PAD_NOT_ZERO,
+	REPLAY_PAD_ENDS
+};
+
+static enum replay_pad
+replay_padding(const uint8_t *map, size_t size, size_t offset, int rounds,
+    size_t *pad)
+{
+	size_t	due = rounds ? journal_round_pad(offset) : 0;
+	size_t	room = size - offset;
+
+	if (!replay_all_zero(map + offset, due < room ? due : room))
+		return REPLAY_PAD_NOT_ZERO;
+	if (due >= room)
+		return REPLAY_PAD_ENDS;
+	*pad = due;
+	return REPLAY_PAD_OK;
+}
+
 int
 journal_segment_end(const uint8_t *map, size_t size, size_t *end)
 {
@@ -194,10 +224,9 @@ journal_segment_end(const uint8_t *map, size_t size, size_t *end)
 		return -1;
 	rounds = journal_segment_version(map) == JOURNAL_FORMAT_ROUNDS;
 	for (;;) {
-		/* Format 2: zero padding before a sector boundary. */
-		pad = rounds ? journal_round_pad(offset) : 0;
-		if (pad >= size - offset || !replay_all_zero(map + offset, pad))
-			break;
+		if (replay_padding(map, size, offset, rounds, &pad) !=
+		    REPLAY_PAD_OK)
+			break;	/* the check below tells zeros from damage */
 		if (journal_record_decode(map + offset + pad,
 		    size - offset - pad, &r, &used, &why) != JOURNAL_DECODE_OK)
 			break;
@@ -280,6 +309,7 @@ replay_records(struct replay *rp, const char *name, const uint8_t *map,
 	char			 after[192];
 	size_t			 offset, decoded, next, bad, head = 0, count = 0;
 	size_t			 pad = 0;
+	enum replay_pad		 padding;
 	size_t			 ahead = rp->hint != NULL ? REPLAY_AHEAD : 1;
 	size_t			 i;
 	int			 applied, more = 1, tries = 0;
@@ -297,23 +327,16 @@ again:
 			 * there are a bad record at decoded; zeros to the end
 			 * of the file are its zero tail.
 			 */
-			pad = 0;
-			if (rp->format == JOURNAL_FORMAT_ROUNDS &&
-			    (pad = journal_round_pad(decoded)) != 0) {
-				if (pad > size - decoded)
-					pad = size - decoded;
-				if (!replay_all_zero(map + decoded, pad)) {
-					why = "sector padding is not zero";
-					more = 0;
-					break;
-				}
-				if (pad == size - decoded) {
-					why = "the file ends in sector padding";
-					more = 0;
-					break;
-				}
-				decoded += pad;
+			padding = replay_padding(map, size, decoded,
+			    rp->format == JOURNAL_FORMAT_ROUNDS, &pad);
+			if (padding != REPLAY_PAD_OK) {
+				why = padding == REPLAY_PAD_NOT_ZERO ?
+				    "sector padding is not zero" :
+				    "the file ends in sector padding";
+				more = 0;
+				break;
 			}
+			decoded += pad;
 			i = (head + count) % ahead;
 			if (journal_record_decode(map + decoded, size - decoded,
 			    &ring[i], &length[i], &why) != JOURNAL_DECODE_OK) {

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "digest.h"
 
 #define REPORT_TASK_ID	"TASK-20261202-007-PM-to-DEV"
@@ -869,5 +870,7 @@ main(void)
 		cmocka_unit_test(test_generic_json_refusals),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

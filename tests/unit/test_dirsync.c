@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "dirsync.h"
 
 #define FD		7
@@ -224,5 +225,7 @@ main(void)
 		    setup),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "fastscan.h"
 
 #define OP	"\"op\":\"write_task\""
@@ -341,6 +342,8 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "store.h"
 
 static void
@@ -74,5 +75,7 @@ main(void)
 		cmocka_unit_test(test_refusal_names_the_variable),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "fslocal.h"
 
 static const struct {
@@ -91,5 +92,7 @@ main(void)
 		cmocka_unit_test(proc_not_vouched_for),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 #include <lmdb.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "store.h"
 
 struct fixture {
@@ -449,5 +450,7 @@ main(void)
 		    test_damaged_value_is_refused, setup, teardown),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "store.h"
 #include "tree.h"
 #include "journal_test.h"
@@ -1506,6 +1507,8 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "store.h"
 #include "journal_int.h"
 #include "tree.h"
@@ -1332,6 +1333,8 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "log.h"
 
 /* Does s hold only safe text: no C0/C1 control, DEL, bidi, bad UTF-8? */
@@ -270,5 +271,7 @@ main(void)
 		cmocka_unit_test(test_one_line_in_the_file),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "stats.h"
 
 #define METRICS_DOC		"doc/metrics.md"
@@ -178,5 +179,7 @@ main(int argc, char **argv)
 		free(table);
 		return 0;
 	}
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "replytext.h"
 
 /* The text of value by replytext_value equals jansson's dump of it. */
@@ -117,5 +118,7 @@ main(void)
 		cmocka_unit_test(test_grows_whole),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

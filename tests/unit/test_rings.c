@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "segment.h"
 
 #define RINGS_CAPACITY		64
@@ -642,5 +643,7 @@ main(void)
 		cmocka_unit_test(test_arena_least),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,7 @@
 #include <lmdb.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "digest.h"
 #include "store.h"
 #include "tree.h"
@@ -680,6 +681,8 @@ main(void)
 	};
 
 	if (sodium_init() < 0)
+		return 1;
+	if (FILTER_APPLY(tests) == -1)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

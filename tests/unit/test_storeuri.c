@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "integration/filter.h"
 #include "storeuri.h"
 
 static void
@@ -164,5 +165,7 @@ main(void)
 		cmocka_unit_test(test_read_file),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

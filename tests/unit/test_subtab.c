@@ -21,6 +21,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
+#include "integration/filter.h"
 #include "segment.h"
 
 static int
@@ -1450,5 +1451,7 @@ main(void)
 		    unit_segment_teardown),
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

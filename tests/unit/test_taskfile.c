@@ -29,6 +29,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "integration/filter.h"
 #include "digest.h"
 #include "store.h"
 #include "tree.h"
@@ -1412,5 +1413,7 @@ main(void)
 #undef T
 	};
 
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
