@@ -4,12 +4,16 @@
  * fsync that the test holds: a lone caller syncs at once; callers that
  * come while a round runs are not released by it and share the next
  * one (two fsyncs for four links, where an fsync each made four); a
- * failed round fails every caller it covered and none it did not.
+ * failed round fails every caller it covered and none it did not; each
+ * directory has its own rounds (an fsync of the reports directory never
+ * covers a link in the inbox), and directories past the table's slots
+ * sync alone.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,13 +27,17 @@
 #define FD		7
 #define LATE		3	/* callers that come during the first round */
 
-/* The stand-in fsync: held on its first call until released. */
+#define CALLS_KEPT	64
+#define RETURN_MS	5000	/* a caller that must not wait: its bound */
+
+/* The stand-in fsync: its first call on hold_fd held until released. */
 static struct {
 	pthread_mutex_t	 lock;
 	pthread_cond_t	 cond;
 	int		 calls;		/* begun */
+	int		 fds[CALLS_KEPT];	/* each call's fd */
 	int		 finished;	/* returned */
-	int		 hold_first;
+	int		 hold_fd;	/* 0: hold none */
 	int		 entered;	/* the held call began */
 	int		 released;
 	int		 fail_call;	/* this call (from 1) fails with EIO */
@@ -42,10 +50,11 @@ fake_sync(int fd)
 {
 	int	call, rc = 0;
 
-	assert_int_equal(fd, FD);
 	pthread_mutex_lock(&fake.lock);
 	call = ++fake.calls;
-	if (call == 1 && fake.hold_first) {
+	if (call <= CALLS_KEPT)
+		fake.fds[call - 1] = fd;
+	if (fd == fake.hold_fd && !fake.entered) {
 		fake.entered = 1;
 		pthread_cond_broadcast(&fake.cond);
 		while (!fake.released)
@@ -66,7 +75,8 @@ setup(void **state)
 	(void)state;
 	pthread_mutex_lock(&fake.lock);
 	fake.calls = fake.finished = fake.entered = fake.released = 0;
-	fake.hold_first = 1;
+	memset(fake.fds, 0, sizeof fake.fds);
+	fake.hold_fd = FD;
 	fake.fail_call = 0;
 	pthread_mutex_unlock(&fake.lock);
 	dirsync_init(&ds, fake_sync);
@@ -75,9 +85,11 @@ setup(void **state)
 
 struct caller {
 	pthread_t	 thread;
+	int		 fd;		/* 0: FD */
 	int		 rc;
 	int		 error;
 	int		 finished_before;	/* fsyncs returned before its own */
+	int		 done;
 };
 
 static void *
@@ -85,12 +97,58 @@ caller_run(void *arg)
 {
 	struct caller	*c = arg;
 
-	c->rc = dirsync_after(&ds, FD);
+	c->rc = dirsync_after(&ds, c->fd != 0 ? c->fd : FD);
 	c->error = errno;
 	pthread_mutex_lock(&fake.lock);
 	c->finished_before = fake.finished;
+	c->done = 1;
+	pthread_cond_broadcast(&fake.cond);
 	pthread_mutex_unlock(&fake.lock);
 	return NULL;
+}
+
+/* Start a caller on fd; 1 if it returned within RETURN_MS, else 0. */
+static int
+returns_alone(struct caller *c, int fd)
+{
+	struct timespec	deadline;
+	int		done;
+
+	memset(c, 0, sizeof *c);
+	c->fd = fd;
+	assert_int_equal(pthread_create(&c->thread, NULL, caller_run, c), 0);
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += RETURN_MS / 1000;
+	pthread_mutex_lock(&fake.lock);
+	while (!c->done && pthread_cond_timedwait(&fake.cond, &fake.lock,
+	    &deadline) == 0)
+		;
+	done = c->done;
+	pthread_mutex_unlock(&fake.lock);
+	return done;
+}
+
+/* Hold fd's first round: a caller on it, in its fsync until released. */
+static void
+hold_round(struct caller *c, int fd)
+{
+	memset(c, 0, sizeof *c);
+	c->fd = fd;
+	fake.hold_fd = fd;
+	assert_int_equal(pthread_create(&c->thread, NULL, caller_run, c), 0);
+	pthread_mutex_lock(&fake.lock);
+	while (!fake.entered)
+		pthread_cond_wait(&fake.cond, &fake.lock);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+static void
+release_round(void)
+{
+	pthread_mutex_lock(&fake.lock);
+	fake.released = 1;
+	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_unlock(&fake.lock);
 }
 
 /* How many changes the directory has counted. */
@@ -139,7 +197,7 @@ static void
 a_lone_caller_syncs_at_once(void **state)
 {
 	(void)state;
-	fake.hold_first = 0;
+	fake.hold_fd = 0;
 	assert_int_equal(dirsync_after(&ds, FD), 0);
 	assert_int_equal(fake.calls, 1);
 	assert_int_equal(dirsync_after(&ds, FD), 0);
@@ -212,6 +270,63 @@ a_failed_first_round_fails_its_caller_only(void **state)
 	assert_int_equal(fake.calls, 2);
 }
 
+/*
+ * While the inbox's round is in its fsync, a link in the reports
+ * directory neither waits for it nor is covered by it: its own fsync,
+ * of its own directory, at once.  Fails if rounds are shared across
+ * directories (the reports' commit would come before its link were
+ * durable, or wait behind another directory's disk).
+ */
+static void
+directories_have_their_own_rounds(void **state)
+{
+	struct caller	held, other;
+	int		alone;
+
+	(void)state;
+	hold_round(&held, FD);
+	alone = returns_alone(&other, FD + 1);
+	release_round();
+	assert_int_equal(pthread_join(held.thread, NULL), 0);
+	assert_int_equal(pthread_join(other.thread, NULL), 0);
+	assert_true(alone);
+	assert_int_equal(other.rc, 0);
+	assert_int_equal(held.rc, 0);
+	assert_int_equal(fake.calls, 2);
+	assert_int_equal(fake.fds[0], FD);
+	assert_int_equal(fake.fds[1], FD + 1);
+}
+
+/*
+ * Every slot taken (DIRSYNC_DIRS directories with rounds), one more
+ * directory syncs alone, with no slot of another's: while its fsync is
+ * held, a link in a directory with a slot still gets its own round at
+ * once.  Fails if the extra directory borrows a slot.
+ */
+static void
+directories_past_the_slots_sync_alone(void **state)
+{
+	struct caller	held, other;
+	int		i, alone;
+
+	(void)state;
+	fake.hold_fd = 0;
+	for (i = 0; i < DIRSYNC_DIRS; i++)
+		assert_int_equal(dirsync_after(&ds, FD + i), 0);
+	assert_int_equal(fake.calls, DIRSYNC_DIRS);
+	hold_round(&held, FD + DIRSYNC_DIRS);
+	alone = returns_alone(&other, FD);
+	release_round();
+	assert_int_equal(pthread_join(held.thread, NULL), 0);
+	assert_int_equal(pthread_join(other.thread, NULL), 0);
+	assert_true(alone);
+	assert_int_equal(held.rc, 0);
+	assert_int_equal(other.rc, 0);
+	assert_int_equal(fake.calls, DIRSYNC_DIRS + 2);
+	assert_int_equal(fake.fds[DIRSYNC_DIRS], FD + DIRSYNC_DIRS);
+	assert_int_equal(fake.fds[DIRSYNC_DIRS + 1], FD);
+}
+
 int
 main(void)
 {
@@ -222,6 +337,10 @@ main(void)
 		cmocka_unit_test_setup(a_failed_round_fails_those_it_covered,
 		    setup),
 		cmocka_unit_test_setup(a_failed_first_round_fails_its_caller_only,
+		    setup),
+		cmocka_unit_test_setup(directories_have_their_own_rounds,
+		    setup),
+		cmocka_unit_test_setup(directories_past_the_slots_sync_alone,
 		    setup),
 	};
 
