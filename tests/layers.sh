@@ -19,7 +19,7 @@ shm			shm
 libclient		libclient
 broker/pg/store		broker/store shm libclient
 broker/store		shm libclient
-broker/pg		broker/pg/store broker/backend.h broker/idemd.h broker/log.h broker/fastpath.h broker/store shm libclient
+broker/pg		broker/pg/store broker/backend.h broker/idemd.h broker/log.h broker/fastpath.h broker/dirsync.h broker/store shm libclient
 broker/local		broker/backend.h broker/idemd.h broker/log.h broker/fastpath.h broker/store shm libclient
 broker/backend.c	broker broker/local broker/pg broker/store shm libclient
 broker			broker/store shm libclient
@@ -37,6 +37,7 @@ tests/unit/test_fastscan.c	broker libclient tests/integration/filter.h
 tests/unit/test_log.c		broker tests/integration/filter.h
 tests/unit/test_replytext.c	broker tests/integration/filter.h
 tests/unit/test_fslocal.c	broker tests/integration/filter.h
+tests/unit/test_dirsync.c	broker tests/integration/filter.h
 tests/unit		broker/store shm libclient tests/integration/filter.h
 tests/fuzz/fuzz_canonical.c	libclient
 tests/fuzz/fuzz_journal.c	broker/store shm libclient

@@ -72,6 +72,7 @@
 #include <unistd.h>
 
 #include "digest.h"
+#include "dirsync.h"
 #include "log.h"
 #include "idemd.h"
 #include "backend.h"
@@ -321,6 +322,14 @@ static struct {
 } cl_scans = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0,
     0, SUBTAB_KIND_TASK, 0, 0, 0 };
 
+/*
+ * The links' directory fsyncs, shared by the worker's creation threads:
+ * a link's commit needs an fsync of its directory begun after the link,
+ * not one of its own (dirsync.c; doc/cluster.md, "Creation, step by
+ * step", 6).
+ */
+static struct dirsync cl_dirsync = DIRSYNC_INITIALIZER;
+
 /* For the worker's last log line (pg_create_report). */
 static _Atomic uint64_t	cl_disk_scans;	/* of the workspace, either way */
 static _Atomic uint64_t	cl_disk_watched; /* answered by the watch alone */
@@ -403,6 +412,11 @@ pg_create_report(void)
 	    "watch's number without one",
 	    (unsigned long long)atomic_load(&cl_disk_scans),
 	    (unsigned long long)atomic_load(&cl_disk_watched));
+	pthread_mutex_lock(&cl_dirsync.lock);
+	log_info("directory fsyncs after links: %llu for %llu links",
+	    (unsigned long long)cl_dirsync.rounds,
+	    (unsigned long long)cl_dirsync.calls);
+	pthread_mutex_unlock(&cl_dirsync.lock);
 }
 
 /* A store of this worker's on d's workspace: 0, or -1 and *cause. */
@@ -620,7 +634,7 @@ cl_put_file(struct pending *p, char **cause)
 		return CL_FAILED;
 	}
 	cl_crash_point(s, CRASH_AFTER_TASK_FILE_LINKED);
-	if (fsync(dir) != 0) {
+	if (dirsync_after(&cl_dirsync, dir) != 0) {
 		asprintf(cause, "fsync of %s's directory: %s", name,
 		    strerror(errno));
 		return CL_FAILED;

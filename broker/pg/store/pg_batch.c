@@ -94,21 +94,49 @@
 	"set_config('enable_hashjoin', 'off', false), " \
 	"set_config('enable_mergejoin', 'off', false)"
 
-/* One array's text form, being written. */
+/*
+ * One array's text form, being written: a plain buffer, not a memory
+ * stream (stdio's locking per character was 3% of a broker's CPU a
+ * creation, measured with perf, for receipts copied byte by byte).
+ */
 struct batch_array {
-	FILE	*f;
 	char	*text;
 	size_t	 length;
+	size_t	 size;
 	int	 n;
+	int	 failed;
 };
+
+/* Room for more bytes; on failure the array is marked and stays put. */
+static int
+batch_array_room(struct batch_array *a, size_t more)
+{
+	size_t	 size;
+	char	*text;
+
+	if (a->failed)
+		return -1;
+	if (a->length + more + 1 <= a->size)
+		return 0;
+	size = a->size > 0 ? a->size : 256;
+	while (size < a->length + more + 1)
+		size *= 2;
+	if ((text = realloc(a->text, size)) == NULL) {
+		a->failed = 1;
+		return -1;
+	}
+	a->text = text;
+	a->size = size;
+	return 0;
+}
 
 static int
 batch_array_open(struct batch_array *a)
 {
 	memset(a, 0, sizeof *a);
-	if ((a->f = open_memstream(&a->text, &a->length)) == NULL)
+	if (batch_array_room(a, 1) != 0)
 		return -1;
-	fputc('{', a->f);
+	a->text[a->length++] = '{';
 	return 0;
 }
 
@@ -116,30 +144,37 @@ batch_array_open(struct batch_array *a)
 static void
 batch_array_add(struct batch_array *a, const char *v, int quote)
 {
+	size_t	 length = strlen(v);
+
+	/* At worst every byte escaped, the quotes and the comma. */
+	if (batch_array_room(a, 2 * length + 3) != 0)
+		return;
 	if (a->n++ > 0)
-		fputc(',', a->f);
+		a->text[a->length++] = ',';
 	if (!quote) {
-		fputs(v, a->f);
+		memcpy(a->text + a->length, v, length);
+		a->length += length;
 		return;
 	}
-	fputc('"', a->f);
+	a->text[a->length++] = '"';
 	for (; *v != '\0'; v++) {
 		if (*v == '\\' || *v == '"')
-			fputc('\\', a->f);
-		fputc(*v, a->f);
+			a->text[a->length++] = '\\';
+		a->text[a->length++] = *v;
 	}
-	fputc('"', a->f);
+	a->text[a->length++] = '"';
 }
 
 /* The text, or NULL (out of memory). */
 static char *
 batch_array_close(struct batch_array *a)
 {
-	fputc('}', a->f);
-	if (fclose(a->f) != 0) {
+	if (batch_array_room(a, 1) != 0) {
 		free(a->text);
 		return NULL;
 	}
+	a->text[a->length++] = '}';
+	a->text[a->length] = '\0';
 	return a->text;
 }
 

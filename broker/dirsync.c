@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * dirsync.c: a directory's fsync shared by the threads that each need
+ * one begun after their change: the PostgreSQL creation's link
+ * (doc/cluster.md, "Creation, step by step", 6).
+ *
+ * DESIGN
+ *
+ * What a link needs before its commit is an fsync of its directory that
+ * began after the link, not one of its own: such an fsync makes every
+ * name the directory held when it began durable.  So, as the journal's
+ * group commit and fileio.c's directory rounds do: a caller counts its
+ * change (changed, under the lock, after the change is made); whoever
+ * finds its change not yet covered and no round running starts one,
+ * which covers every change counted before it began; the others wait
+ * for it, or for the next.  A round is never held open for more
+ * callers: one alone syncs at once, so a lone creation waits no longer
+ * than with its own fsync, and callers that arrive while a round runs
+ * share the next.
+ *
+ * A failed fsync fails every caller its round covered, and no later
+ * round is taken as repairing it for them (the kernel may have dropped
+ * the dirty state with the error): the failed range is widened, never
+ * moved, as in fileio.c.  A caller told of a failure answers an error a
+ * retry repairs; none is told its change is durable when a round that
+ * covered it failed.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dirsync.h"
+
+void
+dirsync_init(struct dirsync *ds, int (*sync)(int))
+{
+	memset(ds, 0, sizeof *ds);
+	pthread_mutex_init(&ds->lock, NULL);
+	pthread_cond_init(&ds->round, NULL);
+	ds->sync = sync;
+}
+
+static int
+dirsync_sync(struct dirsync *ds, int fd)
+{
+	return ds->sync != NULL ? ds->sync(fd) : fsync(fd);
+}
+
+/* Under ds->lock: fd's rounds, or NULL (every slot another's). */
+static struct dirsync_dir *
+dirsync_dir(struct dirsync *ds, int fd)
+{
+	unsigned	i;
+
+	for (i = 0; i < DIRSYNC_DIRS; i++) {
+		if (ds->dirs[i].fd1 == fd + 1)
+			return &ds->dirs[i];
+		if (ds->dirs[i].fd1 == 0) {
+			ds->dirs[i].fd1 = fd + 1;
+			return &ds->dirs[i];
+		}
+	}
+	return NULL;
+}
+
+int
+dirsync_after(struct dirsync *ds, int fd)
+{
+	struct dirsync_dir	*dir;
+	uint64_t		 mine, target;
+	int			 rc, error;
+
+	pthread_mutex_lock(&ds->lock);
+	ds->calls++;
+	if ((dir = dirsync_dir(ds, fd)) == NULL) {
+		ds->rounds++;
+		pthread_mutex_unlock(&ds->lock);
+		return dirsync_sync(ds, fd);
+	}
+	mine = ++dir->changed;
+	while (dir->synced < mine) {
+		if (dir->syncing) {
+			pthread_cond_wait(&ds->round, &ds->lock);
+			continue;
+		}
+		dir->syncing = 1;
+		target = dir->changed;
+		ds->rounds++;
+		pthread_mutex_unlock(&ds->lock);
+		rc = dirsync_sync(ds, fd);
+		error = errno;
+		pthread_mutex_lock(&ds->lock);
+		if (rc == -1) {
+			if (dir->failed_to == 0)
+				dir->failed_from = dir->synced + 1;
+			dir->failed_to = target;
+			dir->failed_errno = error;
+		}
+		dir->synced = target;
+		dir->syncing = 0;
+		pthread_cond_broadcast(&ds->round);
+	}
+	rc = 0;
+	if (dir->failed_to != 0 && mine >= dir->failed_from &&
+	    mine <= dir->failed_to) {
+		error = dir->failed_errno;
+		rc = -1;
+	}
+	pthread_mutex_unlock(&ds->lock);
+	if (rc == -1)
+		errno = error;
+	return rc;
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * dirsync.h: a directory's fsync shared by the threads that each need
+ * one begun after their change (dirsync.c).
+ */
+#ifndef DIRSYNC_H
+#define DIRSYNC_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define DIRSYNC_DIRS	4	/* directories with rounds; more sync alone */
+
+/* One directory's rounds. */
+struct dirsync_dir {
+	int		 fd1;		/* the fd + 1; 0: unused */
+	uint64_t	 changed;	/* changes announced so far */
+	uint64_t	 synced;	/* changes covered by a finished round */
+	uint64_t	 failed_from;	/* a failed round covered (.., to] */
+	uint64_t	 failed_to;
+	int		 failed_errno;
+	int		 syncing;
+};
+
+struct dirsync {
+	pthread_mutex_t		 lock;
+	pthread_cond_t		 round;		/* a round ended */
+	struct dirsync_dir	 dirs[DIRSYNC_DIRS];
+	int			(*sync)(int);	/* NULL: fsync; the tests' own */
+	uint64_t		 rounds;	/* fsyncs made, for the logs */
+	uint64_t		 calls;		/* dirsync_after calls */
+};
+
+/* Every directory unused, fsync's rounds: a static's initializer. */
+#define DIRSYNC_INITIALIZER \
+	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, { { 0 } }, \
+	  NULL, 0, 0 }
+
+/* The same for ds, with sync (the tests') instead of fsync. */
+void	dirsync_init(struct dirsync *ds, int (*sync)(int));
+
+/*
+ * The caller changed directory fd (a link, an unlink) and needs it
+ * durable: returns once an fsync of fd begun after the call began has
+ * finished.  0, or -1 and errno (the fsync's failure, also for every
+ * other caller that round covered).
+ */
+int	dirsync_after(struct dirsync *, int fd);
+
+#endif

@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_dirsync.c: the shared directory fsync (dirsync.c) with a stand-in
+ * fsync that the test holds: a lone caller syncs at once; callers that
+ * come while a round runs are not released by it and share the next
+ * one (two fsyncs for four links, where an fsync each made four); a
+ * failed round fails every caller it covered and none it did not; each
+ * directory has its own rounds (an fsync of the reports directory never
+ * covers a link in the inbox), and directories past the table's slots
+ * sync alone.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <time.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "integration/filter.h"
+#include "dirsync.h"
+
+#define FD		7
+#define LATE		3	/* callers that come during the first round */
+
+#define CALLS_KEPT	64
+#define RETURN_MS	5000	/* a caller that must not wait: its bound */
+
+/* The stand-in fsync: its first call on hold_fd held until released. */
+static struct {
+	pthread_mutex_t	 lock;
+	pthread_cond_t	 cond;
+	int		 calls;		/* begun */
+	int		 fds[CALLS_KEPT];	/* each call's fd */
+	int		 finished;	/* returned */
+	int		 hold_fd;	/* 0: hold none */
+	int		 entered;	/* the held call began */
+	int		 released;
+	int		 fail_call;	/* this call (from 1) fails with EIO */
+} fake = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER };
+
+static struct dirsync	ds;
+
+static int
+fake_sync(int fd)
+{
+	int	call, rc = 0;
+
+	pthread_mutex_lock(&fake.lock);
+	call = ++fake.calls;
+	if (call <= CALLS_KEPT)
+		fake.fds[call - 1] = fd;
+	if (fd == fake.hold_fd && !fake.entered) {
+		fake.entered = 1;
+		pthread_cond_broadcast(&fake.cond);
+		while (!fake.released)
+			pthread_cond_wait(&fake.cond, &fake.lock);
+	}
+	fake.finished++;
+	pthread_mutex_unlock(&fake.lock);
+	if (call == fake.fail_call) {
+		errno = EIO;
+		rc = -1;
+	}
+	return rc;
+}
+
+static int
+setup(void **state)
+{
+	(void)state;
+	pthread_mutex_lock(&fake.lock);
+	fake.calls = fake.finished = fake.entered = fake.released = 0;
+	memset(fake.fds, 0, sizeof fake.fds);
+	fake.hold_fd = FD;
+	fake.fail_call = 0;
+	pthread_mutex_unlock(&fake.lock);
+	dirsync_init(&ds, fake_sync);
+	return 0;
+}
+
+struct caller {
+	pthread_t	 thread;
+	int		 fd;		/* 0: FD */
+	int		 rc;
+	int		 error;
+	int		 finished_before;	/* fsyncs returned before its own */
+	int		 done;
+};
+
+static void *
+caller_run(void *arg)
+{
+	struct caller	*c = arg;
+
+	c->rc = dirsync_after(&ds, c->fd != 0 ? c->fd : FD);
+	c->error = errno;
+	pthread_mutex_lock(&fake.lock);
+	c->finished_before = fake.finished;
+	c->done = 1;
+	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_unlock(&fake.lock);
+	return NULL;
+}
+
+/* Start a caller on fd; 1 if it returned within RETURN_MS, else 0. */
+static int
+returns_alone(struct caller *c, int fd)
+{
+	struct timespec	deadline;
+	int		done;
+
+	memset(c, 0, sizeof *c);
+	c->fd = fd;
+	assert_int_equal(pthread_create(&c->thread, NULL, caller_run, c), 0);
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += RETURN_MS / 1000;
+	pthread_mutex_lock(&fake.lock);
+	while (!c->done && pthread_cond_timedwait(&fake.cond, &fake.lock,
+	    &deadline) == 0)
+		;
+	done = c->done;
+	pthread_mutex_unlock(&fake.lock);
+	return done;
+}
+
+/* Hold fd's first round: a caller on it, in its fsync until released. */
+static void
+hold_round(struct caller *c, int fd)
+{
+	memset(c, 0, sizeof *c);
+	c->fd = fd;
+	fake.hold_fd = fd;
+	assert_int_equal(pthread_create(&c->thread, NULL, caller_run, c), 0);
+	pthread_mutex_lock(&fake.lock);
+	while (!fake.entered)
+		pthread_cond_wait(&fake.cond, &fake.lock);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+static void
+release_round(void)
+{
+	pthread_mutex_lock(&fake.lock);
+	fake.released = 1;
+	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* How many changes the directory has counted. */
+static uint64_t
+changed(void)
+{
+	uint64_t	n;
+
+	pthread_mutex_lock(&ds.lock);
+	n = ds.dirs[0].changed;
+	pthread_mutex_unlock(&ds.lock);
+	return n;
+}
+
+/*
+ * One caller's round held in its fsync; LATE more callers come (their
+ * changes counted: they are waiting) before it is released.
+ */
+static void
+first_held_then_late(struct caller *first, struct caller late[LATE])
+{
+	int	i;
+
+	assert_int_equal(pthread_create(&first->thread, NULL, caller_run,
+	    first), 0);
+	pthread_mutex_lock(&fake.lock);
+	while (!fake.entered)
+		pthread_cond_wait(&fake.cond, &fake.lock);
+	pthread_mutex_unlock(&fake.lock);
+	for (i = 0; i < LATE; i++)
+		assert_int_equal(pthread_create(&late[i].thread, NULL,
+		    caller_run, &late[i]), 0);
+	/* Each counts its change under the lock, then waits for a round. */
+	while (changed() < 1 + LATE)
+		sched_yield();
+	pthread_mutex_lock(&fake.lock);
+	fake.released = 1;
+	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(pthread_join(first->thread, NULL), 0);
+	for (i = 0; i < LATE; i++)
+		assert_int_equal(pthread_join(late[i].thread, NULL), 0);
+}
+
+static void
+a_lone_caller_syncs_at_once(void **state)
+{
+	(void)state;
+	fake.hold_fd = 0;
+	assert_int_equal(dirsync_after(&ds, FD), 0);
+	assert_int_equal(fake.calls, 1);
+	assert_int_equal(dirsync_after(&ds, FD), 0);
+	assert_int_equal(fake.calls, 2);
+	assert_int_equal(ds.rounds, 2);
+	assert_int_equal(ds.calls, 2);
+}
+
+static void
+late_callers_share_the_next_round(void **state)
+{
+	struct caller	first, late[LATE];
+	int		i;
+
+	(void)state;
+	memset(&first, 0, sizeof first);
+	memset(late, 0, sizeof late);
+	first_held_then_late(&first, late);
+	assert_int_equal(first.rc, 0);
+	/* Two fsyncs for four changes: the late ones' shared. */
+	assert_int_equal(fake.calls, 2);
+	assert_int_equal(ds.rounds, 2);
+	assert_int_equal(ds.calls, 1 + LATE);
+	for (i = 0; i < LATE; i++) {
+		assert_int_equal(late[i].rc, 0);
+		/*
+		 * Not released by the round that began before their
+		 * change: only once the second fsync returned.
+		 */
+		assert_int_equal(late[i].finished_before, 2);
+	}
+}
+
+static void
+a_failed_round_fails_those_it_covered(void **state)
+{
+	struct caller	first, late[LATE];
+	int		i;
+
+	(void)state;
+	memset(&first, 0, sizeof first);
+	memset(late, 0, sizeof late);
+	fake.fail_call = 2;	/* the late callers' shared round */
+	first_held_then_late(&first, late);
+	assert_int_equal(first.rc, 0);
+	for (i = 0; i < LATE; i++) {
+		assert_int_equal(late[i].rc, -1);
+		assert_int_equal(late[i].error, EIO);
+	}
+	/* A change after the failed round: a round of its own, good. */
+	assert_int_equal(dirsync_after(&ds, FD), 0);
+	assert_int_equal(fake.calls, 3);
+}
+
+static void
+a_failed_first_round_fails_its_caller_only(void **state)
+{
+	struct caller	first, late[LATE];
+	int		i;
+
+	(void)state;
+	memset(&first, 0, sizeof first);
+	memset(late, 0, sizeof late);
+	fake.fail_call = 1;
+	first_held_then_late(&first, late);
+	assert_int_equal(first.rc, -1);
+	assert_int_equal(first.error, EIO);
+	for (i = 0; i < LATE; i++)
+		assert_int_equal(late[i].rc, 0);
+	assert_int_equal(fake.calls, 2);
+}
+
+/*
+ * While the inbox's round is in its fsync, a link in the reports
+ * directory neither waits for it nor is covered by it: its own fsync,
+ * of its own directory, at once.  Fails if rounds are shared across
+ * directories (the reports' commit would come before its link were
+ * durable, or wait behind another directory's disk).
+ */
+static void
+directories_have_their_own_rounds(void **state)
+{
+	struct caller	held, other;
+	int		alone;
+
+	(void)state;
+	hold_round(&held, FD);
+	alone = returns_alone(&other, FD + 1);
+	release_round();
+	assert_int_equal(pthread_join(held.thread, NULL), 0);
+	assert_int_equal(pthread_join(other.thread, NULL), 0);
+	assert_true(alone);
+	assert_int_equal(other.rc, 0);
+	assert_int_equal(held.rc, 0);
+	assert_int_equal(fake.calls, 2);
+	assert_int_equal(fake.fds[0], FD);
+	assert_int_equal(fake.fds[1], FD + 1);
+}
+
+/*
+ * Every slot taken (DIRSYNC_DIRS directories with rounds), one more
+ * directory syncs alone, with no slot of another's: while its fsync is
+ * held, a link in a directory with a slot still gets its own round at
+ * once.  Fails if the extra directory borrows a slot.
+ */
+static void
+directories_past_the_slots_sync_alone(void **state)
+{
+	struct caller	held, other;
+	int		i, alone;
+
+	(void)state;
+	fake.hold_fd = 0;
+	for (i = 0; i < DIRSYNC_DIRS; i++)
+		assert_int_equal(dirsync_after(&ds, FD + i), 0);
+	assert_int_equal(fake.calls, DIRSYNC_DIRS);
+	hold_round(&held, FD + DIRSYNC_DIRS);
+	alone = returns_alone(&other, FD);
+	release_round();
+	assert_int_equal(pthread_join(held.thread, NULL), 0);
+	assert_int_equal(pthread_join(other.thread, NULL), 0);
+	assert_true(alone);
+	assert_int_equal(held.rc, 0);
+	assert_int_equal(other.rc, 0);
+	assert_int_equal(fake.calls, DIRSYNC_DIRS + 2);
+	assert_int_equal(fake.fds[DIRSYNC_DIRS], FD + DIRSYNC_DIRS);
+	assert_int_equal(fake.fds[DIRSYNC_DIRS + 1], FD);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(a_lone_caller_syncs_at_once, setup),
+		cmocka_unit_test_setup(late_callers_share_the_next_round,
+		    setup),
+		cmocka_unit_test_setup(a_failed_round_fails_those_it_covered,
+		    setup),
+		cmocka_unit_test_setup(a_failed_first_round_fails_its_caller_only,
+		    setup),
+		cmocka_unit_test_setup(directories_have_their_own_rounds,
+		    setup),
+		cmocka_unit_test_setup(directories_past_the_slots_sync_alone,
+		    setup),
+	};
+
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
