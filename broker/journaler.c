@@ -488,6 +488,7 @@ checkpoint_main(void *arg)
 
 		pthread_mutex_lock(&journaler.lock);
 		journaler.checkpoint_busy = 0;
+		atomic_store(&d->seg.header->checkpoint_running, 0);
 		journaler.checkpoint_failed = failed;
 		if (failed)
 			journaler.checkpoint_failed_at = shm_now_ms();
@@ -538,6 +539,7 @@ journaler_maybe_rotate(struct idemd *d)
 		if (again) {
 			atomic_store(&d->seg.header->checkpoint_wanted, 0);
 			journaler.checkpoint_busy = 1;
+			atomic_store(&d->seg.header->checkpoint_running, 1);
 			journaler.checkpoint_segment = d->journal.segment;
 			pthread_cond_signal(&journaler.wake);
 		}
@@ -566,6 +568,7 @@ journaler_maybe_rotate(struct idemd *d)
 	journaler.durable_size = d->journal.size;
 	pthread_mutex_lock(&journaler.lock);
 	journaler.checkpoint_busy = 1;
+	atomic_store(&d->seg.header->checkpoint_running, 1);
 	journaler.checkpoint_segment = d->journal.segment;
 	pthread_cond_signal(&journaler.wake);
 	pthread_mutex_unlock(&journaler.lock);
@@ -702,6 +705,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.broadcast_arg = arg;
 	journaler.checkpoint_segment = 0;
 	journaler.checkpoint_busy = 0;
+	atomic_store(&d->seg.header->checkpoint_running, 0);
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
 	journaler.rotate_after = 0;

@@ -331,6 +331,11 @@ struct shm_header {
 	uint64_t		compact_to;
 	char			compact_key[SUBTAB_MAX_KEY_BYTES];
 	_Atomic uint32_t	checkpoint_wanted;	/* the table needs one */
+	/*
+	 * A checkpoint is under way (journaler.c): the results it will
+	 * index are not asked for again while it runs (arena_scout).
+	 */
+	_Atomic uint32_t	checkpoint_running;
 	/* The receipt store, a ring like the arena's, every byte reclaimable. */
 	_Atomic uint64_t	receipts_head;
 	_Atomic uint64_t	receipts_tail;
