@@ -1206,6 +1206,68 @@ connection_cap_counts_all_workers(void **state)
 	harness_finish(b);
 }
 
+/* The sockets a process holds (its listening and notify sockets too). */
+static int
+sockets_held(pid_t pid)
+{
+	char		 dir[64], path[320], target[64];
+	DIR		*d;
+	struct dirent	*de;
+	ssize_t		 n;
+	int		 count = 0;
+
+	snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+	if ((d = opendir(dir)) == NULL)
+		fail_msg("%s: %s", dir, strerror(errno));
+	while ((de = readdir(d)) != NULL) {
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if ((n = readlink(path, target, sizeof target - 1)) > 0) {
+			target[n] = '\0';
+			count += strncmp(target, "socket:", 7) == 0;
+		}
+	}
+	closedir(d);
+	return count;
+}
+
+/*
+ * Connections are spread over the workers (worker.c, worker_yield): a
+ * worker's loop runs its connections' requests one after another, and
+ * one worker holding every client while the other sleeps is a serial
+ * bottleneck (doc/effects.md, "How fast").  Eight connections opened
+ * one after the other (each answered, so accepted) land four and four;
+ * at least three each, should a loaded machine make a worker take one
+ * after its WORKER_YIELD_MAX_MS.  Before, one worker's accept loop took
+ * the backlog, often all eight.
+ */
+static void
+connections_spread_over_workers(void **state)
+{
+	static const char *const args[] = { "--workers", "2", NULL };
+	struct broker	*b = *state;
+	struct peer	 p[8];
+	pid_t		 workers[2];
+	int		 before[2], held, i;
+
+	harness_must_start(b, args, NULL);
+	assert_int_equal(harness_workers(b, workers, 2), 2);
+	for (i = 0; i < 2; i++)
+		before[i] = sockets_held(workers[i]);
+	for (i = 0; i < 8; i++) {
+		peer_open(b, &p[i]);
+		expect_hello(&p[i], i);
+	}
+	for (i = 0; i < 2; i++) {
+		held = sockets_held(workers[i]) - before[i];
+		if (held < 3 || held > 5)
+			fail_msg("worker %d holds %d of the 8 connections", i,
+			    held);
+	}
+	for (i = 0; i < 8; i++)
+		peer_close(&p[i]);
+	harness_finish(b);
+}
+
 /*
  * A worker that dies holding connections must not keep them counted:
  * otherwise every crash lowers the cap for good.
@@ -1796,6 +1858,7 @@ main(void)
 		T(vanishing_half_requests_leave_no_trace),
 		T(connection_cap_refuses_one_too_many),
 		T(connection_cap_counts_all_workers),
+		T(connections_spread_over_workers),
 		T(dead_worker_connections_are_given_back),
 		T(idle_connection_closed_by_timeout),
 		T(pipelined_requests_answered_in_order),
