@@ -1236,9 +1236,9 @@ sockets_held(pid_t pid)
  * one worker holding every client while the other sleeps is a serial
  * bottleneck (doc/effects.md, "How fast").  Eight connections opened
  * one after the other (each answered, so accepted) land four and four;
- * at least three each, should a loaded machine make a worker take one
- * after its WORKER_YIELD_MAX_MS.  Before, one worker's accept loop took
- * the backlog, often all eight.
+ * at least two each, should a loaded machine (a sanitizer's build) make
+ * a worker take one after its WORKER_YIELD_MAX_MS.  Before, the worker
+ * that answered the last one took the next: all eight on one.
  */
 static void
 connections_spread_over_workers(void **state)
@@ -1259,7 +1259,7 @@ connections_spread_over_workers(void **state)
 	}
 	for (i = 0; i < 2; i++) {
 		held = sockets_held(workers[i]) - before[i];
-		if (held < 3 || held > 5)
+		if (held < 2 || held > 6)
 			fail_msg("worker %d holds %d of the 8 connections", i,
 			    held);
 	}
