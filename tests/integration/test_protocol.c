@@ -1239,7 +1239,7 @@ sockets_held(pid_t pid)
  * least four each, should a loaded machine (a sanitizer's build) make a
  * worker take one after its WORKER_YIELD_MAX_MS.  Before, the worker
  * that took the last one mostly took the next too: all or all but one
- * on one worker in seven of eight runs.
+ * on one worker in nine of ten runs.
  */
 static void
 connections_spread_over_workers(void **state)
