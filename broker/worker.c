@@ -404,6 +404,21 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 #define WORKER_YIELD_MS		2
 #define WORKER_YIELD_MAX_MS	200
 
+/* The connections the other live workers hold, summed. */
+static int64_t
+worker_siblings_connections(struct worker *w)
+{
+	struct shm_header	*h = w->d->seg.header;
+	int64_t			 sum = 0;
+	unsigned		 i;
+
+	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
+		if (i != w->index && atomic_load(&h->workers[i].pid) != 0)
+			sum += atomic_load(&h->workers[i].connections);
+	}
+	return sum;
+}
+
 /* Does another live worker hold fewer connections than this one? */
 static int
 worker_sibling_below(struct worker *w)
@@ -432,12 +447,24 @@ worker_yield(struct worker *w)
 		w->yield_since_ms = 0;
 		return 0;
 	}
+	/*
+	 * A sibling that let a connection wait out a whole yield is stopped
+	 * or stuck: yielding to it again would make every new connection
+	 * wait the same WORKER_YIELD_MAX_MS, one after another.  Not again
+	 * until the siblings' connections move (one accepted or closed).
+	 */
+	if (w->yield_stalled_at != -1) {
+		if (worker_siblings_connections(w) == w->yield_stalled_at)
+			return 0;
+		w->yield_stalled_at = -1;
+	}
 	/* A yield long after the last one is for another connection. */
 	if (w->yield_since_ms == 0 ||
 	    now - w->yield_last_ms > WORKER_YIELD_MAX_MS)
 		w->yield_since_ms = now;
 	else if (now - w->yield_since_ms >= WORKER_YIELD_MAX_MS) {
 		w->yield_since_ms = 0;
+		w->yield_stalled_at = worker_siblings_connections(w);
 		return 0;
 	}
 	w->yield_last_ms = now;
@@ -603,6 +630,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	w.d = d;
 	w.dispatch = conn_process;
 	w.index = index;
+	w.yield_stalled_at = -1;
 	w.generation = generation;
 	w.notify_fd = notify_fd;
 	w.wake_fd = wake_fd;

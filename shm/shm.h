@@ -53,7 +53,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	11
+#define SHM_LAYOUT_VERSION	12
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*

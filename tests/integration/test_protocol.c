@@ -1270,6 +1270,50 @@ connections_spread_over_workers(void **state)
 }
 
 /*
+ * A sibling stopped (SIGSTOP: a debugger, a long stall) takes no
+ * connection it is left: the worker that yields to it takes the
+ * connection itself after its bound (200 ms), and then yields no more
+ * until the siblings' connections move, so one new connection waits
+ * out the bound, not every one after another (each of ten did before).
+ */
+static void
+a_stopped_sibling_costs_one_wait(void **state)
+{
+	static const char *const args[] = { "--workers", "2", NULL };
+	struct broker	*b = *state;
+	struct peer	 keep, p;
+	pid_t		 workers[2], stopped;
+	int		 before[2], i, slow = 0;
+	int64_t		 t;
+
+	harness_must_start(b, args, NULL);
+	assert_int_equal(harness_workers(b, workers, 2), 2);
+	for (i = 0; i < 2; i++)
+		before[i] = sockets_held(workers[i]);
+	/* One connection kept: its worker holds more than the other. */
+	peer_open(b, &keep);
+	expect_hello(&keep, 0);
+	stopped = sockets_held(workers[0]) > before[0] ? workers[1] :
+	    workers[0];
+	assert_int_equal(kill(stopped, SIGSTOP), 0);
+	for (i = 0; i < 10; i++) {
+		t = harness_now_ms();
+		peer_open(b, &p);
+		expect_hello(&p, i + 1);
+		peer_close(&p);
+		if (harness_now_ms() - t >= 150)
+			slow++;
+	}
+	assert_int_equal(kill(stopped, SIGCONT), 0);
+	peer_close(&keep);
+	/* The first waits out the bound; a loaded machine may slow two. */
+	if (slow > 3)
+		fail_msg("%d of 10 connections waited for the stopped worker",
+		    slow);
+	harness_finish(b);
+}
+
+/*
  * A worker that dies holding connections must not keep them counted:
  * otherwise every crash lowers the cap for good.
  */
@@ -1860,6 +1904,7 @@ main(void)
 		T(connection_cap_refuses_one_too_many),
 		T(connection_cap_counts_all_workers),
 		T(connections_spread_over_workers),
+		T(a_stopped_sibling_costs_one_wait),
 		T(dead_worker_connections_are_given_back),
 		T(idle_connection_closed_by_timeout),
 		T(pipelined_requests_answered_in_order),
