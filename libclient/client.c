@@ -389,25 +389,11 @@ json_t *
 client_call_json(struct idem_conn *conn, json_t *request,
     struct idem_error *err)
 {
-	return client_call_json_text(conn, request, NULL, err);
-}
-
-/*
- * client_call_json, and the answer's text into *text (the caller frees
- * it) when text is not NULL: a member's bytes as the broker sent them
- * (client_member_text) cost no dump of the parsed tree.
- */
-json_t *
-client_call_json_text(struct idem_conn *conn, json_t *request, char **text,
-    struct idem_error *err)
-{
 	json_t		*response;
 	json_error_t	 jerr;
 	char		*line, *answer;
 	int		 rc;
 
-	if (text != NULL)
-		*text = NULL;
 	if ((line = json_dumps(request, JSON_COMPACT)) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
 		return NULL;
@@ -417,9 +403,9 @@ client_call_json_text(struct idem_conn *conn, json_t *request, char **text,
 	if (rc != 0)
 		return NULL;
 	response = json_loads(answer, JSON_REJECT_DUPLICATES, &jerr);
+	free(answer);
 	if (response == NULL) {
 		client_error(err, IDEM_E_PROTOCOL, "response: %s", jerr.text);
-		free(answer);
 		return NULL;
 	}
 	if (!json_is_object(response) ||
@@ -427,114 +413,9 @@ client_call_json_text(struct idem_conn *conn, json_t *request, char **text,
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response is not an object with a boolean ok");
 		json_decref(response);
-		free(answer);
 		return NULL;
 	}
-	if (text != NULL)
-		*text = answer;
-	else
-		free(answer);
 	return response;
-}
-
-/* Past a JSON string's closing quote (p at its opening one); NULL if none. */
-static const char *
-client_skip_string(const char *p)
-{
-	for (p++; *p != '\0' && *p != '"'; p++)
-		if (*p == '\\' && *++p == '\0')
-			return NULL;
-	return *p == '"' ? p + 1 : NULL;
-}
-
-static const char *
-client_skip_space(const char *p)
-{
-	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-		p++;
-	return p;
-}
-
-/*
- * Past the JSON value at p (valid JSON: jansson read it); NULL if cut, or
- * if the value holds white space (not compact: the caller dumps it).
- */
-static const char *
-client_skip_value(const char *p)
-{
-	size_t	depth = 0;
-
-	for (;;) {
-		switch (*p) {
-		case '\0':
-			return NULL;
-		case '"':
-			if ((p = client_skip_string(p)) == NULL || depth == 0)
-				return p;
-			continue;
-		case '{':
-		case '[':
-			depth++;
-			break;
-		case '}':
-		case ']':
-			if (depth == 0)
-				return p;	/* the end of a scalar */
-			if (--depth == 0)
-				return p + 1;
-			break;
-		case ' ':
-		case '\t':
-		case '\n':
-		case '\r':
-			return depth == 0 ? p : NULL;
-		case ',':
-			if (depth == 0)
-				return p;	/* the end of a scalar */
-			break;
-		}
-		p++;
-	}
-}
-
-/*
- * The bytes of the member key of the JSON object text object (already read
- * by jansson, so valid) into *value and *length: 0, or -1 if the object
- * has no member spelled so (a key written with escapes is not found: the
- * caller dumps the parsed tree instead).
- */
-int
-client_member_text(const char *object, const char *key, const char **value,
-    size_t *length)
-{
-	const char	*p = client_skip_space(object), *k, *v;
-	size_t		 klen = strlen(key);
-	int		 found;
-
-	if (*p != '{')
-		return -1;
-	for (p = client_skip_space(p + 1); *p == '"';
-	    p = client_skip_space(p + 1)) {
-		k = p + 1;
-		if ((p = client_skip_string(p)) == NULL)
-			return -1;
-		found = (size_t)(p - 1 - k) == klen && memcmp(k, key, klen) == 0;
-		p = client_skip_space(p);
-		if (*p != ':')
-			return -1;
-		v = client_skip_space(p + 1);
-		if ((p = client_skip_value(v)) == NULL)
-			return -1;
-		if (found) {
-			*value = v;
-			*length = (size_t)(p - v);
-			return 0;
-		}
-		p = client_skip_space(p);
-		if (*p != ',')
-			return -1;
-	}
-	return -1;
 }
 
 /* The error object of an ok:false response into err. */

@@ -132,39 +132,10 @@ client_effect_facts(json_t *j, struct idem_effect *out, struct idem_error *err)
 	return 0;
 }
 
-/*
- * A committed answer's receipt and its result as text: the receipt's
- * bytes as sent (idem.h), taken from the answer's text when it is given
- * and spells them plainly, else dumped from the tree (the same bytes:
- * the broker writes jansson's compact form in the order read).
- */
+/* Any effect op's answer into out; 0 if it is one the op may give. */
 static int
-client_effect_texts(json_t *receipt, const char *text,
-    struct idem_effect *out)
-{
-	const char	*r, *v;
-	size_t		 rlen, vlen;
-
-	if (text != NULL && client_member_text(text, "receipt", &r,
-	    &rlen) == 0 && client_member_text(r, "result", &v, &vlen) == 0) {
-		out->receipt = strndup(r, rlen);
-		out->result = strndup(v, vlen);
-	} else {
-		out->receipt = json_dumps(receipt, JSON_COMPACT |
-		    JSON_PRESERVE_ORDER);
-		out->result = json_dumps(json_object_get(receipt, "result"),
-		    JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-	}
-	return out->receipt == NULL || out->result == NULL ? -1 : 0;
-}
-
-/*
- * Any effect op's answer into out (text: the answer as sent, or NULL);
- * 0 if it is one the op may give.
- */
-static int
-client_effect_answer(json_t *response, const char *text,
-    struct idem_effect *out, struct idem_error *err)
+client_effect_answer(json_t *response, struct idem_effect *out,
+    struct idem_error *err)
 {
 	json_t			*receipt = json_object_get(response, "receipt");
 	const char		*disposition;
@@ -190,10 +161,15 @@ client_effect_answer(json_t *response, const char *text,
 		else if (strcmp(out->state, "outcome_unknown") == 0)
 			out->disposition = IDEM_EFFECT_OUTCOME_UNKNOWN;
 	}
-	if (json_is_object(receipt) &&
-	    client_effect_texts(receipt, text, out) != 0) {
-		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return -1;
+	if (json_is_object(receipt)) {
+		out->receipt = json_dumps(receipt, JSON_COMPACT |
+		    JSON_PRESERVE_ORDER);
+		out->result = json_dumps(json_object_get(receipt, "result"),
+		    JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+		if (out->receipt == NULL || out->result == NULL) {
+			client_error(err, IDEM_E_NOMEM, "out of memory");
+			return -1;
+		}
 	}
 	if (!json_is_true(json_object_get(response, "ok"))) {
 		client_wire_error(response, err);
@@ -210,18 +186,16 @@ client_effect_call(struct idem_conn *conn, json_t *request,
     struct idem_effect *out, struct idem_error *err)
 {
 	json_t	*response;
-	char	*text;
 	int	 rc;
 
 	if (request == NULL)
 		return -1;
-	response = client_call_json_text(conn, request, &text, err);
+	response = client_call_json(conn, request, err);
 	json_decref(request);
 	if (response == NULL)
 		return -1;
-	rc = client_effect_answer(response, text, out, err);
+	rc = client_effect_answer(response, out, err);
 	json_decref(response);
-	free(text);
 	return rc;
 }
 
@@ -357,7 +331,7 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
 		if (rc == 0)
 			out->disposition = IDEM_EFFECT_EXTENDED;
 	} else
-		rc = client_effect_answer(response, NULL, out, err);
+		rc = client_effect_answer(response, out, err);
 	json_decref(response);
 	return rc;
 }

@@ -961,117 +961,6 @@ requests_keep_their_bytes(void **state)
 	harness_finish(b);
 }
 
-/*
- * An effect's receipt and result as the broker sent them (idem.h: "the
- * receipt as sent"), read off the answer's text instead of dumped from
- * the parsed tree: a stand-in answers with a result jansson would write
- * otherwise (1e2 dumps as 100.0, \u00e9 and \/ as their characters),
- * and then with a receipt that is not compact, which is dumped (result:
- * "compact JSON").
- */
-struct answers {
-	int		 listen_fd;
-	const char	*const *lines;	/* one answer a request, in turn */
-	size_t		 count;
-};
-
-static void *
-answers_serve(void *arg)
-{
-	struct answers	*a = arg;
-	char		 buf[4096];
-	size_t		 length = 0, next = 0;
-	ssize_t		 n;
-	char		*nl;
-	int		 fd;
-
-	if ((fd = accept(a->listen_fd, NULL, NULL)) == -1)
-		return NULL;
-	while (next < a->count &&
-	    (n = read(fd, buf + length, sizeof buf - length)) > 0) {
-		length += (size_t)n;
-		while (next < a->count &&
-		    (nl = memchr(buf, '\n', length)) != NULL) {
-			length -= (size_t)(nl - buf) + 1;
-			memmove(buf, nl + 1, length);
-			if (write(fd, a->lines[next], strlen(a->lines[next])) !=
-			    (ssize_t)strlen(a->lines[next]))
-				break;
-			next++;
-		}
-		if (length == sizeof buf)
-			break;
-	}
-	close(fd);
-	return NULL;
-}
-
-#define RECEIPT_HEAD	"{\"client_submission_id\":\"eid\",\"effect_kind\":" \
-	"\"mail\",\"digest_schema\":\"generic-json-v1\",\"request_digest\":" \
-	"\"672f95c87a2480de764e7e28b1259b2cfc2116a51fb232379ae934914a77c9b2\"," \
-	"\"external_key\":\"idem-2608cbef75b5521eae49a18ba47a5e6a\"," \
-	"\"attempt\":1,\"result\":"
-#define RECEIPT_TAIL	",\"state\":\"committed\",\"committed_at\":" \
-	"\"2026-12-03T06:38:05.046Z\"}"
-#define SENT_RESULT	"{\"n\":1e2,\"s\":\"caf\\u00e9 a\\/b\",\"l\":[true,null]}"
-
-static void
-effect_receipt_as_sent(void **state)
-{
-	static const char *const lines[] = {
-		"{\"ok\":true,\"id\":1,\"action_taken\":true,\"idempotent\":"
-		    "true,\"state\":\"committed\",\"receipt\":" RECEIPT_HEAD
-		    SENT_RESULT RECEIPT_TAIL "}\n",
-		"{\"ok\":true,\"id\":2,\"disposition\":\"reused\","
-		    "\"action_taken\":false,\"idempotent\":true,\"state\":"
-		    "\"committed\",\"receipt\": {\"client_submission_id\": "
-		    "\"eid\", \"result\": {\"a\": [1, 2]}, \"state\": "
-		    "\"committed\"}}\n",
-	};
-	struct broker		*b = *state;
-	struct answers		 a = { -1, lines, 2 };
-	struct sockaddr_un	 sa;
-	struct idem_conn	*c;
-	struct idem_error	 err;
-	struct idem_effect	 e;
-	pthread_t		 thread;
-
-	memset(&sa, 0, sizeof sa);
-	sa.sun_family = AF_UNIX;
-	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
-	    "%s/answers.sock", b->root) < sizeof sa.sun_path);
-	a.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	assert_true(a.listen_fd != -1);
-	assert_int_equal(bind(a.listen_fd, (struct sockaddr *)&sa,
-	    sizeof sa), 0);
-	assert_int_equal(listen(a.listen_fd, 1), 0);
-	assert_int_equal(pthread_create(&thread, NULL, answers_serve, &a), 0);
-	assert_non_null(c = idem_connect(sa.sun_path, &err));
-
-	assert_int_equal(idem_effect_complete(c, "eid", "mail", "1-abc", 1,
-	    "{\"r\":true}", &e, &err), 0);
-	assert_int_equal(e.disposition, IDEM_EFFECT_COMMITTED);
-	assert_string_equal(e.receipt, RECEIPT_HEAD SENT_RESULT RECEIPT_TAIL);
-	assert_string_equal(e.result, SENT_RESULT);
-	assert_string_equal(e.external_key,
-	    "idem-2608cbef75b5521eae49a18ba47a5e6a");
-	idem_effect_clear(&e);
-
-	/* Not compact: dumped, so the result is compact JSON still. */
-	assert_int_equal(idem_effect_begin(c, "eid", "mail", "{}", 0, &e,
-	    &err), 0);
-	assert_int_equal(e.disposition, IDEM_EFFECT_REUSED);
-	assert_string_equal(e.receipt, "{\"client_submission_id\":\"eid\","
-	    "\"result\":{\"a\":[1,2]},\"state\":\"committed\"}");
-	assert_string_equal(e.result, "{\"a\":[1,2]}");
-	idem_effect_clear(&e);
-
-	idem_close(c);
-	assert_int_equal(pthread_join(thread, NULL), 0);
-	close(a.listen_fd);
-	harness_finish(b);
-}
-
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -1094,7 +983,6 @@ main(void)
 		T(retry_deadline_bounds_the_reply_wait),
 		T(retry_gives_up_without_broker),
 		T(requests_keep_their_bytes),
-		T(effect_receipt_as_sent),
 	};
 
 	if (sodium_init() < 0)
