@@ -148,8 +148,11 @@ struct backend {
 	unsigned	 flags;
 /* No other broker's temporaries can be live: sweep them at start. */
 #define BACKEND_SWEEPS_TEMPORARIES	0x1
-/* One accept per wake-up, and worker_yield (worker.c). */
-#define BACKEND_SPREADS_CONNECTIONS	0x2
+/*
+ * One accept per wake-up (worker.c: worker_accept; every store's workers
+ * spread connections, worker_yield).
+ */
+#define BACKEND_ONE_ACCEPT_A_WAKEUP	0x2
 /*
  * Effects live in this broker's table and arena, which no other broker
  * changes: the fast path may answer their retries (fastpath.c).

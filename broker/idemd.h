@@ -414,6 +414,11 @@ struct worker {
 	struct timeval		 idle_timeout;	/* --idle-timeout-ms */
 	int64_t			 yield_since_ms; /* worker_yield (monotonic ms): 0 none */
 	int64_t			 yield_last_ms;
+	/*
+	 * A yield ran out (the siblings' connections, summed, then): no
+	 * more until they move.  -1: none ran out.
+	 */
+	int64_t			 yield_stalled_at;
 	TAILQ_HEAD(, conn)	 conns;
 	unsigned		 conn_count;
 	TAILQ_HEAD(, pending)	 parked;

@@ -554,6 +554,7 @@ checkpoint_main(void *arg)
 
 		pthread_mutex_lock(&journaler.lock);
 		journaler.checkpoint_busy = 0;
+		atomic_store(&d->seg.header->checkpoint_running, 0);
 		journaler.checkpoint_failed = failed;
 		if (failed)
 			journaler.checkpoint_failed_at = shm_now_ms();
@@ -631,6 +632,7 @@ journaler_maybe_rotate(struct idemd *d)
 		if (again) {
 			atomic_store(&d->seg.header->checkpoint_wanted, 0);
 			journaler.checkpoint_busy = 1;
+			atomic_store(&d->seg.header->checkpoint_running, 1);
 			journaler.checkpoint_segment = d->journal.segment;
 			pthread_cond_signal(&journaler.wake);
 		}
@@ -694,6 +696,7 @@ journaler_maybe_rotate(struct idemd *d)
 	journaler.durable_size = d->journal.size;
 	pthread_mutex_lock(&journaler.lock);
 	journaler.checkpoint_busy = 1;
+	atomic_store(&d->seg.header->checkpoint_running, 1);
 	journaler.checkpoint_segment = d->journal.segment;
 	/* After its checkpoint, the segment after it. */
 	journaler.next_wanted = journaler.next_unsupported ? 0 :
@@ -833,6 +836,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.broadcast_arg = arg;
 	journaler.checkpoint_segment = 0;
 	journaler.checkpoint_busy = 0;
+	atomic_store(&d->seg.header->checkpoint_running, 0);
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
 	journaler.rotate_after = 0;

@@ -385,43 +385,78 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 }
 
 /*
- * On the PostgreSQL store a worker's loop makes blocking calls (effects,
- * get_submission, diagnose, stats; a creation runs on one of the
- * worker's --store-connections threads, pg_pool.c), so connections
- * are spread over the workers: whichever worker runs first would
- * otherwise take every pending connection (measured, when a worker ran
- * one creation at a time: all eight of a bench's clients on one of two
- * workers) while the others idle.  A worker holding more connections than another live worker
- * leaves a pending connection to it (looking again every
- * WORKER_YIELD_MS), and takes it itself after WORKER_YIELD_MAX_MS (the
- * other may be blocked in a long call, a connection attempt to a server
- * that is down).  1: yield now.
+ * Connections are spread over the workers: whichever worker runs first
+ * would otherwise take every pending connection while the others idle.
+ * On the local store a worker's loop runs its connections' requests one
+ * after another, so one worker holding every client is a serial
+ * bottleneck (a bench's 32 clients, most or all on one of two workers:
+ * doc/effects.md, "How fast").  On PostgreSQL a worker's loop also makes
+ * blocking calls (effects, get_submission, diagnose, stats; a creation
+ * runs on one of the worker's --store-connections threads, pg_pool.c;
+ * measured, when a worker ran one creation at a time: all eight of a
+ * bench's clients on one of two workers).  A worker holding more
+ * connections than another live worker leaves a pending connection to it
+ * (looking again every WORKER_YIELD_MS), and takes it itself after
+ * WORKER_YIELD_MAX_MS (the other may be blocked in a long call, a
+ * connection attempt to a server that is down).  1: yield now.  A lone
+ * worker never yields.
  */
 #define WORKER_YIELD_MS		2
 #define WORKER_YIELD_MAX_MS	200
 
-static int
-worker_yield(struct worker *w)
+/* The connections the other live workers hold, summed. */
+static int64_t
+worker_siblings_connections(struct worker *w)
 {
 	struct shm_header	*h = w->d->seg.header;
-	struct timeval		 tv = { 0, WORKER_YIELD_MS * 1000 };
-	uint32_t		 mine, theirs;
+	int64_t			 sum = 0;
 	unsigned		 i;
-	int64_t			 now = clock_monotonic_us() / 1000;
 
-	if (!(w->d->be->flags & BACKEND_SPREADS_CONNECTIONS))
-		return 0;
+	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
+		if (i != w->index && atomic_load(&h->workers[i].pid) != 0)
+			sum += atomic_load(&h->workers[i].connections);
+	}
+	return sum;
+}
+
+/* Does another live worker hold fewer connections than this one? */
+static int
+worker_sibling_below(struct worker *w)
+{
+	struct shm_header	*h = w->d->seg.header;
+	uint32_t		 mine;
+	unsigned		 i;
+
 	mine = atomic_load(&h->workers[w->index].connections);
 	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
 		if (i == w->index || atomic_load(&h->workers[i].pid) == 0)
 			continue;
-		theirs = atomic_load(&h->workers[i].connections);
-		if (theirs < mine)
-			break;
+		if (atomic_load(&h->workers[i].connections) < mine)
+			return 1;
 	}
-	if (i >= w->d->worker_count || i >= SHM_MAX_WORKERS) {
+	return 0;
+}
+
+static int
+worker_yield(struct worker *w)
+{
+	struct timeval		 tv = { 0, WORKER_YIELD_MS * 1000 };
+	int64_t			 now = clock_monotonic_us() / 1000;
+
+	if (!worker_sibling_below(w)) {
 		w->yield_since_ms = 0;
 		return 0;
+	}
+	/*
+	 * A sibling that let a connection wait out a whole yield is stopped
+	 * or stuck: yielding to it again would make every new connection
+	 * wait the same WORKER_YIELD_MAX_MS, one after another.  Not again
+	 * until the siblings' connections move (one accepted or closed).
+	 */
+	if (w->yield_stalled_at != -1) {
+		if (worker_siblings_connections(w) == w->yield_stalled_at)
+			return 0;
+		w->yield_stalled_at = -1;
 	}
 	/* A yield long after the last one is for another connection. */
 	if (w->yield_since_ms == 0 ||
@@ -429,6 +464,7 @@ worker_yield(struct worker *w)
 		w->yield_since_ms = now;
 	else if (now - w->yield_since_ms >= WORKER_YIELD_MAX_MS) {
 		w->yield_since_ms = 0;
+		w->yield_stalled_at = worker_siblings_connections(w);
 		return 0;
 	}
 	w->yield_last_ms = now;
@@ -523,8 +559,14 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		bufferevent_setcb(c->bev, NULL, conn_written, conn_event, c);
 		TAILQ_INSERT_TAIL(&w->conns, c, entry);
 		w->conn_count++;
-		/* On the PostgreSQL store: one per wake-up (worker_yield). */
-		if (w->d->be->flags & BACKEND_SPREADS_CONNECTIONS)
+		/*
+		 * On the PostgreSQL store: one per wake-up.  Elsewhere, on
+		 * while no sibling holds fewer: a burst is spread too (the
+		 * listening socket, still readable, wakes this loop again and
+		 * worker_yield decides then).
+		 */
+		if ((w->d->be->flags & BACKEND_ONE_ACCEPT_A_WAKEUP) ||
+		    worker_sibling_below(w))
 			return;
 	}
 }
@@ -588,6 +630,7 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	w.d = d;
 	w.dispatch = conn_process;
 	w.index = index;
+	w.yield_stalled_at = -1;
 	w.generation = generation;
 	w.notify_fd = notify_fd;
 	w.wake_fd = wake_fd;

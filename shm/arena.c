@@ -49,6 +49,14 @@ arena_reclaimable(struct shm_segment *seg, uint64_t pos,
  * The scout walks the records half an arena ahead of the tail: a result
  * not yet in the index there asks for a checkpoint, which will have made
  * it reclaimable (indexed) by the time the tail reaches it.
+ *
+ * It waits while a checkpoint runs: the results it would pass then were
+ * committed long before (half an arena ago) and are in the copy under
+ * way, but not yet marked indexed, so each asked for a second checkpoint
+ * at once, which copied the whole table again for the few commits made
+ * meanwhile (two checkpoints tens of milliseconds apart, each a copy of
+ * the table; doc/effects.md, "How fast").  Once the checkpoint is done
+ * the scout walks on from where it stopped and asks for what it left.
  */
 static void
 arena_scout(struct shm_segment *seg)
@@ -57,6 +65,9 @@ arena_scout(struct shm_segment *seg)
 	struct ring_header	 hdr;
 	uint64_t		 head = atomic_load(&h->arena_head);
 	uint64_t		 size = h->arena_bytes, at;
+
+	if (atomic_load(&h->checkpoint_running))
+		return;
 
 	if (h->arena_scout < atomic_load(&h->arena_tail))
 		h->arena_scout = atomic_load(&h->arena_tail);

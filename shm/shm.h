@@ -53,7 +53,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	11
+#define SHM_LAYOUT_VERSION	12
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -331,6 +331,11 @@ struct shm_header {
 	uint64_t		compact_to;
 	char			compact_key[SUBTAB_MAX_KEY_BYTES];
 	_Atomic uint32_t	checkpoint_wanted;	/* the table needs one */
+	/*
+	 * A checkpoint is under way (journaler.c): the results it will
+	 * index are not asked for again while it runs (arena_scout).
+	 */
+	_Atomic uint32_t	checkpoint_running;
 	/* The receipt store, a ring like the arena's, every byte reclaimable. */
 	_Atomic uint64_t	receipts_head;
 	_Atomic uint64_t	receipts_tail;

@@ -143,7 +143,7 @@ pg_worker_stop(struct worker *w)
 
 const struct backend pg_backend = {
 	.name = "postgresql",
-	.flags = BACKEND_SPREADS_CONNECTIONS | BACKEND_CLAIMS_READ_WATCH,
+	.flags = BACKEND_ONE_ACCEPT_A_WAKEUP | BACKEND_CLAIMS_READ_WATCH,
 	.create_state_size = sizeof(struct pg_create),
 	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,

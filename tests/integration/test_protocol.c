@@ -1206,6 +1206,113 @@ connection_cap_counts_all_workers(void **state)
 	harness_finish(b);
 }
 
+/* The sockets a process holds (its listening and notify sockets too). */
+static int
+sockets_held(pid_t pid)
+{
+	char		 dir[64], path[320], target[64];
+	DIR		*d;
+	struct dirent	*de;
+	ssize_t		 n;
+	int		 count = 0;
+
+	snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+	if ((d = opendir(dir)) == NULL)
+		fail_msg("%s: %s", dir, strerror(errno));
+	while ((de = readdir(d)) != NULL) {
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if ((n = readlink(path, target, sizeof target - 1)) > 0) {
+			target[n] = '\0';
+			count += strncmp(target, "socket:", 7) == 0;
+		}
+	}
+	closedir(d);
+	return count;
+}
+
+/*
+ * Connections are spread over the workers (worker.c, worker_yield): a
+ * worker's loop runs its connections' requests one after another, and
+ * one worker holding every client while the other sleeps is a serial
+ * bottleneck (doc/effects.md, "How fast").  Twelve connections opened
+ * one after the other (each answered, so accepted) land six and six; at
+ * least four each, should a loaded machine (a sanitizer's build) make a
+ * worker take one after its WORKER_YIELD_MAX_MS.  Before, the worker
+ * that took the last one mostly took the next too: all or all but one
+ * on one worker in nine of ten runs.
+ */
+static void
+connections_spread_over_workers(void **state)
+{
+	static const char *const args[] = { "--workers", "2", NULL };
+	struct broker	*b = *state;
+	struct peer	 p[12];
+	pid_t		 workers[2];
+	int		 before[2], held, i;
+
+	harness_must_start(b, args, NULL);
+	assert_int_equal(harness_workers(b, workers, 2), 2);
+	for (i = 0; i < 2; i++)
+		before[i] = sockets_held(workers[i]);
+	for (i = 0; i < 12; i++) {
+		peer_open(b, &p[i]);
+		expect_hello(&p[i], i);
+	}
+	for (i = 0; i < 2; i++) {
+		held = sockets_held(workers[i]) - before[i];
+		if (held < 4 || held > 8)
+			fail_msg("worker %d holds %d of the 12 connections", i,
+			    held);
+	}
+	for (i = 0; i < 12; i++)
+		peer_close(&p[i]);
+	harness_finish(b);
+}
+
+/*
+ * A sibling stopped (SIGSTOP: a debugger, a long stall) takes no
+ * connection it is left: the worker that yields to it takes the
+ * connection itself after its bound (200 ms), and then yields no more
+ * until the siblings' connections move, so one new connection waits
+ * out the bound, not every one after another (each of ten did before).
+ */
+static void
+a_stopped_sibling_costs_one_wait(void **state)
+{
+	static const char *const args[] = { "--workers", "2", NULL };
+	struct broker	*b = *state;
+	struct peer	 keep, p;
+	pid_t		 workers[2], stopped;
+	int		 before[2], i, slow = 0;
+	int64_t		 t;
+
+	harness_must_start(b, args, NULL);
+	assert_int_equal(harness_workers(b, workers, 2), 2);
+	for (i = 0; i < 2; i++)
+		before[i] = sockets_held(workers[i]);
+	/* One connection kept: its worker holds more than the other. */
+	peer_open(b, &keep);
+	expect_hello(&keep, 0);
+	stopped = sockets_held(workers[0]) > before[0] ? workers[1] :
+	    workers[0];
+	assert_int_equal(kill(stopped, SIGSTOP), 0);
+	for (i = 0; i < 10; i++) {
+		t = harness_now_ms();
+		peer_open(b, &p);
+		expect_hello(&p, i + 1);
+		peer_close(&p);
+		if (harness_now_ms() - t >= 150)
+			slow++;
+	}
+	assert_int_equal(kill(stopped, SIGCONT), 0);
+	peer_close(&keep);
+	/* The first waits out the bound; a loaded machine may slow two. */
+	if (slow > 3)
+		fail_msg("%d of 10 connections waited for the stopped worker",
+		    slow);
+	harness_finish(b);
+}
+
 /*
  * A worker that dies holding connections must not keep them counted:
  * otherwise every crash lowers the cap for good.
@@ -1796,6 +1903,8 @@ main(void)
 		T(vanishing_half_requests_leave_no_trace),
 		T(connection_cap_refuses_one_too_many),
 		T(connection_cap_counts_all_workers),
+		T(connections_spread_over_workers),
+		T(a_stopped_sibling_costs_one_wait),
 		T(dead_worker_connections_are_given_back),
 		T(idle_connection_closed_by_timeout),
 		T(pipelined_requests_answered_in_order),

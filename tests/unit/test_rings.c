@@ -9,7 +9,7 @@
  * arena reuses the space of indexed results only: the bytes of a
  * committed result not yet in the index, or of a commit in flight, are
  * never overwritten (ENOSPC, and a checkpoint is asked for, half an
- * arena ahead).  And the segment at --capacity 1000000 is under 300 MB.
+ * arena ahead, but not while one runs).  And the segment at --capacity 1000000 is under 300 MB.
  */
 #include <sys/wait.h>
 
@@ -472,6 +472,43 @@ test_arena_reuses_only_indexed(void **state)
 }
 
 /*
+ * While a checkpoint runs the scout asks for none: the results it would
+ * pass are in the copy under way (a second checkpoint right after would
+ * copy the whole table again for the few commits made meanwhile).  Once
+ * it is done the scout walks on from where it stopped, passing what that
+ * checkpoint indexed and asking for what it did not.
+ */
+static void
+test_arena_scout_waits_for_running_checkpoint(void **state)
+{
+	struct segment_fixture	*f = *state;
+	struct shm_header *h = f->seg.header;
+	uint64_t	 offsets[64];
+	uint32_t	 slots[64];
+	int		 i;
+
+	for (i = 0; i < 4; i++)
+		assert_int_equal(commit_effect(f, i, &slots[i], &offsets[i]),
+		    0);
+	atomic_store(&h->checkpoint_running, 1);
+	/* Without the wait, the scout asked by the thirteenth. */
+	for (i = 4; i < 13; i++)
+		assert_int_equal(commit_effect(f, i, &slots[i], &offsets[i]),
+		    0);
+	assert_int_equal(atomic_load(&h->checkpoint_wanted), 0);
+	/* It indexed those thirteen. */
+	subtab_mark_indexed(&f->seg, slots, 13);
+	atomic_store(&h->checkpoint_running, 0);
+	assert_int_equal(commit_effect(f, 13, &slots[13], &offsets[13]), 0);
+	assert_int_equal(atomic_load(&h->checkpoint_wanted), 0);
+	/* Those after it are not indexed: asked for, half an arena ahead. */
+	for (i = 14; i < 28; i++)
+		assert_int_equal(commit_effect(f, i, &slots[i], &offsets[i]),
+		    0);
+	assert_int_equal(atomic_load(&h->checkpoint_wanted), 1);
+}
+
+/*
  * A result put by a request that holds the slot's claim and has not
  * recorded its commit yet is spared; once the claim is gone (released,
  * or its worker dead) and no slot names it, its space is reused.
@@ -632,6 +669,9 @@ main(void)
 		    test_receipts_only_for_the_entry_built_from, setup_one_slot,
 		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_arena_reuses_only_indexed,
+		    setup_small_arena, unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_arena_scout_waits_for_running_checkpoint,
 		    setup_small_arena, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_arena_spares_commit_in_flight, setup_small_arena,
