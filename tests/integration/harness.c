@@ -789,22 +789,37 @@ harness_raw_send_task(const struct broker *b, const char *id,
 	return fd;
 }
 
+int
+harness_idemctl(char *out, size_t size, const char *fmt, ...)
+{
+	char	 cmd[4096];
+	va_list	 ap;
+	FILE	*p;
+	size_t	 n;
+	int	 status;
+
+	n = (size_t)snprintf(cmd, sizeof cmd, "'%s' ",
+	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl");
+	va_start(ap, fmt);
+	n += (size_t)vsnprintf(cmd + n, sizeof cmd - n, fmt, ap);
+	va_end(ap);
+	snprintf(cmd + n, sizeof cmd - n, " 2>&1");
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 unsigned long long
 harness_compact_now(const struct broker *b)
 {
-	char			 cmd[1024], out[8192];
-	FILE			*p;
-	size_t			 n;
+	char			 out[8192];
 	unsigned long long	 compacted;
 
-	snprintf(cmd, sizeof cmd, "'%s' --root '%s' compact --older-than 0 "
-	    "2>&1", getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") :
-	    "contrib/idemctl", b->root);
-	assert_non_null(p = popen(cmd, "r"));
-	n = fread(out, 1, sizeof out - 1, p);
-	out[n] = '\0';
-	if (pclose(p) != 0 || sscanf(out, "compact: %llu receipt",
-	    &compacted) != 1)
+	if (harness_idemctl(out, sizeof out, "--root '%s' compact "
+	    "--older-than 0", b->root) != 0 || sscanf(out,
+	    "compact: %llu receipt", &compacted) != 1)
 		fail_msg("idemctl compact: %s", out);
 	return compacted;
 }

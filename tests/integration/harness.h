@@ -101,6 +101,13 @@ int	 harness_raw_send_task(const struct broker *, const char *id,
 /* One stats counter of the broker's, by name. */
 json_int_t harness_stat(struct broker *, const char *);
 /*
+ * idemctl (IDEMCTL, else contrib/idemctl) with ARGS... (a shell command's
+ * words, printf-style): its exit status (-1: killed), its output and
+ * errors into out.
+ */
+int	 harness_idemctl(char *out, size_t size, const char *fmt, ...)
+	    __attribute__((format(printf, 3, 4)));
+/*
  * idemctl compact --older-than 0 on the broker's root (everything
  * committed so far): the receipts it compacted; fails the test if it
  * failed or said otherwise.

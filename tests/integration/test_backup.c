@@ -69,29 +69,6 @@ load_fail(const char *fmt, ...)
 	fail_msg("%s", message);
 }
 
-/* idemctl ARGS... (a shell command's words); its exit status, its output. */
-static int
-idemctl(char *out, size_t size, const char *fmt, ...)
-{
-	char	 cmd[4096];
-	va_list	 ap;
-	FILE	*p;
-	size_t	 n;
-	int	 status;
-
-	n = (size_t)snprintf(cmd, sizeof cmd, "'%s' ",
-	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl");
-	va_start(ap, fmt);
-	n += (size_t)vsnprintf(cmd + n, sizeof cmd - n, fmt, ap);
-	va_end(ap);
-	snprintf(cmd + n, sizeof cmd - n, " 2>&1");
-	assert_non_null(p = popen(cmd, "r"));
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /*
  * One call as lines: the answer's text (malloc'd), or fail.  Not inlined:
  * GCC 12's -Wdangling-pointer then takes the answer for the local that
@@ -335,8 +312,8 @@ test_backup_under_load_restores_every_receipt(void **state)
 	/* What was acknowledged before the backup began. */
 	assert_int_equal(fstat(ack_fd, &st), 0);
 	before = st.st_size;
-	status = idemctl(out, sizeof out, "--root '%s' backup --with-workspace "
-	    "'%s'", a.root, dest);
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup "
+	    "--with-workspace '%s'", a.root, dest);
 	if (status != 0)
 		fail_msg("idemctl backup (exit %d): %s", status, out);
 	assert_non_null(strstr(out, "backup of"));
@@ -368,7 +345,7 @@ test_backup_under_load_restores_every_receipt(void **state)
 	harness_fresh_root(&r);
 	snprintf(out, sizeof out, "cp -a '%s/.' '%s/'", dest, r.root);
 	assert_int_equal(system(out), 0);
-	status = idemctl(out, sizeof out, "--root '%s' verify", r.root);
+	status = harness_idemctl(out, sizeof out, "--root '%s' verify", r.root);
 	if (status != 0)
 		fail_msg("idemctl verify of the restored root (exit %d): %s",
 		    status, out);
@@ -575,7 +552,7 @@ test_backup_holds_pruned_segments(void **state)
 	harness_fresh_root(&r);
 	snprintf(out, sizeof out, "cp -a '%s/.' '%s/'", dest, r.root);
 	assert_int_equal(system(out), 0);
-	status = idemctl(out, sizeof out, "--root '%s' verify", r.root);
+	status = harness_idemctl(out, sizeof out, "--root '%s' verify", r.root);
 	if (status != 0)
 		fail_msg("idemctl verify of the restored root (exit %d): %s",
 		    status, out);
@@ -674,8 +651,8 @@ test_backup_refuses_a_dest_in_use(void **state)
 		fputs("mine\n", f);
 		fclose(f);
 	}
-	status = idemctl(out, sizeof out, "--root '%s' backup '%s'", a.root,
-	    dest);
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup '%s'",
+	    a.root, dest);
 	assert_int_equal(status, 2);
 	assert_non_null(strstr(out, "not empty"));
 	snprintf(path, sizeof path, "%s/.idem", dest);
@@ -686,8 +663,8 @@ test_backup_refuses_a_dest_in_use(void **state)
 	/* A planted symlink in DEST: refused, its target untouched. */
 	snprintf(path, sizeof path, "%s/.idem", dest);
 	assert_int_equal(symlink(outside, path), 0);
-	status = idemctl(out, sizeof out, "--root '%s' backup '%s'", a.root,
-	    dest);
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup '%s'",
+	    a.root, dest);
 	assert_int_equal(status, 2);
 	assert_non_null(strstr(out, "not empty"));
 	assert_true(dir_empty(outside));
@@ -696,33 +673,33 @@ test_backup_refuses_a_dest_in_use(void **state)
 	/* DEST itself a symlink: not followed. */
 	snprintf(path, sizeof path, "%s.link", a.root);
 	assert_int_equal(symlink(outside, path), 0);
-	status = idemctl(out, sizeof out, "--root '%s' backup '%s'", a.root,
-	    path);
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup '%s'",
+	    a.root, path);
 	assert_int_equal(status, 2);
 	assert_non_null(strstr(out, "symlink"));
 	assert_true(dir_empty(outside));
 	unlink(path);
 
 	/* The empty directory, at last: taken. */
-	status = idemctl(out, sizeof out, "--root '%s' backup "
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup "
 	    "--with-workspace '%s'", a.root, dest);
 	if (status != 0)
 		fail_msg("idemctl backup into an empty DEST (%d): %s", status,
 		    out);
-	status = idemctl(out, sizeof out, "--root '%s' verify", dest);
+	status = harness_idemctl(out, sizeof out, "--root '%s' verify", dest);
 	if (status != 0)
 		fail_msg("idemctl verify of the backup (%d): %s", status, out);
 
 	/* DEST below the root: taken, and never copied into itself. */
-	status = idemctl(out, sizeof out, "--root '%s' backup "
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup "
 	    "--with-workspace '%s/shared/bk'", a.root, a.root);
 	if (status != 0)
 		fail_msg("idemctl backup into the root's shared/ (%d): %s",
 		    status, out);
 	snprintf(path, sizeof path, "%s/shared/bk/shared/bk", a.root);
 	assert_int_equal(access(path, F_OK), -1);
-	status = idemctl(out, sizeof out, "--root '%s/shared/bk' verify",
-	    a.root);
+	status = harness_idemctl(out, sizeof out,
+	    "--root '%s/shared/bk' verify", a.root);
 	if (status != 0)
 		fail_msg("idemctl verify of shared/bk (%d): %s", status, out);
 
@@ -732,8 +709,8 @@ test_backup_refuses_a_dest_in_use(void **state)
 	    ""), 0);
 	snprintf(path, sizeof path, "rm -rf '%s'", dest);
 	assert_int_equal(system(path), 0);
-	status = idemctl(out, sizeof out, "--root '%s' backup '%s'", a.root,
-	    dest);
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup '%s'",
+	    a.root, dest);
 	assert_int_equal(status, 1);
 	assert_non_null(strstr(out, "not consecutive"));
 	snprintf(path, sizeof path, "%s/.idem/backup-info", dest);
@@ -784,7 +761,7 @@ test_backup_leaves_out_a_report_the_copy_does_not_know(void **state)
 	assert_int_equal(system(cmd), 0);
 	assert_int_equal(harness_count_reports(&a), 2);
 
-	status = idemctl(out, sizeof out, "--root '%s' backup "
+	status = harness_idemctl(out, sizeof out, "--root '%s' backup "
 	    "--with-workspace '%s'", a.root, dest);
 	if (status != 0)
 		fail_msg("idemctl backup (%d): %s", status, out);
@@ -799,7 +776,7 @@ test_backup_leaves_out_a_report_the_copy_does_not_know(void **state)
 	snprintf(cmd, sizeof cmd, "grep -q '^after_cut: 1$' "
 	    "'%s/.idem/backup-info'", dest);
 	assert_int_equal(system(cmd), 0);
-	status = idemctl(out, sizeof out, "--root '%s' verify", dest);
+	status = harness_idemctl(out, sizeof out, "--root '%s' verify", dest);
 	if (status != 0)
 		fail_msg("idemctl verify of the backup (%d): %s", status, out);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dest);

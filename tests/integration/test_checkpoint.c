@@ -244,29 +244,6 @@ test_crash_after_next_segment_renamed(void **state)
 	run_crash_next("after_next_segment_renamed", 1);
 }
 
-/* idemctl ARGS... (a shell command's words): its exit status, its output. */
-static int
-idemctl(char *out, size_t size, const char *fmt, ...)
-{
-	char	 cmd[4096];
-	va_list	 ap;
-	FILE	*p;
-	size_t	 n;
-	int	 status;
-
-	n = (size_t)snprintf(cmd, sizeof cmd, "'%s' ",
-	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl");
-	va_start(ap, fmt);
-	n += (size_t)vsnprintf(cmd + n, sizeof cmd - n, fmt, ap);
-	va_end(ap);
-	snprintf(cmd + n, sizeof cmd - n, " 2>&1");
-	assert_non_null(p = popen(cmd, "r"));
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* The highest segment number in dir (0: none). */
 static unsigned long long
 last_segment(const char *dir)
@@ -337,20 +314,20 @@ test_stale_made_ahead_files(void **state)
 	plant_stale(dir, last + 1);
 	plant_stale(dir, last + 2);
 
-	if (idemctl(out, sizeof out, "--root '%s' verify", b.root) != 0)
+	if (harness_idemctl(out, sizeof out, "--root '%s' verify", b.root) != 0)
 		fail_msg("idemctl verify: %s", out);
 	/* Its output is long: only whether it reads the journal whole. */
-	if (idemctl(out, sizeof out, "--root '%s' journal dump >/dev/null",
-	    b.root) != 0)
+	if (harness_idemctl(out, sizeof out,
+	    "--root '%s' journal dump >/dev/null", b.root) != 0)
 		fail_msg("idemctl journal dump failed");
 	snprintf(dest, sizeof dest, "%s.backup", b.root);
-	if (idemctl(out, sizeof out, "--root '%s' backup '%s' "
+	if (harness_idemctl(out, sizeof out, "--root '%s' backup '%s' "
 	    "--with-workspace", b.root, dest) != 0)
 		fail_msg("idemctl backup: %s", out);
 	snprintf(path, sizeof path, "%s/.idem/journal/.next-%016llx.tmp",
 	    dest, last);
 	assert_int_equal(access(path, F_OK), -1);
-	if (idemctl(out, sizeof out, "--root '%s' verify", dest) != 0)
+	if (harness_idemctl(out, sizeof out, "--root '%s' verify", dest) != 0)
 		fail_msg("idemctl verify of the backup: %s", out);
 	snprintf(path, sizeof path, "rm -rf '%s'", dest);
 	assert_int_equal(system(path), 0);
