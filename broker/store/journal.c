@@ -188,22 +188,37 @@ fail:
 }
 
 /*
- * Create segment number, durably: O_EXCL (never reuse a name), header,
- * fsync the file, fsync the directory.  On failure nothing is left
- * behind (best effort: on a failing disk the unlink may fail too, and
- * replay then finds a short or bad last segment).  Returns the fd, open
- * for writing (not O_APPEND: records go with pwritev at the logical
- * end).  journal_open uses it for segment 1; journal_rotate for the next.
+ * After a failed step on the new segment file name (what): close and
+ * unlink it, set the cause; -1 with errno kept.
  */
 static int
-create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
+segment_file_fail(int dir_fd, const char *dir, const char *name, int fd,
+    const char *what, char **cause)
 {
-	char		name[SEGMENT_NAME_BYTES];
-	uint8_t		header[SEGMENT_HEADER_BYTES];
-	const char	*what;
-	int		fd, saved_errno;
+	int	saved_errno = errno;
 
-	journal_segment_name(number, name);
+	close(fd);
+	unlinkat(dir_fd, name, 0);
+	errno = saved_errno;
+	journal_cause(cause, "journal %s/%s: %s: %s", dir, name, what,
+	    strerror(errno));
+	return -1;
+}
+
+/*
+ * Create name in dir_fd holding segment number's header, O_EXCL (never
+ * reuse a name): the fd, open for writing (not O_APPEND: records go with
+ * pwritev at the logical end), or -1 (cause set) with nothing left
+ * behind.  Not yet durable: create_segment and journal_make_next sync it
+ * as each needs.
+ */
+static int
+segment_file_create(int dir_fd, const char *dir, const char *name,
+    uint64_t number, char **cause)
+{
+	uint8_t	header[SEGMENT_HEADER_BYTES];
+	int	fd;
+
 	fd = openat(dir_fd, name,
 	    O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW, 0600);
 	if (fd == -1) {
@@ -212,25 +227,34 @@ create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
 		return -1;
 	}
 	journal_segment_header_encode(number, header);
-	what = "write header";
 	if (durable_write_all(fd, header, sizeof header) == -1)
-		goto fail;
-	what = "fsync";
-	if (fsync(fd) == -1)
-		goto fail;
-	what = "fsync directory";
-	if (fsync(dir_fd) == -1)
-		goto fail;
+		return segment_file_fail(dir_fd, dir, name, fd, "write header",
+		    cause);
 	return fd;
+}
 
-fail:
-	saved_errno = errno;
-	close(fd);
-	unlinkat(dir_fd, name, 0);
-	errno = saved_errno;
-	journal_cause(cause, "journal %s/%s: %s: %s", dir, name, what,
-	    strerror(errno));
-	return -1;
+/*
+ * Create segment number, durably: O_EXCL, header, fsync the file, fsync
+ * the directory.  On failure nothing is left behind (best effort: on a
+ * failing disk the unlink may fail too, and replay then finds a short or
+ * bad last segment).  Returns the fd.  journal_open uses it for segment
+ * 1; journal_rotate for the next when none was made ahead.
+ */
+static int
+create_segment(int dir_fd, const char *dir, uint64_t number, char **cause)
+{
+	char	name[SEGMENT_NAME_BYTES];
+	int	fd;
+
+	journal_segment_name(number, name);
+	if ((fd = segment_file_create(dir_fd, dir, name, number, cause)) == -1)
+		return -1;
+	if (fsync(fd) == -1)
+		return segment_file_fail(dir_fd, dir, name, fd, "fsync", cause);
+	if (fsync(dir_fd) == -1)
+		return segment_file_fail(dir_fd, dir, name, fd,
+		    "fsync directory", cause);
+	return fd;
 }
 
 /* ---- appending ---------------------------------------------------------- */
@@ -917,14 +941,12 @@ int
 journal_make_next(int dir_fd, const char *dir, uint64_t number,
     uint64_t segment_bytes, struct journal_next *next, char **cause)
 {
-	uint8_t		header[SEGMENT_HEADER_BYTES];
 	char		tmp[JOURNAL_NEXT_NAME_BYTES];
 	uint64_t	chunk, want, at;
 	struct statvfs	vfs;
-	const char	*what;
 	size_t		n;
 	ssize_t		w;
-	int		fd, saved_errno;
+	int		fd;
 
 	next->fd = -1;
 	next->number = next->zeroed = 0;
@@ -946,18 +968,8 @@ journal_make_next(int dir_fd, const char *dir, uint64_t number,
 	if (fstatvfs(dir_fd, &vfs) == 0 && (uint64_t)vfs.f_bavail *
 	    vfs.f_frsize < ZERO_MIN_FREE_BYTES + want)
 		return 0;
-	fd = openat(dir_fd, tmp, O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW,
-	    0600);
-	if (fd == -1) {
-		journal_cause(cause, "journal %s/%s: create: %s", dir, tmp,
-		    strerror(errno));
+	if ((fd = segment_file_create(dir_fd, dir, tmp, number, cause)) == -1)
 		return -1;
-	}
-	journal_segment_header_encode(number, header);
-	what = "write header";
-	if (durable_write_all(fd, header, sizeof header) == -1)
-		goto fail;
-	what = "write zeros";
 	for (at = SEGMENT_HEADER_BYTES; at < want; at += (uint64_t)w) {
 		n = want - at > sizeof journal_zeros ? sizeof journal_zeros :
 		    (size_t)(want - at);
@@ -969,7 +981,8 @@ journal_make_next(int dir_fd, const char *dir, uint64_t number,
 		if (w <= 0) {
 			if (w == 0)
 				errno = EIO;
-			goto fail;
+			return segment_file_fail(dir_fd, dir, tmp, fd,
+			    "write zeros", cause);
 		}
 	}
 	/*
@@ -977,22 +990,12 @@ journal_make_next(int dir_fd, const char *dir, uint64_t number,
 	 * the segment's: a rename that persists finds them on the disk.
 	 * The temporary name itself needs no directory fsync.
 	 */
-	what = "fsync";
 	if (fsync(fd) == -1)
-		goto fail;
+		return segment_file_fail(dir_fd, dir, tmp, fd, "fsync", cause);
 	next->fd = fd;
 	next->number = number;
 	next->zeroed = want;
 	return 0;
-
-fail:
-	saved_errno = errno;
-	close(fd);
-	unlinkat(dir_fd, tmp, 0);
-	errno = saved_errno;
-	journal_cause(cause, "journal %s/%s: %s: %s", dir, tmp, what,
-	    strerror(errno));
-	return -1;
 }
 
 void
