@@ -172,6 +172,8 @@ first_held_then_late(struct caller *first, struct caller late[LATE])
 {
 	int	i;
 
+	memset(first, 0, sizeof *first);
+	memset(late, 0, LATE * sizeof late[0]);
 	assert_int_equal(pthread_create(&first->thread, NULL, caller_run,
 	    first), 0);
 	pthread_mutex_lock(&fake.lock);
@@ -213,8 +215,6 @@ late_callers_share_the_next_round(void **state)
 	int		i;
 
 	(void)state;
-	memset(&first, 0, sizeof first);
-	memset(late, 0, sizeof late);
 	first_held_then_late(&first, late);
 	assert_int_equal(first.rc, 0);
 	/* Two fsyncs for four changes: the late ones' shared. */
@@ -238,8 +238,6 @@ a_failed_round_fails_those_it_covered(void **state)
 	int		i;
 
 	(void)state;
-	memset(&first, 0, sizeof first);
-	memset(late, 0, sizeof late);
 	fake.fail_call = 2;	/* the late callers' shared round */
 	first_held_then_late(&first, late);
 	assert_int_equal(first.rc, 0);
@@ -259,8 +257,6 @@ a_failed_first_round_fails_its_caller_only(void **state)
 	int		i;
 
 	(void)state;
-	memset(&first, 0, sizeof first);
-	memset(late, 0, sizeof late);
 	fake.fail_call = 1;
 	first_held_then_late(&first, late);
 	assert_int_equal(first.rc, -1);

@@ -170,6 +170,21 @@ order_print(void)
 /* ---- the tests ------------------------------------------------------- */
 
 /*
+ * The journal in f opened, three records in segment 1 and zeros ahead of
+ * them: a rotation now is an early one, with a zero tail to cut.
+ */
+static void
+open_with_zero_tail(struct fixture *f, struct journal *j)
+{
+	char	*cause = NULL;
+
+	assert_int_equal(journal_open(j, f->dir, &cause), 0);
+	append_records(j, 0, 3, NULL);
+	assert_int_equal(journal_prezero(j, ZT_SEGMENT_BYTES, &cause), 0);
+	assert_true(j->zeroed > j->size);
+}
+
+/*
  * An early rotation (a checkpoint asked for while the segment still has
  * its zero tail): made ahead (fsync'd), then the cut of segment 1 and its
  * fsync, then the rename of .next-2 into place, then the directory's
@@ -192,11 +207,7 @@ early_rotation_syncs_in_order(void **state)
 	slash = strrchr(f->dir, '/');
 	snprintf(dir_name, sizeof dir_name, "%s", slash + 1);
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 3, NULL);
-	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
-	/* A zero tail to cut: the rotation is an early one. */
-	assert_true(j.zeroed > j.size);
+	open_with_zero_tail(f, &j);
 
 	order.on = 1;
 	order.count = 0;
@@ -247,10 +258,7 @@ rotation_without_one_made_ahead_syncs_in_order(void **state)
 	slash = strrchr(f->dir, '/');
 	snprintf(dir_name, sizeof dir_name, "%s", slash + 1);
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 3, NULL);
-	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
-	assert_true(j.zeroed > j.size);
+	open_with_zero_tail(f, &j);
 
 	order.on = 1;
 	order.count = 0;
@@ -291,10 +299,7 @@ failed_rotation_keeps_no_zeros_ahead(void **state)
 
 	slash = strrchr(f->dir, '/');
 	journal_next_name(2, tmp);
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 3, NULL);
-	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
-	assert_true(j.zeroed > j.size);
+	open_with_zero_tail(f, &j);
 	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 2,
 	    ZT_SEGMENT_BYTES, &next, &cause), 0);
 
@@ -358,9 +363,7 @@ reopen_zeroes_ahead_only_after_a_directory_fsync(void **state)
 	char			*cause = NULL;
 	const char		*dir_name = strrchr(f->dir, '/') + 1;
 
-	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
-	append_records(&j, 0, 3, NULL);
-	assert_int_equal(journal_prezero(&j, ZT_SEGMENT_BYTES, &cause), 0);
+	open_with_zero_tail(f, &j);
 	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 2,
 	    ZT_SEGMENT_BYTES, &next, &cause), 0);
 	order.fail_fsync = dir_name;
