@@ -160,24 +160,38 @@ test_checkpoints_bound_the_journal(void **state)
 	harness_cleanup(&b);
 }
 
+/*
+ * A broker on a fresh root killed at crash point, with tasks created
+ * until it died: how many were answered (receipts), more than none and
+ * fewer than all (the first checkpoint comes long before CKPT_TASKS).
+ */
+static int
+crash_at(struct broker *b, const char *point,
+    char receipts[CKPT_TASKS][2048])
+{
+	char	env[64];
+	int	answered;
+
+	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
+	harness_fresh_root(b);
+	assert_int_equal(harness_start(b, ckpt_args,
+	    (const char *const []){ env, NULL }), 0);
+	answered = create_all(b, receipts);
+	assert_true(answered > 0 && answered < CKPT_TASKS);
+	harness_wait_dead(b);
+	assert_int_equal(b->exit_status, 128 + 9);
+	return answered;
+}
+
 static void
 run_crash(const char *point)
 {
 	static char		 receipts[CKPT_TASKS][2048];
 	struct broker		 b;
 	struct journal_files	 jf;
-	char			 env[64];
 	int			 answered;
 
-	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
-	harness_fresh_root(&b);
-	assert_int_equal(harness_start(&b, ckpt_args,
-	    (const char *const []){ env, NULL }), 0);
-	answered = create_all(&b, receipts);
-	/* The first checkpoint comes long before CKPT_TASKS. */
-	assert_true(answered < CKPT_TASKS);
-	harness_wait_dead(&b);
-	assert_int_equal(b.exit_status, 128 + 9);
+	answered = crash_at(&b, point, receipts);
 	count_journal(&b, &jf);
 	if (strcmp(point, "during_checkpoint") == 0)
 		assert_int_equal(jf.temporaries, 1);
@@ -207,17 +221,9 @@ run_crash_next(const char *point, int renamed)
 	static char		 receipts[CKPT_TASKS][2048];
 	struct broker		 b;
 	struct journal_files	 jf;
-	char			 env[64];
 	int			 answered;
 
-	snprintf(env, sizeof env, "IDEM_CRASH_AT=%s", point);
-	harness_fresh_root(&b);
-	assert_int_equal(harness_start(&b, ckpt_args,
-	    (const char *const []){ env, NULL }), 0);
-	answered = create_all(&b, receipts);
-	assert_true(answered > 0 && answered < CKPT_TASKS);
-	harness_wait_dead(&b);
-	assert_int_equal(b.exit_status, 128 + 9);
+	answered = crash_at(&b, point, receipts);
 	count_journal(&b, &jf);
 	assert_int_equal(jf.checkpoints, 0);
 	assert_int_equal(jf.segments, renamed ? 2 : 1);
