@@ -771,6 +771,36 @@ journal_zero_chunk(uint64_t segment_bytes)
 	return chunk < ZERO_CHUNK_MIN ? ZERO_CHUNK_MIN : chunk;
 }
 
+/*
+ * Zeros written at [from, to) of fd with pwrite, in pieces of at most
+ * piece bytes (no more than journal_zeros holds): 0, or -1 with errno
+ * and *failed_at the offset of the write that failed.
+ */
+static int
+write_zeros(int fd, uint64_t from, uint64_t to, size_t piece,
+    uint64_t *failed_at)
+{
+	uint64_t	at;
+	size_t		n;
+	ssize_t		w;
+
+	for (at = from; at < to; at += (uint64_t)w) {
+		n = to - at > piece ? piece : (size_t)(to - at);
+		w = pwrite(fd, journal_zeros, n, (off_t)at);
+		if (w == -1 && errno == EINTR) {
+			w = 0;
+			continue;
+		}
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			*failed_at = at;
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int64_t
 journal_now_ms(void)
 {
@@ -784,8 +814,6 @@ int
 journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 {
 	uint64_t	chunk, limit, want, at, before;
-	size_t		n;
-	ssize_t		w;
 	struct statvfs	vfs;
 	struct stat	st;
 	int		saved_errno;
@@ -824,19 +852,8 @@ journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 		return 0;
 	}
 	before = j->zeroed;
-	for (at = j->zeroed; at < want; at += (uint64_t)w) {
-		n = want - at > chunk ? (size_t)chunk : (size_t)(want - at);
-		w = pwrite(j->fd, journal_zeros, n, (off_t)at);
-		if (w == -1 && errno == EINTR) {
-			w = 0;
-			continue;
-		}
-		if (w <= 0) {
-			if (w == 0)
-				errno = EIO;
-			goto fail;
-		}
-	}
+	if (write_zeros(j->fd, j->zeroed, want, (size_t)chunk, &at) != 0)
+		goto fail;
 	j->zeroed = want;
 	j->zero_retry_at = 0;
 	return 0;
@@ -944,8 +961,6 @@ journal_make_next(int dir_fd, const char *dir, uint64_t number,
 	char		tmp[JOURNAL_NEXT_NAME_BYTES];
 	uint64_t	chunk, want, at;
 	struct statvfs	vfs;
-	size_t		n;
-	ssize_t		w;
 	int		fd;
 
 	next->fd = -1;
@@ -970,21 +985,10 @@ journal_make_next(int dir_fd, const char *dir, uint64_t number,
 		return 0;
 	if ((fd = segment_file_create(dir_fd, dir, tmp, number, cause)) == -1)
 		return -1;
-	for (at = SEGMENT_HEADER_BYTES; at < want; at += (uint64_t)w) {
-		n = want - at > sizeof journal_zeros ? sizeof journal_zeros :
-		    (size_t)(want - at);
-		w = pwrite(fd, journal_zeros, n, (off_t)at);
-		if (w == -1 && errno == EINTR) {
-			w = 0;
-			continue;
-		}
-		if (w <= 0) {
-			if (w == 0)
-				errno = EIO;
-			return segment_file_fail(dir_fd, dir, tmp, fd,
-			    "write zeros", cause);
-		}
-	}
+	if (write_zeros(fd, SEGMENT_HEADER_BYTES, want, sizeof journal_zeros,
+	    &at) != 0)
+		return segment_file_fail(dir_fd, dir, tmp, fd, "write zeros",
+		    cause);
 	/*
 	 * Header, zeros and their blocks durable before the name can be
 	 * the segment's: a rename that persists finds them on the disk.
