@@ -234,25 +234,6 @@ proceed_fence(json_t *reply)
 	return strdup(harness_str(reply, "fence"));
 }
 
-/* idemctl on the broker's root: its exit status, its output in out. */
-static int
-idemctl(struct broker *b, const char *args, char *out, size_t size)
-{
-	char	 cmd[2048];
-	FILE	*p;
-	size_t	 n;
-	int	 status;
-
-	snprintf(cmd, sizeof cmd, "'%s' --root '%s' %s 2>&1",
-	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl",
-	    b->root, args);
-	assert_non_null(p = popen(cmd, "r"));
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static struct broker *
 start(void **state)
 {
@@ -397,8 +378,10 @@ extended_lease_outlives_itself_and_nobody_else_proceeds(void **state)
 	 */
 	out = malloc(1 << 20);
 	assert_non_null(out);
-	assert_int_equal(idemctl(b, "verify", out, 1 << 20), 0);
-	assert_int_equal(idemctl(b, "journal dump", out, 1 << 20), 0);
+	assert_int_equal(harness_idemctl(out, 1 << 20, "--root '%s' verify",
+	    b->root), 0);
+	assert_int_equal(harness_idemctl(out, 1 << 20, "--root '%s' journal "
+	    "dump", b->root), 0);
 	for (records = 0, at = out; (at = strstr(at, "long-1")) != NULL;
 	    at++)
 		records++;

@@ -638,36 +638,13 @@ test_kill_during_index_write(void **state)
 	harness_finish(b);
 }
 
-/* Run idemctl on the broker's root; its exit status. */
-static int
-idemctl(struct broker *b, const char *const *args, char *out, size_t size)
-{
-	char	 cmd[2048];
-	FILE	*p;
-	size_t	 n = 0;
-	int	 status, i;
-
-	n = (size_t)snprintf(cmd, sizeof cmd, "'%s' --root '%s'",
-	    getenv("IDEMCTL") != NULL ? getenv("IDEMCTL") : "contrib/idemctl",
-	    b->root);
-	for (i = 0; args[i] != NULL; i++)
-		n += (size_t)snprintf(cmd + n, sizeof cmd - n, " %s", args[i]);
-	snprintf(cmd + n, sizeof cmd - n, " 2>&1");
-	assert_non_null(p = popen(cmd, "r"));
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* idemctl verify finds nothing wrong (the broker running). */
 static void
 verify_clean(struct broker *b)
 {
-	static const char *const verify[] = { "verify", NULL };
 	char	out[8192];
 
-	if (idemctl(b, verify, out, sizeof out) != 0)
+	if (harness_idemctl(out, sizeof out, "--root '%s' verify", b->root) != 0)
 		fail_msg("idemctl verify: %s", out);
 }
 
@@ -822,12 +799,12 @@ test_compact_leaves_tombstones(void **state)
 static int
 verify_json(struct broker *b, json_t **out)
 {
-	static const char *const verify[] = { "verify", "--json", NULL };
 	static char	 text[65536];
 	const char	*start;
 	int		 status;
 
-	status = idemctl(b, verify, text, sizeof text);
+	status = harness_idemctl(text, sizeof text, "--root '%s' verify --json",
+	    b->root);
 	if ((start = strchr(text, '{')) == NULL ||
 	    (*out = json_loads(start, 0, NULL)) == NULL)
 		fail_msg("idemctl verify --json (%d): %s", status, text);
