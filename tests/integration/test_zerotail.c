@@ -543,6 +543,27 @@ verify_beside_a_busy_broker(void **state)
 }
 
 /*
+ * Tasks created (ids prefix/0, prefix/1, ...) until the broker has logged
+ * what: rotations and checkpoints come between rounds, so only requests
+ * bring them (400 at most).
+ */
+static void
+create_until_logged(struct broker *b, const char *prefix, const char *what)
+{
+	char	 id[64];
+	json_t	*reply;
+	int	 i;
+
+	for (i = 0; harness_log_count(b, what) == 0; i++) {
+		assert_true(i < 400);
+		snprintf(id, sizeof id, "%s/%d", prefix, i);
+		reply = harness_submit(b, id, "made ahead");
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+	}
+}
+
+/*
  * A rotation waits for its segment being made ahead (doc/journal.md,
  * "The next segment made ahead"): with 4 KiB segments and the fsync of
  * segment 3's file held by the shim, segment 2 fills while requests go
@@ -564,14 +585,8 @@ rotation_waits_for_the_segment_made_ahead(void **state)
 	harness_fault_rule(t->fault_file, "hold .next-0000000000000003.tmp");
 	assert_int_equal(harness_start(b, args, t->env), 0);
 	/* Until the rotation to segment 2 and its checkpoint are done. */
-	for (i = 0; harness_log_count(b,
-	    "checkpoint checkpoint-0000000000000002") == 0; i++) {
-		assert_true(i < 400);
-		snprintf(id, sizeof id, "rw/%d", i);
-		reply = harness_submit(b, id, "made ahead");
-		harness_assert_outcome(reply, "created", 1, 1, 0);
-		json_decref(reply);
-	}
+	create_until_logged(b, "rw",
+	    "checkpoint checkpoint-0000000000000002");
 	/* Segment 2 past 4096 bytes (about 14 tasks fill one): served. */
 	for (i = 0; i < 40; i++) {
 		snprintf(id, sizeof id, "rw/more/%d", i);
@@ -584,14 +599,8 @@ rotation_waits_for_the_segment_made_ahead(void **state)
 	assert_int_equal(access(path, F_OK), -1);
 	harness_fault_rule(t->fault_file, "");
 	/* Rotations come between rounds: requests until it is done. */
-	for (i = 0; harness_log_count(b,
-	    "checkpoint checkpoint-0000000000000003") == 0; i++) {
-		assert_true(i < 400);
-		snprintf(id, sizeof id, "rw/after/%d", i);
-		reply = harness_submit(b, id, "made ahead");
-		harness_assert_outcome(reply, "created", 1, 1, 0);
-		json_decref(reply);
-	}
+	create_until_logged(b, "rw/after",
+	    "checkpoint checkpoint-0000000000000003");
 	assert_int_equal(access(path, F_OK), 0);
 	assert_int_equal(harness_log_count(b, "none was made ahead"), 0);
 	assert_int_equal(harness_stop(b), 0);
