@@ -90,24 +90,40 @@ dirsync_after(struct dirsync *ds, int fd)
 		rc = dirsync_sync(ds, fd);
 		error = errno;
 		pthread_mutex_lock(&ds->lock);
-		if (rc == -1) {
-			if (dir->failed_to == 0)
-				dir->failed_from = dir->synced + 1;
-			dir->failed_to = target;
-			dir->failed_errno = error;
-		}
+		if (rc == -1)
+			dirsync_failed_note(&dir->failed, dir->synced, target,
+			    error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&ds->round);
 	}
-	rc = 0;
-	if (dir->failed_to != 0 && mine >= dir->failed_from &&
-	    mine <= dir->failed_to) {
-		error = dir->failed_errno;
-		rc = -1;
-	}
+	error = dirsync_failed_covers(&dir->failed, mine);
 	pthread_mutex_unlock(&ds->lock);
-	if (rc == -1)
-		errno = error;
-	return rc;
+	if (error == 0)
+		return 0;
+	errno = error;
+	return -1;
+}
+
+void
+dirsync_failed_note(struct dirsync_failed *f, uint64_t synced,
+    uint64_t target, int error)
+{
+	/*
+	 * Widened, never moved: a waiter of an earlier failed round may
+	 * not have looked yet, and a range moved past it would tell it its
+	 * change is durable.  Changes a later good round covered between
+	 * two failures may be told of a failure: an error a retry repairs,
+	 * never a false success.
+	 */
+	if (f->to == 0)
+		f->from = synced + 1;
+	f->to = target;
+	f->error = error;
+}
+
+int
+dirsync_failed_covers(const struct dirsync_failed *f, uint64_t n)
+{
+	return f->to != 0 && n >= f->from && n <= f->to ? f->error : 0;
 }

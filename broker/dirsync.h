@@ -11,15 +11,25 @@
 
 #define DIRSYNC_DIRS	4	/* directories with rounds; more sync alone */
 
+/*
+ * The changes (numbered from 1, in the order counted) that failed fsyncs
+ * of one directory covered: [from, to], widened, never moved (none: to
+ * 0).  Shared with fileio.c's directory rounds, so that the rule is
+ * written once.
+ */
+struct dirsync_failed {
+	uint64_t	 from;
+	uint64_t	 to;
+	int		 error;		/* the last failure's errno */
+};
+
 /* One directory's rounds. */
 struct dirsync_dir {
-	int		 fd1;		/* the fd + 1; 0: unused */
-	uint64_t	 changed;	/* changes announced so far */
-	uint64_t	 synced;	/* changes covered by a finished round */
-	uint64_t	 failed_from;	/* a failed round covered (.., to] */
-	uint64_t	 failed_to;
-	int		 failed_errno;
-	int		 syncing;
+	int			 fd1;		/* the fd + 1; 0: unused */
+	uint64_t		 changed;	/* changes announced so far */
+	uint64_t		 synced;	/* covered by a finished round */
+	struct dirsync_failed	 failed;
+	int			 syncing;
 };
 
 struct dirsync {
@@ -46,5 +56,13 @@ void	dirsync_init(struct dirsync *ds, int (*sync)(int));
  * other caller that round covered).
  */
 int	dirsync_after(struct dirsync *, int fd);
+/*
+ * A round's fsync, begun with changes up to target counted and changes
+ * up to synced covered before, failed with error: note it.
+ */
+void	dirsync_failed_note(struct dirsync_failed *, uint64_t synced,
+	    uint64_t target, int error);
+/* The errno of a failed round that covered change n; 0: none did. */
+int	dirsync_failed_covers(const struct dirsync_failed *, uint64_t n);
 
 #endif

@@ -54,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dirsync.h"
 #include "log.h"
 #include "idemd.h"
 
@@ -64,9 +65,7 @@ struct fileio_dir {
 	int		 fd;		/* -1: unused */
 	uint64_t	 linked;	/* links made so far */
 	uint64_t	 synced;	/* links covered by a finished round */
-	uint64_t	 failed_from;	/* a failed round covered (.., synced] */
-	uint64_t	 failed_to;
-	int		 failed_errno;
+	struct dirsync_failed failed;
 	int		 syncing;
 	struct fileio_jobs carried;	/* linked, for the next round */
 };
@@ -206,20 +205,9 @@ fileio_rounds(struct fileio *io, struct fileio_dir *dir,
 		rc = fsync(dir->fd);
 		error = errno;
 		pthread_mutex_lock(&io->lock);
-		if (rc == -1) {
-			/*
-			 * Widened, never moved: a waiter of an earlier failed
-			 * round may not have looked yet, and a range moved
-			 * past it would tell it its link is durable.  Links
-			 * a later good round covered between two failures
-			 * may be told of a failure: an error a retry repairs
-			 * (it adopts the file), never a false success.
-			 */
-			if (dir->failed_to == 0)
-				dir->failed_from = dir->synced + 1;
-			dir->failed_to = target;
-			dir->failed_errno = error;
-		}
+		if (rc == -1)	/* a retry repairs it: it adopts the file */
+			dirsync_failed_note(&dir->failed, dir->synced, target,
+			    error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&io->round);
@@ -308,9 +296,9 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 		else
 			fileio_rounds(io, dir, &post, &owed);
 	}
-	if (mine >= dir->failed_from && mine <= dir->failed_to) {
+	if ((error = dirsync_failed_covers(&dir->failed, mine)) != 0) {
 		job->result = -1;
-		job->error = dir->failed_errno;
+		job->error = error;
 		asprintf(&job->cause, "fsync the directory of %s: %s",
 		    job->name, strerror(job->error));
 	}
