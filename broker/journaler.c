@@ -93,7 +93,10 @@ static struct journaler {
 	pthread_cond_t	 wake;
 	uint64_t	 checkpoint_segment;	/* to do; 0: nothing */
 	uint64_t	 rotate_after;		/* after a failed rotation */
-	int		 checkpoint_busy;
+	/*
+	 * A checkpoint under way is the segment's checkpoint_running
+	 * (written under lock), which the arena's scout reads too.
+	 */
 	int		 checkpoint_stop;
 	/* The last checkpoint failed, at that time (shm_now_ms()). */
 	int		 checkpoint_failed;
@@ -355,7 +358,7 @@ journaler_reopen(struct idemd *d, char **cause)
 
 	/* A checkpoint being written may prune what the replay reads. */
 	pthread_mutex_lock(&journaler.lock);
-	busy = journaler.checkpoint_busy;
+	busy = atomic_load(&d->seg.header->checkpoint_running);
 	pthread_mutex_unlock(&journaler.lock);
 	if (busy) {
 		asprintf(cause, "a checkpoint is being written; waiting");
@@ -553,7 +556,6 @@ checkpoint_main(void *arg)
 		}
 
 		pthread_mutex_lock(&journaler.lock);
-		journaler.checkpoint_busy = 0;
 		atomic_store(&d->seg.header->checkpoint_running, 0);
 		journaler.checkpoint_failed = failed;
 		if (failed)
@@ -602,7 +604,8 @@ journaler_maybe_rotate(struct idemd *d)
 {
 	struct journal_next	 next;
 	char			*cause = NULL;
-	int			 busy, wanted, again, made_ahead;
+	uint64_t		 next_number;
+	int			 busy, wanted, again, made_ahead, rc;
 
 	/*
 	 * The table is a cache of the index: committed entries become
@@ -625,13 +628,12 @@ journaler_maybe_rotate(struct idemd *d)
 		 * segment, and not more than once a second.
 		 */
 		pthread_mutex_lock(&journaler.lock);
-		again = !journaler.checkpoint_busy &&
+		again = !atomic_load(&d->seg.header->checkpoint_running) &&
 		    journaler.checkpoint_failed &&
 		    shm_now_ms() - journaler.checkpoint_failed_at >=
 		    JOURNALER_CHECKPOINT_RETRY_MS;
 		if (again) {
 			atomic_store(&d->seg.header->checkpoint_wanted, 0);
-			journaler.checkpoint_busy = 1;
 			atomic_store(&d->seg.header->checkpoint_running, 1);
 			journaler.checkpoint_segment = d->journal.segment;
 			pthread_cond_signal(&journaler.wake);
@@ -655,8 +657,8 @@ journaler_maybe_rotate(struct idemd *d)
 	 * wait is one making at most (checkpoint_make_next wakes this
 	 * thread when it ends, a refusal writing no record).
 	 */
-	busy = journaler.checkpoint_busy || journaler.next_wanted != 0 ||
-	    journaler.next_making;
+	busy = atomic_load(&d->seg.header->checkpoint_running) ||
+	    journaler.next_wanted != 0 || journaler.next_making;
 	/* The segment made ahead, if it is ready: this thread's now. */
 	next = journaler.next;
 	if (!busy)
@@ -668,21 +670,23 @@ journaler_maybe_rotate(struct idemd *d)
 	next.rename_errno = 0;
 	if (made_ahead)
 		crash_point(CRASH_BEFORE_NEXT_SEGMENT_RENAMED);
-	if (journal_rotate_next(&d->journal, &next, &cause) != 0) {
+	rc = journal_rotate_next(&d->journal, &next, &cause);
+	journaler_rename_failed(next.rename_errno);
+	/* The segment after the live one, to make ahead (0: none). */
+	next_number = journaler.next_unsupported ? 0 :
+	    d->journal.segment + 1;
+	if (rc != 0) {
 		log_warnx("%s; going on with the current segment", cause);
 		free(cause);
 		/* Not again every round: after another eighth of a segment. */
 		journaler.rotate_after = d->journal.size +
 		    d->segment_bytes / 8;
-		journaler_rename_failed(next.rename_errno);
 		pthread_mutex_lock(&journaler.lock);
-		journaler.next_wanted = journaler.next_unsupported ? 0 :
-		    d->journal.segment + 1;
+		journaler.next_wanted = next_number;
 		pthread_cond_signal(&journaler.wake);
 		pthread_mutex_unlock(&journaler.lock);
 		return;
 	}
-	journaler_rename_failed(next.rename_errno);
 	/* zeroed past the header: it was the one made ahead. */
 	if (made_ahead && d->journal.zeroed > JOURNAL_SEGMENT_HEADER_BYTES)
 		crash_point(CRASH_AFTER_NEXT_SEGMENT_RENAMED);
@@ -695,12 +699,10 @@ journaler_maybe_rotate(struct idemd *d)
 	journaler.durable_segment = d->journal.segment;
 	journaler.durable_size = d->journal.size;
 	pthread_mutex_lock(&journaler.lock);
-	journaler.checkpoint_busy = 1;
 	atomic_store(&d->seg.header->checkpoint_running, 1);
 	journaler.checkpoint_segment = d->journal.segment;
 	/* After its checkpoint, the segment after it. */
-	journaler.next_wanted = journaler.next_unsupported ? 0 :
-	    d->journal.segment + 1;
+	journaler.next_wanted = next_number;
 	pthread_cond_signal(&journaler.wake);
 	pthread_mutex_unlock(&journaler.lock);
 }
@@ -835,7 +837,6 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.broadcast = broadcast;
 	journaler.broadcast_arg = arg;
 	journaler.checkpoint_segment = 0;
-	journaler.checkpoint_busy = 0;
 	atomic_store(&d->seg.header->checkpoint_running, 0);
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
