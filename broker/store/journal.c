@@ -1092,19 +1092,17 @@ journal_rotate_next(struct journal *j, struct journal_next *next,
 	/*
 	 * Cut: from here a failure may leave the next segment's name on the
 	 * disk (its removal is no more durable than its creation), so this
-	 * one keeps no zeros ahead while it stays the live one.
+	 * one keeps no zeros ahead while it stays the live one, until a
+	 * rotation succeeds.
 	 */
-	if ((fd = rotate_to_next(j, next, cause)) == -2) {
-		j->zeros_stopped = 1;
+	j->zeros_stopped = 1;
+	if ((fd = rotate_to_next(j, next, cause)) == -2)
 		return -1;
-	}
 	if (fd == -1) {
 		zeroed = SEGMENT_HEADER_BYTES;
 		if ((fd = create_segment(j->dir_fd, j->dir, j->segment + 1,
-		    cause)) == -1) {
-			j->zeros_stopped = 1;
+		    cause)) == -1)
 			return -1;
-		}
 	}
 	j->zeros_stopped = 0;
 	close(j->fd);
