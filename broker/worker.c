@@ -404,46 +404,42 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
 #define WORKER_YIELD_MS		2
 #define WORKER_YIELD_MAX_MS	200
 
-/* The connections the other live workers hold, summed. */
-static int64_t
-worker_siblings_connections(struct worker *w)
-{
-	struct shm_header	*h = w->d->seg.header;
-	int64_t			 sum = 0;
-	unsigned		 i;
-
-	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
-		if (i != w->index && atomic_load(&h->workers[i].pid) != 0)
-			sum += atomic_load(&h->workers[i].connections);
-	}
-	return sum;
-}
-
-/* Does another live worker hold fewer connections than this one? */
+/*
+ * Does another live worker hold fewer connections than this one?  With
+ * sum, also the connections the other live workers hold, summed.
+ */
 static int
-worker_sibling_below(struct worker *w)
+worker_sibling_below(struct worker *w, int64_t *sum)
 {
 	struct shm_header	*h = w->d->seg.header;
-	uint32_t		 mine;
+	uint32_t		 mine, theirs;
 	unsigned		 i;
+	int			 below = 0;
 
+	if (sum != NULL)
+		*sum = 0;
 	mine = atomic_load(&h->workers[w->index].connections);
 	for (i = 0; i < w->d->worker_count && i < SHM_MAX_WORKERS; i++) {
 		if (i == w->index || atomic_load(&h->workers[i].pid) == 0)
 			continue;
-		if (atomic_load(&h->workers[i].connections) < mine)
-			return 1;
+		theirs = atomic_load(&h->workers[i].connections);
+		if (theirs < mine)
+			below = 1;
+		if (sum != NULL)
+			*sum += theirs;
+		else if (below)
+			break;
 	}
-	return 0;
+	return below;
 }
 
 static int
 worker_yield(struct worker *w)
 {
 	struct timeval		 tv = { 0, WORKER_YIELD_MS * 1000 };
-	int64_t			 now = clock_monotonic_us() / 1000;
+	int64_t			 now = clock_monotonic_us() / 1000, theirs;
 
-	if (!worker_sibling_below(w)) {
+	if (!worker_sibling_below(w, &theirs)) {
 		w->yield_since_ms = 0;
 		return 0;
 	}
@@ -454,7 +450,7 @@ worker_yield(struct worker *w)
 	 * until the siblings' connections move (one accepted or closed).
 	 */
 	if (w->yield_stalled_at != -1) {
-		if (worker_siblings_connections(w) == w->yield_stalled_at)
+		if (theirs == w->yield_stalled_at)
 			return 0;
 		w->yield_stalled_at = -1;
 	}
@@ -464,7 +460,7 @@ worker_yield(struct worker *w)
 		w->yield_since_ms = now;
 	else if (now - w->yield_since_ms >= WORKER_YIELD_MAX_MS) {
 		w->yield_since_ms = 0;
-		w->yield_stalled_at = worker_siblings_connections(w);
+		w->yield_stalled_at = theirs;
 		return 0;
 	}
 	w->yield_last_ms = now;
@@ -566,7 +562,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		 * worker_yield decides then).
 		 */
 		if ((w->d->be->flags & BACKEND_ONE_ACCEPT_A_WAKEUP) ||
-		    worker_sibling_below(w))
+		    worker_sibling_below(w, NULL))
 			return;
 	}
 }
