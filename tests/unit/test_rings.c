@@ -9,7 +9,8 @@
  * arena reuses the space of indexed results only: the bytes of a
  * committed result not yet in the index, or of a commit in flight, are
  * never overwritten (ENOSPC, and a checkpoint is asked for, half an
- * arena ahead, but not while one runs).  And the segment at --capacity 1000000 is under 300 MB.
+ * arena ahead, but not while one runs); arena_holds says what a read
+ * would find.  And the segment at --capacity 1000000 is under 300 MB.
  */
 #include <sys/wait.h>
 
@@ -409,11 +410,17 @@ assert_result(struct segment_fixture *f, int i, uint64_t offset, int present)
 	uint8_t	want[RINGS_RESULT_BYTES], got[RINGS_RESULT_BYTES];
 
 	result_make(want, i);
+	/* arena_holds (the fast path's) says what arena_read finds. */
 	if (!present) {
+		assert_int_equal(arena_holds(&f->seg, offset, sizeof got), -1);
 		assert_int_equal(arena_read(&f->seg, offset, sizeof got, got),
 		    -1);
 		return;
 	}
+	assert_int_equal(arena_holds(&f->seg, offset, sizeof got), 0);
+	/* Not a record of another length, nor one somewhere else. */
+	assert_int_equal(arena_holds(&f->seg, offset, sizeof got - 8), -1);
+	assert_int_equal(arena_holds(&f->seg, offset + 8, sizeof got), -1);
 	assert_int_equal(arena_read(&f->seg, offset, sizeof got, got), 0);
 	assert_memory_equal(got, want, sizeof got);
 }
