@@ -3,8 +3,9 @@
  * test_fastscan.c: the retry fast path's scanner (broker/fastscan.c):
  * which lines it accepts (write_task and effect_begin), exactly which
  * bytes it fingerprints, and that every doubt is refused (left to the
- * full parse); and which members' bytes are taken as jansson's compact
- * dump of them (fastscan_compact_member).
+ * full parse), strings judged alike at every offset of the scanner's
+ * words; and which members' bytes are taken as jansson's compact dump
+ * of them (fastscan_compact_member).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -280,6 +281,65 @@ effect_begin_doubts_refused(void **state)
 	}
 }
 
+/*
+ * Strings are stepped over eight bytes at a time (fastscan.c,
+ * word_ends_run): a quote, a backslash or a control byte at any offset
+ * of any word is seen all the same, and a byte from 0x80 up or a DEL
+ * is not taken for one.  Each case at offsets 0 to 40 of a string.
+ */
+static void
+strings_judged_at_every_offset(void **state)
+{
+	static const struct {
+		const char	*x;
+		int		 accepted;
+	} cases[] = {
+		{ "\x01", 0 }, { "\x1f", 0 }, { "\t", 0 }, { "\"", 0 },
+		{ "\\z", 0 }, { "\\\"", 1 }, { "\\\\", 1 },
+		{ "\\u00e9", 1 }, { "\\q", 0 }, { " ", 1 }, { "\x7f", 1 },
+		{ "\xc3\xa9", 1 }, { "\xff", 1 }, { "~", 1 },
+	};
+	struct fastscan	 scan;
+	uint8_t		 want[IDEM_FAST_FINGERPRINT_BYTES];
+	char		 value[128], line[512], hashed[512];
+	size_t		 c, k;
+	int		 n;
+
+	(void)state;
+	for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		for (k = 0; k <= 40; k++) {
+			n = snprintf(value, sizeof value, "\"request\":{\"s\":"
+			    "\"%.*s%s%s\"}", (int)k,
+			    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+			    cases[c].x, "bbbbbbbbbbbbbbbbbbbb");
+			assert_true(n > 0 && (size_t)n < sizeof value);
+			snprintf(line, sizeof line, "{" BEGIN "," SUB ","
+			    FXKIND ",%s}", value);
+			if (scan_of(line, &scan) != cases[c].accepted)
+				fail_msg("case %zu at %zu: %s", c, k, line);
+			if (!cases[c].accepted)
+				continue;
+			/* And its end found where it is: the same bytes. */
+			snprintf(hashed, sizeof hashed, BEGIN "\n" SUB "\n"
+			    FXKIND "\n%s\n", value);
+			assert_int_equal(crypto_generichash(want, sizeof want,
+			    (const unsigned char *)hashed, strlen(hashed),
+			    NULL, 0), 0);
+			assert_memory_equal(scan.fingerprint, want,
+			    sizeof want);
+		}
+	}
+	/* An escape anywhere in a member's name: never that member. */
+	for (k = 0; k < strlen("client_submission_id"); k++) {
+		snprintf(line, sizeof line, "{" BEGIN ",\"%.*s\\u%04x%s\":"
+		    "\"sub-1\"," FXKIND "," FXREQ "}", (int)k,
+		    "client_submission_id", "client_submission_id"[k],
+		    "client_submission_id" + k + 1);
+		if (scan_of(line, &scan) != 0)
+			fail_msg("accepted: %s", line);
+	}
+}
+
 /* name's value in line as it stands (1), or 0: dumped instead. */
 static int
 compact_of(const char *line, const char *name, const char *want)
@@ -338,6 +398,7 @@ main(void)
 		cmocka_unit_test(nul_bytes_are_bytes),
 		cmocka_unit_test(effect_begin_scanned),
 		cmocka_unit_test(effect_begin_doubts_refused),
+		cmocka_unit_test(strings_judged_at_every_offset),
 		cmocka_unit_test(compact_members),
 	};
 
