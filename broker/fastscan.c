@@ -15,7 +15,11 @@
  * opening quote to the end of its value, each followed by a newline
  * (which no request line holds, so the pieces cannot run together), in
  * the order of the line: BLAKE2b-256 (crypto_generichash) of that
- * sequence.  A stored fingerprint was made from a line that the full
+ * sequence (issue #33 timed the alternatives on a 388-byte effect_begin
+ * line: BLAKE2b 500 ns of the scan's 808, Poly1305 under a secret key
+ * 322 ns in the same pieces, SipHash-128 164 ns in one: a few tenths of
+ * a microsecond of a retry's 24, not worth an argument resting on a
+ * key; kept).  A stored fingerprint was made from a line that the full
  * parse accepted and answered; a line with the same fingerprint holds
  * the same members, byte for byte and in the same order, so the full
  * parse would read the same request, and the same digest, from it.
