@@ -671,24 +671,11 @@ store_noted(enum store_notice_level level, const char *message)
 /* Above a request's largest buffers: its line (1 MiB), its output (4). */
 #define IDEM_HEAP_KEEP_BYTES	(8 * 1024 * 1024)
 
-/* Under AddressSanitizer the heap is its allocator's, not glibc's. */
-#if defined(__SANITIZE_ADDRESS__)
-#define IDEM_HEAP_GLIBC	0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define IDEM_HEAP_GLIBC	0
-#endif
-#endif
-#ifndef IDEM_HEAP_GLIBC
-#define IDEM_HEAP_GLIBC	1
-#endif
-
 static void
 heap_keep(void)
 {
 #ifdef M_TRIM_THRESHOLD
-	if (IDEM_HEAP_GLIBC &&
-	    mallopt(M_TRIM_THRESHOLD, IDEM_HEAP_KEEP_BYTES) != 1)
+	if (mallopt(M_TRIM_THRESHOLD, IDEM_HEAP_KEEP_BYTES) != 1)
 		log_warnx("mallopt(M_TRIM_THRESHOLD) failed: the heap is "
 		    "trimmed at glibc's default");
 #endif

@@ -1257,13 +1257,7 @@ workers_keep_their_heap(void **state)
 	print_message("the workers' heaps: %llu KiB, %llu KiB after a line "
 	    "of %d KiB\n", before / 1024, after / 1024,
 	    HEAP_LINE_BYTES / 1024);
-	/*
-	 * Under the sanitizers (make check's IDEM_SANITIZER_FLAGS) malloc
-	 * is AddressSanitizer's, which keeps its own regions and which
-	 * idemd leaves alone: only the answer is judged there.
-	 */
-	if (harness_slowdown() == 1)
-		assert_true(after >= before + HEAP_KEPT_BYTES);
+	assert_true(after >= before + HEAP_KEPT_BYTES);
 	free(reply);
 	free(line);
 	close(fd);
