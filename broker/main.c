@@ -20,7 +20,6 @@
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -659,28 +658,6 @@ store_noted(enum store_notice_level level, const char *message)
 		log_info("%s", message);
 }
 
-/*
- * glibc gives the heap's top back to the kernel (brk) once more than
- * 128 KiB of it is free, and a request's frees (its line buffer, its
- * effect, its input chain) cross that line again and again: a worker
- * shrank its heap after one request and grew it (brk, then a page
- * fault a page) for the next, twice an effect (issue #33's profile).
- * Keeping IDEM_HEAP_KEEP_BYTES free at the top ends that; beyond it
- * memory still goes back.  Every process (workers are exec'd) sets it.
- */
-/* Above a request's largest buffers: its line (1 MiB), its output (4). */
-#define IDEM_HEAP_KEEP_BYTES	(8 * 1024 * 1024)
-
-static void
-heap_keep(void)
-{
-#ifdef M_TRIM_THRESHOLD
-	if (mallopt(M_TRIM_THRESHOLD, IDEM_HEAP_KEEP_BYTES) != 1)
-		log_warnx("mallopt(M_TRIM_THRESHOLD) failed: the heap is "
-		    "trimmed at glibc's default");
-#endif
-}
-
 int
 main(int argc, char **argv)
 {
@@ -691,7 +668,6 @@ main(int argc, char **argv)
 	sigset_t	 hup;
 
 	log_init("idemd");
-	heap_keep();
 	shm_set_warn_hook(shm_warned);
 	store_set_notice_hook(store_noted);
 	memset(&d, 0, sizeof d);

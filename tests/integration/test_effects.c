@@ -4,8 +4,7 @@
  * "Effects"): every disposition of effect_begin, complete and resolve,
  * stale fences, lease lapse to outcome_unknown (never to proceed),
  * restart and kill -9 between each durable step (the effect crash
- * points), concurrent begins (exactly one proceed), checkpoints, the
- * workers' heaps kept (not shrunk and grown each request), and
+ * points), concurrent begins (exactly one proceed), checkpoints, and
  * libidem's idem_effect_run with a side effect that leaves a marker.
  * The verdicts are the broker's answers and receipts, compared byte for
  * byte on the wire.
@@ -1194,76 +1193,6 @@ checkpoint_carries_results(void **state)
 	harness_finish(b);
 }
 
-/* ---- The workers' heap ---------------------------------------------------- */
-
-/* A line of this size is read in 16 KiB chains, all freed once taken. */
-#define HEAP_LINE_BYTES		(900 * 1024)
-#define HEAP_KEPT_BYTES		(512 * 1024)
-
-/* The size of the [heap] mappings of the broker's workers together. */
-static unsigned long long
-worker_heaps(struct broker *b)
-{
-	pid_t			 pids[64];
-	char			 path[64], buf[512];
-	unsigned long long	 sum = 0, start, end;
-	FILE			*f;
-	int			 i, n;
-
-	n = harness_workers(b, pids, 64);
-	assert_true(n > 0);
-	for (i = 0; i < n; i++) {
-		snprintf(path, sizeof path, "/proc/%ld/maps", (long)pids[i]);
-		assert_non_null(f = fopen(path, "r"));
-		while (fgets(buf, sizeof buf, f) != NULL) {
-			if (strstr(buf, "[heap]") != NULL &&
-			    sscanf(buf, "%llx-%llx", &start, &end) == 2)
-				sum += end - start;
-		}
-		fclose(f);
-	}
-	return sum;
-}
-
-/*
- * A worker keeps the free top of its heap (main.c, heap_keep) instead
- * of giving it back to the kernel once 128 KiB of it is free, glibc's
- * default: with that, the frees of one request (its line, its input
- * chains, its effect) shrank the heap and the next request grew it
- * again, a brk and a page fault a page, twice an effect in idem-bench's
- * effects scenario.  Here a large line's input chains are freed once
- * it is taken: the heap keeps their space.
- */
-static void
-workers_keep_their_heap(void **state)
-{
-	struct broker		*b = *state;
-	unsigned long long	 before, after;
-	char			*line, *reply;
-	size_t			 n;
-	int			 fd;
-
-	assert_int_equal(harness_start(b, NULL, NULL), 0);
-	before = worker_heaps(b);
-	assert_non_null(line = malloc(HEAP_LINE_BYTES + 1));
-	n = (size_t)snprintf(line, HEAP_LINE_BYTES, "{\"op\":\"ping\","
-	    "\"pad\":\"");
-	memset(line + n, 'x', HEAP_LINE_BYTES - n - 2);
-	memcpy(line + HEAP_LINE_BYTES - 2, "\"}", 3);
-	assert_true((fd = harness_raw_connect(b)) != -1);
-	/* Answered (whatever it says): the line was read and freed. */
-	assert_non_null(reply = harness_raw_exchange(fd, line));
-	after = worker_heaps(b);
-	print_message("the workers' heaps: %llu KiB, %llu KiB after a line "
-	    "of %d KiB\n", before / 1024, after / 1024,
-	    HEAP_LINE_BYTES / 1024);
-	assert_true(after >= before + HEAP_KEPT_BYTES);
-	free(reply);
-	free(line);
-	close(fd);
-	harness_finish(b);
-}
-
 /* ---- Storage faults ------------------------------------------------------------ */
 
 /*
@@ -1517,7 +1446,6 @@ main(void)
 		T(crash_after_effect_resolve_durable),
 		T(worker_crash_after_effect_commit_durable),
 		T(checkpoint_carries_results),
-		T(workers_keep_their_heap),
 		T(journal_fault_acknowledges_nothing_and_retry_completes),
 		T(libidem_run_performs_once_and_probes_unknowns),
 #undef T
