@@ -21,9 +21,13 @@
  * A failed fsync fails every caller its round covered, and no later
  * round is taken as repairing it for them (the kernel may have dropped
  * the dirty state with the error): the failed range is widened, never
- * moved, as in fileio.c.  A caller told of a failure answers an error a
- * retry repairs; none is told its change is durable when a round that
- * covered it failed.
+ * moved, as in fileio.c.  It also fails every change counted while the
+ * fsync ran, before it returned: such a link's dirty state may have
+ * been written back, and have failed, under that fsync, and Linux
+ * reports a writeback error once per open file description, so the
+ * next round's fsync would succeed without it being durable.  A caller
+ * told of a failure answers an error a retry repairs; none is told its
+ * change is durable when a round that may have covered it failed.
  */
 #include <errno.h>
 #include <string.h>
@@ -90,9 +94,10 @@ dirsync_after(struct dirsync *ds, int fd)
 		rc = dirsync_sync(ds, fd);
 		error = errno;
 		pthread_mutex_lock(&ds->lock);
+		/* Not target: every change counted before it returned. */
 		if (rc == -1)
-			dirsync_failed_note(&dir->failed, dir->synced, target,
-			    error);
+			dirsync_failed_note(&dir->failed, dir->synced,
+			    dir->changed, error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&ds->round);
@@ -107,7 +112,7 @@ dirsync_after(struct dirsync *ds, int fd)
 
 void
 dirsync_failed_note(struct dirsync_failed *f, uint64_t synced,
-    uint64_t target, int error)
+    uint64_t counted, int error)
 {
 	/*
 	 * Widened, never moved: a waiter of an earlier failed round may
@@ -118,7 +123,7 @@ dirsync_failed_note(struct dirsync_failed *f, uint64_t synced,
 	 */
 	if (f->to == 0)
 		f->from = synced + 1;
-	f->to = target;
+	f->to = counted;
 	f->error = error;
 }
 

@@ -57,11 +57,12 @@ void	dirsync_init(struct dirsync *ds, int (*sync)(int));
  */
 int	dirsync_after(struct dirsync *, int fd);
 /*
- * A round's fsync, begun with changes up to target counted and changes
- * up to synced covered before, failed with error: note it.
+ * A round's fsync failed with error: note every change past synced
+ * (those covered before) up to counted, the changes counted when it
+ * returned, not only those it began after (dirsync.c).
  */
 void	dirsync_failed_note(struct dirsync_failed *, uint64_t synced,
-	    uint64_t target, int error);
+	    uint64_t counted, int error);
 /* The errno of a failed round that covered change n; 0: none did. */
 int	dirsync_failed_covers(const struct dirsync_failed *, uint64_t n);
 

@@ -44,7 +44,9 @@
  *
  * A failed directory fsync fails every job its round covered (their files
  * are in place but not known durable; a retry adopts them), and is not
- * retried for them.
+ * retried for them; and every job linked before it returned, which the
+ * next round would otherwise tell durable after Linux reported the
+ * writeback error once, to that fsync (dirsync.c says the same rule).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -205,24 +207,34 @@ fileio_rounds(struct fileio *io, struct fileio_dir *dir,
 		rc = fsync(dir->fd);
 		error = errno;
 		pthread_mutex_lock(&io->lock);
-		if (rc == -1)	/* a retry repairs it: it adopts the file */
-			dirsync_failed_note(&dir->failed, dir->synced, target,
-			    error);
+		/*
+		 * A retry repairs it: it adopts the file.  Not target: every
+		 * link counted before the fsync returned.
+		 */
+		if (rc == -1)
+			dirsync_failed_note(&dir->failed, dir->synced,
+			    dir->linked, error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&io->round);
 		if (TAILQ_EMPTY(&batch))
 			continue;
+		/*
+		 * Under the lock, the failed range: this round's failure, or
+		 * a job linked while a failed round ran, is failed too.
+		 */
+		TAILQ_FOREACH(j, &batch, entry)
+			j->error = rc == -1 ? error :
+			    dirsync_failed_covers(&dir->failed, j->dir_change);
 		pthread_mutex_unlock(&io->lock);
 		kick = TAILQ_FIRST(&batch);
 		while ((j = TAILQ_FIRST(&batch)) != NULL) {
 			TAILQ_REMOVE(&batch, j, entry);
 			j->batched = 1;
-			if (rc == -1) {
+			if (j->error != 0) {
 				j->result = -1;
-				j->error = error;
 				asprintf(&j->cause, "fsync the directory of %s: "
-				    "%s", j->name, strerror(error));
+				    "%s", j->name, strerror(j->error));
 			} else if (j->commit(j) == 0) {
 				j->committed = 1;
 				TAILQ_INSERT_TAIL(owed, j, entry);
@@ -331,7 +343,7 @@ fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	dir->linked++;
+	job->dir_change = ++dir->linked;
 	TAILQ_INSERT_TAIL(&dir->carried, job, entry);
 	fileio_rounds(io, dir, &post, &owed);
 	pthread_mutex_unlock(&io->lock);

@@ -372,6 +372,8 @@ struct fileio_job {
 	int			 committed;	/* commit appended its records */
 	/* Committed by a directory round: its kicks are the round's. */
 	int			 batched;
+	/* Its link's number among its directory's (fileio.c's rounds). */
+	uint64_t		 dir_change;
 	int			 commit_verdict;
 #ifdef IDEM_FAULT_INJECTION
 	int			 crash_released; /* crash_hold's flag */
