@@ -50,18 +50,17 @@ dirsync_sync(struct dirsync *ds, int fd)
 	return ds->sync != NULL ? ds->sync(fd) : fsync(fd);
 }
 
-/* Under ds->lock: fd's rounds, or NULL (every slot another's). */
-static struct dirsync_dir *
-dirsync_dir(struct dirsync *ds, int fd)
+struct dirsync_dir *
+dirsync_slot(struct dirsync_dir *dirs, unsigned n, int fd)
 {
 	unsigned	i;
 
-	for (i = 0; i < DIRSYNC_DIRS; i++) {
-		if (ds->dirs[i].fd1 == fd + 1)
-			return &ds->dirs[i];
-		if (ds->dirs[i].fd1 == 0) {
-			ds->dirs[i].fd1 = fd + 1;
-			return &ds->dirs[i];
+	for (i = 0; i < n; i++) {
+		if (dirs[i].fd1 == fd + 1)
+			return &dirs[i];
+		if (dirs[i].fd1 == 0) {
+			dirs[i].fd1 = fd + 1;
+			return &dirs[i];
 		}
 	}
 	return NULL;
@@ -76,7 +75,7 @@ dirsync_after(struct dirsync *ds, int fd)
 
 	pthread_mutex_lock(&ds->lock);
 	ds->calls++;
-	if ((dir = dirsync_dir(ds, fd)) == NULL) {
+	if ((dir = dirsync_slot(ds->dirs, DIRSYNC_DIRS, fd)) == NULL) {
 		ds->rounds++;
 		pthread_mutex_unlock(&ds->lock);
 		return dirsync_sync(ds, fd);

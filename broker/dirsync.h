@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * dirsync.h: a directory's fsync shared by the threads that each need
- * one begun after their change (dirsync.c).
+ * one begun after their change (dirsync.c); the table of directories
+ * with rounds and the failed range, which fileio.c's rounds use too.
  */
 #ifndef DIRSYNC_H
 #define DIRSYNC_H
@@ -23,7 +24,10 @@ struct dirsync_failed {
 	int		 error;		/* the last failure's errno */
 };
 
-/* One directory's rounds. */
+/*
+ * One directory's rounds: dirsync.c's, and fileio.c's (whose changes
+ * are links).  A table of them starts zeroed: every slot unused.
+ */
 struct dirsync_dir {
 	int			 fd1;		/* the fd + 1; 0: unused */
 	uint64_t		 changed;	/* changes announced so far */
@@ -56,6 +60,13 @@ void	dirsync_init(struct dirsync *ds, int (*sync)(int));
  * other caller that round covered).
  */
 int	dirsync_after(struct dirsync *, int fd);
+/*
+ * Under the lock of the table's owner: fd's slot among the n of dirs,
+ * the first unused one taken for it if it has none; NULL: every slot
+ * is another directory's (the caller syncs alone).
+ */
+struct dirsync_dir *dirsync_slot(struct dirsync_dir *dirs, unsigned n,
+	    int fd);
 /*
  * A round's fsync failed with error: note every change past synced
  * (those covered before) up to counted, the changes counted when it

@@ -62,16 +62,6 @@
 
 TAILQ_HEAD(fileio_jobs, fileio_job);
 
-/* Directory sync rounds, per directory. */
-struct fileio_dir {
-	int		 fd;		/* -1: unused */
-	uint64_t	 linked;	/* links made so far */
-	uint64_t	 synced;	/* links covered by a finished round */
-	struct dirsync_failed failed;
-	int		 syncing;
-	struct fileio_jobs carried;	/* linked, for the next round */
-};
-
 /*
  * The threads, queue and done list are pool.c's; lock guards the
  * directory rounds (and gathering) only.
@@ -89,7 +79,12 @@ struct fileio {
 	_Atomic uint64_t	 pending_epoch[FILEIO_THREADS];
 	pthread_cond_t		 linked;	/* nobody is about to link */
 	unsigned		 gathering;	/* rounds waiting on linked */
-	struct fileio_dir	 dirs[FILEIO_DIRS];
+	/*
+	 * Directory sync rounds, per directory (dirsync.h's: changed counts
+	 * links), and beside each the carried jobs linked for its next.
+	 */
+	struct dirsync_dir	 dirs[FILEIO_DIRS];
+	struct fileio_jobs	 carried[FILEIO_DIRS];
 	int			 stop;
 };
 
@@ -99,20 +94,18 @@ struct fileio_thread {
 	unsigned		 index;
 };
 
-static struct fileio_dir *
+/* Under io->lock: fd's rounds, or NULL (more directories than slots). */
+static struct dirsync_dir *
 fileio_dir(struct fileio *io, int fd)
 {
-	unsigned	i;
+	return dirsync_slot(io->dirs, FILEIO_DIRS, fd);
+}
 
-	for (i = 0; i < FILEIO_DIRS; i++) {
-		if (io->dirs[i].fd == fd)
-			return &io->dirs[i];
-		if (io->dirs[i].fd == -1) {
-			io->dirs[i].fd = fd;
-			return &io->dirs[i];
-		}
-	}
-	return NULL;
+/* The carried jobs waiting for dir's next round. */
+static struct fileio_jobs *
+fileio_carried(struct fileio *io, const struct dirsync_dir *dir)
+{
+	return &io->carried[dir - io->dirs];
 }
 
 /*
@@ -179,7 +172,7 @@ fileio_link_done(struct fileio *io, unsigned thread, struct shm_header *h)
 /*
  * Under io->lock, returned with it held: sync rounds of dir while links
  * are not covered and nobody else syncs.  Each round takes the carried
- * jobs linked before it (dir->carried) and, once the directory is
+ * jobs linked before it (its io->carried) and, once the directory is
  * durable, appends their commits (their commit callbacks) with the lock
  * released: those are owed a wait for the journal, the others (a failed
  * round, a commit not appended) go to post as they are.  A link made
@@ -188,23 +181,23 @@ fileio_link_done(struct fileio *io, unsigned thread, struct shm_header *h)
  * nobody syncing, under the lock, starts it, so none is left behind.
  */
 static void
-fileio_rounds(struct fileio *io, struct fileio_dir *dir,
+fileio_rounds(struct fileio *io, struct dirsync_dir *dir,
     struct fileio_jobs *post, struct fileio_jobs *owed)
 {
-	struct fileio_jobs	 batch;
+	struct fileio_jobs	 batch, *carried = fileio_carried(io, dir);
 	struct fileio_job	*j, *kick;
 	uint64_t		 target;
 	int			 rc, error;
 
-	while (dir->synced < dir->linked && !dir->syncing) {
+	while (dir->synced < dir->changed && !dir->syncing) {
 		dir->syncing = 1;
-		fileio_gather(io, TAILQ_EMPTY(&dir->carried) ? NULL :
-		    TAILQ_FIRST(&dir->carried)->journal);
-		target = dir->linked;
+		fileio_gather(io, TAILQ_EMPTY(carried) ? NULL :
+		    TAILQ_FIRST(carried)->journal);
+		target = dir->changed;
 		TAILQ_INIT(&batch);
-		TAILQ_CONCAT(&batch, &dir->carried, entry);
+		TAILQ_CONCAT(&batch, carried, entry);
 		pthread_mutex_unlock(&io->lock);
-		rc = fsync(dir->fd);
+		rc = fsync(dir->fd1 - 1);
 		error = errno;
 		pthread_mutex_lock(&io->lock);
 		/*
@@ -213,7 +206,7 @@ fileio_rounds(struct fileio *io, struct fileio_dir *dir,
 		 */
 		if (rc == -1)
 			dirsync_failed_note(&dir->failed, dir->synced,
-			    dir->linked, error);
+			    dir->changed, error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&io->round);
@@ -282,7 +275,7 @@ fileio_settle(struct fileio *io, struct fileio_jobs *post,
 static void
 fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 {
-	struct fileio_dir	*dir = fileio_dir(io, job->dir_fd);
+	struct dirsync_dir	*dir = fileio_dir(io, job->dir_fd);
 	struct fileio_jobs	 post, owed;
 	uint64_t		 mine;
 	int			 rc, error;
@@ -301,7 +294,7 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	mine = ++dir->linked;
+	mine = ++dir->changed;
 	while (dir->synced < mine) {
 		if (dir->syncing)
 			pthread_cond_wait(&io->round, &io->lock);
@@ -331,7 +324,7 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 static int
 fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
 {
-	struct fileio_dir	*dir;
+	struct dirsync_dir	*dir;
 	struct fileio_jobs	 post, owed;
 
 	pthread_mutex_lock(&io->lock);
@@ -343,8 +336,8 @@ fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	job->dir_change = ++dir->linked;
-	TAILQ_INSERT_TAIL(&dir->carried, job, entry);
+	job->dir_change = ++dir->changed;
+	TAILQ_INSERT_TAIL(fileio_carried(io, dir), job, entry);
 	fileio_rounds(io, dir, &post, &owed);
 	pthread_mutex_unlock(&io->lock);
 	fileio_settle(io, &post, &owed);
@@ -553,10 +546,9 @@ fileio_start(struct event_base *base)
 
 	if ((io = calloc(1, sizeof *io)) == NULL)
 		return NULL;
-	for (i = 0; i < FILEIO_DIRS; i++) {
-		io->dirs[i].fd = -1;
-		TAILQ_INIT(&io->dirs[i].carried);
-	}
+	/* calloc: every directory slot unused (dirsync_slot). */
+	for (i = 0; i < FILEIO_DIRS; i++)
+		TAILQ_INIT(&io->carried[i]);
 	pthread_mutex_init(&io->lock, NULL);
 	pthread_cond_init(&io->round, NULL);
 	/* Its wait is bounded on the monotonic clock (fileio_gather). */
