@@ -42,11 +42,15 @@
  * the same thread if the journal is durable past the reservation by
  * then; otherwise the loop, which waits for both, hands the link back.
  *
- * A failed directory fsync fails every job its round covered (their files
- * are in place but not known durable; a retry adopts them), and is not
- * retried for them; and every job linked before it returned, which the
+ * A failed directory fsync fails every job whose link it may have
+ * covered (their files are in place but not known durable; a retry
+ * adopts them), and is not retried for them: the jobs its round covered,
+ * and every job linked before it returned, whenever counted, which the
  * next round would otherwise tell durable after Linux reported the
- * writeback error once, to that fsync (dirsync.c says the same rule).
+ * writeback error once, to that fsync.  As in dirsync.c (whose DESIGN
+ * says why): a thread reads its directory's count of failed rounds
+ * before it links (job->dir_seen), and the round that covers the job
+ * fails it if the count has moved since.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -170,6 +174,18 @@ fileio_link_done(struct fileio *io, unsigned thread, struct shm_header *h)
 }
 
 /*
+ * Under io->lock, as job's link is counted: say so if a round of its
+ * directory is syncing (the next covers it), an event tests await.
+ */
+static void
+fileio_count_log(const struct dirsync_dir *dir, const struct fileio_job *job)
+{
+	if (dir->syncing)
+		log_debug("%s: linked while its directory syncs: counted for "
+		    "the next round", job->name);
+}
+
+/*
  * Under io->lock, returned with it held: sync rounds of dir while links
  * are not covered and nobody else syncs.  Each round takes the carried
  * jobs linked before it (its io->carried) and, once the directory is
@@ -200,25 +216,20 @@ fileio_rounds(struct fileio *io, struct dirsync_dir *dir,
 		rc = fsync(dir->fd1 - 1);
 		error = errno;
 		pthread_mutex_lock(&io->lock);
-		/*
-		 * A retry repairs it: it adopts the file.  Not target: every
-		 * link counted before the fsync returned.
-		 */
+		/* A retry repairs it: it adopts the file. */
 		if (rc == -1)
-			dirsync_failed_note(&dir->failed, dir->synced,
-			    dir->changed, error);
+			dirsync_round_failed(dir, error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&io->round);
 		if (TAILQ_EMPTY(&batch))
 			continue;
 		/*
-		 * Under the lock, the failed range: this round's failure, or
-		 * a job linked while a failed round ran, is failed too.
+		 * Under the lock: this round's failure, or that of one whose
+		 * fsync ran while the job linked, fails it.
 		 */
 		TAILQ_FOREACH(j, &batch, entry)
-			j->error = rc == -1 ? error :
-			    dirsync_failed_covers(&dir->failed, j->dir_change);
+			j->error = dirsync_failed_since(dir, j->dir_seen);
 		pthread_mutex_unlock(&io->lock);
 		kick = TAILQ_FIRST(&batch);
 		while ((j = TAILQ_FIRST(&batch)) != NULL) {
@@ -294,6 +305,7 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
+	fileio_count_log(dir, job);
 	mine = ++dir->changed;
 	while (dir->synced < mine) {
 		if (dir->syncing)
@@ -301,7 +313,7 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 		else
 			fileio_rounds(io, dir, &post, &owed);
 	}
-	if ((error = dirsync_failed_covers(&dir->failed, mine)) != 0) {
+	if ((error = dirsync_failed_since(dir, job->dir_seen)) != 0) {
 		job->result = -1;
 		job->error = error;
 		asprintf(&job->cause, "fsync the directory of %s: %s",
@@ -336,7 +348,8 @@ fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	job->dir_change = ++dir->changed;
+	fileio_count_log(dir, job);
+	dir->changed++;
 	TAILQ_INSERT_TAIL(fileio_carried(io, dir), job, entry);
 	fileio_rounds(io, dir, &post, &owed);
 	pthread_mutex_unlock(&io->lock);
@@ -368,7 +381,7 @@ fileio_reservation_durable(const struct fileio_job *job)
  * directory itself.
  */
 static int
-fileio_write(struct fileio_job *job)
+fileio_write(struct fileio *io, struct fileio_job *job)
 {
 	char	id[sizeof job->name], path[IDEM_MAX_TASK_PATH_BYTES];
 	size_t	n = strlen(job->name);
@@ -407,6 +420,8 @@ fileio_write(struct fileio_job *job)
 			return -1;
 		}
 	}
+	/* Before the link: a failed round from here on may be this job's. */
+	job->dir_seen = dirsync_seen(io->dirs, FILEIO_DIRS, job->dir_fd);
 	if (job->phase == FILEIO_LINK)
 		return taskfile_link_temp(job->dir_fd, job->temp, job->name,
 		    job->crash_points, &job->cause);
@@ -473,7 +488,7 @@ fileio_carry(struct fileio *io, unsigned thread, struct fileio_job *job)
 	    job->worker_index);
 	job->carrier = 1;
 	job->phase = FILEIO_LINK;
-	job->result = fileio_write(job);
+	job->result = fileio_write(io, job);
 	job->error = job->result == 0 ? 0 : errno;
 	if (job->result == 0 && fileio_carry_sync(io, thread, job))
 		return 1;
@@ -507,7 +522,7 @@ fileio_run(struct pool_job *pj, void *ctx)
 
 	if (job->phase == FILEIO_CARRY)
 		return fileio_carry(io, t->index, job);
-	job->result = fileio_write(job);
+	job->result = fileio_write(io, job);
 	job->error = job->result == 0 ? 0 : errno;
 	if (job->result == 0 && job->phase != FILEIO_TEMP) {
 		pthread_mutex_lock(&io->lock);
