@@ -202,7 +202,7 @@ fileio_rounds(struct fileio *io, struct dirsync_dir *dir,
 {
 	struct fileio_jobs	 batch, *carried = fileio_carried(io, dir);
 	struct fileio_job	*j, *kick;
-	uint64_t		 target;
+	uint64_t		 target, links;
 	int			 rc, error;
 
 	while (dir->synced < dir->changed && !dir->syncing) {
@@ -212,7 +212,11 @@ fileio_rounds(struct fileio *io, struct dirsync_dir *dir,
 		target = dir->changed;
 		TAILQ_INIT(&batch);
 		TAILQ_CONCAT(&batch, carried, entry);
+		links = target - dir->synced;
 		pthread_mutex_unlock(&io->lock);
+		/* An event tests await: a round is in its fsync. */
+		log_debug("a directory round syncs %llu link%s",
+		    (unsigned long long)links, log_plural(links));
 		rc = fsync(dir->fd1 - 1);
 		error = errno;
 		pthread_mutex_lock(&io->lock);
@@ -490,6 +494,8 @@ fileio_carry(struct fileio *io, unsigned thread, struct fileio_job *job)
 	job->phase = FILEIO_LINK;
 	job->result = fileio_write(io, job);
 	job->error = job->result == 0 ? 0 : errno;
+	if (job->result == 0)
+		crash_hold_at("before_link_counted");
 	if (job->result == 0 && fileio_carry_sync(io, thread, job))
 		return 1;
 	if (job->result != 0)
@@ -525,6 +531,7 @@ fileio_run(struct pool_job *pj, void *ctx)
 	job->result = fileio_write(io, job);
 	job->error = job->result == 0 ? 0 : errno;
 	if (job->result == 0 && job->phase != FILEIO_TEMP) {
+		crash_hold_at("before_link_counted");
 		pthread_mutex_lock(&io->lock);
 		fileio_sync_dir(io, job);
 		pthread_mutex_unlock(&io->lock);
