@@ -4,24 +4,30 @@
  * nothing, also when the broker dies while writing one or right after
  * putting one in place.  The broker runs with a tiny --segment-bytes so
  * that a few dozen creations rotate segments and checkpoint the table.
+ * A checkpoint that ends, written or failed, clears the segment's
+ * checkpoint_running, so that the next one can be asked for.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "integration/filter.h"
 #include "harness.h"
+#include "shm.h"
 
 #define CKPT_TASKS	120
 
@@ -376,6 +382,113 @@ test_crash_after_checkpoint_renamed(void **state)
 	run_crash("after_checkpoint_renamed");
 }
 
+/* What a checkpoint logs when written, and when the index failed it. */
+#define CKPT_WRITTEN		"checkpoint checkpoint-"
+#define CKPT_INDEX_FAILED	"commit: Input/output error"
+/* The rule that fails the index's writes, so a checkpoint's too. */
+#define CKPT_INDEX_WRITES_FAIL	"write .idem/index EIO"
+/* Tasks a checkpoint must come within (one per ~15 at 4096 bytes). */
+#define CKPT_RUN_MAX_TASKS	1000
+/* checkpoint_running is a flag in the segment: polled, within a bound. */
+#define CKPT_RUNNING_POLL_MS	5
+#define CKPT_RUNNING_WAIT_MS	10000
+
+/*
+ * Create tasks (run-N, from *next on) until the log holds needle once
+ * more than before, then no more: the journal is idle from there on.
+ */
+static void
+create_until_logged(struct broker *b, int *next, const char *needle)
+{
+	struct idem_conn	*conn;
+	struct idem_task	 task;
+	struct idem_write_result result;
+	struct idem_error	 err;
+	char			 id[32], subject[64];
+	int			 before = harness_log_count(b, needle), n;
+
+	assert_non_null(conn = harness_connect(b));
+	for (n = 0; harness_log_count(b, needle) == before; n++) {
+		if (n == CKPT_RUN_MAX_TASKS)
+			fail_msg("%d tasks and no \"%s\" logged", n, needle);
+		snprintf(id, sizeof id, "run-%d", (*next)++);
+		snprintf(subject, sizeof subject, "checkpoint run %d", *next);
+		memset(&task, 0, sizeof task);
+		task.sender = "PM";
+		task.recipient = "DEV";
+		task.subject = subject;
+		if (idem_write_task(conn, id, &task, &result, &err) != 0)
+			fail_msg("%s: %s", id, err.message);
+		assert_int_equal(result.disposition, IDEM_CREATED);
+	}
+	idem_close(conn);
+}
+
+/*
+ * The segment's checkpoint_running is 0 again within the bound, no
+ * request sent meanwhile: the checkpoint that was logged has ended and
+ * said so (a later rotation's would have ended too).
+ */
+static void
+await_not_running(const struct shm_segment *seg, const char *after)
+{
+	struct timespec	 ts = { 0, CKPT_RUNNING_POLL_MS * 1000000L };
+	int64_t		 start = harness_now_ms();
+
+	while (atomic_load(&seg->header->checkpoint_running)) {
+		if (harness_now_ms() - start > CKPT_RUNNING_WAIT_MS)
+			fail_msg("checkpoint_running still set %d ms after a "
+			    "checkpoint %s", CKPT_RUNNING_WAIT_MS, after);
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * The checkpoint thread clears checkpoint_running when a checkpoint
+ * ends, written and failed alike: it is what the arena's scout and the
+ * journaler's rotation wait on (test_rings'
+ * test_arena_scout_waits_for_running_checkpoint: the scout asks for
+ * none while it is set), so a flag left set asks for no checkpoint
+ * again.  A checkpoint is written, then one fails (the index's writes
+ * fail), then, the index writable again, the next is written.  Fails if
+ * the clearing is removed (the first wait times out).
+ */
+static void
+test_checkpoint_end_clears_running(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	struct shm_segment	 seg;
+	char			 root[PATH_MAX], *cause = NULL;
+	int			 next = 0;
+
+	assert_int_equal(harness_start(b, ckpt_args, t->env), 0);
+	assert_non_null(realpath(b->root, root));
+	memset(&seg, 0, sizeof seg);
+	if (shm_attach(root, &seg, &cause) != 0)
+		fail_msg("shm_attach: %s", cause);
+	assert_int_equal(atomic_load(&seg.header->checkpoint_running), 0);
+
+	create_until_logged(b, &next, CKPT_WRITTEN);
+	await_not_running(&seg, "was written");
+
+	harness_fault_rule(t->fault_file, CKPT_INDEX_WRITES_FAIL);
+	create_until_logged(b, &next, CKPT_INDEX_FAILED);
+	await_not_running(&seg, "failed");
+
+	harness_fault_rule(t->fault_file, "");
+	create_until_logged(b, &next, CKPT_WRITTEN);
+	await_not_running(&seg, "was written after a failed one");
+	shm_detach(&seg);
+	harness_shim_finish(t);
+}
+
+static int
+shim_setup(void **state)
+{
+	return harness_shim_setup(state, HARNESS_TEST_SECONDS);
+}
+
 int
 main(void)
 {
@@ -386,6 +499,9 @@ main(void)
 		cmocka_unit_test(test_crash_before_next_segment_renamed),
 		cmocka_unit_test(test_crash_after_next_segment_renamed),
 		cmocka_unit_test(test_stale_made_ahead_files),
+		cmocka_unit_test_setup_teardown(
+		    test_checkpoint_end_clears_running, shim_setup,
+		    harness_shim_teardown),
 	};
 
 	harness_watchdog(120);
