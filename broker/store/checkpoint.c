@@ -281,16 +281,30 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 					goto write_failed;
 				used = 0;
 			}
-			n_encoded = journal_encode(&record, buf + used, need);
-			if (n_encoded == 0 &&
-			    entries[i].kind == SUBTAB_KIND_EFFECT)
-				goto write_failed;
+			/*
+			 * A record that does not encode fails the checkpoint,
+			 * whatever its kind: it is counted in records below,
+			 * and a file with fewer records than its trailer says
+			 * would not load.
+			 */
+			if ((n_encoded = journal_encode(&record, buf + used,
+			    need)) == 0) {
+				asprintf(cause, "checkpoint %s: the record of "
+				    "slot %u does not encode", name, from + i);
+				goto out;
+			}
 			used += n_encoded;
 		}
 		for (i = 0; i < n; i++)
 			records += entries[i].state != SUBTAB_EMPTY;
 		from += n;
-		/* Half written; when indexed slots are skipped, half read. */
+		/*
+		 * Half copied; when indexed slots are skipped, half read.
+		 * The file then holds its header and the buffers filled so
+		 * far (a write a megabyte): up to a buffer of records is
+		 * still in memory, and start-up removes the temporary file
+		 * whatever it holds.
+		 */
 		if (records >= seg->header->slots_used / 2 || (skip_indexed &&
 		    from >= seg->header->capacity / 2))
 			crash_point(CRASH_DURING_CHECKPOINT);

@@ -1102,85 +1102,6 @@ checkpoint_after_a_lost_reservation_loads(void **state)
 }
 
 /*
- * A checkpoint writes its records through one buffer, not with a write
- * each (broker/store/checkpoint.c): its file is let through
- * TEST_CKPT_WRITES writes (the header, the records, the trailer, the
- * header again) and fails the next, and the first checkpoint, of a
- * segment of TEST_EFFECT_RESULT-sized effects (about forty), is written
- * all the same and loads at a restart.  With a write per effect record
- * the ninth fails, and so does the checkpoint.
- */
-#define TEST_CKPT_WRITES	"8"
-#define TEST_EFFECT_RESULT	1000
-#define TEST_EFFECTS_MAX	400
-
-static const char *const effect_segment_args[] = {
-	"--segment-bytes", "65536", NULL
-};
-
-static void
-effect_commit(struct idem_conn *c, const char *id, const char *result)
-{
-	struct idem_effect	e, done;
-	struct idem_error	err;
-
-	memset(&e, 0, sizeof e);
-	memset(&done, 0, sizeof done);
-	assert_int_equal(idem_effect_begin(c, id, "ckpt.test", "{\"n\":1}", 0,
-	    &e, &err), 0);
-	assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
-	assert_int_equal(idem_effect_complete(c, id, "ckpt.test", e.fence, 1,
-	    result, &done, &err), 0);
-	assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
-	idem_effect_clear(&e);
-	idem_effect_clear(&done);
-}
-
-static void
-checkpoint_writes_effects_through_one_buffer(void **state)
-{
-	struct harness_shim	*t = *state;
-	struct broker		*b = &t->b;
-	struct idem_conn	*c;
-	struct idem_effect	 e;
-	struct idem_error	 err;
-	char			 id[64], result[TEST_EFFECT_RESULT + 16];
-	int			 i, written = 0, failed = 0;
-
-	snprintf(result, sizeof result, "\"%0*d\"", TEST_EFFECT_RESULT, 7);
-	/* Before the start: every checkpoint of this broker is counted. */
-	harness_fault_rule(t->fault_file, "write .idem/journal/.checkpoint- "
-	    "EIO " TEST_CKPT_WRITES);
-	assert_int_equal(harness_start(b, effect_segment_args, t->env), 0);
-	assert_non_null(c = harness_connect(b));
-	for (i = 0; i < TEST_EFFECTS_MAX && written == 0 && failed == 0; i++) {
-		snprintf(id, sizeof id, "ckpt-effect/%d", i);
-		effect_commit(c, id, result);
-		written = harness_log_count(b, "checkpoint checkpoint-");
-		failed = harness_log_count(b, ".snap.tmp: write: ");
-	}
-	idem_close(c);
-	/* The first rotation came after tens of effects, not a few. */
-	assert_true(i >= 20);
-	assert_int_equal(failed, 0);
-	assert_int_equal(written, 1);
-
-	fault_clear(t);
-	assert_int_equal(harness_stop(b), 0);
-	assert_int_equal(harness_start(b, effect_segment_args, t->env), 0);
-	assert_non_null(c = harness_connect(b));
-	memset(&e, 0, sizeof e);
-	assert_int_equal(idem_effect_begin(c, "ckpt-effect/0", "ckpt.test",
-	    "{\"n\":1}", 0, &e, &err), 0);
-	assert_int_equal(e.disposition, IDEM_EFFECT_REUSED);
-	assert_string_equal(e.result, result);
-	idem_effect_clear(&e);
-	idem_close(c);
-	assert_int_equal(harness_stop(b), 0);
-	harness_shim_finish(t);
-}
-
-/*
  * A new segment that cannot be created: the journal goes on in the
  * current one, and rotates once the disk is back.  Its file cannot be
  * written under either name: neither the one made ahead
@@ -1451,7 +1372,6 @@ main(void)
 		T(segment_rename_einval_stops_making_ahead),
 		T(segment_rename_dir_fsync_eio_goes_on_in_the_current_one),
 		T(checkpoint_after_a_lost_reservation_loads),
-		T(checkpoint_writes_effects_through_one_buffer),
 	};
 
 	if (sodium_init() < 0)
