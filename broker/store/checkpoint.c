@@ -301,8 +301,9 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 		/*
 		 * Half copied; when indexed slots are skipped, half read.
 		 * The file then holds its header and the buffers filled so
-		 * far (a write a megabyte): up to a buffer of records is
-		 * still in memory, and start-up removes the temporary file
+		 * far (a write a megabyte; a table smaller than one buffer:
+		 * the header alone), what was copied since the last write
+		 * only in memory; start-up removes the temporary file
 		 * whatever it holds.
 		 */
 		if (records >= seg->header->slots_used / 2 || (skip_indexed &&
