@@ -4,16 +4,20 @@
  * which lines it accepts (write_task and effect_begin), exactly which
  * bytes it fingerprints, and that every doubt is refused (left to the
  * full parse), strings judged alike at every offset of the scanner's
- * words; which members' bytes are taken as jansson's compact dump of
+ * words, and never a byte read past a line's end (a guard page after
+ * it); which members' bytes are taken as jansson's compact dump of
  * them (fastscan_compact_member); and a member's bytes as they stand,
  * whatever their form (fastscan_member, libidem's).
  */
+#include <sys/mman.h>
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <sodium.h>
@@ -341,6 +345,81 @@ strings_judged_at_every_offset(void **state)
 	}
 }
 
+/*
+ * A line at the very end of its buffer, a page no read may touch right
+ * after it: the scanner's eight-byte steps (skip_string) load a word
+ * only while eight bytes of the line remain, so no line makes it read a
+ * byte past its end.  Strings of every length up to 24 ending 0 to 8
+ * bytes before the end (the line cut inside the request object under 2,
+ * whole from 2 on), and lines cut inside a string; any over-read faults
+ * on the guard page, with or without ASan.  Each line is judged as the
+ * same bytes are in an ordinary buffer.
+ */
+static void
+lines_end_at_guard_page(void **state)
+{
+	static const char	 prefix[] = "{" BEGIN "," SUB "," FXKIND
+	    ",\"request\":{\"s\":\"";
+	struct fastscan		 scan, want;
+	char			 line[256], *page, *at, *copy;
+	const char		*v;
+	size_t			 len, vlen, k, l;
+	long			 pagesize = sysconf(_SC_PAGESIZE);
+	int			 cut, rc;
+
+	(void)state;
+	assert_true(pagesize > 0 && (size_t)pagesize > sizeof line);
+	page = mmap(NULL, 2 * (size_t)pagesize, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(page != MAP_FAILED);
+	assert_int_equal(mprotect(page + pagesize, (size_t)pagesize,
+	    PROT_NONE), 0);
+	for (cut = 0; cut < 2; cut++) {
+		for (l = 0; l <= 24; l++) {
+			for (k = 0; k <= 8; k++) {
+				if (cut && k > 0)
+					break;
+				len = (size_t)snprintf(line, sizeof line,
+				    "%s%.*s", prefix, (int)l,
+				    "aaaaaaaaaaaaaaaaaaaaaaaaa");
+				if (!cut) {
+					/* The string's quote, then k bytes. */
+					line[len++] = '"';
+					if (k >= 1)
+						memset(line + len, ' ', k);
+					if (k >= 1)
+						line[len + k - 1] = '}';
+					if (k >= 2)
+						line[len] = '}';
+					len += k;
+				}
+				at = page + pagesize - len;
+				memcpy(at, line, len);
+				rc = fastscan_line(at, len, &scan);
+				assert_non_null(copy = malloc(len));
+				memcpy(copy, line, len);
+				assert_int_equal(fastscan_line(copy, len,
+				    &want), rc);
+				free(copy);
+				if (!cut && k >= 2) {
+					if (rc != 1)
+						fail_msg("refused: %.*s",
+						    (int)len, line);
+					assert_memory_equal(scan.fingerprint,
+					    want.fingerprint,
+					    sizeof want.fingerprint);
+					assert_int_equal(fastscan_member(at,
+					    len, "request", &v, &vlen), 1);
+					assert_ptr_equal(v + vlen,
+					    at + len - k + 1);
+				} else
+					assert_int_equal(rc, 0);
+			}
+		}
+	}
+	assert_int_equal(munmap(page, 2 * (size_t)pagesize), 0);
+}
+
 /* name's value in line as it stands (1), or 0: dumped instead. */
 static int
 compact_of(const char *line, const char *name, const char *want)
@@ -443,6 +522,7 @@ main(void)
 		cmocka_unit_test(effect_begin_scanned),
 		cmocka_unit_test(effect_begin_doubts_refused),
 		cmocka_unit_test(strings_judged_at_every_offset),
+		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(compact_members),
 		cmocka_unit_test(members_as_they_stand),
 	};
