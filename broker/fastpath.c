@@ -150,7 +150,6 @@ effect_answer(struct conn *c, struct idemd *d, struct fastpath *fp,
 	struct shm_header	*h = d->seg.header;
 	struct subtab_entry	 e;
 	uint8_t			 stored[SHM_RECEIPT_MAX_BYTES];
-	uint8_t			 result[SHM_RECEIPT_MAX_BYTES];
 	size_t			 stored_length;
 	uint32_t		 slot;
 
@@ -161,10 +160,13 @@ effect_answer(struct conn *c, struct idemd *d, struct fastpath *fp,
 	    e.schema != SUBTAB_SCHEMA_GENERIC_JSON_V1 ||
 	    !stored_for(d, slot, scan, stored, &stored_length))
 		return 0;
-	/* The full path reads the arena first: while it holds them, whole. */
-	if (e.result_length == 0 || e.result_length > sizeof result ||
-	    arena_read(&d->seg, e.result_offset, e.result_length,
-	    result) != 0)
+	/*
+	 * The full path reads the arena first: while it holds them, whole.
+	 * Whether it holds them is all this needs, not a copy (the reply
+	 * is the stored one): arena_holds.
+	 */
+	if (e.result_length == 0 || e.result_length > SHM_RECEIPT_MAX_BYTES ||
+	    arena_holds(&d->seg, e.result_offset, e.result_length) != 0)
 		return 0;
 	fp->current.valid = 0;	/* nothing to remember */
 	atomic_fetch_add(&h->counters.effects_reused, 1);

@@ -239,6 +239,34 @@ arena_read(struct shm_segment *seg, uint64_t offset, size_t length,
 	return 0;
 }
 
+/*
+ * arena_read's answer without its copy: the record's header read and
+ * checked as ring_read checks it (the tail not past it afterwards), and
+ * its bytes within the head and the lap.  A tail not past the header's
+ * position is not past the bytes behind it: the tail only moves on.
+ */
+int
+arena_holds(struct shm_segment *seg, uint64_t offset, size_t length)
+{
+	struct shm_header	*h = seg->header;
+	struct ring_header	 hdr;
+	uint64_t		 pos;
+
+	if (length == 0)
+		return 0;
+	if (offset < SHM_RING_RECORD_HEADER_BYTES)
+		return -1;
+	pos = offset - SHM_RING_RECORD_HEADER_BYTES;
+	if (offset + length > atomic_load_explicit(&h->arena_head,
+	    memory_order_acquire) ||
+	    pos % h->arena_bytes + SHM_RING_RECORD_HEADER_BYTES + length >
+	    h->arena_bytes ||
+	    ring_read(seg->arena, h->arena_bytes, &h->arena_head,
+	    &h->arena_tail, pos, &hdr, NULL, 0) != 0 || hdr.length != length)
+		return -1;
+	return 0;
+}
+
 uint64_t
 arena_used(const struct shm_segment *seg)
 {

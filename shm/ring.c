@@ -44,9 +44,19 @@ ring_store(uint8_t *base, uint64_t at, const void *in, size_t n)
 	uint64_t		 v;
 	size_t			 i;
 
-	for (i = 0; i < n; i += 8) {
+	/*
+	 * Whole words with a constant-size copy (one move each), then the
+	 * last part: a copy of n - i bytes in every turn of the loop was
+	 * a branchy copy per word, most of a fast-path retry's time in
+	 * here (issue #33).
+	 */
+	for (i = 0; i + 8 <= n; i += 8) {
+		memcpy(&v, p + i, 8);
+		atomic_store_explicit(&w[i / 8], v, memory_order_relaxed);
+	}
+	if (i < n) {
 		v = 0;
-		memcpy(&v, p + i, n - i < 8 ? n - i : 8);
+		memcpy(&v, p + i, n - i);
 		atomic_store_explicit(&w[i / 8], v, memory_order_relaxed);
 	}
 }
@@ -60,9 +70,14 @@ ring_load(const uint8_t *base, uint64_t at, void *out, size_t n)
 	uint64_t		 v;
 	size_t			 i;
 
-	for (i = 0; i < n; i += 8) {
+	/* As ring_store: whole words, then the last part. */
+	for (i = 0; i + 8 <= n; i += 8) {
 		v = atomic_load_explicit(&w[i / 8], memory_order_relaxed);
-		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+		memcpy(p + i, &v, 8);
+	}
+	if (i < n) {
+		v = atomic_load_explicit(&w[i / 8], memory_order_relaxed);
+		memcpy(p + i, &v, n - i);
 	}
 }
 

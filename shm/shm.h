@@ -617,6 +617,11 @@ int	 arena_put(struct shm_segment *, uint32_t slot, const void *,
 	    size_t length, uint64_t *offset);
 int	 arena_read(struct shm_segment *, uint64_t offset, size_t length,
 	    void *out);
+/*
+ * 0 if arena_read would find the length bytes at offset now, without
+ * copying them (the retry fast path only asks whether they are there).
+ */
+int	 arena_holds(struct shm_segment *, uint64_t offset, size_t length);
 /* Replay, single-threaded: no lock; arena_own names the owner after. */
 #define ARENA_NO_SLOT	UINT32_MAX
 int	 arena_put_unlocked(struct shm_segment *, uint32_t slot, const void *,

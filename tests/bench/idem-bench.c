@@ -1286,7 +1286,7 @@ rusage_ns(const struct rusage *ru)
 
 static void __attribute__((noreturn))
 client_main(const struct job *job, int index, struct client_report *report,
-    uint64_t *latencies, int ready_fd, int go_fd)
+    uint64_t *latencies, uint64_t *starts, int ready_fd, int go_fd)
 {
 	struct client	cl;
 	struct rusage	ru0, ru1;
@@ -1321,6 +1321,7 @@ client_main(const struct job *job, int index, struct client_report *report,
 		t = now_ns();
 		rc = job->op(&cl, i);
 		latencies[i] = now_ns() - t;
+		starts[i] = t;
 		report->done = i + 1;
 	}
 	report->end_ns = now_ns();
@@ -1333,6 +1334,45 @@ client_main(const struct job *job, int index, struct client_report *report,
 }
 
 /*
+ * With IDEM_BENCH_LATENCIES=DIR, every operation of the row into
+ * DIR/<row>-k<K>.lat, a line each: its start in ms after the release,
+ * its latency in us, its client; the first line the release's wall
+ * time in ms, to line the operations up with idemd's log (what makes a
+ * tail: checkpoints, rotations).  For diagnosis; nothing reads it.
+ */
+static void
+latencies_dump(const struct job *job, const struct result *r,
+    const struct client_report *reports, const uint64_t *latencies,
+    const uint64_t *starts, uint64_t release, int64_t release_wall)
+{
+	const char	*dir = getenv("IDEM_BENCH_LATENCIES");
+	char		 path[PATH_MAX];
+	FILE		*f;
+	size_t		 c, i, k;
+
+	if (dir == NULL || *dir == '\0')
+		return;
+	snprintf(path, sizeof path, "%s/%s-k%d.lat", dir, r->name,
+	    job->clients);
+	if ((f = fopen(path, "w")) == NULL) {
+		warn("%s", path);
+		return;
+	}
+	fprintf(f, "# release %" PRId64 " ms since the epoch, %" PRIu64
+	    " ns CLOCK_MONOTONIC\n", release_wall, release);
+	for (c = 0; c < (size_t)job->clients; c++) {
+		for (i = 0; i < reports[c].done; i++) {
+			k = c * job->ops + i;
+			fprintf(f, "%.3f %.1f %zu\n", starts[k] > release ?
+			    (double)(starts[k] - release) / 1e6 : 0.0,
+			    (double)latencies[k] / 1e3, c);
+		}
+	}
+	if (fclose(f) != 0)
+		warn("%s", path);
+}
+
+/*
  * Run job with its clients released together; fill r's timing, latency
  * and outcome fields.
  */
@@ -1340,7 +1380,9 @@ static void
 run_job(const struct job *job, struct result *r)
 {
 	struct client_report	*reports;
-	uint64_t		*latencies, *all, end = 0, release, cpu_ns = 0;
+	uint64_t		*latencies, *starts, *all, end = 0, release;
+	uint64_t		 cpu_ns = 0;
+	int64_t			 release_wall;
 	size_t			 bytes, n = 0, c;
 	pid_t			*pids;
 	char			 buf[64], *first_error = NULL;
@@ -1350,13 +1392,14 @@ run_job(const struct job *job, struct result *r)
 	int			 failed = 0;
 
 	bytes = (size_t)job->clients * sizeof *reports +
-	    (size_t)job->clients * job->ops * sizeof *latencies;
+	    2 * (size_t)job->clients * job->ops * sizeof *latencies;
 	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED |
 	    MAP_ANONYMOUS, -1, 0);
 	if (map == MAP_FAILED)
 		err(1, "mmap %zu bytes", bytes);
 	reports = map;
 	latencies = (uint64_t *)(reports + job->clients);
+	starts = latencies + (size_t)job->clients * job->ops;
 	pids = xcalloc((size_t)job->clients, sizeof *pids);
 	if (pipe2(ready, O_CLOEXEC) == -1 || pipe2(go, O_CLOEXEC) == -1)
 		err(1, "pipe");
@@ -1369,7 +1412,8 @@ run_job(const struct job *job, struct result *r)
 			close(ready[0]);
 			close(go[1]);
 			client_main(job, (int)c, &reports[c],
-			    latencies + c * job->ops, ready[1], go[0]);
+			    latencies + c * job->ops, starts + c * job->ops,
+			    ready[1], go[0]);
 		}
 	}
 	close(ready[1]);
@@ -1386,6 +1430,7 @@ run_job(const struct job *job, struct result *r)
 	if (job->at_release != NULL)
 		job->at_release(job->at_release_arg);
 	release = now_ns();
+	release_wall = wall_ms();
 	close(go[1]);
 	for (c = 0; c < (size_t)job->clients; c++) {
 		while (waitpid(pids[c], &status, 0) == -1) {
@@ -1397,6 +1442,8 @@ run_job(const struct job *job, struct result *r)
 	}
 	free(pids);
 
+	latencies_dump(job, r, reports, latencies, starts, release,
+	    release_wall);
 	all = xcalloc((size_t)job->clients * job->ops + 1, sizeof *all);
 	for (c = 0; c < (size_t)job->clients; c++) {
 		struct client_report	*cr = &reports[c];

@@ -3,16 +3,21 @@
  * test_fastscan.c: the retry fast path's scanner (libclient/fastscan.c):
  * which lines it accepts (write_task and effect_begin), exactly which
  * bytes it fingerprints, and that every doubt is refused (left to the
- * full parse); which members' bytes are taken as jansson's compact
- * dump of them (fastscan_compact_member); and a member's bytes as they
- * stand, whatever their form (fastscan_member, libidem's).
+ * full parse), strings judged alike at every offset of the scanner's
+ * words, and never a byte read past a line's end (a guard page after
+ * it); which members' bytes are taken as jansson's compact dump of
+ * them (fastscan_compact_member); and a member's bytes as they stand,
+ * whatever their form (fastscan_member, libidem's).
  */
+#include <sys/mman.h>
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <sodium.h>
@@ -281,6 +286,140 @@ effect_begin_doubts_refused(void **state)
 	}
 }
 
+/*
+ * Strings are stepped over eight bytes at a time (fastscan.c,
+ * word_ends_run): a quote, a backslash or a control byte at any offset
+ * of any word is seen all the same, and a byte from 0x80 up or a DEL
+ * is not taken for one.  Each case at offsets 0 to 40 of a string.
+ */
+static void
+strings_judged_at_every_offset(void **state)
+{
+	static const struct {
+		const char	*x;
+		int		 accepted;
+	} cases[] = {
+		{ "\x01", 0 }, { "\x1f", 0 }, { "\t", 0 }, { "\"", 0 },
+		{ "\\z", 0 }, { "\\\"", 1 }, { "\\\\", 1 },
+		{ "\\u00e9", 1 }, { "\\q", 0 }, { " ", 1 }, { "\x7f", 1 },
+		{ "\xc3\xa9", 1 }, { "\xff", 1 }, { "~", 1 },
+	};
+	struct fastscan	 scan;
+	uint8_t		 want[IDEM_FAST_FINGERPRINT_BYTES];
+	char		 value[128], line[512], hashed[512];
+	size_t		 c, k;
+	int		 n;
+
+	(void)state;
+	for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		for (k = 0; k <= 40; k++) {
+			n = snprintf(value, sizeof value, "\"request\":{\"s\":"
+			    "\"%.*s%s%s\"}", (int)k,
+			    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+			    cases[c].x, "bbbbbbbbbbbbbbbbbbbb");
+			assert_true(n > 0 && (size_t)n < sizeof value);
+			snprintf(line, sizeof line, "{" BEGIN "," SUB ","
+			    FXKIND ",%s}", value);
+			if (scan_of(line, &scan) != cases[c].accepted)
+				fail_msg("case %zu at %zu: %s", c, k, line);
+			if (!cases[c].accepted)
+				continue;
+			/* And its end found where it is: the same bytes. */
+			snprintf(hashed, sizeof hashed, BEGIN "\n" SUB "\n"
+			    FXKIND "\n%s\n", value);
+			assert_int_equal(crypto_generichash(want, sizeof want,
+			    (const unsigned char *)hashed, strlen(hashed),
+			    NULL, 0), 0);
+			assert_memory_equal(scan.fingerprint, want,
+			    sizeof want);
+		}
+	}
+	/* An escape anywhere in a member's name: never that member. */
+	for (k = 0; k < strlen("client_submission_id"); k++) {
+		snprintf(line, sizeof line, "{" BEGIN ",\"%.*s\\u%04x%s\":"
+		    "\"sub-1\"," FXKIND "," FXREQ "}", (int)k,
+		    "client_submission_id", "client_submission_id"[k],
+		    "client_submission_id" + k + 1);
+		if (scan_of(line, &scan) != 0)
+			fail_msg("accepted: %s", line);
+	}
+}
+
+/*
+ * A line at the very end of its buffer, a page no read may touch right
+ * after it: the scanner's eight-byte steps (skip_string) load a word
+ * only while eight bytes of the line remain, so no line makes it read a
+ * byte past its end.  Strings of every length up to 24 ending 0 to 8
+ * bytes before the end (the line cut inside the request object under 2,
+ * whole from 2 on), and lines cut inside a string; any over-read faults
+ * on the guard page, with or without ASan.  Each line is judged as the
+ * same bytes are in an ordinary buffer.
+ */
+static void
+lines_end_at_guard_page(void **state)
+{
+	static const char	 prefix[] = "{" BEGIN "," SUB "," FXKIND
+	    ",\"request\":{\"s\":\"";
+	struct fastscan		 scan, want;
+	char			 line[256], *page, *at, *copy;
+	const char		*v;
+	size_t			 len, vlen, k, l;
+	long			 pagesize = sysconf(_SC_PAGESIZE);
+	int			 cut, rc;
+
+	(void)state;
+	assert_true(pagesize > 0 && (size_t)pagesize > sizeof line);
+	page = mmap(NULL, 2 * (size_t)pagesize, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(page != MAP_FAILED);
+	assert_int_equal(mprotect(page + pagesize, (size_t)pagesize,
+	    PROT_NONE), 0);
+	for (cut = 0; cut < 2; cut++) {
+		for (l = 0; l <= 24; l++) {
+			for (k = 0; k <= 8; k++) {
+				if (cut && k > 0)
+					break;
+				len = (size_t)snprintf(line, sizeof line,
+				    "%s%.*s", prefix, (int)l,
+				    "aaaaaaaaaaaaaaaaaaaaaaaaa");
+				if (!cut) {
+					/* The string's quote, then k bytes. */
+					line[len++] = '"';
+					if (k >= 1)
+						memset(line + len, ' ', k);
+					if (k >= 1)
+						line[len + k - 1] = '}';
+					if (k >= 2)
+						line[len] = '}';
+					len += k;
+				}
+				at = page + pagesize - len;
+				memcpy(at, line, len);
+				rc = fastscan_line(at, len, &scan);
+				assert_non_null(copy = malloc(len));
+				memcpy(copy, line, len);
+				assert_int_equal(fastscan_line(copy, len,
+				    &want), rc);
+				free(copy);
+				if (!cut && k >= 2) {
+					if (rc != 1)
+						fail_msg("refused: %.*s",
+						    (int)len, line);
+					assert_memory_equal(scan.fingerprint,
+					    want.fingerprint,
+					    sizeof want.fingerprint);
+					assert_int_equal(fastscan_member(at,
+					    len, "request", &v, &vlen), 1);
+					assert_ptr_equal(v + vlen,
+					    at + len - k + 1);
+				} else
+					assert_int_equal(rc, 0);
+			}
+		}
+	}
+	assert_int_equal(munmap(page, 2 * (size_t)pagesize), 0);
+}
+
 /* name's value in line as it stands (1), or 0: dumped instead. */
 static int
 compact_of(const char *line, const char *name, const char *want)
@@ -382,6 +521,8 @@ main(void)
 		cmocka_unit_test(nul_bytes_are_bytes),
 		cmocka_unit_test(effect_begin_scanned),
 		cmocka_unit_test(effect_begin_doubts_refused),
+		cmocka_unit_test(strings_judged_at_every_offset),
+		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(compact_members),
 		cmocka_unit_test(members_as_they_stand),
 	};

@@ -9,7 +9,10 @@
  * arena reuses the space of indexed results only: the bytes of a
  * committed result not yet in the index, or of a commit in flight, are
  * never overwritten (ENOSPC, and a checkpoint is asked for, half an
- * arena ahead, but not while one runs).  And the segment at --capacity 1000000 is under 300 MB.
+ * arena ahead, but not while one runs); arena_holds says what a read
+ * would find, refusing a record the tail has passed though its bytes are
+ * intact (one left before a lap's pad).  And the segment at --capacity
+ * 1000000 is under 300 MB.
  */
 #include <sys/wait.h>
 
@@ -409,11 +412,17 @@ assert_result(struct segment_fixture *f, int i, uint64_t offset, int present)
 	uint8_t	want[RINGS_RESULT_BYTES], got[RINGS_RESULT_BYTES];
 
 	result_make(want, i);
+	/* arena_holds (the fast path's) says what arena_read finds. */
 	if (!present) {
+		assert_int_equal(arena_holds(&f->seg, offset, sizeof got), -1);
 		assert_int_equal(arena_read(&f->seg, offset, sizeof got, got),
 		    -1);
 		return;
 	}
+	assert_int_equal(arena_holds(&f->seg, offset, sizeof got), 0);
+	/* Not a record of another length, nor one somewhere else. */
+	assert_int_equal(arena_holds(&f->seg, offset, sizeof got - 8), -1);
+	assert_int_equal(arena_holds(&f->seg, offset + 8, sizeof got), -1);
 	assert_int_equal(arena_read(&f->seg, offset, sizeof got, got), 0);
 	assert_memory_equal(got, want, sizeof got);
 }
@@ -632,6 +641,52 @@ test_segment_size(void **state)
 }
 
 /*
+ * A record the tail has passed is gone even where its bytes are still
+ * there: one left before a lap's pad, when the next record goes to the
+ * following lap's start and the tail jumps over it.  Records in bytes
+ * of the smallest arena (65552): A [0, 40000), X [40000, 56000), a pad;
+ * B at the next lap's start [0, 32000) passes only A; C, too large for
+ * the rest of that lap, goes to the lap after, and the tail passes X,
+ * the pad and B while C overwrites only [0, 36000).  X's bytes are
+ * intact, yet arena_holds and arena_read must refuse them.
+ */
+static void
+test_arena_holds_refuses_passed_record(void **state)
+{
+	struct segment_fixture	*f = *state;
+	struct shm_header	*h = f->seg.header;
+	static uint8_t		 buf[40000];
+	uint64_t		 a, x, b, c;
+
+	assert_int_equal(h->arena_bytes, 65552);
+	memset(buf, 'x', sizeof buf);
+	/* No slot names them: each is reclaimable once passed. */
+	assert_int_equal(arena_put(&f->seg, ARENA_NO_SLOT, buf, 40000 - 16,
+	    &a), 0);
+	assert_int_equal(arena_put(&f->seg, ARENA_NO_SLOT, buf, 16000 - 16,
+	    &x), 0);
+	assert_int_equal(x, 40000 + 16);
+	assert_int_equal(arena_put(&f->seg, ARENA_NO_SLOT, buf, 32000 - 16,
+	    &b), 0);
+	assert_int_equal(b, 65552 + 16);
+	assert_int_equal(atomic_load(&h->arena_tail), 40000);
+	assert_int_equal(arena_holds(&f->seg, a, 40000 - 16), -1);
+	assert_int_equal(arena_holds(&f->seg, x, 16000 - 16), 0);
+
+	assert_int_equal(arena_put(&f->seg, ARENA_NO_SLOT, buf, 36000 - 16,
+	    &c), 0);
+	assert_int_equal(c, 2 * 65552 + 16);
+	assert_true(atomic_load(&h->arena_tail) > x);
+	/* X's bytes are untouched (C ends at 36000, the pad is at 32000)... */
+	assert_memory_equal(f->seg.arena + 40000 + 16, buf, 16000 - 16);
+	/* ...but the tail is past them: no read may trust them. */
+	assert_int_equal(arena_holds(&f->seg, x, 16000 - 16), -1);
+	assert_int_equal(arena_read(&f->seg, x, 16000 - 16, buf), -1);
+	assert_int_equal(arena_holds(&f->seg, b, 32000 - 16), -1);
+	assert_int_equal(arena_holds(&f->seg, c, 36000 - 16), 0);
+}
+
+/*
  * An arena smaller than one record of the largest result is refused,
  * naming the least (issue 27: 64 bytes were taken, then a 42-byte
  * result refused for ever).
@@ -678,6 +733,9 @@ main(void)
 		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_arena_own_claim_never_blocks, setup_four_slots,
+		    unit_segment_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_arena_holds_refuses_passed_record, setup_small_arena,
 		    unit_segment_teardown),
 		cmocka_unit_test(test_segment_size),
 		cmocka_unit_test(test_arena_least),
