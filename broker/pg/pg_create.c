@@ -563,6 +563,8 @@ cl_put_synced(void *arg, int synced, char **cause)
 		return rc == 0 ? 1 : -1;
 	}
 	pg_pause_point("before_task_file_link");
+	/* Its commit next, after the link and the directory's fsync. */
+	pg_group_coming(&c->member);
 	return 0;
 }
 
@@ -869,6 +871,8 @@ cl_claim(struct pending *p)
 	c->fresh = 1;
 	cl_take_row(s, &c->row);
 	cl_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
+	/* Its grant next, once its temporary is written. */
+	pg_group_coming(&c->member);
 	cl_write(p);
 	return 1;
 }
@@ -1066,6 +1070,8 @@ cl_run(struct pg_job *job, struct pgstore *st, int *open)
 		cl_legacy(p);
 	else
 		cl_step(p);
+	/* Whatever way it went: no round waits for it any more. */
+	pg_group_gone(&c->member);
 	c->st = NULL;
 }
 

@@ -15,8 +15,20 @@ struct pg_group_member {
 	struct pg_group_member		*next;		/* the queue's */
 	int				 state;		/* pg_group.c's */
 	int				 outcome;	/* pg_group.c's */
+	int				 coming;	/* pg_group_coming */
 	char				*cause;
 };
+
+/*
+ * me is on its way to the grants' and commits' queue with nothing in
+ * between that waits for the server: claimed, its temporary to write;
+ * or granted, its link and the directory's fsync to make.  A round of
+ * grants and commits about to go waits for it (pg_group.c: "the
+ * members on their way").  _gone: it is not, or no longer (its own
+ * join says so by itself); safe to call at any time.
+ */
+void	pg_group_coming(struct pg_group_member *);
+void	pg_group_gone(struct pg_group_member *);
 
 /*
  * The claim (pgstore_claim's answers: 1 claimed, row filled; 0 the key

@@ -7,7 +7,9 @@
  * and commits in one statement) likewise (mixed_round_fails_halfway);
  * and a round stalled in flight, which the worker's other creations
  * leave behind after a second, going alone on their own connections
- * (a_member_behind_a_stalled_round_goes_alone).
+ * (a_member_behind_a_stalled_round_goes_alone); and a round that waits
+ * for a member on its way to the queue and carries it
+ * (a_round_waits_for_a_member_on_its_way).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -484,6 +486,80 @@ a_member_behind_a_stalled_round_goes_alone(void **state)
 	cluster_rm_root(root);
 }
 
+/*
+ * A round of grants and commits waits for the worker's members on their
+ * way to the queue (pg_group.c, pg_group_coming): the first creation,
+ * granted and linked, is held before its directory's fsync
+ * (IDEM_CRASH_HOLD_AT=after_task_file_linked): on its way to its
+ * commit.  A second creation on the worker's other thread claims,
+ * writes its temporary and queues its grant: no round is in flight, yet
+ * it is not sent, since the first is on its way (the log says so, an
+ * event), and its row stays ungranted.  Let go, the first's commit
+ * arrives and carries the second's grant in one round: three rounds of
+ * grants and commits for the two creations (the first's grant, the
+ * mixed round, the second's commit), where a round sent at once is
+ * four; one file each, both committed once.
+ */
+static void
+a_round_waits_for_a_member_on_its_way(void **state)
+{
+	static struct node	 a;
+	const char	*title = "A member on its way";
+	char		 root[256], fifo[300], hold[400];
+	const char *const env[] = { hold, NULL };
+	struct pollfd	 pfd;
+	json_t		*reply;
+	int		 fds[2], w, i;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_task_file_linked:"
+	    "%s", fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	fds[0] = harness_raw_send_task(&a.b, "way-0", title);
+	/* Granted and linked, held before its directory's fsync. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	fds[1] = harness_raw_send_task(&a.b, "way-1", title);
+	harness_wait_log(&a.b, "the first round waiting for members on their "
+	    "way: 1", 1, 30000);
+	/* Its grant queued, not sent: no answer, its row not granted. */
+	pfd.fd = fds[1];
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, 0), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id = 'way-1' AND "
+	    "state = 1 AND NOT lease_granted"), 1);
+	close(w);
+	for (i = 0; i < 2; i++) {
+		reply = read_reply(fds[i]);
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+		close(fds[i]);
+	}
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'way-%%' AND "
+	    "state = 3"), 2);
+	/* The worker's last lines (once it is gone) count its rounds. */
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits: 3, with 0 claims, 2 grants, 2 commits"), 1);
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits that waited for members on their way: 1 (0 of them"), 1);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -496,6 +572,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_member_behind_a_stalled_round_goes_alone,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_round_waits_for_a_member_on_its_way,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
