@@ -871,8 +871,6 @@ cl_claim(struct pending *p)
 	c->fresh = 1;
 	cl_take_row(s, &c->row);
 	cl_crash_point(s, CRASH_AFTER_RESERVE_DURABLE);
-	/* Its grant next, once its temporary is written. */
-	pg_group_coming(&c->member);
 	cl_write(p);
 	return 1;
 }

@@ -50,8 +50,9 @@
  *
  * A round of grants and commits waits for the members on their way
  * (pg_group_coming): creations of the worker that will join its queue
- * with no wait for the server before (claimed and writing their
- * temporary; granted and linking, their directory fsync'd), so that
+ * with no WAL flush before (claiming, in a round of claims or not,
+ * then writing their temporary; granted and linking, their directory
+ * fsync'd), so that
  * a round carries them too instead of leaving them to queue behind it
  * for a round trip and a WAL flush of their own.  It waits for an
  * event (each one's arrival, or its leaving by another way), never a
@@ -321,7 +322,7 @@ group_gathers(struct pg_group *g)
 static void
 group_enqueue(struct pg_group *g, struct pg_group_member *me)
 {
-	if (me->coming) {
+	if (g == &pg_steps && me->coming) {
 		/*
 		 * Arrived.  If it was the last on its way, it sends the round
 		 * itself (no round in flight) or queues behind the one in
@@ -650,23 +651,11 @@ group_member_set(struct pg_group_member *me, enum pgstore_round_op op,
 	me->cause = NULL;
 }
 
-int
-pg_group_claim(struct pg_group_member *me, struct pgstore *st,
-    const struct pgstore_key *key, const struct subtab_entry *want,
-    struct pgstore_row *row, char **cause)
+/* The claim's end after its round: pg_group_claim's answers. */
+static int
+group_claim_end(struct pg_group_member *me, struct pgstore *st, int rc,
+    char **cause)
 {
-	struct pg_group	*g = &pg_claims;
-	int		 rc;
-
-	*cause = NULL;
-	pg_group_gone(me);	/* a later turn's claim: its way is elsewhere */
-	if (pgstore_claim_begin(st, &me->claim, key, want, row, cause) != 0)
-		return -1;
-	group_member_set(me, PGSTORE_OP_CLAIM, key, 0, NULL);
-	me->m.claim = &me->claim;
-	pthread_mutex_lock(&g->lock);
-	group_enqueue(g, me);
-	rc = group_wait(g, me, st, cause);
 	if (rc == GROUP_FAILED) {
 		/*
 		 * Its outcome unknown: a row it may have made is owned by
@@ -686,6 +675,34 @@ pg_group_claim(struct pg_group_member *me, struct pgstore *st,
 	rc = pgstore_claim_end(st, &me->claim, cause);
 	if (rc == 2)
 		rc = pgstore_claim_next(st, &me->claim, cause);
+	return rc;
+}
+
+int
+pg_group_claim(struct pg_group_member *me, struct pgstore *st,
+    const struct pgstore_key *key, const struct subtab_entry *want,
+    struct pgstore_row *row, char **cause)
+{
+	struct pg_group	*g = &pg_claims;
+	int		 rc;
+
+	*cause = NULL;
+	if (pgstore_claim_begin(st, &me->claim, key, want, row, cause) != 0)
+		return -1;
+	group_member_set(me, PGSTORE_OP_CLAIM, key, 0, NULL);
+	me->m.claim = &me->claim;
+	/*
+	 * A claim needs no WAL flush, its temporary no wait for the disk:
+	 * claiming, it is on its way to the grants' queue, unless its
+	 * claim ends otherwise.
+	 */
+	pg_group_coming(me);
+	pthread_mutex_lock(&g->lock);
+	group_enqueue(g, me);
+	rc = group_wait(g, me, st, cause);
+	rc = group_claim_end(me, st, rc, cause);
+	if (rc != 1)
+		pg_group_gone(me);	/* no grant of its own follows */
 	return rc;
 }
 
@@ -759,6 +776,8 @@ pg_group_gone(struct pg_group_member *me)
 {
 	struct pg_group	*g = &pg_steps;
 
+	int		 error = errno;
+
 	/* Only its own thread sets or clears me->coming. */
 	if (!me->coming)
 		return;
@@ -768,6 +787,7 @@ pg_group_gone(struct pg_group_member *me)
 	if (--g->coming == 0 && g->gathering > 0)
 		pthread_cond_broadcast(&g->done);
 	pthread_mutex_unlock(&g->lock);
+	errno = error;		/* a failed claim's ERANGE, say */
 }
 
 /* One group's counts, logged. */

@@ -20,12 +20,13 @@ struct pg_group_member {
 };
 
 /*
- * me is on its way to the grants' and commits' queue with nothing in
- * between that waits for the server: claimed, its temporary to write;
- * or granted, its link and the directory's fsync to make.  A round of
- * grants and commits about to go waits for it (pg_group.c: "the
- * members on their way").  _gone: it is not, or no longer (its own
- * join says so by itself); safe to call at any time.
+ * me is on its way to the grants' and commits' queue with no WAL flush
+ * in between: claiming (pg_group_claim marks it, and unmarks it unless
+ * it claimed), its temporary to write; or granted, its link and the
+ * directory's fsync to make.  A round of grants and commits about to go
+ * waits for it (pg_group.c: "the members on their way").  _gone: it is
+ * not, or no longer (its own join says so by itself); safe to call at
+ * any time, errno kept.
  */
 void	pg_group_coming(struct pg_group_member *);
 void	pg_group_gone(struct pg_group_member *);
