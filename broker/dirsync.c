@@ -16,7 +16,16 @@
  * for it, or for the next.  A round is never held open for more
  * callers: one alone syncs at once, so a lone creation waits no longer
  * than with its own fsync, and callers that arrive while a round runs
- * share the next.
+ * share the next.  But a round about to begin waits for the callers
+ * already on their way (dirsync_coming: a creation granted, linking
+ * now, with no wait for the disk before its call), so that the links of
+ * one round of grants share one fsync instead of the second waiting
+ * for a round of its own; an event (each one's arrival, or its going
+ * another way), bounded by DIRSYNC_GATHER_MS for one stalled on its way
+ * (held by a test's hold point, a page fault on a loaded host).  The
+ * callers on their way are counted for the whole dirsync, not per
+ * directory: a creation's link and a report's, in two directories at
+ * once, wait for each other at most that long.
  *
  * A failed fsync fails every caller its round covered, and no later
  * round is taken as repairing it for them (the kernel may have dropped
@@ -27,9 +36,17 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dirsync.h"
+
+/*
+ * The longest a round waits for callers on their way: far above a
+ * link's time (tens of microseconds), so that only a stalled one is
+ * given up on.
+ */
+#define DIRSYNC_GATHER_MS	1000
 
 void
 dirsync_init(struct dirsync *ds, int (*sync)(int))
@@ -63,14 +80,57 @@ dirsync_dir(struct dirsync *ds, int fd)
 	return NULL;
 }
 
+void
+dirsync_coming(struct dirsync *ds, int *coming)
+{
+	pthread_mutex_lock(&ds->lock);
+	if (!*coming) {
+		*coming = 1;
+		ds->coming++;
+	}
+	pthread_mutex_unlock(&ds->lock);
+}
+
+/* Under ds->lock: the caller's mark cleared, a waiter woken if last. */
+static void
+dirsync_unmark(struct dirsync *ds, int *coming)
+{
+	if (coming == NULL || !*coming)
+		return;
+	*coming = 0;
+	if (--ds->coming == 0 && ds->gathering > 0)
+		pthread_cond_broadcast(&ds->round);
+}
+
+void
+dirsync_gone(struct dirsync *ds, int *coming)
+{
+	int	error = errno;
+
+	if (!*coming)
+		return;		/* only its own thread sets it */
+	pthread_mutex_lock(&ds->lock);
+	dirsync_unmark(ds, coming);
+	pthread_mutex_unlock(&ds->lock);
+	errno = error;
+}
+
 int
 dirsync_after(struct dirsync *ds, int fd)
 {
+	return dirsync_after_coming(ds, fd, NULL);
+}
+
+int
+dirsync_after_coming(struct dirsync *ds, int fd, int *coming)
+{
 	struct dirsync_dir	*dir;
+	struct timespec		 until;
 	uint64_t		 mine, target;
-	int			 rc, error;
+	int			 rc, error, gather = 1;
 
 	pthread_mutex_lock(&ds->lock);
+	dirsync_unmark(ds, coming);
 	ds->calls++;
 	if ((dir = dirsync_dir(ds, fd)) == NULL) {
 		ds->rounds++;
@@ -81,6 +141,26 @@ dirsync_after(struct dirsync *ds, int fd)
 	while (dir->synced < mine) {
 		if (dir->syncing) {
 			pthread_cond_wait(&ds->round, &ds->lock);
+			continue;
+		}
+		if (ds->coming > 0 && gather) {
+			/* Woken by the last arrival's round, or a leave. */
+			if (gather == 1) {
+				gather = 2;
+				clock_gettime(CLOCK_REALTIME, &until);
+				until.tv_sec += DIRSYNC_GATHER_MS / 1000;
+				until.tv_nsec += (DIRSYNC_GATHER_MS % 1000) *
+				    1000000L;
+				if (until.tv_nsec >= 1000000000L) {
+					until.tv_sec++;
+					until.tv_nsec -= 1000000000L;
+				}
+			}
+			ds->gathering++;
+			if (pthread_cond_timedwait(&ds->round, &ds->lock,
+			    &until) == ETIMEDOUT)
+				gather = 0;
+			ds->gathering--;
 			continue;
 		}
 		dir->syncing = 1;

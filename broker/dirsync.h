@@ -39,12 +39,14 @@ struct dirsync {
 	int			(*sync)(int);	/* NULL: fsync; the tests' own */
 	uint64_t		 rounds;	/* fsyncs made, for the logs */
 	uint64_t		 calls;		/* dirsync_after calls */
+	size_t			 coming;	/* callers on their way */
+	size_t			 gathering;	/* callers waiting for them */
 };
 
 /* Every directory unused, fsync's rounds: a static's initializer. */
 #define DIRSYNC_INITIALIZER \
 	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, { { 0 } }, \
-	  NULL, 0, 0 }
+	  NULL, 0, 0, 0, 0 }
 
 /* The same for ds, with sync (the tests') instead of fsync. */
 void	dirsync_init(struct dirsync *ds, int (*sync)(int));
@@ -56,6 +58,19 @@ void	dirsync_init(struct dirsync *ds, int (*sync)(int));
  * other caller that round covered).
  */
 int	dirsync_after(struct dirsync *, int fd);
+/*
+ * A caller on its way to dirsync_after, its change not made yet but
+ * about to be with no wait for the disk between (a link once its grant
+ * returned): a round about to begin waits for it, up to
+ * DIRSYNC_GATHER_MS, so that one fsync covers both.  *coming is the
+ * caller's own mark: set here, cleared by its arrival
+ * (dirsync_after_coming) or by dirsync_gone (it went another way);
+ * both are no-ops on a clear mark.
+ */
+void	dirsync_coming(struct dirsync *, int *coming);
+void	dirsync_gone(struct dirsync *, int *coming);
+/* dirsync_after of a caller that may be on its way (*coming). */
+int	dirsync_after_coming(struct dirsync *, int fd, int *coming);
 /*
  * A round's fsync, begun with changes up to target counted and changes
  * up to synced covered before, failed with error: note it.

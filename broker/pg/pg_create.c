@@ -563,7 +563,11 @@ cl_put_synced(void *arg, int synced, char **cause)
 		return rc == 0 ? 1 : -1;
 	}
 	pg_pause_point("before_task_file_link");
-	/* Its commit next, after the link and the directory's fsync. */
+	/*
+	 * Its link next, then the directory's fsync, then its commit: on
+	 * its way to both (the other members of its round of grants too).
+	 */
+	dirsync_coming(&cl_dirsync, &c->member.linking);
 	pg_group_coming(&c->member);
 	return 0;
 }
@@ -623,6 +627,8 @@ cl_put_file(struct pending *p, char **cause)
 	snprintf(name, sizeof name, "%s.md", s->name);
 	rc = taskfile_write_stepped(dir, name, data, length, &steps, cause);
 	free(data);
+	if (rc != TASKFILE_LINKED)
+		dirsync_gone(&cl_dirsync, &c->member.linking);
 	switch (rc) {
 	case TASKFILE_LINKED:
 		break;
@@ -636,7 +642,7 @@ cl_put_file(struct pending *p, char **cause)
 		return CL_FAILED;
 	}
 	cl_crash_point(s, CRASH_AFTER_TASK_FILE_LINKED);
-	if (dirsync_after(&cl_dirsync, dir) != 0) {
+	if (dirsync_after_coming(&cl_dirsync, dir, &c->member.linking) != 0) {
 		asprintf(cause, "fsync of %s's directory: %s", name,
 		    strerror(errno));
 		return CL_FAILED;
@@ -1064,12 +1070,14 @@ cl_run(struct pg_job *job, struct pgstore *st, int *open)
 		*open = 1;
 	}
 	c->st = st;
+	c->member.dirsync = &cl_dirsync;
 	if (cl_sub(p)->submission_id == NULL)
 		cl_legacy(p);
 	else
 		cl_step(p);
 	/* Whatever way it went: no round waits for it any more. */
 	pg_group_gone(&c->member);
+	dirsync_gone(&cl_dirsync, &c->member.linking);
 	c->st = NULL;
 }
 

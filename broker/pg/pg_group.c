@@ -416,6 +416,21 @@ group_settle(struct pg_group *g, const char *cause)
 		if (x->outcome == GROUP_FAILED && x->cause == NULL)
 			x->cause = strdup(cause != NULL ? cause :
 			    "PostgreSQL: a round failed");
+		if (x->m.op == PGSTORE_OP_GRANT &&
+		    x->outcome == GROUP_CHANGED) {
+			/*
+			 * Granted: on its way to its link and its commit from
+			 * now, not from when its thread runs again (the
+			 * member that read the round would otherwise find it
+			 * on its way to neither and go without it).
+			 */
+			if (!x->coming) {
+				x->coming = 1;
+				g->coming++;
+			}
+			if (x->dirsync != NULL)
+				dirsync_coming(x->dirsync, &x->linking);
+		}
 		x->state = GROUP_DONE;
 	}
 	g->round_size = 0;

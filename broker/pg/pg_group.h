@@ -7,6 +7,7 @@
 #ifndef PG_GROUP_H
 #define PG_GROUP_H
 
+#include "dirsync.h"
 #include "pg.h"
 
 struct pg_group_member {
@@ -16,6 +17,13 @@ struct pg_group_member {
 	int				 state;		/* pg_group.c's */
 	int				 outcome;	/* pg_group.c's */
 	int				 coming;	/* pg_group_coming */
+	/*
+	 * The directory fsyncs its link will share (NULL: none), and its
+	 * mark there (dirsync_coming): a round of grants marks each member
+	 * it granted, on its way to the link, before it wakes them.
+	 */
+	struct dirsync			*dirsync;
+	int				 linking;
 	char				*cause;
 };
 

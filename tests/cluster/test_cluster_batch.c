@@ -9,7 +9,10 @@
  * leave behind after a second, going alone on their own connections
  * (a_member_behind_a_stalled_round_goes_alone); and a round that waits
  * for a member on its way to the queue and carries it
- * (a_round_waits_for_a_member_on_its_way).
+ * (a_round_waits_for_a_member_on_its_way), and the members a round
+ * of grants granted, on their way from its end, link under one
+ * directory fsync and commit in one round
+ * (a_round_of_grants_links_and_commits_together).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -560,6 +563,57 @@ a_round_waits_for_a_member_on_its_way(void **state)
 	cluster_rm_root(root);
 }
 
+/*
+ * Two creations granted in one round (IDEM_CRASH_BATCH_OF=2: the
+ * worker's first grant round waits for both) are on their way to their
+ * links and commits from the moment that round ends, not from when each
+ * thread runs again: the one that read the round and links first waits
+ * for the other's link, so one directory fsync covers both links, and
+ * its commit waits for the other's, so one round carries both commits.
+ * Two rounds of grants and commits and one directory fsync for the two
+ * creations, where members marked only once they run again link and
+ * commit apart as often as not.
+ */
+static void
+a_round_of_grants_links_and_commits_together(void **state)
+{
+	static struct node	 a;
+	const char	*title = "Granted together";
+	const char *const env[] = { "IDEM_CRASH_BATCH_OF=2", NULL };
+	char		 root[256];
+	json_t		*reply;
+	int		 fds[2], i;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	fds[0] = harness_raw_send_task(&a.b, "together-0", title);
+	fds[1] = harness_raw_send_task(&a.b, "together-1", title);
+	for (i = 0; i < 2; i++) {
+		reply = read_reply(fds[i]);
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+		close(fds[i]);
+	}
+	assert_int_equal(harness_log_count(&a.b, "the first grant batch: 2 "
+	    "members"), 1);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits: 2, with 0 claims, 2 grants, 2 commits"), 1);
+	assert_int_equal(harness_log_count(&a.b, "directory fsyncs after "
+	    "links: 1 for 2 links"), 1);
+	cluster_node_kill(&a);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -575,6 +629,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_round_waits_for_a_member_on_its_way,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_round_of_grants_links_and_commits_together,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
