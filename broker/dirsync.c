@@ -108,7 +108,7 @@ dirsync_gone(struct dirsync *ds, int *coming)
 	int	error = errno;
 
 	if (!*coming)
-		return;		/* only its own thread sets it */
+		return;		/* set before its caller could look */
 	pthread_mutex_lock(&ds->lock);
 	dirsync_unmark(ds, coming);
 	pthread_mutex_unlock(&ds->lock);

@@ -793,7 +793,10 @@ pg_group_gone(struct pg_group_member *me)
 
 	int		 error = errno;
 
-	/* Only its own thread sets or clears me->coming. */
+	/*
+	 * Its own thread sets and clears me->coming, or the reader of a
+	 * round it is in, under the lock, before it is told the outcome.
+	 */
 	if (!me->coming)
 		return;
 	pthread_mutex_lock(&g->lock);
