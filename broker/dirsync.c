@@ -27,12 +27,23 @@
  * directory: a creation's link and a report's, in two directories at
  * once, wait for each other at most that long.
  *
- * A failed fsync fails every caller its round covered, and no later
- * round is taken as repairing it for them (the kernel may have dropped
- * the dirty state with the error): the failed range is widened, never
- * moved, as in fileio.c.  A caller told of a failure answers an error a
- * retry repairs; none is told its change is durable when a round that
- * covered it failed.
+ * A failed fsync fails every caller whose change it may have covered,
+ * and no later round is taken as repairing it for them: the kernel may
+ * have dropped the dirty state with the error, and Linux reports a
+ * writeback error once per open file description, so the next round's
+ * fsync would succeed without the change being durable.  That is not
+ * only the changes counted before the round began: a link made while
+ * the fsync ran may have been written back, and failed, under it, and
+ * its caller may count it only after the failure was noted.  So, as the
+ * kernel's errseq does, each directory counts its failed rounds
+ * (failures, under the lock); a caller reads the count before its
+ * change (dirsync_before: one load) and, once a round begun after its
+ * change has ended, fails if the count has moved since.  A failure
+ * noted before the read came from an fsync that returned before the
+ * change was made, and does not concern it; every later one may.  A
+ * caller whose round ended good but who looks after a later round
+ * failed is failed too: an error a retry repairs.  None is told its
+ * change is durable when a round that may have covered it failed.
  */
 #include <errno.h>
 #include <string.h>
@@ -63,18 +74,22 @@ dirsync_sync(struct dirsync *ds, int fd)
 	return ds->sync != NULL ? ds->sync(fd) : fsync(fd);
 }
 
-/* Under ds->lock: fd's rounds, or NULL (every slot another's). */
-static struct dirsync_dir *
-dirsync_dir(struct dirsync *ds, int fd)
+/*
+ * Shared with fileio.c's rounds (dirsync.h).  fd1 is stored once, under
+ * the owner's lock, and loaded without it by dirsync_seen.
+ */
+struct dirsync_dir *
+dirsync_slot(struct dirsync_dir *dirs, unsigned n, int fd)
 {
 	unsigned	i;
+	int		fd1;
 
-	for (i = 0; i < DIRSYNC_DIRS; i++) {
-		if (ds->dirs[i].fd1 == fd + 1)
-			return &ds->dirs[i];
-		if (ds->dirs[i].fd1 == 0) {
-			ds->dirs[i].fd1 = fd + 1;
-			return &ds->dirs[i];
+	for (i = 0; i < n; i++) {
+		if ((fd1 = atomic_load(&dirs[i].fd1)) == fd + 1)
+			return &dirs[i];
+		if (fd1 == 0) {
+			atomic_store(&dirs[i].fd1, fd + 1);
+			return &dirs[i];
 		}
 	}
 	return NULL;
@@ -115,14 +130,51 @@ dirsync_gone(struct dirsync *ds, int *coming)
 	errno = error;
 }
 
-int
-dirsync_after(struct dirsync *ds, int fd)
+uint64_t
+dirsync_seen(struct dirsync_dir *dirs, unsigned n, int fd)
 {
-	return dirsync_after_coming(ds, fd, NULL);
+	unsigned	i;
+	int		fd1;
+
+	/*
+	 * A slot not taken yet has had no round: 0, and any failure after
+	 * this look (a round of a slot taken meanwhile) counts as one since.
+	 * Acquire: the change this precedes is not made before the load.
+	 */
+	for (i = 0; i < n && (fd1 = atomic_load(&dirs[i].fd1)) != 0; i++)
+		if (fd1 == fd + 1)
+			return atomic_load_explicit(&dirs[i].failures,
+			    memory_order_acquire);
+	return 0;
+}
+
+void
+dirsync_round_failed(struct dirsync_dir *dir, int error)
+{
+	dir->error = error;
+	atomic_store(&dir->failures, atomic_load(&dir->failures) + 1);
 }
 
 int
-dirsync_after_coming(struct dirsync *ds, int fd, int *coming)
+dirsync_failed_since(const struct dirsync_dir *dir, uint64_t seen)
+{
+	return atomic_load(&dir->failures) != seen ? dir->error : 0;
+}
+
+uint64_t
+dirsync_before(struct dirsync *ds, int fd)
+{
+	return dirsync_seen(ds->dirs, DIRSYNC_DIRS, fd);
+}
+
+int
+dirsync_after(struct dirsync *ds, int fd, uint64_t seen)
+{
+	return dirsync_after_coming(ds, fd, seen, NULL);
+}
+
+int
+dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen, int *coming)
 {
 	struct dirsync_dir	*dir;
 	struct timespec		 until;
@@ -132,7 +184,7 @@ dirsync_after_coming(struct dirsync *ds, int fd, int *coming)
 	pthread_mutex_lock(&ds->lock);
 	dirsync_unmark(ds, coming);
 	ds->calls++;
-	if ((dir = dirsync_dir(ds, fd)) == NULL) {
+	if ((dir = dirsync_slot(ds->dirs, DIRSYNC_DIRS, fd)) == NULL) {
 		ds->rounds++;
 		pthread_mutex_unlock(&ds->lock);
 		return dirsync_sync(ds, fd);
@@ -171,39 +223,15 @@ dirsync_after_coming(struct dirsync *ds, int fd, int *coming)
 		error = errno;
 		pthread_mutex_lock(&ds->lock);
 		if (rc == -1)
-			dirsync_failed_note(&dir->failed, dir->synced, target,
-			    error);
+			dirsync_round_failed(dir, error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&ds->round);
 	}
-	error = dirsync_failed_covers(&dir->failed, mine);
+	error = dirsync_failed_since(dir, seen);
 	pthread_mutex_unlock(&ds->lock);
 	if (error == 0)
 		return 0;
 	errno = error;
 	return -1;
-}
-
-void
-dirsync_failed_note(struct dirsync_failed *f, uint64_t synced,
-    uint64_t target, int error)
-{
-	/*
-	 * Widened, never moved: a waiter of an earlier failed round may
-	 * not have looked yet, and a range moved past it would tell it its
-	 * change is durable.  Changes a later good round covered between
-	 * two failures may be told of a failure: an error a retry repairs,
-	 * never a false success.
-	 */
-	if (f->to == 0)
-		f->from = synced + 1;
-	f->to = target;
-	f->error = error;
-}
-
-int
-dirsync_failed_covers(const struct dirsync_failed *f, uint64_t n)
-{
-	return f->to != 0 && n >= f->from && n <= f->to ? f->error : 0;
 }

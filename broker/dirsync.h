@@ -1,34 +1,31 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * dirsync.h: a directory's fsync shared by the threads that each need
- * one begun after their change (dirsync.c).
+ * one begun after their change (dirsync.c); the table of directories
+ * with rounds and their count of failed rounds, which fileio.c's
+ * rounds use too.
  */
 #ifndef DIRSYNC_H
 #define DIRSYNC_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define DIRSYNC_DIRS	4	/* directories with rounds; more sync alone */
 
 /*
- * The changes (numbered from 1, in the order counted) that failed fsyncs
- * of one directory covered: [from, to], widened, never moved (none: to
- * 0).  Shared with fileio.c's directory rounds, so that the rule is
- * written once.
+ * One directory's rounds: dirsync.c's, and fileio.c's (whose changes
+ * are links).  A table of them starts zeroed: every slot unused.  fd1
+ * is set once, under the owner's lock, and read without it
+ * (dirsync_seen); failures is written under the lock, read without it.
  */
-struct dirsync_failed {
-	uint64_t	 from;
-	uint64_t	 to;
-	int		 error;		/* the last failure's errno */
-};
-
-/* One directory's rounds. */
 struct dirsync_dir {
-	int			 fd1;		/* the fd + 1; 0: unused */
-	uint64_t		 changed;	/* changes announced so far */
+	_Atomic int		 fd1;		/* the fd + 1; 0: unused */
+	uint64_t		 changed;	/* changes counted so far */
 	uint64_t		 synced;	/* covered by a finished round */
-	struct dirsync_failed	 failed;
+	_Atomic uint64_t	 failures;	/* failed rounds so far */
+	int			 error;		/* the last failure's errno */
 	int			 syncing;
 };
 
@@ -52,12 +49,18 @@ struct dirsync {
 void	dirsync_init(struct dirsync *ds, int (*sync)(int));
 
 /*
- * The caller changed directory fd (a link, an unlink) and needs it
- * durable: returns once an fsync of fd begun after the call began has
- * finished.  0, or -1 and errno (the fsync's failure, also for every
- * other caller that round covered).
+ * Before the caller changes directory fd (a link, an unlink): what it
+ * gives dirsync_after.  One load (and a look at the table's fds).
  */
-int	dirsync_after(struct dirsync *, int fd);
+uint64_t dirsync_before(struct dirsync *, int fd);
+/*
+ * The caller changed directory fd after dirsync_before answered seen,
+ * and needs it durable: returns once an fsync of fd begun after the call
+ * began has finished.  0, or -1 and errno: a round of fd failed since
+ * seen was read (dirsync_failed_since), the one covering the change or
+ * one that may have taken its writeback error.
+ */
+int	dirsync_after(struct dirsync *, int fd, uint64_t seen);
 /*
  * A caller on its way to dirsync_after, its change not made yet but
  * about to be with no wait for the disk between (a link once its grant
@@ -70,14 +73,27 @@ int	dirsync_after(struct dirsync *, int fd);
 void	dirsync_coming(struct dirsync *, int *coming);
 void	dirsync_gone(struct dirsync *, int *coming);
 /* dirsync_after of a caller that may be on its way (*coming). */
-int	dirsync_after_coming(struct dirsync *, int fd, int *coming);
+int	dirsync_after_coming(struct dirsync *, int fd, uint64_t seen,
+	    int *coming);
 /*
- * A round's fsync, begun with changes up to target counted and changes
- * up to synced covered before, failed with error: note it.
+ * Under the lock of the table's owner: fd's slot among the n of dirs,
+ * the first unused one taken for it if it has none; NULL: every slot
+ * is another directory's (the caller syncs alone).
  */
-void	dirsync_failed_note(struct dirsync_failed *, uint64_t synced,
-	    uint64_t target, int error);
-/* The errno of a failed round that covered change n; 0: none did. */
-int	dirsync_failed_covers(const struct dirsync_failed *, uint64_t n);
+struct dirsync_dir *dirsync_slot(struct dirsync_dir *dirs, unsigned n,
+	    int fd);
+/*
+ * Without the lock, before a change of fd: the failed rounds of fd's
+ * slot so far (0 if it has none yet: none has failed).
+ */
+uint64_t dirsync_seen(struct dirsync_dir *dirs, unsigned n, int fd);
+/* Under the lock: a round of dir failed with error. */
+void	dirsync_round_failed(struct dirsync_dir *, int error);
+/*
+ * Under the lock, once the round covering a change has ended: the errno
+ * of a round of dir that failed since seen was read before the change,
+ * or 0 (none did: the change is durable).
+ */
+int	dirsync_failed_since(const struct dirsync_dir *, uint64_t seen);
 
 #endif

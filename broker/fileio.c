@@ -42,9 +42,15 @@
  * the same thread if the journal is durable past the reservation by
  * then; otherwise the loop, which waits for both, hands the link back.
  *
- * A failed directory fsync fails every job its round covered (their files
- * are in place but not known durable; a retry adopts them), and is not
- * retried for them.
+ * A failed directory fsync fails every job whose link it may have
+ * covered (their files are in place but not known durable; a retry
+ * adopts them), and is not retried for them: the jobs its round covered,
+ * and every job linked before it returned, whenever counted, which the
+ * next round would otherwise tell durable after Linux reported the
+ * writeback error once, to that fsync.  As in dirsync.c (whose DESIGN
+ * says why): a thread reads its directory's count of failed rounds
+ * before it links (job->dir_seen), and the round that covers the job
+ * fails it if the count has moved since.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -59,16 +65,6 @@
 #include "idemd.h"
 
 TAILQ_HEAD(fileio_jobs, fileio_job);
-
-/* Directory sync rounds, per directory. */
-struct fileio_dir {
-	int		 fd;		/* -1: unused */
-	uint64_t	 linked;	/* links made so far */
-	uint64_t	 synced;	/* links covered by a finished round */
-	struct dirsync_failed failed;
-	int		 syncing;
-	struct fileio_jobs carried;	/* linked, for the next round */
-};
 
 /*
  * The threads, queue and done list are pool.c's; lock guards the
@@ -87,7 +83,12 @@ struct fileio {
 	_Atomic uint64_t	 pending_epoch[FILEIO_THREADS];
 	pthread_cond_t		 linked;	/* nobody is about to link */
 	unsigned		 gathering;	/* rounds waiting on linked */
-	struct fileio_dir	 dirs[FILEIO_DIRS];
+	/*
+	 * Directory sync rounds, per directory (dirsync.h's: changed counts
+	 * links), and beside each the carried jobs linked for its next.
+	 */
+	struct dirsync_dir	 dirs[FILEIO_DIRS];
+	struct fileio_jobs	 carried[FILEIO_DIRS];
 	int			 stop;
 };
 
@@ -97,20 +98,18 @@ struct fileio_thread {
 	unsigned		 index;
 };
 
-static struct fileio_dir *
+/* Under io->lock: fd's rounds, or NULL (more directories than slots). */
+static struct dirsync_dir *
 fileio_dir(struct fileio *io, int fd)
 {
-	unsigned	i;
+	return dirsync_slot(io->dirs, FILEIO_DIRS, fd);
+}
 
-	for (i = 0; i < FILEIO_DIRS; i++) {
-		if (io->dirs[i].fd == fd)
-			return &io->dirs[i];
-		if (io->dirs[i].fd == -1) {
-			io->dirs[i].fd = fd;
-			return &io->dirs[i];
-		}
-	}
-	return NULL;
+/* The carried jobs waiting for dir's next round. */
+static struct fileio_jobs *
+fileio_carried(struct fileio *io, const struct dirsync_dir *dir)
+{
+	return &io->carried[dir - io->dirs];
 }
 
 /*
@@ -175,9 +174,21 @@ fileio_link_done(struct fileio *io, unsigned thread, struct shm_header *h)
 }
 
 /*
+ * Under io->lock, as job's link is counted: say so if a round of its
+ * directory is syncing (the next covers it), an event tests await.
+ */
+static void
+fileio_count_log(const struct dirsync_dir *dir, const struct fileio_job *job)
+{
+	if (dir->syncing)
+		log_debug("%s: linked while its directory syncs: counted for "
+		    "the next round", job->name);
+}
+
+/*
  * Under io->lock, returned with it held: sync rounds of dir while links
  * are not covered and nobody else syncs.  Each round takes the carried
- * jobs linked before it (dir->carried) and, once the directory is
+ * jobs linked before it (its io->carried) and, once the directory is
  * durable, appends their commits (their commit callbacks) with the lock
  * released: those are owed a wait for the journal, the others (a failed
  * round, a commit not appended) go to post as they are.  A link made
@@ -186,43 +197,52 @@ fileio_link_done(struct fileio *io, unsigned thread, struct shm_header *h)
  * nobody syncing, under the lock, starts it, so none is left behind.
  */
 static void
-fileio_rounds(struct fileio *io, struct fileio_dir *dir,
+fileio_rounds(struct fileio *io, struct dirsync_dir *dir,
     struct fileio_jobs *post, struct fileio_jobs *owed)
 {
-	struct fileio_jobs	 batch;
+	struct fileio_jobs	 batch, *carried = fileio_carried(io, dir);
 	struct fileio_job	*j, *kick;
-	uint64_t		 target;
+	uint64_t		 target, links;
 	int			 rc, error;
 
-	while (dir->synced < dir->linked && !dir->syncing) {
+	while (dir->synced < dir->changed && !dir->syncing) {
 		dir->syncing = 1;
-		fileio_gather(io, TAILQ_EMPTY(&dir->carried) ? NULL :
-		    TAILQ_FIRST(&dir->carried)->journal);
-		target = dir->linked;
+		fileio_gather(io, TAILQ_EMPTY(carried) ? NULL :
+		    TAILQ_FIRST(carried)->journal);
+		target = dir->changed;
 		TAILQ_INIT(&batch);
-		TAILQ_CONCAT(&batch, &dir->carried, entry);
+		TAILQ_CONCAT(&batch, carried, entry);
+		links = target - dir->synced;
 		pthread_mutex_unlock(&io->lock);
-		rc = fsync(dir->fd);
+		/* An event tests await: a round is in its fsync. */
+		log_debug("a directory round syncs %llu link%s",
+		    (unsigned long long)links, log_plural(links));
+		rc = fsync(dir->fd1 - 1);
 		error = errno;
 		pthread_mutex_lock(&io->lock);
-		if (rc == -1)	/* a retry repairs it: it adopts the file */
-			dirsync_failed_note(&dir->failed, dir->synced, target,
-			    error);
+		/* A retry repairs it: it adopts the file. */
+		if (rc == -1)
+			dirsync_round_failed(dir, error);
 		dir->synced = target;
 		dir->syncing = 0;
 		pthread_cond_broadcast(&io->round);
 		if (TAILQ_EMPTY(&batch))
 			continue;
+		/*
+		 * Under the lock: this round's failure, or that of one whose
+		 * fsync ran while the job linked, fails it.
+		 */
+		TAILQ_FOREACH(j, &batch, entry)
+			j->error = dirsync_failed_since(dir, j->dir_seen);
 		pthread_mutex_unlock(&io->lock);
 		kick = TAILQ_FIRST(&batch);
 		while ((j = TAILQ_FIRST(&batch)) != NULL) {
 			TAILQ_REMOVE(&batch, j, entry);
 			j->batched = 1;
-			if (rc == -1) {
+			if (j->error != 0) {
 				j->result = -1;
-				j->error = error;
 				asprintf(&j->cause, "fsync the directory of %s: "
-				    "%s", j->name, strerror(error));
+				    "%s", j->name, strerror(j->error));
 			} else if (j->commit(j) == 0) {
 				j->committed = 1;
 				TAILQ_INSERT_TAIL(owed, j, entry);
@@ -270,7 +290,7 @@ fileio_settle(struct fileio *io, struct fileio_jobs *post,
 static void
 fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 {
-	struct fileio_dir	*dir = fileio_dir(io, job->dir_fd);
+	struct dirsync_dir	*dir = fileio_dir(io, job->dir_fd);
 	struct fileio_jobs	 post, owed;
 	uint64_t		 mine;
 	int			 rc, error;
@@ -289,14 +309,15 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	mine = ++dir->linked;
+	fileio_count_log(dir, job);
+	mine = ++dir->changed;
 	while (dir->synced < mine) {
 		if (dir->syncing)
 			pthread_cond_wait(&io->round, &io->lock);
 		else
 			fileio_rounds(io, dir, &post, &owed);
 	}
-	if ((error = dirsync_failed_covers(&dir->failed, mine)) != 0) {
+	if ((error = dirsync_failed_since(dir, job->dir_seen)) != 0) {
 		job->result = -1;
 		job->error = error;
 		asprintf(&job->cause, "fsync the directory of %s: %s",
@@ -319,7 +340,7 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 static int
 fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
 {
-	struct fileio_dir	*dir;
+	struct dirsync_dir	*dir;
 	struct fileio_jobs	 post, owed;
 
 	pthread_mutex_lock(&io->lock);
@@ -331,8 +352,9 @@ fileio_carry_sync(struct fileio *io, unsigned thread, struct fileio_job *job)
 	}
 	TAILQ_INIT(&post);
 	TAILQ_INIT(&owed);
-	dir->linked++;
-	TAILQ_INSERT_TAIL(&dir->carried, job, entry);
+	fileio_count_log(dir, job);
+	dir->changed++;
+	TAILQ_INSERT_TAIL(fileio_carried(io, dir), job, entry);
 	fileio_rounds(io, dir, &post, &owed);
 	pthread_mutex_unlock(&io->lock);
 	fileio_settle(io, &post, &owed);
@@ -363,7 +385,7 @@ fileio_reservation_durable(const struct fileio_job *job)
  * directory itself.
  */
 static int
-fileio_write(struct fileio_job *job)
+fileio_write(struct fileio *io, struct fileio_job *job)
 {
 	char	id[sizeof job->name], path[IDEM_MAX_TASK_PATH_BYTES];
 	size_t	n = strlen(job->name);
@@ -402,6 +424,8 @@ fileio_write(struct fileio_job *job)
 			return -1;
 		}
 	}
+	/* Before the link: a failed round from here on may be this job's. */
+	job->dir_seen = dirsync_seen(io->dirs, FILEIO_DIRS, job->dir_fd);
 	if (job->phase == FILEIO_LINK)
 		return taskfile_link_temp(job->dir_fd, job->temp, job->name,
 		    job->crash_points, &job->cause);
@@ -468,8 +492,10 @@ fileio_carry(struct fileio *io, unsigned thread, struct fileio_job *job)
 	    job->worker_index);
 	job->carrier = 1;
 	job->phase = FILEIO_LINK;
-	job->result = fileio_write(job);
+	job->result = fileio_write(io, job);
 	job->error = job->result == 0 ? 0 : errno;
+	if (job->result == 0)
+		crash_hold_at("before_link_counted");
 	if (job->result == 0 && fileio_carry_sync(io, thread, job))
 		return 1;
 	if (job->result != 0)
@@ -502,9 +528,10 @@ fileio_run(struct pool_job *pj, void *ctx)
 
 	if (job->phase == FILEIO_CARRY)
 		return fileio_carry(io, t->index, job);
-	job->result = fileio_write(job);
+	job->result = fileio_write(io, job);
 	job->error = job->result == 0 ? 0 : errno;
 	if (job->result == 0 && job->phase != FILEIO_TEMP) {
+		crash_hold_at("before_link_counted");
 		pthread_mutex_lock(&io->lock);
 		fileio_sync_dir(io, job);
 		pthread_mutex_unlock(&io->lock);
@@ -541,10 +568,9 @@ fileio_start(struct event_base *base)
 
 	if ((io = calloc(1, sizeof *io)) == NULL)
 		return NULL;
-	for (i = 0; i < FILEIO_DIRS; i++) {
-		io->dirs[i].fd = -1;
-		TAILQ_INIT(&io->dirs[i].carried);
-	}
+	/* calloc: every directory slot unused (dirsync_slot). */
+	for (i = 0; i < FILEIO_DIRS; i++)
+		TAILQ_INIT(&io->carried[i]);
 	pthread_mutex_init(&io->lock, NULL);
 	pthread_cond_init(&io->round, NULL);
 	/* Its wait is bounded on the monotonic clock (fileio_gather). */

@@ -372,6 +372,11 @@ struct fileio_job {
 	int			 committed;	/* commit appended its records */
 	/* Committed by a directory round: its kicks are the round's. */
 	int			 batched;
+	/*
+	 * Its directory's count of failed rounds read before its link
+	 * (fileio.c's rounds: moved by the time its round ends, it fails).
+	 */
+	uint64_t		 dir_seen;
 	int			 commit_verdict;
 #ifdef IDEM_FAULT_INJECTION
 	int			 crash_released; /* crash_hold's flag */

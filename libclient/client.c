@@ -389,6 +389,18 @@ json_t *
 client_call_json(struct idem_conn *conn, json_t *request,
     struct idem_error *err)
 {
+	return client_call_text(conn, request, NULL, err);
+}
+
+/*
+ * client_call_json, and the answer's line as sent (malloc'd, into *text
+ * when text is not NULL) for a caller that takes members' bytes from it
+ * (fastscan_member) instead of dumping the parsed tree again.
+ */
+json_t *
+client_call_text(struct idem_conn *conn, json_t *request, char **text,
+    struct idem_error *err)
+{
 	json_t		*response;
 	json_error_t	 jerr;
 	char		*line, *answer;
@@ -403,18 +415,23 @@ client_call_json(struct idem_conn *conn, json_t *request,
 	if (rc != 0)
 		return NULL;
 	response = json_loads(answer, JSON_REJECT_DUPLICATES, &jerr);
-	free(answer);
 	if (response == NULL) {
+		free(answer);
 		client_error(err, IDEM_E_PROTOCOL, "response: %s", jerr.text);
 		return NULL;
 	}
 	if (!json_is_object(response) ||
 	    !json_is_boolean(json_object_get(response, "ok"))) {
+		free(answer);
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response is not an object with a boolean ok");
 		json_decref(response);
 		return NULL;
 	}
+	if (text != NULL)
+		*text = answer;
+	else
+		free(answer);
 	return response;
 }
 

@@ -8,6 +8,8 @@
  * not thread-safe, and perform may use the caller's): it extends every
  * third of the lease, so a perform longer than its lease is not
  * answered outcome_unknown to the next caller while it still runs.
+ * An answer's receipt and its result are taken from the answer's text
+ * as the broker sent them (fastscan_member), not dumped from the tree.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +24,7 @@
 #include "idem.h"
 #include "protocol.h"
 #include "client_int.h"
+#include "fastscan.h"
 
 /* What an effect op's disposition is to this library; NONE: not one. */
 static const enum idem_effect_disposition
@@ -132,12 +135,48 @@ client_effect_facts(json_t *j, struct idem_effect *out, struct idem_error *err)
 	return 0;
 }
 
-/* Any effect op's answer into out; 0 if it is one the op may give. */
+/*
+ * A member's value of the object text [object, object + length) as it
+ * stands there (malloc'd into *copy), or, were it not found in the text
+ * (an escaped name, nesting past the scanner's depth), the compact dump
+ * of value, its parse.  The broker writes receipts as jansson's compact
+ * dump (replytext.c): the bytes sent are the bytes the dump would give,
+ * without building them again.
+ */
 static int
-client_effect_answer(json_t *response, struct idem_effect *out,
-    struct idem_error *err)
+client_effect_text(const char *object, size_t length, const char *name,
+    json_t *value, char **copy, struct idem_error *err)
+{
+	const char	*v;
+	size_t		 n;
+
+	if (object != NULL && fastscan_member(object, length, name, &v, &n)) {
+		if ((*copy = malloc(n + 1)) != NULL) {
+			memcpy(*copy, v, n);
+			(*copy)[n] = '\0';
+		}
+	} else
+		*copy = json_dumps(value, JSON_COMPACT | JSON_PRESERVE_ORDER |
+		    JSON_ENCODE_ANY);
+	if (*copy == NULL) {
+		client_error(err, IDEM_E_NOMEM, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Any effect op's answer (response, parsed from text) into out; 0 if it
+ * is one the op may give.  A receipt's result is absent from a pruned
+ * receipt (its tombstone has result_digest instead): then out->result
+ * stays NULL.
+ */
+static int
+client_effect_answer(json_t *response, const char *text,
+    struct idem_effect *out, struct idem_error *err)
 {
 	json_t			*receipt = json_object_get(response, "receipt");
+	json_t			*result;
 	const char		*disposition;
 	enum client_disposition	 code;
 
@@ -162,14 +201,14 @@ client_effect_answer(json_t *response, struct idem_effect *out,
 			out->disposition = IDEM_EFFECT_OUTCOME_UNKNOWN;
 	}
 	if (json_is_object(receipt)) {
-		out->receipt = json_dumps(receipt, JSON_COMPACT |
-		    JSON_PRESERVE_ORDER);
-		out->result = json_dumps(json_object_get(receipt, "result"),
-		    JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-		if (out->receipt == NULL || out->result == NULL) {
-			client_error(err, IDEM_E_NOMEM, "out of memory");
+		if (client_effect_text(text, strlen(text), "receipt", receipt,
+		    &out->receipt, err) != 0)
 			return -1;
-		}
+		result = json_object_get(receipt, "result");
+		if (result != NULL && client_effect_text(out->receipt,
+		    strlen(out->receipt), "result", result, &out->result,
+		    err) != 0)
+			return -1;
 	}
 	if (!json_is_true(json_object_get(response, "ok"))) {
 		client_wire_error(response, err);
@@ -186,16 +225,18 @@ client_effect_call(struct idem_conn *conn, json_t *request,
     struct idem_effect *out, struct idem_error *err)
 {
 	json_t	*response;
+	char	*text;
 	int	 rc;
 
 	if (request == NULL)
 		return -1;
-	response = client_call_json(conn, request, err);
+	response = client_call_text(conn, request, &text, err);
 	json_decref(request);
 	if (response == NULL)
 		return -1;
-	rc = client_effect_answer(response, out, err);
+	rc = client_effect_answer(response, text, out, err);
 	json_decref(response);
+	free(text);
 	return rc;
 }
 
@@ -304,6 +345,7 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
 {
 	struct idem_error	 scratch;
 	json_t			*request, *response;
+	char			*text;
 	int			 rc;
 
 	if (err == NULL)
@@ -319,7 +361,7 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	response = client_call_json(conn, request, err);
+	response = client_call_text(conn, request, &text, err);
 	json_decref(request);
 	if (response == NULL)
 		return -1;
@@ -331,8 +373,9 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
 		if (rc == 0)
 			out->disposition = IDEM_EFFECT_EXTENDED;
 	} else
-		rc = client_effect_answer(response, out, err);
+		rc = client_effect_answer(response, text, out, err);
 	json_decref(response);
+	free(text);
 	return rc;
 }
 

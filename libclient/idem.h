@@ -387,7 +387,8 @@ struct idem_effect {
 	char				 committed_at[32];
 	/* Committed: malloc'd, free with idem_effect_clear. */
 	char				*receipt;	/* the receipt as sent */
-	char				*result;	/* its result, compact JSON */
+	/* The result: the broker's bytes as sent; NULL, pruned receipt. */
+	char				*result;
 };
 void	idem_effect_clear(struct idem_effect *);
 

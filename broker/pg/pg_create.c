@@ -614,6 +614,7 @@ cl_put_file(struct pending *p, char **cause)
 	char			 name[NAME_MAX + 1];
 	char			*data = NULL;
 	size_t			 length;
+	uint64_t		 seen;
 	enum taskfile_put	 rc;
 	int			 dir = cl_dir(p);
 
@@ -625,6 +626,8 @@ cl_put_file(struct pending *p, char **cause)
 	digest_sha256(data, length, s->entry.file_digest);
 	cl_temp_name(s, &c->row, put.temp);
 	snprintf(name, sizeof name, "%s.md", s->name);
+	/* Before the link: a failed fsync of dir from here on may be ours. */
+	seen = dirsync_before(&cl_dirsync, dir);
 	rc = taskfile_write_stepped(dir, name, data, length, &steps, cause);
 	free(data);
 	if (rc != TASKFILE_LINKED)
@@ -642,7 +645,8 @@ cl_put_file(struct pending *p, char **cause)
 		return CL_FAILED;
 	}
 	cl_crash_point(s, CRASH_AFTER_TASK_FILE_LINKED);
-	if (dirsync_after_coming(&cl_dirsync, dir, &c->member.linking) != 0) {
+	if (dirsync_after_coming(&cl_dirsync, dir, seen,
+	    &c->member.linking) != 0) {
 		asprintf(cause, "fsync of %s's directory: %s", name,
 		    strerror(errno));
 		return CL_FAILED;

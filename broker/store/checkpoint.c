@@ -23,6 +23,13 @@
  * state.  A state the copy saw that never became durable is a
  * reservation that was never acknowledged, which a retry completes.
  *
+ * The records go out through one buffer of CHECKPOINT_BUFFER_BYTES,
+ * written when the next record might not fit and at the end: a table of
+ * effects is one write a megabyte, not one a record (a checkpoint of
+ * 4,000 effects was 4,000 write calls on the checkpoint thread, beside
+ * the journaling thread on a two-core machine).  What a crash leaves of
+ * the temporary file does not matter: start-up removes it.
+ *
  * The file is written to a temporary name, fsync'd, renamed and its
  * directory fsync'd; only then are old segments removed.  A crash at any
  * point leaves either the old checkpoint and all its segments, or the new
@@ -55,6 +62,11 @@
 #define CHECKPOINT_TRAILER_BYTES	16
 #define CHECKPOINT_VERSION		1
 #define CHECKPOINT_CHUNK_SLOTS		1024
+/* The records' buffer: a chunk of plain records, and any one effect's. */
+#define CHECKPOINT_BUFFER_BYTES		\
+	((size_t)CHECKPOINT_CHUNK_SLOTS * JOURNAL_MAX_RECORD_BYTES)
+_Static_assert(CHECKPOINT_BUFFER_BYTES >= JOURNAL_MAX_EFFECT_RECORD_BYTES,
+    "an effect's record fits the checkpoint's buffer");
 #define CHECKPOINT_NAME_FORMAT		"checkpoint-%016" PRIx64 ".snap"
 
 static const uint8_t checkpoint_magic[8] = { 'I','D','E','M','C','K','P','T' };
@@ -150,8 +162,8 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
 	uint8_t			 header[CHECKPOINT_HEADER_BYTES];
 	uint8_t			 trailer[CHECKPOINT_TRAILER_BYTES];
-	uint8_t			*buf = NULL, *big = NULL, *result = NULL;
-	size_t			 used, n_big;
+	uint8_t			*buf = NULL, *result = NULL;
+	size_t			 used = 0, need, n_encoded;
 	char			 name[64], temp[80];
 	uint64_t		 records = 0, epoch, head;
 	uint32_t		 from = 0, n, i;
@@ -163,11 +175,10 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	entries = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *entries);
 	keys = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *keys);
 	flags = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *flags);
-	buf = malloc((size_t)CHECKPOINT_CHUNK_SLOTS * JOURNAL_MAX_RECORD_BYTES);
-	big = malloc(JOURNAL_MAX_EFFECT_RECORD_BYTES);
+	buf = malloc(CHECKPOINT_BUFFER_BYTES);
 	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
 	if (entries == NULL || keys == NULL || flags == NULL || buf == NULL ||
-	    big == NULL || result == NULL) {
+	    result == NULL) {
 		asprintf(cause, "checkpoint: out of memory");
 		goto out;
 	}
@@ -207,7 +218,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 		goto out;
 	while ((n = subtab_copy_flags(seg, from, CHECKPOINT_CHUNK_SLOTS,
 	    entries, keys, flags)) > 0) {
-		for (i = 0, used = 0; i < n; i++) {
+		for (i = 0; i < n; i++) {
 			/* A slot whose state was lost with the journal. */
 			if (entries[i].state == SUBTAB_EMPTY)
 				continue;
@@ -255,33 +266,52 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 				if (n_put == 1 || n_put % 4096 == 0)
 					crash_point(CRASH_DURING_INDEX_WRITE);
 			}
-			if (entries[i].kind != SUBTAB_KIND_EFFECT) {
-				used += journal_encode(&record, buf + used,
-				    JOURNAL_MAX_RECORD_BYTES);
-				continue;
-			}
 			/*
 			 * An effect's record carries its result, copied from
 			 * the arena: bytes a slot names never change (once
-			 * reused, the copy says so and was not taken).
+			 * reused, the copy says so and was not taken).  The
+			 * buffer is written out when this record might not
+			 * fit what is left of it.
 			 */
-			n_big = journal_encode(&record, big,
-			    JOURNAL_MAX_EFFECT_RECORD_BYTES);
-			if (n_big == 0 || durable_write_all(fd, buf, used) != 0 ||
-			    durable_write_all(fd, big, n_big) != 0)
-				goto write_failed;
-			used = 0;
+			need = entries[i].kind == SUBTAB_KIND_EFFECT ?
+			    JOURNAL_MAX_EFFECT_RECORD_BYTES :
+			    JOURNAL_MAX_RECORD_BYTES;
+			if (CHECKPOINT_BUFFER_BYTES - used < need) {
+				if (durable_write_all(fd, buf, used) != 0)
+					goto write_failed;
+				used = 0;
+			}
+			/*
+			 * A record that does not encode fails the checkpoint,
+			 * whatever its kind: it is counted in records below,
+			 * and a file with fewer records than its trailer says
+			 * would not load.
+			 */
+			if ((n_encoded = journal_encode(&record, buf + used,
+			    need)) == 0) {
+				asprintf(cause, "checkpoint %s: the record of "
+				    "slot %u does not encode", name, from + i);
+				goto out;
+			}
+			used += n_encoded;
 		}
-		if (durable_write_all(fd, buf, used) != 0)
-			goto write_failed;
 		for (i = 0; i < n; i++)
 			records += entries[i].state != SUBTAB_EMPTY;
 		from += n;
-		/* Half written; when indexed slots are skipped, half read. */
+		/*
+		 * Half copied; when indexed slots are skipped, half read.
+		 * The file then holds its header and the buffers filled so
+		 * far (a write a megabyte; a table smaller than one buffer:
+		 * the header alone), what was copied since the last write
+		 * only in memory; start-up removes the temporary file
+		 * whatever it holds.
+		 */
 		if (records >= seg->header->slots_used / 2 || (skip_indexed &&
 		    from >= seg->header->capacity / 2))
 			crash_point(CRASH_DURING_CHECKPOINT);
 	}
+	if (durable_write_all(fd, buf, used) != 0)
+		goto write_failed;
 	/*
 	 * Every state copied is durable before the index or this file keeps
 	 * it.  The copy ran beside the journaling thread, and a commit still
@@ -356,7 +386,6 @@ out:
 	free(entries);
 	free(keys);
 	free(buf);
-	free(big);
 	free(result);
 	return rc;
 }

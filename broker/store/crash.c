@@ -18,8 +18,10 @@
  * first record (what a crash during that flush may leave) and dies.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +137,8 @@ crash_check_names(char **cause)
 	static const char *const known[] = { "IDEM_CRASH_AT",
 	    "IDEM_CRASH_WORKER_AT", "IDEM_CRASH_WORKER_IN_LOCK",
 	    "IDEM_CRASH_LINK_EARLY", "IDEM_SPAWN_DELAY_MS",
-	    "IDEM_CRASH_PAUSE_AT", "IDEM_CRASH_HOLD_AT",	/* pg_create.c */
+	    "IDEM_CRASH_PAUSE_AT",				/* pg_create.c */
+	    "IDEM_CRASH_HOLD_AT",			/* pg_create.c, fileio.c */
 	    "IDEM_CRASH_BATCH_OF",				/* pg_group.c */
 	    "IDEM_CRASH_WATCH" };				/* watch.c */
 	char	*const *e;
@@ -438,6 +441,42 @@ crash_hold(int *released)
 		store_notice(STORE_NOTICE_WARNING, "fault injection: a file "
 		    "thread held %d s for a reservation; going on",
 		    CRASH_HOLD_MAX_SECONDS);
+}
+
+/*
+ * IDEM_CRASH_HOLD_AT=<point>:<fifo>: the first thread of a worker
+ * process to reach the point (a PostgreSQL creation's, pg_points.c; a
+ * file thread's between its link and its count in the directory's
+ * rounds, fileio.c) holds there, alone, while the worker's other
+ * threads and its loop go on: it opens the FIFO for reading, so that a
+ * test's open for writing returns once it is held (an event, not a
+ * guess), and reads it to its end, so that the test's close lets it go
+ * on.
+ */
+void
+crash_hold_at(const char *point)
+{
+	static _Atomic int	 held;
+	const char		*at = getenv("IDEM_CRASH_HOLD_AT");
+	size_t			 n = strlen(point);
+	char			 buf[64];
+	ssize_t			 r;
+	int			 fd;
+
+	if (at == NULL || strncmp(at, point, n) != 0 || at[n] != ':' ||
+	    atomic_exchange(&held, 1))
+		return;
+	fprintf(stderr, "idemd[%ld]: hold point %s reached: waiting for "
+	    "%s\n", (long)getpid(), point, at + n + 1);
+	if ((fd = open(at + n + 1, O_RDONLY | O_CLOEXEC)) == -1) {
+		store_notice(STORE_NOTICE_WARNING, "hold point %s: %s: %s",
+		    point, at + n + 1, strerror(errno));
+		return;
+	}
+	do
+		r = read(fd, buf, sizeof buf);
+	while (r > 0 || (r == -1 && errno == EINTR));
+	close(fd);
 }
 
 void

@@ -1035,6 +1035,11 @@ void	crash_hold(int *released);
 void	crash_release(int *released);
 /* IDEM_CRASH_WATCH=die-after-read: after a read of the watch's queue. */
 void	crash_watch_read(int names);
+/*
+ * IDEM_CRASH_HOLD_AT=<point>:<fifo>: the first thread of the process to
+ * reach point holds there until a test lets it go (crash.c).
+ */
+void	crash_hold_at(const char *point);
 #else
 /* Without fault injection every crash point compiles to nothing. */
 #define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
@@ -1045,6 +1050,7 @@ void	crash_watch_read(int names);
 #define crash_hold(released)		((void)0)
 #define crash_release(released)		((void)0)
 #define crash_watch_read(names)		((void)0)
+#define crash_hold_at(point)		((void)0)
 #endif
 
 #endif

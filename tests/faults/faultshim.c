@@ -54,12 +54,21 @@
  * request's first journal round be synced and holds its second, written
  * and never synced, for a test to kill the broker there.
  *
+ *	holdfail <path-substring> <errno-name>
+ *
+ * holds a matching sync as "hold" does, and when the rule changes the
+ * held call fails with that errno (a call that comes after runs by the
+ * new rule): a disk whose fsync takes its time and then reports an
+ * error, so a test can act while the failing fsync runs.  A held sync
+ * (either rule) says so once on stderr ("faultshim: a sync held"), so
+ * that a test awaits the hold in the log instead of guessing.
+ *
  * It never calls what it intercepts (open, read, close and readlink are
  * not intercepted) and keeps no state but the real functions' addresses
  * and that count, in atomic words, so it is safe in idemd's threads;
- * once those are resolved it calls nothing but getenv, those four and
- * nanosleep (a hold), so it is safe in libevent's signal handlers, which
- * write.
+ * once those are resolved it calls nothing but getenv, those four,
+ * nanosleep and the real write (a hold, and its line on stderr), so it
+ * is safe in libevent's signal handlers, which write.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* RTLD_NEXT */
@@ -84,6 +93,8 @@
 #define FAULT_PROC_BYTES	32
 /* fault_check's answer for a "hold" rule that matches. */
 #define FAULT_HOLD		(-1)
+/* Its answer for "holdfail ... e": at most FAULT_HOLD_FAIL(0). */
+#define FAULT_HOLD_FAIL(e)	(-1000 - (e))
 /* How often a held sync looks at the rule again (nanoseconds). */
 #define FAULT_HOLD_POLL_NS	1000000L
 
@@ -271,6 +282,15 @@ fault_check(enum fault_op op, int fd)
 			return 0;
 		return fault_errno(word, length);
 	}
+	if (length == 8 && memcmp(word, "holdfail", 8) == 0) {
+		if (op != FAULT_SYNC || (want = fault_word(rule, &pos,
+		    &want_length)) == NULL || want_length >= FAULT_PATH_BYTES ||
+		    (word = fault_word(rule, &pos, &length)) == NULL ||
+		    (error = fault_errno(word, length)) == 0)
+			return 0;
+		error = FAULT_HOLD_FAIL(error);
+		goto match;
+	}
 	if (length == 4 && memcmp(word, "hold", 4) == 0) {
 		if (op != FAULT_SYNC || (want = fault_word(rule, &pos,
 		    &want_length)) == NULL || want_length >= FAULT_PATH_BYTES)
@@ -385,19 +405,33 @@ pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset)
 	return REAL(pwritev)(fd, iov, iovcnt, offset);
 }
 
-/* The errno a sync must fail with, or 0, once any hold has ended. */
+/*
+ * The errno a sync must fail with, or 0, once any hold has ended: a
+ * "holdfail" hold's errno, whatever the rule says then.
+ */
 static int
 fault_sync(int fd)
 {
 	struct timespec	ts;
-	int		error;
+	static const char held[] = "faultshim: a sync held\n";
+	int		error, held_error = 0, said = 0;
+	ssize_t		written;
 
-	while ((error = fault_for(FAULT_SYNC, fd)) == FAULT_HOLD) {
+	while ((error = fault_for(FAULT_SYNC, fd)) == FAULT_HOLD ||
+	    error <= FAULT_HOLD_FAIL(0)) {
+		if (!said) {
+			said = 1;
+			written = REAL(write)(STDERR_FILENO, held,
+			    sizeof held - 1);
+			(void)written;
+		}
+		if (error != FAULT_HOLD)
+			held_error = FAULT_HOLD_FAIL(0) - error;
 		ts.tv_sec = 0;
 		ts.tv_nsec = FAULT_HOLD_POLL_NS;
 		nanosleep(&ts, NULL);
 	}
-	return error;
+	return held_error != 0 ? held_error : error;
 }
 
 int

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * fuzz_fastscan.c: libFuzzer target for the retry fast path's scanner
- * (broker/fastscan.c), which reads raw request lines from any client.
+ * (libclient/fastscan.c), which reads raw request lines from any client.
  *
  * Input: one request line, as a client may send it.
  *
@@ -27,7 +27,9 @@
  * And for any line jansson accepts as an object: a member whose bytes
  * fastscan_compact_member takes as they stand is there, and those bytes
  * are exactly jansson's compact dump of its value (effect_complete's
- * result is stored as them instead of that dump).
+ * result is stored as them instead of that dump); a member
+ * fastscan_member finds is there, and its bytes, parsed alone, equal
+ * its value (libidem takes a receipt's bytes so).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -179,13 +181,22 @@ check_compact(const char *line, size_t size)
 	    "id", "op", NULL };
 	const char	*value;
 	char		*dumped;
-	json_t		*whole, *v;
+	json_t		*whole, *v, *alone;
 	size_t		 n;
 	int		 i;
 
 	if ((whole = json_loadb(line, size, PARSE_FLAGS, NULL)) == NULL)
 		return;
 	for (i = 0; json_is_object(whole) && names[i] != NULL; i++) {
+		if (fastscan_member(line, size, names[i], &value, &n)) {
+			check(value >= line && value + n <= line + size,
+			    "a member in the line");
+			v = json_object_get(whole, names[i]);
+			alone = json_loadb(value, n, PARSE_FLAGS, NULL);
+			check(v != NULL && json_equal(alone, v),
+			    "a member's bytes parse to its value");
+			json_decref(alone);
+		}
 		if (!fastscan_compact_member(line, size, names[i], &value, &n))
 			continue;
 		check(value >= line && value + n <= line + size,

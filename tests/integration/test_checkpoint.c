@@ -4,24 +4,30 @@
  * nothing, also when the broker dies while writing one or right after
  * putting one in place.  The broker runs with a tiny --segment-bytes so
  * that a few dozen creations rotate segments and checkpoint the table.
+ * A checkpoint that ends, written or failed, clears the segment's
+ * checkpoint_running, so that the next one can be asked for.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "integration/filter.h"
 #include "harness.h"
+#include "shm.h"
 
 #define CKPT_TASKS	120
 
@@ -376,6 +382,252 @@ test_crash_after_checkpoint_renamed(void **state)
 	run_crash("after_checkpoint_renamed");
 }
 
+/* What a checkpoint logs when written, and when the index failed it. */
+#define CKPT_WRITTEN		"checkpoint checkpoint-"
+#define CKPT_INDEX_FAILED	"commit: Input/output error"
+/* The rule that fails the index's writes, so a checkpoint's too. */
+#define CKPT_INDEX_WRITES_FAIL	"write .idem/index EIO"
+/* Tasks a checkpoint must come within (one per ~15 at 4096 bytes). */
+#define CKPT_RUN_MAX_TASKS	1000
+/* checkpoint_running is a flag in the segment: polled, within a bound. */
+#define CKPT_RUNNING_POLL_MS	5
+#define CKPT_RUNNING_WAIT_MS	10000
+
+/*
+ * Create tasks (run-N, from *next on) until the log holds needle once
+ * more than before, then no more: the journal is idle from there on.
+ */
+static void
+create_until_logged(struct broker *b, int *next, const char *needle)
+{
+	struct idem_conn	*conn;
+	struct idem_task	 task;
+	struct idem_write_result result;
+	struct idem_error	 err;
+	char			 id[32], subject[64];
+	int			 before = harness_log_count(b, needle), n;
+
+	assert_non_null(conn = harness_connect(b));
+	for (n = 0; harness_log_count(b, needle) == before; n++) {
+		if (n == CKPT_RUN_MAX_TASKS)
+			fail_msg("%d tasks and no \"%s\" logged", n, needle);
+		snprintf(id, sizeof id, "run-%d", (*next)++);
+		snprintf(subject, sizeof subject, "checkpoint run %d", *next);
+		memset(&task, 0, sizeof task);
+		task.sender = "PM";
+		task.recipient = "DEV";
+		task.subject = subject;
+		if (idem_write_task(conn, id, &task, &result, &err) != 0)
+			fail_msg("%s: %s", id, err.message);
+		assert_int_equal(result.disposition, IDEM_CREATED);
+	}
+	idem_close(conn);
+}
+
+/*
+ * The segment's checkpoint_running is 0 again within the bound, no
+ * request sent meanwhile: the checkpoint that was logged has ended and
+ * said so (a later rotation's would have ended too).
+ */
+static void
+await_not_running(const struct shm_segment *seg, const char *after)
+{
+	struct timespec	 ts = { 0, CKPT_RUNNING_POLL_MS * 1000000L };
+	int64_t		 start = harness_now_ms();
+
+	while (atomic_load(&seg->header->checkpoint_running)) {
+		if (harness_now_ms() - start > CKPT_RUNNING_WAIT_MS)
+			fail_msg("checkpoint_running still set %d ms after a "
+			    "checkpoint %s", CKPT_RUNNING_WAIT_MS, after);
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * The checkpoint thread clears checkpoint_running when a checkpoint
+ * ends, written and failed alike: it is what the arena's scout and the
+ * journaler's rotation wait on (test_rings'
+ * test_arena_scout_waits_for_running_checkpoint: the scout asks for
+ * none while it is set), so a flag left set asks for no checkpoint
+ * again.  A checkpoint is written, then one fails (the index's writes
+ * fail), then, the index writable again, the next is written.  Fails if
+ * the clearing is removed (the first wait times out).
+ */
+static void
+test_checkpoint_end_clears_running(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	struct shm_segment	 seg;
+	char			 root[PATH_MAX], *cause = NULL;
+	int			 next = 0;
+
+	assert_int_equal(harness_start(b, ckpt_args, t->env), 0);
+	assert_non_null(realpath(b->root, root));
+	memset(&seg, 0, sizeof seg);
+	if (shm_attach(root, &seg, &cause) != 0)
+		fail_msg("shm_attach: %s", cause);
+	assert_int_equal(atomic_load(&seg.header->checkpoint_running), 0);
+
+	create_until_logged(b, &next, CKPT_WRITTEN);
+	await_not_running(&seg, "was written");
+
+	harness_fault_rule(t->fault_file, CKPT_INDEX_WRITES_FAIL);
+	create_until_logged(b, &next, CKPT_INDEX_FAILED);
+	await_not_running(&seg, "failed");
+
+	harness_fault_rule(t->fault_file, "");
+	create_until_logged(b, &next, CKPT_WRITTEN);
+	await_not_running(&seg, "was written after a failed one");
+	shm_detach(&seg);
+	harness_shim_finish(t);
+}
+
+/*
+ * A checkpoint writes its records through one buffer of a megabyte
+ * (checkpoint.c's CHECKPOINT_BUFFER_BYTES), written out when the next
+ * record might not fit it and once at the end.  The first checkpoint of
+ * 4 MiB segments of effects with 20,000-byte results holds about 210 of
+ * them, some 4.2 MiB of records: header, five buffers, trailer and the
+ * header again are eight writes.  The checkpoint's file is let through
+ * CKPT_BUFFER_WRITES (one to spare) and fails the next: a write per
+ * effect record (about 210) fails the checkpoint, and a buffer never
+ * written out when full is overrun by three megabytes (idemd dies).
+ * Fails with either.
+ */
+#define CKPT_EFFECT_RESULT	20000
+#define CKPT_EFFECTS_MAX	1000
+/* At least three buffers' worth; at most six buffers (~48 a buffer). */
+#define CKPT_EFFECTS_LEAST	150
+#define CKPT_EFFECTS_MOST	290
+#define CKPT_BUFFER_WRITES	"9"
+/* What a written checkpoint logs, and a checkpoint whose write failed. */
+#define CKPT_SUCCESS		"new in the index, "
+#define CKPT_WRITE_FAILED	".snap.tmp: write: "
+#define CKPT_EFFECT_KIND	"ckpt.test"
+#define CKPT_EFFECT_REQUEST	"{\"n\":1}"
+/* The open effect's lease: live across the restart. */
+#define CKPT_OPEN_LEASE_MS	86400000
+
+static const char *const ckpt_effect_args[] = {
+	"--segment-bytes", "4194304", "--result-bytes", "33554432", NULL
+};
+
+static void
+effect_commit(struct idem_conn *c, const char *id, const char *result)
+{
+	struct idem_effect	e, done;
+	struct idem_error	err;
+
+	memset(&e, 0, sizeof e);
+	memset(&done, 0, sizeof done);
+	assert_int_equal(idem_effect_begin(c, id, CKPT_EFFECT_KIND,
+	    CKPT_EFFECT_REQUEST, 0, &e, &err), 0);
+	assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
+	assert_int_equal(idem_effect_complete(c, id, CKPT_EFFECT_KIND, e.fence,
+	    1, result, &done, &err), 0);
+	assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
+	idem_effect_clear(&e);
+	idem_effect_clear(&done);
+}
+
+/* The submissions the log's one written checkpoint says it holds. */
+static unsigned long
+checkpoint_submissions(const struct broker *b)
+{
+	char		*log, *at;
+	unsigned long	 n;
+
+	assert_non_null(log = harness_read_log(b));
+	assert_non_null(at = strstr(log, CKPT_SUCCESS));
+	n = strtoul(at + strlen(CKPT_SUCCESS), NULL, 10);
+	free(log);
+	return n;
+}
+
+/*
+ * Besides the committed effects, one is begun first and left open: its
+ * reservation and fence are in segment 1 and then in the checkpoint
+ * alone (the index takes committed states only, and segment 1 is gone
+ * after it), so the restart answering it in_progress, and committing it
+ * with the fence given before, is the checkpoint loaded.
+ */
+static void
+test_checkpoint_spans_several_buffers(void **state)
+{
+	static char		 result[CKPT_EFFECT_RESULT + 16];
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	struct idem_conn	*c;
+	struct idem_effect	 open, e;
+	struct idem_error	 err;
+	char			 id[64], path[400];
+	unsigned long		 n;
+	int			 i, written = 0, failed = 0;
+
+	snprintf(result, sizeof result, "\"%0*d\"", CKPT_EFFECT_RESULT, 7);
+	/* Before the start: every checkpoint of this broker is counted. */
+	harness_fault_rule(t->fault_file, "write .idem/journal/.checkpoint- "
+	    "EIO " CKPT_BUFFER_WRITES);
+	assert_int_equal(harness_start(b, ckpt_effect_args, t->env), 0);
+	assert_non_null(c = harness_connect(b));
+	memset(&open, 0, sizeof open);
+	assert_int_equal(idem_effect_begin(c, "ckpt-open", CKPT_EFFECT_KIND,
+	    CKPT_EFFECT_REQUEST, CKPT_OPEN_LEASE_MS, &open, &err), 0);
+	assert_int_equal(open.disposition, IDEM_EFFECT_PROCEED);
+	for (i = 0; written == 0 && failed == 0; i++) {
+		if (i == CKPT_EFFECTS_MAX)
+			fail_msg("%d effects and no checkpoint", i);
+		snprintf(id, sizeof id, "ckpt-effect/%d", i);
+		effect_commit(c, id, result);
+		written = harness_log_count(b, CKPT_SUCCESS);
+		failed = harness_log_count(b, CKPT_WRITE_FAILED);
+	}
+	idem_close(c);
+	assert_int_equal(failed, 0);
+	assert_int_equal(written, 1);
+	n = checkpoint_submissions(b);
+	if (n < CKPT_EFFECTS_LEAST || n > CKPT_EFFECTS_MOST)
+		fail_msg("the checkpoint holds %lu submissions, not %d to %d",
+		    n, CKPT_EFFECTS_LEAST, CKPT_EFFECTS_MOST);
+
+	harness_fault_rule(t->fault_file, "");
+	assert_int_equal(harness_stop(b), 0);
+	snprintf(path, sizeof path, "%s/.idem/journal/0000000000000001.jnl",
+	    b->root);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(harness_start(b, ckpt_effect_args, t->env), 0);
+	assert_non_null(c = harness_connect(b));
+	memset(&e, 0, sizeof e);
+	assert_int_equal(idem_effect_begin(c, "ckpt-open", CKPT_EFFECT_KIND,
+	    CKPT_EFFECT_REQUEST, 0, &e, &err), 0);
+	assert_int_equal(e.disposition, IDEM_EFFECT_IN_PROGRESS);
+	idem_effect_clear(&e);
+	memset(&e, 0, sizeof e);
+	assert_int_equal(idem_effect_complete(c, "ckpt-open", CKPT_EFFECT_KIND,
+	    open.fence, 1, result, &e, &err), 0);
+	assert_int_equal(e.disposition, IDEM_EFFECT_COMMITTED);
+	idem_effect_clear(&e);
+	idem_effect_clear(&open);
+	/* A committed one, in the checkpoint's last buffer. */
+	snprintf(id, sizeof id, "ckpt-effect/%lu", n - 2);
+	memset(&e, 0, sizeof e);
+	assert_int_equal(idem_effect_begin(c, id, CKPT_EFFECT_KIND,
+	    CKPT_EFFECT_REQUEST, 0, &e, &err), 0);
+	assert_int_equal(e.disposition, IDEM_EFFECT_REUSED);
+	assert_string_equal(e.result, result);
+	idem_effect_clear(&e);
+	idem_close(c);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+static int
+shim_setup(void **state)
+{
+	return harness_shim_setup(state, HARNESS_TEST_SECONDS);
+}
+
 int
 main(void)
 {
@@ -386,6 +638,12 @@ main(void)
 		cmocka_unit_test(test_crash_before_next_segment_renamed),
 		cmocka_unit_test(test_crash_after_next_segment_renamed),
 		cmocka_unit_test(test_stale_made_ahead_files),
+		cmocka_unit_test_setup_teardown(
+		    test_checkpoint_end_clears_running, shim_setup,
+		    harness_shim_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_checkpoint_spans_several_buffers, shim_setup,
+		    harness_shim_teardown),
 	};
 
 	harness_watchdog(120);

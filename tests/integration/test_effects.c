@@ -1419,6 +1419,121 @@ libidem_run_performs_once_and_probes_unknowns(void **state)
 	harness_finish(b);
 }
 
+/*
+ * The receipt member of a raw answer line (its value runs to the line's
+ * closing brace: the broker writes it last) and, in it, the result's
+ * bytes (up to the receipt's state, which follows it).
+ */
+static void
+raw_receipt_and_result(const char *line, char **receipt, char **result)
+{
+	const char	*r, *v, *at, *last = NULL;
+	size_t		 n = strlen(line);
+
+	assert_non_null(r = strstr(line, "\"receipt\":"));
+	r += strlen("\"receipt\":");
+	assert_true(n >= 2 && line[n - 1] == '}' && line[n - 2] == '}');
+	assert_non_null(*receipt = strndup(r, (size_t)(line + n - 1 - r)));
+	assert_non_null(v = strstr(*receipt, "\"result\":"));
+	v += strlen("\"result\":");
+	for (at = v; (at = strstr(at, ",\"state\":\"committed\"")) != NULL;
+	    at++)
+		last = at;
+	assert_non_null(last);
+	assert_non_null(*result = strndup(v, (size_t)(last - v)));
+}
+
+/*
+ * libidem's receipt and result are the bytes the broker sent (compact):
+ * byte-equal to the receipt of the raw answer to a retry (idem_call_raw)
+ * and the result in it, for results with non-ASCII, escapes (kept as
+ * jansson writes them, \u001F, \", \\, \n), a caller's own spacing,
+ * reals and member order; each also as the literal compact text.  A
+ * result holding U+0000 (SPEC.md: no string in a request may) is refused
+ * before anything is sent: no receipt, no result, and the same effect
+ * then commits.
+ */
+static void
+libidem_receipt_and_result_as_sent(void **state)
+{
+	static const struct {
+		const char	*sent;		/* the caller's result_json */
+		const char	*compact;	/* what the broker keeps */
+	} results[] = {
+		{ "{\"text\":\"caf\xc3\xa9 \xe2\x98\x83 \xf0\x9d\x84\x9e\"}",
+		  "{\"text\":\"caf\xc3\xa9 \xe2\x98\x83 \xf0\x9d\x84\x9e\"}" },
+		{ "{\"q\":\"say \\\"hi\\\" \\\\ \\/ \\n\\t\\u001f\\u00e9\"}",
+		  "{\"q\":\"say \\\"hi\\\" \\\\ / \\n\\t\\u001F\xc3\xa9\"}" },
+		{ "{ \"z\" : [ 1 , 2.5 , -0 , 1e2 ] , \"a\" : null }",
+		  "{\"z\":[1,2.5,0,100.0],\"a\":null}" },
+		{ "\"line\\nbreak \\u2028\"",
+		  "\"line\\nbreak \xe2\x80\xa8\"" },
+	};
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_effect	 out, again;
+	struct idem_error	 err;
+	char			 id[32], line[512], *answer, *receipt, *result;
+	size_t			 i;
+
+	harness_must_start(b, NULL, NULL);
+	c = harness_connect(b);
+	assert_non_null(c);
+	for (i = 0; i < sizeof results / sizeof results[0]; i++) {
+		snprintf(id, sizeof id, "as-%zu", i);
+		assert_int_equal(idem_effect_begin(c, id, KIND, REQUEST, 0,
+		    &out, &err), 0);
+		assert_int_equal(out.disposition, IDEM_EFFECT_PROCEED);
+		assert_null(out.receipt);
+		assert_int_equal(idem_effect_complete(c, id, KIND, out.fence, 1,
+		    results[i].sent, &again, &err), 0);
+		idem_effect_clear(&out);
+		assert_int_equal(again.disposition, IDEM_EFFECT_COMMITTED);
+		assert_string_equal(again.result, results[i].compact);
+
+		/* The retry's raw answer: the same receipt, byte for byte. */
+		snprintf(line, sizeof line, "{\"op\":\"effect_begin\","
+		    "\"client_submission_id\":\"%s\",\"effect_kind\":\"%s\","
+		    "\"request\":%s}", id, KIND, REQUEST);
+		assert_int_equal(idem_call_raw(c, line, &answer, &err), 0);
+		assert_non_null(strstr(answer, "\"disposition\":\"reused\""));
+		raw_receipt_and_result(answer, &receipt, &result);
+		assert_string_equal(again.receipt, receipt);
+		assert_string_equal(result, results[i].compact);
+		assert_int_equal(idem_effect_begin(c, id, KIND, REQUEST, 0,
+		    &out, &err), 0);
+		assert_int_equal(out.disposition, IDEM_EFFECT_REUSED);
+		assert_string_equal(out.receipt, receipt);
+		assert_string_equal(out.result, result);
+		idem_effect_clear(&out);
+		idem_effect_clear(&again);
+		free(receipt);
+		free(result);
+		free(answer);
+	}
+
+	/* U+0000 in a result: refused here, nothing stored, no receipt. */
+	assert_int_equal(idem_effect_begin(c, "as-nul", KIND, REQUEST, 0,
+	    &out, &err), 0);
+	assert_int_equal(out.disposition, IDEM_EFFECT_PROCEED);
+	assert_int_equal(idem_effect_complete(c, "as-nul", KIND, out.fence, 1,
+	    "{\"a\":\"x\\u0000y\"}", &again, &err), -1);
+	assert_int_equal(err.code, IDEM_E_ARGUMENT);
+	assert_string_equal(err.field, "result");
+	assert_int_equal(again.disposition, IDEM_EFFECT_NONE);
+	assert_null(again.receipt);
+	assert_null(again.result);
+	assert_state(b, "as-nul", "reserved", 1);
+	assert_int_equal(idem_effect_complete(c, "as-nul", KIND, out.fence, 1,
+	    "{\"a\":\"xy\"}", &again, &err), 0);
+	assert_int_equal(again.disposition, IDEM_EFFECT_COMMITTED);
+	assert_string_equal(again.result, "{\"a\":\"xy\"}");
+	idem_effect_clear(&again);
+	idem_effect_clear(&out);
+	idem_close(c);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -1448,6 +1563,7 @@ main(void)
 		T(checkpoint_carries_results),
 		T(journal_fault_acknowledges_nothing_and_retry_completes),
 		T(libidem_run_performs_once_and_probes_unknowns),
+		T(libidem_receipt_and_result_as_sent),
 #undef T
 	};
 

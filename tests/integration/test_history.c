@@ -724,6 +724,39 @@ retry_compacted(struct broker *b, struct history *h, char *pruned)
 }
 
 /*
+ * libidem's begin of a pruned effect fx-i: reused, the tombstone's
+ * receipt byte for byte as the raw answer holds it (result_digest in
+ * the result's place), and no result (NULL, not an error).
+ */
+static void
+libidem_reuses_tombstone(struct broker *b, struct history *h, int i)
+{
+	struct idem_conn	*c;
+	struct idem_effect	 out;
+	struct idem_error	 err;
+	char			 id[32], request[64], *reply, *r;
+
+	reply = effect_begin(b, h, i, 0);
+	assert_non_null(r = strstr(reply, "\"receipt\":"));
+	r += strlen("\"receipt\":");
+	reply[strlen(reply) - 1] = '\0';	/* the answer's own brace */
+	snprintf(id, sizeof id, "fx-%d", i);
+	snprintf(request, sizeof request, "{\"n\":%d,\"to\":\"ops@example\"}",
+	    i);
+	assert_non_null(c = harness_connect(b));
+	if (idem_effect_begin(c, id, "mail.send/v1", request, 0, &out,
+	    &err) != 0)
+		fail_msg("libidem begin %s: %s", id, err.message);
+	assert_int_equal(out.disposition, IDEM_EFFECT_REUSED);
+	assert_null(out.result);
+	assert_non_null(strstr(out.receipt, "\"result_digest\":"));
+	assert_string_equal(out.receipt, r);
+	idem_effect_clear(&out);
+	idem_close(c);
+	free(reply);
+}
+
+/*
  * idemctl compact --older-than 0 turns every receipt of the index into
  * its tombstone: a retry answers reused with receipt_pruned:true and the
  * first receipt's facts (no second TASK file, no proceed); another
@@ -756,6 +789,10 @@ test_compact_leaves_tombstones(void **state)
 	for (i = 0; i < HISTORY_TASKS; i++)
 		tasks_pruned += before[i];
 	assert_true(tasks_pruned > 0 && tasks_pruned < pruned);
+	for (i = 0; i < HISTORY_EFFECTS && !before[HISTORY_TASKS + i]; i++)
+		;
+	assert_true(i < HISTORY_EFFECTS);
+	libidem_reuses_tombstone(b, &h, i);
 	/* hist-0, the oldest, left the table: its tombstone keeps the time. */
 	assert_true(before[0]);
 	reserved_pruned = reserved_at_of(b, "hist-0");

@@ -778,7 +778,7 @@ retry_deadline_bounds_the_reply_wait(void **state)
  * member present and absent: a stand-in for the broker on a socket of
  * the test's own records each request line and answers internal.  The
  * broker's retry fast path matches a line by its members' bytes in
- * order (broker/fastscan.c), so a retry from another release of libidem
+ * order (libclient/fastscan.c), so a retry from another release of libidem
  * is fast only while these lines stay as they are.
  */
 struct capture {

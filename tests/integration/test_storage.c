@@ -18,6 +18,7 @@
  * with a deadline.
  */
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <dirent.h>
@@ -25,6 +26,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -448,6 +450,174 @@ adopting_retry_needs_a_durable_directory_entry(void **state)
 	harness_assert_outcome(reply, "reused", 0, 1, 1);
 	json_decref(reply);
 	assert_int_equal(harness_count_tasks(b), 1);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+/* ---- A failing directory fsync and the links made meanwhile -------------- */
+
+/*
+ * One worker (so that every link is in one directory's rounds), debug
+ * lines (the rounds' events the tests await).
+ */
+static const char *const rounds_args[] = {
+	"--inflight-wait-ms", TEST_INFLIGHT_WAIT, "--workers", "1",
+	"--log-level", "debug", NULL
+};
+/* fileio.c's and the fault shim's lines. */
+#define LOG_ROUND_SYNCS		"a directory round syncs "
+#define LOG_COUNTED_NEXT	"counted for the next round"
+#define LOG_SYNC_HELD		"faultshim: a sync held"
+
+/* A write_task on a thread of its own, its reply kept. */
+struct submitter {
+	pthread_t	 thread;
+	struct broker	*b;
+	const char	*id;
+	json_t		*reply;
+};
+
+static void *
+submitter_main(void *arg)
+{
+	struct submitter	*s = arg;
+
+	s->reply = harness_call_once(s->b, harness_write_task(s->id,
+	    "Fix login"));
+	return NULL;
+}
+
+static void
+submitter_start(struct submitter *s, struct broker *b, const char *id)
+{
+	s->b = b;
+	s->id = id;
+	s->reply = NULL;
+	assert_int_equal(pthread_create(&s->thread, NULL, submitter_main, s),
+	    0);
+}
+
+/* Its reply: storage_unavailable, or the test fails. */
+static void
+submitter_fails(struct submitter *s)
+{
+	assert_int_equal(pthread_join(s->thread, NULL), 0);
+	if (s->reply == NULL)
+		fail_msg("%s: no reply", s->id);
+	if (json_is_true(json_object_get(s->reply, "ok")))
+		fail_msg("%s answered %s: its link is not known durable (a "
+		    "failed fsync of its directory ran while it linked)",
+		    s->id, json_string_value(json_object_get(s->reply,
+		    "disposition")));
+	assert_storage_unavailable(s->reply);
+	json_decref(s->reply);
+	s->reply = NULL;
+}
+
+/* Each id's retry adopts its linked file: reused, one file each. */
+static void
+retries_adopt(struct broker *b, const char *const *ids, int n)
+{
+	json_t	*reply;
+	int	 i;
+
+	for (i = 0; i < n; i++) {
+		reply = harness_submit(b, ids[i], "Fix login");
+		harness_assert_outcome(reply, "reused", 0, 1, 1);
+		json_decref(reply);
+	}
+	assert_int_equal(harness_count_tasks(b), n);
+}
+
+/*
+ * The inbox's first round is held in its fsync, which then fails (EIO);
+ * two more creations link and are counted while it runs.  The next
+ * round's fsync succeeds, yet they must fail too: the failed fsync may
+ * have written back their links and taken the error, which Linux
+ * reports once per open file description.  Each step is an event
+ * awaited in the log (the round in its fsync, the shim holding it, each
+ * later link counted for the next round).  Fails if a failed round
+ * fails only the links it covered (counted before it began).
+ */
+static void
+inbox_links_counted_while_a_failed_fsync_ran_fail(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	static const char *const ids[] = { "round/a", "round/b", "round/c" };
+	struct submitter	 s[3];
+	int			 i;
+
+	assert_int_equal(harness_start(b, rounds_args, t->env), 0);
+	harness_fault_rule(t->fault_file, "holdfail _lifecycle/inbox$ EIO");
+	submitter_start(&s[0], b, ids[0]);
+	harness_wait_log(b, LOG_ROUND_SYNCS, 1, TEST_EVENT_TIMEOUT_MS);
+	harness_wait_log(b, LOG_SYNC_HELD, 1, TEST_EVENT_TIMEOUT_MS);
+	for (i = 1; i < 3; i++) {
+		submitter_start(&s[i], b, ids[i]);
+		harness_wait_log(b, LOG_COUNTED_NEXT, i, TEST_EVENT_TIMEOUT_MS);
+	}
+	fault_clear(t);		/* the held fsync fails; the next succeeds */
+	for (i = 0; i < 3; i++)
+		submitter_fails(&s[i]);
+	/* The second round ran (and its fsync passed): not a second hold. */
+	assert_int_equal(harness_log_count(b, LOG_ROUND_SYNCS), 2);
+	assert_int_equal(harness_log_count(b, LOG_SYNC_HELD), 1);
+	retries_adopt(b, ids, 3);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+/*
+ * The window a range noted when the fsync returned misses: a creation
+ * links while the round's fsync runs, but is counted only after that
+ * fsync has failed.  The first creation holds between its link and its
+ * count (IDEM_CRASH_HOLD_AT=before_link_counted, crash.c: the test's
+ * open of the FIFO returns once it is held); the second links, is
+ * counted, and its round's fsync is held and then fails; its reply
+ * proves the failure noted.  Only then is the first let go: its own
+ * round's fsync succeeds, yet it must fail, as its link was made before
+ * the failed fsync began.  Fails if the directory's count of failed
+ * rounds is read when a link is counted rather than before it is made.
+ */
+static void
+inbox_link_counted_after_a_failed_fsync_fails(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	static const char *const ids[] = { "round/held", "round/synced" };
+	struct submitter	 s[2];
+	char			 fifo[PATH_MAX + 8];
+	char			 hold[PATH_MAX + 64];
+	const char		*env[5];
+	int			 w;
+
+	snprintf(fifo, sizeof fifo, "%s.hold", t->fault_file);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=before_link_counted:%s",
+	    fifo);
+	memcpy(env, t->env, 3 * sizeof env[0]);
+	env[3] = hold;
+	env[4] = NULL;
+	assert_int_equal(harness_start(b, rounds_args, env), 0);
+	submitter_start(&s[0], b, ids[0]);
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	/* Held after its link, before its count: its file is there. */
+	assert_int_equal(count_tasks_of(b, ids[0]), 1);
+
+	harness_fault_rule(t->fault_file, "holdfail _lifecycle/inbox$ EIO");
+	submitter_start(&s[1], b, ids[1]);
+	harness_wait_log(b, LOG_SYNC_HELD, 1, TEST_EVENT_TIMEOUT_MS);
+	fault_clear(t);
+	submitter_fails(&s[1]);		/* the failure is noted */
+	assert_int_equal(harness_log_count(b, LOG_ROUND_SYNCS), 1);
+
+	close(w);			/* counted now; its round's fsync passes */
+	submitter_fails(&s[0]);
+	assert_int_equal(harness_log_count(b, LOG_ROUND_SYNCS), 2);
+	assert_int_equal(harness_log_count(b, LOG_SYNC_HELD), 1);
+	unlink(fifo);
+	retries_adopt(b, ids, 2);
 	assert_int_equal(harness_stop(b), 0);
 	harness_shim_finish(t);
 }
@@ -1178,6 +1348,8 @@ main(void)
 		T(legacy_task_write_enospc_leaves_nothing),
 		T(inbox_fsync_eio_retry_adopts_the_linked_file),
 		T(adopting_retry_needs_a_durable_directory_entry),
+		T(inbox_links_counted_while_a_failed_fsync_ran_fail),
+		T(inbox_link_counted_after_a_failed_fsync_fails),
 		T(journal_fdatasync_eio_reopens_and_retry_completes),
 		T(journal_write_enospc_reopens_and_retry_completes),
 		T(journal_write_erofs_reopens_and_retry_completes),

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_fastscan.c: the retry fast path's scanner (broker/fastscan.c):
+ * test_fastscan.c: the retry fast path's scanner (libclient/fastscan.c):
  * which lines it accepts (write_task and effect_begin), exactly which
  * bytes it fingerprints, and that every doubt is refused (left to the
- * full parse); and which members' bytes are taken as jansson's compact
- * dump of them (fastscan_compact_member).
+ * full parse); which members' bytes are taken as jansson's compact
+ * dump of them (fastscan_compact_member); and a member's bytes as they
+ * stand, whatever their form (fastscan_member, libidem's).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -326,6 +327,49 @@ compact_members(void **state)
 	assert_false(compact_of("[\"result\",1]", "result", NULL));
 }
 
+/* name's value in line as it stands, whatever its form (1), or 0. */
+static int
+member_of(const char *line, const char *name, const char *want)
+{
+	const char	*v;
+	size_t		 n;
+
+	if (!fastscan_member(line, strlen(line), name, &v, &n))
+		return 0;
+	assert_non_null(want);
+	assert_int_equal(n, strlen(want));
+	assert_memory_equal(v, want, n);
+	return 1;
+}
+
+/*
+ * fastscan_member (libidem's receipt and result): the value's bytes as
+ * they stand, escapes, reals and inner spaces too; never a nested
+ * member's, never under an escaped name.
+ */
+static void
+members_as_they_stand(void **state)
+{
+	(void)state;
+	assert_true(member_of("{\"ok\":true,\"receipt\":{\"result\":"
+	    "{\"q\":\"\\\"\\u001F\\n\xc3\xa9\"},\"state\":\"committed\"}}",
+	    "receipt", "{\"result\":{\"q\":\"\\\"\\u001F\\n\xc3\xa9\"},"
+	    "\"state\":\"committed\"}"));
+	assert_true(member_of("{\"result\":{\"q\":\"\\\"\\u001F\\n\xc3\xa9\"},"
+	    "\"state\":\"committed\"}", "result",
+	    "{\"q\":\"\\\"\\u001F\\n\xc3\xa9\"}"));
+	assert_true(member_of("{ \"a\" : [1, 2.5e3] , \"result\" : 1.0 }",
+	    "result", "1.0"));
+	assert_true(member_of("{\"result\":[1, 2]}", "result", "[1, 2]"));
+	assert_true(member_of("{\"result\":null}", "result", "null"));
+	/* Only at the top level, only under its own unescaped name. */
+	assert_false(member_of("{\"receipt\":{\"result\":1}}", "result",
+	    NULL));
+	assert_false(member_of("{\"res\\u0075lt\":1}", "result", NULL));
+	assert_false(member_of("{\"ok\":true}", "result", NULL));
+	assert_false(member_of("\"result\"", "result", NULL));
+}
+
 int
 main(void)
 {
@@ -339,6 +383,7 @@ main(void)
 		cmocka_unit_test(effect_begin_scanned),
 		cmocka_unit_test(effect_begin_doubts_refused),
 		cmocka_unit_test(compact_members),
+		cmocka_unit_test(members_as_they_stand),
 	};
 
 	if (sodium_init() < 0)

@@ -38,7 +38,11 @@
  * a fingerprinted value is valid JSON needs no check (it equals one
  * that was).
  *
- * fastscan_compact_member serves the full path (issue #33): in a line
+ * fastscan_member finds a top-level member's value in a line jansson
+ * accepted, as it stands: libidem's effect calls take the receipt and
+ * its result of an answer with it instead of dumping the parsed tree
+ * again (client_effect.c).  fastscan_compact_member, over it, serves the
+ * broker's full path (issue #33): in a line
  * jansson accepted, a top-level member's value whose bytes are already
  * jansson's compact dump of it (effect_complete's result, kept as that
  * dump) is taken as it stands instead of dumped again.  Only the forms
@@ -459,7 +463,7 @@ compact_as_dumped(const char *p, const char *end)
 }
 
 int
-fastscan_compact_member(const char *line, size_t length, const char *name,
+fastscan_member(const char *line, size_t length, const char *name,
     const char **value, size_t *value_length)
 {
 	const char	*p, *end = line + length, *key, *ke, *v, *ve;
@@ -484,8 +488,6 @@ fastscan_compact_member(const char *line, size_t length, const char *name,
 		/* jansson refused duplicates: an unescaped match is the one. */
 		if (!escaped && (size_t)(ke - 1 - key) == n &&
 		    memcmp(key, name, n) == 0) {
-			if (!compact_as_dumped(v, ve))
-				return 0;
 			*value = v;
 			*value_length = (size_t)(ve - v);
 			return 1;
@@ -496,4 +498,19 @@ fastscan_compact_member(const char *line, size_t length, const char *name,
 		p = skip_space(p + 1, end);
 	}
 	return 0;
+}
+
+int
+fastscan_compact_member(const char *line, size_t length, const char *name,
+    const char **value, size_t *value_length)
+{
+	const char	*v;
+	size_t		 n;
+
+	if (!fastscan_member(line, length, name, &v, &n) ||
+	    !compact_as_dumped(v, v + n))
+		return 0;
+	*value = v;
+	*value_length = n;
+	return 1;
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * fastscan.h: the raw-byte scanner of the retry fast path (fastscan.c)
- * and the fingerprint it computes.  See doc/architecture.md, "Retries
- * without the parse", for exactly which bytes are fingerprinted.
+ * fastscan.h: the raw-byte JSON scanner (fastscan.c): the retry fast
+ * path's fingerprint, and a top-level member's text as it stands in a
+ * line, for the broker and libidem alike.  See doc/architecture.md,
+ * "Retries without the parse", for exactly which bytes are
+ * fingerprinted.
  */
 #ifndef IDEM_FASTSCAN_H
 #define IDEM_FASTSCAN_H
@@ -61,5 +63,14 @@ int	fastscan_line(const char *line, size_t length, struct fastscan *scan);
  */
 int	fastscan_compact_member(const char *line, size_t length,
 	    const char *name, const char **value, size_t *value_length);
+/*
+ * In a line jansson accepted: 1 if its top-level member name (no escapes
+ * in it) is there, *value pointing at its value's bytes as they stand in
+ * the line (whatever their form); else 0.  libidem takes an answer's
+ * receipt and result with it: the broker writes them as jansson's
+ * compact dump (replytext.c), so what it sent is what the caller gets.
+ */
+int	fastscan_member(const char *line, size_t length, const char *name,
+	    const char **value, size_t *value_length);
 
 #endif
