@@ -52,12 +52,6 @@
 
 #include "dirsync.h"
 
-/*
- * The longest a round waits for callers on their way: far above a
- * link's time (tens of microseconds), so that only a stalled one is
- * given up on.
- */
-#define DIRSYNC_GATHER_MS	1000
 
 void
 dirsync_init(struct dirsync *ds, int (*sync)(int))
@@ -96,29 +90,54 @@ dirsync_slot(struct dirsync_dir *dirs, unsigned n, int fd)
 }
 
 void
-dirsync_coming(struct dirsync *ds, int *coming)
+dirsync_coming(struct dirsync *ds, unsigned *coming)
 {
 	pthread_mutex_lock(&ds->lock);
 	if (!*coming) {
-		*coming = 1;
+		if (ds->gen == 0)
+			ds->gen = 1;	/* 0 is no mark */
+		*coming = ds->gen;
 		ds->coming++;
 	}
 	pthread_mutex_unlock(&ds->lock);
 }
 
-/* Under ds->lock: the caller's mark cleared, a waiter woken if last. */
+/*
+ * Under ds->lock: the caller's mark cleared, a waiter woken if it was
+ * the last one waited for (a mark of a generation given up on counts
+ * no more).
+ */
 static void
-dirsync_unmark(struct dirsync *ds, int *coming)
+dirsync_unmark(struct dirsync *ds, unsigned *coming)
 {
-	if (coming == NULL || !*coming)
+	unsigned	gen;
+
+	if (coming == NULL || !(gen = *coming))
 		return;
 	*coming = 0;
-	if (--ds->coming == 0 && ds->gathering > 0)
+	if (gen == ds->gen && --ds->coming == 0 && ds->gathering > 0)
+		pthread_cond_broadcast(&ds->round);
+}
+
+/*
+ * Under ds->lock: a wait for the callers on their way ran out.  No round
+ * waits for them again (one stalled would cost every round a
+ * DIRSYNC_GATHER_MS): the generation moves on, and only callers marked
+ * from here on are waited for.
+ */
+static void
+dirsync_give_up(struct dirsync *ds)
+{
+	ds->coming = 0;
+	ds->tired++;
+	if (++ds->gen == 0)
+		ds->gen = 1;
+	if (ds->gathering > 0)
 		pthread_cond_broadcast(&ds->round);
 }
 
 void
-dirsync_gone(struct dirsync *ds, int *coming)
+dirsync_gone(struct dirsync *ds, unsigned *coming)
 {
 	int	error = errno;
 
@@ -174,7 +193,8 @@ dirsync_after(struct dirsync *ds, int fd, uint64_t seen)
 }
 
 int
-dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen, int *coming)
+dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
+    unsigned *coming)
 {
 	struct dirsync_dir	*dir;
 	struct timespec		 until;
@@ -199,7 +219,7 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen, int *coming)
 			/* Woken by the last arrival's round, or a leave. */
 			if (gather == 1) {
 				gather = 2;
-				clock_gettime(CLOCK_REALTIME, &until);
+				clock_gettime(CLOCK_MONOTONIC, &until);
 				until.tv_sec += DIRSYNC_GATHER_MS / 1000;
 				until.tv_nsec += (DIRSYNC_GATHER_MS % 1000) *
 				    1000000L;
@@ -209,9 +229,12 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen, int *coming)
 				}
 			}
 			ds->gathering++;
-			if (pthread_cond_timedwait(&ds->round, &ds->lock,
-			    &until) == ETIMEDOUT)
+			if (pthread_cond_clockwait(&ds->round, &ds->lock,
+			    CLOCK_MONOTONIC, &until) == ETIMEDOUT) {
 				gather = 0;
+				if (ds->coming > 0)
+					dirsync_give_up(ds);
+			}
 			ds->gathering--;
 			continue;
 		}

@@ -16,14 +16,14 @@ struct pg_group_member {
 	struct pg_group_member		*next;		/* the queue's */
 	int				 state;		/* pg_group.c's */
 	int				 outcome;	/* pg_group.c's */
-	int				 coming;	/* pg_group_coming */
+	unsigned			 coming;	/* pg_group_coming */
 	/*
 	 * The directory fsyncs its link will share (NULL: none), and its
 	 * mark there (dirsync_coming): a round of grants marks each member
 	 * it granted, on its way to the link, before it wakes them.
 	 */
 	struct dirsync			*dirsync;
-	int				 linking;
+	unsigned			 linking;
 	char				*cause;
 };
 
