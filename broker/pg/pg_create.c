@@ -413,9 +413,11 @@ pg_create_report(void)
 	    (unsigned long long)atomic_load(&cl_disk_scans),
 	    (unsigned long long)atomic_load(&cl_disk_watched));
 	pthread_mutex_lock(&cl_dirsync.lock);
-	log_info("directory fsyncs after links: %llu for %llu links",
+	log_info("directory fsyncs after links: %llu for %llu links; %llu "
+	    "waits for links on their way ran out (%d ms)",
 	    (unsigned long long)cl_dirsync.rounds,
-	    (unsigned long long)cl_dirsync.calls);
+	    (unsigned long long)cl_dirsync.calls,
+	    (unsigned long long)cl_dirsync.tired, DIRSYNC_GATHER_MS);
 	pthread_mutex_unlock(&cl_dirsync.lock);
 }
 

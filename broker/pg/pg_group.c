@@ -128,8 +128,15 @@ struct pg_group {
 	uint64_t		 members[3];	/* by op */
 	uint64_t		 flushes;	/* rounds with a grant or commit */
 	uint64_t		 alone;		/* gone alone, tired of waiting */
-	/* The members on their way (the grants' and commits' only). */
+	/*
+	 * The members on their way (the grants' and commits' only) that a
+	 * round waits for: those marked in generation gen.  A wait that
+	 * ran out gives up on them all (group_gathers): gen moves on, and
+	 * no round waits for them again, while members marked after still
+	 * count.  A mark is the generation it was made in.
+	 */
 	size_t			 coming;
+	unsigned		 gen;
 	size_t			 gathering;	/* queued members waiting */
 	int			 gather_began;	/* gather_until is set */
 	struct timespec		 gather_until;
@@ -140,10 +147,10 @@ struct pg_group {
 /* The claims' rounds, and the grants' and commits'. */
 static struct pg_group pg_claims = { PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 0, 0, { 0, 0 }, 0, 0 };
+    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 1, 0, 0, { 0, 0 }, 0, 0 };
 static struct pg_group pg_steps = { PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 0, 0, { 0, 0 }, 0, 0 };
+    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 1, 0, 0, { 0, 0 }, 0, 0 };
 
 /* The grants and commits of a round, as its log lines name them. */
 static const char *
@@ -289,7 +296,7 @@ group_gathers(struct pg_group *g)
 {
 	struct timespec	now;
 
-	if (g->coming == 0 || g->gather_began == 2)
+	if (g->coming == 0)
 		return 0;
 	if (!g->gather_began) {
 		g->gather_began = 1;
@@ -311,11 +318,48 @@ group_gathers(struct pg_group *g)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	if (now.tv_sec > g->gather_until.tv_sec || (now.tv_sec ==
 	    g->gather_until.tv_sec && now.tv_nsec >= g->gather_until.tv_nsec)) {
-		g->gather_began = 2;
+		/*
+		 * Given up on every one on its way now: no later round waits
+		 * for them (one stalled would cost each a GROUP_ALONE_MS),
+		 * only for those marked from here on.
+		 */
+		g->gather_began = 0;
 		g->gather_tired++;
+		g->coming = 0;
+		if (++g->gen == 0)
+			g->gen = 1;
+		if (g->gathering > 0)
+			pthread_cond_broadcast(&g->done);
 		return 0;
 	}
 	return 1;
+}
+
+/* Under the lock: me on its way (a no-op if it is already). */
+static void
+group_mark(struct pg_group *g, struct pg_group_member *me)
+{
+	if (!me->coming) {
+		me->coming = g->gen;
+		g->coming++;
+	}
+}
+
+/*
+ * Under the lock: me no longer on its way; 1 if it was the last one a
+ * round waits for (a mark of a generation given up on counts no more).
+ */
+static int
+group_unmark(struct pg_group *g, struct pg_group_member *me)
+{
+	unsigned	gen = me->coming;
+
+	if (!gen)
+		return 0;
+	me->coming = 0;
+	if (gen != g->gen)
+		return 0;
+	return --g->coming == 0;
 }
 
 /* Under the lock: me at the queue's end (and no longer on its way). */
@@ -328,8 +372,7 @@ group_enqueue(struct pg_group *g, struct pg_group_member *me)
 		 * itself (no round in flight) or queues behind the one in
 		 * flight: nobody needs waking.
 		 */
-		me->coming = 0;
-		g->coming--;
+		(void)group_unmark(g, me);
 	}
 	me->state = GROUP_QUEUED;
 	me->next = NULL;
@@ -424,10 +467,7 @@ group_settle(struct pg_group *g, const char *cause)
 			 * member that read the round would otherwise find it
 			 * on its way to neither and go without it).
 			 */
-			if (!x->coming) {
-				x->coming = 1;
-				g->coming++;
-			}
+			group_mark(g, x);
 			if (x->dirsync != NULL)
 				dirsync_coming(x->dirsync, &x->linking);
 		}
@@ -779,10 +819,7 @@ pg_group_coming(struct pg_group_member *me)
 	struct pg_group	*g = &pg_steps;
 
 	pthread_mutex_lock(&g->lock);
-	if (!me->coming) {
-		me->coming = 1;
-		g->coming++;
-	}
+	group_mark(g, me);
 	pthread_mutex_unlock(&g->lock);
 }
 
@@ -800,9 +837,8 @@ pg_group_gone(struct pg_group_member *me)
 	if (!me->coming)
 		return;
 	pthread_mutex_lock(&g->lock);
-	me->coming = 0;
 	/* The last one on its way left: a member waiting for it sends. */
-	if (--g->coming == 0 && g->gathering > 0)
+	if (group_unmark(g, me) && g->gathering > 0)
 		pthread_cond_broadcast(&g->done);
 	pthread_mutex_unlock(&g->lock);
 	errno = error;		/* a failed claim's ERANGE, say */

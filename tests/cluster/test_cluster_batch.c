@@ -12,7 +12,9 @@
  * (a_round_waits_for_a_member_on_its_way), and the members a round
  * of grants granted, on their way from its end, link under one
  * directory fsync and commit in one round
- * (a_round_of_grants_links_and_commits_together).
+ * (a_round_of_grants_links_and_commits_together); and a member stalled
+ * on its way costs one wait of a second, not one every round
+ * (a_stalled_member_costs_one_wait_not_every_round).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -44,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -558,6 +561,8 @@ a_round_waits_for_a_member_on_its_way(void **state)
 	    "commits: 3, with 0 claims, 2 grants, 2 commits"), 1);
 	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
 	    "commits that waited for members on their way: 1 (0 of them"), 1);
+	assert_int_equal(harness_log_count(&a.b, "; 0 waits for links on "
+	    "their way ran out"), 1);
 	cluster_node_kill(&a);
 	unlink(fifo);
 	cluster_rm_root(root);
@@ -609,8 +614,102 @@ a_round_of_grants_links_and_commits_together(void **state)
 	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
 	    "commits: 2, with 0 claims, 2 grants, 2 commits"), 1);
 	assert_int_equal(harness_log_count(&a.b, "directory fsyncs after "
-	    "links: 1 for 2 links"), 1);
+	    "links: 1 for 2 links; 0 waits for links on their way ran out"), 1);
+	/* No mark leaked: no round's wait ran out, if one waited. */
+	assert_int_equal(harness_log_count(&a.b, "(0 of them until 1000 ms "
+	    "had passed)"), harness_log_count(&a.b, "that waited for "
+	    "members on their way"));
 	cluster_node_kill(&a);
+	cluster_rm_root(root);
+}
+
+/* Milliseconds since *t0 (CLOCK_MONOTONIC). */
+static long
+elapsed_ms(const struct timespec *t0)
+{
+	struct timespec	now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec -
+	    t0->tv_nsec) / 1000000;
+}
+
+#define STALLED_AFTER	4	/* creations sent while one is held */
+
+/*
+ * A member stalled on its way (IDEM_CRASH_HOLD_AT=after_task_file_linked:
+ * granted and linked, held before its directory's fsync, on its way to
+ * that fsync and to its commit) is given up on once a wait for it ran
+ * out (GROUP_ALONE_MS, DIRSYNC_GATHER_MS), not waited for again by every
+ * later round: of the creations sent one after another meanwhile, the
+ * first waits for the bounds (its grant's round, its link's fsync), all
+ * the others finish in far less than a second each, where each round
+ * starting a new wait made every one of them take two.  Let go, the
+ * held one is created too; the worker's last lines count one wait run
+ * out of each kind.
+ */
+static void
+a_stalled_member_costs_one_wait_not_every_round(void **state)
+{
+	static struct node	 a;
+	const char	*title = "Behind a stalled one";
+	char		 root[256], fifo[300], hold[400], id[32];
+	const char *const env[] = { hold, NULL };
+	struct timespec	 t0;
+	json_t		*reply;
+	long		 ms[STALLED_AFTER];
+	int		 held, fd, w, i;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_task_file_linked:"
+	    "%s", fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	held = harness_raw_send_task(&a.b, "stalled-0", title);
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	for (i = 0; i < STALLED_AFTER; i++) {
+		snprintf(id, sizeof id, "stalled-%d", i + 1);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		fd = harness_raw_send_task(&a.b, id, title);
+		reply = read_reply(fd);
+		ms[i] = elapsed_ms(&t0);
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+		close(fd);
+	}
+	/* The first waited for the bounds; no later one did. */
+	if (ms[0] < 900)
+		fail_msg("the first creation behind the stalled one took %ld "
+		    "ms: no wait for it ran out", ms[0]);
+	for (i = 1; i < STALLED_AFTER; i++)
+		if (ms[i] >= 500)
+			fail_msg("creation %d behind the stalled one took %ld "
+			    "ms: a round waited for it again", i + 1, ms[i]);
+	close(w);
+	reply = read_reply(held);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	close(held);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), STALLED_AFTER + 1);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'stalled-%%' AND "
+	    "state = 3"), STALLED_AFTER + 1);
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	assert_int_equal(harness_log_count(&a.b, "(1 of them until 1000 ms "
+	    "had passed)"), 1);
+	assert_int_equal(harness_log_count(&a.b, "; 1 waits for links on "
+	    "their way ran out"), 1);
+	cluster_node_kill(&a);
+	unlink(fifo);
 	cluster_rm_root(root);
 }
 
@@ -632,6 +731,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_round_of_grants_links_and_commits_together,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_stalled_member_costs_one_wait_not_every_round,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
