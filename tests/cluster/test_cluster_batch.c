@@ -14,7 +14,9 @@
  * directory fsync and commit in one round
  * (a_round_of_grants_links_and_commits_together); and a member stalled
  * on its way costs one wait of a second, not one every round
- * (a_stalled_member_costs_one_wait_not_every_round).
+ * (a_stalled_member_costs_one_wait_not_every_round), and a member on
+ * its way that leaves another way lets a waiting round go at once
+ * (a_member_leaving_another_way_wakes_the_round).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -713,6 +715,95 @@ a_stalled_member_costs_one_wait_not_every_round(void **state)
 	cluster_rm_root(root);
 }
 
+/* A claim waiting for a table lock: its backend's. */
+#define CLAIM_AT_THE_LOCK \
+	"FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND " \
+	"left(query, 15) = 'WITH clock AS ('"
+
+/*
+ * A member on its way that leaves another way (pg_group_gone: a claim
+ * that finds its key's row) wakes the round waiting for it, which goes
+ * at once rather than when its wait runs out.  The first creation is
+ * held once claimed (IDEM_CRASH_HOLD_AT=after_reserve_durable); the
+ * test's session locks the submissions table, and a second creation of
+ * the same id claims (on its way to the grants' queue) and waits at the
+ * lock.  The first, let go, queues its grant, which waits for the
+ * second (the log says so); the lock given up, the second's claim finds
+ * the first's row and leaves: the round goes at once, well before its
+ * wait's bound (without the leave's wake-up it waits out its second;
+ * without the leave at all, the worker's last line counts 1 wait run
+ * out).
+ */
+static void
+a_member_leaving_another_way_wakes_the_round(void **state)
+{
+	static struct node	 a;
+	const char	*title = "One leaves another way";
+	char		 root[256], fifo[300], hold[400];
+	const char *const env[] = { hold, NULL };
+	PGconn		*locker;
+	struct timespec	 t0;
+	json_t		*reply;
+	long		 ms;
+	int		 first, second, w;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_reserve_durable:"
+	    "%s", fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	first = harness_raw_send_task(&a.b, "leaves-0", title);
+	/* Claimed, held before its temporary. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	locker = PQconnectdb(server.uri);
+	assert_int_equal(PQstatus(locker), CONNECTION_OK);
+	gate_exec(locker, "BEGIN");
+	gate_exec(locker, "LOCK TABLE idem_submission IN EXCLUSIVE MODE");
+	second = harness_raw_send_task(&a.b, "leaves-0", title);
+	if (!pgserver_await(&server, "SELECT count(*) = 1 " CLAIM_AT_THE_LOCK,
+	    30))
+		fail_msg("the second creation's claim never reached the lock");
+	close(w);
+	harness_wait_log(&a.b, "the first round waiting for members on their "
+	    "way: 1", 1, 30000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	gate_exec(locker, "COMMIT");
+	PQfinish(locker);
+	reply = read_reply(first);
+	/*
+	 * Its round went once the second left, not when its wait ran out
+	 * (a second after it began: the log's line, a few ms before).
+	 */
+	if ((ms = elapsed_ms(&t0)) >= 500)
+		fail_msg("the first creation answered %ld ms after the second "
+		    "left: its round was not woken by the leave", ms);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	close(first);
+	reply = read_reply(second);
+	assert_non_null(reply);
+	json_decref(reply);
+	close(second);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 1);
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	/* Woken by the leave: the wait did not run out. */
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits that waited for members on their way: "), 1);
+	assert_int_equal(harness_log_count(&a.b, "(0 of them until 1000 ms "
+	    "had passed)"), 1);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -734,6 +825,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_stalled_member_costs_one_wait_not_every_round,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_member_leaving_another_way_wakes_the_round,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
