@@ -18,11 +18,16 @@
  * than with its own fsync, and callers that arrive while a round runs
  * share the next.  But a round about to begin waits for the callers
  * already on their way (dirsync_coming: a creation granted, linking
- * now, with no wait for the disk before its call), so that the links of
+ * now, with no fsync of its own before its call, though a member of a
+ * round of grants may first wait for the round's leader's temporary's
+ * fsync, after which the leader reads the round), so that the links of
  * one round of grants share one fsync instead of the second waiting
  * for a round of its own; an event (each one's arrival, or its going
  * another way), bounded by DIRSYNC_GATHER_MS for one stalled on its way
- * (held by a test's hold point, a page fault on a loaded host).  The
+ * (held by a test's hold point, a page fault on a loaded host).  A wait
+ * that ran out gives up on every caller then on its way (a generation:
+ * dirsync_give_up), so one stalled costs one such wait, not one every
+ * round; callers marked after are waited for again.  The
  * callers on their way are counted for the whole dirsync, not per
  * directory: a creation's link and a report's, in two directories at
  * once, wait for each other at most that long.

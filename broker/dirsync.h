@@ -76,9 +76,11 @@ uint64_t dirsync_before(struct dirsync *, int fd);
 int	dirsync_after(struct dirsync *, int fd, uint64_t seen);
 /*
  * A caller on its way to dirsync_after, its change not made yet but
- * about to be with no wait for the disk between (a link once its grant
- * returned): a round about to begin waits for it, up to
- * DIRSYNC_GATHER_MS, so that one fsync covers both.  *coming is the
+ * about to be with no fsync of its own between (a link once its grant
+ * returned; the grant may have waited for its round's leader's
+ * temporary's fsync): a round about to begin waits for it, up to
+ * DIRSYNC_GATHER_MS once (a wait that ran out gives up on every caller
+ * then marked), so that one fsync covers both.  *coming is the
  * caller's own mark: set here, cleared by its arrival
  * (dirsync_after_coming) or by dirsync_gone (it went another way);
  * both are no-ops on a clear mark.

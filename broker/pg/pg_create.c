@@ -733,6 +733,11 @@ cl_write(struct pending *p)
 			cl_fail_storage(p, "writing the file", cause);
 			return;
 		case CL_TAKEN:
+			/*
+			 * Not on its way to a commit any more: its renumbering
+			 * (a statement and a flush) holds no round meanwhile.
+			 */
+			pg_group_gone(&c->member);
 			break;
 		}
 		if (!c->fresh) {

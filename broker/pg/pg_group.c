@@ -17,8 +17,10 @@
  * under the queue's mutex; if no round of that queue is in flight it
  * becomes the leader, takes every member queued (itself included) and
  * sends the round on its own connection; if one is in flight it waits
- * on the condition variable.  A round is never held open waiting for
- * members: a thread alone sends at once.  The round's results are read,
+ * on the condition variable.  A round is not held open for members
+ * that may come: a thread alone sends at once; but a round of grants
+ * and commits waits for those of its worker already on their way
+ * (below).  The round's results are read,
  * once the leader's send is done, by the first of its members free to
  * (the leader, or a member woken while the leader fsyncs its
  * temporary: a grant is sent before the member's fsync and awaited
@@ -58,8 +60,11 @@
  * event (each one's arrival, or its leaving by another way), never a
  * timer; it is sent when none is left on its way, by the last to
  * arrive, or after GROUP_ALONE_MS at most (one on its way stalled: a
- * hung directory fsync).  A member alone in its worker sends at once,
- * as before.
+ * hung directory fsync).  A wait that ran out gives up on every member
+ * then on its way (a generation, group_gathers): no later round waits
+ * for them, so one stalled costs its worker one GROUP_ALONE_MS, not one
+ * every round, while members marked after are waited for as before.
+ * A member alone in its worker sends at once, as before.
  *
  * A member queued behind a round in flight for GROUP_ALONE_MS leaves
  * the queue and goes alone on its own connection: nothing of it was
@@ -747,9 +752,9 @@ pg_group_claim(struct pg_group_member *me, struct pgstore *st,
 	group_member_set(me, PGSTORE_OP_CLAIM, key, 0, NULL);
 	me->m.claim = &me->claim;
 	/*
-	 * A claim needs no WAL flush, its temporary no wait for the disk:
-	 * claiming, it is on its way to the grants' queue, unless its
-	 * claim ends otherwise.
+	 * A claim needs no WAL flush: claiming, it is on its way to the
+	 * grants' queue, unless its claim ends otherwise.  Its temporary's
+	 * write and fsync are on the way (the disk, but no WAL flush).
 	 */
 	pg_group_coming(me);
 	pthread_mutex_lock(&g->lock);
