@@ -16,7 +16,21 @@
  * for it, or for the next.  A round is never held open for more
  * callers: one alone syncs at once, so a lone creation waits no longer
  * than with its own fsync, and callers that arrive while a round runs
- * share the next.
+ * share the next.  But a round about to begin waits for the callers
+ * already on their way (dirsync_coming: a creation granted, linking
+ * now, with no fsync of its own before its call, though a member of a
+ * round of grants may first wait for the round's leader's temporary's
+ * fsync, after which the leader reads the round), so that the links of
+ * one round of grants share one fsync instead of the second waiting
+ * for a round of its own; an event (each one's arrival, or its going
+ * another way), bounded by DIRSYNC_GATHER_MS for one stalled on its way
+ * (held by a test's hold point, a page fault on a loaded host).  A wait
+ * that ran out gives up on every caller then on its way (a generation:
+ * dirsync_give_up), so one stalled costs one such wait, not one every
+ * round; callers marked after are waited for again.  The
+ * callers on their way are counted for the whole dirsync, not per
+ * directory: a creation's link and a report's, in two directories at
+ * once, wait for each other at most that long.
  *
  * A failed fsync fails every caller whose change it may have covered,
  * and no later round is taken as repairing it for them: the kernel may
@@ -38,9 +52,11 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dirsync.h"
+
 
 void
 dirsync_init(struct dirsync *ds, int (*sync)(int))
@@ -76,6 +92,66 @@ dirsync_slot(struct dirsync_dir *dirs, unsigned n, int fd)
 		}
 	}
 	return NULL;
+}
+
+void
+dirsync_coming(struct dirsync *ds, unsigned *coming)
+{
+	pthread_mutex_lock(&ds->lock);
+	if (!*coming) {
+		if (ds->gen == 0)
+			ds->gen = 1;	/* 0 is no mark */
+		*coming = ds->gen;
+		ds->coming++;
+	}
+	pthread_mutex_unlock(&ds->lock);
+}
+
+/*
+ * Under ds->lock: the caller's mark cleared, a waiter woken if it was
+ * the last one waited for (a mark of a generation given up on counts
+ * no more).
+ */
+static void
+dirsync_unmark(struct dirsync *ds, unsigned *coming)
+{
+	unsigned	gen;
+
+	if (coming == NULL || !(gen = *coming))
+		return;
+	*coming = 0;
+	if (gen == ds->gen && --ds->coming == 0 && ds->gathering > 0)
+		pthread_cond_broadcast(&ds->round);
+}
+
+/*
+ * Under ds->lock: a wait for the callers on their way ran out.  No round
+ * waits for them again (one stalled would cost every round a
+ * DIRSYNC_GATHER_MS): the generation moves on, and only callers marked
+ * from here on are waited for.
+ */
+static void
+dirsync_give_up(struct dirsync *ds)
+{
+	ds->coming = 0;
+	ds->tired++;
+	if (++ds->gen == 0)
+		ds->gen = 1;
+	if (ds->gathering > 0)
+		pthread_cond_broadcast(&ds->round);
+}
+
+void
+dirsync_gone(struct dirsync *ds, unsigned *coming)
+{
+	int	error = errno;
+
+	if (!*coming)
+		return;		/* set before its caller could look */
+	pthread_mutex_lock(&ds->lock);
+	dirsync_unmark(ds, coming);
+	pthread_mutex_unlock(&ds->lock);
+	errno = error;
 }
 
 uint64_t
@@ -118,11 +194,20 @@ dirsync_before(struct dirsync *ds, int fd)
 int
 dirsync_after(struct dirsync *ds, int fd, uint64_t seen)
 {
+	return dirsync_after_coming(ds, fd, seen, NULL);
+}
+
+int
+dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
+    unsigned *coming)
+{
 	struct dirsync_dir	*dir;
+	struct timespec		 until;
 	uint64_t		 mine, target;
-	int			 rc, error;
+	int			 rc, error, gather = 1;
 
 	pthread_mutex_lock(&ds->lock);
+	dirsync_unmark(ds, coming);
 	ds->calls++;
 	if ((dir = dirsync_slot(ds->dirs, DIRSYNC_DIRS, fd)) == NULL) {
 		ds->rounds++;
@@ -133,6 +218,29 @@ dirsync_after(struct dirsync *ds, int fd, uint64_t seen)
 	while (dir->synced < mine) {
 		if (dir->syncing) {
 			pthread_cond_wait(&ds->round, &ds->lock);
+			continue;
+		}
+		if (ds->coming > 0 && gather) {
+			/* Woken by the last arrival's round, or a leave. */
+			if (gather == 1) {
+				gather = 2;
+				clock_gettime(CLOCK_MONOTONIC, &until);
+				until.tv_sec += DIRSYNC_GATHER_MS / 1000;
+				until.tv_nsec += (DIRSYNC_GATHER_MS % 1000) *
+				    1000000L;
+				if (until.tv_nsec >= 1000000000L) {
+					until.tv_sec++;
+					until.tv_nsec -= 1000000000L;
+				}
+			}
+			ds->gathering++;
+			if (pthread_cond_clockwait(&ds->round, &ds->lock,
+			    CLOCK_MONOTONIC, &until) == ETIMEDOUT) {
+				gather = 0;
+				if (ds->coming > 0)
+					dirsync_give_up(ds);
+			}
+			ds->gathering--;
 			continue;
 		}
 		dir->syncing = 1;

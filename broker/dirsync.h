@@ -13,6 +13,12 @@
 #include <stdint.h>
 
 #define DIRSYNC_DIRS	4	/* directories with rounds; more sync alone */
+/*
+ * The longest a round waits for callers on their way: far above a
+ * link's time (tens of microseconds), so that only a stalled one is
+ * given up on.
+ */
+#define DIRSYNC_GATHER_MS	1000
 
 /*
  * One directory's rounds: dirsync.c's, and fileio.c's (whose changes
@@ -36,12 +42,21 @@ struct dirsync {
 	int			(*sync)(int);	/* NULL: fsync; the tests' own */
 	uint64_t		 rounds;	/* fsyncs made, for the logs */
 	uint64_t		 calls;		/* dirsync_after calls */
+	/*
+	 * The callers on their way that a round waits for: those marked in
+	 * generation gen (a mark is its generation; 0 none).  A wait that
+	 * ran out moves gen on (tired counts those).
+	 */
+	size_t			 coming;
+	unsigned		 gen;
+	size_t			 gathering;	/* callers waiting for them */
+	uint64_t		 tired;		/* waits that ran out */
 };
 
 /* Every directory unused, fsync's rounds: a static's initializer. */
 #define DIRSYNC_INITIALIZER \
 	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, { { 0 } }, \
-	  NULL, 0, 0 }
+	  NULL, 0, 0, 0, 1, 0, 0 }
 
 /* The same for ds, with sync (the tests') instead of fsync. */
 void	dirsync_init(struct dirsync *ds, int (*sync)(int));
@@ -59,6 +74,22 @@ uint64_t dirsync_before(struct dirsync *, int fd);
  * one that may have taken its writeback error.
  */
 int	dirsync_after(struct dirsync *, int fd, uint64_t seen);
+/*
+ * A caller on its way to dirsync_after, its change not made yet but
+ * about to be with no fsync of its own between (a link once its grant
+ * returned; the grant may have waited for its round's leader's
+ * temporary's fsync): a round about to begin waits for it, up to
+ * DIRSYNC_GATHER_MS once (a wait that ran out gives up on every caller
+ * then marked), so that one fsync covers both.  *coming is the
+ * caller's own mark: set here, cleared by its arrival
+ * (dirsync_after_coming) or by dirsync_gone (it went another way);
+ * both are no-ops on a clear mark.
+ */
+void	dirsync_coming(struct dirsync *, unsigned *coming);
+void	dirsync_gone(struct dirsync *, unsigned *coming);
+/* dirsync_after of a caller that may be on its way (*coming). */
+int	dirsync_after_coming(struct dirsync *, int fd, uint64_t seen,
+	    unsigned *coming);
 /*
  * Under the lock of the table's owner: fd's slot among the n of dirs,
  * the first unused one taken for it if it has none; NULL: every slot

@@ -413,9 +413,11 @@ pg_create_report(void)
 	    (unsigned long long)atomic_load(&cl_disk_scans),
 	    (unsigned long long)atomic_load(&cl_disk_watched));
 	pthread_mutex_lock(&cl_dirsync.lock);
-	log_info("directory fsyncs after links: %llu for %llu links",
+	log_info("directory fsyncs after links: %llu for %llu links; %llu "
+	    "waits for links on their way ran out (%d ms)",
 	    (unsigned long long)cl_dirsync.rounds,
-	    (unsigned long long)cl_dirsync.calls);
+	    (unsigned long long)cl_dirsync.calls,
+	    (unsigned long long)cl_dirsync.tired, DIRSYNC_GATHER_MS);
 	pthread_mutex_unlock(&cl_dirsync.lock);
 }
 
@@ -563,6 +565,12 @@ cl_put_synced(void *arg, int synced, char **cause)
 		return rc == 0 ? 1 : -1;
 	}
 	pg_pause_point("before_task_file_link");
+	/*
+	 * Its link next, then the directory's fsync, then its commit: on
+	 * its way to both (the other members of its round of grants too).
+	 */
+	dirsync_coming(&cl_dirsync, &c->member.linking);
+	pg_group_coming(&c->member);
 	return 0;
 }
 
@@ -624,6 +632,8 @@ cl_put_file(struct pending *p, char **cause)
 	seen = dirsync_before(&cl_dirsync, dir);
 	rc = taskfile_write_stepped(dir, name, data, length, &steps, cause);
 	free(data);
+	if (rc != TASKFILE_LINKED)
+		dirsync_gone(&cl_dirsync, &c->member.linking);
 	switch (rc) {
 	case TASKFILE_LINKED:
 		break;
@@ -637,7 +647,8 @@ cl_put_file(struct pending *p, char **cause)
 		return CL_FAILED;
 	}
 	cl_crash_point(s, CRASH_AFTER_TASK_FILE_LINKED);
-	if (dirsync_after(&cl_dirsync, dir, seen) != 0) {
+	if (dirsync_after_coming(&cl_dirsync, dir, seen,
+	    &c->member.linking) != 0) {
 		asprintf(cause, "fsync of %s's directory: %s", name,
 		    strerror(errno));
 		return CL_FAILED;
@@ -722,6 +733,11 @@ cl_write(struct pending *p)
 			cl_fail_storage(p, "writing the file", cause);
 			return;
 		case CL_TAKEN:
+			/*
+			 * Not on its way to a commit any more: its renumbering
+			 * (a statement and a flush) holds no round meanwhile.
+			 */
+			pg_group_gone(&c->member);
 			break;
 		}
 		if (!c->fresh) {
@@ -1065,10 +1081,14 @@ cl_run(struct pg_job *job, struct pgstore *st, int *open)
 		*open = 1;
 	}
 	c->st = st;
+	c->member.dirsync = &cl_dirsync;
 	if (cl_sub(p)->submission_id == NULL)
 		cl_legacy(p);
 	else
 		cl_step(p);
+	/* Whatever way it went: no round waits for it any more. */
+	pg_group_gone(&c->member);
+	dirsync_gone(&cl_dirsync, &c->member.linking);
 	c->st = NULL;
 }
 

@@ -17,8 +17,10 @@
  * under the queue's mutex; if no round of that queue is in flight it
  * becomes the leader, takes every member queued (itself included) and
  * sends the round on its own connection; if one is in flight it waits
- * on the condition variable.  A round is never held open waiting for
- * members: a thread alone sends at once.  The round's results are read,
+ * on the condition variable.  A round is not held open for members
+ * that may come: a thread alone sends at once; but a round of grants
+ * and commits waits for those of its worker already on their way
+ * (below).  The round's results are read,
  * once the leader's send is done, by the first of its members free to
  * (the leader, or a member woken while the leader fsyncs its
  * temporary: a grant is sent before the member's fsync and awaited
@@ -48,6 +50,22 @@
  * connection found broken before its pipeline) fails no one: every
  * member, claims too, goes alone on its own connection.
  *
+ * A round of grants and commits waits for the members on their way
+ * (pg_group_coming): creations of the worker that will join its queue
+ * with no WAL flush before (claiming, in a round of claims or not,
+ * then writing their temporary; granted and linking, their directory
+ * fsync'd), so that
+ * a round carries them too instead of leaving them to queue behind it
+ * for a round trip and a WAL flush of their own.  It waits for an
+ * event (each one's arrival, or its leaving by another way), never a
+ * timer; it is sent when none is left on its way, by the last to
+ * arrive, or after GROUP_ALONE_MS at most (one on its way stalled: a
+ * hung directory fsync).  A wait that ran out gives up on every member
+ * then on its way (a generation, group_gathers): no later round waits
+ * for them, so one stalled costs its worker one GROUP_ALONE_MS, not one
+ * every round, while members marked after are waited for as before.
+ * A member alone in its worker sends at once, as before.
+ *
  * A member queued behind a round in flight for GROUP_ALONE_MS leaves
  * the queue and goes alone on its own connection: nothing of it was
  * sent, so that is what it would have done without rounds.  A round
@@ -74,8 +92,9 @@
 
 /*
  * How long a queued member waits behind a round in flight before it
- * goes alone: far above a round's time (milliseconds), so that only a
- * stalled round sends its followers on their own.
+ * goes alone, and the longest a round waits for the members on their
+ * way: far above a round's time (milliseconds), so that only a stalled
+ * round (or member) sends the others on their own.
  */
 #define GROUP_ALONE_MS		1000
 
@@ -114,15 +133,29 @@ struct pg_group {
 	uint64_t		 members[3];	/* by op */
 	uint64_t		 flushes;	/* rounds with a grant or commit */
 	uint64_t		 alone;		/* gone alone, tired of waiting */
+	/*
+	 * The members on their way (the grants' and commits' only) that a
+	 * round waits for: those marked in generation gen.  A wait that
+	 * ran out gives up on them all (group_gathers): gen moves on, and
+	 * no round waits for them again, while members marked after still
+	 * count.  A mark is the generation it was made in.
+	 */
+	size_t			 coming;
+	unsigned		 gen;
+	size_t			 gathering;	/* queued members waiting */
+	int			 gather_began;	/* gather_until is set */
+	struct timespec		 gather_until;
+	uint64_t		 gathered;	/* rounds that waited */
+	uint64_t		 gather_tired;	/* ... past GROUP_ALONE_MS */
 };
 
 /* The claims' rounds, and the grants' and commits'. */
 static struct pg_group pg_claims = { PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0, 0 };
+    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 1, 0, 0, { 0, 0 }, 0, 0 };
 static struct pg_group pg_steps = { PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0, 0 };
+    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 1, 0, 0, { 0, 0 }, 0, 0 };
 
 /* The grants and commits of a round, as its log lines name them. */
 static const char *
@@ -244,10 +277,108 @@ struct group_behind {
 	struct timespec	 deadline;
 };
 
-/* Under the lock: me at the queue's end. */
+/* t: GROUP_ALONE_MS from now, on CLOCK_MONOTONIC. */
+static void
+group_deadline(struct timespec *t)
+{
+	clock_gettime(CLOCK_MONOTONIC, t);
+	t->tv_sec += GROUP_ALONE_MS / 1000;
+	t->tv_nsec += (GROUP_ALONE_MS % 1000) * 1000000L;
+	if (t->tv_nsec >= 1000000000L) {
+		t->tv_sec++;
+		t->tv_nsec -= 1000000000L;
+	}
+}
+
+/*
+ * Under the lock, a member queued and no round in flight: whether the
+ * next round waits for members on their way (g->coming), until
+ * GROUP_ALONE_MS after the first member found one (a bound for one
+ * stalled on its way, not what the round waits for).
+ */
+static int
+group_gathers(struct pg_group *g)
+{
+	struct timespec	now;
+
+	if (g->coming == 0)
+		return 0;
+	if (!g->gather_began) {
+		g->gather_began = 1;
+		group_deadline(&g->gather_until);
+		g->gathered++;
+#ifdef IDEM_FAULT_INJECTION
+		{
+			static int	said;
+
+			/* An event for tests/cluster/test_cluster_batch. */
+			if (!said++)
+				fprintf(stderr, "idemd[%ld]: the first round "
+				    "waiting for members on their way: %zu\n",
+				    (long)getpid(), g->coming);
+		}
+#endif
+		return 1;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec > g->gather_until.tv_sec || (now.tv_sec ==
+	    g->gather_until.tv_sec && now.tv_nsec >= g->gather_until.tv_nsec)) {
+		/*
+		 * Given up on every one on its way now: no later round waits
+		 * for them (one stalled would cost each a GROUP_ALONE_MS),
+		 * only for those marked from here on.
+		 */
+		g->gather_began = 0;
+		g->gather_tired++;
+		g->coming = 0;
+		if (++g->gen == 0)
+			g->gen = 1;
+		if (g->gathering > 0)
+			pthread_cond_broadcast(&g->done);
+		return 0;
+	}
+	return 1;
+}
+
+/* Under the lock: me on its way (a no-op if it is already). */
+static void
+group_mark(struct pg_group *g, struct pg_group_member *me)
+{
+	if (!me->coming) {
+		me->coming = g->gen;
+		g->coming++;
+	}
+}
+
+/*
+ * Under the lock: me no longer on its way; 1 if it was the last one a
+ * round waits for (a mark of a generation given up on counts no more).
+ */
+static int
+group_unmark(struct pg_group *g, struct pg_group_member *me)
+{
+	unsigned	gen = me->coming;
+
+	if (!gen)
+		return 0;
+	me->coming = 0;
+	if (gen != g->gen)
+		return 0;
+	return --g->coming == 0;
+}
+
+/* Under the lock: me at the queue's end (and no longer on its way). */
 static void
 group_enqueue(struct pg_group *g, struct pg_group_member *me)
 {
+	if (g == &pg_steps && me->coming) {
+		/*
+		 * Arrived.  If it was the last on its way, it sends the round
+		 * itself (no round in flight) or queues behind the one in
+		 * flight: nobody needs waking.
+		 */
+		(void)group_unmark(g, me);
+	}
 	me->state = GROUP_QUEUED;
 	me->next = NULL;
 	me->cause = NULL;
@@ -306,13 +437,7 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 	if (!w->waiting || w->round != g->rounds) {
 		w->waiting = 1;
 		w->round = g->rounds;
-		clock_gettime(CLOCK_MONOTONIC, &w->deadline);
-		w->deadline.tv_sec += GROUP_ALONE_MS / 1000;
-		w->deadline.tv_nsec += (GROUP_ALONE_MS % 1000) * 1000000L;
-		if (w->deadline.tv_nsec >= 1000000000L) {
-			w->deadline.tv_sec++;
-			w->deadline.tv_nsec -= 1000000000L;
-		}
+		group_deadline(&w->deadline);
 	}
 	if (pthread_cond_clockwait(&g->done, &g->lock, CLOCK_MONOTONIC,
 	    &w->deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||
@@ -339,6 +464,18 @@ group_settle(struct pg_group *g, const char *cause)
 		if (x->outcome == GROUP_FAILED && x->cause == NULL)
 			x->cause = strdup(cause != NULL ? cause :
 			    "PostgreSQL: a round failed");
+		if (x->m.op == PGSTORE_OP_GRANT &&
+		    x->outcome == GROUP_CHANGED) {
+			/*
+			 * Granted: on its way to its link and its commit from
+			 * now, not from when its thread runs again (the
+			 * member that read the round would otherwise find it
+			 * on its way to neither and go without it).
+			 */
+			group_mark(g, x);
+			if (x->dirsync != NULL)
+				dirsync_coming(x->dirsync, &x->linking);
+		}
 		x->state = GROUP_DONE;
 	}
 	g->round_size = 0;
@@ -410,6 +547,7 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	g->tail = rest_tail;
 	if (g->round_size == 0)
 		return 0;
+	g->gather_began = 0;
 	g->in_flight = 1;
 	g->round_st = st;
 	g->grants_sent += grants != 0;
@@ -531,7 +669,13 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 		if (me->state == GROUP_SENT && g->sent && !g->reading)
 			group_read(g);
 		else if (me->state == GROUP_QUEUED && !g->in_flight) {
-			if (group_send(g, me, st, 1) == 0)
+			if (group_gathers(g)) {
+				/* Woken by an arrival that sends it, or a leave. */
+				g->gathering++;
+				pthread_cond_clockwait(&g->done, &g->lock,
+				    CLOCK_MONOTONIC, &g->gather_until);
+				g->gathering--;
+			} else if (group_send(g, me, st, 1) == 0)
 				group_hold_wait(g);
 		} else if (me->state == GROUP_QUEUED) {
 			if ((alone = group_wait_behind(g, me, st, &behind)))
@@ -567,22 +711,11 @@ group_member_set(struct pg_group_member *me, enum pgstore_round_op op,
 	me->cause = NULL;
 }
 
-int
-pg_group_claim(struct pg_group_member *me, struct pgstore *st,
-    const struct pgstore_key *key, const struct subtab_entry *want,
-    struct pgstore_row *row, char **cause)
+/* The claim's end after its round: pg_group_claim's answers. */
+static int
+group_claim_end(struct pg_group_member *me, struct pgstore *st, int rc,
+    char **cause)
 {
-	struct pg_group	*g = &pg_claims;
-	int		 rc;
-
-	*cause = NULL;
-	if (pgstore_claim_begin(st, &me->claim, key, want, row, cause) != 0)
-		return -1;
-	group_member_set(me, PGSTORE_OP_CLAIM, key, 0, NULL);
-	me->m.claim = &me->claim;
-	pthread_mutex_lock(&g->lock);
-	group_enqueue(g, me);
-	rc = group_wait(g, me, st, cause);
 	if (rc == GROUP_FAILED) {
 		/*
 		 * Its outcome unknown: a row it may have made is owned by
@@ -605,6 +738,34 @@ pg_group_claim(struct pg_group_member *me, struct pgstore *st,
 	return rc;
 }
 
+int
+pg_group_claim(struct pg_group_member *me, struct pgstore *st,
+    const struct pgstore_key *key, const struct subtab_entry *want,
+    struct pgstore_row *row, char **cause)
+{
+	struct pg_group	*g = &pg_claims;
+	int		 rc;
+
+	*cause = NULL;
+	if (pgstore_claim_begin(st, &me->claim, key, want, row, cause) != 0)
+		return -1;
+	group_member_set(me, PGSTORE_OP_CLAIM, key, 0, NULL);
+	me->m.claim = &me->claim;
+	/*
+	 * A claim needs no WAL flush: claiming, it is on its way to the
+	 * grants' queue, unless its claim ends otherwise.  Its temporary's
+	 * write and fsync are on the way (the disk, but no WAL flush).
+	 */
+	pg_group_coming(me);
+	pthread_mutex_lock(&g->lock);
+	group_enqueue(g, me);
+	rc = group_wait(g, me, st, cause);
+	rc = group_claim_end(me, st, rc, cause);
+	if (rc != 1)
+		pg_group_gone(me);	/* no grant of its own follows */
+	return rc;
+}
+
 void
 pg_group_grant_join(struct pg_group_member *me, struct pgstore *st,
     const struct pgstore_key *key, int64_t epoch, const char *token)
@@ -614,7 +775,8 @@ pg_group_grant_join(struct pg_group_member *me, struct pgstore *st,
 	group_member_set(me, PGSTORE_OP_GRANT, key, epoch, token);
 	pthread_mutex_lock(&g->lock);
 	group_enqueue(g, me);
-	if (!g->in_flight)
+	/* Gathering: the last on its way sends it, or me after its fsync. */
+	if (!g->in_flight && !group_gathers(g))
 		(void)group_send(g, me, st, 0);
 	pthread_mutex_unlock(&g->lock);
 }
@@ -656,6 +818,37 @@ pg_group_commit(struct pg_group_member *me, struct pgstore *st,
 	return rc;
 }
 
+void
+pg_group_coming(struct pg_group_member *me)
+{
+	struct pg_group	*g = &pg_steps;
+
+	pthread_mutex_lock(&g->lock);
+	group_mark(g, me);
+	pthread_mutex_unlock(&g->lock);
+}
+
+void
+pg_group_gone(struct pg_group_member *me)
+{
+	struct pg_group	*g = &pg_steps;
+
+	int		 error = errno;
+
+	/*
+	 * Its own thread sets and clears me->coming, or the reader of a
+	 * round it is in, under the lock, before it is told the outcome.
+	 */
+	if (!me->coming)
+		return;
+	pthread_mutex_lock(&g->lock);
+	/* The last one on its way left: a member waiting for it sends. */
+	if (group_unmark(g, me) && g->gathering > 0)
+		pthread_cond_broadcast(&g->done);
+	pthread_mutex_unlock(&g->lock);
+	errno = error;		/* a failed claim's ERANGE, say */
+}
+
 /* One group's counts, logged. */
 static void
 group_report(struct pg_group *g, const char *what)
@@ -671,6 +864,11 @@ group_report(struct pg_group *g, const char *what)
 		    (unsigned long long)g->members[PGSTORE_OP_COMMIT],
 		    (unsigned long long)g->flushes,
 		    (unsigned long long)g->alone);
+	if (g->gathered > 0)
+		log_info("store rounds of %s that waited for members on their "
+		    "way: %llu (%llu of them until %d ms had passed)", what,
+		    (unsigned long long)g->gathered,
+		    (unsigned long long)g->gather_tired, GROUP_ALONE_MS);
 	pthread_mutex_unlock(&g->lock);
 }
 

@@ -7,6 +7,7 @@
 #ifndef PG_GROUP_H
 #define PG_GROUP_H
 
+#include "dirsync.h"
 #include "pg.h"
 
 struct pg_group_member {
@@ -15,8 +16,28 @@ struct pg_group_member {
 	struct pg_group_member		*next;		/* the queue's */
 	int				 state;		/* pg_group.c's */
 	int				 outcome;	/* pg_group.c's */
+	unsigned			 coming;	/* pg_group_coming */
+	/*
+	 * The directory fsyncs its link will share (NULL: none), and its
+	 * mark there (dirsync_coming): a round of grants marks each member
+	 * it granted, on its way to the link, before it wakes them.
+	 */
+	struct dirsync			*dirsync;
+	unsigned			 linking;
 	char				*cause;
 };
+
+/*
+ * me is on its way to the grants' and commits' queue with no WAL flush
+ * in between: claiming (pg_group_claim marks it, and unmarks it unless
+ * it claimed), its temporary to write; or granted, its link and the
+ * directory's fsync to make.  A round of grants and commits about to go
+ * waits for it (pg_group.c: "the members on their way").  _gone: it is
+ * not, or no longer (its own join says so by itself); safe to call at
+ * any time, errno kept.
+ */
+void	pg_group_coming(struct pg_group_member *);
+void	pg_group_gone(struct pg_group_member *);
 
 /*
  * The claim (pgstore_claim's answers: 1 claimed, row filled; 0 the key

@@ -7,7 +7,16 @@
  * and commits in one statement) likewise (mixed_round_fails_halfway);
  * and a round stalled in flight, which the worker's other creations
  * leave behind after a second, going alone on their own connections
- * (a_member_behind_a_stalled_round_goes_alone).
+ * (a_member_behind_a_stalled_round_goes_alone); and a round that waits
+ * for a member on its way to the queue and carries it
+ * (a_round_waits_for_a_member_on_its_way), and the members a round
+ * of grants granted, on their way from its end, link under one
+ * directory fsync and commit in one round
+ * (a_round_of_grants_links_and_commits_together); and a member stalled
+ * on its way costs one wait of a second, not one every round
+ * (a_stalled_member_costs_one_wait_not_every_round), and a member on
+ * its way that leaves another way lets a waiting round go at once
+ * (a_member_leaving_another_way_wakes_the_round).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -39,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -484,6 +494,316 @@ a_member_behind_a_stalled_round_goes_alone(void **state)
 	cluster_rm_root(root);
 }
 
+/*
+ * A round of grants and commits waits for the worker's members on their
+ * way to the queue (pg_group.c, pg_group_coming): the first creation,
+ * granted and linked, is held before its directory's fsync
+ * (IDEM_CRASH_HOLD_AT=after_task_file_linked): on its way to its
+ * commit.  A second creation on the worker's other thread claims,
+ * writes its temporary and queues its grant: no round is in flight, yet
+ * it is not sent, since the first is on its way (the log says so, an
+ * event), and its row stays ungranted.  Let go, the first's commit
+ * arrives and carries the second's grant in one round: three rounds of
+ * grants and commits for the two creations (the first's grant, the
+ * mixed round, the second's commit), where a round sent at once is
+ * four; one file each, both committed once.
+ */
+static void
+a_round_waits_for_a_member_on_its_way(void **state)
+{
+	static struct node	 a;
+	const char	*title = "A member on its way";
+	char		 root[256], fifo[300], hold[400];
+	const char *const env[] = { hold, NULL };
+	struct pollfd	 pfd;
+	json_t		*reply;
+	int		 fds[2], w, i;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_task_file_linked:"
+	    "%s", fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	fds[0] = harness_raw_send_task(&a.b, "way-0", title);
+	/* Granted and linked, held before its directory's fsync. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	fds[1] = harness_raw_send_task(&a.b, "way-1", title);
+	harness_wait_log(&a.b, "the first round waiting for members on their "
+	    "way: 1", 1, 30000);
+	/* Its grant queued, not sent: no answer, its row not granted. */
+	pfd.fd = fds[1];
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, 0), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id = 'way-1' AND "
+	    "state = 1 AND NOT lease_granted"), 1);
+	close(w);
+	for (i = 0; i < 2; i++) {
+		reply = read_reply(fds[i]);
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+		close(fds[i]);
+	}
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'way-%%' AND "
+	    "state = 3"), 2);
+	/* The worker's last lines (once it is gone) count its rounds. */
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits: 3, with 0 claims, 2 grants, 2 commits"), 1);
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits that waited for members on their way: 1 (0 of them"), 1);
+	assert_int_equal(harness_log_count(&a.b, "; 0 waits for links on "
+	    "their way ran out"), 1);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
+/*
+ * Two creations granted in one round (IDEM_CRASH_BATCH_OF=2: the
+ * worker's first grant round waits for both) are on their way to their
+ * links and commits from the moment that round ends, not from when each
+ * thread runs again: the one that read the round and links first waits
+ * for the other's link, so one directory fsync covers both links, and
+ * its commit waits for the other's, so one round carries both commits.
+ * Two rounds of grants and commits and one directory fsync for the two
+ * creations, where members marked only once they run again link and
+ * commit apart as often as not.
+ */
+static void
+a_round_of_grants_links_and_commits_together(void **state)
+{
+	static struct node	 a;
+	const char	*title = "Granted together";
+	const char *const env[] = { "IDEM_CRASH_BATCH_OF=2", NULL };
+	char		 root[256];
+	json_t		*reply;
+	int		 fds[2], i;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	fds[0] = harness_raw_send_task(&a.b, "together-0", title);
+	fds[1] = harness_raw_send_task(&a.b, "together-1", title);
+	for (i = 0; i < 2; i++) {
+		reply = read_reply(fds[i]);
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+		close(fds[i]);
+	}
+	assert_int_equal(harness_log_count(&a.b, "the first grant batch: 2 "
+	    "members"), 1);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits: 2, with 0 claims, 2 grants, 2 commits"), 1);
+	assert_int_equal(harness_log_count(&a.b, "directory fsyncs after "
+	    "links: 1 for 2 links; 0 waits for links on their way ran out"), 1);
+	/* No mark leaked: no round's wait ran out, if one waited. */
+	assert_int_equal(harness_log_count(&a.b, "(0 of them until 1000 ms "
+	    "had passed)"), harness_log_count(&a.b, "that waited for "
+	    "members on their way"));
+	cluster_node_kill(&a);
+	cluster_rm_root(root);
+}
+
+/* Milliseconds since *t0 (CLOCK_MONOTONIC). */
+static long
+elapsed_ms(const struct timespec *t0)
+{
+	struct timespec	now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec -
+	    t0->tv_nsec) / 1000000;
+}
+
+#define STALLED_AFTER	4	/* creations sent while one is held */
+
+/*
+ * A member stalled on its way (IDEM_CRASH_HOLD_AT=after_task_file_linked:
+ * granted and linked, held before its directory's fsync, on its way to
+ * that fsync and to its commit) is given up on once a wait for it ran
+ * out (GROUP_ALONE_MS, DIRSYNC_GATHER_MS), not waited for again by every
+ * later round: of the creations sent one after another meanwhile, the
+ * first waits for the bounds (its grant's round, its link's fsync), all
+ * the others finish in far less than a second each, where each round
+ * starting a new wait made every one of them take two.  Let go, the
+ * held one is created too; the worker's last lines count one wait run
+ * out of each kind.
+ */
+static void
+a_stalled_member_costs_one_wait_not_every_round(void **state)
+{
+	static struct node	 a;
+	const char	*title = "Behind a stalled one";
+	char		 root[256], fifo[300], hold[400], id[32];
+	const char *const env[] = { hold, NULL };
+	struct timespec	 t0;
+	json_t		*reply;
+	long		 ms[STALLED_AFTER];
+	int		 held, fd, w, i;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_task_file_linked:"
+	    "%s", fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	held = harness_raw_send_task(&a.b, "stalled-0", title);
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	for (i = 0; i < STALLED_AFTER; i++) {
+		snprintf(id, sizeof id, "stalled-%d", i + 1);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		fd = harness_raw_send_task(&a.b, id, title);
+		reply = read_reply(fd);
+		ms[i] = elapsed_ms(&t0);
+		harness_assert_outcome(reply, "created", 1, 1, 0);
+		json_decref(reply);
+		close(fd);
+	}
+	/* The first waited for the bounds; no later one did. */
+	if (ms[0] < 900)
+		fail_msg("the first creation behind the stalled one took %ld "
+		    "ms: no wait for it ran out", ms[0]);
+	for (i = 1; i < STALLED_AFTER; i++)
+		if (ms[i] >= 500)
+			fail_msg("creation %d behind the stalled one took %ld "
+			    "ms: a round waited for it again", i + 1, ms[i]);
+	close(w);
+	reply = read_reply(held);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	close(held);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), STALLED_AFTER + 1);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE 'stalled-%%' AND "
+	    "state = 3"), STALLED_AFTER + 1);
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	assert_int_equal(harness_log_count(&a.b, "(1 of them until 1000 ms "
+	    "had passed)"), 1);
+	assert_int_equal(harness_log_count(&a.b, "; 1 waits for links on "
+	    "their way ran out"), 1);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
+/* A claim waiting for a table lock: its backend's. */
+#define CLAIM_AT_THE_LOCK \
+	"FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND " \
+	"left(query, 15) = 'WITH clock AS ('"
+
+/*
+ * A member on its way that leaves another way (pg_group_gone: a claim
+ * that finds its key's row) wakes the round waiting for it, which goes
+ * at once rather than when its wait runs out.  The first creation is
+ * held once claimed (IDEM_CRASH_HOLD_AT=after_reserve_durable); the
+ * test's session locks the submissions table, and a second creation of
+ * the same id claims (on its way to the grants' queue) and waits at the
+ * lock.  The first, let go, queues its grant, which waits for the
+ * second (the log says so); the lock given up, the second's claim finds
+ * the first's row and leaves: the round goes at once, well before its
+ * wait's bound (without the leave's wake-up it waits out its second;
+ * without the leave at all, the worker's last line counts 1 wait run
+ * out).
+ */
+static void
+a_member_leaving_another_way_wakes_the_round(void **state)
+{
+	static struct node	 a;
+	const char	*title = "One leaves another way";
+	char		 root[256], fifo[300], hold[400];
+	const char *const env[] = { hold, NULL };
+	PGconn		*locker;
+	struct timespec	 t0;
+	json_t		*reply;
+	long		 ms;
+	int		 first, second, w;
+
+	(void)state;
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, sizeof fifo, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_reserve_durable:"
+	    "%s", fifo);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	first = harness_raw_send_task(&a.b, "leaves-0", title);
+	/* Claimed, held before its temporary. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	locker = PQconnectdb(server.uri);
+	assert_int_equal(PQstatus(locker), CONNECTION_OK);
+	gate_exec(locker, "BEGIN");
+	gate_exec(locker, "LOCK TABLE idem_submission IN EXCLUSIVE MODE");
+	second = harness_raw_send_task(&a.b, "leaves-0", title);
+	if (!pgserver_await(&server, "SELECT count(*) = 1 " CLAIM_AT_THE_LOCK,
+	    30))
+		fail_msg("the second creation's claim never reached the lock");
+	close(w);
+	harness_wait_log(&a.b, "the first round waiting for members on their "
+	    "way: 1", 1, 30000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	gate_exec(locker, "COMMIT");
+	PQfinish(locker);
+	reply = read_reply(first);
+	/*
+	 * Its round went once the second left, not when its wait ran out
+	 * (a second after it began: the log's line, a few ms before).
+	 */
+	if ((ms = elapsed_ms(&t0)) >= 500)
+		fail_msg("the first creation answered %ld ms after the second "
+		    "left: its round was not woken by the leave", ms);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	close(first);
+	reply = read_reply(second);
+	assert_non_null(reply);
+	json_decref(reply);
+	close(second);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 1);
+	assert_int_equal(harness_stop(&a.b), 0);
+	cluster_node_reap(&a);
+	/* Woken by the leave: the wait did not run out. */
+	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
+	    "commits that waited for members on their way: "), 1);
+	assert_int_equal(harness_log_count(&a.b, "(0 of them until 1000 ms "
+	    "had passed)"), 1);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -496,6 +816,18 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_member_behind_a_stalled_round_goes_alone,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_round_waits_for_a_member_on_its_way,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_round_of_grants_links_and_commits_together,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_stalled_member_costs_one_wait_not_every_round,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_member_leaving_another_way_wakes_the_round,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 

@@ -9,7 +9,9 @@
  * none made after; each
  * directory has its own rounds (an fsync of the reports directory never
  * covers a link in the inbox), and directories past the table's slots
- * sync alone.
+ * sync alone; a round about to begin waits for a caller on its way
+ * (dirsync_coming) and covers it too, and goes without it once it goes
+ * another way (dirsync_gone).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -378,6 +380,160 @@ directories_past_the_slots_sync_alone(void **state)
 	assert_int_equal(fake.fds[DIRSYNC_DIRS + 1], FD);
 }
 
+/*
+ * Until a caller waits for others on their way (within RETURN_MS: one
+ * that began its round instead fails the test, not hangs it).
+ */
+static void
+await_gathering(void)
+{
+	struct timespec	start, now;
+	size_t		n;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		pthread_mutex_lock(&ds.lock);
+		n = ds.gathering;
+		pthread_mutex_unlock(&ds.lock);
+		if (n > 0)
+			return;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec -
+		    start.tv_nsec) / 1000000 > RETURN_MS)
+			fail_msg("no round waits for the caller on its way "
+			    "(%d fsyncs begun)", fake.calls);
+		sched_yield();
+	}
+}
+
+/* Milliseconds since *t0 (CLOCK_MONOTONIC). */
+static long
+elapsed_ms(const struct timespec *t0)
+{
+	struct timespec	now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec -
+	    t0->tv_nsec) / 1000000;
+}
+
+/*
+ * A caller on its way (its link not made yet): another's round does not
+ * begin until it arrives, and then one fsync covers both, where a round
+ * begun at once made two.
+ */
+static void
+a_round_waits_for_a_caller_on_its_way(void **state)
+{
+	struct caller	first;
+	unsigned	coming = 0;
+
+	(void)state;
+	fake.hold_fd = 0;
+	dirsync_coming(&ds, &coming);
+	assert_int_equal(coming, 1);
+	memset(&first, 0, sizeof first);
+	assert_int_equal(pthread_create(&first.thread, NULL, caller_run,
+	    &first), 0);
+	/* It counted its change and waits, in the same hold of the lock. */
+	await_gathering();
+	assert_int_equal(changed(), 1);
+	pthread_mutex_lock(&fake.lock);
+	assert_int_equal(fake.calls, 0);
+	assert_int_equal(first.done, 0);
+	pthread_mutex_unlock(&fake.lock);
+	/* It arrives: one round for both. */
+	assert_int_equal(dirsync_after_coming(&ds, FD, dirsync_before(&ds, FD),
+	    &coming), 0);
+	assert_int_equal(coming, 0);
+	assert_int_equal(pthread_join(first.thread, NULL), 0);
+	assert_int_equal(first.rc, 0);
+	assert_int_equal(fake.calls, 1);
+	assert_int_equal(ds.coming, 0);
+}
+
+/* One on its way that goes another way is not waited for any longer. */
+static void
+a_caller_gone_another_way_is_not_waited_for(void **state)
+{
+	struct caller	first;
+	struct timespec	t0;
+	unsigned	coming = 0;
+
+	(void)state;
+	fake.hold_fd = 0;
+	dirsync_coming(&ds, &coming);
+	memset(&first, 0, sizeof first);
+	assert_int_equal(pthread_create(&first.thread, NULL, caller_run,
+	    &first), 0);
+	await_gathering();
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	dirsync_gone(&ds, &coming);
+	assert_int_equal(coming, 0);
+	assert_int_equal(pthread_join(first.thread, NULL), 0);
+	/* Woken by the leave, not by the bound running out. */
+	if (elapsed_ms(&t0) >= DIRSYNC_GATHER_MS / 2)
+		fail_msg("the waiting caller returned %ld ms after the leave",
+		    elapsed_ms(&t0));
+	assert_int_equal(ds.tired, 0);
+	assert_int_equal(first.rc, 0);
+	assert_int_equal(fake.calls, 1);
+	/* Gone twice is nothing. */
+	dirsync_gone(&ds, &coming);
+	assert_int_equal(ds.coming, 0);
+}
+
+/*
+ * One stalled on its way costs one wait of DIRSYNC_GATHER_MS, not one
+ * every round: once a wait ran out, later rounds go at once while it is
+ * still on its way, yet wait for a caller marked after the give-up.
+ */
+static void
+a_stalled_caller_costs_one_wait_not_every_round(void **state)
+{
+	struct caller	waiter;
+	struct timespec	t0;
+	unsigned	stalled = 0, later = 0;
+	int		i;
+
+	(void)state;
+	fake.hold_fd = 0;
+	dirsync_coming(&ds, &stalled);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(after(FD), 0);
+	if (elapsed_ms(&t0) < DIRSYNC_GATHER_MS - 50)
+		fail_msg("the first round waited %ld ms, not the bound",
+		    elapsed_ms(&t0));
+	assert_int_equal(ds.tired, 1);
+	/* The stalled one still on its way: the next rounds go at once. */
+	for (i = 0; i < 3; i++) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		assert_int_equal(after(FD), 0);
+		if (elapsed_ms(&t0) >= DIRSYNC_GATHER_MS / 2)
+			fail_msg("round %d waited %ld ms for the stalled caller",
+			    i + 2, elapsed_ms(&t0));
+	}
+	assert_int_equal(ds.tired, 1);
+	assert_int_equal(fake.calls, 4);
+	/* One marked after the give-up is waited for, and shares the round. */
+	dirsync_coming(&ds, &later);
+	memset(&waiter, 0, sizeof waiter);
+	assert_int_equal(pthread_create(&waiter.thread, NULL, caller_run,
+	    &waiter), 0);
+	await_gathering();
+	assert_int_equal(dirsync_after_coming(&ds, FD, dirsync_before(&ds, FD),
+	    &later), 0);
+	assert_int_equal(pthread_join(waiter.thread, NULL), 0);
+	assert_int_equal(waiter.rc, 0);
+	assert_int_equal(fake.calls, 5);
+	assert_int_equal(ds.tired, 1);
+	/* The stalled one arrives at last: it counts for nobody any more. */
+	assert_int_equal(dirsync_after_coming(&ds, FD, dirsync_before(&ds, FD),
+	    &stalled), 0);
+	assert_int_equal(stalled, 0);
+	assert_int_equal(ds.coming, 0);
+}
+
 int
 main(void)
 {
@@ -395,6 +551,12 @@ main(void)
 		    setup),
 		cmocka_unit_test_setup(directories_past_the_slots_sync_alone,
 		    setup),
+		cmocka_unit_test_setup(a_round_waits_for_a_caller_on_its_way,
+		    setup),
+		cmocka_unit_test_setup(
+		    a_caller_gone_another_way_is_not_waited_for, setup),
+		cmocka_unit_test_setup(
+		    a_stalled_caller_costs_one_wait_not_every_round, setup),
 	};
 
 	if (FILTER_APPLY(tests) == -1)

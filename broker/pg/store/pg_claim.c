@@ -72,7 +72,8 @@ const char pg_claim_sql[] =
 	"day AS (SELECT now_ms, async, to_char(date '1970-01-01' + "
 	"(now_ms / 86400000)::integer, 'YYYYMMDD')::integer AS today "
 	"FROM clock), "
-	"found AS (SELECT 1 FROM idem_submission WHERE " KEY_WHERE "), "
+	"found AS (SELECT " ROW_COLUMNS " FROM idem_submission WHERE "
+	KEY_WHERE "), "
 	"num AS (INSERT INTO idem_counter AS c (workspace_id, kind, date, "
 	"next_seq) SELECT $1::uuid, $2::smallint, today, $6::integer + 2 "
 	"FROM day WHERE "
@@ -97,8 +98,8 @@ const char pg_claim_sql[] =
 	"'1 microsecond', clock_timestamp() + $17::integer * "
 	"interval '1 millisecond' FROM named RETURNING task_id) "
 	"SELECT day.now_ms, day.today, (SELECT got FROM num), "
-	"(SELECT task_id FROM ins), day.async, "
-	ROW_COLUMNS " FROM day LEFT JOIN idem_submission ON " KEY_WHERE;
+	"(SELECT task_id FROM ins), day.async, found.* FROM day LEFT JOIN "
+	"found ON true";
 #define CLAIM_ROW_FIRST	5	/* ROW_COLUMNS start here */
 
 /* The host's guess of the server's day, for the first disk scan. */
