@@ -57,7 +57,6 @@
 
 #include "dirsync.h"
 
-
 void
 dirsync_init(struct dirsync *ds, int (*sync)(int))
 {
