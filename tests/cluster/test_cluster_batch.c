@@ -89,6 +89,23 @@ gate_exec(PGconn *conn, const char *sql)
 	PQclear(res);
 }
 
+/*
+ * A fresh store and root for one node, and a hold point armed at point:
+ * hold is the IDEM_CRASH_HOLD_AT entry of the node's environment, fifo
+ * what the test opens to let the held thread go.
+ */
+static void
+held_setup(const char *point, char *root, char *fifo, size_t fifo_size,
+    char *hold, size_t hold_size)
+{
+	cluster_need_fault_injection();
+	cluster_store_reset(&server);
+	cluster_fresh_root(root);
+	snprintf(fifo, fifo_size, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, hold_size, "IDEM_CRASH_HOLD_AT=%s:%s", point, fifo);
+}
+
 /* The step a test fails: its fault variables, its gate, its log. */
 struct halfway {
 	const char	*name;		/* "grant", "commit" */
@@ -174,13 +191,8 @@ batch_fails_halfway(const struct halfway *h)
 	char		*line;
 	int		 fds[MEMBERS], w, i;
 
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, sizeof fifo, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s", h->point,
-	    fifo);
+	held_setup(h->point, root, fifo, sizeof fifo, hold,
+	    sizeof hold);
 
 	/* The gate shut: the test's session holds the lock the step waits for. */
 	gate_step(h, 1);
@@ -334,13 +346,8 @@ mixed_round_fails_halfway(void **state)
 	int		 fds[MEMBERS], w, i;
 
 	(void)state;
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, sizeof fifo, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s",
-	    commit_halfway.point, fifo);
+	held_setup(commit_halfway.point, root, fifo, sizeof fifo, hold,
+	    sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = MEMBERS_S;
 	assert_int_equal(cluster_node_start(&a, LEASE_MS, "1", "30000", NULL,
@@ -435,13 +442,8 @@ a_member_behind_a_stalled_round_goes_alone(void **state)
 	int		 fds[2], w, i;
 
 	(void)state;
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, sizeof fifo, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=%s:%s",
-	    grant_halfway.point, fifo);
+	held_setup(grant_halfway.point, root, fifo, sizeof fifo, hold,
+	    sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -520,13 +522,8 @@ a_round_waits_for_a_member_on_its_way(void **state)
 	int		 fds[2], w, i;
 
 	(void)state;
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, sizeof fifo, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_task_file_linked:"
-	    "%s", fifo);
+	held_setup("after_task_file_linked", root, fifo, sizeof fifo, hold,
+	    sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -625,17 +622,6 @@ a_round_of_grants_links_and_commits_together(void **state)
 	cluster_rm_root(root);
 }
 
-/* Milliseconds since *t0 (CLOCK_MONOTONIC). */
-static long
-elapsed_ms(const struct timespec *t0)
-{
-	struct timespec	now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec -
-	    t0->tv_nsec) / 1000000;
-}
-
 #define STALLED_AFTER	4	/* creations sent while one is held */
 
 /*
@@ -657,19 +643,14 @@ a_stalled_member_costs_one_wait_not_every_round(void **state)
 	const char	*title = "Behind a stalled one";
 	char		 root[256], fifo[300], hold[400], id[32];
 	const char *const env[] = { hold, NULL };
-	struct timespec	 t0;
+	int64_t		 t0;
 	json_t		*reply;
 	long		 ms[STALLED_AFTER];
 	int		 held, fd, w, i;
 
 	(void)state;
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, sizeof fifo, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_task_file_linked:"
-	    "%s", fifo);
+	held_setup("after_task_file_linked", root, fifo, sizeof fifo, hold,
+	    sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -678,10 +659,10 @@ a_stalled_member_costs_one_wait_not_every_round(void **state)
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	for (i = 0; i < STALLED_AFTER; i++) {
 		snprintf(id, sizeof id, "stalled-%d", i + 1);
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = harness_now_ms();
 		fd = harness_raw_send_task(&a.b, id, title);
 		reply = read_reply(fd);
-		ms[i] = elapsed_ms(&t0);
+		ms[i] = harness_now_ms() - t0;
 		harness_assert_outcome(reply, "created", 1, 1, 0);
 		json_decref(reply);
 		close(fd);
@@ -742,19 +723,14 @@ a_member_leaving_another_way_wakes_the_round(void **state)
 	char		 root[256], fifo[300], hold[400];
 	const char *const env[] = { hold, NULL };
 	PGconn		*locker;
-	struct timespec	 t0;
+	int64_t		 t0;
 	json_t		*reply;
 	long		 ms;
 	int		 first, second, w;
 
 	(void)state;
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, sizeof fifo, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, sizeof hold, "IDEM_CRASH_HOLD_AT=after_reserve_durable:"
-	    "%s", fifo);
+	held_setup("after_reserve_durable", root, fifo, sizeof fifo, hold,
+	    sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -773,7 +749,7 @@ a_member_leaving_another_way_wakes_the_round(void **state)
 	close(w);
 	harness_wait_log(&a.b, "the first round waiting for members on their "
 	    "way: 1", 1, 30000);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = harness_now_ms();
 	gate_exec(locker, "COMMIT");
 	PQfinish(locker);
 	reply = read_reply(first);
@@ -781,7 +757,7 @@ a_member_leaving_another_way_wakes_the_round(void **state)
 	 * Its round went once the second left, not when its wait ran out
 	 * (a second after it began: the log's line, a few ms before).
 	 */
-	if ((ms = elapsed_ms(&t0)) >= 500)
+	if ((ms = harness_now_ms() - t0) >= 500)
 		fail_msg("the first creation answered %ld ms after the second "
 		    "left: its round was not woken by the leave", ms);
 	harness_assert_outcome(reply, "created", 1, 1, 0);

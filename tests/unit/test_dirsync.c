@@ -380,32 +380,6 @@ directories_past_the_slots_sync_alone(void **state)
 	assert_int_equal(fake.fds[DIRSYNC_DIRS + 1], FD);
 }
 
-/*
- * Until a caller waits for others on their way (within RETURN_MS: one
- * that began its round instead fails the test, not hangs it).
- */
-static void
-await_gathering(void)
-{
-	struct timespec	start, now;
-	size_t		n;
-
-	clock_gettime(CLOCK_MONOTONIC, &start);
-	for (;;) {
-		pthread_mutex_lock(&ds.lock);
-		n = ds.gathering;
-		pthread_mutex_unlock(&ds.lock);
-		if (n > 0)
-			return;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec -
-		    start.tv_nsec) / 1000000 > RETURN_MS)
-			fail_msg("no round waits for the caller on its way "
-			    "(%d fsyncs begun)", fake.calls);
-		sched_yield();
-	}
-}
-
 /* Milliseconds since *t0 (CLOCK_MONOTONIC). */
 static long
 elapsed_ms(const struct timespec *t0)
@@ -415,6 +389,30 @@ elapsed_ms(const struct timespec *t0)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return (now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec -
 	    t0->tv_nsec) / 1000000;
+}
+
+/*
+ * Until a caller waits for others on their way (within RETURN_MS: one
+ * that began its round instead fails the test, not hangs it).
+ */
+static void
+await_gathering(void)
+{
+	struct timespec	start;
+	size_t		n;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		pthread_mutex_lock(&ds.lock);
+		n = ds.gathering;
+		pthread_mutex_unlock(&ds.lock);
+		if (n > 0)
+			return;
+		if (elapsed_ms(&start) > RETURN_MS)
+			fail_msg("no round waits for the caller on its way "
+			    "(%d fsyncs begun)", fake.calls);
+		sched_yield();
+	}
 }
 
 /*

@@ -420,19 +420,27 @@ lines_end_at_guard_page(void **state)
 	assert_int_equal(munmap(page, 2 * (size_t)pagesize), 0);
 }
 
-/* name's value in line as it stands (1), or 0: dumped instead. */
+/* name's value in line as scan takes it, equal to want (1), or 0. */
 static int
-compact_of(const char *line, const char *name, const char *want)
+scanned_as(int (*scan)(const char *, size_t, const char *, const char **,
+    size_t *), const char *line, const char *name, const char *want)
 {
 	const char	*v;
 	size_t		 n;
 
-	if (!fastscan_compact_member(line, strlen(line), name, &v, &n))
+	if (!scan(line, strlen(line), name, &v, &n))
 		return 0;
 	assert_non_null(want);
 	assert_int_equal(n, strlen(want));
 	assert_memory_equal(v, want, n);
 	return 1;
+}
+
+/* name's value in line as it stands (1), or 0: dumped instead. */
+static int
+compact_of(const char *line, const char *name, const char *want)
+{
+	return scanned_as(fastscan_compact_member, line, name, want);
 }
 
 static void
@@ -470,15 +478,7 @@ compact_members(void **state)
 static int
 member_of(const char *line, const char *name, const char *want)
 {
-	const char	*v;
-	size_t		 n;
-
-	if (!fastscan_member(line, strlen(line), name, &v, &n))
-		return 0;
-	assert_non_null(want);
-	assert_int_equal(n, strlen(want));
-	assert_memory_equal(v, want, n);
-	return 1;
+	return scanned_as(fastscan_member, line, name, want);
 }
 
 /*
