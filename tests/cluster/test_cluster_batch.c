@@ -106,6 +106,20 @@ held_setup(const char *point, char *root, char *fifo, size_t fifo_size,
 	snprintf(hold, hold_size, "IDEM_CRASH_HOLD_AT=%s:%s", point, fifo);
 }
 
+/*
+ * n creations of ids prefix-*, all done: n TASK files, no temporary
+ * left, n rows committed.
+ */
+static void
+assert_all_committed(const char *root, const char *prefix, long n)
+{
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), n);
+	assert_int_equal(cluster_temporaries(root), 0);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id LIKE '%s-%%' AND "
+	    "state = 3", prefix), n);
+}
+
 /* The step a test fails: its fault variables, its gate, its log. */
 struct halfway {
 	const char	*name;		/* "grant", "commit" */
@@ -475,11 +489,7 @@ a_member_behind_a_stalled_round_goes_alone(void **state)
 	assert_string_not_equal(task_id[0], task_id[1]);
 	for (i = 0; i < 2; i++)
 		close(fds[i]);
-	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
-	assert_int_equal(cluster_temporaries(root), 0);
-	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
-	    "idem_submission WHERE client_submission_id LIKE 'stall-%%' AND "
-	    "state = 3"), 2);
+	assert_all_committed(root, "stall", 2);
 	for (i = 0; i < 2; i++) {
 		char	id[32];
 
@@ -548,11 +558,7 @@ a_round_waits_for_a_member_on_its_way(void **state)
 		json_decref(reply);
 		close(fds[i]);
 	}
-	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
-	assert_int_equal(cluster_temporaries(root), 0);
-	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
-	    "idem_submission WHERE client_submission_id LIKE 'way-%%' AND "
-	    "state = 3"), 2);
+	assert_all_committed(root, "way", 2);
 	/* The worker's last lines (once it is gone) count its rounds. */
 	assert_int_equal(harness_stop(&a.b), 0);
 	cluster_node_reap(&a);
@@ -680,11 +686,7 @@ a_stalled_member_costs_one_wait_not_every_round(void **state)
 	harness_assert_outcome(reply, "created", 1, 1, 0);
 	json_decref(reply);
 	close(held);
-	assert_int_equal(cluster_tasks_on_disk(root, NULL), STALLED_AFTER + 1);
-	assert_int_equal(cluster_temporaries(root), 0);
-	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
-	    "idem_submission WHERE client_submission_id LIKE 'stalled-%%' AND "
-	    "state = 3"), STALLED_AFTER + 1);
+	assert_all_committed(root, "stalled", STALLED_AFTER + 1);
 	assert_int_equal(harness_stop(&a.b), 0);
 	cluster_node_reap(&a);
 	assert_int_equal(harness_log_count(&a.b, "(1 of them until 1000 ms "
