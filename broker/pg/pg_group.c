@@ -832,7 +832,6 @@ void
 pg_group_gone(struct pg_group_member *me)
 {
 	struct pg_group	*g = &pg_steps;
-
 	int		 error = errno;
 
 	/*
