@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "dirsync.h"
+#include "idemd.h"
 
 void
 dirsync_init(struct dirsync *ds, int (*sync)(int))
@@ -223,14 +224,8 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
 			/* Woken by the last arrival's round, or a leave. */
 			if (gather == 1) {
 				gather = 2;
-				clock_gettime(CLOCK_MONOTONIC, &until);
-				until.tv_sec += DIRSYNC_GATHER_MS / 1000;
-				until.tv_nsec += (DIRSYNC_GATHER_MS % 1000) *
-				    1000000L;
-				if (until.tv_nsec >= 1000000000L) {
-					until.tv_sec++;
-					until.tv_nsec -= 1000000000L;
-				}
+				clock_monotonic_after(&until,
+				    DIRSYNC_GATHER_MS);
 			}
 			ds->gathering++;
 			if (pthread_cond_clockwait(&ds->round, &ds->lock,

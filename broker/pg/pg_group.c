@@ -277,19 +277,6 @@ struct group_behind {
 	struct timespec	 deadline;
 };
 
-/* t: GROUP_ALONE_MS from now, on CLOCK_MONOTONIC. */
-static void
-group_deadline(struct timespec *t)
-{
-	clock_gettime(CLOCK_MONOTONIC, t);
-	t->tv_sec += GROUP_ALONE_MS / 1000;
-	t->tv_nsec += (GROUP_ALONE_MS % 1000) * 1000000L;
-	if (t->tv_nsec >= 1000000000L) {
-		t->tv_sec++;
-		t->tv_nsec -= 1000000000L;
-	}
-}
-
 /*
  * Under the lock, a member queued and no round in flight: whether the
  * next round waits for members on their way (g->coming), until
@@ -305,7 +292,7 @@ group_gathers(struct pg_group *g)
 		return 0;
 	if (!g->gather_began) {
 		g->gather_began = 1;
-		group_deadline(&g->gather_until);
+		clock_monotonic_after(&g->gather_until, GROUP_ALONE_MS);
 		g->gathered++;
 #ifdef IDEM_FAULT_INJECTION
 		{
@@ -437,7 +424,7 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 	if (!w->waiting || w->round != g->rounds) {
 		w->waiting = 1;
 		w->round = g->rounds;
-		group_deadline(&w->deadline);
+		clock_monotonic_after(&w->deadline, GROUP_ALONE_MS);
 	}
 	if (pthread_cond_clockwait(&g->done, &g->lock, CLOCK_MONOTONIC,
 	    &w->deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||
