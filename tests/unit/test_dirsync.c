@@ -45,7 +45,10 @@ static struct {
 	int		 entered;	/* the held call began */
 	int		 released;
 	int		 fail_call;	/* this call (from 1) fails with EIO */
-} fake = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER };
+} fake = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER
+};
 
 static struct dirsync	ds;
 
