@@ -48,7 +48,7 @@
 static int
 fd_of(pid_t pid, const char *path)
 {
-	char		 dir[64], link[96], target[PATH_MAX];
+	char		 dir[64], target[PATH_MAX];
 	struct dirent	*de;
 	DIR		*d;
 	ssize_t		 n;
@@ -60,8 +60,8 @@ fd_of(pid_t pid, const char *path)
 	while (found == -1 && (de = readdir(d)) != NULL) {
 		if (de->d_name[0] == '.')
 			continue;
-		snprintf(link, sizeof link, "%s/%s", dir, de->d_name);
-		if ((n = readlink(link, target, sizeof target - 1)) == -1)
+		if ((n = readlinkat(dirfd(d), de->d_name, target,
+		    sizeof target - 1)) == -1)
 			continue;
 		target[n] = '\0';
 		if (strcmp(target, path) == 0)
