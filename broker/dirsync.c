@@ -50,10 +50,23 @@
  * failed is failed too: an error a retry repairs.  None is told its
  * change is durable when a round that may have covered it failed.
  *
+ * That count is one process's: it sees only the failures of that
+ * process's fsyncs.  So the fd must be that process's own open file
+ * description, which the kernel's errseq is kept per: were it shared
+ * with another process (as the exec'd workers once shared the master's
+ * inbox and reports descriptions), that process's failed fsync could
+ * take the error of this one's link, uncounted here, and this one's
+ * next round would succeed.  Each worker opens its own at start-up
+ * (main.c, worker_own_dir), so every error reported on it after that
+ * goes to one of its own fsyncs and is counted.  An error from before
+ * it was opened concerns no link of its own (none preceded it); if the
+ * kernel still reports it (one nobody had seen yet), a first round
+ * fails for nothing, which a retry repairs.
+ *
  * A directory past the table's slots (DIRSYNC_DIRS; fileio.c's
  * FILEIO_DIRS) has no rounds: each caller fsyncs it itself.  Its fd is
  * shared all the same (the worker's inbox_fd or reports_fd, by every
- * thread), so the hole is the same: one caller's failed fsync may take
+ * thread of the worker), so the hole is the same: one caller's failed fsync may take
  * the writeback error of another's link, whose own later fsync then
  * succeeds.  In practice no directory lacks a slot (only the inbox and
  * the reports directory go through these tables), but the path must

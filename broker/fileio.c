@@ -50,7 +50,9 @@
  * writeback error once, to that fsync.  As in dirsync.c (whose DESIGN
  * says why): a thread reads its directory's count of failed rounds
  * before it links (job->dir_seen), and the round that covers the job
- * fails it if the count has moved since.
+ * fails it if the count has moved since.  The count is this worker's,
+ * so the directory fd is its own open file description (main.c,
+ * worker_own_dir), not one shared with the other workers.
  */
 #include <errno.h>
 #include <pthread.h>

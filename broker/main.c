@@ -559,6 +559,44 @@ lock_root(struct idemd *d)
 }
 
 /*
+ * A worker's own open file description of a directory it links into and
+ * fsyncs (the inbox, the reports), in place of the master's it
+ * inherited.  Linux reports a directory's writeback error once per open
+ * file description (errseq), and a worker counts its failed fsyncs for
+ * itself (dirsync.c, fileio.c): with the master's description shared by
+ * every worker, one worker's failed fsync could take the error of
+ * another's link, whose own later fsync then succeeds, and the link
+ * would be committed although it may be lost.  Its own description
+ * reports every error after it was opened to this worker, and an error
+ * before that concerns no link of its own.
+ *
+ * Opened through the inherited descriptor (".": no path resolved, so no
+ * symlink planted on the way and no directory put at the name since
+ * start-up is followed): the directory the master and the other workers
+ * hold, whatever became of its name (as the index is, test_trust's
+ * test_state_dir_swapped_while_running).  Checked to be that directory
+ * (device and inode): anything else is refused, not linked into.
+ */
+static int
+worker_own_dir(int inherited, long index, const char *name)
+{
+	struct stat	held, own;
+	int		fd;
+
+	if ((fd = openat(inherited, ".", O_RDONLY | O_DIRECTORY |
+	    O_NOFOLLOW | O_CLOEXEC)) == -1)
+		fatal("worker %ld: opening %s", index, name);
+	if (fstat(inherited, &held) == -1 || fstat(fd, &own) == -1)
+		fatal("worker %ld: %s", index, name);
+	if (held.st_dev != own.st_dev || held.st_ino != own.st_ino)
+		fatalx("worker %ld: %s opened again is not the directory "
+		    "idemd opened at start-up: refusing to link into it",
+		    index, name);
+	close(inherited);
+	return fd;
+}
+
+/*
  * --worker PID,INDEX,GENERATION,NOTIFY,LISTEN,ROOT,INBOX,REPORTS,KICK,WATCH,
  * INDEXDIR,LOCK: this process is a worker the master (PID) forked and exec'd
  * (master.c), with the same options and those inherited handles (enum
@@ -597,8 +635,13 @@ run_worker(struct idemd *d)
 		exit(1);
 	d->listen_fd = handle[WORKER_HANDLE_LISTEN];
 	d->root_fd = handle[WORKER_HANDLE_ROOT];
-	d->inbox_fd = handle[WORKER_HANDLE_INBOX];
-	d->reports_fd = handle[WORKER_HANDLE_REPORTS];
+	/* Its own descriptions of them: worker_own_dir's errseq. */
+	d->inbox_fd = worker_own_dir(handle[WORKER_HANDLE_INBOX], index,
+	    IDEM_INBOX_DIR);
+	d->reports_fd = worker_own_dir(handle[WORKER_HANDLE_REPORTS], index,
+	    IDEM_REPORTS_DIR);
+	handle[WORKER_HANDLE_INBOX] = d->inbox_fd;
+	handle[WORKER_HANDLE_REPORTS] = d->reports_fd;
 	d->kick_fd = handle[WORKER_HANDLE_KICK];
 	d->watch_fd = handle[WORKER_HANDLE_WATCH];
 	d->mounts_fd = handle[WORKER_HANDLE_MOUNTS];

@@ -409,31 +409,45 @@ client_keeper_deadline(struct timespec *ts, int64_t ms)
 /*
  * Every third of the lease: effect_extend.  A refusal (the lease lapsed,
  * another attempt's fence) ends it: there is nothing left to keep, and
- * the complete says what the broker decided.  A failure to reach the
- * broker (a restart) is tried again at the next third, on a new
- * connection.
+ * the complete says what the broker decided.
+ *
+ * On a loaded host one late turn must not lose the lease, so the keeper
+ * keeps its schedule rather than sliding it: each extension is due a
+ * third after the previous one was sent (the broker extends from when
+ * it takes the request), not a third after its answer came, so a slow
+ * answer (a journal flush behind a busy disk) does not push the next
+ * one back, and one that came later than a third is followed at once.
+ * Its connection is made before the first third (not on it), and an
+ * answer may take up to a lease: one slower than a third is still an
+ * extension, not a failure.  A failure to reach the broker (a restart)
+ * is tried again on a new connection after a tenth of the lease, not a
+ * whole third: the lease may be short of time by then.
  */
 static void *
 client_keeper_main(void *arg)
 {
 	struct client_keeper	*k = arg;
-	struct idem_conn	*conn = NULL;
+	struct idem_conn	*conn;
 	struct idem_effect	 out;
 	struct idem_error	 err;
 	struct timespec		 at;
+	int64_t			 third = k->lease_ms / 3;
 	int			 rc, done = 0;
 
+	client_keeper_deadline(&at, third);
+	conn = client_connect(k->socket_path, k->lease_ms, &err);
 	pthread_mutex_lock(&k->lock);
 	while (!k->stop && !done) {
-		client_keeper_deadline(&at, k->lease_ms / 3);
 		while (!k->stop && pthread_cond_timedwait(&k->wake, &k->lock,
 		    &at) != ETIMEDOUT)
 			;
 		if (k->stop)
 			break;
 		pthread_mutex_unlock(&k->lock);
+		/* Due a third after this one is sent, whenever it answers. */
+		client_keeper_deadline(&at, third);
 		if (conn == NULL)
-			conn = client_connect(k->socket_path, k->lease_ms / 3,
+			conn = client_connect(k->socket_path, k->lease_ms,
 			    &err);
 		if (conn != NULL) {
 			rc = idem_effect_extend(conn, k->id, k->kind, k->fence,
@@ -446,6 +460,8 @@ client_keeper_main(void *arg)
 			}
 			idem_effect_clear(&out);
 		}
+		if (conn == NULL)
+			client_keeper_deadline(&at, k->lease_ms / 10);
 		pthread_mutex_lock(&k->lock);
 	}
 	pthread_mutex_unlock(&k->lock);

@@ -1015,6 +1015,33 @@ cl_judge(struct pending *p, struct pgstore_row *found, int rc)
 		cl_judge_claimed(p);
 }
 
+/*
+ * A legacy file written, linked and its directory fsync'd as the other
+ * creations' links are: through the worker's dirsync, not an fsync of
+ * its own.  Its own would fail uncounted (a creation linked meanwhile,
+ * whose writeback error that fsync may have taken, would then be told
+ * durable by the next round), and could succeed after another thread's
+ * failed round took its link's error.  0, or -1 with errno and *cause.
+ */
+static int
+cl_legacy_write(struct pending *p, const char *name, const char *data,
+    size_t length, char **cause)
+{
+	uint64_t	seen;
+	int		dir = cl_dir(p);
+
+	/* Before the link: a failed fsync of dir from here on may be ours. */
+	seen = dirsync_before(&cl_dirsync, dir);
+	if (taskfile_write_linked(dir, name, data, length, 0, cause) != 0)
+		return -1;
+	if (dirsync_after(&cl_dirsync, dir, seen) != 0) {
+		asprintf(cause, "fsync of %s's directory: %s", name,
+		    strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 /* No submission id: a new file under a fresh number every time. */
 static void
 cl_legacy(struct pending *p)
@@ -1044,8 +1071,7 @@ cl_legacy(struct pending *p)
 		}
 		digest_sha256(data, length, s->entry.file_digest);
 		snprintf(name, sizeof name, "%s.md", s->name);
-		if (taskfile_write_durable(cl_dir(p), name, data, length, 0,
-		    &cause) == 0) {
+		if (cl_legacy_write(p, name, data, length, &cause) == 0) {
 			free(data);
 			s->wrote_file = 1;
 			cl_answer(p, 1);

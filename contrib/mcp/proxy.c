@@ -324,6 +324,27 @@ proxy_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/*
+ * *due moved on by tick_ms (CLOCK_MONOTONIC), or to now if that has
+ * passed already: one late tick is made up for once, not several times.
+ */
+static void
+proxy_tick_after(struct timespec *due, int64_t tick_ms)
+{
+	struct timespec	now;
+
+	due->tv_sec += tick_ms / 1000;
+	due->tv_nsec += (tick_ms % 1000) * 1000000;
+	if (due->tv_nsec >= 1000000000) {
+		due->tv_sec++;
+		due->tv_nsec -= 1000000000;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (due->tv_sec < now.tv_sec ||
+	    (due->tv_sec == now.tv_sec && due->tv_nsec < now.tv_nsec))
+		*due = now;
+}
+
 json_t *
 proxy_request(const char *method, json_t *params, json_t *client_id,
     int64_t tick_ms, int (*tick)(void *), void *tick_arg, int *gone)
@@ -358,24 +379,29 @@ proxy_request(const char *method, json_t *params, json_t *client_id,
 		status = 0;
 	json_decref(msg);
 
+	/*
+	 * The ticks keep their schedule: each is due tick_ms after the
+	 * previous one was due (or at once, if that has passed: it ran late
+	 * or took long), not tick_ms after it returned, and a wake-up that
+	 * is no timeout does not push the next back.  A lease kept by
+	 * ticks (proxy_call.c) then lapses only if one tick is more than
+	 * the rest of a lease late, not if the lateness of each adds up.
+	 */
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	proxy_tick_after(&until, tick_ms);
 	pthread_mutex_lock(&proxy_lock);
 	while (status == 0 && w.response == NULL && !proxy_server_gone) {
 		if (tick == NULL || tick_ms <= 0) {
 			pthread_cond_wait(&w.cond, &proxy_lock);
 			continue;
 		}
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += tick_ms / 1000;
-		until.tv_nsec += (tick_ms % 1000) * 1000000;
-		if (until.tv_nsec >= 1000000000) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000;
-		}
-		if (pthread_cond_timedwait(&w.cond, &proxy_lock, &until) ==
-		    ETIMEDOUT && w.response == NULL) {
+		if (pthread_cond_clockwait(&w.cond, &proxy_lock,
+		    CLOCK_MONOTONIC, &until) == ETIMEDOUT &&
+		    w.response == NULL) {
 			pthread_mutex_unlock(&proxy_lock);
 			if (tick(tick_arg) != 0)
 				status = 1;
+			proxy_tick_after(&until, tick_ms);
 			pthread_mutex_lock(&proxy_lock);
 		}
 	}

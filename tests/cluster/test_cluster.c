@@ -1507,7 +1507,8 @@ cluster_options_and_ops(void **state)
 	assert_int_equal(harness_start(&a.b, bad_host, NULL), -1);
 	assert_int_equal(harness_start(&a.b, local_host, NULL), -1);
 	{
-		char	 cmd[600];
+		/* Three log paths and the words around them. */
+		char	 cmd[3 * sizeof a.b.log + 128];
 
 		snprintf(cmd, sizeof cmd, "grep -q 'needs --host-id' '%s' && "
 		    "grep -q -- '--host-id: 1 to 64' '%s' && "

@@ -16,7 +16,10 @@
  * on its way costs one wait of a second, not one every round
  * (a_stalled_member_costs_one_wait_not_every_round), and a member on
  * its way that leaves another way lets a waiting round go at once
- * (a_member_leaving_another_way_wakes_the_round).
+ * (a_member_leaving_another_way_wakes_the_round); and a legacy call's
+ * failed directory fsync fails a creation linked before it, whose own
+ * round then succeeds
+ * (a_legacy_fsync_failure_fails_a_link_it_may_have_covered).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -782,6 +785,71 @@ a_member_leaving_another_way_wakes_the_round(void **state)
 	cluster_rm_root(root);
 }
 
+/*
+ * A legacy creation's directory fsync is one of the worker's counted
+ * rounds (pg_create.c, cl_legacy_write; dirsync.c, DESIGN): a creation
+ * with an id, granted and linked, is held before its directory's fsync
+ * (IDEM_CRASH_HOLD_AT=after_task_file_linked); a legacy call on the
+ * worker's other thread links, and its directory fsync fails (the fault
+ * shim: EIO), answering storage_unavailable.  That fsync may have taken
+ * the writeback error of the held link (Linux reports it once per open
+ * file description), so the held creation, let go with fsyncs good
+ * again, must not be told created: storage_unavailable, retryable, and
+ * its retry completes it.  With the legacy call's own uncounted fsync,
+ * the held creation's round succeeded and it answered created.
+ */
+static void
+a_legacy_fsync_failure_fails_a_link_it_may_have_covered(void **state)
+{
+	static struct node	 a;
+	char		 root[256], fifo[300], hold[400], shim[PATH_MAX];
+	char		 rules[300], preload[PATH_MAX + 16], fault[320];
+	const char	*path = getenv("IDEM_FAULTSHIM");
+	const char *const env[] = { hold, preload, fault,
+	    "ASAN_OPTIONS=verify_asan_link_order=0", NULL };
+	json_t		*reply;
+	int		 fd, w;
+
+	(void)state;
+	if (realpath(path != NULL ? path :
+	    "tests/faults/.libs/libfaultshim.so", shim) == NULL)
+		fail_msg("the fault shim: %s", strerror(errno));
+	held_setup("after_task_file_linked", root, fifo, sizeof fifo, hold,
+	    sizeof hold);
+	snprintf(rules, sizeof rules, "%s.faults", root);
+	harness_fault_rule(rules, "");
+	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim);
+	snprintf(fault, sizeof fault, "IDEM_FAULT_FILE=%s", rules);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	fd = harness_raw_send_task(&a.b, "covered-0", "Covered");
+	/* Granted and linked, held before its directory's fsync. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	harness_fault_rule(rules, "sync _lifecycle/inbox$ EIO");
+	reply = harness_call_once(&a.b, harness_write_task(NULL, "Legacy"));
+	harness_assert_error(reply, "storage_unavailable", 1);
+	json_decref(reply);
+	harness_fault_rule(rules, "");
+	close(w);
+	reply = read_reply(fd);
+	harness_assert_error(reply, "storage_unavailable", 1);
+	json_decref(reply);
+	close(fd);
+	reply = harness_must_call(&a.b, harness_write_task("covered-0",
+	    "Covered"));
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
+	    "idem_submission WHERE client_submission_id = 'covered-0' AND "
+	    "state = 3"), 1);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	unlink(rules);
+	cluster_rm_root(root);
+}
+
 int
 main(void)
 {
@@ -806,6 +874,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_member_leaving_another_way_wakes_the_round,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_legacy_fsync_failure_fails_a_link_it_may_have_covered,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 

@@ -858,7 +858,7 @@ crash_racer(int i, const char *phase, const char *log_path)
 	struct pgstore_row	row;
 	PGresult		*res;
 	FILE			*log;
-	char			 id[64], host[16], *cause = NULL;
+	char			 id[64], host[sizeof "crasher-" + 11], *cause = NULL;
 	int			 k, rc;
 
 	snprintf(host, sizeof host, "crasher-%d", i);

@@ -47,6 +47,17 @@
 #define EXTEND_EVERY_MS	100
 #define EXTEND_FOR_MS	3000
 #define LAPSE_WAIT_MS	10000
+/*
+ * idem_effect_run's lease: a perform three of them long, kept by the
+ * keeper's extensions.  Long enough for a loaded 2-core host's
+ * scheduling (the keeper, the broker's worker and this test's thread
+ * each waiting their turn), which a 300 ms lease was not: what is
+ * proved (a perform longer than its lease, never answered
+ * outcome_unknown, the keeper's extensions counted) does not need it
+ * short.
+ */
+#define KEEP_LEASE_MS	1000
+#define KEEP_LEASES	3
 /* A log line awaited (inotify, harness_wait_log). */
 #define LOG_WAIT_MS	30000
 
@@ -690,7 +701,7 @@ effects_extended(struct broker *b)
 }
 
 /*
- * A perform at least five leases long that ends once the keeper has
+ * A perform at least KEEP_LEASES leases long that ends once the keeper has
  * extended the lease s->extended times in all (an event, not a count
  * hoped for in a window: under load the keeper's turns come later);
  * the others' begins meanwhile.  LAPSE_WAIT_MS bounds the wait, and
@@ -773,12 +784,13 @@ libidem_extend_and_run_keep_the_lease(void **state)
 	assert_int_equal(err.code, IDEM_E_OUTCOME_UNKNOWN);
 	idem_effect_clear(&out);
 
-	/* idem_effect_run: a perform five leases long, kept throughout. */
+	/* idem_effect_run: a perform KEEP_LEASES leases long, kept. */
+	lease = KEEP_LEASE_MS * (int64_t)harness_slowdown();
 	memset(&side, 0, sizeof side);
 	side.b = b;
-	side.run_ms = 5 * lease;
-	/* lib-1's two, and the keeper's, every third of a lease. */
-	side.extended = 2 + 10;
+	side.run_ms = KEEP_LEASES * lease;
+	/* lib-1's two, and the keeper's: three a lease, two awaited. */
+	side.extended = 2 + 2 * KEEP_LEASES;
 	assert_int_equal(idem_effect_run(c, "lib-run", KIND, REQUEST, lease,
 	    slow_perform, NULL, &side, &out, &err), 0);
 	assert_int_equal(out.disposition, IDEM_EFFECT_COMMITTED);

@@ -406,7 +406,9 @@ inbox_off_local_fs_not_trusted(void **state)
 	static const char *const env[] = {
 	    "IDEM_CRASH_WATCH=remote:" "_lifecycle/inbox", NULL };
 	struct broker	*b = *state;
-	char		*line, *text, *moved, from[1024], to[1024], want[1024];
+	char		*line, *text, *moved, from[1024], want[1024];
+	/* The root, a slash and want: no truncation possible. */
+	char		 to[sizeof b->root + 1 + sizeof want];
 	json_t		*reply;
 	json_int_t	 fast_before;
 	int		 fd;

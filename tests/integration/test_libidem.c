@@ -5,7 +5,8 @@
  * and the retry helper, including a broker killed in the middle of the
  * helper's request.  Each test runs its own broker on a fresh root and
  * judges by what is authoritative: the files on disk and the receipts;
- * one, about the bytes libidem sends, has a stand-in record them.
+ * one, about the bytes libidem sends, has a stand-in record them;
+ * another, idem_effect_run's keeper, a stand-in that answers late.
  * Nothing here sleeps to synchronise; it waits on replies, on a thread
  * or on the broker's exit.
  */
@@ -961,6 +962,186 @@ requests_keep_their_bytes(void **state)
 	harness_finish(b);
 }
 
+/*
+ * idem_effect_run's keeper waits for a slow answer to its extension on
+ * its one connection, and keeps its schedule (client_effect.c): a
+ * stand-in broker answers each effect_extend half a lease late (a worker
+ * slow to be scheduled, on a loaded host).  The keeper used one
+ * connection throughout: the caller's and the keeper's, two in all.
+ * With a reply bounded by a third of the lease, each slow answer timed
+ * out, the connection was dropped and a new one made a third later:
+ * more connections, and the extensions a third apart plus the wait.
+ * Perform ends on an event: the stand-in's third extension.
+ */
+#define KEEPER_LEASE_MS		600
+#define KEEPER_EXTENSIONS	3
+
+struct slow_standin {
+	int		 listen_fd;
+	int64_t		 delay_ms;
+	pthread_mutex_t	 lock;
+	pthread_cond_t	 changed;
+	int		 connections;
+	int		 extensions;
+};
+
+struct slow_conn {
+	struct slow_standin	*s;
+	int			 fd;
+};
+
+static void
+slow_sleep_ms(int64_t ms)
+{
+	struct timespec	ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* One connection's lines, each answered as its op asks. */
+static void *
+slow_conn_serve(void *arg)
+{
+	struct slow_conn	*sc = arg;
+	struct slow_standin	*s = sc->s;
+	char			 buf[4096];
+	const char		*answer;
+	size_t			 length = 0;
+	ssize_t			 n;
+	char			*nl;
+
+	while ((n = read(sc->fd, buf + length, sizeof buf - length)) > 0) {
+		length += (size_t)n;
+		while ((nl = memchr(buf, '\n', length)) != NULL) {
+			*nl = '\0';
+			if (strstr(buf, "\"effect_extend\"") != NULL) {
+				/* The slow broker: the answer half a lease late. */
+				slow_sleep_ms(s->delay_ms);
+				answer = "{\"ok\":true,\"lease_expires_at\":"
+				    "\"2026-01-01T00:00:00.000Z\"}\n";
+				pthread_mutex_lock(&s->lock);
+				s->extensions++;
+				pthread_cond_broadcast(&s->changed);
+				pthread_mutex_unlock(&s->lock);
+			} else if (strstr(buf, "\"effect_begin\"") != NULL)
+				answer = "{\"ok\":true,\"disposition\":"
+				    "\"proceed\",\"attempt\":1,\"fence\":"
+				    "\"1-keeper\",\"external_key\":\"k\"}\n";
+			else
+				answer = "{\"ok\":false,\"error\":{\"code\":"
+				    "\"internal\",\"message\":\"stand-in\","
+				    "\"retryable\":false}}\n";
+			/* A keeper that gave up on the answer has gone. */
+			if (send(sc->fd, answer, strlen(answer),
+			    MSG_NOSIGNAL) != (ssize_t)strlen(answer))
+				break;
+			length -= (size_t)(nl - buf) + 1;
+			memmove(buf, nl + 1, length);
+		}
+		if (length == sizeof buf)
+			break;
+	}
+	close(sc->fd);
+	free(sc);
+	return NULL;
+}
+
+/* Accepts (and counts) until the listening socket is shut down. */
+static void *
+slow_accept(void *arg)
+{
+	struct slow_standin	*s = arg;
+	struct slow_conn	*sc;
+	pthread_t		 thread;
+	int			 fd;
+
+	while ((fd = accept(s->listen_fd, NULL, NULL)) != -1) {
+		pthread_mutex_lock(&s->lock);
+		s->connections++;
+		pthread_mutex_unlock(&s->lock);
+		if ((sc = malloc(sizeof *sc)) == NULL) {
+			close(fd);
+			continue;
+		}
+		sc->s = s;
+		sc->fd = fd;
+		if (pthread_create(&thread, NULL, slow_conn_serve, sc) != 0) {
+			close(fd);
+			free(sc);
+			continue;
+		}
+		pthread_detach(thread);
+	}
+	return NULL;
+}
+
+/* Until the stand-in has answered KEEPER_EXTENSIONS (20 s at most). */
+static enum idem_effect_observed
+slow_keeper_perform(const struct idem_effect *begun, char **result,
+    void *arg)
+{
+	struct slow_standin	*s = arg;
+	struct timespec		 until;
+
+	(void)begun;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	pthread_mutex_lock(&s->lock);
+	while (s->extensions < KEEPER_EXTENSIONS &&
+	    pthread_cond_timedwait(&s->changed, &s->lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&s->lock);
+	*result = strdup("true");
+	return IDEM_OBSERVED_APPLIED;
+}
+
+static void
+keeper_waits_for_a_slow_answer(void **state)
+{
+	struct broker		*b = *state;
+	struct slow_standin	 s;
+	struct sockaddr_un	 sa;
+	struct idem_conn	*c;
+	struct idem_effect	 out;
+	struct idem_error	 err;
+	pthread_t		 acceptor;
+	int64_t			 lease;
+
+	lease = KEEPER_LEASE_MS * (int64_t)harness_slowdown();
+	memset(&s, 0, sizeof s);
+	s.delay_ms = lease / 2;
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.changed, NULL);
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
+	    "%s/slow.sock", b->root) < sizeof sa.sun_path);
+	s.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(s.listen_fd != -1);
+	assert_int_equal(bind(s.listen_fd, (struct sockaddr *)&sa,
+	    sizeof sa), 0);
+	assert_int_equal(listen(s.listen_fd, 8), 0);
+	assert_int_equal(pthread_create(&acceptor, NULL, slow_accept, &s), 0);
+	c = idem_connect(sa.sun_path, &err);
+	assert_non_null(c);
+	memset(&out, 0, sizeof out);
+	/* The stand-in refuses the complete: -1, after the keeper's turns. */
+	assert_int_equal(idem_effect_run(c, "keep", "mail", "{}", lease,
+	    slow_keeper_perform, NULL, &s, &out, &err), -1);
+	idem_effect_clear(&out);
+	idem_close(c);
+	shutdown(s.listen_fd, SHUT_RDWR);
+	assert_int_equal(pthread_join(acceptor, NULL), 0);
+	close(s.listen_fd);
+	pthread_mutex_lock(&s.lock);
+	assert_true(s.extensions >= KEEPER_EXTENSIONS);
+	/* The caller's connection and the keeper's one. */
+	assert_int_equal(s.connections, 2);
+	pthread_mutex_unlock(&s.lock);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -983,6 +1164,7 @@ main(void)
 		T(retry_deadline_bounds_the_reply_wait),
 		T(retry_gives_up_without_broker),
 		T(requests_keep_their_bytes),
+		T(keeper_waits_for_a_slow_answer),
 	};
 
 	if (sodium_init() < 0)

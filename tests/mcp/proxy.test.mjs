@@ -573,7 +573,11 @@ check('ours: a wrapped call in flight holds nothing up; cancelled, it is sent on
 
 check('ours: a call longer than its lease keeps it alive (effect_extend): another caller waits, never outcome_unknown', async () => {
   const log = newLog();
-  const lease = 600;
+  // A lease long enough for a loaded 2-core host's scheduling (600 ms
+  // lapsed there: the proxy's tick, its extension and the broker's
+  // worker each waiting their turn); the call outlasts the wait below
+  // by more than a lease.
+  const lease = 1000;
   const args = { label: 'long', mode: 'slow', ms: 4000, idempotency_key: 'long/1' };
   const a = await connect(OURS, { log, args: ['--lease-ms', String(lease)] });
   const b = await connect(OURS, { log, args: ['--lease-ms', String(lease)] });

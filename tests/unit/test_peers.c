@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sodium.h>
 
 #include "integration/filter.h"
 #include "segment.h"
@@ -217,6 +218,9 @@ main(void)
 		    setup, unit_segment_teardown),
 	};
 
+	/* randombytes_uniform's, as libsodium asks before any call. */
+	if (sodium_init() < 0)
+		return 1;
 	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
 	if (FILTER_APPLY(tests) == -1)
 		return 1;

@@ -576,7 +576,7 @@ test_arena_own_claim_never_blocks(void **state)
 	struct subtab_acquire	 a;
 	uint8_t			 result[RINGS_RESULT_BYTES];
 	uint64_t		 offsets[32], offset;
-	uint32_t		 slots[32], slot;
+	uint32_t		 slots[32];
 	int			 i, n;
 
 	/* fx-0..3 fill the four slots, each indexed at once. */
