@@ -56,9 +56,6 @@ backend_select(struct idemd *d, const char *arg, char **cause)
 	for (i = 0; i < sizeof backends / sizeof backends[0]; i++) {
 		if (backends[i]->matches(arg)) {
 			d->be = backends[i];
-			/* 0: not given (main.c); master and workers alike. */
-			if (d->worker_count == 0)
-				d->worker_count = d->be->default_workers;
 			return d->be->configure(d, arg, cause);
 		}
 	}

@@ -163,12 +163,6 @@ struct backend {
  * (watch_disk_max): the watch says at start-up whether it vouches.
  */
 #define BACKEND_CLAIMS_READ_WATCH	0x8
-	/*
-	 * --workers when not given: the store decides how a broker's
-	 * creations are best shared among processes (doc/cluster.md,
-	 * "One worker, eight connections" for PostgreSQL's).
-	 */
-	unsigned	 default_workers;
 	/* Per-request room after the op's state (BACKEND_ROOM_OFFSET). */
 	size_t		 create_state_size;
 	size_t		 effect_state_size;

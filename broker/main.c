@@ -49,8 +49,7 @@ usage(FILE *out, int status)
 "\n"
 "  --root DIR            FCoP workspace (env IDEM_ROOT; default %s)\n"
 "  --socket PATH         Unix socket (default ROOT/%s)\n"
-"  --workers N           worker processes (default %d, %d with --store\n"
-"                        postgresql://...; at most %d)\n"
+"  --workers N           worker processes (default %d, at most %d)\n"
 "  --capacity N          submissions the table holds (default %d)\n"
 "  --inflight-wait-ms N  how long an identical call waits (default %d)\n"
 "  --max-connections N   open connections, all workers together (default %d)\n"
@@ -80,7 +79,7 @@ usage(FILE *out, int status)
 "  --store-connections N creations in flight per worker, each on its own\n"
 "                        PostgreSQL connection (default %d, at most %d)\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
-	    IDEM_STORE_DEFAULT_WORKERS, IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
+	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,
 	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_PID,
 	    IDEM_DEFAULT_MAX_CONNECTIONS_PER_UID_DIVISOR,
@@ -252,7 +251,7 @@ parse_options(struct idemd *d, int argc, char **argv)
 	d->root = getenv("IDEM_ROOT");
 	if (d->root == NULL || *d->root == '\0')
 		d->root = IDEM_DEFAULT_ROOT;
-	d->worker_count = 0;	/* not given: the store's (backend_select) */
+	d->worker_count = IDEM_DEFAULT_WORKERS;
 	d->capacity = IDEM_DEFAULT_CAPACITY;
 	d->result_bytes = 0;	/* from --capacity */
 	d->inflight_wait_ms = IDEM_DEFAULT_INFLIGHT_WAIT_MS;

@@ -138,14 +138,9 @@
  * --store-connections: a worker's creation threads, each with its own
  * connection, so its creations in flight (a worker has one connection
  * more, its loop's).  A server's max_connections (100 by default) must
- * hold brokers x --workers x (this + 1).  With a PostgreSQL store a
- * broker runs one worker by default, with eight: a worker's rounds
- * batch only its own creations, so one worker carrying them all shares
- * the WAL flushes two workers each paid (doc/cluster.md, "One worker,
- * eight connections").
+ * hold brokers x --workers x (this + 1).
  */
-#define IDEM_STORE_DEFAULT_WORKERS	1
-#define IDEM_STORE_DEFAULT_CONNECTIONS	8
+#define IDEM_STORE_DEFAULT_CONNECTIONS	4
 #define IDEM_STORE_MAX_CONNECTIONS	32
 
 /*

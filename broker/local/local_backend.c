@@ -128,7 +128,6 @@ local_journal_failed(struct pending *p, struct backend_error *err)
 const struct backend local_backend = {
 	.name = "local",
 	.flags = BACKEND_SWEEPS_TEMPORARIES | BACKEND_EFFECTS_IN_TABLE,
-	.default_workers = IDEM_DEFAULT_WORKERS,
 	.create_state_size = sizeof(struct local_create),
 	.effect_state_size = sizeof(struct local_effect),
 	.matches = local_matches,

@@ -117,11 +117,8 @@ pg_preflight(struct idemd *d, char **cause)
 	rc = pgstore_open(&st, d->store_arg, cause);
 	pgstore_close(&st);
 	if (rc == 0)
-		log_info("cluster: workspace %s, host %s, lease %d ms, "
-		    "with %u worker%s of up to %u creations, each on its own "
-		    "connection", st.workspace, d->host_id, d->lease_ms,
-		    d->worker_count, log_plural(d->worker_count),
-		    d->store_connections);
+		log_info("cluster: workspace %s, host %s, lease %d ms",
+		    st.workspace, d->host_id, d->lease_ms);
 	return rc;
 fail:
 	asprintf(cause, "%s/%s: %s", d->root_real, d->state_dir,
@@ -147,7 +144,6 @@ pg_worker_stop(struct worker *w)
 const struct backend pg_backend = {
 	.name = "postgresql",
 	.flags = BACKEND_ONE_ACCEPT_A_WAKEUP | BACKEND_CLAIMS_READ_WATCH,
-	.default_workers = IDEM_STORE_DEFAULT_WORKERS,
 	.create_state_size = sizeof(struct pg_create),
 	.effect_state_size = sizeof(struct pg_effect),
 	.matches = pg_matches,

@@ -16,9 +16,7 @@
  * on its way costs one wait of a second, not one every round
  * (a_stalled_member_costs_one_wait_not_every_round), and a member on
  * its way that leaves another way lets a waiting round go at once
- * (a_member_leaving_another_way_wakes_the_round); and a broker started
- * without --workers or --store-connections runs one worker that
- * carries eight creations in one round (one_worker_of_eight_by_default).
+ * (a_member_leaving_another_way_wakes_the_round).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -784,64 +782,6 @@ a_member_leaving_another_way_wakes_the_round(void **state)
 	cluster_rm_root(root);
 }
 
-/* Creations a broker on the store carries at once by default. */
-#define DEFAULT_SIDE_BY_SIDE	8
-
-/*
- * A broker started on the store with neither --workers nor
- * --store-connections (doc/cluster.md, "One worker, eight connections")
- * runs one worker, which carries eight creations side by side: the
- * start-up line says so, one worker process runs, and eight creations
- * sent at once on eight connections share the worker's first round of
- * grants (IDEM_CRASH_BATCH_OF=8 holds it until eight are queued), which
- * only one worker of eight creation threads can gather.  With the
- * local store's defaults (two workers, four threads each) no worker
- * ever queues more than four grants: the round goes with four after
- * its 30 s, and the test fails.
- */
-static void
-one_worker_of_eight_by_default(void **state)
-{
-	static struct node	 a;
-	const char	*title = "By default";
-	const char *const env[] = { "IDEM_CRASH_BATCH_OF=8", NULL };
-	char		 root[256], id[32], line[160];
-	const char	*args[] = { "--store", server.uri, "--host-id", "a",
-			    NULL };
-	pid_t		 workers[4];
-	json_t		*reply;
-	int		 fds[DEFAULT_SIDE_BY_SIDE], i;
-
-	(void)state;
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	cluster_node_init(&a, server.uri, root, "a");
-	assert_int_equal(cluster_node_start_args(&a, args, env), 0);
-	assert_int_equal(harness_workers(&a.b, workers, 4), 1);
-	snprintf(line, sizeof line, "with 1 worker of up to %d creations, "
-	    "each on its own connection", DEFAULT_SIDE_BY_SIDE);
-	assert_int_equal(harness_log_count(&a.b, line), 1);
-	for (i = 0; i < DEFAULT_SIDE_BY_SIDE; i++) {
-		snprintf(id, sizeof id, "default-%d", i);
-		fds[i] = harness_raw_send_task(&a.b, id, title);
-	}
-	for (i = 0; i < DEFAULT_SIDE_BY_SIDE; i++) {
-		reply = read_reply(fds[i]);
-		harness_assert_outcome(reply, "created", 1, 1, 0);
-		json_decref(reply);
-		close(fds[i]);
-	}
-	snprintf(line, sizeof line, "the first grant batch: %d members",
-	    DEFAULT_SIDE_BY_SIDE);
-	assert_int_equal(harness_log_count(&a.b, line), 1);
-	assert_int_equal(cluster_tasks_on_disk(root, NULL),
-	    DEFAULT_SIDE_BY_SIDE);
-	assert_int_equal(cluster_temporaries(root), 0);
-	cluster_node_kill(&a);
-	cluster_rm_root(root);
-}
-
 int
 main(void)
 {
@@ -866,9 +806,6 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_member_leaving_another_way_wakes_the_round,
-		    cluster_arm_watchdog, cluster_kill_live_nodes),
-		cmocka_unit_test_setup_teardown(
-		    one_worker_of_eight_by_default,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
