@@ -1036,21 +1036,21 @@ assert_batch_replays(struct harness_shim *t, const char *prefix, int count,
 /*
  * A checkpoint that cannot be written costs space, never a submission:
  * the segments it would have replaced stay, a restart replays them all,
- * and the next checkpoint on a healthy disk replaces them.
+ * and the next checkpoint on a healthy disk replaces them.  rule fails
+ * the checkpoint's file; logged says how the failure is logged.
  */
 static void
-checkpoint_write_enospc_loses_nothing(void **state)
+checkpoint_fault_loses_nothing(struct harness_shim *t, const char *rule,
+    const char *logged)
 {
-	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	char			*receipts[2 * TEST_BATCH];
 	int			 i;
 
 	assert_int_equal(harness_start(b, segment_args, t->env), 0);
-	harness_fault_rule(t->fault_file,
-	    "write .idem/journal/.checkpoint- ENOSPC");
+	harness_fault_rule(t->fault_file, rule);
 	submit_batch(b, "ckpt", 0, TEST_BATCH, receipts);
-	harness_wait_log(b, ".snap.tmp: write: ", 1, TEST_EVENT_TIMEOUT_MS);
+	harness_wait_log(b, logged, 1, TEST_EVENT_TIMEOUT_MS);
 	fault_clear(t);
 	assert_batch_replays(t, "ckpt", TEST_BATCH, receipts);
 
@@ -1060,6 +1060,57 @@ checkpoint_write_enospc_loses_nothing(void **state)
 	for (i = 0; i < 2 * TEST_BATCH; i++)
 		free(receipts[i]);
 	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+static void
+checkpoint_write_enospc_loses_nothing(void **state)
+{
+	checkpoint_fault_loses_nothing(*state,
+	    "write .idem/journal/.checkpoint- ENOSPC", ".snap.tmp: write: ");
+}
+
+/*
+ * The checkpoint's paced write-back (sync_file_range, durable.c) fails
+ * with EIO: the checkpoint fails as on a failed write, saying which
+ * call, and nothing is lost.
+ */
+static void
+checkpoint_writeback_eio_loses_nothing(void **state)
+{
+	checkpoint_fault_loses_nothing(*state,
+	    "writeback .idem/journal/.checkpoint- EIO",
+	    ".snap.tmp: write-back: Input/output error");
+}
+
+/*
+ * The write-back of the zeros of the segment made ahead fails (EIO):
+ * that segment is not made (its file removed), the rotation creates its
+ * own, as after any failure to make it (doc/journal.md, "The next
+ * segment made ahead"); checkpoints follow and every receipt comes back.
+ */
+static void
+segment_writeback_eio_creates_the_segment(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			*receipts[TEST_BATCH];
+	int			 i;
+
+	harness_fault_rule(t->fault_file, "writeback .idem/journal/.next- EIO");
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	harness_wait_log(b, ".tmp: write-back of zeros: Input/output error; "
+	    "the rotation will create it", 1, TEST_EVENT_TIMEOUT_MS);
+	submit_batch(b, "wbk", 0, TEST_BATCH, receipts);
+	harness_wait_log(b, "checkpoint checkpoint-", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	assert_true(harness_log_count(b, "none was made ahead") >= 1);
+	fault_clear(t);
+	assert_batch_replays(t, "wbk", TEST_BATCH, receipts);
+	for (i = 0; i < TEST_BATCH; i++)
+		free(receipts[i]);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(count_named(b, ".idem/journal", ".next-", ""), 0);
 	harness_shim_finish(t);
 }
 
@@ -1367,6 +1418,8 @@ main(void)
 		T(report_fsync_eio_then_retry_writes_one_report),
 		T(sigterm_while_reopen_fails_stops_cleanly),
 		T(checkpoint_write_enospc_loses_nothing),
+		T(checkpoint_writeback_eio_loses_nothing),
+		T(segment_writeback_eio_creates_the_segment),
 		T(segment_create_enospc_goes_on_in_the_current_one),
 		T(segment_rename_eio_creates_the_segment),
 		T(segment_rename_einval_stops_making_ahead),
