@@ -46,11 +46,13 @@ durable_write_all(int fd, const void *data, size_t length)
 }
 
 void
-durable_pace_init(struct durable_pace *pace, int fd)
+durable_pace_init(struct durable_pace *pace, int fd,
+    struct shm_header *yield_to)
 {
 	pace->fd = fd;
 	pace->started = pace->waited = 0;
 	pace->off = 0;
+	pace->yield_to = yield_to;
 }
 
 /*
@@ -76,6 +78,13 @@ durable_pace(struct durable_pace *pace, uint64_t end)
 		    SYNC_FILE_RANGE_WAIT_BEFORE) == -1)
 			goto failed;
 		pace->waited = pace->started;
+		/*
+		 * A journal flush already issued is not put behind this
+		 * piece: it goes between two flushes, one a flush at most.
+		 */
+		if (pace->yield_to != NULL)
+			(void)handoff_wait_flush(pace->yield_to,
+			    DURABLE_PACE_YIELD_US);
 		piece = end - pace->started;
 		if (piece > DURABLE_PACE_BYTES)
 			piece = DURABLE_PACE_BYTES;
