@@ -63,11 +63,14 @@ struct durable_pace {
 	uint64_t		 waited;	/* and done on [0, waited) */
 	int			 off;		/* the kernel cannot: pace no more */
 	struct shm_header	*yield_to;	/* its journal's flushes; or NULL */
+	long			 yield_us;	/* DURABLE_PACE_YIELD_US */
 };
 /*
  * yield_to (NULL: none): each piece's write-back starts once the journal
- * flush in flight, if any, has ended (at most DURABLE_PACE_YIELD_US), so
- * that it never lands in front of one already issued.
+ * flush in flight, if any, has ended (at most yield_us), so that it never
+ * lands in front of one already issued; not while a checkpoint is wanted
+ * (a full table or arena refusing: the checkpoint that makes room is
+ * late already).
  */
 void	durable_pace_init(struct durable_pace *, int fd,
 	    struct shm_header *yield_to);
