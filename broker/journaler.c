@@ -491,8 +491,8 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 	else {
 		pthread_mutex_unlock(&journaler.lock);
 		journal_drop_next(d->journal_dir_fd, &old);
-		if (journal_make_next_yielding(d->journal_dir_fd, dir, number,
-		    d->segment_bytes, d->seg.header, &made, &cause) != 0) {
+		if (journal_make_next(d->journal_dir_fd, dir, number,
+		    d->segment_bytes, &made, &cause) != 0) {
 			log_warnx("%s; the rotation will create it",
 			    cause != NULL ? cause :
 			    "journal: making the next segment ahead failed");

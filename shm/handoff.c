@@ -254,35 +254,6 @@ handoff_wait_durable(struct shm_header *h, uint64_t end, uint64_t epoch)
 	}
 }
 
-int
-handoff_wait_flush(struct shm_header *h, long timeout_us)
-{
-	struct timespec	 at;
-	uint64_t	 taken;
-	uint32_t	 seq;
-
-	taken = atomic_load(&h->ring_taken);
-	if (atomic_load(&h->ring_durable) >= taken)
-		return 0;
-	/* FUTEX_WAIT_BITSET's timeout is absolute. */
-	clock_gettime(CLOCK_MONOTONIC, &at);
-	at.tv_nsec += timeout_us * 1000;
-	at.tv_sec += at.tv_nsec / 1000000000L;
-	at.tv_nsec %= 1000000000L;
-	atomic_fetch_add(&h->durable_sleepers, 1);
-	seq = atomic_load(&h->durable_seq);
-	/*
-	 * One wait: durable_seq moves when that flush (or a later one) is
-	 * published, or fails; a wake-up meant for others ends it too,
-	 * which only yields less.
-	 */
-	if (atomic_load(&h->ring_durable) < taken)
-		(void)syscall(SYS_futex, &h->durable_seq, FUTEX_WAIT_BITSET,
-		    seq, &at, NULL, FUTEX_BITSET_MATCH_ANY);
-	atomic_fetch_sub(&h->durable_sleepers, 1);
-	return 1;
-}
-
 void
 handoff_wake(struct shm_segment *seg, uint64_t from, uint64_t to)
 {

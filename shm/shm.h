@@ -790,13 +790,6 @@ int	 handoff_is_durable(const struct shm_header *, uint64_t end,
 int	 handoff_wait_durable(struct shm_header *, uint64_t end,
 	    uint64_t epoch);
 /*
- * While the journal's flush is in flight (written, not yet durable): wait
- * for it to end, at most timeout_us.  1 if it waited, 0 if nothing was
- * in flight.  The checkpoint thread's paced write-back (durable.c) yields
- * so to the journal: its next piece goes to the device between flushes.
- */
-int	 handoff_wait_flush(struct shm_header *, long timeout_us);
-/*
  * The journaler, after ring_durable moved from from to to (or the epoch
  * moved: from == to), wakes those whose records may be concerned.
  */

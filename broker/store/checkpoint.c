@@ -205,7 +205,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	header_encode(header, segment, 0, 0, alloc);
 	if (durable_write_all(fd, header, sizeof header) != 0)
 		goto write_failed;
-	durable_pace_init(&pace, fd, seg->header);
+	durable_pace_init(&pace, fd);
 	offset = sizeof header;
 	/*
 	 * Once the index holds more receipts than the table has entries,

@@ -46,14 +46,11 @@ durable_write_all(int fd, const void *data, size_t length)
 }
 
 void
-durable_pace_init(struct durable_pace *pace, int fd,
-    struct shm_header *yield_to)
+durable_pace_init(struct durable_pace *pace, int fd)
 {
 	pace->fd = fd;
 	pace->started = pace->waited = 0;
 	pace->off = 0;
-	pace->yield_to = yield_to;
-	pace->yield_us = DURABLE_PACE_YIELD_US;
 }
 
 /*
@@ -79,18 +76,6 @@ durable_pace(struct durable_pace *pace, uint64_t end)
 		    SYNC_FILE_RANGE_WAIT_BEFORE) == -1)
 			goto failed;
 		pace->waited = pace->started;
-		/*
-		 * A journal flush already issued is not put behind this
-		 * piece: it goes between two flushes, one a flush at most.
-		 * Unless a checkpoint is wanted: while one runs, only a full
-		 * table or arena asks (arena.c's scout waits for its end),
-		 * whose refusals last until this checkpoint has indexed
-		 * what it copied, so it goes at the disk's pace then.
-		 */
-		if (pace->yield_to != NULL &&
-		    !atomic_load(&pace->yield_to->checkpoint_wanted))
-			(void)handoff_wait_flush(pace->yield_to,
-			    pace->yield_us);
 		piece = end - pace->started;
 		if (piece > DURABLE_PACE_BYTES)
 			piece = DURABLE_PACE_BYTES;

@@ -964,15 +964,6 @@ int
 journal_make_next(int dir_fd, const char *dir, uint64_t number,
     uint64_t segment_bytes, struct journal_next *next, char **cause)
 {
-	return journal_make_next_yielding(dir_fd, dir, number, segment_bytes,
-	    NULL, next, cause);
-}
-
-int
-journal_make_next_yielding(int dir_fd, const char *dir, uint64_t number,
-    uint64_t segment_bytes, struct shm_header *yield_to,
-    struct journal_next *next, char **cause)
-{
 	char			tmp[JOURNAL_NEXT_NAME_BYTES];
 	uint64_t		chunk, want, at;
 	struct statvfs		vfs;
@@ -1002,7 +993,7 @@ journal_make_next_yielding(int dir_fd, const char *dir, uint64_t number,
 	if ((fd = segment_file_create(dir_fd, dir, tmp, number, cause)) == -1)
 		return -1;
 	/* Their write-back paced, beside the journal's flushes. */
-	durable_pace_init(&pace, fd, yield_to);
+	durable_pace_init(&pace, fd);
 	if ((rc = write_zeros(fd, SEGMENT_HEADER_BYTES, want,
 	    sizeof journal_zeros, &pace, &at)) != 0)
 		return segment_file_fail(dir_fd, dir, tmp, fd, rc == -2 ?

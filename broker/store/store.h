@@ -55,25 +55,13 @@ int	durable_write_all(int fd, const void *, size_t);
  * the same order (doc/journal.md, "Write-back paced").
  */
 #define DURABLE_PACE_BYTES	(256 * 1024)
-/* The longest a piece waits for a journal flush in flight to end. */
-#define DURABLE_PACE_YIELD_US	2000
 struct durable_pace {
-	int			 fd;
-	uint64_t		 started;	/* write-back started on [0, started) */
-	uint64_t		 waited;	/* and done on [0, waited) */
-	int			 off;		/* the kernel cannot: pace no more */
-	struct shm_header	*yield_to;	/* its journal's flushes; or NULL */
-	long			 yield_us;	/* DURABLE_PACE_YIELD_US */
+	int		fd;
+	uint64_t	started;	/* write-back started on [0, started) */
+	uint64_t	waited;		/* and done on [0, waited) */
+	int		off;		/* the kernel cannot: pace no more */
 };
-/*
- * yield_to (NULL: none): each piece's write-back starts once the journal
- * flush in flight, if any, has ended (at most yield_us), so that it never
- * lands in front of one already issued; not while a checkpoint is wanted
- * (a full table or arena refusing: the checkpoint that makes room is
- * late already).
- */
-void	durable_pace_init(struct durable_pace *, int fd,
-	    struct shm_header *yield_to);
+void	durable_pace_init(struct durable_pace *, int fd);
 /*
  * The bytes of [0, end) are written: start the write-back of those not
  * started yet, a piece at a time, each after the one before it is on
@@ -365,10 +353,6 @@ struct journal_next {
  */
 int	journal_make_next(int dir_fd, const char *dir, uint64_t number,
 	    uint64_t segment_bytes, struct journal_next *next, char **cause);
-/* The same, its zeros' write-back yielding to yield_to's journal flushes. */
-int	journal_make_next_yielding(int dir_fd, const char *dir,
-	    uint64_t number, uint64_t segment_bytes, struct shm_header *yield_to,
-	    struct journal_next *next, char **cause);
 /*
  * Close and unlink one made ahead and not used (nothing if fd is -1).
  * Each number has its own name, so this never touches another being

@@ -27,7 +27,6 @@
 
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -40,7 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -482,87 +480,6 @@ made_ahead_zeros_written_back_paced_before_their_fsync(void **state)
 	journal_close(&j);
 }
 
-/* A file of 1 MiB in f's root, written; its fd. */
-static int
-written_file(struct fixture *f, const char *name)
-{
-	static const uint8_t	ones[64 * 1024] = { 1 };
-	char			path[256];
-	int			fd, i;
-
-	snprintf(path, sizeof path, "%s/%s", f->root, name);
-	assert_true((fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600)) !=
-	    -1);
-	for (i = 0; i < 16; i++)
-		assert_int_equal(write(fd, ones, sizeof ones), sizeof ones);
-	return fd;
-}
-
-/*
- * The pace yields to the journal: with a flush in flight (written, not
- * yet durable) each piece waits for it to be published (here the bound
- * is 10 s: the child pacing 1 MiB sleeps on the segment's futex until
- * the parent publishes, then ends at once, nothing being in flight);
- * while a checkpoint is wanted (the table or arena refusing) it does
- * not wait at all: the same 1 MiB with a flush in flight that is never
- * published is paced in far less than one bound.  Fails if the pace
- * does not yield, or yields while a checkpoint is wanted.
- */
-static void
-pace_yields_to_a_flush_unless_a_checkpoint_is_wanted(void **state)
-{
-	struct fixture		*f = *state;
-	struct shm_segment	 seg;
-	struct durable_pace	 pace;
-	struct timespec		 t0, t1;
-	char			 name[64], *cause = NULL;
-	uint64_t		 end;
-	pid_t			 pid;
-	int			 fd, status, i;
-
-	snprintf(name, sizeof name, "/idem-test-pace-%ld", (long)getpid());
-	if (shm_create_sized(name, 64, 0, &seg, &cause) != 0)
-		fail_msg("shm_create_sized: %s", cause);
-	assert_int_equal(handoff_append(&seg, "aaaa", 4, &end), 0);
-	handoff_taken(&seg, end);	/* the flush in flight */
-
-	fd = written_file(f, "yielding");
-	if ((pid = fork()) == 0) {
-		durable_pace_init(&pace, fd, seg.header);
-		pace.yield_us = 10L * 1000 * 1000;
-		_exit(durable_pace(&pace, 1024 * 1024) == 0 &&
-		    pace.started == 1024 * 1024 ? 0 : 1);
-	}
-	assert_true(pid > 0);
-	/* Asleep, yielding (within 5 s): the flush is published. */
-	for (i = 0; i < 50000 &&
-	    atomic_load(&seg.header->durable_sleepers) == 0; i++)
-		usleep(100);
-	assert_int_equal(atomic_load(&seg.header->durable_sleepers), 1);
-	handoff_durable(&seg, end);
-	handoff_wake(&seg, 0, end);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	assert_int_equal(WEXITSTATUS(status), 0);
-	close(fd);
-
-	/* A flush in flight for ever, but a checkpoint wanted: no yield. */
-	assert_int_equal(handoff_append(&seg, "bbbb", 4, &end), 0);
-	handoff_taken(&seg, end);
-	atomic_store(&seg.header->checkpoint_wanted, 1);
-	fd = written_file(f, "wanted");
-	durable_pace_init(&pace, fd, seg.header);
-	pace.yield_us = 10L * 1000 * 1000;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	assert_int_equal(durable_pace(&pace, 1024 * 1024), 0);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	assert_int_equal(pace.started, 1024 * 1024);
-	assert_true(t1.tv_sec - t0.tv_sec < 5);
-	assert_int_equal(atomic_load(&seg.header->durable_sleepers), 0);
-	close(fd);
-	shm_destroy(&seg);
-}
-
 int
 main(void)
 {
@@ -579,9 +496,6 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    made_ahead_zeros_written_back_paced_before_their_fsync,
-		    setup, teardown),
-		cmocka_unit_test_setup_teardown(
-		    pace_yields_to_a_flush_unless_a_checkpoint_is_wanted,
 		    setup, teardown),
 	};
 

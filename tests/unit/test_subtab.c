@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1036,61 +1035,6 @@ test_ring_wraps_and_fills(void **state)
 	assert_memory_equal(out, chunk, sizeof chunk);
 }
 
-static int64_t
-monotonic_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/*
- * handoff_wait_flush, the checkpoint thread's yield to the journal
- * (durable.c's paced write-back): nothing in flight, no wait; a flush in
- * flight (written, not yet durable), a wait that ends when the journaler
- * publishes it (a child process waits with a 5 s bound and must return
- * well before it), or at the bound when nobody publishes.
- */
-static void
-test_wait_flush_ends_with_the_flush(void **state)
-{
-	struct segment_fixture	*f = *state;
-	struct shm_header	*h = f->seg.header;
-	uint64_t		 end;
-	int64_t			 start;
-	pid_t			 pid;
-	int			 status;
-
-	assert_int_equal(handoff_wait_flush(h, 5000000), 0);
-	assert_int_equal(handoff_append(&f->seg, "aaaa", 4, &end), 0);
-	handoff_taken(&f->seg, end);
-
-	/* Nobody publishes: back at the bound (20 ms), not before. */
-	start = monotonic_ms();
-	assert_int_equal(handoff_wait_flush(h, 20000), 1);
-	assert_true(monotonic_ms() - start >= 19);
-	assert_true(monotonic_ms() - start < 1000);
-	assert_int_equal(atomic_load(&h->durable_sleepers), 0);
-
-	if ((pid = fork()) == 0) {
-		start = monotonic_ms();
-		_exit(handoff_wait_flush(h, 5000000) == 1 &&
-		    monotonic_ms() - start < 1000 ? 0 : 1);
-	}
-	assert_true(pid > 0);
-	/* The child is asleep on the futex: the flush is published. */
-	while (atomic_load(&h->durable_sleepers) == 0)
-		usleep(100);
-	handoff_durable(&f->seg, end);
-	handoff_wake(&f->seg, 0, end);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	assert_int_equal(WEXITSTATUS(status), 0);
-	assert_int_equal(atomic_load(&h->durable_sleepers), 0);
-	assert_int_equal(handoff_wait_flush(h, 5000000), 0);
-}
-
 /*
  * The journal epoch (handoff.c): once a failure dropped records, later
  * flushes make positions above them durable, and only the epoch a
@@ -1492,9 +1436,6 @@ main(void)
 		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_ring_wraps_and_fills,
 		    setup, unit_segment_teardown),
-		cmocka_unit_test_setup_teardown(
-		    test_wait_flush_ends_with_the_flush, setup,
-		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_epoch_judges_durability,
 		    setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_settle_unmarks_indexed,
