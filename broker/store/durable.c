@@ -51,6 +51,7 @@ durable_pace_init(struct durable_pace *pace, int fd)
 	pace->fd = fd;
 	pace->started = pace->waited = 0;
 	pace->off = 0;
+	pace->succeeded = 0;
 }
 
 /*
@@ -74,7 +75,7 @@ durable_pace(struct durable_pace *pace, uint64_t end)
 		    sync_file_range(pace->fd, (off_t)pace->waited,
 		    (off_t)(pace->started - pace->waited),
 		    SYNC_FILE_RANGE_WAIT_BEFORE) == -1)
-			goto failed;
+			return -1;	/* never "unsupported": below */
 		pace->waited = pace->started;
 		piece = end - pace->started;
 		if (piece > DURABLE_PACE_BYTES)
@@ -82,6 +83,7 @@ durable_pace(struct durable_pace *pace, uint64_t end)
 		if (sync_file_range(pace->fd, (off_t)pace->started,
 		    (off_t)piece, SYNC_FILE_RANGE_WRITE) == -1)
 			goto failed;
+		pace->succeeded = 1;
 		pace->started += piece;
 	}
 	return 0;
@@ -89,11 +91,19 @@ durable_pace(struct durable_pace *pace, uint64_t end)
 failed:
 	/*
 	 * A kernel or file system without it (or a seccomp filter that
-	 * refuses it): nothing is lost but the pacing, and the file's
-	 * fsync writes all as before.  An I/O error is the file's.
+	 * refuses it) says so at the fd's first call: nothing is lost but
+	 * the pacing, and the file's fsync writes all as before.  Only
+	 * then.  Once a call on the fd succeeded, any error may be the
+	 * file's: a wait (SYNC_FILE_RANGE_WAIT_BEFORE, above) returns the
+	 * file's pending write-back error and clears it for this fd
+	 * (file_check_and_advance_wb_err), so the later fsync would return
+	 * 0 and the checkpoint be renamed and old segments pruned with its
+	 * data never on the disk; FUSE or NFS report such errors as EPERM
+	 * or EINVAL too.  So those fail the file's writer as an I/O error
+	 * does.
 	 */
-	if (errno == ENOSYS || errno == EINVAL || errno == ESPIPE ||
-	    errno == EPERM) {
+	if (!pace->succeeded && (errno == ENOSYS || errno == EINVAL ||
+	    errno == ESPIPE || errno == EPERM)) {
 		pace->off = 1;
 		return 0;
 	}

@@ -60,13 +60,16 @@ struct durable_pace {
 	uint64_t	started;	/* write-back started on [0, started) */
 	uint64_t	waited;		/* and done on [0, waited) */
 	int		off;		/* the kernel cannot: pace no more */
+	int		succeeded;	/* a call succeeded: all errors fail */
 };
 void	durable_pace_init(struct durable_pace *, int fd);
 /*
  * The bytes of [0, end) are written: start the write-back of those not
  * started yet, a piece at a time, each after the one before it is on
- * the device.  0, or -1 with errno (EIO, ENOSPC, ENOMEM: the file's
- * writer fails as on a failed write).
+ * the device.  0, or -1 with errno (EIO, ENOSPC, ENOMEM, or any error
+ * once a call on the fd succeeded: the file's writer fails as on a
+ * failed write).  ENOSYS, EINVAL, ESPIPE or EPERM at the fd's first
+ * call only stops the pacing (0).
  */
 int	durable_pace(struct durable_pace *, uint64_t end);
 /*

@@ -1083,6 +1083,74 @@ checkpoint_writeback_eio_loses_nothing(void **state)
 	    ".snap.tmp: write-back: Input/output error");
 }
 
+/* Effects of PACE_RESULT bytes: a checkpoint of several pieces. */
+#define PACE_RESULT	60000
+#define PACE_EFFECTS	12
+static const char *const pace_args[] = {
+	"--segment-bytes", "524288", "--result-bytes", "33554432", NULL
+};
+
+/*
+ * The checkpoint's write-back succeeds for its first piece, then fails
+ * with EINVAL (the wait for that piece, SYNC_FILE_RANGE_WAIT_BEFORE):
+ * past the fd's first call that is the file's error, which the wait
+ * also cleared for the fsync to come, not "unsupported".  The checkpoint
+ * fails saying so, and nothing is lost.  Fails if any EINVAL turns the
+ * pacing off (the checkpoint then renamed, its data maybe never written).
+ */
+static void
+checkpoint_writeback_einval_after_a_piece_fails(void **state)
+{
+	static char		 result[PACE_RESULT + 16];
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	struct idem_conn	*c;
+	struct idem_effect	 e, done;
+	struct idem_error	 err;
+	char			 id[64];
+	int			 i;
+
+	snprintf(result, sizeof result, "\"%0*d\"", PACE_RESULT, 7);
+	/* Before the start: the count is of this broker's calls. */
+	harness_fault_rule(t->fault_file,
+	    "writeback .idem/journal/.checkpoint- EINVAL 1");
+	assert_int_equal(harness_start(b, pace_args, t->env), 0);
+	assert_non_null(c = harness_connect(b));
+	for (i = 0; i < PACE_EFFECTS; i++) {
+		snprintf(id, sizeof id, "pace/%d", i);
+		memset(&e, 0, sizeof e);
+		memset(&done, 0, sizeof done);
+		assert_int_equal(idem_effect_begin(c, id, "pace.test",
+		    "{\"n\":1}", 0, &e, &err), 0);
+		assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
+		assert_int_equal(idem_effect_complete(c, id, "pace.test",
+		    e.fence, 1, result, &done, &err), 0);
+		assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
+		idem_effect_clear(&e);
+		idem_effect_clear(&done);
+	}
+	harness_wait_log(b, ".snap.tmp: write-back: Invalid argument", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	fault_clear(t);
+	idem_close(c);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(count_named(b, ".idem/journal", ".checkpoint-", ""),
+	    0);
+	assert_int_equal(harness_start(b, pace_args, t->env), 0);
+	assert_non_null(c = harness_connect(b));
+	for (i = 0; i < PACE_EFFECTS; i++) {
+		snprintf(id, sizeof id, "pace/%d", i);
+		memset(&e, 0, sizeof e);
+		assert_int_equal(idem_effect_begin(c, id, "pace.test",
+		    "{\"n\":1}", 0, &e, &err), 0);
+		assert_int_equal(e.disposition, IDEM_EFFECT_REUSED);
+		idem_effect_clear(&e);
+	}
+	idem_close(c);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
 /*
  * The write-back of the zeros of the segment made ahead fails (EIO):
  * that segment is not made (its file removed), the rotation creates its
@@ -1419,6 +1487,7 @@ main(void)
 		T(sigterm_while_reopen_fails_stops_cleanly),
 		T(checkpoint_write_enospc_loses_nothing),
 		T(checkpoint_writeback_eio_loses_nothing),
+		T(checkpoint_writeback_einval_after_a_piece_fails),
 		T(segment_writeback_eio_creates_the_segment),
 		T(segment_create_enospc_goes_on_in_the_current_one),
 		T(segment_rename_eio_creates_the_segment),
