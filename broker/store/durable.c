@@ -50,7 +50,7 @@ durable_pace_init(struct durable_pace *pace, int fd)
 {
 	pace->fd = fd;
 	pace->started = pace->waited = 0;
-	pace->off = 0;
+	pace->unsupported = 0;
 	pace->succeeded = 0;
 }
 
@@ -70,7 +70,7 @@ durable_pace(struct durable_pace *pace, uint64_t end)
 {
 	uint64_t	piece;
 
-	while (!pace->off && pace->started < end) {
+	while (!pace->unsupported && pace->started < end) {
 		if (pace->waited < pace->started &&
 		    sync_file_range(pace->fd, (off_t)pace->waited,
 		    (off_t)(pace->started - pace->waited),
@@ -104,7 +104,7 @@ failed:
 	 */
 	if (!pace->succeeded && (errno == ENOSYS || errno == EINVAL ||
 	    errno == ESPIPE || errno == EPERM)) {
-		pace->off = 1;
+		pace->unsupported = 1;
 		return 0;
 	}
 	return -1;

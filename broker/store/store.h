@@ -59,7 +59,7 @@ struct durable_pace {
 	int		fd;
 	uint64_t	started;	/* write-back started on [0, started) */
 	uint64_t	waited;		/* and done on [0, waited) */
-	int		off;		/* the kernel cannot: pace no more */
+	int		unsupported;	/* the fd refused it: pace no more */
 	int		succeeded;	/* a call succeeded: all errors fail */
 };
 void	durable_pace_init(struct durable_pace *, int fd);
