@@ -647,7 +647,9 @@ journaler_maybe_rotate(struct idemd *d)
 	pthread_mutex_lock(&journaler.lock);
 	/*
 	 * A rotation waits for the checkpoint before it and for the segment
-	 * being made ahead (a few ms: the rounds go on meanwhile), so that
+	 * being made ahead (as long as the device takes to write its zeros,
+	 * 2 MiB at the default size, one paced 256 KiB piece after another,
+	 * and one fsync: the rounds go on meanwhile), so that
 	 * two rotations close together (the bench's) both find theirs; one
 	 * that could not be made (a nearly full disk) leaves none wanted,
 	 * and the rotation creates the segment itself.  An urgent one (the

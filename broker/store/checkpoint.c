@@ -28,7 +28,11 @@
  * effects is one write a megabyte, not one a record (a checkpoint of
  * 4,000 effects was 4,000 write calls on the checkpoint thread, beside
  * the journaling thread on a two-core machine).  What a crash leaves of
- * the temporary file does not matter: start-up removes it.
+ * the temporary file does not matter: start-up removes it.  Each write's
+ * write-back is started as it is made, one DURABLE_PACE_BYTES piece in
+ * flight (durable_pace): the fsync at the end then finds little left,
+ * and the journal's fdatasync never waits behind the whole file.  That
+ * is no durability step: the fsync below stays the file's.
  *
  * The file is written to a temporary name, fsync'd, renamed and its
  * directory fsync'd; only then are old segments removed.  A crash at any
@@ -159,13 +163,14 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	uint64_t		 committed = 0, index_only = 0;
 	char			(*keys)[SUBTAB_MAX_KEY_BYTES] = NULL;
 	struct journal_record	 record;
+	struct durable_pace	 pace;
 	struct seqalloc_state	 alloc[SUBTAB_KIND_COUNT];
 	uint8_t			 header[CHECKPOINT_HEADER_BYTES];
 	uint8_t			 trailer[CHECKPOINT_TRAILER_BYTES];
 	uint8_t			*buf = NULL, *result = NULL;
 	size_t			 used = 0, need, n_encoded;
 	char			 name[64], temp[80];
-	uint64_t		 records = 0, epoch, head;
+	uint64_t		 records = 0, epoch, head, offset;
 	uint32_t		 from = 0, n, i;
 	int			 fd = -1, rc = -1;
 	int			 skip_indexed = 0;
@@ -200,6 +205,8 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	header_encode(header, segment, 0, 0, alloc);
 	if (durable_write_all(fd, header, sizeof header) != 0)
 		goto write_failed;
+	durable_pace_init(&pace, fd);
+	offset = sizeof header;
 	/*
 	 * Once the index holds more receipts than the table has entries,
 	 * some are in no other file already and a lost index cannot be
@@ -279,7 +286,10 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			if (CHECKPOINT_BUFFER_BYTES - used < need) {
 				if (durable_write_all(fd, buf, used) != 0)
 					goto write_failed;
+				offset += used;
 				used = 0;
+				if (durable_pace(&pace, offset) != 0)
+					goto writeback_failed;
 			}
 			/*
 			 * A record that does not encode fails the checkpoint,
@@ -312,6 +322,9 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	}
 	if (durable_write_all(fd, buf, used) != 0)
 		goto write_failed;
+	offset += used;
+	if (durable_pace(&pace, offset) != 0)
+		goto writeback_failed;
 	/*
 	 * Every state copied is durable before the index or this file keeps
 	 * it.  The copy ran beside the journaling thread, and a commit still
@@ -370,6 +383,10 @@ index_failed:
 	if (*cause == NULL)
 		asprintf(cause, "checkpoint %s: index: %s", name,
 		    strerror(errno));
+	goto out;
+writeback_failed:
+	asprintf(cause, "checkpoint %s/%s: write-back: %s", dir, temp,
+	    strerror(errno));
 	goto out;
 write_failed:
 	asprintf(cause, "checkpoint %s/%s: write: %s", dir, temp,

@@ -774,11 +774,13 @@ journal_zero_chunk(uint64_t segment_bytes)
 /*
  * Zeros written at [from, to) of fd with pwrite, in pieces of at most
  * piece bytes (no more than journal_zeros holds): 0, or -1 with errno
- * and *failed_at the offset of the write that failed.
+ * and *failed_at the offset of the write that failed, or -2 with errno
+ * if the write-back pace gives (not NULL: the checkpoint thread's, never
+ * the journaling thread's) failed after the write at *failed_at.
  */
 static int
 write_zeros(int fd, uint64_t from, uint64_t to, size_t piece,
-    uint64_t *failed_at)
+    struct durable_pace *pace, uint64_t *failed_at)
 {
 	uint64_t	at;
 	size_t		n;
@@ -796,6 +798,10 @@ write_zeros(int fd, uint64_t from, uint64_t to, size_t piece,
 				errno = EIO;
 			*failed_at = at;
 			return -1;
+		}
+		if (pace != NULL && durable_pace(pace, at + (uint64_t)w) != 0) {
+			*failed_at = at;
+			return -2;
 		}
 	}
 	return 0;
@@ -852,7 +858,7 @@ journal_prezero(struct journal *j, uint64_t segment_bytes, char **cause)
 		return 0;
 	}
 	before = j->zeroed;
-	if (write_zeros(j->fd, j->zeroed, want, (size_t)chunk, &at) != 0)
+	if (write_zeros(j->fd, j->zeroed, want, (size_t)chunk, NULL, &at) != 0)
 		goto fail;
 	j->zeroed = want;
 	j->zero_retry_at = 0;
@@ -958,10 +964,11 @@ int
 journal_make_next(int dir_fd, const char *dir, uint64_t number,
     uint64_t segment_bytes, struct journal_next *next, char **cause)
 {
-	char		tmp[JOURNAL_NEXT_NAME_BYTES];
-	uint64_t	chunk, want, at;
-	struct statvfs	vfs;
-	int		fd;
+	char			tmp[JOURNAL_NEXT_NAME_BYTES];
+	uint64_t		chunk, want, at;
+	struct statvfs		vfs;
+	struct durable_pace	pace;
+	int			fd, rc;
 
 	next->fd = -1;
 	next->number = next->zeroed = 0;
@@ -985,14 +992,18 @@ journal_make_next(int dir_fd, const char *dir, uint64_t number,
 		return 0;
 	if ((fd = segment_file_create(dir_fd, dir, tmp, number, cause)) == -1)
 		return -1;
-	if (write_zeros(fd, SEGMENT_HEADER_BYTES, want, sizeof journal_zeros,
-	    &at) != 0)
-		return segment_file_fail(dir_fd, dir, tmp, fd, "write zeros",
-		    cause);
+	/* Their write-back paced, beside the journal's flushes. */
+	durable_pace_init(&pace, fd);
+	if ((rc = write_zeros(fd, SEGMENT_HEADER_BYTES, want,
+	    sizeof journal_zeros, &pace, &at)) != 0)
+		return segment_file_fail(dir_fd, dir, tmp, fd, rc == -2 ?
+		    "write-back of zeros" : "write zeros", cause);
 	/*
 	 * Header, zeros and their blocks durable before the name can be
 	 * the segment's: a rename that persists finds them on the disk.
-	 * The temporary name itself needs no directory fsync.
+	 * The temporary name itself needs no directory fsync.  This fsync
+	 * is that step, paced write-back or not (sync_file_range persists
+	 * no metadata and flushes no device cache).
 	 */
 	if (fsync(fd) == -1)
 		return segment_file_fail(dir_fd, dir, tmp, fd, "fsync", cause);

@@ -45,6 +45,34 @@ int	store_host_id_valid(const char *s);
 /* write(2) until done (EINTR retried); -1 on error, EIO on a zero write. */
 int	durable_write_all(int fd, const void *, size_t);
 /*
+ * Write-back paced: the checkpoint thread's large files (a checkpoint,
+ * the next segment's zeros) handed to the disk DURABLE_PACE_BYTES at a
+ * time as they are written, at most one piece in flight, so that their
+ * fsync finds little left and the device never holds MiBs in front of
+ * the journal's small fdatasync (PostgreSQL's checkpoint_flush_after).
+ * Never a durability point: sync_file_range(2) persists no metadata and
+ * flushes no device cache, so each file's fsync stays where it was, in
+ * the same order (doc/journal.md, "Write-back paced").
+ */
+#define DURABLE_PACE_BYTES	(256 * 1024)
+struct durable_pace {
+	int		fd;
+	uint64_t	started;	/* write-back started on [0, started) */
+	uint64_t	waited;		/* and done on [0, waited) */
+	int		unsupported;	/* the fd refused it: pace no more */
+	int		succeeded;	/* a call succeeded: all errors fail */
+};
+void	durable_pace_init(struct durable_pace *, int fd);
+/*
+ * The bytes of [0, end) are written: start the write-back of those not
+ * started yet, a piece at a time, each after the one before it is on
+ * the device.  0, or -1 with errno (EIO, ENOSPC, ENOMEM, or any error
+ * once a call on the fd succeeded: the file's writer fails as on a
+ * failed write).  ENOSYS, EINVAL, ESPIPE or EPERM at the fd's first
+ * call only stops the pacing (0).
+ */
+int	durable_pace(struct durable_pace *, uint64_t end);
+/*
  * ROOT/.idem/name holding data, made durably: a temporary, fsync'd,
  * then renamed over name (replace) or linked, which never replaces (a
  * file there first wins); the directory fsync'd.  No symlink followed.

@@ -12,9 +12,10 @@
  * op is "write" (write, writev, pwrite, pwritev), "pwrite" (pwrite
  * only: the zeros journal.c writes ahead of the journal's end, and not
  * its records, which go with pwritev), "sync" (fsync, fdatasync),
- * "truncate" (ftruncate) or "any": every call idemd writes, syncs or
- * truncates a file with (journal.c, checkpoint.c, taskfile_write.c, fileio.c,
- * main.c).  The path is the fd's, from /proc/self/fd; a substring
+ * "writeback" (sync_file_range: the checkpoint thread's paced write-back,
+ * durable.c), "truncate" (ftruncate) or "any": every call idemd writes,
+ * syncs, writes back or truncates a file with (journal.c, checkpoint.c,
+ * durable.c, taskfile_write.c, fileio.c, main.c).  The path is the fd's, from /proc/self/fd; a substring
  * ending in "$" must end it (so "_lifecycle/inbox$" is the directory,
  * not the files in it).  The errno is ENOSPC, EIO, EDQUOT or EROFS.  A
  * matching call writes, syncs or truncates nothing and fails with that
@@ -104,7 +105,8 @@ enum fault_op {
 	FAULT_SYNC,
 	FAULT_TRUNCATE,
 	FAULT_FORK,
-	FAULT_RENAME
+	FAULT_RENAME,
+	FAULT_WRITEBACK
 };
 
 static void	*real_write;
@@ -116,6 +118,7 @@ static void	*real_fdatasync;
 static void	*real_ftruncate;
 static void	*real_fork;
 static void	*real_renameat2;
+static void	*real_sync_file_range;
 /* For "<n>": the rule counted (its hash) and its matching calls. */
 static uint64_t	 counted_rule;
 static uint64_t	 counted_calls;
@@ -152,6 +155,7 @@ fault_init(void)
 	(void)REAL(ftruncate);
 	(void)REAL(fork);
 	(void)REAL(renameat2);
+	(void)REAL(sync_file_range);
 }
 
 static int
@@ -310,6 +314,8 @@ fault_check(enum fault_op op, int fd)
 		rule_op = FAULT_TRUNCATE;
 	else if (length == 6 && memcmp(word, "rename", 6) == 0)
 		rule_op = FAULT_RENAME;
+	else if (length == 9 && memcmp(word, "writeback", 9) == 0)
+		rule_op = FAULT_WRITEBACK;
 	else
 		return 0;
 	if ((want = fault_word(rule, &pos, &want_length)) == NULL ||
@@ -456,6 +462,19 @@ fdatasync(int fd)
 		return -1;
 	}
 	return REAL(fdatasync)(fd);
+}
+
+/* The paced write-back (durable.c): a hint, but one that can fail. */
+int
+sync_file_range(int fd, off64_t offset, off64_t nbytes, unsigned int flags)
+{
+	int	error;
+
+	if ((error = fault_for(FAULT_WRITEBACK, fd)) != 0) {
+		errno = error;
+		return -1;
+	}
+	return REAL(sync_file_range)(fd, offset, nbytes, flags);
 }
 
 int

@@ -1036,21 +1036,21 @@ assert_batch_replays(struct harness_shim *t, const char *prefix, int count,
 /*
  * A checkpoint that cannot be written costs space, never a submission:
  * the segments it would have replaced stay, a restart replays them all,
- * and the next checkpoint on a healthy disk replaces them.
+ * and the next checkpoint on a healthy disk replaces them.  rule fails
+ * the checkpoint's file; logged says how the failure is logged.
  */
 static void
-checkpoint_write_enospc_loses_nothing(void **state)
+checkpoint_fault_loses_nothing(struct harness_shim *t, const char *rule,
+    const char *logged)
 {
-	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	char			*receipts[2 * TEST_BATCH];
 	int			 i;
 
 	assert_int_equal(harness_start(b, segment_args, t->env), 0);
-	harness_fault_rule(t->fault_file,
-	    "write .idem/journal/.checkpoint- ENOSPC");
+	harness_fault_rule(t->fault_file, rule);
 	submit_batch(b, "ckpt", 0, TEST_BATCH, receipts);
-	harness_wait_log(b, ".snap.tmp: write: ", 1, TEST_EVENT_TIMEOUT_MS);
+	harness_wait_log(b, logged, 1, TEST_EVENT_TIMEOUT_MS);
 	fault_clear(t);
 	assert_batch_replays(t, "ckpt", TEST_BATCH, receipts);
 
@@ -1060,6 +1060,125 @@ checkpoint_write_enospc_loses_nothing(void **state)
 	for (i = 0; i < 2 * TEST_BATCH; i++)
 		free(receipts[i]);
 	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+static void
+checkpoint_write_enospc_loses_nothing(void **state)
+{
+	checkpoint_fault_loses_nothing(*state,
+	    "write .idem/journal/.checkpoint- ENOSPC", ".snap.tmp: write: ");
+}
+
+/*
+ * The checkpoint's paced write-back (sync_file_range, durable.c) fails
+ * with EIO: the checkpoint fails as on a failed write, saying which
+ * call, and nothing is lost.
+ */
+static void
+checkpoint_writeback_eio_loses_nothing(void **state)
+{
+	checkpoint_fault_loses_nothing(*state,
+	    "writeback .idem/journal/.checkpoint- EIO",
+	    ".snap.tmp: write-back: Input/output error");
+}
+
+/* Effects of PACE_RESULT bytes: a checkpoint of several pieces. */
+#define PACE_RESULT	60000
+#define PACE_EFFECTS	12
+static const char *const pace_args[] = {
+	"--segment-bytes", "524288", "--result-bytes", "33554432", NULL
+};
+
+/*
+ * The checkpoint's write-back succeeds for its first piece, then fails
+ * with EINVAL (the wait for that piece, SYNC_FILE_RANGE_WAIT_BEFORE):
+ * past the fd's first call that is the file's error, which the wait
+ * also cleared for the fsync to come, not "unsupported".  The checkpoint
+ * fails saying so, and nothing is lost.  Fails if any EINVAL turns the
+ * pacing off (the checkpoint then renamed, its data maybe never written).
+ */
+static void
+checkpoint_writeback_einval_after_a_piece_fails(void **state)
+{
+	static char		 result[PACE_RESULT + 16];
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	struct idem_conn	*c;
+	struct idem_effect	 e, done;
+	struct idem_error	 err;
+	char			 id[64];
+	int			 i;
+
+	snprintf(result, sizeof result, "\"%0*d\"", PACE_RESULT, 7);
+	/* Before the start: the count is of this broker's calls. */
+	harness_fault_rule(t->fault_file,
+	    "writeback .idem/journal/.checkpoint- EINVAL 1");
+	assert_int_equal(harness_start(b, pace_args, t->env), 0);
+	assert_non_null(c = harness_connect(b));
+	for (i = 0; i < PACE_EFFECTS; i++) {
+		snprintf(id, sizeof id, "pace/%d", i);
+		memset(&e, 0, sizeof e);
+		memset(&done, 0, sizeof done);
+		assert_int_equal(idem_effect_begin(c, id, "pace.test",
+		    "{\"n\":1}", 0, &e, &err), 0);
+		assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
+		assert_int_equal(idem_effect_complete(c, id, "pace.test",
+		    e.fence, 1, result, &done, &err), 0);
+		assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
+		idem_effect_clear(&e);
+		idem_effect_clear(&done);
+	}
+	harness_wait_log(b, ".snap.tmp: write-back: Invalid argument", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	fault_clear(t);
+	idem_close(c);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(count_named(b, ".idem/journal", ".checkpoint-", ""),
+	    0);
+	assert_int_equal(harness_start(b, pace_args, t->env), 0);
+	assert_non_null(c = harness_connect(b));
+	for (i = 0; i < PACE_EFFECTS; i++) {
+		snprintf(id, sizeof id, "pace/%d", i);
+		memset(&e, 0, sizeof e);
+		assert_int_equal(idem_effect_begin(c, id, "pace.test",
+		    "{\"n\":1}", 0, &e, &err), 0);
+		assert_int_equal(e.disposition, IDEM_EFFECT_REUSED);
+		idem_effect_clear(&e);
+	}
+	idem_close(c);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+/*
+ * The write-back of the zeros of the segment made ahead fails (EIO):
+ * that segment is not made (its file removed), the rotation creates its
+ * own, as after any failure to make it (doc/journal.md, "The next
+ * segment made ahead"); checkpoints follow and every receipt comes back.
+ */
+static void
+segment_writeback_eio_creates_the_segment(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	char			*receipts[TEST_BATCH];
+	int			 i;
+
+	harness_fault_rule(t->fault_file, "writeback .idem/journal/.next- EIO");
+	assert_int_equal(harness_start(b, segment_args, t->env), 0);
+	harness_wait_log(b, ".tmp: write-back of zeros: Input/output error; "
+	    "the rotation will create it", 1, TEST_EVENT_TIMEOUT_MS);
+	submit_batch(b, "wbk", 0, TEST_BATCH, receipts);
+	harness_wait_log(b, "checkpoint checkpoint-", 1,
+	    TEST_EVENT_TIMEOUT_MS);
+	assert_true(harness_log_count(b, "none was made ahead") >= 1);
+	fault_clear(t);
+	assert_batch_replays(t, "wbk", TEST_BATCH, receipts);
+	for (i = 0; i < TEST_BATCH; i++)
+		free(receipts[i]);
+	assert_int_equal(harness_stop(b), 0);
+	assert_int_equal(count_named(b, ".idem/journal", ".next-", ""), 0);
 	harness_shim_finish(t);
 }
 
@@ -1367,6 +1486,9 @@ main(void)
 		T(report_fsync_eio_then_retry_writes_one_report),
 		T(sigterm_while_reopen_fails_stops_cleanly),
 		T(checkpoint_write_enospc_loses_nothing),
+		T(checkpoint_writeback_eio_loses_nothing),
+		T(checkpoint_writeback_einval_after_a_piece_fails),
+		T(segment_writeback_eio_creates_the_segment),
 		T(segment_create_enospc_goes_on_in_the_current_one),
 		T(segment_rename_eio_creates_the_segment),
 		T(segment_rename_einval_stops_making_ahead),

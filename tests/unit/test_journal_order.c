@@ -12,7 +12,11 @@
  *	- the old segment's zero tail is cut and the cut fsync'd before the
  *	  rename;
  *	- the directory is fsync'd after the rename, before the rotation
- *	  returns (before any record can go into the new segment).
+ *	  returns (before any record can go into the new segment);
+ *	- the write-back of the file made ahead is paced (sync_file_range,
+ *	  durable.c: a piece of at most DURABLE_PACE_BYTES started once the
+ *	  one before it is done) and its fsync still comes after all of it:
+ *	  the pacing is no durability step and moves none.
  *
  * Each is one way to lose acknowledged receipts or refuse start-up after
  * a crash, and each fails here when taken out of journal.c.
@@ -49,8 +53,10 @@
 #define ORDER_MAX	64
 
 struct order_call {
-	char	op[16];		/* "fsync", "fdatasync", "ftruncate", "rename" */
-	char	name[PATH_MAX];	/* the file's last path component */
+	/* "fsync", "fdatasync", "ftruncate", "rename", "writeback", "wait" */
+	char		op[16];
+	char		name[PATH_MAX];	/* the file's last path component */
+	uint64_t	offset, length;	/* a writeback's or a wait's range */
 };
 
 static struct {
@@ -133,6 +139,22 @@ ftruncate(int fd, off_t length)
 {
 	order_record_fd("ftruncate", fd);
 	return REAL(ftruncate)(fd, length);
+}
+
+/* durable.c's pace: "writeback" starts a range, "wait" waits for one. */
+int
+sync_file_range(int fd, off64_t offset, off64_t nbytes, unsigned int flags)
+{
+	size_t	before = order.count;
+
+	order_record_fd(flags == SYNC_FILE_RANGE_WRITE ? "writeback" :
+	    flags == SYNC_FILE_RANGE_WAIT_BEFORE ? "wait" : "sync_file_range",
+	    fd);
+	if (order.count > before) {
+		order.calls[before].offset = (uint64_t)offset;
+		order.calls[before].length = (uint64_t)nbytes;
+	}
+	return REAL(sync_file_range)(fd, offset, nbytes, flags);
 }
 
 int
@@ -395,6 +417,69 @@ reopen_zeroes_ahead_only_after_a_directory_fsync(void **state)
 	journal_close(&j);
 }
 
+/*
+ * The next segment made ahead, 1 MiB of zeros (a 4 MiB segment): their
+ * write-back is started a piece at a time from the file's start to its
+ * end, no piece longer than DURABLE_PACE_BYTES, each after a wait for
+ * the one before it (one in flight), and the file's fsync, its
+ * durability step, comes after the last.  Fails without the pacing (no
+ * write-back at all), with a piece started before the previous one is
+ * waited for, or with the fsync moved before the write-back.
+ */
+static void
+made_ahead_zeros_written_back_paced_before_their_fsync(void **state)
+{
+	struct fixture		*f = *state;
+	struct journal		 j;
+	struct journal_next	 next;
+	struct order_call	*c, *prev = NULL;
+	char			*cause = NULL, tmp[JOURNAL_NEXT_NAME_BYTES];
+	uint64_t		 started = 0;
+	size_t			 i;
+	int			 synced, pieces = 0;
+
+	journal_next_name(2, tmp);
+	assert_int_equal(journal_open(&j, f->dir, &cause), 0);
+	order.on = 1;
+	order.count = 0;
+	assert_int_equal(journal_make_next(j.dir_fd, f->dir, 2,
+	    4 * 1024 * 1024, &next, &cause), 0);
+	order.on = 0;
+	order_print();
+	assert_true(next.fd != -1);
+	assert_int_equal(next.zeroed, 1024 * 1024);
+	synced = order_find("fsync", tmp, 0);
+	assert_true(synced != -1);
+	for (i = 0; i < order.count; i++) {
+		c = &order.calls[i];
+		if (strcmp(c->name, tmp) != 0 || (strcmp(c->op, "writeback") !=
+		    0 && strcmp(c->op, "wait") != 0))
+			continue;
+		assert_true((int)i < synced);
+		if (strcmp(c->op, "wait") == 0) {
+			/* The piece before, whole, before the next one. */
+			assert_non_null(prev);
+			assert_int_equal(c->offset, prev->offset);
+			assert_int_equal(c->length, prev->length);
+			assert_true(i + 1 < order.count);
+			assert_string_equal(order.calls[i + 1].op,
+			    "writeback");
+			continue;
+		}
+		assert_int_equal(c->offset, started);
+		assert_true(c->length > 0 && c->length <= DURABLE_PACE_BYTES);
+		if (prev != NULL)
+			assert_string_equal(order.calls[i - 1].op, "wait");
+		started += c->length;
+		prev = c;
+		pieces++;
+	}
+	assert_int_equal(started, next.zeroed);
+	assert_true(pieces >= 4);
+	journal_drop_next(j.dir_fd, &next);
+	journal_close(&j);
+}
+
 int
 main(void)
 {
@@ -409,6 +494,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    reopen_zeroes_ahead_only_after_a_directory_fsync, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    made_ahead_zeros_written_back_paced_before_their_fsync,
+		    setup, teardown),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
