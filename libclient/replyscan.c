@@ -14,8 +14,11 @@
  * by a low one, no lone low one, no \u0000: jansson refuses NUL without
  * JSON_ALLOW_NUL) and strict UTF-8 (no overlong form, no surrogate, none
  * past U+10FFFF); numbers in JSON's grammar and in range; no object with
- * two keys equal once unescaped, at any depth.  Where exactness would
- * take more than a pass, jansson itself judges, so the verdict never
+ * two keys equal once unescaped, at any depth; and, as jansson does,
+ * one NUL byte right after a number or a literal is skipped (libidem
+ * never sees one: a line with a NUL is refused before, client.c).
+ * Where exactness would take more than a pass, jansson itself judges,
+ * so the verdict never
  * differs from its: a number other than an integer of at most 18 digits
  * (its range: jansson refuses integers past int64 and reals past
  * DBL_MAX) is read by json_loadb alone, and a line nested deeper than
@@ -280,14 +283,61 @@ check_literal(const char *p, const char *end, const char *word, size_t n)
 	return p + n;
 }
 
+/*
+ * *p just past a checked escape's backslash: the bytes it stands for
+ * into utf8 (their count), *p past it.
+ */
+static size_t
+unescape_one(const char **p, const char *end, char *utf8)
+{
+	unsigned	u, low;
+	char		one = *(*p)++;
+
+	switch (one) {
+	case 'b': utf8[0] = '\b'; return 1;
+	case 'f': utf8[0] = '\f'; return 1;
+	case 'n': utf8[0] = '\n'; return 1;
+	case 'r': utf8[0] = '\r'; return 1;
+	case 't': utf8[0] = '\t'; return 1;
+	case 'u': break;
+	default: utf8[0] = one; return 1;	/* " \ / */
+	}
+	(void)hex4(*p, end, &u);
+	*p += 4;
+	if (u >= 0xd800 && u <= 0xdbff) {
+		(void)hex4(*p + 2, end, &low);
+		*p += 6;
+		u = 0x10000 + ((u - 0xd800) << 10) + (low - 0xdc00);
+	}
+	if (u < 0x80) {
+		utf8[0] = (char)u;
+		return 1;
+	}
+	if (u < 0x800) {
+		utf8[0] = (char)(0xc0 | (u >> 6));
+		utf8[1] = (char)(0x80 | (u & 0x3f));
+		return 2;
+	}
+	if (u < 0x10000) {
+		utf8[0] = (char)(0xe0 | (u >> 12));
+		utf8[1] = (char)(0x80 | ((u >> 6) & 0x3f));
+		utf8[2] = (char)(0x80 | (u & 0x3f));
+		return 3;
+	}
+	utf8[0] = (char)(0xf0 | (u >> 18));
+	utf8[1] = (char)(0x80 | ((u >> 12) & 0x3f));
+	utf8[2] = (char)(0x80 | ((u >> 6) & 0x3f));
+	utf8[3] = (char)(0x80 | (u & 0x3f));
+	return 4;
+}
+
 /* The bytes between a checked string's quotes, unescaped (snprintf's way). */
 static size_t
 unescape(const char *p, size_t n, char *out, size_t size)
 {
 	const char	*end = p + n, *bs;
 	size_t		 length = 0, run, i, k;
-	unsigned	 u, low;
-	char		 utf8[4], one;
+	char		 utf8[4];
 
 	while (p < end) {
 		if ((bs = memchr(p, '\\', (size_t)(end - p))) == NULL)
@@ -300,45 +350,8 @@ unescape(const char *p, size_t n, char *out, size_t size)
 		length += run;
 		if ((p = bs) >= end)
 			break;
-		one = p[1];
-		p += 2;
-		k = 1;
-		switch (one) {
-		case 'b': utf8[0] = '\b'; break;
-		case 'f': utf8[0] = '\f'; break;
-		case 'n': utf8[0] = '\n'; break;
-		case 'r': utf8[0] = '\r'; break;
-		case 't': utf8[0] = '\t'; break;
-		case 'u':
-			(void)hex4(p, end, &u);
-			p += 4;
-			if (u >= 0xd800 && u <= 0xdbff) {
-				(void)hex4(p + 2, end, &low);
-				p += 6;
-				u = 0x10000 + ((u - 0xd800) << 10) +
-				    (low - 0xdc00);
-			}
-			if (u < 0x80)
-				utf8[0] = (char)u;
-			else if (u < 0x800) {
-				utf8[0] = (char)(0xc0 | (u >> 6));
-				utf8[1] = (char)(0x80 | (u & 0x3f));
-				k = 2;
-			} else if (u < 0x10000) {
-				utf8[0] = (char)(0xe0 | (u >> 12));
-				utf8[1] = (char)(0x80 | ((u >> 6) & 0x3f));
-				utf8[2] = (char)(0x80 | (u & 0x3f));
-				k = 3;
-			} else {
-				utf8[0] = (char)(0xf0 | (u >> 18));
-				utf8[1] = (char)(0x80 | ((u >> 12) & 0x3f));
-				utf8[2] = (char)(0x80 | ((u >> 6) & 0x3f));
-				utf8[3] = (char)(0x80 | (u & 0x3f));
-				k = 4;
-			}
-			break;
-		default: utf8[0] = one; break;	/* " \ / */
-		}
+		p++;
+		k = unescape_one(&p, end, utf8);
 		for (i = 0; i < k; i++, length++) {
 			if (length + 1 < size)
 				out[length] = utf8[i];
@@ -347,6 +360,32 @@ unescape(const char *p, size_t n, char *out, size_t size)
 	if (size > 0)
 		out[length < size ? length : size - 1] = '\0';
 	return length;
+}
+
+/* The checked string bytes [p, p + n) unescaped are name's n bytes. */
+static int
+unescaped_is(const char *p, size_t n, const char *name, size_t name_length)
+{
+	const char	*end = p + n, *bs;
+	size_t		 at = 0, run, k;
+	char		 utf8[4];
+
+	while (p < end) {
+		if ((bs = memchr(p, '\\', (size_t)(end - p))) == NULL)
+			bs = end;
+		run = (size_t)(bs - p);
+		if (run > name_length - at || memcmp(name + at, p, run) != 0)
+			return 0;
+		at += run;
+		if ((p = bs) >= end)
+			break;
+		p++;
+		k = unescape_one(&p, end, utf8);
+		if (k > name_length - at || memcmp(name + at, utf8, k) != 0)
+			return 0;
+		at += k;
+	}
+	return at == name_length;
 }
 
 /* Two keys of a checked object equal once unescaped (defer: can't tell). */
@@ -438,18 +477,29 @@ check_value(struct replyscan_check *c, const char *p, int depth)
 	switch (*p) {
 	case '"':
 		return check_string(p + 1, end, &escaped);
-	case 't':
-		return check_literal(p, end, "true", 4);
-	case 'f':
-		return check_literal(p, end, "false", 5);
-	case 'n':
-		return check_literal(p, end, "null", 4);
 	case '{':
 	case '[':
 		return check_container(c, p, depth);
+	case 't':
+		p = check_literal(p, end, "true", 4);
+		break;
+	case 'f':
+		p = check_literal(p, end, "false", 5);
+		break;
+	case 'n':
+		p = check_literal(p, end, "null", 4);
+		break;
 	default:
-		return check_number(c, p, end);
+		p = check_number(c, p, end);
+		break;
 	}
+	/*
+	 * jansson's lexer puts back the byte after a number or a literal,
+	 * and a NUL put back reads as an empty buffer: it skips one.
+	 */
+	if (p != NULL && p < end && *p == '\0')
+		p++;
+	return p;
 }
 
 /* p just past a checked string's opening quote: past its closing one. */
@@ -484,7 +534,7 @@ skip_checked(const char *p, const char *end)
 		return skip_checked_string(p + 1, end);
 	if (*p != '{' && *p != '[') {
 		while (p < end && *p != ',' && *p != '}' && *p != ']' &&
-		    !is_space(*p))
+		    *p != '\0' && !is_space(*p))
 			p++;
 		return p;
 	}
@@ -519,6 +569,8 @@ next_member(const char **p, const char *end, struct replyscan_member *m)
 	m->value = q;
 	q = skip_checked(q, end);
 	m->value_length = (size_t)(q - m->value);
+	if (q < end && *q == '\0')	/* check_value's skipped NUL */
+		q++;
 	*p = q;
 	return 1;
 }
@@ -585,12 +637,9 @@ replyscan_object(const char *value, size_t length,
 static int
 key_is(const struct replyscan_member *m, const char *name, size_t n)
 {
-	char	u[REPLYSCAN_KEY_BYTES];
-
 	if (!m->key_escaped)
 		return m->key_length == n && memcmp(m->key, name, n) == 0;
-	return n < sizeof u && unescape(m->key, m->key_length, u,
-	    sizeof u) == n && memcmp(u, name, n) == 0;
+	return unescaped_is(m->key, m->key_length, name, n);
 }
 
 int
