@@ -178,9 +178,9 @@ brokers_answers_judged_as_jansson(void **state)
 }
 
 /*
- * Each answer cut at every byte (every third past 1 KiB), each byte
- * replaced by a few that matter to JSON, a member doubled, a byte
- * dropped: both verdicts, and both kinds seen.
+ * Each answer cut at about 400 places (each byte of one under 400),
+ * bytes at about 150 places replaced by a few that matter to JSON or
+ * dropped, a member doubled: both verdicts, and both kinds seen.
  */
 static void
 mutations_judged_as_jansson(void **state)
@@ -196,10 +196,11 @@ mutations_judged_as_jansson(void **state)
 	for (i = 0; i < count; i++) {
 		n = strlen(lines[i]);
 		assert_non_null(m = malloc(2 * n + 2));
-		step = n > 1024 ? 3 : 1;
+		/* About 400 cuts and 150 places a line. */
+		step = n / 400 + 1;
 		for (k = 0; k < n; k += step)
 			seen[judged(lines[i], k, NULL) == OBJECT]++;
-		for (k = 0; k < n; k += 1 + k % 5) {
+		for (k = 0; k < n; k += 1 + k % 5 + n / 150) {
 			for (b = 0; b < sizeof bytes; b++) {
 				memcpy(m, lines[i], n);
 				m[k] = bytes[b];
