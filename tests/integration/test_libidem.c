@@ -961,6 +961,145 @@ requests_keep_their_bytes(void **state)
 	harness_finish(b);
 }
 
+/* ---- effect answers decoded without a tree ------------------------------ */
+
+#define PARSE_REQUEST	"{\"to\":\"a@b\",\"n\":[1,2.5,\"\\u00e9\"]}"
+#define PARSE_RESULT	"{\"id\":\"m-1\",\"e\":1e3,\"s\":\"q\\\"\\u00e9\"}"
+
+/* idem_effect_parse of line, which must fail as a protocol error. */
+static void
+parse_refused(const char *line)
+{
+	struct idem_effect	out;
+	struct idem_error	err;
+
+	assert_int_equal(idem_effect_parse(line, &out, &err), -1);
+	assert_int_equal(err.code, IDEM_E_PROTOCOL);
+	assert_int_equal(out.disposition, IDEM_EFFECT_NONE);
+	assert_null(out.receipt);
+	idem_effect_clear(&out);
+}
+
+/*
+ * A broker's reused answer, taken raw, decodes by idem_effect_parse to
+ * what idem_effect_begin gives (the same code), its receipt the bytes
+ * sent and its result jansson's value; a conflict's refusal to its
+ * error; and every cut of the answer, a control byte put at each of its
+ * places or a member doubled is a protocol error (jansson would refuse
+ * each), never an outcome or a crash.
+ */
+static void
+effect_answers_decoded_without_a_tree(void **state)
+{
+	struct broker		*b = *state;
+	struct idem_conn	*c;
+	struct idem_effect	 begun, done, reused, parsed;
+	struct idem_error	 err, perr;
+	json_t			*tree, *want, *got;
+	char			 line[1024], *answer, *cut, *conflict;
+	size_t			 n, k;
+
+	harness_must_start(b, NULL, NULL);
+	c = connect_to(b);
+	assert_int_equal(idem_effect_begin(c, "parse-1", "mail",
+	    PARSE_REQUEST, 0, &begun, &err), 0);
+	assert_int_equal(begun.disposition, IDEM_EFFECT_PROCEED);
+	assert_int_equal(idem_effect_complete(c, "parse-1", "mail",
+	    begun.fence, 1, PARSE_RESULT, &done, &err), 0);
+	assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
+	assert_int_equal(idem_effect_begin(c, "parse-1", "mail",
+	    PARSE_REQUEST, 0, &reused, &err), 0);
+	assert_int_equal(reused.disposition, IDEM_EFFECT_REUSED);
+
+	snprintf(line, sizeof line, "{\"op\":\"effect_begin\","
+	    "\"client_submission_id\":\"parse-1\",\"effect_kind\":\"mail\","
+	    "\"request\":%s}", PARSE_REQUEST);
+	assert_int_equal(idem_call_raw(c, line, &answer, &err), 0);
+	assert_int_equal(idem_effect_parse(answer, &parsed, &perr), 0);
+	assert_int_equal(parsed.disposition, IDEM_EFFECT_REUSED);
+	assert_int_equal(parsed.attempt, reused.attempt);
+	assert_int_equal(parsed.action_taken, reused.action_taken);
+	assert_string_equal(parsed.fence, reused.fence);
+	assert_string_equal(parsed.external_key, reused.external_key);
+	assert_string_equal(parsed.state, "committed");
+	assert_string_equal(parsed.request_digest, reused.request_digest);
+	assert_string_equal(parsed.committed_at, reused.committed_at);
+	assert_string_equal(parsed.receipt, reused.receipt);
+	assert_string_equal(parsed.receipt, done.receipt);
+	assert_non_null(strstr(answer, parsed.receipt));
+	assert_string_equal(parsed.result, reused.result);
+	assert_non_null(tree = json_loads(answer, JSON_REJECT_DUPLICATES,
+	    NULL));
+	want = json_object_get(json_object_get(tree, "receipt"), "result");
+	assert_non_null(got = json_loads(parsed.result, JSON_DECODE_ANY,
+	    NULL));
+	assert_true(json_equal(got, want));
+	json_decref(got);
+	json_decref(tree);
+
+	/* A refusal: conflict, its error decoded as the call decodes it. */
+	snprintf(line, sizeof line, "{\"op\":\"effect_begin\","
+	    "\"client_submission_id\":\"parse-1\",\"effect_kind\":\"mail\","
+	    "\"request\":{\"other\":1}}");
+	assert_int_equal(idem_call_raw(c, line, &conflict, &err), 0);
+	idem_effect_clear(&reused);
+	assert_int_equal(idem_effect_begin(c, "parse-1", "mail",
+	    "{\"other\":1}", 0, &reused, &err), 0);
+	idem_effect_clear(&parsed);
+	assert_int_equal(idem_effect_parse(conflict, &parsed, &perr), 0);
+	assert_int_equal(parsed.disposition, IDEM_EFFECT_CONFLICT);
+	assert_int_equal(perr.code, IDEM_E_CONFLICT);
+	assert_int_equal(perr.code, err.code);
+	assert_string_equal(perr.message, err.message);
+	assert_string_equal(perr.reason, err.reason);
+	assert_int_equal(perr.retryable, err.retryable);
+	assert_string_equal(parsed.fence, reused.fence);
+	assert_string_equal(parsed.state, "committed");	/* existing's */
+
+	/* in_progress: a retryable refusal, as its bytes say. */
+	idem_effect_clear(&begun);
+	assert_int_equal(idem_effect_begin(c, "parse-2", "mail",
+	    PARSE_REQUEST, 0, &begun, &err), 0);
+	snprintf(line, sizeof line, "{\"op\":\"effect_begin\","
+	    "\"client_submission_id\":\"parse-2\",\"effect_kind\":\"mail\","
+	    "\"request\":%s}", PARSE_REQUEST);
+	free(conflict);
+	assert_int_equal(idem_call_raw(c, line, &conflict, &err), 0);
+	idem_effect_clear(&parsed);
+	assert_int_equal(idem_effect_parse(conflict, &parsed, &perr), 0);
+	assert_int_equal(parsed.disposition, IDEM_EFFECT_IN_PROGRESS);
+	assert_int_equal(perr.code, IDEM_E_IN_PROGRESS);
+	assert_non_null(tree = json_loads(conflict, 0, NULL));
+	assert_true(json_is_true(json_object_get(json_object_get(tree,
+	    "error"), "retryable")));
+	json_decref(tree);
+	assert_int_equal(perr.retryable, 1);
+
+	n = strlen(answer);
+	assert_non_null(cut = malloc(2 * n + 16));
+	for (k = 0; k < n; k++) {
+		memcpy(cut, answer, k);
+		cut[k] = '\0';
+		parse_refused(cut);
+		memcpy(cut, answer, n + 1);
+		cut[k] = '\x01';
+		parse_refused(cut);
+	}
+	snprintf(cut, 2 * n + 16, "{\"ok\":true,%s", answer + 1);
+	parse_refused(cut);
+	parse_refused("[{\"ok\":true}]");
+	parse_refused("{\"ok\":1,\"disposition\":\"reused\"}");
+	free(cut);
+	free(conflict);
+	free(answer);
+	idem_effect_clear(&begun);
+	idem_effect_clear(&done);
+	idem_effect_clear(&reused);
+	idem_effect_clear(&parsed);
+	idem_close(c);
+	harness_finish(b);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -983,6 +1122,7 @@ main(void)
 		T(retry_deadline_bounds_the_reply_wait),
 		T(retry_gives_up_without_broker),
 		T(requests_keep_their_bytes),
+		T(effect_answers_decoded_without_a_tree),
 	};
 
 	if (sodium_init() < 0)
