@@ -384,14 +384,6 @@ idem_call_raw(struct idem_conn *conn, const char *request, char **response,
 	return -1;
 }
 
-/* Send a request object; the answer must be an object with a boolean ok. */
-json_t *
-client_call_json(struct idem_conn *conn, json_t *request,
-    struct idem_error *err)
-{
-	return client_call_text(conn, request, NULL, err);
-}
-
 /* request sent as one compact line; the answer's line (malloc'd). */
 int
 client_call_line(struct idem_conn *conn, json_t *request, char **answer,
@@ -410,12 +402,11 @@ client_call_line(struct idem_conn *conn, json_t *request, char **answer,
 }
 
 /*
- * client_call_json, and the answer's line as sent (malloc'd, into *text
- * when text is not NULL) for a caller that takes members' bytes from it
- * (fastscan_member) instead of dumping the parsed tree again.
+ * Send a request object; the answer must be an object with a boolean ok.
+ * (The effect calls check theirs without a tree: client_effect.c.)
  */
 json_t *
-client_call_text(struct idem_conn *conn, json_t *request, char **text,
+client_call_json(struct idem_conn *conn, json_t *request,
     struct idem_error *err)
 {
 	json_t		*response;
@@ -425,23 +416,18 @@ client_call_text(struct idem_conn *conn, json_t *request, char **text,
 	if (client_call_line(conn, request, &answer, err) != 0)
 		return NULL;
 	response = json_loads(answer, JSON_REJECT_DUPLICATES, &jerr);
+	free(answer);
 	if (response == NULL) {
-		free(answer);
 		client_error(err, IDEM_E_PROTOCOL, "response: %s", jerr.text);
 		return NULL;
 	}
 	if (!json_is_object(response) ||
 	    !json_is_boolean(json_object_get(response, "ok"))) {
-		free(answer);
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response is not an object with a boolean ok");
 		json_decref(response);
 		return NULL;
 	}
-	if (text != NULL)
-		*text = answer;
-	else
-		free(answer);
 	return response;
 }
 

@@ -326,7 +326,7 @@ client_effect_answer(const struct replyscan_object *response,
 }
 
 /*
- * An effect op's answer line into out, checked as client_call_text
+ * An effect op's answer line into out, checked as client_call_json
  * checks one (what jansson would accept, an object with a boolean ok)
  * but without a tree.  extend: effect_extend's, whose ok:true answer is
  * {"ok":true,"lease_expires_at":...}.

@@ -37,8 +37,6 @@ struct idem_conn *client_connect(const char *socket_path, int64_t timeout_ms,
 int	client_timeout(int fd, int64_t timeout_ms, struct idem_error *);
 json_t	*client_call_json(struct idem_conn *, json_t *request,
 	    struct idem_error *);
-json_t	*client_call_text(struct idem_conn *, json_t *request, char **text,
-	    struct idem_error *);
 json_t	*client_call_ok(struct idem_conn *, json_t *request,
 	    struct idem_error *);
 int	client_call_line(struct idem_conn *, json_t *request, char **answer,
