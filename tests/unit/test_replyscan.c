@@ -324,7 +324,8 @@ structure_judged_as_jansson(void **state)
 		{ "{}", OBJECT }, { " \t\r\n{ } \n", OBJECT },
 		{ "[]", ARRAY }, { "[1,[2,{}],{\"a\":[]}]", ARRAY },
 		{ "", INVALID }, { " ", INVALID }, { "1", INVALID },
-		{ "\"s\"", INVALID }, { "null", INVALID },	/* not DECODE_ANY */
+		/* A scalar at the top: jansson without JSON_DECODE_ANY. */
+		{ "\"s\"", INVALID }, { "null", INVALID },
 		{ "{", INVALID }, { "{\"a\"", INVALID }, { "{\"a\":", INVALID },
 		{ "{\"a\":1", INVALID }, { "{\"a\":1,}", INVALID },
 		{ "[1,]", INVALID }, { "[,1]", INVALID }, { "{,}", INVALID },
