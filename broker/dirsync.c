@@ -49,6 +49,21 @@
  * caller whose round ended good but who looks after a later round
  * failed is failed too: an error a retry repairs.  None is told its
  * change is durable when a round that may have covered it failed.
+ *
+ * A directory past the table's slots (DIRSYNC_DIRS; fileio.c's
+ * FILEIO_DIRS) has no rounds: each caller fsyncs it itself.  Its fd is
+ * shared all the same (the worker's inbox_fd or reports_fd, by every
+ * thread), so the hole is the same: one caller's failed fsync may take
+ * the writeback error of another's link, whose own later fsync then
+ * succeeds.  In practice no directory lacks a slot (only the inbox and
+ * the reports directory go through these tables), but the path must
+ * not lie: the slotless directories' fsyncs run one at a time, and
+ * their failures are counted together (alone), read before the change
+ * and looked at after the caller's fsync as for a slot's.  One count
+ * for all of them is conservative: a failure in one fails a caller in
+ * another whose change preceded it (and one whose fd had no slot
+ * taken yet when it read 0, if any slotless failure ever happened: a
+ * race of a fifth directory's first change).
  */
 #include <errno.h>
 #include <string.h>
@@ -155,21 +170,52 @@ dirsync_gone(struct dirsync *ds, unsigned *coming)
 }
 
 uint64_t
-dirsync_seen(struct dirsync_dir *dirs, unsigned n, int fd)
+dirsync_seen(struct dirsync_dir *dirs, unsigned n, struct dirsync_dir *alone,
+    int fd)
 {
 	unsigned	i;
 	int		fd1;
 
 	/*
 	 * A slot not taken yet has had no round: 0, and any failure after
-	 * this look (a round of a slot taken meanwhile) counts as one since.
+	 * this look (a round of a slot taken meanwhile, or of alone if
+	 * another directory took the last slot) counts as one since.
 	 * Acquire: the change this precedes is not made before the load.
 	 */
-	for (i = 0; i < n && (fd1 = atomic_load(&dirs[i].fd1)) != 0; i++)
+	for (i = 0; i < n; i++) {
+		if ((fd1 = atomic_load(&dirs[i].fd1)) == 0)
+			return 0;
 		if (fd1 == fd + 1)
 			return atomic_load_explicit(&dirs[i].failures,
 			    memory_order_acquire);
-	return 0;
+	}
+	return atomic_load_explicit(&alone->failures, memory_order_acquire);
+}
+
+/*
+ * One at a time: a failure is counted before the next slotless fsync
+ * begins, so a caller whose fsync succeeded sees every failure of an
+ * fsync that ran after its change was made (dirsync_failed_since), as a
+ * slot's rounds do.
+ */
+int
+dirsync_alone(struct dirsync_dir *alone, pthread_mutex_t *lock,
+    pthread_cond_t *cond, int (*sync)(int), int fd, uint64_t seen)
+{
+	int	rc, error;
+
+	while (alone->syncing)
+		pthread_cond_wait(cond, lock);
+	alone->syncing = 1;
+	pthread_mutex_unlock(lock);
+	rc = sync != NULL ? sync(fd) : fsync(fd);
+	error = errno;
+	pthread_mutex_lock(lock);
+	if (rc == -1)
+		dirsync_round_failed(alone, error);
+	alone->syncing = 0;
+	pthread_cond_broadcast(cond);
+	return dirsync_failed_since(alone, seen);
 }
 
 void
@@ -188,7 +234,7 @@ dirsync_failed_since(const struct dirsync_dir *dir, uint64_t seen)
 uint64_t
 dirsync_before(struct dirsync *ds, int fd)
 {
-	return dirsync_seen(ds->dirs, DIRSYNC_DIRS, fd);
+	return dirsync_seen(ds->dirs, DIRSYNC_DIRS, &ds->alone, fd);
 }
 
 int
@@ -211,8 +257,13 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
 	ds->calls++;
 	if ((dir = dirsync_slot(ds->dirs, DIRSYNC_DIRS, fd)) == NULL) {
 		ds->rounds++;
+		error = dirsync_alone(&ds->alone, &ds->lock, &ds->round,
+		    ds->sync, fd, seen);
 		pthread_mutex_unlock(&ds->lock);
-		return dirsync_sync(ds, fd);
+		if (error == 0)
+			return 0;
+		errno = error;
+		return -1;
 	}
 	mine = ++dir->changed;
 	while (dir->synced < mine) {

@@ -39,6 +39,7 @@ struct dirsync {
 	pthread_mutex_t		 lock;
 	pthread_cond_t		 round;		/* a round ended */
 	struct dirsync_dir	 dirs[DIRSYNC_DIRS];
+	struct dirsync_dir	 alone;		/* every directory past dirs */
 	int			(*sync)(int);	/* NULL: fsync; the tests' own */
 	uint64_t		 rounds;	/* fsyncs made, for the logs */
 	uint64_t		 calls;		/* dirsync_after calls */
@@ -56,7 +57,7 @@ struct dirsync {
 /* Every directory unused, fsync's rounds: a static's initializer. */
 #define DIRSYNC_INITIALIZER \
 	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, { { 0 } }, \
-	  NULL, 0, 0, 0, 1, 0, 0 }
+	  { 0 }, NULL, 0, 0, 0, 1, 0, 0 }
 
 /* The same for ds, with sync (the tests') instead of fsync. */
 void	dirsync_init(struct dirsync *ds, int (*sync)(int));
@@ -99,9 +100,19 @@ struct dirsync_dir *dirsync_slot(struct dirsync_dir *dirs, unsigned n,
 	    int fd);
 /*
  * Without the lock, before a change of fd: the failed rounds of fd's
- * slot so far (0 if it has none yet: none has failed).
+ * slot so far (0 if it has none yet: none has failed); those of alone
+ * if every slot is another directory's.
  */
-uint64_t dirsync_seen(struct dirsync_dir *dirs, unsigned n, int fd);
+uint64_t dirsync_seen(struct dirsync_dir *dirs, unsigned n,
+	    struct dirsync_dir *alone, int fd);
+/*
+ * Under lock, for a directory without a slot: its own fsync (sync, or
+ * fsync if NULL), after any other such fsync under alone has ended and
+ * its failure is counted there; cond is broadcast when it ends.  The
+ * errno of its failure or of one counted in alone since seen, or 0.
+ */
+int	dirsync_alone(struct dirsync_dir *alone, pthread_mutex_t *lock,
+	    pthread_cond_t *cond, int (*sync)(int), int fd, uint64_t seen);
 /* Under the lock: a round of dir failed with error. */
 void	dirsync_round_failed(struct dirsync_dir *, int error);
 /*

@@ -89,6 +89,7 @@ struct fileio {
 	 */
 	struct dirsync_dir	 dirs[FILEIO_DIRS];
 	struct fileio_jobs	 carried[FILEIO_DIRS];
+	struct dirsync_dir	 alone;		/* every directory past dirs */
 	int			 stop;
 };
 
@@ -293,15 +294,12 @@ fileio_sync_dir(struct fileio *io, struct fileio_job *job)
 	struct dirsync_dir	*dir = fileio_dir(io, job->dir_fd);
 	struct fileio_jobs	 post, owed;
 	uint64_t		 mine;
-	int			 rc, error;
+	int			 error;
 
 	if (dir == NULL) {
-		/* More directories than rounds: sync alone. */
-		pthread_mutex_unlock(&io->lock);
-		rc = fsync(job->dir_fd);
-		error = errno;
-		pthread_mutex_lock(&io->lock);
-		if (rc == -1) {
+		/* More directories than rounds: sync alone (dirsync.c). */
+		if ((error = dirsync_alone(&io->alone, &io->lock, &io->round,
+		    NULL, job->dir_fd, job->dir_seen)) != 0) {
 			job->result = -1;
 			job->error = error;
 		}
@@ -425,7 +423,8 @@ fileio_write(struct fileio *io, struct fileio_job *job)
 		}
 	}
 	/* Before the link: a failed round from here on may be this job's. */
-	job->dir_seen = dirsync_seen(io->dirs, FILEIO_DIRS, job->dir_fd);
+	job->dir_seen = dirsync_seen(io->dirs, FILEIO_DIRS, &io->alone,
+	    job->dir_fd);
 	if (job->phase == FILEIO_LINK)
 		return taskfile_link_temp(job->dir_fd, job->temp, job->name,
 		    job->crash_points, &job->cause);

@@ -1,11 +1,12 @@
 #!/bin/sh
 # SPDX-License-Identifier: ISC
 # The layout map in doc/architecture.md ("Layers and source layout")
-# names every source file of broker/, shm/, libclient/ and contrib/, one
-# line each, and names no file that is not there: the map is read back
-# into paths (a folder line opens a folder, "├─"/"└─" lines name what
-# is in it, "│" nests) and compared with the tree.  Fails naming each
-# file missing from the map and each map line without its file.
+# names every source file of broker/, shm/, libclient/, contrib/ and
+# tests/bench/, one line each, and names no file that is not there: the
+# map is read back into paths (a folder line opens a folder, "├─"/"└─"
+# lines name what is in it, "│" nests) and compared with the tree.
+# Fails naming each file missing from the map and each map line without
+# its file.
 set -u
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$src" || exit 99
@@ -40,7 +41,7 @@ inmap {
 		print top sub1 name
 }' | LC_ALL=C sort >"$tmp/map"
 
-find broker shm libclient contrib -type f \( -name '*.c' -o -name '*.h' \) \
+find broker shm libclient contrib tests/bench -type f \( -name '*.c' -o -name '*.h' \) \
     ! -path 'contrib/python/*' ! -path '*/node_modules/*' |
     LC_ALL=C sort >"$tmp/tree"
 

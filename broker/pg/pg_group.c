@@ -147,15 +147,23 @@ struct pg_group {
 	struct timespec		 gather_until;
 	uint64_t		 gathered;	/* rounds that waited */
 	uint64_t		 gather_tired;	/* ... past GROUP_ALONE_MS */
+#ifdef IDEM_FAULT_INJECTION
+	/*
+	 * The tests' hold of the first round (IDEM_CRASH_BATCH_OF,
+	 * group_may_take): until when (0: not begun), and whether its log
+	 * lines, each once, were written.
+	 */
+	time_t			 hold_until;
+	int			 said_holding;	/* "holding n commits" */
+	int			 said_gathering; /* "waiting for members" */
+#endif
 };
 
 /* The claims' rounds, and the grants' and commits'. */
-static struct pg_group pg_claims = { PTHREAD_MUTEX_INITIALIZER,
-    PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 1, 0, 0, { 0, 0 }, 0, 0 };
-static struct pg_group pg_steps = { PTHREAD_MUTEX_INITIALIZER,
-    PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, NULL, { NULL }, 0,
-    0, 0, 0, { 0, 0, 0 }, 0, 0, 0, 1, 0, 0, { 0, 0 }, 0, 0 };
+static struct pg_group pg_claims = { .lock = PTHREAD_MUTEX_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER, .gen = 1 };
+static struct pg_group pg_steps = { .lock = PTHREAD_MUTEX_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER, .gen = 1 };
 
 /* The grants and commits of a round, as its log lines name them. */
 static const char *
@@ -197,8 +205,6 @@ group_op_name(enum pgstore_round_op op)
 static int
 group_may_take(struct pg_group *g, enum pgstore_round_op op)
 {
-	static time_t		 hold_until;
-	static int		 said;
 	const char		*v = getenv("IDEM_CRASH_BATCH_OF");
 	struct pg_group_member	*x;
 	enum pgstore_round_op	 held = PGSTORE_OP_GRANT;
@@ -224,12 +230,12 @@ group_may_take(struct pg_group *g, enum pgstore_round_op op)
 		return 1;
 	if (round) {
 		/* Grants go, commits gather, until n/2 commits wait. */
-		if (hold_until == 0)
-			hold_until = time(NULL) + CRASH_BATCH_MAX_SECONDS;
+		if (g->hold_until == 0)
+			g->hold_until = time(NULL) + CRASH_BATCH_MAX_SECONDS;
 		if (ops[PGSTORE_OP_COMMIT] < want / 2)
 			return op == PGSTORE_OP_GRANT ||
-			    time(NULL) >= hold_until;
-		if (!said++)
+			    time(NULL) >= g->hold_until;
+		if (!g->said_holding++)
 			fprintf(stderr, "idemd[%ld]: the first mixed round: "
 			    "holding %zu commits\n", (long)getpid(),
 			    ops[PGSTORE_OP_COMMIT]);
@@ -239,9 +245,9 @@ group_may_take(struct pg_group *g, enum pgstore_round_op op)
 			return 1;
 		have = ops[held];
 	}
-	if (hold_until == 0)
-		hold_until = time(NULL) + CRASH_BATCH_MAX_SECONDS;
-	if (have < want && time(NULL) < hold_until)
+	if (g->hold_until == 0)
+		g->hold_until = time(NULL) + CRASH_BATCH_MAX_SECONDS;
+	if (have < want && time(NULL) < g->hold_until)
 		return 0;
 	if (round && op != PGSTORE_OP_COMMIT)
 		return 1;		/* said once, for the commit */
@@ -295,15 +301,11 @@ group_gathers(struct pg_group *g)
 		clock_monotonic_after(&g->gather_until, GROUP_ALONE_MS);
 		g->gathered++;
 #ifdef IDEM_FAULT_INJECTION
-		{
-			static int	said;
-
-			/* An event for tests/cluster/test_cluster_batch. */
-			if (!said++)
-				fprintf(stderr, "idemd[%ld]: the first round "
-				    "waiting for members on their way: %zu\n",
-				    (long)getpid(), g->coming);
-		}
+		/* An event for tests/cluster/test_cluster_batch. */
+		if (!g->said_gathering++)
+			fprintf(stderr, "idemd[%ld]: the first round waiting "
+			    "for members on their way: %zu\n", (long)getpid(),
+			    g->coming);
 #endif
 		return 1;
 	}

@@ -9,7 +9,7 @@
  * none made after; each
  * directory has its own rounds (an fsync of the reports directory never
  * covers a link in the inbox), and directories past the table's slots
- * sync alone; a round about to begin waits for a caller on its way
+ * sync alone, failed by another's failed fsync as a slot's are; a round about to begin waits for a caller on its way
  * (dirsync_coming) and covers it too, and goes without it once it goes
  * another way (dirsync_gone).
  */
@@ -45,7 +45,10 @@ static struct {
 	int		 entered;	/* the held call began */
 	int		 released;
 	int		 fail_call;	/* this call (from 1) fails with EIO */
-} fake = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER };
+} fake = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER
+};
 
 static struct dirsync	ds;
 
@@ -380,6 +383,40 @@ directories_past_the_slots_sync_alone(void **state)
 	assert_int_equal(fake.fds[DIRSYNC_DIRS + 1], FD);
 }
 
+/*
+ * Past the slots, the same hole as a_change_made_during_..._counted_after:
+ * a change made while another caller's fsync of that directory is held,
+ * synced once that fsync has failed, fails, though its own fsync
+ * succeeds (the failed one, on the same fd, may have taken its link's
+ * writeback error); a change made after the failure is good.  Fails if
+ * a directory without a slot reports only its own fsync's result.
+ */
+static void
+past_the_slots_a_change_made_during_a_failed_fsync_fails(void **state)
+{
+	struct caller	held;
+	uint64_t	seen;
+	int		i, extra = FD + DIRSYNC_DIRS;
+
+	(void)state;
+	fake.hold_fd = 0;
+	for (i = 0; i < DIRSYNC_DIRS; i++)
+		assert_int_equal(after(FD + i), 0);
+	fake.fail_call = DIRSYNC_DIRS + 1;
+	hold_round(&held, extra);
+	seen = dirsync_before(&ds, extra);	/* the link, in the fsync */
+	release_round();
+	assert_int_equal(pthread_join(held.thread, NULL), 0);
+	assert_int_equal(held.rc, -1);
+	assert_int_equal(held.error, EIO);
+	errno = 0;
+	assert_int_equal(dirsync_after(&ds, extra, seen), -1);
+	assert_int_equal(errno, EIO);
+	assert_int_equal(fake.calls, DIRSYNC_DIRS + 2);	/* its own, good */
+	assert_int_equal(after(extra), 0);
+	assert_int_equal(fake.calls, DIRSYNC_DIRS + 3);
+}
+
 /* Milliseconds since *t0 (CLOCK_MONOTONIC). */
 static long
 elapsed_ms(const struct timespec *t0)
@@ -548,6 +585,9 @@ main(void)
 		cmocka_unit_test_setup(directories_have_their_own_rounds,
 		    setup),
 		cmocka_unit_test_setup(directories_past_the_slots_sync_alone,
+		    setup),
+		cmocka_unit_test_setup(
+		    past_the_slots_a_change_made_during_a_failed_fsync_fails,
 		    setup),
 		cmocka_unit_test_setup(a_round_waits_for_a_caller_on_its_way,
 		    setup),
