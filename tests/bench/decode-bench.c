@@ -10,10 +10,15 @@
  * alone (idem-bench's redis-get client parses GET's value so).
  *
  *	decode-bench --socket PATH [--rounds N] [--count N]
+ *	    [--shape string|reals|wide]
  *
  * PATH is a running idemd's socket: one effect is begun and committed
- * there with idem-bench's sizes (a 512-byte request and result), then
- * begun again, and that answer is what is decoded.  Each round times
+ * there, then begun again, and that answer is what is decoded.  Its
+ * result's shape: string (default), idem-bench's 512-byte
+ * {"id":...,"data":"xxx..."}; reals, {"id":...,"reals":[...]} with 60
+ * reals such as 3.25e-7 (every real a number replyscan cannot read as
+ * a plain integer); wide, {"id":...,"m0":0,...,"m99":99}, an object of
+ * 101 members (past REPLYSCAN_MAX_MEMBERS).  Each round times
  * every way over --count decodes, the ways interleaved; the medians
  * and ranges of the rounds are printed, in ns per decode.  Run it only
  * where nothing else is measured (it takes one core).
@@ -32,7 +37,7 @@
 #include "replyscan.h"
 
 #define DECODE_RESULT_BYTES	512
-#define DECODE_LINE_BYTES	4096
+#define DECODE_LINE_BYTES	8192
 #define DECODE_MAX_ROUNDS	64
 
 enum way { TREE, SCAN, PARSE, PARSE_RESULT, RESULT, WAYS };
@@ -56,6 +61,34 @@ sized_json(char *out, size_t size, const char *id)
 	memcpy(out + size - 2, "\"}", 3);
 }
 
+/* The result of the shape asked for, into out (DECODE_LINE_BYTES). */
+static void
+shaped_json(char *out, const char *shape, const char *id)
+{
+	size_t	n;
+	int	i;
+
+	if (strcmp(shape, "string") == 0) {
+		sized_json(out, DECODE_RESULT_BYTES, id);
+		return;
+	}
+	n = (size_t)snprintf(out, DECODE_LINE_BYTES, "{\"id\":\"%s\"", id);
+	if (strcmp(shape, "reals") == 0) {
+		n += (size_t)snprintf(out + n, DECODE_LINE_BYTES - n,
+		    ",\"reals\":[");
+		for (i = 0; i < 60; i++)
+			n += (size_t)snprintf(out + n, DECODE_LINE_BYTES - n,
+			    "%s%d.%02de-%d", i ? "," : "", i + 1, i, i % 9);
+		n += (size_t)snprintf(out + n, DECODE_LINE_BYTES - n, "]");
+	} else if (strcmp(shape, "wide") == 0) {
+		for (i = 0; i < 100; i++)
+			n += (size_t)snprintf(out + n, DECODE_LINE_BYTES - n,
+			    ",\"m%d\":%d", i, i);
+	} else
+		errx(2, "--shape: string, reals or wide, not %s", shape);
+	snprintf(out + n, DECODE_LINE_BYTES - n, "}");
+}
+
 static char *
 call(struct idem_conn *conn, const char *line)
 {
@@ -69,20 +102,22 @@ call(struct idem_conn *conn, const char *line)
 
 /* A reused answer of effect_begin, with idem-bench's sizes. */
 static char *
-reused_answer(const char *socket)
+reused_answer(const char *socket, const char *shape)
 {
 	struct idem_conn	*conn;
 	struct idem_effect	 out;
 	struct idem_error	 e;
 	char			 id[64], body[DECODE_RESULT_BYTES + 1];
+	char			 result[DECODE_LINE_BYTES];
 	char			 begin[DECODE_LINE_BYTES];
-	char			 line[DECODE_LINE_BYTES], *answer;
+	char			 line[2 * DECODE_LINE_BYTES], *answer;
 
 	if ((conn = idem_connect(socket, &e)) == NULL)
 		errx(1, "%s: %s", socket, e.message);
 	snprintf(id, sizeof id, "decode-bench-%ld-%ld", (long)getpid(),
 	    (long)time(NULL));
 	sized_json(body, DECODE_RESULT_BYTES, id);
+	shaped_json(result, shape, id);
 	snprintf(begin, sizeof begin, "{\"op\":\"effect_begin\","
 	    "\"client_submission_id\":\"%s\",\"effect_kind\":\"bench\","
 	    "\"request\":%s}", id, body);
@@ -93,7 +128,7 @@ reused_answer(const char *socket)
 	snprintf(line, sizeof line, "{\"op\":\"effect_complete\","
 	    "\"client_submission_id\":\"%s\",\"effect_kind\":\"bench\","
 	    "\"fence\":\"%s\",\"outcome\":\"applied\",\"result\":%s}", id,
-	    out.fence, body);
+	    out.fence, result);
 	idem_effect_clear(&out);
 	free(answer);
 	free(call(conn, line));
@@ -173,7 +208,7 @@ main(int argc, char **argv)
 	struct idem_effect	 out;
 	struct idem_error	 e;
 	double			 ns[WAYS][DECODE_MAX_ROUNDS];
-	const char		*socket = NULL;
+	const char		*socket = NULL, *shape = "string";
 	char			*answer, *result;
 	long			 rounds = 7, count = 100000;
 	int			 i, r, w;
@@ -185,21 +220,23 @@ main(int argc, char **argv)
 			rounds = strtol(argv[i + 1], NULL, 10);
 		else if (strcmp(argv[i], "--count") == 0)
 			count = strtol(argv[i + 1], NULL, 10);
+		else if (strcmp(argv[i], "--shape") == 0)
+			shape = argv[i + 1];
 		else
 			break;
 	}
 	if (socket == NULL || i != argc || rounds < 1 ||
 	    rounds > DECODE_MAX_ROUNDS || count < 1)
 		errx(2, "usage: decode-bench --socket PATH [--rounds N] "
-		    "[--count N]");
-	answer = reused_answer(socket);
+		    "[--count N] [--shape string|reals|wide]");
+	answer = reused_answer(socket, shape);
 	if (idem_effect_parse(answer, &out, &e) != 0 || out.result == NULL)
 		errx(1, "not a reused answer with a result: %s", answer);
 	result = strdup(out.result);
 	idem_effect_clear(&out);
-	printf("a reused answer of %zu bytes, its result %zu; %ld rounds of "
-	    "%ld decodes each way, interleaved\n", strlen(answer),
-	    strlen(result), rounds, count);
+	printf("a reused answer of %zu bytes, its result (%s) %zu; %ld "
+	    "rounds of %ld decodes each way, interleaved\n", strlen(answer),
+	    shape, strlen(result), rounds, count);
 	for (r = 0; r < rounds; r++) {
 		for (w = 0; w < WAYS; w++)
 			ns[w][r] = timed((enum way)w, answer, result, count);
