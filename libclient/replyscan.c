@@ -13,19 +13,23 @@
  * whitespace; strings with valid escapes (a \u high surrogate followed
  * by a low one, no lone low one, no \u0000: jansson refuses NUL without
  * JSON_ALLOW_NUL) and strict UTF-8 (no overlong form, no surrogate, none
- * past U+10FFFF); numbers in JSON's grammar and in range; no object with
- * two keys equal once unescaped, at any depth; and, as jansson does,
- * one NUL byte right after a number or a literal is skipped (libidem
- * never sees one: a line with a NUL is refused before, client.c).
- * Where exactness would take more than a pass, jansson itself judges,
- * so the verdict never
- * differs from its: a number other than an integer of at most 18 digits
- * (its range: jansson refuses integers past int64 and reals past
- * DBL_MAX) is read by json_loadb alone, and a line nested deeper than
- * REPLYSCAN_MAX_DEPTH, with an object of more than
- * REPLYSCAN_MAX_MEMBERS members or with escaped keys too long to
- * compare here, is parsed by jansson whole (by_jansson says so; the
- * broker's answers need neither).  tests/unit/test_replyscan.c and
+ * past U+10FFFF); numbers in JSON's grammar and in jansson's range (an
+ * integer strtoll reads without ERANGE, a real strtod does not overflow
+ * to HUGE_VAL: jansson's own rule, its '.' swapped for the locale's
+ * decimal point as its strconv.c does); no object with two keys equal
+ * once unescaped, at any depth (pairwise up to REPLYSCAN_MAX_MEMBERS
+ * keys, by sorting past that); and, as jansson does, one NUL byte
+ * right after a number or a literal is skipped (libidem never sees
+ * one: a line with a NUL is refused before, client.c).
+ *
+ * jansson judges only what is rare and would cost this pass its
+ * bounded stack (by_jansson says so): a line nested deeper than
+ * REPLYSCAN_MAX_DEPTH (each level keeps its keys on the stack; jansson
+ * allows 2048 levels, and neither the broker's answers nor a usual
+ * result nest past a few), a number token longer than
+ * REPLYSCAN_NUMBER_BYTES (no printer of a double or an int64 writes one
+ * so long: it takes digits past any precision) and an object too wide
+ * to sort when memory is short.  tests/unit/test_replyscan.c and
  * tests/fuzz/fuzz_replyscan.c hold it to jansson's verdict.
  *
  * What a checked line holds is read without checking again: an
@@ -33,6 +37,9 @@
  * integer read.  Plain bytes of a string are stepped over eight at a
  * time, as fastscan.c does.
  */
+#include <errno.h>
+#include <locale.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,10 +49,10 @@
 
 /* Deeper lines are jansson's to judge (it allows 2048 levels). */
 #define REPLYSCAN_MAX_DEPTH	16
-/* Escaped keys are compared unescaped up to this many bytes. */
-#define REPLYSCAN_KEY_BYTES	256
 /* An integer of at most this many digits is in int64's range. */
 #define REPLYSCAN_PLAIN_DIGITS	18
+/* Longer number tokens are jansson's to judge (see DESIGN). */
+#define REPLYSCAN_NUMBER_BYTES	64
 
 #define REPLYSCAN_ONES	0x0101010101010101ULL
 #define REPLYSCAN_HIGHS	0x8080808080808080ULL
@@ -233,12 +240,54 @@ skip_digits(const char *p, const char *end)
 	return p;
 }
 
+/*
+ * A number token [start, start + n) in JSON's grammar: past (after) if
+ * jansson's lexer takes its value, NULL if it refuses it.  Its rule
+ * (jansson 2.14, load.c lex_scan_number and strconv.c jsonp_strtod):
+ * an integer (no '.', 'e' or 'E') is read by strtoll and refused on
+ * ERANGE; a real is read by strtod, its '.' first swapped for the
+ * locale's decimal point, and refused only when it overflows (+-HUGE_VAL
+ * with ERANGE; an underflow to 0 or a denormal is taken).
+ */
+static const char *
+check_range(struct replyscan_check *c, const char *start, size_t n,
+    const char *after)
+{
+	char		 copy[REPLYSCAN_NUMBER_BYTES + 1], *dot;
+	const char	*point;
+	double		 real;
+	json_t		*j;
+
+	if (n > REPLYSCAN_NUMBER_BYTES) {
+		c->by_jansson = 1;
+		if ((j = json_loadb(start, n, JSON_DECODE_ANY, NULL)) == NULL)
+			return NULL;
+		json_decref(j);
+		return after;
+	}
+	memcpy(copy, start, n);
+	copy[n] = '\0';
+	if (memchr(copy, '.', n) == NULL && memchr(copy, 'e', n) == NULL &&
+	    memchr(copy, 'E', n) == NULL) {
+		errno = 0;
+		(void)strtoll(copy, NULL, 10);
+		return errno == ERANGE ? NULL : after;
+	}
+	point = localeconv()->decimal_point;
+	if (*point != '.' && (dot = strchr(copy, '.')) != NULL)
+		*dot = *point;
+	errno = 0;
+	real = strtod(copy, NULL);
+	if ((real == HUGE_VAL || real == -HUGE_VAL) && errno == ERANGE)
+		return NULL;
+	return after;
+}
+
 /* A number in JSON's grammar, and in jansson's range. */
 static const char *
 check_number(struct replyscan_check *c, const char *p, const char *end)
 {
 	const char	*start = p, *digits;
-	json_t		*j;
 	int		 plain = 1;
 
 	if (p < end && *p == '-')
@@ -266,13 +315,7 @@ check_number(struct replyscan_check *c, const char *p, const char *end)
 	}
 	if (plain)
 		return p;
-	/* Its range: jansson's own reading of the token. */
-	c->by_jansson = 1;
-	if ((j = json_loadb(start, (size_t)(p - start), JSON_DECODE_ANY,
-	    NULL)) == NULL)
-		return NULL;
-	json_decref(j);
-	return p;
+	return check_range(c, start, (size_t)(p - start), p);
 }
 
 static const char *
@@ -388,42 +431,127 @@ unescaped_is(const char *p, size_t n, const char *name, size_t name_length)
 	return at == name_length;
 }
 
-/* Two keys of a checked object equal once unescaped (defer: can't tell). */
-static int
-same_key(struct replyscan_check *c, const struct replyscan_key *a,
-    const struct replyscan_key *b)
-{
-	char	ua[REPLYSCAN_KEY_BYTES], ub[REPLYSCAN_KEY_BYTES];
-	size_t	na, nb;
+/* A checked string's bytes read one at a time, unescaped. */
+struct replyscan_unescaping {
+	const char	*p, *end;
+	char		 utf8[4];
+	size_t		 at, count;	/* utf8[at..count): still to give */
+};
 
+/* The next unescaped byte (0-255), or -1 past the end. */
+static int
+next_unescaped(struct replyscan_unescaping *u)
+{
+	if (u->at < u->count)
+		return (unsigned char)u->utf8[u->at++];
+	if (u->p >= u->end)
+		return -1;
+	if (*u->p != '\\')
+		return (unsigned char)*u->p++;
+	u->p++;
+	u->count = unescape_one(&u->p, u->end, u->utf8);
+	u->at = 1;
+	return (unsigned char)u->utf8[0];
+}
+
+/* Two keys of a checked object ordered by their unescaped bytes. */
+static int
+key_order(const struct replyscan_key *a, const struct replyscan_key *b)
+{
+	struct replyscan_unescaping	ua, ub;
+	size_t				n;
+	int				x, y, d;
+
+	if (!a->escaped && !b->escaped) {
+		n = a->length < b->length ? a->length : b->length;
+		if ((d = memcmp(a->text, b->text, n)) != 0)
+			return d;
+		return (a->length > b->length) - (a->length < b->length);
+	}
+	memset(&ua, 0, sizeof ua);
+	memset(&ub, 0, sizeof ub);
+	ua.p = a->text;
+	ua.end = a->text + a->length;
+	ub.p = b->text;
+	ub.end = b->text + b->length;
+	do {
+		x = next_unescaped(&ua);
+		y = next_unescaped(&ub);
+	} while (x == y && x >= 0);
+	return (x > y) - (x < y);
+}
+
+/* Two keys equal once unescaped (the common plain pair by length first). */
+static int
+same_key(const struct replyscan_key *a, const struct replyscan_key *b)
+{
 	if (!a->escaped && !b->escaped)
 		return a->length == b->length &&
 		    memcmp(a->text, b->text, a->length) == 0;
-	na = unescape(a->text, a->length, ua, sizeof ua);
-	nb = unescape(b->text, b->length, ub, sizeof ub);
-	if (na >= sizeof ua || nb >= sizeof ub) {
-		c->defer = 1;
-		return 0;
+	return key_order(a, b) == 0;
+}
+
+static int
+key_sort_order(const void *a, const void *b)
+{
+	return key_order(a, b);
+}
+
+/* Whether two of a wide object's count keys are equal: sorted, then
+ * neighbours compared (pairwise would be count squared). */
+static int
+keys_repeat(struct replyscan_key *keys, size_t count)
+{
+	size_t	i;
+
+	qsort(keys, count, sizeof keys[0], key_sort_order);
+	for (i = 1; i < count; i++) {
+		if (same_key(&keys[i - 1], &keys[i]))
+			return 1;
 	}
-	return na == nb && memcmp(ua, ub, na) == 0;
+	return 0;
 }
 
 static const char *check_value(struct replyscan_check *, const char *, int);
 
-/* p at '{' or '['. */
-static const char *
-check_container(struct replyscan_check *c, const char *p, int depth)
+/*
+ * A wide object's keys past the first REPLYSCAN_MAX_MEMBERS: all of
+ * them on the heap, for keys_repeat at its close.  0, or -1 when memory
+ * is short (then jansson judges: c->defer).
+ */
+static int
+keep_key(struct replyscan_check *c, struct replyscan_key **wide,
+    size_t *room, const struct replyscan_key *first, size_t count,
+    const struct replyscan_key *key)
 {
-	struct replyscan_key	 keys[REPLYSCAN_MAX_MEMBERS];
+	struct replyscan_key	*grown;
+	size_t			 size = *room ? *room * 2 : count * 4;
+
+	if (*wide == NULL || count == *room) {
+		if ((grown = realloc(*wide, size * sizeof grown[0])) == NULL) {
+			c->defer = 1;
+			return -1;
+		}
+		if (*wide == NULL)
+			memcpy(grown, first, count * sizeof grown[0]);
+		*wide = grown;
+		*room = size;
+	}
+	(*wide)[count] = *key;
+	return 0;
+}
+
+/* p at '{' or '[': past its close, or NULL. */
+static const char *
+check_members(struct replyscan_check *c, const char *p, int depth,
+    struct replyscan_key **wide)
+{
+	struct replyscan_key	 keys[REPLYSCAN_MAX_MEMBERS], key;
 	const char		*end = c->end;
-	size_t			 count = 0, i;
+	size_t			 count = 0, room = 0, i;
 	int			 object = *p == '{';
 	char			 close = object ? '}' : ']';
 
-	if (depth >= REPLYSCAN_MAX_DEPTH) {
-		c->defer = 1;
-		return NULL;
-	}
 	p = skip_space(p + 1, end);
 	if (p < end && *p == close)
 		return p + 1;
@@ -431,22 +559,21 @@ check_container(struct replyscan_check *c, const char *p, int depth)
 		if (object) {
 			if (p >= end || *p != '"')
 				return NULL;
-			if (count == REPLYSCAN_MAX_MEMBERS) {
-				c->defer = 1;
+			key.text = p + 1;
+			key.escaped = 0;
+			if ((p = check_string(p + 1, end, &key.escaped)) ==
+			    NULL)
 				return NULL;
-			}
-			keys[count].text = p + 1;
-			keys[count].escaped = 0;
-			if ((p = check_string(p + 1, end,
-			    &keys[count].escaped)) == NULL)
+			key.length = (size_t)(p - 1 - key.text);
+			if (count < REPLYSCAN_MAX_MEMBERS) {
+				for (i = 0; i < count; i++) {
+					if (same_key(&keys[i], &key))
+						return NULL;
+				}
+				keys[count] = key;
+			} else if (keep_key(c, wide, &room, keys, count,
+			    &key) != 0)
 				return NULL;
-			keys[count].length = (size_t)(p - 1 - keys[count].text);
-			for (i = 0; i < count; i++) {
-				if (same_key(c, &keys[i], &keys[count]))
-					return NULL;
-				if (c->defer)
-					return NULL;
-			}
 			count++;
 			p = skip_space(p, end);
 			if (p >= end || *p != ':')
@@ -460,10 +587,28 @@ check_container(struct replyscan_check *c, const char *p, int depth)
 			p = skip_space(p + 1, end);
 			continue;
 		}
-		if (p < end && *p == close)
-			return p + 1;
+		if (p >= end || *p != close)
+			return NULL;
+		if (*wide != NULL && keys_repeat(*wide, count))
+			return NULL;
+		return p + 1;
+	}
+}
+
+/* p at '{' or '['. */
+static const char *
+check_container(struct replyscan_check *c, const char *p, int depth)
+{
+	struct replyscan_key	*wide = NULL;
+	const char		*q;
+
+	if (depth >= REPLYSCAN_MAX_DEPTH) {
+		c->defer = 1;
 		return NULL;
 	}
+	q = check_members(c, p, depth, &wide);
+	free(wide);
+	return q;
 }
 
 static const char *

@@ -294,6 +294,16 @@ numbers_judged_as_jansson(void **state)
 		{ "-9223372036854775809", INVALID },
 		{ "1e400", INVALID },			/* past DBL_MAX */
 		{ "-1e400", INVALID },
+		{ "1.7976931348623157e308", ARRAY }, { "1.8e308", INVALID },
+		{ "-1.8e308", INVALID }, { "4.9e-324", ARRAY },
+		{ "2e-324", ARRAY },			/* underflow to 0 */
+		{ "1e-99999999999999999999", ARRAY },
+		{ "0.0000000000000000000000000000000000000000000000000000000000"
+		    "00000000000000001", ARRAY },	/* past 64 bytes */
+		{ "1000000000000000000000000000000000000000000000000000000000"
+		    "00000000000000", INVALID },	/* past int64, 72 bytes */
+		{ "-1000000000000000000000", INVALID },
+		{ "100000000000000000000e-10", ARRAY },
 		{ "01", INVALID }, { "-01", INVALID }, { "1.", INVALID },
 		{ ".5", INVALID }, { "1e", INVALID }, { "1e+", INVALID },
 		{ "-", INVALID }, { "+1", INVALID }, { "0x1", INVALID },
@@ -301,16 +311,20 @@ numbers_judged_as_jansson(void **state)
 		{ "NaN", INVALID }, { "truex", INVALID }, { "nul", INVALID },
 		{ "true", ARRAY }, { "false", ARRAY }, { "null", ARRAY },
 	};
-	char	line[128];
+	char	line[160];
 	size_t	i;
+	int	by_jansson;
 
 	(void)state;
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		snprintf(line, sizeof line, "[%s]", cases[i].text);
 		assert_int_equal(judged_text(line), cases[i].want);
 		snprintf(line, sizeof line, "{\"a\":%s}", cases[i].text);
-		assert_int_equal(judged_text(line), cases[i].want ==
-		    ARRAY ? OBJECT : INVALID);
+		assert_int_equal(judged(line, strlen(line), &by_jansson),
+		    cases[i].want == ARRAY ? OBJECT : INVALID);
+		/* Only a token past 64 bytes is jansson's to read. */
+		if (strlen(cases[i].text) <= 64)
+			assert_false(by_jansson);
 	}
 }
 
@@ -412,9 +426,13 @@ nested(int depth, size_t width, int duplicate)
 	return s;
 }
 
-/* Past the scan's depth or width, jansson judges: the same verdicts. */
+/*
+ * Past the scan's depth jansson judges; wide objects' duplicates are
+ * found by sorting, long escaped keys compared unescaped: the same
+ * verdicts.
+ */
 static void
-deep_and_wide_judged_by_jansson(void **state)
+deep_and_wide_judged_as_jansson(void **state)
 {
 	static const struct {
 		int			 depth;
@@ -430,8 +448,9 @@ deep_and_wide_judged_by_jansson(void **state)
 	};
 	struct replyscan_object	 top;
 	struct replyscan_member	 m;
-	size_t			 i;
+	size_t			 i, n;
 	char			*s;
+	int			 by_jansson;
 
 	(void)state;
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -440,21 +459,40 @@ deep_and_wide_judged_by_jansson(void **state)
 		assert_int_equal(judged_text(s), cases[i].want);
 		free(s);
 	}
+	/* Wide objects (and a duplicate among 1,000 keys) by the scan. */
+	for (i = 33; i <= 1000; i += 967) {
+		s = nested(0, i, 0);
+		assert_int_equal(judged(s, strlen(s), &by_jansson), OBJECT);
+		assert_false(by_jansson);
+		free(s);
+		s = nested(0, i, 1);
+		assert_int_equal(judged_text(s), INVALID);
+		free(s);
+	}
+	/* An escaped key past the first 32 equal to a plain one, or not. */
+	for (i = 0; i < 2; i++) {
+		s = nested(0, 40, 0);
+		n = strlen(s) - 1;
+		snprintf(s + n, 64, ",\"\\u006d%s\":0}", i ? "3" : "40");
+		assert_int_equal(judged_text(s), i ? INVALID : OBJECT);
+		free(s);
+	}
 	/* A wide object's members past the list are found by a walk. */
 	s = nested(0, 40, 0);
 	assert_int_equal(replyscan_line(s, strlen(s), &top), OBJECT);
-	assert_true(top.overflow && top.by_jansson);
+	assert_true(top.overflow && !top.by_jansson);
 	assert_int_equal(top.count, REPLYSCAN_MAX_MEMBERS);
 	assert_true(replyscan_find(&top, "m39", &m));
 	assert_int_equal(m.value_length, 2);
 	assert_memory_equal(m.value, "39", 2);
 	free(s);
-	/* Escaped keys too long to compare here: jansson's. */
+	/* Long escaped keys, compared unescaped by the scan. */
 	assert_non_null(s = malloc(2048));
 	snprintf(s, 2048, "{\"%0300d\\u0061\":1,\"%0300da\":2}", 0, 0);
 	assert_int_equal(judged_text(s), INVALID);
 	snprintf(s, 2048, "{\"%0300d\\u0061\":1,\"%0300db\":2}", 0, 0);
-	assert_int_equal(judged_text(s), OBJECT);
+	assert_int_equal(judged(s, strlen(s), &by_jansson), OBJECT);
+	assert_false(by_jansson);
 	free(s);
 }
 
@@ -542,7 +580,7 @@ main(void)
 		cmocka_unit_test(numbers_judged_as_jansson),
 		cmocka_unit_test(structure_judged_as_jansson),
 		cmocka_unit_test(nul_after_a_scalar_as_jansson),
-		cmocka_unit_test(deep_and_wide_judged_by_jansson),
+		cmocka_unit_test(deep_and_wide_judged_as_jansson),
 		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(members_read_from_bytes),
 	};
