@@ -182,7 +182,7 @@ client_scan_object(const struct replyscan_object *in, const char *key,
 	struct replyscan_member	m;
 
 	return replyscan_find(in, key, &m) &&
-	    replyscan_object(m.value, m.value_length, obj);
+	    replyscan_members(m.value, m.value_length, obj);
 }
 
 /* The facts of an answer (its top level, existing, or receipt) into out. */
@@ -280,12 +280,20 @@ client_effect_answer(const struct replyscan_object *response,
 	struct replyscan_member	 m, receipt;
 	enum client_disposition	 code;
 	char			 disposition[32];
+	long			 n = -1;
 	int			 has_disposition, has_receipt;
 	int			 ok = client_scan_true(response, "ok");
 
-	has_disposition = replyscan_find(response, "disposition", &m) &&
-	    replyscan_string(m.value, m.value_length, disposition,
-	    sizeof disposition) >= 0;
+	if (replyscan_find(response, "disposition", &m))
+		n = replyscan_string(m.value, m.value_length, disposition,
+		    sizeof disposition);
+	/* None of the broker's dispositions is so long: not cut, refused. */
+	if (n >= (long)sizeof disposition) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "response's disposition is too long (%ld bytes)", n);
+		return -1;
+	}
+	has_disposition = n >= 0;
 	if (client_scan_bool(response, "action_taken", &out->action_taken,
 	    err) != 0 || client_scan_bool(response, "recovered",
 	    &out->recovered, err) != 0 ||
@@ -294,7 +302,7 @@ client_effect_answer(const struct replyscan_object *response,
 	    client_effect_facts(&inner, out, err) != 0))
 		return -1;
 	has_receipt = replyscan_find(response, "receipt", &receipt) &&
-	    replyscan_object(receipt.value, receipt.value_length, &inner);
+	    replyscan_members(receipt.value, receipt.value_length, &inner);
 	if (has_receipt && client_effect_facts(&inner, out, err) != 0)
 		return -1;
 	if (has_disposition) {

@@ -33,7 +33,7 @@
  * tests/fuzz/fuzz_replyscan.c hold it to jansson's verdict.
  *
  * What a checked line holds is read without checking again: an
- * object's members listed (replyscan_object), a string unescaped, an
+ * object's members listed (replyscan_members), a string unescaped, an
  * integer read.  Plain bytes of a string are stepped over eight at a
  * time, as fastscan.c does.
  */
@@ -751,13 +751,13 @@ replyscan_line(const char *line, size_t length, struct replyscan_object *top)
 		c.by_jansson = 1;
 	}
 	if (verdict == REPLYSCAN_OBJECT)
-		replyscan_object(p, (size_t)(skip_checked(p, end) - p), top);
+		replyscan_members(p, (size_t)(skip_checked(p, end) - p), top);
 	top->by_jansson = c.by_jansson;
 	return verdict;
 }
 
 int
-replyscan_object(const char *value, size_t length,
+replyscan_members(const char *value, size_t length,
     struct replyscan_object *obj)
 {
 	const char		*p = value + 1, *end = value + length;

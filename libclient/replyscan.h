@@ -49,7 +49,7 @@ struct replyscan_object {
 enum replyscan_verdict replyscan_line(const char *line, size_t length,
 	    struct replyscan_object *top);
 /* In a checked line: 1 if value is an object (obj lists it), else 0. */
-int	replyscan_object(const char *value, size_t length,
+int	replyscan_members(const char *value, size_t length,
 	    struct replyscan_object *obj);
 /* 1 and *found if obj has a member named name (compared unescaped). */
 int	replyscan_find(const struct replyscan_object *obj, const char *name,

@@ -17,7 +17,7 @@
  *     jansson's string, byte for byte, its whole length said and its
  *     cut NUL-terminated; an integer member read by replyscan_integer is
  *     jansson's integer, and only integers are read as one;
- *   - a member that is an object is listed by replyscan_object with
+ *   - a member that is an object is listed by replyscan_members with
  *     jansson's member count.
  */
 #include <stddef.h>
@@ -75,7 +75,7 @@ check_member(const struct replyscan_member *m, json_t *value)
 	    json_is_integer(value), "integers read as integers");
 	if (json_is_integer(value))
 		check(i == json_integer_value(value), "an integer's value");
-	check(replyscan_object(m->value, m->value_length, &inner) ==
+	check(replyscan_members(m->value, m->value_length, &inner) ==
 	    json_is_object(value), "objects listed as objects");
 	if (json_is_object(value) && !inner.overflow)
 		check(inner.count == json_object_size(value),

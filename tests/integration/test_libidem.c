@@ -1089,6 +1089,9 @@ effect_answers_decoded_without_a_tree(void **state)
 	parse_refused(cut);
 	parse_refused("[{\"ok\":true}]");
 	parse_refused("{\"ok\":1,\"disposition\":\"reused\"}");
+	/* A disposition longer than any is refused, not cut to fit. */
+	parse_refused("{\"ok\":true,\"disposition\":"
+	    "\"reused_reused_reused_reused_reused\"}");
 	free(cut);
 	free(conflict);
 	free(answer);

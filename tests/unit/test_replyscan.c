@@ -563,11 +563,11 @@ members_read_from_bytes(void **state)
 	assert_true(replyscan_find(&top, "r", &m));
 	assert_int_equal(replyscan_integer(m.value, m.value_length, &i), -1);
 	assert_true(replyscan_find(&top, "o", &m));
-	assert_true(replyscan_object(m.value, m.value_length, &inner));
+	assert_true(replyscan_members(m.value, m.value_length, &inner));
 	assert_true(replyscan_find(&inner, "key", &m));	/* unescaped */
 	assert_int_equal(m.value_length, 6);
 	assert_memory_equal(m.value, "[1,{}]", 6);
-	assert_false(replyscan_object(m.value, m.value_length, &inner));
+	assert_false(replyscan_members(m.value, m.value_length, &inner));
 }
 
 int
