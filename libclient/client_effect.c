@@ -387,6 +387,13 @@ idem_effect_parse(const char *response, struct idem_effect *out,
 	if (err == NULL)
 		err = &scratch;
 	memset(err, 0, sizeof *err);
+	if (out == NULL || response == NULL) {
+		client_error(err, IDEM_E_ARGUMENT, "%s is required",
+		    out == NULL ? "out" : "response");
+		if (out != NULL)
+			memset(out, 0, sizeof *out);
+		return -1;
+	}
 	memset(out, 0, sizeof *out);
 	return client_effect_line(response, 0, out, err);
 }

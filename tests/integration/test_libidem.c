@@ -1089,6 +1089,11 @@ effect_answers_decoded_without_a_tree(void **state)
 	parse_refused(cut);
 	parse_refused("[{\"ok\":true}]");
 	parse_refused("{\"ok\":1,\"disposition\":\"reused\"}");
+	/* No response: refused as an argument, not read. */
+	idem_effect_clear(&parsed);
+	assert_int_equal(idem_effect_parse(NULL, &parsed, &perr), -1);
+	assert_int_equal(perr.code, IDEM_E_ARGUMENT);
+	assert_int_equal(parsed.disposition, IDEM_EFFECT_NONE);
 	/* A disposition longer than any is refused, not cut to fit. */
 	parse_refused("{\"ok\":true,\"disposition\":"
 	    "\"reused_reused_reused_reused_reused\"}");
