@@ -217,10 +217,24 @@ effect_csid(struct client *cl, size_t g, char *out, size_t size)
 		snprintf(out, size, "%s-c%d-%zu", s->tag, cl->index, g);
 }
 
+/* A disposition's name for the log. */
+static const char *
+effect_disposition_name(enum idem_effect_disposition d)
+{
+	static const char *const names[] = {
+		"none", "proceed", "reused", "conflict", "in_progress",
+		"outcome_unknown", "committed", "released", "extended",
+	};
+
+	if ((size_t)d >= sizeof names / sizeof names[0])
+		return "unknown";
+	return names[d];
+}
+
 /*
  * One call and its answer decoded by libidem (idem_effect_parse, as
- * idem_effect_begin and the others decode theirs); -1 (counted) when the
- * connection is gone.
+ * idem_effect_begin and the others decode theirs); -1 (counted in
+ * errors) when the connection is gone or the answer does not decode.
  */
 static int
 effect_call(struct client *cl, const char *line, size_t i,
@@ -235,9 +249,17 @@ effect_call(struct client *cl, const char *line, size_t i,
 		return -1;
 	}
 	if (idem_effect_parse(answer, out, &e) != 0 &&
-	    out->disposition == IDEM_EFFECT_NONE)
+	    out->disposition == IDEM_EFFECT_NONE) {
+		/* An answer that does not decode is an error, as before. */
+		if (e.code == IDEM_E_PROTOCOL)
+			cl->report->errors++;
 		client_error(cl, "effect %zu: %s: %.100s", i, e.message,
 		    answer);
+		if (e.code == IDEM_E_PROTOCOL) {
+			free(answer);
+			return -1;
+		}
+	}
 	free(answer);
 	return 0;
 }
@@ -272,8 +294,8 @@ effect_run(struct client *cl, const char *csid, size_t i)
 		return -1;
 	if (out.disposition != IDEM_EFFECT_PROCEED) {
 		cl->report->unexpected++;
-		client_error(cl, "effect %zu: begin answered disposition %d",
-		    i, (int)out.disposition);
+		client_error(cl, "effect %zu: begin answered %s",
+		    i, effect_disposition_name(out.disposition));
 		idem_effect_clear(&out);
 		return 0;
 	}
@@ -357,8 +379,8 @@ op_effect_reuse(struct client *cl, size_t i)
 		cl->report->reused++;
 	else {
 		cl->report->unexpected++;
-		client_error(cl, "retry %zu: begin answered disposition %d",
-		    i, (int)out.disposition);
+		client_error(cl, "retry %zu: begin answered %s",
+		    i, effect_disposition_name(out.disposition));
 	}
 	json_decref(j);
 	idem_effect_clear(&out);
