@@ -1108,6 +1108,179 @@ effect_answers_decoded_without_a_tree(void **state)
 	harness_finish(b);
 }
 
+/* ---- idem_effect_parse against a jansson tree, random answers ------------ */
+
+#define RANDOM_ANSWERS		3000
+#define RANDOM_ANSWERS_SEED	0x1dea34u
+
+/* xorshift32: the same answers every run (the seed is printed). */
+static uint32_t
+random_next(uint32_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 17;
+	*x ^= *x << 5;
+	return *x;
+}
+
+/* A random JSON value of jansson's: reals, integers, odd strings, wide
+ * and nested objects, arrays. */
+static json_t *
+random_value(uint32_t *x, int depth)
+{
+	static const char *const strings[] = {
+		"", "a", "q\"uote", "back\\slash", "\xc3\xa9t\xc3\xa9",
+		"\xf0\x9f\x98\x80", "tab\there", "line\nfeed", "\x01",
+		"slash/", "m3",
+	};
+	json_t	*v;
+	size_t	 i, n;
+	char	 key[32];
+
+	switch (random_next(x) % (depth > 3 ? 5 : 7)) {
+	case 0:
+		return json_integer((json_int_t)random_next(x) *
+		    (random_next(x) % 2 ? 1 : -1) * (json_int_t)1000003);
+	case 1:
+		return json_real((double)(int32_t)random_next(x) /
+		    (double)(1 + random_next(x) % 100000) *
+		    (random_next(x) % 3 == 0 ? 1e300 : 1e-7));
+	case 2:
+		return json_string(strings[random_next(x) %
+		    (sizeof strings / sizeof strings[0])]);
+	case 3:
+		return random_next(x) % 2 ? json_true() : json_null();
+	case 4:
+		return json_real(0.5 * (random_next(x) % 64));
+	case 5:
+		v = json_object();
+		n = random_next(x) % 3 == 0 ? 33 + random_next(x) % 40 :
+		    random_next(x) % 6;
+		for (i = 0; i < n; i++) {
+			snprintf(key, sizeof key, "%s%zu", strings[
+			    random_next(x) % (sizeof strings /
+			    sizeof strings[0])], i);
+			json_object_set_new(v, key, random_value(x, depth + 1));
+		}
+		return v;
+	default:
+		v = json_array();
+		n = random_next(x) % 6;
+		for (i = 0; i < n; i++)
+			json_array_append_new(v, random_value(x, depth + 1));
+		return v;
+	}
+}
+
+/* A reused answer around a random result, compact or with spaces. */
+static char *
+random_answer(uint32_t *x)
+{
+	json_t	*answer, *receipt;
+	char	*line, key[40];
+
+	snprintf(key, sizeof key, "idem-%08x", (unsigned)random_next(x));
+	receipt = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s}",
+	    "client_submission_id", "rand\"om\xc3\xa9", "effect_kind", "mail",
+	    "external_key", key, "attempt", (json_int_t)(1 +
+	    random_next(x) % 1000), "result", random_value(x, 0), "state",
+	    "committed");
+	answer = json_pack("{s:b, s:s, s:b, s:s, s:o}", "ok", 1,
+	    "disposition", "reused", "action_taken", 0, "state", "committed",
+	    "receipt", receipt);
+	assert_non_null(answer);
+	line = json_dumps(answer, (random_next(x) % 2 ? JSON_COMPACT : 0) |
+	    (random_next(x) % 2 ? JSON_SORT_KEYS : 0));
+	json_decref(answer);
+	assert_non_null(line);
+	return line;
+}
+
+/* A JSON text against a tree value: the same once parsed (both absent). */
+static void
+same_json(const char *text, json_t *want)
+{
+	json_t	*got;
+
+	if (want == NULL) {
+		assert_null(text);
+		return;
+	}
+	assert_non_null(text);
+	assert_non_null(got = json_loads(text, JSON_DECODE_ANY, NULL));
+	assert_true(json_equal(got, want));
+	json_decref(got);
+}
+
+/*
+ * idem_effect_parse against a jansson tree of the same answers: 3,000
+ * random reused answers (results of reals, long integers, escaped and
+ * non-ASCII strings, objects past 32 members, nesting), each whole and
+ * with one byte replaced.  jansson refuses a line: a protocol error;
+ * the line decodes: its disposition, attempt, external key, receipt
+ * and result are the tree's.  Seeded, about a second.
+ */
+static void
+effect_parse_agrees_with_a_tree(void **state)
+{
+	static const char	 bytes[] = "\"\\{}[],:0e.-x \x01\x80\xc3\xff";
+	struct idem_effect	 out;
+	struct idem_error	 err;
+	uint32_t		 x = RANDOM_ANSWERS_SEED;
+	json_t			*tree, *receipt;
+	const char		*text;
+	json_int_t		 attempt;
+	size_t			 i, n;
+	char			*line;
+	int			 rc, mutated;
+
+	(void)state;
+	print_message("seed %#x, %d answers\n", RANDOM_ANSWERS_SEED,
+	    RANDOM_ANSWERS);
+	for (i = 0; i < RANDOM_ANSWERS; i++) {
+		line = random_answer(&x);
+		n = strlen(line);
+		if ((mutated = (int)(random_next(&x) % 2)))
+			line[random_next(&x) % n] = bytes[random_next(&x) %
+			    (sizeof bytes - 1)];
+		tree = json_loadb(line, strlen(line), JSON_REJECT_DUPLICATES,
+		    NULL);
+		rc = idem_effect_parse(line, &out, &err);
+		if (tree == NULL) {
+			if (rc != -1 || err.code != IDEM_E_PROTOCOL)
+				fail_msg("answer %zu refused by jansson, "
+				    "taken: %s", i, line);
+		} else if (rc == 0) {
+			assert_true(json_is_object(tree));
+			/* A disposition as sent, else ok's and state's. */
+			text = json_string_value(json_object_get(tree,
+			    "disposition"));
+			assert_string_equal(text != NULL ? text : "committed",
+			    text != NULL ? "reused" : out.state);
+			assert_int_equal(out.disposition, text != NULL ?
+			    IDEM_EFFECT_REUSED : IDEM_EFFECT_COMMITTED);
+			receipt = json_object_get(tree, "receipt");
+			/* libidem keeps only a positive attempt. */
+			attempt = json_integer_value(json_object_get(receipt,
+			    "attempt"));
+			assert_int_equal(out.attempt, attempt > 0 ? attempt :
+			    0);
+			text = json_string_value(json_object_get(receipt,
+			    "external_key"));
+			assert_string_equal(out.external_key, text != NULL ?
+			    text : "");
+			same_json(out.receipt, receipt);
+			same_json(out.result, json_object_get(receipt,
+			    "result"));
+		} else if (!mutated)
+			fail_msg("answer %zu refused: %s: %s", i, err.message,
+			    line);
+		json_decref(tree);
+		idem_effect_clear(&out);
+		free(line);
+	}
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -1131,6 +1304,7 @@ main(void)
 		T(retry_gives_up_without_broker),
 		T(requests_keep_their_bytes),
 		T(effect_answers_decoded_without_a_tree),
+		cmocka_unit_test(effect_parse_agrees_with_a_tree),
 	};
 
 	if (sodium_init() < 0)
