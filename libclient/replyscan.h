@@ -38,7 +38,7 @@ struct replyscan_object {
 	struct replyscan_member	 members[REPLYSCAN_MAX_MEMBERS];
 	size_t			 count;
 	int			 overflow;	/* members past the list */
-	/* 1: a piece was judged by jansson (depth, an odd number, keys). */
+	/* 1: jansson judged a piece (past 16 levels, a 65-byte number). */
 	int			 by_jansson;
 };
 
