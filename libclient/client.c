@@ -384,54 +384,50 @@ idem_call_raw(struct idem_conn *conn, const char *request, char **response,
 	return -1;
 }
 
-/* Send a request object; the answer must be an object with a boolean ok. */
+/* request sent as one compact line; the answer's line (malloc'd). */
+int
+client_call_line(struct idem_conn *conn, json_t *request, char **answer,
+    struct idem_error *err)
+{
+	char	*line;
+	int	 rc;
+
+	if ((line = json_dumps(request, JSON_COMPACT)) == NULL) {
+		client_error(err, IDEM_E_NOMEM, "out of memory");
+		return -1;
+	}
+	rc = idem_call_raw(conn, line, answer, err);
+	free(line);
+	return rc;
+}
+
+/*
+ * Send a request object; the answer must be an object with a boolean ok.
+ * (The effect calls check theirs without a tree: client_effect.c.)
+ */
 json_t *
 client_call_json(struct idem_conn *conn, json_t *request,
     struct idem_error *err)
 {
-	return client_call_text(conn, request, NULL, err);
-}
-
-/*
- * client_call_json, and the answer's line as sent (malloc'd, into *text
- * when text is not NULL) for a caller that takes members' bytes from it
- * (fastscan_member) instead of dumping the parsed tree again.
- */
-json_t *
-client_call_text(struct idem_conn *conn, json_t *request, char **text,
-    struct idem_error *err)
-{
 	json_t		*response;
 	json_error_t	 jerr;
-	char		*line, *answer;
-	int		 rc;
+	char		*answer;
 
-	if ((line = json_dumps(request, JSON_COMPACT)) == NULL) {
-		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return NULL;
-	}
-	rc = idem_call_raw(conn, line, &answer, err);
-	free(line);
-	if (rc != 0)
+	if (client_call_line(conn, request, &answer, err) != 0)
 		return NULL;
 	response = json_loads(answer, JSON_REJECT_DUPLICATES, &jerr);
+	free(answer);
 	if (response == NULL) {
-		free(answer);
 		client_error(err, IDEM_E_PROTOCOL, "response: %s", jerr.text);
 		return NULL;
 	}
 	if (!json_is_object(response) ||
 	    !json_is_boolean(json_object_get(response, "ok"))) {
-		free(answer);
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response is not an object with a boolean ok");
 		json_decref(response);
 		return NULL;
 	}
-	if (text != NULL)
-		*text = answer;
-	else
-		free(answer);
 	return response;
 }
 
@@ -440,8 +436,7 @@ void
 client_wire_error(json_t *response, struct idem_error *err)
 {
 	json_t		*error = json_object_get(response, "error");
-	const char	*code, *message, *field, *reason;
-	size_t		 i;
+	const char	*code;
 
 	code = json_string_value(json_object_get(error, "code"));
 	if (!json_is_object(error) || code == NULL) {
@@ -449,8 +444,24 @@ client_wire_error(json_t *response, struct idem_error *err)
 		    "error response without an error code");
 		return;
 	}
-	if ((message = json_string_value(json_object_get(error,
-	    "message"))) == NULL)
+	client_wire_error_of(code, json_string_value(json_object_get(error,
+	    "message")), json_is_true(json_object_get(error, "retryable")),
+	    json_string_value(json_object_get(error, "field")),
+	    json_string_value(json_object_get(error, "reason")), err);
+}
+
+/*
+ * An error object's members (message, field, reason NULL when absent
+ * or not strings) into err: client_wire_error's, and client_effect.c's
+ * from an answer's bytes.
+ */
+void
+client_wire_error_of(const char *code, const char *message, int retryable,
+    const char *field, const char *reason, struct idem_error *err)
+{
+	size_t	i;
+
+	if (message == NULL)
 		message = "";
 	for (i = 0; i < nitems(client_codes); i++)
 		if (strcmp(code, client_codes[i].name) == 0)
@@ -460,12 +471,10 @@ client_wire_error(json_t *response, struct idem_error *err)
 		client_error(err, IDEM_E_PROTOCOL, "%s: %s", code, message);
 	else
 		client_error(err, client_codes[i].code, "%s", message);
-	err->retryable = json_is_true(json_object_get(error, "retryable"));
-	if ((field = json_string_value(json_object_get(error,
-	    "field"))) != NULL)
+	err->retryable = retryable;
+	if (field != NULL)
 		snprintf(err->field, sizeof err->field, "%s", field);
-	if ((reason = json_string_value(json_object_get(error,
-	    "reason"))) != NULL)
+	if (reason != NULL)
 		snprintf(err->reason, sizeof err->reason, "%s", reason);
 }
 

@@ -8,8 +8,9 @@
  * not thread-safe, and perform may use the caller's): it extends every
  * third of the lease, so a perform longer than its lease is not
  * answered outcome_unknown to the next caller while it still runs.
- * An answer's receipt and its result are taken from the answer's text
- * as the broker sent them (fastscan_member), not dumped from the tree.
+ * An answer is checked and read without a tree (replyscan.c): its
+ * receipt and result are the bytes the broker sent (issue #33: a tree
+ * of the whole answer was most of a retry's client time).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -24,7 +25,7 @@
 #include "idem.h"
 #include "protocol.h"
 #include "client_int.h"
-#include "fastscan.h"
+#include "replyscan.h"
 
 /* What an effect op's disposition is to this library; NONE: not one. */
 static const enum idem_effect_disposition
@@ -108,91 +109,207 @@ client_effect_fenced(enum idem_op_code op, const char *id, const char *kind,
 	return request;
 }
 
-/* The facts of an answer (its top level, existing, or receipt) into out. */
+/* obj's member key is absent or null. */
 static int
-client_effect_facts(json_t *j, struct idem_effect *out, struct idem_error *err)
+client_scan_absent(const struct replyscan_object *obj, const char *key,
+    struct replyscan_member *m)
 {
-	int64_t	attempt = 0;
-
-	if (!json_is_object(j))
-		return 0;
-	if (client_copy(j, "fence", out->fence, sizeof out->fence, 0,
-	    err) != 0 ||
-	    client_copy(j, "external_key", out->external_key,
-	    sizeof out->external_key, 0, err) != 0 ||
-	    client_copy(j, "state", out->state, sizeof out->state, 0,
-	    err) != 0 ||
-	    client_copy(j, "request_digest", out->request_digest,
-	    sizeof out->request_digest, 0, err) != 0 ||
-	    client_copy(j, "lease_expires_at", out->lease_expires_at,
-	    sizeof out->lease_expires_at, 0, err) != 0 ||
-	    client_copy(j, "committed_at", out->committed_at,
-	    sizeof out->committed_at, 0, err) != 0 ||
-	    client_int(j, "attempt", &attempt, 0, err) != 0)
-		return -1;
-	if (attempt > 0)
-		out->attempt = (unsigned)attempt;
-	return 0;
+	return !replyscan_find(obj, key, m) || (m->value_length == 4 &&
+	    memcmp(m->value, "null", 4) == 0);
 }
 
-/*
- * A member's value of the object text [object, object + length) as it
- * stands there (malloc'd into *copy), or, were it not found in the text
- * (an escaped name, nesting past the scanner's depth), the compact dump
- * of value, its parse.  The broker writes receipts as jansson's compact
- * dump (replytext.c): the bytes sent are the bytes the dump would give,
- * without building them again.
- */
+/* client_copy's rules on an answer's bytes: absent or null gives "". */
 static int
-client_effect_text(const char *object, size_t length, const char *name,
-    json_t *value, char **copy, struct idem_error *err)
+client_scan_copy(const struct replyscan_object *obj, const char *key,
+    char *out, size_t size, int required, struct idem_error *err)
 {
-	const char	*v;
-	size_t		 n;
+	struct replyscan_member	m;
+	long			n;
 
-	if (object != NULL && fastscan_member(object, length, name, &v, &n)) {
-		if ((*copy = malloc(n + 1)) != NULL) {
-			memcpy(*copy, v, n);
-			(*copy)[n] = '\0';
-		}
-	} else
-		*copy = json_dumps(value, JSON_COMPACT | JSON_PRESERVE_ORDER |
-		    JSON_ENCODE_ANY);
-	if (*copy == NULL) {
-		client_error(err, IDEM_E_NOMEM, "out of memory");
+	out[0] = '\0';
+	if (client_scan_absent(obj, key, &m)) {
+		if (!required)
+			return 0;
+		client_error(err, IDEM_E_PROTOCOL, "response lacks %s", key);
+		return -1;
+	}
+	if ((n = replyscan_string(m.value, m.value_length, out, size)) < 0 ||
+	    (size_t)n >= size) {
+		out[0] = '\0';
+		client_error(err, IDEM_E_PROTOCOL,
+		    "response %s is not a string of under %zu bytes", key,
+		    size);
 		return -1;
 	}
 	return 0;
 }
 
+/* A member that is true; absent or anything else is not. */
+static int
+client_scan_true(const struct replyscan_object *obj, const char *key)
+{
+	struct replyscan_member	m;
+
+	return replyscan_find(obj, key, &m) && m.value_length == 4 &&
+	    memcmp(m.value, "true", 4) == 0;
+}
+
+/* client_bool's rules: absent is false, anything but a boolean refused. */
+static int
+client_scan_bool(const struct replyscan_object *obj, const char *key,
+    int *out, struct idem_error *err)
+{
+	struct replyscan_member	m;
+
+	*out = 0;
+	if (!replyscan_find(obj, key, &m))
+		return 0;
+	if (m.value_length == 4 && memcmp(m.value, "true", 4) == 0)
+		*out = 1;
+	else if (m.value_length != 5 || memcmp(m.value, "false", 5) != 0) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "response %s is not a boolean", key);
+		return -1;
+	}
+	return 0;
+}
+
+/* A member that is an object, listed into obj; 0 if it is not one. */
+static int
+client_scan_object(const struct replyscan_object *in, const char *key,
+    struct replyscan_object *obj)
+{
+	struct replyscan_member	m;
+
+	return replyscan_find(in, key, &m) &&
+	    replyscan_members(m.value, m.value_length, obj);
+}
+
+/* The facts of an answer (its top level, existing, or receipt) into out. */
+static int
+client_effect_facts(const struct replyscan_object *j, struct idem_effect *out,
+    struct idem_error *err)
+{
+	struct replyscan_member	m;
+	int64_t			attempt = 0;
+
+	if (client_scan_copy(j, "fence", out->fence, sizeof out->fence, 0,
+	    err) != 0 ||
+	    client_scan_copy(j, "external_key", out->external_key,
+	    sizeof out->external_key, 0, err) != 0 ||
+	    client_scan_copy(j, "state", out->state, sizeof out->state, 0,
+	    err) != 0 ||
+	    client_scan_copy(j, "request_digest", out->request_digest,
+	    sizeof out->request_digest, 0, err) != 0 ||
+	    client_scan_copy(j, "lease_expires_at", out->lease_expires_at,
+	    sizeof out->lease_expires_at, 0, err) != 0 ||
+	    client_scan_copy(j, "committed_at", out->committed_at,
+	    sizeof out->committed_at, 0, err) != 0)
+		return -1;
+	if (replyscan_find(j, "attempt", &m) &&
+	    replyscan_integer(m.value, m.value_length, &attempt) != 0) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "response attempt is not an integer");
+		return -1;
+	}
+	if (attempt > 0)
+		out->attempt = (unsigned)attempt;
+	return 0;
+}
+
+/* A member's bytes as they stand in the answer (malloc'd into *copy). */
+static int
+client_effect_text(const struct replyscan_member *m, char **copy,
+    struct idem_error *err)
+{
+	if ((*copy = malloc(m->value_length + 1)) == NULL) {
+		client_error(err, IDEM_E_NOMEM, "out of memory");
+		return -1;
+	}
+	memcpy(*copy, m->value, m->value_length);
+	(*copy)[m->value_length] = '\0';
+	return 0;
+}
+
+/* client_wire_error on an answer's bytes. */
+static void
+client_effect_wire_error(const struct replyscan_object *response,
+    struct idem_error *err)
+{
+	struct replyscan_object	error;
+	struct replyscan_member	m;
+	char			code[sizeof err->message];
+	char			message[sizeof err->message];
+	char			field[sizeof err->field];
+	char			reason[sizeof err->reason];
+	int			has_message, has_field, has_reason;
+
+	if (!client_scan_object(response, "error", &error) ||
+	    !replyscan_find(&error, "code", &m) ||
+	    replyscan_string(m.value, m.value_length, code, sizeof code) < 0) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "error response without an error code");
+		return;
+	}
+	has_message = replyscan_find(&error, "message", &m) &&
+	    replyscan_string(m.value, m.value_length, message,
+	    sizeof message) >= 0;
+	has_field = replyscan_find(&error, "field", &m) &&
+	    replyscan_string(m.value, m.value_length, field,
+	    sizeof field) >= 0;
+	has_reason = replyscan_find(&error, "reason", &m) &&
+	    replyscan_string(m.value, m.value_length, reason,
+	    sizeof reason) >= 0;
+	client_wire_error_of(code, has_message ? message : NULL,
+	    client_scan_true(&error, "retryable"), has_field ? field : NULL,
+	    has_reason ? reason : NULL, err);
+}
+
 /*
- * Any effect op's answer (response, parsed from text) into out; 0 if it
- * is one the op may give.  A receipt's result is absent from a pruned
- * receipt (its tombstone has result_digest instead): then out->result
- * stays NULL.
+ * Any effect op's answer (response, checked) into out; 0 if it is one
+ * the op may give.  A receipt's result is absent from a pruned receipt
+ * (its tombstone has result_digest instead): then out->result stays
+ * NULL.  The receipt and its result are their bytes as sent: the broker
+ * writes them as jansson's compact dump (replytext.c).
  */
 static int
-client_effect_answer(json_t *response, const char *text,
+client_effect_answer(const struct replyscan_object *response,
     struct idem_effect *out, struct idem_error *err)
 {
-	json_t			*receipt = json_object_get(response, "receipt");
-	json_t			*result;
-	const char		*disposition;
+	struct replyscan_object	 inner;
+	struct replyscan_member	 m, receipt;
 	enum client_disposition	 code;
+	char			 disposition[32];
+	long			 n = -1;
+	int			 has_disposition, has_receipt;
+	int			 ok = client_scan_true(response, "ok");
 
-	disposition = json_string_value(json_object_get(response,
-	    "disposition"));
-	if (client_bool(response, "action_taken", &out->action_taken,
-	    err) != 0 || client_bool(response, "recovered", &out->recovered,
-	    err) != 0 || client_effect_facts(response, out, err) != 0 ||
-	    client_effect_facts(json_object_get(response, "existing"), out,
-	    err) != 0 || client_effect_facts(receipt, out, err) != 0)
+	if (replyscan_find(response, "disposition", &m))
+		n = replyscan_string(m.value, m.value_length, disposition,
+		    sizeof disposition);
+	/* None of the broker's dispositions is so long: not cut, refused. */
+	if (n >= (long)sizeof disposition) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "response's disposition is too long (%ld bytes)", n);
 		return -1;
-	if (disposition != NULL) {
+	}
+	has_disposition = n >= 0;
+	if (client_scan_bool(response, "action_taken", &out->action_taken,
+	    err) != 0 || client_scan_bool(response, "recovered",
+	    &out->recovered, err) != 0 ||
+	    client_effect_facts(response, out, err) != 0 ||
+	    (client_scan_object(response, "existing", &inner) &&
+	    client_effect_facts(&inner, out, err) != 0))
+		return -1;
+	has_receipt = replyscan_find(response, "receipt", &receipt) &&
+	    replyscan_members(receipt.value, receipt.value_length, &inner);
+	if (has_receipt && client_effect_facts(&inner, out, err) != 0)
+		return -1;
+	if (has_disposition) {
 		if ((code = client_disposition(disposition)) !=
 		    CLIENT_DISPOSITION_NONE)
 			out->disposition = client_effect_dispositions[code];
-	} else if (json_is_true(json_object_get(response, "ok"))) {
+	} else if (ok) {
 		if (strcmp(out->state, "committed") == 0)
 			out->disposition = IDEM_EFFECT_COMMITTED;
 		else if (strcmp(out->state, "released") == 0)
@@ -200,43 +317,103 @@ client_effect_answer(json_t *response, const char *text,
 		else if (strcmp(out->state, "outcome_unknown") == 0)
 			out->disposition = IDEM_EFFECT_OUTCOME_UNKNOWN;
 	}
-	if (json_is_object(receipt)) {
-		if (client_effect_text(text, strlen(text), "receipt", receipt,
-		    &out->receipt, err) != 0)
+	if (has_receipt) {
+		if (client_effect_text(&receipt, &out->receipt, err) != 0)
 			return -1;
-		result = json_object_get(receipt, "result");
-		if (result != NULL && client_effect_text(out->receipt,
-		    strlen(out->receipt), "result", result, &out->result,
-		    err) != 0)
+		if (replyscan_find(&inner, "result", &m) &&
+		    client_effect_text(&m, &out->result, err) != 0)
 			return -1;
 	}
-	if (!json_is_true(json_object_get(response, "ok"))) {
-		client_wire_error(response, err);
+	if (!ok) {
+		client_effect_wire_error(response, err);
 		/* Only a disposition makes a refusal an answer. */
-		if (disposition == NULL)
+		if (!has_disposition)
 			out->disposition = IDEM_EFFECT_NONE;
 	}
 	return out->disposition == IDEM_EFFECT_NONE ? -1 : 0;
 }
 
+/*
+ * An effect op's answer line into out, checked as client_call_json
+ * checks one (what jansson would accept, an object with a boolean ok)
+ * but without a tree.  extend: effect_extend's, whose ok:true answer is
+ * {"ok":true,"lease_expires_at":...}.
+ */
+static int
+client_effect_line(const char *line, int extend, struct idem_effect *out,
+    struct idem_error *err)
+{
+	struct replyscan_object	response;
+	struct replyscan_member	m;
+	enum replyscan_verdict	verdict;
+	json_error_t		jerr;
+	json_t			*j;
+	int			rc;
+
+	verdict = replyscan_line(line, strlen(line), &response);
+	if (verdict == REPLYSCAN_INVALID) {
+		/* jansson's words for what is wrong with it. */
+		j = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
+		json_decref(j);
+		client_error(err, IDEM_E_PROTOCOL, "response: %s", j == NULL ?
+		    jerr.text : "not JSON");
+		return -1;
+	}
+	if (verdict != REPLYSCAN_OBJECT ||
+	    !replyscan_find(&response, "ok", &m) ||
+	    !((m.value_length == 4 && memcmp(m.value, "true", 4) == 0) ||
+	    (m.value_length == 5 && memcmp(m.value, "false", 5) == 0))) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "response is not an object with a boolean ok");
+		return -1;
+	}
+	if (extend && m.value_length == 4) {
+		rc = client_scan_copy(&response, "lease_expires_at",
+		    out->lease_expires_at, sizeof out->lease_expires_at, 1,
+		    err);
+		if (rc == 0)
+			out->disposition = IDEM_EFFECT_EXTENDED;
+		return rc;
+	}
+	return client_effect_answer(&response, out, err);
+}
+
+int
+idem_effect_parse(const char *response, struct idem_effect *out,
+    struct idem_error *err)
+{
+	struct idem_error	scratch;
+
+	if (err == NULL)
+		err = &scratch;
+	memset(err, 0, sizeof *err);
+	if (out == NULL || response == NULL) {
+		client_error(err, IDEM_E_ARGUMENT, "%s is required",
+		    out == NULL ? "out" : "response");
+		if (out != NULL)
+			memset(out, 0, sizeof *out);
+		return -1;
+	}
+	memset(out, 0, sizeof *out);
+	return client_effect_line(response, 0, out, err);
+}
+
 /* Send request (consumed) and take the answer into out. */
 static int
-client_effect_call(struct idem_conn *conn, json_t *request,
+client_effect_call(struct idem_conn *conn, json_t *request, int extend,
     struct idem_effect *out, struct idem_error *err)
 {
-	json_t	*response;
-	char	*text;
+	char	*line;
 	int	 rc;
 
 	if (request == NULL)
 		return -1;
-	response = client_call_text(conn, request, &text, err);
+	rc = client_call_line(conn, request, &line, err);
 	json_decref(request);
-	if (response == NULL)
+	if (rc != 0)
 		return -1;
-	rc = client_effect_answer(response, text, out, err);
-	json_decref(response);
-	free(text);
+	rc = client_effect_line(line, extend, out, err);
+	free(line);
 	return rc;
 }
 
@@ -267,7 +444,7 @@ idem_effect_begin(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	return client_effect_call(conn, request, out, err);
+	return client_effect_call(conn, request, 0, out, err);
 }
 
 int
@@ -294,7 +471,7 @@ idem_effect_complete(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	return client_effect_call(conn, request, out, err);
+	return client_effect_call(conn, request, 0, out, err);
 }
 
 int
@@ -335,7 +512,7 @@ idem_effect_resolve(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	return client_effect_call(conn, request, out, err);
+	return client_effect_call(conn, request, 0, out, err);
 }
 
 int
@@ -344,9 +521,7 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
     struct idem_effect *out, struct idem_error *err)
 {
 	struct idem_error	 scratch;
-	json_t			*request, *response;
-	char			*text;
-	int			 rc;
+	json_t			*request;
 
 	if (err == NULL)
 		err = &scratch;
@@ -361,22 +536,7 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	response = client_call_text(conn, request, &text, err);
-	json_decref(request);
-	if (response == NULL)
-		return -1;
-	/* {"ok":true,"lease_expires_at":...}: no disposition, no state. */
-	if (json_is_true(json_object_get(response, "ok"))) {
-		rc = client_copy(response, "lease_expires_at",
-		    out->lease_expires_at, sizeof out->lease_expires_at, 1,
-		    err);
-		if (rc == 0)
-			out->disposition = IDEM_EFFECT_EXTENDED;
-	} else
-		rc = client_effect_answer(response, text, out, err);
-	json_decref(response);
-	free(text);
-	return rc;
+	return client_effect_call(conn, request, 1, out, err);
 }
 
 /* ---- idem_effect_run's keeper: the lease, extended while perform runs --- */

@@ -37,11 +37,14 @@ struct idem_conn *client_connect(const char *socket_path, int64_t timeout_ms,
 int	client_timeout(int fd, int64_t timeout_ms, struct idem_error *);
 json_t	*client_call_json(struct idem_conn *, json_t *request,
 	    struct idem_error *);
-json_t	*client_call_text(struct idem_conn *, json_t *request, char **text,
-	    struct idem_error *);
 json_t	*client_call_ok(struct idem_conn *, json_t *request,
 	    struct idem_error *);
+int	client_call_line(struct idem_conn *, json_t *request, char **answer,
+	    struct idem_error *);
 void	client_wire_error(json_t *response, struct idem_error *);
+void	client_wire_error_of(const char *code, const char *message,
+	    int retryable, const char *field, const char *reason,
+	    struct idem_error *);
 enum client_disposition client_disposition(const char *name);
 int	client_copy(json_t *object, const char *key, char *out, size_t size,
 	    int required, struct idem_error *);

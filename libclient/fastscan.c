@@ -43,10 +43,10 @@
  * that was).
  *
  * fastscan_member finds a top-level member's value in a line jansson
- * accepted, as it stands: libidem's effect calls take the receipt and
- * its result of an answer with it instead of dumping the parsed tree
- * again (client_effect.c).  fastscan_compact_member, over it, serves the
- * broker's full path (issue #33): in a line
+ * accepted, as it stands (libidem's effect calls read their answers
+ * with replyscan.c instead, which checks the line too).
+ * fastscan_compact_member, over it, serves the broker's full path
+ * (issue #33): in a line
  * jansson accepted, a top-level member's value whose bytes are already
  * jansson's compact dump of it (effect_complete's result, kept as that
  * dump) is taken as it stands instead of dumped again.  Only the forms

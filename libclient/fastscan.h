@@ -2,7 +2,7 @@
 /*
  * fastscan.h: the raw-byte JSON scanner (fastscan.c): the retry fast
  * path's fingerprint, and a top-level member's text as it stands in a
- * line, for the broker and libidem alike.  See doc/architecture.md,
+ * line, for the broker.  See doc/architecture.md,
  * "Retries without the parse", for exactly which bytes are
  * fingerprinted.
  */
@@ -66,9 +66,7 @@ int	fastscan_compact_member(const char *line, size_t length,
 /*
  * In a line jansson accepted: 1 if its top-level member name (no escapes
  * in it) is there, *value pointing at its value's bytes as they stand in
- * the line (whatever their form); else 0.  libidem takes an answer's
- * receipt and result with it: the broker writes them as jansson's
- * compact dump (replytext.c), so what it sent is what the caller gets.
+ * the line (whatever their form); else 0.
  */
 int	fastscan_member(const char *line, size_t length, const char *name,
 	    const char **value, size_t *value_length);

@@ -391,6 +391,14 @@ struct idem_effect {
 	char				*result;
 };
 void	idem_effect_clear(struct idem_effect *);
+/*
+ * The answer line of an effect_begin, effect_complete or effect_resolve
+ * sent with idem_call_raw, decoded as those calls decode it (the same
+ * code, the same checks); returns as they do.  A NULL response (or out)
+ * is refused: -1, err code IDEM_E_ARGUMENT.
+ */
+int	idem_effect_parse(const char *response, struct idem_effect *,
+	    struct idem_error *);
 
 /*
  * effect_begin.  request_json is any JSON text (what the effect will do,

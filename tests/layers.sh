@@ -34,6 +34,7 @@ tests/unit/test_subtab.c	shm tests/integration/filter.h
 tests/unit/test_peers.c		shm tests/integration/filter.h
 tests/unit/test_digest.c	libclient tests/integration/filter.h
 tests/unit/test_fastscan.c	libclient tests/integration/filter.h
+tests/unit/test_replyscan.c	libclient tests/integration/filter.h
 tests/unit/test_log.c		broker tests/integration/filter.h
 tests/unit/test_replytext.c	broker tests/integration/filter.h
 tests/unit/test_fslocal.c	broker tests/integration/filter.h

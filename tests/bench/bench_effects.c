@@ -217,33 +217,57 @@ effect_csid(struct client *cl, size_t g, char *out, size_t size)
 		snprintf(out, size, "%s-c%d-%zu", s->tag, cl->index, g);
 }
 
-/* One call and its reply parsed; NULL (counted) on a failure. */
-static json_t *
-effect_call(struct client *cl, const char *line, size_t i)
+/* A disposition's name for the log. */
+static const char *
+effect_disposition_name(enum idem_effect_disposition d)
+{
+	static const char *const names[] = {
+		"none", "proceed", "reused", "conflict", "in_progress",
+		"outcome_unknown", "committed", "released", "extended",
+	};
+
+	if ((size_t)d >= sizeof names / sizeof names[0])
+		return "unknown";
+	return names[d];
+}
+
+/*
+ * One call and its answer decoded by libidem (idem_effect_parse, as
+ * idem_effect_begin and the others decode theirs); -1 (counted in
+ * errors) when the connection is gone or the answer does not decode.
+ */
+static int
+effect_call(struct client *cl, const char *line, size_t i,
+    struct idem_effect *out)
 {
 	struct idem_error	 e;
-	json_error_t		 jerr;
-	json_t			*j;
 	char			*answer;
 
 	if (idem_call_raw(cl->conn, line, &answer, &e) != 0) {
 		cl->report->errors++;
 		client_error(cl, "effect %zu: %s", i, e.message);
-		return NULL;
+		return -1;
 	}
-	j = json_loads(answer, 0, &jerr);
-	if (j == NULL) {
-		cl->report->errors++;
-		client_error(cl, "effect %zu: reply does not parse: %.100s", i,
+	if (idem_effect_parse(answer, out, &e) != 0 &&
+	    out->disposition == IDEM_EFFECT_NONE) {
+		/* An answer that does not decode is an error, as before. */
+		if (e.code == IDEM_E_PROTOCOL)
+			cl->report->errors++;
+		client_error(cl, "effect %zu: %s: %.100s", i, e.message,
 		    answer);
+		if (e.code == IDEM_E_PROTOCOL) {
+			free(answer);
+			return -1;
+		}
 	}
 	free(answer);
-	return j;
+	return 0;
 }
 
 /* The begin of csid (its request built here, as a caller would). */
-static json_t *
-effect_begin(struct client *cl, const char *csid, size_t i)
+static int
+effect_begin(struct client *cl, const char *csid, size_t i,
+    struct idem_effect *out)
 {
 	char	req[BENCH_EFFECT_REQUEST_BYTES + 1];
 
@@ -252,7 +276,7 @@ effect_begin(struct client *cl, const char *csid, size_t i)
 	    "\"client_submission_id\":\"%s\",\"effect_kind\":\""
 	    BENCH_EFFECT_KIND "\",\"request\":%s,\"lease_ms\":"
 	    BENCH_EFFECT_LEASE_MS "}", csid, req);
-	return effect_call(cl, cl->buf, i);
+	return effect_call(cl, cl->buf, i, out);
 }
 
 /*
@@ -262,34 +286,29 @@ effect_begin(struct client *cl, const char *csid, size_t i)
 static int
 effect_run(struct client *cl, const char *csid, size_t i)
 {
-	char		 result[BENCH_EFFECT_RESULT_BYTES + 1];
-	const char	*disposition, *fence;
-	json_t		*j;
-	int		 ok;
+	char			result[BENCH_EFFECT_RESULT_BYTES + 1];
+	struct idem_effect	out;
+	int			ok;
 
-	if ((j = effect_begin(cl, csid, i)) == NULL)
+	if (effect_begin(cl, csid, i, &out) != 0)
 		return -1;
-	disposition = json_string_value(json_object_get(j, "disposition"));
-	fence = json_string_value(json_object_get(j, "fence"));
-	if (disposition == NULL || strcmp(disposition, "proceed") != 0 ||
-	    fence == NULL) {
+	if (out.disposition != IDEM_EFFECT_PROCEED) {
 		cl->report->unexpected++;
-		client_error(cl, "effect %zu: begin answered %.200s", i,
-		    disposition != NULL ? disposition : "no disposition");
-		json_decref(j);
+		client_error(cl, "effect %zu: begin answered %s",
+		    i, effect_disposition_name(out.disposition));
+		idem_effect_clear(&out);
 		return 0;
 	}
 	effect_json(result, sizeof result - 1, csid);
 	snprintf(cl->buf, BENCH_EFFECT_LINE_BYTES, "{\"op\":\"effect_complete\","
 	    "\"client_submission_id\":\"%s\",\"effect_kind\":\""
 	    BENCH_EFFECT_KIND "\",\"fence\":\"%s\",\"outcome\":\"applied\","
-	    "\"result\":%s}", csid, fence, result);
-	json_decref(j);
-	if ((j = effect_call(cl, cl->buf, i)) == NULL)
+	    "\"result\":%s}", csid, out.fence, result);
+	idem_effect_clear(&out);
+	if (effect_call(cl, cl->buf, i, &out) != 0)
 		return -1;
-	ok = json_is_true(json_object_get(j, "ok")) &&
-	    json_is_object(json_object_get(j, "receipt"));
-	json_decref(j);
+	ok = out.disposition == IDEM_EFFECT_COMMITTED && out.receipt != NULL;
+	idem_effect_clear(&out);
 	if (!ok) {
 		cl->report->unexpected++;
 		client_error(cl, "effect %zu: complete not committed", i);
@@ -336,31 +355,35 @@ setup_effect_reuse(struct client *cl)
 	return 0;
 }
 
-/* A retry of a committed effect: begin answers reused. */
+/*
+ * A retry of a committed effect: begin answers reused, and its result,
+ * as libidem gives it, is parsed as a caller would (op_redis_get parses
+ * the value GET returns).
+ */
 static int
 op_effect_reuse(struct client *cl, size_t i)
 {
 	const struct idem_scenario	*s = cl->job->arg;
-	const char			*disposition;
+	struct idem_effect		 out;
 	char				 csid[160];
 	size_t				 g;
-	json_t				*j;
+	json_t				*j = NULL;
 
 	g = ((size_t)cl->index * (s->ids / (size_t)cl->job->clients) + i) %
 	    s->ids;
 	effect_csid(cl, g, csid, sizeof csid);
-	if ((j = effect_begin(cl, csid, i)) == NULL)
+	if (effect_begin(cl, csid, i, &out) != 0)
 		return -1;
-	disposition = json_string_value(json_object_get(j, "disposition"));
-	if (disposition != NULL && strcmp(disposition, "reused") == 0 &&
-	    json_is_object(json_object_get(j, "receipt")))
+	if (out.disposition == IDEM_EFFECT_REUSED && out.result != NULL &&
+	    (j = json_loads(out.result, 0, NULL)) != NULL)
 		cl->report->reused++;
 	else {
 		cl->report->unexpected++;
-		client_error(cl, "retry %zu: begin answered %s", i,
-		    disposition != NULL ? disposition : "no disposition");
+		client_error(cl, "retry %zu: begin answered %s",
+		    i, effect_disposition_name(out.disposition));
 	}
 	json_decref(j);
+	idem_effect_clear(&out);
 	return 0;
 }
 

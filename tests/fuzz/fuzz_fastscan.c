@@ -29,7 +29,7 @@
  * are exactly jansson's compact dump of its value (effect_complete's
  * result is stored as them instead of that dump); a member
  * fastscan_member finds is there, and its bytes, parsed alone, equal
- * its value (libidem takes a receipt's bytes so).
+ * its value.
  */
 #include <stddef.h>
 #include <stdint.h>

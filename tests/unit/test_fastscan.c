@@ -7,7 +7,7 @@
  * words, and never a byte read past a line's end (a guard page after
  * it); which members' bytes are taken as jansson's compact dump of
  * them (fastscan_compact_member); and a member's bytes as they stand,
- * whatever their form (fastscan_member, libidem's).
+ * whatever their form (fastscan_member).
  */
 #include <sys/mman.h>
 
@@ -482,9 +482,9 @@ member_of(const char *line, const char *name, const char *want)
 }
 
 /*
- * fastscan_member (libidem's receipt and result): the value's bytes as
- * they stand, escapes, reals and inner spaces too; never a nested
- * member's, never under an escaped name.
+ * fastscan_member: the value's bytes as they stand, escapes, reals and
+ * inner spaces too; never a nested member's, never under an escaped
+ * name.
  */
 static void
 members_as_they_stand(void **state)

@@ -1,0 +1,595 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_replyscan.c: the reply scanner (libclient/replyscan.c) against
+ * jansson.  Every line here is judged by both, and the verdicts must
+ * be equal (json_loadb with JSON_REJECT_DUPLICATES: invalid, an array,
+ * an object), the members of an object jansson's, in order, each
+ * value's bytes parsing to jansson's value: the broker's real effect
+ * answers (tests/fuzz/corpus_replyscan, taken from test_effect_replies'
+ * transcript), their mutations (every cut, bytes flipped, a member
+ * doubled), and cases written for each check: escapes, UTF-8,
+ * numbers, duplicates at any depth, depth and width past the scan's
+ * own (jansson judges those), and never a byte read past a line's end.
+ * The written cases also say the verdict, so removing a check fails
+ * them.  What a checked line holds is read back: members, strings
+ * unescaped, integers.
+ */
+#include <sys/mman.h>
+
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "integration/filter.h"
+#include "replyscan.h"
+
+#define CORPUS		"tests/fuzz/corpus_replyscan"
+#define CORPUS_LINES	60	/* at least */
+#define LINE_BYTES	8192
+
+#define INVALID	REPLYSCAN_INVALID
+#define ARRAY	REPLYSCAN_NOT_OBJECT
+#define OBJECT	REPLYSCAN_OBJECT
+
+static enum replyscan_verdict
+jansson_verdict(const char *p, size_t n)
+{
+	json_t			*j = json_loadb(p, n, JSON_REJECT_DUPLICATES,
+				    NULL);
+	enum replyscan_verdict	 v;
+
+	v = j == NULL ? REPLYSCAN_INVALID : json_is_object(j) ?
+	    REPLYSCAN_OBJECT : REPLYSCAN_NOT_OBJECT;
+	json_decref(j);
+	return v;
+}
+
+/* top's members are jansson's, in order, each value parsing to its. */
+static void
+members_are_janssons(const char *p, size_t n,
+    const struct replyscan_object *top)
+{
+	struct replyscan_member	 m;
+	const char		*key;
+	json_t			*j, *value, *alone;
+	size_t			 i = 0;
+
+	assert_non_null(j = json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL));
+	if (!top->overflow)
+		assert_int_equal(top->count, json_object_size(j));
+	json_object_foreach(j, key, value) {
+		assert_true(replyscan_find(top, key, &m));
+		if (i < top->count && !top->members[i].key_escaped) {
+			assert_int_equal(top->members[i].key_length,
+			    strlen(key));
+			assert_memory_equal(top->members[i].key, key,
+			    strlen(key));
+		}
+		alone = json_loadb(m.value, m.value_length, JSON_DECODE_ANY,
+		    NULL);
+		assert_non_null(alone);
+		assert_true(json_equal(alone, value));
+		json_decref(alone);
+		i++;
+	}
+	assert_false(replyscan_find(top, "no such member", &m));
+	json_decref(j);
+}
+
+/*
+ * The scanner's verdict on the n bytes at p, copied into a buffer of
+ * their own (ASan sees any read past them), which must be jansson's.
+ */
+static enum replyscan_verdict
+judged(const char *p, size_t n, int *by_jansson)
+{
+	struct replyscan_object	 top;
+	enum replyscan_verdict	 v, want;
+	char			*copy;
+
+	assert_non_null(copy = malloc(n > 0 ? n : 1));
+	memcpy(copy, p, n);
+	v = replyscan_line(copy, n, &top);
+	want = jansson_verdict(copy, n);
+	if (v != want)
+		print_error("scanner %d, jansson %d: %.*s\n", (int)v,
+		    (int)want, (int)(n > 300 ? 300 : n), p);
+	assert_int_equal(v, want);
+	if (v == REPLYSCAN_OBJECT)
+		members_are_janssons(copy, n, &top);
+	if (by_jansson != NULL)
+		*by_jansson = v == REPLYSCAN_OBJECT && top.by_jansson;
+	free(copy);
+	return v;
+}
+
+static enum replyscan_verdict
+judged_text(const char *text)
+{
+	return judged(text, strlen(text), NULL);
+}
+
+/* The corpus's lines, each malloc'd; their count. */
+static size_t
+corpus(char **lines, size_t max)
+{
+	const char	*srcdir = getenv("IDEM_SRCDIR");
+	char		 path[4096];
+	struct dirent	*d;
+	DIR		*dir;
+	FILE		*f;
+	size_t		 count = 0, n;
+
+	snprintf(path, sizeof path, "%s/" CORPUS, srcdir != NULL ? srcdir :
+	    ".");
+	if ((dir = opendir(path)) == NULL)
+		fail_msg("%s: cannot open it (IDEM_SRCDIR?)", path);
+	while ((d = readdir(dir)) != NULL && count < max) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s/" CORPUS "/%s",
+		    srcdir != NULL ? srcdir : ".", d->d_name);
+		assert_non_null(f = fopen(path, "r"));
+		assert_non_null(lines[count] = calloc(1, LINE_BYTES + 1));
+		n = fread(lines[count], 1, LINE_BYTES, f);
+		assert_true(n > 0 && n < LINE_BYTES);
+		fclose(f);
+		count++;
+	}
+	closedir(dir);
+	return count;
+}
+
+static void
+corpus_free(char **lines, size_t count)
+{
+	while (count > 0)
+		free(lines[--count]);
+}
+
+/* Every answer the broker gave test_effect_replies: objects, scanned. */
+static void
+brokers_answers_judged_as_jansson(void **state)
+{
+	char	*lines[128];
+	size_t	 count, i, alone = 0;
+	int	 by_jansson;
+
+	(void)state;
+	count = corpus(lines, 128);
+	assert_true(count >= CORPUS_LINES);
+	for (i = 0; i < count; i++) {
+		assert_int_equal(judged(lines[i], strlen(lines[i]),
+		    &by_jansson), OBJECT);
+		alone += !by_jansson;
+	}
+	/* Reals and long integers too are judged by the scan. */
+	assert_int_equal(alone, count);
+	corpus_free(lines, count);
+}
+
+/*
+ * Each answer cut at about 400 places (each byte of one under 400),
+ * bytes at about 150 places replaced by a few that matter to JSON or
+ * dropped, a member doubled: both verdicts, and both kinds seen.
+ */
+static void
+mutations_judged_as_jansson(void **state)
+{
+	static const char	 bytes[] = { '\0', '"', '\\', '}', ',', ' ',
+	    '0', 'x', (char)0x80, (char)0xc3, (char)0xff, '\n', '{', '[' };
+	char			*lines[128], *m;
+	size_t			 count, i, n, k, b, step, first;
+	size_t			 seen[2] = { 0, 0 };
+
+	(void)state;
+	count = corpus(lines, 128);
+	for (i = 0; i < count; i++) {
+		n = strlen(lines[i]);
+		assert_non_null(m = malloc(2 * n + 2));
+		/* About 400 cuts and 150 places a line. */
+		step = n / 400 + 1;
+		for (k = 0; k < n; k += step)
+			seen[judged(lines[i], k, NULL) == OBJECT]++;
+		for (k = 0; k < n; k += 1 + k % 5 + n / 150) {
+			for (b = 0; b < sizeof bytes; b++) {
+				memcpy(m, lines[i], n);
+				m[k] = bytes[b];
+				seen[judged(m, n, NULL) == OBJECT]++;
+			}
+			/* The byte dropped. */
+			memcpy(m, lines[i], k);
+			memcpy(m + k, lines[i] + k + 1, n - k - 1);
+			seen[judged(m, n - 1, NULL) == OBJECT]++;
+		}
+		/* The first member doubled: a duplicate key. */
+		first = strcspn(lines[i], ",");
+		assert_true(first < n);
+		memcpy(m, lines[i], first + 1);
+		memcpy(m + first + 1, lines[i] + 1, n - 1);
+		assert_int_equal(judged(m, first + n, NULL), INVALID);
+		free(m);
+	}
+	assert_true(seen[0] > 0 && seen[1] > 0);
+	corpus_free(lines, count);
+}
+
+/* A string body as a value and as a key: verdict (both the same). */
+static void
+string_is(const char *body, enum replyscan_verdict want)
+{
+	char	line[512];
+
+	snprintf(line, sizeof line, "{\"k\":\"%s\",\"n\":1}", body);
+	assert_int_equal(judged_text(line), want);
+	snprintf(line, sizeof line, "[{\"%s\":[\"%s\"]}]", body, body);
+	assert_int_equal(judged_text(line), want == OBJECT ? ARRAY : want);
+}
+
+static void
+strings_judged_as_jansson(void **state)
+{
+	(void)state;
+	string_is("plain", OBJECT);
+	string_is("", OBJECT);
+	string_is("\\\" \\\\ \\/ \\b \\f \\n \\r \\t", OBJECT);
+	string_is("\\u00e9\\u20AC\\uD83D\\uDE00", OBJECT);
+	string_is("\\x", INVALID);
+	string_is("\\", INVALID);
+	string_is("\\u12G4", INVALID);
+	string_is("\\u123", INVALID);
+	string_is("\\u0000", INVALID);		/* no JSON_ALLOW_NUL */
+	string_is("a\\u0000b", INVALID);
+	string_is("\\uD83D", INVALID);		/* a lone high surrogate */
+	string_is("\\uD83Dx", INVALID);
+	string_is("\\uD83D\\u0041", INVALID);	/* not a low one after */
+	string_is("\\uD83D\\n", INVALID);
+	string_is("\\uDE00", INVALID);		/* a lone low surrogate */
+	string_is("tab\there", INVALID);	/* a control byte */
+	string_is("\x1f", INVALID);
+	string_is("\x7f", OBJECT);
+	string_is("\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", OBJECT);
+	string_is("\xf4\x8f\xbf\xbf", OBJECT);	/* U+10FFFF */
+	string_is("\xc0\x80", INVALID);		/* overlong */
+	string_is("\xc1\xbf", INVALID);
+	string_is("\xe0\x9f\xbf", INVALID);
+	string_is("\xf0\x8f\xbf\xbf", INVALID);
+	string_is("\xed\xa0\x80", INVALID);	/* a surrogate in UTF-8 */
+	string_is("\xf4\x90\x80\x80", INVALID);	/* past U+10FFFF */
+	string_is("\xf5\x80\x80\x80", INVALID);
+	string_is("\x80", INVALID);		/* a lone continuation */
+	string_is("\xc3", INVALID);		/* a sequence cut */
+	string_is("\xe2\x82", INVALID);
+	string_is("\xc3\x28", INVALID);
+	string_is("\xff", INVALID);
+	/* Runs longer than a word, a stop at every offset. */
+	string_is("0123456789abcdef0123456789abcdef\xc3\xa9", OBJECT);
+	string_is("0123456789abcdef012345\x01", INVALID);
+	string_is("0123456789abcde\\q0123456789", INVALID);
+}
+
+static void
+numbers_judged_as_jansson(void **state)
+{
+	static const struct {
+		const char		*text;
+		enum replyscan_verdict	 want;
+	} cases[] = {
+		{ "0", ARRAY }, { "-0", ARRAY }, { "12", ARRAY },
+		{ "-12", ARRAY }, { "1.5", ARRAY }, { "-0.0e-0", ARRAY },
+		{ "1E+2", ARRAY }, { "1e-400", ARRAY },
+		{ "123456789012345678", ARRAY },
+		{ "9223372036854775807", ARRAY },
+		{ "-9223372036854775808", ARRAY },
+		{ "9223372036854775808", INVALID },	/* past int64 */
+		{ "-9223372036854775809", INVALID },
+		{ "1e400", INVALID },			/* past DBL_MAX */
+		{ "-1e400", INVALID },
+		{ "1.7976931348623157e308", ARRAY }, { "1.8e308", INVALID },
+		{ "-1.8e308", INVALID }, { "4.9e-324", ARRAY },
+		{ "2e-324", ARRAY },			/* underflow to 0 */
+		{ "1e-99999999999999999999", ARRAY },
+		{ "0.0000000000000000000000000000000000000000000000000000000000"
+		    "00000000000000001", ARRAY },	/* past 64 bytes */
+		{ "1000000000000000000000000000000000000000000000000000000000"
+		    "00000000000000", INVALID },	/* past int64, 72 bytes */
+		{ "-1000000000000000000000", INVALID },
+		{ "100000000000000000000e-10", ARRAY },
+		{ "01", INVALID }, { "-01", INVALID }, { "1.", INVALID },
+		{ ".5", INVALID }, { "1e", INVALID }, { "1e+", INVALID },
+		{ "-", INVALID }, { "+1", INVALID }, { "0x1", INVALID },
+		{ "1 2", INVALID }, { "Infinity", INVALID },
+		{ "NaN", INVALID }, { "truex", INVALID }, { "nul", INVALID },
+		{ "true", ARRAY }, { "false", ARRAY }, { "null", ARRAY },
+	};
+	char	line[160];
+	size_t	i;
+	int	by_jansson;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(line, sizeof line, "[%s]", cases[i].text);
+		assert_int_equal(judged_text(line), cases[i].want);
+		snprintf(line, sizeof line, "{\"a\":%s}", cases[i].text);
+		assert_int_equal(judged(line, strlen(line), &by_jansson),
+		    cases[i].want == ARRAY ? OBJECT : INVALID);
+		/* Only a token past 64 bytes is jansson's to read. */
+		if (strlen(cases[i].text) <= 64)
+			assert_false(by_jansson);
+	}
+}
+
+static void
+structure_judged_as_jansson(void **state)
+{
+	static const struct {
+		const char		*text;
+		enum replyscan_verdict	 want;
+	} cases[] = {
+		{ "{}", OBJECT }, { " \t\r\n{ } \n", OBJECT },
+		{ "[]", ARRAY }, { "[1,[2,{}],{\"a\":[]}]", ARRAY },
+		{ "", INVALID }, { " ", INVALID }, { "1", INVALID },
+		/* A scalar at the top: jansson without JSON_DECODE_ANY. */
+		{ "\"s\"", INVALID }, { "null", INVALID },
+		{ "{", INVALID }, { "{\"a\"", INVALID }, { "{\"a\":", INVALID },
+		{ "{\"a\":1", INVALID }, { "{\"a\":1,}", INVALID },
+		{ "[1,]", INVALID }, { "[,1]", INVALID }, { "{,}", INVALID },
+		{ "{\"a\" 1}", INVALID }, { "{\"a\":1 \"b\":2}", INVALID },
+		{ "{a:1}", INVALID }, { "{'a':1}", INVALID },
+		{ "{\"a\":1}}", INVALID }, { "{\"a\":1} x", INVALID },
+		{ "{\"a\":1}{}", INVALID }, { "{1:2}", INVALID },
+		{ "[1}", INVALID }, { "{\"a\":1]", INVALID },
+		{ "\xef\xbb\xbf{}", INVALID },	/* a byte-order mark */
+		/* Duplicates, compared unescaped, at any depth. */
+		{ "{\"a\":1,\"a\":2}", INVALID },
+		{ "{\"a\":1,\"b\":2,\"a\":3}", INVALID },
+		{ "{\"a\":{\"b\":1,\"b\":2}}", INVALID },
+		{ "[{\"x\":1},{\"x\":1,\"x\":1}]", INVALID },
+		{ "{\"a\":1,\"\\u0061\":2}", INVALID },
+		{ "{\"\\u0061\":1,\"a\":2}", INVALID },
+		{ "{\"k\\u00e9\":1,\"k\xc3\xa9\":2}", INVALID },
+		{ "{\"\\n\":1,\"\\u000a\":2}", INVALID },
+		{ "{\"a\":1,\"ab\":2,\"b\":3,\"\\u0062a\":4}", OBJECT },
+		{ "{\"a\":{\"a\":{\"a\":1}}}", OBJECT },
+	};
+	size_t	i;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		assert_int_equal(judged_text(cases[i].text), cases[i].want);
+}
+
+/* jansson skips one NUL after a number or a literal, and no other. */
+static void
+nul_after_a_scalar_as_jansson(void **state)
+{
+	static const struct {
+		const char		*text;
+		size_t			 length;
+		enum replyscan_verdict	 want;
+	} cases[] = {
+#define NUL_CASE(text, want)	{ text, sizeof text - 1, want }
+		NUL_CASE("[1\0]", ARRAY),
+		NUL_CASE("[-0.5e3\0,true\0]", ARRAY),
+		NUL_CASE("{\"a\":null\0,\"b\":2}", OBJECT),
+		NUL_CASE("[1\0\0]", INVALID), NUL_CASE("[1 \0]", INVALID),
+		NUL_CASE("[\"s\"\0]", INVALID), NUL_CASE("[[]\0]", INVALID),
+		NUL_CASE("[\0]", INVALID), NUL_CASE("{\"a\":1}\0", INVALID),
+		NUL_CASE("[1\0", INVALID),
+#undef NUL_CASE
+	};
+	struct replyscan_object	 top;
+	struct replyscan_member	 m;
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		assert_int_equal(judged(cases[i].text, cases[i].length, NULL),
+		    cases[i].want);
+	/* The NUL is no part of the value, and the next member is found. */
+	assert_int_equal(replyscan_line(cases[2].text, cases[2].length, &top),
+	    OBJECT);
+	assert_int_equal(top.count, 2);
+	assert_true(replyscan_find(&top, "a", &m));
+	assert_int_equal(m.value_length, 4);
+}
+
+/* depth arrays around {"a":1}, and objects of width members. */
+static char *
+nested(int depth, size_t width, int duplicate)
+{
+	char	*s, *p;
+	size_t	 i;
+	int	 d;
+
+	assert_non_null(s = malloc((size_t)depth * 2 + width * 16 + 64));
+	p = s;
+	for (d = 0; d < depth; d++)
+		*p++ = '[';
+	*p++ = '{';
+	for (i = 0; i < width; i++)
+		p += sprintf(p, "%s\"m%zu\":%zu", i > 0 ? "," : "",
+		    duplicate && i == width - 1 ? (size_t)0 : i, i);
+	*p++ = '}';
+	for (d = 0; d < depth; d++)
+		*p++ = ']';
+	*p = '\0';
+	return s;
+}
+
+/*
+ * Past the scan's depth jansson judges; wide objects' duplicates are
+ * found by sorting, long escaped keys compared unescaped: the same
+ * verdicts.
+ */
+static void
+deep_and_wide_judged_as_jansson(void **state)
+{
+	static const struct {
+		int			 depth;
+		size_t			 width;
+		int			 duplicate;
+		enum replyscan_verdict	 want;
+	} cases[] = {
+		{ 14, 1, 0, ARRAY }, { 15, 1, 0, ARRAY }, { 16, 1, 0, ARRAY },
+		{ 2046, 1, 0, ARRAY }, { 2047, 1, 0, INVALID },
+		{ 0, 32, 0, OBJECT }, { 0, 32, 1, INVALID },
+		{ 0, 33, 0, OBJECT }, { 0, 40, 1, INVALID },
+		{ 3, 100, 0, ARRAY }, { 3, 100, 1, INVALID },
+	};
+	struct replyscan_object	 top;
+	struct replyscan_member	 m;
+	size_t			 i, n;
+	char			*s;
+	int			 by_jansson;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		s = nested(cases[i].depth, cases[i].width,
+		    cases[i].duplicate);
+		assert_int_equal(judged_text(s), cases[i].want);
+		free(s);
+	}
+	/* Wide objects (and a duplicate among 1,000 keys) by the scan. */
+	for (i = 33; i <= 1000; i += 967) {
+		s = nested(0, i, 0);
+		assert_int_equal(judged(s, strlen(s), &by_jansson), OBJECT);
+		assert_false(by_jansson);
+		free(s);
+		s = nested(0, i, 1);
+		assert_int_equal(judged_text(s), INVALID);
+		free(s);
+	}
+	/* An escaped key past the first 32 equal to a plain one, or not. */
+	for (i = 0; i < 2; i++) {
+		s = nested(0, 40, 0);
+		n = strlen(s) - 1;
+		snprintf(s + n, 64, ",\"\\u006d%s\":0}", i ? "3" : "40");
+		assert_int_equal(judged_text(s), i ? INVALID : OBJECT);
+		free(s);
+	}
+	/* A wide object's members past the list are found by a walk. */
+	s = nested(0, 40, 0);
+	assert_int_equal(replyscan_line(s, strlen(s), &top), OBJECT);
+	assert_true(top.overflow && !top.by_jansson);
+	assert_int_equal(top.count, REPLYSCAN_MAX_MEMBERS);
+	assert_true(replyscan_find(&top, "m39", &m));
+	assert_int_equal(m.value_length, 2);
+	assert_memory_equal(m.value, "39", 2);
+	free(s);
+	/* Long escaped keys, compared unescaped by the scan. */
+	assert_non_null(s = malloc(2048));
+	snprintf(s, 2048, "{\"%0300d\\u0061\":1,\"%0300da\":2}", 0, 0);
+	assert_int_equal(judged_text(s), INVALID);
+	snprintf(s, 2048, "{\"%0300d\\u0061\":1,\"%0300db\":2}", 0, 0);
+	assert_int_equal(judged(s, strlen(s), &by_jansson), OBJECT);
+	assert_false(by_jansson);
+	free(s);
+}
+
+/* Cuts of an answer placed against a PROT_NONE page: no read past. */
+static void
+lines_end_at_guard_page(void **state)
+{
+	struct replyscan_object	 top;
+	char			*lines[128], *page;
+	size_t			 count, n, k, i;
+	long			 pagesize = sysconf(_SC_PAGESIZE);
+
+	(void)state;
+	count = corpus(lines, 128);
+	page = mmap(NULL, 2 * LINE_BYTES + (size_t)pagesize,
+	    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(page != MAP_FAILED);
+	assert_int_equal(mprotect(page + 2 * LINE_BYTES, (size_t)pagesize,
+	    PROT_NONE), 0);
+	/* Every corpus line, each cut at every length. */
+	for (i = 0; i < count; i++) {
+		n = strlen(lines[i]);
+		assert_true(n <= 2 * LINE_BYTES);
+		for (k = 0; k <= n; k++) {
+			memcpy(page + 2 * LINE_BYTES - k, lines[i], k);
+			assert_int_equal(replyscan_line(page + 2 * LINE_BYTES -
+			    k, k, &top), jansson_verdict(lines[i], k));
+		}
+	}
+	munmap(page, 2 * LINE_BYTES + (size_t)pagesize);
+	corpus_free(lines, count);
+}
+
+/* Members, strings and integers read from a checked line's bytes. */
+static void
+members_read_from_bytes(void **state)
+{
+	static const char	 line[] = " { \"ok\" : true , \"s\":"
+	    "\"a\\\"b\\u00e9\\uD83D\\uDE00\\n\",\"i\":-42,\"big\":"
+	    "9223372036854775807,\"r\":1.5,\"o\":{\"k\\u0065y\":[1,{}]},"
+	    "\"plain\":\"xyz\"}";
+	struct replyscan_object	 top, inner;
+	struct replyscan_member	 m;
+	int64_t			 i;
+	char			 out[32];
+
+	(void)state;
+	assert_int_equal(replyscan_line(line, strlen(line), &top), OBJECT);
+	assert_int_equal(top.count, 7);
+	assert_true(replyscan_find(&top, "ok", &m));
+	assert_int_equal(m.value_length, 4);
+	assert_true(replyscan_find(&top, "s", &m));
+	assert_int_equal(replyscan_string(m.value, m.value_length, out,
+	    sizeof out), 10);
+	assert_string_equal(out, "a\"b\xc3\xa9\xf0\x9f\x98\x80\n");
+	/* Cut as snprintf cuts, the whole length said. */
+	assert_int_equal(replyscan_string(m.value, m.value_length, out, 4),
+	    10);
+	assert_string_equal(out, "a\"b");
+	assert_true(replyscan_find(&top, "plain", &m));
+	assert_int_equal(replyscan_string(m.value, m.value_length, out, 3),
+	    3);
+	assert_string_equal(out, "xy");
+	assert_true(replyscan_find(&top, "i", &m));
+	assert_int_equal(replyscan_string(m.value, m.value_length, out,
+	    sizeof out), -1);
+	assert_int_equal(replyscan_integer(m.value, m.value_length, &i), 0);
+	assert_int_equal(i, -42);
+	assert_true(replyscan_find(&top, "big", &m));
+	assert_int_equal(replyscan_integer(m.value, m.value_length, &i), 0);
+	assert_true(i == INT64_MAX);
+	assert_true(replyscan_find(&top, "r", &m));
+	assert_int_equal(replyscan_integer(m.value, m.value_length, &i), -1);
+	assert_true(replyscan_find(&top, "o", &m));
+	assert_true(replyscan_members(m.value, m.value_length, &inner));
+	assert_true(replyscan_find(&inner, "key", &m));	/* unescaped */
+	assert_int_equal(m.value_length, 6);
+	assert_memory_equal(m.value, "[1,{}]", 6);
+	assert_false(replyscan_members(m.value, m.value_length, &inner));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(brokers_answers_judged_as_jansson),
+		cmocka_unit_test(mutations_judged_as_jansson),
+		cmocka_unit_test(strings_judged_as_jansson),
+		cmocka_unit_test(numbers_judged_as_jansson),
+		cmocka_unit_test(structure_judged_as_jansson),
+		cmocka_unit_test(nul_after_a_scalar_as_jansson),
+		cmocka_unit_test(deep_and_wide_judged_as_jansson),
+		cmocka_unit_test(lines_end_at_guard_page),
+		cmocka_unit_test(members_read_from_bytes),
+	};
+
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
