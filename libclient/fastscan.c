@@ -61,6 +61,7 @@
 #include <sodium.h>
 
 #include "fastscan.h"
+#include "jsonbytes.h"
 
 /* Deeper values fall back to the full parse (jansson allows 2048). */
 #define FASTSCAN_MAX_DEPTH	64
@@ -107,55 +108,15 @@ static const struct {
 };
 
 static int
-is_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-static int
-is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static int
 is_hex(char c)
 {
-	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-static const char *
-skip_space(const char *p, const char *end)
-{
-	while (p < end && is_space(*p))
-		p++;
-	return p;
-}
-
-/*
- * Whether any of the eight bytes in v ends a run of plain string bytes:
- * a quote, a backslash or a control byte (below 0x20).  The classic
- * tests, each exact about whether some byte matches (not which):
- * x has a zero byte iff (x - 0x01..01) & ~x & 0x80..80 is not zero, and
- * a byte below n (n <= 0x80) iff (x - n * 0x01..01) & ~x & 0x80..80 is
- * not; bytes from 0x80 up (UTF-8) have their top bit set and match
- * neither.
- */
-#define FASTSCAN_ONES	0x0101010101010101ULL
-#define FASTSCAN_HIGHS	0x8080808080808080ULL
-static int
-word_ends_run(uint64_t v)
-{
-	uint64_t	q = v ^ (FASTSCAN_ONES * '"');
-	uint64_t	b = v ^ (FASTSCAN_ONES * '\\');
-
-	return (((q - FASTSCAN_ONES) & ~q) | ((b - FASTSCAN_ONES) & ~b) |
-	    ((v - FASTSCAN_ONES * 0x20) & ~v)) & FASTSCAN_HIGHS ? 1 : 0;
+	return jsonbytes_is_digit(c) || (c >= 'a' && c <= 'f') ||
+	    (c >= 'A' && c <= 'F');
 }
 
 /*
  * p just past the opening quote; returns just past the closing one.
- * Plain bytes are stepped over eight at a time (word_ends_run): a
+ * Plain bytes are stepped over eight at a time (jsonbytes.h): a
  * request's strings are mostly long runs of them, and a byte at a time
  * was most of the scan's time (issue #33).  Any other byte is judged
  * alone, as before.
@@ -170,7 +131,7 @@ skip_string(const char *p, const char *end, int *escaped)
 	while (p < end) {
 		while (end - p >= 8) {
 			memcpy(&v, p, sizeof v);
-			if (word_ends_run(v))
+			if (jsonbytes_word_ends_run(v))
 				break;
 			p += 8;
 		}
@@ -200,16 +161,6 @@ skip_string(const char *p, const char *end, int *escaped)
 }
 
 static const char *
-skip_digits(const char *p, const char *end)
-{
-	if (p >= end || !is_digit(*p))
-		return NULL;
-	while (p < end && is_digit(*p))
-		p++;
-	return p;
-}
-
-static const char *
 skip_number(const char *p, const char *end)
 {
 	if (p < end && *p == '-')
@@ -217,15 +168,16 @@ skip_number(const char *p, const char *end)
 	if (p < end && *p == '0')
 		p++;
 	else if (p >= end || *p < '1' || *p > '9' ||
-	    (p = skip_digits(p, end)) == NULL)
+	    (p = jsonbytes_skip_digits(p, end)) == NULL)
 		return NULL;
-	if (p < end && *p == '.' && (p = skip_digits(p + 1, end)) == NULL)
+	if (p < end && *p == '.' &&
+	    (p = jsonbytes_skip_digits(p + 1, end)) == NULL)
 		return NULL;
 	if (p < end && (*p == 'e' || *p == 'E')) {
 		p++;
 		if (p < end && (*p == '+' || *p == '-'))
 			p++;
-		if ((p = skip_digits(p, end)) == NULL)
+		if ((p = jsonbytes_skip_digits(p, end)) == NULL)
 			return NULL;
 	}
 	return p;
@@ -268,7 +220,7 @@ skip_value(const char *p, const char *end, int depth)
 		return NULL;
 	object = *p == '{';
 	close = object ? '}' : ']';
-	p = skip_space(p + 1, end);
+	p = jsonbytes_skip_space(p + 1, end);
 	if (p < end && *p == close)
 		return p + 1;
 	for (;;) {
@@ -276,16 +228,16 @@ skip_value(const char *p, const char *end, int depth)
 			if (p >= end || *p != '"' ||
 			    (p = skip_string(p + 1, end, NULL)) == NULL)
 				return NULL;
-			p = skip_space(p, end);
+			p = jsonbytes_skip_space(p, end);
 			if (p >= end || *p != ':')
 				return NULL;
-			p = skip_space(p + 1, end);
+			p = jsonbytes_skip_space(p + 1, end);
 		}
 		if ((p = skip_value(p, end, depth + 1)) == NULL)
 			return NULL;
-		p = skip_space(p, end);
+		p = jsonbytes_skip_space(p, end);
 		if (p < end && *p == ',') {
-			p = skip_space(p + 1, end);
+			p = jsonbytes_skip_space(p + 1, end);
 			continue;
 		}
 		if (p < end && *p == close)
@@ -322,7 +274,7 @@ plain_id(const char *v, size_t n)
 	if (v[i] == '0' && (digits > 1 || i == 1))
 		return 0;
 	for (; i < n; i++) {
-		if (!is_digit(v[i]))
+		if (!jsonbytes_is_digit(v[i]))
 			return 0;
 	}
 	return 1;
@@ -371,10 +323,10 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 	int				 m, escaped;
 
 	memset(scan, 0, sizeof *scan);
-	p = skip_space(line, end);
+	p = jsonbytes_skip_space(line, end);
 	if (p >= end || *p != '{')
 		return 0;
-	p = skip_space(p + 1, end);
+	p = jsonbytes_skip_space(p + 1, end);
 	if (crypto_generichash_init(&state, NULL, 0,
 	    sizeof scan->fingerprint) != 0)
 		return 0;
@@ -389,10 +341,10 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 		    (seen & BIT(m)) || !(SCANNED & BIT(m)))
 			return 0;
 		seen |= BIT(m);
-		p = skip_space(p, end);
+		p = jsonbytes_skip_space(p, end);
 		if (p >= end || *p != ':')
 			return 0;
-		v = skip_space(p + 1, end);
+		v = jsonbytes_skip_space(p + 1, end);
 		if ((ve = skip_value(v, end, 0)) == NULL)
 			return 0;
 		scan->members[scan->member_count].key = key + 1;
@@ -430,16 +382,16 @@ fastscan_line(const char *line, size_t length, struct fastscan *scan)
 			crypto_generichash_update(&state,
 			    (const unsigned char *)"\n", 1);
 		}
-		p = skip_space(ve, end);
+		p = jsonbytes_skip_space(ve, end);
 		if (p < end && *p == ',') {
-			p = skip_space(p + 1, end);
+			p = jsonbytes_skip_space(p + 1, end);
 			continue;
 		}
 		if (p < end && *p == '}')
 			break;
 		return 0;
 	}
-	if (skip_space(p + 1, end) != end || op == NULL)
+	if (jsonbytes_skip_space(p + 1, end) != end || op == NULL)
 		return 0;
 	for (o = 0; o < sizeof ops / sizeof ops[0]; o++) {
 		if (op_length == strlen(ops[o].text) &&
@@ -488,9 +440,10 @@ compact_as_dumped(const char *p, const char *end)
 		default:
 			/* An integer: no fraction, exponent, "-0" or 19 digits. */
 			q = *p == '-' ? p + 1 : p;
-			if (q >= end || !is_digit(*q) || (*q == '0' && q != p))
+			if (q >= end || !jsonbytes_is_digit(*q) ||
+			    (*q == '0' && q != p))
 				return 0;
-			if ((p = skip_digits(q, end)) == NULL ||
+			if ((p = jsonbytes_skip_digits(q, end)) == NULL ||
 			    p - q > FASTSCAN_MAX_ID_DIGITS ||
 			    (*q == '0' && p - q > 1))
 				return 0;
@@ -510,19 +463,19 @@ fastscan_member(const char *line, size_t length, const char *name,
 	size_t		 n = strlen(name);
 	int		 escaped;
 
-	p = skip_space(line, end);
+	p = jsonbytes_skip_space(line, end);
 	if (p >= end || *p != '{')
 		return 0;
-	p = skip_space(p + 1, end);
+	p = jsonbytes_skip_space(p + 1, end);
 	while (p < end && *p == '"') {
 		key = p + 1;
 		escaped = 0;
 		if ((ke = skip_string(key, end, &escaped)) == NULL)
 			return 0;
-		p = skip_space(ke, end);
+		p = jsonbytes_skip_space(ke, end);
 		if (p >= end || *p != ':')
 			return 0;
-		v = skip_space(p + 1, end);
+		v = jsonbytes_skip_space(p + 1, end);
 		if ((ve = skip_value(v, end, 0)) == NULL)
 			return 0;
 		/* jansson refused duplicates: an unescaped match is the one. */
@@ -532,10 +485,10 @@ fastscan_member(const char *line, size_t length, const char *name,
 			*value_length = (size_t)(ve - v);
 			return 1;
 		}
-		p = skip_space(ve, end);
+		p = jsonbytes_skip_space(ve, end);
 		if (p >= end || *p != ',')
 			return 0;
-		p = skip_space(p + 1, end);
+		p = jsonbytes_skip_space(p + 1, end);
 	}
 	return 0;
 }

@@ -45,6 +45,7 @@
 
 #include <jansson.h>
 
+#include "jsonbytes.h"
 #include "replyscan.h"
 
 /* Deeper lines are jansson's to judge (it allows 2048 levels). */
@@ -53,9 +54,6 @@
 #define REPLYSCAN_PLAIN_DIGITS	18
 /* Longer number tokens are jansson's to judge (see DESIGN). */
 #define REPLYSCAN_NUMBER_BYTES	64
-
-#define REPLYSCAN_ONES	0x0101010101010101ULL
-#define REPLYSCAN_HIGHS	0x8080808080808080ULL
 
 /* A key as the check keeps it for the duplicate test. */
 struct replyscan_key {
@@ -70,51 +68,16 @@ struct replyscan_check {
 	int		 by_jansson;	/* a number was judged by jansson */
 };
 
-static int
-is_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-static int
-is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static const char *
-skip_space(const char *p, const char *end)
-{
-	while (p < end && is_space(*p))
-		p++;
-	return p;
-}
-
 /*
- * Whether any of the eight bytes in v is a quote, a backslash, below
- * 0x20 or from 0x80 up (UTF-8, checked byte by byte): the classic
- * exact tests of whether some byte matches (fastscan.c's word_ends_run),
- * and the top bits themselves.
+ * Whether any of the eight bytes in v stops a run of a string's plain
+ * bytes: what ends one (a quote, a backslash, below 0x20), and from
+ * 0x80 up, whose UTF-8 is checked byte by byte (their top bits).
  */
 static int
 word_stops(uint64_t v)
 {
-	uint64_t	q = v ^ (REPLYSCAN_ONES * '"');
-	uint64_t	b = v ^ (REPLYSCAN_ONES * '\\');
-
-	return (((q - REPLYSCAN_ONES) & ~q) | ((b - REPLYSCAN_ONES) & ~b) |
-	    ((v - REPLYSCAN_ONES * 0x20) & ~v) | v) & REPLYSCAN_HIGHS ? 1 : 0;
-}
-
-/* Whether a quote or backslash is among the eight bytes (a checked text). */
-static int
-word_ends_checked(uint64_t v)
-{
-	uint64_t	q = v ^ (REPLYSCAN_ONES * '"');
-	uint64_t	b = v ^ (REPLYSCAN_ONES * '\\');
-
-	return (((q - REPLYSCAN_ONES) & ~q) | ((b - REPLYSCAN_ONES) & ~b)) &
-	    REPLYSCAN_HIGHS ? 1 : 0;
+	return (jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\') |
+	    jsonbytes_word_below(v, 0x20) | v) & JSONBYTES_HIGHS ? 1 : 0;
 }
 
 static int
@@ -129,7 +92,7 @@ hex4(const char *p, const char *end, unsigned *out)
 	for (i = 0; i < 4; i++) {
 		c = p[i];
 		u <<= 4;
-		if (is_digit(c))
+		if (jsonbytes_is_digit(c))
 			u |= (unsigned)(c - '0');
 		else if (c >= 'a' && c <= 'f')
 			u |= (unsigned)(c - 'a' + 10);
@@ -230,16 +193,6 @@ check_string(const char *p, const char *end, int *escaped)
 	}
 }
 
-static const char *
-skip_digits(const char *p, const char *end)
-{
-	if (p >= end || !is_digit(*p))
-		return NULL;
-	while (p < end && is_digit(*p))
-		p++;
-	return p;
-}
-
 /*
  * A number token [start, start + n) in JSON's grammar: past (after) if
  * jansson's lexer takes its value, NULL if it refuses it.  Its rule
@@ -296,13 +249,13 @@ check_number(struct replyscan_check *c, const char *p, const char *end)
 	if (p < end && *p == '0')
 		p++;
 	else if (p >= end || *p < '1' || *p > '9' ||
-	    (p = skip_digits(p, end)) == NULL)
+	    (p = jsonbytes_skip_digits(p, end)) == NULL)
 		return NULL;
 	if (p - digits > REPLYSCAN_PLAIN_DIGITS)
 		plain = 0;
 	if (p < end && *p == '.') {
 		plain = 0;
-		if ((p = skip_digits(p + 1, end)) == NULL)
+		if ((p = jsonbytes_skip_digits(p + 1, end)) == NULL)
 			return NULL;
 	}
 	if (p < end && (*p == 'e' || *p == 'E')) {
@@ -310,7 +263,7 @@ check_number(struct replyscan_check *c, const char *p, const char *end)
 		p++;
 		if (p < end && (*p == '+' || *p == '-'))
 			p++;
-		if ((p = skip_digits(p, end)) == NULL)
+		if ((p = jsonbytes_skip_digits(p, end)) == NULL)
 			return NULL;
 	}
 	if (plain)
@@ -552,7 +505,7 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 	int			 object = *p == '{';
 	char			 close = object ? '}' : ']';
 
-	p = skip_space(p + 1, end);
+	p = jsonbytes_skip_space(p + 1, end);
 	if (p < end && *p == close)
 		return p + 1;
 	for (;;) {
@@ -575,16 +528,16 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			    &key) != 0)
 				return NULL;
 			count++;
-			p = skip_space(p, end);
+			p = jsonbytes_skip_space(p, end);
 			if (p >= end || *p != ':')
 				return NULL;
-			p = skip_space(p + 1, end);
+			p = jsonbytes_skip_space(p + 1, end);
 		}
 		if ((p = check_value(c, p, depth + 1)) == NULL)
 			return NULL;
-		p = skip_space(p, end);
+		p = jsonbytes_skip_space(p, end);
 		if (p < end && *p == ',') {
-			p = skip_space(p + 1, end);
+			p = jsonbytes_skip_space(p + 1, end);
 			continue;
 		}
 		if (p >= end || *p != close)
@@ -656,7 +609,7 @@ skip_checked_string(const char *p, const char *end)
 	for (;;) {
 		while (end - p >= 8) {
 			memcpy(&v, p, sizeof v);
-			if (word_ends_checked(v))
+			if (jsonbytes_word_quote_or_escape(v))
 				break;
 			p += 8;
 		}
@@ -679,7 +632,7 @@ skip_checked(const char *p, const char *end)
 		return skip_checked_string(p + 1, end);
 	if (*p != '{' && *p != '[') {
 		while (p < end && *p != ',' && *p != '}' && *p != ']' &&
-		    *p != '\0' && !is_space(*p))
+		    *p != '\0' && !jsonbytes_is_space(*p))
 			p++;
 		return p;
 	}
@@ -699,18 +652,18 @@ skip_checked(const char *p, const char *end)
 static int
 next_member(const char **p, const char *end, struct replyscan_member *m)
 {
-	const char	*q = skip_space(*p, end);
+	const char	*q = jsonbytes_skip_space(*p, end);
 
 	if (q < end && *q == ',')
-		q = skip_space(q + 1, end);
+		q = jsonbytes_skip_space(q + 1, end);
 	if (q >= end || *q != '"')
 		return 0;
 	m->key = q + 1;
 	q = skip_checked_string(q + 1, end);
 	m->key_length = (size_t)(q - 1 - m->key);
 	m->key_escaped = memchr(m->key, '\\', m->key_length) != NULL;
-	q = skip_space(q, end);
-	q = skip_space(q + 1, end);	/* the colon */
+	q = jsonbytes_skip_space(q, end);
+	q = jsonbytes_skip_space(q + 1, end);	/* the colon */
 	m->value = q;
 	q = skip_checked(q, end);
 	m->value_length = (size_t)(q - m->value);
@@ -732,11 +685,11 @@ replyscan_line(const char *line, size_t length, struct replyscan_object *top)
 	top->overflow = top->by_jansson = 0;
 	c.end = end;
 	c.defer = c.by_jansson = 0;
-	p = skip_space(line, end);
+	p = jsonbytes_skip_space(line, end);
 	if (p >= end || (*p != '{' && *p != '['))
 		return REPLYSCAN_INVALID;
 	if ((q = check_container(&c, p, 0)) != NULL) {
-		if (skip_space(q, end) != end)
+		if (jsonbytes_skip_space(q, end) != end)
 			return REPLYSCAN_INVALID;
 		verdict = *p == '{' ? REPLYSCAN_OBJECT : REPLYSCAN_NOT_OBJECT;
 	} else if (!c.defer)
@@ -839,7 +792,8 @@ replyscan_integer(const char *value, size_t length, int64_t *out)
 	if (length == 0 || length >= sizeof digits)
 		return -1;
 	for (i = 0; i < length; i++) {
-		if (!is_digit(value[i]) && !(i == 0 && value[i] == '-'))
+		if (!jsonbytes_is_digit(value[i]) &&
+		    !(i == 0 && value[i] == '-'))
 			return -1;
 	}
 	memcpy(digits, value, length);

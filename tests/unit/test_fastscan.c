@@ -288,9 +288,9 @@ effect_begin_doubts_refused(void **state)
 
 /*
  * Strings are stepped over eight bytes at a time (fastscan.c,
- * word_ends_run): a quote, a backslash or a control byte at any offset
- * of any word is seen all the same, and a byte from 0x80 up or a DEL
- * is not taken for one.  Each case at offsets 0 to 40 of a string.
+ * jsonbytes_word_ends_run): a quote, a backslash or a control byte at
+ * any offset of any word is seen all the same, and a byte from 0x80 up
+ * or a DEL is not taken for one.  Each case at offsets 0 to 40 of a string.
  */
 static void
 strings_judged_at_every_offset(void **state)

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * jsonbytes.h: the bytes of JSON's grammar that libidem's two scanners
+ * read without a tree, fastscan.c (a request line, for the broker's
+ * retry fast path) and replyscan.c (an answer, for libidem's effect
+ * calls): whitespace, digits, and the eight-byte tests that let a
+ * string's plain bytes be stepped over a word at a time.  One
+ * definition, so the two cannot come to disagree about what JSON's
+ * whitespace or a string's run is.
+ */
+#ifndef IDEM_JSONBYTES_H
+#define IDEM_JSONBYTES_H
+
+#include <stdint.h>
+
+#define JSONBYTES_ONES	0x0101010101010101ULL
+#define JSONBYTES_HIGHS	0x8080808080808080ULL
+
+/* JSON's whitespace: space, tab, CR, LF (RFC 8259, section 2). */
+static inline int
+jsonbytes_is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+static inline int
+jsonbytes_is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static inline const char *
+jsonbytes_skip_space(const char *p, const char *end)
+{
+	while (p < end && jsonbytes_is_space(*p))
+		p++;
+	return p;
+}
+
+/* One digit or more: just past the last, or NULL if none is at p. */
+static inline const char *
+jsonbytes_skip_digits(const char *p, const char *end)
+{
+	if (p >= end || !jsonbytes_is_digit(*p))
+		return NULL;
+	while (p < end && jsonbytes_is_digit(*p))
+		p++;
+	return p;
+}
+
+/*
+ * The classic word tests, each exact about whether some byte of v
+ * matches (not which): x has a zero byte iff (x - 0x01..01) & ~x &
+ * 0x80..80 is not zero, and a byte below n (n <= 0x80) iff
+ * (x - n * 0x01..01) & ~x & 0x80..80 is not.  Bytes from 0x80 up
+ * (UTF-8) have their top bit set and match neither.  Each returns its
+ * mask before the top bits are taken, so that tests can be or'ed.
+ */
+static inline uint64_t
+jsonbytes_word_has(uint64_t v, unsigned char byte)
+{
+	uint64_t	x = v ^ (JSONBYTES_ONES * byte);
+
+	return (x - JSONBYTES_ONES) & ~x;
+}
+
+static inline uint64_t
+jsonbytes_word_below(uint64_t v, unsigned char n)
+{
+	return (v - JSONBYTES_ONES * n) & ~v;
+}
+
+/* Whether a quote or a backslash is among the eight bytes of v. */
+static inline int
+jsonbytes_word_quote_or_escape(uint64_t v)
+{
+	return (jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\')) &
+	    JSONBYTES_HIGHS ? 1 : 0;
+}
+
+/*
+ * Whether any of the eight bytes of v ends a run of a string's plain
+ * bytes: a quote, a backslash or a control byte (below 0x20).
+ */
+static inline int
+jsonbytes_word_ends_run(uint64_t v)
+{
+	return (jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\') |
+	    jsonbytes_word_below(v, 0x20)) & JSONBYTES_HIGHS ? 1 : 0;
+}
+
+#endif /* IDEM_JSONBYTES_H */
