@@ -334,25 +334,36 @@ setup_effect(struct client *cl)
 	return client_connect(cl);
 }
 
-/* This client's share of the ids committed before the barrier. */
+/*
+ * This client's share of the ids committed before the barrier, each by
+ * commit (a whole effect on idemd or on Redis), so that the retries
+ * timed after it find every one of them committed.
+ */
 static int
-setup_effect_reuse(struct client *cl)
+commit_share(struct client *cl, int (*commit)(struct client *, const char *,
+    size_t))
 {
 	const struct idem_scenario	*s = cl->job->arg;
 	char				 csid[160];
 	size_t				 g;
 
-	if (setup_effect(cl) != 0)
-		return -1;
 	for (g = (size_t)cl->index; g < s->ids; g += (size_t)cl->job->clients) {
 		effect_csid(cl, g, csid, sizeof csid);
-		if (effect_run(cl, csid, g) != 0)
+		if (commit(cl, csid, g) != 0)
 			return -1;
 	}
 	if (cl->report->errors > 0 || cl->report->unexpected > 0)
 		return -1;
 	cl->report->created = 0;
 	return 0;
+}
+
+static int
+setup_effect_reuse(struct client *cl)
+{
+	if (setup_effect(cl) != 0)
+		return -1;
+	return commit_share(cl, effect_run);
 }
 
 /*
@@ -548,21 +559,9 @@ op_redis_effect(struct client *cl, size_t i)
 static int
 setup_redis_get(struct client *cl)
 {
-	const struct idem_scenario	*s = cl->job->arg;
-	char				 csid[160];
-	size_t				 g;
-
 	if (setup_redis(cl) != 0)
 		return -1;
-	for (g = (size_t)cl->index; g < s->ids; g += (size_t)cl->job->clients) {
-		effect_csid(cl, g, csid, sizeof csid);
-		if (redis_effect(cl, csid, g) != 0)
-			return -1;
-	}
-	if (cl->report->errors > 0 || cl->report->unexpected > 0)
-		return -1;
-	cl->report->created = 0;
-	return 0;
+	return commit_share(cl, redis_effect);
 }
 
 /* The committed result found by GET and parsed, as a caller would. */
