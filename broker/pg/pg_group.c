@@ -17,7 +17,7 @@
  * under the queue's mutex; if no round of that queue is in flight it
  * becomes the leader, takes every member queued (itself included) and
  * sends the round on its own connection; if one is in flight it waits
- * on the condition variable.  A round is not held open for members
+ * on its own condition variable.  A round is not held open for members
  * that may come: a thread alone sends at once; but a round of grants
  * and commits waits for those of its worker already on their way
  * (below).  The round's results are read,
@@ -27,6 +27,17 @@
  * after it), on the leader's connection, which no one else uses until
  * the round is settled; then the first queued member to wake leads the
  * next round with every member queued by then.
+ *
+ * Each thread is woken alone, when there is something for it to do: a
+ * round's members when their outcome is set (group_settle), then the
+ * first queued member waiting, to lead the next round; once a round is
+ * sent by a leader that does not read it, one of its members waiting,
+ * to read it; a member waiting for those on their way when the last of
+ * them leaves by another way.  A member not yet waiting (a grant's, its
+ * temporary being fsync'd) finds the same state when it comes to wait.
+ * One condition variable for the worker woke every waiting thread for
+ * each of these (a round's members, the queue's, the readers'), most of
+ * them only to sleep again on the same lock.
  *
  * A claim member's statement runs on the leader's session, but the
  * row records the member's own session as its owner (pg_claim.c: the
@@ -116,7 +127,6 @@ enum {
 
 struct pg_group {
 	pthread_mutex_t		 lock;
-	pthread_cond_t		 done;
 	struct pg_group_member	*head;		/* queued, in arrival order */
 	struct pg_group_member	*tail;
 	size_t			 queued;
@@ -161,9 +171,86 @@ struct pg_group {
 
 /* The claims' rounds, and the grants' and commits'. */
 static struct pg_group pg_claims = { .lock = PTHREAD_MUTEX_INITIALIZER,
-    .done = PTHREAD_COND_INITIALIZER, .gen = 1 };
+    .gen = 1 };
 static struct pg_group pg_steps = { .lock = PTHREAD_MUTEX_INITIALIZER,
-    .done = PTHREAD_COND_INITIALIZER, .gen = 1 };
+    .gen = 1 };
+
+/*
+ * Under the lock: me waits on its own condition variable until woken,
+ * or until deadline (CLOCK_MONOTONIC) if not NULL; ETIMEDOUT if that
+ * passed.
+ */
+static int
+group_sleep(struct pg_group *g, struct pg_group_member *me,
+    const struct timespec *deadline)
+{
+	int	rc;
+
+	me->waiting = 1;
+	if (deadline != NULL)
+		rc = pthread_cond_clockwait(&me->wake, &g->lock,
+		    CLOCK_MONOTONIC, deadline);
+	else
+		rc = pthread_cond_wait(&me->wake, &g->lock);
+	me->waiting = 0;
+	return rc;
+}
+
+/* Under the lock: x runs again, if it waits. */
+static void
+group_wake(struct pg_group_member *x)
+{
+	if (x->waiting)
+		pthread_cond_signal(&x->wake);
+}
+
+/*
+ * Under the lock: the first queued member that waits runs again, to
+ * lead the next round (or wait for the members on their way); the
+ * others stay asleep, since it takes them all.  None waiting: the first
+ * to come to wait finds the queue without a round and leads.
+ */
+static void
+group_wake_next(struct pg_group *g)
+{
+	struct pg_group_member	*x;
+
+	for (x = g->head; x != NULL; x = x->next)
+		if (x->waiting) {
+			pthread_cond_signal(&x->wake);
+			return;
+		}
+}
+
+/*
+ * Under the lock, the round in flight sent and its leader not reading
+ * it: one of its members that waits runs again and reads it.  None
+ * waiting: the first to come to wait reads it.
+ */
+static void
+group_wake_reader(struct pg_group *g, struct pg_group_member *me)
+{
+	size_t	i;
+
+	for (i = 0; i < g->round_size; i++)
+		if (g->round[i] != me && g->round[i]->waiting) {
+			pthread_cond_signal(&g->round[i]->wake);
+			return;
+		}
+}
+
+/* Under the lock: every member queued or in the round runs again. */
+static void
+group_wake_all(struct pg_group *g)
+{
+	struct pg_group_member	*x;
+	size_t			 i;
+
+	for (x = g->head; x != NULL; x = x->next)
+		group_wake(x);
+	for (i = 0; i < g->round_size; i++)
+		group_wake(g->round[i]);
+}
 
 /* The grants and commits of a round, as its log lines name them. */
 static const char *
@@ -263,17 +350,16 @@ group_may_take(struct pg_group *g, enum pgstore_round_op op)
 
 /* Under the lock: wait a little for members held back. */
 static void
-group_hold_wait(struct pg_group *g)
+group_hold_wait(struct pg_group *g, struct pg_group_member *me)
 {
 	struct timespec	 deadline;
 
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += 1;
-	pthread_cond_timedwait(&g->done, &g->lock, &deadline);
+	clock_monotonic_after(&deadline, 1000);
+	(void)group_sleep(g, me, &deadline);
 }
 #else
 #define group_may_take(g, op)	1
-#define group_hold_wait(g)	pthread_cond_wait(&(g)->done, &(g)->lock)
+#define group_hold_wait(g, me)	(void)group_sleep((g), (me), NULL)
 #endif
 
 /* A member's wait behind a round in flight (group_wait_behind). */
@@ -323,7 +409,7 @@ group_gathers(struct pg_group *g)
 		if (++g->gen == 0)
 			g->gen = 1;
 		if (g->gathering > 0)
-			pthread_cond_broadcast(&g->done);
+			group_wake_all(g);	/* rare: no need to choose */
 		return 0;
 	}
 	return 1;
@@ -384,7 +470,7 @@ group_enqueue(struct pg_group *g, struct pg_group_member *me)
 	 * context switch each: the bench runs this build).
 	 */
 	if (getenv("IDEM_CRASH_BATCH_OF") != NULL)
-		pthread_cond_broadcast(&g->done);
+		group_wake_all(g);
 #endif
 }
 
@@ -420,7 +506,7 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, struct group_behind *w)
 {
 	if (g->round_st == st) {
-		pthread_cond_wait(&g->done, &g->lock);
+		(void)group_sleep(g, me, NULL);
 		return 0;
 	}
 	if (!w->waiting || w->round != g->rounds) {
@@ -428,8 +514,8 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 		w->round = g->rounds;
 		clock_monotonic_after(&w->deadline, GROUP_ALONE_MS);
 	}
-	if (pthread_cond_clockwait(&g->done, &g->lock, CLOCK_MONOTONIC,
-	    &w->deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||
+	if (group_sleep(g, me, &w->deadline) != ETIMEDOUT ||
+	    me->state != GROUP_QUEUED ||
 	    !g->in_flight || w->round != g->rounds)
 		return 0;
 	group_dequeue(g, me);
@@ -439,8 +525,9 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 
 /*
  * Under the lock: every member of the round has its outcome (set by the
- * reader, a copy of cause for each failed one without its own); the
- * next round may go.
+ * reader, a copy of cause for each failed one without its own) and is
+ * woken; the next round may go, and the first queued member waiting is
+ * woken to lead it.
  */
 static void
 group_settle(struct pg_group *g, const char *cause)
@@ -466,13 +553,14 @@ group_settle(struct pg_group *g, const char *cause)
 				dirsync_coming(x->dirsync, &x->linking);
 		}
 		x->state = GROUP_DONE;
+		group_wake(x);
 	}
 	g->round_size = 0;
 	g->round_st = NULL;
 	g->in_flight = 0;
 	g->sent = 0;
 	g->reading = 0;
-	pthread_cond_broadcast(&g->done);
+	group_wake_next(g);
 }
 
 /* The round's members as the store takes them. */
@@ -568,7 +656,7 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 		/* Only now may a member read it: the send is done. */
 		g->sent = 1;
 		if (!reads || me->state != GROUP_SENT)
-			pthread_cond_broadcast(&g->done);
+			group_wake_reader(g, me);
 	}
 	free(cause);
 	return 1;
@@ -661,16 +749,15 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 			if (group_gathers(g)) {
 				/* Woken by an arrival that sends it, or a leave. */
 				g->gathering++;
-				pthread_cond_clockwait(&g->done, &g->lock,
-				    CLOCK_MONOTONIC, &g->gather_until);
+				(void)group_sleep(g, me, &g->gather_until);
 				g->gathering--;
 			} else if (group_send(g, me, st, 1) == 0)
-				group_hold_wait(g);
+				group_hold_wait(g, me);
 		} else if (me->state == GROUP_QUEUED) {
 			if ((alone = group_wait_behind(g, me, st, &behind)))
 				break;
 		} else
-			pthread_cond_wait(&g->done, &g->lock);
+			(void)group_sleep(g, me, NULL);
 	}
 	me->state = GROUP_IDLE;
 	pthread_mutex_unlock(&g->lock);
@@ -808,6 +895,20 @@ pg_group_commit(struct pg_group_member *me, struct pgstore *st,
 }
 
 void
+pg_group_member_init(struct pg_group_member *me)
+{
+	/* Its clock is the deadlines' (group_sleep): none to set. */
+	pthread_cond_init(&me->wake, NULL);
+	me->waiting = 0;
+}
+
+void
+pg_group_member_fini(struct pg_group_member *me)
+{
+	pthread_cond_destroy(&me->wake);
+}
+
+void
 pg_group_coming(struct pg_group_member *me)
 {
 	struct pg_group	*g = &pg_steps;
@@ -832,7 +933,7 @@ pg_group_gone(struct pg_group_member *me)
 	pthread_mutex_lock(&g->lock);
 	/* The last one on its way left: a member waiting for it sends. */
 	if (group_unmark(g, me) && g->gathering > 0)
-		pthread_cond_broadcast(&g->done);
+		group_wake_next(g);
 	pthread_mutex_unlock(&g->lock);
 	errno = error;		/* a failed claim's ERANGE, say */
 }
