@@ -747,7 +747,10 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 			group_read(g);
 		else if (me->state == GROUP_QUEUED && !g->in_flight) {
 			if (group_gathers(g)) {
-				/* Woken by an arrival that sends it, or a leave. */
+				/*
+				 * Woken when the round that takes it (the last
+				 * arrival's) is settled, or by the last leave.
+				 */
 				g->gathering++;
 				(void)group_sleep(g, me, &g->gather_until);
 				g->gathering--;
