@@ -166,6 +166,7 @@ struct pg_group {
 	time_t			 hold_until;
 	int			 said_holding;	/* "holding n commits" */
 	int			 said_gathering; /* "waiting for members" */
+	int			 said_behind;	/* "waiting behind a round" */
 #endif
 };
 
@@ -513,6 +514,13 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 		w->waiting = 1;
 		w->round = g->rounds;
 		clock_monotonic_after(&w->deadline, GROUP_ALONE_MS);
+#ifdef IDEM_FAULT_INJECTION
+		/* An event for tests/cluster/test_cluster_batch. */
+		if (!g->said_behind++)
+			fprintf(stderr, "idemd[%ld]: the first member waiting "
+			    "behind a round in flight: a %s\n", (long)getpid(),
+			    group_op_name(me->m.op));
+#endif
 	}
 	if (group_sleep(g, me, &w->deadline) != ETIMEDOUT ||
 	    me->state != GROUP_QUEUED ||
