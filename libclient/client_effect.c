@@ -232,6 +232,16 @@ client_effect_text(const struct replyscan_member *m, char **copy,
 	return 0;
 }
 
+/*
+ * As long as the longest error code protocol.h names (its NUL too): a
+ * union of one array per code, each its name's size.
+ */
+union client_effect_codes {
+#define CLIENT_EFFECT_CODE(code, name)	char code[sizeof name];
+	IDEM_ERROR_CODES(CLIENT_EFFECT_CODE)
+#undef CLIENT_EFFECT_CODE
+};
+
 /* client_wire_error on an answer's bytes. */
 static void
 client_effect_wire_error(const struct replyscan_object *response,
@@ -239,7 +249,13 @@ client_effect_wire_error(const struct replyscan_object *response,
 {
 	struct replyscan_object	error;
 	struct replyscan_member	m;
-	char			code[sizeof err->message];
+	/*
+	 * The longest known code and one byte more: a longer code (newer
+	 * than this library) is cut, but still longer than any known one,
+	 * so it matches none and is kept as unknown (its cut name in the
+	 * message), never taken for a known code it begins with.
+	 */
+	char			code[sizeof (union client_effect_codes) + 1];
 	char			message[sizeof err->message];
 	char			field[sizeof err->field];
 	char			reason[sizeof err->reason];

@@ -22,6 +22,7 @@
 #include "integration/filter.h"
 #include "integration/harness.h"
 #include "integration/libidem_test.h"
+#include "protocol.h"
 
 /* ---- effect answers decoded without a tree ------------------------------ */
 
@@ -343,6 +344,63 @@ effect_parse_agrees_with_a_tree(void **state)
 	}
 }
 
+/* ---- error codes ------------------------------------------------------- */
+
+#define NEWER_CODE	"too_many_connections_per_tenant"
+
+/* idem_effect_parse of a refusal without a disposition, code as given. */
+static void
+parse_error_code(const char *code, struct idem_error *err)
+{
+	struct idem_effect	out;
+	char			line[256];
+
+	snprintf(line, sizeof line, "{\"ok\":false,\"action_taken\":false,"
+	    "\"error\":{\"code\":\"%s\",\"message\":\"m\","
+	    "\"retryable\":true}}", code);
+	assert_int_equal(idem_effect_parse(line, &out, err), -1);
+	assert_int_equal(out.disposition, IDEM_EFFECT_NONE);
+	idem_effect_clear(&out);
+}
+
+/*
+ * Every error code of protocol.h, the longest too, decodes from an
+ * effect answer to its own code (fails if libidem's buffer for the
+ * code is shorter than the longest); a newer, longer code that begins
+ * with a known one is unknown, a protocol error with its name in the
+ * message (fails if the buffer is exactly the longest known code's
+ * size: the cut name would be taken for too_many_connections).
+ */
+static void
+effect_error_codes_decoded(void **state)
+{
+	static const struct {
+		enum idem_error_code	 code;
+		const char		*name;
+	} codes[] = {
+#define CODE(code, name)	{ IDEM_E_##code, name },
+		IDEM_ERROR_CODES(CODE)
+#undef CODE
+	};
+	struct idem_error	err;
+	size_t			i;
+
+	(void)state;
+	for (i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+		parse_error_code(codes[i].name, &err);
+		if (err.code != codes[i].code)
+			fail_msg("%s decoded as code %d (%s)", codes[i].name,
+			    (int)err.code, err.message);
+		assert_string_equal(err.message, "m");
+		assert_int_equal(err.retryable, 1);
+	}
+	parse_error_code(NEWER_CODE, &err);
+	assert_int_equal(err.code, IDEM_E_PROTOCOL);
+	assert_int_equal(strncmp(err.message, "too_many_connections_",
+	    strlen("too_many_connections_")), 0);
+	assert_int_equal(err.retryable, 1);
+}
+
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
 	    harness_teardown)
 
@@ -352,6 +410,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		T(effect_answers_decoded_without_a_tree),
 		cmocka_unit_test(effect_parse_agrees_with_a_tree),
+		cmocka_unit_test(effect_error_codes_decoded),
 	};
 
 	if (sodium_init() < 0)
