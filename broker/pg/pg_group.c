@@ -94,6 +94,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "monoclock.h"
 #include "idemd.h"
 #include "backend.h"
 #include "pg_backend.h"
@@ -355,7 +356,7 @@ group_hold_wait(struct pg_group *g, struct pg_group_member *me)
 {
 	struct timespec	 deadline;
 
-	clock_monotonic_after(&deadline, 1000);
+	monoclock_after(&deadline, 1000);
 	(void)group_sleep(g, me, &deadline);
 }
 #else
@@ -385,7 +386,7 @@ group_gathers(struct pg_group *g)
 		return 0;
 	if (!g->gather_began) {
 		g->gather_began = 1;
-		clock_monotonic_after(&g->gather_until, GROUP_ALONE_MS);
+		monoclock_after(&g->gather_until, GROUP_ALONE_MS);
 		g->gathered++;
 #ifdef IDEM_FAULT_INJECTION
 		/* An event for tests/cluster/test_cluster_batch. */
@@ -513,7 +514,7 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 	if (!w->waiting || w->round != g->rounds) {
 		w->waiting = 1;
 		w->round = g->rounds;
-		clock_monotonic_after(&w->deadline, GROUP_ALONE_MS);
+		monoclock_after(&w->deadline, GROUP_ALONE_MS);
 #ifdef IDEM_FAULT_INJECTION
 		/* An event for tests/cluster/test_cluster_batch. */
 		if (!g->said_behind++)
