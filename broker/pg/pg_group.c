@@ -359,9 +359,27 @@ group_hold_wait(struct pg_group *g, struct pg_group_member *me)
 	monoclock_after(&deadline, 1000);
 	(void)group_sleep(g, me, &deadline);
 }
+
+/*
+ * IDEM_CRASH_BEHIND_MS=<ms>: how long a member queued behind a round in
+ * flight waits before it goes alone, instead of GROUP_ALONE_MS, so that
+ * a test telling the round's wake-up from that bound does not race one
+ * second on a loaded machine (test_cluster_batch).
+ */
+static int64_t
+group_behind_ms(void)
+{
+	const char	*v = getenv("IDEM_CRASH_BEHIND_MS");
+	long		 ms;
+
+	if (v == NULL || (ms = strtol(v, NULL, 10)) <= 0)
+		return GROUP_ALONE_MS;
+	return ms;
+}
 #else
 #define group_may_take(g, op)	1
 #define group_hold_wait(g, me)	(void)group_sleep((g), (me), NULL)
+#define group_behind_ms()	GROUP_ALONE_MS
 #endif
 
 /* A member's wait behind a round in flight (group_wait_behind). */
@@ -496,8 +514,9 @@ group_dequeue(struct pg_group *g, struct pg_group_member *me)
 
 /*
  * Under the lock, me queued behind a round in flight: wait for it to be
- * settled, until the deadline, GROUP_ALONE_MS after me began to wait
- * behind this round (a later round starts the count again: w->round).
+ * settled, until the deadline, GROUP_ALONE_MS (IDEM_CRASH_BEHIND_MS in
+ * tests) after me began to wait behind this round (a later round starts
+ * the count again: w->round).
  * 1: the deadline passed with me still queued, and me is off the queue,
  * to go alone on st.  Never while the round in flight is on st itself
  * (a leader held back by fault injection waits behind its own round):
@@ -514,7 +533,7 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 	if (!w->waiting || w->round != g->rounds) {
 		w->waiting = 1;
 		w->round = g->rounds;
-		monoclock_after(&w->deadline, GROUP_ALONE_MS);
+		monoclock_after(&w->deadline, group_behind_ms());
 #ifdef IDEM_FAULT_INJECTION
 		/* An event for tests/cluster/test_cluster_batch. */
 		if (!g->said_behind++)
