@@ -165,9 +165,9 @@ struct pg_group {
 	 * lines, each once, were written.
 	 */
 	time_t			 hold_until;
-	int			 said_holding;	/* "holding n commits" */
-	int			 said_gathering; /* "waiting for members" */
-	int			 said_behind;	/* "waiting behind a round" */
+	int			 said_holding;	/* "holding n commits" said */
+	int			 said_gathering; /* "the first round waiting" */
+	int			 said_behind;	/* "the first member waiting" */
 #endif
 };
 
@@ -324,10 +324,12 @@ group_may_take(struct pg_group *g, enum pgstore_round_op op)
 		if (ops[PGSTORE_OP_COMMIT] < want / 2)
 			return op == PGSTORE_OP_GRANT ||
 			    time(NULL) >= g->hold_until;
-		if (!g->said_holding++)
+		if (!g->said_holding) {
+			g->said_holding = 1;
 			fprintf(stderr, "idemd[%ld]: the first mixed round: "
 			    "holding %zu commits\n", (long)getpid(),
 			    ops[PGSTORE_OP_COMMIT]);
+		}
 		have = g->queued;
 	} else {
 		if (op != held)
@@ -408,10 +410,12 @@ group_gathers(struct pg_group *g)
 		g->gathered++;
 #ifdef IDEM_FAULT_INJECTION
 		/* An event for tests/cluster/test_cluster_batch. */
-		if (!g->said_gathering++)
+		if (!g->said_gathering) {
+			g->said_gathering = 1;
 			fprintf(stderr, "idemd[%ld]: the first round waiting "
 			    "for members on their way: %zu\n", (long)getpid(),
 			    g->coming);
+		}
 #endif
 		return 1;
 	}
@@ -536,10 +540,12 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 		monoclock_after(&w->deadline, group_behind_ms());
 #ifdef IDEM_FAULT_INJECTION
 		/* An event for tests/cluster/test_cluster_batch. */
-		if (!g->said_behind++)
+		if (!g->said_behind) {
+			g->said_behind = 1;
 			fprintf(stderr, "idemd[%ld]: the first member waiting "
 			    "behind a round in flight: a %s\n", (long)getpid(),
 			    group_op_name(me->m.op));
+		}
 #endif
 	}
 	if (group_sleep(g, me, &w->deadline) != ETIMEDOUT ||
@@ -766,6 +772,7 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, char **cause)
 {
 	struct group_behind	 behind = { 0, 0, { 0, 0 } };
+	struct timespec		 until;
 	int			 alone = 0;
 
 	for (;;) {
@@ -778,9 +785,13 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 				/*
 				 * Woken when the round that takes it (the last
 				 * arrival's) is settled, or by the last leave.
+				 * A copy of the bound: the wait reads it
+				 * outside the lock, where another thread may
+				 * begin the next gathering's.
 				 */
+				until = g->gather_until;
 				g->gathering++;
-				(void)group_sleep(g, me, &g->gather_until);
+				(void)group_sleep(g, me, &until);
 				g->gathering--;
 			} else if (group_send(g, me, st, 1) == 0)
 				group_hold_wait(g, me);
@@ -793,9 +804,9 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 	me->state = GROUP_IDLE;
 	pthread_mutex_unlock(&g->lock);
 	if (alone) {
-		log_info("a %s waited %d ms behind a round in flight: it goes "
-		    "alone on its own connection", group_op_name(me->m.op),
-		    GROUP_ALONE_MS);
+		log_info("a %s waited %lld ms behind a round in flight: it "
+		    "goes alone on its own connection", group_op_name(me->m.op),
+		    (long long)group_behind_ms());
 		return GROUP_ALONE;
 	}
 	*cause = me->cause;
