@@ -35,9 +35,10 @@
  * to read it; a member waiting for those on their way when the last of
  * them leaves by another way.  A member not yet waiting (a grant's, its
  * temporary being fsync'd) finds the same state when it comes to wait.
- * One condition variable for the worker woke every waiting thread for
- * each of these (a round's members, the queue's, the readers'), most of
- * them only to sleep again on the same lock.
+ * Before, one condition variable a queue (the claims', the grants' and
+ * commits') woke every thread waiting on it for each of these (a
+ * round's members, the queue's, the readers'), most of them only to
+ * sleep again on the same lock.
  *
  * A claim member's statement runs on the leader's session, but the
  * row records the member's own session as its owner (pg_claim.c: the
@@ -617,7 +618,8 @@ group_members(struct pg_group *g,
  * reads the round next if it is in it (group_wait), so the members
  * waiting are not woken to find it read (a wake-up and a context switch
  * each, for nothing); a grant's leader (pg_group_grant_join) goes to
- * fsync its temporary instead, and wakes them: one of them reads.
+ * fsync its temporary instead, and wakes one member of the round that
+ * waits (group_wake_reader), which reads it.
  */
 static int
 group_send(struct pg_group *g, struct pg_group_member *me,
