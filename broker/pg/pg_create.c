@@ -1108,6 +1108,7 @@ cl_run(struct pg_job *job, struct pgstore *st, int *open)
 	}
 	c->st = st;
 	c->member.dirsync = &cl_dirsync;
+	pg_group_member_init(&c->member);
 	if (cl_sub(p)->submission_id == NULL)
 		cl_legacy(p);
 	else
@@ -1115,6 +1116,7 @@ cl_run(struct pg_job *job, struct pgstore *st, int *open)
 	/* Whatever way it went: no round waits for it any more. */
 	pg_group_gone(&c->member);
 	dirsync_gone(&cl_dirsync, &c->member.linking);
+	pg_group_member_fini(&c->member);
 	c->st = NULL;
 }
 

@@ -17,7 +17,7 @@
  * under the queue's mutex; if no round of that queue is in flight it
  * becomes the leader, takes every member queued (itself included) and
  * sends the round on its own connection; if one is in flight it waits
- * on the condition variable.  A round is not held open for members
+ * on its own condition variable.  A round is not held open for members
  * that may come: a thread alone sends at once; but a round of grants
  * and commits waits for those of its worker already on their way
  * (below).  The round's results are read,
@@ -27,6 +27,18 @@
  * after it), on the leader's connection, which no one else uses until
  * the round is settled; then the first queued member to wake leads the
  * next round with every member queued by then.
+ *
+ * Each thread is woken alone, when there is something for it to do: a
+ * round's members when their outcome is set (group_settle), then the
+ * first queued member waiting, to lead the next round; once a round is
+ * sent by a leader that does not read it, one of its members waiting,
+ * to read it; a member waiting for those on their way when the last of
+ * them leaves by another way.  A member not yet waiting (a grant's, its
+ * temporary being fsync'd) finds the same state when it comes to wait.
+ * Before, one condition variable a queue (the claims', the grants' and
+ * commits') woke every thread waiting on it for each of these (a
+ * round's members, the queue's, the readers'), most of them only to
+ * sleep again on the same lock.
  *
  * A claim member's statement runs on the leader's session, but the
  * row records the member's own session as its owner (pg_claim.c: the
@@ -117,7 +129,6 @@ enum {
 
 struct pg_group {
 	pthread_mutex_t		 lock;
-	pthread_cond_t		 done;
 	struct pg_group_member	*head;		/* queued, in arrival order */
 	struct pg_group_member	*tail;
 	size_t			 queued;
@@ -155,16 +166,94 @@ struct pg_group {
 	 * lines, each once, were written.
 	 */
 	time_t			 hold_until;
-	int			 said_holding;	/* "holding n commits" */
-	int			 said_gathering; /* "waiting for members" */
+	int			 said_holding;	/* "holding n commits" said */
+	int			 said_gathering; /* "the first round waiting" */
+	int			 said_behind;	/* "the first member waiting" */
 #endif
 };
 
 /* The claims' rounds, and the grants' and commits'. */
 static struct pg_group pg_claims = { .lock = PTHREAD_MUTEX_INITIALIZER,
-    .done = PTHREAD_COND_INITIALIZER, .gen = 1 };
+    .gen = 1 };
 static struct pg_group pg_steps = { .lock = PTHREAD_MUTEX_INITIALIZER,
-    .done = PTHREAD_COND_INITIALIZER, .gen = 1 };
+    .gen = 1 };
+
+/*
+ * Under the lock: me waits on its own condition variable until woken,
+ * or until deadline (CLOCK_MONOTONIC) if not NULL; ETIMEDOUT if that
+ * passed.
+ */
+static int
+group_sleep(struct pg_group *g, struct pg_group_member *me,
+    const struct timespec *deadline)
+{
+	int	rc;
+
+	me->waiting = 1;
+	if (deadline != NULL)
+		rc = pthread_cond_clockwait(&me->wake, &g->lock,
+		    CLOCK_MONOTONIC, deadline);
+	else
+		rc = pthread_cond_wait(&me->wake, &g->lock);
+	me->waiting = 0;
+	return rc;
+}
+
+/* Under the lock: x runs again, if it waits. */
+static void
+group_wake(struct pg_group_member *x)
+{
+	if (x->waiting)
+		pthread_cond_signal(&x->wake);
+}
+
+/*
+ * Under the lock: the first queued member that waits runs again, to
+ * lead the next round (or wait for the members on their way); the
+ * others stay asleep, since it takes them all.  None waiting: the first
+ * to come to wait finds the queue without a round and leads.
+ */
+static void
+group_wake_next(struct pg_group *g)
+{
+	struct pg_group_member	*x;
+
+	for (x = g->head; x != NULL; x = x->next)
+		if (x->waiting) {
+			pthread_cond_signal(&x->wake);
+			return;
+		}
+}
+
+/*
+ * Under the lock, the round in flight sent and its leader not reading
+ * it: one of its members that waits runs again and reads it.  None
+ * waiting: the first to come to wait reads it.
+ */
+static void
+group_wake_reader(struct pg_group *g, struct pg_group_member *me)
+{
+	size_t	i;
+
+	for (i = 0; i < g->round_size; i++)
+		if (g->round[i] != me && g->round[i]->waiting) {
+			pthread_cond_signal(&g->round[i]->wake);
+			return;
+		}
+}
+
+/* Under the lock: every member queued or in the round runs again. */
+static void
+group_wake_all(struct pg_group *g)
+{
+	struct pg_group_member	*x;
+	size_t			 i;
+
+	for (x = g->head; x != NULL; x = x->next)
+		group_wake(x);
+	for (i = 0; i < g->round_size; i++)
+		group_wake(g->round[i]);
+}
 
 /* The grants and commits of a round, as its log lines name them. */
 static const char *
@@ -236,10 +325,12 @@ group_may_take(struct pg_group *g, enum pgstore_round_op op)
 		if (ops[PGSTORE_OP_COMMIT] < want / 2)
 			return op == PGSTORE_OP_GRANT ||
 			    time(NULL) >= g->hold_until;
-		if (!g->said_holding++)
+		if (!g->said_holding) {
+			g->said_holding = 1;
 			fprintf(stderr, "idemd[%ld]: the first mixed round: "
 			    "holding %zu commits\n", (long)getpid(),
 			    ops[PGSTORE_OP_COMMIT]);
+		}
 		have = g->queued;
 	} else {
 		if (op != held)
@@ -264,17 +355,34 @@ group_may_take(struct pg_group *g, enum pgstore_round_op op)
 
 /* Under the lock: wait a little for members held back. */
 static void
-group_hold_wait(struct pg_group *g)
+group_hold_wait(struct pg_group *g, struct pg_group_member *me)
 {
 	struct timespec	 deadline;
 
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += 1;
-	pthread_cond_timedwait(&g->done, &g->lock, &deadline);
+	monoclock_after(&deadline, 1000);
+	(void)group_sleep(g, me, &deadline);
+}
+
+/*
+ * IDEM_CRASH_BEHIND_MS=<ms>: how long a member queued behind a round in
+ * flight waits before it goes alone, instead of GROUP_ALONE_MS, so that
+ * a test telling the round's wake-up from that bound does not race one
+ * second on a loaded machine (test_cluster_batch).
+ */
+static int64_t
+group_behind_ms(void)
+{
+	const char	*v = getenv("IDEM_CRASH_BEHIND_MS");
+	long		 ms;
+
+	if (v == NULL || (ms = strtol(v, NULL, 10)) <= 0)
+		return GROUP_ALONE_MS;
+	return ms;
 }
 #else
 #define group_may_take(g, op)	1
-#define group_hold_wait(g)	pthread_cond_wait(&(g)->done, &(g)->lock)
+#define group_hold_wait(g, me)	(void)group_sleep((g), (me), NULL)
+#define group_behind_ms()	GROUP_ALONE_MS
 #endif
 
 /* A member's wait behind a round in flight (group_wait_behind). */
@@ -303,10 +411,12 @@ group_gathers(struct pg_group *g)
 		g->gathered++;
 #ifdef IDEM_FAULT_INJECTION
 		/* An event for tests/cluster/test_cluster_batch. */
-		if (!g->said_gathering++)
+		if (!g->said_gathering) {
+			g->said_gathering = 1;
 			fprintf(stderr, "idemd[%ld]: the first round waiting "
 			    "for members on their way: %zu\n", (long)getpid(),
 			    g->coming);
+		}
 #endif
 		return 1;
 	}
@@ -324,7 +434,7 @@ group_gathers(struct pg_group *g)
 		if (++g->gen == 0)
 			g->gen = 1;
 		if (g->gathering > 0)
-			pthread_cond_broadcast(&g->done);
+			group_wake_all(g);	/* rare: no need to choose */
 		return 0;
 	}
 	return 1;
@@ -385,7 +495,7 @@ group_enqueue(struct pg_group *g, struct pg_group_member *me)
 	 * context switch each: the bench runs this build).
 	 */
 	if (getenv("IDEM_CRASH_BATCH_OF") != NULL)
-		pthread_cond_broadcast(&g->done);
+		group_wake_all(g);
 #endif
 }
 
@@ -409,8 +519,9 @@ group_dequeue(struct pg_group *g, struct pg_group_member *me)
 
 /*
  * Under the lock, me queued behind a round in flight: wait for it to be
- * settled, until the deadline, GROUP_ALONE_MS after me began to wait
- * behind this round (a later round starts the count again: w->round).
+ * settled, until the deadline, GROUP_ALONE_MS (IDEM_CRASH_BEHIND_MS in
+ * tests) after me began to wait behind this round (a later round starts
+ * the count again: w->round).
  * 1: the deadline passed with me still queued, and me is off the queue,
  * to go alone on st.  Never while the round in flight is on st itself
  * (a leader held back by fault injection waits behind its own round):
@@ -421,16 +532,25 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, struct group_behind *w)
 {
 	if (g->round_st == st) {
-		pthread_cond_wait(&g->done, &g->lock);
+		(void)group_sleep(g, me, NULL);
 		return 0;
 	}
 	if (!w->waiting || w->round != g->rounds) {
 		w->waiting = 1;
 		w->round = g->rounds;
-		monoclock_after(&w->deadline, GROUP_ALONE_MS);
+		monoclock_after(&w->deadline, group_behind_ms());
+#ifdef IDEM_FAULT_INJECTION
+		/* An event for tests/cluster/test_cluster_batch. */
+		if (!g->said_behind) {
+			g->said_behind = 1;
+			fprintf(stderr, "idemd[%ld]: the first member waiting "
+			    "behind a round in flight: a %s\n", (long)getpid(),
+			    group_op_name(me->m.op));
+		}
+#endif
 	}
-	if (pthread_cond_clockwait(&g->done, &g->lock, CLOCK_MONOTONIC,
-	    &w->deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||
+	if (group_sleep(g, me, &w->deadline) != ETIMEDOUT ||
+	    me->state != GROUP_QUEUED ||
 	    !g->in_flight || w->round != g->rounds)
 		return 0;
 	group_dequeue(g, me);
@@ -440,8 +560,9 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 
 /*
  * Under the lock: every member of the round has its outcome (set by the
- * reader, a copy of cause for each failed one without its own); the
- * next round may go.
+ * reader, a copy of cause for each failed one without its own) and is
+ * woken; the next round may go, and the first queued member waiting is
+ * woken to lead it.
  */
 static void
 group_settle(struct pg_group *g, const char *cause)
@@ -467,13 +588,14 @@ group_settle(struct pg_group *g, const char *cause)
 				dirsync_coming(x->dirsync, &x->linking);
 		}
 		x->state = GROUP_DONE;
+		group_wake(x);
 	}
 	g->round_size = 0;
 	g->round_st = NULL;
 	g->in_flight = 0;
 	g->sent = 0;
 	g->reading = 0;
-	pthread_cond_broadcast(&g->done);
+	group_wake_next(g);
 }
 
 /* The round's members as the store takes them. */
@@ -496,7 +618,8 @@ group_members(struct pg_group *g,
  * reads the round next if it is in it (group_wait), so the members
  * waiting are not woken to find it read (a wake-up and a context switch
  * each, for nothing); a grant's leader (pg_group_grant_join) goes to
- * fsync its temporary instead, and wakes them: one of them reads.
+ * fsync its temporary instead, and wakes one member of the round that
+ * waits (group_wake_reader), which reads it.
  */
 static int
 group_send(struct pg_group *g, struct pg_group_member *me,
@@ -569,7 +692,7 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 		/* Only now may a member read it: the send is done. */
 		g->sent = 1;
 		if (!reads || me->state != GROUP_SENT)
-			pthread_cond_broadcast(&g->done);
+			group_wake_reader(g, me);
 	}
 	free(cause);
 	return 1;
@@ -651,6 +774,7 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, char **cause)
 {
 	struct group_behind	 behind = { 0, 0, { 0, 0 } };
+	struct timespec		 until;
 	int			 alone = 0;
 
 	for (;;) {
@@ -660,25 +784,31 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 			group_read(g);
 		else if (me->state == GROUP_QUEUED && !g->in_flight) {
 			if (group_gathers(g)) {
-				/* Woken by an arrival that sends it, or a leave. */
+				/*
+				 * Woken when the round that takes it (the last
+				 * arrival's) is settled, or by the last leave.
+				 * A copy of the bound: the wait reads it
+				 * outside the lock, where another thread may
+				 * begin the next gathering's.
+				 */
+				until = g->gather_until;
 				g->gathering++;
-				pthread_cond_clockwait(&g->done, &g->lock,
-				    CLOCK_MONOTONIC, &g->gather_until);
+				(void)group_sleep(g, me, &until);
 				g->gathering--;
 			} else if (group_send(g, me, st, 1) == 0)
-				group_hold_wait(g);
+				group_hold_wait(g, me);
 		} else if (me->state == GROUP_QUEUED) {
 			if ((alone = group_wait_behind(g, me, st, &behind)))
 				break;
 		} else
-			pthread_cond_wait(&g->done, &g->lock);
+			(void)group_sleep(g, me, NULL);
 	}
 	me->state = GROUP_IDLE;
 	pthread_mutex_unlock(&g->lock);
 	if (alone) {
-		log_info("a %s waited %d ms behind a round in flight: it goes "
-		    "alone on its own connection", group_op_name(me->m.op),
-		    GROUP_ALONE_MS);
+		log_info("a %s waited %lld ms behind a round in flight: it "
+		    "goes alone on its own connection", group_op_name(me->m.op),
+		    (long long)group_behind_ms());
 		return GROUP_ALONE;
 	}
 	*cause = me->cause;
@@ -809,6 +939,20 @@ pg_group_commit(struct pg_group_member *me, struct pgstore *st,
 }
 
 void
+pg_group_member_init(struct pg_group_member *me)
+{
+	/* Its clock is the deadlines' (group_sleep): none to set. */
+	pthread_cond_init(&me->wake, NULL);
+	me->waiting = 0;
+}
+
+void
+pg_group_member_fini(struct pg_group_member *me)
+{
+	pthread_cond_destroy(&me->wake);
+}
+
+void
 pg_group_coming(struct pg_group_member *me)
 {
 	struct pg_group	*g = &pg_steps;
@@ -833,7 +977,7 @@ pg_group_gone(struct pg_group_member *me)
 	pthread_mutex_lock(&g->lock);
 	/* The last one on its way left: a member waiting for it sends. */
 	if (group_unmark(g, me) && g->gathering > 0)
-		pthread_cond_broadcast(&g->done);
+		group_wake_next(g);
 	pthread_mutex_unlock(&g->lock);
 	errno = error;		/* a failed claim's ERANGE, say */
 }

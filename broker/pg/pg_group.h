@@ -7,6 +7,8 @@
 #ifndef PG_GROUP_H
 #define PG_GROUP_H
 
+#include <pthread.h>
+
 #include "dirsync.h"
 #include "pg.h"
 
@@ -18,6 +20,13 @@ struct pg_group_member {
 	int				 outcome;	/* pg_group.c's */
 	unsigned			 coming;	/* pg_group_coming */
 	/*
+	 * Its own condition variable, and whether its thread waits on it
+	 * (under the group's lock): a round wakes only the members it
+	 * concerns, not every thread of the worker (pg_group.c).
+	 */
+	pthread_cond_t			 wake;
+	int				 waiting;
+	/*
 	 * The directory fsyncs its link will share (NULL: none), and its
 	 * mark there (dirsync_coming): a round of grants marks each member
 	 * it granted, on its way to the link, before it wakes them.
@@ -26,6 +35,14 @@ struct pg_group_member {
 	unsigned			 linking;
 	char				*cause;
 };
+
+/*
+ * A member's own condition variable made, and let go: around every use
+ * of the member by its creation thread (pg_create.c's cl_run), never
+ * while it is in a round or on a queue.
+ */
+void	pg_group_member_init(struct pg_group_member *);
+void	pg_group_member_fini(struct pg_group_member *);
 
 /*
  * me is on its way to the grants' and commits' queue with no WAL flush

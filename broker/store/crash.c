@@ -139,7 +139,7 @@ crash_check_names(char **cause)
 	    "IDEM_CRASH_LINK_EARLY", "IDEM_SPAWN_DELAY_MS",
 	    "IDEM_CRASH_PAUSE_AT",				/* pg_create.c */
 	    "IDEM_CRASH_HOLD_AT",			/* pg_create.c, fileio.c */
-	    "IDEM_CRASH_BATCH_OF",				/* pg_group.c */
+	    "IDEM_CRASH_BATCH_OF", "IDEM_CRASH_BEHIND_MS",	/* pg_group.c */
 	    "IDEM_CRASH_WATCH" };				/* watch.c */
 	char	*const *e;
 	char	*one[2] = { NULL, NULL }, name[64];

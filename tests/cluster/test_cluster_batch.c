@@ -16,7 +16,9 @@
  * on its way costs one wait of a second, not one every round
  * (a_stalled_member_costs_one_wait_not_every_round), and a member on
  * its way that leaves another way lets a waiting round go at once
- * (a_member_leaving_another_way_wakes_the_round); and a legacy call's
+ * (a_member_leaving_another_way_wakes_the_round), and a member queued
+ * behind a round is woken when it settles
+ * (a_member_behind_a_round_is_woken_when_it_settles); and a legacy call's
  * failed directory fsync fails a creation linked before it, whose own
  * round then succeeds
  * (a_legacy_fsync_failure_fails_a_link_it_may_have_covered).
@@ -786,6 +788,70 @@ a_member_leaving_another_way_wakes_the_round(void **state)
 }
 
 /*
+ * A member queued behind a round in flight is woken when that round is
+ * settled, and leads the next one (pg_group.c, group_settle: each
+ * thread is woken alone, the first queued member waiting among them),
+ * rather than when its wait's bound passes.  The first creation's
+ * commit round is held after its send
+ * (IDEM_CRASH_HOLD_AT=after_commit_batch_sent); a second creation on
+ * the worker's other thread claims (the claims' queue is free) and
+ * queues its grant behind the held round (the log says so, an event).
+ * Let go, the first's round is read and settled, and nothing else comes
+ * to the queue (the first is done): only that wake-up sends the
+ * second's grant.  Without it the second waits out its bound behind a
+ * round no longer in flight, lengthened to 20 s here
+ * (IDEM_CRASH_BEHIND_MS) so that a loaded machine's delay cannot pass
+ * for it: the test allows 10 s, and the second then goes alone.
+ */
+static void
+a_member_behind_a_round_is_woken_when_it_settles(void **state)
+{
+	static struct node	 a;
+	const char	*title = "Woken when it settles";
+	char		 root[256], fifo[300], hold[400];
+	const char *const env[] = { hold, "IDEM_CRASH_BEHIND_MS=20000",
+	    NULL };
+	int64_t		 t0;
+	json_t		*reply;
+	long		 ms;
+	int		 first, second, w;
+
+	(void)state;
+	held_setup(commit_halfway.point, root, fifo, sizeof fifo, hold,
+	    sizeof hold);
+	cluster_node_init(&a, server.uri, root, "a");
+	a.store_connections = "2";
+	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
+	    env), 0);
+	first = harness_raw_send_task(&a.b, "woken-0", title);
+	/* Its commit's round is sent and held: the steps queue is behind. */
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	second = harness_raw_send_task(&a.b, "woken-1", title);
+	harness_wait_log(&a.b, "the first member waiting behind a round in "
+	    "flight: a grant", 1, 30000);
+	t0 = harness_now_ms();
+	close(w);
+	reply = read_reply(first);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	close(first);
+	reply = read_reply(second);
+	if ((ms = harness_now_ms() - t0) >= 10000)
+		fail_msg("the second creation answered %ld ms after the round "
+		    "it waited behind was let go: it was not woken when that "
+		    "round settled", ms);
+	harness_assert_outcome(reply, "created", 1, 1, 0);
+	json_decref(reply);
+	close(second);
+	assert_int_equal(harness_log_count(&a.b, "behind a round in flight: "
+	    "it goes alone"), 0);
+	assert_all_committed(root, "woken", 2);
+	cluster_node_kill(&a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
+/*
  * A legacy creation's directory fsync is one of the worker's counted
  * rounds (pg_create.c, cl_legacy_write; dirsync.c, DESIGN): a creation
  * with an id, granted and linked, is held before its directory's fsync
@@ -874,6 +940,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_member_leaving_another_way_wakes_the_round,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    a_member_behind_a_round_is_woken_when_it_settles,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_legacy_fsync_failure_fails_a_link_it_may_have_covered,
