@@ -34,6 +34,16 @@
  * and the journal's fdatasync never waits behind the whole file.  That
  * is no durability step: the fsync below stays the file's.
  *
+ * The committed entries the index lacks go to it in LMDB transactions
+ * of about CHECKPOINT_INDEX_COMMIT_BYTES, each committed once every
+ * state it holds is durable in the journal, its slots then marked
+ * INDEXED; meta.checkpoint moves in the last one only.  One transaction
+ * of the whole copy was several MiB that LMDB writes and fdatasyncs at
+ * once, and a journal flush behind it waited milliseconds.  A crash
+ * between two of them leaves the index ahead of its meta.checkpoint,
+ * which is harmless: its puts are by key, of final entries the segments
+ * still hold (doc/journal.md, "Writing: from the checkpoint").
+ *
  * The file is written to a temporary name, fsync'd, renamed and its
  * directory fsync'd; only then are old segments removed.  A crash at any
  * point leaves either the old checkpoint and all its segments, or the new
