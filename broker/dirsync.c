@@ -85,6 +85,7 @@
 
 #include "dirsync.h"
 #include "idemd.h"
+#include "monoclock.h"
 
 void
 dirsync_init(struct dirsync *ds, int (*sync)(int))
@@ -288,7 +289,7 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
 			/* Woken by the last arrival's round, or a leave. */
 			if (gather == 1) {
 				gather = 2;
-				clock_monotonic_after(&until,
+				monoclock_after(&until,
 				    DIRSYNC_GATHER_MS);
 			}
 			ds->gathering++;

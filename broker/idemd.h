@@ -211,8 +211,7 @@ int	paths_scan_max_seq(enum subtab_kind, uint32_t date, uint32_t *max_seq,
  * clock, for what is stored or shown).
  */
 int64_t	clock_monotonic_us(void);
-/* *t: ms from now on CLOCK_MONOTONIC, for pthread_cond_clockwait. */
-void	clock_monotonic_after(struct timespec *t, int64_t ms);
+/* A deadline, now + ms on that clock: monoclock_after (monoclock.h). */
 
 /* master.c */
 int	master_run(struct idemd *);

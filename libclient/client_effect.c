@@ -25,6 +25,7 @@
 #include "idem.h"
 #include "protocol.h"
 #include "client_int.h"
+#include "monoclock.h"
 #include "replyscan.h"
 
 /* What an effect op's disposition is to this library; NONE: not one. */
@@ -231,6 +232,16 @@ client_effect_text(const struct replyscan_member *m, char **copy,
 	return 0;
 }
 
+/*
+ * As long as the longest error code protocol.h names (its NUL too): a
+ * union of one array per code, each its name's size.
+ */
+union client_effect_codes {
+#define CLIENT_EFFECT_CODE(code, name)	char code[sizeof name];
+	IDEM_ERROR_CODES(CLIENT_EFFECT_CODE)
+#undef CLIENT_EFFECT_CODE
+};
+
 /* client_wire_error on an answer's bytes. */
 static void
 client_effect_wire_error(const struct replyscan_object *response,
@@ -238,7 +249,13 @@ client_effect_wire_error(const struct replyscan_object *response,
 {
 	struct replyscan_object	error;
 	struct replyscan_member	m;
-	char			code[sizeof err->message];
+	/*
+	 * The longest known code and one byte more: a longer code (newer
+	 * than this library) is cut, but still longer than any known one,
+	 * so it matches none and is kept as unknown (its cut name in the
+	 * message), never taken for a known code it begins with.
+	 */
+	char			code[sizeof (union client_effect_codes) + 1];
 	char			message[sizeof err->message];
 	char			field[sizeof err->field];
 	char			reason[sizeof err->reason];
@@ -553,19 +570,6 @@ struct client_keeper {
 	int64_t		 lease_ms;
 };
 
-/* now + ms on CLOCK_MONOTONIC (the condition variable's clock). */
-static void
-client_keeper_deadline(struct timespec *ts, int64_t ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 /*
  * Every third of the lease: effect_extend.  A refusal (the lease lapsed,
  * another attempt's fence) ends it: there is nothing left to keep, and
@@ -594,7 +598,7 @@ client_keeper_main(void *arg)
 	int64_t			 third = k->lease_ms / 3;
 	int			 rc, done = 0;
 
-	client_keeper_deadline(&at, third);
+	monoclock_after(&at, third);
 	conn = client_connect(k->socket_path, k->lease_ms, &err);
 	pthread_mutex_lock(&k->lock);
 	while (!k->stop && !done) {
@@ -605,7 +609,7 @@ client_keeper_main(void *arg)
 			break;
 		pthread_mutex_unlock(&k->lock);
 		/* Due a third after this one is sent, whenever it answers. */
-		client_keeper_deadline(&at, third);
+		monoclock_after(&at, third);
 		if (conn == NULL)
 			conn = client_connect(k->socket_path, k->lease_ms,
 			    &err);
@@ -621,7 +625,7 @@ client_keeper_main(void *arg)
 			idem_effect_clear(&out);
 		}
 		if (conn == NULL)
-			client_keeper_deadline(&at, k->lease_ms / 10);
+			monoclock_after(&at, k->lease_ms / 10);
 		pthread_mutex_lock(&k->lock);
 	}
 	pthread_mutex_unlock(&k->lock);

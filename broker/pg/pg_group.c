@@ -83,6 +83,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "monoclock.h"
 #include "idemd.h"
 #include "backend.h"
 #include "pg_backend.h"
@@ -298,7 +299,7 @@ group_gathers(struct pg_group *g)
 		return 0;
 	if (!g->gather_began) {
 		g->gather_began = 1;
-		clock_monotonic_after(&g->gather_until, GROUP_ALONE_MS);
+		monoclock_after(&g->gather_until, GROUP_ALONE_MS);
 		g->gathered++;
 #ifdef IDEM_FAULT_INJECTION
 		/* An event for tests/cluster/test_cluster_batch. */
@@ -426,7 +427,7 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 	if (!w->waiting || w->round != g->rounds) {
 		w->waiting = 1;
 		w->round = g->rounds;
-		clock_monotonic_after(&w->deadline, GROUP_ALONE_MS);
+		monoclock_after(&w->deadline, GROUP_ALONE_MS);
 	}
 	if (pthread_cond_clockwait(&g->done, &g->lock, CLOCK_MONOTONIC,
 	    &w->deadline) != ETIMEDOUT || me->state != GROUP_QUEUED ||

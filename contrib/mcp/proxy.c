@@ -327,6 +327,8 @@ proxy_now_ms(void)
 /*
  * *due moved on by tick_ms (CLOCK_MONOTONIC), or to now if that has
  * passed already: one late tick is made up for once, not several times.
+ * A copy of libclient/monoclock.h's sum: this layer sees only idem.h and
+ * protocol.h (tests/layers.sh), and monoclock.h is not public API.
  */
 static void
 proxy_tick_after(struct timespec *due, int64_t tick_ms)

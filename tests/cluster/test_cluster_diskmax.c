@@ -525,7 +525,13 @@ static void
 on_a_network_file_system_every_claim_scans(void **state)
 {
 	(void)state;
-	claims_scan("remote", "counts as remote (IDEM_CRASH_WATCH)");
+	/*
+	 * The watch's line, not a worker's inboxview line, which also
+	 * says "counts as remote" and may come before or after this count
+	 * (workers start after the master says it is ready).
+	 */
+	claims_scan("remote", "counts as remote (IDEM_CRASH_WATCH): every "
+	    "claim scans");
 }
 
 #define T(name)	cmocka_unit_test_setup_teardown(name, cluster_arm_watchdog, \
