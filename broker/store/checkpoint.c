@@ -35,7 +35,9 @@
  * is no durability step: the fsync below stays the file's.
  *
  * The committed entries the index lacks go to it in LMDB transactions
- * of about CHECKPOINT_INDEX_COMMIT_BYTES, each committed once every
+ * of about CHECKPOINT_INDEX_COMMIT_BYTES of pages (a 4 KiB leaf a put,
+ * scattered keys each dirtying their own, and the records' bytes; the
+ * branch pages above not counted), each committed once every
  * state it holds is durable in the journal, its slots then marked
  * INDEXED; meta.checkpoint moves in the last one only.  One transaction
  * of the whole copy was several MiB that LMDB writes and fdatasyncs at
@@ -82,14 +84,17 @@
 _Static_assert(CHECKPOINT_BUFFER_BYTES >= JOURNAL_MAX_EFFECT_RECORD_BYTES,
     "an effect's record fits the checkpoint's buffer");
 /*
- * The records one index transaction is given before it is committed:
- * LMDB writes and fdatasyncs a commit's pages at once, and a journal
- * flush issued meanwhile waits behind them (doc/journal.md, "Writing:
- * from the checkpoint").
+ * The pages one index transaction may dirty, as counted, before it is
+ * committed: LMDB writes and fdatasyncs a commit's pages at once, and a
+ * journal flush issued meanwhile waits behind them (doc/journal.md,
+ * "Writing: from the checkpoint").  Each put is counted as one page of
+ * CHECKPOINT_INDEX_PAGE_BYTES (scattered keys each dirty their own
+ * leaf) plus its record's bytes (a large one goes to overflow pages):
+ * at most 64 puts a transaction.  The branch pages above the leaves are
+ * not counted; they are fewer, shared by the fan-out.
  */
-#ifndef CHECKPOINT_INDEX_COMMIT_BYTES
 #define CHECKPOINT_INDEX_COMMIT_BYTES	(256 * 1024)
-#endif
+#define CHECKPOINT_INDEX_PAGE_BYTES	4096
 #define CHECKPOINT_NAME_FORMAT		"checkpoint-%016" PRIx64 ".snap"
 
 static const uint8_t checkpoint_magic[8] = { 'I','D','E','M','C','K','P','T' };
@@ -162,7 +167,7 @@ struct index_batch {
 	struct index	*ix;
 	uint32_t	*slots;
 	size_t		 count, size;
-	size_t		 bytes;		/* records put in the open transaction */
+	size_t		 bytes;		/* pages + records, counted as put */
 	uint64_t	 indexed;	/* slots put by the commits made */
 	uint64_t	 commits;
 };
@@ -386,14 +391,19 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			used += n_encoded;
 			/*
 			 * The batch is full: committed now, not with the
-			 * rest at the end, so that LMDB writes and syncs a
-			 * bounded burst and a journal flush queued behind it
-			 * waits for little (doc/journal.md, "Writing: from
-			 * the checkpoint").  Its states must be durable
-			 * first, as at the end.
+			 * rest at the end, so that LMDB writes and syncs
+			 * about CHECKPOINT_INDEX_COMMIT_BYTES of pages (a
+			 * leaf a put and the record's bytes; not the branch
+			 * pages above) and a journal flush queued behind it
+			 * waits for that, not the whole copy (doc/journal.md,
+			 * "Writing: from the checkpoint").  Its states must
+			 * be durable first, as at the end.
 			 */
-			if (was_put && (batch.bytes += n_encoded) >=
-			    CHECKPOINT_INDEX_COMMIT_BYTES) {
+			if (was_put)
+				batch.bytes += CHECKPOINT_INDEX_PAGE_BYTES +
+				    n_encoded;
+			if (was_put &&
+			    batch.bytes >= CHECKPOINT_INDEX_COMMIT_BYTES) {
 				if (!copied_durable(seg, epoch))
 					goto journal_failed;
 				if (index_batch_commit(&batch, seg, 0,
