@@ -638,130 +638,6 @@ test_kill_during_index_write(void **state)
 	harness_finish(b);
 }
 
-/*
- * request's reply, retried while the table is full (the checkpoint that
- * frees it may be the one that dies); NULL once the broker died.
- */
-static char *
-call_until_dead(struct broker *b, json_t *request)
-{
-	struct timespec	 ts = { 0, HISTORY_FULL_RETRY_MS * 1000000L };
-	char		*reply;
-	int		 tries;
-
-	for (tries = 0;; tries++) {
-		json_incref(request);
-		if ((reply = call_line_or_null(b, request)) == NULL ||
-		    !is_table_full(reply))
-			break;
-		free(reply);
-		reply = NULL;
-		if (kill(b->pid, 0) != 0 || tries >= HISTORY_FULL_MAX_RETRIES)
-			break;
-		nanosleep(&ts, NULL);
-	}
-	json_decref(request);
-	return reply;
-}
-
-/* The checkpoint files in place (not temporaries) in b's journal. */
-static int
-checkpoints_in_place(struct broker *b)
-{
-	char		 dir[PATH_MAX];
-	DIR		*d;
-	struct dirent	*e;
-	int		 n = 0;
-
-	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
-	assert_non_null(d = opendir(dir));
-	while ((e = readdir(d)) != NULL)
-		n += strncmp(e->d_name, "checkpoint-", 11) == 0;
-	closedir(d);
-	return n;
-}
-
-static void verify_clean(struct broker *);
-static uint64_t index_checkpoint(struct broker *);
-static uint64_t index_entries(struct broker *);
-
-/*
- * The broker dies between two of a checkpoint's index commits
- * (IDEM_CRASH_AT=between_index_commits): effects of 60,000-byte results,
- * so that the checkpoint asked for at 5 committed in 8 slots gives the
- * index more than one transaction of CHECKPOINT_INDEX_COMMIT_BYTES
- * (256 KiB).  At the crash the index holds the first batch while its
- * meta.checkpoint still names none, and no checkpoint is in place; after
- * the restart every acknowledged effect answers reused with its receipt
- * byte for byte, and idemctl verify agrees with the index.
- */
-#define SPLIT_EFFECTS	24
-#define SPLIT_PAD	60000
-static void
-test_kill_between_index_commits(void **state)
-{
-	struct broker	*b = *state;
-	static const char *const env[] = {
-	    "IDEM_CRASH_AT=between_index_commits", NULL };
-	char		*receipts[SPLIT_EFFECTS], *reply, *got;
-	char		 fence[HISTORY_FENCE_BYTES];
-	json_t		*r;
-	int		 i, answered = 0;
-
-#ifndef IDEM_FAULT_INJECTION
-	harness_skip("built without --enable-fault-injection: no crash "
-	    "points");
-	return;
-#endif
-	assert_int_equal(harness_start(b, small_args, env), 0);
-	for (i = 0; i < SPLIT_EFFECTS; i++) {
-		if ((reply = call_until_dead(b, begin_request(i, 0))) == NULL)
-			break;
-		assert_non_null(r = json_loads(reply, 0, NULL));
-		free(reply);
-		if (strcmp(harness_str(r, "disposition"), "proceed") != 0) {
-			json_decref(r);
-			break;
-		}
-		snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
-		json_decref(r);
-		if ((reply = call_until_dead(b, complete_request(i, fence,
-		    "applied", effect_result(i, SPLIT_PAD)))) == NULL)
-			break;
-		if (strstr(reply, "\"state\":\"committed\"") == NULL) {
-			free(reply);
-			break;
-		}
-		assert_non_null(receipts[i] = malloc(strlen(reply) + 1));
-		receipt_bytes(reply, receipts[i], strlen(reply) + 1);
-		free(reply);
-		answered = i + 1;
-	}
-	/* All answered: the broker never reached the point. */
-	assert_true(answered < SPLIT_EFFECTS);
-	harness_wait_dead(b);
-	/* As in test_kill_during_index_write: 4 answered at least. */
-	assert_true(answered >= 4);
-	/* Between the commits: a batch in, the meta not moved, no file. */
-	assert_true(index_entries(b) >= 1);
-	assert_int_equal(index_checkpoint(b), 0);
-	assert_int_equal(checkpoints_in_place(b), 0);
-	assert_int_equal(harness_start(b, small_args, NULL), 0);
-	for (i = 0; i < answered; i++) {
-		reply = call_line(b, begin_request(i, 0));
-		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
-			fail_msg("fx-%d after the restart: %s", i, reply);
-		assert_non_null(got = malloc(strlen(reply) + 1));
-		receipt_bytes(reply, got, strlen(reply) + 1);
-		assert_string_equal(got, receipts[i]);
-		free(got);
-		free(reply);
-		free(receipts[i]);
-	}
-	verify_clean(b);
-	harness_finish(b);
-}
-
 /* idemctl verify finds nothing wrong (the broker running). */
 static void
 verify_clean(struct broker *b)
@@ -1051,19 +927,6 @@ index_checkpoint(struct broker *b)
 	assert_int_equal(index_stats(&x, &st), 0);
 	index_close(&x);
 	return st.checkpoint;
-}
-
-/* How many receipts the index holds. */
-static uint64_t
-index_entries(struct broker *b)
-{
-	struct index		x;
-	struct index_stats	st;
-
-	open_index(b, &x);
-	assert_int_equal(index_stats(&x, &st), 0);
-	index_close(&x);
-	return st.entries;
 }
 
 /* Remove key from the index (the store never does: damage). */
@@ -2328,8 +2191,6 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_restart_below_the_journals_peak, harness_setup,
 		    harness_teardown),
-		cmocka_unit_test_setup_teardown(test_kill_between_index_commits,
-		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_kill_during_index_write,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_leaves_tombstones,

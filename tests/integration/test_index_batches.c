@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_index_batches.c: a checkpoint gives the index its entries in
+ * several LMDB transactions (doc/journal.md, "Writing: from the
+ * checkpoint"), and a crash between two of them loses nothing.  The
+ * broker is killed at between_index_commits, once with no checkpoint
+ * in place yet (the index's meta.checkpoint 0) and once after a first
+ * one (meta.checkpoint that one's segment): the index then holds a
+ * batch of the checkpoint that died, ahead of its meta.checkpoint.
+ * After the restart every acknowledged effect answers reused with its
+ * receipt byte for byte, first from the table the journal's replay
+ * filled, then, once enough later effects have evicted every one of
+ * them from a table of 32 slots, from the index: so a replay that marked
+ * a slot indexed that the index lacks (evictable, then lost) fails.
+ * idemctl verify is clean after each.
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <lmdb.h>
+
+#include "integration/filter.h"
+#include "harness.h"
+#include "store.h"
+
+/*
+ * 32 slots, and an arena that holds every result of them: a replay that
+ * overflowed either would give the index every committed slot itself
+ * (replay_make_room), and the marking this test watches would not run.
+ * A checkpoint is due at 17 committed (capacity / 2 + 1): the effects
+ * of its second batch on were acknowledged before it began.
+ */
+#define BATCHES_CAPACITY	32
+static const char *const small_args[] = { "--capacity", "32",
+    "--result-bytes", "4194304", NULL };
+/* A checkpoint runs in the background: table_full is retried meanwhile. */
+#define BATCHES_FULL_RETRY_MS	2
+#define BATCHES_FULL_MAX_RETRIES 5000
+/* A fence's text ("<attempt>-<16 hex>") with room to spare. */
+#define BATCHES_FENCE_BYTES	64
+/*
+ * Effects of 60,000-byte results: a checkpoint of 17 of them gives the
+ * index four transactions or more of CHECKPOINT_INDEX_COMMIT_BYTES
+ * (256 KiB of pages counted: five such puts).
+ */
+#define BATCHES_EFFECTS		64
+#define BATCHES_PAD		60000
+/* Effects of small results before them, one batch: a first checkpoint. */
+#define BATCHES_FIRST		(BATCHES_CAPACITY / 2 + 1)
+/* Later effects, small: each earlier one leaves the slots for them. */
+#define BATCHES_LATER		(3 * BATCHES_CAPACITY)
+#define BATCHES_CHECKPOINT_WAIT_MS 30000
+
+/* One request line's reply line (malloc'd); NULL if the broker died. */
+static char *
+call_line_or_null(struct broker *b, json_t *request)
+{
+	char	*line, *reply = NULL;
+	int	 fd;
+
+	assert_non_null(line = json_dumps(request, JSON_COMPACT));
+	json_decref(request);
+	if ((fd = harness_raw_connect(b)) >= 0) {
+		if (harness_raw_send(fd, line) == 0)
+			reply = harness_raw_read_line(fd);
+		close(fd);
+	}
+	free(line);
+	return reply;
+}
+
+/*
+ * The receipt's exact bytes in a reply (malloc'd): the receipt is a
+ * reply's last member, what follows "receipt": up to the reply's own
+ * closing brace.
+ */
+static char *
+receipt_of(const char *reply)
+{
+	const char	*p = strstr(reply, "\"receipt\":");
+	char		*out;
+	size_t		 n;
+
+	if (p == NULL)
+		fail_msg("no receipt in %s", reply);
+	p += strlen("\"receipt\":");
+	n = strlen(p);
+	assert_true(n >= 2 && p[n - 1] == '}');
+	assert_non_null(out = strndup(p, n - 1));
+	return out;
+}
+
+static json_t *
+begin_request(int i)
+{
+	char	id[32];
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	return json_pack("{s:s, s:s, s:s, s:{s:i, s:s}}", "op", "effect_begin",
+	    "client_submission_id", id, "effect_kind", "mail.send/v1",
+	    "request", "n", i, "to", "ops@example");
+}
+
+/* fx-i's complete, applied, with pad bytes of 'x' in its result. */
+static json_t *
+complete_request(int i, const char *fence, size_t pad)
+{
+	char	 id[32], *x;
+	json_t	*r;
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	assert_non_null(x = malloc(pad + 1));
+	memset(x, 'x', pad);
+	x[pad] = '\0';
+	r = json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:i, s:s, s:s}}", "op",
+	    "effect_complete", "client_submission_id", id, "effect_kind",
+	    "mail.send/v1", "fence", fence, "outcome", "applied", "result",
+	    "message_id", i, "status", "sent", "pad", x);
+	free(x);
+	return r;
+}
+
+/*
+ * request's reply, retried while the table is full (the checkpoint that
+ * frees it may be the one that dies); NULL once the broker died.
+ */
+static char *
+call_until_dead(struct broker *b, json_t *request)
+{
+	struct timespec	 ts = { 0, BATCHES_FULL_RETRY_MS * 1000000L };
+	char		*reply;
+	int		 tries;
+
+	for (tries = 0;; tries++) {
+		json_incref(request);
+		if ((reply = call_line_or_null(b, request)) == NULL ||
+		    strstr(reply, "\"code\":\"table_full\"") == NULL)
+			break;
+		free(reply);
+		reply = NULL;
+		if (kill(b->pid, 0) != 0 ||
+		    tries >= BATCHES_FULL_MAX_RETRIES)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	json_decref(request);
+	return reply;
+}
+
+/*
+ * fx-i begun and completed with a result of pad bytes more: its
+ * receipt (malloc'd), or NULL if the broker died on the way.
+ */
+static char *
+commit_or_die(struct broker *b, int i, size_t pad)
+{
+	char	 fence[BATCHES_FENCE_BYTES], *reply, *receipt;
+	json_t	*r;
+
+	if ((reply = call_until_dead(b, begin_request(i))) == NULL)
+		return NULL;
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
+		fail_msg("fx-%d: %s", i, reply);
+	free(reply);
+	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+	json_decref(r);
+	if ((reply = call_until_dead(b, complete_request(i, fence,
+	    pad))) == NULL)
+		return NULL;
+	if (strstr(reply, "\"state\":\"committed\"") == NULL)
+		fail_msg("complete fx-%d: %s", i, reply);
+	receipt = receipt_of(reply);
+	free(reply);
+	return receipt;
+}
+
+/* Every one of fx-0 .. fx-(n-1) reused with receipts[i], byte for byte. */
+static void
+assert_reused(struct broker *b, char **receipts, int n, const char *when)
+{
+	char	*reply, *got;
+	int	 i;
+
+	for (i = 0; i < n; i++) {
+		if ((reply = call_until_dead(b, begin_request(i))) == NULL)
+			fail_msg("fx-%d %s: the broker died", i, when);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d %s: %s", i, when, reply);
+		got = receipt_of(reply);
+		if (strcmp(got, receipts[i]) != 0)
+			fail_msg("fx-%d %s: receipt %s, first %s", i, when,
+			    got, receipts[i]);
+		free(got);
+		free(reply);
+	}
+}
+
+/* The checkpoint files in place (not temporaries) in b's journal. */
+static int
+checkpoints_in_place(struct broker *b)
+{
+	char		 dir[PATH_MAX];
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
+	assert_non_null(d = opendir(dir));
+	while ((e = readdir(d)) != NULL)
+		n += strncmp(e->d_name, "checkpoint-", 11) == 0;
+	closedir(d);
+	return n;
+}
+
+/* The index's stats (the broker stopped). */
+static void
+index_stats_of(struct broker *b, struct index_stats *st)
+{
+	struct index	 x;
+	char		 dir[PATH_MAX];
+	char		*cause = NULL;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	if (index_open(&x, dir, 0, &cause) != 0)
+		fail_msg("index_open: %s", cause);
+	assert_int_equal(index_stats(&x, st), 0);
+	index_close(&x);
+}
+
+/* idemctl verify finds nothing wrong (the broker running). */
+static void
+verify_clean(struct broker *b)
+{
+	char	out[8192];
+
+	if (harness_idemctl(out, sizeof out, "--root '%s' verify",
+	    b->root) != 0)
+		fail_msg("idemctl verify: %s", out);
+}
+
+/*
+ * The crash (first small effects, and a first checkpoint waited for, if
+ * first > 0), the index at the crash checked, the restart, and every
+ * acknowledged effect reused byte for byte from the table and then,
+ * all of them evicted, from the index.
+ */
+static void
+kill_between_commits(struct broker *b, int first)
+{
+	static const char *const env[] = {
+	    "IDEM_CRASH_AT=between_index_commits", NULL };
+	char			*receipts[BATCHES_EFFECTS], *later;
+	struct index_stats	 st;
+	int			 i, answered = 0;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("built without --enable-fault-injection: no crash "
+	    "points");
+	return;
+#endif
+	assert_int_equal(harness_start(b, small_args, env), 0);
+	for (i = 0; i < first; i++)
+		assert_non_null(receipts[i] = commit_or_die(b, i, 0));
+	if (first > 0) {
+		/* Small records: the first checkpoint is one batch. */
+		harness_wait_log(b, "checkpoint checkpoint-", 1,
+		    BATCHES_CHECKPOINT_WAIT_MS);
+		answered = first;
+	}
+	for (i = first; i < BATCHES_EFFECTS; i++) {
+		if ((receipts[i] = commit_or_die(b, i, BATCHES_PAD)) == NULL)
+			break;
+		answered = i + 1;
+	}
+	/* All answered: the broker never reached the point. */
+	assert_true(answered < BATCHES_EFFECTS);
+	harness_wait_dead(b);
+	/*
+	 * A checkpoint is due at 17 committed; the 17th's reply races the
+	 * checkpoint that dies, so 16 large ones answered at least.
+	 */
+	assert_true(answered >= first + BATCHES_CAPACITY / 2);
+	/*
+	 * Between the commits: a batch in, the meta not moved, no file.
+	 * Acknowledged effects the index lacks (the next batch's): replay
+	 * must leave them unindexed, or they are evicted and lost.
+	 */
+	index_stats_of(b, &st);
+	assert_true(st.entries < (uint64_t)answered);
+	if (first == 0) {
+		assert_true(st.entries >= 1);
+		assert_int_equal(st.checkpoint, 0);
+		assert_int_equal(checkpoints_in_place(b), 0);
+	} else {
+		assert_true(st.entries >= (uint64_t)first + 1);
+		assert_int_not_equal(st.checkpoint, 0);
+		assert_int_equal(checkpoints_in_place(b), 1);
+	}
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_reused(b, receipts, answered, "after the restart");
+	/* Three times the slots: every earlier one leaves the table. */
+	for (i = BATCHES_EFFECTS; i < BATCHES_EFFECTS + BATCHES_LATER; i++) {
+		assert_non_null(later = commit_or_die(b, i, 0));
+		free(later);
+	}
+	assert_reused(b, receipts, answered, "evicted, from the index");
+	verify_clean(b);
+	for (i = 0; i < answered; i++)
+		free(receipts[i]);
+	harness_finish(b);
+}
+
+/* The first checkpoint dies between its commits: meta.checkpoint 0. */
+static void
+test_kill_between_index_commits(void **state)
+{
+	kill_between_commits(*state, 0);
+}
+
+/* The second one does: meta.checkpoint the first's segment. */
+static void
+test_kill_between_index_commits_after_one(void **state)
+{
+	kill_between_commits(*state, BATCHES_FIRST);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_kill_between_index_commits,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_kill_between_index_commits_after_one, harness_setup,
+		    harness_teardown),
+	};
+
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
