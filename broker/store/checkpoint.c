@@ -191,7 +191,10 @@ note_slot(struct index_batch *b, uint32_t slot)
 
 /*
  * 1: every record appended by now is durable, so every state copied so
- * far is; else the journal failed in between (the epoch moved) and what
+ * far is.  Also 1 across one journal failure since epoch when all of
+ * them lay before what it lost (head <= ring_lost_from:
+ * handoff_is_durable): the failure took only later records.  Else 0:
+ * the failure (or more than one) came before some of them, and what
  * was copied may have been lost with it.
  */
 static int
@@ -354,7 +357,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 				    cause) != 0 ||
 				    note_slot(&batch, from + i) != 0)
 					goto index_failed;
-				if (batch.count == 1 || batch.count % 4096 == 0)
+				if (batch.count == 1)
 					crash_point(CRASH_DURING_INDEX_WRITE);
 				was_put = 1;
 			}
