@@ -216,9 +216,15 @@ static int
 index_batch_commit(struct index_batch *b, struct shm_segment *seg,
     uint64_t segment, char **cause)
 {
-	/* A crash here: commits made, meta.checkpoint the older one. */
-	if (b->commits > 0)
+	/*
+	 * A crash here: commits made, meta.checkpoint the older one.  Or a
+	 * hold (IDEM_CRASH_HOLD_AT=between_index_commits:FIFO): a test
+	 * makes the journal fail while the copy goes on.
+	 */
+	if (b->commits > 0) {
 		crash_point(CRASH_BETWEEN_INDEX_COMMITS);
+		crash_hold_at("between_index_commits");
+	}
 	atomic_fetch_add(&seg->header->index_publishing, 1);
 	if (index_commit(b->ix, segment, cause) != 0) {
 		atomic_fetch_add(&seg->header->index_publishing, 1);

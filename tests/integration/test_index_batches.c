@@ -12,11 +12,17 @@
  * filled, then, once enough later effects have evicted every one of
  * them from a table of 32 slots, from the index: so a replay that marked
  * a slot indexed that the index lacks (evictable, then lost) fails.
- * idemctl verify is clean after each.
+ * idemctl verify is clean after each.  And the journal fails while a
+ * checkpoint of several batches is under way, after its first commit,
+ * with an effect's commit in the table not yet durable: that commit is
+ * lost (its complete is not acknowledged), so it must not reach the
+ * index (each batch waits for the journal first), and the retry
+ * commits afresh.
  */
 #include <sys/stat.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -338,6 +344,165 @@ test_kill_between_index_commits_after_one(void **state)
 	kill_between_commits(*state, BATCHES_FIRST);
 }
 
+/*
+ * The journal fails after a checkpoint's first index commit.  A table
+ * of 2048 slots: the checkpoint asked for at 1,025 committed copies the
+ * first 1,024 slots (one chunk: 17 batches of 64 puts), and the effect
+ * begun next, in slot 1,024, in the chunk after, followed by 80 more
+ * committed.  The checkpoint is held after its first commit
+ * (IDEM_CRASH_HOLD_AT=between_index_commits), those 80 are committed;
+ * the journal's fdatasync is then held (faultshim holdfail), and that
+ * effect's complete put in the table while it is; the checkpoint goes
+ * on.  The next batch waits for the journal (copied_durable), and so
+ * never puts the commit; without that wait the checkpoint reaches the
+ * effect's chunk and commits it to the index.  That is looked for, for
+ * up to FAIL_LOOK_MS, before the held fdatasync fails: an absence has
+ * no event to await.  Then the complete is not acknowledged, the
+ * checkpoint fails, the index does not hold the effect, its retried
+ * complete (the same fence) commits, and idemctl verify is clean.
+ */
+#define FAIL_CAPACITY	2048
+#define FAIL_FIRST	(FAIL_CAPACITY / 2)
+#define FAIL_EFFECT	(FAIL_CAPACITY * 4)
+/* More than one batch's puts (at most 64). */
+#define FAIL_AFTER	80
+#define FAIL_LOOK_MS	2000
+#define FAIL_EVENT_MS	30000
+
+static int
+shim_setup(void **state)
+{
+	return harness_shim_setup(state, 300);
+}
+
+/* Does the index (opened to read, the broker running) hold fx-i? */
+static int
+index_holds(struct broker *b, int i)
+{
+	struct index		 x;
+	struct index_entry	 e;
+	char			 dir[PATH_MAX], key[64];
+	char			*cause = NULL;
+	uint8_t			*result;
+	size_t			 n;
+	int			 rc;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0)
+		fail_msg("index_open: %s", cause);
+	/* The index's key: the effect's kind, the separator, its id. */
+	n = (size_t)snprintf(key, sizeof key, "mail.send/v1%cfx-%d",
+	    SUBTAB_EFFECT_SEPARATOR, i);
+	assert_non_null(result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES));
+	rc = index_get(&x, key, n, &e, result, &cause);
+	if (rc == -1)
+		fail_msg("index_get: %s", cause);
+	free(result);
+	index_close(&x);
+	return rc;
+}
+
+static void
+test_journal_fails_between_index_commits(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	static const char *const args[] = { "--capacity", "2048",
+	    "--result-bytes", "4194304", NULL };
+	char			 fifo[PATH_MAX + 8], hold[PATH_MAX + 64];
+	char			 fence[BATCHES_FENCE_BYTES], *line, *reply;
+	char			*receipt;
+	const char		*env[5];
+	json_t			*r;
+	int64_t			 until;
+	int			 i, w, fd, leaked = 0;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("built without --enable-fault-injection: no hold "
+	    "points");
+	return;
+#endif
+	snprintf(fifo, sizeof fifo, "%s.hold", t->fault_file);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold,
+	    "IDEM_CRASH_HOLD_AT=between_index_commits:%s", fifo);
+	memcpy(env, t->env, 3 * sizeof env[0]);
+	env[3] = hold;
+	env[4] = NULL;
+	assert_int_equal(harness_start(b, args, env), 0);
+	for (i = 0; i < FAIL_FIRST; i++)
+		free(commit_or_die(b, i, 0));
+	/* The effect whose commit the journal loses: slot FAIL_FIRST. */
+	assert_non_null(reply = call_until_dead(b, begin_request(FAIL_EFFECT)));
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
+		fail_msg("fx-%d: %s", FAIL_EFFECT, reply);
+	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+	json_decref(r);
+	free(reply);
+	/* The 1,025th commit: the checkpoint, held after its first commit. */
+	free(commit_or_die(b, FAIL_FIRST, 0));
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	assert_false(index_holds(b, FAIL_EFFECT));
+	/*
+	 * Slots after it, committed (durable) while the checkpoint is held:
+	 * its batch fills, and is committed before the copy's end (the
+	 * last batch waits for the journal in any case).
+	 */
+	for (i = FAIL_FIRST + 1; i <= FAIL_FIRST + FAIL_AFTER; i++)
+		free(commit_or_die(b, i, 0));
+
+	harness_fault_rule(t->fault_file, "holdfail .jnl EIO");
+	assert_non_null(line = json_dumps(complete_request(FAIL_EFFECT, fence,
+	    0), JSON_COMPACT));
+	assert_true((fd = harness_raw_connect(b)) >= 0);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	harness_wait_log(b, "faultshim: a sync held", 1, FAIL_EVENT_MS);
+	close(w);			/* the checkpoint goes on */
+	for (until = harness_now_ms() + FAIL_LOOK_MS;
+	    !leaked && harness_now_ms() < until;)
+		leaked = index_holds(b, FAIL_EFFECT);
+	harness_fault_rule(t->fault_file, "");	/* the held sync fails */
+	assert_non_null(reply = harness_raw_read_line(fd));
+	close(fd);
+	if (strstr(reply, "\"state\":\"committed\"") != NULL)
+		fail_msg("a commit the journal lost acknowledged: %s", reply);
+	free(reply);
+	if (leaked)
+		fail_msg("fx-%d's lost commit reached the index", FAIL_EFFECT);
+	harness_wait_log(b, "the journal failed while the table was copied",
+	    1, FAIL_EVENT_MS);
+	assert_false(index_holds(b, FAIL_EFFECT));
+	/* The retry (the journal reopened) commits afresh. */
+	for (until = harness_now_ms() + FAIL_EVENT_MS;;) {
+		reply = call_until_dead(b, complete_request(FAIL_EFFECT, fence,
+		    0));
+		assert_non_null(reply);
+		if (strstr(reply, "\"state\":\"committed\"") != NULL)
+			break;
+		if (strstr(reply, "\"retryable\":true") == NULL ||
+		    harness_now_ms() > until)
+			fail_msg("retried complete fx-%d: %s", FAIL_EFFECT,
+			    reply);
+		free(reply);
+	}
+	receipt = receipt_of(reply);
+	free(reply);
+	assert_non_null(reply = call_until_dead(b, begin_request(FAIL_EFFECT)));
+	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+		fail_msg("fx-%d after its retry: %s", FAIL_EFFECT, reply);
+	line = receipt_of(reply);
+	assert_string_equal(line, receipt);
+	free(line);
+	free(reply);
+	free(receipt);
+	verify_clean(b);
+	unlink(fifo);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
 int
 main(void)
 {
@@ -347,6 +512,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_kill_between_index_commits_after_one, harness_setup,
 		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_journal_fails_between_index_commits, shim_setup,
+		    harness_shim_teardown),
 	};
 
 	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
