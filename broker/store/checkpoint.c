@@ -34,6 +34,18 @@
  * and the journal's fdatasync never waits behind the whole file.  That
  * is no durability step: the fsync below stays the file's.
  *
+ * The committed entries the index lacks go to it in LMDB transactions
+ * of about CHECKPOINT_INDEX_COMMIT_BYTES of pages (a 4 KiB leaf a put,
+ * scattered keys each dirtying their own, and the records' bytes; the
+ * branch pages above not counted), each committed once every
+ * state it holds is durable in the journal, its slots then marked
+ * INDEXED; meta.checkpoint moves in the last one only.  One transaction
+ * of the whole copy was several MiB that LMDB writes and fdatasyncs at
+ * once, and a journal flush behind it waited milliseconds.  A crash
+ * between two of them leaves the index ahead of its meta.checkpoint,
+ * which is harmless: its puts are by key, of final entries the segments
+ * still hold (doc/journal.md, "Writing: from the checkpoint").
+ *
  * The file is written to a temporary name, fsync'd, renamed and its
  * directory fsync'd; only then are old segments removed.  A crash at any
  * point leaves either the old checkpoint and all its segments, or the new
@@ -71,6 +83,18 @@
 	((size_t)CHECKPOINT_CHUNK_SLOTS * JOURNAL_MAX_RECORD_BYTES)
 _Static_assert(CHECKPOINT_BUFFER_BYTES >= JOURNAL_MAX_EFFECT_RECORD_BYTES,
     "an effect's record fits the checkpoint's buffer");
+/*
+ * The pages one index transaction may dirty, as counted, before it is
+ * committed: LMDB writes and fdatasyncs a commit's pages at once, and a
+ * journal flush issued meanwhile waits behind them (doc/journal.md,
+ * "Writing: from the checkpoint").  Each put is counted as one page of
+ * CHECKPOINT_INDEX_PAGE_BYTES (scattered keys each dirty their own
+ * leaf) plus its record's bytes (a large one goes to overflow pages):
+ * at most 64 puts a transaction.  The branch pages above the leaves are
+ * not counted; they are fewer, shared by the fan-out.
+ */
+#define CHECKPOINT_INDEX_COMMIT_BYTES	(256 * 1024)
+#define CHECKPOINT_INDEX_PAGE_BYTES	4096
 #define CHECKPOINT_NAME_FORMAT		"checkpoint-%016" PRIx64 ".snap"
 
 static const uint8_t checkpoint_magic[8] = { 'I','D','E','M','C','K','P','T' };
@@ -135,19 +159,83 @@ header_encode(uint8_t h[CHECKPOINT_HEADER_BYTES], uint64_t segment,
 	crypto_shorthash(h + 56, h, 56, checkpoint_key);
 }
 
+/*
+ * The index's side of one checkpoint: the write transaction open, the
+ * slots put in it (marked INDEXED once it is durable), its bytes.
+ */
+struct index_batch {
+	struct index	*ix;
+	uint32_t	*slots;
+	size_t		 count, size;
+	size_t		 bytes;		/* pages + records, counted as put */
+	uint64_t	 indexed;	/* slots put by the commits made */
+	uint64_t	 commits;
+};
+
 /* Remember a slot the index is given, to mark it once that is durable. */
 static int
-note_slot(uint32_t **slots, size_t *count, size_t *size, uint32_t slot)
+note_slot(struct index_batch *b, uint32_t slot)
 {
 	uint32_t	*grown;
 
-	if (*count == *size) {
-		*size = *size == 0 ? 1024 : 2 * *size;
-		if ((grown = realloc(*slots, *size * sizeof **slots)) == NULL)
+	if (b->count == b->size) {
+		b->size = b->size == 0 ? 1024 : 2 * b->size;
+		if ((grown = realloc(b->slots, b->size * sizeof *b->slots)) ==
+		    NULL)
 			return -1;
-		*slots = grown;
+		b->slots = grown;
 	}
-	(*slots)[(*count)++] = slot;
+	b->slots[b->count++] = slot;
+	return 0;
+}
+
+/*
+ * 1: every record appended by now is durable, so every state copied so
+ * far is.  Also 1 across one journal failure since epoch when all of
+ * them lay before what it lost (head <= ring_lost_from:
+ * handoff_is_durable): the failure took only later records.  Else 0:
+ * the failure (or more than one) came before some of them, and what
+ * was copied may have been lost with it.
+ */
+static int
+copied_durable(struct shm_segment *seg, uint64_t epoch)
+{
+	uint64_t	head;
+
+	return handoff_head(seg, &head) == 0 &&
+	    handoff_wait_durable(seg->header, head, epoch) == 1;
+}
+
+/*
+ * Commit the open transaction (with meta.checkpoint = segment when
+ * segment is not 0: the last one) and mark its slots INDEXED; the
+ * caller has seen every state put durable (copied_durable).  stats
+ * counts the batch once: see index_publishing.
+ */
+static int
+index_batch_commit(struct index_batch *b, struct shm_segment *seg,
+    uint64_t segment, char **cause)
+{
+	/*
+	 * A crash here: commits made, meta.checkpoint the older one.  Or a
+	 * hold (IDEM_CRASH_HOLD_AT=between_index_commits:FIFO): a test
+	 * makes the journal fail while the copy goes on.
+	 */
+	if (b->commits > 0) {
+		crash_point(CRASH_BETWEEN_INDEX_COMMITS);
+		crash_hold_at("between_index_commits");
+	}
+	atomic_fetch_add(&seg->header->index_publishing, 1);
+	if (index_commit(b->ix, segment, cause) != 0) {
+		atomic_fetch_add(&seg->header->index_publishing, 1);
+		return -1;
+	}
+	subtab_mark_indexed(seg, b->slots, b->count);
+	atomic_fetch_add(&seg->header->index_publishing, 1);
+	b->indexed += b->count;
+	b->count = 0;
+	b->bytes = 0;
+	b->commits++;
 	return 0;
 }
 
@@ -157,8 +245,8 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
     uint64_t *indexed, char **cause)
 {
 	struct subtab_entry	*entries = NULL;
-	uint32_t		*flags = NULL, *put = NULL;
-	size_t			 n_put = 0, put_size = 0;
+	uint32_t		*flags = NULL;
+	struct index_batch	 batch;
 	struct index_stats	 istats;
 	uint64_t		 committed = 0, index_only = 0;
 	char			(*keys)[SUBTAB_MAX_KEY_BYTES] = NULL;
@@ -170,13 +258,15 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	uint8_t			*buf = NULL, *result = NULL;
 	size_t			 used = 0, need, n_encoded;
 	char			 name[64], temp[80];
-	uint64_t		 records = 0, epoch, head, offset;
+	uint64_t		 records = 0, epoch, offset;
 	uint32_t		 from = 0, n, i;
 	int			 fd = -1, rc = -1;
-	int			 skip_indexed = 0;
+	int			 skip_indexed = 0, was_put;
 
 	snprintf(name, sizeof name, CHECKPOINT_NAME_FORMAT, segment);
 	snprintf(temp, sizeof temp, ".%s.tmp", name);
+	memset(&batch, 0, sizeof batch);
+	batch.ix = ix;
 	entries = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *entries);
 	keys = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *keys);
 	flags = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *flags);
@@ -220,7 +310,10 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	if (ix != NULL && index_stats(ix, &istats) == 0 &&
 	    istats.entries > seg->header->slots_used)
 		skip_indexed = 1;
-	/* The committed states the index lacks go to it in one transaction. */
+	/*
+	 * The committed states the index lacks go to it in transactions of
+	 * about CHECKPOINT_INDEX_COMMIT_BYTES each (index_batch_commit).
+	 */
 	if (ix != NULL && index_begin(ix, cause) != 0)
 		goto out;
 	while ((n = subtab_copy_flags(seg, from, CHECKPOINT_CHUNK_SLOTS,
@@ -262,16 +355,17 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			}
 			if (entries[i].state == SUBTAB_COMMITTED)
 				committed++;
+			was_put = 0;
 			if (ix != NULL &&
 			    entries[i].state == SUBTAB_COMMITTED &&
 			    !(flags[i] & SUBTAB_SLOT_INDEXED)) {
 				if (index_put(ix, INDEX_FULL, &record,
 				    cause) != 0 ||
-				    note_slot(&put, &n_put, &put_size,
-				    from + i) != 0)
+				    note_slot(&batch, from + i) != 0)
 					goto index_failed;
-				if (n_put == 1 || n_put % 4096 == 0)
+				if (batch.count == 1)
 					crash_point(CRASH_DURING_INDEX_WRITE);
+				was_put = 1;
 			}
 			/*
 			 * An effect's record carries its result, copied from
@@ -304,6 +398,27 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 				goto out;
 			}
 			used += n_encoded;
+			/*
+			 * The batch is full: committed now, not with the
+			 * rest at the end, so that LMDB writes and syncs
+			 * about CHECKPOINT_INDEX_COMMIT_BYTES of pages (a
+			 * leaf a put and the record's bytes; not the branch
+			 * pages above) and a journal flush queued behind it
+			 * waits for that, not the whole copy (doc/journal.md,
+			 * "Writing: from the checkpoint").  Its states must
+			 * be durable first, as at the end.
+			 */
+			if (was_put)
+				batch.bytes += CHECKPOINT_INDEX_PAGE_BYTES +
+				    n_encoded;
+			if (was_put &&
+			    batch.bytes >= CHECKPOINT_INDEX_COMMIT_BYTES) {
+				if (!copied_durable(seg, epoch))
+					goto journal_failed;
+				if (index_batch_commit(&batch, seg, 0,
+				    cause) != 0 || index_begin(ix, cause) != 0)
+					goto out;
+			}
 		}
 		for (i = 0; i < n; i++)
 			records += entries[i].state != SUBTAB_EMPTY;
@@ -335,27 +450,19 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	 * fails this checkpoint (the segments stay), and the next one copies
 	 * the states settled since.
 	 */
-	if (handoff_head(seg, &head) != 0 ||
-	    handoff_wait_durable(seg->header, head, epoch) != 1) {
-		asprintf(cause, "checkpoint %s: the journal failed while the "
-		    "table was copied", name);
-		goto out;
-	}
+	if (!copied_durable(seg, epoch))
+		goto journal_failed;
 	/*
 	 * The index first: once this checkpoint is in place, the segments
 	 * before it go, and with them the journal's copy of what the index
-	 * was given.  A crash before the commit leaves the index as it was
-	 * and this checkpoint unfinished: nothing is lost.
+	 * was given.  A crash before this last commit leaves the index
+	 * with the batches committed so far (ahead of its meta.checkpoint,
+	 * harmless: puts by key of final entries) and this checkpoint
+	 * unfinished: the segments hold everything.
 	 */
 	if (ix != NULL) {
-		/* stats counts the batch once: see index_publishing. */
-		atomic_fetch_add(&seg->header->index_publishing, 1);
-		if (index_commit(ix, segment, cause) != 0) {
-			atomic_fetch_add(&seg->header->index_publishing, 1);
+		if (index_batch_commit(&batch, seg, segment, cause) != 0)
 			goto out;
-		}
-		subtab_mark_indexed(seg, put, n_put);
-		atomic_fetch_add(&seg->header->index_publishing, 1);
 		if (index_stats(ix, &istats) == 0 && istats.entries > committed)
 			index_only = istats.entries - committed;
 	}
@@ -375,8 +482,13 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	}
 	crash_point(CRASH_AFTER_CHECKPOINT_RENAMED);
 	*written = records;
-	*indexed = n_put;
+	*indexed = batch.indexed;
 	rc = 0;
+	goto out;
+
+journal_failed:
+	asprintf(cause, "checkpoint %s: the journal failed while the "
+	    "table was copied", name);
 	goto out;
 
 index_failed:
@@ -399,7 +511,7 @@ out:
 		unlinkat(dir_fd, temp, 0);
 	}
 	free(flags);
-	free(put);
+	free(batch.slots);
 	free(entries);
 	free(keys);
 	free(buf);

@@ -45,6 +45,7 @@ static const char *const crash_point_names[CRASH_POINT_COUNT] = {
 	"after_effect_release_durable",
 	"after_effect_resolve_durable",
 	"during_index_write",
+	"between_index_commits",
 	"before_next_segment_renamed",
 	"after_next_segment_renamed",
 };

@@ -1030,6 +1030,8 @@ enum crash_point {
 	CRASH_AFTER_EFFECT_RESOLVE_DURABLE,	/* resolve, any evidence */
 	/* The master's: committed entries given to the index, uncommitted. */
 	CRASH_DURING_INDEX_WRITE,
+	/* The master's: a batch of them durable, the next not committed. */
+	CRASH_BETWEEN_INDEX_COMMITS,
 	/*
 	 * The master's, at a rotation to the segment made ahead: before
 	 * the cut and the rename (the old segment live, the new one under

@@ -1,0 +1,524 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_index_batches.c: a checkpoint gives the index its entries in
+ * several LMDB transactions (doc/journal.md, "Writing: from the
+ * checkpoint"), and a crash between two of them loses nothing.  The
+ * broker is killed at between_index_commits, once with no checkpoint
+ * in place yet (the index's meta.checkpoint 0) and once after a first
+ * one (meta.checkpoint that one's segment): the index then holds a
+ * batch of the checkpoint that died, ahead of its meta.checkpoint.
+ * After the restart every acknowledged effect answers reused with its
+ * receipt byte for byte, first from the table the journal's replay
+ * filled, then, once enough later effects have evicted every one of
+ * them from a table of 32 slots, from the index: so a replay that marked
+ * a slot indexed that the index lacks (evictable, then lost) fails.
+ * idemctl verify is clean after each.  And the journal fails while a
+ * checkpoint of several batches is under way, after its first commit,
+ * with an effect's commit in the table not yet durable: that commit is
+ * lost (its complete is not acknowledged), so it must not reach the
+ * index (each batch waits for the journal first), and the retry
+ * commits afresh.
+ */
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <lmdb.h>
+
+#include "integration/filter.h"
+#include "harness.h"
+#include "store.h"
+
+/*
+ * 32 slots, and an arena that holds every result of them: a replay that
+ * overflowed either would give the index every committed slot itself
+ * (replay_make_room), and the marking this test watches would not run.
+ * A checkpoint is due at 17 committed (capacity / 2 + 1): the effects
+ * of its second batch on were acknowledged before it began.
+ */
+#define BATCHES_CAPACITY	32
+static const char *const small_args[] = { "--capacity", "32",
+    "--result-bytes", "4194304", NULL };
+/* A checkpoint runs in the background: table_full is retried meanwhile. */
+#define BATCHES_FULL_RETRY_MS	2
+#define BATCHES_FULL_MAX_RETRIES 5000
+/* A fence's text ("<attempt>-<16 hex>") with room to spare. */
+#define BATCHES_FENCE_BYTES	64
+/*
+ * Effects of 60,000-byte results: a checkpoint of 17 of them gives the
+ * index four transactions or more of CHECKPOINT_INDEX_COMMIT_BYTES
+ * (256 KiB of pages counted: five such puts).
+ */
+#define BATCHES_EFFECTS		64
+#define BATCHES_PAD		60000
+/* Effects of small results before them, one batch: a first checkpoint. */
+#define BATCHES_FIRST		(BATCHES_CAPACITY / 2 + 1)
+/* Later effects, small: each earlier one leaves the slots for them. */
+#define BATCHES_LATER		(3 * BATCHES_CAPACITY)
+#define BATCHES_CHECKPOINT_WAIT_MS 30000
+
+/* One request line's reply line (malloc'd); NULL if the broker died. */
+static char *
+call_line_or_null(struct broker *b, json_t *request)
+{
+	char	*line, *reply = NULL;
+	int	 fd;
+
+	assert_non_null(line = json_dumps(request, JSON_COMPACT));
+	json_decref(request);
+	if ((fd = harness_raw_connect(b)) >= 0) {
+		if (harness_raw_send(fd, line) == 0)
+			reply = harness_raw_read_line(fd);
+		close(fd);
+	}
+	free(line);
+	return reply;
+}
+
+/*
+ * The receipt's exact bytes in a reply (malloc'd): the receipt is a
+ * reply's last member, what follows "receipt": up to the reply's own
+ * closing brace.
+ */
+static char *
+receipt_of(const char *reply)
+{
+	const char	*p = strstr(reply, "\"receipt\":");
+	char		*out;
+	size_t		 n;
+
+	if (p == NULL)
+		fail_msg("no receipt in %s", reply);
+	p += strlen("\"receipt\":");
+	n = strlen(p);
+	assert_true(n >= 2 && p[n - 1] == '}');
+	assert_non_null(out = strndup(p, n - 1));
+	return out;
+}
+
+static json_t *
+begin_request(int i)
+{
+	char	id[32];
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	return json_pack("{s:s, s:s, s:s, s:{s:i, s:s}}", "op", "effect_begin",
+	    "client_submission_id", id, "effect_kind", "mail.send/v1",
+	    "request", "n", i, "to", "ops@example");
+}
+
+/* fx-i's complete, applied, with pad bytes of 'x' in its result. */
+static json_t *
+complete_request(int i, const char *fence, size_t pad)
+{
+	char	 id[32], *x;
+	json_t	*r;
+
+	snprintf(id, sizeof id, "fx-%d", i);
+	assert_non_null(x = malloc(pad + 1));
+	memset(x, 'x', pad);
+	x[pad] = '\0';
+	r = json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:i, s:s, s:s}}", "op",
+	    "effect_complete", "client_submission_id", id, "effect_kind",
+	    "mail.send/v1", "fence", fence, "outcome", "applied", "result",
+	    "message_id", i, "status", "sent", "pad", x);
+	free(x);
+	return r;
+}
+
+/*
+ * request's reply, retried while the table is full (the checkpoint that
+ * frees it may be the one that dies); NULL once the broker died.
+ */
+static char *
+call_until_dead(struct broker *b, json_t *request)
+{
+	struct timespec	 ts = { 0, BATCHES_FULL_RETRY_MS * 1000000L };
+	char		*reply;
+	int		 tries;
+
+	for (tries = 0;; tries++) {
+		json_incref(request);
+		if ((reply = call_line_or_null(b, request)) == NULL ||
+		    strstr(reply, "\"code\":\"table_full\"") == NULL)
+			break;
+		free(reply);
+		reply = NULL;
+		if (kill(b->pid, 0) != 0 ||
+		    tries >= BATCHES_FULL_MAX_RETRIES)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	json_decref(request);
+	return reply;
+}
+
+/*
+ * fx-i begun and completed with a result of pad bytes more: its
+ * receipt (malloc'd), or NULL if the broker died on the way.
+ */
+static char *
+commit_or_die(struct broker *b, int i, size_t pad)
+{
+	char	 fence[BATCHES_FENCE_BYTES], *reply, *receipt;
+	json_t	*r;
+
+	if ((reply = call_until_dead(b, begin_request(i))) == NULL)
+		return NULL;
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
+		fail_msg("fx-%d: %s", i, reply);
+	free(reply);
+	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+	json_decref(r);
+	if ((reply = call_until_dead(b, complete_request(i, fence,
+	    pad))) == NULL)
+		return NULL;
+	if (strstr(reply, "\"state\":\"committed\"") == NULL)
+		fail_msg("complete fx-%d: %s", i, reply);
+	receipt = receipt_of(reply);
+	free(reply);
+	return receipt;
+}
+
+/* Every one of fx-0 .. fx-(n-1) reused with receipts[i], byte for byte. */
+static void
+assert_reused(struct broker *b, char **receipts, int n, const char *when)
+{
+	char	*reply, *got;
+	int	 i;
+
+	for (i = 0; i < n; i++) {
+		if ((reply = call_until_dead(b, begin_request(i))) == NULL)
+			fail_msg("fx-%d %s: the broker died", i, when);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d %s: %s", i, when, reply);
+		got = receipt_of(reply);
+		if (strcmp(got, receipts[i]) != 0)
+			fail_msg("fx-%d %s: receipt %s, first %s", i, when,
+			    got, receipts[i]);
+		free(got);
+		free(reply);
+	}
+}
+
+/* The checkpoint files in place (not temporaries) in b's journal. */
+static int
+checkpoints_in_place(struct broker *b)
+{
+	char		 dir[PATH_MAX];
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
+	assert_non_null(d = opendir(dir));
+	while ((e = readdir(d)) != NULL)
+		n += strncmp(e->d_name, "checkpoint-", 11) == 0;
+	closedir(d);
+	return n;
+}
+
+/* The index's stats (the broker stopped). */
+static void
+index_stats_of(struct broker *b, struct index_stats *st)
+{
+	struct index	 x;
+	char		 dir[PATH_MAX];
+	char		*cause = NULL;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	if (index_open(&x, dir, 0, &cause) != 0)
+		fail_msg("index_open: %s", cause);
+	assert_int_equal(index_stats(&x, st), 0);
+	index_close(&x);
+}
+
+/* idemctl verify finds nothing wrong (the broker running). */
+static void
+verify_clean(struct broker *b)
+{
+	char	out[8192];
+
+	if (harness_idemctl(out, sizeof out, "--root '%s' verify",
+	    b->root) != 0)
+		fail_msg("idemctl verify: %s", out);
+}
+
+/*
+ * The crash (first small effects, and a first checkpoint waited for, if
+ * first > 0), the index at the crash checked, the restart, and every
+ * acknowledged effect reused byte for byte from the table and then,
+ * all of them evicted, from the index.
+ */
+static void
+kill_between_commits(struct broker *b, int first)
+{
+	static const char *const env[] = {
+	    "IDEM_CRASH_AT=between_index_commits", NULL };
+	char			*receipts[BATCHES_EFFECTS], *later;
+	struct index_stats	 st;
+	int			 i, answered = 0;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("built without --enable-fault-injection: no crash "
+	    "points");
+	return;
+#endif
+	assert_int_equal(harness_start(b, small_args, env), 0);
+	for (i = 0; i < first; i++)
+		assert_non_null(receipts[i] = commit_or_die(b, i, 0));
+	if (first > 0) {
+		/* Small records: the first checkpoint is one batch. */
+		harness_wait_log(b, "checkpoint checkpoint-", 1,
+		    BATCHES_CHECKPOINT_WAIT_MS);
+		answered = first;
+	}
+	for (i = first; i < BATCHES_EFFECTS; i++) {
+		if ((receipts[i] = commit_or_die(b, i, BATCHES_PAD)) == NULL)
+			break;
+		answered = i + 1;
+	}
+	/* All answered: the broker never reached the point. */
+	assert_true(answered < BATCHES_EFFECTS);
+	harness_wait_dead(b);
+	/*
+	 * A checkpoint is due at 17 committed; the 17th's reply races the
+	 * checkpoint that dies, so 16 large ones answered at least.
+	 */
+	assert_true(answered >= first + BATCHES_CAPACITY / 2);
+	/*
+	 * Between the commits: a batch in, the meta not moved, no file.
+	 * Acknowledged effects the index lacks (the next batch's): replay
+	 * must leave them unindexed, or they are evicted and lost.
+	 */
+	index_stats_of(b, &st);
+	assert_true(st.entries < (uint64_t)answered);
+	if (first == 0) {
+		assert_true(st.entries >= 1);
+		assert_int_equal(st.checkpoint, 0);
+		assert_int_equal(checkpoints_in_place(b), 0);
+	} else {
+		assert_true(st.entries >= (uint64_t)first + 1);
+		assert_int_not_equal(st.checkpoint, 0);
+		assert_int_equal(checkpoints_in_place(b), 1);
+	}
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_reused(b, receipts, answered, "after the restart");
+	/* Three times the slots: every earlier one leaves the table. */
+	for (i = BATCHES_EFFECTS; i < BATCHES_EFFECTS + BATCHES_LATER; i++) {
+		assert_non_null(later = commit_or_die(b, i, 0));
+		free(later);
+	}
+	assert_reused(b, receipts, answered, "evicted, from the index");
+	verify_clean(b);
+	for (i = 0; i < answered; i++)
+		free(receipts[i]);
+	harness_finish(b);
+}
+
+/* The first checkpoint dies between its commits: meta.checkpoint 0. */
+static void
+test_kill_between_index_commits(void **state)
+{
+	kill_between_commits(*state, 0);
+}
+
+/* The second one does: meta.checkpoint the first's segment. */
+static void
+test_kill_between_index_commits_after_one(void **state)
+{
+	kill_between_commits(*state, BATCHES_FIRST);
+}
+
+/*
+ * The journal fails after a checkpoint's first index commit.  A table
+ * of 2048 slots: the checkpoint asked for at 1,025 committed copies the
+ * first 1,024 slots (one chunk: 17 batches of 64 puts), and the effect
+ * begun next, in slot 1,024, in the chunk after, followed by 80 more
+ * committed.  The checkpoint is held after its first commit
+ * (IDEM_CRASH_HOLD_AT=between_index_commits), those 80 are committed;
+ * the journal's fdatasync is then held (faultshim holdfail), and that
+ * effect's complete put in the table while it is; the checkpoint goes
+ * on.  The next batch waits for the journal (copied_durable), and so
+ * never puts the commit; without that wait the checkpoint reaches the
+ * effect's chunk and commits it to the index.  That is looked for, for
+ * up to FAIL_LOOK_MS, before the held fdatasync fails: an absence has
+ * no event to await.  Then the complete is not acknowledged, the
+ * checkpoint fails, the index does not hold the effect, its retried
+ * complete (the same fence) commits, and idemctl verify is clean.
+ */
+#define FAIL_CAPACITY	2048
+#define FAIL_FIRST	(FAIL_CAPACITY / 2)
+#define FAIL_EFFECT	(FAIL_CAPACITY * 4)
+/* More than one batch's puts (at most 64). */
+#define FAIL_AFTER	80
+#define FAIL_LOOK_MS	2000
+#define FAIL_EVENT_MS	30000
+
+static int
+shim_setup(void **state)
+{
+	return harness_shim_setup(state, 300);
+}
+
+/* Does the index (opened to read, the broker running) hold fx-i? */
+static int
+index_holds(struct broker *b, int i)
+{
+	struct index		 x;
+	struct index_entry	 e;
+	char			 dir[PATH_MAX], key[64];
+	char			*cause = NULL;
+	uint8_t			*result;
+	size_t			 n;
+	int			 rc;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0)
+		fail_msg("index_open: %s", cause);
+	/* The index's key: the effect's kind, the separator, its id. */
+	n = (size_t)snprintf(key, sizeof key, "mail.send/v1%cfx-%d",
+	    SUBTAB_EFFECT_SEPARATOR, i);
+	assert_non_null(result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES));
+	rc = index_get(&x, key, n, &e, result, &cause);
+	if (rc == -1)
+		fail_msg("index_get: %s", cause);
+	free(result);
+	index_close(&x);
+	return rc;
+}
+
+static void
+test_journal_fails_between_index_commits(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	static const char *const args[] = { "--capacity", "2048",
+	    "--result-bytes", "4194304", NULL };
+	char			 fifo[PATH_MAX + 8], hold[PATH_MAX + 64];
+	char			 fence[BATCHES_FENCE_BYTES], *line, *reply;
+	char			*receipt;
+	const char		*env[5];
+	json_t			*r;
+	int64_t			 until;
+	int			 i, w, fd, leaked = 0;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("built without --enable-fault-injection: no hold "
+	    "points");
+	return;
+#endif
+	snprintf(fifo, sizeof fifo, "%s.hold", t->fault_file);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, sizeof hold,
+	    "IDEM_CRASH_HOLD_AT=between_index_commits:%s", fifo);
+	memcpy(env, t->env, 3 * sizeof env[0]);
+	env[3] = hold;
+	env[4] = NULL;
+	assert_int_equal(harness_start(b, args, env), 0);
+	for (i = 0; i < FAIL_FIRST; i++)
+		free(commit_or_die(b, i, 0));
+	/* The effect whose commit the journal loses: slot FAIL_FIRST. */
+	assert_non_null(reply = call_until_dead(b, begin_request(FAIL_EFFECT)));
+	assert_non_null(r = json_loads(reply, 0, NULL));
+	if (strcmp(harness_str(r, "disposition"), "proceed") != 0)
+		fail_msg("fx-%d: %s", FAIL_EFFECT, reply);
+	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
+	json_decref(r);
+	free(reply);
+	/* The 1,025th commit: the checkpoint, held after its first commit. */
+	free(commit_or_die(b, FAIL_FIRST, 0));
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	assert_false(index_holds(b, FAIL_EFFECT));
+	/*
+	 * Slots after it, committed (durable) while the checkpoint is held:
+	 * its batch fills, and is committed before the copy's end (the
+	 * last batch waits for the journal in any case).
+	 */
+	for (i = FAIL_FIRST + 1; i <= FAIL_FIRST + FAIL_AFTER; i++)
+		free(commit_or_die(b, i, 0));
+
+	harness_fault_rule(t->fault_file, "holdfail .jnl EIO");
+	assert_non_null(line = json_dumps(complete_request(FAIL_EFFECT, fence,
+	    0), JSON_COMPACT));
+	assert_true((fd = harness_raw_connect(b)) >= 0);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	harness_wait_log(b, "faultshim: a sync held", 1, FAIL_EVENT_MS);
+	close(w);			/* the checkpoint goes on */
+	for (until = harness_now_ms() + FAIL_LOOK_MS;
+	    !leaked && harness_now_ms() < until;)
+		leaked = index_holds(b, FAIL_EFFECT);
+	harness_fault_rule(t->fault_file, "");	/* the held sync fails */
+	assert_non_null(reply = harness_raw_read_line(fd));
+	close(fd);
+	if (strstr(reply, "\"state\":\"committed\"") != NULL)
+		fail_msg("a commit the journal lost acknowledged: %s", reply);
+	free(reply);
+	if (leaked)
+		fail_msg("fx-%d's lost commit reached the index", FAIL_EFFECT);
+	harness_wait_log(b, "the journal failed while the table was copied",
+	    1, FAIL_EVENT_MS);
+	assert_false(index_holds(b, FAIL_EFFECT));
+	/* The retry (the journal reopened) commits afresh. */
+	for (until = harness_now_ms() + FAIL_EVENT_MS;;) {
+		reply = call_until_dead(b, complete_request(FAIL_EFFECT, fence,
+		    0));
+		assert_non_null(reply);
+		if (strstr(reply, "\"state\":\"committed\"") != NULL)
+			break;
+		if (strstr(reply, "\"retryable\":true") == NULL ||
+		    harness_now_ms() > until)
+			fail_msg("retried complete fx-%d: %s", FAIL_EFFECT,
+			    reply);
+		free(reply);
+	}
+	receipt = receipt_of(reply);
+	free(reply);
+	assert_non_null(reply = call_until_dead(b, begin_request(FAIL_EFFECT)));
+	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+		fail_msg("fx-%d after its retry: %s", FAIL_EFFECT, reply);
+	line = receipt_of(reply);
+	assert_string_equal(line, receipt);
+	free(line);
+	free(reply);
+	free(receipt);
+	verify_clean(b);
+	unlink(fifo);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_kill_between_index_commits,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_kill_between_index_commits_after_one, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_journal_fails_between_index_commits, shim_setup,
+		    harness_shim_teardown),
+	};
+
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
