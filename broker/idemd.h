@@ -631,6 +631,15 @@ int	 request_envelope(json_t *request, const char *line, size_t length,
 /* Parse one line: -1 with err for invalid_json / invalid_utf8 / not an object. */
 json_t	*request_parse(const char *line, size_t length,
 	    struct request_error *);
+/*
+ * The worker's parse (conn_dispatch): request_parse's tree, but for an
+ * effect_complete whose line holds its result in compact form, whose
+ * result member is null in the tree (the handler copies the result from
+ * the line: effect_check.c, result_field).  Not for a check without the
+ * line (request_check_line).
+ */
+json_t	*request_parse_line(const char *line, size_t length,
+	    struct request_error *);
 /* A string field: 0 absent, 1 present (value, length), -1 err set. */
 int	 request_string(json_t *object, const char *key, const char *path,
 	    size_t min, size_t max, int nullable, const char **value,

@@ -124,7 +124,7 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	if (fastpath_answer(c, line, length))
 		return;
 	c->op[0] = '\0';
-	request = request_parse(line, length, &err);
+	request = request_parse_line(line, length, &err);
 	if (request == NULL) {
 		atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 		conn_send(c, reply_error(&err, NULL));
