@@ -1009,11 +1009,16 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	e->op = op;
 	if (op == EFFECT_BEGIN)
 		fastpath_hint_take(&p->worker->fast, &e->fast);
-	if (op == EFFECT_COMPLETE)
+	if (op == EFFECT_COMPLETE) {
 		e->line = conn_line(conn, &e->line_length);
+		e->line_result = conn_line_result(conn,
+		    &e->line_result_length);
+	}
 	d = idemd_of(p);
 	rc = effect_parse(op, request, e, &err);
-	e->line = NULL;		/* freed once the handler returns */
+	/* freed once the handler returns */
+	e->line = NULL;
+	e->line_result = NULL;
 	if (rc != 0) {
 		atomic_fetch_add(&d->seg.header->counters.errors, 1);
 		pending_reply(p, reply_error(&err, p->id));

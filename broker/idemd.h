@@ -474,6 +474,8 @@ struct idemd *conn_idemd(struct conn *);
  * (from conn_dispatch); NULL anywhere else.
  */
 const char *conn_line(struct conn *, size_t *length);
+/* The dispatched line's result left out of its tree; NULL: none. */
+const char *conn_line_result(struct conn *, size_t *length);
 struct worker *conn_worker(struct conn *);
 /* pending.c's side: the request p runs; its reply, and the next lines. */
 void	 conn_start(struct conn *, struct pending *);
@@ -634,11 +636,12 @@ json_t	*request_parse(const char *line, size_t length,
 /*
  * The worker's parse (conn_dispatch): request_parse's tree, but for an
  * effect_complete whose line holds its result in compact form, whose
- * result member is null in the tree (the handler copies the result from
- * the line: effect_check.c, result_field).  Not for a check without the
- * line (request_check_line).
+ * result member is null in the tree and *result (else NULL) those bytes
+ * in line (the handler copies them: effect_check.c, result_field).  Not
+ * for a check without the line (request_check_line).
  */
 json_t	*request_parse_line(const char *line, size_t length,
+	    const char **result, size_t *result_length,
 	    struct request_error *);
 /* A string field: 0 absent, 1 present (value, length), -1 err set. */
 int	 request_string(json_t *object, const char *key, const char *path,
@@ -790,6 +793,9 @@ struct effect {
 	 */
 	const char		*line;
 	size_t			 line_length;
+	/* complete: the result request_parse_line left out of the tree. */
+	const char		*line_result;
+	size_t			 line_result_length;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
 	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;

@@ -334,7 +334,8 @@ static const op_check_fn request_checks[IDEM_OPC_COUNT] = {
  * refusal is worded from the line as sent.  NULL: parse it whole.
  */
 static json_t *
-request_parse_complete(const char *line, size_t length)
+request_parse_complete(const char *line, size_t length, const char **value,
+    size_t *value_length)
 {
 	static const char	 op_complete[] = "\"effect_complete\"";
 	struct replyscan_object	 top;
@@ -373,16 +374,23 @@ request_parse_complete(const char *line, size_t length)
 		json_decref(request);
 		request = NULL;
 	}
+	if (request != NULL) {
+		*value = raw;
+		*value_length = raw_length;
+	}
 	return request;
 }
 
 json_t *
-request_parse_line(const char *line, size_t length,
-    struct request_error *err)
+request_parse_line(const char *line, size_t length, const char **result,
+    size_t *result_length, struct request_error *err)
 {
 	json_t	*request;
 
-	if ((request = request_parse_complete(line, length)) != NULL)
+	*result = NULL;
+	*result_length = 0;
+	if ((request = request_parse_complete(line, length, result,
+	    result_length)) != NULL)
 		return request;
 	return request_parse(line, length, err);
 }

@@ -124,7 +124,8 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	if (fastpath_answer(c, line, length))
 		return;
 	c->op[0] = '\0';
-	request = request_parse_line(line, length, &err);
+	request = request_parse_line(line, length, &c->line_result,
+	    &c->line_result_length, &err);
 	if (request == NULL) {
 		atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 		conn_send(c, reply_error(&err, NULL));
@@ -150,9 +151,11 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	c->line_length = length;
 	op->handler(c, request, id);
 	c->line = NULL;
+	c->line_result = NULL;
 	json_decref(request);
 	return;
 refuse:
+	c->line_result = NULL;
 	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 	conn_send(c, reply_error(&err, id));
 	json_decref(request);
