@@ -634,7 +634,8 @@ int	 request_envelope(json_t *request, const char *line, size_t length,
 json_t	*request_parse(const char *line, size_t length,
 	    struct request_error *);
 /*
- * The worker's parse (conn_dispatch): request_parse's tree, but for an
+ * The worker's parse (conn_dispatch, request_tree.c): request_parse's
+ * tree, built from the bytes replyscan checked, but for an
  * effect_complete whose line holds its result in compact form, whose
  * result member is null in the tree and *result (else NULL) those bytes
  * in line (the handler copies them: effect_check.c, result_field).  Not

@@ -7,20 +7,11 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <utf8proc.h>
 
-#include "fastscan.h"
 #include "idemd.h"
-#include "replyscan.h"
-
-/*
- * Below this, an effect_complete's line is parsed whole: its result is
- * too short for the second scan to pay (request_parse_complete).
- */
-#define REQUEST_LEAN_MIN_BYTES	256
 
 /*
  * Messages quote the request (a key, an op, jansson's view of bad JSON)
@@ -316,84 +307,6 @@ static const op_check_fn request_checks[IDEM_OPC_COUNT] = {
 	IDEM_OPS(REQUEST_CHECK)
 #undef REQUEST_CHECK
 };
-
-/*
- * An effect_complete line is mostly its result (up to 64 KiB; the rest
- * is about 200 bytes), and when the line holds the result as jansson's
- * compact dump of it, no one reads its tree: result_field copies those
- * bytes from the line (fastscan_compact_member).  jansson's parse of
- * them was nearly a third of idemd's instructions an effect (callgrind,
- * doc/effects.md, "Counted, not timed").  So such a line is judged whole
- * by replyscan_line, which accepts exactly what json_loadb with
- * JSON_REJECT_DUPLICATES accepts (fuzz_replyscan; request_parse's
- * JSON_ALLOW_NUL only accepts more), and jansson parses a copy with the
- * result's value replaced by null: the tree the whole line gives but for
- * that one value.  Anything else takes request_parse: another op, a
- * result in another form, a line replyscan refuses, an op or result
- * written with escapes, and a copy that does not parse, so that every
- * refusal is worded from the line as sent.  NULL: parse it whole.
- */
-static json_t *
-request_parse_complete(const char *line, size_t length, const char **value,
-    size_t *value_length)
-{
-	static const char	 op_complete[] = "\"effect_complete\"";
-	struct replyscan_object	 top;
-	struct replyscan_member	 op, result;
-	json_error_t		 error;
-	json_t			*request;
-	const char		*raw;
-	char			*copy;
-	size_t			 raw_length, head, tail;
-
-	if (length < REQUEST_LEAN_MIN_BYTES || memmem(line, length,
-	    op_complete, sizeof op_complete - 1) == NULL)
-		return NULL;
-	if (replyscan_line(line, length, &top) != REPLYSCAN_OBJECT ||
-	    !replyscan_find(&top, "op", &op) || op.key_escaped ||
-	    op.value_length != sizeof op_complete - 1 ||
-	    memcmp(op.value, op_complete, op.value_length) != 0 ||
-	    !replyscan_find(&top, "result", &result) || result.key_escaped)
-		return NULL;
-	/* The same member as result_field will copy, and in that form. */
-	if (!fastscan_compact_member(line, length, "result", &raw,
-	    &raw_length) || raw != result.value ||
-	    raw_length != result.value_length)
-		return NULL;
-	head = (size_t)(raw - line);
-	tail = length - head - raw_length;
-	if ((copy = malloc(head + 4 + tail)) == NULL)
-		return NULL;
-	memcpy(copy, line, head);
-	memcpy(copy + head, "null", 4);
-	memcpy(copy + head + 4, raw + raw_length, tail);
-	request = json_loadb(copy, head + 4 + tail, JSON_REJECT_DUPLICATES |
-	    JSON_ALLOW_NUL | JSON_DECODE_ANY, &error);
-	free(copy);
-	if (request != NULL && !json_is_object(request)) {
-		json_decref(request);
-		request = NULL;
-	}
-	if (request != NULL) {
-		*value = raw;
-		*value_length = raw_length;
-	}
-	return request;
-}
-
-json_t *
-request_parse_line(const char *line, size_t length, const char **result,
-    size_t *result_length, struct request_error *err)
-{
-	json_t	*request;
-
-	*result = NULL;
-	*result_length = 0;
-	if ((request = request_parse_complete(line, length, result,
-	    result_length)) != NULL)
-		return request;
-	return request_parse(line, length, err);
-}
 
 /*
  * Everything a worker checks of one request line before it changes any

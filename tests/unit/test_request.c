@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * test_request.c: the worker's parse of a request line
- * (request_parse_line, broker/request.c) against request_parse, the
- * whole line by jansson: for effect_complete lines with a result in
- * compact form (the lean parse: the tree holds null for the result)
- * and in every other form, valid or not, the same verdict, the same
- * refusal, the same tree but for the result, and the same result bytes
- * and has_result once effect_parse has read it with its line.
+ * (request_parse_line, broker/request_tree.c) against request_parse,
+ * the whole line by jansson: the same verdict, the same refusal, and
+ * the same tree, member order and number types included (their dumps
+ * compared), for lines of every kind of value, escape and layout, and
+ * random trees written in several layouts; for effect_complete lines
+ * with a result in compact form (the tree holds null for the result)
+ * the same result bytes and has_result once effect_parse has read it
+ * with its line.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +34,187 @@
 		"klmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz01234"
 #define RESULT	"{\"message_id\":\"m-" LONG "\",\"body\":\"" LONG \
 		"\",\"n\":[1,-3,true,false,null,{},[]]}"
+
+/* A tree's dump: its members in order, integers apart from reals. */
+static char *
+dump(json_t *tree)
+{
+	char	*s;
+
+	s = json_dumps(tree, JSON_COMPACT | JSON_PRESERVE_ORDER |
+	    JSON_ENCODE_ANY);
+	assert_non_null(s);
+	return s;
+}
+
+/* Both parses of line: the same refusal, or the same tree. */
+static void
+same_tree(const char *line, size_t length)
+{
+	struct request_error	 err_whole, err_lean;
+	json_t			*whole, *lean;
+	const char		*raw;
+	size_t			 raw_length;
+	char			*a, *b;
+
+	memset(&err_whole, 0, sizeof err_whole);
+	memset(&err_lean, 0, sizeof err_lean);
+	whole = request_parse(line, length, &err_whole);
+	lean = request_parse_line(line, length, &raw, &raw_length, &err_lean);
+	if (whole == NULL || lean == NULL) {
+		if (whole != NULL || lean != NULL)
+			fail_msg("one parse refused, one accepted: %.*s",
+			    (int)length, line);
+		assert_int_equal(err_whole.code, err_lean.code);
+		assert_string_equal(err_whole.message, err_lean.message);
+		assert_string_equal(err_whole.field, err_lean.field);
+		return;
+	}
+	assert_null(raw);
+	a = dump(whole);
+	b = dump(lean);
+	if (strcmp(a, b) != 0)
+		fail_msg("trees differ for %.*s:\n%s\n%s", (int)length, line,
+		    a, b);
+	free(a);
+	free(b);
+	json_decref(whole);
+	json_decref(lean);
+}
+
+/* Values of every kind, escapes, layouts: the same tree as jansson's. */
+static void
+test_trees_as_jansson_builds_them(void **state)
+{
+	static const char *const lines[] = {
+		"{}",
+		" {\"op\" : \"write_task\" , \"id\":1}\t",
+		"{\"op\":\"x\",\"id\":-0,\"a\":0,\"b\":-9223372036854775808,"
+		    "\"c\":9223372036854775807,\"d\":1.5,\"e\":-2e10,"
+		    "\"f\":1E+2,\"g\":0.0,\"h\":true,\"i\":false,\"j\":null}",
+		"{\"a\":[],\"b\":[1,[2,[3]],{\"x\":\"y\"}],\"c\":{},"
+		    "\"d\":{\"e\":{\"f\":{\"g\":[null]}}}}",
+		"{\"s\":\"\",\"t\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\","
+		    "\"u\":\"\\u00e9\\ud83d\\ude00\\n\\t\\\"\\\\\\/\\b\\f\\r\"}",
+		"{\"k\\u0065y\":1,\"\\n\":2,\"\xc3\xa9\":3,\"\":4}",
+		"{\"long\":\"" "0123456789012345678901234567890123456789"
+		    "0123456789012345678901234567890123456789"
+		    "0123456789012345678901234567890123456789"
+		    "0123456789012345678901234567890123456789"
+		    "0123456789012345678901234567890123456789"
+		    "0123456789012345678901234567890123456789"
+		    "0123456789012345678901234567890123456789\\u0041\"}",
+		/* refused: duplicates, bad escapes, bad UTF-8, trailing bytes */
+		"{\"a\":1,\"a\":2}",
+		"{\"a\":{\"b\":1,\"b\":1}}",
+		"{\"a\":\"\\x\"}",
+		"{\"a\":\"\\ud800\"}",
+		"{\"a\":\"\xff\"}",
+		"{\"a\":1} 2",
+		"{\"a\":01}",
+		"{\"a\":99999999999999999999}",
+		"[1]",
+		"\"s\"",
+		"",
+		/* let through by JSON_ALLOW_NUL, judged by the checks */
+		"{\"a\":\"x\\u0000y\"}",
+		/* nested past 16: replyscan asks jansson, so parsed whole */
+		"{\"a\":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}",
+	};
+	char	wide[2048];
+	size_t	i, n;
+
+	(void)state;
+	for (i = 0; i < sizeof lines / sizeof lines[0]; i++)
+		same_tree(lines[i], strlen(lines[i]));
+	/* more members than replyscan lists, at the top and inside */
+	n = (size_t)snprintf(wide, sizeof wide, "{\"in\":{");
+	for (i = 0; i < 40; i++)
+		n += (size_t)snprintf(wide + n, sizeof wide - n,
+		    "%s\"m%zu\":%zu", i > 0 ? "," : "", i, i);
+	n += (size_t)snprintf(wide + n, sizeof wide - n, "}");
+	for (i = 0; i < 40; i++)
+		n += (size_t)snprintf(wide + n, sizeof wide - n,
+		    ",\"t%zu\":\"v\"", i);
+	n += (size_t)snprintf(wide + n, sizeof wide - n, "}");
+	same_tree(wide, n);
+}
+
+/* A random value of depth at most depth, from a fixed sequence. */
+static json_t *
+random_value(unsigned *seed, int depth)
+{
+	static const char *const strings[] = {
+		"", "a", "caf\xc3\xa9", "\n\t\"\\/", "\x01\x1f", "\xe2\x80\xa8",
+		"\xf0\x9f\x98\x80", "key", "0123456789abcdef0123456789abcdef",
+	};
+	json_t		*v;
+	unsigned	 r = (*seed = *seed * 1103515245u + 12345u) >> 16;
+	int		 i, n;
+	char		 key[32];
+
+	switch (depth > 0 ? r % 8 : r % 5) {
+	case 0:
+		return json_integer((json_int_t)r * (r & 1 ? -7919 : 104729));
+	case 1:
+		return json_real((double)r / 64.0 + 0.5);
+	case 2:
+		return json_string(strings[r % (sizeof strings /
+		    sizeof strings[0])]);
+	case 3:
+		return r & 2 ? json_true() : json_false();
+	case 4:
+		return json_null();
+	case 5:
+		v = json_array();
+		for (i = 0, n = (int)(r % 4); i < n; i++)
+			json_array_append_new(v, random_value(seed, depth - 1));
+		return v;
+	default:
+		v = json_object();
+		for (i = 0, n = (int)(r % 6); i < n; i++) {
+			snprintf(key, sizeof key, "%s%d", strings[(r + i) %
+			    (sizeof strings / sizeof strings[0])], i);
+			json_object_set_new(v, key, random_value(seed,
+			    depth - 1));
+		}
+		return v;
+	}
+}
+
+/*
+ * Random trees written compact, indented, with every non-ASCII
+ * character escaped and with keys sorted: the same tree both ways.
+ */
+static void
+test_random_trees_as_jansson_builds_them(void **state)
+{
+	static const size_t	 flags[] = {
+		JSON_COMPACT | JSON_PRESERVE_ORDER,
+		JSON_INDENT(0) | JSON_PRESERVE_ORDER,
+		JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER,
+		JSON_COMPACT | JSON_SORT_KEYS,
+	};
+	unsigned	 seed = 33;
+	json_t		*tree;
+	char		*line;
+	size_t		 i, f;
+
+	(void)state;
+	for (i = 0; i < 2000; i++) {
+		tree = json_object();
+		json_object_set_new(tree, "op", json_string("effect_begin"));
+		json_object_set_new(tree, "request", random_value(&seed, 4));
+		json_object_set_new(tree, "x", random_value(&seed, 3));
+		for (f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+			line = json_dumps(tree, flags[f]);
+			assert_non_null(line);
+			same_tree(line, strlen(line));
+			free(line);
+		}
+		json_decref(tree);
+	}
+}
 
 /*
  * The effect_parse of a complete over tree, with its line as the worker
@@ -92,14 +275,20 @@ same_as_whole(const char *line)
 		fail_msg("lean parse refused what jansson accepted: %s", line);
 	w = json_deep_copy(whole);
 	l = json_deep_copy(lean);
+	assert_non_null(w);
+	assert_non_null(l);
 	/* Taken: the result named in the line, null in the tree. */
 	lean_taken = raw != NULL;
 	if (lean_taken)
 		assert_true(json_is_null(json_object_get(lean, "result")));
-	json_object_del(w, "result");
-	json_object_del(l, "result");
-	if (!json_equal(w, l))
+	json_object_set_new(w, "result", json_null());
+	json_object_set_new(l, "result", json_null());
+	r_whole = dump(w);
+	r_lean = dump(l);
+	if (strcmp(r_whole, r_lean) != 0)
 		fail_msg("the trees differ beyond result: %s", line);
+	free(r_whole);
+	free(r_lean);
 	json_decref(w);
 	json_decref(l);
 	rc_whole = complete_read(whole, line, NULL, 0, &r_whole, &has_whole,
@@ -188,6 +377,8 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_trees_as_jansson_builds_them),
+		cmocka_unit_test(test_random_trees_as_jansson_builds_them),
 		cmocka_unit_test(test_compact_result_is_not_parsed),
 		cmocka_unit_test(test_other_lines_parsed_whole),
 	};
