@@ -102,11 +102,27 @@ counters_of(struct pending *p)
 	return &idemd_of(p)->seg.header->counters;
 }
 
+/* "<attempt>-<16 hex>", written by hand: one a proceed. */
+_Static_assert(IDEM_EFFECT_FENCE_SIZE >= 10 + 1 + 16 + 1,
+    "a fence's room holds a 32-bit attempt, -, 16 hex digits");
 static void
 fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
 {
-	snprintf(out, IDEM_EFFECT_FENCE_SIZE, "%" PRIu32 "-%016" PRIx64,
-	    e->attempt, e->fence);
+	static const char	 hex[] = "0123456789abcdef";
+	char			 digits[10];
+	uint32_t		 attempt = e->attempt;
+	size_t			 n = 0, i;
+
+	do {
+		digits[n++] = (char)('0' + attempt % 10);
+		attempt /= 10;
+	} while (attempt > 0);
+	for (i = 0; i < n; i++)
+		out[i] = digits[n - 1 - i];
+	out[n++] = '-';
+	for (i = 0; i < 16; i++)
+		out[n + i] = hex[(e->fence >> (60 - 4 * i)) & 0xf];
+	out[n + 16] = '\0';
 }
 
 /* ---- Replies ------------------------------------------------------------ */

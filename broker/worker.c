@@ -118,6 +118,7 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	json_t			*request, *id;
 	const char		*name;
 	const struct op_entry	*op;
+	size_t			 op_length;
 
 	atomic_fetch_add(&c->worker->d->seg.header->workers[
 	    c->worker->index].requests, 1);
@@ -139,7 +140,9 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		goto refuse;
 	}
 	/* One of the table's names: the log quotes nothing a client chose. */
-	snprintf(c->op, sizeof c->op, "%s", name);
+	op_length = strnlen(name, sizeof c->op - 1);
+	memcpy(c->op, name, op_length);
+	c->op[op_length] = '\0';
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    !(op->flags & OP_WHILE_DRAINING)) {
 		request_error_set(&err, WIRE_SHUTTING_DOWN, NULL,
