@@ -22,7 +22,7 @@
  *     otherwise give the same tree (compared as dumps, member order and
  *     number types included), but for an effect_complete's compact
  *     result, which the worker's parse leaves null and names in the
- *     line.
+ *     line: those bytes are the whole parse's result dumped compact.
  *
  * Nothing here can call into the worker: the target links the files
  * that read requests (request.c, reply.c, the ops' *_check.c) and the
@@ -754,9 +754,16 @@ check_worker_parse(const char *line, size_t size)
 		return;
 	}
 	if (raw != NULL) {
-		/* In the line, null in the tree, as the line has it. */
+		/*
+		 * In the line, null in the tree; the bytes named are the
+		 * result as stored: jansson's compact dump of the result.
+		 */
 		FUZZ_CHECK(raw >= line && raw + raw_length <= line + size);
 		FUZZ_CHECK(json_is_null(json_object_get(lean, "result")));
+		a = fuzz_dump(json_object_get(whole, "result"));
+		FUZZ_CHECK(strlen(a) == raw_length &&
+		    memcmp(a, raw, raw_length) == 0);
+		free(a);
 		json_object_set_new(whole, "result", json_null());
 	}
 	a = fuzz_dump(whole);
