@@ -634,16 +634,22 @@ int	 request_envelope(json_t *request, const char *line, size_t length,
 json_t	*request_parse(const char *line, size_t length,
 	    struct request_error *);
 /*
- * The worker's parse (conn_dispatch, request_tree.c): request_parse's
- * tree, built from the bytes replyscan checked, but for an
- * effect_complete whose line holds its result in compact form, whose
- * result member is null in the tree and *result (else NULL) those bytes
- * in line (the handler copies them: effect_check.c, result_field).  Not
- * for a check without the line (request_check_line).
+ * The worker's parse (request_tree.c): it returns request_parse's tree,
+ * built from the bytes replyscan checked instead of by jansson's lexer.
+ * If the line is an effect_complete whose result is already in compact
+ * form, the tree's result is null and *result, *result_length name
+ * those bytes in line (else *result is NULL).
  */
 json_t	*request_parse_line(const char *line, size_t length,
 	    const char **result, size_t *result_length,
 	    struct request_error *);
+/*
+ * request_parse_line's own build, without the fallback: NULL where it
+ * would parse the line whole (replyscan refuses it or asks jansson) or
+ * runs out of memory (test_request: never for a line replyscan accepts).
+ */
+json_t	*request_tree_build(const char *line, size_t length,
+	    const char **result, size_t *result_length);
 /* A string field: 0 absent, 1 present (value, length), -1 err set. */
 int	 request_string(json_t *object, const char *key, const char *path,
 	    size_t min, size_t max, int nullable, const char **value,

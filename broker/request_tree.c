@@ -202,8 +202,8 @@ compact_result(const char *line, size_t length,
 }
 
 json_t *
-request_parse_line(const char *line, size_t length, const char **result,
-    size_t *result_length, struct request_error *err)
+request_tree_build(const char *line, size_t length, const char **result,
+    size_t *result_length)
 {
 	struct replyscan_object	 top;
 	struct replyscan_member	 compact;
@@ -214,16 +214,28 @@ request_parse_line(const char *line, size_t length, const char **result,
 	*result_length = 0;
 	if (replyscan_line(line, length, &top) != REPLYSCAN_OBJECT ||
 	    top.by_jansson || top.overflow)
-		return request_parse(line, length, err);
+		return NULL;
 	skip = compact_result(line, length, &top, &compact);
 	if ((request = json_object()) == NULL ||
 	    tree_members(request, &top, skip ? &compact : NULL) != 0) {
 		json_decref(request);
-		return request_parse(line, length, err);
+		return NULL;
 	}
 	if (skip) {
 		*result = compact.value;
 		*result_length = compact.value_length;
 	}
 	return request;
+}
+
+json_t *
+request_parse_line(const char *line, size_t length, const char **result,
+    size_t *result_length, struct request_error *err)
+{
+	json_t	*request;
+
+	if ((request = request_tree_build(line, length, result,
+	    result_length)) != NULL)
+		return request;
+	return request_parse(line, length, err);
 }

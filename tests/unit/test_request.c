@@ -23,6 +23,7 @@
 
 #include "integration/filter.h"
 #include "idemd.h"
+#include "replyscan.h"
 
 #define FENCE	"\"fence\":\"1-0123456789abcdef\""
 #define HEAD	"{\"op\":\"effect_complete\",\"id\":7," \
@@ -47,8 +48,50 @@ dump(json_t *tree)
 	return s;
 }
 
-/* Both parses of line: the same refusal, or the same tree. */
-static void
+/*
+ * A line replyscan accepts whole is built by request_tree_build, with no
+ * fallback to request_parse (which gives the same tree, so the fallback
+ * is seen only here): non-NULL, and whole's tree (its result null if
+ * the build named the result in the line).  1 if replyscan accepted it.
+ */
+static int
+built_without_fallback(const char *line, size_t length, json_t *whole)
+{
+	struct replyscan_object	 top;
+	json_t			*built, *expected;
+	const char		*raw;
+	size_t			 raw_length;
+	char			*a, *b;
+
+	if (replyscan_line(line, length, &top) != REPLYSCAN_OBJECT ||
+	    top.by_jansson || top.overflow)
+		return 0;
+	assert_non_null(whole);
+	built = request_tree_build(line, length, &raw, &raw_length);
+	if (built == NULL)
+		fail_msg("replyscan accepts, the tree's build fell back: %.*s",
+		    (int)length, line);
+	expected = json_deep_copy(whole);
+	assert_non_null(expected);
+	if (raw != NULL)
+		json_object_set_new(expected, "result", json_null());
+	a = dump(expected);
+	b = dump(built);
+	if (strcmp(a, b) != 0)
+		fail_msg("built tree differs for %.*s:\n%s\n%s", (int)length,
+		    line, a, b);
+	free(a);
+	free(b);
+	json_decref(expected);
+	json_decref(built);
+	return 1;
+}
+
+/*
+ * Both parses of line: the same refusal, or the same tree.  1 if
+ * replyscan accepted the line (built_without_fallback).
+ */
+static int
 same_tree(const char *line, size_t length)
 {
 	struct request_error	 err_whole, err_lean;
@@ -56,6 +99,7 @@ same_tree(const char *line, size_t length)
 	const char		*raw;
 	size_t			 raw_length;
 	char			*a, *b;
+	int			 built;
 
 	memset(&err_whole, 0, sizeof err_whole);
 	memset(&err_lean, 0, sizeof err_lean);
@@ -68,9 +112,10 @@ same_tree(const char *line, size_t length)
 		assert_int_equal(err_whole.code, err_lean.code);
 		assert_string_equal(err_whole.message, err_lean.message);
 		assert_string_equal(err_whole.field, err_lean.field);
-		return;
+		return built_without_fallback(line, length, whole);
 	}
 	assert_null(raw);
+	built = built_without_fallback(line, length, whole);
 	a = dump(whole);
 	b = dump(lean);
 	if (strcmp(a, b) != 0)
@@ -80,6 +125,7 @@ same_tree(const char *line, size_t length)
 	free(b);
 	json_decref(whole);
 	json_decref(lean);
+	return built;
 }
 
 /* Values of every kind, escapes, layouts: the same tree as jansson's. */
@@ -122,11 +168,13 @@ test_trees_as_jansson_builds_them(void **state)
 		"{\"a\":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}",
 	};
 	char	wide[2048];
-	size_t	i, n;
+	size_t	i, n, built = 0;
 
 	(void)state;
 	for (i = 0; i < sizeof lines / sizeof lines[0]; i++)
-		same_tree(lines[i], strlen(lines[i]));
+		built += (size_t)same_tree(lines[i], strlen(lines[i]));
+	/* the seven accepted lines above, escaped strings and keys among them */
+	assert_int_equal(built, 7);
 	/* more members than replyscan lists, at the top and inside */
 	n = (size_t)snprintf(wide, sizeof wide, "{\"in\":{");
 	for (i = 0; i < 40; i++)
@@ -273,6 +321,7 @@ same_as_whole(const char *line)
 	}
 	if (lean == NULL)
 		fail_msg("lean parse refused what jansson accepted: %s", line);
+	(void)built_without_fallback(line, strlen(line), whole);
 	w = json_deep_copy(whole);
 	l = json_deep_copy(lean);
 	assert_non_null(w);
