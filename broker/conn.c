@@ -217,6 +217,13 @@ conn_line(struct conn *c, size_t *length)
 	return c->line;
 }
 
+const char *
+conn_line_result(struct conn *c, size_t *length)
+{
+	*length = c->line_result != NULL ? c->line_result_length : 0;
+	return c->line_result;
+}
+
 /* conn_answer with an ok:true reply written as text (replytext.c). */
 void
 conn_answer_text(struct conn *c, const char *text, size_t length)

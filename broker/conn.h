@@ -23,6 +23,12 @@ struct conn {
 	/* The line being dispatched (conn_line); NULL outside dispatch. */
 	const char		*line;
 	size_t			 line_length;
+	/*
+	 * Its result in compact form, which the worker's parse left out of
+	 * the tree (request_parse_line); NULL: none.
+	 */
+	const char		*line_result;
+	size_t			 line_result_length;
 	int			 peer_counted;	/* in the peer table (peers.c) */
 	int			 closing;	/* close once the output is sent */
 	TAILQ_ENTRY(conn)	 entry;

@@ -102,11 +102,27 @@ counters_of(struct pending *p)
 	return &idemd_of(p)->seg.header->counters;
 }
 
+/* "<attempt>-<16 hex>", written by hand: one a proceed. */
+_Static_assert(IDEM_EFFECT_FENCE_SIZE >= 10 + 1 + 16 + 1,
+    "a fence's room holds a 32-bit attempt, -, 16 hex digits");
 static void
 fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
 {
-	snprintf(out, IDEM_EFFECT_FENCE_SIZE, "%" PRIu32 "-%016" PRIx64,
-	    e->attempt, e->fence);
+	static const char	 hex[] = "0123456789abcdef";
+	char			 digits[10];
+	uint32_t		 attempt = e->attempt;
+	size_t			 n = 0, i;
+
+	do {
+		digits[n++] = (char)('0' + attempt % 10);
+		attempt /= 10;
+	} while (attempt > 0);
+	for (i = 0; i < n; i++)
+		out[i] = digits[n - 1 - i];
+	out[n++] = '-';
+	for (i = 0; i < 16; i++)
+		out[n + i] = hex[(e->fence >> (60 - 4 * i)) & 0xf];
+	out[n + 16] = '\0';
 }
 
 /* ---- Replies ------------------------------------------------------------ */
@@ -1009,11 +1025,16 @@ effect_start(struct conn *conn, json_t *request, json_t *id,
 	e->op = op;
 	if (op == EFFECT_BEGIN)
 		fastpath_hint_take(&p->worker->fast, &e->fast);
-	if (op == EFFECT_COMPLETE)
+	if (op == EFFECT_COMPLETE) {
 		e->line = conn_line(conn, &e->line_length);
+		e->line_result = conn_line_result(conn,
+		    &e->line_result_length);
+	}
 	d = idemd_of(p);
 	rc = effect_parse(op, request, e, &err);
-	e->line = NULL;		/* freed once the handler returns */
+	/* freed once the handler returns */
+	e->line = NULL;
+	e->line_result = NULL;
 	if (rc != 0) {
 		atomic_fetch_add(&d->seg.header->counters.errors, 1);
 		pending_reply(p, reply_error(&err, p->id));

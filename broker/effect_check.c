@@ -156,11 +156,20 @@ result_field(json_t *result, const char *path, struct effect *e,
 	if (result == NULL)
 		result = json_null();
 	free(e->result);
-	if (e->line != NULL && strcmp(path, "result") == 0 &&
+	/*
+	 * Taken from the line, never dumped, when the line has it in this
+	 * form; the worker's parse found it so (e->line_result) and left
+	 * null in its place in the tree (request_parse_line).
+	 */
+	raw = e->line_result;
+	raw_length = e->line_result_length;
+	if (e->line != NULL && strcmp(path, "result") == 0 && (raw != NULL ||
 	    fastscan_compact_member(e->line, e->line_length, "result", &raw,
-	    &raw_length) && (e->result = malloc(raw_length + 1)) != NULL) {
-		memcpy(e->result, raw, raw_length);
-		e->result[raw_length] = '\0';
+	    &raw_length))) {
+		if ((e->result = malloc(raw_length + 1)) != NULL) {
+			memcpy(e->result, raw, raw_length);
+			e->result[raw_length] = '\0';
+		}
 	} else
 		e->result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY |
 		    JSON_PRESERVE_ORDER);

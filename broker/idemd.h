@@ -473,6 +473,8 @@ struct idemd *conn_idemd(struct conn *);
  * (from conn_dispatch); NULL anywhere else.
  */
 const char *conn_line(struct conn *, size_t *length);
+/* The dispatched line's result left out of its tree; NULL: none. */
+const char *conn_line_result(struct conn *, size_t *length);
 struct worker *conn_worker(struct conn *);
 /* pending.c's side: the request p runs; its reply, and the next lines. */
 void	 conn_start(struct conn *, struct pending *);
@@ -630,6 +632,23 @@ int	 request_envelope(json_t *request, const char *line, size_t length,
 /* Parse one line: -1 with err for invalid_json / invalid_utf8 / not an object. */
 json_t	*request_parse(const char *line, size_t length,
 	    struct request_error *);
+/*
+ * The worker's parse (request_tree.c): it returns request_parse's tree,
+ * built from the bytes replyscan checked instead of by jansson's lexer.
+ * If the line is an effect_complete whose result is already in compact
+ * form, the tree's result is null and *result, *result_length name
+ * those bytes in line (else *result is NULL).
+ */
+json_t	*request_parse_line(const char *line, size_t length,
+	    const char **result, size_t *result_length,
+	    struct request_error *);
+/*
+ * request_parse_line's own build, without the fallback: NULL where it
+ * would parse the line whole (replyscan refuses it or asks jansson) or
+ * runs out of memory (test_request: never for a line replyscan accepts).
+ */
+json_t	*request_tree_build(const char *line, size_t length,
+	    const char **result, size_t *result_length);
 /* A string field: 0 absent, 1 present (value, length), -1 err set. */
 int	 request_string(json_t *object, const char *key, const char *path,
 	    size_t min, size_t max, int nullable, const char **value,
@@ -780,6 +799,9 @@ struct effect {
 	 */
 	const char		*line;
 	size_t			 line_length;
+	/* complete: the result request_parse_line left out of the tree. */
+	const char		*line_result;
+	size_t			 line_result_length;
 	char			 source[IDEM_MAX_EVIDENCE_SOURCE_BYTES + 1];
 	/* the effect as the backend found it (its own state: backend.h) */
 	struct subtab_entry	 entry;

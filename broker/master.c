@@ -252,8 +252,16 @@ master_spawn(struct master *m, unsigned index)
 		}
 		if (d->ready_fd != -1)
 			close(d->ready_fd);
+#ifdef IDEM_WORKER_EXEC_PATH
+		/*
+		 * A counting build only (doc/effects.md, "Counted, not
+		 * timed"): under valgrind /proc/self/exe is valgrind's tool.
+		 */
+		execv(IDEM_WORKER_EXEC_PATH, argv);
+#else
 		/* The same binary as the master's, even if replaced on disk. */
 		execv("/proc/self/exe", argv);
+#endif
 		(void)write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1);
 		_exit(127);
 	}

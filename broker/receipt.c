@@ -59,12 +59,20 @@ effect_key_split(const char *key, size_t key_length, char *kind,
     size_t kind_size, char *id, size_t id_size)
 {
 	const char	*sep = memchr(key, SUBTAB_EFFECT_SEPARATOR, key_length);
+	size_t		 n;
 
-	if (sep == NULL)
+	if (sep == NULL || kind_size == 0 || id_size == 0)
 		return -1;
-	snprintf(kind, kind_size, "%.*s", (int)(sep - key), key);
-	snprintf(id, id_size, "%.*s", (int)(key_length - (size_t)(sep - key) -
-	    1), sep + 1);
+	/* Each cut to its room, as snprintf's "%.*s" cut them. */
+	n = (size_t)(sep - key) < kind_size - 1 ? (size_t)(sep - key) :
+	    kind_size - 1;
+	memcpy(kind, key, n);
+	kind[n] = '\0';
+	n = key_length - (size_t)(sep - key) - 1;
+	if (n > id_size - 1)
+		n = id_size - 1;
+	memcpy(id, sep + 1, n);
+	id[n] = '\0';
 	return 0;
 }
 

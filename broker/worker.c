@@ -118,13 +118,15 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	json_t			*request, *id;
 	const char		*name;
 	const struct op_entry	*op;
+	size_t			 op_length;
 
 	atomic_fetch_add(&c->worker->d->seg.header->workers[
 	    c->worker->index].requests, 1);
 	if (fastpath_answer(c, line, length))
 		return;
 	c->op[0] = '\0';
-	request = request_parse(line, length, &err);
+	request = request_parse_line(line, length, &c->line_result,
+	    &c->line_result_length, &err);
 	if (request == NULL) {
 		atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 		conn_send(c, reply_error(&err, NULL));
@@ -138,7 +140,9 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 		goto refuse;
 	}
 	/* One of the table's names: the log quotes nothing a client chose. */
-	snprintf(c->op, sizeof c->op, "%s", name);
+	op_length = strnlen(name, sizeof c->op - 1);
+	memcpy(c->op, name, op_length);
+	c->op[op_length] = '\0';
 	if (atomic_load(&c->worker->d->seg.header->shutting_down) &&
 	    !(op->flags & OP_WHILE_DRAINING)) {
 		request_error_set(&err, WIRE_SHUTTING_DOWN, NULL,
@@ -150,9 +154,11 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	c->line_length = length;
 	op->handler(c, request, id);
 	c->line = NULL;
+	c->line_result = NULL;
 	json_decref(request);
 	return;
 refuse:
+	c->line_result = NULL;
 	atomic_fetch_add(&c->worker->d->seg.header->counters.errors, 1);
 	conn_send(c, reply_error(&err, id));
 	json_decref(request);

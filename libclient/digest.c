@@ -609,7 +609,29 @@ static void
 digest_where(char *where, const char *parent, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* where = parent + "." + the member (or "[i]"), cut to fit. */
+/*
+ * where = a + sep + b, cut to fit (as snprintf's "%s%s%s" would cut
+ * it): written for each member of every request's canonical form, in
+ * case an error below it names the path, so not by snprintf.
+ */
+static void
+digest_where_join(char *where, const char *a, const char *sep,
+    const char *b)
+{
+	const char	*part[3] = { a, sep, b };
+	size_t		 used = 0, n, i;
+
+	if (where == NULL)
+		return;
+	for (i = 0; i < 3; i++) {
+		n = strnlen(part[i], DIGEST_PATH_BYTES - 1 - used);
+		memcpy(where + used, part[i], n);
+		used += n;
+	}
+	where[used] = '\0';
+}
+
+/* where = parent + "[i]", cut to fit. */
 static void
 digest_where(char *where, const char *parent, const char *fmt, ...)
 {
@@ -656,7 +678,7 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 	int			 rc = -1;
 
 	if (where != NULL)
-		snprintf(parent, sizeof parent, "%s", where);
+		digest_where_join(parent, where, "", "");
 	if ((m = calloc(count + 1, sizeof *m)) == NULL)
 		return -1;
 	json_object_foreach((json_t *)object, key, value) {
@@ -664,7 +686,7 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 		m[i].name = digest_normalize_string(key, strlen(key),
 		    &m[i].length);
 		if (m[i].name == NULL || digest_utf16(&m[i]) != 0) {
-			digest_where(where, parent, ".%s", key);
+			digest_where_join(where, parent, ".", key);
 			i++;
 			goto out;
 		}
@@ -673,7 +695,7 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 	qsort(m, count, sizeof *m, digest_name_cmp);
 	for (j = 0; j + 1 < count; j++)
 		if (digest_name_cmp(&m[j], &m[j + 1]) == 0) {
-			digest_where(where, parent, ".%s", m[j].name);
+			digest_where_join(where, parent, ".", m[j].name);
 			errno = EEXIST;
 			goto out;
 		}
@@ -684,12 +706,11 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 		    digest_write_json_string(fp, m[j].name, m[j].length,
 		    0) != 0 || fputc(':', fp) == EOF)
 			goto out;
-		digest_where(where, parent, ".%s", m[j].name);
+		digest_where_join(where, parent, ".", m[j].name);
 		if (digest_write_value(fp, m[j].value, depth + 1, where) != 0)
 			goto out;
 	}
-	if (where != NULL)
-		snprintf(where, DIGEST_PATH_BYTES, "%s", parent);
+	digest_where_join(where, parent, "", "");
 	rc = fputc('}', fp) == EOF ? -1 : 0;
 out:
 	for (j = 0; j < i; j++) {
@@ -732,7 +753,7 @@ digest_write_value(FILE *fp, const json_t *v, int depth, char *where)
 		    json_string_length(v));
 	case JSON_ARRAY:
 		if (where != NULL)
-			snprintf(parent, sizeof parent, "%s", where);
+			digest_where_join(parent, where, "", "");
 		if (fputc('[', fp) == EOF)
 			return -1;
 		for (k = 0; k < json_array_size(v); k++) {
@@ -743,8 +764,7 @@ digest_write_value(FILE *fp, const json_t *v, int depth, char *where)
 			    depth + 1, where) != 0)
 				return -1;
 		}
-		if (where != NULL)
-			snprintf(where, DIGEST_PATH_BYTES, "%s", parent);
+		digest_where_join(where, parent, "", "");
 		return fputc(']', fp) == EOF ? -1 : 0;
 	case JSON_OBJECT:
 		return digest_write_object(fp, v, depth, where);

@@ -414,16 +414,32 @@ static int
 compact_as_dumped(const char *p, const char *end)
 {
 	const char	*q;
+	uint64_t	 v;
 
 	while (p < end) {
 		switch (*p) {
 		case '"':
-			for (p++; p < end && *p != '"'; p++) {
+			/*
+			 * A string without escapes: plain bytes eight at a
+			 * time, as skip_string steps them (a complete's
+			 * result is mostly strings); the byte that ends a
+			 * run judged alone.
+			 */
+			for (p++;; p++) {
+				while (end - p >= 8) {
+					memcpy(&v, p, sizeof v);
+					if (jsonbytes_word_ends_run(v))
+						break;
+					p += 8;
+				}
+				if (p >= end)
+					return 0;
+				if (*p == '"')
+					break;
 				if (*p == '\\' || (unsigned char)*p < 0x20)
 					return 0;
 			}
-			if (p++ >= end)
-				return 0;
+			p++;
 			continue;
 		case '{': case '}': case '[': case ']': case ',': case ':':
 			p++;

@@ -66,7 +66,13 @@
  * The index's map: address space, not memory or disk (the file grows
  * as it is written); the most committed history one root can hold.
  */
+#ifndef IDEM_INDEX_MAP_BYTES
+/*
+ * A counting build under valgrind, which cannot reserve 256 GiB, sets
+ * less (doc/effects.md, "Counted, not timed").
+ */
 #define IDEM_INDEX_MAP_BYTES		(256ULL * 1024 * 1024 * 1024)
+#endif
 /*
  * A worker maps the index's pages ahead of its lookups (broker/history.c):
  * this much per step, at this nice value, and at most the physical

@@ -16,7 +16,13 @@
  *     holding exactly the code, message, field and retryable of err;
  *   - for write_task and write_report, the broker accepts the line if
  *     and only if an independent reading of SPEC.md's field tables
- *     (spec_accepts below) does: a differential check of the validator.
+ *     (spec_accepts below) does: a differential check of the validator;
+ *   - the worker's parse (request_parse_line, request_tree.c) and
+ *     request_parse refuse the same lines with the same error, and
+ *     otherwise give the same tree (compared as dumps, member order and
+ *     number types included), but for an effect_complete's compact
+ *     result, which the worker's parse leaves null and names in the
+ *     line: those bytes are the whole parse's result dumped compact.
  *
  * Nothing here can call into the worker: the target links the files
  * that read requests (request.c, reply.c, the ops' *_check.c) and the
@@ -35,6 +41,7 @@
 #include "idemd.h"
 
 int	LLVMFuzzerTestOneInput(const uint8_t *, size_t);
+static void	check_worker_parse(const char *, size_t);
 
 #define FUZZ_CHECK(cond) do {						\
 	if (!(cond)) {							\
@@ -715,6 +722,59 @@ spec_accepts(const char *line, size_t length)
 	return rc;
 }
 
+static char *
+fuzz_dump(json_t *tree)
+{
+	char	*s;
+
+	s = json_dumps(tree, JSON_COMPACT | JSON_PRESERVE_ORDER |
+	    JSON_ENCODE_ANY);
+	FUZZ_CHECK(s != NULL);
+	return s;
+}
+
+static void
+check_worker_parse(const char *line, size_t size)
+{
+	struct request_error	 err_whole, err_lean;
+	json_t			*whole, *lean;
+	const char		*raw;
+	size_t			 raw_length;
+	char			*a, *b;
+
+	memset(&err_whole, 0, sizeof err_whole);
+	memset(&err_lean, 0, sizeof err_lean);
+	whole = request_parse(line, size, &err_whole);
+	lean = request_parse_line(line, size, &raw, &raw_length, &err_lean);
+	FUZZ_CHECK((whole == NULL) == (lean == NULL));
+	if (whole == NULL) {
+		FUZZ_CHECK(err_whole.code == err_lean.code);
+		FUZZ_CHECK(strcmp(err_whole.message, err_lean.message) == 0);
+		FUZZ_CHECK(strcmp(err_whole.field, err_lean.field) == 0);
+		return;
+	}
+	if (raw != NULL) {
+		/*
+		 * In the line, null in the tree; the bytes named are the
+		 * result as stored: jansson's compact dump of the result.
+		 */
+		FUZZ_CHECK(raw >= line && raw + raw_length <= line + size);
+		FUZZ_CHECK(json_is_null(json_object_get(lean, "result")));
+		a = fuzz_dump(json_object_get(whole, "result"));
+		FUZZ_CHECK(strlen(a) == raw_length &&
+		    memcmp(a, raw, raw_length) == 0);
+		free(a);
+		json_object_set_new(whole, "result", json_null());
+	}
+	a = fuzz_dump(whole);
+	b = fuzz_dump(lean);
+	FUZZ_CHECK(strcmp(a, b) == 0);
+	free(a);
+	free(b);
+	json_decref(whole);
+	json_decref(lean);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -727,6 +787,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if ((lf = memchr(data, '\n', size)) != NULL)
 		size = (size_t)(lf - data);
 
+	check_worker_parse(line, size);
 	memset(&err, 0xa5, sizeof err);		/* nothing read unset */
 	err.code = WIRE_ERROR_COUNT;		/* no code: never set */
 	rc = request_check_line(line, size, &err);

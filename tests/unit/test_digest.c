@@ -840,6 +840,24 @@ test_generic_json_refusals(void **state)
 	assert_int_equal(errno, EEXIST);
 	assert_string_equal(where, ".x.caf\xc3\xa9");
 	json_decref(r);
+	/* Through an array, and cut to its room (63 bytes and a NUL). */
+	r = json_loads("{\"a\":[0,{\"b\":null,\"c\":\"\\u0000\"}]}",
+	    JSON_ALLOW_NUL, NULL);
+	assert_non_null(r);
+	assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n, where),
+	    -1);
+	assert_int_equal(errno, EINVAL);
+	assert_string_equal(where, ".a[1].c");
+	json_decref(r);
+	r = json_loads("{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\":"
+	    "{\"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\":\"\\u0000\"}}",
+	    JSON_ALLOW_NUL, NULL);
+	assert_non_null(r);
+	assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n, where),
+	    -1);
+	assert_string_equal(where, ".aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	    ".bbbbbbbbbbbbbbbbbbbbb");
+	json_decref(r);
 }
 
 int

@@ -508,7 +508,7 @@ test_time_round_trip(void **state)
 		-1, INT64_C(-62167219200000), INT64_C(253402300799999)
 	};
 	char			 s[TASKFILE_TIME_BYTES];
-	int64_t			 ms;
+	int64_t			 ms, parsed;
 	size_t			 i;
 
 	(void)state;
@@ -529,6 +529,19 @@ test_time_round_trip(void **state)
 
 	taskfile_format_time(INT64_C(-62167219200000), s);
 	assert_string_equal(s, "0000-01-01T00:00:00.000Z");
+	/* clamped at both ends of the four-digit years */
+	taskfile_format_time(INT64_MIN, s);
+	assert_string_equal(s, "0000-01-01T00:00:00.000Z");
+	taskfile_format_time(INT64_MAX, s);
+	assert_string_equal(s, "9999-12-31T23:59:59.999Z");
+	/* every field's digits, over the years: each parses back */
+	for (ms = INT64_C(-62167219200000); ms < INT64_C(253402300799999);
+	    ms += INT64_C(9876543210987)) {
+		taskfile_format_time(ms + ms % 1000, s);
+		assert_int_equal(strlen(s), 24);
+		assert_int_equal(taskfile_parse_time(s, &parsed), 0);
+		assert_int_equal(parsed, ms + ms % 1000);
+	}
 
 	assert_int_equal(taskfile_date_of(TEST_TIME_MS), 20261202);
 	assert_int_equal(taskfile_date_of(0), 19700101);
