@@ -124,17 +124,11 @@ is_hex(char c)
 static const char *
 skip_string(const char *p, const char *end, int *escaped)
 {
-	uint64_t	v;
 	unsigned char	c;
 	int		i;
 
 	while (p < end) {
-		while (end - p >= 8) {
-			memcpy(&v, p, sizeof v);
-			if (jsonbytes_word_ends_run(v))
-				break;
-			p += 8;
-		}
+		p = jsonbytes_skip_plain_words(p, end);
 		if (p >= end)
 			break;
 		c = (unsigned char)*p++;
@@ -414,7 +408,6 @@ static int
 compact_as_dumped(const char *p, const char *end)
 {
 	const char	*q;
-	uint64_t	 v;
 
 	while (p < end) {
 		switch (*p) {
@@ -426,12 +419,7 @@ compact_as_dumped(const char *p, const char *end)
 			 * run judged alone.
 			 */
 			for (p++;; p++) {
-				while (end - p >= 8) {
-					memcpy(&v, p, sizeof v);
-					if (jsonbytes_word_ends_run(v))
-						break;
-					p += 8;
-				}
+				p = jsonbytes_skip_plain_words(p, end);
 				if (p >= end)
 					return 0;
 				if (*p == '"')

@@ -12,6 +12,7 @@
 #define IDEM_JSONBYTES_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define JSONBYTES_ONES	0x0101010101010101ULL
 #define JSONBYTES_HIGHS	0x8080808080808080ULL
@@ -87,6 +88,25 @@ jsonbytes_word_ends_run(uint64_t v)
 {
 	return (jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\') |
 	    jsonbytes_word_below(v, 0x20)) & JSONBYTES_HIGHS ? 1 : 0;
+}
+
+/*
+ * p stepped over whole words of a string's plain bytes: at the first
+ * word holding a byte that ends the run, or fewer than eight bytes
+ * before end.  The caller judges the bytes left one at a time.
+ */
+static inline const char *
+jsonbytes_skip_plain_words(const char *p, const char *end)
+{
+	uint64_t	v;
+
+	while (end - p >= 8) {
+		memcpy(&v, p, sizeof v);
+		if (jsonbytes_word_ends_run(v))
+			break;
+		p += 8;
+	}
+	return p;
 }
 
 #endif /* IDEM_JSONBYTES_H */
