@@ -453,8 +453,9 @@ test_journal_fails_between_index_commits(void **state)
 		free(commit_or_die(b, i, 0));
 
 	harness_fault_rule(t->fault_file, "holdfail .jnl EIO");
-	assert_non_null(line = json_dumps(complete_request(FAIL_EFFECT, fence,
-	    0), JSON_COMPACT));
+	r = complete_request(FAIL_EFFECT, fence, 0);
+	assert_non_null(line = json_dumps(r, JSON_COMPACT));
+	json_decref(r);
 	assert_true((fd = harness_raw_connect(b)) >= 0);
 	assert_int_equal(harness_raw_send(fd, line), 0);
 	free(line);
