@@ -771,6 +771,23 @@ harness_raw_exchange(int fd, const char *line)
 	return reply;
 }
 
+char *
+harness_raw_call_or_null(const struct broker *b, json_t *request)
+{
+	char	*line, *reply = NULL;
+	int	 fd;
+
+	assert_non_null(line = json_dumps(request, JSON_COMPACT));
+	json_decref(request);
+	if ((fd = harness_raw_connect(b)) >= 0) {
+		if (harness_raw_send(fd, line) == 0)
+			reply = harness_raw_read_line(fd);
+		close(fd);
+	}
+	free(line);
+	return reply;
+}
+
 int
 harness_raw_send_task(const struct broker *b, const char *id,
     const char *subject)

@@ -95,6 +95,12 @@ int	 harness_raw_send(int fd, const char *line);
 char	*harness_raw_read_line(int fd);
 /* A raw line sent and its reply's line read back (malloc'd). */
 char	*harness_raw_exchange(int, const char *);
+/*
+ * request (its reference taken) sent on a new raw stream, its reply's
+ * line read back (malloc'd); NULL if the stream ends first (the broker
+ * died).
+ */
+char	*harness_raw_call_or_null(const struct broker *, json_t *request);
 /* harness_write_task(id, subject) sent on a new raw stream: its fd. */
 int	 harness_raw_send_task(const struct broker *, const char *id,
 	    const char *subject);

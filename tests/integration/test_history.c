@@ -91,24 +91,6 @@ call_line(struct broker *b, json_t *request)
 	return reply;
 }
 
-/* The same, NULL if the connection ends first (the broker died). */
-static char *
-call_line_or_null(struct broker *b, json_t *request)
-{
-	char	*line, *reply = NULL;
-	int	 fd;
-
-	assert_non_null(line = json_dumps(request, JSON_COMPACT));
-	json_decref(request);
-	if ((fd = harness_raw_connect(b)) >= 0) {
-		if (harness_raw_send(fd, line) == 0)
-			reply = harness_raw_read_line(fd);
-		close(fd);
-	}
-	free(line);
-	return reply;
-}
-
 static void
 receipt_bytes(const char *reply, char *out, size_t size)
 {
@@ -593,7 +575,7 @@ test_kill_during_index_write(void **state)
 	for (i = 0; i < HISTORY_TASKS; i++) {
 		snprintf(id, sizeof id, "hist-%d", i);
 		snprintf(subject, sizeof subject, "history %d", i);
-		if ((reply = call_line_or_null(b, harness_write_task(id,
+		if ((reply = harness_raw_call_or_null(b, harness_write_task(id,
 		    subject))) == NULL)
 			break;	/* the broker died under this request */
 		if (is_table_full(reply)) {

@@ -70,24 +70,6 @@ static const char *const small_args[] = { "--capacity", "32",
 #define BATCHES_LATER		(3 * BATCHES_CAPACITY)
 #define BATCHES_CHECKPOINT_WAIT_MS 30000
 
-/* One request line's reply line (malloc'd); NULL if the broker died. */
-static char *
-call_line_or_null(struct broker *b, json_t *request)
-{
-	char	*line, *reply = NULL;
-	int	 fd;
-
-	assert_non_null(line = json_dumps(request, JSON_COMPACT));
-	json_decref(request);
-	if ((fd = harness_raw_connect(b)) >= 0) {
-		if (harness_raw_send(fd, line) == 0)
-			reply = harness_raw_read_line(fd);
-		close(fd);
-	}
-	free(line);
-	return reply;
-}
-
 /*
  * The receipt's exact bytes in a reply (malloc'd): the receipt is a
  * reply's last member, what follows "receipt": up to the reply's own
@@ -152,7 +134,7 @@ call_until_dead(struct broker *b, json_t *request)
 
 	for (tries = 0;; tries++) {
 		json_incref(request);
-		if ((reply = call_line_or_null(b, request)) == NULL ||
+		if ((reply = harness_raw_call_or_null(b, request)) == NULL ||
 		    strstr(reply, "\"code\":\"table_full\"") == NULL)
 			break;
 		free(reply);
