@@ -109,16 +109,12 @@ static void
 fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
 {
 	static const char	 hex[] = "0123456789abcdef";
-	char			 digits[10];
-	uint32_t		 attempt = e->attempt;
-	size_t			 n = 0, i;
+	char			 digits[10], *start;
+	size_t			 n, i;
 
-	do {
-		digits[n++] = (char)('0' + attempt % 10);
-		attempt /= 10;
-	} while (attempt > 0);
-	for (i = 0; i < n; i++)
-		out[i] = digits[n - 1 - i];
+	start = replytext_decimal(digits + sizeof digits, e->attempt);
+	n = (size_t)(digits + sizeof digits - start);
+	memcpy(out, start, n);
 	out[n++] = '-';
 	for (i = 0; i < 16; i++)
 		out[n + i] = hex[(e->fence >> (60 - 4 * i)) & 0xf];
