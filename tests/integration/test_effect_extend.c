@@ -36,17 +36,14 @@
 
 #include "integration/filter.h"
 #include "integration/harness.h"
+#include "integration/effects_test.h"
 
 /* journal_bytes reads at most this much of a segment. */
 #define JOURNAL_BYTES_MAX	(8 * 1024 * 1024)
-#define KIND		"deploy/v1"
-#define REQUEST		"{\"service\":\"api\",\"version\":\"2.4.1\"}"
-#define RESULT		"{\"deployed\":true}"
 /* The figures: a 300 ms lease extended every 100 ms for 3 s. */
 #define LEASE_MS	300
 #define EXTEND_EVERY_MS	100
 #define EXTEND_FOR_MS	3000
-#define LAPSE_WAIT_MS	10000
 /*
  * idem_effect_run's lease: a perform three of them long, kept by the
  * keeper's extensions.  Long enough for a loaded 2-core host's
@@ -83,20 +80,6 @@ wall_ms(void)
 }
 
 static json_t *
-begin_request(const char *id, int64_t lease_ms)
-{
-	json_t	*r;
-
-	r = json_pack("{s:s, s:s, s:s, s:o}", "op", "effect_begin",
-	    "client_submission_id", id, "effect_kind", KIND, "request",
-	    json_loads(REQUEST, 0, NULL));
-	assert_non_null(r);
-	if (lease_ms > 0)
-		json_object_set_new(r, "lease_ms", json_integer(lease_ms));
-	return r;
-}
-
-static json_t *
 extend_request(const char *id, const char *fence, int64_t lease_ms)
 {
 	json_t	*r;
@@ -109,19 +92,6 @@ extend_request(const char *id, const char *fence, int64_t lease_ms)
 	return r;
 }
 
-static json_t *
-complete_request(const char *id, const char *fence, const char *outcome)
-{
-	json_t	*r;
-
-	r = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op", "effect_complete",
-	    "client_submission_id", id, "effect_kind", KIND, "fence", fence,
-	    "outcome", outcome);
-	assert_non_null(r);
-	json_object_set_new(r, "result", json_loads(RESULT, 0, NULL));
-	return r;
-}
-
 static const char *
 disposition_of(json_t *reply)
 {
@@ -129,39 +99,6 @@ disposition_of(json_t *reply)
 			    "disposition"));
 
 	return d != NULL ? d : "";
-}
-
-static void
-assert_disposition(json_t *reply, const char *disposition)
-{
-	char	*text;
-
-	if (strcmp(disposition_of(reply), disposition) != 0) {
-		text = json_dumps(reply, JSON_COMPACT);
-		fail_msg("expected %s, got %s", disposition, text);
-	}
-}
-
-static void
-assert_reason(json_t *reply, const char *reason)
-{
-	json_t	*error = json_object_get(reply, "error");
-
-	harness_assert_bool(reply, "ok", 0);
-	assert_disposition(reply, "conflict");
-	assert_string_equal(harness_str(error, "code"), "conflict");
-	assert_string_equal(harness_str(error, "reason"), reason);
-}
-
-static void
-assert_error(json_t *reply, const char *code, const char *field)
-{
-	json_t	*error = json_object_get(reply, "error");
-
-	harness_assert_bool(reply, "ok", 0);
-	assert_string_equal(harness_str(error, "code"), code);
-	if (field != NULL)
-		assert_string_equal(harness_str(error, "field"), field);
 }
 
 /* "2026-12-05T01:02:03.456Z" -> milliseconds since the epoch. */
@@ -218,33 +155,6 @@ lease_now(struct broker *b, const char *id)
 	return t;
 }
 
-/* Begin until the lease lapsed: every answer before it in_progress. */
-static json_t *
-begin_until_unknown(struct broker *b, const char *id)
-{
-	json_t	*reply;
-	int	 waited;
-
-	for (waited = 0; waited < LAPSE_WAIT_MS; waited += 10) {
-		reply = harness_must_call(b, begin_request(id, 0));
-		if (strcmp(disposition_of(reply), "outcome_unknown") == 0)
-			return reply;
-		assert_disposition(reply, "in_progress");
-		json_decref(reply);
-		/* The lease is time itself: nothing else to wait on. */
-		sleep_ms(10);
-	}
-	fail_msg("the lease did not lapse in %d ms", LAPSE_WAIT_MS);
-	return NULL;
-}
-
-static char *
-proceed_fence(json_t *reply)
-{
-	assert_disposition(reply, "proceed");
-	return strdup(harness_str(reply, "fence"));
-}
-
 static struct broker *
 start(void **state)
 {
@@ -277,7 +187,8 @@ rival_main(void *arg)
 		return NULL;
 	}
 	while (!r->stop) {
-		reply = harness_call(c, begin_request("long-1", LEASE_MS));
+		reply = harness_call(c, begin_request("long-1", KIND, REQUEST,
+		    LEASE_MS));
 		if (reply != NULL && strcmp(disposition_of(reply),
 		    "in_progress") == 0)
 			r->in_progress++;
@@ -314,8 +225,8 @@ extended_lease_outlives_itself_and_nobody_else_proceeds(void **state)
 
 	c = harness_connect(b);
 	assert_non_null(c);
-	reply = harness_call(c, begin_request("long-1", lease));
-	fence = proceed_fence(reply);
+	reply = harness_call(c, begin_request("long-1", KIND, REQUEST, lease));
+	fence = fence_of(reply);
 	last = time_ms(harness_str(reply, "lease_expires_at"));
 	json_decref(reply);
 
@@ -370,7 +281,8 @@ extended_lease_outlives_itself_and_nobody_else_proceeds(void **state)
 		fail_msg("a rival's begin got %s", rival.other_text);
 	assert_true(rival.in_progress > 0);
 	/* Ten times its lease later, the effect completes. */
-	reply = harness_call(c, complete_request("long-1", fence, "applied"));
+	reply = harness_call(c, complete_request("long-1", fence, "applied",
+	    RESULT));
 	assert_non_null(reply);
 	harness_assert_bool(reply, "ok", 1);
 	assert_string_equal(harness_str(reply, "state"), "committed");
@@ -382,7 +294,7 @@ extended_lease_outlives_itself_and_nobody_else_proceeds(void **state)
 	assert_int_equal(harness_int(reply, "effects_outcome_unknown"), 0);
 	assert_int_equal(harness_int(reply, "effects_extended"), extensions);
 	json_decref(reply);
-	reply = harness_call(c, begin_request("long-1", lease));
+	reply = harness_call(c, begin_request("long-1", KIND, REQUEST, lease));
 	assert_disposition(reply, "reused");
 	json_decref(reply);
 	idem_close(c);
@@ -418,7 +330,8 @@ holder_main(struct broker *b, int fd, int64_t lease)
 	const char		*fence;
 
 	if (c == NULL || (reply = harness_call(c, begin_request("held-1",
-	    lease))) == NULL || strcmp(disposition_of(reply), "proceed") != 0)
+	    KIND, REQUEST, lease))) == NULL ||
+	    strcmp(disposition_of(reply), "proceed") != 0)
 		_exit(1);
 	fence = json_string_value(json_object_get(reply, "fence"));
 	if (write(fd, fence, strlen(fence) + 1) != (ssize_t)strlen(fence) + 1)
@@ -459,7 +372,7 @@ holder_killed_mid_effect_lapses_to_outcome_unknown(void **state)
 	/* Three leases long the holder keeps it: in_progress throughout. */
 	started = harness_now_ms();
 	while (harness_now_ms() - started < 3 * lease) {
-		reply = harness_must_call(b, begin_request("held-1", 0));
+		reply = begin(b, "held-1", REQUEST, 0);
 		assert_disposition(reply, "in_progress");
 		json_decref(reply);
 		sleep_ms(20);
@@ -471,13 +384,13 @@ holder_killed_mid_effect_lapses_to_outcome_unknown(void **state)
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	killed_at = wall_ms();
 	until = lease_now(b, "held-1");
-	reply = begin_until_unknown(b, "held-1");
+	reply = begin_until_unknown(b, "held-1", REQUEST);
 	/* It lapsed at the last extension's end, not before. */
 	assert_true(wall_ms() >= until);
 	assert_true(until <= killed_at + lease + 1);
 	json_decref(reply);
 	/* For ever: time never turns it into proceed. */
-	reply = harness_must_call(b, begin_request("held-1", 0));
+	reply = begin(b, "held-1", REQUEST, 0);
 	assert_disposition(reply, "outcome_unknown");
 	json_decref(reply);
 
@@ -494,8 +407,7 @@ holder_killed_mid_effect_lapses_to_outcome_unknown(void **state)
 	harness_assert_bool(s, "lease_live", 0);
 	assert_int_equal(harness_int(s, "lease_ms_left"), 0);
 	json_decref(s);
-	reply = harness_must_call(b, complete_request("held-1", fence,
-	    "applied"));
+	reply = complete(b, "held-1", fence, "applied", RESULT);
 	harness_assert_bool(reply, "ok", 1);
 	assert_string_equal(harness_str(reply, "state"), "committed");
 	json_decref(reply);
@@ -518,8 +430,8 @@ extend_refusals_change_nothing(void **state)
 	assert_reason(reply, "no_reservation");
 	json_decref(reply);
 
-	reply = harness_must_call(b, begin_request("r-1", 60000));
-	f1 = proceed_fence(reply);
+	reply = begin(b, "r-1", REQUEST, 60000);
+	f1 = fence_of(reply);
 	json_decref(reply);
 	before = lease_now(b, "r-1");
 	/* The current attempt with another random part: stale. */
@@ -575,22 +487,21 @@ extend_refusals_change_nothing(void **state)
 	json_decref(reply);
 
 	/* After the lapse: outcome_unknown, not extended. */
-	json_decref(begin_until_unknown(b, "r-1"));
+	json_decref(begin_until_unknown(b, "r-1", REQUEST));
 	reply = harness_must_call(b, extend_request("r-1", f1, 600000));
 	assert_disposition(reply, "outcome_unknown");
 	json_decref(reply);
 	assert_int_equal(lease_now(b, "r-1"), until);
 
 	/* Released: nothing to extend; a new attempt makes f1 stale. */
-	reply = harness_must_call(b, complete_request("r-1", f1,
-	    "not_applied"));
+	reply = complete(b, "r-1", f1, "not_applied", RESULT);
 	harness_assert_bool(reply, "ok", 1);
 	json_decref(reply);
 	reply = harness_must_call(b, extend_request("r-1", f1, 1000));
 	assert_reason(reply, "no_reservation");
 	json_decref(reply);
-	reply = harness_must_call(b, begin_request("r-1", 60000));
-	f2 = proceed_fence(reply);
+	reply = begin(b, "r-1", REQUEST, 60000);
+	f2 = fence_of(reply);
 	json_decref(reply);
 	reply = harness_must_call(b, extend_request("r-1", f1, 600000));
 	assert_reason(reply, "stale_fence");
@@ -600,7 +511,7 @@ extend_refusals_change_nothing(void **state)
 	json_decref(reply);
 
 	/* Committed: already_committed (a stale fence is still stale). */
-	reply = harness_must_call(b, complete_request("r-1", f2, "applied"));
+	reply = complete(b, "r-1", f2, "applied", RESULT);
 	harness_assert_bool(reply, "ok", 1);
 	json_decref(reply);
 	reply = harness_must_call(b, extend_request("r-1", f2, 1000));
@@ -609,7 +520,7 @@ extend_refusals_change_nothing(void **state)
 	reply = harness_must_call(b, extend_request("r-1", f1, 1000));
 	assert_reason(reply, "stale_fence");
 	json_decref(reply);
-	reply = harness_must_call(b, begin_request("r-1", 0));
+	reply = begin(b, "r-1", REQUEST, 0);
 	assert_disposition(reply, "reused");
 	json_decref(reply);
 	free(f1);
@@ -633,13 +544,14 @@ extend_while_the_journal_fails(void **state)
 	int64_t			 before;
 	int			 tries;
 
-	reply = harness_must_call(b, begin_request("j-1", 60000));
-	fence = proceed_fence(reply);
+	reply = begin(b, "j-1", REQUEST, 60000);
+	fence = fence_of(reply);
 	json_decref(reply);
 	before = lease_now(b, "j-1");
 	harness_fault_rule(t->fault_file, "write .idem/journal ENOSPC");
 	/* A record that fails the journal, then the extension meets it. */
-	json_decref(harness_call_once(b, begin_request("j-2", 0)));
+	json_decref(harness_call_once(b, begin_request("j-2", KIND, REQUEST,
+	    0)));
 	reply = harness_call_once(b, extend_request("j-1", fence, 600000));
 	/*
 	 * Refused, or dropped by a worker draining for the reopen; or, when
@@ -717,7 +629,7 @@ slow_perform(const struct idem_effect *begun, char **result, void *arg)
 	s->performed++;
 	assert_int_equal(begun->disposition, IDEM_EFFECT_PROCEED);
 	for (;;) {
-		reply = harness_must_call(s->b, begin_request("lib-run", 0));
+		reply = begin(s->b, "lib-run", REQUEST, 0);
 		if (strcmp(disposition_of(reply), "in_progress") == 0)
 			s->rivals_in_progress++;
 		else
@@ -777,7 +689,7 @@ libidem_extend_and_run_keep_the_lease(void **state)
 	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 100,
 	    &out, &err), 0);
 	idem_effect_clear(&out);
-	json_decref(begin_until_unknown(b, "lib-1"));
+	json_decref(begin_until_unknown(b, "lib-1", REQUEST));
 	assert_int_equal(idem_effect_extend(c, "lib-1", KIND, fence, 1000,
 	    &out, &err), 0);
 	assert_int_equal(out.disposition, IDEM_EFFECT_OUTCOME_UNKNOWN);
@@ -883,20 +795,20 @@ restart_keeps_the_last_durable_expiry(void **state)
 	int			 fd, waited;
 
 	/* A flushed extension survives a kill -9. */
-	reply = harness_must_call(b, begin_request("x-1", 2000));
-	fence = proceed_fence(reply);
+	reply = begin(b, "x-1", REQUEST, 2000);
+	fence = fence_of(reply);
 	json_decref(reply);
 	reply = harness_must_call(b, extend_request("x-1", fence, 600000));
 	extended = extended_until(reply);
 	json_decref(reply);
 	/* A durable record after it in the journal: the extension's too. */
-	reply = harness_must_call(b, begin_request("x-flush", 0));
+	reply = begin(b, "x-flush", REQUEST, 0);
 	assert_disposition(reply, "proceed");
 	json_decref(reply);
 	harness_kill(b);
 	harness_must_start(b, NULL, t->env);
 	assert_int_equal(lease_now(b, "x-1"), extended);
-	reply = harness_must_call(b, begin_request("x-1", 0));
+	reply = begin(b, "x-1", REQUEST, 0);
 	assert_disposition(reply, "in_progress");
 	json_decref(reply);
 	/* A SIGTERM flushes what the ring holds: the last one counts. */
@@ -914,9 +826,8 @@ restart_keeps_the_last_durable_expiry(void **state)
 	 * earlier expiry, the durable one, counts: outcome_unknown sooner,
 	 * never proceed.
 	 */
-	reply = harness_must_call(b, begin_request("x-2", 1500 *
-	    (int64_t)harness_slowdown()));
-	fence = proceed_fence(reply);
+	reply = begin(b, "x-2", REQUEST, 1500 * (int64_t)harness_slowdown());
+	fence = fence_of(reply);
 	first = time_ms(harness_str(reply, "lease_expires_at"));
 	json_decref(reply);
 	size = journal_bytes(b);
@@ -924,7 +835,7 @@ restart_keeps_the_last_durable_expiry(void **state)
 	/* Another begin's round: written, then held in its fdatasync. */
 	fd = harness_raw_connect(b);
 	assert_true(fd >= 0);
-	held = begin_request("x-hold", 0);
+	held = begin_request("x-hold", KIND, REQUEST, 0);
 	line = json_dumps(held, JSON_COMPACT);
 	json_decref(held);
 	assert_int_equal(harness_raw_send(fd, line), 0);
@@ -940,7 +851,7 @@ restart_keeps_the_last_durable_expiry(void **state)
 	json_decref(reply);
 	assert_true(extended > first);
 	assert_int_equal(lease_now(b, "x-2"), extended);
-	reply = harness_must_call(b, begin_request("x-2", 0));
+	reply = begin(b, "x-2", REQUEST, 0);
 	assert_disposition(reply, "in_progress");
 	json_decref(reply);
 	harness_kill(b);
@@ -949,11 +860,11 @@ restart_keeps_the_last_durable_expiry(void **state)
 	harness_must_start(b, NULL, t->env);
 	seen = lease_now(b, "x-2");
 	assert_int_equal(seen, first);
-	reply = begin_until_unknown(b, "x-2");
+	reply = begin_until_unknown(b, "x-2", REQUEST);
 	assert_true(wall_ms() >= first);
 	json_decref(reply);
 	/* The holder, alive, may still complete with its fence. */
-	reply = harness_must_call(b, complete_request("x-2", fence, "applied"));
+	reply = complete(b, "x-2", fence, "applied", RESULT);
 	harness_assert_bool(reply, "ok", 1);
 	json_decref(reply);
 	free(fence);
