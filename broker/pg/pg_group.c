@@ -28,22 +28,6 @@
  * the round is settled; then the first queued member to wake leads the
  * next round with every member queued by then.
  *
- * Two rounds of grants and commits in flight (a worker of more than
- * GROUP_CONVOY_THREADS creation threads: pg_group_threads).  With one,
- * a worker of eight threads moved as one convoy: each round carried all
- * eight creations, most of them after waiting for members on their way,
- * and the server and the broker took turns idling.  So such a worker
- * keeps two rounds in flight, each on its own leader's connection, read
- * by one of its own members and settled from its own results: a member
- * queued while one round is in flight leads the next at once (or
- * gathers those on their way), and waits behind only when two are.  A
- * round gathers the members on their way when it began to wait, not the
- * members a round settled meanwhile marks (struct pg_group's
- * coming_next), so the two convoys stay two.  Nothing of a member's
- * fence, durability points or answer depends on another round: each is
- * one transaction of its own, and a failed one answers its own members
- * only (doc/cluster.md, "Two rounds in flight").
- *
  * Each thread is woken alone, when there is something for it to do: a
  * round's members when their outcome is set (group_settle), then the
  * first queued member waiting, to lead the next round; once a round is
@@ -143,36 +127,17 @@ enum {
 	GROUP_ALONE = 2		/* rolled back, or not sent: its own statement */
 };
 
-/*
- * A worker keeps one round of grants and commits in flight for every
- * GROUP_CONVOY_THREADS creation threads, and at most GROUP_MAX_IN_FLIGHT
- * (pg_group_threads): with eight threads two rounds overlap, each
- * gathering about half of them, where one round would carry all eight
- * as one convoy (doc/cluster.md, "Two rounds in flight").  Claims keep
- * one round in flight: they need no flush, and their round is short.
- */
-#define GROUP_CONVOY_THREADS	4
-#define GROUP_MAX_IN_FLIGHT	2
-
-/* A round in flight: sending, sent, being read, until settled. */
-struct group_round {
-	int			 live;		/* sending, not settled */
-	int			 sent;		/* its send done: it may be read */
-	int			 reading;	/* its results being read */
-	struct pgstore		*st;		/* the leader's store */
-	struct pg_group_member	*m[PGSTORE_MAX_CONNECTIONS];
-	size_t			 size;
-};
-
 struct pg_group {
 	pthread_mutex_t		 lock;
 	struct pg_group_member	*head;		/* queued, in arrival order */
 	struct pg_group_member	*tail;
 	size_t			 queued;
-	struct group_round	 flight[GROUP_MAX_IN_FLIGHT];
-	size_t			 in_flight;	/* rounds live */
-	size_t			 max_in_flight;	/* at least 1 */
-	uint64_t		 overlapped;	/* rounds sent beside another */
+	int			 in_flight;	/* a round sending, not settled */
+	int			 sent;		/* its send done: it may be read */
+	int			 reading;	/* its results being read */
+	struct pgstore		*round_st;	/* the leader's store */
+	struct pg_group_member	*round[PGSTORE_MAX_CONNECTIONS];
+	size_t			 round_size;
 	uint64_t		 grants_sent;	/* rounds with a grant */
 	uint64_t		 commits_sent;	/* rounds with a commit */
 	/* For the worker's last log line (pg_group_report). */
@@ -185,15 +150,9 @@ struct pg_group {
 	 * round waits for: those marked in generation gen.  A wait that
 	 * ran out gives up on them all (group_gathers): gen moves on, and
 	 * no round waits for them again, while members marked after still
-	 * count.  A mark is the generation it was made in.  With rounds
-	 * that overlap (max_in_flight > 1), a member marked while a round
-	 * gathers is of the next generation (coming_next): a round waits
-	 * for those on their way when it began to wait, not for the
-	 * members of a round that settles meanwhile, which would join the
-	 * two convoys into one.
+	 * count.  A mark is the generation it was made in.
 	 */
 	size_t			 coming;
-	size_t			 coming_next;
 	unsigned		 gen;
 	size_t			 gathering;	/* queued members waiting */
 	int			 gather_began;	/* gather_until is set */
@@ -215,9 +174,9 @@ struct pg_group {
 
 /* The claims' rounds, and the grants' and commits'. */
 static struct pg_group pg_claims = { .lock = PTHREAD_MUTEX_INITIALIZER,
-    .max_in_flight = 1, .gen = 1 };
+    .gen = 1 };
 static struct pg_group pg_steps = { .lock = PTHREAD_MUTEX_INITIALIZER,
-    .max_in_flight = 1, .gen = 1 };
+    .gen = 1 };
 
 /*
  * Under the lock: me waits on its own condition variable until woken,
@@ -267,58 +226,33 @@ group_wake_next(struct pg_group *g)
 }
 
 /*
- * Under the lock, round r sent and its leader not reading it: one of
- * its members that waits runs again and reads it.  None waiting: the
- * first to come to wait reads it.
+ * Under the lock, the round in flight sent and its leader not reading
+ * it: one of its members that waits runs again and reads it.  None
+ * waiting: the first to come to wait reads it.
  */
 static void
-group_wake_reader(struct group_round *r, struct pg_group_member *me)
+group_wake_reader(struct pg_group *g, struct pg_group_member *me)
 {
 	size_t	i;
 
-	for (i = 0; i < r->size; i++)
-		if (r->m[i] != me && r->m[i]->waiting) {
-			pthread_cond_signal(&r->m[i]->wake);
+	for (i = 0; i < g->round_size; i++)
+		if (g->round[i] != me && g->round[i]->waiting) {
+			pthread_cond_signal(&g->round[i]->wake);
 			return;
 		}
 }
 
-/* Under the lock: every member queued or in a round runs again. */
+/* Under the lock: every member queued or in the round runs again. */
 static void
 group_wake_all(struct pg_group *g)
 {
 	struct pg_group_member	*x;
-	size_t			 i, j;
+	size_t			 i;
 
 	for (x = g->head; x != NULL; x = x->next)
 		group_wake(x);
-	for (j = 0; j < GROUP_MAX_IN_FLIGHT; j++)
-		for (i = 0; i < g->flight[j].size; i++)
-			group_wake(g->flight[j].m[i]);
-}
-
-/*
- * Under the lock: whether a round in flight was sent on st.  A member
- * never leads a round on a connection that carries one (only fault
- * injection's held rounds leave a leader queued behind its own): that
- * connection is in a pipeline another member may be reading.
- */
-static int
-group_st_busy(const struct pg_group *g, const struct pgstore *st)
-{
-	size_t	j;
-
-	for (j = 0; j < GROUP_MAX_IN_FLIGHT; j++)
-		if (g->flight[j].live && g->flight[j].st == st)
-			return 1;
-	return 0;
-}
-
-/* Under the lock: whether me may lead a round now, on st. */
-static int
-group_may_lead(const struct pg_group *g, const struct pgstore *st)
-{
-	return g->in_flight < g->max_in_flight && !group_st_busy(g, st);
+	for (i = 0; i < g->round_size; i++)
+		group_wake(g->round[i]);
 }
 
 /* The grants and commits of a round, as its log lines name them. */
@@ -458,32 +392,11 @@ struct group_behind {
 	struct timespec	 deadline;
 };
 
-/* The generation after gen (never 0: 0 is a member not on its way). */
-static unsigned
-group_gen_after(unsigned gen)
-{
-	return gen + 1 == 0 ? 1 : gen + 1;
-}
-
 /*
- * Under the lock: a gathering over (its round sent, or its wait ran
- * out): the members of its generation still on their way are given up
- * on, and the next gathering waits for those marked since it began.
- */
-static void
-group_gather_end(struct pg_group *g)
-{
-	g->gather_began = 0;
-	g->gen = group_gen_after(g->gen);
-	g->coming = g->coming_next;
-	g->coming_next = 0;
-}
-
-/*
- * Under the lock, a member queued and a round free to go: whether it
- * waits for members on their way (g->coming), until GROUP_ALONE_MS
- * after the first member found one (a bound for one stalled on its
- * way, not what the round waits for).
+ * Under the lock, a member queued and no round in flight: whether the
+ * next round waits for members on their way (g->coming), until
+ * GROUP_ALONE_MS after the first member found one (a bound for one
+ * stalled on its way, not what the round waits for).
  */
 static int
 group_gathers(struct pg_group *g)
@@ -515,8 +428,11 @@ group_gathers(struct pg_group *g)
 		 * for them (one stalled would cost each a GROUP_ALONE_MS),
 		 * only for those marked from here on.
 		 */
+		g->gather_began = 0;
 		g->gather_tired++;
-		group_gather_end(g);
+		g->coming = 0;
+		if (++g->gen == 0)
+			g->gen = 1;
 		if (g->gathering > 0)
 			group_wake_all(g);	/* rare: no need to choose */
 		return 0;
@@ -524,20 +440,11 @@ group_gathers(struct pg_group *g)
 	return 1;
 }
 
-/*
- * Under the lock: me on its way (a no-op if it is already): for the
- * round gathering now, or, with rounds that overlap, for the next one
- * if a round gathers (struct pg_group's coming_next).
- */
+/* Under the lock: me on its way (a no-op if it is already). */
 static void
 group_mark(struct pg_group *g, struct pg_group_member *me)
 {
-	if (me->coming)
-		return;
-	if (g->gather_began && g->max_in_flight > 1) {
-		me->coming = group_gen_after(g->gen);
-		g->coming_next++;
-	} else {
+	if (!me->coming) {
 		me->coming = g->gen;
 		g->coming++;
 	}
@@ -555,8 +462,6 @@ group_unmark(struct pg_group *g, struct pg_group_member *me)
 	if (!gen)
 		return 0;
 	me->coming = 0;
-	if (gen == group_gen_after(g->gen) && g->coming_next > 0)
-		g->coming_next--;
 	if (gen != g->gen)
 		return 0;
 	return --g->coming == 0;
@@ -613,12 +518,12 @@ group_dequeue(struct pg_group *g, struct pg_group_member *me)
 }
 
 /*
- * Under the lock, me queued behind the rounds in flight (as many as may
- * be): wait for one to be settled, until the deadline, GROUP_ALONE_MS
- * (IDEM_CRASH_BEHIND_MS in tests) after me began to wait behind them (a
- * later round starts the count again: w->round).
+ * Under the lock, me queued behind a round in flight: wait for it to be
+ * settled, until the deadline, GROUP_ALONE_MS (IDEM_CRASH_BEHIND_MS in
+ * tests) after me began to wait behind this round (a later round starts
+ * the count again: w->round).
  * 1: the deadline passed with me still queued, and me is off the queue,
- * to go alone on st.  Never while a round in flight is on st itself
+ * to go alone on st.  Never while the round in flight is on st itself
  * (a leader held back by fault injection waits behind its own round):
  * that connection is in a pipeline another member may be reading.
  */
@@ -626,7 +531,7 @@ static int
 group_wait_behind(struct pg_group *g, struct pg_group_member *me,
     struct pgstore *st, struct group_behind *w)
 {
-	if (group_st_busy(g, st)) {
+	if (g->round_st == st) {
 		(void)group_sleep(g, me, NULL);
 		return 0;
 	}
@@ -646,7 +551,7 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 	}
 	if (group_sleep(g, me, &w->deadline) != ETIMEDOUT ||
 	    me->state != GROUP_QUEUED ||
-	    g->in_flight < g->max_in_flight || w->round != g->rounds)
+	    !g->in_flight || w->round != g->rounds)
 		return 0;
 	group_dequeue(g, me);
 	g->alone++;
@@ -654,19 +559,19 @@ group_wait_behind(struct pg_group *g, struct pg_group_member *me,
 }
 
 /*
- * Under the lock: every member of round r has its outcome (set by the
+ * Under the lock: every member of the round has its outcome (set by the
  * reader, a copy of cause for each failed one without its own) and is
  * woken; the next round may go, and the first queued member waiting is
  * woken to lead it.
  */
 static void
-group_settle(struct pg_group *g, struct group_round *r, const char *cause)
+group_settle(struct pg_group *g, const char *cause)
 {
 	struct pg_group_member	*x;
 	size_t			 i;
 
-	for (i = 0; i < r->size; i++) {
-		x = r->m[i];
+	for (i = 0; i < g->round_size; i++) {
+		x = g->round[i];
 		if (x->outcome == GROUP_FAILED && x->cause == NULL)
 			x->cause = strdup(cause != NULL ? cause :
 			    "PostgreSQL: a round failed");
@@ -685,44 +590,31 @@ group_settle(struct pg_group *g, struct group_round *r, const char *cause)
 		x->state = GROUP_DONE;
 		group_wake(x);
 	}
-	r->size = 0;
-	r->st = NULL;
-	r->live = 0;
-	r->sent = 0;
-	r->reading = 0;
-	g->in_flight--;
+	g->round_size = 0;
+	g->round_st = NULL;
+	g->in_flight = 0;
+	g->sent = 0;
+	g->reading = 0;
 	group_wake_next(g);
 }
 
-/* A round's members as the store takes them. */
+/* The round's members as the store takes them. */
 static void
-group_members(const struct group_round *r,
+group_members(struct pg_group *g,
     struct pgstore_batch_member *m[PGSTORE_MAX_CONNECTIONS])
 {
 	size_t	i;
 
-	for (i = 0; i < r->size; i++)
-		m[i] = &r->m[i]->m;
-}
-
-/* Under the lock, a round free to go (group_may_lead): its slot. */
-static struct group_round *
-group_free_round(struct pg_group *g)
-{
-	size_t	j;
-
-	for (j = 0; j < GROUP_MAX_IN_FLIGHT; j++)
-		if (!g->flight[j].live)
-			return &g->flight[j];
-	fatalx("pg_group: %zu rounds in flight, none free", g->in_flight);
+	for (i = 0; i < g->round_size; i++)
+		m[i] = &g->round[i]->m;
 }
 
 /*
- * Under the lock, me queued and a round free to go (group_may_lead): me
- * leads, with every member queued (that fault injection does not hold
- * back), and sends on st (the lock let go meanwhile).  A send that
- * failed committed none of its grants and commits: they go alone; its
- * claims' outcome is not known: they fail.  0: nothing to send yet (held back).  reads: me
+ * Under the lock, me queued and no round in flight: me leads, with every
+ * member queued (that fault injection does not hold back), and sends on
+ * st (the lock let go meanwhile).  A send that failed committed none of
+ * its grants and commits: they go alone; its claims' outcome is not
+ * known: they fail.  0: nothing to send yet (held back).  reads: me
  * reads the round next if it is in it (group_wait), so the members
  * waiting are not woken to find it read (a wake-up and a context switch
  * each, for nothing); a grant's leader (pg_group_grant_join) goes to
@@ -735,7 +627,6 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 {
 	struct pgstore_batch_member *m[PGSTORE_MAX_CONNECTIONS];
 	struct pg_group_member	*x, *rest = NULL, *rest_tail = NULL;
-	struct group_round	*r = group_free_round(g);
 	char			*cause = NULL;
 	size_t			 i, n, grants = 0, commits = 0;
 	int			 take[3], rc;
@@ -743,11 +634,11 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	/* Before the queue changes: whether each op may go yet. */
 	for (i = 0; i < 3; i++)
 		take[i] = group_may_take(g, (enum pgstore_round_op)i);
-	r->size = 0;
+	g->round_size = 0;
 	while ((x = g->head) != NULL) {
 		g->head = x->next;
 		x->next = NULL;
-		if (r->size == PGSTORE_MAX_CONNECTIONS ||
+		if (g->round_size == PGSTORE_MAX_CONNECTIONS ||
 		    !take[x->m.op]) {
 			/* Stays queued, in its order. */
 			if (rest_tail != NULL)
@@ -759,8 +650,7 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 		}
 		x->state = GROUP_SENT;
 		x->outcome = GROUP_FAILED;
-		x->round = r;
-		r->m[r->size++] = x;
+		g->round[g->round_size++] = x;
 		g->queued--;
 		grants += x->m.op == PGSTORE_OP_GRANT;
 		commits += x->m.op == PGSTORE_OP_COMMIT;
@@ -768,20 +658,17 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	}
 	g->head = rest;
 	g->tail = rest_tail;
-	if (r->size == 0)
+	if (g->round_size == 0)
 		return 0;
-	if (g->gather_began)
-		group_gather_end(g);
-	r->live = 1;
-	r->st = st;
-	g->overlapped += g->in_flight > 0;
-	g->in_flight++;
+	g->gather_began = 0;
+	g->in_flight = 1;
+	g->round_st = st;
 	g->grants_sent += grants != 0;
 	g->commits_sent += commits != 0;
 	g->rounds++;
 	g->flushes += grants + commits != 0;
-	group_members(r, m);
-	n = r->size;
+	group_members(g, m);
+	n = g->round_size;
 	pthread_mutex_unlock(&g->lock);
 	rc = pgstore_round_send(st, m, n, &cause);
 	if (rc != 0)
@@ -796,44 +683,42 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	}
 	pthread_mutex_lock(&g->lock);
 	if (rc != 0) {
-		for (i = 0; i < r->size; i++)
-			r->m[i]->outcome = r->m[i]->m.op ==
+		for (i = 0; i < g->round_size; i++)
+			g->round[i]->outcome = g->round[i]->m.op ==
 			    PGSTORE_OP_CLAIM && rc != -2 ? GROUP_FAILED :
 			    GROUP_ALONE;
-		group_settle(g, r, cause);
+		group_settle(g, cause);
 	} else {
 		/* Only now may a member read it: the send is done. */
-		r->sent = 1;
+		g->sent = 1;
 		if (!reads || me->state != GROUP_SENT)
-			group_wake_reader(r, me);
+			group_wake_reader(g, me);
 	}
 	free(cause);
 	return 1;
 }
 
 /*
- * Under the lock, round r in flight and sent, which nobody reads: me
- * (one of its members) reads it on its leader's connection (the lock let
- * go meanwhile), once more after a transient error, and settles every
- * member's outcome.  Another round in flight is another leader's
- * connection, read by one of its own members: the two are settled each
- * from its own results, in whichever order they come.
+ * Under the lock, a round in flight that nobody reads: me (one of its
+ * members) reads it on its leader's connection (the lock let go
+ * meanwhile), once more after a transient error, and settles every
+ * member's outcome.
  */
 static void
-group_read(struct pg_group *g, struct group_round *round)
+group_read(struct pg_group *g)
 {
 	struct pgstore_batch_member *m[PGSTORE_MAX_CONNECTIONS];
 	struct pgstore_batch_member *u[PGSTORE_MAX_CONNECTIONS];
 	enum pgstore_batch_failure failure = PGSTORE_BATCH_FAILED;
 	struct pg_group_member	*r[PGSTORE_MAX_CONNECTIONS], *x;
-	struct pgstore		*st = round->st;
+	struct pgstore		*st = g->round_st;
 	char			*cause = NULL;
-	size_t			 i, n = round->size, nu = 0;
+	size_t			 i, n = g->round_size, nu = 0;
 	int			 rc, steps;
 
-	round->reading = 1;
-	group_members(round, m);
-	memcpy(r, round->m, n * sizeof *r);
+	g->reading = 1;
+	group_members(g, m);
+	memcpy(r, g->round, n * sizeof *r);
 	pthread_mutex_unlock(&g->lock);
 	for (i = 0; i < n; i++)
 		if (m[i]->op != PGSTORE_OP_CLAIM)
@@ -876,7 +761,7 @@ group_read(struct pg_group *g, struct group_round *round)
 			x->outcome = steps;
 	}
 	pthread_mutex_lock(&g->lock);
-	group_settle(g, round, cause);
+	group_settle(g, cause);
 	free(cause);
 }
 
@@ -895,10 +780,9 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 	for (;;) {
 		if (me->state == GROUP_DONE)
 			break;
-		if (me->state == GROUP_SENT && me->round->sent &&
-		    !me->round->reading)
-			group_read(g, me->round);
-		else if (me->state == GROUP_QUEUED && group_may_lead(g, st)) {
+		if (me->state == GROUP_SENT && g->sent && !g->reading)
+			group_read(g);
+		else if (me->state == GROUP_QUEUED && !g->in_flight) {
 			if (group_gathers(g)) {
 				/*
 				 * Woken when the round that takes it (the last
@@ -1012,7 +896,7 @@ pg_group_grant_join(struct pg_group_member *me, struct pgstore *st,
 	pthread_mutex_lock(&g->lock);
 	group_enqueue(g, me);
 	/* Gathering: the last on its way sends it, or me after its fsync. */
-	if (group_may_lead(g, st) && !group_gathers(g))
+	if (!g->in_flight && !group_gathers(g))
 		(void)group_send(g, me, st, 0);
 	pthread_mutex_unlock(&g->lock);
 }
@@ -1098,19 +982,6 @@ pg_group_gone(struct pg_group_member *me)
 	errno = error;		/* a failed claim's ERANGE, say */
 }
 
-void
-pg_group_threads(unsigned threads)
-{
-	struct pg_group	*g = &pg_steps;
-	size_t		 n = (threads + GROUP_CONVOY_THREADS - 1) /
-			    GROUP_CONVOY_THREADS;
-
-	pthread_mutex_lock(&g->lock);
-	g->max_in_flight = n < 1 ? 1 : n > GROUP_MAX_IN_FLIGHT ?
-	    GROUP_MAX_IN_FLIGHT : n;
-	pthread_mutex_unlock(&g->lock);
-}
-
 /* One group's counts, logged. */
 static void
 group_report(struct pg_group *g, const char *what)
@@ -1126,10 +997,6 @@ group_report(struct pg_group *g, const char *what)
 		    (unsigned long long)g->members[PGSTORE_OP_COMMIT],
 		    (unsigned long long)g->flushes,
 		    (unsigned long long)g->alone);
-	if (g->overlapped > 0)
-		log_info("store rounds of %s sent while another was in "
-		    "flight: %llu (at most %zu in flight)", what,
-		    (unsigned long long)g->overlapped, g->max_in_flight);
 	if (g->gathered > 0)
 		log_info("store rounds of %s that waited for members on their "
 		    "way: %llu (%llu of them until %d ms had passed)", what,

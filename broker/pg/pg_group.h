@@ -12,13 +12,10 @@
 #include "dirsync.h"
 #include "pg.h"
 
-struct group_round;
-
 struct pg_group_member {
 	struct pgstore_batch_member	 m;
 	struct pgstore_claim		 claim;		/* a claim's turn */
 	struct pg_group_member		*next;		/* the queue's */
-	struct group_round		*round;		/* sent in (pg_group.c) */
 	int				 state;		/* pg_group.c's */
 	int				 outcome;	/* pg_group.c's */
 	unsigned			 coming;	/* pg_group_coming */
@@ -83,12 +80,6 @@ int	pg_group_grant_wait(struct pg_group_member *, struct pgstore *st,
 int	pg_group_commit(struct pg_group_member *, struct pgstore *st,
 	    const struct pgstore_key *, int64_t epoch, const char *token,
 	    const uint8_t *file_digest, const char *receipt, char **cause);
-/*
- * The worker's creation threads, at most (--store-connections): how
- * many rounds of grants and commits it keeps in flight (pg_group.c's
- * GROUP_CONVOY_THREADS).  Before its first creation.
- */
-void	pg_group_threads(unsigned);
 /* The worker's rounds and their members, logged once at its end. */
 void	pg_group_report(void);
 

@@ -42,7 +42,6 @@
 #include "backend.h"
 #include "pg_backend.h"
 #include "pg.h"
-#include "pg_group.h"
 
 /* A thread's context: its own connection, opened by a job. */
 struct pg_thread {
@@ -101,7 +100,6 @@ pg_pool_submit(struct event_base *base, unsigned max,
 		config.block_signals = 1;
 		config.ctx_size = sizeof (struct pg_thread);
 		config.ctx_fini = pg_thread_fini;
-		pg_group_threads(config.max);
 		if ((pg_pool = pool_start(base, &config)) == NULL) {
 			log_warn("starting the creation threads");
 			return -1;

@@ -21,9 +21,7 @@
  * (a_member_behind_a_round_is_woken_when_it_settles); and a legacy call's
  * failed directory fsync fails a creation linked before it, whose own
  * round then succeeds
- * (a_legacy_fsync_failure_fails_a_link_it_may_have_covered); and two
- * rounds in flight in one worker of eight threads, one failing halfway
- * while the other commits (two_rounds_in_flight_one_fails).
+ * (a_legacy_fsync_failure_fails_a_link_it_may_have_covered).
  *
  * One broker, one worker, four creation threads.  IDEM_CRASH_BATCH_OF
  * makes the worker's first grant (or commit) batch wait until four
@@ -918,128 +916,6 @@ a_legacy_fsync_failure_fails_a_link_it_may_have_covered(void **state)
 	cluster_rm_root(root);
 }
 
-/*
- * Two rounds of grants and commits in flight in one worker (pg_group.c:
- * a worker of more than four creation threads, here eight), the first
- * failing halfway while the second goes through.  The first round
- * carries two creations' grants (IDEM_CRASH_BATCH_OF=2), its leader
- * held after the send and its statement kept at the gate (a trigger on
- * these two ids only).  Two more creations, sent then, are granted and
- * committed in rounds of their own while the first is in flight:
- * created, where with one round in flight they would wait behind it
- * (IDEM_CRASH_BEHIND_MS: a minute, so they cannot go alone).  Then the
- * first round's backend is terminated at the gate and its leader let
- * go: its two members answer storage_unavailable, their temporaries
- * removed, their rows not granted; the other two stay committed, their
- * files in place.  Retried, the two are created once each (takeovers),
- * one TASK file each; the worker's last lines count a round sent while
- * another was in flight.
- */
-static void
-two_rounds_in_flight_one_fails(void **state)
-{
-	static const struct halfway first_only = { "grant", NULL, NULL,
-	    "NEW.lease_granted AND NOT OLD.lease_granted AND "
-	    "NEW.client_submission_id LIKE 'overlap-a-%'" };
-	static struct node	 a;
-	const char	*title = "Two rounds in flight";
-	char		 root[256], fifo[300], hold[400], id[32];
-	char		*task_id[2], *out;
-	const char *const env[] = { "IDEM_CRASH_BATCH_OF=2",
-	    "IDEM_CRASH_BEHIND_MS=60000", hold, NULL };
-	struct pollfd	 pfd;
-	json_t		*reply;
-	PGconn		*gate;
-	int		 fds[MEMBERS], w, i;
-
-	(void)state;
-	held_setup(grant_halfway.point, root, fifo, sizeof fifo, hold,
-	    sizeof hold);
-	gate_step(&first_only, 1);
-	gate = PQconnectdb(server.uri);
-	assert_int_equal(PQstatus(gate), CONNECTION_OK);
-	gate_exec(gate, "SELECT pg_advisory_lock(" GATE_KEY ")");
-	cluster_node_init(&a, server.uri, root, "a");
-	a.store_connections = "8";
-	assert_int_equal(cluster_node_start(&a, LEASE_MS, "1", "30000", NULL,
-	    env), 0);
-	/* The first round: two grants, sent, held, at the gate. */
-	for (i = 0; i < 2; i++) {
-		snprintf(id, sizeof id, "overlap-a-%d", i);
-		fds[i] = harness_raw_send_task(&a.b, id, title);
-	}
-	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
-	assert_int_equal(harness_log_count(&a.b, "the first grant batch: 2 "
-	    "members"), 1);
-	if (!pgserver_await(&server, "SELECT count(*) = 1 " AT_THE_GATE, 30))
-		fail_msg("the first round's statement never reached the gate");
-	/* The second round goes beside it: both created meanwhile. */
-	for (i = 2; i < MEMBERS; i++) {
-		snprintf(id, sizeof id, "overlap-b-%d", i);
-		fds[i] = harness_raw_send_task(&a.b, id, title);
-	}
-	for (i = 2; i < MEMBERS; i++) {
-		reply = read_reply(fds[i]);
-		harness_assert_outcome(reply, "created", 1, 1, 0);
-		json_decref(reply);
-		close(fds[i]);
-	}
-	pfd.fd = fds[0];
-	pfd.events = POLLIN;
-	assert_int_equal(poll(&pfd, 1, 0), 0);
-	/* The first round's backend gone before its commit; let go. */
-	out = cluster_sql_value(&server, "SELECT bool_and("
-	    "pg_terminate_backend(pid)) " AT_THE_GATE);
-	assert_string_equal(out, "t");
-	free(out);
-	close(w);
-	for (i = 0; i < 2; i++) {
-		reply = read_reply(fds[i]);
-		harness_assert_error(reply, "storage_unavailable", 1);
-		json_decref(reply);
-		close(fds[i]);
-	}
-	harness_wait_log(&a.b, "a grant batch of 2: ", 1, 10000);
-	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
-	    "idem_submission WHERE client_submission_id LIKE 'overlap-a-%%' "
-	    "AND state = 1 AND NOT lease_granted"), 2);
-	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM "
-	    "idem_submission WHERE client_submission_id LIKE 'overlap-b-%%' "
-	    "AND state = 3"), 2);
-	assert_int_equal(cluster_tasks_on_disk(root, NULL), 2);
-	assert_int_equal(cluster_temporaries(root), 0);
-
-	gate_exec(gate, "SELECT pg_advisory_unlock(" GATE_KEY ")");
-	PQfinish(gate);
-	gate_step(&first_only, 0);
-	for (i = 0; i < 2; i++) {
-		snprintf(id, sizeof id, "overlap-a-%d", i);
-		reply = cluster_call_until_final(&a.b,
-		    harness_write_task(id, title));
-		assert_non_null(reply);
-		harness_assert_outcome(reply, "created", 1, 1, 1);
-		task_id[i] = strdup(harness_receipt_str(reply, "task_id"));
-		json_decref(reply);
-	}
-	for (i = 0; i < 2; i++) {
-		snprintf(id, sizeof id, "overlap-a-%d", i);
-		reply = harness_must_call(&a.b, harness_write_task(id, title));
-		harness_assert_outcome(reply, "reused", 0, 1, 0);
-		assert_string_equal(harness_receipt_str(reply, "task_id"),
-		    task_id[i]);
-		json_decref(reply);
-		free(task_id[i]);
-	}
-	assert_all_committed(root, "overlap", MEMBERS);
-	assert_int_equal(harness_stop(&a.b), 0);
-	cluster_node_reap(&a);
-	assert_int_equal(harness_log_count(&a.b, "store rounds of grants and "
-	    "commits sent while another was in flight: "), 1);
-	cluster_node_kill(&a);
-	unlink(fifo);
-	cluster_rm_root(root);
-}
-
 int
 main(void)
 {
@@ -1070,9 +946,6 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    a_legacy_fsync_failure_fails_a_link_it_may_have_covered,
-		    cluster_arm_watchdog, cluster_kill_live_nodes),
-		cmocka_unit_test_setup_teardown(
-		    two_rounds_in_flight_one_fails,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
