@@ -63,9 +63,15 @@ struct replyscan_key {
 };
 
 struct replyscan_check {
-	const char	*end;
-	int		 defer;		/* 1: jansson judges the whole line */
-	int		 by_jansson;	/* a number was judged by jansson */
+	const char		*end;
+	int			 defer;	/* 1: jansson judges the whole line */
+	int			 by_jansson; /* jansson judged a number */
+	/*
+	 * Where the top-level object's members are listed as the check
+	 * passes them, so that the list costs no second walk of the line
+	 * (an array's, or a nested object's, are not listed).
+	 */
+	struct replyscan_object	*top;
 };
 
 /*
@@ -494,20 +500,54 @@ keep_key(struct replyscan_check *c, struct replyscan_key **wide,
 	return 0;
 }
 
+/*
+ * The member just checked into the top-level object's list, as
+ * next_member would list it: its value's bytes without the NUL
+ * check_value skips after a scalar (no value ends in a NUL byte).
+ */
+static void
+list_member(struct replyscan_object *top, const struct replyscan_key *key,
+    const char *value, const char *after)
+{
+	struct replyscan_member	*m;
+
+	if (top->count == REPLYSCAN_MAX_MEMBERS) {
+		top->overflow = 1;
+		return;
+	}
+	if (after[-1] == '\0')
+		after--;
+	m = &top->members[top->count++];
+	m->key = key->text;
+	m->key_length = key->length;
+	m->key_escaped = key->escaped;
+	m->value = value;
+	m->value_length = (size_t)(after - value);
+}
+
 /* p at '{' or '[': past its close, or NULL. */
 static const char *
 check_members(struct replyscan_check *c, const char *p, int depth,
     struct replyscan_key **wide)
 {
 	struct replyscan_key	 keys[REPLYSCAN_MAX_MEMBERS], key;
-	const char		*end = c->end;
+	struct replyscan_object	*top = NULL;
+	const char		*end = c->end, *value;
 	size_t			 count = 0, room = 0, i;
 	int			 object = *p == '{';
 	char			 close = object ? '}' : ']';
 
+	if (depth == 0 && object && c->top != NULL) {
+		top = c->top;
+		top->text = p;
+	}
+
 	p = jsonbytes_skip_space(p + 1, end);
-	if (p < end && *p == close)
+	if (p < end && *p == close) {
+		if (top != NULL)
+			top->length = (size_t)(p + 1 - top->text);
 		return p + 1;
+	}
 	for (;;) {
 		if (object) {
 			if (p >= end || *p != '"')
@@ -533,8 +573,11 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 				return NULL;
 			p = jsonbytes_skip_space(p + 1, end);
 		}
+		value = p;
 		if ((p = check_value(c, p, depth + 1)) == NULL)
 			return NULL;
+		if (top != NULL && !top->overflow)
+			list_member(top, &key, value, p);
 		p = jsonbytes_skip_space(p, end);
 		if (p < end && *p == ',') {
 			p = jsonbytes_skip_space(p + 1, end);
@@ -544,6 +587,8 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			return NULL;
 		if (*wide != NULL && keys_repeat(*wide, count))
 			return NULL;
+		if (top != NULL)
+			top->length = (size_t)(p + 1 - top->text);
 		return p + 1;
 	}
 }
@@ -685,28 +730,37 @@ replyscan_line(const char *line, size_t length, struct replyscan_object *top)
 	top->overflow = top->by_jansson = 0;
 	c.end = end;
 	c.defer = c.by_jansson = 0;
+	c.top = top;
 	p = jsonbytes_skip_space(line, end);
 	if (p >= end || (*p != '{' && *p != '['))
 		return REPLYSCAN_INVALID;
 	if ((q = check_container(&c, p, 0)) != NULL) {
 		if (jsonbytes_skip_space(q, end) != end)
-			return REPLYSCAN_INVALID;
+			goto invalid;
 		verdict = *p == '{' ? REPLYSCAN_OBJECT : REPLYSCAN_NOT_OBJECT;
 	} else if (!c.defer)
-		return REPLYSCAN_INVALID;
+		goto invalid;
 	else {
 		j = json_loadb(line, length, JSON_REJECT_DUPLICATES, NULL);
 		if (j == NULL)
-			return REPLYSCAN_INVALID;
+			goto invalid;
 		verdict = json_is_object(j) ? REPLYSCAN_OBJECT :
 		    REPLYSCAN_NOT_OBJECT;
 		json_decref(j);
 		c.by_jansson = 1;
+		/* The check stopped part way: list the members by a walk. */
+		if (verdict == REPLYSCAN_OBJECT)
+			replyscan_members(p, (size_t)(skip_checked(p, end) -
+			    p), top);
 	}
-	if (verdict == REPLYSCAN_OBJECT)
-		replyscan_members(p, (size_t)(skip_checked(p, end) - p), top);
 	top->by_jansson = c.by_jansson;
 	return verdict;
+
+invalid:
+	/* What the check listed before it failed is no answer's. */
+	top->count = 0;
+	top->overflow = 0;
+	return REPLYSCAN_INVALID;
 }
 
 int

@@ -86,6 +86,34 @@ members_are_janssons(const char *p, size_t n,
 }
 
 /*
+ * The list the check made of top's members as it passed them is the
+ * one a walk of the object's checked bytes makes (replyscan_members),
+ * to the byte: the same text, members, keys and values.
+ */
+static void
+listed_as_walked(const struct replyscan_object *top)
+{
+	struct replyscan_object	walked;
+	size_t			i;
+
+	assert_true(replyscan_members(top->text, top->length, &walked));
+	assert_int_equal(top->text[top->length - 1], '}');
+	assert_int_equal(top->count, walked.count);
+	assert_int_equal(top->overflow, walked.overflow);
+	for (i = 0; i < top->count; i++) {
+		assert_ptr_equal(top->members[i].key, walked.members[i].key);
+		assert_int_equal(top->members[i].key_length,
+		    walked.members[i].key_length);
+		assert_int_equal(top->members[i].key_escaped,
+		    walked.members[i].key_escaped);
+		assert_ptr_equal(top->members[i].value,
+		    walked.members[i].value);
+		assert_int_equal(top->members[i].value_length,
+		    walked.members[i].value_length);
+	}
+}
+
+/*
  * The scanner's verdict on the n bytes at p, copied into a buffer of
  * their own (ASan sees any read past them), which must be jansson's.
  */
@@ -104,8 +132,10 @@ judged(const char *p, size_t n, int *by_jansson)
 		print_error("scanner %d, jansson %d: %.*s\n", (int)v,
 		    (int)want, (int)(n > 300 ? 300 : n), p);
 	assert_int_equal(v, want);
-	if (v == REPLYSCAN_OBJECT)
+	if (v == REPLYSCAN_OBJECT) {
 		members_are_janssons(copy, n, &top);
+		listed_as_walked(&top);
+	}
 	if (by_jansson != NULL)
 		*by_jansson = v == REPLYSCAN_OBJECT && top.by_jansson;
 	free(copy);
