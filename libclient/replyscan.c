@@ -798,12 +798,16 @@ int
 replyscan_find(const struct replyscan_object *obj, const char *name,
     struct replyscan_member *found)
 {
-	const char	*p, *end;
-	size_t		 n = strlen(name), i;
+	const struct replyscan_member	*m = obj->members;
+	const char			*p, *end;
+	size_t				 n = strlen(name), i;
 
-	for (i = 0; i < obj->count; i++) {
-		if (key_is(&obj->members[i], name, n)) {
-			*found = obj->members[i];
+	for (i = 0; i < obj->count; i++, m++) {
+		/* Most keys differ in length: refused without a call. */
+		if (m->key_length != n && !m->key_escaped)
+			continue;
+		if (key_is(m, name, n)) {
+			*found = *m;
 			return 1;
 		}
 	}
