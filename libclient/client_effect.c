@@ -283,18 +283,21 @@ client_effect_wire_error(const struct replyscan_object *response,
 }
 
 /*
- * Any effect op's answer (response, checked) into out; 0 if it is one
- * the op may give.  A receipt's result is absent from a pruned receipt
- * (its tombstone has result_digest instead): then out->result stays
- * NULL.  The receipt and its result are their bytes as sent: the broker
- * writes them as jansson's compact dump (replytext.c).
+ * Any effect op's answer (response, checked; receipt, its receipt's
+ * members as the check listed them, text NULL if it has none) into
+ * out; 0 if it is one the op may give.  A receipt's result is absent
+ * from a pruned receipt (its tombstone has result_digest instead): then
+ * out->result stays NULL.  The receipt and its result are their bytes
+ * as sent: the broker writes them as jansson's compact dump
+ * (replytext.c).
  */
 static int
 client_effect_answer(const struct replyscan_object *response,
-    struct idem_effect *out, struct idem_error *err)
+    const struct replyscan_object *receipt, struct idem_effect *out,
+    struct idem_error *err)
 {
 	struct replyscan_object	 inner;
-	struct replyscan_member	 m, receipt;
+	struct replyscan_member	 m, text;
 	enum client_disposition	 code;
 	char			 disposition[32];
 	long			 n = -1;
@@ -318,9 +321,8 @@ client_effect_answer(const struct replyscan_object *response,
 	    (client_scan_object(response, "existing", &inner) &&
 	    client_effect_facts(&inner, out, err) != 0))
 		return -1;
-	has_receipt = replyscan_find(response, "receipt", &receipt) &&
-	    replyscan_members(receipt.value, receipt.value_length, &inner);
-	if (has_receipt && client_effect_facts(&inner, out, err) != 0)
+	has_receipt = receipt->text != NULL;
+	if (has_receipt && client_effect_facts(receipt, out, err) != 0)
 		return -1;
 	if (has_disposition) {
 		if ((code = client_disposition(disposition)) !=
@@ -335,9 +337,11 @@ client_effect_answer(const struct replyscan_object *response,
 			out->disposition = IDEM_EFFECT_OUTCOME_UNKNOWN;
 	}
 	if (has_receipt) {
-		if (client_effect_text(&receipt, &out->receipt, err) != 0)
+		text.value = receipt->text;
+		text.value_length = receipt->length;
+		if (client_effect_text(&text, &out->receipt, err) != 0)
 			return -1;
-		if (replyscan_find(&inner, "result", &m) &&
+		if (replyscan_find(receipt, "result", &m) &&
 		    client_effect_text(&m, &out->result, err) != 0)
 			return -1;
 	}
@@ -360,14 +364,15 @@ static int
 client_effect_line(const char *line, int extend, struct idem_effect *out,
     struct idem_error *err)
 {
-	struct replyscan_object	response;
+	struct replyscan_object	response, receipt;
 	struct replyscan_member	m;
 	enum replyscan_verdict	verdict;
 	json_error_t		jerr;
 	json_t			*j;
 	int			rc;
 
-	verdict = replyscan_line(line, strlen(line), &response);
+	verdict = replyscan_line_inner(line, strlen(line), &response,
+	    "receipt", &receipt);
 	if (verdict == REPLYSCAN_INVALID) {
 		/* jansson's words for what is wrong with it. */
 		j = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
@@ -392,7 +397,7 @@ client_effect_line(const char *line, int extend, struct idem_effect *out,
 			out->disposition = IDEM_EFFECT_EXTENDED;
 		return rc;
 	}
-	return client_effect_answer(&response, out, err);
+	return client_effect_answer(&response, &receipt, out, err);
 }
 
 int

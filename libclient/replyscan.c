@@ -69,9 +69,14 @@ struct replyscan_check {
 	/*
 	 * Where the top-level object's members are listed as the check
 	 * passes them, so that the list costs no second walk of the line
-	 * (an array's, or a nested object's, are not listed).
+	 * (an array's are not listed), and where those of its member
+	 * inner_name are if that is an object (inner NULL: none wanted).
 	 */
 	struct replyscan_object	*top;
+	struct replyscan_object	*inner;
+	const char		*inner_name;
+	size_t			 inner_name_length;
+	int			 inner_next;	/* the value next checked is */
 };
 
 /*
@@ -450,6 +455,15 @@ same_key(const struct replyscan_key *a, const struct replyscan_key *b)
 	return key_order(a, b) == 0;
 }
 
+/* A checked key equal, once unescaped, to name's n bytes. */
+static int
+key_named(const struct replyscan_key *key, const char *name, size_t n)
+{
+	if (!key->escaped)
+		return key->length == n && memcmp(key->text, name, n) == 0;
+	return unescaped_is(key->text, key->length, name, n);
+}
+
 static int
 key_sort_order(const void *a, const void *b)
 {
@@ -501,23 +515,23 @@ keep_key(struct replyscan_check *c, struct replyscan_key **wide,
 }
 
 /*
- * The member just checked into the top-level object's list, as
- * next_member would list it: its value's bytes without the NUL
- * check_value skips after a scalar (no value ends in a NUL byte).
+ * The member just checked into its object's list, as next_member would
+ * list it: its value's bytes without the NUL check_value skips after a
+ * scalar (no value ends in a NUL byte).
  */
 static void
-list_member(struct replyscan_object *top, const struct replyscan_key *key,
+list_member(struct replyscan_object *list, const struct replyscan_key *key,
     const char *value, const char *after)
 {
 	struct replyscan_member	*m;
 
-	if (top->count == REPLYSCAN_MAX_MEMBERS) {
-		top->overflow = 1;
+	if (list->count == REPLYSCAN_MAX_MEMBERS) {
+		list->overflow = 1;
 		return;
 	}
 	if (after[-1] == '\0')
 		after--;
-	m = &top->members[top->count++];
+	m = &list->members[list->count++];
 	m->key = key->text;
 	m->key_length = key->length;
 	m->key_escaped = key->escaped;
@@ -531,21 +545,28 @@ check_members(struct replyscan_check *c, const char *p, int depth,
     struct replyscan_key **wide)
 {
 	struct replyscan_key	 keys[REPLYSCAN_MAX_MEMBERS], key;
-	struct replyscan_object	*top = NULL;
+	struct replyscan_object	*list = NULL;
 	const char		*end = c->end, *value;
 	size_t			 count = 0, room = 0, i;
 	int			 object = *p == '{';
 	char			 close = object ? '}' : ']';
 
-	if (depth == 0 && object && c->top != NULL) {
-		top = c->top;
-		top->text = p;
-	}
+	/*
+	 * The top-level object is listed, and inner if this is its value:
+	 * every container's loop says, before each value it checks,
+	 * whether that value is top's member inner_name.
+	 */
+	if (object && depth == 0)
+		list = c->top;
+	else if (object && c->inner_next)
+		list = c->inner;
+	if (list != NULL)
+		list->text = p;
 
 	p = jsonbytes_skip_space(p + 1, end);
 	if (p < end && *p == close) {
-		if (top != NULL)
-			top->length = (size_t)(p + 1 - top->text);
+		if (list != NULL)
+			list->length = (size_t)(p + 1 - list->text);
 		return p + 1;
 	}
 	for (;;) {
@@ -574,10 +595,13 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			p = jsonbytes_skip_space(p + 1, end);
 		}
 		value = p;
+		c->inner_next = list == c->top && list != NULL &&
+		    c->inner != NULL && key_named(&key, c->inner_name,
+		    c->inner_name_length);
 		if ((p = check_value(c, p, depth + 1)) == NULL)
 			return NULL;
-		if (top != NULL && !top->overflow)
-			list_member(top, &key, value, p);
+		if (list != NULL && !list->overflow)
+			list_member(list, &key, value, p);
 		p = jsonbytes_skip_space(p, end);
 		if (p < end && *p == ',') {
 			p = jsonbytes_skip_space(p + 1, end);
@@ -587,8 +611,8 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			return NULL;
 		if (*wide != NULL && keys_repeat(*wide, count))
 			return NULL;
-		if (top != NULL)
-			top->length = (size_t)(p + 1 - top->text);
+		if (list != NULL)
+			list->length = (size_t)(p + 1 - list->text);
 		return p + 1;
 	}
 }
@@ -721,19 +745,42 @@ next_member(const char **p, const char *end, struct replyscan_member *m)
 enum replyscan_verdict
 replyscan_line(const char *line, size_t length, struct replyscan_object *top)
 {
+	return replyscan_line_inner(line, length, top, NULL, NULL);
+}
+
+/* An object's lists emptied: what a failed check listed is no one's. */
+static void
+list_clear(struct replyscan_object *list)
+{
+	list->text = NULL;
+	list->length = list->count = 0;
+	list->overflow = list->by_jansson = 0;
+}
+
+enum replyscan_verdict
+replyscan_line_inner(const char *line, size_t length,
+    struct replyscan_object *top, const char *name,
+    struct replyscan_object *inner)
+{
 	struct replyscan_check	 c;
+	struct replyscan_member	 m;
 	const char		*end = line + length, *p, *q;
 	json_t			*j;
 	enum replyscan_verdict	 verdict;
 
-	top->count = 0;
-	top->overflow = top->by_jansson = 0;
+	list_clear(top);
+	memset(&c, 0, sizeof c);
 	c.end = end;
-	c.defer = c.by_jansson = 0;
 	c.top = top;
+	if (inner != NULL && name != NULL) {
+		list_clear(inner);
+		c.inner = inner;
+		c.inner_name = name;
+		c.inner_name_length = strlen(name);
+	}
 	p = jsonbytes_skip_space(line, end);
 	if (p >= end || (*p != '{' && *p != '['))
-		return REPLYSCAN_INVALID;
+		goto invalid;
 	if ((q = check_container(&c, p, 0)) != NULL) {
 		if (jsonbytes_skip_space(q, end) != end)
 			goto invalid;
@@ -749,17 +796,27 @@ replyscan_line(const char *line, size_t length, struct replyscan_object *top)
 		json_decref(j);
 		c.by_jansson = 1;
 		/* The check stopped part way: list the members by a walk. */
-		if (verdict == REPLYSCAN_OBJECT)
+		if (verdict == REPLYSCAN_OBJECT) {
 			replyscan_members(p, (size_t)(skip_checked(p, end) -
 			    p), top);
+			if (c.inner != NULL && (!replyscan_find(top, name,
+			    &m) || !replyscan_members(m.value,
+			    m.value_length, inner)))
+				list_clear(inner);
+		}
+	}
+	if (verdict != REPLYSCAN_OBJECT) {
+		list_clear(top);
+		if (c.inner != NULL)
+			list_clear(inner);
 	}
 	top->by_jansson = c.by_jansson;
 	return verdict;
 
 invalid:
-	/* What the check listed before it failed is no answer's. */
-	top->count = 0;
-	top->overflow = 0;
+	list_clear(top);
+	if (c.inner != NULL)
+		list_clear(inner);
 	return REPLYSCAN_INVALID;
 }
 

@@ -48,6 +48,14 @@ struct replyscan_object {
  */
 enum replyscan_verdict replyscan_line(const char *line, size_t length,
 	    struct replyscan_object *top);
+/*
+ * replyscan_line, and inner lists top's member name when that is an
+ * object (else inner->text is NULL), in the same pass: an answer's
+ * receipt without the second walk replyscan_members would make.
+ */
+enum replyscan_verdict replyscan_line_inner(const char *line, size_t length,
+	    struct replyscan_object *top, const char *name,
+	    struct replyscan_object *inner);
 /* In a checked line: 1 if value is an object (obj lists it), else 0. */
 int	replyscan_members(const char *value, size_t length,
 	    struct replyscan_object *obj);

@@ -114,6 +114,45 @@ listed_as_walked(const struct replyscan_object *top)
 }
 
 /*
+ * For each plain key of top's (the line at p, checked): the line
+ * checked again with that member wanted as inner lists the same top,
+ * and lists the member's object as a walk of its bytes does, or says
+ * it has none when the value is not an object.
+ */
+static void
+inner_listed_as_walked(const char *p, size_t n,
+    const struct replyscan_object *top)
+{
+	struct replyscan_object	 again, inner, walked;
+	const struct replyscan_member *m;
+	char			 name[64];
+	size_t			 i;
+
+	for (i = 0; i < top->count; i++) {
+		m = &top->members[i];
+		if (m->key_escaped || m->key_length >= sizeof name)
+			continue;
+		memcpy(name, m->key, m->key_length);
+		name[m->key_length] = '\0';
+		assert_int_equal(replyscan_line_inner(p, n, &again, name,
+		    &inner), OBJECT);
+		assert_int_equal(again.count, top->count);
+		assert_ptr_equal(again.members[i].value, m->value);
+		if (!replyscan_members(m->value, m->value_length, &walked)) {
+			assert_null(inner.text);
+			assert_int_equal(inner.count, 0);
+			continue;
+		}
+		assert_ptr_equal(inner.text, m->value);
+		assert_int_equal(inner.length, m->value_length);
+		listed_as_walked(&inner);
+	}
+	assert_int_equal(replyscan_line_inner(p, n, &again, "no such member",
+	    &inner), OBJECT);
+	assert_null(inner.text);
+}
+
+/*
  * The scanner's verdict on the n bytes at p, copied into a buffer of
  * their own (ASan sees any read past them), which must be jansson's.
  */
@@ -135,6 +174,7 @@ judged(const char *p, size_t n, int *by_jansson)
 	if (v == REPLYSCAN_OBJECT) {
 		members_are_janssons(copy, n, &top);
 		listed_as_walked(&top);
+		inner_listed_as_walked(copy, n, &top);
 	}
 	if (by_jansson != NULL)
 		*by_jansson = v == REPLYSCAN_OBJECT && top.by_jansson;
@@ -556,6 +596,78 @@ lines_end_at_guard_page(void **state)
 	corpus_free(lines, count);
 }
 
+/*
+ * replyscan_line_inner lists only the top-level member named, only
+ * when it is an object (not one nested deeper, nor one in an array),
+ * compares its key unescaped, lists nothing for a line it refuses, and
+ * lists it by a walk when jansson judged the line.
+ */
+static void
+inner_only_the_top_levels_object(void **state)
+{
+	static const struct {
+		const char	*line;
+		size_t		 count;	/* inner's members; 0: none listed */
+	} cases[] = {
+		{ "{\"a\":{\"receipt\":{\"x\":1}}}", 0 },
+		{ "{\"receipt\":[{\"y\":2}],\"z\":{\"w\":3}}", 0 },
+		{ "{\"receipt\":\"s\"}", 0 },
+		{ "{\"receipt\":null}", 0 },
+		{ "[{\"receipt\":{\"x\":1}}]", 0 },
+		{ "{\"receipt\":{}}", 0 },
+		{ "{\"r\\u0065ceipt\":{\"x\":1,\"y\":{\"z\":2}}}", 2 },
+		{ "{\"a\":[{}],\"receipt\":{\"x\":{\"receipt\":1}},"
+		    "\"b\":{\"c\":2}}", 1 },
+		{ "{\"receipt\":{\"x\":{\"receipt\":{\"p\":1,\"q\":2}}}}", 1 },
+		{ "{\"receipt\":{\"receipt\":{\"p\":1,\"q\":2},\"x\":1}}", 2 },
+	};
+	struct replyscan_object	 top, inner;
+	struct replyscan_member	 m;
+	char			*s, *p;
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		replyscan_line_inner(cases[i].line, strlen(cases[i].line), &top,
+		    "receipt", &inner);
+		assert_int_equal(inner.count, cases[i].count);
+		if (cases[i].count > 0) {
+			assert_non_null(inner.text);
+			assert_int_equal(inner.text[0], '{');
+			assert_true(replyscan_find(&inner, "x", &m));
+		}
+	}
+	/* The empty object is listed: there, with no members. */
+	assert_int_equal(replyscan_line_inner(cases[5].line,
+	    strlen(cases[5].line), &top, "receipt", &inner), OBJECT);
+	assert_non_null(inner.text);
+	assert_int_equal(inner.length, 2);
+	/* A refused line lists nothing, in either object. */
+	s = "{\"receipt\":{\"x\":1},\"q\":tru}";
+	assert_int_equal(replyscan_line_inner(s, strlen(s), &top, "receipt",
+	    &inner), INVALID);
+	assert_null(inner.text);
+	assert_int_equal(inner.count + top.count, 0);
+	/*
+	 * Deeper than the scan's own before the receipt: jansson judges,
+	 * and a walk lists both.
+	 */
+	assert_non_null(s = malloc(256));
+	p = s + sprintf(s, "{\"d\":");
+	for (i = 0; i < 20; i++)
+		*p++ = '[';
+	for (i = 0; i < 20; i++)
+		*p++ = ']';
+	strcpy(p, ",\"receipt\":{\"x\":1,\"y\":2}}");
+	assert_int_equal(replyscan_line_inner(s, strlen(s), &top, "receipt",
+	    &inner), OBJECT);
+	assert_true(top.by_jansson);
+	assert_int_equal(top.count, 2);
+	assert_int_equal(inner.count, 2);
+	assert_true(replyscan_find(&inner, "y", &m));
+	free(s);
+}
+
 /* Members, strings and integers read from a checked line's bytes. */
 static void
 members_read_from_bytes(void **state)
@@ -617,6 +729,7 @@ main(void)
 		cmocka_unit_test(deep_and_wide_judged_as_jansson),
 		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(members_read_from_bytes),
+		cmocka_unit_test(inner_only_the_top_levels_object),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
