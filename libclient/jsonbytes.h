@@ -91,6 +91,26 @@ jsonbytes_word_ends_run(uint64_t v)
 }
 
 /*
+ * Where in v (0-7, in memory order) the first byte marked in mask is:
+ * mask is one of the tests above, or several or'ed, and'ed with
+ * JSONBYTES_HIGHS.  A test is inexact only through a borrow, which runs
+ * from a matching byte to the more significant ones, on a little-endian
+ * machine the bytes after it: so its first marked byte does match.  On
+ * a big-endian one the borrow runs to the bytes before it, and this is
+ * 0: the caller judges the word from its first byte on.
+ */
+static inline unsigned
+jsonbytes_first_marked(uint64_t mask)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return (unsigned)__builtin_ctzll(mask) / 8;
+#else
+	(void)mask;
+	return 0;
+#endif
+}
+
+/*
  * p stepped over whole words of a string's plain bytes: at the first
  * word holding a byte that ends the run, or fewer than eight bytes
  * before end.  The caller judges the bytes left one at a time.

@@ -80,15 +80,16 @@ struct replyscan_check {
 };
 
 /*
- * Whether any of the eight bytes in v stops a run of a string's plain
- * bytes: what ends one (a quote, a backslash, below 0x20), and from
- * 0x80 up, whose UTF-8 is checked byte by byte (their top bits).
+ * The bytes of v that may stop a run of a string's plain bytes, marked
+ * by their top bits (0: none): what ends one (a quote, a backslash,
+ * below 0x20), and from 0x80 up, whose UTF-8 is checked byte by byte.
+ * The first marked one does (jsonbytes_first_marked).
  */
-static int
+static uint64_t
 word_stops(uint64_t v)
 {
 	return (jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\') |
-	    jsonbytes_word_below(v, 0x20) | v) & JSONBYTES_HIGHS ? 1 : 0;
+	    jsonbytes_word_below(v, 0x20) | v) & JSONBYTES_HIGHS;
 }
 
 static int
@@ -153,15 +154,18 @@ check_utf8(const char *p, const char *end)
 static const char *
 check_string(const char *p, const char *end, int *escaped)
 {
-	uint64_t	v;
+	uint64_t	v, stops;
 	unsigned	u, low;
 	unsigned char	c;
 
 	for (;;) {
 		while (end - p >= 8) {
 			memcpy(&v, p, sizeof v);
-			if (word_stops(v))
+			/* Straight to the byte that stops the run. */
+			if ((stops = word_stops(v)) != 0) {
+				p += jsonbytes_first_marked(stops);
 				break;
+			}
 			p += 8;
 		}
 		if (p >= end)

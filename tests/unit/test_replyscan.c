@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "integration/filter.h"
+#include "jsonbytes.h"
 #include "replyscan.h"
 
 #define CORPUS		"tests/fuzz/corpus_replyscan"
@@ -668,6 +669,45 @@ inner_only_the_top_levels_object(void **state)
 	free(s);
 }
 
+/*
+ * jsonbytes_first_marked finds the byte that stops a string's run in a
+ * word, at each place in it, also where the byte after it is one the
+ * word tests mark wrongly (the borrow of a match: '#' after '"', ']'
+ * after a backslash, 0x20 after 0x1f is not; 0x01 after 0x00 is).
+ */
+static void
+first_stop_found_in_word(void **state)
+{
+	static const char	 stops[][2] = {
+		{ '"', '#' }, { '\\', ']' }, { '\x1f', '\x20' },
+		{ '\x00', '\x01' }, { '\x80', 'a' }, { '\xc3', '\xa9' },
+	};
+	uint64_t		 v, mask;
+	char			 word[8];
+	size_t			 i, k;
+
+	(void)state;
+	for (i = 0; i < sizeof stops / sizeof stops[0]; i++) {
+		for (k = 0; k < 8; k++) {
+			memset(word, 'a', sizeof word);
+			word[k] = stops[i][0];
+			if (k + 1 < sizeof word)
+				word[k + 1] = stops[i][1];
+			memcpy(&v, word, sizeof v);
+			mask = (jsonbytes_word_has(v, '"') |
+			    jsonbytes_word_has(v, '\\') |
+			    jsonbytes_word_below(v, 0x20) | v) &
+			    JSONBYTES_HIGHS;
+			assert_true(mask != 0);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+			assert_int_equal(jsonbytes_first_marked(mask), k);
+#else
+			assert_int_equal(jsonbytes_first_marked(mask), 0);
+#endif
+		}
+	}
+}
+
 /* Members, strings and integers read from a checked line's bytes. */
 static void
 members_read_from_bytes(void **state)
@@ -730,6 +770,7 @@ main(void)
 		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(members_read_from_bytes),
 		cmocka_unit_test(inner_only_the_top_levels_object),
+		cmocka_unit_test(first_stop_found_in_word),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
