@@ -29,6 +29,7 @@
 #include "integration/filter.h"
 #include "integration/harness.h"
 #include "integration/libidem_test.h"
+#include "protocol.h"
 
 /*
  * What libidem sends, byte for byte, for every op with every optional
@@ -215,6 +216,98 @@ requests_keep_their_bytes(void **state)
 	assert_int_equal(json_array_size(cap.lines),
 	    sizeof expected / sizeof expected[0]);
 	json_decref(cap.lines);
+	harness_finish(b);
+}
+
+/*
+ * The longest request a line may hold reaches the stand-in whole, its
+ * newline after it, and a short one after it on the same connection:
+ * libidem copies each line and its newline into a buffer the connection
+ * keeps and grows (client.c, client_out_room), and sends them at once.
+ */
+struct whole_lines {
+	int	 listen_fd;
+	char	*got;		/* every byte read */
+	size_t	 length;
+};
+
+static void *
+whole_lines_serve(void *arg)
+{
+	static const char	 answer[] = "{\"ok\":true}\n";
+	struct whole_lines	*w = arg;
+	size_t			 size = 2 * IDEM_MAX_LINE_BYTES, seen = 0;
+	ssize_t			 n;
+	int			 fd, lines = 0;
+
+	if ((fd = accept(w->listen_fd, NULL, NULL)) == -1 ||
+	    (w->got = malloc(size)) == NULL)
+		return NULL;
+	while (lines < 3 && (n = read(fd, w->got + w->length, size -
+	    w->length)) > 0) {
+		w->length += (size_t)n;
+		for (; seen < w->length; seen++) {
+			if (w->got[seen] == '\n' && write(fd, answer,
+			    sizeof answer - 1) == (ssize_t)sizeof answer - 1)
+				lines++;
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+static void
+longest_request_sent_whole(void **state)
+{
+	static const char	 small[] = "{\"op\":\"hello\"}";
+	struct broker		*b = *state;
+	struct whole_lines	 w;
+	struct sockaddr_un	 sa;
+	struct idem_conn	*c;
+	struct idem_error	 err;
+	pthread_t		 thread;
+	char			*line, *answer;
+	size_t			 n = IDEM_MAX_LINE_BYTES - 1, i;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
+	    "%s/whole.sock", b->root) < sizeof sa.sun_path);
+	memset(&w, 0, sizeof w);
+	w.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(w.listen_fd != -1);
+	assert_int_equal(bind(w.listen_fd, (struct sockaddr *)&sa,
+	    sizeof sa), 0);
+	assert_int_equal(listen(w.listen_fd, 1), 0);
+	assert_int_equal(pthread_create(&thread, NULL, whole_lines_serve, &w),
+	    0);
+	assert_non_null(line = malloc(n + 1));
+	for (i = 0; i < n; i++)
+		line[i] = (char)('a' + i % 26);
+	line[n] = '\0';
+	assert_non_null(c = idem_connect(sa.sun_path, &err));
+	assert_int_equal(idem_call_raw(c, small, &answer, &err), 0);
+	free(answer);
+	assert_int_equal(idem_call_raw(c, line, &answer, &err), 0);
+	assert_string_equal(answer, "{\"ok\":true}");
+	free(answer);
+	assert_int_equal(idem_call_raw(c, small, &answer, &err), 0);
+	free(answer);
+	idem_close(c);
+	assert_int_equal(pthread_join(thread, NULL), 0);
+	close(w.listen_fd);
+
+	/* small, then the longest, then small again: nothing else. */
+	assert_int_equal(w.length, 2 * (sizeof small - 1 + 1) + n + 1);
+	assert_memory_equal(w.got, small, sizeof small - 1);
+	assert_int_equal(w.got[sizeof small - 1], '\n');
+	assert_memory_equal(w.got + sizeof small, line, n);
+	assert_int_equal(w.got[sizeof small + n], '\n');
+	assert_memory_equal(w.got + sizeof small + n + 1, small,
+	    sizeof small - 1);
+	assert_int_equal(w.got[w.length - 1], '\n');
+	free(w.got);
+	free(line);
 	harness_finish(b);
 }
 
@@ -406,6 +499,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(requests_keep_their_bytes),
+		T(longest_request_sent_whole),
 		T(keeper_waits_for_a_slow_answer),
 	};
 
