@@ -17,9 +17,12 @@
  * Both sides get the same jobs (K processes, one connection each), the
  * same keys (the kind and the client's submission id), the same
  * request and result bytes, and clients that build their requests at
- * run time and check every reply.  Redis is spoken to in RESP directly
- * over its Unix socket; a GET's value is parsed with jansson, as
- * idemd's replies are.
+ * run time and check every reply.  idemd is called through libidem's
+ * idem_effect_begin and idem_effect_complete, as a C caller calls it
+ * (they write the line and decode the answer); Redis is spoken to in
+ * RESP directly over its Unix socket, formatted with snprintf as
+ * hiredis would; a GET's value and a reused effect's result are parsed
+ * with jansson alike.
  */
 #define BENCH_EFFECT_KIND		"bench.effect/v1"
 #define BENCH_EFFECT_REQUEST_BYTES	256	/* the request's JSON text */
