@@ -25,7 +25,6 @@
 #include "idem.h"
 #include "protocol.h"
 #include "client_int.h"
-#include "fastscan.h"
 #include "monoclock.h"
 #include "replyscan.h"
 
@@ -472,20 +471,17 @@ client_plain(const char *s)
 }
 
 /*
- * text is JSON jansson accepts (replyscan_line: an object or an array;
- * a lone scalar takes the jansson path) and its compact dump is text.
+ * text is JSON jansson accepts (an object or an array; a lone scalar
+ * takes the jansson path) and its compact dump is text: both judged in
+ * replyscan's one pass.
  */
 static int
 client_compact(const char *text)
 {
 	struct replyscan_object	top;
-	size_t			n;
 
-	if (text == NULL)
-		return 0;
-	n = strlen(text);
-	return replyscan_line(text, n, &top) != REPLYSCAN_INVALID &&
-	    fastscan_compact(text, n);
+	return text != NULL && replyscan_line(text, strlen(text), &top) !=
+	    REPLYSCAN_INVALID && top.compact;
 }
 
 /* A line of count (at most 16) pieces, malloc'd; NULL: no memory. */

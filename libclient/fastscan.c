@@ -498,12 +498,6 @@ fastscan_member(const char *line, size_t length, const char *name,
 }
 
 int
-fastscan_compact(const char *text, size_t n)
-{
-	return compact_as_dumped(text, text + n);
-}
-
-int
 fastscan_compact_member(const char *line, size_t length, const char *name,
     const char **value, size_t *value_length)
 {

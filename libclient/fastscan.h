@@ -64,13 +64,6 @@ int	fastscan_line(const char *line, size_t length, struct fastscan *scan);
 int	fastscan_compact_member(const char *line, size_t length,
 	    const char *name, const char **value, size_t *value_length);
 /*
- * 1 if the n bytes at text, a JSON value jansson accepted, are exactly
- * jansson's compact dump of it (no whitespace, no escape, integers
- * only, none of 19 digits or more): libidem sends a caller's text so
- * without a tree.
- */
-int	fastscan_compact(const char *text, size_t n);
-/*
  * In a line jansson accepted: 1 if its top-level member name (no escapes
  * in it) is there, *value pointing at its value's bytes as they stand in
  * the line (whatever their form); else 0.

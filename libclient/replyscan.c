@@ -77,7 +77,24 @@ struct replyscan_check {
 	const char		*inner_name;
 	size_t			 inner_name_length;
 	int			 inner_next;	/* the value next checked is */
+	/*
+	 * 1 once the check passed what jansson's compact dump would write
+	 * otherwise: whitespace, an escape, a number not a plain integer
+	 * (a real, -0, 19 digits or more), a NUL after a scalar.
+	 */
+	int			 loose;
 };
+
+/* Whitespace stepped over: the line is not in compact form. */
+static const char *
+check_space(struct replyscan_check *c, const char *p)
+{
+	const char	*q = jsonbytes_skip_space(p, c->end);
+
+	if (q != p)
+		c->loose = 1;
+	return q;
+}
 
 /*
  * The bytes of v that may stop a run of a string's plain bytes, marked
@@ -268,6 +285,9 @@ check_number(struct replyscan_check *c, const char *p, const char *end)
 		return NULL;
 	if (p - digits > REPLYSCAN_PLAIN_DIGITS)
 		plain = 0;
+	/* jansson writes the integer -0 as 0. */
+	if (start != digits && *digits == '0')
+		c->loose = 1;
 	if (p < end && *p == '.') {
 		plain = 0;
 		if ((p = jsonbytes_skip_digits(p + 1, end)) == NULL)
@@ -283,6 +303,7 @@ check_number(struct replyscan_check *c, const char *p, const char *end)
 	}
 	if (plain)
 		return p;
+	c->loose = 1;
 	return check_range(c, start, (size_t)(p - start), p);
 }
 
@@ -567,7 +588,7 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 	if (list != NULL)
 		list->text = p;
 
-	p = jsonbytes_skip_space(p + 1, end);
+	p = check_space(c, p + 1);
 	if (p < end && *p == close) {
 		if (list != NULL)
 			list->length = (size_t)(p + 1 - list->text);
@@ -582,6 +603,7 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			if ((p = check_string(p + 1, end, &key.escaped)) ==
 			    NULL)
 				return NULL;
+			c->loose |= key.escaped;
 			key.length = (size_t)(p - 1 - key.text);
 			if (count < REPLYSCAN_MAX_MEMBERS) {
 				for (i = 0; i < count; i++) {
@@ -593,10 +615,10 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			    &key) != 0)
 				return NULL;
 			count++;
-			p = jsonbytes_skip_space(p, end);
+			p = check_space(c, p);
 			if (p >= end || *p != ':')
 				return NULL;
-			p = jsonbytes_skip_space(p + 1, end);
+			p = check_space(c, p + 1);
 		}
 		value = p;
 		c->inner_next = list == c->top && list != NULL &&
@@ -606,9 +628,9 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			return NULL;
 		if (list != NULL && !list->overflow)
 			list_member(list, &key, value, p);
-		p = jsonbytes_skip_space(p, end);
+		p = check_space(c, p);
 		if (p < end && *p == ',') {
-			p = jsonbytes_skip_space(p + 1, end);
+			p = check_space(c, p + 1);
 			continue;
 		}
 		if (p >= end || *p != close)
@@ -641,13 +663,15 @@ static const char *
 check_value(struct replyscan_check *c, const char *p, int depth)
 {
 	const char	*end = c->end;
-	int		 escaped;
+	int		 escaped = 0;
 
 	if (p >= end)
 		return NULL;
 	switch (*p) {
 	case '"':
-		return check_string(p + 1, end, &escaped);
+		p = check_string(p + 1, end, &escaped);
+		c->loose |= escaped;
+		return p;
 	case '{':
 	case '[':
 		return check_container(c, p, depth);
@@ -668,8 +692,10 @@ check_value(struct replyscan_check *c, const char *p, int depth)
 	 * jansson's lexer puts back the byte after a number or a literal,
 	 * and a NUL put back reads as an empty buffer: it skips one.
 	 */
-	if (p != NULL && p < end && *p == '\0')
+	if (p != NULL && p < end && *p == '\0') {
+		c->loose = 1;
 		p++;
+	}
 	return p;
 }
 
@@ -758,7 +784,7 @@ list_clear(struct replyscan_object *list)
 {
 	list->text = NULL;
 	list->length = list->count = 0;
-	list->overflow = list->by_jansson = 0;
+	list->overflow = list->by_jansson = list->compact = 0;
 }
 
 enum replyscan_verdict
@@ -782,11 +808,11 @@ replyscan_line_inner(const char *line, size_t length,
 		c.inner_name = name;
 		c.inner_name_length = strlen(name);
 	}
-	p = jsonbytes_skip_space(line, end);
+	p = check_space(&c, line);
 	if (p >= end || (*p != '{' && *p != '['))
 		goto invalid;
 	if ((q = check_container(&c, p, 0)) != NULL) {
-		if (jsonbytes_skip_space(q, end) != end)
+		if (check_space(&c, q) != end)
 			goto invalid;
 		verdict = *p == '{' ? REPLYSCAN_OBJECT : REPLYSCAN_NOT_OBJECT;
 	} else if (!c.defer)
@@ -815,6 +841,7 @@ replyscan_line_inner(const char *line, size_t length,
 			list_clear(inner);
 	}
 	top->by_jansson = c.by_jansson;
+	top->compact = !c.loose && !c.by_jansson;
 	return verdict;
 
 invalid:
@@ -832,7 +859,7 @@ replyscan_members(const char *value, size_t length,
 	struct replyscan_member	 m;
 
 	obj->count = 0;
-	obj->overflow = obj->by_jansson = 0;
+	obj->overflow = obj->by_jansson = obj->compact = 0;
 	if (length < 2 || *value != '{')
 		return 0;
 	obj->text = value;

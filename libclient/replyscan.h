@@ -40,6 +40,12 @@ struct replyscan_object {
 	int			 overflow;	/* members past the list */
 	/* 1: jansson judged a piece (past 16 levels, a 65-byte number). */
 	int			 by_jansson;
+	/*
+	 * replyscan_line's: 1 if the line is exactly jansson's compact dump
+	 * of itself (no whitespace, no escape, integers of at most 18
+	 * digits and no -0, no real); 0 says only that it may not be.
+	 */
+	int			 compact;
 };
 
 /*

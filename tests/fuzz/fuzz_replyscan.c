@@ -115,12 +115,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	enum replyscan_verdict	 v, want;
 	const char		*key;
 	json_t			*j, *value;
+	char			*dump;
 
 	j = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
 	want = j == NULL ? REPLYSCAN_INVALID : json_is_object(j) ?
 	    REPLYSCAN_OBJECT : REPLYSCAN_NOT_OBJECT;
 	v = replyscan_line((const char *)data, size, &top);
 	check(v == want, "the verdict is jansson's");
+	if (v != REPLYSCAN_INVALID && top.compact) {
+		dump = json_dumps(j, JSON_COMPACT);
+		check(dump != NULL && strlen(dump) == size &&
+		    memcmp(dump, data, size) == 0,
+		    "a compact line is jansson's compact dump");
+		free(dump);
+	}
 	if (v == REPLYSCAN_OBJECT) {
 		if (!top.overflow)
 			check(top.count == json_object_size(j),

@@ -154,6 +154,29 @@ inner_listed_as_walked(const char *p, size_t n,
 }
 
 /*
+ * A line the check calls compact is jansson's compact dump of itself,
+ * byte for byte (libidem sends a caller's JSON text so, unparsed).
+ */
+static void
+compact_as_dumped(const char *p, size_t n, const struct replyscan_object *top)
+{
+	json_t	*j;
+	char	*dump;
+
+	if (!top->compact)
+		return;
+	assert_non_null(j = json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL));
+	assert_non_null(dump = json_dumps(j, JSON_COMPACT));
+	if (strlen(dump) != n || memcmp(dump, p, n) != 0)
+		print_error("compact, but dumped otherwise: %.*s\n",
+		    (int)(n > 300 ? 300 : n), p);
+	assert_int_equal(strlen(dump), n);
+	assert_memory_equal(dump, p, n);
+	free(dump);
+	json_decref(j);
+}
+
+/*
  * The scanner's verdict on the n bytes at p, copied into a buffer of
  * their own (ASan sees any read past them), which must be jansson's.
  */
@@ -172,6 +195,8 @@ judged(const char *p, size_t n, int *by_jansson)
 		print_error("scanner %d, jansson %d: %.*s\n", (int)v,
 		    (int)want, (int)(n > 300 ? 300 : n), p);
 	assert_int_equal(v, want);
+	if (v != REPLYSCAN_INVALID)
+		compact_as_dumped(copy, n, &top);
 	if (v == REPLYSCAN_OBJECT) {
 		members_are_janssons(copy, n, &top);
 		listed_as_walked(&top);
@@ -708,6 +733,63 @@ first_stop_found_in_word(void **state)
 	}
 }
 
+/*
+ * The compact verdict: set for a line in jansson's compact form (the
+ * judged lines hold it to jansson's dump), cleared by anything that
+ * form would write otherwise, and for what jansson judged.
+ */
+static void
+compact_only_as_jansson_writes(void **state)
+{
+	static const struct {
+		const char	*text;
+		size_t		 length;
+		int		 compact;
+	} cases[] = {
+#define COMPACT_CASE(text, compact)	{ text, sizeof text - 1, compact }
+		COMPACT_CASE("{}", 1), COMPACT_CASE("[]", 1),
+		COMPACT_CASE("{\"a\":1,\"b\":[true,false,null,-7,0]}", 1),
+		COMPACT_CASE("{\"s\":\"x y/z\xc3\xa9\x7f\"}", 1),
+		COMPACT_CASE("[123456789012345678]", 1),
+		COMPACT_CASE("[1234567890123456789]", 0),
+		COMPACT_CASE("{\"a\": 1}", 0), COMPACT_CASE(" {}", 0),
+		COMPACT_CASE("{} ", 0), COMPACT_CASE("{\"a\":1 }", 0),
+		COMPACT_CASE("[1 ,2]", 0), COMPACT_CASE("[1,\t2]", 0),
+		COMPACT_CASE("{\"a\" :1}", 0), COMPACT_CASE("{ \"a\":1}", 0),
+		COMPACT_CASE("{\"e\":\"\\u00e9\"}", 0),
+		COMPACT_CASE("{\"\\u0065\":1}", 0),
+		COMPACT_CASE("[\"a\\/b\"]", 0), COMPACT_CASE("[1.5]", 0),
+		COMPACT_CASE("[1e2]", 0), COMPACT_CASE("[-0]", 0),
+		COMPACT_CASE("[0]", 1), COMPACT_CASE("[1\0]", 0),
+#undef COMPACT_CASE
+	};
+	struct replyscan_object	 top;
+	char			*s, *p;
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		assert_int_not_equal(replyscan_line(cases[i].text,
+		    cases[i].length, &top), INVALID);
+		if (top.compact != cases[i].compact)
+			print_error("compact %d: %s\n", top.compact,
+			    cases[i].text);
+		assert_int_equal(top.compact, cases[i].compact);
+		judged(cases[i].text, cases[i].length, NULL);
+	}
+	/* A refused line is not compact; nor one jansson judged (deep). */
+	assert_int_equal(replyscan_line("[1,]", 4, &top), INVALID);
+	assert_false(top.compact);
+	assert_non_null(s = malloc(64));
+	for (p = s, i = 0; i < 20; i++)
+		*p++ = '[';
+	for (i = 0; i < 20; i++)
+		*p++ = ']';
+	assert_int_equal(replyscan_line(s, 40, &top), ARRAY);
+	assert_false(top.compact);
+	free(s);
+}
+
 /* Members, strings and integers read from a checked line's bytes. */
 static void
 members_read_from_bytes(void **state)
@@ -770,6 +852,7 @@ main(void)
 		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(members_read_from_bytes),
 		cmocka_unit_test(inner_only_the_top_levels_object),
+		cmocka_unit_test(compact_only_as_jansson_writes),
 		cmocka_unit_test(first_stop_found_in_word),
 	};
 
