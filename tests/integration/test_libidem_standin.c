@@ -2,8 +2,10 @@
 /*
  * test_libidem_standin.c: libidem against stand-ins for the broker on
  * a socket of the test's own: the exact bytes of every request it sends
- * (each op, optional members present and absent), and idem_effect_run's
- * lease keeper against a stand-in that answers each extension late.
+ * (each op, optional members present and absent; the effect lines
+ * written from the caller's bytes equal to the jansson path's; the
+ * longest line sent whole), and idem_effect_run's lease keeper against
+ * a stand-in that answers each extension late.
  * Nothing here sleeps to synchronise; the stand-in's delay is the
  * lateness under test, and the tests wait on its events.
  */

@@ -12,7 +12,9 @@
  * own (jansson judges those), and never a byte read past a line's end.
  * The written cases also say the verdict, so removing a check fails
  * them.  What a checked line holds is read back: members, strings
- * unescaped, integers.
+ * unescaped, integers; the lists the check makes as it passes (the top
+ * level, a top-level member's object) are the walk's, byte for byte;
+ * a line it calls compact is jansson's compact dump of itself.
  */
 #include <sys/mman.h>
 
