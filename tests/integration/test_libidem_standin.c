@@ -266,11 +266,29 @@ expect_effect_line(json_t *expected, const char *op, const char *id,
 }
 
 /*
+ * jansson's allocations made by one thread, counted through
+ * json_set_alloc_funcs: jansson's allocator hooks take no context, so
+ * the count and the thread counted are file statics.  The stand-in's
+ * thread allocates through jansson at the same time and is not counted.
+ */
+static pthread_t	jansson_counted_thread;
+static size_t		jansson_counted_allocs;
+
+static void *
+jansson_counting_malloc(size_t size)
+{
+	if (pthread_equal(pthread_self(), jansson_counted_thread))
+		jansson_counted_allocs++;
+	return malloc(size);
+}
+
+/*
  * The effect calls write a plain call's line from the caller's bytes
  * (client_effect.c, client_begin_plain): byte for byte the line the
  * jansson path dumps, for compact texts of every kind of value, and
  * for what takes that path (escapes to rewrite, whitespace, reals, a
- * lone scalar, strings beyond printable ASCII).
+ * lone scalar, strings beyond printable ASCII).  The plain calls make
+ * no jansson allocation: they did take the plain path.
  */
 static void
 plain_lines_are_janssons(void **state)
@@ -331,6 +349,27 @@ plain_lines_are_janssons(void **state)
 		    ids[k], 0, texts[i], &e, &err), -1);
 		expect_effect_line(expected, "effect_complete", "id-1", ids[k],
 		    ids[k], 0, texts[i], 0);
+	}
+	/*
+	 * Plain inputs take the plain path: no jansson allocation in this
+	 * thread while the calls build, send and read back their lines.
+	 */
+	jansson_counted_thread = pthread_self();
+	jansson_counted_allocs = 0;
+	json_set_alloc_funcs(jansson_counting_malloc, free);
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(idem_effect_begin(c, ids[i % 2], "mail",
+		    texts[i], i % 2 ? 5000 : 0, &e, &err), -1);
+		assert_int_equal(idem_effect_complete(c, ids[i % 2], "mail",
+		    "1-abc", !(i % 2), texts[i], &e, &err), -1);
+	}
+	json_set_alloc_funcs(malloc, free);
+	assert_int_equal(jansson_counted_allocs, 0);
+	for (i = 0; i < 4; i++) {
+		expect_effect_line(expected, "effect_begin", ids[i % 2],
+		    "mail", NULL, 0, texts[i], i % 2 ? 5000 : 0);
+		expect_effect_line(expected, "effect_complete", ids[i % 2],
+		    "mail", "1-abc", !(i % 2), texts[i], 0);
 	}
 	/* Applied without a result: null, on both paths. */
 	assert_int_equal(idem_effect_complete(c, "id-1", "mail", "1-abc", 1,
