@@ -802,8 +802,10 @@ replyscan_line_inner(const char *line, size_t length,
 	memset(&c, 0, sizeof c);
 	c.end = end;
 	c.top = top;
-	if (inner != NULL && name != NULL) {
+	/* Nothing listed in inner unless this pass lists it, name or not. */
+	if (inner != NULL)
 		list_clear(inner);
+	if (inner != NULL && name != NULL) {
 		c.inner = inner;
 		c.inner_name = name;
 		c.inner_name_length = strlen(name);

@@ -627,8 +627,8 @@ lines_end_at_guard_page(void **state)
 /*
  * replyscan_line_inner lists only the top-level member named, only
  * when it is an object (not one nested deeper, nor one in an array),
- * compares its key unescaped, lists nothing for a line it refuses, and
- * lists it by a walk when jansson judged the line.
+ * compares its key unescaped, lists nothing for a line it refuses nor
+ * without a name, and lists it by a walk when jansson judged the line.
  */
 static void
 inner_only_the_top_levels_object(void **state)
@@ -676,6 +676,14 @@ inner_only_the_top_levels_object(void **state)
 	    &inner), INVALID);
 	assert_null(inner.text);
 	assert_int_equal(inner.count + top.count, 0);
+	/* No name: inner is cleared, not left as the last call listed it. */
+	assert_int_equal(replyscan_line_inner(cases[6].line,
+	    strlen(cases[6].line), &top, "receipt", &inner), OBJECT);
+	assert_int_equal(inner.count, 2);
+	assert_int_equal(replyscan_line_inner(cases[6].line,
+	    strlen(cases[6].line), &top, NULL, &inner), OBJECT);
+	assert_null(inner.text);
+	assert_int_equal(inner.count, 0);
 	/*
 	 * Deeper than the scan's own before the receipt: jansson judges,
 	 * and a walk lists both.
