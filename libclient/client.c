@@ -227,11 +227,13 @@ idem_close(struct idem_conn *conn)
 static int
 client_out_room(struct idem_conn *conn, size_t length)
 {
-	size_t	 size = conn->out_size == 0 ? CLIENT_READ_BYTES : conn->out_size;
+	size_t	 size = conn->out_size;
 	char	*out;
 
 	if (length + 1 <= conn->out_size)
 		return 0;
+	if (size == 0)
+		size = CLIENT_READ_BYTES;
 	while (size < length + 1)
 		size *= 2;
 	if (size > IDEM_MAX_LINE_BYTES)
