@@ -20,9 +20,8 @@
  * run time and check every reply.  idemd is called through libidem's
  * idem_effect_begin and idem_effect_complete, as a C caller calls it
  * (they write the line and decode the answer); Redis is spoken to in
- * RESP directly over its Unix socket, formatted with snprintf as
- * hiredis would; a GET's value and a reused effect's result are parsed
- * with jansson alike.
+ * RESP directly over its Unix socket, formatted with snprintf; a GET's
+ * value and a reused effect's result are parsed with jansson alike.
  */
 #define BENCH_EFFECT_KIND		"bench.effect/v1"
 #define BENCH_EFFECT_REQUEST_BYTES	256	/* the request's JSON text */
@@ -258,7 +257,7 @@ effect_answered(struct client *cl, size_t i, int rc,
  * The begin of csid: its request built here and sent by libidem's
  * idem_effect_begin, which writes the line and decodes the answer, as
  * a C caller's would (Redis's clients build their RESP commands with
- * snprintf, what hiredis's formatting does).
+ * snprintf).
  */
 static int
 effect_begin(struct client *cl, const char *csid, size_t i,
