@@ -16,6 +16,8 @@ struct idem_conn {
 	char	*buf;		/* bytes read but not yet returned */
 	size_t	 length;
 	size_t	 size;
+	char	*out;		/* the request line and its newline, sent */
+	size_t	 out_size;
 	int64_t	 timeout_ms;	/* the longest wait for a reply; 0: none */
 	/* Where it connected: idem_effect_run's keeper connects there too. */
 	char	 path[108];	/* sockaddr_un's sun_path */

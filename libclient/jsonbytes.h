@@ -80,30 +80,52 @@ jsonbytes_word_quote_or_escape(uint64_t v)
 }
 
 /*
- * Whether any of the eight bytes of v ends a run of a string's plain
- * bytes: a quote, a backslash or a control byte (below 0x20).
+ * The bytes of v that may end a run of a string's plain bytes (a quote,
+ * a backslash or a control byte, below 0x20), marked by their top bits:
+ * 0 if none does; the first marked one does (jsonbytes_first_marked).
  */
-static inline int
+static inline uint64_t
 jsonbytes_word_ends_run(uint64_t v)
 {
 	return (jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\') |
-	    jsonbytes_word_below(v, 0x20)) & JSONBYTES_HIGHS ? 1 : 0;
+	    jsonbytes_word_below(v, 0x20)) & JSONBYTES_HIGHS;
 }
 
 /*
- * p stepped over whole words of a string's plain bytes: at the first
- * word holding a byte that ends the run, or fewer than eight bytes
- * before end.  The caller judges the bytes left one at a time.
+ * Where in v (0-7, in memory order) the first byte marked in mask is:
+ * mask is one of the tests above, or several or'ed, and'ed with
+ * JSONBYTES_HIGHS.  A test is inexact only through a borrow, which runs
+ * from a matching byte to the more significant ones, on a little-endian
+ * machine the bytes after it: so its first marked byte does match.  On
+ * a big-endian one the borrow runs to the bytes before it, and this is
+ * 0: the caller judges the word from its first byte on.
+ */
+static inline unsigned
+jsonbytes_first_marked(uint64_t mask)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return (unsigned)__builtin_ctzll(mask) / 8;
+#else
+	(void)mask;
+	return 0;
+#endif
+}
+
+/*
+ * p stepped over a string's plain bytes a word at a time: at the byte
+ * that ends the run (before it on a big-endian machine), or fewer than
+ * eight bytes before end.  The caller judges the bytes left one at a
+ * time.
  */
 static inline const char *
 jsonbytes_skip_plain_words(const char *p, const char *end)
 {
-	uint64_t	v;
+	uint64_t	v, ends;
 
 	while (end - p >= 8) {
 		memcpy(&v, p, sizeof v);
-		if (jsonbytes_word_ends_run(v))
-			break;
+		if ((ends = jsonbytes_word_ends_run(v)) != 0)
+			return p + jsonbytes_first_marked(ends);
 		p += 8;
 	}
 	return p;

@@ -63,21 +63,50 @@ struct replyscan_key {
 };
 
 struct replyscan_check {
-	const char	*end;
-	int		 defer;		/* 1: jansson judges the whole line */
-	int		 by_jansson;	/* a number was judged by jansson */
+	const char		*end;
+	int			 defer;	/* 1: jansson judges the whole line */
+	int			 by_jansson; /* jansson judged a number */
+	/*
+	 * Where the top-level object's members are listed as the check
+	 * passes them, so that the list costs no second walk of the line
+	 * (an array's are not listed), and where those of its member
+	 * inner_name are if that is an object (inner NULL: none wanted).
+	 */
+	struct replyscan_object	*top;
+	struct replyscan_object	*inner;
+	const char		*inner_name;
+	size_t			 inner_name_length;
+	int			 inner_next;	/* the value next checked is */
+	/*
+	 * 1 once the check passed what jansson's compact dump would write
+	 * otherwise: whitespace, an escape, a number not a plain integer
+	 * (a real, -0, 19 digits or more), a NUL after a scalar.
+	 */
+	int			 loose;
 };
 
+/* Whitespace stepped over: the line is not in compact form. */
+static const char *
+check_space(struct replyscan_check *c, const char *p)
+{
+	const char	*q = jsonbytes_skip_space(p, c->end);
+
+	if (q != p)
+		c->loose = 1;
+	return q;
+}
+
 /*
- * Whether any of the eight bytes in v stops a run of a string's plain
- * bytes: what ends one (a quote, a backslash, below 0x20), and from
- * 0x80 up, whose UTF-8 is checked byte by byte (their top bits).
+ * The bytes of v that may stop a run of a string's plain bytes, marked
+ * by their top bits (0: none): what ends one (a quote, a backslash,
+ * below 0x20), and from 0x80 up, whose UTF-8 is checked byte by byte.
+ * The first marked one does (jsonbytes_first_marked).
  */
-static int
+static uint64_t
 word_stops(uint64_t v)
 {
 	return (jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\') |
-	    jsonbytes_word_below(v, 0x20) | v) & JSONBYTES_HIGHS ? 1 : 0;
+	    jsonbytes_word_below(v, 0x20) | v) & JSONBYTES_HIGHS;
 }
 
 static int
@@ -142,15 +171,18 @@ check_utf8(const char *p, const char *end)
 static const char *
 check_string(const char *p, const char *end, int *escaped)
 {
-	uint64_t	v;
+	uint64_t	v, stops;
 	unsigned	u, low;
 	unsigned char	c;
 
 	for (;;) {
 		while (end - p >= 8) {
 			memcpy(&v, p, sizeof v);
-			if (word_stops(v))
+			/* Straight to the byte that stops the run. */
+			if ((stops = word_stops(v)) != 0) {
+				p += jsonbytes_first_marked(stops);
 				break;
+			}
 			p += 8;
 		}
 		if (p >= end)
@@ -253,6 +285,9 @@ check_number(struct replyscan_check *c, const char *p, const char *end)
 		return NULL;
 	if (p - digits > REPLYSCAN_PLAIN_DIGITS)
 		plain = 0;
+	/* jansson writes the integer -0 as 0. */
+	if (start != digits && *digits == '0')
+		c->loose = 1;
 	if (p < end && *p == '.') {
 		plain = 0;
 		if ((p = jsonbytes_skip_digits(p + 1, end)) == NULL)
@@ -268,6 +303,7 @@ check_number(struct replyscan_check *c, const char *p, const char *end)
 	}
 	if (plain)
 		return p;
+	c->loose = 1;
 	return check_range(c, start, (size_t)(p - start), p);
 }
 
@@ -444,6 +480,15 @@ same_key(const struct replyscan_key *a, const struct replyscan_key *b)
 	return key_order(a, b) == 0;
 }
 
+/* A checked key equal, once unescaped, to name's n bytes. */
+static int
+key_named(const struct replyscan_key *key, const char *name, size_t n)
+{
+	if (!key->escaped)
+		return key->length == n && memcmp(key->text, name, n) == 0;
+	return unescaped_is(key->text, key->length, name, n);
+}
+
 static int
 key_sort_order(const void *a, const void *b)
 {
@@ -494,20 +539,61 @@ keep_key(struct replyscan_check *c, struct replyscan_key **wide,
 	return 0;
 }
 
+/*
+ * The member just checked into its object's list, as next_member would
+ * list it: its value's bytes without the NUL check_value skips after a
+ * scalar (no value ends in a NUL byte).
+ */
+static void
+list_member(struct replyscan_object *list, const struct replyscan_key *key,
+    const char *value, const char *after)
+{
+	struct replyscan_member	*m;
+
+	if (list->count == REPLYSCAN_MAX_MEMBERS) {
+		list->overflow = 1;
+		return;
+	}
+	if (after[-1] == '\0')
+		after--;
+	m = &list->members[list->count++];
+	m->key = key->text;
+	m->key_length = key->length;
+	m->key_escaped = key->escaped;
+	m->value = value;
+	m->value_length = (size_t)(after - value);
+}
+
 /* p at '{' or '[': past its close, or NULL. */
 static const char *
 check_members(struct replyscan_check *c, const char *p, int depth,
     struct replyscan_key **wide)
 {
 	struct replyscan_key	 keys[REPLYSCAN_MAX_MEMBERS], key;
-	const char		*end = c->end;
+	struct replyscan_object	*list = NULL;
+	const char		*end = c->end, *value;
 	size_t			 count = 0, room = 0, i;
 	int			 object = *p == '{';
 	char			 close = object ? '}' : ']';
 
-	p = jsonbytes_skip_space(p + 1, end);
-	if (p < end && *p == close)
+	/*
+	 * The top-level object is listed, and inner if this is its value:
+	 * every container's loop says, before each value it checks,
+	 * whether that value is top's member inner_name.
+	 */
+	if (object && depth == 0)
+		list = c->top;
+	else if (object && c->inner_next)
+		list = c->inner;
+	if (list != NULL)
+		list->text = p;
+
+	p = check_space(c, p + 1);
+	if (p < end && *p == close) {
+		if (list != NULL)
+			list->length = (size_t)(p + 1 - list->text);
 		return p + 1;
+	}
 	for (;;) {
 		if (object) {
 			if (p >= end || *p != '"')
@@ -517,6 +603,7 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			if ((p = check_string(p + 1, end, &key.escaped)) ==
 			    NULL)
 				return NULL;
+			c->loose |= key.escaped;
 			key.length = (size_t)(p - 1 - key.text);
 			if (count < REPLYSCAN_MAX_MEMBERS) {
 				for (i = 0; i < count; i++) {
@@ -528,22 +615,30 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			    &key) != 0)
 				return NULL;
 			count++;
-			p = jsonbytes_skip_space(p, end);
+			p = check_space(c, p);
 			if (p >= end || *p != ':')
 				return NULL;
-			p = jsonbytes_skip_space(p + 1, end);
+			p = check_space(c, p + 1);
 		}
+		value = p;
+		c->inner_next = list == c->top && list != NULL &&
+		    c->inner != NULL && key_named(&key, c->inner_name,
+		    c->inner_name_length);
 		if ((p = check_value(c, p, depth + 1)) == NULL)
 			return NULL;
-		p = jsonbytes_skip_space(p, end);
+		if (list != NULL && !list->overflow)
+			list_member(list, &key, value, p);
+		p = check_space(c, p);
 		if (p < end && *p == ',') {
-			p = jsonbytes_skip_space(p + 1, end);
+			p = check_space(c, p + 1);
 			continue;
 		}
 		if (p >= end || *p != close)
 			return NULL;
 		if (*wide != NULL && keys_repeat(*wide, count))
 			return NULL;
+		if (list != NULL)
+			list->length = (size_t)(p + 1 - list->text);
 		return p + 1;
 	}
 }
@@ -568,13 +663,15 @@ static const char *
 check_value(struct replyscan_check *c, const char *p, int depth)
 {
 	const char	*end = c->end;
-	int		 escaped;
+	int		 escaped = 0;
 
 	if (p >= end)
 		return NULL;
 	switch (*p) {
 	case '"':
-		return check_string(p + 1, end, &escaped);
+		p = check_string(p + 1, end, &escaped);
+		c->loose |= escaped;
+		return p;
 	case '{':
 	case '[':
 		return check_container(c, p, depth);
@@ -595,8 +692,10 @@ check_value(struct replyscan_check *c, const char *p, int depth)
 	 * jansson's lexer puts back the byte after a number or a literal,
 	 * and a NUL put back reads as an empty buffer: it skips one.
 	 */
-	if (p != NULL && p < end && *p == '\0')
+	if (p != NULL && p < end && *p == '\0') {
+		c->loose = 1;
 		p++;
+	}
 	return p;
 }
 
@@ -676,37 +775,82 @@ next_member(const char **p, const char *end, struct replyscan_member *m)
 enum replyscan_verdict
 replyscan_line(const char *line, size_t length, struct replyscan_object *top)
 {
+	return replyscan_line_inner(line, length, top, NULL, NULL);
+}
+
+/* An object's lists emptied: what a failed check listed is no one's. */
+static void
+list_clear(struct replyscan_object *list)
+{
+	list->text = NULL;
+	list->length = list->count = 0;
+	list->overflow = list->by_jansson = list->compact = 0;
+}
+
+enum replyscan_verdict
+replyscan_line_inner(const char *line, size_t length,
+    struct replyscan_object *top, const char *name,
+    struct replyscan_object *inner)
+{
 	struct replyscan_check	 c;
+	struct replyscan_member	 m;
 	const char		*end = line + length, *p, *q;
 	json_t			*j;
 	enum replyscan_verdict	 verdict;
 
-	top->count = 0;
-	top->overflow = top->by_jansson = 0;
+	list_clear(top);
+	memset(&c, 0, sizeof c);
 	c.end = end;
-	c.defer = c.by_jansson = 0;
-	p = jsonbytes_skip_space(line, end);
+	c.top = top;
+	/* Nothing listed in inner unless this pass lists it, name or not. */
+	if (inner != NULL)
+		list_clear(inner);
+	if (inner != NULL && name != NULL) {
+		c.inner = inner;
+		c.inner_name = name;
+		c.inner_name_length = strlen(name);
+	}
+	p = check_space(&c, line);
 	if (p >= end || (*p != '{' && *p != '['))
-		return REPLYSCAN_INVALID;
+		goto invalid;
 	if ((q = check_container(&c, p, 0)) != NULL) {
-		if (jsonbytes_skip_space(q, end) != end)
-			return REPLYSCAN_INVALID;
+		if (check_space(&c, q) != end)
+			goto invalid;
 		verdict = *p == '{' ? REPLYSCAN_OBJECT : REPLYSCAN_NOT_OBJECT;
 	} else if (!c.defer)
-		return REPLYSCAN_INVALID;
+		goto invalid;
 	else {
 		j = json_loadb(line, length, JSON_REJECT_DUPLICATES, NULL);
 		if (j == NULL)
-			return REPLYSCAN_INVALID;
+			goto invalid;
 		verdict = json_is_object(j) ? REPLYSCAN_OBJECT :
 		    REPLYSCAN_NOT_OBJECT;
 		json_decref(j);
 		c.by_jansson = 1;
+		/* The check stopped part way: list the members by a walk. */
+		if (verdict == REPLYSCAN_OBJECT) {
+			replyscan_members(p, (size_t)(skip_checked(p, end) -
+			    p), top);
+			if (c.inner != NULL && (!replyscan_find(top, name,
+			    &m) || !replyscan_members(m.value,
+			    m.value_length, inner)))
+				list_clear(inner);
+		}
 	}
-	if (verdict == REPLYSCAN_OBJECT)
-		replyscan_members(p, (size_t)(skip_checked(p, end) - p), top);
+	if (verdict != REPLYSCAN_OBJECT) {
+		list_clear(top);
+		if (c.inner != NULL)
+			list_clear(inner);
+	}
 	top->by_jansson = c.by_jansson;
+	top->compact = !c.loose && !c.by_jansson;
 	return verdict;
+
+invalid:
+	list_clear(top);
+	if (c.inner != NULL)
+		list_clear(inner);
+	return REPLYSCAN_INVALID;
 }
 
 int
@@ -717,7 +861,7 @@ replyscan_members(const char *value, size_t length,
 	struct replyscan_member	 m;
 
 	obj->count = 0;
-	obj->overflow = obj->by_jansson = 0;
+	obj->overflow = obj->by_jansson = obj->compact = 0;
 	if (length < 2 || *value != '{')
 		return 0;
 	obj->text = value;
@@ -744,12 +888,16 @@ int
 replyscan_find(const struct replyscan_object *obj, const char *name,
     struct replyscan_member *found)
 {
-	const char	*p, *end;
-	size_t		 n = strlen(name), i;
+	const struct replyscan_member	*m = obj->members;
+	const char			*p, *end;
+	size_t				 n = strlen(name), i;
 
-	for (i = 0; i < obj->count; i++) {
-		if (key_is(&obj->members[i], name, n)) {
-			*found = obj->members[i];
+	for (i = 0; i < obj->count; i++, m++) {
+		/* Most keys differ in length: refused without a call. */
+		if (m->key_length != n && !m->key_escaped)
+			continue;
+		if (key_is(m, name, n)) {
+			*found = *m;
 			return 1;
 		}
 	}

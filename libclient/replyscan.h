@@ -40,6 +40,12 @@ struct replyscan_object {
 	int			 overflow;	/* members past the list */
 	/* 1: jansson judged a piece (past 16 levels, a 65-byte number). */
 	int			 by_jansson;
+	/*
+	 * replyscan_line's: 1 if the line is exactly jansson's compact dump
+	 * of itself (no whitespace, no escape, integers of at most 18
+	 * digits and no -0, no real); 0 says only that it may not be.
+	 */
+	int			 compact;
 };
 
 /*
@@ -48,6 +54,14 @@ struct replyscan_object {
  */
 enum replyscan_verdict replyscan_line(const char *line, size_t length,
 	    struct replyscan_object *top);
+/*
+ * replyscan_line, and inner lists top's member name when that is an
+ * object (else inner->text is NULL), in the same pass: an answer's
+ * receipt without the second walk replyscan_members would make.
+ */
+enum replyscan_verdict replyscan_line_inner(const char *line, size_t length,
+	    struct replyscan_object *top, const char *name,
+	    struct replyscan_object *inner);
 /* In a checked line: 1 if value is an object (obj lists it), else 0. */
 int	replyscan_members(const char *value, size_t length,
 	    struct replyscan_object *obj);

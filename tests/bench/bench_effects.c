@@ -17,14 +17,17 @@
  * Both sides get the same jobs (K processes, one connection each), the
  * same keys (the kind and the client's submission id), the same
  * request and result bytes, and clients that build their requests at
- * run time and check every reply.  Redis is spoken to in RESP directly
- * over its Unix socket; a GET's value is parsed with jansson, as
- * idemd's replies are.
+ * run time and check every reply.  idemd is called through libidem's
+ * idem_effect_begin and idem_effect_complete, as a C caller calls it
+ * (they write the line and decode the answer); Redis is spoken to in
+ * RESP directly over its Unix socket, formatted with snprintf; a GET's
+ * value and a reused effect's result are parsed with jansson alike.
  */
 #define BENCH_EFFECT_KIND		"bench.effect/v1"
 #define BENCH_EFFECT_REQUEST_BYTES	256	/* the request's JSON text */
 #define BENCH_EFFECT_RESULT_BYTES	512	/* the result's JSON text */
-#define BENCH_EFFECT_LEASE_MS		"30000"
+#define BENCH_EFFECT_LEASE_MS		"30000"	/* Redis's PX, as text */
+#define BENCH_EFFECT_LEASE		30000	/* effect_begin's lease_ms */
 #define BENCH_EFFECT_LINE_BYTES		4096
 #define BENCH_REDIS_BUF_BYTES		4096
 #define BENCH_REDIS_START_MS		30000
@@ -232,51 +235,42 @@ effect_disposition_name(enum idem_effect_disposition d)
 }
 
 /*
- * One call and its answer decoded by libidem (idem_effect_parse, as
- * idem_effect_begin and the others decode theirs); -1 (counted in
- * errors) when the connection is gone or the answer does not decode.
+ * What a libidem call (rc, err) came to: 0 when it answered (out has a
+ * disposition, or the refusal is logged and left to the caller's
+ * check); -1 (counted in errors) when the connection is gone or the
+ * answer does not decode.
  */
 static int
-effect_call(struct client *cl, const char *line, size_t i,
-    struct idem_effect *out)
+effect_answered(struct client *cl, size_t i, int rc,
+    const struct idem_error *e, const struct idem_effect *out)
 {
-	struct idem_error	 e;
-	char			*answer;
-
-	if (idem_call_raw(cl->conn, line, &answer, &e) != 0) {
-		cl->report->errors++;
-		client_error(cl, "effect %zu: %s", i, e.message);
-		return -1;
-	}
-	if (idem_effect_parse(answer, out, &e) != 0 &&
-	    out->disposition == IDEM_EFFECT_NONE) {
-		/* An answer that does not decode is an error, as before. */
-		if (e.code == IDEM_E_PROTOCOL)
-			cl->report->errors++;
-		client_error(cl, "effect %zu: %s: %.100s", i, e.message,
-		    answer);
-		if (e.code == IDEM_E_PROTOCOL) {
-			free(answer);
-			return -1;
-		}
-	}
-	free(answer);
-	return 0;
+	if (rc == 0 || out->disposition != IDEM_EFFECT_NONE)
+		return 0;
+	client_error(cl, "effect %zu: %s", i, e->message);
+	if (e->code != IDEM_E_TRANSPORT && e->code != IDEM_E_PROTOCOL)
+		return 0;
+	cl->report->errors++;
+	return -1;
 }
 
-/* The begin of csid (its request built here, as a caller would). */
+/*
+ * The begin of csid: its request built here and sent by libidem's
+ * idem_effect_begin, which writes the line and decodes the answer, as
+ * a C caller's would (Redis's clients build their RESP commands with
+ * snprintf).
+ */
 static int
 effect_begin(struct client *cl, const char *csid, size_t i,
     struct idem_effect *out)
 {
-	char	req[BENCH_EFFECT_REQUEST_BYTES + 1];
+	struct idem_error	e;
+	char			req[BENCH_EFFECT_REQUEST_BYTES + 1];
+	int			rc;
 
 	effect_json(req, sizeof req - 1, csid);
-	snprintf(cl->buf, BENCH_EFFECT_LINE_BYTES, "{\"op\":\"effect_begin\","
-	    "\"client_submission_id\":\"%s\",\"effect_kind\":\""
-	    BENCH_EFFECT_KIND "\",\"request\":%s,\"lease_ms\":"
-	    BENCH_EFFECT_LEASE_MS "}", csid, req);
-	return effect_call(cl, cl->buf, i, out);
+	rc = idem_effect_begin(cl->conn, csid, BENCH_EFFECT_KIND, req,
+	    BENCH_EFFECT_LEASE, out, &e);
+	return effect_answered(cl, i, rc, &e, out);
 }
 
 /*
@@ -286,9 +280,11 @@ effect_begin(struct client *cl, const char *csid, size_t i,
 static int
 effect_run(struct client *cl, const char *csid, size_t i)
 {
-	char			result[BENCH_EFFECT_RESULT_BYTES + 1];
 	struct idem_effect	out;
-	int			ok;
+	struct idem_error	e;
+	char			result[BENCH_EFFECT_RESULT_BYTES + 1];
+	char			fence[sizeof out.fence];
+	int			ok, rc;
 
 	if (effect_begin(cl, csid, i, &out) != 0)
 		return -1;
@@ -300,12 +296,11 @@ effect_run(struct client *cl, const char *csid, size_t i)
 		return 0;
 	}
 	effect_json(result, sizeof result - 1, csid);
-	snprintf(cl->buf, BENCH_EFFECT_LINE_BYTES, "{\"op\":\"effect_complete\","
-	    "\"client_submission_id\":\"%s\",\"effect_kind\":\""
-	    BENCH_EFFECT_KIND "\",\"fence\":\"%s\",\"outcome\":\"applied\","
-	    "\"result\":%s}", csid, out.fence, result);
+	snprintf(fence, sizeof fence, "%s", out.fence);
 	idem_effect_clear(&out);
-	if (effect_call(cl, cl->buf, i, &out) != 0)
+	rc = idem_effect_complete(cl->conn, csid, BENCH_EFFECT_KIND, fence, 1,
+	    result, &out, &e);
+	if (effect_answered(cl, i, rc, &e, &out) != 0)
 		return -1;
 	ok = out.disposition == IDEM_EFFECT_COMMITTED && out.receipt != NULL;
 	idem_effect_clear(&out);
@@ -330,7 +325,6 @@ op_effect(struct client *cl, size_t i)
 static int
 setup_effect(struct client *cl)
 {
-	cl->buf = xcalloc(1, BENCH_EFFECT_LINE_BYTES);
 	return client_connect(cl);
 }
 

@@ -82,6 +82,31 @@ check_member(const struct replyscan_member *m, json_t *value)
 		    "an inner object's members");
 }
 
+/*
+ * The line checked again with m's object (named key) wanted as inner:
+ * the check's list of it is the walk's, member by member.
+ */
+static void
+check_inner(const uint8_t *data, size_t size, const char *key,
+    const struct replyscan_member *m)
+{
+	struct replyscan_object	 again, inner, walked;
+	size_t			 i;
+
+	check(replyscan_line_inner((const char *)data, size, &again, key,
+	    &inner) == REPLYSCAN_OBJECT, "the verdict again");
+	check(replyscan_members(m->value, m->value_length, &walked) &&
+	    inner.text == m->value && inner.length == m->value_length &&
+	    inner.count == walked.count && inner.overflow == walked.overflow,
+	    "an inner object listed by the check");
+	for (i = 0; i < inner.count; i++)
+		check(inner.members[i].key == walked.members[i].key &&
+		    inner.members[i].value == walked.members[i].value &&
+		    inner.members[i].value_length ==
+		    walked.members[i].value_length,
+		    "an inner object's members as walked");
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -90,12 +115,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	enum replyscan_verdict	 v, want;
 	const char		*key;
 	json_t			*j, *value;
+	char			*dump;
 
 	j = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
 	want = j == NULL ? REPLYSCAN_INVALID : json_is_object(j) ?
 	    REPLYSCAN_OBJECT : REPLYSCAN_NOT_OBJECT;
 	v = replyscan_line((const char *)data, size, &top);
 	check(v == want, "the verdict is jansson's");
+	if (v != REPLYSCAN_INVALID && top.compact) {
+		dump = json_dumps(j, JSON_COMPACT);
+		check(dump != NULL && strlen(dump) == size &&
+		    memcmp(dump, data, size) == 0,
+		    "a compact line is jansson's compact dump");
+		free(dump);
+	}
 	if (v == REPLYSCAN_OBJECT) {
 		if (!top.overflow)
 			check(top.count == json_object_size(j),
@@ -104,6 +137,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check(replyscan_find(&top, key, &m),
 			    "every member found");
 			check_member(&m, value);
+			if (json_is_object(value))
+				check_inner(data, size, key, &m);
 		}
 	}
 	json_decref(j);

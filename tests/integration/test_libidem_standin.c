@@ -2,8 +2,10 @@
 /*
  * test_libidem_standin.c: libidem against stand-ins for the broker on
  * a socket of the test's own: the exact bytes of every request it sends
- * (each op, optional members present and absent), and idem_effect_run's
- * lease keeper against a stand-in that answers each extension late.
+ * (each op, optional members present and absent; the effect lines
+ * written from the caller's bytes equal to the jansson path's; the
+ * longest line sent whole), and idem_effect_run's lease keeper against
+ * a stand-in that answers each extension late.
  * Nothing here sleeps to synchronise; the stand-in's delay is the
  * lateness under test, and the tests wait on its events.
  */
@@ -29,6 +31,7 @@
 #include "integration/filter.h"
 #include "integration/harness.h"
 #include "integration/libidem_test.h"
+#include "protocol.h"
 
 /*
  * What libidem sends, byte for byte, for every op with every optional
@@ -215,6 +218,269 @@ requests_keep_their_bytes(void **state)
 	assert_int_equal(json_array_size(cap.lines),
 	    sizeof expected / sizeof expected[0]);
 	json_decref(cap.lines);
+	harness_finish(b);
+}
+
+/*
+ * effect_begin's and effect_complete's line as the jansson path would
+ * dump it (the tree client_request_new builds: op, client_submission_id,
+ * effect_kind, then the op's members), expected[] gets it; for inputs
+ * the path refuses, nothing.
+ */
+static void
+expect_effect_line(json_t *expected, const char *op, const char *id,
+    const char *kind, const char *fence, int applied, const char *text,
+    int64_t lease_ms)
+{
+	json_t	*line, *value;
+	char	*dump;
+
+	/* A not_applied complete sends no result: its text is not read. */
+	if (fence != NULL && !applied)
+		text = NULL;
+	value = text == NULL ? json_null() : json_loads(text,
+	    JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+	if (value == NULL)
+		return;
+	line = json_pack("{ssssss}", "op", op, "client_submission_id", id,
+	    "effect_kind", kind);
+	assert_non_null(line);
+	if (fence != NULL) {
+		json_object_set_new(line, "fence", json_string(fence));
+		json_object_set_new(line, "outcome", json_string(applied ?
+		    "applied" : "not_applied"));
+		if (applied)
+			json_object_set_new(line, "result", value);
+		else
+			json_decref(value);
+	} else {
+		json_object_set_new(line, "request", value);
+		if (lease_ms > 0)
+			json_object_set_new(line, "lease_ms",
+			    json_integer(lease_ms));
+	}
+	assert_non_null(dump = json_dumps(line, JSON_COMPACT));
+	json_array_append_new(expected, json_string(dump));
+	free(dump);
+	json_decref(line);
+}
+
+/*
+ * jansson's allocations made by one thread, counted through
+ * json_set_alloc_funcs: jansson's allocator hooks take no context, so
+ * the count and the thread counted are file statics.  The stand-in's
+ * thread allocates through jansson at the same time and is not counted.
+ */
+static pthread_t	jansson_counted_thread;
+static size_t		jansson_counted_allocs;
+
+static void *
+jansson_counting_malloc(size_t size)
+{
+	if (pthread_equal(pthread_self(), jansson_counted_thread))
+		jansson_counted_allocs++;
+	return malloc(size);
+}
+
+/*
+ * The effect calls write a plain call's line from the caller's bytes
+ * (client_effect.c, client_begin_plain): byte for byte the line the
+ * jansson path dumps, for compact texts of every kind of value, and
+ * for what takes that path (escapes to rewrite, whitespace, reals, a
+ * lone scalar, strings beyond printable ASCII).  The plain calls make
+ * no jansson allocation: they did take the plain path.
+ */
+static void
+plain_lines_are_janssons(void **state)
+{
+	static const char *const texts[] = {
+		"{}", "[]", "{\"b\":1,\"a\":[2]}", "[1,-2,0,\"x\"]",
+		"{\"s\":\"x y/z\",\"n\":-5,\"t\":true,\"f\":false,"
+		    "\"z\":null,\"o\":{\"p\":[1,{\"q\":[]}]}}",
+		"{\"u\":\"\xc3\xa9\xe2\x82\xac\"}",
+		"{\"big\":123456789012345678}",
+		"{\"big\":1234567890123456789}",
+		"{ \"a\" : 1 }", "{\"r\":1.5}", "{\"r\":1e2}", "{\"z\":-0}",
+		"{\"e\":\"\\u00e9\"}", "{\"e\":\"a\\/b\"}",
+		"{\"e\":\"a\\\"b\"}", "5", "\"s\"", "null",
+		"{\"d\":1,\"d\":2}", "{\"bad\":tru}",
+	};
+	static const char *const ids[] = { "id-1", "run/42:step 3", "q\"x",
+	    "\xc3\xa9", "t\tb", "b\\s", "\x7f" };
+	struct broker		*b = *state;
+	struct capture		 cap;
+	struct sockaddr_un	 sa;
+	struct idem_conn	*c;
+	struct idem_error	 err;
+	struct idem_effect	 e;
+	json_t			*expected;
+	pthread_t		 thread;
+	size_t			 i, k;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
+	    "%s/plain.sock", b->root) < sizeof sa.sun_path);
+	cap.lines = json_array();
+	assert_non_null(expected = json_array());
+	cap.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(cap.listen_fd != -1);
+	assert_int_equal(bind(cap.listen_fd, (struct sockaddr *)&sa,
+	    sizeof sa), 0);
+	assert_int_equal(listen(cap.listen_fd, 1), 0);
+	assert_int_equal(pthread_create(&thread, NULL, capture_serve, &cap),
+	    0);
+	assert_non_null(c = idem_connect(sa.sun_path, &err));
+	for (i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+		k = i % (sizeof ids / sizeof ids[0]);
+		assert_int_equal(idem_effect_begin(c, "id-1", "mail", texts[i],
+		    i % 2 ? 5000 : 0, &e, &err), -1);
+		expect_effect_line(expected, "effect_begin", "id-1", "mail",
+		    NULL, 0, texts[i], i % 2 ? 5000 : 0);
+		assert_int_equal(idem_effect_begin(c, ids[k], "k/1", texts[i],
+		    1234567, &e, &err), -1);
+		expect_effect_line(expected, "effect_begin", ids[k], "k/1",
+		    NULL, 0, texts[i], 1234567);
+		assert_int_equal(idem_effect_complete(c, ids[k], "mail",
+		    "1-abc", 1, texts[i], &e, &err), -1);
+		expect_effect_line(expected, "effect_complete", ids[k], "mail",
+		    "1-abc", 1, texts[i], 0);
+		assert_int_equal(idem_effect_complete(c, "id-1", ids[k],
+		    ids[k], 0, texts[i], &e, &err), -1);
+		expect_effect_line(expected, "effect_complete", "id-1", ids[k],
+		    ids[k], 0, texts[i], 0);
+	}
+	/*
+	 * Plain inputs take the plain path: no jansson allocation in this
+	 * thread while the calls build, send and read back their lines.
+	 */
+	jansson_counted_thread = pthread_self();
+	jansson_counted_allocs = 0;
+	json_set_alloc_funcs(jansson_counting_malloc, free);
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(idem_effect_begin(c, ids[i % 2], "mail",
+		    texts[i], i % 2 ? 5000 : 0, &e, &err), -1);
+		assert_int_equal(idem_effect_complete(c, ids[i % 2], "mail",
+		    "1-abc", !(i % 2), texts[i], &e, &err), -1);
+	}
+	json_set_alloc_funcs(malloc, free);
+	assert_int_equal(jansson_counted_allocs, 0);
+	for (i = 0; i < 4; i++) {
+		expect_effect_line(expected, "effect_begin", ids[i % 2],
+		    "mail", NULL, 0, texts[i], i % 2 ? 5000 : 0);
+		expect_effect_line(expected, "effect_complete", ids[i % 2],
+		    "mail", "1-abc", !(i % 2), texts[i], 0);
+	}
+	/* Applied without a result: null, on both paths. */
+	assert_int_equal(idem_effect_complete(c, "id-1", "mail", "1-abc", 1,
+	    NULL, &e, &err), -1);
+	expect_effect_line(expected, "effect_complete", "id-1", "mail",
+	    "1-abc", 1, NULL, 0);
+	idem_close(c);
+	assert_int_equal(pthread_join(thread, NULL), 0);
+	close(cap.listen_fd);
+
+	for (i = 0; i < json_array_size(cap.lines) &&
+	    i < json_array_size(expected); i++)
+		assert_string_equal(json_string_value(json_array_get(
+		    cap.lines, i)), json_string_value(json_array_get(expected,
+		    i)));
+	assert_int_equal(json_array_size(cap.lines),
+	    json_array_size(expected));
+	json_decref(expected);
+	json_decref(cap.lines);
+	harness_finish(b);
+}
+
+/*
+ * The longest request a line may hold reaches the stand-in whole, its
+ * newline after it, and a short one after it on the same connection:
+ * libidem copies each line and its newline into a buffer the connection
+ * keeps and grows (client.c, client_out_room), and sends them at once.
+ */
+struct whole_lines {
+	int	 listen_fd;
+	char	*got;		/* every byte read */
+	size_t	 length;
+};
+
+static void *
+whole_lines_serve(void *arg)
+{
+	static const char	 answer[] = "{\"ok\":true}\n";
+	struct whole_lines	*w = arg;
+	size_t			 size = 2 * IDEM_MAX_LINE_BYTES, seen = 0;
+	ssize_t			 n;
+	int			 fd, lines = 0;
+
+	if ((fd = accept(w->listen_fd, NULL, NULL)) == -1 ||
+	    (w->got = malloc(size)) == NULL)
+		return NULL;
+	while (lines < 3 && (n = read(fd, w->got + w->length, size -
+	    w->length)) > 0) {
+		w->length += (size_t)n;
+		for (; seen < w->length; seen++) {
+			if (w->got[seen] == '\n' && write(fd, answer,
+			    sizeof answer - 1) == (ssize_t)sizeof answer - 1)
+				lines++;
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+static void
+longest_request_sent_whole(void **state)
+{
+	static const char	 small[] = "{\"op\":\"hello\"}";
+	struct broker		*b = *state;
+	struct whole_lines	 w;
+	struct sockaddr_un	 sa;
+	struct idem_conn	*c;
+	struct idem_error	 err;
+	pthread_t		 thread;
+	char			*line, *answer;
+	size_t			 n = IDEM_MAX_LINE_BYTES - 1, i;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
+	    "%s/whole.sock", b->root) < sizeof sa.sun_path);
+	memset(&w, 0, sizeof w);
+	w.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(w.listen_fd != -1);
+	assert_int_equal(bind(w.listen_fd, (struct sockaddr *)&sa,
+	    sizeof sa), 0);
+	assert_int_equal(listen(w.listen_fd, 1), 0);
+	assert_int_equal(pthread_create(&thread, NULL, whole_lines_serve, &w),
+	    0);
+	assert_non_null(line = malloc(n + 1));
+	for (i = 0; i < n; i++)
+		line[i] = (char)('a' + i % 26);
+	line[n] = '\0';
+	assert_non_null(c = idem_connect(sa.sun_path, &err));
+	assert_int_equal(idem_call_raw(c, small, &answer, &err), 0);
+	free(answer);
+	assert_int_equal(idem_call_raw(c, line, &answer, &err), 0);
+	assert_string_equal(answer, "{\"ok\":true}");
+	free(answer);
+	assert_int_equal(idem_call_raw(c, small, &answer, &err), 0);
+	free(answer);
+	idem_close(c);
+	assert_int_equal(pthread_join(thread, NULL), 0);
+	close(w.listen_fd);
+
+	/* small, then the longest, then small again: nothing else. */
+	assert_int_equal(w.length, 2 * (sizeof small - 1 + 1) + n + 1);
+	assert_memory_equal(w.got, small, sizeof small - 1);
+	assert_int_equal(w.got[sizeof small - 1], '\n');
+	assert_memory_equal(w.got + sizeof small, line, n);
+	assert_int_equal(w.got[sizeof small + n], '\n');
+	assert_memory_equal(w.got + sizeof small + n + 1, small,
+	    sizeof small - 1);
+	assert_int_equal(w.got[w.length - 1], '\n');
+	free(w.got);
+	free(line);
 	harness_finish(b);
 }
 
@@ -406,6 +672,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(requests_keep_their_bytes),
+		T(longest_request_sent_whole),
+		T(plain_lines_are_janssons),
 		T(keeper_waits_for_a_slow_answer),
 	};
 

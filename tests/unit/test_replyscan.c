@@ -12,7 +12,9 @@
  * own (jansson judges those), and never a byte read past a line's end.
  * The written cases also say the verdict, so removing a check fails
  * them.  What a checked line holds is read back: members, strings
- * unescaped, integers.
+ * unescaped, integers; the lists the check makes as it passes (the top
+ * level, a top-level member's object) are the walk's, byte for byte;
+ * a line it calls compact is jansson's compact dump of itself.
  */
 #include <sys/mman.h>
 
@@ -30,6 +32,7 @@
 #include <jansson.h>
 
 #include "integration/filter.h"
+#include "jsonbytes.h"
 #include "replyscan.h"
 
 #define CORPUS		"tests/fuzz/corpus_replyscan"
@@ -86,6 +89,96 @@ members_are_janssons(const char *p, size_t n,
 }
 
 /*
+ * The list the check made of top's members as it passed them is the
+ * one a walk of the object's checked bytes makes (replyscan_members),
+ * to the byte: the same text, members, keys and values.
+ */
+static void
+listed_as_walked(const struct replyscan_object *top)
+{
+	struct replyscan_object	walked;
+	size_t			i;
+
+	assert_true(replyscan_members(top->text, top->length, &walked));
+	assert_int_equal(top->text[top->length - 1], '}');
+	assert_int_equal(top->count, walked.count);
+	assert_int_equal(top->overflow, walked.overflow);
+	for (i = 0; i < top->count; i++) {
+		assert_ptr_equal(top->members[i].key, walked.members[i].key);
+		assert_int_equal(top->members[i].key_length,
+		    walked.members[i].key_length);
+		assert_int_equal(top->members[i].key_escaped,
+		    walked.members[i].key_escaped);
+		assert_ptr_equal(top->members[i].value,
+		    walked.members[i].value);
+		assert_int_equal(top->members[i].value_length,
+		    walked.members[i].value_length);
+	}
+}
+
+/*
+ * For each plain key of top's (the line at p, checked): the line
+ * checked again with that member wanted as inner lists the same top,
+ * and lists the member's object as a walk of its bytes does, or says
+ * it has none when the value is not an object.
+ */
+static void
+inner_listed_as_walked(const char *p, size_t n,
+    const struct replyscan_object *top)
+{
+	struct replyscan_object	 again, inner, walked;
+	const struct replyscan_member *m;
+	char			 name[64];
+	size_t			 i;
+
+	for (i = 0; i < top->count; i++) {
+		m = &top->members[i];
+		if (m->key_escaped || m->key_length >= sizeof name)
+			continue;
+		memcpy(name, m->key, m->key_length);
+		name[m->key_length] = '\0';
+		assert_int_equal(replyscan_line_inner(p, n, &again, name,
+		    &inner), OBJECT);
+		assert_int_equal(again.count, top->count);
+		assert_ptr_equal(again.members[i].value, m->value);
+		if (!replyscan_members(m->value, m->value_length, &walked)) {
+			assert_null(inner.text);
+			assert_int_equal(inner.count, 0);
+			continue;
+		}
+		assert_ptr_equal(inner.text, m->value);
+		assert_int_equal(inner.length, m->value_length);
+		listed_as_walked(&inner);
+	}
+	assert_int_equal(replyscan_line_inner(p, n, &again, "no such member",
+	    &inner), OBJECT);
+	assert_null(inner.text);
+}
+
+/*
+ * A line the check calls compact is jansson's compact dump of itself,
+ * byte for byte (libidem sends a caller's JSON text so, unparsed).
+ */
+static void
+compact_as_dumped(const char *p, size_t n, const struct replyscan_object *top)
+{
+	json_t	*j;
+	char	*dump;
+
+	if (!top->compact)
+		return;
+	assert_non_null(j = json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL));
+	assert_non_null(dump = json_dumps(j, JSON_COMPACT));
+	if (strlen(dump) != n || memcmp(dump, p, n) != 0)
+		print_error("compact, but dumped otherwise: %.*s\n",
+		    (int)(n > 300 ? 300 : n), p);
+	assert_int_equal(strlen(dump), n);
+	assert_memory_equal(dump, p, n);
+	free(dump);
+	json_decref(j);
+}
+
+/*
  * The scanner's verdict on the n bytes at p, copied into a buffer of
  * their own (ASan sees any read past them), which must be jansson's.
  */
@@ -104,8 +197,13 @@ judged(const char *p, size_t n, int *by_jansson)
 		print_error("scanner %d, jansson %d: %.*s\n", (int)v,
 		    (int)want, (int)(n > 300 ? 300 : n), p);
 	assert_int_equal(v, want);
-	if (v == REPLYSCAN_OBJECT)
+	if (v != REPLYSCAN_INVALID)
+		compact_as_dumped(copy, n, &top);
+	if (v == REPLYSCAN_OBJECT) {
 		members_are_janssons(copy, n, &top);
+		listed_as_walked(&top);
+		inner_listed_as_walked(copy, n, &top);
+	}
 	if (by_jansson != NULL)
 		*by_jansson = v == REPLYSCAN_OBJECT && top.by_jansson;
 	free(copy);
@@ -526,6 +624,191 @@ lines_end_at_guard_page(void **state)
 	corpus_free(lines, count);
 }
 
+/*
+ * replyscan_line_inner lists only the top-level member named, only
+ * when it is an object (not one nested deeper, nor one in an array),
+ * compares its key unescaped, lists nothing for a line it refuses nor
+ * without a name, and lists it by a walk when jansson judged the line.
+ */
+static void
+inner_only_the_top_levels_object(void **state)
+{
+	static const struct {
+		const char	*line;
+		size_t		 count;	/* inner's members; 0: none listed */
+	} cases[] = {
+		{ "{\"a\":{\"receipt\":{\"x\":1}}}", 0 },
+		{ "{\"receipt\":[{\"y\":2}],\"z\":{\"w\":3}}", 0 },
+		{ "{\"receipt\":\"s\"}", 0 },
+		{ "{\"receipt\":null}", 0 },
+		{ "[{\"receipt\":{\"x\":1}}]", 0 },
+		{ "{\"receipt\":{}}", 0 },
+		{ "{\"r\\u0065ceipt\":{\"x\":1,\"y\":{\"z\":2}}}", 2 },
+		{ "{\"a\":[{}],\"receipt\":{\"x\":{\"receipt\":1}},"
+		    "\"b\":{\"c\":2}}", 1 },
+		{ "{\"receipt\":{\"x\":{\"receipt\":{\"p\":1,\"q\":2}}}}", 1 },
+		{ "{\"receipt\":{\"receipt\":{\"p\":1,\"q\":2},\"x\":1}}", 2 },
+	};
+	struct replyscan_object	 top, inner;
+	struct replyscan_member	 m;
+	char			*s, *p;
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		replyscan_line_inner(cases[i].line, strlen(cases[i].line), &top,
+		    "receipt", &inner);
+		assert_int_equal(inner.count, cases[i].count);
+		if (cases[i].count > 0) {
+			assert_non_null(inner.text);
+			assert_int_equal(inner.text[0], '{');
+			assert_true(replyscan_find(&inner, "x", &m));
+		}
+	}
+	/* The empty object is listed: there, with no members. */
+	assert_int_equal(replyscan_line_inner(cases[5].line,
+	    strlen(cases[5].line), &top, "receipt", &inner), OBJECT);
+	assert_non_null(inner.text);
+	assert_int_equal(inner.length, 2);
+	/* A refused line lists nothing, in either object. */
+	s = "{\"receipt\":{\"x\":1},\"q\":tru}";
+	assert_int_equal(replyscan_line_inner(s, strlen(s), &top, "receipt",
+	    &inner), INVALID);
+	assert_null(inner.text);
+	assert_int_equal(inner.count + top.count, 0);
+	/* No name: inner is cleared, not left as the last call listed it. */
+	assert_int_equal(replyscan_line_inner(cases[6].line,
+	    strlen(cases[6].line), &top, "receipt", &inner), OBJECT);
+	assert_int_equal(inner.count, 2);
+	assert_int_equal(replyscan_line_inner(cases[6].line,
+	    strlen(cases[6].line), &top, NULL, &inner), OBJECT);
+	assert_null(inner.text);
+	assert_int_equal(inner.count, 0);
+	/*
+	 * Deeper than the scan's own before the receipt: jansson judges,
+	 * and a walk lists both.
+	 */
+	assert_non_null(s = malloc(256));
+	p = s + sprintf(s, "{\"d\":");
+	for (i = 0; i < 20; i++)
+		*p++ = '[';
+	for (i = 0; i < 20; i++)
+		*p++ = ']';
+	strcpy(p, ",\"receipt\":{\"x\":1,\"y\":2}}");
+	assert_int_equal(replyscan_line_inner(s, strlen(s), &top, "receipt",
+	    &inner), OBJECT);
+	assert_true(top.by_jansson);
+	assert_int_equal(top.count, 2);
+	assert_int_equal(inner.count, 2);
+	assert_true(replyscan_find(&inner, "y", &m));
+	free(s);
+}
+
+/*
+ * jsonbytes_first_marked finds the byte that stops a string's run in a
+ * word, at each place in it, also where the byte after it is one the
+ * word tests mark wrongly (the borrow of a match: '#' after '"', ']'
+ * after a backslash, 0x20 after 0x1f is not; 0x01 after 0x00 is).
+ * jsonbytes_skip_plain_words, fastscan's step, stops at the same byte
+ * of the same word; a byte above 0x7f does not end its run (fastscan
+ * takes it as it stands), so it steps over the whole word.
+ */
+static void
+first_stop_found_in_word(void **state)
+{
+	static const char	 stops[][2] = {
+		{ '"', '#' }, { '\\', ']' }, { '\x1f', '\x20' },
+		{ '\x00', '\x01' }, { '\x80', 'a' }, { '\xc3', '\xa9' },
+	};
+	uint64_t		 v, mask;
+	char			 word[8];
+	size_t			 i, k;
+	int			 ends_run;
+
+	(void)state;
+	for (i = 0; i < sizeof stops / sizeof stops[0]; i++) {
+		for (k = 0; k < 8; k++) {
+			memset(word, 'a', sizeof word);
+			word[k] = stops[i][0];
+			if (k + 1 < sizeof word)
+				word[k + 1] = stops[i][1];
+			memcpy(&v, word, sizeof v);
+			mask = (jsonbytes_word_has(v, '"') |
+			    jsonbytes_word_has(v, '\\') |
+			    jsonbytes_word_below(v, 0x20) | v) &
+			    JSONBYTES_HIGHS;
+			assert_true(mask != 0);
+			ends_run = (unsigned char)stops[i][0] < 0x80;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+			assert_int_equal(jsonbytes_first_marked(mask), k);
+			assert_ptr_equal(jsonbytes_skip_plain_words(word, word +
+			    sizeof word), word + (ends_run ? k : sizeof word));
+#else
+			assert_int_equal(jsonbytes_first_marked(mask), 0);
+			assert_ptr_equal(jsonbytes_skip_plain_words(word, word +
+			    sizeof word), ends_run ? word : word + sizeof word);
+#endif
+		}
+	}
+}
+
+/*
+ * The compact verdict: set for a line in jansson's compact form (the
+ * judged lines hold it to jansson's dump), cleared by anything that
+ * form would write otherwise, and for what jansson judged.
+ */
+static void
+compact_only_as_jansson_writes(void **state)
+{
+	static const struct {
+		const char	*text;
+		size_t		 length;
+		int		 compact;
+	} cases[] = {
+#define COMPACT_CASE(text, compact)	{ text, sizeof text - 1, compact }
+		COMPACT_CASE("{}", 1), COMPACT_CASE("[]", 1),
+		COMPACT_CASE("{\"a\":1,\"b\":[true,false,null,-7,0]}", 1),
+		COMPACT_CASE("{\"s\":\"x y/z\xc3\xa9\x7f\"}", 1),
+		COMPACT_CASE("[123456789012345678]", 1),
+		COMPACT_CASE("[1234567890123456789]", 0),
+		COMPACT_CASE("{\"a\": 1}", 0), COMPACT_CASE(" {}", 0),
+		COMPACT_CASE("{} ", 0), COMPACT_CASE("{\"a\":1 }", 0),
+		COMPACT_CASE("[1 ,2]", 0), COMPACT_CASE("[1,\t2]", 0),
+		COMPACT_CASE("{\"a\" :1}", 0), COMPACT_CASE("{ \"a\":1}", 0),
+		COMPACT_CASE("{\"e\":\"\\u00e9\"}", 0),
+		COMPACT_CASE("{\"\\u0065\":1}", 0),
+		COMPACT_CASE("[\"a\\/b\"]", 0), COMPACT_CASE("[1.5]", 0),
+		COMPACT_CASE("[1e2]", 0), COMPACT_CASE("[-0]", 0),
+		COMPACT_CASE("[0]", 1), COMPACT_CASE("[1\0]", 0),
+#undef COMPACT_CASE
+	};
+	struct replyscan_object	 top;
+	char			*s, *p;
+	size_t			 i;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		assert_int_not_equal(replyscan_line(cases[i].text,
+		    cases[i].length, &top), INVALID);
+		if (top.compact != cases[i].compact)
+			print_error("compact %d: %s\n", top.compact,
+			    cases[i].text);
+		assert_int_equal(top.compact, cases[i].compact);
+		judged(cases[i].text, cases[i].length, NULL);
+	}
+	/* A refused line is not compact; nor one jansson judged (deep). */
+	assert_int_equal(replyscan_line("[1,]", 4, &top), INVALID);
+	assert_false(top.compact);
+	assert_non_null(s = malloc(64));
+	for (p = s, i = 0; i < 20; i++)
+		*p++ = '[';
+	for (i = 0; i < 20; i++)
+		*p++ = ']';
+	assert_int_equal(replyscan_line(s, 40, &top), ARRAY);
+	assert_false(top.compact);
+	free(s);
+}
+
 /* Members, strings and integers read from a checked line's bytes. */
 static void
 members_read_from_bytes(void **state)
@@ -587,6 +870,9 @@ main(void)
 		cmocka_unit_test(deep_and_wide_judged_as_jansson),
 		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(members_read_from_bytes),
+		cmocka_unit_test(inner_only_the_top_levels_object),
+		cmocka_unit_test(compact_only_as_jansson_writes),
+		cmocka_unit_test(first_stop_found_in_word),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
