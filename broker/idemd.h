@@ -564,6 +564,7 @@ void	 pending_reply_text(struct pending *, const char *, size_t);
 void	 pending_run_parked(struct worker *);
 /* After a pass of the loop: kick the journaler for the records it appended. */
 void	 pending_kick(struct worker *);
+void	 pending_watch(struct worker *);
 /* Free the parked requests of a worker whose loop has ended. */
 void	 pending_free_parked(struct worker *);
 

@@ -26,6 +26,7 @@
  * conn_answer().
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "log.h"
@@ -395,6 +396,67 @@ pending_run_parked(struct worker *w)
 			break;
 		}
 	}
+}
+
+/*
+ * The watch.  A loop whose pass ended with requests parked for
+ * durability (its loop_waiters) would sleep in epoll_wait until the
+ * journaler's flush writes its wake eventfd.  On a virtual machine whose
+ * idle vCPUs halt, that wake-up costs more than the rest of the hand-back
+ * (doc/effects.md, "Where a lone client's write goes": about 20 us from
+ * the write to the loop running, when its vCPU had halted), and a lone
+ * client pays it on every record.  So the loop first watches the durable
+ * position in the segment for at most IDEM_WORKER_WATCH_US, and says so
+ * (its shm_worker's watching) so that the flush skips the eventfd write.
+ * Between looks it runs whatever else is ready (a request from another
+ * client, without blocking) and gives its CPU to any other runnable
+ * thread (sched_yield): the journaling thread and the clients are not
+ * kept waiting by it.  When it stops, it clears the flag and judges its
+ * parked requests once more: a flush that saw the flag set and wrote
+ * nothing published ring_durable before it read the flag, so this look
+ * finds it (both sides store, then load the other's word, all
+ * sequentially consistent).  A request is still answered only once
+ * handoff_is_durable says its record is.
+ */
+void
+pending_watch(struct worker *w)
+{
+	struct shm_header	*h = w->d->seg.header;
+	struct shm_worker	*sw = &h->workers[w->index];
+	uint64_t		 durable, epoch, seen_durable, seen_epoch;
+	int64_t			 start;
+
+	if (atomic_load(&sw->loop_waiters) == 0)
+		return;
+	atomic_store(&sw->watching, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	start = clock_monotonic_us();
+	seen_durable = atomic_load(&h->ring_durable);
+	seen_epoch = atomic_load(&h->journal_epoch);
+	for (;;) {
+		durable = atomic_load(&h->ring_durable);
+		epoch = atomic_load(&h->journal_epoch);
+		if (durable != seen_durable || epoch != seen_epoch) {
+			seen_durable = durable;
+			seen_epoch = epoch;
+			pending_run_parked(w);
+		}
+		if (atomic_load(&sw->loop_waiters) == 0)
+			break;
+		/* Another client's request, a reply's end: as the loop would. */
+		if (event_base_loop(w->base, EVLOOP_NONBLOCK) != 0 ||
+		    event_base_got_break(w->base) ||
+		    event_base_got_exit(w->base))
+			break;
+		pending_kick(w);
+		if (clock_monotonic_us() - start >= IDEM_WORKER_WATCH_US)
+			break;
+		sched_yield();
+	}
+	atomic_store(&sw->watching, 0);
+	atomic_thread_fence(memory_order_seq_cst);
+	pending_run_parked(w);
+	pending_kick(w);
 }
 
 /* The worker's loop has ended: its parked requests will never resume. */

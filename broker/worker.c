@@ -678,11 +678,15 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	/*
 	 * One pass at a time (every callback that is ready, and those they
 	 * make ready, then back here): the records the pass appended get
-	 * one kick (pending_kick), where each record had its own.
+	 * one kick (pending_kick), where each record had its own.  Then,
+	 * with requests parked for durability, the loop watches for it a
+	 * moment before it sleeps (pending_watch).
 	 */
 	while (event_base_loop(w.base, EVLOOP_ONCE) == 0 &&
-	    !event_base_got_break(w.base) && !event_base_got_exit(w.base))
+	    !event_base_got_break(w.base) && !event_base_got_exit(w.base)) {
 		pending_kick(&w);
+		pending_watch(&w);
+	}
 	pending_kick(&w);
 
 	fileio_stop(w.io);

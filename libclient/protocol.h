@@ -119,6 +119,12 @@
  */
 #define IDEM_JOURNAL_GATHER_US		2000
 /*
+ * The longest a worker's loop with requests parked for durability, and
+ * nothing else to do, watches the durable position before it sleeps
+ * (pending.c, pending_watch): about a round's pwritev and fdatasync.
+ */
+#define IDEM_WORKER_WATCH_US		250
+/*
  * How long a directory sync round waits, at most, for the links of the
  * creations whose reservations are durable and that are about to link
  * (fileio.c, fileio_gather): they then share its fsync.
