@@ -430,6 +430,7 @@ struct worker {
 	TAILQ_HEAD(, pending)	 parked;
 	unsigned		 running;	/* requests not yet answered */
 	unsigned		 unkicked;	/* records appended, journaler not kicked */
+	int64_t			 watch_us;	/* pending_watch's bound */
 	struct fileio		*io;
 	int			 draining;
 	/* fastpath.c's: the line's fingerprint, the proceeds' cache. */

@@ -406,8 +406,9 @@ pending_run_parked(struct worker *w)
  * (doc/effects.md, "Where a lone client's write goes": about 20 us from
  * the write to the loop running, when its vCPU had halted), and a lone
  * client pays it on every record.  So the loop first watches the durable
- * position in the segment for at most IDEM_WORKER_WATCH_US, and says so
- * (its shm_worker's watching) so that the flush skips the eventfd write.
+ * position in the segment for at most w->watch_us (IDEM_WORKER_WATCH_US),
+ * and says so (its shm_worker's watching) so that the flush skips the
+ * eventfd write.
  * Between looks it runs whatever else is ready (a request from another
  * client, without blocking) and gives its CPU to any other runnable
  * thread (sched_yield): the journaling thread and the clients are not
@@ -426,7 +427,7 @@ pending_watch(struct worker *w)
 	uint64_t		 durable, epoch, seen_durable, seen_epoch;
 	int64_t			 start;
 
-	if (atomic_load(&sw->loop_waiters) == 0)
+	if (w->watch_us == 0 || atomic_load(&sw->loop_waiters) == 0)
 		return;
 	atomic_store(&sw->watching, 1);
 	atomic_thread_fence(memory_order_seq_cst);
@@ -449,7 +450,7 @@ pending_watch(struct worker *w)
 		    event_base_got_exit(w->base))
 			break;
 		pending_kick(w);
-		if (clock_monotonic_us() - start >= IDEM_WORKER_WATCH_US)
+		if (clock_monotonic_us() - start >= w->watch_us)
 			break;
 		sched_yield();
 	}

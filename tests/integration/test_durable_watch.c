@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_durable_watch.c: a worker's loop that watches the durable
+ * position instead of sleeping (pending.c, pending_watch) still serves
+ * its other clients while it watches, answers its own request once the
+ * record is durable without the journaler's wake-up, and, once its watch
+ * has ended, is woken by the flush as before.  One worker, so that every
+ * connection is the watching loop's; the journal's fdatasync held by the
+ * fault shim (hold), so that the journaling thread stalls for as long as
+ * the test likes; the watch's bound set by IDEM_CRASH_DURABLE_WATCH_US.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "integration/filter.h"
+#include "integration/harness.h"
+
+#define KIND		"deploy/v1"
+#define REQUEST		"{\"service\":\"api\",\"version\":\"2.4.1\"}"
+#define RESULT		"{\"deployed\":true}"
+/* A log line awaited (inotify, harness_wait_log). */
+#define LOG_WAIT_MS	30000
+#define LOG_SYNC_HELD	"faultshim: a sync held"
+
+static const char *const one_worker[] = { "--workers", "1", NULL };
+
+static json_t *
+begin_request(const char *id)
+{
+	json_t	*r;
+
+	r = json_pack("{s:s, s:s, s:s, s:o}", "op", "effect_begin",
+	    "client_submission_id", id, "effect_kind", KIND, "request",
+	    json_loads(REQUEST, 0, NULL));
+	assert_non_null(r);
+	return r;
+}
+
+static const char *
+disposition_of(json_t *reply)
+{
+	const char	*d = json_string_value(json_object_get(reply,
+			    "disposition"));
+
+	return d != NULL ? d : "";
+}
+
+static void
+assert_disposition(json_t *reply, const char *disposition)
+{
+	char	*text;
+
+	if (strcmp(disposition_of(reply), disposition) != 0) {
+		text = json_dumps(reply, JSON_COMPACT);
+		fail_msg("expected %s, got %s", disposition, text);
+	}
+}
+
+/* An effect begun and committed, for a retry that needs no journal. */
+static void
+commit_effect(struct broker *b, const char *id)
+{
+	json_t	*reply, *complete;
+
+	reply = harness_must_call(b, begin_request(id));
+	assert_disposition(reply, "proceed");
+	complete = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op",
+	    "effect_complete", "client_submission_id", id, "effect_kind", KIND,
+	    "fence", harness_str(reply, "fence"), "outcome", "applied");
+	assert_non_null(complete);
+	json_object_set_new(complete, "result", json_loads(RESULT, 0, NULL));
+	json_decref(reply);
+	reply = harness_must_call(b, complete);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+}
+
+/*
+ * A begin sent on a connection of its own whose record is written and
+ * then held in its fdatasync: its request parked on the loop.
+ */
+static int
+send_held_begin(struct harness_shim *t, const char *id)
+{
+	json_t	*request = begin_request(id);
+	char	*line = json_dumps(request, JSON_COMPACT);
+	int	 fd;
+
+	json_decref(request);
+	assert_non_null(line);
+	harness_fault_rule(t->fault_file, "hold .jnl");
+	fd = harness_raw_connect(&t->b);
+	assert_true(fd >= 0);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	harness_wait_log(&t->b, LOG_SYNC_HELD, 1, LOG_WAIT_MS);
+	return fd;
+}
+
+static void
+assert_line_disposition(int fd, const char *disposition)
+{
+	char	*line = harness_raw_read_line(fd);
+	json_t	*reply;
+
+	assert_non_null(line);
+	reply = json_loads(line, 0, NULL);
+	assert_non_null(reply);
+	assert_disposition(reply, disposition);
+	json_decref(reply);
+	free(line);
+}
+
+static void
+start(struct harness_shim *t, const char *watch_us)
+{
+	static char		 entry[64];
+	const char *const	 env[] = { t->env[0], t->env[1], t->env[2],
+				    entry, NULL };
+
+	harness_need_fault_injection(&t->b);
+	snprintf(entry, sizeof entry, "IDEM_CRASH_DURABLE_WATCH_US=%s",
+	    watch_us);
+	harness_must_start(&t->b, one_worker, env);
+}
+
+/*
+ * The watch outlasts the test (10 min): the loop watches all the while
+ * the journal's fdatasync is held, and answers another client's retry
+ * of a committed effect meanwhile (fails if the watch does not run the
+ * loop's ready events: the retry would wait out the 10 min, the
+ * watchdog first); let go, the held begin is answered by the watch
+ * itself, no wake-up written for it (fails if the watch misses the
+ * durable position moving, or if the flush neither wakes a watching
+ * loop nor is seen by it: the begin would wait out the 10 min too).
+ */
+static void
+watching_loop_serves_its_other_clients(void **state)
+{
+	struct harness_shim	*t = *state;
+	json_t			*reply;
+	int			 fd;
+
+	start(t, "600000000");
+	commit_effect(&t->b, "w-done");
+	fd = send_held_begin(t, "w-held");
+	/* Held: nothing durable can be answered now.  A retry needs nothing. */
+	reply = harness_must_call(&t->b, begin_request("w-done"));
+	assert_disposition(reply, "reused");
+	json_decref(reply);
+	harness_fault_rule(t->fault_file, "");
+	assert_line_disposition(fd, "proceed");
+	close(fd);
+	harness_shim_finish(t);
+}
+
+/*
+ * A watch of 1 us ends long before the held fdatasync returns: the loop
+ * sleeps, and the flush must wake it (fails if the loop's watching flag
+ * outlives its watch: the journaler would skip the wake-up and the begin
+ * would never be answered, the watchdog failing the test).  Then every
+ * request answered as usual.
+ */
+static void
+watch_that_ends_leaves_the_wake_up_to_the_flush(void **state)
+{
+	struct harness_shim	*t = *state;
+	json_t			*reply;
+	int			 fd;
+
+	start(t, "1");
+	fd = send_held_begin(t, "w-held");
+	harness_fault_rule(t->fault_file, "");
+	assert_line_disposition(fd, "proceed");
+	close(fd);
+	commit_effect(&t->b, "w-after");
+	reply = harness_must_call(&t->b, begin_request("w-after"));
+	assert_disposition(reply, "reused");
+	json_decref(reply);
+	harness_shim_finish(t);
+}
+
+static int
+setup(void **state)
+{
+	return harness_shim_setup(state, HARNESS_TEST_SECONDS);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, \
+	harness_shim_teardown)
+		T(watching_loop_serves_its_other_clients),
+		T(watch_that_ends_leaves_the_wake_up_to_the_flush),
+#undef T
+	};
+
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL,
+	    NULL));
+}
