@@ -419,6 +419,12 @@ pending_run_parked(struct worker *w)
  * sequentially consistent).  A request is still answered only once
  * handoff_is_durable says its record is.
  */
+static int
+pending_loop_ends(struct worker *w)
+{
+	return event_base_got_break(w->base) || event_base_got_exit(w->base);
+}
+
 void
 pending_watch(struct worker *w)
 {
@@ -442,12 +448,17 @@ pending_watch(struct worker *w)
 			seen_epoch = epoch;
 			pending_run_parked(w);
 		}
-		if (atomic_load(&sw->loop_waiters) == 0)
+		/*
+		 * A request resumed here may end the loop (worker_maybe_exit's
+		 * loopbreak): stop before the next event_base_loop, which
+		 * would clear that flag; worker_main looks at it next.
+		 */
+		if (atomic_load(&sw->loop_waiters) == 0 ||
+		    pending_loop_ends(w))
 			break;
 		/* Another client's request, a reply's end: as the loop would. */
 		if (event_base_loop(w->base, EVLOOP_NONBLOCK) != 0 ||
-		    event_base_got_break(w->base) ||
-		    event_base_got_exit(w->base))
+		    pending_loop_ends(w))
 			break;
 		pending_kick(w);
 		if (clock_monotonic_us() - start >= w->watch_us)

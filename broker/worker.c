@@ -687,6 +687,10 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	    !event_base_got_break(w.base) && !event_base_got_exit(w.base)) {
 		pending_kick(&w);
 		pending_watch(&w);
+		/* The next event_base_loop would clear what the watch set. */
+		if (event_base_got_break(w.base) ||
+		    event_base_got_exit(w.base))
+			break;
 	}
 	pending_kick(&w);
 

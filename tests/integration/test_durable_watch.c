@@ -9,13 +9,18 @@
  * fault shim (hold), so that the journaling thread stalls for as long as
  * the test likes; the watch's bound set by IDEM_CRASH_DURABLE_WATCH_US.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -120,6 +125,38 @@ assert_line_disposition(int fd, const char *disposition)
 	free(line);
 }
 
+/* The sockets a process holds (its listening socket, its connections). */
+static int
+sockets_of(pid_t pid)
+{
+	char		 dir[64], path[PATH_MAX], target[128];
+	struct dirent	*e;
+	DIR		*d;
+	ssize_t		 n;
+	int		 count = 0;
+
+	snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+	d = opendir(dir);
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		n = readlink(path, target, sizeof target - 1);
+		if (n > 0 && strncmp(target, "socket:", 7) == 0)
+			count++;
+	}
+	closedir(d);
+	return count;
+}
+
+static void
+sleep_ms(int64_t ms)
+{
+	struct timespec	ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
 static void
 start(struct harness_shim *t, const char *watch_us)
 {
@@ -189,6 +226,39 @@ watch_that_ends_leaves_the_wake_up_to_the_flush(void **state)
 	harness_shim_finish(t);
 }
 
+/*
+ * SIGTERM while the loop watches for a request whose client has gone:
+ * when the record is durable the watch resumes it, the worker's last
+ * request, and the loop must end there (worker_maybe_exit's loopbreak,
+ * outside the loop: fails, the broker deaf to the SIGTERM, if the
+ * next event_base_loop runs and clears the flag).
+ */
+static void
+stop_ended_by_the_watch_ends_the_loop(void **state)
+{
+	struct harness_shim	*t = *state;
+	pid_t			 worker;
+	int			 fd, before, waited;
+
+	start(t, "600000000");
+	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
+	fd = send_held_begin(t, "w-held");
+	before = sockets_of(worker);
+	close(fd);
+	/* The loop has seen its peer go: the request runs on, unanswered. */
+	for (waited = 0; sockets_of(worker) == before; waited++) {
+		if (waited > 10000)
+			fail_msg("worker %ld kept its connection 10 s after "
+			    "the peer closed it", (long)worker);
+		sleep_ms(1);
+	}
+	kill(t->b.pid, SIGTERM);
+	harness_wait_log(&t->b, "signal 15: draining", 1, LOG_WAIT_MS);
+	harness_fault_rule(t->fault_file, "");
+	assert_int_equal(harness_stop(&t->b), 0);
+	harness_shim_finish(t);
+}
+
 static int
 setup(void **state)
 {
@@ -203,6 +273,7 @@ main(void)
 	harness_shim_teardown)
 		T(watching_loop_serves_its_other_clients),
 		T(watch_that_ends_leaves_the_wake_up_to_the_flush),
+		T(stop_ended_by_the_watch_ends_the_loop),
 #undef T
 	};
 
