@@ -104,7 +104,7 @@ def parse(stream):
             # In the waker's context (sched_wakeup may be in the
             # target CPU's, after an IPI): who woke whom, and when.
             wakee = int(re.search(r' pid=(\d+)', rest).group(1))
-            wakes.append((t, tid, wakee))
+            wakes.append((t, tid, wakee, cpu))
             th.ev.append((t, 'wakes', wakee, None))
         elif ev.endswith('block_rq_issue'):
             blocks.append((t, 'I', rest))
@@ -123,7 +123,7 @@ def idle_at(cpu_cur, cpu, t):
 def wake_of(wakes_by, tid, t_in, not_before):
     """The sched_wakeup of tid just before its switch-in at t_in."""
     lst = wakes_by.get(tid, [])
-    i = bisect.bisect_left(lst, (t_in, -1, -1)) - 1
+    i = bisect.bisect_left(lst, (t_in, -1, -1, -1)) - 1
     if i >= 0 and lst[i][0] >= not_before:
         return lst[i]
     return None
@@ -191,6 +191,7 @@ def main():
                  'b_idle': 0, 'c_idle': 0, 'same_cpu_jw': 0,
                  'h_n': 0, 'b_n': 0, 'c_n': 0, 'h_none': 0, 'b_none': 0}
         n = 0
+        first_t = last_t = 0
         for e in j.ev:
             if not (e[1] == 'enter' and e[2] == NR_FDATASYNC):
                 continue
@@ -317,6 +318,9 @@ def main():
             rows['sync'].append(t7 - t6)
             rows['reply'].append(t12 - t10)
             rows['total'].append(t12 - t0)
+            if n == 0:
+                first_t = t0
+            last_t = t12
             n += 1
         if server == 'idemd':
             steps = [
@@ -363,6 +367,39 @@ def main():
                 ('client send -> client poll returns', rows['total']),
             ]
         show(server, steps, n)
+        # Every wake-up of the threads on the path over the records'
+        # span: onto a CPU that was idle (halted, on a VM) or busy.
+        if n:
+            lo, hi = first_t, last_t
+            role = {j.tid: 'journaler' if server == 'idemd' else 'redis'}
+            if server == 'idemd':
+                for w in workers:
+                    role[w.tid] = 'worker'
+            for cl in clients:
+                role[cl.tid] = 'client'
+            stats = {}
+            for w in wakes:
+                if w[0] < lo or w[0] > hi or w[2] not in role:
+                    continue
+                th = threads[w[2]]
+                e_in = th.first(w[0], lambda e: e[1] == 'in', w[0] + 20000)
+                if e_in is None:
+                    continue
+                if e_in[3] == w[3]:
+                    kind = 0        # on the waker's own CPU
+                elif idle_at(cpu_cur, e_in[3], w[0]):
+                    kind = 1        # another CPU, idle: an IPI to wake it
+                else:
+                    kind = 2        # another CPU, busy
+                st = stats.setdefault(role[w[2]], ([], [], []))
+                st[kind].append(e_in[0] - w[0])
+            print('  wake-ups a record (waking -> on CPU), by thread: on '
+                  'the waker\'s CPU / another, idle / another, busy; '
+                  'count a record, p50 us')
+            for r, ks in sorted(stats.items()):
+                print('    %-10s %5.2f %5.2f %5.2f   p50 %5.1f %5.1f %5.1f'
+                      % ((r,) + tuple(len(k) / n for k in ks) + tuple(
+                          statistics.median(k) if k else 0 for k in ks)))
         if n:
             print('  server asleep at the send: %.2f of records, its CPU '
                   'idle then: %.2f of those' % (flags['srv_slept'] / n,
