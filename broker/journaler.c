@@ -65,6 +65,7 @@
 #include <signal.h>
 #include <time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -732,6 +733,30 @@ journaler_prezero(struct idemd *d)
 	free(cause);
 }
 
+/*
+ * After a round that wrote records, look for the next record for at
+ * most IDEM_JOURNAL_LINGER_US before sleeping on the eventfd, giving the
+ * CPU to any other runnable thread between looks.  A lone client's next
+ * record comes within it, and a thread asleep on a vCPU that halted
+ * takes about 20 us to run again once kicked (doc/effects.md, "Where a
+ * lone client's write goes"); a worker watching for the flush keeps the
+ * other vCPU awake, so the two together take every wake-up of a halted
+ * vCPU off a lone client's path.  journaler_idle stays 0 meanwhile:
+ * appenders do not kick, and the look finds their records.  Tried alone
+ * (doc/effects.md, "Also tried and dropped") it gained nothing: the
+ * worker's wake-up after the flush was still one of a halted vCPU.
+ */
+static void
+journaler_linger(struct idemd *d)
+{
+	int64_t	start = clock_monotonic_us();
+
+	while (!handoff_has_pending(&d->seg) && !atomic_load(&journaler.stop) &&
+	    !atomic_load(&d->seg.header->checkpoint_wanted) &&
+	    clock_monotonic_us() - start < IDEM_JOURNAL_LINGER_US)
+		sched_yield();
+}
+
 static void *
 journaler_main(void *arg)
 {
@@ -741,10 +766,13 @@ journaler_main(void *arg)
 	uint64_t		 end, durable_before, epoch_before;
 	int64_t			 timeout;
 	char			*cause = NULL;
-	int			 n, wake, asked, failed;
+	int			 n = 0, wake, asked, failed;
 
 	for (;;) {
 		failed = atomic_load(&h->journal_failed);
+		/* After a round that wrote: the next record, a moment. */
+		if (n > 0 && !failed)
+			journaler_linger(d);
 		timeout = failed ? journaler.reopen_at - shm_now_ms() : -1;
 		atomic_store(&h->journaler_idle, 1);
 		atomic_thread_fence(memory_order_seq_cst);

@@ -402,17 +402,21 @@ pending_run_parked(struct worker *w)
  * The watch.  A loop whose pass ended with requests parked for
  * durability (its loop_waiters) would sleep in epoll_wait until the
  * journaler's flush writes its wake eventfd.  On a virtual machine whose
- * idle vCPUs halt, that wake-up costs more than the rest of the hand-back
- * (doc/effects.md, "Where a lone client's write goes": about 20 us from
- * the write to the loop running, when its vCPU had halted), and a lone
- * client pays it on every record.  So the loop first watches the durable
- * position in the segment for at most w->watch_us (IDEM_WORKER_WATCH_US),
- * and says so (its shm_worker's watching) so that the flush skips the
- * eventfd write.
- * Between looks it runs whatever else is ready (a request from another
- * client, without blocking) and gives its CPU to any other runnable
- * thread (sched_yield): the journaling thread and the clients are not
- * kept waiting by it.  When it stops, it clears the flag and judges its
+ * idle vCPUs halt, waking a thread on one costs more than the rest of a
+ * hand-off (doc/effects.md, "Where a lone client's write goes": about
+ * 20 us from the wake-up to the thread running, against 3 to 8 us on a
+ * CPU that is awake), and a lone client paid it on most records, once
+ * or twice.  So the loop first watches the durable position in the
+ * segment for at most w->watch_us (IDEM_WORKER_WATCH_US), and says so
+ * (its shm_worker's watching) so that the flush skips the eventfd
+ * write; once its requests are answered it watches for the next one for
+ * at most IDEM_WORKER_LINGER_US (a lone client's next request comes
+ * that soon), and so on, each bound counted from the last change: the
+ * loop sleeps only once a bound ran out.  Between looks it runs
+ * whatever else is ready (another client's request, a timer, without
+ * blocking) and gives its CPU to any other runnable thread
+ * (sched_yield): the journaling thread and the clients are not kept
+ * waiting by it.  When it stops, it clears the flag and judges its
  * parked requests once more: a flush that saw the flag set and wrote
  * nothing published ring_durable before it read the flag, so this look
  * finds it (both sides store, then load the other's word, all
@@ -431,13 +435,15 @@ pending_watch(struct worker *w)
 	struct shm_header	*h = w->d->seg.header;
 	struct shm_worker	*sw = &h->workers[w->index];
 	uint64_t		 durable, epoch, seen_durable, seen_epoch;
-	int64_t			 start;
+	int64_t			 since, bound;
+	int			 waiting, was_waiting;
 
 	if (w->watch_us == 0 || atomic_load(&sw->loop_waiters) == 0)
 		return;
 	atomic_store(&sw->watching, 1);
 	atomic_thread_fence(memory_order_seq_cst);
-	start = clock_monotonic_us();
+	since = clock_monotonic_us();
+	was_waiting = 1;
 	seen_durable = atomic_load(&h->ring_durable);
 	seen_epoch = atomic_load(&h->journal_epoch);
 	for (;;) {
@@ -453,15 +459,21 @@ pending_watch(struct worker *w)
 		 * loopbreak): stop before the next event_base_loop, which
 		 * would clear that flag; worker_main looks at it next.
 		 */
-		if (atomic_load(&sw->loop_waiters) == 0 ||
-		    pending_loop_ends(w))
+		if (pending_loop_ends(w))
 			break;
 		/* Another client's request, a reply's end: as the loop would. */
 		if (event_base_loop(w->base, EVLOOP_NONBLOCK) != 0 ||
 		    pending_loop_ends(w))
 			break;
 		pending_kick(w);
-		if (clock_monotonic_us() - start >= w->watch_us)
+		/* Waiting for durability, or for the next request. */
+		waiting = atomic_load(&sw->loop_waiters) != 0;
+		if (waiting != was_waiting) {
+			was_waiting = waiting;
+			since = clock_monotonic_us();
+		}
+		bound = waiting ? w->watch_us : IDEM_WORKER_LINGER_US;
+		if (clock_monotonic_us() - since >= bound)
 			break;
 		sched_yield();
 	}

@@ -125,6 +125,16 @@
  */
 #define IDEM_WORKER_WATCH_US		250
 /*
+ * ... and, its requests answered, how long it watches for the next one
+ * (a lone client's comes within this), before it sleeps.
+ */
+#define IDEM_WORKER_LINGER_US		150
+/*
+ * After a round that wrote records, how long the journaling thread looks
+ * for the next record before it sleeps on its eventfd (journaler.c).
+ */
+#define IDEM_JOURNAL_LINGER_US		150
+/*
  * How long a directory sync round waits, at most, for the links of the
  * creations whose reservations are durable and that are about to link
  * (fileio.c, fileio_gather): they then share its fsync.
