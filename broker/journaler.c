@@ -6,7 +6,9 @@
  * DESIGN
  *
  * Workers append encoded records to the hand-off ring and kick an
- * eventfd.  The thread sleeps on that eventfd; when woken it takes
+ * eventfd.  The thread sleeps on that eventfd (after a round that wrote,
+ * it first looks for the next record a moment: journaler_linger); when
+ * woken it takes
  * everything appended so far, writes it with one writev, makes it durable
  * with one fdatasync, publishes the new durable position and wakes the
  * workers whose loops have a request parked (each worker's loop_waiters).  Records that arrive while it is flushing wait for the next
