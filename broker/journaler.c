@@ -753,7 +753,7 @@ journaler_linger(struct idemd *d)
 {
 	int64_t	start = clock_monotonic_us();
 
-	/* Nor when anything else wants a round: a stop, a checkpoint, a wake. */
+	/* Nor when something else wants a round: a stop, a checkpoint. */
 	while (!handoff_has_pending(&d->seg) && !atomic_load(&journaler.stop) &&
 	    !atomic_load(&d->seg.header->checkpoint_wanted) &&
 	    !atomic_load(&d->seg.header->wake_requested) &&

@@ -461,7 +461,7 @@ pending_watch(struct worker *w)
 		 */
 		if (pending_loop_ends(w))
 			break;
-		/* Another client's request, a reply's end: as the loop would. */
+		/* Another client's request, a reply's end, as the loop. */
 		if (event_base_loop(w->base, EVLOOP_NONBLOCK) != 0 ||
 		    pending_loop_ends(w))
 			break;
