@@ -431,6 +431,7 @@ struct worker {
 	unsigned		 running;	/* requests not yet answered */
 	unsigned		 unkicked;	/* records appended, journaler not kicked */
 	int64_t			 watch_us;	/* pending_watch's bound */
+	uint32_t		 spin_max_connections; /* and its gate */
 	struct fileio		*io;
 	int			 draining;
 	/* fastpath.c's: the line's fingerprint, the proceeds' cache. */

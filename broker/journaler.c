@@ -128,6 +128,8 @@ static struct journaler {
 
 	/* Writing zeros ahead failed, and was logged. */
 	int		 zero_failing;
+	/* journaler_linger's gate: IDEM_SPIN_MAX_CONNECTIONS. */
+	uint32_t	 spin_max_connections;
 } journaler;
 
 void
@@ -747,16 +749,20 @@ journaler_prezero(struct idemd *d)
  * appenders do not kick, and the look finds their records.  Tried alone
  * (doc/effects.md, "Also tried and dropped") it gained nothing: the
  * worker's wake-up after the flush was still one of a halted vCPU.
+ * Only for a lone client, as the watch (pending.c): with more than
+ * IDEM_SPIN_MAX_CONNECTIONS connections open the thread sleeps at once.
  */
 static void
 journaler_linger(struct idemd *d)
 {
-	int64_t	start = clock_monotonic_us();
+	struct shm_header	*h = d->seg.header;
+	int64_t			 start = clock_monotonic_us();
 
 	/* Nor when something else wants a round: a stop, a checkpoint. */
-	while (!handoff_has_pending(&d->seg) && !atomic_load(&journaler.stop) &&
-	    !atomic_load(&d->seg.header->checkpoint_wanted) &&
-	    !atomic_load(&d->seg.header->wake_requested) &&
+	while (atomic_load(&h->connections) <= journaler.spin_max_connections &&
+	    !handoff_has_pending(&d->seg) && !atomic_load(&journaler.stop) &&
+	    !atomic_load(&h->checkpoint_wanted) &&
+	    !atomic_load(&h->wake_requested) &&
 	    clock_monotonic_us() - start < IDEM_JOURNAL_LINGER_US)
 		sched_yield();
 }
@@ -881,6 +887,8 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;
 	journaler.zero_failing = 0;
+	journaler.spin_max_connections =
+	    crash_spin_max_connections(IDEM_SPIN_MAX_CONNECTIONS);
 	atomic_store(&journaler.stop, 0);
 	pthread_mutex_init(&journaler.lock, NULL);
 	pthread_cond_init(&journaler.wake, NULL);

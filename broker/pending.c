@@ -422,11 +422,25 @@ pending_run_parked(struct worker *w)
  * finds it (both sides store, then load the other's word, all
  * sequentially consistent).  A request is still answered only once
  * handoff_is_durable says its record is.
+ *
+ * Only for a lone client: with more than IDEM_SPIN_MAX_CONNECTIONS
+ * connections open across the broker (the segment's count, looked at
+ * before the watch and at each look) the loop sleeps at once, as
+ * without the watch.  Several clients' requests overlap and keep the
+ * vCPUs awake, the journal's batching does the rest, and a watch would
+ * take CPU from them.
  */
 static int
 pending_loop_ends(struct worker *w)
 {
 	return event_base_got_break(w->base) || event_base_got_exit(w->base);
+}
+
+static int
+pending_lone_client(struct worker *w)
+{
+	return atomic_load(&w->d->seg.header->connections) <=
+	    w->spin_max_connections;
 }
 
 void
@@ -438,7 +452,8 @@ pending_watch(struct worker *w)
 	int64_t			 since, bound;
 	int			 waiting, was_waiting;
 
-	if (w->watch_us == 0 || atomic_load(&sw->loop_waiters) == 0)
+	if (w->watch_us == 0 || atomic_load(&sw->loop_waiters) == 0 ||
+	    !pending_lone_client(w))
 		return;
 	atomic_store(&sw->watching, 1);
 	atomic_thread_fence(memory_order_seq_cst);
@@ -473,7 +488,8 @@ pending_watch(struct worker *w)
 			since = clock_monotonic_us();
 		}
 		bound = waiting ? w->watch_us : IDEM_WORKER_LINGER_US;
-		if (clock_monotonic_us() - since >= bound)
+		if (clock_monotonic_us() - since >= bound ||
+		    !pending_lone_client(w))
 			break;
 		sched_yield();
 	}

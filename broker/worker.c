@@ -637,6 +637,8 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	w.notify_fd = notify_fd;
 	w.wake_fd = wake_fd;
 	w.watch_us = crash_durable_watch_us(IDEM_WORKER_WATCH_US);
+	w.spin_max_connections =
+	    crash_spin_max_connections(IDEM_SPIN_MAX_CONNECTIONS);
 	TAILQ_INIT(&w.conns);
 	TAILQ_INIT(&w.parked);
 	w.idle_timeout.tv_sec = d->idle_timeout_ms / 1000;

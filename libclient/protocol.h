@@ -135,6 +135,15 @@
  */
 #define IDEM_JOURNAL_LINGER_US		150
 /*
+ * The watch and the linger above are for a lone client: with more than
+ * this many connections open across the broker (the segment's
+ * connections) neither runs.  With more clients their requests overlap
+ * and keep the vCPUs awake, and the journal's batching does the rest;
+ * the spins would only take CPU from them (doc/effects.md, "Where a
+ * lone client's write goes").
+ */
+#define IDEM_SPIN_MAX_CONNECTIONS	1
+/*
  * How long a directory sync round waits, at most, for the links of the
  * creations whose reservations are durable and that are about to link
  * (fileio.c, fileio_gather): they then share its fsync.
