@@ -8,6 +8,9 @@
  * connection is the watching loop's; the journal's fdatasync held by the
  * fault shim (hold), so that the journaling thread stalls for as long as
  * the test likes; the watch's bound set by IDEM_CRASH_DURABLE_WATCH_US.
+ * The watch is for a lone client (IDEM_SPIN_MAX_CONNECTIONS): the cases
+ * with two clients raise that bound (IDEM_CRASH_SPIN_MAX_CONNECTIONS),
+ * and one keeps it, to see the loop sleep instead.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -157,16 +160,47 @@ sleep_ms(int64_t ms)
 		;
 }
 
-static void
-start(struct harness_shim *t, const char *watch_us)
+/*
+ * The state of a process's first thread, its loop's ('R' running or
+ * ready to, 'S' asleep: in epoll_wait for the loop).
+ */
+static char
+loop_state(pid_t pid)
 {
-	static char		 entry[64];
+	char	 path[64], text[512], *end;
+	FILE	*f;
+	size_t	 n;
+
+	snprintf(path, sizeof path, "/proc/%ld/task/%ld/stat", (long)pid,
+	    (long)pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	/* pid (comm) state ...: the name may hold anything, but not last. */
+	end = strrchr(text, ')');
+	assert_non_null(end);
+	assert_true(end[1] == ' ' && end[2] != '\0');
+	return end[2];
+}
+
+/*
+ * One worker, its watch's bound, and how many connections may be open
+ * for it to watch (NULL: the default, IDEM_SPIN_MAX_CONNECTIONS).
+ */
+static void
+start(struct harness_shim *t, const char *watch_us, const char *spin_max)
+{
+	static char		 entry[64], gate[64];
 	const char *const	 env[] = { t->env[0], t->env[1], t->env[2],
-				    entry, NULL };
+				    entry, spin_max != NULL ? gate : NULL, NULL };
 
 	harness_need_fault_injection(&t->b);
 	snprintf(entry, sizeof entry, "IDEM_CRASH_DURABLE_WATCH_US=%s",
 	    watch_us);
+	snprintf(gate, sizeof gate, "IDEM_CRASH_SPIN_MAX_CONNECTIONS=%s",
+	    spin_max != NULL ? spin_max : "");
 	harness_must_start(&t->b, one_worker, env);
 }
 
@@ -187,7 +221,8 @@ watching_loop_serves_its_other_clients(void **state)
 	json_t			*reply;
 	int			 fd;
 
-	start(t, "600000000");
+	/* The held begin's connection and the retry's: two clients. */
+	start(t, "600000000", "2");
 	commit_effect(&t->b, "w-done");
 	fd = send_held_begin(t, "w-held");
 	/* Held: nothing durable can be answered now.  A retry needs nothing. */
@@ -214,7 +249,7 @@ watch_that_ends_leaves_the_wake_up_to_the_flush(void **state)
 	json_t			*reply;
 	int			 fd;
 
-	start(t, "1");
+	start(t, "1", NULL);
 	fd = send_held_begin(t, "w-held");
 	harness_fault_rule(t->fault_file, "");
 	assert_line_disposition(fd, "proceed");
@@ -240,7 +275,7 @@ stop_ended_by_the_watch_ends_the_loop(void **state)
 	pid_t			 worker;
 	int			 fd, before, waited;
 
-	start(t, "600000000");
+	start(t, "600000000", NULL);
 	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
 	fd = send_held_begin(t, "w-held");
 	before = sockets_of(worker);
@@ -259,6 +294,40 @@ stop_ended_by_the_watch_ends_the_loop(void **state)
 	harness_shim_finish(t);
 }
 
+/*
+ * The gate: with two connections open (an idle one, the held begin's)
+ * and the default bound, the loop does not watch, though its watch
+ * could last 10 min: it sleeps in epoll_wait ('S') while the journal's
+ * fdatasync is held (fails without the gate: a watching loop runs or
+ * yields, 'R', all the while, and the wait below gives up after 10 s),
+ * and the flush's wake-up answers the begin.
+ */
+static void
+two_clients_do_not_watch(void **state)
+{
+	struct harness_shim	*t = *state;
+	pid_t			 worker;
+	int			 idle, fd, waited;
+
+	start(t, "600000000", NULL);
+	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
+	/* Accepted first (the listen queue is in order): open before. */
+	idle = harness_raw_connect(&t->b);
+	assert_true(idle >= 0);
+	fd = send_held_begin(t, "w-held");
+	for (waited = 0; loop_state(worker) != 'S'; waited++) {
+		if (waited > 10000)
+			fail_msg("worker %ld's loop did not sleep in 10 s with "
+			    "two connections open", (long)worker);
+		sleep_ms(1);
+	}
+	harness_fault_rule(t->fault_file, "");
+	assert_line_disposition(fd, "proceed");
+	close(fd);
+	close(idle);
+	harness_shim_finish(t);
+}
+
 static int
 setup(void **state)
 {
@@ -274,6 +343,7 @@ main(void)
 		T(watching_loop_serves_its_other_clients),
 		T(watch_that_ends_leaves_the_wake_up_to_the_flush),
 		T(stop_ended_by_the_watch_ends_the_loop),
+		T(two_clients_do_not_watch),
 #undef T
 	};
 
