@@ -186,6 +186,26 @@ loop_state(pid_t pid)
 }
 
 /*
+ * A watching loop runs or yields ('R') all the while: sampled over about
+ * 200 ms, it never sleeps in epoll_wait ('S'), as it would without the
+ * watch.
+ */
+static void
+assert_loop_watches(pid_t pid)
+{
+	int	i;
+	char	state;
+
+	for (i = 0; i < 200; i++) {
+		state = loop_state(pid);
+		if (state != 'R')
+			fail_msg("worker %ld's loop is '%c', not watching",
+			    (long)pid, state);
+		sleep_ms(1);
+	}
+}
+
+/*
  * One worker, its watch's bound, and how many connections may be open
  * for it to watch (NULL: the default, IDEM_SPIN_MAX_CONNECTIONS).
  */
@@ -206,7 +226,8 @@ start(struct harness_shim *t, const char *watch_us, const char *spin_max)
 
 /*
  * The watch outlasts the test (10 min): the loop watches all the while
- * the journal's fdatasync is held, and answers another client's retry
+ * the journal's fdatasync is held ('R' throughout: fails if the watch
+ * does not run, the loop asleep in epoll_wait), and answers another client's retry
  * of a committed effect meanwhile (fails if the watch does not run the
  * loop's ready events: the retry would wait out the 10 min, the
  * watchdog first); let go, the held begin is answered by the watch
@@ -219,12 +240,15 @@ watching_loop_serves_its_other_clients(void **state)
 {
 	struct harness_shim	*t = *state;
 	json_t			*reply;
+	pid_t			 worker;
 	int			 fd;
 
 	/* The held begin's connection and the retry's: two clients. */
 	start(t, "600000000", "2");
+	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
 	commit_effect(&t->b, "w-done");
 	fd = send_held_begin(t, "w-held");
+	assert_loop_watches(worker);
 	/* Held: nothing durable can be answered now.  A retry needs nothing. */
 	reply = harness_must_call(&t->b, begin_request("w-done"));
 	assert_disposition(reply, "reused");
@@ -262,7 +286,8 @@ watch_that_ends_leaves_the_wake_up_to_the_flush(void **state)
 }
 
 /*
- * SIGTERM while the loop watches for a request whose client has gone:
+ * SIGTERM while the loop watches ('R' throughout: fails if it does not)
+ * for a request whose client has gone:
  * when the record is durable the watch resumes it, the worker's last
  * request, and the loop must end there (worker_maybe_exit's loopbreak,
  * outside the loop: fails, the broker deaf to the SIGTERM, if the
@@ -278,6 +303,7 @@ stop_ended_by_the_watch_ends_the_loop(void **state)
 	start(t, "600000000", NULL);
 	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
 	fd = send_held_begin(t, "w-held");
+	assert_loop_watches(worker);
 	before = sockets_of(worker);
 	close(fd);
 	/* The loop has seen its peer go: the request runs on, unanswered. */
