@@ -461,6 +461,13 @@ pending_watch(struct worker *w)
 	was_waiting = 1;
 	seen_durable = atomic_load(&h->ring_durable);
 	seen_epoch = atomic_load(&h->journal_epoch);
+	/*
+	 * A flush published just before the flag was set may have read it
+	 * clear yet not woken this loop (its loop_waiters read earlier), and
+	 * the snapshot above already holds its position: judge the parked
+	 * requests once now, or they would wait out the whole bound.
+	 */
+	pending_run_parked(w);
 	for (;;) {
 		durable = atomic_load(&h->ring_durable);
 		epoch = atomic_load(&h->journal_epoch);
