@@ -776,7 +776,7 @@ journaler_main(void *arg)
 	uint64_t		 end, durable_before, epoch_before;
 	int64_t			 timeout;
 	char			*cause = NULL;
-	int			 n = 0, wake, asked, failed;
+	int			 n = 0, wake, asked, failed, dropped;
 
 	for (;;) {
 		failed = atomic_load(&h->journal_failed);
@@ -799,13 +799,14 @@ journaler_main(void *arg)
 		if (!failed && handoff_has_pending(&d->seg))
 			journaler_gather(d);
 		wake = asked = atomic_exchange(&h->wake_requested, 0);
+		dropped = 0;
 		durable_before = atomic_load(&h->ring_durable);
 		epoch_before = handoff_epoch(h);
 		n = handoff_pending(&d->seg, iov, &end);
 		if (n > 0 && failed) {
 			/* Never written: their waiters get storage_unavailable. */
 			handoff_taken(&d->seg, end);
-			wake = 1;
+			wake = dropped = 1;
 		} else if (n > 0) {
 			wake = 1;
 			if (journal_append(&d->journal, iov, n, &cause) != 0)
@@ -837,14 +838,18 @@ journaler_main(void *arg)
 			    handoff_epoch(h) == epoch_before ?
 			    atomic_load(&h->ring_durable) : durable_before);
 			/*
-			 * The loops: all if asked or the epoch moved, else
-			 * only those where a request is parked (each
-			 * worker's loop_waiters, read after ring_durable
-			 * moved: a count not seen is of a request that
-			 * judges durability after this flush published).
+			 * The loops: all if asked, if the epoch moved or if
+			 * records were dropped (neither ring_durable nor the
+			 * epoch moves: a watching loop would not see it, and
+			 * its requests would wait out the watch's bound for
+			 * storage_unavailable), else only those where a
+			 * request is parked (each worker's loop_waiters, read
+			 * after ring_durable moved: a count not seen is of a
+			 * request that judges durability after this flush
+			 * published).
 			 */
 			journaler.broadcast(journaler.broadcast_arg, asked ||
-			    handoff_epoch(h) != epoch_before);
+			    dropped || handoff_epoch(h) != epoch_before);
 		}
 		if (atomic_load(&h->journal_failed) &&
 		    !atomic_load(&journaler.stop) &&
