@@ -8,10 +8,11 @@
  * Workers append encoded records to the hand-off ring and kick an
  * eventfd.  The thread sleeps on that eventfd (after a round that wrote,
  * it first looks for the next record a moment: journaler_linger); when
- * woken it takes
- * everything appended so far, writes it with one writev, makes it durable
- * with one fdatasync, publishes the new durable position and wakes the
- * workers whose loops have a request parked (each worker's loop_waiters).  Records that arrive while it is flushing wait for the next
+ * woken it takes everything appended so far, writes it with one writev,
+ * makes it durable with one fdatasync, publishes the new durable
+ * position and wakes the workers whose loops have a request parked
+ * (each worker's loop_waiters).  Records that arrive while it is
+ * flushing wait for the next
  * round and share its fdatasync: that is the group commit.
  *
  * The gather: a round that has records to write first waits, at most

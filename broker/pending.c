@@ -398,6 +398,21 @@ pending_run_parked(struct worker *w)
 	}
 }
 
+/* A loopbreak or loopexit asked for: the loop must not run again. */
+static int
+pending_loop_ends(struct worker *w)
+{
+	return event_base_got_break(w->base) || event_base_got_exit(w->base);
+}
+
+/* No more connections open across the broker than the gate allows. */
+static int
+pending_lone_client(struct worker *w)
+{
+	return atomic_load(&w->d->seg.header->connections) <=
+	    w->spin_max_connections;
+}
+
 /*
  * The watch.  A loop whose pass ended with requests parked for
  * durability (its loop_waiters) would sleep in epoll_wait until the
@@ -430,19 +445,6 @@ pending_run_parked(struct worker *w)
  * vCPUs awake, the journal's batching does the rest, and a watch would
  * take CPU from them.
  */
-static int
-pending_loop_ends(struct worker *w)
-{
-	return event_base_got_break(w->base) || event_base_got_exit(w->base);
-}
-
-static int
-pending_lone_client(struct worker *w)
-{
-	return atomic_load(&w->d->seg.header->connections) <=
-	    w->spin_max_connections;
-}
-
 void
 pending_watch(struct worker *w)
 {

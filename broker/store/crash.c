@@ -159,7 +159,8 @@ crash_check_names(char **cause)
 	    "IDEM_CRASH_BATCH_OF", "IDEM_CRASH_BEHIND_MS",	/* pg_group.c */
 	    "IDEM_CRASH_WATCH",					/* watch.c */
 	    "IDEM_CRASH_DURABLE_WATCH_US",			/* worker.c */
-	    "IDEM_CRASH_SPIN_MAX_CONNECTIONS" };	/* worker.c, journaler.c */
+	    /* worker.c, journaler.c */
+	    "IDEM_CRASH_SPIN_MAX_CONNECTIONS" };
 	char	*const *e;
 	char	*one[2] = { NULL, NULL }, name[64];
 	size_t	 i;
@@ -259,8 +260,8 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		if (errno != 0 || *end != '\0' ||
 		    crash.spin_max_connections < 0 ||
 		    crash.spin_max_connections > UINT32_MAX) {
-			asprintf(cause, "IDEM_CRASH_SPIN_MAX_CONNECTIONS must be "
-			    "a number of connections");
+			asprintf(cause, "IDEM_CRASH_SPIN_MAX_CONNECTIONS "
+			    "must be a number of connections");
 			return -1;
 		}
 		if (in_master)

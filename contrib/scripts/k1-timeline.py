@@ -8,13 +8,20 @@ idemd and on Redis, from a system-wide scheduler and system-call trace
 Record with (as root, while idem-bench --scenario effects --clients 1
 runs: both servers are in the same trace, told apart by their names):
 
-    perf record -a -m 64M -o k1.data -e sched:sched_switch \
-        -e sched:sched_waking -e raw_syscalls:sys_enter \
-        -e raw_syscalls:sys_exit -e block:block_rq_issue \
-        -e block:block_rq_complete -- tests/bench/idem-bench \
-        --idemd broker/idemd --scenario effects --clients 1
+    perf record -a -m 128M -o k1.data \
+      -e sched:sched_switch --exclude-perf \
+      -e sched:sched_waking --exclude-perf \
+      -e raw_syscalls:sys_enter --exclude-perf \
+      -e raw_syscalls:sys_exit --exclude-perf \
+      -e block:block_rq_issue --exclude-perf \
+      -e block:block_rq_complete --exclude-perf -- tests/bench/idem-bench \
+      --idemd X/idemd --scenario effects --clients 1 --count 4000 --json
     perf script -i k1.data -F comm,tid,cpu,time,event,trace | \
-        python3 contrib/scripts/k1-timeline.py
+      python3 contrib/scripts/k1-timeline.py
+
+(effects.md's command, its lines split; X/idemd a binary named idemd.)
+The system-call numbers below (NR_*) are x86-64's: on another
+architecture the script finds nothing.
 
 Each record is anchored on the fdatasync that made it durable (the
 journaling thread's, Redis's) and its steps are found around it in the
@@ -29,7 +36,8 @@ import re
 import statistics
 import sys
 
-LINE = re.compile(r'^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+?):?\s+(.*)$')
+LINE = re.compile(r'^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):'
+                  r'\s+(\S+?):?\s+(.*)$')
 NR_READ, NR_WRITE, NR_POLL, NR_WRITEV = 0, 1, 7, 20
 NR_SENDTO, NR_SENDMSG, NR_FDATASYNC, NR_EPOLL_WAIT = 44, 46, 75, 232
 NR_PPOLL, NR_EPOLL_PWAIT, NR_PWRITEV, NR_SCHED_YIELD = 271, 281, 296, 24

@@ -213,8 +213,9 @@ static void
 start(struct harness_shim *t, const char *watch_us, const char *spin_max)
 {
 	static char		 entry[64], gate[64];
-	const char *const	 env[] = { t->env[0], t->env[1], t->env[2],
-				    entry, spin_max != NULL ? gate : NULL, NULL };
+	const char *const	 env[] = { t->env[0], t->env[1],
+				    t->env[2], entry,
+				    spin_max != NULL ? gate : NULL, NULL };
 
 	harness_need_fault_injection(&t->b);
 	snprintf(entry, sizeof entry, "IDEM_CRASH_DURABLE_WATCH_US=%s",
@@ -227,10 +228,10 @@ start(struct harness_shim *t, const char *watch_us, const char *spin_max)
 /*
  * The watch outlasts the test (10 min): the loop watches all the while
  * the journal's fdatasync is held ('R' throughout: fails if the watch
- * does not run, the loop asleep in epoll_wait), and answers another client's retry
- * of a committed effect meanwhile (fails if the watch does not run the
- * loop's ready events: the retry would wait out the 10 min, the
- * watchdog first); let go, the held begin is answered by the watch
+ * does not run, the loop asleep in epoll_wait), and answers another
+ * client's retry of a committed effect meanwhile (fails if the watch
+ * does not run the loop's ready events: the retry would wait out the
+ * 10 min, the watchdog first); let go, the held begin is answered by the watch
  * itself, no wake-up written for it (fails if the watch misses the
  * durable position moving, or if the flush neither wakes a watching
  * loop nor is seen by it: the begin would wait out the 10 min too).
