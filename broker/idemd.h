@@ -429,7 +429,11 @@ struct worker {
 	unsigned		 conn_count;
 	TAILQ_HEAD(, pending)	 parked;
 	unsigned		 running;	/* requests not yet answered */
-	unsigned		 unkicked;	/* records appended, journaler not kicked */
+	/* Records appended, the journaler not kicked for them yet. */
+	unsigned		 unkicked;
+	int64_t			 watch_us;	/* pending_watch's bound */
+	/* Its gate: the connections open across the broker, at most. */
+	uint32_t		 spin_max_connections;
 	struct fileio		*io;
 	int			 draining;
 	/* fastpath.c's: the line's fingerprint, the proceeds' cache. */
@@ -564,6 +568,8 @@ void	 pending_reply_text(struct pending *, const char *, size_t);
 void	 pending_run_parked(struct worker *);
 /* After a pass of the loop: kick the journaler for the records it appended. */
 void	 pending_kick(struct worker *);
+/* Before the loop sleeps: watch ring_durable a moment (a lone client). */
+void	 pending_watch(struct worker *);
 /* Free the parked requests of a worker whose loop has ended. */
 void	 pending_free_parked(struct worker *);
 

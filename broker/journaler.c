@@ -6,10 +6,13 @@
  * DESIGN
  *
  * Workers append encoded records to the hand-off ring and kick an
- * eventfd.  The thread sleeps on that eventfd; when woken it takes
- * everything appended so far, writes it with one writev, makes it durable
- * with one fdatasync, publishes the new durable position and wakes the
- * workers whose loops have a request parked (each worker's loop_waiters).  Records that arrive while it is flushing wait for the next
+ * eventfd.  The thread sleeps on that eventfd (after a round that wrote,
+ * it first looks for the next record a moment: journaler_linger); when
+ * woken it takes everything appended so far, writes it with one writev,
+ * makes it durable with one fdatasync, publishes the new durable
+ * position and wakes the workers whose loops have a request parked
+ * (each worker's loop_waiters).  Records that arrive while it is
+ * flushing wait for the next
  * round and share its fdatasync: that is the group commit.
  *
  * The gather: a round that has records to write first waits, at most
@@ -65,6 +68,7 @@
 #include <signal.h>
 #include <time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +129,8 @@ static struct journaler {
 
 	/* Writing zeros ahead failed, and was logged. */
 	int		 zero_failing;
+	/* journaler_linger's gate: IDEM_SPIN_MAX_CONNECTIONS. */
+	uint32_t	 spin_max_connections;
 } journaler;
 
 void
@@ -732,6 +738,36 @@ journaler_prezero(struct idemd *d)
 	free(cause);
 }
 
+/*
+ * After a round that wrote records, look for the next record for at
+ * most IDEM_JOURNAL_LINGER_US before sleeping on the eventfd, giving the
+ * CPU to any other runnable thread between looks.  A lone client's next
+ * record comes within it, and a thread asleep on a vCPU that halted
+ * takes about 20 us to run again once kicked (doc/effects.md, "Where a
+ * lone client's write goes"); a worker watching for the flush keeps the
+ * other vCPU awake, so the two together take every wake-up of a halted
+ * vCPU off a lone client's path.  journaler_idle stays 0 meanwhile:
+ * appenders do not kick, and the look finds their records.  Tried alone
+ * (doc/effects.md, "Also tried and dropped") it gained nothing: the
+ * worker's wake-up after the flush was still one of a halted vCPU.
+ * Only for a lone client, as the watch (pending.c): with more than
+ * IDEM_SPIN_MAX_CONNECTIONS connections open the thread sleeps at once.
+ */
+static void
+journaler_linger(struct idemd *d)
+{
+	struct shm_header	*h = d->seg.header;
+	int64_t			 start = clock_monotonic_us();
+
+	/* Nor when something else wants a round: a stop, a checkpoint. */
+	while (atomic_load(&h->connections) <= journaler.spin_max_connections &&
+	    !handoff_has_pending(&d->seg) && !atomic_load(&journaler.stop) &&
+	    !atomic_load(&h->checkpoint_wanted) &&
+	    !atomic_load(&h->wake_requested) &&
+	    clock_monotonic_us() - start < IDEM_JOURNAL_LINGER_US)
+		sched_yield();
+}
+
 static void *
 journaler_main(void *arg)
 {
@@ -741,10 +777,13 @@ journaler_main(void *arg)
 	uint64_t		 end, durable_before, epoch_before;
 	int64_t			 timeout;
 	char			*cause = NULL;
-	int			 n, wake, asked, failed;
+	int			 n = 0, wake, asked, failed, dropped;
 
 	for (;;) {
 		failed = atomic_load(&h->journal_failed);
+		/* After a round that wrote: the next record, a moment. */
+		if (n > 0 && !failed)
+			journaler_linger(d);
 		timeout = failed ? journaler.reopen_at - shm_now_ms() : -1;
 		atomic_store(&h->journaler_idle, 1);
 		atomic_thread_fence(memory_order_seq_cst);
@@ -761,13 +800,14 @@ journaler_main(void *arg)
 		if (!failed && handoff_has_pending(&d->seg))
 			journaler_gather(d);
 		wake = asked = atomic_exchange(&h->wake_requested, 0);
+		dropped = 0;
 		durable_before = atomic_load(&h->ring_durable);
 		epoch_before = handoff_epoch(h);
 		n = handoff_pending(&d->seg, iov, &end);
 		if (n > 0 && failed) {
 			/* Never written: their waiters get storage_unavailable. */
 			handoff_taken(&d->seg, end);
-			wake = 1;
+			wake = dropped = 1;
 		} else if (n > 0) {
 			wake = 1;
 			if (journal_append(&d->journal, iov, n, &cause) != 0)
@@ -799,14 +839,18 @@ journaler_main(void *arg)
 			    handoff_epoch(h) == epoch_before ?
 			    atomic_load(&h->ring_durable) : durable_before);
 			/*
-			 * The loops: all if asked or the epoch moved, else
-			 * only those where a request is parked (each
-			 * worker's loop_waiters, read after ring_durable
-			 * moved: a count not seen is of a request that
-			 * judges durability after this flush published).
+			 * The loops: all if asked, if the epoch moved or if
+			 * records were dropped (neither ring_durable nor the
+			 * epoch moves: a watching loop would not see it, and
+			 * its requests would wait out the watch's bound for
+			 * storage_unavailable), else only those where a
+			 * request is parked (each worker's loop_waiters, read
+			 * after ring_durable moved: a count not seen is of a
+			 * request that judges durability after this flush
+			 * published).
 			 */
 			journaler.broadcast(journaler.broadcast_arg, asked ||
-			    handoff_epoch(h) != epoch_before);
+			    dropped || handoff_epoch(h) != epoch_before);
 		}
 		if (atomic_load(&h->journal_failed) &&
 		    !atomic_load(&journaler.stop) &&
@@ -849,6 +893,8 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;
 	journaler.zero_failing = 0;
+	journaler.spin_max_connections =
+	    crash_spin_max_connections(IDEM_SPIN_MAX_CONNECTIONS);
 	atomic_store(&journaler.stop, 0);
 	pthread_mutex_init(&journaler.lock, NULL);
 	pthread_cond_init(&journaler.wake, NULL);

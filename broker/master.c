@@ -73,7 +73,9 @@ master_notify(const char *state)
  * Wake the workers' loops: every one (all), or only those with a
  * request parked for durability or ring room (a flush's: the others
  * would wake to find nothing, two context switches and three system
- * calls each).
+ * calls each) and not watching the durable position already
+ * (pending_watch: it sees this flush without a wake-up, and looks once
+ * more after it stops watching).
  */
 static int
 master_broadcast(void *arg, int all)
@@ -85,7 +87,8 @@ master_broadcast(void *arg, int all)
 
 	pthread_mutex_lock(&m->fds_lock);
 	for (i = 0; i < m->d->worker_count; i++) {
-		if (!all && atomic_load(&h->workers[i].loop_waiters) == 0)
+		if (!all && (atomic_load(&h->workers[i].loop_waiters) == 0 ||
+		    atomic_load(&h->workers[i].watching) != 0))
 			continue;
 		/* Never full (2^64 - 2 writes): a write cannot fail. */
 		if (m->wake_fds[i] != -1)

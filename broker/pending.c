@@ -26,6 +26,7 @@
  * conn_answer().
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "log.h"
@@ -395,6 +396,116 @@ pending_run_parked(struct worker *w)
 			break;
 		}
 	}
+}
+
+/* A loopbreak or loopexit asked for: the loop must not run again. */
+static int
+pending_loop_ends(struct worker *w)
+{
+	return event_base_got_break(w->base) || event_base_got_exit(w->base);
+}
+
+/* No more connections open across the broker than the gate allows. */
+static int
+pending_lone_client(struct worker *w)
+{
+	return atomic_load(&w->d->seg.header->connections) <=
+	    w->spin_max_connections;
+}
+
+/*
+ * The watch.  A loop whose pass ended with requests parked for
+ * durability (its loop_waiters) would sleep in epoll_wait until the
+ * journaler's flush writes its wake eventfd.  On a virtual machine whose
+ * idle vCPUs halt, waking a thread on one costs more than the rest of a
+ * hand-off (doc/effects.md, "Where a lone client's write goes": about
+ * 20 us from the wake-up to the thread running, against 3 to 8 us on a
+ * CPU that is awake), and a lone client paid it on most records, once
+ * or twice.  So the loop first watches the durable position in the
+ * segment for at most w->watch_us (IDEM_WORKER_WATCH_US), and says so
+ * (its shm_worker's watching) so that the flush skips the eventfd
+ * write; once its requests are answered it watches for the next one for
+ * at most IDEM_WORKER_LINGER_US (a lone client's next request comes
+ * that soon), and so on, each bound counted from the last change: the
+ * loop sleeps only once a bound ran out.  Between looks it runs
+ * whatever else is ready (another client's request, a timer, without
+ * blocking) and gives its CPU to any other runnable thread
+ * (sched_yield): the journaling thread and the clients are not kept
+ * waiting by it.  When it stops, it clears the flag and judges its
+ * parked requests once more: a flush that saw the flag set and wrote
+ * nothing published ring_durable before it read the flag, so this look
+ * finds it (both sides store, then load the other's word, all
+ * sequentially consistent).  A request is still answered only once
+ * handoff_is_durable says its record is.
+ *
+ * Only for a lone client: with more than IDEM_SPIN_MAX_CONNECTIONS
+ * connections open across the broker (the segment's count, looked at
+ * before the watch and at each look) the loop sleeps at once, as
+ * without the watch.  Several clients' requests overlap and keep the
+ * vCPUs awake, the journal's batching does the rest, and a watch would
+ * take CPU from them.
+ */
+void
+pending_watch(struct worker *w)
+{
+	struct shm_header	*h = w->d->seg.header;
+	struct shm_worker	*sw = &h->workers[w->index];
+	uint64_t		 durable, epoch, seen_durable, seen_epoch;
+	int64_t			 since, bound;
+	int			 waiting, was_waiting;
+
+	if (w->watch_us == 0 || atomic_load(&sw->loop_waiters) == 0 ||
+	    !pending_lone_client(w))
+		return;
+	atomic_store(&sw->watching, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	since = clock_monotonic_us();
+	was_waiting = 1;
+	seen_durable = atomic_load(&h->ring_durable);
+	seen_epoch = atomic_load(&h->journal_epoch);
+	/*
+	 * A flush published just before the flag was set may have read it
+	 * clear yet not woken this loop (its loop_waiters read earlier), and
+	 * the snapshot above already holds its position: judge the parked
+	 * requests once now, or they would wait out the whole bound.
+	 */
+	pending_run_parked(w);
+	for (;;) {
+		durable = atomic_load(&h->ring_durable);
+		epoch = atomic_load(&h->journal_epoch);
+		if (durable != seen_durable || epoch != seen_epoch) {
+			seen_durable = durable;
+			seen_epoch = epoch;
+			pending_run_parked(w);
+		}
+		/*
+		 * A request resumed here may end the loop (worker_maybe_exit's
+		 * loopbreak): stop before the next event_base_loop, which
+		 * would clear that flag; worker_main looks at it next.
+		 */
+		if (pending_loop_ends(w))
+			break;
+		/* Another client's request, a reply's end, as the loop. */
+		if (event_base_loop(w->base, EVLOOP_NONBLOCK) != 0 ||
+		    pending_loop_ends(w))
+			break;
+		pending_kick(w);
+		/* Waiting for durability, or for the next request. */
+		waiting = atomic_load(&sw->loop_waiters) != 0;
+		if (waiting != was_waiting) {
+			was_waiting = waiting;
+			since = clock_monotonic_us();
+		}
+		bound = waiting ? w->watch_us : IDEM_WORKER_LINGER_US;
+		if (clock_monotonic_us() - since >= bound ||
+		    !pending_lone_client(w))
+			break;
+		sched_yield();
+	}
+	atomic_store(&sw->watching, 0);
+	atomic_thread_fence(memory_order_seq_cst);
+	pending_run_parked(w);
+	pending_kick(w);
 }
 
 /* The worker's loop has ended: its parked requests will never resume. */

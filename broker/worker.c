@@ -636,6 +636,9 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	w.generation = generation;
 	w.notify_fd = notify_fd;
 	w.wake_fd = wake_fd;
+	w.watch_us = crash_durable_watch_us(IDEM_WORKER_WATCH_US);
+	w.spin_max_connections =
+	    crash_spin_max_connections(IDEM_SPIN_MAX_CONNECTIONS);
 	TAILQ_INIT(&w.conns);
 	TAILQ_INIT(&w.parked);
 	w.idle_timeout.tv_sec = d->idle_timeout_ms / 1000;
@@ -678,11 +681,19 @@ worker_main(struct idemd *d, unsigned index, uint32_t generation,
 	/*
 	 * One pass at a time (every callback that is ready, and those they
 	 * make ready, then back here): the records the pass appended get
-	 * one kick (pending_kick), where each record had its own.
+	 * one kick (pending_kick), where each record had its own.  Then,
+	 * with requests parked for durability, the loop watches for it a
+	 * moment before it sleeps (pending_watch).
 	 */
 	while (event_base_loop(w.base, EVLOOP_ONCE) == 0 &&
-	    !event_base_got_break(w.base) && !event_base_got_exit(w.base))
+	    !event_base_got_break(w.base) && !event_base_got_exit(w.base)) {
 		pending_kick(&w);
+		pending_watch(&w);
+		/* The next event_base_loop would clear what the watch set. */
+		if (event_base_got_break(w.base) ||
+		    event_base_got_exit(w.base))
+			break;
+	}
 	pending_kick(&w);
 
 	fileio_stop(w.io);

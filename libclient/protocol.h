@@ -119,6 +119,31 @@
  */
 #define IDEM_JOURNAL_GATHER_US		2000
 /*
+ * The longest a worker's loop with requests parked for durability, and
+ * nothing else to do, watches the durable position before it sleeps
+ * (pending.c, pending_watch): about a round's pwritev and fdatasync.
+ */
+#define IDEM_WORKER_WATCH_US		250
+/*
+ * ... and, its requests answered, how long it watches for the next one
+ * (a lone client's comes within this), before it sleeps.
+ */
+#define IDEM_WORKER_LINGER_US		150
+/*
+ * After a round that wrote records, how long the journaling thread looks
+ * for the next record before it sleeps on its eventfd (journaler.c).
+ */
+#define IDEM_JOURNAL_LINGER_US		150
+/*
+ * The watch and the linger above are for a lone client: with more than
+ * this many connections open across the broker (the segment's
+ * connections) neither runs.  With more clients their requests overlap
+ * and keep the vCPUs awake, and the journal's batching does the rest;
+ * the spins would only take CPU from them (doc/effects.md, "Where a
+ * lone client's write goes").
+ */
+#define IDEM_SPIN_MAX_CONNECTIONS	1
+/*
  * How long a directory sync round waits, at most, for the links of the
  * creations whose reservations are durable and that are about to link
  * (fileio.c, fileio_gather): they then share its fsync.

@@ -31,5 +31,6 @@ registry_exit(struct shm_segment *seg, unsigned index)
 	atomic_store(&w->carriers[1], 0);
 	/* And its parked requests: no flush needs to wake it for them. */
 	atomic_store(&w->loop_waiters, 0);
+	atomic_store(&w->watching, 0);
 	peers_forget_worker(seg, index);
 }

@@ -53,7 +53,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	12
+#define SHM_LAYOUT_VERSION	13
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -216,7 +216,13 @@ struct shm_worker {
 	 * workers whose count is not 0.  Zeroed if it dies.
 	 */
 	_Atomic uint32_t	loop_waiters;
-	char			pad[SHM_CACHELINE_BYTES - 32];
+	/*
+	 * Its loop watches ring_durable instead of sleeping (pending.c,
+	 * pending_watch): a flush does not write its wake eventfd then.
+	 * Zeroed if it dies.
+	 */
+	_Atomic uint32_t	watching;
+	char			pad[SHM_CACHELINE_BYTES - 36];
 } __attribute__((aligned(SHM_CACHELINE_BYTES)));
 
 struct shm_counters {

@@ -59,7 +59,9 @@ static struct {
 	long			 spawn_delay_ms; /* IDEM_SPAWN_DELAY_MS */
 	int			 link_early;	/* IDEM_CRASH_LINK_EARLY */
 	int			 watch_die;	/* IDEM_CRASH_WATCH=die-after-read */
-} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0 };
+	long long		 durable_watch_us; /* -1: the default */
+	long long		 spin_max_connections; /* -1: the default */
+} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0, -1, -1 };
 
 /*
  * This process's mark in the segment's crash_fired (random, not 0): a
@@ -131,6 +133,20 @@ crash_watch_read(int names)
 	raise(SIGKILL);
 }
 
+int64_t
+crash_durable_watch_us(int64_t default_us)
+{
+	return crash.durable_watch_us >= 0 ? crash.durable_watch_us :
+	    default_us;
+}
+
+uint32_t
+crash_spin_max_connections(uint32_t default_count)
+{
+	return crash.spin_max_connections >= 0 ?
+	    (uint32_t)crash.spin_max_connections : default_count;
+}
+
 /* A misspelt variable would silently test nothing: refuse it. */
 static int
 crash_check_names(char **cause)
@@ -141,7 +157,10 @@ crash_check_names(char **cause)
 	    "IDEM_CRASH_PAUSE_AT",				/* pg_create.c */
 	    "IDEM_CRASH_HOLD_AT",			/* pg_create.c, fileio.c */
 	    "IDEM_CRASH_BATCH_OF", "IDEM_CRASH_BEHIND_MS",	/* pg_group.c */
-	    "IDEM_CRASH_WATCH" };				/* watch.c */
+	    "IDEM_CRASH_WATCH",					/* watch.c */
+	    "IDEM_CRASH_DURABLE_WATCH_US",			/* worker.c */
+	    /* worker.c, journaler.c */
+	    "IDEM_CRASH_SPIN_MAX_CONNECTIONS" };
 	char	*const *e;
 	char	*one[2] = { NULL, NULL }, name[64];
 	size_t	 i;
@@ -191,6 +210,8 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
 	const char	*early = getenv("IDEM_CRASH_LINK_EARLY");
 	const char	*watch = getenv("IDEM_CRASH_WATCH");
+	const char	*durable_watch = getenv("IDEM_CRASH_DURABLE_WATCH_US");
+	const char	*spin_max = getenv("IDEM_CRASH_SPIN_MAX_CONNECTIONS");
 	const char	*delay;
 	char		*end;
 	int		 in_master = getpid() == master;	/* logs once */
@@ -217,6 +238,36 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 			store_notice(STORE_NOTICE_INFO, "fault injection: "
 			    "the master pauses %ld ms after forking a worker",
 			    crash.spawn_delay_ms);
+	}
+	crash.durable_watch_us = -1;
+	if (durable_watch != NULL && *durable_watch != '\0') {
+		errno = 0;
+		crash.durable_watch_us = strtoll(durable_watch, &end, 10);
+		if (errno != 0 || *end != '\0' || crash.durable_watch_us < 0) {
+			asprintf(cause, "IDEM_CRASH_DURABLE_WATCH_US must be a "
+			    "number of microseconds");
+			return -1;
+		}
+		if (in_master)
+			store_notice(STORE_NOTICE_INFO, "fault injection: a "
+			    "worker's loop watches for durability %lld us at "
+			    "most", crash.durable_watch_us);
+	}
+	crash.spin_max_connections = -1;
+	if (spin_max != NULL && *spin_max != '\0') {
+		errno = 0;
+		crash.spin_max_connections = strtoll(spin_max, &end, 10);
+		if (errno != 0 || *end != '\0' ||
+		    crash.spin_max_connections < 0 ||
+		    crash.spin_max_connections > UINT32_MAX) {
+			asprintf(cause, "IDEM_CRASH_SPIN_MAX_CONNECTIONS "
+			    "must be a number of connections");
+			return -1;
+		}
+		if (in_master)
+			store_notice(STORE_NOTICE_INFO, "fault injection: the "
+			    "watch and the linger run with at most %lld "
+			    "connections open", crash.spin_max_connections);
 	}
 	if (in_lock != NULL && *in_lock != '\0') {
 		if (strcmp(in_lock, "table") != 0 &&

@@ -1070,6 +1070,17 @@ void	crash_watch_read(int names);
  * reach point holds there until a test lets it go (crash.c).
  */
 void	crash_hold_at(const char *point);
+/*
+ * IDEM_CRASH_DURABLE_WATCH_US: how long a worker's loop watches for
+ * durability (pending.c, pending_watch) instead of its default.
+ */
+int64_t	crash_durable_watch_us(int64_t default_us);
+/*
+ * IDEM_CRASH_SPIN_MAX_CONNECTIONS: how many connections may be open for
+ * the watch and the journaler's linger to run, instead of
+ * IDEM_SPIN_MAX_CONNECTIONS (a test's two clients, watched).
+ */
+uint32_t crash_spin_max_connections(uint32_t default_count);
 #else
 /* Without fault injection every crash point compiles to nothing. */
 #define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
@@ -1081,6 +1092,8 @@ void	crash_hold_at(const char *point);
 #define crash_release(released)		((void)0)
 #define crash_watch_read(names)		((void)0)
 #define crash_hold_at(point)		((void)0)
+#define crash_durable_watch_us(us)	(us)
+#define crash_spin_max_connections(n)	(n)
 #endif
 
 #endif

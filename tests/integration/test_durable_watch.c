@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: ISC */
+/*
+ * test_durable_watch.c: a worker's loop that watches the durable
+ * position instead of sleeping (pending.c, pending_watch) still serves
+ * its other clients while it watches, answers its own request once the
+ * record is durable without the journaler's wake-up, and, once its watch
+ * has ended, is woken by the flush as before.  One worker, so that every
+ * connection is the watching loop's; the journal's fdatasync held by the
+ * fault shim (hold), so that the journaling thread stalls for as long as
+ * the test likes; the watch's bound set by IDEM_CRASH_DURABLE_WATCH_US.
+ * The watch is for a lone client (IDEM_SPIN_MAX_CONNECTIONS): the cases
+ * with two clients raise that bound (IDEM_CRASH_SPIN_MAX_CONNECTIONS),
+ * and one keeps it, to see the loop sleep instead.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "integration/filter.h"
+#include "integration/harness.h"
+
+#define KIND		"deploy/v1"
+#define REQUEST		"{\"service\":\"api\",\"version\":\"2.4.1\"}"
+#define RESULT		"{\"deployed\":true}"
+/* A log line awaited (inotify, harness_wait_log). */
+#define LOG_WAIT_MS	30000
+#define LOG_SYNC_HELD	"faultshim: a sync held"
+
+static const char *const one_worker[] = { "--workers", "1", NULL };
+
+static json_t *
+begin_request(const char *id)
+{
+	json_t	*r;
+
+	r = json_pack("{s:s, s:s, s:s, s:o}", "op", "effect_begin",
+	    "client_submission_id", id, "effect_kind", KIND, "request",
+	    json_loads(REQUEST, 0, NULL));
+	assert_non_null(r);
+	return r;
+}
+
+static const char *
+disposition_of(json_t *reply)
+{
+	const char	*d = json_string_value(json_object_get(reply,
+			    "disposition"));
+
+	return d != NULL ? d : "";
+}
+
+static void
+assert_disposition(json_t *reply, const char *disposition)
+{
+	char	*text;
+
+	if (strcmp(disposition_of(reply), disposition) != 0) {
+		text = json_dumps(reply, JSON_COMPACT);
+		fail_msg("expected %s, got %s", disposition, text);
+	}
+}
+
+/* An effect begun and committed, for a retry that needs no journal. */
+static void
+commit_effect(struct broker *b, const char *id)
+{
+	json_t	*reply, *complete;
+
+	reply = harness_must_call(b, begin_request(id));
+	assert_disposition(reply, "proceed");
+	complete = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op",
+	    "effect_complete", "client_submission_id", id, "effect_kind", KIND,
+	    "fence", harness_str(reply, "fence"), "outcome", "applied");
+	assert_non_null(complete);
+	json_object_set_new(complete, "result", json_loads(RESULT, 0, NULL));
+	json_decref(reply);
+	reply = harness_must_call(b, complete);
+	harness_assert_bool(reply, "ok", 1);
+	json_decref(reply);
+}
+
+/*
+ * A begin sent on a connection of its own whose record is written and
+ * then held in its fdatasync: its request parked on the loop.
+ */
+static int
+send_held_begin(struct harness_shim *t, const char *id)
+{
+	json_t	*request = begin_request(id);
+	char	*line = json_dumps(request, JSON_COMPACT);
+	int	 fd;
+
+	json_decref(request);
+	assert_non_null(line);
+	harness_fault_rule(t->fault_file, "hold .jnl");
+	fd = harness_raw_connect(&t->b);
+	assert_true(fd >= 0);
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+	harness_wait_log(&t->b, LOG_SYNC_HELD, 1, LOG_WAIT_MS);
+	return fd;
+}
+
+static void
+assert_line_disposition(int fd, const char *disposition)
+{
+	char	*line = harness_raw_read_line(fd);
+	json_t	*reply;
+
+	assert_non_null(line);
+	reply = json_loads(line, 0, NULL);
+	assert_non_null(reply);
+	assert_disposition(reply, disposition);
+	json_decref(reply);
+	free(line);
+}
+
+/* The sockets a process holds (its listening socket, its connections). */
+static int
+sockets_of(pid_t pid)
+{
+	char		 dir[64], path[PATH_MAX], target[128];
+	struct dirent	*e;
+	DIR		*d;
+	ssize_t		 n;
+	int		 count = 0;
+
+	snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+	d = opendir(dir);
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		n = readlink(path, target, sizeof target - 1);
+		if (n > 0 && strncmp(target, "socket:", 7) == 0)
+			count++;
+	}
+	closedir(d);
+	return count;
+}
+
+static void
+sleep_ms(int64_t ms)
+{
+	struct timespec	ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/*
+ * The state of a process's first thread, its loop's ('R' running or
+ * ready to, 'S' asleep: in epoll_wait for the loop).
+ */
+static char
+loop_state(pid_t pid)
+{
+	char	 path[64], text[512], *end;
+	FILE	*f;
+	size_t	 n;
+
+	snprintf(path, sizeof path, "/proc/%ld/task/%ld/stat", (long)pid,
+	    (long)pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	/* pid (comm) state ...: the name may hold anything, but not last. */
+	end = strrchr(text, ')');
+	assert_non_null(end);
+	assert_true(end[1] == ' ' && end[2] != '\0');
+	return end[2];
+}
+
+/*
+ * A watching loop runs or yields ('R') all the while: sampled over about
+ * 200 ms, it never sleeps in epoll_wait ('S'), as it would without the
+ * watch.
+ */
+static void
+assert_loop_watches(pid_t pid)
+{
+	int	i;
+	char	state;
+
+	for (i = 0; i < 200; i++) {
+		state = loop_state(pid);
+		if (state != 'R')
+			fail_msg("worker %ld's loop is '%c', not watching",
+			    (long)pid, state);
+		sleep_ms(1);
+	}
+}
+
+/*
+ * One worker, its watch's bound, and how many connections may be open
+ * for it to watch (NULL: the default, IDEM_SPIN_MAX_CONNECTIONS).
+ */
+static void
+start(struct harness_shim *t, const char *watch_us, const char *spin_max)
+{
+	static char		 entry[64], gate[64];
+	const char *const	 env[] = { t->env[0], t->env[1],
+				    t->env[2], entry,
+				    spin_max != NULL ? gate : NULL, NULL };
+
+	harness_need_fault_injection(&t->b);
+	snprintf(entry, sizeof entry, "IDEM_CRASH_DURABLE_WATCH_US=%s",
+	    watch_us);
+	snprintf(gate, sizeof gate, "IDEM_CRASH_SPIN_MAX_CONNECTIONS=%s",
+	    spin_max != NULL ? spin_max : "");
+	harness_must_start(&t->b, one_worker, env);
+}
+
+/*
+ * The watch outlasts the test (10 min): the loop watches all the while
+ * the journal's fdatasync is held ('R' throughout: fails if the watch
+ * does not run, the loop asleep in epoll_wait), and answers another
+ * client's retry of a committed effect meanwhile (fails if the watch
+ * does not run the loop's ready events: the retry would wait out the
+ * 10 min, the watchdog first); let go, the held begin is answered by the watch
+ * itself, no wake-up written for it (fails if the watch misses the
+ * durable position moving, or if the flush neither wakes a watching
+ * loop nor is seen by it: the begin would wait out the 10 min too).
+ */
+static void
+watching_loop_serves_its_other_clients(void **state)
+{
+	struct harness_shim	*t = *state;
+	json_t			*reply;
+	pid_t			 worker;
+	int			 fd;
+
+	/* The held begin's connection and the retry's: two clients. */
+	start(t, "600000000", "2");
+	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
+	commit_effect(&t->b, "w-done");
+	fd = send_held_begin(t, "w-held");
+	assert_loop_watches(worker);
+	/* Held: nothing durable can be answered now.  A retry needs nothing. */
+	reply = harness_must_call(&t->b, begin_request("w-done"));
+	assert_disposition(reply, "reused");
+	json_decref(reply);
+	harness_fault_rule(t->fault_file, "");
+	assert_line_disposition(fd, "proceed");
+	close(fd);
+	harness_shim_finish(t);
+}
+
+/*
+ * A watch of 1 us ends long before the held fdatasync returns: the loop
+ * sleeps, and the flush must wake it (fails if the loop's watching flag
+ * outlives its watch: the journaler would skip the wake-up and the begin
+ * would never be answered, the watchdog failing the test).  Then every
+ * request answered as usual.
+ */
+static void
+watch_that_ends_leaves_the_wake_up_to_the_flush(void **state)
+{
+	struct harness_shim	*t = *state;
+	json_t			*reply;
+	int			 fd;
+
+	start(t, "1", NULL);
+	fd = send_held_begin(t, "w-held");
+	harness_fault_rule(t->fault_file, "");
+	assert_line_disposition(fd, "proceed");
+	close(fd);
+	commit_effect(&t->b, "w-after");
+	reply = harness_must_call(&t->b, begin_request("w-after"));
+	assert_disposition(reply, "reused");
+	json_decref(reply);
+	harness_shim_finish(t);
+}
+
+/*
+ * SIGTERM while the loop watches ('R' throughout: fails if it does not)
+ * for a request whose client has gone:
+ * when the record is durable the watch resumes it, the worker's last
+ * request, and the loop must end there (worker_maybe_exit's loopbreak,
+ * outside the loop: fails, the broker deaf to the SIGTERM, if the
+ * next event_base_loop runs and clears the flag).
+ */
+static void
+stop_ended_by_the_watch_ends_the_loop(void **state)
+{
+	struct harness_shim	*t = *state;
+	pid_t			 worker;
+	int			 fd, before, waited;
+
+	start(t, "600000000", NULL);
+	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
+	fd = send_held_begin(t, "w-held");
+	assert_loop_watches(worker);
+	before = sockets_of(worker);
+	close(fd);
+	/* The loop has seen its peer go: the request runs on, unanswered. */
+	for (waited = 0; sockets_of(worker) == before; waited++) {
+		if (waited > 10000)
+			fail_msg("worker %ld kept its connection 10 s after "
+			    "the peer closed it", (long)worker);
+		sleep_ms(1);
+	}
+	kill(t->b.pid, SIGTERM);
+	harness_wait_log(&t->b, "signal 15: draining", 1, LOG_WAIT_MS);
+	harness_fault_rule(t->fault_file, "");
+	assert_int_equal(harness_stop(&t->b), 0);
+	harness_shim_finish(t);
+}
+
+/*
+ * The gate: with two connections open (an idle one, the held begin's)
+ * and the default bound, the loop does not watch, though its watch
+ * could last 10 min: it sleeps in epoll_wait ('S') while the journal's
+ * fdatasync is held (fails without the gate: a watching loop runs or
+ * yields, 'R', all the while, and the wait below gives up after 10 s),
+ * and the flush's wake-up answers the begin.
+ */
+static void
+two_clients_do_not_watch(void **state)
+{
+	struct harness_shim	*t = *state;
+	pid_t			 worker;
+	int			 idle, fd, waited;
+
+	start(t, "600000000", NULL);
+	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
+	/* Accepted first (the listen queue is in order): open before. */
+	idle = harness_raw_connect(&t->b);
+	assert_true(idle >= 0);
+	fd = send_held_begin(t, "w-held");
+	for (waited = 0; loop_state(worker) != 'S'; waited++) {
+		if (waited > 10000)
+			fail_msg("worker %ld's loop did not sleep in 10 s with "
+			    "two connections open", (long)worker);
+		sleep_ms(1);
+	}
+	harness_fault_rule(t->fault_file, "");
+	assert_line_disposition(fd, "proceed");
+	close(fd);
+	close(idle);
+	harness_shim_finish(t);
+}
+
+static int
+setup(void **state)
+{
+	return harness_shim_setup(state, HARNESS_TEST_SECONDS);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(name)	cmocka_unit_test_setup_teardown(name, setup, \
+	harness_shim_teardown)
+		T(watching_loop_serves_its_other_clients),
+		T(watch_that_ends_leaves_the_wake_up_to_the_flush),
+		T(stop_ended_by_the_watch_ends_the_loop),
+		T(two_clients_do_not_watch),
+#undef T
+	};
+
+	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
+	if (FILTER_APPLY(tests) == -1)
+		return 1;
+	return harness_exit_status(cmocka_run_group_tests(tests, NULL,
+	    NULL));
+}
