@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * effects_test.c: the effect ledger's calls that the test_effects* and
- * test_effect_extend programs share (effects_test.h): requests built and sent over the
+ * effects_test.c: the effect ledger's calls that the test_effects*,
+ * test_effect_extend and test_durable_watch programs share (effects_test.h): requests built and sent over the
  * harness, answers judged, receipts taken as they came on the wire.
  * Nothing here decides a test's verdict on its own; it fails the
  * running test on an answer it does not expect.

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * effects_test.h: what test_effects* and test_effect_extend share
- * (effects_test.c): the key's kind, a request and a result, a short
- * lease, and the calls of the effect ledger over the harness's
- * connection: each request built, sent and judged (a disposition, a
- * reason, an error), the receipt as it came on the wire, a lease waited
- * on until it lapses, and a key's submission and state.  Each fails the
- * running cmocka test on an answer it does not expect.  Included after
- * cmocka.h, jansson.h and integration/harness.h.
+ * effects_test.h: what test_effects*, test_effect_extend and
+ * test_durable_watch share (effects_test.c): the key's kind, a request
+ * and a result, a short lease, and the calls of the effect ledger over
+ * the harness's connection: each request built, sent and judged (a
+ * disposition, a reason, an error), the receipt as it came on the wire,
+ * a lease waited on until it lapses, and a key's submission and state.
+ * Each fails the running cmocka test on an answer it does not expect.
+ * Included after cmocka.h, jansson.h and integration/harness.h.
  */
 #ifndef IDEM_TEST_EFFECTS_TEST_H
 #define IDEM_TEST_EFFECTS_TEST_H

@@ -31,65 +31,28 @@
 
 #include "integration/filter.h"
 #include "integration/harness.h"
+#include "integration/effects_test.h"
 
-#define KIND		"deploy/v1"
-#define REQUEST		"{\"service\":\"api\",\"version\":\"2.4.1\"}"
-#define RESULT		"{\"deployed\":true}"
 /* A log line awaited (inotify, harness_wait_log). */
 #define LOG_WAIT_MS	30000
 #define LOG_SYNC_HELD	"faultshim: a sync held"
 
 static const char *const one_worker[] = { "--workers", "1", NULL };
 
-static json_t *
-begin_request(const char *id)
-{
-	json_t	*r;
-
-	r = json_pack("{s:s, s:s, s:s, s:o}", "op", "effect_begin",
-	    "client_submission_id", id, "effect_kind", KIND, "request",
-	    json_loads(REQUEST, 0, NULL));
-	assert_non_null(r);
-	return r;
-}
-
-static const char *
-disposition_of(json_t *reply)
-{
-	const char	*d = json_string_value(json_object_get(reply,
-			    "disposition"));
-
-	return d != NULL ? d : "";
-}
-
-static void
-assert_disposition(json_t *reply, const char *disposition)
-{
-	char	*text;
-
-	if (strcmp(disposition_of(reply), disposition) != 0) {
-		text = json_dumps(reply, JSON_COMPACT);
-		fail_msg("expected %s, got %s", disposition, text);
-	}
-}
-
 /* An effect begun and committed, for a retry that needs no journal. */
 static void
 commit_effect(struct broker *b, const char *id)
 {
-	json_t	*reply, *complete;
+	json_t	*reply;
+	char	*fence;
 
-	reply = harness_must_call(b, begin_request(id));
-	assert_disposition(reply, "proceed");
-	complete = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op",
-	    "effect_complete", "client_submission_id", id, "effect_kind", KIND,
-	    "fence", harness_str(reply, "fence"), "outcome", "applied");
-	assert_non_null(complete);
-	json_object_set_new(complete, "result", json_loads(RESULT, 0, NULL));
+	reply = begin(b, id, REQUEST, 0);
+	fence = fence_of(reply);
 	json_decref(reply);
-	reply = harness_must_call(b, complete);
+	reply = complete(b, id, fence, "applied", RESULT);
 	harness_assert_bool(reply, "ok", 1);
 	json_decref(reply);
+	free(fence);
 }
 
 /*
@@ -99,7 +62,7 @@ commit_effect(struct broker *b, const char *id)
 static int
 send_held_begin(struct harness_shim *t, const char *id)
 {
-	json_t	*request = begin_request(id);
+	json_t	*request = begin_request(id, KIND, REQUEST, 0);
 	char	*line = json_dumps(request, JSON_COMPACT);
 	int	 fd;
 
@@ -251,7 +214,7 @@ watching_loop_serves_its_other_clients(void **state)
 	fd = send_held_begin(t, "w-held");
 	assert_loop_watches(worker);
 	/* Held: nothing durable can be answered now.  A retry needs nothing. */
-	reply = harness_must_call(&t->b, begin_request("w-done"));
+	reply = begin(&t->b, "w-done", REQUEST, 0);
 	assert_disposition(reply, "reused");
 	json_decref(reply);
 	harness_fault_rule(t->fault_file, "");
@@ -280,7 +243,7 @@ watch_that_ends_leaves_the_wake_up_to_the_flush(void **state)
 	assert_line_disposition(fd, "proceed");
 	close(fd);
 	commit_effect(&t->b, "w-after");
-	reply = harness_must_call(&t->b, begin_request("w-after"));
+	reply = begin(&t->b, "w-after", REQUEST, 0);
 	assert_disposition(reply, "reused");
 	json_decref(reply);
 	harness_shim_finish(t);
