@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -201,6 +202,31 @@ crash_lookup(const char *name)
 	return -1;
 }
 
+/*
+ * The number in the environment variable name, from 0 to max: 1 and
+ * *value, 0 (*value untouched) if it is unset or empty, -1 and *cause
+ * ("name must be a number of what") if it is anything else.
+ */
+static int
+crash_env_number(const char *name, long long max, const char *what,
+    long long *value, char **cause)
+{
+	const char	*text = getenv(name);
+	char		*end;
+	long long	 v;
+
+	if (text == NULL || *text == '\0')
+		return 0;
+	errno = 0;
+	v = strtoll(text, &end, 10);
+	if (errno != 0 || *end != '\0' || v < 0 || v > max) {
+		asprintf(cause, "%s must be a number of %s", name, what);
+		return -1;
+	}
+	*value = v;
+	return 1;
+}
+
 int
 crash_init(struct shm_segment *seg, pid_t master, char **cause)
 {
@@ -210,10 +236,8 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	const char	*in_lock = getenv("IDEM_CRASH_WORKER_IN_LOCK");
 	const char	*early = getenv("IDEM_CRASH_LINK_EARLY");
 	const char	*watch = getenv("IDEM_CRASH_WATCH");
-	const char	*durable_watch = getenv("IDEM_CRASH_DURABLE_WATCH_US");
-	const char	*spin_max = getenv("IDEM_CRASH_SPIN_MAX_CONNECTIONS");
-	const char	*delay;
-	char		*end;
+	long long	 value;
+	int		 set;
 	int		 in_master = getpid() == master;	/* logs once */
 
 	crash.seg = seg;
@@ -224,51 +248,33 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 	crash.master = master;
 	if (crash_check_names(cause) != 0)
 		return -1;
-	if ((delay = getenv("IDEM_SPAWN_DELAY_MS")) != NULL &&
-	    *delay != '\0') {
-		errno = 0;
-		crash.spawn_delay_ms = strtol(delay, &end, 10);
-		if (errno != 0 || *end != '\0' || crash.spawn_delay_ms < 0 ||
-		    crash.spawn_delay_ms > 60000) {
-			asprintf(cause, "IDEM_SPAWN_DELAY_MS must be a number "
-			    "of milliseconds from 0 to 60000");
-			return -1;
-		}
+	if ((set = crash_env_number("IDEM_SPAWN_DELAY_MS", 60000,
+	    "milliseconds from 0 to 60000", &value, cause)) == -1)
+		return -1;
+	if (set) {
+		crash.spawn_delay_ms = (long)value;
 		if (in_master)
 			store_notice(STORE_NOTICE_INFO, "fault injection: "
 			    "the master pauses %ld ms after forking a worker",
 			    crash.spawn_delay_ms);
 	}
 	crash.durable_watch_us = -1;
-	if (durable_watch != NULL && *durable_watch != '\0') {
-		errno = 0;
-		crash.durable_watch_us = strtoll(durable_watch, &end, 10);
-		if (errno != 0 || *end != '\0' || crash.durable_watch_us < 0) {
-			asprintf(cause, "IDEM_CRASH_DURABLE_WATCH_US must be a "
-			    "number of microseconds");
-			return -1;
-		}
-		if (in_master)
-			store_notice(STORE_NOTICE_INFO, "fault injection: a "
-			    "worker's loop watches for durability %lld us at "
-			    "most", crash.durable_watch_us);
-	}
+	if ((set = crash_env_number("IDEM_CRASH_DURABLE_WATCH_US", LLONG_MAX,
+	    "microseconds", &crash.durable_watch_us, cause)) == -1)
+		return -1;
+	if (set && in_master)
+		store_notice(STORE_NOTICE_INFO, "fault injection: a worker's "
+		    "loop watches for durability %lld us at most",
+		    crash.durable_watch_us);
 	crash.spin_max_connections = -1;
-	if (spin_max != NULL && *spin_max != '\0') {
-		errno = 0;
-		crash.spin_max_connections = strtoll(spin_max, &end, 10);
-		if (errno != 0 || *end != '\0' ||
-		    crash.spin_max_connections < 0 ||
-		    crash.spin_max_connections > UINT32_MAX) {
-			asprintf(cause, "IDEM_CRASH_SPIN_MAX_CONNECTIONS "
-			    "must be a number of connections");
-			return -1;
-		}
-		if (in_master)
-			store_notice(STORE_NOTICE_INFO, "fault injection: the "
-			    "watch and the linger run with at most %lld "
-			    "connections open", crash.spin_max_connections);
-	}
+	if ((set = crash_env_number("IDEM_CRASH_SPIN_MAX_CONNECTIONS",
+	    UINT32_MAX, "connections", &crash.spin_max_connections,
+	    cause)) == -1)
+		return -1;
+	if (set && in_master)
+		store_notice(STORE_NOTICE_INFO, "fault injection: the watch "
+		    "and the linger run with at most %lld connections open",
+		    crash.spin_max_connections);
 	if (in_lock != NULL && *in_lock != '\0') {
 		if (strcmp(in_lock, "table") != 0 &&
 		    strcmp(in_lock, "allocator") != 0 &&
