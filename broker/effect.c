@@ -80,6 +80,7 @@
 #include "idemd.h"
 #include "backend.h"
 #include "replytext.h"
+#include "jsonbytes.h"
 
 static void	effect_recorded(struct pending *,
 		    const struct backend_effect_outcome *);
@@ -112,7 +113,7 @@ fence_format(const struct subtab_entry *e, char out[IDEM_EFFECT_FENCE_SIZE])
 	char			 digits[10], *start;
 	size_t			 n, i;
 
-	start = replytext_decimal(digits + sizeof digits, e->attempt);
+	start = jsonbytes_decimal(digits + sizeof digits, e->attempt);
 	n = (size_t)(digits + sizeof digits - start);
 	memcpy(out, start, n);
 	out[n++] = '-';

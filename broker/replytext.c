@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonbytes.h"
 #include "replytext.h"
 
 #define REPLYTEXT_FIRST_SIZE	2048
@@ -148,22 +149,13 @@ replytext_string(struct replytext *t, const char *s, size_t n)
 	t->length = (size_t)(out - t->buf);
 }
 
-char *
-replytext_decimal(char *end, uint64_t u)
-{
-	do
-		*--end = (char)('0' + u % 10);
-	while ((u /= 10) != 0);
-	return end;
-}
-
 void
 replytext_int(struct replytext *t, int64_t v)
 {
 	char		 digits[24], *p;
 	uint64_t	 u = v < 0 ? -(uint64_t)v : (uint64_t)v;
 
-	p = replytext_decimal(digits + sizeof digits, u);
+	p = jsonbytes_decimal(digits + sizeof digits, u);
 	if (v < 0)
 		*--p = '-';
 	replytext_raw(t, p, (size_t)(digits + sizeof digits - p));

@@ -32,12 +32,6 @@ void	replytext_copy(struct replytext *, size_t offset, size_t length);
 /* A JSON string holding length bytes of s (UTF-8), escaped as jansson. */
 void	replytext_string(struct replytext *, const char *s, size_t length);
 void	replytext_int(struct replytext *, int64_t);
-/*
- * u's decimal digits written backwards so that they end at end: where
- * they start (at most 20 bytes before end).  For callers that put a
- * number into their own buffer (an effect's fence).
- */
-char	*replytext_decimal(char *end, uint64_t u);
 /* Any value (a request's id): its compact dump. */
 void	replytext_value(struct replytext *, json_t *);
 

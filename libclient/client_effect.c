@@ -25,6 +25,7 @@
 #include "idem.h"
 #include "protocol.h"
 #include "client_int.h"
+#include "jsonbytes.h"
 #include "monoclock.h"
 #include "replyscan.h"
 
@@ -503,20 +504,6 @@ client_pieces(const char *const *piece, size_t count)
 	return line;
 }
 
-/* A positive lease_ms as jansson writes an integer. */
-static const char *
-client_digits(int64_t v, char *buf, size_t size)
-{
-	char	*p = buf + size;
-
-	*--p = '\0';
-	do {
-		*--p = (char)('0' + v % 10);
-		v /= 10;
-	} while (v > 0 && p > buf);
-	return p;
-}
-
 /*
  * Send line (malloc'd, consumed; NULL: no memory) and take the answer
  * into out.
@@ -567,7 +554,9 @@ client_begin_plain(struct idem_conn *conn, const char *id, const char *kind,
 	piece[n++] = request_json;
 	if (lease_ms > 0) {
 		piece[n++] = ",\"lease_ms\":";
-		piece[n++] = client_digits(lease_ms, digits, sizeof digits);
+		digits[sizeof digits - 1] = '\0';
+		piece[n++] = jsonbytes_decimal(digits + sizeof digits - 1,
+		    (uint64_t)lease_ms);
 	}
 	piece[n++] = "}";
 	*rc = client_effect_call_line(conn, client_pieces(piece, n), out,

@@ -3,7 +3,8 @@
  * jsonbytes.h: the bytes of JSON's grammar that libidem's two scanners
  * read without a tree, fastscan.c (a request line, for the broker's
  * retry fast path) and replyscan.c (an answer, for libidem's effect
- * calls): whitespace, digits, and the eight-byte tests that let a
+ * calls): whitespace, digits (read, and written by the broker's replies
+ * and libidem's lines), and the eight-byte tests that let a
  * string's plain bytes be stepped over a word at a time.  One
  * definition, so the two cannot come to disagree about what JSON's
  * whitespace or a string's run is.
@@ -28,6 +29,21 @@ static inline int
 jsonbytes_is_digit(char c)
 {
 	return c >= '0' && c <= '9';
+}
+
+/*
+ * u's decimal digits, as JSON (and jansson) write a number, written
+ * backwards so that they end at end: where they start (at most 20
+ * bytes before end).  One writer for the broker's replies and fences
+ * and libidem's request lines.
+ */
+static inline char *
+jsonbytes_decimal(char *end, uint64_t u)
+{
+	do
+		*--end = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	return end;
 }
 
 static inline const char *

@@ -857,6 +857,34 @@ members_read_from_bytes(void **state)
 	assert_false(replyscan_members(m.value, m.value_length, &inner));
 }
 
+/* jsonbytes_decimal (replies, fences, lease_ms): digits end where asked. */
+static void
+decimal_written_backwards(void **state)
+{
+	static const struct {
+		uint64_t	 v;
+		const char	*text;
+	} cases[] = {
+		{ 0, "0" }, { 7, "7" }, { 10, "10" }, { 4294967295u, "4294967295" },
+		{ UINT64_MAX, "18446744073709551615" },
+	};
+	char	buf[32], *start;
+	size_t	i;
+
+	(void)state;
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		memset(buf, 'x', sizeof buf);
+		start = jsonbytes_decimal(buf + sizeof buf, cases[i].v);
+		assert_int_equal(buf + sizeof buf - start,
+		    strlen(cases[i].text));
+		assert_memory_equal(start, cases[i].text,
+		    strlen(cases[i].text));
+		/* Nothing before its first digit written. */
+		if (start > buf)
+			assert_int_equal(start[-1], 'x');
+	}
+}
+
 int
 main(void)
 {
@@ -873,6 +901,7 @@ main(void)
 		cmocka_unit_test(inner_only_the_top_levels_object),
 		cmocka_unit_test(compact_only_as_jansson_writes),
 		cmocka_unit_test(first_stop_found_in_word),
+		cmocka_unit_test(decimal_written_backwards),
 	};
 
 	if (FILTER_APPLY(tests) == -1)

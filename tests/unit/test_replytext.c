@@ -109,34 +109,6 @@ test_grows_whole(void **state)
 	replytext_free(&t);
 }
 
-/* Decimal digits end where asked, for the smallest and largest values. */
-static void
-test_decimal(void **state)
-{
-	static const struct {
-		uint64_t	 v;
-		const char	*text;
-	} cases[] = {
-		{ 0, "0" }, { 7, "7" }, { 10, "10" }, { 4294967295u, "4294967295" },
-		{ UINT64_MAX, "18446744073709551615" },
-	};
-	char	buf[32], *start;
-	size_t	i;
-
-	(void)state;
-	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		memset(buf, 'x', sizeof buf);
-		start = replytext_decimal(buf + sizeof buf, cases[i].v);
-		assert_int_equal(buf + sizeof buf - start,
-		    strlen(cases[i].text));
-		assert_memory_equal(start, cases[i].text,
-		    strlen(cases[i].text));
-		/* Nothing before its first digit written. */
-		if (start > buf)
-			assert_int_equal(start[-1], 'x');
-	}
-}
-
 int
 main(void)
 {
@@ -144,7 +116,6 @@ main(void)
 		cmocka_unit_test(test_strings_of_every_byte),
 		cmocka_unit_test(test_scalars),
 		cmocka_unit_test(test_grows_whole),
-		cmocka_unit_test(test_decimal),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
