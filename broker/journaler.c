@@ -129,8 +129,9 @@ static struct journaler {
 
 	/* Writing zeros ahead failed, and was logged. */
 	int		 zero_failing;
-	/* journaler_linger's gate: IDEM_SPIN_MAX_CONNECTIONS. */
-	uint32_t	 spin_max_connections;
+	/* journaler_linger's bound and gate: IDEM_JOURNAL_LINGER_US, */
+	int64_t		 linger_us;
+	uint32_t	 spin_max_connections;	/* IDEM_SPIN_MAX_CONNECTIONS */
 } journaler;
 
 void
@@ -764,7 +765,7 @@ journaler_linger(struct idemd *d)
 	    !handoff_has_pending(&d->seg) && !atomic_load(&journaler.stop) &&
 	    !atomic_load(&h->checkpoint_wanted) &&
 	    !atomic_load(&h->wake_requested) &&
-	    clock_monotonic_us() - start < IDEM_JOURNAL_LINGER_US)
+	    clock_monotonic_us() - start < journaler.linger_us)
 		sched_yield();
 }
 
@@ -893,6 +894,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.reopen_at = 0;
 	journaler.reopen_cause = NULL;
 	journaler.zero_failing = 0;
+	journaler.linger_us = crash_journal_linger_us(IDEM_JOURNAL_LINGER_US);
 	journaler.spin_max_connections =
 	    crash_spin_max_connections(IDEM_SPIN_MAX_CONNECTIONS);
 	atomic_store(&journaler.stop, 0);
@@ -908,6 +910,12 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 		errno = error;
 		return -1;
 	}
+	/*
+	 * Their names in top -H and /proc (15 bytes at most, so never
+	 * refused), beside the workers' "idemd worker N".
+	 */
+	(void)pthread_setname_np(journaler.checkpointer, "idemd checkpnt");
+	(void)pthread_setname_np(journaler.thread, "idemd journal");
 	journaler.running = 1;
 	return 0;
 }

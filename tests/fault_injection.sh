@@ -50,7 +50,7 @@ no)
 	    IDEM_CRASH_WORKER_AT=after_reserve_durable \
 	    IDEM_CRASH_WORKER_IN_LOCK=table IDEM_CRASH_LINK_EARLY=1 \
 	    IDEM_SPAWN_DELAY_MS=10 IDEM_CRASH_WATCH=off \
-	    IDEM_CRASH_DURABLE_WATCH_US=1 \
+	    IDEM_CRASH_DURABLE_WATCH_US=1 IDEM_CRASH_JOURNAL_LINGER_US=1 \
 	    IDEM_CRASH_SPIN_MAX_CONNECTIONS=2; do
 		name=${v%%=*}
 		refused "$v" "$name is set, but this idemd has no fault injection"
@@ -65,6 +65,8 @@ yes)
 	    "IDEM_CRASH_WATCH must be off, remote, remote:DIR or die-after-read"
 	refused IDEM_CRASH_DURABLE_WATCH_US=-1 \
 	    "IDEM_CRASH_DURABLE_WATCH_US must be a number of microseconds"
+	refused IDEM_CRASH_JOURNAL_LINGER_US=soon \
+	    "IDEM_CRASH_JOURNAL_LINGER_US must be a number of microseconds"
 	refused IDEM_CRASH_SPIN_MAX_CONNECTIONS=two \
 	    "IDEM_CRASH_SPIN_MAX_CONNECTIONS must be a number of connections"
 	refused IDEM_CRASH_ATT=after_commit_durable \

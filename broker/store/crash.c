@@ -62,7 +62,8 @@ static struct {
 	int			 watch_die;	/* IDEM_CRASH_WATCH=die-after-read */
 	long long		 durable_watch_us; /* -1: the default */
 	long long		 spin_max_connections; /* -1: the default */
-} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0, -1, -1 };
+	long long		 journal_linger_us; /* -1: the default */
+} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0, -1, -1, -1 };
 
 /*
  * This process's mark in the segment's crash_fired (random, not 0): a
@@ -141,6 +142,13 @@ crash_durable_watch_us(int64_t default_us)
 	    default_us;
 }
 
+int64_t
+crash_journal_linger_us(int64_t default_us)
+{
+	return crash.journal_linger_us >= 0 ? crash.journal_linger_us :
+	    default_us;
+}
+
 uint32_t
 crash_spin_max_connections(uint32_t default_count)
 {
@@ -160,6 +168,7 @@ crash_check_names(char **cause)
 	    "IDEM_CRASH_BATCH_OF", "IDEM_CRASH_BEHIND_MS",	/* pg_group.c */
 	    "IDEM_CRASH_WATCH",					/* watch.c */
 	    "IDEM_CRASH_DURABLE_WATCH_US",			/* worker.c */
+	    "IDEM_CRASH_JOURNAL_LINGER_US",			/* journaler.c */
 	    /* worker.c, journaler.c */
 	    "IDEM_CRASH_SPIN_MAX_CONNECTIONS" };
 	char	*const *e;
@@ -266,6 +275,14 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		store_notice(STORE_NOTICE_INFO, "fault injection: a worker's "
 		    "loop watches for durability %lld us at most",
 		    crash.durable_watch_us);
+	crash.journal_linger_us = -1;
+	if ((set = crash_env_number("IDEM_CRASH_JOURNAL_LINGER_US", LLONG_MAX,
+	    "microseconds", &crash.journal_linger_us, cause)) == -1)
+		return -1;
+	if (set && in_master)
+		store_notice(STORE_NOTICE_INFO, "fault injection: the "
+		    "journaling thread looks for the next record %lld us at "
+		    "most", crash.journal_linger_us);
 	crash.spin_max_connections = -1;
 	if ((set = crash_env_number("IDEM_CRASH_SPIN_MAX_CONNECTIONS",
 	    UINT32_MAX, "connections", &crash.spin_max_connections,

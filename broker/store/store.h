@@ -1076,6 +1076,12 @@ void	crash_hold_at(const char *point);
  */
 int64_t	crash_durable_watch_us(int64_t default_us);
 /*
+ * IDEM_CRASH_JOURNAL_LINGER_US: how long the journaling thread looks for
+ * the next record after a round (journaler.c, journaler_linger) instead
+ * of its default.
+ */
+int64_t	crash_journal_linger_us(int64_t default_us);
+/*
  * IDEM_CRASH_SPIN_MAX_CONNECTIONS: how many connections may be open for
  * the watch and the journaler's linger to run, instead of
  * IDEM_SPIN_MAX_CONNECTIONS (a test's two clients, watched).
@@ -1093,6 +1099,7 @@ uint32_t crash_spin_max_connections(uint32_t default_count);
 #define crash_watch_read(names)		((void)0)
 #define crash_hold_at(point)		((void)0)
 #define crash_durable_watch_us(us)	(us)
+#define crash_journal_linger_us(us)	(us)
 #define crash_spin_max_connections(n)	(n)
 #endif
 

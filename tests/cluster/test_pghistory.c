@@ -153,15 +153,16 @@ holds(char *reply, ...)
 	free(reply);
 }
 
-/* The receipt's bytes in a raw write_task reply (its last member). */
-static const char *
-receipt_bytes(const char *reply)
+/* Two raw replies' receipts are the same bytes. */
+static void
+assert_same_receipt(const char *reply, const char *first)
 {
-	const char	*r = strstr(reply, "\"receipt\":{");
+	char	*got = harness_receipt_bytes(reply);
+	char	*want = harness_receipt_bytes(first);
 
-	if (r == NULL)
-		fail_msg("no receipt in %s", reply);
-	return r;
+	assert_string_equal(got, want);
+	free(got);
+	free(want);
 }
 
 static json_t *
@@ -314,8 +315,8 @@ local_history(struct local *l)
 static char *
 pruned_bytes(const char *created)
 {
-	const char	*r = receipt_bytes(created), *fd, *end;
-	char		*out;
+	char	*r = harness_receipt_bytes(created), *out;
+	const char	*fd, *end;
 
 	assert_non_null(fd = strstr(r, "\"file_digest\":\""));
 	assert_non_null(end = strchr(fd + strlen("\"file_digest\":\""), '"'));
@@ -323,6 +324,7 @@ pruned_bytes(const char *created)
 	assert_non_null(out = malloc(strlen(r) + 1));
 	memcpy(out, r, (size_t)(fd - r));
 	strcpy(out + (fd - r), end);
+	free(r);
 	return out;
 }
 
@@ -342,7 +344,7 @@ import_local_history_answers_byte_identical(void **state)
 	static struct local	 l;
 	static struct node	 a;
 	char			 id[32], subject[64], *out, *before;
-	char			*reply, today[9], *expected, *mark, *workspace;
+	char			*reply, today[9], *expected, *got, *mark, *workspace;
 	json_t			*r;
 	long			 next_seq;
 	int			 i, pruned;
@@ -425,12 +427,13 @@ import_local_history_answers_byte_identical(void **state)
 		if (strstr(reply, "\"receipt_pruned\":true") != NULL) {
 			pruned++;
 			expected = pruned_bytes(l.created[i]);
-			assert_string_equal(receipt_bytes(reply), expected);
+			got = harness_receipt_bytes(reply);
+			assert_string_equal(got, expected);
+			free(got);
 			free(expected);
 		} else {
 			assert_false(l.local_pruned[i]);
-			assert_string_equal(receipt_bytes(reply),
-			    receipt_bytes(l.created[i]));
+			assert_same_receipt(reply, l.created[i]);
 		}
 		free(reply);
 	}
@@ -722,14 +725,12 @@ import_effects_answers_byte_identical(void **state)
 		if (strstr(reply, "\"receipt_pruned\":true") != NULL) {
 			pruned++;
 			if (local_pruned[i])
-				assert_string_equal(receipt_bytes(reply),
-				    receipt_bytes(local[i]));
+				assert_same_receipt(reply, local[i]);
 			else	/* the table held it whole, the index not */
 				assert_same_but_result(reply, local[i]);
 		} else {
 			assert_false(local_pruned[i]);
-			assert_string_equal(receipt_bytes(reply),
-			    receipt_bytes(local[i]));
+			assert_same_receipt(reply, local[i]);
 		}
 		free(reply);
 		/* Another request under it: conflict. */
@@ -905,7 +906,7 @@ effect_ops_during_outage(void **state)
 	    "\"disposition\":\"proceed\"", "\"attempt\":1", NULL);
 	reply = raw_call(&a.b, fx_begin_request("ofx-done", "done"));
 	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
-	assert_string_equal(receipt_bytes(reply), receipt_bytes(committed));
+	assert_same_receipt(reply, committed);
 	free(reply);
 	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM idem_submission "
 	    "WHERE kind = 3 AND state = 3"), 2);

@@ -52,6 +52,8 @@ static struct pgserver	server;
 #define PASSWORD	"Pw27-s3cr3t-XqZ9"
 #define WRONG		"Wr0ng-pa55-KjH4"
 #define ROLE		"idem_pw"
+/* A worker forked but not yet exec'd, on a loaded machine: how long. */
+#define EXEC_WAIT_MS	30000
 
 /* postgresql://idem_pw[:password]@/postgres?host=...&port=... */
 static char	uri_pw[640], uri_nopw[640], uri_query[640], uri_wrong[640];
@@ -90,6 +92,47 @@ assert_file_clean(const char *path)
 		fail_msg("%s holds the store's password", path);
 }
 
+/*
+ * Wait until a worker has exec'd (its command line says --worker), else
+ * fail saying what the process was meanwhile: its stat line (state,
+ * parent) and its command line.
+ */
+static void
+wait_exec(pid_t pid)
+{
+	char	 path[64], stat[512] = "", cmdline[512];
+	int64_t	 until = harness_now_ms() + EXEC_WAIT_MS;
+	ssize_t	 n;
+	size_t	 i;
+	int	 fd;
+
+	snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)pid);
+	while (file_has(path, "--worker") != 1) {
+		if (harness_now_ms() < until) {
+			usleep(10000);
+			continue;
+		}
+		n = -1;
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) != -1) {
+			n = read(fd, cmdline, sizeof cmdline - 1);
+			close(fd);
+		}
+		cmdline[n > 0 ? n : 0] = '\0';
+		for (i = 0; n > 0 && i < (size_t)n; i++)
+			if (cmdline[i] == '\0')
+				cmdline[i] = ' ';
+		snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) != -1) {
+			if ((n = read(fd, stat, sizeof stat - 1)) > 0)
+				stat[n] = '\0';
+			close(fd);
+		}
+		fail_msg("worker %ld has not exec'd in %d ms: stat '%s', "
+		    "command line '%s'", (long)pid, EXEC_WAIT_MS, stat,
+		    cmdline);
+	}
+}
+
 /* The master's and every worker's command line and environment. */
 static int
 assert_processes_clean(struct node *n)
@@ -107,14 +150,9 @@ assert_processes_clean(struct node *n)
 	assert_file_clean(path);
 	count = harness_workers(&n->b, pids, 16);
 	for (i = 0; i < count; i++) {
-		int	tries;
-
 		/* Forked but not yet exec'd, it shows the master's. */
+		wait_exec(pids[i]);
 		snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)pids[i]);
-		for (tries = 0; tries < 500 && file_has(path, "--worker") != 1;
-		    tries++)
-			usleep(10000);
-		assert_int_equal(file_has(path, "--worker"), 1);
 		assert_file_clean(path);
 		snprintf(path, sizeof path, "/proc/%ld/environ", (long)pids[i]);
 		assert_file_clean(path);

@@ -201,19 +201,11 @@ static char *
 receipt_of(const char *reply, const char *const *members, int has_id,
     const char *const *receipt)
 {
-	json_t		*r = janssons(reply, members, has_id);
-	const char	*at = strstr(reply, "\"receipt\":");
-	size_t		 n;
-	char		*text;
+	json_t	*r = janssons(reply, members, has_id);
 
 	assert_members(json_object_get(r, "receipt"), receipt, 1, reply);
 	json_decref(r);
-	assert_non_null(at);
-	at += strlen("\"receipt\":");
-	n = strlen(at);
-	assert_true(n > 1 && at[n - 1] == '}');
-	assert_non_null(text = strndup(at, n - 1));
-	return text;
+	return harness_receipt_bytes(reply);
 }
 
 /* A line: {"op":op, ["id":id,] members}; malloc'd. */

@@ -35,7 +35,7 @@ json_t	*resolve(struct broker *b, const char *id, const char *observed,
 void	 assert_disposition(json_t *reply, const char *disposition);
 void	 assert_reason(json_t *reply, const char *reason);
 void	 assert_error(json_t *reply, const char *code, const char *field);
-/* The reply's receipt as it came on the wire (the tail of the line). */
+/* The reply's receipt as it came on the wire (its bytes, malloc'd). */
 char	*wire_receipt(struct broker *b, json_t *request);
 /* Poll (with the lease as the only clock) until begin says it lapsed. */
 json_t	*begin_until_unknown(struct broker *b, const char *id,

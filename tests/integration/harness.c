@@ -569,6 +569,25 @@ harness_write_task(const char *id, const char *subject)
 }
 
 char *
+harness_receipt_bytes(const char *reply)
+{
+	const char	*at = strstr(reply, "\"receipt\":");
+	char		*out;
+	size_t		 n;
+
+	if (at == NULL)
+		fail_msg("no receipt in %s", reply);
+	at += strlen("\"receipt\":");
+	n = strlen(at);
+	if (n < 2 || at[0] != '{' || at[n - 1] != '}')
+		fail_msg("the receipt is not the reply's last member: %s",
+		    reply);
+	if ((out = strndup(at, n - 1)) == NULL)
+		fail_msg("strndup: out of memory");
+	return out;
+}
+
+char *
 harness_receipt_text(json_t *reply)
 {
 	json_t	*receipt = json_object_get(reply, "receipt");

@@ -130,6 +130,12 @@ void	 harness_assert_bool(json_t *object, const char *key, int expected);
 
 /* The receipt of a reply, serialized compactly in order (malloc'd). */
 char	*harness_receipt_text(json_t *reply);
+/*
+ * The receipt's bytes as they came in a raw reply line (malloc'd): what
+ * follows "receipt": up to the reply's own closing brace, the receipt
+ * being a reply's last member.  Fails the test when there is none.
+ */
+char	*harness_receipt_bytes(const char *reply);
 
 /*
  * cmocka fixtures: *state is a struct broker with a fresh root and the

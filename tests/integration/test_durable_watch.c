@@ -10,7 +10,11 @@
  * the test likes; the watch's bound set by IDEM_CRASH_DURABLE_WATCH_US.
  * The watch is for a lone client (IDEM_SPIN_MAX_CONNECTIONS): the cases
  * with two clients raise that bound (IDEM_CRASH_SPIN_MAX_CONNECTIONS),
- * and one keeps it, to see the loop sleep instead.
+ * and one keeps it, to see the loop sleep instead.  The journaling
+ * thread's own look for the next record after a round (journaler.c,
+ * journaler_linger) is for a lone client too: its bound set by
+ * IDEM_CRASH_JOURNAL_LINGER_US, it is seen to look with one client and
+ * to sleep with two.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -124,18 +128,18 @@ sleep_ms(int64_t ms)
 }
 
 /*
- * The state of a process's first thread, its loop's ('R' running or
- * ready to, 'S' asleep: in epoll_wait for the loop).
+ * The state of a thread ('R' running or ready to, 'S' asleep: for a
+ * worker's first thread, its loop, in epoll_wait).
  */
 static char
-loop_state(pid_t pid)
+thread_state(pid_t pid, pid_t tid)
 {
 	char	 path[64], text[512], *end;
 	FILE	*f;
 	size_t	 n;
 
 	snprintf(path, sizeof path, "/proc/%ld/task/%ld/stat", (long)pid,
-	    (long)pid);
+	    (long)tid);
 	f = fopen(path, "r");
 	assert_non_null(f);
 	n = fread(text, 1, sizeof text - 1, f);
@@ -146,6 +150,40 @@ loop_state(pid_t pid)
 	assert_non_null(end);
 	assert_true(end[1] == ' ' && end[2] != '\0');
 	return end[2];
+}
+
+static char
+loop_state(pid_t pid)
+{
+	return thread_state(pid, pid);
+}
+
+/* The master's journaling thread: the one named "idemd journal". */
+static pid_t
+journal_thread(pid_t master)
+{
+	char		 dir[64], path[PATH_MAX], comm[32];
+	struct dirent	*e;
+	DIR		*d;
+	FILE		*f;
+	pid_t		 found = 0;
+
+	snprintf(dir, sizeof dir, "/proc/%ld/task", (long)master);
+	assert_non_null(d = opendir(dir));
+	while (found == 0 && (e = readdir(d)) != NULL) {
+		snprintf(path, sizeof path, "%s/%s/comm", dir, e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fgets(comm, sizeof comm, f) != NULL &&
+		    strcmp(comm, "idemd journal\n") == 0)
+			found = (pid_t)atol(e->d_name);
+		fclose(f);
+	}
+	closedir(d);
+	if (found == 0)
+		fail_msg("no thread of master %ld is named idemd journal",
+		    (long)master);
+	return found;
 }
 
 /*
@@ -169,22 +207,32 @@ assert_loop_watches(pid_t pid)
 }
 
 /*
- * One worker, its watch's bound, and how many connections may be open
- * for it to watch (NULL: the default, IDEM_SPIN_MAX_CONNECTIONS).
+ * One worker, its watch's bound, how many connections may be open for
+ * it to watch, and the journaling thread's look after a round (NULL:
+ * the default, IDEM_SPIN_MAX_CONNECTIONS; IDEM_JOURNAL_LINGER_US).
  */
 static void
-start(struct harness_shim *t, const char *watch_us, const char *spin_max)
+start(struct harness_shim *t, const char *watch_us, const char *spin_max,
+    const char *linger_us)
 {
-	static char		 entry[64], gate[64];
-	const char *const	 env[] = { t->env[0], t->env[1],
-				    t->env[2], entry,
-				    spin_max != NULL ? gate : NULL, NULL };
+	static char	 entry[64], gate[64], linger[64];
+	const char	*env[7] = { t->env[0], t->env[1], t->env[2], entry };
+	int		 n = 4;
 
 	harness_need_fault_injection(&t->b);
 	snprintf(entry, sizeof entry, "IDEM_CRASH_DURABLE_WATCH_US=%s",
 	    watch_us);
-	snprintf(gate, sizeof gate, "IDEM_CRASH_SPIN_MAX_CONNECTIONS=%s",
-	    spin_max != NULL ? spin_max : "");
+	if (spin_max != NULL) {
+		snprintf(gate, sizeof gate,
+		    "IDEM_CRASH_SPIN_MAX_CONNECTIONS=%s", spin_max);
+		env[n++] = gate;
+	}
+	if (linger_us != NULL) {
+		snprintf(linger, sizeof linger,
+		    "IDEM_CRASH_JOURNAL_LINGER_US=%s", linger_us);
+		env[n++] = linger;
+	}
+	env[n] = NULL;
 	harness_must_start(&t->b, one_worker, env);
 }
 
@@ -208,7 +256,7 @@ watching_loop_serves_its_other_clients(void **state)
 	int			 fd;
 
 	/* The held begin's connection and the retry's: two clients. */
-	start(t, "600000000", "2");
+	start(t, "600000000", "2", NULL);
 	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
 	commit_effect(&t->b, "w-done");
 	fd = send_held_begin(t, "w-held");
@@ -237,7 +285,7 @@ watch_that_ends_leaves_the_wake_up_to_the_flush(void **state)
 	json_t			*reply;
 	int			 fd;
 
-	start(t, "1", NULL);
+	start(t, "1", NULL, NULL);
 	fd = send_held_begin(t, "w-held");
 	harness_fault_rule(t->fault_file, "");
 	assert_line_disposition(fd, "proceed");
@@ -264,7 +312,7 @@ stop_ended_by_the_watch_ends_the_loop(void **state)
 	pid_t			 worker;
 	int			 fd, before, waited;
 
-	start(t, "600000000", NULL);
+	start(t, "600000000", NULL, NULL);
 	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
 	fd = send_held_begin(t, "w-held");
 	assert_loop_watches(worker);
@@ -299,7 +347,7 @@ two_clients_do_not_watch(void **state)
 	pid_t			 worker;
 	int			 idle, fd, waited;
 
-	start(t, "600000000", NULL);
+	start(t, "600000000", NULL, NULL);
 	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
 	/* Accepted first (the listen queue is in order): open before. */
 	idle = harness_raw_connect(&t->b);
@@ -314,6 +362,73 @@ two_clients_do_not_watch(void **state)
 	harness_fault_rule(t->fault_file, "");
 	assert_line_disposition(fd, "proceed");
 	close(fd);
+	close(idle);
+	harness_shim_finish(t);
+}
+
+/*
+ * The journaling thread's look for the next record, 10 min here: after
+ * a lone client's begin it runs or yields ('R') over about 200 ms
+ * instead of sleeping on its eventfd (fails with journaler_linger
+ * returning at once, or with its bound not taken), and the client's
+ * next begin is found and made durable meanwhile (fails if the look
+ * misses an appended record: the begin would wait out the 10 min).
+ */
+static void
+lone_client_journal_looks_for_the_next_record(void **state)
+{
+	struct harness_shim	*t = *state;
+	json_t			*reply;
+	pid_t			 journal;
+	int			 i;
+	char			 s;
+
+	start(t, "0", NULL, "600000000");
+	journal = journal_thread(t->b.pid);
+	reply = begin(&t->b, "j-1", REQUEST, 0);
+	assert_disposition(reply, "proceed");
+	json_decref(reply);
+	for (i = 0; i < 200; i++) {
+		if ((s = thread_state(t->b.pid, journal)) != 'R')
+			fail_msg("the journaling thread is '%c' after a lone "
+			    "client's record, not looking", s);
+		sleep_ms(1);
+	}
+	reply = begin(&t->b, "j-2", REQUEST, 0);
+	assert_disposition(reply, "proceed");
+	json_decref(reply);
+	harness_shim_finish(t);
+}
+
+/*
+ * The gate on the journaling thread's side: with two connections open
+ * (an idle one, the begin's) and the default bound, the thread does not
+ * look for the next record, though its look could last 10 min: it
+ * sleeps on its eventfd ('S') after the begin's round (fails without
+ * the gate, or with IDEM_CRASH_SPIN_MAX_CONNECTIONS=2: the thread stays
+ * 'R' and the wait below gives up after 10 s).
+ */
+static void
+two_clients_journal_sleeps(void **state)
+{
+	struct harness_shim	*t = *state;
+	json_t			*reply;
+	pid_t			 journal;
+	int			 idle, waited;
+
+	start(t, "0", NULL, "600000000");
+	journal = journal_thread(t->b.pid);
+	idle = harness_raw_connect(&t->b);
+	assert_true(idle >= 0);
+	reply = begin(&t->b, "j-1", REQUEST, 0);
+	assert_disposition(reply, "proceed");
+	json_decref(reply);
+	for (waited = 0; thread_state(t->b.pid, journal) != 'S'; waited++) {
+		if (waited > 10000)
+			fail_msg("the journaling thread did not sleep in 10 s "
+			    "with two connections open");
+		sleep_ms(1);
+	}
 	close(idle);
 	harness_shim_finish(t);
 }
@@ -334,6 +449,8 @@ main(void)
 		T(watch_that_ends_leaves_the_wake_up_to_the_flush),
 		T(stop_ended_by_the_watch_ends_the_loop),
 		T(two_clients_do_not_watch),
+		T(lone_client_journal_looks_for_the_next_record),
+		T(two_clients_journal_sleeps),
 #undef T
 	};
 

@@ -70,27 +70,6 @@ static const char *const small_args[] = { "--capacity", "32",
 #define BATCHES_LATER		(3 * BATCHES_CAPACITY)
 #define BATCHES_CHECKPOINT_WAIT_MS 30000
 
-/*
- * The receipt's exact bytes in a reply (malloc'd): the receipt is a
- * reply's last member, what follows "receipt": up to the reply's own
- * closing brace.
- */
-static char *
-receipt_of(const char *reply)
-{
-	const char	*p = strstr(reply, "\"receipt\":");
-	char		*out;
-	size_t		 n;
-
-	if (p == NULL)
-		fail_msg("no receipt in %s", reply);
-	p += strlen("\"receipt\":");
-	n = strlen(p);
-	assert_true(n >= 2 && p[n - 1] == '}');
-	assert_non_null(out = strndup(p, n - 1));
-	return out;
-}
-
 static json_t *
 begin_request(int i)
 {
@@ -171,7 +150,7 @@ commit_or_die(struct broker *b, int i, size_t pad)
 		return NULL;
 	if (strstr(reply, "\"state\":\"committed\"") == NULL)
 		fail_msg("complete fx-%d: %s", i, reply);
-	receipt = receipt_of(reply);
+	receipt = harness_receipt_bytes(reply);
 	free(reply);
 	return receipt;
 }
@@ -188,7 +167,7 @@ assert_reused(struct broker *b, char **receipts, int n, const char *when)
 			fail_msg("fx-%d %s: the broker died", i, when);
 		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
 			fail_msg("fx-%d %s: %s", i, when, reply);
-		got = receipt_of(reply);
+		got = harness_receipt_bytes(reply);
 		if (strcmp(got, receipts[i]) != 0)
 			fail_msg("fx-%d %s: receipt %s, first %s", i, when,
 			    got, receipts[i]);
@@ -470,12 +449,12 @@ test_journal_fails_between_index_commits(void **state)
 			    reply);
 		free(reply);
 	}
-	receipt = receipt_of(reply);
+	receipt = harness_receipt_bytes(reply);
 	free(reply);
 	assert_non_null(reply = call_until_dead(b, begin_request(FAIL_EFFECT)));
 	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
 		fail_msg("fx-%d after its retry: %s", FAIL_EFFECT, reply);
-	line = receipt_of(reply);
+	line = harness_receipt_bytes(reply);
 	assert_string_equal(line, receipt);
 	free(line);
 	free(reply);

@@ -124,10 +124,14 @@ async function connect(server, { args = [], capabilities = {}, log = null } = {}
     },
     stderr: 'pipe',
   });
-  const session = { stderr: '', transport, closed: false, initialized: null };
+  // received: when a test sets it to an array, every message from the
+  // proxy in the order it came, before the SDK handles it.
+  const session = { stderr: '', transport, closed: false, initialized: null,
+    received: null };
   // initialize's result as it came, before the SDK's schema strips what
   // it does not know (capabilities.tools.idempotency).
   let deliver = null;
+  const counted = new WeakSet();
   Object.defineProperty(transport, 'onmessage', {
     set(f) { deliver = f; },
     // Bound to the handler of the moment: the SDK chains its own on
@@ -137,6 +141,11 @@ async function connect(server, { args = [], capabilities = {}, log = null } = {}
       return (m) => {
         if (m.result?.serverInfo !== undefined && session.initialized === null)
           session.initialized = m.result;
+        // Once a message: the chained handlers pass it through here twice.
+        if (session.received !== null && !counted.has(m)) {
+          counted.add(m);
+          session.received.push(m);
+        }
         to?.(m);
       };
     },
@@ -331,13 +340,29 @@ check('everything: progress, logging, sampling, elicitation and roots pass throu
   const tools = await listAll(s.client);
 
   // Progress through a wrapped call: the progressToken went downstream
-  // with the external_key beside it, and the notifications came back.
-  const progress = [];
+  // with the external_key beside it, and the notifications came back,
+  // in order and before the answer.  Judged on the messages as they
+  // arrived: the SDK hands a notification to its handler a microtask
+  // after it reads it but settles an answer at once, so when the last
+  // notification and the answer arrive in one read (a loaded machine)
+  // its onprogress never sees that notification, whatever the proxy did.
+  const received = [];
+  s.received = received;
   const op = await call(s, 'trigger-long-running-operation',
       { duration: 0.3, steps: 3, idempotency_key: 'long-op/1' },
-      { onprogress: (p) => progress.push(p.progress) });
+      { onprogress: () => {} });
+  s.received = null;
   assert.match(op.content[0].text, /Long running operation completed/);
+  const answer = received.findIndex((m) => m.id !== undefined &&
+      /Long running operation completed/.test(m.result?.content?.[0]?.text));
+  assert.ok(answer >= 0, 'the answer was among the messages received');
+  const token = received[answer].id;
+  const progress = received.slice(0, answer)
+      .filter((m) => m.method === 'notifications/progress' && m.params.progressToken === token)
+      .map((m) => m.params.progress);
   assert.deepEqual(progress, [1, 2, 3]);
+  assert.ok(!received.slice(answer + 1).some((m) => m.method === 'notifications/progress'),
+      'no progress after the answer');
 
   // Sampling inside a wrapped call: asked once; the retry is the same
   // answer and asks nothing.
