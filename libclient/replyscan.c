@@ -176,6 +176,7 @@ check_string(const char *p, const char *end, int *escaped)
 	unsigned char	c;
 
 	for (;;) {
+		p = jsonbytes_skip_run16(p, end, 1);
 		while (end - p >= 8) {
 			memcpy(&v, p, sizeof v);
 			/* Straight to the byte that stops the run. */
