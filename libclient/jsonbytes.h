@@ -132,6 +132,35 @@ jsonbytes_first_marked(uint64_t mask)
 }
 
 /*
+ * Whether the n bytes at p are all printable ASCII from lowest (0x20 or
+ * 0x21) to 0x7e, none a quote or a backslash: a string's bytes that
+ * JSON and jansson's compact dump keep as they stand.  A word at a
+ * time: the tests are exact about whether some byte matches, all this
+ * asks (fastscan's ids and keys, issue #33).
+ */
+static inline int
+jsonbytes_printable_plain(const char *p, size_t n, unsigned char lowest)
+{
+	const char	*end = p + n;
+	uint64_t	 v;
+	unsigned char	 c;
+
+	for (; end - p >= 8; p += 8) {
+		memcpy(&v, p, sizeof v);
+		if ((jsonbytes_word_has(v, '"') | jsonbytes_word_has(v, '\\') |
+		    jsonbytes_word_has(v, 0x7f) |
+		    jsonbytes_word_below(v, lowest) | v) & JSONBYTES_HIGHS)
+			return 0;
+	}
+	for (; p < end; p++) {
+		c = (unsigned char)*p;
+		if (c < lowest || c > 0x7e || c == '"' || c == '\\')
+			return 0;
+	}
+	return 1;
+}
+
+/*
  * Where x86-64's SSE2 (always there) is, sixteen bytes a step before
  * the words: a compare a byte class, exact for each byte (no borrow),
  * and the first marked byte found from the mask.  A 512-byte result

@@ -819,6 +819,42 @@ runs_stepped_as_byte_at_a_time(void **state)
 }
 
 /*
+ * jsonbytes_printable_plain (fastscan's ids and keys) against the byte
+ * at a time: one byte of every value at every offset of every length
+ * up to 24, among printable ones, from both lowest bytes.
+ */
+static void
+printable_plain_as_byte_at_a_time(void **state)
+{
+	static const unsigned char	 lowests[] = { 0x20, 0x21 };
+	char				 buf[32];
+	size_t				 n, k, l, i;
+	unsigned			 b;
+	int				 want;
+
+	(void)state;
+	for (l = 0; l < sizeof lowests; l++)
+	for (n = 0; n <= 24; n++)
+	for (k = 0; k <= n; k++)
+	for (b = 0; b < 256; b++) {
+		memset(buf, '~', sizeof buf);
+		buf[0] = '!';
+		if (k < n)
+			buf[k] = (char)b;
+		want = 1;
+		for (i = 0; i < n; i++) {
+			if ((unsigned char)buf[i] < lowests[l] ||
+			    (unsigned char)buf[i] > 0x7e || buf[i] == '"' ||
+			    buf[i] == '\\')
+				want = 0;
+		}
+		if (jsonbytes_printable_plain(buf, n, lowests[l]) != want)
+			fail_msg("lowest %#x n %zu k %zu byte %u: not %d",
+			    lowests[l], n, k, b, want);
+	}
+}
+
+/*
  * The compact verdict: set for a line in jansson's compact form (the
  * judged lines hold it to jansson's dump), cleared by anything that
  * form would write otherwise, and for what jansson judged.
@@ -968,6 +1004,7 @@ main(void)
 		cmocka_unit_test(compact_only_as_jansson_writes),
 		cmocka_unit_test(first_stop_found_in_word),
 		cmocka_unit_test(runs_stepped_as_byte_at_a_time),
+		cmocka_unit_test(printable_plain_as_byte_at_a_time),
 		cmocka_unit_test(decimal_written_backwards),
 	};
 
