@@ -20,6 +20,7 @@
  * conflict, meta and unfinished effects take the full path.  And the
  * proceed and commit replies, written as text, are jansson's bytes.
  */
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -270,6 +271,52 @@ fx_fast_reply_is_byte_identical(void **state)
 	free(full);
 	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 1. */
 	assert_int_equal(harness_stat(b, "effects_reused"), 2 * i + 7);
+	close(fd);
+	harness_finish(b);
+}
+
+/*
+ * Lines that arrive together (worker.c answers a fast one where it lies
+ * in the input, takes any other out first): a fast retry, the full
+ * path's (reordered), a fast one again in one send, answered in order
+ * with the same bytes; then a fast line in two sends, its second half
+ * sent once the first could have been read.
+ */
+static void
+fx_lines_sent_together(void **state)
+{
+	struct broker	*b = *state;
+	char		*want, *fast, *full, *three, *reply;
+	json_int_t	 before;
+	size_t		 half;
+	int		 fd, i;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	commit(fd, KIND, "fx-together", REQUEST, "{\"sent\":true}");
+	want = first_retry(b, fd, KIND, "fx-together", REQUEST, 1);
+	fast = begin_line(KIND, "fx-together", REQUEST, "1", 0);
+	full = begin_line(KIND, "fx-together", REQUEST, "1", 1);
+	if (asprintf(&three, "%s\n%s\n%s", fast, full, fast) == -1)
+		fail_msg("asprintf");
+	before = harness_stat(b, FAST_STAT);
+	assert_int_equal(harness_raw_send(fd, three), 0);
+	for (i = 0; i < 3; i++) {
+		assert_non_null(reply = harness_raw_read_line(fd));
+		assert_string_equal(reply, want);
+		free(reply);
+	}
+	assert_int_equal(harness_stat(b, FAST_STAT), before + 2);
+	half = strlen(fast) / 2;
+	assert_int_equal(send(fd, fast, half, MSG_NOSIGNAL), (ssize_t)half);
+	reply = harness_raw_exchange(fd, fast + half);
+	assert_string_equal(reply, want);
+	assert_int_equal(harness_stat(b, FAST_STAT), before + 3);
+	free(reply);
+	free(three);
+	free(full);
+	free(fast);
+	free(want);
 	close(fd);
 	harness_finish(b);
 }
@@ -699,6 +746,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(fx_fast_reply_is_byte_identical),
+		T(fx_lines_sent_together),
 		T(fx_doubts_take_the_full_parse),
 		T(fx_key_lengths_up_to_max),
 		T(fx_results_near_the_store_limit),
