@@ -457,18 +457,13 @@ client_effect_call(struct idem_conn *conn, json_t *request, int extend,
 
 /*
  * s is printable ASCII without a quote or a backslash: a valid string
- * that jansson's dump writes as it stands.
+ * that jansson's dump writes as it stands (judged a word at a time, as
+ * fastscan judges ids).
  */
 static int
 client_plain(const char *s)
 {
-	const unsigned char	*p = (const unsigned char *)s;
-
-	for (; *p != '\0'; p++) {
-		if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\')
-			return 0;
-	}
-	return 1;
+	return jsonbytes_printable_plain(s, strlen(s), 0x20);
 }
 
 /*
