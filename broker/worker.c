@@ -17,9 +17,12 @@
  *
  * A connection's output is a bufferevent's (for the rare reply that does
  * not fit in the socket at once); its input is read here, by one read(2)
- * into an evbuffer of its own (conn_readable): a bufferevent would ask
+ * into a buffer of its own (conn_readable): a bufferevent would ask
  * the kernel how much is readable (ioctl FIONREAD) before each read, one
- * system call in seven of a retry's.
+ * system call in seven of a retry's.  The buffer is a plain one kept
+ * with the connection, not an evbuffer: an evbuffer frees its chain
+ * once drained and allocates one for the next read, a malloc and a
+ * free each retry besides its own bookkeeping (issue #33).
  */
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -45,6 +48,11 @@ static void	conn_free(struct conn *);
 
 /* The most one read(2) of a connection takes. */
 #define CONN_READ_BYTES	16384
+/*
+ * A connection's input buffer as it starts, and as it goes back to once
+ * emptied after a longer line grew it (up to IDEM_MAX_LINE_BYTES + 1).
+ */
+#define CONN_INPUT_BYTES	4096
 
 /*
  * Open connections are counted for the whole broker (--max-connections)
@@ -160,20 +168,11 @@ refuse:
 	json_decref(request);
 }
 
-/*
- * The next line's length if it lies whole in the input's first piece
- * (where one read(2) put it), *first its bytes; else -1.
- */
-static ssize_t
-conn_first_line(struct evbuffer *input, struct evbuffer_iovec *first)
+/* Bytes read and not yet taken as lines. */
+static size_t
+conn_pending(const struct conn *c)
 {
-	const char	*nl;
-
-	if (evbuffer_peek(input, -1, NULL, first, 1) < 1 ||
-	    first->iov_len == 0 || (nl = memchr(first->iov_base, '\n',
-	    first->iov_len)) == NULL)
-		return -1;
-	return nl - (const char *)first->iov_base;
+	return c->in_end - c->in_start;
 }
 
 /*
@@ -188,12 +187,9 @@ conn_first_line(struct evbuffer *input, struct evbuffer_iovec *first)
 static void
 conn_process(struct conn *c)
 {
-	struct evbuffer		*input = c->input;
-	struct evbuffer_iovec	 first;
-	struct evbuffer_ptr	 eol;
 	struct request_error	 err;
-	size_t			 eol_length, length;
-	ssize_t			 in_first;
+	const char		*at, *nl;
+	size_t			 length;
 	char			*line;
 
 	while (c->running == NULL && !c->closing) {
@@ -204,26 +200,19 @@ conn_process(struct conn *c)
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
 		    IDEM_MAX_OUTPUT_BYTES)
 			return;
-		if ((in_first = conn_first_line(input, &first)) >= 0)
-			length = (size_t)in_first;
-		else {
-			eol = evbuffer_search_eol(input, NULL, &eol_length,
-			    EVBUFFER_EOL_LF);
-			if (eol.pos == -1) {
-				if (evbuffer_get_length(input) >=
-				    IDEM_MAX_LINE_BYTES)
-					goto too_large;
-				return;
-			}
-			length = (size_t)eol.pos;
+		at = c->in + c->in_start;
+		if ((nl = memchr(at, '\n', conn_pending(c))) == NULL) {
+			if (conn_pending(c) >= IDEM_MAX_LINE_BYTES)
+				goto too_large;
+			return;
 		}
+		length = (size_t)(nl - at);
 		if (length + 1 > IDEM_MAX_LINE_BYTES)
 			goto too_large;
 		atomic_fetch_add(&c->worker->d->seg.header->workers[
 		    c->worker->index].requests, 1);
-		if (in_first >= 0 && fastpath_answer(c, first.iov_base,
-		    length)) {
-			evbuffer_drain(input, length + 1);
+		if (fastpath_answer(c, at, length)) {
+			c->in_start += length + 1;
 			conn_resume_reading(c);
 			continue;
 		}
@@ -236,12 +225,9 @@ conn_process(struct conn *c)
 			conn_after_output(c);
 			return;
 		}
-		evbuffer_remove(input, line, length + 1);
+		memcpy(line, at, length + 1);
+		c->in_start += length + 1;
 		conn_resume_reading(c);
-		if (in_first < 0 && fastpath_answer(c, line, length)) {
-			free(line);
-			continue;
-		}
 		conn_dispatch(c, line, length);
 		free(line);
 	}
@@ -254,15 +240,15 @@ too_large:
 	c->closing = 1;
 	conn_send(c, reply_error(&err, NULL));
 	event_del(c->read_ev);
-	evbuffer_drain(input, evbuffer_get_length(input));
+	c->in_start = c->in_end = 0;
 }
 
 /* Reading was paused on a full line buffer and there is room again. */
 static void
 conn_resume_reading(struct conn *c)
 {
-	if (c->read_paused && !c->closing && evbuffer_get_length(
-	    c->input) <= IDEM_MAX_LINE_BYTES) {
+	if (c->read_paused && !c->closing &&
+	    conn_pending(c) <= IDEM_MAX_LINE_BYTES) {
 		c->read_paused = 0;
 		event_add(c->read_ev, &c->worker->idle_timeout);
 	}
@@ -276,12 +262,48 @@ conn_resume_reading(struct conn *c)
  * pauses (level-triggered, the event would fire again and again) until
  * conn_process takes one.
  */
+/*
+ * Room for the next read at c->in + c->in_end, at most want bytes and at
+ * least one: the lines taken moved out of the way, the buffer grown (up
+ * to IDEM_MAX_LINE_BYTES + 1) or, emptied, shrunk back.  The room, or
+ * 0 when memory is short.
+ */
+static size_t
+conn_input_room(struct conn *c, size_t want)
+{
+	size_t	 pending = conn_pending(c), size = c->in_size;
+	char	*grown;
+
+	if (pending == 0) {
+		c->in_start = c->in_end = 0;
+		if (c->in_size > CONN_INPUT_BYTES &&
+		    (grown = realloc(c->in, CONN_INPUT_BYTES)) != NULL) {
+			c->in = grown;
+			c->in_size = CONN_INPUT_BYTES;
+		}
+	} else if (c->in_start > 0 && c->in_size - c->in_end < want) {
+		memmove(c->in, c->in + c->in_start, pending);
+		c->in_start = 0;
+		c->in_end = pending;
+	}
+	if (c->in_end == c->in_size) {
+		while (size < c->in_end + want &&
+		    size < IDEM_MAX_LINE_BYTES + 1)
+			size *= 2;
+		if (size > IDEM_MAX_LINE_BYTES + 1)
+			size = IDEM_MAX_LINE_BYTES + 1;
+		if ((grown = realloc(c->in, size)) == NULL)
+			return 0;
+		c->in = grown;
+		c->in_size = size;
+	}
+	return c->in_size - c->in_end < want ? c->in_size - c->in_end : want;
+}
+
 static void
 conn_readable(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn		*c = arg;
-	struct evbuffer		*input = c->input;
-	struct evbuffer_iovec	 space;
 	size_t			 room;
 	ssize_t			 n;
 
@@ -291,7 +313,7 @@ conn_readable(evutil_socket_t fd, short what, void *arg)
 			conn_free(c);
 		return;
 	}
-	room = IDEM_MAX_LINE_BYTES + 1 - evbuffer_get_length(input);
+	room = IDEM_MAX_LINE_BYTES + 1 - conn_pending(c);
 	if (room == 0) {
 		event_del(c->read_ev);
 		c->read_paused = 1;
@@ -301,12 +323,14 @@ conn_readable(evutil_socket_t fd, short what, void *arg)
 	}
 	if (room > CONN_READ_BYTES)
 		room = CONN_READ_BYTES;
-	if (evbuffer_reserve_space(input, (ev_ssize_t)room, &space, 1) < 1) {
+	if ((room = conn_input_room(c, room)) == 0) {
+		log_warnx("connection of pid %u: no memory for its input",
+		    c->pid);
 		conn_free(c);
 		return;
 	}
 	do
-		n = read(fd, space.iov_base, room);
+		n = read(fd, c->in + c->in_end, room);
 	while (n == -1 && errno == EINTR);
 	if (n == 0 || (n == -1 && errno != EAGAIN)) {
 		/* End of stream, or the peer is gone. */
@@ -315,8 +339,7 @@ conn_readable(evutil_socket_t fd, short what, void *arg)
 	}
 	if (n == -1)
 		return;
-	space.iov_len = (size_t)n;
-	evbuffer_commit_space(input, &space, 1);
+	c->in_end += (size_t)n;
 	conn_process(c);
 }
 
@@ -354,7 +377,7 @@ conn_free(struct conn *c)
 	if (c->peer_counted)
 		peers_release(&w->d->seg, w->index, c->pid, c->uid);
 	event_free(c->read_ev);		/* before the bufferevent closes fd */
-	evbuffer_free(c->input);
+	free(c->in);
 	bufferevent_free(c->bev);
 	free(c);
 	worker_maybe_exit(w);
@@ -578,8 +601,9 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		    BEV_OPT_CLOSE_ON_FREE);
 		c->read_ev = event_new(w->base, s, EV_READ | EV_PERSIST,
 		    conn_readable, c);
-		c->input = evbuffer_new();
-		if (c->bev == NULL || c->read_ev == NULL || c->input == NULL ||
+		c->in = malloc(CONN_INPUT_BYTES);
+		c->in_size = CONN_INPUT_BYTES;
+		if (c->bev == NULL || c->read_ev == NULL || c->in == NULL ||
 		    event_add(c->read_ev, &w->idle_timeout) != 0) {
 			connections_sub(w, 1);
 			if (counted)
@@ -587,8 +611,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 				    c->uid);
 			if (c->read_ev != NULL)
 				event_free(c->read_ev);
-			if (c->input != NULL)
-				evbuffer_free(c->input);
+			free(c->in);
 			if (c->bev != NULL)
 				bufferevent_free(c->bev);	/* closes s */
 			else
