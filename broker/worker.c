@@ -179,10 +179,9 @@ conn_pending(const struct conn *c)
  * Handle complete lines while no request of the connection is running.
  * A line the retry fast path answers (fastpath.c) is answered where it
  * lies in the input and drained: it runs no op and nothing that could
- * resume this function, so the line need not be taken out first.  A
- * retry's malloc, copy and free of its line cost a fifth of the
- * broker's instructions beside the scan (issue #33).  Any other line is
- * taken out first, as before.
+ * resume this function, so the line need not be taken out first (a
+ * retry's malloc, copy and free of its line: issue #33).  Any other
+ * line is taken out first, as before.
  */
 static void
 conn_process(struct conn *c)
@@ -255,14 +254,6 @@ conn_resume_reading(struct conn *c)
 }
 
 /*
- * The socket is readable, or the connection was idle for the timeout.
- * The input holds at most one line past the limit (IDEM_MAX_LINE_BYTES
- * + 1 bytes): with that much and no line ending conn_process refuses the
- * line; with whole lines waiting behind a running request, reading
- * pauses (level-triggered, the event would fire again and again) until
- * conn_process takes one.
- */
-/*
  * Room for the next read at c->in + c->in_end, at most want bytes and at
  * least one: the lines taken moved out of the way, the buffer grown (up
  * to IDEM_MAX_LINE_BYTES + 1) or, emptied, shrunk back.  The room, or
@@ -300,6 +291,14 @@ conn_input_room(struct conn *c, size_t want)
 	return c->in_size - c->in_end < want ? c->in_size - c->in_end : want;
 }
 
+/*
+ * The socket is readable, or the connection was idle for the timeout.
+ * The input holds at most one line past the limit (IDEM_MAX_LINE_BYTES
+ * + 1 bytes): with that much and no line ending conn_process refuses the
+ * line; with whole lines waiting behind a running request, reading
+ * pauses (level-triggered, the event would fire again and again) until
+ * conn_process takes one.
+ */
 static void
 conn_readable(evutil_socket_t fd, short what, void *arg)
 {
