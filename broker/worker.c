@@ -46,11 +46,16 @@ static void	conn_process(struct conn *);
 static void	conn_resume_reading(struct conn *);
 static void	conn_free(struct conn *);
 
-/* The most one read(2) of a connection takes. */
+/*
+ * The most one read(2) of a connection takes.  With a line pending and
+ * less room than this, the input grows (up to IDEM_MAX_LINE_BYTES + 1)
+ * so that a pipelined burst comes in one read, not one per 4 KiB.
+ */
 #define CONN_READ_BYTES	16384
 /*
- * A connection's input buffer as it starts, and as it goes back to once
- * emptied after a longer line grew it (up to IDEM_MAX_LINE_BYTES + 1).
+ * A connection's input buffer as it starts, and as conn_process shrinks
+ * it back to as soon as it has taken every line a longer line or a burst
+ * grew it for: an idle connection keeps no more than this.
  */
 #define CONN_INPUT_BYTES	4096
 
@@ -176,6 +181,26 @@ conn_pending(const struct conn *c)
 }
 
 /*
+ * Nothing pending: the input starts over at its beginning and, grown
+ * past CONN_INPUT_BYTES, shrinks back, so that a connection idle after
+ * a long line does not keep up to 1 MiB (a failed shrink keeps it).
+ */
+static void
+conn_input_settle(struct conn *c)
+{
+	char	*shrunk;
+
+	if (conn_pending(c) != 0)
+		return;
+	c->in_start = c->in_end = 0;
+	if (c->in_size > CONN_INPUT_BYTES &&
+	    (shrunk = realloc(c->in, CONN_INPUT_BYTES)) != NULL) {
+		c->in = shrunk;
+		c->in_size = CONN_INPUT_BYTES;
+	}
+}
+
+/*
  * Handle complete lines while no request of the connection is running.
  * A line the retry fast path answers (fastpath.c) is answered where it
  * lies in the input and drained: it runs no op and nothing that could
@@ -198,12 +223,12 @@ conn_process(struct conn *c)
 		 */
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
 		    IDEM_MAX_OUTPUT_BYTES)
-			return;
+			break;
 		at = c->in + c->in_start;
 		if ((nl = memchr(at, '\n', conn_pending(c))) == NULL) {
 			if (conn_pending(c) >= IDEM_MAX_LINE_BYTES)
 				goto too_large;
-			return;
+			break;
 		}
 		length = (size_t)(nl - at);
 		if (length + 1 > IDEM_MAX_LINE_BYTES)
@@ -230,6 +255,7 @@ conn_process(struct conn *c)
 		conn_dispatch(c, line, length);
 		free(line);
 	}
+	conn_input_settle(c);
 	return;
 
 too_large:
@@ -255,9 +281,11 @@ conn_resume_reading(struct conn *c)
 
 /*
  * Room for the next read at c->in + c->in_end, at most want bytes and at
- * least one: the lines taken moved out of the way, the buffer grown (up
- * to IDEM_MAX_LINE_BYTES + 1) or, emptied, shrunk back.  The room, or
- * 0 when memory is short.
+ * least one: the lines taken moved out of the way and, with a line
+ * pending and less room than want, the buffer grown (up to
+ * IDEM_MAX_LINE_BYTES + 1).  An empty input is read into as it is:
+ * conn_process has shrunk it already.  The room, or 0 when memory is
+ * short.
  */
 static size_t
 conn_input_room(struct conn *c, size_t want)
@@ -267,17 +295,13 @@ conn_input_room(struct conn *c, size_t want)
 
 	if (pending == 0) {
 		c->in_start = c->in_end = 0;
-		if (c->in_size > CONN_INPUT_BYTES &&
-		    (grown = realloc(c->in, CONN_INPUT_BYTES)) != NULL) {
-			c->in = grown;
-			c->in_size = CONN_INPUT_BYTES;
-		}
 	} else if (c->in_start > 0 && c->in_size - c->in_end < want) {
 		memmove(c->in, c->in + c->in_start, pending);
 		c->in_start = 0;
 		c->in_end = pending;
 	}
-	if (c->in_end == c->in_size) {
+	if (pending > 0 && c->in_size - c->in_end < want &&
+	    c->in_size < IDEM_MAX_LINE_BYTES + 1) {
 		while (size < c->in_end + want &&
 		    size < IDEM_MAX_LINE_BYTES + 1)
 			size *= 2;
