@@ -622,7 +622,6 @@ setup_four_slots(void **state)
 	return unit_segment_setup(state, "rings", 4, RINGS_ARENA_BYTES);
 }
 
-/* The figure: --capacity 1000000 under 300 MB of segment. */
 /*
  * ring_store and ring_load (a record's bytes, word by word, four at a
  * turn) give back every length from 0 to 200 bytes at every word of
@@ -651,6 +650,7 @@ test_ring_words_every_length(void **state)
 	}
 }
 
+/* The figure: --capacity 1000000 under 300 MB of segment. */
 static void
 test_segment_size(void **state)
 {
