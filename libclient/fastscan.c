@@ -129,8 +129,8 @@ is_hex(char c)
  * p just past the opening quote; returns just past the closing one.
  * Plain bytes are stepped over sixteen, then eight at a time
  * (jsonbytes.h): a request's strings are mostly long runs of them, and
- * a byte at a time was most of the scan's time (issue #33).  Any other byte is judged
- * alone, as before.
+ * a byte at a time was most of the scan's time (issue #33).  Any other
+ * byte is judged alone, as before.
  */
 static const char *
 skip_string(const char *p, const char *end, int *escaped)

@@ -798,9 +798,9 @@ runs_stepped_as_byte_at_a_time(void **state)
 #if defined(__SSE2__)
 			q = jsonbytes_skip_run16(p, p + n, high);
 			if (q != p + (first < whole ? first : whole))
-				fail_msg("run16 filler %zu align %zu n %zu k %zu "
-				    "byte %u high %d: %td", f, align, n, k, b,
-				    high, q - p);
+				fail_msg("run16 filler %zu align %zu n %zu "
+				    "k %zu byte %u high %d: %td", f, align, n,
+				    k, b, high, q - p);
 #endif
 			if (high)
 				continue;
@@ -812,8 +812,9 @@ runs_stepped_as_byte_at_a_time(void **state)
 #else
 			if (q > p + first || (q < p + first && p + n - q >= 8))
 #endif
-				fail_msg("words filler %zu align %zu n %zu k %zu "
-				    "byte %u: %td", f, align, n, k, b, q - p);
+				fail_msg("words filler %zu align %zu n %zu "
+				    "k %zu byte %u: %td", f, align, n, k, b,
+				    q - p);
 		}
 	}
 }
