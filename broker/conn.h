@@ -14,7 +14,12 @@ struct conn {
 	struct worker		*worker;
 	struct bufferevent	*bev;
 	struct event		*read_ev;	/* input, and the idle timeout */
-	struct evbuffer		*input;		/* read, not yet taken as lines */
+	/*
+	 * Read, not yet taken as lines: in[in_start, in_end) of in_size
+	 * bytes (worker.c, conn_readable).
+	 */
+	char			*in;
+	size_t			 in_start, in_end, in_size;
 	int			 read_paused;	/* a full line buffer waits */
 	struct pending		*running;
 	uint32_t		 uid;

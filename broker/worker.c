@@ -17,9 +17,12 @@
  *
  * A connection's output is a bufferevent's (for the rare reply that does
  * not fit in the socket at once); its input is read here, by one read(2)
- * into an evbuffer of its own (conn_readable): a bufferevent would ask
+ * into a buffer of its own (conn_readable): a bufferevent would ask
  * the kernel how much is readable (ioctl FIONREAD) before each read, one
- * system call in seven of a retry's.
+ * system call in seven of a retry's.  The buffer is a plain one kept
+ * with the connection, not an evbuffer: an evbuffer frees its chain
+ * once drained and allocates one for the next read, a malloc and a
+ * free each retry besides its own bookkeeping (issue #33).
  */
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -43,8 +46,18 @@ static void	conn_process(struct conn *);
 static void	conn_resume_reading(struct conn *);
 static void	conn_free(struct conn *);
 
-/* The most one read(2) of a connection takes. */
+/*
+ * The most one read(2) of a connection takes.  With a line pending and
+ * less room than this, the input grows (up to IDEM_MAX_LINE_BYTES + 1)
+ * so that a pipelined burst comes in one read, not one per 4 KiB.
+ */
 #define CONN_READ_BYTES	16384
+/*
+ * A connection's input buffer as it starts, and as conn_process shrinks
+ * it back to as soon as it has taken every line a longer line or a burst
+ * grew it for: an idle connection keeps no more than this.
+ */
+#define CONN_INPUT_BYTES	4096
 
 /*
  * Open connections are counted for the whole broker (--max-connections)
@@ -120,10 +133,6 @@ conn_dispatch(struct conn *c, const char *line, size_t length)
 	const struct op_entry	*op;
 	size_t			 op_length;
 
-	atomic_fetch_add(&c->worker->d->seg.header->workers[
-	    c->worker->index].requests, 1);
-	if (fastpath_answer(c, line, length))
-		return;
 	c->op[0] = '\0';
 	request = request_parse_line(line, length, &c->line_result,
 	    &c->line_result_length, &err);
@@ -164,14 +173,47 @@ refuse:
 	json_decref(request);
 }
 
-/* Handle complete lines while no request of the connection is running. */
+/* Bytes read and not yet taken as lines. */
+static size_t
+conn_pending(const struct conn *c)
+{
+	return c->in_end - c->in_start;
+}
+
+/*
+ * Nothing pending: the input starts over at its beginning and, grown
+ * past CONN_INPUT_BYTES, shrinks back, so that a connection idle after
+ * a long line does not keep up to 1 MiB (a failed shrink keeps it).
+ */
+static void
+conn_input_settle(struct conn *c)
+{
+	char	*shrunk;
+
+	if (conn_pending(c) != 0)
+		return;
+	c->in_start = c->in_end = 0;
+	if (c->in_size > CONN_INPUT_BYTES &&
+	    (shrunk = realloc(c->in, CONN_INPUT_BYTES)) != NULL) {
+		c->in = shrunk;
+		c->in_size = CONN_INPUT_BYTES;
+	}
+}
+
+/*
+ * Handle complete lines while no request of the connection is running.
+ * A line the retry fast path answers (fastpath.c) is answered where it
+ * lies in the input and drained: it runs no op and nothing that could
+ * resume this function, so the line need not be taken out first (a
+ * retry's malloc, copy and free of its line: issue #33).  Any other
+ * line is taken out first, as before.
+ */
 static void
 conn_process(struct conn *c)
 {
-	struct evbuffer		*input = c->input;
-	struct evbuffer_ptr	 eol;
 	struct request_error	 err;
-	size_t			 eol_length, length;
+	const char		*at, *nl;
+	size_t			 length;
 	char			*line;
 
 	while (c->running == NULL && !c->closing) {
@@ -181,17 +223,23 @@ conn_process(struct conn *c)
 		 */
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
 		    IDEM_MAX_OUTPUT_BYTES)
-			return;
-		eol = evbuffer_search_eol(input, NULL, &eol_length,
-		    EVBUFFER_EOL_LF);
-		if (eol.pos == -1) {
-			if (evbuffer_get_length(input) >= IDEM_MAX_LINE_BYTES)
+			break;
+		at = c->in + c->in_start;
+		if ((nl = memchr(at, '\n', conn_pending(c))) == NULL) {
+			if (conn_pending(c) >= IDEM_MAX_LINE_BYTES)
 				goto too_large;
-			return;
+			break;
 		}
-		length = (size_t)eol.pos;
+		length = (size_t)(nl - at);
 		if (length + 1 > IDEM_MAX_LINE_BYTES)
 			goto too_large;
+		atomic_fetch_add(&c->worker->d->seg.header->workers[
+		    c->worker->index].requests, 1);
+		if (fastpath_answer(c, at, length)) {
+			c->in_start += length + 1;
+			conn_resume_reading(c);
+			continue;
+		}
 		/*
 		 * Take the line out first: a reply can resume this very
 		 * function for the next line before dispatch returns.
@@ -201,11 +249,13 @@ conn_process(struct conn *c)
 			conn_after_output(c);
 			return;
 		}
-		evbuffer_remove(input, line, length + 1);
+		memcpy(line, at, length + 1);
+		c->in_start += length + 1;
 		conn_resume_reading(c);
 		conn_dispatch(c, line, length);
 		free(line);
 	}
+	conn_input_settle(c);
 	return;
 
 too_large:
@@ -215,18 +265,54 @@ too_large:
 	c->closing = 1;
 	conn_send(c, reply_error(&err, NULL));
 	event_del(c->read_ev);
-	evbuffer_drain(input, evbuffer_get_length(input));
+	c->in_start = c->in_end = 0;
 }
 
 /* Reading was paused on a full line buffer and there is room again. */
 static void
 conn_resume_reading(struct conn *c)
 {
-	if (c->read_paused && !c->closing && evbuffer_get_length(
-	    c->input) <= IDEM_MAX_LINE_BYTES) {
+	if (c->read_paused && !c->closing &&
+	    conn_pending(c) <= IDEM_MAX_LINE_BYTES) {
 		c->read_paused = 0;
 		event_add(c->read_ev, &c->worker->idle_timeout);
 	}
+}
+
+/*
+ * Room for the next read at c->in + c->in_end, at most want bytes and at
+ * least one: the lines taken moved out of the way and, with a line
+ * pending and less room than want, the buffer grown (up to
+ * IDEM_MAX_LINE_BYTES + 1).  An empty input is read into as it is:
+ * conn_process has shrunk it already.  The room, or 0 when memory is
+ * short.
+ */
+static size_t
+conn_input_room(struct conn *c, size_t want)
+{
+	size_t	 pending = conn_pending(c), size = c->in_size;
+	char	*grown;
+
+	if (pending == 0) {
+		c->in_start = c->in_end = 0;
+	} else if (c->in_start > 0 && c->in_size - c->in_end < want) {
+		memmove(c->in, c->in + c->in_start, pending);
+		c->in_start = 0;
+		c->in_end = pending;
+	}
+	if (pending > 0 && c->in_size - c->in_end < want &&
+	    c->in_size < IDEM_MAX_LINE_BYTES + 1) {
+		while (size < c->in_end + want &&
+		    size < IDEM_MAX_LINE_BYTES + 1)
+			size *= 2;
+		if (size > IDEM_MAX_LINE_BYTES + 1)
+			size = IDEM_MAX_LINE_BYTES + 1;
+		if ((grown = realloc(c->in, size)) == NULL)
+			return 0;
+		c->in = grown;
+		c->in_size = size;
+	}
+	return c->in_size - c->in_end < want ? c->in_size - c->in_end : want;
 }
 
 /*
@@ -241,8 +327,6 @@ static void
 conn_readable(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn		*c = arg;
-	struct evbuffer		*input = c->input;
-	struct evbuffer_iovec	 space;
 	size_t			 room;
 	ssize_t			 n;
 
@@ -252,7 +336,7 @@ conn_readable(evutil_socket_t fd, short what, void *arg)
 			conn_free(c);
 		return;
 	}
-	room = IDEM_MAX_LINE_BYTES + 1 - evbuffer_get_length(input);
+	room = IDEM_MAX_LINE_BYTES + 1 - conn_pending(c);
 	if (room == 0) {
 		event_del(c->read_ev);
 		c->read_paused = 1;
@@ -262,12 +346,14 @@ conn_readable(evutil_socket_t fd, short what, void *arg)
 	}
 	if (room > CONN_READ_BYTES)
 		room = CONN_READ_BYTES;
-	if (evbuffer_reserve_space(input, (ev_ssize_t)room, &space, 1) < 1) {
+	if ((room = conn_input_room(c, room)) == 0) {
+		log_warnx("connection of pid %u: no memory for its input",
+		    c->pid);
 		conn_free(c);
 		return;
 	}
 	do
-		n = read(fd, space.iov_base, room);
+		n = read(fd, c->in + c->in_end, room);
 	while (n == -1 && errno == EINTR);
 	if (n == 0 || (n == -1 && errno != EAGAIN)) {
 		/* End of stream, or the peer is gone. */
@@ -276,8 +362,7 @@ conn_readable(evutil_socket_t fd, short what, void *arg)
 	}
 	if (n == -1)
 		return;
-	space.iov_len = (size_t)n;
-	evbuffer_commit_space(input, &space, 1);
+	c->in_end += (size_t)n;
 	conn_process(c);
 }
 
@@ -315,7 +400,7 @@ conn_free(struct conn *c)
 	if (c->peer_counted)
 		peers_release(&w->d->seg, w->index, c->pid, c->uid);
 	event_free(c->read_ev);		/* before the bufferevent closes fd */
-	evbuffer_free(c->input);
+	free(c->in);
 	bufferevent_free(c->bev);
 	free(c);
 	worker_maybe_exit(w);
@@ -539,8 +624,9 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 		    BEV_OPT_CLOSE_ON_FREE);
 		c->read_ev = event_new(w->base, s, EV_READ | EV_PERSIST,
 		    conn_readable, c);
-		c->input = evbuffer_new();
-		if (c->bev == NULL || c->read_ev == NULL || c->input == NULL ||
+		c->in = malloc(CONN_INPUT_BYTES);
+		c->in_size = CONN_INPUT_BYTES;
+		if (c->bev == NULL || c->read_ev == NULL || c->in == NULL ||
 		    event_add(c->read_ev, &w->idle_timeout) != 0) {
 			connections_sub(w, 1);
 			if (counted)
@@ -548,8 +634,7 @@ worker_accept(evutil_socket_t fd, short events, void *arg)
 				    c->uid);
 			if (c->read_ev != NULL)
 				event_free(c->read_ev);
-			if (c->input != NULL)
-				evbuffer_free(c->input);
+			free(c->in);
 			if (c->bev != NULL)
 				bufferevent_free(c->bev);	/* closes s */
 			else

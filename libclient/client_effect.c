@@ -362,8 +362,8 @@ client_effect_answer(const struct replyscan_object *response,
  * {"ok":true,"lease_expires_at":...}.
  */
 static int
-client_effect_line(const char *line, int extend, struct idem_effect *out,
-    struct idem_error *err)
+client_effect_line(const char *line, size_t length, int extend,
+    struct idem_effect *out, struct idem_error *err)
 {
 	struct replyscan_object	response, receipt;
 	struct replyscan_member	m;
@@ -372,7 +372,7 @@ client_effect_line(const char *line, int extend, struct idem_effect *out,
 	json_t			*j;
 	int			rc;
 
-	verdict = replyscan_line_inner(line, strlen(line), &response,
+	verdict = replyscan_line_inner(line, length, &response,
 	    "receipt", &receipt);
 	if (verdict == REPLYSCAN_INVALID) {
 		/* jansson's words for what is wrong with it. */
@@ -418,7 +418,7 @@ idem_effect_parse(const char *response, struct idem_effect *out,
 		return -1;
 	}
 	memset(out, 0, sizeof *out);
-	return client_effect_line(response, 0, out, err);
+	return client_effect_line(response, strlen(response), 0, out, err);
 }
 
 /* Send request (consumed) and take the answer into out. */
@@ -435,7 +435,7 @@ client_effect_call(struct idem_conn *conn, json_t *request, int extend,
 	json_decref(request);
 	if (rc != 0)
 		return -1;
-	rc = client_effect_line(line, extend, out, err);
+	rc = client_effect_line(line, strlen(line), extend, out, err);
 	free(line);
 	return rc;
 }
@@ -457,18 +457,13 @@ client_effect_call(struct idem_conn *conn, json_t *request, int extend,
 
 /*
  * s is printable ASCII without a quote or a backslash: a valid string
- * that jansson's dump writes as it stands.
+ * that jansson's dump writes as it stands (judged a word at a time, as
+ * fastscan judges ids).
  */
 static int
 client_plain(const char *s)
 {
-	const unsigned char	*p = (const unsigned char *)s;
-
-	for (; *p != '\0'; p++) {
-		if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\')
-			return 0;
-	}
-	return 1;
+	return jsonbytes_printable_plain(s, strlen(s), 0x20);
 }
 
 /*
@@ -485,47 +480,24 @@ client_compact(const char *text)
 	    REPLYSCAN_INVALID && top.compact;
 }
 
-/* A line of count (at most 16) pieces, malloc'd; NULL: no memory. */
-static char *
-client_pieces(const char *const *piece, size_t count)
-{
-	size_t	 length[16], total = 1, i;
-	char	*line, *p;
-
-	for (i = 0; i < count; i++)
-		total += length[i] = strlen(piece[i]);
-	if ((line = p = malloc(total)) == NULL)
-		return NULL;
-	for (i = 0; i < count; i++) {
-		memcpy(p, piece[i], length[i]);
-		p += length[i];
-	}
-	*p = '\0';
-	return line;
-}
-
 /*
- * Send line (malloc'd, consumed; NULL: no memory) and take the answer
- * into out.
+ * Send the line of count (at most 16) pieces and take the answer into
+ * out: the line written into the connection's send buffer, the answer
+ * decoded where it was read (client_call_pieces).
  */
 static int
-client_effect_call_line(struct idem_conn *conn, char *line,
-    struct idem_effect *out, struct idem_error *err)
+client_effect_call_pieces(struct idem_conn *conn, const char *const *piece,
+    size_t count, struct idem_effect *out, struct idem_error *err)
 {
-	char	*answer;
-	int	 rc;
+	const char	*answer;
+	size_t		 length[16], answer_length, i;
 
-	if (line == NULL) {
-		client_error(err, IDEM_E_NOMEM, "out of memory");
+	for (i = 0; i < count; i++)
+		length[i] = strlen(piece[i]);
+	if (client_call_pieces(conn, piece, length, count, &answer,
+	    &answer_length, err) != 0)
 		return -1;
-	}
-	rc = idem_call_raw(conn, line, &answer, err);
-	free(line);
-	if (rc != 0)
-		return -1;
-	rc = client_effect_line(answer, 0, out, err);
-	free(answer);
-	return rc;
+	return client_effect_line(answer, answer_length, 0, out, err);
 }
 
 /*
@@ -559,8 +531,7 @@ client_begin_plain(struct idem_conn *conn, const char *id, const char *kind,
 		    (uint64_t)lease_ms);
 	}
 	piece[n++] = "}";
-	*rc = client_effect_call_line(conn, client_pieces(piece, n), out,
-	    err);
+	*rc = client_effect_call_pieces(conn, piece, n, out, err);
 	return 1;
 }
 
@@ -593,8 +564,7 @@ client_complete_plain(struct idem_conn *conn, const char *id,
 		piece[n++] = result_json;
 	}
 	piece[n++] = "}";
-	*rc = client_effect_call_line(conn, client_pieces(piece, n), out,
-	    err);
+	*rc = client_effect_call_pieces(conn, piece, n, out, err);
 	return 1;
 }
 

@@ -16,6 +16,11 @@ struct idem_conn {
 	char	*buf;		/* bytes read but not yet returned */
 	size_t	 length;
 	size_t	 size;
+	/*
+	 * The first taken bytes of buf: a line answered in place
+	 * (client_call_pieces), dropped before the next read.
+	 */
+	size_t	 taken;
 	char	*out;		/* the request line and its newline, sent */
 	size_t	 out_size;
 	int64_t	 timeout_ms;	/* the longest wait for a reply; 0: none */
@@ -41,6 +46,9 @@ json_t	*client_call_json(struct idem_conn *, json_t *request,
 	    struct idem_error *);
 json_t	*client_call_ok(struct idem_conn *, json_t *request,
 	    struct idem_error *);
+int	client_call_pieces(struct idem_conn *, const char *const *piece,
+	    const size_t *length, size_t count, const char **answer,
+	    size_t *answer_length, struct idem_error *);
 int	client_call_line(struct idem_conn *, json_t *request, char **answer,
 	    struct idem_error *);
 void	client_wire_error(json_t *response, struct idem_error *);

@@ -34,8 +34,8 @@
  *
  * What a checked line holds is read without checking again: an
  * object's members listed (replyscan_members), a string unescaped, an
- * integer read.  Plain bytes of a string are stepped over eight at a
- * time, as fastscan.c does.
+ * integer read.  Plain bytes of a string are stepped over sixteen
+ * (SSE2), then eight at a time, as fastscan.c does (jsonbytes.h).
  */
 #include <errno.h>
 #include <locale.h>
@@ -176,6 +176,7 @@ check_string(const char *p, const char *end, int *escaped)
 	unsigned char	c;
 
 	for (;;) {
+		p = jsonbytes_skip_run16(p, end, 1);
 		while (end - p >= 8) {
 			memcpy(&v, p, sizeof v);
 			/* Straight to the byte that stops the run. */

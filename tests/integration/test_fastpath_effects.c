@@ -20,6 +20,7 @@
  * conflict, meta and unfinished effects take the full path.  And the
  * proceed and commit replies, written as text, are jansson's bytes.
  */
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -270,6 +271,102 @@ fx_fast_reply_is_byte_identical(void **state)
 	free(full);
 	/* fx-same: 1 + 2 (1 + i) + 2; fx-recovered: 1 + 1. */
 	assert_int_equal(harness_stat(b, "effects_reused"), 2 * i + 7);
+	close(fd);
+	harness_finish(b);
+}
+
+/*
+ * Lines that arrive together (worker.c answers a fast one where it lies
+ * in the input, takes any other out first): a fast retry, the full
+ * path's (reordered), a fast one again in one send, answered in order
+ * with the same bytes; then a fast line in two sends, its second half
+ * sent once the first could have been read; then a fast line and the
+ * first half of another in one send, the second half sent once the
+ * first line is answered (so read after it: the half moved to the
+ * buffer's start); then a full-path line of about 8 KiB (the 4 KiB
+ * input grows) and a burst of fast lines past 4 KiB (the input shrunk
+ * back, grown again), all answered alike.
+ */
+static void
+fx_lines_sent_together(void **state)
+{
+	struct broker	*b = *state;
+	char		*want, *fast, *full, *three, *reply, *padded, *burst;
+	json_int_t	 before;
+	size_t		 half, length;
+	int		 fd, i;
+
+	assert_int_equal(harness_start(b, NULL, NULL), 0);
+	fd = harness_raw_connect(b);
+	commit(fd, KIND, "fx-together", REQUEST, "{\"sent\":true}");
+	want = first_retry(b, fd, KIND, "fx-together", REQUEST, 1);
+	fast = begin_line(KIND, "fx-together", REQUEST, "1", 0);
+	full = begin_line(KIND, "fx-together", REQUEST, "1", 1);
+	if (asprintf(&three, "%s\n%s\n%s", fast, full, fast) == -1)
+		fail_msg("asprintf");
+	before = harness_stat(b, FAST_STAT);
+	assert_int_equal(harness_raw_send(fd, three), 0);
+	for (i = 0; i < 3; i++) {
+		assert_non_null(reply = harness_raw_read_line(fd));
+		assert_string_equal(reply, want);
+		free(reply);
+	}
+	assert_int_equal(harness_stat(b, FAST_STAT), before + 2);
+	half = strlen(fast) / 2;
+	assert_int_equal(send(fd, fast, half, MSG_NOSIGNAL), (ssize_t)half);
+	reply = harness_raw_exchange(fd, fast + half);
+	assert_string_equal(reply, want);
+	assert_int_equal(harness_stat(b, FAST_STAT), before + 3);
+	free(reply);
+	/*
+	 * A whole line and half of the next in one send; the whole one
+	 * with a blank (still fast) so that the half moved is not
+	 * already where it lands.
+	 */
+	free(three);
+	if (asprintf(&three, "{ %s\n%.*s", fast + 1, (int)half, fast) == -1)
+		fail_msg("asprintf");
+	length = strlen(three);
+	assert_int_equal(send(fd, three, length, MSG_NOSIGNAL),
+	    (ssize_t)length);
+	assert_non_null(reply = harness_raw_read_line(fd));
+	assert_string_equal(reply, want);
+	free(reply);
+	reply = harness_raw_exchange(fd, fast + half);
+	assert_string_equal(reply, want);
+	assert_int_equal(harness_stat(b, FAST_STAT), before + 5);
+	free(reply);
+	/* 8 KiB of blanks in the request: the full path's, answered alike. */
+	if (asprintf(&padded, "%.*s%8192s%s", (int)(strstr(fast, REQUEST) -
+	    fast + 1), fast, "", strstr(fast, REQUEST) + 1) == -1)
+		fail_msg("asprintf");
+	reply = harness_raw_exchange(fd, padded);
+	assert_string_equal(reply, want);
+	assert_int_equal(harness_stat(b, FAST_STAT), before + 5);
+	free(reply);
+	/* 32 fast lines in one send, past 4 KiB. */
+	length = strlen(fast);
+	if ((burst = malloc(32 * (length + 1))) == NULL)
+		fail_msg("malloc");
+	for (i = 0; i < 32; i++) {
+		memcpy(burst + i * (length + 1), fast, length);
+		burst[i * (length + 1) + length] = '\n';
+	}
+	burst[32 * (length + 1) - 1] = '\0';	/* the send adds it */
+	assert_true(strlen(burst) > 4096);
+	assert_int_equal(harness_raw_send(fd, burst), 0);
+	for (i = 0; i < 32; i++) {
+		assert_non_null(reply = harness_raw_read_line(fd));
+		assert_string_equal(reply, want);
+		free(reply);
+	}
+	assert_int_equal(harness_stat(b, FAST_STAT), before + 37);
+	free(burst);
+	free(padded);
+	free(three);
+	free(full);
+	free(fast);
+	free(want);
 	close(fd);
 	harness_finish(b);
 }
@@ -699,6 +796,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(fx_fast_reply_is_byte_identical),
+		T(fx_lines_sent_together),
 		T(fx_doubts_take_the_full_parse),
 		T(fx_key_lengths_up_to_max),
 		T(fx_results_near_the_store_limit),

@@ -287,6 +287,60 @@ effect_begin_doubts_refused(void **state)
 }
 
 /*
+ * The members are hashed as they are gathered (fastscan.c,
+ * pieces_add): however long a member is beside the gathering buffer's
+ * 1 KiB (shorter, filling it exactly, longer than it, after another
+ * that nearly filled it), the fingerprint is still BLAKE2b of each
+ * member's text and a newline.
+ */
+static void
+fingerprint_of_long_members(void **state)
+{
+	static const size_t	 lengths[] = {
+		1, 900, 990, 1000, 1001, 1010, 1023, 1024, 1025, 2047, 2048,
+		5000,
+	};
+	char			*line, *hashed, *a, *b;
+	uint8_t			 want[IDEM_FAST_FINGERPRINT_BYTES];
+	struct fastscan		 scan;
+	size_t			 i, j, size = 16384;
+
+	(void)state;
+	line = malloc(size);
+	hashed = malloc(size);
+	a = malloc(size);
+	b = malloc(size);
+	assert_non_null(line);
+	assert_non_null(hashed);
+	assert_non_null(a);
+	assert_non_null(b);
+	for (i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+		for (j = 0; j < sizeof lengths / sizeof lengths[0]; j++) {
+			memset(a, 'a', lengths[i]);
+			a[lengths[i]] = '\0';
+			memset(b, 'b', lengths[j]);
+			b[lengths[j]] = '\0';
+			snprintf(line, size, "{" BEGIN "," SUB ",\"request\":"
+			    "{\"s\":\"%s\"}," FXKIND ",\"digest_schema\":"
+			    "\"%s\"}", a, b);
+			snprintf(hashed, size, BEGIN "\n" SUB "\n\"request\":"
+			    "{\"s\":\"%s\"}\n" FXKIND "\n\"digest_schema\":"
+			    "\"%s\"\n", a, b);
+			assert_int_equal(crypto_generichash(want, sizeof want,
+			    (const unsigned char *)hashed, strlen(hashed),
+			    NULL, 0), 0);
+			assert_int_equal(scan_of(line, &scan), 1);
+			assert_memory_equal(scan.fingerprint, want,
+			    sizeof want);
+		}
+	}
+	free(line);
+	free(hashed);
+	free(a);
+	free(b);
+}
+
+/*
  * Strings are stepped over eight bytes at a time (fastscan.c,
  * jsonbytes_word_ends_run): a quote, a backslash or a control byte at
  * any offset of any word is seen all the same, and a byte from 0x80 up
@@ -515,6 +569,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(fingerprint_is_the_members_text),
 		cmocka_unit_test(what_moves_the_fingerprint),
+		cmocka_unit_test(fingerprint_of_long_members),
 		cmocka_unit_test(plain_ids_accepted),
 		cmocka_unit_test(doubts_refused),
 		cmocka_unit_test(depth_limited),

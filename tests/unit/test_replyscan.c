@@ -752,6 +752,109 @@ first_stop_found_in_word(void **state)
 	}
 }
 
+/* Whether byte b ends a string's run (high: or is from 0x80 up). */
+static int
+stops_run(unsigned char b, int high)
+{
+	return b == '"' || b == '\\' || b < 0x20 || (high && b >= 0x80);
+}
+
+/*
+ * jsonbytes_skip_run16 and jsonbytes_skip_plain_words against the byte
+ * at a time: every byte value (the one that may stop the run) at every
+ * offset of every length up to 40, the other bytes one of a few
+ * fillers (plain, from 0x80 up, next to a stop's value), at every
+ * alignment of the start.  A step of sixteen stops where the byte at a
+ * time does, or fewer than sixteen bytes before the end; of eight
+ * after it, fewer than eight.
+ */
+static void
+runs_stepped_as_byte_at_a_time(void **state)
+{
+	static const unsigned char	 fillers[] = {
+		'a', '#', ']', 0x20, 0x7f, 0x80, 0xc3, 0xff,
+	};
+	char				 buf[64];
+	const char			*p, *q;
+	size_t				 n, k, f, align, first, whole;
+	unsigned			 b;
+	int				 high;
+
+	(void)state;
+	for (f = 0; f < sizeof fillers; f++)
+	for (align = 0; align < 16; align++)
+	for (n = 0; n <= 40; n++)
+	for (k = 0; k <= n; k++)
+	for (b = 0; b < 256; b++) {
+		p = buf + align;
+		memset(buf, fillers[f], sizeof buf);
+		if (k < n)
+			buf[align + k] = (char)b;
+		for (high = 0; high <= 1; high++) {
+			for (first = 0; first < n &&
+			    !stops_run((unsigned char)p[first], high); first++)
+				;
+			whole = n / 16 * 16;
+#if defined(__SSE2__)
+			q = jsonbytes_skip_run16(p, p + n, high);
+			if (q != p + (first < whole ? first : whole))
+				fail_msg("run16 filler %zu align %zu n %zu "
+				    "k %zu byte %u high %d: %td", f, align, n,
+				    k, b, high, q - p);
+#endif
+			if (high)
+				continue;
+			q = jsonbytes_skip_plain_words(p, p + n);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+			if (first >= whole && n - whole >= 8)
+				whole += 8;
+			if (q != p + (first < whole ? first : whole))
+#else
+			if (q > p + first || (q < p + first && p + n - q >= 8))
+#endif
+				fail_msg("words filler %zu align %zu n %zu "
+				    "k %zu byte %u: %td", f, align, n, k, b,
+				    q - p);
+		}
+	}
+}
+
+/*
+ * jsonbytes_printable_plain (fastscan's ids and keys) against the byte
+ * at a time: one byte of every value at every offset of every length
+ * up to 24, among printable ones, from both lowest bytes.
+ */
+static void
+printable_plain_as_byte_at_a_time(void **state)
+{
+	static const unsigned char	 lowests[] = { 0x20, 0x21 };
+	char				 buf[32];
+	size_t				 n, k, l, i;
+	unsigned			 b;
+	int				 want;
+
+	(void)state;
+	for (l = 0; l < sizeof lowests; l++)
+	for (n = 0; n <= 24; n++)
+	for (k = 0; k <= n; k++)
+	for (b = 0; b < 256; b++) {
+		memset(buf, '~', sizeof buf);
+		buf[0] = '!';
+		if (k < n)
+			buf[k] = (char)b;
+		want = 1;
+		for (i = 0; i < n; i++) {
+			if ((unsigned char)buf[i] < lowests[l] ||
+			    (unsigned char)buf[i] > 0x7e || buf[i] == '"' ||
+			    buf[i] == '\\')
+				want = 0;
+		}
+		if (jsonbytes_printable_plain(buf, n, lowests[l]) != want)
+			fail_msg("lowest %#x n %zu k %zu byte %u: not %d",
+			    lowests[l], n, k, b, want);
+	}
+}
+
 /*
  * The compact verdict: set for a line in jansson's compact form (the
  * judged lines hold it to jansson's dump), cleared by anything that
@@ -901,6 +1004,8 @@ main(void)
 		cmocka_unit_test(inner_only_the_top_levels_object),
 		cmocka_unit_test(compact_only_as_jansson_writes),
 		cmocka_unit_test(first_stop_found_in_word),
+		cmocka_unit_test(runs_stepped_as_byte_at_a_time),
+		cmocka_unit_test(printable_plain_as_byte_at_a_time),
 		cmocka_unit_test(decimal_written_backwards),
 	};
 

@@ -30,6 +30,7 @@
 
 #include "integration/filter.h"
 #include "segment.h"
+#include "subtab_int.h"
 
 #define RINGS_CAPACITY		64
 /* The smallest arena: one record of the largest result. */
@@ -621,6 +622,34 @@ setup_four_slots(void **state)
 	return unit_segment_setup(state, "rings", 4, RINGS_ARENA_BYTES);
 }
 
+/*
+ * ring_store and ring_load (a record's bytes, word by word, four at a
+ * turn) give back every length from 0 to 200 bytes at every word of
+ * a ring, and ring_load writes nothing past the length it was given.
+ */
+static void
+test_ring_words_every_length(void **state)
+{
+	uint64_t	ring[64];
+	uint8_t		in[256], out[256];
+	size_t		n, at, i;
+
+	(void)state;
+	for (i = 0; i < sizeof in; i++)
+		in[i] = (uint8_t)(i * 7 + 3);
+	for (at = 0; at + 200 <= sizeof ring; at += 8) {
+		for (n = 0; n <= 200; n++) {
+			memset(ring, 0xee, sizeof ring);
+			memset(out, 0x55, sizeof out);
+			ring_store((uint8_t *)ring, at, in, n);
+			ring_load((const uint8_t *)ring, at, out, n);
+			assert_memory_equal(out, in, n);
+			for (i = n; i < sizeof out; i++)
+				assert_int_equal(out[i], 0x55);
+		}
+	}
+}
+
 /* The figure: --capacity 1000000 under 300 MB of segment. */
 static void
 test_segment_size(void **state)
@@ -737,6 +766,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_arena_holds_refuses_passed_record, setup_small_arena,
 		    unit_segment_teardown),
+		cmocka_unit_test(test_ring_words_every_length),
 		cmocka_unit_test(test_segment_size),
 		cmocka_unit_test(test_arena_least),
 	};
