@@ -24,7 +24,11 @@
  * one round of grants share one fsync instead of the second waiting
  * for a round of its own; an event (each one's arrival, or its going
  * another way), bounded by DIRSYNC_GATHER_MS for one stalled on its way
- * (held by a test's hold point, a page fault on a loaded host).  A wait
+ * (held by a test's hold point, a page fault on a loaded host).  The
+ * last to arrive wakes no one waiting on its own directory: it syncs
+ * it itself (or waits for the round running), and that round's end
+ * wakes them, once; each caller's wake-ups come after the lock is let
+ * go, not under it, where the woken would only wait for it.  A wait
  * that ran out gives up on every caller then on its way (a generation:
  * dirsync_give_up), so one stalled costs one such wait, not one every
  * round; callers marked after are waited for again.  The

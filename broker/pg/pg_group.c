@@ -38,7 +38,10 @@
  * Before, one condition variable a queue (the claims', the grants' and
  * commits') woke every thread waiting on it for each of these (a
  * round's members, the queue's, the readers'), most of them only to
- * sleep again on the same lock.
+ * sleep again on the same lock.  The wake-ups are signalled once the
+ * group's lock is let go (group_unlock), on each creation thread's own
+ * condition variable, which outlives its creations: signalled under
+ * the lock, a thread woke only to find it held and sleep on it again.
  *
  * A claim member's statement runs on the leader's session, but the
  * row records the member's own session as its owner (pg_claim.c: the
