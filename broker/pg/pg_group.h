@@ -40,8 +40,9 @@ struct pg_group_member {
 /*
  * A member made ready for its creation thread's use (pg_create.c's
  * cl_run), with the thread's own condition variable, wake: made once
- * a thread and destroyed only once the thread is joined (pg_pool.c),
- * so a round may signal it after its member went on.
+ * a thread and destroyed only once every thread of the pool is joined
+ * (pg_pool.c, pool.c's pool_stop), as a round run by another thread
+ * may signal it after its member went on.
  */
 void	pg_group_member_init(struct pg_group_member *, pthread_cond_t *wake);
 

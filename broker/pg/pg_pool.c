@@ -46,8 +46,11 @@
 
 /*
  * A thread's context: its own connection, opened by a job, and its own
- * condition variable, made with the thread and destroyed once it is
- * joined, so that a round may signal it after its creation went on.
+ * condition variable, made with the thread.  A round run by another
+ * thread may signal it after its creation went on (even after this
+ * thread left, when the pool drains), so it is destroyed only once
+ * every thread of the pool is joined: pool_stop joins them all before
+ * it lets any context go.
  */
 struct pg_thread {
 	struct pgstore		 store;
