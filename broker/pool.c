@@ -192,7 +192,10 @@ pool_thread_start(struct pool *pool, struct pool_job *job)
 	if (pool->config.block_signals)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0) {
+		/* The next start inits this slot again: undo ctx_init's. */
 		pthread_cond_destroy(&t->wake);
+		if (pool->config.ctx_fini != NULL)
+			pool->config.ctx_fini(t->ctx);
 		errno = rc;
 		return -1;
 	}
