@@ -27,8 +27,13 @@
  * (held by a test's hold point, a page fault on a loaded host).  The
  * last to arrive wakes no one waiting on its own directory: it syncs
  * it itself (or waits for the round running), and that round's end
- * wakes them, once; each caller's wake-ups come after the lock is let
- * go, not under it, where the woken would only wait for it.  A wait
+ * wakes them, once, after the lock is let go, not under it, where the
+ * woken would only wait for it (so does dirsync_gone's).  Three
+ * broadcasts stay under the lock: the arrival's wake of the waiters of
+ * other directories (its caller goes on under the lock to its own
+ * round: after it, they would wait that round out), a wait's giving up
+ * (dirsync_give_up) and the end of a slotless fsync (dirsync_alone),
+ * both rare.  A wait
  * that ran out gives up on every caller then on its way (a generation:
  * dirsync_give_up), so one stalled costs one such wait, not one every
  * round; callers marked after are waited for again.  The
