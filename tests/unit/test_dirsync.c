@@ -637,6 +637,38 @@ the_last_arrival_wakes_no_one_before_its_round(void **state)
 	assert_int_equal(atomic_load(&round_broadcasts), 1);
 }
 
+/*
+ * The last caller on its way arrives while another waits for it on the
+ * same directory, and its round's fsync fails: the waiting caller, whose
+ * change that round covered, is told so (EIO), not a success, as is the
+ * last arrival.
+ */
+static void
+the_last_arrivals_failed_round_fails_the_waiting_caller(void **state)
+{
+	struct caller	first;
+	unsigned	coming = 0;
+	int		rc;
+
+	(void)state;
+	fake.hold_fd = 0;
+	fake.fail_call = 1;
+	dirsync_coming(&ds, &coming);
+	memset(&first, 0, sizeof first);
+	assert_int_equal(pthread_create(&first.thread, NULL, caller_run,
+	    &first), 0);
+	await_gathering();
+	assert_int_equal(changed(), 1);
+	rc = dirsync_after_coming(&ds, FD, dirsync_before(&ds, FD), &coming);
+	assert_int_equal(rc, -1);
+	assert_int_equal(errno, EIO);
+	assert_int_equal(pthread_join(first.thread, NULL), 0);
+	assert_int_equal(fake.calls, 1);
+	assert_int_equal(first.rc, -1);
+	assert_int_equal(first.error, EIO);
+	assert_int_equal(ds.tired, 0);
+}
+
 int
 main(void)
 {
@@ -665,6 +697,9 @@ main(void)
 		    a_stalled_caller_costs_one_wait_not_every_round, setup),
 		cmocka_unit_test_setup(
 		    the_last_arrival_wakes_no_one_before_its_round, setup),
+		cmocka_unit_test_setup(
+		    the_last_arrivals_failed_round_fails_the_waiting_caller,
+		    setup),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
