@@ -24,7 +24,16 @@
  * one round of grants share one fsync instead of the second waiting
  * for a round of its own; an event (each one's arrival, or its going
  * another way), bounded by DIRSYNC_GATHER_MS for one stalled on its way
- * (held by a test's hold point, a page fault on a loaded host).  A wait
+ * (held by a test's hold point, a page fault on a loaded host).  The
+ * last to arrive wakes no one waiting on its own directory: it syncs
+ * it itself (or waits for the round running), and that round's end
+ * wakes them, once, after the lock is let go, not under it, where the
+ * woken would only wait for it (so does dirsync_gone's).  Three
+ * broadcasts stay under the lock: the arrival's wake of the waiters of
+ * other directories (its caller goes on under the lock to its own
+ * round: after it, they would wait that round out), a wait's giving up
+ * (dirsync_give_up) and the end of a slotless fsync (dirsync_alone),
+ * both rare.  A wait
  * that ran out gives up on every caller then on its way (a generation:
  * dirsync_give_up), so one stalled costs one such wait, not one every
  * round; callers marked after are waited for again.  The
@@ -137,20 +146,27 @@ dirsync_coming(struct dirsync *ds, unsigned *coming)
 }
 
 /*
- * Under ds->lock: the caller's mark cleared, a waiter woken if it was
- * the last one waited for (a mark of a generation given up on counts
- * no more).
+ * Under ds->lock: the caller's mark cleared; 1 if it was the last one
+ * waited for (a mark of a generation given up on counts no more) and
+ * callers wait for it other than those on dir, the directory the caller
+ * arrives at (NULL: it went another way, or has no slot): the caller
+ * wakes them once it lets the lock go.  Those waiting on dir are not
+ * woken: the caller syncs dir itself, or waits for the round of dir
+ * running, and either round's end wakes them; woken now, each would
+ * find that round begun and sleep again (a context switch, and a wait
+ * for the lock, each).
  */
-static void
-dirsync_unmark(struct dirsync *ds, unsigned *coming)
+static int
+dirsync_unmark(struct dirsync *ds, unsigned *coming,
+    const struct dirsync_dir *dir)
 {
 	unsigned	gen;
 
 	if (coming == NULL || !(gen = *coming))
-		return;
+		return 0;
 	*coming = 0;
-	if (gen == ds->gen && --ds->coming == 0 && ds->gathering > 0)
-		pthread_cond_broadcast(&ds->round);
+	return gen == ds->gen && --ds->coming == 0 &&
+	    ds->gathering > (dir != NULL ? dir->gathering : 0);
 }
 
 /*
@@ -173,13 +189,16 @@ dirsync_give_up(struct dirsync *ds)
 void
 dirsync_gone(struct dirsync *ds, unsigned *coming)
 {
-	int	error = errno;
+	int	error = errno, wake;
 
 	if (!*coming)
 		return;		/* set before its caller could look */
 	pthread_mutex_lock(&ds->lock);
-	dirsync_unmark(ds, coming);
+	wake = dirsync_unmark(ds, coming, NULL);
 	pthread_mutex_unlock(&ds->lock);
+	/* After the unlock: woken under it, they would wait for it. */
+	if (wake)
+		pthread_cond_broadcast(&ds->round);
 	errno = error;
 }
 
@@ -264,12 +283,14 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
 	struct dirsync_dir	*dir;
 	struct timespec		 until;
 	uint64_t		 mine, target;
-	int			 rc, error, gather = 1;
+	int			 rc, error, gather = 1, wake = 0;
 
 	pthread_mutex_lock(&ds->lock);
-	dirsync_unmark(ds, coming);
 	ds->calls++;
-	if ((dir = dirsync_slot(ds->dirs, DIRSYNC_DIRS, fd)) == NULL) {
+	dir = dirsync_slot(ds->dirs, DIRSYNC_DIRS, fd);
+	if (dirsync_unmark(ds, coming, dir))
+		pthread_cond_broadcast(&ds->round);
+	if (dir == NULL) {
 		ds->rounds++;
 		error = dirsync_alone(&ds->alone, &ds->lock, &ds->round,
 		    ds->sync, fd, seen);
@@ -293,6 +314,7 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
 				    DIRSYNC_GATHER_MS);
 			}
 			ds->gathering++;
+			dir->gathering++;
 			if (pthread_cond_clockwait(&ds->round, &ds->lock,
 			    CLOCK_MONOTONIC, &until) == ETIMEDOUT) {
 				gather = 0;
@@ -300,6 +322,7 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
 					dirsync_give_up(ds);
 			}
 			ds->gathering--;
+			dir->gathering--;
 			continue;
 		}
 		dir->syncing = 1;
@@ -313,10 +336,17 @@ dirsync_after_coming(struct dirsync *ds, int fd, uint64_t seen,
 			dirsync_round_failed(dir, error);
 		dir->synced = target;
 		dir->syncing = 0;
-		pthread_cond_broadcast(&ds->round);
+		wake = 1;
 	}
 	error = dirsync_failed_since(dir, seen);
 	pthread_mutex_unlock(&ds->lock);
+	/*
+	 * Its round's waiters woken after the unlock, not under it, where
+	 * each would wake only to wait for the lock.  A waiter looks under
+	 * the lock before it sleeps, so none misses the round's end.
+	 */
+	if (wake)
+		pthread_cond_broadcast(&ds->round);
 	if (error == 0)
 		return 0;
 	errno = error;

@@ -33,6 +33,8 @@ struct dirsync_dir {
 	_Atomic uint64_t	 failures;	/* failed rounds so far */
 	int			 error;		/* the last failure's errno */
 	int			 syncing;
+	size_t			 gathering;	/* its callers waiting for those
+						   on their way (dirsync.c) */
 };
 
 struct dirsync {

@@ -192,7 +192,10 @@ pool_thread_start(struct pool *pool, struct pool_job *job)
 	if (pool->config.block_signals)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0) {
+		/* The next start inits this slot again: undo ctx_init's. */
 		pthread_cond_destroy(&t->wake);
+		if (pool->config.ctx_fini != NULL)
+			pool->config.ctx_fini(t->ctx);
 		errno = rc;
 		return -1;
 	}
@@ -316,8 +319,15 @@ pool_stop(struct pool *pool, enum pool_stop how)
 	for (i = 0; i < pool->count; i++)
 		pthread_cond_signal(&pool->threads[i].wake);
 	pthread_mutex_unlock(&pool->lock);
-	for (i = 0; i < pool->count; i++) {
+	/*
+	 * Every thread joined before any context is let go: a job still
+	 * running on one thread may signal another's condition variable
+	 * (pg_group.c's rounds, on pg_pool.c's per-thread wake), even after
+	 * that other thread finished its jobs and left (POOL_DRAIN).
+	 */
+	for (i = 0; i < pool->count; i++)
 		pthread_join(pool->threads[i].thread, NULL);
+	for (i = 0; i < pool->count; i++) {
 		pthread_cond_destroy(&pool->threads[i].wake);
 		if (pool->config.ctx_fini != NULL)
 			pool->config.ctx_fini(pool->threads[i].ctx);

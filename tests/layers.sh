@@ -39,6 +39,7 @@ tests/unit/test_log.c		broker tests/integration/filter.h
 tests/unit/test_replytext.c	broker tests/integration/filter.h
 tests/unit/test_fslocal.c	broker tests/integration/filter.h
 tests/unit/test_dirsync.c	broker tests/integration/filter.h
+tests/unit/test_pg_group.c	broker/pg broker/pg/store broker broker/store shm libclient tests/integration/filter.h
 tests/unit/test_request.c	broker libclient/replyscan.h tests/integration/filter.h
 tests/unit		broker/store shm libclient tests/integration/filter.h
 tests/fuzz/fuzz_canonical.c	libclient

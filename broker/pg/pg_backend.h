@@ -7,6 +7,8 @@
 #ifndef PG_BACKEND_H
 #define PG_BACKEND_H
 
+#include <pthread.h>
+
 #include "backend.h"
 
 extern const struct backend pg_backend;
@@ -43,12 +45,15 @@ struct pgstore	*pg_loop_store(struct idemd *, char **cause);
 /*
  * pg_pool.c: a worker's creation threads, at most --store-connections,
  * each with its own connection.  run is called on a thread with that
- * thread's store (*open: whether it is open; run opens it); done,
- * later, on the loop.
+ * thread's store (*open: whether it is open; run opens it) and its own
+ * condition variable, wake, which lives as long as the thread
+ * (pg_group.c signals it after letting its lock go); done, later, on
+ * the loop.
  */
 struct pg_job {
 	struct pool_job	 pool;		/* the threads' handle (pool.c) */
-	void	(*run)(struct pg_job *, struct pgstore *, int *open);
+	void	(*run)(struct pg_job *, struct pgstore *, int *open,
+		    pthread_cond_t *wake);
 	void	(*done)(struct pg_job *);
 };
 /* Hand job to a thread (started on demand); 0, or -1 (not taken). */

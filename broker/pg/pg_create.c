@@ -1091,7 +1091,8 @@ cl_legacy(struct pending *p)
 
 /* On a creation thread: its store, then the steps until an outcome. */
 static void
-cl_run(struct pg_job *job, struct pgstore *st, int *open)
+cl_run(struct pg_job *job, struct pgstore *st, int *open,
+    pthread_cond_t *wake)
 {
 	struct pg_create	*c = (struct pg_create *)job;
 	struct pending		*p = c->p;
@@ -1108,7 +1109,7 @@ cl_run(struct pg_job *job, struct pgstore *st, int *open)
 	}
 	c->st = st;
 	c->member.dirsync = &cl_dirsync;
-	pg_group_member_init(&c->member);
+	pg_group_member_init(&c->member, wake);
 	if (cl_sub(p)->submission_id == NULL)
 		cl_legacy(p);
 	else
@@ -1116,7 +1117,6 @@ cl_run(struct pg_job *job, struct pgstore *st, int *open)
 	/* Whatever way it went: no round waits for it any more. */
 	pg_group_gone(&c->member);
 	dirsync_gone(&cl_dirsync, &c->member.linking);
-	pg_group_member_fini(&c->member);
 	c->st = NULL;
 }
 

@@ -38,7 +38,10 @@
  * Before, one condition variable a queue (the claims', the grants' and
  * commits') woke every thread waiting on it for each of these (a
  * round's members, the queue's, the readers'), most of them only to
- * sleep again on the same lock.
+ * sleep again on the same lock.  The wake-ups are signalled once the
+ * group's lock is let go (group_unlock), on each creation thread's own
+ * condition variable, which outlives its creations: signalled under
+ * the lock, a thread woke only to find it held and sleep on it again.
  *
  * A claim member's statement runs on the leader's session, but the
  * row records the member's own session as its owner (pg_claim.c: the
@@ -110,6 +113,8 @@
  * round (or member) sends the others on their own.
  */
 #define GROUP_ALONE_MS		1000
+/* The threads a group may have to wake at once: at most one a thread. */
+#define GROUP_WAKE_MAX		PGSTORE_MAX_CONNECTIONS
 
 /* A member's state. */
 enum {
@@ -159,6 +164,15 @@ struct pg_group {
 	struct timespec		 gather_until;
 	uint64_t		 gathered;	/* rounds that waited */
 	uint64_t		 gather_tired;	/* ... past GROUP_ALONE_MS */
+	/*
+	 * The threads to wake once the lock is let go (group_unlock): a
+	 * thread woken under it would find it held and sleep again on it.
+	 * Each a creation thread's own condition variable, which outlives
+	 * the creations it carries, so it may be signalled after the lock
+	 * is let go, whatever its member did meanwhile.
+	 */
+	pthread_cond_t		*to_wake[GROUP_WAKE_MAX];
+	size_t			 to_wake_count;
 #ifdef IDEM_FAULT_INJECTION
 	/*
 	 * The tests' hold of the first round (IDEM_CRASH_BATCH_OF,
@@ -179,9 +193,47 @@ static struct pg_group pg_steps = { .lock = PTHREAD_MUTEX_INITIALIZER,
     .gen = 1 };
 
 /*
- * Under the lock: me waits on its own condition variable until woken,
- * or until deadline (CLOCK_MONOTONIC) if not NULL; ETIMEDOUT if that
- * passed.
+ * Under the lock: the threads group_wake chose run again now, before
+ * the caller sleeps (a rare path: a give-up, a held round) or when the
+ * list is full.
+ */
+static void
+group_wake_now(struct pg_group *g)
+{
+	size_t	i;
+
+	for (i = 0; i < g->to_wake_count; i++)
+		pthread_cond_signal(g->to_wake[i]);
+	g->to_wake_count = 0;
+}
+
+/*
+ * The lock let go, then the threads group_wake chose woken: woken
+ * under it, each would wake only to find it held, and sleep on it
+ * again (a context switch and a wake-up more, each).  Their condition
+ * variables are their threads' (pg_group_member_init), so a signal
+ * that comes after a member's thread went on (its deadline passed, it
+ * found its outcome) at worst wakes it once from a later wait, which
+ * every wait of this file looks again after.
+ */
+static void
+group_unlock(struct pg_group *g)
+{
+	pthread_cond_t	*wake[GROUP_WAKE_MAX];
+	size_t		 i, n = g->to_wake_count;
+
+	memcpy(wake, g->to_wake, n * sizeof *wake);
+	g->to_wake_count = 0;
+	pthread_mutex_unlock(&g->lock);
+	for (i = 0; i < n; i++)
+		pthread_cond_signal(wake[i]);
+}
+
+/*
+ * Under the lock: me waits on its thread's condition variable until
+ * woken, or until deadline (CLOCK_MONOTONIC) if not NULL; ETIMEDOUT if
+ * that passed.  Those it was to wake first run now: no unlock of its
+ * own would come before its sleep.
  */
 static int
 group_sleep(struct pg_group *g, struct pg_group_member *me,
@@ -189,22 +241,31 @@ group_sleep(struct pg_group *g, struct pg_group_member *me,
 {
 	int	rc;
 
+	group_wake_now(g);
 	me->waiting = 1;
 	if (deadline != NULL)
-		rc = pthread_cond_clockwait(&me->wake, &g->lock,
+		rc = pthread_cond_clockwait(me->wake, &g->lock,
 		    CLOCK_MONOTONIC, deadline);
 	else
-		rc = pthread_cond_wait(&me->wake, &g->lock);
+		rc = pthread_cond_wait(me->wake, &g->lock);
 	me->waiting = 0;
 	return rc;
 }
 
-/* Under the lock: x runs again, if it waits. */
+/* Under the lock: x runs again once the lock is let go, if it waits. */
 static void
-group_wake(struct pg_group_member *x)
+group_wake(struct pg_group *g, struct pg_group_member *x)
 {
-	if (x->waiting)
-		pthread_cond_signal(&x->wake);
+	size_t	i;
+
+	if (!x->waiting)
+		return;
+	for (i = 0; i < g->to_wake_count; i++)
+		if (g->to_wake[i] == x->wake)
+			return;
+	if (g->to_wake_count == GROUP_WAKE_MAX)
+		group_wake_now(g);
+	g->to_wake[g->to_wake_count++] = x->wake;
 }
 
 /*
@@ -220,7 +281,7 @@ group_wake_next(struct pg_group *g)
 
 	for (x = g->head; x != NULL; x = x->next)
 		if (x->waiting) {
-			pthread_cond_signal(&x->wake);
+			group_wake(g, x);
 			return;
 		}
 }
@@ -237,7 +298,7 @@ group_wake_reader(struct pg_group *g, struct pg_group_member *me)
 
 	for (i = 0; i < g->round_size; i++)
 		if (g->round[i] != me && g->round[i]->waiting) {
-			pthread_cond_signal(&g->round[i]->wake);
+			group_wake(g, g->round[i]);
 			return;
 		}
 }
@@ -250,9 +311,9 @@ group_wake_all(struct pg_group *g)
 	size_t			 i;
 
 	for (x = g->head; x != NULL; x = x->next)
-		group_wake(x);
+		group_wake(g, x);
 	for (i = 0; i < g->round_size; i++)
-		group_wake(g->round[i]);
+		group_wake(g, g->round[i]);
 }
 
 /* The grants and commits of a round, as its log lines name them. */
@@ -588,7 +649,7 @@ group_settle(struct pg_group *g, const char *cause)
 				dirsync_coming(x->dirsync, &x->linking);
 		}
 		x->state = GROUP_DONE;
-		group_wake(x);
+		group_wake(g, x);
 	}
 	g->round_size = 0;
 	g->round_st = NULL;
@@ -669,7 +730,7 @@ group_send(struct pg_group *g, struct pg_group_member *me,
 	g->flushes += grants + commits != 0;
 	group_members(g, m);
 	n = g->round_size;
-	pthread_mutex_unlock(&g->lock);
+	group_unlock(g);
 	rc = pgstore_round_send(st, m, n, &cause);
 	if (rc != 0)
 		log_warnx("a round of %zu: %s: its grants and commits go alone, "
@@ -719,7 +780,7 @@ group_read(struct pg_group *g)
 	g->reading = 1;
 	group_members(g, m);
 	memcpy(r, g->round, n * sizeof *r);
-	pthread_mutex_unlock(&g->lock);
+	group_unlock(g);
 	for (i = 0; i < n; i++)
 		if (m[i]->op != PGSTORE_OP_CLAIM)
 			u[nu++] = m[i];
@@ -804,7 +865,7 @@ group_wait(struct pg_group *g, struct pg_group_member *me,
 			(void)group_sleep(g, me, NULL);
 	}
 	me->state = GROUP_IDLE;
-	pthread_mutex_unlock(&g->lock);
+	group_unlock(g);
 	if (alone) {
 		log_info("a %s waited %lld ms behind a round in flight: it "
 		    "goes alone on its own connection", group_op_name(me->m.op),
@@ -898,7 +959,7 @@ pg_group_grant_join(struct pg_group_member *me, struct pgstore *st,
 	/* Gathering: the last on its way sends it, or me after its fsync. */
 	if (!g->in_flight && !group_gathers(g))
 		(void)group_send(g, me, st, 0);
-	pthread_mutex_unlock(&g->lock);
+	group_unlock(g);
 }
 
 int
@@ -939,17 +1000,10 @@ pg_group_commit(struct pg_group_member *me, struct pgstore *st,
 }
 
 void
-pg_group_member_init(struct pg_group_member *me)
+pg_group_member_init(struct pg_group_member *me, pthread_cond_t *wake)
 {
-	/* Its clock is the deadlines' (group_sleep): none to set. */
-	pthread_cond_init(&me->wake, NULL);
+	me->wake = wake;
 	me->waiting = 0;
-}
-
-void
-pg_group_member_fini(struct pg_group_member *me)
-{
-	pthread_cond_destroy(&me->wake);
 }
 
 void
@@ -959,7 +1013,7 @@ pg_group_coming(struct pg_group_member *me)
 
 	pthread_mutex_lock(&g->lock);
 	group_mark(g, me);
-	pthread_mutex_unlock(&g->lock);
+	group_unlock(g);
 }
 
 void
@@ -978,7 +1032,7 @@ pg_group_gone(struct pg_group_member *me)
 	/* The last one on its way left: a member waiting for it sends. */
 	if (group_unmark(g, me) && g->gathering > 0)
 		group_wake_next(g);
-	pthread_mutex_unlock(&g->lock);
+	group_unlock(g);
 	errno = error;		/* a failed claim's ERANGE, say */
 }
 
@@ -1002,7 +1056,7 @@ group_report(struct pg_group *g, const char *what)
 		    "way: %llu (%llu of them until %d ms had passed)", what,
 		    (unsigned long long)g->gathered,
 		    (unsigned long long)g->gather_tired, GROUP_ALONE_MS);
-	pthread_mutex_unlock(&g->lock);
+	group_unlock(g);
 }
 
 void

@@ -20,11 +20,12 @@ struct pg_group_member {
 	int				 outcome;	/* pg_group.c's */
 	unsigned			 coming;	/* pg_group_coming */
 	/*
-	 * Its own condition variable, and whether its thread waits on it
-	 * (under the group's lock): a round wakes only the members it
-	 * concerns, not every thread of the worker (pg_group.c).
+	 * Its thread's own condition variable, and whether the thread waits
+	 * on it (under the group's lock): a round wakes only the members it
+	 * concerns, not every thread of the worker, and after letting its
+	 * lock go (pg_group.c).
 	 */
-	pthread_cond_t			 wake;
+	pthread_cond_t			*wake;
 	int				 waiting;
 	/*
 	 * The directory fsyncs its link will share (NULL: none), and its
@@ -37,12 +38,13 @@ struct pg_group_member {
 };
 
 /*
- * A member's own condition variable made, and let go: around every use
- * of the member by its creation thread (pg_create.c's cl_run), never
- * while it is in a round or on a queue.
+ * A member made ready for its creation thread's use (pg_create.c's
+ * cl_run), with the thread's own condition variable, wake: made once
+ * a thread and destroyed only once every thread of the pool is joined
+ * (pg_pool.c, pool.c's pool_stop), as a round run by another thread
+ * may signal it after its member went on.
  */
-void	pg_group_member_init(struct pg_group_member *);
-void	pg_group_member_fini(struct pg_group_member *);
+void	pg_group_member_init(struct pg_group_member *, pthread_cond_t *wake);
 
 /*
  * me is on its way to the grants' and commits' queue with no WAL flush

@@ -34,6 +34,7 @@
  * the loop's (connections, events, the pending's reply): what it
  * decides is recorded in the job and acted on by done, on the loop.
  */
+#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -43,10 +44,18 @@
 #include "pg_backend.h"
 #include "pg.h"
 
-/* A thread's context: its own connection, opened by a job. */
+/*
+ * A thread's context: its own connection, opened by a job, and its own
+ * condition variable, made with the thread.  A round run by another
+ * thread may signal it after its creation went on (even after this
+ * thread left, when the pool drains), so it is destroyed only once
+ * every thread of the pool is joined: pool_stop joins them all before
+ * it lets any context go.
+ */
 struct pg_thread {
 	struct pgstore		 store;
 	int			 store_open;
+	pthread_cond_t		 wake;
 };
 
 /* This worker's (one per process, made at its first job). */
@@ -65,8 +74,19 @@ pg_pool_run(struct pool_job *pj, void *ctx)
 	struct pg_thread	*t = ctx;
 	struct pg_job	*job = pg_job_of(pj);
 
-	job->run(job, &t->store, &t->store_open);
+	job->run(job, &t->store, &t->store_open, &t->wake);
 	return 0;
+}
+
+static void
+pg_thread_init(void *ctx, unsigned index, void *arg)
+{
+	struct pg_thread	*t = ctx;
+
+	(void)index;
+	(void)arg;
+	/* Its clock is the deadlines' (pg_group.c's group_sleep). */
+	pthread_cond_init(&t->wake, NULL);
 }
 
 static void
@@ -84,6 +104,7 @@ pg_thread_fini(void *ctx)
 
 	if (t->store_open)
 		pgstore_close(&t->store);
+	pthread_cond_destroy(&t->wake);
 }
 
 int
@@ -99,6 +120,7 @@ pg_pool_submit(struct event_base *base, unsigned max,
 		config.lifo_idle = 1;
 		config.block_signals = 1;
 		config.ctx_size = sizeof (struct pg_thread);
+		config.ctx_init = pg_thread_init;
 		config.ctx_fini = pg_thread_fini;
 		if ((pg_pool = pool_start(base, &config)) == NULL) {
 			log_warn("starting the creation threads");

@@ -11,12 +11,16 @@
  * covers a link in the inbox), and directories past the table's slots
  * sync alone, failed by another's failed fsync as a slot's are; a round about to begin waits for a caller on its way
  * (dirsync_coming) and covers it too, and goes without it once it goes
- * another way (dirsync_gone).
+ * another way (dirsync_gone); the last of those to arrive wakes no one
+ * before its round, which covers the callers waiting for it, and those
+ * are woken once, at its end (pthread_cond_broadcast is wrapped and
+ * counted: -Wl,--wrap in Makefile.am).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,6 +55,20 @@ static struct {
 };
 
 static struct dirsync	ds;
+
+/* The broadcasts of ds.round so far (the test's own are not counted). */
+static _Atomic int	round_broadcasts;
+
+int	__real_pthread_cond_broadcast(pthread_cond_t *);
+int	__wrap_pthread_cond_broadcast(pthread_cond_t *);
+
+int
+__wrap_pthread_cond_broadcast(pthread_cond_t *cond)
+{
+	if (cond == &ds.round)
+		atomic_fetch_add(&round_broadcasts, 1);
+	return __real_pthread_cond_broadcast(cond);
+}
 
 static int
 fake_sync(int fd)
@@ -87,6 +105,7 @@ setup(void **state)
 	fake.fail_call = 0;
 	pthread_mutex_unlock(&fake.lock);
 	dirsync_init(&ds, fake_sync);
+	atomic_store(&round_broadcasts, 0);
 	return 0;
 }
 
@@ -100,6 +119,7 @@ after(int fd)
 struct caller {
 	pthread_t	 thread;
 	int		 fd;		/* 0: FD */
+	unsigned	*coming;	/* its mark, if on its way */
 	int		 rc;
 	int		 error;
 	int		 finished_before;	/* fsyncs returned before its own */
@@ -111,7 +131,11 @@ caller_run(void *arg)
 {
 	struct caller	*c = arg;
 
-	c->rc = after(c->fd != 0 ? c->fd : FD);
+	if (c->coming != NULL)
+		c->rc = dirsync_after_coming(&ds, FD, dirsync_before(&ds, FD),
+		    c->coming);
+	else
+		c->rc = after(c->fd != 0 ? c->fd : FD);
 	c->error = errno;
 	pthread_mutex_lock(&fake.lock);
 	c->finished_before = fake.finished;
@@ -569,6 +593,82 @@ a_stalled_caller_costs_one_wait_not_every_round(void **state)
 	assert_int_equal(ds.coming, 0);
 }
 
+/*
+ * The last caller on its way arrives while another waits for it: it
+ * wakes no one before its own round (woken then, the waiting caller
+ * would find that round begun and sleep again), and that round covers
+ * both, its end waking the waiting caller once.
+ */
+static void
+the_last_arrival_wakes_no_one_before_its_round(void **state)
+{
+	struct caller	first, last;
+	unsigned	coming = 0;
+
+	(void)state;
+	fake.hold_fd = FD;
+	dirsync_coming(&ds, &coming);
+	memset(&first, 0, sizeof first);
+	assert_int_equal(pthread_create(&first.thread, NULL, caller_run,
+	    &first), 0);
+	await_gathering();
+	memset(&last, 0, sizeof last);
+	last.coming = &coming;
+	assert_int_equal(pthread_create(&last.thread, NULL, caller_run,
+	    &last), 0);
+	/* Its round is in its fsync: it covers both changes. */
+	pthread_mutex_lock(&fake.lock);
+	while (!fake.entered)
+		pthread_cond_wait(&fake.cond, &fake.lock);
+	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(changed(), 2);
+	if (atomic_load(&round_broadcasts) != 0)
+		fail_msg("the last arrival woke the waiting caller before "
+		    "its round (%d broadcasts)", atomic_load(&round_broadcasts));
+	release_round();
+	assert_int_equal(pthread_join(last.thread, NULL), 0);
+	assert_int_equal(pthread_join(first.thread, NULL), 0);
+	assert_int_equal(last.rc, 0);
+	assert_int_equal(first.rc, 0);
+	assert_int_equal(coming, 0);
+	assert_int_equal(fake.calls, 1);
+	assert_int_equal(ds.tired, 0);
+	/* The round's end, the one wake-up the waiting caller needed. */
+	assert_int_equal(atomic_load(&round_broadcasts), 1);
+}
+
+/*
+ * The last caller on its way arrives while another waits for it on the
+ * same directory, and its round's fsync fails: the waiting caller, whose
+ * change that round covered, is told so (EIO), not a success, as is the
+ * last arrival.
+ */
+static void
+the_last_arrivals_failed_round_fails_the_waiting_caller(void **state)
+{
+	struct caller	first;
+	unsigned	coming = 0;
+	int		rc;
+
+	(void)state;
+	fake.hold_fd = 0;
+	fake.fail_call = 1;
+	dirsync_coming(&ds, &coming);
+	memset(&first, 0, sizeof first);
+	assert_int_equal(pthread_create(&first.thread, NULL, caller_run,
+	    &first), 0);
+	await_gathering();
+	assert_int_equal(changed(), 1);
+	rc = dirsync_after_coming(&ds, FD, dirsync_before(&ds, FD), &coming);
+	assert_int_equal(rc, -1);
+	assert_int_equal(errno, EIO);
+	assert_int_equal(pthread_join(first.thread, NULL), 0);
+	assert_int_equal(fake.calls, 1);
+	assert_int_equal(first.rc, -1);
+	assert_int_equal(first.error, EIO);
+	assert_int_equal(ds.tired, 0);
+}
+
 int
 main(void)
 {
@@ -595,6 +695,11 @@ main(void)
 		    a_caller_gone_another_way_is_not_waited_for, setup),
 		cmocka_unit_test_setup(
 		    a_stalled_caller_costs_one_wait_not_every_round, setup),
+		cmocka_unit_test_setup(
+		    the_last_arrival_wakes_no_one_before_its_round, setup),
+		cmocka_unit_test_setup(
+		    the_last_arrivals_failed_round_fails_the_waiting_caller,
+		    setup),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
