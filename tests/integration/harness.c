@@ -542,13 +542,15 @@ harness_need_fault_injection(struct broker *b)
 void
 harness_cleanup(struct broker *b)
 {
-	char	cmd[700];
+	char	cmd[1200];
 
 	if (b->pid != 0)
 		harness_stop(b);
 	if (getenv("IDEM_TEST_KEEP") != NULL)
 		return;
-	snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", b->root, b->log);
+	/* root.HOST.log: a cluster test's nodes on this root (test_pghistory). */
+	snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'.*.log", b->root,
+	    b->log, b->root);
 	if (system(cmd) != 0)
 		fprintf(stderr, "harness: could not remove %s\n", b->root);
 }
