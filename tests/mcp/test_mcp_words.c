@@ -557,6 +557,7 @@ texts_without_a_broker(void **state)
 	    json_object_get(r, "error"), "message")), 0);
 	json_decref(r);
 	mcp_close(&m);
+	harness_finish(b);	/* its root, made by harness_setup */
 }
 
 #define T(name)	cmocka_unit_test_setup_teardown(name, harness_setup, \
