@@ -129,7 +129,7 @@ static struct journaler {
 
 	/* Writing zeros ahead failed, and was logged. */
 	int		 zero_failing;
-	/* journaler_linger's bound and gate: IDEM_JOURNAL_LINGER_US, */
+	/* journaler_linger's bound (IDEM_JOURNAL_LINGER_US) and its gate. */
 	int64_t		 linger_us;
 	uint32_t	 spin_max_connections;	/* IDEM_SPIN_MAX_CONNECTIONS */
 } journaler;
