@@ -368,25 +368,6 @@ client_find_line(struct idem_conn *conn, size_t *n, struct idem_error *err)
 	return 0;
 }
 
-/* Read one line (without its newline) into a malloc'd string. */
-static int
-client_read_line(struct idem_conn *conn, char **line, struct idem_error *err)
-{
-	size_t	 n;
-
-	if (client_find_line(conn, &n, err) != 0)
-		return -1;
-	if ((*line = malloc(n + 1)) == NULL) {
-		client_error(err, IDEM_E_NOMEM, "out of memory");
-		return -1;
-	}
-	memcpy(*line, conn->buf, n);
-	(*line)[n] = '\0';
-	conn->length -= n + 1;
-	memmove(conn->buf, conn->buf + n + 1, conn->length);
-	return 0;
-}
-
 /*
  * The line of count pieces (length[i] bytes each; none holds a newline,
  * the caller's checks say so) written straight into the send buffer,
@@ -442,7 +423,8 @@ idem_call_raw(struct idem_conn *conn, const char *request, char **response,
     struct idem_error *err)
 {
 	struct idem_error	scratch;
-	size_t			length = strlen(request);
+	size_t			length = strlen(request), answer_length;
+	const char		*answer;
 
 	if (err == NULL)
 		err = &scratch;
@@ -452,29 +434,16 @@ idem_call_raw(struct idem_conn *conn, const char *request, char **response,
 		client_error(err, IDEM_E_ARGUMENT, "request holds a newline");
 		return -1;
 	}
-	if (length + 1 > IDEM_MAX_LINE_BYTES) {
-		client_error(err, IDEM_E_ARGUMENT, "request over %d bytes",
-		    IDEM_MAX_LINE_BYTES);
+	if (client_call_pieces(conn, &request, &length, 1, &answer,
+	    &answer_length, err) != 0)
 		return -1;
-	}
-	if (conn->fd == -1) {
-		client_error(err, IDEM_E_TRANSPORT,
-		    "connection closed after an earlier error");
-		return -1;
-	}
-	/* Nothing is sent yet: the stream stays usable. */
-	if (client_out_room(conn, length) != 0) {
+	/* The caller's copy; without it the answer is lost: so is the stream. */
+	if ((*response = strndup(answer, answer_length)) == NULL) {
 		client_error(err, IDEM_E_NOMEM, "out of memory");
+		client_lost(conn);
 		return -1;
 	}
-	memcpy(conn->out, request, length);
-	if (client_send_out(conn, length) != 0)
-		client_error(err, IDEM_E_TRANSPORT, "send: %s",
-		    strerror(errno));
-	else if (client_read_line(conn, response, err) == 0)
-		return 0;
-	client_lost(conn);
-	return -1;
+	return 0;
 }
 
 /* request sent as one compact line; the answer's line (malloc'd). */
