@@ -330,6 +330,16 @@ def main():
                 first_t = t0
             last_t = t12
             n += 1
+        # The fdatasync's own steps, the same on both servers.
+        fsync_steps = [
+            ('fdatasync', rows['sync']),
+            ('  enter -> first I/O issued', rows['fs_enter_issue']),
+            ('  data I/O issue -> complete', rows['fs_data']),
+            ('  data complete -> flush issued', rows['fs_gap']),
+            ('  flush issue -> complete', rows['fs_flush']),
+            ('  last completion -> fdatasync returns', rows['sync_wake']),
+            ('  I/Os issued', rows['fs_ios']),
+        ]
         if server == 'idemd':
             steps = [
                 ('client send -> worker read returns', rows['send']),
@@ -340,13 +350,7 @@ def main():
                 ('journaler on CPU -> pwritev', rows['hrun']),
                 ('worker read -> pwritev, no kick', rows['handoff_nokick']),
                 ('pwritev', rows['pwrite']),
-                ('fdatasync', rows['sync']),
-                ('  enter -> first I/O issued', rows['fs_enter_issue']),
-                ('  data I/O issue -> complete', rows['fs_data']),
-                ('  data complete -> flush issued', rows['fs_gap']),
-                ('  flush issue -> complete', rows['fs_flush']),
-                ('  last completion -> fdatasync returns', rows['sync_wake']),
-                ('  I/Os issued', rows['fs_ios']),
+            ] + fsync_steps + [
                 ('fdatasync returns -> wake write', rows['back']),
                 ('wake write -> worker on CPU (wake-up)', rows['bwake']),
                 ('worker on CPU -> reply writev', rows['brun']),
@@ -362,13 +366,7 @@ def main():
                  rows['srv_wake_lat']),
                 ('redis read -> AOF write', rows['handoff']),
                 ('AOF write', rows['pwrite']),
-                ('fdatasync', rows['sync']),
-                ('  enter -> first I/O issued', rows['fs_enter_issue']),
-                ('  data I/O issue -> complete', rows['fs_data']),
-                ('  data complete -> flush issued', rows['fs_gap']),
-                ('  flush issue -> complete', rows['fs_flush']),
-                ('  last completion -> fdatasync returns', rows['sync_wake']),
-                ('  I/Os issued', rows['fs_ios']),
+            ] + fsync_steps + [
                 ('fdatasync returns -> reply write', rows['back']),
                 ('reply write -> client poll returns', rows['reply']),
                 ('  client wake-up latency', rows['client_wake_lat']),
