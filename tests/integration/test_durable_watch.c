@@ -152,12 +152,6 @@ thread_state(pid_t pid, pid_t tid)
 	return end[2];
 }
 
-static char
-loop_state(pid_t pid)
-{
-	return thread_state(pid, pid);
-}
-
 /* The master's journaling thread: the one named "idemd journal". */
 static pid_t
 journal_thread(pid_t master)
@@ -187,21 +181,40 @@ journal_thread(pid_t master)
 }
 
 /*
- * A watching loop runs or yields ('R') all the while: sampled over about
- * 200 ms, it never sleeps in epoll_wait ('S'), as it would without the
- * watch.
+ * A thread that spins runs or yields ('R') all the while: sampled over
+ * about 200 ms, it never sleeps ('S'), as it would without its spin.
+ * what names it in the failure.
  */
 static void
-assert_loop_watches(pid_t pid)
+assert_thread_spins(pid_t pid, pid_t tid, const char *what)
 {
 	int	i;
 	char	state;
 
 	for (i = 0; i < 200; i++) {
-		state = loop_state(pid);
-		if (state != 'R')
-			fail_msg("worker %ld's loop is '%c', not watching",
-			    (long)pid, state);
+		if ((state = thread_state(pid, tid)) != 'R')
+			fail_msg("%s is '%c', not spinning", what, state);
+		sleep_ms(1);
+	}
+}
+
+/* A watching loop: its worker's first thread spins. */
+static void
+assert_loop_watches(pid_t pid)
+{
+	assert_thread_spins(pid, pid, "the worker's loop");
+}
+
+/* Within 10 s the thread sleeps ('S'), else the test fails naming it. */
+static void
+wait_thread_sleeps(pid_t pid, pid_t tid, const char *what)
+{
+	int	waited;
+
+	for (waited = 0; thread_state(pid, tid) != 'S'; waited++) {
+		if (waited > 10000)
+			fail_msg("%s did not sleep in 10 s with two "
+			    "connections open", what);
 		sleep_ms(1);
 	}
 }
@@ -345,7 +358,7 @@ two_clients_do_not_watch(void **state)
 {
 	struct harness_shim	*t = *state;
 	pid_t			 worker;
-	int			 idle, fd, waited;
+	int			 idle, fd;
 
 	start(t, "600000000", NULL, NULL);
 	assert_int_equal(harness_workers(&t->b, &worker, 1), 1);
@@ -353,12 +366,7 @@ two_clients_do_not_watch(void **state)
 	idle = harness_raw_connect(&t->b);
 	assert_true(idle >= 0);
 	fd = send_held_begin(t, "w-held");
-	for (waited = 0; loop_state(worker) != 'S'; waited++) {
-		if (waited > 10000)
-			fail_msg("worker %ld's loop did not sleep in 10 s with "
-			    "two connections open", (long)worker);
-		sleep_ms(1);
-	}
+	wait_thread_sleeps(worker, worker, "the worker's loop");
 	harness_fault_rule(t->fault_file, "");
 	assert_line_disposition(fd, "proceed");
 	close(fd);
@@ -380,20 +388,13 @@ lone_client_journal_looks_for_the_next_record(void **state)
 	struct harness_shim	*t = *state;
 	json_t			*reply;
 	pid_t			 journal;
-	int			 i;
-	char			 s;
 
 	start(t, "0", NULL, "600000000");
 	journal = journal_thread(t->b.pid);
 	reply = begin(&t->b, "j-1", REQUEST, 0);
 	assert_disposition(reply, "proceed");
 	json_decref(reply);
-	for (i = 0; i < 200; i++) {
-		if ((s = thread_state(t->b.pid, journal)) != 'R')
-			fail_msg("the journaling thread is '%c' after a lone "
-			    "client's record, not looking", s);
-		sleep_ms(1);
-	}
+	assert_thread_spins(t->b.pid, journal, "the journaling thread");
 	reply = begin(&t->b, "j-2", REQUEST, 0);
 	assert_disposition(reply, "proceed");
 	json_decref(reply);
@@ -415,7 +416,7 @@ two_clients_journal_sleeps(void **state)
 	json_t			*request;
 	pid_t			 journal;
 	char			*line;
-	int			 idle, fd, waited;
+	int			 idle, fd;
 
 	start(t, "0", NULL, "600000000");
 	journal = journal_thread(t->b.pid);
@@ -437,12 +438,7 @@ two_clients_journal_sleeps(void **state)
 	assert_int_equal(harness_raw_send(fd, line), 0);
 	free(line);
 	assert_line_disposition(fd, "proceed");
-	for (waited = 0; thread_state(t->b.pid, journal) != 'S'; waited++) {
-		if (waited > 10000)
-			fail_msg("the journaling thread did not sleep in 10 s "
-			    "with two connections open");
-		sleep_ms(1);
-	}
+	wait_thread_sleeps(t->b.pid, journal, "the journaling thread");
 	close(fd);
 	close(idle);
 	harness_shim_finish(t);
