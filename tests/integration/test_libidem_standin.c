@@ -42,8 +42,9 @@
  * is fast only while these lines stay as they are.
  */
 struct capture {
-	int	 listen_fd;
-	json_t	*lines;		/* every request line, as strings */
+	int		 listen_fd;
+	json_t		*lines;		/* every request line, as strings */
+	pthread_t	 thread;	/* capture_serve's */
 };
 
 static void *
@@ -76,6 +77,42 @@ capture_serve(void *arg)
 	}
 	close(fd);
 	return NULL;
+}
+
+/*
+ * A capture listening on b's root/name, served by its own thread, and a
+ * connection of libidem's to it.
+ */
+static struct idem_conn *
+capture_start(struct capture *cap, const struct broker *b, const char *name)
+{
+	struct sockaddr_un	 sa;
+	struct idem_conn	*c;
+	struct idem_error	 err;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
+	    "%s/%s", b->root, name) < sizeof sa.sun_path);
+	cap->lines = json_array();
+	cap->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(cap->listen_fd != -1);
+	assert_int_equal(bind(cap->listen_fd, (struct sockaddr *)&sa,
+	    sizeof sa), 0);
+	assert_int_equal(listen(cap->listen_fd, 1), 0);
+	assert_int_equal(pthread_create(&cap->thread, NULL, capture_serve,
+	    cap), 0);
+	assert_non_null(c = idem_connect(sa.sun_path, &err));
+	return c;
+}
+
+/* The connection closed: the capture's thread ends with it. */
+static void
+capture_stop(struct capture *cap, struct idem_conn *c)
+{
+	idem_close(c);
+	assert_int_equal(pthread_join(cap->thread, NULL), 0);
+	close(cap->listen_fd);
 }
 
 static void
@@ -124,7 +161,6 @@ requests_keep_their_bytes(void **state)
 	};
 	struct broker		*b = *state;
 	struct capture		 cap;
-	struct sockaddr_un	 sa;
 	struct idem_conn	*c;
 	struct idem_error	 err;
 	struct idem_hello	 hello;
@@ -136,24 +172,10 @@ requests_keep_their_bytes(void **state)
 	struct idem_stats	 st;
 	struct idem_task	 task, few;
 	struct idem_report	 report, body_only;
-	pthread_t		 thread;
 	size_t			 i;
 	int			 found;
 
-	memset(&sa, 0, sizeof sa);
-	sa.sun_family = AF_UNIX;
-	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
-	    "%s/capture.sock", b->root) < sizeof sa.sun_path);
-	cap.lines = json_array();
-	cap.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	assert_true(cap.listen_fd != -1);
-	assert_int_equal(bind(cap.listen_fd, (struct sockaddr *)&sa,
-	    sizeof sa), 0);
-	assert_int_equal(listen(cap.listen_fd, 1), 0);
-	assert_int_equal(pthread_create(&thread, NULL, capture_serve, &cap),
-	    0);
-	c = idem_connect(sa.sun_path, &err);
-	assert_non_null(c);
+	c = capture_start(&cap, b, "capture.sock");
 
 	memset(&task, 0, sizeof task);
 	task.sender = "PM";
@@ -207,9 +229,7 @@ requests_keep_their_bytes(void **state)
 	/* The last answer came back: the stream is still whole. */
 	assert_int_equal(err.code, IDEM_E_INTERNAL);
 	assert_string_equal(err.message, "captured");
-	idem_close(c);
-	assert_int_equal(pthread_join(thread, NULL), 0);
-	close(cap.listen_fd);
+	capture_stop(&cap, c);
 
 	for (i = 0; i < json_array_size(cap.lines) &&
 	    i < sizeof expected / sizeof expected[0]; i++)
@@ -309,28 +329,14 @@ plain_lines_are_janssons(void **state)
 	    "\xc3\xa9", "t\tb", "b\\s", "\x7f" };
 	struct broker		*b = *state;
 	struct capture		 cap;
-	struct sockaddr_un	 sa;
 	struct idem_conn	*c;
 	struct idem_error	 err;
 	struct idem_effect	 e;
 	json_t			*expected;
-	pthread_t		 thread;
 	size_t			 i, k;
 
-	memset(&sa, 0, sizeof sa);
-	sa.sun_family = AF_UNIX;
-	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
-	    "%s/plain.sock", b->root) < sizeof sa.sun_path);
-	cap.lines = json_array();
 	assert_non_null(expected = json_array());
-	cap.listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	assert_true(cap.listen_fd != -1);
-	assert_int_equal(bind(cap.listen_fd, (struct sockaddr *)&sa,
-	    sizeof sa), 0);
-	assert_int_equal(listen(cap.listen_fd, 1), 0);
-	assert_int_equal(pthread_create(&thread, NULL, capture_serve, &cap),
-	    0);
-	assert_non_null(c = idem_connect(sa.sun_path, &err));
+	c = capture_start(&cap, b, "plain.sock");
 	for (i = 0; i < sizeof texts / sizeof texts[0]; i++) {
 		k = i % (sizeof ids / sizeof ids[0]);
 		assert_int_equal(idem_effect_begin(c, "id-1", "mail", texts[i],
@@ -376,9 +382,7 @@ plain_lines_are_janssons(void **state)
 	    NULL, &e, &err), -1);
 	expect_effect_line(expected, "effect_complete", "id-1", "mail",
 	    "1-abc", 1, NULL, 0);
-	idem_close(c);
-	assert_int_equal(pthread_join(thread, NULL), 0);
-	close(cap.listen_fd);
+	capture_stop(&cap, c);
 
 	for (i = 0; i < json_array_size(cap.lines) &&
 	    i < json_array_size(expected); i++)
