@@ -10,15 +10,11 @@ IDEM_VECTORS=${IDEM_VECTORS:-$src/tests/vectors}
 PYTHONDONTWRITEBYTECODE=1
 export IDEMD IDEMCTL IDEM_VECTORS PYTHONDONTWRITEBYTECODE
 
+. "$src/tests/lib.sh"
+
 # not_proved REASON: exit 77 (skip) saying why, but 1 (fail) in CI.
 not_proved() {
-	case ${CI:-} in
-	true|TRUE|True|1|yes)
-		echo "FAIL: $1 (CI=true: the model must run)"
-		exit 1 ;;
-	esac
-	echo "SKIP: $1"
-	exit 77
+	skip_or_fail_in_ci "$1" "the model must run"
 }
 
 # Debian's python3-hypothesis is installed for the system's python3,
