@@ -177,7 +177,13 @@ check_string(const char *p, const char *end, int *escaped)
 
 	for (;;) {
 		p = jsonbytes_skip_run16(p, end, 1);
-		while (end - p >= 8) {
+		/*
+		 * Sixteen bytes or more left: p is at the byte that stopped
+		 * the run (most strings are short: their quote), which the
+		 * words would only find again.
+		 */
+		while (end - p >= 8 && (JSONBYTES_RUN16 == 0 ||
+		    end - p < 16)) {
 			memcpy(&v, p, sizeof v);
 			/* Straight to the byte that stops the run. */
 			if ((stops = word_stops(v)) != 0) {
