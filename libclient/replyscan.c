@@ -17,8 +17,9 @@
  * integer strtoll reads without ERANGE, a real strtod does not overflow
  * to HUGE_VAL: jansson's own rule, its '.' swapped for the locale's
  * decimal point as its strconv.c does); no object with two keys equal
- * once unescaped, at any depth (pairwise up to REPLYSCAN_MAX_MEMBERS
- * keys, by sorting past that); and, as jansson does, one NUL byte
+ * once unescaped, at any depth (up to REPLYSCAN_MAX_MEMBERS keys
+ * pairwise, where a key's bit of 64 says it may repeat an earlier one:
+ * key_bit; by sorting past that); and, as jansson does, one NUL byte
  * right after a number or a literal is skipped (libidem never sees
  * one: a line with a NUL is refused before, client.c).
  *
@@ -517,6 +518,20 @@ keys_repeat(struct replyscan_key *keys, size_t count)
 	return 0;
 }
 
+/*
+ * One bit of 64 for a plain key, from its length and its first byte
+ * (its closing quote when it is empty: a checked key's bytes are
+ * followed by one): two equal plain keys have the same bit, so a key
+ * whose bit no earlier plain key of its object set equals none of
+ * them, and the pairwise compare is skipped.
+ */
+static inline uint64_t
+key_bit(const struct replyscan_key *key)
+{
+	return 1ULL << ((key->length * 11 + (unsigned char)key->text[0]) &
+	    63);
+}
+
 static const char *check_value(struct replyscan_check *, const char *, int);
 
 /*
@@ -580,7 +595,8 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 	struct replyscan_object	*list = NULL;
 	const char		*end = c->end, *value;
 	size_t			 count = 0, room = 0, i;
-	int			 object = *p == '{';
+	uint64_t		 seen = 0, bit;
+	int			 object = *p == '{', escaped_keys = 0;
 	char			 close = object ? '}' : ']';
 
 	/*
@@ -613,10 +629,19 @@ check_members(struct replyscan_check *c, const char *p, int depth,
 			c->loose |= key.escaped;
 			key.length = (size_t)(p - 1 - key.text);
 			if (count < REPLYSCAN_MAX_MEMBERS) {
-				for (i = 0; i < count; i++) {
-					if (same_key(&keys[i], &key))
-						return NULL;
+				/*
+				 * An escaped key may equal a plain one: with
+				 * one in the object, every pair is compared.
+				 */
+				bit = key_bit(&key);
+				escaped_keys |= key.escaped;
+				if (escaped_keys || (seen & bit) != 0) {
+					for (i = 0; i < count; i++) {
+						if (same_key(&keys[i], &key))
+							return NULL;
+					}
 				}
+				seen |= bit;
 				keys[count] = key;
 			} else if (keep_key(c, wide, &room, keys, count,
 			    &key) != 0)
