@@ -587,45 +587,68 @@ client_effect_call(struct idem_conn *conn, json_t *request, int extend,
  */
 
 /*
+ * A line's pieces and their lengths, each counted once: a literal's at
+ * compile time, the caller's strings as they are judged (not again by
+ * client_call_pieces' caller).
+ */
+struct client_pieces {
+	const char	*piece[16];
+	size_t		 length[16];
+	size_t		 count;
+};
+
+static void
+client_put(struct client_pieces *l, const char *piece, size_t length)
+{
+	l->piece[l->count] = piece;
+	l->length[l->count++] = length;
+}
+
+#define CLIENT_PUT_LITERAL(l, s)	client_put((l), (s), sizeof (s) - 1)
+
+/*
  * s is printable ASCII without a quote or a backslash: a valid string
  * that jansson's dump writes as it stands (judged a word at a time, as
- * fastscan judges ids).
+ * fastscan judges ids).  Its length into *length.
  */
 static int
-client_plain(const char *s)
+client_plain(const char *s, size_t *length)
 {
-	return jsonbytes_printable_plain(s, strlen(s), 0x20);
+	*length = strlen(s);
+	return jsonbytes_printable_plain(s, *length, 0x20);
 }
 
 /*
  * text is JSON jansson accepts (an object or an array; a lone scalar
  * takes the jansson path) and its compact dump is text: both judged in
- * replyscan's one pass.
+ * replyscan's one pass.  Its length into *length.
  */
 static int
-client_compact(const char *text)
+client_compact(const char *text, size_t *length)
 {
 	struct replyscan_object	top;
 
-	return text != NULL && replyscan_line(text, strlen(text), &top) !=
-	    REPLYSCAN_INVALID && top.compact;
+	if (text == NULL)
+		return 0;
+	*length = strlen(text);
+	return replyscan_line(text, *length, &top) != REPLYSCAN_INVALID &&
+	    top.compact;
 }
 
 /*
- * Send the line of count (at most 16) pieces and take the answer into
- * out: the line written into the connection's send buffer, the answer
- * decoded where it was read (client_call_pieces).
+ * Send the line of the pieces and take the answer into out: the line
+ * written into the connection's send buffer, the answer decoded where
+ * it was read (client_call_pieces).
  */
 static int
-client_effect_call_pieces(struct idem_conn *conn, const char *const *piece,
-    size_t count, struct idem_effect *out, struct idem_error *err)
+client_effect_call_pieces(struct idem_conn *conn,
+    const struct client_pieces *l, struct idem_effect *out,
+    struct idem_error *err)
 {
 	const char	*answer;
-	size_t		 length[16], answer_length, i;
+	size_t		 answer_length;
 
-	for (i = 0; i < count; i++)
-		length[i] = strlen(piece[i]);
-	if (client_call_pieces(conn, piece, length, count, &answer,
+	if (client_call_pieces(conn, l->piece, l->length, l->count, &answer,
 	    &answer_length, err) != 0)
 		return -1;
 	return client_effect_line(answer, answer_length, 0, out, err);
@@ -640,29 +663,32 @@ client_begin_plain(struct idem_conn *conn, const char *id, const char *kind,
     const char *request_json, int64_t lease_ms, struct idem_effect *out,
     struct idem_error *err, int *rc)
 {
-	const char	*piece[11];
-	char		 digits[24];
-	size_t		 n = 0;
+	struct client_pieces	 l;
+	const char		*op = idem_op_names[IDEM_OPC_EFFECT_BEGIN];
+	char			 digits[24], *first;
+	size_t			 id_length, kind_length, request_length;
 
-	if (id == NULL || kind == NULL || !client_plain(id) ||
-	    !client_plain(kind) || !client_compact(request_json))
+	if (id == NULL || kind == NULL || !client_plain(id, &id_length) ||
+	    !client_plain(kind, &kind_length) ||
+	    !client_compact(request_json, &request_length))
 		return 0;
-	piece[n++] = "{\"op\":\"";
-	piece[n++] = idem_op_names[IDEM_OPC_EFFECT_BEGIN];
-	piece[n++] = "\",\"client_submission_id\":\"";
-	piece[n++] = id;
-	piece[n++] = "\",\"effect_kind\":\"";
-	piece[n++] = kind;
-	piece[n++] = "\",\"request\":";
-	piece[n++] = request_json;
+	l.count = 0;
+	CLIENT_PUT_LITERAL(&l, "{\"op\":\"");
+	client_put(&l, op, strlen(op));
+	CLIENT_PUT_LITERAL(&l, "\",\"client_submission_id\":\"");
+	client_put(&l, id, id_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"effect_kind\":\"");
+	client_put(&l, kind, kind_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"request\":");
+	client_put(&l, request_json, request_length);
 	if (lease_ms > 0) {
-		piece[n++] = ",\"lease_ms\":";
-		digits[sizeof digits - 1] = '\0';
-		piece[n++] = jsonbytes_decimal(digits + sizeof digits - 1,
+		CLIENT_PUT_LITERAL(&l, ",\"lease_ms\":");
+		first = jsonbytes_decimal(digits + sizeof digits,
 		    (uint64_t)lease_ms);
+		client_put(&l, first, (size_t)(digits + sizeof digits - first));
 	}
-	piece[n++] = "}";
-	*rc = client_effect_call_pieces(conn, piece, n, out, err);
+	CLIENT_PUT_LITERAL(&l, "}");
+	*rc = client_effect_call_pieces(conn, &l, out, err);
 	return 1;
 }
 
@@ -672,30 +698,33 @@ client_complete_plain(struct idem_conn *conn, const char *id,
     const char *kind, const char *fence, int applied, const char *result_json,
     struct idem_effect *out, struct idem_error *err, int *rc)
 {
-	const char	*piece[14];
-	size_t		 n = 0;
+	struct client_pieces	 l;
+	const char		*op = idem_op_names[IDEM_OPC_EFFECT_COMPLETE];
+	size_t			 id_length, kind_length, fence_length;
+	size_t			 result_length = 0;
 
-	if (id == NULL || kind == NULL || fence == NULL || !client_plain(id) ||
-	    !client_plain(kind) || !client_plain(fence) ||
-	    (applied && !client_compact(result_json)))
+	if (id == NULL || kind == NULL || fence == NULL ||
+	    !client_plain(id, &id_length) ||
+	    !client_plain(kind, &kind_length) ||
+	    !client_plain(fence, &fence_length) ||
+	    (applied && !client_compact(result_json, &result_length)))
 		return 0;
-	piece[n++] = "{\"op\":\"";
-	piece[n++] = idem_op_names[IDEM_OPC_EFFECT_COMPLETE];
-	piece[n++] = "\",\"client_submission_id\":\"";
-	piece[n++] = id;
-	piece[n++] = "\",\"effect_kind\":\"";
-	piece[n++] = kind;
-	piece[n++] = "\",\"fence\":\"";
-	piece[n++] = fence;
-	piece[n++] = "\",\"outcome\":\"";
-	piece[n++] = applied ? "applied" : "not_applied";
-	piece[n++] = "\"";
+	l.count = 0;
+	CLIENT_PUT_LITERAL(&l, "{\"op\":\"");
+	client_put(&l, op, strlen(op));
+	CLIENT_PUT_LITERAL(&l, "\",\"client_submission_id\":\"");
+	client_put(&l, id, id_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"effect_kind\":\"");
+	client_put(&l, kind, kind_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"fence\":\"");
+	client_put(&l, fence, fence_length);
 	if (applied) {
-		piece[n++] = ",\"result\":";
-		piece[n++] = result_json;
-	}
-	piece[n++] = "}";
-	*rc = client_effect_call_pieces(conn, piece, n, out, err);
+		CLIENT_PUT_LITERAL(&l, "\",\"outcome\":\"applied\",\"result\":");
+		client_put(&l, result_json, result_length);
+	} else
+		CLIENT_PUT_LITERAL(&l, "\",\"outcome\":\"not_applied\"");
+	CLIENT_PUT_LITERAL(&l, "}");
+	*rc = client_effect_call_pieces(conn, &l, out, err);
 	return 1;
 }
 
