@@ -983,15 +983,22 @@ replyscan_string(const char *value, size_t length, char *out, size_t size)
 int
 replyscan_integer(const char *value, size_t length, int64_t *out)
 {
-	char	digits[24];
-	size_t	i;
+	char		digits[24];
+	size_t		i;
+	uint64_t	n = 0;	/* wraps past 19 digits, then unused */
 
 	if (length == 0 || length >= sizeof digits)
 		return -1;
 	for (i = 0; i < length; i++) {
-		if (!jsonbytes_is_digit(value[i]) &&
-		    !(i == 0 && value[i] == '-'))
+		if (jsonbytes_is_digit(value[i]))
+			n = n * 10 + (uint64_t)(value[i] - '0');
+		else if (i != 0 || value[i] != '-')
 			return -1;
+	}
+	/* Up to 18 digits: in range, read as they were checked. */
+	if (length <= REPLYSCAN_PLAIN_DIGITS) {
+		*out = value[0] == '-' ? -(int64_t)n : (int64_t)n;
+		return 0;
 	}
 	memcpy(digits, value, length);
 	digits[length] = '\0';
