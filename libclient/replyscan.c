@@ -995,7 +995,13 @@ replyscan_integer(const char *value, size_t length, int64_t *out)
 		else if (i != 0 || value[i] != '-')
 			return -1;
 	}
-	/* Up to 18 digits: in range, read as they were checked. */
+	/* A sign is only ever first: a lone "-" is the one without a digit. */
+	if (!jsonbytes_is_digit(value[length - 1]))
+		return -1;
+	/*
+	 * Up to 18 bytes (18 digits, or 17 and a sign): in range, read as
+	 * they were checked.
+	 */
 	if (length <= REPLYSCAN_PLAIN_DIGITS) {
 		*out = value[0] == '-' ? -(int64_t)n : (int64_t)n;
 		return 0;

@@ -961,16 +961,18 @@ members_read_from_bytes(void **state)
 }
 
 /*
- * A checked integer read as strtoll reads it, either side of 18 digits
- * (read as checked below, by strtoll above): fails if the short way
- * loses a sign or a digit.
+ * A checked integer read as strtoll reads it, either side of 18 bytes
+ * (up to 18 bytes, 18 digits or 17 and a sign, read as checked; by
+ * strtoll above): fails if the short way loses a sign or a digit.  A
+ * lone "-" is no integer.
  */
 static void
 integers_read_as_strtoll(void **state)
 {
 	static const char *const integers[] = {
 		"0", "-0", "7", "-7", "10", "-90", "123456789012345678",
-		"-123456789012345678", "999999999999999999",
+		"-123456789012345678", "99999999999999999",
+		"-99999999999999999", "999999999999999999",
 		"-999999999999999999", "1000000000000000000",
 		"-1000000000000000000", "9223372036854775807",
 		"-9223372036854775808",
@@ -986,7 +988,7 @@ integers_read_as_strtoll(void **state)
 			fail_msg("%s read as %lld", integers[k], (long long)i);
 	}
 	assert_int_equal(replyscan_integer("1-", 2, &i), -1);
-	assert_int_equal(replyscan_integer("-", 1, &i), 0);
+	assert_int_equal(replyscan_integer("-", 1, &i), -1);
 }
 
 /* jsonbytes_decimal (replies, fences, lease_ms): digits end where asked. */
