@@ -165,6 +165,12 @@ jsonbytes_printable_plain(const char *p, size_t n, unsigned char lowest)
 	return 1;
 }
 
+#if defined(__SSE2__)
+#define JSONBYTES_RUN16	1	/* jsonbytes_skip_run16 steps */
+#else
+#define JSONBYTES_RUN16	0	/* it returns p as given */
+#endif
+
 /*
  * Where x86-64's SSE2 (always there) is, sixteen bytes a step before
  * the words: a compare a byte class, exact for each byte (no borrow),
@@ -175,12 +181,6 @@ jsonbytes_printable_plain(const char *p, size_t n, unsigned char lowest)
  * ends a run (high: a byte from 0x80 up stops it too), or fewer than
  * sixteen bytes before end; without SSE2, p as given.
  */
-#if defined(__SSE2__)
-#define JSONBYTES_RUN16	1	/* jsonbytes_skip_run16 steps */
-#else
-#define JSONBYTES_RUN16	0	/* it returns p as given */
-#endif
-
 static inline const char *
 jsonbytes_skip_run16(const char *p, const char *end, int high)
 {

@@ -533,11 +533,14 @@ key_bit(const struct replyscan_key *key)
 }
 
 /*
- * p just past the opening quote: past the closing one, or NULL.  Most
- * strings of an answer (keys, ids, times) are short and plain: their
- * first sixteen bytes' stop is their closing quote, and they are done
- * here, inline, without check_string_rest's call (issue #33: a call's
- * entry and exit were a tenth of the check).
+ * p just past the opening quote: past the closing one, or NULL.  A
+ * string is done here, inline, without check_string_rest's call,
+ * whenever the SSE2 steps' first stop is its closing quote with at
+ * least sixteen bytes of the line left from it, whatever its length:
+ * most of an answer's strings (keys, ids, times; issue #33: a call's
+ * entry and exit were a tenth of the check).  One with an escape, a
+ * control byte or a byte from 0x80 up, or ending nearer the line's
+ * end, goes on to check_string_rest from the first stop.
  */
 static inline const char *
 check_string(const char *p, const char *end, int *escaped)
