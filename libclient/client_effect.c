@@ -12,6 +12,7 @@
  * receipt and result are the bytes the broker sent (issue #33: a tree
  * of the whole answer was most of a retry's client time).
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -586,20 +587,24 @@ client_effect_call(struct idem_conn *conn, json_t *request, int extend,
  * Anything else takes the jansson path, with its checks and its words.
  */
 
+/* A plain line's room (effect_begin's and effect_complete's: 11 pieces). */
+#define CLIENT_LINE_PIECES	16
+
 /*
  * A line's pieces and their lengths, each counted once: a literal's at
  * compile time, the caller's strings as they are judged (not again by
  * client_call_pieces' caller).
  */
 struct client_pieces {
-	const char	*piece[16];
-	size_t		 length[16];
+	const char	*piece[CLIENT_LINE_PIECES];
+	size_t		 length[CLIENT_LINE_PIECES];
 	size_t		 count;
 };
 
 static void
 client_put(struct client_pieces *l, const char *piece, size_t length)
 {
+	assert(l->count < CLIENT_LINE_PIECES);
 	l->piece[l->count] = piece;
 	l->length[l->count++] = length;
 }
