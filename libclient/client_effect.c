@@ -12,6 +12,7 @@
  * receipt and result are the bytes the broker sent (issue #33: a tree
  * of the whole answer was most of a retry's client time).
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -111,31 +112,151 @@ client_effect_fenced(enum idem_op_code op, const char *id, const char *kind,
 	return request;
 }
 
-/* obj's member key is absent or null. */
+/*
+ * ---- An answer's members, read by name ----------------------------------
+ *
+ * The decode reads about a dozen members of each object it is given
+ * (the answer, its existing, its receipt).  One find a name walks the
+ * whole list: 34 walks an effect, a sixth of the client's instructions
+ * (issue #33, clinew).  Instead one pass over the list takes each
+ * member whose key is one of the names below, by a switch on the key's
+ * length.  An object with an escaped key or more members than listed
+ * is read by replyscan_find a name, as before: both give the same
+ * member, since the check refuses an object with two equal keys
+ * (test_libidem_decode holds them to each other).
+ */
+#define CLIENT_FACTS(X)							\
+	X(OK, "ok")							\
+	X(DISPOSITION, "disposition")					\
+	X(ACTION_TAKEN, "action_taken")					\
+	X(RECOVERED, "recovered")					\
+	X(EXISTING, "existing")						\
+	X(ERROR, "error")						\
+	X(FENCE, "fence")						\
+	X(EXTERNAL_KEY, "external_key")					\
+	X(STATE, "state")						\
+	X(REQUEST_DIGEST, "request_digest")				\
+	X(LEASE_EXPIRES_AT, "lease_expires_at")				\
+	X(COMMITTED_AT, "committed_at")					\
+	X(ATTEMPT, "attempt")						\
+	X(RESULT, "result")
+
+enum client_fact {
+#define CLIENT_FACT_ENUM(sym, name)	CLIENT_FACT_##sym,
+	CLIENT_FACTS(CLIENT_FACT_ENUM)
+#undef CLIENT_FACT_ENUM
+	CLIENT_FACT_COUNT
+};
+
+static const char *const client_fact_names[CLIENT_FACT_COUNT] = {
+#define CLIENT_FACT_NAME(sym, name)	[CLIENT_FACT_##sym] = name,
+	CLIENT_FACTS(CLIENT_FACT_NAME)
+#undef CLIENT_FACT_NAME
+};
+
+/* An object's members the decode reads; NULL where absent. */
+struct client_facts {
+	const struct replyscan_member	*m[CLIENT_FACT_COUNT];
+	struct replyscan_member		 found[CLIENT_FACT_COUNT];
+};
+
+/*
+ * Which of the names an unescaped key is, or -1: its length picks the
+ * one to three names it may be (a name missing here is read as absent;
+ * test_libidem_decode's escaped keys, read by name, would differ).
+ */
 static int
-client_scan_absent(const struct replyscan_object *obj, const char *key,
-    struct replyscan_member *m)
+client_fact_of(const char *key, size_t length)
 {
-	return !replyscan_find(obj, key, m) || (m->value_length == 4 &&
+#define CLIENT_FACT_IS(sym)						\
+	if (memcmp(key, client_fact_names[CLIENT_FACT_##sym], length) == 0) \
+		return CLIENT_FACT_##sym
+	switch (length) {
+	case 2:
+		CLIENT_FACT_IS(OK);
+		break;
+	case 5:
+		CLIENT_FACT_IS(STATE);
+		CLIENT_FACT_IS(FENCE);
+		CLIENT_FACT_IS(ERROR);
+		break;
+	case 6:
+		CLIENT_FACT_IS(RESULT);
+		break;
+	case 7:
+		CLIENT_FACT_IS(ATTEMPT);
+		break;
+	case 8:
+		CLIENT_FACT_IS(EXISTING);
+		break;
+	case 9:
+		CLIENT_FACT_IS(RECOVERED);
+		break;
+	case 11:
+		CLIENT_FACT_IS(DISPOSITION);
+		break;
+	case 12:
+		CLIENT_FACT_IS(ACTION_TAKEN);
+		CLIENT_FACT_IS(EXTERNAL_KEY);
+		CLIENT_FACT_IS(COMMITTED_AT);
+		break;
+	case 14:
+		CLIENT_FACT_IS(REQUEST_DIGEST);
+		break;
+	case 16:
+		CLIENT_FACT_IS(LEASE_EXPIRES_AT);
+		break;
+	}
+	return -1;
+#undef CLIENT_FACT_IS
+}
+
+/* obj's members the decode reads into f (obj must outlive f). */
+static void
+client_facts_of(const struct replyscan_object *obj, struct client_facts *f)
+{
+	const struct replyscan_member	*m = obj->members;
+	size_t				 i;
+	int				 fact;
+
+	memset(f->m, 0, sizeof f->m);
+	for (i = 0; i < obj->count && !obj->overflow; i++, m++) {
+		if (m->key_escaped)
+			break;
+		if ((fact = client_fact_of(m->key, m->key_length)) >= 0)
+			f->m[fact] = m;
+	}
+	if (i == obj->count && !obj->overflow)
+		return;
+	/* An escaped key, or members past the list: name by name. */
+	for (fact = 0; fact < CLIENT_FACT_COUNT; fact++)
+		f->m[fact] = replyscan_find(obj, client_fact_names[fact],
+		    &f->found[fact]) ? &f->found[fact] : NULL;
+}
+
+/* A member absent (m NULL) or null. */
+static int
+client_scan_absent(const struct replyscan_member *m)
+{
+	return m == NULL || (m->value_length == 4 &&
 	    memcmp(m->value, "null", 4) == 0);
 }
 
-/* client_copy's rules on an answer's bytes: absent or null gives "". */
+/* client_copy's rules on member key's bytes: absent or null gives "". */
 static int
-client_scan_copy(const struct replyscan_object *obj, const char *key,
+client_scan_copy(const struct replyscan_member *m, const char *key,
     char *out, size_t size, int required, struct idem_error *err)
 {
-	struct replyscan_member	m;
-	long			n;
+	long	n;
 
 	out[0] = '\0';
-	if (client_scan_absent(obj, key, &m)) {
+	if (client_scan_absent(m)) {
 		if (!required)
 			return 0;
 		client_error(err, IDEM_E_PROTOCOL, "response lacks %s", key);
 		return -1;
 	}
-	if ((n = replyscan_string(m.value, m.value_length, out, size)) < 0 ||
+	if ((n = replyscan_string(m->value, m->value_length, out, size)) < 0 ||
 	    (size_t)n >= size) {
 		out[0] = '\0';
 		client_error(err, IDEM_E_PROTOCOL,
@@ -148,27 +269,23 @@ client_scan_copy(const struct replyscan_object *obj, const char *key,
 
 /* A member that is true; absent or anything else is not. */
 static int
-client_scan_true(const struct replyscan_object *obj, const char *key)
+client_scan_true(const struct replyscan_member *m)
 {
-	struct replyscan_member	m;
-
-	return replyscan_find(obj, key, &m) && m.value_length == 4 &&
-	    memcmp(m.value, "true", 4) == 0;
+	return m != NULL && m->value_length == 4 &&
+	    memcmp(m->value, "true", 4) == 0;
 }
 
 /* client_bool's rules: absent is false, anything but a boolean refused. */
 static int
-client_scan_bool(const struct replyscan_object *obj, const char *key,
+client_scan_bool(const struct replyscan_member *m, const char *key,
     int *out, struct idem_error *err)
 {
-	struct replyscan_member	m;
-
 	*out = 0;
-	if (!replyscan_find(obj, key, &m))
+	if (m == NULL)
 		return 0;
-	if (m.value_length == 4 && memcmp(m.value, "true", 4) == 0)
+	if (m->value_length == 4 && memcmp(m->value, "true", 4) == 0)
 		*out = 1;
-	else if (m.value_length != 5 || memcmp(m.value, "false", 5) != 0) {
+	else if (m->value_length != 5 || memcmp(m->value, "false", 5) != 0) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response %s is not a boolean", key);
 		return -1;
@@ -178,38 +295,37 @@ client_scan_bool(const struct replyscan_object *obj, const char *key,
 
 /* A member that is an object, listed into obj; 0 if it is not one. */
 static int
-client_scan_object(const struct replyscan_object *in, const char *key,
+client_scan_object(const struct replyscan_member *m,
     struct replyscan_object *obj)
 {
-	struct replyscan_member	m;
-
-	return replyscan_find(in, key, &m) &&
-	    replyscan_members(m.value, m.value_length, obj);
+	return m != NULL && replyscan_members(m->value, m->value_length, obj);
 }
 
 /* The facts of an answer (its top level, existing, or receipt) into out. */
 static int
-client_effect_facts(const struct replyscan_object *j, struct idem_effect *out,
+client_effect_facts(const struct client_facts *f, struct idem_effect *out,
     struct idem_error *err)
 {
-	struct replyscan_member	m;
-	int64_t			attempt = 0;
+	const struct replyscan_member	*m;
+	int64_t				 attempt = 0;
 
-	if (client_scan_copy(j, "fence", out->fence, sizeof out->fence, 0,
-	    err) != 0 ||
-	    client_scan_copy(j, "external_key", out->external_key,
-	    sizeof out->external_key, 0, err) != 0 ||
-	    client_scan_copy(j, "state", out->state, sizeof out->state, 0,
-	    err) != 0 ||
-	    client_scan_copy(j, "request_digest", out->request_digest,
+	if (client_scan_copy(f->m[CLIENT_FACT_FENCE], "fence", out->fence,
+	    sizeof out->fence, 0, err) != 0 ||
+	    client_scan_copy(f->m[CLIENT_FACT_EXTERNAL_KEY], "external_key",
+	    out->external_key, sizeof out->external_key, 0, err) != 0 ||
+	    client_scan_copy(f->m[CLIENT_FACT_STATE], "state", out->state,
+	    sizeof out->state, 0, err) != 0 ||
+	    client_scan_copy(f->m[CLIENT_FACT_REQUEST_DIGEST],
+	    "request_digest", out->request_digest,
 	    sizeof out->request_digest, 0, err) != 0 ||
-	    client_scan_copy(j, "lease_expires_at", out->lease_expires_at,
+	    client_scan_copy(f->m[CLIENT_FACT_LEASE_EXPIRES_AT],
+	    "lease_expires_at", out->lease_expires_at,
 	    sizeof out->lease_expires_at, 0, err) != 0 ||
-	    client_scan_copy(j, "committed_at", out->committed_at,
-	    sizeof out->committed_at, 0, err) != 0)
+	    client_scan_copy(f->m[CLIENT_FACT_COMMITTED_AT], "committed_at",
+	    out->committed_at, sizeof out->committed_at, 0, err) != 0)
 		return -1;
-	if (replyscan_find(j, "attempt", &m) &&
-	    replyscan_integer(m.value, m.value_length, &attempt) != 0) {
+	if ((m = f->m[CLIENT_FACT_ATTEMPT]) != NULL &&
+	    replyscan_integer(m->value, m->value_length, &attempt) != 0) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response attempt is not an integer");
 		return -1;
@@ -245,7 +361,7 @@ union client_effect_codes {
 
 /* client_wire_error on an answer's bytes. */
 static void
-client_effect_wire_error(const struct replyscan_object *response,
+client_effect_wire_error(const struct client_facts *response,
     struct idem_error *err)
 {
 	struct replyscan_object	error;
@@ -260,9 +376,9 @@ client_effect_wire_error(const struct replyscan_object *response,
 	char			message[sizeof err->message];
 	char			field[sizeof err->field];
 	char			reason[sizeof err->reason];
-	int			has_message, has_field, has_reason;
+	int			has_message, has_field, has_reason, retryable;
 
-	if (!client_scan_object(response, "error", &error) ||
+	if (!client_scan_object(response->m[CLIENT_FACT_ERROR], &error) ||
 	    !replyscan_find(&error, "code", &m) ||
 	    replyscan_string(m.value, m.value_length, code, sizeof code) < 0) {
 		client_error(err, IDEM_E_PROTOCOL,
@@ -278,14 +394,17 @@ client_effect_wire_error(const struct replyscan_object *response,
 	has_reason = replyscan_find(&error, "reason", &m) &&
 	    replyscan_string(m.value, m.value_length, reason,
 	    sizeof reason) >= 0;
+	retryable = replyscan_find(&error, "retryable", &m) &&
+	    client_scan_true(&m);
 	client_wire_error_of(code, has_message ? message : NULL,
-	    client_scan_true(&error, "retryable"), has_field ? field : NULL,
+	    retryable, has_field ? field : NULL,
 	    has_reason ? reason : NULL, err);
 }
 
 /*
- * Any effect op's answer (response, checked; receipt, its receipt's
- * members as the check listed them, text NULL if it has none) into
+ * Any effect op's answer (response, its members read by name; receipt,
+ * its receipt's members as the check listed them, text NULL if it has
+ * none) into
  * out; 0 if it is one the op may give.  A receipt's result is absent
  * from a pruned receipt (its tombstone has result_digest instead): then
  * out->result stays NULL.  The receipt and its result are their bytes
@@ -293,20 +412,23 @@ client_effect_wire_error(const struct replyscan_object *response,
  * (replytext.c).
  */
 static int
-client_effect_answer(const struct replyscan_object *response,
+client_effect_answer(const struct client_facts *response,
     const struct replyscan_object *receipt, struct idem_effect *out,
     struct idem_error *err)
 {
-	struct replyscan_object	 inner;
-	struct replyscan_member	 m, text;
-	enum client_disposition	 code;
-	char			 disposition[32];
-	long			 n = -1;
-	int			 has_disposition, has_receipt;
-	int			 ok = client_scan_true(response, "ok");
+	struct replyscan_object		 inner;
+	struct client_facts		 facts;
+	struct replyscan_member		 text;
+	const struct replyscan_member	*m;
+	enum client_disposition		 code;
+	char				 disposition[32];
+	long				 n = -1;
+	int				 has_disposition, has_receipt;
+	int				 ok;
 
-	if (replyscan_find(response, "disposition", &m))
-		n = replyscan_string(m.value, m.value_length, disposition,
+	ok = client_scan_true(response->m[CLIENT_FACT_OK]);
+	if ((m = response->m[CLIENT_FACT_DISPOSITION]) != NULL)
+		n = replyscan_string(m->value, m->value_length, disposition,
 		    sizeof disposition);
 	/* None of the broker's dispositions is so long: not cut, refused. */
 	if (n >= (long)sizeof disposition) {
@@ -315,16 +437,22 @@ client_effect_answer(const struct replyscan_object *response,
 		return -1;
 	}
 	has_disposition = n >= 0;
-	if (client_scan_bool(response, "action_taken", &out->action_taken,
-	    err) != 0 || client_scan_bool(response, "recovered",
+	if (client_scan_bool(response->m[CLIENT_FACT_ACTION_TAKEN],
+	    "action_taken", &out->action_taken, err) != 0 ||
+	    client_scan_bool(response->m[CLIENT_FACT_RECOVERED], "recovered",
 	    &out->recovered, err) != 0 ||
-	    client_effect_facts(response, out, err) != 0 ||
-	    (client_scan_object(response, "existing", &inner) &&
-	    client_effect_facts(&inner, out, err) != 0))
+	    client_effect_facts(response, out, err) != 0)
 		return -1;
-	has_receipt = receipt->text != NULL;
-	if (has_receipt && client_effect_facts(receipt, out, err) != 0)
-		return -1;
+	if (client_scan_object(response->m[CLIENT_FACT_EXISTING], &inner)) {
+		client_facts_of(&inner, &facts);
+		if (client_effect_facts(&facts, out, err) != 0)
+			return -1;
+	}
+	if ((has_receipt = receipt->text != NULL)) {
+		client_facts_of(receipt, &facts);
+		if (client_effect_facts(&facts, out, err) != 0)
+			return -1;
+	}
 	if (has_disposition) {
 		if ((code = client_disposition(disposition)) !=
 		    CLIENT_DISPOSITION_NONE)
@@ -342,8 +470,8 @@ client_effect_answer(const struct replyscan_object *response,
 		text.value_length = receipt->length;
 		if (client_effect_text(&text, &out->receipt, err) != 0)
 			return -1;
-		if (replyscan_find(receipt, "result", &m) &&
-		    client_effect_text(&m, &out->result, err) != 0)
+		if ((m = facts.m[CLIENT_FACT_RESULT]) != NULL &&
+		    client_effect_text(m, &out->result, err) != 0)
 			return -1;
 	}
 	if (!ok) {
@@ -365,12 +493,13 @@ static int
 client_effect_line(const char *line, size_t length, int extend,
     struct idem_effect *out, struct idem_error *err)
 {
-	struct replyscan_object	response, receipt;
-	struct replyscan_member	m;
-	enum replyscan_verdict	verdict;
-	json_error_t		jerr;
-	json_t			*j;
-	int			rc;
+	struct replyscan_object		 response, receipt;
+	struct client_facts		 facts;
+	const struct replyscan_member	*m;
+	enum replyscan_verdict		 verdict;
+	json_error_t			 jerr;
+	json_t				*j;
+	int				 rc;
 
 	verdict = replyscan_line_inner(line, length, &response,
 	    "receipt", &receipt);
@@ -382,23 +511,26 @@ client_effect_line(const char *line, size_t length, int extend,
 		    jerr.text : "not JSON");
 		return -1;
 	}
+	if (verdict == REPLYSCAN_OBJECT)
+		client_facts_of(&response, &facts);
 	if (verdict != REPLYSCAN_OBJECT ||
-	    !replyscan_find(&response, "ok", &m) ||
-	    !((m.value_length == 4 && memcmp(m.value, "true", 4) == 0) ||
-	    (m.value_length == 5 && memcmp(m.value, "false", 5) == 0))) {
+	    (m = facts.m[CLIENT_FACT_OK]) == NULL ||
+	    !((m->value_length == 4 && memcmp(m->value, "true", 4) == 0) ||
+	    (m->value_length == 5 && memcmp(m->value, "false", 5) == 0))) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response is not an object with a boolean ok");
 		return -1;
 	}
-	if (extend && m.value_length == 4) {
-		rc = client_scan_copy(&response, "lease_expires_at",
+	if (extend && m->value_length == 4) {
+		rc = client_scan_copy(facts.m[CLIENT_FACT_LEASE_EXPIRES_AT],
+		    "lease_expires_at",
 		    out->lease_expires_at, sizeof out->lease_expires_at, 1,
 		    err);
 		if (rc == 0)
 			out->disposition = IDEM_EFFECT_EXTENDED;
 		return rc;
 	}
-	return client_effect_answer(&response, &receipt, out, err);
+	return client_effect_answer(&facts, &receipt, out, err);
 }
 
 int
@@ -455,46 +587,73 @@ client_effect_call(struct idem_conn *conn, json_t *request, int extend,
  * Anything else takes the jansson path, with its checks and its words.
  */
 
+/* A plain line's room (effect_begin's and effect_complete's: 11 pieces). */
+#define CLIENT_LINE_PIECES	16
+
+/*
+ * A line's pieces and their lengths, each counted once: a literal's at
+ * compile time, the caller's strings as they are judged (not again by
+ * client_call_pieces' caller).
+ */
+struct client_pieces {
+	const char	*piece[CLIENT_LINE_PIECES];
+	size_t		 length[CLIENT_LINE_PIECES];
+	size_t		 count;
+};
+
+static void
+client_put(struct client_pieces *l, const char *piece, size_t length)
+{
+	assert(l->count < CLIENT_LINE_PIECES);
+	l->piece[l->count] = piece;
+	l->length[l->count++] = length;
+}
+
+#define CLIENT_PUT_LITERAL(l, s)	client_put((l), (s), sizeof (s) - 1)
+
 /*
  * s is printable ASCII without a quote or a backslash: a valid string
  * that jansson's dump writes as it stands (judged a word at a time, as
- * fastscan judges ids).
+ * fastscan judges ids).  Its length into *length.
  */
 static int
-client_plain(const char *s)
+client_plain(const char *s, size_t *length)
 {
-	return jsonbytes_printable_plain(s, strlen(s), 0x20);
+	*length = strlen(s);
+	return jsonbytes_printable_plain(s, *length, 0x20);
 }
 
 /*
  * text is JSON jansson accepts (an object or an array; a lone scalar
  * takes the jansson path) and its compact dump is text: both judged in
- * replyscan's one pass.
+ * replyscan's one pass.  Its length into *length.
  */
 static int
-client_compact(const char *text)
+client_compact(const char *text, size_t *length)
 {
 	struct replyscan_object	top;
 
-	return text != NULL && replyscan_line(text, strlen(text), &top) !=
-	    REPLYSCAN_INVALID && top.compact;
+	if (text == NULL)
+		return 0;
+	*length = strlen(text);
+	return replyscan_line(text, *length, &top) != REPLYSCAN_INVALID &&
+	    top.compact;
 }
 
 /*
- * Send the line of count (at most 16) pieces and take the answer into
- * out: the line written into the connection's send buffer, the answer
- * decoded where it was read (client_call_pieces).
+ * Send the line of the pieces and take the answer into out: the line
+ * written into the connection's send buffer, the answer decoded where
+ * it was read (client_call_pieces).
  */
 static int
-client_effect_call_pieces(struct idem_conn *conn, const char *const *piece,
-    size_t count, struct idem_effect *out, struct idem_error *err)
+client_effect_call_pieces(struct idem_conn *conn,
+    const struct client_pieces *l, struct idem_effect *out,
+    struct idem_error *err)
 {
 	const char	*answer;
-	size_t		 length[16], answer_length, i;
+	size_t		 answer_length;
 
-	for (i = 0; i < count; i++)
-		length[i] = strlen(piece[i]);
-	if (client_call_pieces(conn, piece, length, count, &answer,
+	if (client_call_pieces(conn, l->piece, l->length, l->count, &answer,
 	    &answer_length, err) != 0)
 		return -1;
 	return client_effect_line(answer, answer_length, 0, out, err);
@@ -509,29 +668,32 @@ client_begin_plain(struct idem_conn *conn, const char *id, const char *kind,
     const char *request_json, int64_t lease_ms, struct idem_effect *out,
     struct idem_error *err, int *rc)
 {
-	const char	*piece[11];
-	char		 digits[24];
-	size_t		 n = 0;
+	struct client_pieces	 l;
+	const char		*op = idem_op_names[IDEM_OPC_EFFECT_BEGIN];
+	char			 digits[24], *first;
+	size_t			 id_length, kind_length, request_length;
 
-	if (id == NULL || kind == NULL || !client_plain(id) ||
-	    !client_plain(kind) || !client_compact(request_json))
+	if (id == NULL || kind == NULL || !client_plain(id, &id_length) ||
+	    !client_plain(kind, &kind_length) ||
+	    !client_compact(request_json, &request_length))
 		return 0;
-	piece[n++] = "{\"op\":\"";
-	piece[n++] = idem_op_names[IDEM_OPC_EFFECT_BEGIN];
-	piece[n++] = "\",\"client_submission_id\":\"";
-	piece[n++] = id;
-	piece[n++] = "\",\"effect_kind\":\"";
-	piece[n++] = kind;
-	piece[n++] = "\",\"request\":";
-	piece[n++] = request_json;
+	l.count = 0;
+	CLIENT_PUT_LITERAL(&l, "{\"op\":\"");
+	client_put(&l, op, strlen(op));
+	CLIENT_PUT_LITERAL(&l, "\",\"client_submission_id\":\"");
+	client_put(&l, id, id_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"effect_kind\":\"");
+	client_put(&l, kind, kind_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"request\":");
+	client_put(&l, request_json, request_length);
 	if (lease_ms > 0) {
-		piece[n++] = ",\"lease_ms\":";
-		digits[sizeof digits - 1] = '\0';
-		piece[n++] = jsonbytes_decimal(digits + sizeof digits - 1,
+		CLIENT_PUT_LITERAL(&l, ",\"lease_ms\":");
+		first = jsonbytes_decimal(digits + sizeof digits,
 		    (uint64_t)lease_ms);
+		client_put(&l, first, (size_t)(digits + sizeof digits - first));
 	}
-	piece[n++] = "}";
-	*rc = client_effect_call_pieces(conn, piece, n, out, err);
+	CLIENT_PUT_LITERAL(&l, "}");
+	*rc = client_effect_call_pieces(conn, &l, out, err);
 	return 1;
 }
 
@@ -541,30 +703,33 @@ client_complete_plain(struct idem_conn *conn, const char *id,
     const char *kind, const char *fence, int applied, const char *result_json,
     struct idem_effect *out, struct idem_error *err, int *rc)
 {
-	const char	*piece[14];
-	size_t		 n = 0;
+	struct client_pieces	 l;
+	const char		*op = idem_op_names[IDEM_OPC_EFFECT_COMPLETE];
+	size_t			 id_length, kind_length, fence_length;
+	size_t			 result_length = 0;
 
-	if (id == NULL || kind == NULL || fence == NULL || !client_plain(id) ||
-	    !client_plain(kind) || !client_plain(fence) ||
-	    (applied && !client_compact(result_json)))
+	if (id == NULL || kind == NULL || fence == NULL ||
+	    !client_plain(id, &id_length) ||
+	    !client_plain(kind, &kind_length) ||
+	    !client_plain(fence, &fence_length) ||
+	    (applied && !client_compact(result_json, &result_length)))
 		return 0;
-	piece[n++] = "{\"op\":\"";
-	piece[n++] = idem_op_names[IDEM_OPC_EFFECT_COMPLETE];
-	piece[n++] = "\",\"client_submission_id\":\"";
-	piece[n++] = id;
-	piece[n++] = "\",\"effect_kind\":\"";
-	piece[n++] = kind;
-	piece[n++] = "\",\"fence\":\"";
-	piece[n++] = fence;
-	piece[n++] = "\",\"outcome\":\"";
-	piece[n++] = applied ? "applied" : "not_applied";
-	piece[n++] = "\"";
+	l.count = 0;
+	CLIENT_PUT_LITERAL(&l, "{\"op\":\"");
+	client_put(&l, op, strlen(op));
+	CLIENT_PUT_LITERAL(&l, "\",\"client_submission_id\":\"");
+	client_put(&l, id, id_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"effect_kind\":\"");
+	client_put(&l, kind, kind_length);
+	CLIENT_PUT_LITERAL(&l, "\",\"fence\":\"");
+	client_put(&l, fence, fence_length);
 	if (applied) {
-		piece[n++] = ",\"result\":";
-		piece[n++] = result_json;
-	}
-	piece[n++] = "}";
-	*rc = client_effect_call_pieces(conn, piece, n, out, err);
+		CLIENT_PUT_LITERAL(&l, "\",\"outcome\":\"applied\",\"result\":");
+		client_put(&l, result_json, result_length);
+	} else
+		CLIENT_PUT_LITERAL(&l, "\",\"outcome\":\"not_applied\"");
+	CLIENT_PUT_LITERAL(&l, "}");
+	*rc = client_effect_call_pieces(conn, &l, out, err);
 	return 1;
 }
 

@@ -960,6 +960,37 @@ members_read_from_bytes(void **state)
 	assert_false(replyscan_members(m.value, m.value_length, &inner));
 }
 
+/*
+ * A checked integer read as strtoll reads it, either side of 18 bytes
+ * (up to 18 bytes, 18 digits or 17 and a sign, read as checked; by
+ * strtoll above): fails if the short way loses a sign or a digit.  A
+ * lone "-" is no integer.
+ */
+static void
+integers_read_as_strtoll(void **state)
+{
+	static const char *const integers[] = {
+		"0", "-0", "7", "-7", "10", "-90", "123456789012345678",
+		"-123456789012345678", "99999999999999999",
+		"-99999999999999999", "999999999999999999",
+		"-999999999999999999", "1000000000000000000",
+		"-1000000000000000000", "9223372036854775807",
+		"-9223372036854775808",
+	};
+	int64_t	i;
+	size_t	k;
+
+	(void)state;
+	for (k = 0; k < sizeof integers / sizeof integers[0]; k++) {
+		assert_int_equal(replyscan_integer(integers[k],
+		    strlen(integers[k]), &i), 0);
+		if (i != strtoll(integers[k], NULL, 10))
+			fail_msg("%s read as %lld", integers[k], (long long)i);
+	}
+	assert_int_equal(replyscan_integer("1-", 2, &i), -1);
+	assert_int_equal(replyscan_integer("-", 1, &i), -1);
+}
+
 /* jsonbytes_decimal (replies, fences, lease_ms): digits end where asked. */
 static void
 decimal_written_backwards(void **state)
@@ -1001,6 +1032,7 @@ main(void)
 		cmocka_unit_test(deep_and_wide_judged_as_jansson),
 		cmocka_unit_test(lines_end_at_guard_page),
 		cmocka_unit_test(members_read_from_bytes),
+		cmocka_unit_test(integers_read_as_strtoll),
 		cmocka_unit_test(inner_only_the_top_levels_object),
 		cmocka_unit_test(compact_only_as_jansson_writes),
 		cmocka_unit_test(first_stop_found_in_word),
