@@ -33,6 +33,8 @@ struct digest_member {
 
 static pthread_once_t	digest_sodium_once = PTHREAD_ONCE_INIT;
 
+static void	digest_sodium_init(void);
+
 /*
  * CRLF and lone CR become LF.  Only called when s holds a CR, so the
  * common case costs one memchr.
@@ -773,6 +775,19 @@ digest_write_value(FILE *fp, const json_t *v, int depth, char *where)
 	return -1;
 }
 
+/* The generic canonical form's bytes to fp: 1 if a write failed. */
+static int
+digest_write_generic(FILE *fp, const char *kind, const json_t *request,
+    char *where)
+{
+	/* "kind" sorts before "request" in UTF-16 as in bytes. */
+	return fputs("{\"kind\":", fp) == EOF ||
+	    digest_write_string_value(fp, kind, strlen(kind)) != 0 ||
+	    fputs(",\"request\":", fp) == EOF ||
+	    digest_write_value(fp, request, 1, where) != 0 ||
+	    fputc('}', fp) == EOF;
+}
+
 int
 digest_generic_canonical(const char *kind, const json_t *request,
     char **canonical, size_t *length, char where[DIGEST_PATH_BYTES])
@@ -790,13 +805,73 @@ digest_generic_canonical(const char *kind, const json_t *request,
 	}
 	if ((fp = open_memstream(&buf, &size)) == NULL)
 		return -1;
-	/* "kind" sorts before "request" in UTF-16 as in bytes. */
-	failed = fputs("{\"kind\":", fp) == EOF ||
-	    digest_write_string_value(fp, kind, strlen(kind)) != 0 ||
-	    fputs(",\"request\":", fp) == EOF ||
-	    digest_write_value(fp, request, 1, where) != 0 ||
-	    fputc('}', fp) == EOF;
+	failed = digest_write_generic(fp, kind, request, where);
 	return digest_finish(fp, failed, &buf, &size, canonical, length);
+}
+
+/*
+ * The canonical form's bytes, as the stream flushes them, go into the
+ * hash: the broker needs their digest and length, never the bytes.
+ */
+struct digest_hashing {
+	crypto_hash_sha256_state	state;
+	size_t				length;
+};
+
+static ssize_t
+digest_hashing_write(void *cookie, const char *buf, size_t size)
+{
+	struct digest_hashing	*h = cookie;
+
+	crypto_hash_sha256_update(&h->state, (const unsigned char *)buf,
+	    size);
+	h->length += size;
+	return (ssize_t)size;
+}
+
+/*
+ * The stream's buffer: a request's canonical form is mostly under it,
+ * so hashed in one update at fclose; a larger one in as many as it
+ * takes, the same digest.
+ */
+#define DIGEST_HASHING_BUFFER_BYTES	4096
+
+int
+digest_generic_sha256(const char *kind, const json_t *request,
+    uint8_t digest[IDEM_SHA256_BYTES], size_t *length,
+    char where[DIGEST_PATH_BYTES])
+{
+	static const cookie_io_functions_t	 io = {
+		.write = digest_hashing_write
+	};
+	struct digest_hashing	 h;
+	char			 buf[DIGEST_HASHING_BUFFER_BYTES];
+	FILE			*fp;
+	int			 failed;
+
+	if (where != NULL)
+		where[0] = '\0';
+	if (kind == NULL || request == NULL) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_once(&digest_sodium_once, digest_sodium_init);
+	crypto_hash_sha256_init(&h.state);
+	h.length = 0;
+	if ((fp = fopencookie(&h, "w", io)) == NULL)
+		return -1;
+	if (setvbuf(fp, buf, _IOFBF, sizeof buf) != 0) {
+		fclose(fp);
+		errno = ENOMEM;
+		return -1;
+	}
+	failed = digest_write_generic(fp, kind, request, where);
+	/* fclose flushes the rest into the hash; it cannot fail there. */
+	if (digest_close(fp, failed) != 0)
+		return -1;
+	crypto_hash_sha256_final(&h.state, digest);
+	*length = h.length;
+	return 0;
 }
 
 int

@@ -91,6 +91,13 @@ int	 digest_write_json_string(FILE *, const char *s, size_t length,
 #define DIGEST_PATH_BYTES	64
 int	 digest_generic_canonical(const char *kind, const json_t *request,
 	    char **canonical, size_t *length, char where[DIGEST_PATH_BYTES]);
+/*
+ * The SHA-256 of that canonical form and its length, the same -1 and
+ * errno, without keeping its bytes: what the broker judges a begin by.
+ */
+int	 digest_generic_sha256(const char *kind, const json_t *request,
+	    uint8_t digest[IDEM_SHA256_BYTES], size_t *length,
+	    char where[DIGEST_PATH_BYTES]);
 /* An ECMAScript Number::toString of a finite double (JCS numbers). */
 int	 digest_write_number(FILE *, double);
 

@@ -716,6 +716,39 @@ struct generic_counts {
 	size_t	refused;
 };
 
+/*
+ * digest_generic_sha256 (the broker's: the canonical form hashed as it
+ * is written) agrees with digest_generic_canonical's bytes hashed: the
+ * same digest and length, or the same refusal, errno and path.
+ */
+static void
+assert_hashing_agrees(const char *kind, const json_t *request)
+{
+	char	 where[DIGEST_PATH_BYTES], hashing_where[DIGEST_PATH_BYTES];
+	char	*canonical;
+	uint8_t	 want[IDEM_SHA256_BYTES], got[IDEM_SHA256_BYTES];
+	size_t	 length, hashed_length;
+	int	 rc, hashing_rc, saved_errno;
+
+	errno = 0;
+	rc = digest_generic_canonical(kind, request, &canonical, &length,
+	    where);
+	saved_errno = errno;
+	errno = 0;
+	hashing_rc = digest_generic_sha256(kind, request, got, &hashed_length,
+	    hashing_where);
+	assert_int_equal(hashing_rc, rc);
+	assert_string_equal(hashing_where, where);
+	if (rc != 0) {
+		assert_int_equal(errno, saved_errno);
+		return;
+	}
+	digest_sha256(canonical, length, want);
+	free(canonical);
+	assert_int_equal(hashed_length, length);
+	assert_memory_equal(got, want, sizeof want);
+}
+
 /* One generic-json-v1 vector: canonical bytes and digest, or refusal. */
 static void
 run_generic_vector(json_t *v, void *arg)
@@ -724,12 +757,18 @@ run_generic_vector(json_t *v, void *arg)
 	char			 hex[IDEM_DIGEST_HEX_SIZE], *canonical;
 	size_t			 length;
 	const char		*kind, *request, *error;
+	json_t			*tree;
 
 	kind = json_string_value(json_object_get(v, "effect_kind"));
 	request = json_string_value(json_object_get(v, "request_json"));
 	error = json_string_value(json_object_get(v, "error"));
 	assert_non_null(kind);
 	assert_non_null(request);
+	if ((tree = json_loads(request, JSON_REJECT_DUPLICATES |
+	    JSON_DECODE_ANY, NULL)) != NULL) {
+		assert_hashing_agrees(kind, tree);
+		json_decref(tree);
+	}
 	if (error != NULL) {
 		errno = 0;
 		if (idem_effect_digest(kind, request, hex) == 0)
@@ -860,6 +899,57 @@ test_generic_json_refusals(void **state)
 	json_decref(r);
 }
 
+/*
+ * The broker's hashing of the canonical form agrees with the bytes
+ * hashed: across its stream's buffer (4 KiB) and many times it, and
+ * for the odd inputs: NUL, escapes, non-canonical numbers, names equal
+ * after normalization, invalid UTF-8, too deep.
+ */
+static void
+test_generic_json_hashing_agrees(void **state)
+{
+	static const char *const odd[] = {
+		"null", "0", "-0", "1.0", "1e2", "1E+2", "0.000001", "1e-7",
+		"123456789012345678901.0", "9007199254740993",
+		"\"\\u00e9 \\ud83d\\ude00 \\/ \\u2028 \\u007f \\t\"",
+		"\"a\\u0000b\"", "[\"\\u0000\"]",
+		"{\"b\":1,\"a\":[true,false,null,{}],\"\\u00e9\":\"e\\u0301\"}",
+		"{\"cafe\\u0301\":1,\"caf\\u00e9\":2}",
+		"{\"x\":\"a\\r\\nb\\rc\"}",
+		"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+		NULL };
+	static const size_t sizes[] = { 1, 4000, 4070, 4080, 4090, 4095,
+	    4096, 4097, 8191, 8192, 8193, 70000 };
+	json_t	*r;
+	char	*pad;
+	size_t	 i;
+
+	for (i = 0; odd[i] != NULL; i++) {
+		r = json_loads(odd[i], JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+		if (r == NULL)
+			fail_msg("odd input %zu does not parse", i);
+		assert_hashing_agrees("k/v1", r);
+		json_decref(r);
+	}
+	r = json_pack("{s:s#}", "a", "\xc3\x28", (int)2);
+	if (r != NULL) {
+		assert_hashing_agrees("k/v1", r);
+		json_decref(r);
+	}
+	/* Around and past the stream's buffer, offsets shifted by a byte. */
+	for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		assert_non_null(pad = malloc(sizes[i] + 1));
+		memset(pad, 'x', sizes[i]);
+		pad[sizes[i]] = '\0';
+		r = json_pack("{s:s,s:[i,s]}", "pad", pad, "z", (int)i, "\xc3\xa9");
+		assert_non_null(r);
+		assert_hashing_agrees("k/v1", r);
+		assert_hashing_agrees("kind.with.another/length", r);
+		json_decref(r);
+		free(pad);
+	}
+}
+
 int
 main(void)
 {
@@ -886,6 +976,7 @@ main(void)
 		cmocka_unit_test(test_generic_json_vectors_all_match),
 		cmocka_unit_test(test_generic_json_numbers),
 		cmocka_unit_test(test_generic_json_refusals),
+		cmocka_unit_test(test_generic_json_hashing_agrees),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
