@@ -950,6 +950,25 @@ test_generic_json_hashing_agrees(void **state)
 	}
 }
 
+/* Every byte value written as two lower-case hex digits, in order. */
+static void
+test_digest_to_hex_every_byte(void **state)
+{
+	uint8_t	digest[IDEM_SHA256_BYTES];
+	char	hex[IDEM_DIGEST_HEX_SIZE], want[IDEM_DIGEST_HEX_SIZE];
+	size_t	i, base;
+
+	for (base = 0; base < 256; base += IDEM_SHA256_BYTES) {
+		for (i = 0; i < IDEM_SHA256_BYTES; i++) {
+			digest[i] = (uint8_t)(base + i);
+			snprintf(want + 2 * i, 3, "%02x", digest[i]);
+		}
+		memset(hex, '*', sizeof hex);
+		digest_to_hex(digest, hex);
+		assert_string_equal(hex, want);
+	}
+}
+
 int
 main(void)
 {
@@ -977,6 +996,7 @@ main(void)
 		cmocka_unit_test(test_generic_json_numbers),
 		cmocka_unit_test(test_generic_json_refusals),
 		cmocka_unit_test(test_generic_json_hashing_agrees),
+		cmocka_unit_test(test_digest_to_hex_every_byte),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
