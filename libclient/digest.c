@@ -69,6 +69,16 @@ digest_is_ascii(const char *s, size_t length)
 	return 1;
 }
 
+/*
+ * ASCII without CR: its own normalization (digest_normalize_string
+ * would hand back a copy of the same bytes).
+ */
+static int
+digest_is_plain(const char *s, size_t length)
+{
+	return memchr(s, '\r', length) == NULL && digest_is_ascii(s, length);
+}
+
 char *
 digest_normalize_string(const char *s, size_t length, size_t *out_length)
 {
@@ -560,6 +570,7 @@ digest_write_number(FILE *fp, double v)
 /* A member name, normalized, and its UTF-16 code units for sorting. */
 struct digest_name {
 	char		*name;
+	int		 borrowed;	/* name is the tree's key: not freed */
 	size_t		 length;
 	uint16_t	*units;
 	size_t		 count;
@@ -662,6 +673,9 @@ digest_write_string_value(FILE *fp, const char *s, size_t length)
 		errno = EINVAL;
 		return -1;
 	}
+	/* What normalizing would copy unchanged is written as it is. */
+	if (digest_is_plain(s, length))
+		return digest_write_json_string(fp, s, length, 0);
 	if ((n = digest_normalize_string(s, length, &nlength)) == NULL)
 		return -1;
 	rc = digest_write_json_string(fp, n, nlength, 0);
@@ -685,8 +699,12 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 		return -1;
 	json_object_foreach((json_t *)object, key, value) {
 		m[i].value = value;
-		m[i].name = digest_normalize_string(key, strlen(key),
-		    &m[i].length);
+		m[i].length = strlen(key);
+		if ((m[i].borrowed = digest_is_plain(key, m[i].length)))
+			m[i].name = (char *)key;
+		else
+			m[i].name = digest_normalize_string(key, m[i].length,
+			    &m[i].length);
 		if (m[i].name == NULL || digest_utf16(&m[i]) != 0) {
 			digest_where_join(where, parent, ".", key);
 			i++;
@@ -716,7 +734,8 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 	rc = fputc('}', fp) == EOF ? -1 : 0;
 out:
 	for (j = 0; j < i; j++) {
-		free(m[j].name);
+		if (!m[j].borrowed)
+			free(m[j].name);
 		free(m[j].units);
 	}
 	free(m);
