@@ -20,6 +20,7 @@
 #include <utf8proc.h>
 
 #include "digest.h"
+#include "jsonbytes.h"
 
 #ifndef nitems
 #define nitems(a)	(sizeof (a) / sizeof (a)[0])
@@ -310,6 +311,16 @@ digest_write_json_string(FILE *fp, const char *s, size_t length,
 	if (fputc('"', fp) == EOF)
 		return -1;
 	while (p < end) {
+		/*
+		 * Sixteen bytes at a time past those that need nothing: no
+		 * control, quote, backslash or byte from 0x80 up (DEL, which
+		 * it passes, is written as it is unless yaml_safe).
+		 */
+		if (!yaml_safe)
+			p = (const utf8proc_uint8_t *)jsonbytes_skip_run16(
+			    (const char *)p, (const char *)end, 1);
+		if (p == end)
+			break;
 		/* Printable ASCII other than " and \ is the common case. */
 		if (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\') {
 			p++;

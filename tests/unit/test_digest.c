@@ -969,6 +969,48 @@ test_digest_to_hex_every_byte(void **state)
 	}
 }
 
+/*
+ * A long string is encoded as its bytes one at a time are: every byte
+ * 0x01..0x7f, and a two-byte UTF-8 character, at each place of plain
+ * strings of up to 40 bytes (whose runs are skipped sixteen bytes at a
+ * time), both ways (JCS and YAML-safe), equals the plain bytes around
+ * that character's own encoding.
+ */
+static void
+test_long_strings_encode_as_their_bytes(void **state)
+{
+	char	s[40], want[128], *one, *got;
+	size_t	n, i, k;
+	int	a, yaml_safe;
+
+	(void)state;
+	for (yaml_safe = 0; yaml_safe <= 1; yaml_safe++)
+	for (n = 1; n <= sizeof s; n++)
+	for (i = 0; i < n; i++)
+	for (a = 1; a <= 0x80; a++) {
+		memset(s, 'x', sizeof s);
+		if (a == 0x80) {
+			if (i + 1 >= n)
+				continue;
+			memcpy(s + i, "\xc3\xa9", 2);	/* U+00E9 */
+			k = 2;
+		} else {
+			s[i] = (char)a;
+			k = 1;
+		}
+		one = encode(s + i, k, yaml_safe);
+		/* ", the x before, the character's own text without its quotes, the x after, " */
+		snprintf(want, sizeof want, "\"%.*s%.*s%.*s\"", (int)i, s,
+		    (int)(strlen(one) - 2), one + 1, (int)(n - i - k), s + i + k);
+		got = encode(s, n, yaml_safe);
+		if (strcmp(got, want) != 0)
+			fail_msg("byte 0x%02x at %zu of %zu (yaml_safe %d): %s, "
+			    "want %s", a, i, n, yaml_safe, got, want);
+		free(got);
+		free(one);
+	}
+}
+
 int
 main(void)
 {
@@ -997,6 +1039,7 @@ main(void)
 		cmocka_unit_test(test_generic_json_refusals),
 		cmocka_unit_test(test_generic_json_hashing_agrees),
 		cmocka_unit_test(test_digest_to_hex_every_byte),
+		cmocka_unit_test(test_long_strings_encode_as_their_bytes),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
