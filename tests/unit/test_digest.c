@@ -1011,6 +1011,37 @@ test_long_strings_encode_as_their_bytes(void **state)
 	}
 }
 
+/*
+ * A string that is not all ASCII is normalized wherever its first
+ * non-ASCII byte is: "e" and a combining acute (NFD) at each place of
+ * plain strings of up to 40 bytes digest as the precomposed character
+ * (NFC) there.
+ */
+static void
+test_non_ascii_found_at_every_place(void **state)
+{
+	char	nfd[48], nfc[48], *a, *b;
+	size_t	n, i, alength, blength;
+
+	(void)state;
+	for (n = 3; n <= 40; n++) {
+		for (i = 0; i + 3 <= n; i++) {
+			memset(nfd, 'x', n);
+			memcpy(nfd + i, "e\xcc\x81", 3);	/* e U+0301 */
+			memset(nfc, 'x', n - 1);
+			memcpy(nfc + i, "\xc3\xa9", 2);	/* U+00E9 */
+			a = digest_normalize_string(nfd, n, &alength);
+			b = digest_normalize_string(nfc, n - 1, &blength);
+			assert_non_null(a);
+			assert_non_null(b);
+			assert_int_equal(alength, blength);
+			assert_memory_equal(a, b, blength);
+			free(a);
+			free(b);
+		}
+	}
+}
+
 int
 main(void)
 {
@@ -1040,6 +1071,7 @@ main(void)
 		cmocka_unit_test(test_generic_json_hashing_agrees),
 		cmocka_unit_test(test_digest_to_hex_every_byte),
 		cmocka_unit_test(test_long_strings_encode_as_their_bytes),
+		cmocka_unit_test(test_non_ascii_found_at_every_place),
 	};
 
 	if (FILTER_APPLY(tests) == -1)
