@@ -717,6 +717,22 @@ struct generic_counts {
 };
 
 /*
+ * {"a": "\xc3\x28"}: a lead byte followed by no continuation byte.
+ * json_pack and json_string check UTF-8 and would return NULL, so the
+ * value is made with json_stringn_nocheck, as a caller's tree could be.
+ */
+static json_t *
+invalid_utf8_request(void)
+{
+	json_t	*r;
+
+	assert_non_null(r = json_object());
+	assert_int_equal(json_object_set_new(r, "a",
+	    json_stringn_nocheck("\xc3\x28", 2)), 0);
+	return r;
+}
+
+/*
  * digest_generic_sha256 (the broker's: the canonical form hashed as it
  * is written) agrees with digest_generic_canonical's bytes hashed: the
  * same digest and length, or the same refusal, errno and path.
@@ -850,13 +866,17 @@ test_generic_json_refusals(void **state)
 	assert_int_equal(idem_effect_digest("k/v1", "{\"a\":1,\"a\":2}",
 	    hex), -1);
 	assert_int_equal(errno, EINVAL);
-	/* Invalid UTF-8 inside a value built in memory. */
-	r = json_pack("{s:s#}", "a", "\xc3\x28", (int)2);
-	if (r != NULL) {
-		assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n,
-		    where), -1);
-		json_decref(r);
-	}
+	/*
+	 * Invalid UTF-8 inside a value built in memory: EILSEQ.  json_pack
+	 * checks UTF-8 and would build nothing, so the string is set
+	 * unchecked.
+	 */
+	r = invalid_utf8_request();
+	errno = 0;
+	assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n, where),
+	    -1);
+	assert_int_equal(errno, EILSEQ);
+	json_decref(r);
 	/* Too deep. */
 	{
 		char	deep[200];
@@ -921,8 +941,9 @@ test_generic_json_hashing_agrees(void **state)
 	static const size_t sizes[] = { 1, 4000, 4070, 4080, 4090, 4095,
 	    4096, 4097, 8191, 8192, 8193, 70000 };
 	json_t	*r;
-	char	*pad;
-	size_t	 i;
+	char	*pad, where[DIGEST_PATH_BYTES];
+	uint8_t	 digest[IDEM_SHA256_BYTES];
+	size_t	 i, length;
 
 	for (i = 0; odd[i] != NULL; i++) {
 		r = json_loads(odd[i], JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
@@ -931,11 +952,14 @@ test_generic_json_hashing_agrees(void **state)
 		assert_hashing_agrees("k/v1", r);
 		json_decref(r);
 	}
-	r = json_pack("{s:s#}", "a", "\xc3\x28", (int)2);
-	if (r != NULL) {
-		assert_hashing_agrees("k/v1", r);
-		json_decref(r);
-	}
+	/* Invalid UTF-8: both refuse it, with EILSEQ. */
+	r = invalid_utf8_request();
+	assert_hashing_agrees("k/v1", r);
+	errno = 0;
+	assert_int_equal(digest_generic_sha256("k/v1", r, digest, &length,
+	    where), -1);
+	assert_int_equal(errno, EILSEQ);
+	json_decref(r);
 	/* Around and past the stream's buffer, offsets shifted by a byte. */
 	for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
 		assert_non_null(pad = malloc(sizes[i] + 1));
@@ -1015,15 +1039,34 @@ test_long_strings_encode_as_their_bytes(void **state)
  * A string that is not all ASCII is normalized wherever its first
  * non-ASCII byte is: "e" and a combining acute (NFD) at each place of
  * plain strings of up to 40 bytes digest as the precomposed character
- * (NFC) there.
+ * (NFC) there; and a single 0x80 (a lone continuation byte) or 0xff
+ * (never in UTF-8) at each place 0..40 of plain strings of up to 41
+ * bytes is refused with EILSEQ.  The single byte is what catches
+ * digest_is_ascii skipping one place of its eight-byte words: the NFD
+ * pair has two high bytes, so one skipped place still sees the other.
  */
 static void
 test_non_ascii_found_at_every_place(void **state)
 {
+	static const unsigned char lone[] = { 0x80, 0xff };
 	char	nfd[48], nfc[48], *a, *b;
-	size_t	n, i, alength, blength;
+	size_t	n, i, j, alength, blength;
 
 	(void)state;
+	for (j = 0; j < sizeof lone; j++) {
+		for (n = 1; n <= 41; n++) {
+			for (i = 0; i < n; i++) {
+				memset(nfd, 'x', n);
+				nfd[i] = (char)lone[j];
+				errno = 0;
+				a = digest_normalize_string(nfd, n, &alength);
+				if (a != NULL || errno != EILSEQ)
+					fail_msg("byte 0x%02x at %zu of %zu: "
+					    "not refused with EILSEQ", lone[j],
+					    i, n);
+			}
+		}
+	}
 	for (n = 3; n <= 40; n++) {
 		for (i = 0; i + 3 <= n; i++) {
 			memset(nfd, 'x', n);
