@@ -827,9 +827,17 @@ external_key_of(const char *text)
  * worker keeps it with the proceed, by the key's hash, and hashes again
  * when that entry went to another key): with more effects proceeded
  * before their commits than the worker keeps (so entries are
- * overwritten and shared by keys of the same request digest), and an attempt
- * released and proceeded again, each commit's key is its proceed's and
- * the full path's (a reordered retry).
+ * overwritten and shared by keys of the same request digest), and an
+ * attempt released and proceeded again, each commit's key is its
+ * proceed's and the full path's (a reordered retry).
+ *
+ * What it does not prove: that fastpath_effect_begun's match needs the
+ * key.  Every proceed draws a fresh random fence, so an entry left by
+ * another key never has this commit's fence, and the fence alone tells
+ * the entries apart: with the key's comparison removed this test still
+ * passes (tried).  The key (and request digest) comparison guards only
+ * against two proceeds drawing the same 64-bit nonce; no test here
+ * reaches it (fastpath.c has no unit-test seam).
  */
 static void
 fx_commit_names_the_proceeds_external_key(void **state)
