@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * digest.c: the write-task-v1 and write-report-v1 digest schemes
- * (SPEC.md, "Digest scheme write-task-v1") and fcop-create-task-v1
- * (doc/protocol.md, "Digest schemas"): string normalization, the JCS
- * string encoding, the canonical JSON bytes and their SHA-256, and the
- * grammars of role codes, slots and FCoP 4's ids.
+ * (SPEC.md, "Digest scheme write-task-v1") and generic-json-v1 (SPEC.md,
+ * "Effects: any side effect the caller performs"): string normalization
+ * (CRLF and lone CR to LF, then NFC), the JCS string encoding, their
+ * canonical JSON bytes and SHA-256 (generic-json-v1's also hashed as it
+ * is written, for the broker), digests' hex, and the grammars of role
+ * codes and slots.  fcop-create-task-v1 and FCoP 4's id grammars are
+ * digest_fcop.c's, built on the functions here.
  * This is the only place idem touches utf8proc and libsodium's hash.
  * Everything here is pure: no I/O beyond the caller's FILE, no state
  * but libsodium's one-time initialization.
