@@ -444,6 +444,14 @@ effect_unreadable(struct pending *p)
  * this worker answered proceed to (begun: its begin line's, taken
  * before the receipt was written), or a reuse answered whole from the
  * table's entry (this begin line's).  0: none.
+ *
+ * The begun entry (hint and external key) is taken from the worker's
+ * cache even when nothing is then stored: a receipt of 4 KiB or more,
+ * a receipt that proves unreadable, or text that runs out of memory.
+ * Nothing is lost: an attempt commits once, so no later commit could
+ * have matched that entry; a later complete of it is answered without
+ * action_taken, which never looks in the cache, and its retries take
+ * the full path.
  */
 static int
 receipt_stored_for(struct pending *p, int begun,
