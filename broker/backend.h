@@ -129,7 +129,7 @@ struct backend_row {
 	 * layer when it builds the JSON (entry.lease_expires_ms = now +
 	 * lease_ms_left); epoch, owner (and owner_alive, if not -1) are
 	 * shown, and diagnose shows a task in the cluster's layout
-	 * (doc/cluster.md, "diagnose").
+	 * (doc/cluster.md, "Diagnostics").
 	 */
 	int			 has_owner;
 	int64_t			 epoch;

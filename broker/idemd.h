@@ -713,6 +713,14 @@ struct submission {
 	void			(*done)(struct pending *,
 				    const struct backend_create_outcome *);
 };
+/*
+ * A request whose op state (op_size bytes, zeroed; a struct submission
+ * first) has the backend's room after it, s->backend_state, and its
+ * ops set: NULL if it could not be allocated (answered already).
+ */
+struct pending *submission_pending_new(struct conn *, json_t *id,
+	    size_t op_size, void (*op_free)(void *),
+	    const struct submission_ops *);
 /* p->op is a struct submission (first member of the op's state). */
 void	 submission_start(struct pending *);
 

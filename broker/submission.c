@@ -83,6 +83,23 @@ submission_done(struct pending *p, const struct backend_create_outcome *out)
 	}
 }
 
+struct pending *
+submission_pending_new(struct conn *conn, json_t *id, size_t op_size,
+    void (*op_free)(void *), const struct submission_ops *ops)
+{
+	struct pending		*p;
+	struct submission	*s;
+	size_t			 room_offset = BACKEND_ROOM_OFFSET(op_size);
+
+	if ((p = pending_new_op(conn, id, room_offset +
+	    conn_idemd(conn)->be->create_state_size, op_free)) == NULL)
+		return NULL;
+	s = sub_of(p);
+	s->backend_state = (char *)p->op + room_offset;
+	s->ops = ops;
+	return p;
+}
+
 void
 submission_start(struct pending *p)
 {

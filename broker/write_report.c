@@ -79,12 +79,10 @@ op_write_report(struct conn *conn, json_t *request, json_t *id)
 	char			 path[IDEM_MAX_TASK_PATH_BYTES];
 	int			 found;
 
-	if ((p = pending_new_op(conn, id, BACKEND_ROOM_OFFSET(sizeof *wr) +
-	    conn_idemd(conn)->be->create_state_size, write_report_free)) == NULL)
+	if ((p = submission_pending_new(conn, id, sizeof *wr,
+	    write_report_free, &write_report_ops)) == NULL)
 		return;
 	wr = p->op;
-	wr->sub.backend_state = (char *)wr + BACKEND_ROOM_OFFSET(sizeof *wr);
-	wr->sub.ops = &write_report_ops;
 	if (write_report_parse(wr, request, &err) != 0) {
 		atomic_fetch_add(&d->seg.header->counters.errors, 1);
 		pending_reply(p, reply_error(&err, p->id));

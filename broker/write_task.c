@@ -91,13 +91,11 @@ op_write_task(struct conn *conn, json_t *request, json_t *id)
 	struct pending		*p;
 	const struct idem_task	*t;
 
-	if ((p = pending_new_op(conn, id, BACKEND_ROOM_OFFSET(sizeof *wt) +
-	    conn_idemd(conn)->be->create_state_size, write_task_free)) == NULL)
+	if ((p = submission_pending_new(conn, id, sizeof *wt, write_task_free,
+	    &write_task_ops)) == NULL)
 		return;
 	wt = p->op;
-	wt->sub.backend_state = (char *)wt + BACKEND_ROOM_OFFSET(sizeof *wt);
 	fastpath_hint_take(&p->worker->fast, &wt->fast);
-	wt->sub.ops = &write_task_ops;
 	if (write_task_parse(wt, request, p->worker->d->root_fd, &err) != 0) {
 		atomic_fetch_add(&p->worker->d->seg.header->counters.errors, 1);
 		pending_reply(p, reply_error(&err, p->id));

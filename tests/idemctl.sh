@@ -110,6 +110,21 @@ expect 1 "submit --json of a conflict"
 is_json "$tmp/out" "submit --json prints the answer as JSON"
 contains "$tmp/out" '"disposition":"conflict"' "submit --json carries the disposition"
 
+# Each task flag sets its member of the task (lists once per use).
+run "$IDEMCTL" submit --id ctl-flags --sender PM --recipient DEV \
+    --subject "Every flag" --body "The body" --priority P2 \
+    --risk-level high --thread-key th-1 --parent "$task1" \
+    --reference doc/a.md --reference doc/b.md --depends-on "$task1"
+expect 0 "submit with every task flag"
+task2=$(sed -n 's/^created: \(TASK-[^ ]*\) .*/\1/p' "$tmp/out")
+for member in 'subject: "Every flag"' 'priority: "P2"' \
+    'risk_level: "high"' 'thread_key: "th-1"' "parent: \"$task1\"" \
+    'references: ["doc/a.md","doc/b.md"]' "depends_on: [\"$task1\"]" \
+    'The body'; do
+	contains "$root/_lifecycle/inbox/$task2.md" "$member" \
+	    "the task file of every flag has $member"
+done
+
 run "$IDEMCTL" submit --sender PM --recipient DEV --subject "No id"
 expect 0 "legacy submit"
 contains "$tmp/out" "legacy: not idempotent" "legacy submit says so"
@@ -150,12 +165,12 @@ mv "$root/_lifecycle/active/$task1.md" "$root/_lifecycle/inbox/"
 run "$IDEMCTL" stats --json
 expect 0 "stats --json"
 is_json "$tmp/out" "stats --json is JSON"
-contains "$tmp/out" '"created":3' "stats counts three creations"
+contains "$tmp/out" '"created":4' "stats counts four creations"
 run "$IDEMCTL" stats --prometheus
 expect 0 "stats --prometheus"
 contains "$tmp/out" "# TYPE idem_created_total counter" "prometheus: TYPE line"
 contains "$tmp/out" "# HELP idem_created_total" "prometheus: HELP line"
-contains "$tmp/out" "idem_created_total 3" "prometheus: idem_created_total"
+contains "$tmp/out" "idem_created_total 4" "prometheus: idem_created_total"
 contains "$tmp/out" "# TYPE idem_table_used gauge" "prometheus: a gauge"
 # Every stat idemd sends is in idemctl's table (libclient/stats.h): none
 # is untyped; names follow Prometheus's conventions; no float noise.

@@ -5,14 +5,27 @@
 # (make_tmp), commands whose output and status are kept for the checks
 # (run, expect, contains), and a real idemd on $root, awaited through
 # --ready-fd and stopped with SIGTERM at exit so that it leaves no
-# segment in /dev/shm (start_broker, stop_broker).  It runs nothing by
-# itself.
+# segment in /dev/shm (start_broker, stop_broker), and the skip that is a
+# failure in CI (skip_or_fail_in_ci).  It runs nothing by itself.
 
 failures=0
 pid=
 
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# skip_or_fail_in_ci REASON CI_NOTE: a test that cannot run here exits
+# 77 (skip) saying REASON; but in CI (CI=true), where it must run, 1
+# (fail), saying REASON and CI_NOTE.
+skip_or_fail_in_ci() {
+	case ${CI:-} in
+	true|TRUE|True|1|yes)
+		echo "FAIL: $1 (CI=true: $2)"
+		exit 1 ;;
+	esac
+	echo "SKIP: $1"
+	exit 77
+}
 
 # finish: print the count of failures, exit 0 if there were none.
 finish() {

@@ -8,15 +8,9 @@
 set -eu
 src=${IDEM_SRCDIR:?}
 shared=${IDEM_SHARED_DIR:-$src/../shared}
-if [ ! -f "$shared/SPEC.md" ]; then
-	case ${CI:-} in
-	true|TRUE|True|1|yes)
-		echo "FAIL: no $shared/SPEC.md (CI=true: set IDEM_SHARED_DIR)"
-		exit 1 ;;
-	esac
-	echo "SKIP: no shared/ beside the source tree ($shared)"
-	exit 77
-fi
+. "$src/tests/lib.sh"
+[ -f "$shared/SPEC.md" ] ||
+    skip_or_fail_in_ci "no $shared/SPEC.md" "set IDEM_SHARED_DIR"
 status=0
 for pair in "SPEC.md:SPEC.md" "vectors/write-task-v1.json:write-task-v1.json" \
     "vectors/write-task-v1-fcop.json:write-task-v1-fcop.json"; do

@@ -1061,6 +1061,58 @@ const struct option ctl_submit_options[] = {
 	{ NULL, 0, NULL, 0 }
 };
 
+/*
+ * The task's members that submit's flags set (ctl_submit_options): a
+ * string each, or a list that each use of the flag adds to.
+ */
+static const struct submit_task_flag {
+	int		 option;
+	const char	*member;
+	int		 list;
+} submit_task_flags[] = {
+	{ 's', "sender", 0 },
+	{ 'r', "recipient", 0 },
+	{ 'S', "subject", 0 },
+	{ 'b', "body", 0 },
+	{ 'p', "priority", 0 },
+	{ 'l', "risk_level", 0 },
+	{ 't', "thread_key", 0 },
+	{ 'P', "parent", 0 },
+	{ OPT_REFERENCE, "references", 1 },
+	{ OPT_DEPENDS_ON, "depends_on", 1 },
+};
+
+/*
+ * Set the member of option (a task flag) to value.  A value that is not
+ * valid UTF-8 sets nothing: json_string refuses it, and a required
+ * member found missing says so.
+ */
+static void
+submit_task_member(json_t *task, int option, const char *value)
+{
+	const struct submit_task_flag	*f;
+	json_t				*list;
+	size_t				 i;
+
+	for (i = 0; i < sizeof submit_task_flags /
+	    sizeof submit_task_flags[0]; i++) {
+		f = &submit_task_flags[i];
+		if (f->option != option)
+			continue;
+		if (!f->list) {
+			json_object_set_new(task, f->member,
+			    json_string(value));
+			return;
+		}
+		if ((list = json_object_get(task, f->member)) == NULL) {
+			list = json_array();
+			json_object_set_new(task, f->member, list);
+		}
+		json_array_append_new(list, json_string(value));
+		return;
+	}
+}
+
 int
 cmd_submit(struct idemctl *ctl, int argc, char **argv)
 {
@@ -1081,46 +1133,8 @@ cmd_submit(struct idemctl *ctl, int argc, char **argv)
 		case OPT_FILE:
 			file = optarg;
 			break;
-		case 's':
-			json_object_set_new(task, "sender",
-			    json_string(optarg));
-			break;
-		case 'r':
-			json_object_set_new(task, "recipient",
-			    json_string(optarg));
-			break;
-		case 'S':
-			json_object_set_new(task, "subject",
-			    json_string(optarg));
-			break;
-		case 'b':
-			json_object_set_new(task, "body", json_string(optarg));
-			break;
-		case 'p':
-			json_object_set_new(task, "priority",
-			    json_string(optarg));
-			break;
-		case 'l':
-			json_object_set_new(task, "risk_level",
-			    json_string(optarg));
-			break;
-		case 't':
-			json_object_set_new(task, "thread_key",
-			    json_string(optarg));
-			break;
-		case 'P':
-			json_object_set_new(task, "parent",
-			    json_string(optarg));
-			break;
-		case OPT_REFERENCE:
-		case OPT_DEPENDS_ON:
-			if (json_object_get(task, ch == OPT_REFERENCE ?
-			    "references" : "depends_on") == NULL)
-				json_object_set_new(task, ch == OPT_REFERENCE ?
-				    "references" : "depends_on", json_array());
-			json_array_append_new(json_object_get(task,
-			    ch == OPT_REFERENCE ? "references" : "depends_on"),
-			    json_string(optarg));
+		default:
+			submit_task_member(task, ch, optarg);
 			break;
 		}
 	}

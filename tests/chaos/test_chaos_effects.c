@@ -784,8 +784,5 @@ main(void)
 		cmocka_unit_test(chaos_effects_markers_match_receipts),
 	};
 
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

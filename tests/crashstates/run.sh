@@ -22,14 +22,9 @@
 set -u
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 idemd=${IDEMD:-$src/broker/idemd}
+. "$src/tests/lib.sh"
 not_proved() {
-	case ${CI:-} in
-	true|TRUE|True|1|yes)
-		echo "FAIL: $1 (CI=true: the exploration must run)"
-		exit 1 ;;
-	esac
-	echo "SKIP: $1"
-	exit 77
+	skip_or_fail_in_ci "$1" "the exploration must run"
 }
 if ! command -v python3 >/dev/null 2>&1; then
 	not_proved "python3 not found"

@@ -10,10 +10,10 @@
  *
  * Header only (static inline), so that every test program, unit,
  * integration, mcp or cluster, has it without another object to link.
- * Include it after <cmocka.h>.  In main:
+ * Include it after <cmocka.h>.  In main, the tests the filter selects
+ * (all without one) run, their status returned:
  *
- *	if (FILTER_APPLY(tests) == -1)
- *		return 1;
+ *	return FILTER_RUN(tests);
  */
 
 #ifndef IDEM_TESTS_FILTER_H
@@ -90,5 +90,10 @@ filter_apply(const char *program, const struct CMUnitTest *tests,
 
 #define FILTER_APPLY(tests)	filter_apply(__FILE__, (tests), \
 	sizeof(tests) / sizeof((tests)[0]))
+
+/* cmocka's status running the tests selected; 1 if the filter is bad. */
+#define FILTER_RUN(tests)						\
+	(FILTER_APPLY(tests) == -1 ? 1 :				\
+	    cmocka_run_group_tests(tests, NULL, NULL))
 
 #endif

@@ -181,6 +181,83 @@ die(const char *what)
 	abort();
 }
 
+/*
+ * The roots harness_fresh_root made that are not yet removed (nor kept
+ * on purpose, by a failed test's teardown or IDEM_TEST_KEEP).  At the
+ * test program's exit any of them still on disk was forgotten by its
+ * test: the program fails naming it, so that a passing suite leaves no
+ * idem-test-* behind in $TMPDIR.
+ */
+static struct {
+	pid_t	  owner;	/* the test process, not a forked client */
+	char	**paths;
+	size_t	  count;
+	size_t	  allocated;
+} harness_roots;
+
+static void
+roots_check_at_exit(void)
+{
+	struct stat	st;
+	size_t		i, left = 0;
+
+	if (getpid() != harness_roots.owner ||
+	    getenv("IDEM_TEST_KEEP") != NULL)
+		return;
+	for (i = 0; i < harness_roots.count; i++) {
+		if (lstat(harness_roots.paths[i], &st) == -1)
+			continue;
+		/* An empty one has nothing to look at: removed. */
+		fprintf(stderr, "harness: FAIL: test root %s left behind: "
+		    "made by harness_fresh_root, removed by no "
+		    "harness_cleanup%s\n", harness_roots.paths[i],
+		    rmdir(harness_roots.paths[i]) == 0 ? " (empty; removed "
+		    "now)" : "");
+		left++;
+	}
+	if (left != 0)
+		_exit(1);
+}
+
+static void
+roots_made(const char *root)
+{
+	char	**grown;
+
+	if (harness_roots.owner == 0) {
+		harness_roots.owner = getpid();
+		if (atexit(roots_check_at_exit) != 0)
+			die("atexit");
+	}
+	if (harness_roots.count == harness_roots.allocated) {
+		harness_roots.allocated = harness_roots.allocated * 2 + 8;
+		grown = realloc(harness_roots.paths, harness_roots.allocated *
+		    sizeof *grown);
+		if (grown == NULL)
+			die("realloc");
+		harness_roots.paths = grown;
+	}
+	if ((harness_roots.paths[harness_roots.count] = strdup(root)) == NULL)
+		die("strdup");
+	harness_roots.count++;
+}
+
+/* Removed, or kept on purpose: not a root left behind. */
+static void
+roots_done(const char *root)
+{
+	size_t	i;
+
+	for (i = 0; i < harness_roots.count; i++) {
+		if (strcmp(harness_roots.paths[i], root) != 0)
+			continue;
+		free(harness_roots.paths[i]);
+		harness_roots.paths[i] =
+		    harness_roots.paths[--harness_roots.count];
+		return;
+	}
+}
+
 void
 harness_fresh_root(struct broker *b)
 {
@@ -191,6 +268,7 @@ harness_fresh_root(struct broker *b)
 	    tmp != NULL ? tmp : "/tmp");
 	if (mkdtemp(b->root) == NULL)
 		die("mkdtemp");
+	roots_made(b->root);
 	snprintf(b->socket, sizeof b->socket, "%s/.idem/idemd.sock", b->root);
 	snprintf(b->log, sizeof b->log, "%s.log", b->root);
 }
@@ -553,6 +631,8 @@ harness_cleanup(struct broker *b)
 	    b->log, b->root);
 	if (system(cmd) != 0)
 		fprintf(stderr, "harness: could not remove %s\n", b->root);
+	else
+		roots_done(b->root);
 }
 
 json_t *
@@ -730,8 +810,10 @@ harness_teardown(void **state)
 
 	harness_watchdog(0);
 	/* A failed test leaves its root (and log) behind to be looked at. */
-	if (b->root[0] != '\0')
+	if (b->root[0] != '\0') {
 		fprintf(stderr, "kept %s and %s\n", b->root, b->log);
+		roots_done(b->root);
+	}
 	if (b->pid != 0) {
 		/* It may have failed with the master stopped (SIGSTOP). */
 		kill(b->pid, SIGCONT);

@@ -24,7 +24,11 @@ struct broker {
 	int	exit_status;	/* of the last stop, wait or kill */
 };
 
-/* A fresh root under $TMPDIR (or /tmp). */
+/*
+ * A fresh root under $TMPDIR (or /tmp).  Every root made must be removed
+ * by harness_cleanup (or harness_finish) or kept by a failed test's
+ * harness_teardown: one still there at exit fails the test program.
+ */
 void	 harness_fresh_root(struct broker *);
 /*
  * Start idemd on b->root with extra arguments (NULL-terminated, may be

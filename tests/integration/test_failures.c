@@ -741,8 +741,5 @@ main(void)
 		T(report_worker_crash_after_task_file_linked),
 		T(report_worker_crash_after_commit_durable),
 	};
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+	return harness_exit_status(FILTER_RUN(tests));
 }

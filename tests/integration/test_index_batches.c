@@ -479,8 +479,5 @@ main(void)
 		    harness_shim_teardown),
 	};
 
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+	return harness_exit_status(FILTER_RUN(tests));
 }

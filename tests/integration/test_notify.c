@@ -105,8 +105,5 @@ main(void)
 		    "found no libsystemd-dev): no sd_notify to test\n");
 		return 77;
 	}
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -674,8 +674,5 @@ main(void)
 		T(killed_test_leaves_no_broker),
 	};
 
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

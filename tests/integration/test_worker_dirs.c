@@ -162,8 +162,5 @@ main(void)
 		T(each_worker_has_its_own_directory_descriptions),
 	};
 
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

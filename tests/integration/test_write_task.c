@@ -1294,8 +1294,5 @@ main(void)
 
 	if (sodium_init() < 0)
 		return 1;
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return harness_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+	return harness_exit_status(FILTER_RUN(tests));
 }

@@ -19,16 +19,17 @@
 // down) the tool acts at most once per key, judged by the server's own
 // count of executions.
 
-import { test, before, after } from 'node:test';
+import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import readline from 'node:readline';
 import { once } from 'node:events';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
+
+import { SdkRun } from './sdk_run.mjs';
 
 const IDEMD = process.env.IDEMD;
 const IDEMCTL = process.env.IDEMCTL;
@@ -50,64 +51,13 @@ const FILESYSTEM = [process.execPath,
 const EVERYTHING = [process.execPath,
   path.join(MODULES, 'server-everything', 'dist', 'index.js'), 'stdio'];
 const OURS = [process.execPath, path.join(HERE, 'proxy_server.mjs')];
-const BROKER_READY_MS = 30000;
 const LEASE_MS = 1000;	// short, so that lapsed leases come quickly
 
-const tmp = fs.mkdtempSync(path.join(process.env.TMPDIR ?? os.tmpdir(), 'idem-mcp-proxy.'));
-const root = path.join(tmp, 'root');
+const run = new SdkRun('idem-mcp-proxy.');
+const { tmp, root, broker } = run;
+const check = run.check.bind(run);
 const files = path.join(tmp, 'files');
-const brokerLog = path.join(tmp, 'idemd.log');
-let broker = null;
 const sessions = [];
-let defined = 0;
-let completed = 0;
-function check(name, fn) {
-  defined++;
-  test(name, async () => {
-    await fn();
-    completed++;
-  });
-}
-
-// ---- the broker ------------------------------------------------------------
-
-async function startBroker() {
-  const log = fs.openSync(brokerLog, 'a');
-  const child = spawn(IDEMD, ['--root', root, '--workers', '2', '--ready-fd', '3'],
-      { stdio: ['ignore', log, log, 'pipe'] });
-  fs.closeSync(log);
-  let said = '';
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error('idemd not ready in time; see ' + brokerLog));
-    }, BROKER_READY_MS);
-    child.stdio[3].on('data', (chunk) => {
-      said += chunk;
-      if (said.includes('ready')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`idemd exited (${code ?? signal}) before ready; see ${brokerLog}`));
-    });
-  });
-  child.removeAllListeners('exit');
-  broker = child;
-}
-
-async function stopBroker() {
-  const child = broker;
-  broker = null;
-  if (child === null || child.exitCode !== null)
-    return;
-  const exited = once(child, 'exit');
-  child.kill('SIGTERM');
-  const [code] = await exited;
-  assert.equal(code, 0, 'idemd exits 0 on SIGTERM');
-}
 
 // ---- the proxy and its client ----------------------------------------------
 
@@ -204,21 +154,18 @@ async function retryWhileInProgress(session, name, args) {
 before(async () => {
   fs.mkdirSync(root);
   fs.mkdirSync(files);
-  await startBroker();
+  await broker.start();
 });
 
 after(async () => {
   for (const s of sessions)
     await s.client.close().catch(() => {});
-  await stopBroker().catch(() => {});
+  await broker.stop().catch(() => {});
   // Under ASan and UBSan (run-tests.sh), a proxy's report is a failure.
   for (const s of sessions)
     assert.doesNotMatch(s.stderr, /ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:/,
         'a sanitizer report from idem-mcp proxy');
-  if (completed === defined)
-    fs.rmSync(tmp, { recursive: true, force: true });
-  else
-    console.log(`# kept ${tmp} (idemd.log there)`);
+  run.finish();
 });
 
 // ---- server-filesystem ------------------------------------------------------
@@ -650,18 +597,18 @@ check('ours: the broker restarted between two calls, and down: once per key', as
   await listAll(s.client);
   const args = { label: 'restart', idempotency_key: 'restart/1' };
   const first = await call(s, 'act', args);
-  await stopBroker();
-  await startBroker();
+  await broker.stop();
+  await broker.start();
   assert.deepEqual(await call(s, 'act', args), first, 'reused after the restart');
   assert.equal(executions(log), 1);
   // Down: a retryable tool error, the server not called.
-  await stopBroker();
+  await broker.stop();
   const down = await call(s, 'act', { label: 'down', idempotency_key: 'down/1' });
   assert.equal(down.isError, true);
   assert.equal(facts(down).disposition, 'broker_unavailable');
   assert.equal(facts(down).retryable, true);
   assert.equal(executions(log), 1);
-  await startBroker();
+  await broker.start();
   const up = await call(s, 'act', { label: 'down', idempotency_key: 'down/1' });
   assert.ok(!up.isError);
   assert.deepEqual(await call(s, 'act', { label: 'down', idempotency_key: 'down/1' }), up);
@@ -675,7 +622,7 @@ check('ours: the broker down when the server answers: the complete is sent again
   const args = { label: 'late', mode: 'slow', ms: 300, idempotency_key: 'late/1' };
   const pending = call(s, 'act', args);
   await until(log, () => executions(log) === 1);
-  await stopBroker();
+  await broker.stop();
   // The server answers now; the answer waits for its record.
   const deadline = Date.now() + 20000;
   while (!/late\/1: complete: .*sent again/.test(s.stderr) && Date.now() < deadline)
@@ -684,7 +631,7 @@ check('ours: the broker down when the server answers: the complete is sent again
       setTimeout(resolve, 1000);
     });
   assert.match(s.stderr, /complete: .*sent again until the broker answers/);
-  await startBroker();
+  await broker.start();
   const r = await pending;
   assert.ok(!r.isError, JSON.stringify(r));
   assert.equal(JSON.parse(r.content[0].text).execution, 1);

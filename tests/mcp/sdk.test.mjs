@@ -14,14 +14,14 @@
 // retryable) and restarted between a call and its retry (same task_id),
 // bad arguments.  It judges by the TASK and REPORT files on disk.
 
-import { test, before, after } from 'node:test';
+import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+
+import { countFiles } from '../node/broker.mjs';
+import { SdkRun } from './sdk_run.mjs';
 
 const IDEMD = process.env.IDEMD;
 const IDEM_MCP = process.env.IDEM_MCP;
@@ -40,83 +40,17 @@ const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 const TOOLS = ['write_task', 'write_report', 'get_submission', 'diagnose',
   'effect_begin', 'effect_complete', 'effect_extend', 'effect_resolve'];
 const WRITE_TOOLS = ['write_task', 'write_report', 'effect_begin'];
-const BROKER_READY_MS = 30000;
 
-const tmp = fs.mkdtempSync(path.join(process.env.TMPDIR ?? os.tmpdir(), 'idem-mcp-sdk.'));
-const root = path.join(tmp, 'root');
-const brokerLog = path.join(tmp, 'idemd.log');
-let broker = null;
+const run = new SdkRun('idem-mcp-sdk.');
+const { root, broker } = run;
+const check = run.check.bind(run);
 const clients = [];
 const outputSchemas = new Map();
 const ajv = new Ajv2020({ strict: true, allErrors: true });
-// Tests defined and tests that ran to their end: the workspace is kept
-// for a look unless every one did.
-let defined = 0;
-let completed = 0;
-function check(name, fn) {
-  defined++;
-  test(name, async () => {
-    await fn();
-    completed++;
-  });
-}
-
-// ---- the broker ------------------------------------------------------------
-
-// idemd on root; resolves once it said ready on --ready-fd 3.
-async function startBroker() {
-  const log = fs.openSync(brokerLog, 'a');
-  const child = spawn(IDEMD, ['--root', root, '--workers', '2', '--ready-fd', '3'],
-      { stdio: ['ignore', log, log, 'pipe'] });
-  fs.closeSync(log);
-  let said = '';
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error('idemd not ready in time; see ' + brokerLog));
-    }, BROKER_READY_MS);
-    child.stdio[3].on('data', (chunk) => {
-      said += chunk;
-      if (said.includes('ready')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`idemd exited (${code ?? signal}) before ready; see ${brokerLog}`));
-    });
-  });
-  child.removeAllListeners('exit');
-  broker = child;
-}
-
-async function stopBroker() {
-  const child = broker;
-  broker = null;
-  if (child === null || child.exitCode !== null)
-    return;
-  const exited = once(child, 'exit');
-  child.kill('SIGTERM');
-  const [code] = await exited;
-  assert.equal(code, 0, 'idemd exits 0 on SIGTERM');
-}
 
 // The files FCoP tools would see, anywhere they may have been moved to.
-function countFiles(dir, prefix) {
-  let n = 0;
-  if (!fs.existsSync(dir))
-    return 0;
-  for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
-    if (entry.isDirectory())
-      n += countFiles(path.join(dir, entry.name), prefix);
-    else if (entry.name.startsWith(prefix) && entry.name.endsWith('.md'))
-      n++;
-  }
-  return n;
-}
-const taskFiles = () => countFiles(path.join(root, '_lifecycle'), 'TASK-');
-const reportFiles = () => countFiles(path.join(root, 'reports'), 'REPORT-');
+const taskFiles = () => countFiles(path.join(root, '_lifecycle'), 'TASK');
+const reportFiles = () => countFiles(path.join(root, 'reports'), 'REPORT');
 
 // ---- the client ------------------------------------------------------------
 
@@ -176,7 +110,7 @@ let main;	// the session most tests share
 
 before(async () => {
   fs.mkdirSync(root);
-  await startBroker();
+  await broker.start();
   main = await connect();
   const { tools } = await listAll(main.client);
   for (const tool of tools)
@@ -186,11 +120,8 @@ before(async () => {
 after(async () => {
   for (const client of clients)
     await client.close().catch(() => {});
-  await stopBroker().catch(() => {});
-  if (completed === defined)
-    fs.rmSync(tmp, { recursive: true, force: true });
-  else
-    console.log(`# kept ${tmp} (idemd.log there)`);
+  await broker.stop().catch(() => {});
+  run.finish();
 });
 
 // ---- tests -----------------------------------------------------------------
@@ -291,8 +222,8 @@ check('broker restarted between a call and its retry: same task_id', async () =>
       { client_submission_id: 'sdk-restart-1', task: task('Survive a restart') });
   assert.equal(first.structuredContent.disposition, 'created');
 
-  await stopBroker();
-  await startBroker();
+  await broker.stop();
+  await broker.start();
   // The same idem-mcp process: it reaches the new broker by itself.
   const retry = await call(main.client, 'write_task',
       { client_submission_id: 'sdk-restart-1', task: task('Survive a restart') });
@@ -305,7 +236,7 @@ check('broker restarted between a call and its retry: same task_id', async () =>
 
 check('broker down: a retryable tool error; the retry with the same id creates once', async () => {
   const before = taskFiles();
-  await stopBroker();
+  await broker.stop();
   const args = { client_submission_id: 'sdk-down-1', task: task('While it is down') };
   const down = await call(main.client, 'write_task', args);
   assert.equal(down.isError, true);
@@ -320,7 +251,7 @@ check('broker down: a retryable tool error; the retry with the same id creates o
   assert.equal(lookup.structuredContent.error.code, 'broker_unavailable');
   assert.equal(taskFiles(), before);
 
-  await startBroker();
+  await broker.start();
   const retry = await call(main.client, 'write_task', args);
   assert.equal(retry.structuredContent.disposition, 'created');
   const again = await call(main.client, 'write_task', args);
@@ -540,8 +471,8 @@ check('effects: a lapsed lease is outcome_unknown until effect_resolve; a restar
   // Begun, then the broker restarts: the complete with that fence is accepted.
   const key4 = { client_submission_id: 'sdk-fx-4', effect_kind: 'charge/v1' };
   const b4 = (await call(c, 'effect_begin', { ...key4, request, lease_ms: 60000 })).structuredContent;
-  await stopBroker();
-  await startBroker();
+  await broker.stop();
+  await broker.start();
   const after = await call(c, 'effect_complete', { ...key4, fence: b4.fence, outcome: 'applied', result: { charge: 'ch_4' } });
   assert.equal(after.isError, false);
   assert.equal(after.structuredContent.receipt.attempt, 1);

@@ -12,31 +12,12 @@
 # 77 (skip) with the reason, but 1 (fail) in CI (CI=true).
 set -u
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-IDEMD=${IDEMD:-$src/build/broker/idemd}
-IDEMCTL=${IDEMCTL:-$src/build/contrib/idemctl}
-IDEM_VECTORS=${IDEM_VECTORS:-$src/tests/vectors}
-export IDEMD IDEMCTL IDEM_VECTORS
-not_proved() {
-	case ${CI:-} in
-	true|TRUE|True|1|yes)
-		echo "FAIL: $1 (CI=true: the model must run)"
-		exit 1 ;;
-	esac
-	echo "SKIP: $1"
-	exit 77
-}
-# Debian's python3-hypothesis is installed for the system's python3,
-# not for another python3 earlier on PATH (pyenv).
-py=/usr/bin/python3
-[ -x "$py" ] || not_proved "$py not found"
-"$py" -c 'import hypothesis' 2>/dev/null ||
-    not_proved "$py has no hypothesis (apt-get install python3-hypothesis)"
+. "$src/tests/model/model_env.sh"
 budget=${IDEM_MODEL_BUDGET:-120}
 # The example database (shrunk failures, replayed first) in the build
 # tree: make check runs in it.
 IDEM_MODEL_DB=${IDEM_MODEL_DB:-$(pwd)/tests/model/.hypothesis}
 mkdir -p "$IDEM_MODEL_DB" || exit 99
 IDEM_MODEL_BUDGET=$budget
-PYTHONDONTWRITEBYTECODE=1
-export IDEM_MODEL_DB IDEM_MODEL_BUDGET PYTHONDONTWRITEBYTECODE
+export IDEM_MODEL_DB IDEM_MODEL_BUDGET
 exec "$py" "$src/tests/model/test_model.py"

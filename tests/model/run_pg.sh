@@ -11,23 +11,7 @@
 # in CI (CI=true).
 set -u
 src=${IDEM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-IDEMD=${IDEMD:-$src/build/broker/idemd}
-IDEMCTL=${IDEMCTL:-$src/build/contrib/idemctl}
-IDEM_VECTORS=${IDEM_VECTORS:-$src/tests/vectors}
-export IDEMD IDEMCTL IDEM_VECTORS
-not_proved() {
-	case ${CI:-} in
-	true|TRUE|True|1|yes)
-		echo "FAIL: $1 (CI=true: the model must run)"
-		exit 1 ;;
-	esac
-	echo "SKIP: $1"
-	exit 77
-}
-py=/usr/bin/python3
-[ -x "$py" ] || not_proved "$py not found"
-"$py" -c 'import hypothesis' 2>/dev/null ||
-    not_proved "$py has no hypothesis (apt-get install python3-hypothesis)"
+. "$src/tests/model/model_env.sh"
 pgbin=${IDEM_PG_BINDIR:-}
 if [ -z "$pgbin" ]; then
 	for d in /usr/lib/postgresql/*/bin; do
@@ -43,6 +27,5 @@ IDEM_PG_BINDIR=$pgbin
 IDEM_MODEL_BUDGET=${IDEM_MODEL_BUDGET:-120}
 IDEM_MODEL_DB=${IDEM_MODEL_DB:-$(pwd)/tests/model/.hypothesis-pg}
 mkdir -p "$IDEM_MODEL_DB" || exit 99
-PYTHONDONTWRITEBYTECODE=1
-export IDEM_PG_BINDIR IDEM_MODEL_BUDGET IDEM_MODEL_DB PYTHONDONTWRITEBYTECODE
+export IDEM_PG_BINDIR IDEM_MODEL_BUDGET IDEM_MODEL_DB
 exec "$py" "$src/tests/model/test_model_pg.py"

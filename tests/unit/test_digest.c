@@ -1117,7 +1117,5 @@ main(void)
 		cmocka_unit_test(test_non_ascii_found_at_every_place),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -75,7 +75,5 @@ main(void)
 		cmocka_unit_test(test_refusal_names_the_variable),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -92,7 +92,5 @@ main(void)
 		cmocka_unit_test(proc_not_vouched_for),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -450,7 +450,5 @@ main(void)
 		    test_damaged_value_is_refused, setup, teardown),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

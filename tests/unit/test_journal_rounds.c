@@ -1334,7 +1334,5 @@ main(void)
 
 	if (sodium_init() < 0)
 		return 1;
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

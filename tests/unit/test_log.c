@@ -271,7 +271,5 @@ main(void)
 		cmocka_unit_test(test_one_line_in_the_file),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

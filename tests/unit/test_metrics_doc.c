@@ -179,7 +179,5 @@ main(int argc, char **argv)
 		free(table);
 		return 0;
 	}
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -221,8 +221,5 @@ main(void)
 	/* randombytes_uniform's, as libsodium asks before any call. */
 	if (sodium_init() < 0)
 		return 1;
-	/* IDEM_TEST_FILTER=word or glob runs the matching tests only. */
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -345,7 +345,5 @@ main(void)
 		cmocka_unit_test(a_member_is_woken_after_the_lock_is_let_go),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

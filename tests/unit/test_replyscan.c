@@ -1009,7 +1009,5 @@ main(void)
 		cmocka_unit_test(decimal_written_backwards),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -476,7 +476,5 @@ main(void)
 		cmocka_unit_test(test_envelope_nul_escape_found_as_memmem_finds_it),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

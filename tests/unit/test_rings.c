@@ -771,7 +771,5 @@ main(void)
 		cmocka_unit_test(test_arena_least),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -1451,7 +1451,5 @@ main(void)
 		    unit_segment_teardown),
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }

@@ -1426,7 +1426,5 @@ main(void)
 #undef T
 	};
 
-	if (FILTER_APPLY(tests) == -1)
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return FILTER_RUN(tests);
 }
