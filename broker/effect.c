@@ -200,11 +200,14 @@ text_member_time(struct replytext *t, const char *name, int64_t ms)
  * (result_field wrote jansson's dump of it, which jansson's dump of its
  * parse writes again, so it is spliced as it is: the same bytes the
  * tree of the parsed result dumped); NULL: a tombstone's, the result's
- * digest in its place.  0, or -1: not an effect's key.
+ * digest in its place.  known_xkey: the effect's external key when
+ * the caller has it (the proceed of this attempt computed it), else
+ * NULL and it is computed here.  0, or -1: not an effect's key.
  */
 static int
 effect_receipt_text(struct replytext *t, const char *key, size_t key_length,
-    const struct subtab_entry *x, const uint8_t *result)
+    const struct subtab_entry *x, const uint8_t *result,
+    const char *known_xkey)
 {
 	char		 kind[IDEM_MAX_EFFECT_KIND_BYTES + 1];
 	char		 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
@@ -220,8 +223,11 @@ effect_receipt_text(struct replytext *t, const char *key, size_t key_length,
 	    IDEM_SCHEMA_GENERIC_JSON_V1);
 	digest_to_hex(x->request_digest, hex);
 	text_member_string(t, ",\"request_digest\":", hex);
-	external_key(key, key_length, x->request_digest, xkey);
-	text_member_string(t, ",\"external_key\":", xkey);
+	if (known_xkey == NULL) {
+		external_key(key, key_length, x->request_digest, xkey);
+		known_xkey = xkey;
+	}
+	text_member_string(t, ",\"external_key\":", known_xkey);
 	replytext_lit(t, ",\"attempt\":");
 	replytext_int(t, x->attempt);
 	if (result == NULL) {
@@ -254,7 +260,7 @@ effect_receipt_json_from(const char *key, size_t key_length,
 		return NULL;	/* unreadable, not a tombstone */
 	replytext_init(&t);
 	if (effect_receipt_text(&t, key, key_length, e, pruned ? NULL :
-	    bytes) == 0 && !t.failed)
+	    bytes, NULL) == 0 && !t.failed)
 		receipt = json_loadb(t.buf, t.length, JSON_ALLOW_NUL, NULL);
 	replytext_free(&t);
 	return receipt;
@@ -435,11 +441,20 @@ effect_unreadable(struct pending *p)
 /*
  * The hint of the line whose retries get this reply from now on, if
  * it is to be stored (fastpath.c's DESIGN): the commit of an attempt
- * this worker answered proceed to (its begin line's, taken), or a reuse
- * answered whole from the table's entry (this begin line's).  0: none.
+ * this worker answered proceed to (begun: its begin line's, taken
+ * before the receipt was written), or a reuse answered whole from the
+ * table's entry (this begin line's).  0: none.
+ *
+ * The begun entry (hint and external key) is taken from the worker's
+ * cache even when nothing is then stored: a receipt of 4 KiB or more,
+ * a receipt that proves unreadable, or text that runs out of memory.
+ * Nothing is lost: an attempt commits once, so no later commit could
+ * have matched that entry; a later complete of it is answered without
+ * action_taken, which never looks in the cache, and its retries take
+ * the full path.
  */
 static int
-receipt_stored_for(struct pending *p, int action_taken,
+receipt_stored_for(struct pending *p, int begun,
     enum wire_disposition disposition, size_t receipt_length,
     struct fastpath_hint *hint)
 {
@@ -448,9 +463,8 @@ receipt_stored_for(struct pending *p, int action_taken,
 	/* Only a receipt the store can hold (its 4 KiB, more than enough). */
 	if (e->pruned || e->cold || receipt_length >= SHM_RECEIPT_MAX_BYTES)
 		return 0;
-	if (action_taken)
-		return fastpath_effect_begun(&p->worker->fast, e->key,
-		    e->key_length, &e->entry, hint);
+	if (begun)
+		return 1;
 	if (disposition != DISPOSITION_REUSED || !e->fast.valid)
 		return 0;
 	*hint = e->fast;
@@ -470,8 +484,10 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 	struct effect		*e = effect_of(p);
 	struct replytext	*t;
 	struct fastpath_hint	 hint;
+	char			 xkey[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
 	const uint8_t		*bytes = NULL;
 	size_t			 receipt_at, reply_end;
+	int			 begun = 0;
 
 	idemd_of(p)->be->release(p);
 	/* First: reading the bytes may find a tombstone (e->pruned). */
@@ -479,11 +495,18 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 		effect_unreadable(p);
 		return;
 	}
+	/*
+	 * The commit of an attempt this worker answered proceed to: that
+	 * line's hint, and the external key the proceed computed.
+	 */
+	if (action_taken && !e->pruned && !e->cold)
+		begun = fastpath_effect_begun(&p->worker->fast, e->key,
+		    e->key_length, &e->entry, &hint, xkey);
 	t = effect_text_start(p);
 	receipt_head_text(t, e, disposition, action_taken);
 	receipt_at = t->length;
 	if (effect_receipt_text(t, e->key, e->key_length, &e->entry,
-	    e->pruned ? NULL : bytes) != 0) {
+	    e->pruned ? NULL : bytes, begun ? xkey : NULL) != 0) {
 		effect_unreadable(p);
 		return;
 	}
@@ -493,7 +516,7 @@ effect_answer_receipt(struct pending *p, enum wire_disposition disposition,
 		effect_no_memory(p, "receipt");
 		return;
 	}
-	if (receipt_stored_for(p, action_taken, disposition,
+	if (receipt_stored_for(p, begun, disposition,
 	    reply_end - receipt_at, &hint)) {
 		/* After {"ok":true, as fastpath.c stores them. */
 		receipt_head_text(t, e, DISPOSITION_REUSED, 0);
@@ -547,7 +570,7 @@ effect_proceed(struct pending *p)
 	digest_to_hex(e->entry.request_digest, hex);
 	/* A later commit of this attempt stores its retries' reply. */
 	fastpath_effect_proceeded(&p->worker->fast, &e->fast, e->key,
-	    e->key_length, &e->entry);
+	    e->key_length, &e->entry, xkey);
 	t = effect_text_start(p);
 	text_member_string(t, "\"disposition\":",
 	    wire_disposition_name(DISPOSITION_PROCEED));

@@ -212,7 +212,7 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 {
 	json_t		*req;
 	const char	*schema, *given;
-	char		*canonical, where[DIGEST_PATH_BYTES];
+	char		 where[DIGEST_PATH_BYTES];
 	char		 hex[IDEM_DIGEST_HEX_SIZE];
 	uint8_t		 given_digest[IDEM_SHA256_BYTES];
 	size_t		 length;
@@ -241,7 +241,7 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 		return request_error_set(err, WIRE_INVALID_REQUEST, "request",
 		    "request is required (any JSON value: what the effect "
 		    "will do)");
-	if (digest_generic_canonical(e->kind, req, &canonical, &length,
+	if (digest_generic_sha256(e->kind, req, e->digest, &length,
 	    where) != 0) {
 		switch (errno) {
 		case EILSEQ:
@@ -267,14 +267,10 @@ begin_parse(json_t *request, struct effect *e, struct request_error *err)
 		return request_error_set(err, WIRE_INTERNAL, NULL,
 		    "canonical form: %s", strerror(errno));
 	}
-	if (length > IDEM_MAX_EFFECT_REQUEST_BYTES) {
-		free(canonical);
+	if (length > IDEM_MAX_EFFECT_REQUEST_BYTES)
 		return request_error_set(err, WIRE_INVALID_REQUEST, "request",
 		    "request is %zu bytes in canonical form; at most %d",
 		    length, IDEM_MAX_EFFECT_REQUEST_BYTES);
-	}
-	digest_sha256(canonical, length, e->digest);
-	free(canonical);
 	if (given != NULL && memcmp(given_digest, e->digest,
 	    IDEM_SHA256_BYTES) != 0) {
 		digest_to_hex(e->digest, hex);

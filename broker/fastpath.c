@@ -360,7 +360,7 @@ begun_of(struct fastpath *fp, const char *key, size_t key_length)
 void
 fastpath_effect_proceeded(struct fastpath *fp,
     const struct fastpath_hint *hint, const char *key, size_t key_length,
-    const struct subtab_entry *entry)
+    const struct subtab_entry *entry, const char *external_key)
 {
 	struct fastpath_begun	*b;
 
@@ -372,24 +372,32 @@ fastpath_effect_proceeded(struct fastpath *fp,
 	b->hint = *hint;
 	b->attempt = entry->attempt;
 	b->fence = entry->fence;
+	memcpy(b->request_digest, entry->request_digest,
+	    sizeof b->request_digest);
+	memcpy(b->external_key, external_key, sizeof b->external_key);
 }
 
 int
 fastpath_effect_begun(struct fastpath *fp, const char *key,
     size_t key_length, const struct subtab_entry *entry,
-    struct fastpath_hint *hint)
+    struct fastpath_hint *hint,
+    char external_key[IDEM_EFFECT_EXTERNAL_KEY_SIZE])
 {
 	struct fastpath_begun	*b = begun_of(fp, key, key_length);
 
 	/*
 	 * The fence's random part is drawn for each proceed: equal, the
-	 * commit is of the attempt that line was given.
+	 * commit is of the attempt that line was given.  The external key
+	 * is a function of the key and the request digest, both compared.
 	 */
 	if (!b->hint.valid || b->hint.key_length != key_length ||
 	    memcmp(b->hint.key, key, key_length) != 0 ||
-	    b->attempt != entry->attempt || b->fence != entry->fence)
+	    b->attempt != entry->attempt || b->fence != entry->fence ||
+	    memcmp(b->request_digest, entry->request_digest,
+	    sizeof b->request_digest) != 0)
 		return 0;
 	*hint = b->hint;
+	memcpy(external_key, b->external_key, sizeof b->external_key);
 	b->hint.valid = 0;
 	return 1;
 }

@@ -31,12 +31,16 @@ struct fastpath_hint {
 
 /*
  * A begin line this worker answered proceed to, with the attempt and
- * fence it was given (fastpath_effect_proceeded).
+ * fence it was given and the external key it was told, of that request
+ * digest (fastpath_effect_proceeded): its commit's receipt names the same
+ * key, which is then not hashed again.
  */
 struct fastpath_begun {
 	struct fastpath_hint	hint;
 	uint32_t		attempt;
 	uint64_t		fence;
+	uint8_t			request_digest[IDEM_SHA256_BYTES];
+	char			external_key[IDEM_EFFECT_EXTERNAL_KEY_SIZE];
 };
 
 #define FASTPATH_BEGUN		64
@@ -80,18 +84,20 @@ void	fastpath_remember_effect_text(struct idemd *,
 	    const struct subtab_entry *entry, const char *text, size_t length);
 /*
  * effect_begin answered proceed (entry: its attempt and fence) to the
- * line of hint: kept until that attempt commits, for
- * fastpath_effect_begun.
+ * line of hint, with external_key: kept until that attempt commits,
+ * for fastpath_effect_begun.
  */
 void	fastpath_effect_proceeded(struct fastpath *,
 	    const struct fastpath_hint *, const char *key, size_t key_length,
-	    const struct subtab_entry *entry);
+	    const struct subtab_entry *entry, const char *external_key);
 /*
  * Whether this worker answered proceed to the attempt and fence of
- * entry, now committing, under key: 1 with that line's hint (taken).
+ * entry, now committing, under key: 1 with that line's hint and the
+ * external key the proceed gave (both taken).
  */
 int	fastpath_effect_begun(struct fastpath *, const char *key,
 	    size_t key_length, const struct subtab_entry *entry,
-	    struct fastpath_hint *);
+	    struct fastpath_hint *,
+	    char external_key[IDEM_EFFECT_EXTERNAL_KEY_SIZE]);
 
 #endif

@@ -117,6 +117,16 @@ replytext_string(struct replytext *t, const char *s, size_t n)
 	size_t	 i, escapes = 0;
 	char	*out;
 
+	/* Most strings (digests, fences, times, ids) need nothing done. */
+	if (jsonbytes_printable_plain(s, n, 0x20)) {
+		if (reserve(t, n + 2) != 0)
+			return;
+		t->buf[t->length] = '"';
+		memcpy(t->buf + t->length + 1, s, n);
+		t->buf[t->length + 1 + n] = '"';
+		t->length += n + 2;
+		return;
+	}
 	for (i = 0; i < n; i++) {
 		if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) {
 			/* Controls, DEL and UTF-8: jansson's own rules. */

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * digest.c: the write-task-v1 and write-report-v1 digest schemes
- * (SPEC.md, "Digest scheme write-task-v1") and fcop-create-task-v1
- * (doc/protocol.md, "Digest schemas"): string normalization, the JCS
- * string encoding, the canonical JSON bytes and their SHA-256, and the
- * grammars of role codes, slots and FCoP 4's ids.
+ * (SPEC.md, "Digest scheme write-task-v1") and generic-json-v1 (SPEC.md,
+ * "Effects: any side effect the caller performs"): string normalization
+ * (CRLF and lone CR to LF, then NFC), the JCS string encoding, their
+ * canonical JSON bytes and SHA-256 (generic-json-v1's also hashed as it
+ * is written, for the broker), digests' hex, and the grammars of role
+ * codes and slots.  fcop-create-task-v1 and FCoP 4's id grammars are
+ * digest_fcop.c's, built on the functions here.
  * This is the only place idem touches utf8proc and libsodium's hash.
  * Everything here is pure: no I/O beyond the caller's FILE, no state
  * but libsodium's one-time initialization.
@@ -20,6 +23,7 @@
 #include <utf8proc.h>
 
 #include "digest.h"
+#include "jsonbytes.h"
 
 #ifndef nitems
 #define nitems(a)	(sizeof (a) / sizeof (a)[0])
@@ -32,6 +36,8 @@ struct digest_member {
 };
 
 static pthread_once_t	digest_sodium_once = PTHREAD_ONCE_INIT;
+
+static void	digest_sodium_init(void);
 
 /*
  * CRLF and lone CR become LF.  Only called when s holds a CR, so the
@@ -55,16 +61,33 @@ digest_fold_newlines(const char *s, size_t length, size_t *out_length)
 	return out;
 }
 
+/* No byte from 0x80 up: eight bytes at a time, then the rest. */
 static int
 digest_is_ascii(const char *s, size_t length)
 {
-	size_t	i;
+	uint64_t	v;
+	size_t		i;
 
-	for (i = 0; i < length; i++) {
+	for (i = 0; length - i >= 8; i += 8) {
+		memcpy(&v, s + i, sizeof v);
+		if (v & JSONBYTES_HIGHS)
+			return 0;
+	}
+	for (; i < length; i++) {
 		if ((unsigned char)s[i] >= 0x80)
 			return 0;
 	}
 	return 1;
+}
+
+/*
+ * ASCII without CR: its own normalization (digest_normalize_string
+ * would hand back a copy of the same bytes).
+ */
+static int
+digest_is_plain(const char *s, size_t length)
+{
+	return memchr(s, '\r', length) == NULL && digest_is_ascii(s, length);
 }
 
 char *
@@ -159,7 +182,7 @@ digest_take(const char **slot, char **p)
 }
 
 /* An array of count strings, none of them NULL. */
-static int
+int
 digest_list_given(const char *const *items, size_t count)
 {
 	size_t	i;
@@ -298,6 +321,16 @@ digest_write_json_string(FILE *fp, const char *s, size_t length,
 	if (fputc('"', fp) == EOF)
 		return -1;
 	while (p < end) {
+		/*
+		 * Sixteen bytes at a time past those that need nothing: no
+		 * control, quote, backslash or byte from 0x80 up (DEL, which
+		 * it passes, is written as it is unless yaml_safe).
+		 */
+		if (!yaml_safe)
+			p = (const utf8proc_uint8_t *)jsonbytes_skip_run16(
+			    (const char *)p, (const char *)end, 1);
+		if (p == end)
+			break;
 		/* Printable ASCII other than " and \ is the common case. */
 		if (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\') {
 			p++;
@@ -324,7 +357,7 @@ digest_write_json_string(FILE *fp, const char *s, size_t length,
 }
 
 /* ,"key":value -- the key is ASCII and needs no escaping. */
-static int
+int
 digest_write_member(FILE *fp, int first, const char *key, const char *value)
 {
 	if (fprintf(fp, "%s\"%s\":", first ? "" : ",", key) < 0)
@@ -334,7 +367,7 @@ digest_write_member(FILE *fp, int first, const char *key, const char *value)
 	return digest_write_json_string(fp, value, strlen(value), 0);
 }
 
-static int
+int
 digest_write_array(FILE *fp, const char *key, const char *const *items,
     size_t count)
 {
@@ -356,7 +389,7 @@ digest_write_array(FILE *fp, const char *key, const char *const *items,
  * Close the memstream and hand back its bytes, or free them on error;
  * fclose is what fills in *buf and *size.
  */
-static int
+int
 digest_finish(FILE *fp, int failed, char **buf, size_t *size,
     char **canonical, size_t *length)
 {
@@ -414,7 +447,7 @@ idem_task_canonical(const struct idem_task *task, char **canonical,
 }
 
 /* Hash canonical bytes into hex; frees them. */
-static void
+void
 digest_hex_of(char *canonical, size_t length,
     char digest[IDEM_DIGEST_HEX_SIZE])
 {
@@ -558,6 +591,7 @@ digest_write_number(FILE *fp, double v)
 /* A member name, normalized, and its UTF-16 code units for sorting. */
 struct digest_name {
 	char		*name;
+	int		 borrowed;	/* name is the tree's key: not freed */
 	size_t		 length;
 	uint16_t	*units;
 	size_t		 count;
@@ -660,6 +694,9 @@ digest_write_string_value(FILE *fp, const char *s, size_t length)
 		errno = EINVAL;
 		return -1;
 	}
+	/* What normalizing would copy unchanged is written as it is. */
+	if (digest_is_plain(s, length))
+		return digest_write_json_string(fp, s, length, 0);
 	if ((n = digest_normalize_string(s, length, &nlength)) == NULL)
 		return -1;
 	rc = digest_write_json_string(fp, n, nlength, 0);
@@ -683,8 +720,12 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 		return -1;
 	json_object_foreach((json_t *)object, key, value) {
 		m[i].value = value;
-		m[i].name = digest_normalize_string(key, strlen(key),
-		    &m[i].length);
+		m[i].length = strlen(key);
+		if ((m[i].borrowed = digest_is_plain(key, m[i].length)))
+			m[i].name = (char *)key;
+		else
+			m[i].name = digest_normalize_string(key, m[i].length,
+			    &m[i].length);
 		if (m[i].name == NULL || digest_utf16(&m[i]) != 0) {
 			digest_where_join(where, parent, ".", key);
 			i++;
@@ -714,7 +755,8 @@ digest_write_object(FILE *fp, const json_t *object, int depth, char *where)
 	rc = fputc('}', fp) == EOF ? -1 : 0;
 out:
 	for (j = 0; j < i; j++) {
-		free(m[j].name);
+		if (!m[j].borrowed)
+			free(m[j].name);
 		free(m[j].units);
 	}
 	free(m);
@@ -773,6 +815,19 @@ digest_write_value(FILE *fp, const json_t *v, int depth, char *where)
 	return -1;
 }
 
+/* The generic canonical form's bytes to fp: 1 if a write failed. */
+static int
+digest_write_generic(FILE *fp, const char *kind, const json_t *request,
+    char *where)
+{
+	/* "kind" sorts before "request" in UTF-16 as in bytes. */
+	return fputs("{\"kind\":", fp) == EOF ||
+	    digest_write_string_value(fp, kind, strlen(kind)) != 0 ||
+	    fputs(",\"request\":", fp) == EOF ||
+	    digest_write_value(fp, request, 1, where) != 0 ||
+	    fputc('}', fp) == EOF;
+}
+
 int
 digest_generic_canonical(const char *kind, const json_t *request,
     char **canonical, size_t *length, char where[DIGEST_PATH_BYTES])
@@ -790,13 +845,73 @@ digest_generic_canonical(const char *kind, const json_t *request,
 	}
 	if ((fp = open_memstream(&buf, &size)) == NULL)
 		return -1;
-	/* "kind" sorts before "request" in UTF-16 as in bytes. */
-	failed = fputs("{\"kind\":", fp) == EOF ||
-	    digest_write_string_value(fp, kind, strlen(kind)) != 0 ||
-	    fputs(",\"request\":", fp) == EOF ||
-	    digest_write_value(fp, request, 1, where) != 0 ||
-	    fputc('}', fp) == EOF;
+	failed = digest_write_generic(fp, kind, request, where);
 	return digest_finish(fp, failed, &buf, &size, canonical, length);
+}
+
+/*
+ * The canonical form's bytes, as the stream flushes them, go into the
+ * hash: the broker needs their digest and length, never the bytes.
+ */
+struct digest_hashing {
+	crypto_hash_sha256_state	state;
+	size_t				length;
+};
+
+static ssize_t
+digest_hashing_write(void *cookie, const char *buf, size_t size)
+{
+	struct digest_hashing	*h = cookie;
+
+	crypto_hash_sha256_update(&h->state, (const unsigned char *)buf,
+	    size);
+	h->length += size;
+	return (ssize_t)size;
+}
+
+/*
+ * The stream's buffer: a request's canonical form is mostly under it,
+ * so hashed in one update at fclose; a larger one in as many as it
+ * takes, the same digest.
+ */
+#define DIGEST_HASHING_BUFFER_BYTES	4096
+
+int
+digest_generic_sha256(const char *kind, const json_t *request,
+    uint8_t digest[IDEM_SHA256_BYTES], size_t *length,
+    char where[DIGEST_PATH_BYTES])
+{
+	static const cookie_io_functions_t	 io = {
+		.write = digest_hashing_write
+	};
+	struct digest_hashing	 h;
+	char			 buf[DIGEST_HASHING_BUFFER_BYTES];
+	FILE			*fp;
+	int			 failed;
+
+	if (where != NULL)
+		where[0] = '\0';
+	if (kind == NULL || request == NULL) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_once(&digest_sodium_once, digest_sodium_init);
+	crypto_hash_sha256_init(&h.state);
+	h.length = 0;
+	if ((fp = fopencookie(&h, "w", io)) == NULL)
+		return -1;
+	if (setvbuf(fp, buf, _IOFBF, sizeof buf) != 0) {
+		fclose(fp);
+		errno = ENOMEM;
+		return -1;
+	}
+	failed = digest_write_generic(fp, kind, request, where);
+	/* fclose flushes the rest into the hash; it cannot fail there. */
+	if (digest_close(fp, failed) != 0)
+		return -1;
+	crypto_hash_sha256_final(&h.state, digest);
+	*length = h.length;
+	return 0;
 }
 
 int
@@ -859,7 +974,18 @@ void
 digest_to_hex(const uint8_t digest[IDEM_SHA256_BYTES],
     char hex[IDEM_DIGEST_HEX_SIZE])
 {
-	sodium_bin2hex(hex, IDEM_DIGEST_HEX_SIZE, digest, IDEM_SHA256_BYTES);
+	static const char	digits[] = "0123456789abcdef";
+	size_t			i;
+
+	/*
+	 * Not sodium_bin2hex: its constant-time arithmetic guards secrets,
+	 * and a digest is none (written two or three times a request).
+	 */
+	for (i = 0; i < IDEM_SHA256_BYTES; i++) {
+		hex[2 * i] = digits[digest[i] >> 4];
+		hex[2 * i + 1] = digits[digest[i] & 0xf];
+	}
+	hex[2 * IDEM_SHA256_BYTES] = '\0';
 }
 
 int
@@ -911,238 +1037,4 @@ digest_recipient_valid(const char *s, size_t length)
 	role = dot - s;
 	return digest_role_code_valid(s, role) &&
 	    digest_role_code_valid(dot + 1, length - role - 1);
-}
-
-/* ---- fcop-create-task-v1 ------------------------------------------------ */
-
-/* Keep p in n's list of allocations; NULL (ENOMEM) frees it at once. */
-static char *
-digest_fcop_own(struct digest_fcop_normalized *n, void *p)
-{
-	char	**owned;
-
-	if (p == NULL)
-		return NULL;
-	owned = realloc(n->owned, (n->owned_count + 1) * sizeof *owned);
-	if (owned == NULL) {
-		free(p);
-		errno = ENOMEM;
-		return NULL;
-	}
-	n->owned = owned;
-	n->owned[n->owned_count++] = p;
-	return p;
-}
-
-/* Normalize *s in place (NULL stays NULL); -1 with errno. */
-static int
-digest_fcop_string(struct digest_fcop_normalized *n, const char **s)
-{
-	size_t	length;
-
-	if (*s == NULL)
-		return 0;
-	*s = digest_fcop_own(n, digest_normalize_string(*s, strlen(*s),
-	    &length));
-	return *s == NULL ? -1 : 0;
-}
-
-static int
-digest_fcop_compare(const void *a, const void *b)
-{
-	/* UTF-8 byte order is code point order. */
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-void
-digest_fcop_normalized_free(struct digest_fcop_normalized *n)
-{
-	size_t	i;
-
-	for (i = 0; i < n->owned_count; i++)
-		free(n->owned[i]);
-	free(n->owned);
-	memset(n, 0, sizeof *n);
-}
-
-int
-digest_fcop_normalize(const struct idem_fcop_task *in,
-    struct digest_fcop_normalized *out)
-{
-	struct idem_fcop_task	*t = &out->task;
-	const char		**scalars[] = { &t->workspace_id,
-				    &t->operation_id, &t->sender,
-				    &t->recipient, &t->subject, &t->body,
-				    &t->priority, &t->parent, &t->branch_of };
-	const char		**list;
-	char			*body;
-	size_t			 i, j, length;
-
-	memset(out, 0, sizeof *out);
-	if (in->workspace_id == NULL || in->operation_id == NULL ||
-	    in->sender == NULL || in->recipient == NULL ||
-	    in->subject == NULL ||
-	    !digest_list_given(in->references, in->references_count)) {
-		errno = EINVAL;
-		return -1;
-	}
-	*t = *in;
-	if (t->body == NULL)
-		t->body = "";
-	if (t->priority == NULL)
-		t->priority = "P2";
-	for (i = 0; i < nitems(scalars); i++)
-		if (digest_fcop_string(out, scalars[i]) != 0)
-			goto fail;
-
-	/* The body ends in exactly one LF (an empty body is "\n"). */
-	length = strlen(t->body);
-	while (length > 0 && t->body[length - 1] == '\n')
-		length--;
-	if ((body = digest_fcop_own(out, malloc(length + 2))) == NULL)
-		goto fail;
-	memcpy(body, t->body, length);
-	body[length] = '\n';
-	body[length + 1] = '\0';
-	t->body = body;
-
-	/* References: normalized, sorted, each once. */
-	list = (const char **)digest_fcop_own(out, malloc(
-	    (t->references_count + 1) * sizeof *list));
-	if (list == NULL)
-		goto fail;
-	for (i = 0; i < t->references_count; i++) {
-		list[i] = in->references[i];
-		if (digest_fcop_string(out, &list[i]) != 0)
-			goto fail;
-	}
-	qsort(list, t->references_count, sizeof *list, digest_fcop_compare);
-	for (i = j = 0; i < t->references_count; i++)
-		if (j == 0 || strcmp(list[j - 1], list[i]) != 0)
-			list[j++] = list[i];
-	t->references = list;
-	t->references_count = j;
-	return 0;
-
-fail:
-	digest_fcop_normalized_free(out);
-	return -1;
-}
-
-int
-digest_fcop_canonical_normalized(const struct idem_fcop_task *t,
-    char **canonical, size_t *length)
-{
-	char	*buf = NULL;
-	size_t	 size;
-	FILE	*fp;
-	int	 failed;
-
-	if ((fp = open_memstream(&buf, &size)) == NULL)
-		return -1;
-	/* The twelve members in byte order of their keys. */
-	failed = fputc('{', fp) == EOF ||
-	    digest_write_member(fp, 1, "body", t->body) != 0 ||
-	    digest_write_member(fp, 0, "branch_of", t->branch_of) != 0 ||
-	    digest_write_member(fp, 0, "contract",
-	    IDEM_SCHEMA_FCOP_CREATE_TASK_V1) != 0 ||
-	    digest_write_member(fp, 0, "operation_id", t->operation_id) != 0 ||
-	    digest_write_member(fp, 0, "operation_kind",
-	    IDEM_FCOP_OPERATION_KIND) != 0 ||
-	    digest_write_member(fp, 0, "parent", t->parent) != 0 ||
-	    digest_write_member(fp, 0, "priority", t->priority) != 0 ||
-	    digest_write_member(fp, 0, "recipient", t->recipient) != 0 ||
-	    digest_write_array(fp, "references", t->references,
-	    t->references_count) != 0 ||
-	    digest_write_member(fp, 0, "sender", t->sender) != 0 ||
-	    digest_write_member(fp, 0, "subject", t->subject) != 0 ||
-	    digest_write_member(fp, 0, "workspace_id", t->workspace_id) != 0 ||
-	    fputc('}', fp) == EOF;
-	return digest_finish(fp, failed, &buf, &size, canonical, length);
-}
-
-int
-idem_fcop_task_canonical(const struct idem_fcop_task *task, char **canonical,
-    size_t *length)
-{
-	struct digest_fcop_normalized	n;
-	int				rc;
-
-	if (digest_fcop_normalize(task, &n) != 0)
-		return -1;
-	rc = digest_fcop_canonical_normalized(&n.task, canonical, length);
-	digest_fcop_normalized_free(&n);
-	return rc;
-}
-
-int
-idem_fcop_task_digest(const struct idem_fcop_task *task,
-    char digest[IDEM_DIGEST_HEX_SIZE])
-{
-	char	*canonical;
-	size_t	 length;
-
-	if (idem_fcop_task_canonical(task, &canonical, &length) != 0)
-		return -1;
-	digest_hex_of(canonical, length, digest);
-	return 0;
-}
-
-static int
-digest_is_alnum(char c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-	    (c >= '0' && c <= '9');
-}
-
-int
-digest_fcop_operation_id_valid(const char *s, size_t length)
-{
-	size_t	i;
-
-	if (length == 0 || length > IDEM_MAX_OPERATION_ID_BYTES ||
-	    !digest_is_alnum(s[0]))
-		return 0;
-	for (i = 1; i < length; i++)
-		if (!digest_is_alnum(s[i]) && (s[i] == '\0' ||
-		    strchr("._:-", s[i]) == NULL))
-			return 0;
-	return 1;
-}
-
-/* ^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$ */
-int
-digest_fcop_workspace_id_valid(const char *s, size_t length)
-{
-	static const char	shape[] =
-	    "urn:uuid:xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-	size_t			i;
-
-	if (length != sizeof shape - 1)
-		return 0;
-	for (i = 0; i < length; i++) {
-		if (shape[i] != 'x') {
-			if (s[i] != shape[i])
-				return 0;
-		} else if (!((s[i] >= '0' && s[i] <= '9') ||
-		    (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	}
-	return 1;
-}
-
-/* ^TASK-[A-Za-z0-9][A-Za-z0-9._-]*$ */
-int
-digest_fcop_task_ref_valid(const char *s, size_t length)
-{
-	size_t	i;
-
-	if (length < 6 || strncmp(s, "TASK-", 5) != 0 ||
-	    !digest_is_alnum(s[5]))
-		return 0;
-	for (i = 6; i < length; i++)
-		if (!digest_is_alnum(s[i]) && (s[i] == '\0' ||
-		    strchr("._-", s[i]) == NULL))
-			return 0;
-	return 1;
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * digest.h: internal interface of libclient/digest.c, shared with the
- * broker (not installed).  digest.c owns string normalization (CRLF and
- * lone CR to LF, then NFC via utf8proc), the JCS string encoding, the
- * write-task-v1 / write-report-v1 / fcop-create-task-v1 canonical forms,
- * and SHA-256 (libsodium).
+ * digest.h: internal interface of libclient/digest.c and
+ * digest_fcop.c, shared with the broker (not installed).  digest.c owns
+ * string normalization (CRLF and lone CR to LF, then NFC via utf8proc),
+ * the JCS string encoding, the write-task-v1 / write-report-v1 /
+ * generic-json-v1 canonical forms, and SHA-256 (libsodium);
+ * digest_fcop.c the fcop-create-task-v1 one.
  */
 #ifndef IDEM_DIGEST_H
 #define IDEM_DIGEST_H
@@ -91,6 +92,13 @@ int	 digest_write_json_string(FILE *, const char *s, size_t length,
 #define DIGEST_PATH_BYTES	64
 int	 digest_generic_canonical(const char *kind, const json_t *request,
 	    char **canonical, size_t *length, char where[DIGEST_PATH_BYTES]);
+/*
+ * The SHA-256 of that canonical form and its length, the same -1 and
+ * errno, without keeping its bytes: what the broker judges a begin by.
+ */
+int	 digest_generic_sha256(const char *kind, const json_t *request,
+	    uint8_t digest[IDEM_SHA256_BYTES], size_t *length,
+	    char where[DIGEST_PATH_BYTES]);
 /* An ECMAScript Number::toString of a finite double (JCS numbers). */
 int	 digest_write_number(FILE *, double);
 
@@ -105,5 +113,21 @@ int	 digest_from_hex(const char *hex, uint8_t out[IDEM_SHA256_BYTES]);
 int	 digest_role_code_valid(const char *s, size_t length);
 /* A task recipient: a role code, or an FCoP slot ROLE.SLOT (DEV.D1). */
 int	 digest_recipient_valid(const char *s, size_t length);
+
+/* digest.c's pieces of a canonical form, for digest_fcop.c. */
+/* Whether none of a list's count items is NULL. */
+int	 digest_list_given(const char *const *items, size_t count);
+/* "key":value, after a comma unless first; value NULL writes null. */
+int	 digest_write_member(FILE *, int first, const char *key,
+	    const char *value);
+/* ,"key":[items] */
+int	 digest_write_array(FILE *, const char *key, const char *const *items,
+	    size_t count);
+/* Close a memstream and hand back its bytes (failed: a write failed). */
+int	 digest_finish(FILE *, int failed, char **buf, size_t *size,
+	    char **canonical, size_t *length);
+/* The hex SHA-256 of canonical bytes, which it frees. */
+void	 digest_hex_of(char *canonical, size_t length,
+	    char digest[IDEM_DIGEST_HEX_SIZE]);
 
 #endif

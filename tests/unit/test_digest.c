@@ -716,6 +716,55 @@ struct generic_counts {
 	size_t	refused;
 };
 
+/*
+ * {"a": "\xc3\x28"}: a lead byte followed by no continuation byte.
+ * json_pack and json_string check UTF-8 and would return NULL, so the
+ * value is made with json_stringn_nocheck, as a caller's tree could be.
+ */
+static json_t *
+invalid_utf8_request(void)
+{
+	json_t	*r;
+
+	assert_non_null(r = json_object());
+	assert_int_equal(json_object_set_new(r, "a",
+	    json_stringn_nocheck("\xc3\x28", 2)), 0);
+	return r;
+}
+
+/*
+ * digest_generic_sha256 (the broker's: the canonical form hashed as it
+ * is written) agrees with digest_generic_canonical's bytes hashed: the
+ * same digest and length, or the same refusal, errno and path.
+ */
+static void
+assert_hashing_agrees(const char *kind, const json_t *request)
+{
+	char	 where[DIGEST_PATH_BYTES], hashing_where[DIGEST_PATH_BYTES];
+	char	*canonical;
+	uint8_t	 want[IDEM_SHA256_BYTES], got[IDEM_SHA256_BYTES];
+	size_t	 length, hashed_length;
+	int	 rc, hashing_rc, saved_errno;
+
+	errno = 0;
+	rc = digest_generic_canonical(kind, request, &canonical, &length,
+	    where);
+	saved_errno = errno;
+	errno = 0;
+	hashing_rc = digest_generic_sha256(kind, request, got, &hashed_length,
+	    hashing_where);
+	assert_int_equal(hashing_rc, rc);
+	assert_string_equal(hashing_where, where);
+	if (rc != 0) {
+		assert_int_equal(errno, saved_errno);
+		return;
+	}
+	digest_sha256(canonical, length, want);
+	free(canonical);
+	assert_int_equal(hashed_length, length);
+	assert_memory_equal(got, want, sizeof want);
+}
+
 /* One generic-json-v1 vector: canonical bytes and digest, or refusal. */
 static void
 run_generic_vector(json_t *v, void *arg)
@@ -724,12 +773,18 @@ run_generic_vector(json_t *v, void *arg)
 	char			 hex[IDEM_DIGEST_HEX_SIZE], *canonical;
 	size_t			 length;
 	const char		*kind, *request, *error;
+	json_t			*tree;
 
 	kind = json_string_value(json_object_get(v, "effect_kind"));
 	request = json_string_value(json_object_get(v, "request_json"));
 	error = json_string_value(json_object_get(v, "error"));
 	assert_non_null(kind);
 	assert_non_null(request);
+	if ((tree = json_loads(request, JSON_REJECT_DUPLICATES |
+	    JSON_DECODE_ANY, NULL)) != NULL) {
+		assert_hashing_agrees(kind, tree);
+		json_decref(tree);
+	}
 	if (error != NULL) {
 		errno = 0;
 		if (idem_effect_digest(kind, request, hex) == 0)
@@ -811,13 +866,17 @@ test_generic_json_refusals(void **state)
 	assert_int_equal(idem_effect_digest("k/v1", "{\"a\":1,\"a\":2}",
 	    hex), -1);
 	assert_int_equal(errno, EINVAL);
-	/* Invalid UTF-8 inside a value built in memory. */
-	r = json_pack("{s:s#}", "a", "\xc3\x28", (int)2);
-	if (r != NULL) {
-		assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n,
-		    where), -1);
-		json_decref(r);
-	}
+	/*
+	 * Invalid UTF-8 inside a value built in memory: EILSEQ.  json_pack
+	 * checks UTF-8 and would build nothing, so the string is set
+	 * unchecked.
+	 */
+	r = invalid_utf8_request();
+	errno = 0;
+	assert_int_equal(digest_generic_canonical("k/v1", r, &c, &n, where),
+	    -1);
+	assert_int_equal(errno, EILSEQ);
+	json_decref(r);
 	/* Too deep. */
 	{
 		char	deep[200];
@@ -860,6 +919,172 @@ test_generic_json_refusals(void **state)
 	json_decref(r);
 }
 
+/*
+ * The broker's hashing of the canonical form agrees with the bytes
+ * hashed: across its stream's buffer (4 KiB) and many times it, and
+ * for the odd inputs: NUL, escapes, non-canonical numbers, names equal
+ * after normalization, invalid UTF-8, too deep.
+ */
+static void
+test_generic_json_hashing_agrees(void **state)
+{
+	static const char *const odd[] = {
+		"null", "0", "-0", "1.0", "1e2", "1E+2", "0.000001", "1e-7",
+		"123456789012345678901.0", "9007199254740993",
+		"\"\\u00e9 \\ud83d\\ude00 \\/ \\u2028 \\u007f \\t\"",
+		"\"a\\u0000b\"", "[\"\\u0000\"]",
+		"{\"b\":1,\"a\":[true,false,null,{}],\"\\u00e9\":\"e\\u0301\"}",
+		"{\"cafe\\u0301\":1,\"caf\\u00e9\":2}",
+		"{\"x\":\"a\\r\\nb\\rc\"}",
+		"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+		NULL };
+	static const size_t sizes[] = { 1, 4000, 4070, 4080, 4090, 4095,
+	    4096, 4097, 8191, 8192, 8193, 70000 };
+	json_t	*r;
+	char	*pad, where[DIGEST_PATH_BYTES];
+	uint8_t	 digest[IDEM_SHA256_BYTES];
+	size_t	 i, length;
+
+	for (i = 0; odd[i] != NULL; i++) {
+		r = json_loads(odd[i], JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+		if (r == NULL)
+			fail_msg("odd input %zu does not parse", i);
+		assert_hashing_agrees("k/v1", r);
+		json_decref(r);
+	}
+	/* Invalid UTF-8: both refuse it, with EILSEQ. */
+	r = invalid_utf8_request();
+	assert_hashing_agrees("k/v1", r);
+	errno = 0;
+	assert_int_equal(digest_generic_sha256("k/v1", r, digest, &length,
+	    where), -1);
+	assert_int_equal(errno, EILSEQ);
+	json_decref(r);
+	/* Around and past the stream's buffer, offsets shifted by a byte. */
+	for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		assert_non_null(pad = malloc(sizes[i] + 1));
+		memset(pad, 'x', sizes[i]);
+		pad[sizes[i]] = '\0';
+		r = json_pack("{s:s,s:[i,s]}", "pad", pad, "z", (int)i, "\xc3\xa9");
+		assert_non_null(r);
+		assert_hashing_agrees("k/v1", r);
+		assert_hashing_agrees("kind.with.another/length", r);
+		json_decref(r);
+		free(pad);
+	}
+}
+
+/* Every byte value written as two lower-case hex digits, in order. */
+static void
+test_digest_to_hex_every_byte(void **state)
+{
+	uint8_t	digest[IDEM_SHA256_BYTES];
+	char	hex[IDEM_DIGEST_HEX_SIZE], want[IDEM_DIGEST_HEX_SIZE];
+	size_t	i, base;
+
+	for (base = 0; base < 256; base += IDEM_SHA256_BYTES) {
+		for (i = 0; i < IDEM_SHA256_BYTES; i++) {
+			digest[i] = (uint8_t)(base + i);
+			snprintf(want + 2 * i, 3, "%02x", digest[i]);
+		}
+		memset(hex, '*', sizeof hex);
+		digest_to_hex(digest, hex);
+		assert_string_equal(hex, want);
+	}
+}
+
+/*
+ * A long string is encoded as its bytes one at a time are: every byte
+ * 0x01..0x7f, and a two-byte UTF-8 character, at each place of plain
+ * strings of up to 40 bytes (whose runs are skipped sixteen bytes at a
+ * time), both ways (JCS and YAML-safe), equals the plain bytes around
+ * that character's own encoding.
+ */
+static void
+test_long_strings_encode_as_their_bytes(void **state)
+{
+	char	s[40], want[128], *one, *got;
+	size_t	n, i, k;
+	int	a, yaml_safe;
+
+	(void)state;
+	for (yaml_safe = 0; yaml_safe <= 1; yaml_safe++)
+	for (n = 1; n <= sizeof s; n++)
+	for (i = 0; i < n; i++)
+	for (a = 1; a <= 0x80; a++) {
+		memset(s, 'x', sizeof s);
+		if (a == 0x80) {
+			if (i + 1 >= n)
+				continue;
+			memcpy(s + i, "\xc3\xa9", 2);	/* U+00E9 */
+			k = 2;
+		} else {
+			s[i] = (char)a;
+			k = 1;
+		}
+		one = encode(s + i, k, yaml_safe);
+		/* ", the x before, the character's own text without its quotes, the x after, " */
+		snprintf(want, sizeof want, "\"%.*s%.*s%.*s\"", (int)i, s,
+		    (int)(strlen(one) - 2), one + 1, (int)(n - i - k), s + i + k);
+		got = encode(s, n, yaml_safe);
+		if (strcmp(got, want) != 0)
+			fail_msg("byte 0x%02x at %zu of %zu (yaml_safe %d): %s, "
+			    "want %s", a, i, n, yaml_safe, got, want);
+		free(got);
+		free(one);
+	}
+}
+
+/*
+ * A string that is not all ASCII is normalized wherever its first
+ * non-ASCII byte is: "e" and a combining acute (NFD) at each place of
+ * plain strings of up to 40 bytes digest as the precomposed character
+ * (NFC) there; and a single 0x80 (a lone continuation byte) or 0xff
+ * (never in UTF-8) at each place 0..40 of plain strings of up to 41
+ * bytes is refused with EILSEQ.  The single byte is what catches
+ * digest_is_ascii skipping one place of its eight-byte words: the NFD
+ * pair has two high bytes, so one skipped place still sees the other.
+ */
+static void
+test_non_ascii_found_at_every_place(void **state)
+{
+	static const unsigned char lone[] = { 0x80, 0xff };
+	char	nfd[48], nfc[48], *a, *b;
+	size_t	n, i, j, alength, blength;
+
+	(void)state;
+	for (j = 0; j < sizeof lone; j++) {
+		for (n = 1; n <= 41; n++) {
+			for (i = 0; i < n; i++) {
+				memset(nfd, 'x', n);
+				nfd[i] = (char)lone[j];
+				errno = 0;
+				a = digest_normalize_string(nfd, n, &alength);
+				if (a != NULL || errno != EILSEQ)
+					fail_msg("byte 0x%02x at %zu of %zu: "
+					    "not refused with EILSEQ", lone[j],
+					    i, n);
+			}
+		}
+	}
+	for (n = 3; n <= 40; n++) {
+		for (i = 0; i + 3 <= n; i++) {
+			memset(nfd, 'x', n);
+			memcpy(nfd + i, "e\xcc\x81", 3);	/* e U+0301 */
+			memset(nfc, 'x', n - 1);
+			memcpy(nfc + i, "\xc3\xa9", 2);	/* U+00E9 */
+			a = digest_normalize_string(nfd, n, &alength);
+			b = digest_normalize_string(nfc, n - 1, &blength);
+			assert_non_null(a);
+			assert_non_null(b);
+			assert_int_equal(alength, blength);
+			assert_memory_equal(a, b, blength);
+			free(a);
+			free(b);
+		}
+	}
+}
+
 int
 main(void)
 {
@@ -886,6 +1111,10 @@ main(void)
 		cmocka_unit_test(test_generic_json_vectors_all_match),
 		cmocka_unit_test(test_generic_json_numbers),
 		cmocka_unit_test(test_generic_json_refusals),
+		cmocka_unit_test(test_generic_json_hashing_agrees),
+		cmocka_unit_test(test_digest_to_hex_every_byte),
+		cmocka_unit_test(test_long_strings_encode_as_their_bytes),
+		cmocka_unit_test(test_non_ascii_found_at_every_place),
 	};
 
 	return FILTER_RUN(tests);

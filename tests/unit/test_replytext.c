@@ -47,8 +47,8 @@ assert_same(json_t *value)
 static void
 test_strings_of_every_byte(void **state)
 {
-	char	s[2];
-	int	a, b;
+	char	s[2], wide[40];
+	int	a, b, i;
 
 	(void)state;
 	for (a = 1; a < 0x80; a++) {
@@ -61,6 +61,27 @@ test_strings_of_every_byte(void **state)
 	}
 	assert_same(json_string(""));
 	assert_same(json_stringn("a\0b", 3));
+	/*
+	 * Longer strings, judged eight bytes at a time: every byte value
+	 * 0x01..0x7f, and a two-byte UTF-8 character, at each place of
+	 * plain strings of 1 to 40 bytes.
+	 */
+	for (b = 1; b <= 40; b++) {
+		memset(wide, 'x', sizeof wide);
+		assert_same(json_stringn(wide, (size_t)b));
+		for (i = 0; i < b; i++) {
+			for (a = 1; a < 0x80; a++) {
+				memset(wide, 'x', sizeof wide);
+				wide[i] = (char)a;
+				assert_same(json_stringn(wide, (size_t)b));
+			}
+			if (i + 1 < b) {
+				memset(wide, 'x', sizeof wide);
+				memcpy(wide + i, "\xc3\xa9", 2);
+				assert_same(json_stringn(wide, (size_t)b));
+			}
+		}
+	}
 	assert_same(json_string("caf\xc3\xa9 \xe2\x80\xa8 \xf0\x9f\x98\x80"));
 	assert_same(json_string("q\"uote back\\slash /slash"));
 }

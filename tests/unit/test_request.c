@@ -422,6 +422,49 @@ test_other_lines_parsed_whole(void **state)
 	}
 }
 
+/*
+ * request_envelope looks for a NUL in the tree only when the line holds
+ * the bytes \u0000 (its backslashes found by memchr): over every prefix
+ * of lines whose trees hold a NUL, it refuses exactly when memmem finds
+ * those bytes in the prefix, at its very end and after other escapes.
+ */
+static void
+test_envelope_nul_escape_found_as_memmem_finds_it(void **state)
+{
+	static const char *const lines[] = {
+		"{\"op\":\"x\",\"a\":\"\\u0000\"}",
+		"{\"op\":\"x\",\"a\":\"\\\\u0000\\u0000\"}",
+		"{\"op\":\"x\",\"a\":\"\\\\\\\"\\u001f\\u0000\\\\\"}",
+		"{\"op\":\"x\",\"a\":[\"\\u00000\\\\\",{\"b\":\"\\u0000\"}]}",
+		"{\"op\":\"x\",\"a\":\"\\u0000\\u0000\\u0000\"}",
+	};
+	struct request_error	 err;
+	json_t			*tree, *id;
+	const char		*op;
+	size_t			 i, length, refused = 0, tried = 0;
+	int			 rc;
+
+	(void)state;
+	for (i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+		tree = json_loads(lines[i], JSON_ALLOW_NUL, NULL);
+		if (tree == NULL)
+			fail_msg("line %zu does not parse", i);
+		for (length = 0; length <= strlen(lines[i]); length++) {
+			memset(&err, 0, sizeof err);
+			rc = request_envelope(tree, lines[i], length, &id, &op,
+			    &err);
+			assert_int_equal(rc != 0, memmem(lines[i], length,
+			    "\\u0000", 6) != NULL);
+			refused += rc != 0;
+			tried++;
+		}
+		json_decref(tree);
+	}
+	/* Both answers came up. */
+	assert_true(refused > 0);
+	assert_true(refused < tried);
+}
+
 int
 main(void)
 {
@@ -430,6 +473,7 @@ main(void)
 		cmocka_unit_test(test_random_trees_as_jansson_builds_them),
 		cmocka_unit_test(test_compact_result_is_not_parsed),
 		cmocka_unit_test(test_other_lines_parsed_whole),
+		cmocka_unit_test(test_envelope_nul_escape_found_as_memmem_finds_it),
 	};
 
 	return FILTER_RUN(tests);
