@@ -749,7 +749,7 @@ journaler_prezero(struct idemd *d)
  * other vCPU awake, so the two together take every wake-up of a halted
  * vCPU off a lone client's path.  journaler_idle stays 0 meanwhile:
  * appenders do not kick, and the look finds their records.  Tried alone
- * (doc/effects.md, "Also tried and dropped") it gained nothing: the
+ * (the same section, its "Also tried and dropped") it gained nothing: the
  * worker's wake-up after the flush was still one of a halted vCPU.
  * Only for a lone client, as the watch (pending.c): with more than
  * IDEM_SPIN_MAX_CONNECTIONS connections open the thread sleeps at once.

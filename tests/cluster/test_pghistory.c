@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * test_pghistory: the history on the PostgreSQL store (doc/cluster.md,
- * "History"), with real brokers and a private server
+ * "Reports, effects, history"), with real brokers and a private server
  * (tests/cluster/pgserver.c):
  *
  * - a local history built by a real local idemd (a capacity of 8, so

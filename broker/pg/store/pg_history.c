@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_history.c: the PostgreSQL store's history in bulk (doc/cluster.md,
- * "History"): a local history imported into the rows (idemctl store
- * import), committed rows compacted to tombstones (idemctl compact
- * --store) and the workspace's counts (stats).
+ * "Reports, effects, history"): a local history imported into the rows
+ * (idemctl store import), committed rows compacted to tombstones
+ * (idemctl compact --store) and the workspace's counts (stats).
  *
  * The import is one transaction that the caller opens, feeds and
  * finishes: a row already there with the same facts is left alone, one
