@@ -612,6 +612,25 @@ client_put(struct client_pieces *l, const char *piece, size_t length)
 #define CLIENT_PUT_LITERAL(l, s)	client_put((l), (s), sizeof (s) - 1)
 
 /*
+ * A plain line's first pieces, the same for every effect op: its op,
+ * id and kind (judged plain by the caller, their lengths counted then).
+ */
+static void
+client_line_head(struct client_pieces *l, enum idem_op_code code,
+    const char *id, size_t id_length, const char *kind, size_t kind_length)
+{
+	const char	*op = idem_op_names[code];
+
+	l->count = 0;
+	CLIENT_PUT_LITERAL(l, "{\"op\":\"");
+	client_put(l, op, strlen(op));
+	CLIENT_PUT_LITERAL(l, "\",\"client_submission_id\":\"");
+	client_put(l, id, id_length);
+	CLIENT_PUT_LITERAL(l, "\",\"effect_kind\":\"");
+	client_put(l, kind, kind_length);
+}
+
+/*
  * s is printable ASCII without a quote or a backslash: a valid string
  * that jansson's dump writes as it stands (judged a word at a time, as
  * fastscan judges ids).  Its length into *length.
@@ -669,7 +688,6 @@ client_begin_plain(struct idem_conn *conn, const char *id, const char *kind,
     struct idem_error *err, int *rc)
 {
 	struct client_pieces	 l;
-	const char		*op = idem_op_names[IDEM_OPC_EFFECT_BEGIN];
 	char			 digits[24], *first;
 	size_t			 id_length, kind_length, request_length;
 
@@ -677,13 +695,8 @@ client_begin_plain(struct idem_conn *conn, const char *id, const char *kind,
 	    !client_plain(kind, &kind_length) ||
 	    !client_compact(request_json, &request_length))
 		return 0;
-	l.count = 0;
-	CLIENT_PUT_LITERAL(&l, "{\"op\":\"");
-	client_put(&l, op, strlen(op));
-	CLIENT_PUT_LITERAL(&l, "\",\"client_submission_id\":\"");
-	client_put(&l, id, id_length);
-	CLIENT_PUT_LITERAL(&l, "\",\"effect_kind\":\"");
-	client_put(&l, kind, kind_length);
+	client_line_head(&l, IDEM_OPC_EFFECT_BEGIN, id, id_length, kind,
+	    kind_length);
 	CLIENT_PUT_LITERAL(&l, "\",\"request\":");
 	client_put(&l, request_json, request_length);
 	if (lease_ms > 0) {
@@ -704,7 +717,6 @@ client_complete_plain(struct idem_conn *conn, const char *id,
     struct idem_effect *out, struct idem_error *err, int *rc)
 {
 	struct client_pieces	 l;
-	const char		*op = idem_op_names[IDEM_OPC_EFFECT_COMPLETE];
 	size_t			 id_length, kind_length, fence_length;
 	size_t			 result_length = 0;
 
@@ -714,13 +726,8 @@ client_complete_plain(struct idem_conn *conn, const char *id,
 	    !client_plain(fence, &fence_length) ||
 	    (applied && !client_compact(result_json, &result_length)))
 		return 0;
-	l.count = 0;
-	CLIENT_PUT_LITERAL(&l, "{\"op\":\"");
-	client_put(&l, op, strlen(op));
-	CLIENT_PUT_LITERAL(&l, "\",\"client_submission_id\":\"");
-	client_put(&l, id, id_length);
-	CLIENT_PUT_LITERAL(&l, "\",\"effect_kind\":\"");
-	client_put(&l, kind, kind_length);
+	client_line_head(&l, IDEM_OPC_EFFECT_COMPLETE, id, id_length, kind,
+	    kind_length);
 	CLIENT_PUT_LITERAL(&l, "\",\"fence\":\"");
 	client_put(&l, fence, fence_length);
 	if (applied) {
