@@ -815,6 +815,22 @@ digest_write_value(FILE *fp, const json_t *v, int depth, char *where)
 	return -1;
 }
 
+/*
+ * Both entries' start: no place named yet; a kind and a request
+ * given, else -1 with EINVAL.
+ */
+static int
+digest_generic_given(const char *kind, const json_t *request, char *where)
+{
+	if (where != NULL)
+		where[0] = '\0';
+	if (kind == NULL || request == NULL) {
+		errno = EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
 /* The generic canonical form's bytes to fp: 1 if a write failed. */
 static int
 digest_write_generic(FILE *fp, const char *kind, const json_t *request,
@@ -837,12 +853,8 @@ digest_generic_canonical(const char *kind, const json_t *request,
 	FILE	*fp;
 	int	 failed;
 
-	if (where != NULL)
-		where[0] = '\0';
-	if (kind == NULL || request == NULL) {
-		errno = EINVAL;
+	if (digest_generic_given(kind, request, where) != 0)
 		return -1;
-	}
 	if ((fp = open_memstream(&buf, &size)) == NULL)
 		return -1;
 	failed = digest_write_generic(fp, kind, request, where);
@@ -889,12 +901,8 @@ digest_generic_sha256(const char *kind, const json_t *request,
 	FILE			*fp;
 	int			 failed;
 
-	if (where != NULL)
-		where[0] = '\0';
-	if (kind == NULL || request == NULL) {
-		errno = EINVAL;
+	if (digest_generic_given(kind, request, where) != 0)
 		return -1;
-	}
 	pthread_once(&digest_sodium_once, digest_sodium_init);
 	crypto_hash_sha256_init(&h.state);
 	h.length = 0;
