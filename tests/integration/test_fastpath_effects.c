@@ -275,6 +275,20 @@ fx_fast_reply_is_byte_identical(void **state)
 	harness_finish(b);
 }
 
+/* The next count lines read from fd are each want. */
+static void
+replies_are(int fd, int count, const char *want)
+{
+	char	*reply;
+	int	 i;
+
+	for (i = 0; i < count; i++) {
+		assert_non_null(reply = harness_raw_read_line(fd));
+		assert_string_equal(reply, want);
+		free(reply);
+	}
+}
+
 /*
  * Lines that arrive together (worker.c answers a fast one where it lies
  * in the input, takes any other out first): a fast retry, the full
@@ -306,11 +320,7 @@ fx_lines_sent_together(void **state)
 		fail_msg("asprintf");
 	before = harness_stat(b, FAST_STAT);
 	assert_int_equal(harness_raw_send(fd, three), 0);
-	for (i = 0; i < 3; i++) {
-		assert_non_null(reply = harness_raw_read_line(fd));
-		assert_string_equal(reply, want);
-		free(reply);
-	}
+	replies_are(fd, 3, want);
 	assert_int_equal(harness_stat(b, FAST_STAT), before + 2);
 	half = strlen(fast) / 2;
 	assert_int_equal(send(fd, fast, half, MSG_NOSIGNAL), (ssize_t)half);
@@ -329,9 +339,7 @@ fx_lines_sent_together(void **state)
 	length = strlen(three);
 	assert_int_equal(send(fd, three, length, MSG_NOSIGNAL),
 	    (ssize_t)length);
-	assert_non_null(reply = harness_raw_read_line(fd));
-	assert_string_equal(reply, want);
-	free(reply);
+	replies_are(fd, 1, want);
 	reply = harness_raw_exchange(fd, fast + half);
 	assert_string_equal(reply, want);
 	assert_int_equal(harness_stat(b, FAST_STAT), before + 5);
@@ -355,11 +363,7 @@ fx_lines_sent_together(void **state)
 	burst[32 * (length + 1) - 1] = '\0';	/* the send adds it */
 	assert_true(strlen(burst) > 4096);
 	assert_int_equal(harness_raw_send(fd, burst), 0);
-	for (i = 0; i < 32; i++) {
-		assert_non_null(reply = harness_raw_read_line(fd));
-		assert_string_equal(reply, want);
-		free(reply);
-	}
+	replies_are(fd, 32, want);
 	assert_int_equal(harness_stat(b, FAST_STAT), before + 37);
 	free(burst);
 	free(padded);
