@@ -40,8 +40,8 @@
  * a table entry (not a tombstone, not an entry found in the index), or
  * at the commit itself, for the begin line this worker answered proceed
  * to with the attempt and fence that commit names (fastpath_effect_
- * proceeded and _begun: the first retry after a commit is fast too;
- * the receipt is the commit's, the same bytes), and
+ * proceeded and _begun, fastpath_begun.c: the first retry after a
+ * commit is fast too; the receipt is the commit's, the same bytes), and
  * answered fast only while the arena still holds the result (read, as
  * the full path reads it first): then the full path would build the same
  * receipt from the same bytes.  Once the arena reused them the full path
@@ -60,14 +60,13 @@
  * struct fastpath (fastpath.h) between fastpath_answer and op_write_task
  * or op_effect_begin (fastpath_hint_take): a worker handles one line at
  * a time, synchronously, so there is exactly one.  The proceeds' cache
- * is the worker's too; nothing here is a file-scope variable.
+ * (fastpath_begun.c) is the worker's too; nothing here is a file-scope
+ * variable.
  */
 #include <sys/uio.h>
 
 #include <stdlib.h>
 #include <string.h>
-
-#include <sodium.h>
 
 #include "backend.h"
 #include "fastpath.h"
@@ -331,73 +330,4 @@ fastpath_remember_effect_text(struct idemd *d,
 	if ((slot = effect_slot(d, hint, key, key_length, entry)) !=
 	    UINT32_MAX)
 		store_text(d, hint, slot, entry, text, length);
-}
-
-/* ---- Proceeds, until their commit ---------------------------------------- */
-
-/*
- * The begin lines this worker answered proceed to, by key: a commit of
- * the attempt and fence they were given stores the reply their retries
- * get (fastpath_effect_begun), so that the first retry after a commit
- * is fast too.  A cache: one entry a key's hash, a newer proceed
- * overwrites an older one, and a complete on another worker finds
- * nothing here (its first retry takes the full path, which stores it).
- * The worker's struct fastpath holds it (FASTPATH_BEGUN entries).
- */
-
-/* Which entry a key uses: libsodium's short hash, under a fixed key. */
-static struct fastpath_begun *
-begun_of(struct fastpath *fp, const char *key, size_t key_length)
-{
-	static const unsigned char	 hash_key[crypto_shorthash_KEYBYTES];
-	unsigned char			 h[crypto_shorthash_BYTES];
-
-	crypto_shorthash(h, (const unsigned char *)key, key_length,
-	    hash_key);
-	return &fp->begun[h[0] % FASTPATH_BEGUN];
-}
-
-void
-fastpath_effect_proceeded(struct fastpath *fp,
-    const struct fastpath_hint *hint, const char *key, size_t key_length,
-    const struct subtab_entry *entry, const char *external_key)
-{
-	struct fastpath_begun	*b;
-
-	if (!hint->valid || hint->op != FASTSCAN_EFFECT_BEGIN ||
-	    hint->key_length != key_length ||
-	    memcmp(hint->key, key, key_length) != 0)
-		return;
-	b = begun_of(fp, key, key_length);
-	b->hint = *hint;
-	b->attempt = entry->attempt;
-	b->fence = entry->fence;
-	memcpy(b->request_digest, entry->request_digest,
-	    sizeof b->request_digest);
-	memcpy(b->external_key, external_key, sizeof b->external_key);
-}
-
-int
-fastpath_effect_begun(struct fastpath *fp, const char *key,
-    size_t key_length, const struct subtab_entry *entry,
-    struct fastpath_hint *hint,
-    char external_key[IDEM_EFFECT_EXTERNAL_KEY_SIZE])
-{
-	struct fastpath_begun	*b = begun_of(fp, key, key_length);
-
-	/*
-	 * The fence's random part is drawn for each proceed: equal, the
-	 * commit is of the attempt that line was given.  The external key
-	 * is a function of the key and the request digest, both compared.
-	 */
-	if (!b->hint.valid || b->hint.key_length != key_length ||
-	    memcmp(b->hint.key, key, key_length) != 0 ||
-	    b->attempt != entry->attempt || b->fence != entry->fence ||
-	    memcmp(b->request_digest, entry->request_digest,
-	    sizeof b->request_digest) != 0)
-		return 0;
-	*hint = b->hint;
-	memcpy(external_key, b->external_key, sizeof b->external_key);
-	b->hint.valid = 0;
-	return 1;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * fastpath.h: retries answered from a stored reply, without the parse
- * (fastpath.c).
+ * (fastpath.c), and the proceeds kept until their commit
+ * (fastpath_begun.c).
  */
 #ifndef IDEM_FASTPATH_H
 #define IDEM_FASTPATH_H

@@ -37,6 +37,7 @@ tests/unit/test_fastscan.c	libclient tests/integration/filter.h
 tests/unit/test_replyscan.c	libclient tests/integration/filter.h
 tests/unit/test_log.c		broker tests/integration/filter.h
 tests/unit/test_replytext.c	broker tests/integration/filter.h
+tests/unit/test_fastpath_begun.c	broker shm libclient tests/integration/filter.h
 tests/unit/test_fslocal.c	broker tests/integration/filter.h
 tests/unit/test_dirsync.c	broker tests/integration/filter.h
 tests/unit/test_pg_group.c	broker/pg broker/pg/store broker broker/store shm libclient tests/integration/filter.h
