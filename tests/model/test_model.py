@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import unicodedata
 
 from hypothesis import HealthCheck, settings
@@ -280,6 +281,43 @@ class Broker:
             if self.owner:
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def hang_report(self):
+        """What a request that got no answer found: each of idemd's
+        threads and its workers' (state, wait channel, system call) and
+        the log's last lines, so that a hang Hypothesis cannot replay
+        still says where it was."""
+        out = []
+        pids = ([self.proc.pid] if self.proc is not None else []) + \
+            self.workers()
+        for pid in pids:
+            try:
+                tids = sorted(int(t) for t in
+                              os.listdir("/proc/%d/task" % pid))
+            except OSError:
+                continue
+            for tid in tids:
+                d = "/proc/%d/task/%d/" % (pid, tid)
+                fields = []
+                for name in ("comm", "wchan", "syscall"):
+                    try:
+                        with open(d + name) as f:
+                            fields.append(f.read().strip()[:80])
+                    except OSError:
+                        fields.append("?")
+                try:
+                    with open(d + "stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    state = "?"
+                out.append("  %d/%d %s %s wchan=%s syscall=%s" % (
+                    pid, tid, fields[0], state, fields[1], fields[2]))
+        try:
+            with open(self.log, errors="replace") as f:
+                out += ["log: " + l.rstrip() for l in f.readlines()[-40:]]
+        except OSError:
+            pass
+        return "\n".join(out)
+
     def request(self, obj):
         """One request on a fresh connection: (raw line, parsed, send
         and receive times in wall-clock ms)."""
@@ -298,8 +336,8 @@ class Broker:
                     break
                 buf += c
         except socket.timeout:
-            fail("no answer within %.0f s to %s" %
-                 (REQUEST_TIMEOUT_S, line[:300]))
+            fail("no answer within %.0f s to %s\n%s" %
+                 (REQUEST_TIMEOUT_S, line[:300], self.hang_report()))
         except OSError as e:
             s.close()
             return None, None, t0, now_ms(), e
@@ -458,8 +496,14 @@ class IdemMachine(RuleBasedStateMachine):
         # Called as the sequence ends, by Hypothesis's `finally`: an
         # exception of the sequence's own (not Hypothesis's StopTest,
         # not BudgetSpent) is a failure to shrink to its end.
-        if isinstance(sys.exc_info()[1], Exception):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, Exception):
             RUN["failed"] = True
+            # Kept, so that a failure Hypothesis cannot replay (Flaky)
+            # still says what it was, where.
+            if RUN["first"] is None and not isinstance(exc, ModelFailure):
+                RUN["first"] = "".join(
+                    traceback.format_exception(exc))[-4000:]
         if self.b is not None:
             self.b.close()
 
