@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: ISC */
+// hostile.test.mjs: `idem-mcp proxy` against a hostile downstream
+// (tests/mcp/hostile_server.mjs: two answers to one call, answers nobody
+// asked for, result and error together, no result at all, lines that
+// are not JSON, a NUL byte, a line of many MiB, half a line and death,
+// a request of its own while a call runs, a tool that turns read-only,
+// a tool it never lists) and a hostile or vanishing client (a
+// cancellation the server ignores, the end of its input while a call
+// runs, one key twice in one write), against a real idemd.  Run by
+// tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
+// IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
+//
+// The client here writes raw lines (an SDK client would hide the bytes).
+// Each test judges by the server's own count of executions and by the
+// ledger's state (idemctl effects show), never by an exit status alone.
+// What proxy.test.mjs proves (a server that crashes or hangs, the proxy
+// killed, the broker down, a cancellation the server honours) is not
+// repeated.
+
+import { before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { SdkRun } from './sdk_run.mjs';
+
+const IDEM_MCP = process.env.IDEM_MCP;
+const IDEMCTL = process.env.IDEMCTL;
+assert.ok(process.env.IDEMD && IDEM_MCP && IDEMCTL,
+    'IDEMD, IDEM_MCP and IDEMCTL must be set (make check TESTS=tests/mcp/hostile.sh)');
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const SERVER = [process.execPath, path.join(HERE, 'hostile_server.mjs')];
+const KIND = 'mcp/hostile/act';
+const LEASE_MS = 1000;	// short, so that lapsed leases come quickly
+const ANSWER_MS = 20000;	// an answer later than this is a hang
+
+const run = new SdkRun('idem-mcp-hostile.');
+const { tmp, root, broker } = run;
+const check = run.check.bind(run);
+const proxies = [];
+
+// ---- a raw client ------------------------------------------------------------
+
+// A proxy in front of hostile_server.mjs, spoken to in raw lines.
+class Raw {
+  constructor({ args = [] } = {}) {
+    this.log = path.join(tmp, `executions-${proxies.length + 1}`);
+    this.child = spawn(IDEM_MCP, ['proxy', '--root', root, '--lease-ms', String(LEASE_MS),
+      ...args, '--', ...SERVER], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOSTILE_LOG: this.log },
+    });
+    this.stderr = '';
+    this.child.stderr.on('data', (chunk) => { this.stderr += chunk; });
+    this.exited = once(this.child, 'exit');
+    this.lines = [];		// every line from the proxy, as bytes
+    this.messages = [];		// those that are JSON, parsed
+    this.waiting = new Map();	// id (JSON) -> resolve
+    this.watchers = [];
+    this.nextId = 1;
+    let pending = Buffer.alloc(0);
+    this.child.stdout.on('data', (chunk) => {
+      pending = Buffer.concat([pending, chunk]);
+      let nl;
+      while ((nl = pending.indexOf(10)) !== -1) {
+        this.line(pending.subarray(0, nl));
+        pending = pending.subarray(nl + 1);
+      }
+    });
+    proxies.push(this);
+  }
+
+  line(bytes) {
+    this.lines.push(bytes);
+    let msg;
+    try {
+      msg = JSON.parse(bytes.toString('utf8'));
+    } catch {
+      return;
+    }
+    this.messages.push(msg);
+    if (msg.method === undefined && msg.id !== undefined) {
+      const key = JSON.stringify(msg.id);
+      const resolve = this.waiting.get(key);
+      this.waiting.delete(key);
+      resolve?.(msg);
+    }
+    this.watchers = this.watchers.filter((w) => !w(msg));
+  }
+
+  write(text) {
+    this.child.stdin.write(text + '\n');
+  }
+
+  // A request; resolves with its answer (the whole message).
+  request(method, params, id = this.nextId++) {
+    const answer = this.expect(id);
+    this.write(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+    return answer;
+  }
+
+  // Resolves with the answer to id; a hang is a failure, not a stall.
+  expect(id, ms = ANSWER_MS) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(
+          `no answer to ${JSON.stringify(id)} within ${ms} ms`)), ms);
+      this.waiting.set(JSON.stringify(id), (msg) => { clearTimeout(timer); resolve(msg); });
+    });
+  }
+
+  // Resolves with the first message from now on for which cond holds.
+  until(cond) {
+    return new Promise((resolve) => this.watchers.push((m) => cond(m) && (resolve(m), true)));
+  }
+
+  async start() {
+    await this.request('initialize', { protocolVersion: '2025-06-18', capabilities: {},
+      clientInfo: { name: 'hostile-test', version: '1' } });
+    this.write('{"jsonrpc":"2.0","method":"notifications/initialized"}');
+    return (await this.request('tools/list', {})).result.tools;
+  }
+
+  act(args, id) {
+    return this.request('tools/call', { name: 'act', arguments: args }, id);
+  }
+
+  executions() {
+    return fs.existsSync(this.log) ?
+      fs.readFileSync(this.log, 'utf8').split('\n').filter((l) => l !== '').length : 0;
+  }
+
+  // Stop: the end of its input, then its exit (code, signal).
+  async stop() {
+    this.child.stdin.end();
+    return this.exited;
+  }
+}
+
+// The effect as the broker keeps it (idemctl effects show --json), or
+// null if it has none; .state is reserved, outcome_unknown, committed...
+function ledger(key, kind = KIND) {
+  let out;
+  try {
+    out = execFileSync(IDEMCTL, ['--root', root, '--json', 'effects', 'show', kind, key],
+        { encoding: 'utf8' });
+  } catch (e) {
+    if (e.status !== 1 || !e.stdout)
+      throw e;
+    out = e.stdout;
+  }
+  const shown = JSON.parse(out);
+  return shown.found ? shown.submission : null;
+}
+
+const facts = (msg) => msg.result?._meta?.['io.idem/proxy'];
+
+// Resolves once cond() holds, looking again as fs.watch sees dir change.
+async function until(dir, cond, ms = 20000) {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    assert.ok(Date.now() < deadline, `timed out waiting on ${dir}`);
+    await new Promise((resolve) => {
+      const watcher = fs.watch(dir, () => { watcher.close(); resolve(); });
+      setTimeout(() => { watcher.close(); resolve(); }, 50);
+    });
+  }
+}
+
+// Retry while the proxy says in_progress, as an agent would.
+async function retryWhileInProgress(p, args) {
+  for (let i = 0; i < 100; i++) {
+    const r = await p.act(args);
+    if (facts(r)?.disposition !== 'in_progress')
+      return r;
+  }
+  assert.fail('still in_progress after 100 retries');
+}
+
+before(async () => {
+  fs.mkdirSync(root);
+  await broker.start();
+});
+
+after(async () => {
+  for (const p of proxies)
+    if (p.child.exitCode === null && p.child.signalCode === null)
+      p.child.kill('SIGKILL');
+  await broker.stop().catch(() => {});
+  // Under ASan and UBSan (run-tests.sh), a proxy's report is a failure.
+  for (const p of proxies)
+    assert.doesNotMatch(p.stderr, /ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:/,
+        'a sanitizer report from idem-mcp proxy');
+  run.finish();
+});
+
+// ---- the downstream's answers -------------------------------------------------
+
+check('server: a call answered twice, and answers nobody asked for: the first answer is the one recorded', async () => {
+  const p = new Raw();
+  await p.start();
+  const first = await p.act({ label: 'twice', mode: 'twice', idempotency_key: 'twice/1' });
+  assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
+  // The second answer went nowhere: the client got one answer.
+  await p.request('ping', {});
+  assert.equal(p.messages.filter((m) => JSON.stringify(m.id) === JSON.stringify(first.id)).length, 1);
+  const again = await p.act({ label: 'twice', mode: 'twice', idempotency_key: 'twice/1' });
+  assert.deepEqual(again.result, first.result, 'the retry gets the first answer');
+  assert.equal(ledger('twice/1').state, 'committed');
+  // Stray answers: one in the proxy's own id form is dropped, a client's
+  // id is passed on (not the proxy's to judge); the call is answered.
+  const stray = await p.act({ label: 'stray', mode: 'stray', idempotency_key: 'stray/1' });
+  assert.equal(JSON.parse(stray.result.content[0].text).execution, 2);
+  assert.ok(p.messages.some((m) => m.id === 424242));
+  assert.ok(!p.messages.some((m) => m.id === 'io.idem/proxy/999999'));
+  assert.equal(ledger('stray/1').state, 'committed');
+  assert.equal(p.executions(), 2);
+});
+
+check('server: result and error together: recorded as ran (the result), never run again', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'both', mode: 'both', idempotency_key: 'both/1' };
+  const first = await p.act(args);
+  assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
+  assert.equal(first.error, undefined);
+  assert.equal(ledger('both/1').state, 'committed');
+  assert.deepEqual((await p.act(args)).result, first.result);
+  assert.equal(p.executions(), 1);
+});
+
+check('server: a result that is not an object is recorded and answered as it came', async () => {
+  const p = new Raw();
+  await p.start();
+  for (const [i, value] of [42, 'text', [1, 2], null].entries()) {
+    const args = { label: 'scalar', mode: 'scalar', value, idempotency_key: `scalar/${i}` };
+    const first = await p.act(args);
+    assert.deepEqual(first.result, value);
+    assert.equal(ledger(`scalar/${i}`).state, 'committed', JSON.stringify(value));
+    assert.deepEqual((await p.act(args)).result, value, 'reused as first answered');
+  }
+  assert.equal(p.executions(), 4);
+});
+
+check('server: a line that is not JSON passes; the call it precedes is answered and recorded', async () => {
+  const p = new Raw();
+  await p.start();
+  const r = await p.act({ label: 'notjson', mode: 'notjson', idempotency_key: 'notjson/1' });
+  assert.equal(JSON.parse(r.result.content[0].text).execution, 1);
+  assert.ok(p.lines.some((l) => l.toString() === 'this line is not JSON'));
+  assert.equal(ledger('notjson/1').state, 'committed');
+});
+
+check('server: an answer of 8 MiB on one line: answered whole, then its stand-in', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'huge', mode: 'huge', mib: 8, idempotency_key: 'huge/1' };
+  const first = await p.act(args);
+  assert.equal(first.result.content[0].text, 'x'.repeat(8 << 20));
+  const again = await p.act(args);
+  assert.equal(facts(again).disposition, 'reused_result_not_kept');
+  assert.equal(ledger('huge/1').state, 'committed');
+  assert.equal(p.executions(), 1);
+});
+
+check('server: its own request while a call runs, answered after the call ended, reaches it', async () => {
+  const p = new Raw();
+  await p.start();
+  const asked = p.until((m) => m.method === 'sampling/createMessage');
+  const r = await p.act({ label: 'sample', mode: 'sample', idempotency_key: 'sample/1' });
+  assert.equal(JSON.parse(r.result.content[0].text).execution, 1);
+  const request = await asked;
+  assert.equal(request.id, 'hostile-sample-1', 'the server\'s id, unchanged');
+  assert.equal(ledger('sample/1').state, 'committed');
+  // The call is over; now the client answers the server's request.
+  p.write(JSON.stringify({ jsonrpc: '2.0', id: request.id,
+    result: { role: 'assistant', content: { type: 'text', text: 'late' }, model: 'm' } }));
+  const sampled = p.log + '.sampled';
+  await until(tmp, () => fs.existsSync(sampled) && fs.readFileSync(sampled, 'utf8').endsWith('\n'));
+  assert.equal(JSON.parse(fs.readFileSync(sampled, 'utf8')).result.content.text, 'late');
+  assert.equal(p.executions(), 1);
+});
+
+check('client: a cancelled call the server answers anyway is recorded, not answered; the retry is reused', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'late', mode: 'late', ms: 500, idempotency_key: 'late/1' };
+  const unanswered = p.act(args, 'late-call').then(() => 'answered', () => 'not answered');
+  await until(tmp, () => p.executions() === 1);
+  p.write(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled',
+    params: { requestId: 'late-call', reason: 'changed my mind' } }));
+  await until(tmp, () => ledger('late/1').state === 'committed');
+  assert.match(fs.readFileSync(p.log + '.cancelled', 'utf8'), /^"io\.idem\/proxy\/\d+"\n$/);
+  const r = await p.act(args);
+  assert.equal(JSON.parse(r.result.content[0].text).execution, 1, 'reused: the first answer');
+  assert.equal(await unanswered, 'not answered');
+  assert.ok(!p.messages.some((m) => m.id === 'late-call'), 'a cancelled request is not answered');
+  assert.equal(p.executions(), 1);
+});
+
+check('client: the end of its input while a call runs: the answer is waited for and recorded; a new proxy\'s retry is reused', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'eof', mode: 'late', ms: 500, idempotency_key: 'eof/1' };
+  p.act(args).catch(() => {});
+  await until(tmp, () => p.executions() === 1);
+  const [code] = await p.stop();
+  assert.equal(code, 0);
+  assert.equal(ledger('eof/1').state, 'committed', 'recorded before the proxy exited');
+  const q = new Raw();
+  q.log = p.log;
+  await q.start();
+  const r = await q.act(args);
+  assert.equal(JSON.parse(r.result.content[0].text).execution, 1);
+  assert.equal(p.executions(), 1);
+});
+
+check('client: the end of its input while the server never answers: the proxy exits within a lease and more, the key lapses', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'eof-hang', mode: 'hang', idempotency_key: 'eof-hang/1' };
+  p.act(args).catch(() => {});
+  await until(tmp, () => p.executions() === 1);
+  const t0 = Date.now();
+  await p.stop();
+  // A lease for the call, then the server's stdin closed (it exits).
+  assert.ok(Date.now() - t0 < LEASE_MS + 5000, `exited after ${Date.now() - t0} ms`);
+  const q = new Raw();
+  q.log = p.log;
+  await q.start();
+  const r = await retryWhileInProgress(q, args);
+  assert.equal(facts(r).disposition, 'outcome_unknown');
+  assert.equal(p.executions(), 1);
+});
+
+check('client: one key twice in one write, and one request id twice: one execution, every call answered', async () => {
+  const p = new Raw();
+  await p.start();
+  const call = (id) => JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call',
+    params: { name: 'act', arguments: { label: 'piped', mode: 'late', ms: 200,
+      idempotency_key: 'piped/1' } } });
+  const answers = [p.expect(11), p.expect(12)];
+  p.write(call(11) + '\n' + call(12));
+  const [a, b] = await Promise.all(answers);
+  assert.deepEqual(a.result, b.result);
+  assert.equal(p.executions(), 1);
+  // The same request id twice (a client's bug): both answered, once run.
+  let seen = 0;
+  const both = p.until((m) => m.id === 13 && ++seen === 2);
+  p.write(call(13) + '\n' + call(13));
+  await both;
+  assert.equal(p.executions(), 1);
+  assert.equal(ledger('piped/1').state, 'committed');
+});
