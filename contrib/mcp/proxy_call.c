@@ -539,12 +539,34 @@ call_forward(struct call *c)
 		    c->key);
 		return;
 	}
-	if ((result = json_object_get(response, "result")) == NULL) {
+	if ((result = json_object_get(response, "result")) == NULL &&
+	    !json_is_object(json_object_get(response, "error"))) {
+		/*
+		 * Neither a result nor an error object: no answer JSON-RPC
+		 * knows, so nothing says the call did not run.  Releasing
+		 * the key (not_applied) would let a retry run it a second
+		 * time, and answering nothing would leave the client
+		 * waiting for ever: a tool error, and the effect left to
+		 * become outcome_unknown, as when the server dies.
+		 */
+		proxy_log("%s %s: the server's answer is neither a result nor "
+		    "an error: left unsettled", c->kind, c->key);
+		call_tool_error(c, "server_invalid_answer", 0,
+		    "The MCP server answered this call (idempotency key %s, "
+		    "effect %s) with a message that is neither a result nor an "
+		    "error: the call may have acted. idem will not perform it "
+		    "again for this key; once its lease lapses a retry reports "
+		    "outcome_unknown until someone checks and settles it "
+		    "(idemctl resolve '%s' '%s' applied|not_applied).", c->key,
+		    c->kind, c->kind, c->key);
+		json_decref(response);
+		return;
+	}
+	if (result == NULL) {
 		/* Refused (a JSON-RPC error): it did not run. */
 		call_complete(c, 0, NULL);
-		if (json_object_get(response, "error") != NULL)
-			call_answer_json(c, "error",
-			    json_object_get(response, "error"));
+		call_answer_json(c, "error", json_object_get(response,
+		    "error"));
 		json_decref(response);
 		return;
 	}

@@ -245,6 +245,19 @@ check('server: a result that is not an object is recorded and answered as it cam
   assert.equal(p.executions(), 4);
 });
 
+check('server: an answer with neither result nor error: a tool error, and the key is not released to run again', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'neither', mode: 'neither', idempotency_key: 'neither/1' };
+  const first = await p.act(args);
+  assert.equal(first.result?.isError, true, JSON.stringify(first));
+  assert.equal(facts(first).disposition, 'server_invalid_answer');
+  assert.notEqual(ledger('neither/1').state, 'released');
+  const again = await retryWhileInProgress(p, args);
+  assert.equal(facts(again).disposition, 'outcome_unknown');
+  assert.equal(p.executions(), 1, 'never run a second time');
+});
+
 check('server: a line that is not JSON passes; the call it precedes is answered and recorded', async () => {
   const p = new Raw();
   await p.start();
