@@ -424,7 +424,10 @@ proxy_request(const char *method, json_t *params, json_t *client_id,
 	return response;
 }
 
-/* A response to one of our requests: hand it over (steals msg). */
+/*
+ * A response to one of our requests: hand it over (steals msg).  1 if a
+ * request waited for it, 0 if none did (msg dropped).
+ */
 static int
 proxy_deliver(const char *key, json_t *msg)
 {
@@ -441,6 +444,53 @@ proxy_deliver(const char *key, json_t *msg)
 	if (w == NULL) {
 		/* A late answer to a request we stopped waiting for. */
 		json_decref(msg);
+	}
+	return w != NULL;
+}
+
+/*
+ * A line that is not JSON (a raw NUL or control byte, invalid UTF-8, half
+ * a line before the server died) but that answers a request of ours,
+ * found by its id, "id":"io.idem/proxy/N", in the bytes.  Passed on, it
+ * would give the client an answer to a request it never sent, and leave
+ * our request waiting for ever (a wrapped call's lease kept alive, its
+ * client unanswered): its request is handed an empty message instead,
+ * which a wrapped call answers as a server's answer it cannot read.
+ * 1 if a request of ours waited for it.
+ */
+static int
+proxy_unreadable_answer(const char *line, size_t length)
+{
+	static const char	 id_member[] = "\"id\"";
+	const size_t		 id_length = strlen(id_member);
+	const char		*end = line + length, *p = line, *q, *b;
+	const char		*digits;
+	char			 key[64];
+
+	while ((p = memmem(p, (size_t)(end - p), "\"" PROXY_ID_PREFIX,
+	    strlen(PROXY_ID_PREFIX) + 1)) != NULL) {
+		/* p: the string's opening quote; q: its closing one. */
+		digits = p + 1 + strlen(PROXY_ID_PREFIX);
+		for (q = digits; q < end && *q >= '0' && *q <= '9'; q++)
+			;
+		/* Before it, the member's name: "id" : (blanks allowed). */
+		for (b = p; b > line && (b[-1] == ' ' || b[-1] == '\t'); b--)
+			;
+		if (b > line && b[-1] == ':')
+			for (b--; b > line && (b[-1] == ' ' || b[-1] == '\t');
+			    b--)
+				;
+		else
+			b = NULL;
+		if (q > digits && q < end && *q == '"' &&
+		    (size_t)(q - p) + 2 <= sizeof key && b != NULL &&
+		    (size_t)(b - line) >= id_length &&
+		    memcmp(b - id_length, id_member, id_length) == 0) {
+			memcpy(key, p, (size_t)(q - p) + 1);
+			key[q - p + 1] = '\0';
+			return proxy_deliver(key, json_object());
+		}
+		p++;
 	}
 	return 0;
 }
@@ -602,6 +652,11 @@ proxy_from_server(char *line, size_t length)
 		    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) != 0) {
 			json_decref(msg);
 			msg = NULL;
+		}
+		if (msg == NULL && proxy_unreadable_answer(line, length)) {
+			proxy_log("server: an answer that is not JSON (%zu "
+			    "bytes) taken for the request it names", length);
+			return;
 		}
 	}
 	if (!json_is_object(msg) || json_object_get(msg, "method") != NULL ||

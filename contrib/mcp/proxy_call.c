@@ -542,23 +542,24 @@ call_forward(struct call *c)
 	if ((result = json_object_get(response, "result")) == NULL &&
 	    !json_is_object(json_object_get(response, "error"))) {
 		/*
-		 * Neither a result nor an error object: no answer JSON-RPC
-		 * knows, so nothing says the call did not run.  Releasing
-		 * the key (not_applied) would let a retry run it a second
-		 * time, and answering nothing would leave the client
-		 * waiting for ever: a tool error, and the effect left to
-		 * become outcome_unknown, as when the server dies.
+		 * Neither a result nor an error object (or, from proxy.c,
+		 * an answer that is not JSON): no answer JSON-RPC knows,
+		 * so nothing says the call did not run.  Releasing the key
+		 * (not_applied) would let a retry run it a second time, and
+		 * answering nothing would leave the client waiting for
+		 * ever: a tool error, and the effect left to become
+		 * outcome_unknown, as when the server dies.
 		 */
 		proxy_log("%s %s: the server's answer is neither a result nor "
 		    "an error: left unsettled", c->kind, c->key);
 		call_tool_error(c, "server_invalid_answer", 0,
 		    "The MCP server answered this call (idempotency key %s, "
 		    "effect %s) with a message that is neither a result nor an "
-		    "error: the call may have acted. idem will not perform it "
-		    "again for this key; once its lease lapses a retry reports "
-		    "outcome_unknown until someone checks and settles it "
-		    "(idemctl resolve '%s' '%s' applied|not_applied).", c->key,
-		    c->kind, c->kind, c->key);
+		    "error, or is not JSON: the call may have acted. idem will "
+		    "not perform it again for this key; once its lease lapses "
+		    "a retry reports outcome_unknown until someone checks and "
+		    "settles it (idemctl resolve '%s' '%s' "
+		    "applied|not_applied).", c->key, c->kind, c->kind, c->key);
 		json_decref(response);
 		return;
 	}
@@ -746,25 +747,29 @@ call_wrapped(struct call *c)
 static void
 call_relay(struct call *c)
 {
-	json_t	*response;
-	int	 gone;
+	json_t		*response, *e;
+	const char	*why = NULL;
+	int		 gone;
 
 	response = proxy_request("tools/call",
 	    json_object_get(c->request, "params"), c->id, 0, NULL, NULL,
 	    &gone);
-	if (response == NULL) {
-		json_t *e = json_pack("{s:i, s:s}", "code", -32603,
-		    "message", "the MCP server behind idem-mcp proxy exited");
-		call_answer_json(c, "error", e);
-		json_decref(e);
-		return;
-	}
-	if (json_object_get(response, "result") != NULL)
+	if (response == NULL)
+		why = "the MCP server behind idem-mcp proxy exited";
+	else if (json_object_get(response, "result") != NULL)
 		call_answer_json(c, "result", json_object_get(response,
 		    "result"));
 	else if (json_object_get(response, "error") != NULL)
 		call_answer_json(c, "error", json_object_get(response,
 		    "error"));
+	else	/* Answered, or the client would wait for ever. */
+		why = "the MCP server behind idem-mcp proxy answered with "
+		    "neither a result nor an error, or not in JSON";
+	if (why != NULL) {
+		e = json_pack("{s:i, s:s}", "code", -32603, "message", why);
+		call_answer_json(c, "error", e);
+		json_decref(e);
+	}
 	json_decref(response);
 }
 

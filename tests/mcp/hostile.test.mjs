@@ -267,6 +267,31 @@ check('server: a line that is not JSON passes; the call it precedes is answered 
   assert.equal(ledger('notjson/1').state, 'committed');
 });
 
+check('server: an answer that is not JSON (a raw NUL byte): a tool error, not passed on, never run again', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'nul', mode: 'nul', idempotency_key: 'nul/1' };
+  const first = await p.act(args);
+  assert.equal(first.result?.isError, true, JSON.stringify(first));
+  assert.equal(facts(first).disposition, 'server_invalid_answer');
+  assert.ok(!p.lines.some((l) => l.includes(0)), 'the unreadable answer is not the client\'s');
+  assert.equal(ledger('nul/1').state, 'reserved', 'left to lapse, not released');
+  const again = await retryWhileInProgress(p, args);
+  assert.equal(facts(again).disposition, 'outcome_unknown');
+  assert.equal(p.executions(), 1);
+});
+
+check('server: a passed-through call (a tool it never lists, no key) answered with neither result nor error, or not in JSON: a JSON-RPC error', async () => {
+  const p = new Raw();
+  await p.start();
+  for (const mode of ['neither', 'nul']) {
+    const r = await p.request('tools/call', { name: 'hidden', arguments: { label: 'relayed', mode } });
+    assert.equal(r.error?.code, -32603, JSON.stringify(r));
+    assert.match(r.error.message, /neither a result nor an error/);
+  }
+  assert.equal(p.executions(), 2, 'unkeyed: the server\'s own business');
+});
+
 check('server: an answer of 8 MiB on one line: answered whole, then its stand-in', async () => {
   const p = new Raw();
   await p.start();
@@ -276,6 +301,26 @@ check('server: an answer of 8 MiB on one line: answered whole, then its stand-in
   const again = await p.act(args);
   assert.equal(facts(again).disposition, 'reused_result_not_kept');
   assert.equal(ledger('huge/1').state, 'committed');
+  assert.equal(p.executions(), 1);
+});
+
+check('server: half an answer, then it exits: a tool error, the half not passed on, the proxy exits, never run again', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'cut', mode: 'cut', idempotency_key: 'cut/1' };
+  const first = await p.act(args);
+  assert.equal(first.result?.isError, true, JSON.stringify(first));
+  assert.equal(facts(first).disposition, 'server_invalid_answer');
+  assert.ok(!p.lines.some((l) => l.toString().includes('io.idem/proxy/')),
+      'no line of the proxy\'s own requests reaches the client');
+  const [code] = await p.exited;
+  assert.equal(code, 1, 'the proxy exits after its server');
+  assert.match(p.stderr, /closed its output and exited with status 3/);
+  const q = new Raw();
+  q.log = p.log;
+  await q.start();
+  const again = await retryWhileInProgress(q, args);
+  assert.equal(facts(again).disposition, 'outcome_unknown');
   assert.equal(p.executions(), 1);
 });
 
