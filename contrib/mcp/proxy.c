@@ -548,7 +548,8 @@ proxy_unreadable_call(const char *line, size_t length)
 	}
 	if (name != NULL && id != NULL && strcmp(json_string_value(
 	    json_object_get(msg, "method")) ?: "", "tools/call") == 0 &&
-	    proxy_tool_wrap(name, NULL) != PROXY_PASSED) {
+	    proxy_call_wrap(name, json_object_get(msg, "params"), 0, NULL) !=
+	    PROXY_PASSED) {
 		answer = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b, "
 		    "s:{s:{s:s, s:b}}}}", "jsonrpc", "2.0", "id", id, "result",
 		    "content", "type", "text", "text", "The call was not made: "
@@ -592,7 +593,7 @@ proxy_from_client(char *line, size_t length)
 		if (strcmp(method, "tools/call") == 0 &&
 		    (name = json_string_value(json_object_get(params,
 		    "name"))) != NULL &&
-		    proxy_tool_wrap(name, NULL) != PROXY_PASSED) {
+		    proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED) {
 			if (proxy_call_start(msg) != 0)
 				proxy_log("cannot start a thread for a call");
 			return;

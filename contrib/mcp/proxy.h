@@ -85,6 +85,14 @@ enum proxy_wrap {
 
 /* Is the tool wrapped?  (PROXY_UNKNOWN: ask with tools/list.) */
 enum proxy_wrap proxy_tool_wrap(const char *name, int *has_output_schema);
+/*
+ * Is this call (its tools/call params) wrapped?  As proxy_tool_wrap,
+ * but a call that carries a key is wrapped unless --pass names the tool
+ * or its schema owns the argument; listed: the tools were listed for it
+ * (a tool still unknown then is not the server's, and a key keys it).
+ */
+enum proxy_wrap proxy_call_wrap(const char *name, json_t *params, int listed,
+	    int *has_output_schema);
 /* Learn and rewrite one tools/list result in place. */
 void	proxy_tools_list_result(json_t *result);
 /* Rewrite initialize's result in place (the capability, the name). */

@@ -809,11 +809,14 @@ call_serve(struct call *c)
 {
 	struct call	**cp;
 	enum proxy_wrap	 wrap;
+	json_t		*params;
 
-	wrap = proxy_tool_wrap(c->tool, &c->has_output_schema);
+	params = json_object_get(c->request, "params");
+	wrap = proxy_call_wrap(c->tool, params, 0, &c->has_output_schema);
 	if (wrap == PROXY_UNKNOWN) {
 		call_list_tools();
-		wrap = proxy_tool_wrap(c->tool, &c->has_output_schema);
+		wrap = proxy_call_wrap(c->tool, params, 1,
+		    &c->has_output_schema);
 	}
 	if (wrap == PROXY_WRAPPED)
 		call_wrapped(c);

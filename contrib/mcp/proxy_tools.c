@@ -11,6 +11,14 @@
  * tools/list answer is kept in a table by name; a tool not seen yet is
  * PROXY_UNKNOWN and proxy_call.c lists the tools itself first.
  *
+ * A call is judged by its key too, not only by the listing: a call that
+ * carries a key (the argument or params.idempotencyKey) is wrapped
+ * unless --pass names its tool or the tool owns the argument.  The
+ * listing is the server's word and may change under a running proxy (a
+ * tool that turns read-only, one never listed): a client that retries
+ * with the key it was given must still get the first answer, never a
+ * second execution (proxy_call_wrap).
+ *
  * initialize's result gains capabilities.tools.idempotency (the
  * capability of SEP-3182: a client may send the key as
  * params.idempotencyKey), and its serverInfo.name names the kinds.
@@ -42,6 +50,7 @@ struct proxy_tool {
 	char		*name;
 	enum proxy_wrap	 wrap;
 	int		 has_output_schema;
+	int		 owns_key;	/* its schema has idempotency_key */
 };
 
 static pthread_mutex_t	 tools_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -69,7 +78,8 @@ tools_find(const char *name)
 }
 
 static void
-tools_learn(const char *name, enum proxy_wrap wrap, int has_output_schema)
+tools_learn(const char *name, enum proxy_wrap wrap, int has_output_schema,
+    int owns_key)
 {
 	struct proxy_tool	*t, *p;
 
@@ -95,6 +105,7 @@ tools_learn(const char *name, enum proxy_wrap wrap, int has_output_schema)
 	}
 	t->wrap = wrap;
 	t->has_output_schema = has_output_schema;
+	t->owns_key = owns_key;
 	pthread_mutex_unlock(&tools_lock);
 }
 
@@ -117,6 +128,39 @@ proxy_tool_wrap(const char *name, int *has_output_schema)
 		wrap = tools_named(proxy_cfg.wrap, name) ? PROXY_WRAPPED :
 		    PROXY_UNKNOWN;
 	pthread_mutex_unlock(&tools_lock);
+	return wrap;
+}
+
+/* Does the call carry a key, as the argument or SEP-3182's member? */
+static int
+tools_call_keyed(json_t *params)
+{
+	json_t	*param = json_object_get(params, PROXY_KEY_PARAM);
+
+	return (param != NULL && !json_is_null(param)) ||
+	    json_object_get(json_object_get(params, "arguments"),
+	    PROXY_KEY_ARGUMENT) != NULL;
+}
+
+enum proxy_wrap
+proxy_call_wrap(const char *name, json_t *params, int listed,
+    int *has_output_schema)
+{
+	struct proxy_tool	*t;
+	enum proxy_wrap		 wrap;
+	int			 owns_key = 0;
+
+	wrap = proxy_tool_wrap(name, has_output_schema);
+	if (wrap == PROXY_WRAPPED || tools_named(proxy_cfg.pass, name) ||
+	    (wrap == PROXY_UNKNOWN && !listed))
+		return wrap;
+	pthread_mutex_lock(&tools_lock);
+	if ((t = tools_find(name)) != NULL)
+		owns_key = t->owns_key;
+	pthread_mutex_unlock(&tools_lock);
+	/* Passed by the listing, or not in it, but keyed: keyed. */
+	if (!owns_key && tools_call_keyed(params))
+		return PROXY_WRAPPED;
 	return wrap;
 }
 
@@ -171,11 +215,15 @@ proxy_tools_list_result(json_t *result)
 	const char	*name;
 	enum proxy_wrap	 wrap;
 	size_t		 i;
+	int		 owns_key;
 
 	json_array_foreach(json_object_get(result, "tools"), i, tool) {
 		if ((name = json_string_value(json_object_get(tool,
 		    "name"))) == NULL)
 			continue;
+		owns_key = json_object_get(json_object_get(json_object_get(
+		    tool, "inputSchema"), "properties"), PROXY_KEY_ARGUMENT) !=
+		    NULL;
 		if (tools_named(proxy_cfg.pass, name))
 			wrap = PROXY_PASSED;
 		else if (tools_named(proxy_cfg.wrap, name))
@@ -191,7 +239,7 @@ proxy_tools_list_result(json_t *result)
 			wrap = PROXY_PASSED;
 		}
 		tools_learn(name, wrap,
-		    json_object_get(tool, "outputSchema") != NULL);
+		    json_object_get(tool, "outputSchema") != NULL, owns_key);
 	}
 }
 

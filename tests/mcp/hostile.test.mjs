@@ -413,3 +413,32 @@ check('client: one key twice in one write, and one request id twice: one executi
   assert.equal(p.executions(), 1);
   assert.equal(ledger('piped/1').state, 'committed');
 });
+
+check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, not run again', async () => {
+  const p = new Raw();
+  await p.start();
+  const args = { label: 'flip', idempotency_key: 'flip/1' };
+  const first = await p.act(args);
+  assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
+  await p.request('tools/call', { name: 'configure', arguments: { readOnly: true } });
+  const listed = (await p.request('tools/list', {})).result.tools.find((t) => t.name === 'act');
+  assert.equal(listed.annotations.readOnlyHint, true, 'the server says so now');
+  const again = await p.act(args);
+  assert.deepEqual(again.result, first.result, 'the first answer');
+  assert.equal(p.executions(), 1);
+  // Without a key it is the read-only tool the server lists: it passes.
+  await p.act({ label: 'flip' });
+  assert.equal(p.executions(), 2);
+});
+
+check('server: a tool it never lists, called with a key: keyed, run once', async () => {
+  const p = new Raw();
+  await p.start();
+  const call = () => p.request('tools/call', { name: 'hidden',
+    arguments: { label: 'hidden', idempotency_key: 'hidden/1' } });
+  const first = await call();
+  assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
+  assert.deepEqual((await call()).result, first.result);
+  assert.equal(p.executions(), 1);
+  assert.equal(ledger('hidden/1', 'mcp/hostile/hidden').state, 'committed');
+});
