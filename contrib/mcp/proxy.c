@@ -57,6 +57,7 @@
 #include "protocol.h"
 
 #define PROXY_READ_BYTES	65536
+#define PROXY_BUFFER_BYTES	(4 * PROXY_READ_BYTES)	/* a reader's usual room */
 #define PROXY_TERM_WAIT_MS	2000	/* after stdin closed, after SIGTERM */
 
 struct proxy_config proxy_cfg;
@@ -707,6 +708,10 @@ proxy_from_server(char *line, size_t length)
 /*
  * Read fd to its end, one message per line; a line longer than the
  * limit is dropped (with a word on stderr) so the stream stays in step.
+ * The buffer grows for a long line, to the limit and no further, and is
+ * given back once that line is handled: one large answer (a file read)
+ * must not hold its size for the rest of the process's life, and a
+ * line being dropped is not kept at all.
  */
 static void
 proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t))
@@ -724,8 +729,12 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t))
 				skipping = 1;
 				length = 0;
 			} else {
-				size = size == 0 ? 4 * PROXY_READ_BYTES :
+				size = size == 0 ? PROXY_BUFFER_BYTES :
 				    size * 2;
+				if (size > PROXY_MAX_LINE_BYTES +
+				    PROXY_READ_BYTES)
+					size = PROXY_MAX_LINE_BYTES +
+					    PROXY_READ_BYTES;
 				if ((p = realloc(buf, size)) == NULL) {
 					proxy_log("%s: out of memory", side);
 					break;
@@ -755,8 +764,15 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t))
 			start += line + 1;
 			p = nl + 1;
 		}
-		length -= start;
+		/* Still in a line being dropped: none of it is kept. */
+		length = skipping ? 0 : length - start;
 		memmove(buf, buf + start, length);
+		if (size > PROXY_BUFFER_BYTES &&
+		    length <= PROXY_BUFFER_BYTES / 2 &&
+		    (p = realloc(buf, PROXY_BUFFER_BYTES)) != NULL) {
+			buf = p;
+			size = PROXY_BUFFER_BYTES;
+		}
 	}
 	if (length > 0 && !skipping)
 		handle(buf, length);

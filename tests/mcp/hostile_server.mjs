@@ -22,6 +22,7 @@
 //   nul       ANSWER with a raw NUL byte in its text (not JSON)
 //   huge      ANSWER whose text is arguments.mib MiB of 'x', one line
 //   cut       half of ANSWER's line, then exit (status 3)
+//   shout     a logging notification of arguments.mib MiB, then ANSWER
 //   sample    a sampling/createMessage request to the client (id
 //             "hostile-sample-N"), then ANSWER at once; the client's
 //             answer to it, whenever it comes, is a line in
@@ -117,6 +118,11 @@ function act(id, args) {
     setTimeout(() => { inFlight.delete(key); send(answer); }, args.ms ?? 300);
     return;
   }
+  case 'shout':
+    send({ jsonrpc: '2.0', method: 'notifications/message',
+      params: { level: 'info', data: 'x'.repeat(args.mib * 1024 * 1024) } });
+    send(answer);
+    return;
   case 'hang':
     return;
   default:
