@@ -613,6 +613,29 @@ proxy_from_client(char *line, size_t length)
 			json_decref(msg);
 			return;
 		}
+	} else if (method != NULL && strcmp(method, "tools/call") == 0 &&
+	    (name = json_string_value(json_object_get(params, "name"))) !=
+	    NULL && proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED) {
+		/*
+		 * A call of a wrapped tool with a null id, or none (a
+		 * notification): the proxy cannot answer it under an id of
+		 * its own, and passed on it would reach the server unkeyed,
+		 * run on every retry.  Refused (Invalid Request, as JSON-RPC
+		 * answers a null id), or, with no id, dropped.
+		 */
+		proxy_log("client: a tools/call of %s %s: not sent on", name,
+		    id != NULL ? "with a null id" : "without an id");
+		if (id != NULL) {
+			fid = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc",
+			    "2.0", "id", "error", "code", -32600, "message",
+			    "idem-mcp proxy: a tools/call needs an id that is "
+			    "not null");
+			if (fid != NULL)
+				proxy_to_client_json(fid);
+			json_decref(fid);
+		}
+		json_decref(msg);
+		return;
 	} else if (method != NULL && strcmp(method,
 	    "notifications/cancelled") == 0 && (id = json_object_get(params,
 	    "requestId")) != NULL) {

@@ -128,6 +128,18 @@ class Raw {
     return (await this.request('tools/list', {})).result.tools;
   }
 
+  // Resolves once the proxy's stderr matches re (it comes on its own pipe).
+  async said(re, ms = ANSWER_MS) {
+    const deadline = Date.now() + ms;
+    while (!re.test(this.stderr)) {
+      assert.ok(Date.now() < deadline, `the proxy never said ${re}: ${this.stderr}`);
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, 100);
+        this.child.stderr.once('data', () => { clearTimeout(timer); resolve(); });
+      });
+    }
+  }
+
   act(args, id) {
     return this.request('tools/call', { name: 'act', arguments: args }, id);
   }
@@ -342,7 +354,7 @@ check('server: half an answer, then it exits: a tool error, the half not passed 
       'no line of the proxy\'s own requests reaches the client');
   const [code] = await p.exited;
   assert.equal(code, 1, 'the proxy exits after its server');
-  assert.match(p.stderr, /closed its output and exited with status 3/);
+  await p.said(/closed its output and exited with status 3/);
   const q = new Raw();
   q.log = p.log;
   await q.start();
@@ -439,6 +451,23 @@ check('client: one key twice in one write, and one request id twice: one executi
   await both;
   assert.equal(p.executions(), 1);
   assert.equal(ledger('piped/1').state, 'committed');
+});
+
+check('client: a call of a wrapped tool with a null id, or none: refused, never sent on unkeyed', async () => {
+  const p = new Raw();
+  await p.start();
+  const call = (id) => JSON.stringify({ jsonrpc: '2.0', ...(id !== undefined ? { id } : {}),
+    method: 'tools/call', params: { name: 'act', arguments: { label: 'null', idempotency_key: 'null/1' } } });
+  const refused = p.expect(null);
+  p.write(call(null));
+  const r = await refused;
+  assert.equal(r.error?.code, -32600, JSON.stringify(r));
+  p.write(call(undefined));
+  // Lines are handled in order: once this is answered, the two were seen.
+  await p.request('ping', {});
+  assert.equal(p.executions(), 0);
+  assert.equal(ledger('null/1'), null);
+  await p.said(/tools\/call of act without an id: not sent on/);
 });
 
 check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, not run again', async () => {
