@@ -261,6 +261,27 @@ check('server: a result that is not an object is recorded and answered as it cam
   assert.equal(p.executions(), 4);
 });
 
+check('server: results the ledger cannot keep as they came: U+0000 lapses unsettled, past 64 bits kept as a double; never run again', async () => {
+  const p = new Raw();
+  await p.start();
+  // libidem refuses a result with U+0000: answered once, then left to
+  // become outcome_unknown (the call ran; its result could not be kept).
+  const nul = { label: 'escnul', mode: 'escnul', idempotency_key: 'escnul/1' };
+  const first = await p.act(nul);
+  assert.equal(first.result.content[0].text, 'a\u0000b', 'the client gets the answer');
+  await p.said(/escnul\/1: complete: .*JSON_ALLOW_NUL/);
+  const again = await retryWhileInProgress(p, nul);
+  assert.equal(facts(again).disposition, 'outcome_unknown');
+  // An integer past 64 bits is read as a double (as a JavaScript client
+  // reads it): the same number answered first and on the retry.
+  const big = { label: 'bigint', mode: 'bigint', idempotency_key: 'bigint/1' };
+  const b1 = await p.act(big);
+  assert.equal(b1.result.n, 1.2345678901234568e29);
+  assert.deepEqual((await p.act(big)).result, b1.result);
+  assert.equal(ledger('bigint/1').state, 'committed');
+  assert.equal(p.executions(), 2);
+});
+
 check('server: an answer with neither result nor error: a tool error, and the key is not released to run again', async () => {
   const p = new Raw();
   await p.start();

@@ -23,6 +23,8 @@
 //   huge      ANSWER whose text is arguments.mib MiB of 'x', one line
 //   cut       half of ANSWER's line, then exit (status 3)
 //   shout     a logging notification of arguments.mib MiB, then ANSWER
+//   escnul    a result whose text holds U+0000 (valid JSON: \u0000)
+//   bigint    a result with an integer past 64 bits
 //   sample    a sampling/createMessage request to the client (id
 //             "hostile-sample-N"), then ANSWER at once; the client's
 //             answer to it, whenever it comes, is a line in
@@ -122,6 +124,12 @@ function act(id, args) {
     send({ jsonrpc: '2.0', method: 'notifications/message',
       params: { level: 'info', data: 'x'.repeat(args.mib * 1024 * 1024) } });
     send(answer);
+    return;
+  case 'escnul':
+    send({ jsonrpc: '2.0', id, result: text('a\u0000b') });
+    return;
+  case 'bigint':
+    write(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[],"n":123456789012345678901234567890}}\n`);
     return;
   case 'hang':
     return;
