@@ -11,11 +11,14 @@
  * Every message passes byte for byte except:
  *  - the answers to initialize and tools/list, rewritten by
  *    proxy_tools.c (their ids are remembered when the client asks);
- *  - a tools/call of a tool that is wrapped or not listed yet, handed to
- *    proxy_call.c, which answers it itself;
+ *  - a tools/call of a tool that is wrapped or not listed yet, or that
+ *    carries a key (proxy_call_wrap), handed to proxy_call.c, which
+ *    answers it itself; such a call with a null id, or none, is refused
+ *    here (it cannot be answered under an id of ours);
  *  - requests the proxy sends downstream itself (the forwarded wrapped
  *    calls, its own tools/list): their ids are strings that start with
- *    PROXY_ID_PREFIX, and their answers are taken here, never passed on.
+ *    PROXY_ID_PREFIX, and their answers are taken here, never passed on,
+ *    even when they are not JSON (proxy_unreadable_answer).
  *    A client request whose id happens to start with it is sent on
  *    under a fresh id of ours and its answer given back its own id, so
  *    that the two never collide;
