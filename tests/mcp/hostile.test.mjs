@@ -47,8 +47,10 @@ const proxies = [];
 
 // A proxy in front of hostile_server.mjs, spoken to in raw lines.
 class Raw {
-  constructor({ args = [] } = {}) {
-    this.log = path.join(tmp, `executions-${proxies.length + 1}`);
+  // log: the server's count of executions (a new file, unless given: a
+  // second proxy in front of the same server's history).
+  constructor({ args = [], log = null } = {}) {
+    this.log = log ?? path.join(tmp, `executions-${proxies.length + 1}`);
     this.child = spawn(IDEM_MCP, ['proxy', '--root', root, '--lease-ms', String(LEASE_MS),
       ...args, '--', ...SERVER], {
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -119,6 +121,13 @@ class Raw {
   // Resolves with the first message from now on for which cond holds.
   until(cond) {
     return new Promise((resolve) => this.watchers.push((m) => cond(m) && (resolve(m), true)));
+  }
+
+  // A new proxy, initialized, its tools listed.
+  static async started(options) {
+    const p = new Raw(options);
+    await p.start();
+    return p;
   }
 
   async start() {
@@ -196,6 +205,21 @@ async function retryWhileInProgress(p, args) {
   assert.fail('still in_progress after 100 retries');
 }
 
+// The call may have acted and is never run again: a retry through p,
+// once the lease lapses, is outcome_unknown, and the server (its count
+// in ran's log) ran it once.
+async function lapsesToUnknown(p, args, ran = p) {
+  const r = await retryWhileInProgress(p, args);
+  assert.equal(facts(r)?.disposition, 'outcome_unknown', JSON.stringify(r));
+  assert.equal(ran.executions(), 1, 'never run a second time');
+}
+
+// A tool error of the proxy's: the server's answer could not be taken.
+function invalidAnswer(r) {
+  assert.equal(r.result?.isError, true, JSON.stringify(r));
+  assert.equal(facts(r).disposition, 'server_invalid_answer');
+}
+
 before(async () => {
   fs.mkdirSync(root);
   await broker.start();
@@ -206,18 +230,14 @@ after(async () => {
     if (p.child.exitCode === null && p.child.signalCode === null)
       p.child.kill('SIGKILL');
   await broker.stop().catch(() => {});
-  // Under ASan and UBSan (run-tests.sh), a proxy's report is a failure.
-  for (const p of proxies)
-    assert.doesNotMatch(p.stderr, /ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:/,
-        'a sanitizer report from idem-mcp proxy');
+  run.noSanitizerReports(proxies.map((p) => p.stderr), 'idem-mcp proxy');
   run.finish();
 });
 
 // ---- the downstream's answers -------------------------------------------------
 
 check('server: a call answered twice, and answers nobody asked for: the first answer is the one recorded', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const first = await p.act({ label: 'twice', mode: 'twice', idempotency_key: 'twice/1' });
   assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
   // The second answer went nowhere: the client got one answer.
@@ -237,8 +257,7 @@ check('server: a call answered twice, and answers nobody asked for: the first an
 });
 
 check('server: result and error together: recorded as ran (the result), never run again', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'both', mode: 'both', idempotency_key: 'both/1' };
   const first = await p.act(args);
   assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
@@ -249,8 +268,7 @@ check('server: result and error together: recorded as ran (the result), never ru
 });
 
 check('server: a result that is not an object is recorded and answered as it came', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   for (const [i, value] of [42, 'text', [1, 2], null].entries()) {
     const args = { label: 'scalar', mode: 'scalar', value, idempotency_key: `scalar/${i}` };
     const first = await p.act(args);
@@ -262,16 +280,14 @@ check('server: a result that is not an object is recorded and answered as it cam
 });
 
 check('server: results the ledger cannot keep as they came: U+0000 lapses unsettled, past 64 bits kept as a double; never run again', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   // libidem refuses a result with U+0000: answered once, then left to
   // become outcome_unknown (the call ran; its result could not be kept).
   const nul = { label: 'escnul', mode: 'escnul', idempotency_key: 'escnul/1' };
   const first = await p.act(nul);
   assert.equal(first.result.content[0].text, 'a\u0000b', 'the client gets the answer');
   await p.said(/escnul\/1: complete: .*JSON_ALLOW_NUL/);
-  const again = await retryWhileInProgress(p, nul);
-  assert.equal(facts(again).disposition, 'outcome_unknown');
+  await lapsesToUnknown(p, nul);
   // An integer past 64 bits is read as a double (as a JavaScript client
   // reads it): the same number answered first and on the retry.
   const big = { label: 'bigint', mode: 'bigint', idempotency_key: 'bigint/1' };
@@ -283,21 +299,16 @@ check('server: results the ledger cannot keep as they came: U+0000 lapses unsett
 });
 
 check('server: an answer with neither result nor error: a tool error, and the key is not released to run again', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'neither', mode: 'neither', idempotency_key: 'neither/1' };
   const first = await p.act(args);
-  assert.equal(first.result?.isError, true, JSON.stringify(first));
-  assert.equal(facts(first).disposition, 'server_invalid_answer');
+  invalidAnswer(first);
   assert.notEqual(ledger('neither/1').state, 'released');
-  const again = await retryWhileInProgress(p, args);
-  assert.equal(facts(again).disposition, 'outcome_unknown');
-  assert.equal(p.executions(), 1, 'never run a second time');
+  await lapsesToUnknown(p, args);
 });
 
 check('server: a line that is not JSON passes; the call it precedes is answered and recorded', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const r = await p.act({ label: 'notjson', mode: 'notjson', idempotency_key: 'notjson/1' });
   assert.equal(JSON.parse(r.result.content[0].text).execution, 1);
   assert.ok(p.lines.some((l) => l.toString() === 'this line is not JSON'));
@@ -305,22 +316,17 @@ check('server: a line that is not JSON passes; the call it precedes is answered 
 });
 
 check('server: an answer that is not JSON (a raw NUL byte): a tool error, not passed on, never run again', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'nul', mode: 'nul', idempotency_key: 'nul/1' };
   const first = await p.act(args);
-  assert.equal(first.result?.isError, true, JSON.stringify(first));
-  assert.equal(facts(first).disposition, 'server_invalid_answer');
+  invalidAnswer(first);
   assert.ok(!p.lines.some((l) => l.includes(0)), 'the unreadable answer is not the client\'s');
   assert.equal(ledger('nul/1').state, 'reserved', 'left to lapse, not released');
-  const again = await retryWhileInProgress(p, args);
-  assert.equal(facts(again).disposition, 'outcome_unknown');
-  assert.equal(p.executions(), 1);
+  await lapsesToUnknown(p, args);
 });
 
 check('server: a passed-through call (a tool it never lists, no key) answered with neither result nor error, or not in JSON: a JSON-RPC error', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   for (const mode of ['neither', 'nul']) {
     const r = await p.request('tools/call', { name: 'hidden', arguments: { label: 'relayed', mode } });
     assert.equal(r.error?.code, -32603, JSON.stringify(r));
@@ -330,8 +336,7 @@ check('server: a passed-through call (a tool it never lists, no key) answered wi
 });
 
 check('server: an answer of 8 MiB on one line: answered whole, then its stand-in', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'huge', mode: 'huge', mib: 8, idempotency_key: 'huge/1' };
   const first = await p.act(args);
   assert.equal(first.result.content[0].text, 'x'.repeat(8 << 20));
@@ -351,8 +356,7 @@ function residentMiB(p) {
 }
 
 check('server: a line of 64 MiB passes whole, and the proxy gives its room back', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const shout = p.until((m) => m.method === 'notifications/message');
   const r = await p.act({ label: 'shout', mode: 'shout', mib: 64, idempotency_key: 'shout/1' });
   assert.equal(JSON.parse(r.result.content[0].text).execution, 1);
@@ -365,28 +369,21 @@ check('server: a line of 64 MiB passes whole, and the proxy gives its room back'
 });
 
 check('server: half an answer, then it exits: a tool error, the half not passed on, the proxy exits, never run again', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'cut', mode: 'cut', idempotency_key: 'cut/1' };
   const first = await p.act(args);
-  assert.equal(first.result?.isError, true, JSON.stringify(first));
-  assert.equal(facts(first).disposition, 'server_invalid_answer');
+  invalidAnswer(first);
   assert.ok(!p.lines.some((l) => l.toString().includes('io.idem/proxy/')),
       'no line of the proxy\'s own requests reaches the client');
   const [code] = await p.exited;
   assert.equal(code, 1, 'the proxy exits after its server');
   await p.said(/closed its output and exited with status 3/);
-  const q = new Raw();
-  q.log = p.log;
-  await q.start();
-  const again = await retryWhileInProgress(q, args);
-  assert.equal(facts(again).disposition, 'outcome_unknown');
-  assert.equal(p.executions(), 1);
+  const q = await Raw.started({ log: p.log });
+  await lapsesToUnknown(q, args, p);
 });
 
 check('server: its own request while a call runs, answered after the call ended, reaches it', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const asked = p.until((m) => m.method === 'sampling/createMessage');
   const r = await p.act({ label: 'sample', mode: 'sample', idempotency_key: 'sample/1' });
   assert.equal(JSON.parse(r.result.content[0].text).execution, 1);
@@ -403,8 +400,7 @@ check('server: its own request while a call runs, answered after the call ended,
 });
 
 check('client: a cancelled call the server answers anyway is recorded, not answered; the retry is reused', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'late', mode: 'late', ms: 500, idempotency_key: 'late/1' };
   const unanswered = p.act(args, 'late-call').then(() => 'answered', () => 'not answered');
   await until(tmp, () => p.executions() === 1);
@@ -420,25 +416,21 @@ check('client: a cancelled call the server answers anyway is recorded, not answe
 });
 
 check('client: the end of its input while a call runs: the answer is waited for and recorded; a new proxy\'s retry is reused', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'eof', mode: 'late', ms: 500, idempotency_key: 'eof/1' };
   p.act(args).catch(() => {});
   await until(tmp, () => p.executions() === 1);
   const [code] = await p.stop();
   assert.equal(code, 0);
   assert.equal(ledger('eof/1').state, 'committed', 'recorded before the proxy exited');
-  const q = new Raw();
-  q.log = p.log;
-  await q.start();
+  const q = await Raw.started({ log: p.log });
   const r = await q.act(args);
   assert.equal(JSON.parse(r.result.content[0].text).execution, 1);
   assert.equal(p.executions(), 1);
 });
 
 check('client: the end of its input while the server never answers: the proxy exits within a lease and more, the key lapses', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'eof-hang', mode: 'hang', idempotency_key: 'eof-hang/1' };
   p.act(args).catch(() => {});
   await until(tmp, () => p.executions() === 1);
@@ -446,17 +438,12 @@ check('client: the end of its input while the server never answers: the proxy ex
   await p.stop();
   // A lease for the call, then the server's stdin closed (it exits).
   assert.ok(Date.now() - t0 < LEASE_MS + 5000, `exited after ${Date.now() - t0} ms`);
-  const q = new Raw();
-  q.log = p.log;
-  await q.start();
-  const r = await retryWhileInProgress(q, args);
-  assert.equal(facts(r).disposition, 'outcome_unknown');
-  assert.equal(p.executions(), 1);
+  const q = await Raw.started({ log: p.log });
+  await lapsesToUnknown(q, args, p);
 });
 
 check('client: one key twice in one write, and one request id twice: one execution, every call answered', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const call = (id) => JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call',
     params: { name: 'act', arguments: { label: 'piped', mode: 'late', ms: 200,
       idempotency_key: 'piped/1' } } });
@@ -475,8 +462,7 @@ check('client: one key twice in one write, and one request id twice: one executi
 });
 
 check('client: a call of a wrapped tool with a null id, or none: refused, never sent on unkeyed', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const call = (id) => JSON.stringify({ jsonrpc: '2.0', ...(id !== undefined ? { id } : {}),
     method: 'tools/call', params: { name: 'act', arguments: { label: 'null', idempotency_key: 'null/1' } } });
   const refused = p.expect(null);
@@ -492,8 +478,7 @@ check('client: a call of a wrapped tool with a null id, or none: refused, never 
 });
 
 check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, not run again', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const args = { label: 'flip', idempotency_key: 'flip/1' };
   const first = await p.act(args);
   assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
@@ -509,8 +494,7 @@ check('server: a wrapped tool that turns read-only: a retry with its key is stil
 });
 
 check('server: a tool it never lists, called with a key: keyed, run once', async () => {
-  const p = new Raw();
-  await p.start();
+  const p = await Raw.started();
   const call = () => p.request('tools/call', { name: 'hidden',
     arguments: { label: 'hidden', idempotency_key: 'hidden/1' } });
   const first = await call();
