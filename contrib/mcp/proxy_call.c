@@ -643,9 +643,17 @@ call_key(struct call *c)
 	if (json_is_object(args)) {
 		c->arguments = json_deep_copy(args);
 		json_object_del(c->arguments, PROXY_KEY_ARGUMENT);
-	}
-	c->request_json = json_dumps(c->arguments != NULL ? c->arguments :
-	    json_object(), JSON_COMPACT);
+		c->request_json = json_dumps(c->arguments, JSON_COMPACT);
+	} else if (args != NULL) {
+		/*
+		 * Arguments that are not an object (MCP says they are; a
+		 * careless client) are the request as they stand: keyed as
+		 * {}, "abc" and ["xyz"] under one key answered each other.
+		 */
+		c->request_json = json_dumps(args, JSON_COMPACT |
+		    JSON_ENCODE_ANY);
+	} else
+		c->request_json = strdup("{}");
 	if (c->request_json == NULL) {
 		call_tool_error(c, "internal", 1, "out of memory");
 		return -1;

@@ -477,6 +477,26 @@ check('client: a call of a wrapped tool with a null id, or none: refused, never 
   await p.said(/tools\/call of act without an id: not sent on/);
 });
 
+check('client: arguments that are not an object are the request as they stand; none at all is {}', async () => {
+  const p = await Raw.started();
+  const call = (args) => p.request('tools/call', { name: 'act', idempotencyKey: 'odd-args/1',
+    ...(args !== undefined ? { arguments: args } : {}) });
+  const first = await call('abc');
+  assert.equal(JSON.parse(first.result.content[0].text).execution, 1);
+  assert.deepEqual((await call('abc')).result, first.result, 'the same: reused');
+  for (const other of [['xyz'], 'xyz', undefined]) {
+    const r = await call(other);
+    assert.equal(facts(r)?.disposition, 'conflict', JSON.stringify(other));
+  }
+  // No arguments and {} are one request (MCP: arguments are optional).
+  const none = await p.request('tools/call', { name: 'act', idempotencyKey: 'no-args/1' });
+  assert.deepEqual((await p.request('tools/call', { name: 'act', arguments: {},
+    idempotencyKey: 'no-args/1' })).result, none.result);
+  assert.equal(p.executions(), 2);
+  // Ended by its input, so that LeakSanitizer (run-tests.sh) looks.
+  assert.equal((await p.stop())[0], 0);
+});
+
 check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, not run again', async () => {
   const p = await Raw.started();
   const args = { label: 'flip', idempotency_key: 'flip/1' };
