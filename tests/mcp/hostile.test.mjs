@@ -3,10 +3,12 @@
 // (tests/mcp/hostile_server.mjs: two answers to one call, answers nobody
 // asked for, result and error together, no result at all, lines that
 // are not JSON, a NUL byte, a line of many MiB, half a line and death,
-// a request of its own while a call runs, a tool that turns read-only,
-// a tool it never lists) and a hostile or vanishing client (a
-// cancellation the server ignores, the end of its input while a call
-// runs, one key twice in one write), against a real idemd.  Run by
+// U+0000 and integers past 64 bits in a result, a request of its own
+// while a call runs, a tool that turns read-only, a tool it never lists)
+// and a hostile or vanishing client (a cancellation the server ignores,
+// the end of its input while a call runs, one key twice in one write, a
+// null id, arguments that are not an object), against a real idemd.
+// Doc: doc/mcp-proxy.md, "A hostile server, a careless client".  Run by
 // tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
 // IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
 //
