@@ -12,9 +12,11 @@
  *  - the answers to initialize and tools/list, rewritten by
  *    proxy_tools.c (their ids are remembered when the client asks);
  *  - a tools/call of a tool that is wrapped or not listed yet, or that
- *    carries a key (proxy_call_wrap), handed to proxy_call.c, which
- *    answers it itself; such a call with a null id, or none, is refused
- *    here (it cannot be answered under an id of ours);
+ *    carries a key (proxy_call_wrap: a tool the listing passes is keyed
+ *    only if the ledger holds the key), handed to proxy_call.c, which
+ *    answers it itself; a call of a tool wrapped or not listed yet with
+ *    a null id, or none, is refused here (it cannot be answered under
+ *    an id of ours);
  *  - requests the proxy sends downstream itself (the forwarded wrapped
  *    calls, its own tools/list): their ids are strings that start with
  *    PROXY_ID_PREFIX, and their answers are taken here, never passed on,
@@ -527,6 +529,22 @@ proxy_split_batch(json_t *msg, void (*handle)(char *, size_t))
 }
 
 /*
+ * Must this call be keyed whatever else, so that one the proxy cannot
+ * serve on a thread of its own (no id to answer it under, a line jansson
+ * cannot read exactly) is refused rather than passed?  Its tool is
+ * wrapped, or not listed yet.  A call of a tool the listing passes is
+ * passed even with a key (PROXY_LOOKUP): looking the key up here would
+ * hold up the client's reader, and SPEC passes such a call.
+ */
+static int
+proxy_call_must_key(const char *name, json_t *params)
+{
+	enum proxy_wrap	wrap = proxy_call_wrap(name, params, 0, NULL);
+
+	return wrap == PROXY_WRAPPED || wrap == PROXY_UNKNOWN;
+}
+
+/*
  * A line jansson cannot read exactly (an integer past 64 bits) may still
  * be a call of a wrapped tool, which must not reach the server unkeyed:
  * read it loosely, and refuse such a call here.  1 if it was one.
@@ -552,8 +570,7 @@ proxy_unreadable_call(const char *line, size_t length)
 	}
 	if (name != NULL && id != NULL && strcmp(json_string_value(
 	    json_object_get(msg, "method")) ?: "", "tools/call") == 0 &&
-	    proxy_call_wrap(name, json_object_get(msg, "params"), 0, NULL) !=
-	    PROXY_PASSED) {
+	    proxy_call_must_key(name, json_object_get(msg, "params"))) {
 		answer = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b, "
 		    "s:{s:{s:s, s:b}}}}", "jsonrpc", "2.0", "id", id, "result",
 		    "content", "type", "text", "text", "The call was not made: "
@@ -618,7 +635,7 @@ proxy_from_client(char *line, size_t length)
 		}
 	} else if (method != NULL && strcmp(method, "tools/call") == 0 &&
 	    (name = json_string_value(json_object_get(params, "name"))) !=
-	    NULL && proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED) {
+	    NULL && proxy_call_must_key(name, params)) {
 		/*
 		 * A call of a wrapped tool with a null id, or none (a
 		 * notification): the proxy cannot answer it under an id of

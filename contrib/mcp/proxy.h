@@ -80,16 +80,23 @@ int	 proxy_log(const char *, ...) __attribute__((format(printf, 1, 2)));
 enum proxy_wrap {
 	PROXY_UNKNOWN = 0,	/* not listed yet */
 	PROXY_WRAPPED,
-	PROXY_PASSED
+	PROXY_PASSED,
+	/*
+	 * Passed by the listing, but the call carries a key: keyed only if
+	 * the ledger already holds that key for the tool (proxy_call.c
+	 * looks), else passed.
+	 */
+	PROXY_LOOKUP
 };
 
 /* Is the tool wrapped?  (PROXY_UNKNOWN: ask with tools/list.) */
 enum proxy_wrap proxy_tool_wrap(const char *name, int *has_output_schema);
 /*
  * Is this call (its tools/call params) wrapped?  As proxy_tool_wrap,
- * but a call that carries a key is wrapped unless --pass names the tool
- * or its schema owns the argument; listed: the tools were listed for it
- * (a tool still unknown then is not the server's, and a key keys it).
+ * but a call that carries a key, unless --pass names the tool or its
+ * schema owns the argument, is PROXY_LOOKUP if the listing passes the
+ * tool, and PROXY_WRAPPED if the tools were listed for it (listed) and
+ * it is still unknown (never listed: no annotations, wrapped).
  */
 enum proxy_wrap proxy_call_wrap(const char *name, json_t *params, int listed,
 	    int *has_output_schema);

@@ -11,13 +11,19 @@
  * tools/list answer is kept in a table by name; a tool not seen yet is
  * PROXY_UNKNOWN and proxy_call.c lists the tools itself first.
  *
- * A call is judged by its key too, not only by the listing: a call that
- * carries a key (the argument or params.idempotencyKey) is wrapped
- * unless --pass names its tool or the tool owns the argument.  The
- * listing is the server's word and may change under a running proxy (a
- * tool that turns read-only, one never listed): a client that retries
- * with the key it was given must still get the first answer, never a
- * second execution (proxy_call_wrap).
+ * A call is judged by its key too, not only by the listing, unless
+ * --pass names its tool or the tool owns the argument: a call that
+ * carries a key (the argument or params.idempotencyKey) of a tool never
+ * listed is wrapped (it has no annotations: SPEC's default), and one of
+ * a tool the listing passes is keyed only if the ledger already holds
+ * that key for the tool (PROXY_LOOKUP: proxy_call.c asks the broker),
+ * else passed unchanged, as SPEC says.  The listing is the server's
+ * word and may change under a running proxy, or between two proxies:
+ * a client that retries a tool turned read-only with the key it was
+ * given must still get the first answer, never a second execution; but
+ * a read-only tool's call with a fresh key (a client that sends one on
+ * every call) must not become a ledger entry kept for ever, nor answer
+ * a later read with a stale result (proxy_call_wrap).
  *
  * initialize's result gains capabilities.tools.idempotency (the
  * capability of SEP-3182: a client may send the key as
@@ -158,10 +164,10 @@ proxy_call_wrap(const char *name, json_t *params, int listed,
 	if ((t = tools_find(name)) != NULL)
 		owns_key = t->owns_key;
 	pthread_mutex_unlock(&tools_lock);
-	/* Passed by the listing, or not in it, but keyed: keyed. */
-	if (!owns_key && tools_call_keyed(params))
-		return PROXY_WRAPPED;
-	return wrap;
+	if (owns_key || !tools_call_keyed(params))
+		return wrap;
+	/* Never listed, keyed: wrapped; passed by the listing: look. */
+	return wrap == PROXY_UNKNOWN ? PROXY_WRAPPED : PROXY_LOOKUP;
 }
 
 static int

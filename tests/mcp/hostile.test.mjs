@@ -51,12 +51,12 @@ const proxies = [];
 class Raw {
   // log: the server's count of executions (a new file, unless given: a
   // second proxy in front of the same server's history).
-  constructor({ args = [], log = null } = {}) {
+  constructor({ args = [], log = null, env = {} } = {}) {
     this.log = log ?? path.join(tmp, `executions-${proxies.length + 1}`);
     this.child = spawn(IDEM_MCP, ['proxy', '--root', root, '--lease-ms', String(LEASE_MS),
       ...args, '--', ...SERVER], {
       stdio: ['pipe', 'pipe', 'pipe'],
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOSTILE_LOG: this.log },
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOSTILE_LOG: this.log, ...env },
     });
     this.stderr = '';
     this.child.stderr.on('data', (chunk) => { this.stderr += chunk; });
@@ -128,7 +128,7 @@ class Raw {
   // A new proxy, initialized, its tools listed.
   static async started(options) {
     const p = new Raw(options);
-    await p.start();
+    p.tools = await p.start();
     return p;
   }
 
@@ -153,6 +153,11 @@ class Raw {
 
   act(args, id) {
     return this.request('tools/call', { name: 'act', arguments: args }, id);
+  }
+
+  // The server's record of its last execution: label, mode, key.
+  lastExecution() {
+    return JSON.parse(fs.readFileSync(this.log, 'utf8').trim().split('\n').pop());
   }
 
   executions() {
@@ -499,7 +504,7 @@ check('client: arguments that are not an object are the request as they stand; n
   assert.equal((await p.stop())[0], 0);
 });
 
-check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, not run again', async () => {
+check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, here and through a new proxy; a fresh key passes unkeyed', async () => {
   const p = await Raw.started();
   const args = { label: 'flip', idempotency_key: 'flip/1' };
   const first = await p.act(args);
@@ -513,6 +518,25 @@ check('server: a wrapped tool that turns read-only: a retry with its key is stil
   // Without a key it is the read-only tool the server lists: it passes.
   await p.act({ label: 'flip' });
   assert.equal(p.executions(), 2);
+  // A key the ledger does not hold: passed unchanged (the server sees
+  // the key), run each time, and no ledger entry (SPEC: a passed tool).
+  for (const n of [3, 4]) {
+    const fresh = await p.act({ label: 'flip', idempotency_key: 'flip/2' });
+    assert.equal(JSON.parse(fresh.result.content[0].text).execution, n);
+    assert.equal(p.lastExecution().key, 'flip/2', 'the key reached the server');
+  }
+  assert.equal(ledger('flip/2'), null, 'a read with a fresh key is not recorded');
+  // A read-only tool from the start, with a key: passed, nothing kept.
+  await p.request('tools/call', { name: 'peek', arguments: { idempotency_key: 'peek/1' } });
+  await p.request('tools/call', { name: 'peek', idempotencyKey: 'peek/2', arguments: {} });
+  assert.equal(ledger('peek/1', 'mcp/hostile/peek'), null);
+  assert.equal(ledger('peek/2', 'mcp/hostile/peek'), null);
+  // A new proxy, whose first listing says read-only: still the ledger's.
+  const q = await Raw.started({ log: p.log, env: { HOSTILE_ACT_READONLY: '1' } });
+  assert.equal(q.tools.find((t) => t.name === 'act').annotations?.readOnlyHint, true);
+  assert.deepEqual((await q.act(args)).result, first.result, 'the first answer');
+  assert.equal(p.executions(), 4, 'flip/1 ran once');
+  assert.equal(ledger('flip/1').state, 'committed');
 });
 
 check('server: a tool it never lists, called with a key: keyed, run once', async () => {

@@ -6,8 +6,10 @@
 // lines that are not JSON, a NUL byte, invalid UTF-8, a line of many
 // MiB, half a line before it dies.
 //
-// Its tool `act` has no annotations (the proxy wraps it) and records each
-// execution as one line in $HOSTILE_LOG before it answers, so that a
+// Its tool `act` has no annotations (the proxy wraps it; readOnlyHint
+// with HOSTILE_ACT_READONLY=1) and records each execution as one line in
+// $HOSTILE_LOG (label, mode, the idempotency_key argument it saw) before
+// it answers, so that a
 // test counts executions by counting lines.  arguments.mode says how it
 // answers (ANSWER is the ordinary answer, its text JSON: label and the
 // execution's number):
@@ -42,7 +44,7 @@
 import fs from 'node:fs';
 
 const LOG = process.env.HOSTILE_LOG;
-let actReadOnly = false;
+let actReadOnly = process.env.HOSTILE_ACT_READONLY === '1';
 let samples = 0;
 const inFlight = new Map();	// id (JSON) -> true once cancelled
 
@@ -69,7 +71,8 @@ function tools() {
 }
 
 function act(id, args) {
-  fs.appendFileSync(LOG, JSON.stringify({ label: args.label, mode: args.mode }) + '\n');
+  fs.appendFileSync(LOG, JSON.stringify({ label: args.label, mode: args.mode,
+    key: args.idempotency_key }) + '\n');
   const n = executions();
   const answer = { jsonrpc: '2.0', id,
     result: text(JSON.stringify({ label: args.label, execution: n })) };
