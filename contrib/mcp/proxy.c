@@ -749,35 +749,52 @@ proxy_from_server(char *line, size_t length)
 }
 
 /*
+ * A server's line over the limit, dropped: if it answers a request of
+ * ours (its first bytes hold the id), that request is told, as for an
+ * answer that is not JSON; else a wrapped call would wait for ever, its
+ * lease kept alive.
+ */
+static void
+proxy_server_dropped(const char *line, size_t length)
+{
+	if (proxy_unreadable_answer(line, length))
+		proxy_log("server: the line dropped was taken for the answer "
+		    "to the request it names");
+}
+
+/*
  * Read fd to its end, one message per line; a line longer than the
- * limit is dropped (with a word on stderr) so the stream stays in step.
+ * limit is dropped (with a word on stderr) so the stream stays in step,
+ * after dropped (may be NULL) has seen what was read of it.
  * The buffer grows for a long line, to the limit and no further, and is
  * given back once that line is handled: one large answer (a file read)
  * must not hold its size for the rest of the process's life, and a
  * line being dropped is not kept at all.
  */
 static void
-proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t))
+proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
+    void (*dropped)(const char *, size_t))
 {
-	char	*buf = NULL, *nl, *p;
-	size_t	 length = 0, size = 0, start, line;
-	ssize_t	 r;
-	int	 skipping = 0;
+	const size_t	 max = proxy_cfg.max_line_bytes;
+	char		*buf = NULL, *nl, *p;
+	size_t		 length = 0, size = 0, start, line;
+	ssize_t		 r;
+	int		 skipping = 0;
 
 	for (;;) {
 		if (size - length < PROXY_READ_BYTES) {
-			if (size >= PROXY_MAX_LINE_BYTES + PROXY_READ_BYTES) {
-				proxy_log("%s: a line over %d bytes dropped",
-				    side, PROXY_MAX_LINE_BYTES);
+			if (size >= max + PROXY_READ_BYTES) {
+				proxy_log("%s: a line over %zu bytes dropped",
+				    side, max);
+				if (dropped != NULL)
+					dropped(buf, length);
 				skipping = 1;
 				length = 0;
 			} else {
 				size = size == 0 ? PROXY_BUFFER_BYTES :
 				    size * 2;
-				if (size > PROXY_MAX_LINE_BYTES +
-				    PROXY_READ_BYTES)
-					size = PROXY_MAX_LINE_BYTES +
-					    PROXY_READ_BYTES;
+				if (size > max + PROXY_READ_BYTES)
+					size = max + PROXY_READ_BYTES;
 				if ((p = realloc(buf, size)) == NULL) {
 					proxy_log("%s: out of memory", side);
 					break;
@@ -882,7 +899,8 @@ proxy_server_reader(void *arg)
 	int	status, client_gone;
 
 	(void)arg;
-	proxy_read_lines(proxy_child_out, "server", proxy_from_server);
+	proxy_read_lines(proxy_child_out, "server", proxy_from_server,
+	    proxy_server_dropped);
 	pthread_mutex_lock(&proxy_lock);
 	proxy_server_gone = 1;
 	for (struct proxy_waiter *w = proxy_waiters; w != NULL; w = w->next)
@@ -994,6 +1012,15 @@ proxy_main(int argc, char **argv)
 	int		 ch, status;
 
 	proxy_cfg.lease_ms = PROXY_DEFAULT_LEASE_MS;
+	/*
+	 * For tests only: a line just over 256 MiB costs a test that much
+	 * memory twice over and seconds on each side; the limit's
+	 * arithmetic is the same at any size.  Read once, before any thread.
+	 */
+	proxy_cfg.max_line_bytes = PROXY_MAX_LINE_BYTES;
+	if ((end = getenv("IDEM_MCP_PROXY_MAX_LINE_BYTES")) != NULL &&
+	    (n = strtoll(end, NULL, 10)) >= 1 && n <= PROXY_MAX_LINE_BYTES)
+		proxy_cfg.max_line_bytes = (size_t)n;
 	proxy_cfg.wrap = proxy_cfg.pass = empty;
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "+h", options, NULL)) != -1) {
@@ -1069,7 +1096,7 @@ proxy_main(int argc, char **argv)
 		return 1;
 	}
 	pthread_detach(reader);
-	proxy_read_lines(STDIN_FILENO, "client", proxy_from_client);
+	proxy_read_lines(STDIN_FILENO, "client", proxy_from_client, NULL);
 
 	/* The client is gone: let what runs be recorded, then stop. */
 	pthread_mutex_lock(&proxy_lock);

@@ -39,6 +39,8 @@ struct proxy_config {
 	const char	**wrap;		/* --wrap TOOL..., NULL-terminated */
 	const char	**pass;		/* --pass TOOL..., NULL-terminated */
 	int64_t		  lease_ms;
+	/* PROXY_MAX_LINE_BYTES, or less for tests (proxy_main says why) */
+	size_t		  max_line_bytes;
 };
 
 /* ---- proxy.c: the process ------------------------------------------- */

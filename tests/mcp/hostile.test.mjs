@@ -375,6 +375,22 @@ check('server: a line of 64 MiB passes whole, and the proxy gives its room back'
   assert.equal(ledger('shout/1').state, 'committed');
 });
 
+// IDEM_MCP_PROXY_MAX_LINE_BYTES (tests only) lowers the 256 MiB limit:
+// the arithmetic is the same, and two lines of 256 MiB cost seconds.
+const SMALL_LIMIT = 1 << 20;
+const smallLimit = { env: { IDEM_MCP_PROXY_MAX_LINE_BYTES: String(SMALL_LIMIT) } };
+
+check('server: an answer over the line limit: dropped, and the call a tool error, never run again', async () => {
+  const p = await Raw.started(smallLimit);
+  // Over by more than a read's 64 KiB: dropped before its newline.
+  const args = { label: 'long', mode: 'line', bytes: SMALL_LIMIT + 100000, idempotency_key: 'long/1' };
+  invalidAnswer(await p.act(args));
+  await p.said(new RegExp(`server: a line over ${SMALL_LIMIT} bytes dropped`));
+  assert.ok(!p.lines.some((l) => l.includes('io.idem/proxy/')), 'nothing of it reached the client');
+  assert.equal(ledger('long/1').state, 'reserved', 'left to lapse, not released');
+  await lapsesToUnknown(p, args);
+});
+
 check('server: half an answer, then it exits: a tool error, the half not passed on, the proxy exits, never run again', async () => {
   const p = await Raw.started();
   const args = { label: 'cut', mode: 'cut', idempotency_key: 'cut/1' };

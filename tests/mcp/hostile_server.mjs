@@ -23,6 +23,7 @@
 //   notjson   a line that is not JSON, then ANSWER
 //   nul       ANSWER with a raw NUL byte in its text (not JSON)
 //   huge      ANSWER whose text is arguments.mib MiB of 'x', one line
+//   line      ANSWER of 'x's, one line of exactly arguments.bytes bytes
 //   cut       half of ANSWER's line, then exit (status 3)
 //   shout     a logging notification of arguments.mib MiB, then ANSWER
 //   escnul    a result whose text holds U+0000 (valid JSON: \u0000)
@@ -105,6 +106,12 @@ function act(id, args) {
   case 'huge':
     send({ jsonrpc: '2.0', id, result: text('x'.repeat(args.mib * 1024 * 1024)) });
     return;
+  case 'line': {
+    // ANSWER padded to a line of exactly arguments.bytes bytes.
+    const bare = JSON.stringify({ jsonrpc: '2.0', id, result: text('') });
+    send({ jsonrpc: '2.0', id, result: text('x'.repeat(args.bytes - bare.length)) });
+    return;
+  }
   case 'cut': {
     const line = JSON.stringify(answer);
     // Written before the exit, which need not wait for a stream.
