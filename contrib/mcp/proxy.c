@@ -762,6 +762,17 @@ proxy_server_dropped(const char *line, size_t length)
 		    "to the request it names");
 }
 
+/* A line over the limit: said, and shown to dropped (may be NULL). */
+static void
+proxy_line_dropped(const char *side, void (*dropped)(const char *, size_t),
+    const char *line, size_t length)
+{
+	proxy_log("%s: a line over %zu bytes dropped", side,
+	    proxy_cfg.max_line_bytes);
+	if (dropped != NULL)
+		dropped(line, length);
+}
+
 /*
  * Read fd to its end, one message per line; a line longer than the
  * limit is dropped (with a word on stderr) so the stream stays in step,
@@ -777,17 +788,15 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 {
 	const size_t	 max = proxy_cfg.max_line_bytes;
 	char		*buf = NULL, *nl, *p;
-	size_t		 length = 0, size = 0, start, line;
+	size_t		 length = 0, size = 0, start, line, n;
 	ssize_t		 r;
 	int		 skipping = 0;
 
 	for (;;) {
 		if (size - length < PROXY_READ_BYTES) {
 			if (size >= max + PROXY_READ_BYTES) {
-				proxy_log("%s: a line over %zu bytes dropped",
-				    side, max);
-				if (dropped != NULL)
-					dropped(buf, length);
+				/* Over the limit before its newline came. */
+				proxy_line_dropped(side, dropped, buf, length);
 				skipping = 1;
 				length = 0;
 			} else {
@@ -817,9 +826,18 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 		while ((nl = memchr(p, '\n', length - (size_t)(p - buf))) !=
 		    NULL) {
 			line = (size_t)(nl - (buf + start));
-			if (!skipping && line > 0)
-				handle(buf + start, buf[start + line - 1] ==
-				    '\r' ? line - 1 : line);
+			n = line > 0 && buf[start + line - 1] == '\r' ?
+			    line - 1 : line;
+			/*
+			 * Up to a read past the limit comes in before the
+			 * check above: a line is measured here too, so that
+			 * the limit is exact.
+			 */
+			if (!skipping && n > max)
+				proxy_line_dropped(side, dropped, buf + start,
+				    n);
+			else if (!skipping && n > 0)
+				handle(buf + start, n);
 			skipping = 0;
 			start += line + 1;
 			p = nl + 1;
@@ -834,7 +852,9 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 			size = PROXY_BUFFER_BYTES;
 		}
 	}
-	if (length > 0 && !skipping)
+	if (length > max && !skipping)
+		proxy_line_dropped(side, dropped, buf, length);
+	else if (length > 0 && !skipping)
 		handle(buf, length);
 	free(buf);
 }

@@ -391,6 +391,20 @@ check('server: an answer over the line limit: dropped, and the call a tool error
   await lapsesToUnknown(p, args);
 });
 
+check('server: the line limit is exact: a line of the limit passes, one byte more is dropped', async () => {
+  const p = await Raw.started(smallLimit);
+  const at = await p.act({ label: 'at', mode: 'line', bytes: SMALL_LIMIT, idempotency_key: 'at/1' });
+  assert.equal(at.result.isError, undefined, 'the server\'s answer, whole');
+  assert.match(at.result.content[0].text, /^x+$/);
+  assert.ok(at.result.content[0].text.length > SMALL_LIMIT - 200);
+  assert.equal(ledger('at/1').state, 'committed');
+  // One byte more, within a read of the limit: dropped all the same.
+  invalidAnswer(await p.act({ label: 'over', mode: 'line', bytes: SMALL_LIMIT + 1, idempotency_key: 'over/1' }));
+  await p.said(new RegExp(`server: a line over ${SMALL_LIMIT} bytes dropped`));
+  assert.equal(ledger('over/1').state, 'reserved');
+  assert.equal(p.executions(), 2);
+});
+
 check('server: half an answer, then it exits: a tool error, the half not passed on, the proxy exits, never run again', async () => {
   const p = await Raw.started();
   const args = { label: 'cut', mode: 'cut', idempotency_key: 'cut/1' };
