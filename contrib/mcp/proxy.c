@@ -456,16 +456,18 @@ proxy_deliver(const char *key, json_t *msg)
 
 /*
  * A line that is not JSON (a raw NUL or control byte, invalid UTF-8, half
- * a line before the server died) but that answers a request of ours,
- * found by its id, "id":"io.idem/proxy/N", in the bytes.  Passed on, it
- * would give the client an answer to a request it never sent, and leave
- * our request waiting for ever (a wrapped call's lease kept alive, its
- * client unanswered): its request is handed an empty message instead,
- * which a wrapped call answers as a server's answer it cannot read.
- * 1 if a request of ours waited for it.
+ * a line before the server died, a line over the limit: what is) but
+ * that answers a request of ours, found by its id,
+ * "id":"io.idem/proxy/N", in the bytes.  Passed on, it would give the
+ * client an answer to a request it never sent, and leave our request
+ * waiting for ever (a wrapped call's lease kept alive, its client
+ * unanswered): its request is handed an empty message instead, which a
+ * wrapped call answers as a server's answer it cannot read.  One that
+ * no request waits for any more (a late answer) is dropped, as a JSON
+ * one is.  1 if the id was one of ours (the line is not the client's).
  */
 static int
-proxy_unreadable_answer(const char *line, size_t length)
+proxy_unreadable_answer(const char *line, size_t length, const char *what)
 {
 	static const char	 id_member[] = "\"id\"";
 	const size_t		 id_length = strlen(id_member);
@@ -494,7 +496,11 @@ proxy_unreadable_answer(const char *line, size_t length)
 		    memcmp(b - id_length, id_member, id_length) == 0) {
 			memcpy(key, p, (size_t)(q - p) + 1);
 			key[q - p + 1] = '\0';
-			return proxy_deliver(key, json_object());
+			proxy_log("server: an answer %s (%zu bytes) to %s: %s",
+			    what, length, key, proxy_deliver(key,
+			    json_object()) ? "taken for that request" :
+			    "no request waits for it, dropped");
+			return 1;
 		}
 		p++;
 	}
@@ -698,11 +704,9 @@ proxy_from_server(char *line, size_t length)
 			json_decref(msg);
 			msg = NULL;
 		}
-		if (msg == NULL && proxy_unreadable_answer(line, length)) {
-			proxy_log("server: an answer that is not JSON (%zu "
-			    "bytes) taken for the request it names", length);
+		if (msg == NULL && proxy_unreadable_answer(line, length,
+		    "that is not JSON"))
 			return;
-		}
 	}
 	if (!json_is_object(msg) || json_object_get(msg, "method") != NULL ||
 	    (id = json_object_get(msg, "id")) == NULL ||
@@ -757,9 +761,7 @@ proxy_from_server(char *line, size_t length)
 static void
 proxy_server_dropped(const char *line, size_t length)
 {
-	if (proxy_unreadable_answer(line, length))
-		proxy_log("server: the line dropped was taken for the answer "
-		    "to the request it names");
+	(void)proxy_unreadable_answer(line, length, "over the line limit");
 }
 
 /* A line over the limit: said, and shown to dropped (may be NULL). */

@@ -259,6 +259,8 @@ check('server: a call answered twice, and answers nobody asked for: the first an
   assert.equal(JSON.parse(stray.result.content[0].text).execution, 2);
   assert.ok(p.messages.some((m) => m.id === 424242));
   assert.ok(!p.messages.some((m) => m.id === 'io.idem/proxy/999999'));
+  assert.ok(!p.lines.some((l) => l.includes('io.idem/proxy/')),
+      'nor one that is not JSON: no line of the proxy\'s own ids reaches the client');
   assert.equal(ledger('stray/1').state, 'committed');
   assert.equal(p.executions(), 2);
 });

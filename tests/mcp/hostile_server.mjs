@@ -15,8 +15,9 @@
 // execution's number):
 //   ok        ANSWER
 //   twice     ANSWER, then a second, different answer with the same id
-//   stray     answers to ids nobody asked for (one in the proxy's own
-//             form, one a client's), then ANSWER
+//   stray     answers to ids nobody asked for (two in the proxy's own
+//             form, one of them not JSON (a raw NUL), one a client's),
+//             then ANSWER
 //   both      ANSWER's result and an error in one message
 //   scalar    a result that is arguments.value, not an object
 //   neither   a message with the id and neither result nor error
@@ -84,6 +85,7 @@ function act(id, args) {
     return;
   case 'stray':
     send({ jsonrpc: '2.0', id: 'io.idem/proxy/999999', result: text('stray') });
+    write('{"jsonrpc":"2.0","id":"io.idem/proxy/999998","result":"not\u0000JSON"}\n');
     send({ jsonrpc: '2.0', id: 424242, result: text('stray') });
     send(answer);
     return;
