@@ -466,6 +466,38 @@ proxy_deliver(const char *key, json_t *msg)
  * no request waits for any more (a late answer) is dropped, as a JSON
  * one is.  1 if the id was one of ours (the line is not the client's).
  */
+/* Where a scan of a line that may not be JSON stands. */
+struct proxy_scan {
+	const char	*at;
+	int		 depth;		/* objects and arrays open */
+	int		 in_string;
+};
+
+/*
+ * Move the scan on to p; 1 if p opens a string at the message's top
+ * level (depth 1, not inside a string or escaped), so that an object
+ * with such an id nested in the line (a notification's data) is not
+ * taken for the answer of a request of ours.
+ */
+static int
+proxy_scan_top_level(struct proxy_scan *scan, const char *p)
+{
+	for (; scan->at < p; scan->at++) {
+		if (scan->in_string) {
+			if (*scan->at == '\\')
+				scan->at++;	/* and the byte it escapes */
+			else if (*scan->at == '"')
+				scan->in_string = 0;
+		} else if (*scan->at == '"')
+			scan->in_string = 1;
+		else if (*scan->at == '{' || *scan->at == '[')
+			scan->depth++;
+		else if (*scan->at == '}' || *scan->at == ']')
+			scan->depth--;
+	}
+	return scan->at == p && !scan->in_string && scan->depth == 1;
+}
+
 static int
 proxy_unreadable_answer(const char *line, size_t length, const char *what)
 {
@@ -473,10 +505,15 @@ proxy_unreadable_answer(const char *line, size_t length, const char *what)
 	const size_t		 id_length = strlen(id_member);
 	const char		*end = line + length, *p = line, *q, *b;
 	const char		*digits;
+	struct proxy_scan	 scan = { line, 0, 0 };
 	char			 key[64];
 
 	while ((p = memmem(p, (size_t)(end - p), "\"" PROXY_ID_PREFIX,
 	    strlen(PROXY_ID_PREFIX) + 1)) != NULL) {
+		if (!proxy_scan_top_level(&scan, p)) {
+			p++;
+			continue;
+		}
 		/* p: the string's opening quote; q: its closing one. */
 		digits = p + 1 + strlen(PROXY_ID_PREFIX);
 		for (q = digits; q < end && *q >= '0' && *q <= '9'; q++)

@@ -334,6 +334,14 @@ check('server: an answer that is not JSON (a raw NUL byte): a tool error, not pa
   await lapsesToUnknown(p, args);
 });
 
+check('server: a line that is not JSON with the call\'s id nested in it is not its answer: passed on, the call answered', async () => {
+  const p = await Raw.started();
+  const r = await p.act({ label: 'nested', mode: 'nested', idempotency_key: 'nested/1' });
+  assert.equal(JSON.parse(r.result.content[0].text).execution, 1, JSON.stringify(r));
+  assert.ok(p.lines.some((l) => l.includes('"data":{"note"')), 'the notification reached the client');
+  assert.equal(ledger('nested/1').state, 'committed');
+});
+
 check('server: a passed-through call (a tool it never lists, no key) answered with neither result nor error, or not in JSON: a JSON-RPC error', async () => {
   const p = await Raw.started();
   for (const mode of ['neither', 'nul']) {

@@ -22,6 +22,8 @@
 //   scalar    a result that is arguments.value, not an object
 //   neither   a message with the id and neither result nor error
 //   notjson   a line that is not JSON, then ANSWER
+//   nested    a notification that is not JSON (a raw NUL) holding an
+//             object with the call's id, then ANSWER
 //   nul       ANSWER with a raw NUL byte in its text (not JSON)
 //   huge      ANSWER whose text is arguments.mib MiB of 'x', one line
 //   line      ANSWER of 'x's, one line of exactly arguments.bytes bytes
@@ -100,6 +102,11 @@ function act(id, args) {
     return;
   case 'notjson':
     write('this line is not JSON\n');
+    send(answer);
+    return;
+  case 'nested':
+    // Not JSON (a raw NUL), with the call's id in an object nested in it.
+    write(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"note":"[{\\"}","id":${JSON.stringify(id)},"x":"\u0000"}}}\n`);
     send(answer);
     return;
   case 'nul':
