@@ -137,15 +137,20 @@ proxy_tool_wrap(const char *name, int *has_output_schema)
 	return wrap;
 }
 
-/* Does the call carry a key, as the argument or SEP-3182's member? */
+/*
+ * Does the call carry a key, SEP-3182's member or else the argument (as
+ * proxy_call.c reads it)?  Only a string is one: "idempotency_key": null
+ * or a number is an argument of the tool's, not a key of ours.
+ */
 static int
 tools_call_keyed(json_t *params)
 {
-	json_t	*param = json_object_get(params, PROXY_KEY_PARAM);
+	json_t	*key = json_object_get(params, PROXY_KEY_PARAM);
 
-	return (param != NULL && !json_is_null(param)) ||
-	    json_object_get(json_object_get(params, "arguments"),
-	    PROXY_KEY_ARGUMENT) != NULL;
+	if (key == NULL || json_is_null(key))
+		key = json_object_get(json_object_get(params, "arguments"),
+		    PROXY_KEY_ARGUMENT);
+	return json_is_string(key);
 }
 
 enum proxy_wrap

@@ -579,7 +579,7 @@ check('server: a wrapped tool that turns read-only: a retry with its key is stil
   assert.equal(ledger('flip/1').state, 'committed');
 });
 
-check('server: a tool it never lists, called with a key: keyed, run once', async () => {
+check('server: a tool it never lists, called with a key: keyed, run once; a key that is not a string is none', async () => {
   const p = await Raw.started();
   const call = () => p.request('tools/call', { name: 'hidden',
     arguments: { label: 'hidden', idempotency_key: 'hidden/1' } });
@@ -588,4 +588,11 @@ check('server: a tool it never lists, called with a key: keyed, run once', async
   assert.deepEqual((await call()).result, first.result);
   assert.equal(p.executions(), 1);
   assert.equal(ledger('hidden/1', 'mcp/hostile/hidden').state, 'committed');
+  // A key that is not a string is no key: the call passes, run each time.
+  for (const params of [{ arguments: { label: 'hidden', idempotency_key: null } },
+    { arguments: { label: 'hidden' }, idempotencyKey: 7 }]) {
+    const r = await p.request('tools/call', { name: 'hidden', ...params });
+    assert.equal(r.result?.isError, undefined, JSON.stringify(r));
+  }
+  assert.equal(p.executions(), 3);
 });
