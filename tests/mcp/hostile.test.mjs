@@ -2,9 +2,11 @@
 // hostile.test.mjs: `idem-mcp proxy` against a hostile downstream
 // (tests/mcp/hostile_server.mjs: two answers to one call, answers nobody
 // asked for, result and error together, no result at all, lines that
-// are not JSON, a NUL byte, a line of many MiB, half a line and death,
-// U+0000 and integers past 64 bits in a result, a request of its own
-// while a call runs, a tool that turns read-only, a tool it never lists)
+// are not JSON (one nesting the call's id), a NUL byte, a line of many
+// MiB, lines at and over the line limit, half a line and death, U+0000
+// and integers past 64 bits in a result, a request of its own while a
+// call runs, a tool that turns read-only, a read-only tool called with
+// a fresh key, a tool it never lists)
 // and a hostile or vanishing client (a cancellation the server ignores,
 // the end of its input while a call runs, one key twice in one write, a
 // null id, arguments that are not an object), against a real idemd.
