@@ -575,16 +575,15 @@ proxy_split_batch(json_t *msg, void (*handle)(char *, size_t))
  * Must this call be keyed whatever else, so that one the proxy cannot
  * serve on a thread of its own (no id to answer it under, a line jansson
  * cannot read exactly) is refused rather than passed?  Its tool is
- * wrapped, or not listed yet.  A call of a tool the listing passes is
- * passed even with a key (PROXY_LOOKUP): looking the key up here would
- * hold up the client's reader, and SPEC passes such a call.
+ * wrapped, or not listed yet, or the listing passes it but the call
+ * carries a key (PROXY_LOOKUP): the ledger may hold that key, and only a
+ * call's own thread can ask it (here it would hold up the client's
+ * reader), so passed unasked it could run a second time.
  */
 static int
 proxy_call_must_key(const char *name, json_t *params)
 {
-	enum proxy_wrap	wrap = proxy_call_wrap(name, params, 0, NULL);
-
-	return wrap == PROXY_WRAPPED || wrap == PROXY_UNKNOWN;
+	return proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED;
 }
 
 /*
@@ -680,10 +679,10 @@ proxy_from_client(char *line, size_t length)
 	    (name = json_string_value(json_object_get(params, "name"))) !=
 	    NULL && proxy_call_must_key(name, params)) {
 		/*
-		 * A call of a wrapped tool with a null id, or none (a
-		 * notification): the proxy cannot answer it under an id of
-		 * its own, and passed on it would reach the server unkeyed,
-		 * run on every retry.  Refused (Invalid Request, as JSON-RPC
+		 * A call that must be keyed (proxy_call_must_key) with a
+		 * null id, or none (a notification): the proxy cannot answer
+		 * it under an id of its own, and passed on it would reach
+		 * the server unkeyed, run on every retry.  Refused (Invalid Request, as JSON-RPC
 		 * answers a null id), or, with no id, dropped.
 		 */
 		proxy_log("client: a tools/call of %s %s: not sent on", name,

@@ -527,6 +527,21 @@ check('client: a call of a wrapped tool with a null id, or none: refused, never 
   assert.equal(p.executions(), 0);
   assert.equal(ledger('null/1'), null);
   await p.said(/tools\/call of act without an id: not sent on/);
+  // A key the ledger holds, through a proxy whose listing says the tool
+  // is read-only (PROXY_LOOKUP): a null id cannot be looked up on its own
+  // thread either, so refused, never run a second time.
+  const args = { label: 'nullro', idempotency_key: 'nullro/1' };
+  assert.equal(JSON.parse((await p.act(args)).result.content[0].text).execution, 1);
+  const q = await Raw.started({ log: p.log, env: { HOSTILE_ACT_READONLY: '1' } });
+  const lookup = (id) => JSON.stringify({ jsonrpc: '2.0', ...(id !== undefined ? { id } : {}),
+    method: 'tools/call', params: { name: 'act', arguments: args } });
+  const again = q.expect(null);
+  q.write(lookup(null));
+  assert.equal((await again).error?.code, -32600);
+  q.write(lookup(undefined));
+  await q.request('ping', {});
+  assert.equal(p.executions(), 1, 'nullro/1 ran once');
+  assert.equal(ledger('nullro/1').state, 'committed');
 });
 
 check('client: arguments that are not an object are the request as they stand; none at all is {}', async () => {
