@@ -77,6 +77,30 @@ const char *proxy_server_name(void);
 void	 proxy_set_server_name(const char *);
 int	 proxy_log(const char *, ...) __attribute__((format(printf, 1, 2)));
 
+/*
+ * A response to one of our requests: hand it over (steals msg).  1 if a
+ * request waited for it, 0 if none did (msg dropped).
+ */
+int	 proxy_deliver(const char *key, json_t *msg);
+
+/* ---- proxy_lines.c: the readers' lines ------------------------------ */
+
+/*
+ * Read fd to its end, one message per line, each handed to handle; a
+ * line over the limit is said on stderr (side: who wrote it) and shown
+ * to dropped (may be NULL) as far as it was read.
+ */
+void	proxy_read_lines(int fd, const char *side,
+	    void (*handle)(char *, size_t),
+	    void (*dropped)(const char *, size_t));
+/*
+ * A line that is not JSON (what: why, for the log) but may answer a
+ * request of ours: if its top level holds our id, that request is handed
+ * an empty message (or, none waiting, the line dropped).  1 if it did.
+ */
+int	proxy_unreadable_answer(const char *line, size_t length,
+	    const char *what);
+
 /* ---- proxy_tools.c: wrapped tools and the messages rewritten -------- */
 
 enum proxy_wrap {
