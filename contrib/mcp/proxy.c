@@ -858,6 +858,47 @@ proxy_kind_part_ok(const char *s)
 	return 1;
 }
 
+/*
+ * The line limit: PROXY_MAX_LINE_BYTES, or, in a build with fault
+ * injection only, IDEM_MCP_PROXY_MAX_LINE_BYTES (a line just over 256
+ * MiB costs a test that much memory twice over and seconds on each side;
+ * the limit's arithmetic is the same at any size).  Set in a build
+ * without, or not a whole number of bytes within [PROXY_MIN_TEST_LINE_BYTES,
+ * PROXY_MAX_LINE_BYTES], it is refused, as idemd refuses its IDEM_CRASH_*:
+ * a knob silently ignored or misread ("1M" as 1) would test something
+ * else.  Read once, before any thread.  -1 if refused (said).
+ */
+static int
+proxy_line_limit(size_t *limit)
+{
+	const char	*value = getenv("IDEM_MCP_PROXY_MAX_LINE_BYTES");
+#ifdef IDEM_FAULT_INJECTION
+	char		*end;
+	long long	 n;
+#endif
+
+	*limit = PROXY_MAX_LINE_BYTES;
+	if (value == NULL)
+		return 0;
+#ifdef IDEM_FAULT_INJECTION
+	errno = 0;
+	n = strtoll(value, &end, 10);
+	if (errno != 0 || end == value || *end != '\0' ||
+	    n < PROXY_MIN_TEST_LINE_BYTES || n > PROXY_MAX_LINE_BYTES) {
+		proxy_log("IDEM_MCP_PROXY_MAX_LINE_BYTES=%s: not a number of "
+		    "bytes from %d to %d", value, PROXY_MIN_TEST_LINE_BYTES,
+		    PROXY_MAX_LINE_BYTES);
+		return -1;
+	}
+	*limit = (size_t)n;
+	return 0;
+#else
+	proxy_log("IDEM_MCP_PROXY_MAX_LINE_BYTES is set, but this idem-mcp "
+	    "has no fault injection (configure --enable-fault-injection)");
+	return -1;
+#endif
+}
+
 int
 proxy_main(int argc, char **argv)
 {
@@ -882,15 +923,8 @@ proxy_main(int argc, char **argv)
 	int		 ch, status;
 
 	proxy_cfg.lease_ms = PROXY_DEFAULT_LEASE_MS;
-	/*
-	 * For tests only: a line just over 256 MiB costs a test that much
-	 * memory twice over and seconds on each side; the limit's
-	 * arithmetic is the same at any size.  Read once, before any thread.
-	 */
-	proxy_cfg.max_line_bytes = PROXY_MAX_LINE_BYTES;
-	if ((end = getenv("IDEM_MCP_PROXY_MAX_LINE_BYTES")) != NULL &&
-	    (n = strtoll(end, NULL, 10)) >= 1 && n <= PROXY_MAX_LINE_BYTES)
-		proxy_cfg.max_line_bytes = (size_t)n;
+	if (proxy_line_limit(&proxy_cfg.max_line_bytes) != 0)
+		return 2;
 	proxy_cfg.wrap = proxy_cfg.pass = empty;
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "+h", options, NULL)) != -1) {

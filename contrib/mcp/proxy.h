@@ -31,6 +31,8 @@
 #define PROXY_DEFAULT_LEASE_MS		30000
 /* Longest message line read from either side (a large file read). */
 #define PROXY_MAX_LINE_BYTES		(256 * 1024 * 1024)
+/* The least a test may lower it to: room for any message of the proxy's. */
+#define PROXY_MIN_TEST_LINE_BYTES	4096
 
 struct proxy_config {
 	const char	 *socket_path;	/* NULL: libidem's lookup */
@@ -39,7 +41,7 @@ struct proxy_config {
 	const char	**wrap;		/* --wrap TOOL..., NULL-terminated */
 	const char	**pass;		/* --pass TOOL..., NULL-terminated */
 	int64_t		  lease_ms;
-	/* PROXY_MAX_LINE_BYTES, or less for tests (proxy_main says why) */
+	/* PROXY_MAX_LINE_BYTES, or less for tests (proxy_line_limit says why) */
 	size_t		  max_line_bytes;
 };
 

@@ -387,10 +387,38 @@ check('server: a line of 64 MiB passes whole, and the proxy gives its room back'
   assert.equal(ledger('shout/1').state, 'committed');
 });
 
-// IDEM_MCP_PROXY_MAX_LINE_BYTES (tests only) lowers the 256 MiB limit:
-// the arithmetic is the same, and two lines of 256 MiB cost seconds.
+// IDEM_MCP_PROXY_MAX_LINE_BYTES (a build with fault injection only)
+// lowers the 256 MiB limit: the arithmetic is the same, and two lines of
+// 256 MiB cost seconds.  make check sets IDEM_FAULT_INJECTION.
 const SMALL_LIMIT = 1 << 20;
 const smallLimit = { env: { IDEM_MCP_PROXY_MAX_LINE_BYTES: String(SMALL_LIMIT) } };
+const noKnob = process.env.IDEM_FAULT_INJECTION === 'yes' ? false :
+  'needs a build with fault injection (configure --enable-fault-injection) for IDEM_MCP_PROXY_MAX_LINE_BYTES';
+
+// The proxy's exit status and stderr with env, its server never started.
+// A proxy that starts instead is killed after ANSWER_MS: a failure, not a hang.
+async function refusedAtStart(env) {
+  const p = new Raw({ env });
+  const timer = setTimeout(() => p.child.kill(), ANSWER_MS);
+  const [code] = await p.exited;
+  clearTimeout(timer);
+  return [code, p.stderr];
+}
+
+check('start: IDEM_MCP_PROXY_MAX_LINE_BYTES that is not a whole number of bytes from 4096 to 256 MiB is refused, not misread', async () => {
+  if (noKnob) {
+    // A build without fault injection refuses the knob whatever it says.
+    const [code, said] = await refusedAtStart({ IDEM_MCP_PROXY_MAX_LINE_BYTES: String(SMALL_LIMIT) });
+    assert.equal(code, 2);
+    assert.match(said, /IDEM_MCP_PROXY_MAX_LINE_BYTES is set, but this idem-mcp has no fault injection/);
+    return;
+  }
+  for (const value of ['1M', '1048576x', '', '100', '4095', String(2 ** 28 + 1), '99999999999999999999']) {
+    const [code, said] = await refusedAtStart({ IDEM_MCP_PROXY_MAX_LINE_BYTES: value });
+    assert.equal(code, 2, `${JSON.stringify(value)}: ${said}`);
+    assert.match(said, /IDEM_MCP_PROXY_MAX_LINE_BYTES=.*: not a number of bytes from 4096 to 268435456/);
+  }
+});
 
 check('server: an answer over the line limit: dropped, and the call a tool error, never run again', async () => {
   const p = await Raw.started(smallLimit);
@@ -401,7 +429,7 @@ check('server: an answer over the line limit: dropped, and the call a tool error
   assert.ok(!p.lines.some((l) => l.includes('io.idem/proxy/')), 'nothing of it reached the client');
   assert.equal(ledger('long/1').state, 'reserved', 'left to lapse, not released');
   await lapsesToUnknown(p, args);
-});
+}, noKnob);
 
 check('server: the line limit is exact: a line of the limit passes, one byte more is dropped', async () => {
   const p = await Raw.started(smallLimit);
@@ -415,7 +443,7 @@ check('server: the line limit is exact: a line of the limit passes, one byte mor
   await p.said(new RegExp(`server: a line over ${SMALL_LIMIT} bytes dropped`));
   assert.equal(ledger('over/1').state, 'reserved');
   assert.equal(p.executions(), 2);
-});
+}, noKnob);
 
 check('server: half an answer, then it exits: a tool error, the half not passed on, the proxy exits, never run again', async () => {
   const p = await Raw.started();
