@@ -41,13 +41,14 @@ struct proxy_scan {
 	const char	*at;
 	int		 depth;		/* objects and arrays open */
 	int		 in_string;
+	int		 top;		/* the message's depth: 2 in a batch */
 };
 
 /*
  * Move the scan on to p; 1 if p opens a string at the message's top
- * level (depth 1, not inside a string or escaped), so that an object
- * with such an id nested in the line (a notification's data) is not
- * taken for the answer of a request of ours.
+ * level (depth 1, or 2 in a batch; not inside a string or escaped), so
+ * that an object with such an id nested in the line (a notification's
+ * data) is not taken for the answer of a request of ours.
  */
 static int
 proxy_scan_top_level(struct proxy_scan *scan, const char *p)
@@ -65,7 +66,7 @@ proxy_scan_top_level(struct proxy_scan *scan, const char *p)
 		else if (*scan->at == '}' || *scan->at == ']')
 			scan->depth--;
 	}
-	return scan->at == p && !scan->in_string && scan->depth == 1;
+	return scan->at == p && !scan->in_string && scan->depth == scan->top;
 }
 
 int
@@ -75,8 +76,14 @@ proxy_unreadable_answer(const char *line, size_t length, const char *what)
 	const size_t		 id_length = strlen(id_member);
 	const char		*end = line + length, *p = line, *q, *b;
 	const char		*digits;
-	struct proxy_scan	 scan = { line, 0, 0 };
+	struct proxy_scan	 scan = { line, 0, 0, 1 };
 	char			 key[64];
+
+	/* A batch's messages are one deeper (2025-03-26 has batches). */
+	for (q = line; q < end && (*q == ' ' || *q == '\t' || *q == '\r'); q++)
+		;
+	if (q < end && *q == '[')
+		scan.top = 2;
 
 	while ((p = memmem(p, (size_t)(end - p), "\"" PROXY_ID_PREFIX,
 	    strlen(PROXY_ID_PREFIX) + 1)) != NULL) {

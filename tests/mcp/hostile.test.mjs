@@ -336,6 +336,14 @@ check('server: an answer that is not JSON (a raw NUL byte): a tool error, not pa
   await lapsesToUnknown(p, args);
 });
 
+check('server: an answer that is not JSON in a batch of one: a tool error, not passed on, never run again', async () => {
+  const p = await Raw.started();
+  const args = { label: 'nulbatch', mode: 'nulbatch', idempotency_key: 'nulbatch/1' };
+  invalidAnswer(await p.act(args));
+  assert.ok(!p.lines.some((l) => l.includes(0)), 'the unreadable answer is not the client\'s');
+  assert.equal(ledger('nulbatch/1').state, 'reserved', 'left to lapse, not released');
+});
+
 check('server: a line that is not JSON with the call\'s id nested in it is not its answer: passed on, the call answered', async () => {
   const p = await Raw.started();
   const r = await p.act({ label: 'nested', mode: 'nested', idempotency_key: 'nested/1' });

@@ -25,6 +25,7 @@
 //   nested    a notification that is not JSON (a raw NUL) holding an
 //             object with the call's id, then ANSWER
 //   nul       ANSWER with a raw NUL byte in its text (not JSON)
+//   nulbatch  the same, as a batch of one: [ANSWER] (not JSON)
 //   huge      ANSWER whose text is arguments.mib MiB of 'x', one line
 //   line      ANSWER of 'x's, one line of exactly arguments.bytes bytes
 //   cut       half of ANSWER's line, then exit (status 3)
@@ -111,6 +112,9 @@ function act(id, args) {
     return;
   case 'nul':
     write(JSON.stringify(answer).replace('execution', 'exe\u0000cution') + '\n');
+    return;
+  case 'nulbatch':
+    write('[' + JSON.stringify(answer).replace('execution', 'exe\u0000cution') + ']\n');
     return;
   case 'huge':
     send({ jsonrpc: '2.0', id, result: text('x'.repeat(args.mib * 1024 * 1024)) });
