@@ -152,7 +152,12 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 	int		 skipping = 0;
 
 	for (;;) {
-		if (size - length < PROXY_READ_BYTES) {
+		/*
+		 * A line of exactly the limit and its CR may wait for its
+		 * LF in the next read: one byte more is let in for it.
+		 */
+		if (size - length < PROXY_READ_BYTES && !(length == max + 1 &&
+		    buf[length - 1] == '\r')) {
 			if (size >= max + PROXY_READ_BYTES) {
 				/* Over the limit before its newline came. */
 				proxy_line_dropped(side, dropped, buf, length);

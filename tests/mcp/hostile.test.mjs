@@ -451,6 +451,10 @@ check('server: the line limit is exact: a line of the limit passes, one byte mor
   await p.said(new RegExp(`server: a line over ${SMALL_LIMIT} bytes dropped`));
   assert.equal(ledger('over/1').state, 'reserved');
   assert.equal(p.executions(), 2);
+  // The limit and a CR, its LF in a later read: the line of the limit.
+  const cr = await p.act({ label: 'cr', mode: 'crline', bytes: SMALL_LIMIT, idempotency_key: 'cr/1' });
+  assert.equal(cr.result.isError, undefined, JSON.stringify(cr).slice(0, 300));
+  assert.equal(ledger('cr/1').state, 'committed');
 }, noKnob);
 
 check('server: half an answer, then it exits: a tool error, the half not passed on, the proxy exits, never run again', async () => {

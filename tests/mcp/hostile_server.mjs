@@ -28,6 +28,7 @@
 //   nulbatch  the same, as a batch of one: [ANSWER] (not JSON)
 //   huge      ANSWER whose text is arguments.mib MiB of 'x', one line
 //   line      ANSWER of 'x's, one line of exactly arguments.bytes bytes
+//   crline    the same and a CR, its LF 200 ms later (another read)
 //   cut       half of ANSWER's line, then exit (status 3)
 //   shout     a logging notification of arguments.mib MiB, then ANSWER
 //   escnul    a result whose text holds U+0000 (valid JSON: \u0000)
@@ -123,6 +124,13 @@ function act(id, args) {
     // ANSWER padded to a line of exactly arguments.bytes bytes.
     const bare = JSON.stringify({ jsonrpc: '2.0', id, result: text('') });
     send({ jsonrpc: '2.0', id, result: text('x'.repeat(args.bytes - bare.length)) });
+    return;
+  }
+  case 'crline': {
+    const bare = JSON.stringify({ jsonrpc: '2.0', id, result: text('') });
+    write(JSON.stringify({ jsonrpc: '2.0', id,
+      result: text('x'.repeat(args.bytes - bare.length)) }) + '\r');
+    setTimeout(() => write('\n'), 200);
     return;
   }
   case 'cut': {
