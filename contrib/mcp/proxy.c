@@ -699,9 +699,9 @@ proxy_from_server(char *line, size_t length)
 
 /*
  * A server's line over the limit, dropped: if it answers a request of
- * ours (its first bytes hold the id), that request is told, as for an
- * answer that is not JSON; else a wrapped call would wait for ever, its
- * lease kept alive.
+ * ours (its first bytes hold the id; proxy_read_lines looks in its last
+ * ones too), that request is told, as for an answer that is not JSON;
+ * else a wrapped call would wait for ever, its lease kept alive.
  */
 static void
 proxy_server_dropped(const char *line, size_t length)

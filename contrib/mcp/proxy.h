@@ -90,7 +90,8 @@ int	 proxy_deliver(const char *key, json_t *msg);
 /*
  * Read fd to its end, one message per line, each handed to handle; a
  * line over the limit is said on stderr (side: who wrote it) and shown
- * to dropped (may be NULL) as far as it was read.
+ * to dropped (may be NULL) as far as it was read; with dropped, its
+ * last bytes too are taken for an answer of ours if they hold our id.
  */
 void	proxy_read_lines(int fd, const char *side,
 	    void (*handle)(char *, size_t),

@@ -41,8 +41,28 @@ struct proxy_scan {
 	const char	*at;
 	int		 depth;		/* objects and arrays open */
 	int		 in_string;
+	int		 escaped;	/* the byte before was a string's \\ */
 	int		 top;		/* the message's depth: 2 in a batch */
 };
+
+/* The scan moved over one byte. */
+static void
+proxy_scan_byte(struct proxy_scan *scan, char c)
+{
+	if (scan->escaped)
+		scan->escaped = 0;
+	else if (scan->in_string) {
+		if (c == '\\')
+			scan->escaped = 1;
+		else if (c == '"')
+			scan->in_string = 0;
+	} else if (c == '"')
+		scan->in_string = 1;
+	else if (c == '{' || c == '[')
+		scan->depth++;
+	else if (c == '}' || c == ']')
+		scan->depth--;
+}
 
 /*
  * Move the scan on to p; 1 if p opens a string at the message's top
@@ -53,41 +73,52 @@ struct proxy_scan {
 static int
 proxy_scan_top_level(struct proxy_scan *scan, const char *p)
 {
-	for (; scan->at < p; scan->at++) {
-		if (scan->in_string) {
-			if (*scan->at == '\\')
-				scan->at++;	/* and the byte it escapes */
-			else if (*scan->at == '"')
-				scan->in_string = 0;
-		} else if (*scan->at == '"')
-			scan->in_string = 1;
-		else if (*scan->at == '{' || *scan->at == '[')
-			scan->depth++;
-		else if (*scan->at == '}' || *scan->at == ']')
-			scan->depth--;
-	}
-	return scan->at == p && !scan->in_string && scan->depth == scan->top;
+	for (; scan->at < p; scan->at++)
+		proxy_scan_byte(scan, *scan->at);
+	return !scan->in_string && scan->depth == scan->top;
+}
+
+static int	proxy_answer_scan(const char *, size_t, size_t, const char *,
+		    struct proxy_scan *);
+
+/* The depth of a line's messages: 2 in a batch (2025-03-26 has them). */
+static int
+proxy_scan_top(const char *line, size_t length)
+{
+	const char	*q, *end = line + length;
+
+	for (q = line; q < end && (*q == ' ' || *q == '\t' || *q == '\r'); q++)
+		;
+	return q < end && *q == '[' ? 2 : 1;
 }
 
 int
 proxy_unreadable_answer(const char *line, size_t length, const char *what)
 {
+	struct proxy_scan	 scan = { line, 0, 0, 0, 1 };
+
+	scan.top = proxy_scan_top(line, length);
+	return proxy_answer_scan(line, length, length, what, &scan);
+}
+
+/*
+ * As proxy_unreadable_answer, from scan (at line, its state there: the
+ * bytes before line were scanned already); total: the line's length,
+ * for the log.
+ */
+static int
+proxy_answer_scan(const char *line, size_t length, size_t total,
+    const char *what, struct proxy_scan *scan)
+{
 	static const char	 id_member[] = "\"id\"";
 	const size_t		 id_length = strlen(id_member);
 	const char		*end = line + length, *p = line, *q, *b;
 	const char		*digits;
-	struct proxy_scan	 scan = { line, 0, 0, 1 };
 	char			 key[64];
-
-	/* A batch's messages are one deeper (2025-03-26 has batches). */
-	for (q = line; q < end && (*q == ' ' || *q == '\t' || *q == '\r'); q++)
-		;
-	if (q < end && *q == '[')
-		scan.top = 2;
 
 	while ((p = memmem(p, (size_t)(end - p), "\"" PROXY_ID_PREFIX,
 	    strlen(PROXY_ID_PREFIX) + 1)) != NULL) {
-		if (!proxy_scan_top_level(&scan, p)) {
+		if (!proxy_scan_top_level(scan, p)) {
 			p++;
 			continue;
 		}
@@ -111,7 +142,7 @@ proxy_unreadable_answer(const char *line, size_t length, const char *what)
 			memcpy(key, p, (size_t)(q - p) + 1);
 			key[q - p + 1] = '\0';
 			proxy_log("server: an answer %s (%zu bytes) to %s: %s",
-			    what, length, key, proxy_deliver(key,
+			    what, total, key, proxy_deliver(key,
 			    json_object()) ? "taken for that request" :
 			    "no request waits for it, dropped");
 			return 1;
@@ -119,6 +150,52 @@ proxy_unreadable_answer(const char *line, size_t length, const char *what)
 		p++;
 	}
 	return 0;
+}
+
+/*
+ * The end of a line being dropped, kept as it goes by: an answer whose
+ * id comes last (the TypeScript SDK writes {result, jsonrpc, id}) has it
+ * in its last bytes, long after the first ones shown to dropped.  The
+ * scan's state (depth, in a string, escaped) runs on over all of it.
+ */
+#define PROXY_TAIL_BYTES	64
+struct proxy_tail {
+	struct proxy_scan	 scan;	/* its state at bytes[0] */
+	char			 bytes[2 * PROXY_TAIL_BYTES];
+	size_t			 n, total;
+};
+
+static void
+proxy_tail_feed(struct proxy_tail *tail, const char *data, size_t n)
+{
+	size_t	 i, take;
+
+	tail->total += n;
+	while (n > 0) {
+		if (tail->n == sizeof tail->bytes) {
+			for (i = 0; i < PROXY_TAIL_BYTES; i++)
+				proxy_scan_byte(&tail->scan, tail->bytes[i]);
+			memmove(tail->bytes, tail->bytes + PROXY_TAIL_BYTES,
+			    PROXY_TAIL_BYTES);
+			tail->n = PROXY_TAIL_BYTES;
+		}
+		take = sizeof tail->bytes - tail->n;
+		if (take > n)
+			take = n;
+		memcpy(tail->bytes + tail->n, data, take);
+		tail->n += take;
+		data += take;
+		n -= take;
+	}
+}
+
+/* The dropped line has ended: is its end an answer of ours? */
+static void
+proxy_tail_end(struct proxy_tail *tail)
+{
+	tail->scan.at = tail->bytes;
+	(void)proxy_answer_scan(tail->bytes, tail->n, tail->total,
+	    "over the line limit", &tail->scan);
 }
 
 /* A line over the limit: said, and shown to dropped (may be NULL). */
@@ -135,7 +212,9 @@ proxy_line_dropped(const char *side, void (*dropped)(const char *, size_t),
 /*
  * Read fd to its end, one message per line; a line longer than the
  * limit is dropped (with a word on stderr) so the stream stays in step,
- * after dropped (may be NULL) has seen what was read of it.
+ * after dropped (may be NULL) has seen what was read of it; with
+ * dropped, its last bytes are scanned for an answer of ours too
+ * (struct proxy_tail), once its newline, or the end, comes.
  * The buffer grows for a long line, to the limit and no further, and is
  * given back once that line is handled: one large answer (a file read)
  * must not hold its size for the rest of the process's life, and a
@@ -150,6 +229,7 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 	size_t		 length = 0, size = 0, start, line, n;
 	ssize_t		 r;
 	int		 skipping = 0;
+	struct proxy_tail tail;
 
 	for (;;) {
 		/*
@@ -161,6 +241,9 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 			if (size >= max + PROXY_READ_BYTES) {
 				/* Over the limit before its newline came. */
 				proxy_line_dropped(side, dropped, buf, length);
+				memset(&tail, 0, sizeof tail);
+				tail.scan.top = proxy_scan_top(buf, length);
+				proxy_tail_feed(&tail, buf, length);
 				skipping = 1;
 				length = 0;
 			} else {
@@ -202,11 +285,17 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 				    n);
 			else if (!skipping && n > 0)
 				handle(buf + start, n);
+			else if (skipping && dropped != NULL) {
+				proxy_tail_feed(&tail, buf + start, n);
+				proxy_tail_end(&tail);
+			}
 			skipping = 0;
 			start += line + 1;
 			p = nl + 1;
 		}
 		/* Still in a line being dropped: none of it is kept. */
+		if (skipping)
+			proxy_tail_feed(&tail, buf + start, length - start);
 		length = skipping ? 0 : length - start;
 		memmove(buf, buf + start, length);
 		if (size > PROXY_BUFFER_BYTES &&
@@ -216,7 +305,9 @@ proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t),
 			size = PROXY_BUFFER_BYTES;
 		}
 	}
-	if (length > max && !skipping)
+	if (skipping && dropped != NULL)
+		proxy_tail_end(&tail);
+	else if (length > max && !skipping)
 		proxy_line_dropped(side, dropped, buf, length);
 	else if (length > 0 && !skipping)
 		handle(buf, length);

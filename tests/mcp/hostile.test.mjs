@@ -2,8 +2,9 @@
 // hostile.test.mjs: `idem-mcp proxy` against a hostile downstream
 // (tests/mcp/hostile_server.mjs: two answers to one call, answers nobody
 // asked for, result and error together, no result at all, lines that
-// are not JSON (one nesting the call's id), a NUL byte, a line of many
-// MiB, lines at and over the line limit, half a line and death, U+0000
+// are not JSON (one nesting the call's id, one a batch), a NUL byte, a
+// line of many MiB, lines at and over the line limit (one with its id
+// last, one whose LF comes after its CR), half a line and death, U+0000
 // and integers past 64 bits in a result, a request of its own while a
 // call runs, a tool that turns read-only, a read-only tool called with
 // a fresh key, a tool it never lists)
@@ -437,6 +438,17 @@ check('server: an answer over the line limit: dropped, and the call a tool error
   assert.ok(!p.lines.some((l) => l.includes('io.idem/proxy/')), 'nothing of it reached the client');
   assert.equal(ledger('long/1').state, 'reserved', 'left to lapse, not released');
   await lapsesToUnknown(p, args);
+}, noKnob);
+
+check('server: an answer over the line limit whose id comes last (the SDK\'s order): the call a tool error all the same', async () => {
+  const p = await Raw.started(smallLimit);
+  // Over by more than a read: its id long after the first bytes seen.
+  const args = { label: 'idlast', mode: 'idlast', bytes: SMALL_LIMIT + 300000, idempotency_key: 'idlast/1' };
+  invalidAnswer(await p.act(args));
+  await p.said(/server: an answer over the line limit \(\d+ bytes\) to "io\.idem\/proxy\/\d+": taken for that request/);
+  assert.ok(!p.lines.some((l) => l.includes('io.idem/proxy/')), 'nothing of it reached the client');
+  assert.equal(ledger('idlast/1').state, 'reserved', 'left to lapse, not released');
+  assert.equal(p.executions(), 1);
 }, noKnob);
 
 check('server: the line limit is exact: a line of the limit passes, one byte more is dropped', async () => {

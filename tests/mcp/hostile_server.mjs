@@ -29,6 +29,8 @@
 //   huge      ANSWER whose text is arguments.mib MiB of 'x', one line
 //   line      ANSWER of 'x's, one line of exactly arguments.bytes bytes
 //   crline    the same and a CR, its LF 200 ms later (another read)
+//   idlast    the same, its members in the TypeScript SDK's order:
+//             {result, jsonrpc, id} (the id in its last bytes)
 //   cut       half of ANSWER's line, then exit (status 3)
 //   shout     a logging notification of arguments.mib MiB, then ANSWER
 //   escnul    a result whose text holds U+0000 (valid JSON: \u0000)
@@ -124,6 +126,11 @@ function act(id, args) {
     // ANSWER padded to a line of exactly arguments.bytes bytes.
     const bare = JSON.stringify({ jsonrpc: '2.0', id, result: text('') });
     send({ jsonrpc: '2.0', id, result: text('x'.repeat(args.bytes - bare.length)) });
+    return;
+  }
+  case 'idlast': {
+    const bare = JSON.stringify({ result: text(''), jsonrpc: '2.0', id });
+    send({ result: text('x'.repeat(args.bytes - bare.length)), jsonrpc: '2.0', id });
     return;
   }
   case 'crline': {
