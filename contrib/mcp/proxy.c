@@ -11,11 +11,16 @@
  * Every message passes byte for byte except:
  *  - the answers to initialize and tools/list, rewritten by
  *    proxy_tools.c (their ids are remembered when the client asks);
- *  - a tools/call of a tool that is wrapped or not listed yet, handed to
- *    proxy_call.c, which answers it itself;
+ *  - a tools/call of a tool that is wrapped or not listed yet, or that
+ *    carries a key (proxy_call_wrap: a tool the listing passes is keyed
+ *    only if the ledger holds the key), handed to proxy_call.c, which
+ *    answers it itself; a call of a tool wrapped or not listed yet with
+ *    a null id, or none, is refused here (it cannot be answered under
+ *    an id of ours);
  *  - requests the proxy sends downstream itself (the forwarded wrapped
  *    calls, its own tools/list): their ids are strings that start with
- *    PROXY_ID_PREFIX, and their answers are taken here, never passed on.
+ *    PROXY_ID_PREFIX, and their answers are taken here, never passed on,
+ *    even when they are not JSON (proxy_lines.c: proxy_unreadable_answer).
  *    A client request whose id happens to start with it is sent on
  *    under a fresh id of ours and its answer given back its own id, so
  *    that the two never collide;
@@ -56,7 +61,6 @@
 #include "proxy.h"
 #include "protocol.h"
 
-#define PROXY_READ_BYTES	65536
 #define PROXY_TERM_WAIT_MS	2000	/* after stdin closed, after SIGTERM */
 
 struct proxy_config proxy_cfg;
@@ -424,8 +428,11 @@ proxy_request(const char *method, json_t *params, json_t *client_id,
 	return response;
 }
 
-/* A response to one of our requests: hand it over (steals msg). */
-static int
+/*
+ * A response to one of our requests: hand it over (steals msg).  1 if a
+ * request waited for it, 0 if none did (msg dropped).
+ */
+int
 proxy_deliver(const char *key, json_t *msg)
 {
 	struct proxy_waiter	*w;
@@ -442,7 +449,7 @@ proxy_deliver(const char *key, json_t *msg)
 		/* A late answer to a request we stopped waiting for. */
 		json_decref(msg);
 	}
-	return 0;
+	return w != NULL;
 }
 
 /* ---- the two directions ------------------------------------------------ */
@@ -473,6 +480,21 @@ proxy_split_batch(json_t *msg, void (*handle)(char *, size_t))
 }
 
 /*
+ * Must this call be keyed whatever else, so that one the proxy cannot
+ * serve on a thread of its own (no id to answer it under, a line jansson
+ * cannot read exactly) is refused rather than passed?  Its tool is
+ * wrapped, or not listed yet, or the listing passes it but the call
+ * carries a key (PROXY_LOOKUP): the ledger may hold that key, and only a
+ * call's own thread can ask it (here it would hold up the client's
+ * reader), so passed unasked it could run a second time.
+ */
+static int
+proxy_call_must_key(const char *name, json_t *params)
+{
+	return proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED;
+}
+
+/*
  * A line jansson cannot read exactly (an integer past 64 bits) may still
  * be a call of a wrapped tool, which must not reach the server unkeyed:
  * read it loosely, and refuse such a call here.  1 if it was one.
@@ -498,7 +520,7 @@ proxy_unreadable_call(const char *line, size_t length)
 	}
 	if (name != NULL && id != NULL && strcmp(json_string_value(
 	    json_object_get(msg, "method")) ?: "", "tools/call") == 0 &&
-	    proxy_tool_wrap(name, NULL) != PROXY_PASSED) {
+	    proxy_call_must_key(name, json_object_get(msg, "params"))) {
 		answer = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b, "
 		    "s:{s:{s:s, s:b}}}}", "jsonrpc", "2.0", "id", id, "result",
 		    "content", "type", "text", "text", "The call was not made: "
@@ -542,7 +564,7 @@ proxy_from_client(char *line, size_t length)
 		if (strcmp(method, "tools/call") == 0 &&
 		    (name = json_string_value(json_object_get(params,
 		    "name"))) != NULL &&
-		    proxy_tool_wrap(name, NULL) != PROXY_PASSED) {
+		    proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED) {
 			if (proxy_call_start(msg) != 0)
 				proxy_log("cannot start a thread for a call");
 			return;
@@ -561,6 +583,30 @@ proxy_from_client(char *line, size_t length)
 			json_decref(msg);
 			return;
 		}
+	} else if (method != NULL && strcmp(method, "tools/call") == 0 &&
+	    (name = json_string_value(json_object_get(params, "name"))) !=
+	    NULL && proxy_call_must_key(name, params)) {
+		/*
+		 * A call that must be keyed (proxy_call_must_key) with a
+		 * null id, or none (a notification): the proxy cannot answer
+		 * it under an id of its own, and passed on it would reach
+		 * the server unkeyed, run on every retry.  Refused (Invalid
+		 * Request, as JSON-RPC answers a null id), or, with no id,
+		 * dropped.
+		 */
+		proxy_log("client: a tools/call of %s %s: not sent on", name,
+		    id != NULL ? "with a null id" : "without an id");
+		if (id != NULL) {
+			fid = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc",
+			    "2.0", "id", "error", "code", -32600, "message",
+			    "idem-mcp proxy: a tools/call needs an id that is "
+			    "not null");
+			if (fid != NULL)
+				proxy_to_client_json(fid);
+			json_decref(fid);
+		}
+		json_decref(msg);
+		return;
 	} else if (method != NULL && strcmp(method,
 	    "notifications/cancelled") == 0 && (id = json_object_get(params,
 	    "requestId")) != NULL) {
@@ -603,6 +649,9 @@ proxy_from_server(char *line, size_t length)
 			json_decref(msg);
 			msg = NULL;
 		}
+		if (msg == NULL && proxy_unreadable_answer(line, length,
+		    "that is not JSON"))
+			return;
 	}
 	if (!json_is_object(msg) || json_object_get(msg, "method") != NULL ||
 	    (id = json_object_get(msg, "id")) == NULL ||
@@ -649,62 +698,15 @@ proxy_from_server(char *line, size_t length)
 }
 
 /*
- * Read fd to its end, one message per line; a line longer than the
- * limit is dropped (with a word on stderr) so the stream stays in step.
+ * A server's line over the limit, dropped: if it answers a request of
+ * ours (its first bytes hold the id; proxy_read_lines looks in its last
+ * ones too), that request is told, as for an answer that is not JSON;
+ * else a wrapped call would wait for ever, its lease kept alive.
  */
 static void
-proxy_read_lines(int fd, const char *side, void (*handle)(char *, size_t))
+proxy_server_dropped(const char *line, size_t length)
 {
-	char	*buf = NULL, *nl, *p;
-	size_t	 length = 0, size = 0, start, line;
-	ssize_t	 r;
-	int	 skipping = 0;
-
-	for (;;) {
-		if (size - length < PROXY_READ_BYTES) {
-			if (size >= PROXY_MAX_LINE_BYTES + PROXY_READ_BYTES) {
-				proxy_log("%s: a line over %d bytes dropped",
-				    side, PROXY_MAX_LINE_BYTES);
-				skipping = 1;
-				length = 0;
-			} else {
-				size = size == 0 ? 4 * PROXY_READ_BYTES :
-				    size * 2;
-				if ((p = realloc(buf, size)) == NULL) {
-					proxy_log("%s: out of memory", side);
-					break;
-				}
-				buf = p;
-			}
-		}
-		r = read(fd, buf + length, size - length);
-		if (r == -1 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			if (r == -1)
-				proxy_log("%s: %s", side, strerror(errno));
-			break;
-		}
-		start = 0;
-		/* Look for newlines only in what just came in. */
-		p = buf + length;
-		length += (size_t)r;
-		while ((nl = memchr(p, '\n', length - (size_t)(p - buf))) !=
-		    NULL) {
-			line = (size_t)(nl - (buf + start));
-			if (!skipping && line > 0)
-				handle(buf + start, buf[start + line - 1] ==
-				    '\r' ? line - 1 : line);
-			skipping = 0;
-			start += line + 1;
-			p = nl + 1;
-		}
-		length -= start;
-		memmove(buf, buf + start, length);
-	}
-	if (length > 0 && !skipping)
-		handle(buf, length);
-	free(buf);
+	(void)proxy_unreadable_answer(line, length, "over the line limit");
 }
 
 /* ---- the child --------------------------------------------------------- */
@@ -767,7 +769,8 @@ proxy_server_reader(void *arg)
 	int	status, client_gone;
 
 	(void)arg;
-	proxy_read_lines(proxy_child_out, "server", proxy_from_server);
+	proxy_read_lines(proxy_child_out, "server", proxy_from_server,
+	    proxy_server_dropped);
 	pthread_mutex_lock(&proxy_lock);
 	proxy_server_gone = 1;
 	for (struct proxy_waiter *w = proxy_waiters; w != NULL; w = w->next)
@@ -855,6 +858,47 @@ proxy_kind_part_ok(const char *s)
 	return 1;
 }
 
+/*
+ * The line limit: PROXY_MAX_LINE_BYTES, or, in a build with fault
+ * injection only, IDEM_MCP_PROXY_MAX_LINE_BYTES (a line just over 256
+ * MiB costs a test that much memory twice over and seconds on each side;
+ * the limit's arithmetic is the same at any size).  Set in a build
+ * without, or not a whole number of bytes within [PROXY_MIN_TEST_LINE_BYTES,
+ * PROXY_MAX_LINE_BYTES], it is refused, as idemd refuses its IDEM_CRASH_*:
+ * a knob silently ignored or misread ("1M" as 1) would test something
+ * else.  Read once, before any thread.  -1 if refused (said).
+ */
+static int
+proxy_line_limit(size_t *limit)
+{
+	const char	*value = getenv("IDEM_MCP_PROXY_MAX_LINE_BYTES");
+#ifdef IDEM_FAULT_INJECTION
+	char		*end;
+	long long	 n;
+#endif
+
+	*limit = PROXY_MAX_LINE_BYTES;
+	if (value == NULL)
+		return 0;
+#ifdef IDEM_FAULT_INJECTION
+	errno = 0;
+	n = strtoll(value, &end, 10);
+	if (errno != 0 || end == value || *end != '\0' ||
+	    n < PROXY_MIN_TEST_LINE_BYTES || n > PROXY_MAX_LINE_BYTES) {
+		proxy_log("IDEM_MCP_PROXY_MAX_LINE_BYTES=%s: not a number of "
+		    "bytes from %d to %d", value, PROXY_MIN_TEST_LINE_BYTES,
+		    PROXY_MAX_LINE_BYTES);
+		return -1;
+	}
+	*limit = (size_t)n;
+	return 0;
+#else
+	proxy_log("IDEM_MCP_PROXY_MAX_LINE_BYTES is set, but this idem-mcp "
+	    "has no fault injection (configure --enable-fault-injection)");
+	return -1;
+#endif
+}
+
 int
 proxy_main(int argc, char **argv)
 {
@@ -879,6 +923,8 @@ proxy_main(int argc, char **argv)
 	int		 ch, status;
 
 	proxy_cfg.lease_ms = PROXY_DEFAULT_LEASE_MS;
+	if (proxy_line_limit(&proxy_cfg.max_line_bytes) != 0)
+		return 2;
 	proxy_cfg.wrap = proxy_cfg.pass = empty;
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "+h", options, NULL)) != -1) {
@@ -954,7 +1000,7 @@ proxy_main(int argc, char **argv)
 		return 1;
 	}
 	pthread_detach(reader);
-	proxy_read_lines(STDIN_FILENO, "client", proxy_from_client);
+	proxy_read_lines(STDIN_FILENO, "client", proxy_from_client, NULL);
 
 	/* The client is gone: let what runs be recorded, then stop. */
 	pthread_mutex_lock(&proxy_lock);

@@ -31,6 +31,8 @@
 #define PROXY_DEFAULT_LEASE_MS		30000
 /* Longest message line read from either side (a large file read). */
 #define PROXY_MAX_LINE_BYTES		(256 * 1024 * 1024)
+/* The least a test may lower it to: room for any message of the proxy's. */
+#define PROXY_MIN_TEST_LINE_BYTES	4096
 
 struct proxy_config {
 	const char	 *socket_path;	/* NULL: libidem's lookup */
@@ -39,6 +41,8 @@ struct proxy_config {
 	const char	**wrap;		/* --wrap TOOL..., NULL-terminated */
 	const char	**pass;		/* --pass TOOL..., NULL-terminated */
 	int64_t		  lease_ms;
+	/* PROXY_MAX_LINE_BYTES, or less for tests (proxy_line_limit says why) */
+	size_t		  max_line_bytes;
 };
 
 /* ---- proxy.c: the process ------------------------------------------- */
@@ -75,16 +79,56 @@ const char *proxy_server_name(void);
 void	 proxy_set_server_name(const char *);
 int	 proxy_log(const char *, ...) __attribute__((format(printf, 1, 2)));
 
+/*
+ * A response to one of our requests: hand it over (steals msg).  1 if a
+ * request waited for it, 0 if none did (msg dropped).
+ */
+int	 proxy_deliver(const char *key, json_t *msg);
+
+/* ---- proxy_lines.c: the readers' lines ------------------------------ */
+
+/*
+ * Read fd to its end, one message per line, each handed to handle; a
+ * line over the limit is said on stderr (side: who wrote it) and shown
+ * to dropped (may be NULL) as far as it was read; with dropped, its
+ * last bytes too are taken for an answer of ours if they hold our id.
+ */
+void	proxy_read_lines(int fd, const char *side,
+	    void (*handle)(char *, size_t),
+	    void (*dropped)(const char *, size_t));
+/*
+ * A line that is not JSON (what: why, for the log) but may answer a
+ * request of ours: if its top level holds our id, that request is handed
+ * an empty message (or, none waiting, the line dropped).  1 if it did.
+ */
+int	proxy_unreadable_answer(const char *line, size_t length,
+	    const char *what);
+
 /* ---- proxy_tools.c: wrapped tools and the messages rewritten -------- */
 
 enum proxy_wrap {
 	PROXY_UNKNOWN = 0,	/* not listed yet */
 	PROXY_WRAPPED,
-	PROXY_PASSED
+	PROXY_PASSED,
+	/*
+	 * Passed by the listing, but the call carries a key: keyed only if
+	 * the ledger already holds that key for the tool (proxy_call.c
+	 * looks), else passed.
+	 */
+	PROXY_LOOKUP
 };
 
 /* Is the tool wrapped?  (PROXY_UNKNOWN: ask with tools/list.) */
 enum proxy_wrap proxy_tool_wrap(const char *name, int *has_output_schema);
+/*
+ * Is this call (its tools/call params) wrapped?  As proxy_tool_wrap,
+ * but a call that carries a key, unless --pass names the tool or its
+ * schema owns the argument, is PROXY_LOOKUP if the listing passes the
+ * tool, and PROXY_WRAPPED if the tools were listed for it (listed) and
+ * it is still unknown (never listed: no annotations, wrapped).
+ */
+enum proxy_wrap proxy_call_wrap(const char *name, json_t *params, int listed,
+	    int *has_output_schema);
 /* Learn and rewrite one tools/list result in place. */
 void	proxy_tools_list_result(json_t *result);
 /* Rewrite initialize's result in place (the capability, the name). */

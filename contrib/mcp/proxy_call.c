@@ -539,12 +539,35 @@ call_forward(struct call *c)
 		    c->key);
 		return;
 	}
-	if ((result = json_object_get(response, "result")) == NULL) {
+	if ((result = json_object_get(response, "result")) == NULL &&
+	    !json_is_object(json_object_get(response, "error"))) {
+		/*
+		 * Neither a result nor an error object (or, from proxy.c,
+		 * an answer that is not JSON): no answer JSON-RPC knows,
+		 * so nothing says the call did not run.  Releasing the key
+		 * (not_applied) would let a retry run it a second time, and
+		 * answering nothing would leave the client waiting for
+		 * ever: a tool error, and the effect left to become
+		 * outcome_unknown, as when the server dies.
+		 */
+		proxy_log("%s %s: the server's answer is neither a result nor "
+		    "an error: left unsettled", c->kind, c->key);
+		call_tool_error(c, "server_invalid_answer", 0,
+		    "The MCP server answered this call (idempotency key %s, "
+		    "effect %s) with a message that is neither a result nor an "
+		    "error, or is not JSON: the call may have acted. idem will "
+		    "not perform it again for this key; once its lease lapses "
+		    "a retry reports outcome_unknown until someone checks and "
+		    "settles it (idemctl resolve '%s' '%s' "
+		    "applied|not_applied).", c->key, c->kind, c->kind, c->key);
+		json_decref(response);
+		return;
+	}
+	if (result == NULL) {
 		/* Refused (a JSON-RPC error): it did not run. */
 		call_complete(c, 0, NULL);
-		if (json_object_get(response, "error") != NULL)
-			call_answer_json(c, "error",
-			    json_object_get(response, "error"));
+		call_answer_json(c, "error", json_object_get(response,
+		    "error"));
 		json_decref(response);
 		return;
 	}
@@ -590,25 +613,41 @@ call_kind(struct call *c)
 			*p = '_';
 }
 
-/* The key, SEP-3182's member or else the argument; 0 or an error told. */
-static int
-call_key(struct call *c)
+/*
+ * The call's key, SEP-3182's member or else the argument, if it is one
+ * idem takes (1..IDEM_MAX_SUBMISSION_ID_BYTES printable ASCII), or NULL.
+ */
+static const char *
+call_key_value(struct call *c)
 {
-	json_t		*params, *args, *arg;
-	const char	*key = NULL, *p;
+	json_t		*params, *arg;
+	const char	*key, *p;
 
 	params = json_object_get(c->request, "params");
-	args = json_object_get(params, "arguments");
 	/* SPEC.md: a params.idempotencyKey, when set, is the key. */
 	arg = json_object_get(params, PROXY_KEY_PARAM);
 	if (arg == NULL || json_is_null(arg))
-		arg = json_object_get(args, PROXY_KEY_ARGUMENT);
-	key = json_string_value(arg);
-	for (p = key; p != NULL && *p != '\0'; p++)
+		arg = json_object_get(json_object_get(params, "arguments"),
+		    PROXY_KEY_ARGUMENT);
+	if ((key = json_string_value(arg)) == NULL || *key == '\0' ||
+	    strlen(key) > IDEM_MAX_SUBMISSION_ID_BYTES)
+		return NULL;
+	for (p = key; *p != '\0'; p++)
 		if (*p < 0x21 || *p > 0x7e)
-			break;
-	if (key == NULL || *key == '\0' || (p != NULL && *p != '\0') ||
-	    strlen(key) > IDEM_MAX_SUBMISSION_ID_BYTES) {
+			return NULL;
+	return key;
+}
+
+/* The key and the request digested; 0 or an error told. */
+static int
+call_key(struct call *c)
+{
+	json_t		*args;
+	const char	*key;
+
+	args = json_object_get(json_object_get(c->request, "params"),
+	    "arguments");
+	if ((key = call_key_value(c)) == NULL) {
 		call_tool_error(c, "invalid_key", 0,
 		    "The call was not made: %s needs the argument %s, 1-%d "
 		    "printable ASCII characters without spaces. %s",
@@ -620,9 +659,17 @@ call_key(struct call *c)
 	if (json_is_object(args)) {
 		c->arguments = json_deep_copy(args);
 		json_object_del(c->arguments, PROXY_KEY_ARGUMENT);
-	}
-	c->request_json = json_dumps(c->arguments != NULL ? c->arguments :
-	    json_object(), JSON_COMPACT);
+		c->request_json = json_dumps(c->arguments, JSON_COMPACT);
+	} else if (args != NULL) {
+		/*
+		 * Arguments that are not an object (MCP says they are; a
+		 * careless client) are the request as they stand: keyed as
+		 * {}, "abc" and ["xyz"] under one key answered each other.
+		 */
+		c->request_json = json_dumps(args, JSON_COMPACT |
+		    JSON_ENCODE_ANY);
+	} else
+		c->request_json = strdup("{}");
 	if (c->request_json == NULL) {
 		call_tool_error(c, "internal", 1, "out of memory");
 		return -1;
@@ -720,29 +767,37 @@ call_wrapped(struct call *c)
 	}
 }
 
-/* A tool not listed (or passed after listing): through, under our id. */
+/*
+ * A tool not listed, or passed after listing, or one the listing passes
+ * called with a key the ledger does not hold: passed unchanged (but for
+ * its id: under ours, the answer given back under the client's).
+ */
 static void
 call_relay(struct call *c)
 {
-	json_t	*response;
-	int	 gone;
+	json_t		*response, *e;
+	const char	*why = NULL;
+	int		 gone;
 
 	response = proxy_request("tools/call",
 	    json_object_get(c->request, "params"), c->id, 0, NULL, NULL,
 	    &gone);
-	if (response == NULL) {
-		json_t *e = json_pack("{s:i, s:s}", "code", -32603,
-		    "message", "the MCP server behind idem-mcp proxy exited");
-		call_answer_json(c, "error", e);
-		json_decref(e);
-		return;
-	}
-	if (json_object_get(response, "result") != NULL)
+	if (response == NULL)
+		why = "the MCP server behind idem-mcp proxy exited";
+	else if (json_object_get(response, "result") != NULL)
 		call_answer_json(c, "result", json_object_get(response,
 		    "result"));
 	else if (json_object_get(response, "error") != NULL)
 		call_answer_json(c, "error", json_object_get(response,
 		    "error"));
+	else	/* Answered, or the client would wait for ever. */
+		why = "the MCP server behind idem-mcp proxy answered with "
+		    "neither a result nor an error, or not in JSON";
+	if (why != NULL) {
+		e = json_pack("{s:i, s:s}", "code", -32603, "message", why);
+		call_answer_json(c, "error", e);
+		json_decref(e);
+	}
 	json_decref(response);
 }
 
@@ -776,19 +831,87 @@ call_list_tools(void)
 	json_decref(cursor);
 }
 
+/*
+ * A call of a tool the listing passes, with a key (PROXY_LOOKUP): is
+ * that key in the ledger for this tool already?  Then the tool was
+ * wrapped when it was first called (it turned read-only since, in this
+ * proxy or in an earlier one) and the call is keyed, so that a retry
+ * gets the first answer and the server is never called a second time
+ * for the key.  Otherwise it passes, as SPEC passes such a tool's calls:
+ * a read must not become a ledger entry kept for ever.  1 (keyed), 0
+ * (passed), -1 (the broker could not be asked: answered, retryable).
+ */
+static int
+call_ledger_holds(struct call *c)
+{
+	struct idem_error	 err;
+	json_t			*request, *answer = NULL;
+	const char		*key;
+	char			*line, *text = NULL;
+	int			 tries, status = -1;
+
+	if ((key = call_key_value(c)) == NULL)
+		return 0;	/* no key idem takes: none it holds */
+	call_kind(c);
+	if (c->kind[0] == '\0')
+		return 0;
+	request = json_pack("{s:s, s:s, s:s}", "op",
+	    idem_op_names[IDEM_OPC_GET_SUBMISSION], "client_submission_id",
+	    key, "effect_kind", c->kind);
+	line = request == NULL ? NULL : json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	memset(&err, 0, sizeof err);
+	/* A pooled connection found dead is replaced once (call_begin). */
+	for (tries = 0; line != NULL && tries < 2; tries++) {
+		if (c->conn == NULL && (c->conn = call_conn_get(&err)) == NULL)
+			break;
+		if (idem_call_raw(c->conn, line, &text, &err) == 0)
+			break;
+		if (err.code != IDEM_E_TRANSPORT)
+			break;
+		call_conn_drop(c);
+	}
+	free(line);
+	answer = text == NULL ? NULL : json_loads(text, 0, NULL);
+	free(text);
+	if (json_is_true(json_object_get(answer, "ok")))
+		status = json_is_true(json_object_get(answer, "found"));
+	json_decref(answer);
+	call_conn_put(c);
+	if (status == -1) {
+		proxy_log("%s %s: cannot look the key up in the ledger: %s",
+		    c->kind, key, err.message[0] != '\0' ? err.message :
+		    "the broker refused");
+		call_tool_error(c, "broker_unavailable", 1,
+		    "The call was not made: %s is listed as read-only or "
+		    "idempotent, but the call carries idempotency key %s, and "
+		    "idem's broker could not say whether that key was recorded "
+		    "for it (%s). Retry the same call later.", c->tool, key,
+		    err.message[0] != '\0' ? err.message :
+		    "the broker refused");
+	}
+	return status;
+}
+
 /* One call, from its tool's lookup to its end (c freed). */
 static void
 call_serve(struct call *c)
 {
 	struct call	**cp;
 	enum proxy_wrap	 wrap;
+	json_t		*params;
+	int		 held = 0;
 
-	wrap = proxy_tool_wrap(c->tool, &c->has_output_schema);
+	params = json_object_get(c->request, "params");
+	wrap = proxy_call_wrap(c->tool, params, 0, &c->has_output_schema);
 	if (wrap == PROXY_UNKNOWN) {
 		call_list_tools();
-		wrap = proxy_tool_wrap(c->tool, &c->has_output_schema);
+		wrap = proxy_call_wrap(c->tool, params, 1,
+		    &c->has_output_schema);
 	}
-	if (wrap == PROXY_WRAPPED)
+	if (wrap == PROXY_LOOKUP && (held = call_ledger_holds(c)) == -1)
+		;	/* answered: the broker could not be asked */
+	else if (wrap == PROXY_WRAPPED || held == 1)
 		call_wrapped(c);
 	else
 		call_relay(c);

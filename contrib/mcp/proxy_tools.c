@@ -11,6 +11,20 @@
  * tools/list answer is kept in a table by name; a tool not seen yet is
  * PROXY_UNKNOWN and proxy_call.c lists the tools itself first.
  *
+ * A call is judged by its key too, not only by the listing, unless
+ * --pass names its tool or the tool owns the argument: a call that
+ * carries a key (the argument or params.idempotencyKey) of a tool never
+ * listed is wrapped (it has no annotations: SPEC's default), and one of
+ * a tool the listing passes is keyed only if the ledger already holds
+ * that key for the tool (PROXY_LOOKUP: proxy_call.c asks the broker),
+ * else passed unchanged, as SPEC says.  The listing is the server's
+ * word and may change under a running proxy, or between two proxies:
+ * a client that retries a tool turned read-only with the key it was
+ * given must still get the first answer, never a second execution; but
+ * a read-only tool's call with a fresh key (a client that sends one on
+ * every call) must not become a ledger entry kept for ever, nor answer
+ * a later read with a stale result (proxy_call_wrap).
+ *
  * initialize's result gains capabilities.tools.idempotency (the
  * capability of SEP-3182: a client may send the key as
  * params.idempotencyKey), and its serverInfo.name names the kinds.
@@ -42,6 +56,7 @@ struct proxy_tool {
 	char		*name;
 	enum proxy_wrap	 wrap;
 	int		 has_output_schema;
+	int		 owns_key;	/* its schema has idempotency_key */
 };
 
 static pthread_mutex_t	 tools_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -69,7 +84,8 @@ tools_find(const char *name)
 }
 
 static void
-tools_learn(const char *name, enum proxy_wrap wrap, int has_output_schema)
+tools_learn(const char *name, enum proxy_wrap wrap, int has_output_schema,
+    int owns_key)
 {
 	struct proxy_tool	*t, *p;
 
@@ -95,6 +111,7 @@ tools_learn(const char *name, enum proxy_wrap wrap, int has_output_schema)
 	}
 	t->wrap = wrap;
 	t->has_output_schema = has_output_schema;
+	t->owns_key = owns_key;
 	pthread_mutex_unlock(&tools_lock);
 }
 
@@ -118,6 +135,44 @@ proxy_tool_wrap(const char *name, int *has_output_schema)
 		    PROXY_UNKNOWN;
 	pthread_mutex_unlock(&tools_lock);
 	return wrap;
+}
+
+/*
+ * Does the call carry a key, SEP-3182's member or else the argument (as
+ * proxy_call.c reads it)?  Only a string is one: "idempotency_key": null
+ * or a number is an argument of the tool's, not a key of ours.
+ */
+static int
+tools_call_keyed(json_t *params)
+{
+	json_t	*key = json_object_get(params, PROXY_KEY_PARAM);
+
+	if (key == NULL || json_is_null(key))
+		key = json_object_get(json_object_get(params, "arguments"),
+		    PROXY_KEY_ARGUMENT);
+	return json_is_string(key);
+}
+
+enum proxy_wrap
+proxy_call_wrap(const char *name, json_t *params, int listed,
+    int *has_output_schema)
+{
+	struct proxy_tool	*t;
+	enum proxy_wrap		 wrap;
+	int			 owns_key = 0;
+
+	wrap = proxy_tool_wrap(name, has_output_schema);
+	if (wrap == PROXY_WRAPPED || tools_named(proxy_cfg.pass, name) ||
+	    (wrap == PROXY_UNKNOWN && !listed))
+		return wrap;
+	pthread_mutex_lock(&tools_lock);
+	if ((t = tools_find(name)) != NULL)
+		owns_key = t->owns_key;
+	pthread_mutex_unlock(&tools_lock);
+	if (owns_key || !tools_call_keyed(params))
+		return wrap;
+	/* Never listed, keyed: wrapped; passed by the listing: look. */
+	return wrap == PROXY_UNKNOWN ? PROXY_WRAPPED : PROXY_LOOKUP;
 }
 
 static int
@@ -171,11 +226,15 @@ proxy_tools_list_result(json_t *result)
 	const char	*name;
 	enum proxy_wrap	 wrap;
 	size_t		 i;
+	int		 owns_key;
 
 	json_array_foreach(json_object_get(result, "tools"), i, tool) {
 		if ((name = json_string_value(json_object_get(tool,
 		    "name"))) == NULL)
 			continue;
+		owns_key = json_object_get(json_object_get(json_object_get(
+		    tool, "inputSchema"), "properties"), PROXY_KEY_ARGUMENT) !=
+		    NULL;
 		if (tools_named(proxy_cfg.pass, name))
 			wrap = PROXY_PASSED;
 		else if (tools_named(proxy_cfg.wrap, name))
@@ -191,7 +250,7 @@ proxy_tools_list_result(json_t *result)
 			wrap = PROXY_PASSED;
 		}
 		tools_learn(name, wrap,
-		    json_object_get(tool, "outputSchema") != NULL);
+		    json_object_get(tool, "outputSchema") != NULL, owns_key);
 	}
 }
 
