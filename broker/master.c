@@ -328,6 +328,16 @@ master_child(evutil_socket_t fd, short events, void *arg)
 			    i, (long)pid, WEXITSTATUS(status));
 		/* Its claims lapse now; waiters elsewhere must look again. */
 		registry_exit(&m->d->seg, i);
+		/*
+		 * A worker kicks the journaler once a pass, after the pass's
+		 * replies: one killed in between left records in the ring
+		 * that no kick announced (a lease extension it answered, a
+		 * reservation whose request died with it).  An idle journaler
+		 * would leave them there until the next append, and a request
+		 * that waits for one of them (a retry on its key) would wait
+		 * that long: kick it for them.
+		 */
+		journaler_kick(m->d->kick_fd);
 		pthread_mutex_lock(&m->fds_lock);
 		close(m->notify_fds[i]);
 		m->notify_fds[i] = -1;

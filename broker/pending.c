@@ -157,6 +157,7 @@ pending_kick(struct worker *w)
 {
 	if (w->unkicked == 0)
 		return;
+	crash_point(CRASH_BEFORE_JOURNAL_KICK);
 	w->unkicked = 0;
 	journaler_kick_idle(w->d->seg.header, w->d->kick_fd);
 }

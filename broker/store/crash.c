@@ -49,6 +49,7 @@ static const char *const crash_point_names[CRASH_POINT_COUNT] = {
 	"between_index_commits",
 	"before_next_segment_renamed",
 	"after_next_segment_renamed",
+	"before_journal_kick",
 };
 
 static struct {

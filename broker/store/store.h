@@ -1039,6 +1039,13 @@ enum crash_point {
 	 */
 	CRASH_BEFORE_NEXT_SEGMENT_RENAMED,
 	CRASH_AFTER_NEXT_SEGMENT_RENAMED,
+	/*
+	 * A worker's (IDEM_CRASH_WORKER_AT): its pass appended records and
+	 * is about to kick the journaler for them (pending.c, pending_kick),
+	 * its replies already written: a lease extension answered before
+	 * its record is durable is in the ring, and nobody kicked for it.
+	 */
+	CRASH_BEFORE_JOURNAL_KICK,
 	CRASH_POINT_COUNT
 };
 #ifdef IDEM_FAULT_INJECTION
