@@ -510,6 +510,19 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 	journaler.next = made;
 	journaler.next_making = 0;
 	/*
+	 * Said once the rotation no longer waits for it (next_making
+	 * cleared, under the lock it reads it under): a rotation due from
+	 * now on takes it at once.  One due while it was made waits for
+	 * the next round (unless a checkpoint is wanted, below), so the
+	 * crash-state explorer sends its rotating request only after this.
+	 */
+	if (made.fd != -1)
+		log_debug("journal: segment %016llx made ahead",
+		    (unsigned long long)number);
+	else
+		log_debug("journal: segment %016llx not made ahead: its "
+		    "rotation creates it", (unsigned long long)number);
+	/*
 	 * A rotation waited for this one (journaler_maybe_rotate); one
 	 * asked for by a full table or arena looks again now, as after a
 	 * checkpoint: its refusals write no record, so there may be no

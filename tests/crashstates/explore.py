@@ -17,6 +17,9 @@ it is served by idemd --workers 1 under strace, from exec on: start-up,
 one request, its reply, SIGTERM.  Start-up is in the trace on purpose: it
 writes too (the lock file, fsyncs of the topology and of the journal), and
 a crash during a restart is a state the next start must accept as well.
+The rotate kinds' request is sent only once that broker has logged that
+segment 2 is made ahead (a debug line): a rotation due while it is being
+made waits for a later round, which one request never brings (record).
 
 Model.  The trace becomes an ordered list of operations on files under
 the root: create, write (offset and bytes), truncate, link, unlink,
@@ -179,9 +182,11 @@ class Broker:
     """One idemd on root, optionally under strace; ready when started."""
 
     def __init__(self, idemd, root, log_path, trace_path=None,
-                 watch_log=False, capacity=CAPACITY):
+                 watch_log=False, capacity=CAPACITY, debug=False,
+                 delay_made_ahead=0.0):
         self.root = root
         self.log_path = log_path
+        self.trace_path = trace_path
         self.pid = None
         self.lines = []
         self.cond = threading.Condition()
@@ -190,9 +195,23 @@ class Broker:
         argv = [idemd, "--root", root, "--workers", "1", "--capacity",
                 str(capacity), "--segment-bytes", str(SEGMENT_BYTES),
                 "--ready-fd", str(w)]
+        if debug:
+            # The lines awaited as events (journaler.c: "segment ... made
+            # ahead") are debug lines.
+            argv += ["--log-level", "debug"]
         if trace_path is not None:
+            inject = []
+            if delay_made_ahead > 0:
+                # The checkpoint thread's first sync_file_range is its
+                # paced write-back of the zeros of segment 2, made at
+                # start-up (the only thread that calls it; strace counts
+                # per thread): held there, the making ends that much
+                # later, as a loaded machine may make it.
+                inject = ["-e", "inject=sync_file_range:delay_exit=%d:"
+                          "when=1" % int(delay_made_ahead * 1000000)]
             argv = ["strace", "-f", "-ttt", "-xx", "-s", "1048576", "-y",
-                    "-o", trace_path, "-e", "trace=" + TRACED_CALLS] + argv
+                    "-o", trace_path, "-e", "trace=" + TRACED_CALLS] + \
+                inject + argv
         env = dict(os.environ)
         for name in ("IDEM_CRASH_AT", "IDEM_CRASH_WORKER_AT", "IDEM_ROOT",
                      "IDEM_SOCKET", "LD_PRELOAD"):
@@ -229,21 +248,39 @@ class Broker:
             self.cond.notify_all()
 
     def wait_log(self, pattern):
-        """Block until a log line matches pattern (bytes regex)."""
+        """Block until a log line, from the first, matches pattern (bytes
+        regex): (the line, None), or (None, why not: the broker's log
+        ended, or READY_TIMEOUT passed, with how long ago it last did
+        something the trace shows)."""
         seen = 0
-        deadline = time.monotonic() + READY_TIMEOUT
+        started = time.monotonic()
+        deadline = started + READY_TIMEOUT
         with self.cond:
             while True:
                 for line in self.lines[seen:]:
                     if line is None:
-                        return False
+                        return None, "the broker's log ended (it exited: " \
+                            "status %s)" % self.proc.poll()
                     if re.search(pattern, line):
-                        return True
+                        return line, None
                 seen = len(self.lines)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
+                    return None, "not within %.1f s%s" % (
+                        time.monotonic() - started, self.trace_idle())
                 self.cond.wait(left)
+
+    def trace_idle(self):
+        """How long ago the traced broker's last traced call was written
+        (the trace file's mtime): a broker slowed down moves, a stuck one
+        does not."""
+        if self.trace_path is None:
+            return ""
+        try:
+            age = time.time() - os.stat(self.trace_path).st_mtime
+        except OSError:
+            return ""
+        return "; its trace last grew %.1f s ago" % age
 
     def _wait_ready(self, r):
         got = b""
@@ -343,25 +380,26 @@ def await_zeros(path):
         time.sleep(0.005)
 
 
-def await_made_ahead(root):
-    """Wait until a broker just started on root has made segment 2 ahead
-    (.next-0000000000000002.tmp at its full size), so that the rotation
-    after the request's first round takes it, not one round later; the
-    fsync after the last write is the next call.  Nothing to wait on
-    from outside: the checkpoint thread makes it, with no message."""
-    path = os.path.join(root, ".idem", "journal",
-                        ".next-0000000000000002.tmp")
-    want = (32 // (SEGMENT_BYTES // 8) + 2) * (SEGMENT_BYTES // 8)
-    deadline = time.monotonic() + READY_TIMEOUT
-    while True:
+def journal_listing(root):
+    """The journal directory of root, a line per file: its name, size and,
+    for a segment, its logical end (segment_end) -- for the messages
+    that say why a rotation or a checkpoint did not come."""
+    where = os.path.join(root, ".idem", "journal")
+    try:
+        names = sorted(os.listdir(where))
+    except OSError as e:
+        return "  (%s: %s)" % (where, e)
+    lines = []
+    for name in names:
+        path = os.path.join(where, name)
         try:
-            if os.stat(path).st_size >= want:
-                return
-        except FileNotFoundError:
-            pass
-        if time.monotonic() > deadline:
-            raise ExploreError("no segment made ahead in %s" % root)
-        time.sleep(0.005)
+            size = os.stat(path).st_size
+            end = " (records to %d)" % segment_end(path) \
+                if name.endswith(".jnl") else ""
+        except OSError as e:
+            size, end = "?", " (%s)" % e
+        lines.append("  %s %s bytes%s" % (name, size, end))
+    return "\n".join(lines) if lines else "  (empty)"
 
 
 def remove_segment(root):
@@ -1820,12 +1858,34 @@ class Explorer:
         rotate = kind.name in NEXT_KINDS
         b = Broker(self.idemd, root, os.path.join(where, "traced.log"),
                    trace_path=trace_path, watch_log=rotate,
-                   capacity=kind.base.capacity)
+                   capacity=kind.base.capacity, debug=rotate,
+                   delay_made_ahead=self.args.delay_made_ahead
+                   if rotate else 0.0)
         if not b.ready:
             raise ExploreError("idemd did not start under strace:\n" +
                                b.log_tail())
-        if kind.name in EARLY_KINDS:
-            await_made_ahead(root)
+        if rotate:
+            # A rotation waits while its segment is being made ahead, and
+            # once it is made only a checkpoint wanted wakes the
+            # journaling thread: a segment merely full rotates at its next
+            # round (journaler.c, journaler_maybe_rotate; doc/journal.md,
+            # "The next segment made ahead").  The checkpoint thread makes
+            # segment 2 at start-up, beside the ready line; sent before
+            # that ends (strace and a loaded machine slow that thread), the
+            # request's rounds all stay in segment 1, and after its last
+            # one nothing rotates: no checkpoint, ever.  So the request
+            # waits for the broker's word that segment 2 is made and the
+            # rotation no longer waits (a debug line said after the
+            # making, not the file's size, which comes before its fsync).
+            made, why = b.wait_log(rb"journal: segment 0000000000000002 "
+                                   rb"(not )?made ahead")
+            if made is None or b"not made" in made:
+                b.kill()
+                raise ExploreError(
+                    "segment 2 was not made ahead in the %s run (%s):\n"
+                    "%s\njournal directory:\n%s" % (
+                        kind.name, why or made.decode("utf-8", "replace"),
+                        b.log_tail(30), journal_listing(root)))
         c = Connection(root)
         t_request = time.time()
         for request in kind.before:
@@ -1837,10 +1897,17 @@ class Explorer:
         c.close()
         # The checkpoint runs beside the request; its pruning follows the
         # log line and finishes before a SIGTERM'd broker exits.
-        if rotate and not b.wait_log(rb"checkpoint checkpoint-"):
-            b.kill()
-            raise ExploreError("no checkpoint in the rotate run:\n" +
-                               b.log_tail())
+        if rotate:
+            done, why = b.wait_log(rb"checkpoint checkpoint-")
+            if done is None:
+                b.kill()
+                raise ExploreError(
+                    "no checkpoint in the %s run (%s):\n%s\njournal "
+                    "directory (a segment 1 past %d bytes with .next-2 "
+                    "beside it: no rotation):\n%s\nthe reply: %s" % (
+                        kind.name, why, b.log_tail(30), SEGMENT_BYTES,
+                        journal_listing(root),
+                        kind.reply.decode("utf-8", "replace")))
         status = b.stop()
         if status != 0:
             raise ExploreError("traced idemd ended with status %s" % status)
@@ -2045,14 +2112,12 @@ def fd_path_text(call):
     return path or ""
 
 
-def early_rotation(trace):
-    """Whether trace cuts segment 1 (a truncate to less than its size)
-    before renaming .next-0000000000000002.tmp into place, and sends its
-    reply after a write to segment 2."""
-    if trace is None:
-        return False
+def rotation_steps(trace):
+    """(cut, renamed, written) of trace: the index of its first truncate
+    of segment 1, of the rename of .next-0000000000000002.tmp into place,
+    and of the first write to segment 2 after it; None where missing."""
     cut = renamed = written = None
-    for i, op in enumerate(trace.ops):
+    for i, op in enumerate(trace.ops if trace is not None else ()):
         name = os.path.basename(op.path or "")
         if op.kind == "trunc" and name == "0000000000000001.jnl" and \
                 cut is None:
@@ -2063,8 +2128,24 @@ def early_rotation(trace):
         elif op.kind == "write" and name == "0000000000000002.jnl" and \
                 renamed is not None and written is None:
             written = i
-    return cut is not None and renamed is not None and \
-        written is not None and cut < renamed and written < trace.k_ack
+    return cut, renamed, written
+
+
+def into_made_ahead(trace):
+    """Whether trace renames .next-0000000000000002.tmp into place and
+    sends its reply after a write to segment 2: the request's first
+    round rotated, and a record of it is in segment 2 only."""
+    _, renamed, written = rotation_steps(trace)
+    return renamed is not None and written is not None and \
+        written < trace.k_ack
+
+
+def early_rotation(trace):
+    """Whether trace cuts segment 1 (a truncate to less than its size)
+    before renaming .next-0000000000000002.tmp into place, and sends its
+    reply after a write to segment 2."""
+    cut, renamed, _ = rotation_steps(trace)
+    return into_made_ahead(trace) and cut is not None and cut < renamed
 
 
 def choose(states, cap):
@@ -2140,6 +2221,12 @@ def main():
                         help="LOW-HIGH: the legacy and effect kinds' base "
                         "ends this many bytes into a sector (default: a "
                         "round from there crosses a boundary)")
+    parser.add_argument("--delay-made-ahead", type=float, default=0.0,
+                        metavar="SECONDS",
+                        help="hold the rotate kinds' traced broker this "
+                        "long in its making of segment 2 (strace's fault "
+                        "injection): the race of their request with that "
+                        "making, which record() waits out (doc/testing.md)")
     parser.add_argument("--tmpdir", default=os.environ.get("TMPDIR", "/tmp"))
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory even on success")
@@ -2261,17 +2348,15 @@ def main():
                   "(its traced round must go over the base's zeros)" %
                   ", ".join(missing))
             return 1
-    # The rotation must take the segment made ahead, or its crash states
-    # (made, renamed, written over) went unexplored without a word.
+    # The rotation must take the segment made ahead, after the request's
+    # first round, or its crash states (made, renamed, written over, the
+    # request's record in segment 2 only) went unexplored without a word.
     missing = [k.name for k in kinds if k.name in NEXT_KINDS and
-               (k.trace is None or not any(
-                   op.kind == "rename" and
-                   os.path.basename(op.path).startswith(".next-") and
-                   op.path2.endswith("0000000000000002.jnl")
-                   for op in k.trace.ops))]
+               not into_made_ahead(k.trace)]
     if missing:
         print("FAIL: %s did not rename the segment made ahead into place "
-              "(.next-0000000000000002.tmp -> 0000000000000002.jnl)" %
+              "(.next-0000000000000002.tmp -> 0000000000000002.jnl) and "
+              "write a record there before the reply" %
               ", ".join(missing))
         return 1
     # An early rotation: the cut of segment 1 before the rename, and the
