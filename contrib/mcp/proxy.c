@@ -506,8 +506,7 @@ proxy_unreadable_call(const char *line, size_t length)
 	const char	*name;
 	int		 refused = 0;
 
-	msg = json_loadb(line, length, JSON_DECODE_INT_AS_REAL |
-	    JSON_ALLOW_NUL, NULL);
+	msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL);
 	name = json_string_value(json_object_get(json_object_get(msg,
 	    "params"), "name"));
 	id = json_object_get(msg, "id");
@@ -543,8 +542,8 @@ proxy_from_client(char *line, size_t length)
 	json_t		*msg, *id, *params, *fid;
 	const char	*method, *name;
 
-	/* NUL in strings parses here, so that the broker refuses it. */
-	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
+	/* U+0000 (in keys too) reads here, so that the broker refuses it. */
+	msg = proxy_json_load(line, length, 0);
 	if (json_is_array(msg) && json_array_size(msg) > 0) {
 		proxy_split_batch(msg, proxy_from_client);
 		return;
@@ -630,7 +629,7 @@ proxy_from_server(char *line, size_t length)
 	json_t			*msg, *id, *result;
 	char			*key;
 
-	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
+	msg = proxy_json_load(line, length, 0);
 	if (json_is_array(msg) && json_array_size(msg) > 0) {
 		proxy_split_batch(msg, proxy_from_server);
 		return;
@@ -641,8 +640,7 @@ proxy_from_server(char *line, size_t length)
 		 * still reach its call, read as a double (as a JavaScript
 		 * client reads it anyway).
 		 */
-		msg = json_loadb(line, length, JSON_DECODE_INT_AS_REAL |
-		    JSON_ALLOW_NUL, NULL);
+		msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL);
 		id = json_object_get(msg, "id");
 		if (!json_is_string(id) || strncmp(json_string_value(id),
 		    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) != 0) {

@@ -103,6 +103,17 @@ void	proxy_read_lines(int fd, const char *side,
  */
 int	proxy_unreadable_answer(const char *line, size_t length,
 	    const char *what);
+/*
+ * json_loadb(line, length, flags | JSON_ALLOW_NUL), but U+0000 (\u0000)
+ * is read in object keys too, which jansson's parser refuses (its
+ * objects hold them): a new reference, or NULL if not JSON.
+ */
+json_t	*proxy_json_load(const char *line, size_t length, size_t flags);
+/*
+ * A shallow copy of an object (its members' values shared), or NULL:
+ * json_copy and json_deep_copy cut a key at a U+0000 in it.
+ */
+json_t	*proxy_json_object_copy(json_t *object);
 
 /* ---- proxy_tools.c: wrapped tools and the messages rewritten -------- */
 

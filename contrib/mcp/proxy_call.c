@@ -12,8 +12,9 @@
  *                    works, complete with the CallToolResult (applied) or
  *                    the JSON-RPC error (not_applied), answer it;
  *   reused           answer the stored CallToolResult as first answered
- *                    (or, for a result larger than the ledger keeps, say
- *                    that it was applied and its result not kept);
+ *                    (or, for a result the ledger cannot keep, larger
+ *                    than it keeps or holding U+0000, say that it was
+ *                    applied and its result not kept);
  *   in_progress      poll the broker until the first call ends, at most
  *                    a lease long;
  *   conflict, outcome_unknown, broker down
@@ -288,39 +289,107 @@ call_tool_error(struct call *c, const char *disposition, int retryable,
 	va_end(ap);
 }
 
-/* ---- the too-large result's stand-in ------------------------------------ */
+/* ---- results the ledger cannot keep: their stand-in -------------------- */
 
-/* The start of the result's text content, cut on a character boundary. */
+/*
+ * Why a result is committed as a stand-in: the ledger keeps at most
+ * IDEM_MAX_EFFECT_RESULT_BYTES (SPEC.md, "The MCP proxy"), and no string
+ * in a request may hold U+0000 (SPEC.md; the stand-in's name for that
+ * is ours: doc/mcp-proxy.md).  Each has its marker member.
+ */
+enum call_not_kept {
+	CALL_KEPT = 0,
+	CALL_TOO_LARGE,		/* "result_too_large": true */
+	CALL_NOT_STORABLE	/* "result_not_storable": "U+0000" */
+};
+
+/*
+ * Does the result's JSON text hold U+0000 (the escape \u0000: jansson
+ * writes it so, in strings and keys alike)?  A backslash is seen only
+ * in a string, and each escapes the character after it, so that
+ * \\u0000 (a backslash, then u0000) is not one.
+ */
+static int
+call_text_holds_nul(const char *text, size_t length)
+{
+	size_t	i;
+
+	for (i = 0; i + 1 < length; i++)
+		if (text[i] == '\\') {
+			if (text[i + 1] == 'u' && i + 5 < length &&
+			    memcmp(text + i + 2, "0000", 4) == 0)
+				return 1;
+			i++;
+		}
+	return 0;
+}
+
+static enum call_not_kept
+call_not_kept(const char *text, size_t length)
+{
+	if (length > IDEM_MAX_EFFECT_RESULT_BYTES)
+		return CALL_TOO_LARGE;
+	if (call_text_holds_nul(text, length))
+		return CALL_NOT_STORABLE;
+	return CALL_KEPT;
+}
+
+/*
+ * The start of the result's text content, at most
+ * PROXY_STANDIN_TEXT_BYTES, cut on a character boundary; U+0000 is
+ * written U+FFFD (the replacement character), which the ledger keeps
+ * and which shows where one was.
+ */
 static json_t *
 call_text_start(json_t *result)
 {
-	json_t		*item;
-	char		 buf[PROXY_STANDIN_TEXT_BYTES + 1];
-	const char	*text;
-	size_t		 i, length = 0, n;
+	static const char	 fffd[] = "\xef\xbf\xbd";
+	json_t			*item;
+	char			 buf[PROXY_STANDIN_TEXT_BYTES];
+	const unsigned char	*text;
+	size_t			 i, j, n, length = 0;
 
 	json_array_foreach(json_object_get(result, "content"), i, item) {
-		if ((text = json_string_value(json_object_get(item, "text"))) ==
-		    NULL)
+		if ((text = (const unsigned char *)json_string_value(
+		    json_object_get(item, "text"))) == NULL)
 			continue;
-		n = strlen(text);
-		if (n > PROXY_STANDIN_TEXT_BYTES - length)
-			n = PROXY_STANDIN_TEXT_BYTES - length;
-		memcpy(buf + length, text, n);
-		length += n;
-		if (length == PROXY_STANDIN_TEXT_BYTES)
-			break;
+		n = json_string_length(json_object_get(item, "text"));
+		for (j = 0; j < n; j++) {
+			if (text[j] == '\0' &&
+			    length + 3 <= sizeof buf) {
+				memcpy(buf + length, fffd, 3);
+				length += 3;
+				continue;
+			}
+			if (text[j] == '\0' || length == sizeof buf) {
+				/*
+				 * Full.  Cut in a character (text is
+				 * UTF-8): drop its bytes kept so far.
+				 */
+				if ((text[j] & 0xc0) == 0x80) {
+					while (length > 0 &&
+					    ((unsigned char)buf[length - 1] &
+					    0xc0) == 0x80)
+						length--;
+					if (length > 0)
+						length--;
+				}
+				return json_stringn(buf, length);
+			}
+			buf[length++] = (char)text[j];
+		}
 	}
-	/* Not in the middle of a UTF-8 sequence. */
-	if (length == PROXY_STANDIN_TEXT_BYTES)
-		while (length > 0 && ((unsigned char)buf[length] & 0xc0) ==
-		    0x80)
-			length--;
 	return json_stringn(buf, length);
 }
 
+/*
+ * The stand-in committed instead of a result the ledger cannot keep
+ * (text: its compact JSON, as answered): its marker, its size and
+ * sha256, and the start of its text.  malloc'd JSON, or NULL.
+ */
 static char *
-call_standin(json_t *result, const char *text, size_t length)
+call_standin(enum call_not_kept why, json_t *result, const char *text,
+    size_t length)
 {
 	unsigned char	 hash[crypto_hash_sha256_BYTES];
 	char		 hex[2 * crypto_hash_sha256_BYTES + 1];
@@ -329,7 +398,9 @@ call_standin(json_t *result, const char *text, size_t length)
 
 	crypto_hash_sha256(hash, (const unsigned char *)text, length);
 	sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
-	standin = json_pack("{s:b, s:I, s:s, s:o}", "result_too_large", 1,
+	standin = json_pack("{s:o, s:I, s:s, s:o}",
+	    why == CALL_TOO_LARGE ? "result_too_large" : "result_not_storable",
+	    why == CALL_TOO_LARGE ? json_true() : json_string("U+0000"),
 	    "bytes", (json_int_t)length, "sha256", hex, "text_start",
 	    call_text_start(result));
 	s = standin == NULL ? NULL : json_dumps(standin,
@@ -342,10 +413,17 @@ call_standin(json_t *result, const char *text, size_t length)
 static void
 call_answer_stored(struct call *c, const char *stored)
 {
-	json_t	*value;
+	json_t		*value;
+	const char	*why;
 
 	value = json_loads(stored, JSON_DECODE_ANY, NULL);
-	if (!json_is_true(json_object_get(value, "result_too_large"))) {
+	if (json_is_true(json_object_get(value, "result_too_large")))
+		why = "was larger than idem's ledger keeps";
+	else if (json_is_string(json_object_get(value,
+	    "result_not_storable")))
+		why = "held the character U+0000 (NUL), which idem's ledger "
+		    "cannot store";
+	else {
 		json_decref(value);
 		call_answer_text(c, stored);
 		return;
@@ -358,11 +436,12 @@ call_answer_stored(struct call *c, const char *stored)
 	call_proxy_result(c, c->has_output_schema, "reused_result_not_kept", 0,
 	    "This call was already applied (idempotency key %s, effect %s); "
 	    "it was not performed again. Its result (%lld bytes, sha256 %s) "
-	    "was larger than idem's ledger keeps, so it cannot be shown "
-	    "again; the start of its text was: %s",
-	    c->key, c->kind,
+	    "%s, so it cannot be shown again; the start of its text was%s: "
+	    "%s", c->key, c->kind,
 	    (long long)json_integer_value(json_object_get(value, "bytes")),
-	    json_string_value(json_object_get(value, "sha256")) ?: "?",
+	    json_string_value(json_object_get(value, "sha256")) ?: "?", why,
+	    json_is_string(json_object_get(value, "result_not_storable")) ?
+	    " (U+0000 shown as U+FFFD)" : "",
 	    json_string_value(json_object_get(value, "text_start")) ?: "");
 	json_decref(value);
 }
@@ -496,25 +575,26 @@ call_tick(void *arg)
 static void
 call_forward(struct call *c)
 {
-	json_t	*params, *meta, *response, *result;
-	char	*text, *standin = NULL;
-	size_t	 length;
-	int	 gone;
+	json_t			*params, *meta, *response, *result;
+	char			*text, *standin = NULL;
+	size_t			 length;
+	enum call_not_kept	 why;
+	int			 gone;
 
 	if (call_cancelled(c)) {
 		/* Cancelled before it went downstream: it did not run. */
 		call_complete(c, 0, NULL);
 		return;
 	}
-	params = json_deep_copy(json_object_get(c->request, "params"));
+	/* Copies that keep a key's U+0000 (json_deep_copy cuts it). */
+	params = proxy_json_object_copy(json_object_get(c->request, "params"));
 	json_object_del(params, PROXY_KEY_PARAM);
 	if (c->arguments != NULL)
 		json_object_set(params, "arguments", c->arguments);
-	meta = json_object_get(params, "_meta");
-	if (!json_is_object(meta)) {
+	if ((meta = proxy_json_object_copy(json_object_get(params,
+	    "_meta"))) == NULL)
 		meta = json_object();
-		json_object_set_new(params, "_meta", meta);
-	}
+	json_object_set_new(params, "_meta", meta);
 	json_object_set_new(meta, PROXY_META_EXTERNAL_KEY,
 	    json_string(c->begun.external_key));
 	/* Not held while the server works: others may need it. */
@@ -580,8 +660,9 @@ call_forward(struct call *c)
 		return;
 	}
 	length = strlen(text);
-	if (length > IDEM_MAX_EFFECT_RESULT_BYTES &&
-	    (standin = call_standin(result, text, length)) == NULL)
+	/* Applied either way: a retry is told so, never left unknown. */
+	if ((why = call_not_kept(text, length)) != CALL_KEPT &&
+	    (standin = call_standin(why, result, text, length)) == NULL)
 		proxy_log("%s %s: out of memory", c->kind, c->key);
 	call_complete(c, 1, standin != NULL ? standin : text);
 	call_answer_text(c, text);
@@ -657,9 +738,11 @@ call_key(struct call *c)
 	}
 	snprintf(c->key, sizeof c->key, "%s", key);
 	if (json_is_object(args)) {
-		c->arguments = json_deep_copy(args);
+		/* Keys with U+0000 kept, for the broker to refuse. */
+		c->arguments = proxy_json_object_copy(args);
 		json_object_del(c->arguments, PROXY_KEY_ARGUMENT);
-		c->request_json = json_dumps(c->arguments, JSON_COMPACT);
+		c->request_json = c->arguments == NULL ? NULL :
+		    json_dumps(c->arguments, JSON_COMPACT);
 	} else if (args != NULL) {
 		/*
 		 * Arguments that are not an object (MCP says they are; a

@@ -5,12 +5,14 @@
 // are not JSON (one nesting the call's id, one a batch), a NUL byte, a
 // line of many MiB, lines at and over the line limit (one with its id
 // last, one whose LF comes after its CR), half a line and death, U+0000
-// and integers past 64 bits in a result, a request of its own while a
-// call runs, a tool that turns read-only, a read-only tool called with
-// a fresh key, a tool it never lists)
-// and a hostile or vanishing client (a cancellation the server ignores,
-// the end of its input while a call runs, one key twice in one write, a
-// null id, arguments that are not an object), against a real idemd.
+// in a result's string or key (and an escaped backslash before u0000,
+// which is none), integers past 64 bits in a result, a request of its
+// own while a call runs, a tool that turns read-only, a read-only tool
+// called with a fresh key, a tool it never lists) and a hostile or
+// vanishing client (a cancellation the server ignores, the end of its
+// input while a call runs, one key twice in one write, a null id,
+// arguments that are not an object or with U+0000 in a key), against a
+// real idemd.
 // Doc: doc/mcp-proxy.md, "A hostile server, a careless client".  Run by
 // tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
 // IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
@@ -26,6 +28,7 @@ import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { once } from 'node:events';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -291,23 +294,85 @@ check('server: a result that is not an object is recorded and answered as it cam
   assert.equal(p.executions(), 4);
 });
 
-check('server: results the ledger cannot keep as they came: U+0000 lapses unsettled, past 64 bits kept as a double; never run again', async () => {
+// The result's JSON text in the proxy's answer to id, as the bytes came
+// (the proxy writes {"jsonrpc":"2.0","id":ID,"result":TEXT}).
+function resultText(p, id) {
+  const head = `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":`;
+  const line = p.lines.find((l) => l.subarray(0, head.length).toString() === head);
+  assert.ok(line, `no answer to ${id}`);
+  return line.subarray(head.length, line.length - 1);
+}
+
+// The result an effect's receipt holds (committed: applied).
+const stored = (e) => e?.receipt?.result;
+
+// A call whose result holds U+0000 (which no ledger request may carry):
+// answered as it came, committed applied with a stand-in, its retry told
+// it was applied and why its result cannot be shown; run once.
+async function notStorable(p, args) {
+  const first = await p.act(args);
+  assert.equal(first.result?.isError, undefined, JSON.stringify(first));
+  const text = resultText(p, first.id);
+  const e = ledger(args.idempotency_key);
+  assert.equal(e?.state, 'committed', JSON.stringify(e));
+  const standin = stored(e);
+  assert.equal(standin?.result_not_storable, 'U+0000', JSON.stringify(e));
+  assert.equal(standin.bytes, text.length);
+  assert.equal(standin.sha256, crypto.createHash('sha256').update(text).digest('hex'));
+  const again = await p.act(args);
+  const f = facts(again);
+  assert.equal(f?.disposition, 'reused_result_not_kept', JSON.stringify(again));
+  assert.equal(again.result.isError, false, 'applied: not an error');
+  assert.match(again.result.content[0].text, /already applied.*not performed again/s);
+  assert.match(again.result.content[0].text, /U\+0000/);
+  assert.ok(again.result.content[0].text.includes(standin.sha256));
+  assert.equal(p.executions(), 1, 'never run a second time');
+  return { first, standin };
+}
+
+check('server: a result with U+0000 in a string: answered as it came, committed applied with a stand-in, a retry told so; never run again', async () => {
   const p = await Raw.started();
-  // libidem refuses a result with U+0000: answered once, then left to
-  // become outcome_unknown (the call ran; its result could not be kept).
-  const nul = { label: 'escnul', mode: 'escnul', idempotency_key: 'escnul/1' };
-  const first = await p.act(nul);
-  assert.equal(first.result.content[0].text, 'a\u0000b', 'the client gets the answer');
-  await p.said(/escnul\/1: complete: .*JSON_ALLOW_NUL/);
-  await lapsesToUnknown(p, nul);
-  // An integer past 64 bits is read as a double (as a JavaScript client
-  // reads it): the same number answered first and on the retry.
+  const { first, standin } = await notStorable(p,
+      { label: 'escnul', mode: 'escnul', idempotency_key: 'escnul/1' });
+  assert.equal(first.result.content[0].text, 'a\u0000b' + '\u00e9'.repeat(600),
+      'the client gets the answer');
+  // 1 KiB at most, U+0000 written U+FFFD (3 bytes), cut between
+  // characters: 5 bytes and 509 of the 2-byte e-acutes.
+  assert.equal(standin.text_start, 'a\ufffdb' + '\u00e9'.repeat(509));
+});
+
+check('server: a result with U+0000 in an object key: answered as it came, committed applied with a stand-in; never run again', async () => {
+  const p = await Raw.started();
+  const { first, standin } = await notStorable(p,
+      { label: 'keynul', mode: 'keynul', idempotency_key: 'keynul/1' });
+  assert.deepEqual(first.result.structuredContent, { 'k\u0000ey': 'v' }, 'the client gets the answer');
+  // Read with a stand-in character for U+0000 that is none of these.
+  assert.equal(first.result.content[0].text, 'keyed \ufdd0\ufdd1\ufdd2');
+  assert.equal(standin.text_start, 'keyed \ufdd0\ufdd1\ufdd2');
+});
+
+check('server: a result with an escaped backslash before u0000 (no U+0000) is recorded as it came', async () => {
+  const p = await Raw.started();
+  const args = { label: 'escbs', mode: 'escbs', idempotency_key: 'escbs/1' };
+  const first = await p.act(args);
+  assert.equal(first.result.content[0].text, '\\u0000 is not NUL');
+  const e = ledger('escbs/1');
+  assert.equal(e?.state, 'committed', JSON.stringify(e));
+  assert.deepEqual(stored(e), first.result, 'stored verbatim');
+  assert.deepEqual((await p.act(args)).result, first.result, 'reused as first answered');
+  assert.equal(p.executions(), 1);
+});
+
+check('server: an integer past 64 bits in a result is kept as a double; never run again', async () => {
+  const p = await Raw.started();
+  // Read as a double (as a JavaScript client reads it): the same number
+  // answered first and on the retry.
   const big = { label: 'bigint', mode: 'bigint', idempotency_key: 'bigint/1' };
   const b1 = await p.act(big);
   assert.equal(b1.result.n, 1.2345678901234568e29);
   assert.deepEqual((await p.act(big)).result, b1.result);
   assert.equal(ledger('bigint/1').state, 'committed');
-  assert.equal(p.executions(), 2);
+  assert.equal(p.executions(), 1);
 });
 
 check('server: an answer with neither result nor error: a tool error, and the key is not released to run again', async () => {
@@ -614,6 +679,19 @@ check('client: arguments that are not an object are the request as they stand; n
   assert.equal(p.executions(), 2);
   // Ended by its input, so that LeakSanitizer (run-tests.sh) looks.
   assert.equal((await p.stop())[0], 0);
+});
+
+check('client: arguments with U+0000 in a key: the broker refuses them, the call is never sent on unkeyed', async () => {
+  const p = await Raw.started();
+  // jansson's parser refuses U+0000 in a key; a call it could not read
+  // must not pass to the server as if unwrapped, run on every retry.
+  for (let i = 0; i < 2; i++) {
+    const r = await p.act({ 'la\u0000bel': 'x', idempotency_key: 'argnul/1' });
+    assert.equal(facts(r)?.disposition, 'refused_by_broker', JSON.stringify(r));
+    assert.equal(r.result.isError, true);
+  }
+  assert.equal(p.executions(), 0, 'never run');
+  assert.equal(ledger('argnul/1'), null);
 });
 
 check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, here and through a new proxy; a fresh key passes unkeyed', async () => {

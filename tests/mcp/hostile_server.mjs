@@ -33,7 +33,12 @@
 //             {result, jsonrpc, id} (the id in its last bytes)
 //   cut       half of ANSWER's line, then exit (status 3)
 //   shout     a logging notification of arguments.mib MiB, then ANSWER
-//   escnul    a result whose text holds U+0000 (valid JSON: \u0000)
+//   escnul    a result whose text holds U+0000 (valid JSON: \u0000),
+//             then 600 e-acutes (two bytes each)
+//   keynul    a result with U+0000 in an object key (structuredContent's),
+//             its text U+FDD0..U+FDD2
+//   escbs     a result whose text is a backslash and u0000 (JSON
+//             "\\u0000": an escaped backslash, no U+0000)
 //   bigint    a result with an integer past 64 bits
 //   sample    a sampling/createMessage request to the client (id
 //             "hostile-sample-N"), then ANSWER at once; the client's
@@ -164,7 +169,15 @@ function act(id, args) {
     send(answer);
     return;
   case 'escnul':
-    send({ jsonrpc: '2.0', id, result: text('a\u0000b') });
+    send({ jsonrpc: '2.0', id, result: text('a\u0000b' + '\u00e9'.repeat(600)) });
+    return;
+  case 'keynul':
+    // U+FDD0 and U+FDD1 escaped, U+FDD2 raw: the characters the proxy
+    // would first stand in for U+0000 with while it reads the line.
+    write(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"text","text":"keyed \\uFDD0\\ufdd1\ufdd2"}],"structuredContent":{"k\\u0000ey":"v"}}}\n`);
+    return;
+  case 'escbs':
+    send({ jsonrpc: '2.0', id, result: text('\\u0000 is not NUL') });
     return;
   case 'bigint':
     write(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[],"n":123456789012345678901234567890}}\n`);
