@@ -39,7 +39,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <sodium.h>
 
 #include "idem.h"
 #include "protocol.h"
@@ -289,142 +288,13 @@ call_tool_error(struct call *c, const char *disposition, int retryable,
 	va_end(ap);
 }
 
-/* ---- results the ledger cannot keep: their stand-in -------------------- */
-
-/*
- * Why a result is committed as a stand-in: the ledger keeps at most
- * IDEM_MAX_EFFECT_RESULT_BYTES (SPEC.md, "The MCP proxy"), and no string
- * in a request may hold U+0000 (SPEC.md; the stand-in's name for that
- * is ours: doc/mcp-proxy.md).  Each has its marker member.
- */
-enum call_not_kept {
-	CALL_KEPT = 0,
-	CALL_TOO_LARGE,		/* "result_too_large": true */
-	CALL_NOT_STORABLE	/* "result_not_storable": "U+0000" */
-};
-
-/*
- * Does the result's JSON text hold U+0000 (the escape \u0000: jansson
- * writes it so, in strings and keys alike)?  A backslash is seen only
- * in a string, and each escapes the character after it, so that
- * \\u0000 (a backslash, then u0000) is not one.
- */
-static int
-call_text_holds_nul(const char *text, size_t length)
-{
-	size_t	i;
-
-	for (i = 0; i + 1 < length; i++)
-		if (text[i] == '\\') {
-			if (text[i + 1] == 'u' && i + 5 < length &&
-			    memcmp(text + i + 2, "0000", 4) == 0)
-				return 1;
-			i++;
-		}
-	return 0;
-}
-
-static enum call_not_kept
-call_not_kept(const char *text, size_t length)
-{
-	if (length > IDEM_MAX_EFFECT_RESULT_BYTES)
-		return CALL_TOO_LARGE;
-	if (call_text_holds_nul(text, length))
-		return CALL_NOT_STORABLE;
-	return CALL_KEPT;
-}
-
-/*
- * The start of the result's text content, at most
- * PROXY_STANDIN_TEXT_BYTES, cut on a character boundary; U+0000 is
- * written U+FFFD (the replacement character), which the ledger keeps
- * and which shows where one was.
- */
-static json_t *
-call_text_start(json_t *result)
-{
-	static const char	 fffd[] = "\xef\xbf\xbd";
-	json_t			*item;
-	char			 buf[PROXY_STANDIN_TEXT_BYTES];
-	const unsigned char	*text;
-	size_t			 i, j, n, length = 0;
-
-	json_array_foreach(json_object_get(result, "content"), i, item) {
-		if ((text = (const unsigned char *)json_string_value(
-		    json_object_get(item, "text"))) == NULL)
-			continue;
-		n = json_string_length(json_object_get(item, "text"));
-		for (j = 0; j < n; j++) {
-			if (text[j] == '\0' &&
-			    length + 3 <= sizeof buf) {
-				memcpy(buf + length, fffd, 3);
-				length += 3;
-				continue;
-			}
-			if (text[j] == '\0' || length == sizeof buf) {
-				/*
-				 * Full.  Cut in a character (text is
-				 * UTF-8): drop its bytes kept so far.
-				 */
-				if ((text[j] & 0xc0) == 0x80) {
-					while (length > 0 &&
-					    ((unsigned char)buf[length - 1] &
-					    0xc0) == 0x80)
-						length--;
-					if (length > 0)
-						length--;
-				}
-				return json_stringn(buf, length);
-			}
-			buf[length++] = (char)text[j];
-		}
-	}
-	return json_stringn(buf, length);
-}
-
-/*
- * The stand-in committed instead of a result the ledger cannot keep
- * (text: its compact JSON, as answered): its marker, its size and
- * sha256, and the start of its text.  malloc'd JSON, or NULL.
- */
-static char *
-call_standin(enum call_not_kept why, json_t *result, const char *text,
-    size_t length)
-{
-	unsigned char	 hash[crypto_hash_sha256_BYTES];
-	char		 hex[2 * crypto_hash_sha256_BYTES + 1];
-	json_t		*standin;
-	char		*s;
-
-	crypto_hash_sha256(hash, (const unsigned char *)text, length);
-	sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
-	standin = json_pack("{s:o, s:I, s:s, s:o}",
-	    why == CALL_TOO_LARGE ? "result_too_large" : "result_not_storable",
-	    why == CALL_TOO_LARGE ? json_true() : json_string("U+0000"),
-	    "bytes", (json_int_t)length, "sha256", hex, "text_start",
-	    call_text_start(result));
-	s = standin == NULL ? NULL : json_dumps(standin,
-	    JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(standin);
-	return s;
-}
-
 /* reused: the stored result, or what its stand-in stands for. */
 static void
 call_answer_stored(struct call *c, const char *stored)
 {
-	json_t		*value;
-	const char	*why;
+	char	told[2048];
 
-	value = json_loads(stored, JSON_DECODE_ANY, NULL);
-	if (json_is_true(json_object_get(value, "result_too_large")))
-		why = "was larger than idem's ledger keeps";
-	else if (json_is_string(json_object_get(value,
-	    "result_not_storable")))
-		why = "held the character U+0000 (NUL), which idem's ledger "
-		    "cannot store";
-	else {
-		json_decref(value);
+	if (!proxy_standin_told(stored, c->key, c->kind, told, sizeof told)) {
 		call_answer_text(c, stored);
 		return;
 	}
@@ -434,16 +304,7 @@ call_answer_stored(struct call *c, const char *stored)
 	 * unless isError, and that content is gone: there it has to be.
 	 */
 	call_proxy_result(c, c->has_output_schema, "reused_result_not_kept", 0,
-	    "This call was already applied (idempotency key %s, effect %s); "
-	    "it was not performed again. Its result (%lld bytes, sha256 %s) "
-	    "%s, so it cannot be shown again; the start of its text was%s: "
-	    "%s", c->key, c->kind,
-	    (long long)json_integer_value(json_object_get(value, "bytes")),
-	    json_string_value(json_object_get(value, "sha256")) ?: "?", why,
-	    json_is_string(json_object_get(value, "result_not_storable")) ?
-	    " (U+0000 shown as U+FFFD)" : "",
-	    json_string_value(json_object_get(value, "text_start")) ?: "");
-	json_decref(value);
+	    "%s", told);
 }
 
 /* ---- the effect protocol ------------------------------------------------ */
@@ -577,8 +438,9 @@ call_forward(struct call *c)
 {
 	json_t			*params, *meta, *response, *result;
 	char			*text, *standin = NULL;
+	const char		*failed = NULL;
 	size_t			 length;
-	enum call_not_kept	 why;
+	enum proxy_not_kept	 why;
 	int			 gone;
 
 	if (call_cancelled(c)) {
@@ -661,9 +523,14 @@ call_forward(struct call *c)
 	}
 	length = strlen(text);
 	/* Applied either way: a retry is told so, never left unknown. */
-	if ((why = call_not_kept(text, length)) != CALL_KEPT &&
-	    (standin = call_standin(why, result, text, length)) == NULL)
-		proxy_log("%s %s: out of memory", c->kind, c->key);
+	if ((why = proxy_not_kept(text, length)) != PROXY_KEPT &&
+	    (standin = proxy_standin(why, result, text, length,
+	    &failed)) == NULL)
+		proxy_log("%s %s: out of memory building %s of a result the "
+		    "ledger cannot keep (%zu bytes%s): the result itself is "
+		    "sent to the broker, which will refuse it, and the call "
+		    "left unsettled", c->kind, c->key, failed, length,
+		    why == PROXY_NOT_STORABLE ? ", U+0000" : "");
 	call_complete(c, 1, standin != NULL ? standin : text);
 	call_answer_text(c, text);
 	free(standin);

@@ -5,14 +5,16 @@
 // are not JSON (one nesting the call's id, one a batch), a NUL byte, a
 // line of many MiB, lines at and over the line limit (one with its id
 // last, one whose LF comes after its CR), half a line and death, U+0000
-// in a result's string or key (and an escaped backslash before u0000,
-// which is none), integers past 64 bits in a result, a request of its
-// own while a call runs, a tool that turns read-only, a read-only tool
-// called with a fresh key, a tool it never lists) and a hostile or
-// vanishing client (a cancellation the server ignores, the end of its
-// input while a call runs, one key twice in one write, a null id,
-// arguments that are not an object or with U+0000 in a key), against a
-// real idemd.
+// in a result's string (and an escaped backslash before u0000, which is
+// none) or in an answer's key, a result over 64 KiB with a character
+// across its stand-in's cut, a result that looks like a stand-in,
+// integers past 64 bits in a result, a request of its own while a call
+// runs, a tool that turns read-only, a read-only tool called with a
+// fresh key, a tool it never lists) and a hostile or vanishing client
+// (a cancellation the server ignores, the end of its input while a call
+// runs, one key twice in one write, a null id, arguments that are not an
+// object, U+0000 in an object key or in the key, a line that is not
+// JSON), against a real idemd.
 // Doc: doc/mcp-proxy.md, "A hostile server, a careless client".  Run by
 // tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
 // IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
@@ -327,18 +329,19 @@ async function notStorable(p, args) {
   assert.match(again.result.content[0].text, /U\+0000/);
   assert.ok(again.result.content[0].text.includes(standin.sha256));
   assert.equal(p.executions(), 1, 'never run a second time');
-  return { first, standin };
+  return { first, standin, again };
 }
 
 check('server: a result with U+0000 in a string: answered as it came, committed applied with a stand-in, a retry told so; never run again', async () => {
   const p = await Raw.started();
-  const { first, standin } = await notStorable(p,
+  const { first, standin, again } = await notStorable(p,
       { label: 'escnul', mode: 'escnul', idempotency_key: 'escnul/1' });
   assert.equal(first.result.content[0].text, 'a\u0000b' + '\u00e9'.repeat(600),
       'the client gets the answer');
   // 1 KiB at most, U+0000 written U+FFFD (3 bytes), cut between
   // characters: 5 bytes and 509 of the 2-byte e-acutes.
   assert.equal(standin.text_start, 'a\ufffdb' + '\u00e9'.repeat(509));
+  assert.ok(again.result.content[0].text.includes('(U+0000 shown as U+FFFD): a\ufffdb'));
 });
 
 check('server: a result with U+0000 in an object key: answered as it came, committed applied with a stand-in; never run again', async () => {
@@ -349,6 +352,41 @@ check('server: a result with U+0000 in an object key: answered as it came, commi
   // Read with a stand-in character for U+0000 that is none of these.
   assert.equal(first.result.content[0].text, 'keyed \ufdd0\ufdd1\ufdd2');
   assert.equal(standin.text_start, 'keyed \ufdd0\ufdd1\ufdd2');
+});
+
+check('server: a result over 64 KiB with a two-byte character across the 1 KiB cut (and with U+0000): its stand-in committed, a retry told so; never run again', async () => {
+  const p = await Raw.started();
+  for (const nul of [false, true]) {
+    const args = { label: 'bigcut', mode: 'bigcut', nul, idempotency_key: `bigcut/${nul}` };
+    // 1023 bytes: "a"s, or "a", U+FFFD (3 bytes) and 1019 "a"s.
+    const start = nul ? 'a\ufffd' + 'a'.repeat(1019) : 'a'.repeat(1023);
+    const first = await p.act(args);
+    assert.equal(first.result.content[0].text,
+        (nul ? 'a\u0000' + 'a'.repeat(1019) : 'a'.repeat(1023)) + '\u00e9'.repeat(40000));
+    const e = ledger(`bigcut/${nul}`);
+    assert.equal(e?.state, 'committed', JSON.stringify(e));
+    // The e-acute across byte 1024 is left out, not cut in two.
+    assert.equal(stored(e).result_too_large, true);
+    assert.equal(stored(e).text_start, start);
+    const again = await p.act(args);
+    assert.equal(facts(again)?.disposition, 'reused_result_not_kept', JSON.stringify(again));
+    assert.match(again.result.content[0].text, /larger than idem's ledger keeps/);
+    assert.ok(again.result.content[0].text.endsWith(
+        (nul ? ' (U+0000 shown as U+FFFD): ' : ': ') + start), again.result.content[0].text);
+  }
+  assert.equal(p.executions(), 2);
+});
+
+check('server: a result with a stand-in\'s marker among its members is a result: stored and answered as it came', async () => {
+  const p = await Raw.started();
+  for (const marker of ['large', 'nul']) {
+    const args = { label: 'mimic', mode: 'mimic', marker, idempotency_key: `mimic/${marker}` };
+    const first = await p.act(args);
+    assert.equal(first.result.text_start, 'mimic');
+    assert.deepEqual(stored(ledger(`mimic/${marker}`)), first.result, 'stored verbatim');
+    assert.deepEqual((await p.act(args)).result, first.result, 'reused as first answered');
+  }
+  assert.equal(p.executions(), 2);
 });
 
 check('server: a result with an escaped backslash before u0000 (no U+0000) is recorded as it came', async () => {
@@ -435,6 +473,7 @@ check('server: an answer of 8 MiB on one line: answered whole, then its stand-in
   assert.equal(first.result.content[0].text, 'x'.repeat(8 << 20));
   const again = await p.act(args);
   assert.equal(facts(again).disposition, 'reused_result_not_kept');
+  assert.doesNotMatch(again.result.content[0].text, /U\+FFFD/, 'no U+0000 to speak of');
   assert.equal(ledger('huge/1').state, 'committed');
   assert.equal(p.executions(), 1);
 });

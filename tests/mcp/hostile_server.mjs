@@ -37,6 +37,13 @@
 //             then 600 e-acutes (two bytes each)
 //   keynul    a result with U+0000 in an object key (structuredContent's),
 //             its text U+FDD0..U+FDD2
+//   bigcut    a result over 64 KiB whose text is 1023 bytes of "a"s
+//             (with arguments.nul: "a", U+0000, 1019 "a"s: U+0000 is
+//             3 bytes as the stand-in writes it), then e-acutes (two
+//             bytes each): one across byte 1024
+//   mimic     a result with a stand-in's marker among its members:
+//             {result_too_large: true, ...} if arguments.marker is
+//             "large", else {result_not_storable: "U+0000", ...}
 //   escbs     a result whose text is a backslash and u0000 (JSON
 //             "\\u0000": an escaped backslash, no U+0000)
 //   bigint    a result with an integer past 64 bits
@@ -176,6 +183,17 @@ function act(id, args) {
     // would first stand in for U+0000 with while it reads the line.
     write(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"text","text":"keyed \\uFDD0\\ufdd1\ufdd2"}],"structuredContent":{"k\\u0000ey":"v"}}}\n`);
     return;
+  case 'bigcut':
+    send({ jsonrpc: '2.0', id, result: text((args.nul ? 'a\u0000' + 'a'.repeat(1019) :
+      'a'.repeat(1023)) + '\u00e9'.repeat(40000)) });
+    return;
+  case 'mimic': {
+    const marker = args.marker === 'large' ? { result_too_large: true } :
+      { result_not_storable: 'U+0000' };
+    send({ jsonrpc: '2.0', id, result: { ...marker, bytes: 5, sha256: 'a'.repeat(64),
+      text_start: 'mimic', ...text(JSON.stringify({ label: args.label, execution: n })) } });
+    return;
+  }
   case 'escbs':
     send({ jsonrpc: '2.0', id, result: text('\\u0000 is not NUL') });
     return;
