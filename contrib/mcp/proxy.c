@@ -494,21 +494,108 @@ proxy_call_must_key(const char *name, json_t *params)
 	return proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED;
 }
 
+/* A JSON-RPC error to the client under id (borrowed; NULL: null). */
+static void
+proxy_client_error(json_t *id, int code, const char *message)
+{
+	json_t	*answer;
+
+	answer = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0",
+	    "id", id, "error", "code", code, "message", message);
+	if (answer != NULL)
+		proxy_to_client_json(answer);
+	json_decref(answer);
+}
+
+/* Is msg a tools/call that must be keyed (proxy_call_must_key)? */
+static int
+proxy_must_key_call(json_t *msg)
+{
+	json_t		*params = json_object_get(msg, "params");
+	const char	*name;
+
+	return strcmp(json_string_value(json_object_get(msg, "method")) ?:
+	    "", "tools/call") == 0 && (name = json_string_value(
+	    json_object_get(params, "name"))) != NULL &&
+	    proxy_call_must_key(name, params);
+}
+
 /*
- * A line jansson cannot read exactly (an integer past 64 bits) may still
- * be a call of a wrapped tool, which must not reach the server unkeyed:
- * read it loosely, and refuse such a call here.  1 if it was one.
+ * A client's line read loosely (proxy_json_load: U+0000 in an object
+ * key; msg stolen).  A call that must be keyed cannot be: its arguments
+ * as read are not the ones sent, and the broker refuses U+0000 anyway;
+ * passed on, it would reach the server unkeyed, run on every retry.  It
+ * is refused (Invalid params), nothing forwarded or recorded.  Any
+ * other message passes as the bytes it came in (it is JSON).  A batch
+ * holding such a call is not sent either (its other messages cannot be
+ * passed without its bytes): each request in it is refused.
+ */
+static void
+proxy_client_loose(const char *line, size_t length, json_t *msg)
+{
+	static const char	 refused[] = "idem-mcp proxy: the call was not "
+	    "made: it holds U+0000 in an object key, which idem cannot key "
+	    "or record";
+	static const char	 held[] = "idem-mcp proxy: not sent: its batch "
+	    "holds a tools/call with U+0000 in an object key, which idem "
+	    "cannot key or record; send this message on its own";
+	json_t			*item, *id;
+	size_t			 i;
+	int			 calls = 0;
+
+	if (json_is_array(msg)) {
+		json_array_foreach(msg, i, item)
+			calls += proxy_must_key_call(item);
+	} else
+		calls = proxy_must_key_call(msg);
+	if (calls == 0) {
+		json_decref(msg);
+		proxy_to_server(line, length);
+		return;
+	}
+	proxy_log("client: a tools/call with U+0000 in an object key%s: "
+	    "refused, not sent on", json_is_array(msg) ? " in a batch" : "");
+	if (!json_is_array(msg)) {
+		if ((id = json_object_get(msg, "id")) != NULL)
+			proxy_client_error(id, -32602, refused);
+		json_decref(msg);
+		return;
+	}
+	json_array_foreach(msg, i, item)
+		if (json_object_get(item, "method") != NULL &&
+		    (id = json_object_get(item, "id")) != NULL)
+			proxy_client_error(id, -32602,
+			    proxy_must_key_call(item) ? refused : held);
+	json_decref(msg);
+}
+
+/*
+ * A client's line the proxy cannot read as it stands.  JSON with an
+ * integer past 64 bits (jansson cannot read it exactly) may be a call
+ * of a wrapped tool, which must not reach the server unkeyed: read it
+ * again, integers as doubles, and refuse such a call here; any other
+ * passes.  A line that is not JSON at all (invalid UTF-8, half a
+ * message, a raw NUL) is answered Parse error and not sent on: a
+ * lenient server might read it anyway (Node decodes invalid UTF-8 as
+ * U+FFFD) and run a wrapped tool unkeyed.  1 if handled here, 0 if the
+ * line is to pass as it came.
  */
 static int
 proxy_unreadable_call(const char *line, size_t length)
 {
 	json_t		*msg, *id, *answer;
-	const char	*name;
-	int		 refused = 0;
+	int		 loose, refused = 0;
 
-	msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL);
-	name = json_string_value(json_object_get(json_object_get(msg,
-	    "params"), "name"));
+	msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL, &loose);
+	if (msg == NULL) {
+		id = proxy_unreadable_id(line, length);
+		proxy_log("client: a line that is not JSON (%zu bytes): "
+		    "answered Parse error, not sent on", length);
+		proxy_client_error(id, -32700, "idem-mcp proxy: the message is "
+		    "not JSON (or not UTF-8): not sent on");
+		json_decref(id);
+		return 1;
+	}
 	id = json_object_get(msg, "id");
 	/* Read loosely, an integer id came back a double: make it one again. */
 	if (json_is_real(id) && json_real_value(id) ==
@@ -517,9 +604,11 @@ proxy_unreadable_call(const char *line, size_t length)
 		    json_integer((json_int_t)json_real_value(id)));
 		id = json_object_get(msg, "id");
 	}
-	if (name != NULL && id != NULL && strcmp(json_string_value(
-	    json_object_get(msg, "method")) ?: "", "tools/call") == 0 &&
-	    proxy_call_must_key(name, json_object_get(msg, "params"))) {
+	if (loose) {
+		proxy_client_loose(line, length, msg);
+		return 1;
+	}
+	if (id != NULL && proxy_must_key_call(msg)) {
 		answer = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b, "
 		    "s:{s:{s:s, s:b}}}}", "jsonrpc", "2.0", "id", id, "result",
 		    "content", "type", "text", "text", "The call was not made: "
@@ -541,9 +630,14 @@ proxy_from_client(char *line, size_t length)
 {
 	json_t		*msg, *id, *params, *fid;
 	const char	*method, *name;
+	int		 loose;
 
-	/* U+0000 (in keys too) reads here, so that the broker refuses it. */
-	msg = proxy_json_load(line, length, 0);
+	/* NUL in strings reads here, so that the broker refuses it. */
+	msg = proxy_json_load(line, length, 0, &loose);
+	if (loose) {
+		proxy_client_loose(line, length, msg);
+		return;
+	}
 	if (json_is_array(msg) && json_array_size(msg) > 0) {
 		proxy_split_batch(msg, proxy_from_client);
 		return;
@@ -552,7 +646,7 @@ proxy_from_client(char *line, size_t length)
 		json_decref(msg);
 		if (proxy_unreadable_call(line, length))
 			return;
-		/* Not ours to judge: the downstream answers what it reads. */
+		/* JSON, not ours to judge: the downstream answers it. */
 		proxy_to_server(line, length);
 		return;
 	}
@@ -595,15 +689,9 @@ proxy_from_client(char *line, size_t length)
 		 */
 		proxy_log("client: a tools/call of %s %s: not sent on", name,
 		    id != NULL ? "with a null id" : "without an id");
-		if (id != NULL) {
-			fid = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc",
-			    "2.0", "id", "error", "code", -32600, "message",
-			    "idem-mcp proxy: a tools/call needs an id that is "
-			    "not null");
-			if (fid != NULL)
-				proxy_to_client_json(fid);
-			json_decref(fid);
-		}
+		if (id != NULL)
+			proxy_client_error(NULL, -32600, "idem-mcp proxy: a "
+			    "tools/call needs an id that is not null");
 		json_decref(msg);
 		return;
 	} else if (method != NULL && strcmp(method,
@@ -628,9 +716,10 @@ proxy_from_server(char *line, size_t length)
 	struct proxy_tracked	*t;
 	json_t			*msg, *id, *result;
 	char			*key;
+	int			 loose;
 
-	msg = proxy_json_load(line, length, 0);
-	if (json_is_array(msg) && json_array_size(msg) > 0) {
+	msg = proxy_json_load(line, length, 0, &loose);
+	if (json_is_array(msg) && json_array_size(msg) > 0 && !loose) {
 		proxy_split_batch(msg, proxy_from_server);
 		return;
 	}
@@ -640,17 +729,32 @@ proxy_from_server(char *line, size_t length)
 		 * still reach its call, read as a double (as a JavaScript
 		 * client reads it anyway).
 		 */
-		msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL);
+		msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL,
+		    &loose);
 		id = json_object_get(msg, "id");
-		if (!json_is_string(id) || strncmp(json_string_value(id),
-		    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) != 0) {
+		if (loose || !json_is_string(id) || strncmp(
+		    json_string_value(id), PROXY_ID_PREFIX,
+		    strlen(PROXY_ID_PREFIX)) != 0) {
 			json_decref(msg);
 			msg = NULL;
 		}
-		if (msg == NULL && proxy_unreadable_answer(line, length,
-		    "that is not JSON"))
-			return;
 	}
+	if (loose) {
+		/*
+		 * U+0000 in an object key: what it holds cannot be read (nor
+		 * recorded: the broker refuses U+0000).  An answer to a
+		 * request of ours is that request's unreadable answer (a
+		 * wrapped call: server_invalid_answer, left unsettled); any
+		 * other line passes as it came.  No real server writes one.
+		 */
+		json_decref(msg);
+		msg = NULL;
+		if (proxy_unreadable_answer(line, length,
+		    "with U+0000 in an object key"))
+			return;
+	} else if (msg == NULL && proxy_unreadable_answer(line, length,
+	    "that is not JSON"))
+		return;
 	if (!json_is_object(msg) || json_object_get(msg, "method") != NULL ||
 	    (id = json_object_get(msg, "id")) == NULL ||
 	    (key = proxy_id_key(id)) == NULL) {

@@ -105,16 +105,20 @@ void	proxy_read_lines(int fd, const char *side,
 int	proxy_unreadable_answer(const char *line, size_t length,
 	    const char *what);
 /*
- * json_loadb(line, length, flags | JSON_ALLOW_NUL), but U+0000 (\u0000)
- * is read in object keys too, which jansson's parser refuses (its
- * objects hold them): a new reference, or NULL if not JSON.
+ * json_loadb(line, length, flags | JSON_ALLOW_NUL): a new reference, or
+ * NULL if not JSON.  A line jansson refuses only for U+0000 in an object
+ * key (its parser does, whatever the flags) is read loosely, each
+ * \u0000 escape made \uFFFD, and *loose set: such a value says what
+ * the line is, never what it holds (it is not relayed as data).
  */
-json_t	*proxy_json_load(const char *line, size_t length, size_t flags);
+json_t	*proxy_json_load(const char *line, size_t length, size_t flags,
+	    int *loose);
 /*
- * A shallow copy of an object (its members' values shared), or NULL:
- * json_copy and json_deep_copy cut a key at a U+0000 in it.
+ * The id of a client's line that is not JSON, if its bytes hold a
+ * top-level "id" member whose value reads as a string or an integer: a
+ * new reference, or NULL.
  */
-json_t	*proxy_json_object_copy(json_t *object);
+json_t	*proxy_unreadable_id(const char *line, size_t length);
 
 /* ---- proxy_tools.c: wrapped tools and the messages rewritten -------- */
 

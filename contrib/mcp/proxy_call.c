@@ -448,17 +448,35 @@ call_forward(struct call *c)
 		call_complete(c, 0, NULL);
 		return;
 	}
-	/* Copies that keep a key's U+0000 (json_deep_copy cuts it). */
-	params = proxy_json_object_copy(json_object_get(c->request, "params"));
-	json_object_del(params, PROXY_KEY_PARAM);
-	if (c->arguments != NULL)
-		json_object_set(params, "arguments", c->arguments);
-	if ((meta = proxy_json_object_copy(json_object_get(params,
-	    "_meta"))) == NULL)
-		meta = json_object();
-	json_object_set_new(params, "_meta", meta);
-	json_object_set_new(meta, PROXY_META_EXTERNAL_KEY,
-	    json_string(c->begun.external_key));
+	/*
+	 * A copy to send: the key stripped, the external_key in _meta.
+	 * (The request was read strictly: no key holds U+0000, which
+	 * json_deep_copy would cut.)
+	 */
+	meta = NULL;
+	if ((params = json_deep_copy(json_object_get(c->request,
+	    "params"))) != NULL) {
+		json_object_del(params, PROXY_KEY_PARAM);
+		meta = json_object_get(params, "_meta");
+		if (c->arguments != NULL && json_object_set(params,
+		    "arguments", c->arguments) != 0)
+			meta = NULL;
+		else if (!json_is_object(meta) && json_object_set_new(params,
+		    "_meta", meta = json_object()) != 0)
+			meta = NULL;	/* freed by json_object_set_new */
+	}
+	if (meta == NULL || json_object_set_new(meta, PROXY_META_EXTERNAL_KEY,
+	    json_string(c->begun.external_key)) != 0) {
+		/* Not sent: it did not run. */
+		proxy_log("%s %s: out of memory building the call to send on: "
+		    "released, not sent", c->kind, c->key);
+		json_decref(params);
+		call_complete(c, 0, NULL);
+		call_tool_error(c, "internal", 1, "The call was not made: "
+		    "idem-mcp proxy ran out of memory. Retry the same call "
+		    "with the same idempotency key.");
+		return;
+	}
 	/* Not held while the server works: others may need it. */
 	call_conn_put(c);
 	response = proxy_request("tools/call", params, c->id,
@@ -605,8 +623,7 @@ call_key(struct call *c)
 	}
 	snprintf(c->key, sizeof c->key, "%s", key);
 	if (json_is_object(args)) {
-		/* Keys with U+0000 kept, for the broker to refuse. */
-		c->arguments = proxy_json_object_copy(args);
+		c->arguments = json_deep_copy(args);
 		json_object_del(c->arguments, PROXY_KEY_ARGUMENT);
 		c->request_json = c->arguments == NULL ? NULL :
 		    json_dumps(c->arguments, JSON_COMPACT);

@@ -6,16 +6,15 @@
  * in step, the buffer given back after a long line), and the scan of a
  * line that is not JSON for an answer to a request of the proxy's own
  * (its id, "id":"io.idem/proxy/N", at the message's top level), handed
- * to proxy.c's waiting request (proxy_deliver); and the reading of a
- * line as JSON (proxy_json_load), U+0000 in strings and object keys
- * included.
+ * to proxy.c's waiting request (proxy_deliver), or, in a client's line,
+ * for its id (proxy_unreadable_id); and the reading of a line as JSON
+ * (proxy_json_load), loosely where jansson refuses U+0000 in a key.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include <errno.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -155,214 +154,90 @@ proxy_answer_scan(const char *line, size_t length, size_t total,
 	return 0;
 }
 
-/* ---- a line as JSON, U+0000 included ---------------------------------- */
-
-/*
- * Stand-ins for U+0000 while jansson reads a line: BMP noncharacters,
- * which no message needs, one of them absent from the line.
- */
-#define PROXY_MARKS	34	/* U+FDD0..U+FDEF, U+FFFE, U+FFFF */
-
-static unsigned
-proxy_mark_code(int i)
-{
-	return i < 32 ? 0xfdd0 + (unsigned)i : 0xfffe + (unsigned)(i - 32);
-}
-
-static int
-proxy_mark_index(unsigned code)
-{
-	if (code >= 0xfdd0 && code <= 0xfdef)
-		return (int)(code - 0xfdd0);
-	if (code == 0xfffe || code == 0xffff)
-		return (int)(code - 0xfffe) + 32;
-	return -1;
-}
-
-static int
-proxy_hex4(const char *p, unsigned *code)
-{
-	int	i, d;
-
-	*code = 0;
-	for (i = 0; i < 4; i++) {
-		if (p[i] >= '0' && p[i] <= '9')
-			d = p[i] - '0';
-		else if (p[i] >= 'a' && p[i] <= 'f')
-			d = p[i] - 'a' + 10;
-		else if (p[i] >= 'A' && p[i] <= 'F')
-			d = p[i] - 'A' + 10;
-		else
-			return -1;
-		*code = *code << 4 | (unsigned)d;
-	}
-	return 0;
-}
-
-/*
- * A stand-in the line does not hold, as a character (raw UTF-8: all
- * three are EF xx xx) or as an escape in any case; -1 if it holds all
- * of them (a line made to defeat this: read as not JSON).
- */
-static int
-proxy_mark_free(const char *line, size_t length)
-{
-	char		 used[PROXY_MARKS] = { 0 };
-	const unsigned char *u = (const unsigned char *)line;
-	unsigned	 code;
-	size_t		 i;
-	int		 k;
-
-	for (i = 0; i < length; i++) {
-		code = 0;
-		if (u[i] == 0xef && i + 2 < length)
-			code = 0xf000 | (unsigned)(u[i + 1] & 0x3f) << 6 |
-			    (u[i + 2] & 0x3f);
-		else if (u[i] == '\\' && i + 5 < length && u[i + 1] == 'u' &&
-		    proxy_hex4(line + i + 2, &code) != 0)
-			code = 0;
-		if ((k = proxy_mark_index(code)) >= 0)
-			used[k] = 1;
-	}
-	for (k = 0; k < PROXY_MARKS; k++)
-		if (!used[k])
-			return k;
-	return -1;
-}
-
-/* s (n bytes) with each mark (3 bytes) made U+0000 again; malloc'd. */
-static char *
-proxy_unmark(const char *s, size_t n, const char *mark, size_t *out)
-{
-	char	*t;
-	size_t	 i, j;
-
-	if ((t = malloc(n + 1)) == NULL)
-		return NULL;
-	for (i = j = 0; i < n; j++)
-		if (i + 3 <= n && memcmp(s + i, mark, 3) == 0) {
-			t[j] = '\0';
-			i += 3;
-		} else
-			t[j] = s[i++];
-	t[j] = '\0';
-	*out = j;
-	return t;
-}
-
-/*
- * value as read with mark for U+0000, with U+0000 put back in its
- * strings and keys: a new reference, or NULL (out of memory).  Depth
- * is bounded by jansson's parser (JSON_PARSER_MAX_DEPTH).
- */
-static json_t *
-proxy_put_back(json_t *value, const char *mark)
-{
-	json_t		*copy, *item;
-	const char	*key;
-	char		*s;
-	size_t		 i, n, key_length;
-
-	switch (json_typeof(value)) {
-	case JSON_STRING:
-		if ((s = proxy_unmark(json_string_value(value),
-		    json_string_length(value), mark, &n)) == NULL)
-			return NULL;
-		copy = json_stringn_nocheck(s, n);
-		free(s);
-		return copy;
-	case JSON_ARRAY:
-		if ((copy = json_array()) == NULL)
-			return NULL;
-		json_array_foreach(value, i, item)
-			if (json_array_append_new(copy,
-			    proxy_put_back(item, mark)) != 0) {
-				json_decref(copy);
-				return NULL;
-			}
-		return copy;
-	case JSON_OBJECT:
-		if ((copy = json_object()) == NULL)
-			return NULL;
-		json_object_keylen_foreach(value, key, key_length, item) {
-			s = proxy_unmark(key, key_length, mark, &n);
-			if (s == NULL || json_object_setn_new_nocheck(copy, s,
-			    n, proxy_put_back(item, mark)) != 0) {
-				free(s);
-				json_decref(copy);
-				return NULL;
-			}
-			free(s);
-		}
-		return copy;
-	default:
-		return json_incref(value);
-	}
-}
+/* ---- a line as JSON ---------------------------------------------------- */
 
 json_t *
-proxy_json_load(const char *line, size_t length, size_t flags)
+proxy_json_load(const char *line, size_t length, size_t flags, int *loose)
 {
 	json_error_t	 error;
-	json_t		*value, *marked;
-	char		*copy, mark[3], hex[5];
-	unsigned	 code;
+	json_t		*value;
+	char		*copy;
 	size_t		 i;
-	int		 k;
 
+	*loose = 0;
 	value = json_loadb(line, length, flags | JSON_ALLOW_NUL, &error);
 	if (value != NULL ||
 	    json_error_code(&error) != json_error_null_byte_in_key)
 		return value;
 	/*
-	 * JSON_ALLOW_NUL reads U+0000 in strings but not in keys (a
-	 * jansson object holds such a key; its parser refuses it): read it
-	 * with a stand-in for each \u0000, then put U+0000 back.  A \u0000
-	 * is an escape only where the backslash is not itself escaped
-	 * (\\u0000 is a backslash and u0000), and backslashes are found
-	 * only in strings of a line that is JSON.
+	 * JSON_ALLOW_NUL reads U+0000 in strings but not in keys, whatever
+	 * the flags.  Read loosely, each \u0000 made \uFFFD, the line says
+	 * what it is (a call, an answer, its id), never what it holds.  A
+	 * \u0000 is an escape only where its backslash is not itself
+	 * escaped (\\u0000 is a backslash and u0000); backslashes are
+	 * found only in the strings of a line that is JSON.
 	 */
-	if ((k = proxy_mark_free(line, length)) < 0 ||
-	    (copy = malloc(length)) == NULL)
+	if ((copy = malloc(length)) == NULL)
 		return NULL;
-	code = proxy_mark_code(k);
-	snprintf(hex, sizeof hex, "%04X", code);
-	mark[0] = (char)0xef;
-	mark[1] = (char)(0x80 | ((code >> 6) & 0x3f));
-	mark[2] = (char)(0x80 | (code & 0x3f));
 	memcpy(copy, line, length);
 	for (i = 0; i + 1 < length; i++)
 		if (copy[i] == '\\') {
 			if (copy[i + 1] == 'u' && i + 5 < length &&
 			    memcmp(copy + i + 2, "0000", 4) == 0)
-				memcpy(copy + i + 2, hex, 4);
+				memcpy(copy + i + 2, "FFFD", 4);
 			i++;	/* the escaped character */
 		}
-	marked = json_loadb(copy, length, flags | JSON_ALLOW_NUL, NULL);
+	value = json_loadb(copy, length, flags | JSON_ALLOW_NUL, NULL);
 	free(copy);
-	if (marked == NULL)
-		return NULL;
-	value = proxy_put_back(marked, mark);
-	json_decref(marked);
+	*loose = value != NULL;
 	return value;
 }
 
 json_t *
-proxy_json_object_copy(json_t *object)
+proxy_unreadable_id(const char *line, size_t length)
 {
-	json_t		*copy, *value;
-	const char	*key;
-	size_t		 key_length;
+	struct proxy_scan	 scan = { line, 0, 0, 0, 1 };
+	const char		*end = line + length, *p = line, *v, *q;
+	json_t			*id;
 
-	if (!json_is_object(object) || (copy = json_object()) == NULL)
-		return NULL;
-	json_object_keylen_foreach(object, key, key_length, value)
-		if (json_object_setn_nocheck(copy, key, key_length,
-		    value) != 0) {
-			json_decref(copy);
-			return NULL;
+	if (proxy_scan_top(line, length) != 1)
+		return NULL;	/* a batch: no one id */
+	while ((p = memmem(p, (size_t)(end - p), "\"id\"", 4)) != NULL) {
+		if (!proxy_scan_top_level(&scan, p)) {
+			p++;
+			continue;
 		}
-	return copy;
+		/* A member's name: a colon after it, then its value. */
+		for (v = p + 4; v < end && (*v == ' ' || *v == '\t'); v++)
+			;
+		if (v == end || *v != ':') {
+			p++;
+			continue;
+		}
+		for (v++; v < end && (*v == ' ' || *v == '\t'); v++)
+			;
+		q = v;
+		if (q < end && *q == '"') {
+			for (q++; q < end && *q != '"'; q++)
+				if (*q == '\\' && q + 1 < end)
+					q++;
+			if (q == end)
+				return NULL;
+			q++;	/* the closing quote */
+		} else
+			while (q < end && ((*q >= '0' && *q <= '9') ||
+			    *q == '-' || *q == '+' || *q == '.' || *q == 'e' ||
+			    *q == 'E'))
+				q++;
+		if (q == v)
+			return NULL;	/* null, or not a value */
+		id = json_loadb(v, (size_t)(q - v), JSON_DECODE_ANY, NULL);
+		if (json_is_string(id) || json_is_integer(id))
+			return id;
+		json_decref(id);
+		return NULL;
+	}
+	return NULL;
 }
 
 /*

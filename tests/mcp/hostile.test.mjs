@@ -13,8 +13,8 @@
 // fresh key, a tool it never lists) and a hostile or vanishing client
 // (a cancellation the server ignores, the end of its input while a call
 // runs, one key twice in one write, a null id, arguments that are not an
-// object, U+0000 in an object key or in the key, a line that is not
-// JSON), against a real idemd.
+// object, U+0000 in an object key, a line that is not JSON), against a
+// real idemd.
 // Doc: doc/mcp-proxy.md, "A hostile server, a careless client".  Run by
 // tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
 // IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
@@ -344,14 +344,18 @@ check('server: a result with U+0000 in a string: answered as it came, committed 
   assert.ok(again.result.content[0].text.includes('(U+0000 shown as U+FFFD): a\ufffdb'));
 });
 
-check('server: a result with U+0000 in an object key: answered as it came, committed applied with a stand-in; never run again', async () => {
+check('server: an answer with U+0000 in an object key: server_invalid_answer, left unsettled, never run again; a notification with one passes as it came', async () => {
   const p = await Raw.started();
-  const { first, standin } = await notStorable(p,
-      { label: 'keynul', mode: 'keynul', idempotency_key: 'keynul/1' });
-  assert.deepEqual(first.result.structuredContent, { 'k\u0000ey': 'v' }, 'the client gets the answer');
-  // Read with a stand-in character for U+0000 that is none of these.
-  assert.equal(first.result.content[0].text, 'keyed \ufdd0\ufdd1\ufdd2');
-  assert.equal(standin.text_start, 'keyed \ufdd0\ufdd1\ufdd2');
+  const args = { label: 'keynul', mode: 'keynul', idempotency_key: 'keynul/1' };
+  const note = p.until((m) => m.method === 'notifications/message');
+  // jansson's parser refuses U+0000 in a key: what the answer holds
+  // cannot be read exactly, nor recorded.
+  invalidAnswer(await p.act(args));
+  assert.deepEqual((await note).params.data, { 'n\u0000ote': 'keynul' });
+  assert.ok(p.lines.some((l) => l.includes('"n\\u0000ote"')), 'the notification\'s own bytes');
+  assert.ok(!p.lines.some((l) => l.includes('k\\u0000ey')), 'the answer is not the client\'s');
+  assert.equal(ledger('keynul/1').state, 'reserved', 'left to lapse, not released');
+  await lapsesToUnknown(p, args);
 });
 
 check('server: a result over 64 KiB with a two-byte character across the 1 KiB cut (and with U+0000): its stand-in committed, a retry told so; never run again', async () => {
@@ -720,17 +724,54 @@ check('client: arguments that are not an object are the request as they stand; n
   assert.equal((await p.stop())[0], 0);
 });
 
-check('client: arguments with U+0000 in a key: the broker refuses them, the call is never sent on unkeyed', async () => {
+check('client: a call with U+0000 in an object key: refused (Invalid params), never sent on or recorded; other such messages pass as they came', async () => {
   const p = await Raw.started();
-  // jansson's parser refuses U+0000 in a key; a call it could not read
-  // must not pass to the server as if unwrapped, run on every retry.
+  // jansson's parser refuses U+0000 in a key: the call cannot be keyed
+  // as sent, and must not pass to the server as if unwrapped.
   for (let i = 0; i < 2; i++) {
     const r = await p.act({ 'la\u0000bel': 'x', idempotency_key: 'argnul/1' });
-    assert.equal(facts(r)?.disposition, 'refused_by_broker', JSON.stringify(r));
-    assert.equal(r.result.isError, true);
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+    assert.match(r.error.message, /U\+0000 in an object key/);
   }
+  // In _meta, and in a batch (its other request held back, answered).
+  const meta = await p.request('tools/call', { name: 'act', _meta: { 'm\u0000': 1 },
+    arguments: { label: 'x', idempotency_key: 'argnul/2' } });
+  assert.equal(meta.error?.code, -32602, JSON.stringify(meta));
+  const batch = [p.expect(31), p.expect(32)];
+  p.write(JSON.stringify([{ jsonrpc: '2.0', id: 31, method: 'tools/call',
+    params: { name: 'act', arguments: { 'k\u0000': 1, idempotency_key: 'argnul/3' } } },
+  { jsonrpc: '2.0', id: 32, method: 'ping' }]));
+  const [b1, b2] = await Promise.all(batch);
+  assert.match(b1.error?.message, /U\+0000 in an object key/, JSON.stringify(b1));
+  assert.match(b2.error?.message, /send this message on its own/, JSON.stringify(b2));
   assert.equal(p.executions(), 0, 'never run');
-  assert.equal(ledger('argnul/1'), null);
+  for (const key of ['argnul/1', 'argnul/2', 'argnul/3'])
+    assert.equal(ledger(key), null);
+  // Not a call: passes as it came (the server answers it).
+  const ping = await p.request('ping', { 'p\u0000': 1 });
+  assert.deepEqual(ping.result, {}, JSON.stringify(ping));
+});
+
+check('client: a line that is not JSON (invalid UTF-8 in a wrapped call\'s arguments, garbage): Parse error, never sent on', async () => {
+  const p = await Raw.started();
+  // A lenient server (Node decodes invalid UTF-8 as U+FFFD) would run
+  // it unkeyed, again on every retry.
+  const head = '{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"act","arguments":{"label":"';
+  const tail = '","idempotency_key":"badutf/1"}}}\n';
+  for (let i = 0; i < 2; i++) {
+    const answer = p.expect(77);
+    p.child.stdin.write(Buffer.concat([Buffer.from(head), Buffer.from([0xff, 0xc3]), Buffer.from(tail)]));
+    const r = await answer;
+    assert.equal(r.error?.code, -32700, JSON.stringify(r));
+  }
+  // No id to be read: answered under a null id.
+  const garbage = p.expect(null);
+  p.write('{"jsonrpc":"2.0","method":"tools/call" this is not JSON');
+  assert.equal((await garbage).error?.code, -32700);
+  await p.request('ping', {});
+  assert.equal(p.executions(), 0, 'never run');
+  assert.equal(ledger('badutf/1'), null);
+  await p.said(/client: a line that is not JSON \(\d+ bytes\): answered Parse error, not sent on/);
 });
 
 check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, here and through a new proxy; a fresh key passes unkeyed', async () => {

@@ -35,8 +35,9 @@
 //   shout     a logging notification of arguments.mib MiB, then ANSWER
 //   escnul    a result whose text holds U+0000 (valid JSON: \u0000),
 //             then 600 e-acutes (two bytes each)
-//   keynul    a result with U+0000 in an object key (structuredContent's),
-//             its text U+FDD0..U+FDD2
+//   keynul    a notification with U+0000 in an object key (params.data's),
+//             then ANSWER with U+0000 in an object key
+//             (structuredContent's)
 //   bigcut    a result over 64 KiB whose text is 1023 bytes of "a"s
 //             (with arguments.nul: "a", U+0000, 1019 "a"s: U+0000 is
 //             3 bytes as the stand-in writes it), then e-acutes (two
@@ -179,9 +180,9 @@ function act(id, args) {
     send({ jsonrpc: '2.0', id, result: text('a\u0000b' + '\u00e9'.repeat(600)) });
     return;
   case 'keynul':
-    // U+FDD0 and U+FDD1 escaped, U+FDD2 raw: the characters the proxy
-    // would first stand in for U+0000 with while it reads the line.
-    write(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"text","text":"keyed \\uFDD0\\ufdd1\ufdd2"}],"structuredContent":{"k\\u0000ey":"v"}}}\n`);
+    send({ jsonrpc: '2.0', method: 'notifications/message',
+      params: { level: 'info', data: { 'n\u0000ote': 'keynul' } } });
+    send({ ...answer, result: { ...answer.result, structuredContent: { 'k\u0000ey': 'v' } } });
     return;
   case 'bigcut':
     send({ jsonrpc: '2.0', id, result: text((args.nul ? 'a\u0000' + 'a'.repeat(1019) :
