@@ -595,7 +595,9 @@ call_key_value(struct call *c)
 	if (arg == NULL || json_is_null(arg))
 		arg = json_object_get(json_object_get(params, "arguments"),
 		    PROXY_KEY_ARGUMENT);
+	/* A U+0000 would cut it short: "k\u0000A" and "k\u0000B" one key. */
 	if ((key = json_string_value(arg)) == NULL || *key == '\0' ||
+	    strlen(key) != json_string_length(arg) ||
 	    strlen(key) > IDEM_MAX_SUBMISSION_ID_BYTES)
 		return NULL;
 	for (p = key; *p != '\0'; p++)

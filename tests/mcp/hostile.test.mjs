@@ -13,8 +13,8 @@
 // fresh key, a tool it never lists) and a hostile or vanishing client
 // (a cancellation the server ignores, the end of its input while a call
 // runs, one key twice in one write, a null id, arguments that are not an
-// object, U+0000 in an object key, a line that is not JSON), against a
-// real idemd.
+// object, U+0000 in an object key or in the key, a line that is not
+// JSON), against a real idemd.
 // Doc: doc/mcp-proxy.md, "A hostile server, a careless client".  Run by
 // tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
 // IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
@@ -772,6 +772,19 @@ check('client: a line that is not JSON (invalid UTF-8 in a wrapped call\'s argum
   assert.equal(p.executions(), 0, 'never run');
   assert.equal(ledger('badutf/1'), null);
   await p.said(/client: a line that is not JSON \(\d+ bytes\): answered Parse error, not sent on/);
+});
+
+check('client: a key with U+0000 in it is not a key idem takes: refused, never cut short at the U+0000 (two keys are never one)', async () => {
+  const p = await Raw.started();
+  for (const key of ['nk\u0000A', 'nk\u0000B']) {
+    const r = await p.act({ label: 'nk', idempotency_key: key });
+    assert.equal(facts(r)?.disposition, 'invalid_key', JSON.stringify(r));
+    const q = await p.request('tools/call', { name: 'act', idempotencyKey: key,
+      arguments: { label: 'nk' } });
+    assert.equal(facts(q)?.disposition, 'invalid_key', JSON.stringify(q));
+  }
+  assert.equal(p.executions(), 0, 'never run');
+  assert.equal(ledger('nk'), null, 'nothing kept under the key cut short');
 });
 
 check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, here and through a new proxy; a fresh key passes unkeyed', async () => {
