@@ -106,19 +106,22 @@ int	proxy_unreadable_answer(const char *line, size_t length,
 	    const char *what);
 /*
  * json_loadb(line, length, flags | JSON_ALLOW_NUL): a new reference, or
- * NULL if not JSON.  A line jansson refuses only for U+0000 in an object
- * key (its parser does, whatever the flags) is read loosely, each
- * \u0000 escape made \uFFFD, and *loose set: such a value says what
- * the line is, never what it holds (it is not relayed as data).
+ * NULL if not read.  JSON jansson refuses (U+0000 in an object key, an
+ * escaped UTF-16 surrogate that is not one of a pair) and a line with
+ * invalid UTF-8 are read loosely, each such made U+FFFD, and *loose
+ * set: such a value says what the line is, never what it holds (it is
+ * not relayed as data).
  */
 json_t	*proxy_json_load(const char *line, size_t length, size_t flags,
 	    int *loose);
 /*
- * The id of a client's line that is not JSON, if its bytes hold a
- * top-level "id" member whose value reads as a string or an integer: a
- * new reference, or NULL.
+ * What the bytes of a client's line that nothing reads say: 1 if a
+ * member of a message's top level is "method":"tools/call".  *id: the
+ * top-level "id" (a string or an integer; a new reference) of a single
+ * message that has a "method" member (a request), else NULL.
  */
-json_t	*proxy_unreadable_id(const char *line, size_t length);
+int	proxy_unreadable_request(const char *line, size_t length,
+	    json_t **id);
 
 /* ---- proxy_tools.c: wrapped tools and the messages rewritten -------- */
 

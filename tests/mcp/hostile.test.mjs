@@ -358,6 +358,15 @@ check('server: an answer with U+0000 in an object key: server_invalid_answer, le
   await lapsesToUnknown(p, args);
 });
 
+check('server: a result with a lone surrogate\'s escape (jansson cannot read it exactly): server_invalid_answer, left to lapse unsettled, never run again (the known limit)', async () => {
+  const p = await Raw.started();
+  const args = { label: 'surrogate', mode: 'surrogate', idempotency_key: 'surrogate/1' };
+  invalidAnswer(await p.act(args));
+  await p.said(/server: an answer that jansson reads only loosely \(\d+ bytes\) to "io\.idem\/proxy\/\d+": taken for that request/);
+  assert.equal(ledger('surrogate/1').state, 'reserved', 'left to lapse, not released');
+  await lapsesToUnknown(p, args);
+});
+
 check('server: a result over 64 KiB with a two-byte character across the 1 KiB cut (and with U+0000): its stand-in committed, a retry told so; never run again', async () => {
   const p = await Raw.started();
   for (const nul of [false, true]) {
@@ -752,8 +761,57 @@ check('client: a call with U+0000 in an object key: refused (Invalid params), ne
   assert.deepEqual(ping.result, {}, JSON.stringify(ping));
 });
 
-check('client: a line that is not JSON (invalid UTF-8 in a wrapped call\'s arguments, garbage): Parse error, never sent on', async () => {
+// The messages the proxy itself answered with an error (not the server).
+const proxyErrors = (p) => p.messages.filter((m) => /^idem-mcp proxy/.test(m.error?.message ?? ''));
+
+// The lines the server could not parse, or blank ones, as it read them.
+function odd(p) {
+  const file = p.log + '.odd';
+  return fs.existsSync(file) ?
+    fs.readFileSync(file, 'utf8').split('\n').filter((l) => l !== '').map((l) => JSON.parse(l)) : [];
+}
+
+check('client: valid JSON jansson cannot read (a lone surrogate\'s escape, 1e400, deep nesting) or invalid UTF-8, not a wrapped call: passes as it came (a sampling answer reaches the server, a ping is answered)', async () => {
   const p = await Raw.started();
+  const asked = p.until((m) => m.method === 'sampling/createMessage');
+  await p.act({ label: 'lone', mode: 'sample', idempotency_key: 'lone/1' });
+  const request = await asked;
+  // Text sliced in an emoji: JSON.stringify writes the half as \ud83d.
+  const line = JSON.stringify({ jsonrpc: '2.0', id: request.id,
+    result: { role: 'assistant', content: { type: 'text', text: 'late\ud83d' }, model: 'm' } });
+  assert.ok(line.includes('late\\ud83d'), line);
+  p.write(line);
+  const sampled = p.log + '.sampled';
+  await until(tmp, () => fs.existsSync(sampled) && fs.readFileSync(sampled, 'utf8').endsWith('\n'));
+  assert.equal(JSON.parse(fs.readFileSync(sampled, 'utf8')).result.content.text, 'late\ud83d',
+      'the server got the answer, its lone surrogate too');
+  // Requests that are not calls: the server reads and answers each.
+  const pings = [
+    '{"jsonrpc":"2.0","id":61,"method":"ping","params":{"s":"\\ud83d"}}',
+    '{"jsonrpc":"2.0","id":62,"method":"ping","params":{"s":"\\udc00\\ud83dx"}}',
+    '{"jsonrpc":"2.0","id":63,"method":"ping","params":{"x":1e400}}',
+    '{"jsonrpc":"2.0","id":64,"method":"ping","params":{"x":' + '['.repeat(3000) + ']'.repeat(3000) + '}}',
+  ];
+  for (const [i, text] of pings.entries()) {
+    const answer = p.expect(61 + i);
+    p.write(text);
+    assert.deepEqual((await answer).result, {}, text.slice(0, 80));
+  }
+  const answer = p.expect(65);
+  p.child.stdin.write(Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":65,"method":"ping","params":{"s":"'),
+    Buffer.from([0xff, 0xc3]), Buffer.from('"}}\n')]));
+  assert.deepEqual((await answer).result, {}, 'invalid UTF-8');
+  assert.deepEqual(proxyErrors(p), []);
+  assert.equal(p.executions(), 1);
+});
+
+check('client: a wrapped call jansson reads only loosely (a lone surrogate, invalid UTF-8) is refused (-32602); one nothing reads (1e400, garbage) is a Parse error under its id; never sent on', async () => {
+  const p = await Raw.started();
+  for (let i = 0; i < 2; i++) {
+    const r = await p.act({ label: 'x\ud83d', idempotency_key: 'lone/2' });
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+    assert.match(r.error.message, /cannot read it exactly/);
+  }
   // A lenient server (Node decodes invalid UTF-8 as U+FFFD) would run
   // it unkeyed, again on every retry.
   const head = '{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"act","arguments":{"label":"';
@@ -762,16 +820,80 @@ check('client: a line that is not JSON (invalid UTF-8 in a wrapped call\'s argum
     const answer = p.expect(77);
     p.child.stdin.write(Buffer.concat([Buffer.from(head), Buffer.from([0xff, 0xc3]), Buffer.from(tail)]));
     const r = await answer;
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+  }
+  // Node reads 1e400 as Infinity: it would run unkeyed.  Its method
+  // escaped is still a tools/call.
+  for (const [id, method] of [[78, 'tools/call'], [79, 'tools\\/call']]) {
+    const answer = p.expect(id);
+    p.write(`{"jsonrpc":"2.0","id":${id},"method":"${method}","params":{"name":"act","arguments":{"label":"x","n":1e400,"idempotency_key":"inf/1"}}}`);
+    const r = await answer;
     assert.equal(r.error?.code, -32700, JSON.stringify(r));
+    assert.match(r.error.message, /^idem-mcp proxy: a tools\/call that the proxy cannot read/);
   }
   // No id to be read: answered under a null id.
   const garbage = p.expect(null);
   p.write('{"jsonrpc":"2.0","method":"tools/call" this is not JSON');
-  assert.equal((await garbage).error?.code, -32700);
+  assert.match((await garbage).error?.message, /^idem-mcp proxy/);
   await p.request('ping', {});
   assert.equal(p.executions(), 0, 'never run');
-  assert.equal(ledger('badutf/1'), null);
-  await p.said(/client: a line that is not JSON \(\d+ bytes\): answered Parse error, not sent on/);
+  assert.deepEqual(odd(p), [], 'none reached the server');
+  for (const key of ['lone/2', 'badutf/1', 'inf/1'])
+    assert.equal(ledger(key), null);
+  await p.said(/client: a tools\/call that cannot be read \(\d+ bytes\): answered Parse error, not sent on/);
+});
+
+check('client: a line nothing reads that shows no tools/call (an answer, garbage, a blank line) passes as it came: the server answers its own parse error, the proxy none', async () => {
+  const p = await Raw.started();
+  // An answer (no method): its id is no request of the client's.
+  p.write('{"jsonrpc":"2.0","id":81,"result":{"x":1e400}}');
+  const parseError = p.expect(null);
+  p.write('{"jsonrpc":"2.0","id":82,"method":"ping" garbage');
+  assert.equal((await parseError).error?.message, 'hostile: Parse error', 'the server\'s own');
+  p.write('   ');
+  p.child.stdin.write('\r\r\n');
+  await p.request('ping', {});
+  assert.deepEqual(proxyErrors(p), []);
+  assert.ok(!p.messages.some((m) => m.id === 81 || m.id === 82));
+  assert.deepEqual(odd(p), ['{"jsonrpc":"2.0","id":82,"method":"ping" garbage', '   ', '\r']);
+});
+
+check('client: a request with an id of the proxy\'s form that can pass only as its bytes (read loosely, or past 64 bits) is refused (-32600), never sent on', async () => {
+  const p = await Raw.started();
+  // Passed, its answer would be taken for that of the proxy's own request.
+  const lines = [
+    '{"jsonrpc":"2.0","id":"io.idem/proxy/1","method":"ping","params":{"s":"\\ud83d"}}',
+    '{"jsonrpc":"2.0","id":"io.idem/proxy/2","method":"ping","params":{"n":123456789012345678901234567890}}',
+  ];
+  for (const [i, text] of lines.entries()) {
+    const answer = p.expect(`io.idem/proxy/${i + 1}`);
+    p.write(text);
+    const r = await answer;
+    assert.equal(r.error?.code, -32600, JSON.stringify(r));
+    assert.match(r.error.message, /the proxy's own/);
+  }
+  const batch = [p.expect('io.idem/proxy/3'), p.expect(43)];
+  p.write('[{"jsonrpc":"2.0","id":"io.idem/proxy/3","method":"ping","params":{"s":"\\ud83d"}},' +
+      '{"jsonrpc":"2.0","id":43,"method":"ping"}]');
+  const [b1, b2] = await Promise.all(batch);
+  assert.equal(b1.error?.code, -32600, JSON.stringify(b1));
+  assert.match(b2.error?.message, /send this message on its own/, JSON.stringify(b2));
+  // Read exactly, such an id is sent under one of the proxy's own.
+  assert.deepEqual((await p.request('ping', {}, 'io.idem/proxy/4')).result, {});
+  await p.said(/refused, not sent on/);
+});
+
+check('client: a batch with a wrapped call and an integer past 64 bits is not sent: the call refused as on its own, never run', async () => {
+  const p = await Raw.started();
+  const batch = [p.expect(44), p.expect(45)];
+  p.write('[{"jsonrpc":"2.0","id":44,"method":"tools/call","params":{"name":"act","arguments":' +
+      '{"label":"big","n":123456789012345678901234567890,"idempotency_key":"bigbatch/1"}}},' +
+      '{"jsonrpc":"2.0","id":45,"method":"ping"}]');
+  const [b1, b2] = await Promise.all(batch);
+  assert.equal(facts(b1)?.disposition, 'refused_by_broker', JSON.stringify(b1));
+  assert.match(b2.error?.message, /send this message on its own/, JSON.stringify(b2));
+  assert.equal(p.executions(), 0, 'never run');
+  assert.equal(ledger('bigbatch/1'), null);
 });
 
 check('client: a key with U+0000 in it is not a key idem takes: refused, never cut short at the U+0000 (two keys are never one)', async () => {

@@ -47,6 +47,8 @@
 //             "large", else {result_not_storable: "U+0000", ...}
 //   escbs     a result whose text is a backslash and u0000 (JSON
 //             "\\u0000": an escaped backslash, no U+0000)
+//   surrogate a result whose text ends in half of a UTF-16 surrogate
+//             pair (valid JSON: \ud83d, as JavaScript writes it)
 //   bigint    a result with an integer past 64 bits
 //   sample    a sampling/createMessage request to the client (id
 //             "hostile-sample-N"), then ANSWER at once; the client's
@@ -60,7 +62,9 @@
 // answers give `act` readOnlyHint (as a server upgraded under a running
 // proxy, or a hostile one, would); `hidden` is never listed but runs
 // (recorded like act) when called.
-// The server exits when its stdin ends.
+// A line it cannot parse is answered as an SDK server does (-32700,
+// id null); that line, and a blank one, is a line (JSON: the string)
+// in $HOSTILE_LOG.odd.  The server exits when its stdin ends.
 
 import fs from 'node:fs';
 
@@ -198,6 +202,10 @@ function act(id, args) {
   case 'escbs':
     send({ jsonrpc: '2.0', id, result: text('\\u0000 is not NUL') });
     return;
+  case 'surrogate':
+    // JSON.stringify writes a lone surrogate as its escape: valid JSON.
+    send({ jsonrpc: '2.0', id, result: text('cut \ud83d') });
+    return;
   case 'bigint':
     write(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[],"n":123456789012345678901234567890}}\n`);
     return;
@@ -256,8 +264,17 @@ process.stdin.on('data', (chunk) => {
   while ((nl = pending.indexOf('\n')) !== -1) {
     const line = pending.slice(0, nl);
     pending = pending.slice(nl + 1);
-    if (line.trim() !== '')
-      handle(JSON.parse(line));
+    let msg;
+    try {
+      msg = line.trim() === '' ? undefined : JSON.parse(line);
+    } catch {
+      // As an SDK server does: a parse error under a null id.
+      send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'hostile: Parse error' } });
+    }
+    if (msg === undefined)
+      fs.appendFileSync(LOG + '.odd', JSON.stringify(line) + '\n');
+    else
+      handle(msg);
   }
 });
 process.stdin.on('end', () => process.exit(0));
