@@ -8,13 +8,16 @@
 // in a result's string (and an escaped backslash before u0000, which is
 // none) or in an answer's key, a result over 64 KiB with a character
 // across its stand-in's cut, a result that looks like a stand-in,
-// integers past 64 bits in a result, a request of its own while a call
+// a lone surrogate's escape in a result, integers past 64 bits in a
+// result, a request of its own while a call
 // runs, a tool that turns read-only, a read-only tool called with a
 // fresh key, a tool it never lists) and a hostile or vanishing client
 // (a cancellation the server ignores, the end of its input while a call
 // runs, one key twice in one write, a null id, arguments that are not an
-// object, U+0000 in an object key or in the key, a line that is not
-// JSON), against a real idemd.
+// object, U+0000 in an object key or in the key, a lone surrogate's
+// escape, 1e400, deep nesting, invalid UTF-8, garbage, a blank line, an
+// id of the proxy's form in a line passed as its bytes), against a real
+// idemd.
 // Doc: doc/mcp-proxy.md, "A hostile server, a careless client".  Run by
 // tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
 // IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
