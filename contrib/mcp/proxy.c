@@ -28,6 +28,10 @@
  *    becomes the id the call went downstream under;
  *  - a JSON-RPC batch (2025-03-26), either way, is taken apart into its
  *    messages, each handled as above (their answers go one by one).
+ *  - a client's line jansson reads only loosely or with its integers as
+ *    doubles passes as its bytes unless it holds a call that must be
+ *    keyed or a request with an id of our form (refused: proxy_client_raw);
+ *    one nothing reads is refused only if its bytes show a tools/call.
  *
  * End of the client's input: the wrapped calls still running are let
  * finish (each at most its lease, so that what ran is recorded), then
@@ -494,33 +498,93 @@ proxy_call_must_key(const char *name, json_t *params)
 	return proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED;
 }
 
-/*
- * A line jansson cannot read exactly (an integer past 64 bits) may still
- * be a call of a wrapped tool, which must not reach the server unkeyed:
- * read it loosely, and refuse such a call here.  1 if it was one.
- */
-static int
-proxy_unreadable_call(const char *line, size_t length)
+/* A JSON-RPC error to the client under id (borrowed; NULL: null). */
+static void
+proxy_client_error(json_t *id, int code, const char *message)
 {
-	json_t		*msg, *id, *answer;
-	const char	*name;
-	int		 refused = 0;
+	json_t	*answer;
 
-	msg = json_loadb(line, length, JSON_DECODE_INT_AS_REAL |
-	    JSON_ALLOW_NUL, NULL);
-	name = json_string_value(json_object_get(json_object_get(msg,
-	    "params"), "name"));
-	id = json_object_get(msg, "id");
-	/* Read loosely, an integer id came back a double: make it one again. */
+	answer = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0",
+	    "id", id, "error", "code", code, "message", message);
+	if (answer != NULL)
+		proxy_to_client_json(answer);
+	json_decref(answer);
+}
+
+/* Is msg a tools/call that must be keyed (proxy_call_must_key)? */
+static int
+proxy_must_key_call(json_t *msg)
+{
+	json_t		*params = json_object_get(msg, "params");
+	const char	*name;
+
+	return strcmp(json_string_value(json_object_get(msg, "method")) ?:
+	    "", "tools/call") == 0 && (name = json_string_value(
+	    json_object_get(params, "name"))) != NULL &&
+	    proxy_call_must_key(name, params);
+}
+
+/* Is id in the form of the proxy's own (PROXY_ID_PREFIX)? */
+static int
+proxy_own_id(json_t *id)
+{
+	return json_is_string(id) && strncmp(json_string_value(id),
+	    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) == 0;
+}
+
+/* What becomes of a client's message that can pass only as its bytes. */
+enum proxy_raw {
+	RAW_PASSED,
+	RAW_MUST_KEY,	/* a call that must be keyed (proxy_must_key_call) */
+	RAW_OWN_ID	/* a request with an id in the proxy's own form */
+};
+
+/*
+ * What becomes of msg.  Read with its integers as doubles, an integer id
+ * came back a double: made one again, so that an answer gives it back.
+ */
+static enum proxy_raw
+proxy_raw_kind(json_t *msg)
+{
+	json_t	*id = json_object_get(msg, "id");
+
 	if (json_is_real(id) && json_real_value(id) ==
-	    (double)(json_int_t)json_real_value(id)) {
+	    (double)(json_int_t)json_real_value(id))
 		json_object_set_new(msg, "id",
 		    json_integer((json_int_t)json_real_value(id)));
-		id = json_object_get(msg, "id");
-	}
-	if (name != NULL && id != NULL && strcmp(json_string_value(
-	    json_object_get(msg, "method")) ?: "", "tools/call") == 0 &&
-	    proxy_call_must_key(name, json_object_get(msg, "params"))) {
+	if (proxy_must_key_call(msg))
+		return RAW_MUST_KEY;
+	if (json_object_get(msg, "method") != NULL &&
+	    proxy_own_id(json_object_get(msg, "id")))
+		return RAW_OWN_ID;
+	return RAW_PASSED;
+}
+
+/* The refusal of one message of a line not sent on (proxy_client_raw). */
+static void
+proxy_raw_refuse(json_t *msg, enum proxy_raw kind, int loose)
+{
+	static const char	 unread[] = "idem-mcp proxy: the call was not "
+	    "made: idem cannot read it exactly (U+0000 in an object key, a "
+	    "UTF-16 surrogate not in a pair, or invalid UTF-8), so it "
+	    "cannot key or record it";
+	static const char	 own[] = "idem-mcp proxy: not sent: ids that "
+	    "start with " PROXY_ID_PREFIX " are the proxy's own";
+	static const char	 held[] = "idem-mcp proxy: not sent: its batch "
+	    "holds a message the proxy refused; send this message on its "
+	    "own";
+	json_t			*id = json_object_get(msg, "id"), *answer;
+
+	/* Only a request is answered (nothing waits for the others). */
+	if (json_object_get(msg, "method") == NULL || id == NULL)
+		return;
+	if (kind == RAW_OWN_ID)
+		proxy_client_error(id, -32600, own);
+	else if (kind == RAW_PASSED)
+		proxy_client_error(id, -32602, held);
+	else if (loose)
+		proxy_client_error(id, -32602, unread);
+	else {
 		answer = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b, "
 		    "s:{s:{s:s, s:b}}}}", "jsonrpc", "2.0", "id", id, "result",
 		    "content", "type", "text", "text", "The call was not made: "
@@ -531,10 +595,95 @@ proxy_unreadable_call(const char *line, size_t length)
 		if (answer != NULL)
 			proxy_to_client_json(answer);
 		json_decref(answer);
-		refused = 1;
 	}
+}
+
+/*
+ * A client's line that can pass only as the bytes it came in: JSON that
+ * jansson reads only loosely (loose: proxy_json_load) or only with its
+ * integers as doubles (one past 64 bits); msg, so read, is stolen.
+ * Neither reading is what was sent, so the proxy cannot handle a
+ * message in it as it would the same message read exactly:
+ *  - a call that must be keyed cannot be keyed as sent (and the broker
+ *    refuses U+0000 anyway); passed on, it would reach the server
+ *    unkeyed, run on every retry: refused, Invalid params (loose) or a
+ *    tool error that says to send the number as a string;
+ *  - a request whose id is in the proxy's own form cannot be sent under
+ *    an id of ours (its bytes are not ours to rewrite); passed, its
+ *    answer would be taken for that of a request of the proxy's own (a
+ *    wrapped call's result, recorded): refused, Invalid Request.
+ * Any other message passes as its bytes (it is JSON).  A batch holding
+ * a refused message is not sent either (its other messages cannot pass
+ * without its bytes): each request in it is refused.
+ */
+static void
+proxy_client_raw(const char *line, size_t length, json_t *msg, int loose)
+{
+	json_t	*item;
+	size_t	 i;
+	int	 refused = 0;
+
+	if (json_is_array(msg)) {
+		json_array_foreach(msg, i, item)
+			refused += proxy_raw_kind(item) != RAW_PASSED;
+	} else
+		refused = proxy_raw_kind(msg) != RAW_PASSED;
+	if (refused == 0) {
+		json_decref(msg);
+		proxy_to_server(line, length);
+		return;
+	}
+	proxy_log("client: a line read %s%s holds a tools/call that must be "
+	    "keyed or an id of the proxy's form: refused, not sent on",
+	    loose ? "loosely" : "with its integers as doubles",
+	    json_is_array(msg) ? " (a batch)" : "");
+	if (!json_is_array(msg))
+		proxy_raw_refuse(msg, proxy_raw_kind(msg), loose);
+	else
+		json_array_foreach(msg, i, item)
+			proxy_raw_refuse(item, proxy_raw_kind(item), loose);
 	json_decref(msg);
-	return refused;
+}
+
+/*
+ * A client's line jansson cannot read as it stands (or is not an object
+ * or a batch).  Read again, integers as doubles and loosely if need
+ * be, it goes to proxy_client_raw.  A line nothing reads (a number past
+ * a double, nesting deeper than jansson's limit, not JSON at all) is
+ * answered Parse error and not sent on if its bytes show a tools/call
+ * at a message's top level: it may be the call of a wrapped tool, and
+ * a lenient server may read it (Node reads 1e400 as Infinity) and run
+ * that tool unkeyed.  Any other passes as it came, as it always did:
+ * the server answers its own parse error, and a message the proxy
+ * cannot read but the server can (an answer to its request) reaches it.
+ * 1 if handled here, 0 if the line is to pass as it came.
+ */
+static int
+proxy_unreadable_call(const char *line, size_t length)
+{
+	json_t		*msg, *id;
+	int		 loose;
+
+	msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL, &loose);
+	if (msg != NULL) {
+		proxy_client_raw(line, length, msg, loose);
+		return 1;
+	}
+	if (!proxy_unreadable_request(line, length, &id))
+		return 0;
+	proxy_log("client: a tools/call that cannot be read (%zu bytes): "
+	    "answered Parse error, not sent on", length);
+	/*
+	 * Under the id its bytes show, if a request's: JSON-RPC answers a
+	 * Parse error under a null id, but a client (the TypeScript SDK)
+	 * drops an error with a null id, and its request would wait for
+	 * ever.
+	 */
+	proxy_client_error(id, -32700, "idem-mcp proxy: a tools/call that "
+	    "the proxy cannot read (not JSON, a number past a double, or "
+	    "nested too deep): not sent on");
+	json_decref(id);
+	return 1;
 }
 
 static void
@@ -542,9 +691,14 @@ proxy_from_client(char *line, size_t length)
 {
 	json_t		*msg, *id, *params, *fid;
 	const char	*method, *name;
+	int		 loose;
 
-	/* NUL in strings parses here, so that the broker refuses it. */
-	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
+	/* NUL in strings reads here, so that the broker refuses it. */
+	msg = proxy_json_load(line, length, 0, &loose);
+	if (loose) {
+		proxy_client_raw(line, length, msg, 1);
+		return;
+	}
 	if (json_is_array(msg) && json_array_size(msg) > 0) {
 		proxy_split_batch(msg, proxy_from_client);
 		return;
@@ -553,7 +707,7 @@ proxy_from_client(char *line, size_t length)
 		json_decref(msg);
 		if (proxy_unreadable_call(line, length))
 			return;
-		/* Not ours to judge: the downstream answers what it reads. */
+		/* JSON, not ours to judge: the downstream answers it. */
 		proxy_to_server(line, length);
 		return;
 	}
@@ -573,8 +727,7 @@ proxy_from_client(char *line, size_t length)
 			proxy_track(TRACK_INITIALIZE, id, NULL);
 		else if (strcmp(method, "tools/list") == 0)
 			proxy_track(TRACK_TOOLS_LIST, id, NULL);
-		if (json_is_string(id) && strncmp(json_string_value(id),
-		    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) == 0) {
+		if (proxy_own_id(id)) {
 			/* It would collide with ours: sent under our own. */
 			fid = proxy_new_id();
 			proxy_track(TRACK_REMAPPED, fid, id);
@@ -596,15 +749,9 @@ proxy_from_client(char *line, size_t length)
 		 */
 		proxy_log("client: a tools/call of %s %s: not sent on", name,
 		    id != NULL ? "with a null id" : "without an id");
-		if (id != NULL) {
-			fid = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc",
-			    "2.0", "id", "error", "code", -32600, "message",
-			    "idem-mcp proxy: a tools/call needs an id that is "
-			    "not null");
-			if (fid != NULL)
-				proxy_to_client_json(fid);
-			json_decref(fid);
-		}
+		if (id != NULL)
+			proxy_client_error(NULL, -32600, "idem-mcp proxy: a "
+			    "tools/call needs an id that is not null");
 		json_decref(msg);
 		return;
 	} else if (method != NULL && strcmp(method,
@@ -629,9 +776,10 @@ proxy_from_server(char *line, size_t length)
 	struct proxy_tracked	*t;
 	json_t			*msg, *id, *result;
 	char			*key;
+	int			 loose;
 
-	msg = json_loadb(line, length, JSON_ALLOW_NUL, NULL);
-	if (json_is_array(msg) && json_array_size(msg) > 0) {
+	msg = proxy_json_load(line, length, 0, &loose);
+	if (json_is_array(msg) && json_array_size(msg) > 0 && !loose) {
 		proxy_split_batch(msg, proxy_from_server);
 		return;
 	}
@@ -641,18 +789,31 @@ proxy_from_server(char *line, size_t length)
 		 * still reach its call, read as a double (as a JavaScript
 		 * client reads it anyway).
 		 */
-		msg = json_loadb(line, length, JSON_DECODE_INT_AS_REAL |
-		    JSON_ALLOW_NUL, NULL);
-		id = json_object_get(msg, "id");
-		if (!json_is_string(id) || strncmp(json_string_value(id),
-		    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) != 0) {
+		msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL,
+		    &loose);
+		if (loose || !proxy_own_id(json_object_get(msg, "id"))) {
 			json_decref(msg);
 			msg = NULL;
 		}
-		if (msg == NULL && proxy_unreadable_answer(line, length,
-		    "that is not JSON"))
-			return;
 	}
+	if (loose) {
+		/*
+		 * Read only loosely (proxy_json_load: U+0000 in an object key,
+		 * a UTF-16 surrogate not in a pair, invalid UTF-8): what it
+		 * holds cannot be read exactly, nor recorded.  An answer to a
+		 * request of ours is that request's unreadable answer (a
+		 * wrapped call: server_invalid_answer, left unsettled, even
+		 * if only its result's text was cut in a character: the known
+		 * limit, doc/mcp-proxy.md); any other line passes as it came.
+		 */
+		json_decref(msg);
+		msg = NULL;
+		if (proxy_unreadable_answer(line, length,
+		    "that jansson reads only loosely"))
+			return;
+	} else if (msg == NULL && proxy_unreadable_answer(line, length,
+	    "that is not JSON"))
+		return;
 	if (!json_is_object(msg) || json_object_get(msg, "method") != NULL ||
 	    (id = json_object_get(msg, "id")) == NULL ||
 	    (key = proxy_id_key(id)) == NULL) {
@@ -660,8 +821,7 @@ proxy_from_server(char *line, size_t length)
 		proxy_to_client(line, length);
 		return;
 	}
-	if (json_is_string(id) && strncmp(json_string_value(id),
-	    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) == 0) {
+	if (proxy_own_id(id)) {
 		if ((t = proxy_untrack(key, TRACK_REMAPPED)) == NULL) {
 			proxy_deliver(key, msg);
 			free(key);

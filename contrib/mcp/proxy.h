@@ -7,7 +7,8 @@
  * requests the proxy sent downstream); proxy_tools.c the messages it
  * rewrites (initialize's result, tools/list's result) and which tools
  * are wrapped; proxy_call.c one wrapped tools/call, on its own thread:
- * the effect protocol with idemd around the downstream's call.
+ * the effect protocol with idemd around the downstream's call;
+ * proxy_standin.c the stand-in of a result the ledger cannot keep.
  */
 #ifndef IDEM_MCP_PROXY_H
 #define IDEM_MCP_PROXY_H
@@ -26,7 +27,7 @@
 #define PROXY_KEY_PARAM		"idempotencyKey"
 /* Ids of requests the proxy itself sends downstream start with this. */
 #define PROXY_ID_PREFIX		"io.idem/proxy/"
-/* The start of a too-large result's text kept in its stand-in. */
+/* The start of a result's text kept in its stand-in (proxy_standin.c). */
 #define PROXY_STANDIN_TEXT_BYTES	1024
 #define PROXY_DEFAULT_LEASE_MS		30000
 /* Longest message line read from either side (a large file read). */
@@ -103,6 +104,24 @@ void	proxy_read_lines(int fd, const char *side,
  */
 int	proxy_unreadable_answer(const char *line, size_t length,
 	    const char *what);
+/*
+ * json_loadb(line, length, flags | JSON_ALLOW_NUL): a new reference, or
+ * NULL if not read.  JSON jansson refuses (U+0000 in an object key, an
+ * escaped UTF-16 surrogate that is not one of a pair) and a line with
+ * invalid UTF-8 are read loosely, each such made U+FFFD, and *loose
+ * set: such a value says what the line is, never what it holds (it is
+ * not relayed as data).
+ */
+json_t	*proxy_json_load(const char *line, size_t length, size_t flags,
+	    int *loose);
+/*
+ * What the bytes of a client's line that nothing reads say: 1 if a
+ * member of a message's top level is "method":"tools/call".  *id: the
+ * top-level "id" (a string or an integer; a new reference) of a single
+ * message that has a "method" member (a request), else NULL.
+ */
+int	proxy_unreadable_request(const char *line, size_t length,
+	    json_t **id);
 
 /* ---- proxy_tools.c: wrapped tools and the messages rewritten -------- */
 
@@ -150,5 +169,30 @@ void	proxy_call_cancel(json_t *client_id);
 /* Calls still running (the process waits for them at the client's EOF). */
 int	proxy_calls_running(void);
 void	proxy_calls_wait(int64_t timeout_ms);
+
+/* ---- proxy_standin.c: results the ledger cannot keep ---------------- */
+
+enum proxy_not_kept {
+	PROXY_KEPT = 0,
+	PROXY_TOO_LARGE,	/* over IDEM_MAX_EFFECT_RESULT_BYTES */
+	PROXY_NOT_STORABLE	/* holds U+0000 */
+};
+
+/* Can the ledger keep this result (text: its compact JSON)? */
+enum proxy_not_kept proxy_not_kept(const char *text, size_t length);
+/*
+ * The stand-in committed instead of such a result (text: its compact
+ * JSON, as answered): malloc'd JSON, or NULL with *failed saying what
+ * could not be built (out of memory).
+ */
+char	*proxy_standin(enum proxy_not_kept why, json_t *result,
+	    const char *text, size_t length, const char **failed);
+/*
+ * Is stored (a result from the ledger) exactly a stand-in?  Then 1, and
+ * buf holds what a retry is told: applied, why the result is not kept,
+ * its size, sha256 and the start of its text.  0 for a result.
+ */
+int	proxy_standin_told(const char *stored, const char *key,
+	    const char *kind, char *buf, size_t size);
 
 #endif

@@ -12,8 +12,9 @@
  *                    works, complete with the CallToolResult (applied) or
  *                    the JSON-RPC error (not_applied), answer it;
  *   reused           answer the stored CallToolResult as first answered
- *                    (or, for a result larger than the ledger keeps, say
- *                    that it was applied and its result not kept);
+ *                    (or, for a result the ledger cannot keep, larger
+ *                    than it keeps or holding U+0000, say that it was
+ *                    applied and its result not kept);
  *   in_progress      poll the broker until the first call ends, at most
  *                    a lease long;
  *   conflict, outcome_unknown, broker down
@@ -38,7 +39,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <sodium.h>
 
 #include "idem.h"
 #include "protocol.h"
@@ -288,65 +288,13 @@ call_tool_error(struct call *c, const char *disposition, int retryable,
 	va_end(ap);
 }
 
-/* ---- the too-large result's stand-in ------------------------------------ */
-
-/* The start of the result's text content, cut on a character boundary. */
-static json_t *
-call_text_start(json_t *result)
-{
-	json_t		*item;
-	char		 buf[PROXY_STANDIN_TEXT_BYTES + 1];
-	const char	*text;
-	size_t		 i, length = 0, n;
-
-	json_array_foreach(json_object_get(result, "content"), i, item) {
-		if ((text = json_string_value(json_object_get(item, "text"))) ==
-		    NULL)
-			continue;
-		n = strlen(text);
-		if (n > PROXY_STANDIN_TEXT_BYTES - length)
-			n = PROXY_STANDIN_TEXT_BYTES - length;
-		memcpy(buf + length, text, n);
-		length += n;
-		if (length == PROXY_STANDIN_TEXT_BYTES)
-			break;
-	}
-	/* Not in the middle of a UTF-8 sequence. */
-	if (length == PROXY_STANDIN_TEXT_BYTES)
-		while (length > 0 && ((unsigned char)buf[length] & 0xc0) ==
-		    0x80)
-			length--;
-	return json_stringn(buf, length);
-}
-
-static char *
-call_standin(json_t *result, const char *text, size_t length)
-{
-	unsigned char	 hash[crypto_hash_sha256_BYTES];
-	char		 hex[2 * crypto_hash_sha256_BYTES + 1];
-	json_t		*standin;
-	char		*s;
-
-	crypto_hash_sha256(hash, (const unsigned char *)text, length);
-	sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
-	standin = json_pack("{s:b, s:I, s:s, s:o}", "result_too_large", 1,
-	    "bytes", (json_int_t)length, "sha256", hex, "text_start",
-	    call_text_start(result));
-	s = standin == NULL ? NULL : json_dumps(standin,
-	    JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(standin);
-	return s;
-}
-
 /* reused: the stored result, or what its stand-in stands for. */
 static void
 call_answer_stored(struct call *c, const char *stored)
 {
-	json_t	*value;
+	char	told[2048];
 
-	value = json_loads(stored, JSON_DECODE_ANY, NULL);
-	if (!json_is_true(json_object_get(value, "result_too_large"))) {
-		json_decref(value);
+	if (!proxy_standin_told(stored, c->key, c->kind, told, sizeof told)) {
 		call_answer_text(c, stored);
 		return;
 	}
@@ -356,15 +304,7 @@ call_answer_stored(struct call *c, const char *stored)
 	 * unless isError, and that content is gone: there it has to be.
 	 */
 	call_proxy_result(c, c->has_output_schema, "reused_result_not_kept", 0,
-	    "This call was already applied (idempotency key %s, effect %s); "
-	    "it was not performed again. Its result (%lld bytes, sha256 %s) "
-	    "was larger than idem's ledger keeps, so it cannot be shown "
-	    "again; the start of its text was: %s",
-	    c->key, c->kind,
-	    (long long)json_integer_value(json_object_get(value, "bytes")),
-	    json_string_value(json_object_get(value, "sha256")) ?: "?",
-	    json_string_value(json_object_get(value, "text_start")) ?: "");
-	json_decref(value);
+	    "%s", told);
 }
 
 /* ---- the effect protocol ------------------------------------------------ */
@@ -496,27 +436,47 @@ call_tick(void *arg)
 static void
 call_forward(struct call *c)
 {
-	json_t	*params, *meta, *response, *result;
-	char	*text, *standin = NULL;
-	size_t	 length;
-	int	 gone;
+	json_t			*params, *meta, *response, *result;
+	char			*text, *standin = NULL;
+	const char		*failed = NULL;
+	size_t			 length;
+	enum proxy_not_kept	 why;
+	int			 gone;
 
 	if (call_cancelled(c)) {
 		/* Cancelled before it went downstream: it did not run. */
 		call_complete(c, 0, NULL);
 		return;
 	}
-	params = json_deep_copy(json_object_get(c->request, "params"));
-	json_object_del(params, PROXY_KEY_PARAM);
-	if (c->arguments != NULL)
-		json_object_set(params, "arguments", c->arguments);
-	meta = json_object_get(params, "_meta");
-	if (!json_is_object(meta)) {
-		meta = json_object();
-		json_object_set_new(params, "_meta", meta);
+	/*
+	 * A copy to send: the key stripped, the external_key in _meta.
+	 * (The request was read strictly: no key holds U+0000, which
+	 * json_deep_copy would cut.)
+	 */
+	meta = NULL;
+	if ((params = json_deep_copy(json_object_get(c->request,
+	    "params"))) != NULL) {
+		json_object_del(params, PROXY_KEY_PARAM);
+		meta = json_object_get(params, "_meta");
+		if (c->arguments != NULL && json_object_set(params,
+		    "arguments", c->arguments) != 0)
+			meta = NULL;
+		else if (!json_is_object(meta) && json_object_set_new(params,
+		    "_meta", meta = json_object()) != 0)
+			meta = NULL;	/* freed by json_object_set_new */
 	}
-	json_object_set_new(meta, PROXY_META_EXTERNAL_KEY,
-	    json_string(c->begun.external_key));
+	if (meta == NULL || json_object_set_new(meta, PROXY_META_EXTERNAL_KEY,
+	    json_string(c->begun.external_key)) != 0) {
+		/* Not sent: it did not run. */
+		proxy_log("%s %s: out of memory building the call to send on: "
+		    "released, not sent", c->kind, c->key);
+		json_decref(params);
+		call_complete(c, 0, NULL);
+		call_tool_error(c, "internal", 1, "The call was not made: "
+		    "idem-mcp proxy ran out of memory. Retry the same call "
+		    "with the same idempotency key.");
+		return;
+	}
 	/* Not held while the server works: others may need it. */
 	call_conn_put(c);
 	response = proxy_request("tools/call", params, c->id,
@@ -580,9 +540,15 @@ call_forward(struct call *c)
 		return;
 	}
 	length = strlen(text);
-	if (length > IDEM_MAX_EFFECT_RESULT_BYTES &&
-	    (standin = call_standin(result, text, length)) == NULL)
-		proxy_log("%s %s: out of memory", c->kind, c->key);
+	/* Applied either way: a retry is told so, never left unknown. */
+	if ((why = proxy_not_kept(text, length)) != PROXY_KEPT &&
+	    (standin = proxy_standin(why, result, text, length,
+	    &failed)) == NULL)
+		proxy_log("%s %s: out of memory building %s of a result the "
+		    "ledger cannot keep (%zu bytes%s): the result itself is "
+		    "sent to the broker, which will refuse it, and the call "
+		    "left unsettled", c->kind, c->key, failed, length,
+		    why == PROXY_NOT_STORABLE ? ", U+0000" : "");
 	call_complete(c, 1, standin != NULL ? standin : text);
 	call_answer_text(c, text);
 	free(standin);
@@ -629,7 +595,9 @@ call_key_value(struct call *c)
 	if (arg == NULL || json_is_null(arg))
 		arg = json_object_get(json_object_get(params, "arguments"),
 		    PROXY_KEY_ARGUMENT);
+	/* A U+0000 would cut it short: "k\u0000A" and "k\u0000B" one key. */
 	if ((key = json_string_value(arg)) == NULL || *key == '\0' ||
+	    strlen(key) != json_string_length(arg) ||
 	    strlen(key) > IDEM_MAX_SUBMISSION_ID_BYTES)
 		return NULL;
 	for (p = key; *p != '\0'; p++)
@@ -659,7 +627,8 @@ call_key(struct call *c)
 	if (json_is_object(args)) {
 		c->arguments = json_deep_copy(args);
 		json_object_del(c->arguments, PROXY_KEY_ARGUMENT);
-		c->request_json = json_dumps(c->arguments, JSON_COMPACT);
+		c->request_json = c->arguments == NULL ? NULL :
+		    json_dumps(c->arguments, JSON_COMPACT);
 	} else if (args != NULL) {
 		/*
 		 * Arguments that are not an object (MCP says they are; a

@@ -6,13 +6,18 @@
  * in step, the buffer given back after a long line), and the scan of a
  * line that is not JSON for an answer to a request of the proxy's own
  * (its id, "id":"io.idem/proxy/N", at the message's top level), handed
- * to proxy.c's waiting request (proxy_deliver).
+ * to proxy.c's waiting request (proxy_deliver), or, in a client's line,
+ * for a tools/call and a request's id (proxy_unreadable_request); and
+ * the reading of a line as JSON (proxy_json_load), loosely where
+ * jansson refuses JSON (U+0000 in a key, a lone surrogate's escape) or
+ * invalid UTF-8.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -150,6 +155,252 @@ proxy_answer_scan(const char *line, size_t length, size_t total,
 		p++;
 	}
 	return 0;
+}
+
+/* ---- a line as JSON ---------------------------------------------------- */
+
+/* The length of the valid UTF-8 character at p (jansson's rules), or 0. */
+static size_t
+proxy_utf8_length(const unsigned char *p, size_t n)
+{
+	uint32_t	 cp;
+	size_t		 length, i;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+		length = 2;
+		cp = p[0] & 0x1f;
+	} else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+		length = 3;
+		cp = p[0] & 0x0f;
+	} else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+		length = 4;
+		cp = p[0] & 0x07;
+	} else
+		return 0;
+	if (n < length)
+		return 0;
+	for (i = 1; i < length; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3f);
+	}
+	/* Not overlong, not a surrogate, not past U+10FFFF. */
+	if ((length == 3 && cp < 0x800) || (length == 4 && (cp < 0x10000 ||
+	    cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return length;
+}
+
+/* The code unit of the escape \uXXXX at p (n bytes on), or -1. */
+static long
+proxy_u_escape(const char *p, size_t n)
+{
+	long	 v = 0;
+	int	 i, d;
+
+	if (n < 6 || p[0] != '\\' || p[1] != 'u')
+		return -1;
+	for (i = 2; i < 6; i++) {
+		if (p[i] >= '0' && p[i] <= '9')
+			d = p[i] - '0';
+		else if (p[i] >= 'a' && p[i] <= 'f')
+			d = p[i] - 'a' + 10;
+		else if (p[i] >= 'A' && p[i] <= 'F')
+			d = p[i] - 'A' + 10;
+		else
+			return -1;
+		v = v << 4 | d;
+	}
+	return v;
+}
+
+/*
+ * The loose copy of a line (see proxy_json_load) into out (NULL: only
+ * measured); its length.  Each \u0000 escape, each escape of a UTF-16
+ * surrogate that is not one of a pair and each byte that is not part
+ * of valid UTF-8 becomes U+FFFD (\uFFFD, or its 3 bytes); *changed set
+ * if any did.  A backslash escapes the character after it, so that
+ * \\u0000 (a backslash, then u0000) is left as it is: exact, though it
+ * cannot change anything seen, as a loose read only classifies a line
+ * (a method, a tool's name, an id) and none of those spells a
+ * backslash and u0000; no test can tell.
+ */
+static size_t
+proxy_loose_copy(const char *line, size_t length, char *out, int *changed)
+{
+	static const char	 fffd[] = "\xef\xbf\xbd";
+	size_t			 i = 0, n = 0, k;
+	long			 u, low;
+
+#define PROXY_PUT(src, len) do {					\
+	if (out != NULL)						\
+		memcpy(out + n, (src), (len));				\
+	n += (len);							\
+} while (0)
+	while (i < length) {
+		if (line[i] == '\\' && (u = proxy_u_escape(line + i,
+		    length - i)) >= 0) {
+			low = u >= 0xd800 && u <= 0xdbff ? proxy_u_escape(
+			    line + i + 6, length - i - 6) : -1;
+			if (low >= 0xdc00 && low <= 0xdfff) {
+				PROXY_PUT(line + i, 12);	/* a pair */
+				i += 12;
+			} else if (u == 0 || (u >= 0xd800 && u <= 0xdfff)) {
+				PROXY_PUT("\\uFFFD", 6);
+				*changed = 1;
+				i += 6;
+			} else {
+				PROXY_PUT(line + i, 6);
+				i += 6;
+			}
+		} else if (line[i] == '\\' && i + 1 < length &&
+		    (unsigned char)line[i + 1] < 0x80) {
+			PROXY_PUT(line + i, 2);		/* the escaped character */
+			i += 2;
+		} else if ((k = proxy_utf8_length((const unsigned char *)line +
+		    i, length - i)) == 0) {
+			PROXY_PUT(fffd, 3);
+			*changed = 1;
+			i++;
+		} else {
+			PROXY_PUT(line + i, k);
+			i += k;
+		}
+	}
+#undef PROXY_PUT
+	return n;
+}
+
+json_t *
+proxy_json_load(const char *line, size_t length, size_t flags, int *loose)
+{
+	json_error_t	 error;
+	json_t		*value;
+	char		*copy;
+	size_t		 n;
+	int		 changed = 0;
+
+	*loose = 0;
+	value = json_loadb(line, length, flags | JSON_ALLOW_NUL, &error);
+	if (value != NULL ||
+	    json_error_code(&error) == json_error_out_of_memory)
+		return value;
+	/*
+	 * jansson refuses some JSON: U+0000 in an object key (whatever the
+	 * flags), an escaped UTF-16 surrogate that is not one of a pair
+	 * (JavaScript writes one for text cut in a character), and it
+	 * reads no line with invalid UTF-8 (which a lenient reader takes
+	 * as U+FFFD).  Read loosely, each made U+FFFD, the line says what
+	 * it is (a call, an answer, its id), never what it holds: it is
+	 * passed, if at all, as the bytes it came in, never as read.
+	 * What no copy mends (a number past a double, nesting deeper than
+	 * jansson's limit, not JSON at all) stays unread.
+	 */
+	n = proxy_loose_copy(line, length, NULL, &changed);
+	if (!changed || (copy = malloc(n)) == NULL)
+		return NULL;
+	(void)proxy_loose_copy(line, length, copy, &changed);
+	value = json_loadb(copy, n, flags | JSON_ALLOW_NUL, NULL);
+	free(copy);
+	*loose = value != NULL;
+	return value;
+}
+
+/*
+ * The top-level members of a line that may not be JSON (of its
+ * messages: depth 1, or 2 in a batch): each name and value that read
+ * as JSON on their own (a value only if a string, number, true, false
+ * or null), handed to member (value may be NULL), until it returns
+ * nonzero.
+ */
+static void
+proxy_scan_members(const char *line, size_t length,
+    int (*member)(const char *, json_t *, void *), void *arg)
+{
+	struct proxy_scan	 scan = { line, 0, 0, 0, 1 };
+	const char		*end = line + length, *p, *q, *v, *w;
+	json_t			*name, *value;
+	int			 done;
+
+	scan.top = proxy_scan_top(line, length);
+	for (p = line; p < end; p++) {
+		if (*p != '"' || !proxy_scan_top_level(&scan, p))
+			continue;
+		/* q: the string's closing quote. */
+		for (q = p + 1; q < end && *q != '"'; q++)
+			if (*q == '\\' && q + 1 < end)
+				q++;
+		if (q == end)
+			return;
+		/* A member's name: a colon after it, then its value. */
+		for (v = q + 1; v < end && (*v == ' ' || *v == '\t'); v++)
+			;
+		if (v == end || *v != ':')
+			continue;
+		for (v++; v < end && (*v == ' ' || *v == '\t'); v++)
+			;
+		w = v;
+		if (w < end && *w == '"') {
+			for (w++; w < end && *w != '"'; w++)
+				if (*w == '\\' && w + 1 < end)
+					w++;
+			if (w < end)
+				w++;	/* the closing quote */
+		} else
+			while (w < end && strchr("0123456789+-.eEtruefalsn",
+			    *w) != NULL)
+				w++;
+		name = json_loadb(p, (size_t)(q + 1 - p), JSON_DECODE_ANY, NULL);
+		value = w == v ? NULL : json_loadb(v, (size_t)(w - v),
+		    JSON_DECODE_ANY, NULL);
+		done = json_is_string(name) && member(json_string_value(name),
+		    value, arg);
+		json_decref(name);
+		json_decref(value);
+		if (done)
+			return;
+	}
+}
+
+struct proxy_request_scan {
+	int	 method;	/* a "method" member */
+	int	 tools_call;	/* "method":"tools/call" */
+	json_t	*id;		/* the last "id" that is a string or integer */
+};
+
+static int
+proxy_request_member(const char *name, json_t *value, void *arg)
+{
+	struct proxy_request_scan	*r = arg;
+
+	if (strcmp(name, "method") == 0) {
+		r->method = 1;
+		r->tools_call |= json_is_string(value) && strcmp(
+		    json_string_value(value), "tools/call") == 0 &&
+		    json_string_length(value) == strlen("tools/call");
+	} else if (strcmp(name, "id") == 0 && (json_is_string(value) ||
+	    json_is_integer(value))) {
+		json_decref(r->id);
+		r->id = json_incref(value);
+	}
+	return 0;
+}
+
+int
+proxy_unreadable_request(const char *line, size_t length, json_t **id)
+{
+	struct proxy_request_scan	 r = { 0, 0, NULL };
+
+	proxy_scan_members(line, length, proxy_request_member, &r);
+	/* A batch has no one id; a message with no method is no request. */
+	if (!r.method || proxy_scan_top(line, length) != 1) {
+		json_decref(r.id);
+		r.id = NULL;
+	}
+	*id = r.id;
+	return r.tools_call;
 }
 
 /*

@@ -5,12 +5,19 @@
 // are not JSON (one nesting the call's id, one a batch), a NUL byte, a
 // line of many MiB, lines at and over the line limit (one with its id
 // last, one whose LF comes after its CR), half a line and death, U+0000
-// and integers past 64 bits in a result, a request of its own while a
-// call runs, a tool that turns read-only, a read-only tool called with
-// a fresh key, a tool it never lists)
-// and a hostile or vanishing client (a cancellation the server ignores,
-// the end of its input while a call runs, one key twice in one write, a
-// null id, arguments that are not an object), against a real idemd.
+// in a result's string (and an escaped backslash before u0000, which is
+// none) or in an answer's key, a result over 64 KiB with a character
+// across its stand-in's cut, a result that looks like a stand-in,
+// a lone surrogate's escape in a result, integers past 64 bits in a
+// result, a request of its own while a call
+// runs, a tool that turns read-only, a read-only tool called with a
+// fresh key, a tool it never lists) and a hostile or vanishing client
+// (a cancellation the server ignores, the end of its input while a call
+// runs, one key twice in one write, a null id, arguments that are not an
+// object, U+0000 in an object key or in the key, a lone surrogate's
+// escape, 1e400, deep nesting, invalid UTF-8, garbage, a blank line, an
+// id of the proxy's form in a line passed as its bytes), against a real
+// idemd.
 // Doc: doc/mcp-proxy.md, "A hostile server, a careless client".  Run by
 // tests/mcp/hostile.sh (through sdk.sh, which sets IDEMD, IDEM_MCP and
 // IDEM_MCP_NODE_PREFIX; make check sets IDEMCTL).
@@ -26,6 +33,7 @@ import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { once } from 'node:events';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -291,23 +299,134 @@ check('server: a result that is not an object is recorded and answered as it cam
   assert.equal(p.executions(), 4);
 });
 
-check('server: results the ledger cannot keep as they came: U+0000 lapses unsettled, past 64 bits kept as a double; never run again', async () => {
+// The result's JSON text in the proxy's answer to id, as the bytes came
+// (the proxy writes {"jsonrpc":"2.0","id":ID,"result":TEXT}).
+function resultText(p, id) {
+  const head = `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":`;
+  const line = p.lines.find((l) => l.subarray(0, head.length).toString() === head);
+  assert.ok(line, `no answer to ${id}`);
+  return line.subarray(head.length, line.length - 1);
+}
+
+// The result an effect's receipt holds (committed: applied).
+const stored = (e) => e?.receipt?.result;
+
+// A call whose result holds U+0000 (which no ledger request may carry):
+// answered as it came, committed applied with a stand-in, its retry told
+// it was applied and why its result cannot be shown; run once.
+async function notStorable(p, args) {
+  const first = await p.act(args);
+  assert.equal(first.result?.isError, undefined, JSON.stringify(first));
+  const text = resultText(p, first.id);
+  const e = ledger(args.idempotency_key);
+  assert.equal(e?.state, 'committed', JSON.stringify(e));
+  const standin = stored(e);
+  assert.equal(standin?.result_not_storable, 'U+0000', JSON.stringify(e));
+  assert.equal(standin.bytes, text.length);
+  assert.equal(standin.sha256, crypto.createHash('sha256').update(text).digest('hex'));
+  const again = await p.act(args);
+  const f = facts(again);
+  assert.equal(f?.disposition, 'reused_result_not_kept', JSON.stringify(again));
+  assert.equal(again.result.isError, false, 'applied: not an error');
+  assert.match(again.result.content[0].text, /already applied.*not performed again/s);
+  assert.match(again.result.content[0].text, /U\+0000/);
+  assert.ok(again.result.content[0].text.includes(standin.sha256));
+  assert.equal(p.executions(), 1, 'never run a second time');
+  return { first, standin, again };
+}
+
+check('server: a result with U+0000 in a string: answered as it came, committed applied with a stand-in, a retry told so; never run again', async () => {
   const p = await Raw.started();
-  // libidem refuses a result with U+0000: answered once, then left to
-  // become outcome_unknown (the call ran; its result could not be kept).
-  const nul = { label: 'escnul', mode: 'escnul', idempotency_key: 'escnul/1' };
-  const first = await p.act(nul);
-  assert.equal(first.result.content[0].text, 'a\u0000b', 'the client gets the answer');
-  await p.said(/escnul\/1: complete: .*JSON_ALLOW_NUL/);
-  await lapsesToUnknown(p, nul);
-  // An integer past 64 bits is read as a double (as a JavaScript client
-  // reads it): the same number answered first and on the retry.
+  const { first, standin, again } = await notStorable(p,
+      { label: 'escnul', mode: 'escnul', idempotency_key: 'escnul/1' });
+  assert.equal(first.result.content[0].text, 'a\u0000b' + '\u00e9'.repeat(600),
+      'the client gets the answer');
+  // 1 KiB at most, U+0000 written U+FFFD (3 bytes), cut between
+  // characters: 5 bytes and 509 of the 2-byte e-acutes.
+  assert.equal(standin.text_start, 'a\ufffdb' + '\u00e9'.repeat(509));
+  assert.ok(again.result.content[0].text.includes('(U+0000 shown as U+FFFD): a\ufffdb'));
+});
+
+check('server: an answer with U+0000 in an object key: server_invalid_answer, left unsettled, never run again; a notification with one passes as it came', async () => {
+  const p = await Raw.started();
+  const args = { label: 'keynul', mode: 'keynul', idempotency_key: 'keynul/1' };
+  const note = p.until((m) => m.method === 'notifications/message');
+  // jansson's parser refuses U+0000 in a key: what the answer holds
+  // cannot be read exactly, nor recorded.
+  invalidAnswer(await p.act(args));
+  assert.deepEqual((await note).params.data, { 'n\u0000ote': 'keynul' });
+  assert.ok(p.lines.some((l) => l.includes('"n\\u0000ote"')), 'the notification\'s own bytes');
+  assert.ok(!p.lines.some((l) => l.includes('k\\u0000ey')), 'the answer is not the client\'s');
+  assert.equal(ledger('keynul/1').state, 'reserved', 'left to lapse, not released');
+  await lapsesToUnknown(p, args);
+});
+
+check('server: a result with a lone surrogate\'s escape (jansson cannot read it exactly): server_invalid_answer, left to lapse unsettled, never run again (the known limit)', async () => {
+  const p = await Raw.started();
+  const args = { label: 'surrogate', mode: 'surrogate', idempotency_key: 'surrogate/1' };
+  invalidAnswer(await p.act(args));
+  await p.said(/server: an answer that jansson reads only loosely \(\d+ bytes\) to "io\.idem\/proxy\/\d+": taken for that request/);
+  assert.equal(ledger('surrogate/1').state, 'reserved', 'left to lapse, not released');
+  await lapsesToUnknown(p, args);
+});
+
+check('server: a result over 64 KiB with a two-byte character across the 1 KiB cut (and with U+0000): its stand-in committed, a retry told so; never run again', async () => {
+  const p = await Raw.started();
+  for (const nul of [false, true]) {
+    const args = { label: 'bigcut', mode: 'bigcut', nul, idempotency_key: `bigcut/${nul}` };
+    // 1023 bytes: "a"s, or "a", U+FFFD (3 bytes) and 1019 "a"s.
+    const start = nul ? 'a\ufffd' + 'a'.repeat(1019) : 'a'.repeat(1023);
+    const first = await p.act(args);
+    assert.equal(first.result.content[0].text,
+        (nul ? 'a\u0000' + 'a'.repeat(1019) : 'a'.repeat(1023)) + '\u00e9'.repeat(40000));
+    const e = ledger(`bigcut/${nul}`);
+    assert.equal(e?.state, 'committed', JSON.stringify(e));
+    // The e-acute across byte 1024 is left out, not cut in two.
+    assert.equal(stored(e).result_too_large, true);
+    assert.equal(stored(e).text_start, start);
+    const again = await p.act(args);
+    assert.equal(facts(again)?.disposition, 'reused_result_not_kept', JSON.stringify(again));
+    assert.match(again.result.content[0].text, /larger than idem's ledger keeps/);
+    assert.ok(again.result.content[0].text.endsWith(
+        (nul ? ' (U+0000 shown as U+FFFD): ' : ': ') + start), again.result.content[0].text);
+  }
+  assert.equal(p.executions(), 2);
+});
+
+check('server: a result with a stand-in\'s marker among its members is a result: stored and answered as it came', async () => {
+  const p = await Raw.started();
+  for (const marker of ['large', 'nul']) {
+    const args = { label: 'mimic', mode: 'mimic', marker, idempotency_key: `mimic/${marker}` };
+    const first = await p.act(args);
+    assert.equal(first.result.text_start, 'mimic');
+    assert.deepEqual(stored(ledger(`mimic/${marker}`)), first.result, 'stored verbatim');
+    assert.deepEqual((await p.act(args)).result, first.result, 'reused as first answered');
+  }
+  assert.equal(p.executions(), 2);
+});
+
+check('server: a result with an escaped backslash before u0000 (no U+0000) is recorded as it came', async () => {
+  const p = await Raw.started();
+  const args = { label: 'escbs', mode: 'escbs', idempotency_key: 'escbs/1' };
+  const first = await p.act(args);
+  assert.equal(first.result.content[0].text, '\\u0000 is not NUL');
+  const e = ledger('escbs/1');
+  assert.equal(e?.state, 'committed', JSON.stringify(e));
+  assert.deepEqual(stored(e), first.result, 'stored verbatim');
+  assert.deepEqual((await p.act(args)).result, first.result, 'reused as first answered');
+  assert.equal(p.executions(), 1);
+});
+
+check('server: an integer past 64 bits in a result is kept as a double; never run again', async () => {
+  const p = await Raw.started();
+  // Read as a double (as a JavaScript client reads it): the same number
+  // answered first and on the retry.
   const big = { label: 'bigint', mode: 'bigint', idempotency_key: 'bigint/1' };
   const b1 = await p.act(big);
   assert.equal(b1.result.n, 1.2345678901234568e29);
   assert.deepEqual((await p.act(big)).result, b1.result);
   assert.equal(ledger('bigint/1').state, 'committed');
-  assert.equal(p.executions(), 2);
+  assert.equal(p.executions(), 1);
 });
 
 check('server: an answer with neither result nor error: a tool error, and the key is not released to run again', async () => {
@@ -370,6 +489,7 @@ check('server: an answer of 8 MiB on one line: answered whole, then its stand-in
   assert.equal(first.result.content[0].text, 'x'.repeat(8 << 20));
   const again = await p.act(args);
   assert.equal(facts(again).disposition, 'reused_result_not_kept');
+  assert.doesNotMatch(again.result.content[0].text, /U\+FFFD/, 'no U+0000 to speak of');
   assert.equal(ledger('huge/1').state, 'committed');
   assert.equal(p.executions(), 1);
 });
@@ -614,6 +734,182 @@ check('client: arguments that are not an object are the request as they stand; n
   assert.equal(p.executions(), 2);
   // Ended by its input, so that LeakSanitizer (run-tests.sh) looks.
   assert.equal((await p.stop())[0], 0);
+});
+
+check('client: a call with U+0000 in an object key: refused (Invalid params), never sent on or recorded; other such messages pass as they came', async () => {
+  const p = await Raw.started();
+  // jansson's parser refuses U+0000 in a key: the call cannot be keyed
+  // as sent, and must not pass to the server as if unwrapped.
+  for (let i = 0; i < 2; i++) {
+    const r = await p.act({ 'la\u0000bel': 'x', idempotency_key: 'argnul/1' });
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+    assert.match(r.error.message, /U\+0000 in an object key/);
+  }
+  // In _meta, and in a batch (its other request held back, answered).
+  const meta = await p.request('tools/call', { name: 'act', _meta: { 'm\u0000': 1 },
+    arguments: { label: 'x', idempotency_key: 'argnul/2' } });
+  assert.equal(meta.error?.code, -32602, JSON.stringify(meta));
+  const batch = [p.expect(31), p.expect(32)];
+  p.write(JSON.stringify([{ jsonrpc: '2.0', id: 31, method: 'tools/call',
+    params: { name: 'act', arguments: { 'k\u0000': 1, idempotency_key: 'argnul/3' } } },
+  { jsonrpc: '2.0', id: 32, method: 'ping' }]));
+  const [b1, b2] = await Promise.all(batch);
+  assert.match(b1.error?.message, /U\+0000 in an object key/, JSON.stringify(b1));
+  assert.match(b2.error?.message, /send this message on its own/, JSON.stringify(b2));
+  assert.equal(p.executions(), 0, 'never run');
+  for (const key of ['argnul/1', 'argnul/2', 'argnul/3'])
+    assert.equal(ledger(key), null);
+  // Not a call: passes as it came (the server answers it).
+  const ping = await p.request('ping', { 'p\u0000': 1 });
+  assert.deepEqual(ping.result, {}, JSON.stringify(ping));
+});
+
+// The messages the proxy itself answered with an error (not the server).
+const proxyErrors = (p) => p.messages.filter((m) => /^idem-mcp proxy/.test(m.error?.message ?? ''));
+
+// The lines the server could not parse, or blank ones, as it read them.
+function odd(p) {
+  const file = p.log + '.odd';
+  return fs.existsSync(file) ?
+    fs.readFileSync(file, 'utf8').split('\n').filter((l) => l !== '').map((l) => JSON.parse(l)) : [];
+}
+
+check('client: valid JSON jansson cannot read (a lone surrogate\'s escape, 1e400, deep nesting) or invalid UTF-8, not a wrapped call: passes as it came (a sampling answer reaches the server, a ping is answered)', async () => {
+  const p = await Raw.started();
+  const asked = p.until((m) => m.method === 'sampling/createMessage');
+  await p.act({ label: 'lone', mode: 'sample', idempotency_key: 'lone/1' });
+  const request = await asked;
+  // Text sliced in an emoji: JSON.stringify writes the half as \ud83d.
+  const line = JSON.stringify({ jsonrpc: '2.0', id: request.id,
+    result: { role: 'assistant', content: { type: 'text', text: 'late\ud83d' }, model: 'm' } });
+  assert.ok(line.includes('late\\ud83d'), line);
+  p.write(line);
+  const sampled = p.log + '.sampled';
+  await until(tmp, () => fs.existsSync(sampled) && fs.readFileSync(sampled, 'utf8').endsWith('\n'));
+  assert.equal(JSON.parse(fs.readFileSync(sampled, 'utf8')).result.content.text, 'late\ud83d',
+      'the server got the answer, its lone surrogate too');
+  // Requests that are not calls: the server reads and answers each.
+  const pings = [
+    '{"jsonrpc":"2.0","id":61,"method":"ping","params":{"s":"\\ud83d"}}',
+    '{"jsonrpc":"2.0","id":62,"method":"ping","params":{"s":"\\udc00\\ud83dx"}}',
+    '{"jsonrpc":"2.0","id":63,"method":"ping","params":{"x":1e400}}',
+    '{"jsonrpc":"2.0","id":64,"method":"ping","params":{"x":' + '['.repeat(3000) + ']'.repeat(3000) + '}}',
+  ];
+  for (const [i, text] of pings.entries()) {
+    const answer = p.expect(61 + i);
+    p.write(text);
+    assert.deepEqual((await answer).result, {}, text.slice(0, 80));
+  }
+  const answer = p.expect(65);
+  p.child.stdin.write(Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":65,"method":"ping","params":{"s":"'),
+    Buffer.from([0xff, 0xc3]), Buffer.from('"}}\n')]));
+  assert.deepEqual((await answer).result, {}, 'invalid UTF-8');
+  assert.deepEqual(proxyErrors(p), []);
+  assert.equal(p.executions(), 1);
+});
+
+check('client: a wrapped call jansson reads only loosely (a lone surrogate, invalid UTF-8) is refused (-32602); one nothing reads (1e400, garbage) is a Parse error under its id; never sent on', async () => {
+  const p = await Raw.started();
+  for (let i = 0; i < 2; i++) {
+    const r = await p.act({ label: 'x\ud83d', idempotency_key: 'lone/2' });
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+    assert.match(r.error.message, /cannot read it exactly/);
+  }
+  // A lenient server (Node decodes invalid UTF-8 as U+FFFD) would run
+  // it unkeyed, again on every retry.
+  const head = '{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"act","arguments":{"label":"';
+  const tail = '","idempotency_key":"badutf/1"}}}\n';
+  for (let i = 0; i < 2; i++) {
+    const answer = p.expect(77);
+    p.child.stdin.write(Buffer.concat([Buffer.from(head), Buffer.from([0xff, 0xc3]), Buffer.from(tail)]));
+    const r = await answer;
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+  }
+  // Node reads 1e400 as Infinity: it would run unkeyed.  Its method
+  // escaped is still a tools/call.
+  for (const [id, method] of [[78, 'tools/call'], [79, 'tools\\/call']]) {
+    const answer = p.expect(id);
+    p.write(`{"jsonrpc":"2.0","id":${id},"method":"${method}","params":{"name":"act","arguments":{"label":"x","n":1e400,"idempotency_key":"inf/1"}}}`);
+    const r = await answer;
+    assert.equal(r.error?.code, -32700, JSON.stringify(r));
+    assert.match(r.error.message, /^idem-mcp proxy: a tools\/call that the proxy cannot read/);
+  }
+  // No id to be read: answered under a null id.
+  const garbage = p.expect(null);
+  p.write('{"jsonrpc":"2.0","method":"tools/call" this is not JSON');
+  assert.match((await garbage).error?.message, /^idem-mcp proxy/);
+  await p.request('ping', {});
+  assert.equal(p.executions(), 0, 'never run');
+  assert.deepEqual(odd(p), [], 'none reached the server');
+  for (const key of ['lone/2', 'badutf/1', 'inf/1'])
+    assert.equal(ledger(key), null);
+  await p.said(/client: a tools\/call that cannot be read \(\d+ bytes\): answered Parse error, not sent on/);
+});
+
+check('client: a line nothing reads that shows no tools/call (an answer, garbage, a blank line) passes as it came: the server answers its own parse error, the proxy none', async () => {
+  const p = await Raw.started();
+  // An answer (no method): its id is no request of the client's.
+  p.write('{"jsonrpc":"2.0","id":81,"result":{"x":1e400}}');
+  const parseError = p.expect(null);
+  p.write('{"jsonrpc":"2.0","id":82,"method":"ping" garbage');
+  assert.equal((await parseError).error?.message, 'hostile: Parse error', 'the server\'s own');
+  p.write('   ');
+  p.child.stdin.write('\r\r\n');
+  await p.request('ping', {});
+  assert.deepEqual(proxyErrors(p), []);
+  assert.ok(!p.messages.some((m) => m.id === 81 || m.id === 82));
+  assert.deepEqual(odd(p), ['{"jsonrpc":"2.0","id":82,"method":"ping" garbage', '   ', '\r']);
+});
+
+check('client: a request with an id of the proxy\'s form that can pass only as its bytes (read loosely, or past 64 bits) is refused (-32600), never sent on', async () => {
+  const p = await Raw.started();
+  // Passed, its answer would be taken for that of the proxy's own request.
+  const lines = [
+    '{"jsonrpc":"2.0","id":"io.idem/proxy/1","method":"ping","params":{"s":"\\ud83d"}}',
+    '{"jsonrpc":"2.0","id":"io.idem/proxy/2","method":"ping","params":{"n":123456789012345678901234567890}}',
+  ];
+  for (const [i, text] of lines.entries()) {
+    const answer = p.expect(`io.idem/proxy/${i + 1}`);
+    p.write(text);
+    const r = await answer;
+    assert.equal(r.error?.code, -32600, JSON.stringify(r));
+    assert.match(r.error.message, /the proxy's own/);
+  }
+  const batch = [p.expect('io.idem/proxy/3'), p.expect(43)];
+  p.write('[{"jsonrpc":"2.0","id":"io.idem/proxy/3","method":"ping","params":{"s":"\\ud83d"}},' +
+      '{"jsonrpc":"2.0","id":43,"method":"ping"}]');
+  const [b1, b2] = await Promise.all(batch);
+  assert.equal(b1.error?.code, -32600, JSON.stringify(b1));
+  assert.match(b2.error?.message, /send this message on its own/, JSON.stringify(b2));
+  // Read exactly, such an id is sent under one of the proxy's own.
+  assert.deepEqual((await p.request('ping', {}, 'io.idem/proxy/4')).result, {});
+  await p.said(/refused, not sent on/);
+});
+
+check('client: a batch with a wrapped call and an integer past 64 bits is not sent: the call refused as on its own, never run', async () => {
+  const p = await Raw.started();
+  const batch = [p.expect(44), p.expect(45)];
+  p.write('[{"jsonrpc":"2.0","id":44,"method":"tools/call","params":{"name":"act","arguments":' +
+      '{"label":"big","n":123456789012345678901234567890,"idempotency_key":"bigbatch/1"}}},' +
+      '{"jsonrpc":"2.0","id":45,"method":"ping"}]');
+  const [b1, b2] = await Promise.all(batch);
+  assert.equal(facts(b1)?.disposition, 'refused_by_broker', JSON.stringify(b1));
+  assert.match(b2.error?.message, /send this message on its own/, JSON.stringify(b2));
+  assert.equal(p.executions(), 0, 'never run');
+  assert.equal(ledger('bigbatch/1'), null);
+});
+
+check('client: a key with U+0000 in it is not a key idem takes: refused, never cut short at the U+0000 (two keys are never one)', async () => {
+  const p = await Raw.started();
+  for (const key of ['nk\u0000A', 'nk\u0000B']) {
+    const r = await p.act({ label: 'nk', idempotency_key: key });
+    assert.equal(facts(r)?.disposition, 'invalid_key', JSON.stringify(r));
+    const q = await p.request('tools/call', { name: 'act', idempotencyKey: key,
+      arguments: { label: 'nk' } });
+    assert.equal(facts(q)?.disposition, 'invalid_key', JSON.stringify(q));
+  }
+  assert.equal(p.executions(), 0, 'never run');
+  assert.equal(ledger('nk'), null, 'nothing kept under the key cut short');
 });
 
 check('server: a wrapped tool that turns read-only: a retry with its key is still answered from the ledger, here and through a new proxy; a fresh key passes unkeyed', async () => {

@@ -33,7 +33,22 @@
 //             {result, jsonrpc, id} (the id in its last bytes)
 //   cut       half of ANSWER's line, then exit (status 3)
 //   shout     a logging notification of arguments.mib MiB, then ANSWER
-//   escnul    a result whose text holds U+0000 (valid JSON: \u0000)
+//   escnul    a result whose text holds U+0000 (valid JSON: \u0000),
+//             then 600 e-acutes (two bytes each)
+//   keynul    a notification with U+0000 in an object key (params.data's),
+//             then ANSWER with U+0000 in an object key
+//             (structuredContent's)
+//   bigcut    a result over 64 KiB whose text is 1023 bytes of "a"s
+//             (with arguments.nul: "a", U+0000, 1019 "a"s: U+0000 is
+//             3 bytes as the stand-in writes it), then e-acutes (two
+//             bytes each): one across byte 1024
+//   mimic     a result with a stand-in's marker among its members:
+//             {result_too_large: true, ...} if arguments.marker is
+//             "large", else {result_not_storable: "U+0000", ...}
+//   escbs     a result whose text is a backslash and u0000 (JSON
+//             "\\u0000": an escaped backslash, no U+0000)
+//   surrogate a result whose text ends in half of a UTF-16 surrogate
+//             pair (valid JSON: \ud83d, as JavaScript writes it)
 //   bigint    a result with an integer past 64 bits
 //   sample    a sampling/createMessage request to the client (id
 //             "hostile-sample-N"), then ANSWER at once; the client's
@@ -47,7 +62,9 @@
 // answers give `act` readOnlyHint (as a server upgraded under a running
 // proxy, or a hostile one, would); `hidden` is never listed but runs
 // (recorded like act) when called.
-// The server exits when its stdin ends.
+// A line it cannot parse is answered as an SDK server does (-32700,
+// id null); that line, and a blank one, is a line (JSON: the string)
+// in $HOSTILE_LOG.odd.  The server exits when its stdin ends.
 
 import fs from 'node:fs';
 
@@ -164,7 +181,30 @@ function act(id, args) {
     send(answer);
     return;
   case 'escnul':
-    send({ jsonrpc: '2.0', id, result: text('a\u0000b') });
+    send({ jsonrpc: '2.0', id, result: text('a\u0000b' + '\u00e9'.repeat(600)) });
+    return;
+  case 'keynul':
+    send({ jsonrpc: '2.0', method: 'notifications/message',
+      params: { level: 'info', data: { 'n\u0000ote': 'keynul' } } });
+    send({ ...answer, result: { ...answer.result, structuredContent: { 'k\u0000ey': 'v' } } });
+    return;
+  case 'bigcut':
+    send({ jsonrpc: '2.0', id, result: text((args.nul ? 'a\u0000' + 'a'.repeat(1019) :
+      'a'.repeat(1023)) + '\u00e9'.repeat(40000)) });
+    return;
+  case 'mimic': {
+    const marker = args.marker === 'large' ? { result_too_large: true } :
+      { result_not_storable: 'U+0000' };
+    send({ jsonrpc: '2.0', id, result: { ...marker, bytes: 5, sha256: 'a'.repeat(64),
+      text_start: 'mimic', ...text(JSON.stringify({ label: args.label, execution: n })) } });
+    return;
+  }
+  case 'escbs':
+    send({ jsonrpc: '2.0', id, result: text('\\u0000 is not NUL') });
+    return;
+  case 'surrogate':
+    // JSON.stringify writes a lone surrogate as its escape: valid JSON.
+    send({ jsonrpc: '2.0', id, result: text('cut \ud83d') });
     return;
   case 'bigint':
     write(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[],"n":123456789012345678901234567890}}\n`);
@@ -224,8 +264,17 @@ process.stdin.on('data', (chunk) => {
   while ((nl = pending.indexOf('\n')) !== -1) {
     const line = pending.slice(0, nl);
     pending = pending.slice(nl + 1);
-    if (line.trim() !== '')
-      handle(JSON.parse(line));
+    let msg;
+    try {
+      msg = line.trim() === '' ? undefined : JSON.parse(line);
+    } catch {
+      // As an SDK server does: a parse error under a null id.
+      send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'hostile: Parse error' } });
+    }
+    if (msg === undefined)
+      fs.appendFileSync(LOG + '.odd', JSON.stringify(line) + '\n');
+    else
+      handle(msg);
   }
 });
 process.stdin.on('end', () => process.exit(0));
