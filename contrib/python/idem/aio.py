@@ -67,7 +67,8 @@ from .client import default_socket_path
 from .digest import task_digest
 from .effects import (REPORT_ATTEMPTS, EffectCore, Evidence, NotApplied,
                       report_delay)
-from .errors import IdemError, IdemOutcomeUnknown, IdemTransportError
+from .errors import (IdemError, IdemOutcomeUnknown, IdemProtocolError,
+                     IdemTransportError)
 from .replies import (EffectBegin, EffectExtended, EffectReceipt,
                       EffectSettled, Fence, Hello, ReportResult,
                       SubmissionLookup, WriteResult)
@@ -254,7 +255,14 @@ class Client:
         return await self._exchange(requests)
 
     async def _run(self, op: ops.Op[_T]) -> _T:
-        return op.result(await self.call(op.request))
+        reply = await self.call(op.request)
+        try:
+            return op.result(reply)
+        except IdemProtocolError:
+            # An answer without what its op promises: nothing more this
+            # broker says on the connection is trusted.
+            self.abort()
+            raise
 
     async def hello(self) -> Hello:
         """As idem.Client.hello."""

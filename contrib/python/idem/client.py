@@ -10,7 +10,9 @@ thread-safe: use one per thread.
 from __future__ import annotations
 
 import os
+import select
 import socket
+import time
 from types import TracebackType
 from typing import (TYPE_CHECKING, Any, List, Mapping, Optional, Sequence,
                     Tuple, Type, TypeVar)
@@ -48,7 +50,9 @@ class Client:
     """One connection to idemd.
 
     Client(path=None, timeout=None): path defaults to default_socket_path();
-    timeout (seconds, None: block) bounds each connect, send and receive.
+    timeout (seconds, None: block) bounds the connect, each send, and the
+    wait for each answer as a whole (an answer that trickles in a byte at
+    a time does not restart it).
     A write_task can legitimately wait for an identical submission in
     flight (idemd --inflight-wait-ms, 10 s by default): keep timeout above
     it.  Use as a context manager, or call close().
@@ -56,6 +60,8 @@ class Client:
     After an IdemTransportError or IdemProtocolError the connection is
     closed and every later call raises IdemTransportError: an unread
     answer could otherwise be taken for the reply to a later request.
+    So is a connection on which the broker sent a line nobody asked for
+    (found before the next request is sent: IdemProtocolError).
     """
 
     def __init__(self, path: Optional[str] = None,
@@ -65,6 +71,7 @@ class Client:
         self.timeout = timeout
         self._lines = LineBuffer()
         self._next_id = 1
+        self._answered = False      # a reply was read on this connection
         self._sock: Optional[socket.socket]
         if sock is not None:        # an already connected stream (tests)
             self._sock = sock
@@ -93,6 +100,7 @@ class Client:
             self._sock.close()
             self._sock = None
         self._lines.clear()
+        self._answered = False
 
     @property
     def closed(self) -> bool:
@@ -120,10 +128,34 @@ class Client:
             self._next_id += 1
         return request.get("id"), encode_request(request)
 
+    def _check_quiet(self) -> None:
+        """Before a request: nothing may be waiting on a connection that
+        has answered before.  A line there is an answer nobody asked for
+        (two for one request), which would be taken for this request's.
+        A fresh connection may hold the broker's refusal (SPEC.md:
+        too_many_connections, sent before it reads): that is this
+        request's answer."""
+        s = self._sock
+        if s is None or not self._answered:
+            return
+        waiting = self._lines.pending()
+        if not waiting:
+            try:
+                readable, _, _ = select.select([s], [], [], 0)
+                waiting = bool(readable) and \
+                    len(s.recv(1, socket.MSG_PEEK)) > 0
+            except OSError:
+                return      # the send or the read says what it is
+        if waiting:
+            raise self._lost(IdemProtocolError(
+                "the broker sent a line nobody asked for"))
+
     def _send(self, data: bytes) -> None:
         if self._sock is None:
             raise IdemTransportError("the connection is closed")
+        self._check_quiet()
         try:
+            self._sock.settimeout(self.timeout)
             self._sock.sendall(data)
         except OSError as e:
             raise self._lost(IdemTransportError(
@@ -131,7 +163,10 @@ class Client:
 
     def _read_line(self) -> bytes:
         """One response line without its newline; partial reads are
-        joined, bytes past the line are kept for the next call."""
+        joined, bytes past the line are kept for the next call.  The
+        timeout bounds the whole wait, not each read."""
+        timeout = self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._sock is None:
                 raise IdemTransportError("the connection is closed")
@@ -140,8 +175,15 @@ class Client:
             except IdemProtocolError as e:
                 raise self._lost(e) from None
             if line is not None:
+                self._answered = True
                 return line
             try:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise socket.timeout("no answer within %g s"
+                                             % timeout)
+                    self._sock.settimeout(left)
                 chunk = self._sock.recv(READ_BYTES)
             except InterruptedError:
                 continue
@@ -180,7 +222,14 @@ class Client:
         return [self._decode(self._read_line(), rid) for rid, _ in encoded]
 
     def _run(self, op: ops.Op[_T]) -> _T:
-        return op.result(self.call(op.request))
+        reply = self.call(op.request)
+        try:
+            return op.result(reply)
+        except IdemProtocolError:
+            # An answer without what its op promises: nothing more this
+            # broker says on the connection is trusted.
+            self.close()
+            raise
 
     def hello(self) -> Hello:
         """Who is there: server, version, protocol, digest_schemas, ops."""

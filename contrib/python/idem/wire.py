@@ -133,16 +133,54 @@ class LineBuffer:
         self._scanned = 0
         return line
 
+    def pending(self) -> bool:
+        """Whether bytes past the last line taken are waiting."""
+        return len(self._buf) > 0
+
     def clear(self) -> None:
         self._buf = bytearray()
         self._scanned = 0
 
 
+def _holds_nul(value: Any) -> bool:
+    """Whether a decoded JSON value holds U+0000 in a string or a member
+    name anywhere."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if "\x00" in v:
+                return True
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if "\x00" in k:
+                    return True
+                stack.append(x)
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def _same_id(data: Dict[str, Any], request_id: Any) -> bool:
+    """Whether the reply's id is the request's, in type as in value
+    (True is not 1, 1.0 is not 1)."""
+    answered = data["id"]
+    return type(answered) is type(request_id) and answered == request_id
+
+
 def decode_reply(line: bytes, request_id: Any) -> Reply:
     """The Reply of one response line to the request of request_id.
     Raises IdemProtocolError for a line that is not a JSON object with a
-    boolean ok, or that answers another request: the caller must close
-    the connection, whose later lines can no longer be matched."""
+    boolean ok, that holds U+0000 in a string (SPEC.md allows none in a
+    request; the broker never sends one, and a C caller could not see
+    past it), or that answers another request: the caller must close
+    the connection, whose later lines can no longer be matched.
+
+    A success must echo the request's id (every request of this client
+    carries one, and SPEC.md says the response echoes it): a success
+    without it could be an answer to an earlier request.  An error may
+    come without one: the broker refuses a connection
+    (too_many_connections) before it reads the request."""
     try:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -150,10 +188,15 @@ def decode_reply(line: bytes, request_id: Any) -> Reply:
     if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
         raise IdemProtocolError("the response is not an object with a "
                                 "boolean ok")
-    # Error replies to unparseable lines carry no id; ours always parse.
-    if "id" in data and data["id"] != request_id:
-        raise IdemProtocolError("the response answers request %r, not %r"
-                                % (data["id"], request_id))
+    if b"\\u0000" in line and _holds_nul(data):
+        raise IdemProtocolError("the response holds U+0000 in a string")
+    if "id" in data:
+        if not _same_id(data, request_id):
+            raise IdemProtocolError("the response answers request %r, "
+                                    "not %r" % (data["id"], request_id))
+    elif data["ok"]:
+        raise IdemProtocolError("a success without the request's id %r"
+                                % (request_id,))
     return Reply(data, line)
 
 
