@@ -182,7 +182,7 @@ class Client:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise socket.timeout("no answer within %g s"
-                                             % timeout)
+                                             % (timeout or 0))
                     self._sock.settimeout(left)
                 chunk = self._sock.recv(READ_BYTES)
             except InterruptedError:
