@@ -372,6 +372,9 @@ export function rawMember(text: string, ...path: string[]): string | null;
 // ---- retries -----------------------------------------------------------
 
 export const RETRYABLE_CODES: readonly string[];
+/** Codes retried only when the broker marks them retryable (internal,
+ * table_full); every other code never is, however it is marked. */
+export const RETRYABLE_WHEN_MARKED: readonly string[];
 export interface RetryOptions {
   socket?: string;
   /** At most this many attempts (8). */

@@ -30,6 +30,28 @@ export const DEFAULT_ROOT = './fcop';
 export const SOCKET_NAME = '.idem/idemd.sock';
 
 const LONE_SURROGATE = /\p{Cs}/u;
+// The connection a reply came on (not enumerable): a reply without what
+// its op promises drops it.
+const CONNECTION = Symbol('idem connection');
+
+/** Whether a decoded JSON value holds U+0000 in a string or a name. */
+function holdsNul(value) {
+  const stack = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === 'string') {
+      if (v.includes('\0'))
+        return true;
+    } else if (v !== null && typeof v === 'object') {
+      for (const [k, x] of Object.entries(v)) {
+        if (k.includes('\0'))
+          return true;
+        stack.push(x);
+      }
+    }
+  }
+  return false;
+}
 const NEWLINE = 0x0a;
 
 /** $IDEM_SOCKET, else $IDEM_ROOT/.idem/idemd.sock, else
@@ -265,15 +287,28 @@ export class Client {
       this.#lose(conn, new IdemProtocolError('a response to no request', reply));
       return;
     }
-    // Error replies to unparseable lines carry no id; ours always parse.
-    if (Object.hasOwn(reply, 'id') && reply.id !== entry.id) {
-      const error = new IdemProtocolError(
-          `the response answers request ${JSON.stringify(reply.id)}, not ${entry.id}`, reply);
+    // A success must echo the request's id (every request here carries
+    // one): without it, it could be the answer to an earlier request.
+    // An error may come without one: the broker refuses a connection
+    // (too_many_connections) before it reads the request.
+    let broken = null;
+    if (Object.hasOwn(reply, 'id') ? reply.id !== entry.id : reply.ok === true) {
+      broken = Object.hasOwn(reply, 'id')
+        ? `the response answers request ${JSON.stringify(reply.id)}, not ${entry.id}`
+        : `a success without the request's id ${entry.id}`;
+    } else if (line.includes('\\u0000') && holdsNul(reply)) {
+      // SPEC.md allows no U+0000 in a request; the broker sends none,
+      // and a C caller could not see past one.
+      broken = 'the response holds U+0000 in a string';
+    }
+    if (broken !== null) {
+      const error = new IdemProtocolError(broken, reply);
       entry.fail(error);
       this.#lose(conn, error);
       return;
     }
     Object.defineProperty(reply, 'raw', { value: line, enumerable: false });
+    Object.defineProperty(reply, CONNECTION, { value: conn, enumerable: false });
     entry.done(reply);
     if (conn.pending.length === 0)
       conn.sock.unref();
@@ -367,7 +402,15 @@ export class Client {
     const reply = await this.call(request, options);
     if (reply.ok !== true)
       throw errorFromReply(reply);
-    return parse(reply, reply.raw);
+    try {
+      return parse(reply, reply.raw, request);
+    } catch (e) {
+      // An answer without what its op promises: nothing more this
+      // broker says on the connection is trusted.
+      if (e instanceof IdemProtocolError)
+        this.#lose(reply[CONNECTION], e);
+      throw e;
+    }
   }
 
   /** Who is there: server, version, protocol, digestSchemas, ops. */
