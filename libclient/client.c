@@ -120,6 +120,21 @@ client_lost(struct idem_conn *conn)
 }
 
 /*
+ * A call's end: after a protocol error nothing more the broker says on
+ * this stream is trusted (a line that is not an answer, or an answer
+ * without what its op promises, may be one of two answers to one
+ * request), so the stream is closed and later calls are refused.
+ * Returns rc.
+ */
+int
+client_done(struct idem_conn *conn, int rc, const struct idem_error *err)
+{
+	if (rc != 0 && err->code == IDEM_E_PROTOCOL)
+		client_lost(conn);
+	return rc;
+}
+
+/*
  * Bound how long one send or receive on fd may block (timeout_ms > 0),
  * so that the retry helper's deadline holds while a reply is awaited.
  * On a Unix socket the send timeout also bounds connect().
@@ -209,6 +224,32 @@ idem_connect(const char *socket_path, struct idem_error *err)
 	return client_connect(socket_path, 0, err);
 }
 
+int
+idem_set_timeout(struct idem_conn *conn, int64_t timeout_ms,
+    struct idem_error *err)
+{
+	struct idem_error	scratch;
+
+	if (err == NULL)
+		err = &scratch;
+	memset(err, 0, sizeof *err);
+	if (conn == NULL || timeout_ms < 0) {
+		client_error(err, IDEM_E_ARGUMENT, "%s",
+		    conn == NULL ? "conn is required" :
+		    "timeout_ms must be 0 or more");
+		return -1;
+	}
+	if (conn->fd == -1) {
+		client_error(err, IDEM_E_TRANSPORT,
+		    "connection closed after an earlier error");
+		return -1;
+	}
+	if (client_timeout(conn->fd, timeout_ms, err) != 0)
+		return -1;
+	conn->timeout_ms = timeout_ms;
+	return 0;
+}
+
 void
 idem_close(struct idem_conn *conn)
 {
@@ -287,19 +328,46 @@ client_send_out(struct idem_conn *conn, size_t length)
  * broker that woke it.  -1 with errno set (EAGAIN: the timeout).
  */
 static int
-client_wait_readable(struct idem_conn *conn)
+client_wait_readable(struct idem_conn *conn, int64_t deadline_ms)
 {
 	struct pollfd	pfd;
+	struct timespec	ts;
+	int64_t		left = -1;
 	int		n;
 
+	if (deadline_ms > 0) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		left = deadline_ms - ((int64_t)ts.tv_sec * 1000 +
+		    ts.tv_nsec / 1000000);
+		if (left <= 0) {
+			errno = EAGAIN;
+			return -1;
+		}
+	}
 	pfd.fd = conn->fd;
 	pfd.events = POLLIN;
 	pfd.revents = 0;
-	n = poll(&pfd, 1, conn->timeout_ms > 0 ? (conn->timeout_ms > INT_MAX ?
-	    INT_MAX : (int)conn->timeout_ms) : -1);
+	n = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
 	if (n == 0)
 		errno = EAGAIN;
 	return n == 1 ? 0 : -1;
+}
+
+/*
+ * When a wait for an answer that starts now must end (CLOCK_MONOTONIC,
+ * ms), or 0 for none: the timeout bounds the whole answer, so that one
+ * trickling in a byte at a time cannot hold the caller for ever.
+ */
+static int64_t
+client_deadline(const struct idem_conn *conn)
+{
+	struct timespec	ts;
+
+	if (conn->timeout_ms <= 0)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
+	    conn->timeout_ms;
 }
 
 /*
@@ -313,6 +381,7 @@ client_find_line(struct idem_conn *conn, size_t *n, struct idem_error *err)
 	char	*nl = NULL, *buf;
 	size_t	 scanned = 0, size;
 	ssize_t	 r;
+	int64_t	 deadline = client_deadline(conn);
 
 	if (conn->taken > 0) {
 		conn->length -= conn->taken;
@@ -343,7 +412,7 @@ client_find_line(struct idem_conn *conn, size_t *n, struct idem_error *err)
 			conn->buf = buf;
 			conn->size = size;
 		}
-		if (client_wait_readable(conn) != 0)
+		if (client_wait_readable(conn, deadline) != 0)
 			r = -1;
 		else
 			r = read(conn->fd, conn->buf + conn->length,
@@ -363,6 +432,31 @@ client_find_line(struct idem_conn *conn, size_t *n, struct idem_error *err)
 	*n = (size_t)(nl - conn->buf);
 	if (memchr(conn->buf, '\0', *n) != NULL) {
 		client_error(err, IDEM_E_PROTOCOL, "NUL byte in response");
+		return -1;
+	}
+	conn->answered = 1;
+	return 0;
+}
+
+/*
+ * Before a request: nothing may wait on a stream that has answered
+ * before.  Bytes there are an answer nobody asked for (two answers to
+ * one request), which would be taken for this request's.  A fresh
+ * stream may hold the broker's refusal (SPEC.md: too_many_connections,
+ * sent before it reads): that is this request's answer.  The bytes
+ * kept past the last line, then the socket, without waiting.
+ */
+static int
+client_check_quiet(struct idem_conn *conn, struct idem_error *err)
+{
+	char	c;
+
+	if (!conn->answered)
+		return 0;
+	if (conn->length > conn->taken ||
+	    recv(conn->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "the broker sent a line nobody asked for");
 		return -1;
 	}
 	return 0;
@@ -394,6 +488,10 @@ client_call_pieces(struct idem_conn *conn, const char *const *piece,
 	if (conn->fd == -1) {
 		client_error(err, IDEM_E_TRANSPORT,
 		    "connection closed after an earlier error");
+		return -1;
+	}
+	if (client_check_quiet(conn, err) != 0) {
+		client_lost(conn);
 		return -1;
 	}
 	/* Nothing is sent yet: the stream stays usable. */
@@ -481,6 +579,7 @@ client_call_json(struct idem_conn *conn, json_t *request,
 	free(answer);
 	if (response == NULL) {
 		client_error(err, IDEM_E_PROTOCOL, "response: %s", jerr.text);
+		client_lost(conn);
 		return NULL;
 	}
 	if (!json_is_object(response) ||
@@ -488,6 +587,7 @@ client_call_json(struct idem_conn *conn, json_t *request,
 		client_error(err, IDEM_E_PROTOCOL,
 		    "response is not an object with a boolean ok");
 		json_decref(response);
+		client_lost(conn);
 		return NULL;
 	}
 	return response;
@@ -599,6 +699,7 @@ client_call_ok(struct idem_conn *conn, json_t *request,
 	if (!json_is_true(json_object_get(response, "ok"))) {
 		client_wire_error(response, err);
 		json_decref(response);
+		(void)client_done(conn, -1, err);
 		return NULL;
 	}
 	return response;
@@ -656,7 +757,7 @@ idem_hello(struct idem_conn *conn, struct idem_hello *hello,
 		rc = 0;
 	}
 	json_decref(response);
-	return rc;
+	return client_done(conn, rc, err);
 }
 
 /*
@@ -882,8 +983,8 @@ client_receipt(json_t *receipt, struct idem_receipt *r,
 }
 
 static int
-client_write_result(json_t *response, struct idem_write_result *result,
-    struct idem_error *err)
+client_write_result(json_t *response, const char *client_submission_id,
+    struct idem_write_result *result, struct idem_error *err)
 {
 	json_t			*existing;
 	enum client_disposition	 disposition;
@@ -933,6 +1034,20 @@ client_write_result(json_t *response, struct idem_write_result *result,
 	    client_copy(response, "current_path", result->current_path,
 	    sizeof result->current_path, 0, err) != 0)
 		return -1;
+	/*
+	 * A receipt of another key is the answer to another request (a
+	 * legacy call's names none).
+	 */
+	if (client_submission_id != NULL &&
+	    result->receipt.client_submission_id[0] != '\0' &&
+	    strcmp(result->receipt.client_submission_id,
+	    client_submission_id) != 0) {
+		client_error(err, IDEM_E_PROTOCOL, "the receipt is of "
+		    "client_submission_id %s, not %s",
+		    result->receipt.client_submission_id,
+		    client_submission_id);
+		return -1;
+	}
 	result->disposition = disposition == CLIENT_DISPOSITION_CREATED ?
 	    IDEM_CREATED : IDEM_REUSED;
 	return 0;
@@ -956,11 +1071,11 @@ client_write_task(struct idem_conn *conn, const char *client_submission_id,
 	json_decref(request);
 	if (response == NULL)
 		return -1;
-	rc = client_write_result(response, result, err);
+	rc = client_write_result(response, client_submission_id, result, err);
 	json_decref(response);
 	if (rc != 0)
 		memset(result, 0, sizeof *result);
-	return rc;
+	return client_done(conn, rc, err);
 }
 
 int
@@ -1072,6 +1187,6 @@ idem_write_report(struct idem_conn *conn, const char *task_id,
 	json_decref(response);
 	if (rc != 0)
 		memset(result, 0, sizeof *result);
-	return rc;
+	return client_done(conn, rc, err);
 }
 

@@ -24,6 +24,11 @@ struct idem_conn {
 	char	*out;		/* the request line and its newline, sent */
 	size_t	 out_size;
 	int64_t	 timeout_ms;	/* the longest wait for a reply; 0: none */
+	/*
+	 * An answer was taken on this stream: from then on bytes waiting
+	 * before a request are an answer nobody asked for.
+	 */
+	int	 answered;
 	/* Where it connected: idem_effect_run's keeper connects there too. */
 	char	 path[108];	/* sockaddr_un's sun_path */
 };
@@ -51,6 +56,7 @@ int	client_call_pieces(struct idem_conn *, const char *const *piece,
 	    size_t *answer_length, struct idem_error *);
 int	client_call_line(struct idem_conn *, json_t *request, char **answer,
 	    struct idem_error *);
+int	client_done(struct idem_conn *, int rc, const struct idem_error *);
 void	client_wire_error(json_t *response, struct idem_error *);
 void	client_wire_error_of(const char *code, const char *message,
 	    int retryable, const char *field, const char *reason,

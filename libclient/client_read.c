@@ -128,13 +128,21 @@ idem_get_submission(struct idem_conn *conn, const char *client_submission_id,
 		rc = 0;
 	else if (client_submission(json_object_get(response, "submission"),
 	    sub, err) == 0) {
-		*found = 1;
-		rc = 0;
+		/* Another key's record is the answer to another request. */
+		if (strcmp(sub->client_submission_id,
+		    client_submission_id) != 0)
+			client_error(err, IDEM_E_PROTOCOL, "the record is of "
+			    "client_submission_id %s, not %s",
+			    sub->client_submission_id, client_submission_id);
+		else {
+			*found = 1;
+			rc = 0;
+		}
 	}
 	json_decref(response);
 	if (rc != 0)
 		memset(sub, 0, sizeof *sub);
-	return rc;
+	return client_done(conn, rc, err);
 }
 
 static int
@@ -229,7 +237,7 @@ done:
 	json_decref(response);
 	if (rc != 0)
 		idem_diagnosis_free(diagnosis);
-	return rc;
+	return client_done(conn, rc, err);
 }
 
 void
@@ -292,5 +300,5 @@ idem_stats(struct idem_conn *conn, struct idem_stats *stats,
 	json_decref(response);
 	if (rc != 0)
 		memset(stats, 0, sizeof *stats);
-	return rc;
+	return client_done(conn, rc, err);
 }
