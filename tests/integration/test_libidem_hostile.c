@@ -422,6 +422,9 @@ effect_answers_checked(void **state)
 		SEND("{\"ok\":false,\"disposition\":\"proceed\",\"attempt\":1,"
 		    "\"fence\":\"1-00\",\"external_key\":\"k\",\"error\":{"
 		    "\"code\":\"internal\",\"message\":\"m\"}}\n"),
+		/* \u0000 in a string (a C string would end there). */
+		SEND(PROCEED_WITH(",\"attempt\":1,\"fence\":\"1-00\","
+		    "\"external_key\":\"k\\u0000x\"")),
 		/* A success that says conflict. */
 		SEND("{\"ok\":true,\"disposition\":\"conflict\"}\n"),
 		/* reused without a receipt. */

@@ -223,6 +223,21 @@ class SyncHostile(unittest.TestCase):
         with self.assertRaises(idem.IdemProtocolError):
             c.hello()
 
+    def test_second_answer_an_error_without_id(self):
+        # An extra refusal without an id (as a refusal before reading
+        # comes): found before the next request, never that request's
+        # conflict.
+        extra = (b"{\"ok\":false,\"disposition\":\"conflict\",\"error\":"
+                 b"{\"code\":\"conflict\",\"message\":\"m\"}}\n")
+
+        def script(req, n):
+            return created(req) + extra if n == 1 else created(req)
+        fake, c = self.client(script)
+        c.write_task(TASK, "e-a")
+        with self.assertRaises(idem.IdemProtocolError):
+            c.write_task(TASK, "e-b")
+        self.assertEqual(fake.count(), 1)   # e-b was never sent
+
     def test_answer_without_id_is_no_success(self):
         self.refused(b"{\"ok\":true,\"server\":\"idemd\",\"version\":\"1\","
                      b"\"protocol\":1}\n")
@@ -354,7 +369,7 @@ class AsyncHostile(unittest.TestCase):
         fake, e, c = self.run_client(script, call, timeout)
         self.assertIsInstance(e, error)
         self.assertTrue(c.closed_before_close, "the connection is open")
-        return e
+        return fake
 
     def test_not_json_not_object_no_ok(self):
         for line in (b"hello\n", b"[1]\n", b"{\"id\":1,\"ok\":1}\n",
@@ -394,6 +409,17 @@ class AsyncHostile(unittest.TestCase):
             self.assertEqual(first.receipt.client_submission_id, "two-a")
             return await c.write_task(TASK, "two-b")
         self.refused(script, two)
+
+    def test_second_answer_an_error_without_id(self):
+        extra = (b"{\"ok\":false,\"disposition\":\"conflict\",\"error\":"
+                 b"{\"code\":\"conflict\",\"message\":\"m\"}}\n")
+
+        async def two(c):
+            await c.write_task(TASK, "e-a")
+            return await c.write_task(TASK, "e-b")
+        fake = self.refused(
+            lambda req, n: created(req) + extra if n == 1 else created(req),
+            two)
 
     def test_receipt_of_another_key(self):
         self.refused(lambda req, n: created(req, receipt=receipt("other")),

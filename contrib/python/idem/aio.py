@@ -213,6 +213,11 @@ class Client:
         try:
             if self._writer is None:
                 raise IdemTransportError("the connection is closed")
+            if self._lines.pending():
+                # Bytes past the last answer: one nobody asked for (two
+                # answers to one request), which would answer this one.
+                raise IdemProtocolError("the broker sent a line nobody "
+                                        "asked for")
             self._writer.write(b"".join(line for _, line in encoded))
             await self._writer.drain()
             replies = []
