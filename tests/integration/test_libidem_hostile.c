@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cmocka.h>
 #include <jansson.h>
 #include <sodium.h>
@@ -280,6 +282,21 @@ fake_connect(struct fake *f, int64_t timeout_ms)
 	return c;
 }
 
+/* This process's open descriptors: a call must leave none behind. */
+static int
+open_fds(void)
+{
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	assert_non_null(d = opendir("/proc/self/fd"));
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 /* After a protocol error the connection refuses every call. */
 static void
 assert_unusable(struct idem_conn *c)
@@ -300,6 +317,7 @@ hello_refused_within(struct broker *b, const struct action *a,
 	struct idem_conn	*c;
 	struct idem_hello	 hello;
 	struct idem_error	 err;
+	int			 fds = open_fds();
 
 	fake_start(&f, b, 1, a);
 	c = fake_connect(&f, timeout_ms);
@@ -308,6 +326,7 @@ hello_refused_within(struct broker *b, const struct action *a,
 	assert_unusable(c);
 	idem_close(c);
 	fake_stop(&f);
+	assert_int_equal(open_fds(), fds);
 }
 
 static void
@@ -425,6 +444,9 @@ effect_answers_checked(void **state)
 		/* \u0000 in a string (a C string would end there). */
 		SEND(PROCEED_WITH(",\"attempt\":1,\"fence\":\"1-00\","
 		    "\"external_key\":\"k\\u0000x\"")),
+		/* Invalid UTF-8 in a string. */
+		SEND(PROCEED_WITH(",\"attempt\":1,\"fence\":\"1-\xff\","
+		    "\"external_key\":\"k\"")),
 		/* A success that says conflict. */
 		SEND("{\"ok\":true,\"disposition\":\"conflict\"}\n"),
 		/* reused without a receipt. */
