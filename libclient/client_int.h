@@ -74,7 +74,7 @@ int	client_set(json_t *object, const char *key, json_t *value,
 json_t	*client_request_new(enum idem_op_code op, const char *inner_key,
 	    json_t **inner, const char *task_id,
 	    const char *client_submission_id, struct idem_error *);
-int	client_receipt(json_t *receipt, struct idem_receipt *,
+int	client_receipt(json_t *holder, struct idem_receipt *,
 	    struct idem_error *);
 int	client_write_task(struct idem_conn *, const char *client_submission_id,
 	    const struct idem_task *, struct idem_write_result *,

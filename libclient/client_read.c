@@ -63,8 +63,6 @@ static int
 client_submission(json_t *s, struct idem_submission *sub,
     struct idem_error *err)
 {
-	json_t	*receipt;
-
 	if (!json_is_object(s)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "found without a submission object");
@@ -89,8 +87,8 @@ client_submission(json_t *s, struct idem_submission *sub,
 	    client_copy(s, "current_path", sub->current_path,
 	    sizeof sub->current_path, 0, err) != 0)
 		return -1;
-	if ((receipt = json_object_get(s, "receipt")) != NULL) {
-		if (client_receipt(receipt, &sub->receipt, err) != 0)
+	if (json_object_get(s, "receipt") != NULL) {
+		if (client_receipt(s, &sub->receipt, err) != 0)
 			return -1;
 		sub->has_receipt = 1;
 	}

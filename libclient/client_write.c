@@ -19,25 +19,32 @@
 #include "protocol.h"
 #include "client_int.h"
 
-/* A receipt's string members; raw is filled separately. */
-#define CLIENT_RECEIPT(member, required) { #member,			\
+/*
+ * A receipt's string members; raw is filled separately.  required: in
+ * a whole receipt; pruned: in a compacted task's (SPEC.md, "History and
+ * retention": its tombstone keeps the id, schema, digest, task and
+ * time, never the file's digest; a legacy task, without an id, is
+ * never compacted).
+ */
+#define CLIENT_RECEIPT(member, required, pruned) { #member,		\
 	offsetof(struct idem_receipt, member),				\
-	sizeof ((struct idem_receipt *)NULL)->member, required }
+	sizeof ((struct idem_receipt *)NULL)->member, required, pruned }
 static const struct {
 	const char	*key;
 	size_t		 offset;
 	size_t		 size;
 	int		 required;
+	int		 pruned;
 } client_receipt_fields[] = {
 	/* A legacy task has no submission id, schema or request digest. */
-	CLIENT_RECEIPT(client_submission_id, 0),
-	CLIENT_RECEIPT(task_id, 1),
-	CLIENT_RECEIPT(task_path, 1),
-	CLIENT_RECEIPT(digest_schema, 0),
-	CLIENT_RECEIPT(request_digest, 0),
-	CLIENT_RECEIPT(file_digest, 1),
-	CLIENT_RECEIPT(state, 1),
-	CLIENT_RECEIPT(created_at, 1),
+	CLIENT_RECEIPT(client_submission_id, 0, 1),
+	CLIENT_RECEIPT(task_id, 1, 1),
+	CLIENT_RECEIPT(task_path, 1, 1),
+	CLIENT_RECEIPT(digest_schema, 0, 1),
+	CLIENT_RECEIPT(request_digest, 0, 1),
+	CLIENT_RECEIPT(file_digest, 1, 0),
+	CLIENT_RECEIPT(state, 1, 1),
+	CLIENT_RECEIPT(created_at, 1, 1),
 };
 #undef CLIENT_RECEIPT
 
@@ -154,21 +161,29 @@ client_task_request(const char *client_submission_id,
 	return request;
 }
 
+/*
+ * The receipt member of holder (a write_task answer, a submission):
+ * a compacted task's when holder says "receipt_pruned":true.
+ */
 int
-client_receipt(json_t *receipt, struct idem_receipt *r,
+client_receipt(json_t *holder, struct idem_receipt *r,
     struct idem_error *err)
 {
+	json_t	*receipt = json_object_get(holder, "receipt");
 	char	*raw;
 	size_t	 i, length;
+	int	 pruned;
 
 	if (!json_is_object(receipt)) {
 		client_error(err, IDEM_E_PROTOCOL, "response lacks a receipt");
 		return -1;
 	}
+	pruned = json_is_true(json_object_get(holder, "receipt_pruned"));
 	for (i = 0; i < nitems(client_receipt_fields); i++)
 		if (client_copy(receipt, client_receipt_fields[i].key,
 		    (char *)r + client_receipt_fields[i].offset,
-		    client_receipt_fields[i].size,
+		    client_receipt_fields[i].size, pruned ?
+		    client_receipt_fields[i].pruned :
 		    client_receipt_fields[i].required, err) != 0)
 			return -1;
 
@@ -236,8 +251,7 @@ client_write_result(json_t *response, const char *client_submission_id,
 		    "ok response without created or reused disposition");
 		return -1;
 	}
-	if (client_receipt(json_object_get(response, "receipt"),
-	    &result->receipt, err) != 0 ||
+	if (client_receipt(response, &result->receipt, err) != 0 ||
 	    client_copy(response, "current_path", result->current_path,
 	    sizeof result->current_path, 0, err) != 0)
 		return -1;

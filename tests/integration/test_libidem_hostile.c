@@ -418,6 +418,18 @@ write_task_success_checked(void **state)
 		    RECEIPT("w-1", "TASK-1\\u0000-evil") "}\n"),
 		/* 10: the receipt of another key. */
 		SEND(CREATED("other")),
+		/* Without its file digest, and not said compacted. */
+		SEND("{\"ok\":true,\"disposition\":\"reused\",\"receipt\":"
+		    "{\"client_submission_id\":\"w-1\",\"task_id\":\"T\","
+		    "\"task_path\":\"p\",\"digest_schema\":\"write-task-v1\","
+		    "\"request_digest\":\"00\",\"state\":\"committed\","
+		    "\"created_at\":\"t\"}}\n"),
+		/* Compacted, without the digest its tombstone keeps. */
+		SEND("{\"ok\":true,\"disposition\":\"reused\","
+		    "\"receipt_pruned\":true,\"receipt\":"
+		    "{\"client_submission_id\":\"w-1\",\"task_id\":\"T\","
+		    "\"task_path\":\"p\",\"digest_schema\":\"write-task-v1\","
+		    "\"state\":\"committed\",\"created_at\":\"t\"}}\n"),
 	};
 	struct broker	*b = *state;
 	size_t		 i;
