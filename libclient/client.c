@@ -100,16 +100,31 @@ client_lost(struct idem_conn *conn)
 }
 
 /*
+ * What the caller sees of an error code: CLIENT_E_UNKNOWN_CODE (a
+ * well-formed error whose code is newer than this library) is
+ * IDEM_E_PROTOCOL to it.  1 if it was that.
+ */
+int
+client_code_out(struct idem_error *err)
+{
+	if (err->code != CLIENT_E_UNKNOWN_CODE)
+		return 0;
+	err->code = IDEM_E_PROTOCOL;
+	return 1;
+}
+
+/*
  * A call's end: after a protocol error nothing more the broker says on
  * this stream is trusted (a line that is not an answer, or an answer
  * without what its op promises, may be one of two answers to one
- * request), so the stream is closed and later calls are refused.
- * Returns rc.
+ * request), so the stream is closed and later calls are refused.  An
+ * error answer whose code this library does not know is no such thing
+ * (a newer broker's code): the stream goes on.  Returns rc.
  */
 int
-client_done(struct idem_conn *conn, int rc, const struct idem_error *err)
+client_done(struct idem_conn *conn, int rc, struct idem_error *err)
 {
-	if (rc != 0 && err->code == IDEM_E_PROTOCOL)
+	if (!client_code_out(err) && rc != 0 && err->code == IDEM_E_PROTOCOL)
 		client_lost(conn);
 	return rc;
 }
@@ -608,9 +623,13 @@ client_wire_error_of(const char *code, const char *message, int retryable,
 	for (i = 0; i < nitems(client_codes); i++)
 		if (strcmp(code, client_codes[i].name) == 0)
 			break;
-	/* A code newer than this library: keep its name in the message. */
+	/*
+	 * A code newer than this library: keep its name in the message
+	 * (IDEM_E_PROTOCOL to the caller, the stream kept: client_done).
+	 */
 	if (i == nitems(client_codes))
-		client_error(err, IDEM_E_PROTOCOL, "%s: %s", code, message);
+		client_error(err, CLIENT_E_UNKNOWN_CODE, "%s: %s", code,
+		    message);
 	else
 		client_error(err, client_codes[i].code, "%s", message);
 	err->retryable = retryable;

@@ -644,6 +644,7 @@ idem_effect_parse(const char *response, struct idem_effect *out,
     struct idem_error *err)
 {
 	struct idem_error	scratch;
+	int			rc;
 
 	if (err == NULL)
 		err = &scratch;
@@ -656,7 +657,9 @@ idem_effect_parse(const char *response, struct idem_effect *out,
 		return -1;
 	}
 	memset(out, 0, sizeof *out);
-	return client_effect_line(response, strlen(response), NULL, out, err);
+	rc = client_effect_line(response, strlen(response), NULL, out, err);
+	(void)client_code_out(err);
+	return rc;
 }
 
 /* Send request (consumed) and take the answer into out. */

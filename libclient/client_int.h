@@ -42,6 +42,13 @@ enum client_disposition {
 	CLIENT_DISPOSITION_COUNT
 };
 
+/*
+ * client_wire_error's code for a well-formed error whose code this
+ * library does not know; never seen by a caller: client_done (or
+ * client_code_out) makes it IDEM_E_PROTOCOL without closing the stream.
+ */
+#define CLIENT_E_UNKNOWN_CODE	((enum idem_error_code)0x7fff)
+
 void	client_error(struct idem_error *, enum idem_error_code,
 	    const char *, ...) __attribute__((format(printf, 3, 4)));
 struct idem_conn *client_connect(const char *socket_path, int64_t timeout_ms,
@@ -56,7 +63,8 @@ int	client_call_pieces(struct idem_conn *, const char *const *piece,
 	    size_t *answer_length, struct idem_error *);
 int	client_call_line(struct idem_conn *, json_t *request, char **answer,
 	    struct idem_error *);
-int	client_done(struct idem_conn *, int rc, const struct idem_error *);
+int	client_done(struct idem_conn *, int rc, struct idem_error *);
+int	client_code_out(struct idem_error *);
 void	client_wire_error(json_t *response, struct idem_error *);
 void	client_wire_error_of(const char *code, const char *message,
 	    int retryable, const char *field, const char *reason,

@@ -625,6 +625,48 @@ two_answers_to_one_request(void **state)
 	harness_finish(b);
 }
 
+/*
+ * 11: a well-formed error whose code is newer than libidem is
+ * IDEM_E_PROTOCOL (its name in the message), but the stream is sound:
+ * the next call on the connection is answered (hello, write_task and
+ * effect_begin, each path that reads an error).
+ */
+static void
+unknown_code_keeps_the_stream(void **state)
+{
+	static const struct action newer =
+	    SEND(ERROR_LINE("brand_new_code", "false"));
+	static const struct action hello_ok = SEND(HELLO_OK);
+	struct broker		*b = *state;
+	struct fake		 f;
+	struct idem_conn	*c;
+	struct idem_hello	 hello;
+	struct idem_write_result r;
+	struct idem_effect	 e;
+	struct idem_error	 err;
+
+	fake_start(&f, b, 4, &newer, &newer, &newer, &hello_ok);
+	c = fake_connect(&f, 5000);
+	assert_int_equal(idem_hello(c, &hello, &err), -1);
+	assert_int_equal(err.code, IDEM_E_PROTOCOL);
+	assert_non_null(strstr(err.message, "brand_new_code"));
+	assert_int_equal(idem_write_task(c, "u-1", &task_st, &r, &err), -1);
+	assert_int_equal(err.code, IDEM_E_PROTOCOL);
+	assert_non_null(strstr(err.message, "brand_new_code"));
+	assert_int_equal(idem_effect_begin(c, "e-1", "mail", "{}", 0, &e,
+	    &err), -1);
+	assert_int_equal(err.code, IDEM_E_PROTOCOL);
+	assert_non_null(strstr(err.message, "brand_new_code"));
+	idem_effect_clear(&e);
+	/* The same stream answers the next call. */
+	assert_int_equal(idem_hello(c, &hello, &err), 0);
+	assert_string_equal(hello.server, "idemd");
+	assert_int_equal(f.connections, 1);
+	idem_close(c);
+	fake_stop(&f);
+	harness_finish(b);
+}
+
 /* write_task_retry against answer: its error, and the requests sent. */
 static int
 retried(struct broker *b, const char *answer, unsigned attempts,
@@ -704,6 +746,7 @@ main(void)
 		T(timeout_bounds_the_answer),
 		T(two_answers_to_one_request),
 		T(retries_bounded_and_typed),
+		T(unknown_code_keeps_the_stream),
 	};
 
 	if (sodium_init() < 0)
