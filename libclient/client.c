@@ -435,21 +435,20 @@ client_find_line(struct idem_conn *conn, size_t *n, struct idem_error *err)
 
 /*
  * Before a request: nothing may wait on a stream that has answered
- * before.  Bytes there are an answer nobody asked for (two answers to
- * one request), which would be taken for this request's.  A fresh
- * stream may hold the broker's refusal (SPEC.md: too_many_connections,
- * sent before it reads): that is this request's answer.  The bytes
- * kept past the last line, then the socket, without waiting.
+ * before.  Bytes kept past the last line are an answer nobody asked
+ * for (two answers to one request), which would be taken for this
+ * request's.  A fresh stream may hold the broker's refusal (SPEC.md:
+ * too_many_connections, sent before it reads): that is this request's
+ * answer.  Only the bytes already read are looked at, never the socket:
+ * a system call on every call is what the hot path cannot pay (issue
+ * #33).  A stray line that arrives after the last answer was read is
+ * taken for the next answer, and caught there only by what the answer
+ * names (its receipt's or effect answer's key; libidem sends no id).
  */
 static int
-client_check_quiet(struct idem_conn *conn, struct idem_error *err)
+client_check_quiet(const struct idem_conn *conn, struct idem_error *err)
 {
-	char	c;
-
-	if (!conn->answered)
-		return 0;
-	if (conn->length > conn->taken ||
-	    recv(conn->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+	if (conn->answered && conn->length > conn->taken) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "the broker sent a line nobody asked for");
 		return -1;

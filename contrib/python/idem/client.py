@@ -10,7 +10,6 @@ thread-safe: use one per thread.
 from __future__ import annotations
 
 import os
-import select
 import socket
 import time
 from types import TracebackType
@@ -130,23 +129,16 @@ class Client:
 
     def _check_quiet(self) -> None:
         """Before a request: nothing may be waiting on a connection that
-        has answered before.  A line there is an answer nobody asked for
-        (two for one request), which would be taken for this request's.
-        A fresh connection may hold the broker's refusal (SPEC.md:
-        too_many_connections, sent before it reads): that is this
-        request's answer."""
-        s = self._sock
-        if s is None or not self._answered:
-            return
-        waiting = self._lines.pending()
-        if not waiting:
-            try:
-                readable, _, _ = select.select([s], [], [], 0)
-                waiting = bool(readable) and \
-                    len(s.recv(1, socket.MSG_PEEK)) > 0
-            except OSError:
-                return      # the send or the read says what it is
-        if waiting:
+        has answered before.  Bytes kept past the last line are an
+        answer nobody asked for (two for one request), which would be
+        taken for this request's.  A fresh connection may hold the
+        broker's refusal (SPEC.md: too_many_connections, sent before it
+        reads): that is this request's answer.  Only the bytes already
+        read are looked at, never the socket (a system call on every
+        call): a stray line that arrives after the last answer was read
+        is read as the next answer, and refused there by its id (another
+        request's, or none on a connection that has answered)."""
+        if self._answered and self._lines.pending():
             raise self._lost(IdemProtocolError(
                 "the broker sent a line nobody asked for"))
 
