@@ -457,6 +457,45 @@ client_check_quiet(const struct idem_conn *conn, struct idem_error *err)
 }
 
 /*
+ * After a send or receive failure on a stream that has not answered:
+ * the broker may have refused the connection before reading (SPEC.md:
+ * too_many_connections, one line, then it closes), and a send after its
+ * close fails (EPIPE) with the refusal still waiting to be read.  What
+ * is waiting is read without waiting; a whole line there is the answer
+ * (its length in *n), as client_find_line gives it.  -1: none.
+ */
+static int
+client_refusal(struct idem_conn *conn, size_t *n)
+{
+	char	*nl, *buf;
+	ssize_t	 r;
+
+	if (conn->answered || conn->fd == -1)
+		return -1;
+	if (conn->size == 0) {
+		if ((buf = realloc(conn->buf, CLIENT_READ_BYTES)) == NULL)
+			return -1;
+		conn->buf = buf;
+		conn->size = CLIENT_READ_BYTES;
+	}
+	while ((nl = memchr(conn->buf, '\n', conn->length)) == NULL &&
+	    conn->length < conn->size) {
+		r = recv(conn->fd, conn->buf + conn->length,
+		    conn->size - conn->length, MSG_DONTWAIT);
+		if (r == -1 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		conn->length += (size_t)r;
+	}
+	if (nl == NULL || memchr(conn->buf, '\0', (size_t)(nl - conn->buf)))
+		return -1;
+	*n = (size_t)(nl - conn->buf);
+	conn->answered = 1;
+	return 0;
+}
+
+/*
  * The line of count pieces (length[i] bytes each; none holds a newline,
  * the caller's checks say so) written straight into the send buffer,
  * sent, and the answer's line left where it was read: *answer
@@ -500,14 +539,20 @@ client_call_pieces(struct idem_conn *conn, const char *const *piece,
 	if (client_send_out(conn, total) != 0)
 		client_error(err, IDEM_E_TRANSPORT, "send: %s",
 		    strerror(errno));
-	else if (client_find_line(conn, answer_length, err) == 0) {
-		conn->buf[*answer_length] = '\0';
-		conn->taken = *answer_length + 1;
-		*answer = conn->buf;
-		return 0;
+	else if (client_find_line(conn, answer_length, err) == 0)
+		goto answered;
+	if (err->code == IDEM_E_TRANSPORT &&
+	    client_refusal(conn, answer_length) == 0) {
+		memset(err, 0, sizeof *err);
+		goto answered;
 	}
 	client_lost(conn);
 	return -1;
+answered:
+	conn->buf[*answer_length] = '\0';
+	conn->taken = *answer_length + 1;
+	*answer = conn->buf;
+	return 0;
 }
 
 int

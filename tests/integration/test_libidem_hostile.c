@@ -78,8 +78,10 @@ struct fake {
 	size_t		 count;
 	const struct action *on_connect;
 	pthread_mutex_t	 lock;
+	pthread_cond_t	 changed;	/* a connection was closed */
 	int		 requests;
 	int		 connections;
+	int		 closed;
 	int		 stop;
 };
 
@@ -192,8 +194,22 @@ fake_serve(void *arg)
 		pthread_mutex_unlock(&f->lock);
 		fake_serve_one(f, fd);
 		close(fd);
+		pthread_mutex_lock(&f->lock);
+		f->closed++;
+		pthread_cond_broadcast(&f->changed);
+		pthread_mutex_unlock(&f->lock);
 	}
 	return NULL;
+}
+
+/* Until the stand-in has closed n connections. */
+static void
+fake_wait_closed(struct fake *f, int n)
+{
+	pthread_mutex_lock(&f->lock);
+	while (f->closed < n)
+		pthread_cond_wait(&f->changed, &f->lock);
+	pthread_mutex_unlock(&f->lock);
 }
 
 /* The stand-in on b's root, answering with the count actions given. */
@@ -212,6 +228,7 @@ fake_start(struct fake *f, const struct broker *b, size_t count, ...)
 	va_end(ap);
 	f->count = count;
 	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->changed, NULL);
 	memset(&sa, 0, sizeof sa);
 	sa.sun_family = AF_UNIX;
 	assert_true((size_t)snprintf(sa.sun_path, sizeof sa.sun_path,
@@ -233,6 +250,7 @@ fake_stop(struct fake *f)
 	close(f->listen_fd);
 	unlink(f->path);
 	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->changed);
 }
 
 static int
@@ -667,6 +685,39 @@ unknown_code_keeps_the_stream(void **state)
 	harness_finish(b);
 }
 
+/*
+ * 12: the broker's refusal before it reads (too_many_connections: one
+ * line, then it closes, as idemd's conn_refuse does), the request sent
+ * only once the stand-in has closed: the send fails (EPIPE) with the
+ * refusal waiting, which is the answer, not a transport error.
+ */
+static void
+refusal_before_reading(void **state)
+{
+	static const struct action refuse = { ACT_CUT, "{\"ok\":false,"
+	    "\"action_taken\":false,\"error\":{\"code\":"
+	    "\"too_many_connections\",\"reason\":\"max_connections\","
+	    "\"message\":\"too many\",\"retryable\":true}}\n", 0, 0 };
+	struct broker		*b = *state;
+	struct fake		 f;
+	struct idem_conn	*c;
+	struct idem_hello	 hello;
+	struct idem_error	 err;
+
+	fake_start(&f, b, 1, &(const struct action)SEND(HELLO_OK));
+	f.on_connect = &refuse;
+	c = fake_connect(&f, 5000);
+	fake_wait_closed(&f, 1);
+	assert_int_equal(idem_hello(c, &hello, &err), -1);
+	assert_int_equal(err.code, IDEM_E_TOO_MANY_CONNECTIONS);
+	assert_true(err.retryable);
+	assert_string_equal(err.reason, "max_connections");
+	assert_int_equal(fake_requests(&f), 0);
+	idem_close(c);
+	fake_stop(&f);
+	harness_finish(b);
+}
+
 /* write_task_retry against answer: its error, and the requests sent. */
 static int
 retried(struct broker *b, const char *answer, unsigned attempts,
@@ -747,6 +798,7 @@ main(void)
 		T(two_answers_to_one_request),
 		T(retries_bounded_and_typed),
 		T(unknown_code_keeps_the_stream),
+		T(refusal_before_reading),
 	};
 
 	if (sodium_init() < 0)
