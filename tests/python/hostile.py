@@ -13,9 +13,15 @@ script(request, n) what to do, and does it:
   Trickle(data, s)    write data a byte at a time, s seconds apart
   STREAM              write bytes without a newline until the client
                       hangs up (a line that never ends)
+  Later(data, event, more)
+                      write data, wait for event (the test's: set once
+                      the client has read data), then write more (a
+                      line sent unasked after an answer was read)
 
 on_connect, if given, is done when a connection is accepted, before
-anything is read (CLOSE: closed unread; bytes: a line sent unasked).
+anything is read (CLOSE: closed unread; bytes: a line sent unasked;
+Cut(data): a refusal before reading, as idemd's too_many_connections).
+closed: an Event set once a connection has been closed on this side.
 requests: every request line received, decoded.  reply(req, **members)
 makes an answer line that echoes the request's id."""
 
@@ -43,6 +49,13 @@ class Trickle:
         self.delay = delay
 
 
+class Later:
+    def __init__(self, data, event, more):
+        self.data = data
+        self.event = event
+        self.more = more
+
+
 def reply(req, **members):
     """One answer line to req (its id echoed), with the members given."""
     body = {"id": req.get("id")}
@@ -62,6 +75,7 @@ class HostileBroker:
         self.connections = 0
         self.lock = threading.Lock()
         self.stop = threading.Event()
+        self.closed = threading.Event()
         fake = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -85,8 +99,12 @@ class HostileBroker:
                     if not fake.act(self, fake.script(req, n)):
                         return
 
-        self.server = socketserver.ThreadingUnixStreamServer(self.path,
-                                                             Handler)
+        class Server(socketserver.ThreadingUnixStreamServer):
+            def shutdown_request(self, request):
+                super().shutdown_request(request)
+                fake.closed.set()
+
+        self.server = Server(self.path, Handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False
         # A short poll: shutdown() waits for it, in every test's cleanup.
@@ -114,6 +132,14 @@ class HostileBroker:
             if isinstance(action, Cut):
                 handler.wfile.write(action.data)
                 return False
+            if isinstance(action, Later):
+                handler.wfile.write(action.data)
+                handler.wfile.flush()
+                if not action.event.wait(5) or self.stop.is_set():
+                    return False
+                handler.wfile.write(action.more)
+                handler.wfile.flush()
+                return True
             if isinstance(action, Trickle):
                 for i in range(len(action.data)):
                     handler.wfile.write(action.data[i:i + 1])

@@ -18,6 +18,7 @@ fraction of a second where a timeout is the point.
 """
 
 import asyncio
+import threading
 import time
 import unittest
 
@@ -25,7 +26,7 @@ import idem
 import idem.aio
 
 from hostile import (CLOSE, HANG, MAX_LINE_BYTES, STREAM, Cut,
-                     HostileBroker, Trickle, reply)
+                     HostileBroker, Later, Trickle, reply)
 
 T = 5.0         # a timeout that only a hang reaches
 SHORT = 0.3     # the timeout of the tests whose point is a timeout
@@ -78,6 +79,15 @@ def error(req, code, retryable, **over):
                          "retryable": retryable}}
     members.update(over)
     return reply(req, **members)
+
+
+# idemd's refusal of a connection past --max-connections (worker.c).
+REFUSAL = (b"{\"ok\":false,\"action_taken\":false,\"error\":{\"code\":"
+           b"\"too_many_connections\",\"reason\":\"max_connections\","
+           b"\"message\":\"too many\",\"retryable\":true}}\n")
+# An error without an id that no request asked for.
+STRAY = (b"{\"ok\":false,\"action_taken\":false,\"error\":{\"code\":"
+         b"\"shutting_down\",\"message\":\"m\",\"retryable\":true}}\n")
 
 
 def always(data):
@@ -219,7 +229,6 @@ class SyncHostile(unittest.TestCase):
             return hello_ok(req)
         fake, c = self.client(script)
         c.hello()
-        time.sleep(0.05)    # the extra line's bytes are in flight
         with self.assertRaises(idem.IdemProtocolError):
             c.hello()
 
@@ -238,22 +247,39 @@ class SyncHostile(unittest.TestCase):
             c.write_task(TASK, "e-b")
         self.assertEqual(fake.count(), 1)   # e-b was never sent
 
+    def test_error_without_id_after_an_answer(self):
+        # A refusal without an id that the broker sends after the first
+        # answer was read (two writes, the second once the client has
+        # the first): on a connection that has answered, only an answer
+        # with the request's id is one; never the next call's error.
+        read = threading.Event()
+
+        def script(req, n):
+            return Later(hello_ok(req), read, STRAY) if n == 1 else HANG
+        fake, c = self.client(script)
+        c.hello()
+        read.set()
+        with self.assertRaises(idem.IdemProtocolError):
+            c.hello()
+        self.assertTrue(c.closed)
+
     def test_answer_without_id_is_no_success(self):
         self.refused(b"{\"ok\":true,\"server\":\"idemd\",\"version\":\"1\","
                      b"\"protocol\":1}\n")
 
     def test_refusal_before_the_request_is_the_error(self):
         # too_many_connections: the broker's one line before it reads,
-        # without an id (SPEC.md): the retryable error, not a protocol one.
-        line = (b"{\"ok\":false,\"action_taken\":false,\"error\":{\"code\":"
-                b"\"too_many_connections\",\"reason\":\"max_connections\","
-                b"\"message\":\"too many\",\"retryable\":true}}\n")
-        fake, c = self.client(always(CLOSE), on_connect=line)
+        # without an id (SPEC.md), then it closes.  The request is sent
+        # once it has closed: the send fails (EPIPE) with the refusal
+        # waiting, which is the answer: the retryable error, not a
+        # transport one.
+        fake, c = self.client(always(CLOSE), on_connect=Cut(REFUSAL))
+        self.assertTrue(fake.closed.wait(T))
         with self.assertRaises(idem.IdemError) as cm:
             c.hello()
-        self.assertIn(cm.exception.code, ("too_many_connections",
-                                          "transport"))
+        self.assertEqual(cm.exception.code, "too_many_connections")
         self.assertTrue(cm.exception.retryable)
+        self.assertEqual(fake.count(), 0)
 
     # 8. a byte at a time
     def test_slow_answer_within_the_timeout(self):
@@ -420,6 +446,39 @@ class AsyncHostile(unittest.TestCase):
         fake = self.refused(
             lambda req, n: created(req) + extra if n == 1 else created(req),
             two)
+        self.assertEqual(fake.count(), 1)   # e-b was never sent
+
+    def test_error_without_id_after_an_answer(self):
+        read = threading.Event()
+
+        async def two(c):
+            await c.hello()
+            read.set()
+            return await c.hello()
+        self.refused(lambda req, n: Later(hello_ok(req), read, STRAY)
+                     if n == 1 else HANG, two)
+
+    def test_refusal_before_the_request_is_the_error(self):
+        # As the sync test: connected, the broker's refusal sent and its
+        # end closed before the request, which then fails to send.
+        fake = HostileBroker(self, always(CLOSE), Cut(REFUSAL))
+
+        async def go():
+            c = idem.aio.Client(fake.path, timeout=T)
+            await c.connect()
+            # Blocks the loop: nothing is read until the request is sent.
+            self.assertTrue(fake.closed.wait(T))
+            try:
+                await c.hello()
+            except idem.IdemError as e:
+                return e
+            finally:
+                await c.close()
+        e = asyncio.run(go())
+        self.assertIsInstance(e, idem.IdemError)
+        self.assertEqual(e.code, "too_many_connections")
+        self.assertTrue(e.retryable)
+        self.assertEqual(fake.count(), 0)
 
     def test_receipt_of_another_key(self):
         self.refused(lambda req, n: created(req, receipt=receipt("other")),

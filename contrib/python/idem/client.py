@@ -142,6 +142,26 @@ class Client:
             raise self._lost(IdemProtocolError(
                 "the broker sent a line nobody asked for"))
 
+    def _refusal(self) -> bool:
+        """After a send or receive failure on a connection that has not
+        answered: the broker may have refused it before reading (SPEC.md:
+        too_many_connections, one line, then it closes), and a send
+        after its close fails with the refusal still waiting.  What is
+        waiting is read without waiting; whether a whole line is there
+        (the answer)."""
+        s = self._sock
+        if s is None or self._answered:
+            return False
+        try:
+            while not self._lines.has_line():
+                chunk = s.recv(READ_BYTES, socket.MSG_DONTWAIT)
+                if not chunk:
+                    break
+                self._lines.feed(chunk)
+        except OSError:
+            pass
+        return self._lines.has_line()
+
     def _send(self, data: bytes) -> None:
         if self._sock is None:
             raise IdemTransportError("the connection is closed")
@@ -150,6 +170,8 @@ class Client:
             self._sock.settimeout(self.timeout)
             self._sock.sendall(data)
         except OSError as e:
+            if self._refusal():
+                return      # _read_line takes it
             raise self._lost(IdemTransportError(
                 "send: %s" % (e.strerror or e), e)) from e
 
@@ -180,6 +202,8 @@ class Client:
             except InterruptedError:
                 continue
             except OSError as e:
+                if self._refusal():
+                    continue
                 raise self._lost(IdemTransportError(
                     "receive: %s" % (e.strerror or e), e)) from e
             if not chunk:
@@ -187,9 +211,10 @@ class Client:
                     "receive: the broker closed the connection"))
             self._lines.feed(chunk)
 
-    def _decode(self, line: bytes, request_id: Any) -> Reply:
+    def _decode(self, line: bytes, request_id: Any,
+                answered: bool) -> Reply:
         try:
-            reply = decode_reply(line, request_id)
+            reply = decode_reply(line, request_id, answered)
         except IdemProtocolError as e:
             raise self._lost(e) from None
         if closes_connection(reply):
@@ -204,14 +229,17 @@ class Client:
         Raises IdemTransportError / IdemProtocolError only (and IdemError
         for a request it refuses to send: too_large, invalid_utf8)."""
         request_id, line = self._encode(request)
+        answered = self._answered
         self._send(line)
-        return self._decode(self._read_line(), request_id)
+        return self._decode(self._read_line(), request_id, answered)
 
     def pipeline(self, requests: Sequence[Mapping[str, Any]]) -> List[Reply]:
         """Send every request, then read every reply (in request order)."""
         encoded = [self._encode(r) for r in requests]
+        answered = self._answered
         self._send(b"".join(line for _, line in encoded))
-        return [self._decode(self._read_line(), rid) for rid, _ in encoded]
+        return [self._decode(self._read_line(), rid, answered or i > 0)
+                for i, (rid, _) in enumerate(encoded)]
 
     def _run(self, op: ops.Op[_T]) -> _T:
         reply = self.call(op.request)

@@ -137,6 +137,10 @@ class LineBuffer:
         """Whether bytes past the last line taken are waiting."""
         return len(self._buf) > 0
 
+    def has_line(self) -> bool:
+        """Whether a whole line is waiting."""
+        return self._buf.find(b"\n") != -1
+
     def clear(self) -> None:
         self._buf = bytearray()
         self._scanned = 0
@@ -168,8 +172,10 @@ def _same_id(data: Dict[str, Any], request_id: Any) -> bool:
     return type(answered) is type(request_id) and answered == request_id
 
 
-def decode_reply(line: bytes, request_id: Any) -> Reply:
-    """The Reply of one response line to the request of request_id.
+def decode_reply(line: bytes, request_id: Any,
+                 answered: bool = False) -> Reply:
+    """The Reply of one response line to the request of request_id
+    (answered: the connection has answered a request before).
     Raises IdemProtocolError for a line that is not a JSON object with a
     boolean ok, that holds U+0000 in a string (SPEC.md allows none in a
     request; the broker never sends one, and a C caller could not see
@@ -179,8 +185,10 @@ def decode_reply(line: bytes, request_id: Any) -> Reply:
     A success must echo the request's id (every request of this client
     carries one, and SPEC.md says the response echoes it): a success
     without it could be an answer to an earlier request.  An error may
-    come without one: the broker refuses a connection
-    (too_many_connections) before it reads the request."""
+    come without one only as a connection's first answer: the broker
+    refuses a connection (too_many_connections) before it reads the
+    request.  Later, an error without an id is a line nobody asked for
+    (a stray refusal arrived after the last answer was read)."""
     try:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -196,6 +204,10 @@ def decode_reply(line: bytes, request_id: Any) -> Reply:
                                     "not %r" % (data["id"], request_id))
     elif data["ok"]:
         raise IdemProtocolError("a success without the request's id %r"
+                                % (request_id,))
+    elif answered:
+        raise IdemProtocolError("an error without the request's id %r on "
+                                "a connection that has answered before"
                                 % (request_id,))
     return Reply(data, line)
 
