@@ -234,6 +234,8 @@ export class Client {
   readonly timeoutMs: number | null;
   readonly closed: boolean;
   readonly connected: boolean;
+  /** Connect now rather than on first use. */
+  connect(): Promise<void>;
   /** Close the connection; later calls throw IdemError "closed". */
   close(): void;
   call(request: { op: string; [member: string]: unknown }, options?: CallOptions): Promise<Reply>;

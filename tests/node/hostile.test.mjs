@@ -49,14 +49,28 @@ function reply(req, members) {
 }
 
 /** A fake broker: script(req, n) -> Buffer | HANG | CLOSE | STREAM |
- * { cut: Buffer } (write, then close) | { trickle: Buffer, ms }.
- * onConnect: CLOSE (closed unread) or a Buffer sent unasked. */
+ * { cut: Buffer } (write, then close) | { trickle: Buffer, ms } |
+ * { first: Buffer, after: Promise, more: Buffer } (write first, then
+ * more once after settles: a line sent unasked after an answer).
+ * onConnect: CLOSE (closed unread) or a Buffer sent unasked.
+ * fake.accepted settles once a connection is accepted;
+ * fake.refuseNow(buf) writes buf on every connection and closes it at
+ * once (idemd's refusal before it reads: too_many_connections). */
 async function hostile(script, onConnect = null) {
   const file = path.join(tmp, `h${serial++}.sock`);
   const fake = { path: file, requests: [], sockets: new Set(), connections: 0 };
+  let accepted;
+  fake.accepted = new Promise((resolve) => { accepted = resolve; });
+  fake.refuseNow = (buf) => {
+    for (const s of fake.sockets) {
+      s.write(buf);
+      s.destroy();
+    }
+  };
   const server = net.createServer((sock) => {
     fake.connections++;
     fake.sockets.add(sock);
+    accepted();
     sock.on('error', () => {});
     sock.on('close', () => fake.sockets.delete(sock));
     if (onConnect === CLOSE) {
@@ -93,6 +107,12 @@ async function hostile(script, onConnect = null) {
         } else if (action.cut !== undefined) {
           sock.end(action.cut);
           return;
+        } else if (action.more !== undefined) {
+          sock.write(action.first);
+          action.after.then(() => {
+            if (!sock.destroyed)
+              sock.write(action.more);
+          });
         } else if (action.trickle !== undefined) {
           busy = true;
           let i = 0;
@@ -263,16 +283,47 @@ test('7. an answer without the request\'s id is no success', async () => {
 });
 
 test('7. the broker\'s refusal before the request is the error', async () => {
+  // too_many_connections: idemd's one line before it reads, without an
+  // id, then it closes.  Connected, the refusal sent and the broker's
+  // end closed in the same turn as the request is sent: the send fails
+  // (EPIPE) with the refusal waiting, which is the answer.
   const line = Buffer.from('{"ok":false,"action_taken":false,"error":{"code":'
       + '"too_many_connections","reason":"max_connections","message":"too many",'
       + '"retryable":true}}\n');
-  const fake = await hostile(always(CLOSE), line);
+  const fake = await hostile(always(CLOSE));
   const c = new Client({ socket: fake.path, timeoutMs: T });
   try {
+    await c.connect();
+    await fake.accepted;
+    fake.refuseNow(line);
     const e = await c.hello().then(() => null, (x) => x);
     assert.ok(e instanceof IdemError, String(e));
-    assert.ok(['too_many_connections', 'transport'].includes(e.code), e.code);
+    assert.equal(e.code, 'too_many_connections', e.message);
     assert.equal(e.retryable, true);
+    assert.equal(fake.requests.length, 0);
+  } finally {
+    c.close();
+    await fake.close();
+  }
+});
+
+test('7. an error without an id after an answer is no answer', async () => {
+  // A refusal without an id sent after the first answer was read (two
+  // writes, the second once the client has the first): on a connection
+  // that has answered, never the next call's error.
+  let read;
+  const after = new Promise((resolve) => { read = resolve; });
+  const stray = Buffer.from('{"ok":false,"action_taken":false,"error":{"code":'
+      + '"shutting_down","message":"m","retryable":true}}\n');
+  const fake = await hostile((req, n) => (n === 1
+    ? { first: helloOk(req), after, more: stray } : HANG));
+  const c = new Client({ socket: fake.path, timeoutMs: T });
+  try {
+    await c.hello();
+    read();
+    const e = await c.hello().then(() => null, (x) => x);
+    assert.ok(e instanceof IdemProtocolError, String(e));
+    assert.equal(c.connected, false, 'the connection is still open');
   } finally {
     c.close();
     await fake.close();

@@ -11,6 +11,7 @@
 // the next call connects afresh: no answer of the old connection can be
 // taken for a reply on the new one.
 
+import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import {
@@ -26,6 +27,8 @@ import {
 
 /** A request or response line, newline included. */
 export const MAX_LINE_BYTES = 1024 * 1024;
+// What one read of a refusal takes (a refusal is one short line).
+const READ_BYTES = 4096;
 export const DEFAULT_ROOT = './fcop';
 export const SOCKET_NAME = '.idem/idemd.sock';
 
@@ -152,6 +155,10 @@ class Connection {
     this.buf = Buffer.alloc(0);
     this.scanned = 0;
     this.lost = null;
+    // An answer was taken: from then on an error without an id is a
+    // line nobody asked for (only a connection's first answer, a
+    // refusal sent before the broker reads, comes without one).
+    this.answered = false;
   }
 }
 
@@ -187,6 +194,12 @@ export class Client {
   /** Whether a connection is open now (it opens on first use). */
   get connected() {
     return this.#conn !== null;
+  }
+
+  /** Connect now rather than on first use; rejects with
+   * IdemTransportError when the broker cannot be reached. */
+  async connect() {
+    await this.#connect();
   }
 
   #lose(conn, error) {
@@ -289,13 +302,18 @@ export class Client {
     }
     // A success must echo the request's id (every request here carries
     // one): without it, it could be the answer to an earlier request.
-    // An error may come without one: the broker refuses a connection
-    // (too_many_connections) before it reads the request.
+    // An error may come without one only as the connection's first
+    // answer: the broker refuses a connection (too_many_connections)
+    // before it reads the request.  Later it is a stray refusal.
     let broken = null;
-    if (Object.hasOwn(reply, 'id') ? reply.id !== entry.id : reply.ok === true) {
+    const answered = conn.answered;
+    conn.answered = true;
+    if (Object.hasOwn(reply, 'id') ? reply.id !== entry.id : reply.ok === true || answered) {
       broken = Object.hasOwn(reply, 'id')
         ? `the response answers request ${JSON.stringify(reply.id)}, not ${entry.id}`
-        : `a success without the request's id ${entry.id}`;
+        : reply.ok === true
+          ? `a success without the request's id ${entry.id}`
+          : `an error without the request's id ${entry.id} on a connection that has answered before`;
     } else if (line.includes('\\u0000') && holdsNul(reply)) {
       // SPEC.md allows no U+0000 in a request; the broker sends none,
       // and a C caller could not see past one.
@@ -315,6 +333,32 @@ export class Client {
     // The broker closes the connection after too_large: so do we.
     if (reply.ok === false && reply.error?.code === 'too_large')
       this.#lose(conn, new IdemTransportError('the broker closed the connection after too_large'));
+  }
+
+  /** After a send that failed at once (EPIPE) on a connection that has
+   * not answered: the broker may have refused it before reading
+   * (too_many_connections, one line, then it closed), and that line is
+   * still on the socket, which node closes on the next tick.  What is
+   * waiting is read now, without waiting (the socket is non-blocking),
+   * and answers the call as any line does. */
+  #refusal(conn) {
+    const fd = conn.sock._handle?.fd;
+    if (typeof fd !== 'number' || fd < 0)
+      return;
+    const chunk = Buffer.alloc(READ_BYTES);
+    for (;;) {
+      let n;
+      try {
+        n = fs.readSync(fd, chunk, 0, chunk.length, null);
+      } catch {
+        return;     // EAGAIN: nothing more waiting
+      }
+      if (n === 0 || conn.lost !== null)
+        return;
+      this.#received(conn, Buffer.from(chunk.subarray(0, n)));
+      if (conn.answered)
+        return;
+    }
   }
 
   #encode(request) {
@@ -384,6 +428,8 @@ export class Client {
       conn.pending.push(entry);
       conn.sock.ref();
       conn.sock.write(line);
+      if (!conn.answered && conn.sock.errored)
+        this.#refusal(conn);
       if (this.timeoutMs !== null) {
         timer = setTimeout(() => this.#lose(conn, new IdemTransportError(
             `no answer in ${this.timeoutMs} ms`)), this.timeoutMs);
