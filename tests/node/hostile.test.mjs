@@ -278,6 +278,24 @@ test('7. two answers to one request: the second answers no later call', async ()
   }
 });
 
+test('a compacted task\'s receipt (receipt_pruned, no file_digest) is an answer', async () => {
+  const pruned = receipt('p-1');
+  delete pruned.file_digest;
+  const fake = await hostile((req) => created(req, {
+    disposition: 'reused', action_taken: false, receipt_pruned: true, receipt: pruned,
+  }));
+  const c = new Client({ socket: fake.path, timeoutMs: T });
+  try {
+    const r = await c.writeTask(TASK, 'p-1');
+    assert.equal(r.disposition, 'reused');
+    assert.equal(r.receipt.fileDigest, null);
+    assert.equal(r.receipt.taskId, pruned.task_id);
+  } finally {
+    c.close();
+    await fake.close();
+  }
+});
+
 test('7. an answer without the request\'s id is no success', async () => {
   await refused(always(Buffer.from('{"ok":true,"server":"idemd","version":"1","protocol":1}\n')));
 });

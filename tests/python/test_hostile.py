@@ -263,6 +263,19 @@ class SyncHostile(unittest.TestCase):
             c.hello()
         self.assertTrue(c.closed)
 
+    def test_compacted_receipt_is_an_answer(self):
+        # A compacted task's receipt (receipt_pruned: its tombstone's
+        # facts, no file_digest) is reused, as libidem reads it.
+        pruned = receipt("p-1")
+        del pruned["file_digest"]
+        fake, c = self.client(lambda req, n: created(
+            req, disposition="reused", action_taken=False,
+            receipt_pruned=True, receipt=pruned))
+        r = c.write_task(TASK, "p-1")
+        self.assertTrue(r.reused)
+        self.assertIsNone(r.receipt.file_digest)
+        self.assertEqual(r.receipt.task_id, pruned["task_id"])
+
     def test_answer_without_id_is_no_success(self):
         self.refused(b"{\"ok\":true,\"server\":\"idemd\",\"version\":\"1\","
                      b"\"protocol\":1}\n")
