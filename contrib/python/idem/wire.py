@@ -165,6 +165,24 @@ def _holds_nul(value: Any) -> bool:
     return False
 
 
+# The codes of the errors idemd sends without an id on a connection it
+# has read from: it could not read the request, so it has no id to echo
+# (broker/request.c: not JSON, e.g. an integer past 64 bits; not UTF-8;
+# not an object, a NUL in a member name or an id that is no scalar;
+# broker/worker.c: a line over the limit).  too_many_connections, the
+# other error without an id, comes only before the broker reads
+# anything: never after an answer.
+UNREAD_CODES = frozenset(("invalid_json", "invalid_utf8", "invalid_request",
+                          "too_large"))
+
+
+def _unread_error(data: Dict[str, Any]) -> bool:
+    """Whether an error is one idemd sends when it could not read the
+    request (UNREAD_CODES)."""
+    error = data.get("error")
+    return isinstance(error, dict) and error.get("code") in UNREAD_CODES
+
+
 def _same_id(data: Dict[str, Any], request_id: Any) -> bool:
     """Whether the reply's id is the request's, in type as in value
     (True is not 1, 1.0 is not 1)."""
@@ -185,10 +203,12 @@ def decode_reply(line: bytes, request_id: Any,
     A success must echo the request's id (every request of this client
     carries one, and SPEC.md says the response echoes it): a success
     without it could be an answer to an earlier request.  An error may
-    come without one only as a connection's first answer: the broker
-    refuses a connection (too_many_connections) before it reads the
-    request.  Later, an error without an id is a line nobody asked for
-    (a stray refusal arrived after the last answer was read)."""
+    come without one as a connection's first answer (the broker refuses
+    a connection, too_many_connections, before it reads the request) or
+    when the broker could not read the request (UNREAD_CODES: invalid_json
+    for an integer past 64 bits).  Any other error without an id on a
+    connection that has answered is a line nobody asked for (a stray
+    refusal arrived after the last answer was read)."""
     try:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -205,7 +225,7 @@ def decode_reply(line: bytes, request_id: Any,
     elif data["ok"]:
         raise IdemProtocolError("a success without the request's id %r"
                                 % (request_id,))
-    elif answered:
+    elif answered and not _unread_error(data):
         raise IdemProtocolError("an error without the request's id %r on "
                                 "a connection that has answered before"
                                 % (request_id,))
