@@ -57,6 +57,15 @@ function holdsNul(value) {
 }
 const NEWLINE = 0x0a;
 
+// The codes of the errors idemd sends without an id on a connection it
+// has read from: it could not read the request, so it has no id to echo
+// (broker/request.c: not JSON, e.g. an integer past 64 bits; not UTF-8;
+// not an object, a NUL in a member name or an id that is no scalar;
+// broker/worker.c: a line over the limit).  too_many_connections, the
+// other error without an id, comes only before the broker reads
+// anything: never after an answer.
+const UNREAD_CODES = new Set(['invalid_json', 'invalid_utf8', 'invalid_request', 'too_large']);
+
 /** $IDEM_SOCKET, else $IDEM_ROOT/.idem/idemd.sock, else
  * ./fcop/.idem/idemd.sock (empty variables count as unset), as the
  * Python and C clients choose. */
@@ -302,13 +311,16 @@ export class Client {
     }
     // A success must echo the request's id (every request here carries
     // one): without it, it could be the answer to an earlier request.
-    // An error may come without one only as the connection's first
-    // answer: the broker refuses a connection (too_many_connections)
-    // before it reads the request.  Later it is a stray refusal.
+    // An error may come without one as the connection's first answer
+    // (the broker refuses a connection, too_many_connections, before it
+    // reads the request) or when the broker could not read the request
+    // (UNREAD_CODES: invalid_json for an integer past 64 bits).  Any
+    // other error without one after an answer is a stray refusal.
     let broken = null;
     const answered = conn.answered;
     conn.answered = true;
-    if (Object.hasOwn(reply, 'id') ? reply.id !== entry.id : reply.ok === true || answered) {
+    if (Object.hasOwn(reply, 'id') ? reply.id !== entry.id
+      : reply.ok === true || (answered && !UNREAD_CODES.has(reply.error?.code))) {
       broken = Object.hasOwn(reply, 'id')
         ? `the response answers request ${JSON.stringify(reply.id)}, not ${entry.id}`
         : reply.ok === true
