@@ -300,25 +300,45 @@ test('7. an answer without the request\'s id is no success', async () => {
   await refused(always(Buffer.from('{"ok":true,"server":"idemd","version":"1","protocol":1}\n')));
 });
 
-test('7. the broker\'s refusal before the request is the error', async () => {
-  // too_many_connections: idemd's one line before it reads, without an
-  // id, then it closes.  Connected, the refusal sent and the broker's
-  // end closed in the same turn as the request is sent: the send fails
-  // (EPIPE) with the refusal waiting, which is the answer.
-  const line = Buffer.from('{"ok":false,"action_taken":false,"error":{"code":'
-      + '"too_many_connections","reason":"max_connections","message":"too many",'
-      + '"retryable":true}}\n');
+const REFUSAL = Buffer.from('{"ok":false,"action_taken":false,"error":{"code":'
+    + '"too_many_connections","reason":"max_connections","message":"too many",'
+    + '"retryable":true}}\n');
+
+test('7. the broker\'s refusal without an id as the first answer is the error', async () => {
+  // too_many_connections: idemd's one line without an id (SPEC.md),
+  // then it closes.  Read after the request was sent, it is the call's
+  // answer: the retryable error, not a protocol one.
+  const fake = await hostile(always({ cut: REFUSAL }));
+  const c = new Client({ socket: fake.path, timeoutMs: T });
+  try {
+    const e = await c.hello().then(() => null, (x) => x);
+    assert.ok(e instanceof IdemError && !(e instanceof IdemProtocolError), String(e));
+    assert.equal(e.code, 'too_many_connections', e.message);
+    assert.equal(e.retryable, true);
+  } finally {
+    c.close();
+    await fake.close();
+  }
+});
+
+test('7. the broker\'s refusal closed before the request is sent: a transport error', async () => {
+  // The refusal sent and the broker's end closed in the same turn as
+  // the request is sent: the send fails (EPIPE) and node drops the
+  // socket before its loop reads the refusal waiting on it, which
+  // nothing public reaches (the client uses no node internals).  The
+  // call fails as a retryable transport error, nothing was sent, and
+  // the connection is gone (the next call connects afresh).
   const fake = await hostile(always(CLOSE));
   const c = new Client({ socket: fake.path, timeoutMs: T });
   try {
     await c.connect();
     await fake.accepted;
-    fake.refuseNow(line);
+    fake.refuseNow(REFUSAL);
     const e = await c.hello().then(() => null, (x) => x);
-    assert.ok(e instanceof IdemError, String(e));
-    assert.equal(e.code, 'too_many_connections', e.message);
+    assert.ok(e instanceof IdemTransportError, String(e));
     assert.equal(e.retryable, true);
     assert.equal(fake.requests.length, 0);
+    assert.equal(c.connected, false);
   } finally {
     c.close();
     await fake.close();

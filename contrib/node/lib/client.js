@@ -11,7 +11,6 @@
 // the next call connects afresh: no answer of the old connection can be
 // taken for a reply on the new one.
 
-import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import {
@@ -27,8 +26,6 @@ import {
 
 /** A request or response line, newline included. */
 export const MAX_LINE_BYTES = 1024 * 1024;
-// What one read of a refusal takes (a refusal is one short line).
-const READ_BYTES = 4096;
 export const DEFAULT_ROOT = './fcop';
 export const SOCKET_NAME = '.idem/idemd.sock';
 
@@ -347,32 +344,6 @@ export class Client {
       this.#lose(conn, new IdemTransportError('the broker closed the connection after too_large'));
   }
 
-  /** After a send that failed at once (EPIPE) on a connection that has
-   * not answered: the broker may have refused it before reading
-   * (too_many_connections, one line, then it closed), and that line is
-   * still on the socket, which node closes on the next tick.  What is
-   * waiting is read now, without waiting (the socket is non-blocking),
-   * and answers the call as any line does. */
-  #refusal(conn) {
-    const fd = conn.sock._handle?.fd;
-    if (typeof fd !== 'number' || fd < 0)
-      return;
-    const chunk = Buffer.alloc(READ_BYTES);
-    for (;;) {
-      let n;
-      try {
-        n = fs.readSync(fd, chunk, 0, chunk.length, null);
-      } catch {
-        return;     // EAGAIN: nothing more waiting
-      }
-      if (n === 0 || conn.lost !== null)
-        return;
-      this.#received(conn, Buffer.from(chunk.subarray(0, n)));
-      if (conn.answered)
-        return;
-    }
-  }
-
   #encode(request) {
     if (request === null || typeof request !== 'object' || typeof request.op !== 'string')
       throw new IdemRequestError('invalid_request', 'a request is an object with an op',
@@ -440,8 +411,6 @@ export class Client {
       conn.pending.push(entry);
       conn.sock.ref();
       conn.sock.write(line);
-      if (!conn.answered && conn.sock.errored)
-        this.#refusal(conn);
       if (this.timeoutMs !== null) {
         timer = setTimeout(() => this.#lose(conn, new IdemTransportError(
             `no answer in ${this.timeoutMs} ms`)), this.timeoutMs);
