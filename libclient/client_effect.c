@@ -1,25 +1,21 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * client_effect.c: the effect ledger's calls of idem.h (SPEC.md,
- * "Effects"): effect_begin, effect_complete, effect_extend,
- * effect_resolve and the idem_effect_run helper over them, on client.c's
- * connection.  While perform runs, idem_effect_run keeps the lease with
- * a keeper thread of its own on a connection of its own (a connection is
- * not thread-safe, and perform may use the caller's): it extends every
- * third of the lease, so a perform longer than its lease is not
- * answered outcome_unknown to the next caller while it still runs.
- * An answer is checked and read without a tree (replyscan.c): its
+ * "Effects"): effect_begin, effect_complete, effect_extend and
+ * effect_resolve on client.c's connection (idem_effect_run over them:
+ * client_effect_run.c).  An answer must agree with its request and its
+ * own ok: a proceed carries its fence, external_key and attempt, a key
+ * it names is the request's, an applied report's answer is the receipt
+ * (client_effect_coherent), or it is a protocol error that closes the
+ * connection.  An answer is checked and read without a tree
+ * (replyscan.c): its
  * receipt and result are the bytes the broker sent (issue #33: a tree
  * of the whole answer was most of a retry's client time).
  */
 #include <assert.h>
-#include <errno.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
@@ -27,7 +23,6 @@
 #include "protocol.h"
 #include "client_int.h"
 #include "jsonbytes.h"
-#include "monoclock.h"
 #include "replyscan.h"
 
 /* What an effect op's disposition is to this library; NONE: not one. */
@@ -139,7 +134,9 @@ client_effect_fenced(enum idem_op_code op, const char *id, const char *kind,
 	X(LEASE_EXPIRES_AT, "lease_expires_at")				\
 	X(COMMITTED_AT, "committed_at")					\
 	X(ATTEMPT, "attempt")						\
-	X(RESULT, "result")
+	X(RESULT, "result")						\
+	X(CLIENT_SUBMISSION_ID, "client_submission_id")			\
+	X(EFFECT_KIND, "effect_kind")
 
 enum client_fact {
 #define CLIENT_FACT_ENUM(sym, name)	CLIENT_FACT_##sym,
@@ -194,6 +191,7 @@ client_fact_of(const char *key, size_t length)
 		break;
 	case 11:
 		CLIENT_FACT_IS(DISPOSITION);
+		CLIENT_FACT_IS(EFFECT_KIND);
 		break;
 	case 12:
 		CLIENT_FACT_IS(ACTION_TAKEN);
@@ -205,6 +203,9 @@ client_fact_of(const char *key, size_t length)
 		break;
 	case 16:
 		CLIENT_FACT_IS(LEASE_EXPIRES_AT);
+		break;
+	case 20:
+		CLIENT_FACT_IS(CLIENT_SUBMISSION_ID);
 		break;
 	}
 	return -1;
@@ -402,6 +403,103 @@ client_effect_wire_error(const struct client_facts *response,
 }
 
 /*
+ * What the request said that its answer must agree with (NULL for
+ * idem_effect_parse, which has no request): the key, whether it was an
+ * extension, and whether it reported the effect applied (its answer is
+ * then the receipt).
+ */
+struct client_expect {
+	const char	*id;
+	const char	*kind;
+	int		 extend;
+	int		 applied;
+};
+
+/*
+ * A key member the answer (or its receipt) names must be the request's:
+ * an answer about another key is an answer to another request.
+ */
+static int
+client_effect_same(const struct replyscan_member *m, const char *key,
+    const char *want, struct idem_error *err)
+{
+	char	got[256];
+	long	n;
+
+	if (want == NULL || client_scan_absent(m))
+		return 0;
+	n = replyscan_string(m->value, m->value_length, got, sizeof got);
+	if (n < 0 || (size_t)n >= sizeof got || strcmp(got, want) != 0) {
+		client_error(err, IDEM_E_PROTOCOL,
+		    "the answer's %s is not the request's %s", key, want);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+client_effect_keys(const struct client_facts *f,
+    const struct client_expect *x, struct idem_error *err)
+{
+	if (x == NULL)
+		return 0;
+	return client_effect_same(f->m[CLIENT_FACT_CLIENT_SUBMISSION_ID],
+	    "client_submission_id", x->id, err) != 0 ||
+	    client_effect_same(f->m[CLIENT_FACT_EFFECT_KIND], "effect_kind",
+	    x->kind, err) != 0 ? -1 : 0;
+}
+
+/*
+ * An answer's disposition must agree with its ok and carry what it
+ * promises: proceed (ok) its fence, external_key and an attempt from 1;
+ * reused (ok) its receipt; conflict, in_progress and outcome_unknown
+ * are refusals (not ok); an applied report's commit (ok) its receipt.
+ * Anything else would have the caller perform, or trust, what the
+ * broker did not say.
+ */
+static int
+client_effect_coherent(const struct idem_effect *out, int ok,
+    int has_disposition, int has_receipt, const struct client_expect *x,
+    struct idem_error *err)
+{
+	const char	*wrong = NULL;
+
+	switch (out->disposition) {
+	case IDEM_EFFECT_PROCEED:
+		if (!ok)
+			wrong = "a refusal that says proceed";
+		else if (out->fence[0] == '\0' || out->external_key[0] == '\0' ||
+		    out->attempt < 1)
+			wrong = "proceed without fence, external_key or an "
+			    "attempt from 1";
+		break;
+	case IDEM_EFFECT_REUSED:
+		if (!ok || !has_receipt)
+			wrong = "reused without ok or a receipt";
+		break;
+	case IDEM_EFFECT_CONFLICT:
+	case IDEM_EFFECT_IN_PROGRESS:
+		if (ok)
+			wrong = "a success whose disposition is a refusal";
+		break;
+	case IDEM_EFFECT_OUTCOME_UNKNOWN:
+		if (ok && has_disposition)
+			wrong = "a success whose disposition is a refusal";
+		break;
+	case IDEM_EFFECT_COMMITTED:
+		if (x != NULL && x->applied && !has_receipt)
+			wrong = "an applied effect committed without a receipt";
+		break;
+	default:
+		break;
+	}
+	if (wrong == NULL)
+		return 0;
+	client_error(err, IDEM_E_PROTOCOL, "%s", wrong);
+	return -1;
+}
+
+/*
  * Any effect op's answer (response, its members read by name; receipt,
  * its receipt's members as the check listed them, text NULL if it has
  * none) into
@@ -413,8 +511,8 @@ client_effect_wire_error(const struct client_facts *response,
  */
 static int
 client_effect_answer(const struct client_facts *response,
-    const struct replyscan_object *receipt, struct idem_effect *out,
-    struct idem_error *err)
+    const struct replyscan_object *receipt, const struct client_expect *x,
+    struct idem_effect *out, struct idem_error *err)
 {
 	struct replyscan_object		 inner;
 	struct client_facts		 facts;
@@ -437,7 +535,8 @@ client_effect_answer(const struct client_facts *response,
 		return -1;
 	}
 	has_disposition = n >= 0;
-	if (client_scan_bool(response->m[CLIENT_FACT_ACTION_TAKEN],
+	if (client_effect_keys(response, x, err) != 0 ||
+	    client_scan_bool(response->m[CLIENT_FACT_ACTION_TAKEN],
 	    "action_taken", &out->action_taken, err) != 0 ||
 	    client_scan_bool(response->m[CLIENT_FACT_RECOVERED], "recovered",
 	    &out->recovered, err) != 0 ||
@@ -450,7 +549,8 @@ client_effect_answer(const struct client_facts *response,
 	}
 	if ((has_receipt = receipt->text != NULL)) {
 		client_facts_of(receipt, &facts);
-		if (client_effect_facts(&facts, out, err) != 0)
+		if (client_effect_keys(&facts, x, err) != 0 ||
+		    client_effect_facts(&facts, out, err) != 0)
 			return -1;
 	}
 	if (has_disposition) {
@@ -474,6 +574,11 @@ client_effect_answer(const struct client_facts *response,
 		    client_effect_text(m, &out->result, err) != 0)
 			return -1;
 	}
+	if (client_effect_coherent(out, ok, has_disposition, has_receipt, x,
+	    err) != 0) {
+		out->disposition = IDEM_EFFECT_NONE;
+		return -1;
+	}
 	if (!ok) {
 		client_effect_wire_error(response, err);
 		/* Only a disposition makes a refusal an answer. */
@@ -490,8 +595,9 @@ client_effect_answer(const struct client_facts *response,
  * {"ok":true,"lease_expires_at":...}.
  */
 static int
-client_effect_line(const char *line, size_t length, int extend,
-    struct idem_effect *out, struct idem_error *err)
+client_effect_line(const char *line, size_t length,
+    const struct client_expect *x, struct idem_effect *out,
+    struct idem_error *err)
 {
 	struct replyscan_object		 response, receipt;
 	struct client_facts		 facts;
@@ -521,7 +627,7 @@ client_effect_line(const char *line, size_t length, int extend,
 		    "response is not an object with a boolean ok");
 		return -1;
 	}
-	if (extend && m->value_length == 4) {
+	if (x != NULL && x->extend && m->value_length == 4) {
 		rc = client_scan_copy(facts.m[CLIENT_FACT_LEASE_EXPIRES_AT],
 		    "lease_expires_at",
 		    out->lease_expires_at, sizeof out->lease_expires_at, 1,
@@ -530,7 +636,7 @@ client_effect_line(const char *line, size_t length, int extend,
 			out->disposition = IDEM_EFFECT_EXTENDED;
 		return rc;
 	}
-	return client_effect_answer(&facts, &receipt, out, err);
+	return client_effect_answer(&facts, &receipt, x, out, err);
 }
 
 int
@@ -538,6 +644,7 @@ idem_effect_parse(const char *response, struct idem_effect *out,
     struct idem_error *err)
 {
 	struct idem_error	scratch;
+	int			rc;
 
 	if (err == NULL)
 		err = &scratch;
@@ -550,13 +657,16 @@ idem_effect_parse(const char *response, struct idem_effect *out,
 		return -1;
 	}
 	memset(out, 0, sizeof *out);
-	return client_effect_line(response, strlen(response), 0, out, err);
+	rc = client_effect_line(response, strlen(response), NULL, out, err);
+	(void)client_code_out(err);
+	return rc;
 }
 
 /* Send request (consumed) and take the answer into out. */
 static int
-client_effect_call(struct idem_conn *conn, json_t *request, int extend,
-    struct idem_effect *out, struct idem_error *err)
+client_effect_call(struct idem_conn *conn, json_t *request,
+    const struct client_expect *x, struct idem_effect *out,
+    struct idem_error *err)
 {
 	char	*line;
 	int	 rc;
@@ -567,9 +677,9 @@ client_effect_call(struct idem_conn *conn, json_t *request, int extend,
 	json_decref(request);
 	if (rc != 0)
 		return -1;
-	rc = client_effect_line(line, strlen(line), extend, out, err);
+	rc = client_effect_line(line, strlen(line), x, out, err);
 	free(line);
-	return rc;
+	return client_done(conn, rc, err);
 }
 
 /*
@@ -666,8 +776,8 @@ client_compact(const char *text, size_t *length)
  */
 static int
 client_effect_call_pieces(struct idem_conn *conn,
-    const struct client_pieces *l, struct idem_effect *out,
-    struct idem_error *err)
+    const struct client_pieces *l, const struct client_expect *x,
+    struct idem_effect *out, struct idem_error *err)
 {
 	const char	*answer;
 	size_t		 answer_length;
@@ -675,7 +785,8 @@ client_effect_call_pieces(struct idem_conn *conn,
 	if (client_call_pieces(conn, l->piece, l->length, l->count, &answer,
 	    &answer_length, err) != 0)
 		return -1;
-	return client_effect_line(answer, answer_length, 0, out, err);
+	return client_done(conn, client_effect_line(answer, answer_length, x,
+	    out, err), err);
 }
 
 /*
@@ -706,7 +817,8 @@ client_begin_plain(struct idem_conn *conn, const char *id, const char *kind,
 		client_put(&l, first, (size_t)(digits + sizeof digits - first));
 	}
 	CLIENT_PUT_LITERAL(&l, "}");
-	*rc = client_effect_call_pieces(conn, &l, out, err);
+	*rc = client_effect_call_pieces(conn, &l,
+	    &(const struct client_expect){ id, kind, 0, 0 }, out, err);
 	return 1;
 }
 
@@ -736,7 +848,8 @@ client_complete_plain(struct idem_conn *conn, const char *id,
 	} else
 		CLIENT_PUT_LITERAL(&l, "\",\"outcome\":\"not_applied\"");
 	CLIENT_PUT_LITERAL(&l, "}");
-	*rc = client_effect_call_pieces(conn, &l, out, err);
+	*rc = client_effect_call_pieces(conn, &l,
+	    &(const struct client_expect){ id, kind, 0, applied }, out, err);
 	return 1;
 }
 
@@ -771,7 +884,9 @@ idem_effect_begin(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	return client_effect_call(conn, request, 0, out, err);
+	return client_effect_call(conn, request,
+	    &(const struct client_expect){ client_submission_id, effect_kind,
+	    0, 0 }, out, err);
 }
 
 int
@@ -802,7 +917,9 @@ idem_effect_complete(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	return client_effect_call(conn, request, 0, out, err);
+	return client_effect_call(conn, request,
+	    &(const struct client_expect){ client_submission_id, effect_kind,
+	    0, applied }, out, err);
 }
 
 int
@@ -843,7 +960,9 @@ idem_effect_resolve(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	return client_effect_call(conn, request, 0, out, err);
+	return client_effect_call(conn, request,
+	    &(const struct client_expect){ client_submission_id, effect_kind,
+	    0, observed == IDEM_OBSERVED_APPLIED }, out, err);
 }
 
 int
@@ -867,229 +986,7 @@ idem_effect_extend(struct idem_conn *conn, const char *client_submission_id,
 		json_decref(request);
 		return -1;
 	}
-	return client_effect_call(conn, request, 1, out, err);
-}
-
-/* ---- idem_effect_run's keeper: the lease, extended while perform runs --- */
-
-struct client_keeper {
-	pthread_t	 thread;
-	pthread_mutex_t	 lock;
-	pthread_cond_t	 wake;
-	int		 stop;
-	char		 socket_path[sizeof ((struct idem_conn *)0)->path];
-	const char	*id;
-	const char	*kind;
-	const char	*fence;
-	int64_t		 lease_ms;
-};
-
-/*
- * Every third of the lease: effect_extend.  A refusal (the lease lapsed,
- * another attempt's fence) ends it: there is nothing left to keep, and
- * the complete says what the broker decided.
- *
- * On a loaded host one late turn must not lose the lease, so the keeper
- * keeps its schedule rather than sliding it: each extension is due a
- * third after the previous one was sent (the broker extends from when
- * it takes the request), not a third after its answer came, so a slow
- * answer (a journal flush behind a busy disk) does not push the next
- * one back, and one that came later than a third is followed at once.
- * Its connection is made before the first third (not on it), and an
- * answer may take up to a lease: one slower than a third is still an
- * extension, not a failure.  A failure to reach the broker (a restart)
- * is tried again on a new connection after a tenth of the lease, not a
- * whole third: the lease may be short of time by then.
- */
-static void *
-client_keeper_main(void *arg)
-{
-	struct client_keeper	*k = arg;
-	struct idem_conn	*conn;
-	struct idem_effect	 out;
-	struct idem_error	 err;
-	struct timespec		 at;
-	int64_t			 third = k->lease_ms / 3;
-	int			 rc, done = 0;
-
-	monoclock_after(&at, third);
-	conn = client_connect(k->socket_path, k->lease_ms, &err);
-	pthread_mutex_lock(&k->lock);
-	while (!k->stop && !done) {
-		while (!k->stop && pthread_cond_timedwait(&k->wake, &k->lock,
-		    &at) != ETIMEDOUT)
-			;
-		if (k->stop)
-			break;
-		pthread_mutex_unlock(&k->lock);
-		/* Due a third after this one is sent, whenever it answers. */
-		monoclock_after(&at, third);
-		if (conn == NULL)
-			conn = client_connect(k->socket_path, k->lease_ms,
-			    &err);
-		if (conn != NULL) {
-			rc = idem_effect_extend(conn, k->id, k->kind, k->fence,
-			    k->lease_ms, &out, &err);
-			if (rc == 0 && out.disposition != IDEM_EFFECT_EXTENDED)
-				done = 1;
-			else if (rc != 0) {
-				idem_close(conn);
-				conn = NULL;
-			}
-			idem_effect_clear(&out);
-		}
-		if (conn == NULL)
-			monoclock_after(&at, k->lease_ms / 10);
-		pthread_mutex_lock(&k->lock);
-	}
-	pthread_mutex_unlock(&k->lock);
-	idem_close(conn);
-	return NULL;
-}
-
-/* 0 and the keeper running, or -1 (perform runs without one). */
-static int
-client_keeper_start(struct client_keeper *k, const struct idem_conn *conn,
-    const char *id, const char *kind, const char *fence, int64_t lease_ms)
-{
-	pthread_condattr_t	attr;
-	sigset_t		all, old;
-	int			error;
-
-	memset(k, 0, sizeof *k);
-	memcpy(k->socket_path, conn->path, sizeof k->socket_path);
-	k->id = id;
-	k->kind = kind;
-	k->fence = fence;
-	k->lease_ms = lease_ms > 0 ? lease_ms : IDEM_DEFAULT_LEASE_MS;
-	if (pthread_condattr_init(&attr) != 0)
-		return -1;
-	if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
-	    pthread_cond_init(&k->wake, &attr) != 0) {
-		pthread_condattr_destroy(&attr);
-		return -1;
-	}
-	pthread_condattr_destroy(&attr);
-	if (pthread_mutex_init(&k->lock, NULL) != 0) {
-		pthread_cond_destroy(&k->wake);
-		return -1;
-	}
-	/*
-	 * The caller's signals are the caller's threads' to take: the
-	 * keeper blocks them all (it inherits this mask).
-	 */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	error = pthread_create(&k->thread, NULL, client_keeper_main, k);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (error != 0) {
-		pthread_mutex_destroy(&k->lock);
-		pthread_cond_destroy(&k->wake);
-		return -1;
-	}
-	return 0;
-}
-
-static void
-client_keeper_stop(struct client_keeper *k)
-{
-	pthread_mutex_lock(&k->lock);
-	k->stop = 1;
-	pthread_cond_signal(&k->wake);
-	pthread_mutex_unlock(&k->lock);
-	pthread_join(k->thread, NULL);
-	pthread_mutex_destroy(&k->lock);
-	pthread_cond_destroy(&k->wake);
-}
-
-int
-idem_effect_run(struct idem_conn *conn, const char *client_submission_id,
-    const char *effect_kind, const char *request_json, int64_t lease_ms,
-    idem_effect_perform_fn perform, idem_effect_probe_fn probe, void *arg,
-    struct idem_effect *out, struct idem_error *err)
-{
-	struct idem_error		 scratch;
-	struct idem_effect		 begun;
-	struct client_keeper		 keeper;
-	enum idem_effect_observed	 seen;
-	char				*result, *source, fence[sizeof begun.fence];
-	int				 rounds, rc, kept;
-
-	if (err == NULL)
-		err = &scratch;
-	memset(out, 0, sizeof *out);
-	if (perform == NULL) {
-		memset(err, 0, sizeof *err);
-		client_error(err, IDEM_E_ARGUMENT, "perform is required");
-		return -1;
-	}
-	/* A second round only after evidence said "not applied". */
-	for (rounds = 0; rounds < 2; rounds++) {
-		idem_effect_clear(out);
-		if (idem_effect_begin(conn, client_submission_id, effect_kind,
-		    request_json, lease_ms, out, err) != 0)
-			return -1;
-		switch (out->disposition) {
-		case IDEM_EFFECT_REUSED:
-			return 0;
-		case IDEM_EFFECT_PROCEED:
-			result = NULL;
-			snprintf(fence, sizeof fence, "%s", out->fence);
-			/* Without a keeper, perform has its lease as it is. */
-			kept = client_keeper_start(&keeper, conn,
-			    client_submission_id, effect_kind, fence,
-			    lease_ms) == 0;
-			seen = perform(out, &result, arg);
-			if (kept)
-				client_keeper_stop(&keeper);
-			if (seen == IDEM_OBSERVED_UNKNOWN) {
-				free(result);
-				client_error(err, IDEM_E_OUTCOME_UNKNOWN,
-				    "perform could not tell whether the effect "
-				    "happened; it is settled by evidence "
-				    "(effect_resolve) once its lease lapses");
-				return -1;
-			}
-			begun = *out;
-			begun.receipt = begun.result = NULL;
-			idem_effect_clear(out);
-			rc = idem_effect_complete(conn, client_submission_id,
-			    effect_kind, fence, seen == IDEM_OBSERVED_APPLIED,
-			    result, out, err);
-			free(result);
-			if (rc != 0) {
-				/* Where it stopped: performed, not reported. */
-				idem_effect_clear(out);
-				*out = begun;
-				return -1;
-			}
-			return out->disposition == IDEM_EFFECT_COMMITTED ||
-			    out->disposition == IDEM_EFFECT_RELEASED ? 0 : -1;
-		case IDEM_EFFECT_OUTCOME_UNKNOWN:
-			if (probe == NULL)
-				return -1;
-			result = source = NULL;
-			seen = probe(out, &result, &source, arg);
-			if (seen == IDEM_OBSERVED_UNKNOWN) {
-				free(result);
-				free(source);
-				return -1;	/* err: outcome_unknown */
-			}
-			idem_effect_clear(out);
-			rc = idem_effect_resolve(conn, client_submission_id,
-			    effect_kind, seen, result, source, out, err);
-			free(result);
-			free(source);
-			if (rc != 0)
-				return -1;
-			if (out->disposition == IDEM_EFFECT_COMMITTED)
-				return 0;
-			if (out->disposition != IDEM_EFFECT_RELEASED)
-				return -1;
-			continue;	/* not applied: perform it now */
-		default:		/* conflict, in_progress */
-			return -1;
-		}
-	}
-	return -1;
+	return client_effect_call(conn, request,
+	    &(const struct client_expect){ client_submission_id, effect_kind,
+	    1, 0 }, out, err);
 }

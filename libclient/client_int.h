@@ -24,6 +24,11 @@ struct idem_conn {
 	char	*out;		/* the request line and its newline, sent */
 	size_t	 out_size;
 	int64_t	 timeout_ms;	/* the longest wait for a reply; 0: none */
+	/*
+	 * An answer was taken on this stream: from then on bytes waiting
+	 * before a request are an answer nobody asked for.
+	 */
+	int	 answered;
 	/* Where it connected: idem_effect_run's keeper connects there too. */
 	char	 path[108];	/* sockaddr_un's sun_path */
 };
@@ -36,6 +41,13 @@ enum client_disposition {
 #undef CLIENT_DISPOSITION_ENUM
 	CLIENT_DISPOSITION_COUNT
 };
+
+/*
+ * client_wire_error's code for a well-formed error whose code this
+ * library does not know; never seen by a caller: client_done (or
+ * client_code_out) makes it IDEM_E_PROTOCOL without closing the stream.
+ */
+#define CLIENT_E_UNKNOWN_CODE	((enum idem_error_code)0x7fff)
 
 void	client_error(struct idem_error *, enum idem_error_code,
 	    const char *, ...) __attribute__((format(printf, 3, 4)));
@@ -51,6 +63,8 @@ int	client_call_pieces(struct idem_conn *, const char *const *piece,
 	    size_t *answer_length, struct idem_error *);
 int	client_call_line(struct idem_conn *, json_t *request, char **answer,
 	    struct idem_error *);
+int	client_done(struct idem_conn *, int rc, struct idem_error *);
+int	client_code_out(struct idem_error *);
 void	client_wire_error(json_t *response, struct idem_error *);
 void	client_wire_error_of(const char *code, const char *message,
 	    int retryable, const char *field, const char *reason,
@@ -68,7 +82,7 @@ int	client_set(json_t *object, const char *key, json_t *value,
 json_t	*client_request_new(enum idem_op_code op, const char *inner_key,
 	    json_t **inner, const char *task_id,
 	    const char *client_submission_id, struct idem_error *);
-int	client_receipt(json_t *receipt, struct idem_receipt *,
+int	client_receipt(json_t *holder, struct idem_receipt *,
 	    struct idem_error *);
 int	client_write_task(struct idem_conn *, const char *client_submission_id,
 	    const struct idem_task *, struct idem_write_result *,

@@ -63,8 +63,6 @@ static int
 client_submission(json_t *s, struct idem_submission *sub,
     struct idem_error *err)
 {
-	json_t	*receipt;
-
 	if (!json_is_object(s)) {
 		client_error(err, IDEM_E_PROTOCOL,
 		    "found without a submission object");
@@ -89,8 +87,8 @@ client_submission(json_t *s, struct idem_submission *sub,
 	    client_copy(s, "current_path", sub->current_path,
 	    sizeof sub->current_path, 0, err) != 0)
 		return -1;
-	if ((receipt = json_object_get(s, "receipt")) != NULL) {
-		if (client_receipt(receipt, &sub->receipt, err) != 0)
+	if (json_object_get(s, "receipt") != NULL) {
+		if (client_receipt(s, &sub->receipt, err) != 0)
 			return -1;
 		sub->has_receipt = 1;
 	}
@@ -128,13 +126,21 @@ idem_get_submission(struct idem_conn *conn, const char *client_submission_id,
 		rc = 0;
 	else if (client_submission(json_object_get(response, "submission"),
 	    sub, err) == 0) {
-		*found = 1;
-		rc = 0;
+		/* Another key's record is the answer to another request. */
+		if (strcmp(sub->client_submission_id,
+		    client_submission_id) != 0)
+			client_error(err, IDEM_E_PROTOCOL, "the record is of "
+			    "client_submission_id %s, not %s",
+			    sub->client_submission_id, client_submission_id);
+		else {
+			*found = 1;
+			rc = 0;
+		}
 	}
 	json_decref(response);
 	if (rc != 0)
 		memset(sub, 0, sizeof *sub);
-	return rc;
+	return client_done(conn, rc, err);
 }
 
 static int
@@ -229,7 +235,7 @@ done:
 	json_decref(response);
 	if (rc != 0)
 		idem_diagnosis_free(diagnosis);
-	return rc;
+	return client_done(conn, rc, err);
 }
 
 void
@@ -292,5 +298,5 @@ idem_stats(struct idem_conn *conn, struct idem_stats *stats,
 	json_decref(response);
 	if (rc != 0)
 		memset(stats, 0, sizeof *stats);
-	return rc;
+	return client_done(conn, rc, err);
 }

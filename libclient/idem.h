@@ -205,6 +205,15 @@ struct idem_conn;
 /* socket_path NULL: $IDEM_SOCKET, else $IDEM_ROOT/.idem/idemd.sock, else ./fcop/.idem/idemd.sock. */
 struct idem_conn	*idem_connect(const char *socket_path, struct idem_error *);
 void			 idem_close(struct idem_conn *);
+/*
+ * Bound every later call on conn: its send, and the wait for its whole
+ * answer (an answer that trickles in a byte at a time does not restart
+ * it), by timeout_ms (0: wait for ever, idem_connect's default).  Past
+ * it the call fails with IDEM_E_TRANSPORT and the connection is closed:
+ * the late answer could otherwise be taken for the next call's.
+ */
+int	idem_set_timeout(struct idem_conn *, int64_t timeout_ms,
+	    struct idem_error *);
 
 /* Send one raw request line (no newline) and read one response line (malloc'd). */
 int	idem_call_raw(struct idem_conn *, const char *request, char **response,

@@ -8,7 +8,9 @@
 #     package has no dependencies, so the README's command works on a
 #     machine with no network;
 #  2. tests/node/client.test.mjs under node's test runner in that
-#     project, importing 'idemd-client' through its package exports;
+#     project, importing 'idemd-client' through its package exports, and
+#     tests/node/hostile.test.mjs there (the client against a broker
+#     that breaks the protocol: a net.Server of its own);
 #  3. contrib/examples/mcp_notify.mjs (an MCP server of the official SDK
 #     whose tool uses runEffect) driven by tests/node/example.test.mjs
 #     with the SDK's client: the SDK and zod installed into the BUILD
@@ -131,13 +133,20 @@ else
 	fail "npm pack $pkg, installed offline"
 fi
 
-# 2. The client's tests, importing the installed package.
-cp "$src/tests/node/client.test.mjs" "$src/tests/node/broker.mjs" "$fresh/" ||
-    exit 99
+# 2. The client's tests, importing the installed package: against a
+# real idemd (client.test.mjs) and against a broker that breaks the
+# protocol on purpose (hostile.test.mjs, no idemd).
+cp "$src/tests/node/client.test.mjs" "$src/tests/node/broker.mjs" \
+    "$src/tests/node/hostile.test.mjs" "$fresh/" || exit 99
 if (cd "$fresh" && IDEM_NODE_DOC=$src/doc/node.md node --test client.test.mjs); then
 	pass "tests/node/client.test.mjs"
 else
 	fail "tests/node/client.test.mjs"
+fi
+if (cd "$fresh" && node --test hostile.test.mjs); then
+	pass "tests/node/hostile.test.mjs"
+else
+	fail "tests/node/hostile.test.mjs"
 fi
 
 # 3. The example, with the SDK from the registry (npm ci, pinned).

@@ -5,8 +5,9 @@
 # index (PIP_NO_INDEX, no pip configuration), then typechecked (mypy
 # --strict, when python3-mypy is installed) and tests/python/test_*.py
 # (test_client: the sync client; test_aio: idem.aio; test_lease: the
-# lease kept by effect_extend) run with the venv's python against a real
-# idemd (tests/python/harness.py starts it).  make check sets IDEMD,
+# lease kept by effect_extend; test_hostile: both clients against a
+# broker that breaks the protocol, hostile.py) run with the venv's python
+# against a real idemd (tests/python/harness.py starts it).  make check sets IDEMD,
 # IDEM_VECTORS, IDEM_SRCDIR and IDEM_VERSION.  Exit 77 (skip) without
 # python3 or its venv module, and the typecheck skipped (a "SKIP:" line)
 # without mypy, but in CI (CI=true) each of them fails: CI must run it

@@ -234,6 +234,8 @@ export class Client {
   readonly timeoutMs: number | null;
   readonly closed: boolean;
   readonly connected: boolean;
+  /** Connect now rather than on first use. */
+  connect(): Promise<void>;
   /** Close the connection; later calls throw IdemError "closed". */
   close(): void;
   call(request: { op: string; [member: string]: unknown }, options?: CallOptions): Promise<Reply>;
@@ -372,6 +374,9 @@ export function rawMember(text: string, ...path: string[]): string | null;
 // ---- retries -----------------------------------------------------------
 
 export const RETRYABLE_CODES: readonly string[];
+/** Codes retried only when the broker marks them retryable (internal,
+ * table_full); every other code never is, however it is marked. */
+export const RETRYABLE_WHEN_MARKED: readonly string[];
 export interface RetryOptions {
   socket?: string;
   /** At most this many attempts (8). */

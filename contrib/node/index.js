@@ -24,7 +24,9 @@ export {
   DIGEST_SCHEMA, EFFECT_DIGEST_SCHEMA, FCOP_DIGEST_SCHEMA, submissionIdNew, normalizeString,
   taskCanonical, taskDigest, effectCanonical, effectDigest, fcopTaskCanonical, fcopTaskDigest,
 } from './lib/digest.js';
-export { writeTaskRetry, writeReportRetry, RETRYABLE_CODES } from './lib/retry.js';
+export {
+  writeTaskRetry, writeReportRetry, RETRYABLE_CODES, RETRYABLE_WHEN_MARKED,
+} from './lib/retry.js';
 export { runEffect, DEFAULT_LEASE_MS } from './lib/effects.js';
 export { rawMember } from './lib/replies.js';
 

@@ -733,6 +733,62 @@ libidem_reuses_tombstone(struct broker *b, struct history *h, int i)
 }
 
 /*
+ * libidem's write_task and get_submission of a compacted task hist-i:
+ * the tombstone's receipt (receipt_pruned:true, no file_digest) is an
+ * answer, not a protocol error: reused with the first receipt's task
+ * and digest, file_digest "" and the receipt's bytes as sent; the
+ * connection stays usable for the next call.
+ */
+static void
+libidem_task_tombstone(struct broker *b, struct history *h, int i)
+{
+	struct idem_conn	*c;
+	struct idem_task	 task;
+	struct idem_write_result result;
+	struct idem_submission	 sub;
+	struct idem_error	 err;
+	json_t			*first;
+	char			 id[32], subject[64], *reply, *receipt;
+	int			 found;
+
+	snprintf(id, sizeof id, "hist-%d", i);
+	snprintf(subject, sizeof subject, "history %d", i);
+	reply = write_task(b, h, id, subject);
+	assert_non_null(strstr(reply, "\"receipt_pruned\":true"));
+	receipt = harness_receipt_bytes(reply);
+	assert_non_null(first = json_loads(h->receipts[i], 0, NULL));
+	memset(&task, 0, sizeof task);
+	task.sender = "PM";
+	task.recipient = "DEV";
+	task.subject = subject;
+	task.body = "Steps:\n1. reproduce\n2. fix\n";
+	assert_non_null(c = harness_connect(b));
+	if (idem_write_task(c, id, &task, &result, &err) != 0)
+		fail_msg("libidem write_task %s: %s", id, err.message);
+	assert_int_equal(result.disposition, IDEM_REUSED);
+	assert_string_equal(result.receipt.client_submission_id, id);
+	assert_string_equal(result.receipt.task_id, harness_str(first,
+	    "task_id"));
+	assert_string_equal(result.receipt.request_digest, harness_str(first,
+	    "request_digest"));
+	assert_string_equal(result.receipt.file_digest, "");
+	assert_string_equal(result.receipt.raw, receipt);
+	if (idem_get_submission(c, id, &found, &sub, &err) != 0)
+		fail_msg("libidem get_submission %s: %s", id, err.message);
+	assert_int_equal(found, 1);
+	assert_int_equal(sub.has_receipt, 1);
+	assert_string_equal(sub.receipt.task_id, harness_str(first,
+	    "task_id"));
+	assert_string_equal(sub.receipt.created_at, harness_str(first,
+	    "created_at"));
+	assert_string_equal(sub.receipt.file_digest, "");
+	idem_close(c);
+	json_decref(first);
+	free(receipt);
+	free(reply);
+}
+
+/*
  * idemctl compact --older-than 0 turns every receipt of the index into
  * its tombstone: a retry answers reused with receipt_pruned:true and the
  * first receipt's facts (no second TASK file, no proceed); another
@@ -769,6 +825,10 @@ test_compact_leaves_tombstones(void **state)
 		;
 	assert_true(i < HISTORY_EFFECTS);
 	libidem_reuses_tombstone(b, &h, i);
+	for (i = 0; i < HISTORY_TASKS && !before[i]; i++)
+		;
+	assert_true(i < HISTORY_TASKS);
+	libidem_task_tombstone(b, &h, i);
 	/* hist-0, the oldest, left the table: its tombstone keeps the time. */
 	assert_true(before[0]);
 	reserved_pruned = reserved_at_of(b, "hist-0");

@@ -443,6 +443,20 @@ test('refusals before sending: too large, not Unicode, not JSON', async () => {
   assert.equal((await c.stats()).errors, before, 'nothing reached the broker');
 });
 
+test('a request idemd cannot read: its error without an id is the answer', async () => {
+  // An integer past 64 bits (a bigint is written as its digits): idemd
+  // cannot read the request, so its invalid_json comes without an id
+  // (broker/request.c).  After an answer on the connection it is still
+  // this call's answer, not a stray line, and the connection stays open.
+  const c = client();
+  await c.hello();
+  await assert.rejects(c.writeTask(TASK, key('bigint'), { meta: { n: 10n ** 30n } }),
+      (e) => e instanceof IdemRequestError && e.code === 'invalid_json'
+        && !Object.hasOwn(e.reply, 'id'));
+  assert.equal(c.connected, true, 'the connection was dropped');
+  assert.equal((await c.hello()).server, 'idemd');
+});
+
 test('transport errors, reconnection after a restart, close, abort', async () => {
   const missing = new Client({ socket: path.join(tmp, 'no.sock') });
   await assert.rejects(missing.hello(), (e) =>

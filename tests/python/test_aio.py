@@ -194,6 +194,23 @@ class TestAioOps(AioBrokerTestCase):
         self.assertEqual(self.tasks(), 5)
 
 
+    def test_an_unreadable_request_answered_without_id(self):
+        # idemd's invalid_json for an integer past 64 bits comes without
+        # an id (it could not read the request): after an answer it is
+        # still this call's answer, and the connection stays usable.
+        async def main():
+            async with self.aclient() as c:
+                await c.hello()
+                with self.assertRaises(idem.IdemError) as cm:
+                    await c.write_task(TASK, "big-int", meta={"n": 10 ** 30})
+                self.assertNotIsInstance(cm.exception, idem.IdemProtocolError)
+                self.assertEqual(cm.exception.code, "invalid_json")
+                self.assertFalse(c.closed)
+                self.assertEqual((await c.hello()).server, "idemd")
+        asyncio.run(main())
+        self.assertEqual(self.tasks(), 0)
+
+
 class TestAioEffects(AioBrokerTestCase):
     """async with client.effect(...) and @idem.aio.effectful: proceed,
     reused, conflict, outcome_unknown, NotApplied, convergence."""

@@ -479,6 +479,22 @@ class TestOps(BrokerTestCase):
         self.assertEqual(c.hello().server, "idemd")   # still usable
         self.assertEqual(self.tasks(), 0)
 
+    def test_an_unreadable_request_answered_without_id(self):
+        # An integer past 64 bits: idemd cannot read the request, so its
+        # invalid_json comes without an id (broker/request.c).  After an
+        # answer on the connection that is still this call's answer, not
+        # a line nobody asked for, and the connection stays usable.
+        c = self.client()
+        self.assertEqual(c.hello().server, "idemd")
+        with self.assertRaises(idem.IdemError) as cm:
+            c.write_task(TASK, "big-int", meta={"n": 10 ** 30})
+        self.assertNotIsInstance(cm.exception, idem.IdemProtocolError)
+        self.assertEqual(cm.exception.code, "invalid_json")
+        self.assertNotIn("id", cm.exception.reply)
+        self.assertFalse(c.closed)
+        self.assertEqual(c.hello().server, "idemd")
+        self.assertEqual(self.tasks(), 0)
+
     def test_write_report_created_then_deduplicated(self):
         c = self.client()
         task_id = c.write_task(TASK, "t-1").receipt.task_id

@@ -30,7 +30,38 @@ export const DEFAULT_ROOT = './fcop';
 export const SOCKET_NAME = '.idem/idemd.sock';
 
 const LONE_SURROGATE = /\p{Cs}/u;
+// The connection a reply came on (not enumerable): a reply without what
+// its op promises drops it.
+const CONNECTION = Symbol('idem connection');
+
+/** Whether a decoded JSON value holds U+0000 in a string or a name. */
+function holdsNul(value) {
+  const stack = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === 'string') {
+      if (v.includes('\0'))
+        return true;
+    } else if (v !== null && typeof v === 'object') {
+      for (const [k, x] of Object.entries(v)) {
+        if (k.includes('\0'))
+          return true;
+        stack.push(x);
+      }
+    }
+  }
+  return false;
+}
 const NEWLINE = 0x0a;
+
+// The codes of the errors idemd sends without an id on a connection it
+// has read from: it could not read the request, so it has no id to echo
+// (broker/request.c: not JSON, e.g. an integer past 64 bits; not UTF-8;
+// not an object, a NUL in a member name or an id that is no scalar;
+// broker/worker.c: a line over the limit).  too_many_connections, the
+// other error without an id, comes only before the broker reads
+// anything: never after an answer.
+const UNREAD_CODES = new Set(['invalid_json', 'invalid_utf8', 'invalid_request', 'too_large']);
 
 /** $IDEM_SOCKET, else $IDEM_ROOT/.idem/idemd.sock, else
  * ./fcop/.idem/idemd.sock (empty variables count as unset), as the
@@ -130,6 +161,10 @@ class Connection {
     this.buf = Buffer.alloc(0);
     this.scanned = 0;
     this.lost = null;
+    // An answer was taken: from then on an error without an id is a
+    // line nobody asked for (only a connection's first answer, a
+    // refusal sent before the broker reads, comes without one).
+    this.answered = false;
   }
 }
 
@@ -165,6 +200,12 @@ export class Client {
   /** Whether a connection is open now (it opens on first use). */
   get connected() {
     return this.#conn !== null;
+  }
+
+  /** Connect now rather than on first use; rejects with
+   * IdemTransportError when the broker cannot be reached. */
+  async connect() {
+    await this.#connect();
   }
 
   #lose(conn, error) {
@@ -265,15 +306,36 @@ export class Client {
       this.#lose(conn, new IdemProtocolError('a response to no request', reply));
       return;
     }
-    // Error replies to unparseable lines carry no id; ours always parse.
-    if (Object.hasOwn(reply, 'id') && reply.id !== entry.id) {
-      const error = new IdemProtocolError(
-          `the response answers request ${JSON.stringify(reply.id)}, not ${entry.id}`, reply);
+    // A success must echo the request's id (every request here carries
+    // one): without it, it could be the answer to an earlier request.
+    // An error may come without one as the connection's first answer
+    // (the broker refuses a connection, too_many_connections, before it
+    // reads the request) or when the broker could not read the request
+    // (UNREAD_CODES: invalid_json for an integer past 64 bits).  Any
+    // other error without one after an answer is a stray refusal.
+    let broken = null;
+    const answered = conn.answered;
+    conn.answered = true;
+    if (Object.hasOwn(reply, 'id') ? reply.id !== entry.id
+      : reply.ok === true || (answered && !UNREAD_CODES.has(reply.error?.code))) {
+      broken = Object.hasOwn(reply, 'id')
+        ? `the response answers request ${JSON.stringify(reply.id)}, not ${entry.id}`
+        : reply.ok === true
+          ? `a success without the request's id ${entry.id}`
+          : `an error without the request's id ${entry.id} on a connection that has answered before`;
+    } else if (line.includes('\\u0000') && holdsNul(reply)) {
+      // SPEC.md allows no U+0000 in a request; the broker sends none,
+      // and a C caller could not see past one.
+      broken = 'the response holds U+0000 in a string';
+    }
+    if (broken !== null) {
+      const error = new IdemProtocolError(broken, reply);
       entry.fail(error);
       this.#lose(conn, error);
       return;
     }
     Object.defineProperty(reply, 'raw', { value: line, enumerable: false });
+    Object.defineProperty(reply, CONNECTION, { value: conn, enumerable: false });
     entry.done(reply);
     if (conn.pending.length === 0)
       conn.sock.unref();
@@ -367,7 +429,15 @@ export class Client {
     const reply = await this.call(request, options);
     if (reply.ok !== true)
       throw errorFromReply(reply);
-    return parse(reply, reply.raw);
+    try {
+      return parse(reply, reply.raw, request);
+    } catch (e) {
+      // An answer without what its op promises: nothing more this
+      // broker says on the connection is trusted.
+      if (e instanceof IdemProtocolError)
+        this.#lose(reply[CONNECTION], e);
+      throw e;
+    }
   }
 
   /** Who is there: server, version, protocol, digestSchemas, ops. */

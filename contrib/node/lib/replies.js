@@ -117,6 +117,27 @@ function reqStr(data, key, what) {
   return v;
 }
 
+/** A key the answer names must be the request's (an answer about
+ * another key is an answer to another request); required: it must
+ * name it. */
+function same(what, sent, answered, reply, required = false) {
+  if ((answered === undefined || answered === null) && !required)
+    return;
+  if (answered !== sent) {
+    throw new IdemProtocolError(
+        `the answer's ${what} is ${JSON.stringify(answered)}, the request's ${JSON.stringify(sent)}`,
+        reply);
+  }
+}
+
+/** An effect answer's (or its receipt's) key against the request's. */
+function sameEffect(data, request, reply) {
+  if (object(data) === null || request == null)
+    return;
+  same('client_submission_id', request.client_submission_id, data.client_submission_id, reply);
+  same('effect_kind', request.effect_kind, data.effect_kind, reply);
+}
+
 function object(v) {
   return v !== null && typeof v === 'object' && !Array.isArray(v) ? v : null;
 }
@@ -181,11 +202,18 @@ export function parseHello(reply) {
   };
 }
 
-export function parseWriteResult(reply, line) {
+export function parseWriteResult(reply, line, request) {
   const disposition = reqStr(reply, 'disposition', 'a write_task reply');
+  if (disposition !== 'created' && disposition !== 'reused')
+    throw new IdemProtocolError(`write_task answered ok with disposition ${disposition}`, reply);
   const receipt = receiptAt(reply, line, parseReceipt, 'receipt');
   if (receipt === null)
     throw new IdemProtocolError('a write_task reply without a receipt', reply);
+  // A legacy call's receipt names no id.
+  if (request?.client_submission_id != null) {
+    same("receipt's client_submission_id", request.client_submission_id,
+        receipt.data.client_submission_id, reply);
+  }
   const currentPath = str(reply.current_path);
   return {
     disposition,
@@ -210,10 +238,12 @@ export function parseReportResult(reply) {
   };
 }
 
-export function parseLookup(reply, line) {
+export function parseLookup(reply, line, request) {
   const sub = object(reply.submission);
   let submission = null;
   if (reply.found === true && sub !== null) {
+    if (request != null)
+      same('client_submission_id', request.client_submission_id, sub.client_submission_id, reply, true);
     const isEffect = typeof sub.effect_kind === 'string';
     submission = {
       clientSubmissionId: str(sub.client_submission_id),
@@ -254,7 +284,9 @@ export function parseStats(reply) {
   return Object.defineProperty(counters, 'reply', { value: reply, enumerable: false });
 }
 
-export function parseEffectBegin(reply, line) {
+export function parseEffectBegin(reply, line, request) {
+  sameEffect(reply, request, reply);
+  sameEffect(reply.receipt, request, reply);
   const disposition = reqStr(reply, 'disposition', 'an effect_begin reply');
   const fence = typeof reply.fence === 'string' || Number.isInteger(reply.fence)
     ? reply.fence : null;
@@ -274,6 +306,8 @@ export function parseEffectBegin(reply, line) {
   };
   if (begin.proceed && (fence === null || begin.externalKey === null))
     throw new IdemProtocolError('proceed without fence or external_key', reply);
+  if (begin.proceed && !(begin.attempt >= 1))
+    throw new IdemProtocolError('proceed without an attempt (an integer from 1)', reply);
   if (begin.reused && begin.receipt === null)
     throw new IdemProtocolError('reused without a receipt', reply);
   if (!begin.proceed && !begin.reused)
@@ -282,12 +316,20 @@ export function parseEffectBegin(reply, line) {
   return begin;
 }
 
-export function parseSettled(reply, line) {
-  return {
+export function parseSettled(reply, line, request) {
+  sameEffect(reply, request, reply);
+  sameEffect(reply.receipt, request, reply);
+  const settled = {
     state: str(reply.state),
     receipt: receiptAt(reply, line, parseEffectReceipt, 'receipt'),
     reply,
   };
+  // effect_complete or effect_resolve "applied" commits: its answer is
+  // the receipt.
+  const applied = request?.outcome === 'applied' || request?.evidence?.observed === 'applied';
+  if (applied && settled.receipt === null)
+    throw new IdemProtocolError('an effect applied without a receipt', reply);
+  return settled;
 }
 
 export function parseExtended(reply) {

@@ -6,12 +6,22 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, writeTaskDigest } from './client.js';
-import { IdemConflict, IdemError } from './errors.js';
+import { IdemConflict, IdemError, IdemTransportError } from './errors.js';
 
-/** The codes a retry with the same id may get past (besides an error
- * the broker marks retryable, and "transport"). */
+/** The codes a retry with the same id may get past whatever the
+ * broker's "retryable" says (besides "transport"). */
 export const RETRYABLE_CODES = Object.freeze(['in_progress', 'storage_unavailable',
   'shutting_down', 'too_many_connections']);
+/** The codes retried only when the broker marks them retryable.  Every
+ * other code never is (outcome_unknown, conflict, invalid_request ...):
+ * a broker marking one retryable is not believed, as libidem and the
+ * Python client do not believe it. */
+export const RETRYABLE_WHEN_MARKED = Object.freeze(['internal', 'table_full']);
+
+function worthRetrying(e) {
+  return e instanceof IdemTransportError || RETRYABLE_CODES.includes(e.code)
+    || (RETRYABLE_WHEN_MARKED.includes(e.code) && e.retryable);
+}
 
 function checkId(id, what) {
   if (typeof id !== 'string' || id.length === 0) {
@@ -43,7 +53,7 @@ async function retrying(call, {
     } catch (e) {
       if (e instanceof IdemConflict || !(e instanceof IdemError))
         throw e;
-      if (!(e.retryable || RETRYABLE_CODES.includes(e.code)))
+      if (!worthRetrying(e))
         throw e;
       if (attempt >= attempts)
         throw e;

@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import socket
 from types import TracebackType
 from typing import (Any, Awaitable, Callable, List, Mapping, Optional,
                     Sequence, Tuple, Type, TypeVar, Union)
@@ -67,7 +68,8 @@ from .client import default_socket_path
 from .digest import task_digest
 from .effects import (REPORT_ATTEMPTS, EffectCore, Evidence, NotApplied,
                       report_delay)
-from .errors import IdemError, IdemOutcomeUnknown, IdemTransportError
+from .errors import (IdemError, IdemOutcomeUnknown, IdemProtocolError,
+                     IdemTransportError)
 from .replies import (EffectBegin, EffectExtended, EffectReceipt,
                       EffectSettled, Fence, Hello, ReportResult,
                       SubmissionLookup, WriteResult)
@@ -101,6 +103,7 @@ class Client:
         self._next_id = 1
         self._turn: Optional[asyncio.Lock] = None   # made in the loop
         self._closed = False
+        self._answered = False      # a reply was read on this connection
 
     async def __aenter__(self) -> Client:
         await self.connect()
@@ -205,6 +208,37 @@ class Client:
                     "receive: the broker closed the connection")
             self._lines.feed(chunk)
 
+    async def _refusal(self) -> None:
+        """After a send that failed at once on a connection that has not
+        answered: what the broker sent before it closed, into the lines,
+        read without waiting: the bytes the transport had read, then
+        those still on the socket (a duplicate of it: the transport
+        closes its own on the next turn of the loop).  _read_line then
+        takes a whole line there as the answer, or fails as the send
+        did."""
+        writer, reader = self._writer, self._reader
+        if writer is None or reader is None:
+            return
+        transport_sock = writer.get_extra_info("socket")
+        spare = transport_sock.dup() if transport_sock is not None else None
+        try:
+            # Returns at once what the transport read, or raises as the
+            # loop turns and the transport's connection_lost fails it.
+            self._lines.feed(await reader.read(READ_BYTES))
+        except OSError:
+            pass
+        if spare is None:
+            return
+        with spare:
+            try:
+                while not self._lines.has_line():
+                    chunk = spare.recv(READ_BYTES, socket.MSG_DONTWAIT)
+                    if not chunk:
+                        break
+                    self._lines.feed(chunk)
+            except OSError:
+                pass
+
     async def _exchange_now(self, encoded: Sequence[Tuple[Any, bytes]]
                             ) -> List[Reply]:
         await self._connect()
@@ -212,11 +246,24 @@ class Client:
         try:
             if self._writer is None:
                 raise IdemTransportError("the connection is closed")
+            if self._lines.pending():
+                # Bytes past the last answer: one nobody asked for (two
+                # answers to one request), which would answer this one.
+                raise IdemProtocolError("the broker sent a line nobody "
+                                        "asked for")
             self._writer.write(b"".join(line for _, line in encoded))
-            await self._writer.drain()
+            if not self._answered and self._writer.transport.is_closing():
+                # The send failed at once: the broker may have refused
+                # the connection before reading (too_many_connections,
+                # then closed); its line is then the answer.
+                await self._refusal()
+            else:
+                await self._writer.drain()
             replies = []
             for request_id, _ in encoded:
-                reply = decode_reply(await self._read_line(), request_id)
+                reply = decode_reply(await self._read_line(), request_id,
+                                     self._answered)
+                self._answered = True
                 replies.append(reply)
                 if closes_connection(reply):
                     self.abort()    # the broker closes it (too_large)
@@ -254,7 +301,14 @@ class Client:
         return await self._exchange(requests)
 
     async def _run(self, op: ops.Op[_T]) -> _T:
-        return op.result(await self.call(op.request))
+        reply = await self.call(op.request)
+        try:
+            return op.result(reply)
+        except IdemProtocolError:
+            # An answer without what its op promises: nothing more this
+            # broker says on the connection is trusted.
+            self.abort()
+            raise
 
     async def hello(self) -> Hello:
         """As idem.Client.hello."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from types import TracebackType
 from typing import (TYPE_CHECKING, Any, List, Mapping, Optional, Sequence,
                     Tuple, Type, TypeVar)
@@ -48,7 +49,9 @@ class Client:
     """One connection to idemd.
 
     Client(path=None, timeout=None): path defaults to default_socket_path();
-    timeout (seconds, None: block) bounds each connect, send and receive.
+    timeout (seconds, None: block) bounds the connect, each send, and the
+    wait for each answer as a whole (an answer that trickles in a byte at
+    a time does not restart it).
     A write_task can legitimately wait for an identical submission in
     flight (idemd --inflight-wait-ms, 10 s by default): keep timeout above
     it.  Use as a context manager, or call close().
@@ -56,6 +59,8 @@ class Client:
     After an IdemTransportError or IdemProtocolError the connection is
     closed and every later call raises IdemTransportError: an unread
     answer could otherwise be taken for the reply to a later request.
+    So is a connection on which the broker sent a line nobody asked for
+    (found before the next request is sent: IdemProtocolError).
     """
 
     def __init__(self, path: Optional[str] = None,
@@ -65,6 +70,7 @@ class Client:
         self.timeout = timeout
         self._lines = LineBuffer()
         self._next_id = 1
+        self._answered = False      # a reply was read on this connection
         self._sock: Optional[socket.socket]
         if sock is not None:        # an already connected stream (tests)
             self._sock = sock
@@ -93,6 +99,7 @@ class Client:
             self._sock.close()
             self._sock = None
         self._lines.clear()
+        self._answered = False
 
     @property
     def closed(self) -> bool:
@@ -120,18 +127,60 @@ class Client:
             self._next_id += 1
         return request.get("id"), encode_request(request)
 
+    def _check_quiet(self) -> None:
+        """Before a request: nothing may be waiting on a connection that
+        has answered before.  Bytes kept past the last line are an
+        answer nobody asked for (two for one request), which would be
+        taken for this request's.  A fresh connection may hold the
+        broker's refusal (SPEC.md: too_many_connections, sent before it
+        reads): that is this request's answer.  Only the bytes already
+        read are looked at, never the socket (a system call on every
+        call): a stray line that arrives after the last answer was read
+        is read as the next answer, and refused there by its id (another
+        request's, or none on a connection that has answered)."""
+        if self._answered and self._lines.pending():
+            raise self._lost(IdemProtocolError(
+                "the broker sent a line nobody asked for"))
+
+    def _refusal(self) -> bool:
+        """After a send or receive failure on a connection that has not
+        answered: the broker may have refused it before reading (SPEC.md:
+        too_many_connections, one line, then it closes), and a send
+        after its close fails with the refusal still waiting.  What is
+        waiting is read without waiting; whether a whole line is there
+        (the answer)."""
+        s = self._sock
+        if s is None or self._answered:
+            return False
+        try:
+            while not self._lines.has_line():
+                chunk = s.recv(READ_BYTES, socket.MSG_DONTWAIT)
+                if not chunk:
+                    break
+                self._lines.feed(chunk)
+        except OSError:
+            pass
+        return self._lines.has_line()
+
     def _send(self, data: bytes) -> None:
         if self._sock is None:
             raise IdemTransportError("the connection is closed")
+        self._check_quiet()
         try:
+            self._sock.settimeout(self.timeout)
             self._sock.sendall(data)
         except OSError as e:
+            if self._refusal():
+                return      # _read_line takes it
             raise self._lost(IdemTransportError(
                 "send: %s" % (e.strerror or e), e)) from e
 
     def _read_line(self) -> bytes:
         """One response line without its newline; partial reads are
-        joined, bytes past the line are kept for the next call."""
+        joined, bytes past the line are kept for the next call.  The
+        timeout bounds the whole wait, not each read."""
+        timeout = self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._sock is None:
                 raise IdemTransportError("the connection is closed")
@@ -140,12 +189,21 @@ class Client:
             except IdemProtocolError as e:
                 raise self._lost(e) from None
             if line is not None:
+                self._answered = True
                 return line
             try:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise socket.timeout("no answer within %g s"
+                                             % (timeout or 0))
+                    self._sock.settimeout(left)
                 chunk = self._sock.recv(READ_BYTES)
             except InterruptedError:
                 continue
             except OSError as e:
+                if self._refusal():
+                    continue
                 raise self._lost(IdemTransportError(
                     "receive: %s" % (e.strerror or e), e)) from e
             if not chunk:
@@ -153,9 +211,10 @@ class Client:
                     "receive: the broker closed the connection"))
             self._lines.feed(chunk)
 
-    def _decode(self, line: bytes, request_id: Any) -> Reply:
+    def _decode(self, line: bytes, request_id: Any,
+                answered: bool) -> Reply:
         try:
-            reply = decode_reply(line, request_id)
+            reply = decode_reply(line, request_id, answered)
         except IdemProtocolError as e:
             raise self._lost(e) from None
         if closes_connection(reply):
@@ -170,17 +229,27 @@ class Client:
         Raises IdemTransportError / IdemProtocolError only (and IdemError
         for a request it refuses to send: too_large, invalid_utf8)."""
         request_id, line = self._encode(request)
+        answered = self._answered
         self._send(line)
-        return self._decode(self._read_line(), request_id)
+        return self._decode(self._read_line(), request_id, answered)
 
     def pipeline(self, requests: Sequence[Mapping[str, Any]]) -> List[Reply]:
         """Send every request, then read every reply (in request order)."""
         encoded = [self._encode(r) for r in requests]
+        answered = self._answered
         self._send(b"".join(line for _, line in encoded))
-        return [self._decode(self._read_line(), rid) for rid, _ in encoded]
+        return [self._decode(self._read_line(), rid, answered or i > 0)
+                for i, (rid, _) in enumerate(encoded)]
 
     def _run(self, op: ops.Op[_T]) -> _T:
-        return op.result(self.call(op.request))
+        reply = self.call(op.request)
+        try:
+            return op.result(reply)
+        except IdemProtocolError:
+            # An answer without what its op promises: nothing more this
+            # broker says on the connection is trusted.
+            self.close()
+            raise
 
     def hello(self) -> Hello:
         """Who is there: server, version, protocol, digest_schemas, ops."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Generic, Mapping, Optional, TypeVar
 
 from .digest import task_digest
-from .errors import error_from_reply
+from .errors import IdemProtocolError, error_from_reply
 from .replies import (EffectBegin, EffectExtended, EffectSettled, Fence,
                       Hello, ReportResult, SubmissionLookup, WriteResult)
 from .views import Diagnosis, Stats
@@ -47,6 +47,65 @@ class Op(Generic[_T]):
         return self._parse(reply)
 
 
+def _same(what: str, sent: Optional[str], answered: Any,
+          required: bool = False) -> None:
+    """A key the answer names must be the request's (an answer is about
+    the request's key: one about another is an answer to another
+    request); required: it must name it."""
+    if answered is None and not required:
+        return
+    if answered != sent:
+        raise IdemProtocolError("the answer's %s is %r, the request's %r"
+                                % (what, answered, sent))
+
+
+def _effect_keys(data: Any, sid: str, kind: str) -> None:
+    if isinstance(data, dict):
+        _same("client_submission_id", sid, data.get("client_submission_id"))
+        _same("effect_kind", kind, data.get("effect_kind"))
+
+
+def _write_result(sid: Optional[str]) -> Callable[[Reply], WriteResult]:
+    def parse(reply: Reply) -> WriteResult:
+        result = WriteResult.parse(reply)
+        if sid is not None:     # a legacy call's receipt names no id
+            _same("receipt's client_submission_id", sid,
+                  result.receipt.data.get("client_submission_id"))
+        return result
+    return parse
+
+
+def _lookup(sid: str) -> Callable[[Reply], SubmissionLookup]:
+    def parse(reply: Reply) -> SubmissionLookup:
+        found = SubmissionLookup.parse(reply)
+        if found.submission is not None:
+            _same("client_submission_id", sid,
+                  found.submission.client_submission_id, True)
+        return found
+    return parse
+
+
+def _begun(sid: str, kind: str) -> Callable[[Reply], EffectBegin]:
+    def parse(reply: Reply) -> EffectBegin:
+        _effect_keys(reply, sid, kind)
+        begin = EffectBegin.parse(reply)
+        _effect_keys(reply.get("receipt"), sid, kind)
+        return begin
+    return parse
+
+
+def _settled(sid: str, kind: str, applied: bool
+             ) -> Callable[[Reply], EffectSettled]:
+    def parse(reply: Reply) -> EffectSettled:
+        _effect_keys(reply, sid, kind)
+        settled = EffectSettled.parse(reply)
+        if applied and settled.receipt is None:
+            raise IdemProtocolError("an effect applied without a receipt")
+        _effect_keys(reply.get("receipt"), sid, kind)
+        return settled
+    return parse
+
+
 def hello() -> Op[Hello]:
     return Op({"op": "hello"}, Hello.parse)
 
@@ -67,7 +126,7 @@ def write_task(task: Mapping[str, Any],
         request["request_digest"] = request_digest
     if meta is not None:
         request["meta"] = meta
-    return Op(request, WriteResult.parse)
+    return Op(request, _write_result(client_submission_id))
 
 
 def write_report(task_id: str, report: Mapping[str, Any],
@@ -90,7 +149,7 @@ def get_submission(client_submission_id: str,
                                "client_submission_id": client_submission_id}
     if effect_kind is not None:
         request["effect_kind"] = effect_kind
-    return Op(request, SubmissionLookup.parse)
+    return Op(request, _lookup(client_submission_id))
 
 
 def diagnose(stale_after_ms: Optional[int] = None) -> Op[Diagnosis]:
@@ -114,7 +173,7 @@ def effect_begin(client_submission_id: str, effect_kind: str, request: Any,
         req["request_digest"] = request_digest
     if lease_ms is not None:
         req["lease_ms"] = lease_ms
-    return Op(req, EffectBegin.parse)
+    return Op(req, _begun(client_submission_id, effect_kind))
 
 
 def effect_complete(client_submission_id: str, effect_kind: str,
@@ -126,7 +185,8 @@ def effect_complete(client_submission_id: str, effect_kind: str,
                            "outcome": outcome}
     if outcome == "applied" or result is not None:
         req["result"] = result
-    return Op(req, EffectSettled.parse)
+    return Op(req, _settled(client_submission_id, effect_kind,
+                            outcome == "applied"))
 
 
 def effect_extend(client_submission_id: str, effect_kind: str, fence: Fence,
@@ -148,4 +208,5 @@ def effect_resolve(client_submission_id: str, effect_kind: str,
     return Op({"op": "effect_resolve",
                "client_submission_id": client_submission_id,
                "effect_kind": effect_kind, "evidence": evidence},
-              EffectSettled.parse)
+              _settled(client_submission_id, effect_kind,
+                       observed == "applied"))

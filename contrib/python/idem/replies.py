@@ -143,7 +143,11 @@ class WriteResult(_ReplyAccess):
 
     @classmethod
     def parse(cls, reply: Reply) -> WriteResult:
-        return cls(_req_str(reply, "disposition", "a write_task reply"),
+        disposition = _req_str(reply, "disposition", "a write_task reply")
+        if disposition not in ("created", "reused"):
+            raise IdemProtocolError("write_task answered ok with "
+                                    "disposition %r" % disposition)
+        return cls(disposition,
                    reply.get("action_taken") is True,
                    reply.get("idempotent") is True,
                    _receipt_of(reply, "receipt"),
@@ -418,6 +422,10 @@ class EffectBegin(_ReplyAccess):
         if disposition == "proceed" and (begin.fence is None
                                          or begin.external_key is None):
             raise IdemProtocolError("proceed without fence or external_key")
+        if disposition == "proceed" and (begin.attempt is None
+                                         or begin.attempt < 1):
+            raise IdemProtocolError("proceed without an attempt (an "
+                                    "integer from 1)")
         if disposition == "reused" and begin.receipt is None:
             raise IdemProtocolError("reused without a receipt")
         return begin

@@ -13,14 +13,20 @@ from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from .client import Client
 from .digest import task_digest
-from .errors import IdemConflict, IdemError
+from .errors import IdemConflict, IdemError, IdemTransportError
 from .replies import ReportResult, WriteResult
 
 __all__ = ["write_task_retry", "write_report_retry", "RETRYABLE_CODES",
+           "RETRYABLE_WHEN_MARKED",
            "Backoff", "OnRetry"]
 
+# Retried whatever the broker's "retryable" says; RETRYABLE_WHEN_MARKED
+# only when it says true; every other code never (outcome_unknown,
+# conflict, invalid_request ...: a broker marking one retryable is not
+# believed, as libidem and idemd-client do not believe it).
 RETRYABLE_CODES = ("in_progress", "storage_unavailable", "shutting_down",
                    "too_many_connections")
+RETRYABLE_WHEN_MARKED = ("internal", "table_full")
 
 _T = TypeVar("_T")
 OnRetry = Callable[[int, IdemError, float], None]
@@ -67,7 +73,10 @@ class Backoff:
     def failed(self, error: IdemError) -> float:
         if isinstance(error, IdemConflict):
             raise error
-        if not (error.retryable or error.code in RETRYABLE_CODES):
+        if not (isinstance(error, IdemTransportError)
+                or error.code in RETRYABLE_CODES
+                or (error.code in RETRYABLE_WHEN_MARKED
+                    and error.retryable)):
             raise error
         if self.attempt >= self.attempts:
             raise error

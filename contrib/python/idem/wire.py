@@ -133,16 +133,82 @@ class LineBuffer:
         self._scanned = 0
         return line
 
+    def pending(self) -> bool:
+        """Whether bytes past the last line taken are waiting."""
+        return len(self._buf) > 0
+
+    def has_line(self) -> bool:
+        """Whether a whole line is waiting."""
+        return self._buf.find(b"\n") != -1
+
     def clear(self) -> None:
         self._buf = bytearray()
         self._scanned = 0
 
 
-def decode_reply(line: bytes, request_id: Any) -> Reply:
-    """The Reply of one response line to the request of request_id.
+def _holds_nul(value: Any) -> bool:
+    """Whether a decoded JSON value holds U+0000 in a string or a member
+    name anywhere."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if "\x00" in v:
+                return True
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if "\x00" in k:
+                    return True
+                stack.append(x)
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+# The codes of the errors idemd sends without an id on a connection it
+# has read from: it could not read the request, so it has no id to echo
+# (broker/request.c: not JSON, e.g. an integer past 64 bits; not UTF-8;
+# not an object, a NUL in a member name or an id that is no scalar;
+# broker/worker.c: a line over the limit).  too_many_connections, the
+# other error without an id, comes only before the broker reads
+# anything: never after an answer.
+UNREAD_CODES = frozenset(("invalid_json", "invalid_utf8", "invalid_request",
+                          "too_large"))
+
+
+def _unread_error(data: Dict[str, Any]) -> bool:
+    """Whether an error is one idemd sends when it could not read the
+    request (UNREAD_CODES)."""
+    error = data.get("error")
+    return isinstance(error, dict) and error.get("code") in UNREAD_CODES
+
+
+def _same_id(data: Dict[str, Any], request_id: Any) -> bool:
+    """Whether the reply's id is the request's, in type as in value
+    (True is not 1, 1.0 is not 1)."""
+    answered = data["id"]
+    return type(answered) is type(request_id) and answered == request_id
+
+
+def decode_reply(line: bytes, request_id: Any,
+                 answered: bool = False) -> Reply:
+    """The Reply of one response line to the request of request_id
+    (answered: the connection has answered a request before).
     Raises IdemProtocolError for a line that is not a JSON object with a
-    boolean ok, or that answers another request: the caller must close
-    the connection, whose later lines can no longer be matched."""
+    boolean ok, that holds U+0000 in a string (SPEC.md allows none in a
+    request; the broker never sends one, and a C caller could not see
+    past it), or that answers another request: the caller must close
+    the connection, whose later lines can no longer be matched.
+
+    A success must echo the request's id (every request of this client
+    carries one, and SPEC.md says the response echoes it): a success
+    without it could be an answer to an earlier request.  An error may
+    come without one as a connection's first answer (the broker refuses
+    a connection, too_many_connections, before it reads the request) or
+    when the broker could not read the request (UNREAD_CODES: invalid_json
+    for an integer past 64 bits).  Any other error without an id on a
+    connection that has answered is a line nobody asked for (a stray
+    refusal arrived after the last answer was read)."""
     try:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -150,10 +216,19 @@ def decode_reply(line: bytes, request_id: Any) -> Reply:
     if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
         raise IdemProtocolError("the response is not an object with a "
                                 "boolean ok")
-    # Error replies to unparseable lines carry no id; ours always parse.
-    if "id" in data and data["id"] != request_id:
-        raise IdemProtocolError("the response answers request %r, not %r"
-                                % (data["id"], request_id))
+    if b"\\u0000" in line and _holds_nul(data):
+        raise IdemProtocolError("the response holds U+0000 in a string")
+    if "id" in data:
+        if not _same_id(data, request_id):
+            raise IdemProtocolError("the response answers request %r, "
+                                    "not %r" % (data["id"], request_id))
+    elif data["ok"]:
+        raise IdemProtocolError("a success without the request's id %r"
+                                % (request_id,))
+    elif answered and not _unread_error(data):
+        raise IdemProtocolError("an error without the request's id %r on "
+                                "a connection that has answered before"
+                                % (request_id,))
     return Reply(data, line)
 
 
