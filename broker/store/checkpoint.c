@@ -34,10 +34,11 @@
  * and the journal's fdatasync never waits behind the whole file.  That
  * is no durability step: the fsync below stays the file's.
  *
- * The committed entries the index lacks go to it in LMDB transactions
- * of about CHECKPOINT_INDEX_COMMIT_BYTES of pages (a 4 KiB leaf a put,
- * scattered keys each dirtying their own, and the records' bytes; the
- * branch pages above not counted), each committed once every
+ * The committed entries the index lacks go to it in key order (held
+ * back while the table is copied, CHECKPOINT_INDEX_WINDOW at a time)
+ * in LMDB transactions of about CHECKPOINT_INDEX_COMMIT_BYTES of pages
+ * (counted as a 4 KiB leaf a put and the records' bytes; the branch
+ * pages above not counted), each committed once every
  * state it holds is durable in the journal, its slots then marked
  * INDEXED; meta.checkpoint moves in the last one only.  One transaction
  * of the whole copy was several MiB that LMDB writes and fdatasyncs at
@@ -95,6 +96,17 @@ _Static_assert(CHECKPOINT_BUFFER_BYTES >= JOURNAL_MAX_EFFECT_RECORD_BYTES,
  */
 #define CHECKPOINT_INDEX_COMMIT_BYTES	(256 * 1024)
 #define CHECKPOINT_INDEX_PAGE_BYTES	4096
+/*
+ * The puts a checkpoint holds back to give the index in key order (a
+ * window; a larger copy gives it several): about 3 MiB of entries and
+ * keys for a window's worth.  In key order a transaction's puts fall in
+ * neighbouring leaves under shared branch pages, and a leaf is dirtied
+ * by one transaction, not by each of the many the table's order spread
+ * its keys over: LMDB wrote 2.1 pages a put in table order and 0.6-0.8
+ * in key order, a transaction of the same size (doc/journal.md,
+ * "Writing: from the checkpoint").
+ */
+#define CHECKPOINT_INDEX_WINDOW		16384
 #define CHECKPOINT_NAME_FORMAT		"checkpoint-%016" PRIx64 ".snap"
 
 static const uint8_t checkpoint_magic[8] = { 'I','D','E','M','C','K','P','T' };
@@ -172,6 +184,82 @@ struct index_batch {
 	uint64_t	 commits;
 };
 
+/*
+ * The committed entries a checkpoint copied that the index lacks, held
+ * back until the window is full or the copy done, then put in key order
+ * (index_pending_flush).  Their arena bytes stay put meanwhile: the
+ * arena reuses a committed entry's result only once it is INDEXED,
+ * which is this thread's mark, made after the put's commit.
+ */
+struct index_pending_entry {
+	struct subtab_entry	 entry;
+	uint32_t		 slot;
+	uint32_t		 encoded;	/* its record's bytes */
+	size_t			 key_at;	/* in index_pending.keys */
+};
+
+struct index_pending {
+	struct index_pending_entry *items;
+	size_t			 count, size;
+	char			*keys;
+	size_t			 keys_used, keys_size;
+};
+
+/* One entry of a flush's order: its key, compared as LMDB does. */
+struct index_pending_order {
+	const char		*key;
+	uint32_t		 length;
+	uint32_t		 item;
+};
+
+static int
+index_pending_hold(struct index_pending *pl, const struct subtab_entry *e,
+    const char *key, uint32_t slot, size_t encoded)
+{
+	struct index_pending_entry	*items;
+	char				*keys;
+	size_t				 size;
+
+	if (pl->count == pl->size) {
+		size = pl->size == 0 ? 1024 : 2 * pl->size;
+		if ((items = realloc(pl->items, size * sizeof *items)) == NULL)
+			return -1;
+		pl->items = items;
+		pl->size = size;
+	}
+	if (pl->keys_size - pl->keys_used < e->key_length) {
+		size = pl->keys_size == 0 ? 64 * 1024 : 2 * pl->keys_size;
+		while (size - pl->keys_used < e->key_length)
+			size *= 2;
+		if ((keys = realloc(pl->keys, size)) == NULL)
+			return -1;
+		pl->keys = keys;
+		pl->keys_size = size;
+	}
+	memcpy(pl->keys + pl->keys_used, key, e->key_length);
+	pl->items[pl->count].entry = *e;
+	pl->items[pl->count].slot = slot;
+	pl->items[pl->count].encoded = (uint32_t)encoded;
+	pl->items[pl->count].key_at = pl->keys_used;
+	pl->keys_used += e->key_length;
+	pl->count++;
+	return 0;
+}
+
+/* LMDB's default order: the bytes, then the shorter first. */
+static int
+index_order_cmp(const void *a, const void *b)
+{
+	const struct index_pending_order *x = a, *y = b;
+	int	c;
+
+	c = memcmp(x->key, y->key, x->length < y->length ? x->length :
+	    y->length);
+	if (c != 0)
+		return c;
+	return (x->length > y->length) - (x->length < y->length);
+}
+
 /* Remember a slot the index is given, to mark it once that is durable. */
 static int
 note_slot(struct index_batch *b, uint32_t slot)
@@ -239,6 +327,86 @@ index_batch_commit(struct index_batch *b, struct shm_segment *seg,
 	return 0;
 }
 
+/*
+ * Give the index what pl holds, in key order, committing each time the
+ * transaction has about CHECKPOINT_INDEX_COMMIT_BYTES (its states made
+ * durable first); the last transaction stays open.  0; -2 if the
+ * journal failed meanwhile; -1 on any other error (*cause, or errno).
+ */
+static int
+index_pending_flush(struct index_pending *pl, struct index_batch *b,
+    struct shm_segment *seg, uint64_t epoch, uint8_t *result, char **cause)
+{
+	struct index_pending_order	*order;
+	struct index_pending_entry	*p;
+	struct journal_record		 record;
+	size_t				 i;
+
+	if (pl->count == 0)
+		return 0;
+	if ((order = calloc(pl->count, sizeof *order)) == NULL) {
+		asprintf(cause, "checkpoint: out of memory");
+		return -1;
+	}
+	for (i = 0; i < pl->count; i++) {
+		order[i].key = pl->keys + pl->items[i].key_at;
+		order[i].length = pl->items[i].entry.key_length;
+		order[i].item = (uint32_t)i;
+	}
+	qsort(order, pl->count, sizeof *order, index_order_cmp);
+	for (i = 0; i < pl->count; i++) {
+		p = &pl->items[order[i].item];
+		memset(&record, 0, sizeof record);
+		record.type = p->entry.kind == SUBTAB_KIND_EFFECT ?
+		    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
+		record.entry = p->entry;
+		memcpy(record.key, order[i].key, order[i].length);
+		if (record.type == JOURNAL_RECORD_EFFECT) {
+			record.result = result;
+			if (p->entry.result_length > 0 && arena_read(seg,
+			    p->entry.result_offset, p->entry.result_length,
+			    result) != 0) {
+				asprintf(cause, "checkpoint: the result of slot "
+				    "%u left the arena before the index had it",
+				    p->slot);
+				goto fail;
+			}
+		}
+		if (index_put(b->ix, INDEX_FULL, &record, cause) != 0 ||
+		    note_slot(b, p->slot) != 0)
+			goto fail;
+		if (b->count == 1)
+			crash_point(CRASH_DURING_INDEX_WRITE);
+		b->bytes += CHECKPOINT_INDEX_PAGE_BYTES + p->encoded;
+		/*
+		 * The transaction is full: committed now, not with the rest
+		 * at the end, so that LMDB writes and syncs about
+		 * CHECKPOINT_INDEX_COMMIT_BYTES of pages (a leaf a put and
+		 * the record's bytes; not the branch pages above) and a
+		 * journal flush queued behind it waits for that, not the
+		 * whole copy (doc/journal.md, "Writing: from the
+		 * checkpoint").  Its states must be durable first, as at
+		 * the end.
+		 */
+		if (b->bytes >= CHECKPOINT_INDEX_COMMIT_BYTES) {
+			if (!copied_durable(seg, epoch)) {
+				free(order);
+				return -2;
+			}
+			if (index_batch_commit(b, seg, 0, cause) != 0 ||
+			    index_begin(b->ix, cause) != 0)
+				goto fail;
+		}
+	}
+	free(order);
+	pl->count = 0;
+	pl->keys_used = 0;
+	return 0;
+fail:
+	free(order);
+	return -1;
+}
+
 int
 checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
     struct shm_segment *seg, struct index *ix, uint64_t *written,
@@ -256,16 +424,19 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	uint8_t			 header[CHECKPOINT_HEADER_BYTES];
 	uint8_t			 trailer[CHECKPOINT_TRAILER_BYTES];
 	uint8_t			*buf = NULL, *result = NULL;
-	size_t			 used = 0, need, n_encoded;
+	size_t			 used = 0, need, n_encoded, window;
 	char			 name[64], temp[80];
 	uint64_t		 records = 0, epoch, offset;
 	uint32_t		 from = 0, n, i;
 	int			 fd = -1, rc = -1;
-	int			 skip_indexed = 0, was_put;
+	struct index_pending	 pending;
+	int			 skip_indexed = 0, flushed;
 
 	snprintf(name, sizeof name, CHECKPOINT_NAME_FORMAT, segment);
 	snprintf(temp, sizeof temp, ".%s.tmp", name);
 	memset(&batch, 0, sizeof batch);
+	memset(&pending, 0, sizeof pending);
+	window = crash_index_window(CHECKPOINT_INDEX_WINDOW);
 	batch.ix = ix;
 	entries = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *entries);
 	keys = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *keys);
@@ -355,18 +526,6 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			}
 			if (entries[i].state == SUBTAB_COMMITTED)
 				committed++;
-			was_put = 0;
-			if (ix != NULL &&
-			    entries[i].state == SUBTAB_COMMITTED &&
-			    !(flags[i] & SUBTAB_SLOT_INDEXED)) {
-				if (index_put(ix, INDEX_FULL, &record,
-				    cause) != 0 ||
-				    note_slot(&batch, from + i) != 0)
-					goto index_failed;
-				if (batch.count == 1)
-					crash_point(CRASH_DURING_INDEX_WRITE);
-				was_put = 1;
-			}
 			/*
 			 * An effect's record carries its result, copied from
 			 * the arena: bytes a slot names never change (once
@@ -398,28 +557,18 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 				goto out;
 			}
 			used += n_encoded;
-			/*
-			 * The batch is full: committed now, not with the
-			 * rest at the end, so that LMDB writes and syncs
-			 * about CHECKPOINT_INDEX_COMMIT_BYTES of pages (a
-			 * leaf a put and the record's bytes; not the branch
-			 * pages above) and a journal flush queued behind it
-			 * waits for that, not the whole copy (doc/journal.md,
-			 * "Writing: from the checkpoint").  Its states must
-			 * be durable first, as at the end.
-			 */
-			if (was_put)
-				batch.bytes += CHECKPOINT_INDEX_PAGE_BYTES +
-				    n_encoded;
-			if (was_put &&
-			    batch.bytes >= CHECKPOINT_INDEX_COMMIT_BYTES) {
-				if (!copied_durable(seg, epoch))
-					goto journal_failed;
-				if (index_batch_commit(&batch, seg, 0,
-				    cause) != 0 || index_begin(ix, cause) != 0)
-					goto out;
-			}
+			/* For the index, in key order (index_pending). */
+			if (ix != NULL &&
+			    entries[i].state == SUBTAB_COMMITTED &&
+			    !(flags[i] & SUBTAB_SLOT_INDEXED) &&
+			    index_pending_hold(&pending, &entries[i], keys[i],
+			    from + i, n_encoded) != 0)
+				goto index_failed;
 		}
+		if (pending.count >= window &&
+		    (flushed = index_pending_flush(&pending, &batch, seg,
+		    epoch, result, cause)) != 0)
+			goto flush_failed;
 		for (i = 0; i < n; i++)
 			records += entries[i].state != SUBTAB_EMPTY;
 		from += n;
@@ -450,6 +599,9 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	 * fails this checkpoint (the segments stay), and the next one copies
 	 * the states settled since.
 	 */
+	if (ix != NULL && (flushed = index_pending_flush(&pending, &batch,
+	    seg, epoch, result, cause)) != 0)
+		goto flush_failed;
 	if (!copied_durable(seg, epoch))
 		goto journal_failed;
 	/*
@@ -486,6 +638,9 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	rc = 0;
 	goto out;
 
+flush_failed:
+	if (flushed == -1)
+		goto index_failed;
 journal_failed:
 	asprintf(cause, "checkpoint %s: the journal failed while the "
 	    "table was copied", name);
@@ -511,6 +666,8 @@ out:
 		unlinkat(dir_fd, temp, 0);
 	}
 	free(flags);
+	free(pending.items);
+	free(pending.keys);
 	free(batch.slots);
 	free(entries);
 	free(keys);

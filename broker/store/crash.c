@@ -64,6 +64,7 @@ static struct {
 	long long		 durable_watch_us; /* -1: the default */
 	long long		 spin_max_connections; /* -1: the default */
 	long long		 journal_linger_us; /* -1: the default */
+	long long		 index_window;	/* -1: the default */
 } crash = { NULL, -1, 0, NULL, 0, 0, 0, 0, -1, -1, -1 };
 
 /*
@@ -150,6 +151,13 @@ crash_journal_linger_us(int64_t default_us)
 	    default_us;
 }
 
+size_t
+crash_index_window(size_t default_count)
+{
+	return crash.index_window >= 0 ? (size_t)crash.index_window :
+	    default_count;
+}
+
 uint32_t
 crash_spin_max_connections(uint32_t default_count)
 {
@@ -170,6 +178,7 @@ crash_check_names(char **cause)
 	    "IDEM_CRASH_WATCH",					/* watch.c */
 	    "IDEM_CRASH_DURABLE_WATCH_US",			/* worker.c */
 	    "IDEM_CRASH_JOURNAL_LINGER_US",			/* journaler.c */
+	    "IDEM_CRASH_INDEX_WINDOW",				/* checkpoint.c */
 	    /* worker.c, journaler.c */
 	    "IDEM_CRASH_SPIN_MAX_CONNECTIONS" };
 	char	*const *e;
@@ -284,6 +293,14 @@ crash_init(struct shm_segment *seg, pid_t master, char **cause)
 		store_notice(STORE_NOTICE_INFO, "fault injection: the "
 		    "journaling thread looks for the next record %lld us at "
 		    "most", crash.journal_linger_us);
+	crash.index_window = -1;
+	if ((set = crash_env_number("IDEM_CRASH_INDEX_WINDOW", UINT32_MAX,
+	    "puts", &crash.index_window, cause)) == -1)
+		return -1;
+	if (set && in_master)
+		store_notice(STORE_NOTICE_INFO, "fault injection: a "
+		    "checkpoint gives the index %lld puts at a time in key "
+		    "order", crash.index_window);
 	crash.spin_max_connections = -1;
 	if ((set = crash_env_number("IDEM_CRASH_SPIN_MAX_CONNECTIONS",
 	    UINT32_MAX, "connections", &crash.spin_max_connections,

@@ -1094,6 +1094,12 @@ int64_t	crash_journal_linger_us(int64_t default_us);
  * IDEM_SPIN_MAX_CONNECTIONS (a test's two clients, watched).
  */
 uint32_t crash_spin_max_connections(uint32_t default_count);
+/*
+ * IDEM_CRASH_INDEX_WINDOW: how many puts a checkpoint holds back to give
+ * the index in key order (checkpoint.c) instead of its default; 1 gives
+ * them after each chunk of the copy, as before key order.
+ */
+size_t	crash_index_window(size_t default_count);
 #else
 /* Without fault injection every crash point compiles to nothing. */
 #define crash_init(seg, master, cause)	((void)(seg), (void)(cause), 0)
@@ -1108,6 +1114,7 @@ uint32_t crash_spin_max_connections(uint32_t default_count);
 #define crash_durable_watch_us(us)	(us)
 #define crash_journal_linger_us(us)	(us)
 #define crash_spin_max_connections(n)	(n)
+#define crash_index_window(n)		(n)
 #endif
 
 #endif

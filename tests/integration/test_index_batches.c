@@ -324,7 +324,13 @@ test_kill_between_index_commits_after_one(void **state)
  */
 #define FAIL_CAPACITY	2048
 #define FAIL_FIRST	(FAIL_CAPACITY / 2)
-#define FAIL_EFFECT	(FAIL_CAPACITY * 4)
+/*
+ * An id no other effect here has, whose key sorts before fx-1025 ..
+ * fx-1105 ("fx-10" < "fx-11"): the first put of its chunk in the
+ * index's key order, so that its batch is committed before the copy's
+ * end, where the last batch waits for the journal in any case.
+ */
+#define FAIL_EFFECT	10000
 /* More than one batch's puts (at most 64). */
 #define FAIL_AFTER	80
 #define FAIL_LOOK_MS	2000
@@ -373,7 +379,7 @@ test_journal_fails_between_index_commits(void **state)
 	char			 fifo[PATH_MAX + 8], hold[PATH_MAX + 64];
 	char			 fence[BATCHES_FENCE_BYTES], *line, *reply;
 	char			*receipt;
-	const char		*env[5];
+	const char		*env[6];
 	json_t			*r;
 	int64_t			 until;
 	int			 i, w, fd, leaked = 0;
@@ -389,7 +395,14 @@ test_journal_fails_between_index_commits(void **state)
 	    "IDEM_CRASH_HOLD_AT=between_index_commits:%s", fifo);
 	memcpy(env, t->env, 3 * sizeof env[0]);
 	env[3] = hold;
-	env[4] = NULL;
+	/*
+	 * The index given each chunk's puts once the chunk is copied, so
+	 * that the hold falls between the two chunks' copies (by default
+	 * the puts wait for the whole copy, and the effect's chunk would be
+	 * copied before its complete: no wait would be tested).
+	 */
+	env[4] = "IDEM_CRASH_INDEX_WINDOW=1";
+	env[5] = NULL;
 	assert_int_equal(harness_start(b, args, env), 0);
 	for (i = 0; i < FAIL_FIRST; i++)
 		free(commit_or_die(b, i, 0));
