@@ -70,7 +70,8 @@ enum backend_effect_result {
 				   effect_record) */
 	BACKEND_EFFECT_NONE,	/* claim: no effect under the key */
 	BACKEND_EFFECT_SETTLED,	/* record: the judge's transition is
-				   durable (an extension's: recorded,
+				   durable (an extension's that does
+				   not shorten the lease: recorded,
 				   durable with the next flush) */
 	BACKEND_EFFECT_FAILED	/* err */
 };

@@ -53,6 +53,14 @@
  * ring, not once it is durable (SPEC.md allows it: after a crash the
  * last durable expiry, an earlier one, counts, which can only make an
  * outcome unknown sooner).  No crash point: nothing waits on it.
+ * Except an extension that moves the end earlier (a lease_ms shorter
+ * than the time left): lost in a crash, it would leave the later end it
+ * replaced, and the outcome would be unknown later than the holder was
+ * told, which SPEC.md's "only sooner" rules out.  Its record is durable
+ * before its answer, as a complete's is; with that, every expiry
+ * answered before its record is durable is no earlier than the one
+ * before it, so whichever record a crash leaves last ends no later
+ * than the last answer said.
  *
  * The fence is "<attempt>-<16 hex>": the attempt and a random nonce
  * drawn for each proceed.  Only the latest one issued is accepted.
@@ -860,8 +868,10 @@ effect_extend_judge(struct pending *p)
 	/*
 	 * The attempt and the fence stay: the record is the reservation's
 	 * with a new lease, granted now (updated_at, from which diagnose's
-	 * age and stalled count: an extension is a sign of life).
+	 * age and stalled count: an extension is a sign of life).  One
+	 * that ends the lease earlier than it ended waits to be durable.
 	 */
+	e->lease_shortened = now + e->lease_ms < x->lease_expires_ms;
 	x->lease_expires_ms = now + e->lease_ms;
 	x->updated_at_ms = now;
 	effect_record(p);

@@ -800,6 +800,11 @@ struct effect {
 	char			 id[IDEM_MAX_SUBMISSION_ID_BYTES + 1];
 	uint8_t			 digest[IDEM_SHA256_BYTES];
 	int64_t			 lease_ms;	/* begin and extend */
+	/*
+	 * extend: the new end is earlier than the one it replaces, so its
+	 * record is durable before the answer (effect.c's DESIGN).
+	 */
+	int			 lease_shortened;
 	/* complete, resolve and extend (fence) */
 	enum effect_outcome	 outcome;
 	uint32_t		 fence_attempt;

@@ -15,9 +15,10 @@
  * outcome, the request ends in pending_reply(), once.
  *
  * One record is acknowledged before it is durable, by SPEC.md's leave:
- * an effect's lease extension (pending_journal_slot_nowait).  Lost in a
- * crash, it leaves the last durable expiry, an earlier one, which can
- * only make an outcome unknown sooner, never let a second caller in.
+ * an effect's lease extension (pending_journal_slot_nowait) that does
+ * not shorten the lease (effect.c).  Lost in a crash, it leaves the
+ * last durable expiry, an earlier one, which can only make an outcome
+ * unknown sooner, never let a second caller in.
  *
  * A pending outlives its connection: a peer that is gone leaves it
  * running (p->conn NULL) so that the state it changes stays consistent;

@@ -7,7 +7,8 @@
  * record (effect_extend) is the reservation's EFFECT record with the
  * new expiry, set in the slot and appended in one step like any other,
  * but settled once it is in the ring: the next group commit makes it
- * durable, and nothing waits for that (SPEC.md, "Effects").  Each call
+ * durable, and nothing waits for that (SPEC.md, "Effects"); one that
+ * ends the lease earlier than it ended is settled once durable.  Each call
  * ends in one outcome given to the op layer's done function
  * (backend.h); effect.c judges and answers (its DESIGN describes the
  * ledger).
@@ -571,6 +572,10 @@ local_effect_record(struct pending *p, backend_effect_done_fn done)
 		    "with the same fence");
 		return;
 	}
-	/* An extension: in the ring is enough (see the top of this file). */
-	effect_journal(p, e->op == EFFECT_EXTEND, le_settled);
+	/*
+	 * An extension: in the ring is enough (see the top of this file),
+	 * unless it shortens the lease: then durable, as effect.c says.
+	 */
+	effect_journal(p, e->op == EFFECT_EXTEND && !e->lease_shortened,
+	    le_settled);
 }

@@ -871,6 +871,82 @@ restart_keeps_the_last_durable_expiry(void **state)
 	harness_shim_finish(*state);
 }
 
+/*
+ * An extension that ends the lease earlier than it ended (a lease_ms
+ * shorter than the time left) is durable before its answer.  The model
+ * found it (tests/model/regressions.py,
+ * shortened_lease_survives_no_crash): a 30 s lease cut to 100 ms was
+ * answered, idemd was killed before the round that writes it, and the
+ * restarted broker held the lease 30 s more, so that the outcome was
+ * unknown later than the holder was told; SPEC.md: "the last durable
+ * expiry counts, which can only make an outcome unknown sooner".  Here
+ * the broker dies (IDEM_CRASH_AT=before_journal_kick) in the pass that
+ * appends the extension's record, after it wrote the answers it had,
+ * before it kicks the journaler (which lingers for no record): an
+ * extension answered before it is durable is answered and lost, one
+ * that waits is neither.
+ */
+static void
+shortened_lease_is_durable_before_its_answer(void **state)
+{
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	const char		*env[8];
+	struct idem_conn	*c;
+	json_t			*reply;
+	char			*fence, *text;
+	int64_t			 first, told;
+	size_t			 n;
+
+	harness_need_fault_injection(b);
+	start(state);
+	reply = begin(b, "x-cut", REQUEST, 600000);
+	fence = fence_of(reply);
+	first = time_ms(harness_str(reply, "lease_expires_at"));
+	json_decref(reply);
+	assert_int_equal(harness_stop(b), 0);
+	for (n = 0; t->env[n] != NULL; n++)
+		env[n] = t->env[n];
+	env[n++] = "IDEM_CRASH_AT=before_journal_kick";
+	env[n++] = "IDEM_CRASH_JOURNAL_LINGER_US=0";
+	env[n] = NULL;
+	harness_must_start(b, NULL, env);
+	c = harness_connect(b);
+	assert_non_null(c);
+	reply = harness_call(c, extend_request("x-cut", fence,
+	    SHORT_LEASE_MS));
+	idem_close(c);
+	harness_wait_dead(b);
+	harness_must_start(b, NULL, t->env);
+	if (reply != NULL) {
+		told = extended_until(reply);
+		text = json_dumps(reply, JSON_COMPACT);
+		fail_msg("a shortening extension was answered before its "
+		    "record was durable (%s): after the crash the lease ends "
+		    "%lld ms after the answer said", text,
+		    (long long)(lease_now(b, "x-cut") - told));
+	}
+	/* Never answered: the durable end, the begin's, holds. */
+	assert_int_equal(lease_now(b, "x-cut"), first);
+	reply = begin(b, "x-cut", REQUEST, 0);
+	assert_disposition(reply, "in_progress");
+	json_decref(reply);
+	/* Without a crash the same extension is answered, and holds. */
+	reply = harness_must_call(b, extend_request("x-cut", fence,
+	    SHORT_LEASE_MS));
+	told = extended_until(reply);
+	json_decref(reply);
+	assert_true(told < first);
+	harness_kill(b);
+	harness_must_start(b, NULL, t->env);
+	assert_int_equal(lease_now(b, "x-cut"), told);
+	reply = begin_until_unknown(b, "x-cut", REQUEST);
+	assert_true(wall_ms() >= told);
+	json_decref(reply);
+	free(fence);
+	harness_shim_finish(*state);
+}
+
 static int
 setup(void **state)
 {
@@ -888,6 +964,7 @@ main(void)
 		T(extend_refusals_change_nothing),
 		T(extend_while_the_journal_fails),
 		T(restart_keeps_the_last_durable_expiry),
+		T(shortened_lease_is_durable_before_its_answer),
 		T(libidem_extend_and_run_keep_the_lease),
 #undef T
 	};

@@ -270,7 +270,8 @@ class Effect:
         self.lease_hi = 0.0
         # The earliest expiry a record of this attempt gave: after a
         # kill -9 the last durable one counts (an extension is answered
-        # before it is durable), which may be any of them.
+        # before it is durable), which may be any of them, but never a
+        # later one than the last answer said (SPEC.md: "only sooner").
         self.lease_floor = 0.0
         self.result_raw = None     # compact result bytes once committed
         self.receipt = None
