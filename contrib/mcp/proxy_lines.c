@@ -17,12 +17,12 @@
 #endif
 
 #include <errno.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <jansson.h>
+#include <utf8proc.h>
 
 #include "proxy.h"
 
@@ -159,38 +159,19 @@ proxy_answer_scan(const char *line, size_t length, size_t total,
 
 /* ---- a line as JSON ---------------------------------------------------- */
 
-/* The length of the valid UTF-8 character at p (jansson's rules), or 0. */
+/*
+ * The length of the valid UTF-8 character at p (n bytes on), or 0:
+ * utf8proc refuses what jansson refuses (overlong forms, surrogates,
+ * past U+10FFFF).
+ */
 static size_t
 proxy_utf8_length(const unsigned char *p, size_t n)
 {
-	uint32_t	 cp;
-	size_t		 length, i;
+	utf8proc_int32_t	 cp;
+	utf8proc_ssize_t	 length;
 
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] >= 0xc2 && p[0] <= 0xdf) {
-		length = 2;
-		cp = p[0] & 0x1f;
-	} else if (p[0] >= 0xe0 && p[0] <= 0xef) {
-		length = 3;
-		cp = p[0] & 0x0f;
-	} else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
-		length = 4;
-		cp = p[0] & 0x07;
-	} else
-		return 0;
-	if (n < length)
-		return 0;
-	for (i = 1; i < length; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (p[i] & 0x3f);
-	}
-	/* Not overlong, not a surrogate, not past U+10FFFF. */
-	if ((length == 3 && cp < 0x800) || (length == 4 && (cp < 0x10000 ||
-	    cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return length;
+	length = utf8proc_iterate(p, (utf8proc_ssize_t)n, &cp);
+	return length > 0 ? (size_t)length : 0;
 }
 
 /* The code unit of the escape \uXXXX at p (n bytes on), or -1. */
