@@ -312,6 +312,15 @@ client_send_out(struct idem_conn *conn, size_t length)
 	return 0;
 }
 
+int64_t
+client_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /*
  * Wait in poll(2) until the stream is readable, not in read(2): the
  * broker's read of our request frees its bytes, which tells every task
@@ -326,14 +335,11 @@ static int
 client_wait_readable(struct idem_conn *conn, int64_t deadline_ms)
 {
 	struct pollfd	pfd;
-	struct timespec	ts;
 	int64_t		left = -1;
 	int		n;
 
 	if (deadline_ms > 0) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		left = deadline_ms - ((int64_t)ts.tv_sec * 1000 +
-		    ts.tv_nsec / 1000000);
+		left = deadline_ms - client_now_ms();
 		if (left <= 0) {
 			errno = EAGAIN;
 			return -1;
@@ -356,13 +362,7 @@ client_wait_readable(struct idem_conn *conn, int64_t deadline_ms)
 static int64_t
 client_deadline(const struct idem_conn *conn)
 {
-	struct timespec	ts;
-
-	if (conn->timeout_ms <= 0)
-		return 0;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
-	    conn->timeout_ms;
+	return conn->timeout_ms > 0 ? client_now_ms() + conn->timeout_ms : 0;
 }
 
 /*

@@ -54,6 +54,8 @@ void	client_error(struct idem_error *, enum idem_error_code,
 struct idem_conn *client_connect(const char *socket_path, int64_t timeout_ms,
 	    struct idem_error *);
 int	client_timeout(int fd, int64_t timeout_ms, struct idem_error *);
+/* CLOCK_MONOTONIC in milliseconds: deadlines and what is left of them. */
+int64_t	client_now_ms(void);
 json_t	*client_call_json(struct idem_conn *, json_t *request,
 	    struct idem_error *);
 json_t	*client_call_ok(struct idem_conn *, json_t *request,

@@ -44,15 +44,6 @@ idem_submission_id_new(char out[IDEM_SUBMISSION_ID_SIZE])
 	return 0;
 }
 
-static int64_t
-client_now_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * Only what can change on its own is worth another try: the broker
  * coming back, a submission in flight finishing, storage recovering.
