@@ -30,8 +30,9 @@
  *    messages, each handled as above (their answers go one by one).
  *  - a client's line jansson reads only loosely or with its integers as
  *    doubles passes as its bytes unless it holds a call that must be
- *    keyed or a request with an id of our form (refused: proxy_client_raw);
- *    one nothing reads is refused only if its bytes show a tools/call.
+ *    keyed or a request with an id of our form (refused: proxy_raw.c,
+ *    proxy_client_raw); one nothing reads is refused only if its bytes
+ *    show a tools/call (proxy_unreadable_call).
  *
  * End of the client's input: the wrapped calls still running are let
  * finish (each at most its lease, so that what ran is recorded), then
@@ -39,6 +40,9 @@
  * SIGKILL, if it does not exit (as MCP's stdio shutdown says).  End of
  * the child's output: the proxy says so on stderr, the calls waiting
  * for the child are answered, and the proxy exits with its status.
+ *
+ * proxy_options.c reads the command line into proxy_cfg and hands the
+ * downstream's command to proxy_run.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -49,7 +53,6 @@
 #include <sys/wait.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -63,7 +66,6 @@
 #include <jansson.h>
 
 #include "proxy.h"
-#include "protocol.h"
 
 #define PROXY_TERM_WAIT_MS	2000	/* after stdin closed, after SIGTERM */
 
@@ -198,6 +200,19 @@ proxy_to_client_json(json_t *msg)
 	return proxy_send_json(msg, proxy_to_client);
 }
 
+/* A JSON-RPC error to the client under id (borrowed; NULL: null). */
+void
+proxy_client_error(json_t *id, int code, const char *message)
+{
+	json_t	*answer;
+
+	answer = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0",
+	    "id", id, "error", "code", code, "message", message);
+	if (answer != NULL)
+		proxy_to_client_json(answer);
+	json_decref(answer);
+}
+
 /* ---- the tables -------------------------------------------------------- */
 
 /* Remember id for what (id_value: a reference kept, may be NULL). */
@@ -321,6 +336,14 @@ proxy_new_id(void)
 	pthread_mutex_unlock(&proxy_lock);
 	snprintf(buf, sizeof buf, PROXY_ID_PREFIX "%" PRIu64, n);
 	return json_string(buf);
+}
+
+/* Is id in the form of the proxy's own (PROXY_ID_PREFIX)? */
+int
+proxy_own_id(json_t *id)
+{
+	return json_is_string(id) && strncmp(json_string_value(id),
+	    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) == 0;
 }
 
 static int64_t
@@ -481,209 +504,6 @@ proxy_split_batch(json_t *msg, void (*handle)(char *, size_t))
 		free(s);
 	}
 	json_decref(msg);
-}
-
-/*
- * Must this call be keyed whatever else, so that one the proxy cannot
- * serve on a thread of its own (no id to answer it under, a line jansson
- * cannot read exactly) is refused rather than passed?  Its tool is
- * wrapped, or not listed yet, or the listing passes it but the call
- * carries a key (PROXY_LOOKUP): the ledger may hold that key, and only a
- * call's own thread can ask it (here it would hold up the client's
- * reader), so passed unasked it could run a second time.
- */
-static int
-proxy_call_must_key(const char *name, json_t *params)
-{
-	return proxy_call_wrap(name, params, 0, NULL) != PROXY_PASSED;
-}
-
-/* A JSON-RPC error to the client under id (borrowed; NULL: null). */
-static void
-proxy_client_error(json_t *id, int code, const char *message)
-{
-	json_t	*answer;
-
-	answer = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0",
-	    "id", id, "error", "code", code, "message", message);
-	if (answer != NULL)
-		proxy_to_client_json(answer);
-	json_decref(answer);
-}
-
-/* Is msg a tools/call that must be keyed (proxy_call_must_key)? */
-static int
-proxy_must_key_call(json_t *msg)
-{
-	json_t		*params = json_object_get(msg, "params");
-	const char	*name;
-
-	return strcmp(json_string_value(json_object_get(msg, "method")) ?:
-	    "", "tools/call") == 0 && (name = json_string_value(
-	    json_object_get(params, "name"))) != NULL &&
-	    proxy_call_must_key(name, params);
-}
-
-/* Is id in the form of the proxy's own (PROXY_ID_PREFIX)? */
-static int
-proxy_own_id(json_t *id)
-{
-	return json_is_string(id) && strncmp(json_string_value(id),
-	    PROXY_ID_PREFIX, strlen(PROXY_ID_PREFIX)) == 0;
-}
-
-/* What becomes of a client's message that can pass only as its bytes. */
-enum proxy_raw {
-	RAW_PASSED,
-	RAW_MUST_KEY,	/* a call that must be keyed (proxy_must_key_call) */
-	RAW_OWN_ID	/* a request with an id in the proxy's own form */
-};
-
-/*
- * What becomes of msg.  Read with its integers as doubles, an integer id
- * came back a double: made one again, so that an answer gives it back.
- */
-static enum proxy_raw
-proxy_raw_kind(json_t *msg)
-{
-	json_t	*id = json_object_get(msg, "id");
-
-	if (json_is_real(id) && json_real_value(id) ==
-	    (double)(json_int_t)json_real_value(id))
-		json_object_set_new(msg, "id",
-		    json_integer((json_int_t)json_real_value(id)));
-	if (proxy_must_key_call(msg))
-		return RAW_MUST_KEY;
-	if (json_object_get(msg, "method") != NULL &&
-	    proxy_own_id(json_object_get(msg, "id")))
-		return RAW_OWN_ID;
-	return RAW_PASSED;
-}
-
-/* The refusal of one message of a line not sent on (proxy_client_raw). */
-static void
-proxy_raw_refuse(json_t *msg, enum proxy_raw kind, int loose)
-{
-	static const char	 unread[] = "idem-mcp proxy: the call was not "
-	    "made: idem cannot read it exactly (U+0000 in an object key, a "
-	    "UTF-16 surrogate not in a pair, or invalid UTF-8), so it "
-	    "cannot key or record it";
-	static const char	 own[] = "idem-mcp proxy: not sent: ids that "
-	    "start with " PROXY_ID_PREFIX " are the proxy's own";
-	static const char	 held[] = "idem-mcp proxy: not sent: its batch "
-	    "holds a message the proxy refused; send this message on its "
-	    "own";
-	json_t			*id = json_object_get(msg, "id"), *answer;
-
-	/* Only a request is answered (nothing waits for the others). */
-	if (json_object_get(msg, "method") == NULL || id == NULL)
-		return;
-	if (kind == RAW_OWN_ID)
-		proxy_client_error(id, -32600, own);
-	else if (kind == RAW_PASSED)
-		proxy_client_error(id, -32602, held);
-	else if (loose)
-		proxy_client_error(id, -32602, unread);
-	else {
-		answer = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b, "
-		    "s:{s:{s:s, s:b}}}}", "jsonrpc", "2.0", "id", id, "result",
-		    "content", "type", "text", "text", "The call was not made: "
-		    "its arguments hold a number beyond 64 bits, which idem "
-		    "cannot key exactly; send it as a string.", "isError", 1,
-		    "_meta", PROXY_META_ERROR, "disposition",
-		    "refused_by_broker", "retryable", 0);
-		if (answer != NULL)
-			proxy_to_client_json(answer);
-		json_decref(answer);
-	}
-}
-
-/*
- * A client's line that can pass only as the bytes it came in: JSON that
- * jansson reads only loosely (loose: proxy_json_load) or only with its
- * integers as doubles (one past 64 bits); msg, so read, is stolen.
- * Neither reading is what was sent, so the proxy cannot handle a
- * message in it as it would the same message read exactly:
- *  - a call that must be keyed cannot be keyed as sent (and the broker
- *    refuses U+0000 anyway); passed on, it would reach the server
- *    unkeyed, run on every retry: refused, Invalid params (loose) or a
- *    tool error that says to send the number as a string;
- *  - a request whose id is in the proxy's own form cannot be sent under
- *    an id of ours (its bytes are not ours to rewrite); passed, its
- *    answer would be taken for that of a request of the proxy's own (a
- *    wrapped call's result, recorded): refused, Invalid Request.
- * Any other message passes as its bytes (it is JSON).  A batch holding
- * a refused message is not sent either (its other messages cannot pass
- * without its bytes): each request in it is refused.
- */
-static void
-proxy_client_raw(const char *line, size_t length, json_t *msg, int loose)
-{
-	json_t	*item;
-	size_t	 i;
-	int	 refused = 0;
-
-	if (json_is_array(msg)) {
-		json_array_foreach(msg, i, item)
-			refused += proxy_raw_kind(item) != RAW_PASSED;
-	} else
-		refused = proxy_raw_kind(msg) != RAW_PASSED;
-	if (refused == 0) {
-		json_decref(msg);
-		proxy_to_server(line, length);
-		return;
-	}
-	proxy_log("client: a line read %s%s holds a tools/call that must be "
-	    "keyed or an id of the proxy's form: refused, not sent on",
-	    loose ? "loosely" : "with its integers as doubles",
-	    json_is_array(msg) ? " (a batch)" : "");
-	if (!json_is_array(msg))
-		proxy_raw_refuse(msg, proxy_raw_kind(msg), loose);
-	else
-		json_array_foreach(msg, i, item)
-			proxy_raw_refuse(item, proxy_raw_kind(item), loose);
-	json_decref(msg);
-}
-
-/*
- * A client's line jansson cannot read as it stands (or is not an object
- * or a batch).  Read again, integers as doubles and loosely if need
- * be, it goes to proxy_client_raw.  A line nothing reads (a number past
- * a double, nesting deeper than jansson's limit, not JSON at all) is
- * answered Parse error and not sent on if its bytes show a tools/call
- * at a message's top level: it may be the call of a wrapped tool, and
- * a lenient server may read it (Node reads 1e400 as Infinity) and run
- * that tool unkeyed.  Any other passes as it came, as it always did:
- * the server answers its own parse error, and a message the proxy
- * cannot read but the server can (an answer to its request) reaches it.
- * 1 if handled here, 0 if the line is to pass as it came.
- */
-static int
-proxy_unreadable_call(const char *line, size_t length)
-{
-	json_t		*msg, *id;
-	int		 loose;
-
-	msg = proxy_json_load(line, length, JSON_DECODE_INT_AS_REAL, &loose);
-	if (msg != NULL) {
-		proxy_client_raw(line, length, msg, loose);
-		return 1;
-	}
-	if (!proxy_unreadable_request(line, length, &id))
-		return 0;
-	proxy_log("client: a tools/call that cannot be read (%zu bytes): "
-	    "answered Parse error, not sent on", length);
-	/*
-	 * Under the id its bytes show, if a request's: JSON-RPC answers a
-	 * Parse error under a null id, but a client (the TypeScript SDK)
-	 * drops an error with a null id, and its request would wait for
-	 * ever.
-	 */
-	proxy_client_error(id, -32700, "idem-mcp proxy: a tools/call that "
-	    "the proxy cannot read (not JSON, a number past a double, or "
-	    "nested too deep): not sent on");
-	json_decref(id);
-	return 1;
 }
 
 static void
@@ -951,207 +771,20 @@ proxy_server_reader(void *arg)
 	_exit(status == 0 ? 0 : 1);
 }
 
-/* ---- options ----------------------------------------------------------- */
-
-enum {
-	OPT_SOCKET = 256,
-	OPT_ROOT,
-	OPT_NAME,
-	OPT_SCOPE,
-	OPT_WRAP,
-	OPT_PASS,
-	OPT_LEASE
-};
-
-static void	proxy_usage(FILE *, int) __attribute__((noreturn));
-
-static void
-proxy_usage(FILE *out, int status)
-{
-	fprintf(out,
-"usage: idem-mcp proxy [--root DIR | --socket PATH] [--name NAME] [--scope S]\n"
-"                      [--wrap TOOL]... [--pass TOOL]... [--lease-ms N]\n"
-"                      -- COMMAND [ARG...]\n"
-"\n"
-"Serve MCP on stdio in front of the MCP server COMMAND, making its tools\n"
-"with side effects idempotent: each gains a required idempotency_key\n"
-"argument, and a call is performed at most once per key (idemd keeps the\n"
-"first result and answers every retry with it).  Every other message\n"
-"passes unchanged.\n"
-"\n"
-"  --root DIR, --socket PATH  the broker, as for idem-mcp\n"
-"  --name NAME     the server's name in effect kinds, mcp/NAME/TOOL\n"
-"                  (default: the server's serverInfo.name)\n"
-"  --scope S       a namespace of this proxy's keys: kinds S/mcp/NAME/TOOL\n"
-"  --wrap TOOL     wrap TOOL even if it says it is read-only or idempotent\n"
-"  --pass TOOL     never wrap TOOL\n"
-"  --lease-ms N    the lease of a call at the broker (default %d); kept\n"
-"                  alive while the server works on the call\n",
-	    PROXY_DEFAULT_LEASE_MS);
-	exit(status);
-}
-
-/* Append s to a NULL-terminated list. */
-static const char **
-proxy_list_add(const char **list, size_t *n, const char *s)
-{
-	const char	**p;
-
-	if ((p = realloc(list, (*n + 2) * sizeof *p)) == NULL) {
-		proxy_log("out of memory");
-		exit(1);
-	}
-	p[(*n)++] = s;
-	p[*n] = NULL;
-	return p;
-}
-
-/* Printable ASCII without '/', as a part of a kind must be. */
-static int
-proxy_kind_part_ok(const char *s)
-{
-	if (*s == '\0')
-		return 0;
-	for (; *s != '\0'; s++)
-		if (*s < 0x21 || *s > 0x7e)
-			return 0;
-	return 1;
-}
-
-/*
- * The line limit: PROXY_MAX_LINE_BYTES, or, in a build with fault
- * injection only, IDEM_MCP_PROXY_MAX_LINE_BYTES (a line just over 256
- * MiB costs a test that much memory twice over and seconds on each side;
- * the limit's arithmetic is the same at any size).  Set in a build
- * without, or not a whole number of bytes within [PROXY_MIN_TEST_LINE_BYTES,
- * PROXY_MAX_LINE_BYTES], it is refused, as idemd refuses its IDEM_CRASH_*:
- * a knob silently ignored or misread ("1M" as 1) would test something
- * else.  Read once, before any thread.  -1 if refused (said).
- */
-static int
-proxy_line_limit(size_t *limit)
-{
-	const char	*value = getenv("IDEM_MCP_PROXY_MAX_LINE_BYTES");
-#ifdef IDEM_FAULT_INJECTION
-	char		*end;
-	long long	 n;
-#endif
-
-	*limit = PROXY_MAX_LINE_BYTES;
-	if (value == NULL)
-		return 0;
-#ifdef IDEM_FAULT_INJECTION
-	errno = 0;
-	n = strtoll(value, &end, 10);
-	if (errno != 0 || end == value || *end != '\0' ||
-	    n < PROXY_MIN_TEST_LINE_BYTES || n > PROXY_MAX_LINE_BYTES) {
-		proxy_log("IDEM_MCP_PROXY_MAX_LINE_BYTES=%s: not a number of "
-		    "bytes from %d to %d", value, PROXY_MIN_TEST_LINE_BYTES,
-		    PROXY_MAX_LINE_BYTES);
-		return -1;
-	}
-	*limit = (size_t)n;
-	return 0;
-#else
-	proxy_log("IDEM_MCP_PROXY_MAX_LINE_BYTES is set, but this idem-mcp "
-	    "has no fault injection (configure --enable-fault-injection)");
-	return -1;
-#endif
-}
+/* ---- the run ----------------------------------------------------------- */
 
 int
-proxy_main(int argc, char **argv)
+proxy_run(char **command)
 {
-	static const struct option options[] = {
-		{ "socket", required_argument, NULL, OPT_SOCKET },
-		{ "root", required_argument, NULL, OPT_ROOT },
-		{ "name", required_argument, NULL, OPT_NAME },
-		{ "scope", required_argument, NULL, OPT_SCOPE },
-		{ "wrap", required_argument, NULL, OPT_WRAP },
-		{ "pass", required_argument, NULL, OPT_PASS },
-		{ "lease-ms", required_argument, NULL, OPT_LEASE },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 }
-	};
-	static char	 socket_buf[4096];
-	static const char *empty[] = { NULL };
 	pthread_t	 reader;
-	const char	*root = NULL;
-	size_t		 nwrap = 0, npass = 0;
-	char		*end;
-	long long	 n;
-	int		 ch, status;
+	int		 status;
 
-	proxy_cfg.lease_ms = PROXY_DEFAULT_LEASE_MS;
-	if (proxy_line_limit(&proxy_cfg.max_line_bytes) != 0)
-		return 2;
-	proxy_cfg.wrap = proxy_cfg.pass = empty;
-	optind = 1;
-	while ((ch = getopt_long(argc, argv, "+h", options, NULL)) != -1) {
-		switch (ch) {
-		case OPT_SOCKET:
-			proxy_cfg.socket_path = optarg;
-			break;
-		case OPT_ROOT:
-			root = optarg;
-			break;
-		case OPT_NAME:
-		case OPT_SCOPE:
-			if (!proxy_kind_part_ok(optarg) ||
-			    strlen(optarg) > IDEM_MAX_EFFECT_KIND_BYTES / 2) {
-				fprintf(stderr, "idem-mcp proxy: --%s: 1..%d "
-				    "printable ASCII characters, no spaces\n",
-				    ch == OPT_NAME ? "name" : "scope",
-				    IDEM_MAX_EFFECT_KIND_BYTES / 2);
-				return 2;
-			}
-			if (ch == OPT_NAME)
-				proxy_cfg.name = optarg;
-			else
-				proxy_cfg.scope = optarg;
-			break;
-		case OPT_WRAP:
-			proxy_cfg.wrap = proxy_list_add(nwrap == 0 ? NULL :
-			    proxy_cfg.wrap, &nwrap, optarg);
-			break;
-		case OPT_PASS:
-			proxy_cfg.pass = proxy_list_add(npass == 0 ? NULL :
-			    proxy_cfg.pass, &npass, optarg);
-			break;
-		case OPT_LEASE:
-			errno = 0;
-			n = strtoll(optarg, &end, 10);
-			if (errno != 0 || *end != '\0' ||
-			    n < IDEM_MIN_LEASE_MS || n > IDEM_MAX_LEASE_MS) {
-				fprintf(stderr, "idem-mcp proxy: --lease-ms: "
-				    "%d..%d\n", IDEM_MIN_LEASE_MS,
-				    IDEM_MAX_LEASE_MS);
-				return 2;
-			}
-			proxy_cfg.lease_ms = n;
-			break;
-		case 'h':
-			proxy_usage(stdout, 0);
-		default:
-			proxy_usage(stderr, 2);
-		}
-	}
-	if (optind >= argc)
-		proxy_usage(stderr, 2);
-	if (proxy_cfg.socket_path == NULL && root != NULL) {
-		if ((size_t)snprintf(socket_buf, sizeof socket_buf, "%s/%s",
-		    root, IDEM_SOCKET_NAME) >= sizeof socket_buf) {
-			fprintf(stderr, "idem-mcp proxy: --root: too long\n");
-			return 2;
-		}
-		proxy_cfg.socket_path = socket_buf;
-	}
-	proxy_command = argv[optind];
+	proxy_command = command[0];
 
 	signal(SIGPIPE, SIG_IGN);
 	/* Jansson seeds its hash lazily: once, before any thread does. */
 	json_object_seed(0);
-	if (proxy_spawn(argv + optind) != 0)
+	if (proxy_spawn(command) != 0)
 		return 1;
 	if ((errno = pthread_create(&reader, NULL, proxy_server_reader,
 	    NULL)) != 0) {

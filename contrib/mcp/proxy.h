@@ -2,9 +2,11 @@
 /*
  * proxy.h: `idem-mcp proxy`, an idempotency proxy in front of any MCP
  * server over stdio (SPEC.md, "The MCP proxy"), grouped by the file that
- * owns each part.  proxy.c owns the process (options, the downstream
- * child, the two readers and the two locked writers, the table of
- * requests the proxy sent downstream); proxy_tools.c the messages it
+ * owns each part.  proxy_options.c owns the command line; proxy.c the
+ * process (the downstream child, the two readers and the two locked
+ * writers, the table of requests the proxy sent downstream); proxy_raw.c
+ * a client's lines that pass only as their bytes, or are refused;
+ * proxy_lines.c the readers' lines; proxy_tools.c the messages it
  * rewrites (initialize's result, tools/list's result) and which tools
  * are wrapped; proxy_call.c one wrapped tools/call, on its own thread:
  * the effect protocol with idemd around the downstream's call;
@@ -42,7 +44,7 @@ struct proxy_config {
 	const char	**wrap;		/* --wrap TOOL..., NULL-terminated */
 	const char	**pass;		/* --pass TOOL..., NULL-terminated */
 	int64_t		  lease_ms;
-	/* PROXY_MAX_LINE_BYTES, or less for tests (proxy_line_limit says why) */
+	/* PROXY_MAX_LINE_BYTES, or less for tests (proxy_options.c says why) */
 	size_t		  max_line_bytes;
 };
 
@@ -50,12 +52,17 @@ struct proxy_config {
 
 extern struct proxy_config proxy_cfg;
 
-int	proxy_main(int argc, char **argv);
+/* Run in front of command (argv's form), proxy_cfg set: the exit status. */
+int	proxy_run(char **command);
 /* Write one message (no newline) to the client / downstream, locked. */
 int	proxy_to_client(const char *, size_t);
 int	proxy_to_server(const char *, size_t);
 /* Serialize and send (steals nothing; the value stays the caller's). */
 int	proxy_to_client_json(json_t *);
+/* A JSON-RPC error to the client under id (borrowed; NULL: null). */
+void	proxy_client_error(json_t *id, int code, const char *message);
+/* Is id in the form of the proxy's own (PROXY_ID_PREFIX)? */
+int	proxy_own_id(json_t *id);
 /*
  * Send a request downstream under a fresh id of ours (method, params
  * borrowed) and wait for its response.  client_id (may be NULL): the
@@ -85,6 +92,27 @@ int	 proxy_log(const char *, ...) __attribute__((format(printf, 1, 2)));
  * request waited for it, 0 if none did (msg dropped).
  */
 int	 proxy_deliver(const char *key, json_t *msg);
+
+/* ---- proxy_options.c: the command line ------------------------------ */
+
+/* `idem-mcp proxy ARG...` (argv[0]: "proxy"): the exit status. */
+int	proxy_main(int argc, char **argv);
+
+/* ---- proxy_raw.c: client lines that pass only as their bytes -------- */
+
+/*
+ * Must a tools/call of name (params borrowed) be keyed whatever else?
+ * Then one the proxy cannot serve on a thread of its own is refused.
+ */
+int	proxy_call_must_key(const char *name, json_t *params);
+/*
+ * A client's line read only loosely (loose) or with its integers as
+ * doubles (msg, so read, stolen): sent on as its bytes, or refused.
+ */
+void	proxy_client_raw(const char *line, size_t length, json_t *msg,
+	    int loose);
+/* A client's line not read exactly: 1 if handled, 0 if it is to pass. */
+int	proxy_unreadable_call(const char *line, size_t length);
 
 /* ---- proxy_lines.c: the readers' lines ------------------------------ */
 
