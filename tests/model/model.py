@@ -10,11 +10,12 @@ SPEC.md's text (not with the project's own digest code), checked
 against tests/vectors/*.json by check_vectors().
 
 The answers SPEC.md allows for each request in a given state are
-decided in test_model.py's rules (one function per op, beside the
-request they check), on this state: where the contract allows more than
-one answer (a lease measured on the broker's clock whose end falls
-between a request's send and receive times, a retryable refusal) they
-name the set, and apply the actual answer to the model.
+decided in the machine's rules (machine.py, machine_effects.py: one
+function per op, beside the request they check), on this state: where
+the contract allows more than one answer (a lease measured on the
+broker's clock whose end falls between a request's send and receive
+times, a retryable refusal) they name the set, and apply the actual
+answer to the model.
 """
 
 import hashlib

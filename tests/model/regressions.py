@@ -5,7 +5,7 @@ ever (test_model.py replays them before the random search, and
 `IDEM_MODEL_SEED` replays a seed).
 
 Each entry: (name, defect, steps).  `defect` is a name of
-test_model.KNOWN_DEFECTS (the issue's item) or None; a defect listed in
+harness.KNOWN_DEFECTS (the issue's item) or None; a defect listed in
 IDEM_MODEL_KNOWN (comma-separated) skips its entries, for a branch that
 does not have that fix yet.  `steps` are (method, keyword arguments) of
 IdemMachine, the first always `start`: rules, or the helpers the rules

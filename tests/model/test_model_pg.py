@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: ISC
-"""tests/model/test_model_pg.py: the model's machine (test_model.py) on
+"""tests/model/test_model_pg.py: the model's machine (machine.py) on
 the PostgreSQL store: two brokers (`--store postgresql://...`,
 `--host-id A` and `B`) on one workspace, requests alternating between
 them, against one model; besides the local machine's rules the
@@ -21,9 +21,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
 import test_model as T  # noqa: E402
+from broker import Broker  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import rule  # noqa: E402
+from machine import IdemMachine  # noqa: E402
 
 
 def bindir():
@@ -76,7 +79,7 @@ class PgServer:
                                preexec_fn=demote, cwd=self.dir,
                                timeout=120)
         if check and p.returncode != 0:
-            raise T.ModelFailure("%s failed; log %s" % (argv[0], self.log))
+            raise H.ModelFailure("%s failed; log %s" % (argv[0], self.log))
         return p.returncode
 
     def ctl(self, what, mode="fast"):
@@ -110,16 +113,16 @@ class Pair:
     broker A's; start starts whichever is not running."""
 
     def __init__(self, uri):
-        self.a = T.Broker(host="A",
+        self.a = Broker(host="A",
                           store_args=["--store", uri, "--host-id", "A"])
         self.tmp, self.root = self.a.tmp, self.a.root
         self.uri = uri
-        p = subprocess.run([T.IDEMCTL, "store", "init", "--store", uri,
+        p = subprocess.run([H.IDEMCTL, "store", "init", "--store", uri,
                             "--root", self.root], capture_output=True,
                            text=True, timeout=60)
         if p.returncode != 0:
-            raise T.ModelFailure("idemctl store init: %s" % p.stderr)
-        self.b = T.Broker(tmp=self.tmp, host="B",
+            raise H.ModelFailure("idemctl store init: %s" % p.stderr)
+        self.b = Broker(tmp=self.tmp, host="B",
                           store_args=["--store", uri, "--host-id", "B"])
         self.log = self.a.log
         self.turn = 0
@@ -162,7 +165,7 @@ class Pair:
             self.a.close()
 
 
-class IdemPgMachine(T.IdemMachine):
+class IdemPgMachine(IdemMachine):
     """IdemMachine on PostgreSQL, two brokers."""
 
     pg = True
@@ -181,7 +184,7 @@ class IdemPgMachine(T.IdemMachine):
         return "".join(out)
 
     def compact_argv(self):
-        return [T.IDEMCTL, "compact", "--older-than", "0", "--root",
+        return [H.IDEMCTL, "compact", "--older-than", "0", "--root",
                 self.b.root, "--store", self.b.uri]
 
     @rule()
@@ -191,15 +194,15 @@ class IdemPgMachine(T.IdemMachine):
                              "pg_stat_activity WHERE pid <> "
                              "pg_backend_pid() AND datname IS NOT NULL")
         if p.returncode != 0:
-            T.fail("pg_terminate_backend: %s" % p.stderr)
-        T.STATS["pg_faults"] = T.STATS.get("pg_faults", 0) + 1
+            H.fail("pg_terminate_backend: %s" % p.stderr)
+        H.STATS["pg_faults"] = H.STATS.get("pg_faults", 0) + 1
 
     @rule(mode=st.sampled_from(["fast", "immediate"]))
     def pg_restart(self, mode):
         """The database restarted under the brokers (immediate: a
         crash and its recovery)."""
         SERVER["pg"].ctl("restart", mode)
-        T.STATS["pg_faults"] = T.STATS.get("pg_faults", 0) + 1
+        H.STATS["pg_faults"] = H.STATS.get("pg_faults", 0) + 1
 
 
 def main():
