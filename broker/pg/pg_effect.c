@@ -173,6 +173,8 @@ ce_store(struct pending *p)
 	struct pgstore	*st;
 	char		*cause = NULL;
 
+	/* Before each call's first statement (fault injection only). */
+	pg_pause_point("before_effect_statement");
 	if ((st = pg_loop_store(p->worker->d, &cause)) == NULL)
 		ce_fail_storage(p, "opening the PostgreSQL store", cause);
 	return st;
