@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * pg_pool.c: a worker's creation threads on the PostgreSQL store
- * (--store postgresql://..., doc/cluster.md, "Where the code is").
+ * pg_pool.c: a worker's store threads on the PostgreSQL store
+ * (--store postgresql://..., doc/cluster.md, "Where the code is"),
+ * which carry its creations (pg_create.c) and its effect ops
+ * (pg_effect.c).
  *
  * DESIGN
  *
@@ -33,6 +35,12 @@
  * A thread only ever runs a job's run callback and touches nothing of
  * the loop's (connections, events, the pending's reply): what it
  * decides is recorded in the job and acted on by done, on the loop.
+ *
+ * The effect ops ride the same threads (pg_effect.c's DESIGN): each of
+ * their backend calls is one job of a few statements, which waits for
+ * nothing but the server, so the bound above is the worker's, for
+ * creations and effects together, and an effect may queue behind
+ * creations (and they behind it) when every thread is busy.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -123,14 +131,14 @@ pg_pool_submit(struct event_base *base, unsigned max,
 		config.ctx_init = pg_thread_init;
 		config.ctx_fini = pg_thread_fini;
 		if ((pg_pool = pool_start(base, &config)) == NULL) {
-			log_warn("starting the creation threads");
+			log_warn("starting the store threads");
 			return -1;
 		}
 	}
 	job->pool.run = pg_pool_run;
 	job->pool.done = pg_pool_done;
 	if (pool_submit(pg_pool, &job->pool) != 0) {
-		log_warn("starting a creation thread");
+		log_warn("starting a store thread");
 		return -1;
 	}
 	return 0;
