@@ -32,12 +32,15 @@ void	pg_create(struct pending *, backend_create_done_fn);
 struct pgstore;
 struct pgstore	*pg_loop_store(struct idemd *, char **cause);
 /*
- * pg_pool.c: a worker's store threads, at most --store-connections,
- * each with its own connection, carrying its creations and its effect
- * ops.  run is called on a thread with that thread's store (*open:
- * whether it is open; run opens it) and its own condition variable,
- * wake, which lives as long as the thread (pg_group.c signals it after
- * letting its lock go); done, later, on the loop.
+ * pg_pool.c: a worker's store threads, two pools of at most
+ * --store-connections threads each, one carrying its creations, one
+ * its effect ops, each thread with its own connection, made at its
+ * pool's first job: a worker holds up to twice --store-connections
+ * connections, besides its loop's.  run is called on a thread with
+ * that thread's store (*open: whether it is open; run opens it) and
+ * its own condition variable, wake, which lives as long as the thread
+ * (pg_group.c signals it after letting its lock go); done, later, on
+ * the loop.
  */
 struct pg_job {
 	struct pool_job	 pool;		/* the threads' handle (pool.c) */
@@ -45,8 +48,17 @@ struct pg_job {
 		    pthread_cond_t *wake);
 	void	(*done)(struct pg_job *);
 };
-/* Hand job to a thread (started on demand); 0, or -1 (not taken). */
-int	 pg_pool_submit(struct event_base *, unsigned max, struct pg_job *);
+enum pg_pool_kind {
+	PG_POOL_CREATE,		/* pg_create.c's creations */
+	PG_POOL_EFFECT,		/* pg_effect.c's effect ops */
+	PG_POOL_KINDS
+};
+/*
+ * Hand job to a thread of kind's pool (started on demand); 0, or -1
+ * (not taken).
+ */
+int	 pg_pool_submit(struct event_base *, enum pg_pool_kind, unsigned max,
+	    struct pg_job *);
 /* The worker's loop has ended: the idle threads joined, connections closed. */
 void	 pg_pool_stop(void);
 /*

@@ -39,19 +39,21 @@
  * given to the op layer's done function (backend.h).
  *
  * Off the loop.  Each backend call (effect_begin, effect_claim,
- * effect_record) is one job on the worker's store threads (pg_pool.c),
- * the creations' threads and connections: its statements wait for the
- * server there, with libpq's blocking calls, while the loop goes on
- * serving every other connection (a cached retry, another effect, a
- * creation's hand-off), and the worker has as many effect ops waiting
- * for their commits at once as it has threads, which the server's
- * group commit may then flush together.  The same threads rather than
- * a pool of their own: --store-connections stays the bound of a
- * worker's connections beside the loop's (doc/cluster.md, "Effects"),
- * an idle thread's connection serves whichever comes, and an effect's
- * job never waits for another job (only for the server), so it cannot
- * hold a thread a creation's round waits for.  Past the bound, jobs of
- * both kinds queue in arrival order.
+ * effect_record) is one job on the worker's effect threads (pg_pool.c's
+ * PG_POOL_EFFECT: up to --store-connections, each with its own
+ * connection, made at the worker's first effect op): its statements
+ * wait for the server there, with libpq's blocking calls, while the
+ * loop goes on serving every other connection (a cached retry, another
+ * effect, a creation's hand-off), and the worker has as many effect ops
+ * waiting for their commits at once as it has effect threads, which the
+ * server's group commit may then flush together.  A pool of their own,
+ * not the creations' threads: a creation holds its thread through file
+ * system waits (its fsyncs, its link) and its round's (pg_group.c), and
+ * an effect op, which touches no file, must not queue behind those
+ * (doc/cluster.md, "Effects").  Past the bound, effect jobs queue in
+ * arrival order.  Their statements are key lookups and writes of one
+ * row (pg_effects.c); the effect sessions never run a batch
+ * (pg_batch.c's planner settings are the creation sessions').
  *
  * As for creations (pg_pool.c's DESIGN): the thread touches nothing of
  * the loop's.  It reads the request (e, filled by the op layer before
@@ -413,13 +415,13 @@ ce_dispatch(struct pending *p, enum pg_effect_call call,
 	ce->call = call;
 	ce->job.run = ce_run;
 	ce->job.done = ce_run_done;
-	if (pg_pool_submit(p->worker->base, ce->d->store_connections,
-	    &ce->job) != 0) {
+	if (pg_pool_submit(p->worker->base, PG_POOL_EFFECT,
+	    ce->d->store_connections, &ce->job) != 0) {
 		/* Logged by pg_pool_submit; done on the loop, at once. */
 		memset(&out, 0, sizeof out);
 		out.result = BACKEND_EFFECT_FAILED;
 		backend_fail(&out.err, WIRE_INTERNAL, 1,
-		    "no store thread could be started");
+		    "no effect thread could be started");
 		done(p, &out);
 	}
 }

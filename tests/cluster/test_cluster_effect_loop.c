@@ -1,24 +1,40 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * test_cluster_effect_loop: the effect ops on the PostgreSQL store run
- * on the worker's store threads, off its loop (broker/pg/pg_effect.c;
- * doc/cluster.md, "Effects").  One broker with one worker (--workers 1,
- * four store threads), one effect op held on its thread before its
- * statements (IDEM_CRASH_HOLD_AT=before_effect_statement: the thread
- * waits on a FIFO whose open for writing tells the test it is held):
+ * on the worker's effect threads, off its loop and apart from its
+ * creation threads (broker/pg/pg_effect.c, pg_pool.c; doc/cluster.md,
+ * "Effects").  One broker with one worker (--workers 1); a thread held
+ * at a hold point (IDEM_CRASH_HOLD_AT: the thread waits on a FIFO whose
+ * open for writing tells the test it is held).  The first three cases
+ * hold an effect op before its statements (before_effect_statement,
+ * four threads of each kind):
  *
- * - on another connection to the same worker, a cached retry of a
- *   committed write_task and a whole other effect (begin, complete)
- *   are answered meanwhile; the held connection's two pipelined begins
- *   are answered, in order, once it is let go (proceed, then
- *   in_progress).  Run on the loop, as before, the hold stops the loop
- *   and the other connection waits: the case fails there;
+ * - the loop serves meanwhile: on another connection to the same
+ *   worker, a cached retry of a committed write_task and a whole other
+ *   effect (begin, complete) are answered; the held connection's two
+ *   pipelined begins are answered, in order, once it is let go
+ *   (proceed, then in_progress).  Run on the loop, as before, the hold
+ *   stops the loop and the other connection waits: the case fails
+ *   there;
  * - the held op's client gone before it is let go: the op ends all the
  *   same (the row reserved), nothing is answered to the closed
  *   connection, the worker (the same process) serves on;
  * - SIGTERM while it is held: the worker drains (its idle connection
  *   closed) but waits for the op, answers it once it is let go and the
  *   broker exits 0, as with a creation on its thread.
+ *
+ * These two guard the lifetime and drain handling of an op whose job
+ * runs while its connection goes or the worker stops (pg_effect.c's
+ * done on the loop, pending_reply to no one): on the code before they
+ * fail only because the held op blocks the loop, so they do not tell
+ * the two designs apart; a done that skips its work when the client is
+ * gone (p->conn == NULL) fails the second case.
+ *
+ * - a creation holds the only creation thread (--store-connections 1,
+ *   before_task_file_link): an effect_begin is answered proceed
+ *   meanwhile, and the creation, let go, is created.  With the effect
+ *   ops on the creations' threads the begin queues behind it: the case
+ *   fails there.
  */
 #include <sys/stat.h>
 
@@ -106,8 +122,8 @@ answer(int fd, const char *what)
 	char		*line;
 
 	if (poll(&pfd, 1, ANSWER_MS) != 1)
-		fail_msg("%s: no answer in %d ms while an effect op is held "
-		    "(the worker's loop waits for it)", what, ANSWER_MS);
+		fail_msg("%s: no answer in %d ms while the test holds a "
+		    "thread (the worker waits for it)", what, ANSWER_MS);
 	assert_non_null(line = harness_raw_read_line(fd));
 	assert_non_null(reply = json_loads(line, 0, NULL));
 	free(line);
@@ -137,13 +153,13 @@ assert_unanswered(int fd)
 }
 
 /*
- * One worker and its store threads on a fresh store and root, the
- * first effect op to reach its statements to hold there: fifo is what
- * the test opens to know it is held and closes to let it go.
+ * One worker (threads store threads of each kind) on a fresh store and
+ * root, the first thread to reach point to hold there: fifo is what the
+ * test opens to know it is held and closes to let it go.
  */
 static void
-held_start(struct node *a, char *root, char *fifo, size_t fifo_size,
-    char *env, size_t env_size)
+hold_start(struct node *a, const char *point, const char *threads,
+    char *root, char *fifo, size_t fifo_size, char *env, size_t env_size)
 {
 	const char *const	 hold_env[] = { env, NULL };
 
@@ -152,12 +168,20 @@ held_start(struct node *a, char *root, char *fifo, size_t fifo_size,
 	cluster_fresh_root(root);
 	snprintf(fifo, fifo_size, "%s.hold", root);
 	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(env, env_size,
-	    "IDEM_CRASH_HOLD_AT=before_effect_statement:%s", fifo);
+	snprintf(env, env_size, "IDEM_CRASH_HOLD_AT=%s:%s", point, fifo);
 	cluster_node_init(a, server.uri, root, "a");
-	a->store_connections = THREADS;
+	a->store_connections = threads;
 	assert_int_equal(cluster_node_start(a, "60000", "1", NULL, NULL,
 	    hold_env), 0);
+}
+
+/* The first effect op to reach its statements holds there. */
+static void
+held_start(struct node *a, char *root, char *fifo, size_t fifo_size,
+    char *env, size_t env_size)
+{
+	hold_start(a, "before_effect_statement", THREADS, root, fifo,
+	    fifo_size, env, env_size);
 }
 
 static void
@@ -358,6 +382,58 @@ sigterm_while_an_effect_is_held(void **state)
 	held_end(&a, root, fifo);
 }
 
+/*
+ * A creation holds the worker's only creation thread (--store-connections
+ * 1, held at before_task_file_link: its temporary written, its lease
+ * granted, its thread waiting on the FIFO, as a creation waits for a
+ * stalled file system): an effect_begin on another connection is
+ * answered proceed meanwhile, on the effect threads, and the row is
+ * reserved; let go, the creation is created, one file, no temporary.
+ * With the effect ops on the creations' threads, the begin queues
+ * behind the held creation and is not answered: the case fails there.
+ */
+static void
+effect_answered_while_a_creation_holds_its_thread(void **state)
+{
+	static struct node	 a;
+	char			 root[256], fifo[300], env[400];
+	json_t			*request, *reply;
+	char			*line;
+	int			 held, other, w;
+
+	(void)state;
+	hold_start(&a, "before_task_file_link", "1", root, fifo, sizeof fifo,
+	    env, sizeof env);
+	assert_true((held = harness_raw_connect(&a.b)) >= 0);
+	request = harness_write_task("held-1", "Hold me");
+	line = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	send_line(held, line);
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	assert_true((other = harness_raw_connect(&a.b)) >= 0);
+	send_line(other, begin_line("beside-1"));
+	reply = answer(other, "an effect_begin while a creation holds the "
+	    "only creation thread");
+	want(reply, "proceed");
+	assert_int_equal(harness_int(reply, "attempt"), 1);
+	json_decref(reply);
+	assert_int_equal(rows_of("beside-1", ROW_RESERVED), 1);
+	/* The creation is still held: unanswered, its temporary on disk. */
+	assert_unanswered(held);
+	assert_int_equal(rows_of("held-1", ROW_RESERVED), 1);
+	assert_int_equal(cluster_temporaries(root), 1);
+	close(w);
+	reply = answer(held, "the held creation, let go");
+	want(reply, "created");
+	json_decref(reply);
+	assert_int_equal(rows_of("held-1", ROW_COMMITTED), 1);
+	assert_int_equal(cluster_tasks_on_disk(root, NULL), 1);
+	assert_int_equal(cluster_temporaries(root), 0);
+	close(held);
+	close(other);
+	held_end(&a, root, fifo);
+}
+
 int
 main(void)
 {
@@ -370,6 +446,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    sigterm_while_an_effect_is_held,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    effect_answered_while_a_creation_holds_its_thread,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
