@@ -94,7 +94,8 @@ struct idemd {
 	const char		*store_file;	/* --store-file */
 	const char		*host_id;
 	int			 lease_ms;
-	unsigned		 store_connections; /* creation threads per worker */
+	/* Per worker: its creation threads, and as many effect threads. */
+	unsigned		 store_connections;
 	char			*state_dir;	/* ".idem" or .idem/hosts/<id> */
 	char			*lock_name;	/* relative to the root */
 	char			*journal_name;

@@ -76,8 +76,9 @@ usage(FILE *out, int status)
 "                        a password in it stays out of every command line\n"
 "  --host-id NAME        this broker's name among them (with postgresql://)\n"
 "  --lease-ms N          a creation's lease (default 30000)\n"
-"  --store-connections N creations in flight per worker, each on its own\n"
-"                        PostgreSQL connection (default %d, at most %d)\n",
+"  --store-connections N creations in flight per worker, and as many effect\n"
+"                        ops, each on its own PostgreSQL connection\n"
+"                        (default %d, at most %d)\n",
 	    IDEM_DEFAULT_ROOT, IDEM_SOCKET_NAME, IDEM_DEFAULT_WORKERS,
 	    IDEM_MAX_WORKERS, IDEM_DEFAULT_CAPACITY,
 	    IDEM_DEFAULT_INFLIGHT_WAIT_MS, IDEM_DEFAULT_MAX_CONNECTIONS,

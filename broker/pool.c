@@ -2,15 +2,16 @@
 /*
  * pool.c: a worker's thread pool: threads, a queue, a done list and a
  * wake-up of the loop.  Its users are the file threads (fileio.c) and
- * the creation threads of the PostgreSQL store (pg_pool.c); what a
- * job does is theirs.
+ * the store threads of the PostgreSQL store (pg_pool.c: a pool for a
+ * worker's creations, another for its effect ops); what a job does is
+ * theirs.
  *
  * DESIGN
  *
  * The loop hands a job over (pool_submit) and goes on serving.  Two
  * ways to pick its thread, one per user:
  *
- * lifo_idle (the PostgreSQL pool): a job goes to the thread that went
+ * lifo_idle (the PostgreSQL pools): a job goes to the thread that went
  * idle last, so that the threads in use (and what they hold, a
  * PostgreSQL connection) stay those of the busiest moment; min threads
  * start at once, another only when none is idle and fewer than max run;
@@ -27,7 +28,7 @@
  * without sleeping.
  *
  * A thread runs the job's run callback with its own context (ctx_size
- * bytes that stay with the thread: the PostgreSQL pool's connection,
+ * bytes that stay with the thread: a PostgreSQL pool's connection,
  * fileio's thread index) and touches nothing of the loop's.  A run that
  * returns 0 is done: the thread puts the job on the done list and wakes
  * the loop (loopwake.c).  A run that returns 1 has given the job away
@@ -40,7 +41,7 @@
  * woken thread does not block on the lock it was signalled under.
  *
  * block_signals: a thread is started with every signal blocked (the
- * PostgreSQL pool: the loop's libevent handles SIGTERM and SIGHUP; the
+ * PostgreSQL pools: the loop's libevent handles SIGTERM and SIGHUP; the
  * crash and pause points' SIGKILL and SIGSTOP cannot be blocked and act
  * on the whole process).  Without it a thread keeps the mask of the
  * thread that started it (fileio.c's, as it always had).
@@ -49,8 +50,9 @@
  * them and frees everything; done callbacks do not run.
  * POOL_ABANDON_IF_BUSY does the same when no job runs, and otherwise
  * returns at once, leaving the pool (and its threads) to the process's
- * exit: the PostgreSQL pool's loop ended because the master is gone,
- * and a creation's thread may be waiting on a statement.
+ * exit: the PostgreSQL pools' loop ended because the master is gone,
+ * and a creation's or an effect op's thread may be waiting on a
+ * statement.
  *
  * Why two ways and not one: the LIFO stack alone served fileio too, but
  * measured slower on a loaded machine (idem-bench create K=8, lower

@@ -482,8 +482,8 @@ peer_admit(struct worker *w, int s, const struct ucred *cred, int *counted)
  * after another, so one worker holding every client is a serial
  * bottleneck (a bench's 32 clients, most or all on one of two workers:
  * doc/effects.md, "How fast").  On PostgreSQL a worker's loop also makes
- * blocking calls (effects, get_submission, diagnose, stats; a creation
- * runs on one of the worker's --store-connections threads, pg_pool.c;
+ * blocking calls (get_submission, diagnose, stats; a creation or an
+ * effect op runs on one of the worker's store threads, pg_pool.c;
  * measured, when a worker ran one creation at a time: all eight of a
  * bench's clients on one of two workers).  A worker holding more
  * connections than another live worker leaves a pending connection to it

@@ -3,8 +3,8 @@
  * pg_backend.c: the PostgreSQL backend's table of operations, its
  * start-up (--host-id and this broker's names in .idem/hosts/<host-id>/,
  * the check of the store before the root's lock), the loop's own
- * connection to the store (pg_loop_store) and the end of a worker's
- * creation threads.  Its reads are pg_read.c's, its creations
+ * connection to the store (pg_loop_store, for the reads) and the end of
+ * a worker's store threads.  Its reads are pg_read.c's, its creations
  * pg_create.c's, its effects pg_effect.c's.
  */
 #include <sys/stat.h>
@@ -25,7 +25,7 @@
 #include "storeuri.h"
 #include "workspace_id.h"
 
-/* This worker's loop's connection (effects, reads, diagnose, stats). */
+/* This worker's loop's connection (get_submission, diagnose, stats). */
 static struct pgstore	cl_store;
 static int		cl_open;
 
@@ -132,7 +132,7 @@ pg_matches(const char *arg)
 	return arg != NULL && storeuri_is_postgresql(arg);
 }
 
-/* The worker's loop has ended: its creation threads too. */
+/* The worker's loop has ended: its store threads too. */
 static void
 pg_worker_stop(struct worker *w)
 {

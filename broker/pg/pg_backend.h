@@ -13,12 +13,6 @@
 
 extern const struct backend pg_backend;
 
-/* An effect's request's room (backend_effect_state): the row as read. */
-struct pg_effect {
-	uint8_t		 found_state;	/* the state the row was read in */
-	unsigned	 cluster_reads;
-};
-
 /* pg_read.c: get_submission's row, diagnose's rows, stats' history. */
 int	pg_get(struct idemd *, enum subtab_kind, const char *key,
 	    size_t key_length, struct backend_row *, struct backend_error *);
@@ -27,26 +21,24 @@ int	pg_diagnose(struct idemd *, backend_row_fn, void *,
 	    uint32_t effects[SUBTAB_STATE_COUNT], struct backend_error *);
 int	pg_history(struct idemd *, struct backend_history *);
 
-/* pg_effect.c: effect_begin, _complete and _resolve on the row. */
-void	pg_effect_begin(struct pending *, backend_effect_done_fn);
-void	pg_effect_claim(struct pending *, backend_effect_done_fn);
-void	pg_effect_record(struct pending *, backend_effect_done_fn);
-void	pg_effect_release(struct pending *);
 /* pg_create.c: backend.h's create (write_task, write_report). */
 void	pg_create(struct pending *, backend_create_done_fn);
 /*
- * pg_backend.c: this worker's loop's connection to the store (effects,
- * and pg_read.c's get_submission, diagnose, stats), opened at its first
- * use.  Creations run on the creation threads' own connections
- * (pg_pool.c).
+ * pg_backend.c: this worker's loop's connection to the store (pg_read.c's
+ * get_submission, diagnose, stats, which block the loop), opened at its
+ * first use.  Creations and effect ops run on the store threads' own
+ * connections (pg_pool.c).
  */
 struct pgstore;
 struct pgstore	*pg_loop_store(struct idemd *, char **cause);
 /*
- * pg_pool.c: a worker's creation threads, at most --store-connections,
- * each with its own connection.  run is called on a thread with that
- * thread's store (*open: whether it is open; run opens it) and its own
- * condition variable, wake, which lives as long as the thread
+ * pg_pool.c: a worker's store threads, two pools of at most
+ * --store-connections threads each, one carrying its creations, one
+ * its effect ops, each thread with its own connection, made at its
+ * pool's first job: a worker holds up to twice --store-connections
+ * connections, besides its loop's.  run is called on a thread with
+ * that thread's store (*open: whether it is open; run opens it) and
+ * its own condition variable, wake, which lives as long as the thread
  * (pg_group.c signals it after letting its lock go); done, later, on
  * the loop.
  */
@@ -56,14 +48,62 @@ struct pg_job {
 		    pthread_cond_t *wake);
 	void	(*done)(struct pg_job *);
 };
-/* Hand job to a thread (started on demand); 0, or -1 (not taken). */
-int	 pg_pool_submit(struct event_base *, unsigned max, struct pg_job *);
+enum pg_pool_kind {
+	PG_POOL_CREATE,		/* pg_create.c's creations */
+	PG_POOL_EFFECT,		/* pg_effect.c's effect ops */
+	PG_POOL_KINDS
+};
+/*
+ * Hand job to a thread of kind's pool (started on demand); 0, or -1
+ * (not taken).
+ */
+int	 pg_pool_submit(struct event_base *, enum pg_pool_kind, unsigned max,
+	    struct pg_job *);
 /* The worker's loop has ended: the idle threads joined, connections closed. */
 void	 pg_pool_stop(void);
 /*
- * A store of this worker's on d's workspace (a creation thread's, or
- * the loop's): 0, or -1 and *cause.
+ * A store of this worker's on d's workspace (a store thread's, or the
+ * loop's): 0, or -1 and *cause.
  */
 int	pg_store_init(struct idemd *, struct pgstore *, char **cause);
+
+/*
+ * pg_effect.c: effect_begin, _complete, _extend and _resolve on the
+ * row, each backend call one job on a store thread.  An effect's
+ * request's room (backend_effect_state) is its job and what the run
+ * decided (out, given to done on the loop), and the row as read, kept
+ * from effect_claim to effect_record.
+ */
+enum pg_effect_call {
+	PG_EFFECT_BEGIN,
+	PG_EFFECT_CLAIM,
+	PG_EFFECT_RECORD
+};
+struct pg_effect {
+	struct pg_job	 job;		/* the pool's handle */
+	struct pending	*p;
+	struct idemd	*d;		/* p's, for the thread */
+	struct pgstore	*st;		/* its thread's, while it runs */
+	enum pg_effect_call call;
+	int		 decided;	/* out is set */
+	struct backend_effect_outcome out;
+	uint8_t		 found_state;	/* the state the row was read in */
+	unsigned	 cluster_reads;
+};
+void	pg_effect_begin(struct pending *, backend_effect_done_fn);
+void	pg_effect_claim(struct pending *, backend_effect_done_fn);
+void	pg_effect_record(struct pending *, backend_effect_done_fn);
+void	pg_effect_release(struct pending *);
+
+#ifdef IDEM_FAULT_INJECTION
+/*
+ * pg_points.c: a pause or hold point's name (IDEM_CRASH_PAUSE_AT,
+ * IDEM_CRASH_HOLD_AT): the first creation or effect op of the worker to
+ * reach it stops there.
+ */
+void	pg_pause_point(const char *point);
+#else
+#define pg_pause_point(point)	((void)0)
+#endif
 
 #endif

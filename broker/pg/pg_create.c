@@ -1135,7 +1135,7 @@ cl_dispatch(struct pg_create *c)
 	c->out = CL_OUT_NONE;
 	c->job.run = cl_run;
 	c->job.done = cl_run_done;
-	if (pg_pool_submit(p->worker->base,
+	if (pg_pool_submit(p->worker->base, PG_POOL_CREATE,
 	    cl_idemd(p)->store_connections, &c->job) != 0) {
 		cl_fail(p, WIRE_INTERNAL, 1,
 		    "no creation thread could be started");

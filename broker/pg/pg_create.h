@@ -45,14 +45,4 @@ struct pg_create {
 /* The worker's disk scans and the claims the watch answered, logged. */
 void	pg_create_report(void);
 
-#ifdef IDEM_FAULT_INJECTION
-/*
- * A pause or hold point's name (IDEM_CRASH_PAUSE_AT, IDEM_CRASH_HOLD_AT):
- * the first creation of the worker to reach it stops there (pg_points.c).
- */
-void	pg_pause_point(const char *point);
-#else
-#define pg_pause_point(point)	((void)0)
-#endif
-
 #endif

@@ -37,9 +37,49 @@
  * receipt bytes from the row's facts and the result's bytes); here is
  * only the reading and writing of the row, and each ends in one outcome
  * given to the op layer's done function (backend.h).
+ *
+ * Off the loop.  Each backend call (effect_begin, effect_claim,
+ * effect_record) is one job on the worker's effect threads (pg_pool.c's
+ * PG_POOL_EFFECT: up to --store-connections, each with its own
+ * connection, made at the worker's first effect op): its statements
+ * wait for the server there, with libpq's blocking calls, while the
+ * loop goes on serving every other connection (a cached retry, another
+ * effect, a creation's hand-off), and the worker has as many effect ops
+ * waiting for their commits at once as it has effect threads, which the
+ * server's group commit may then flush together.  A pool of their own,
+ * not the creations' threads: a creation holds its thread through file
+ * system waits (its fsyncs, its link) and its round's (pg_group.c), and
+ * an effect op, which touches no file, must not queue behind those
+ * (doc/cluster.md, "Effects").  Past the bound, effect jobs queue in
+ * arrival order.  Their statements are key lookups and writes of one
+ * row (pg_effects.c); the effect sessions never run a batch
+ * (pg_batch.c's planner settings are the creation sessions').
+ *
+ * As for creations (pg_pool.c's DESIGN): the thread touches nothing of
+ * the loop's.  It reads the request (e, filled by the op layer before
+ * the call; the loop does not touch it while the job runs, as backend.h
+ * says of the caller) and writes only e's row facts and this request's
+ * room; what it decided (the outcome, ce->out) is given to done by the
+ * job's done callback, on the loop.  A client that closes meanwhile
+ * only clears p->conn (worker.c, conn_free): the pending stays until
+ * done, which replies to no one (pending_reply), so the row's change
+ * is made and nothing is sent to a closed connection.  A connection
+ * runs one request at a time and takes its next line only once this
+ * one is answered (conn.c), so pipelined ops are answered in order.
+ * The judge of complete, extend and resolve runs on the loop between
+ * two jobs (claim: FOUND, judged by effect.c, then record); a record
+ * whose compare-and-set lost a race reads the row again within its job
+ * and gives FOUND back to be judged anew, at most
+ * CLUSTER_EFFECT_MAX_READS reads a request.  The crash points of the
+ * effect path (after_effect_reserve_durable, ...) are effect.c's, in
+ * the done functions on the loop, after the job's COMMIT returned:
+ * the same durability points.  A SIGTERM waits for the job like any
+ * running request (the worker drains), and a pool stopped while one
+ * runs is left to the process's exit (pg_pool_stop).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,32 +101,35 @@ ce_of(struct pending *p)
 	return p->op;
 }
 
-/* The outcome to the op layer's done function (saved by the first call). */
+static struct pg_effect *
+ce_state(struct pending *p)
+{
+	return backend_effect_state(p);
+}
+
+/*
+ * The outcome, for the job's done on the loop (ce_run_done): a thread
+ * never calls the op layer.
+ */
 static void
 ce_done(struct pending *p, enum backend_effect_result result)
 {
-	struct backend_effect_outcome	 out;
+	struct pg_effect	*ce = ce_state(p);
 
-	memset(&out, 0, sizeof out);
-	out.result = result;
-	ce_of(p)->done(p, &out);
+	memset(&ce->out, 0, sizeof ce->out);
+	ce->out.result = result;
+	ce->decided = 1;
 }
 
 static void
 ce_failed(struct pending *p, const struct backend_error *err)
 {
-	struct backend_effect_outcome	 out;
+	struct pg_effect	*ce = ce_state(p);
 
-	memset(&out, 0, sizeof out);
-	out.result = BACKEND_EFFECT_FAILED;
-	out.err = *err;
-	ce_of(p)->done(p, &out);
-}
-
-static struct pg_effect *
-ce_state(struct pending *p)
-{
-	return backend_effect_state(p);
+	memset(&ce->out, 0, sizeof ce->out);
+	ce->out.result = BACKEND_EFFECT_FAILED;
+	ce->out.err = *err;
+	ce->decided = 1;
 }
 
 static void
@@ -167,15 +210,11 @@ ce_read(struct pending *p, struct pgstore *st)
 	return rc;
 }
 
+/* The store of the thread the job runs on. */
 static struct pgstore *
 ce_store(struct pending *p)
 {
-	struct pgstore	*st;
-	char		*cause = NULL;
-
-	if ((st = pg_loop_store(p->worker->d, &cause)) == NULL)
-		ce_fail_storage(p, "opening the PostgreSQL store", cause);
-	return st;
+	return ce_state(p)->st;
 }
 
 /* effect_begin: read, then answer, or reserve with a compare-and-set. */
@@ -189,8 +228,7 @@ ce_begin(struct pending *p)
 	char			*cause = NULL;
 	int			 rc;
 
-	if ((st = ce_store(p)) == NULL)
-		return;
+	st = ce_store(p);
 	ce_key(e, &key);
 	do {
 		if (ce_too_many_reads(p) || (rc = ce_read(p, st)) < 0)
@@ -242,15 +280,15 @@ ce_claim(struct pending *p)
 	struct pgstore	*st;
 	int		 rc;
 
-	if ((st = ce_store(p)) == NULL || ce_too_many_reads(p) ||
-	    (rc = ce_read(p, st)) < 0)
+	st = ce_store(p);
+	if (ce_too_many_reads(p) || (rc = ce_read(p, st)) < 0)
 		return;
 	ce_done(p, rc == 0 ? BACKEND_EFFECT_NONE : BACKEND_EFFECT_FOUND);
 }
 
 /* The judge's transition as a compare-and-set. */
-void
-pg_effect_record(struct pending *p, backend_effect_done_fn done)
+static void
+ce_record(struct pending *p)
 {
 	struct effect			*e = ce_of(p);
 	struct pgstore			*st;
@@ -261,9 +299,7 @@ pg_effect_record(struct pending *p, backend_effect_done_fn done)
 	char				*cause = NULL;
 	int				 rc, committed;
 
-	e->done = done;
-	if ((st = ce_store(p)) == NULL)
-		return;
+	st = ce_store(p);
 	committed = e->entry.state == SUBTAB_COMMITTED;
 	snprintf(token, sizeof token, "%016" PRIx64, e->entry.fence);
 	ce_key(e, &key);
@@ -302,18 +338,110 @@ pg_effect_record(struct pending *p, backend_effect_done_fn done)
 	ce_done(p, BACKEND_EFFECT_SETTLED);
 }
 
+static struct pg_effect *
+ce_of_job(struct pg_job *job)
+{
+	return (struct pg_effect *)(void *)((char *)job -
+	    offsetof(struct pg_effect, job));
+}
+
+/* On a store thread: its store, then the call's statements. */
+static void
+ce_run(struct pg_job *job, struct pgstore *st, int *open,
+    pthread_cond_t *wake)
+{
+	struct pg_effect	*ce = ce_of_job(job);
+	struct pending		*p = ce->p;
+	char			*cause = NULL;
+
+	(void)wake;	/* no round of pg_group.c's: nothing waits for it */
+	ce->decided = 0;
+	/* Before the call's first statement (fault injection only). */
+	pg_pause_point("before_effect_statement");
+	if (!*open) {
+		if (pg_store_init(ce->d, st, &cause) != 0) {
+			ce_fail_storage(p, "opening the PostgreSQL store",
+			    cause);
+			return;
+		}
+		*open = 1;
+	}
+	ce->st = st;
+	switch (ce->call) {
+	case PG_EFFECT_BEGIN:
+		ce_begin(p);
+		break;
+	case PG_EFFECT_CLAIM:
+		ce_claim(p);
+		break;
+	case PG_EFFECT_RECORD:
+		ce_record(p);
+		break;
+	}
+	ce->st = NULL;
+}
+
+/* On the loop: what the run decided, to the op layer's done. */
+static void
+ce_run_done(struct pg_job *job)
+{
+	struct pg_effect		*ce = ce_of_job(job);
+	struct pending			*p = ce->p;
+	struct backend_effect_outcome	 out;
+
+	if (!ce->decided) {	/* never: every run decides */
+		log_warnx("effect %s (%s): its statements ended without an "
+		    "outcome", ce_of(p)->id, ce_of(p)->kind);
+		memset(&out, 0, sizeof out);
+		out.result = BACKEND_EFFECT_FAILED;
+		backend_fail(&out.err, WIRE_INTERNAL, 1,
+		    "an effect's statements ended without an outcome");
+	} else
+		out = ce->out;	/* a copy: done may free p, and its room */
+	ce_of(p)->done(p, &out);
+}
+
+/* One backend call as one job on a store thread (pg_pool.c). */
+static void
+ce_dispatch(struct pending *p, enum pg_effect_call call,
+    backend_effect_done_fn done)
+{
+	struct pg_effect		*ce = ce_state(p);
+	struct backend_effect_outcome	 out;
+
+	ce_of(p)->done = done;
+	ce->p = p;
+	ce->d = p->worker->d;
+	ce->call = call;
+	ce->job.run = ce_run;
+	ce->job.done = ce_run_done;
+	if (pg_pool_submit(p->worker->base, PG_POOL_EFFECT,
+	    ce->d->store_connections, &ce->job) != 0) {
+		/* Logged by pg_pool_submit; done on the loop, at once. */
+		memset(&out, 0, sizeof out);
+		out.result = BACKEND_EFFECT_FAILED;
+		backend_fail(&out.err, WIRE_INTERNAL, 1,
+		    "no effect thread could be started");
+		done(p, &out);
+	}
+}
+
 void
 pg_effect_begin(struct pending *p, backend_effect_done_fn done)
 {
-	ce_of(p)->done = done;
-	ce_begin(p);
+	ce_dispatch(p, PG_EFFECT_BEGIN, done);
 }
 
 void
 pg_effect_claim(struct pending *p, backend_effect_done_fn done)
 {
-	ce_of(p)->done = done;
-	ce_claim(p);
+	ce_dispatch(p, PG_EFFECT_CLAIM, done);
+}
+
+void
+pg_effect_record(struct pending *p, backend_effect_done_fn done)
+{
+	ce_dispatch(p, PG_EFFECT_RECORD, done);
 }
 
 /* Nothing is held between the statements. */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * pg_pool.c: a worker's creation threads on the PostgreSQL store
- * (--store postgresql://..., doc/cluster.md, "Where the code is").
+ * pg_pool.c: a worker's store threads on the PostgreSQL store
+ * (--store postgresql://..., doc/cluster.md, "Where the code is"): two
+ * pools, one for its creations (pg_create.c), one for its effect ops
+ * (pg_effect.c).
  *
  * DESIGN
  *
@@ -19,16 +21,26 @@
  * to give, or a wait for a live owner to arm) puts it on the done list
  * and wakes the loop, which runs the job's done callback.
  *
+ * The effect ops have a pool of their own, alike and with the same
+ * bound (PG_POOL_EFFECT): a creation holds its thread through its
+ * fsyncs and its link and through its round's waits (pg_group.c), so
+ * with every creation thread held (a stalled file system, a stalled
+ * round) an effect op queued behind them would wait for the file
+ * system it never touches.  Apart, neither kind waits for the other's
+ * threads; a worker has up to --store-connections connections of each
+ * kind, besides its loop's.
+ *
  * The threads are pool.c's: made on demand, none at start (a worker
- * that creates nothing opens no connection); a job goes to the thread
- * that went idle last, so the connections in use stay those of the
- * busiest moment; past the bound jobs queue in arrival order.  A thread
- * blocks every signal: the loop's libevent handles SIGTERM and SIGHUP;
- * the crash and pause points' SIGKILL and SIGSTOP cannot be blocked and
- * act on the whole process, as before.  A thread's context is its
+ * opens no connection of a kind until its first job of that kind: one
+ * that creates nothing has no creation thread); a job goes to the
+ * thread of its pool that went idle last, so the connections in use
+ * stay those of the busiest moment; past the bound jobs queue in
+ * arrival order.  A thread blocks every signal: the loop's libevent
+ * handles SIGTERM and SIGHUP; the crash and pause points' SIGKILL and
+ * SIGSTOP cannot be blocked and act on the whole process, as before.  A thread's context is its
  * connection, opened by its first job's run and closed when the pool
- * stops; a pool stopped while a creation runs is left to the process's
- * exit (POOL_ABANDON_IF_BUSY).
+ * stops; a pool stopped while one of its jobs runs is left to the
+ * process's exit (POOL_ABANDON_IF_BUSY).
  *
  * A thread only ever runs a job's run callback and touches nothing of
  * the loop's (connections, events, the pending's reply): what it
@@ -58,8 +70,12 @@ struct pg_thread {
 	pthread_cond_t		 wake;
 };
 
-/* This worker's (one per process, made at its first job). */
-static struct pool	*pg_pool;
+/* This worker's (one per process and kind, made at its first job). */
+static struct pool	*pg_pools[PG_POOL_KINDS];
+static const char *const pg_pool_names[PG_POOL_KINDS] = {
+	[PG_POOL_CREATE] = "creation",
+	[PG_POOL_EFFECT] = "effect"
+};
 
 static struct pg_job *
 pg_job_of(struct pool_job *pj)
@@ -108,12 +124,12 @@ pg_thread_fini(void *ctx)
 }
 
 int
-pg_pool_submit(struct event_base *base, unsigned max,
-    struct pg_job *job)
+pg_pool_submit(struct event_base *base, enum pg_pool_kind kind,
+    unsigned max, struct pg_job *job)
 {
 	struct pool_config	 config;
 
-	if (pg_pool == NULL) {
+	if (pg_pools[kind] == NULL) {
 		memset(&config, 0, sizeof config);
 		config.max = max < 1 ? 1 : max > PGSTORE_MAX_CONNECTIONS ?
 		    PGSTORE_MAX_CONNECTIONS : max;
@@ -122,15 +138,16 @@ pg_pool_submit(struct event_base *base, unsigned max,
 		config.ctx_size = sizeof (struct pg_thread);
 		config.ctx_init = pg_thread_init;
 		config.ctx_fini = pg_thread_fini;
-		if ((pg_pool = pool_start(base, &config)) == NULL) {
-			log_warn("starting the creation threads");
+		if ((pg_pools[kind] = pool_start(base, &config)) == NULL) {
+			log_warn("starting the %s threads",
+			    pg_pool_names[kind]);
 			return -1;
 		}
 	}
 	job->pool.run = pg_pool_run;
 	job->pool.done = pg_pool_done;
-	if (pool_submit(pg_pool, &job->pool) != 0) {
-		log_warn("starting a creation thread");
+	if (pool_submit(pg_pools[kind], &job->pool) != 0) {
+		log_warn("starting a %s thread", pg_pool_names[kind]);
 		return -1;
 	}
 	return 0;
@@ -139,6 +156,10 @@ pg_pool_submit(struct event_base *base, unsigned max,
 void
 pg_pool_stop(void)
 {
-	pool_stop(pg_pool, POOL_ABANDON_IF_BUSY);
-	pg_pool = NULL;
+	int	kind;
+
+	for (kind = 0; kind < PG_POOL_KINDS; kind++) {
+		pool_stop(pg_pools[kind], POOL_ABANDON_IF_BUSY);
+		pg_pools[kind] = NULL;
+	}
 }

@@ -88,6 +88,9 @@
  * the session that sends batches (a creation thread's, whose every
  * statement is a lookup of a key) plans without scans of the table,
  * hash or merge joins: the members in a nested loop over the index.
+ * Only creation threads send batches: the effect threads' sessions
+ * (pg_pool.c's other pool) and the loop's never do, so they keep the
+ * planner's defaults (the effect statements are lookups of one key).
  */
 #define BATCH_PLANNER \
 	"SELECT set_config('enable_seqscan', 'off', false), " \
