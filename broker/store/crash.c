@@ -65,7 +65,7 @@ static struct {
 	long long		 spin_max_connections; /* -1: the default */
 	long long		 journal_linger_us; /* -1: the default */
 	long long		 index_window;	/* -1: the default */
-} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0, -1, -1, -1 };
+} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0, -1, -1, -1, -1 };
 
 /*
  * This process's mark in the segment's crash_fired (random, not 0): a
