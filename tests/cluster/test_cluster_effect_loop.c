@@ -113,6 +113,17 @@ send_line(int fd, char *line)
 	free(line);
 }
 
+/* A write_task's line (freed by send_line). */
+static char *
+write_task_line(const char *id, const char *subject)
+{
+	json_t	*request = harness_write_task(id, subject);
+	char	*line = json_dumps(request, JSON_COMPACT);
+
+	json_decref(request);
+	return line;
+}
+
 /* One reply on fd within ANSWER_MS, or the test fails saying what. */
 static json_t *
 answer(int fd, const char *what)
@@ -217,8 +228,7 @@ loop_serves_while_an_effect_is_held(void **state)
 	held_start(&a, root, fifo, sizeof fifo, env, sizeof env);
 	/* A committed write_task, which the worker caches. */
 	assert_true((other = harness_raw_connect(&a.b)) >= 0);
-	send_line(other, json_dumps(harness_write_task("cached-1",
-	    "Cached"), JSON_COMPACT));
+	send_line(other, write_task_line("cached-1", "Cached"));
 	reply = answer(other, "the first write_task");
 	want(reply, "created");
 	json_decref(reply);
@@ -228,8 +238,7 @@ loop_serves_while_an_effect_is_held(void **state)
 	send_line(held, begin_line("held-1"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	/* Meanwhile, the same worker: the cached retry, a whole effect. */
-	send_line(other, json_dumps(harness_write_task("cached-1",
-	    "Cached"), JSON_COMPACT));
+	send_line(other, write_task_line("cached-1", "Cached"));
 	reply = answer(other, "the cached write_task retry");
 	want(reply, "reused");
 	json_decref(reply);
