@@ -314,6 +314,19 @@ cluster_need_fault_injection(void)
 		harness_skip("needs a build with --enable-fault-injection");
 }
 
+void
+cluster_hold_setup(struct pgserver *server, const char *point,
+    char root[256], char *fifo, size_t fifo_size, char *hold,
+    size_t hold_size)
+{
+	cluster_need_fault_injection();
+	cluster_store_reset(server);
+	cluster_fresh_root(root);
+	snprintf(fifo, fifo_size, "%s.hold", root);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(hold, hold_size, "IDEM_CRASH_HOLD_AT=%s:%s", point, fifo);
+}
+
 int
 cluster_main(struct pgserver *server, const struct CMUnitTest *tests,
     size_t count)

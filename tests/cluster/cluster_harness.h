@@ -104,6 +104,16 @@ long	 cluster_sql_long(struct pgserver *, const char *fmt, ...)
  * $IDEM_FAULT_INJECTION), where idemd refuses IDEM_CRASH_*.
  */
 void	 cluster_need_fault_injection(void);
+/*
+ * A fresh store and root for one node, and a hold point armed at point
+ * (crash.c's crash_hold_at): hold is the IDEM_CRASH_HOLD_AT entry of the
+ * node's environment, fifo (root + ".hold") what the test opens to know
+ * the thread is held and closes to let it go.  Skips as
+ * cluster_need_fault_injection does.
+ */
+void	 cluster_hold_setup(struct pgserver *, const char *point,
+	    char root[256], char *fifo, size_t fifo_size, char *hold,
+	    size_t hold_size);
 
 struct CMUnitTest;
 int	 cluster_main(struct pgserver *, const struct CMUnitTest *tests,

@@ -33,7 +33,6 @@
  */
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <dirent.h>
@@ -579,13 +578,8 @@ creations_side_by_side_on_one_worker(void **state)
 	int			 held, w, fds[SIDE_BY_SIDE], i;
 
 	(void)state;
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, sizeof fifo, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(env, sizeof env, "IDEM_CRASH_HOLD_AT=before_task_file_link:%s",
-	    fifo);
+	cluster_hold_setup(&server, "before_task_file_link", root, fifo,
+	    sizeof fifo, env, sizeof env);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = SIDE_BY_SIDE_THREADS;
 	assert_int_equal(cluster_node_start(&a, "60000", "1", NULL, NULL,

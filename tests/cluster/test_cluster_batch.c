@@ -41,7 +41,6 @@
  *   durable; each id retried is reused from its file (recovered, a
  *   takeover), exactly one TASK file each, and so is a second retry.
  */
-#include <sys/stat.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,23 +91,6 @@ gate_exec(PGconn *conn, const char *sql)
 	    PQresultStatus(res) != PGRES_COMMAND_OK)
 		fail_msg("%s: %s", sql, PQerrorMessage(conn));
 	PQclear(res);
-}
-
-/*
- * A fresh store and root for one node, and a hold point armed at point:
- * hold is the IDEM_CRASH_HOLD_AT entry of the node's environment, fifo
- * what the test opens to let the held thread go.
- */
-static void
-held_setup(const char *point, char *root, char *fifo, size_t fifo_size,
-    char *hold, size_t hold_size)
-{
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, fifo_size, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(hold, hold_size, "IDEM_CRASH_HOLD_AT=%s:%s", point, fifo);
 }
 
 /*
@@ -210,8 +192,8 @@ batch_fails_halfway(const struct halfway *h)
 	char		*line;
 	int		 fds[MEMBERS], w, i;
 
-	held_setup(h->point, root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, h->point, root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 
 	/* The gate shut: the test's session holds the lock the step waits for. */
 	gate_step(h, 1);
@@ -365,8 +347,8 @@ mixed_round_fails_halfway(void **state)
 	int		 fds[MEMBERS], w, i;
 
 	(void)state;
-	held_setup(commit_halfway.point, root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, commit_halfway.point, root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = MEMBERS_S;
 	assert_int_equal(cluster_node_start(&a, LEASE_MS, "1", "30000", NULL,
@@ -461,8 +443,8 @@ a_member_behind_a_stalled_round_goes_alone(void **state)
 	int		 fds[2], w, i;
 
 	(void)state;
-	held_setup(grant_halfway.point, root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, grant_halfway.point, root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -537,8 +519,8 @@ a_round_waits_for_a_member_on_its_way(void **state)
 	int		 fds[2], w, i;
 
 	(void)state;
-	held_setup("after_task_file_linked", root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, "after_task_file_linked", root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -660,8 +642,8 @@ a_stalled_member_costs_one_wait_not_every_round(void **state)
 	int		 held, fd, w, i;
 
 	(void)state;
-	held_setup("after_task_file_linked", root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, "after_task_file_linked", root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -736,8 +718,8 @@ a_member_leaving_another_way_wakes_the_round(void **state)
 	int		 first, second, w;
 
 	(void)state;
-	held_setup("after_reserve_durable", root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, "after_reserve_durable", root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -817,8 +799,8 @@ a_member_behind_a_round_is_woken_when_it_settles(void **state)
 	int		 first, second, w;
 
 	(void)state;
-	held_setup(commit_halfway.point, root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, commit_halfway.point, root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 	cluster_node_init(&a, server.uri, root, "a");
 	a.store_connections = "2";
 	assert_int_equal(cluster_node_start(&a, "30000", "1", "30000", NULL,
@@ -880,8 +862,8 @@ a_legacy_fsync_failure_fails_a_link_it_may_have_covered(void **state)
 	if (realpath(path != NULL ? path :
 	    "tests/faults/.libs/libfaultshim.so", shim) == NULL)
 		fail_msg("the fault shim: %s", strerror(errno));
-	held_setup("after_task_file_linked", root, fifo, sizeof fifo, hold,
-	    sizeof hold);
+	cluster_hold_setup(&server, "after_task_file_linked", root, fifo,
+	    sizeof fifo, hold, sizeof hold);
 	snprintf(rules, sizeof rules, "%s.faults", root);
 	harness_fault_rule(rules, "");
 	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim);

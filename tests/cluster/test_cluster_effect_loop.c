@@ -36,7 +36,6 @@
  *   ops on the creations' threads the begin queues behind it: the case
  *   fails there.
  */
-#include <sys/stat.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -174,12 +173,8 @@ hold_start(struct node *a, const char *point, const char *threads,
 {
 	const char *const	 hold_env[] = { env, NULL };
 
-	cluster_need_fault_injection();
-	cluster_store_reset(&server);
-	cluster_fresh_root(root);
-	snprintf(fifo, fifo_size, "%s.hold", root);
-	assert_int_equal(mkfifo(fifo, 0600), 0);
-	snprintf(env, env_size, "IDEM_CRASH_HOLD_AT=%s:%s", point, fifo);
+	cluster_hold_setup(&server, point, root, fifo, fifo_size, env,
+	    env_size);
 	cluster_node_init(a, server.uri, root, "a");
 	a->store_connections = threads;
 	assert_int_equal(cluster_node_start(a, "60000", "1", NULL, NULL,
