@@ -85,8 +85,8 @@ struct pg_effect {
 	struct idemd	*d;		/* p's, for the thread */
 	struct pgstore	*st;		/* its thread's, while it runs */
 	enum pg_effect_call call;
-	int		 decided;	/* out is set */
-	struct backend_effect_outcome out;
+	struct backend_effect_outcome out;	/* the run's, or an internal
+						   failure until it ran */
 	uint8_t		 found_state;	/* the state the row was read in */
 	unsigned	 cluster_reads;
 };

@@ -118,7 +118,6 @@ ce_done(struct pending *p, enum backend_effect_result result)
 
 	memset(&ce->out, 0, sizeof ce->out);
 	ce->out.result = result;
-	ce->decided = 1;
 }
 
 static void
@@ -129,7 +128,6 @@ ce_failed(struct pending *p, const struct backend_error *err)
 	memset(&ce->out, 0, sizeof ce->out);
 	ce->out.result = BACKEND_EFFECT_FAILED;
 	ce->out.err = *err;
-	ce->decided = 1;
 }
 
 static void
@@ -355,7 +353,6 @@ ce_run(struct pg_job *job, struct pgstore *st, int *open,
 	char			*cause = NULL;
 
 	(void)wake;	/* no round of pg_group.c's: nothing waits for it */
-	ce->decided = 0;
 	/* Before the call's first statement (fault injection only). */
 	pg_pause_point("before_effect_statement");
 	if (!*open) {
@@ -387,27 +384,21 @@ ce_run_done(struct pg_job *job)
 {
 	struct pg_effect		*ce = ce_of_job(job);
 	struct pending			*p = ce->p;
-	struct backend_effect_outcome	 out;
+	struct backend_effect_outcome	 out = ce->out;	/* done may free p */
 
-	if (!ce->decided) {	/* never: every run decides */
-		log_warnx("effect %s (%s): its statements ended without an "
-		    "outcome", ce_of(p)->id, ce_of(p)->kind);
-		memset(&out, 0, sizeof out);
-		out.result = BACKEND_EFFECT_FAILED;
-		backend_fail(&out.err, WIRE_INTERNAL, 1,
-		    "an effect's statements ended without an outcome");
-	} else
-		out = ce->out;	/* a copy: done may free p, and its room */
 	ce_of(p)->done(p, &out);
 }
 
-/* One backend call as one job on a store thread (pg_pool.c). */
+/*
+ * One backend call as one job on a store thread (pg_pool.c).  Its
+ * outcome starts as an internal failure, which every run replaces.
+ */
 static void
 ce_dispatch(struct pending *p, enum pg_effect_call call,
     backend_effect_done_fn done)
 {
-	struct pg_effect		*ce = ce_state(p);
-	struct backend_effect_outcome	 out;
+	struct pg_effect	*ce = ce_state(p);
+	struct backend_error	 err;
 
 	ce_of(p)->done = done;
 	ce->p = p;
@@ -415,14 +406,16 @@ ce_dispatch(struct pending *p, enum pg_effect_call call,
 	ce->call = call;
 	ce->job.run = ce_run;
 	ce->job.done = ce_run_done;
+	backend_fail(&err, WIRE_INTERNAL, 1,
+	    "an effect's statements ended without an outcome");
+	ce_failed(p, &err);
 	if (pg_pool_submit(p->worker->base, PG_POOL_EFFECT,
 	    ce->d->store_connections, &ce->job) != 0) {
 		/* Logged by pg_pool_submit; done on the loop, at once. */
-		memset(&out, 0, sizeof out);
-		out.result = BACKEND_EFFECT_FAILED;
-		backend_fail(&out.err, WIRE_INTERNAL, 1,
+		backend_fail(&err, WIRE_INTERNAL, 1,
 		    "no effect thread could be started");
-		done(p, &out);
+		ce_failed(p, &err);
+		ce_run_done(&ce->job);
 	}
 }
 
