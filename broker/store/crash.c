@@ -65,7 +65,14 @@ static struct {
 	long long		 spin_max_connections; /* -1: the default */
 	long long		 journal_linger_us; /* -1: the default */
 	long long		 index_window;	/* -1: the default */
-} crash = { NULL, -1, 0, NULL, 0, 0, 0, 0, -1, -1, -1, -1 };
+} crash = {
+	/* By name: a field added without its -1 default was missed once. */
+	.point = -1,
+	.durable_watch_us = -1,
+	.spin_max_connections = -1,
+	.journal_linger_us = -1,
+	.index_window = -1,
+};
 
 /*
  * This process's mark in the segment's crash_fired (random, not 0): a
