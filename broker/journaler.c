@@ -50,6 +50,18 @@
  * the snapshot made redundant (checkpoint.c).  One checkpoint at a time;
  * a rotation while one runs waits for the next round.
  *
+ * What the table and the arena want before the segment is full (the
+ * arena's scout, a full table, capacity/2+1 committed entries not in the
+ * index) is the index's puts, which make entries evictable and results
+ * reusable, not a copy of the table: the checkpoint thread runs an index
+ * pass (checkpoint_index_pass) instead, with no new segment, no file and
+ * no prune.  The segments still hold every record until the next
+ * rotation's checkpoint, so a lost index can be rebuilt from them as
+ * before.  Passes and checkpoints take turns on the one thread, both
+ * under checkpoint_running; a pass is asked for only when a record was
+ * appended since the last one began (else it would find nothing new),
+ * or a second after one failed.
+ *
  * After a round that wrote records, too, it keeps zeros ahead of the
  * segment's logical end (journal_prezero, doc/journal.md "The zero
  * tail"; never while idle, so a reader sees an idle journal still): the
@@ -96,6 +108,10 @@ static struct journaler {
 	pthread_mutex_t	 lock;
 	pthread_cond_t	 wake;
 	uint64_t	 checkpoint_segment;	/* to do; 0: nothing */
+	int		 index_pass;		/* one to do */
+	/* Where the journal was when the last pass was asked for. */
+	uint64_t	 pass_segment;
+	uint64_t	 pass_size;
 	uint64_t	 rotate_after;		/* after a failed rotation */
 	/*
 	 * A checkpoint under way is the segment's checkpoint_running
@@ -538,26 +554,43 @@ checkpoint_main(void *arg)
 	struct idemd	*d = journaler.d;
 	char		 dir[PATH_MAX], *cause = NULL;
 	uint64_t	 segment, records, indexed;
-	int		 failed;
+	int		 failed, pass;
 
 	/* It fit at start-up (state_open): root_real is the same. */
 	(void)paths_journal_dir(d, dir, sizeof dir);
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&
-		    journaler.next_wanted == 0 && !journaler.checkpoint_stop)
+		    !journaler.index_pass && journaler.next_wanted == 0 &&
+		    !journaler.checkpoint_stop)
 			pthread_cond_wait(&journaler.wake, &journaler.lock);
 		if (journaler.checkpoint_stop)
 			break;
-		if (journaler.checkpoint_segment == 0) {
+		/* A pass first: a full table or arena waits for it. */
+		if (journaler.checkpoint_segment == 0 &&
+		    !journaler.index_pass) {
 			checkpoint_make_next(d, dir);
 			continue;
 		}
 		segment = journaler.checkpoint_segment;
+		pass = segment == 0;
 		journaler.checkpoint_segment = 0;
+		journaler.index_pass = 0;
 		pthread_mutex_unlock(&journaler.lock);
 
-		if (checkpoint_write(d->journal_dir_fd, dir, segment, &d->seg,
+		if (pass) {
+			failed = checkpoint_index_pass(&d->seg, &d->index,
+			    &indexed, &cause) != 0;
+			if (!failed)
+				log_info("index pass: %llu new in the index",
+				    (unsigned long long)indexed);
+			else {
+				/* Entries stay unindexed; a second later. */
+				log_warnx("%s", cause);
+				free(cause);
+				cause = NULL;
+			}
+		} else if (checkpoint_write(d->journal_dir_fd, dir, segment, &d->seg,
 		    d->index_ready ? &d->index : NULL, &d->index_only,
 		    &records, &indexed, &cause) == 0) {
 			log_info("checkpoint checkpoint-%016llx.snap: %llu "
@@ -618,52 +651,69 @@ journaler_rename_failed(int error)
 	journaler.next_rename_logged = 1;
 }
 
-/* Between rounds: a new segment if this one is full, and its checkpoint. */
+/*
+ * Between rounds, the table or the arena wanting the index's puts and
+ * the segment not full: an index pass, unless one (or a checkpoint) is
+ * under way (the checkpoint thread kicks this thread when it ends), or
+ * nothing was appended since the last one was asked for and it did not
+ * fail: a full table's refusals write no record, and a pass over the
+ * same table would find nothing new.  After a failure (the index
+ * refused a write) one again a second later, for the same reason:
+ * waiting for a record could wait for ever.
+ */
+static void
+journaler_want_index_pass(struct idemd *d)
+{
+	int	moved, again;
+
+	pthread_mutex_lock(&journaler.lock);
+	if (atomic_load(&d->seg.header->checkpoint_running)) {
+		pthread_mutex_unlock(&journaler.lock);
+		return;
+	}
+	moved = d->journal.segment != journaler.pass_segment ||
+	    d->journal.size != journaler.pass_size;
+	again = journaler.checkpoint_failed && shm_now_ms() -
+	    journaler.checkpoint_failed_at >= JOURNALER_CHECKPOINT_RETRY_MS;
+	if (moved || again) {
+		atomic_store(&d->seg.header->checkpoint_wanted, 0);
+		atomic_store(&d->seg.header->checkpoint_running, 1);
+		journaler.index_pass = 1;
+		journaler.pass_segment = d->journal.segment;
+		journaler.pass_size = d->journal.size;
+		pthread_cond_signal(&journaler.wake);
+	}
+	pthread_mutex_unlock(&journaler.lock);
+}
+
+/*
+ * Between rounds: a new segment if this one is full, and its checkpoint;
+ * else an index pass if the table or the arena wants one.
+ */
 static void
 journaler_maybe_rotate(struct idemd *d)
 {
 	struct journal_next	 next;
 	char			*cause = NULL;
 	uint64_t		 next_number;
-	int			 busy, wanted, again, made_ahead, rc;
+	int			 busy, wanted, made_ahead, rc;
 
 	/*
 	 * The table is a cache of the index: committed entries become
-	 * evictable only once a checkpoint gave them to the index, so a
-	 * table half full of them (or one that refused a key, or a result
-	 * arena full of results not in the index) wants one before the
-	 * segment is full.
+	 * evictable only once the index has them, so a table half full of
+	 * them (or one that refused a key, or a result arena full of
+	 * results not in the index) wants an index pass before the segment
+	 * is full; a full segment's checkpoint gives the index the same.
 	 */
 	wanted = d->index_ready &&
 	    (atomic_load(&d->seg.header->checkpoint_wanted) ||
 	    subtab_unindexed(&d->seg) >= d->capacity / 2 + 1);
-	if (wanted && d->journal.size <= JOURNAL_SEGMENT_HEADER_BYTES) {
-		/*
-		 * A segment with no record after its header has nothing new
-		 * to give, unless the checkpoint made at its start failed
-		 * (the index refused a write): its entries are still not in
-		 * the index, and a table or arena full of them refuses every
-		 * request that would append a record, so waiting for one
-		 * waits for ever.  Its checkpoint again, then, without a new
-		 * segment, and not more than once a second.
-		 */
-		pthread_mutex_lock(&journaler.lock);
-		again = !atomic_load(&d->seg.header->checkpoint_running) &&
-		    journaler.checkpoint_failed &&
-		    shm_now_ms() - journaler.checkpoint_failed_at >=
-		    JOURNALER_CHECKPOINT_RETRY_MS;
-		if (again) {
-			atomic_store(&d->seg.header->checkpoint_wanted, 0);
-			atomic_store(&d->seg.header->checkpoint_running, 1);
-			journaler.checkpoint_segment = d->journal.segment;
-			pthread_cond_signal(&journaler.wake);
-		}
-		pthread_mutex_unlock(&journaler.lock);
+	if (d->journal.size < d->segment_bytes ||
+	    d->journal.size < journaler.rotate_after) {
+		if (wanted)
+			journaler_want_index_pass(d);
 		return;
 	}
-	if ((d->journal.size < d->segment_bytes && !wanted) ||
-	    d->journal.size < journaler.rotate_after)
-		return;
 	pthread_mutex_lock(&journaler.lock);
 	/*
 	 * A rotation waits for the checkpoint before it and for the segment
@@ -897,6 +947,9 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.broadcast = broadcast;
 	journaler.broadcast_arg = arg;
 	journaler.checkpoint_segment = 0;
+	journaler.index_pass = 0;
+	journaler.pass_segment = 0;
+	journaler.pass_size = 0;
 	atomic_store(&d->seg.header->checkpoint_running, 0);
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
