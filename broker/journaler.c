@@ -539,8 +539,8 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 		log_debug("journal: segment %016llx not made ahead: its "
 		    "rotation creates it", (unsigned long long)number);
 	/*
-	 * A rotation waited for this one (journaler_maybe_rotate); one
-	 * asked for by a full table or arena looks again now, as after a
+	 * A rotation waited for this one (journaler_maybe_rotate); an index
+	 * pass wanted by a full table or arena is asked for now, as after a
 	 * checkpoint: its refusals write no record, so there may be no
 	 * round to look after.
 	 */
@@ -722,12 +722,8 @@ journaler_maybe_rotate(struct idemd *d)
 	 * and one fsync: the rounds go on meanwhile), so that
 	 * two rotations close together (the bench's) both find theirs; one
 	 * that could not be made (a nearly full disk) leaves none wanted,
-	 * and the rotation creates the segment itself.  An urgent one (the
-	 * table or arena full) waits too: the checkpoint that frees them
-	 * runs on the thread making the segment, after it, so creating the
-	 * segment here would switch sooner but free nothing sooner; the
-	 * wait is one making at most (checkpoint_make_next wakes this
-	 * thread when it ends, a refusal writing no record).
+	 * and the rotation creates the segment itself.  (What a full table
+	 * or arena wants is an index pass, not a rotation: above.)
 	 */
 	busy = atomic_load(&d->seg.header->checkpoint_running) ||
 	    journaler.next_wanted != 0 || journaler.next_making;

@@ -9,7 +9,9 @@
  * the journaling thread starts a new segment S (journal_rotate) and wakes
  * the checkpoint thread, which copies the table slot by slot (a short
  * lock per chunk, never a global pause) into checkpoint-S.snap and then
- * removes the segments before S and the older checkpoints.
+ * removes the segments before S and the older checkpoints.  What the
+ * table and the arena want before the segment is full is not this but
+ * an index pass (checkpoint_index_pass, below): the index's puts alone.
  *
  * Once a lost index could no longer be rebuilt from the checkpoint and
  * the journal (the index holds receipts the table does not, or the last
