@@ -51,14 +51,14 @@ arena_reclaimable(struct shm_segment *seg, uint64_t pos,
  * an index pass, journaler.c), which will have made it reclaimable
  * (indexed) by the time the tail reaches it.
  *
- * It waits while a checkpoint or an index pass runs (checkpoint_running;
- * the history below is of checkpoints, from before index passes): the results it would pass then were
- * committed long before (half an arena ago) and are in the copy under
- * way, but not yet marked indexed, so each asked for a second checkpoint
- * at once, which copied the whole table again for the few commits made
- * meanwhile (two checkpoints tens of milliseconds apart, each a copy of
- * the table; doc/effects.md, "How fast").  Once the checkpoint is done
- * the scout walks on from where it stopped and asks for what it left.
+ * It waits while a checkpoint or an index pass runs (checkpoint_running):
+ * the results it would pass then were committed long before (half an
+ * arena ago) and are in the work under way, but not yet marked indexed,
+ * so each asked for another at once; when these were checkpoints, that
+ * copied the whole table again for the few commits made meanwhile (two
+ * checkpoints tens of milliseconds apart, each a copy of the table;
+ * doc/effects.md, "How fast").  Once it is done the scout walks on from
+ * where it stopped and asks for what it left.
  */
 static void
 arena_scout(struct shm_segment *seg)
