@@ -74,7 +74,8 @@ struct pg_thread {
 static struct pool	*pg_pools[PG_POOL_KINDS];
 static const char *const pg_pool_names[PG_POOL_KINDS] = {
 	[PG_POOL_CREATE] = "creation",
-	[PG_POOL_EFFECT] = "effect"
+	[PG_POOL_EFFECT] = "effect",
+	[PG_POOL_READ] = "read"
 };
 
 static struct pg_job *
