@@ -27,7 +27,7 @@
  * - a diagnose's client gone while it is held: the read ends all the
  *   same (its rows gathered and let go), nothing is answered to the
  *   closed connection, the worker (the same process) serves on and
- *   stops cleanly (under the sanitizers, without a leak);
+ *   stops cleanly;
  * - SIGTERM while a get is held: the worker drains (its idle connection
  *   closed) but waits for the read, answers it once it is let go, and
  *   the broker exits 0.
@@ -35,6 +35,11 @@
  * These two guard the lifetime and drain handling of a read whose job
  * runs while its client goes or its worker stops; on the code before
  * they fail only because the held read blocks the loop.
+ *
+ * - an effect op holds the only effect thread (--store-connections 1,
+ *   before_effect_statement): a get_submission and a diagnose are
+ *   answered meanwhile: the reads have a thread of their own (fails
+ *   with the read jobs on the effect pool).
  */
 
 #include <dirent.h>
@@ -57,6 +62,51 @@
 #include "cluster_harness.h"
 
 #ifndef HAVE_POSTGRESQL
+/*
+ * An effect op holds the worker's only effect thread
+ * (--store-connections 1, before_effect_statement): a get_submission
+ * and a diagnose on another connection are answered meanwhile, on the
+ * read thread, and the effect, let go, proceeds.  With the reads on the
+ * effect threads they queue behind it: the case fails there.
+ */
+static void
+read_answered_while_an_effect_holds_its_thread(void **state)
+{
+	static struct node	 a;
+	char			 root[256], fifo[300], env[400];
+	json_t			*reply;
+	int			 held, other, w;
+
+	(void)state;
+	hold_start(&a, "before_effect_statement", "1", root, fifo,
+	    sizeof fifo, env, sizeof env);
+	assert_true((other = harness_raw_connect(&a.b)) >= 0);
+	created(other, "task-1");
+	assert_true((held = harness_raw_connect(&a.b)) >= 0);
+	send_line(held, begin_line("held-1"));
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	send_line(other, get_line("task-1", NULL));
+	reply = answer(other, "a get_submission while an effect op holds "
+	    "the only effect thread");
+	harness_assert_bool(reply, "found", 1);
+	json_decref(reply);
+	send_line(other, strdup("{\"op\":\"diagnose\"}"));
+	reply = answer(other, "a diagnose while an effect op holds the only "
+	    "effect thread");
+	harness_assert_bool(reply, "ok", 1);
+	assert_int_equal(json_array_size(json_object_get(reply, "entries")),
+	    0);
+	json_decref(reply);
+	assert_unanswered(held);
+	close(w);
+	reply = answer(held, "the held begin, let go");
+	want(reply, "proceed");
+	json_decref(reply);
+	close(held);
+	close(other);
+	held_end(&a, root, fifo);
+}
+
 int
 main(void)
 {
@@ -173,16 +223,26 @@ assert_unanswered(int fd)
  * held and closes to let it go.
  */
 static void
-held_start(struct node *a, char *root, char *fifo, size_t fifo_size,
-    char *env, size_t env_size)
+hold_start(struct node *a, const char *point, const char *threads,
+    char *root, char *fifo, size_t fifo_size, char *env, size_t env_size)
 {
 	const char *const	 hold_env[] = { env, NULL };
 
-	cluster_hold_setup(&server, "before_read_statement", root, fifo,
-	    fifo_size, env, env_size);
+	cluster_hold_setup(&server, point, root, fifo, fifo_size, env,
+	    env_size);
 	cluster_node_init(a, server.uri, root, "a");
+	a->store_connections = threads;
 	assert_int_equal(cluster_node_start(a, "60000", "1", NULL, NULL,
 	    hold_env), 0);
+}
+
+/* The first read to reach its statements holds there. */
+static void
+held_start(struct node *a, char *root, char *fifo, size_t fifo_size,
+    char *env, size_t env_size)
+{
+	hold_start(a, "before_read_statement", NULL, root, fifo, fifo_size,
+	    env, env_size);
 }
 
 static void
@@ -523,6 +583,51 @@ sigterm_while_a_read_is_held(void **state)
 	held_end(&a, root, fifo);
 }
 
+/*
+ * An effect op holds the worker's only effect thread
+ * (--store-connections 1, before_effect_statement): a get_submission
+ * and a diagnose on another connection are answered meanwhile, on the
+ * read thread, and the effect, let go, proceeds.  With the reads on the
+ * effect threads they queue behind it: the case fails there.
+ */
+static void
+read_answered_while_an_effect_holds_its_thread(void **state)
+{
+	static struct node	 a;
+	char			 root[256], fifo[300], env[400];
+	json_t			*reply;
+	int			 held, other, w;
+
+	(void)state;
+	hold_start(&a, "before_effect_statement", "1", root, fifo,
+	    sizeof fifo, env, sizeof env);
+	assert_true((other = harness_raw_connect(&a.b)) >= 0);
+	created(other, "task-1");
+	assert_true((held = harness_raw_connect(&a.b)) >= 0);
+	send_line(held, begin_line("held-1"));
+	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
+	send_line(other, get_line("task-1", NULL));
+	reply = answer(other, "a get_submission while an effect op holds "
+	    "the only effect thread");
+	harness_assert_bool(reply, "found", 1);
+	json_decref(reply);
+	send_line(other, strdup("{\"op\":\"diagnose\"}"));
+	reply = answer(other, "a diagnose while an effect op holds the only "
+	    "effect thread");
+	harness_assert_bool(reply, "ok", 1);
+	assert_int_equal(json_array_size(json_object_get(reply, "entries")),
+	    0);
+	json_decref(reply);
+	assert_unanswered(held);
+	close(w);
+	reply = answer(held, "the held begin, let go");
+	want(reply, "proceed");
+	json_decref(reply);
+	close(held);
+	close(other);
+	held_end(&a, root, fifo);
+}
+
 int
 main(void)
 {
@@ -541,6 +646,9 @@ main(void)
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    sigterm_while_a_read_is_held,
+		    cluster_arm_watchdog, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    read_answered_while_an_effect_holds_its_thread,
 		    cluster_arm_watchdog, cluster_kill_live_nodes),
 	};
 
