@@ -163,8 +163,9 @@ typedef void (*backend_read_done_fn)(struct pending *,
 	    const struct backend_read_outcome *);
 /*
  * A read's request: the first member of its op's state (p->op), filled
- * by the op layer before the call; the backend's room (read_state_size
- * bytes, zeroed) is backend_state, after the op's state.
+ * by the op layer before the call (the request made by ops.c's
+ * read_pending_new); the backend's room (read_state_size bytes, zeroed)
+ * is backend_state, after the op's state.
  */
 struct backend_read {
 	/* get: the submission (SUBTAB_KIND_TASK: key is its id) or the
@@ -178,14 +179,6 @@ struct backend_read {
 	void			*backend_state;
 	backend_read_done_fn	 done;	/* the backend's to call, once */
 };
-/*
- * ops.c: a read's request, op_size bytes of op state (a struct
- * backend_read first, zeroed; op_free frees the rest) and the backend's
- * room after it; NULL if it could not be allocated (answered already).
- */
-struct pending *read_pending_new(struct conn *, json_t *id, size_t op_size,
-	    void (*op_free)(void *));
-
 struct backend {
 	const char	*name;		/* "local", "postgresql": logs only */
 	unsigned	 flags;
