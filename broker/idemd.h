@@ -132,6 +132,12 @@ struct idemd {
 	struct index		 index;
 	int			 index_ready;
 	/*
+	 * The newest checkpoint's receipts only the index holds (master
+	 * only; start-up reads it, each checkpoint sets it): once not 0,
+	 * checkpoints leave committed entries to the index.
+	 */
+	uint64_t		 index_only;
+	/*
 	 * The index's directory, opened once without following a symlink
 	 * (the master) or inherited (a worker): every process opens the
 	 * index through it, so a worker started again long after start-up

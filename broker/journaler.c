@@ -558,8 +558,8 @@ checkpoint_main(void *arg)
 		pthread_mutex_unlock(&journaler.lock);
 
 		if (checkpoint_write(d->journal_dir_fd, dir, segment, &d->seg,
-		    d->index_ready ? &d->index : NULL, &records, &indexed,
-		    &cause) == 0) {
+		    d->index_ready ? &d->index : NULL, &d->index_only,
+		    &records, &indexed, &cause) == 0) {
 			log_info("checkpoint checkpoint-%016llx.snap: %llu "
 			    "new in the index, %llu submission%s",
 			    (unsigned long long)segment,

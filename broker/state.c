@@ -383,6 +383,7 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	if (checkpoint_index_only(journal_dir, &segment, &index_only,
 	    cause) != 0)
 		return -1;
+	d->index_only = index_only;
 	existed = index_exists(idir);
 	if (existed && (history_open(d, 0, &why) != 0 ||
 	    index_stats(&d->index, &st) != 0)) {

@@ -11,11 +11,14 @@
  * lock per chunk, never a global pause) into checkpoint-S.snap and then
  * removes the segments before S and the older checkpoints.
  *
- * Once the index holds receipts the table does not (it outgrew the
- * table), committed slots indexed by an earlier checkpoint are not
- * copied: they are the index's, and a full table would make every
- * checkpoint a copy of the whole cache.  Until then the checkpoint holds
- * every entry, so that a lost index can be rebuilt from it.
+ * Once a lost index could no longer be rebuilt from the checkpoint and
+ * the journal (the index holds receipts the table does not, or the last
+ * checkpoint left some to the index alone), committed entries are the
+ * index's and are not copied: those it has, and those it lacks, which
+ * this checkpoint gives it before the file is renamed into place.
+ * Copying them again would buy nothing and cost a copy of the whole
+ * cache at every checkpoint.  Until then the checkpoint holds every
+ * entry, so that a lost index can be rebuilt from it.
  *
  * The copy is not one instant, but it need not be: every change after
  * the rotation is also in segments >= S, each record is a whole entry,
@@ -409,8 +412,8 @@ fail:
 
 int
 checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
-    struct shm_segment *seg, struct index *ix, uint64_t *written,
-    uint64_t *indexed, char **cause)
+    struct shm_segment *seg, struct index *ix, uint64_t *index_only_io,
+    uint64_t *written, uint64_t *indexed, char **cause)
 {
 	struct subtab_entry	*entries = NULL;
 	uint32_t		*flags = NULL;
@@ -430,7 +433,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	uint32_t		 from = 0, n, i;
 	int			 fd = -1, rc = -1;
 	struct index_pending	 pending;
-	int			 skip_indexed = 0, flushed;
+	int			 index_owns = 0, flushed;
 
 	snprintf(name, sizeof name, CHECKPOINT_NAME_FORMAT, segment);
 	snprintf(temp, sizeof temp, ".%s.tmp", name);
@@ -469,18 +472,24 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	durable_pace_init(&pace, fd);
 	offset = sizeof header;
 	/*
-	 * Once the index holds more receipts than the table has entries,
-	 * some are in no other file already and a lost index cannot be
-	 * rebuilt (start-up says so).  From then on a committed entry an
-	 * earlier checkpoint indexed is not copied again: with a full table
-	 * the copy would otherwise write the whole cache (about 200 bytes a
-	 * slot) at every rotation, several times the journal's own bytes.
-	 * Before then the checkpoint keeps everything, so that the index
-	 * can be rebuilt from it.
+	 * Once the index holds more receipts than the table has entries, or
+	 * the last checkpoint left some to the index alone (an effect's
+	 * result the arena overwrote: every run of effects longer than the
+	 * arena), some are in no other file already and a lost index cannot
+	 * be rebuilt (start-up says so).  From then on committed entries are
+	 * the index's and none is copied: not those an earlier checkpoint
+	 * indexed, nor those this one gives it, which are durable there
+	 * before this file is renamed into place.  The copy would otherwise
+	 * write the whole cache at every rotation (about 200 bytes a slot,
+	 * several times the journal's own bytes with a full table; half the
+	 * copy's records, and a sixth of idemd's CPU an effect, in a run of
+	 * effects: doc/effects.md, "The checkpoints' share").  Before then
+	 * the checkpoint keeps everything, so that the index can be rebuilt
+	 * from it.
 	 */
 	if (ix != NULL && index_stats(ix, &istats) == 0 &&
-	    istats.entries > seg->header->slots_used)
-		skip_indexed = 1;
+	    (istats.entries > seg->header->slots_used || *index_only_io > 0))
+		index_owns = 1;
 	/*
 	 * The committed states the index lacks go to it in transactions of
 	 * about CHECKPOINT_INDEX_COMMIT_BYTES each (index_batch_commit).
@@ -493,18 +502,23 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			/* A slot whose state was lost with the journal. */
 			if (entries[i].state == SUBTAB_EMPTY)
 				continue;
-			if (skip_indexed && entries[i].state ==
-			    SUBTAB_COMMITTED && (flags[i] &
-			    SUBTAB_SLOT_INDEXED)) {
+			memset(&record, 0, sizeof record);
+			record.type = entries[i].kind == SUBTAB_KIND_EFFECT ?
+			    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
+			record.entry = entries[i];
+			memcpy(record.key, keys[i], entries[i].key_length);
+			if (index_owns &&
+			    entries[i].state == SUBTAB_COMMITTED) {
+				/* Its result is read when the index gets it. */
+				if (!(flags[i] & SUBTAB_SLOT_INDEXED) &&
+				    index_pending_hold(&pending, &entries[i],
+				    keys[i], from + i,
+				    journal_encoded_size(&record)) != 0)
+					goto index_failed;
 				entries[i].state = SUBTAB_EMPTY;
 				continue;
 			}
-			memset(&record, 0, sizeof record);
-			record.type = JOURNAL_RECORD_ENTRY;
-			record.entry = entries[i];
-			memcpy(record.key, keys[i], entries[i].key_length);
 			if (entries[i].kind == SUBTAB_KIND_EFFECT) {
-				record.type = JOURNAL_RECORD_EFFECT;
 				record.result = result;
 				if (entries[i].result_length > 0 &&
 				    arena_read(seg, entries[i].result_offset,
@@ -573,15 +587,15 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			records += entries[i].state != SUBTAB_EMPTY;
 		from += n;
 		/*
-		 * Half copied; when indexed slots are skipped, half read.
-		 * The file then holds its header and the buffers filled so
-		 * far (a write a megabyte; a table smaller than one buffer:
-		 * the header alone), what was copied since the last write
-		 * only in memory; start-up removes the temporary file
-		 * whatever it holds.
+		 * Half copied; when committed slots are the index's, half
+		 * read.  The file then holds its header and the buffers
+		 * filled so far (a write a megabyte; a table smaller than
+		 * one buffer: the header alone), what was copied since the
+		 * last write only in memory; start-up removes the temporary
+		 * file whatever it holds.
 		 */
-		if (records >= seg->header->slots_used / 2 || (skip_indexed &&
-		    from >= seg->header->capacity / 2))
+		if (records >= seg->header->slots_used / 2 || (index_owns &&
+		    from >= seg->header->slots_used / 2))
 			crash_point(CRASH_DURING_CHECKPOINT);
 	}
 	if (durable_write_all(fd, buf, used) != 0)
@@ -635,6 +649,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	crash_point(CRASH_AFTER_CHECKPOINT_RENAMED);
 	*written = records;
 	*indexed = batch.indexed;
+	*index_only_io = index_only;
 	rc = 0;
 	goto out;
 

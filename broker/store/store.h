@@ -380,12 +380,15 @@ int	journal_rotate_next(struct journal *, struct journal_next *next,
  * Write checkpoint-<segment>.snap atomically from the table; *records:
  * the submissions it holds.  Every committed entry the index (NULL:
  * none) lacks is given to it and made durable there before the
- * checkpoint is renamed into place; *indexed: how many.
+ * checkpoint is renamed into place; *indexed: how many.  *index_only:
+ * on entry the newest checkpoint's count of receipts only the index
+ * holds (checkpoint_index_only; once not 0, committed entries are not
+ * copied); on success this one's.
  */
 struct index;
 int	checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
-	    struct shm_segment *, struct index *, uint64_t *records,
-	    uint64_t *indexed, char **cause);
+	    struct shm_segment *, struct index *, uint64_t *index_only,
+	    uint64_t *records, uint64_t *indexed, char **cause);
 /*
  * Apply the newest checkpoint of dir; *segment is where the journal
  * continues (0: no checkpoint, replay everything).  -1 if it is corrupt

@@ -1051,37 +1051,26 @@ assert_one_disagreement(json_t *v, int i, const char *form,
 }
 
 /*
- * idemctl verify compares the index's effects with the checkpoint's and
- * the journal's last record of their keys: clean on a healthy store
- * (effects in both, effects only the index holds), clean once compacted
- * (a tombstone agrees on the facts it keeps), and an entry planted with
- * another result digest, or a tombstone with another attempt, is
- * index_disagrees naming exactly that effect; one the checkpoint holds
- * committed and the index, written with that checkpoint, lacks is
- * index_lacks.
+ * Which effects of b's store the index holds (*indexed), and which the
+ * checkpoint's and the journal's records leave committed too (*shared);
+ * *target: the first of those the checkpoint holds (-1: none), and
+ * *from_checkpoint how many it holds.
  */
 static void
-test_verify_compares_effects(void **state)
+effects_held(struct broker *b, int *indexed, int *shared, int *target,
+    int *from_checkpoint)
 {
-	struct broker		*b = *state;
-	static struct history	 h;
 	static uint8_t		 result[IDEM_MAX_EFFECT_RESULT_BYTES];
 	struct store_loaded	 loaded;
-	struct index_entry	 saved, e;
-	json_t			*from;
+	struct index_entry	 e;
+	json_t			*recorded, *from;
 	char			 dir[PATH_MAX];
 	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
 	char			*cause = NULL;
-	json_t			*recorded, *v;
-	int			 i, indexed = 0, shared = 0, target = -1;
+	int			 i;
 
-	memset(&h, 0, sizeof h);
-	assert_int_equal(harness_start(b, small_args, NULL), 0);
-	create_history(b, &h);
-	verify_clean(b);
-	assert_int_equal(harness_stop(b), 0);
-
-	/* Which effects the index holds, and which the records too. */
+	*indexed = *shared = *from_checkpoint = 0;
+	*target = -1;
 	assert_non_null(recorded = json_object());
 	assert_int_equal(store_journal_dir(b->root, dir, sizeof dir), 0);
 	memset(&loaded, 0, sizeof loaded);
@@ -1090,22 +1079,149 @@ test_verify_compares_effects(void **state)
 		fail_msg("store_records: %s", cause);
 	for (i = 0; i < HISTORY_EFFECTS; i++) {
 		effect_key(i, key, sizeof key);
+		if ((from = json_object_get(recorded, key)) != NULL &&
+		    json_is_true(from))
+			(*from_checkpoint)++;
 		if (indexed_entry(b, key, &e, result) != 1)
 			continue;
 		assert_int_equal(e.form, INDEX_FULL);
-		indexed++;
-		if ((from = json_object_get(recorded, key)) == NULL)
+		(*indexed)++;
+		if (from == NULL)
 			continue;
-		shared++;
-		if (target == -1 && json_is_true(from))
-			target = i;
+		(*shared)++;
+		if (*target == -1 && json_is_true(from))
+			*target = i;
 	}
-	json_decref(recorded);
-	/* A table of 8: most only in the index, some in both. */
-	assert_true(shared > 0);
-	assert_true(target >= 0);
 	assert_true(index_checkpoint(b) >= loaded.checkpoint);
+	json_decref(recorded);
+}
+
+/*
+ * A table of 8 outgrows the index at once: from then on checkpoints
+ * leave committed entries to the index (checkpoint.c), so most effects
+ * are the index's alone and the newest checkpoint holds none committed;
+ * idemctl verify is clean and counts them as only the index's.
+ */
+static void
+test_verify_effects_only_in_the_index(void **state)
+{
+	struct broker		*b = *state;
+	static struct history	 h;
+	json_t			*v;
+	int			 indexed, shared, target, from_checkpoint;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	create_history(b, &h);
+	verify_clean(b);
+	assert_int_equal(harness_stop(b), 0);
+
+	effects_held(b, &indexed, &shared, &target, &from_checkpoint);
 	assert_true(indexed > shared);
+	assert_int_equal(from_checkpoint, 0);
+	assert_int_equal(verify_json(b, &v), 0);
+	assert_true(json_is_true(json_object_get(v, "ok")));
+	assert_int_equal(json_array_size(json_object_get(v, "problems")), 0);
+	assert_int_equal(verify_index_count(v, "effects_compared"), shared);
+	assert_int_equal(verify_index_count(v, "effects_only"),
+	    indexed - shared);
+	json_decref(v);
+
+	/* A broker starts on it, every receipt the same. */
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	check_history(b, &h);
+	verify_clean(b);
+	harness_finish(b);
+}
+
+/*
+ * A table that holds everything and an arena of the least size: the
+ * arena overwrites results the index has, so a checkpoint leaves them
+ * to the index alone (its header counts them), and from the next one
+ * on committed entries are the index's: the newest checkpoint holds no
+ * committed effect, and a broker started again answers every one
+ * reused with its first receipt.
+ */
+#define WRAP_PAD		4000
+static const char *const wrap_args[] = { "--result-bytes", "65552", NULL };
+
+static void
+test_checkpoint_leaves_effects_to_the_index(void **state)
+{
+	struct broker		*b = *state;
+	static struct history	 h;
+	static char		 effects[HISTORY_EFFECTS][8192];
+	char			 dir[PATH_MAX], got[8192], *reply, *cause = NULL;
+	uint64_t		 segment, index_only;
+	int			 i, retries = 0;
+	int			 indexed, shared, target, from_checkpoint;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, wrap_args, NULL), 0);
+	for (i = 0; i < HISTORY_EFFECTS; i++)
+		commit_effect(b, &h, i, WRAP_PAD, effects[i],
+		    sizeof effects[i], NULL, &retries);
+	assert_int_equal(harness_stop(b), 0);
+
+	assert_int_equal(store_journal_dir(b->root, dir, sizeof dir), 0);
+	if (checkpoint_index_only(dir, &segment, &index_only, &cause) != 0)
+		fail_msg("checkpoint_index_only: %s", cause);
+	assert_true(segment > 0);
+	assert_true(index_only > 0);
+	effects_held(b, &indexed, &shared, &target, &from_checkpoint);
+	assert_true(indexed > 0);
+	assert_int_equal(from_checkpoint, 0);
+
+	assert_int_equal(harness_start(b, wrap_args, NULL), 0);
+	for (i = 0; i < HISTORY_EFFECTS; i++) {
+		reply = effect_begin(b, &h, i, 0);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d: %s", i, reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, effects[i]);
+		free(reply);
+	}
+	verify_clean(b);
+	harness_finish(b);
+}
+
+/* Segments of 4 KiB: a checkpoint at every rotation. */
+static const char *const rotating_args[] = { "--segment-bytes", "4096",
+    NULL };
+
+/*
+ * idemctl verify compares the index's effects with the checkpoint's and
+ * the journal's last record of their keys.  With segments of 4 KiB and
+ * a table that holds everything, every rotation's checkpoint copies
+ * every entry (a lost index could still be rebuilt from it), so the
+ * effects the index holds are the checkpoint's too: verify is clean,
+ * clean once compacted (a tombstone agrees on the facts it keeps), and
+ * an entry planted with another result digest, or a tombstone with
+ * another attempt, is index_disagrees naming exactly that effect; one
+ * the checkpoint holds committed and the index, written with that
+ * checkpoint, lacks is index_lacks.
+ */
+static void
+test_verify_compares_effects(void **state)
+{
+	struct broker		*b = *state;
+	static struct history	 h;
+	static uint8_t		 result[IDEM_MAX_EFFECT_RESULT_BYTES];
+	struct index_entry	 saved, e;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	json_t			*v;
+	int			 indexed, shared, target, from_checkpoint;
+
+	memset(&h, 0, sizeof h);
+	assert_int_equal(harness_start(b, rotating_args, NULL), 0);
+	create_history(b, &h);
+	verify_clean(b);
+	assert_int_equal(harness_stop(b), 0);
+
+	effects_held(b, &indexed, &shared, &target, &from_checkpoint);
+	assert_true(indexed > 0);
+	assert_int_equal(shared, indexed);
+	assert_true(target >= 0);
 	assert_int_equal(verify_json(b, &v), 0);
 	assert_true(json_is_true(json_object_get(v, "ok")));
 	assert_int_equal(json_array_size(json_object_get(v, "problems")), 0);
@@ -1155,7 +1271,7 @@ test_verify_compares_effects(void **state)
 	/* Put back: a broker starts on it, and verify beside it is clean. */
 	e.record.entry.attempt--;
 	plant_entry(b, &e);
-	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_int_equal(harness_start(b, rotating_args, NULL), 0);
 	assert_int_equal(harness_count_tasks(b), HISTORY_TASKS);
 	verify_clean(b);
 	harness_finish(b);
@@ -2231,6 +2347,12 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_leaves_tombstones,
 		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_verify_effects_only_in_the_index, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_checkpoint_leaves_effects_to_the_index, harness_setup,
+		    harness_teardown),
 		cmocka_unit_test_setup_teardown(test_verify_compares_effects,
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_missing_index,
