@@ -21,11 +21,11 @@ struct pgstore;
  * its effect ops', of at most --store-connections threads each, and its
  * reads' of PG_READ_THREADS, each thread with its own connection, made
  * at its pool's first job: a worker holds up to twice
- * --store-connections connections, and one more.  run is called on a thread with
- * that thread's store (*open: whether it is open; run opens it) and
- * its own condition variable, wake, which lives as long as the thread
- * (pg_group.c signals it after letting its lock go); done, later, on
- * the loop.
+ * --store-connections connections, and one more.  run is called on a
+ * thread with that thread's store (*open: whether it is open; run opens
+ * it) and its own condition variable, wake, which lives as long as the
+ * thread (pg_group.c signals it after letting its lock go); done,
+ * later, on the loop.
  */
 struct pg_job {
 	struct pool_job	 pool;		/* the threads' handle (pool.c) */

@@ -27,7 +27,7 @@
  * threads either).  One thread, because it replaces the loop's
  * connection: a broker holds no more connections than it did, and a
  * worker's reads go one at a time, as they did on the loop, while the
- * loop serves everything else (doc/cluster.md, "Reads").
+ * loop serves everything else (doc/cluster.md, "Reads off the loop").
  *
  * As for the effect ops, the thread touches nothing of the loop's: it
  * reads the request (struct backend_read, filled by the op layer before

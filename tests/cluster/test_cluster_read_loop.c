@@ -3,7 +3,7 @@
  * test_cluster_read_loop: the reads on the PostgreSQL store
  * (get_submission, diagnose, stats' "store") run on the worker's read
  * thread, off its loop (broker/pg/pg_read.c, pg_pool.c; doc/cluster.md,
- * "Reads").  One broker with one worker (--workers 1); the first read to
+ * "Reads off the loop").  One broker with one worker (--workers 1); the first read to
  * reach its statements is held there (IDEM_CRASH_HOLD_AT=
  * before_read_statement: the thread waits on a FIFO whose open for
  * writing tells the test it is held).
@@ -63,51 +63,6 @@
 #include "cluster_harness.h"
 
 #ifndef HAVE_POSTGRESQL
-/*
- * An effect op holds the worker's only effect thread
- * (--store-connections 1, before_effect_statement): a get_submission
- * and a diagnose on another connection are answered meanwhile, on the
- * read thread, and the effect, let go, proceeds.  With the reads on the
- * effect threads they queue behind it: the case fails there.
- */
-static void
-read_answered_while_an_effect_holds_its_thread(void **state)
-{
-	static struct node	 a;
-	char			 root[256], fifo[300], env[400];
-	json_t			*reply;
-	int			 held, other, w;
-
-	(void)state;
-	hold_start(&a, "before_effect_statement", "1", root, fifo,
-	    sizeof fifo, env, sizeof env);
-	assert_true((other = harness_raw_connect(&a.b)) >= 0);
-	created(other, "task-1");
-	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, begin_line("held-1"));
-	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
-	send_line(other, get_line("task-1", NULL));
-	reply = answer(other, "a get_submission while an effect op holds "
-	    "the only effect thread");
-	harness_assert_bool(reply, "found", 1);
-	json_decref(reply);
-	send_line(other, strdup("{\"op\":\"diagnose\"}"));
-	reply = answer(other, "a diagnose while an effect op holds the only "
-	    "effect thread");
-	harness_assert_bool(reply, "ok", 1);
-	assert_int_equal(json_array_size(json_object_get(reply, "entries")),
-	    0);
-	json_decref(reply);
-	assert_unanswered(held);
-	close(w);
-	reply = answer(held, "the held begin, let go");
-	want(reply, "proceed");
-	json_decref(reply);
-	close(held);
-	close(other);
-	held_end(&a, root, fifo);
-}
-
 int
 main(void)
 {
