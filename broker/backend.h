@@ -164,8 +164,8 @@ typedef void (*backend_read_done_fn)(struct pending *,
 /*
  * A read's request: the first member of its op's state (p->op), filled
  * by the op layer before the call (the request made by ops.c's
- * read_pending_new); the backend's room (read_state_size bytes, zeroed)
- * is backend_state, after the op's state.
+ * ops_read_pending_new); the backend's room (read_state_size bytes,
+ * zeroed) is backend_state, after the op's state.
  */
 struct backend_read {
 	/* get: the submission (SUBTAB_KIND_TASK: key is its id) or the

@@ -286,7 +286,7 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 		}
 		stale_after_ms = json_integer_value(v);
 	}
-	if ((p = read_pending_new(c, id, sizeof *dr,
+	if ((p = ops_read_pending_new(c, id, sizeof *dr,
 	    diagnose_read_free)) == NULL)
 		return;
 	dr = p->op;

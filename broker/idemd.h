@@ -929,8 +929,8 @@ void	 op_stats(struct conn *, json_t *request, json_t *id);
  * backend's room after it; NULL if it could not be allocated (answered
  * already).
  */
-struct pending *read_pending_new(struct conn *, json_t *id, size_t op_size,
-	    void (*op_free)(void *));
+struct pending *ops_read_pending_new(struct conn *, json_t *id,
+	    size_t op_size, void (*op_free)(void *));
 struct backend_row;
 /*
  * An effect's facts from a backend's row (get_submission, diagnose);

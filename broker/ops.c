@@ -2,8 +2,8 @@
 /*
  * ops.c: the read-only ops get_submission and stats (diagnose is
  * diagnose.c's), and the request every read of the backend's runs in
- * (read_pending_new).  They read through the backend (d->be) and the
- * workspace and change nothing; the JSON of a submission's or an
+ * (ops_read_pending_new).  They read through the backend (d->be) and
+ * the workspace and change nothing; the JSON of a submission's or an
  * effect's row is built here, once, for every backend.  A backend's
  * read is asynchronous (backend.h: PostgreSQL's runs on a store
  * thread): its request is a pending, answered only from the read's done
@@ -128,7 +128,7 @@ effect_row_json(struct idemd *d, const struct backend_row *row, int64_t now,
 }
 
 struct pending *
-read_pending_new(struct conn *c, json_t *id, size_t op_size,
+ops_read_pending_new(struct conn *c, json_t *id, size_t op_size,
     void (*op_free)(void *))
 {
 	struct pending		*p;
@@ -203,7 +203,7 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		reply_invalid(c, id, &err);
 		return;
 	}
-	if ((p = read_pending_new(c, id, sizeof *r, free)) == NULL)
+	if ((p = ops_read_pending_new(c, id, sizeof *r, free)) == NULL)
 		return;
 	r = p->op;
 	/* write_task is the kind idem performs itself: the task's id. */
@@ -410,7 +410,7 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 		conn_reply(c, stats_reply(d, id, NULL, 0));
 		return;
 	}
-	if ((p = read_pending_new(c, id, sizeof(struct backend_read),
+	if ((p = ops_read_pending_new(c, id, sizeof(struct backend_read),
 	    free)) == NULL)
 		return;
 	d->be->history(p, stats_done);
