@@ -7,10 +7,10 @@
  * submission.c, effect.c, ops.c, diagnose.c) build every reply, the JSON
  * of a row included, from what it reports.
  *
- * Every asynchronous call ends in exactly one call of its done function,
- * on the worker's loop thread, possibly before the call returns; the
- * caller touches p no more after the call.  Reads are synchronous, as
- * they have always been (the PostgreSQL reads block the loop).
+ * Every call that takes a pending (creations, effect ops, reads) ends in
+ * exactly one call of its done function, on the worker's loop thread,
+ * possibly before the call returns (the local store's reads always do);
+ * the caller touches p no more after the call.
  */
 #ifndef BACKEND_H
 #define BACKEND_H
@@ -97,12 +97,13 @@ backend_effect_state(struct pending *p)
 typedef void (*backend_effect_done_fn)(struct pending *,
 	    const struct backend_effect_outcome *);
 
-/* ---- reads: get_submission, diagnose, stats -------------------------- */
+/* ---- reads: get_submission, diagnose, stats (p->op: backend_read) --- */
 
 /*
  * One submission or effect as a backend read it; ops.c and diagnose.c
- * make its JSON (one builder per kind, for every backend).  Valid until
- * the backend's next read (it may point into the backend's scratch).
+ * make its JSON (one builder per kind, for every backend).  Valid only
+ * while the function it is given to runs (it may point into the
+ * backend's scratch or the request's room).
  */
 struct backend_row {
 	const char		*key;	/* a task's id, or "kind 0x1f id" */
@@ -144,6 +145,40 @@ struct backend_history {	/* stats' "store" member */
 /* diagnose's visitor: 0 go on (the backend ignores anything else). */
 typedef int (*backend_row_fn)(const struct backend_row *, void *);
 
+enum backend_read_result {
+	BACKEND_READ_FOUND,	/* get: row; diagnose, history: read */
+	BACKEND_READ_NONE,	/* get: nothing under the key */
+	BACKEND_READ_FAILED	/* err (logged by the backend) */
+};
+struct backend_read_outcome {
+	enum backend_read_result	 result;
+	const struct backend_row	*row;	/* get, FOUND: valid while
+						   done runs */
+	uint32_t			 tasks[SUBTAB_STATE_COUNT];
+	uint32_t			 effects[SUBTAB_STATE_COUNT];
+	struct backend_history		 history;
+	struct backend_error		 err;
+};
+typedef void (*backend_read_done_fn)(struct pending *,
+	    const struct backend_read_outcome *);
+/*
+ * A read's request: the first member of its op's state (p->op), filled
+ * by the op layer before the call (the request made by ops.c's
+ * ops_read_pending_new); the backend's room (read_state_size bytes,
+ * zeroed) is backend_state, after the op's state.
+ */
+struct backend_read {
+	/* get: the submission (SUBTAB_KIND_TASK: key is its id) or the
+	   effect (SUBTAB_KIND_EFFECT: "kind 0x1f id") under key. */
+	enum subtab_kind	 kind;
+	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
+	size_t			 key_length;
+	/* diagnose: each row, on the loop, before done. */
+	backend_row_fn		 each;
+	void			*arg;
+	void			*backend_state;
+	backend_read_done_fn	 done;	/* the backend's to call, once */
+};
 struct backend {
 	const char	*name;		/* "local", "postgresql": logs only */
 	unsigned	 flags;
@@ -167,6 +202,7 @@ struct backend {
 	/* Per-request room after the op's state (BACKEND_ROOM_OFFSET). */
 	size_t		 create_state_size;
 	size_t		 effect_state_size;
+	size_t		 read_state_size;
 
 	/* Whether --store's text names this backend (NULL: no --store). */
 	int	(*matches)(const char *arg);
@@ -207,25 +243,21 @@ struct backend {
 	void	(*release)(struct pending *);
 
 	/*
-	 * The submission (SUBTAB_KIND_TASK: key is its id) or effect
-	 * (SUBTAB_KIND_EFFECT: "kind 0x1f id") under key: 1 and *row, 0
-	 * not found, -1 and *err (logged by the backend).
+	 * The reads (struct backend_read in p->op), each ending in one
+	 * outcome given to done (FAILED: err, logged by the backend).
+	 * get: the submission or effect under kind and key: FOUND and
+	 * out->row, or NONE.
 	 */
-	int	(*get)(struct idemd *, enum subtab_kind, const char *key,
-		    size_t key_length, struct backend_row *,
-		    struct backend_error *);
+	void	(*get)(struct pending *, backend_read_done_fn);
 	/*
-	 * Every unfinished effect, then every unfinished submission, to
-	 * each; the counts per state of each kind.  0, or -1 and *err
-	 * (logged), possibly after some rows were given.
+	 * diagnose: every unfinished effect, then every unfinished
+	 * submission, to each (on the loop); then FOUND and the counts per
+	 * state of each kind.  FAILED possibly after some rows were given.
 	 */
-	int	(*diagnose)(struct idemd *, backend_row_fn each, void *arg,
-		    uint32_t tasks[SUBTAB_STATE_COUNT],
-		    uint32_t effects[SUBTAB_STATE_COUNT],
-		    struct backend_error *);
-	/* stats' "store"; NULL: the member is left out (local).  0, or -1
-	   (logged): the member is null. */
-	int	(*history)(struct idemd *, struct backend_history *);
+	void	(*diagnose)(struct pending *, backend_read_done_fn);
+	/* stats' "store" (out->history); NULL: the member is left out
+	   (local).  FAILED: the member is null. */
+	void	(*history)(struct pending *, backend_read_done_fn);
 };
 
 /*

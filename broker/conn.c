@@ -198,16 +198,27 @@ conn_start(struct conn *c, struct pending *p)
 }
 
 /*
- * The running request's reply; then the lines that waited for it
- * (worker.c's conn_process, through the worker: the ops it runs end
- * here again).
+ * Take the lines that waited for the running request (worker.c's
+ * conn_process, through the worker), unless its loop is the caller's:
+ * an op answered before its dispatch returned (the local store's reads
+ * and effect ops call their done at once) would otherwise take the next
+ * line one call deeper, and a client pipelining a megabyte of such
+ * lines behind an unread output overflowed the worker's stack.
  */
+static void
+conn_next(struct conn *c)
+{
+	if (!c->dispatching)
+		c->worker->dispatch(c);
+}
+
+/* The running request's reply; then the lines that waited for it. */
 void
 conn_answer(struct conn *c, json_t *reply)
 {
 	c->running = NULL;
 	conn_send(c, reply);
-	c->worker->dispatch(c);
+	conn_next(c);
 }
 
 const char *
@@ -231,5 +242,5 @@ conn_answer_text(struct conn *c, const char *text, size_t length)
 	c->running = NULL;
 	c->op[0] = '\0';
 	conn_write_line(c, text, length);
-	c->worker->dispatch(c);
+	conn_next(c);
 }

@@ -36,6 +36,12 @@ struct conn {
 	size_t			 line_result_length;
 	int			 peer_counted;	/* in the peer table (peers.c) */
 	int			 closing;	/* close once the output is sent */
+	/*
+	 * conn_process is dispatching a line: a reply made before dispatch
+	 * returns (an op answered at once) leaves the next line to that
+	 * loop instead of starting it again one call deeper.
+	 */
+	int			 dispatching;
 	TAILQ_ENTRY(conn)	 entry;
 };
 

@@ -3,8 +3,9 @@
  * diagnose.c: the diagnose op.  Every unfinished submission and effect,
  * with what the workspace says of its file, and the counts per state.
  * Read-only: it never deletes, repairs or recreates anything.  The rows
- * are the backend's (d->be->diagnose); their JSON is made here, once,
- * for every backend.
+ * are the backend's (d->be->diagnose, asynchronous: backend.h), given
+ * one by one on the loop; their JSON is made here, once, for every
+ * backend, and the reply made and sent only from the read's done.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -178,36 +179,97 @@ struct diagnose_walk {
 	int64_t		 now, stale_after_ms;
 	uint32_t	 lapsed;
 };
+/* The request's state (p->op): the read's, then the walk. */
+struct diagnose_read {
+	struct backend_read	 read;		/* first: p->op */
+	struct diagnose_walk	 dw;
+};
+
+/*
+ * The time the rows are judged at: taken when the first of them (or
+ * the read's end) comes back, not when the request came in, so that a
+ * read that waited for a store thread does not show ages and leases
+ * from before it was made.
+ */
+static int64_t
+diagnose_now(struct diagnose_walk *dw)
+{
+	if (dw->now == 0)
+		dw->now = shm_now_ms();
+	return dw->now;
+}
 
 static int
 diagnose_row(const struct backend_row *row, void *arg)
 {
 	struct diagnose_walk	*dw = arg;
 	struct subtab_entry	 shown;
+	int64_t			 now = diagnose_now(dw);
 	json_t			*x;
 
 	if (row->entry.kind == SUBTAB_KIND_EFFECT) {
-		x = effect_row_json(dw->d, row, dw->now, &shown);
-		diagnose_effect_place(x, &shown, dw->now, dw->stale_after_ms,
+		x = effect_row_json(dw->d, row, now, &shown);
+		diagnose_effect_place(x, &shown, now, dw->stale_after_ms,
 		    dw->entries, dw->later, &dw->lapsed);
 	} else
 		json_array_append_new(dw->entries, diagnose_entry(dw->d, row,
-		    dw->now, dw->stale_after_ms));
+		    now, dw->stale_after_ms));
 	return 0;
+}
+
+/* The arrays a read that never gave them to a reply leaves. */
+static void
+diagnose_read_free(void *arg)
+{
+	struct diagnose_read	*dr = arg;
+
+	if (dr == NULL)
+		return;
+	json_decref(dr->dw.entries);
+	json_decref(dr->dw.later);
+	free(dr);
+}
+
+/* The read's outcome, on the loop: the reply. */
+static void
+diagnose_done(struct pending *p, const struct backend_read_outcome *out)
+{
+	struct diagnose_read	*dr = p->op;
+	struct diagnose_walk	*dw = &dr->dw;
+	json_t			*reply, *j, *entries;
+
+	if (out->result == BACKEND_READ_FAILED) {
+		pending_reply(p, reply_error_simple(p->id, out->err.code,
+		    out->err.retryable, "%s", out->err.message));
+		return;
+	}
+	entries = dw->entries;
+	dw->entries = NULL;
+	json_array_extend(entries, dw->later);
+	reply = reply_new(1, p->id);
+	json_object_set_new(reply, "entries", entries);
+	j = json_object();
+	json_object_set_new(j, "reserved",
+	    json_integer(out->tasks[SUBTAB_RESERVED]));
+	json_object_set_new(j, "task_created",
+	    json_integer(out->tasks[SUBTAB_TASK_CREATED]));
+	json_object_set_new(j, "committed",
+	    json_integer(out->tasks[SUBTAB_COMMITTED]));
+	json_object_set_new(reply, "counts", j);
+	json_object_set_new(reply, "effect_counts",
+	    diagnose_effect_counts(out->effects, dw->lapsed));
+	pending_reply(p, reply);
 }
 
 void
 op_diagnose(struct conn *c, json_t *request, json_t *id)
 {
 	struct request_error	 err;
-	struct backend_error	 berr;
 	struct idemd		*d = conn_idemd(c);
-	struct diagnose_walk	 dw;
-	uint32_t		 counts[SUBTAB_STATE_COUNT];
-	uint32_t		 effect_counts[SUBTAB_STATE_COUNT];
+	struct diagnose_read	*dr;
+	struct pending		*p;
 	int64_t			 stale_after_ms = DIAGNOSE_DEFAULT_STALE_AFTER_MS;
-	int64_t			 now = shm_now_ms();
-	json_t			*v, *reply, *j;
+	json_t			*v;
 
 	if (request_known_keys(request, "", diagnose_keys, &err) != 0) {
 		reply_invalid(c, id, &err);
@@ -224,32 +286,15 @@ op_diagnose(struct conn *c, json_t *request, json_t *id)
 		}
 		stale_after_ms = json_integer_value(v);
 	}
-	memset(&dw, 0, sizeof dw);
-	dw.d = d;
-	dw.entries = json_array();
-	dw.later = json_array();
-	dw.now = now;
-	dw.stale_after_ms = stale_after_ms;
-	if (d->be->diagnose(d, diagnose_row, &dw, counts, effect_counts,
-	    &berr) != 0) {
-		json_decref(dw.entries);
-		json_decref(dw.later);
-		conn_reply(c, reply_error_simple(id, berr.code, berr.retryable,
-		    "%s", berr.message));
+	if ((p = ops_read_pending_new(c, id, sizeof *dr,
+	    diagnose_read_free)) == NULL)
 		return;
-	}
-	json_array_extend(dw.entries, dw.later);
-	json_decref(dw.later);
-	reply = reply_new(1, id);
-	json_object_set_new(reply, "entries", dw.entries);
-	j = json_object();
-	json_object_set_new(j, "reserved", json_integer(counts[SUBTAB_RESERVED]));
-	json_object_set_new(j, "task_created",
-	    json_integer(counts[SUBTAB_TASK_CREATED]));
-	json_object_set_new(j, "committed",
-	    json_integer(counts[SUBTAB_COMMITTED]));
-	json_object_set_new(reply, "counts", j);
-	json_object_set_new(reply, "effect_counts",
-	    diagnose_effect_counts(effect_counts, dw.lapsed));
-	conn_reply(c, reply);
+	dr = p->op;
+	dr->dw.d = d;
+	dr->dw.entries = json_array();
+	dr->dw.later = json_array();
+	dr->dw.stale_after_ms = stale_after_ms;
+	dr->read.each = diagnose_row;
+	dr->read.arg = &dr->dw;
+	d->be->diagnose(p, diagnose_done);
 }

@@ -923,6 +923,14 @@ json_t	*optable_names(void);
 /* ops.c: get_submission, stats */
 void	 op_get_submission(struct conn *, json_t *request, json_t *id);
 void	 op_stats(struct conn *, json_t *request, json_t *id);
+/*
+ * A read's request (backend.h): op_size bytes of op state, a struct
+ * backend_read first, zeroed (op_free frees the op state), and the
+ * backend's room after it; NULL if it could not be allocated (answered
+ * already).
+ */
+struct pending *ops_read_pending_new(struct conn *, json_t *id,
+	    size_t op_size, void (*op_free)(void *));
 struct backend_row;
 /*
  * An effect's facts from a backend's row (get_submission, diagnose);

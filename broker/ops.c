@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * ops.c: the read-only ops get_submission and stats (diagnose is
- * diagnose.c's).  They read through the backend (d->be) and the
- * workspace and change nothing; the JSON of a submission's or an
- * effect's row is built here, once, for every backend.
+ * diagnose.c's), and the request every read of the backend's runs in
+ * (ops_read_pending_new).  They read through the backend (d->be) and
+ * the workspace and change nothing; the JSON of a submission's or an
+ * effect's row is built here, once, for every backend.  A backend's
+ * read is asynchronous (backend.h: PostgreSQL's runs on a store
+ * thread): its request is a pending, answered only from the read's done
+ * function, on the loop; the local store's done runs before the call
+ * returns.
  */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -121,43 +127,52 @@ effect_row_json(struct idemd *d, const struct backend_row *row, int64_t now,
 	return s;
 }
 
-/* A failed read of the backend's (logged by it). */
-static void
-reply_backend_error(struct conn *c, json_t *id,
-    const struct backend_error *err)
+struct pending *
+ops_read_pending_new(struct conn *c, json_t *id, size_t op_size,
+    void (*op_free)(void *))
 {
-	conn_reply(c, reply_error_simple(id, err->code, err->retryable, "%s",
-	    err->message));
+	struct pending		*p;
+	struct backend_read	*r;
+	size_t			 room_offset = BACKEND_ROOM_OFFSET(op_size);
+
+	if ((p = pending_new_op(c, id, room_offset +
+	    conn_idemd(c)->be->read_state_size, op_free)) == NULL)
+		return NULL;
+	r = p->op;
+	r->backend_state = (char *)p->op + room_offset;
+	return p;
 }
 
-/* get_submission with an effect_kind: the effect under that key. */
+/* A failed read of the backend's (logged by it): not counted, as ever. */
 static void
-get_effect(struct conn *c, json_t *id, const char *kind, size_t kind_length,
-    const char *submission_id)
+reply_backend_error(struct pending *p, const struct backend_error *err)
 {
-	struct idemd		*d = conn_idemd(c);
-	struct backend_row	 row;
-	struct backend_error	 err;
-	struct subtab_entry	 shown;
-	char			 key[SUBTAB_MAX_KEY_BYTES + 1];
-	size_t			 n;
-	json_t			*reply, *s = NULL;
-	int			 rc;
+	pending_reply(p, reply_error_simple(p->id, err->code, err->retryable,
+	    "%s", err->message));
+}
 
-	n = (size_t)snprintf(key, sizeof key, "%.*s%c%s", (int)kind_length,
-	    kind, SUBTAB_EFFECT_SEPARATOR, submission_id);
-	rc = d->be->get(d, SUBTAB_KIND_EFFECT, key, n, &row, &err);
-	if (rc < 0) {
-		reply_backend_error(c, id, &err);
+/* get_submission's read done: the submission's or effect's facts. */
+static void
+get_done(struct pending *p, const struct backend_read_outcome *out)
+{
+	struct backend_read	*r = p->op;
+	struct idemd		*d = p->worker->d;
+	struct subtab_entry	 shown;
+	json_t			*reply, *s = NULL;
+
+	if (out->result == BACKEND_READ_FAILED) {
+		reply_backend_error(p, &out->err);
 		return;
 	}
-	if (rc == 1)
-		s = effect_row_json(d, &row, shm_now_ms(), &shown);
-	reply = reply_new(1, id);
+	if (out->result == BACKEND_READ_FOUND)
+		s = r->kind == SUBTAB_KIND_EFFECT ? effect_row_json(d,
+		    out->row, shm_now_ms(), &shown) : submission_json(d,
+		    out->row);
+	reply = reply_new(1, p->id);
 	json_object_set_new(reply, "found", json_boolean(s != NULL));
 	if (s != NULL)
 		json_object_set_new(reply, "submission", s);
-	conn_reply(c, reply);
+	pending_reply(p, reply);
 }
 
 void
@@ -165,11 +180,10 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 {
 	struct request_error	 err;
 	struct idemd		*d = conn_idemd(c);
-	struct backend_row	 row;
-	struct backend_error	 berr;
+	struct backend_read	*r;
+	struct pending		*p;
 	const char		*key, *kind;
 	size_t			 kind_length;
-	json_t			*reply;
 	int			 rc;
 
 	if (request_known_keys(request, "", get_submission_keys, &err) != 0 ||
@@ -189,22 +203,21 @@ op_get_submission(struct conn *c, json_t *request, json_t *id)
 		reply_invalid(c, id, &err);
 		return;
 	}
+	if ((p = ops_read_pending_new(c, id, sizeof *r, free)) == NULL)
+		return;
+	r = p->op;
 	/* write_task is the kind idem performs itself: the task's id. */
 	if (kind != NULL && strcmp(kind, IDEM_EFFECT_KIND_RESERVED) != 0) {
-		get_effect(c, id, kind, kind_length, key);
-		return;
+		r->kind = SUBTAB_KIND_EFFECT;
+		r->key_length = (size_t)snprintf(r->key, sizeof r->key,
+		    "%.*s%c%s", (int)kind_length, kind,
+		    SUBTAB_EFFECT_SEPARATOR, key);
+	} else {
+		r->kind = SUBTAB_KIND_TASK;
+		r->key_length = (size_t)snprintf(r->key, sizeof r->key, "%s",
+		    key);
 	}
-	rc = d->be->get(d, SUBTAB_KIND_TASK, key, strlen(key), &row, &berr);
-	if (rc < 0) {
-		reply_backend_error(c, id, &berr);
-		return;
-	}
-	reply = reply_new(1, id);
-	json_object_set_new(reply, "found", json_boolean(rc == 1));
-	if (rc == 1)
-		json_object_set_new(reply, "submission",
-		    submission_json(d, &row));
-	conn_reply(c, reply);
+	d->be->get(p, get_done);
 }
 
 /*
@@ -331,22 +344,20 @@ stat_value(struct idemd *d, enum idem_stat s, const struct index_stats *ix,
 	return 0;
 }
 
-void
-op_stats(struct conn *c, json_t *request, json_t *id)
+/*
+ * stats' reply: this broker's figures, now, and the store's history
+ * (history: NULL, the member left out; history_failed: null).
+ */
+static json_t *
+stats_reply(struct idemd *d, json_t *id,
+    const struct backend_history *history, int history_failed)
 {
-	struct request_error	 err;
-	struct idemd		*d = conn_idemd(c);
 	struct shm_header	*h = d->seg.header;
 	struct index_stats	 ix;
-	struct backend_history	 history;
 	uint64_t		 unindexed;
 	json_t			*reply, *j;
 	unsigned		 i, workers = 0;
 
-	if (request_known_keys(request, "", stats_keys, &err) != 0) {
-		reply_invalid(c, id, &err);
-		return;
-	}
 	for (i = 0; i < h->worker_count; i++) {
 		if (atomic_load(&h->workers[i].pid) != 0)
 			workers++;
@@ -361,18 +372,46 @@ op_stats(struct conn *c, json_t *request, json_t *id)
 	 * --store postgresql: the workspace's history, every broker's.
 	 * stats answers without it: its own figures need no server.
 	 */
-	if (d->be->history != NULL) {
-		if (d->be->history(d, &history) != 0)
-			json_object_set_new(reply, IDEM_STORE_STATS_MEMBER,
-			    json_null());
-		else {
-			j = json_object();
+	if (history_failed)
+		json_object_set_new(reply, IDEM_STORE_STATS_MEMBER,
+		    json_null());
+	else if (history != NULL) {
+		j = json_object();
 #define STORE_STAT(name, help)	json_object_set_new(j, #name,		\
-	json_integer((json_int_t)history.name));
-			IDEM_STORE_STATS(STORE_STAT)
+	json_integer((json_int_t)history->name));
+		IDEM_STORE_STATS(STORE_STAT)
 #undef STORE_STAT
-			json_object_set_new(reply, IDEM_STORE_STATS_MEMBER, j);
-		}
+		json_object_set_new(reply, IDEM_STORE_STATS_MEMBER, j);
 	}
-	conn_reply(c, reply);
+	return reply;
+}
+
+/* The store's history read (or not): the whole reply, figures now. */
+static void
+stats_done(struct pending *p, const struct backend_read_outcome *out)
+{
+	pending_reply(p, stats_reply(p->worker->d, p->id, &out->history,
+	    out->result == BACKEND_READ_FAILED));
+}
+
+void
+op_stats(struct conn *c, json_t *request, json_t *id)
+{
+	struct request_error	 err;
+	struct idemd		*d = conn_idemd(c);
+	struct pending		*p;
+
+	if (request_known_keys(request, "", stats_keys, &err) != 0) {
+		reply_invalid(c, id, &err);
+		return;
+	}
+	/* Nothing to read (local): answered at once, no request kept. */
+	if (d->be->history == NULL) {
+		conn_reply(c, stats_reply(d, id, NULL, 0));
+		return;
+	}
+	if ((p = ops_read_pending_new(c, id, sizeof(struct backend_read),
+	    free)) == NULL)
+		return;
+	d->be->history(p, stats_done);
 }

@@ -241,8 +241,12 @@ conn_process(struct conn *c)
 			continue;
 		}
 		/*
-		 * Take the line out first: a reply can resume this very
-		 * function for the next line before dispatch returns.
+		 * Take the line out first: the op may keep running after
+		 * dispatch returns, and its reply then resumes this function
+		 * (conn_answer) while the input moves.  A reply made before
+		 * dispatch returns does not (c->dispatching): this loop takes
+		 * the next line, so a megabyte of lines answered at once
+		 * never nests a call a line.
 		 */
 		if ((line = malloc(length + 1)) == NULL) {
 			c->closing = 1;
@@ -252,7 +256,9 @@ conn_process(struct conn *c)
 		memcpy(line, at, length + 1);
 		c->in_start += length + 1;
 		conn_resume_reading(c);
+		c->dispatching = 1;
 		conn_dispatch(c, line, length);
+		c->dispatching = 0;
 		free(line);
 	}
 	conn_input_settle(c);

@@ -90,12 +90,12 @@ int	local_effect_result(struct pending *, const uint8_t **, int *);
 const uint8_t *local_effect_result_bytes(struct idemd *, const char *key,
 	    size_t key_length, const struct subtab_entry *, uint8_t *buf,
 	    int *pruned);
-/* local_read.c: get_submission's entry, diagnose's entries. */
-int	local_get(struct idemd *, enum subtab_kind, const char *key,
-	    size_t key_length, struct backend_row *, struct backend_error *);
-int	local_diagnose(struct idemd *, backend_row_fn, void *,
-	    uint32_t tasks[SUBTAB_STATE_COUNT],
-	    uint32_t effects[SUBTAB_STATE_COUNT], struct backend_error *);
+/*
+ * local_read.c: get_submission's entry, diagnose's entries; each done
+ * before the call returns.
+ */
+void	local_get(struct pending *, backend_read_done_fn);
+void	local_diagnose(struct pending *, backend_read_done_fn);
 /* local_create.c: backend.h's create (write_task, write_report). */
 void	local_create(struct pending *, backend_create_done_fn);
 

@@ -130,6 +130,7 @@ const struct backend local_backend = {
 	.flags = BACKEND_SWEEPS_TEMPORARIES | BACKEND_EFFECTS_IN_TABLE,
 	.create_state_size = sizeof(struct local_create),
 	.effect_state_size = sizeof(struct local_effect),
+	.read_state_size = 0,	/* its reads keep nothing */
 	.matches = local_matches,
 	.configure = local_configure,
 	.locked = local_locked,

@@ -2,7 +2,9 @@
 /*
  * local_read.c: the local backend's reads: get_submission's entry (the
  * table, then the index), diagnose's unfinished entries (a snapshot of
- * the table).
+ * the table).  The segment and the index are this process's memory: a
+ * read never waits, so each gives its outcome to done before it
+ * returns (backend.h), the row in this file's scratch.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -40,8 +42,9 @@ lookup_history(struct idemd *d, const char *key, size_t n,
 	return 0;
 }
 
-int
-local_get(struct idemd *d, enum subtab_kind kind, const char *key,
+/* The entry under key: 1 and *row, 0 none, -1 and *err. */
+static int
+local_lookup(struct idemd *d, enum subtab_kind kind, const char *key,
     size_t key_length, struct backend_row *row, struct backend_error *err)
 {
 	/* The event loop's thread only (as history_find's scratch). */
@@ -82,6 +85,23 @@ local_get(struct idemd *d, enum subtab_kind kind, const char *key,
 	return 1;
 }
 
+void
+local_get(struct pending *p, backend_read_done_fn done)
+{
+	struct backend_read		*r = p->op;
+	struct backend_read_outcome	 out;
+	struct backend_row		 row;
+	int				 rc;
+
+	memset(&out, 0, sizeof out);
+	rc = local_lookup(p->worker->d, r->kind, r->key, r->key_length, &row,
+	    &out.err);
+	out.result = rc < 0 ? BACKEND_READ_FAILED : rc == 0 ?
+	    BACKEND_READ_NONE : BACKEND_READ_FOUND;
+	out.row = rc == 1 ? &row : NULL;
+	done(p, &out);
+}
+
 static void
 local_row(struct backend_row *row, const struct subtab_row *r)
 {
@@ -94,8 +114,9 @@ local_row(struct backend_row *row, const struct subtab_row *r)
 	row->owner_alive = -1;
 }
 
-int
-local_diagnose(struct idemd *d, backend_row_fn each, void *arg,
+/* Every unfinished entry to each; the counts per state: 0, or -1. */
+static int
+local_walk(struct idemd *d, backend_row_fn each, void *arg,
     uint32_t counts[SUBTAB_STATE_COUNT],
     uint32_t effect_counts[SUBTAB_STATE_COUNT], struct backend_error *err)
 {
@@ -124,4 +145,17 @@ local_diagnose(struct idemd *d, backend_row_fn each, void *arg,
 	free(rows);
 	free(effects);
 	return 0;
+}
+
+void
+local_diagnose(struct pending *p, backend_read_done_fn done)
+{
+	struct backend_read		*r = p->op;
+	struct backend_read_outcome	 out;
+
+	memset(&out, 0, sizeof out);
+	out.result = local_walk(p->worker->d, r->each, r->arg, out.tasks,
+	    out.effects, &out.err) != 0 ? BACKEND_READ_FAILED :
+	    BACKEND_READ_FOUND;
+	done(p, &out);
 }

@@ -2,10 +2,10 @@
 /*
  * pg_backend.c: the PostgreSQL backend's table of operations, its
  * start-up (--host-id and this broker's names in .idem/hosts/<host-id>/,
- * the check of the store before the root's lock), the loop's own
- * connection to the store (pg_loop_store, for the reads) and the end of
- * a worker's store threads.  Its reads are pg_read.c's, its creations
- * pg_create.c's, its effects pg_effect.c's.
+ * the check of the store before the root's lock) and the end of a
+ * worker's store threads.  Its reads are pg_read.c's, its creations
+ * pg_create.c's, its effects pg_effect.c's, each on store threads of
+ * their own (pg_pool.c): the loop has no connection to the store.
  */
 #include <sys/stat.h>
 
@@ -24,29 +24,6 @@
 #include "pg_group.h"
 #include "storeuri.h"
 #include "workspace_id.h"
-
-/* This worker's loop's connection (get_submission, diagnose, stats). */
-static struct pgstore	cl_store;
-static int		cl_open;
-
-/* The loop's store, opened at its first use. */
-static int
-cl_store_open(struct idemd *d, char **cause)
-{
-	if (cl_open)
-		return 0;
-	if (pg_store_init(d, &cl_store, cause) != 0)
-		return -1;
-	cl_open = 1;
-	return 0;
-}
-
-struct pgstore *
-pg_loop_store(struct idemd *d, char **cause)
-{
-	*cause = NULL;
-	return cl_store_open(d, cause) == 0 ? &cl_store : NULL;
-}
 
 /*
  * --host-id, unique among the brokers of the workspace, and this
@@ -146,6 +123,7 @@ const struct backend pg_backend = {
 	.flags = BACKEND_ONE_ACCEPT_A_WAKEUP | BACKEND_CLAIMS_READ_WATCH,
 	.create_state_size = sizeof(struct pg_create),
 	.effect_state_size = sizeof(struct pg_effect),
+	.read_state_size = sizeof(struct pg_read),
 	.matches = pg_matches,
 	.configure = pg_configure,
 	.preflight = pg_preflight,

@@ -13,34 +13,19 @@
 
 extern const struct backend pg_backend;
 
-/* pg_read.c: get_submission's row, diagnose's rows, stats' history. */
-int	pg_get(struct idemd *, enum subtab_kind, const char *key,
-	    size_t key_length, struct backend_row *, struct backend_error *);
-int	pg_diagnose(struct idemd *, backend_row_fn, void *,
-	    uint32_t tasks[SUBTAB_STATE_COUNT],
-	    uint32_t effects[SUBTAB_STATE_COUNT], struct backend_error *);
-int	pg_history(struct idemd *, struct backend_history *);
-
 /* pg_create.c: backend.h's create (write_task, write_report). */
 void	pg_create(struct pending *, backend_create_done_fn);
-/*
- * pg_backend.c: this worker's loop's connection to the store (pg_read.c's
- * get_submission, diagnose, stats, which block the loop), opened at its
- * first use.  Creations and effect ops run on the store threads' own
- * connections (pg_pool.c).
- */
 struct pgstore;
-struct pgstore	*pg_loop_store(struct idemd *, char **cause);
 /*
- * pg_pool.c: a worker's store threads, two pools of at most
- * --store-connections threads each, one carrying its creations, one
- * its effect ops, each thread with its own connection, made at its
- * pool's first job: a worker holds up to twice --store-connections
- * connections, besides its loop's.  run is called on a thread with
- * that thread's store (*open: whether it is open; run opens it) and
- * its own condition variable, wake, which lives as long as the thread
- * (pg_group.c signals it after letting its lock go); done, later, on
- * the loop.
+ * pg_pool.c: a worker's store threads, three pools: its creations' and
+ * its effect ops', of at most --store-connections threads each, and its
+ * reads' of PG_READ_THREADS, each thread with its own connection, made
+ * at its pool's first job: a worker holds up to twice
+ * --store-connections connections, and one more.  run is called on a
+ * thread with that thread's store (*open: whether it is open; run opens
+ * it) and its own condition variable, wake, which lives as long as the
+ * thread (pg_group.c signals it after letting its lock go); done,
+ * later, on the loop.
  */
 struct pg_job {
 	struct pool_job	 pool;		/* the threads' handle (pool.c) */
@@ -51,6 +36,7 @@ struct pg_job {
 enum pg_pool_kind {
 	PG_POOL_CREATE,		/* pg_create.c's creations */
 	PG_POOL_EFFECT,		/* pg_effect.c's effect ops */
+	PG_POOL_READ,		/* pg_read.c's reads */
 	PG_POOL_KINDS
 };
 /*
@@ -95,11 +81,43 @@ void	pg_effect_claim(struct pending *, backend_effect_done_fn);
 void	pg_effect_record(struct pending *, backend_effect_done_fn);
 void	pg_effect_release(struct pending *);
 
+/*
+ * pg_read.c: get_submission's row, diagnose's rows, stats' history
+ * (backend.h's reads), each read one job on the worker's read thread
+ * (PG_POOL_READ; pg_read.c's DESIGN says why a pool of its own, of one
+ * thread).  A read's room (struct backend_read's backend_state) is its
+ * job, what the run decided (out, given to done on the loop) and what
+ * it found: get's row, diagnose's rows.
+ */
+#define PG_READ_THREADS	1
+enum pg_read_call {
+	PG_READ_GET,
+	PG_READ_DIAGNOSE,
+	PG_READ_HISTORY
+};
+struct pg_read_row;
+struct pg_read {
+	struct pg_job	 job;		/* the pool's handle */
+	struct pending	*p;
+	struct idemd	*d;		/* p's, for the thread */
+	enum pg_read_call call;
+	struct backend_read_outcome out;	/* the run's, or an internal
+						   failure until it ran */
+	struct backend_row row;		/* get, FOUND: result is receipt */
+	uint8_t		*receipt;	/* get: the row's bytes, malloc'd */
+	struct pg_read_row *rows;	/* diagnose's, in the order found */
+	size_t		 count, size;
+	int		 oom;		/* a row could not be kept */
+};
+void	pg_get(struct pending *, backend_read_done_fn);
+void	pg_diagnose(struct pending *, backend_read_done_fn);
+void	pg_history(struct pending *, backend_read_done_fn);
+
 #ifdef IDEM_FAULT_INJECTION
 /*
  * pg_points.c: a pause or hold point's name (IDEM_CRASH_PAUSE_AT,
- * IDEM_CRASH_HOLD_AT): the first creation or effect op of the worker to
- * reach it stops there.
+ * IDEM_CRASH_HOLD_AT): the first creation, effect op or read of the
+ * worker to reach it stops there.
  */
 void	pg_pause_point(const char *point);
 #else

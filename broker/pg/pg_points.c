@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * pg_points.c: the pause and hold points of the PostgreSQL creation and
- * effect paths (fault-injection builds only): where a test stops a
- * worker (IDEM_CRASH_PAUSE_AT) or holds one creation or effect op on
- * its store thread (IDEM_CRASH_HOLD_AT, crash.c's crash_hold_at, which
- * fileio.c's file threads share) to act on the server, or on the
- * worker's loop, meanwhile.  Its own file so that pg_create.c,
- * pg_group.c and pg_effect.c reach it without calling each other.
+ * pg_points.c: the pause and hold points of the PostgreSQL creation,
+ * effect and read paths (fault-injection builds only): where a test
+ * stops a worker (IDEM_CRASH_PAUSE_AT) or holds one creation, effect op
+ * or read on its store thread (IDEM_CRASH_HOLD_AT, crash.c's
+ * crash_hold_at, which fileio.c's file threads share) to act on the
+ * server, or on the worker's loop, meanwhile.  Its own file so that
+ * pg_create.c, pg_group.c, pg_effect.c and pg_read.c reach it without
+ * calling each other.
  */
 #include <signal.h>
 #include <stdatomic.h>
@@ -21,7 +22,7 @@
 #ifdef IDEM_FAULT_INJECTION
 /*
  * IDEM_CRASH_PAUSE_AT=before_task_file_link, before_effect_statement,
- * or a crash point's name
+ * before_read_statement, or a crash point's name
  * (after_reserve_durable, after_task_file_written, after_task_file_linked,
  * after_commit_durable): the first request of a worker process to reach
  * that point stops the worker (SIGSTOP: the whole process, its loop and

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: ISC */
 /*
  * pg_pool.c: a worker's store threads on the PostgreSQL store
- * (--store postgresql://..., doc/cluster.md, "Where the code is"): two
+ * (--store postgresql://..., doc/cluster.md, "Where the code is"): three
  * pools, one for its creations (pg_create.c), one for its effect ops
- * (pg_effect.c).
+ * (pg_effect.c), one for its reads (pg_read.c).
  *
  * DESIGN
  *
@@ -28,7 +28,12 @@
  * round) an effect op queued behind them would wait for the file
  * system it never touches.  Apart, neither kind waits for the other's
  * threads; a worker has up to --store-connections connections of each
- * kind, besides its loop's.
+ * kind.
+ *
+ * The reads (get_submission, diagnose, stats) have a pool of their own
+ * too, of one thread (PG_POOL_READ, PG_READ_THREADS): pg_read.c's
+ * DESIGN says why.  Its connection is the one the loop kept for them
+ * before they left it, so a worker holds what it held.
  *
  * The threads are pool.c's: made on demand, none at start (a worker
  * opens no connection of a kind until its first job of that kind: one
@@ -74,7 +79,8 @@ struct pg_thread {
 static struct pool	*pg_pools[PG_POOL_KINDS];
 static const char *const pg_pool_names[PG_POOL_KINDS] = {
 	[PG_POOL_CREATE] = "creation",
-	[PG_POOL_EFFECT] = "effect"
+	[PG_POOL_EFFECT] = "effect",
+	[PG_POOL_READ] = "read"
 };
 
 static struct pg_job *

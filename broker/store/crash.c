@@ -545,8 +545,9 @@ crash_hold(int *released)
 
 /*
  * IDEM_CRASH_HOLD_AT=<point>:<fifo>: the first thread of a worker
- * process to reach the point (a PostgreSQL creation's or effect op's,
- * pg_points.c, before_effect_statement among them; a file thread's
+ * process to reach the point (a PostgreSQL creation's, effect op's or
+ * read's, pg_points.c, before_effect_statement and
+ * before_read_statement among them; a file thread's
  * between its link and its count in the directory's rounds, fileio.c)
  * holds there, alone, while the worker's other threads and its loop go
  * on: it opens the FIFO for reading, so that a test's open for writing

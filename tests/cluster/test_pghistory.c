@@ -861,7 +861,8 @@ compact_effects_on_store(void **state)
 /*
  * PostgreSQL stopped during effect ops: begin, complete, resolve and
  * get_submission answer storage_unavailable (retryable), nothing
- * changes; once it is back the retries complete as SPEC.md says.
+ * changes; once it is back the retries complete as SPEC.md says, and
+ * get_submission answers again (its read thread connects anew).
  */
 static void
 effect_ops_during_outage(void **state)
@@ -908,6 +909,14 @@ effect_ops_during_outage(void **state)
 	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
 	assert_same_receipt(reply, committed);
 	free(reply);
+	/* The read thread's connection, lost with the server, is made again. */
+	r = harness_must_call(&a.b, json_pack("{s:s,s:i,s:s,s:s}", "op",
+	    "get_submission", "id", 3, "client_submission_id", "ofx-open",
+	    "effect_kind", FX_KIND));
+	harness_assert_bool(r, "found", 1);
+	assert_string_equal(harness_str(json_object_get(r, "submission"),
+	    "state"), "committed");
+	json_decref(r);
 	assert_int_equal(cluster_sql_long(&server, "SELECT count(*) FROM idem_submission "
 	    "WHERE kind = 3 AND state = 3"), 2);
 	free(proceed);

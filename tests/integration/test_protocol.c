@@ -1556,6 +1556,86 @@ unread_replies_do_not_stall_others(void **state)
 	harness_finish(b);
 }
 
+/*
+ * Lines answered before their dispatch returns, a megabyte of them
+ * waiting in the input at once: stats replies (about 700 bytes) pass
+ * IDEM_MAX_OUTPUT_BYTES while the client does not read, the broker
+ * stops taking lines, and the completes of an effect never begun fill
+ * the input behind them (about 8,000 of them in its megabyte).  Once
+ * the client reads, the worker takes them all in one go.  Each is
+ * answered (no_reservation) before its dispatch returns, and each reply
+ * used to start the next line one call deeper: the worker died of
+ * SIGSEGV thousands of lines in, its stack spent (it fails so without
+ * conn.c's dispatching guard).
+ */
+#define TEST_NEST_STATS		9000
+#define TEST_NEST_LINES		16000
+#define TEST_NEST_COMPLETE	"{\"op\":\"effect_complete\",\"id\":%d,"	\
+    "\"client_submission_id\":\"n\",\"effect_kind\":\"k/v1\",\"fence\":"	\
+    "\"1-0123456789abcdef\",\"outcome\":\"applied\",\"result\":{}}\n"
+
+static void *
+nest_send(void *arg)
+{
+	struct flood	*f = arg;
+	char		*all, *at;
+	int		 i;
+
+	all = malloc((size_t)TEST_NEST_STATS * 32 +
+	    (size_t)TEST_NEST_LINES * sizeof TEST_NEST_COMPLETE);
+	if (all == NULL) {
+		f->rc = -1;
+		return NULL;
+	}
+	at = all;
+	for (i = 1; i <= TEST_NEST_STATS; i++)
+		at += sprintf(at, "{\"op\":\"stats\",\"id\":%d}\n", i);
+	for (i = 1; i <= TEST_NEST_LINES; i++)
+		at += sprintf(at, TEST_NEST_COMPLETE, TEST_NEST_STATS + i);
+	f->rc = send_all(f->fd, all, (size_t)(at - all));
+	free(all);
+	return NULL;
+}
+
+static void
+answered_at_once_lines_do_not_nest(void **state)
+{
+	static const char *const args[] = { "--workers", "1", "--log-level",
+	    "debug", NULL };
+	struct broker	*b = *state;
+	struct peer	 p;
+	struct flood	 f;
+	pthread_t	 thread;
+	char		*line, want[48];
+	int		 i;
+
+	harness_must_start(b, args, NULL);
+	peer_open(b, &p);
+	f.fd = p.fd;
+	f.rc = 0;
+	assert_int_equal(pthread_create(&thread, NULL, nest_send, &f), 0);
+	/* The input full of them: the broker stops reading. */
+	harness_wait_log(b, "reading paused", 1, TEST_EVENT_TIMEOUT_MS);
+	for (i = 1; i <= TEST_NEST_STATS + TEST_NEST_LINES; i++) {
+		if (peer_read(&p, &line, TEST_EVENT_TIMEOUT_MS) != PEER_LINE)
+			fail_msg("the stream ended at reply %d of %d", i,
+			    TEST_NEST_STATS + TEST_NEST_LINES);
+		snprintf(want, sizeof want, "\"id\":%d,", i);
+		if (strstr(line, want) == NULL)
+			fail_msg("reply %d is %.200s", i, line);
+		if (i > TEST_NEST_STATS &&
+		    strstr(line, "\"no_reservation\"") == NULL)
+			fail_msg("reply %d: %.200s", i, line);
+		free(line);
+	}
+	assert_int_equal(pthread_join(thread, NULL), 0);
+	assert_int_equal(f.rc, 0);
+	peer_close(&p);
+	/* The one worker served it all: never restarted. */
+	assert_int_equal(harness_stat(b, "worker_restarts"), 0);
+	harness_finish(b);
+}
+
 /* ---- Lifecycle ----------------------------------------------------------- */
 
 #define TEST_EARLY_STOPS	10
@@ -1909,6 +1989,7 @@ main(void)
 		T(idle_connection_closed_by_timeout),
 		T(pipelined_requests_answered_in_order),
 		T(unread_replies_do_not_stall_others),
+		T(answered_at_once_lines_do_not_nest),
 		T(sigterm_right_after_ready_stops),
 		cmocka_unit_test(protocol_doc_matches_spec),
 	};
