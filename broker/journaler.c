@@ -122,6 +122,11 @@ static struct journaler {
 	int		 checkpoint_failed;
 	int64_t		 checkpoint_failed_at;
 	/*
+	 * A rotation's checkpoint that failed, to do again while its segment
+	 * is the current one (journaler_retry_checkpoint); 0: none.
+	 */
+	uint64_t	 checkpoint_retry;
+	/*
 	 * The next segment made ahead by the checkpoint thread (fd -1:
 	 * none ready), and the number the journaling thread wants made (0:
 	 * none).  Only the journaling thread asks, and only once it is done
@@ -613,6 +618,8 @@ checkpoint_main(void *arg)
 		journaler.checkpoint_failed = failed;
 		if (failed)
 			journaler.checkpoint_failed_at = shm_now_ms();
+		if (!pass)
+			journaler.checkpoint_retry = failed ? segment : 0;
 		/*
 		 * A worker that found the table full while this one ran
 		 * asked for another: the journaler looks again now, not at
@@ -687,6 +694,30 @@ journaler_want_index_pass(struct idemd *d)
 }
 
 /*
+ * A rotation's checkpoint that failed (the journal failed while it
+ * copied, the index refused a write): again a second after, while its
+ * segment is still the current one.  Not at the next rotation: until
+ * one succeeds, the segments before it stay, a whole segment's worth or
+ * more, and start-up replays them all.
+ */
+static void
+journaler_retry_checkpoint(struct idemd *d)
+{
+	pthread_mutex_lock(&journaler.lock);
+	if (journaler.checkpoint_retry != 0 &&
+	    journaler.checkpoint_retry == d->journal.segment &&
+	    !atomic_load(&d->seg.header->checkpoint_running) &&
+	    shm_now_ms() - journaler.checkpoint_failed_at >=
+	    JOURNALER_CHECKPOINT_RETRY_MS) {
+		journaler.checkpoint_retry = 0;
+		atomic_store(&d->seg.header->checkpoint_running, 1);
+		journaler.checkpoint_segment = d->journal.segment;
+		pthread_cond_signal(&journaler.wake);
+	}
+	pthread_mutex_unlock(&journaler.lock);
+}
+
+/*
  * Between rounds: a new segment if this one is full, and its checkpoint;
  * else an index pass if the table or the arena wants one.
  */
@@ -708,6 +739,7 @@ journaler_maybe_rotate(struct idemd *d)
 	wanted = d->index_ready &&
 	    (atomic_load(&d->seg.header->checkpoint_wanted) ||
 	    subtab_unindexed(&d->seg) >= d->capacity / 2 + 1);
+	journaler_retry_checkpoint(d);
 	if (d->journal.size < d->segment_bytes ||
 	    d->journal.size < journaler.rotate_after) {
 		if (wanted)
@@ -949,6 +981,7 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	atomic_store(&d->seg.header->checkpoint_running, 0);
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
+	journaler.checkpoint_retry = 0;
 	journaler.rotate_after = 0;
 	journaler.next.fd = -1;
 	journaler.next_wanted = d->journal.segment + 1;
