@@ -7,11 +7,13 @@
  * loses nothing.  The broker is killed at between_index_commits, once
  * in the first pass and once after a first pass completed: the index
  * then holds a batch of the pass that died, ahead of its
- * meta.checkpoint (0: no checkpoint is ever written here).
+ * meta.checkpoint (0: no checkpoint is ever written there).  And once
+ * in a full segment's checkpoint, no pass run: an early batch of it
+ * leaves meta.checkpoint 0 too (only the last writes the segment's).
  * After the restart every acknowledged effect answers reused with its
  * receipt byte for byte, first from the table the journal's replay
  * filled, then, once enough later effects have evicted every one of
- * them from a table of 32 slots, from the index: so a replay that marked
+ * them from a table of 32 slots (128 for the checkpoint), from the index: so a replay that marked
  * a slot indexed that the index lacks (evictable, then lost) fails.
  * idemctl verify is clean after each.  And the journal fails while a
  * pass of several batches is under way, after its first commit,
@@ -70,6 +72,13 @@ static const char *const small_args[] = { "--capacity", "32",
 /* Later effects, small: each earlier one leaves the slots for them. */
 #define BATCHES_LATER		(3 * BATCHES_CAPACITY)
 #define BATCHES_CHECKPOINT_WAIT_MS 30000
+/*
+ * A pass done, in its own line's words ("index pass: <n> new in the
+ * index"): not its failures ("index pass: the journal failed ...",
+ * "index pass: index: ..."), nor a checkpoint's line, which goes on
+ * (", <n> submissions").
+ */
+#define PASS_DONE		" new in the index\n"
 
 static json_t *
 begin_request(int i)
@@ -177,9 +186,9 @@ assert_reused(struct broker *b, char **receipts, int n, const char *when)
 	}
 }
 
-/* The checkpoint files in place (not temporaries) in b's journal. */
+/* The journal's entries whose names start with prefix, in b's root. */
 static int
-checkpoints_in_place(struct broker *b)
+journal_entries(struct broker *b, const char *prefix)
 {
 	char		 dir[PATH_MAX];
 	DIR		*d;
@@ -189,9 +198,37 @@ checkpoints_in_place(struct broker *b)
 	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
 	assert_non_null(d = opendir(dir));
 	while ((e = readdir(d)) != NULL)
-		n += strncmp(e->d_name, "checkpoint-", 11) == 0;
+		n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
 	closedir(d);
 	return n;
+}
+
+/* The checkpoint files in place (not temporaries) in b's journal. */
+static int
+checkpoints_in_place(struct broker *b)
+{
+	return journal_entries(b, "checkpoint-");
+}
+
+/* The journal's segments (*.jnl, not the one made ahead) in b's root. */
+static int
+segments_in_place(struct broker *b)
+{
+	char		 dir[PATH_MAX];
+	DIR		*d;
+	struct dirent	*e;
+	size_t		 n;
+	int		 count = 0;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
+	assert_non_null(d = opendir(dir));
+	while ((e = readdir(d)) != NULL) {
+		n = strlen(e->d_name);
+		count += e->d_name[0] != '.' && n > 4 &&
+		    strcmp(e->d_name + n - 4, ".jnl") == 0;
+	}
+	closedir(d);
+	return count;
 }
 
 /* The index's stats (the broker stopped). */
@@ -245,7 +282,7 @@ kill_between_commits(struct broker *b, int first)
 		assert_non_null(receipts[i] = commit_or_die(b, i, 0));
 	if (first > 0) {
 		/* Small records: the first pass is one batch. */
-		harness_wait_log(b, "index pass: ", 1,
+		harness_wait_log(b, PASS_DONE, 1,
 		    BATCHES_CHECKPOINT_WAIT_MS);
 		answered = first;
 	}
@@ -298,6 +335,78 @@ static void
 test_kill_between_index_commits_after_one(void **state)
 {
 	kill_between_commits(*state, BATCHES_FIRST);
+}
+
+/*
+ * A rotation's checkpoint, no index pass, dies between its commits:
+ * 128 slots (a pass would be wanted at 65 committed) and an arena of
+ * 16 MiB (its scout never wants one) while ROTATE_SEGMENT_BYTES fill
+ * with effects of 60,000-byte results, about 17 of them: the first
+ * rotation's checkpoint gives the index four transactions or more.  At
+ * the crash the journal holds both segments and the checkpoint's
+ * temporary (so a checkpoint died, not a pass, and none logged), the
+ * index a batch with meta.checkpoint still 0 (an early batch that
+ * wrote the segment's number fails here), and no checkpoint is in
+ * place.  After the restart every acknowledged effect answers reused
+ * with its first receipt, from the table and then, evicted by three
+ * times the slots of later effects, from the index; idemctl verify is
+ * clean.
+ */
+#define ROTATE_CAPACITY		128
+#define ROTATE_SEGMENT_BYTES	"1048576"
+/* Enough to fill the segment twice: the first rotation dies. */
+#define ROTATE_EFFECTS		40
+
+static void
+test_kill_between_checkpoint_commits(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--capacity", "128",
+	    "--result-bytes", "16777216", "--segment-bytes",
+	    ROTATE_SEGMENT_BYTES, NULL };
+	static const char *const env[] = {
+	    "IDEM_CRASH_AT=between_index_commits", NULL };
+	char			*receipts[ROTATE_EFFECTS], *later;
+	struct index_stats	 st;
+	int			 i, answered = 0;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("built without --enable-fault-injection: no crash "
+	    "points");
+	return;
+#endif
+	assert_int_equal(harness_start(b, args, env), 0);
+	for (i = 0; i < ROTATE_EFFECTS; i++) {
+		if ((receipts[i] = commit_or_die(b, i, BATCHES_PAD)) == NULL)
+			break;
+		answered = i + 1;
+	}
+	/* All answered: the broker never reached the point. */
+	assert_true(answered < ROTATE_EFFECTS);
+	harness_wait_dead(b);
+	assert_true(answered < ROTATE_CAPACITY / 2);
+	/* No pass, not even a failed one: the rotation's checkpoint died. */
+	assert_int_equal(harness_log_count(b, "index pass: "), 0);
+	assert_int_equal(segments_in_place(b), 2);
+	assert_int_equal(journal_entries(b, ".checkpoint-"), 1);
+	/* A batch in, the meta not moved, no file in place. */
+	index_stats_of(b, &st);
+	assert_true(st.entries >= 1);
+	assert_true(st.entries < (uint64_t)answered);
+	assert_int_equal(st.checkpoint, 0);
+	assert_int_equal(checkpoints_in_place(b), 0);
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	assert_reused(b, receipts, answered, "after the restart");
+	for (i = ROTATE_EFFECTS; i < ROTATE_EFFECTS + 3 * ROTATE_CAPACITY;
+	    i++) {
+		assert_non_null(later = commit_or_die(b, i, 0));
+		free(later);
+	}
+	assert_reused(b, receipts, answered, "evicted, from the index");
+	verify_clean(b);
+	for (i = 0; i < answered; i++)
+		free(receipts[i]);
+	harness_finish(b);
 }
 
 /*
@@ -490,27 +599,6 @@ test_journal_fails_between_index_commits(void **state)
 #define PASS_EFFECTS	40
 #define PASS_PAD	4000
 
-/* The journal's segments (*.jnl, not the one made ahead) in b's root. */
-static int
-segments_in_place(struct broker *b)
-{
-	char		 dir[PATH_MAX];
-	DIR		*d;
-	struct dirent	*e;
-	size_t		 n;
-	int		 count = 0;
-
-	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
-	assert_non_null(d = opendir(dir));
-	while ((e = readdir(d)) != NULL) {
-		n = strlen(e->d_name);
-		count += e->d_name[0] != '.' && n > 4 &&
-		    strcmp(e->d_name + n - 4, ".jnl") == 0;
-	}
-	closedir(d);
-	return count;
-}
-
 /* PASS_EFFECTS effects through b, their receipts kept. */
 static void
 pass_effects(struct broker *b, char **receipts)
@@ -533,7 +621,7 @@ test_arena_wants_an_index_pass(void **state)
 
 	assert_int_equal(harness_start(b, args, NULL), 0);
 	pass_effects(b, receipts);
-	assert_true(harness_log_count(b, "index pass: ") >= 1);
+	assert_true(harness_log_count(b, PASS_DONE) >= 1);
 	assert_int_equal(harness_log_count(b, "checkpoint checkpoint-"), 0);
 	assert_reused(b, receipts, PASS_EFFECTS, "after the passes");
 	harness_kill(b);
@@ -590,6 +678,9 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_kill_between_index_commits_after_one, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_kill_between_checkpoint_commits, harness_setup,
 		    harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_journal_fails_between_index_commits, shim_setup,
