@@ -50,6 +50,18 @@
  * the snapshot made redundant (checkpoint.c).  One checkpoint at a time;
  * a rotation while one runs waits for the next round.
  *
+ * What the table and the arena want before the segment is full (the
+ * arena's scout, a full table, capacity/2+1 committed entries not in the
+ * index) is the index's puts, which make entries evictable and results
+ * reusable, not a copy of the table: the checkpoint thread runs an index
+ * pass (checkpoint_index_pass) instead, with no new segment, no file and
+ * no prune.  The segments still hold every record until the next
+ * rotation's checkpoint, so a lost index can be rebuilt from them as
+ * before.  Passes and checkpoints take turns on the one thread, both
+ * under checkpoint_running; a pass is asked for only when a record was
+ * appended since the last one began (else it would find nothing new),
+ * or a second after one failed.
+ *
  * After a round that wrote records, too, it keeps zeros ahead of the
  * segment's logical end (journal_prezero, doc/journal.md "The zero
  * tail"; never while idle, so a reader sees an idle journal still): the
@@ -96,6 +108,10 @@ static struct journaler {
 	pthread_mutex_t	 lock;
 	pthread_cond_t	 wake;
 	uint64_t	 checkpoint_segment;	/* to do; 0: nothing */
+	int		 index_pass;		/* one to do */
+	/* Where the journal was when the last pass was asked for. */
+	uint64_t	 pass_segment;
+	uint64_t	 pass_size;
 	uint64_t	 rotate_after;		/* after a failed rotation */
 	/*
 	 * A checkpoint under way is the segment's checkpoint_running
@@ -105,6 +121,11 @@ static struct journaler {
 	/* The last checkpoint failed, at that time (shm_now_ms()). */
 	int		 checkpoint_failed;
 	int64_t		 checkpoint_failed_at;
+	/*
+	 * A rotation's checkpoint that failed, to do again while its segment
+	 * is the current one (journaler_retry_checkpoint); 0: none.
+	 */
+	uint64_t	 checkpoint_retry;
 	/*
 	 * The next segment made ahead by the checkpoint thread (fd -1:
 	 * none ready), and the number the journaling thread wants made (0:
@@ -523,8 +544,8 @@ checkpoint_make_next(struct idemd *d, const char *dir)
 		log_debug("journal: segment %016llx not made ahead: its "
 		    "rotation creates it", (unsigned long long)number);
 	/*
-	 * A rotation waited for this one (journaler_maybe_rotate); one
-	 * asked for by a full table or arena looks again now, as after a
+	 * A rotation waited for this one (journaler_maybe_rotate); an index
+	 * pass wanted by a full table or arena is asked for now, as after a
 	 * checkpoint: its refusals write no record, so there may be no
 	 * round to look after.
 	 */
@@ -538,28 +559,45 @@ checkpoint_main(void *arg)
 	struct idemd	*d = journaler.d;
 	char		 dir[PATH_MAX], *cause = NULL;
 	uint64_t	 segment, records, indexed;
-	int		 failed;
+	int		 failed, pass;
 
 	/* It fit at start-up (state_open): root_real is the same. */
 	(void)paths_journal_dir(d, dir, sizeof dir);
 	pthread_mutex_lock(&journaler.lock);
 	for (;;) {
 		while (journaler.checkpoint_segment == 0 &&
-		    journaler.next_wanted == 0 && !journaler.checkpoint_stop)
+		    !journaler.index_pass && journaler.next_wanted == 0 &&
+		    !journaler.checkpoint_stop)
 			pthread_cond_wait(&journaler.wake, &journaler.lock);
 		if (journaler.checkpoint_stop)
 			break;
-		if (journaler.checkpoint_segment == 0) {
+		/* A pass first: a full table or arena waits for it. */
+		if (journaler.checkpoint_segment == 0 &&
+		    !journaler.index_pass) {
 			checkpoint_make_next(d, dir);
 			continue;
 		}
 		segment = journaler.checkpoint_segment;
+		pass = segment == 0;
 		journaler.checkpoint_segment = 0;
+		journaler.index_pass = 0;
 		pthread_mutex_unlock(&journaler.lock);
 
-		if (checkpoint_write(d->journal_dir_fd, dir, segment, &d->seg,
-		    d->index_ready ? &d->index : NULL, &d->index_only,
-		    &records, &indexed, &cause) == 0) {
+		if (pass) {
+			failed = checkpoint_index_pass(&d->seg, &d->index,
+			    &indexed, &cause) != 0;
+			if (!failed)
+				log_info("index pass: %llu new in the index",
+				    (unsigned long long)indexed);
+			else {
+				/* Entries stay unindexed; a second later. */
+				log_warnx("%s", cause);
+				free(cause);
+				cause = NULL;
+			}
+		} else if (checkpoint_write(d->journal_dir_fd, dir, segment,
+		    &d->seg, d->index_ready ? &d->index : NULL,
+		    &d->index_only, &records, &indexed, &cause) == 0) {
 			log_info("checkpoint checkpoint-%016llx.snap: %llu "
 			    "new in the index, %llu submission%s",
 			    (unsigned long long)segment,
@@ -580,6 +618,8 @@ checkpoint_main(void *arg)
 		journaler.checkpoint_failed = failed;
 		if (failed)
 			journaler.checkpoint_failed_at = shm_now_ms();
+		if (!pass)
+			journaler.checkpoint_retry = failed ? segment : 0;
 		/*
 		 * A worker that found the table full while this one ran
 		 * asked for another: the journaler looks again now, not at
@@ -618,52 +658,94 @@ journaler_rename_failed(int error)
 	journaler.next_rename_logged = 1;
 }
 
-/* Between rounds: a new segment if this one is full, and its checkpoint. */
+/*
+ * Between rounds, the table or the arena wanting the index's puts and
+ * the segment not full: an index pass, unless one (or a checkpoint) is
+ * under way (the checkpoint thread kicks this thread when it ends), or
+ * nothing was appended since the last one was asked for and it did not
+ * fail: a full table's refusals write no record, and a pass over the
+ * same table would find nothing new.  After a failure (the index
+ * refused a write) one again a second later, for the same reason:
+ * waiting for a record could wait for ever.
+ */
+static void
+journaler_want_index_pass(struct idemd *d)
+{
+	int	moved, again;
+
+	pthread_mutex_lock(&journaler.lock);
+	if (atomic_load(&d->seg.header->checkpoint_running)) {
+		pthread_mutex_unlock(&journaler.lock);
+		return;
+	}
+	moved = d->journal.segment != journaler.pass_segment ||
+	    d->journal.size != journaler.pass_size;
+	again = journaler.checkpoint_failed && shm_now_ms() -
+	    journaler.checkpoint_failed_at >= JOURNALER_CHECKPOINT_RETRY_MS;
+	if (moved || again) {
+		atomic_store(&d->seg.header->checkpoint_wanted, 0);
+		atomic_store(&d->seg.header->checkpoint_running, 1);
+		journaler.index_pass = 1;
+		journaler.pass_segment = d->journal.segment;
+		journaler.pass_size = d->journal.size;
+		pthread_cond_signal(&journaler.wake);
+	}
+	pthread_mutex_unlock(&journaler.lock);
+}
+
+/*
+ * A rotation's checkpoint that failed (the journal failed while it
+ * copied, the index refused a write): again a second after, while its
+ * segment is still the current one.  Not at the next rotation: until
+ * one succeeds, the segments before it stay, a whole segment's worth or
+ * more, and start-up replays them all.
+ */
+static void
+journaler_retry_checkpoint(struct idemd *d)
+{
+	pthread_mutex_lock(&journaler.lock);
+	if (journaler.checkpoint_retry != 0 &&
+	    journaler.checkpoint_retry == d->journal.segment &&
+	    !atomic_load(&d->seg.header->checkpoint_running) &&
+	    shm_now_ms() - journaler.checkpoint_failed_at >=
+	    JOURNALER_CHECKPOINT_RETRY_MS) {
+		journaler.checkpoint_retry = 0;
+		atomic_store(&d->seg.header->checkpoint_running, 1);
+		journaler.checkpoint_segment = d->journal.segment;
+		pthread_cond_signal(&journaler.wake);
+	}
+	pthread_mutex_unlock(&journaler.lock);
+}
+
+/*
+ * Between rounds: a new segment if this one is full, and its checkpoint;
+ * else an index pass if the table or the arena wants one.
+ */
 static void
 journaler_maybe_rotate(struct idemd *d)
 {
 	struct journal_next	 next;
 	char			*cause = NULL;
 	uint64_t		 next_number;
-	int			 busy, wanted, again, made_ahead, rc;
+	int			 busy, wanted, made_ahead, rc;
 
 	/*
 	 * The table is a cache of the index: committed entries become
-	 * evictable only once a checkpoint gave them to the index, so a
-	 * table half full of them (or one that refused a key, or a result
-	 * arena full of results not in the index) wants one before the
-	 * segment is full.
+	 * evictable only once the index has them, so a table half full of
+	 * them (or one that refused a key, or a result arena full of
+	 * results not in the index) wants an index pass before the segment
+	 * is full; a full segment's checkpoint gives the index the same.
 	 */
 	wanted = d->index_ready &&
 	    (atomic_load(&d->seg.header->checkpoint_wanted) ||
 	    subtab_unindexed(&d->seg) >= d->capacity / 2 + 1);
-	if (wanted && d->journal.size <= JOURNAL_SEGMENT_HEADER_BYTES) {
-		/*
-		 * A segment with no record after its header has nothing new
-		 * to give, unless the checkpoint made at its start failed
-		 * (the index refused a write): its entries are still not in
-		 * the index, and a table or arena full of them refuses every
-		 * request that would append a record, so waiting for one
-		 * waits for ever.  Its checkpoint again, then, without a new
-		 * segment, and not more than once a second.
-		 */
-		pthread_mutex_lock(&journaler.lock);
-		again = !atomic_load(&d->seg.header->checkpoint_running) &&
-		    journaler.checkpoint_failed &&
-		    shm_now_ms() - journaler.checkpoint_failed_at >=
-		    JOURNALER_CHECKPOINT_RETRY_MS;
-		if (again) {
-			atomic_store(&d->seg.header->checkpoint_wanted, 0);
-			atomic_store(&d->seg.header->checkpoint_running, 1);
-			journaler.checkpoint_segment = d->journal.segment;
-			pthread_cond_signal(&journaler.wake);
-		}
-		pthread_mutex_unlock(&journaler.lock);
+	journaler_retry_checkpoint(d);
+	if (d->journal.size < d->segment_bytes ||
+	    d->journal.size < journaler.rotate_after) {
+		if (wanted)
+			journaler_want_index_pass(d);
 		return;
 	}
-	if ((d->journal.size < d->segment_bytes && !wanted) ||
-	    d->journal.size < journaler.rotate_after)
-		return;
 	pthread_mutex_lock(&journaler.lock);
 	/*
 	 * A rotation waits for the checkpoint before it and for the segment
@@ -672,12 +754,8 @@ journaler_maybe_rotate(struct idemd *d)
 	 * and one fsync: the rounds go on meanwhile), so that
 	 * two rotations close together (the bench's) both find theirs; one
 	 * that could not be made (a nearly full disk) leaves none wanted,
-	 * and the rotation creates the segment itself.  An urgent one (the
-	 * table or arena full) waits too: the checkpoint that frees them
-	 * runs on the thread making the segment, after it, so creating the
-	 * segment here would switch sooner but free nothing sooner; the
-	 * wait is one making at most (checkpoint_make_next wakes this
-	 * thread when it ends, a refusal writing no record).
+	 * and the rotation creates the segment itself.  (What a full table
+	 * or arena wants is an index pass, not a rotation: above.)
 	 */
 	busy = atomic_load(&d->seg.header->checkpoint_running) ||
 	    journaler.next_wanted != 0 || journaler.next_making;
@@ -897,9 +975,13 @@ journaler_start(struct idemd *d, int (*broadcast)(void *, int all),
 	journaler.broadcast = broadcast;
 	journaler.broadcast_arg = arg;
 	journaler.checkpoint_segment = 0;
+	journaler.index_pass = 0;
+	journaler.pass_segment = 0;
+	journaler.pass_size = 0;
 	atomic_store(&d->seg.header->checkpoint_running, 0);
 	journaler.checkpoint_stop = 0;
 	journaler.checkpoint_failed = 0;
+	journaler.checkpoint_retry = 0;
 	journaler.rotate_after = 0;
 	journaler.next.fd = -1;
 	journaler.next_wanted = d->journal.segment + 1;

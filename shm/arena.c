@@ -47,16 +47,18 @@ arena_reclaimable(struct shm_segment *seg, uint64_t pos,
 
 /*
  * The scout walks the records half an arena ahead of the tail: a result
- * not yet in the index there asks for a checkpoint, which will have made
- * it reclaimable (indexed) by the time the tail reaches it.
+ * not yet in the index there asks for the index's puts (checkpoint_wanted:
+ * an index pass, journaler.c), which will have made it reclaimable
+ * (indexed) by the time the tail reaches it.
  *
- * It waits while a checkpoint runs: the results it would pass then were
- * committed long before (half an arena ago) and are in the copy under
- * way, but not yet marked indexed, so each asked for a second checkpoint
- * at once, which copied the whole table again for the few commits made
- * meanwhile (two checkpoints tens of milliseconds apart, each a copy of
- * the table; doc/effects.md, "How fast").  Once the checkpoint is done
- * the scout walks on from where it stopped and asks for what it left.
+ * It waits while a checkpoint or an index pass runs (checkpoint_running):
+ * the results it would pass then were committed long before (half an
+ * arena ago) and are in the work under way, but not yet marked indexed,
+ * so each asked for another at once; when these were checkpoints, that
+ * copied the whole table again for the few commits made meanwhile (two
+ * checkpoints tens of milliseconds apart, each a copy of the table;
+ * doc/effects.md, "How fast").  Once it is done the scout walks on from
+ * where it stopped and asks for what it left.
  */
 static void
 arena_scout(struct shm_segment *seg)
@@ -94,7 +96,7 @@ arena_scout(struct shm_segment *seg)
 /*
  * Make room for a record of n bytes: move the tail past every record
  * the new one will overwrite, each of which must be reclaimable.  The
- * record's position, or UINT64_MAX (ENOSPC: a checkpoint is asked for).
+ * record's position, or UINT64_MAX (ENOSPC: an index pass is asked for).
  */
 static uint64_t
 arena_reserve(struct shm_segment *seg, uint32_t self, uint64_t n)

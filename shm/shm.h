@@ -336,10 +336,12 @@ struct shm_header {
 	uint32_t		compact_slot;
 	uint64_t		compact_to;
 	char			compact_key[SUBTAB_MAX_KEY_BYTES];
-	_Atomic uint32_t	checkpoint_wanted;	/* the table needs one */
+	/* The table or arena needs the index's puts (an index pass). */
+	_Atomic uint32_t	checkpoint_wanted;
 	/*
-	 * A checkpoint is under way (journaler.c): the results it will
-	 * index are not asked for again while it runs (arena_scout).
+	 * A checkpoint or an index pass is under way (journaler.c): the
+	 * results it will index are not asked for again while it runs
+	 * (arena_scout).
 	 */
 	_Atomic uint32_t	checkpoint_running;
 	/* The receipt store, a ring like the arena's, every byte reclaimable. */

@@ -9,7 +9,9 @@
  * the journaling thread starts a new segment S (journal_rotate) and wakes
  * the checkpoint thread, which copies the table slot by slot (a short
  * lock per chunk, never a global pause) into checkpoint-S.snap and then
- * removes the segments before S and the older checkpoints.
+ * removes the segments before S and the older checkpoints.  What the
+ * table and the arena want before the segment is full is not this but
+ * an index pass (checkpoint_index_pass, below): the index's puts alone.
  *
  * Once a lost index could no longer be rebuilt from the checkpoint and
  * the journal (the index holds receipts the table does not, or the last
@@ -687,6 +689,110 @@ out:
 	free(entries);
 	free(keys);
 	free(buf);
+	free(result);
+	return rc;
+}
+
+/*
+ * The index pass: what the arena's scout, a full table or the
+ * capacity/2+1 rule want is the index's puts (INDEXED slots, which the
+ * table may evict and the arena overwrite), not a copy of the table, a
+ * new segment or a prune.  The segments keep every record until a
+ * rotation's checkpoint prunes them, so an entry indexed here is in the
+ * index and the journal both, and the newest checkpoint (if any) still
+ * covers everything the journal does not: meta.checkpoint is left as it
+ * is, the index ahead of it (harmless, as between a checkpoint's
+ * commits: puts by key of final entries the segments hold).  The same
+ * order, batches and durability rule as a checkpoint's
+ * (index_pending_flush, index_batch_commit, copied_durable), so the
+ * same crash points fire here too: during_index_write at each batch's
+ * first put, between_index_commits before every commit after the first.
+ */
+int
+checkpoint_index_pass(struct shm_segment *seg, struct index *ix,
+    uint64_t *indexed, char **cause)
+{
+	struct subtab_entry	*entries = NULL;
+	uint32_t		*flags = NULL;
+	struct index_batch	 batch;
+	struct index_pending	 pending;
+	struct journal_record	 record;
+	char			(*keys)[SUBTAB_MAX_KEY_BYTES] = NULL;
+	uint8_t			*result = NULL;
+	uint64_t		 epoch;
+	size_t			 window;
+	uint32_t		 from = 0, n, i;
+	int			 rc = -1, flushed;
+
+	*indexed = 0;
+	memset(&batch, 0, sizeof batch);
+	memset(&pending, 0, sizeof pending);
+	window = crash_index_window(CHECKPOINT_INDEX_WINDOW);
+	batch.ix = ix;
+	entries = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *entries);
+	keys = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *keys);
+	flags = calloc(CHECKPOINT_CHUNK_SLOTS, sizeof *flags);
+	result = malloc(IDEM_MAX_EFFECT_RESULT_BYTES);
+	if (entries == NULL || keys == NULL || flags == NULL ||
+	    result == NULL) {
+		asprintf(cause, "index pass: out of memory");
+		goto out;
+	}
+	/* The journal's epoch the states put are judged durable in. */
+	epoch = handoff_epoch(seg->header);
+	if (index_begin(ix, cause) != 0)
+		goto out;
+	while ((n = subtab_copy_flags(seg, from, CHECKPOINT_CHUNK_SLOTS,
+	    entries, keys, flags)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (entries[i].state != SUBTAB_COMMITTED ||
+			    (flags[i] & SUBTAB_SLOT_INDEXED))
+				continue;
+			memset(&record, 0, sizeof record);
+			record.type = entries[i].kind == SUBTAB_KIND_EFFECT ?
+			    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
+			record.entry = entries[i];
+			/* Its result is read when the index gets it. */
+			if (index_pending_hold(&pending, &entries[i], keys[i],
+			    from + i, journal_encoded_size(&record)) != 0) {
+				asprintf(cause, "index pass: out of memory");
+				goto out;
+			}
+		}
+		if (pending.count >= window &&
+		    (flushed = index_pending_flush(&pending, &batch, seg,
+		    epoch, result, cause)) != 0)
+			goto flush_failed;
+		from += n;
+	}
+	if ((flushed = index_pending_flush(&pending, &batch, seg, epoch,
+	    result, cause)) != 0)
+		goto flush_failed;
+	if (!copied_durable(seg, epoch)) {
+		flushed = -2;
+		goto flush_failed;
+	}
+	/* The last transaction; meta.checkpoint unchanged (0). */
+	if (index_batch_commit(&batch, seg, 0, cause) != 0)
+		goto out;
+	*indexed = batch.indexed;
+	rc = 0;
+	goto out;
+
+flush_failed:
+	if (flushed == -2)
+		asprintf(cause, "index pass: the journal failed while the "
+		    "table was read");
+	else if (*cause == NULL)
+		asprintf(cause, "index pass: index: %s", strerror(errno));
+out:
+	index_abort(ix);	/* nothing if committed */
+	free(flags);
+	free(pending.items);
+	free(pending.keys);
+	free(batch.slots);
+	free(entries);
+	free(keys);
 	free(result);
 	return rc;
 }

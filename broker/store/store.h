@@ -390,6 +390,13 @@ int	checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	    struct shm_segment *, struct index *, uint64_t *index_only,
 	    uint64_t *records, uint64_t *indexed, char **cause);
 /*
+ * Give the index (not NULL) every committed entry of the table it lacks,
+ * as checkpoint_write does, and mark them INDEXED: no file, no
+ * rotation, meta.checkpoint unchanged.  *indexed: how many.
+ */
+int	checkpoint_index_pass(struct shm_segment *, struct index *,
+	    uint64_t *indexed, char **cause);
+/*
  * Apply the newest checkpoint of dir; *segment is where the journal
  * continues (0: no checkpoint, replay everything).  -1 if it is corrupt
  * (errno EINVAL), cannot be read (errno) or apply fails.

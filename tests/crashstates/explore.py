@@ -117,19 +117,21 @@ LOCK_NAME = ".idem/idemd.lock"
 # The rotate kind's base fills segment 1 to just under this, so that the
 # request's first record starts segment 2 and a checkpoint.
 SEGMENT_BYTES = 4096
-# The table's slots: --capacity, for every kind but rotate_early.
+# The table's slots: --capacity, for every kind but index_pass.
 CAPACITY = 1024
-# rotate_early's: a table this small wants a checkpoint (an early
-# rotation, segment 1 still with its zero tail) once capacity / 2 + 1
-# committed entries are not in the index (journaler.c,
-# journaler_maybe_rotate).  Its base holds that many (the earlier
-# submission, an effect begun and fillers with ids, made by a broker of
-# CAPACITY, which wants none), so the traced broker rotates after the
-# round of a legacy task sent first, and the request, the effect's
-# complete, lies in segment 2 only: a commit whose only evidence is
-# there, so that losing the rename or segment 2's bytes commits it again
-# on the retry, which the check refuses.
-EARLY_CAPACITY = 8
+# index_pass's: a table this small wants the index's puts once capacity
+# / 2 + 1 submissions are not in the index (journaler.c,
+# journaler_maybe_rotate), which an index pass gives it: no rotation, no
+# checkpoint, the segment keeping every record (doc/journal.md, "Index
+# passes").  Its base holds that many (the earlier submission, an effect
+# begun and fillers with ids, made by a broker of CAPACITY, which wants
+# none), so the traced broker runs a pass after the round of a legacy
+# task sent first, and the request, the effect's complete, is a round
+# over segment 1's zeros after it.  Every state is restarted without the
+# index (INDEX_DIR): the rebuild must find the entries the pass indexed,
+# which a table of 8 may have evicted, in segment 1, and the retry must
+# not commit the effect twice.
+PASS_CAPACITY = 8
 # A legacy write_task's journal record with its round prefix; every
 # kind's request writes one at least this long.
 LEGACY_RECORD = 160
@@ -154,13 +156,12 @@ STOP_TIMEOUT = 20.0
 # sector.  Its trace must instead rename the segment made ahead into
 # place (NEXT_KINDS; doc/journal.md, "The next segment made ahead").
 REORDER_KINDS = ("task", "legacy", "report", "effect_begin",
-                 "effect_complete", "effect_extend")
-NEXT_KINDS = ("rotate", "rotate_early")
-# The kinds whose rotation must be an early one: its trace cuts segment
-# 1's zero tail before the rename, and the reply waits for a record in
-# segment 2, so that losing the cut, the rename or segment 2's bytes
-# fails the check (doc/journal.md, "The next segment made ahead").
-EARLY_KINDS = ("rotate_early",)
+                 "effect_complete", "effect_extend", "index_pass")
+NEXT_KINDS = ("rotate",)
+# The kinds whose traced run must make an index pass and no rotation:
+# the broker logs the pass before the request is sent, and the trace
+# never renames segment 2 into place.
+PASS_KINDS = ("index_pass",)
 
 EARLIER_ID = "crashstates/earlier"
 TASK_ID = "crashstates/task"
@@ -1506,7 +1507,7 @@ class Kind:
         self.base = base
         # Sent first in the traced run only (their replies are no acks).
         self.before = before
-        # Whose check its retry takes (rotate_early: effect_complete's).
+        # Whose check its retry takes (index_pass: effect_complete's).
         self.checks = checks or name
         self.traces = 0
         self.generated = [0, 0]		# per level
@@ -1770,7 +1771,7 @@ class Explorer:
             reply = json.loads(c.call(task_request(None, "filler", 0)))
             if not reply.get("ok"):
                 raise ExploreError("a filler task: %s" % reply)
-        # "table": the early rotation's threshold, with the earlier one.
+        # "table": the index pass's threshold, with the earlier one.
         for i in range(capacity // 2 if fill == "table" else 0):
             reply = json.loads(c.call(task_request(
                 "crashstates/filler/%d" % i, "filler", 0)))
@@ -1856,8 +1857,9 @@ class Explorer:
         write_tree(kind.base.tree, root)
         trace_path = os.path.join(where, "trace.txt")
         rotate = kind.name in NEXT_KINDS
+        index_pass = kind.name in PASS_KINDS
         b = Broker(self.idemd, root, os.path.join(where, "traced.log"),
-                   trace_path=trace_path, watch_log=rotate,
+                   trace_path=trace_path, watch_log=rotate or index_pass,
                    capacity=kind.base.capacity, debug=rotate,
                    delay_made_ahead=self.args.delay_made_ahead
                    if rotate else 0.0)
@@ -1893,6 +1895,15 @@ class Explorer:
             if not reply.get("ok"):
                 raise ExploreError("the traced %s run's first request "
                                    "failed: %s" % (kind.name, reply))
+        # The pass the first request's round asked for, before the
+        # request: its round then follows the pass's puts.
+        if index_pass:
+            done, why = b.wait_log(rb"index pass: [1-9][0-9]* new in the "
+                                   rb"index")
+            if done is None:
+                b.kill()
+                raise ExploreError("no index pass in the %s run (%s):\n%s"
+                                   % (kind.name, why, b.log_tail(30)))
         kind.reply = c.call(kind.request)
         c.close()
         # The checkpoint runs beside the request; its pruning follows the
@@ -2140,12 +2151,9 @@ def into_made_ahead(trace):
         written < trace.k_ack
 
 
-def early_rotation(trace):
-    """Whether trace cuts segment 1 (a truncate to less than its size)
-    before renaming .next-0000000000000002.tmp into place, and sends its
-    reply after a write to segment 2."""
-    cut, renamed, _ = rotation_steps(trace)
-    return into_made_ahead(trace) and cut is not None and cut < renamed
+def rotated(trace):
+    """Whether trace renames a segment 2 into place."""
+    return rotation_steps(trace)[1] is not None
 
 
 def choose(states, cap):
@@ -2184,9 +2192,9 @@ def main():
     # rotate last: its many states take what the budget leaves.
     parser.add_argument("--kinds", default="task,legacy,report,"
                         "effect_begin,effect_complete,effect_extend,"
-                        "rotate_early,rotate",
+                        "index_pass,rotate",
                         help="request kinds: task, legacy, report, rotate, "
-                        "rotate_early, effect_begin, effect_complete, "
+                        "index_pass, effect_begin, effect_complete, "
                         "effect_extend")
     parser.add_argument("--depth", type=int, default=2, choices=(1, 2),
                         help="2: also the crash states of each retry "
@@ -2236,7 +2244,7 @@ def main():
         parser.error("--idemd or IDEMD is required")
     names = args.kinds.split(",")
     for name in names:
-        if name not in ("task", "legacy", "report", "rotate", "rotate_early",
+        if name not in ("task", "legacy", "report", "rotate", "index_pass",
                         "effect_begin", "effect_complete", "effect_extend"):
             parser.error("unknown kind %s" % name)
     if shutil.which("strace") is None:
@@ -2286,14 +2294,14 @@ def main():
                     kinds.append(Kind("effect_extend", effect_request(
                         "effect_extend", 2, fence=begun.effect_fence,
                         lease_ms=EFFECT_LEASE_MS), begun))
-            elif name == "rotate_early":
+            elif name == "index_pass":
                 early = ex.make_base("base-table", "table", effect=True,
-                                     capacity=EARLY_CAPACITY)
-                kinds.append(Kind("rotate_early", effect_request(
+                                     capacity=PASS_CAPACITY)
+                kinds.append(Kind("index_pass", effect_request(
                     "effect_complete", 2, fence=early.effect_fence,
                     outcome="applied", result=EFFECT_RESULT), early,
-                    before=(task_request(None, "legacy, then a "
-                                         "rotation", 3),),
+                    before=(task_request(None, "legacy, then an "
+                                         "index pass", 3),),
                     checks="effect_complete"))
             else:
                 kinds.append(Kind("rotate", task_request(
@@ -2359,15 +2367,13 @@ def main():
               "write a record there before the reply" %
               ", ".join(missing))
         return 1
-    # An early rotation: the cut of segment 1 before the rename, and the
-    # reply after a record written to segment 2, or the states that lose
-    # them went unexplored without a word.
-    missing = [k.name for k in kinds if k.name in EARLY_KINDS and
-               not early_rotation(k.trace)]
+    # An index pass is no rotation: a table's or an arena's want leaves
+    # the journal in segment 1 (the pass itself was awaited in record()).
+    missing = [k.name for k in kinds if k.name in PASS_KINDS and
+               rotated(k.trace)]
     if missing:
-        print("FAIL: %s: no early rotation (segment 1 cut, then renamed "
-              "into place, the reply after a record in segment 2)" %
-              ", ".join(missing))
+        print("FAIL: %s: the index pass rotated the journal (segment 2 "
+              "renamed into place)" % ", ".join(missing))
         return 1
     if explored < unique:
         return not_proved("%d of %d unique states not explored (%s)" % (

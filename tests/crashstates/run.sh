@@ -4,7 +4,7 @@
 # "Crash-state exploration"): idemd is recorded under strace serving one
 # write_task (new id), one legacy write_task, one write_report and one
 # write_task that starts a journal segment and a checkpoint, one
-# effect_complete after an early rotation (rotate_early), one
+# effect_complete after an index pass (index_pass), one
 # effect_begin and one effect_complete (applied, with a result); every crash
 # state the recorded fsync order allows is restarted, the request retried
 # and the answers and files checked (tests/crashstates/explore.py).
@@ -38,8 +38,9 @@ fi
 # (750 to 1020 states, 78 to 96 of them reordered sectors, every kind
 # some: 24 to 29 s under a load of 4 to 6, 2026-12-05); rotate's level 2
 # (600 more, a checkpoint's) by hand with --deep-kinds.  The segment made
-# ahead is modelled only in the kinds that rename it into place (rotate,
-# rotate_early; explore.py's trace_of says why): in every kind it took
+# ahead is modelled only in the kind that renames it into place (rotate,
+# and rotate_early until index_pass replaced it; explore.py's trace_of says
+# why): in every kind it took
 # 4178 states and 213 s (load 5, niced), without it in the others 885
 # states and 31.6 s (2026-12-05).  A sanitizer
 # build (IDEM_SANITIZER_FLAGS from make check) is ten times slower per

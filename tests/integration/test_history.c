@@ -63,6 +63,14 @@
 static const char *const small_args[] = { "--capacity", HISTORY_CAPACITY,
     NULL };
 static const char *const smaller_args[] = { "--capacity", "4", NULL };
+/*
+ * The same table with segments of 4 KiB: a rotation and its checkpoint
+ * every few records.  A table of 8 alone no longer makes checkpoints:
+ * what it wants is an index pass (doc/journal.md, "Index passes"), and
+ * the segments keep every record until a full one rotates.
+ */
+static const char *const small_rotating_args[] = { "--capacity",
+    HISTORY_CAPACITY, "--segment-bytes", "4096", NULL };
 
 struct history {
 	char	receipts[HISTORY_TASKS][1024];
@@ -391,7 +399,7 @@ last_checkpoint(struct broker *b, unsigned long long *indexed,
 /*
  * A table of 8 for 100 committed ids: most answers come from the index
  * (cold hits), byte for byte, and a second digest under a cold id is
- * still a conflict.
+ * still a conflict.  Segments of 4 KiB, so that checkpoints run too.
  */
 static void
 test_small_capacity_evicts_and_answers_cold(void **state)
@@ -402,7 +410,7 @@ test_small_capacity_evicts_and_answers_cold(void **state)
 	char		*reply;
 
 	memset(&h, 0, sizeof h);
-	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_int_equal(harness_start(b, small_rotating_args, NULL), 0);
 	create_history(b, &h);
 	assert_true(harness_stat(b, "table_entries") <= 8);
 	assert_true(harness_stat(b, "table_evictions") > 0);
@@ -1098,9 +1106,10 @@ effects_held(struct broker *b, int *indexed, int *shared, int *target,
 
 /*
  * A table of 8 outgrows the index at once: from then on checkpoints
- * leave committed entries to the index (checkpoint.c), so most effects
- * are the index's alone and the newest checkpoint holds none committed;
- * idemctl verify is clean and counts them as only the index's.
+ * (segments of 4 KiB) leave committed entries to the index
+ * (checkpoint.c), so most effects are the index's alone and the newest
+ * checkpoint holds none committed; idemctl verify is clean and counts
+ * them as only the index's.
  */
 static void
 test_verify_effects_only_in_the_index(void **state)
@@ -1111,7 +1120,7 @@ test_verify_effects_only_in_the_index(void **state)
 	int			 indexed, shared, target, from_checkpoint;
 
 	memset(&h, 0, sizeof h);
-	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_int_equal(harness_start(b, small_rotating_args, NULL), 0);
 	create_history(b, &h);
 	verify_clean(b);
 	assert_int_equal(harness_stop(b), 0);
@@ -1128,22 +1137,24 @@ test_verify_effects_only_in_the_index(void **state)
 	json_decref(v);
 
 	/* A broker starts on it, every receipt the same. */
-	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_int_equal(harness_start(b, small_rotating_args, NULL), 0);
 	check_history(b, &h);
 	verify_clean(b);
 	harness_finish(b);
 }
 
 /*
- * A table that holds everything and an arena of the least size: the
- * arena overwrites results the index has, so a checkpoint leaves them
+ * A table that holds everything, an arena of the least size and
+ * segments of 4 KiB: the arena overwrites results the index has (an
+ * index pass gave it them), so a checkpoint leaves them
  * to the index alone (its header counts them), and from the next one
  * on committed entries are the index's: the newest checkpoint holds no
  * committed effect, and a broker started again answers every one
  * reused with its first receipt.
  */
 #define WRAP_PAD		4000
-static const char *const wrap_args[] = { "--result-bytes", "65552", NULL };
+static const char *const wrap_args[] = { "--result-bytes", "65552",
+    "--segment-bytes", "4096", NULL };
 
 static void
 test_checkpoint_leaves_effects_to_the_index(void **state)
@@ -1313,8 +1324,10 @@ index_set_aside(struct broker *b)
 /*
  * A missing or damaged index: rebuilt with a warning (a damaged one
  * moved aside first) when the checkpoint and the journal still hold
- * every committed receipt; refused, naming the count, when receipts
- * were only in it.
+ * every committed receipt (also after index passes let a table of 8
+ * evict them: the segments keep them until a rotation); refused, naming
+ * the count, when receipts were only in it (checkpoints of full
+ * segments pruned the rest).
  */
 static void
 test_missing_index(void **state)
@@ -1351,9 +1364,11 @@ test_missing_index(void **state)
 	harness_kill(b);
 
 	/*
-	 * More ids through a table of 8: checkpoints give evicted receipts
-	 * to the index and prune the segments that held them.  Then they
-	 * live only there, and start-up without it refuses.
+	 * More ids through a table of 8: index passes give evicted
+	 * receipts to the index, but no segment is full, so none is
+	 * pruned and no checkpoint written: the journal still holds every
+	 * receipt, and start-up without the index rebuilds it, every
+	 * receipt the same.
 	 */
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
 	for (i = 0; i < 40; i++) {
@@ -1367,7 +1382,38 @@ test_missing_index(void **state)
 	assert_int_equal(harness_stop(b), 0);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s/.idem/index'", b->root);
 	assert_int_equal(system(cmd), 0);
-	assert_int_equal(harness_start(b, small_args, NULL), -1);
+	assert_int_equal(harness_start(b, small_args, NULL), 0);
+	assert_non_null(log = read_log(b));
+	assert_non_null(strstr(log, "rebuilding it from the checkpoint"));
+	free(log);
+	check_history_files(b, &h, HISTORY_TASKS + 40);
+	for (i = 0; i < 40; i++) {
+		snprintf(id, sizeof id, "more-%d", i);
+		reply = write_task(b, &h, id, "more");
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("%s after the rebuild: %s", id, reply);
+		free(reply);
+	}
+	harness_kill(b);
+
+	/*
+	 * More ids with segments of 4 KiB: full segments rotate, and their
+	 * checkpoints prune the segments that held the evicted receipts.
+	 * Then those live only in the index, and start-up without it
+	 * refuses.
+	 */
+	assert_int_equal(harness_start(b, small_rotating_args, NULL), 0);
+	for (i = 40; i < 80; i++) {
+		snprintf(id, sizeof id, "more-%d", i);
+		reply = write_task(b, &h, id, "more");
+		assert_non_null(strstr(reply, "\"disposition\":\"created\""));
+		free(reply);
+	}
+	check_history_files(b, &h, HISTORY_TASKS + 80);
+	assert_int_equal(harness_stop(b), 0);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/.idem/index'", b->root);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(harness_start(b, small_rotating_args, NULL), -1);
 	assert_non_null(log = read_log(b));
 	if (strstr(log, "committed receipts were kept only there") == NULL)
 		fail_msg("no refusal naming the lost receipts in: %s", log);

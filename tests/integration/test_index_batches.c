@@ -1,19 +1,22 @@
 /* SPDX-License-Identifier: ISC */
 /*
- * test_index_batches.c: a checkpoint gives the index its entries in
- * several LMDB transactions (doc/journal.md, "Writing: from the
- * checkpoint"), and a crash between two of them loses nothing.  The
- * broker is killed at between_index_commits, once with no checkpoint
- * in place yet (the index's meta.checkpoint 0) and once after a first
- * one (meta.checkpoint that one's segment): the index then holds a
- * batch of the checkpoint that died, ahead of its meta.checkpoint.
+ * test_index_batches.c: an index pass (what a table of 32 wants at 17
+ * committed, doc/journal.md "Index passes") or a checkpoint gives the
+ * index its entries in several LMDB transactions (doc/journal.md,
+ * "Writing: from the checkpoint"), and a crash between two of them
+ * loses nothing.  The broker is killed at between_index_commits, once
+ * in the first pass and once after a first pass completed: the index
+ * then holds a batch of the pass that died, ahead of its
+ * meta.checkpoint (0: no checkpoint is ever written there).  And once
+ * in a full segment's checkpoint, no pass run: an early batch of it
+ * leaves meta.checkpoint 0 too (only the last writes the segment's).
  * After the restart every acknowledged effect answers reused with its
  * receipt byte for byte, first from the table the journal's replay
  * filled, then, once enough later effects have evicted every one of
- * them from a table of 32 slots, from the index: so a replay that marked
+ * them from a table of 32 slots (128 for the checkpoint), from the index: so a replay that marked
  * a slot indexed that the index lacks (evictable, then lost) fails.
  * idemctl verify is clean after each.  And the journal fails while a
- * checkpoint of several batches is under way, after its first commit,
+ * pass of several batches is under way, after its first commit,
  * with an effect's commit in the table not yet durable: that commit is
  * lost (its complete is not acknowledged), so it must not reach the
  * index (each batch waits for the journal first), and the retry
@@ -46,29 +49,36 @@
  * 32 slots, and an arena that holds every result of them: a replay that
  * overflowed either would give the index every committed slot itself
  * (replay_make_room), and the marking this test watches would not run.
- * A checkpoint is due at 17 committed (capacity / 2 + 1): the effects
- * of its second batch on were acknowledged before it began.
+ * A pass is due at 17 committed (capacity / 2 + 1): the effects of its
+ * second batch on were acknowledged before it began.
  */
 #define BATCHES_CAPACITY	32
 static const char *const small_args[] = { "--capacity", "32",
     "--result-bytes", "4194304", NULL };
-/* A checkpoint runs in the background: table_full is retried meanwhile. */
+/* An index pass runs in the background: table_full is retried meanwhile. */
 #define BATCHES_FULL_RETRY_MS	2
 #define BATCHES_FULL_MAX_RETRIES 5000
 /* A fence's text ("<attempt>-<16 hex>") with room to spare. */
 #define BATCHES_FENCE_BYTES	64
 /*
- * Effects of 60,000-byte results: a checkpoint of 17 of them gives the
+ * Effects of 60,000-byte results: a pass of 17 of them gives the
  * index four transactions or more of CHECKPOINT_INDEX_COMMIT_BYTES
  * (256 KiB of pages counted: five such puts).
  */
 #define BATCHES_EFFECTS		64
 #define BATCHES_PAD		60000
-/* Effects of small results before them, one batch: a first checkpoint. */
+/* Effects of small results before them, one batch: a first pass. */
 #define BATCHES_FIRST		(BATCHES_CAPACITY / 2 + 1)
 /* Later effects, small: each earlier one leaves the slots for them. */
 #define BATCHES_LATER		(3 * BATCHES_CAPACITY)
 #define BATCHES_CHECKPOINT_WAIT_MS 30000
+/*
+ * A pass done, in its own line's words ("index pass: <n> new in the
+ * index"): not its failures ("index pass: the journal failed ...",
+ * "index pass: index: ..."), nor a checkpoint's line, which goes on
+ * (", <n> submissions").
+ */
+#define PASS_DONE		" new in the index\n"
 
 static json_t *
 begin_request(int i)
@@ -101,7 +111,7 @@ complete_request(int i, const char *fence, size_t pad)
 }
 
 /*
- * request's reply, retried while the table is full (the checkpoint that
+ * request's reply, retried while the table is full (the pass that
  * frees it may be the one that dies); NULL once the broker died.
  */
 static char *
@@ -176,9 +186,9 @@ assert_reused(struct broker *b, char **receipts, int n, const char *when)
 	}
 }
 
-/* The checkpoint files in place (not temporaries) in b's journal. */
+/* The journal's entries whose names start with prefix, in b's root. */
 static int
-checkpoints_in_place(struct broker *b)
+journal_entries(struct broker *b, const char *prefix)
 {
 	char		 dir[PATH_MAX];
 	DIR		*d;
@@ -188,9 +198,37 @@ checkpoints_in_place(struct broker *b)
 	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
 	assert_non_null(d = opendir(dir));
 	while ((e = readdir(d)) != NULL)
-		n += strncmp(e->d_name, "checkpoint-", 11) == 0;
+		n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
 	closedir(d);
 	return n;
+}
+
+/* The checkpoint files in place (not temporaries) in b's journal. */
+static int
+checkpoints_in_place(struct broker *b)
+{
+	return journal_entries(b, "checkpoint-");
+}
+
+/* The journal's segments (*.jnl, not the one made ahead) in b's root. */
+static int
+segments_in_place(struct broker *b)
+{
+	char		 dir[PATH_MAX];
+	DIR		*d;
+	struct dirent	*e;
+	size_t		 n;
+	int		 count = 0;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
+	assert_non_null(d = opendir(dir));
+	while ((e = readdir(d)) != NULL) {
+		n = strlen(e->d_name);
+		count += e->d_name[0] != '.' && n > 4 &&
+		    strcmp(e->d_name + n - 4, ".jnl") == 0;
+	}
+	closedir(d);
+	return count;
 }
 
 /* The index's stats (the broker stopped). */
@@ -220,7 +258,7 @@ verify_clean(struct broker *b)
 }
 
 /*
- * The crash (first small effects, and a first checkpoint waited for, if
+ * The crash (first small effects, and a first pass waited for, if
  * first > 0), the index at the crash checked, the restart, and every
  * acknowledged effect reused byte for byte from the table and then,
  * all of them evicted, from the index.
@@ -243,8 +281,8 @@ kill_between_commits(struct broker *b, int first)
 	for (i = 0; i < first; i++)
 		assert_non_null(receipts[i] = commit_or_die(b, i, 0));
 	if (first > 0) {
-		/* Small records: the first checkpoint is one batch. */
-		harness_wait_log(b, "checkpoint checkpoint-", 1,
+		/* Small records: the first pass is one batch. */
+		harness_wait_log(b, PASS_DONE, 1,
 		    BATCHES_CHECKPOINT_WAIT_MS);
 		answered = first;
 	}
@@ -257,8 +295,8 @@ kill_between_commits(struct broker *b, int first)
 	assert_true(answered < BATCHES_EFFECTS);
 	harness_wait_dead(b);
 	/*
-	 * A checkpoint is due at 17 committed; the 17th's reply races the
-	 * checkpoint that dies, so 16 large ones answered at least.
+	 * A pass is due at 17 committed; the 17th's reply races the pass
+	 * that dies, so 16 large ones answered at least.
 	 */
 	assert_true(answered >= first + BATCHES_CAPACITY / 2);
 	/*
@@ -268,15 +306,9 @@ kill_between_commits(struct broker *b, int first)
 	 */
 	index_stats_of(b, &st);
 	assert_true(st.entries < (uint64_t)answered);
-	if (first == 0) {
-		assert_true(st.entries >= 1);
-		assert_int_equal(st.checkpoint, 0);
-		assert_int_equal(checkpoints_in_place(b), 0);
-	} else {
-		assert_true(st.entries >= (uint64_t)first + 1);
-		assert_int_not_equal(st.checkpoint, 0);
-		assert_int_equal(checkpoints_in_place(b), 1);
-	}
+	assert_true(st.entries >= (uint64_t)first + 1);
+	assert_int_equal(st.checkpoint, 0);
+	assert_int_equal(checkpoints_in_place(b), 0);
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
 	assert_reused(b, receipts, answered, "after the restart");
 	/* Three times the slots: every earlier one leaves the table. */
@@ -291,14 +323,14 @@ kill_between_commits(struct broker *b, int first)
 	harness_finish(b);
 }
 
-/* The first checkpoint dies between its commits: meta.checkpoint 0. */
+/* The first pass dies between its commits. */
 static void
 test_kill_between_index_commits(void **state)
 {
 	kill_between_commits(*state, 0);
 }
 
-/* The second one does: meta.checkpoint the first's segment. */
+/* The second one does: the first's entries in the index already. */
 static void
 test_kill_between_index_commits_after_one(void **state)
 {
@@ -306,20 +338,92 @@ test_kill_between_index_commits_after_one(void **state)
 }
 
 /*
- * The journal fails after a checkpoint's first index commit.  A table
- * of 2048 slots: the checkpoint asked for at 1,025 committed copies the
+ * A rotation's checkpoint, no index pass, dies between its commits:
+ * 128 slots (a pass would be wanted at 65 committed) and an arena of
+ * 16 MiB (its scout never wants one) while ROTATE_SEGMENT_BYTES fill
+ * with effects of 60,000-byte results, about 17 of them: the first
+ * rotation's checkpoint gives the index four transactions or more.  At
+ * the crash the journal holds both segments and the checkpoint's
+ * temporary (so a checkpoint died, not a pass, and none logged), the
+ * index a batch with meta.checkpoint still 0 (an early batch that
+ * wrote the segment's number fails here), and no checkpoint is in
+ * place.  After the restart every acknowledged effect answers reused
+ * with its first receipt, from the table and then, evicted by three
+ * times the slots of later effects, from the index; idemctl verify is
+ * clean.
+ */
+#define ROTATE_CAPACITY		128
+#define ROTATE_SEGMENT_BYTES	"1048576"
+/* Enough to fill the segment twice: the first rotation dies. */
+#define ROTATE_EFFECTS		40
+
+static void
+test_kill_between_checkpoint_commits(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--capacity", "128",
+	    "--result-bytes", "16777216", "--segment-bytes",
+	    ROTATE_SEGMENT_BYTES, NULL };
+	static const char *const env[] = {
+	    "IDEM_CRASH_AT=between_index_commits", NULL };
+	char			*receipts[ROTATE_EFFECTS], *later;
+	struct index_stats	 st;
+	int			 i, answered = 0;
+
+#ifndef IDEM_FAULT_INJECTION
+	harness_skip("built without --enable-fault-injection: no crash "
+	    "points");
+	return;
+#endif
+	assert_int_equal(harness_start(b, args, env), 0);
+	for (i = 0; i < ROTATE_EFFECTS; i++) {
+		if ((receipts[i] = commit_or_die(b, i, BATCHES_PAD)) == NULL)
+			break;
+		answered = i + 1;
+	}
+	/* All answered: the broker never reached the point. */
+	assert_true(answered < ROTATE_EFFECTS);
+	harness_wait_dead(b);
+	assert_true(answered < ROTATE_CAPACITY / 2);
+	/* No pass, not even a failed one: the rotation's checkpoint died. */
+	assert_int_equal(harness_log_count(b, "index pass: "), 0);
+	assert_int_equal(segments_in_place(b), 2);
+	assert_int_equal(journal_entries(b, ".checkpoint-"), 1);
+	/* A batch in, the meta not moved, no file in place. */
+	index_stats_of(b, &st);
+	assert_true(st.entries >= 1);
+	assert_true(st.entries < (uint64_t)answered);
+	assert_int_equal(st.checkpoint, 0);
+	assert_int_equal(checkpoints_in_place(b), 0);
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	assert_reused(b, receipts, answered, "after the restart");
+	for (i = ROTATE_EFFECTS; i < ROTATE_EFFECTS + 3 * ROTATE_CAPACITY;
+	    i++) {
+		assert_non_null(later = commit_or_die(b, i, 0));
+		free(later);
+	}
+	assert_reused(b, receipts, answered, "evicted, from the index");
+	verify_clean(b);
+	for (i = 0; i < answered; i++)
+		free(receipts[i]);
+	harness_finish(b);
+}
+
+/*
+ * The journal fails after an index pass's first commit.  A table
+ * of 2048 slots: the index pass asked for at 1,025 committed reads the
  * first 1,024 slots (one chunk: 17 batches of 64 puts), and the effect
  * begun next, in slot 1,024, in the chunk after, followed by 80 more
- * committed.  The checkpoint is held after its first commit
+ * committed.  The index pass is held after its first commit
  * (IDEM_CRASH_HOLD_AT=between_index_commits), those 80 are committed;
  * the journal's fdatasync is then held (faultshim holdfail), and that
- * effect's complete put in the table while it is; the checkpoint goes
+ * effect's complete put in the table while it is; the index pass goes
  * on.  The next batch waits for the journal (copied_durable), and so
- * never puts the commit; without that wait the checkpoint reaches the
+ * never puts the commit; without that wait the index pass reaches the
  * effect's chunk and commits it to the index.  That is looked for, for
  * up to FAIL_LOOK_MS, before the held fdatasync fails: an absence has
  * no event to await.  Then the complete is not acknowledged, the
- * checkpoint fails, the index does not hold the effect, its retried
+ * index pass fails, the index does not hold the effect, its retried
  * complete (the same fence) commits, and idemctl verify is clean.
  */
 #define FAIL_CAPACITY	2048
@@ -414,12 +518,12 @@ test_journal_fails_between_index_commits(void **state)
 	snprintf(fence, sizeof fence, "%s", harness_str(r, "fence"));
 	json_decref(r);
 	free(reply);
-	/* The 1,025th commit: the checkpoint, held after its first commit. */
+	/* The 1,025th commit: the index pass, held after its first commit. */
 	free(commit_or_die(b, FAIL_FIRST, 0));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	assert_false(index_holds(b, FAIL_EFFECT));
 	/*
-	 * Slots after it, committed (durable) while the checkpoint is held:
+	 * Slots after it, committed (durable) while the pass is held:
 	 * its batch fills, and is committed before the copy's end (the
 	 * last batch waits for the journal in any case).
 	 */
@@ -434,7 +538,7 @@ test_journal_fails_between_index_commits(void **state)
 	assert_int_equal(harness_raw_send(fd, line), 0);
 	free(line);
 	harness_wait_log(b, "faultshim: a sync held", 1, FAIL_EVENT_MS);
-	close(w);			/* the checkpoint goes on */
+	close(w);			/* the pass goes on */
 	for (until = harness_now_ms() + FAIL_LOOK_MS;
 	    !leaked && harness_now_ms() < until;)
 		leaked = index_holds(b, FAIL_EFFECT);
@@ -446,8 +550,8 @@ test_journal_fails_between_index_commits(void **state)
 	free(reply);
 	if (leaked)
 		fail_msg("fx-%d's lost commit reached the index", FAIL_EFFECT);
-	harness_wait_log(b, "the journal failed while the table was copied",
-	    1, FAIL_EVENT_MS);
+	harness_wait_log(b, "index pass: the journal failed while the table "
+	    "was read", 1, FAIL_EVENT_MS);
 	assert_false(index_holds(b, FAIL_EFFECT));
 	/* The retry (the journal reopened) commits afresh. */
 	for (until = harness_now_ms() + FAIL_EVENT_MS;;) {
@@ -478,6 +582,94 @@ test_journal_fails_between_index_commits(void **state)
 	harness_shim_finish(t);
 }
 
+/*
+ * What the arena's scout wants is an index pass, not a checkpoint: with
+ * the least arena (PASS_ARENA, one maximal result's record) and the
+ * default capacity, PASS_EFFECTS effects with results of about 4 KiB
+ * (three laps of the arena: each commits only once the arena reused
+ * earlier results, which it does only for entries the index has) make
+ * index passes and no rotation: one segment, no checkpoint file, the
+ * index's meta.checkpoint 0.  Every effect answers reused with its
+ * first receipt, and again after a kill -9 and a restart, whose replay
+ * of the one segment puts more results through the arena than it
+ * holds.  Before index passes each want was an early rotation with its
+ * checkpoint file.
+ */
+#define PASS_ARENA	"65552"
+#define PASS_EFFECTS	40
+#define PASS_PAD	4000
+
+/* PASS_EFFECTS effects through b, their receipts kept. */
+static void
+pass_effects(struct broker *b, char **receipts)
+{
+	int	i;
+
+	for (i = 0; i < PASS_EFFECTS; i++)
+		assert_non_null(receipts[i] = commit_or_die(b, i, PASS_PAD));
+}
+
+static void
+test_arena_wants_an_index_pass(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--result-bytes", PASS_ARENA,
+	    NULL };
+	char			*receipts[PASS_EFFECTS];
+	struct index_stats	 st;
+	int			 i;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	pass_effects(b, receipts);
+	assert_true(harness_log_count(b, PASS_DONE) >= 1);
+	assert_int_equal(harness_log_count(b, "checkpoint checkpoint-"), 0);
+	assert_reused(b, receipts, PASS_EFFECTS, "after the passes");
+	harness_kill(b);
+	assert_int_equal(segments_in_place(b), 1);
+	assert_int_equal(checkpoints_in_place(b), 0);
+	index_stats_of(b, &st);
+	assert_true(st.entries >= 1);
+	assert_int_equal(st.checkpoint, 0);
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	assert_reused(b, receipts, PASS_EFFECTS, "after kill -9");
+	assert_int_equal(segments_in_place(b), 1);
+	assert_int_equal(checkpoints_in_place(b), 0);
+	verify_clean(b);
+	for (i = 0; i < PASS_EFFECTS; i++)
+		free(receipts[i]);
+	harness_finish(b);
+}
+
+/*
+ * A full segment still rotates and checkpoints: the same run with
+ * --segment-bytes 4096 writes checkpoint files (and prunes the
+ * segments before them), every effect reused with its first receipt,
+ * also after a kill -9.
+ */
+static void
+test_full_segment_checkpoints(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--result-bytes", PASS_ARENA,
+	    "--segment-bytes", "4096", NULL };
+	char			*receipts[PASS_EFFECTS];
+	int			 i;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	pass_effects(b, receipts);
+	harness_wait_log(b, "checkpoint checkpoint-", 1,
+	    BATCHES_CHECKPOINT_WAIT_MS);
+	assert_reused(b, receipts, PASS_EFFECTS, "after the checkpoints");
+	harness_kill(b);
+	assert_true(checkpoints_in_place(b) >= 1);
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	assert_reused(b, receipts, PASS_EFFECTS, "after kill -9");
+	verify_clean(b);
+	for (i = 0; i < PASS_EFFECTS; i++)
+		free(receipts[i]);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -488,8 +680,15 @@ main(void)
 		    test_kill_between_index_commits_after_one, harness_setup,
 		    harness_teardown),
 		cmocka_unit_test_setup_teardown(
+		    test_kill_between_checkpoint_commits, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
 		    test_journal_fails_between_index_commits, shim_setup,
 		    harness_shim_teardown),
+		cmocka_unit_test_setup_teardown(test_arena_wants_an_index_pass,
+		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_full_segment_checkpoints,
+		    harness_setup, harness_teardown),
 	};
 
 	return harness_exit_status(FILTER_RUN(tests));

@@ -1152,6 +1152,80 @@ checkpoint_writeback_einval_after_a_piece_fails(void **state)
 }
 
 /*
+ * A rotation's checkpoint that fails is done again a second later while
+ * its segment is still the current one, not only at the next rotation:
+ * 70 effects of 60,000-byte results fill a 4 MiB segment, the
+ * checkpoint of segment 2 fails (ENOSPC), and with the disk healthy
+ * again small effects, a few megabytes short of the next rotation, see
+ * checkpoint-2 written and segment 1 pruned.  Fails (no checkpoint
+ * after RETRY_SMALL effects) when the retry waits for the next rotation.
+ */
+#define RETRY_BIG	70
+#define RETRY_SMALL	4000
+static const char *const retry_args[] = {
+	"--segment-bytes", "4194304", "--result-bytes", "33554432", NULL
+};
+
+static void
+retry_effect(struct idem_conn *c, const char *id, const char *result)
+{
+	struct idem_effect	 e, done;
+	struct idem_error	 err;
+
+	memset(&e, 0, sizeof e);
+	memset(&done, 0, sizeof done);
+	assert_int_equal(idem_effect_begin(c, id, "retry.test", "{\"n\":1}", 0,
+	    &e, &err), 0);
+	assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
+	assert_int_equal(idem_effect_complete(c, id, "retry.test", e.fence, 1,
+	    result, &done, &err), 0);
+	assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
+	idem_effect_clear(&e);
+	idem_effect_clear(&done);
+}
+
+static void
+failed_checkpoint_done_again_in_its_segment(void **state)
+{
+	static char		 result[PACE_RESULT + 16];
+	struct harness_shim	*t = *state;
+	struct broker		*b = &t->b;
+	struct idem_conn	*c;
+	char			 id[64];
+	int			 i;
+
+	snprintf(result, sizeof result, "\"%0*d\"", PACE_RESULT, 7);
+	assert_int_equal(harness_start(b, retry_args, t->env), 0);
+	harness_fault_rule(t->fault_file,
+	    "write .idem/journal/.checkpoint- ENOSPC");
+	assert_non_null(c = harness_connect(b));
+	for (i = 0; i < RETRY_BIG; i++) {
+		snprintf(id, sizeof id, "big/%d", i);
+		retry_effect(c, id, result);
+	}
+	harness_wait_log(b, ".checkpoint-0000000000000002.snap.tmp: write: ",
+	    1, TEST_EVENT_TIMEOUT_MS);
+	fault_clear(t);
+	for (i = 0; i < RETRY_SMALL &&
+	    harness_log_count(b, "checkpoint checkpoint-") == 0; i++) {
+		snprintf(id, sizeof id, "small/%d", i);
+		retry_effect(c, id, "{\"ok\":1}");
+	}
+	if (i == RETRY_SMALL)
+		fail_msg("no checkpoint after %d effects since the failure",
+		    RETRY_SMALL);
+	idem_close(c);
+	harness_wait_log(b, "checkpoint checkpoint-0000000000000002.snap: ",
+	    1, TEST_EVENT_TIMEOUT_MS);
+	/* Segment 1 pruned; segment 2 still the journal's last. */
+	assert_int_equal(count_named(b, ".idem/journal", "", ".jnl"), 1);
+	assert_int_equal(count_named(b, ".idem/journal",
+	    "0000000000000002.jnl", ""), 1);
+	assert_int_equal(harness_stop(b), 0);
+	harness_shim_finish(t);
+}
+
+/*
  * The write-back of the zeros of the segment made ahead fails (EIO):
  * that segment is not made (its file removed), the rotation creates its
  * own, as after any failure to make it (doc/journal.md, "The next
@@ -1486,6 +1560,7 @@ main(void)
 		T(report_fsync_eio_then_retry_writes_one_report),
 		T(sigterm_while_reopen_fails_stops_cleanly),
 		T(checkpoint_write_enospc_loses_nothing),
+		T(failed_checkpoint_done_again_in_its_segment),
 		T(checkpoint_writeback_eio_loses_nothing),
 		T(checkpoint_writeback_einval_after_a_piece_fails),
 		T(segment_writeback_eio_creates_the_segment),
