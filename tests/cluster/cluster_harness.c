@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -325,6 +326,68 @@ cluster_hold_setup(struct pgserver *server, const char *point,
 	snprintf(fifo, fifo_size, "%s.hold", root);
 	assert_int_equal(mkfifo(fifo, 0600), 0);
 	snprintf(hold, hold_size, "IDEM_CRASH_HOLD_AT=%s:%s", point, fifo);
+}
+
+void
+cluster_hold_start(struct pgserver *server, struct node *a,
+    const char *point, const char *threads, char root[256], char *fifo,
+    size_t fifo_size, char *env, size_t env_size)
+{
+	const char *const	 hold_env[] = { env, NULL };
+
+	cluster_hold_setup(server, point, root, fifo, fifo_size, env,
+	    env_size);
+	cluster_node_init(a, server->uri, root, "a");
+	a->store_connections = threads;
+	assert_int_equal(cluster_node_start(a, "60000", "1", NULL, NULL,
+	    hold_env), 0);
+}
+
+void
+cluster_held_end(struct node *a, const char *root, const char *fifo)
+{
+	cluster_node_kill(a);
+	unlink(fifo);
+	cluster_rm_root(root);
+}
+
+void
+cluster_send_line(int fd, char *line)
+{
+	assert_int_equal(harness_raw_send(fd, line), 0);
+	free(line);
+}
+
+void
+cluster_assert_unanswered(int fd)
+{
+	struct pollfd	 pfd = { .fd = fd, .events = POLLIN };
+
+	assert_int_equal(poll(&pfd, 1, 0), 0);
+}
+
+int
+cluster_sockets_of(pid_t pid)
+{
+	char		 path[320], target[64];
+	struct dirent	*de;
+	DIR		*dir;
+	ssize_t		 n;
+	int		 count = 0;
+
+	snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+	assert_non_null(dir = opendir(path));
+	while ((de = readdir(dir)) != NULL) {
+		snprintf(path, sizeof path, "/proc/%ld/fd/%s", (long)pid,
+		    de->d_name);
+		if ((n = readlink(path, target, sizeof target - 1)) <= 0)
+			continue;
+		target[n] = '\0';
+		if (strncmp(target, "socket:", 7) == 0)
+			count++;
+	}
+	closedir(dir);
+	return count;
 }
 
 int

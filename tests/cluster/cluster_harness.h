@@ -115,6 +115,23 @@ void	 cluster_hold_setup(struct pgserver *, const char *point,
 	    char root[256], char *fifo, size_t fifo_size, char *hold,
 	    size_t hold_size);
 
+/*
+ * One worker (threads store threads of each kind; NULL: idemd's
+ * default) on a fresh store and root (cluster_hold_setup), the first
+ * thread to reach point held there; cluster_held_end kills the node
+ * and removes its fifo and root.
+ */
+void	 cluster_hold_start(struct pgserver *, struct node *,
+	    const char *point, const char *threads, char root[256],
+	    char *fifo, size_t fifo_size, char *env, size_t env_size);
+void	 cluster_held_end(struct node *, const char *root, const char *fifo);
+/* Send line on fd (a raw connection) and free it. */
+void	 cluster_send_line(int fd, char *line);
+/* Nothing answered on fd yet. */
+void	 cluster_assert_unanswered(int fd);
+/* The sockets pid holds open (its listener, its connections). */
+int	 cluster_sockets_of(pid_t pid);
+
 struct CMUnitTest;
 int	 cluster_main(struct pgserver *, const struct CMUnitTest *tests,
 	    size_t count);

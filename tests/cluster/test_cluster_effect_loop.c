@@ -105,13 +105,6 @@ complete_line(const char *id, const char *fence)
 	return line;
 }
 
-static void
-send_line(int fd, char *line)
-{
-	assert_int_equal(harness_raw_send(fd, line), 0);
-	free(line);
-}
-
 /* A write_task's line (freed by send_line). */
 static char *
 write_task_line(const char *id, const char *subject)
@@ -153,49 +146,13 @@ want(json_t *reply, const char *disposition)
 	}
 }
 
-/* Nothing answered on fd yet. */
-static void
-assert_unanswered(int fd)
-{
-	struct pollfd	 pfd = { .fd = fd, .events = POLLIN };
-
-	assert_int_equal(poll(&pfd, 1, 0), 0);
-}
-
-/*
- * One worker (threads store threads of each kind) on a fresh store and
- * root, the first thread to reach point to hold there: fifo is what the
- * test opens to know it is held and closes to let it go.
- */
-static void
-hold_start(struct node *a, const char *point, const char *threads,
-    char *root, char *fifo, size_t fifo_size, char *env, size_t env_size)
-{
-	const char *const	 hold_env[] = { env, NULL };
-
-	cluster_hold_setup(&server, point, root, fifo, fifo_size, env,
-	    env_size);
-	cluster_node_init(a, server.uri, root, "a");
-	a->store_connections = threads;
-	assert_int_equal(cluster_node_start(a, "60000", "1", NULL, NULL,
-	    hold_env), 0);
-}
-
 /* The first effect op to reach its statements holds there. */
 static void
 held_start(struct node *a, char *root, char *fifo, size_t fifo_size,
     char *env, size_t env_size)
 {
-	hold_start(a, "before_effect_statement", THREADS, root, fifo,
+	cluster_hold_start(&server, a, "before_effect_statement", THREADS, root, fifo,
 	    fifo_size, env, env_size);
-}
-
-static void
-held_end(struct node *a, const char *root, const char *fifo)
-{
-	cluster_node_kill(a);
-	unlink(fifo);
-	cluster_rm_root(root);
 }
 
 /* The rows of id in the store (0 or 1) in state, or in any if < 0. */
@@ -223,26 +180,26 @@ loop_serves_while_an_effect_is_held(void **state)
 	held_start(&a, root, fifo, sizeof fifo, env, sizeof env);
 	/* A committed write_task, which the worker caches. */
 	assert_true((other = harness_raw_connect(&a.b)) >= 0);
-	send_line(other, write_task_line("cached-1", "Cached"));
+	cluster_send_line(other, write_task_line("cached-1", "Cached"));
 	reply = answer(other, "the first write_task");
 	want(reply, "created");
 	json_decref(reply);
 	/* Two begins of one key pipelined on one connection: the first holds. */
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, begin_line("held-1"));
-	send_line(held, begin_line("held-1"));
+	cluster_send_line(held, begin_line("held-1"));
+	cluster_send_line(held, begin_line("held-1"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	/* Meanwhile, the same worker: the cached retry, a whole effect. */
-	send_line(other, write_task_line("cached-1", "Cached"));
+	cluster_send_line(other, write_task_line("cached-1", "Cached"));
 	reply = answer(other, "the cached write_task retry");
 	want(reply, "reused");
 	json_decref(reply);
-	send_line(other, begin_line("free-1"));
+	cluster_send_line(other, begin_line("free-1"));
 	reply = answer(other, "another effect's begin");
 	want(reply, "proceed");
 	assert_non_null(fence = strdup(harness_str(reply, "fence")));
 	json_decref(reply);
-	send_line(other, complete_line("free-1", fence));
+	cluster_send_line(other, complete_line("free-1", fence));
 	free(fence);
 	reply = answer(other, "another effect's complete");
 	harness_assert_bool(reply, "ok", 1);
@@ -250,7 +207,7 @@ loop_serves_while_an_effect_is_held(void **state)
 	json_decref(reply);
 	assert_int_equal(rows_of("free-1", ROW_COMMITTED), 1);
 	/* The held op: unanswered, nothing of it in the store yet. */
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	assert_int_equal(rows_of("held-1", -1), 0);
 	/* Let go: its answer, then the pipelined one's, in that order. */
 	close(w);
@@ -264,32 +221,7 @@ loop_serves_while_an_effect_is_held(void **state)
 	assert_int_equal(rows_of("held-1", ROW_RESERVED), 1);
 	close(held);
 	close(other);
-	held_end(&a, root, fifo);
-}
-
-/* The sockets a process holds open (its listener, its connections). */
-static int
-sockets_of(pid_t pid)
-{
-	char		 path[320], target[64];
-	struct dirent	*de;
-	DIR		*dir;
-	ssize_t		 n;
-	int		 count = 0;
-
-	snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
-	assert_non_null(dir = opendir(path));
-	while ((de = readdir(dir)) != NULL) {
-		snprintf(path, sizeof path, "/proc/%ld/fd/%s", (long)pid,
-		    de->d_name);
-		if ((n = readlink(path, target, sizeof target - 1)) <= 0)
-			continue;
-		target[n] = '\0';
-		if (strncmp(target, "socket:", 7) == 0)
-			count++;
-	}
-	closedir(dir);
-	return count;
+	cluster_held_end(&a, root, fifo);
 }
 
 /*
@@ -312,12 +244,12 @@ client_gone_while_its_effect_is_held(void **state)
 	held_start(&a, root, fifo, sizeof fifo, env, sizeof env);
 	assert_int_equal(harness_workers(&a.b, before, 2), 1);
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, begin_line("gone-1"));
+	cluster_send_line(held, begin_line("gone-1"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
-	open_before = sockets_of(before[0]);
+	open_before = cluster_sockets_of(before[0]);
 	close(held);
 	deadline = harness_now_ms() + ANSWER_MS;
-	while (sockets_of(before[0]) != open_before - 1) {
+	while (cluster_sockets_of(before[0]) != open_before - 1) {
 		if (harness_now_ms() > deadline)
 			fail_msg("the worker never freed the closed "
 			    "connection");
@@ -330,7 +262,7 @@ client_gone_while_its_effect_is_held(void **state)
 	    "state = 1", 30))
 		fail_msg("the held begin of a closed connection never reserved");
 	assert_true((other = harness_raw_connect(&a.b)) >= 0);
-	send_line(other, begin_line("gone-1"));
+	cluster_send_line(other, begin_line("gone-1"));
 	reply = answer(other, "a begin after the gone client's");
 	want(reply, "in_progress");
 	json_decref(reply);
@@ -338,7 +270,7 @@ client_gone_while_its_effect_is_held(void **state)
 	assert_int_equal(harness_workers(&a.b, after, 2), 1);
 	assert_int_equal(after[0], before[0]);
 	assert_int_equal(harness_stop(&a.b), 0);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 /*
@@ -361,10 +293,10 @@ sigterm_while_an_effect_is_held(void **state)
 	held_start(&a, root, fifo, sizeof fifo, env, sizeof env);
 	/* Idle once its hello is answered: the worker has it. */
 	assert_true((idle = harness_raw_connect(&a.b)) >= 0);
-	send_line(idle, strdup("{\"op\":\"hello\"}"));
+	cluster_send_line(idle, strdup("{\"op\":\"hello\"}"));
 	json_decref(answer(idle, "hello"));
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, begin_line("term-1"));
+	cluster_send_line(held, begin_line("term-1"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	assert_int_equal(kill(a.b.pid, SIGTERM), 0);
 	pfd.fd = idle;
@@ -374,7 +306,7 @@ sigterm_while_an_effect_is_held(void **state)
 	line = harness_raw_read_line(idle);
 	assert_null(line);
 	close(idle);
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	close(w);
 	reply = answer(held, "the held begin after SIGTERM");
 	want(reply, "proceed");
@@ -383,7 +315,7 @@ sigterm_while_an_effect_is_held(void **state)
 	harness_wait_dead(&a.b);
 	assert_int_equal(a.b.exit_status, 0);
 	assert_int_equal(rows_of("term-1", ROW_RESERVED), 1);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 /*
@@ -406,16 +338,16 @@ effect_answered_while_a_creation_holds_its_thread(void **state)
 	int			 held, other, w;
 
 	(void)state;
-	hold_start(&a, "before_task_file_link", "1", root, fifo, sizeof fifo,
+	cluster_hold_start(&server, &a, "before_task_file_link", "1", root, fifo, sizeof fifo,
 	    env, sizeof env);
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
 	request = harness_write_task("held-1", "Hold me");
 	line = json_dumps(request, JSON_COMPACT);
 	json_decref(request);
-	send_line(held, line);
+	cluster_send_line(held, line);
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	assert_true((other = harness_raw_connect(&a.b)) >= 0);
-	send_line(other, begin_line("beside-1"));
+	cluster_send_line(other, begin_line("beside-1"));
 	reply = answer(other, "an effect_begin while a creation holds the "
 	    "only creation thread");
 	want(reply, "proceed");
@@ -423,7 +355,7 @@ effect_answered_while_a_creation_holds_its_thread(void **state)
 	json_decref(reply);
 	assert_int_equal(rows_of("beside-1", ROW_RESERVED), 1);
 	/* The creation is still held: unanswered, its temporary on disk. */
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	assert_int_equal(rows_of("held-1", ROW_RESERVED), 1);
 	assert_int_equal(cluster_temporaries(root), 1);
 	close(w);
@@ -435,7 +367,7 @@ effect_answered_while_a_creation_holds_its_thread(void **state)
 	assert_int_equal(cluster_temporaries(root), 0);
 	close(held);
 	close(other);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 int

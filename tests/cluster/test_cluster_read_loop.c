@@ -121,13 +121,6 @@ write_task_line(const char *id, const char *subject)
 	return line_of(harness_write_task(id, subject));
 }
 
-static void
-send_line(int fd, char *line)
-{
-	assert_int_equal(harness_raw_send(fd, line), 0);
-	free(line);
-}
-
 /* One reply's line on fd within ANSWER_MS, or the test fails. */
 static char *
 answer_line(int fd, const char *what)
@@ -164,49 +157,13 @@ want(json_t *reply, const char *disposition)
 		    json_dumps(reply, JSON_COMPACT));
 }
 
-/* Nothing answered on fd yet. */
-static void
-assert_unanswered(int fd)
-{
-	struct pollfd	 pfd = { .fd = fd, .events = POLLIN };
-
-	assert_int_equal(poll(&pfd, 1, 0), 0);
-}
-
-/*
- * One worker on a fresh store and root, the first read to reach its
- * statements to hold there: fifo is what the test opens to know it is
- * held and closes to let it go.
- */
-static void
-hold_start(struct node *a, const char *point, const char *threads,
-    char *root, char *fifo, size_t fifo_size, char *env, size_t env_size)
-{
-	const char *const	 hold_env[] = { env, NULL };
-
-	cluster_hold_setup(&server, point, root, fifo, fifo_size, env,
-	    env_size);
-	cluster_node_init(a, server.uri, root, "a");
-	a->store_connections = threads;
-	assert_int_equal(cluster_node_start(a, "60000", "1", NULL, NULL,
-	    hold_env), 0);
-}
-
 /* The first read to reach its statements holds there. */
 static void
 held_start(struct node *a, char *root, char *fifo, size_t fifo_size,
     char *env, size_t env_size)
 {
-	hold_start(a, "before_read_statement", NULL, root, fifo, fifo_size,
+	cluster_hold_start(&server, a, "before_read_statement", NULL, root, fifo, fifo_size,
 	    env, env_size);
-}
-
-static void
-held_end(struct node *a, const char *root, const char *fifo)
-{
-	cluster_node_kill(a);
-	unlink(fifo);
-	cluster_rm_root(root);
 }
 
 /*
@@ -228,7 +185,7 @@ created(int fd, const char *id)
 {
 	json_t	*reply;
 
-	send_line(fd, write_task_line(id, "Cached"));
+	cluster_send_line(fd, write_task_line(id, "Cached"));
 	reply = answer(fd, "a first write_task");
 	want(reply, "created");
 	json_decref(reply);
@@ -241,12 +198,12 @@ effect(int fd, const char *id, int complete)
 	json_t	*reply;
 	char	*fence;
 
-	send_line(fd, begin_line(id));
+	cluster_send_line(fd, begin_line(id));
 	reply = answer(fd, "an effect's begin");
 	want(reply, "proceed");
 	if (complete) {
 		assert_non_null(fence = strdup(harness_str(reply, "fence")));
-		send_line(fd, complete_line(id, fence));
+		cluster_send_line(fd, complete_line(id, fence));
 		free(fence);
 		json_decref(reply);
 		reply = answer(fd, "an effect's complete");
@@ -262,7 +219,7 @@ cached_retry_answered(int fd, const char *id)
 {
 	json_t	*reply;
 
-	send_line(fd, write_task_line(id, "Cached"));
+	cluster_send_line(fd, write_task_line(id, "Cached"));
 	reply = answer(fd, "the cached write_task retry");
 	want(reply, "reused");
 	json_decref(reply);
@@ -306,25 +263,25 @@ loop_serves_while_a_get_is_held(void **state)
 	effect(other, "done-1", 1);
 	/* A get of the task, and of the effect pipelined: the first holds. */
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, get_line("cached-1", NULL));
-	send_line(held, get_line("done-1", KIND));
+	cluster_send_line(held, get_line("cached-1", NULL));
+	cluster_send_line(held, get_line("done-1", KIND));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	/* Meanwhile, the same worker: the cached retry, a whole effect. */
 	cached_retry_answered(other, "cached-1");
 	effect(other, "free-1", 1);
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	/* Let go: its answer, then the pipelined one's, in that order. */
 	close(w);
 	held_task = answer_line(held, "the held get_submission");
 	held_effect = answer_line(held, "the get pipelined behind it");
 	/* The right answers: the bytes of the same gets, unheld. */
-	send_line(other, get_line("cached-1", NULL));
+	cluster_send_line(other, get_line("cached-1", NULL));
 	later = answer_line(other, "the task's get, unheld");
 	assert_string_equal(held_task, later);
 	assert_non_null(strstr(held_task, "\"found\":true"));
 	assert_non_null(strstr(held_task, "\"state\":\"committed\""));
 	free(later);
-	send_line(other, get_line("done-1", KIND));
+	cluster_send_line(other, get_line("done-1", KIND));
 	later = answer_line(other, "the effect's get, unheld");
 	assert_same_reply(held_effect, later);
 	assert_non_null(strstr(held_effect, "\"found\":true"));
@@ -334,7 +291,7 @@ loop_serves_while_a_get_is_held(void **state)
 	free(held_effect);
 	close(held);
 	close(other);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 /* The entry of entries whose client_submission_id is id, or NULL. */
@@ -365,12 +322,12 @@ loop_serves_while_a_diagnose_is_held(void **state)
 	created(other, "cached-1");
 	effect(other, "open-1", 0);
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, strdup("{\"op\":\"diagnose\",\"id\":7}"));
+	cluster_send_line(held, strdup("{\"op\":\"diagnose\",\"id\":7}"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	cached_retry_answered(other, "cached-1");
 	/* An effect begun while the diagnose waits: read once let go. */
 	effect(other, "open-2", 0);
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	close(w);
 	reply = answer(held, "the held diagnose");
 	harness_assert_bool(reply, "ok", 1);
@@ -389,7 +346,7 @@ loop_serves_while_a_diagnose_is_held(void **state)
 	json_decref(reply);
 	close(held);
 	close(other);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 static void
@@ -405,11 +362,11 @@ loop_serves_while_stats_is_held(void **state)
 	assert_true((other = harness_raw_connect(&a.b)) >= 0);
 	created(other, "cached-1");
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, strdup("{\"op\":\"stats\"}"));
+	cluster_send_line(held, strdup("{\"op\":\"stats\"}"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	cached_retry_answered(other, "cached-1");
 	effect(other, "free-1", 1);
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	close(w);
 	reply = answer(held, "the held stats");
 	harness_assert_bool(reply, "ok", 1);
@@ -422,32 +379,7 @@ loop_serves_while_stats_is_held(void **state)
 	json_decref(reply);
 	close(held);
 	close(other);
-	held_end(&a, root, fifo);
-}
-
-/* The sockets a process holds open (its listener, its connections). */
-static int
-sockets_of(pid_t pid)
-{
-	char		 path[320], target[64];
-	struct dirent	*de;
-	DIR		*dir;
-	ssize_t		 n;
-	int		 count = 0;
-
-	snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
-	assert_non_null(dir = opendir(path));
-	while ((de = readdir(dir)) != NULL) {
-		snprintf(path, sizeof path, "/proc/%ld/fd/%s", (long)pid,
-		    de->d_name);
-		if ((n = readlink(path, target, sizeof target - 1)) <= 0)
-			continue;
-		target[n] = '\0';
-		if (strncmp(target, "socket:", 7) == 0)
-			count++;
-	}
-	closedir(dir);
-	return count;
+	cluster_held_end(&a, root, fifo);
 }
 
 /*
@@ -475,12 +407,12 @@ client_gone_while_its_read_is_held(void **state)
 	effect(other, "open-1", 0);
 	effect(other, "open-2", 0);
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, strdup("{\"op\":\"diagnose\"}"));
+	cluster_send_line(held, strdup("{\"op\":\"diagnose\"}"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
-	open_before = sockets_of(before[0]);
+	open_before = cluster_sockets_of(before[0]);
 	close(held);
 	deadline = harness_now_ms() + ANSWER_MS;
-	while (sockets_of(before[0]) != open_before - 1) {
+	while (cluster_sockets_of(before[0]) != open_before - 1) {
 		if (harness_now_ms() > deadline)
 			fail_msg("the worker never freed the closed "
 			    "connection");
@@ -491,13 +423,13 @@ client_gone_while_its_read_is_held(void **state)
 	 * The read ran to its end, to no one: the next read (one read
 	 * thread, in order) is answered only after it, with the same rows.
 	 */
-	send_line(other, strdup("{\"op\":\"diagnose\"}"));
+	cluster_send_line(other, strdup("{\"op\":\"diagnose\"}"));
 	reply = answer(other, "a diagnose after the gone client's");
 	harness_assert_bool(reply, "ok", 1);
 	assert_int_equal(json_array_size(json_object_get(reply, "entries")),
 	    2);
 	json_decref(reply);
-	send_line(other, get_line("open-1", KIND));
+	cluster_send_line(other, get_line("open-1", KIND));
 	reply = answer(other, "a get after the gone client's");
 	harness_assert_bool(reply, "found", 1);
 	json_decref(reply);
@@ -506,7 +438,7 @@ client_gone_while_its_read_is_held(void **state)
 	assert_int_equal(after[0], before[0]);
 	assert_int_equal(harness_stop(&a.b), 0);
 	assert_no_sanitizer_report(&a);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 /*
@@ -530,7 +462,7 @@ sigterm_while_a_read_is_held(void **state)
 	assert_true((idle = harness_raw_connect(&a.b)) >= 0);
 	created(idle, "term-1");
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, get_line("term-1", NULL));
+	cluster_send_line(held, get_line("term-1", NULL));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
 	assert_int_equal(kill(a.b.pid, SIGTERM), 0);
 	pfd.fd = idle;
@@ -540,7 +472,7 @@ sigterm_while_a_read_is_held(void **state)
 	line = harness_raw_read_line(idle);
 	assert_null(line);
 	close(idle);
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	close(w);
 	reply = answer(held, "the held get after SIGTERM");
 	harness_assert_bool(reply, "found", 1);
@@ -551,7 +483,7 @@ sigterm_while_a_read_is_held(void **state)
 	harness_wait_dead(&a.b);
 	assert_int_equal(a.b.exit_status, 0);
 	assert_no_sanitizer_report(&a);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 /*
@@ -570,33 +502,33 @@ read_answered_while_an_effect_holds_its_thread(void **state)
 	int			 held, other, w;
 
 	(void)state;
-	hold_start(&a, "before_effect_statement", "1", root, fifo,
+	cluster_hold_start(&server, &a, "before_effect_statement", "1", root, fifo,
 	    sizeof fifo, env, sizeof env);
 	assert_true((other = harness_raw_connect(&a.b)) >= 0);
 	created(other, "task-1");
 	assert_true((held = harness_raw_connect(&a.b)) >= 0);
-	send_line(held, begin_line("held-1"));
+	cluster_send_line(held, begin_line("held-1"));
 	assert_true((w = open(fifo, O_WRONLY | O_CLOEXEC)) >= 0);
-	send_line(other, get_line("task-1", NULL));
+	cluster_send_line(other, get_line("task-1", NULL));
 	reply = answer(other, "a get_submission while an effect op holds "
 	    "the only effect thread");
 	harness_assert_bool(reply, "found", 1);
 	json_decref(reply);
-	send_line(other, strdup("{\"op\":\"diagnose\"}"));
+	cluster_send_line(other, strdup("{\"op\":\"diagnose\"}"));
 	reply = answer(other, "a diagnose while an effect op holds the only "
 	    "effect thread");
 	harness_assert_bool(reply, "ok", 1);
 	assert_int_equal(json_array_size(json_object_get(reply, "entries")),
 	    0);
 	json_decref(reply);
-	assert_unanswered(held);
+	cluster_assert_unanswered(held);
 	close(w);
 	reply = answer(held, "the held begin, let go");
 	want(reply, "proceed");
 	json_decref(reply);
 	close(held);
 	close(other);
-	held_end(&a, root, fifo);
+	cluster_held_end(&a, root, fifo);
 }
 
 int
