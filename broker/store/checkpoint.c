@@ -251,6 +251,26 @@ index_pending_hold(struct index_pending *pl, const struct subtab_entry *e,
 	return 0;
 }
 
+/*
+ * Hold e for the index without encoding it here (an index pass, or a
+ * checkpoint that leaves committed entries to the index): its size is
+ * its record's; its result is read from the arena when the index gets
+ * it.
+ */
+static int
+index_pending_hold_entry(struct index_pending *pl,
+    const struct subtab_entry *e, const char *key, uint32_t slot)
+{
+	struct journal_record	record;
+
+	memset(&record, 0, sizeof record);
+	record.type = e->kind == SUBTAB_KIND_EFFECT ? JOURNAL_RECORD_EFFECT :
+	    JOURNAL_RECORD_ENTRY;
+	record.entry = *e;
+	return index_pending_hold(pl, e, key, slot,
+	    journal_encoded_size(&record));
+}
+
 /* LMDB's default order: the bytes, then the shorter first. */
 static int
 index_order_cmp(const void *a, const void *b)
@@ -504,22 +524,20 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 			/* A slot whose state was lost with the journal. */
 			if (entries[i].state == SUBTAB_EMPTY)
 				continue;
+			if (index_owns &&
+			    entries[i].state == SUBTAB_COMMITTED) {
+				if (!(flags[i] & SUBTAB_SLOT_INDEXED) &&
+				    index_pending_hold_entry(&pending,
+				    &entries[i], keys[i], from + i) != 0)
+					goto index_failed;
+				entries[i].state = SUBTAB_EMPTY;
+				continue;
+			}
 			memset(&record, 0, sizeof record);
 			record.type = entries[i].kind == SUBTAB_KIND_EFFECT ?
 			    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
 			record.entry = entries[i];
 			memcpy(record.key, keys[i], entries[i].key_length);
-			if (index_owns &&
-			    entries[i].state == SUBTAB_COMMITTED) {
-				/* Its result is read when the index gets it. */
-				if (!(flags[i] & SUBTAB_SLOT_INDEXED) &&
-				    index_pending_hold(&pending, &entries[i],
-				    keys[i], from + i,
-				    journal_encoded_size(&record)) != 0)
-					goto index_failed;
-				entries[i].state = SUBTAB_EMPTY;
-				continue;
-			}
 			if (entries[i].kind == SUBTAB_KIND_EFFECT) {
 				record.result = result;
 				if (entries[i].result_length > 0 &&
@@ -716,7 +734,6 @@ checkpoint_index_pass(struct shm_segment *seg, struct index *ix,
 	uint32_t		*flags = NULL;
 	struct index_batch	 batch;
 	struct index_pending	 pending;
-	struct journal_record	 record;
 	char			(*keys)[SUBTAB_MAX_KEY_BYTES] = NULL;
 	uint8_t			*result = NULL;
 	uint64_t		 epoch;
@@ -748,13 +765,8 @@ checkpoint_index_pass(struct shm_segment *seg, struct index *ix,
 			if (entries[i].state != SUBTAB_COMMITTED ||
 			    (flags[i] & SUBTAB_SLOT_INDEXED))
 				continue;
-			memset(&record, 0, sizeof record);
-			record.type = entries[i].kind == SUBTAB_KIND_EFFECT ?
-			    JOURNAL_RECORD_EFFECT : JOURNAL_RECORD_ENTRY;
-			record.entry = entries[i];
-			/* Its result is read when the index gets it. */
-			if (index_pending_hold(&pending, &entries[i], keys[i],
-			    from + i, journal_encoded_size(&record)) != 0) {
+			if (index_pending_hold_entry(&pending, &entries[i],
+			    keys[i], from + i) != 0) {
 				asprintf(cause, "index pass: out of memory");
 				goto out;
 			}
