@@ -239,8 +239,7 @@ diagnose_done(struct pending *p, const struct backend_read_outcome *out)
 	json_t			*reply, *j, *entries;
 
 	if (out->result == BACKEND_READ_FAILED) {
-		pending_reply(p, reply_error_simple(p->id, out->err.code,
-		    out->err.retryable, "%s", out->err.message));
+		ops_reply_backend_error(p, &out->err);
 		return;
 	}
 	entries = dw->entries;

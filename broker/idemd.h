@@ -931,6 +931,10 @@ void	 op_stats(struct conn *, json_t *request, json_t *id);
  */
 struct pending *ops_read_pending_new(struct conn *, json_t *id,
 	    size_t op_size, void (*op_free)(void *));
+/* A backend's failure as p's answer, its code and words (not counted). */
+struct backend_error;
+void	 ops_reply_backend_error(struct pending *,
+	    const struct backend_error *);
 struct backend_row;
 /*
  * An effect's facts from a backend's row (get_submission, diagnose);

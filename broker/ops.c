@@ -143,9 +143,8 @@ ops_read_pending_new(struct conn *c, json_t *id, size_t op_size,
 	return p;
 }
 
-/* A failed read of the backend's (logged by it): not counted, as ever. */
-static void
-reply_backend_error(struct pending *p, const struct backend_error *err)
+void
+ops_reply_backend_error(struct pending *p, const struct backend_error *err)
 {
 	pending_reply(p, reply_error_simple(p->id, err->code, err->retryable,
 	    "%s", err->message));
@@ -161,7 +160,7 @@ get_done(struct pending *p, const struct backend_read_outcome *out)
 	json_t			*reply, *s = NULL;
 
 	if (out->result == BACKEND_READ_FAILED) {
-		reply_backend_error(p, &out->err);
+		ops_reply_backend_error(p, &out->err);
 		return;
 	}
 	if (out->result == BACKEND_READ_FOUND)

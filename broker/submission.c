@@ -77,8 +77,7 @@ submission_done(struct pending *p, const struct backend_create_outcome *out)
 		break;
 	case BACKEND_CREATE_FAILED:
 		atomic_fetch_add(&idemd_of(p)->seg.header->counters.errors, 1);
-		pending_reply(p, reply_error_simple(p->id, out->err.code,
-		    out->err.retryable, "%s", out->err.message));
+		ops_reply_backend_error(p, &out->err);
 		break;
 	}
 }
