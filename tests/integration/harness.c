@@ -495,6 +495,25 @@ harness_connect(struct broker *b)
 	return c;
 }
 
+void
+harness_effect_commit(struct idem_conn *c, const char *kind,
+    const char *request, const char *id, const char *result)
+{
+	struct idem_effect	e, done;
+	struct idem_error	err;
+
+	memset(&e, 0, sizeof e);
+	memset(&done, 0, sizeof done);
+	assert_int_equal(idem_effect_begin(c, id, kind, request, 0, &e, &err),
+	    0);
+	assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
+	assert_int_equal(idem_effect_complete(c, id, kind, e.fence, 1, result,
+	    &done, &err), 0);
+	assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
+	idem_effect_clear(&e);
+	idem_effect_clear(&done);
+}
+
 json_t *
 harness_call_line(struct idem_conn *c, const char *line)
 {

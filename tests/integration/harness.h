@@ -54,6 +54,12 @@ void	 harness_segment_path(const struct broker *, char *out, size_t size);
 int	 harness_workers(struct broker *, pid_t *pids, int max);
 
 struct idem_conn *harness_connect(struct broker *);
+/*
+ * One effect through libidem on c: begun (it must proceed) and
+ * completed applied with result (it must commit).
+ */
+void	 harness_effect_commit(struct idem_conn *c, const char *kind,
+	    const char *request, const char *id, const char *result);
 /* Send a JSON request (consumed), return the parsed reply (or NULL). */
 json_t	*harness_call(struct idem_conn *, json_t *request);
 /* One request on a connection of its own (consumed); NULL if no reply. */

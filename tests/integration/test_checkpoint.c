@@ -513,24 +513,6 @@ static const char *const ckpt_effect_args[] = {
 	"--segment-bytes", "4194304", "--result-bytes", "33554432", NULL
 };
 
-static void
-effect_commit(struct idem_conn *c, const char *id, const char *result)
-{
-	struct idem_effect	e, done;
-	struct idem_error	err;
-
-	memset(&e, 0, sizeof e);
-	memset(&done, 0, sizeof done);
-	assert_int_equal(idem_effect_begin(c, id, CKPT_EFFECT_KIND,
-	    CKPT_EFFECT_REQUEST, 0, &e, &err), 0);
-	assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
-	assert_int_equal(idem_effect_complete(c, id, CKPT_EFFECT_KIND, e.fence,
-	    1, result, &done, &err), 0);
-	assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
-	idem_effect_clear(&e);
-	idem_effect_clear(&done);
-}
-
 /* The submissions the log's one written checkpoint says it holds. */
 static unsigned long
 checkpoint_submissions(const struct broker *b)
@@ -579,7 +561,8 @@ test_checkpoint_spans_several_buffers(void **state)
 		if (i == CKPT_EFFECTS_MAX)
 			fail_msg("%d effects and no checkpoint", i);
 		snprintf(id, sizeof id, "ckpt-effect/%d", i);
-		effect_commit(c, id, result);
+		harness_effect_commit(c, CKPT_EFFECT_KIND, CKPT_EFFECT_REQUEST,
+		    id, result);
 		written = harness_log_count(b, CKPT_SUCCESS);
 		failed = harness_log_count(b, CKPT_WRITE_FAILED);
 	}

@@ -1105,7 +1105,7 @@ checkpoint_writeback_einval_after_a_piece_fails(void **state)
 	struct harness_shim	*t = *state;
 	struct broker		*b = &t->b;
 	struct idem_conn	*c;
-	struct idem_effect	 e, done;
+	struct idem_effect	 e;
 	struct idem_error	 err;
 	char			 id[64];
 	int			 i;
@@ -1118,16 +1118,8 @@ checkpoint_writeback_einval_after_a_piece_fails(void **state)
 	assert_non_null(c = harness_connect(b));
 	for (i = 0; i < PACE_EFFECTS; i++) {
 		snprintf(id, sizeof id, "pace/%d", i);
-		memset(&e, 0, sizeof e);
-		memset(&done, 0, sizeof done);
-		assert_int_equal(idem_effect_begin(c, id, "pace.test",
-		    "{\"n\":1}", 0, &e, &err), 0);
-		assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
-		assert_int_equal(idem_effect_complete(c, id, "pace.test",
-		    e.fence, 1, result, &done, &err), 0);
-		assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
-		idem_effect_clear(&e);
-		idem_effect_clear(&done);
+		harness_effect_commit(c, "pace.test", "{\"n\":1}", id,
+		    result);
 	}
 	harness_wait_log(b, ".snap.tmp: write-back: Invalid argument", 1,
 	    TEST_EVENT_TIMEOUT_MS);
@@ -1167,24 +1159,6 @@ static const char *const retry_args[] = {
 };
 
 static void
-retry_effect(struct idem_conn *c, const char *id, const char *result)
-{
-	struct idem_effect	 e, done;
-	struct idem_error	 err;
-
-	memset(&e, 0, sizeof e);
-	memset(&done, 0, sizeof done);
-	assert_int_equal(idem_effect_begin(c, id, "retry.test", "{\"n\":1}", 0,
-	    &e, &err), 0);
-	assert_int_equal(e.disposition, IDEM_EFFECT_PROCEED);
-	assert_int_equal(idem_effect_complete(c, id, "retry.test", e.fence, 1,
-	    result, &done, &err), 0);
-	assert_int_equal(done.disposition, IDEM_EFFECT_COMMITTED);
-	idem_effect_clear(&e);
-	idem_effect_clear(&done);
-}
-
-static void
 failed_checkpoint_done_again_in_its_segment(void **state)
 {
 	static char		 result[PACE_RESULT + 16];
@@ -1201,7 +1175,8 @@ failed_checkpoint_done_again_in_its_segment(void **state)
 	assert_non_null(c = harness_connect(b));
 	for (i = 0; i < RETRY_BIG; i++) {
 		snprintf(id, sizeof id, "big/%d", i);
-		retry_effect(c, id, result);
+		harness_effect_commit(c, "retry.test", "{\"n\":1}", id,
+		    result);
 	}
 	harness_wait_log(b, ".checkpoint-0000000000000002.snap.tmp: write: ",
 	    1, TEST_EVENT_TIMEOUT_MS);
@@ -1209,7 +1184,8 @@ failed_checkpoint_done_again_in_its_segment(void **state)
 	for (i = 0; i < RETRY_SMALL &&
 	    harness_log_count(b, "checkpoint checkpoint-") == 0; i++) {
 		snprintf(id, sizeof id, "small/%d", i);
-		retry_effect(c, id, "{\"ok\":1}");
+		harness_effect_commit(c, "retry.test", "{\"n\":1}", id,
+		    "{\"ok\":1}");
 	}
 	if (i == RETRY_SMALL)
 		fail_msg("no checkpoint after %d effects since the failure",
