@@ -386,6 +386,11 @@ ce_run_done(struct pg_job *job)
 	struct pending			*p = ce->p;
 	struct backend_effect_outcome	 out = ce->out;	/* done may free p */
 
+	/* A row found or left committed, whole: cached for the retries. */
+	if (out.result == BACKEND_EFFECT_REUSED ||
+	    out.result == BACKEND_EFFECT_FOUND ||
+	    out.result == BACKEND_EFFECT_SETTLED)
+		pg_effect_cache_put(p);
 	ce_of(p)->done(p, &out);
 }
 
@@ -419,9 +424,17 @@ ce_dispatch(struct pending *p, enum pg_effect_call call,
 	}
 }
 
+/* A retry of an effect this broker holds committed needs no round trip. */
 void
 pg_effect_begin(struct pending *p, backend_effect_done_fn done)
 {
+	struct backend_effect_outcome	 out;
+
+	if (pg_effect_cache_begin(p, &out)) {
+		ce_of(p)->done = done;
+		done(p, &out);
+		return;
+	}
 	ce_dispatch(p, PG_EFFECT_BEGIN, done);
 }
 
