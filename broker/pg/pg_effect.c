@@ -38,6 +38,12 @@
  * only the reading and writing of the row, and each ends in one outcome
  * given to the op layer's done function (backend.h).
  *
+ * The cache (pg_effect_cache.c): a begin whose key this broker's table
+ * holds committed is answered from it, on the loop, with no job; a job
+ * whose row is committed and whole gives it to the table before its
+ * outcome goes to done.  Nothing else is cached: every other begin, and
+ * every complete, extend and resolve, reads the row.
+ *
  * Off the loop.  Each backend call (effect_begin, effect_claim,
  * effect_record) is one job on the worker's effect threads (pg_pool.c's
  * PG_POOL_EFFECT: up to --store-connections, each with its own
