@@ -633,8 +633,8 @@ int	 arena_read(struct shm_segment *, uint64_t offset, size_t length,
  */
 int	 arena_holds(struct shm_segment *, uint64_t offset, size_t length);
 /*
- * The bytes of a result the table only caches (subtab_cache_committed's
- * entries): owned by no slot, so reclaimable at once, and, since no
+ * The bytes of a result the table only caches (an entry whose truth is
+ * kept elsewhere, marked indexed at once: pg_effect_cache.c): owned by no slot, so reclaimable at once, and, since no
  * claim keeps the tail off them meanwhile, copied under the table lock.
  * A reader that finds them gone asks the store that keeps them.
  */
@@ -683,18 +683,10 @@ int	 subtab_apply_slot(struct shm_segment *, const char *key,
 	    size_t key_length, uint32_t hash, const struct subtab_entry *,
 	    uint32_t *slot);
 /*
- * A committed entry whose truth is kept elsewhere (the PostgreSQL store's
- * row), cached: inserted or overwritten as subtab_apply_slot does, and
- * evictable at once (marked SUBTAB_SLOT_INDEXED: durable elsewhere, so
- * that no index pass is wanted for it).  EBUSY: a request holds the
- * key's slot claimed.
- */
-int	 subtab_cache_committed(struct shm_segment *, const char *key,
-	    size_t key_length, const struct subtab_entry *, uint32_t *slot);
-/*
  * The checkpoint made these slots' committed states durable in the
  * index: they may be evicted from now on.  Slots no longer committed
- * are skipped.
+ * are skipped.  (The PostgreSQL backend marks so the committed effects
+ * it caches, durable in their rows: pg_effect_cache.c.)
  */
 void	 subtab_mark_indexed(struct shm_segment *, const uint32_t *slots,
 	    size_t count);

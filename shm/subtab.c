@@ -862,13 +862,8 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 	return subtab_apply_slot(seg, key, length, hash, entry, NULL);
 }
 
-/*
- * Insert key with entry, or overwrite the entry of the slot holding it;
- * the table lock held.  0 with *slot_out, or -1 and errno (ENOMEM: the
- * key heap; ENOSPC: no slot).
- */
-static int
-apply_locked(struct shm_segment *seg, const char *key, size_t length,
+int
+subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
     uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out)
 {
 	struct subtab_slot	*s;
@@ -878,9 +873,17 @@ apply_locked(struct shm_segment *seg, const char *key, size_t length,
 	uint32_t		 bucket, slot, index;
 	uint16_t		 key_length;
 
+	if (length == 0 || length > SUBTAB_MAX_KEY_BYTES ||
+	    !subtab_state_valid(entry->kind, entry->state)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (subtab_lock_table(seg) != 0)
+		return -1;
 	bucket = probe(seg, hash, key, length, &slot);
 	if (slot == UINT32_MAX) {
 		if (plan_slot(seg, length, &plan, &why) != 0) {
+			subtab_unlock_table(seg);
 			errno = why == SUBTAB_FULL_MEMORY ? ENOMEM : ENOSPC;
 			return -1;
 		}
@@ -899,75 +902,10 @@ apply_locked(struct shm_segment *seg, const char *key, size_t length,
 		s->entry.key_length = key_length;
 		atomic_store(&s->state, entry->state);
 	}
-	*slot_out = slot;
+	if (slot_out != NULL)
+		*slot_out = slot;
+	subtab_unlock_table(seg);
 	return 0;
-}
-
-int
-subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
-    uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out)
-{
-	uint32_t	slot;
-	int		rc;
-
-	if (length == 0 || length > SUBTAB_MAX_KEY_BYTES ||
-	    !subtab_state_valid(entry->kind, entry->state)) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (subtab_lock_table(seg) != 0)
-		return -1;
-	rc = apply_locked(seg, key, length, hash, entry, &slot);
-	subtab_unlock_table(seg);
-	if (rc == 0 && slot_out != NULL)
-		*slot_out = slot;
-	return rc;
-}
-
-/*
- * A committed entry whose truth is kept elsewhere (the PostgreSQL
- * store's row): put as subtab_apply_slot puts it and marked as durable
- * there (SUBTAB_SLOT_INDEXED) under the same lock, so that it may be
- * evicted at once, by the clock like any indexed entry, and the arena
- * never waits for an index pass for its bytes: no local index is asked
- * for it.  Never over a slot a request holds claimed (EBUSY).
- */
-int
-subtab_cache_committed(struct shm_segment *seg, const char *key,
-    size_t length, const struct subtab_entry *entry, uint32_t *slot_out)
-{
-	struct subtab_slot	*s;
-	uint32_t		 hash, slot;
-	int			 rc;
-
-	if (length == 0 || length > SUBTAB_MAX_KEY_BYTES ||
-	    entry->state != SUBTAB_COMMITTED ||
-	    !subtab_state_valid(entry->kind, entry->state)) {
-		errno = EINVAL;
-		return -1;
-	}
-	hash = hash_key(seg, key, length);
-	if (subtab_lock_table(seg) != 0)
-		return -1;
-	/* Never over a request's claim: that slot is its, in flight. */
-	probe(seg, hash, key, length, &slot);
-	if (slot != UINT32_MAX && seg->slots[slot].claim.worker != 0) {
-		subtab_unlock_table(seg);
-		errno = EBUSY;
-		return -1;
-	}
-	rc = apply_locked(seg, key, length, hash, entry, &slot);
-	if (rc == 0) {
-		s = &seg->slots[slot];
-		if (!(atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED)) {
-			atomic_fetch_or(&s->flags, SUBTAB_SLOT_INDEXED);
-			seg->header->indexed_count++;
-		}
-	}
-	subtab_unlock_table(seg);
-	if (rc == 0 && slot_out != NULL)
-		*slot_out = slot;
-	return rc;
 }
 
 size_t
