@@ -196,6 +196,9 @@ cl_answer(struct pending *p, int created)
  * stored under (fastpath_remember), so that later retries on this
  * broker are answered before the parse, as with the local store; not
  * cached, the slot is none (UINT32_MAX: the receipt store refuses it).
+ * The entry is marked as durable elsewhere (its row), so that the clock
+ * may evict it like an indexed one: unmarked, a full table kept the
+ * first --capacity receipts it was given and cached no later one.
  */
 static void
 cl_cache(struct pending *p)
@@ -210,9 +213,9 @@ cl_cache(struct pending *p)
 	    &s->entry) != 0)
 		log_debug("submission %s: not cached: %s", s->submission_id,
 		    strerror(errno));
-	else
-		(void)subtab_lookup(&cl_idemd(p)->seg, s->key, s->key_length,
-		    &cached, &s->slot);
+	else if (subtab_lookup(&cl_idemd(p)->seg, s->key, s->key_length,
+	    &cached, &s->slot) == 1)
+		subtab_mark_indexed(&cl_idemd(p)->seg, &s->slot, 1);
 }
 
 /* Read again after CLUSTER_POLL_MS (a live owner), on a thread. */

@@ -28,9 +28,18 @@
  *   cached a body before the compaction answers it whole (the
  *   creations' rule) while get_submission shows the row's tombstone.
  *
+ * - a_full_table_caches_on: a broker whose table holds 16 entries
+ *   commits 40 creations, then 8 effects; with the server stopped the
+ *   newest creation and the newest effect are answered from its table:
+ *   a cached entry is evictable (its row is the truth), so the cache
+ *   holds the newest, not the first 16 it was given (pg_create.c's
+ *   cl_cache marks a creation so, as pg_effect_cache.c marks an effect).
+ *
  * Each case fails on the code before the cache, where every effect_begin
  * reads the row: the retry with the server stopped answers
- * storage_unavailable.
+ * storage_unavailable.  The last failed also before cached creations
+ * were marked evictable: the table kept the first 16 and refused the
+ * rest, whose retries then needed the server.
  */
 
 #include <setjmp.h>
@@ -422,6 +431,68 @@ uncommitted_never_from_the_cache(void **state)
 	harness_finish(&root);
 }
 
+static void
+a_full_table_caches_on(void **state)
+{
+	static struct node	 a;
+	static struct broker	 root;
+	const char *const	 args[] = { "--store", server.uri, "--host-id",
+	    "a", "--lease-ms", "30000", "--workers", "1", "--capacity", "16",
+	    NULL };
+	char			 id[32], to[64], *last = NULL, *reply;
+	json_t			*r;
+	int			 i;
+
+	(void)state;
+	cluster_store_reset(&server);
+	harness_fresh_root(&root);
+	cluster_node_init(&a, server.uri, root.root, "a");
+	assert_int_equal(cluster_node_start_args(&a, args, NULL), 0);
+	for (i = 0; i < 40; i++) {
+		snprintf(id, sizeof id, "task-%d", i);
+		r = harness_must_call(&a.b, harness_write_task(id,
+		    "Fill the table"));
+		assert_string_equal(harness_str(r, "disposition"), "created");
+		json_decref(r);
+	}
+	for (i = 0; i < 8; i++) {
+		snprintf(id, sizeof id, "fx-full-%d", i);
+		snprintf(to, sizeof to, "n%d@example.org", i);
+		free(last);
+		last = commit(&a.b, id, to);
+	}
+	server_stop();
+	/* The newest of each, from the table. */
+	r = harness_must_call(&a.b, harness_write_task("task-39",
+	    "Fill the table"));
+	if (strcmp(harness_str(r, "disposition"), "reused") != 0)
+		fail_msg("task-39 with the server stopped: %s",
+		    json_dumps(r, JSON_COMPACT));
+	json_decref(r);
+	reply = begin(&a.b, "fx-full-7", "n7@example.org", 1);
+	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+		fail_msg("fx-full-7 with the server stopped: %s", reply);
+	{
+		char *want = harness_receipt_bytes(last);
+		char *got = harness_receipt_bytes(reply);
+
+		assert_string_equal(got, want);
+		free(want);
+		free(got);
+	}
+	free(reply);
+	/* The first creation left the table: its retry needs the row. */
+	r = harness_must_call(&a.b, harness_write_task("task-0",
+	    "Fill the table"));
+	reply = json_dumps(r, JSON_COMPACT);
+	json_decref(r);
+	unavailable(reply);
+	server_back();
+	free(last);
+	cluster_node_kill(&a);
+	harness_finish(&root);
+}
+
 /* The watchdog, and the server running (a failed case may stop it). */
 static int
 setup(void **state)
@@ -443,6 +514,8 @@ main(void)
 		    setup, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    uncommitted_never_from_the_cache,
+		    setup, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(a_full_table_caches_on,
 		    setup, cluster_kill_live_nodes),
 	};
 
