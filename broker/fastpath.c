@@ -47,7 +47,10 @@
  * receipt from the same bytes.  Once the arena reused them the full path
  * decides (whole from the index, or the tombstone).  The entry itself
  * never changes while committed in its slot (a slot given to another key
- * forgets its stored reply; the fingerprint covers the kind and id).
+ * forgets its stored reply; the fingerprint covers the kind and id); on
+ * PostgreSQL a key cached again is put anew, its result at another
+ * offset, which also forgets the stored reply (subtab_apply_slot), and
+ * receipts_put compares the whole entry, offset included.
  * Replies above the store's 4 KiB (results near their 64 KiB limit) are
  * not stored: those retries keep the full path.
  *

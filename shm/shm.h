@@ -683,10 +683,18 @@ int	 subtab_apply_slot(struct shm_segment *, const char *key,
 	    size_t key_length, uint32_t hash, const struct subtab_entry *,
 	    uint32_t *slot);
 /*
+ * A committed entry cached from a store that keeps it (PostgreSQL's
+ * rows: pg_create.c, pg_effect_cache.c): put as subtab_apply_slot puts
+ * one and, under the same hold of the lock, marked as subtab_mark_indexed
+ * marks one, evictable at once (no moment where a worker's death leaves
+ * it committed and never evictable).
+ */
+int	 subtab_apply_cached(struct shm_segment *, const char *key,
+	    size_t key_length, const struct subtab_entry *, uint32_t *slot);
+/*
  * The checkpoint made these slots' committed states durable in the
  * index: they may be evicted from now on.  Slots no longer committed
- * are skipped.  (The PostgreSQL backend marks so the committed effects
- * it caches, durable in their rows: pg_effect_cache.c.)
+ * are skipped.
  */
 void	 subtab_mark_indexed(struct shm_segment *, const uint32_t *slots,
 	    size_t count);

@@ -14,16 +14,14 @@
  * compact), which keeps every fact of the receipt but the result: so
  * an entry taken from a committed row, whole, answers a retry with the
  * receipt the row would give, byte for byte.  The table is a cache here,
- * not the truth: the entry goes in marked as durable elsewhere
- * (subtab_mark_indexed: evictable at once, by the clock like any indexed
- * entry, and no pass of this broker's own index is ever wanted for it)
- * and its result's bytes with arena_put_cached (reclaimable at once: no
- * slot owns them).  On this store no request claims an effect's slot
- * (its claims are the row's), so the entry is put as replay puts one
- * (subtab_apply_slot).  Between the put and the mark another worker
- * may do the same for the key; the worst the two can do is mark a
- * cached creation that took the slot meanwhile evictable, which its
- * row allows too.  A retry is answered from the table only while the
+ * not the truth: the entry goes in marked as durable elsewhere, under
+ * the same hold of the table lock (subtab_apply_cached: evictable at
+ * once, by the clock like any indexed entry, and no pass of this
+ * broker's own index is ever wanted for it), as cached creations are
+ * (pg_create.c), and its result's bytes with arena_put_cached
+ * (reclaimable at once: no slot owns them).  On this store no request
+ * claims a slot (its claims are the rows'), so the put overwrites
+ * whatever the key's slot held.  A retry is answered from the table only while the
  * arena still holds them (arena_read, never torn bytes); once they are
  * gone, or the entry is, the retry reads the row.  That is the local
  * store's rule (fastpath.c's: whole while the arena holds the result)
@@ -136,13 +134,12 @@ pg_effect_cache_put(struct pending *p)
 		    e->kind, strerror(errno));
 		return;
 	}
-	if (subtab_apply_slot(seg, e->key, e->key_length,
-	    subtab_prefetch(seg, e->key, e->key_length), &entry, &slot) != 0) {
+	if (subtab_apply_cached(seg, e->key, e->key_length, &entry,
+	    &slot) != 0) {
 		log_debug("effect %s (%s): not cached: the table: %s", e->id,
 		    e->kind, strerror(errno));
 		return;
 	}
-	subtab_mark_indexed(seg, &slot, 1);
 	e->entry.result_offset = entry.result_offset;
 	e->cold = 0;
 }

@@ -29,17 +29,21 @@
  *   creations' rule) while get_submission shows the row's tombstone.
  *
  * - a_full_table_caches_on: a broker whose table holds 16 entries
- *   commits 40 creations, then 8 effects; with the server stopped the
- *   newest creation and the newest effect are answered from its table:
- *   a cached entry is evictable (its row is the truth), so the cache
- *   holds the newest, not the first 16 it was given (pg_create.c's
- *   cl_cache marks a creation so, as pg_effect_cache.c marks an effect).
+ *   commits 40 creations, 24 effects and one more creation; with the
+ *   server stopped the newest creation and the newest effect are
+ *   answered from its table: a cached entry is evictable (its row is the
+ *   truth), so the cache holds the newest, not the first 16 it was given
+ *   (subtab_apply_cached, for creations and effects alike).
+ * - a_turned_arena_reads_the_row: with the least result arena, 12
+ *   effects of 8 KiB results; with the server stopped the newest is
+ *   answered from the table, the oldest, whose bytes the arena reused,
+ *   not (storage_unavailable: it would read the row), on both paths.
  *
  * Each case fails on the code before the cache, where every effect_begin
  * reads the row: the retry with the server stopped answers
- * storage_unavailable.  The last failed also before cached creations
- * were marked evictable: the table kept the first 16 and refused the
- * rest, whose retries then needed the server.
+ * storage_unavailable.  a_full_table_caches_on failed also with either
+ * kind's entries put unmarked: the table kept the first 16 and refused
+ * the rest, whose retries then needed the server.
  */
 
 #include <setjmp.h>
@@ -455,23 +459,27 @@ a_full_table_caches_on(void **state)
 		assert_string_equal(harness_str(r, "disposition"), "created");
 		json_decref(r);
 	}
-	for (i = 0; i < 8; i++) {
+	for (i = 0; i < 24; i++) {
 		snprintf(id, sizeof id, "fx-full-%d", i);
 		snprintf(to, sizeof to, "n%d@example.org", i);
 		free(last);
 		last = commit(&a.b, id, to);
 	}
+	r = harness_must_call(&a.b, harness_write_task("task-40",
+	    "Fill the table"));
+	assert_string_equal(harness_str(r, "disposition"), "created");
+	json_decref(r);
 	server_stop();
 	/* The newest of each, from the table. */
-	r = harness_must_call(&a.b, harness_write_task("task-39",
+	r = harness_must_call(&a.b, harness_write_task("task-40",
 	    "Fill the table"));
 	if (strcmp(harness_str(r, "disposition"), "reused") != 0)
-		fail_msg("task-39 with the server stopped: %s",
+		fail_msg("task-40 with the server stopped: %s",
 		    json_dumps(r, JSON_COMPACT));
 	json_decref(r);
-	reply = begin(&a.b, "fx-full-7", "n7@example.org", 1);
+	reply = begin(&a.b, "fx-full-23", "n23@example.org", 1);
 	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
-		fail_msg("fx-full-7 with the server stopped: %s", reply);
+		fail_msg("fx-full-23 with the server stopped: %s", reply);
 	{
 		char *want = harness_receipt_bytes(last);
 		char *got = harness_receipt_bytes(reply);
@@ -489,6 +497,76 @@ a_full_table_caches_on(void **state)
 	unavailable(reply);
 	server_back();
 	free(last);
+	cluster_node_kill(&a);
+	harness_finish(&root);
+}
+
+static void
+a_turned_arena_reads_the_row(void **state)
+{
+	static struct node	 a;
+	static struct broker	 root;
+	const char *const	 args[] = { "--store", server.uri, "--host-id",
+	    "a", "--lease-ms", "30000", "--workers", "1", "--result-bytes",
+	    "65552", NULL };
+	char			 id[32], *big, *first = NULL, *last = NULL;
+	char			*proceed, *reply;
+	int			 i;
+
+	(void)state;
+	cluster_store_reset(&server);
+	harness_fresh_root(&root);
+	cluster_node_init(&a, server.uri, root.root, "a");
+	assert_int_equal(cluster_node_start_args(&a, args, NULL), 0);
+	assert_non_null(big = malloc(8193));
+	memset(big, 'r', 8192);
+	big[8192] = '\0';
+	for (i = 0; i < 12; i++) {
+		snprintf(id, sizeof id, "fx-arena-%d", i);
+		proceed = begin(&a.b, id, "arena@example.org", 0);
+		holds(strdup(proceed), "\"disposition\":\"proceed\"");
+		reply = complete(&a.b, id, proceed, "applied", big);
+		free(proceed);
+		holds(strdup(reply), "\"state\":\"committed\"");
+		if (i == 0)
+			first = reply;
+		else {
+			free(last);
+			last = reply;
+		}
+	}
+	server_stop();
+	/* The newest: its bytes still in the arena, from the table. */
+	reply = begin(&a.b, "fx-arena-11", "arena@example.org", 1);
+	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+		fail_msg("fx-arena-11 with the server stopped: %s", reply);
+	{
+		char *want = harness_receipt_bytes(last);
+		char *got = harness_receipt_bytes(reply);
+
+		assert_string_equal(got, want);
+		free(want);
+		free(got);
+	}
+	free(reply);
+	/* The oldest: its entry is there, its bytes are not: the row. */
+	unavailable(begin(&a.b, "fx-arena-0", "arena@example.org", 1));
+	unavailable(begin(&a.b, "fx-arena-0", "arena@example.org", 0));
+	server_back();
+	/* Read again from the row, whole. */
+	reply = begin(&a.b, "fx-arena-0", "arena@example.org", 1);
+	{
+		char *want = harness_receipt_bytes(first);
+		char *got = harness_receipt_bytes(reply);
+
+		assert_string_equal(got, want);
+		free(want);
+		free(got);
+	}
+	free(reply);
+	free(first);
+	free(last);
+	free(big);
 	cluster_node_kill(&a);
 	harness_finish(&root);
 }
@@ -516,6 +594,8 @@ main(void)
 		    uncommitted_never_from_the_cache,
 		    setup, cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(a_full_table_caches_on,
+		    setup, cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(a_turned_arena_reads_the_row,
 		    setup, cluster_kill_live_nodes),
 	};
 
