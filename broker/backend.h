@@ -190,8 +190,12 @@ struct backend {
  */
 #define BACKEND_ONE_ACCEPT_A_WAKEUP	0x2
 /*
- * Effects live in this broker's table and arena, which no other broker
- * changes: the fast path may answer their retries (fastpath.c).
+ * A committed effect in this broker's table is answered from it while
+ * the arena holds its result: the fast path may answer its retries
+ * (fastpath.c).  Local: the table and the arena are the effects' own,
+ * which no other broker changes; PostgreSQL: they cache committed rows
+ * whole (pg_effect_cache.c), which change only into a tombstone, whose
+ * cached body answers on until it leaves (doc/cluster.md, "Effects").
  */
 #define BACKEND_EFFECTS_IN_TABLE	0x4
 /*
@@ -234,8 +238,9 @@ struct backend {
 	 * both again by the server's clock; FOUND if they no longer hold).
 	 */
 	void	(*effect_record)(struct pending *, backend_effect_done_fn);
-	/* A committed effect's result bytes (lazily: the arena, the index,
-	   the row); 0, or -1 unreadable.  *pruned: a tombstone's. */
+	/* A committed effect's result bytes when e is not cold (lazily:
+	   local, the arena or the index; PostgreSQL, the copy it took from
+	   its cache); 0, or -1 unreadable.  *pruned: a tombstone's. */
 	int	(*effect_result)(struct pending *, const uint8_t **bytes,
 		    int *pruned);
 	/* Drop what the request holds (a table claim); idempotent.  The op

@@ -71,7 +71,9 @@
  * (broker/local/local_effect.c) acquires or claims the slot, waits for
  * the records to be durable and keeps the arena; with --store
  * postgresql://... the effect is a row (broker/pg/pg_effect.c reads it
- * and records each transition as a compare-and-set).  Each gives its
+ * and records each transition as a compare-and-set), and a committed
+ * one is cached in the table and the arena (pg_effect_cache.c), which
+ * answer its begin retries without a round trip.  Each gives its
  * outcome to effect_begun, effect_claimed or effect_recorded; the
  * answers and the judges of complete and resolve below serve both.
  */
@@ -384,7 +386,9 @@ receipt_head_text(struct replytext *t, const struct effect *e,
  * the index) are checked against the result's digest, which is what
  * `idemctl verify` checks too; one hash, on the path that already made
  * a round trip or a disk read.  The arena's are the segment's own,
- * written from a checked request and read under its seqlock.
+ * written from a checked request (or, on PostgreSQL, from a row checked
+ * the same way before it was cached: pg_effect_cache.c) and read under
+ * its seqlock.
  */
 static int
 receipt_result(struct pending *p, int action_taken, const uint8_t **bytes)

@@ -47,14 +47,26 @@
  * receipt from the same bytes.  Once the arena reused them the full path
  * decides (whole from the index, or the tombstone).  The entry itself
  * never changes while committed in its slot (a slot given to another key
- * forgets its stored reply; the fingerprint covers the kind and id).
+ * forgets its stored reply; the fingerprint covers the kind and id); on
+ * PostgreSQL a key cached again is put anew, its result at another
+ * offset, which also forgets the stored reply (subtab_apply_slot), and
+ * receipts_put compares the whole entry, offset included.
  * Replies above the store's 4 KiB (results near their 64 KiB limit) are
- * not stored: those retries keep the full path.  Only the local store
- * keeps effects in this broker's table and arena
- * (BACKEND_EFFECTS_IN_TABLE); on PostgreSQL an effect is a row that
- * another broker may compact into a tombstone at any moment, so no
- * stored reply could be trusted there: the fast path never answers an
- * effect with that store.
+ * not stored: those retries keep the full path.
+ *
+ * Which stores: those whose full path answers a committed effect in the
+ * table from its entry while the arena holds its result
+ * (BACKEND_EFFECTS_IN_TABLE), the local one and the PostgreSQL one.  On
+ * PostgreSQL the row is the truth and the table a cache of committed
+ * rows, whole (broker/pg/pg_effect_cache.c): an effect_begin whose key
+ * the table holds committed is answered from the entry and the arena's
+ * bytes, without a round trip, the same receipt the row gives.  Another
+ * broker may compact the row into a tombstone at any moment; the
+ * cached body answers on, on both paths, until it leaves the table or
+ * the arena, as a cached creation does (doc/cluster.md, "Tombstones"):
+ * so the reasoning above holds there too, and the fast path answers what
+ * the full path would.  (Until 7 Dec 2026 nothing of an effect was
+ * cached on PostgreSQL, and the fast path never answered one there.)
  *
  * The fingerprint of the line being dispatched is kept in the worker's
  * struct fastpath (fastpath.h) between fastpath_answer and op_write_task

@@ -285,6 +285,8 @@ stat_value(struct idemd *d, enum idem_stat s, const struct index_stats *ix,
 		return atomic_load(&k->effects_reused);
 	case IDEM_STAT_effects_reused_fast:
 		return atomic_load(&k->effects_reused_fast);
+	case IDEM_STAT_effects_reused_cached:
+		return atomic_load(&k->effects_reused_cached);
 	case IDEM_STAT_effects_in_progress:
 		return atomic_load(&k->effects_in_progress);
 	case IDEM_STAT_effects_outcome_unknown:

@@ -62,6 +62,10 @@
 	X(effects_reused_fast, COUNTER, REPLIES,			\
 	    "Of the effects_reused replies, those answered from the "	\
 	    "stored reply without parsing the request.")		\
+	X(effects_reused_cached, COUNTER, REPLIES,			\
+	    "Of the effects_reused replies on the PostgreSQL store, "	\
+	    "those answered from this broker's table without a round "	\
+	    "trip to the store, after the parse.")			\
 	X(effects_in_progress, COUNTER, REPLIES,			\
 	    "effect_begin replies in_progress: another caller holds "	\
 	    "the lease.")						\

@@ -224,6 +224,30 @@ arena_put(struct shm_segment *seg, uint32_t slot, const void *data,
 	return 0;
 }
 
+/*
+ * A cached result (shm.h): its record owned by no slot (ARENA_NO_SLOT,
+ * reclaimable at once: the slot that names it is evictable too), so the
+ * tail may pass it as soon as the lock is let go, and a copy made after
+ * that could land on the next record's bytes: it is made under the lock.
+ */
+int
+arena_put_cached(struct shm_segment *seg, const void *data, size_t length,
+    uint64_t *offset)
+{
+	uint64_t	pos;
+	int		rc;
+
+	if (subtab_lock_table(seg) != 0)
+		return -1;
+	if ((rc = arena_place(seg, ARENA_NO_SLOT, length, &pos)) == 0) {
+		ring_store(seg->arena, (pos + SHM_RING_RECORD_HEADER_BYTES) %
+		    seg->header->arena_bytes, data, length);
+		*offset = pos + SHM_RING_RECORD_HEADER_BYTES;
+	}
+	subtab_unlock_table(seg);
+	return rc;
+}
+
 int
 arena_read(struct shm_segment *seg, uint64_t offset, size_t length,
     void *out)

@@ -53,7 +53,7 @@
 
 #define SHM_CACHELINE_BYTES	64
 #define SHM_MAGIC		0x4d48534d45444931ULL	/* "1IDEMSHM" */
-#define SHM_LAYOUT_VERSION	13
+#define SHM_LAYOUT_VERSION	14
 /* Average key bytes reserved per slot in the key heap; see doc/architecture.md. */
 #define SHM_HEAP_BYTES_PER_SLOT	56
 /*
@@ -248,6 +248,8 @@ struct shm_counters {
 	_Atomic uint64_t	effects_extended;	/* leases extended */
 	_Atomic uint64_t	reused_fast;	/* of reused: by the fast path */
 	_Atomic uint64_t	effects_reused_fast;	/* of effects_reused */
+	/* Of effects_reused: PostgreSQL's, from the table (pg_effect_cache.c). */
+	_Atomic uint64_t	effects_reused_cached;
 	/* The index's bytes the workers mapped ahead (history.c), all. */
 	_Atomic uint64_t	index_warm_bytes;
 };
@@ -630,6 +632,14 @@ int	 arena_read(struct shm_segment *, uint64_t offset, size_t length,
  * copying them (the retry fast path only asks whether they are there).
  */
 int	 arena_holds(struct shm_segment *, uint64_t offset, size_t length);
+/*
+ * The bytes of a result the table only caches (an entry whose truth is
+ * kept elsewhere, marked indexed at once: pg_effect_cache.c): owned by no slot, so reclaimable at once, and, since no
+ * claim keeps the tail off them meanwhile, copied under the table lock.
+ * A reader that finds them gone asks the store that keeps them.
+ */
+int	 arena_put_cached(struct shm_segment *, const void *, size_t length,
+	    uint64_t *offset);
 /* Replay, single-threaded: no lock; arena_own names the owner after. */
 #define ARENA_NO_SLOT	UINT32_MAX
 int	 arena_put_unlocked(struct shm_segment *, uint32_t slot, const void *,
@@ -672,6 +682,15 @@ int	 subtab_apply_hashed(struct shm_segment *, const char *key,
 int	 subtab_apply_slot(struct shm_segment *, const char *key,
 	    size_t key_length, uint32_t hash, const struct subtab_entry *,
 	    uint32_t *slot);
+/*
+ * A committed entry cached from a store that keeps it (PostgreSQL's
+ * rows: pg_create.c, pg_effect_cache.c): put as subtab_apply_slot puts
+ * one and, under the same hold of the lock, marked as subtab_mark_indexed
+ * marks one, evictable at once (no moment where a worker's death leaves
+ * it committed and never evictable).
+ */
+int	 subtab_apply_cached(struct shm_segment *, const char *key,
+	    size_t key_length, const struct subtab_entry *, uint32_t *slot);
 /*
  * The checkpoint made these slots' committed states durable in the
  * index: they may be evicted from now on.  Slots no longer committed

@@ -862,9 +862,29 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 	return subtab_apply_slot(seg, key, length, hash, entry, NULL);
 }
 
+static int apply_slot(struct shm_segment *, const char *, size_t, uint32_t,
+    const struct subtab_entry *, uint32_t *, int);
+
 int
 subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
     uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out)
+{
+	return apply_slot(seg, key, length, hash, entry, slot_out, 0);
+}
+
+int
+subtab_apply_cached(struct shm_segment *seg, const char *key, size_t length,
+    const struct subtab_entry *entry, uint32_t *slot_out)
+{
+	return apply_slot(seg, key, length, hash_key(seg, key, length), entry,
+	    slot_out, 1);
+}
+
+/* mark: the entry, put, is marked indexed under the same hold. */
+static int
+apply_slot(struct shm_segment *seg, const char *key, size_t length,
+    uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out,
+    int mark)
 {
 	struct subtab_slot	*s;
 	struct slot_plan	 plan;
@@ -902,6 +922,8 @@ subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
 		s->entry.key_length = key_length;
 		atomic_store(&s->state, entry->state);
 	}
+	if (mark)
+		subtab_mark_locked(seg, slot);
 	if (slot_out != NULL)
 		*slot_out = slot;
 	subtab_unlock_table(seg);
@@ -968,84 +990,6 @@ subtab_snapshot(struct shm_segment *seg, enum subtab_kind kind,
 	*rows_out = rows;
 	*count_out = count;
 	return 0;
-}
-
-uint32_t
-subtab_copy_flags(struct shm_segment *seg, uint32_t from, uint32_t max,
-    struct subtab_entry *entries, char (*keys)[SUBTAB_MAX_KEY_BYTES],
-    uint32_t *flags)
-{
-	const struct subtab_slot	*s;
-	uint32_t			 n = 0;
-
-	if (subtab_lock_table(seg) != 0)
-		return 0;
-	for (; n < max && from + n < seg->header->slots_used; n++) {
-		s = &seg->slots[from + n];
-		entries[n] = s->entry;
-		flags[n] = atomic_load(&s->flags);
-		memcpy(keys[n], seg->heap + s->key_offset, s->entry.key_length);
-	}
-	subtab_unlock_table(seg);
-	return n;
-}
-
-void
-subtab_mark_indexed(struct shm_segment *seg, const uint32_t *slots,
-    size_t count)
-{
-	struct subtab_slot	*s;
-	size_t			 i;
-
-	if (subtab_lock_table(seg) != 0)
-		return;
-	for (i = 0; i < count; i++) {
-		s = &seg->slots[slots[i]];
-		/* Unindexed committed slots are never evicted: still ours. */
-		if (s->entry.state != SUBTAB_COMMITTED ||
-		    (atomic_load(&s->flags) & SUBTAB_SLOT_INDEXED))
-			continue;
-		atomic_fetch_or(&s->flags, SUBTAB_SLOT_INDEXED);
-		seg->header->indexed_count++;
-	}
-	subtab_unlock_table(seg);
-}
-
-void
-subtab_mark_all_indexed(struct shm_segment *seg)
-{
-	uint32_t	i;
-
-	if (subtab_lock_table(seg) != 0)
-		return;
-	for (i = 0; i < seg->header->slots_used; i++) {
-		if (seg->slots[i].entry.state != SUBTAB_COMMITTED ||
-		    (atomic_load(&seg->slots[i].flags) & SUBTAB_SLOT_INDEXED))
-			continue;
-		atomic_fetch_or(&seg->slots[i].flags, SUBTAB_SLOT_INDEXED);
-		seg->header->indexed_count++;
-	}
-	subtab_unlock_table(seg);
-}
-
-/*
- * Under the table lock, although only a hint: the counters are plain
- * fields that every insert and checkpoint writes, and a read beside
- * those writes is a data race (ThreadSanitizer saw the journaler's read
- * meet the checkpoint's subtab_mark_indexed).  Once a journal round.
- */
-uint32_t
-subtab_unindexed(struct shm_segment *seg)
-{
-	struct shm_header	*h = seg->header;
-	uint32_t		 committed, indexed;
-
-	if (subtab_lock_table(seg) != 0)
-		return 0;
-	committed = h->state_counts[SUBTAB_COMMITTED];
-	indexed = h->indexed_count;
-	subtab_unlock_table(seg);
-	return committed > indexed ? committed - indexed : 0;
 }
 
 /*

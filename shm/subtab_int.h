@@ -3,8 +3,9 @@
  * subtab_int.h: what shm/'s table files share and nothing outside shm/
  * sees: the rings' record header and helpers (ring.c), which the result
  * arena (arena.c) and the receipt store (receipts.c) are built on, and
- * the table lock (subtab.c) their writers take.  Not in shm.h: no
- * caller of the segment needs any of it.
+ * the table lock (subtab.c) their writers take, and the mark of an
+ * evictable slot (subtab_marks.c) that subtab.c's puts set too.  Not in
+ * shm.h: no caller of the segment needs any of it.
  */
 #ifndef SUBTAB_INT_H
 #define SUBTAB_INT_H
@@ -36,5 +37,11 @@ uint64_t ring_used(_Atomic uint64_t *head, _Atomic uint64_t *tail,
 /* subtab.c: the table lock (repairing the table if its holder died). */
 int	 subtab_lock_table(struct shm_segment *);
 void	 subtab_unlock_table(struct shm_segment *);
+
+/*
+ * subtab_marks.c, under the table lock: slot i, if committed, evictable
+ * from now on (kept by the index or a row).
+ */
+void	 subtab_mark_locked(struct shm_segment *, uint32_t i);
 
 #endif /* SUBTAB_INT_H */

@@ -5,7 +5,8 @@
  * the check of the store before the root's lock) and the end of a
  * worker's store threads.  Its reads are pg_read.c's, its creations
  * pg_create.c's, its effects pg_effect.c's, each on store threads of
- * their own (pg_pool.c): the loop has no connection to the store.
+ * their own (pg_pool.c): the loop has no connection to the store.  Its
+ * cache of committed effects is pg_effect_cache.c's, on the loop.
  */
 #include <sys/stat.h>
 
@@ -120,7 +121,8 @@ pg_worker_stop(struct worker *w)
 
 const struct backend pg_backend = {
 	.name = "postgresql",
-	.flags = BACKEND_ONE_ACCEPT_A_WAKEUP | BACKEND_CLAIMS_READ_WATCH,
+	.flags = BACKEND_ONE_ACCEPT_A_WAKEUP | BACKEND_CLAIMS_READ_WATCH |
+	    BACKEND_EFFECTS_IN_TABLE,
 	.create_state_size = sizeof(struct pg_create),
 	.effect_state_size = sizeof(struct pg_effect),
 	.read_state_size = sizeof(struct pg_read),
@@ -132,6 +134,7 @@ const struct backend pg_backend = {
 	.effect_begin = pg_effect_begin,
 	.effect_claim = pg_effect_claim,
 	.effect_record = pg_effect_record,
+	.effect_result = pg_effect_result,
 	.release = pg_effect_release,
 	.get = pg_get,
 	.diagnose = pg_diagnose,

@@ -80,6 +80,18 @@ void	pg_effect_begin(struct pending *, backend_effect_done_fn);
 void	pg_effect_claim(struct pending *, backend_effect_done_fn);
 void	pg_effect_record(struct pending *, backend_effect_done_fn);
 void	pg_effect_release(struct pending *);
+/*
+ * pg_effect_cache.c: committed effects in this broker's table and arena
+ * (its DESIGN), on the loop.  put: the request's committed row, whole,
+ * cached (e->entry then names the arena's copy); begin: 1 and out when
+ * the table answers the begin (reused or the mismatch), 0 to ask the
+ * row; result: backend.h's effect_result.
+ */
+void	pg_effect_cache_put(struct pending *);
+int	pg_effect_cache_begin(struct pending *,
+	    struct backend_effect_outcome *);
+int	pg_effect_result(struct pending *, const uint8_t **bytes,
+	    int *pruned);
 
 /*
  * pg_read.c: get_submission's row, diagnose's rows, stats' history

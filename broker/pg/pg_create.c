@@ -196,23 +196,25 @@ cl_answer(struct pending *p, int created)
  * stored under (fastpath_remember), so that later retries on this
  * broker are answered before the parse, as with the local store; not
  * cached, the slot is none (UINT32_MAX: the receipt store refuses it).
+ * The entry is marked as durable elsewhere (its row) as it is put
+ * (subtab_apply_cached), so that the clock may evict it like an indexed
+ * one: unmarked, a full table kept the first --capacity receipts it was
+ * given and cached no later one.
  */
 static void
 cl_cache(struct pending *p)
 {
 	struct submission	*s = cl_sub(p);
-	struct subtab_entry	 cached;
 
 	s->slot = UINT32_MAX;
 	if (s->key_length == 0)
 		return;
-	if (subtab_apply(&cl_idemd(p)->seg, s->key, s->key_length,
-	    &s->entry) != 0)
+	if (subtab_apply_cached(&cl_idemd(p)->seg, s->key, s->key_length,
+	    &s->entry, &s->slot) != 0) {
+		s->slot = UINT32_MAX;
 		log_debug("submission %s: not cached: %s", s->submission_id,
 		    strerror(errno));
-	else
-		(void)subtab_lookup(&cl_idemd(p)->seg, s->key, s->key_length,
-		    &cached, &s->slot);
+	}
 }
 
 /* Read again after CLUSTER_POLL_MS (a live owner), on a thread. */

@@ -38,6 +38,12 @@
  * only the reading and writing of the row, and each ends in one outcome
  * given to the op layer's done function (backend.h).
  *
+ * The cache (pg_effect_cache.c): a begin whose key this broker's table
+ * holds committed is answered from it, on the loop, with no job; a job
+ * whose row is committed and whole gives it to the table before its
+ * outcome goes to done.  Nothing else is cached: every other begin, and
+ * every complete, extend and resolve, reads the row.
+ *
  * Off the loop.  Each backend call (effect_begin, effect_claim,
  * effect_record) is one job on the worker's effect threads (pg_pool.c's
  * PG_POOL_EFFECT: up to --store-connections, each with its own
@@ -386,6 +392,11 @@ ce_run_done(struct pg_job *job)
 	struct pending			*p = ce->p;
 	struct backend_effect_outcome	 out = ce->out;	/* done may free p */
 
+	/* A row found or left committed, whole: cached for the retries. */
+	if (out.result == BACKEND_EFFECT_REUSED ||
+	    out.result == BACKEND_EFFECT_FOUND ||
+	    out.result == BACKEND_EFFECT_SETTLED)
+		pg_effect_cache_put(p);
 	ce_of(p)->done(p, &out);
 }
 
@@ -419,9 +430,17 @@ ce_dispatch(struct pending *p, enum pg_effect_call call,
 	}
 }
 
+/* A retry of an effect this broker holds committed needs no round trip. */
 void
 pg_effect_begin(struct pending *p, backend_effect_done_fn done)
 {
+	struct backend_effect_outcome	 out;
+
+	if (pg_effect_cache_begin(p, &out)) {
+		ce_of(p)->done = done;
+		done(p, &out);
+		return;
+	}
 	ce_dispatch(p, PG_EFFECT_BEGIN, done);
 }
 

@@ -739,10 +739,51 @@ test_arena_least(void **state)
 	free(cause);
 }
 
+/*
+ * A cached result (the PostgreSQL store's: arena_put_cached, owned by no
+ * slot) never makes the arena refuse and never asks for an index pass:
+ * three arenas' worth are put, each readable right after its put, each
+ * gone (never torn) once a lap of later ones passed it.  With arena_put
+ * and committed slots not yet indexed the put after the first lap is
+ * refused (test_arena_reuses_only_indexed).
+ */
+static void
+test_arena_cached_reclaimable_at_once(void **state)
+{
+	struct segment_fixture	*f = *state;
+	struct shm_header	*h = f->seg.header;
+	uint8_t			 result[RINGS_RESULT_BYTES];
+	uint8_t			 big[RINGS_ARENA_BYTES];
+	uint64_t		 offsets[3 * RINGS_ARENA_BYTES /
+				    (16 + RINGS_RESULT_BYTES)];
+	size_t			 i, n = sizeof offsets / sizeof offsets[0];
+	size_t			 per_lap = RINGS_ARENA_BYTES /
+				    (16 + RINGS_RESULT_BYTES);
+
+	for (i = 0; i < n; i++) {
+		result_make(result, (int)i);
+		assert_int_equal(arena_put_cached(&f->seg, result,
+		    sizeof result, &offsets[i]), 0);
+		assert_result(f, (int)i, offsets[i], 1);
+		if (i >= per_lap)
+			assert_result(f, (int)(i - per_lap), offsets[i - per_lap],
+			    0);
+	}
+	assert_int_equal(atomic_load(&h->checkpoint_wanted), 0);
+	/* Too large for the arena at all: never, as arena_put. */
+	memset(big, 'x', sizeof big);
+	assert_int_equal(arena_put_cached(&f->seg, big, sizeof big,
+	    &offsets[0]), -1);
+	assert_int_equal(errno, EINVAL);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+		    test_arena_cached_reclaimable_at_once, setup_small_arena,
+		    unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_receipts_wrap_and_forget_overwritten, setup, unit_segment_teardown),
 		cmocka_unit_test_setup_teardown(test_receipts_names_wrap,
