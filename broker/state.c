@@ -386,7 +386,7 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	d->index_only = index_only;
 	existed = index_exists(idir);
 	if (existed && (history_open(d, 0, &why) != 0 ||
-	    index_stats(&d->index, &st) != 0)) {
+	    index_stats(&d->index, &st, NULL) != 0)) {
 		/* index.c: EINVAL is damage or another format. */
 		if (d->index_ready || errno == EINVAL) {
 			damaged = 1;
@@ -428,7 +428,7 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 		    idir, damaged ? "damaged" : "missing");
 	if (!d->index_ready && history_open(d, 0, cause) != 0)
 		return -1;
-	if (index_stats(&d->index, &st) != 0) {
+	if (index_stats(&d->index, &st, NULL) != 0) {
 		asprintf(cause, "index %s: unreadable after open", idir);
 		return -1;
 	}
@@ -468,7 +468,7 @@ replay_mark_held(struct replay *rp)
 	char			*cause = NULL;
 	int			 marked;
 
-	if (index_stats(&rp->d->index, &st) != 0 || st.entries == 0 ||
+	if (index_stats(&rp->d->index, &st, NULL) != 0 || st.entries == 0 ||
 	    subtab_unindexed(&rp->d->seg) == 0)
 		return 0;
 	if ((marked = replay_each_unindexed(rp, replay_held, &cause)) < 0)

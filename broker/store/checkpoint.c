@@ -509,7 +509,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	 * the checkpoint keeps everything, so that the index can be rebuilt
 	 * from it.
 	 */
-	if (ix != NULL && index_stats(ix, &istats) == 0 &&
+	if (ix != NULL && index_stats(ix, &istats, NULL) == 0 &&
 	    (istats.entries > seg->header->slots_used || *index_only_io > 0))
 		index_owns = 1;
 	/*
@@ -649,7 +649,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	if (ix != NULL) {
 		if (index_batch_commit(&batch, seg, segment, cause) != 0)
 			goto out;
-		if (index_stats(ix, &istats) == 0 && istats.entries > committed)
+		if (index_stats(ix, &istats, NULL) == 0 && istats.entries > committed)
 			index_only = istats.entries - committed;
 	}
 	memcpy(trailer, checkpoint_end, 8);

@@ -421,7 +421,7 @@ index_abort(struct index *x)
 }
 
 int
-index_stats(struct index *x, struct index_stats *s)
+index_stats(struct index *x, struct index_stats *s, char **cause)
 {
 	MDB_txn		*txn;
 	MDB_stat	 st;
@@ -431,10 +431,10 @@ index_stats(struct index *x, struct index_stats *s)
 
 	memset(s, 0, sizeof *s);
 	if ((rc = mdb_txn_begin(x->env, NULL, MDB_RDONLY, &txn)) != 0)
-		return index_fail(NULL, x->dir, "stat", rc);
+		return index_fail(cause, x->dir, "stat", rc);
 	if ((rc = mdb_stat(txn, x->receipts, &st)) != 0) {
 		mdb_txn_abort(txn);
-		return index_fail(NULL, x->dir, "stat", rc);
+		return index_fail(cause, x->dir, "stat", rc);
 	}
 	s->entries = st.ms_entries;
 	k.mv_data = (void *)index_meta_checkpoint;

@@ -968,7 +968,7 @@ index_checkpoint(struct broker *b)
 	struct index_stats	st;
 
 	open_index(b, &x);
-	assert_int_equal(index_stats(&x, &st), 0);
+	assert_int_equal(index_stats(&x, &st, NULL), 0);
 	index_close(&x);
 	return st.checkpoint;
 }
