@@ -361,8 +361,9 @@ replay_hint(struct journal_record *r, void *arg)
  * Open the index, or rebuild it when it is missing or damaged: the
  * checkpoint and the journal hold every committed entry unless some
  * lived only in the index (the checkpoint says how many).  Then the
- * index cannot be rebuilt, and start-up stops rather than forget them:
- * a retry of a forgotten id would execute again.
+ * index cannot be rebuilt, nor be older than that checkpoint, and
+ * start-up stops rather than forget them: a retry of a forgotten id
+ * would execute again.
  */
 static int
 open_index(struct replay *rp, const char *journal_dir, char **cause)

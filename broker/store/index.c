@@ -14,9 +14,12 @@
  * for byte) and "meta" (the format, and the checkpoint the index was
  * last written from).  Format in doc/journal.md, "The index".
  *
- * Writers: the master's checkpoint thread (index_begin, index_put,
- * index_commit), start-up, and `idemctl compact` with the broker
- * stopped.  LMDB's commit is its fsync: what index_commit returned 0
+ * Writers: the master's checkpoint thread (checkpoints and index
+ * passes: index_begin, index_put, index_commit), start-up, and
+ * `idemctl compact`, the broker running or not: LMDB serialises the
+ * write transactions of all processes (index_compact's one among the
+ * broker's).  `idemctl verify` and `backup` only read.  LMDB's commit
+ * is its fsync: what index_commit returned 0
  * for is durable, and a kill at any point before leaves the index as
  * the last commit left it (copy-on-write pages, two meta pages), never
  * torn.  Readers: every worker opens the environment itself (workers
