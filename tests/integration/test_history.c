@@ -1481,9 +1481,11 @@ test_index_older_than_checkpoint(void **state)
 	struct broker		*b = *state;
 	static struct history	 h;
 	static char		 effects[STALE_EFFECTS][8192];
-	char			 dir[PATH_MAX], dest[PATH_MAX], live[PATH_MAX];
-	char			 cmd[3 * PATH_MAX], out[8192], got[8192];
-	char			*cause = NULL, *log, *before, *after, *reply;
+	char			 dir[PATH_MAX], dest[PATH_MAX];
+	char			 live[PATH_MAX], cmd[3 * PATH_MAX];
+	char			 out[8192], got[8192];
+	char			*cause = NULL, *log, *before, *after;
+	char			*reply;
 	uint64_t		 segment, index_only, backed_up;
 	int			 i, retries = 0;
 

@@ -691,8 +691,10 @@ test_full_segment_checkpoints(void **state)
  * written while the slots were taken said 0, and a lost index would
  * have been "rebuilt" without the receipts it alone held.
  */
-#define READERS_BIG		300	/* at most: two rotations need ~140 */
-#define READERS_SMALL		20000	/* at most: a second's worth each */
+/* At most: two rotations take about 140. */
+#define READERS_BIG		300
+/* At most: a second's worth of small effects, twice. */
+#define READERS_SMALL		20000
 #define READERS_SMALL_ID	100000	/* the small effects' first id */
 #define READERS_MAX_TXNS	1024
 #define CHECKPOINT_WRITTEN	" new in the index, "
@@ -751,7 +753,8 @@ test_uncounted_index_fails_the_checkpoint(void **state)
 	    NULL };
 	static MDB_txn		*txns[READERS_MAX_TXNS];
 	char			*receipts[READERS_BIG], *small;
-	char			 dir[PATH_MAX], failed[40], again[40], done[40];
+	char			 dir[PATH_MAX], failed[40], again[40];
+	char			 done[40];
 	uint64_t		 segment, count, first;
 	MDB_env			*env;
 	int			 i, big = 0, taken, rc, written, n;
