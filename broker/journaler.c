@@ -695,10 +695,13 @@ journaler_want_index_pass(struct idemd *d)
 
 /*
  * A rotation's checkpoint that failed (the journal failed while it
- * copied, the index refused a write): again a second after, while its
- * segment is still the current one.  Not at the next rotation: until
- * one succeeds, the segments before it stay, a whole segment's worth or
- * more, and start-up replays them all.
+ * copied, the index refused a write or could not be counted): again at
+ * the first round a second or more after, while its segment is still
+ * the current one.  Only rounds that append records (or want an index
+ * pass) look, so an idle broker retries at its next records
+ * (doc/journal.md, "A failed checkpoint").  Not at the next rotation:
+ * until one succeeds, the segments before it stay, a whole segment's
+ * worth or more, and start-up replays them all.
  */
 static void
 journaler_retry_checkpoint(struct idemd *d)

@@ -244,7 +244,7 @@ stats_history(struct idemd *d, struct index_stats *ix, uint64_t *unindexed)
 
 	for (waits = 0;; waits++) {
 		before = atomic_load(&h->index_publishing);
-		if (!d->index_ready || index_stats(&d->index, ix) != 0)
+		if (!d->index_ready || index_stats(&d->index, ix, NULL) != 0)
 			memset(ix, 0, sizeof *ix);
 		*unindexed = subtab_unindexed(&d->seg);
 		if (((before & 1) == 0 &&

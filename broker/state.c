@@ -361,8 +361,9 @@ replay_hint(struct journal_record *r, void *arg)
  * Open the index, or rebuild it when it is missing or damaged: the
  * checkpoint and the journal hold every committed entry unless some
  * lived only in the index (the checkpoint says how many).  Then the
- * index cannot be rebuilt, and start-up stops rather than forget them:
- * a retry of a forgotten id would execute again.
+ * index cannot be rebuilt, nor be older than that checkpoint, and
+ * start-up stops rather than forget them: a retry of a forgotten id
+ * would execute again.
  */
 static int
 open_index(struct replay *rp, const char *journal_dir, char **cause)
@@ -386,7 +387,7 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	d->index_only = index_only;
 	existed = index_exists(idir);
 	if (existed && (history_open(d, 0, &why) != 0 ||
-	    index_stats(&d->index, &st) != 0)) {
+	    index_stats(&d->index, &st, NULL) != 0)) {
 		/* index.c: EINVAL is damage or another format. */
 		if (d->index_ready || errno == EINVAL) {
 			damaged = 1;
@@ -413,11 +414,14 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	if (!existed && index_only > 0) {
 		asprintf(cause, "the index %s is %s, and %llu committed "
 		    "receipts were kept only there (the checkpoint and the "
-		    "journal no longer hold them): restore it from a backup. "
+		    "journal no longer hold them): restore it from a backup "
+		    "taken with or after checkpoint-%016llx.snap (idemctl "
+		    "backup copies them together). "
 		    "idemd will not start without them, since a retry of one "
 		    "of those ids would execute again", idir,
 		    damaged ? "damaged" : "missing",
-		    (unsigned long long)index_only);
+		    (unsigned long long)index_only,
+		    (unsigned long long)segment);
 		return -1;
 	}
 	/* A root with a journal had an index: say it is being rebuilt. */
@@ -428,8 +432,35 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 		    idir, damaged ? "damaged" : "missing");
 	if (!d->index_ready && history_open(d, 0, cause) != 0)
 		return -1;
-	if (index_stats(&d->index, &st) != 0) {
+	if (index_stats(&d->index, &st, NULL) != 0) {
 		asprintf(cause, "index %s: unreadable after open", idir);
+		return -1;
+	}
+	/*
+	 * An index older than the newest checkpoint, which left receipts
+	 * to the index alone: an index restored from a backup taken before
+	 * that checkpoint (or copied aside before it), which lacks what
+	 * the checkpoints since gave it and then left out of their files.
+	 * On a store left by idemd this never holds: a checkpoint's last
+	 * index commit sets meta.checkpoint to its segment before the file
+	 * is renamed into place, index passes and idemctl compact leave it
+	 * as it is, and a rebuilt index (meta.checkpoint 0) is made only
+	 * when the checkpoint's count is 0.  Started on, the receipts it
+	 * lacks would be forgotten, and their retries execute again.
+	 */
+	if (existed && index_only > 0 && st.checkpoint < segment) {
+		asprintf(cause, "the index %s is older than the newest "
+		    "checkpoint, checkpoint-%016llx.snap (it was last "
+		    "written with checkpoint %016llx), which left %llu "
+		    "committed receipts to the index alone: it lacks those "
+		    "given to it since.  Restore an index taken with or "
+		    "after that checkpoint (idemctl backup copies them "
+		    "together), or the whole backup this index came from.  "
+		    "idemd will not start on it, since a retry of a receipt "
+		    "it lacks would execute again", idir,
+		    (unsigned long long)segment,
+		    (unsigned long long)st.checkpoint,
+		    (unsigned long long)index_only);
 		return -1;
 	}
 	rp->covers = segment != 0 && st.checkpoint >= segment;
@@ -468,7 +499,7 @@ replay_mark_held(struct replay *rp)
 	char			*cause = NULL;
 	int			 marked;
 
-	if (index_stats(&rp->d->index, &st) != 0 || st.entries == 0 ||
+	if (index_stats(&rp->d->index, &st, NULL) != 0 || st.entries == 0 ||
 	    subtab_unindexed(&rp->d->seg) == 0)
 		return 0;
 	if ((marked = replay_each_unindexed(rp, replay_held, &cause)) < 0)

@@ -502,7 +502,7 @@ copy_index(struct store_backup *b, int state_fd, int dest_state_fd,
 	if (rc == 0) {
 		memset(&x, 0, sizeof x);
 		if (index_open_at(&x, dfd, "the copy's index", INDEX_READONLY,
-		    cause) != 0 || index_stats(&x, &b->index) != 0) {
+		    cause) != 0 || index_stats(&x, &b->index, cause) != 0) {
 			if (*cause == NULL)
 				fail(cause, "the copy's index: %s",
 				    strerror(errno));

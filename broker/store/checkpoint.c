@@ -450,7 +450,7 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	uint8_t			 trailer[CHECKPOINT_TRAILER_BYTES];
 	uint8_t			*buf = NULL, *result = NULL;
 	size_t			 used = 0, need, n_encoded, window;
-	char			 name[64], temp[80];
+	char			 name[64], temp[80], *why;
 	uint64_t		 records = 0, epoch, offset;
 	uint32_t		 from = 0, n, i;
 	int			 fd = -1, rc = -1;
@@ -507,11 +507,18 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	 * copy's records, and a sixth of idemd's CPU an effect, in a run of
 	 * effects: doc/effects.md, "The checkpoints' share").  Before then
 	 * the checkpoint keeps everything, so that the index can be rebuilt
-	 * from it.
+	 * from it.  An index that cannot be counted (every LMDB reader slot
+	 * taken) fails the checkpoint: guessed, the copy could keep what
+	 * the index owns, or the header below could say that nothing is the
+	 * index's alone (stats_failed).
 	 */
-	if (ix != NULL && index_stats(ix, &istats) == 0 &&
-	    (istats.entries > seg->header->slots_used || *index_only_io > 0))
-		index_owns = 1;
+	if (ix != NULL) {
+		if (index_stats(ix, &istats, cause) != 0)
+			goto stats_failed;
+		if (istats.entries > seg->header->slots_used ||
+		    *index_only_io > 0)
+			index_owns = 1;
+	}
 	/*
 	 * The committed states the index lacks go to it in transactions of
 	 * about CHECKPOINT_INDEX_COMMIT_BYTES each (index_batch_commit).
@@ -649,7 +656,17 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	if (ix != NULL) {
 		if (index_batch_commit(&batch, seg, segment, cause) != 0)
 			goto out;
-		if (index_stats(ix, &istats) == 0 && istats.entries > committed)
+		/*
+		 * The header's count of receipts only the index holds: a
+		 * count of 0 would let start-up rebuild a lost index from
+		 * this file, which holds no committed entry once the index
+		 * owns them.  Not known, no file: the index is ahead of its
+		 * checkpoint, as after a crash here, and the retry
+		 * (journaler.c) counts again.
+		 */
+		if (index_stats(ix, &istats, cause) != 0)
+			goto stats_failed;
+		if (istats.entries > committed)
 			index_only = istats.entries - committed;
 	}
 	memcpy(trailer, checkpoint_end, 8);
@@ -673,6 +690,15 @@ checkpoint_write(int dir_fd, const char *dir, uint64_t segment,
 	rc = 0;
 	goto out;
 
+stats_failed:
+	why = *cause;
+	*cause = NULL;
+	asprintf(cause, "checkpoint %s: not written: the index's receipts "
+	    "could not be counted, and its header must say how many only "
+	    "the index holds (%s)", name, why != NULL ? why :
+	    strerror(errno));
+	free(why);
+	goto out;
 flush_failed:
 	if (flushed == -1)
 		goto index_failed;

@@ -14,9 +14,12 @@
  * for byte) and "meta" (the format, and the checkpoint the index was
  * last written from).  Format in doc/journal.md, "The index".
  *
- * Writers: the master's checkpoint thread (index_begin, index_put,
- * index_commit), start-up, and `idemctl compact` with the broker
- * stopped.  LMDB's commit is its fsync: what index_commit returned 0
+ * Writers: the master's checkpoint thread (checkpoints and index
+ * passes: index_begin, index_put, index_commit), start-up, and
+ * `idemctl compact`, the broker running or not: LMDB serialises the
+ * write transactions of all processes (index_compact's one among the
+ * broker's).  `idemctl verify` and `backup` only read.  LMDB's commit
+ * is its fsync: what index_commit returned 0
  * for is durable, and a kill at any point before leaves the index as
  * the last commit left it (copy-on-write pages, two meta pages), never
  * torn.  Readers: every worker opens the environment itself (workers
@@ -421,7 +424,7 @@ index_abort(struct index *x)
 }
 
 int
-index_stats(struct index *x, struct index_stats *s)
+index_stats(struct index *x, struct index_stats *s, char **cause)
 {
 	MDB_txn		*txn;
 	MDB_stat	 st;
@@ -431,10 +434,10 @@ index_stats(struct index *x, struct index_stats *s)
 
 	memset(s, 0, sizeof *s);
 	if ((rc = mdb_txn_begin(x->env, NULL, MDB_RDONLY, &txn)) != 0)
-		return index_fail(NULL, x->dir, "stat", rc);
+		return index_fail(cause, x->dir, "stat", rc);
 	if ((rc = mdb_stat(txn, x->receipts, &st)) != 0) {
 		mdb_txn_abort(txn);
-		return index_fail(NULL, x->dir, "stat", rc);
+		return index_fail(cause, x->dir, "stat", rc);
 	}
 	s->entries = st.ms_entries;
 	k.mv_data = (void *)index_meta_checkpoint;

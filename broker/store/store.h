@@ -481,7 +481,12 @@ int	index_put(struct index *, int form, const struct journal_record *,
 /* checkpoint (0: unchanged) is recorded with the same commit. */
 int	index_commit(struct index *, uint64_t checkpoint, char **cause);
 void	index_abort(struct index *);
-int	index_stats(struct index *, struct index_stats *);
+/*
+ * Its entries, pages and meta.checkpoint.  -1 with a cause (if cause is
+ * not NULL): a read transaction could not begin (every reader slot
+ * taken: MDB_READERS_FULL) or the database cannot be read.
+ */
+int	index_stats(struct index *, struct index_stats *, char **cause);
 /*
  * Where this process maps the index, how many bytes of the map the file
  * holds now (its pages in use), and the file's descriptor (LMDB's: only

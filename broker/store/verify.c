@@ -429,7 +429,8 @@ verify_index(struct verify *vf, const char *journal)
 		p.cause = cause;
 		verify_note(vf, &p);
 		free(cause);
-	} else if (vf->v->loaded.checkpoint != 0 && index_stats(&x, &st) == 0 &&
+	} else if (vf->v->loaded.checkpoint != 0 &&
+	    index_stats(&x, &st, NULL) == 0 &&
 	    st.checkpoint >= vf->v->loaded.checkpoint) {
 		/*
 		 * The checkpoint was read first, and was put in place only

@@ -10,7 +10,9 @@
  * nothing; compaction leaves tombstones that answer reused with
  * receipt_pruned:true and never execute again; a missing index is
  * rebuilt when the journal still holds it all and refused when it held
- * receipts nothing else does; the result arena and the fast path's
+ * receipts nothing else does, and an index older than a checkpoint that
+ * left receipts to it alone (restored from an older backup) is refused
+ * too; the result arena and the fast path's
  * receipt store, far smaller than what they held, reuse their space and
  * every retry still answers the same; and an id compacted whose bytes
  * those rings no longer hold (a result the arena reused, a reply the
@@ -968,7 +970,7 @@ index_checkpoint(struct broker *b)
 	struct index_stats	st;
 
 	open_index(b, &x);
-	assert_int_equal(index_stats(&x, &st), 0);
+	assert_int_equal(index_stats(&x, &st, NULL), 0);
 	index_close(&x);
 	return st.checkpoint;
 }
@@ -1419,6 +1421,136 @@ test_missing_index(void **state)
 		fail_msg("no refusal naming the lost receipts in: %s", log);
 	free(log);
 	/* Nothing was touched: putting the index back serves it all. */
+	harness_finish(b);
+}
+
+/*
+ * An index restored from a backup taken before the newest checkpoint,
+ * which left receipts to the index alone, is refused (the reviewer's
+ * case): a table of 16, segments of 8 KiB and the least arena, so that
+ * checkpoints soon leave committed entries to the index and count
+ * them (offset 48); 40 effects, an idemctl backup, 80 effects more and
+ * checkpoints since, a kill; the live index moved aside and the
+ * backup's put in its place.  Start-up stops naming the checkpoint and
+ * says what to restore, the journal's files unchanged; with the live
+ * index back every one of the 120 effects answers reused with its
+ * first receipt.  Without the refusal the stale index was taken, and
+ * most of the 80 later effects answered proceed: a second execution.
+ */
+#define STALE_FIRST	40
+#define STALE_EFFECTS	120
+static const char *const stale_args[] = { "--capacity", "16",
+    "--segment-bytes", "8192", "--result-bytes", "65552", NULL };
+
+/* The checkpoint an index (a directory) was last written with. */
+static uint64_t
+index_checkpoint_at(const char *dir)
+{
+	struct index		 x;
+	struct index_stats	 st;
+	char			*cause = NULL;
+
+	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0)
+		fail_msg("index_open %s: %s", dir, cause);
+	assert_int_equal(index_stats(&x, &st, NULL), 0);
+	index_close(&x);
+	return st.checkpoint;
+}
+
+/* The journal's files, each named with its SHA-256 (malloc'd). */
+static char *
+journal_files(struct broker *b)
+{
+	char	 cmd[800], *out;
+	FILE	*p;
+	size_t	 n;
+
+	snprintf(cmd, sizeof cmd, "cd '%s/%s' && ls -a && sha256sum -- *",
+	    b->root, IDEM_JOURNAL_DIR);
+	assert_non_null(out = calloc(1, 65536));
+	assert_non_null(p = popen(cmd, "r"));
+	n = fread(out, 1, 65535, p);
+	assert_int_equal(pclose(p), 0);
+	assert_true(n > 0 && n < 65535);
+	return out;
+}
+
+static void
+test_index_older_than_checkpoint(void **state)
+{
+	struct broker		*b = *state;
+	static struct history	 h;
+	static char		 effects[STALE_EFFECTS][8192];
+	char			 dir[PATH_MAX], dest[PATH_MAX];
+	char			 live[PATH_MAX], cmd[3 * PATH_MAX];
+	char			 out[8192], got[8192];
+	char			*cause = NULL, *log, *before, *after;
+	char			*reply;
+	uint64_t		 segment, index_only, backed_up;
+	int			 i, retries = 0;
+
+	memset(&h, 0, sizeof h);
+	snprintf(dest, sizeof dest, "%s.backup", b->root);
+	snprintf(live, sizeof live, "%s.index", b->root);
+	assert_int_equal(harness_start(b, stale_args, NULL), 0);
+	for (i = 0; i < STALE_FIRST; i++)
+		commit_effect(b, &h, i, WRAP_PAD, effects[i],
+		    sizeof effects[i], NULL, &retries);
+	if (harness_idemctl(out, sizeof out, "--root '%s' backup '%s'",
+	    b->root, dest) != 0)
+		fail_msg("idemctl backup: %s", out);
+	for (i = STALE_FIRST; i < STALE_EFFECTS; i++)
+		commit_effect(b, &h, i, WRAP_PAD, effects[i],
+		    sizeof effects[i], NULL, &retries);
+	harness_kill(b);
+
+	/* The case: receipts only in the index, the backup's older. */
+	assert_int_equal(store_journal_dir(b->root, dir, sizeof dir), 0);
+	if (checkpoint_index_only(dir, &segment, &index_only, &cause) != 0)
+		fail_msg("checkpoint_index_only: %s", cause);
+	assert_true(index_only > 0);
+	snprintf(out, sizeof out, "%s/%s", dest, IDEM_INDEX_DIR);
+	backed_up = index_checkpoint_at(out);
+	if (backed_up >= segment)
+		fail_msg("no checkpoint since the backup's index (%llu), the "
+		    "newest %llu", (unsigned long long)backed_up,
+		    (unsigned long long)segment);
+
+	/* The live index aside, the backup's in its place. */
+	snprintf(cmd, sizeof cmd, "mv '%s/%s' '%s' && cp -a '%s/%s' '%s/%s'",
+	    b->root, IDEM_INDEX_DIR, live, dest, IDEM_INDEX_DIR, b->root,
+	    IDEM_INDEX_DIR);
+	assert_int_equal(system(cmd), 0);
+	before = journal_files(b);
+	assert_int_equal(harness_start(b, stale_args, NULL), -1);
+	assert_non_null(log = read_log(b));
+	snprintf(out, sizeof out, "is older than the newest checkpoint, "
+	    "checkpoint-%016llx.snap", (unsigned long long)segment);
+	if (strstr(log, out) == NULL ||
+	    strstr(log, "idemctl backup copies them together") == NULL)
+		fail_msg("no refusal naming checkpoint %llu in: %s",
+		    (unsigned long long)segment, log);
+	free(log);
+	after = journal_files(b);
+	assert_string_equal(after, before);
+	free(before);
+	free(after);
+
+	/* The live index back: every receipt the same, none proceeds. */
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/%s' && mv '%s' '%s/%s' && "
+	    "rm -rf '%s'", b->root, IDEM_INDEX_DIR, live, b->root,
+	    IDEM_INDEX_DIR, dest);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(harness_start(b, stale_args, NULL), 0);
+	for (i = 0; i < STALE_EFFECTS; i++) {
+		reply = effect_begin(b, &h, i, 0);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d: %s", i, reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, effects[i]);
+		free(reply);
+	}
+	verify_clean(b);
 	harness_finish(b);
 }
 
@@ -2403,6 +2535,9 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_missing_index,
 		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_index_older_than_checkpoint, harness_setup,
+		    harness_teardown),
 		cmocka_unit_test_setup_teardown(test_small_stores_reclaim,
 		    shim_setup, harness_shim_teardown),
 		cmocka_unit_test_setup_teardown(

@@ -20,7 +20,9 @@
  * with an effect's commit in the table not yet durable: that commit is
  * lost (its complete is not acknowledged), so it must not reach the
  * index (each batch waits for the journal first), and the retry
- * commits afresh.
+ * commits afresh.  And a checkpoint that cannot count the index's
+ * receipts (every LMDB reader slot taken) fails and is done again,
+ * never writing a header that says none is the index's alone.
  */
 #include <sys/stat.h>
 
@@ -242,7 +244,7 @@ index_stats_of(struct broker *b, struct index_stats *st)
 	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
 	if (index_open(&x, dir, 0, &cause) != 0)
 		fail_msg("index_open: %s", cause);
-	assert_int_equal(index_stats(&x, st), 0);
+	assert_int_equal(index_stats(&x, st, NULL), 0);
 	index_close(&x);
 }
 
@@ -670,6 +672,182 @@ test_full_segment_checkpoints(void **state)
 	harness_finish(b);
 }
 
+/*
+ * A rotation's checkpoint that cannot count the index's receipts (every
+ * LMDB reader slot taken) fails, is done again, and never writes a
+ * header that says no receipt is the index's alone.  One worker (its
+ * read transaction made by its first lookup, then reset and renewed:
+ * its slot stays), a table of 16 and 4 MiB segments filled by effects
+ * of 60,000-byte results: the first rotation's checkpoint finds the
+ * index holding more than the table and counts the receipts only the
+ * index holds (offset 48).  The test then takes every free reader slot
+ * and fills the next segment: that checkpoint fails saying why, and
+ * the newest checkpoint is still the one with a count; small effects
+ * (a second later, a few megabytes short of the next rotation) see it
+ * fail again in the same segment.  The slots given back, the same
+ * checkpoint is written, with a count, and after a kill every large
+ * effect answers reused with its first receipt.  Fails with the count
+ * guessed as before (a failed count taken for 0): the checkpoint
+ * written while the slots were taken said 0, and a lost index would
+ * have been "rebuilt" without the receipts it alone held.
+ */
+/* At most: two rotations take about 140. */
+#define READERS_BIG		300
+/* At most: a second's worth of small effects, twice. */
+#define READERS_SMALL		20000
+#define READERS_SMALL_ID	100000	/* the small effects' first id */
+#define READERS_MAX_TXNS	1024
+#define CHECKPOINT_WRITTEN	" new in the index, "
+/* "checkpoint-<16 hex>.snap" */
+#define CHECKPOINT_NAME_BYTES	32
+#define CHECKPOINT_UNCOUNTED	\
+	": not written: the index's receipts could not be counted"
+
+/* The newest checkpoint's segment, and its count of index-only receipts. */
+static uint64_t
+newest_index_only(struct broker *b, uint64_t *segment)
+{
+	char		 dir[PATH_MAX];
+	char		*cause = NULL;
+	uint64_t	 count;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_JOURNAL_DIR);
+	if (checkpoint_index_only(dir, segment, &count, &cause) != 0)
+		fail_msg("checkpoint_index_only: %s", cause);
+	return count;
+}
+
+/*
+ * The checkpoint the n-th (from 1) log line holding needle names
+ * ("checkpoint checkpoint-<16 hex>.snap: ..."), into name.
+ */
+static void
+logged_checkpoint(struct broker *b, const char *needle, int n, char *name,
+    size_t size)
+{
+	char	*log, *at, *from;
+	int	 i;
+
+	assert_non_null(log = harness_read_log(b));
+	for (i = 0, at = log; i < n; i++, at++)
+		if ((at = strstr(at, needle)) == NULL)
+			fail_msg("no %d-th \"%s\" in the log", n, needle);
+	at--;
+	while (at > log && at[-1] != '\n')
+		at--;
+	if ((from = strstr(at, "checkpoint-")) == NULL ||
+	    strlen(from) < CHECKPOINT_NAME_BYTES)
+		fail_msg("no checkpoint named in %.200s", at);
+	assert_true(size > CHECKPOINT_NAME_BYTES);
+	memcpy(name, from, CHECKPOINT_NAME_BYTES);
+	name[CHECKPOINT_NAME_BYTES] = '\0';
+	free(log);
+}
+
+static void
+test_uncounted_index_fails_the_checkpoint(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--workers", "1", "--capacity",
+	    "16", "--segment-bytes", "4194304", "--result-bytes", "33554432",
+	    NULL };
+	static MDB_txn		*txns[READERS_MAX_TXNS];
+	char			*receipts[READERS_BIG], *small;
+	char			 dir[PATH_MAX], failed[40], again[40];
+	char			 done[40];
+	uint64_t		 segment, count, first;
+	MDB_env			*env;
+	int			 i, big = 0, taken, rc, written, n;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	/* A checkpoint that counts receipts only the index holds. */
+	while (big < READERS_BIG && (harness_log_count(b,
+	    CHECKPOINT_WRITTEN) == 0 || newest_index_only(b, &segment) == 0)) {
+		assert_non_null(receipts[big] = commit_or_die(b, big,
+		    BATCHES_PAD));
+		big++;
+	}
+	assert_true(big < READERS_BIG);
+	first = segment;
+	written = harness_log_count(b, CHECKPOINT_WRITTEN);
+
+	/* Every reader slot the broker's processes do not hold. */
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 2), 0);
+	assert_int_equal(mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS,
+	    0600), 0);
+	for (taken = 0; taken < READERS_MAX_TXNS; taken++) {
+		rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txns[taken]);
+		if (rc == MDB_READERS_FULL)
+			break;
+		assert_int_equal(rc, 0);
+	}
+	assert_true(taken > 0 && taken < READERS_MAX_TXNS);
+
+	/* The next rotation: its checkpoint cannot count, and fails. */
+	while (big < READERS_BIG &&
+	    harness_log_count(b, CHECKPOINT_UNCOUNTED) == 0 &&
+	    harness_log_count(b, CHECKPOINT_WRITTEN) == written) {
+		assert_non_null(receipts[big] = commit_or_die(b, big,
+		    BATCHES_PAD));
+		big++;
+	}
+	count = newest_index_only(b, &segment);
+	if (harness_log_count(b, CHECKPOINT_WRITTEN) != written)
+		fail_msg("a checkpoint was written while the index could not "
+		    "be counted: checkpoint-%016llx.snap, %llu receipts only "
+		    "in the index", (unsigned long long)segment,
+		    (unsigned long long)count);
+	assert_int_equal(harness_log_count(b, CHECKPOINT_UNCOUNTED), 1);
+	assert_int_equal(segment, first);
+	assert_true(count > 0);
+	logged_checkpoint(b, CHECKPOINT_UNCOUNTED, 1, failed, sizeof failed);
+	assert_true(strcmp(failed, "checkpoint-0000000000000000.snap") > 0);
+
+	/* Done again a second later, in its segment: fails again. */
+	for (i = 0; i < READERS_SMALL &&
+	    harness_log_count(b, CHECKPOINT_UNCOUNTED) < 2; i++) {
+		assert_non_null(small = commit_or_die(b, READERS_SMALL_ID + i,
+		    0));
+		free(small);
+	}
+	assert_int_equal(harness_log_count(b, CHECKPOINT_UNCOUNTED), 2);
+	logged_checkpoint(b, CHECKPOINT_UNCOUNTED, 2, again, sizeof again);
+	assert_string_equal(again, failed);
+	assert_int_equal(harness_log_count(b, CHECKPOINT_WRITTEN), written);
+	count = newest_index_only(b, &segment);
+	assert_int_equal(segment, first);
+	assert_true(count > 0);
+
+	/* The slots given back: the same checkpoint, with its count. */
+	for (n = 0; n < taken; n++)
+		mdb_txn_abort(txns[n]);
+	mdb_env_close(env);
+	for (; i < 2 * READERS_SMALL &&
+	    harness_log_count(b, CHECKPOINT_WRITTEN) == written; i++) {
+		assert_non_null(small = commit_or_die(b, READERS_SMALL_ID + i,
+		    0));
+		free(small);
+	}
+	assert_int_equal(harness_log_count(b, CHECKPOINT_WRITTEN),
+	    written + 1);
+	logged_checkpoint(b, CHECKPOINT_WRITTEN, written + 1, done,
+	    sizeof done);
+	assert_string_equal(done, failed);
+	count = newest_index_only(b, &segment);
+	assert_true(segment > first);
+	assert_true(count > 0);
+
+	harness_kill(b);
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	assert_reused(b, receipts, big, "after kill -9");
+	verify_clean(b);
+	for (i = 0; i < big; i++)
+		free(receipts[i]);
+	harness_finish(b);
+}
+
 int
 main(void)
 {
@@ -689,6 +867,9 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_full_segment_checkpoints,
 		    harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_uncounted_index_fails_the_checkpoint, harness_setup,
+		    harness_teardown),
 	};
 
 	return harness_exit_status(FILTER_RUN(tests));

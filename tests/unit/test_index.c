@@ -172,7 +172,7 @@ test_committed_entries_come_back_byte_for_byte(void **state)
 
 	assert_int_equal(index_get(&x, "run-42/step-4", 13, &e, result, NULL),
 	    0);
-	assert_int_equal(index_stats(&x, &st), 0);
+	assert_int_equal(index_stats(&x, &st, NULL), 0);
 	assert_int_equal(st.entries, 2);
 	assert_int_equal(st.checkpoint, 5);
 	assert_true(st.bytes > 0);
@@ -206,7 +206,7 @@ test_only_committed_entries_are_stored(void **state)
 	assert_int_equal(index_commit(&x, 0, &cause), 0);
 	assert_int_equal(index_get(&x, "reserved-one", 12, &e, result, NULL),
 	    0);
-	assert_int_equal(index_stats(&x, &st), 0);
+	assert_int_equal(index_stats(&x, &st, NULL), 0);
 	assert_int_equal(st.entries, 0);
 	index_close(&x);
 }
@@ -263,7 +263,7 @@ test_uncommitted_writes_leave_nothing(void **state)
 	assert_int_equal(index_get(&x, "killed-0", 8, &e, result, NULL), 0);
 	assert_int_equal(index_get(&x, "killed-4999", 11, &e, result, NULL),
 	    0);
-	assert_int_equal(index_stats(&x, &st), 0);
+	assert_int_equal(index_stats(&x, &st, NULL), 0);
 	assert_int_equal(st.entries, 1);
 	assert_int_equal(st.checkpoint, 3);
 	/* The dead writer's lock is given back: a new write goes through. */
@@ -390,7 +390,7 @@ test_compact_keeps_tombstones(void **state)
 	/* Compacting again prunes nothing more; nothing is ever deleted. */
 	assert_int_equal(index_compact(&x, 1750000000000, &pruned, &cause), 0);
 	assert_int_equal(pruned, 0);
-	assert_int_equal(index_stats(&x, &st), 0);
+	assert_int_equal(index_stats(&x, &st, NULL), 0);
 	assert_int_equal(st.entries, 3);
 	index_close(&x);
 }
