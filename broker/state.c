@@ -387,11 +387,18 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	d->index_only = index_only;
 	existed = index_exists(idir);
 	if (existed && (history_open(d, 0, &why) != 0 ||
-	    index_stats(&d->index, &st, NULL) != 0)) {
-		/* index.c: EINVAL is damage or another format. */
-		if (d->index_ready || errno == EINVAL) {
+	    index_stats(&d->index, &st, &why) != 0)) {
+		/*
+		 * index.c: EINVAL is damage or another format; EAGAIN (every
+		 * reader slot taken by other processes) is not, and a healthy
+		 * index moved aside could not be rebuilt if a checkpoint left
+		 * receipts to it alone: refused, left where it is.
+		 */
+		if (errno != EAGAIN && (d->index_ready || errno == EINVAL)) {
 			damaged = 1;
 		} else {
+			if (d->index_ready)
+				history_close(d);
 			*cause = why;
 			return -1;
 		}

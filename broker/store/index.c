@@ -75,8 +75,12 @@ index_fail(char **cause, const char *dir, const char *what, int rc)
 	if (cause != NULL)
 		asprintf(cause, "index %s: %s: %s", dir, what,
 		    mdb_strerror(rc));
-	/* LMDB's own codes are not errnos: corruption is EINVAL. */
-	errno = rc > 0 ? rc : EINVAL;
+	/*
+	 * LMDB's own codes are not errnos: corruption is EINVAL.  A full
+	 * reader table is not damage (other processes hold the slots for
+	 * now): EAGAIN, which no caller takes for a broken index.
+	 */
+	errno = rc > 0 ? rc : rc == MDB_READERS_FULL ? EAGAIN : EINVAL;
 	return -1;
 }
 

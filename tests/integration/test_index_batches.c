@@ -848,6 +848,78 @@ test_uncounted_index_fails_the_checkpoint(void **state)
 	harness_finish(b);
 }
 
+/* Entries of root/.idem whose names start with "index.damaged-". */
+static int
+indexes_moved_aside(struct broker *b)
+{
+	char		 dir[PATH_MAX];
+	DIR		*d;
+	struct dirent	*e;
+	int		 n = 0;
+
+	snprintf(dir, sizeof dir, "%s/.idem", b->root);
+	assert_non_null(d = opendir(dir));
+	while ((e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, "index.damaged-", 14) == 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
+/*
+ * Start-up while other processes hold every reader slot of the index:
+ * not damage.  The broker refuses to start, saying why, and leaves the
+ * index where it is; with the slots given back it starts on it and
+ * every receipt is there.  Before, a failed count of a healthy index
+ * was taken for damage and the index moved aside (then rebuilt from
+ * the journal, or, had a checkpoint left receipts to the index alone,
+ * refused as missing).
+ */
+static void
+test_full_reader_table_at_start_up(void **state)
+{
+	struct broker		*b = *state;
+	static const char *const args[] = { "--workers", "1", NULL };
+	static MDB_txn		*txns[READERS_MAX_TXNS];
+	char			*receipts[4], dir[PATH_MAX], *log;
+	MDB_env			*env;
+	int			 i, taken, rc;
+
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	for (i = 0; i < 4; i++)
+		assert_non_null(receipts[i] = commit_or_die(b, i, 0));
+	assert_int_equal(harness_stop(b), 0);
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 2), 0);
+	assert_int_equal(mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS,
+	    0600), 0);
+	for (taken = 0; taken < READERS_MAX_TXNS; taken++) {
+		rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txns[taken]);
+		if (rc == MDB_READERS_FULL)
+			break;
+		assert_int_equal(rc, 0);
+	}
+	assert_true(taken > 0 && taken < READERS_MAX_TXNS);
+
+	assert_int_equal(harness_start(b, args, NULL), -1);
+	assert_non_null(log = harness_read_log(b));
+	if (strstr(log, "MDB_READERS_FULL") == NULL)
+		fail_msg("the refusal does not say why: %s", log);
+	free(log);
+	assert_int_equal(indexes_moved_aside(b), 0);
+
+	for (i = 0; i < taken; i++)
+		mdb_txn_abort(txns[i]);
+	mdb_env_close(env);
+	assert_int_equal(harness_start(b, args, NULL), 0);
+	assert_reused(b, receipts, 4, "after the slots came back");
+	assert_int_equal(indexes_moved_aside(b), 0);
+	for (i = 0; i < 4; i++)
+		free(receipts[i]);
+}
+
 int
 main(void)
 {
@@ -869,6 +941,9 @@ main(void)
 		    harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_uncounted_index_fails_the_checkpoint, harness_setup,
+		    harness_teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_full_reader_table_at_start_up, harness_setup,
 		    harness_teardown),
 	};
 
