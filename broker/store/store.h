@@ -874,7 +874,7 @@ enum store_check {
 	STORE_CHECK_INDEX_MISSING,	/* index_missing: receipts only there */
 	STORE_CHECK_INDEX_CORRUPT,	/* index_corrupt: cause */
 	STORE_CHECK_INDEX_DISAGREES,	/* index_disagrees: another binding */
-	STORE_CHECK_INDEX_LACKS,	/* index_lacks: a checkpoint's receipt */
+	STORE_CHECK_INDEX_LACKS,	/* index_lacks: checkpoint's receipt */
 	STORE_CHECK_INDEX_STALE		/* index_stale: older than checkpoint */
 };
 

@@ -1435,8 +1435,9 @@ test_missing_index(void **state)
  * says what to restore, and idemctl verify fails with index_stale
  * naming it (it reported the store clean before), the journal's files
  * unchanged; with the live index back every one of the 120 effects
- * answers reused with its first receipt, and verify is clean.  Without the refusal the stale index was taken, and
- * most of the 80 later effects answered proceed: a second execution.
+ * answers reused with its first receipt, and verify is clean.
+ * Without the refusal the stale index was taken, and most of the 80
+ * later effects answered proceed: a second execution.
  */
 #define STALE_FIRST	40
 #define STALE_EFFECTS	120
