@@ -874,7 +874,8 @@ enum store_check {
 	STORE_CHECK_INDEX_MISSING,	/* index_missing: receipts only there */
 	STORE_CHECK_INDEX_CORRUPT,	/* index_corrupt: cause */
 	STORE_CHECK_INDEX_DISAGREES,	/* index_disagrees: another binding */
-	STORE_CHECK_INDEX_LACKS		/* index_lacks: a checkpoint's receipt */
+	STORE_CHECK_INDEX_LACKS,	/* index_lacks: checkpoint's receipt */
+	STORE_CHECK_INDEX_STALE		/* index_stale: older than checkpoint */
 };
 
 /*
@@ -935,6 +936,13 @@ struct store_problem {
 	/* index_disagrees: the index's entry, and STORE_FACT_* bits. */
 	const struct index_entry	*indexed;
 	unsigned			 differs;
+	/*
+	 * index_stale: segment is the newest checkpoint's, receipts its
+	 * count of those it left to the index alone, index_checkpoint the
+	 * index's meta.checkpoint (0: never written with one).
+	 */
+	uint64_t			 receipts;
+	uint64_t			 index_checkpoint;
 };
 typedef void (*store_problem_fn)(const struct store_problem *, void *arg);
 

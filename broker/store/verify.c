@@ -9,7 +9,9 @@
  * the journal for every kind: a task's or report's number and digest,
  * an effect's receipt (its digest, attempt, result and committed_at);
  * effects have no file, so that is all there is to check of them.  And
- * the index must hold every receipt of the checkpoint it names.
+ * the index must hold every receipt of the checkpoint it names, and be
+ * no older than the newest checkpoint once that one left receipts to
+ * the index alone (idemd refuses such an index at start-up).
  *
  * Each finding goes to the caller as a struct store_problem, a check
  * (enum store_check) and its facts; the words are the caller's.  Only
@@ -392,6 +394,26 @@ verify_index_lacks(struct verify *vf, struct store_vrecord *records,
 	}
 }
 
+/*
+ * An index older than the newest checkpoint, which left receipts to the
+ * index alone (an index restored from an older backup): it lacks what
+ * the checkpoints since gave it and then left out of their files, and
+ * idemd refuses to start on it (broker/state.c, open_index).
+ */
+static void
+verify_index_stale(struct verify *vf, const char *dir, uint64_t segment,
+    uint64_t only, const struct index_stats *st)
+{
+	struct store_problem	 p;
+
+	verify_problem(&p, STORE_CHECK_INDEX_STALE, STORE_SEVERITY_ERROR,
+	    NULL, dir);
+	p.segment = segment;
+	p.receipts = only;
+	p.index_checkpoint = st->checkpoint;
+	verify_note(vf, &p);
+}
+
 /* The index of committed receipts, against the checkpoint and journal. */
 static void
 verify_index(struct verify *vf, const char *journal)
@@ -404,15 +426,25 @@ verify_index(struct verify *vf, const char *journal)
 	uint64_t		 segment, only;
 
 	snprintf(dir, sizeof dir, "%s/%s", vf->v->root, IDEM_INDEX_DIR);
+	/*
+	 * The checkpoint's header before the index's meta: a broker
+	 * running beside us sets meta.checkpoint before it puts a new
+	 * checkpoint in place, so read in this order a healthy index is
+	 * never older.  Unreadable here (the journal was read whole, so a
+	 * checkpoint pruned since): nothing to compare with.
+	 */
+	if (checkpoint_index_only(journal, &segment, &only, &cause) != 0) {
+		free(cause);
+		cause = NULL;
+		segment = only = 0;
+	}
 	if (!index_exists(dir)) {
-		if (checkpoint_index_only(journal, &segment, &only,
-		    &cause) == 0 && only > 0) {
+		if (only > 0) {
 			verify_problem(&p, STORE_CHECK_INDEX_MISSING,
 			    STORE_SEVERITY_ERROR, NULL, dir);
 			vf->v->index_lost = only;
 			verify_note(vf, &p);
 		}
-		free(cause);
 		return;
 	}
 	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0) {
@@ -429,8 +461,11 @@ verify_index(struct verify *vf, const char *journal)
 		p.cause = cause;
 		verify_note(vf, &p);
 		free(cause);
+	} else if (index_stats(&x, &st, NULL) != 0) {
+		/* No meta to compare with the checkpoint. */
+	} else if (only > 0 && st.checkpoint < segment) {
+		verify_index_stale(vf, dir, segment, only, &st);
 	} else if (vf->v->loaded.checkpoint != 0 &&
-	    index_stats(&x, &st, NULL) == 0 &&
 	    st.checkpoint >= vf->v->loaded.checkpoint) {
 		/*
 		 * The checkpoint was read first, and was put in place only

@@ -353,7 +353,8 @@ vout_add(struct vout *o, const struct store_problem *p, json_t *details,
 		[STORE_CHECK_INDEX_MISSING] = "index_missing",
 		[STORE_CHECK_INDEX_CORRUPT] = "index_corrupt",
 		[STORE_CHECK_INDEX_DISAGREES] = "index_disagrees",
-		[STORE_CHECK_INDEX_LACKS] = "index_lacks"
+		[STORE_CHECK_INDEX_LACKS] = "index_lacks",
+		[STORE_CHECK_INDEX_STALE] = "index_stale"
 	};
 	const char	*check = checks[p->check];
 	va_list		 ap;
@@ -535,6 +536,36 @@ disagreement_json(const struct store_problem *p, char *names, size_t size)
 }
 
 /* A finding of the store, in words. */
+/*
+ * index_stale: the index is older than the newest checkpoint, which left
+ * receipts to it alone; the words of idemd's refusal (broker/state.c),
+ * since this is what an operator sees after a restore, before a start.
+ */
+static void
+index_stale_found(struct vout *o, const struct store_problem *p)
+{
+	json_t	*d;
+	char	 written[64];
+
+	d = json_pack("{s:s,s:I,s:I}", "path", p->path, "checkpoint",
+	    (json_int_t)p->segment, "receipts", (json_int_t)p->receipts);
+	json_object_set_new(d, "index_checkpoint", p->index_checkpoint != 0 ?
+	    json_integer((json_int_t)p->index_checkpoint) : json_null());
+	if (p->index_checkpoint != 0)
+		snprintf(written, sizeof written, "last written with "
+		    "checkpoint-%016" PRIx64 ".snap", p->index_checkpoint);
+	else
+		snprintf(written, sizeof written, "never written with a "
+		    "checkpoint");
+	vout_add(o, p, d, "the index %s is older than the newest checkpoint, "
+	    "%s/checkpoint-%016" PRIx64 ".snap (the index was %s), which "
+	    "left %" PRIu64 " committed receipts to the index alone: it lacks "
+	    "those given to it since, and idemd refuses to start on it.  "
+	    "Restore an index taken with or after that checkpoint (idemctl "
+	    "backup copies them together), or the whole backup this index "
+	    "came from", p->path, o->dir, p->segment, written, p->receipts);
+}
+
 static void
 verify_found(const struct store_problem *p, void *arg)
 {
@@ -655,6 +686,9 @@ verify_found(const struct store_problem *p, void *arg)
 		    "is missing: %" PRIu64 " committed receipts were kept only "
 		    "there; restore it from a backup", p->path,
 		    o->sv.index_lost);
+		break;
+	case STORE_CHECK_INDEX_STALE:
+		index_stale_found(o, p);
 		break;
 	case STORE_CHECK_INDEX_CORRUPT:
 		vout_add(o, p, json_pack("{s:s}", "path", p->path), "%s",

@@ -1432,10 +1432,12 @@ test_missing_index(void **state)
  * them (offset 48); 40 effects, an idemctl backup, 80 effects more and
  * checkpoints since, a kill; the live index moved aside and the
  * backup's put in its place.  Start-up stops naming the checkpoint and
- * says what to restore, the journal's files unchanged; with the live
- * index back every one of the 120 effects answers reused with its
- * first receipt.  Without the refusal the stale index was taken, and
- * most of the 80 later effects answered proceed: a second execution.
+ * says what to restore, and idemctl verify fails with index_stale
+ * naming it (it reported the store clean before), the journal's files
+ * unchanged; with the live index back every one of the 120 effects
+ * answers reused with its first receipt, and verify is clean.
+ * Without the refusal the stale index was taken, and most of the 80
+ * later effects answered proceed: a second execution.
  */
 #define STALE_FIRST	40
 #define STALE_EFFECTS	120
@@ -1473,6 +1475,46 @@ journal_files(struct broker *b)
 	assert_int_equal(pclose(p), 0);
 	assert_true(n > 0 && n < 65535);
 	return out;
+}
+
+/*
+ * idemctl verify on b's root (idemd stopped, the stale index in place)
+ * says what idemd refused: it exits 1 with exactly one problem,
+ * index_stale, naming the index, the newest checkpoint (segment) and
+ * its count of receipts only the index held (index_only).
+ */
+static void
+assert_verify_index_stale(struct broker *b, uint64_t segment,
+    uint64_t index_only, uint64_t backed_up)
+{
+	json_t	*v, *p, *problems;
+	char	 name[64], path[PATH_MAX];
+
+	assert_int_equal(verify_json(b, &v), 1);
+	assert_false(json_is_true(json_object_get(v, "ok")));
+	problems = json_object_get(v, "problems");
+	if (json_array_size(problems) != 1)
+		fail_msg("verify found %zu problems, not 1: %s",
+		    json_array_size(problems), json_dumps(problems, 0));
+	p = json_array_get(problems, 0);
+	assert_string_equal(harness_str(p, "check"), "index_stale");
+	assert_string_equal(harness_str(p, "severity"), "error");
+	snprintf(path, sizeof path, "%s/%s", b->root, IDEM_INDEX_DIR);
+	assert_string_equal(harness_str(p, "path"), path);
+	assert_int_equal(json_integer_value(json_object_get(p,
+	    "checkpoint")), segment);
+	assert_int_equal(json_integer_value(json_object_get(p, "receipts")),
+	    index_only);
+	assert_int_equal(json_integer_value(json_object_get(p,
+	    "index_checkpoint")), backed_up);
+	snprintf(name, sizeof name, "checkpoint-%016llx.snap",
+	    (unsigned long long)segment);
+	if (strstr(harness_str(p, "message"), name) == NULL ||
+	    strstr(harness_str(p, "message"),
+	    "idemctl backup copies them together") == NULL)
+		fail_msg("index_stale does not name %s and what to restore: "
+		    "%s", name, harness_str(p, "message"));
+	json_decref(v);
 }
 
 static void
@@ -1531,6 +1573,8 @@ test_index_older_than_checkpoint(void **state)
 		fail_msg("no refusal naming checkpoint %llu in: %s",
 		    (unsigned long long)segment, log);
 	free(log);
+	/* What the restore steps end with says so too (read-only). */
+	assert_verify_index_stale(b, segment, index_only, backed_up);
 	after = journal_files(b);
 	assert_string_equal(after, before);
 	free(before);
