@@ -121,6 +121,25 @@ cluster_node_start(struct node *n, const char *lease_ms, const char *workers,
 }
 
 void
+cluster_node_start_one_worker(struct node *n)
+{
+	assert_int_equal(cluster_node_start(n, "30000", "1", "10000", NULL,
+	    NULL), 0);
+}
+
+void
+cluster_start_two(struct pgserver *server, struct broker *root,
+    struct node *a, struct node *b)
+{
+	cluster_store_reset(server);
+	harness_fresh_root(root);
+	cluster_node_init(a, server->uri, root->root, "a");
+	cluster_node_init(b, server->uri, root->root, "b");
+	cluster_node_start_one_worker(a);
+	cluster_node_start_one_worker(b);
+}
+
+void
 cluster_start_nodes(struct node *nodes, int count, const char *uri,
     char root[256], const char *prefix, const char *workers,
     const char *digits)

@@ -47,6 +47,14 @@ int	 cluster_node_start(struct node *, const char *lease_ms,
 int	 cluster_node_start_args(struct node *, const char *const *args,
 	    const char *const *env);
 /*
+ * Started on its store with one worker, a 30 s lease and 10 s in-flight
+ * waits (the test fails if it does not start).
+ */
+void	 cluster_node_start_one_worker(struct node *);
+/* An empty store, a fresh root, brokers "a" and "b" on both, as above. */
+void	 cluster_start_two(struct pgserver *, struct broker *root,
+	    struct node *a, struct node *b);
+/*
  * count nodes on a fresh root (its path in root), named prefix0,
  * prefix1...: a 30 s lease, workers and digits as cluster_node_start's;
  * fails the test if one does not start.

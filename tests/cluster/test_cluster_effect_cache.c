@@ -73,26 +73,6 @@ static struct pgserver	server;
 
 #define KIND		"mail.send/v1"
 
-/* A broker on the server: one worker (its fast path's cache is one). */
-static void
-node_start(struct node *n)
-{
-	assert_int_equal(cluster_node_start(n, "30000", "1", "10000", NULL,
-	    NULL), 0);
-}
-
-/* An empty store, a fresh root, brokers a and b on both. */
-static void
-start_two(struct broker *root, struct node *a, struct node *b)
-{
-	cluster_store_reset(&server);
-	harness_fresh_root(root);
-	cluster_node_init(a, server.uri, root->root, "a");
-	cluster_node_init(b, server.uri, root->root, "b");
-	node_start(a);
-	node_start(b);
-}
-
 /*
  * An effect_begin's line: in the order a client sends it (form 0: the
  * bytes the proceed was answered to, which the fast path knows), or
@@ -175,6 +155,36 @@ holds(char *reply, const char *want)
 	free(reply);
 }
 
+/* reply's receipt is first's, byte for byte. */
+static void
+same_receipt(const char *reply, const char *first)
+{
+	char	*want = harness_receipt_bytes(first);
+	char	*got = harness_receipt_bytes(reply);
+
+	assert_string_equal(got, want);
+	free(want);
+	free(got);
+}
+
+/*
+ * An empty store, a fresh root, broker a alone with one more option
+ * (one worker, a 30 s lease).
+ */
+static void
+start_one(struct broker *root, struct node *a, const char *option,
+    const char *value)
+{
+	const char *const	args[] = { "--store", server.uri, "--host-id",
+	    "a", "--lease-ms", "30000", "--workers", "1", option, value,
+	    NULL };
+
+	cluster_store_reset(&server);
+	harness_fresh_root(root);
+	cluster_node_init(a, server.uri, root->root, "a");
+	assert_int_equal(cluster_node_start_args(a, args, NULL), 0);
+}
+
 /* begin (proceed, in the stored order) and complete applied. */
 static char *
 commit(struct broker *b, const char *id, const char *to)
@@ -232,7 +242,7 @@ cached_answers_are_the_servers(void **state)
 	char			*row, *reply;
 
 	(void)state;
-	start_two(&root, &a, &b);
+	cluster_start_two(&server, &root, &a, &b);
 	committed = commit(&a.b, "fx-1", "ops@example.org");
 	/* b never saw it: its answers are read from the row. */
 	server_conflict = begin(&b.b, "fx-1", "other@example.org", 1);
@@ -243,14 +253,7 @@ cached_answers_are_the_servers(void **state)
 	assert_null(strstr(server_reused, "\"receipt_pruned\""));
 	assert_int_equal(harness_stat(&b.b, "effects_reused_cached"), 0);
 	/* The receipt is the commit's. */
-	{
-		char *want = harness_receipt_bytes(committed);
-		char *got = harness_receipt_bytes(server_reused);
-
-		assert_string_equal(got, want);
-		free(want);
-		free(got);
-	}
+	same_receipt(server_reused, committed);
 	row = row_of("fx-1");
 	assert_int_equal(harness_stat(&a.b, "effects_reused_cached"), 0);
 	server_stop();
@@ -305,7 +308,7 @@ second_broker_caches_on_its_first_read(void **state)
 	char			*committed, *first, *reply;
 
 	(void)state;
-	start_two(&root, &a, &b);
+	cluster_start_two(&server, &root, &a, &b);
 	committed = commit(&a.b, "fx-2", "ops@example.org");
 	/* b has not read it: nothing to answer from. */
 	server_stop();
@@ -325,14 +328,7 @@ second_broker_caches_on_its_first_read(void **state)
 	assert_int_equal(harness_stat(&b.b, "effects_reused_fast"), 0);
 	assert_int_equal(harness_stat(&b.b, "effects_reused"), 2);
 	server_back();
-	{
-		char *want = harness_receipt_bytes(committed);
-		char *got = harness_receipt_bytes(first);
-
-		assert_string_equal(got, want);
-		free(want);
-		free(got);
-	}
+	same_receipt(first, committed);
 	free(first);
 	free(committed);
 	cluster_node_kill(&a);
@@ -360,7 +356,7 @@ uncommitted_never_from_the_cache(void **state)
 	char			*done, *old, *proceed, *out, *reply;
 
 	(void)state;
-	start_two(&root, &a, &b);
+	cluster_start_two(&server, &root, &a, &b);
 	/* Compacted: a tombstone, read by b (which never had the body). */
 	old = commit(&a.b, "fx-old", "old@example.org");
 	assert_int_equal(cluster_idemctl(&out, "compact --older-than 0 "
@@ -411,14 +407,7 @@ uncommitted_never_from_the_cache(void **state)
 	reply = begin(&a.b, "fx-old", "old@example.org", 1);
 	assert_non_null(strstr(reply, "\"disposition\":\"reused\""));
 	assert_null(strstr(reply, "\"receipt_pruned\""));
-	{
-		char *want = harness_receipt_bytes(old);
-		char *got = harness_receipt_bytes(reply);
-
-		assert_string_equal(got, want);
-		free(want);
-		free(got);
-	}
+	same_receipt(reply, old);
 	free(reply);
 	server_back();
 	/* get_submission shows the row: the tombstone. */
@@ -440,18 +429,12 @@ a_full_table_caches_on(void **state)
 {
 	static struct node	 a;
 	static struct broker	 root;
-	const char *const	 args[] = { "--store", server.uri, "--host-id",
-	    "a", "--lease-ms", "30000", "--workers", "1", "--capacity", "16",
-	    NULL };
 	char			 id[32], to[64], *last = NULL, *reply;
 	json_t			*r;
 	int			 i;
 
 	(void)state;
-	cluster_store_reset(&server);
-	harness_fresh_root(&root);
-	cluster_node_init(&a, server.uri, root.root, "a");
-	assert_int_equal(cluster_node_start_args(&a, args, NULL), 0);
+	start_one(&root, &a, "--capacity", "16");
 	for (i = 0; i < 40; i++) {
 		snprintf(id, sizeof id, "task-%d", i);
 		r = harness_must_call(&a.b, harness_write_task(id,
@@ -480,14 +463,7 @@ a_full_table_caches_on(void **state)
 	reply = begin(&a.b, "fx-full-23", "n23@example.org", 1);
 	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
 		fail_msg("fx-full-23 with the server stopped: %s", reply);
-	{
-		char *want = harness_receipt_bytes(last);
-		char *got = harness_receipt_bytes(reply);
-
-		assert_string_equal(got, want);
-		free(want);
-		free(got);
-	}
+	same_receipt(reply, last);
 	free(reply);
 	/* The first creation left the table: its retry needs the row. */
 	r = harness_must_call(&a.b, harness_write_task("task-0",
@@ -506,18 +482,12 @@ a_turned_arena_reads_the_row(void **state)
 {
 	static struct node	 a;
 	static struct broker	 root;
-	const char *const	 args[] = { "--store", server.uri, "--host-id",
-	    "a", "--lease-ms", "30000", "--workers", "1", "--result-bytes",
-	    "65552", NULL };
 	char			 id[32], *big, *first = NULL, *last = NULL;
 	char			*proceed, *reply;
 	int			 i;
 
 	(void)state;
-	cluster_store_reset(&server);
-	harness_fresh_root(&root);
-	cluster_node_init(&a, server.uri, root.root, "a");
-	assert_int_equal(cluster_node_start_args(&a, args, NULL), 0);
+	start_one(&root, &a, "--result-bytes", "65552");
 	assert_non_null(big = malloc(8193));
 	memset(big, 'r', 8192);
 	big[8192] = '\0';
@@ -540,14 +510,7 @@ a_turned_arena_reads_the_row(void **state)
 	reply = begin(&a.b, "fx-arena-11", "arena@example.org", 1);
 	if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
 		fail_msg("fx-arena-11 with the server stopped: %s", reply);
-	{
-		char *want = harness_receipt_bytes(last);
-		char *got = harness_receipt_bytes(reply);
-
-		assert_string_equal(got, want);
-		free(want);
-		free(got);
-	}
+	same_receipt(reply, last);
 	free(reply);
 	/* The oldest: its entry is there, its bytes are not: the row. */
 	unavailable(begin(&a.b, "fx-arena-0", "arena@example.org", 1));
@@ -555,14 +518,7 @@ a_turned_arena_reads_the_row(void **state)
 	server_back();
 	/* Read again from the row, whole. */
 	reply = begin(&a.b, "fx-arena-0", "arena@example.org", 1);
-	{
-		char *want = harness_receipt_bytes(first);
-		char *got = harness_receipt_bytes(reply);
-
-		assert_string_equal(got, want);
-		free(want);
-		free(got);
-	}
+	same_receipt(reply, first);
 	free(reply);
 	free(first);
 	free(last);

@@ -51,26 +51,6 @@ static struct pgserver	server;
 static const char *const local_args[] = { "--capacity", LOCAL_CAPACITY,
     NULL };
 
-/* A broker on the server: idemd's defaults, but one worker. */
-static void
-node_start(struct node *n)
-{
-	assert_int_equal(cluster_node_start(n, "30000", "1", "10000", NULL,
-	    NULL), 0);
-}
-
-/* An empty store, a fresh root, brokers a and b on both. */
-static void
-start_two(struct broker *root, struct node *a, struct node *b)
-{
-	cluster_store_reset(&server);
-	harness_fresh_root(root);
-	cluster_node_init(a, server.uri, root->root, "a");
-	cluster_node_init(b, server.uri, root->root, "b");
-	node_start(a);
-	node_start(b);
-}
-
 static int
 setup(void **state)
 {
@@ -418,7 +398,7 @@ import_local_history_answers_byte_identical(void **state)
 	 * byte: the first receipt, or, compacted, its tombstone (a receipt
 	 * the local table still held whole is a tombstone all the same).
 	 */
-	node_start(&a);
+	cluster_node_start_one_worker(&a);
 	for (i = 0, pruned = 0; i < IMPORT_TASKS; i++) {
 		snprintf(id, sizeof id, "imp-%02d", i);
 		snprintf(subject, sizeof subject, "Imported %d", i);
@@ -716,7 +696,7 @@ import_effects_answers_byte_identical(void **state)
 	free(after);
 
 	cluster_node_init(&a, server.uri, l.root, "a");
-	node_start(&a);
+	cluster_node_start_one_worker(&a);
 	for (i = 0; i < IMPORT_EFFECTS; i++) {
 		snprintf(id, sizeof id, "fx-%02d", i);
 		snprintf(to, sizeof to, "ops-%d@example", i);
@@ -784,7 +764,7 @@ compact_effects_on_store(void **state)
 	int			 i;
 
 	(void)state;
-	start_two(&root, &a, &b);
+	cluster_start_two(&server, &root, &a, &b);
 	proceed0 = raw_call(&a.b, fx_begin_request("cfx-0", "x-0"));
 	first[0] = fx_complete(&a.b, "cfx-0", proceed0, "applied", "x-0");
 	for (i = 1; i < 3; i++) {
@@ -811,7 +791,7 @@ compact_effects_on_store(void **state)
 	free(out);
 	assert_store_counts(&a.b, 4, 0, 1, 3);
 	cluster_node_kill(&a);
-	node_start(&a);
+	cluster_node_start_one_worker(&a);
 	for (i = 0; i < 6; i++) {
 		struct node *n = i < 3 ? &b : &a;
 
@@ -892,7 +872,7 @@ effect_ops_during_outage(void **state)
 	cluster_store_reset(&server);
 	harness_fresh_root(&root);
 	cluster_node_init(&a, server.uri, root.root, "a");
-	node_start(&a);
+	cluster_node_start_one_worker(&a);
 	committed = fx_commit(&a.b, "ofx-done", "done");
 	proceed = raw_call(&a.b, fx_begin_request("ofx-open", "open"));
 	assert_non_null(strstr(proceed, "\"disposition\":\"proceed\""));
@@ -954,7 +934,7 @@ compact_then_retry_on_any_broker(void **state)
 	int			 i;
 
 	(void)state;
-	start_two(&root, &a, &b);
+	cluster_start_two(&server, &root, &a, &b);
 	for (i = 0; i < 3; i++) {
 		snprintf(id, sizeof id, "cmp-%d", i);
 		first[i] = raw_call(&a.b, harness_write_task(id, "Compact me"));
@@ -977,7 +957,7 @@ compact_then_retry_on_any_broker(void **state)
 	assert_store_counts(&a.b, 3, 0, 0, 3);
 	/* b never cached them; a is restarted, its cache gone. */
 	cluster_node_kill(&a);
-	node_start(&a);
+	cluster_node_start_one_worker(&a);
 	for (i = 0; i < 6; i++) {
 		struct node *n = i < 3 ? &b : &a;
 

@@ -169,6 +169,27 @@ effect_begin(struct broker *b, struct history *h, int i, int other)
 }
 
 /*
+ * fx-0 .. fx-(n-1) each answered reused with its first receipt, byte for
+ * byte: the receipts at first, stride bytes apart.
+ */
+static void
+assert_all_reused(struct broker *b, struct history *h, const char *first,
+    size_t stride, int n, const char *when)
+{
+	char	 got[8192], *reply;
+	int	 i;
+
+	for (i = 0; i < n; i++) {
+		reply = effect_begin(b, h, i, 0);
+		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
+			fail_msg("fx-%d%s: %s", i, when, reply);
+		receipt_bytes(reply, got, sizeof got);
+		assert_string_equal(got, first + (size_t)i * stride);
+		free(reply);
+	}
+}
+
+/*
  * fx-i's result: its message id and status, and with pad > 0 that many
  * bytes of 'x' under "pad" (a result large enough to wrap a small arena).
  */
@@ -523,7 +544,7 @@ test_restart_below_the_journals_peak(void **state)
 	static struct history h;
 	static const char *const wide_args[] = { "--capacity", "64", NULL };
 	char		 fences[HISTORY_CAPACITY_PEAK][HISTORY_FENCE_BYTES];
-	char		 got[1024], *reply;
+	char		*reply;
 	int		 i, retries = 0;
 
 	memset(&h, 0, sizeof h);
@@ -541,14 +562,8 @@ test_restart_below_the_journals_peak(void **state)
 	assert_int_equal(harness_stat(b, "index_entries"), 0);
 	assert_int_equal(harness_stop(b), 0);
 	assert_int_equal(harness_start(b, small_args, NULL), 0);
-	for (i = 0; i < HISTORY_CAPACITY_PEAK; i++) {
-		reply = effect_begin(b, &h, i, 0);
-		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
-			fail_msg("fx-%d after the restart: %s", i, reply);
-		receipt_bytes(reply, got, sizeof got);
-		assert_string_equal(got, h.effects[i]);
-		free(reply);
-	}
+	assert_all_reused(b, &h, h.effects[0], sizeof h.effects[0],
+	    HISTORY_CAPACITY_PEAK, " after the restart");
 	harness_finish(b);
 }
 
@@ -1164,7 +1179,7 @@ test_checkpoint_leaves_effects_to_the_index(void **state)
 	struct broker		*b = *state;
 	static struct history	 h;
 	static char		 effects[HISTORY_EFFECTS][8192];
-	char			 dir[PATH_MAX], got[8192], *reply, *cause = NULL;
+	char			 dir[PATH_MAX], *cause = NULL;
 	uint64_t		 segment, index_only;
 	int			 i, retries = 0;
 	int			 indexed, shared, target, from_checkpoint;
@@ -1186,14 +1201,8 @@ test_checkpoint_leaves_effects_to_the_index(void **state)
 	assert_int_equal(from_checkpoint, 0);
 
 	assert_int_equal(harness_start(b, wrap_args, NULL), 0);
-	for (i = 0; i < HISTORY_EFFECTS; i++) {
-		reply = effect_begin(b, &h, i, 0);
-		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
-			fail_msg("fx-%d: %s", i, reply);
-		receipt_bytes(reply, got, sizeof got);
-		assert_string_equal(got, effects[i]);
-		free(reply);
-	}
+	assert_all_reused(b, &h, effects[0], sizeof effects[0], HISTORY_EFFECTS,
+	    "");
 	verify_clean(b);
 	harness_finish(b);
 }
@@ -1525,9 +1534,8 @@ test_index_older_than_checkpoint(void **state)
 	static char		 effects[STALE_EFFECTS][8192];
 	char			 dir[PATH_MAX], dest[PATH_MAX];
 	char			 live[PATH_MAX], cmd[3 * PATH_MAX];
-	char			 out[8192], got[8192];
+	char			 out[8192];
 	char			*cause = NULL, *log, *before, *after;
-	char			*reply;
 	uint64_t		 segment, index_only, backed_up;
 	int			 i, retries = 0;
 
@@ -1586,14 +1594,8 @@ test_index_older_than_checkpoint(void **state)
 	    IDEM_INDEX_DIR, dest);
 	assert_int_equal(system(cmd), 0);
 	assert_int_equal(harness_start(b, stale_args, NULL), 0);
-	for (i = 0; i < STALE_EFFECTS; i++) {
-		reply = effect_begin(b, &h, i, 0);
-		if (strstr(reply, "\"disposition\":\"reused\"") == NULL)
-			fail_msg("fx-%d: %s", i, reply);
-		receipt_bytes(reply, got, sizeof got);
-		assert_string_equal(got, effects[i]);
-		free(reply);
-	}
+	assert_all_reused(b, &h, effects[0], sizeof effects[0], STALE_EFFECTS,
+	    "");
 	verify_clean(b);
 	harness_finish(b);
 }

@@ -703,6 +703,42 @@ test_full_segment_checkpoints(void **state)
 #define CHECKPOINT_UNCOUNTED	\
 	": not written: the index's receipts could not be counted"
 
+/*
+ * Every reader slot of b's index that no process holds, taken by read
+ * transactions of this process (MDB_NOTLS: many in one thread): how
+ * many, into txns.
+ */
+static int
+take_reader_slots(struct broker *b, MDB_env **env, MDB_txn **txns)
+{
+	char	dir[PATH_MAX];
+	int	taken, rc;
+
+	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
+	assert_int_equal(mdb_env_create(env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(*env, 2), 0);
+	assert_int_equal(mdb_env_open(*env, dir, MDB_RDONLY | MDB_NOTLS,
+	    0600), 0);
+	for (taken = 0; taken < READERS_MAX_TXNS; taken++) {
+		rc = mdb_txn_begin(*env, NULL, MDB_RDONLY, &txns[taken]);
+		if (rc == MDB_READERS_FULL)
+			break;
+		assert_int_equal(rc, 0);
+	}
+	assert_true(taken > 0 && taken < READERS_MAX_TXNS);
+	return taken;
+}
+
+static void
+give_reader_slots_back(MDB_env *env, MDB_txn **txns, int taken)
+{
+	int	i;
+
+	for (i = 0; i < taken; i++)
+		mdb_txn_abort(txns[i]);
+	mdb_env_close(env);
+}
+
 /* The newest checkpoint's segment, and its count of index-only receipts. */
 static uint64_t
 newest_index_only(struct broker *b, uint64_t *segment)
@@ -753,11 +789,11 @@ test_uncounted_index_fails_the_checkpoint(void **state)
 	    NULL };
 	static MDB_txn		*txns[READERS_MAX_TXNS];
 	char			*receipts[READERS_BIG], *small;
-	char			 dir[PATH_MAX], failed[40], again[40];
+	char			 failed[40], again[40];
 	char			 done[40];
 	uint64_t		 segment, count, first;
 	MDB_env			*env;
-	int			 i, big = 0, taken, rc, written, n;
+	int			 i, big = 0, taken, written;
 
 	assert_int_equal(harness_start(b, args, NULL), 0);
 	/* A checkpoint that counts receipts only the index holds. */
@@ -772,18 +808,7 @@ test_uncounted_index_fails_the_checkpoint(void **state)
 	written = harness_log_count(b, CHECKPOINT_WRITTEN);
 
 	/* Every reader slot the broker's processes do not hold. */
-	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
-	assert_int_equal(mdb_env_create(&env), 0);
-	assert_int_equal(mdb_env_set_maxdbs(env, 2), 0);
-	assert_int_equal(mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS,
-	    0600), 0);
-	for (taken = 0; taken < READERS_MAX_TXNS; taken++) {
-		rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txns[taken]);
-		if (rc == MDB_READERS_FULL)
-			break;
-		assert_int_equal(rc, 0);
-	}
-	assert_true(taken > 0 && taken < READERS_MAX_TXNS);
+	taken = take_reader_slots(b, &env, txns);
 
 	/* The next rotation: its checkpoint cannot count, and fails. */
 	while (big < READERS_BIG &&
@@ -821,9 +846,7 @@ test_uncounted_index_fails_the_checkpoint(void **state)
 	assert_true(count > 0);
 
 	/* The slots given back: the same checkpoint, with its count. */
-	for (n = 0; n < taken; n++)
-		mdb_txn_abort(txns[n]);
-	mdb_env_close(env);
+	give_reader_slots_back(env, txns, taken);
 	for (; i < 2 * READERS_SMALL &&
 	    harness_log_count(b, CHECKPOINT_WRITTEN) == written; i++) {
 		assert_non_null(small = commit_or_die(b, READERS_SMALL_ID + i,
@@ -881,27 +904,16 @@ test_full_reader_table_at_start_up(void **state)
 	struct broker		*b = *state;
 	static const char *const args[] = { "--workers", "1", NULL };
 	static MDB_txn		*txns[READERS_MAX_TXNS];
-	char			*receipts[4], dir[PATH_MAX], *log;
+	char			*receipts[4], *log;
 	MDB_env			*env;
-	int			 i, taken, rc;
+	int			 i, taken;
 
 	assert_int_equal(harness_start(b, args, NULL), 0);
 	for (i = 0; i < 4; i++)
 		assert_non_null(receipts[i] = commit_or_die(b, i, 0));
 	assert_int_equal(harness_stop(b), 0);
 
-	snprintf(dir, sizeof dir, "%s/%s", b->root, IDEM_INDEX_DIR);
-	assert_int_equal(mdb_env_create(&env), 0);
-	assert_int_equal(mdb_env_set_maxdbs(env, 2), 0);
-	assert_int_equal(mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS,
-	    0600), 0);
-	for (taken = 0; taken < READERS_MAX_TXNS; taken++) {
-		rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txns[taken]);
-		if (rc == MDB_READERS_FULL)
-			break;
-		assert_int_equal(rc, 0);
-	}
-	assert_true(taken > 0 && taken < READERS_MAX_TXNS);
+	taken = take_reader_slots(b, &env, txns);
 
 	assert_int_equal(harness_start(b, args, NULL), -1);
 	assert_non_null(log = harness_read_log(b));
@@ -910,9 +922,7 @@ test_full_reader_table_at_start_up(void **state)
 	free(log);
 	assert_int_equal(indexes_moved_aside(b), 0);
 
-	for (i = 0; i < taken; i++)
-		mdb_txn_abort(txns[i]);
-	mdb_env_close(env);
+	give_reader_slots_back(env, txns, taken);
 	assert_int_equal(harness_start(b, args, NULL), 0);
 	assert_reused(b, receipts, 4, "after the slots came back");
 	assert_int_equal(indexes_moved_aside(b), 0);
