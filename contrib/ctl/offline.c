@@ -535,7 +535,6 @@ disagreement_json(const struct store_problem *p, char *names, size_t size)
 	return d;
 }
 
-/* A finding of the store, in words. */
 /*
  * index_stale: the index is older than the newest checkpoint, which left
  * receipts to it alone; the words of idemd's refusal (broker/state.c),
@@ -566,6 +565,7 @@ index_stale_found(struct vout *o, const struct store_problem *p)
 	    "came from", p->path, o->dir, p->segment, written, p->receipts);
 }
 
+/* A finding of the store, in words. */
 static void
 verify_found(const struct store_problem *p, void *arg)
 {
