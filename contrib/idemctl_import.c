@@ -292,14 +292,35 @@ imp_ignore(const struct journal_record *r, void *arg)
 	return 0;
 }
 
+/*
+ * The index is missing, or older than the newest checkpoint, which left
+ * receipts to it alone: what it lacks would never reach the store, and
+ * their retries would execute again there.  idemd refuses to start on
+ * such a root; so does the import, in idemd's words.
+ */
+static int
+imp_index_lacks(const char *dir, uint64_t segment, uint64_t only, int older)
+{
+	fprintf(stderr, "idemctl store import: the index %s is %s, and "
+	    "checkpoint-%016llx.snap left %llu committed receipts to the "
+	    "index alone: restore an index taken with or after that "
+	    "checkpoint (idemctl backup copies them together), or the whole "
+	    "backup, and import again; nothing was written\n", dir, older ?
+	    "older than the newest checkpoint" : "missing",
+	    (unsigned long long)segment, (unsigned long long)only);
+	return IMPORT_EXIT_REFUSED;
+}
+
 /* The local history: every key's last state, read-only; 0 or an exit. */
 static int
 imp_read(const char *root, struct imp *im)
 {
 	struct imp_index	 ix;
 	struct store_loaded	 loaded;
+	struct index_stats	 st;
 	struct index		 x;
 	char			 dir[PATH_MAX], *cause = NULL;
+	uint64_t		 segment, only;
 	int			 rc;
 
 	memset(&loaded, 0, sizeof loaded);
@@ -327,10 +348,10 @@ imp_read(const char *root, struct imp *im)
 	 * allocator's position past it: the counters must pass it too.
 	 */
 	{
-		uint64_t	segment, records;
+		uint64_t	loaded_segment, records;
 
-		if (checkpoint_load(dir, imp_ignore, NULL, im->alloc, &segment,
-		    &records, &cause) != 0) {
+		if (checkpoint_load(dir, imp_ignore, NULL, im->alloc,
+		    &loaded_segment, &records, &cause) != 0) {
 			fprintf(stderr, "idemctl store import: the checkpoint "
 			    "of %s: %s\n", dir, cause != NULL ? cause :
 			    strerror(errno));
@@ -339,14 +360,28 @@ imp_read(const char *root, struct imp *im)
 		}
 	}
 	imp_last_only(im);
+	if (checkpoint_index_only(dir, &segment, &only, &cause) != 0) {
+		fprintf(stderr, "idemctl store import: the checkpoint of %s: "
+		    "%s\n", dir, cause != NULL ? cause : strerror(errno));
+		free(cause);
+		return IMPORT_EXIT_REFUSED;
+	}
 	snprintf(dir, sizeof dir, "%s/%s", root, IDEM_INDEX_DIR);
 	if (!index_exists(dir))
-		return IMPORT_EXIT_OK;
-	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0) {
+		return only > 0 ? imp_index_lacks(dir, segment, only, 0) :
+		    IMPORT_EXIT_OK;
+	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0 ||
+	    index_stats(&x, &st, &cause) != 0) {
 		fprintf(stderr, "idemctl store import: the index %s: %s\n",
 		    dir, cause != NULL ? cause : strerror(errno));
 		free(cause);
+		index_close(&x);
 		return IMPORT_EXIT_REFUSED;
+	}
+	/* idemd's rule at start-up (broker/state.c, open_index). */
+	if (only > 0 && st.checkpoint < segment) {
+		index_close(&x);
+		return imp_index_lacks(dir, segment, only, 1);
 	}
 	ix.im = im;
 	ix.known = im->n;

@@ -37,6 +37,7 @@
 #include <jansson.h>
 
 #include "idem.h"
+#include "protocol.h"
 #include "cluster_harness.h"
 
 static struct pgserver	server;
@@ -580,6 +581,72 @@ fx_commit(struct broker *b, const char *id, const char *to)
 }
 
 /*
+ * A local root whose newest checkpoint left receipts to the index alone
+ * (a table of 8, 4 KiB segments), its index put back from a copy taken
+ * before more effects, then removed: the import refuses both, in
+ * idemd's words, and writes nothing (idemd refuses to start on that
+ * root too, the precondition); with the live index back it imports.
+ */
+static void
+import_refuses_an_index_that_lacks_receipts(void **state)
+{
+	static struct broker	 l;
+	static const char *const args[] = { "--capacity", LOCAL_CAPACITY,
+	    "--segment-bytes", "4096", NULL };
+	char			 id[32], to[64], cmd[3 * PATH_MAX], *out;
+	int			 i;
+
+	(void)state;
+	cluster_store_reset(&server);
+	harness_fresh_root(&l);
+	harness_must_start(&l, args, NULL);
+	for (i = 0; i < 30; i++) {
+		snprintf(id, sizeof id, "fx-lack-%02d", i);
+		snprintf(to, sizeof to, "ops-%d@example", i);
+		free(fx_commit(&l, id, to));
+	}
+	assert_int_equal(harness_stop(&l), 0);
+	snprintf(cmd, sizeof cmd, "cp -a '%s/%s' '%s.old-index'", l.root,
+	    IDEM_INDEX_DIR, l.root);
+	assert_int_equal(system(cmd), 0);
+	harness_must_start(&l, args, NULL);
+	for (i = 30; i < 60; i++) {
+		snprintf(id, sizeof id, "fx-lack-%02d", i);
+		snprintf(to, sizeof to, "ops-%d@example", i);
+		free(fx_commit(&l, id, to));
+	}
+	assert_int_equal(harness_stop(&l), 0);
+	snprintf(cmd, sizeof cmd, "mv '%s/%s' '%s.live-index' && "
+	    "cp -a '%s.old-index' '%s/%s'", l.root, IDEM_INDEX_DIR, l.root,
+	    l.root, l.root, IDEM_INDEX_DIR);
+	assert_int_equal(system(cmd), 0);
+	/* The precondition: idemd refuses this root. */
+	assert_int_equal(harness_start(&l, args, NULL), -1);
+
+	assert_int_equal(store_import(&out, l.root, ""), 1);
+	if (strstr(out, "is older than the newest checkpoint") == NULL ||
+	    strstr(out, "nothing was written") == NULL)
+		fail_msg("import of an older index: %s", out);
+	free(out);
+	assert_int_equal(submissions(), 0);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/%s'", l.root, IDEM_INDEX_DIR);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(store_import(&out, l.root, ""), 1);
+	if (strstr(out, "is missing") == NULL)
+		fail_msg("import without its index: %s", out);
+	free(out);
+	assert_int_equal(submissions(), 0);
+
+	snprintf(cmd, sizeof cmd, "mv '%s.live-index' '%s/%s' && "
+	    "rm -rf '%s.old-index'", l.root, l.root, IDEM_INDEX_DIR, l.root);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(store_import(&out, l.root, ""), 0);
+	assert_non_null(strstr(out, "60 effects added"));
+	free(out);
+	harness_finish(&l);
+}
+
+/*
  * A receipt's members but its result: a compacted effect keeps
  * result_digest in place of result (the local index's tombstone).
  */
@@ -1029,6 +1096,9 @@ main(void)
 		    cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(
 		    import_effects_answers_byte_identical, setup,
+		    cluster_kill_live_nodes),
+		cmocka_unit_test_setup_teardown(
+		    import_refuses_an_index_that_lacks_receipts, setup,
 		    cluster_kill_live_nodes),
 		cmocka_unit_test_setup_teardown(compact_effects_on_store,
 		    setup, cluster_kill_live_nodes),
