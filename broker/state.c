@@ -439,8 +439,10 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 		    idir, damaged ? "damaged" : "missing");
 	if (!d->index_ready && history_open(d, 0, cause) != 0)
 		return -1;
-	if (index_stats(&d->index, &st, NULL) != 0) {
-		asprintf(cause, "index %s: unreadable after open", idir);
+	if (index_stats(&d->index, &st, &why) != 0) {
+		asprintf(cause, "index %s: unreadable after open: %s", idir,
+		    why != NULL ? why : strerror(errno));
+		free(why);
 		return -1;
 	}
 	/*

@@ -634,9 +634,10 @@ int	 arena_read(struct shm_segment *, uint64_t offset, size_t length,
 int	 arena_holds(struct shm_segment *, uint64_t offset, size_t length);
 /*
  * The bytes of a result the table only caches (an entry whose truth is
- * kept elsewhere, marked indexed at once: pg_effect_cache.c): owned by no slot, so reclaimable at once, and, since no
- * claim keeps the tail off them meanwhile, copied under the table lock.
- * A reader that finds them gone asks the store that keeps them.
+ * kept elsewhere, marked indexed at once: pg_effect_cache.c): owned by
+ * no slot, so reclaimable at once, and, since no claim keeps the tail
+ * off them meanwhile, copied under the table lock.  A reader that finds
+ * them gone asks the store that keeps them.
  */
 int	 arena_put_cached(struct shm_segment *, const void *, size_t length,
 	    uint64_t *offset);
@@ -686,8 +687,10 @@ int	 subtab_apply_slot(struct shm_segment *, const char *key,
  * A committed entry cached from a store that keeps it (PostgreSQL's
  * rows: pg_create.c, pg_effect_cache.c): put as subtab_apply_slot puts
  * one and, under the same hold of the lock, marked as subtab_mark_indexed
- * marks one, evictable at once (no moment where a worker's death leaves
- * it committed and never evictable).
+ * marks one, evictable at once: no other process sees it committed and
+ * unmarked.  (A worker that dies between the two, inside the hold,
+ * leaves the repair an unmarked entry: never evicted until a restart,
+ * its retries still answered, from the table.)
  */
 int	 subtab_apply_cached(struct shm_segment *, const char *key,
 	    size_t key_length, const struct subtab_entry *, uint32_t *slot);

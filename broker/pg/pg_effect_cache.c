@@ -21,13 +21,13 @@
  * (pg_create.c), and its result's bytes with arena_put_cached
  * (reclaimable at once: no slot owns them).  On this store no request
  * claims a slot (its claims are the rows'), so the put overwrites
- * whatever the key's slot held.  A retry is answered from the table only while the
- * arena still holds them (arena_read, never torn bytes); once they are
- * gone, or the entry is, the retry reads the row.  That is the local
- * store's rule (fastpath.c's: whole while the arena holds the result)
- * without the index behind it, whose place the row takes; so the
- * backend sets BACKEND_EFFECTS_IN_TABLE and the fast path answers these
- * retries too, on the same reasoning.
+ * whatever the key's slot held.  A retry is answered from the table
+ * only while the arena still holds them (arena_read, never torn bytes);
+ * once they are gone, or the entry is, the retry reads the row.  That
+ * is the local store's rule (fastpath.c's: whole while the arena holds
+ * the result) without the index behind it, whose place the row takes;
+ * so the backend sets BACKEND_EFFECTS_IN_TABLE and the fast path
+ * answers these retries too, on the same reasoning.
  *
  * What is cached: a row read or written committed and whole by one of
  * this broker's effect jobs (pg_effect.c's outcome, on the loop before

@@ -434,10 +434,18 @@ index_stats(struct index *x, struct index_stats *s, char **cause)
 	MDB_stat	 st;
 	MDB_envinfo	 info;
 	MDB_val		 k, v;
-	int		 rc;
+	int		 rc, dead = 0;
 
 	memset(s, 0, sizeof *s);
-	if ((rc = mdb_txn_begin(x->env, NULL, MDB_RDONLY, &txn)) != 0)
+	/*
+	 * A full reader table may hold the slots of processes killed with
+	 * a transaction open: freed, then one more try.
+	 */
+	if ((rc = mdb_txn_begin(x->env, NULL, MDB_RDONLY, &txn)) ==
+	    MDB_READERS_FULL && mdb_reader_check(x->env, &dead) == 0 &&
+	    dead > 0)
+		rc = mdb_txn_begin(x->env, NULL, MDB_RDONLY, &txn);
+	if (rc != 0)
 		return index_fail(cause, x->dir, "stat", rc);
 	if ((rc = mdb_stat(txn, x->receipts, &st)) != 0) {
 		mdb_txn_abort(txn);

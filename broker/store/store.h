@@ -875,7 +875,8 @@ enum store_check {
 	STORE_CHECK_INDEX_CORRUPT,	/* index_corrupt: cause */
 	STORE_CHECK_INDEX_DISAGREES,	/* index_disagrees: another binding */
 	STORE_CHECK_INDEX_LACKS,	/* index_lacks: checkpoint's receipt */
-	STORE_CHECK_INDEX_STALE		/* index_stale: older than checkpoint */
+	STORE_CHECK_INDEX_STALE,	/* index_stale: older than checkpoint */
+	STORE_CHECK_INDEX_BUSY		/* index_busy: every reader slot taken */
 };
 
 /*

@@ -414,6 +414,23 @@ verify_index_stale(struct verify *vf, const char *dir, uint64_t segment,
 	verify_note(vf, &p);
 }
 
+/*
+ * The index could not be read: index_busy when other processes hold
+ * every reader slot (index.c's EAGAIN: not damage, verify again once
+ * they let go), else index_corrupt; cause is freed.
+ */
+static void
+verify_index_unread(struct verify *vf, const char *dir, char *cause)
+{
+	struct store_problem	 p;
+
+	verify_problem(&p, errno == EAGAIN ? STORE_CHECK_INDEX_BUSY :
+	    STORE_CHECK_INDEX_CORRUPT, STORE_SEVERITY_ERROR, NULL, dir);
+	p.cause = cause;
+	verify_note(vf, &p);
+	free(cause);
+}
+
 /* The index of committed receipts, against the checkpoint and journal. */
 static void
 verify_index(struct verify *vf, const char *journal)
@@ -448,21 +465,12 @@ verify_index(struct verify *vf, const char *journal)
 		return;
 	}
 	if (index_open(&x, dir, INDEX_READONLY, &cause) != 0) {
-		verify_problem(&p, STORE_CHECK_INDEX_CORRUPT,
-		    STORE_SEVERITY_ERROR, NULL, dir);
-		p.cause = cause;
-		verify_note(vf, &p);
-		free(cause);
+		verify_index_unread(vf, dir, cause);
 		return;
 	}
-	if (index_foreach(&x, verify_index_visit, vf, &cause) != 0) {
-		verify_problem(&p, STORE_CHECK_INDEX_CORRUPT,
-		    STORE_SEVERITY_ERROR, NULL, dir);
-		p.cause = cause;
-		verify_note(vf, &p);
-		free(cause);
-	} else if (index_stats(&x, &st, NULL) != 0) {
-		/* No meta to compare with the checkpoint. */
+	if (index_foreach(&x, verify_index_visit, vf, &cause) != 0 ||
+	    index_stats(&x, &st, &cause) != 0) {
+		verify_index_unread(vf, dir, cause);
 	} else if (only > 0 && st.checkpoint < segment) {
 		verify_index_stale(vf, dir, segment, only, &st);
 	} else if (vf->v->loaded.checkpoint != 0 &&

@@ -354,7 +354,8 @@ vout_add(struct vout *o, const struct store_problem *p, json_t *details,
 		[STORE_CHECK_INDEX_CORRUPT] = "index_corrupt",
 		[STORE_CHECK_INDEX_DISAGREES] = "index_disagrees",
 		[STORE_CHECK_INDEX_LACKS] = "index_lacks",
-		[STORE_CHECK_INDEX_STALE] = "index_stale"
+		[STORE_CHECK_INDEX_STALE] = "index_stale",
+		[STORE_CHECK_INDEX_BUSY] = "index_busy"
 	};
 	const char	*check = checks[p->check];
 	va_list		 ap;
@@ -689,6 +690,12 @@ verify_found(const struct store_problem *p, void *arg)
 		break;
 	case STORE_CHECK_INDEX_STALE:
 		index_stale_found(o, p);
+		break;
+	case STORE_CHECK_INDEX_BUSY:
+		vout_add(o, p, json_pack("{s:s}", "path", p->path), "the index "
+		    "%s could not be read: other processes hold every reader "
+		    "slot (%s).  Not damage: verify again once they let go",
+		    p->path, p->cause != NULL ? p->cause : "MDB_READERS_FULL");
 		break;
 	case STORE_CHECK_INDEX_CORRUPT:
 		vout_add(o, p, json_pack("{s:s}", "path", p->path), "%s",

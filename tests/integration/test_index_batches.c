@@ -892,7 +892,7 @@ indexes_moved_aside(struct broker *b)
 /*
  * Start-up while other processes hold every reader slot of the index:
  * not damage.  The broker refuses to start, saying why, and leaves the
- * index where it is; with the slots given back it starts on it and
+ * index where it is (and idemctl verify says index_busy, not corrupt); with the slots given back it starts on it and
  * every receipt is there.  Before, a failed count of a healthy index
  * was taken for damage and the index moved aside (then rebuilt from
  * the journal, or, had a checkpoint left receipts to the index alone,
@@ -904,7 +904,7 @@ test_full_reader_table_at_start_up(void **state)
 	struct broker		*b = *state;
 	static const char *const args[] = { "--workers", "1", NULL };
 	static MDB_txn		*txns[READERS_MAX_TXNS];
-	char			*receipts[4], *log;
+	char			*receipts[4], *log, out[4096];
 	MDB_env			*env;
 	int			 i, taken;
 
@@ -921,6 +921,11 @@ test_full_reader_table_at_start_up(void **state)
 		fail_msg("the refusal does not say why: %s", log);
 	free(log);
 	assert_int_equal(indexes_moved_aside(b), 0);
+	/* verify says so too: busy, not corrupt. */
+	if (harness_idemctl(out, sizeof out, "--root '%s' verify --json",
+	    b->root) != 1 || strstr(out, "\"index_busy\"") == NULL ||
+	    strstr(out, "index_corrupt") != NULL)
+		fail_msg("verify with every reader slot taken: %s", out);
 
 	give_reader_slots_back(env, txns, taken);
 	assert_int_equal(harness_start(b, args, NULL), 0);

@@ -323,7 +323,7 @@ unreadable_journal_is_not_damage(void **state)
 }
 
 struct findings {
-	unsigned	count[STORE_CHECK_INDEX_STALE + 1];
+	unsigned	count[STORE_CHECK_INDEX_BUSY + 1];
 	char		missing[RECORDS][IDEM_MAX_TASK_ID_BYTES + 16];	/* an id */
 	char		foreign[PATH_MAX];
 	char		disagrees[SUBTAB_MAX_KEY_BYTES + 1];	/* the last */
@@ -335,7 +335,7 @@ note(const struct store_problem *p, void *arg)
 {
 	struct findings	*fs = arg;
 
-	assert_true(p->check <= STORE_CHECK_INDEX_STALE);
+	assert_true(p->check <= STORE_CHECK_INDEX_BUSY);
 	if (p->check == STORE_CHECK_INDEX_DISAGREES) {
 		assert_non_null(p->record);
 		assert_non_null(p->indexed);
