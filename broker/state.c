@@ -447,17 +447,12 @@ open_index(struct replay *rp, const char *journal_dir, char **cause)
 	}
 	/*
 	 * An index older than the newest checkpoint, which left receipts
-	 * to the index alone: an index restored from a backup taken before
-	 * that checkpoint (or copied aside before it), which lacks what
-	 * the checkpoints since gave it and then left out of their files.
-	 * On a store left by idemd this never holds: a checkpoint's last
-	 * index commit sets meta.checkpoint to its segment before the file
-	 * is renamed into place, index passes and idemctl compact leave it
-	 * as it is, and a rebuilt index (meta.checkpoint 0) is made only
-	 * when the checkpoint's count is 0.  Started on, the receipts it
-	 * lacks would be forgotten, and their retries execute again.
+	 * to the index alone (checkpoint_index_stale): started on, the
+	 * receipts it lacks would be forgotten, and their retries execute
+	 * again.
 	 */
-	if (existed && index_only > 0 && st.checkpoint < segment) {
+	if (existed && checkpoint_index_stale(segment, index_only,
+	    st.checkpoint)) {
 		asprintf(cause, "the index %s is older than the newest "
 		    "checkpoint, checkpoint-%016llx.snap (it was last "
 		    "written with checkpoint %016llx), which left %llu "

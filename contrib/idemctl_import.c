@@ -378,8 +378,7 @@ imp_read(const char *root, struct imp *im)
 		index_close(&x);
 		return IMPORT_EXIT_REFUSED;
 	}
-	/* idemd's rule at start-up (broker/state.c, open_index). */
-	if (only > 0 && st.checkpoint < segment) {
+	if (checkpoint_index_stale(segment, only, st.checkpoint)) {
 		index_close(&x);
 		return imp_index_lacks(dir, segment, only, 1);
 	}

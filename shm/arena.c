@@ -234,16 +234,11 @@ int
 arena_put_cached(struct shm_segment *seg, const void *data, size_t length,
     uint64_t *offset)
 {
-	uint64_t	pos;
-	int		rc;
+	int	rc;
 
 	if (subtab_lock_table(seg) != 0)
 		return -1;
-	if ((rc = arena_place(seg, ARENA_NO_SLOT, length, &pos)) == 0) {
-		ring_store(seg->arena, (pos + SHM_RING_RECORD_HEADER_BYTES) %
-		    seg->header->arena_bytes, data, length);
-		*offset = pos + SHM_RING_RECORD_HEADER_BYTES;
-	}
+	rc = arena_put_unlocked(seg, ARENA_NO_SLOT, data, length, offset);
 	subtab_unlock_table(seg);
 	return rc;
 }

@@ -862,24 +862,6 @@ subtab_apply_hashed(struct shm_segment *seg, const char *key, size_t length,
 	return subtab_apply_slot(seg, key, length, hash, entry, NULL);
 }
 
-static int apply_slot(struct shm_segment *, const char *, size_t, uint32_t,
-    const struct subtab_entry *, uint32_t *, int);
-
-int
-subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
-    uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out)
-{
-	return apply_slot(seg, key, length, hash, entry, slot_out, 0);
-}
-
-int
-subtab_apply_cached(struct shm_segment *seg, const char *key, size_t length,
-    const struct subtab_entry *entry, uint32_t *slot_out)
-{
-	return apply_slot(seg, key, length, hash_key(seg, key, length), entry,
-	    slot_out, 1);
-}
-
 /* mark: the entry, put, is marked indexed under the same hold. */
 static int
 apply_slot(struct shm_segment *seg, const char *key, size_t length,
@@ -928,6 +910,21 @@ apply_slot(struct shm_segment *seg, const char *key, size_t length,
 		*slot_out = slot;
 	subtab_unlock_table(seg);
 	return 0;
+}
+
+int
+subtab_apply_slot(struct shm_segment *seg, const char *key, size_t length,
+    uint32_t hash, const struct subtab_entry *entry, uint32_t *slot_out)
+{
+	return apply_slot(seg, key, length, hash, entry, slot_out, 0);
+}
+
+int
+subtab_apply_cached(struct shm_segment *seg, const char *key, size_t length,
+    const struct subtab_entry *entry, uint32_t *slot_out)
+{
+	return apply_slot(seg, key, length, hash_key(seg, key, length), entry,
+	    slot_out, 1);
 }
 
 size_t

@@ -211,7 +211,6 @@ cl_cache(struct pending *p)
 		return;
 	if (subtab_apply_cached(&cl_idemd(p)->seg, s->key, s->key_length,
 	    &s->entry, &s->slot) != 0) {
-		s->slot = UINT32_MAX;
 		log_debug("submission %s: not cached: %s", s->submission_id,
 		    strerror(errno));
 	}

@@ -410,6 +410,15 @@ int	checkpoint_load(const char *dir, journal_apply_fn, void *arg,
  */
 int	checkpoint_index_only(const char *dir, uint64_t *segment,
 	    uint64_t *count, char **cause);
+/*
+ * Whether an index last written with checkpoint index_checkpoint (its
+ * meta.checkpoint) is older than the newest checkpoint, segment, which
+ * left count receipts to the index alone (checkpoint_index_only): it
+ * lacks those.  idemd refuses to start on it (broker/state.c), idemctl
+ * verify reports it (index_stale), store import refuses it.
+ */
+int	checkpoint_index_stale(uint64_t segment, uint64_t count,
+	    uint64_t index_checkpoint);
 /* Is name a checkpoint ("checkpoint-%016llx.snap")?  Its segment in *segment. */
 int	checkpoint_name_parse(const char *name, uint64_t *segment);
 /*

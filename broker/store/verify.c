@@ -471,7 +471,7 @@ verify_index(struct verify *vf, const char *journal)
 	if (index_foreach(&x, verify_index_visit, vf, &cause) != 0 ||
 	    index_stats(&x, &st, &cause) != 0) {
 		verify_index_unread(vf, dir, cause);
-	} else if (only > 0 && st.checkpoint < segment) {
+	} else if (checkpoint_index_stale(segment, only, st.checkpoint)) {
 		verify_index_stale(vf, dir, segment, only, &st);
 	} else if (vf->v->loaded.checkpoint != 0 &&
 	    st.checkpoint >= vf->v->loaded.checkpoint) {
